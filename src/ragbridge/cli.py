@@ -1,0 +1,229 @@
+"""The ``ragbridge`` command line."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from .backend import RunOptions
+from .io import DatasetError, load_cases, write_cases
+from .plugins import get_backends, get_formats, load_errors, register_commands
+from .runner import RunError, evaluate
+from .summary import ALL
+
+cli = typer.Typer(
+    name="ragbridge",
+    help="One golden set, every RAG evaluation backend, one report.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+judge_cli = typer.Typer(help="The judge: serve the stub judge, check a configuration.", no_args_is_help=True)
+cli.add_typer(judge_cli, name="judge")
+
+out = Console()
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"ragbridge {__version__}")
+        raise typer.Exit()
+
+
+@cli.callback()
+def main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+) -> None:
+    """One golden set, every RAG evaluation backend, one report."""
+
+
+def _fmt(value: float) -> str:
+    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
+
+
+def print_summary(frame, console: Console = out) -> None:
+    """Overall table (per backend and metric), then the mean per tag."""
+    overall = frame[frame["tag"] == ALL]
+    table = Table(title="Summary", title_justify="left")
+    for col in ("backend", "metric", "mean", "scored", "undefined", "errored"):
+        table.add_column(col, justify="right" if col not in ("backend", "metric") else "left")
+    for row in overall.itertuples():
+        table.add_row(
+            row.backend, row.metric, _fmt(row.mean), str(row.n_scored), str(row.n_undefined),
+            f"[red]{row.n_errored}[/]" if row.n_errored else "0",
+        )
+    console.print(table)
+    tagged = frame[frame["tag"] != ALL]
+    if tagged.empty:
+        return
+    keys = list(dict.fromkeys(zip(overall["backend"], overall["metric"])))
+    by_tag = Table(title="Mean per tag (n scored)", title_justify="left")
+    by_tag.add_column("tag")
+    for b, m in keys:
+        by_tag.add_column(m if len({k[0] for k in keys}) == 1 else f"{b}:{m}", justify="right")
+    for tag, group in tagged.groupby("tag", sort=True):
+        cells = []
+        for b, m in keys:
+            hit = group[(group["backend"] == b) & (group["metric"] == m)]
+            cells.append("" if hit.empty else f"{_fmt(hit['mean'].iloc[0])} ({hit['n_scored'].iloc[0]})")
+        by_tag.add_row(tag, *cells)
+    console.print(by_tag)
+
+
+@cli.command()
+def run(
+    dataset: Path = typer.Argument(..., help="Golden set: .jsonl, .csv, .parquet, or a datasets folder."),
+    out_dir: Path = typer.Option(..., "--out", "-o", help="Run folder to write (resumed if it holds a run of the same cases)."),
+    backend: List[str] = typer.Option(None, "--backend", "-b", help="Backend to run (repeatable). Default: native."),
+    metric: List[str] = typer.Option(None, "--metric", "-m", help="Metric to score (repeatable), e.g. recall@5, mrr, faithfulness. Default: all of each backend's."),
+    k: int = typer.Option(5, "--k", help="Cut-off for the @k ranking metrics."),
+    gain: str = typer.Option("linear", "--gain", help="nDCG gain: linear (the grade) or exponential (2^grade - 1)."),
+    case_sensitive: bool = typer.Option(False, "--case-sensitive", help="Exact-case matching for must_contain, must_not_contain and abstention."),
+    decline_phrase: List[str] = typer.Option(None, "--decline-phrase", help="A phrase that marks a declined answer (repeatable; replaces the defaults)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Dataset format, when the suffix does not tell."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the run folder instead of resuming it."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model name."),
+    judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", help="OpenAI-compatible base URL of the judge."),
+    judge_api_key_env: Optional[str] = typer.Option(None, "--judge-api-key-env", help="Environment variable that holds the judge's key (default OPENAI_API_KEY)."),
+    embedding_model: Optional[str] = typer.Option(None, "--embedding-model", help="Embedding model name, for metrics that embed."),
+    cache_mode: Optional[str] = typer.Option(None, "--cache-mode", help="Judge cache: read-write, read-only or off."),
+    cache_path: Optional[Path] = typer.Option(None, "--cache-path", help="Judge cache file (SQLite)."),
+    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="Judge calls in flight at once, across all backends (default 8)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="Config file (default: ./ragbridge.toml, then [tool.ragbridge] in ./pyproject.toml)."),
+) -> None:
+    """Score a golden set with one or more backends and write a run folder."""
+    if gain not in ("linear", "exponential"):
+        fail(f"--gain must be 'linear' or 'exponential', got {gain!r}")
+    try:
+        cases = load_cases(dataset, fmt)
+    except DatasetError as exc:
+        fail(str(exc))
+    judge = _judge_config(
+        dict(
+            model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
+            embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,
+            max_concurrency=max_concurrency,
+        ),
+        config,
+    )
+    options = RunOptions(k=k, gain=gain, case_sensitive=case_sensitive, decline_phrases=decline_phrase or None)
+    try:
+        result = evaluate(
+            cases, backends=backend or None, metrics=metric or None, out=out_dir, options=options,
+            judge=judge, dataset_path=str(dataset), progress=not no_progress, overwrite=overwrite,
+        )
+    except RunError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        fail(f"interrupted; what was scored is kept in {out_dir}; run the same command again to resume", 130)
+    print_summary(result.summary())
+    counts = result.manifest.counts
+    notes = []
+    if counts.get("duplicate_chunk_ids"):
+        notes.append(f"{counts['duplicate_chunk_ids']} repeated chunk id(s) dropped before ranking")
+    if counts.get("resumed_from"):
+        notes.append(f"resumed: {counts['resumed_from']} score(s) kept from the earlier run")
+    if counts.get("judge"):
+        j = counts["judge"]
+        notes.append(
+            f"judge: {j['calls']} call(s), {j['cache_hits']} from cache, "
+            f"{j['prompt_tokens']}+{j['completion_tokens']} tokens"
+        )
+    for note in notes:
+        out.print(f"[dim]{note}[/]")
+    out.print(f"run written to [bold]{out_dir}[/] ({counts.get('scores', 0)} scores)")
+
+
+def _judge_config(overrides: dict, config: Optional[Path]):
+    """The judge configuration from the CLI and config files, or None when no judge is configured."""
+    try:
+        from .judge import JudgeConfig, JudgeConfigError
+    except ImportError:  # pragma: no cover
+        return None
+    try:
+        cfg = JudgeConfig.load({k: v for k, v in overrides.items() if v is not None}, config_file=config)
+    except JudgeConfigError as exc:
+        fail(str(exc))
+    except ValueError as exc:
+        fail(f"judge configuration: {exc}")
+    return cfg
+
+
+@cli.command()
+def backends() -> None:
+    """List every registered backend, whether its library is installed, and its metrics."""
+    table = Table(title="Backends", title_justify="left", show_lines=True)
+    for col in ("backend", "available", "version", "metrics"):
+        table.add_column(col)
+    for name, b in sorted(get_backends().items(), key=lambda kv: (kv[0] != "native", kv[0])):
+        ok = b.available()
+        metrics = ", ".join(
+            f"{s.name}" + (f" ({s.native_name})" if s.native_name and s.native_name != s.name else "")
+            + (" [judge]" if s.judge else "")
+            for s in b.metrics()
+        )
+        table.add_row(
+            name,
+            "[green]yes[/]" if ok else f"[yellow]no[/]: {b.install_hint}",
+            (b.version() or "—") if ok else "—",
+            metrics,
+        )
+    out.print(table)
+    for name, message in load_errors.items():
+        err.print(f"[yellow]plugin {name!r} failed to load:[/] {message}")
+
+
+@cli.command()
+def formats() -> None:
+    """List the dataset formats that ``convert`` and ``run`` read and write."""
+    table = Table(title="Formats", title_justify="left")
+    for col in ("format", "suffixes", "read", "write", "description"):
+        table.add_column(col)
+    for name, f in sorted(get_formats().items()):
+        table.add_row(name, " ".join(f.suffixes) or ("folder" if f.is_dir else ""),
+                      "yes" if f.read else "", "yes" if f.write else "", f.description)
+    out.print(table)
+
+
+@cli.command()
+def convert(
+    source: Path = typer.Argument(..., help="Dataset to read."),
+    target: Path = typer.Argument(..., help="Where to write."),
+    from_format: Optional[str] = typer.Option(None, "--from", help="Format of SOURCE (default: from its suffix)."),
+    to_format: Optional[str] = typer.Option(None, "--to", help="Format of TARGET (default: from its suffix)."),
+) -> None:
+    """Convert a dataset between formats (canonical JSONL, CSV, Parquet, datasets, and the backends' own)."""
+    try:
+        cases = load_cases(source, from_format)
+        lost = write_cases(cases, target, to_format)
+    except DatasetError as exc:
+        fail(str(exc))
+    out.print(f"wrote {len(cases)} case(s) to {target}")
+    if lost:
+        err.print(
+            "[yellow]the target format cannot hold these fields; they were not written:[/] "
+            + ", ".join(lost)
+        )
+
+
+def run_cli() -> None:  # console-script entry point
+    register_commands(cli)
+    cli()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    run_cli()

@@ -1,0 +1,44 @@
+"""The hooks a ragbridge plugin may implement.
+
+A plugin is a module (or any object) with functions decorated by ``ragbridge.hookimpl`` and named
+after one of the specs below. Plugins are found through the ``ragbridge`` entry-point group; the
+built-in native backend and the bundled library backends register themselves the same way.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("ragbridge")
+hookimpl = pluggy.HookimplMarker("ragbridge")
+
+
+@hookspec
+def ragbridge_register_backends(register):
+    """Register evaluation backends.
+
+    Call ``register(backend)`` once per backend, where ``backend`` is an instance of a
+    ``ragbridge.backend.Backend`` subclass. Registering must be cheap and must not import the
+    backend's library: ``Backend.available()`` says whether the library is installed, and the library
+    is imported only when the backend scores. A name registered twice is an error.
+    """
+
+
+@hookspec
+def ragbridge_register_formats(register):
+    """Register dataset formats (readers and writers of canonical cases).
+
+    Call ``register(fmt)`` once per format, where ``fmt`` is a ``ragbridge.io.Format``: a name, the
+    file suffixes it claims, and ``read(path) -> list[Case]`` and/or
+    ``write(cases, path) -> list[str]`` (the returned list names the canonical fields the format
+    could not hold). Readers raise ``ragbridge.io.DatasetError`` for bad input.
+    """
+
+
+@hookspec
+def ragbridge_register_commands(cli):
+    """Add commands to the ``ragbridge`` command line.
+
+    ``cli`` is the root ``typer.Typer`` application: add commands with ``@cli.command()`` or
+    sub-applications with ``cli.add_typer(...)``. A plugin must not remove or replace a command.
+    """

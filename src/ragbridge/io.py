@@ -1,0 +1,559 @@
+"""Golden-set input and output: JSONL, CSV, Parquet and Hugging Face ``datasets`` folders.
+
+Every reader turns a file into canonical `Case` objects and reports bad input precisely: the file,
+the line (or row), the field, what is wrong and what to do. Besides the canonical field names, the
+readers accept the common golden-set vocabulary:
+
+===================  =====================================================================
+canonical            also accepted
+===================  =====================================================================
+``id``               ``case_id``, ``qid``, ``query_id``, ``name`` (missing: derived from the question)
+``question``         ``query``, ``user_input``, ``input``
+``answer``           ``response``, ``actual_output``, ``generated_answer``
+``contexts``         ``retrieved_contexts`` / ``retrieval_context`` (list of texts),
+                     ``retrieved`` (list of chunk ids, or of chunks)
+``relevant``         ``relevant_ids`` (a list: grade 1 each), ``qrels``
+``reference``        ``ground_truth``, ``expected_output``, ``reference_answer``
+===================  =====================================================================
+
+A chunk given as plain text gets a stable id derived from its text (``ctx-<sha1[:12]>``), so the same
+text in two cases is the same chunk. In CSV, list and mapping fields hold JSON (``["a", "b"]``,
+``{"doc#s": 2}``); list fields also accept ``|``-separated text.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+
+from pydantic import ValidationError
+
+from .hookspecs import hookimpl
+from .schema import Case
+
+__all__ = [
+    "DatasetError",
+    "Format",
+    "load_cases",
+    "write_cases",
+    "fingerprint",
+    "normalize_record",
+    "cases_from_records",
+]
+
+CASE_FIELDS = tuple(Case.model_fields)
+
+ALIASES: dict[str, tuple[str, ...]] = {
+    "id": ("case_id", "qid", "query_id", "name"),
+    "question": ("query", "user_input", "input"),
+    "answer": ("response", "actual_output", "generated_answer"),
+    "reference": ("ground_truth", "expected_output", "reference_answer"),
+    "relevant": ("relevant_ids", "qrels"),
+}
+CONTEXT_TEXT_ALIASES = ("retrieved_contexts", "retrieval_context")
+LIST_FIELDS = ("contexts", "reference_contexts", "must_contain", "must_not_contain", "tags", "retrieved")
+
+
+class DatasetError(ValueError):
+    """Bad input in a dataset file: says where (file, line, field), what, and what to do."""
+
+    def __init__(
+        self,
+        message: str,
+        path: Optional[str | Path] = None,
+        line: Optional[int] = None,
+        field: Optional[str] = None,
+        hint: Optional[str] = None,
+        unit: str = "line",
+    ):
+        self.path = str(path) if path is not None else None
+        self.line = line
+        self.field = field
+        self.message = message
+        self.hint = hint
+        self.unit = unit
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = self.path or "<data>"
+        if self.line is not None:
+            where += f":{self.line}" if self.unit == "line" else f" ({self.unit} {self.line})"
+        text = f"{where}: "
+        if self.field:
+            text += f"field '{self.field}': "
+        text += self.message
+        if self.hint:
+            text += f" ({self.hint})"
+        return text
+
+
+@dataclass
+class Format:
+    """A dataset format. ``read`` returns cases; ``write`` returns the canonical fields it could not hold."""
+
+    name: str
+    suffixes: tuple[str, ...] = ()
+    read: Optional[Callable[[Path], list[Case]]] = None
+    write: Optional[Callable[[Sequence[Case], Path], list[str]]] = None
+    description: str = ""
+    is_dir: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# Normalising one record
+
+
+def _chunk_id_for_text(text: str) -> str:
+    return "ctx-" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+
+
+def _stable_case_id(question: str) -> str:
+    return "q-" + hashlib.sha1(question.encode("utf-8")).hexdigest()[:10]
+
+
+def _is_missing(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, float) and math.isnan(value):
+        return True
+    return False
+
+
+def normalize_record(raw: dict[str, Any]) -> dict[str, Any]:
+    """Map one record in the common vocabulary onto canonical field names (no validation yet).
+
+    Raises ``DatasetError`` (without a location: the caller adds it) for an unknown field or a field
+    given twice under two names.
+    """
+    if not isinstance(raw, dict):
+        raise DatasetError(f"each record must be a JSON object, got {type(raw).__name__}")
+    rec = {k: v for k, v in raw.items() if not _is_missing(v)}
+    out: dict[str, Any] = {}
+    for canon in CASE_FIELDS:
+        if canon in rec:
+            out[canon] = rec.pop(canon)
+    for canon, aliases in ALIASES.items():
+        for alias in aliases:
+            if alias in rec:
+                value = rec.pop(alias)
+                if canon in out:
+                    raise DatasetError(
+                        f"given twice, as '{canon}' and as '{alias}'", field=alias, hint="keep one of them"
+                    )
+                out[canon] = value
+    if "relevant" in out and isinstance(out["relevant"], str):
+        out["relevant"] = [s for s in out["relevant"].split("|") if s]
+
+    texts = None
+    for alias in CONTEXT_TEXT_ALIASES:
+        if alias in rec:
+            if texts is not None or "contexts" in out:
+                raise DatasetError("retrieved chunks given twice", field=alias, hint="keep one of them")
+            texts = rec.pop(alias)
+    ids = rec.pop("retrieved_context_ids", None)
+    retrieved = rec.pop("retrieved", None)
+    if retrieved is not None:
+        if texts is not None or "contexts" in out:
+            raise DatasetError("retrieved chunks given twice", field="retrieved", hint="keep one of them")
+        if not isinstance(retrieved, (list, tuple)):
+            raise DatasetError(
+                f"must be a list of chunk ids, got {type(retrieved).__name__}", field="retrieved"
+            )
+        out["contexts"] = [c if isinstance(c, dict) else {"id": c} for c in retrieved]
+    if texts is not None:
+        if not isinstance(texts, (list, tuple)):
+            raise DatasetError(
+                f"must be a list of texts, got {type(texts).__name__}", field="retrieved_contexts"
+            )
+        if ids is not None and len(ids) != len(texts):
+            raise DatasetError(
+                f"has {len(ids)} ids for {len(texts)} contexts", field="retrieved_context_ids"
+            )
+        chunks = []
+        for i, t in enumerate(texts):
+            if isinstance(t, dict):
+                chunks.append(t)
+            else:
+                cid = str(ids[i]) if ids is not None else _chunk_id_for_text(str(t))
+                chunks.append({"id": cid, "text": str(t)})
+        out["contexts"] = chunks
+    elif ids is not None:
+        out["contexts"] = [{"id": str(i)} for i in ids]
+
+    if isinstance(out.get("contexts"), (list, tuple)):
+        out["contexts"] = [_normalize_chunk(c) for c in out["contexts"]]
+
+    if rec:
+        unknown = ", ".join(sorted(rec))
+        raise DatasetError(
+            f"unknown field(s): {unknown}",
+            field=sorted(rec)[0],
+            hint="known fields: " + ", ".join(CASE_FIELDS) + "; put anything else under 'metadata'",
+        )
+    if "id" not in out and isinstance(out.get("question"), str):
+        out["id"] = _stable_case_id(out["question"])
+    return out
+
+
+_CHUNK_ALIASES = {"chunk_id": "id", "doc_id": "id", "content": "text", "page_content": "text"}
+
+
+def _normalize_chunk(chunk: Any) -> Any:
+    if isinstance(chunk, str):
+        return {"id": _chunk_id_for_text(chunk), "text": chunk}
+    if isinstance(chunk, dict):
+        out = {}
+        for k, v in chunk.items():
+            key = _CHUNK_ALIASES.get(k, k)
+            if key in out:
+                continue
+            out[key] = v
+        if "id" not in out and isinstance(out.get("text"), str):
+            out["id"] = _chunk_id_for_text(out["text"])
+        return out
+    return chunk
+
+
+def _field_path(loc: Sequence[Any]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts)
+
+
+def _validation_error(exc: ValidationError, path, line, unit) -> DatasetError:
+    err = exc.errors()[0]
+    loc = [x for x in err["loc"] if x not in ("function-after[_clean_value()]",)]
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    if err["type"] == "missing":
+        msg = "is required but missing"
+    elif err["type"] == "extra_forbidden":
+        msg = "is not a known field"
+    elif "input" in err and err["type"] not in ("value_error",):
+        msg += f" (got {json.dumps(err['input'], default=str)[:80]})"
+    more = len(exc.errors()) - 1
+    hint = f"{more} more problem(s) in this record" if more else None
+    return DatasetError(msg, path=path, line=line, field=_field_path(loc), hint=hint, unit=unit)
+
+
+def cases_from_records(
+    records: Iterable[tuple[int, Any]], path: Optional[str | Path] = None, unit: str = "line"
+) -> list[Case]:
+    """Validate ``(line, record)`` pairs into cases; duplicate ids and an empty input are errors."""
+    cases: list[Case] = []
+    first_seen: dict[str, int] = {}
+    for line, raw in records:
+        try:
+            rec = normalize_record(raw)
+            case = Case.model_validate(rec)
+        except DatasetError as exc:
+            exc.path, exc.line, exc.unit = str(path) if path else None, line, unit
+            raise exc
+        except ValidationError as exc:
+            raise _validation_error(exc, path, line, unit) from None
+        if case.id in first_seen:
+            raise DatasetError(
+                f"duplicate case id {case.id!r} (first at {unit} {first_seen[case.id]})",
+                path=path,
+                line=line,
+                field="id",
+                hint="case ids must be unique",
+                unit=unit,
+            )
+        first_seen[case.id] = line
+        cases.append(case)
+    if not cases:
+        raise DatasetError("holds no cases", path=path, hint="a golden set needs at least one case")
+    return cases
+
+
+# --------------------------------------------------------------------------------------------
+# Formats
+
+
+def _read_text_lines(path: Path) -> Iterator[tuple[int, str]]:
+    data = path.read_bytes()
+    if not data.strip():
+        raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    for n, raw in enumerate(data.split(b"\n"), start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DatasetError(
+                f"invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})",
+                path=path,
+                line=n,
+                hint="save the file as UTF-8",
+            ) from None
+        yield n, text
+
+
+def read_jsonl(path: Path) -> list[Case]:
+    def records() -> Iterator[tuple[int, Any]]:
+        for n, text in _read_text_lines(path):
+            if not text.strip():
+                continue
+            try:
+                yield n, json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(
+                    f"not valid JSON: {exc.msg} at column {exc.colno}",
+                    path=path,
+                    line=n,
+                    hint="each line must be one JSON object",
+                ) from None
+
+    return cases_from_records(records(), path)
+
+
+def read_json(path: Path) -> list[Case]:
+    lines = list(_read_text_lines(path))
+    try:
+        data = json.loads("\n".join(t for _, t in lines))
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"not valid JSON: {exc.msg}", path=path, line=exc.lineno) from None
+    if isinstance(data, dict):
+        for key in ("cases", "data", "examples", "samples", "goldens", "test_cases"):
+            if isinstance(data.get(key), list):
+                data = data[key]
+                break
+    if not isinstance(data, list):
+        raise DatasetError("must hold a JSON list of case objects", path=path)
+    return cases_from_records(((i, r) for i, r in enumerate(data, start=1)), path, unit="item")
+
+
+def _cell(column: str, value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text == "":
+        return None
+    if column in ("answerable",):
+        low = text.lower()
+        if low in ("true", "1", "yes"):
+            return True
+        if low in ("false", "0", "no"):
+            return False
+        return text
+    if column in ("contexts", "relevant", "relevant_ids", "qrels", "metadata", "retrieved",
+                  "retrieved_contexts", "retrieval_context", "retrieved_context_ids") or column in LIST_FIELDS:
+        if text[:1] in "[{":
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"cell is not valid JSON: {exc.msg}", field=column) from None
+        if column in ("metadata",):
+            return text
+        return [s.strip() for s in text.split("|") if s.strip()]
+    return value
+
+
+def read_csv(path: Path) -> list[Case]:
+    for _ in _read_text_lines(path):  # checks emptiness and UTF-8, with line numbers
+        pass
+    text = path.read_bytes().decode("utf-8-sig")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    if not reader.fieldnames:
+        raise DatasetError("has no header row", path=path)
+
+    def records() -> Iterator[tuple[int, Any]]:
+        for row in reader:
+            line = reader.line_num
+            if None in row:
+                raise DatasetError("has more cells than the header has columns", path=path, line=line)
+            try:
+                rec = {k: _cell(k, v) for k, v in row.items()}
+            except DatasetError as exc:
+                exc.path, exc.line = str(path), line
+                raise
+            yield line, rec
+
+    return cases_from_records(records(), path)
+
+
+def _plain(value: Any) -> Any:
+    """Numpy arrays and scalars from Arrow/pandas into plain Python."""
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        value = value.tolist()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if not _is_missing(v)}
+    return value
+
+
+def _rows_to_records(rows: Iterable[dict[str, Any]]) -> Iterator[tuple[int, Any]]:
+    for i, row in enumerate(rows, start=1):
+        rec = {}
+        for k, v in row.items():
+            v = _plain(v)
+            if isinstance(v, str) and v[:1] in "[{" and (k in LIST_FIELDS or k in ("relevant", "metadata", "relevant_ids")):
+                try:
+                    v = json.loads(v)
+                except json.JSONDecodeError:
+                    pass
+            rec[k] = v
+        yield i, rec
+
+
+def read_parquet(path: Path) -> list[Case]:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:
+        raise DatasetError(f"cannot be read as Parquet: {exc}", path=path) from None
+    if table.num_rows == 0:
+        raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
+    return cases_from_records(_rows_to_records(table.to_pylist()), path, unit="row")
+
+
+def read_hf(path: Path) -> list[Case]:
+    import datasets
+
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except Exception as exc:
+        raise DatasetError(f"cannot be loaded with datasets.load_from_disk: {exc}", path=path) from None
+    if isinstance(ds, datasets.DatasetDict):
+        if len(ds) != 1:
+            raise DatasetError(f"holds splits {list(ds)}; point at one split's folder", path=path)
+        ds = next(iter(ds.values()))
+    if len(ds) == 0:
+        raise DatasetError("dataset is empty", path=path, hint="a golden set needs at least one case")
+    return cases_from_records(_rows_to_records(iter(ds)), path, unit="row")
+
+
+def _record(case: Case) -> dict[str, Any]:
+    return case.model_dump(mode="json", exclude_defaults=True)
+
+
+def write_jsonl(cases: Sequence[Case], path: Path) -> list[str]:
+    with open(path, "w", encoding="utf-8") as f:
+        for case in cases:
+            f.write(json.dumps(_record(case), ensure_ascii=False) + "\n")
+    return []
+
+
+_JSON_COLUMNS = ("contexts", "relevant", "reference_contexts", "must_contain", "must_not_contain", "tags", "metadata")
+
+
+def _flat_rows(cases: Sequence[Case]) -> list[dict[str, Any]]:
+    rows = []
+    for case in cases:
+        d = case.model_dump(mode="json")
+        for col in _JSON_COLUMNS:
+            d[col] = json.dumps(d[col], ensure_ascii=False)
+        rows.append(d)
+    return rows
+
+
+def write_csv(cases: Sequence[Case], path: Path) -> list[str]:
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(CASE_FIELDS))
+        writer.writeheader()
+        for row in _flat_rows(cases):
+            writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return []
+
+
+def write_parquet(cases: Sequence[Case], path: Path) -> list[str]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(_flat_rows(cases)), path)
+    return []
+
+
+def write_hf(cases: Sequence[Case], path: Path) -> list[str]:
+    import datasets
+
+    datasets.Dataset.from_list(_flat_rows(cases)).save_to_disk(str(path))
+    return []
+
+
+BUILTIN_FORMATS = [
+    Format("jsonl", (".jsonl", ".ndjson"), read_jsonl, write_jsonl, "canonical cases, one JSON object a line"),
+    Format("json", (".json",), read_json, None, "a JSON list of case objects (read only)"),
+    Format("csv", (".csv",), read_csv, write_csv, "one case a row; list and mapping cells as JSON"),
+    Format("parquet", (".parquet", ".pq"), read_parquet, write_parquet, "one case a row"),
+    Format("hf", (), read_hf, write_hf, "a Hugging Face datasets folder (save_to_disk / load_from_disk)", is_dir=True),
+]
+
+
+@hookimpl
+def ragbridge_register_formats(register):
+    for fmt in BUILTIN_FORMATS:
+        register(fmt)
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points
+
+
+def _pick_format(path: Path, name: Optional[str], purpose: str) -> Format:
+    from .plugins import get_formats
+
+    formats = get_formats()
+    if name:
+        if name not in formats:
+            raise DatasetError(
+                f"unknown format {name!r}", path=path, hint="known formats: " + ", ".join(sorted(formats))
+            )
+        return formats[name]
+    if path.is_dir():
+        return formats["hf"]
+    suffix = path.suffix.lower()
+    for fmt in formats.values():
+        if suffix in fmt.suffixes and getattr(fmt, purpose) is not None:
+            return fmt
+    raise DatasetError(
+        f"cannot tell the format from the suffix {suffix!r}",
+        path=path,
+        hint="use .jsonl, .csv, .parquet or a datasets folder, or name the format",
+    )
+
+
+def load_cases(path: str | Path, format: Optional[str] = None) -> list[Case]:
+    """Read a golden set into canonical cases. Raises `DatasetError` for any bad input."""
+    path = Path(path)
+    if not path.exists():
+        raise DatasetError("no such file or folder", path=path)
+    fmt = _pick_format(path, format, "read")
+    if fmt.read is None:
+        raise DatasetError(f"format {fmt.name!r} cannot be read", path=path)
+    return fmt.read(path)
+
+
+def write_cases(cases: Sequence[Case], path: str | Path, format: Optional[str] = None) -> list[str]:
+    """Write cases; returns the canonical fields the format could not hold (empty: nothing lost)."""
+    path = Path(path)
+    fmt = _pick_format(path, format, "write")
+    if fmt.write is None:
+        raise DatasetError(f"format {fmt.name!r} cannot be written", path=path)
+    if path.parent and not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return fmt.write(cases, path)
+
+
+def fingerprint(cases: Sequence[Case]) -> str:
+    """A content hash of the cases, independent of the file format they came from."""
+    h = hashlib.sha256()
+    for case in cases:
+        h.update(json.dumps(case.model_dump(mode="json"), sort_keys=True, ensure_ascii=False).encode())
+        h.update(b"\n")
+    return "sha256:" + h.hexdigest()

@@ -1,0 +1,433 @@
+"""Native, deterministic ranking metrics over canonical :class:`~ragbridge.schema.Case` objects.
+
+In the style of ranx: one pass over the cases (:func:`prepare`) turns every case into a few flat
+NumPy arrays (:class:`Ranked`), and each metric is a small vectorised kernel over those arrays that
+returns one ``float64`` per case (``NaN`` where the metric is undefined). :func:`evaluate` parses
+metric names such as ``"ndcg@10"`` and runs the kernels.
+
+Conventions (trec_eval's, with ragbridge's relevance rule). With chunk-level labels and no repeated
+chunk ids every value equals trec_eval's (pytrec_eval) to floating-point rounding.
+
+Relevance rule
+    A retrieved chunk *matches* a label when its ``id`` is a key of ``Case.relevant``, or else (its id
+    is not a key) when its ``source`` is. An id match always takes precedence, even when the id's
+    grade is 0 and the source's is higher. A chunk is *relevant* when the grade of the label it
+    matches is >= 1. Grades are non-negative integers (the schema enforces this); ``R`` is the number
+    of labels with grade >= 1, retrieved or not.
+Duplicates
+    A chunk id repeated in ``Case.contexts`` is dropped after its first occurrence *before* ranking,
+    so later chunks move up; the number dropped per case is ``Ranked.duplicates``. (trec_eval rejects
+    such a run outright.) Chunks with distinct ids from the same source are not duplicates.
+Rank
+    The 1-based position in the de-duplicated ``contexts`` list (best first). Chunk scores are
+    ignored, so there are no ties and no float32 effects.
+Counting
+    ``precision@k`` and ``hit@k`` count *every* relevant chunk in the top k, so two chunks of the same
+    labelled section both count. ``recall@k``, ``ndcg`` and ``map`` credit each *label* once, at its
+    first matching chunk: a later chunk matching the same label adds no gain and is non-relevant for
+    AP, so none of them can exceed 1. ``mrr`` uses the first relevant chunk.
+k beyond the list
+    Missing ranks are non-relevant: ``precision@k = hits / k`` (trec_eval ``P_k``).
+nDCG
+    Gain is the grade (``gain="linear"``, trec_eval ``ndcg_cut``, ranx ``ndcg``) or ``2**grade - 1``
+    (``gain="exponential"``, ranx ``ndcg_burges``); discount ``1 / log2(rank + 1)``. The ideal DCG
+    uses the top ``min(k, R)`` grades of *all* labels with grade >= 1, retrieved or not. ``ndcg``
+    without k is over the whole list.
+AP
+    Sum, over credited relevant chunks at rank <= k, of the precision at that rank (numerator counts
+    only credited relevant chunks), divided by ``R`` (trec_eval ``map_cut``; ``map`` without k is
+    trec_eval ``map``).
+MRR
+    ``mrr`` = 1 / rank of the first relevant chunk over the whole list (trec_eval ``recip_rank``,
+    which has no cut-off), 0 if there is none; ``mrr@k`` is 0 when that rank is > k.
+Undefined values
+    A case whose ``relevant`` is empty (unlabelled) is ``NaN`` for every metric. A case with labels
+    but ``R = 0`` (only grade-0 labels) is ``NaN`` for recall, mrr, ndcg and map, and a defined 0 for
+    precision and hit. (trec_eval scores the latter 0 everywhere and silently drops the former.)
+    ``NaN`` must never be averaged as 0: use ``np.nanmean`` and report the count.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
+
+import numpy as np
+
+__all__ = [
+    "Ranked",
+    "prepare",
+    "recall",
+    "precision",
+    "hit",
+    "mrr",
+    "ndcg",
+    "average_precision",
+    "METRICS",
+    "NEEDS_K",
+    "GAINS",
+    "evaluate",
+    "parse_metric",
+]
+
+GAINS = ("linear", "exponential")
+
+_get_id = attrgetter("id")
+_get_source = attrgetter("source")
+
+
+@dataclass(frozen=True, eq=False)
+class Ranked:
+    """Every case's matches as flat NumPy arrays (built by :func:`prepare`; treat as read-only).
+
+    Per case (length ``n_cases``):
+
+    - ``duplicates``: repeated chunk ids dropped before ranking.
+    - ``labelled``: ``relevant`` is non-empty.
+    - ``n_relevant``: ``R``, the number of labels with grade >= 1.
+    - ``n_retrieved``: length of the de-duplicated ``contexts``.
+    - ``first_rank``: rank of the first relevant chunk, 0 when none was retrieved.
+
+    Per relevant retrieved chunk (grade >= 1), sorted by (case, rank):
+
+    - ``case_index``, ``rank`` (1-based), ``grade`` (of the label it matches).
+    - ``credited``: the first chunk matching its label (counts for recall, nDCG and AP).
+    - ``ap_term``: precision at this rank counting only credited chunks, 0 where not credited.
+
+    Per label with grade >= 1 (the ideal ranking), sorted by (case, grade descending):
+    ``ideal_case``, ``ideal_rank`` (1-based), ``ideal_grade``.
+    """
+
+    n_cases: int
+    duplicates: np.ndarray
+    labelled: np.ndarray
+    n_relevant: np.ndarray
+    n_retrieved: np.ndarray
+    first_rank: np.ndarray
+    case_index: np.ndarray
+    rank: np.ndarray
+    grade: np.ndarray
+    credited: np.ndarray
+    ap_term: np.ndarray
+    ideal_case: np.ndarray
+    ideal_rank: np.ndarray
+    ideal_grade: np.ndarray
+
+
+def _to_int64(values: list, what: str) -> np.ndarray:
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError as exc:  # a grade beyond int64
+        raise ValueError(f"{what} must fit in a 64-bit integer") from exc
+
+
+def _match_slow(ci, ctx, ids, rel, m_case, m_rank, m_grade, uncredited):
+    """Match one case chunk by chunk (used only when some chunk's source is a label)."""
+    seen: set = set()
+    for i, chunk in enumerate(ctx):
+        label = ids[i]
+        if label not in rel:
+            label = chunk.source
+            if label is None or label not in rel:
+                continue
+        g = rel[label]
+        if g <= 0:
+            continue
+        if label in seen:
+            uncredited.append(len(m_rank))
+        else:
+            seen.add(label)
+        m_case.append(ci)
+        m_rank.append(i)
+        m_grade.append(g)
+
+
+def prepare(cases: Iterable[Any]) -> Ranked:
+    """Walk the cases once, apply the relevance rule and return flat arrays for the metric kernels.
+
+    ``cases`` is a sequence of :class:`~ragbridge.schema.Case` (anything with ``contexts``, a list of
+    chunks with ``id`` and ``source``, and ``relevant``, a mapping of id or source to grade).
+    Per-chunk Python work is limited to collecting the ids (and, for labelled cases, a C-level scan
+    of the sources); only matched chunks are visited one by one.
+    """
+    get_id, get_source = _get_id, _get_source
+    n_ctx: list[int] = []  # raw context length
+    n_ret: list[int] = []  # de-duplicated length
+    n_labels: list[int] = []
+    all_grades: list[int] = []
+    m_case: list[int] = []
+    m_rank: list[int] = []  # 0-based here
+    m_grade: list[int] = []
+    uncredited: list[int] = []  # flat positions (before sorting) of non-credited matches
+
+    ci = -1
+    for ci, case in enumerate(cases):
+        ctx = case.contexts
+        rel = case.relevant
+        # dict.fromkeys de-duplicates, keeping first occurrences in order, faster than set().
+        first = dict.fromkeys(map(get_id, ctx))
+        n = len(first)
+        n_ctx.append(len(ctx))
+        n_ret.append(n)
+        if not rel:
+            n_labels.append(0)
+            continue
+        n_labels.append(len(rel))
+        all_grades.extend(rel.values())
+        if n != len(ctx):  # repeated ids: keep each id's first chunk
+            kept = []
+            seen_ids: set = set()
+            for chunk in ctx:
+                if chunk.id not in seen_ids:
+                    seen_ids.add(chunk.id)
+                    kept.append(chunk)
+            ctx = kept
+        if rel.keys().isdisjoint(map(get_source, ctx)):
+            # Id matches only: each label matches at most one chunk, so every match is credited.
+            hits = first.keys() & rel.keys()
+            if hits:
+                ids = list(first)
+                for label in hits:
+                    g = rel[label]
+                    if g > 0:
+                        m_case.append(ci)
+                        m_rank.append(ids.index(label))
+                        m_grade.append(g)
+        else:
+            _match_slow(ci, ctx, list(first), rel, m_case, m_rank, m_grade, uncredited)
+
+    n_cases = ci + 1
+    n_ctx_a = np.array(n_ctx, dtype=np.int64)
+    n_ret_a = np.array(n_ret, dtype=np.int64)
+    n_labels_a = np.array(n_labels, dtype=np.int64)
+
+    # Ideal ranking: all labels with grade >= 1, per case by grade descending.
+    grades = _to_int64(all_grades, "grades")
+    label_case = np.repeat(np.arange(n_cases, dtype=np.int64), n_labels_a)
+    keep = grades > 0
+    label_case = label_case[keep]
+    grades = grades[keep]
+    n_relevant = np.bincount(label_case, minlength=n_cases).astype(np.int64)
+    order = np.lexsort((-grades, label_case))
+    ideal_case = label_case[order]
+    ideal_grade = grades[order]
+    ideal_start = np.cumsum(n_relevant) - n_relevant
+    ideal_rank = np.arange(1, ideal_case.size + 1, dtype=np.int64) - ideal_start[ideal_case]
+
+    # Relevant retrieved chunks, sorted by (case, rank).
+    case_index = np.array(m_case, dtype=np.int64)
+    rank = np.array(m_rank, dtype=np.int64) + 1
+    grade = _to_int64(m_grade, "grades")
+    credited = np.ones(case_index.size, dtype=bool)
+    if uncredited:
+        credited[np.array(uncredited, dtype=np.int64)] = False
+    if case_index.size:
+        width = int(rank.max()) + 1
+        key = case_index * width + rank
+        if key.size > 1 and not bool(np.all(key[1:] > key[:-1])):
+            order = np.argsort(key, kind="stable")
+            case_index, rank, grade, credited = (
+                case_index[order], rank[order], grade[order], credited[order])
+    first_rank = np.zeros(n_cases, dtype=np.int64)
+    ap_term = np.zeros(case_index.size, dtype=np.float64)
+    if case_index.size:
+        starts = np.flatnonzero(np.r_[True, case_index[1:] != case_index[:-1]])
+        first_rank[case_index[starts]] = rank[starts]
+        ccount = np.cumsum(credited, dtype=np.int64)
+        before = np.zeros(n_cases, dtype=np.int64)
+        before[case_index[starts]] = ccount[starts] - credited[starts]
+        within = ccount - before[case_index]
+        np.divide(within, rank, out=ap_term, where=credited)
+
+    return Ranked(
+        n_cases=n_cases,
+        duplicates=n_ctx_a - n_ret_a,
+        labelled=n_labels_a > 0,
+        n_relevant=n_relevant,
+        n_retrieved=n_ret_a,
+        first_rank=first_rank,
+        case_index=case_index,
+        rank=rank,
+        grade=grade,
+        credited=credited,
+        ap_term=ap_term,
+        ideal_case=ideal_case,
+        ideal_rank=ideal_rank,
+        ideal_grade=ideal_grade,
+    )
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+def _check_k(k: Any, optional: bool = False) -> Optional[int]:
+    if k is None and optional:
+        return None
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    return int(k)
+
+
+def _nan_where(values: np.ndarray, undefined: np.ndarray) -> np.ndarray:
+    values[undefined] = np.nan
+    return values
+
+
+def _per_case_sum(r: Ranked, mask: np.ndarray, weights: Optional[np.ndarray] = None) -> np.ndarray:
+    w = None if weights is None else weights[mask]
+    return np.bincount(r.case_index[mask], weights=w, minlength=r.n_cases).astype(np.float64)
+
+
+def _ratio_over_r(r: Ranked, numer: np.ndarray) -> np.ndarray:
+    """``numer / R`` with NaN where R = 0 (which includes unlabelled cases)."""
+    out = np.full(r.n_cases, np.nan)
+    np.divide(numer, r.n_relevant, out=out, where=r.n_relevant > 0)
+    return out
+
+
+def recall(r: Ranked, k: int) -> np.ndarray:
+    """Labels (grade >= 1) credited in the top k / R. NaN where R = 0 or unlabelled (trec ``recall_k``)."""
+    k = _check_k(k)
+    return _ratio_over_r(r, _per_case_sum(r, (r.rank <= k) & r.credited))
+
+
+def precision(r: Ranked, k: int) -> np.ndarray:
+    """Relevant chunks in the top k / k, every relevant chunk counted. NaN only where unlabelled (trec ``P_k``)."""
+    k = _check_k(k)
+    return _nan_where(_per_case_sum(r, r.rank <= k) / k, ~r.labelled)
+
+
+def hit(r: Ranked, k: int) -> np.ndarray:
+    """1 if any relevant chunk is in the top k, else 0. NaN only where unlabelled (trec ``success_k``)."""
+    k = _check_k(k)
+    return _nan_where((_per_case_sum(r, r.rank <= k) > 0).astype(np.float64), ~r.labelled)
+
+
+def mrr(r: Ranked, k: Optional[int] = None) -> np.ndarray:
+    """1 / rank of the first relevant chunk, 0 if none (or if it is beyond k). NaN where R = 0.
+
+    Without k this is trec ``recip_rank`` (no cut-off); with k it is 0 when that rank is > k.
+    """
+    k = _check_k(k, optional=True)
+    fr = r.first_rank
+    found = fr > 0 if k is None else (fr > 0) & (fr <= k)
+    out = np.zeros(r.n_cases, dtype=np.float64)
+    np.divide(1.0, fr, out=out, where=found)
+    return _nan_where(out, r.n_relevant == 0)
+
+
+def _gain(grades: np.ndarray, gain: str) -> np.ndarray:
+    if gain == "linear":
+        return grades.astype(np.float64)
+    if gain == "exponential":
+        return np.exp2(grades.astype(np.float64)) - 1.0
+    raise ValueError(f"gain must be one of {', '.join(GAINS)}, got {gain!r}")
+
+
+def ndcg(r: Ranked, k: Optional[int] = None, gain: str = "linear") -> np.ndarray:
+    """DCG@k / ideal DCG@k over credited chunks, discount 1/log2(rank+1). NaN where R = 0.
+
+    ``gain="linear"`` (grade, trec ``ndcg_cut_k``) or ``"exponential"`` (2**grade - 1). The ideal
+    uses the top min(k, R) grades of all labels with grade >= 1. Without k: the whole list.
+    """
+    k = _check_k(k, optional=True)
+    if gain not in GAINS:
+        raise ValueError(f"gain must be one of {', '.join(GAINS)}, got {gain!r}")
+    if k is None:
+        mask = r.credited
+        imask = np.ones(r.ideal_case.size, dtype=bool)
+    else:
+        mask = (r.rank <= k) & r.credited
+        imask = r.ideal_rank <= k
+    rank = r.rank[mask]
+    dcg = np.bincount(
+        r.case_index[mask],
+        weights=_gain(r.grade[mask], gain) / np.log2(rank + 1.0),
+        minlength=r.n_cases,
+    )
+    irank = r.ideal_rank[imask]
+    idcg = np.bincount(
+        r.ideal_case[imask],
+        weights=_gain(r.ideal_grade[imask], gain) / np.log2(irank + 1.0),
+        minlength=r.n_cases,
+    )
+    out = np.full(r.n_cases, np.nan)
+    np.divide(dcg, idcg, out=out, where=r.n_relevant > 0)
+    return out
+
+
+def average_precision(r: Ranked, k: Optional[int] = None) -> np.ndarray:
+    """Sum of precision at each credited relevant rank <= k, divided by R. NaN where R = 0.
+
+    trec ``map_cut_k``; without k trec ``map`` (the whole list).
+    """
+    k = _check_k(k, optional=True)
+    if k is None:
+        numer = np.bincount(r.case_index, weights=r.ap_term, minlength=r.n_cases)
+    else:
+        numer = _per_case_sum(r, r.rank <= k, r.ap_term)
+    return _ratio_over_r(r, numer)
+
+
+# --------------------------------------------------------------------------- names
+
+#: canonical metric name -> kernel ``f(ranked, k)`` (``ndcg`` also takes ``gain=``).
+METRICS: dict[str, Callable[..., np.ndarray]] = {
+    "recall": recall,
+    "precision": precision,
+    "hit": hit,
+    "mrr": mrr,
+    "ndcg": ndcg,
+    "map": average_precision,
+}
+#: metrics that need a cut-off (``recall@5``); the others also accept none (``mrr``, ``ndcg``, ``map``).
+NEEDS_K = frozenset({"recall", "precision", "hit"})
+
+_NAME = re.compile(r"^\s*([A-Za-z_]+)\s*(?:@\s*(\S*))?\s*$")
+
+
+def parse_metric(name: str) -> tuple[str, Optional[int]]:
+    """``"ndcg@10"`` -> ``("ndcg", 10)``, ``"mrr"`` -> ``("mrr", None)``; ValueError if invalid."""
+    if not isinstance(name, str):
+        raise ValueError(f"metric name must be a string, got {name!r}")
+    m = _NAME.match(name)
+    base = m.group(1).lower() if m else None
+    if base not in METRICS:
+        raise ValueError(
+            f"unknown ranking metric {name!r}; known: recall@k, precision@k, hit@k, mrr, mrr@k, "
+            "ndcg, ndcg@k, map, map@k (k a positive integer)"
+        )
+    raw_k = m.group(2)
+    if raw_k is None:
+        if base in NEEDS_K:
+            raise ValueError(f"metric {name!r} needs a cut-off: write {base}@k with k a positive integer")
+        return base, None
+    if not raw_k.isdigit() or int(raw_k) < 1:
+        raise ValueError(f"bad cut-off in metric {name!r}: k must be a positive integer, got {raw_k!r}")
+    return base, int(raw_k)
+
+
+def evaluate(
+    cases: Union[Sequence[Any], Ranked], metrics: Sequence[str], gain: str = "linear"
+) -> dict[str, np.ndarray]:
+    """Per-case values for each metric name, e.g. ``["recall@5", "ndcg@10", "mrr", "map@100"]``.
+
+    Names are validated before any work is done (ValueError for an unknown name or a bad k). Returns
+    ``{name: float64 array with one value per case}``, keyed by the names as given; ``cases`` may also
+    be an already prepared :class:`Ranked`. ``gain`` applies to nDCG.
+    """
+    if isinstance(metrics, str):
+        metrics = [metrics]
+    parsed = [(name, *parse_metric(name)) for name in metrics]
+    if gain not in GAINS:
+        raise ValueError(f"gain must be one of {', '.join(GAINS)}, got {gain!r}")
+    ranked = cases if isinstance(cases, Ranked) else prepare(cases)
+    out: dict[str, np.ndarray] = {}
+    for name, base, k in parsed:
+        if base == "ndcg":
+            out[name] = ndcg(ranked, k, gain=gain)
+        else:
+            out[name] = METRICS[base](ranked, k)
+    return out

@@ -1,0 +1,469 @@
+"""The runner: plans which backend scores which metric, runs them, and keeps the run folder.
+
+A run folder holds ``run.json`` (the manifest), ``scores.jsonl`` (append-only, one `Score` a line,
+written as each score arrives), ``cases.jsonl`` (the cases scored, so reports and diffs need nothing
+else) and, for judged runs, ``judge-audit.jsonl``. Running again into the same folder resumes: scores
+already there are kept, failed ones are retried, and only what is missing is computed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from . import __version__
+from .backend import Backend, MetricSpec, RunOptions, ScoringContext, resolve_metric
+from .io import fingerprint, write_jsonl
+from .plugins import get_backends
+from .schema import Case, RunManifest, Score
+
+__all__ = ["RunError", "Run", "evaluate", "load_run", "plan_metrics", "read_scores"]
+
+DEFAULT_BACKENDS = ("native",)
+
+
+class RunError(ValueError):
+    """A run that cannot start as asked (unknown backend or metric, unavailable library, bad folder)."""
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# --------------------------------------------------------------------------------------------
+# Planning
+
+
+def plan_metrics(
+    backends: Sequence[str] | None, metrics: Sequence[str] | None, k: int
+) -> dict[str, list[tuple[str, MetricSpec]]]:
+    """Which concrete metrics each backend will score. Raises `RunError` for anything unknown.
+
+    With no ``metrics``, every metric of each backend is planned; a requested metric that a backend
+    does not offer is skipped for that backend, but must be offered by at least one of them.
+    """
+    if k < 1:
+        raise RunError(f"--k must be a positive integer, got {k}")
+    registry = get_backends()
+    names = list(backends or DEFAULT_BACKENDS)
+    plan: dict[str, list[tuple[str, MetricSpec]]] = {}
+    for name in names:
+        if name not in registry:
+            raise RunError(
+                f"unknown backend {name!r}; registered backends: {', '.join(sorted(registry))}"
+            )
+        backend = registry[name]
+        if not backend.available():
+            raise RunError(
+                f"backend {name!r} is not available: its library is not installed "
+                f"(install it with: {backend.install_hint or 'see its documentation'})"
+            )
+        specs = backend.metrics()
+        chosen: list[tuple[str, MetricSpec]] = []
+        for spec in specs:
+            if metrics:
+                for req in metrics:
+                    concrete = resolve_metric(spec.name, req, k)
+                    if concrete and concrete not in [c for c, _ in chosen]:
+                        chosen.append((concrete, spec))
+            else:
+                chosen.append((resolve_metric(spec.name, spec.name, k) or spec.name, spec))
+        plan[name] = chosen
+    if metrics:
+        offered = {c for chosen in plan.values() for c, _ in chosen}
+        for req in metrics:
+            if not any(
+                resolve_metric(spec.name, req, k) for chosen in plan.values() for _, spec in chosen
+            ) and req not in offered:
+                all_names = sorted({s.name for n in names for s in registry[n].metrics()})
+                raise RunError(
+                    f"no selected backend offers metric {req!r}; "
+                    f"metrics of {', '.join(names)}: {', '.join(all_names)}"
+                )
+    return plan
+
+
+# --------------------------------------------------------------------------------------------
+# The run folder
+
+
+def read_scores(path: Path) -> tuple[list[Score], int]:
+    """Scores in ``scores.jsonl``, the last line per (case, metric, backend) winning.
+
+    Returns the scores and the number of unreadable lines (a line cut short by a killed run).
+    """
+    latest: dict[tuple[str, str, str], Score] = {}
+    bad = 0
+    if not path.exists():
+        return [], 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                s = Score.model_validate_json(line)
+            except ValueError:
+                bad += 1
+                continue
+            latest[s.key] = s
+    return list(latest.values()), bad
+
+
+def _truncate_partial_line(path: Path) -> None:
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return
+        f.seek(0)
+        cut = f.read().rfind(b"\n") + 1
+        f.truncate(cut)
+
+
+@dataclass
+class Run:
+    """A run folder in memory: manifest, scores and cases, with summaries as DataFrames."""
+
+    manifest: RunManifest
+    scores: list[Score]
+    cases: list[Case] = field(default_factory=list)
+    path: Optional[Path] = None
+
+    @property
+    def complete(self) -> bool:
+        return self.manifest.status == "complete"
+
+    def to_frame(self):
+        """One row per score."""
+        import pandas as pd
+
+        rows = [s.model_dump() for s in self.scores]
+        for r, s in zip(rows, self.scores):
+            r["status"] = s.status
+        return pd.DataFrame(rows)
+
+    def summary(self, by_tag: bool = True):
+        from .summary import summarize
+
+        return summarize(self.scores, self.cases, by_tag=by_tag)
+
+
+def load_run(path: str | Path) -> Run:
+    """Read a run folder. Raises `RunError` when it is not one."""
+    from .io import load_cases
+
+    path = Path(path)
+    manifest_path = path / "run.json"
+    if not manifest_path.exists():
+        raise RunError(f"{path} is not a run folder: it has no run.json")
+    try:
+        manifest = RunManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise RunError(f"{manifest_path}: not a valid run manifest: {exc}") from None
+    scores, _ = read_scores(path / "scores.jsonl")
+    cases = load_cases(path / "cases.jsonl") if (path / "cases.jsonl").exists() else []
+    return Run(manifest=manifest, scores=scores, cases=cases, path=path)
+
+
+class _RunFolder:
+    def __init__(self, path: Path):
+        self.path = path
+        self.scores_path = path / "scores.jsonl"
+        self.manifest_path = path / "run.json"
+        self._fh = None
+
+    def write_manifest(self, manifest: RunManifest) -> None:
+        tmp = self.manifest_path.with_suffix(".json.tmp")
+        tmp.write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
+        os.replace(tmp, self.manifest_path)
+
+    def open(self) -> None:
+        _truncate_partial_line(self.scores_path)
+        self._fh = open(self.scores_path, "a", encoding="utf-8")
+
+    def append(self, score: Score) -> None:
+        self._fh.write(score.model_dump_json() + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        if self._fh:
+            self._fh.close()
+            self._fh = None
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+
+
+async def _drive(
+    backend: Backend, metric: str, cases: Sequence[Case], ctx: ScoringContext, queue: asyncio.Queue
+) -> None:
+    pending = {c.id for c in cases}
+    try:
+        async for score in backend.score(metric, cases, ctx):
+            pending.discard(score.case_id)
+            await queue.put(score)
+    except Exception as exc:  # a backend fault: every case it did not score gets the error
+        msg = f"{type(exc).__name__}: {exc}"
+        for case in cases:
+            if case.id in pending:
+                await queue.put(
+                    Score(case_id=case.id, metric=metric, backend=backend.name, error=msg)
+                )
+        return
+    for case in cases:  # a backend that forgot a case must not make it vanish
+        if case.id in pending:
+            await queue.put(
+                Score(
+                    case_id=case.id,
+                    metric=metric,
+                    backend=backend.name,
+                    error="backend returned no score for this case",
+                )
+            )
+
+
+def evaluate(
+    cases: Sequence[Case],
+    backends: Sequence[str] | None = None,
+    metrics: Sequence[str] | None = None,
+    out: str | Path | None = None,
+    options: RunOptions | None = None,
+    judge: Any = None,
+    dataset_path: str | None = None,
+    progress: bool = False,
+    overwrite: bool = False,
+    on_score: Optional[Callable[[Score], None]] = None,
+) -> Run:
+    """Score ``cases`` with ``backends`` (default: native) and return the `Run`.
+
+    ``judge`` is a ``ragbridge.judge.JudgeConfig`` (needed only when a planned metric uses a judge).
+    With ``out`` the run folder is written (and resumed if it already holds a run of the same cases).
+    """
+    return asyncio.run(
+        evaluate_async(
+            cases, backends, metrics, out, options, judge, dataset_path, progress, overwrite, on_score
+        )
+    )
+
+
+async def evaluate_async(
+    cases: Sequence[Case],
+    backends: Sequence[str] | None = None,
+    metrics: Sequence[str] | None = None,
+    out: str | Path | None = None,
+    options: RunOptions | None = None,
+    judge: Any = None,
+    dataset_path: str | None = None,
+    progress: bool = False,
+    overwrite: bool = False,
+    on_score: Optional[Callable[[Score], None]] = None,
+) -> Run:
+    options = options or RunOptions()
+    cases = list(cases)
+    if not cases:
+        raise RunError("no cases to evaluate")
+    plan = plan_metrics(backends, metrics, options.k)
+    registry = get_backends()
+    needs_judge = any(spec.judge for chosen in plan.values() for _, spec in chosen)
+    if needs_judge and judge is None:
+        judged = sorted({f"{b}:{m}" for b, chosen in plan.items() for m, s in chosen if s.judge})
+        raise RunError(
+            "these metrics need a judge: " + ", ".join(judged)
+            + "; pass --judge-model and --judge-base-url (or set them in ragbridge.toml)"
+        )
+
+    fp = fingerprint(cases)
+    manifest = RunManifest(
+        ragbridge_version=__version__,
+        dataset={"path": dataset_path, "fingerprint": fp, "n_cases": len(cases)},
+        backends={b: registry[b].version() for b in plan},
+        metrics={b: [m for m, _ in chosen] for b, chosen in plan.items()},
+        options=options.public(),
+        judge=judge.public_dict() if (judge is not None and needs_judge) else None,
+        started_at=_now(),
+    )
+
+    done: dict[tuple[str, str, str], Score] = {}
+    folder: Optional[_RunFolder] = None
+    if out is not None:
+        out = Path(out)
+        folder = _RunFolder(out)
+        if folder.manifest_path.exists() and not overwrite:
+            try:
+                old = RunManifest.model_validate_json(folder.manifest_path.read_text(encoding="utf-8"))
+            except ValueError as exc:
+                raise RunError(f"{folder.manifest_path} is not a valid run manifest ({exc}); use --overwrite") from None
+            if old.dataset.get("fingerprint") != fp:
+                raise RunError(
+                    f"{out} holds a run over different cases (dataset fingerprint differs); "
+                    "choose another --out, or pass --overwrite to replace it"
+                )
+            previous, _ = read_scores(folder.scores_path)
+            done = {s.key: s for s in previous if s.status != "error"}
+            manifest.started_at = old.started_at
+            merged = dict(old.metrics)
+            for b, ms in manifest.metrics.items():
+                merged[b] = list(dict.fromkeys(list(merged.get(b, [])) + ms))
+            manifest.metrics = merged
+            manifest.backends = {**old.backends, **manifest.backends}
+            manifest.judge = manifest.judge or old.judge
+            manifest.counts["resumed_from"] = len(done)
+        elif overwrite and out.exists():
+            for name in ("run.json", "scores.jsonl", "cases.jsonl", "judge-audit.jsonl"):
+                (out / name).unlink(missing_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
+        write_jsonl(cases, out / "cases.jsonl")
+        folder.write_manifest(manifest)
+        folder.open()
+
+    gateway = None
+    if needs_judge:
+        from .judge import JudgeGateway
+
+        gateway = JudgeGateway(judge, audit_log=(out / "judge-audit.jsonl") if out else None)
+    ctx = ScoringContext(options=options, judge=gateway)
+
+    scores: dict[tuple[str, str, str], Score] = dict(done)
+    queue: asyncio.Queue = asyncio.Queue()
+    jobs: list[tuple[Backend, str, list[Case]]] = []
+    immediate: list[Score] = []
+    for bname, chosen in plan.items():
+        backend = registry[bname]
+        for metric, spec in chosen:
+            todo = [c for c in cases if (c.id, metric, bname) not in done]
+            eligible = []
+            for case in todo:
+                missing = [r for r in spec.requires if r not in case.fields_present()]
+                if missing:
+                    immediate.append(
+                        Score(
+                            case_id=case.id,
+                            metric=metric,
+                            backend=bname,
+                            native_metric=spec.native_name,
+                            reason="skipped: case has no " + ", ".join(missing),
+                        )
+                    )
+                else:
+                    eligible.append(case)
+            if eligible:
+                # the full list object when nothing was filtered, so backends can reuse work per list
+                jobs.append((backend, metric, cases if len(eligible) == len(cases) else eligible))
+
+    total = len(immediate) + sum(len(c) for _, _, c in jobs)
+    bar = _progress(progress, total)
+    interrupted = False
+    try:
+        if gateway is not None:
+            gateway.start()
+            try:
+                gateway.preflight()
+            except Exception as exc:
+                raise RunError(str(exc)) from None
+
+        def record(score: Score) -> None:
+            if gateway is not None and score.judge_calls == 0:
+                usage = gateway.usage(score.backend, score.metric, score.case_id)
+                score.judge_calls = usage.calls + usage.cache_hits
+                score.prompt_tokens = usage.prompt_tokens
+                score.completion_tokens = usage.completion_tokens
+            scores[score.key] = score
+            if folder:
+                folder.append(score)
+            if on_score:
+                on_score(score)
+            if bar:
+                bar.advance()
+
+        for s in immediate:
+            record(s)
+        tasks = [asyncio.create_task(_drive(b, m, c, ctx, queue)) for b, m, c in jobs]
+        remaining = sum(len(c) for _, _, c in jobs)
+        while remaining:
+            record(await queue.get())
+            remaining -= 1
+        await asyncio.gather(*tasks)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        interrupted = True
+        raise
+    finally:
+        if bar:
+            bar.stop()
+        if gateway is not None:
+            gateway.close()
+        manifest.finished_at = _now()
+        manifest.status = "interrupted" if interrupted else (
+            "complete" if len(scores) >= total + len(done) else "incomplete"
+        )
+        manifest.counts.update(_counts(list(scores.values())))
+        if "duplicate_chunk_ids" in ctx.stats:
+            manifest.counts["duplicate_chunk_ids"] = ctx.stats["duplicate_chunk_ids"]
+        if gateway is not None:
+            u = gateway.usage()
+            manifest.counts["judge"] = {
+                "calls": u.calls,
+                "cache_hits": u.cache_hits,
+                "prompt_tokens": u.prompt_tokens,
+                "completion_tokens": u.completion_tokens,
+                "retries": u.retries,
+                "errors": u.errors,
+            }
+        if folder:
+            folder.close()
+            folder.write_manifest(manifest)
+
+    order = {c.id: i for i, c in enumerate(cases)}
+    ordered = sorted(scores.values(), key=lambda s: (s.backend, s.metric, order.get(s.case_id, 0)))
+    return Run(manifest=manifest, scores=ordered, cases=cases, path=Path(out) if out else None)
+
+
+def _counts(scores: Iterable[Score]) -> dict[str, int]:
+    counts = {"scores": 0, "scored": 0, "undefined": 0, "errored": 0}
+    for s in scores:
+        counts["scores"] += 1
+        counts[{"scored": "scored", "undefined": "undefined", "error": "errored"}[s.status]] += 1
+    return counts
+
+
+class _Bar:
+    def __init__(self, total: int):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self.progress = Progress(
+            TextColumn("scoring"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=False,
+        )
+        self.task = self.progress.add_task("scoring", total=total)
+        self.progress.start()
+        self._last = 0.0
+        self._pending = 0
+
+    def advance(self) -> None:
+        self._pending += 1
+        now = time.monotonic()
+        if now - self._last > 0.1:
+            self.progress.advance(self.task, self._pending)
+            self._pending = 0
+            self._last = now
+
+    def stop(self) -> None:
+        self.progress.advance(self.task, self._pending)
+        self.progress.stop()
+
+
+def _progress(enabled: bool, total: int) -> Optional[_Bar]:
+    return _Bar(total) if enabled and total else None

@@ -1,0 +1,210 @@
+"""The canonical schema: one golden case, one score, one run manifest.
+
+Everything in ragbridge speaks these three types. Backends translate a `Case` into their library's
+own record and translate the library's result back into a `Score`.
+
+Relevance rule (used by every ranking metric and by the report): a retrieved chunk matches a label
+when its ``id`` is a key of ``Case.relevant``, or else when its ``source`` (the document or section it
+came from) is. Rank is the position in ``Case.contexts`` (best first); chunk scores are informational.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = ["Chunk", "Case", "Score", "RunManifest"]
+
+
+class Chunk(BaseModel):
+    """One retrieved chunk. ``id`` is what relevance labels name; ``source`` is its document or section."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    text: str = ""
+    score: Optional[float] = None
+    source: Optional[str] = None
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _id_to_str(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            raise ValueError("chunk id must be a string, got a boolean")
+        if isinstance(v, int):
+            return str(v)
+        if isinstance(v, str) and not v.strip():
+            raise ValueError("chunk id must not be empty")
+        return v
+
+    @field_validator("score")
+    @classmethod
+    def _finite(cls, v: Optional[float]) -> Optional[float]:
+        if v is not None and not math.isfinite(v):
+            raise ValueError(f"chunk score must be a finite number, got {v}")
+        return v
+
+
+class Case(BaseModel):
+    """One golden item together with the system's output for it.
+
+    ``relevant`` maps a chunk id or a source to a grade (0 = judged not relevant, 1 = relevant,
+    higher = more relevant); a plain list of ids means grade 1 for each.
+    ``answerable=False`` means the right behaviour is to decline.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    question: str
+    answer: Optional[str] = None
+    contexts: list[Chunk] = Field(default_factory=list)
+    relevant: dict[str, int] = Field(default_factory=dict)
+    reference: Optional[str] = None
+    reference_contexts: list[str] = Field(default_factory=list)
+    must_contain: list[str] = Field(default_factory=list)
+    must_not_contain: list[str] = Field(default_factory=list)
+    answerable: bool = True
+    tags: list[str] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _case_id(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            raise ValueError("case id must be a string")
+        if isinstance(v, int):
+            return str(v)
+        if isinstance(v, str) and not v.strip():
+            raise ValueError("case id must not be empty")
+        return v
+
+    @field_validator("contexts", mode="before")
+    @classmethod
+    def _contexts_list(cls, v: Any) -> Any:
+        if v is None:
+            return []
+        if not isinstance(v, (list, tuple)):
+            raise ValueError(
+                f"contexts must be a list of chunks ({{id, text, score?, source?}}), got {type(v).__name__}"
+            )
+        return v
+
+    @field_validator("relevant", mode="before")
+    @classmethod
+    def _relevant(cls, v: Any) -> Any:
+        if v is None:
+            return {}
+        if isinstance(v, (list, tuple)):
+            out: dict[str, int] = {}
+            for item in v:
+                if not isinstance(item, (str, int)) or isinstance(item, bool):
+                    raise ValueError(f"relevant ids must be strings, got {item!r}")
+                out[str(item)] = 1
+            return out
+        if not isinstance(v, dict):
+            raise ValueError(
+                f"relevant must be a mapping of id to grade or a list of ids, got {type(v).__name__}"
+            )
+        out = {}
+        for key, grade in v.items():
+            if isinstance(grade, bool) or not isinstance(grade, (int, float)):
+                raise ValueError(f"grade of {key!r} must be a non-negative integer, got {grade!r}")
+            if isinstance(grade, float):
+                if not grade.is_integer():
+                    raise ValueError(f"grade of {key!r} must be a non-negative integer, got {grade!r}")
+                grade = int(grade)
+            if grade < 0:
+                raise ValueError(f"grade of {key!r} must be a non-negative integer, got {grade!r}")
+            out[str(key)] = grade
+        return out
+
+    @field_validator("tags", "must_contain", "must_not_contain", "reference_contexts", mode="before")
+    @classmethod
+    def _str_list(cls, v: Any) -> Any:
+        if v is None:
+            return []
+        if isinstance(v, str):
+            return [v]
+        return v
+
+    def fields_present(self) -> set[str]:
+        """Names of the optional inputs this case actually has (used to skip metrics that need more)."""
+        present = {"question"}
+        if self.answer is not None and self.answer.strip():
+            present.add("answer")
+        if self.contexts:
+            present.add("contexts")
+        if any(c.text for c in self.contexts):
+            present.add("context_text")
+        if self.relevant:
+            present.add("relevant")
+        if self.reference is not None and self.reference.strip():
+            present.add("reference")
+        if self.reference_contexts:
+            present.add("reference_contexts")
+        return present
+
+
+class Score(BaseModel):
+    """One number for one case, metric and backend.
+
+    ``value`` is in 0..1 with higher better, or null. Null with no ``error`` means the metric is
+    undefined for this case (e.g. recall with no labels, or an input the metric needs is missing, said
+    in ``reason``); null with an ``error`` means it failed. Neither is ever averaged as 0.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    case_id: str
+    metric: str
+    backend: str
+    value: Optional[float] = None
+    native_metric: Optional[str] = None
+    native_value: Any = None
+    passed: Optional[bool] = None
+    reason: Optional[str] = None
+    error: Optional[str] = None
+    judge_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+
+    @model_validator(mode="after")
+    def _clean_value(self) -> "Score":
+        if self.value is not None and not math.isfinite(self.value):
+            # NaN from a library means "could not be computed": keep it out of every mean.
+            self.value = None
+        return self
+
+    @property
+    def status(self) -> str:
+        """``scored``, ``undefined`` or ``error``."""
+        if self.error:
+            return "error"
+        if self.value is None:
+            return "undefined"
+        return "scored"
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.case_id, self.metric, self.backend)
+
+
+class RunManifest(BaseModel):
+    """``run.json``: what was run, on what, with which judge. Never holds a secret."""
+
+    model_config = ConfigDict(extra="allow")
+
+    ragbridge_version: str
+    dataset: dict[str, Any]
+    backends: dict[str, Optional[str]]
+    metrics: dict[str, list[str]]
+    options: dict[str, Any] = Field(default_factory=dict)
+    judge: Optional[dict[str, Any]] = None
+    started_at: str
+    finished_at: Optional[str] = None
+    status: str = "running"
+    counts: dict[str, Any] = Field(default_factory=dict)

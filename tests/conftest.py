@@ -1,0 +1,38 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "support-bot" / "golden.jsonl"
+
+# The libraries' telemetry stays off in every test process.
+os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
+os.environ.setdefault("DEEPEVAL_TELEMETRY_OPT_OUT", "1")
+
+
+@pytest.fixture
+def example_path() -> Path:
+    return EXAMPLE
+
+
+@pytest.fixture
+def example_cases():
+    from ragbridge import load_cases
+
+    return load_cases(EXAMPLE)
+
+
+def ragbridge_cli(*args, cwd=None, env=None):
+    """Run the real console entry point in a subprocess; returns CompletedProcess."""
+    import subprocess
+
+    return subprocess.run(
+        [sys.executable, "-c", "from ragbridge.cli import run_cli; run_cli()", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        timeout=300,
+    )

@@ -1,0 +1,114 @@
+import json
+
+import pytest
+
+from conftest import ragbridge_cli
+from ragbridge import RunError, evaluate, load_run
+from ragbridge.runner import read_scores
+
+RANKING = ["recall@5", "precision@5", "hit@5", "mrr", "ndcg@5", "map"]
+CHECKS = ["must_contain", "must_not_contain", "abstention"]
+
+
+def test_native_run_writes_folder(tmp_path, example_cases):
+    out = tmp_path / "run"
+    run = evaluate(example_cases, out=out)
+    n = len(example_cases)
+    assert {s.metric for s in run.scores} == set(RANKING + CHECKS)
+    assert len(run.scores) == n * 9
+    manifest = json.loads((out / "run.json").read_text())
+    assert manifest["status"] == "complete" and manifest["finished_at"]
+    assert manifest["dataset"]["n_cases"] == n and manifest["dataset"]["fingerprint"].startswith("sha256:")
+    assert manifest["backends"]["native"] == "0.1.0"
+    assert manifest["counts"]["scores"] == n * 9
+    lines = (out / "scores.jsonl").read_text().splitlines()
+    assert len(lines) == n * 9
+    assert len((out / "cases.jsonl").read_text().splitlines()) == n
+    # the example has two lists that repeat a chunk id
+    assert manifest["counts"]["duplicate_chunk_ids"] >= 2
+    back = load_run(out)
+    assert len(back.scores) == n * 9 and back.complete
+
+
+def test_undefined_is_counted_not_zero(example_cases):
+    run = evaluate(example_cases, metrics=["recall@5", "abstention"])
+    summary = run.summary()
+    overall = summary[summary.tag == "(all)"].set_index("metric")
+    unlabelled = sum(1 for c in example_cases if not c.relevant)
+    assert overall.loc["recall@5", "n_undefined"] == unlabelled >= 3
+    scored = [s.value for s in run.scores if s.metric == "recall@5" and s.value is not None]
+    assert overall.loc["recall@5", "mean"] == pytest.approx(sum(scored) / len(scored))
+    unanswerable = [c for c in example_cases if not c.answerable]
+    assert overall.loc["abstention", "n_scored"] == len(unanswerable)
+    assert overall.loc["abstention", "n_undefined"] == len(example_cases) - len(unanswerable)
+    abst = {s.case_id: s.value for s in run.scores if s.metric == "abstention" and s.value is not None}
+    assert abst["unanswerable-carbon-neutral"] == 0.0
+    assert sum(abst.values()) == len(unanswerable) - 1
+    by_tag = summary[(summary.tag == "unanswerable") & (summary.metric == "abstention")]
+    assert by_tag["n_scored"].iloc[0] == len(unanswerable)
+
+
+def test_k_and_explicit_cutoffs(example_cases):
+    run = evaluate(example_cases, metrics=["recall", "ndcg@10", "precision@k"], options=__import__("ragbridge").RunOptions(k=3))
+    assert {s.metric for s in run.scores} == {"recall@3", "ndcg@10", "precision@3"}
+
+
+def test_resume_after_kill(tmp_path, example_cases):
+    out = tmp_path / "run"
+    full = evaluate(example_cases, out=out)
+    lines = (out / "scores.jsonl").read_text().splitlines(keepends=True)
+    keep = len(lines) // 3
+    # a kill mid-run: a third of the scores on disk, the last line cut short, manifest not finished
+    (out / "scores.jsonl").write_text("".join(lines[:keep]) + lines[keep][:25])
+    manifest = json.loads((out / "run.json").read_text())
+    manifest.update(status="running", finished_at=None)
+    (out / "run.json").write_text(json.dumps(manifest))
+    computed = []
+    resumed = evaluate(example_cases, out=out, on_score=computed.append)
+    assert len(computed) == len(lines) - keep
+    assert resumed.manifest.counts["resumed_from"] == keep
+    assert resumed.manifest.status == "complete"
+    scores, bad = read_scores(out / "scores.jsonl")
+    assert bad == 0 and len(scores) == len(lines)
+    assert {s.key: s.value for s in scores} == {s.key: s.value for s in full.scores}
+
+
+def test_resume_refuses_other_dataset(tmp_path, example_cases):
+    out = tmp_path / "run"
+    evaluate(example_cases[:5], out=out, metrics=["mrr"])
+    with pytest.raises(RunError, match="different cases"):
+        evaluate(example_cases[:6], out=out, metrics=["mrr"])
+    evaluate(example_cases[:6], out=out, metrics=["mrr"], overwrite=True)
+    assert len(load_run(out).scores) == 6
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(backends=["nope"]), "unknown backend 'nope'"),
+        (dict(metrics=["recal@5"]), "no selected backend offers metric 'recal@5'"),
+    ],
+)
+def test_bad_plan(example_cases, kwargs, message):
+    with pytest.raises(RunError, match=message):
+        evaluate(example_cases, **kwargs)
+
+
+def test_cli_run_prints_summary(tmp_path, example_path):
+    out = tmp_path / "run"
+    res = ragbridge_cli("run", example_path, "--out", out, "--k", "3")
+    assert res.returncode == 0, res.stderr
+    assert "recall@3" in res.stdout and "Mean per tag" in res.stdout and "multi-hop" in res.stdout
+    assert "repeated chunk id(s) dropped" in res.stdout
+    assert (out / "run.json").exists()
+
+
+def test_cli_bad_metric_exits_2(tmp_path, example_path):
+    res = ragbridge_cli("run", example_path, "--out", tmp_path / "r", "--metric", "bogus")
+    assert res.returncode == 2 and "bogus" in res.stderr
+
+
+def test_cli_backends_lists_native():
+    res = ragbridge_cli("backends")
+    assert res.returncode == 0, res.stderr
+    assert "native" in res.stdout and "recall@k" in res.stdout and "abstention" in res.stdout
