@@ -11,6 +11,10 @@ From Python::
 
 __version__ = "0.1.0"
 
+from .offline import apply_defaults as _apply_defaults  # noqa: E402
+
+_apply_defaults()
+
 from .backend import Backend, MetricSpec, RunOptions, ScoringContext  # noqa: E402
 from .hookspecs import hookimpl  # noqa: E402
 from .io import DatasetError, load_cases, write_cases  # noqa: E402

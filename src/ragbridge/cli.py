@@ -9,6 +9,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
@@ -33,7 +34,7 @@ err = Console(stderr=True)
 
 
 def fail(message: str, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -149,18 +150,20 @@ def run(
 
 
 def _judge_config(overrides: dict, config: Optional[Path]):
-    """The judge configuration from the CLI and config files, or None when no judge is configured."""
+    """The judge configuration from the CLI and config files, or None when none is configured.
+
+    A configuration that is present but wrong (bad URL, unknown key, unreadable file) is an error
+    here; one that is merely absent only matters if a planned metric needs a judge, which the runner
+    says.
+    """
+    from .judge import JudgeConfig, JudgeConfigError
+
     try:
-        from .judge import JudgeConfig, JudgeConfigError
-    except ImportError:  # pragma: no cover
-        return None
-    try:
-        cfg = JudgeConfig.load({k: v for k, v in overrides.items() if v is not None}, config_file=config)
+        return JudgeConfig.load(overrides, config_file=config)
     except JudgeConfigError as exc:
+        if " is not set" in str(exc) and not any(overrides.get(k) for k in ("model", "base_url")):
+            return None
         fail(str(exc))
-    except ValueError as exc:
-        fail(f"judge configuration: {exc}")
-    return cfg
 
 
 @cli.command()
@@ -173,18 +176,18 @@ def backends() -> None:
         ok = b.available()
         metrics = ", ".join(
             f"{s.name}" + (f" ({s.native_name})" if s.native_name and s.native_name != s.name else "")
-            + (" [judge]" if s.judge else "")
+            + (" \\[judge]" if s.judge else "")
             for s in b.metrics()
         )
         table.add_row(
             name,
-            "[green]yes[/]" if ok else f"[yellow]no[/]: {b.install_hint}",
+            "[green]yes[/]" if ok else f"[yellow]no[/]: {escape(b.install_hint)}",
             (b.version() or "—") if ok else "—",
             metrics,
         )
     out.print(table)
     for name, message in load_errors.items():
-        err.print(f"[yellow]plugin {name!r} failed to load:[/] {message}")
+        err.print(f"[yellow]plugin {name!r} failed to load:[/] {escape(message)}")
 
 
 @cli.command()

@@ -1,0 +1,954 @@
+"""The judge: one configuration, and one loopback gateway that every backend's library talks to.
+
+Each backend points its library (RAGAS, DeepEval, TruLens, ...) at a :class:`JudgeGateway`, an
+OpenAI-compatible HTTP server on 127.0.0.1 running in a background thread of this process, with
+the dummy key :attr:`JudgeGateway.api_key`. The real key (read from the environment variable named
+by ``JudgeConfig.api_key_env``) never enters a library object or file; the gateway adds it when it
+forwards a request to the real endpoint. The gateway is the one place that
+
+* caches responses in SQLite, keyed by the full request (upstream URL without credentials, path, and
+  the whole JSON body: model, messages, every parameter), so a re-run of an unchanged suite makes no
+  calls and CI can replay a recorded cache with no key (``cache_mode = "read-only"``);
+* bounds concurrency across all backends together (``max_concurrency`` requests in flight);
+* retries 429, 500, 502, 503, 504, connection errors, timeouts and 2xx bodies that are not JSON,
+  with exponential backoff and full jitter (0.5 s base, 20 s cap), honouring ``Retry-After``;
+* counts calls, cache hits, tokens, retries and errors per (backend, metric, case_id), attributed by a
+  path tag (``base_url(backend, metric, case_id)``) or by the ``X-Ragbridge-Tag`` request header
+  (``tag_scope`` + ``httpx_event_hooks``);
+* writes an audit log (JSONL) of request and response bodies, never a header or a key.
+
+After its own retries the gateway passes the last error status and body to the library with
+``x-should-retry: false``, so the OpenAI SDK does not multiply the retries; the library raises and
+the backend records that score's error.
+
+A client that must not wait forever should use a timeout of at least
+``timeout * (max_retries + 1)`` plus the backoff (``JudgeConfig.client_timeout()``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import email.utils
+import hashlib
+import json
+import os
+import random
+import re
+import secrets
+import socket
+import sqlite3
+import sys
+import threading
+import time
+import tomllib
+from dataclasses import dataclass, fields as dc_fields
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Iterator, Literal, Optional
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+__all__ = [
+    "JudgeConfig",
+    "JudgeGateway",
+    "JudgeCache",
+    "Usage",
+    "JudgeError",
+    "JudgeConfigError",
+    "JudgeUnavailable",
+    "redact_url",
+    "DUMMY_API_KEY",
+    "TAG_HEADER",
+]
+
+DUMMY_API_KEY = "ragbridge-gateway"
+TAG_HEADER = "X-Ragbridge-Tag"
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+BACKOFF_BASE = 0.5
+BACKOFF_CAP = 20.0
+RETRY_AFTER_CAP = 60.0
+ENDPOINTS = ("chat/completions", "responses", "embeddings", "models", "completions")
+_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+
+
+class JudgeError(Exception):
+    """Base class of judge errors."""
+
+
+class JudgeConfigError(JudgeError, ValueError):
+    """The judge configuration is invalid or incomplete (names the file and the key)."""
+
+
+class JudgeUnavailable(JudgeError):
+    """The judge endpoint cannot be used (unreachable, key rejected, nothing recorded to replay)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Secrets hygiene
+# ------------------------------------------------------------------------------------------------
+
+_KEYLIKE = re.compile(r"(key|token|secret|passw|pwd|auth|sig|credential|session|code)", re.I)
+
+
+def redact_url(url: str) -> str:
+    """``url`` without userinfo (``user:password@``) and without key-like query parameters."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<invalid url>"
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    netloc = host + (f":{port}" if port else "")
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if not _KEYLIKE.search(k)])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+# ------------------------------------------------------------------------------------------------
+# Configuration
+# ------------------------------------------------------------------------------------------------
+
+
+def _default_cache_path() -> Path:
+    return Path.cwd() / ".ragbridge" / "judge-cache.sqlite"
+
+
+class JudgeConfig(BaseModel):
+    """One judge for every backend: model, OpenAI-compatible endpoint, and the name of the key's env var."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    model: str = Field(min_length=1)
+    base_url: str
+    api_key_env: str = "OPENAI_API_KEY"
+    embedding_model: Optional[str] = None
+    cache_path: Optional[Path] = Field(default_factory=_default_cache_path)
+    cache_mode: Literal["read-write", "read-only", "off"] = "read-write"
+    max_concurrency: int = Field(8, ge=1)
+    timeout: float = Field(120.0, gt=0)
+    max_retries: int = Field(5, ge=0)
+    max_tokens: Optional[int] = Field(None, ge=1)
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, v: str) -> str:
+        v = (v or "").strip()
+        try:
+            parts = urlsplit(v)
+            host = parts.hostname
+            parts.port  # noqa: B018 - raises on a bad port
+        except ValueError:
+            host, parts = None, None
+        if parts is None or parts.scheme not in ("http", "https") or not host:
+            raise ValueError(
+                f"judge base_url must be an http:// or https:// URL with a host "
+                f"(e.g. https://api.openai.com/v1), got {redact_url(v)!r}")
+        return v.rstrip("/")
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _check_env_name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v or ""):
+            raise ValueError(
+                f"api_key_env must be the NAME of an environment variable (e.g. OPENAI_API_KEY), "
+                f"not a key; got a value of {len(v or '')} characters")
+        return v
+
+    # -- derived --------------------------------------------------------------------------------
+    @property
+    def upstream_host(self) -> str:
+        return (urlsplit(self.base_url).hostname or "").lower()
+
+    @property
+    def is_local(self) -> bool:
+        """The endpoint is on this machine (a local server or ragbridge's stub): a key may be absent."""
+        return self.upstream_host in _LOCAL_HOSTS or self.upstream_host.startswith("127.")
+
+    @property
+    def public_base_url(self) -> str:
+        return redact_url(self.base_url)
+
+    def api_key(self) -> Optional[str]:
+        """The key's value from the environment (never stored on this object)."""
+        return os.environ.get(self.api_key_env) or None
+
+    def client_timeout(self) -> float:
+        """A library-side timeout that outlasts the gateway's own retries."""
+        return self.timeout * (self.max_retries + 1) + BACKOFF_CAP * self.max_retries + 5.0
+
+    def public_dict(self) -> dict[str, Any]:
+        """The configuration for run.json: no secrets (credentials stripped from the URL)."""
+        return {
+            "model": self.model,
+            "base_url": self.public_base_url,
+            "api_key_env": self.api_key_env,
+            "embedding_model": self.embedding_model,
+            "cache_path": str(self.cache_path) if self.cache_path else None,
+            "cache_mode": self.cache_mode,
+            "max_concurrency": self.max_concurrency,
+            "timeout": self.timeout,
+            "max_retries": self.max_retries,
+            "max_tokens": self.max_tokens,
+        }
+
+    # -- loading --------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, cli_overrides: Optional[dict[str, Any]] = None, config_file: Optional[Path] = None,
+             cwd: Optional[Path] = None) -> "JudgeConfig":
+        """Merge, lowest first: ``[tool.ragbridge.judge]`` in ``cwd/pyproject.toml``, ``[judge]`` in
+        ``cwd/ragbridge.toml`` (or ``config_file``), then the CLI values that are not None.
+        Relative ``cache_path`` values are relative to the file that sets them (CLI: to ``cwd``)."""
+        cwd = Path(cwd) if cwd is not None else Path.cwd()
+        known = set(cls.model_fields)
+        merged: dict[str, Any] = {}
+        source_of: dict[str, str] = {}
+
+        def take(values: dict[str, Any], source: str, base: Path, where: str) -> None:
+            for key, value in values.items():
+                if key not in known:
+                    raise JudgeConfigError(
+                        f"{source}: unknown key {key!r} in {where}; known keys: {', '.join(sorted(known))}")
+                if key == "cache_path" and isinstance(value, (str, Path)) and value != "":
+                    p = Path(value).expanduser()
+                    value = p if p.is_absolute() else base / p
+                merged[key] = value
+                source_of[key] = source
+
+        pyproject = cwd / "pyproject.toml"
+        if pyproject.is_file():
+            data = _read_toml(pyproject)
+            table = data.get("tool", {}).get("ragbridge", {}).get("judge") if isinstance(data.get("tool"), dict) \
+                and isinstance(data["tool"].get("ragbridge"), dict) else None
+            if table is not None:
+                if not isinstance(table, dict):
+                    raise JudgeConfigError(f"{pyproject}: [tool.ragbridge.judge] must be a table")
+                take(table, str(pyproject), pyproject.parent, "[tool.ragbridge.judge]")
+
+        rb = Path(config_file) if config_file is not None else cwd / "ragbridge.toml"
+        if not rb.is_absolute():
+            rb = cwd / rb
+        if config_file is not None and not rb.is_file():
+            raise JudgeConfigError(f"{rb}: config file not found")
+        if rb.is_file():
+            data = _read_toml(rb)
+            table = data.get("judge")
+            if table is not None:
+                if not isinstance(table, dict):
+                    raise JudgeConfigError(f"{rb}: [judge] must be a table")
+                take(table, str(rb), rb.parent, "[judge]")
+
+        cli = {k: v for k, v in (cli_overrides or {}).items() if v is not None}
+        take(cli, "command line", cwd, "the judge options")
+
+        if "cache_path" not in merged:
+            merged["cache_path"] = cwd / ".ragbridge" / "judge-cache.sqlite"
+        for required in ("model", "base_url"):
+            if required not in merged:
+                raise JudgeConfigError(
+                    f"judge {required} is not set: set `{required}` in [judge] of {rb.name}, in "
+                    f"[tool.ragbridge.judge] of pyproject.toml, or pass --judge-{required.replace('_', '-')}")
+        try:
+            return cls(**merged)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            key = str(err["loc"][0]) if err.get("loc") else "?"
+            msg = str(err.get("msg", "invalid value"))
+            if msg.startswith("Value error, "):
+                msg = msg[len("Value error, "):]
+            raise JudgeConfigError(f"{source_of.get(key, 'defaults')}: judge {key}: {msg}") from None
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise JudgeConfigError(f"{path}: invalid TOML: {exc}") from None
+    except OSError as exc:
+        raise JudgeConfigError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+# ------------------------------------------------------------------------------------------------
+# Accounting
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Judge traffic summed over some (backend, metric, case_id) triples.
+
+    ``calls`` are requests that went upstream (one per library request, however many attempts);
+    ``cache_hits`` were answered from the cache; ``retries`` are extra attempts; ``errors`` are
+    requests whose final answer to the library was not 2xx (read-only cache misses included)."""
+
+    calls: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    retries: int = 0
+    errors: int = 0
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(*(getattr(self, f.name) + getattr(other, f.name) for f in dc_fields(self)))
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+Triple = tuple[Optional[str], Optional[str], Optional[str]]
+_CURRENT_TAG: contextvars.ContextVar[Optional[Triple]] = contextvars.ContextVar("ragbridge_judge_tag", default=None)
+
+
+def _tag_header_value(triple: Triple) -> str:
+    return "/".join(quote(p or "", safe="") for p in triple)
+
+
+def _parse_tag_header(value: str) -> Triple:
+    parts = value.split("/", 2) + ["", ""]
+    return tuple(unquote(p) or None for p in parts[:3])  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------------------------------------------
+# Cache
+# ------------------------------------------------------------------------------------------------
+
+
+class JudgeCache:
+    """SQLite response cache (WAL). One connection shared by all threads under a lock."""
+
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+        self.path = Path(path)
+        self.read_only = read_only
+        self._lock = threading.Lock()
+        self._conn: Optional[sqlite3.Connection] = None
+        if read_only:
+            if self.path.is_file():
+                self._conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
+                                             check_same_thread=False, isolation_level=None)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None,
+                                         timeout=30)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, path TEXT NOT NULL, model TEXT, "
+                "status INTEGER NOT NULL, body BLOB NOT NULL, created REAL NOT NULL)")
+
+    @staticmethod
+    def key(upstream: str, path: str, body: Any) -> str:
+        canon = json.dumps({"upstream": upstream, "path": path, "body": body}, sort_keys=True,
+                           separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(canon.encode("utf-8")).hexdigest()
+
+    def get(self, key: str) -> Optional[tuple[int, bytes]]:
+        if self._conn is None:
+            return None
+        with self._lock:
+            try:
+                row = self._conn.execute("SELECT status, body FROM responses WHERE key = ?", (key,)).fetchone()
+            except sqlite3.OperationalError:
+                return None  # e.g. a read-only file without the table
+        return (int(row[0]), bytes(row[1])) if row else None
+
+    def put(self, key: str, path: str, model: Optional[str], status: int, body: bytes) -> None:
+        if self._conn is None or self.read_only:
+            return
+        with self._lock:
+            self._conn.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
+                               (key, path, model, status, body, time.time()))
+
+    def __len__(self) -> int:
+        if self._conn is None:
+            return 0
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+# ------------------------------------------------------------------------------------------------
+# The gateway
+# ------------------------------------------------------------------------------------------------
+
+
+def _error_body(message: str, etype: str = "ragbridge_gateway_error", code: Optional[str] = None) -> bytes:
+    return json.dumps({"error": {"message": message, "type": etype, "param": None, "code": code}}).encode()
+
+
+def _usage_of(parsed: Any) -> tuple[int, int]:
+    if not isinstance(parsed, dict):
+        return 0, 0
+    u = parsed.get("usage")
+    if not isinstance(u, dict):
+        return 0, 0
+
+    def num(*names: str) -> int:
+        for n in names:
+            v = u.get(n)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return int(v)
+        return 0
+
+    return num("prompt_tokens", "input_tokens"), num("completion_tokens", "output_tokens")
+
+
+def _retry_after(value: Optional[str]) -> Optional[float]:
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+
+
+@dataclass
+class _Result:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+    cache: str = "miss"  # hit | miss | off | bypass | readonly-miss
+    attempts: int = 0
+    parsed: Any = None
+    counted: bool = True  # a judge call (POST), counted in usage
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 256
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "ragbridge-judge-gateway"
+    sys_version = ""
+    gateway: "JudgeGateway"
+
+    def setup(self) -> None:
+        super().setup()
+        try:
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+        self.gateway._track(self.connection, True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.gateway._track(self.connection, False)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._handle("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._handle("POST")
+
+    def _reply(self, res: _Result) -> None:
+        head = [f"HTTP/1.1 {res.status} {self.responses.get(res.status, ('',))[0]}",
+                f"Content-Type: {res.content_type}", f"Content-Length: {len(res.body)}",
+                f"X-Ragbridge-Cache: {res.cache}"]
+        if not 200 <= res.status < 300:
+            head.append("x-should-retry: false")
+        if self.close_connection:
+            head.append("Connection: close")
+        self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + res.body)
+
+    def _read_body(self) -> bytes:
+        n = int(self.headers.get("Content-Length") or 0)
+        if n:
+            return self.rfile.read(n)
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            return b"".join(chunks)
+        return b""
+
+    def _handle(self, method: str) -> None:
+        gw = self.gateway
+        t0 = time.perf_counter()
+        raw = self._read_body() if method == "POST" else b""
+        if gw._closing.is_set():
+            self.close_connection = True
+            self._reply(_Result(503, _error_body("ragbridge judge gateway is shut down"), cache="off"))
+            return
+        # Loopback only, and not from a web page (DNS rebinding / cross-site requests).
+        host = (self.headers.get("Host") or "").lower()
+        if self.headers.get("Origin") or host not in gw._allowed_hosts:
+            self._reply(_Result(403, _error_body("ragbridge judge gateway: forbidden host or origin"), cache="off"))
+            return
+        path = self.path.split("?", 1)[0]
+        parts = [p for p in path.split("/") if p]
+        triple: Triple = (None, None, None)
+        if len(parts) >= 2 and parts[0] == "t":
+            triple = gw._tags.get(parts[1], (None, None, None))
+            parts = parts[2:]
+        header_tag = self.headers.get(TAG_HEADER)
+        if header_tag:
+            triple = _parse_tag_header(header_tag)
+        if parts and parts[0] == "v1":
+            parts = parts[1:]
+        endpoint = "/".join(parts)
+        if endpoint not in ENDPOINTS:
+            self._reply(_Result(404, _error_body(f"ragbridge judge gateway: no such endpoint /{endpoint}",
+                                                 "invalid_request_error"), cache="off"))
+            return
+        res = gw._serve(method, endpoint, raw, triple)
+        if res.counted:
+            gw._account(triple, res)  # before replying: usage() is current once the client has its answer
+        self._reply(res)
+        if res.counted:
+            gw._audit(triple, endpoint, raw, res, time.perf_counter() - t0)
+
+
+class JudgeGateway:
+    """The loopback OpenAI-compatible gateway in front of the real judge (see the module docstring).
+
+    ``with JudgeGateway(config, audit_log=run_dir / "judge-audit.jsonl") as gw:`` ... point each
+    library at ``gw.base_url(backend, metric, case_id)`` with ``api_key=gw.api_key``."""
+
+    def __init__(self, config: JudgeConfig, audit_log: Optional[Path] = None) -> None:
+        self.config = config
+        self.audit_log = Path(audit_log) if audit_log is not None else None
+        self._upstream = config.base_url.rstrip("/")
+        self._upstream_public = redact_url(self._upstream)
+        self._lock = threading.Lock()
+        self._tags: dict[str, Triple] = {}
+        self._tag_of: dict[Triple, str] = {}
+        self._usage: dict[Triple, list[int]] = {}
+        self._sem = threading.BoundedSemaphore(config.max_concurrency)
+        self._inflight: dict[str, threading.Event] = {}
+        self._closing = threading.Event()
+        self._conns: set = set()
+        self._key: Optional[str] = None
+        self._key_bytes: Optional[bytes] = None
+        self._cache: Optional[JudgeCache] = None
+        self._audit_fh: Any = None
+        self._audit_lock = threading.Lock()
+        self._server: Optional[_Server] = None
+        self._thread: Optional[threading.Thread] = None
+        self._client: Optional[httpx.Client] = None
+        self._allowed_hosts: set[str] = set()
+        self.port: Optional[int] = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def _http(self) -> httpx.Client:
+        if self._client is None:
+            n = self.config.max_concurrency
+            self._client = httpx.Client(
+                timeout=httpx.Timeout(self.config.timeout, connect=min(self.config.timeout, 10.0)),
+                limits=httpx.Limits(max_connections=n + 2, max_keepalive_connections=n + 2),
+                trust_env=not self.config.is_local, follow_redirects=False)
+        return self._client
+
+    def start(self) -> "JudgeGateway":
+        if self._server is not None:
+            return self
+        cfg = self.config
+        self._closing.clear()
+        if cfg.cache_mode != "read-only":
+            self._key = cfg.api_key()
+            self._key_bytes = self._key.encode() if self._key else None
+        if cfg.cache_mode != "off" and cfg.cache_path is not None:
+            self._cache = JudgeCache(cfg.cache_path, read_only=cfg.cache_mode == "read-only")
+        if self.audit_log is not None:
+            self.audit_log.parent.mkdir(parents=True, exist_ok=True)
+            self._audit_fh = open(self.audit_log, "a", encoding="utf-8")
+        self._http()
+        handler = type("JudgeGatewayHandler", (_Handler,), {"gateway": self})
+        self._server = _Server(("127.0.0.1", 0), handler)
+        self.port = self._server.server_address[1]
+        self._allowed_hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}"}
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name=f"ragbridge-judge-gateway-{self.port}", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._closing.set()
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+            with self._lock:
+                conns = list(self._conns)
+            for c in conns:
+                with contextlib.suppress(OSError):
+                    c.shutdown(socket.SHUT_RDWR)
+            if self._thread is not None:
+                self._thread.join(timeout=5)
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._cache is not None:
+            self._cache.close()
+            self._cache = None
+        with self._audit_lock:
+            if self._audit_fh is not None:
+                self._audit_fh.close()
+                self._audit_fh = None
+        self._key = self._key_bytes = None
+
+    def __enter__(self) -> "JudgeGateway":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _track(self, conn: Any, add: bool) -> None:
+        with self._lock:
+            (self._conns.add if add else self._conns.discard)(conn)
+
+    # -- what the backends use ------------------------------------------------------------------
+    @property
+    def api_key(self) -> str:
+        """The dummy key the libraries get (the real one stays in the gateway)."""
+        return DUMMY_API_KEY
+
+    @property
+    def url(self) -> str:
+        if self.port is None:
+            raise JudgeError("the judge gateway is not started: call start() or use it as a context manager")
+        return f"http://127.0.0.1:{self.port}"
+
+    def base_url(self, backend: str, metric: Optional[str] = None, case_id: Optional[str] = None) -> str:
+        """An OpenAI base URL (``.../v1``) whose calls are counted under (backend, metric, case_id)."""
+        triple: Triple = (backend, metric, case_id)
+        with self._lock:
+            tag = self._tag_of.get(triple)
+            if tag is None:
+                tag = secrets.token_urlsafe(9)
+                self._tag_of[triple] = tag
+                self._tags[tag] = triple
+        return f"{self.url}/t/{tag}/v1"
+
+    @property
+    def plain_base_url(self) -> str:
+        """An untagged base URL (attribution then comes from the X-Ragbridge-Tag header, if any)."""
+        return f"{self.url}/v1"
+
+    @staticmethod
+    @contextlib.contextmanager
+    def tag_scope(backend: str, metric: Optional[str] = None, case_id: Optional[str] = None) -> Iterator[None]:
+        """Attribute requests made in this context (thread / asyncio task) through the event hooks."""
+        token = _CURRENT_TAG.set((backend, metric, case_id))
+        try:
+            yield
+        finally:
+            _CURRENT_TAG.reset(token)
+
+    @staticmethod
+    def httpx_event_hooks() -> dict[str, list]:
+        """``httpx.Client(event_hooks=...)``: adds the X-Ragbridge-Tag header from ``tag_scope``."""
+
+        def add_tag(request: httpx.Request) -> None:
+            triple = _CURRENT_TAG.get()
+            if triple is not None:
+                request.headers[TAG_HEADER] = _tag_header_value(triple)
+
+        return {"request": [add_tag]}
+
+    @staticmethod
+    def async_httpx_event_hooks() -> dict[str, list]:
+        """``httpx.AsyncClient(event_hooks=...)``: as :meth:`httpx_event_hooks`, for async clients."""
+
+        async def add_tag(request: httpx.Request) -> None:
+            triple = _CURRENT_TAG.get()
+            if triple is not None:
+                request.headers[TAG_HEADER] = _tag_header_value(triple)
+
+        return {"request": [add_tag]}
+
+    def usage(self, backend: Optional[str] = None, metric: Optional[str] = None,
+              case_id: Optional[str] = None) -> Usage:
+        """Summed over the triples matching every argument that is not None."""
+        total = Usage()
+        with self._lock:
+            items = [(k, list(v)) for k, v in self._usage.items()]
+        for (b, m, c), v in items:
+            if backend is not None and b != backend:
+                continue
+            if metric is not None and m != metric:
+                continue
+            if case_id is not None and c != case_id:
+                continue
+            total = total + Usage(*v)
+        return total
+
+    def usage_by_triple(self) -> dict[Triple, Usage]:
+        with self._lock:
+            return {k: Usage(*v) for k, v in self._usage.items()}
+
+    # -- preflight ------------------------------------------------------------------------------
+    def preflight(self) -> dict[str, Any]:
+        """Check, before any case is scored, that the judge can answer. Raises JudgeUnavailable /
+        JudgeConfigError with a one-line message; returns what was checked."""
+        cfg = self.config
+        url = self._upstream_public
+        if cfg.cache_mode == "read-only":
+            if cfg.cache_path is None or not Path(cfg.cache_path).is_file():
+                raise JudgeUnavailable(
+                    f"judge cache_mode is read-only but there is no recorded cache at {cfg.cache_path}: "
+                    f"record one with cache_mode = \"read-write\" first (or set cache_path)")
+            return {"mode": "read-only", "endpoint": url, "upstream_checked": False}
+        key = cfg.api_key()
+        if not key and not cfg.is_local:
+            raise JudgeConfigError(
+                f"judge API key missing: environment variable {cfg.api_key_env} is not set, and the judge at "
+                f"{url} needs it; set it, or replay a recorded cache with cache_mode = \"read-only\"")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        timeout = min(cfg.timeout, 10.0)
+        try:
+            r = self._http().get(f"{self._upstream}/models", headers=headers, timeout=timeout)
+        except httpx.TimeoutException:
+            raise JudgeUnavailable(
+                f"judge endpoint {url} did not answer within {timeout:g} s: check that the server is up "
+                f"and reachable from here") from None
+        except httpx.TransportError as exc:
+            text = str(exc)
+            if re.search(r"refused|Errno 111|Errno 61", text, re.I):
+                cause = "connection refused"
+                hint = "check that the server is running and that the port in base_url is right"
+            elif re.search(r"name or service|nodename|getaddrinfo|Errno -[235]|resolve", text, re.I):
+                cause = "host name does not resolve"
+                hint = "check the host in base_url and your DNS / network"
+            else:
+                cause = type(exc).__name__
+                hint = "check base_url and your network"
+            raise JudgeUnavailable(f"judge endpoint {url} is unreachable ({cause}): {hint}") from None
+        if r.status_code in (401, 403):
+            raise JudgeUnavailable(
+                f"judge endpoint {url} rejected the API key from {cfg.api_key_env} (HTTP {r.status_code}): "
+                f"check the key")
+        listed = None
+        if r.status_code == 200:
+            with contextlib.suppress(Exception):
+                listed = cfg.model in {m.get("id") for m in r.json().get("data", [])}
+        return {"mode": cfg.cache_mode, "endpoint": url, "upstream_checked": True,
+                "models_status": r.status_code, "model_listed": listed, "key_set": bool(key)}
+
+    # -- serving --------------------------------------------------------------------------------
+    def _redact(self, data: bytes) -> bytes:
+        kb = self._key_bytes
+        if kb and kb in data:
+            return data.replace(kb, b"[REDACTED]")
+        return data
+
+    def _serve(self, method: str, endpoint: str, raw: bytes, triple: Triple) -> _Result:
+        cfg = self.config
+        if method == "GET":
+            if endpoint != "models":
+                return _Result(405, _error_body(f"use POST for /{endpoint}", "invalid_request_error"), counted=False)
+            if cfg.cache_mode == "read-only":
+                data = {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "ragbridge-cache"}
+                                                   for m in filter(None, [cfg.model, cfg.embedding_model])]}
+                return _Result(200, json.dumps(data).encode(), cache="readonly", counted=False)
+            res = self._forward("GET", endpoint, b"")
+            res.cache, res.counted = "bypass", False
+            return res
+        if endpoint == "models":
+            return _Result(405, _error_body("use GET for /models", "invalid_request_error"), counted=False)
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return _Result(400, _error_body("ragbridge judge gateway: request body is not valid JSON",
+                                            "invalid_request_error"), cache="off")
+        if isinstance(body, dict) and body.get("stream"):
+            res = self._forward("POST", endpoint, raw, stream=True)
+            res.cache = "bypass"
+            return res
+        if cfg.cache_mode == "off" or self._cache is None and cfg.cache_mode != "read-only":
+            res = self._forward("POST", endpoint, raw)
+            res.cache = "off"
+            return res
+        key = JudgeCache.key(self._upstream_public, "/" + endpoint, body)
+        hit = self._cache.get(key) if self._cache is not None else None
+        if hit is not None:
+            return _Result(hit[0], hit[1], cache="hit", attempts=0)
+        if cfg.cache_mode == "read-only":
+            model = body.get("model") if isinstance(body, dict) else None
+            return _Result(400, _error_body(
+                f"ragbridge judge cache miss in read-only mode: no recorded response for this /{endpoint} "
+                f"request (model {model!r}); re-record the cache with cache_mode = \"read-write\" "
+                f"and a key, or check that the judge settings match the recording",
+                "invalid_request_error", "ragbridge_cache_miss"), cache="readonly-miss")
+        # read-write: one upstream call per distinct request in flight (single flight).
+        with self._lock:
+            waiter = self._inflight.get(key)
+            if waiter is None:
+                self._inflight[key] = threading.Event()
+        if waiter is not None:
+            waiter.wait(self.config.client_timeout())
+            hit = self._cache.get(key)
+            if hit is not None:
+                return _Result(hit[0], hit[1], cache="hit", attempts=0)
+            return self._forward_and_store(endpoint, raw, body, key)
+        try:
+            return self._forward_and_store(endpoint, raw, body, key)
+        finally:
+            with self._lock:
+                ev = self._inflight.pop(key, None)
+            if ev is not None:
+                ev.set()
+
+    def _forward_and_store(self, endpoint: str, raw: bytes, body: Any, key: str) -> _Result:
+        res = self._forward("POST", endpoint, raw)
+        if 200 <= res.status < 300 and self._cache is not None:
+            model = body.get("model") if isinstance(body, dict) else None
+            self._cache.put(key, "/" + endpoint, model if isinstance(model, str) else None, res.status, res.body)
+        return res
+
+    def _forward(self, method: str, endpoint: str, raw: bytes, *, stream: bool = False) -> _Result:
+        cfg = self.config
+        client = self._http()
+        url = f"{self._upstream}/{endpoint}"
+        public = f"{self._upstream_public}/{endpoint}"
+        headers = {"Accept": "application/json"}
+        if method == "POST":
+            headers["Content-Type"] = "application/json"
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        last = _Result(502, _error_body(f"ragbridge judge gateway: no attempt made to {public}"))
+        attempt = 0
+        for attempt in range(1, cfg.max_retries + 2):
+            retry_after: Optional[float] = None
+            with self._sem:
+                try:
+                    r = client.request(method, url, content=raw if method == "POST" else None, headers=headers)
+                    status, content = r.status_code, r.content
+                    ctype = r.headers.get("content-type", "application/json")
+                    retry_after = _retry_after(r.headers.get("retry-after"))
+                    exc: Optional[Exception] = None
+                except httpx.TimeoutException as e:
+                    status, content, ctype, exc = 504, b"", "application/json", e
+                except httpx.TransportError as e:
+                    status, content, ctype, exc = 502, b"", "application/json", e
+            if exc is not None:
+                kind = "timed out" if status == 504 else f"failed ({type(exc).__name__})"
+                last = _Result(status, _error_body(
+                    f"ragbridge judge gateway: request to {public} {kind} after {attempt} attempt(s)",
+                    code="upstream_timeout" if status == 504 else "upstream_unreachable"))
+            elif 200 <= status < 300:
+                if stream:
+                    return _Result(status, self._redact(content), content_type=ctype, attempts=attempt)
+                try:
+                    parsed = json.loads(content)
+                except ValueError:
+                    last = _Result(502, _error_body(
+                        f"ragbridge judge gateway: {public} answered HTTP {status} with a body that is not JSON "
+                        f"({attempt} attempt(s))", code="upstream_invalid_json"))
+                else:
+                    return _Result(status, self._redact(content), attempts=attempt, parsed=parsed)
+            else:
+                last = _Result(status, self._redact(content) or _error_body(f"upstream HTTP {status}"),
+                               content_type=ctype if content else "application/json")
+                if status not in RETRY_STATUSES:
+                    last.attempts = attempt
+                    return last
+            last.attempts = attempt
+            if attempt > cfg.max_retries or self._closing.is_set():
+                break
+            delay = random.uniform(0.0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (attempt - 1)))
+            if retry_after is not None:
+                delay = min(retry_after, RETRY_AFTER_CAP)
+            if delay > 0 and self._closing.wait(delay):
+                break
+        return last
+
+    # -- accounting and audit -------------------------------------------------------------------
+    def _account(self, triple: Triple, res: _Result) -> None:
+        prompt = completion = 0
+        if res.parsed is not None:
+            prompt, completion = _usage_of(res.parsed)
+        with self._lock:
+            u = self._usage.get(triple)
+            if u is None:
+                u = self._usage[triple] = [0, 0, 0, 0, 0, 0]
+            if res.cache == "hit":
+                u[1] += 1
+                return
+            if res.attempts > 0:
+                u[0] += 1
+                u[4] += res.attempts - 1
+            u[2] += prompt
+            u[3] += completion
+            if not 200 <= res.status < 300:
+                u[5] += 1
+
+    def _audit(self, triple: Triple, endpoint: str, raw: bytes, res: _Result, seconds: float) -> None:
+        if self._audit_fh is None:
+            return
+
+        def decode(data: bytes) -> Any:
+            try:
+                return json.loads(data)
+            except ValueError:
+                return data.decode("utf-8", "replace")
+
+        line = json.dumps({
+            "time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            "backend": triple[0], "metric": triple[1], "case_id": triple[2],
+            "path": "/" + endpoint,
+            "request": decode(self._redact(raw)),
+            "status": res.status,
+            "response": res.parsed if res.parsed is not None and res.cache != "hit" else decode(res.body),
+            "cache_hit": res.cache == "hit",
+            "cache": res.cache,
+            "attempts": res.attempts,
+            "seconds": round(seconds, 6),
+        }, ensure_ascii=False)
+        if self._key and self._key in line:
+            line = line.replace(self._key, "[REDACTED]")
+        with self._audit_lock:
+            if self._audit_fh is not None:
+                self._audit_fh.write(line + "\n")
+                self._audit_fh.flush()
+
+
+def _main(argv: Optional[list[str]] = None) -> int:  # pragma: no cover - manual smoke use
+    import argparse
+
+    p = argparse.ArgumentParser(description="Run a ragbridge judge gateway in the foreground.")
+    p.add_argument("--model", required=True)
+    p.add_argument("--base-url", required=True)
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY")
+    a = p.parse_args(argv)
+    with JudgeGateway(JudgeConfig(model=a.model, base_url=a.base_url, api_key_env=a.api_key_env)) as gw:
+        print(f"gateway on {gw.plain_base_url} -> {gw.config.public_base_url}", file=sys.stderr, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(3600)
+    return 0
