@@ -105,6 +105,8 @@ def run(
     cache_path: Optional[Path] = typer.Option(None, "--cache-path", help="Judge cache file (SQLite)."),
     max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="Judge calls in flight at once, across all backends (default 8)."),
     config: Optional[Path] = typer.Option(None, "--config", help="Config file (default: ./ragbridge.toml, then [tool.ragbridge] in ./pyproject.toml)."),
+    target: Optional[str] = typer.Option(None, "--target", help="Call the system under test for each case first: module:callable, module:object with retrieve/answer, or an http(s) URL."),
+    target_concurrency: int = typer.Option(4, "--target-concurrency", help="Target calls in flight at once."),
 ) -> None:
     """Score a golden set with one or more backends and write a run folder."""
     if gain not in ("linear", "exponential"):
@@ -113,21 +115,63 @@ def run(
         cases = load_cases(dataset, fmt)
     except DatasetError as exc:
         fail(str(exc))
-    judge = _judge_config(
+    _score_and_print(
+        cases, out_dir, str(dataset), backend, metric, config, no_progress, overwrite,
+        RunOptions(k=k, gain=gain, case_sensitive=case_sensitive, decline_phrases=decline_phrase or None),
         dict(
             model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
             embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,
             max_concurrency=max_concurrency,
         ),
-        config,
+        target=target, target_concurrency=target_concurrency,
     )
-    options = RunOptions(k=k, gain=gain, case_sensitive=case_sensitive, decline_phrases=decline_phrase or None)
+
+
+@cli.command()
+def rescore(
+    run_dir: Path = typer.Argument(..., help="A run folder: its recorded cases are scored again, nothing is called but the judge."),
+    backend: List[str] = typer.Option(None, "--backend", "-b", help="Backend to run (repeatable). Default: native."),
+    metric: List[str] = typer.Option(None, "--metric", "-m", help="Metric to score (repeatable)."),
+    k: int = typer.Option(5, "--k", help="Cut-off for the @k ranking metrics."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model name."),
+    judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", help="OpenAI-compatible base URL of the judge."),
+    judge_api_key_env: Optional[str] = typer.Option(None, "--judge-api-key-env", help="Environment variable that holds the judge's key."),
+    embedding_model: Optional[str] = typer.Option(None, "--embedding-model", help="Embedding model name."),
+    cache_mode: Optional[str] = typer.Option(None, "--cache-mode", help="Judge cache: read-write, read-only or off."),
+    cache_path: Optional[Path] = typer.Option(None, "--cache-path", help="Judge cache file (SQLite)."),
+    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="Judge calls in flight at once."),
+    config: Optional[Path] = typer.Option(None, "--config", help="Config file."),
+) -> None:
+    """Score a run's recorded cases (e.g. a --target run) with more backends or metrics, into the same folder."""
+    if not (run_dir / "cases.jsonl").exists():
+        fail(f"{run_dir} is not a run folder with recorded cases (no cases.jsonl)")
+    try:
+        cases = load_cases(run_dir / "cases.jsonl")
+    except DatasetError as exc:
+        fail(str(exc))
+    _score_and_print(
+        cases, run_dir, str(run_dir / "cases.jsonl"), backend, metric, config, no_progress, False,
+        RunOptions(k=k),
+        dict(
+            model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
+            embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,
+            max_concurrency=max_concurrency,
+        ),
+    )
+
+
+def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_progress, overwrite,
+                     options, judge_overrides, target=None, target_concurrency=4) -> None:
+    from .target import TargetError
+    judge = _judge_config(judge_overrides, config)
     try:
         result = evaluate(
             cases, backends=backend or None, metrics=metric or None, out=out_dir, options=options,
-            judge=judge, dataset_path=str(dataset), progress=not no_progress, overwrite=overwrite,
+            judge=judge, dataset_path=dataset_path, progress=not no_progress, overwrite=overwrite,
+            target=target, target_concurrency=target_concurrency,
         )
-    except RunError as exc:
+    except (RunError, TargetError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         fail(f"interrupted; what was scored is kept in {out_dir}; run the same command again to resume", 130)
@@ -144,6 +188,15 @@ def run(
             f"judge: {j['calls']} call(s), {j['cache_hits']} from cache, "
             f"{j['prompt_tokens']}+{j['completion_tokens']} tokens"
         )
+    if counts.get("target_errors"):
+        notes.append(f"target failed on {counts['target_errors']} case(s); their scores carry the error")
+    latencies = sorted(
+        c.metadata["target"]["seconds"] for c in result.cases if isinstance(c.metadata.get("target"), dict)
+    )
+    if latencies:
+        p50 = latencies[len(latencies) // 2]
+        p95 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.95))]
+        notes.append(f"target latency: p50 {p50:.3f}s, p95 {p95:.3f}s over {len(latencies)} call(s)")
     for note in notes:
         out.print(f"[dim]{note}[/]")
     out.print(f"run written to [bold]{out_dir}[/] ({counts.get('scores', 0)} scores)")
@@ -221,6 +274,26 @@ def convert(
             "[yellow]the target format cannot hold these fields; they were not written:[/] "
             + ", ".join(lost)
         )
+
+
+@cli.command()
+def sample(
+    traces: Path = typer.Argument(..., help="JSONL log of production interactions."),
+    n: int = typer.Option(200, "--n", help="How many interactions to draw."),
+    seed: int = typer.Option(0, "--seed", help="Seed: the same log, filters and seed give the same sample."),
+    where: List[str] = typer.Option(None, "--where", help="Keep only interactions with field=value (repeatable; tag=billing matches a tag)."),
+    mapping: Optional[Path] = typer.Option(None, "--mapping", help="TOML file mapping log fields to the schema (see ragbridge.sample)."),
+    out_file: Path = typer.Option(..., "--out", "-o", help="Where to write the sampled cases (.jsonl, .csv, .parquet)."),
+) -> None:
+    """Draw a reproducible sample of logged interactions as canonical cases, ready for reference-free metrics."""
+    from .sample import load_mapping, sample_traces
+
+    try:
+        cases = sample_traces(traces, n, seed=seed, where=where or (), mapping=load_mapping(mapping))
+        write_cases(cases, out_file)
+    except DatasetError as exc:
+        fail(str(exc))
+    out.print(f"sampled {len(cases)} interaction(s) into {out_file}")
 
 
 def run_cli() -> None:  # console-script entry point

@@ -22,6 +22,7 @@ from .backend import Backend, MetricSpec, RunOptions, ScoringContext, resolve_me
 from .io import fingerprint, write_jsonl
 from .plugins import get_backends
 from .schema import Case, RunManifest, Score
+from .target import target_error
 
 __all__ = ["RunError", "Run", "evaluate", "load_run", "plan_metrics", "read_scores"]
 
@@ -241,15 +242,20 @@ def evaluate(
     progress: bool = False,
     overwrite: bool = False,
     on_score: Optional[Callable[[Score], None]] = None,
+    target: Any = None,
+    target_concurrency: int = 4,
 ) -> Run:
     """Score ``cases`` with ``backends`` (default: native) and return the `Run`.
 
     ``judge`` is a ``ragbridge.judge.JudgeConfig`` (needed only when a planned metric uses a judge).
     With ``out`` the run folder is written (and resumed if it already holds a run of the same cases).
+    With ``target`` (a spec for `ragbridge.target.load_target`, or a loaded `Target`) each case's
+    chunks and answer come from calling the system under test first.
     """
     return asyncio.run(
         evaluate_async(
-            cases, backends, metrics, out, options, judge, dataset_path, progress, overwrite, on_score
+            cases, backends, metrics, out, options, judge, dataset_path, progress, overwrite, on_score,
+            target, target_concurrency,
         )
     )
 
@@ -265,6 +271,8 @@ async def evaluate_async(
     progress: bool = False,
     overwrite: bool = False,
     on_score: Optional[Callable[[Score], None]] = None,
+    target: Any = None,
+    target_concurrency: int = 4,
 ) -> Run:
     options = options or RunOptions()
     cases = list(cases)
@@ -280,10 +288,35 @@ async def evaluate_async(
             + "; pass --judge-model and --judge-base-url (or set them in ragbridge.toml)"
         )
 
+    golden_fp = None
+    if target is not None:
+        from .target import fill_cases, load_target
+
+        golden_fp = fingerprint(cases)
+        if isinstance(target, str):
+            target = load_target(target)
+        if out is not None:
+            Path(out).mkdir(parents=True, exist_ok=True)
+            old_manifest = Path(out) / "run.json"
+            if overwrite:
+                for name in ("run.json", "scores.jsonl", "cases.jsonl", "judge-audit.jsonl", "target.jsonl"):
+                    (Path(out) / name).unlink(missing_ok=True)
+            elif old_manifest.exists():
+                old = json.loads(old_manifest.read_text(encoding="utf-8"))
+                if old.get("dataset", {}).get("golden_fingerprint") != golden_fp:
+                    raise RunError(
+                        f"{out} holds a run over different cases (dataset fingerprint differs); "
+                        "choose another --out, or pass --overwrite to replace it"
+                    )
+        cases = await fill_cases(
+            cases, target, record_path=(Path(out) / "target.jsonl") if out is not None else None,
+            concurrency=target_concurrency, progress=progress,
+        )
     fp = fingerprint(cases)
     manifest = RunManifest(
         ragbridge_version=__version__,
-        dataset={"path": dataset_path, "fingerprint": fp, "n_cases": len(cases)},
+        dataset={"path": dataset_path, "fingerprint": fp, "n_cases": len(cases),
+                 **({"golden_fingerprint": golden_fp, "target": target.spec} if target is not None else {})},
         backends={b: registry[b].version() for b in plan},
         metrics={b: [m for m, _ in chosen] for b, chosen in plan.items()},
         options=options.public(),
@@ -342,7 +375,13 @@ async def evaluate_async(
             eligible = []
             for case in todo:
                 missing = [r for r in spec.requires if r not in case.fields_present()]
-                if missing:
+                failed = target_error(case)
+                if failed:
+                    immediate.append(
+                        Score(case_id=case.id, metric=metric, backend=bname,
+                              native_metric=spec.native_name, error=failed)
+                    )
+                elif missing:
                     immediate.append(
                         Score(
                             case_id=case.id,
@@ -404,6 +443,9 @@ async def evaluate_async(
             "complete" if len(scores) >= total + len(done) else "incomplete"
         )
         manifest.counts.update(_counts(list(scores.values())))
+        n_target_errors = sum(1 for c in cases if target_error(c))
+        if n_target_errors:
+            manifest.counts["target_errors"] = n_target_errors
         if "duplicate_chunk_ids" in ctx.stats:
             manifest.counts["duplicate_chunk_ids"] = ctx.stats["duplicate_chunk_ids"]
         if gateway is not None:
