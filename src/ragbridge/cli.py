@@ -296,6 +296,53 @@ def sample(
     out.print(f"sampled {len(cases)} interaction(s) into {out_file}")
 
 
+@judge_cli.command("serve")
+def judge_serve(
+    stub: bool = typer.Option(False, "--stub", help="Serve the deterministic stub judge (the only server ragbridge ships)."),
+    port: int = typer.Option(8808, "--port", help="Port on 127.0.0.1."),
+    latency: float = typer.Option(0.0, "--latency", help="Seconds of delay per request."),
+    fault_429: float = typer.Option(0.0, "--fault-rate-429", help="Share of requests answered 429."),
+    fault_500: float = typer.Option(0.0, "--fault-rate-500", help="Share of requests answered 500."),
+    fault_timeout: float = typer.Option(0.0, "--fault-rate-timeout", help="Share of requests held past the client's timeout."),
+    fault_malformed: float = typer.Option(0.0, "--fault-rate-malformed", help="Share of answers whose content is malformed JSON."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the fault draws."),
+) -> None:
+    """Serve an OpenAI-compatible judge on 127.0.0.1 for testing eval plumbing without a key."""
+    if not stub:
+        fail("only the stub judge can be served: pass --stub")
+    for name, rate in (("429", fault_429), ("500", fault_500), ("timeout", fault_timeout), ("malformed", fault_malformed)):
+        if not 0.0 <= rate <= 1.0:
+            fail(f"--fault-rate-{name} must be between 0 and 1, got {rate}")
+    from .testing.stub_judge import serve
+
+    serve(port, latency=latency, fault_rate_429=fault_429, fault_rate_500=fault_500,
+          fault_rate_timeout=fault_timeout, fault_rate_malformed=fault_malformed, seed=seed)
+
+
+@judge_cli.command("check")
+def judge_check(
+    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model name."),
+    judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", help="OpenAI-compatible base URL."),
+    judge_api_key_env: Optional[str] = typer.Option(None, "--judge-api-key-env", help="Environment variable holding the key."),
+    config: Optional[Path] = typer.Option(None, "--config", help="Config file."),
+) -> None:
+    """Check the judge configuration: the key is set and the endpoint answers."""
+    from .judge import JudgeGateway
+
+    cfg = _judge_config(dict(model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env), config)
+    if cfg is None:
+        fail("no judge configured: pass --judge-model and --judge-base-url, or set [judge] in ragbridge.toml")
+    gateway = JudgeGateway(cfg)
+    try:
+        gateway.start()
+        gateway.preflight()
+    except Exception as exc:
+        fail(str(exc))
+    finally:
+        gateway.close()
+    out.print(f"judge ok: {cfg.model} at {cfg.public_dict().get('base_url')}")
+
+
 def run_cli() -> None:  # console-script entry point
     register_commands(cli)
     cli()
