@@ -38,7 +38,6 @@ import re
 import secrets
 import socket
 import sqlite3
-import sys
 import threading
 import time
 import tomllib
@@ -66,6 +65,7 @@ __all__ = [
 ]
 
 DUMMY_API_KEY = "ragbridge-gateway"
+STUB_MARKER = b'"system_fingerprint": "ragbridge-stub"'  # what ragbridge.testing's stub judge puts in answers
 TAG_HEADER = "X-Ragbridge-Tag"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 BACKOFF_BASE = 0.5
@@ -122,7 +122,11 @@ def _default_cache_path() -> Path:
 
 
 class JudgeConfig(BaseModel):
-    """One judge for every backend: model, OpenAI-compatible endpoint, and the name of the key's env var."""
+    """One judge for every backend: model, OpenAI-compatible endpoint, and the name of the key's env var.
+
+    ``max_tokens`` is for the backends to pass to their libraries (RAGAS' own default of 1024 truncates
+    long verdict lists); the gateway never edits a request body. ``cache_path = None`` means no cache.
+    """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -332,8 +336,17 @@ class JudgeCache:
         self._conn: Optional[sqlite3.Connection] = None
         if read_only:
             if self.path.is_file():
-                self._conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
-                                             check_same_thread=False, isolation_level=None)
+                uri = self.path.resolve().as_uri()
+                try:
+                    self._conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False,
+                                                 isolation_level=None)
+                    self._conn.execute("SELECT 1 FROM responses LIMIT 1").fetchall()
+                except sqlite3.OperationalError:
+                    # e.g. a WAL database in a read-only directory (CI checkouts): open it as immutable.
+                    if self._conn is not None:
+                        self._conn.close()
+                    self._conn = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True,
+                                                 check_same_thread=False, isolation_level=None)
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None,
@@ -343,12 +356,39 @@ class JudgeCache:
             self._conn.execute(
                 "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, path TEXT NOT NULL, model TEXT, "
                 "status INTEGER NOT NULL, body BLOB NOT NULL, created REAL NOT NULL)")
+            self._conn.execute("CREATE TABLE IF NOT EXISTS aliases (raw TEXT PRIMARY KEY, key TEXT NOT NULL)")
 
     @staticmethod
     def key(upstream: str, path: str, body: Any) -> str:
         canon = json.dumps({"upstream": upstream, "path": path, "body": body}, sort_keys=True,
                            separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(canon.encode("utf-8")).hexdigest()
+
+    @staticmethod
+    def raw_key(upstream: str, path: str, raw: bytes) -> str:
+        """Key of the exact request bytes (an alias of the canonical key, to skip JSON parsing)."""
+        h = hashlib.sha256(upstream.encode("utf-8"))
+        h.update(b"\0" + path.encode("utf-8") + b"\0")
+        h.update(raw)
+        return h.hexdigest()
+
+    def get_raw(self, raw_key: str) -> Optional[tuple[int, bytes]]:
+        if self._conn is None:
+            return None
+        with self._lock:
+            try:
+                row = self._conn.execute(
+                    "SELECT r.status, r.body FROM aliases a JOIN responses r ON r.key = a.key WHERE a.raw = ?",
+                    (raw_key,)).fetchone()
+            except sqlite3.OperationalError:
+                return None
+        return (int(row[0]), bytes(row[1])) if row else None
+
+    def add_alias(self, raw_key: str, key: str) -> None:
+        if self._conn is None or self.read_only:
+            return
+        with self._lock:
+            self._conn.execute("INSERT OR REPLACE INTO aliases VALUES (?, ?)", (raw_key, key))
 
     def get(self, key: str) -> Optional[tuple[int, bytes]]:
         if self._conn is None:
@@ -360,12 +400,21 @@ class JudgeCache:
                 return None  # e.g. a read-only file without the table
         return (int(row[0]), bytes(row[1])) if row else None
 
-    def put(self, key: str, path: str, model: Optional[str], status: int, body: bytes) -> None:
+    def put(self, key: str, path: str, model: Optional[str], status: int, body: bytes,
+            raw_key: Optional[str] = None) -> None:
         if self._conn is None or self.read_only:
             return
         with self._lock:
-            self._conn.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
-                               (key, path, model, status, body, time.time()))
+            self._conn.execute("BEGIN")
+            try:
+                self._conn.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
+                                   (key, path, model, status, body, time.time()))
+                if raw_key is not None:
+                    self._conn.execute("INSERT OR REPLACE INTO aliases VALUES (?, ?)", (raw_key, key))
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
 
     def __len__(self) -> int:
         if self._conn is None:
@@ -376,6 +425,9 @@ class JudgeCache:
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:
+                if not self.read_only:
+                    with contextlib.suppress(sqlite3.Error):  # fold the WAL back: one portable file
+                        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 self._conn.close()
                 self._conn = None
 
@@ -385,8 +437,12 @@ class JudgeCache:
 # ------------------------------------------------------------------------------------------------
 
 
+class _JsonBytes(bytes):
+    """Bytes known to hold a JSON document."""
+
+
 def _error_body(message: str, etype: str = "ragbridge_gateway_error", code: Optional[str] = None) -> bytes:
-    return json.dumps({"error": {"message": message, "type": etype, "param": None, "code": code}}).encode()
+    return _JsonBytes(json.dumps({"error": {"message": message, "type": etype, "param": None, "code": code}}).encode())
 
 
 def _usage_of(parsed: Any) -> tuple[int, int]:
@@ -434,6 +490,12 @@ class _Result:
     attempts: int = 0
     parsed: Any = None
     counted: bool = True  # a judge call (POST), counted in usage
+    json_ok: bool = False  # body known to be a JSON document (parsed, cached or made here)
+    request_json: bool = False  # the request body was parsed as JSON
+
+    def __post_init__(self) -> None:
+        if self.parsed is not None or isinstance(self.body, _JsonBytes):
+            self.json_ok = True
 
 
 class _Server(ThreadingHTTPServer):
@@ -442,10 +504,88 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 256
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Headers(dict):
+    """Request headers, keys lowercased (``get`` is case-insensitive)."""
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        return dict.get(self, key.lower(), default)
+
+
+class FastRequestHandler(BaseHTTPRequestHandler):
+    """BaseHTTPRequestHandler with a lean request parser (the stdlib one runs the email package's
+    header parser on every request, a large part of the per-call cost on loopback), keep-alive
+    (HTTP/1.1) and one write per response."""
+
     protocol_version = "HTTP/1.1"
-    server_version = "ragbridge-judge-gateway"
     sys_version = ""
+    max_headers = 100
+
+    def parse_request(self) -> bool:
+        self.command = None
+        self.request_version = self.default_request_version
+        self.close_connection = True
+        requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        self.requestline = requestline
+        words = requestline.split()
+        if len(words) != 3 or not words[2].startswith("HTTP/1."):
+            self.send_error(400, "Bad request line")
+            return False
+        self.command, self.path, self.request_version = words
+        headers = _Headers()
+        while True:
+            line = self.rfile.readline(65537)
+            if len(line) > 65536:
+                self.send_error(431, "Header line too long")
+                return False
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, sep, value = line.decode("iso-8859-1").partition(":")
+            if not sep:
+                self.send_error(400, "Bad header line")
+                return False
+            headers[name.strip().lower()] = value.strip()
+            if len(headers) > self.max_headers:
+                self.send_error(431, "Too many headers")
+                return False
+        self.headers = headers  # type: ignore[assignment]
+        conn = headers.get("connection", "").lower()
+        if conn == "close":
+            self.close_connection = True
+        elif conn == "keep-alive" or self.request_version == "HTTP/1.1":
+            self.close_connection = False
+        if headers.get("expect", "").lower() == "100-continue" and self.request_version == "HTTP/1.1":
+            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        return True
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+    def read_body(self) -> bytes:
+        n = int(self.headers.get("Content-Length") or 0)
+        if n:
+            return self.rfile.read(n)
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            return b"".join(chunks)
+        return b""
+
+    def write_response(self, status: int, body: bytes, headers: list[str]) -> None:
+        head = [f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}",
+                f"Content-Length: {len(body)}", *headers]
+        if self.close_connection:
+            head.append("Connection: close")
+        self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+
+
+class _Handler(FastRequestHandler):
+    server_version = "ragbridge-judge-gateway"
     gateway: "JudgeGateway"
 
     def setup(self) -> None:
@@ -462,9 +602,6 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             self.gateway._track(self.connection, False)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass
-
     def do_GET(self) -> None:  # noqa: N802
         self._handle("GET")
 
@@ -472,35 +609,15 @@ class _Handler(BaseHTTPRequestHandler):
         self._handle("POST")
 
     def _reply(self, res: _Result) -> None:
-        head = [f"HTTP/1.1 {res.status} {self.responses.get(res.status, ('',))[0]}",
-                f"Content-Type: {res.content_type}", f"Content-Length: {len(res.body)}",
-                f"X-Ragbridge-Cache: {res.cache}"]
+        extra = [f"Content-Type: {res.content_type}", f"X-Ragbridge-Cache: {res.cache}"]
         if not 200 <= res.status < 300:
-            head.append("x-should-retry: false")
-        if self.close_connection:
-            head.append("Connection: close")
-        self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + res.body)
-
-    def _read_body(self) -> bytes:
-        n = int(self.headers.get("Content-Length") or 0)
-        if n:
-            return self.rfile.read(n)
-        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            chunks = []
-            while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    self.rfile.readline()
-                    break
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-            return b"".join(chunks)
-        return b""
+            extra.append("x-should-retry: false")  # the gateway already retried
+        self.write_response(res.status, res.body, extra)
 
     def _handle(self, method: str) -> None:
         gw = self.gateway
         t0 = time.perf_counter()
-        raw = self._read_body() if method == "POST" else b""
+        raw = self.read_body() if method == "POST" else b""
         if gw._closing.is_set():
             self.close_connection = True
             self._reply(_Result(503, _error_body("ragbridge judge gateway is shut down"), cache="off"))
@@ -526,7 +643,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(_Result(404, _error_body(f"ragbridge judge gateway: no such endpoint /{endpoint}",
                                                  "invalid_request_error"), cache="off"))
             return
-        res = gw._serve(method, endpoint, raw, triple)
+        try:
+            res = gw._serve(method, endpoint, raw, triple)
+        except Exception as exc:  # a gateway bug must reach the library as an error, not a hang
+            res = _Result(500, _JsonBytes(gw._redact(_error_body(
+                f"ragbridge judge gateway internal error: {type(exc).__name__}: {exc}"))), cache="off")
+        if not gw.stub_detected and res.status == 200 and STUB_MARKER in res.body:
+            gw.stub_detected = True
         if res.counted:
             gw._account(triple, res)  # before replying: usage() is current once the client has its answer
         self._reply(res)
@@ -538,7 +661,12 @@ class JudgeGateway:
     """The loopback OpenAI-compatible gateway in front of the real judge (see the module docstring).
 
     ``with JudgeGateway(config, audit_log=run_dir / "judge-audit.jsonl") as gw:`` ... point each
-    library at ``gw.base_url(backend, metric, case_id)`` with ``api_key=gw.api_key``."""
+    library at ``gw.base_url(backend, metric, case_id)`` with ``api_key=gw.api_key``.
+
+    ``backoff_base`` / ``backoff_cap`` (seconds) may be lowered on an instance, e.g. in tests."""
+
+    backoff_base: float = BACKOFF_BASE
+    backoff_cap: float = BACKOFF_CAP
 
     def __init__(self, config: JudgeConfig, audit_log: Optional[Path] = None) -> None:
         self.config = config
@@ -563,6 +691,14 @@ class JudgeGateway:
         self._client: Optional[httpx.Client] = None
         self._allowed_hosts: set[str] = set()
         self.port: Optional[int] = None
+        #: True once an answer (from upstream or the cache) came from ragbridge's stub judge:
+        #: run outputs must then be labelled as stub scores.
+        self.stub_detected = False
+
+    def _endpoint_url(self, endpoint: str, *, public: bool = False) -> str:
+        """``base_url`` + ``/endpoint``, keeping a query string (e.g. ``?api-version=``) at the end."""
+        parts = urlsplit(self._upstream_public if public else self._upstream)
+        return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + "/" + endpoint, parts.query, ""))
 
     # -- lifecycle ------------------------------------------------------------------------------
     def _http(self) -> httpx.Client:
@@ -586,7 +722,7 @@ class JudgeGateway:
             self._cache = JudgeCache(cfg.cache_path, read_only=cfg.cache_mode == "read-only")
         if self.audit_log is not None:
             self.audit_log.parent.mkdir(parents=True, exist_ok=True)
-            self._audit_fh = open(self.audit_log, "a", encoding="utf-8")
+            self._audit_fh = open(self.audit_log, "ab")
         self._http()
         handler = type("JudgeGatewayHandler", (_Handler,), {"gateway": self})
         self._server = _Server(("127.0.0.1", 0), handler)
@@ -732,7 +868,7 @@ class JudgeGateway:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         timeout = min(cfg.timeout, 10.0)
         try:
-            r = self._http().get(f"{self._upstream}/models", headers=headers, timeout=timeout)
+            r = self._http().get(self._endpoint_url("models"), headers=headers, timeout=timeout)
         except httpx.TimeoutException:
             raise JudgeUnavailable(
                 f"judge endpoint {url} did not answer within {timeout:g} s: check that the server is up "
@@ -754,11 +890,14 @@ class JudgeGateway:
                 f"judge endpoint {url} rejected the API key from {cfg.api_key_env} (HTTP {r.status_code}): "
                 f"check the key")
         listed = None
+        stub = r.headers.get("x-ragbridge-stub") == "1"
+        if stub:
+            self.stub_detected = True
         if r.status_code == 200:
             with contextlib.suppress(Exception):
                 listed = cfg.model in {m.get("id") for m in r.json().get("data", [])}
         return {"mode": cfg.cache_mode, "endpoint": url, "upstream_checked": True,
-                "models_status": r.status_code, "model_listed": listed, "key_set": bool(key)}
+                "models_status": r.status_code, "model_listed": listed, "key_set": bool(key), "stub": stub}
 
     # -- serving --------------------------------------------------------------------------------
     def _redact(self, data: bytes) -> bytes:
@@ -781,6 +920,16 @@ class JudgeGateway:
             return res
         if endpoint == "models":
             return _Result(405, _error_body("use GET for /models", "invalid_request_error"), counted=False)
+        cache = self._cache
+        use_cache = cfg.cache_mode != "off" and (cache is not None or cfg.cache_mode == "read-only")
+        path = "/" + endpoint
+        raw_key = None
+        if use_cache and cache is not None:
+            # Fast path: byte-identical request bodies map to the canonical key without parsing.
+            raw_key = JudgeCache.raw_key(self._upstream_public, path, raw)
+            hit = cache.get_raw(raw_key)
+            if hit is not None:
+                return _Result(hit[0], hit[1], cache="hit", json_ok=True, request_json=True)
         try:
             body = json.loads(raw)
         except ValueError:
@@ -788,23 +937,25 @@ class JudgeGateway:
                                             "invalid_request_error"), cache="off")
         if isinstance(body, dict) and body.get("stream"):
             res = self._forward("POST", endpoint, raw, stream=True)
-            res.cache = "bypass"
+            res.cache, res.request_json = "bypass", True
             return res
-        if cfg.cache_mode == "off" or self._cache is None and cfg.cache_mode != "read-only":
+        if not use_cache:
             res = self._forward("POST", endpoint, raw)
-            res.cache = "off"
+            res.cache, res.request_json = "off", True
             return res
-        key = JudgeCache.key(self._upstream_public, "/" + endpoint, body)
-        hit = self._cache.get(key) if self._cache is not None else None
+        key = JudgeCache.key(self._upstream_public, path, body)
+        hit = cache.get(key) if cache is not None else None
         if hit is not None:
-            return _Result(hit[0], hit[1], cache="hit", attempts=0)
+            if raw_key is not None and cache is not None:
+                cache.add_alias(raw_key, key)
+            return _Result(hit[0], hit[1], cache="hit", json_ok=True, request_json=True)
         if cfg.cache_mode == "read-only":
             model = body.get("model") if isinstance(body, dict) else None
             return _Result(400, _error_body(
                 f"ragbridge judge cache miss in read-only mode: no recorded response for this /{endpoint} "
                 f"request (model {model!r}); re-record the cache with cache_mode = \"read-write\" "
                 f"and a key, or check that the judge settings match the recording",
-                "invalid_request_error", "ragbridge_cache_miss"), cache="readonly-miss")
+                "invalid_request_error", "ragbridge_cache_miss"), cache="readonly-miss", request_json=True)
         # read-write: one upstream call per distinct request in flight (single flight).
         with self._lock:
             waiter = self._inflight.get(key)
@@ -812,30 +963,34 @@ class JudgeGateway:
                 self._inflight[key] = threading.Event()
         if waiter is not None:
             waiter.wait(self.config.client_timeout())
-            hit = self._cache.get(key)
+            hit = cache.get(key)
             if hit is not None:
-                return _Result(hit[0], hit[1], cache="hit", attempts=0)
-            return self._forward_and_store(endpoint, raw, body, key)
+                return _Result(hit[0], hit[1], cache="hit", json_ok=True, request_json=True)
+            return self._forward_and_store(endpoint, raw, body, key, raw_key)
         try:
-            return self._forward_and_store(endpoint, raw, body, key)
+            return self._forward_and_store(endpoint, raw, body, key, raw_key)
         finally:
             with self._lock:
                 ev = self._inflight.pop(key, None)
             if ev is not None:
                 ev.set()
 
-    def _forward_and_store(self, endpoint: str, raw: bytes, body: Any, key: str) -> _Result:
+    def _forward_and_store(self, endpoint: str, raw: bytes, body: Any, key: str, raw_key: Optional[str]) -> _Result:
         res = self._forward("POST", endpoint, raw)
+        res.request_json = True
         if 200 <= res.status < 300 and self._cache is not None:
             model = body.get("model") if isinstance(body, dict) else None
-            self._cache.put(key, "/" + endpoint, model if isinstance(model, str) else None, res.status, res.body)
+            self._cache.put(key, "/" + endpoint, model if isinstance(model, str) else None, res.status, res.body,
+                            raw_key=raw_key)
         return res
 
     def _forward(self, method: str, endpoint: str, raw: bytes, *, stream: bool = False) -> _Result:
         cfg = self.config
         client = self._http()
-        url = f"{self._upstream}/{endpoint}"
-        public = f"{self._upstream_public}/{endpoint}"
+        if self._closing.is_set():
+            return _Result(503, _error_body("ragbridge judge gateway is shut down"), attempts=0)
+        url = self._endpoint_url(endpoint)
+        public = self._endpoint_url(endpoint, public=True)
         headers = {"Accept": "application/json"}
         if method == "POST":
             headers["Content-Type"] = "application/json"
@@ -881,7 +1036,7 @@ class JudgeGateway:
             last.attempts = attempt
             if attempt > cfg.max_retries or self._closing.is_set():
                 break
-            delay = random.uniform(0.0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (attempt - 1)))
+            delay = random.uniform(0.0, min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1)))
             if retry_after is not None:
                 delay = min(retry_after, RETRY_AFTER_CAP)
             if delay > 0 and self._closing.wait(delay):
@@ -911,44 +1066,34 @@ class JudgeGateway:
     def _audit(self, triple: Triple, endpoint: str, raw: bytes, res: _Result, seconds: float) -> None:
         if self._audit_fh is None:
             return
-
-        def decode(data: bytes) -> Any:
-            try:
-                return json.loads(data)
-            except ValueError:
-                return data.decode("utf-8", "replace")
-
-        line = json.dumps({
-            "time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-            "backend": triple[0], "metric": triple[1], "case_id": triple[2],
-            "path": "/" + endpoint,
-            "request": decode(self._redact(raw)),
-            "status": res.status,
-            "response": res.parsed if res.parsed is not None and res.cache != "hit" else decode(res.body),
-            "cache_hit": res.cache == "hit",
-            "cache": res.cache,
-            "attempts": res.attempts,
-            "seconds": round(seconds, 6),
-        }, ensure_ascii=False)
-        if self._key and self._key in line:
-            line = line.replace(self._key, "[REDACTED]")
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
+        head = (f'{{"time": "{stamp}", "backend": {_js(triple[0])}, "metric": {_js(triple[1])}, '
+                f'"case_id": {_js(triple[2])}, "path": {_js("/" + endpoint)}, "status": {res.status}, '
+                f'"cache_hit": {"true" if res.cache == "hit" else "false"}, "cache": "{res.cache}", '
+                f'"attempts": {res.attempts}, "seconds": {seconds:.6f}}}').encode("utf-8")
+        # Bodies are embedded as the JSON text they are (no re-encoding); raw newlines in JSON can
+        # only be whitespace, so flattening them keeps one record per line.
+        line = b"".join((head[:-1], b', "request": ', _json_or_string(raw, trusted=res.request_json), b', "response": ',
+                         _json_or_string(res.body, trusted=res.json_ok), b"}"))
+        line = self._redact(line.replace(b"\r", b" ").replace(b"\n", b" ")) + b"\n"
         with self._audit_lock:
             if self._audit_fh is not None:
-                self._audit_fh.write(line + "\n")
+                self._audit_fh.write(line)
                 self._audit_fh.flush()
 
 
-def _main(argv: Optional[list[str]] = None) -> int:  # pragma: no cover - manual smoke use
-    import argparse
+def _js(value: Optional[str]) -> str:
+    return "null" if value is None else json.dumps(value, ensure_ascii=False)
 
-    p = argparse.ArgumentParser(description="Run a ragbridge judge gateway in the foreground.")
-    p.add_argument("--model", required=True)
-    p.add_argument("--base-url", required=True)
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY")
-    a = p.parse_args(argv)
-    with JudgeGateway(JudgeConfig(model=a.model, base_url=a.base_url, api_key_env=a.api_key_env)) as gw:
-        print(f"gateway on {gw.plain_base_url} -> {gw.config.public_base_url}", file=sys.stderr, flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            while True:
-                time.sleep(3600)
-    return 0
+
+def _json_or_string(data: bytes, *, trusted: bool = False) -> bytes:
+    """``data`` itself when it is a JSON document, else ``data`` as a JSON string."""
+    if not data:
+        return b"null"
+    if not trusted:
+        try:
+            json.loads(data)
+        except ValueError:
+            return json.dumps(data.decode("utf-8", "replace"), ensure_ascii=False).encode("utf-8")
+    return data

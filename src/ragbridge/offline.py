@@ -34,6 +34,14 @@ DEFAULTS = {
 }
 
 
+def _deepeval_cache_folder() -> str:
+    # DeepEval's ".deepeval" folder (telemetry id migration, evaluate() caches) defaults to the working
+    # directory; keep it in the user's cache folder instead, so no run ever writes into the project.
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "ragbridge", "deepeval")
+
+
 def apply_defaults() -> None:
     for key, value in DEFAULTS.items():
         os.environ.setdefault(key, value)
+    os.environ.setdefault("DEEPEVAL_CACHE_FOLDER", _deepeval_cache_folder())

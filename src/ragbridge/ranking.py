@@ -45,6 +45,11 @@ Undefined values
     but ``R = 0`` (only grade-0 labels) is ``NaN`` for recall, mrr, ndcg and map, and a defined 0 for
     precision and hit. (trec_eval scores the latter 0 everywhere and silently drops the former.)
     ``NaN`` must never be averaged as 0: use ``np.nanmean`` and report the count.
+
+Cost: :func:`prepare` reads each chunk's ``id`` (and, for labelled cases, ``source``) once through
+C-level ``map``/``dict`` calls and visits only matched chunks in Python; every metric is then a few
+NumPy passes over arrays whose length is the number of relevant retrieved chunks. See
+``benchmarks/bench_ranking.py``.
 """
 
 from __future__ import annotations
@@ -52,9 +57,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .schema import Case
 
 __all__ = [
     "Ranked",
@@ -123,6 +131,17 @@ def _to_int64(values: list, what: str) -> np.ndarray:
         raise ValueError(f"{what} must fit in a 64-bit integer") from exc
 
 
+def _first_chunks(ctx):
+    """The chunks of ``ctx`` whose id has not occurred earlier (first occurrence wins)."""
+    seen: set = set()
+    kept = []
+    for chunk in ctx:
+        if chunk.id not in seen:
+            seen.add(chunk.id)
+            kept.append(chunk)
+    return kept
+
+
 def _match_slow(ci, ctx, ids, rel, m_case, m_rank, m_grade, uncredited):
     """Match one case chunk by chunk (used only when some chunk's source is a label)."""
     seen: set = set()
@@ -144,7 +163,7 @@ def _match_slow(ci, ctx, ids, rel, m_case, m_rank, m_grade, uncredited):
         m_grade.append(g)
 
 
-def prepare(cases: Iterable[Any]) -> Ranked:
+def prepare(cases: Sequence["Case"]) -> Ranked:
     """Walk the cases once, apply the relevance rule and return flat arrays for the metric kernels.
 
     ``cases`` is a sequence of :class:`~ragbridge.schema.Case` (anything with ``contexts``, a list of
@@ -153,55 +172,62 @@ def prepare(cases: Iterable[Any]) -> Ranked:
     of the sources); only matched chunks are visited one by one.
     """
     get_id, get_source = _get_id, _get_source
-    n_ctx: list[int] = []  # raw context length
-    n_ret: list[int] = []  # de-duplicated length
-    n_labels: list[int] = []
+    fromkeys = dict.fromkeys
+    n_ctx: list[int] = []  # raw context length per case
+    dup_case: list[int] = []  # sparse: cases with repeated ids, and how many were dropped
+    dup_n: list[int] = []
+    lab_case: list[int] = []  # labelled cases, their label count, and all their grades
+    lab_n: list[int] = []
     all_grades: list[int] = []
-    m_case: list[int] = []
-    m_rank: list[int] = []  # 0-based here
+    hit_case: list[int] = []  # fast path: cases with id matches and how many
+    hit_n: list[int] = []
+    m_rank: list[int] = []  # 0-based rank of each matched chunk (grade filtered later)
     m_grade: list[int] = []
-    uncredited: list[int] = []  # flat positions (before sorting) of non-credited matches
+    s_case: list[int] = []  # slow path (source matches): one entry per relevant match
+    s_rank: list[int] = []
+    s_grade: list[int] = []
+    s_uncredited: list[int] = []
+    n_ctx_append, lab_case_append, lab_n_append = n_ctx.append, lab_case.append, lab_n.append
+    grades_extend, hit_case_append, hit_n_append = all_grades.extend, hit_case.append, hit_n.append
+    rank_extend, grade_extend = m_rank.extend, m_grade.extend
 
     ci = -1
     for ci, case in enumerate(cases):
         ctx = case.contexts
+        # dict.fromkeys de-duplicates keeping first occurrences in order (faster than set()).
+        first = fromkeys(map(get_id, ctx))
+        n_ctx_append(len(ctx))
+        if len(first) != len(ctx):  # repeated ids: keep each id's first chunk
+            dup_case.append(ci)
+            dup_n.append(len(ctx) - len(first))
+            ctx = _first_chunks(ctx)
         rel = case.relevant
-        # dict.fromkeys de-duplicates, keeping first occurrences in order, faster than set().
-        first = dict.fromkeys(map(get_id, ctx))
-        n = len(first)
-        n_ctx.append(len(ctx))
-        n_ret.append(n)
         if not rel:
-            n_labels.append(0)
             continue
-        n_labels.append(len(rel))
-        all_grades.extend(rel.values())
-        if n != len(ctx):  # repeated ids: keep each id's first chunk
-            kept = []
-            seen_ids: set = set()
-            for chunk in ctx:
-                if chunk.id not in seen_ids:
-                    seen_ids.add(chunk.id)
-                    kept.append(chunk)
-            ctx = kept
+        lab_case_append(ci)
+        lab_n_append(len(rel))
+        grades_extend(rel.values())
         if rel.keys().isdisjoint(map(get_source, ctx)):
-            # Id matches only: each label matches at most one chunk, so every match is credited.
-            hits = first.keys() & rel.keys()
+            # Id matches only: a label matches at most one chunk, so every match is credited.
+            hits = rel.keys() & first.keys()
             if hits:
                 ids = list(first)
-                for label in hits:
-                    g = rel[label]
-                    if g > 0:
-                        m_case.append(ci)
-                        m_rank.append(ids.index(label))
-                        m_grade.append(g)
+                hit_case_append(ci)
+                hit_n_append(len(hits))
+                rank_extend(map(ids.index, hits))
+                grade_extend(map(rel.__getitem__, hits))
         else:
-            _match_slow(ci, ctx, list(first), rel, m_case, m_rank, m_grade, uncredited)
+            _match_slow(ci, ctx, list(first), rel, s_case, s_rank, s_grade, s_uncredited)
 
     n_cases = ci + 1
     n_ctx_a = np.array(n_ctx, dtype=np.int64)
-    n_ret_a = np.array(n_ret, dtype=np.int64)
-    n_labels_a = np.array(n_labels, dtype=np.int64)
+    duplicates = np.zeros(n_cases, dtype=np.int64)
+    if dup_case:
+        duplicates[np.array(dup_case, dtype=np.int64)] = dup_n
+    labelled = np.zeros(n_cases, dtype=bool)
+    labelled[np.array(lab_case, dtype=np.int64)] = True
+    n_labels_a = np.zeros(n_cases, dtype=np.int64)
+    n_labels_a[np.array(lab_case, dtype=np.int64)] = lab_n
 
     # Ideal ranking: all labels with grade >= 1, per case by grade descending.
     grades = _to_int64(all_grades, "grades")
@@ -216,13 +242,19 @@ def prepare(cases: Iterable[Any]) -> Ranked:
     ideal_start = np.cumsum(n_relevant) - n_relevant
     ideal_rank = np.arange(1, ideal_case.size + 1, dtype=np.int64) - ideal_start[ideal_case]
 
-    # Relevant retrieved chunks, sorted by (case, rank).
-    case_index = np.array(m_case, dtype=np.int64)
-    rank = np.array(m_rank, dtype=np.int64) + 1
-    grade = _to_int64(m_grade, "grades")
+    # Relevant retrieved chunks (fast and slow path together), sorted by (case, rank).
+    case_index = np.concatenate([
+        np.repeat(np.array(hit_case, dtype=np.int64), np.array(hit_n, dtype=np.int64)),
+        np.array(s_case, dtype=np.int64),
+    ])
+    rank = np.concatenate([np.array(m_rank, dtype=np.int64), np.array(s_rank, dtype=np.int64)]) + 1
+    grade = np.concatenate([_to_int64(m_grade, "grades"), _to_int64(s_grade, "grades")])
     credited = np.ones(case_index.size, dtype=bool)
-    if uncredited:
-        credited[np.array(uncredited, dtype=np.int64)] = False
+    if s_uncredited:
+        credited[len(m_rank) + np.array(s_uncredited, dtype=np.int64)] = False
+    keep = grade > 0
+    if not bool(keep.all()):
+        case_index, rank, grade, credited = case_index[keep], rank[keep], grade[keep], credited[keep]
     if case_index.size:
         width = int(rank.max()) + 1
         key = case_index * width + rank
@@ -243,10 +275,10 @@ def prepare(cases: Iterable[Any]) -> Ranked:
 
     return Ranked(
         n_cases=n_cases,
-        duplicates=n_ctx_a - n_ret_a,
-        labelled=n_labels_a > 0,
+        duplicates=duplicates,
+        labelled=labelled,
         n_relevant=n_relevant,
-        n_retrieved=n_ret_a,
+        n_retrieved=n_ctx_a - duplicates,
         first_rank=first_rank,
         case_index=case_index,
         rank=rank,
@@ -410,7 +442,7 @@ def parse_metric(name: str) -> tuple[str, Optional[int]]:
 
 
 def evaluate(
-    cases: Union[Sequence[Any], Ranked], metrics: Sequence[str], gain: str = "linear"
+    cases: Union[Sequence["Case"], Ranked], metrics: Sequence[str], gain: str = "linear"
 ) -> dict[str, np.ndarray]:
     """Per-case values for each metric name, e.g. ``["recall@5", "ndcg@10", "mrr", "map@100"]``.
 
