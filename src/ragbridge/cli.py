@@ -56,7 +56,7 @@ def _fmt(value: float) -> str:
 
 
 def print_summary(frame, console: Console = out) -> None:
-    """Overall table (per backend and metric), then the mean per tag."""
+    """Overall table (per backend and metric), then the mean per tag for each backend."""
     overall = frame[frame["tag"] == ALL]
     table = Table(title="Summary", title_justify="left")
     for col in ("backend", "metric", "mean", "scored", "undefined", "errored"):
@@ -70,18 +70,20 @@ def print_summary(frame, console: Console = out) -> None:
     tagged = frame[frame["tag"] != ALL]
     if tagged.empty:
         return
-    keys = list(dict.fromkeys(zip(overall["backend"], overall["metric"])))
-    by_tag = Table(title="Mean per tag (n scored)", title_justify="left")
-    by_tag.add_column("tag")
-    for b, m in keys:
-        by_tag.add_column(m if len({k[0] for k in keys}) == 1 else f"{b}:{m}", justify="right")
-    for tag, group in tagged.groupby("tag", sort=True):
-        cells = []
-        for b, m in keys:
-            hit = group[(group["backend"] == b) & (group["metric"] == m)]
-            cells.append("" if hit.empty else f"{_fmt(hit['mean'].iloc[0])} ({hit['n_scored'].iloc[0]})")
-        by_tag.add_row(tag, *cells)
-    console.print(by_tag)
+    # one table per backend: a row per tag, a column per metric, the mean over the tag's scored cases
+    for b in dict.fromkeys(overall["backend"]):
+        metrics = list(dict.fromkeys(overall[overall["backend"] == b]["metric"]))
+        part = tagged[tagged["backend"] == b]
+        title = "Mean per tag" + (f" ({b})" if overall["backend"].nunique() > 1 else "")
+        by_tag = Table(title=title, title_justify="left")
+        by_tag.add_column("tag", no_wrap=True, min_width=min(24, max(len(t) for t in part["tag"])))
+        by_tag.add_column("n", justify="right")
+        for m in metrics:
+            by_tag.add_column(m, justify="right", overflow="fold")
+        for tag, group in part.groupby("tag", sort=True):
+            means = {row.metric: row.mean for row in group.itertuples()}
+            by_tag.add_row(tag, str(group["n"].max()), *(_fmt(means.get(m)) for m in metrics))
+        console.print(by_tag)
 
 
 @cli.command()
