@@ -9,6 +9,15 @@ For pytest, import the fixture into your ``conftest.py`` (it is not an auto-load
     from ragbridge.testing.pytest_fixtures import stub_judge  # noqa: F401
 """
 
-from ragbridge.testing.stub_judge import FAULT_KINDS, StubJudge, StubRequest, embed, serve
+from typing import Any
 
 __all__ = ["StubJudge", "StubRequest", "FAULT_KINDS", "embed", "serve"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so that ``python -m ragbridge.testing.stub_judge`` does not import the module twice.
+    if name in __all__:
+        from ragbridge.testing import stub_judge
+
+        return getattr(stub_judge, name)
+    raise AttributeError(f"module 'ragbridge.testing' has no attribute {name!r}")

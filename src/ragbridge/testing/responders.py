@@ -1211,3 +1211,4 @@ _REGISTRY.extend([RagasResponder(), DeepEvalResponder(), TruLensResponder(), _Ge
 
 # Library-specific refinements live in their own modules and register themselves ahead of the above.
 from ragbridge.testing import responders_trulens as _responders_trulens  # noqa: E402,F401
+from ragbridge.testing import responders_deepeval as _responders_deepeval  # noqa: E402,F401

@@ -1,0 +1,242 @@
+"""ragbridge's TruLens backend against calling TruLens's provider functions directly.
+
+    python benchmarks/bench_trulens.py [--n 53] [--latency 0.1] [--workers 8] [--reps 3] [--api responses|chat]
+
+Three paths score the bundled support-bot golden set (``--n`` cases, repeated if larger) on the four
+metrics against the same stub judge, which runs in its own process with a fixed per-request latency
+(a stand-in for a real model; ``--latency 0`` measures pure overhead):
+
+* direct: TruLens's stock ``OpenAI`` provider pointed at the stub, the same provider functions and
+  arguments the backend uses (groundedness with ``use_sent_tokenize=True`` and the trivial filter
+  off, context relevance per chunk then the mean, answer relevance, ``GroundTruthAgreement``), all
+  (case, metric) pairs submitted to one pool of 4 x ``--workers`` threads -- the shape of a
+  ragbridge run (the four metrics at once, one pool of 4 x max_concurrency threads);
+* backend: ``TruLensBackend.score`` for the four metrics at once, with a judge stand-in that points
+  the provider straight at the stub (no gateway): what the adapter itself adds (Score building,
+  reasons, -1 checks, thread hand-off, provider set-up);
+* ragbridge: ``ragbridge.evaluate(cases, backends=["trulens"], out=...)``: the runner, the run folder
+  and the judge gateway (fresh SQLite cache, audit log, ``max_concurrency`` = 4 x workers), which adds
+  per call a loopback HTTP hop served by Python threads in the same process, the cache lookup and
+  write, the audit line and the accounting.
+
+TruLens is imported, and one warm-up call made, before anything is timed. The paths run ``--reps``
+times, alternating; medians are compared, wall time and process CPU time. Exit status 1 if
+backend / direct > ``--max-ratio`` (1.1), or, with ``--gate full``, if ragbridge / direct is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "plugins"))
+
+import ragbridge  # noqa: E402
+from ragbridge.backend import RunOptions  # noqa: E402
+from ragbridge.judge import JudgeConfig  # noqa: E402
+
+METRICS = ("faithfulness", "context_relevance", "answer_relevance", "answer_correctness")
+MODEL = "bench-judge"
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def start_stub(latency: float) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-m", "ragbridge.testing.stub_judge", "--port", str(port),
+                             "--latency", str(latency)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            c.request("GET", "/v1/models")
+            if c.getresponse().status == 200:
+                c.close()
+                return proc, f"http://127.0.0.1:{port}/v1"
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("stub judge did not start")
+
+
+def direct_provider(base_url: str, api: str):
+    import openai
+    from trulens.providers.openai import OpenAI
+
+    p = OpenAI(model_engine=MODEL, rpm=10**9,
+               client=openai.OpenAI(base_url=base_url, api_key="sk-bench", max_retries=0))
+    p.clear_capabilities_cache()
+    if api == "chat":
+        p._set_capabilities({"responses_api": False, "structured_outputs": False})
+    return p
+
+
+def direct_one(provider, case, metric):
+    from trulens.core.feedback.feedback import GroundednessConfigs
+    from trulens.feedback import GroundTruthAgreement
+
+    if metric == "faithfulness":
+        return provider.groundedness_measure_with_cot_reasons(
+            source="\n\n".join(c.text for c in case.contexts if c.text), statement=case.answer,
+            groundedness_configs=GroundednessConfigs(use_sent_tokenize=True, filter_trivial_statements=False))[0]
+    if metric == "context_relevance":
+        vals = [provider.context_relevance_with_cot_reasons(case.question, c.text)[0] for c in case.contexts if c.text]
+        return sum(vals) / len(vals)
+    if metric == "answer_relevance":
+        return provider.relevance_with_cot_reasons(case.question, case.answer)[0]
+    return GroundTruthAgreement([{"query": case.question, "expected_response": case.reference}],
+                                provider=provider).agreement_measure(case.question, case.answer)[0]
+
+
+def eligible(case, metric) -> bool:
+    have = case.fields_present()
+    need = {"faithfulness": ("answer", "context_text"), "context_relevance": ("context_text",),
+            "answer_relevance": ("answer",), "answer_correctness": ("answer", "reference")}[metric]
+    return all(n in have for n in need)
+
+
+def run_direct(cases, base_url, workers, api) -> tuple[float, int]:
+    # the standard library's pool (TruLens replaces concurrent.futures.ThreadPoolExecutor on import
+    # with one that records the stack on every submit; the cheaper original is the fair baseline)
+    from trulens.core.utils.threading import fThreadPoolExecutor
+
+    provider = direct_provider(base_url, api)
+    t0 = time.perf_counter()
+    pool = fThreadPoolExecutor(4 * workers)
+    futures = [pool.submit(direct_one, provider, c, m) for m in METRICS for c in cases if eligible(c, m)]
+    done = sum(1 for f in futures if f.result() is not None)
+    pool.shutdown()
+    return time.perf_counter() - t0, done
+
+
+class DirectJudge:
+    """The judge interface a backend uses, pointing straight at the server (no gateway)."""
+
+    def __init__(self, url: str, workers: int) -> None:
+        self.plain_base_url = url
+        self.api_key = "sk-bench"
+        self.config = JudgeConfig(model=MODEL, base_url=url, max_concurrency=workers)
+
+    @staticmethod
+    def tag_scope(*args):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    @staticmethod
+    def httpx_event_hooks() -> dict:
+        return {}
+
+
+def run_backend(cases, base_url, workers, api) -> tuple[float, int]:
+    import asyncio
+
+    from ragbridge.backend import ScoringContext
+    from ragbridge_trulens import TruLensBackend
+
+    backend = TruLensBackend()
+    ctx = ScoringContext(options=RunOptions(backend_options={"trulens": {"api": api}}),
+                         judge=DirectJudge(base_url, workers))
+
+    async def go():
+        async def one(metric):
+            todo = [c for c in cases if eligible(c, metric)]
+            return [s async for s in backend.score(metric, todo, ctx)]
+
+        return await asyncio.gather(*(one(m) for m in METRICS))
+
+    t0 = time.perf_counter()
+    results = asyncio.run(go())
+    seconds = time.perf_counter() - t0
+    scores = [s for r in results for s in r]
+    if any(s.status == "error" for s in scores):
+        raise SystemExit(f"backend run had errors, e.g. {next(s.error for s in scores if s.error)}")
+    return seconds, sum(1 for s in scores if s.status == "scored")
+
+
+def run_ragbridge(cases, base_url, workers, api, tmp: Path, rep: int) -> tuple[float, int]:
+    judge = JudgeConfig(model=MODEL, base_url=base_url, cache_path=tmp / f"cache-{rep}.sqlite",
+                        max_concurrency=workers * 4)
+    t0 = time.perf_counter()
+    run = ragbridge.evaluate(cases, backends=["trulens"], metrics=list(METRICS), judge=judge,
+                             out=tmp / f"run-{rep}", options=RunOptions(backend_options={"trulens": {"api": api}}))
+    seconds = time.perf_counter() - t0
+    bad = [s for s in run.scores if s.status == "error"]
+    if bad:
+        raise SystemExit(f"ragbridge run had {len(bad)} errors, e.g. {bad[0].error}")
+    return seconds, sum(1 for s in run.scores if s.status == "scored")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=53)
+    ap.add_argument("--latency", type=float, default=0.1)
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--api", choices=("responses", "chat"), default="responses")
+    ap.add_argument("--max-ratio", type=float, default=1.1)
+    ap.add_argument("--gate", choices=("backend", "full"), default="backend")
+    a = ap.parse_args(argv)
+
+    base = ragbridge.load_cases(ROOT / "examples" / "support-bot" / "golden.jsonl")
+    cases = [base[i % len(base)].model_copy(update={"id": f"{base[i % len(base)].id}#{i}"}) for i in range(a.n)]
+    t = time.perf_counter()
+    import trulens.providers.openai  # noqa: F401
+    from trulens.feedback import GroundTruthAgreement  # noqa: F401
+
+    from ragbridge_trulens.scoring import offline_sentence_splitter
+
+    offline_sentence_splitter()
+    print(f"import trulens: {time.perf_counter() - t:.1f}s (not timed below)")
+    proc, url = start_stub(a.latency)
+    times: dict[str, list[tuple[float, float]]] = {"direct": [], "backend": [], "ragbridge": []}
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-trulens-") as tmp:
+            run_direct(cases[:2], url, a.workers, a.api)  # warm-up
+            for rep in range(a.reps):
+                line = []
+                for name in times:
+                    c0 = time.process_time()
+                    if name == "direct":
+                        wall, n = run_direct(cases, url, a.workers, a.api)
+                    elif name == "backend":
+                        wall, n = run_backend(cases, url, a.workers, a.api)
+                    else:
+                        wall, n = run_ragbridge(cases, url, a.workers, a.api, Path(tmp), rep)
+                    times[name].append((wall, time.process_time() - c0))
+                    line.append(f"{name} {wall:.2f}s wall {times[name][-1][1]:.2f}s cpu ({n} scores)")
+                print(f"rep {rep + 1}: " + ", ".join(line), flush=True)
+    finally:
+        proc.kill()
+        proc.wait()
+    med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in times.items()}
+    d = med["direct"]
+    print(f"median wall / cpu: direct {d[0]:.2f}s / {d[1]:.2f}s, backend {med['backend'][0]:.2f}s / "
+          f"{med['backend'][1]:.2f}s, ragbridge {med['ragbridge'][0]:.2f}s / {med['ragbridge'][1]:.2f}s")
+    r_backend = med["backend"][0] / d[0]
+    r_full = med["ragbridge"][0] / d[0]
+    print(f"ratio vs direct (wall): backend {r_backend:.3f}, ragbridge with gateway {r_full:.3f} "
+          f"(n={a.n}, latency={a.latency}s, workers={a.workers}, api={a.api}; limit {a.max_ratio} on {a.gate})")
+    ratio = r_backend if a.gate == "backend" else r_full
+    return 0 if ratio <= a.max_ratio else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,384 @@
+"""TruLens-shaped data in and out: the RAG-triad table users keep, and the leaderboard layout.
+
+TruLens has no file format for RAG-triad inputs. Users keep a DataFrame (or JSONL) whose columns
+follow TruLens's ground-truth dataset schema (``GroundTruth``: ``query``, ``query_id``,
+``expected_response``, ``expected_chunks``, ``meta``; what ``TruSession.add_ground_truth_to_dataset``
+takes) plus the app's outputs (``response`` and the retrieved ``contexts``, what the triad's
+selectors read from a record). The ``trulens`` format reads and writes exactly that:
+
+==================  ==========================================================================
+TruLens column      canonical field
+==================  ==========================================================================
+``query_id``        ``id`` (also read: ``record_id``, ``id``; missing: derived from the query)
+``query``           ``question`` (also read: ``input``, ``prompt``, ``question``)
+``response``        ``answer`` (also read: ``output``, ``answer``)
+``contexts``        ``contexts``: a list of texts (also read: ``context``, ``source``,
+                    ``retrieved_contexts``; items may be ``{"text": ...}`` dicts)
+``expected_response`` ``reference`` (also read: ``ground_truth``, ``reference``)
+``expected_chunks`` ``reference_contexts``: ``[{"text": ..., "expect_score": 1}]``
+``meta``            ``metadata``; ragbridge-only fields go under ``meta["ragbridge"]``
+==================  ==========================================================================
+
+Files: ``.jsonl`` (one row a line), ``.json`` (a list), ``.csv`` (list and dict cells as JSON) or
+``.parquet``. ``--from trulens`` / ``--to trulens`` names the format (the suffix alone means the
+canonical format). From Python, `cases_from_frame` and `cases_to_frame` work on DataFrames.
+
+Writing keeps every canonical field: chunk ids, sources and retrieval scores, relevance labels,
+answer checks, ``answerable`` and ``tags`` have no TruLens column, so they are stored under
+``meta["ragbridge"]`` (TruLens carries ``meta`` through untouched) and restored on reading; the
+writer reports nothing lost. A plain TruLens table without that key reads fine: chunk ids are
+derived from the texts.
+
+`leaderboard` turns a run into the layout of ``TruSession.get_leaderboard()``: one row per
+(``app_name``, ``app_version``) -- here ``app_version`` is the backend -- with one column per
+feedback name (sorted, TruLens's display names: ``Answer Relevance``, ``Context Relevance``,
+``Ground Truth Agreement``, ``Groundedness``) holding the mean over the scored cases, then
+``latency`` (mean seconds per case) and ``total_cost`` (0.0: ragbridge does not price calls).
+`records` gives the per-record frame (``record_id``, ``input``, ``output``, one column per feedback
+name, ``latency``, ``total_tokens``, ``total_cost``). `write_leaderboard` writes either as CSV/JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Optional, Sequence
+
+from ragbridge.io import DatasetError, Format, cases_from_records
+from ragbridge.schema import Case, Score
+
+__all__ = [
+    "FEEDBACK_NAMES",
+    "FORMATS",
+    "cases_from_frame",
+    "cases_to_frame",
+    "case_to_row",
+    "row_to_record",
+    "read_trulens",
+    "write_trulens",
+    "leaderboard",
+    "records",
+    "write_leaderboard",
+]
+
+#: canonical metric -> the feedback name TruLens's quickstarts and dashboard use
+FEEDBACK_NAMES = {
+    "faithfulness": "Groundedness",
+    "context_relevance": "Context Relevance",
+    "answer_relevance": "Answer Relevance",
+    "answer_correctness": "Ground Truth Agreement",
+}
+
+_ALIASES = {
+    "id": ("query_id", "record_id", "id"),
+    "question": ("query", "input", "prompt", "question"),
+    "answer": ("response", "output", "answer"),
+    "contexts": ("contexts", "context", "source", "retrieved_contexts"),
+    "reference": ("expected_response", "ground_truth", "reference"),
+    "reference_contexts": ("expected_chunks",),
+    "metadata": ("meta", "metadata"),
+}
+_KNOWN = {a for names in _ALIASES.values() for a in names} | {"ground_truth_id", "dataset_id"}
+_EXTRA_KEY = "ragbridge"
+
+
+def _missing(v: Any) -> bool:
+    if v is None:
+        return True
+    if isinstance(v, float) and math.isnan(v):
+        return True
+    return False
+
+
+def _plain(v: Any) -> Any:
+    if hasattr(v, "tolist") and not isinstance(v, (str, bytes)):
+        v = v.tolist()
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+def _texts(value: Any, field: str) -> list[str]:
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"is not a valid JSON list: {exc.msg}", field=field) from None
+        else:
+            return [value] if text else []
+    if not isinstance(value, (list, tuple)):
+        raise DatasetError(f"must be a list of texts, got {type(value).__name__}", field=field)
+    out = []
+    for item in value:
+        if isinstance(item, dict):
+            text = item.get("text", item.get("page_content", item.get("content")))
+            if not isinstance(text, str):
+                raise DatasetError("each item must be a text or a {\"text\": ...} object", field=field)
+            out.append(text)
+        elif isinstance(item, str):
+            out.append(item)
+        else:
+            raise DatasetError(f"each item must be a text, got {type(item).__name__}", field=field)
+    return out
+
+
+def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
+    """One TruLens row -> a canonical record (validated later by `cases_from_records`)."""
+    row = {k: _plain(v) for k, v in row.items() if not _missing(v)}
+    unknown = sorted(set(row) - _KNOWN)
+    if unknown:
+        raise DatasetError(
+            f"unknown column(s) for the trulens format: {', '.join(unknown)}", field=unknown[0],
+            hint="columns: query, query_id, response, contexts, expected_response, expected_chunks, meta")
+    rec: dict[str, Any] = {}
+    for canon, names in _ALIASES.items():
+        found = [n for n in names if n in row]
+        if len(found) > 1:
+            raise DatasetError(f"given twice, as {found[0]!r} and {found[1]!r}", field=found[1],
+                               hint="keep one of them")
+        if found:
+            rec[canon] = row[found[0]]
+    meta = rec.pop("metadata", None)
+    if isinstance(meta, str) and meta.strip().startswith("{"):
+        try:
+            meta = json.loads(meta)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"is not a valid JSON object: {exc.msg}", field="meta") from None
+    if meta is not None and not isinstance(meta, dict):
+        raise DatasetError(f"must be an object, got {type(meta).__name__}", field="meta")
+    meta = dict(meta or {})
+    extra = meta.pop(_EXTRA_KEY, None) or {}
+    if not isinstance(extra, dict):
+        raise DatasetError("meta.ragbridge must be an object", field="meta")
+    if meta:
+        rec["metadata"] = meta
+    if "contexts" in rec:
+        texts = _texts(rec["contexts"], "contexts")
+        chunks = extra.get("contexts")
+        if isinstance(chunks, list) and len(chunks) == len(texts):
+            rec["contexts"] = [{**c, "text": t} for c, t in zip(chunks, texts)]
+        else:
+            rec["contexts"] = texts
+    if "reference_contexts" in rec:
+        rec["reference_contexts"] = _texts(rec["reference_contexts"], "expected_chunks")
+    for key in ("relevant", "must_contain", "must_not_contain", "answerable", "tags"):
+        if key in extra:
+            rec[key] = extra[key]
+    if "id" in rec and not isinstance(rec["id"], str):
+        rec["id"] = str(rec["id"])
+    return rec
+
+
+def case_to_row(case: Case) -> dict[str, Any]:
+    """One case -> one TruLens row (ragbridge-only fields under ``meta["ragbridge"]``)."""
+    row: dict[str, Any] = {"query_id": case.id, "query": case.question}
+    if case.answer is not None:
+        row["response"] = case.answer
+    if case.contexts:
+        row["contexts"] = [c.text for c in case.contexts]
+    if case.reference is not None:
+        row["expected_response"] = case.reference
+    if case.reference_contexts:
+        row["expected_chunks"] = [{"text": t, "expect_score": 1} for t in case.reference_contexts]
+    extra: dict[str, Any] = {}
+    if case.contexts:
+        extra["contexts"] = [c.model_dump(exclude={"text"}, exclude_none=True) for c in case.contexts]
+    if case.relevant:
+        extra["relevant"] = dict(case.relevant)
+    for key in ("must_contain", "must_not_contain", "tags"):
+        if getattr(case, key):
+            extra[key] = list(getattr(case, key))
+    if not case.answerable:
+        extra["answerable"] = False
+    meta = dict(case.metadata)
+    if extra:
+        meta[_EXTRA_KEY] = extra
+    if meta:
+        row["meta"] = meta
+    return row
+
+
+def cases_from_frame(df: Any, source: Optional[str] = None) -> list[Case]:
+    """A pandas DataFrame in TruLens's columns -> cases (raises `DatasetError` with the row)."""
+    rows = df.to_dict(orient="records")
+
+    def gen() -> Iterator[tuple[int, Any]]:
+        for i, row in enumerate(rows, start=1):
+            yield i, row
+
+    return _cases(gen(), source or "<DataFrame>", "row")
+
+
+def cases_to_frame(cases: Sequence[Case]):
+    """Cases -> a pandas DataFrame in TruLens's columns."""
+    import pandas as pd
+
+    return pd.DataFrame([case_to_row(c) for c in cases])
+
+
+def _cases(records: Iterable[tuple[int, Any]], path: Any, unit: str) -> list[Case]:
+    def converted() -> Iterator[tuple[int, Any]]:
+        for n, raw in records:
+            if not isinstance(raw, dict):
+                raise DatasetError(f"each row must be an object, got {type(raw).__name__}", path=path,
+                                   line=n, unit=unit)
+            try:
+                yield n, row_to_record(raw)
+            except DatasetError as exc:
+                exc.path, exc.line, exc.unit = str(path), n, unit
+                raise
+
+    return cases_from_records(converted(), path, unit=unit)
+
+
+def read_trulens(path: Path) -> list[Case]:
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".parquet", ".pq"):
+        import pandas as pd
+
+        try:
+            df = pd.read_csv(path, dtype=str, keep_default_na=False) if suffix == ".csv" else pd.read_parquet(path)
+        except Exception as exc:  # noqa: BLE001
+            raise DatasetError(f"cannot be read as {suffix[1:]}: {exc}", path=path) from None
+        if df.empty:
+            raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
+        if suffix == ".csv":
+            df = df.replace({"": None})
+            for col in ("contexts", "context", "source", "retrieved_contexts", "expected_chunks", "meta", "metadata"):
+                if col in df.columns:
+                    df[col] = df[col].map(lambda v: json.loads(v) if isinstance(v, str) and v[:1] in "[{" else v)
+        rows = df.to_dict(orient="records")
+        return _cases(((i + (2 if suffix == ".csv" else 1), r) for i, r in enumerate(rows)), path,
+                      "line" if suffix == ".csv" else "row")
+    data = path.read_bytes()
+    if not data.strip():
+        raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
+    text = data.decode("utf-8-sig", errors="strict")
+    if suffix == ".json":
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"not valid JSON: {exc.msg}", path=path, line=exc.lineno) from None
+        if not isinstance(obj, list):
+            raise DatasetError("must hold a JSON list of rows", path=path)
+        return _cases(enumerate(obj, start=1), path, "item")
+
+    def lines() -> Iterator[tuple[int, Any]]:
+        for n, line in enumerate(text.split("\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                yield n, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"not valid JSON: {exc.msg} at column {exc.colno}", path=path, line=n,
+                                   hint="each line must be one JSON object") from None
+
+    return _cases(lines(), path, "line")
+
+
+def write_trulens(cases: Sequence[Case], path: Path) -> list[str]:
+    path = Path(path)
+    rows = [case_to_row(c) for c in cases]
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".parquet", ".pq"):
+        import pandas as pd
+
+        if suffix == ".csv":
+            flat = [{k: (json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v)
+                     for k, v in r.items()} for r in rows]
+            pd.DataFrame(flat).to_csv(path, index=False)
+        else:
+            flat = [{k: (json.dumps(v, ensure_ascii=False) if k in ("meta", "expected_chunks") else v)
+                     for k, v in r.items()} for r in rows]
+            pd.DataFrame(flat).to_parquet(path, index=False)
+        return []
+    if suffix == ".json":
+        path.write_text(json.dumps(rows, ensure_ascii=False, indent=1), encoding="utf-8")
+        return []
+    with open(path, "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    return []
+
+
+FORMATS = [
+    Format("trulens", (), read_trulens, write_trulens,
+           "TruLens RAG-triad rows: query, contexts, response, expected_response (.jsonl/.json/.csv/.parquet)"),
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Scores out, in TruLens's leaderboard layout
+
+
+def _scores_of(run_or_scores: Any) -> list[Score]:
+    scores = getattr(run_or_scores, "scores", run_or_scores)
+    return list(scores)
+
+
+def _feedback_name(metric: str) -> str:
+    return FEEDBACK_NAMES.get(metric, metric)
+
+
+def records(run: Any, backend: Optional[str] = "trulens", app_name: str = "ragbridge"):
+    """One row per case (and backend): TruLens's ``get_records_and_feedback`` columns.
+
+    ``backend=None`` keeps every backend (``app_version`` tells them apart)."""
+    import pandas as pd
+
+    cases = {c.id: c for c in getattr(run, "cases", []) or []}
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for s in _scores_of(run):
+        if backend is not None and s.backend != backend:
+            continue
+        key = (s.backend, s.case_id)
+        row = rows.get(key)
+        if row is None:
+            case = cases.get(s.case_id)
+            row = rows[key] = {"app_name": app_name, "app_version": s.backend, "record_id": s.case_id,
+                               "input": case.question if case else None,
+                               "output": case.answer if case else None,
+                               "latency": 0.0, "total_tokens": 0, "total_cost": 0.0}
+        row[_feedback_name(s.metric)] = s.value if s.status == "scored" else float("nan")
+        row["latency"] += s.seconds
+        row["total_tokens"] += s.prompt_tokens + s.completion_tokens
+    df = pd.DataFrame(list(rows.values()))
+    if df.empty:
+        return df
+    fixed = ["app_name", "app_version", "record_id", "input", "output"]
+    feedback = sorted(c for c in df.columns if c not in fixed + ["latency", "total_tokens", "total_cost"])
+    return df[fixed + feedback + ["latency", "total_tokens", "total_cost"]]
+
+
+def leaderboard(run: Any, backend: Optional[str] = "trulens", app_name: str = "ragbridge"):
+    """``TruSession.get_leaderboard()``'s layout: index (app_name, app_version), sorted feedback
+    columns (means over the scored cases; failed and undefined scores are left out, as NaN),
+    then ``latency`` and ``total_cost``; rows sorted by the feedback columns, best first."""
+    import pandas as pd
+
+    df = records(run, backend=backend, app_name=app_name)
+    if df.empty:
+        return pd.DataFrame()
+    fixed = ["app_name", "app_version", "record_id", "input", "output", "latency", "total_tokens", "total_cost"]
+    feedback = sorted(c for c in df.columns if c not in fixed)
+    cols = feedback + ["latency", "total_cost"]
+    return (df.groupby(["app_name", "app_version"])[cols].mean()
+            .sort_values(by=feedback, ascending=False))
+
+
+def write_leaderboard(run: Any, path: str | Path, backend: Optional[str] = "trulens",
+                      per_record: bool = False) -> Path:
+    """Write `leaderboard` (or `records`) to ``.csv`` or ``.json`` (records orient)."""
+    path = Path(path)
+    df = records(run, backend=backend) if per_record else leaderboard(run, backend=backend).reset_index()
+    if path.suffix.lower() == ".json":
+        path.write_text(df.to_json(orient="records", indent=1), encoding="utf-8")
+    else:
+        df.to_csv(path, index=False)
+    return path

@@ -1,0 +1,423 @@
+"""compare, validate and calibrate: each figure against a hand-computed example, the counts of cases
+a backend could not score, the vectorised bootstrap forms against the libraries, and the CLI."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from conftest import EXAMPLE, ragbridge_cli
+from ragbridge import Case, RunManifest, Score, load_cases
+from ragbridge import analysis as an
+from ragbridge.io import fingerprint, write_jsonl
+
+# --------------------------------------------------------------------------------------------
+# Run folders written by hand (judged backends are plugins; these tests need none of them)
+
+
+def write_run(path: Path, cases: list[Case], scores: list[Score], judge: dict | None = None) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    metrics: dict[str, list[str]] = {}
+    for s in scores:
+        metrics.setdefault(s.backend, [])
+        if s.metric not in metrics[s.backend]:
+            metrics[s.backend].append(s.metric)
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc).isoformat()
+    counts = {"scores": len(scores), "scored": sum(s.status == "scored" for s in scores),
+              "undefined": sum(s.status == "undefined" for s in scores),
+              "errored": sum(s.status == "error" for s in scores)}
+    if judge:
+        counts["judge"] = {"calls": sum(s.judge_calls for s in scores), "cache_hits": 0,
+                           "prompt_tokens": sum(s.prompt_tokens for s in scores),
+                           "completion_tokens": sum(s.completion_tokens for s in scores)}
+    manifest = RunManifest(
+        ragbridge_version="0.1.0",
+        dataset={"path": "golden.jsonl", "fingerprint": fingerprint(cases), "n_cases": len(cases)},
+        backends={b: "1.0" for b in metrics}, metrics=metrics, judge=judge,
+        started_at=now, finished_at=now, status="complete", counts=counts,
+    )
+    (path / "run.json").write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
+    with open(path / "scores.jsonl", "w", encoding="utf-8") as f:
+        for s in scores:
+            f.write(s.model_dump_json() + "\n")
+    write_jsonl(cases, path / "cases.jsonl")
+    return path
+
+
+def tiny_cases(n: int) -> list[Case]:
+    return [Case(id=f"c{i}", question=f"question {i}?", answer=f"answer {i}") for i in range(1, n + 1)]
+
+
+def sc(case: str, metric: str, backend: str, value=None, **kw) -> Score:
+    return Score(case_id=case, metric=metric, backend=backend, value=value, **kw)
+
+
+# The hand-computed example: five cases both backends scored, one more each could not score.
+X = [0.1, 0.4, 0.35, 0.8, 0.9]
+Y = [0.2, 0.3, 0.5, 0.7, 1.0]
+
+
+@pytest.fixture
+def hand_run(tmp_path):
+    cases = tiny_cases(8)
+    scores = [sc(f"c{i + 1}", "faithfulness", "alpha", x) for i, x in enumerate(X)]
+    scores += [sc(f"c{i + 1}", "faithfulness", "beta", y) for i, y in enumerate(Y)]
+    scores += [
+        sc("c6", "faithfulness", "alpha", 0.5),
+        sc("c6", "faithfulness", "beta", None, reason="no statements"),   # undefined
+        sc("c7", "faithfulness", "alpha", None, error="TimeoutError: judge"),  # errored
+        sc("c7", "faithfulness", "beta", 0.9),
+        # c8: neither scored it (missing for both)
+    ]
+    return write_run(tmp_path / "hand", cases, scores)
+
+
+def synthetic_scores(cases: list[Case], seed: int = 7) -> list[Score]:
+    """Three judged backends on the support-bot set: values that follow the known flaws, with
+    backend-specific leniency and noise, plus an undefined, an errored and a missing score."""
+    rng = random.Random(seed)
+    out: list[Score] = []
+    for i, c in enumerate(cases):
+        flawed = bool(c.metadata.get("flaw"))
+        base = 0.3 if flawed else 0.75
+        for backend, shift, noise in (("ragas", 0.0, 0.15), ("deepeval", 0.12, 0.1), ("trulens", -0.1, 0.2)):
+            for metric in ("faithfulness", "answer_relevance"):
+                v = min(1.0, max(0.0, base + shift + rng.gauss(0, noise)))
+                v = round(v, 3)
+                kw = dict(judge_calls=2, prompt_tokens=300 + i, completion_tokens=40,
+                          native_metric=f"{backend}-{metric}", native_value=v)
+                if metric == "faithfulness" and backend in ("ragas", "deepeval"):
+                    verdicts = [{"claim": "claim one", "verdict": "yes"},
+                                {"claim": "claim two", "verdict": "no" if flawed else "yes"}]
+                    kw["native_value"] = {"score": v, "claims": verdicts}
+                reason = f"{backend} says {'unsupported claim' if flawed else 'all claims supported'}"
+                if backend == "ragas" and metric == "faithfulness" and i == 5:
+                    out.append(sc(c.id, metric, backend, None, reason="no statements", **kw))
+                elif backend == "deepeval" and metric == "faithfulness" and i == 6:
+                    out.append(sc(c.id, metric, backend, None, error="RateLimitError: 429", **kw))
+                elif backend == "trulens" and i == 7:
+                    continue  # missing
+                else:
+                    out.append(sc(c.id, metric, backend, v, reason=reason, **kw))
+    return out
+
+
+@pytest.fixture(scope="module")
+def mixed_run(tmp_path_factory):
+    cases = load_cases(EXAMPLE)
+    import ragbridge
+
+    native = ragbridge.evaluate(cases, backends=["native"], metrics=["recall@5", "mrr", "must_contain"])
+    scores = list(native.scores) + synthetic_scores(cases)
+    return write_run(tmp_path_factory.mktemp("mixed") / "run", cases, scores,
+                     judge={"model": "stub-model", "base_url": "http://127.0.0.1:9/v1"})
+
+
+# --------------------------------------------------------------------------------------------
+# compare: every figure against the hand computation
+
+
+def test_compare_figures_match_hand_computation(hand_run):
+    frame = an.compare(hand_run, n_resamples=400)
+    assert len(frame) == 1
+    row = frame.iloc[0]
+    assert (row.metric, row.backend_a, row.backend_b) == ("faithfulness", "alpha", "beta")
+    assert row.n_paired == 5 and row.n_cases == 8
+    # ranks of X: 1 3 2 4 5, of Y: 1 2 3 4 5; sum d^2 = 2 -> 1 - 6*2 / (5*(25-1))
+    assert row.spearman == pytest.approx(1 - 6 * 2 / (5 * 24))
+    # 10 pairs, one discordant (cases 2 and 3) -> (9 - 1) / 10
+    assert row.kendall == pytest.approx(0.8)
+    # deviations from the means 0.51 and 0.54: sum dx*dy = 0.398, sum dx^2 = 0.442, sum dy^2 = 0.412
+    assert row.pearson == pytest.approx(0.398 / math.sqrt(0.442 * 0.412))
+    # |differences| 0.1 0.1 0.15 0.1 0.1
+    assert row.mae == pytest.approx(0.55 / 5)
+    # at 0.5: alpha passes c4 c5, beta passes c3 c4 c5 -> agreement 4/5, pe = .4*.6 + .6*.4
+    assert (row.both_pass, row.a_pass_b_fail, row.a_fail_b_pass, row.both_fail) == (2, 0, 1, 2)
+    assert row.agreement == pytest.approx(0.8)
+    assert row.kappa == pytest.approx((0.8 - 0.48) / (1 - 0.48))
+    assert row.threshold_a == row.threshold_b == 0.5
+    # the cases a backend could not score are counted, not dropped
+    assert (row.a_scored, row.a_undefined, row.a_errored, row.a_missing) == (6, 0, 1, 1)
+    assert (row.b_scored, row.b_undefined, row.b_errored, row.b_missing) == (6, 1, 0, 1)
+    assert row.mean_a == pytest.approx(np.mean(X)) and row.mean_b == pytest.approx(np.mean(Y))
+    for f in an.FIGURES:
+        lo, hi = row[f"{f}_low"], row[f"{f}_high"]
+        assert math.isnan(lo) or lo <= row[f] + 1e-9 <= hi + 2e-9, f
+
+
+def test_compare_thresholds_per_backend(hand_run):
+    row = an.compare(hand_run, thresholds=["0.5", "beta=0.75"], n_resamples=0).iloc[0]
+    assert (row.threshold_a, row.threshold_b) == (0.5, 0.75)
+    # beta passes only c5 now: alpha T T on c4 c5 -> c4 differs
+    assert (row.both_pass, row.a_pass_b_fail, row.a_fail_b_pass, row.both_fail) == (1, 1, 0, 3)
+    row2 = an.compare(hand_run, thresholds="alpha:faithfulness=0.05", n_resamples=0).iloc[0]
+    assert row2.threshold_a == 0.05 and row2.threshold_b == 0.5
+    with pytest.raises(an.AnalysisError, match="bad threshold"):
+        an.compare(hand_run, thresholds=["beta=high"])
+
+
+def test_bootstrap_is_seeded_and_brackets_the_estimate(mixed_run):
+    a = an.compare(mixed_run, metrics=["faithfulness"], n_resamples=300, seed=3)
+    b = an.compare(mixed_run, metrics=["faithfulness"], n_resamples=300, seed=3)
+    c = an.compare(mixed_run, metrics=["faithfulness"], n_resamples=300, seed=4)
+    cols = [f"{f}_{e}" for f in an.FIGURES for e in ("low", "high")]
+    assert a[cols].equals(b[cols])
+    assert not a[cols].equals(c[cols])
+    for row in a.to_dict("records"):
+        for f in an.FIGURES:
+            assert row[f"{f}_low"] <= row[f] + 1e-9 <= row[f"{f}_high"] + 2e-9, (f, row)
+            assert row[f"{f}_high"] - row[f"{f}_low"] < 1.0
+
+
+def test_vectorised_replicates_equal_the_libraries():
+    from sklearn.metrics import balanced_accuracy_score, cohen_kappa_score
+
+    rng = np.random.default_rng(1)
+    x = np.round(rng.random((40, 25)), 1)  # rounding makes ties
+    y = np.round(0.5 * x + 0.5 * rng.random((40, 25)), 1)
+    sp, kd, pr = an._spearman_v(x, y), an._kendall_v(x, y), an._pearson_v(x, y)
+    for i in range(len(x)):
+        assert sp[i] == pytest.approx(stats.spearmanr(x[i], y[i]).statistic)
+        assert kd[i] == pytest.approx(stats.kendalltau(x[i], y[i]).statistic)
+        assert pr[i] == pytest.approx(stats.pearsonr(x[i], y[i]).statistic)
+    a, b = x > 0.5, y > 0.45
+    kv, bv = an._kappa_v(a, b), an._balanced_accuracy_v(a, b)
+    for i in range(len(x)):
+        assert kv[i] == pytest.approx(cohen_kappa_score(a[i], b[i]))
+        assert bv[i] == pytest.approx(balanced_accuracy_score(a[i], b[i]))
+    # the large-n path (scipy row by row) gives the same numbers
+    big_x, big_y = rng.random((2, 130)), rng.random((2, 130))
+    assert an._kendall_v(big_x, big_y)[1] == pytest.approx(stats.kendalltau(big_x[1], big_y[1]).statistic)
+    # undefined stays undefined, never 0
+    assert math.isnan(an._kappa_v(np.ones(5, bool), np.ones(5, bool)))
+    assert math.isnan(an.spearman([0.5, 0.5, 0.5], [0.1, 0.2, 0.3]))
+    assert all(math.isnan(v) for v in an.bootstrap_interval(an._pearson_v, ([0.5] * 6, [0.1] * 6)))
+
+
+def test_disagreements_show_every_backend_value_and_reason(mixed_run):
+    dis = an.disagreements(mixed_run, metrics=["faithfulness"], top=5)
+    assert len(dis) == 5
+    assert list(dis["spread"]) == sorted(dis["spread"], reverse=True)
+    for b in ("ragas", "deepeval", "trulens"):
+        assert {f"{b}.value", f"{b}.reason", f"{b}.status"} <= set(dis.columns)
+    top = dis.iloc[0]
+    assert top.question and "says" in str(top["ragas.reason"] or top["trulens.reason"])
+    # an errored score keeps its error message in the reason column
+    allrows = an.disagreements(mixed_run, metrics=["faithfulness"], top=None)
+    errored = allrows[allrows["deepeval.status"] == "error"]
+    assert len(errored) == 1 and "429" in errored.iloc[0]["deepeval.reason"]
+
+
+def test_compare_mixed_run_counts_unscored_cases(mixed_run):
+    frame = an.compare(mixed_run, n_resamples=0)
+    # native metrics have one backend: not compared; two judged metrics x three pairs
+    assert set(frame["metric"]) == {"faithfulness", "answer_relevance"}
+    assert len(frame) == 6
+    f = frame[(frame.metric == "faithfulness") & (frame.backend_a == "deepeval") & (frame.backend_b == "ragas")].iloc[0]
+    assert f.a_errored == 1 and f.b_undefined == 1 and f.n_paired == 51
+    t = frame[(frame.metric == "faithfulness") & (frame.backend_b == "trulens")]
+    assert set(t["b_missing"]) == {1}
+    cov = an.coverage(mixed_run, metrics=["faithfulness"])
+    assert cov.set_index("backend").loc["trulens", "missing"] == 1
+    with pytest.raises(an.AnalysisError, match="not in this run"):
+        an.compare(mixed_run, metrics=["nonexistent"])
+    with pytest.raises(an.AnalysisError, match="two or more backends"):
+        an.compare(mixed_run, metrics=["mrr"])
+
+
+# --------------------------------------------------------------------------------------------
+# validate
+
+
+@pytest.fixture
+def labelled_run(tmp_path):
+    """Ten answers: humans pass eight and fail two; the judge passes all eight and one of the two
+    failures, so it agrees 90% overall and still misses half of the failures."""
+    cases = tiny_cases(11)
+    human = [1] * 8 + [0, 0]
+    judge = [0.9, 0.8, 0.7, 0.95, 0.6, 0.85, 0.75, 0.65, 0.8, 0.2]
+    scores = []
+    for i, v in enumerate(judge):
+        nv = {"claims": ["a", "b"], "verdicts": [{"verdict": "yes"}, {"verdict": "no" if i >= 8 else "yes"}]}
+        scores.append(sc(f"c{i + 1}", "faithfulness", "judge", v, native_value=nv, reason=f"r{i}"))
+    scores.append(sc("c11", "faithfulness", "judge", None, error="boom"))
+    run = write_run(tmp_path / "lab", cases, scores)
+    labels = tmp_path / "labels.jsonl"
+    with open(labels, "w") as f:
+        for i, h in enumerate(human):
+            f.write(json.dumps({"case_id": f"c{i + 1}", "metric": "faithfulness",
+                                "label": "pass" if h else "fail"}) + "\n")
+        f.write(json.dumps({"case_id": "c11", "metric": "faithfulness", "label": False}) + "\n")
+        f.write(json.dumps({"case_id": "nope", "metric": "faithfulness", "label": True}) + "\n")
+    return run, labels
+
+
+def test_validate_matches_hand_computation(labelled_run):
+    run, labels = labelled_run
+    row = an.validate(run, labels, n_resamples=300).iloc[0]
+    assert (row.tp, row.fn, row.fp, row.tn) == (8, 0, 1, 1)
+    assert row.n_labels == 12 and row.n_paired == 10
+    assert row.labels_unknown_case == 1 and row.errored == 1 and row.unscored == 1
+    assert row.agreement == pytest.approx(0.9)
+    assert row.tpr == pytest.approx(1.0)
+    assert row.tnr == pytest.approx(0.5)          # the rare failures: half missed
+    assert row.balanced_accuracy == pytest.approx(0.75)
+    # po = .9, human pass rate .8, judge pass rate .9 -> pe = .72 + .02
+    assert row.kappa == pytest.approx((0.9 - 0.74) / (1 - 0.74))
+    # Wilson interval of 1/2, written out
+    z = stats.norm.ppf(0.975)
+    centre = (1 + z * z / 2) / (2 + z * z)
+    half = z * math.sqrt(0.5 * 0.5 * 2 + z * z / 4) / (2 + z * z)
+    assert row.tnr_low == pytest.approx(centre - half) and row.tnr_high == pytest.approx(centre + half)
+    assert row.kappa_low <= row.kappa <= row.kappa_high
+    # claims: two of the ten scored answers (and the errored one has none) have an unsupported claim
+    assert row.claims_answers == 10 and row.unsupported_answers == 2
+    assert row.unsupported_share == pytest.approx(0.2)
+    assert math.isnan(row.spearman)  # pass/fail labels: no grade correlation
+
+
+def test_validate_graded_labels_and_label_threshold(labelled_run, tmp_path):
+    run, passfail = labelled_run
+    # the grade threshold applies to numeric grades only: pass/fail words stay what they say
+    same = an.validate(run, passfail, label_threshold=3, n_resamples=0).iloc[0]
+    assert (same.human_pass, same.human_fail) == (8, 2)
+    grades = [5, 4, 4, 5, 3, 5, 4, 3, 2, 1]
+    path = tmp_path / "graded.csv"
+    path.write_text("case_id,grade\n" + "".join(f"c{i + 1},{g}\n" for i, g in enumerate(grades)))
+    row = an.validate(run, path, metrics=["faithfulness"], label_threshold=3, n_resamples=200).iloc[0]
+    assert (row.human_pass, row.human_fail) == (8, 2)
+    values = [0.9, 0.8, 0.7, 0.95, 0.6, 0.85, 0.75, 0.65, 0.8, 0.2]
+    assert row.spearman == pytest.approx(stats.spearmanr(grades, values).statistic)
+
+
+@pytest.mark.parametrize("line,message", [
+    ('{"metric": "faithfulness", "label": "pass"}', "no case_id"),
+    ('{"case_id": "c1", "label": "pass"}', "no metric"),
+    ('{"case_id": "c1", "metric": "faithfulness", "label": "maybe"}', "neither pass/fail"),
+    ('{"case_id": "c1", "metric": "faithfulness"}', "no label"),
+    ("not json", "not valid JSON"),
+])
+def test_bad_labels_name_file_and_line(tmp_path, line, message):
+    path = tmp_path / "l.jsonl"
+    path.write_text('{"case_id": "c0", "metric": "faithfulness", "label": "pass"}\n' + line + "\n")
+    with pytest.raises(an.AnalysisError, match=message) as exc:
+        an.load_labels(path)
+    assert f"{path}:2" in str(exc.value)
+
+
+def test_unsupported_claims_shapes():
+    f = an.unsupported_claims
+    assert f({"claims": [{"claim": "a", "verdict": "yes"}, {"claim": "b", "verdict": "idk"}]}) == (2, 1)
+    assert f({"statements": ["s1", "s2"], "verdicts": [{"verdict": 1}, {"verdict": 0}]}) == (2, 1)
+    assert f({"sentences": [{"text": "x", "score": 0.9}, {"text": "y", "score": 0.7}]}) == (2, 0)
+    assert f({"verdicts": ["supported", "not_supported", "no"]}) == (3, 2)
+    # TruLens groundedness: per-sentence grades, -1 = unparsable (left out), raw grades on a 0..3 scale
+    tl = {"score": 0.5, "scale": [0, 3], "statements": [
+        {"criteria": "s1", "supporting_evidence": "e", "score": 1.0},
+        {"criteria": "s2", "supporting_evidence": "e", "score": 0.0},
+        {"criteria": "s3", "supporting_evidence": "e", "score": -1}]}
+    assert f(tl) == (2, 1)
+    assert f({"scale": [0, 3], "statements": [{"score": 3}, {"score": 2}, {"score": 1}]}) == (3, 1)
+    assert f(0.8) is None and f({"score": 0.8}) is None and f(None) is None
+
+
+# --------------------------------------------------------------------------------------------
+# calibrate
+
+
+@pytest.fixture
+def migration_run(tmp_path):
+    cases = tiny_cases(8)
+    src = [0.9, 0.8, 0.75, 0.6, 0.3, 0.95, 0.72, 0.4]     # pass at 0.7: T T T F F T T F
+    tgt = [0.7, 0.55, 0.5, 0.45, 0.1, 0.8, 0.3, 0.52]       # c7 and c8 cannot both be reproduced
+    scores = [sc(f"c{i + 1}", "faithfulness", "deepeval", v, reason=f"d{i}") for i, v in enumerate(src)]
+    scores += [sc(f"c{i + 1}", "faithfulness", "ragas", v, reason=f"r{i}") for i, v in enumerate(tgt)]
+    return write_run(tmp_path / "mig", cases, scores)
+
+
+def test_calibrate_picks_the_threshold_with_maximum_kappa(migration_run):
+    curve = an.calibrate(migration_run, "deepeval", "ragas", "faithfulness", threshold=0.7, n_resamples=200)
+    # one row per distinct cut of the 8 target values, plus "all fail"
+    assert len(curve) == 9
+    best = curve[curve.best].iloc[0]
+    # source verdicts at 0.7: T T T F F T T F (5 pass).
+    # cut in (0.45, 0.5]:  T T T F F T F T -> c7, c8 flip; pass rates 5/8, 5/8 -> kappa (48-34)/(64-34)
+    # cut in (0.52, 0.55]: T T F F F T F F -> c3, c7 flip; pass rates 5/8, 3/8 -> kappa (48-30)/(64-30)
+    src = np.array([0.9, 0.8, 0.75, 0.6, 0.3, 0.95, 0.72, 0.4]) >= 0.7
+    tgt = np.array([0.7, 0.55, 0.5, 0.45, 0.1, 0.8, 0.3, 0.52])
+    from sklearn.metrics import cohen_kappa_score
+
+    by_hand = {t: cohen_kappa_score(src, tgt >= t) for t in (0.0, 0.2, 0.375, 0.475, 0.51, 0.535, 0.625, 0.75, 0.9)}
+    t_best = max(by_hand, key=by_hand.get)
+    assert best.threshold == pytest.approx(t_best)
+    assert best.kappa == pytest.approx(by_hand[t_best])
+    assert (best.threshold_low, best.threshold_high) == (0.52, 0.55)
+    assert best.threshold == pytest.approx(0.535)
+    assert best.kappa == pytest.approx(18 / 34)
+    assert curve.set_index("threshold").loc[0.475, "kappa"] == pytest.approx(14 / 30)
+    assert best.flips == 2 and best.source_pass_target_fail == 2 and best.source_fail_target_pass == 0
+    assert curve.attrs["n_paired"] == 8 and curve.attrs["source_threshold"] == 0.7
+    flips = an.calibration_flips(migration_run, "deepeval", "ragas", "faithfulness", 0.7, best.threshold)
+    assert set(flips.case_id) == {"c3", "c7"}
+    assert {"source_reason", "target_reason"} <= set(flips.columns)
+    with pytest.raises(an.AnalysisError, match="did not score"):
+        an.calibrate(migration_run, "deepeval", "trulens", "faithfulness")
+
+
+def test_calibrate_perfect_reproduction(tmp_path):
+    cases = tiny_cases(6)
+    src = [0.9, 0.8, 0.75, 0.6, 0.3, 0.95]
+    tgt = [0.7, 0.55, 0.5, 0.45, 0.1, 0.8]
+    scores = [sc(f"c{i + 1}", "faithfulness", "a", v) for i, v in enumerate(src)]
+    scores += [sc(f"c{i + 1}", "faithfulness", "b", v) for i, v in enumerate(tgt)]
+    run = write_run(tmp_path / "p", cases, scores)
+    best = an.calibrate(run, "a", "b", "faithfulness", 0.7, n_resamples=0).query("best").iloc[0]
+    assert best.kappa == 1.0 and best.flips == 0 and best.threshold == pytest.approx(0.475)
+
+
+# --------------------------------------------------------------------------------------------
+# The commands
+
+
+def test_cli_compare(mixed_run):
+    r = ragbridge_cli("compare", mixed_run, "--metric", "faithfulness", "--resamples", "200", "--top", "3")
+    assert r.returncode == 0, r.stderr
+    assert "ragas vs trulens" in r.stdout and "Largest disagreements" in r.stdout
+    assert "1 errored" in r.stdout and "1 undefined" in r.stdout and "1 missing" in r.stdout
+    j = ragbridge_cli("compare", mixed_run, "--resamples", "0", "--json")
+    data = json.loads(j.stdout)
+    assert len(data["agreement"]) == 6 and data["disagreements"]
+
+
+def test_cli_compare_bad_input(tmp_path, hand_run):
+    native_only = write_run(tmp_path / "n", tiny_cases(2), [sc("c1", "mrr", "native", 1.0)])
+    for args, message in (
+        (("compare", native_only), "nothing to compare"),
+        (("compare", tmp_path / "nothere"), "not a run folder"),
+    ):
+        r = ragbridge_cli(*args)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], r.stderr
+
+
+def test_cli_validate_and_calibrate(labelled_run, migration_run, tmp_path):
+    run, labels = labelled_run
+    r = ragbridge_cli("validate", run, "--labels", labels, "--resamples", "100")
+    assert r.returncode == 0, r.stderr
+    assert "TNR" in r.stdout and "[0.09, 0.91]" in r.stdout and "1/2" in r.stdout
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{oops\n")
+    r = ragbridge_cli("validate", run, "--labels", bad)
+    assert r.returncode == 2 and "bad.jsonl:1" in r.stderr
+    c = ragbridge_cli("calibrate", migration_run, "--from", "deepeval", "--to", "ragas",
+                      "--metric", "faithfulness", "--threshold", "0.7", "--resamples", "100")
+    assert c.returncode == 0, c.stderr
+    assert "ragas at 0.535" in c.stdout and "2 still flip" in c.stdout and "c7" in c.stdout

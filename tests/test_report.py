@@ -1,0 +1,260 @@
+"""The report: content, escaping of every piece of user text, the three formats, the command, and the
+HTML in a real headless Chromium (tables and plots render, no script from the data runs, screenshot)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import EXAMPLE, ROOT, ragbridge_cli
+from ragbridge import Case, Chunk, load_cases
+from ragbridge import report as rep
+from test_analysis import sc, synthetic_scores, write_run
+
+ARTIFACTS = Path(os.environ.get("RAGBRIDGE_TEST_ARTIFACTS", ROOT / "runs" / "test-artifacts"))
+
+# Text a hostile or careless dataset might hold: each must show as text and never run.
+SCRIPT_Q = "<script>document.title='PWNED';document.documentElement.setAttribute('data-pwned','q')</script>"
+IMG_A = "<img src=x onerror=\"document.documentElement.setAttribute('data-pwned','a')\"> done & dusted"
+REASON = "</script><script>document.documentElement.setAttribute('data-pwned','r')</script> | not | a | table"
+TAG = "\"><svg onload=\"document.documentElement.setAttribute('data-pwned','t')\">"
+
+
+def hostile_cases() -> list[Case]:
+    cases = load_cases(EXAMPLE)[:12]
+    evil = Case(
+        id="evil-<b>case</b>",
+        question=SCRIPT_Q,
+        answer=IMG_A,
+        contexts=[Chunk(id="doc#<i>1</i>", text="<style>body{display:none}</style>chunk text", source="doc#s"),
+                  Chunk(id="doc#2", text="plain", source="other")],
+        relevant={"doc#s": 2},
+        reference="<iframe src='https://example.com'></iframe>",
+        tags=[TAG, "real"],
+    )
+    return cases + [evil]
+
+
+@pytest.fixture(scope="module")
+def report_run(tmp_path_factory):
+    import ragbridge
+
+    cases = hostile_cases()
+    native = ragbridge.evaluate(cases, backends=["native"], metrics=["recall@5", "mrr", "ndcg@5", "must_contain"])
+    scores = list(native.scores) + synthetic_scores(cases)
+    scores = [s for s in scores if s.case_id != cases[-1].id or s.backend == "native"]
+    scores += [
+        sc(cases[-1].id, "faithfulness", "ragas", 0.1, reason=REASON, judge_calls=2, prompt_tokens=10, completion_tokens=5),
+        sc(cases[-1].id, "faithfulness", "deepeval", 0.9, reason="<b>bold claim</b>", judge_calls=3, prompt_tokens=11, completion_tokens=6),
+        sc(cases[-1].id, "faithfulness", "trulens", None, error="ValueError: <svg/onload=alert(1)>"),
+    ]
+    return write_run(tmp_path_factory.mktemp("report") / "run", cases, scores,
+                     judge={"model": "stub-<model>", "base_url": "http://127.0.0.1:9/v1"})
+
+
+@pytest.fixture(scope="module")
+def data(report_run):
+    return rep.report_data(report_run, n_resamples=100)
+
+
+@pytest.fixture(scope="module")
+def html_text(report_run, data):
+    return rep.render_html(report_run, data)
+
+
+# --------------------------------------------------------------------------------------------
+# Content
+
+
+def test_report_data_content(data):
+    assert data["backends"][0] == "native" and set(data["backends"]) == {"native", "ragas", "deepeval", "trulens"}
+    assert data["halves"]["retrieval"] == ["recall@5", "mrr", "ndcg@5"]
+    assert data["halves"]["generation"] == ["faithfulness", "answer_relevance", "must_contain"]
+    # summary: mean, n, undefined, errors per metric x backend, overall and per tag
+    s = {(r["metric"], r["backend"]): r for r in data["summary"]}
+    assert s[("faithfulness", "trulens")]["n_errored"] == 1
+    assert s[("faithfulness", "ragas")]["n_undefined"] == 1
+    assert {"billing", "real"} <= set(data["summary_by_tag"])
+    # agreement: three pairs on each of the two judged metrics, with intervals
+    assert len(data["agreement"]) == 6
+    assert all(a["spearman_low"] is not None for a in data["agreement"])
+    assert data["disagreements"] and all(len(d["backends"]) >= 2 for d in data["disagreements"])
+    # judge calls and tokens per backend
+    usage = {u["backend"]: u for u in data["judge_usage"]}
+    assert usage["native"]["judge_calls"] == 0
+    assert usage["deepeval"]["judge_calls"] > 0 and usage["deepeval"]["prompt_tokens"] > 0
+    # drill-down: chunks with relevance marked by id or by source, every backend's score
+    evil = next(c for c in data["cases"] if c["id"] == "evil-<b>case</b>")
+    assert [ch["relevant"] for ch in evil["contexts"]] == [True, False]
+    assert evil["contexts"][0]["grade"] == 2
+    assert {(x["metric"], x["backend"]) for x in evil["scores"]} >= {
+        ("faithfulness", "ragas"), ("faithfulness", "deepeval"), ("faithfulness", "trulens")}
+    assert evil["flags"]["error"] and evil["flags"]["fail"]
+    dup = next(c for c in data["cases"] if c["id"] == "billing-refund-window")
+    assert any(ch["relevant"] for ch in dup["contexts"])
+
+
+def test_html_is_self_contained_and_escaped(html_text):
+    h = html_text
+    # one script, ours; no external resource of any kind
+    assert len(re.findall(r"<script\b", h, re.I)) == 1
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", h, re.I)
+    assert "@import" not in h and "url(http" not in h
+    assert "Content-Security-Policy" in h and "script-src 'sha256-" in h
+    # the hostile strings are present only as escaped text
+    for raw in (SCRIPT_Q, IMG_A.split(" done")[0], "<svg onload", "<svg/onload", "<b>bold claim</b>",
+                "<iframe", "<style>body{display:none}", "evil-<b>case"):
+        assert raw not in h, raw
+    assert "&lt;script&gt;document.title=&#39;PWNED&#39;" in h
+    assert "&lt;img src=x onerror=" in h and "done &amp; dusted" in h
+    assert "stub-&lt;model&gt;" in h
+    # plots are inline SVG: distributions and scatter plots
+    assert h.count('class="plot dist"') == 6 and h.count('class="plot scatter"') == 6
+
+
+def test_markdown_and_json(report_run, data):
+    md = rep.render_markdown(report_run, data)
+    assert "## Retrieval" in md and "## Generation" in md and "## Agreement between backends" in md
+    assert "## Judge calls and tokens" in md and "### billing-refund-window" in md
+    assert "<script>" not in md and "&lt;script&gt;" in md
+    assert "<img" not in md and "<svg" not in md
+    # pipes in user text cannot break a table row
+    reason_line = next(line for line in md.splitlines()
+                       if line.startswith("| faithfulness | ragas |") and "not \\| a \\| table" in line)
+    assert len(re.findall(r"(?<!\\)\|", reason_line)) == 5   # metric | backend | value | reason
+    text = rep.render_json(report_run, data)
+    back = json.loads(text)
+    assert "NaN" not in text and back["cases"][-1]["question"] == SCRIPT_Q
+    assert back["agreement"][0]["metric"] in ("faithfulness", "answer_relevance")
+
+
+def test_report_with_human_labels(report_run, tmp_path):
+    cases = load_cases(EXAMPLE)[:12]
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(
+        json.dumps({"case_id": c.id, "metric": "faithfulness",
+                    "label": "fail" if c.metadata.get("flaw") else "pass"}) + "\n" for c in cases))
+    d = rep.report_data(report_run, n_resamples=50, labels=labels)
+    v = {row["backend"]: row for row in d["validation"]}
+    assert set(v) == {"ragas", "deepeval", "trulens"}
+    assert all(row["n_labels"] == 12 and row["human_fail"] + row["human_pass"] == row["n_paired"] for row in v.values())
+    assert v["ragas"]["claims_answers"] > 0     # the synthetic ragas scores expose claims
+    h = rep.render_html(report_run, d)
+    assert 'id="validation"' in h and "missed fails" in h
+    md = rep.render_markdown(report_run, d)
+    assert "## Against human labels" in md
+
+
+def test_report_of_a_single_backend_run(tmp_path):
+    run = write_run(tmp_path / "one", [Case(id="a", question="q?")], [sc("a", "mrr", "native", 1.0)])
+    d = rep.report_data(run, n_resamples=0)
+    assert d["agreement"] == [] and d["disagreements"] == []
+    h = rep.render_html(run, d)
+    assert "nothing to cross-check" in h
+
+
+def test_cli_report(report_run, tmp_path):
+    r = ragbridge_cli("report", report_run, "--resamples", "50")
+    assert r.returncode == 0, r.stderr
+    assert (report_run / "report.html").exists() and "report written to" in r.stdout
+    md = ragbridge_cli("report", report_run, "--format", "md", "--out", "-", "--resamples", "0")
+    assert md.returncode == 0 and md.stdout.startswith("# ragbridge report")
+    out = tmp_path / "sub" / "r.json"
+    j = ragbridge_cli("report", report_run, "--format", "json", "--out", out, "--resamples", "0",
+                      "--threshold", "ragas=0.7")
+    assert j.returncode == 0, j.stderr
+    assert json.loads(out.read_text())["thresholds"]["ragas"]["faithfulness"] == 0.7
+    for args, message in ((("report", report_run, "--format", "pdf"), "--format"),):
+        bad = ragbridge_cli(*args)
+        lines = [ln for ln in bad.stderr.splitlines() if ln.strip()]
+        assert bad.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:") and message in lines[0]
+
+
+# --------------------------------------------------------------------------------------------
+# A real browser
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def _browse(tmp_path: Path, url: str, *extra: str) -> subprocess.CompletedProcess:
+    exe = _chromium()
+    if exe is None:
+        pytest.skip("no Chromium on PATH (Debian: apt-get install chromium)")
+    profile = tmp_path / f"profile-{len(list(tmp_path.glob('profile-*')))}"
+    return subprocess.run(
+        [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
+         "--disable-dev-shm-usage", "--hide-scrollbars", f"--user-data-dir={profile}",
+         "--virtual-time-budget=5000", *extra, url],
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_chromium_renders_tables_and_plots_and_runs_no_data_script(html_text, tmp_path):
+    page = tmp_path / "report.html"
+    page.write_text(html_text, encoding="utf-8")
+    r = _browse(tmp_path, page.as_uri(), "--dump-dom")
+    assert r.returncode == 0, r.stderr[-2000:]
+    dom = r.stdout
+    root = re.search(r"<html[^>]*>", dom).group(0)
+    # the report's own script ran (so scripts were enabled) and saw every plot and table laid out
+    assert 'data-report-ready="1"' in root, root
+    plots = int(re.search(r'data-plots-drawn="(\d+)"', root).group(1))
+    tables = int(re.search(r'data-tables-drawn="(\d+)"', root).group(1))
+    assert plots == html_text.count('class="plot ') == 12
+    assert tables >= 8
+    # nothing from the data ran
+    assert "data-pwned" not in root
+    assert re.search(r"<title>ragbridge report: golden.jsonl</title>", dom)
+    assert "PWNED" not in re.search(r"<title>.*?</title>", dom, re.S).group(0)
+    # and it is shown as text
+    assert "&lt;script&gt;document.title=" in dom
+
+
+def test_content_security_policy_blocks_markup_that_slips_through(html_text, tmp_path):
+    """Defence in depth: even an unescaped script in the page would not run."""
+    page = tmp_path / "injected.html"
+    page.write_text(html_text.replace(
+        "</main>", "<script>document.documentElement.setAttribute('data-pwned','csp')</script>"
+        "<img src=x onerror=\"document.documentElement.setAttribute('data-pwned','img')\"></main>"),
+        encoding="utf-8")
+    r = _browse(tmp_path, page.as_uri(), "--dump-dom")
+    root = re.search(r"<html[^>]*>", r.stdout).group(0)
+    assert 'data-report-ready="1"' in root and "data-pwned" not in root
+
+
+def test_screenshot(html_text, tmp_path):
+    from PIL import Image
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page = ARTIFACTS / "report.html"
+    page.write_text(html_text, encoding="utf-8")
+    shot = ARTIFACTS / "report-screenshot.png"
+    shot.unlink(missing_ok=True)
+    width, height = 1400, 2000
+    r = _browse(tmp_path, page.as_uri(), f"--window-size={width},{height}", f"--screenshot={shot}")
+    assert shot.exists(), r.stderr[-2000:]
+    img = Image.open(shot).convert("RGB")
+    assert img.size == (width, height)
+    pixels = np.asarray(img, dtype=int).reshape(-1, 3)
+    non_white = float(np.mean(pixels.min(axis=1) < 235))
+    assert 0.03 < non_white < 0.6, non_white      # not blank, not a wall of colour
+    # the plots' backend colours are on screen (bars of the distribution plots)
+    palette = [tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) for c in rep.PALETTE[:4]]
+    for colour in palette:
+        near = int(np.sum(np.abs(pixels - np.array(colour)).sum(axis=1) < 40))
+        assert near > 300, colour
+    assert len(np.unique(pixels, axis=0)) > 200
