@@ -1,0 +1,439 @@
+"""DeepEval datasets to and from canonical cases: goldens and test cases in JSON, JSONL and CSV.
+
+Reading accepts what DeepEval 4.3.1 writes (``EvaluationDataset.save_as``) and what its loaders read
+(``add_goldens_from_json_file`` / ``_jsonl_file`` / ``_csv_file``, ``add_test_cases_from_json_file`` /
+``_csv_file``): snake_case or camelCase keys (``actualOutput``, ``retrievalContext``...), list-valued
+fields as lists or, in JSONL and CSV, joined with ``|`` (split back exactly as DeepEval does), and
+``RetrievedContextData`` markers (``deepeval_source=S,deepeval_context=T`` -> a chunk with source S).
+No DeepEval import is needed; the tests check both directions against DeepEval's own loaders and writer.
+
+Field mapping (canonical <- DeepEval)::
+
+    id                 <- name (else a stable hash of the input)
+    question           <- input
+    answer             <- actual_output
+    reference          <- expected_output
+    contexts           <- retrieval_context (chunk ids: ctx-<hash of text> unless ragbridge wrote them)
+    reference_contexts <- context
+    tags               <- tags (test cases)
+    metadata           <- additional_metadata / metadata; DeepEval fields with no canonical home
+                          (comments, source_file, tools_called, expected_tools, token counts, cost,
+                          custom_column_key_values, expectations, ...) go to metadata["deepeval"]
+
+Writing produces DeepEval goldens with ``save_as``'s keys and column order. The canonical fields DeepEval
+has no place for (chunk ids, scores and sources, ``relevant``, ``must_contain``, ``must_not_contain``,
+``answerable``, ``tags``) are kept in ``additional_metadata["ragbridge"]``, which DeepEval carries along
+untouched and this reader restores, so a round trip loses nothing. The one loss: in CSV, a chunk or gold
+passage containing ``|`` is split into pieces when read back (DeepEval's own format cannot escape it);
+``write`` reports that field. JSONL is written with lists, which DeepEval's JSONL loader also reads,
+so JSONL has no such loss.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import hashlib
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence
+
+from ragbridge.io import DatasetError, Format, cases_from_records
+from ragbridge.schema import Case
+
+DELIMITER = "|"  # deepeval.dataset.utils.DELIMITER
+RAGBRIDGE_KEY = "ragbridge"
+DEEPEVAL_KEY = "deepeval"
+
+#: save_as's keys, in its order (single-turn goldens)
+GOLDEN_KEYS = (
+    "input", "actual_output", "expected_output", "retrieval_context", "context", "name", "comments",
+    "source_file", "tools_called", "expected_tools", "token_cost", "input_token_count",
+    "output_token_count", "additional_metadata", "custom_column_key_values", "expectations",
+)
+
+_ALIASES = {
+    "actualOutput": "actual_output",
+    "expectedOutput": "expected_output",
+    "retrievalContext": "retrieval_context",
+    "additionalMetadata": "additional_metadata",
+    "sourceFile": "source_file",
+    "toolsCalled": "tools_called",
+    "expectedTools": "expected_tools",
+    "tokenCost": "token_cost",
+    "inputTokenCount": "input_token_count",
+    "outputTokenCount": "output_token_count",
+    "customColumnKeyValues": "custom_column_key_values",
+    "completionTime": "completion_time",
+    "expectedLabels": "expected_labels",
+}
+_MARKER = re.compile(r"^deepeval_source=(?P<source>.*?),deepeval_context=(?P<context>.*)$", re.S)
+_MULTI_TURN = ("scenario", "turns")
+
+
+def _chunk_id(text: str) -> str:
+    return "ctx-" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+
+
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and v != v)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+
+
+def _split(value: Any, field: str, joined: bool) -> Optional[list]:
+    if _missing(value):
+        return None
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, str):
+        if not joined:
+            raise DatasetError(f"must be a list of strings, got a string", field=field,
+                               hint="a JSON dataset keeps contexts as lists; use the JSONL or CSV reader for "
+                                    "'|'-joined text")
+        return value.split(DELIMITER) if value else []
+    raise DatasetError(f"must be a list of strings, got {type(value).__name__}", field=field)
+
+
+def _chunk(item: Any, field: str) -> dict[str, Any]:
+    if isinstance(item, dict) and "context" in item:  # RetrievedContextData dumped as a dict
+        out = {"text": str(item["context"])}
+        if item.get("source") is not None:
+            out["source"] = str(item["source"])
+        return out
+    if not isinstance(item, str):
+        raise DatasetError(f"items must be strings, got {type(item).__name__}", field=field)
+    m = _MARKER.match(item)
+    if m:
+        return {"text": m.group("context"), "source": m.group("source")}
+    return {"text": item}
+
+
+def _mapping(value: Any, field: str) -> Optional[dict]:
+    if _missing(value):
+        return None
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError:
+            try:
+                parsed = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                raise DatasetError("is neither a JSON object nor a Python dict literal", field=field) from None
+        if isinstance(parsed, dict):
+            return parsed
+    raise DatasetError(f"must be an object, got {type(value).__name__}", field=field)
+
+
+def record_to_canonical(raw: Any, joined: bool) -> dict[str, Any]:
+    """One DeepEval golden / test case (a dict as in a file) as a canonical record (not validated)."""
+    if not isinstance(raw, dict):
+        raise DatasetError(f"each golden must be an object, got {type(raw).__name__}")
+    rec = {_ALIASES.get(k, k): v for k, v in raw.items()}
+    if any(not _missing(rec.get(k)) and rec.get(k) != [] for k in _MULTI_TURN):
+        raise DatasetError("is a multi-turn (conversational) golden", field="scenario",
+                           hint="ragbridge reads single-turn goldens and test cases only")
+    for k in _MULTI_TURN + ("expected_outcome", "user_description", "persona"):
+        rec.pop(k, None)
+    rec = {k: v for k, v in rec.items() if not _missing(v)}
+    if not isinstance(rec.get("input"), str):
+        raise DatasetError("is required but missing" if "input" not in rec else "must be a string",
+                           field="input")
+
+    meta: dict[str, Any] = {}
+    for key in ("additional_metadata", "metadata"):
+        if key in rec:
+            m = _mapping(rec.pop(key), key)
+            if m:
+                meta.update(m)
+    extra = meta.pop(RAGBRIDGE_KEY, None)
+    extra = extra if isinstance(extra, dict) else {}
+
+    out: dict[str, Any] = {"question": rec.pop("input")}
+    name = rec.pop("name", None)
+    if name not in (None, ""):
+        out["id"] = str(name)
+    elif extra.get("id"):
+        out["id"] = str(extra["id"])
+    for src, dst in (("actual_output", "answer"), ("expected_output", "reference")):
+        if src in rec:
+            v = rec.pop(src)
+            if not isinstance(v, str):
+                raise DatasetError(f"must be a string, got {type(v).__name__}", field=src)
+            out[dst] = v
+
+    rc = _split(rec.pop("retrieval_context", None), "retrieval_context", joined)
+    if rc:
+        chunks = [_chunk(x, "retrieval_context") for x in rc]
+        kept = extra.get("contexts")
+        if isinstance(kept, list) and len(kept) == len(chunks) and all(isinstance(k, dict) for k in kept):
+            for c, k in zip(chunks, kept):
+                for f in ("id", "score", "source"):
+                    if k.get(f) is not None:
+                        c[f] = k[f]
+        for c in chunks:
+            c.setdefault("id", _chunk_id(c["text"]))
+        out["contexts"] = chunks
+    gold = _split(rec.pop("context", None), "context", joined)
+    if gold:
+        out["reference_contexts"] = [str(x) for x in gold]
+    tags = rec.pop("tags", None)
+    if tags:
+        out["tags"] = list(tags) if isinstance(tags, (list, tuple)) else [str(tags)]
+    for f in ("relevant", "must_contain", "must_not_contain", "answerable", "tags"):
+        if f in extra and f not in out:
+            out[f] = extra[f]
+
+    for flag in ("flaky", "multimodal"):  # LLMTestCase defaults in a model_dump; derived, not data
+        if rec.get(flag) is False:
+            rec.pop(flag)
+    deepeval_only = {k: v for k, v in rec.items() if v not in (None, [], {}, "")}
+    if deepeval_only:
+        prev = meta.get(DEEPEVAL_KEY)
+        meta[DEEPEVAL_KEY] = {**(prev if isinstance(prev, dict) else {}), **deepeval_only}
+    if meta:
+        out["metadata"] = meta
+    return out
+
+
+def _records_with_ids(records: Iterator[tuple[int, Any]], joined: bool, path: Path) -> Iterator[tuple[int, dict]]:
+    seen: dict[str, int] = {}
+    for n, raw in records:
+        try:
+            rec = record_to_canonical(raw, joined)
+        except DatasetError as exc:
+            exc.path, exc.line = str(path), n
+            raise
+        if "id" not in rec:
+            base = "q-" + hashlib.sha1(rec["question"].encode("utf-8")).hexdigest()[:10]
+            k = seen.get(base, 0) + 1
+            seen[base] = k
+            rec["id"] = base if k == 1 else f"{base}-{k}"
+        yield n, rec
+
+
+def _text(path: Path) -> str:
+    data = path.read_bytes()
+    if not data.strip():
+        raise DatasetError("file is empty", path=path, hint="a dataset needs at least one golden")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"invalid UTF-8 at byte {exc.start}", path=path, hint="save the file as UTF-8") from None
+
+
+def read_json(path: Path) -> list[Case]:
+    path = Path(path)
+    try:
+        data = json.loads(_text(path))
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"not valid JSON: {exc.msg}", path=path, line=exc.lineno) from None
+    if isinstance(data, dict):
+        for key in ("goldens", "test_cases", "testCases", "cases"):
+            if isinstance(data.get(key), list):
+                data = data[key]
+                break
+    if not isinstance(data, list):
+        raise DatasetError("must hold a JSON list of goldens or test cases", path=path)
+    return cases_from_records(_records_with_ids(enumerate(data, start=1), False, path), path, unit="item")
+
+
+def read_jsonl(path: Path) -> list[Case]:
+    path = Path(path)
+    text = _text(path)
+
+    def records() -> Iterator[tuple[int, Any]]:
+        for n, line in enumerate(text.split("\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                yield n, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"not valid JSON: {exc.msg} at column {exc.colno}", path=path, line=n,
+                                   hint="each line must be one JSON object") from None
+
+    return cases_from_records(_records_with_ids(records(), True, path), path)
+
+
+def read_csv(path: Path) -> list[Case]:
+    path = Path(path)
+    reader = csv.DictReader(io.StringIO(_text(path), newline=""))
+    if not reader.fieldnames or "input" not in [_ALIASES.get(f, f) for f in reader.fieldnames]:
+        raise DatasetError("has no 'input' column", path=path,
+                           hint="DeepEval CSV datasets have a header row with at least 'input'")
+
+    def records() -> Iterator[tuple[int, Any]]:
+        for row in reader:
+            if None in row:
+                raise DatasetError("has more cells than the header has columns", path=path, line=reader.line_num)
+            rec: dict[str, Any] = {}
+            for k, v in row.items():
+                k = _ALIASES.get(k, k)
+                if v is None or v == "":
+                    continue
+                if k in ("tools_called", "expected_tools", "custom_column_key_values", "expectations"):
+                    try:
+                        v = json.loads(v)
+                    except json.JSONDecodeError:
+                        pass
+                elif k in ("token_cost",):
+                    v = _number(v, float)
+                elif k in ("input_token_count", "output_token_count"):
+                    v = _number(v, int)
+                elif k == "tags":
+                    v = v.split(DELIMITER)
+                rec[k] = v
+            yield reader.line_num, rec
+
+    return cases_from_records(_records_with_ids(records(), True, path), path)
+
+
+def _number(v: str, kind: type) -> Any:
+    try:
+        f = float(v)
+        return int(f) if kind is int and f.is_integer() else f
+    except ValueError:
+        return v
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+
+
+def golden_record(case: Case, lists: bool = True) -> tuple[dict[str, Any], list[str]]:
+    """A golden (``save_as``'s keys and order) for a case, and the canonical fields it would lose.
+
+    ``lists=False`` joins the list fields with ``|`` as DeepEval's CSV does."""
+    lost: list[str] = []
+    extra: dict[str, Any] = {}
+    if case.contexts:
+        kept = []
+        for c in case.contexts:
+            k = {"id": c.id}
+            if c.score is not None:
+                k["score"] = c.score
+            if c.source is not None:
+                k["source"] = c.source
+            kept.append(k)
+        extra["contexts"] = kept
+    if case.relevant:
+        extra["relevant"] = dict(case.relevant)
+    for f in ("must_contain", "must_not_contain", "tags"):
+        if getattr(case, f):
+            extra[f] = list(getattr(case, f))
+    if not case.answerable:
+        extra["answerable"] = False
+
+    meta = dict(case.metadata)
+    deepeval_fields = meta.pop(DEEPEVAL_KEY, None)
+    deepeval_fields = dict(deepeval_fields) if isinstance(deepeval_fields, dict) else {}
+    if RAGBRIDGE_KEY in meta:
+        lost.append(f"metadata.{RAGBRIDGE_KEY}")  # the key this writer owns
+        meta.pop(RAGBRIDGE_KEY)
+    if extra:
+        meta[RAGBRIDGE_KEY] = extra
+
+    texts = [c.text for c in case.contexts]
+    gold = list(case.reference_contexts)
+    if not lists:
+        if any(DELIMITER in t for t in texts) or any(c.text == "" for c in case.contexts):
+            lost.append("contexts")
+        if any(DELIMITER in t for t in gold) or any(t == "" for t in gold):
+            lost.append("reference_contexts")
+
+    rec: dict[str, Any] = {k: None for k in GOLDEN_KEYS}
+    rec["input"] = case.question
+    rec["actual_output"] = case.answer
+    rec["expected_output"] = case.reference
+    if texts:
+        rec["retrieval_context"] = texts if lists else DELIMITER.join(texts)
+    if gold:
+        rec["context"] = gold if lists else DELIMITER.join(gold)
+    rec["name"] = case.id
+    for k in ("comments", "source_file", "tools_called", "expected_tools", "token_cost", "input_token_count",
+              "output_token_count", "custom_column_key_values", "expectations"):
+        if k in deepeval_fields:
+            rec[k] = deepeval_fields.pop(k)
+    if deepeval_fields:  # DeepEval test-case fields a golden has no column for: keep them in metadata
+        meta[DEEPEVAL_KEY] = deepeval_fields
+    rec["additional_metadata"] = meta or None
+    return rec, lost
+
+
+def _write_all(cases: Sequence[Case], lists: bool) -> tuple[list[dict], list[str]]:
+    records, lost = [], []
+    for case in cases:
+        rec, l = golden_record(case, lists)
+        records.append(rec)
+        lost.extend(x for x in l if x not in lost)
+    return records, lost
+
+
+def write_json(cases: Sequence[Case], path: Path) -> list[str]:
+    records, lost = _write_all(cases, True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(records, f, indent=4, ensure_ascii=False)
+    return lost
+
+
+def write_jsonl(cases: Sequence[Case], path: Path) -> list[str]:
+    records, lost = _write_all(cases, True)
+    with open(path, "w", encoding="utf-8") as f:
+        for rec in records:
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    return lost
+
+
+def write_csv(cases: Sequence[Case], path: Path) -> list[str]:
+    records, lost = _write_all(cases, False)
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(GOLDEN_KEYS)
+        for rec in records:
+            row = []
+            for k in GOLDEN_KEYS:
+                v = rec[k]
+                if isinstance(v, (dict, list)):
+                    v = json.dumps(v, ensure_ascii=False)
+                row.append("" if v is None else v)
+            w.writerow(row)
+    return lost
+
+
+_BY_SUFFIX = {".json": (read_json, write_json), ".jsonl": (read_jsonl, write_jsonl),
+              ".ndjson": (read_jsonl, write_jsonl), ".csv": (read_csv, write_csv)}
+
+
+def _dispatch(path: Path, which: int):
+    suffix = Path(path).suffix.lower()
+    if suffix not in _BY_SUFFIX:
+        raise DatasetError(f"cannot tell the DeepEval file type from the suffix {suffix!r}", path=path,
+                           hint="use .json, .jsonl or .csv, or the format deepeval-json/-jsonl/-csv")
+    return _BY_SUFFIX[suffix][which]
+
+
+def read_any(path: Path) -> list[Case]:
+    return _dispatch(path, 0)(path)
+
+
+def write_any(cases: Sequence[Case], path: Path) -> list[str]:
+    return _dispatch(path, 1)(cases, path)
+
+
+# No suffixes are claimed: .json/.jsonl/.csv stay ragbridge's own formats unless --from/--to names these.
+FORMATS = [
+    Format("deepeval", (), read_any, write_any,
+           "DeepEval goldens / test cases; .json, .jsonl or .csv by suffix (as EvaluationDataset.save_as writes)"),
+    Format("deepeval-json", (), read_json, write_json, "DeepEval goldens / test cases, a JSON list"),
+    Format("deepeval-jsonl", (), read_jsonl, write_jsonl, "DeepEval goldens, one JSON object a line"),
+    Format("deepeval-csv", (), read_csv, write_csv, "DeepEval goldens / test cases, CSV with '|'-joined contexts"),
+]

@@ -1,0 +1,351 @@
+"""The DeepEval backend end to end: DeepEval's real metric classes, ragbridge's real judge gateway and
+the stub judge over 127.0.0.1 (no mocks inside either library)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("deepeval")
+
+import ragbridge  # noqa: E402  (applies the privacy defaults before DeepEval is imported)
+from ragbridge.backend import RunOptions  # noqa: E402
+from ragbridge.io import read_jsonl  # noqa: E402
+from ragbridge.judge import JudgeConfig  # noqa: E402
+from ragbridge.schema import Case, Score  # noqa: E402
+from ragbridge.testing import StubJudge  # noqa: E402
+
+from conftest import EXAMPLE, ragbridge_cli  # noqa: E402
+
+from ragbridge_deepeval import translate  # noqa: E402
+from ragbridge_deepeval.backend import DeepEvalBackend, structured_outputs  # noqa: E402
+
+METRICS = list(translate.METRICS)
+STRUCTURED = "gpt-4o-mini"  # in DeepEval's registry: json_schema structured outputs, GEval logprobs
+PLAIN = "stub-judge"  # unknown to DeepEval: plain prompts, JSON cut out of the text
+GOOD = "billing-refund-window"
+FLAWED = ("notifications-sms-cost", "claims-damage-deadline")
+PICK = (GOOD,) + FLAWED
+
+
+@pytest.fixture(scope="module")
+def all_cases() -> dict[str, Case]:
+    return {c.id: c for c in read_jsonl(EXAMPLE)}
+
+
+@pytest.fixture(scope="module")
+def picked(all_cases) -> list[Case]:
+    return [all_cases[i] for i in PICK]
+
+
+@pytest.fixture(scope="module")
+def stub():
+    with StubJudge() as s:
+        yield s
+
+
+def judge(stub: StubJudge, model: str, tmp_path: Path, **kw) -> JudgeConfig:
+    kw.setdefault("cache_mode", "off")
+    kw.setdefault("cache_path", tmp_path / "judge.sqlite")
+    return JudgeConfig(model=model, base_url=stub.base_url, api_key_env="RAGBRIDGE_TEST_KEY", **kw)
+
+
+def run_deepeval(cases, stub, model, tmp_path, metrics=None, **opts):
+    return ragbridge.evaluate(
+        cases, backends=["deepeval"], metrics=metrics, judge=judge(stub, model, tmp_path),
+        options=RunOptions(backend_options={"deepeval": opts}) if opts else None,
+    )
+
+
+def by_key(run) -> dict[tuple[str, str], Score]:
+    return {(s.case_id, s.metric): s for s in run.scores}
+
+
+# ------------------------------------------------------------------------------------------------
+# Registration and translation
+# ------------------------------------------------------------------------------------------------
+
+
+def test_registering_does_not_import_deepeval():
+    code = textwrap.dedent("""
+        import sys
+        from ragbridge.plugins import get_backends
+        b = get_backends()["deepeval"]
+        print(b.available(), b.version(), [m.name for m in b.metrics()], "deepeval" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[:2] == ["True", "4.3.1"]
+    assert out.stdout.strip().endswith("False"), out.stdout  # DeepEval not imported by registering
+    for m in METRICS:
+        assert m in out.stdout
+
+
+def test_metric_specs_declare_inputs():
+    specs = {s.name: s for s in DeepEvalBackend().metrics()}
+    assert set(specs) == {"faithfulness", "answer_relevance", "context_precision", "context_recall",
+                          "context_relevance", "answer_correctness"}
+    assert all(s.judge for s in specs.values())
+    assert specs["faithfulness"].requires == ("answer", "context_text")
+    assert specs["answer_correctness"].requires == ("answer", "reference")
+    assert specs["context_precision"].native_name == "Contextual Precision"
+
+
+def test_case_to_test_case_mapping():
+    case = Case(id="c1", question="q?", answer="a.", reference="r.", reference_contexts=["gold"],
+                tags=["t"], contexts=[{"id": "x", "text": "one"}, {"id": "y", "text": ""},
+                                      {"id": "x", "text": "one"}, {"id": "z", "text": "two"}])
+    tc = translate.to_test_case(case)
+    assert (tc.input, tc.actual_output, tc.expected_output, tc.name) == ("q?", "a.", "r.", "c1")
+    assert tc.retrieval_context == ["one", "two"]  # empty chunk dropped, repeated id counted once
+    assert tc.context == ["gold"] and tc.tags == ["t"]
+
+
+def test_fresh_metric_instance_per_call():
+    from deepeval.models import OpenAIModel
+
+    model = OpenAIModel(model=PLAIN, base_url="http://127.0.0.1:9/v1", api_key="x")
+    for metric in METRICS:
+        a, b = translate.make_metric(metric, model), translate.make_metric(metric, model)
+        assert a is not b and type(a) is type(b)
+    geval = translate.make_metric("answer_correctness", model)
+    assert geval.evaluation_steps == translate.CORRECTNESS_STEPS and geval.score_range == (0, 10)
+
+
+def test_structured_outputs_follow_deepeval_registry():
+    assert structured_outputs(STRUCTURED) and structured_outputs("gpt-4.1")
+    assert not structured_outputs(PLAIN) and not structured_outputs("llama3.1:8b")
+    from deepeval.models import OpenAIModel
+
+    for name in (STRUCTURED, PLAIN, "openai/gpt-4o-mini", "gpt-4o"):  # the same decision as DeepEval's
+        m = OpenAIModel(model=name, base_url="http://127.0.0.1:9/v1", api_key="x")
+        assert structured_outputs(name) == bool(m.supports_structured_outputs()), name
+
+
+# ------------------------------------------------------------------------------------------------
+# Scoring through the judge: both wire formats (issue point 1 and 2)
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", [STRUCTURED, PLAIN])
+def test_scores_every_metric_through_the_gateway(stub, picked, tmp_path, model):
+    stub.reset()
+    run = run_deepeval(picked, stub, model, tmp_path)
+    scores = by_key(run)
+    assert len(scores) == len(picked) * len(METRICS)
+    for (cid, metric), s in scores.items():
+        assert s.error is None, (cid, metric, s.error)
+        assert s.value is not None and 0.0 <= s.value <= 1.0
+        assert s.native_metric == translate.METRICS[metric][1]
+        assert s.native_value == pytest.approx(s.value)
+        assert isinstance(s.passed, bool) and s.passed == (s.native_value >= 0.5)
+        assert s.reason, (cid, metric)
+        assert s.judge_calls >= 1 and s.prompt_tokens > 0
+    # DeepEval's multi-step metrics: 4 calls for faithfulness (truths, claims, verdicts, reason), 1 for
+    # GEval with fixed steps, one per chunk + 1 for contextual relevancy.
+    assert scores[(GOOD, "faithfulness")].judge_calls == 4
+    assert scores[(GOOD, "answer_correctness")].judge_calls == 1
+    n_chunks = len({c.id for c in picked[0].contexts})
+    assert scores[(GOOD, "context_relevance")].judge_calls == n_chunks + 1
+
+    posts = stub.posts("/chat/completions")
+    assert posts and all(p.body["model"] == model for p in posts)
+    formats = [(p.body.get("response_format") or {}).get("type") for p in posts]
+    if model == STRUCTURED:
+        # every request but GEval's score call (log-probabilities, no response_format) is strict json_schema
+        logprob_calls = [p for p in posts if p.body.get("logprobs")]
+        assert len(logprob_calls) == len(picked)
+        assert all(f == "json_schema" for p, f in zip(posts, formats) if not p.body.get("logprobs"))
+        assert all(p.body["response_format"]["json_schema"]["strict"] for p in posts if not p.body.get("logprobs"))
+    else:
+        assert set(formats) == {None} and not any(p.body.get("logprobs") for p in posts)
+    assert all(p.body.get("temperature") == 0 for p in posts)
+
+    # the faithful answer beats the flawed ones where the metric looks at the answer
+    for metric in ("faithfulness", "answer_correctness"):
+        assert all(scores[(GOOD, metric)].value > scores[(f, metric)].value for f in FLAWED), metric
+
+
+def test_runner_skips_cases_without_inputs(stub, tmp_path):
+    case = Case(id="no-ctx", question="How long is the refund window?", answer="14 days.")
+    run = run_deepeval([case], stub, PLAIN, tmp_path)
+    scores = by_key(run)
+    assert scores[("no-ctx", "answer_relevance")].value is not None
+    for metric in ("faithfulness", "context_precision", "answer_correctness"):
+        s = scores[("no-ctx", metric)]
+        assert s.value is None and s.error is None and s.reason.startswith("skipped")
+
+
+def test_empty_extraction_is_undefined_not_a_score(stub, tmp_path):
+    # An answer with no sentence to extract: DeepEval scores faithfulness 1 "by convention".
+    case = Case(id="empty", question="Refund window?", answer=" ", contexts=[{"id": "a", "text": "Refunds: 14 days."}])
+    # the runner would skip a blank answer, so call the backend directly
+    from ragbridge.judge import JudgeGateway
+
+    with JudgeGateway(judge(stub, PLAIN, tmp_path)) as gw:
+        s = asyncio.run(DeepEvalBackend().score_case("faithfulness", case, gw))
+    assert s.error is None
+    assert s.value is None and s.native_value == 1.0
+    assert "undefined" in s.reason and "claims" in s.reason
+
+
+# ------------------------------------------------------------------------------------------------
+# Parity with DeepEval's own measure() (issue point 3)
+# ------------------------------------------------------------------------------------------------
+
+
+def deepeval_measure(metric: str, case: Case, model_name: str, base_url: str):
+    """DeepEval used directly, the way its docs show, on a hand-built LLMTestCase."""
+    from deepeval.metrics import (AnswerRelevancyMetric, ContextualPrecisionMetric, ContextualRecallMetric,
+                                  ContextualRelevancyMetric, FaithfulnessMetric, GEval)
+    from deepeval.metrics.g_eval.utils import Rubric
+    from deepeval.models import OpenAIModel
+    from deepeval.test_case import LLMTestCase, SingleTurnParams
+
+    seen, texts = set(), []
+    for c in case.contexts:
+        if c.id not in seen and c.text:
+            seen.add(c.id)
+            texts.append(c.text)
+    tc = LLMTestCase(input=case.question, actual_output=case.answer, expected_output=case.reference,
+                     retrieval_context=texts)
+    model = OpenAIModel(model=model_name, base_url=base_url, api_key="sk-direct", temperature=0)
+    if metric == "answer_correctness":
+        m = GEval(name="Correctness", model=model,
+                  evaluation_params=[SingleTurnParams.INPUT, SingleTurnParams.ACTUAL_OUTPUT,
+                                     SingleTurnParams.EXPECTED_OUTPUT],
+                  evaluation_steps=translate.CORRECTNESS_STEPS,
+                  rubric=[Rubric(score_range=r, expected_outcome=o) for r, o in translate.CORRECTNESS_RUBRIC])
+    else:
+        cls = {"faithfulness": FaithfulnessMetric, "answer_relevance": AnswerRelevancyMetric,
+               "context_precision": ContextualPrecisionMetric, "context_recall": ContextualRecallMetric,
+               "context_relevance": ContextualRelevancyMetric}[metric]
+        m = cls(model=model)
+    m.measure(tc, _show_indicator=False)
+    return m
+
+
+@pytest.mark.parametrize("model", [STRUCTURED, PLAIN])
+def test_parity_with_deepeval_measure(stub, picked, tmp_path, model):
+    cases = picked[:2]  # one faithful, one flawed (DeepEval alone builds a TLS context per call: slow)
+    run = run_deepeval(cases, stub, model, tmp_path)
+    ours = by_key(run)
+    for case in cases:
+        for metric in METRICS:
+            direct = deepeval_measure(metric, case, model, stub.base_url)
+            s = ours[(case.id, metric)]
+            assert s.native_value == direct.score, (case.id, metric)
+            assert s.value == pytest.approx(direct.score), (case.id, metric)
+            assert s.passed == direct.success and s.reason == direct.reason, (case.id, metric)
+
+
+def test_concurrency_does_not_change_scores(stub, all_cases, tmp_path):
+    cases = [all_cases[i] for i in list(all_cases)[:4]]
+    metrics = ["faithfulness", "context_relevance"]
+    serial = by_key(run_deepeval(cases, stub, PLAIN, tmp_path / "a", metrics=metrics, concurrency=1))
+    parallel = by_key(run_deepeval(cases, stub, PLAIN, tmp_path / "b", metrics=metrics, concurrency=6))
+    assert {k: s.value for k, s in serial.items()} == {k: s.value for k, s in parallel.items()}
+
+
+def test_backend_options(stub, picked, tmp_path):
+    run = run_deepeval(picked[:1], stub, PLAIN, tmp_path, metrics=["faithfulness", "answer_relevance"],
+                       threshold={"faithfulness": 1.01, "answer_relevance": 0.0}, include_reason=False)
+    s = by_key(run)
+    assert s[(GOOD, "faithfulness")].passed is False  # threshold above any score
+    assert s[(GOOD, "answer_relevance")].passed is True
+    assert s[(GOOD, "faithfulness")].judge_calls == 3  # no reason call
+    with pytest.raises(Exception, match="unknown deepeval backend option"):
+        translate.options_for({"deepeval": {"treshold": 0.7}})
+
+
+# ------------------------------------------------------------------------------------------------
+# Failures are per score (issue point 6)
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model,expected", [(PLAIN, "DeepEvalError"), (STRUCTURED, "ValidationError")])
+def test_malformed_answer_is_that_scores_error(picked, tmp_path, model, expected):
+    with StubJudge() as s:
+        s.inject("malformed")  # the first request of the run gets broken JSON; DeepEval does not retry it
+        run = run_deepeval(picked, s, model, tmp_path, metrics=["context_precision"], concurrency=1)
+    scores = run.scores
+    errored = [x for x in scores if x.error]
+    assert len(scores) == len(picked) and len(errored) == 1
+    assert errored[0].value is None and expected in errored[0].error
+    assert all(x.value is not None for x in scores if not x.error)
+
+
+def test_transport_faults_are_retried_by_the_gateway(picked, tmp_path):
+    with StubJudge() as s:
+        s.inject("500", "429", "garbage")
+        run = run_deepeval(picked[:2], s, PLAIN, tmp_path, metrics=["context_recall"])
+        assert s.request_count == 2 * 2 + 3  # 2 calls per case, plus the 3 faulted attempts
+    assert all(x.error is None and x.value is not None for x in run.scores)
+    assert run.manifest.counts["judge"]["retries"] == 3
+
+
+def test_every_call_failing_gives_errors_not_exceptions(picked, tmp_path):
+    with StubJudge(fault_rate_malformed=1.0) as s:
+        run = run_deepeval(picked, s, PLAIN, tmp_path, metrics=["faithfulness", "answer_correctness"])
+    assert len(run.scores) == 2 * len(picked)
+    assert all(x.error and x.value is None for x in run.scores)
+    assert run.manifest.status == "complete"
+
+
+# ------------------------------------------------------------------------------------------------
+# The command line, end to end
+# ------------------------------------------------------------------------------------------------
+
+
+def test_cli_run_backend_deepeval(stub, picked, tmp_path):
+    data = tmp_path / "golden.jsonl"
+    data.write_text("".join(json.dumps(c.model_dump(mode="json")) + "\n" for c in picked[:2]))
+    res = ragbridge_cli("run", data, "--out", tmp_path / "run", "--backend", "deepeval",
+                        "--judge-model", PLAIN, "--judge-base-url", stub.base_url,
+                        "--judge-api-key-env", "RAGBRIDGE_TEST_KEY", "--cache-path", tmp_path / "c.sqlite",
+                        "--no-progress", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = [json.loads(x) for x in (tmp_path / "run" / "scores.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 * len(METRICS)
+    assert all(x["backend"] == "deepeval" and x["error"] is None for x in lines)
+    assert not (tmp_path / ".deepeval").exists()
+
+
+def test_judge_settings_reach_deepeval_requests(picked, tmp_path):
+    """Model, max_tokens and the gateway's dummy key (never the real key) come from the judge config."""
+    with StubJudge() as s:
+        cfg = judge(s, PLAIN, tmp_path, max_tokens=321)
+        os.environ["RAGBRIDGE_TEST_KEY"] = "sk-real-secret-key"
+        try:
+            run = ragbridge.evaluate(picked[:1], backends=["deepeval"], metrics=["context_recall"], judge=cfg)
+        finally:
+            del os.environ["RAGBRIDGE_TEST_KEY"]
+        posts = s.posts("/chat/completions")
+    assert run.scores[0].error is None and len(posts) == 2
+    assert all(p.body["max_tokens"] == 321 and p.body["model"] == PLAIN for p in posts)
+    # the gateway forwards the real key upstream; DeepEval itself only ever held the dummy one
+    assert s.last_authorization == "Bearer sk-real-secret-key"
+    from ragbridge.judge import DUMMY_API_KEY, JudgeGateway
+    from ragbridge_deepeval.backend import build_judge
+
+    with JudgeGateway(cfg) as gw:
+        model = build_judge(gw, "faithfulness", GOOD)
+        assert model.api_key.get_secret_value() == DUMMY_API_KEY
+        assert model.base_url == gw.base_url("deepeval", "faithfulness", GOOD)
+        assert model.generation_kwargs == {"max_tokens": 321} and model.temperature == 0
+
+
+@pytest.mark.parametrize("model", [STRUCTURED, PLAIN])
+def test_stub_reads_texts_that_start_like_an_instruction(stub, all_cases, tmp_path, model):
+    """The reference "Return labels are valid ..." is judged as text, not taken for an instruction."""
+    case = all_cases["returns-label-validity"]
+    assert case.reference.startswith("Return ")
+    s = run_deepeval([case], stub, model, tmp_path, metrics=["context_recall"]).scores[0]
+    assert s.error is None and s.value == 1.0, s.reason
