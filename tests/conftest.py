@@ -36,3 +36,6 @@ def ragbridge_cli(*args, cwd=None, env=None):
         env={**os.environ, "COLUMNS": "200", **(env or {})},
         timeout=300,
     )
+
+
+from ragbridge.testing.pytest_fixtures import stub_judge  # noqa: E402,F401

@@ -11,6 +11,9 @@ From Python::
 
 __version__ = "0.1.0"
 
+# `pytest -p ragbridge` loads the pytest plugin through this (it is never loaded otherwise).
+pytest_plugins = ["ragbridge.pytest_plugin"]
+
 from .offline import apply_defaults as _apply_defaults  # noqa: E402
 
 _apply_defaults()

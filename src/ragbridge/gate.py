@@ -1,0 +1,653 @@
+"""CI gates: thresholds over a run folder, absolute or relative to a baseline run.
+
+A gates file (TOML, read with ``tomllib``) holds optional ``[defaults]`` and one ``[[gate]]`` table
+per rule. A rule's ``check`` is one comparison::
+
+    [defaults]
+    backend = "native"        # a string or a list; omitted: every backend of the run that scored the metric
+    min_n = 20                # fewer cases than this cannot pass (below_min_n = "skip" to skip instead)
+
+    [[gate]]
+    check = "recall@5 >= 0.85"                 # mean over the scored cases
+
+    [[gate]]
+    check = "ndcg@5 >= 0.80"
+    tags = ["real"]                            # only cases carrying every listed tag
+    min_n = 10
+
+    [[gate]]
+    check = "faithfulness drop <= 0.02"        # baseline mean - run mean, on cases scored in both
+    backend = "ragas"
+    significant = true                         # fail only when the drop is statistically significant
+
+    [[gate]]
+    check = "abstention >= 0.9"                # abstention is scored on unanswerable cases only
+    tags = ["unanswerable"]
+
+    [[gate]]
+    check = "share(faithfulness >= 0.7) >= 0.9"   # share of scored cases at or above 0.7
+
+    [[gate]]
+    check = "error_rate <= 0.05"               # share of cases with an errored score (any metric)
+
+The left-hand side is one of: ``METRIC`` or ``mean(METRIC)``; ``METRIC drop`` (needs ``--baseline``;
+only ``<=`` or ``<``); ``share(METRIC OP VALUE)``; ``error_rate`` or ``error_rate(METRIC)``;
+``undefined_rate(METRIC)``. OP is ``>=``, ``>``, ``<=`` or ``<``.
+
+Rule keys: ``check`` (required), ``name``, ``backend``, ``tags`` (or ``tag``), ``min_n``,
+``below_min_n`` (``"fail"`` or ``"skip"``), ``significant``, ``alpha`` (default 0.05),
+``confidence`` (default 0.95); every key but ``check`` and ``name`` may also be set in ``[defaults]``,
+with ``seed``, ``resamples`` (bootstrap, default 2000) and ``permutations`` (default 9999).
+
+``significant = true``: a ``drop`` rule fails only when the drop exceeds the allowance AND a
+one-sided paired permutation test of "the drop is larger than the allowance" gives p < ``alpha``;
+a mean or share rule fails only when the whole confidence interval lies on the wrong side of the
+threshold. A miss that is not significant passes, and the table says so. This keeps judge noise
+from failing builds; a real regression on enough cases still fails.
+
+Undefined scores are never averaged: means and shares are over scored cases (``n`` in the table);
+errors are gated by ``error_rate``. A run that did not finish is never gated (`IncompleteRunError`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import operator
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from .diff import (
+    DEFAULT_PERMUTATIONS,
+    DEFAULT_RESAMPLES,
+    RegressionError,
+    _as_run,
+    _group_seed,
+    dataset_change_message,
+    dataset_changes,
+    paired_bootstrap_ci,
+    paired_permutation_pvalue,
+    require_complete,
+)
+from .runner import Run
+
+__all__ = ["GateConfigError", "Rule", "GateConfig", "GateResult", "GateReport", "load_gates", "parse_gates", "run_gates", "CANONICAL_METRICS"]
+
+#: Canonical metric names (``@k`` ones take any cut-off, e.g. ``recall@10``).
+CANONICAL_METRICS = (
+    "recall@k", "precision@k", "hit@k", "ndcg@k", "mrr", "map", "must_contain", "must_not_contain",
+    "abstention", "faithfulness", "answer_relevance", "context_relevance", "context_precision",
+    "context_recall", "answer_correctness",
+)
+
+_OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_METRIC = r"[A-Za-z_][A-Za-z0-9_]*(?:@\d+)?"
+_CHECK = re.compile(rf"^\s*(?P<lhs>.+?)\s*(?P<op>>=|<=|>|<)\s*(?P<value>{_NUM})\s*$")
+_LHS = [
+    ("drop", re.compile(rf"^(?P<metric>{_METRIC})\s+drop$")),
+    ("mean", re.compile(rf"^mean\(\s*(?P<metric>{_METRIC})\s*\)$")),
+    ("share", re.compile(rf"^share\(\s*(?P<metric>{_METRIC})\s*(?P<cop>>=|<=|>|<)\s*(?P<cut>{_NUM})\s*\)$")),
+    ("error_rate", re.compile(rf"^error_rate(?:\(\s*(?P<metric>{_METRIC})\s*\))?$")),
+    ("undefined_rate", re.compile(rf"^undefined_rate\(\s*(?P<metric>{_METRIC})\s*\)$")),
+    ("mean", re.compile(rf"^(?P<metric>{_METRIC})$")),
+]
+_GRAMMAR = (
+    "write it as 'METRIC >= 0.85', 'METRIC drop <= 0.02', 'share(METRIC >= 0.7) >= 0.9', "
+    "'error_rate <= 0.05', 'error_rate(METRIC) <= 0.05' or 'undefined_rate(METRIC) <= 0.1'"
+)
+_RULE_KEYS = {"check", "name", "backend", "tags", "tag", "min_n", "below_min_n", "significant", "alpha", "confidence"}
+_DEFAULT_KEYS = (_RULE_KEYS - {"check", "name", "tag"}) | {"seed", "resamples", "permutations"}
+
+
+class GateConfigError(RegressionError):
+    """A gates file that cannot be used: unreadable, malformed, or naming what the run does not have."""
+
+
+@dataclass
+class Rule:
+    """One parsed rule of a gates file."""
+
+    index: int
+    check: str
+    kind: str  # mean | share | drop | error_rate | undefined_rate
+    metric: Optional[str]
+    op: str
+    threshold: float
+    cut_op: Optional[str] = None
+    cut: Optional[float] = None
+    name: Optional[str] = None
+    backends: Optional[list[str]] = None
+    tags: list[str] = field(default_factory=list)
+    min_n: int = 1
+    below_min_n: str = "fail"
+    significant: bool = False
+    alpha: float = 0.05
+    confidence: float = 0.95
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        return self.check + (f" [{' & '.join(self.tags)}]" if self.tags else "")
+
+
+@dataclass
+class GateConfig:
+    rules: list[Rule]
+    seed: int = 0
+    resamples: int = DEFAULT_RESAMPLES
+    permutations: int = DEFAULT_PERMUTATIONS
+    source: Optional[str] = None
+
+
+def _where(source: Optional[str], index: Optional[int]) -> str:
+    src = source or "gates"
+    return f"{src}: gate #{index}" if index else src
+
+
+def _parse_check(check: str, where: str) -> dict[str, Any]:
+    m = _CHECK.match(check)
+    if not m:
+        raise GateConfigError(f"{where}: cannot read check {check!r}: {_GRAMMAR}")
+    lhs = re.sub(r"\s+", " ", m.group("lhs").strip())
+    for kind, pattern in _LHS:
+        lm = pattern.match(lhs)
+        if lm:
+            break
+    else:
+        raise GateConfigError(f"{where}: cannot read {lhs!r} in check {check!r}: {_GRAMMAR}")
+    out: dict[str, Any] = {
+        "kind": kind,
+        "metric": lm.groupdict().get("metric"),
+        "op": m.group("op"),
+        "threshold": float(m.group("value")),
+    }
+    if kind == "share":
+        out["cut_op"], out["cut"] = lm.group("cop"), float(lm.group("cut"))
+    if kind == "drop":
+        if out["op"] not in ("<=", "<"):
+            raise GateConfigError(
+                f"{where}: a drop is bounded from above: write '{out['metric']} drop <= {m.group('value')}'"
+            )
+        if not -1 <= out["threshold"] <= 1:
+            raise GateConfigError(f"{where}: the allowed drop must be between -1 and 1, got {out['threshold']}")
+    elif not 0 <= out["threshold"] <= 1:
+        raise GateConfigError(
+            f"{where}: threshold {out['threshold']} is outside 0..1 (scores, shares and rates are in 0..1)"
+        )
+    return out
+
+
+def _check_value(key: str, value: Any, where: str) -> Any:
+    def bad(expected: str) -> GateConfigError:
+        return GateConfigError(f"{where}: {key} must be {expected}, got {value!r}")
+
+    if key in ("check", "name"):
+        if not isinstance(value, str) or not value.strip():
+            raise bad("a non-empty string")
+        return value.strip()
+    if key == "backend":
+        vals = [value] if isinstance(value, str) else value
+        if not isinstance(vals, list) or not vals or not all(isinstance(v, str) and v for v in vals):
+            raise bad("a backend name or a list of backend names")
+        return list(vals)
+    if key in ("tags", "tag"):
+        vals = [value] if isinstance(value, str) else value
+        if not isinstance(vals, list) or not all(isinstance(v, str) and v for v in vals):
+            raise bad("a list of tag names")
+        return list(vals)
+    if key in ("min_n", "seed", "resamples", "permutations"):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise bad("a non-negative integer")
+        if key in ("resamples", "permutations") and value < 100:
+            raise bad("at least 100")
+        return value
+    if key == "below_min_n":
+        if value not in ("fail", "skip"):
+            raise bad("'fail' or 'skip'")
+        return value
+    if key == "significant":
+        if not isinstance(value, bool):
+            raise bad("true or false")
+        return value
+    if key in ("alpha", "confidence"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+            raise bad("a number between 0 and 1 (exclusive)")
+        return float(value)
+    raise AssertionError(key)  # pragma: no cover
+
+
+def parse_gates(data: dict[str, Any], source: Optional[str] = None) -> GateConfig:
+    """Build a `GateConfig` from the parsed TOML (a dict). Raises `GateConfigError` when malformed."""
+    if not isinstance(data, dict):
+        raise GateConfigError(f"{source or 'gates'}: expected a table of [defaults] and [[gate]] rules")
+    unknown = sorted(set(data) - {"defaults", "gate"})
+    if unknown:
+        raise GateConfigError(
+            f"{source or 'gates'}: unknown top-level key(s) {', '.join(map(repr, unknown))}; "
+            "a gates file holds an optional [defaults] table and [[gate]] rules"
+        )
+    defaults = data.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise GateConfigError(f"{source or 'gates'}: [defaults] must be a table")
+    bad = sorted(set(defaults) - _DEFAULT_KEYS)
+    if bad:
+        raise GateConfigError(
+            f"{source or 'gates'}: unknown key(s) {', '.join(map(repr, bad))} in [defaults]; "
+            f"known: {', '.join(sorted(_DEFAULT_KEYS))}"
+        )
+    defaults = {k: _check_value(k, v, f"{source or 'gates'}: [defaults]") for k, v in defaults.items()}
+    rules_data = data.get("gate")
+    if rules_data is None or rules_data == []:
+        raise GateConfigError(
+            f"{source or 'gates'}: no rules: add at least one [[gate]] table with a check, e.g. "
+            "check = \"recall@5 >= 0.85\""
+        )
+    if not isinstance(rules_data, list) or not all(isinstance(r, dict) for r in rules_data):
+        raise GateConfigError(f"{source or 'gates'}: rules must be [[gate]] tables (an array of tables)")
+    rules = []
+    for i, raw in enumerate(rules_data, start=1):
+        where = _where(source, i)
+        bad = sorted(set(raw) - _RULE_KEYS)
+        if bad:
+            hint = difflib.get_close_matches(bad[0], sorted(_RULE_KEYS), n=1)
+            raise GateConfigError(
+                f"{where}: unknown key(s) {', '.join(map(repr, bad))}"
+                + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                + f"; known: {', '.join(sorted(_RULE_KEYS))}"
+            )
+        if "check" not in raw:
+            raise GateConfigError(f"{where}: missing 'check' ({_GRAMMAR})")
+        if "tag" in raw and "tags" in raw:
+            raise GateConfigError(f"{where}: give either 'tag' or 'tags', not both")
+        merged = {k: v for k, v in defaults.items() if k not in ("seed", "resamples", "permutations")}
+        merged.update({k: _check_value(k, v, where) for k, v in raw.items()})
+        if "tag" in merged:
+            merged["tags"] = merged.pop("tag")
+        parsed = _parse_check(merged.pop("check"), where)
+        backends = merged.pop("backend", None)
+        rules.append(Rule(index=i, check=raw["check"].strip(), backends=backends, **parsed, **merged))
+    return GateConfig(
+        rules=rules,
+        seed=defaults.get("seed", 0),
+        resamples=defaults.get("resamples", DEFAULT_RESAMPLES),
+        permutations=defaults.get("permutations", DEFAULT_PERMUTATIONS),
+        source=source,
+    )
+
+
+def load_gates(path: str | Path) -> GateConfig:
+    """Read a gates TOML file. Raises `GateConfigError` (file, line and what is wrong) for bad input."""
+    path = Path(path)
+    if not path.is_file():
+        raise GateConfigError(f"gates file {path} not found")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise GateConfigError(f"{path}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise GateConfigError(f"{path}: not a UTF-8 text file ({exc.reason})") from None
+    return parse_gates(data, source=str(path))
+
+
+# --------------------------------------------------------------------------------------------
+# Evaluation
+
+
+@dataclass
+class GateResult:
+    """The verdict of one rule on one backend."""
+
+    rule: Rule
+    backend: str
+    verdict: str  # pass | fail | skip
+    figure: float
+    n: int
+    detail: str = ""
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    p_value: float = math.nan
+    items: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend}: {self.rule.label}"
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict != "fail"
+
+    def figure_text(self) -> str:
+        if math.isnan(self.figure):
+            return "—"
+        text = f"{self.figure:.3f}"
+        if not math.isnan(self.ci_low):
+            text += f" [{self.ci_low:.3f}, {self.ci_high:.3f}]"
+        if not math.isnan(self.p_value):
+            text += f" p={self.p_value:.3g}"
+        return text
+
+
+@dataclass
+class GateReport:
+    """Every rule's verdict on a run; ``passed`` when no rule failed."""
+
+    run: Run
+    results: list[GateResult]
+    baseline: Optional[Run] = None
+    warnings: list[str] = field(default_factory=list)
+    config: Optional[GateConfig] = None
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    @property
+    def failed(self) -> list[GateResult]:
+        return [r for r in self.results if r.verdict == "fail"]
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame(
+            [
+                {
+                    "rule": r.rule.index,
+                    "backend": r.backend,
+                    "check": r.rule.check,
+                    "tags": list(r.rule.tags),
+                    "figure": r.figure,
+                    "ci_low": r.ci_low,
+                    "ci_high": r.ci_high,
+                    "p_value": r.p_value,
+                    "n": r.n,
+                    "verdict": r.verdict,
+                    "detail": r.detail,
+                }
+                for r in self.results
+            ]
+        )
+
+    def summary_line(self) -> str:
+        n_fail = len(self.failed)
+        n_skip = sum(r.verdict == "skip" for r in self.results)
+        if n_fail:
+            return f"gate failed: {n_fail} of {len(self.results)} rule(s) failed"
+        return f"gate passed: {len(self.results) - n_skip} rule(s) held" + (f", {n_skip} skipped" if n_skip else "")
+
+    def to_junit(self) -> str:
+        from .gate_reports import junit_xml
+
+        return junit_xml(self)
+
+    def to_markdown(self, top: int = 10) -> str:
+        from .gate_reports import markdown
+
+        return markdown(self, top=top)
+
+
+def _slice(run: Run, tags: Sequence[str]) -> list[str]:
+    ids = [c.id for c in run.cases] or list(dict.fromkeys(s.case_id for s in run.scores))
+    if not tags:
+        return ids
+    need = set(tags)
+    return [c.id for c in run.cases if need <= set(c.tags)]
+
+
+def _mean_ci(values: np.ndarray, confidence: float, resamples: int, seed: int) -> tuple[float, float]:
+    return paired_bootstrap_ci(np.zeros_like(values), values, confidence, resamples, seed)
+
+
+def _known_metric(name: str, registry_metrics: set[str]) -> bool:
+    from .backend import resolve_metric
+
+    for spec in set(CANONICAL_METRICS) | registry_metrics:
+        if spec == name or resolve_metric(spec, name, 1):
+            return True
+    return False
+
+
+def _registry() -> tuple[set[str], set[str]]:
+    try:
+        from .plugins import get_backends
+
+        backends = get_backends()
+    except Exception:  # a broken plugin must not stop a gate over a finished run
+        return set(), set()
+    metrics = set()
+    for b in backends.values():
+        try:
+            metrics |= {s.name for s in b.metrics()}
+        except Exception:
+            pass
+    return set(backends), metrics
+
+
+def _bind(rule: Rule, run: Run, scored_by: dict[str, set[str]], where: str) -> list[str]:
+    """The backends this rule applies to in ``run``; raises `GateConfigError` for unknown names."""
+    run_backends = set(run.manifest.backends) | set(scored_by)
+    if rule.backends:
+        for b in rule.backends:
+            if b not in run_backends:
+                known, _ = _registry()
+                if b in known:
+                    raise GateConfigError(
+                        f"{where}: backend {b!r} is not in this run (it ran: {', '.join(sorted(run_backends))})"
+                    )
+                hint = difflib.get_close_matches(b, sorted(run_backends | known), n=1)
+                raise GateConfigError(
+                    f"{where}: unknown backend {b!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                    + f"; this run has: {', '.join(sorted(run_backends))}"
+                )
+    if rule.metric is None:  # error_rate over every metric
+        return list(rule.backends or sorted(run_backends))
+    offered = {m for ms in scored_by.values() for m in ms}
+    if rule.metric not in offered:
+        _, reg_metrics = _registry()
+        all_in_run = sorted(offered)
+        if not _known_metric(rule.metric, reg_metrics):
+            hint = difflib.get_close_matches(rule.metric, all_in_run + list(CANONICAL_METRICS), n=1)
+            raise GateConfigError(
+                f"{where}: unknown metric {rule.metric!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                + f"; this run scored: {', '.join(all_in_run)}"
+            )
+        raise GateConfigError(
+            f"{where}: metric {rule.metric!r} was not scored in this run (it scored: {', '.join(all_in_run)})"
+        )
+    if rule.backends:
+        missing = [b for b in rule.backends if rule.metric not in scored_by.get(b, set())]
+        if missing:
+            raise GateConfigError(
+                f"{where}: backend {missing[0]!r} did not score {rule.metric!r} in this run "
+                f"(backends that did: {', '.join(sorted(b for b, ms in scored_by.items() if rule.metric in ms))})"
+            )
+        return list(rule.backends)
+    return sorted(b for b, ms in scored_by.items() if rule.metric in ms)
+
+
+def run_gates(
+    run: Run | str | Path,
+    config: GateConfig | str | Path | dict,
+    baseline: Run | str | Path | None = None,
+    seed: Optional[int] = None,
+    resamples: Optional[int] = None,
+    permutations: Optional[int] = None,
+) -> GateReport:
+    """Evaluate every rule of ``config`` on ``run``.
+
+    Raises `IncompleteRunError` when the run (or the baseline) did not finish, and `GateConfigError`
+    when the rules name a metric, backend or tag the run does not have, or need a baseline that was
+    not given.
+    """
+    if isinstance(config, dict):
+        config = parse_gates(config)
+    elif not isinstance(config, GateConfig):
+        config = load_gates(config)
+    run = _as_run(run, "run")
+    require_complete(run, "run", "then gate it; an unfinished run is not gated")
+    base = None
+    if baseline is not None:
+        base = _as_run(baseline, "baseline run")
+        require_complete(base, "baseline run")
+    seed = config.seed if seed is None else seed
+    resamples = config.resamples if resamples is None else resamples
+    permutations = config.permutations if permutations is None else permutations
+    src = config.source
+
+    scored_by: dict[str, set[str]] = {}
+    for b, ms in run.manifest.metrics.items():
+        scored_by.setdefault(b, set()).update(ms)
+    by_key: dict[tuple[str, str], dict[str, Any]] = {}
+    for s in run.scores:
+        scored_by.setdefault(s.backend, set()).add(s.metric)
+        by_key.setdefault((s.backend, s.metric), {})[s.case_id] = s
+    base_key: dict[tuple[str, str], dict[str, Any]] = {}
+    if base is not None:
+        for s in base.scores:
+            base_key.setdefault((s.backend, s.metric), {})[s.case_id] = s
+    all_tags = sorted({t for c in run.cases for t in c.tags})
+
+    warnings: list[str] = []
+    if base is not None:
+        differs, changed, added, removed = dataset_changes(base, run)
+        if differs:
+            warnings.append(
+                "baseline: " + dataset_change_message(changed, added, removed)
+                + "; drops are measured on the cases scored in both runs"
+            )
+
+    # Validate every rule before evaluating any, so bad input never yields a partial verdict.
+    bound: list[tuple[Rule, list[str]]] = []
+    for rule in config.rules:
+        where = _where(src, rule.index)
+        for t in rule.tags:
+            if t not in all_tags:
+                hint = difflib.get_close_matches(t, all_tags, n=1)
+                raise GateConfigError(
+                    f"{where}: no case in this run carries tag {t!r}"
+                    + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                    + f"; tags in this run: {', '.join(all_tags) or 'none'}"
+                )
+        if rule.kind == "drop" and base is None:
+            raise GateConfigError(f"{where}: {rule.check!r} compares with a baseline: pass --baseline BASE_RUN")
+        backends = _bind(rule, run, scored_by, where)
+        if rule.kind == "drop":
+            for b in backends:
+                if (b, rule.metric) not in base_key and rule.metric not in base.manifest.metrics.get(b, []):
+                    raise GateConfigError(
+                        f"{where}: the baseline run has no {b}:{rule.metric} scores to compare with"
+                    )
+        bound.append((rule, backends))
+
+    results = []
+    for rule, backends in bound:
+        ids = _slice(run, rule.tags)
+        for backend in backends:
+            gseed = _group_seed(seed, str(rule.index), backend)
+            results.append(_evaluate(rule, backend, ids, run, by_key, base_key, gseed, resamples, permutations))
+    return GateReport(run=run, results=results, baseline=base, warnings=warnings, config=config)
+
+
+def _evaluate(
+    rule: Rule, backend: str, ids: list[str], run: Run, by_key, base_key, seed: int, resamples: int, permutations: int
+) -> GateResult:
+    op = _OPS[rule.op]
+    ci = (math.nan, math.nan)
+    p = math.nan
+    items: list[dict[str, Any]] = []
+    extra = ""
+    if rule.kind in ("mean", "share"):
+        scores = by_key.get((backend, rule.metric), {})
+        here = [scores[c] for c in ids if c in scores]
+        scored = [s for s in here if s.status == "scored"]
+        vals = np.array([s.value for s in scored], dtype=float)
+        if rule.kind == "share":
+            vals = _OPS[rule.cut_op](vals, rule.cut).astype(float)
+        n = len(vals)
+        figure = float(vals.mean()) if n else math.nan
+        if n:
+            ci = _mean_ci(vals, rule.confidence, resamples, seed)
+        n_und = sum(s.status == "undefined" for s in here)
+        n_err = sum(s.status == "error" for s in here)
+        if n_und or n_err:
+            extra = f"; not counted: {n_und} undefined, {n_err} errored"
+        items = sorted(
+            ({"case_id": s.case_id, "value": s.value, "reason": s.reason} for s in scored),
+            key=lambda r: (r["value"], r["case_id"]),
+        )
+        # the cases behind a miss: those on the wrong side of the per-case cut or the threshold
+        cut_op, cut = (rule.cut_op, rule.cut) if rule.kind == "share" else (rule.op, rule.threshold)
+        items = [r for r in items if not _OPS[cut_op](r["value"], cut)]
+    elif rule.kind in ("error_rate", "undefined_rate"):
+        want = "error" if rule.kind == "error_rate" else "undefined"
+        keys = [(backend, rule.metric)] if rule.metric else [k for k in by_key if k[0] == backend]
+        per_case: dict[str, list] = {}
+        for key in keys:
+            for cid, s in by_key.get(key, {}).items():
+                per_case.setdefault(cid, []).append(s)
+        cases = [c for c in ids if c in per_case]
+        bad = [(c, [s for s in per_case[c] if s.status == want]) for c in cases]
+        bad = [(c, ss) for c, ss in bad if ss]
+        n = len(cases)
+        figure = len(bad) / n if n else math.nan
+        items = [
+            {"case_id": c, "metrics": ", ".join(sorted(s.metric for s in ss)), "reason": ss[0].error or ss[0].reason}
+            for c, ss in bad
+        ]
+    else:  # drop
+        new_s = by_key.get((backend, rule.metric), {})
+        old_s = base_key.get((backend, rule.metric), {})
+        pairs = [
+            (c, old_s[c].value, new_s[c].value)
+            for c in ids
+            if c in new_s and c in old_s and new_s[c].status == "scored" and old_s[c].status == "scored"
+        ]
+        n = len(pairs)
+        b = np.array([x[1] for x in pairs], dtype=float)
+        v = np.array([x[2] for x in pairs], dtype=float)
+        figure = float((b - v).mean()) if n else math.nan
+        if n:
+            lo, hi = paired_bootstrap_ci(v, b, rule.confidence, resamples, seed)  # CI of base - new
+            ci = (lo, hi)
+            # H0: the drop is at most the allowance; H1: new < base - allowance.
+            p = paired_permutation_pvalue(b, v, "less", rule.threshold, permutations, seed)
+        became = sum(
+            1 for c in ids if c in new_s and c in old_s and old_s[c].status == "scored" and new_s[c].status != "scored"
+        )
+        if became:
+            extra = f"; {became} case(s) scored in the baseline are not scored now (see error_rate)"
+        items = sorted(
+            ({"case_id": c, "base": x, "new": y, "delta": y - x} for c, x, y in pairs if y < x),
+            key=lambda r: (r["delta"], r["case_id"]),
+        )
+
+    what = {"mean": "mean", "share": "share", "error_rate": "share of cases with an error",
+            "undefined_rate": "share of cases undefined", "drop": "drop (baseline - run)"}[rule.kind]
+    if n == 0 or n < rule.min_n:
+        verdict = rule.below_min_n
+        detail = (f"no case to measure" if n == 0 else f"n={n} is below min_n={rule.min_n}") + extra
+        return GateResult(rule, backend, verdict, figure, n, detail, ci[0], ci[1], p, items)
+    holds = bool(op(figure, rule.threshold))
+    detail = f"{what} {figure:.3f} {rule.op} {rule.threshold:g}: " + ("holds" if holds else "does not hold")
+    verdict = "pass" if holds else "fail"
+    if not holds and rule.significant:
+        if rule.kind == "drop":
+            sig = p < rule.alpha
+            detail += f"; significant (p={p:.3g} < {rule.alpha:g})" if sig else f"; not significant (p={p:.3g} >= {rule.alpha:g}), passes"
+        elif rule.kind in ("mean", "share") and not math.isnan(ci[0]):
+            if rule.op in (">=", ">"):
+                sig = not op(ci[1], rule.threshold)
+            else:
+                sig = not op(ci[0], rule.threshold)
+            conf = f"{rule.confidence:.0%} CI [{ci[0]:.3f}, {ci[1]:.3f}]"
+            detail += f"; significant ({conf} misses it)" if sig else f"; not significant ({conf} reaches it), passes"
+        else:
+            sig = True
+        verdict = "fail" if sig else "pass"
+    return GateResult(rule, backend, verdict, figure, n, detail + extra, ci[0], ci[1], p, items)

@@ -1,0 +1,570 @@
+"""Regression testing: item-level diff of two runs, gates with thresholds, JUnit and Markdown, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import EXAMPLE, ragbridge_cli
+from ragbridge import RunManifest, Score, load_cases
+from ragbridge.diff import (
+    IncompleteRunError,
+    RegressionError,
+    diff_runs,
+    paired_bootstrap_ci,
+    paired_permutation_pvalue,
+    run_problems,
+)
+from ragbridge.gate import GateConfigError, load_gates, run_gates
+from ragbridge.io import fingerprint, write_jsonl
+
+CASES = load_cases(EXAMPLE)
+IDS = [c.id for c in CASES]
+TAGS = {c.id: c.tags for c in CASES}
+ANSWERABLE = [c.id for c in CASES if c.answerable]
+UNANSWERABLE = [c.id for c in CASES if not c.answerable]
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers: run folders written from the example cases with chosen values
+
+
+def write_run(path: Path, values: dict, cases=CASES, status: str = "complete", extra_lines: str = "") -> Path:
+    """A run folder. ``values``: {(backend, metric): {case_id: float | None | "error"}}."""
+    path.mkdir(parents=True, exist_ok=True)
+    write_jsonl(cases, path / "cases.jsonl")
+    lines = []
+    for (backend, metric), per_case in values.items():
+        for cid, v in per_case.items():
+            if v == "error":
+                s = Score(case_id=cid, metric=metric, backend=backend, error="TimeoutError: judge timed out")
+            elif v is None:
+                s = Score(case_id=cid, metric=metric, backend=backend, reason="skipped: case has no answer")
+            else:
+                s = Score(case_id=cid, metric=metric, backend=backend, value=float(v))
+            lines.append(s.model_dump_json())
+    (path / "scores.jsonl").write_text("\n".join(lines) + "\n" + extra_lines, encoding="utf-8")
+    manifest = RunManifest(
+        ragbridge_version="0.1.0",
+        dataset={"path": str(EXAMPLE), "fingerprint": fingerprint(cases), "n_cases": len(cases)},
+        backends={b: "1.0" for b, _ in values},
+        metrics={b: sorted({m for bb, m in values if bb == b}) for b, _ in values},
+        started_at="2026-01-01T00:00:00+00:00",
+        finished_at="2026-01-01T00:01:00+00:00" if status != "running" else None,
+        status=status,
+    )
+    (path / "run.json").write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
+    return path
+
+
+def base_values(seed: int = 1) -> dict:
+    rng = np.random.default_rng(seed)
+    recall = {cid: float(rng.choice([0.5, 1.0], p=[0.1, 0.9])) for cid in ANSWERABLE}
+    recall.update({cid: None for cid in UNANSWERABLE})  # undefined: no labels
+    faith = {cid: round(float(rng.uniform(0.6, 1.0)), 3) for cid in ANSWERABLE}
+    faith.update({cid: None for cid in UNANSWERABLE})
+    abst = {cid: None for cid in ANSWERABLE}
+    abst.update({cid: 1.0 for cid in UNANSWERABLE})
+    return {("native", "recall@5"): recall, ("native", "abstention"): abst, ("ragas", "faithfulness"): faith}
+
+
+def moved(values: dict, key, changes: dict) -> dict:
+    out = {k: dict(v) for k, v in values.items()}
+    out[key].update(changes)
+    return out
+
+
+@pytest.fixture
+def runs(tmp_path):
+    """A base run and a new run where three real cases lost recall and one faithfulness score errored."""
+    base = base_values()
+    worse = {cid: 0.0 for cid in [c for c in ANSWERABLE if "real" in TAGS[c]][:3]}
+    new = moved(base, ("native", "recall@5"), worse)
+    errored = ANSWERABLE[5]
+    new = moved(new, ("ragas", "faithfulness"), {errored: "error"})
+    better = ANSWERABLE[6]
+    new = moved(new, ("ragas", "faithfulness"), {better: 1.0})
+    b = write_run(tmp_path / "base", base)
+    n = write_run(tmp_path / "new", new)
+    return b, n, {"worse": sorted(worse), "errored": errored, "better": better, "base": base}
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics
+
+
+def test_bootstrap_is_seeded_and_brackets_the_mean_change():
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0, 1, 200)
+    new = np.clip(base - 0.1 + rng.normal(0, 0.05, 200), 0, 1)
+    a = paired_bootstrap_ci(base, new, n_resamples=9999, seed=7)
+    assert a == paired_bootstrap_ci(base, new, n_resamples=9999, seed=7)
+    assert a != paired_bootstrap_ci(base, new, seed=8)
+    delta = float(np.mean(new - base))
+    assert a[0] < delta < a[1] and a[1] < 0
+    # the same as a paired bootstrap done independently with scipy (percentile method)
+    from scipy.stats import bootstrap
+
+    ref = bootstrap((base, new), lambda x, y, axis: np.mean(y - x, axis=axis), paired=True, vectorized=True,
+                    n_resamples=9999, method="percentile", rng=np.random.default_rng(1)).confidence_interval
+    assert abs(ref.low - a[0]) < 0.005 and abs(ref.high - a[1]) < 0.005
+
+
+def test_bootstrap_degenerate_inputs():
+    assert paired_bootstrap_ci([0.5, 0.5, 1.0], [0.5, 0.5, 1.0]) == (0.0, 0.0)
+    lo, hi = paired_bootstrap_ci([1.0], [0.0])
+    assert math.isnan(lo) and math.isnan(hi)
+
+
+def test_permutation_is_exact_for_few_changes():
+    base = [1.0] * 20
+    new = [1.0] * 16 + [0.0, 0.0, 0.0, 0.5]
+    # four changed cases: 16 sign patterns; only the observed one and its mirror are as extreme
+    assert paired_permutation_pvalue(base, new) == pytest.approx(2 / 16)
+    assert paired_permutation_pvalue(base, new, alternative="less") == pytest.approx(1 / 16)
+    assert paired_permutation_pvalue(base, new, alternative="greater") == pytest.approx(1.0)
+    assert paired_permutation_pvalue(base, base) == 1.0
+    assert paired_permutation_pvalue([1.0], [0.0], alternative="less") == 0.5
+
+
+def test_permutation_matches_scipy_permutation_test():
+    from scipy.stats import permutation_test
+
+    def scipy_p(base, new, alternative, shift=0.0):
+        return permutation_test(
+            (np.asarray(new) + shift, np.asarray(base)), lambda x, y, axis: np.mean(x - y, axis=axis),
+            permutation_type="samples", vectorized=True, n_resamples=9999, alternative=alternative,
+            rng=np.random.default_rng(0),
+        ).pvalue
+
+    rng = np.random.default_rng(11)
+    base = rng.uniform(0, 1, 12)  # 12 pairs: both tests are exact
+    new = np.clip(base + rng.normal(-0.1, 0.15, 12), 0, 1)
+    for alt in ("two-sided", "less", "greater"):
+        assert paired_permutation_pvalue(base, new, alt) == pytest.approx(scipy_p(base, new, alt), rel=1e-9)
+    assert paired_permutation_pvalue(base, new, "less", shift=0.05) == pytest.approx(scipy_p(base, new, "less", 0.05))
+    base = rng.uniform(0, 1, 60)  # randomized: the same up to resampling noise
+    new = np.clip(base + rng.normal(-0.03, 0.15, 60), 0, 1)
+    for alt in ("two-sided", "less"):
+        ours, theirs = paired_permutation_pvalue(base, new, alt, seed=2), scipy_p(base, new, alt)
+        assert abs(ours - theirs) < 0.02 + 0.1 * theirs
+
+
+def test_permutation_shift_tests_a_drop_beyond_an_allowance():
+    rng = np.random.default_rng(3)
+    base = rng.uniform(0.5, 1, 300)
+    new = base - 0.03 + rng.normal(0, 0.01, 300)
+    assert paired_permutation_pvalue(base, new, "less", shift=0.0, seed=1) < 0.001
+    assert paired_permutation_pvalue(base, new, "less", shift=0.02, seed=1) < 0.001
+    assert paired_permutation_pvalue(base, new, "less", shift=0.05, seed=1) > 0.5
+    assert paired_permutation_pvalue(base, new, seed=5) == paired_permutation_pvalue(base, new, seed=5)
+
+
+# --------------------------------------------------------------------------------------------
+# diff
+
+
+def test_diff_pairs_cases_and_lists_what_moved(runs):
+    b, n, info = runs
+    d = diff_runs(b, n, seed=0)
+    overall = d.summary[d.summary["tag"] == "(all)"].set_index(["backend", "metric"])
+    rec = overall.loc[("native", "recall@5")]
+    assert rec["n_paired"] == len(ANSWERABLE)
+    assert rec["n_worse"] == 3 and rec["n_better"] == 0
+    assert rec["delta"] == pytest.approx(-sum(info["base"][("native", "recall@5")][c] for c in info["worse"]) / len(ANSWERABLE))
+    assert rec["ci_low"] <= rec["delta"] <= rec["ci_high"]
+    assert rec["p_value"] == pytest.approx(2 / 8)  # three changed cases: exact test
+    worse = d.worse(metric="recall@5")
+    assert sorted(worse["case_id"]) == info["worse"]
+    assert list(worse["delta"]) == sorted(worse["delta"])
+    assert {"base_value", "new_value"} <= set(worse.columns)
+    # the errored score is not averaged and not dropped: it is a status change
+    faith = overall.loc[("ragas", "faithfulness")]
+    assert faith["n_paired"] == len(ANSWERABLE) - 1 and faith["n_status_changed"] == 1
+    changes = d.status_changes()
+    assert list(changes["case_id"]) == [info["errored"]] and changes["change"].iloc[0] == "scored -> error"
+    assert "TimeoutError" in changes["new_error"].iloc[0]
+    assert list(d.better()["case_id"]) == [info["better"]]
+    # undefined in both runs (abstention on answerable cases) is "same", never a 0
+    ab = overall.loc[("native", "abstention")]
+    assert ab["n_paired"] == len(UNANSWERABLE) and ab["delta"] == 0
+    # per tag
+    real = d.summary[(d.summary["tag"] == "real") & (d.summary["metric"] == "recall@5")].iloc[0]
+    assert real["n_worse"] == 3 and real["n_paired"] == sum("real" in TAGS[c] for c in ANSWERABLE)
+    assert not d.fingerprint_differs and d.warnings == []
+
+
+def test_diff_is_reproducible_and_seed_independent_of_filters(runs):
+    b, n, _ = runs
+    one = diff_runs(b, n, seed=3)
+    two = diff_runs(b, n, seed=3, metrics=["recall@5"])
+    a = one.summary[one.summary["metric"] == "recall@5"].reset_index(drop=True)
+    assert a.equals(two.summary.reset_index(drop=True))
+
+
+def test_diff_lists_unpaired_cases_and_flags_a_changed_golden_set(tmp_path):
+    values = base_values()
+    base = write_run(tmp_path / "base", values)
+    cases = [c.model_copy(deep=True) for c in CASES[1:]]  # the first case removed
+    cases[0].relevant = {"something-else.md": 1}  # a golden label changed
+    extra = cases[1].model_copy(update={"id": "brand-new-case"})
+    cases.append(extra)
+    new_values = {k: {c: v for c, v in per.items() if c != CASES[0].id} for k, per in values.items()}
+    for per in new_values.values():
+        per["brand-new-case"] = 1.0
+    new = write_run(tmp_path / "new", new_values, cases=cases)
+    d = diff_runs(base, new)
+    assert d.only_in_base == [CASES[0].id] and d.only_in_new == ["brand-new-case"]
+    assert "brand-new-case" not in set(d.items["case_id"]) and CASES[0].id not in set(d.items["case_id"])
+    assert d.fingerprint_differs and d.golden_changed == [cases[0].id]
+    assert any("different dataset versions" in w and cases[0].id in w for w in d.warnings)
+
+
+def test_diff_flags_only_outputs_changed(tmp_path):
+    values = base_values()
+    base = write_run(tmp_path / "base", values)
+    cases = [c.model_copy(deep=True) for c in CASES]
+    cases[0].answer = "A different answer."
+    new = write_run(tmp_path / "new", values, cases=cases)
+    d = diff_runs(base, new)
+    assert d.fingerprint_differs and d.golden_changed == []
+    assert any("only the system outputs" in w for w in d.warnings)
+
+
+def test_diff_refuses_incomplete_runs_unless_asked(runs, tmp_path):
+    b, _, _ = runs
+    values = base_values()
+    partial = {k: dict(list(v.items())[:10]) for k, v in values.items()}
+    killed = write_run(tmp_path / "killed", partial, status="running")
+    killed_manifest = json.loads((killed / "run.json").read_text())
+    killed_manifest["metrics"] = {b_: sorted({m for bb, m in values if bb == b_}) for b_, _ in values}
+    (killed / "run.json").write_text(json.dumps(killed_manifest))
+    with pytest.raises(IncompleteRunError, match="status 'running'.*planned scores are missing"):
+        diff_runs(b, killed)
+    d = diff_runs(b, killed, allow_incomplete=True)
+    assert any("incomplete" in w for w in d.warnings)
+    assert len(d.status_changes()) > 0  # the missing scores are listed, not dropped
+    assert set(d.status_changes()["new_status"]) == {"missing"}
+
+
+def test_run_problems_catches_a_complete_status_with_missing_scores(tmp_path):
+    values = base_values()
+    run = write_run(tmp_path / "r", values)
+    from ragbridge import load_run
+
+    assert run_problems(load_run(run)) == []
+    lines = (run / "scores.jsonl").read_text().splitlines()
+    (run / "scores.jsonl").write_text("\n".join(lines[:-5]) + "\n")
+    assert "5 of" in run_problems(load_run(run))[0]
+
+
+def test_diff_bad_input(tmp_path, runs):
+    b, n, _ = runs
+    with pytest.raises(RegressionError, match="does not exist"):
+        diff_runs(tmp_path / "nope", n)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RegressionError, match="no run.json"):
+        diff_runs(tmp_path / "empty", n)
+    with pytest.raises(RegressionError, match="unknown metric 'recal@5'"):
+        diff_runs(b, n, metrics=["recal@5"])
+    with pytest.raises(RegressionError, match="no paired case carries tag 'rael'"):
+        diff_runs(b, n, tags=["rael"])
+    other = write_run(tmp_path / "other", {("native", "mrr"): {c: 1.0 for c in IDS}})
+    with pytest.raises(RegressionError, match="no \\(backend, metric\\) in common"):
+        diff_runs(b, other)
+
+
+# --------------------------------------------------------------------------------------------
+# gates: parsing
+
+
+def test_gates_file_syntax(tmp_path):
+    p = tmp_path / "gates.toml"
+    p.write_text(
+        """
+[defaults]
+backend = "native"
+min_n = 3
+seed = 11
+
+[[gate]]
+check = "recall@5 >= 0.85"
+
+[[gate]]
+check = "faithfulness drop <= 0.02"
+backend = "ragas"
+significant = true
+tags = ["real"]
+
+[[gate]]
+check = "share(faithfulness >= 0.7) >= 0.9"
+backend = ["ragas"]
+
+[[gate]]
+check = "error_rate <= 0.05"
+name = "few errors"
+
+[[gate]]
+check = "undefined_rate(recall@5) < 0.2"
+tag = "real"
+below_min_n = "skip"
+"""
+    )
+    cfg = load_gates(p)
+    kinds = [(r.kind, r.metric, r.op, r.threshold) for r in cfg.rules]
+    assert kinds == [
+        ("mean", "recall@5", ">=", 0.85),
+        ("drop", "faithfulness", "<=", 0.02),
+        ("share", "faithfulness", ">=", 0.9),
+        ("error_rate", None, "<=", 0.05),
+        ("undefined_rate", "recall@5", "<", 0.2),
+    ]
+    assert cfg.seed == 11 and cfg.rules[0].backends == ["native"] and cfg.rules[1].backends == ["ragas"]
+    assert cfg.rules[1].significant and cfg.rules[1].tags == ["real"] and cfg.rules[4].tags == ["real"]
+    assert cfg.rules[2].cut == 0.7 and cfg.rules[3].label == "few errors" and cfg.rules[4].below_min_n == "skip"
+    assert all(r.min_n == 3 for r in cfg.rules)
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ('[[gate]]\ncheck = "recall@5 >= "', "cannot read check"),
+        ('[[gate]]\ncheck = "recall@5 => 0.8"', "cannot read"),
+        ('[[gate]]\ncheck = "recall@5 >= 85"', "outside 0..1"),
+        ('[[gate]]\ncheck = "faithfulness drop >= 0.02"', "bounded from above"),
+        ('[[gate]]\ncheck = "median(recall@5) >= 0.8"', "cannot read"),
+        ('[[gate]]\nmetric = "recall@5"', "unknown key.*'metric'"),
+        ('[[gate]]\ncheck = "mrr >= 0.8"\nsignificnt = true', "did you mean 'significant'"),
+        ('[[gate]]\ncheck = "mrr >= 0.8"\nmin_n = -1', "min_n must be a non-negative integer"),
+        ('[[gate]]\ncheck = "mrr >= 0.8"\ntags = "real, hard"\ntag = "x"', "either 'tag' or 'tags'"),
+        ('[[gate]]\ncheck = "mrr >= 0.8"\nalpha = 5', "alpha must be a number between 0 and 1"),
+        ('[defaults]\nbackend = "native"', "no rules"),
+        ('[gates]\ncheck = "mrr >= 0.8"', "unknown top-level key"),
+        ('[[gate]\ncheck = "mrr >= 0.8"', "not valid TOML"),
+    ],
+)
+def test_malformed_gates_are_reported(tmp_path, body, message):
+    p = tmp_path / "gates.toml"
+    p.write_text(body)
+    with pytest.raises(GateConfigError, match=message):
+        load_gates(p)
+
+
+# --------------------------------------------------------------------------------------------
+# gates: evaluation
+
+
+def test_absolute_share_and_error_rules(runs):
+    b, n, info = runs
+    report = run_gates(
+        n,
+        {
+            "gate": [
+                {"check": "recall@5 >= 0.85", "backend": "native"},
+                {"check": "recall@5 >= 0.9", "tags": ["real"]},
+                {"check": "abstention >= 0.9", "tags": ["unanswerable"]},
+                {"check": "share(faithfulness >= 0.6) >= 0.9"},
+                {"check": "error_rate <= 0.05"},
+                {"check": "error_rate(faithfulness) <= 0.01"},
+            ]
+        },
+    )
+    by = {(r.rule.index, r.backend): r for r in report.results}
+    rec = [v for c, v in info["base"][("native", "recall@5")].items() if v is not None and c not in info["worse"]]
+    assert by[(1, "native")].figure == pytest.approx(sum(rec) / len(ANSWERABLE))
+    assert by[(1, "native")].n == len(ANSWERABLE)  # undefined (unanswerable) cases are not counted as 0
+    assert by[(2, "native")].verdict == "fail"
+    assert [i["case_id"] for i in by[(2, "native")].items][:3] == sorted(info["worse"])
+    assert by[(3, "native")].figure == 1.0 and by[(3, "native")].n == len(UNANSWERABLE)
+    assert by[(4, "ragas")].n == len(ANSWERABLE) - 1 and by[(4, "ragas")].verdict == "pass"
+    # error_rate with no backend applies to every backend of the run
+    assert by[(5, "native")].figure == 0 and by[(5, "ragas")].figure == pytest.approx(1 / len(IDS))
+    assert by[(6, "ragas")].verdict == "fail" and by[(6, "ragas")].items[0]["case_id"] == info["errored"]
+    assert not report.passed and len(report.failed) == 2
+
+
+def test_drop_rule_against_a_baseline(runs):
+    b, n, info = runs
+    rules = {"gate": [{"check": "recall@5 drop <= 0.01"}, {"check": "faithfulness drop <= 0.02"}]}
+    report = run_gates(n, rules, baseline=b)
+    rec, faith = report.results
+    assert rec.verdict == "fail" and rec.n == len(ANSWERABLE)
+    assert rec.figure > 0.01 and rec.ci_low <= rec.figure <= rec.ci_high
+    assert [i["case_id"] for i in rec.items] == sorted(info["worse"], key=lambda c: (-info["base"][("native", "recall@5")][c], c))
+    assert faith.verdict == "pass" and faith.figure < 0  # one case got better, the errored one is not paired
+    assert "not scored now" in faith.detail
+    with pytest.raises(GateConfigError, match="pass --baseline"):
+        run_gates(n, rules)
+
+
+def test_significance_keeps_judge_noise_from_failing(tmp_path):
+    rng = np.random.default_rng(0)
+    base = {("ragas", "faithfulness"): {c: round(float(rng.uniform(0.5, 1)), 3) for c in IDS}}
+    # noise: small symmetric jitter, a mean drop just over the allowance
+    noisy = {("ragas", "faithfulness"): {c: min(1, max(0, v + float(rng.normal(-0.025, 0.08)))) for c, v in base[("ragas", "faithfulness")].items()}}
+    # a real regression: every case a little lower
+    real = {("ragas", "faithfulness"): {c: max(0, v - 0.08) for c, v in base[("ragas", "faithfulness")].items()}}
+    b = write_run(tmp_path / "b", base)
+    rule = {"check": "faithfulness drop <= 0.02"}
+    plain = run_gates(write_run(tmp_path / "noisy", noisy), {"gate": [rule]}, baseline=b).results[0]
+    sig = run_gates(tmp_path / "noisy", {"gate": [{**rule, "significant": True}]}, baseline=b).results[0]
+    assert plain.figure > 0.02 and plain.verdict == "fail"
+    assert sig.verdict == "pass" and "not significant" in sig.detail and sig.p_value >= 0.05
+    hard = run_gates(write_run(tmp_path / "real", real), {"gate": [{**rule, "significant": True}]}, baseline=b).results[0]
+    assert hard.verdict == "fail" and hard.p_value < 0.05 and "significant (p=" in hard.detail
+    again = run_gates(tmp_path / "noisy", {"gate": [{**rule, "significant": True}]}, baseline=b).results[0]
+    assert (again.p_value, again.ci_low) == (sig.p_value, sig.ci_low)  # seeded
+
+
+def test_significant_absolute_rule_uses_the_interval(tmp_path):
+    values = {("native", "recall@5"): {c: (0.0 if i < 5 else 1.0) for i, c in enumerate(IDS)}}  # mean 0.906
+    run = write_run(tmp_path / "r", values)
+    near, far = run_gates(
+        run,
+        {"gate": [{"check": "recall@5 >= 0.92", "significant": True}, {"check": "recall@5 >= 0.995", "significant": True}]},
+    ).results
+    assert near.figure < 0.92 <= near.ci_high and near.verdict == "pass" and "not significant" in near.detail
+    assert far.ci_high < 0.995 and far.verdict == "fail" and "significant (95% CI" in far.detail
+
+
+def test_min_n_fails_or_skips(runs):
+    _, n, _ = runs
+    rules = {"gate": [{"check": "abstention >= 0.5", "min_n": 10}, {"check": "abstention >= 0.5", "min_n": 10, "below_min_n": "skip"}]}
+    fail, skip = run_gates(n, rules).results
+    assert fail.verdict == "fail" and "below min_n=10" in fail.detail
+    assert skip.verdict == "skip"
+
+
+@pytest.mark.parametrize(
+    "rule, message",
+    [
+        ({"check": "recal@5 >= 0.8"}, "unknown metric 'recal@5' \\(did you mean 'recall@5'\\?\\)"),
+        ({"check": "answer_correctness >= 0.8"}, "metric 'answer_correctness' was not scored in this run"),
+        ({"check": "recall@5 >= 0.8", "backend": "natve"}, "unknown backend 'natve'"),
+        ({"check": "recall@5 >= 0.8", "backend": "ragas"}, "backend 'ragas' did not score 'recall@5'"),
+        ({"check": "recall@5 >= 0.8", "tags": ["rael"]}, "no case in this run carries tag 'rael' \\(did you mean 'real'\\?\\)"),
+    ],
+)
+def test_rules_naming_what_the_run_lacks_are_bad_input(runs, rule, message):
+    _, n, _ = runs
+    with pytest.raises(GateConfigError, match=message):
+        run_gates(n, {"gate": [{"check": "recall@5 >= 0"}, rule]})
+
+
+def test_an_incomplete_run_is_not_gated(tmp_path):
+    values = base_values()
+    run = write_run(tmp_path / "r", values, status="interrupted")
+    with pytest.raises(IncompleteRunError, match="status 'interrupted'"):
+        run_gates(run, {"gate": [{"check": "recall@5 >= 0"}]})
+
+
+def test_junit_and_markdown(runs):
+    b, n, info = runs
+    report = run_gates(
+        n,
+        {"gate": [{"check": "recall@5 >= 0.5"}, {"check": "recall@5 drop <= 0.01"}, {"check": "abstention >= 0.5", "min_n": 99, "below_min_n": "skip"}]},
+        baseline=b,
+    )
+    root = ET.fromstring(report.to_junit())
+    suite = root.find("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("3", "1", "1")
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == ["recall@5 >= 0.5", "recall@5 drop <= 0.01", "abstention >= 0.5"]
+    failure = cases[1].find("failure")
+    assert failure is not None and info["worse"][0] in failure.text
+    md = report.to_markdown()
+    assert md.startswith("## ragbridge gate ❌ failed")
+    assert "| 2 | native | recall@5 drop <= 0.01 |" in md and "❌ fail" in md and "⏭️ skip" in md
+    assert "| case | baseline | run | change |" in md and info["worse"][0] in md
+
+
+# --------------------------------------------------------------------------------------------
+# The CLI (a subprocess running the real console entry point)
+
+
+GATES = """
+[defaults]
+min_n = 3
+
+[[gate]]
+check = "recall@5 >= 0.8"
+backend = "native"
+
+[[gate]]
+check = "recall@5 drop <= 0.01"
+tags = ["real"]
+
+[[gate]]
+check = "error_rate <= 0.05"
+"""
+
+
+def test_cli_diff(runs, tmp_path):
+    b, n, info = runs
+    items = tmp_path / "items.csv"
+    res = ragbridge_cli("diff", b, n, "--top", "2", "--items", items)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "Change in mean (new - base)" in out and "Per tag" in out and "95% CI" in out
+    assert "Cases that got worse (3; the 2 largest)" in out
+    assert "Cases whose score changed status (1)" in out and info["errored"] in out and "TimeoutError" in out
+    import pandas as pd
+
+    frame = pd.read_csv(items)
+    assert len(frame) == len(IDS) * 3 and set(frame["change"]) >= {"worse", "better", "same", "scored -> error"}
+
+
+def test_cli_gate_pass_and_fail(runs, tmp_path):
+    b, n, info = runs
+    gates = tmp_path / "gates.toml"
+    gates.write_text(GATES)
+    junit, md = tmp_path / "gate.xml", tmp_path / "gate.md"
+    ok = ragbridge_cli("gate", b, "--config", gates, "--baseline", b, "--junit", junit, "--markdown", md)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "gate passed: 4 rule(s) held" in ok.stdout
+    assert ET.parse(junit).getroot().find("testsuite").get("failures") == "0"
+    bad = ragbridge_cli("gate", n, "--config", gates, "--baseline", b, "--junit", junit, "--markdown", md)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "FAIL" in bad.stdout and "recall@5 drop <= 0.01 [real]" in bad.stdout
+    assert "gate failed: 1 of 4 rule(s) failed" in bad.stdout
+    assert info["worse"][0] in bad.stdout  # the cases behind the failure
+    assert ET.parse(junit).getroot().find("testsuite").get("failures") == "1"
+    assert md.read_text().startswith("## ragbridge gate ❌ failed")
+
+
+def test_cli_bad_input_exits_2(runs, tmp_path):
+    b, n, _ = runs
+    gates = tmp_path / "gates.toml"
+    gates.write_text('[[gate]]\ncheck = "faithfulness >= 0.8"\nbackend = "deepeval"\n')
+    res = ragbridge_cli("gate", n, "--config", gates)
+    assert res.returncode == 2
+    assert res.stderr.startswith("error:") and "backend 'deepeval'" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert res.stdout == ""
+    killed = write_run(tmp_path / "killed", base_values(), status="running")
+    gates.write_text(GATES)
+    md = tmp_path / "gate.md"
+    res = ragbridge_cli("gate", killed, "--config", gates, "--markdown", md)
+    assert res.returncode == 2 and "is incomplete" in res.stderr and "status 'running'" in res.stderr
+    assert "not gated" in md.read_text()
+    res = ragbridge_cli("diff", b, tmp_path / "missing")
+    assert res.returncode == 2 and res.stderr.startswith("error:") and "does not exist" in res.stderr
+
+
+def test_cli_on_real_native_runs(tmp_path):
+    """Two real native runs: the second system retrieves worse on every fourth case."""
+    import ragbridge
+
+    base = ragbridge.evaluate(CASES, backends=["native"], out=tmp_path / "base")
+    changed = [c.model_copy(update={"contexts": c.contexts[::-1]}) if i % 4 == 0 else c for i, c in enumerate(CASES)]
+    ragbridge.evaluate(changed, backends=["native"], out=tmp_path / "new")
+    assert base.complete
+    gates = Path(__file__).resolve().parent.parent / "examples" / "ci" / "gates-native.toml"
+    res = ragbridge_cli("gate", tmp_path / "new", "--config", gates, "--baseline", tmp_path / "base")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "mrr drop" in res.stdout and "FAIL" in res.stdout
+    assert run_gates(tmp_path / "base", gates, baseline=tmp_path / "base").passed  # the example passes its own gates
