@@ -18,7 +18,8 @@ Case list to per-case NumPy arrays and reports the median. Measured paths:
 
 Data (shaped like the research notes' gen_data.py): each case retrieves 100 chunks with unique ids and
 has 1-20 chunk-level labels with grades 1-3; each label is retrieved with p = 0.5 at an exponentially
-skewed rank, and every 50th case retrieves none of its labels.
+skewed rank (mean 15), and every 50th case retrieves none of its labels. At this scale the means
+match the notes' gen_data.py closely (nDCG@10 0.230 vs 0.232, MRR@10 0.443 vs 0.445 at 4,000 cases).
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def build_cases(n: int, n_chunks: int = 100, seed: int = 42):
         if q % 50 != 0:
             for d in rel_ids:
                 if rng.random() < 0.5:
-                    pos = min(int(rng.expovariate(1 / 8.0)), n_chunks - 1)
+                    pos = min(int(rng.expovariate(1 / 15.0)), n_chunks - 1)  # mean rank 15
                     while slots[pos] is not None:  # next free slot, wrapping
                         pos = (pos + 1) % n_chunks
                     slots[pos] = d

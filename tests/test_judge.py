@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from ragbridge.judge import (
     DUMMY_API_KEY,
+    JudgeCache,
     JudgeConfig,
     JudgeConfigError,
     JudgeGateway,
@@ -54,6 +55,13 @@ class FastGateway(JudgeGateway):
     backoff_base = 0.01
 
 
+@pytest.fixture(params=["stdlib", "httpx"])
+def transport(request, monkeypatch):
+    """Run a test with each upstream transport of the gateway."""
+    monkeypatch.setattr(JudgeGateway, "upstream_transport", request.param)
+    return request.param
+
+
 def client_for(gw: JudgeGateway, backend="b", metric="m", case_id="c", **kw) -> openai.OpenAI:
     kw.setdefault("max_retries", 2)  # the SDK's default: the gateway must stop it from multiplying retries
     kw.setdefault("http_client", HTTP)
@@ -69,7 +77,7 @@ def chat(client: openai.OpenAI, model="judge-m", messages=MSG, **kw) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
-def test_identical_request_is_served_from_cache(stub_judge, tmp_path):
+def test_identical_request_is_served_from_cache(stub_judge, tmp_path, monkeypatch):
     with JudgeGateway(make_config(stub_judge, tmp_path)) as gw:
         c = client_for(gw)
         first = chat(c, temperature=0)
@@ -81,9 +89,19 @@ def test_identical_request_is_served_from_cache(stub_judge, tmp_path):
         assert (u.calls, u.cache_hits) == (1, 1)
         assert u.prompt_tokens > 0 and u.completion_tokens > 0  # counted once, for the real call
         assert gw.stub_detected  # answers from the stub are recognised, so runs can be labelled
-    # A new gateway on the same file still hits (the cache is persistent).
-    with JudgeGateway(make_config(stub_judge, tmp_path)) as gw:
-        assert chat(client_for(gw), temperature=0) == first
+    # A new gateway on the same file still hits (the cache is persistent), whether the file is small
+    # enough to be loaded into memory or is read from SQLite on each lookup.
+    for memory_bytes in (JudgeCache.memory_bytes, 0):
+        monkeypatch.setattr(JudgeCache, "memory_bytes", memory_bytes)
+        stub_judge.reset()
+        new = [{"role": "user", "content": f"new {memory_bytes}"}]
+        with JudgeGateway(make_config(stub_judge, tmp_path)) as gw:
+            assert chat(client_for(gw), temperature=0) == first
+            chat(client_for(gw), messages=new)
+            assert stub_judge.request_count == 1
+        with JudgeGateway(make_config(stub_judge, tmp_path)) as gw:
+            chat(client_for(gw), messages=new)
+            assert gw.usage().cache_hits == 1
         assert stub_judge.request_count == 1
 
 
@@ -147,7 +165,7 @@ def test_concurrent_identical_requests_make_one_call(tmp_path):
 # ------------------------------------------------------------------------------------------------
 
 
-def test_429_and_500_are_retried(stub_judge, tmp_path):
+def test_429_and_500_are_retried(stub_judge, tmp_path, transport):
     stub_judge.inject("429", "500", "500")
     with FastGateway(make_config(stub_judge, tmp_path, max_retries=5)) as gw:
         out = chat(client_for(gw))
@@ -157,7 +175,7 @@ def test_429_and_500_are_retried(stub_judge, tmp_path):
         assert (u.calls, u.retries, u.errors) == (1, 3, 0)
 
 
-def test_persistent_500_reaches_the_library_after_max_retries(stub_judge, tmp_path):
+def test_persistent_500_reaches_the_library_after_max_retries(stub_judge, tmp_path, transport):
     stub_judge.inject(*["500"] * 10)
     with FastGateway(make_config(stub_judge, tmp_path, max_retries=2)) as gw:
         with pytest.raises(openai.InternalServerError) as err:
@@ -172,7 +190,7 @@ def test_persistent_500_reaches_the_library_after_max_retries(stub_judge, tmp_pa
         assert stub_judge.request_count == 1
 
 
-def test_timeout_is_retried(tmp_path):
+def test_timeout_is_retried(tmp_path, transport):
     with StubJudge(timeout_seconds=10) as stub:
         stub.inject("timeout")
         with FastGateway(make_config(stub, tmp_path, timeout=0.3)) as gw:
@@ -206,7 +224,7 @@ def test_retry_after_forms():
     assert 25 <= d <= 31
 
 
-def test_non_json_2xx_is_retried_but_malformed_content_is_forwarded(stub_judge, tmp_path):
+def test_non_json_2xx_is_retried_but_malformed_content_is_forwarded(stub_judge, tmp_path, transport):
     stub_judge.inject("garbage")
     with FastGateway(make_config(stub_judge, tmp_path)) as gw:
         c = client_for(gw)
@@ -220,7 +238,7 @@ def test_non_json_2xx_is_retried_but_malformed_content_is_forwarded(stub_judge, 
         assert stub_judge.request_count == 3, "malformed content is the library's problem: no retry"
 
 
-def test_concurrency_is_bounded_across_clients(tmp_path):
+def test_concurrency_is_bounded_across_clients(tmp_path, transport):
     with StubJudge(latency=0.2) as stub:
         with JudgeGateway(make_config(stub, tmp_path, max_concurrency=4, cache_mode="off")) as gw:
             by_backend = [client_for(gw, backend=f"b{i}") for i in range(3)]
@@ -318,7 +336,7 @@ def test_accounting_by_header_with_one_shared_client(stub_judge, tmp_path):
 # ------------------------------------------------------------------------------------------------
 
 
-def test_key_never_written_anywhere(tmp_path, monkeypatch):
+def test_key_never_written_anywhere(tmp_path, monkeypatch, transport):
     secret = "sk-ragbridge-TESTSECRET-" + secrets.token_hex(16)
     monkeypatch.setenv("RAGBRIDGE_TEST_KEY", secret)
     audit = tmp_path / "run" / "judge-audit.jsonl"
@@ -644,3 +662,17 @@ def test_base_url_with_query_string(stub_judge, tmp_path):
     with JudgeGateway(cfg) as gw:
         assert chat(client_for(gw)).startswith("Score:")
     assert [r.path for r in stub_judge.posts()] == ["/chat/completions"]
+
+
+def test_upstream_restart_between_calls(tmp_path, transport):
+    """A pooled keep-alive connection that the upstream closed is replaced, not reported as an error."""
+    with StubJudge() as first:
+        port = first.port
+        with JudgeGateway(make_config(first, tmp_path, cache_mode="off")) as gw:
+            c = client_for(gw)
+            chat(c)
+            first.close()
+            with StubJudge(port=port) as second:
+                assert chat(c).startswith("Score:")
+                assert second.request_count == 1
+                assert gw.usage().retries == 0 and gw.usage().errors == 0

@@ -15,7 +15,14 @@ forwards a request to the real endpoint. The gateway is the one place that
 * counts calls, cache hits, tokens, retries and errors per (backend, metric, case_id), attributed by a
   path tag (``base_url(backend, metric, case_id)``) or by the ``X-Ragbridge-Tag`` request header
   (``tag_scope`` + ``httpx_event_hooks``);
-* writes an audit log (JSONL) of request and response bodies, never a header or a key.
+* writes an audit log (JSONL, flushed every 0.2 s and on close) of request and response bodies,
+  never a header or a key;
+* notices answers from ragbridge's stub judge (``stub_detected``), so runs can be labelled.
+
+Upstream requests go through a small keep-alive pool of ``http.client`` connections (about 0.2 ms of
+CPU per request on a 2-vCPU machine, against about 0.9 ms for ``httpx``); the shared
+``httpx.Client`` is used for the preflight check, when an environment proxy applies to the endpoint,
+for URLs with userinfo, or everywhere with ``JudgeGateway.upstream_transport = "httpx"``.
 
 After its own retries the gateway passes the last error status and body to the library with
 ``x-should-retry: false``, so the OpenAI SDK does not multiply the retries; the library raises and
@@ -31,13 +38,16 @@ import contextlib
 import contextvars
 import email.utils
 import hashlib
+import http.client
 import json
 import os
 import random
 import re
 import secrets
+import select
 import socket
 import sqlite3
+import ssl
 import threading
 import time
 import tomllib
@@ -62,6 +72,7 @@ __all__ = [
     "redact_url",
     "DUMMY_API_KEY",
     "TAG_HEADER",
+    "FastRequestHandler",
 ]
 
 DUMMY_API_KEY = "ragbridge-gateway"
@@ -71,6 +82,7 @@ RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 20.0
 RETRY_AFTER_CAP = 60.0
+AUDIT_FLUSH_SECONDS = 0.2  # the audit log is written in the background at most this late
 ENDPOINTS = ("chat/completions", "responses", "embeddings", "models", "completions")
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
@@ -327,13 +339,24 @@ def _parse_tag_header(value: str) -> Triple:
 
 
 class JudgeCache:
-    """SQLite response cache (WAL). One connection shared by all threads under a lock."""
+    """SQLite response cache (WAL). One connection shared by all threads under a lock.
+
+    Two tables: ``responses`` (canonical request key -> status, body) and ``aliases`` (key of the
+    exact request bytes -> canonical key, so a byte-identical request is found without parsing).
+    A cache whose bodies total at most ``memory_bytes`` is also loaded into memory when opened, and
+    new answers are added while they fit: a warm re-run then never waits on SQLite. A lookup that
+    misses in memory still asks SQLite (another process may have written the file since)."""
+
+    memory_bytes = 64 << 20
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
         self.read_only = read_only
         self._lock = threading.Lock()
         self._conn: Optional[sqlite3.Connection] = None
+        self._mem: dict[str, tuple[int, bytes]] = {}
+        self._mem_alias: dict[str, str] = {}
+        self._mem_size = 0
         if read_only:
             if self.path.is_file():
                 uri = self.path.resolve().as_uri()
@@ -357,6 +380,26 @@ class JudgeCache:
                 "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, path TEXT NOT NULL, model TEXT, "
                 "status INTEGER NOT NULL, body BLOB NOT NULL, created REAL NOT NULL)")
             self._conn.execute("CREATE TABLE IF NOT EXISTS aliases (raw TEXT PRIMARY KEY, key TEXT NOT NULL)")
+        self._preload()
+
+    def _preload(self) -> None:
+        if self._conn is None:
+            return
+        try:
+            total = self._conn.execute("SELECT COALESCE(SUM(LENGTH(body)), 0) FROM responses").fetchone()[0]
+            if total > self.memory_bytes:
+                return
+            for key, status, body in self._conn.execute("SELECT key, status, body FROM responses"):
+                self._mem[key] = (int(status), bytes(body))
+            self._mem_size = int(total)
+            self._mem_alias.update(self._conn.execute("SELECT raw, key FROM aliases").fetchall())
+        except sqlite3.OperationalError:
+            pass  # an older or foreign file: SQLite lookups still work where they can
+
+    def _remember(self, key: str, status: int, body: bytes) -> None:
+        if key not in self._mem and self._mem_size + len(body) <= self.memory_bytes:
+            self._mem[key] = (status, body)
+            self._mem_size += len(body)
 
     @staticmethod
     def key(upstream: str, path: str, body: Any) -> str:
@@ -373,24 +416,38 @@ class JudgeCache:
         return h.hexdigest()
 
     def get_raw(self, raw_key: str) -> Optional[tuple[int, bytes]]:
+        key = self._mem_alias.get(raw_key)
+        if key is not None:
+            hit = self._mem.get(key)
+            if hit is not None:
+                return hit
         if self._conn is None:
             return None
         with self._lock:
             try:
                 row = self._conn.execute(
-                    "SELECT r.status, r.body FROM aliases a JOIN responses r ON r.key = a.key WHERE a.raw = ?",
+                    "SELECT r.key, r.status, r.body FROM aliases a JOIN responses r ON r.key = a.key WHERE a.raw = ?",
                     (raw_key,)).fetchone()
             except sqlite3.OperationalError:
                 return None
-        return (int(row[0]), bytes(row[1])) if row else None
+        if row is None:
+            return None
+        hit = (int(row[1]), bytes(row[2]))
+        self._remember(row[0], *hit)
+        self._mem_alias[raw_key] = row[0]
+        return hit
 
     def add_alias(self, raw_key: str, key: str) -> None:
+        self._mem_alias[raw_key] = key
         if self._conn is None or self.read_only:
             return
         with self._lock:
             self._conn.execute("INSERT OR REPLACE INTO aliases VALUES (?, ?)", (raw_key, key))
 
     def get(self, key: str) -> Optional[tuple[int, bytes]]:
+        hit = self._mem.get(key)
+        if hit is not None:
+            return hit
         if self._conn is None:
             return None
         with self._lock:
@@ -398,7 +455,11 @@ class JudgeCache:
                 row = self._conn.execute("SELECT status, body FROM responses WHERE key = ?", (key,)).fetchone()
             except sqlite3.OperationalError:
                 return None  # e.g. a read-only file without the table
-        return (int(row[0]), bytes(row[1])) if row else None
+        if row is None:
+            return None
+        hit = (int(row[0]), bytes(row[1]))
+        self._remember(key, *hit)
+        return hit
 
     def put(self, key: str, path: str, model: Optional[str], status: int, body: bytes,
             raw_key: Optional[str] = None) -> None:
@@ -415,6 +476,9 @@ class JudgeCache:
                 self._conn.execute("ROLLBACK")
                 raise
             self._conn.execute("COMMIT")
+        self._remember(key, status, body)
+        if raw_key is not None:
+            self._mem_alias[raw_key] = key
 
     def __len__(self) -> int:
         if self._conn is None:
@@ -657,6 +721,127 @@ class _Handler(FastRequestHandler):
             gw._audit(triple, endpoint, raw, res, time.perf_counter() - t0)
 
 
+class _UpstreamTimeout(Exception):
+    pass
+
+
+class _UpstreamError(Exception):
+    pass
+
+
+class _StdlibPool:
+    """Keep-alive HTTP/1.1 connections to the upstream host over the standard library's http.client.
+
+    The gateway's hot path: on a 2-vCPU machine it costs ~0.2 ms of CPU per forwarded request where
+    an ``httpx.Client`` costs ~0.9 ms (measured against the stub judge; see the report). Used for
+    plain http/https upstreams; ``httpx`` remains the transport when a proxy is configured for the
+    upstream or the URL carries userinfo. At most ``size`` idle connections are kept; an idle one that
+    the server closed is dropped before reuse, and a request that fails on a reused connection before
+    any response is sent once more on a fresh one (not counted as a retry)."""
+
+    def __init__(self, base_url: str, *, timeout: float, connect_timeout: float, size: int) -> None:
+        parts = urlsplit(base_url)
+        self.https = parts.scheme == "https"
+        self.host = parts.hostname or ""
+        self.port = parts.port or (443 if self.https else 80)
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.size = size
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+        self._ssl: Optional[ssl.SSLContext] = None
+        if self.https:
+            import certifi  # a dependency of httpx: the same CA bundle httpx would use
+
+            cafile = os.environ.get("SSL_CERT_FILE") or certifi.where()
+            self._ssl = ssl.create_default_context(cafile=cafile, capath=os.environ.get("SSL_CERT_DIR"))
+
+    def _connect(self) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection
+        if self.https:
+            conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.connect_timeout, context=self._ssl)
+        else:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.connect_timeout)
+        try:
+            conn.connect()
+        except TimeoutError as exc:
+            conn.close()
+            raise _UpstreamTimeout(f"connect timed out: {exc}") from None
+        except OSError as exc:
+            conn.close()
+            raise _UpstreamError(f"{type(exc).__name__}: {exc}") from None
+        conn.sock.settimeout(self.timeout)
+        with contextlib.suppress(OSError):
+            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return conn
+
+    def _idle_conn(self) -> Optional[http.client.HTTPConnection]:
+        with self._lock:
+            while self._idle:
+                conn = self._idle.pop()
+                sock = conn.sock
+                try:
+                    alive = sock is not None and not select.select([sock], [], [], 0)[0]
+                except (OSError, ValueError):
+                    alive = False
+                if alive:
+                    return conn
+                conn.close()  # readable while idle = closed by the server (or junk): drop it
+        return None
+
+    def request(self, method: str, target: str, body: Optional[bytes],
+                headers: dict[str, str]) -> tuple[int, Optional[str], Optional[str], bytes]:
+        """(status, content-type, retry-after, body); raises _UpstreamTimeout / _UpstreamError."""
+        for fresh in (False, True):
+            conn = None if fresh else self._idle_conn()
+            reused = conn is not None
+            if conn is None:
+                conn = self._connect()
+            try:
+                conn.request(method, target, body=body, headers=headers)
+                r = conn.getresponse()
+                data = r.read()
+            except TimeoutError as exc:
+                conn.close()
+                raise _UpstreamTimeout(f"read timed out after {self.timeout:g} s: {exc}") from None
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
+                conn.close()
+                if reused:
+                    continue  # a stale keep-alive connection: once more on a fresh one
+                raise _UpstreamError(f"{type(exc).__name__}: {exc}") from None
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                raise _UpstreamError(f"{type(exc).__name__}: {exc}") from None
+            if r.will_close:
+                conn.close()
+            else:
+                with self._lock:
+                    if len(self._idle) < self.size:
+                        self._idle.append(conn)
+                        conn = None
+                if conn is not None:
+                    conn.close()
+            return r.status, r.getheader("content-type"), r.getheader("retry-after"), data
+        raise _UpstreamError("connection closed by the server")  # pragma: no cover - loop always returns
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+def _proxy_for(url: str) -> bool:
+    """True when the environment configures a proxy that applies to ``url`` (then httpx is used)."""
+    import urllib.request
+
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies_environment()
+    if not (proxies.get(parts.scheme) or proxies.get("all")):
+        return False
+    return not urllib.request.proxy_bypass_environment(parts.hostname or "")
+
+
 class JudgeGateway:
     """The loopback OpenAI-compatible gateway in front of the real judge (see the module docstring).
 
@@ -667,6 +852,9 @@ class JudgeGateway:
 
     backoff_base: float = BACKOFF_BASE
     backoff_cap: float = BACKOFF_CAP
+    #: "stdlib": forward with a keep-alive http.client pool (the fast path; httpx is still used when a
+    #: proxy applies or the URL has userinfo); "httpx": forward with the shared httpx.Client.
+    upstream_transport: Literal["stdlib", "httpx"] = "stdlib"
 
     def __init__(self, config: JudgeConfig, audit_log: Optional[Path] = None) -> None:
         self.config = config
@@ -685,10 +873,13 @@ class JudgeGateway:
         self._key_bytes: Optional[bytes] = None
         self._cache: Optional[JudgeCache] = None
         self._audit_fh: Any = None
+        self._audit_flusher: Optional[threading.Thread] = None
         self._audit_lock = threading.Lock()
         self._server: Optional[_Server] = None
         self._thread: Optional[threading.Thread] = None
         self._client: Optional[httpx.Client] = None
+        self._pool: Optional[_StdlibPool] = None
+        self._targets: dict[str, tuple[str, str, str]] = {}
         self._allowed_hosts: set[str] = set()
         self.port: Optional[int] = None
         #: True once an answer (from upstream or the cache) came from ragbridge's stub judge:
@@ -722,8 +913,16 @@ class JudgeGateway:
             self._cache = JudgeCache(cfg.cache_path, read_only=cfg.cache_mode == "read-only")
         if self.audit_log is not None:
             self.audit_log.parent.mkdir(parents=True, exist_ok=True)
-            self._audit_fh = open(self.audit_log, "ab")
+            self._audit_fh = open(self.audit_log, "ab", buffering=1 << 20)
+            self._audit_flusher = threading.Thread(target=self._flush_audit_periodically,
+                                                   name="ragbridge-judge-audit-flush", daemon=True)
+            self._audit_flusher.start()
         self._http()
+        parts = urlsplit(self._upstream)
+        if self.upstream_transport == "stdlib" and not (parts.username or parts.password) and not (
+                self._client is not None and self._client.trust_env and _proxy_for(self._upstream)):
+            self._pool = _StdlibPool(self._upstream, timeout=cfg.timeout, connect_timeout=min(cfg.timeout, 10.0),
+                                     size=cfg.max_concurrency + 2)
         handler = type("JudgeGatewayHandler", (_Handler,), {"gateway": self})
         self._server = _Server(("127.0.0.1", 0), handler)
         self.port = self._server.server_address[1]
@@ -749,6 +948,9 @@ class JudgeGateway:
         if self._client is not None:
             self._client.close()
             self._client = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
         if self._cache is not None:
             self._cache.close()
             self._cache = None
@@ -878,6 +1080,9 @@ class JudgeGateway:
             if re.search(r"refused|Errno 111|Errno 61", text, re.I):
                 cause = "connection refused"
                 hint = "check that the server is running and that the port in base_url is right"
+            elif re.search(r"CERTIFICATE_VERIFY_FAILED|certificate verify", text, re.I):
+                cause = "its TLS certificate is not trusted"
+                hint = "set SSL_CERT_FILE to the CA bundle that signed it, or check base_url"
             elif re.search(r"name or service|nodename|getaddrinfo|Errno -[235]|resolve", text, re.I):
                 cause = "host name does not resolve"
                 hint = "check the host in base_url and your DNS / network"
@@ -986,11 +1191,17 @@ class JudgeGateway:
 
     def _forward(self, method: str, endpoint: str, raw: bytes, *, stream: bool = False) -> _Result:
         cfg = self.config
-        client = self._http()
         if self._closing.is_set():
             return _Result(503, _error_body("ragbridge judge gateway is shut down"), attempts=0)
-        url = self._endpoint_url(endpoint)
-        public = self._endpoint_url(endpoint, public=True)
+        pool = self._pool
+        client = self._http() if pool is None else None
+        urls = self._targets.get(endpoint)
+        if urls is None:
+            url = self._endpoint_url(endpoint)
+            parts = urlsplit(url)
+            urls = self._targets[endpoint] = (url, self._endpoint_url(endpoint, public=True),
+                                              parts.path + (f"?{parts.query}" if parts.query else ""))
+        url, public, target = urls
         headers = {"Accept": "application/json"}
         if method == "POST":
             headers["Content-Type"] = "application/json"
@@ -1000,17 +1211,28 @@ class JudgeGateway:
         attempt = 0
         for attempt in range(1, cfg.max_retries + 2):
             retry_after: Optional[float] = None
+            exc: Optional[Exception] = None
             with self._sem:
-                try:
-                    r = client.request(method, url, content=raw if method == "POST" else None, headers=headers)
-                    status, content = r.status_code, r.content
-                    ctype = r.headers.get("content-type", "application/json")
-                    retry_after = _retry_after(r.headers.get("retry-after"))
-                    exc: Optional[Exception] = None
-                except httpx.TimeoutException as e:
-                    status, content, ctype, exc = 504, b"", "application/json", e
-                except httpx.TransportError as e:
-                    status, content, ctype, exc = 502, b"", "application/json", e
+                if pool is not None:
+                    try:
+                        status, ctype_or_none, ra, content = pool.request(
+                            method, target, raw if method == "POST" else None, headers)
+                        ctype = ctype_or_none or "application/json"
+                        retry_after = _retry_after(ra)
+                    except _UpstreamTimeout as e:
+                        status, content, ctype, exc = 504, b"", "application/json", e
+                    except _UpstreamError as e:
+                        status, content, ctype, exc = 502, b"", "application/json", e
+                else:
+                    try:
+                        r = client.request(method, url, content=raw if method == "POST" else None, headers=headers)
+                        status, content = r.status_code, r.content
+                        ctype = r.headers.get("content-type", "application/json")
+                        retry_after = _retry_after(r.headers.get("retry-after"))
+                    except httpx.TimeoutException as e:
+                        status, content, ctype, exc = 504, b"", "application/json", e
+                    except httpx.TransportError as e:
+                        status, content, ctype, exc = 502, b"", "application/json", e
             if exc is not None:
                 kind = "timed out" if status == 504 else f"failed ({type(exc).__name__})"
                 last = _Result(status, _error_body(
@@ -1079,7 +1301,13 @@ class JudgeGateway:
         line = self._redact(line.replace(b"\r", b" ").replace(b"\n", b" ")) + b"\n"
         with self._audit_lock:
             if self._audit_fh is not None:
-                self._audit_fh.write(line)
+                self._audit_fh.write(line)  # flushed every AUDIT_FLUSH_SECONDS and on close
+
+    def _flush_audit_periodically(self) -> None:
+        while not self._closing.wait(AUDIT_FLUSH_SECONDS):
+            with self._audit_lock:
+                if self._audit_fh is None:
+                    return
                 self._audit_fh.flush()
 
 
