@@ -480,6 +480,32 @@ class JudgeCache:
         if raw_key is not None:
             self._mem_alias[raw_key] = key
 
+    def delete(self, keys: set[str], raw_keys: set[str]) -> int:
+        """Forget these responses (canonical keys, and the ones the raw keys alias). Returns how many."""
+        if self.read_only:
+            return 0
+        keys = set(keys)
+        with self._lock:
+            for raw in raw_keys:
+                key = self._mem_alias.pop(raw, None)
+                if key is None and self._conn is not None:
+                    row = self._conn.execute("SELECT key FROM aliases WHERE raw = ?", (raw,)).fetchone()
+                    key = row[0] if row else None
+                if key is not None:
+                    keys.add(key)
+            for key in keys:
+                hit = self._mem.pop(key, None)
+                if hit is not None:
+                    self._mem_size -= len(hit[1])
+            for raw in [r for r, k in self._mem_alias.items() if k in keys]:
+                del self._mem_alias[raw]
+            if self._conn is None or not keys:
+                return len(keys)
+            marks = ",".join("?" * len(keys))
+            self._conn.execute(f"DELETE FROM responses WHERE key IN ({marks})", tuple(keys))
+            self._conn.execute(f"DELETE FROM aliases WHERE key IN ({marks})", tuple(keys))
+        return len(keys)
+
     def __len__(self) -> int:
         if self._conn is None:
             return 0
@@ -865,6 +891,7 @@ class JudgeGateway:
         self._tags: dict[str, Triple] = {}
         self._tag_of: dict[Triple, str] = {}
         self._usage: dict[Triple, list[int]] = {}
+        self._served: dict[Triple, set[tuple[str, str]]] = {}
         self._sem = threading.BoundedSemaphore(config.max_concurrency)
         self._inflight: dict[str, threading.Event] = {}
         self._closing = threading.Event()
@@ -1046,6 +1073,17 @@ class JudgeGateway:
             total = total + Usage(*v)
         return total
 
+    def forget(self, backend: str, metric: Optional[str] = None, case_id: Optional[str] = None) -> int:
+        """Drop from the cache every response served for this (backend, metric, case) in this run.
+
+        The runner calls it when a score fails, so a malformed answer that made a library fail is
+        asked for again on the next run instead of being replayed from the cache forever.
+        """
+        entries = self._served.pop((backend, metric, case_id), set())
+        if not entries or self._cache is None:
+            return 0
+        return self._cache.delete({v for k, v in entries if k == "key"}, {v for k, v in entries if k == "raw"})
+
     def usage_by_triple(self) -> dict[Triple, Usage]:
         with self._lock:
             return {k: Usage(*v) for k, v in self._usage.items()}
@@ -1132,6 +1170,7 @@ class JudgeGateway:
         if use_cache and cache is not None:
             # Fast path: byte-identical request bodies map to the canonical key without parsing.
             raw_key = JudgeCache.raw_key(self._upstream_public, path, raw)
+            self._served.setdefault(triple, set()).add(("raw", raw_key))
             hit = cache.get_raw(raw_key)
             if hit is not None:
                 return _Result(hit[0], hit[1], cache="hit", json_ok=True, request_json=True)
@@ -1149,6 +1188,7 @@ class JudgeGateway:
             res.cache, res.request_json = "off", True
             return res
         key = JudgeCache.key(self._upstream_public, path, body)
+        self._served.setdefault(triple, set()).add(("key", key))
         hit = cache.get(key) if cache is not None else None
         if hit is not None:
             if raw_key is not None and cache is not None:

@@ -414,6 +414,8 @@ async def evaluate_async(
                 score.judge_calls = usage.calls + usage.cache_hits
                 score.prompt_tokens = usage.prompt_tokens
                 score.completion_tokens = usage.completion_tokens
+            if gateway is not None and score.error:
+                gateway.forget(score.backend, score.metric, score.case_id)
             scores[score.key] = score
             if folder:
                 folder.append(score)
@@ -449,6 +451,9 @@ async def evaluate_async(
         if "duplicate_chunk_ids" in ctx.stats:
             manifest.counts["duplicate_chunk_ids"] = ctx.stats["duplicate_chunk_ids"]
         if gateway is not None:
+            if gateway.stub_detected:
+                # every judged score of this run came from ragbridge's stub judge, not a model
+                manifest.judge = {**(manifest.judge or {}), "stub": True}
             u = gateway.usage()
             manifest.counts["judge"] = {
                 "calls": u.calls,

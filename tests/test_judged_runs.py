@@ -1,0 +1,57 @@
+"""Judged runs through the runner, the gateway and a real backend library, against the stub judge."""
+
+import json
+
+import pytest
+
+from ragbridge import evaluate, load_run
+from ragbridge.judge import JudgeConfig
+from ragbridge.plugins import get_backends
+
+pytestmark = pytest.mark.skipif(
+    not get_backends()["trulens"].available(), reason="needs the trulens backend"
+)
+
+
+def judge(stub, tmp_path, **kw):
+    return JudgeConfig(model="gpt-4o-mini", base_url=stub.base_url, cache_path=tmp_path / "cache.sqlite", **kw)
+
+
+def test_failed_score_is_not_replayed_from_the_cache(tmp_path, example_cases, stub_judge):
+    case = [c for c in example_cases if c.id == "billing-refund-window"]
+    out = tmp_path / "run"
+    stub_judge.inject(*(["malformed"] * 40))  # every call of the first run gets garbage content
+    first = evaluate(case, backends=["trulens"], metrics=["faithfulness"], out=out, judge=judge(stub_judge, tmp_path))
+    assert first.scores[0].error, first.scores[0]
+    stub_judge.reset()
+    second = evaluate(case, backends=["trulens"], metrics=["faithfulness"], out=out, judge=judge(stub_judge, tmp_path))
+    assert second.scores[0].error is None and second.scores[0].value is not None
+    assert len(stub_judge.requests) > 0  # asked upstream again instead of replaying the bad answer
+    # and a clean re-run of the same suite is served from the cache entirely
+    stub_judge.reset()
+    evaluate(case, backends=["trulens"], metrics=["faithfulness"], judge=judge(stub_judge, tmp_path))
+    assert len([r for r in stub_judge.requests if r.path.endswith(("chat/completions", "responses"))]) == 0
+
+
+def test_run_folder_holds_no_secret_and_is_labelled_stub(tmp_path, example_cases, stub_judge, monkeypatch):
+    secret = "sk-ragbridge-test-5f1c0a7e9b2d4c3f8a6e"
+    monkeypatch.setenv("RB_TEST_KEY", secret)
+    out = tmp_path / "run"
+    run = evaluate(example_cases[:3], backends=["native", "trulens"], out=out,
+                   judge=judge(stub_judge, tmp_path, api_key_env="RB_TEST_KEY"))
+    assert run.complete
+    assert stub_judge.last_authorization == f"Bearer {secret}"  # the key did reach the judge
+    manifest = json.loads((out / "run.json").read_text())
+    assert manifest["judge"]["stub"] is True and manifest["judge"]["api_key_env"] == "RB_TEST_KEY"
+    assert manifest["counts"]["judge"]["calls"] > 0
+    judged = [s for s in load_run(out).scores if s.backend == "trulens" and s.value is not None]
+    assert judged and all(s.judge_calls > 0 and s.prompt_tokens > 0 for s in judged)
+    from ragbridge.report import render_html, render_json, render_markdown
+
+    (out / "report.html").write_text(render_html(load_run(out)))
+    (out / "report.md").write_text(render_markdown(load_run(out)))
+    (out / "report.json").write_text(render_json(load_run(out)))
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.name == "judge-audit.jsonl" for p in files) and any(p.suffix == ".sqlite" for p in files)
+    for p in files:
+        assert secret.encode() not in p.read_bytes(), p
