@@ -55,3 +55,22 @@ def test_run_folder_holds_no_secret_and_is_labelled_stub(tmp_path, example_cases
     assert any(p.name == "judge-audit.jsonl" for p in files) and any(p.suffix == ".sqlite" for p in files)
     for p in files:
         assert secret.encode() not in p.read_bytes(), p
+
+
+@pytest.mark.parametrize(
+    "url, env, message",
+    [
+        ("http://127.0.0.1:9/v1", {}, "is unreachable"),
+        ("https://judge.example.invalid/v1", {"OPENAI_API_KEY": ""}, "OPENAI_API_KEY"),
+    ],
+)
+def test_judge_problems_stop_the_run_before_anything_is_written(tmp_path, example_path, url, env, message):
+    from conftest import ragbridge_cli
+
+    out = tmp_path / "run"
+    res = ragbridge_cli("run", example_path, "--out", out, "--backend", "trulens", "--judge-model", "m",
+                        "--judge-base-url", url, "--no-progress", env=env)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert message in res.stderr and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) <= 3
+    assert not out.exists()

@@ -288,6 +288,16 @@ async def evaluate_async(
             + "; pass --judge-model and --judge-base-url (or set them in ragbridge.toml)"
         )
 
+    if needs_judge:
+        # Check the key and the endpoint before anything is called or written.
+        from .judge import JudgeGateway
+
+        with JudgeGateway(judge) as probe:
+            try:
+                probe.preflight()
+            except Exception as exc:
+                raise RunError(str(exc)) from None
+
     golden_fp = None
     if target is not None:
         from .target import fill_cases, load_target
@@ -403,10 +413,6 @@ async def evaluate_async(
     try:
         if gateway is not None:
             gateway.start()
-            try:
-                gateway.preflight()
-            except Exception as exc:
-                raise RunError(str(exc)) from None
 
         def record(score: Score) -> None:
             if gateway is not None and score.judge_calls == 0:
