@@ -231,33 +231,9 @@ async def _drive(
             )
 
 
-def evaluate(
-    cases: Sequence[Case],
-    backends: Sequence[str] | None = None,
-    metrics: Sequence[str] | None = None,
-    out: str | Path | None = None,
-    options: RunOptions | None = None,
-    judge: Any = None,
-    dataset_path: str | None = None,
-    progress: bool = False,
-    overwrite: bool = False,
-    on_score: Optional[Callable[[Score], None]] = None,
-    target: Any = None,
-    target_concurrency: int = 4,
-) -> Run:
-    """Score ``cases`` with ``backends`` (default: native) and return the `Run`.
-
-    ``judge`` is a ``ragbridge.judge.JudgeConfig`` (needed only when a planned metric uses a judge).
-    With ``out`` the run folder is written (and resumed if it already holds a run of the same cases).
-    With ``target`` (a spec for `ragbridge.target.load_target`, or a loaded `Target`) each case's
-    chunks and answer come from calling the system under test first.
-    """
-    return asyncio.run(
-        evaluate_async(
-            cases, backends, metrics, out, options, judge, dataset_path, progress, overwrite, on_score,
-            target, target_concurrency,
-        )
-    )
+def evaluate(cases: Sequence[Case], *args: Any, **kwargs: Any) -> Run:
+    """Score ``cases`` and return the `Run`: the synchronous form of `evaluate_async` (same arguments)."""
+    return asyncio.run(evaluate_async(cases, *args, **kwargs))
 
 
 async def evaluate_async(
@@ -274,6 +250,15 @@ async def evaluate_async(
     target: Any = None,
     target_concurrency: int = 4,
 ) -> Run:
+    """Score ``cases`` with ``backends`` (default: native) and return the `Run`.
+
+    ``metrics`` are canonical names (``recall@5``, ``faithfulness``; default: every metric of each
+    backend). ``judge`` is a ``ragbridge.judge.JudgeConfig``, needed only when a planned metric uses a
+    judge. With ``out`` the run folder is written, and resumed if it already holds a run of the same
+    cases (``overwrite`` replaces it instead). With ``target`` (a spec for
+    `ragbridge.target.load_target`, or a loaded `Target`) each case's chunks and answer come from
+    calling the system under test first. ``on_score`` is called with each score as it is recorded.
+    """
     options = options or RunOptions()
     cases = list(cases)
     if not cases:

@@ -1,0 +1,223 @@
+"""RAGAS datasets as ragbridge formats, and the Python API to translate in memory.
+
+Formats (for ``ragbridge convert`` and ``ragbridge run --format``; they claim no file suffix, so
+name them with ``--from`` / ``--to``):
+
+* ``ragas``: a RAGAS ``EvaluationDataset`` as JSONL (what ``EvaluationDataset.to_jsonl`` writes and
+  ``from_jsonl`` reads). Reading also accepts a ``datasets`` folder, a ``.csv`` (``to_csv``) and a
+  ``.parquet`` file (``to_pandas().to_parquet(...)``).
+* ``ragas-hf``: a Hugging Face ``datasets`` folder (``EvaluationDataset.to_hf_dataset().save_to_disk``).
+* ``ragas-csv``: what ``EvaluationDataset.to_csv`` writes (list cells as Python literals,
+  ``['a', 'b']``; JSON lists are read too). RAGAS has no CSV reader; ragbridge has one.
+
+Python::
+
+    from ragbridge_ragas import from_ragas, to_ragas
+    cases = from_ragas(evaluation_dataset)   # or a datasets.Dataset, a pandas DataFrame, a list of dicts
+    dataset, lost = to_ragas(cases)          # a ragas EvaluationDataset + canonical fields it cannot hold
+
+The field mapping is in :mod:`ragbridge_ragas.translate`.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from ragbridge.io import DatasetError, Format
+from ragbridge.schema import Case
+
+from .translate import cases_to_rows, rows_to_cases
+
+__all__ = ["FORMATS", "from_ragas", "to_ragas", "read_ragas", "read_ragas_jsonl", "read_ragas_hf", "read_ragas_csv",
+           "write_ragas_jsonl", "write_ragas_hf", "write_ragas_csv"]
+
+
+def from_ragas(data: Any) -> list[Case]:
+    """Canonical cases from a RAGAS ``EvaluationDataset``, a ``datasets.Dataset``, a pandas
+    ``DataFrame``, a list of sample dicts or ``SingleTurnSample`` objects, or a path (JSONL file or
+    ``datasets`` folder). Legacy column names (question/contexts/answer/ground_truth) are accepted.
+    Raises ``DatasetError`` for input it cannot translate."""
+    if isinstance(data, (str, Path)):
+        path = Path(data)
+        return read_ragas(path)
+    kind = type(data).__module__.split(".")[0] + "." + type(data).__name__
+    if kind == "ragas.EvaluationDataset":
+        rows = []
+        for i, sample in enumerate(data.samples, start=1):
+            if type(sample).__name__ != "SingleTurnSample":
+                raise DatasetError("is a MultiTurnSample; only single-turn samples translate to cases",
+                                   line=i, unit="sample")
+            rows.append(sample.model_dump(exclude_none=True))
+        return rows_to_cases(rows, unit="sample")
+    if kind == "pandas.DataFrame":
+        frame = data.astype(object).where(data.notna(), None)  # pandas 3: missing text cells are NaN
+        return rows_to_cases(frame.to_dict(orient="records"), unit="row")
+    if kind.startswith("datasets.") and hasattr(data, "to_list"):
+        return rows_to_cases(data.to_list(), unit="row")
+    if isinstance(data, (list, tuple)):
+        rows = [r.model_dump(exclude_none=True) if hasattr(r, "model_dump") else r for r in data]
+        return rows_to_cases(rows, unit="item")
+    raise DatasetError(f"cannot translate a {type(data).__name__} into cases",
+                       hint="pass a ragas EvaluationDataset, a datasets.Dataset, a pandas DataFrame or a list of dicts")
+
+
+def to_ragas(cases: Sequence[Case]):
+    """``(EvaluationDataset, lost)``: the cases as a RAGAS dataset, and the canonical fields it cannot hold."""
+    from ragas.dataset_schema import EvaluationDataset, SingleTurnSample
+
+    rows, lost = cases_to_rows(cases)
+    return EvaluationDataset(samples=[SingleTurnSample(**r) for r in rows]), lost
+
+
+# --------------------------------------------------------------------------------------------
+# File formats
+
+
+def read_ragas(path: Path) -> list[Case]:
+    """The ``ragas`` format's reader: JSONL, or by its form a ``datasets`` folder, a ``.csv`` (as
+    ``ragas-csv``) or a ``.parquet`` file (a saved pandas DataFrame)."""
+    path = Path(path)
+    if path.is_dir():
+        return read_ragas_hf(path)
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        return read_ragas_csv(path)
+    if suffix in (".parquet", ".pq"):
+        import pandas as pd
+
+        try:
+            frame = pd.read_parquet(path)
+        except Exception as exc:
+            raise DatasetError(f"cannot be read as Parquet: {exc}", path=path) from None
+        try:
+            return from_ragas(frame)
+        except DatasetError as exc:
+            exc.path = str(path)
+            raise
+    return read_ragas_jsonl(path)
+
+
+def read_ragas_jsonl(path: Path) -> list[Case]:
+    path = Path(path)
+    data = path.read_bytes()
+    if not data.strip():
+        raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    rows, lines = [], []
+    for n, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            rows.append(json.loads(raw.decode("utf-8")))
+        except UnicodeDecodeError:
+            raise DatasetError("invalid UTF-8", path=path, line=n, hint="save the file as UTF-8") from None
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"not valid JSON: {exc.msg} at column {exc.colno}", path=path, line=n,
+                               hint="each line must be one RAGAS sample as a JSON object") from None
+        lines.append(n)
+    try:
+        return rows_to_cases(rows, path=str(path), unit="line")
+    except DatasetError as exc:
+        if exc.line is not None and exc.unit == "line":
+            exc.line = lines[exc.line - 1]  # sample number -> file line (blank lines skipped)
+        raise
+
+
+def read_ragas_hf(path: Path) -> list[Case]:
+    import datasets
+
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except Exception as exc:
+        raise DatasetError(f"cannot be loaded with datasets.load_from_disk: {exc}", path=path) from None
+    if isinstance(ds, datasets.DatasetDict):
+        if len(ds) != 1:
+            raise DatasetError(f"holds splits {list(ds)}; point at one split's folder", path=path)
+        ds = next(iter(ds.values()))
+    return rows_to_cases(ds.to_list(), path=str(path), unit="row")
+
+
+def write_ragas_jsonl(cases: Sequence[Case], path: Path) -> list[str]:
+    rows, lost = cases_to_rows(cases)
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return lost
+
+
+def write_ragas_hf(cases: Sequence[Case], path: Path) -> list[str]:
+    import datasets
+
+    rows, lost = cases_to_rows(cases)
+    columns = list(dict.fromkeys(k for row in rows for k in row))  # from_list reads the first row's keys only
+    datasets.Dataset.from_list([{k: row.get(k) for k in columns} for row in rows]).save_to_disk(str(path))
+    return lost
+
+
+_LIST_COLUMNS = {"retrieved_contexts", "reference_contexts", "retrieved_context_ids", "reference_context_ids",
+                 "multi_responses", "rubrics", "contexts", "ground_truths", "metadata", "tags", "must_contain",
+                 "must_not_contain"}
+
+
+def _csv_cell(column: str, text: str, path: Path, line: int):
+    if text == "":
+        return None
+    if column in _LIST_COLUMNS and text[:1] in "[{":
+        for parse in (ast.literal_eval, json.loads):
+            try:
+                return parse(text)
+            except (ValueError, SyntaxError):
+                continue
+        raise DatasetError("cell is neither a Python nor a JSON list", path=path, line=line, field=column)
+    return text
+
+
+def read_ragas_csv(path: Path) -> list[Case]:
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise DatasetError("invalid UTF-8", path=path, hint="save the file as UTF-8") from None
+    if not text.strip():
+        raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    rows, lines = [], []
+    for row in reader:
+        if None in row:
+            raise DatasetError("has more cells than the header has columns", path=path, line=reader.line_num)
+        rows.append({k: _csv_cell(k, v, path, reader.line_num) for k, v in row.items()})
+        lines.append(reader.line_num)
+    try:
+        return rows_to_cases(rows, path=str(path), unit="line")
+    except DatasetError as exc:
+        if exc.line is not None and exc.unit == "line" and lines:
+            exc.line = lines[exc.line - 1]
+        raise
+
+
+def write_ragas_csv(cases: Sequence[Case], path: Path) -> list[str]:
+    rows, lost = cases_to_rows(cases)
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        for row in rows:  # as EvaluationDataset.to_csv: lists as Python literals
+            writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in columns})
+    return lost
+
+
+FORMATS = [
+    Format("ragas", (), read_ragas, write_ragas_jsonl,
+           "RAGAS EvaluationDataset as JSONL (reads a datasets folder, .csv and .parquet too, and the legacy "
+           "question/contexts/answer/ground_truth columns)"),
+    Format("ragas-hf", (), read_ragas_hf, write_ragas_hf,
+           "RAGAS EvaluationDataset as a Hugging Face datasets folder", is_dir=True),
+    Format("ragas-csv", (), read_ragas_csv, write_ragas_csv,
+           "RAGAS EvaluationDataset.to_csv output (list cells as Python literals)"),
+]
