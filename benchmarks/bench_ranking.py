@@ -125,18 +125,28 @@ def to_dicts(cases):
 # --------------------------------------------------------------------------- the three paths
 
 
-def run_ragbridge(cases):
-    from ragbridge.ranking import evaluate
+def run_ragbridge(cases, phases=None):
+    from ragbridge.ranking import evaluate, prepare
 
-    return evaluate(cases, METRICS)
+    if phases is None:
+        return evaluate(cases, METRICS)
+    t0 = time.perf_counter()
+    ranked = prepare(cases)
+    t1 = time.perf_counter()
+    out = evaluate(ranked, METRICS)
+    phases.update(prepare=t1 - t0, kernels=time.perf_counter() - t1)
+    return out
 
 
-def run_pytrec_eval(cases):
+def run_pytrec_eval(cases, phases=None):
     import pytrec_eval
 
+    t0 = time.perf_counter()
     qrels, run = to_dicts(cases)
+    t1 = time.perf_counter()
     evaluator = pytrec_eval.RelevanceEvaluator(qrels, set(PYTREC_MEASURES.values()))
     res = evaluator.evaluate(run)
+    t2 = time.perf_counter()
     del run, evaluator
     out = {}
     rows = [res[c.id] for c in cases]
@@ -144,15 +154,22 @@ def run_pytrec_eval(cases):
         out[name] = np.fromiter((row[measure] for row in rows), dtype=np.float64, count=len(rows))
     rr = out["mrr@10"]
     out["mrr@10"] = np.where(rr >= 0.1, rr, 0.0)
+    if phases is not None:
+        phases.update(dicts=t1 - t0, evaluate=t2 - t1, read_back=time.perf_counter() - t2)
     return out
 
 
-def run_ranx(cases):
+def run_ranx(cases, phases=None):
     import ranx
 
+    t0 = time.perf_counter()
     qrels, run = to_dicts(cases)  # same insertion order: ranx pairs dict inputs positionally
+    t1 = time.perf_counter()
     res = ranx.evaluate(qrels, run, list(RANX_METRICS.values()), return_mean=False)
-    return {name: np.asarray(res[m], dtype=np.float64) for name, m in RANX_METRICS.items()}
+    out = {name: np.asarray(res[m], dtype=np.float64) for name, m in RANX_METRICS.items()}
+    if phases is not None:
+        phases.update(dicts=t1 - t0, evaluate=time.perf_counter() - t1)
+    return out
 
 
 RUNNERS = {"ragbridge": run_ragbridge, "pytrec_eval": run_pytrec_eval, "ranx": run_ranx}
@@ -193,6 +210,9 @@ def worker(path: str, n: int, n_chunks: int, reps: int, seed: int, out_npz: str)
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
     peak = peak_mb()
+    phases: dict = {}
+    result = None
+    result = fn(cases, phases)  # one more run, split into phases (after the peak was read)
     np.savez(out_npz, **{k: v for k, v in result.items()})
     return {
         "path": path,
@@ -211,6 +231,7 @@ def worker(path: str, n: int, n_chunks: int, reps: int, seed: int, out_npz: str)
         "build_s": build_s,
         "warmup_s": warmup_s,
         "means": {k: float(np.nanmean(v)) for k, v in result.items()},
+        "phases": phases,
     }
 
 
@@ -272,6 +293,11 @@ def main(argv=None) -> int:
               f"{r['peak_mb']:,.0f} | "
               f"{r['import_mb']:+,.0f} | {r['data_mb']:,.0f} | {r['working_mb']:+,.0f} | {r['build_s']:.1f} | "
               f"{r['warmup_s']:.1f} |")
+
+    print()
+    print("phases of one extra run (s):")
+    for path, r in results.items():
+        print(f"  {path:12s} " + ", ".join(f"{k} {v:.3f}" for k, v in r["phases"].items()))
 
     print()
     print("means:")

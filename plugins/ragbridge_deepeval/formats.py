@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
 from ragbridge.io import DatasetError, Format, cases_from_records
+from ragbridge.io import is_missing as _missing
 from ragbridge.schema import Case
 
 DELIMITER = "|"  # deepeval.dataset.utils.DELIMITER
@@ -77,8 +78,6 @@ def _chunk_id(text: str) -> str:
     return "ctx-" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
 
 
-def _missing(v: Any) -> bool:
-    return v is None or (isinstance(v, float) and v != v)
 
 
 # --------------------------------------------------------------------------------------------

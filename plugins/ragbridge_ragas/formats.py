@@ -28,7 +28,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from ragbridge.io import DatasetError, Format
+from ragbridge.io import DatasetError, Format, read_hf_rows
 from ragbridge.schema import Case
 
 from .translate import cases_to_rows, rows_to_cases
@@ -130,17 +130,7 @@ def read_ragas_jsonl(path: Path) -> list[Case]:
 
 
 def read_ragas_hf(path: Path) -> list[Case]:
-    import datasets
-
-    try:
-        ds = datasets.load_from_disk(str(path))
-    except Exception as exc:
-        raise DatasetError(f"cannot be loaded with datasets.load_from_disk: {exc}", path=path) from None
-    if isinstance(ds, datasets.DatasetDict):
-        if len(ds) != 1:
-            raise DatasetError(f"holds splits {list(ds)}; point at one split's folder", path=path)
-        ds = next(iter(ds.values()))
-    return rows_to_cases(ds.to_list(), path=str(path), unit="row")
+    return rows_to_cases(read_hf_rows(path), path=str(path), unit="row")
 
 
 def write_ragas_jsonl(cases: Sequence[Case], path: Path) -> list[str]:

@@ -32,12 +32,13 @@ case. A row without an id gets a stable one derived from its question (``q-<sha1
 from __future__ import annotations
 
 import hashlib
-import math
 from typing import Any, Iterable, Optional, Sequence
 
 from pydantic import ValidationError
 
 from ragbridge.io import DatasetError
+from ragbridge.io import is_missing as _missing
+from ragbridge.io import plain as _plain
 from ragbridge.schema import Case
 
 __all__ = [
@@ -160,23 +161,8 @@ def cases_to_rows(cases: Sequence[Case]) -> tuple[list[dict[str, Any]], list[str
 # RAGAS -> canonical
 
 
-def _missing(v: Any) -> bool:
-    if v is None:
-        return True
-    if isinstance(v, float) and math.isnan(v):
-        return True
-    return False
 
 
-def _plain(v: Any) -> Any:
-    """numpy / Arrow values into plain Python."""
-    if hasattr(v, "tolist") and not isinstance(v, (str, bytes)):
-        v = v.tolist()
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    return v
 
 
 def _text_list(value: Any, column: str) -> list[str]:

@@ -41,11 +41,12 @@ name, ``latency``, ``total_tokens``, ``total_cost``). `write_leaderboard` writes
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ragbridge.io import DatasetError, Format, cases_from_records
+from ragbridge.io import is_missing as _missing
+from ragbridge.io import plain as _plain
 from ragbridge.schema import Case, Score
 
 __all__ = [
@@ -83,22 +84,8 @@ _KNOWN = {a for names in _ALIASES.values() for a in names} | {"ground_truth_id",
 _EXTRA_KEY = "ragbridge"
 
 
-def _missing(v: Any) -> bool:
-    if v is None:
-        return True
-    if isinstance(v, float) and math.isnan(v):
-        return True
-    return False
 
 
-def _plain(v: Any) -> Any:
-    if hasattr(v, "tolist") and not isinstance(v, (str, bytes)):
-        v = v.tolist()
-    if isinstance(v, list):
-        return [_plain(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    return v
 
 
 def _texts(value: Any, field: str) -> list[str]:

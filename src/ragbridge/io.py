@@ -44,6 +44,9 @@ __all__ = [
     "write_cases",
     "fingerprint",
     "normalize_record",
+    "is_missing",
+    "plain",
+    "read_hf_rows",
     "cases_from_records",
 ]
 
@@ -118,7 +121,8 @@ def _stable_case_id(question: str) -> str:
     return "q-" + hashlib.sha1(question.encode("utf-8")).hexdigest()[:10]
 
 
-def _is_missing(value: Any) -> bool:
+def is_missing(value: Any) -> bool:
+    """None or NaN (how pandas and Arrow spell an empty cell)."""
     if value is None:
         return True
     if isinstance(value, float) and math.isnan(value):
@@ -134,7 +138,7 @@ def normalize_record(raw: dict[str, Any]) -> dict[str, Any]:
     """
     if not isinstance(raw, dict):
         raise DatasetError(f"each record must be a JSON object, got {type(raw).__name__}")
-    rec = {k: v for k, v in raw.items() if not _is_missing(v)}
+    rec = {k: v for k, v in raw.items() if not is_missing(v)}
     out: dict[str, Any] = {}
     for canon in CASE_FIELDS:
         if canon in rec:
@@ -385,14 +389,14 @@ def read_csv(path: Path) -> list[Case]:
     return cases_from_records(records(), path)
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """Numpy arrays and scalars from Arrow/pandas into plain Python."""
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
         value = value.tolist()
     if isinstance(value, list):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items() if not _is_missing(v)}
+        return {k: plain(v) for k, v in value.items() if not is_missing(v)}
     return value
 
 
@@ -400,7 +404,7 @@ def _rows_to_records(rows: Iterable[dict[str, Any]]) -> Iterator[tuple[int, Any]
     for i, row in enumerate(rows, start=1):
         rec = {}
         for k, v in row.items():
-            v = _plain(v)
+            v = plain(v)
             if isinstance(v, str) and v[:1] in "[{" and (k in LIST_FIELDS or k in ("relevant", "metadata", "relevant_ids")):
                 try:
                     v = json.loads(v)
@@ -422,7 +426,8 @@ def read_parquet(path: Path) -> list[Case]:
     return cases_from_records(_rows_to_records(table.to_pylist()), path, unit="row")
 
 
-def read_hf(path: Path) -> list[Case]:
+def read_hf_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a Hugging Face ``datasets`` folder (one split), as dicts."""
     import datasets
 
     try:
@@ -435,7 +440,11 @@ def read_hf(path: Path) -> list[Case]:
         ds = next(iter(ds.values()))
     if len(ds) == 0:
         raise DatasetError("dataset is empty", path=path, hint="a golden set needs at least one case")
-    return cases_from_records(_rows_to_records(iter(ds)), path, unit="row")
+    return ds.to_list()
+
+
+def read_hf(path: Path) -> list[Case]:
+    return cases_from_records(_rows_to_records(read_hf_rows(path)), path, unit="row")
 
 
 def _record(case: Case) -> dict[str, Any]:

@@ -73,11 +73,14 @@ __all__ = [
     "DUMMY_API_KEY",
     "TAG_HEADER",
     "FastRequestHandler",
+    "path_tag",
 ]
 
 DUMMY_API_KEY = "ragbridge-gateway"
 STUB_MARKER = b'"system_fingerprint": "ragbridge-stub"'  # what ragbridge.testing's stub judge puts in answers
 TAG_HEADER = "X-Ragbridge-Tag"
+CONTROL_PREFIX = "_ragbridge"  # /_ragbridge/...: the control endpoint (only with a control token)
+CONTROL_HEADER = "X-Ragbridge-Control"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 20.0
@@ -331,6 +334,21 @@ def _tag_header_value(triple: Triple) -> str:
 def _parse_tag_header(value: str) -> Triple:
     parts = value.split("/", 2) + ["", ""]
     return tuple(unquote(p) or None for p in parts[:3])  # type: ignore[return-value]
+
+
+def path_tag(backend: Optional[str], metric: Optional[str] = None, case_id: Optional[str] = None) -> str:
+    """A self-describing path tag for ``/t/<tag>/v1``: ``~`` then the three fields, each empty for
+    None or ``=`` + the percent-encoded value (``~`` included), joined by ``~``. The gateway parses
+    it without a lookup, so a base URL for any triple can be made without asking the gateway."""
+    return "~" + "~".join("" if p is None else "=" + quote(p, safe="").replace("~", "%7E")
+                          for p in (backend, metric, case_id))
+
+
+def _parse_path_tag(tag: str) -> Optional[Triple]:
+    parts = tag[1:].split("~")
+    if len(parts) != 3 or any(p and not p.startswith("=") for p in parts):
+        return None
+    return tuple(unquote(p[1:]) if p else None for p in parts)  # type: ignore[return-value]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -720,8 +738,15 @@ class _Handler(FastRequestHandler):
         path = self.path.split("?", 1)[0]
         parts = [p for p in path.split("/") if p]
         triple: Triple = (None, None, None)
+        if parts and parts[0] == CONTROL_PREFIX:
+            self._reply(gw._control(method, "/".join(parts[1:]), raw, self.headers.get(CONTROL_HEADER)))
+            return
         if len(parts) >= 2 and parts[0] == "t":
-            triple = gw._tags.get(parts[1], (None, None, None))
+            tag = parts[1]
+            if tag.startswith("~"):
+                triple = _parse_path_tag(tag) or (None, None, None)
+            else:
+                triple = gw._tags.get(tag, (None, None, None))
             parts = parts[2:]
         header_tag = self.headers.get(TAG_HEADER)
         if header_tag:
@@ -912,6 +937,9 @@ class JudgeGateway:
         #: True once an answer (from upstream or the cache) came from ragbridge's stub judge:
         #: run outputs must then be labelled as stub scores.
         self.stub_detected = False
+        #: When set, ``/_ragbridge/...`` answers control requests that carry it in the
+        #: X-Ragbridge-Control header (used by ragbridge.judge_process); otherwise it is a 404.
+        self.control_token: Optional[str] = None
 
     def _endpoint_url(self, endpoint: str, *, public: bool = False) -> str:
         """``base_url`` + ``/endpoint``, keeping a query string (e.g. ``?api-version=``) at the end."""
@@ -1087,6 +1115,38 @@ class JudgeGateway:
     def usage_by_triple(self) -> dict[Triple, Usage]:
         with self._lock:
             return {k: Usage(*v) for k, v in self._usage.items()}
+
+    # -- control (for a parent process) ----------------------------------------------------------
+    def _control(self, method: str, name: str, raw: bytes, token: Optional[str]) -> _Result:
+        expected = self.control_token
+        if not expected or not token or not secrets.compare_digest(token.encode(), expected.encode()):
+            return _Result(404, _error_body(f"ragbridge judge gateway: no such endpoint /{CONTROL_PREFIX}/{name}",
+                                            "invalid_request_error"), cache="off", counted=False)
+        try:
+            args = json.loads(raw) if raw else {}
+            if name == "usage" and method == "POST":
+                t = args.get("triple") or [None, None, None]
+                u = self.usage(*t)
+                data: Any = {"usage": [getattr(u, f.name) for f in dc_fields(u)], "stub_detected": self.stub_detected}
+            elif name == "state" and method == "GET":
+                with self._lock:
+                    triples = [[*k, list(v)] for k, v in self._usage.items()]
+                data = {"triples": triples, "stub_detected": self.stub_detected}
+            elif name == "forget" and method == "POST":
+                data = {"deleted": self.forget(*args["triple"])}
+            elif name == "preflight" and method == "POST":
+                try:
+                    data = {"result": self.preflight()}
+                except JudgeError as exc:
+                    data = {"error": {"type": type(exc).__name__, "message": str(exc)}}
+                data["stub_detected"] = self.stub_detected
+            else:
+                return _Result(404, _error_body(f"ragbridge judge gateway: no control request {method} {name}"),
+                               cache="off", counted=False)
+        except Exception as exc:
+            return _Result(500, _error_body(f"ragbridge judge gateway control error: {type(exc).__name__}: {exc}"),
+                           cache="off", counted=False)
+        return _Result(200, json.dumps(data).encode(), cache="off", counted=False)
 
     # -- preflight ------------------------------------------------------------------------------
     def preflight(self) -> dict[str, Any]:

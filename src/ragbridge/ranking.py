@@ -236,7 +236,11 @@ def prepare(cases: Sequence["Case"]) -> Ranked:
     label_case = label_case[keep]
     grades = grades[keep]
     n_relevant = np.bincount(label_case, minlength=n_cases).astype(np.int64)
-    order = np.lexsort((-grades, label_case))
+    top = int(grades.max()) if grades.size else 0
+    if top < 2**20 and n_cases < 2**40:  # one stable sort on a combined key (no int64 overflow)
+        order = np.argsort(label_case * (top + 1) + (top - grades), kind="stable")
+    else:
+        order = np.lexsort((-grades, label_case))
     ideal_case = label_case[order]
     ideal_grade = grades[order]
     ideal_start = np.cumsum(n_relevant) - n_relevant
