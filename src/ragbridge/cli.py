@@ -50,8 +50,8 @@ def main(
     """One golden set, every RAG evaluation backend, one report."""
 
 
-def _fmt(value: float) -> str:
-    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
+def _fmt(value: float, digits: int = 3) -> str:
+    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
 
 def print_summary(frame, console: Console = out) -> None:
@@ -69,20 +69,25 @@ def print_summary(frame, console: Console = out) -> None:
     tagged = frame[frame["tag"] != ALL]
     if tagged.empty:
         return
-    # one table per backend: a row per tag, a column per metric, the mean over the tag's scored cases
+    # per backend: a row per tag, a column per metric (the mean over the tag's scored cases),
+    # split into as many tables as it takes to fit the terminal
+    width = max(console.width, 60)
+    per_table = max(1, (width - 26) // 7)
     for b in dict.fromkeys(overall["backend"]):
         metrics = list(dict.fromkeys(overall[overall["backend"] == b]["metric"]))
         part = tagged[tagged["backend"] == b]
         title = "Mean per tag" + (f" ({b})" if overall["backend"].nunique() > 1 else "")
-        by_tag = Table(title=title, title_justify="left")
-        by_tag.add_column("tag", no_wrap=True, min_width=min(24, max(len(t) for t in part["tag"])))
-        by_tag.add_column("n", justify="right")
-        for m in metrics:
-            by_tag.add_column(m, justify="right", overflow="fold")
-        for tag, group in part.groupby("tag", sort=True):
-            means = {row.metric: row.mean for row in group.itertuples()}
-            by_tag.add_row(tag, str(group["n"].max()), *(_fmt(means.get(m)) for m in metrics))
-        console.print(by_tag)
+        for start in range(0, len(metrics), per_table):
+            chunk = metrics[start:start + per_table]
+            by_tag = Table(title=title if start == 0 else None, title_justify="left")
+            by_tag.add_column("tag", no_wrap=True, overflow="ellipsis", max_width=16)
+            by_tag.add_column("n", justify="right", no_wrap=True)
+            for m in chunk:
+                by_tag.add_column(m, justify="right", overflow="fold", min_width=4)
+            for tag, group in part.groupby("tag", sort=True):
+                means = {row.metric: row.mean for row in group.itertuples()}
+                by_tag.add_row(tag, str(group["n"].max()), *(_fmt(means.get(m), 2) for m in chunk))
+            console.print(by_tag)
 
 
 @cli.command()
