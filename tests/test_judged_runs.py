@@ -74,3 +74,25 @@ def test_judge_problems_stop_the_run_before_anything_is_written(tmp_path, exampl
     assert message in res.stderr and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) <= 3
     assert not out.exists()
+
+
+
+def test_trulens_leaves_openai_unwrapped(tmp_path, example_cases, stub_judge):
+    """TruLens wraps openai's `create` methods process-wide for cost tracking, with a sync wrapper that
+    makes RAGAS (in the same process) reject its async client; the backend undoes the wrapping."""
+    import inspect
+
+    import openai.resources
+    from ragbridge_trulens.scoring import make_provider
+    from trulens.core.feedback.endpoint import INSTRUMENT
+
+    make_provider("gpt-4o-mini", stub_judge.base_url, "x")
+    wrapped = [name for name, cls in vars(openai.resources).items()
+               if isinstance(cls, type) and hasattr(getattr(cls, "create", None), INSTRUMENT)]
+    assert not wrapped
+    assert inspect.iscoroutinefunction(openai.resources.AsyncEmbeddings.create)
+    if get_backends()["ragas"].available():
+        cfg = judge(stub_judge, tmp_path, embedding_model="text-embedding-3-small")
+        evaluate(example_cases[:1], backends=["trulens"], metrics=["faithfulness"], judge=cfg)
+        run = evaluate(example_cases[:2], backends=["ragas"], metrics=["answer_relevance"], judge=cfg)
+        assert all(s.error is None and s.value is not None for s in run.scores), [s.error for s in run.scores]

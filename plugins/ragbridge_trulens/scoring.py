@@ -146,7 +146,28 @@ def make_provider(model: str, base_url: str, api_key: str, *, api: str = "chat",
     provider = cls(model_engine=model, client=client, rpm=10**9)
     provider.endpoint.retries = retries
     set_api(provider, api)
+    if not stock:
+        undo_openai_instrumentation()
     return provider
+
+
+def undo_openai_instrumentation() -> None:
+    """Put back the ``openai`` methods TruLens's endpoint wraps for cost tracking.
+
+    Building a TruLens OpenAI provider replaces ``create`` on every ``openai`` resource class, for
+    the whole process, with a synchronous wrapper: ``AsyncEmbeddings.create`` then no longer looks
+    like a coroutine function, and RAGAS, running in the same process, refuses its async client
+    ("Cannot use aembed_text() with a synchronous client"). ragbridge counts calls and tokens in its
+    judge gateway, so TruLens's cost tracking is not needed: undo the wrapping.
+    """
+    from trulens.core.feedback.endpoint import Endpoint
+
+    for holder, wrappers in list(Endpoint.instrumented_methods.items()):
+        for original, wrapper, _ in reversed(wrappers):
+            name = getattr(original, "__name__", None)
+            if name and holder.__dict__.get(name) is wrapper:
+                setattr(holder, name, original)
+        del Endpoint.instrumented_methods[holder]
 
 
 # --------------------------------------------------------------------------------------------
