@@ -18,8 +18,9 @@ with the same concurrency:
 
 RAGAS is imported before timing. The sides alternate, ``--repeat`` times. Reported: the ratio of
 the medians, the median of the per-round ratios (``_paired``: robust when the machine's load drifts),
-the ratio of the best runs, and the ratio of the process CPU times (``_cpu``: ragbridge's includes the
-gateway, which runs in the same process).
+the ratio of the best runs, and the ratio of the CPU times (``_cpu``: ragbridge's includes the judge
+gateway's, which runs in a child process of the runner; ``ragbridge_parent_cpu_s`` is the runner's
+process alone).
 
     python benchmarks/bench_ragas.py [--cases N] [--repeat 3] [--concurrency 8] [--latency 0]
 
@@ -113,6 +114,12 @@ async def run_direct(cases, base_url: str, concurrency: int) -> dict:
     return {"seconds": seconds, "cpu": cpu, "scores": len(values)}
 
 
+def _children_cpu() -> float:
+    """CPU time of this process's ended and reaped children (the runner's judge gateway process)."""
+    t = os.times()
+    return t.children_user + t.children_system
+
+
 def run_ragbridge(cases, base_url: str, concurrency: int, cache: str) -> dict:
     import ragbridge
     from ragbridge.judge import JudgeConfig
@@ -121,11 +128,12 @@ def run_ragbridge(cases, base_url: str, concurrency: int, cache: str) -> dict:
         cfg = JudgeConfig(model="stub-judge", base_url=base_url, embedding_model="stub-embedder",
                           max_concurrency=concurrency, cache_mode="off" if cache == "off" else "read-write",
                           cache_path=Path(tmp) / "cache.sqlite")
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, c0, k0 = time.perf_counter(), time.process_time(), _children_cpu()
         run = ragbridge.evaluate(cases, backends=["ragas"], judge=cfg, out=Path(tmp) / "run")
-        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+        seconds, parent_cpu = time.perf_counter() - t0, time.process_time() - c0
+        cpu = parent_cpu + _children_cpu() - k0
     j = run.manifest.counts.get("judge", {})
-    return {"seconds": seconds, "cpu": cpu, "scores": len(run.scores), "errored": run.manifest.counts.get("errored"),
+    return {"seconds": seconds, "cpu": cpu, "parent_cpu": parent_cpu, "scores": len(run.scores), "errored": run.manifest.counts.get("errored"),
             "upstream_calls": j.get("calls"), "cache_hits": j.get("cache_hits")}
 
 
@@ -206,6 +214,7 @@ def main(argv=None) -> int:
                                                  if results["ragbridge_fresh_cache"] else None),
         "direct_cpu_s": [round(r["cpu"], 3) for r in results["direct"]],
         "ragbridge_cpu_s": [round(r["cpu"], 3) for r in results["ragbridge"]],
+        "ragbridge_parent_cpu_s": [round(r["parent_cpu"], 3) for r in results["ragbridge"]],
         "direct_via_gateway_s": [round(r["seconds"], 3) for r in results["direct_via_gateway"]],
         "direct_via_gateway_cpu_s": [round(r["cpu"], 3) for r in results["direct_via_gateway"]],
         "ratio_gateway_hop_paired": paired("direct_via_gateway"),

@@ -241,6 +241,9 @@ def main(argv=None) -> int:
     ap.add_argument("--chunks", type=int, default=100, help="retrieved chunks per case (default 100)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the set of path processes this many times, interleaved; the table pools "
+                         "all reps (a busy shared machine drifts, interleaving keeps it fair)")
     ap.add_argument("--paths", default=",".join(PATHS), help="comma-separated subset of " + ",".join(PATHS))
     ap.add_argument("--worker", choices=PATHS, help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -255,7 +258,7 @@ def main(argv=None) -> int:
     import platform
 
     print(f"# ranking benchmark: {args.n:,} cases x {args.chunks} chunks, seed {args.seed}, "
-          f"median of {args.reps} reps, each path in its own process")
+          f"median of {args.reps} reps x {args.rounds} round(s), each path in its own process")
     versions = {"python": platform.python_version(), "numpy": np.__version__}
     for mod in ("pytrec_eval", "ranx", "numba"):
         try:
@@ -267,21 +270,41 @@ def main(argv=None) -> int:
     print("# " + ", ".join(f"{k} {v}" for k, v in versions.items()) + f", {os.cpu_count()} cpus")
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    results = {}
+    runs: dict = {p: [] for p in paths}
     values = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for path in paths:
-            out = os.path.join(tmp, f"{path}.npz")
-            cmd = [sys.executable, __file__, "--worker", path, "--n", str(args.n), "--chunks",
-                   str(args.chunks), "--reps", str(args.reps), "--seed", str(args.seed), "--out", out]
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-            line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-            if proc.returncode != 0 or not line:
-                print(f"{path}: FAILED (exit {proc.returncode})\n{proc.stderr[-2000:]}")
-                continue
-            results[path] = json.loads(line[-1][7:])
-            with np.load(out) as z:
-                values[path] = {k: z[k] for k in z.files}
+        for rnd in range(args.rounds):
+            for path in paths:
+                out = os.path.join(tmp, f"{path}.npz")
+                cmd = [sys.executable, __file__, "--worker", path, "--n", str(args.n), "--chunks",
+                       str(args.chunks), "--reps", str(args.reps), "--seed", str(args.seed), "--out", out]
+                proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+                if proc.returncode != 0 or not line:
+                    print(f"{path}: FAILED (exit {proc.returncode})\n{proc.stderr[-2000:]}")
+                    continue
+                runs[path].append(json.loads(line[-1][7:]))
+                with np.load(out) as z:
+                    values[path] = {k: z[k] for k in z.files}
+    results = {}
+    for path, rs in runs.items():
+        if not rs:
+            continue
+        r = dict(rs[-1])
+        r["times"] = [t for x in rs for t in x["times"]]
+        r["cpu"] = [t for x in rs for t in x["cpu"]]
+        r["median_s"] = statistics.median(r["times"])
+        r["median_cpu_s"] = statistics.median(r["cpu"])
+        r["us_per_case"] = r["median_s"] / args.n * 1e6
+        r["peak_mb"] = max(x["peak_mb"] for x in rs)
+        r["working_mb"] = max(x["working_mb"] for x in rs)
+        results[path] = r
+    if args.rounds > 1 and "ragbridge" in results:
+        print()
+        print("per round (median of its reps): " + "; ".join(
+            f"round {i + 1}: " + ", ".join(
+                f"{p} {statistics.median(runs[p][i]['times']):.2f}s" for p in paths if len(runs[p]) > i)
+            for i in range(args.rounds)))
 
     print()
     print("| path | median s | us/case | reps s | CPU s (all threads) | peak RSS MB | import MB | data MB | "

@@ -972,12 +972,14 @@ class JudgeGateway:
             self._audit_flusher = threading.Thread(target=self._flush_audit_periodically,
                                                    name="ragbridge-judge-audit-flush", daemon=True)
             self._audit_flusher.start()
-        self._http()
         parts = urlsplit(self._upstream)
+        trust_env = not cfg.is_local  # as the httpx client's (see _http)
         if self.upstream_transport == "stdlib" and not (parts.username or parts.password) and not (
-                self._client is not None and self._client.trust_env and _proxy_for(self._upstream)):
+                trust_env and _proxy_for(self._upstream)):
             self._pool = _StdlibPool(self._upstream, timeout=cfg.timeout, connect_timeout=min(cfg.timeout, 10.0),
                                      size=cfg.max_concurrency + 2)
+        else:
+            self._http()  # forwarding uses it from many threads: made now, not on the first request
         handler = type("JudgeGatewayHandler", (_Handler,), {"gateway": self})
         self._server = _Server(("127.0.0.1", 0), handler)
         self.port = self._server.server_address[1]

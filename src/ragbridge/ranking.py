@@ -46,8 +46,8 @@ Undefined values
     precision and hit. (trec_eval scores the latter 0 everywhere and silently drops the former.)
     ``NaN`` must never be averaged as 0: use ``np.nanmean`` and report the count.
 
-Cost: :func:`prepare` reads each chunk's ``id`` (and, for labelled cases, ``source``) once through
-C-level ``map``/``dict`` calls and visits only matched chunks in Python; every metric is then a few
+Cost: :func:`prepare` reads each chunk's ``id`` (and, for labelled cases, ``source``) once in a
+comprehension, finds duplicates and id matches with set operations, and visits only matched chunks; every metric is then a few
 NumPy passes over arrays whose length is the number of relevant retrieved chunks. See
 ``benchmarks/bench_ranking.py``.
 """
@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 import numpy as np
@@ -81,9 +80,6 @@ __all__ = [
 ]
 
 GAINS = ("linear", "exponential")
-
-_get_id = attrgetter("id")
-_get_source = attrgetter("source")
 
 
 @dataclass(frozen=True, eq=False)
@@ -168,11 +164,10 @@ def prepare(cases: Sequence["Case"]) -> Ranked:
 
     ``cases`` is a sequence of :class:`~ragbridge.schema.Case` (anything with ``contexts``, a list of
     chunks with ``id`` and ``source``, and ``relevant``, a mapping of id or source to grade).
-    Per-chunk Python work is limited to collecting the ids (and, for labelled cases, a C-level scan
-    of the sources); only matched chunks are visited one by one.
+    Per chunk, the only Python work is reading ``id`` (and, for labelled cases, ``source``) in a
+    comprehension; duplicates and id matches are found with set operations, and only matched chunks
+    are visited one by one.
     """
-    get_id, get_source = _get_id, _get_source
-    fromkeys = dict.fromkeys
     n_ctx: list[int] = []  # raw context length per case
     dup_case: list[int] = []  # sparse: cases with repeated ids, and how many were dropped
     dup_n: list[int] = []
@@ -194,30 +189,31 @@ def prepare(cases: Sequence["Case"]) -> Ranked:
     ci = -1
     for ci, case in enumerate(cases):
         ctx = case.contexts
-        # dict.fromkeys de-duplicates keeping first occurrences in order (faster than set()).
-        first = fromkeys(map(get_id, ctx))
-        n_ctx_append(len(ctx))
-        if len(first) != len(ctx):  # repeated ids: keep each id's first chunk
+        # A comprehension's specialised attribute loads beat map(attrgetter) here.
+        ids = [c.id for c in ctx]
+        idset = set(ids)
+        n_ctx_append(len(ids))
+        if len(idset) != len(ids):  # repeated ids: keep each id's first chunk
             dup_case.append(ci)
-            dup_n.append(len(ctx) - len(first))
+            dup_n.append(len(ids) - len(idset))
             ctx = _first_chunks(ctx)
+            ids = [c.id for c in ctx]
         rel = case.relevant
         if not rel:
             continue
         lab_case_append(ci)
         lab_n_append(len(rel))
         grades_extend(rel.values())
-        if rel.keys().isdisjoint(map(get_source, ctx)):
+        if rel.keys().isdisjoint([c.source for c in ctx]):
             # Id matches only: a label matches at most one chunk, so every match is credited.
-            hits = rel.keys() & first.keys()
+            hits = idset.intersection(rel)
             if hits:
-                ids = list(first)
                 hit_case_append(ci)
                 hit_n_append(len(hits))
                 rank_extend(map(ids.index, hits))
                 grade_extend(map(rel.__getitem__, hits))
         else:
-            _match_slow(ci, ctx, list(first), rel, s_case, s_rank, s_grade, s_uncredited)
+            _match_slow(ci, ctx, ids, rel, s_case, s_rank, s_grade, s_uncredited)
 
     n_cases = ci + 1
     n_ctx_a = np.array(n_ctx, dtype=np.int64)

@@ -354,9 +354,9 @@ async def evaluate_async(
 
     gateway = None
     if needs_judge:
-        from .judge import JudgeGateway
+        from .judge_process import GatewayProcess
 
-        gateway = JudgeGateway(judge, audit_log=(out / "judge-audit.jsonl") if out else None)
+        gateway = GatewayProcess(judge, audit_log=(out / "judge-audit.jsonl") if out else None)
     ctx = ScoringContext(options=options, judge=gateway)
 
     scores: dict[tuple[str, str, str], Score] = dict(done)
