@@ -85,6 +85,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import time
 from pathlib import Path
 from typing import AsyncIterator, Optional, Sequence
@@ -92,6 +93,10 @@ from typing import AsyncIterator, Optional, Sequence
 from ragbridge.backend import Backend, MetricSpec, ScoringContext
 from ragbridge.hookspecs import hookimpl
 from ragbridge.schema import Case, Score
+
+# TruLens warns at import about optional packages of its own requirements list ("Package jsonschema
+# not present in requirements"); that line means nothing to a ragbridge user.
+logging.getLogger("trulens.core.utils.imports").setLevel(logging.ERROR)
 
 __all__ = ["TruLensBackend", "NATIVE_NAMES"]
 
