@@ -627,6 +627,24 @@ class FastRequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     sys_version = ""
     max_headers = 100
+    #: the server object whose ``_track(conn, add)`` keeps its open connections (set on a subclass)
+    owner: Any = None
+
+    def setup(self) -> None:
+        super().setup()
+        try:
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+        if self.owner is not None:
+            self.owner._track(self.connection, True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            if self.owner is not None:
+                self.owner._track(self.connection, False)
 
     def parse_request(self) -> bool:
         self.command = None
@@ -695,20 +713,6 @@ class FastRequestHandler(BaseHTTPRequestHandler):
 class _Handler(FastRequestHandler):
     server_version = "ragbridge-judge-gateway"
     gateway: "JudgeGateway"
-
-    def setup(self) -> None:
-        super().setup()
-        try:
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
-            pass
-        self.gateway._track(self.connection, True)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            self.gateway._track(self.connection, False)
 
     def do_GET(self) -> None:  # noqa: N802
         self._handle("GET")
@@ -980,7 +984,7 @@ class JudgeGateway:
                                      size=cfg.max_concurrency + 2)
         else:
             self._http()  # forwarding uses it from many threads: made now, not on the first request
-        handler = type("JudgeGatewayHandler", (_Handler,), {"gateway": self})
+        handler = type("JudgeGatewayHandler", (_Handler,), {"gateway": self, "owner": self})
         self._server = _Server(("127.0.0.1", 0), handler)
         self.port = self._server.server_address[1]
         self._allowed_hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}"}

@@ -99,20 +99,6 @@ class _Handler(FastRequestHandler):
     server_version = "ragbridge-stub"
     stub: "StubJudge"  # set on the subclass
 
-    def setup(self) -> None:
-        super().setup()
-        try:
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
-            pass
-        self.stub._track(self.connection, True)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            self.stub._track(self.connection, False)
-
     def _send(self, status: int, payload: Any, headers: Optional[dict] = None) -> None:
         body = payload if isinstance(payload, bytes) else json.dumps(payload, ensure_ascii=False).encode("utf-8")
         extra = ["Content-Type: application/json", "X-Ragbridge-Stub: 1"]
@@ -238,7 +224,7 @@ class StubJudge:
     def start(self) -> "StubJudge":
         if self._server is not None:
             return self
-        handler = type("StubHandler", (_Handler,), {"stub": self})
+        handler = type("StubHandler", (_Handler,), {"stub": self, "owner": self})
         self._closed.clear()
         self._server = _Server((self.host, self.port), handler)
         self.port = self._server.server_address[1]
