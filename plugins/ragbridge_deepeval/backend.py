@@ -95,11 +95,12 @@ class DeepEvalBackend(Backend):
 
         limit = int(opts.get("concurrency") or gateway.config.max_concurrency)
         sem = asyncio.Semaphore(max(1, limit))
-        # One connection pool for every case of this metric; each case still gets its own tagged
-        # base URL (so the gateway counts calls per case) and its own judge and metric objects.
+        # One httpx client on the gateway's in-process transport for every case of this metric; each
+        # case still gets its own tagged base URL (so the gateway counts calls per case) and its own
+        # judge and metric objects.
         http_client = httpx.AsyncClient(
+            transport=gateway.async_transport(),
             timeout=httpx.Timeout(gateway.config.client_timeout()),
-            limits=httpx.Limits(max_connections=limit * 2 + 2, max_keepalive_connections=limit * 2 + 2),
             trust_env=False,
         )
 

@@ -4,11 +4,11 @@ scored with ``await metric.ascore(...)`` by ragbridge, every judge call through 
 The metric formulas, ranges and normalisation are documented in the package docstring
 (:mod:`ragbridge_ragas`). This module builds RAGAS' components and runs them:
 
-* one ``openai.AsyncOpenAI`` client for the run (shared by the metric passes, a pool of
-  ``max_concurrency`` connections), pointed at the gateway with its dummy key, ``max_retries=0`` (the gateway retries 429, 5xx and timeouts itself and tells the SDK
-  not to) and the gateway's ``client_timeout()``; each case's calls are attributed to it by the
-  ``X-Ragbridge-Tag`` header (``tag_scope`` + the gateway's httpx event hooks), so the runner fills
-  each Score's judge calls and tokens;
+* one ``openai.AsyncOpenAI`` client for the run (shared by the metric passes) whose httpx client
+  hands requests to the gateway in-process (``gateway.async_transport()``), with its dummy key,
+  ``max_retries=0`` (the gateway retries 429, 5xx and timeouts itself and tells the SDK not to) and
+  the gateway's ``client_timeout()``; each case's calls are attributed to it by the gateway's
+  ``tag_scope``, so the runner fills each Score's judge calls and tokens;
 * the LLM from ``ragas.llms.llm_factory`` (instructor, JSON mode) with RAGAS' default sampling
   (temperature 0.01, top_p 0.1) and ``max_tokens`` = ``JudgeConfig.max_tokens`` or 4096 (RAGAS'
   1024 truncates long statement lists); instructor re-asks only on unparseable or schema-invalid
@@ -143,9 +143,8 @@ def parse_retrying():
 
 
 class _SharedClient:
-    """One ``AsyncOpenAI`` client (one connection pool) for every metric pass of a run: the gateway
-    serves at most ``max_concurrency`` upstream requests at once, so a pool of that size keeps it
-    busy without a gateway thread per idle connection. Closed when the last pass ends."""
+    """One ``AsyncOpenAI`` client for every metric pass of a run, on the gateway's in-process
+    transport (the gateway bounds upstream concurrency). Closed when the last pass ends."""
 
     KEY = "ragas_openai_client"
 
@@ -154,14 +153,12 @@ class _SharedClient:
         from openai import AsyncOpenAI
 
         cfg = gateway.config
-        n = max(2, cfg.max_concurrency)
         self.http = httpx.AsyncClient(
-            event_hooks=gateway.async_httpx_event_hooks(),
+            # in-process: no socket between RAGAS and the gateway; calls are counted under the
+            # tag_scope each case is scored in
+            transport=gateway.async_transport(),
             timeout=httpx.Timeout(cfg.client_timeout(), connect=10.0),
-            # waiting for a free connection is part of waiting for the judge: no separate pool timeout
-            limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
             trust_env=False,
-            verify=False,  # plain http to 127.0.0.1; skips loading the CA bundle
         )
         self.client = AsyncOpenAI(base_url=gateway.plain_base_url, api_key=gateway.api_key,
                                   max_retries=0, timeout=cfg.client_timeout(), http_client=self.http)

@@ -4,7 +4,8 @@ Installed with ``pip install 'ragbridge[trulens]'`` (trulens-core, trulens-feedb
 trulens-providers-openai 2.16.0 only; not the ``trulens`` metapackage, which pulls in Jupyter and
 Streamlit). No ``TruSession``, no sqlite file, no instrumented app: each metric is one call of a
 TruLens provider function on one case, with TruLens's ``OpenAI`` provider pointed at ragbridge's
-judge gateway (dummy key, one httpx client, calls attributed to their case by ``tag_scope``).
+judge gateway (dummy key, one httpx client on the gateway's in-process transport, calls attributed
+to their case by ``tag_scope``).
 
 Metrics, formulas and normalisation
 -----------------------------------
@@ -65,7 +66,8 @@ Safe and offline
   call per answer).
 * ``filter_trivial_statements=False`` always: TruLens's trivial-statement filter runs ``eval()`` on
   the judge's reply.
-* The only connections are to the judge gateway on 127.0.0.1 (httpx with ``trust_env=False``).
+* TruLens's HTTP goes to the judge gateway in-process (``gateway.transport()``, ``trust_env=False``):
+  TruLens opens no connection at all; only the gateway connects, to the judge.
   TruLens has no usage telemetry; ``TRULENS_OTEL_TRACING=0`` is set at ``import ragbridge``.
 * Process-wide effects of TruLens itself, on import or provider construction: it wraps the openai
   SDK's ``create`` methods for cost tracking and sets ``KMP_DUPLICATE_LIB_OK=TRUE``.
@@ -167,8 +169,7 @@ class TruLensBackend(Backend):
         url = gw.base_url(self.name, "responses-api-probe", None) + "/responses"
         body = {"model": gw.config.model, "input": PROBE_BODY_TEXT, "max_output_tokens": 16}
         try:
-            # plain http on loopback: no proxy, no CA bundle to load
-            with httpx.Client(trust_env=False, verify=False, timeout=gw.config.client_timeout()) as client:
+            with httpx.Client(transport=gw.transport(), trust_env=False, timeout=gw.config.client_timeout()) as client:
                 r = client.post(url, json=body, headers={"Authorization": f"Bearer {gw.api_key}"})
             if 200 <= r.status_code < 300 and isinstance(r.json().get("output"), list):
                 return "responses"
@@ -239,8 +240,7 @@ class TruLensBackend(Backend):
                 gw, cfg = ctx.judge, ctx.judge.config
                 provider = await asyncio.to_thread(
                     scoring.make_provider, cfg.model, gw.plain_base_url, gw.api_key, api=api,
-                    timeout=cfg.client_timeout(), event_hooks=gw.httpx_event_hooks(),
-                    max_connections=cfg.max_concurrency * 4 + 4)
+                    timeout=cfg.client_timeout(), transport=gw.transport())
                 shared["by_api"][api] = provider
         return provider, shared["executor"]
 

@@ -120,16 +120,18 @@ def set_api(provider: Any, api: str) -> None:
 
 def make_provider(model: str, base_url: str, api_key: str, *, api: str = "chat", timeout: float = 600.0,
                   event_hooks: Optional[dict] = None, max_connections: int = 16, retries: int = 0,
-                  stock: bool = False) -> Any:
+                  stock: bool = False, transport: Any = None) -> Any:
     """A TruLens OpenAI provider on ``base_url`` whose HTTP goes through one httpx client.
 
     ``retries`` is TruLens's own retry count (``Endpoint.run_in_pace``; 3 with 2/4/8 s sleeps by
     default); ragbridge's gateway already retries 429/5xx/timeouts, so the backend passes 0.
-    ``stock=True`` builds TruLens's unmodified ``OpenAI`` class (used by the parity tests)."""
+    ``stock=True`` builds TruLens's unmodified ``OpenAI`` class (used by the parity tests).
+    ``transport`` is an httpx transport, e.g. the judge gateway's in-process ``gateway.transport()``."""
     import httpx
     import openai
 
     http = httpx.Client(
+        transport=transport,
         timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
         limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
         event_hooks=event_hooks or {},

@@ -277,11 +277,13 @@ async def evaluate_async(
         # Check the key and the endpoint before anything is called or written.
         from .judge import JudgeGateway
 
-        with JudgeGateway(judge) as probe:
-            try:
-                probe.preflight()
-            except Exception as exc:
-                raise RunError(str(exc)) from None
+        probe = JudgeGateway(judge)  # preflight needs no started gateway: nothing is served yet
+        try:
+            probe.preflight()
+        except Exception as exc:
+            raise RunError(str(exc)) from None
+        finally:
+            probe.close()
 
     golden_fp = None
     if target is not None:
@@ -354,9 +356,9 @@ async def evaluate_async(
 
     gateway = None
     if needs_judge:
-        from .judge_process import GatewayProcess
+        from .judge import JudgeGateway
 
-        gateway = GatewayProcess(judge, audit_log=(out / "judge-audit.jsonl") if out else None)
+        gateway = JudgeGateway(judge, audit_log=(out / "judge-audit.jsonl") if out else None)
     ctx = ScoringContext(options=options, judge=gateway)
 
     scores: dict[tuple[str, str, str], Score] = dict(done)
