@@ -8,19 +8,16 @@ with the same concurrency:
 * direct: RAGAS as a careful user runs it: ``llm_factory`` on one ``AsyncOpenAI`` client to the stub,
   the six metrics at once, each with ``asyncio.Semaphore(C)`` over its cases, and at most C
   requests in flight (the client's connection pool);
-* direct via gateway: the same direct loop pointed at a ragbridge ``JudgeGateway`` (cache off), to
-  separate the gateway's HTTP hop (in this process, sharing the GIL with RAGAS) from the runner and
-  backend (``ratio_ragbridge_over_direct_via_gateway``);
 * ragbridge: ``ragbridge.evaluate(cases, backends=["ragas"], judge=JudgeConfig(...,
-  max_concurrency=C))``: the runner, the backend, and every call through the judge gateway (at most
-  C upstream requests in flight), with its cache off (``cache=off``) and, for information, with a
-  fresh cache (``cache=fresh``: repeated identical requests inside the run are answered once).
+  max_concurrency=C))``: the runner, the backend, the run folder (scores, cases, the judge's audit
+  log) and every call through the judge gateway's in-process transport (at most C upstream requests
+  in flight), with its cache off (``cache=off``) and, for information, with a fresh cache
+  (``cache=fresh``: repeated identical requests inside the run are answered once).
 
 RAGAS is imported before timing. The sides alternate, ``--repeat`` times. Reported: the ratio of
 the medians, the median of the per-round ratios (``_paired``: robust when the machine's load drifts),
-the ratio of the best runs, and the ratio of the CPU times (``_cpu``: ragbridge's includes the judge
-gateway's, which runs in a child process of the runner; ``ragbridge_parent_cpu_s`` is the runner's
-process alone).
+the ratio of the best runs, and the ratio of the CPU times (``_cpu``; the judge gateway runs in the
+same process).
 
     python benchmarks/bench_ragas.py [--cases N] [--repeat 3] [--concurrency 8] [--latency 0]
 
@@ -114,12 +111,6 @@ async def run_direct(cases, base_url: str, concurrency: int) -> dict:
     return {"seconds": seconds, "cpu": cpu, "scores": len(values)}
 
 
-def _children_cpu() -> float:
-    """CPU time of this process's ended and reaped children (the runner's judge gateway process)."""
-    t = os.times()
-    return t.children_user + t.children_system
-
-
 def run_ragbridge(cases, base_url: str, concurrency: int, cache: str) -> dict:
     import ragbridge
     from ragbridge.judge import JudgeConfig
@@ -128,27 +119,12 @@ def run_ragbridge(cases, base_url: str, concurrency: int, cache: str) -> dict:
         cfg = JudgeConfig(model="stub-judge", base_url=base_url, embedding_model="stub-embedder",
                           max_concurrency=concurrency, cache_mode="off" if cache == "off" else "read-write",
                           cache_path=Path(tmp) / "cache.sqlite")
-        t0, c0, k0 = time.perf_counter(), time.process_time(), _children_cpu()
+        t0, c0 = time.perf_counter(), time.process_time()
         run = ragbridge.evaluate(cases, backends=["ragas"], judge=cfg, out=Path(tmp) / "run")
-        seconds, parent_cpu = time.perf_counter() - t0, time.process_time() - c0
-        cpu = parent_cpu + _children_cpu() - k0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     j = run.manifest.counts.get("judge", {})
-    return {"seconds": seconds, "cpu": cpu, "parent_cpu": parent_cpu, "scores": len(run.scores), "errored": run.manifest.counts.get("errored"),
+    return {"seconds": seconds, "cpu": cpu, "scores": len(run.scores), "errored": run.manifest.counts.get("errored"),
             "upstream_calls": j.get("calls"), "cache_hits": j.get("cache_hits")}
-
-
-def run_direct_via_gateway(cases, base_url: str, concurrency: int) -> dict:
-    """The direct loop, but through ragbridge's judge gateway (cache off): separates the cost of
-    the gateway's HTTP hop from the cost of ragbridge's runner and RAGAS backend."""
-    from ragbridge.judge import JudgeConfig, JudgeGateway
-
-    cfg = JudgeConfig(model="stub-judge", base_url=base_url, embedding_model="stub-embedder",
-                      max_concurrency=concurrency, cache_mode="off")
-    with JudgeGateway(cfg) as gw:
-        c0 = time.process_time()
-        out = asyncio.run(run_direct(cases, gw.plain_base_url, concurrency))
-        out["cpu"] = time.process_time() - c0  # the gateway's threads are in this process too
-    return out
 
 
 def main(argv=None) -> int:
@@ -171,15 +147,13 @@ def main(argv=None) -> int:
     port = free_port()
     stub = start_stub(port, a.latency)
     base_url = f"http://127.0.0.1:{port}/v1"
-    results: dict[str, list] = {"direct": [], "direct_via_gateway": [], "ragbridge": [],
-                                "ragbridge_fresh_cache": []}
+    results: dict[str, list] = {"direct": [], "ragbridge": [], "ragbridge_fresh_cache": []}
     try:
         # warm-up: first-call costs (pydantic schemas, connection set-up) on both sides
         asyncio.run(run_direct(cases[:2], base_url, a.concurrency))
         run_ragbridge(cases[:2], base_url, a.concurrency, "off")
         for _ in range(a.repeat):
             results["direct"].append(asyncio.run(run_direct(cases, base_url, a.concurrency)))
-            results["direct_via_gateway"].append(run_direct_via_gateway(cases, base_url, a.concurrency))
             results["ragbridge"].append(run_ragbridge(cases, base_url, a.concurrency, "off"))
             if not a.no_cache_run:
                 results["ragbridge_fresh_cache"].append(run_ragbridge(cases, base_url, a.concurrency, "fresh"))
@@ -214,12 +188,6 @@ def main(argv=None) -> int:
                                                  if results["ragbridge_fresh_cache"] else None),
         "direct_cpu_s": [round(r["cpu"], 3) for r in results["direct"]],
         "ragbridge_cpu_s": [round(r["cpu"], 3) for r in results["ragbridge"]],
-        "ragbridge_parent_cpu_s": [round(r["parent_cpu"], 3) for r in results["ragbridge"]],
-        "direct_via_gateway_s": [round(r["seconds"], 3) for r in results["direct_via_gateway"]],
-        "direct_via_gateway_cpu_s": [round(r["cpu"], 3) for r in results["direct_via_gateway"]],
-        "ratio_gateway_hop_paired": paired("direct_via_gateway"),
-        "ratio_ragbridge_over_direct_via_gateway_paired": paired("ragbridge", "direct_via_gateway"),
-        "ratio_ragbridge_over_direct_via_gateway_cpu": (round(med("ragbridge", "cpu") / med("direct_via_gateway", "cpu"), 3)),
         "ratio_ragbridge_over_direct": ratio("ragbridge"),
         "ratio_ragbridge_over_direct_paired": paired("ragbridge"),
         "ratio_fresh_cache_over_direct_paired": paired("ragbridge_fresh_cache"),

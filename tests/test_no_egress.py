@@ -76,7 +76,9 @@ def test_full_run_talks_only_to_the_judge(tmp_path, example_cases, stub_judge):
     connects = {tuple(e["target"]) for e in events if e["kind"] == "connect"}
     lookups = {e["target"][0] for e in events if e["kind"] == "lookup"}
     assert {h for h, _ in connects} <= LOCAL, f"connected outside the machine: {connects}"
-    assert ("127.0.0.1", stub_port) in connects
+    # the only connections are the judge gateway's to the judge: the libraries reach the gateway
+    # through its in-process transport and open no socket of their own
+    assert connects == {("127.0.0.1", stub_port)}, connects
     assert lookups <= LOCAL, f"looked up outside hosts: {lookups}"
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert set(run["backends"]) == {"native", *judged}

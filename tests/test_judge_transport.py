@@ -1,0 +1,201 @@
+"""The judge gateway's in-process transports (``gw.transport()``, ``gw.async_transport()``), end to end.
+
+Real ``openai`` clients whose httpx client has the gateway's transport talk to a real
+:class:`JudgeGateway`, which forwards to a real :class:`StubJudge` on 127.0.0.1; the stub's request
+log is the ground truth. These are the paths ragbridge's RAGAS, DeepEval and TruLens backends use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import threading
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from ragbridge.judge import JudgeConfig, JudgeError, JudgeGateway, Usage
+from ragbridge.testing import StubJudge
+from ragbridge.testing.pytest_fixtures import stub_judge  # noqa: F401
+
+MSG = [{"role": "user", "content": "Rate the answer from 0 to 3. Answer: refunds take 30 days."}]
+
+
+def make_config(stub: StubJudge, tmp_path: Path, **kw) -> JudgeConfig:
+    kw.setdefault("cache_path", tmp_path / "cache" / "judge.sqlite")
+    kw.setdefault("api_key_env", "RAGBRIDGE_TEST_KEY")
+    return JudgeConfig(model="judge-m", base_url=stub.base_url, **kw)
+
+
+class FastGateway(JudgeGateway):
+    backoff_base = 0.001
+
+
+def sync_client(gw: JudgeGateway, base_url: str | None = None, **kw) -> openai.OpenAI:
+    kw.setdefault("max_retries", 2)  # the SDK's default: the gateway must stop it from multiplying retries
+    return openai.OpenAI(base_url=base_url or gw.plain_base_url, api_key=gw.api_key,
+                         http_client=httpx.Client(transport=gw.transport(), trust_env=False), **kw)
+
+
+def async_client(gw: JudgeGateway, **kw) -> openai.AsyncOpenAI:
+    kw.setdefault("max_retries", 2)
+    return openai.AsyncOpenAI(base_url=gw.plain_base_url, api_key=gw.api_key,
+                              http_client=httpx.AsyncClient(transport=gw.async_transport(), trust_env=False), **kw)
+
+
+def chat(client: openai.OpenAI, content: str = MSG[0]["content"]) -> str:
+    return client.chat.completions.create(model="judge-m", messages=[{"role": "user", "content": content}]
+                                          ).choices[0].message.content
+
+
+def test_transport_serves_as_the_socket_does_without_a_socket(stub_judge, tmp_path):
+    audit = tmp_path / "audit.jsonl"
+    with JudgeGateway(make_config(stub_judge, tmp_path), audit_log=audit) as gw:
+        over_socket = openai.OpenAI(base_url=gw.base_url("ragas", "m", "c0"), api_key=gw.api_key,
+                                    http_client=httpx.Client(trust_env=False))
+        in_process = sync_client(gw)
+        first = chat(over_socket)
+        assert gw.http_requests == 1
+        with gw.tag_scope("trulens", "groundedness", "c1"):  # no event hook: the transport reads the scope
+            assert chat(in_process) == first  # same request: answered from the cache
+            chat(in_process, "another question")
+            in_process.embeddings.create(model="e", input=["one two", "three"])
+        # a path tag is honoured by the transport as well
+        chat(sync_client(gw, gw.base_url("deepeval", "faithfulness", "c2")), "third question")
+        assert gw.http_requests == 1, "the transport must not go through the loopback socket"
+        assert stub_judge.request_count == 4
+        assert gw.usage("ragas", "m", "c0") == Usage(calls=1, prompt_tokens=gw.usage("ragas").prompt_tokens,
+                                                     completion_tokens=gw.usage("ragas").completion_tokens)
+        t = gw.usage("trulens", "groundedness", "c1")
+        assert (t.calls, t.cache_hits) == (2, 1) and t.prompt_tokens > 0
+        assert gw.usage("deepeval", "faithfulness", "c2").calls == 1
+        assert gw.stub_detected
+    lines = [json.loads(x) for x in audit.read_text().splitlines()]
+    assert [(x["backend"], x["path"], x["cache"]) for x in lines] == [
+        ("ragas", "/chat/completions", "miss"), ("trulens", "/chat/completions", "hit"),
+        ("trulens", "/chat/completions", "miss"), ("trulens", "/embeddings", "miss"),
+        ("deepeval", "/chat/completions", "miss")]
+    assert lines[1]["response"] == lines[0]["response"]
+
+
+def test_async_transport_bounds_concurrency_with_sync_callers_and_keeps_each_scope(tmp_path):
+    with StubJudge(latency=0.1) as stub, JudgeGateway(make_config(stub, tmp_path, max_concurrency=3,
+                                                                  cache_mode="off")) as gw:
+        sync = sync_client(gw)
+
+        def sync_caller(i: int) -> None:
+            with gw.tag_scope("trulens", "m", f"s{i}"):
+                chat(sync, f"sync question {i}")
+
+        async def main() -> None:
+            client = async_client(gw)
+
+            async def one(i: int) -> None:
+                with gw.tag_scope("ragas", "m", f"a{i}"):
+                    await client.chat.completions.create(
+                        model="judge-m", messages=[{"role": "user", "content": f"async question {i}"}])
+
+            await asyncio.gather(*(one(i) for i in range(12)))
+            await client.close()
+
+        threads = [threading.Thread(target=sync_caller, args=(i,)) for i in range(4)]
+        for th in threads:
+            th.start()
+        asyncio.run(main())
+        for th in threads:
+            th.join()
+        assert stub.request_count == 16
+        assert stub.max_in_flight == 3  # one bound over async and sync callers together
+        for i in range(12):
+            assert gw.usage("ragas", "m", f"a{i}").calls == 1
+        for i in range(4):
+            assert gw.usage("trulens", "m", f"s{i}").calls == 1
+        assert gw.http_requests == 0
+
+
+def test_retries_happen_once_in_the_gateway(tmp_path):
+    with StubJudge() as stub, FastGateway(make_config(stub, tmp_path, max_retries=2)) as gw:
+        stub.inject("500", "429")
+        with gw.tag_scope("x", "y", "z"):
+            assert chat(sync_client(gw))
+        assert gw.usage("x", "y", "z").retries == 2 and stub.request_count == 3
+
+        stub.inject("500", "500", "500", "500", "500", "500", "500", "500", "500")
+
+        async def failing() -> None:
+            client = async_client(gw)  # SDK max_retries=2: it must not retry what the gateway gave up on
+            try:
+                with pytest.raises(openai.InternalServerError):
+                    await client.chat.completions.create(model="judge-m", messages=[{"role": "user", "content": "q"}])
+            finally:
+                await client.close()
+
+        asyncio.run(failing())
+        assert stub.request_count == 3 + 3  # the gateway's 1 + 2 retries, nothing from the SDK
+        assert gw.usage().errors == 1
+
+
+def test_forget_drops_only_that_scores_answers(stub_judge, tmp_path):
+    with JudgeGateway(make_config(stub_judge, tmp_path)) as gw:
+        client = sync_client(gw)
+        with gw.tag_scope("ragas", "m", "bad"):
+            chat(client, "a")
+        with gw.tag_scope("ragas", "m", "good"):
+            chat(client, "b")
+        assert gw.forget("ragas", "m", "bad") == 1
+        assert gw.forget("ragas", "m", "bad") == 0  # already forgotten
+        chat(client, "a")
+        chat(client, "b")
+        assert stub_judge.request_count == 3, "the forgotten answer is asked again, the other one is not"
+
+
+def test_read_only_replays_and_never_calls_upstream(stub_judge, tmp_path, monkeypatch):
+    monkeypatch.setenv("RAGBRIDGE_TEST_KEY", "sk-test-recording")
+    with JudgeGateway(make_config(stub_judge, tmp_path)) as gw:
+        recorded = chat(sync_client(gw))
+    monkeypatch.delenv("RAGBRIDGE_TEST_KEY")
+    with JudgeGateway(make_config(stub_judge, tmp_path, cache_mode="read-only")) as gw:
+        async def replay() -> str:
+            client = async_client(gw)
+            try:
+                out = await client.chat.completions.create(model="judge-m", messages=MSG)
+                with pytest.raises(openai.BadRequestError, match="cache miss in read-only mode"):
+                    await client.chat.completions.create(model="judge-m",
+                                                         messages=[{"role": "user", "content": "never recorded"}])
+                return out.choices[0].message.content
+            finally:
+                await client.close()
+
+        assert asyncio.run(replay()) == recorded
+        assert gw.usage() == Usage(calls=0, cache_hits=1, errors=1)
+    assert stub_judge.request_count == 1
+
+
+def test_key_reaches_only_the_judge(tmp_path, monkeypatch):
+    secret = "sk-ragbridge-TESTSECRET-" + secrets.token_hex(16)
+    monkeypatch.setenv("RAGBRIDGE_TEST_KEY", secret)
+    audit = tmp_path / "run" / "judge-audit.jsonl"
+    with StubJudge() as stub, JudgeGateway(make_config(stub, tmp_path), audit_log=audit) as gw:
+        client = sync_client(gw)
+        chat(client)
+        assert stub.last_authorization == f"Bearer {secret}"
+        assert secret not in repr(client.api_key) and client.api_key == gw.api_key
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert audit in written and any(p.suffix == ".sqlite" for p in written)
+    for p in written:
+        assert secret.encode() not in p.read_bytes(), p
+
+
+def test_async_transport_needs_a_started_gateway(stub_judge, tmp_path):
+    gw = JudgeGateway(make_config(stub_judge, tmp_path, cache_mode="off"))
+
+    async def call() -> None:
+        async with httpx.AsyncClient(transport=gw.async_transport()) as client:
+            await client.post("http://judge/v1/chat/completions", json={"model": "judge-m", "messages": MSG})
+
+    with pytest.raises(JudgeError, match="not started"):
+        asyncio.run(call())
+    assert stub_judge.request_count == 0
