@@ -1,6 +1,7 @@
 """Judge gateway throughput, cache speed-up and per-call overhead, against the stub judge.
 
-    python benchmarks/bench_judge.py [--n 320] [--threads 32] [--client socket|http.client|openai] [--repeat 3]
+    python benchmarks/bench_judge.py [--n 320] [--threads 32] [--client socket|http.client|openai|transport]
+                                     [--repeat 3]
 
 1. Cold: the stub judge runs in its own process with a fixed 100 ms latency; ``n`` distinct chat
    requests go through a fresh gateway (max_concurrency 16, empty cache in a new temp dir, audit log
@@ -8,12 +9,16 @@
 2. Warm: the identical requests again, through a new gateway on the same cache: every one is a
    cache hit and the run must be at least 20x faster than cold.
 3. Overhead: sequential calls to a 0-latency stub, direct versus through the gateway (cache off),
-   difference per call at p10 and p50.
+   difference per call at p10 and p50: over the loopback socket (``http.client`` both ways), and
+   through the in-process transport the backends use (``httpx.Client`` both ways: to the stub
+   directly, and with ``transport=gw.transport()``).
 
 Client threads each hold one keep-alive connection and speak minimal HTTP/1.1 over a socket by
 default (``--client socket``, like wrk), so the numbers measure the gateway and not a client library
 (client and gateway share one interpreter lock); ``--client http.client`` uses the standard
-library's client and ``--client openai`` the OpenAI SDK (about 2 ms of CPU per call by itself).
+library's client, ``--client openai`` the OpenAI SDK (about 2 ms of CPU per call by itself), and
+``--client transport`` an ``httpx.Client`` on the gateway's in-process transport (no socket between
+client and gateway: the path ragbridge's backends use).
 Each cold+warm pair runs ``--repeat`` times (fresh temp dir each time); the thresholds are checked on
 the best run, since timings on a shared machine only ever get slower. Per-call process CPU is
 printed too: it does not depend on what else the machine is doing. Exit status 1 if a threshold is
@@ -127,6 +132,14 @@ def socket_worker(port: int, path: str, bodies: list[bytes], errors: list) -> No
     sock.close()
 
 
+def transport_worker(client, url: str, bodies: list[bytes], errors: list) -> None:
+    headers = {"Content-Type": "application/json"}
+    for body in bodies:
+        r = client.post(url, content=body, headers=headers)
+        if r.status_code != 200:
+            errors.append((r.status_code, r.content[:200]))
+
+
 def openai_worker(client, bodies: list[bytes], errors: list) -> None:
     for body in bodies:
         kw = json.loads(body)
@@ -145,6 +158,12 @@ def run_load(gw: JudgeGateway, bodies: list[bytes], threads: int, client: str) -
         ts = [threading.Thread(target=socket_worker, args=(gw.port, path, s, errors)) for s in shards]
     elif client == "http.client":
         ts = [threading.Thread(target=raw_worker, args=(gw.port, path, s, errors)) for s in shards]
+    elif client == "transport":
+        import httpx
+
+        clients = [httpx.Client(transport=gw.transport(), timeout=120) for _ in shards]
+        ts = [threading.Thread(target=transport_worker, args=(c, base + "/chat/completions", s, errors))
+              for c, s in zip(clients, shards)]
     else:  # SDK clients are built before the clock starts (each builds an httpx client)
         import openai
 
@@ -184,21 +203,39 @@ def overhead(calls: int = 300, rounds: int = 3) -> dict[str, float]:
             conn.close()
             return out
 
+        def timed_httpx(client, url: str) -> list[float]:
+            out = []
+            for _ in range(calls):
+                t = time.perf_counter()
+                client.post(url, content=body, headers=headers).read()
+                out.append(time.perf_counter() - t)
+            return out
+
+        import httpx
+
         cfg = JudgeConfig(model="bench-judge", base_url=stub_url, cache_mode="off", api_key_env="RAGBRIDGE_BENCH_KEY")
-        with JudgeGateway(cfg) as gw:
+        with JudgeGateway(cfg) as gw, httpx.Client(trust_env=False) as plain, \
+                httpx.Client(transport=gw.transport()) as in_process:
             gpath = gw.base_url("bench").split(str(gw.port), 1)[1] + "/chat/completions"
+            turl = gw.base_url("bench") + "/chat/completions"
             timed(port, "/v1/chat/completions")
             timed(gw.port, gpath)  # warm-up
-            direct, via = [], []
+            timed_httpx(plain, stub_url + "/chat/completions")
+            timed_httpx(in_process, turl)
+            direct, via, direct_httpx, via_transport = [], [], [], []
             for _ in range(rounds):
                 direct += timed(port, "/v1/chat/completions")
                 via += timed(gw.port, gpath)
+                direct_httpx += timed_httpx(plain, stub_url + "/chat/completions")
+                via_transport += timed_httpx(in_process, turl)
 
         def q(xs: list[float], f: float) -> float:
             return sorted(xs)[int(f * (len(xs) - 1))] * 1000
 
         return {"direct_p10": q(direct, 0.1), "via_p10": q(via, 0.1),
-                "direct_p50": q(direct, 0.5), "via_p50": q(via, 0.5)}
+                "direct_p50": q(direct, 0.5), "via_p50": q(via, 0.5),
+                "httpx_p10": q(direct_httpx, 0.1), "transport_p10": q(via_transport, 0.1),
+                "httpx_p50": q(direct_httpx, 0.5), "transport_p50": q(via_transport, 0.5)}
     finally:
         proc.terminate()
         proc.wait(10)
@@ -209,7 +246,7 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=320)
     ap.add_argument("--threads", type=int, default=32)
     ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--client", choices=["socket", "http.client", "openai"], default="socket")
+    ap.add_argument("--client", choices=["socket", "http.client", "openai", "transport"], default="socket")
     ap.add_argument("--no-audit", action="store_true", help="run without the audit log")
     ap.add_argument("--repeat", type=int, default=3, help="cold+warm pairs; thresholds use the best run")
     a = ap.parse_args()
@@ -258,6 +295,10 @@ def main() -> int:
           f"via gateway {o['via_p10']:.3f} ms, added {o['via_p10'] - o['direct_p10']:.3f} ms; "
           f"p50 direct {o['direct_p50']:.3f} ms, via gateway {o['via_p50']:.3f} ms, "
           f"added {o['via_p50'] - o['direct_p50']:.3f} ms")
+    print(f"  in-process transport (sequential, httpx.Client both ways): p10 direct {o['httpx_p10']:.3f} ms, "
+          f"via transport {o['transport_p10']:.3f} ms, added {o['transport_p10'] - o['httpx_p10']:.3f} ms; "
+          f"p50 direct {o['httpx_p50']:.3f} ms, via transport {o['transport_p50']:.3f} ms, "
+          f"added {o['transport_p50'] - o['httpx_p50']:.3f} ms")
     return 0 if ok else 1
 
 

@@ -231,7 +231,7 @@ class TruLensBackend(Backend):
                 from trulens.core.utils.threading import fThreadPoolExecutor as pool_cls
             except ImportError:  # pragma: no cover - other TruLens versions
                 pool_cls = concurrent.futures.ThreadPoolExecutor
-            shared["executor"] = pool_cls(max_workers=4 * ctx.judge.config.max_concurrency,
+            shared["executor"] = pool_cls(max_workers=ctx.judge.config.max_concurrency + 4,
                                           thread_name_prefix="ragbridge-trulens")
         lock = ctx.stats.setdefault("trulens_provider_lock", asyncio.Lock())
         async with lock:

@@ -801,18 +801,22 @@ class _StdlibPool:
         return conn
 
     def _idle_conn(self) -> Optional[http.client.HTTPConnection]:
-        with self._lock:
-            while self._idle:
+        while True:
+            # Only the pop is under the lock: the liveness check is a system call, which releases the
+            # GIL; holding the lock across it would queue every other caller behind this thread
+            # getting the GIL back.
+            with self._lock:
+                if not self._idle:
+                    return None
                 conn = self._idle.pop()
-                sock = conn.sock
-                try:
-                    alive = sock is not None and not select.select([sock], [], [], 0)[0]
-                except (OSError, ValueError):
-                    alive = False
-                if alive:
-                    return conn
-                conn.close()  # readable while idle = closed by the server (or junk): drop it
-        return None
+            sock = conn.sock
+            try:
+                alive = sock is not None and not select.select([sock], [], [], 0)[0]
+            except (OSError, ValueError):
+                alive = False
+            if alive:
+                return conn
+            conn.close()  # readable while idle = closed by the server (or junk): drop it
 
     def request(self, method: str, target: str, body: Optional[bytes],
                 headers: dict[str, str]) -> tuple[int, Optional[str], Optional[str], bytes]:
