@@ -105,6 +105,35 @@ def test_identical_request_is_served_from_cache(stub_judge, tmp_path, monkeypatc
         assert stub_judge.request_count == 1
 
 
+def test_cache_writes_land_in_sqlite_soon_and_a_forgotten_answer_never_does(tmp_path, monkeypatch):
+    import sqlite3
+
+    monkeypatch.setattr(JudgeCache, "memory_bytes", 0)  # lookups must then find pending answers too
+    path = tmp_path / "c.sqlite"
+    cache = JudgeCache(path)
+    try:
+        cache.put("k1", "/chat/completions", "m", 200, b'{"a": 1}', raw_key="r1")
+        assert cache.get("k1") == (200, b'{"a": 1}') and cache.get_raw("r1") == (200, b'{"a": 1}')
+        cache.put("k2", "/chat/completions", "m", 200, b'{"a": 2}', raw_key="r2")
+        assert cache.delete(set(), {"r2"}) == 1  # forgotten before the writer ran
+        assert cache.get("k2") is None and cache.get_raw("r2") is None
+        deadline = time.monotonic() + 5
+        rows: list = []
+        while time.monotonic() < deadline:  # written by the background writer, without close()
+            with sqlite3.connect(path) as other:
+                rows = other.execute("SELECT key FROM responses").fetchall()
+            if rows:
+                break
+            time.sleep(0.02)
+        assert rows == [("k1",)]
+        cache.put("k3", "/chat/completions", "m", 200, b'{"a": 3}')
+    finally:
+        cache.close()  # writes what is pending
+    with sqlite3.connect(path) as other:
+        assert sorted(other.execute("SELECT key FROM responses").fetchall()) == [("k1",), ("k3",)]
+        assert other.execute("SELECT raw, key FROM aliases").fetchall() == [("r1", "k1")]
+
+
 def test_changed_model_or_parameter_misses(stub_judge, tmp_path):
     with JudgeGateway(make_config(stub_judge, tmp_path)) as gw:
         c = client_for(gw)

@@ -360,9 +360,15 @@ class JudgeCache:
     exact request bytes -> canonical key, so a byte-identical request is found without parsing).
     A cache whose bodies total at most ``memory_bytes`` is also loaded into memory when opened, and
     new answers are added while they fit: a warm re-run then never waits on SQLite. A lookup that
-    misses in memory still asks SQLite (another process may have written the file since)."""
+    misses in memory still asks SQLite (another process may have written the file since).
+
+    New answers are served from memory at once and written to SQLite by a background thread, one
+    transaction per batch, at most ``write_delay`` seconds later (and on :meth:`close`): a judge
+    call does not wait for a commit. A crash loses at most that last fraction of a second of
+    answers, which the next run asks for again."""
 
     memory_bytes = 64 << 20
+    write_delay = 0.1
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
@@ -372,6 +378,12 @@ class JudgeCache:
         self._mem: dict[str, tuple[int, bytes]] = {}
         self._mem_alias: dict[str, str] = {}
         self._mem_size = 0
+        # written by the background writer: (key, path, model, status, body, created) and (raw, key)
+        self._pending: dict[str, tuple] = {}
+        self._pending_alias: dict[str, str] = {}
+        self._plock = threading.Lock()
+        self._closed = threading.Event()
+        self._writer: Optional[threading.Thread] = None
         if read_only:
             if self.path.is_file():
                 uri = self.path.resolve().as_uri()
@@ -395,7 +407,32 @@ class JudgeCache:
                 "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, path TEXT NOT NULL, model TEXT, "
                 "status INTEGER NOT NULL, body BLOB NOT NULL, created REAL NOT NULL)")
             self._conn.execute("CREATE TABLE IF NOT EXISTS aliases (raw TEXT PRIMARY KEY, key TEXT NOT NULL)")
+            self._writer = threading.Thread(target=self._write_periodically, name="ragbridge-judge-cache-writer",
+                                            daemon=True)
+            self._writer.start()
         self._preload()
+
+    def _write_periodically(self) -> None:
+        while not self._closed.wait(self.write_delay):
+            with contextlib.suppress(sqlite3.Error):
+                self.flush()
+
+    def flush(self) -> None:
+        """Write the answers not yet in SQLite (one transaction)."""
+        with self._lock:  # taken before the pending entries: delete() cannot slip in between
+            with self._plock:
+                rows, self._pending = list(self._pending.values()), {}
+                aliases, self._pending_alias = list(self._pending_alias.items()), {}
+            if not (rows or aliases) or self._conn is None:
+                return
+            self._conn.execute("BEGIN")
+            try:
+                self._conn.executemany("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)", rows)
+                self._conn.executemany("INSERT OR REPLACE INTO aliases VALUES (?, ?)", aliases)
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
 
     def _preload(self) -> None:
         if self._conn is None:
@@ -434,6 +471,8 @@ class JudgeCache:
         key = self._mem_alias.get(raw_key)
         if key is not None:
             hit = self._mem.get(key)
+            if hit is None:
+                hit = self._pending_hit(key)
             if hit is not None:
                 return hit
         if self._conn is None:
@@ -456,11 +495,15 @@ class JudgeCache:
         self._mem_alias[raw_key] = key
         if self._conn is None or self.read_only:
             return
-        with self._lock:
-            self._conn.execute("INSERT OR REPLACE INTO aliases VALUES (?, ?)", (raw_key, key))
+        with self._plock:
+            self._pending_alias[raw_key] = key
+
+    def _pending_hit(self, key: str) -> Optional[tuple[int, bytes]]:
+        row = self._pending.get(key)
+        return (row[3], row[4]) if row is not None else None
 
     def get(self, key: str) -> Optional[tuple[int, bytes]]:
-        hit = self._mem.get(key)
+        hit = self._mem.get(key) or self._pending_hit(key)
         if hit is not None:
             return hit
         if self._conn is None:
@@ -480,17 +523,10 @@ class JudgeCache:
             raw_key: Optional[str] = None) -> None:
         if self._conn is None or self.read_only:
             return
-        with self._lock:
-            self._conn.execute("BEGIN")
-            try:
-                self._conn.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
-                                   (key, path, model, status, body, time.time()))
-                if raw_key is not None:
-                    self._conn.execute("INSERT OR REPLACE INTO aliases VALUES (?, ?)", (raw_key, key))
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+        with self._plock:
+            self._pending[key] = (key, path, model, status, body, time.time())
+            if raw_key is not None:
+                self._pending_alias[raw_key] = key
         self._remember(key, status, body)
         if raw_key is not None:
             self._mem_alias[raw_key] = key
@@ -501,18 +537,24 @@ class JudgeCache:
             return 0
         keys = set(keys)
         with self._lock:
-            for raw in raw_keys:
-                key = self._mem_alias.pop(raw, None)
-                if key is None and self._conn is not None:
-                    row = self._conn.execute("SELECT key FROM aliases WHERE raw = ?", (raw,)).fetchone()
-                    key = row[0] if row else None
-                if key is not None:
-                    keys.add(key)
+            with self._plock:
+                for raw in raw_keys:  # the canonical keys the raw keys stand for, wherever they are
+                    key = self._pending_alias.get(raw) or self._mem_alias.get(raw)
+                    if key is None and self._conn is not None:
+                        row = self._conn.execute("SELECT key FROM aliases WHERE raw = ?", (raw,)).fetchone()
+                        key = row[0] if row else None
+                    if key is not None:
+                        keys.add(key)
+                # answers not yet written are dropped here, so the writer never adds them back
+                for key in keys:
+                    self._pending.pop(key, None)
+                for raw in [r for r, k in self._pending_alias.items() if k in keys or r in raw_keys]:
+                    del self._pending_alias[raw]
             for key in keys:
                 hit = self._mem.pop(key, None)
                 if hit is not None:
                     self._mem_size -= len(hit[1])
-            for raw in [r for r, k in self._mem_alias.items() if k in keys]:
+            for raw in [r for r, k in self._mem_alias.items() if k in keys or r in raw_keys]:
                 del self._mem_alias[raw]
             if self._conn is None or not keys:
                 return len(keys)
@@ -524,10 +566,17 @@ class JudgeCache:
     def __len__(self) -> int:
         if self._conn is None:
             return 0
+        self.flush()
         with self._lock:
             return int(self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
 
     def close(self) -> None:
+        self._closed.set()
+        if self._writer is not None:
+            self._writer.join()
+            self._writer = None
+        if self._conn is not None and not self.read_only:
+            self.flush()
         with self._lock:
             if self._conn is not None:
                 if not self.read_only:
