@@ -9,11 +9,12 @@ metrics against the same stub judge, which runs in its own process with a fixed 
 * direct: TruLens's stock ``OpenAI`` provider pointed at the stub, the same provider functions and
   arguments the backend uses (groundedness with ``use_sent_tokenize=True`` and the trivial filter
   off, context relevance per chunk then the mean, answer relevance, ``GroundTruthAgreement``), all
-  (case, metric) pairs submitted to one pool of 4 x ``--workers`` threads -- the shape of a
-  ragbridge run (the four metrics at once, one pool of 4 x max_concurrency threads);
-* ragbridge: ``ragbridge.evaluate(cases, backends=["trulens"], out=...)``: the runner, the backend,
-  the run folder (scores, cases, the judge's audit log) and every call through the judge gateway's
-  in-process transport (cache off, ``max_concurrency`` = 4 x workers): accounting, audit line and
+  (case, metric) pairs submitted to one pool of 4 x ``--workers`` threads, so up to that many
+  judge calls in flight;
+* ragbridge: ``ragbridge.evaluate(cases, backends=["trulens"], out=...)``: the runner, the backend
+  (the four metrics at once on one pool of ``max_concurrency`` + 4 threads), the run folder (scores,
+  cases, the judge's audit log) and every call through the judge gateway's in-process transport
+  (cache off, ``max_concurrency`` = 4 x workers judge calls in flight): accounting, audit line and
   the gateway's own upstream connection pool.
 
 TruLens is imported, and one warm-up call made, before anything is timed. The paths run ``--reps``
