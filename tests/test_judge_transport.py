@@ -11,27 +11,17 @@ import asyncio
 import json
 import secrets
 import threading
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
-from ragbridge.judge import JudgeConfig, JudgeError, JudgeGateway, Usage
+from ragbridge.judge import JudgeError, JudgeGateway, Usage
 from ragbridge.testing import StubJudge
 from ragbridge.testing.pytest_fixtures import stub_judge  # noqa: F401
+from test_judge import FastGateway, make_config
 
 MSG = [{"role": "user", "content": "Rate the answer from 0 to 3. Answer: refunds take 30 days."}]
-
-
-def make_config(stub: StubJudge, tmp_path: Path, **kw) -> JudgeConfig:
-    kw.setdefault("cache_path", tmp_path / "cache" / "judge.sqlite")
-    kw.setdefault("api_key_env", "RAGBRIDGE_TEST_KEY")
-    return JudgeConfig(model="judge-m", base_url=stub.base_url, **kw)
-
-
-class FastGateway(JudgeGateway):
-    backoff_base = 0.001
 
 
 def sync_client(gw: JudgeGateway, base_url: str | None = None, **kw) -> openai.OpenAI:
