@@ -85,3 +85,6 @@ def test_full_run_talks_only_to_the_judge(tmp_path, example_cases, stub_judge):
     # nothing the libraries write by default lands in the working directory
     leftovers = {p.name for p in tmp_path.iterdir()} - {"site", "egress.jsonl", "two.jsonl", "run", "cache.sqlite", "home"}
     assert not leftovers, leftovers
+    # nor in the user's home (RAGAS' anonymous id file, DeepEval's key store, downloaded data, ...)
+    in_home = sorted(str(p.relative_to(tmp_path / "home")) for p in (tmp_path / "home").rglob("*") if p.is_file())
+    assert not in_home, in_home

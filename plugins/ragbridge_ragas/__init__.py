@@ -67,8 +67,10 @@ instructor re-asks (3 attempts) only when the judge's output does not parse.
 
 Privacy: ``RAGAS_DO_NOT_TRACK=true`` is set when ragbridge is imported (RAGAS' analytics post to
 t.explodinggradients.com otherwise, once per LLM call; note that the check is ``== "true"``, so
-``1`` does not work). RAGAS still writes an anonymous id file (``~/.local/share/ragas/uuid.json``)
-the first time it builds an analytics event, even with tracking off; nothing is sent. Embeddings use
+``1`` does not work). RAGAS also writes an anonymous id file (``~/.local/share/ragas/uuid.json``)
+the first time it builds an analytics event or formats a log line, even with tracking off; with
+tracking off the backend points it at a private temporary folder, removed at exit, so nothing lands
+in the user's home. Embeddings use
 RAGAS' own OpenAI provider, not LangChain's, so no tiktoken file is downloaded. RAGAS' own disk
 cache is not used (its key ignores the model and endpoint); ragbridge's gateway caches instead.
 

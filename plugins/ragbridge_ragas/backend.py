@@ -25,8 +25,13 @@ the errors it swallowed are recorded per case and reported the same way.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextvars
 import math
+import os
+import shutil
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Optional, Sequence
@@ -119,6 +124,27 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {msg}"
 
 
+_ID_DIR: Optional[str] = None
+_ID_LOCK = threading.Lock()
+
+
+def keep_ragas_id_out_of_home() -> None:
+    """RAGAS writes an anonymous id file (``~/.local/share/ragas/uuid.json``) the first time it builds
+    an analytics event or formats a log line, even with its tracking off. With tracking off (the
+    default under ragbridge), RAGAS is pointed at a private temporary folder for it instead, removed
+    at exit. A user who turned RAGAS' tracking on keeps RAGAS' own behaviour."""
+    global _ID_DIR
+    import ragas._analytics as analytics
+
+    with _ID_LOCK:
+        if _ID_DIR is not None or not analytics.do_not_track():
+            return
+        _ID_DIR = tempfile.mkdtemp(prefix="ragbridge-ragas-")
+        atexit.register(shutil.rmtree, _ID_DIR, True)
+        folder = _ID_DIR
+        analytics.user_data_dir = lambda *args, **kwargs: os.path.join(folder, "ragas")
+
+
 def parse_retrying():
     """instructor's retry policy for RAGAS' calls: re-ask on unparseable or schema-invalid output
     only (transport and HTTP errors were already retried by the gateway), ``PARSE_ATTEMPTS`` tries.
@@ -188,6 +214,7 @@ class _Components:
         from ragas.llms import llm_factory
         from ragas.metrics import collections as rc
 
+        keep_ragas_id_out_of_home()
         cfg = gateway.config
         llm = llm_factory(cfg.model, client=client, max_tokens=cfg.max_tokens or DEFAULT_MAX_TOKENS,
                           max_retries=parse_retrying())
