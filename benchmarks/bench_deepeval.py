@@ -31,9 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,30 +44,6 @@ import ragbridge  # noqa: E402  (privacy defaults before DeepEval is imported)
 from ragbridge.io import read_jsonl  # noqa: E402
 from ragbridge.judge import JudgeConfig  # noqa: E402
 from ragbridge_deepeval import translate  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_stub(port: int, latency: float) -> subprocess.Popen:
-    import httpx
-
-    proc = subprocess.Popen([sys.executable, "-m", "ragbridge.testing.stub_judge", "--port", str(port),
-                             "--latency", str(latency)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("stub judge did not start")
-
-
 
 
 async def direct(cases, model: str, base_url: str, concurrency: int, shared_client: bool) -> tuple[int, int]:
@@ -129,9 +103,10 @@ def main(argv=None) -> int:
     import deepeval.metrics  # noqa: F401  (import cost outside the timings)
     import deepeval.models  # noqa: F401
 
-    port = free_port()
-    stub = start_stub(port, a.latency)
-    base = f"http://127.0.0.1:{port}/v1"
+    from ragbridge.testing import StubJudgeProcess
+
+    stub = StubJudgeProcess(a.latency).start()
+    base = stub.base_url
     times: dict[str, list[float]] = {"direct": [], "direct-tuned": [], "ragbridge": []}
     info: dict[str, object] = {}
     try:
@@ -147,8 +122,7 @@ def main(argv=None) -> int:
                 times[side].append(time.perf_counter() - t)
                 info[f"{side}_scored"], info[f"{side}_errors"] = scored, errors
     finally:
-        stub.terminate()
-        stub.wait(10)
+        stub.close()
 
     med = {k: statistics.median(v) for k, v in times.items()}
     out = {

@@ -32,8 +32,6 @@ import http.client
 import json
 import os
 import socket
-import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -44,36 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from ragbridge.judge import JudgeConfig, JudgeGateway  # noqa: E402
+from ragbridge.testing import StubJudgeProcess  # noqa: E402
 
 LATENCY = 0.1
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def start_stub_process(latency: float) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "ragbridge.testing.stub_judge", "--port", str(port),
-                             "--latency", str(latency)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-            c.request("GET", "/v1/models")
-            if c.getresponse().status == 200:
-                c.close()
-                return proc, f"http://127.0.0.1:{port}/v1"
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("stub judge did not start")
 
 
 def make_bodies(n: int) -> list[bytes]:
@@ -185,7 +156,8 @@ def overhead(calls: int = 300, rounds: int = 3) -> dict[str, float]:
 
     Rounds interleave the two so both see the same machine noise; p10 and p50 are reported (p10 is
     the better estimate on a busy machine: noise only ever adds time)."""
-    proc, stub_url = start_stub_process(0.0)
+    stub = StubJudgeProcess(0.0).start()
+    stub_url = stub.base_url
     try:
         port = int(stub_url.rsplit(":", 1)[1].split("/")[0])
         body = make_bodies(1)[0]
@@ -237,8 +209,7 @@ def overhead(calls: int = 300, rounds: int = 3) -> dict[str, float]:
                 "httpx_p10": q(direct_httpx, 0.1), "transport_p10": q(via_transport, 0.1),
                 "httpx_p50": q(direct_httpx, 0.5), "transport_p50": q(via_transport, 0.5)}
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stub.close()
 
 
 def main() -> int:
@@ -254,7 +225,8 @@ def main() -> int:
     bodies = make_bodies(a.n)
     ideal = a.n * LATENCY / a.concurrency
     bound = 1.2 * ideal
-    proc, stub_url = start_stub_process(LATENCY)
+    stub = StubJudgeProcess(LATENCY).start()
+    stub_url = stub.base_url
     runs = []
     try:
         for _ in range(a.repeat):
@@ -272,8 +244,7 @@ def main() -> int:
                     assert u.calls == 0 and u.cache_hits == a.n, u
                 runs.append((cold, warm, os.getloadavg()[0]))
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stub.close()
 
     print(f"judge gateway benchmark: n={a.n} calls, {a.threads} client threads ({a.client} client), "
           f"max_concurrency={a.concurrency}, stub latency {LATENCY * 1000:.0f} ms (separate process), "

@@ -30,9 +30,7 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,28 +39,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "support-bot" / "golden.jsonl"
 os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_stub(port: int, latency: float) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "ragbridge.testing.stub_judge", "--port", str(port),
-                             "--latency", str(latency)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    import httpx
-
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("stub judge did not start")
 
 
 async def run_direct(cases, base_url: str, concurrency: int) -> dict:
@@ -144,9 +120,10 @@ def main(argv=None) -> int:
     cases = [c for c in ragbridge.load_cases(EXAMPLE) if c.answer and c.reference]
     if a.cases:
         cases = cases[: a.cases]
-    port = free_port()
-    stub = start_stub(port, a.latency)
-    base_url = f"http://127.0.0.1:{port}/v1"
+    from ragbridge.testing import StubJudgeProcess
+
+    stub = StubJudgeProcess(a.latency).start()
+    base_url = stub.base_url
     results: dict[str, list] = {"direct": [], "ragbridge": [], "ragbridge_fresh_cache": []}
     try:
         # warm-up: first-call costs (pydantic schemas, connection set-up) on both sides
@@ -158,8 +135,7 @@ def main(argv=None) -> int:
             if not a.no_cache_run:
                 results["ragbridge_fresh_cache"].append(run_ragbridge(cases, base_url, a.concurrency, "fresh"))
     finally:
-        stub.terminate()
-        stub.wait(10)
+        stub.close()
 
     def med(key, what="seconds", f=statistics.median):
         xs = [r[what] for r in results[key]]

@@ -26,11 +26,7 @@ times, alternating; medians are compared (wall time and process CPU time), and t
 from __future__ import annotations
 
 import argparse
-import http.client
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,33 +42,6 @@ from ragbridge.judge import JudgeConfig  # noqa: E402
 
 METRICS = ("faithfulness", "context_relevance", "answer_relevance", "answer_correctness")
 MODEL = "bench-judge"
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def start_stub(latency: float) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.Popen([sys.executable, "-m", "ragbridge.testing.stub_judge", "--port", str(port),
-                             "--latency", str(latency)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-            c.request("GET", "/v1/models")
-            if c.getresponse().status == 200:
-                c.close()
-                return proc, f"http://127.0.0.1:{port}/v1"
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("stub judge did not start")
 
 
 def direct_provider(base_url: str, api: str):
@@ -157,7 +126,10 @@ def main(argv=None) -> int:
 
     offline_sentence_splitter()
     print(f"import trulens: {time.perf_counter() - t:.1f}s (not timed below)")
-    proc, url = start_stub(a.latency)
+    from ragbridge.testing import StubJudgeProcess
+
+    stub = StubJudgeProcess(a.latency).start()
+    url = stub.base_url
     times: dict[str, list[tuple[float, float]]] = {"direct": [], "ragbridge": []}
     try:
         with tempfile.TemporaryDirectory(prefix="bench-trulens-") as tmp:
@@ -174,8 +146,7 @@ def main(argv=None) -> int:
                     line.append(f"{name} {wall:.2f}s wall {times[name][-1][1]:.2f}s cpu ({n} scores)")
                 print(f"rep {rep + 1}: " + ", ".join(line), flush=True)
     finally:
-        proc.kill()
-        proc.wait()
+        stub.close()
     med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in times.items()}
     d = med["direct"]
     print(f"median wall / cpu: direct {d[0]:.2f}s / {d[1]:.2f}s, "

@@ -11,7 +11,7 @@ For pytest, import the fixture into your ``conftest.py`` (it is not an auto-load
 
 from typing import Any
 
-__all__ = ["StubJudge", "StubRequest", "FAULT_KINDS", "embed", "serve"]
+__all__ = ["StubJudge", "StubJudgeProcess", "StubRequest", "FAULT_KINDS", "embed", "serve"]
 
 
 def __getattr__(name: str) -> Any:
