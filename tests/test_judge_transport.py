@@ -189,3 +189,40 @@ def test_async_transport_needs_a_started_gateway(stub_judge, tmp_path):
     with pytest.raises(JudgeError, match="not started"):
         asyncio.run(call())
     assert stub_judge.request_count == 0
+
+
+def test_close_ends_requests_in_flight_at_once(tmp_path):
+    """Ctrl-C during a run closes the gateway: waiting judge calls must end now, not when the judge
+    answers (the stub holds each answer 10 s here)."""
+    import time
+
+    with StubJudge(latency=10) as stub:
+        gw = JudgeGateway(make_config(stub, tmp_path, cache_mode="off", max_retries=0)).start()
+
+        async def main() -> tuple[list, float]:
+            client = async_client(gw, max_retries=0)
+            calls = [asyncio.ensure_future(client.chat.completions.create(
+                model="judge-m", messages=[{"role": "user", "content": f"q{i}"}])) for i in range(3)]
+            sync_result: list = []
+            sync = threading.Thread(target=lambda: sync_result.append(_sync_call(gw)))
+            sync.start()
+            while stub.in_flight < 4:
+                await asyncio.sleep(0.02)
+            t0 = time.monotonic()
+            await asyncio.to_thread(gw.close)
+            results = await asyncio.gather(*calls, return_exceptions=True)
+            sync.join(5)
+            elapsed = time.monotonic() - t0
+            await client.close()
+            return [*results, *sync_result], elapsed
+
+        results, elapsed = asyncio.run(main())
+    assert elapsed < 3, f"close() waited {elapsed:.1f} s for the judge"
+    assert len(results) == 4 and all(isinstance(r, openai.APIStatusError) for r in results), results
+
+
+def _sync_call(gw: JudgeGateway):
+    try:
+        return chat(sync_client(gw, max_retries=0), "sync question")
+    except Exception as exc:  # noqa: BLE001 - the test inspects it
+        return exc

@@ -822,6 +822,8 @@ class _StdlibPool:
         self.connect_timeout = connect_timeout
         self.size = size
         self._idle: list[http.client.HTTPConnection] = []
+        self._busy: set[http.client.HTTPConnection] = set()  # in use: shut down by close()
+        self._closed = False
         self._lock = threading.Lock()
         self._ssl: Optional[ssl.SSLContext] = None
         if self.https:
@@ -875,6 +877,11 @@ class _StdlibPool:
             reused = conn is not None
             if conn is None:
                 conn = self._connect()
+            with self._lock:
+                if self._closed:
+                    conn.close()
+                    raise _UpstreamError("the judge gateway is shut down")
+                self._busy.add(conn)
             try:
                 conn.request(method, target, body=body, headers=headers)
                 r = conn.getresponse()
@@ -890,11 +897,14 @@ class _StdlibPool:
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
                 raise _UpstreamError(f"{type(exc).__name__}: {exc}") from None
+            finally:
+                with self._lock:
+                    self._busy.discard(conn)
             if r.will_close:
                 conn.close()
             else:
                 with self._lock:
-                    if len(self._idle) < self.size:
+                    if len(self._idle) < self.size and not self._closed:
                         self._idle.append(conn)
                         conn = None
                 if conn is not None:
@@ -903,10 +913,18 @@ class _StdlibPool:
         raise _UpstreamError("connection closed by the server")  # pragma: no cover - loop always returns
 
     def close(self) -> None:
+        """Close idle connections, and end requests in flight (their threads get an error at once)."""
         with self._lock:
+            self._closed = True
             idle, self._idle = self._idle, []
+            busy = list(self._busy)
         for conn in idle:
             conn.close()
+        for conn in busy:
+            sock = conn.sock
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
 
 def _proxy_for(url: str) -> bool:
@@ -1035,15 +1053,17 @@ class JudgeGateway:
                     c.shutdown(socket.SHUT_RDWR)
             if self._thread is not None:
                 self._thread.join(timeout=5)
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)  # in-flight requests see _closing and end
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        # Upstream requests in flight end now (their connections are shut down), so the worker
+        # threads finish at once instead of waiting for the judge's answers.
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
         if self._cache is not None:
             self._cache.close()
             self._cache = None
