@@ -21,7 +21,8 @@ same process).
 
     python benchmarks/bench_ragas.py [--cases N] [--repeat 3] [--concurrency 8] [--latency 0]
 
-Prints one JSON object with the timings, request counts and the ratio ragbridge / direct.
+Prints one JSON object with the timings, request counts and the ratio ragbridge / direct; exit
+status 1 if ragbridge / direct (medians, cache off) exceeds ``--max-ratio`` (1.1).
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ def main(argv=None) -> int:
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--latency", type=float, default=0.0, help="stub judge latency per request, seconds")
     p.add_argument("--no-cache-run", action="store_true", help="skip the informational fresh-cache run")
+    p.add_argument("--max-ratio", type=float, default=1.1, help="exit 1 above this ragbridge / direct (medians)")
     a = p.parse_args(argv)
 
     import ragbridge
@@ -170,10 +172,10 @@ def main(argv=None) -> int:
         "ratio_ragbridge_over_direct_best_of": ratio("ragbridge", f=min),
         "ratio_ragbridge_over_direct_cpu": ratio("ragbridge", "cpu"),
         "ratio_fresh_cache_over_direct": ratio("ragbridge_fresh_cache"),
-        "target_ratio": 1.1,
+        "target_ratio": a.max_ratio,
     }
     print(json.dumps(out, indent=2))
-    return 0
+    return 0 if out["ratio_ragbridge_over_direct"] <= a.max_ratio else 1
 
 
 if __name__ == "__main__":
