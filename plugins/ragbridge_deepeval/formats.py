@@ -91,7 +91,7 @@ def _split(value: Any, field: str, joined: bool) -> Optional[list]:
         return list(value)
     if isinstance(value, str):
         if not joined:
-            raise DatasetError(f"must be a list of strings, got a string", field=field,
+            raise DatasetError("must be a list of strings, got a string", field=field,
                                hint="a JSON dataset keeps contexts as lists; use the JSONL or CSV reader for "
                                     "'|'-joined text")
         return value.split(DELIMITER) if value else []

@@ -1129,7 +1129,6 @@ def _one_line(text: Any, width: int = 160) -> str:
 
 @hookimpl
 def ragbridge_register_commands(cli):
-    import typer  # noqa: F401  (the command signatures below are evaluated in module globals)
     from rich.markup import escape
     from rich.table import Table
 

@@ -631,7 +631,7 @@ def _evaluate(
             "undefined_rate": "share of cases undefined", "drop": "drop (baseline - run)"}[rule.kind]
     if n == 0 or n < rule.min_n:
         verdict = rule.below_min_n
-        detail = (f"no case to measure" if n == 0 else f"n={n} is below min_n={rule.min_n}") + extra
+        detail = ("no case to measure" if n == 0 else f"n={n} is below min_n={rule.min_n}") + extra
         return GateResult(rule, backend, verdict, figure, n, detail, ci[0], ci[1], p, items)
     holds = bool(op(figure, rule.threshold))
     detail = f"{what} {figure:.3f} {rule.op} {rule.threshold:g}: " + ("holds" if holds else "does not hold")
