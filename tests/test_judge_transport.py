@@ -179,7 +179,7 @@ def test_key_reaches_only_the_judge(tmp_path, monkeypatch):
         assert secret.encode() not in p.read_bytes(), p
 
 
-def test_async_transport_needs_a_started_gateway(stub_judge, tmp_path):
+def test_transports_need_a_started_gateway(stub_judge, tmp_path):
     gw = JudgeGateway(make_config(stub_judge, tmp_path, cache_mode="off"))
 
     async def call() -> None:
@@ -188,6 +188,9 @@ def test_async_transport_needs_a_started_gateway(stub_judge, tmp_path):
 
     with pytest.raises(JudgeError, match="not started"):
         asyncio.run(call())
+    with pytest.raises(JudgeError, match="not started"):  # the sync transport too: no key, no cache yet
+        httpx.Client(transport=gw.transport()).post("http://judge/v1/chat/completions",
+                                                     json={"model": "judge-m", "messages": MSG})
     assert stub_judge.request_count == 0
 
 

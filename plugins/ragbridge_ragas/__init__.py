@@ -70,8 +70,8 @@ t.explodinggradients.com otherwise, once per LLM call; note that the check is ``
 ``1`` does not work). RAGAS also writes an anonymous id file (``~/.local/share/ragas/uuid.json``)
 the first time it builds an analytics event or formats a log line, even with tracking off; with
 tracking off the backend points it at a private temporary folder, removed at exit, so nothing lands
-in the user's home. Embeddings use
-RAGAS' own OpenAI provider, not LangChain's, so no tiktoken file is downloaded. RAGAS' own disk
+in the user's home. Embeddings use RAGAS' own OpenAI provider, not LangChain's, so no tiktoken file
+is downloaded. RAGAS' own disk
 cache is not used (its key ignores the model and endpoint); ragbridge's gateway caches instead.
 
 Datasets: the ``ragas`` (JSONL; also reads a ``datasets`` folder, ``.csv`` and ``.parquet``),

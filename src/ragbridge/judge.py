@@ -782,7 +782,7 @@ class _Handler(FastRequestHandler):
         if self.headers.get("Origin") or host not in gw._allowed_hosts:
             self._reply(_Result(403, _error_body("ragbridge judge gateway: forbidden host or origin"), cache="off"))
             return
-        routed = gw._route(method, self.path, self.headers.get(TAG_HEADER))
+        routed = gw._route(self.path, self.headers.get(TAG_HEADER))
         if isinstance(routed, _Result):
             if routed.status == 503:
                 self.close_connection = True
@@ -1095,6 +1095,12 @@ class JudgeGateway:
             raise JudgeError("the judge gateway is not started: call start() or use it as a context manager")
         return f"http://127.0.0.1:{self.port}"
 
+    def _require_started(self) -> None:
+        """For the transports: until start() (and after close()) there is no key, cache or pool."""
+        if self._executor is None:
+            raise JudgeError("the judge gateway is not started (or already closed): call start() or use it "
+                             "as a context manager")
+
     def base_url(self, backend: str, metric: Optional[str] = None, case_id: Optional[str] = None) -> str:
         """An OpenAI base URL (``.../v1``) whose calls are counted under (backend, metric, case_id)."""
         triple: Triple = (backend, metric, case_id)
@@ -1182,7 +1188,7 @@ class JudgeGateway:
             return {k: Usage(*v) for k, v in self._usage.items()}
 
     # -- serving (shared by the loopback socket and the in-process transports) ---------------------
-    def _route(self, method: str, path: str, tag_header: Optional[str],
+    def _route(self, path: str, tag_header: Optional[str],
                scope: Optional[Triple] = None) -> "tuple[str, Triple] | _Result":
         """The endpoint and the (backend, metric, case_id) a request is counted under, or the error.
 
@@ -1223,7 +1229,7 @@ class JudgeGateway:
     def _respond(self, request: httpx.Request, raw: bytes, scope: Optional[Triple]) -> httpx.Response:
         """One request from an in-process transport, answered as the loopback socket would."""
         t0 = time.perf_counter()
-        routed = self._route(request.method, request.url.raw_path.decode("ascii", "replace"),
+        routed = self._route(request.url.raw_path.decode("ascii", "replace"),
                              request.headers.get(TAG_HEADER), scope)
         if isinstance(routed, _Result):
             res = routed
@@ -1531,6 +1537,7 @@ class JudgeTransport(httpx.BaseTransport):
         self.gateway = gateway
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.gateway._require_started()
         return self.gateway._respond(request, request.read(), _CURRENT_TAG.get())
 
 
@@ -1542,13 +1549,11 @@ class AsyncJudgeTransport(httpx.AsyncBaseTransport):
         self.gateway = gateway
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        raw = await request.aread()
         gw = self.gateway
-        executor = gw._executor
-        if executor is None:
-            raise JudgeError("the judge gateway is not started: call start() or use it as a context manager")
+        gw._require_started()
+        raw = await request.aread()
         # the tag_scope is read here, in the caller's context (the worker thread does not inherit it)
-        return await asyncio.get_running_loop().run_in_executor(executor, gw._respond, request, raw,
+        return await asyncio.get_running_loop().run_in_executor(gw._executor, gw._respond, request, raw,
                                                                 _CURRENT_TAG.get())
 
 
