@@ -18,7 +18,14 @@ canonical            also accepted
 
 A chunk given as plain text gets a stable id derived from its text (``ctx-<sha1[:12]>``), so the same
 text in two cases is the same chunk. In CSV, list and mapping fields hold JSON (``["a", "b"]``,
-``{"doc#s": 2}``); list fields also accept ``|``-separated text.
+``{"doc#s": 2}``); list fields and ``relevant`` also accept ``|``-separated text, and ``answerable``
+``true``/``false``, ``yes``/``no`` or ``1``/``0`` (Parquet and ``datasets`` string cells alike). In
+JSON a value must have its field's type: ``"relevant": "doc#s"`` or ``"answerable": "no"`` is an
+error, not a guess. CSV is comma-separated; a file that seems separated by semicolons or tabs is
+an error that says so.
+
+Legal but suspicious input is not an error: `input_warnings` gives one line per kind, with the number
+of cases it affects. Every output is written through `atomic_path`: whole or absent.
 """
 
 from __future__ import annotations
@@ -497,6 +504,8 @@ def _rows_to_records(rows: Iterable[dict[str, Any]], path: Path) -> Iterator[tup
                     raise
             elif isinstance(v, str) and k in ("relevant", "relevant_ids", "qrels"):
                 v = [s for s in v.split("|") if s]  # a table cell: '|'-separated ids, as in CSV
+            elif isinstance(v, str) and k == "answerable":
+                v = _cell(k, v)  # true/false, yes/no, 1/0, as in CSV
             rec[k] = v
         yield i, rec
 
@@ -641,8 +650,11 @@ def write_cases(cases: Sequence[Case], path: str | Path, format: Optional[str] =
     fmt = _pick_format(path, format, "write")
     if fmt.write is None:
         raise DatasetError(f"format {fmt.name!r} cannot be written", path=path)
-    with atomic_path(path) as tmp:
-        return fmt.write(cases, tmp)
+    try:
+        with atomic_path(path) as tmp:
+            return fmt.write(cases, tmp)
+    except OSError as exc:
+        raise DatasetError(f"cannot be written: {exc.strerror or exc}", path=path) from None
 
 
 @contextmanager
