@@ -112,7 +112,8 @@ def test_diff_items_killed_mid_write_are_kept(tmp_path, run_dir, suffix):
     out.mkdir()
     target = out / f"items{suffix}"
     target.write_bytes(EARLIER)
-    killed(out, 1000, "diff", run_dir, run_dir, "--items", target, "--resamples", "200", "--permutations", "200")
+    killed(out, 1000, "diff", run_dir, run_dir, "--items", target,
+           "--resamples", "200", "--permutations", "200")
     assert visible(out) == {target.name: EARLIER}
 
 
