@@ -296,7 +296,7 @@ def report_data(
         a["prompt_tokens"] += s.prompt_tokens
         a["completion_tokens"] += s.completion_tokens
         a["call_seconds"] += s.seconds or 0.0
-    wall = (m.timing or {}).get("wall_seconds") or {}
+    wall = m.timing.get("wall_seconds") or {}
     for (b, met), a in sorted(acc.items(), key=lambda kv: (_backend_key(kv[0][0]), _metric_key(kv[0][1]))):
         per_metric.append({"backend": b, "metric": met, **{k2: _clean(v) for k2, v in a.items()}})
         u = usage.setdefault(b, {"backend": b, "scores": 0, "judge_calls": 0, "prompt_tokens": 0,
