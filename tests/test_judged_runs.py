@@ -1,6 +1,7 @@
 """Judged runs through the runner, the gateway and a real backend library, against the stub judge."""
 
 import json
+import time
 
 import pytest
 
@@ -37,8 +38,10 @@ def test_run_folder_holds_no_secret_and_is_labelled_stub(tmp_path, example_cases
     secret = "sk-ragbridge-test-5f1c0a7e9b2d4c3f8a6e"
     monkeypatch.setenv("RB_TEST_KEY", secret)
     out = tmp_path / "run"
+    t0 = time.monotonic()
     run = evaluate(example_cases[:3], backends=["native", "trulens"], out=out,
                    judge=judge(stub_judge, tmp_path, api_key_env="RB_TEST_KEY"))
+    elapsed = time.monotonic() - t0
     assert run.complete
     assert stub_judge.last_authorization == f"Bearer {secret}"  # the key did reach the judge
     manifest = json.loads((out / "run.json").read_text())
@@ -51,6 +54,13 @@ def test_run_folder_holds_no_secret_and_is_labelled_stub(tmp_path, example_cases
     (out / "report.html").write_text(render_html(load_run(out)))
     (out / "report.md").write_text(render_markdown(load_run(out)))
     (out / "report.json").write_text(render_json(load_run(out)))
+    # each format says the judge was the stub, at the top
+    assert 'class="stub-banner"' in (out / "report.html").read_text()
+    assert (out / "report.md").read_text().splitlines()[2].startswith("> **Stub judge.**")
+    assert json.loads((out / "report.json").read_text())["run"]["stub_judge"] is True
+    # the runner recorded each backend's wall-clock span, within the run's own
+    wall = manifest["timing"]["wall_seconds"]
+    assert set(wall) == {"native", "trulens"} and all(0 <= v <= elapsed for v in wall.values())
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert any(p.name == "judge-audit.jsonl" for p in files) and any(p.suffix == ".sqlite" for p in files)
     for p in files:

@@ -263,3 +263,6 @@ class RunManifest(BaseModel):
     counts: dict[str, Any] = Field(default_factory=dict)
     process: Optional[dict[str, Any]] = None
     heartbeat_at: Optional[str] = None
+    #: ``{"wall_seconds": {backend: seconds}}``: each backend's wall-clock span, from the start of
+    #: scoring to its last score (summed over the sessions of a resumed run)
+    timing: dict[str, Any] = Field(default_factory=dict)
