@@ -1102,8 +1102,8 @@ def _unscored_note(row, side: str, name: str) -> str:
     return f"{name}: " + ", ".join(parts) if parts else ""
 
 
-def _case_lines(case_id: str, heading: str, question: Any, sides: Sequence[tuple[str, str, Any]]) -> list[str]:
-    """A case as a block of plain lines: id and heading, the question, then each backend's verdict and reason."""
+def _case_lines(case_id: str, heading: str, question: Any, sides: Sequence[tuple[str, str, Any]]) -> list:
+    """A case as a block of plain lines: id, heading, question, then each backend's verdict and reason."""
     lines = [f"{case_id} ({heading})" if heading else case_id]
     if one_line(question):
         lines.append(f"  question: {one_line(question)}")
@@ -1135,7 +1135,7 @@ def ragbridge_register_commands(cli):
         top: int = typer.Option(5, "--top", help="Disagreeing cases to show per metric."),
         resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples for the 95% intervals (0: none)."),
         seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON document (agreement and disagreements) instead of tables."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
     ) -> None:
         """Agreement between backends on each metric they share, and the cases they disagree on most."""
         r = _run_or_fail(run)
@@ -1160,13 +1160,16 @@ def ragbridge_register_commands(cli):
     def _print_agreement(console, r: Run, frame) -> None:
         t = Table(title=f"Agreement between backends ({escape(str(r.path))})", title_justify="left", show_lines=True)
         for col in ("metric", "pair", "paired", *FIGURE_NAMES.values(), "PP PF FP FF", "not scored"):
-            t.add_column(col, justify="left" if col in ("metric", "pair", "not scored") else "right", no_wrap=True)
+            t.add_column(col, justify="left" if col in ("metric", "pair", "not scored") else "right",
+                         no_wrap=True)
         same_thresholds = len(set(frame["threshold_a"]) | set(frame["threshold_b"])) == 1
         lines = []
         for row in frame.to_dict("records"):
             a, b = row["backend_a"], row["backend_b"]
             notes = [n for n in (_unscored_note(row, "a", a), _unscored_note(row, "b", b)) if n]
-            pair = f"{a} vs {b}" + ("" if same_thresholds else f"\nat {row['threshold_a']:g} / {row['threshold_b']:g}")
+            pair = f"{a} vs {b}"
+            if not same_thresholds:
+                pair += f"\nat {row['threshold_a']:g} / {row['threshold_b']:g}"
             t.add_row(
                 escape(row["metric"]), escape(pair), f"{row['n_paired']}/{row['n_cases']}",
                 *(fmt_ci(row[f], row[f"{f}_low"], row[f"{f}_high"]).replace(" [", "\n[") for f in FIGURES),
@@ -1186,8 +1189,9 @@ def ragbridge_register_commands(cli):
             lines += [f"  not scored: {'; '.join(notes)}"] if notes else []
         print_table(console, t, lines)
         print_lines(console, [
-            "95% bootstrap intervals in brackets. PP PF FP FF: cases both pass, only A passes, only B passes, "
-            "both fail" + (f" (threshold {frame['threshold_a'].iloc[0]:g})" if same_thresholds else "")
+            "95% bootstrap intervals in brackets. PP PF FP FF: cases both pass, only A passes, "
+            "only B passes, both fail"
+            + (f" (threshold {frame['threshold_a'].iloc[0]:g})" if same_thresholds else "")
             + ". Only cases both backends scored enter a figure."
             + (" —: undefined (kappa when a backend passes or fails every case; a correlation when one side "
                "is constant)." if frame[list(FIGURES)].isna().any().any() else "")
@@ -1204,7 +1208,8 @@ def ragbridge_register_commands(cli):
                     status = row[f"{b}.status"]
                     sides.append((b, num(row[f"{b}.value"]) if status == "scored" else (status or "missing"),
                                   row[f"{b}.reason"]))
-                heading = f"spread {num(row['spread'])}" + (", verdicts differ" if row["verdicts_differ"] else "")
+                heading = f"spread {num(row['spread'])}"
+                heading += ", verdicts differ" if row["verdicts_differ"] else ""
                 lines += _case_lines(row["case_id"], heading, row["question"], sides)
             print_lines(console, lines)
 
@@ -1260,7 +1265,7 @@ def ragbridge_register_commands(cli):
                 *(ci[f].replace(" [", "\n[") for f in ("kappa", "balanced_accuracy")),
                 num(row["agreement"], 2),
             ]
-            claims = (ci["unsupported_share"] + f" of {row['claims_answers']}") if row["claims_answers"] else "—"
+            claims = f"{ci['unsupported_share']} of {row['claims_answers']}" if row["claims_answers"] else "—"
             if show_sp:
                 cells.append(ci["spearman"].replace(" [", "\n["))
             if show_claims:
@@ -1270,7 +1275,8 @@ def ragbridge_register_commands(cli):
                 f"{row['metric']}, {row['backend']} at {row['threshold']:g}: {row['n_labels']} labels, "
                 f"{row['n_paired']} scored" + (f" ({', '.join(unscored)})" if unscored else "")
                 + f"; humans pass {row['human_pass']}, fail {row['human_fail']}",
-                f"  TPR {ci['tpr']}, TNR {ci['tnr']}, missed {row['fp']}/{row['human_fail']}, kappa {ci['kappa']}, "
+                f"  TPR {ci['tpr']}, TNR {ci['tnr']}, missed {row['fp']}/{row['human_fail']}, "
+                f"kappa {ci['kappa']}, "
                 f"balanced accuracy {ci['balanced_accuracy']}, agreement {num(row['agreement'], 2)}"
                 + (f", Spearman {ci['spearman']}" if show_sp else "")
                 + (f", unsupported {claims}" if show_claims else ""),
@@ -1321,7 +1327,8 @@ def ragbridge_register_commands(cli):
             f"kappa {fmt_ci(best['kappa'], best['kappa_low'], best['kappa_high'])}, agreement "
             f"{fmt_ci(best['agreement'], best['agreement_low'], best['agreement_high'])} on "
             f"{a['n_paired']} case(s) both scored; {int(best['flips'])} still flip "
-            f"({int(best['source_pass_target_fail'])} pass→fail, {int(best['source_fail_target_pass'])} fail→pass)",
+            f"({int(best['source_pass_target_fail'])} pass→fail, "
+            f"{int(best['source_fail_target_pass'])} fail→pass)",
         ]
         for side, name in (("source_unscored", source), ("target_unscored", target)):
             miss = {k: v for k, v in a[side].items() if v}
@@ -1340,10 +1347,12 @@ def ragbridge_register_commands(cli):
                         f"{num(row['target_pass_rate'], 2)}" + (" (best)" if row["best"] else ""))
         print_table(out, t, rows)
         if not flips.empty:
-            lines = [f"Cases that still flip ({len(flips)}" + (f"; the first {top})" if len(flips) > top else ")")]
+            lines = [f"Cases that still flip ({len(flips)}"
+                     + (f"; the first {top})" if len(flips) > top else ")")]
             for row in flips.head(top).to_dict("records"):
                 lines += _case_lines(row["case_id"], "", row["question"], [
-                    (source, f"{row['source_value']:.3f} {'pass' if row['source_passed'] else 'fail'}", row["source_reason"]),
-                    (target, f"{row['target_value']:.3f} {'pass' if row['target_passed'] else 'fail'}", row["target_reason"]),
+                    (name, f"{row[f'{side}_value']:.3f} {'pass' if row[f'{side}_passed'] else 'fail'}",
+                     row[f"{side}_reason"])
+                    for side, name in (("source", source), ("target", target))
                 ])
             print_lines(out, lines)

@@ -29,22 +29,27 @@ _BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0", "y", "n", "t
 
 
 class _Group(TyperGroup):
-    """Commands whose flags refuse a value (``--overwrite true``) with an error that says so."""
+    """Commands whose flags refuse a value (``--overwrite true``) with an error that says so.
+
+    (click would take ``true`` as the next argument and fail with "unexpected extra argument".) A
+    word that names an existing file or folder is left to be an argument.
+    """
 
     def resolve_command(self, ctx, args):
         name, cmd, rest = super().resolve_command(ctx, args)
         if cmd is not None and not isinstance(cmd, TyperGroup):
-            flags = {o for p in cmd.params if getattr(p, "is_flag", False) for o in (*p.opts, *p.secondary_opts)}
+            flags = {o for p in cmd.params if getattr(p, "is_flag", False)
+                     for o in (*p.opts, *p.secondary_opts)}
             for flag, value in zip(rest, rest[1:]):
                 if flag == "--":
                     break
-                if flag in flags and value.lower() in _BOOL_WORDS:
+                if flag in flags and value.lower() in _BOOL_WORDS and not Path(value).exists():
                     fail(f"{flag} is a flag and takes no value (got {flag} {value}): "
                          f"write {flag} alone to switch it on, or leave it out")
         return name, cmd, rest
 
     def format_commands(self, ctx, formatter) -> None:
-        """Each command with the whole first paragraph of its help, wrapped (click cuts it at 45 characters)."""
+        """Each command with the first paragraph of its help, whole and wrapped (click cuts it short)."""
         rows = []
         for name in self.list_commands(ctx):
             cmd = self.get_command(ctx, name)
@@ -172,7 +177,9 @@ def run(
     fmt: Optional[str] = typer.Option(None, "--format", help="Dataset format, when the suffix does not tell."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the run folder instead of resuming it."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON document (notes go to stderr)."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the summary as one JSON document (notes on stderr)."
+    ),
     judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model name."),
     judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", help="OpenAI-compatible base URL of the judge."),
     judge_api_key_env: Optional[str] = typer.Option(None, "--judge-api-key-env", help="Environment variable that holds the judge's key (default OPENAI_API_KEY)."),
@@ -210,7 +217,9 @@ def rescore(
     metric: List[str] = typer.Option(None, "--metric", "-m", help="Metric to score (repeatable)."),
     k: int = typer.Option(5, "--k", help="Cut-off for the @k ranking metrics."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON document (notes go to stderr)."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the summary as one JSON document (notes on stderr)."
+    ),
     judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model name."),
     judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", help="OpenAI-compatible base URL of the judge."),
     judge_api_key_env: Optional[str] = typer.Option(None, "--judge-api-key-env", help="Environment variable that holds the judge's key."),
@@ -299,7 +308,8 @@ def _print_run(result, out_dir, as_json: bool) -> None:
     for i, note in enumerate(notes):
         style = "yellow" if i == 0 and judge.get("stub") else "dim"
         out.print(f"[{style}]{escape(note)}[/]", highlight=False)
-    out.print(f"run written to [bold]{escape(str(out_dir))}[/] ({counts.get('scores', 0)} scores)", highlight=False)
+    out.print(f"run written to [bold]{escape(str(out_dir))}[/] ({counts.get('scores', 0)} scores)",
+              highlight=False)
 
 
 def _judge_config(overrides: dict, config: Optional[Path]):
@@ -329,8 +339,8 @@ def backends(
         print_json({
             "backends": [
                 {
-                    "name": name, "available": b.available(), "version": b.version() if b.available() else None,
-                    "install_hint": b.install_hint,
+                    "name": name, "available": b.available(),
+                    "version": b.version() if b.available() else None, "install_hint": b.install_hint,
                     "metrics": [
                         {"name": s.name, "native_name": s.native_name, "judge": s.judge,
                          "requires": list(s.requires), "description": s.description}
@@ -357,8 +367,8 @@ def backends(
         )
         version = (b.version() or "—") if ok else "—"
         table.add_row(
-            escape(name), "[green]yes[/]" if ok else f"[yellow]no[/]: {escape(b.install_hint)}", escape(version),
-            escape(metrics),
+            escape(name), "[green]yes[/]" if ok else f"[yellow]no[/]: {escape(b.install_hint)}",
+            escape(version), escape(metrics),
         )
         lines.append(f"{name} {version}: " + ("available" if ok else f"not installed: {b.install_hint}")
                      + f"; metrics: {metrics}")

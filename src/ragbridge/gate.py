@@ -316,8 +316,8 @@ class GateResult:
     items: list[dict[str, Any]] = field(default_factory=list)
 
     def __repr__(self) -> str:  # one line: ``items`` may list every case
-        return (f"GateResult(#{self.rule.index} {self.label}, {self.verdict}, {self.figure_text()}, n={self.n}, "
-                f"{len(self.items)} cases behind)")
+        return (f"GateResult(#{self.rule.index} {self.label}, {self.verdict}, {self.figure_text()}, "
+                f"n={self.n}, {len(self.items)} cases behind)")
 
     @property
     def label(self) -> str:

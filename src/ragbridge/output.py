@@ -36,7 +36,8 @@ _GLUE = "\x00"
 
 
 def _render(table: Table, width: int) -> str:
-    capture = Console(width=width, file=io.StringIO(), color_system=None, force_terminal=False, legacy_windows=False)
+    capture = Console(width=width, file=io.StringIO(), color_system=None, force_terminal=False,
+                      legacy_windows=False)
     capture.print(table)
     return capture.file.getvalue()
 
@@ -104,7 +105,8 @@ def records(frame) -> list[dict[str, Any]]:
     """A DataFrame as a list of JSON-ready rows (NaN as None, numpy scalars as Python numbers)."""
     if frame is None or len(frame) == 0:
         return []
-    return json.loads(frame.to_json(orient="records", force_ascii=False, double_precision=15, default_handler=str))
+    text = frame.to_json(orient="records", force_ascii=False, double_precision=15, default_handler=str)
+    return json.loads(text)
 
 
 def jsonable(obj: Any) -> Any:

@@ -74,7 +74,8 @@ def _diff_line(r, conf: str) -> str:
     where = (f"{r.tag}, " if r.tag != ALL else "") + f"{r.backend} {r.metric}"
     ci = "" if math.isnan(r.ci_low) else f"{conf} CI [{r.ci_low:+.3f}, {r.ci_high:+.3f}], "
     return (
-        f"{where}: {_f(r.base_mean)} -> {_f(r.new_mean)}, change {_f(r.delta, True)} ({ci}p {_p(r.p_value)}); "
+        f"{where}: {_f(r.base_mean)} -> {_f(r.new_mean)}, "
+        f"change {_f(r.delta, True)} ({ci}p {_p(r.p_value)}); "
         f"{r.n_paired} paired: {r.n_worse} worse, {r.n_better} better, {r.n_status_changed} changed status"
     )
 
@@ -100,15 +101,16 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
             notes.append(f"{len(ids)} case(s) only in the {where} run (not paired): " + ", ".join(ids))
     for keys, where in ((d.metrics_only_in_base, "base"), (d.metrics_only_in_new, "new")):
         if keys:
-            notes.append(f"scored only in the {where} run (not compared): " + ", ".join(f"{b}:{m}" for b, m in keys))
+            notes.append(f"scored only in the {where} run (not compared): "
+                         + ", ".join(f"{b}:{m}" for b, m in keys))
     print_lines(console, notes)
     conf = f"{d.confidence:.0%}"
     overall = d.summary[d.summary["tag"] == ALL]
     tagged = d.summary[d.summary["tag"] != ALL] if by_tag else d.summary.iloc[0:0]
     hidden = []
     if not show_all:
-        hidden = [f"{int((~_moved(f)).sum())} {what}" for f, what in ((overall, "metric(s)"), (tagged, "per-tag row(s)"))
-                  if (~_moved(f)).any()]
+        hidden = [f"{int((~_moved(f)).sum())} {what}"
+                  for f, what in ((overall, "metric(s)"), (tagged, "per-tag row(s)")) if (~_moved(f)).any()]
         overall, tagged = overall[_moved(overall)], tagged[_moved(tagged)]
     multi = d.summary["backend"].nunique() > 1
     for title, frame, with_tag in (("Change in mean (new - base) over paired cases", overall, False),
@@ -116,8 +118,8 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
         if frame.empty:
             continue
         t = Table(title=f"{title}: paired bootstrap {conf} CI, permutation p", title_justify="left")
-        cols = (["tag"] if with_tag else []) + ["backend", "metric", "n", "base", "new", "change", f"{conf} CI", "p",
-                                                "worse", "better", "status changed"]
+        cols = (["tag"] if with_tag else []) + ["backend", "metric", "n", "base", "new", "change",
+                                                f"{conf} CI", "p", "worse", "better", "status changed"]
         for c in cols:
             t.add_column(c, justify="left" if c in ("tag", "backend", "metric") else "right", no_wrap=True)
         for r in frame.itertuples():
@@ -137,8 +139,8 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
         if frame.empty:
             continue
         shown = frame.head(top)
-        t = Table(title=f"Cases that {label} ({len(frame)}" + (f"; the {len(shown)} largest)" if len(shown) < len(frame) else ")"),
-                  title_justify="left")
+        more = f"; the {len(shown)} largest" if len(shown) < len(frame) else ""
+        t = Table(title=f"Cases that {label} ({len(frame)}{more})", title_justify="left")
         for c in (["backend"] if multi else []) + ["metric", "case", "base", "new", "change"]:
             t.add_column(c, justify="right" if c in ("base", "new", "change") else "left", no_wrap=True)
         lines = []
@@ -151,8 +153,8 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
     changes = d.status_changes()
     if not changes.empty:
         shown = changes if show_all else changes.head(max(top, 20))
-        t = Table(title=f"Cases whose score changed status ({len(changes)}"
-                  + (f"; the first {len(shown)})" if len(shown) < len(changes) else ")"), title_justify="left")
+        more = f"; the first {len(shown)}" if len(shown) < len(changes) else ""
+        t = Table(title=f"Cases whose score changed status ({len(changes)}{more})", title_justify="left")
         for c in (["backend"] if multi else []) + ["metric", "case", "base", "new", "error"]:
             t.add_column(c, no_wrap=c != "error", min_width=30 if c == "error" else None)
         lines = []
@@ -160,8 +162,10 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
             base = r.base_status if r.base_status != "scored" else _f(r.base_value)
             new = r.new_status if r.new_status != "scored" else _f(r.new_value)
             error = " ".join(str(r.new_error or r.base_error or "").split())
-            t.add_row(*([esc(r.backend)] if multi else []), esc(r.metric), esc(r.case_id), base, new, esc(error))
-            lines.append(f"{r.case_id}, {r.backend} {r.metric}: {base} -> {new}" + (f": {error}" if error else ""))
+            t.add_row(*([esc(r.backend)] if multi else []), esc(r.metric), esc(r.case_id), base, new,
+                      esc(error))
+            lines.append(f"{r.case_id}, {r.backend} {r.metric}: {base} -> {new}"
+                         + (f": {error}" if error else ""))
         print_table(console, t, lines)
     n_worse = int((d.items["change"] == "worse").sum())
     n_better = int((d.items["change"] == "better").sum())
@@ -193,13 +197,17 @@ def diff_json(d: RunDiff) -> dict:
         "status_changes": records(d.status_changes()),
         "totals": {
             "paired_scores": len(items), "worse": int((items["change"] == "worse").sum()),
-            "better": int((items["change"] == "better").sum()), "status_changed": len(d.status_changes()),
+            "better": int((items["change"] == "better").sum()),
+            "status_changed": len(d.status_changes()),
         },
     }
 
 
 def print_gate(report: GateReport, console=None, top: int = TOP_CASES) -> None:
-    """Every rule with its figure and verdict, then the ``top`` cases behind each failure (as the Markdown)."""
+    """Every rule with its figure and verdict, then the ``top`` cases behind each failure.
+
+    The same cases, in the same order, as the Markdown summary and the JUnit XML list.
+    """
     from rich.console import Console
     from rich.table import Table
 
@@ -207,7 +215,8 @@ def print_gate(report: GateReport, console=None, top: int = TOP_CASES) -> None:
     from .output import print_lines, print_table
 
     console = console or Console()
-    print_lines(console, [f"run: {report.run.path}" + (f"  baseline: {report.baseline.path}" if report.baseline else "")])
+    baseline = f"  baseline: {report.baseline.path}" if report.baseline else ""
+    print_lines(console, [f"run: {report.run.path}{baseline}"])
     print_lines(console, [f"warning: {w}" for w in report.warnings])
     t = Table(title="Gate", title_justify="left")
     for c in ("#", "backend", "rule", "figure [CI]", "n", "verdict", "detail"):
@@ -216,17 +225,19 @@ def print_gate(report: GateReport, console=None, top: int = TOP_CASES) -> None:
     style = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "skip": "[yellow]skip[/]"}
     lines = []
     for r in report.results:
-        t.add_row(str(r.rule.index), esc(r.backend), esc(r.rule.label), r.figure_text(), str(r.n), style[r.verdict],
-                  esc(r.detail))
-        lines.append(f"{r.verdict.upper() if r.verdict == 'fail' else r.verdict} #{r.rule.index} {r.backend}: "
-                     f"{r.rule.label}: {r.figure_text()}, n {r.n}; {r.detail}")
+        t.add_row(str(r.rule.index), esc(r.backend), esc(r.rule.label), r.figure_text(), str(r.n),
+                  style[r.verdict], esc(r.detail))
+        verdict = "FAIL" if r.verdict == "fail" else r.verdict
+        lines.append(f"{verdict} #{r.rule.index} {r.backend}: {r.rule.label}: {r.figure_text()}, n {r.n}; "
+                     f"{r.detail}")
     print_table(console, t, lines)
     for r in report.failed:
         if r.items:
             lines = [f"{r.label}: the cases behind it ({min(top, len(r.items))} of {len(r.items)}):"]
             lines += [f"  {_item_line(item)}" for item in r.items[:top]]
             print_lines(console, lines)
-    console.print(("[bold red]" if not report.passed else "[bold green]") + esc(report.summary_line()) + "[/]")
+    colour = "bold green" if report.passed else "bold red"
+    console.print(f"[{colour}]{esc(report.summary_line())}[/]")
 
 
 def gate_json(report: GateReport) -> dict:
@@ -280,8 +291,10 @@ def ragbridge_register_commands(cli):
         seed: int = typer.Option(0, "--seed", help="Random seed (results are reproducible for a given seed)."),
         items: Optional[Path] = typer.Option(None, "--items", help="Write every paired score to this file (.csv or .jsonl)."),
         allow_incomplete: bool = typer.Option(False, "--allow-incomplete", help="Diff runs that did not finish (warned)."),
-        show_all: bool = typer.Option(False, "--all", help="List every metric and tag, not only those where a case moved."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON document (every metric, tag and moved case)."),
+        show_all: bool = typer.Option(
+            False, "--all", help="List every metric and tag, not only where a case moved."
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON document (every metric and tag)."),
     ) -> None:
         """Compare two runs case by case: what moved, the change in mean with paired intervals, per tag."""
         if top < 0:
@@ -314,8 +327,10 @@ def ragbridge_register_commands(cli):
         seed: Optional[int] = typer.Option(None, "--seed", help="Random seed for intervals and tests (default: the file's, else 0)."),
         resamples: Optional[int] = typer.Option(None, "--resamples", help="Bootstrap resamples (default: the file's, else 2000)."),
         permutations: Optional[int] = typer.Option(None, "--permutations", help="Permutation test resamples (default: the file's, else 9999)."),
-        top: int = typer.Option(TOP_CASES, "--top", help="Cases to list behind each failed rule (terminal, Markdown and JUnit alike)."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON document (every rule and every case behind it)."),
+        top: int = typer.Option(
+            TOP_CASES, "--top", help="Cases listed behind a failed rule (terminal, Markdown and JUnit)."
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON document (every case behind it)."),
     ) -> None:
         """Check a run against thresholds: exit 0 when every rule holds, 1 when one fails, 2 for bad input."""
         if top < 0:
