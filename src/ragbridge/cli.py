@@ -138,7 +138,7 @@ def _tag_table(title: Optional[str], rows, metrics: list[str]) -> Table:
     t.add_column("tag", no_wrap=True)
     t.add_column("n", justify="right", no_wrap=True)
     for m in metrics:
-        t.add_column(m, justify="right", no_wrap=True)
+        t.add_column(escape(m), justify="right", no_wrap=True)
     for tag, n, means in rows:
         t.add_row(escape(tag), str(n), *(_fmt(means.get(m), 2) for m in metrics))
     return t

@@ -3,8 +3,9 @@
 Conventions every command keeps:
 
 - Width is rich's: the terminal's, else ``$COLUMNS``, else 80 (so a CI log gets 80). A table is
-  printed only when it fits that width with no cell cut or wrapped (`print_table`); otherwise each
-  of its rows is printed as one plain line of text, wrapped at spaces with an indent. Nothing a user
+  printed only when it fits that width with no cell cut (`print_table`: names and numbers are never
+  wrapped, prose columns may wrap at spaces); otherwise each of its rows is printed as one plain line
+  of text, wrapped at spaces with an indent, never between a name and its number. Nothing a user
   needs is ever cut with an ellipsis.
 - Text from users or libraries (case ids, questions, reasons) is printed whole, never shortened.
 - With ``--json`` stdout holds exactly one JSON document (`print_json`): NaN and infinities are
@@ -25,6 +26,7 @@ from typing import Any, Iterable, Optional
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 __all__ = ["fits", "print_table", "print_lines", "print_json", "jsonable", "records", "num", "one_line"]
 
@@ -84,7 +86,7 @@ def print_table(console: Console, table: Table, lines: Iterable[str]) -> None:
         return
     title = table.title
     if title:
-        print_lines(console, [str(title.plain if hasattr(title, "plain") else title)])
+        print_lines(console, [title.plain if isinstance(title, Text) else Text.from_markup(str(title)).plain])
     print_lines(console, lines)
 
 
