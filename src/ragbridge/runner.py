@@ -149,6 +149,10 @@ class Run:
     cases: list[Case] = field(default_factory=list)
     path: Optional[Path] = None
 
+    def __repr__(self) -> str:  # one line: a run holds thousands of scores
+        where = repr(str(self.path)) if self.path is not None else "in memory"
+        return f"Run({where}, {len(self.cases)} cases, {len(self.scores)} scores, {self.manifest.status})"
+
     @property
     def complete(self) -> bool:
         return self.manifest.status == "complete"
