@@ -106,3 +106,17 @@ def test_trulens_leaves_openai_unwrapped(tmp_path, example_cases, stub_judge):
         evaluate(example_cases[:1], backends=["trulens"], metrics=["faithfulness"], judge=cfg)
         run = evaluate(example_cases[:2], backends=["ragas"], metrics=["answer_relevance"], judge=cfg)
         assert all(s.error is None and s.value is not None for s in run.scores), [s.error for s in run.scores]
+
+
+def test_resumed_stub_run_keeps_its_stub_label(tmp_path, example_cases, stub_judge):
+    out = tmp_path / "run"
+    cases = example_cases[:2]
+    evaluate(cases, backends=["trulens"], metrics=["faithfulness"], out=out, judge=judge(stub_judge, tmp_path))
+    assert json.loads((out / "run.json").read_text())["judge"]["stub"] is True
+    stub_judge.reset()
+    # the same command again: every score is kept, no judge call is made, and the label stays
+    again = evaluate(cases, backends=["trulens"], metrics=["faithfulness"], out=out,
+                     judge=judge(stub_judge, tmp_path))
+    assert again.manifest.counts["resumed_from"] == 2
+    assert not [r for r in stub_judge.requests if r.method == "POST"]  # only the preflight GET
+    assert json.loads((out / "run.json").read_text())["judge"]["stub"] is True

@@ -398,6 +398,12 @@ async def evaluate_async(
             manifest.metrics = merged
             manifest.backends = {**old.backends, **manifest.backends}
             manifest.judge = manifest.judge or old.judge
+            if (old.judge or {}).get("stub") and manifest.judge is not None and all(
+                manifest.judge.get(k) == old.judge.get(k) for k in ("model", "base_url")
+            ):
+                # the earlier sessions' judged scores came from the stub: a resume that makes no call
+                # must not lose that label
+                manifest.judge = {**manifest.judge, "stub": True}
             manifest.counts["resumed_from"] = len(done)
             if isinstance(old.counts.get("judge"), dict):
                 earlier_judge = {k: int(old.counts["judge"].get(k, 0)) for k in JUDGE_COUNTS}
