@@ -208,6 +208,7 @@ def run(
 ) -> None:
     """Score a golden set with one or more backends and write a run folder.
 
+    \b
     Exit codes:
       0    every planned score recorded, none errored
       2    bad input or configuration; nothing written
@@ -255,6 +256,7 @@ def rescore(
 ) -> None:
     """Score a run's recorded cases (e.g. a --target run) with more backends or metrics, into the same folder.
 
+    \b
     Exit codes:
       0    every planned score recorded, none errored
       2    bad input or configuration
