@@ -13,20 +13,30 @@ Field mapping (canonical <- DeepEval)::
     question           <- input
     answer             <- actual_output
     reference          <- expected_output
-    contexts           <- retrieval_context (chunk ids: ctx-<hash of text> unless ragbridge wrote them)
+    contexts           <- retrieval_context (chunk ids: ctx-<hash of text>, with -2, -3... for a text
+                          repeated in the same golden, unless ragbridge wrote them)
     reference_contexts <- context
     tags               <- tags (test cases)
     metadata           <- additional_metadata / metadata; DeepEval fields with no canonical home
                           (comments, source_file, tools_called, expected_tools, token counts, cost,
                           custom_column_key_values, expectations, ...) go to metadata["deepeval"]
 
-Writing produces DeepEval goldens with ``save_as``'s keys and column order. The canonical fields DeepEval
-has no place for (chunk ids, scores and sources, ``relevant``, ``must_contain``, ``must_not_contain``,
-``answerable``, ``tags``) are kept in ``additional_metadata["ragbridge"]``, which DeepEval carries along
-untouched and this reader restores, so a round trip loses nothing. The one loss: in CSV, a chunk or gold
-passage containing ``|`` is split into pieces when read back (DeepEval's own format cannot escape it);
-``write`` reports that field. JSONL is written with lists, which DeepEval's JSONL loader also reads,
-so JSONL has no such loss.
+An explicit empty ``retrieval_context`` or ``context`` (``[]`` in JSON, ``""`` in JSONL: what
+DeepEval writes for "retrieved nothing") is kept as ``metadata["deepeval"][field] = []`` and written
+back as an empty list: DeepEval's contextual metrics score ``[]`` and refuse a missing context, and
+the canonical schema cannot tell the two apart. (DeepEval's own CSV loader reads every empty cell of
+that column as ``[]``.)
+
+Writing produces DeepEval goldens with ``save_as``'s keys and column order; ``metadata["deepeval"]``
+entries of the right type become the golden's own keys again. The canonical fields DeepEval has no
+place for (chunk ids, scores and sources, ``relevant``, ``must_contain``, ``must_not_contain``,
+``answerable``, ``tags``, and a ``metadata["ragbridge"]`` of the case's own) are kept in
+``additional_metadata["ragbridge"]``, which DeepEval carries along untouched and this reader
+restores, so a round trip loses nothing. The losses, all in CSV (`CSV_CANNOT_HOLD`, reported by
+``write``): a chunk or gold passage containing ``|`` is split into pieces when read back, and a list
+of one empty text comes back empty (DeepEval's own format cannot escape them); an empty answer or
+reference reads back as missing. JSONL is written with lists, which DeepEval's JSONL loader also
+reads, so JSONL has no such loss. ``docs/formats.md`` has the user's view.
 """
 
 from __future__ import annotations

@@ -1,14 +1,20 @@
 """RAGAS datasets as ragbridge formats, and the Python API to translate in memory.
 
 Formats (for ``ragbridge convert`` and ``ragbridge run --format``; they claim no file suffix, so
-name them with ``--from`` / ``--to``):
+name them with ``--from`` / ``--to``, or let a ``.jsonl``/``.csv``/... file's RAGAS fields tell):
 
 * ``ragas``: a RAGAS ``EvaluationDataset`` as JSONL (what ``EvaluationDataset.to_jsonl`` writes and
-  ``from_jsonl`` reads). Reading also accepts a ``datasets`` folder, a ``.csv`` (``to_csv``) and a
-  ``.parquet`` file (``to_pandas().to_parquet(...)``).
+  ``from_jsonl`` reads). Reading also accepts a ``datasets`` folder, a ``.csv`` (``to_csv``), a
+  ``.parquet`` file (``to_pandas().to_parquet(...)``) and a ``.json`` list (``to_list()`` dumped).
 * ``ragas-hf``: a Hugging Face ``datasets`` folder (``EvaluationDataset.to_hf_dataset().save_to_disk``).
 * ``ragas-csv``: what ``EvaluationDataset.to_csv`` writes (list cells as Python literals,
-  ``['a', 'b']``; JSON lists are read too). RAGAS has no CSV reader; ragbridge has one.
+  ``['a', 'b']``; JSON lists are read too). RAGAS has no CSV reader; ragbridge has one. An empty
+  answer or reference reads back as missing (the one loss; reported).
+
+Every file format writes the ``ragbridge`` column (JSON text in CSV and ``datasets`` folders) where
+a case has something RAGAS cannot hold, so a round trip is lossless; RAGAS's loaders ignore it.
+Chunk ids are exported in the labels' id space, so RAGAS's ``IDBasedContextRecall`` on the export
+equals native recall at full depth (and its ``IDBasedContextPrecision`` counts distinct labels).
 
 Python::
 
@@ -16,7 +22,7 @@ Python::
     cases = from_ragas(evaluation_dataset)   # or a datasets.Dataset, a pandas DataFrame, a list of dicts
     dataset, lost = to_ragas(cases)          # a ragas EvaluationDataset + canonical fields it cannot hold
 
-The field mapping is in :mod:`ragbridge_ragas.translate`.
+The field mapping, the id space and the ``ragbridge`` column: :mod:`ragbridge_ragas.translate`.
 """
 
 from __future__ import annotations

@@ -15,7 +15,10 @@ TruLens column      canonical field
 ``contexts``        ``contexts``: a list of texts (also read: ``context``, ``source``,
                     ``retrieved_contexts``; items may be ``{"text": ...}`` dicts)
 ``expected_response`` ``reference`` (also read: ``ground_truth``, ``reference``)
-``expected_chunks`` ``reference_contexts``: ``[{"text": ..., "expect_score": 1}]``
+``expected_chunks`` ``reference_contexts``: the chunks' ``text``; their other keys (``expect_score``,
+                    ``title``...) in ``metadata["trulens"]["expected_chunks"]`` unless they are the
+                    writer's default ``{"expect_score": 1}``
+``ground_truth_id`` ``metadata["trulens"]`` (also ``dataset_id``)
 ``meta``            ``metadata``; ragbridge-only fields go under ``meta["ragbridge"]``
 ==================  ==========================================================================
 
@@ -24,10 +27,11 @@ Files: ``.jsonl`` (one row a line), ``.json`` (a list), ``.csv`` (list and dict 
 canonical format). From Python, `cases_from_frame` and `cases_to_frame` work on DataFrames.
 
 Writing keeps every canonical field: chunk ids, sources and retrieval scores, relevance labels,
-answer checks, ``answerable`` and ``tags`` have no TruLens column, so they are stored under
-``meta["ragbridge"]`` (TruLens carries ``meta`` through untouched) and restored on reading; the
-writer reports nothing lost. A plain TruLens table without that key reads fine: chunk ids are
-derived from the texts.
+answer checks, ``answerable``, ``tags`` (and a ``metadata["ragbridge"]`` of the case's own) have no
+TruLens column, so they are stored under ``meta["ragbridge"]`` (TruLens carries ``meta`` through
+untouched) and restored on reading. The one loss: in ``.csv`` an empty answer or reference reads
+back as missing (reported by the writer). A plain TruLens table without that key reads fine: chunk
+ids are derived from the texts. A ``datasets`` folder is read too.
 
 `leaderboard` turns a run into the layout of ``TruSession.get_leaderboard()``: one row per
 (``app_name``, ``app_version``) -- here ``app_version`` is the backend -- with one column per
