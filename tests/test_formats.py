@@ -60,7 +60,8 @@ def chunks(draw):
 @st.composite
 def one_case(draw, case_id):
     contexts = draw(st.lists(chunks(), max_size=4))
-    labels = st.sampled_from(["a", "b", "doc#s", "doc#t"] + [c.id for c in contexts]) | word
+    known = ["a", "b", "doc#s", "doc#t"] + [c.id for c in contexts] + [c.source for c in contexts if c.source]
+    labels = st.sampled_from(known) | word  # labels name chunks, their sources, or neither
     return Case(id=case_id, question=draw(word), answer=draw(st.none() | text), contexts=contexts,
                 relevant=draw(st.dictionaries(labels, st.integers(0, 3), max_size=3)),
                 reference=draw(st.none() | text), reference_contexts=draw(st.lists(text, max_size=3)),
@@ -351,6 +352,27 @@ def test_ragas_ids_are_exported_in_the_labels_id_space():
     assert row["reference_context_ids"] == ["r.md#w", "exact", "missed"]
     empty = case_to_sample(Case(id="e", question="q", relevant={"x": 1}))
     assert empty["retrieved_context_ids"] == [] and "retrieved_contexts" not in empty  # recall 0, as native
+
+
+@st.composite
+def section_labelled(draw):
+    """Chunks of a few sections, labelled by section, by chunk, or both (as real golden sets are)."""
+    sections = ["refunds.md#window", "refunds.md#exceptions", "billing.md#plans"]
+    contexts = [Chunk(id=f"{s}-{draw(st.integers(1, 3))}", text=draw(text), source=s)
+                for s in draw(st.lists(st.sampled_from(sections), max_size=5))]
+    labels = st.sampled_from(sections + [c.id for c in contexts] + ["missing.md#x"])
+    return Case(id=draw(word), question=draw(word), contexts=contexts,
+                relevant=draw(st.dictionaries(labels, st.integers(0, 3), max_size=4)))
+
+
+@settings(max_examples=2 * EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(section_labelled(), min_size=1, max_size=4, unique_by=lambda c: c.id))
+def test_ragas_id_metrics_mean_what_native_ones_do(cases):
+    """RAGAS's own ID-based recall (and precision, as documented) on ``to_ragas``'s dataset."""
+    pytest.importorskip("ragas")
+    from ragbridge_ragas import to_ragas
+
+    check_ragas_dataset(to_ragas(cases)[0], cases, [])
 
 
 @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
