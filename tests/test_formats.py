@@ -601,7 +601,7 @@ def test_canonical_files_are_not_second_guessed(tmp_path):
     src.write_text(json.dumps({"question": "q", "answer_text": "a"}) + "\n", encoding="utf-8")
     res = ragbridge_cli("convert", src, tmp_path / "x.jsonl")
     assert res.returncode == 2 and "unknown field(s): answer_text" in res.stderr
-    assert "name its format" in res.stderr
+    assert "name its format (see ragbridge formats)" in res.stderr
 
 
 # ------------------------------------------------------------------------------------------------

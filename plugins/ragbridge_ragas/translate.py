@@ -234,14 +234,14 @@ def lost_fields(cases: Sequence[Case]) -> list[str]:
     in the ``ragbridge`` column of the file formats), sorted."""
     lost: set[str] = set()
     for case in cases:
-        side = sidecar(case)
-        lost.update(_SIDECAR_NAMES[k] for k in side)
+        names = {_SIDECAR_NAMES[k] for k in sidecar(case)}
+        if export_ids(case) == [c.id for c in case.contexts]:
+            names.discard("contexts.id")  # the chunks are in the column for their score or source only
         if any(c.score is not None for c in case.contexts):
-            lost.add("contexts.score")
+            names.add("contexts.score")
         if any(c.source is not None for c in case.contexts):
-            lost.add("contexts.source")
-        if "contexts" in side and export_ids(case) == [c.id for c in case.contexts]:
-            lost.discard("contexts.id")
+            names.add("contexts.source")
+        lost |= names
     return sorted(lost)
 
 

@@ -629,7 +629,7 @@ def _recognise(path: Path, fmt: Format) -> Format:
         raise DatasetError(
             f"its fields ({', '.join(sorted(record))}) fit more than one format: {', '.join(claims)}",
             path=path,
-            hint="name the format: --format NAME (convert: --from NAME; Python: format=NAME)",
+            hint="name one with --format NAME; for convert, --from NAME",
         )
     if not claims:
         return fmt
@@ -659,7 +659,7 @@ def load_cases(path: str | Path, format: Optional[str] = None) -> list[Case]:
     except DatasetError as exc:
         if format is None and exc.message.startswith("unknown field(s)"):
             exc.hint = (exc.hint + "; " if exc.hint else "") + (
-                "a file of another tool: name its format (ragbridge formats lists them)")
+                "if another tool wrote the file, name its format (see ragbridge formats)")
         raise
 
 
