@@ -1,0 +1,241 @@
+#!/usr/bin/env python
+"""The native ranking metrics as a user runs them: whole processes, from files on disk to per-query
+results on disk, against pytrec_eval and ranx reading the same data as TREC run and qrels files.
+
+    python benchmarks/bench_native_cli.py                      # 100,000 queries x 100 docs, 3 rounds
+    python benchmarks/bench_native_cli.py --n 1000000 --rounds 1 --peers pytrec_eval
+    python benchmarks/bench_native_cli.py --n 4000 --rounds 5  # quick
+
+Data (fixed seed, written once into ``--data`` and reused): every query retrieves ``--docs`` documents
+with unique ids and has 1-20 labelled documents with grades 1-3, each retrieved with p = 0.5 at an
+exponentially skewed rank (mean 15); every 50th query retrieves none of its labels. The same data is
+written three ways:
+
+- ``cases.jsonl``: ragbridge's canonical golden set (one case a line: id, question, contexts as
+  ``{"id": ...}`` best first, relevant as ``{doc: grade}``);
+- ``run.trec`` (``qid Q0 docno rank score tag``, scores ``n - rank``: no ties) and ``qrels.trec``
+  (``qid 0 docno grade``): pytrec_eval's and ranx's usual input.
+
+The processes, each timed from its start to its exit (wall clock; peak RSS from ``wait4``):
+
+- ``ragbridge``: ``ragbridge run cases.jsonl --out DIR --backend native --metric ...
+  --no-progress`` (the installed console script); per-query results are the run folder's
+  ``scores.jsonl``.
+- ``pytrec_eval``: ``parse_qrel``, ``parse_run``, ``RelevanceEvaluator(...).evaluate``, per-query
+  results written with ``json.dump``.
+- ``ranx``: ``Qrels.from_file``, ``Run.from_file`` (kind ``trec``), ``evaluate(...,
+  return_mean=False)``, per-query results written with ``json.dump``.
+
+The metrics: recall@10, precision@10, hit@10, reciprocal rank (uncut), nDCG@10, MAP (uncut).
+Processes alternate within each round (ragbridge, then each peer), so load on the machine falls on
+all of them alike. Printed: each process's median wall time and peak RSS over the rounds, the ratios
+against ragbridge (targets: wall time ragbridge / pytrec_eval <= 1.0, peak ragbridge / pytrec_eval
+<= 1.0) and a check that the per-query values agree (max |difference| over every query and metric).
+Exit status 1 when a target is missed (``--no-check`` to only report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+METRICS = ["recall@10", "precision@10", "hit@10", "mrr", "ndcg@10", "map"]
+PYTREC = {"recall@10": "recall_10", "precision@10": "P_10", "hit@10": "success_10",
+          "mrr": "recip_rank", "ndcg@10": "ndcg_cut_10", "map": "map"}
+RANX = {"recall@10": "recall@10", "precision@10": "precision@10", "hit@10": "hit_rate@10",
+        "mrr": "mrr", "ndcg@10": "ndcg@10", "map": "map"}
+
+PYTREC_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import pytrec_eval
+    qrels_path, run_path, out_path = sys.argv[1:4]
+    measures = set(json.loads(sys.argv[4]))
+    with open(qrels_path) as f:
+        qrels = pytrec_eval.parse_qrel(f)
+    with open(run_path) as f:
+        run = pytrec_eval.parse_run(f)
+    results = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(run)
+    with open(out_path, "w") as f:
+        json.dump(results, f)
+    """
+)
+
+RANX_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, warnings
+    warnings.filterwarnings("ignore")
+    from ranx import Qrels, Run, evaluate
+    qrels_path, run_path, out_path = sys.argv[1:4]
+    metrics = json.loads(sys.argv[4])
+    qrels = Qrels.from_file(qrels_path, kind="trec")
+    run = Run.from_file(run_path, kind="trec")
+    scores = evaluate(qrels, run, metrics, return_mean=False)
+    ids = list(run.keys())
+    results = {q: {m: float(scores[m][i]) for m in metrics} for i, q in enumerate(ids)}
+    with open(out_path, "w") as f:
+        json.dump(results, f)
+    """
+)
+
+
+def generate(folder: Path, n: int, docs: int, seed: int) -> None:
+    """Write cases.jsonl, run.trec and qrels.trec (deterministic for n, docs and seed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    t0 = time.perf_counter()
+    with open(folder / "cases.jsonl.tmp", "w") as fc, open(folder / "run.trec.tmp", "w") as fr, \
+            open(folder / "qrels.trec.tmp", "w") as fq:
+        for q in range(n):
+            qid = f"q{q}"
+            n_rel = rng.randint(1, 20)
+            ids = [f"d{j}" for j in rng.sample(range(10 * docs), docs + n_rel)]
+            rel, other = ids[:n_rel], ids[n_rel:]
+            grades = {d: rng.randint(1, 3) for d in rel}
+            slots: list = [None] * docs
+            if q % 50 != 0:
+                for d in rel:
+                    if rng.random() < 0.5:
+                        pos = min(int(rng.expovariate(1 / 15.0)), docs - 1)
+                        while slots[pos] is not None:
+                            pos = (pos + 1) % docs
+                        slots[pos] = d
+            fill = iter(other)
+            ranked = [d if d is not None else next(fill) for d in slots]
+            fc.write(json.dumps({"id": qid, "question": f"question {q}",
+                                 "contexts": [{"id": d} for d in ranked], "relevant": grades}))
+            fc.write("\n")
+            fr.write("".join(f"{qid} Q0 {d} {i + 1} {docs - i} bench\n" for i, d in enumerate(ranked)))
+            fq.write("".join(f"{qid} 0 {d} {g}\n" for d, g in grades.items()))
+    for name in ("cases.jsonl", "run.trec", "qrels.trec"):
+        os.replace(folder / f"{name}.tmp", folder / name)
+    (folder / "meta.json").write_text(json.dumps({"n": n, "docs": docs, "seed": seed}))
+    print(f"data: {n:,} queries x {docs} docs written to {folder} in {time.perf_counter() - t0:.1f} s",
+          flush=True)
+
+
+def timed(cmd: list[str], env: dict | None = None) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of one whole process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if proc.returncode != 0:
+        raise SystemExit(f"{cmd[0]} {' '.join(cmd[1:4])} ... failed ({proc.returncode}):\n{err[-2000:]}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def ragbridge_cmd(data: Path, out: Path) -> list[str]:
+    exe = shutil.which("ragbridge", path=str(Path(sys.executable).parent)) or shutil.which("ragbridge")
+    if exe is None:
+        raise SystemExit("the ragbridge console script is not installed (pip install -e .)")
+    cmd = [exe, "run", str(data / "cases.jsonl"), "--out", str(out), "--backend", "native", "--no-progress",
+           "--overwrite"]
+    for m in METRICS:
+        cmd += ["--metric", m]
+    return cmd
+
+
+def peer_cmd(peer: str, data: Path, out: Path) -> list[str]:
+    script, names = (PYTREC_SCRIPT, PYTREC) if peer == "pytrec_eval" else (RANX_SCRIPT, RANX)
+    return [sys.executable, "-c", script, str(data / "qrels.trec"), str(data / "run.trec"), str(out),
+            json.dumps(sorted(set(names.values())))]
+
+
+def agreement(run_dir: Path, peer: str, out: Path) -> float:
+    """Max |ragbridge - peer| over every query and metric (recall etc. of unlabelled-free data)."""
+    names = PYTREC if peer == "pytrec_eval" else RANX
+    theirs = json.loads(out.read_text())
+    worst = 0.0
+    seen = 0
+    with open(run_dir / "scores.jsonl") as f:
+        for line in f:
+            s = json.loads(line)
+            v = s["value"]
+            t = theirs.get(s["case_id"], {}).get(names[s["metric"]])
+            if v is None or t is None:
+                raise SystemExit(f"{peer}: no value to compare for {s['case_id']} {s['metric']}")
+            worst = max(worst, abs(v - t))
+            seen += 1
+    expected = len(theirs) * len(METRICS)
+    if seen != expected:
+        raise SystemExit(f"ragbridge wrote {seen} scores, {peer} {expected}")
+    return worst
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=100_000, help="queries")
+    p.add_argument("--docs", type=int, default=100, help="retrieved documents per query")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--peers", default="pytrec_eval,ranx", help="comma-separated: pytrec_eval, ranx")
+    p.add_argument("--data", type=Path, default=None,
+                   help="data folder (default: a folder per size under the system's temporary folder)")
+    p.add_argument("--max-ratio", type=float, default=1.0,
+                   help="wall-time and peak-memory target, ragbridge / pytrec_eval")
+    p.add_argument("--no-check", action="store_true", help="report only; exit 0 whatever the ratios")
+    a = p.parse_args(argv)
+    peers = [x for x in a.peers.split(",") if x]
+    data = a.data or Path(tempfile.gettempdir()) / f"ragbridge-bench-native-{a.n}x{a.docs}-s{a.seed}"
+    meta = data / "meta.json"
+    if not (meta.exists() and json.loads(meta.read_text()) == {"n": a.n, "docs": a.docs, "seed": a.seed}):
+        generate(data, a.n, a.docs, a.seed)
+    sizes = {f: (data / f).stat().st_size / 2**20 for f in ("cases.jsonl", "run.trec", "qrels.trec")}
+    print("input: " + ", ".join(f"{k} {v:,.0f} MiB" for k, v in sizes.items()))
+    work = Path(tempfile.mkdtemp(prefix="ragbridge-bench-"))
+    env = {**os.environ, "COLUMNS": "100"}
+    if "ranx" in peers:  # numba compiles ranx's kernels once and caches them: not part of a user's run
+        warm = data.parent / f"ragbridge-bench-native-warmup-{a.docs}"
+        if not (warm / "meta.json").exists():
+            generate(warm, 50, a.docs, a.seed)
+        timed(peer_cmd("ranx", warm, work / "warmup.json"), env)
+    times: dict[str, list[float]] = {k: [] for k in ["ragbridge", *peers]}
+    peaks: dict[str, list[float]] = {k: [] for k in times}
+    try:
+        for r in range(a.rounds):
+            for who in times:
+                if who == "ragbridge":
+                    wall, peak = timed(ragbridge_cmd(data, work / "run"), env)
+                else:
+                    wall, peak = timed(peer_cmd(who, data, work / f"{who}.json"), env)
+                times[who].append(wall)
+                peaks[who].append(peak)
+                print(f"round {r + 1}: {who:<12} {wall:8.2f} s  {peak:8,.0f} MiB", flush=True)
+        print(f"\n{a.n:,} queries x {a.docs} docs, {a.rounds} round(s), medians:")
+        print(f"{'process':<12} {'wall s':>9} {'peak MiB':>10}")
+        med = {k: (statistics.median(times[k]), statistics.median(peaks[k])) for k in times}
+        for k, (w, m) in med.items():
+            print(f"{k:<12} {w:9.2f} {m:10,.0f}")
+        ok = True
+        for peer in peers:
+            diff = agreement(work / "run", peer, work / f"{peer}.json")
+            tr = med["ragbridge"][0] / med[peer][0]
+            mr = med["ragbridge"][1] / med[peer][1]
+            print(f"ragbridge / {peer}: wall {tr:.3f}, peak memory {mr:.3f}; "
+                  f"max |difference| {diff:.2e}")
+            if peer == "pytrec_eval" and (tr > a.max_ratio or mr > a.max_ratio):
+                ok = False
+            if diff > 1e-9:
+                ok = False
+        if "pytrec_eval" in peers:
+            print(f"target: both ratios against pytrec_eval <= {a.max_ratio}: {'met' if ok else 'MISSED'}")
+        return 0 if ok or a.no_check else 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
