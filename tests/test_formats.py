@@ -346,9 +346,11 @@ def test_ragas_ids_are_exported_in_the_labels_id_space():
         {"id": "r.md#w-2", "text": "b", "source": "r.md#w"},   # the same section
         {"id": "r.md#x-1", "text": "c", "source": "r.md#x"},   # a grade-0 label: keeps its own id
         {"id": "exact", "text": "d", "source": "r.md#w"},      # its id is a label: the id wins
-        {"id": "other", "text": "e"}], relevant={"r.md#w": 2, "r.md#x": 0, "exact": 1, "missed": 1})
+        {"id": "other", "text": "e"},
+        {"id": "other", "text": "e", "source": "r.md#w"}],   # a repeat: native ranking drops it
+        relevant={"r.md#w": 2, "r.md#x": 0, "exact": 1, "missed": 1})
     row = case_to_sample(case)
-    assert row["retrieved_context_ids"] == ["r.md#w", "r.md#w", "r.md#x-1", "exact", "other"]
+    assert row["retrieved_context_ids"] == ["r.md#w", "r.md#w", "r.md#x-1", "exact", "other", "other"]
     assert row["reference_context_ids"] == ["r.md#w", "exact", "missed"]
     empty = case_to_sample(Case(id="e", question="q", relevant={"x": 1}))
     assert empty["retrieved_context_ids"] == [] and "retrieved_contexts" not in empty  # recall 0, as native
@@ -358,8 +360,8 @@ def test_ragas_ids_are_exported_in_the_labels_id_space():
 def section_labelled(draw):
     """Chunks of a few sections, labelled by section, by chunk, or both (as real golden sets are)."""
     sections = ["refunds.md#window", "refunds.md#exceptions", "billing.md#plans"]
-    contexts = [Chunk(id=f"{s}-{draw(st.integers(1, 3))}", text=draw(text), source=s)
-                for s in draw(st.lists(st.sampled_from(sections), max_size=5))]
+    contexts = [Chunk(id=draw(st.sampled_from([f"{s}-1", f"{s}-2", "shared-1"])), text=draw(text), source=s)
+                for s in draw(st.lists(st.sampled_from(sections), max_size=5))]  # "shared-1": a repeated id
     labels = st.sampled_from(sections + [c.id for c in contexts] + ["missing.md#x"])
     return Case(id=draw(word), question=draw(word), contexts=contexts,
                 relevant=draw(st.dictionaries(labels, st.integers(0, 3), max_size=4)))

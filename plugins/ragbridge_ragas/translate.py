@@ -21,8 +21,8 @@ One id space. RAGAS's ``IDBasedContextRecall`` and ``IDBasedContextPrecision`` c
 ``retrieved_context_ids`` with ``reference_context_ids`` as sets of strings; they know nothing of
 ragbridge's relevance rule (a chunk matches a label by its id, or else by its ``source``). So each
 retrieved chunk is exported under the label it is relevant to: its ``source`` when its id is not a
-label and its source is a label with grade >= 1, else its own id (`export_ids`). Then, on the
-exported dataset:
+label and its source is a label with grade >= 1, else its own id; a repeated chunk id, which native
+ranking drops, gets what its first occurrence got (`export_ids`). Then, on the exported dataset:
 
 * RAGAS's ID-based recall equals native ``recall@k`` at the full retrieved depth (any k >= the
   number of chunks), case by case; both are undefined (NaN) when no label has grade >= 1
@@ -138,10 +138,14 @@ def retrieved_texts(case: Case) -> list[str]:
 
 def export_ids(case: Case) -> list[str]:
     """Each chunk's id in the labels' id space: its ``source`` when its own id is not a label and its
-    source is a label with grade >= 1, else its own id."""
-    rel = case.relevant
-    return [c.source if c.id not in rel and c.source is not None and rel.get(c.source, 0) >= 1 else c.id
-            for c in case.contexts]
+    source is a label with grade >= 1, else its own id. A repeated chunk id gets what its first
+    occurrence got (native ranking drops the repeat, whatever its source)."""
+    rel, first = case.relevant, {}
+    for c in case.contexts:
+        if c.id not in first:
+            first[c.id] = c.source if (c.id not in rel and c.source is not None
+                                       and rel.get(c.source, 0) >= 1) else c.id
+    return [first[c.id] for c in case.contexts]
 
 
 def _ragas_extra(case: Case) -> dict[str, Any]:
