@@ -479,6 +479,8 @@ def convert(
     """Convert a dataset between formats (canonical JSONL, CSV, Parquet, datasets, and the backends' own)."""
     try:
         cases = load_cases(source, from_format)
+        for line in input_warnings(cases):
+            warn(line)
         lost = write_cases(cases, target, to_format)
     except DatasetError as exc:
         fail(str(exc))
