@@ -790,9 +790,9 @@ class _Handler(FastRequestHandler):
             return
         endpoint, triple = routed
         res = gw._answer(method, endpoint, raw, triple)
-        self._reply(res)
-        if res.counted:
+        if res.counted:  # before replying, as the transports do: the log is in the order clients got answers
             gw._audit(triple, endpoint, raw, res, time.perf_counter() - t0)
+        self._reply(res)
 
 
 class _UpstreamTimeout(Exception):
