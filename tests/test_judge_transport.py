@@ -72,9 +72,10 @@ def test_transport_serves_as_the_socket_does_without_a_socket(stub_judge, tmp_pa
 
 
 def test_async_transport_bounds_concurrency_with_sync_callers_and_keeps_each_scope(tmp_path):
-    with StubJudge(latency=0.1) as stub, JudgeGateway(make_config(stub, tmp_path, max_concurrency=3,
-                                                                  cache_mode="off")) as gw:
+    with StubJudge() as stub, JudgeGateway(make_config(stub, tmp_path, max_concurrency=3,
+                                                       cache_mode="off")) as gw:
         sync = sync_client(gw)
+        stub.hold()  # answers wait: the gateway admits requests up to its bound, and no further
 
         def sync_caller(i: int) -> None:
             with gw.tag_scope("trulens", "m", f"s{i}"):
@@ -88,7 +89,12 @@ def test_async_transport_bounds_concurrency_with_sync_callers_and_keeps_each_sco
                     await client.chat.completions.create(
                         model="judge-m", messages=[{"role": "user", "content": f"async question {i}"}])
 
-            await asyncio.gather(*(one(i) for i in range(12)))
+            calls = asyncio.gather(*(one(i) for i in range(12)))
+            await asyncio.to_thread(stub.wait_for_requests, 3)
+            await asyncio.sleep(0.2)  # room for a fourth to arrive if the bound leaked
+            assert stub.in_flight == 3 and stub.request_count == 3
+            stub.release()
+            await calls
             await client.close()
 
         threads = [threading.Thread(target=sync_caller, args=(i,)) for i in range(4)]
@@ -196,10 +202,10 @@ def test_transports_need_a_started_gateway(stub_judge, tmp_path):
 
 def test_close_ends_requests_in_flight_at_once(tmp_path):
     """Ctrl-C during a run closes the gateway: waiting judge calls must end now, not when the judge
-    answers (the stub holds each answer 10 s here)."""
+    answers (the stub holds each answer 60 s here)."""
     import time
 
-    with StubJudge(latency=10) as stub:
+    with StubJudge(latency=60) as stub:
         gw = JudgeGateway(make_config(stub, tmp_path, cache_mode="off", max_retries=0)).start()
 
         async def main() -> tuple[list, float]:
@@ -220,7 +226,7 @@ def test_close_ends_requests_in_flight_at_once(tmp_path):
             return [*results, *sync_result], elapsed
 
         results, elapsed = asyncio.run(main())
-    assert elapsed < 3, f"close() waited {elapsed:.1f} s for the judge"
+    assert elapsed < 20, f"close() waited {elapsed:.1f} s for the judge"  # not the 60 s it holds them
     assert len(results) == 4 and all(isinstance(r, openai.APIStatusError) for r in results), results
 
 
