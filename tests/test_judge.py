@@ -22,7 +22,6 @@ import pytest
 from pydantic import BaseModel
 
 from ragbridge.judge import (
-    DUMMY_API_KEY,
     JudgeCache,
     JudgeConfig,
     JudgeConfigError,
@@ -385,6 +384,7 @@ def test_key_never_written_anywhere(tmp_path, monkeypatch, transport):
         assert stub.last_authorization == f"Bearer {secret}"
         assert all(r.body is None or secret not in json.dumps(r.body) for r in stub.requests)
         public = json.dumps(make_config(stub, tmp_path).public_dict())
+        gateway_key = gw.api_key
     assert secret not in public
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert any(p.suffix == ".sqlite" for p in written) and audit in written
@@ -398,7 +398,7 @@ def test_key_never_written_anywhere(tmp_path, monkeypatch, transport):
         assert set(line) >= {"time", "backend", "metric", "case_id", "path", "request", "status", "response",
                              "cache_hit", "attempts", "seconds"}
         assert "authorization" not in json.dumps(line).lower()
-        assert DUMMY_API_KEY not in json.dumps(line)
+        assert gateway_key not in json.dumps(line)
     assert [x["cache_hit"] for x in lines] == [False, True, False, False, False]
     assert lines[-1]["status"] == 500 and lines[-1]["attempts"] == 2
 
@@ -417,14 +417,63 @@ def test_key_echoed_by_upstream_is_redacted(tmp_path, monkeypatch):
 
 def test_gateway_rejects_browser_origins(stub_judge, tmp_path):
     with JudgeGateway(make_config(stub_judge, tmp_path)) as gw:
+        key = {"Authorization": f"Bearer {gw.api_key}"}
         r = HTTP.post(gw.plain_base_url + "/chat/completions", json={"model": "m", "messages": []},
-                      headers={"Origin": "https://evil.example"})
+                      headers={"Origin": "https://evil.example", **key})
         assert r.status_code == 403
         r = HTTP.post(gw.plain_base_url + "/chat/completions", json={"model": "m", "messages": []},
-                      headers={"Host": "evil.example"})
+                      headers={"Host": "evil.example", **key})
         assert r.status_code == 403
-        assert HTTP.get(gw.plain_base_url + "/nope").status_code == 404
+        assert HTTP.get(gw.plain_base_url + "/nope", headers=key).status_code == 404
     assert stub_judge.request_count == 0
+
+
+def test_socket_refuses_requests_without_the_gateways_key(stub_judge, tmp_path, monkeypatch):
+    """Another local process cannot spend the real key through the loopback socket, nor charge a
+    case with a forged tag header: without this gateway's key a request is refused (401) before it
+    is routed, forwarded, cached, counted or logged."""
+    secret = "sk-real-" + secrets.token_hex(16)
+    monkeypatch.setenv("RAGBRIDGE_TEST_KEY", secret)
+    audit = tmp_path / "run" / "judge-audit.jsonl"
+    body = {"model": "judge-m", "messages": MSG}
+    with JudgeGateway(make_config(stub_judge, tmp_path), audit_log=audit) as gw:
+        chat_url = gw.base_url("ragas", "faithfulness", "c1") + "/chat/completions"
+        forged = {"X-Ragbridge-Tag": "ragas/faithfulness/c1"}
+        refused = [
+            HTTP.post(chat_url, json=body),  # no key
+            HTTP.post(chat_url, json=body, headers=forged),  # a forged tag header, no key
+            HTTP.post(chat_url, json=body, headers={"Authorization": "Bearer ragbridge-gateway", **forged}),
+            HTTP.post(chat_url, json=body, headers={"Authorization": f"Bearer {secret}"}),  # the real key
+            HTTP.post(chat_url, json=body, headers={"Authorization": f"Bearer {gw.api_key[:-1]}"}),
+            HTTP.post(chat_url, json=body, headers={"api-key": gw.api_key + "x"}),
+            HTTP.get(gw.plain_base_url + "/models"),
+        ]
+        assert [r.status_code for r in refused] == [401] * len(refused)
+        assert all(r.json()["error"]["code"] == "invalid_api_key" for r in refused)
+        assert all(gw.api_key not in r.text and secret not in r.text for r in refused)
+        assert stub_judge.request_count == 0 and len(stub_judge.requests) == 0  # nothing reached the judge
+        assert gw.usage() == Usage()  # and nothing was charged to any case
+        # with the key (as the openai SDK sends it, or as an api-key header) the same requests pass
+        assert chat(client_for(gw, "ragas", "faithfulness", "c1")).startswith("Score:")
+        ok = HTTP.post(chat_url, json={**body, "temperature": 0.5}, headers={"api-key": gw.api_key})
+        assert ok.status_code == 200
+        assert stub_judge.request_count == 2 and gw.usage("ragas", "faithfulness", "c1").calls == 2
+        gateway_key = gw.api_key
+    assert len(audit.read_text().splitlines()) == 2  # the refused requests were not logged
+    for p in (p for p in tmp_path.rglob("*") if p.is_file()):
+        data = p.read_bytes()
+        assert gateway_key.encode() not in data and secret.encode() not in data, p
+
+
+def test_gateway_listens_only_once_a_socket_url_is_asked_for(stub_judge, tmp_path):
+    with JudgeGateway(make_config(stub_judge, tmp_path)) as gw:
+        in_process = openai.OpenAI(base_url=gw.base_url("ragas", "m", "c", in_process=True), api_key=gw.api_key,
+                                   http_client=httpx.Client(transport=gw.transport(), trust_env=False))
+        assert chat(in_process).startswith("Score:")
+        assert not gw.listening and gw.port is None  # a run of in-process backends opens no socket
+        assert chat(client_for(gw)).startswith("Score:")  # asking for a socket URL opens it
+        assert gw.listening and gw.http_requests == 1
+    assert not gw.listening and gw.port is None  # closed with the gateway
 
 
 # ------------------------------------------------------------------------------------------------

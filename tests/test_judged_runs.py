@@ -36,6 +36,16 @@ def test_failed_score_is_not_replayed_from_the_cache(tmp_path, example_cases, st
 def test_run_folder_holds_no_secret_and_is_labelled_stub(tmp_path, example_cases, stub_judge, monkeypatch):
     secret = "sk-ragbridge-test-5f1c0a7e9b2d4c3f8a6e"
     monkeypatch.setenv("RB_TEST_KEY", secret)
+    import ragbridge.judge
+
+    gateway_keys = []  # the key each gateway gave the libraries (what its socket would require)
+
+    class RecordingGateway(ragbridge.judge.JudgeGateway):
+        def start(self):
+            gateway_keys.append(self.api_key)
+            return super().start()
+
+    monkeypatch.setattr(ragbridge.judge, "JudgeGateway", RecordingGateway)
     out = tmp_path / "run"
     run = evaluate(example_cases[:3], backends=["native", "trulens"], out=out,
                    judge=judge(stub_judge, tmp_path, api_key_env="RB_TEST_KEY"))
@@ -53,8 +63,10 @@ def test_run_folder_holds_no_secret_and_is_labelled_stub(tmp_path, example_cases
     (out / "report.json").write_text(render_json(load_run(out)))
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert any(p.name == "judge-audit.jsonl" for p in files) and any(p.suffix == ".sqlite" for p in files)
+    assert len(gateway_keys) == 1
     for p in files:
-        assert secret.encode() not in p.read_bytes(), p
+        data = p.read_bytes()
+        assert secret.encode() not in data and gateway_keys[0].encode() not in data, p
 
 
 @pytest.mark.parametrize(

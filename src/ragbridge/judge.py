@@ -1,16 +1,21 @@
 """The judge: one configuration, and one gateway that every backend's library talks to.
 
 Each backend points its library (RAGAS, DeepEval, TruLens, ...) at a :class:`JudgeGateway` with the
-dummy key :attr:`JudgeGateway.api_key`. Two ways in, one behaviour:
+gateway's own key :attr:`JudgeGateway.api_key`. Two ways in, one behaviour:
 
 * **in-process transport** (what ragbridge's own backends use): the library's ``httpx`` client gets
-  ``transport=gw.transport()`` (or ``gw.async_transport()``), so a request goes from the library to
-  the gateway's code without crossing a socket. That is the fast path: ~0.1 ms of CPU per call,
-  against ~0.5 ms for a loopback HTTP hop, which made a run 13-20 % slower than calling the library
-  directly;
+  ``transport=gw.transport()`` (or ``gw.async_transport()``) and the base URL
+  ``gw.base_url(backend, metric, case_id, in_process=True)`` (a ``.invalid`` host that no socket
+  serves), so a request goes from the library to the gateway's code without crossing a socket. That
+  is the fast path: ~0.1 ms of CPU per call, against ~0.5 ms for a loopback HTTP hop, which made a
+  run 13-20 % slower than calling the library directly;
 * **loopback HTTP**: an OpenAI-compatible server on 127.0.0.1 (a background thread of this process) at
   ``gw.base_url(backend, metric, case_id)``, for libraries whose HTTP client cannot be given a
-  transport.
+  transport. The socket is opened the first time a socket URL is asked for (a run whose backends
+  all use the transports listens on nothing), and every request on it must carry the gateway's key
+  (``Authorization: Bearer <gw.api_key>`` or ``api-key: <gw.api_key>``; any other request gets 401 and
+  is neither forwarded nor counted). That key is random per gateway, lives in memory only and dies
+  with the gateway: another local process cannot use the socket to spend the real key.
 
 The real key (read from the environment variable named by ``JudgeConfig.api_key_env``) never enters
 a library object or file; the gateway adds it when it forwards a request to the real endpoint. The
@@ -51,6 +56,7 @@ import contextlib
 import contextvars
 import email.utils
 import hashlib
+import hmac
 import http.client
 import json
 import os
@@ -83,14 +89,13 @@ __all__ = [
     "JudgeConfigError",
     "JudgeUnavailable",
     "redact_url",
-    "DUMMY_API_KEY",
     "TAG_HEADER",
     "FastRequestHandler",
     "JudgeTransport",
     "AsyncJudgeTransport",
 ]
 
-DUMMY_API_KEY = "ragbridge-gateway"
+IN_PROCESS_ORIGIN = "http://ragbridge-gateway.invalid"  # the host of in-process URLs: no socket serves it
 STUB_MARKER = b'"system_fingerprint": "ragbridge-stub"'  # what ragbridge.testing's stub judge puts in answers
 TAG_HEADER = "X-Ragbridge-Tag"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -782,6 +787,11 @@ class _Handler(FastRequestHandler):
         if self.headers.get("Origin") or host not in gw._allowed_hosts:
             self._reply(_Result(403, _error_body("ragbridge judge gateway: forbidden host or origin"), cache="off"))
             return
+        if not gw._authorized(self.headers.get("Authorization"), self.headers.get("api-key")):
+            self._reply(_Result(401, _error_body(
+                "ragbridge judge gateway: missing or wrong API key: use the gateway's api_key",
+                "invalid_request_error", "invalid_api_key"), cache="off"))
+            return
         routed = gw._route(self.path, self.headers.get(TAG_HEADER))
         if isinstance(routed, _Result):
             if routed.status == 503:
@@ -941,8 +951,10 @@ def _proxy_for(url: str) -> bool:
 class JudgeGateway:
     """The loopback OpenAI-compatible gateway in front of the real judge (see the module docstring).
 
-    ``with JudgeGateway(config, audit_log=run_dir / "judge-audit.jsonl") as gw:`` ... point each
-    library at ``gw.base_url(backend, metric, case_id)`` with ``api_key=gw.api_key``.
+    ``with JudgeGateway(config, audit_log=run_dir / "judge-audit.jsonl") as gw:`` ... give each
+    library ``gw.transport()`` and ``gw.base_url(backend, metric, case_id, in_process=True)``, or
+    point it at ``gw.base_url(backend, metric, case_id)`` (the loopback socket), with
+    ``api_key=gw.api_key``.
 
     ``backoff_base`` / ``backoff_cap`` (seconds) may be lowered on an instance, e.g. in tests."""
 
@@ -978,6 +990,10 @@ class JudgeGateway:
         self._pool: Optional[_StdlibPool] = None
         self._targets: dict[str, tuple[str, str, str]] = {}
         self._allowed_hosts: set[str] = set()
+        self._listen_lock = threading.Lock()
+        #: what a request on the loopback socket must present (memory only; see the module docstring)
+        self._secret = secrets.token_urlsafe(32)
+        self._secret_bytes = self._secret.encode("ascii")
         self.port: Optional[int] = None
         #: True once an answer (from upstream or the cache) came from ragbridge's stub judge:
         #: run outputs must then be labelled as stub scores.
@@ -1004,7 +1020,7 @@ class JudgeGateway:
         return self._client
 
     def start(self) -> "JudgeGateway":
-        if self._server is not None:
+        if self._executor is not None:
             return self
         cfg = self.config
         self._closing.clear()
@@ -1031,18 +1047,34 @@ class JudgeGateway:
         # open (the upstream bound is the semaphore in _forward, not the pool size).
         self._executor = _stdlib_thread_pool()(max_workers=4 * cfg.max_concurrency + 8,
                                                thread_name_prefix="ragbridge-judge")
-        handler = type("JudgeGatewayHandler", (_Handler,), {"gateway": self, "owner": self})
-        self._server = _Server(("127.0.0.1", 0), handler)
-        self.port = self._server.server_address[1]
-        self._allowed_hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}"}
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
-                                        name=f"ragbridge-judge-gateway-{self.port}", daemon=True)
-        self._thread.start()
         return self
+
+    def _listen(self) -> int:
+        """Open the loopback socket (once, on the first request for a socket URL); returns its port."""
+        with self._listen_lock:
+            self._require_started()
+            if self._closing.is_set():
+                raise JudgeError("the judge gateway is closing: no new socket")
+            if self._server is None:
+                handler = type("JudgeGatewayHandler", (_Handler,), {"gateway": self, "owner": self})
+                server = _Server(("127.0.0.1", 0), handler)
+                self.port = server.server_address[1]
+                self._allowed_hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}"}
+                self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
+                                                name=f"ragbridge-judge-gateway-{self.port}", daemon=True)
+                self._thread.start()
+                self._server = server
+            return self.port  # type: ignore[return-value]
+
+    @property
+    def listening(self) -> bool:
+        """Whether the loopback socket is open (it is only once a socket URL was asked for)."""
+        return self._server is not None
 
     def close(self) -> None:
         self._closing.set()
-        server, self._server = self._server, None
+        with self._listen_lock:
+            server, self._server = self._server, None
         if server is not None:
             server.shutdown()
             server.server_close()
@@ -1072,6 +1104,7 @@ class JudgeGateway:
                 self._audit_fh.close()
                 self._audit_fh = None
         self._key = self._key_bytes = None
+        self.port = None
 
     def __enter__(self) -> "JudgeGateway":
         return self.start()
@@ -1086,14 +1119,22 @@ class JudgeGateway:
     # -- what the backends use ------------------------------------------------------------------
     @property
     def api_key(self) -> str:
-        """The dummy key the libraries get (the real one stays in the gateway)."""
-        return DUMMY_API_KEY
+        """The key the libraries get: this gateway's own random key, which its loopback socket
+        requires (the real key stays in the gateway). It is never written anywhere."""
+        return self._secret
+
+    def _authorized(self, authorization: Optional[str], api_key: Optional[str]) -> bool:
+        """A socket request presents this gateway's key (``Bearer`` or ``api-key``); constant time."""
+        if authorization and authorization[:7].lower() == "bearer ":
+            given = authorization[7:].strip()
+        else:
+            given = (api_key or "").strip()
+        return hmac.compare_digest(given.encode("utf-8", "replace"), self._secret_bytes)
 
     @property
     def url(self) -> str:
-        if self.port is None:
-            raise JudgeError("the judge gateway is not started: call start() or use it as a context manager")
-        return f"http://127.0.0.1:{self.port}"
+        """The loopback socket's root URL (``http://127.0.0.1:PORT``); opens the socket if needed."""
+        return f"http://127.0.0.1:{self._listen()}"
 
     def _require_started(self) -> None:
         """For the transports: until start() (and after close()) there is no key, cache or pool."""
@@ -1101,8 +1142,15 @@ class JudgeGateway:
             raise JudgeError("the judge gateway is not started (or already closed): call start() or use it "
                              "as a context manager")
 
-    def base_url(self, backend: str, metric: Optional[str] = None, case_id: Optional[str] = None) -> str:
-        """An OpenAI base URL (``.../v1``) whose calls are counted under (backend, metric, case_id)."""
+    def base_url(self, backend: Optional[str] = None, metric: Optional[str] = None, case_id: Optional[str] = None,
+                 *, in_process: bool = False) -> str:
+        """An OpenAI base URL (``.../v1``) whose calls are counted under (backend, metric, case_id);
+        without a backend, an untagged one (attribution then comes from ``tag_scope`` or the
+        X-Ragbridge-Tag header). The loopback socket's, which opens the socket; ``in_process=True``:
+        one for a library client on :meth:`transport` / :meth:`async_transport` (no socket)."""
+        root = IN_PROCESS_ORIGIN if in_process else self.url
+        if backend is None:
+            return f"{root}/v1"
         triple: Triple = (backend, metric, case_id)
         with self._lock:
             tag = self._tag_of.get(triple)
@@ -1110,12 +1158,12 @@ class JudgeGateway:
                 tag = secrets.token_urlsafe(9)
                 self._tag_of[triple] = tag
                 self._tags[tag] = triple
-        return f"{self.url}/t/{tag}/v1"
+        return f"{root}/t/{tag}/v1"
 
     @property
     def plain_base_url(self) -> str:
-        """An untagged base URL (attribution then comes from the X-Ragbridge-Tag header, if any)."""
-        return f"{self.url}/v1"
+        """The loopback socket's untagged base URL: ``base_url()``."""
+        return self.base_url()
 
     @staticmethod
     @contextlib.contextmanager
