@@ -148,6 +148,47 @@ def test_forget_drops_only_that_scores_answers(stub_judge, tmp_path):
         assert stub_judge.request_count == 3, "the forgotten answer is asked again, the other one is not"
 
 
+def _in_scope(gw: JudgeGateway, client: openai.OpenAI, question: str, triple=("deepeval", "faithfulness", "c1")):
+    with gw.tag_scope(*triple):
+        return chat(client, question)
+
+
+def test_an_answer_arriving_after_its_score_failed_is_not_stored(tmp_path):
+    """One score, two concurrent judge calls (DeepEval's truths and claims): the first answer is
+    malformed, the score fails and is forgotten while the second call is still out. The second answer
+    arrives after forget() and must not be stored, nor any answer to a call the failed score makes
+    later; the next run (a resume) asks for all of them again. The order is driven by holding the
+    stub's answers, not by timing."""
+    with StubJudge() as stub:
+        with JudgeGateway(make_config(stub, tmp_path)) as gw:
+            client = sync_client(gw)
+            stub.inject("malformed", "malformed")
+            _in_scope(gw, client, "truths")  # answered (malformed) and cached at once
+            stub.hold()
+            late = threading.Thread(target=_in_scope, args=(gw, client, "claims"))
+            late.start()
+            stub.wait_for_requests(2)  # the claims call is at the judge, unanswered
+            # the score failed: truths' answer is dropped, and claims' is marked, though still out
+            assert gw.forget("deepeval", "faithfulness", "c1") == 2
+            stub.release()
+            late.join()  # the claims answer arrives after forget
+            _in_scope(gw, client, "verdicts")  # a call the failed score's task makes even later
+            _in_scope(gw, client, "other", ("deepeval", "faithfulness", "c2"))  # another score's: kept
+            assert stub.request_count == 4
+        stub.reset()
+        with JudgeGateway(make_config(stub, tmp_path)) as gw:  # the resume
+            client = sync_client(gw)
+            for question in ("truths", "claims", "verdicts"):
+                _in_scope(gw, client, question)
+            _in_scope(gw, client, "other", ("deepeval", "faithfulness", "c2"))
+            assert gw.usage("deepeval", "faithfulness", "c1") == Usage(
+                calls=3, prompt_tokens=gw.usage("deepeval", "faithfulness", "c1").prompt_tokens,
+                completion_tokens=gw.usage("deepeval", "faithfulness", "c1").completion_tokens)
+            assert gw.usage("deepeval", "faithfulness", "c2").cache_hits == 1
+        assert stub.request_count == 3, "no answer of the failed score was replayed"
+        assert all(r.fault is None for r in stub.posts())
+
+
 def test_read_only_replays_and_never_calls_upstream(stub_judge, tmp_path, monkeypatch):
     monkeypatch.setenv("RAGBRIDGE_TEST_KEY", "sk-test-recording")
     with JudgeGateway(make_config(stub_judge, tmp_path)) as gw:

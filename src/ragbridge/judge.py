@@ -23,7 +23,10 @@ gateway is the one place that
 
 * caches responses in SQLite, keyed by the full request (upstream URL without credentials, path, and
   the whole JSON body: model, messages, every parameter), so a re-run of an unchanged suite makes no
-  calls and CI can replay a recorded cache with no key (``cache_mode = "read-only"``);
+  calls and CI can replay a recorded cache with no key (``cache_mode = "read-only"``); when a score
+  fails, :meth:`JudgeGateway.forget` drops every answer served for its (backend, metric, case_id)
+  and no answer for it is stored afterwards (one still in flight then included), so a malformed
+  answer is asked for again on the next run instead of being replayed;
 * bounds concurrency across all backends together (``max_concurrency`` requests in flight);
 * retries 429, 500, 502, 503, 504, connection errors, timeouts and 2xx bodies that are not JSON,
   with exponential backoff and full jitter (0.5 s base, 20 s cap), honouring ``Retry-After``;
@@ -974,6 +977,7 @@ class JudgeGateway:
         self._tag_of: dict[Triple, str] = {}
         self._usage: dict[Triple, list[int]] = {}
         self._served: dict[Triple, set[tuple[str, str]]] = {}
+        self._failed: set[Triple] = set()  # forgotten: no answer is stored for these any more
         self._sem = threading.BoundedSemaphore(config.max_concurrency)
         self._inflight: dict[str, threading.Event] = {}
         self._closing = threading.Event()
@@ -1221,15 +1225,29 @@ class JudgeGateway:
         return total
 
     def forget(self, backend: str, metric: Optional[str] = None, case_id: Optional[str] = None) -> int:
-        """Drop from the cache every response served for this (backend, metric, case) in this run.
+        """Drop from the cache every response served for this (backend, metric, case) in this run, and
+        store none for it from now on. Returns the number of distinct requests served for it (their
+        answers dropped, or not to be stored when they arrive).
 
         The runner calls it when a score fails, so a malformed answer that made a library fail is
-        asked for again on the next run instead of being replayed from the cache forever.
+        asked for again on the next run instead of being replayed from the cache forever, whatever
+        the order of arrival: an answer to a request of that score still in flight (a library's
+        concurrent calls for one case) is not stored when it arrives. The mark and the store are
+        checked under one lock, so every answer is either dropped here or never stored.
         """
-        entries = self._served.pop((backend, metric, case_id), set())
+        triple: Triple = (backend, metric, case_id)
+        with self._lock:
+            self._failed.add(triple)
+            entries = self._served.pop(triple, set())
         if not entries or self._cache is None:
             return 0
         return self._cache.delete({v for k, v in entries if k == "key"}, {v for k, v in entries if k == "raw"})
+
+    def _attribute(self, triple: Triple, entry: tuple[str, str]) -> None:
+        """Remember that this cache entry was served for ``triple`` (what :meth:`forget` drops)."""
+        with self._lock:
+            if triple not in self._failed:
+                self._served.setdefault(triple, set()).add(entry)
 
     def usage_by_triple(self) -> dict[Triple, Usage]:
         with self._lock:
@@ -1382,7 +1400,7 @@ class JudgeGateway:
         if use_cache and cache is not None:
             # Fast path: byte-identical request bodies map to the canonical key without parsing.
             raw_key = JudgeCache.raw_key(self._upstream_public, path, raw)
-            self._served.setdefault(triple, set()).add(("raw", raw_key))
+            self._attribute(triple, ("raw", raw_key))
             hit = cache.get_raw(raw_key)
             if hit is not None:
                 return _Result(hit[0], hit[1], cache="hit", json_ok=True, request_json=True)
@@ -1400,7 +1418,7 @@ class JudgeGateway:
             res.cache, res.request_json = "off", True
             return res
         key = JudgeCache.key(self._upstream_public, path, body)
-        self._served.setdefault(triple, set()).add(("key", key))
+        self._attribute(triple, ("key", key))
         hit = cache.get(key) if cache is not None else None
         if hit is not None:
             if raw_key is not None and cache is not None:
@@ -1423,22 +1441,26 @@ class JudgeGateway:
             hit = cache.get(key)
             if hit is not None:
                 return _Result(hit[0], hit[1], cache="hit", json_ok=True, request_json=True)
-            return self._forward_and_store(endpoint, raw, body, key, raw_key)
+            return self._forward_and_store(endpoint, raw, body, key, raw_key, triple)
         try:
-            return self._forward_and_store(endpoint, raw, body, key, raw_key)
+            return self._forward_and_store(endpoint, raw, body, key, raw_key, triple)
         finally:
             with self._lock:
                 ev = self._inflight.pop(key, None)
             if ev is not None:
                 ev.set()
 
-    def _forward_and_store(self, endpoint: str, raw: bytes, body: Any, key: str, raw_key: Optional[str]) -> _Result:
+    def _forward_and_store(self, endpoint: str, raw: bytes, body: Any, key: str, raw_key: Optional[str],
+                           triple: Triple) -> _Result:
         res = self._forward("POST", endpoint, raw)
         res.request_json = True
-        if 200 <= res.status < 300 and self._cache is not None:
+        cache = self._cache
+        if 200 <= res.status < 300 and cache is not None:
             model = body.get("model") if isinstance(body, dict) else None
-            self._cache.put(key, "/" + endpoint, model if isinstance(model, str) else None, res.status, res.body,
-                            raw_key=raw_key)
+            with self._lock:  # against forget(): the score may have failed while this call was out
+                if triple not in self._failed:
+                    cache.put(key, "/" + endpoint, model if isinstance(model, str) else None, res.status,
+                              res.body, raw_key=raw_key)
         return res
 
     def _forward(self, method: str, endpoint: str, raw: bytes, *, stream: bool = False) -> _Result:
