@@ -128,14 +128,17 @@ def run_load(gw: JudgeGateway, bodies: list[bytes], threads: int, client: str) -
 
         url = gw.base_url("bench", "faithfulness", None, in_process=True) + "/chat/completions"
         clients = [httpx.Client(transport=gw.transport(), timeout=120) for _ in shards]
-        ts = [threading.Thread(target=transport_worker, args=(c, url, s, errors)) for c, s in zip(clients, shards)]
+        ts = [threading.Thread(target=transport_worker, args=(c, url, s, errors))
+              for c, s in zip(clients, shards)]
         return _timed_threads(ts, errors)
     base = gw.base_url("bench", "faithfulness", None)
     path = base.split(str(gw.port), 1)[1] + "/chat/completions"
     if client == "socket":
-        ts = [threading.Thread(target=socket_worker, args=(gw.port, path, gw.api_key, s, errors)) for s in shards]
+        ts = [threading.Thread(target=socket_worker, args=(gw.port, path, gw.api_key, s, errors))
+              for s in shards]
     elif client == "http.client":
-        ts = [threading.Thread(target=raw_worker, args=(gw.port, path, gw.api_key, s, errors)) for s in shards]
+        ts = [threading.Thread(target=raw_worker, args=(gw.port, path, gw.api_key, s, errors))
+              for s in shards]
     else:  # SDK clients are built before the clock starts (each builds an httpx client)
         import openai
 

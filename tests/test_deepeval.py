@@ -338,7 +338,8 @@ def test_judge_settings_reach_deepeval_requests(picked, tmp_path):
     from ragbridge_deepeval.backend import build_judge
 
     with JudgeGateway(cfg) as gw:
-        model = build_judge(gw, "faithfulness", GOOD, http_client=httpx.AsyncClient(transport=gw.async_transport()))
+        http_client = httpx.AsyncClient(transport=gw.async_transport())
+        model = build_judge(gw, "faithfulness", GOOD, http_client=http_client)
         assert model.api_key.get_secret_value() == gw.api_key != "sk-real-secret-key"
         assert model.base_url == gw.base_url("deepeval", "faithfulness", GOOD, in_process=True)
         assert not gw.listening  # in-process: no socket was opened

@@ -285,7 +285,7 @@ def test_concurrency_is_bounded_across_clients(tmp_path, transport):
             for t in threads:
                 t.start()
             stub.wait_for_requests(4)
-            time.sleep(0.2)  # room for a fifth to arrive if the bound leaked (a correct gateway never fails here)
+            time.sleep(0.2)  # room for a fifth to arrive if the bound leaked (never fails a correct gateway)
             assert stub.in_flight == 4 and stub.request_count == 4
             stub.release()
             for t in threads:
@@ -467,7 +467,8 @@ def test_socket_refuses_requests_without_the_gateways_key(stub_judge, tmp_path, 
 
 def test_gateway_listens_only_once_a_socket_url_is_asked_for(stub_judge, tmp_path):
     with JudgeGateway(make_config(stub_judge, tmp_path)) as gw:
-        in_process = openai.OpenAI(base_url=gw.base_url("ragas", "m", "c", in_process=True), api_key=gw.api_key,
+        in_process = openai.OpenAI(base_url=gw.base_url("ragas", "m", "c", in_process=True),
+                                   api_key=gw.api_key,
                                    http_client=httpx.Client(transport=gw.transport(), trust_env=False))
         assert chat(in_process).startswith("Score:")
         assert not gw.listening and gw.port is None  # a run of in-process backends opens no socket

@@ -148,7 +148,8 @@ def test_forget_drops_only_that_scores_answers(stub_judge, tmp_path):
         assert stub_judge.request_count == 3, "the forgotten answer is asked again, the other one is not"
 
 
-def _in_scope(gw: JudgeGateway, client: openai.OpenAI, question: str, triple=("deepeval", "faithfulness", "c1")):
+def _in_scope(gw: JudgeGateway, client: openai.OpenAI, question: str,
+              triple=("deepeval", "faithfulness", "c1")) -> str:
     with gw.tag_scope(*triple):
         return chat(client, question)
 

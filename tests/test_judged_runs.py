@@ -8,7 +8,8 @@ from ragbridge import evaluate, load_run
 from ragbridge.judge import JudgeConfig
 from ragbridge.plugins import get_backends
 
-needs_trulens = pytest.mark.skipif(not get_backends()["trulens"].available(), reason="needs the trulens backend")
+needs_trulens = pytest.mark.skipif(not get_backends()["trulens"].available(),
+                                   reason="needs the trulens backend")
 
 
 def judge(stub, tmp_path, **kw):

@@ -571,7 +571,8 @@ def test_cli_on_real_native_runs(tmp_path):
     assert run_gates(tmp_path / "base", gates, baseline=tmp_path / "base").passed  # the example passes its own gates
 
 
-HOSTILE_ID = "<img src=x onerror=alert(1)>|`tick` **b** [l](javascript:alert(2)) ]]> &amp; a\\|b\nforged: 1.000"
+HOSTILE_ID = ("<img src=x onerror=alert(1)>|`tick` **b** [l](javascript:alert(2)) ]]> &amp; "
+              "a\\|b\nforged: 1.000")
 HOSTILE_TAG = "<img src=x onerror=alert(3)>|t`"
 HOSTILE_ERROR = "<script>alert(4)</script> | `x` ]]>\x1b[2J\nforged error line"
 
@@ -587,7 +588,8 @@ def test_hostile_strings_are_escaped_in_markdown_and_junit(tmp_path):
     other_id = "<img src=y onerror=alert(5)>"
     cases = [
         {"id": HOSTILE_ID, "question": "HOSTILE <img src=q onerror=alert(6)>?", "tags": [HOSTILE_TAG]},
-        {"id": other_id, "question": "Where is my parcel?", "must_contain": ["<b>14 days</b>"], "tags": [HOSTILE_TAG]},
+        {"id": other_id, "question": "Where is my parcel?", "must_contain": ["<b>14 days</b>"],
+         "tags": [HOSTILE_TAG]},
         {"id": "plain", "question": "How do I reset my password?", "must_contain": ["reset"]},
     ]
     (tmp_path / "golden.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
@@ -595,15 +597,16 @@ def test_hostile_strings_are_escaped_in_markdown_and_junit(tmp_path):
         "def pipeline(question):\n"
         "    if question.startswith('HOSTILE'):\n"
         f"        raise RuntimeError({HOSTILE_ERROR!r})\n"
-        "    return {'answer': 'Open Settings and choose reset.', 'contexts': ['Settings has a reset button.']}\n")
+        "    return {'answer': 'Open Settings and choose reset.',\n"
+        "            'contexts': ['Settings has a reset button.']}\n")
     (tmp_path / "gates.toml").write_text(
         '[[gate]]\ncheck = "error_rate <= 0"\n\n'
         f'[[gate]]\ncheck = "must_contain >= 0.99"\ntags = [{json.dumps(HOSTILE_TAG)}]\n')
     run = ragbridge_cli("run", "golden.jsonl", "--out", "run", "--target", "hostile_target:pipeline",
                         "--no-progress", cwd=tmp_path)
     assert run.returncode != 2, run.stderr
-    gate = ragbridge_cli("gate", "run", "--config", "gates.toml", "--markdown", "gate.md", "--junit", "gate.xml",
-                         cwd=tmp_path)
+    gate = ragbridge_cli("gate", "run", "--config", "gates.toml", "--markdown", "gate.md",
+                         "--junit", "gate.xml", cwd=tmp_path)
     assert gate.returncode == 1, gate.stdout + gate.stderr
     report = ragbridge_cli("report", "run", "--format", "md", "--out", "report.md", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
@@ -620,7 +623,8 @@ def test_hostile_strings_are_escaped_in_markdown_and_junit(tmp_path):
         assert tables and all(len({_cells(r) for r in t}) == 1 for t in tables), name
     gate_md = (tmp_path / "gate.md").read_text()
     assert "&lt;img src=x onerror=alert(3)&gt;\\|t\\`" in gate_md  # the tag, in the rule's label
-    assert "&lt;script&gt;alert(4)&lt;/script&gt; \\| \\`x\\` \\]\\]&gt;\\x1b\\[2J<br>forged error line" in gate_md
+    reason = "&lt;script&gt;alert(4)&lt;/script&gt; \\| \\`x\\` \\]\\]&gt;\\x1b\\[2J<br>forged error line"
+    assert reason in gate_md
     suite = ET.parse(tmp_path / "gate.xml").getroot().find("testsuite")
     texts = "\n".join(el.text or "" for el in suite.iter())
     assert plain_text(HOSTILE_ID) in texts and other_id in texts  # as text, exactly (a newline shown as \n)

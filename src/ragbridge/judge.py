@@ -1146,8 +1146,8 @@ class JudgeGateway:
             raise JudgeError("the judge gateway is not started (or already closed): call start() or use it "
                              "as a context manager")
 
-    def base_url(self, backend: Optional[str] = None, metric: Optional[str] = None, case_id: Optional[str] = None,
-                 *, in_process: bool = False) -> str:
+    def base_url(self, backend: Optional[str] = None, metric: Optional[str] = None,
+                 case_id: Optional[str] = None, *, in_process: bool = False) -> str:
         """An OpenAI base URL (``.../v1``) whose calls are counted under (backend, metric, case_id);
         without a backend, an untagged one (attribution then comes from ``tag_scope`` or the
         X-Ragbridge-Tag header). The loopback socket's, which opens the socket; ``in_process=True``:

@@ -97,7 +97,8 @@ def format_report(report: GateReport) -> str:
     labels = [plain_text(r.label) for r in report.results]
     width = max(map(len, labels), default=0)
     for r, label in zip(report.results, labels):
-        lines.append(f"  {r.verdict.upper():4}  {label:<{width}}  {r.figure_text()}  n={r.n}  {plain_text(r.detail)}")
+        lines.append(
+            f"  {r.verdict.upper():4}  {label:<{width}}  {r.figure_text()}  n={r.n}  {plain_text(r.detail)}")
     for r in report.failed:
         if r.items:
             lines.append(f"cases behind {plain_text(r.label)!r} ({min(10, len(r.items))} of {len(r.items)}):")

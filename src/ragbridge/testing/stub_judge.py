@@ -310,7 +310,8 @@ class StubJudge:
         self._released.set()
 
     def wait_for_requests(self, n: int, timeout: float = 60.0) -> None:
-        """Block until at least ``n`` POSTs have arrived (held ones included); TimeoutError after ``timeout``."""
+        """Block until at least ``n`` POSTs have arrived (held ones included); TimeoutError after
+        ``timeout`` seconds."""
         with self._arrived:
             if not self._arrived.wait_for(lambda: self._posts_seen >= n, timeout):
                 raise TimeoutError(f"the stub judge received {self._posts_seen} POST(s), not {n}, "
