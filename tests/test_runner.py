@@ -1,4 +1,5 @@
 import json
+import os
 import time
 
 import pytest
@@ -119,3 +120,83 @@ def test_cli_backends_lists_native():
     res = ragbridge_cli("backends")
     assert res.returncode == 0, res.stderr
     assert "native" in res.stdout and "recall@k" in res.stdout and "abstention" in res.stdout
+
+
+class _Lifecycle:
+    """A backend plugin that records its lifecycle: what the runner promises every backend."""
+
+    def __init__(self, fail_open=False):
+        from ragbridge import Backend, MetricSpec, Score
+
+        events = self.events = []
+
+        class LifecycleBackend(Backend):
+            name = "lifecycle"
+
+            def metrics(self):
+                return [MetricSpec("m1"), MetricSpec("m2")]
+
+            def environment(self):
+                return {"RAGBRIDGE_TEST_LIFECYCLE": "on", "HOME": "must-not-replace-a-set-variable"}
+
+            async def open(self, ctx):
+                events.append(("open", os.environ.get("RAGBRIDGE_TEST_LIFECYCLE"), os.environ["HOME"]))
+                if fail_open:
+                    raise ConnectionError("no route to the library's service")
+                return {"opened": len([e for e in events if e[0] == "open"])}
+
+            async def score(self, metric, cases, ctx):
+                events.append(("score", metric, ctx.session["opened"]))
+                for c in cases:
+                    yield Score(case_id=c.id, metric=metric, backend=self.name, value=1.0)
+
+            async def close(self, ctx):
+                events.append(("close", ctx.session["opened"]))
+
+        self.backend = LifecycleBackend()
+
+
+
+@pytest.fixture
+def lifecycle_plugin():
+    from ragbridge import hookimpl
+    from ragbridge.plugins import load_plugins, pm
+
+    def make(**kw):
+        import types
+
+        plugin = _Lifecycle(**kw)
+
+        @hookimpl
+        def ragbridge_register_backends(register):
+            register(plugin.backend)
+
+        load_plugins()
+        pm.register(types.SimpleNamespace(ragbridge_register_backends=ragbridge_register_backends),
+                    name="lifecycle-test")
+        return plugin
+
+    yield make
+    pm.unregister(name="lifecycle-test")
+
+
+def test_each_backend_is_opened_once_per_run_with_its_environment_and_closed(lifecycle_plugin, example_cases):
+    plugin = lifecycle_plugin()
+    home = os.environ["HOME"]
+    assert "RAGBRIDGE_TEST_LIFECYCLE" not in os.environ
+    run = evaluate(example_cases[:3], backends=["lifecycle"])
+    assert run.complete and len(run.scores) == 6
+    events = plugin.events
+    assert events[0] == ("open", "on", home)  # the default is set, the user's HOME is not replaced
+    assert sorted(e for e in events if e[0] == "score") == [("score", "m1", 1), ("score", "m2", 1)]
+    assert events[-1] == ("close", 1)
+    assert "RAGBRIDGE_TEST_LIFECYCLE" not in os.environ  # restored after the run
+
+
+def test_a_backend_that_cannot_open_errors_every_case_and_the_run_goes_on(lifecycle_plugin, example_cases):
+    plugin = lifecycle_plugin(fail_open=True)
+    run = evaluate(example_cases[:2], backends=["lifecycle", "native"], metrics=["m1", "mrr"])
+    mine = [s for s in run.scores if s.backend == "lifecycle"]
+    assert len(mine) == 2 and all(s.error == "ConnectionError: no route to the library's service" for s in mine)
+    assert all(s.error is None for s in run.scores if s.backend == "native")
+    assert [e[0] for e in plugin.events] == ["open"]  # never scored, and nothing to close

@@ -1,23 +1,42 @@
-"""What a backend is: a name, the metrics it offers, and an async scorer.
+"""What a backend is: a name, the metrics it offers, a run lifecycle, and an async scorer.
 
 A backend plugin subclasses `Backend` and registers an instance through the
 ``ragbridge_register_backends`` hook. See ``plugins/README.md`` for a worked example.
+
+The lifecycle of one run, as the runner drives it for every backend the run uses:
+
+1. the backend's `Backend.environment` defaults are applied to ``os.environ`` (a variable the user
+   set is left alone), so its library reads them when it is first imported;
+2. ``session = await backend.open(ctx)``: whatever the backend shares between the metrics of the run
+   (an HTTP client, a thread pool, a library object), handed back to it as ``ctx.session``;
+3. ``backend.score(metric, cases, ctx)`` for each planned metric, concurrently with the other
+   backends' and metrics' (each call has its own ``ctx``, all with the same ``ctx.session``);
+4. ``await backend.close(ctx)`` once every metric is done (also after a failure or an interrupt), then
+   the environment is restored.
+
+Two helpers keep the backends alike: `fan_out` scores the cases of one metric concurrently and
+yields each `Score` as it is ready, and `error_text` is the one way a failure becomes a Score's
+``error``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import importlib.util
 import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, ClassVar, Optional, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, ClassVar, Optional, Sequence
 
 from .schema import Case, Score
 
 if TYPE_CHECKING:  # pragma: no cover
     from .judge import JudgeGateway
 
-__all__ = ["Backend", "MetricSpec", "RunOptions", "ScoringContext", "resolve_metric"]
+__all__ = ["Backend", "MetricSpec", "RunOptions", "ScoringContext", "resolve_metric", "fan_out", "error_text"]
+
+#: the longest ``Score.error`` text (`error_text` cuts longer messages)
+ERROR_TEXT_LIMIT = 2000
 
 
 @dataclass(frozen=True)
@@ -60,11 +79,18 @@ class RunOptions:
 
 @dataclass
 class ScoringContext:
-    """Handed to ``Backend.score``: the run's options and, for judged metrics, the judge gateway."""
+    """Handed to ``Backend.open``, ``score`` and ``close``: the run's options, the judge gateway (for
+    judged metrics), and ``session``, what this backend's `Backend.open` returned for this run."""
 
     options: RunOptions
     judge: Optional["JudgeGateway"] = None
+    session: Any = None
+    #: shared between the backends of a run; superseded by ``session`` (to be removed)
     stats: dict[str, Any] = field(default_factory=dict)
+
+    def for_session(self, session: Any) -> "ScoringContext":
+        """The same context with ``session`` set (the runner makes one per backend)."""
+        return replace(self, session=session)
 
 
 _K_RE = re.compile(r"^(?P<base>[a-z_]+)@(?P<k>\d+)$")
@@ -126,6 +152,21 @@ class Backend:
     def metrics(self) -> list[MetricSpec]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def environment(self) -> dict[str, str]:
+        """Environment defaults this backend's library needs while a run uses it (telemetry off, no
+        ``.env`` loading, no hub downloads ...). The runner sets each one that the user has not set,
+        before `open`, and restores the environment after `close`."""
+        return {}
+
+    async def open(self, ctx: ScoringContext) -> Any:
+        """Prepare what the metrics of one run share; the result is ``ctx.session`` in `score` and
+        `close`. Called once per run, before the first `score`, with the environment applied."""
+        return None
+
+    async def close(self, ctx: ScoringContext) -> None:
+        """Release what `open` made (``ctx.session``). Called once per run, after the last `score`,
+        also when the run failed or was interrupted."""
+
     def needs_judge(self, metric: str) -> bool:
         for spec in self.metrics():
             if resolve_metric(spec.name, metric, 1) is not None or spec.name == metric:
@@ -137,3 +178,45 @@ class Backend:
     ) -> AsyncIterator[Score]:  # pragma: no cover - abstract
         raise NotImplementedError
         yield  # makes this an async generator
+
+
+async def fan_out(
+    cases: Sequence[Case], score_one: Callable[[Case], Awaitable[Score]], concurrency: Optional[int] = None
+) -> AsyncIterator[Score]:
+    """Score every case with ``score_one(case)``, at most ``concurrency`` at once (None: no bound of its
+    own, e.g. when a thread pool or the judge gateway bounds it), yielding each `Score` as soon as it
+    is ready. When the consumer stops early (an interrupt), the cases still running are cancelled.
+
+    ``score_one`` turns a failure on its case into that Score's ``error`` (with `error_text`); an
+    exception it lets through ends the fan-out, and the runner records it for every case not scored.
+    """
+    sem = asyncio.Semaphore(concurrency) if concurrency else None
+
+    async def one(case: Case) -> Score:
+        if sem is None:
+            return await score_one(case)
+        async with sem:
+            return await score_one(case)
+
+    tasks = [asyncio.ensure_future(one(c)) for c in cases]
+    try:
+        for fut in asyncio.as_completed(tasks):
+            yield await fut
+    finally:
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def error_text(exc: BaseException, limit: int = ERROR_TEXT_LIMIT) -> str:
+    """``Type: message`` of a failure, for ``Score.error``: white space collapsed, the cause that a
+    retry wrapper hides named, and cut at ``limit`` characters."""
+    msg = " ".join(str(exc).split())
+    inner = exc.__cause__ or (exc.args[0] if exc.args and isinstance(exc.args[0], BaseException) else None)
+    if isinstance(inner, BaseException) and type(inner).__name__ not in msg:
+        detail = f"{type(inner).__name__}: {' '.join(str(inner).split())}"
+        msg = f"{msg} (caused by {detail})" if msg else detail
+    text = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."

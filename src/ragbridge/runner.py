@@ -18,6 +18,7 @@ of scoring to its last score, added up over the sessions the same way.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -25,10 +26,10 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from . import __version__
-from .backend import Backend, MetricSpec, RunOptions, ScoringContext, resolve_metric
+from .backend import Backend, MetricSpec, RunOptions, ScoringContext, error_text, resolve_metric
 from .io import atomic_path, fingerprint, write_atomic, write_jsonl
 from .plugins import get_backends
 from .schema import Case, RunManifest, Score
@@ -43,6 +44,10 @@ JUDGE_COUNTS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "re
 
 class RunError(ValueError):
     """A run that cannot start as asked (unknown backend or metric, unavailable library, bad folder)."""
+
+
+class _BackendFault(Exception):
+    """A backend that cannot score at all (its ``open`` failed): the error of every case it was given."""
 
 
 def _now() -> str:
@@ -251,16 +256,57 @@ class _RunFolder:
 # Running
 
 
+@contextlib.contextmanager
+def applied_environment(defaults: dict[str, str]) -> Iterator[None]:
+    """Set each of ``defaults`` that is not set in ``os.environ``; unset them again on exit (a variable
+    the user set, or one set meanwhile, is left alone)."""
+    added = {k: str(v) for k, v in defaults.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for k, v in added.items():
+            if os.environ.get(k) == v:
+                del os.environ[k]
+
+
+async def _open(backend: Backend, ctx: ScoringContext) -> ScoringContext:
+    """The backend's context for this run: ``session`` is what its ``open`` returned. A failing
+    ``open`` is kept as the session's error, and every case the backend is given gets it."""
+    try:
+        return ctx.for_session(await backend.open(ctx.for_session(None)))
+    except Exception as exc:
+        return ctx.for_session(_OpenFailed(error_text(exc)))
+
+
+async def _close(backend: Backend, ctx: ScoringContext) -> None:
+    if isinstance(ctx.session, _OpenFailed):
+        return
+    try:
+        await backend.close(ctx)
+    except Exception as exc:  # scores are recorded already: a failing close must not lose the run
+        import warnings
+
+        warnings.warn(f"backend {backend.name!r} failed to close: {error_text(exc)}", RuntimeWarning)
+
+
+@dataclass(frozen=True)
+class _OpenFailed:
+    error: str
+
+
 async def _drive(
     backend: Backend, metric: str, cases: Sequence[Case], ctx: ScoringContext, queue: asyncio.Queue
 ) -> None:
     pending = {c.id for c in cases}
     try:
+        if isinstance(ctx.session, _OpenFailed):
+            raise _BackendFault(ctx.session.error)
         async for score in backend.score(metric, cases, ctx):
             pending.discard(score.case_id)
             await queue.put(score)
     except Exception as exc:  # a backend fault: every case it did not score gets the error
-        msg = f"{type(exc).__name__}: {exc}"
+        msg = str(exc) if isinstance(exc, _BackendFault) else error_text(exc)
         for case in cases:
             if case.id in pending:
                 await queue.put(
@@ -477,6 +523,8 @@ async def evaluate_async(
 
     last_beat = time.monotonic()
     last_score_at: dict[str, float] = {}  # per backend, seconds from the start of scoring to its last score
+    environment = contextlib.ExitStack()  # the backends' environment defaults, while the run lasts
+    opened: list[Backend] = []
     try:
         if gateway is not None:
             gateway.start()
@@ -505,7 +553,12 @@ async def evaluate_async(
 
         for s in immediate:
             record(s)
-        tasks = [asyncio.create_task(_drive(b, m, c, ctx, queue)) for b, m, c in jobs]
+        contexts: dict[str, ScoringContext] = {}
+        for b in dict.fromkeys(b for b, _, _ in jobs):
+            environment.enter_context(applied_environment(b.environment()))
+            contexts[b.name] = await _open(b, ctx)
+            opened.append(b)
+        tasks = [asyncio.create_task(_drive(b, m, c, contexts[b.name], queue)) for b, m, c in jobs]
         remaining = sum(len(c) for _, _, c in jobs)
         started = time.monotonic()
         while remaining:
@@ -518,6 +571,9 @@ async def evaluate_async(
         interrupted = True
         raise
     finally:
+        for b in reversed(opened):
+            await _close(b, contexts[b.name])
+        environment.close()
         if bar:
             bar.stop()
         if gateway is not None:
