@@ -34,6 +34,7 @@ import ast
 import json
 import math
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol
 
@@ -354,11 +355,29 @@ def register(responder: Responder, *, first: bool = True) -> Responder:
     return responder
 
 
+_plugins_lock = threading.Lock()
+_plugins_asked = False
+
+
+def _plugin_responders() -> None:
+    """Once per process: plugins register their responders (the ``ragbridge_register_stub_responders`` hook)."""
+    global _plugins_asked
+    with _plugins_lock:
+        if _plugins_asked:
+            return
+        _plugins_asked = True
+        from ragbridge.plugins import load_plugins
+
+        load_plugins().hook.ragbridge_register_stub_responders(register=register)
+
+
 def responders() -> list[Responder]:
+    _plugin_responders()
     return list(_REGISTRY)
 
 
 def respond(req: JudgeRequest) -> JudgeReply:
+    _plugin_responders()
     for r in _REGISTRY:
         reply = r(req)
         if reply is not None:
