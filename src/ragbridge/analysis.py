@@ -79,6 +79,7 @@ __all__ = [
     "calibrate",
     "calibration_flips",
     "unsupported_claims",
+    "claim_counts",
     "bootstrap_interval",
     "wilson_interval",
     "FIGURES",
@@ -779,6 +780,15 @@ def unsupported_claims(native_value: Any, threshold: float = 0.5) -> Optional[tu
     return (total, unsupported) if total else None
 
 
+def claim_counts(score: Score) -> Optional[tuple[int, int]]:
+    """``(claims, unsupported claims)`` of a score: its typed ``evidence.claims`` when the backend
+    reports them, else what `unsupported_claims` finds in ``native_value``; None without claims."""
+    if score.evidence is not None and score.evidence.claims is not None:
+        claims = score.evidence.claims
+        return (len(claims), len(score.evidence.unsupported())) if claims else None
+    return unsupported_claims(score.native_value)
+
+
 def _supported(verdict: Any, threshold: float) -> Optional[bool]:
     if isinstance(verdict, bool):
         return verdict
@@ -907,7 +917,7 @@ def validate(
             n_claims = n_unsup = 0
             for c in grades:
                 s = got.get(c)
-                found = unsupported_claims(s.native_value) if s is not None else None
+                found = claim_counts(s) if s is not None else None
                 if found is not None:
                     n_claims += 1
                     n_unsup += 1 if found[1] > 0 else 0

@@ -54,18 +54,27 @@ def _fmt(value: float, digits: int = 3) -> str:
     return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
 
+def _share(row) -> str:
+    return f"{row.unsupported_share:.0%}" if row.n_claims else "—"
+
+
 def print_summary(frame, console: Console = out) -> None:
     """Overall table (per backend and metric), then the mean per tag for each backend."""
     overall = frame[frame["tag"] == ALL]
+    claims = bool((frame["n_claims"] > 0).any())  # a backend exposes claims: show the unsupported share
     table = Table(title="Summary", title_justify="left")
-    for col in ("backend", "metric", "mean", "scored", "undefined", "errored"):
+    for col in ("backend", "metric", "mean", "scored", "undefined", "errored") + (("unsupported",) if claims else ()):
         table.add_column(col, justify="right" if col not in ("backend", "metric") else "left")
     for row in overall.itertuples():
         table.add_row(
             row.backend, row.metric, _fmt(row.mean), str(row.n_scored), str(row.n_undefined),
             f"[red]{row.n_errored}[/]" if row.n_errored else "0",
+            *((_share(row),) if claims else ()),
         )
     console.print(table)
+    if claims:
+        console.print("[dim]unsupported: share of answers with at least one unsupported claim (of those with "
+                      "claims); per tag in brackets[/]")
     tagged = frame[frame["tag"] != ALL]
     if tagged.empty:
         return
@@ -85,8 +94,9 @@ def print_summary(frame, console: Console = out) -> None:
             for m in chunk:
                 by_tag.add_column(m, justify="right", overflow="fold", min_width=4)
             for tag, group in part.groupby("tag", sort=True):
-                means = {row.metric: row.mean for row in group.itertuples()}
-                by_tag.add_row(tag, str(group["n"].max()), *(_fmt(means.get(m), 2) for m in chunk))
+                means = {row.metric: _fmt(row.mean, 2) + (f" ({_share(row)})" if row.n_claims else "")
+                         for row in group.itertuples()}
+                by_tag.add_row(tag, str(group["n"].max()), *(means.get(m, "—") for m in chunk))
             console.print(by_tag)
 
 
@@ -113,6 +123,8 @@ def run(
     config: Optional[Path] = typer.Option(None, "--config", help="Config file (default: ./ragbridge.toml, then [tool.ragbridge] in ./pyproject.toml)."),
     target: Optional[str] = typer.Option(None, "--target", help="Call the system under test for each case first: module:callable, module:object with retrieve/answer, or an http(s) URL."),
     target_concurrency: int = typer.Option(4, "--target-concurrency", help="Target calls in flight at once."),
+    rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML) of the rubric backend."),
+    generator_model: Optional[str] = typer.Option(None, "--generator-model", help="The system's own model."),
 ) -> None:
     """Score a golden set with one or more backends and write a run folder."""
     if gain not in ("linear", "exponential"):
@@ -123,7 +135,8 @@ def run(
         fail(str(exc))
     _score_and_print(
         cases, out_dir, str(dataset), backend, metric, config, no_progress, overwrite,
-        RunOptions(k=k, gain=gain, case_sensitive=case_sensitive, decline_phrases=decline_phrase or None),
+        RunOptions(k=k, gain=gain, case_sensitive=case_sensitive, decline_phrases=decline_phrase or None,
+                   backend_options=_rubric_options(rubric), generator_model=generator_model),
         dict(
             model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
             embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,
@@ -148,6 +161,8 @@ def rescore(
     cache_path: Optional[Path] = typer.Option(None, "--cache-path", help="Judge cache file (SQLite)."),
     max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="Judge calls in flight at once."),
     config: Optional[Path] = typer.Option(None, "--config", help="Config file."),
+    rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML) of the rubric backend."),
+    generator_model: Optional[str] = typer.Option(None, "--generator-model", help="The system's own model."),
 ) -> None:
     """Score a run's recorded cases (e.g. a --target run) with more backends or metrics, into the same folder."""
     if not (run_dir / "cases.jsonl").exists():
@@ -158,13 +173,17 @@ def rescore(
         fail(str(exc))
     _score_and_print(
         cases, run_dir, str(run_dir / "cases.jsonl"), backend, metric, config, no_progress, False,
-        RunOptions(k=k),
+        RunOptions(k=k, backend_options=_rubric_options(rubric), generator_model=generator_model),
         dict(
             model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
             embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,
             max_concurrency=max_concurrency,
         ),
     )
+
+
+def _rubric_options(files: Optional[List[Path]]) -> dict:
+    return {"rubric": {"files": [str(f) for f in files]}} if files else {}
 
 
 def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_progress, overwrite,
@@ -194,6 +213,8 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_p
             f"judge: {j['calls']} call(s), {j['cache_hits']} from cache, "
             f"{j['prompt_tokens']}+{j['completion_tokens']} tokens"
         )
+    if counts.get("redefined"):
+        notes.append("rubric changed since the folder was scored, scored again: " + ", ".join(counts["redefined"]))
     if counts.get("target_errors"):
         notes.append(f"target failed on {counts['target_errors']} case(s); their scores carry the error")
     latencies = sorted(
@@ -205,6 +226,11 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_p
         notes.append(f"target latency: p50 {p50:.3f}s, p95 {p95:.3f}s over {len(latencies)} call(s)")
     for note in notes:
         out.print(f"[dim]{note}[/]")
+    same = (result.manifest.judge or {}).get("self_judging")
+    if same:
+        err.print(f"[yellow]warning:[/] self-judging: the judge model is the system under test's own model "
+                  f"({escape(same['generator_model'])}) on {same['cases']} case(s); its scores are likely inflated",
+                  highlight=False)
     out.print(f"run written to [bold]{out_dir}[/] ({counts.get('scores', 0)} scores)")
 
 
