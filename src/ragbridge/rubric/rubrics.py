@@ -105,21 +105,21 @@ class Rubric(BaseModel):
         need = {"claims": ("contexts", "answer"), "per_chunk": ("contexts",)}.get(self.mode, ())
         missing = [f for f in need if f not in self.fields]
         if missing:
-            raise ValueError(f"mode {self.mode!r} needs fields {', '.join(need)}: add {', '.join(missing)}")
+            raise ValueError(f"fields: mode {self.mode!r} needs {', '.join(need)}: add {', '.join(missing)}")
         if self.mode == "claims":
             if self.scale or self.levels or self.pass_at is not None:
-                raise ValueError("mode \"claims\" has its own verdicts (SUPPORTED, CONTRADICTED, NOT_FOUND): "
+                raise ValueError("mode: \"claims\" has its own verdicts (SUPPORTED, CONTRADICTED, NOT_FOUND): "
                                  "remove scale, level and pass_at")
             return self
         if self.scale is None:
-            raise ValueError(f"set scale to one of {', '.join(SCALES)}")
+            raise ValueError(f"scale: is required for mode {self.mode!r}: set it to one of {', '.join(SCALES)}")
         want = SCALES[self.scale]
         have = [lv.value for lv in self.levels]
         if sorted(have) != list(want):
-            raise ValueError(f"scale {self.scale!r} has levels {', '.join(map(str, want))}: describe each "
+            raise ValueError(f"level: scale {self.scale!r} has levels {', '.join(map(str, want))}: describe each "
                              f"exactly once with a [[rubric.level]] table (found: {', '.join(map(str, have)) or 'none'})")
         if self.pass_at is not None and self.pass_at not in want:
-            raise ValueError(f"pass_at {self.pass_at} is not a level of scale {self.scale!r}: "
+            raise ValueError(f"pass_at: {self.pass_at} is not a level of scale {self.scale!r}: "
                              f"set it to one of {', '.join(map(str, want))}")
         # levels best first, pass_at made explicit: equal definitions have equal hashes
         object.__setattr__(self, "levels", tuple(sorted(self.levels, key=lambda lv: -lv.value)))
@@ -182,9 +182,12 @@ def _message(exc: ValidationError) -> tuple[Optional[str], str]:
     """The first error's top-level field and a readable ``field: problem``."""
     e = exc.errors(include_url=False)[0]
     loc = [str(p) for p in e["loc"]]
+    msg = e["msg"].removeprefix("Value error, ")
+    head, _, rest = msg.partition(": ")
+    if not loc and head in Rubric.model_fields.keys() | {"level"}:  # a check across fields names its field
+        loc, msg = [head], rest
     key = loc[0] if loc else None
     where = ".".join(loc)
-    msg = e["msg"].removeprefix("Value error, ")
     if e["type"] == "missing":
         msg = "is required"
     elif e["type"] == "extra_forbidden":
