@@ -112,9 +112,10 @@ def register(cli) -> None:
                   f"{info['pass']} judged pass and {info['fail']} fail" + (f" (of {n} asked)" if info["n"] < n else ""),
                   highlight=False)
         out.print(f"[dim]tags: {escape(tags)}[/]", highlight=False)
-        out.print(f"open it in a browser, grade each case, press Save labels; then:\n  ragbridge validate "
-                  f"{escape(str(run_dir))} --labels {info['labels_file']} --threshold {backend}:{rub.name}={rub.threshold:g}",
-                  highlight=False)
+        out.print("open it in a browser, grade each case and press Save labels; then validate the judge "
+                  "with the file your browser saved:", highlight=False)
+        out.print(f"  ragbridge validate {escape(str(run_dir))} --labels {info['labels_file']} "
+                  f"--threshold {backend}:{rub.name}={rub.threshold:g}", highlight=False, soft_wrap=True)
 
     @cli.command("pairwise")
     def pairwise_cmd(
