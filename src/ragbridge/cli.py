@@ -1,4 +1,10 @@
-"""The ``ragbridge`` command line."""
+"""The ``ragbridge`` command line.
+
+Exit codes, the same for every command: 0 success; 1 a gate or check failed; 2 bad input or
+configuration (nothing written); 3 ``run``/``rescore`` finished but some scores errored (the run
+folder is complete otherwise; the same command again retries them); 130 interrupted (what was
+scored is kept; the same command again resumes).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ from rich.table import Table
 
 from . import __version__
 from .backend import RunOptions
-from .io import DatasetError, load_cases, write_cases
+from .io import DatasetError, input_warnings, load_cases, write_cases
 from .plugins import get_backends, get_formats, load_errors, register_commands
 from .runner import RunError, evaluate
 from .summary import ALL
@@ -32,9 +38,19 @@ out = Console()
 err = Console(stderr=True)
 
 
-def fail(message: str, code: int = 2) -> None:
+EXIT_CHECK_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_SCORE_ERRORS = 3
+EXIT_INTERRUPTED = 130
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def warn(message: str) -> None:
+    err.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def _version(value: bool) -> None:
@@ -126,13 +142,22 @@ def run(
     rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML) of the rubric backend."),
     generator_model: Optional[str] = typer.Option(None, "--generator-model", help="The system's own model."),
 ) -> None:
-    """Score a golden set with one or more backends and write a run folder."""
+    """Score a golden set with one or more backends and write a run folder.
+
+    Exit codes:
+      0    every planned score recorded, none errored
+      2    bad input or configuration; nothing written
+      3    the run finished, but some scores errored: run it again to retry them
+      130  interrupted: run it again to resume
+    """
     if gain not in ("linear", "exponential"):
         fail(f"--gain must be 'linear' or 'exponential', got {gain!r}")
     try:
         cases = load_cases(dataset, fmt)
     except DatasetError as exc:
         fail(str(exc))
+    for line in input_warnings(cases):
+        warn(line)
     _score_and_print(
         cases, out_dir, str(dataset), backend, metric, config, no_progress, overwrite,
         RunOptions(k=k, gain=gain, case_sensitive=case_sensitive, decline_phrases=decline_phrase or None,
@@ -164,7 +189,14 @@ def rescore(
     rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML) of the rubric backend."),
     generator_model: Optional[str] = typer.Option(None, "--generator-model", help="The system's own model."),
 ) -> None:
-    """Score a run's recorded cases (e.g. a --target run) with more backends or metrics, into the same folder."""
+    """Score a run's recorded cases (e.g. a --target run) with more backends or metrics, into the same folder.
+
+    Exit codes:
+      0    every planned score recorded, none errored
+      2    bad input or configuration
+      3    some scores errored: run it again to retry them
+      130  interrupted: run it again to resume
+    """
     if not (run_dir / "cases.jsonl").exists():
         fail(f"{run_dir} is not a run folder with recorded cases (no cases.jsonl)")
     try:
@@ -188,8 +220,12 @@ def _rubric_options(files: Optional[List[Path]]) -> dict:
 
 def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_progress, overwrite,
                      options, judge_overrides, target=None, target_concurrency=4) -> None:
+    import signal
+
     from .target import TargetError
     judge = _judge_config(judge_overrides, config)
+    # A termination (a CI job cancelled) ends the run as Ctrl-C does: the run folder records it.
+    previous = signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
     try:
         result = evaluate(
             cases, backends=backend or None, metrics=metric or None, out=out_dir, options=options,
@@ -199,7 +235,10 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_p
     except (RunError, TargetError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:
-        fail(f"interrupted; what was scored is kept in {out_dir}; run the same command again to resume", 130)
+        fail(f"interrupted; what was scored is kept in {out_dir}; run the same command again to resume",
+             EXIT_INTERRUPTED)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print_summary(result.summary())
     counts = result.manifest.counts
     notes = []
@@ -232,6 +271,15 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_p
                   f"({escape(same['generator_model'])}) on {same['cases']} case(s); its scores are likely inflated",
                   highlight=False)
     out.print(f"run written to [bold]{out_dir}[/] ({counts.get('scores', 0)} scores)")
+    if counts.get("errored") or result.manifest.status != "complete":
+        status = result.manifest.status
+        err.print(
+            f"[bold red]{counts.get('errored', 0)} of {counts.get('scores', 0)} score(s) errored[/]"
+            + ("" if status == "complete" else f" (the run is {status})")
+            + "; run the same command again to retry them",
+            highlight=False, soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_SCORE_ERRORS)
 
 
 def _judge_config(overrides: dict, config: Optional[Path]):

@@ -18,7 +18,14 @@ canonical            also accepted
 
 A chunk given as plain text gets a stable id derived from its text (``ctx-<sha1[:12]>``), so the same
 text in two cases is the same chunk. In CSV, list and mapping fields hold JSON (``["a", "b"]``,
-``{"doc#s": 2}``); list fields also accept ``|``-separated text.
+``{"doc#s": 2}``); list fields and ``relevant`` also accept ``|``-separated text, and ``answerable``
+``true``/``false``, ``yes``/``no`` or ``1``/``0`` (Parquet and ``datasets`` string cells alike). In
+JSON a value must have its field's type: ``"relevant": "doc#s"`` or ``"answerable": "no"`` is an
+error, not a guess. CSV is comma-separated; a file that seems separated by semicolons or tabs is
+an error that says so.
+
+Legal but suspicious input is not an error: `input_warnings` gives one line per kind, with the number
+of cases it affects. Every output is written through `atomic_path`: whole or absent.
 """
 
 from __future__ import annotations
@@ -28,6 +35,10 @@ import hashlib
 import io
 import json
 import math
+import os
+import secrets
+import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
@@ -35,7 +46,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 from pydantic import ValidationError
 
 from .hookspecs import hookimpl
-from .schema import Case
+from .schema import MAX_METADATA_DEPTH, Case
 
 __all__ = [
     "DatasetError",
@@ -43,6 +54,9 @@ __all__ = [
     "load_cases",
     "write_cases",
     "fingerprint",
+    "input_warnings",
+    "atomic_path",
+    "write_atomic",
     "normalize_record",
     "is_missing",
     "plain",
@@ -152,9 +166,6 @@ def normalize_record(raw: dict[str, Any]) -> dict[str, Any]:
                         f"given twice, as '{canon}' and as '{alias}'", field=alias, hint="keep one of them"
                     )
                 out[canon] = value
-    if "relevant" in out and isinstance(out["relevant"], str):
-        out["relevant"] = [s for s in out["relevant"].split("|") if s]
-
     texts = None
     for alias in CONTEXT_TEXT_ALIASES:
         if alias in rec:
@@ -287,6 +298,46 @@ def cases_from_records(
 # Formats
 
 
+def _loads(text: str) -> Any:
+    """``json.loads``, with nesting too deep for the parser reported as bad input, not a crash."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        column, key = _deep_spot(text)
+        raise DatasetError(
+            f"nests more than {MAX_METADATA_DEPTH} levels of objects and lists (by column {column}), "
+            "too deep to read",
+            field=key,
+            hint="flatten it, or store the deep part as a JSON string",
+        ) from None
+
+
+def _deep_spot(text: str) -> tuple[int, Optional[str]]:
+    """Where JSON ``text`` passes `MAX_METADATA_DEPTH` levels: the column and the top-level key."""
+    depth, key, last, in_string, escaped, start = 0, None, None, False, False, 0
+    for column, char in enumerate(text, start=1):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+                if depth == 1:
+                    last = text[start:column - 1]
+        elif char == '"':
+            in_string, start = True, column
+        elif char in "[{":
+            depth += 1
+            if depth == 2:
+                key = last
+            if depth > MAX_METADATA_DEPTH:
+                return column, key
+        elif char in "]}":
+            depth -= 1
+    return len(text), key
+
+
 def _read_text_lines(path: Path) -> Iterator[tuple[int, str]]:
     data = path.read_bytes()
     if not data.strip():
@@ -312,7 +363,7 @@ def read_jsonl(path: Path) -> list[Case]:
             if not text.strip():
                 continue
             try:
-                yield n, json.loads(text)
+                record = _loads(text)
             except json.JSONDecodeError as exc:
                 raise DatasetError(
                     f"not valid JSON: {exc.msg} at column {exc.colno}",
@@ -320,6 +371,10 @@ def read_jsonl(path: Path) -> list[Case]:
                     line=n,
                     hint="each line must be one JSON object",
                 ) from None
+            except DatasetError as exc:
+                exc.path, exc.line = str(path), n
+                raise
+            yield n, record
 
     return cases_from_records(records(), path)
 
@@ -327,9 +382,12 @@ def read_jsonl(path: Path) -> list[Case]:
 def read_json(path: Path) -> list[Case]:
     lines = list(_read_text_lines(path))
     try:
-        data = json.loads("\n".join(t for _, t in lines))
+        data = _loads("\n".join(t for _, t in lines))
     except json.JSONDecodeError as exc:
         raise DatasetError(f"not valid JSON: {exc.msg}", path=path, line=exc.lineno) from None
+    except DatasetError as exc:
+        exc.path = str(path)
+        raise
     if isinstance(data, dict):
         for key in ("cases", "data", "examples", "samples", "goldens", "test_cases"):
             if isinstance(data.get(key), list):
@@ -357,9 +415,12 @@ def _cell(column: str, value: Any) -> Any:
                   "retrieved_contexts", "retrieval_context", "retrieved_context_ids") or column in LIST_FIELDS:
         if text[:1] in "[{":
             try:
-                return json.loads(text)
+                return _loads(text)
             except json.JSONDecodeError as exc:
                 raise DatasetError(f"cell is not valid JSON: {exc.msg}", field=column) from None
+            except DatasetError as exc:
+                exc.field = column
+                raise
         if column in ("metadata",):
             return text
         return [s.strip() for s in text.split("|") if s.strip()]
@@ -373,12 +434,30 @@ def read_csv(path: Path) -> list[Case]:
     reader = csv.DictReader(io.StringIO(text, newline=""))
     if not reader.fieldnames:
         raise DatasetError("has no header row", path=path)
+    delimiter = _other_delimiter(reader.fieldnames)
+    if delimiter:
+        raise DatasetError(
+            f"the header is one column, {reader.fieldnames[0][:60]!r}: the file seems to be "
+            f"separated by {delimiter}, not commas",
+            path=path, line=1, hint="save it as comma-separated CSV, quoting the cells that hold a comma",
+        )
+
+    def rows() -> Iterator[dict[str, Any]]:
+        try:
+            yield from reader
+        except csv.Error as exc:
+            raise DatasetError(f"is not valid CSV: {exc}", path=path, line=reader.line_num) from None
 
     def records() -> Iterator[tuple[int, Any]]:
-        for row in reader:
+        for row in rows():
             line = reader.line_num
             if None in row:
-                raise DatasetError("has more cells than the header has columns", path=path, line=line)
+                raise DatasetError(
+                    f"has {len(row) - 1 + len(row[None])} cells but the header has "
+                    f"{len(reader.fieldnames)} columns",
+                    path=path, line=line,
+                    hint="a cell holding a comma must be in double quotes; cells are separated by commas",
+                )
             try:
                 rec = {k: _cell(k, v) for k, v in row.items()}
             except DatasetError as exc:
@@ -387,6 +466,16 @@ def read_csv(path: Path) -> list[Case]:
             yield line, rec
 
     return cases_from_records(records(), path)
+
+
+def _other_delimiter(header: Sequence[str]) -> Optional[str]:
+    """The name of the delimiter a one-column header seems to use instead of commas, if any."""
+    if len(header) != 1:
+        return None
+    for char, name in ((";", "semicolons"), ("\t", "tabs"), ("|", "vertical bars")):
+        if char in header[0]:
+            return name
+    return None
 
 
 def plain(value: Any) -> Any:
@@ -400,16 +489,23 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _rows_to_records(rows: Iterable[dict[str, Any]]) -> Iterator[tuple[int, Any]]:
+def _rows_to_records(rows: Iterable[dict[str, Any]], path: Path) -> Iterator[tuple[int, Any]]:
     for i, row in enumerate(rows, start=1):
         rec = {}
         for k, v in row.items():
             v = plain(v)
             if isinstance(v, str) and v[:1] in "[{" and (k in LIST_FIELDS or k in ("relevant", "metadata", "relevant_ids")):
                 try:
-                    v = json.loads(v)
+                    v = _loads(v)
                 except json.JSONDecodeError:
                     pass
+                except DatasetError as exc:
+                    exc.path, exc.line, exc.unit, exc.field = str(path), i, "row", k
+                    raise
+            elif isinstance(v, str) and k in ("relevant", "relevant_ids", "qrels"):
+                v = [s for s in v.split("|") if s]  # a table cell: '|'-separated ids, as in CSV
+            elif isinstance(v, str) and k == "answerable":
+                v = _cell(k, v)  # true/false, yes/no, 1/0, as in CSV
             rec[k] = v
         yield i, rec
 
@@ -423,7 +519,7 @@ def read_parquet(path: Path) -> list[Case]:
         raise DatasetError(f"cannot be read as Parquet: {exc}", path=path) from None
     if table.num_rows == 0:
         raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
-    return cases_from_records(_rows_to_records(table.to_pylist()), path, unit="row")
+    return cases_from_records(_rows_to_records(table.to_pylist(), path), path, unit="row")
 
 
 def read_hf_rows(path: Path) -> list[dict[str, Any]]:
@@ -444,7 +540,7 @@ def read_hf_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def read_hf(path: Path) -> list[Case]:
-    return cases_from_records(_rows_to_records(read_hf_rows(path)), path, unit="row")
+    return cases_from_records(_rows_to_records(read_hf_rows(path), path), path, unit="row")
 
 
 def _record(case: Case) -> dict[str, Any]:
@@ -554,9 +650,96 @@ def write_cases(cases: Sequence[Case], path: str | Path, format: Optional[str] =
     fmt = _pick_format(path, format, "write")
     if fmt.write is None:
         raise DatasetError(f"format {fmt.name!r} cannot be written", path=path)
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-    return fmt.write(cases, path)
+    try:
+        with atomic_path(path) as tmp:
+            return fmt.write(cases, tmp)
+    except OSError as exc:
+        raise DatasetError(f"cannot be written: {exc.strerror or exc}", path=path) from None
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write a file or a folder at; on success it takes ``path``'s place.
+
+    Every output ragbridge writes (other than the append-only scores and logs) goes through here, so a
+    reader finds the earlier output or the new one, whole, never a part of one: a writer killed half
+    way leaves only a hidden ``.tmp-*`` beside the output. The temporary keeps the name's suffix, for
+    writers that choose by it. A file is synced and renamed over ``path``; a folder is renamed into
+    place after the old one is moved aside (a kill between the two renames leaves no output, not a
+    partial one). On an exception the temporary is removed and nothing is replaced.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".tmp-{secrets.token_hex(4)}-{path.name}")
+    try:
+        yield tmp
+        if tmp.is_dir():
+            old = path.with_name(f".old-{secrets.token_hex(4)}-{path.name}")
+            if path.exists():
+                os.replace(path, old)
+            os.replace(tmp, path)
+            _remove(old)
+        else:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> Path:
+    """Write text (UTF-8) or bytes to ``path`` whole or not at all (see `atomic_path`)."""
+    with atomic_path(path) as tmp:
+        if isinstance(data, str):
+            tmp.write_text(data, encoding="utf-8")
+        else:
+            tmp.write_bytes(data)
+    return Path(path)
+
+
+def input_warnings(cases: Sequence[Case]) -> list[str]:
+    """One line per kind of legal but suspicious input, each with the number of cases it affects.
+
+    Today one kind: relevance labels no retrieved chunk can match, so every ranking metric of the case
+    is 0 whatever was retrieved. Either the chunks were given as plain text (their ids are derived
+    from the text, they have no ``source``) and no label names such an id, or, across the whole
+    dataset, not one chunk id or source is a label (ids from two different id spaces). A warning, not
+    an error: the same cases are good input for judged metrics, and the labels may serve an export.
+    """
+    labelled = [c for c in cases if c.contexts and any(g > 0 for g in c.relevant.values())]
+
+    def matches(case: Case) -> bool:
+        return any(ch.id in case.relevant or (ch.source is not None and ch.source in case.relevant)
+                   for ch in case.contexts)
+
+    def plain_text(case: Case) -> bool:
+        return all(ch.source is None and ch.id == _chunk_id_for_text(ch.text) for ch in case.contexts)
+
+    textual = [c for c in labelled if plain_text(c) and not matches(c)]
+    if textual:
+        return [
+            f"{len(textual)} of {len(labelled)} case(s) with relevance labels give their chunks as plain "
+            "text (no id, no source), so no chunk can match a label and their ranking metrics are 0 "
+            f"(first: {textual[0].id!r}); give each chunk the id or source its label names"
+        ]
+    if labelled and not any(matches(c) for c in labelled):
+        return [
+            f"in none of the {len(labelled)} case(s) with relevance labels does a chunk's id or source "
+            "match a label, so their ranking metrics are 0; check that 'relevant' names chunk ids "
+            "or sources as 'contexts' gives them"
+        ]
+    return []
 
 
 def fingerprint(cases: Sequence[Case]) -> str:

@@ -129,7 +129,6 @@ class NativeBackend(Backend):
         if cached is None or cached[0] is not cases:
             ranked = ranking.prepare(cases)
             ctx.stats["native_ranked"] = (cases, ranked)
-            ctx.stats["duplicate_chunk_ids"] = int(ranked.duplicates.sum())
         else:
             ranked = cached[1]
         values = _ranking_values(ranked, metric, opts.gain)

@@ -22,6 +22,7 @@ from typing import List, Optional
 from .diff import IncompleteRunError, RegressionError, RunDiff, diff_runs, paired_bootstrap_ci, paired_permutation_pvalue, run_problems
 from .gate import GateConfig, GateConfigError, GateReport, GateResult, load_gates, parse_gates, run_gates
 from .hookspecs import hookimpl
+from .io import atomic_path, write_atomic
 from .summary import ALL
 
 __all__ = [
@@ -173,10 +174,11 @@ def print_gate(report: GateReport, console=None, top: int = 5) -> None:
 def _write_items(d: RunDiff, path: Path) -> None:
     frame = d.items.copy()
     frame["tags"] = frame["tags"].map(lambda ts: "|".join(ts))
-    if path.suffix == ".jsonl":
-        frame.to_json(path, orient="records", lines=True, force_ascii=False)
-    else:
-        frame.to_csv(path, index=False)
+    with atomic_path(path) as tmp:
+        if path.suffix == ".jsonl":
+            frame.to_json(tmp, orient="records", lines=True, force_ascii=False)
+        else:
+            frame.to_csv(tmp, index=False)
 
 
 @hookimpl
@@ -241,16 +243,16 @@ def ragbridge_register_commands(cli):
             from .gate_reports import incomplete_junit_xml, incomplete_markdown
 
             if junit is not None:
-                junit.write_text(incomplete_junit_xml(str(exc)), encoding="utf-8")
+                write_atomic(junit, incomplete_junit_xml(str(exc)))
             if markdown is not None:
-                markdown.write_text(incomplete_markdown(str(exc)), encoding="utf-8")
+                write_atomic(markdown, incomplete_markdown(str(exc)))
             fail(str(exc))
         except RegressionError as exc:
             fail(str(exc))
         print_gate(report, out)
         if junit is not None:
-            junit.write_text(report.to_junit(), encoding="utf-8")
+            write_atomic(junit, report.to_junit())
         if markdown is not None:
-            markdown.write_text(report.to_markdown(), encoding="utf-8")
+            write_atomic(markdown, report.to_markdown())
         if not report.passed:
             raise typer.Exit(1)

@@ -49,6 +49,7 @@ from .analysis import (
     validate,
 )
 from .hookspecs import hookimpl
+from .io import write_atomic
 from .runner import Run
 from .summary import ALL
 
@@ -644,10 +645,7 @@ def write_report(run: Union[Run, str, Path], out: Union[str, Path], fmt: str = "
     run = _as_run(run)
     data = report_data(run, **kw)
     text = {"html": render_html, "md": render_markdown, "json": render_json}[fmt](run, data)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
-    return out
+    return write_atomic(out, text)
 
 
 @hookimpl
@@ -683,8 +681,7 @@ def ragbridge_register_commands(cli):
             return
         target = out_file or (Path(run) / f"report{FORMATS[fmt]}")
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
+            write_atomic(target, text)
         except OSError as exc:
             fail(f"cannot write {target}: {exc.strerror or exc}")
         out.print(f"report written to [bold]{target}[/] ({len(text.encode('utf-8')) // 1024 + 1} KiB, "

@@ -4,6 +4,14 @@ A run folder holds ``run.json`` (the manifest), ``scores.jsonl`` (append-only, o
 written as each score arrives), ``cases.jsonl`` (the cases scored, so reports and diffs need nothing
 else) and, for judged runs, ``judge-audit.jsonl``. Running again into the same folder resumes: scores
 already there are kept, failed ones are retried, and only what is missing is computed.
+
+``run.json`` and ``cases.jsonl`` are replaced whole (`ragbridge.io.atomic_path`). While a run is going,
+``run.json`` says ``running`` with the process (pid, host, start time) and is rewritten with the counts
+so far every `HEARTBEAT_SECONDS`; a run whose process is gone without recording its end (``kill -9``,
+a lost machine) reads as ``interrupted`` (`load_run`, so reports and gates can tell). The counts cover
+every session of a resumed run: the judge's traffic is added to the earlier sessions' (a session that
+was killed counts what its last heartbeat recorded), and the score and duplicate-chunk counts are
+taken from the whole run.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import asyncio
 import datetime as _dt
 import json
 import os
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +28,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from . import __version__
 from .backend import Backend, MetricSpec, RunOptions, ScoringContext, resolve_metric
-from .io import fingerprint, write_jsonl
+from .io import atomic_path, fingerprint, write_atomic, write_jsonl
 from .plugins import get_backends
 from .schema import Case, RunManifest, Score
 from .target import target_error
@@ -27,6 +36,8 @@ from .target import target_error
 __all__ = ["RunError", "Run", "evaluate", "load_run", "plan_metrics", "read_scores"]
 
 DEFAULT_BACKENDS = ("native",)
+HEARTBEAT_SECONDS = 2.0
+JUDGE_COUNTS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "retries", "errors")
 
 
 class RunError(ValueError):
@@ -173,9 +184,43 @@ def load_run(path: str | Path) -> Run:
         manifest = RunManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
     except ValueError as exc:
         raise RunError(f"{manifest_path}: not a valid run manifest: {exc}") from None
+    if manifest.status == "running" and not _alive(manifest.process):
+        manifest.status = "interrupted"  # its process is gone: it will never record its end
     scores, _ = read_scores(path / "scores.jsonl")
     cases = load_cases(path / "cases.jsonl") if (path / "cases.jsonl").exists() else []
     return Run(manifest=manifest, scores=scores, cases=cases, path=path)
+
+
+def _this_process() -> dict[str, Any]:
+    return {"pid": os.getpid(), "host": socket.gethostname(), "start": _process_start(os.getpid())}
+
+
+def _process_start(pid: int) -> Optional[str]:
+    """When process ``pid`` started, in the kernel's clock ticks (Linux; None elsewhere or if gone).
+
+    With the pid it names one process: a later process given the same pid has another start time.
+    A zombie (killed, not yet reaped) counts as gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return None if fields[0] == "Z" else fields[19]
+
+
+def _alive(process: Optional[dict[str, Any]]) -> bool:
+    """Whether the process a manifest names may still be running (True when this host cannot tell)."""
+    if not process or process.get("host") != socket.gethostname() or not isinstance(process.get("pid"), int):
+        return True
+    try:
+        os.kill(process["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. another user's process: it exists
+        pass
+    if process.get("start") is None:
+        return True
+    return _process_start(process["pid"]) == process["start"]
 
 
 class _RunFolder:
@@ -186,9 +231,7 @@ class _RunFolder:
         self._fh = None
 
     def write_manifest(self, manifest: RunManifest) -> None:
-        tmp = self.manifest_path.with_suffix(".json.tmp")
-        tmp.write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
-        os.replace(tmp, self.manifest_path)
+        write_atomic(self.manifest_path, manifest.model_dump_json(indent=2))
 
     def open(self) -> None:
         _truncate_partial_line(self.scores_path)
@@ -290,6 +333,8 @@ async def evaluate_async(
         finally:
             probe.close()
 
+    if out is not None:
+        _refuse_if_busy(Path(out))
     golden_fp = None
     if target is not None:
         from .target import fill_cases, load_target
@@ -325,9 +370,11 @@ async def evaluate_async(
         judge=judge.public_dict() if (judge is not None and needs_judge) else None,
         digests={b: d for b, chosen in plan.items() if (d := {m: s.digest for m, s in chosen if s.digest})},
         started_at=_now(),
+        process=_this_process(),
     )
     if manifest.judge is not None and (same := _self_judging(judge.model, options, cases)):
         manifest.judge["self_judging"] = same
+    earlier_judge: dict[str, int] = {}  # the judge traffic of the run's earlier sessions
 
     done: dict[tuple[str, str, str], Score] = {}
     folder: Optional[_RunFolder] = None
@@ -362,11 +409,15 @@ async def evaluate_async(
             manifest.backends = {**old.backends, **manifest.backends}
             manifest.judge = manifest.judge or old.judge
             manifest.counts["resumed_from"] = len(done)
+            if isinstance(old.counts.get("judge"), dict):
+                earlier_judge = {k: int(old.counts["judge"].get(k, 0)) for k in JUDGE_COUNTS}
+                manifest.counts["judge"] = dict(earlier_judge)
         elif overwrite and out.exists():
             for name in ("run.json", "scores.jsonl", "cases.jsonl", "judge-audit.jsonl"):
                 (out / name).unlink(missing_ok=True)
         out.mkdir(parents=True, exist_ok=True)
-        write_jsonl(cases, out / "cases.jsonl")
+        with atomic_path(out / "cases.jsonl") as tmp:
+            write_jsonl(cases, tmp)
         folder.write_manifest(manifest)
         folder.open()
 
@@ -413,11 +464,24 @@ async def evaluate_async(
     total = len(immediate) + sum(len(c) for _, _, c in jobs)
     bar = _progress(progress, total)
     interrupted = False
+    n_duplicates = sum(len(c.contexts) - len({ch.id for ch in c.contexts}) for c in cases)
+    n_target_errors = sum(1 for c in cases if target_error(c))
+
+    def update_counts() -> None:
+        manifest.counts.update(_counts(scores.values()), duplicate_chunk_ids=n_duplicates)
+        if n_target_errors:
+            manifest.counts["target_errors"] = n_target_errors
+        if gateway is not None:
+            u = gateway.usage()
+            manifest.counts["judge"] = {k: earlier_judge.get(k, 0) + getattr(u, k) for k in JUDGE_COUNTS}
+
+    last_beat = time.monotonic()
     try:
         if gateway is not None:
             gateway.start()
 
         def record(score: Score) -> None:
+            nonlocal last_beat
             if gateway is not None and score.judge_calls == 0:
                 usage = gateway.usage(score.backend, score.metric, score.case_id)
                 score.judge_calls = usage.calls + usage.cache_hits
@@ -432,6 +496,11 @@ async def evaluate_async(
                 on_score(score)
             if bar:
                 bar.advance()
+            if folder and time.monotonic() - last_beat >= HEARTBEAT_SECONDS:
+                update_counts()
+                manifest.heartbeat_at = _now()
+                folder.write_manifest(manifest)
+                last_beat = time.monotonic()
 
         for s in immediate:
             record(s)
@@ -453,25 +522,10 @@ async def evaluate_async(
         manifest.status = "interrupted" if interrupted else (
             "complete" if len(scores) >= total + len(done) else "incomplete"
         )
-        manifest.counts.update(_counts(list(scores.values())))
-        n_target_errors = sum(1 for c in cases if target_error(c))
-        if n_target_errors:
-            manifest.counts["target_errors"] = n_target_errors
-        if "duplicate_chunk_ids" in ctx.stats:
-            manifest.counts["duplicate_chunk_ids"] = ctx.stats["duplicate_chunk_ids"]
-        if gateway is not None:
-            if gateway.stub_detected:
-                # every judged score of this run came from ragbridge's stub judge, not a model
-                manifest.judge = {**(manifest.judge or {}), "stub": True}
-            u = gateway.usage()
-            manifest.counts["judge"] = {
-                "calls": u.calls,
-                "cache_hits": u.cache_hits,
-                "prompt_tokens": u.prompt_tokens,
-                "completion_tokens": u.completion_tokens,
-                "retries": u.retries,
-                "errors": u.errors,
-            }
+        update_counts()
+        if gateway is not None and gateway.stub_detected:
+            # every judged score of this run came from ragbridge's stub judge, not a model
+            manifest.judge = {**(manifest.judge or {}), "stub": True}
         if folder:
             folder.close()
             folder.write_manifest(manifest)
@@ -490,6 +544,22 @@ def _self_judging(judge_model: str, options: RunOptions, cases: Sequence[Case]) 
     models = [options.generator_model or c.metadata.get("generator_model") for c in cases]
     same = [m for m in models if m and norm(m) == norm(judge_model)]
     return {"generator_model": same[0], "cases": len(same)} if same else None
+
+
+def _refuse_if_busy(out: Path) -> None:
+    """Raise `RunError` when another live process is writing the run folder ``out``."""
+    try:
+        old = json.loads((out / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    process = old.get("process") if isinstance(old, dict) else None
+    if (old.get("status") == "running" and isinstance(process, dict)
+            and process.get("pid") != os.getpid() and _alive(process)):
+        raise RunError(
+            f"{out} is being written by another run (pid {process.get('pid')} on {process.get('host')}, "
+            f"last heartbeat {old.get('heartbeat_at') or old.get('started_at')}); wait for it to end or "
+            "stop it, then run again"
+        )
 
 
 def _counts(scores: Iterable[Score]) -> dict[str, int]:

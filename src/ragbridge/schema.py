@@ -15,7 +15,44 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["Chunk", "Case", "Score", "Evidence", "ClaimVerdict", "ChunkVerdict", "RunManifest"]
+__all__ = ["Chunk", "Case", "Score", "Evidence", "ClaimVerdict", "ChunkVerdict", "RunManifest", "MAX_GRADE",
+           "MAX_METADATA_DEPTH"]
+
+MAX_GRADE = 1000
+"""Grades are integers 0..MAX_GRADE. trec_eval takes any integer; a larger grade is almost surely a
+slip (a score or an id in the grade's place), and ``2**grade``, the exponential gain, must stay finite."""
+
+MAX_METADATA_DEPTH = 100
+"""``metadata`` nests at most this many levels (objects and lists), so every reader, the fingerprint and
+every writer can handle it."""
+
+
+def _grade(key: Any, grade: Any) -> int:
+    wrong = f"grade of {key!r} must be an integer from 0 (judged not relevant) to {MAX_GRADE}, got {grade!r}"
+    if isinstance(grade, bool) or not isinstance(grade, (int, float)):
+        raise ValueError(wrong)
+    if isinstance(grade, float):
+        if not grade.is_integer():
+            raise ValueError(wrong)
+        grade = int(grade)
+    if not 0 <= grade <= MAX_GRADE:
+        raise ValueError(wrong)
+    return grade
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests objects and lists more than ``limit`` levels (no recursion: any depth)."""
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            item = item.values()
+        elif not isinstance(item, (list, tuple)):
+            continue
+        if level > limit:
+            return True
+        stack.extend((child, level + 1) for child in item)
+    return False
 
 
 class Chunk(BaseModel):
@@ -50,9 +87,10 @@ class Chunk(BaseModel):
 class Case(BaseModel):
     """One golden item together with the system's output for it.
 
-    ``relevant`` maps a chunk id or a source to a grade (0 = judged not relevant, 1 = relevant,
-    higher = more relevant); a plain list of ids means grade 1 for each.
-    ``answerable=False`` means the right behaviour is to decline.
+    ``relevant`` maps a chunk id or a source to a grade, an integer from 0 (judged not relevant) to
+    `MAX_GRADE` (1 = relevant, higher = more relevant, as in trec_eval's qrels); a plain list of ids
+    means grade 1 for each. ``answerable`` is a boolean (``False``: the right behaviour is to decline);
+    no other value is read as one. ``metadata`` nests at most `MAX_METADATA_DEPTH` levels.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -105,21 +143,32 @@ class Case(BaseModel):
                 out[str(item)] = 1
             return out
         if not isinstance(v, dict):
+            got = f"the string {v!r}" if isinstance(v, str) else type(v).__name__
             raise ValueError(
-                f"relevant must be a mapping of id to grade or a list of ids, got {type(v).__name__}"
+                f'must be a mapping of id to grade ({{"doc#section": 1}}) or a list of ids '
+                f'(["doc#section"]), got {got}'
             )
         out = {}
         for key, grade in v.items():
-            if isinstance(grade, bool) or not isinstance(grade, (int, float)):
-                raise ValueError(f"grade of {key!r} must be a non-negative integer, got {grade!r}")
-            if isinstance(grade, float):
-                if not grade.is_integer():
-                    raise ValueError(f"grade of {key!r} must be a non-negative integer, got {grade!r}")
-                grade = int(grade)
-            if grade < 0:
-                raise ValueError(f"grade of {key!r} must be a non-negative integer, got {grade!r}")
-            out[str(key)] = grade
+            out[str(key)] = _grade(key, grade)
         return out
+
+    @field_validator("answerable", mode="before")
+    @classmethod
+    def _answerable(cls, v: Any) -> Any:
+        if not isinstance(v, bool):
+            raise ValueError(f"must be true or false, got {v!r}")
+        return v
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _metadata_depth(cls, v: Any) -> Any:
+        if _deeper_than(v, MAX_METADATA_DEPTH):
+            raise ValueError(
+                f"nests more than {MAX_METADATA_DEPTH} levels of objects and lists; flatten it, or store "
+                "the deep part as a JSON string"
+            )
+        return v
 
     @field_validator("tags", "must_contain", "must_not_contain", "reference_contexts", mode="before")
     @classmethod
@@ -236,6 +285,10 @@ class Score(BaseModel):
 class RunManifest(BaseModel):
     """``run.json``: what was run, on what, with which judge. Never holds a secret.
 
+    ``status``: ``running``, then ``complete`` (every planned score recorded, errored ones included:
+    ``counts.errored`` says how many), ``interrupted`` or ``incomplete``. ``process`` (pid, host,
+    start time) names the process of the latest session and ``heartbeat_at`` when it last wrote, so a
+    ``running`` run whose process is gone can be told apart.
     ``digests``: per backend and metric, the content hash of the definition the metric was judged by
     (a rubric), where the backend has one; scores of different digests are never compared silently.
     ``judge.self_judging`` is set when the judge is the system under test's own model.
@@ -254,3 +307,5 @@ class RunManifest(BaseModel):
     finished_at: Optional[str] = None
     status: str = "running"
     counts: dict[str, Any] = Field(default_factory=dict)
+    process: Optional[dict[str, Any]] = None
+    heartbeat_at: Optional[str] = None

@@ -1,0 +1,164 @@
+"""Outputs are whole or absent: ``kill -9`` in the middle of writing one leaves the earlier output.
+
+Each command runs as a real subprocess (tests/kill_mid_write.py) that kills itself with SIGKILL once
+it has written part of its output, so the point of the kill is chosen, not raced for.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ragbridge import evaluate, load_cases
+from ragbridge.io import atomic_path, write_atomic, write_cases
+
+KILLER = Path(__file__).parent / "kill_mid_write.py"
+EARLIER = b"the earlier output, whole\n"
+
+
+def killed(watched: Path, budget: int, *args) -> subprocess.CompletedProcess:
+    res = subprocess.run(
+        [sys.executable, str(KILLER), str(watched), str(budget), *map(str, args)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"},
+    )
+    assert res.returncode == -signal.SIGKILL, f"not killed mid-write: {res.returncode}\n{res.stderr[-2000:]}"
+    return res
+
+
+def visible(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` but the hidden temporaries, with its bytes."""
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not any(part.startswith(".tmp-") for part in p.relative_to(folder).parts)
+    }
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, example_cases_module):
+    out = tmp_path_factory.mktemp("runs") / "run"
+    evaluate(example_cases_module, out=out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def example_cases_module():
+    from conftest import EXAMPLE
+
+    return load_cases(EXAMPLE)
+
+
+# target name, --to: every writer a format plugin registers goes through write_cases
+FORMATS = [
+    ("out.jsonl", "jsonl"), ("out.csv", "csv"), ("ds", "hf"), ("out.jsonl", "ragas"), ("ds", "ragas-hf"),
+    ("out.json", "deepeval"), ("out.jsonl", "trulens"),
+]
+
+
+@pytest.mark.parametrize("name, fmt", FORMATS, ids=[f for _, f in FORMATS])
+def test_convert_killed_mid_write_keeps_the_earlier_file(tmp_path, example_path, name, fmt):
+    out = tmp_path / "out"
+    target = out / name
+    write_cases(load_cases(example_path)[:3], target, fmt)  # an earlier, good output
+    before = visible(out)
+    killed(out, 2000, "convert", example_path, target, "--to", fmt)
+    assert visible(out) == before
+    assert len(load_cases(target, fmt)) == 3  # still the earlier output, and readable
+
+
+def test_convert_killed_mid_write_leaves_no_file_for_run_to_accept(tmp_path, example_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    killed(out, 20_000, "convert", example_path, out / "golden.jsonl")
+    assert visible(out) == {}
+    from conftest import ragbridge_cli
+
+    res = ragbridge_cli("run", out / "golden.jsonl", "--out", tmp_path / "run")
+    assert res.returncode == 2 and "no such file" in res.stderr
+
+
+@pytest.mark.parametrize("fmt", ["html", "md"])
+def test_report_killed_mid_write_keeps_the_earlier_report(run_dir, fmt):
+    target = run_dir / f"report-{fmt}.out"
+    target.write_bytes(EARLIER)
+    killed(run_dir, 10_000, "report", run_dir, "--format", fmt, "--out", target)
+    assert target.read_bytes() == EARLIER
+    fresh = run_dir / f"fresh-{fmt}.out"
+    killed(run_dir, 10_000, "report", run_dir, "--format", fmt, "--out", fresh)
+    assert not fresh.exists()
+
+
+GATES = '[[gate]]\ncheck = "recall@5 >= 0.5"\n'
+
+
+@pytest.mark.parametrize("flag", ["--junit", "--markdown"])
+def test_gate_outputs_killed_mid_write_are_kept(tmp_path, run_dir, flag):
+    (tmp_path / "gates.toml").write_text(GATES)
+    out = tmp_path / "ci"
+    out.mkdir()
+    target = out / "gate.out"
+    target.write_bytes(EARLIER)
+    killed(out, 50, "gate", run_dir, "--config", tmp_path / "gates.toml", flag, target)
+    assert visible(out) == {"gate.out": EARLIER}
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_diff_items_killed_mid_write_are_kept(tmp_path, run_dir, suffix):
+    out = tmp_path / "diff"
+    out.mkdir()
+    target = out / f"items{suffix}"
+    target.write_bytes(EARLIER)
+    killed(out, 1000, "diff", run_dir, run_dir, "--items", target,
+           "--resamples", "200", "--permutations", "200")
+    assert visible(out) == {target.name: EARLIER}
+
+
+def test_sample_killed_mid_write_is_kept(tmp_path, example_path):
+    out = tmp_path / "sample"
+    out.mkdir()
+    target = out / "sample.jsonl"
+    target.write_bytes(EARLIER)
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text("".join(
+        json.dumps({"id": c.id, "question": c.question, "answer": c.answer or ""}) + "\n"
+        for c in load_cases(example_path)
+    ))
+    killed(out, 1000, "sample", traces, "--n", "40", "--out", target)
+    assert visible(out) == {"sample.jsonl": EARLIER}
+
+
+def test_run_folder_files_killed_mid_write_are_kept(tmp_path, example_path):
+    """cases.jsonl, then run.json, killed half-written while a run resumes: both stay whole."""
+    out = tmp_path / "run"
+    evaluate(load_cases(example_path), out=out, metrics=["mrr"])
+    before = visible(out)
+    n_cases = len(before["cases.jsonl"])
+    killed(out, n_cases // 2, "run", example_path, "--out", out, "--metric", "mrr", "--no-progress")
+    assert visible(out) == before
+    killed(out, n_cases + 200, "run", example_path, "--out", out, "--metric", "mrr", "--no-progress")
+    assert visible(out)["run.json"] == before["run.json"]
+    assert json.loads(visible(out)["run.json"])["status"] == "complete"
+
+
+def test_atomic_path_replaces_a_folder_and_keeps_it_on_failure(tmp_path):
+    target = tmp_path / "ds"
+    with atomic_path(target) as tmp:
+        tmp.mkdir()
+        (tmp / "a").write_text("first")
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.mkdir()
+            (tmp / "a").write_text("second, half")
+            raise RuntimeError("writer failed")
+    assert visible(target) == {"a": b"first"} and sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
+    with atomic_path(target) as tmp:
+        tmp.mkdir()
+        (tmp / "b").write_text("second")
+    assert visible(target) == {"b": b"second"} and sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
+    write_atomic(tmp_path / "f.txt", "text")
+    write_atomic(tmp_path / "f.bin", b"\x00bytes")
+    assert (tmp_path / "f.txt").read_text() == "text" and (tmp_path / "f.bin").read_bytes() == b"\x00bytes"
