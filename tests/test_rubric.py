@@ -26,7 +26,8 @@ def scores_of(run_dir: Path) -> dict[tuple[str, str, str], dict]:
 
 
 def judge_args(stub) -> list[str]:
-    return ["--judge-model", "stub-judge", "--judge-base-url", stub.base_url, "--cache-mode", "off", "--no-progress"]
+    return ["--judge-model", "stub-judge", "--judge-base-url", stub.base_url, "--cache-mode", "off",
+            "--no-progress"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -52,31 +53,35 @@ def test_rubric_from_toml_and_from_python_have_the_same_hash():
     relaxed = Rubric.model_validate({**toml.model_dump(), "pass_at": 3})
     assert relaxed.hash != toml.hash and relaxed.threshold == 0.5 and toml.threshold == 0.75
     binary = dict(name="x", question="q?", fields=["answer"], scale="binary",
-                  levels=[{"value": 1, "label": "y", "description": "yes"}, {"value": 0, "label": "n", "description": "no"}])
+                  levels=[{"value": 1, "label": "y", "description": "yes"},
+                          {"value": 0, "label": "n", "description": "no"}])
     assert Rubric.model_validate(binary).hash == Rubric.model_validate({**binary, "pass_at": 1}).hash
 
 
 def test_builtin_rubrics_cover_the_judged_canonical_metrics():
     b = builtin_rubrics()
-    assert sorted(b) == ["abstention", "answer_correctness", "answer_relevance", "context_relevance", "faithfulness"]
+    assert sorted(b) == ["abstention", "answer_correctness", "answer_relevance", "context_relevance",
+                         "faithfulness"]
     assert b["faithfulness"].mode == "claims" and b["context_relevance"].mode == "per_chunk"
     assert b["answer_correctness"].fields == ("question", "reference", "answer")
     assert b["answer_relevance"].requires == ("answer",)
 
 
-@pytest.mark.parametrize("edit, line, expected", [
-    (lambda t: t.replace("pass_at = 4", "pass_at = 6"), 11, "pass_at: 6 is not a level of scale '1-5': set it to one of"),
-    (lambda t: t.replace("value = 3\n", "value = 7\n"), 14, "level: scale '1-5' has levels 1, 2, 3, 4, 5: describe each"),
-    (lambda t: t.replace("reasons_first = true", "reasons_frist = true"), 12, "reasons_frist: is not a rubric field"),
-    (lambda t: t.replace('scale = "1-5"', 'scale = "1-10"'), 10, "scale: must be 'binary', 'three-level' or '1-5'"),
-    (lambda t: t.replace('name = "helpfulness"', 'name = "Helpful ness"'), 7, "is not a metric name"),
-    (lambda t: t.replace('"contexts", "answer"]', '"context", "answer"]'), 9, "fields.1: must be 'question', 'reference'"),
-    (lambda t: t.replace('scale = "1-5"', 'mode = "claims"'), 10, 'mode: "claims" has its own verdicts'),
-    (lambda t: t.replace("[[rubric.level]]", "[[rubric.level]", 1), 14, "not valid TOML"),
+@pytest.mark.parametrize("old, new, line, expected", [
+    ("pass_at = 4", "pass_at = 6", 12, "pass_at: 6 is not a level of scale '1-5': set it to one of"),
+    ("value = 3\n", "value = 7\n", 15, "level: scale '1-5' has levels 1, 2, 3, 4, 5: describe each"),
+    ("reasons_first = true", "reasons_frist = true", 13, "reasons_frist: is not a rubric field"),
+    ('scale = "1-5"', 'scale = "1-10"', 11, "scale: must be 'binary', 'three-level' or '1-5'"),
+    ('name = "helpfulness"', 'name = "Helpful ness"', 8, "is not a metric name"),
+    ('"contexts", "answer"]', '"context", "answer"]', 10, "fields.1: must be 'question', 'reference'"),
+    ('scale = "1-5"', 'mode = "claims"', 11, 'mode: "claims" has its own verdicts'),
+    ("[[rubric.level]]\nvalue = 5", "[[rubric.level]\nvalue = 5", 15, "not valid TOML"),
 ])
-def test_bad_rubric_file_names_file_line_field_and_fix(tmp_path, edit, line, expected):
+def test_bad_rubric_file_names_file_line_field_and_fix(tmp_path, old, new, line, expected):
     bad = tmp_path / "bad.toml"
-    bad.write_text(edit(EXAMPLE_RUBRICS.read_text()))
+    text = EXAMPLE_RUBRICS.read_text()
+    assert old in text
+    bad.write_text(text.replace(old, new))
     with pytest.raises(RubricError) as e:
         load_rubrics(bad)
     assert str(e.value).startswith(f"{bad}:{line}: "), str(e.value)
@@ -90,7 +95,7 @@ def test_bad_rubric_file_stops_the_run_before_anything_is_written(tmp_path, stub
     res = ragbridge_cli("run", EXAMPLE, "--out", out, "--backend", "rubric", "--rubric", bad,
                         "--metric", "helpfulness", *judge_args(stub_judge))
     assert res.returncode == 2, res.stderr
-    assert f"{bad}:11: rubric 'helpfulness', pass_at: 6 is not a level" in " ".join(res.stderr.split())
+    assert f"{bad}:12: rubric 'helpfulness', pass_at: 6 is not a level" in " ".join(res.stderr.split())
     assert not out.exists() and stub_judge.posts() == []
 
 
@@ -117,7 +122,8 @@ def test_one_system_prompt_per_rubric_and_exactly_the_named_fields(tmp_path, stu
     assert len(by_task) == 7  # 4 graded rubrics + helpfulness, and faithfulness' split and verify
     assert all(len(v) == 1 for v in by_task.values()), {k: len(v) for k, v in by_task.items()}
     # the user message shows exactly the rubric's fields, and never the case id or tags
-    heads = {name: {line for u in us for line in u.splitlines() if line.startswith("### ")} for name, us in users.items()}
+    heads = {name: {line for u in us for line in u.splitlines() if line.startswith("### ")}
+             for name, us in users.items()}
     assert heads["answer_relevance"] == {"### Question", "### Answer"}
     assert heads["answer_correctness"] == {"### Question", "### Reference answer", "### Answer"}
     assert heads["context_relevance"] == {"### Question", "### Passage"}
@@ -127,11 +133,13 @@ def test_one_system_prompt_per_rubric_and_exactly_the_named_fields(tmp_path, stu
     # the context is what the generator saw: every chunk's text verbatim, in order, a repeat kept
     dup = next(c for c in cases if c.id == "returns-label-validity")
     assert len({ch.id for ch in dup.contexts}) < len(dup.contexts)
-    expected = "### Context passages\n" + "\n\n".join(f"[{i}] {ch.text}" for i, ch in enumerate(dup.contexts, 1))
+    passages = "\n\n".join(f"[{i}] {ch.text}" for i, ch in enumerate(dup.contexts, 1))
+    expected = "### Context passages\n" + passages
     whole = f"### Question\n{dup.question}\n\n{expected}\n\n### Answer\n{dup.answer}"
     assert sum(u == whole for u in users["helpfulness"]) == 1
-    chunk_msgs = [u for u in users["context_relevance"] if u.startswith("### Question\n" + dup.question + "\n")]
-    assert sorted(chunk_msgs) == sorted(f"### Question\n{dup.question}\n\n### Passage\n{ch.text}" for ch in dup.contexts)
+    head = f"### Question\n{dup.question}\n"
+    chunk_msgs = [u for u in users["context_relevance"] if u.startswith(head)]
+    assert sorted(chunk_msgs) == sorted(f"{head}\n### Passage\n{ch.text}" for ch in dup.contexts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -177,18 +185,20 @@ def test_cli_run_records_hashes_evidence_and_the_unsupported_share(rubric_run):
     dup = scores[("returns-label-validity", "rubric", "context_relevance")]
     assert [c["id"] for c in dup["evidence"]["chunks"]] == [
         ch.id for ch in next(c for c in load_cases(EXAMPLE) if c.id == "returns-label-validity").contexts]
-    assert dup["value"] == sum(c["relevant"] for c in dup["evidence"]["chunks"]) / len(dup["evidence"]["chunks"])
+    chunks = dup["evidence"]["chunks"]
+    assert dup["value"] == sum(c["relevant"] for c in chunks) / len(chunks)
     # the summary shows the unsupported-claim share beside the mean, overall and per tag
-    n_bad = sum(1 for s in rub if s["metric"] == "faithfulness" and s["evidence"]["claims"]
-                and any(c["verdict"] != "SUPPORTED" for c in s["evidence"]["claims"]))
-    n_claims = sum(1 for s in rub if s["metric"] == "faithfulness" and s["evidence"]["claims"])
+    def unsupported(s: dict) -> bool:
+        return any(c["verdict"] != "SUPPORTED" for c in s["evidence"]["claims"])
+
+    faith = [s for s in rub if s["metric"] == "faithfulness" and s["evidence"]["claims"]]
+    n_bad, n_claims = sum(map(unsupported, faith)), len(faith)
     line = next(ln for ln in res.stdout.splitlines() if "rubric" in ln and "faithfulness" in ln)
     assert line.rstrip(" │").endswith(f"{n_bad / n_claims:.0%}"), line
     assert "unsupported: share of answers with at least one unsupported claim" in " ".join(res.stdout.split())
     assert max(len(ln) for ln in res.stdout.splitlines()) <= 80
-    tagged = [s for s in rub if s["metric"] == "faithfulness" and s["case_id"].startswith("unanswerable")]
-    share = sum(bool(s["evidence"]["claims"]) and any(c["verdict"] != "SUPPORTED" for c in s["evidence"]["claims"])
-                for s in tagged) / sum(bool(s["evidence"]["claims"]) for s in tagged)
+    tagged = [s for s in faith if s["case_id"].startswith("unanswerable")]
+    share = sum(map(unsupported, tagged)) / len(tagged)
     lines = res.stdout.splitlines()
     at = max(i for i, ln in enumerate(lines) if ln.startswith("│ unanswerable"))  # the rubric table's row
     row = " ".join(lines[at:at + 2])  # at 80 columns the share may wrap under the mean
@@ -203,15 +213,17 @@ def test_report_and_validate_read_the_typed_evidence(rubric_run, tmp_path):
     text = md.read_text()
     assert "with an unsupported claim" in text and "unsup." in text
     labels = tmp_path / "labels.jsonl"
+    graded = [("claims-damage-deadline", "fail"), ("billing-refund-window", "pass"),
+              ("notifications-sms-cost", "fail"), ("billing-vat-id", "pass")]
     labels.write_text("".join(json.dumps({"case_id": c, "metric": "faithfulness", "label": lab}) + "\n"
-                              for c, lab in [("claims-damage-deadline", "fail"), ("billing-refund-window", "pass"),
-                                             ("notifications-sms-cost", "fail"), ("billing-vat-id", "pass")]))
-    res = ragbridge_cli("validate", out, "--labels", labels, "--backend", "rubric", "--threshold", "rubric=1", "--json")
+                              for c, lab in graded))
+    res = ragbridge_cli("validate", out, "--labels", labels, "--backend", "rubric", "--threshold", "rubric=1",
+                        "--json")
     assert res.returncode == 0, res.stderr
     row = json.loads(res.stdout)[0]
     scores = scores_of(out)
-    expected = sum(any(c["verdict"] != "SUPPORTED" for c in scores[(cid, "rubric", "faithfulness")]["evidence"]["claims"])
-                   for cid in ("claims-damage-deadline", "billing-refund-window", "notifications-sms-cost", "billing-vat-id"))
+    claims = [scores[(cid, "rubric", "faithfulness")]["evidence"]["claims"] for cid, _ in graded]
+    expected = sum(any(c["verdict"] != "SUPPORTED" for c in cs) for cs in claims)
     assert row["claims_answers"] == 4 and row["unsupported_answers"] == expected
     # the rubric backend joins compare as a peer (abstention: judged by the model vs the native check)
     res = ragbridge_cli("compare", out, "--metric", "abstention", "--json", "--resamples", "0")
@@ -231,8 +243,8 @@ def test_a_run_judged_by_the_systems_own_model_is_flagged(tmp_path, stub_judge):
     assert manifest["options"]["generator_model"] == "openai/Stub-Judge"
     html = tmp_path / "r.html"
     assert ragbridge_cli("report", out, "--out", html, "--resamples", "0").returncode == 0
-    assert ("Self-judging:</strong> the judge is the system under test's own model (<code>openai/Stub-Judge</code>) "
-            "on 53 case(s)") in html.read_text()
+    assert ("Self-judging:</strong> the judge is the system under test's own model "
+            "(<code>openai/Stub-Judge</code>) on 53 case(s)") in html.read_text()
     # per case, from the golden set's metadata
     data = tmp_path / "g.jsonl"
     rows = [json.loads(x) for x in EXAMPLE.read_text().splitlines()[:4]]
@@ -256,8 +268,8 @@ def test_a_changed_rubric_is_rescored_warned_by_diff_and_refused_by_gate(tmp_pat
     h1, h2 = load_rubrics(v1)[0].hash, load_rubrics(v2)[0].hash
     base, new = tmp_path / "base", tmp_path / "new"
     for out, f in ((base, v1), (new, v2)):
-        res = ragbridge_cli("run", EXAMPLE, "--out", out, "--backend", "rubric", "--rubric", f,
-                            "--metric", "helpfulness", "--metric", "answer_relevance", *judge_args(stub_judge))
+        res = ragbridge_cli("run", EXAMPLE, "--out", out, "--backend", "rubric", "--rubric", f, "--metric",
+                            "helpfulness", "--metric", "answer_relevance", *judge_args(stub_judge))
         assert res.returncode == 0, res.stderr
     res = ragbridge_cli("diff", base, new)
     assert res.returncode == 0, res.stderr
@@ -281,7 +293,8 @@ def test_a_changed_rubric_is_rescored_warned_by_diff_and_refused_by_gate(tmp_pat
     res = ragbridge_cli("rescore", base, "--backend", "rubric", "--rubric", v2, "--metric", "helpfulness",
                         "--metric", "answer_relevance", *judge_args(stub_judge)[:-1])
     assert res.returncode == 0, res.stderr
-    assert "rubric changed since the folder was scored, scored again: rubric:helpfulness" in " ".join(res.stdout.split())
+    note = "rubric changed since the folder was scored, scored again: rubric:helpfulness"
+    assert note in " ".join(res.stdout.split())
     after = scores_of(base)
     assert json.loads((base / "run.json").read_text())["digests"]["rubric"]["helpfulness"] == h2
     assert {s["native_value"]["hash"] for k, s in after.items() if k[2] == "helpfulness"} == {h2}

@@ -22,8 +22,8 @@ from ragbridge.rubric import load_rubrics
 from test_rubric import EXAMPLE_RUBRICS, scores_of
 
 HOSTILE_Q = "<script>document.documentElement.setAttribute('data-pwned','q')</script> Can I get a refund?"
-HOSTILE_A = "<img src=x onerror=\"document.documentElement.setAttribute('data-pwned','a')\"> Refunds take 14 days."
-HOSTILE_CHUNK = "</textarea><script>document.documentElement.setAttribute('data-pwned','c')</script> Refunds: 14 days."
+HOSTILE_A = "<img src=x onerror=\"document.documentElement.setAttribute('data-pwned','a')\"> 14 days."
+HOSTILE_CHUNK = "</textarea><script>document.documentElement.setAttribute('data-pwned','c')</script> 14 days."
 HOSTILE_ID = "evil\"><b>case</b>"
 
 
@@ -110,7 +110,8 @@ class Browser:
         return session
 
     def js(self, session: str, expression: str) -> Any:
-        res = self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True}, session=session)
+        res = self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True},
+                        session=session)
         if "exceptionDetails" in res:
             raise RuntimeError(res["exceptionDetails"])
         return res["result"].get("value")
@@ -143,15 +144,16 @@ def labelled_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("label")
     cases = load_cases(EXAMPLE)[:15] + [Case(
         id=HOSTILE_ID, question=HOSTILE_Q, answer=HOSTILE_A, tags=["billing", "x\" onmouseover=\"alert(1)"],
-        contexts=[Chunk(id="refunds.md#<i>1</i>", text=HOSTILE_CHUNK), Chunk(id="plain#2", text="Plain text.")])]
+        contexts=[Chunk(id="refunds.md#<i>1</i>", text=HOSTILE_CHUNK),
+                  Chunk(id="plain#2", text="Plain text.")])]
     data = tmp / "golden.jsonl"
     write_cases(cases, data)
     out = tmp / "run"
     with StubJudge() as stub:
+        metrics = ["--metric", "helpfulness", "--metric", "faithfulness", "--metric", "context_relevance"]
         res = ragbridge_cli("run", data, "--out", out, "--backend", "rubric", "--rubric", EXAMPLE_RUBRICS,
-                            "--metric", "helpfulness", "--metric", "faithfulness", "--metric", "context_relevance",
-                            "--judge-model", "stub-judge", "--judge-base-url", stub.base_url, "--cache-mode", "off",
-                            "--no-progress")
+                            *metrics, "--judge-model", "stub-judge", "--judge-base-url", stub.base_url,
+                            "--cache-mode", "off", "--no-progress")
     assert res.returncode == 0, res.stderr
     return out
 
@@ -167,7 +169,8 @@ def test_the_sample_is_stratified_by_verdict_and_tag_and_reproducible(labelled_r
     verdict = {cid: s["passed"] for (cid, b, m), s in scores.items() if m == "helpfulness"}
     n_pass = sum(verdict.values())
     assert 2 <= n_pass <= len(verdict) - 2  # both verdicts occur in this run
-    info = label(labelled_run, "--metric", "helpfulness", "--n", "4", "--seed", "7", "--out", tmp_path / "p.html")
+    info = label(labelled_run, "--metric", "helpfulness", "--n", "4", "--seed", "7",
+                 "--out", tmp_path / "p.html")
     picked = info["case_ids"]
     assert len(picked) == 4 and sum(verdict[c] for c in picked) == 2  # half judged pass, half fail
     assert info["pass"] == info["fail"] == 2 and info["threshold"] == 0.75
@@ -182,7 +185,8 @@ def test_the_sample_is_stratified_by_verdict_and_tag_and_reproducible(labelled_r
     assert sorted(info["case_ids"]) == sorted(verdict) and info["pass"] == n_pass
     # within a verdict, tag combinations take turns: the first cases drawn all differ in their tags
     tags_of = {c.id: tuple(sorted(c.tags)) for c in load_cases(labelled_run / "cases.jsonl")}
-    info = label(labelled_run, "--metric", "helpfulness", "--n", "6", "--seed", "1", "--out", tmp_path / "t.html")
+    info = label(labelled_run, "--metric", "helpfulness", "--n", "6", "--seed", "1",
+                 "--out", tmp_path / "t.html")
     for side in (True, False):
         drawn = [tags_of[c] for c in info["case_ids"] if verdict[c] is side]
         combos = {tags_of[c] for c in verdict if verdict[c] is side}
@@ -194,7 +198,8 @@ def test_label_refuses_a_rubric_other_than_the_runs(labelled_run, tmp_path):
     changed.write_text(EXAMPLE_RUBRICS.read_text().replace("pass_at = 4", "pass_at = 3"))
     res = ragbridge_cli("label", labelled_run, "--metric", "helpfulness", "--rubric", changed)
     assert res.returncode == 2
-    assert f"but {labelled_run} was judged by hash {load_rubrics(EXAMPLE_RUBRICS)[0].hash}" in " ".join(res.stderr.split())
+    judged_by = f"but {labelled_run} was judged by hash {load_rubrics(EXAMPLE_RUBRICS)[0].hash}"
+    assert judged_by in " ".join(res.stderr.split())
     res = ragbridge_cli("label", labelled_run)
     assert res.returncode == 2 and "--metric" in res.stderr
 
@@ -213,7 +218,8 @@ def test_grading_in_chromium_saves_labels_that_validate_reads(labelled_run, brow
     assert root == ["1", None]  # the page's own script ran; nothing from the data did
     text = browser.js(s, "document.body.innerText")
     assert HOSTILE_Q in text and HOSTILE_A in text and HOSTILE_CHUNK in text
-    assert browser.js(s, "[...document.querySelectorAll('section.case')].map(e => e.dataset.caseId)") == info["case_ids"]
+    shown = browser.js(s, "[...document.querySelectorAll('section.case')].map(e => e.dataset.caseId)")
+    assert shown == info["case_ids"]
     # the judge's verdict is not on the page; the rubric's levels are
     assert "stub judge" not in text and "Mostly resolved" in text
     # grade 15 of the 16 cases by clicking the levels' labels, write a note on one, leave the last ungraded
@@ -238,10 +244,12 @@ def test_grading_in_chromium_saves_labels_that_validate_reads(labelled_run, brow
         assert r["metric"] == r["rubric"] == "helpfulness" and r["rubric_hash"] == rubric.hash
     assert rows[0]["note"] == "see </script> the <b>chunk</b>" and "note" not in rows[1]
     # validate reads the saved file as it is
-    res = ragbridge_cli("validate", labelled_run, "--labels", saved, "--threshold", "rubric:helpfulness=0.75", "--json")
+    res = ragbridge_cli("validate", labelled_run, "--labels", saved, "--threshold", "rubric:helpfulness=0.75",
+                        "--json")
     assert res.returncode == 0, res.stderr
     row = json.loads(res.stdout)[0]
-    judged = {cid: s["value"] >= 0.75 for (cid, b, m), s in scores_of(labelled_run).items() if m == "helpfulness"}
+    judged = {cid: s["value"] >= 0.75 for (cid, b, m), s in scores_of(labelled_run).items()
+              if m == "helpfulness"}
     human = {r["case_id"]: r["label"] == "pass" for r in rows}
     assert row["n_labels"] == row["n_paired"] == 15
     assert (row["tp"], row["fn"], row["fp"], row["tn"]) == (
@@ -257,9 +265,10 @@ def test_per_chunk_and_claim_rubrics_are_graded_in_their_own_terms(labelled_run,
     downloads.mkdir()
     s = browser.open(page.as_uri(), downloads)
     cases = {c.id: c for c in load_cases(labelled_run / "cases.jsonl")}
-    if metric == "context_relevance":  # a verdict per passage: relevant (1) for the first, not (0) for the rest
-        browser.js(s, "document.querySelectorAll('section.case').forEach(sec => sec.querySelectorAll('fieldset.chunk')"
-                      ".forEach((f, j) => f.querySelector(`input[value=\"${j === 0 ? 1 : 0}\"]`).click()))")
+    if metric == "context_relevance":  # a verdict per passage: the first relevant (1), the others not (0)
+        browser.js(s, "document.querySelectorAll('section.case').forEach(sec => "
+                      "sec.querySelectorAll('fieldset.chunk').forEach((f, j) => "
+                      "f.querySelector(`input[value=\"${j === 0 ? 1 : 0}\"]`).click()))")
     else:  # pass / fail for the whole answer
         browser.js(s, "document.querySelectorAll('section.case').forEach((sec, i) => "
                       "sec.querySelector(`fieldset.grade input[value=\"${i % 2}\"]`).click())")

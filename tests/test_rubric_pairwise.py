@@ -47,13 +47,15 @@ def runs(tmp_path_factory):
 
 def pairwise(base, new, url, *extra):
     res = ragbridge_cli("pairwise", base, new, "--metric", "answer_relevance", "--judge-model", "j",
-                        "--judge-base-url", url, "--cache-mode", "off", "--json", "--resamples", "500", *extra)
+                        "--judge-base-url", url, "--cache-mode", "off", "--json", "--resamples", "500",
+                        *extra)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
 
 
 def always(position: str):
-    return lambda body, n: (200, json.dumps({"reason": f"answer {position} reads better", "winner": position}), "stop")
+    reply = json.dumps({"reason": f"answer {position} reads better", "winner": position})
+    return lambda body, n: (200, reply, "stop")
 
 
 @pytest.mark.parametrize("position", ["A", "B"])
@@ -107,8 +109,9 @@ def test_stub_judge_prefers_the_grounded_answer_and_has_no_position_bias(runs, s
     assert res["net"] == pytest.approx(-6 / 53) and res["net_low"] < res["net"] < res["net_high"] < 0
     assert len(stub_judge.posts("/chat/completions")) == 12
     # the terminal summary, as a person reads it
-    res = ragbridge_cli("pairwise", base, flawed, "--metric", "answer_relevance", "--judge-model", "stub-judge",
-                        "--judge-base-url", stub_judge.base_url, "--cache-mode", "off", env={"COLUMNS": "80"})
+    res = ragbridge_cli("pairwise", base, flawed, "--metric", "answer_relevance", "--judge-model",
+                        "stub-judge", "--judge-base-url", stub_judge.base_url, "--cache-mode", "off",
+                        env={"COLUMNS": "80"})
     assert res.returncode == 0, res.stderr
     text = " ".join(res.stdout.split())
     assert "new better 0 (0%), tie 47 (89%), base better 6 (11%)" in text
@@ -118,11 +121,10 @@ def test_stub_judge_prefers_the_grounded_answer_and_has_no_position_bias(runs, s
 
 def test_pairwise_refuses_what_it_cannot_compare(runs, tmp_path):
     base, reworded, _ = runs
-    res = ragbridge_cli("pairwise", base, reworded, "--judge-model", "j", "--judge-base-url", "http://127.0.0.1:9/v1")
+    judge = ["--judge-model", "j", "--judge-base-url", "http://127.0.0.1:9/v1"]
+    res = ragbridge_cli("pairwise", base, reworded, *judge)
     assert res.returncode == 2 and "--metric" in res.stderr
-    res = ragbridge_cli("pairwise", base, reworded, "--metric", "nonesuch", "--judge-model", "j",
-                        "--judge-base-url", "http://127.0.0.1:9/v1")
+    res = ragbridge_cli("pairwise", base, reworded, "--metric", "nonesuch", *judge)
     assert res.returncode == 2 and "no rubric named 'nonesuch'" in res.stderr
-    res = ragbridge_cli("pairwise", base, tmp_path / "nope", "--metric", "answer_relevance", "--judge-model", "j",
-                        "--judge-base-url", "http://127.0.0.1:9/v1")
+    res = ragbridge_cli("pairwise", base, tmp_path / "nope", "--metric", "answer_relevance", *judge)
     assert res.returncode == 2 and "new run" in res.stderr

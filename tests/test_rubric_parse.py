@@ -54,9 +54,10 @@ class CannedJudge:
                 if status != 200:
                     self._send(status, {"error": {"message": content, "type": "invalid_request_error"}})
                     return
-                self._send(200, {"id": f"c{n}", "object": "chat.completion", "created": 0, "model": body["model"],
-                                 "choices": [{"index": 0, "finish_reason": finish,
-                                              "message": {"role": "assistant", "content": content}}],
+                message = {"role": "assistant", "content": content}
+                self._send(200, {"id": f"c{n}", "object": "chat.completion", "created": 0,
+                                 "model": body["model"],
+                                 "choices": [{"index": 0, "finish_reason": finish, "message": message}],
                                  "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -126,7 +127,8 @@ def test_ranges_are_checked_in_code():
             check_grade({"reason": "x", "score": bad}, r)
     with pytest.raises(ReplyError, match='"reason" must be a non-empty string'):
         check_grade({"reason": " ", "score": 3}, r)
-    ok = {"verdicts": [{"claim": 2, "reason": "b", "verdict": "not found"}, {"claim": 1, "reason": "a", "verdict": "SUPPORTED"}]}
+    ok = {"verdicts": [{"claim": 2, "reason": "b", "verdict": "not found"},
+                       {"claim": 1, "reason": "a", "verdict": "SUPPORTED"}]}
     assert check_verdicts(ok, 2) == [("SUPPORTED", "a"), ("NOT_FOUND", "b")]
     with pytest.raises(ReplyError, match=r"no verdict for claim\(s\) 2 of 2"):
         check_verdicts({"verdicts": ok["verdicts"][1:]}, 2)
@@ -152,7 +154,7 @@ def test_a_bad_reply_is_asked_again_and_the_good_one_scores(bad, problem):
     assert s.error is None and s.value == 1.0 and s.passed is True
     assert len(canned.bodies) == 2
     first, second = canned.bodies
-    # the re-ask is the same conversation, the bad reply, and the problem named (so the cache cannot repeat it)
+    # the re-ask: the same conversation, the bad reply, the problem named (so no cache can repeat it)
     assert second["messages"][:2] == first["messages"]
     assert second["messages"][2] == {"role": "assistant", "content": bad[1]}
     assert problem in second["messages"][3]["content"]
@@ -160,7 +162,7 @@ def test_a_bad_reply_is_asked_again_and_the_good_one_scores(bad, problem):
 
 @pytest.mark.parametrize("bad, problem", [
     ((200, '{"reason": "very relevant", "score": 7}', "stop"), '"score" must be one of 1, 2, 3, 4, 5, got 7'),
-    ((200, '{"reason": "It answers the refund ques', "length"), 'cut off at max_tokens (finish_reason "length")'),
+    ((200, '{"reason": "It answers the', "length"), 'cut off at max_tokens (finish_reason "length")'),
     ((200, "not json at all", "stop"), "not one JSON object"),
 ])
 def test_a_reply_that_stays_bad_is_an_error_never_a_default(bad, problem):
@@ -187,9 +189,10 @@ def test_the_budget_is_the_option_and_never_more_than_the_gateways():
 
 def test_claim_verdicts_must_cover_every_claim():
     split = (200, json.dumps({"claims": ["Refunds within 14 days.", "Request it in Settings."]}), "stop")
-    short = (200, json.dumps({"verdicts": [{"claim": 1, "reason": "stated", "verdict": "SUPPORTED"}]}), "stop")
-    full = (200, json.dumps({"verdicts": [{"claim": 1, "reason": "stated", "verdict": "SUPPORTED"},
-                                          {"claim": 2, "reason": "not there", "verdict": "NOT_FOUND"}]}), "stop")
+    first = {"claim": 1, "reason": "stated", "verdict": "SUPPORTED"}
+    short = (200, json.dumps({"verdicts": [first]}), "stop")
+    second = {"claim": 2, "reason": "not there", "verdict": "NOT_FOUND"}
+    full = (200, json.dumps({"verdicts": [first, second]}), "stop")
     with CannedJudge(queue(split, short, full)) as canned:
         s = score(canned, metric="faithfulness")
     assert s.error is None and s.value == 0.5
@@ -218,7 +221,8 @@ def test_an_endpoint_without_json_schema_gets_plain_prompts():
         s = score(canned)
     assert s.error is None and s.value == 1.0 and s.native_value["structured"] == "prompt"
     assert ["response_format" in b for b in canned.bodies] == [True, False]
-    assert canned.bodies[0]["response_format"]["json_schema"]["schema"]["properties"]["score"]["enum"] == [1, 2, 3, 4, 5]
+    schema = canned.bodies[0]["response_format"]["json_schema"]["schema"]
+    assert schema["properties"]["score"]["enum"] == [1, 2, 3, 4, 5]
     # and the system prompt alone asks for the JSON object, with the reason before the score
     system = canned.bodies[1]["messages"][0]["content"]
     assert "Reply with only a JSON object" in system
@@ -228,7 +232,8 @@ def test_an_endpoint_without_json_schema_gets_plain_prompts():
     assert ["response_format" in b for b in canned.bodies] == [False]
     with CannedJudge(rejects_json_schema) as canned:  # insisting on json_schema: the endpoint's error, said
         s = score(canned, structured="json_schema")
-    assert s.error == "rubric answer_relevance: the judge answered HTTP 400: response_format json_schema is not supported"
+    assert s.error == ("rubric answer_relevance: the judge answered HTTP 400: "
+                       "response_format json_schema is not supported")
 
 
 def test_a_bad_option_stops_the_run_before_it_starts(tmp_path):
@@ -237,7 +242,8 @@ def test_a_bad_option_stops_the_run_before_it_starts(tmp_path):
     with CannedJudge(queue(GOOD)) as canned:
         judge = JudgeConfig(model="canned", base_url=canned.base_url, cache_mode="off")
         with pytest.raises(RunError, match="unknown rubric backend option 'structure'"):
-            evaluate(one_case(), backends=["rubric"], metrics=["answer_relevance"], judge=judge, out=tmp_path / "r",
+            evaluate(one_case(), backends=["rubric"], metrics=["answer_relevance"], judge=judge,
+                     out=tmp_path / "r",
                      options=RunOptions(backend_options={"rubric": {"structure": "prompt"}}))
     assert canned.bodies == [] and not (tmp_path / "r").exists()
 

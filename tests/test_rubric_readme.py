@@ -40,8 +40,8 @@ def test_readme_rubric_commands_run_on_the_example(tmp_path):
     port = str(free_port())
     serve = shlex.split(commands[0].replace("8808", port).rstrip("&"))
     assert serve[:4] == ["ragbridge", "judge", "serve", "--stub"]
-    stub = subprocess.Popen([sys.executable, "-c", "from ragbridge.cli import run_cli; run_cli()", *serve[1:]],
-                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stub = subprocess.Popen([sys.executable, "-c", "from ragbridge.cli import run_cli; run_cli()",
+                             *serve[1:]], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(300):
             try:
@@ -65,7 +65,8 @@ def test_readme_rubric_commands_run_on_the_example(tmp_path):
     assert page.exists() and "--threshold rubric:helpfulness=0.75" in labelled.stdout
     assert "helpf" in validated.stdout and "TNR" in validated.stdout  # the table may shorten names
     # the shipped labels grade exactly the 20 cases the README's label command draws, by this rubric
-    labels = [json.loads(x) for x in (ROOT / "examples/support-bot/labels-helpfulness.jsonl").read_text().splitlines()]
+    shipped = ROOT / "examples/support-bot/labels-helpfulness.jsonl"
+    labels = [json.loads(x) for x in shipped.read_text().splitlines()]
     rubric = load_rubrics(ROOT / "examples/support-bot/rubrics.toml")[0]
     assert {r["rubric_hash"] for r in labels} == {rubric.hash}
     assert all(r["label"] == ("pass" if r["level"] >= rubric.pass_at else "fail") for r in labels)

@@ -15,8 +15,8 @@ Three analyses read a run folder and return pandas DataFrames (the ``ragbridge c
     threshold. "Positive" is *pass*: ``tpr`` is the share of human-passed answers the backend passes,
     ``tnr`` the share of human-failed answers the backend fails (how many real failures it catches),
     so a judge that agrees 90% overall but misses half of the rare failures shows ``tnr`` 0.5.
-    Also Cohen's kappa, balanced accuracy, and, where a backend exposes its claims, the share of
-    answers with at least one unsupported claim.
+    Also Cohen's kappa, balanced accuracy, and, where a backend exposes its claims (``Score.evidence``,
+    else its ``native_value``), the share of answers with at least one unsupported claim.
 `calibrate`
     For a migration, the threshold in a target backend that best reproduces the source backend's
     pass/fail at its threshold (maximum kappa), the agreement it reaches and the cases that still flip.

@@ -79,7 +79,8 @@ def print_summary(frame, console: Console = out) -> None:
     overall = frame[frame["tag"] == ALL]
     claims = bool((frame["n_claims"] > 0).any())  # a backend exposes claims: show the unsupported share
     table = Table(title="Summary", title_justify="left")
-    for col in ("backend", "metric", "mean", "scored", "undefined", "errored") + (("unsupported",) if claims else ()):
+    columns = ("backend", "metric", "mean", "scored", "undefined", "errored", "unsupported")
+    for col in columns[:7 if claims else 6]:
         table.add_column(col, justify="right" if col not in ("backend", "metric") else "left")
     for row in overall.itertuples():
         table.add_row(
@@ -253,7 +254,8 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_p
             f"{j['prompt_tokens']}+{j['completion_tokens']} tokens"
         )
     if counts.get("redefined"):
-        notes.append("rubric changed since the folder was scored, scored again: " + ", ".join(counts["redefined"]))
+        notes.append("rubric changed since the folder was scored, scored again: "
+                     + ", ".join(counts["redefined"]))
     if counts.get("target_errors"):
         notes.append(f"target failed on {counts['target_errors']} case(s); their scores carry the error")
     latencies = sorted(
@@ -268,8 +270,8 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_p
     same = (result.manifest.judge or {}).get("self_judging")
     if same:
         err.print(f"[yellow]warning:[/] self-judging: the judge model is the system under test's own model "
-                  f"({escape(same['generator_model'])}) on {same['cases']} case(s); its scores are likely inflated",
-                  highlight=False)
+                  f"({escape(same['generator_model'])}) on {same['cases']} case(s); its scores are likely "
+                  "inflated", highlight=False)
     out.print(f"run written to [bold]{out_dir}[/] ({counts.get('scores', 0)} scores)")
     if counts.get("errored") or result.manifest.status != "complete":
         status = result.manifest.status

@@ -263,8 +263,8 @@ def dataset_change_message(golden_changed: Sequence[str], added: int, removed: i
 def definition_changes(base: Run, new: Run) -> dict[tuple[str, str], tuple[str, str]]:
     """``(backend, metric) -> (base digest, new digest)`` for each metric both runs judged by a
     different definition (a rubric's content hash, run.json ``digests``)."""
-    return {(b, m): (d, new.manifest.digests[b][m]) for b, ds in base.manifest.digests.items() for m, d in ds.items()
-            if new.manifest.digests.get(b, {}).get(m, d) != d}
+    return {(b, m): (d, new.manifest.digests[b][m]) for b, ds in base.manifest.digests.items()
+            for m, d in ds.items() if new.manifest.digests.get(b, {}).get(m, d) != d}
 
 
 def definition_change_message(backend: str, metric: str, digests: tuple[str, str]) -> str:

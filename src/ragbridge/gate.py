@@ -547,7 +547,8 @@ def run_gates(
                         f"{where}: the baseline run has no {b}:{rule.metric} scores to compare with"
                     )
                 if (b, rule.metric) in redefined:  # a drop between two rubrics is no regression test
-                    raise GateConfigError(f"{where}: " + definition_change_message(b, rule.metric, redefined[b, rule.metric]))
+                    raise GateConfigError(
+                        f"{where}: " + definition_change_message(b, rule.metric, redefined[b, rule.metric]))
         bound.append((rule, backends))
 
     results = []

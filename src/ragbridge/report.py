@@ -486,8 +486,9 @@ def render_markdown(run: Union[Run, str, Path], data: Optional[dict] = None, **k
         w(f"- judge: {_md(r['judge'].get('model'))} at {_md(r['judge'].get('base_url'))}")
         if r["judge"].get("self_judging"):
             sj = r["judge"]["self_judging"]
-            w(f"- **self-judging**: the judge is the system under test's own model ({_md(sj.get('generator_model'))}) "
-              f"on {sj.get('cases')} case(s); its scores are likely inflated")
+            w(f"- **self-judging**: the judge is the system under test's own model "
+              f"({_md(sj.get('generator_model'))}) on {sj.get('cases')} case(s); its scores are likely "
+              "inflated")
     w(f"- status: {_md(r['status'])}; started {_md(r['started_at'])}, finished {_md(r['finished_at'])}")
     w(f"- scores: {counts.get('scores', 0)} ({counts.get('scored', 0)} scored, {counts.get('undefined', 0)} undefined, {counts.get('errored', 0)} errored)")
     w("")
@@ -508,8 +509,8 @@ def render_markdown(run: Union[Run, str, Path], data: Optional[dict] = None, **k
                 if x is None:
                     cells.append("")
                     continue
-                extra = [f"{x['n_undefined']} undef" if x["n_undefined"] else "", f"{x['n_errored']} err" if x["n_errored"] else "",
-                         f"{x['unsupported_share']:.0%} with an unsupported claim" if x["n_claims"] else ""]
+                extra = [f"{x['n_undefined']} undef" if x["n_undefined"] else "", f"{x['n_errored']} err" if x["n_errored"] else ""]
+                extra += [f"{x['unsupported_share']:.0%} with an unsupported claim" if x["n_claims"] else ""]
                 cells.append(f"{_fmt(x['mean'])} (n {x['n_scored']}{''.join(', ' + e for e in extra if e)})")
             w(f"| {_md(m)} | " + " | ".join(cells) + " |")
         w("")

@@ -51,7 +51,8 @@ def summarize(scores: Sequence[Score], cases: Sequence[Case] = (), by_tag: bool 
                 "n_errored": sum(1 for s in group if s.status == "error"),
                 "n": len(group),
                 "n_claims": len(claims),
-                "unsupported_share": (sum(1 for _, bad in claims if bad) / len(claims)) if claims else float("nan"),
+                "unsupported_share": (sum(1 for _, bad in claims if bad) / len(claims)) if claims
+                else float("nan"),
             }
         )
     frame = pd.DataFrame(rows, columns=COLUMNS)

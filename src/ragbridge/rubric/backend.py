@@ -45,7 +45,8 @@ def _options(options: Optional[RunOptions]) -> dict[str, Any]:
     opts = dict(((options.backend_options if options else None) or {}).get(NAME) or {})
     unknown = sorted(set(opts) - _OPTION_KEYS)
     if unknown:
-        raise RubricError(f"unknown rubric backend option {unknown[0]!r}; known: {', '.join(sorted(_OPTION_KEYS))}")
+        raise RubricError(f"unknown rubric backend option {unknown[0]!r}; "
+                          f"known: {', '.join(sorted(_OPTION_KEYS))}")
     return opts
 
 
@@ -133,8 +134,8 @@ async def score_case(asker: Asker, rubric: Rubric, case: Case) -> Score:
             judged, evidence = await judge_claims(asker, rubric, case)
             native.update(claims=len(judged), supported=sum(c.verdict == "SUPPORTED" for c in judged))
             if not judged:
-                return Score(**base, native_value=native, evidence=evidence, reason="the answer states no claim",
-                             seconds=time.perf_counter() - start)
+                return Score(**base, native_value=native, evidence=evidence,
+                             reason="the answer states no claim", seconds=time.perf_counter() - start)
             value = native["supported"] / len(judged)
             fields = dict(value=value, passed=value == 1.0, reason=claims_reason(judged), evidence=evidence)
         elif rubric.mode == "per_chunk":
@@ -166,4 +167,5 @@ async def score_case(asker: Asker, rubric: Rubric, case: Case) -> Score:
 
 async def _grade(asker: Asker, rubric: Rubric, case: Case, chunk=None) -> tuple[int, str]:
     messages = prompts.grade_messages(rubric, case, chunk)
-    return await asker.ask(messages, prompts.schema_grade(rubric), "rubric_grade", lambda o: check_grade(o, rubric))
+    return await asker.ask(messages, prompts.schema_grade(rubric), "rubric_grade",
+                           lambda o: check_grade(o, rubric))

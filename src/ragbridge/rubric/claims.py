@@ -25,7 +25,8 @@ __all__ = ["judge_claims", "claims_reason"]
 
 async def judge_claims(asker: Asker, rubric: Rubric, case: Case) -> tuple[list[ClaimVerdict], Evidence]:
     """The answer's claims with their verdicts."""
-    claims = await asker.ask(prompts.split_messages(rubric, case), prompts.schema_claims(), "claims", check_claims)
+    claims = await asker.ask(prompts.split_messages(rubric, case), prompts.schema_claims(), "claims",
+                             check_claims)
     if not claims:
         return [], Evidence(claims=[])
     n = len(claims)

@@ -26,7 +26,10 @@ def rubric_of_run(run: Run, metric: Optional[str], files: Optional[List[Path]]) 
     """The rubric ``run`` judged ``metric`` by (see the module docstring). Raises RubricError."""
     opts = ((run.manifest.options or {}).get("backend_options") or {}).get("rubric") or {}
     recorded = opts.get("files") or []
-    chosen = [str(f) for f in files] if files else ([recorded] if isinstance(recorded, str) else list(recorded))
+    if files:
+        chosen = [str(f) for f in files]
+    else:
+        chosen = [recorded] if isinstance(recorded, str) else list(recorded)
     rubrics = rubric_set(chosen, [] if files else (opts.get("rubrics") or []))
     digests = run.manifest.digests.get("rubric", {})
     if metric is None:
@@ -36,13 +39,14 @@ def rubric_of_run(run: Run, metric: Optional[str], files: Optional[List[Path]]) 
                                  else "no rubric metric"))
         metric = next(iter(digests))
     rubric = rubrics.get(metric)
+    where = ", ".join(chosen) or "the built-in rubrics"
     if rubric is None:
-        raise RubricError(f"no rubric named {metric!r} in {', '.join(chosen) or 'the built-in rubrics'} "
-                          f"(rubrics: {', '.join(sorted(rubrics))}); pass the file that defines it with --rubric")
+        raise RubricError(f"no rubric named {metric!r} in {where} (rubrics: {', '.join(sorted(rubrics))}); "
+                          "pass the file that defines it with --rubric")
     if metric in digests and digests[metric] != rubric.hash:
-        raise RubricError(f"rubric {metric!r} from {', '.join(chosen) or 'the built-in rubrics'} has hash "
-                          f"{rubric.hash}, but {run.path} was judged by hash {digests[metric]}: pass the rubric file "
-                          "the run used with --rubric (or score the run again with this one)")
+        raise RubricError(f"rubric {metric!r} from {where} has hash {rubric.hash}, but {run.path} was judged "
+                          f"by hash {digests[metric]}: pass the rubric file the run used with --rubric (or "
+                          "score the run again with this one)")
     return rubric
 
 
@@ -73,13 +77,14 @@ def register(cli) -> None:
         run_dir: Path = typer.Argument(..., help="Run folder scored by the rubric backend."),
         metric: Optional[str] = typer.Option(None, "--metric", "-m", help="Metric (rubric) to label."),
         n: int = typer.Option(50, "--n", help="Cases to draw."),
-        seed: int = typer.Option(0, "--seed", help="Seed: the same run, metric and seed give the same sample."),
-        backend: str = typer.Option("rubric", "--backend", "-b", help="Backend whose verdicts stratify the sample."),
+        seed: int = typer.Option(0, "--seed", help="Seed: the same run, metric and seed, the same sample."),
+        backend: str = typer.Option("rubric", "--backend", "-b", help="Backend whose verdicts stratify."),
         rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (default: the run's)."),
-        out_file: Optional[Path] = typer.Option(None, "--out", "-o", help="Page to write (default RUN/label-METRIC.html)."),
+        out_file: Optional[Path] = typer.Option(None, "--out", "-o",
+                                                help="Page to write (default RUN/label-METRIC.html)."),
         as_json: bool = typer.Option(False, "--json", help="Print what was drawn as JSON."),
     ) -> None:
-        """Write an offline HTML page to grade a stratified sample of a run by a rubric (labels for validate)."""
+        """Write an offline page to grade a stratified sample of a run by a rubric (labels for validate)."""
         from .label import label_summary, render_page, sample_for_labels
 
         if n < 1:
@@ -90,8 +95,9 @@ def register(cli) -> None:
         except RubricError as exc:
             fail(str(exc))
         if not any(s.metric == rub.name and s.backend == backend for s in r.scores):
+            scored = sorted({f"{s.backend}:{s.metric}" for s in r.scores})
             fail(f"{run_dir}: backend {backend!r} scored no {rub.name!r} in this run; "
-                 f"it scored: {', '.join(sorted({f'{s.backend}:{s.metric}' for s in r.scores})) or 'nothing'}")
+                 f"it scored: {', '.join(scored) or 'nothing'}")
         picked = sample_for_labels(r, rub.name, backend, rub, n, seed)
         if not picked:
             fail(f"{run_dir}: no case has a scored {backend}:{rub.name} to label")
@@ -109,7 +115,8 @@ def register(cli) -> None:
             return
         tags = ", ".join(f"{t} {k}" for t, k in info["tags"].items())
         out.print(f"label page written to [bold]{escape(str(target))}[/]: {info['n']} case(s), "
-                  f"{info['pass']} judged pass and {info['fail']} fail" + (f" (of {n} asked)" if info["n"] < n else ""),
+                  f"{info['pass']} judged pass and {info['fail']} fail"
+                  + (f" (of {n} asked)" if info["n"] < n else ""),
                   highlight=False)
         out.print(f"[dim]tags: {escape(tags)}[/]", highlight=False)
         out.print("open it in a browser, grade each case and press Save labels; then validate the judge "
@@ -121,21 +128,21 @@ def register(cli) -> None:
     def pairwise_cmd(
         base_dir: Path = typer.Argument(..., help="Base run folder."),
         new_dir: Path = typer.Argument(..., help="New run folder (the same cases, other answers)."),
-        metric: Optional[str] = typer.Option(None, "--metric", "-m", help="Rubric to compare by (default: the file's one)."),
-        rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML); default: built-in rubrics."),
+        metric: Optional[str] = typer.Option(None, "--metric", "-m", help="Rubric to compare by."),
+        rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML); default: built-ins."),
         judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model name."),
-        judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", help="OpenAI-compatible base URL."),
-        judge_api_key_env: Optional[str] = typer.Option(None, "--judge-api-key-env", help="Variable holding the key."),
-        cache_mode: Optional[str] = typer.Option(None, "--cache-mode", help="Judge cache: read-write, read-only, off."),
+        judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", help="Judge base URL."),
+        judge_api_key_env: Optional[str] = typer.Option(None, "--judge-api-key-env", help="Key variable."),
+        cache_mode: Optional[str] = typer.Option(None, "--cache-mode", help="read-write, read-only, off."),
         cache_path: Optional[Path] = typer.Option(None, "--cache-path", help="Judge cache file (SQLite)."),
-        max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="Judge calls in flight."),
+        max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="Calls in flight."),
         config: Optional[Path] = typer.Option(None, "--config", help="Config file."),
         structured: str = typer.Option("auto", "--structured", help="auto, json_schema or prompt."),
         seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
         resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples (at least 100)."),
         top: int = typer.Option(5, "--top", help="Cases to list on each side."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-        out_json: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write the result (JSON) here."),
+        out_json: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write the JSON here."),
     ) -> None:
         """Ask the judge which run's answer is better, case by case, in both orders (win/tie/loss)."""
         import asyncio
@@ -181,11 +188,11 @@ def register(cli) -> None:
             print(text)
             return
         n = res.n_decided
-        out.print(f"[bold]Pairwise[/]: {escape(str(new_dir))} (new) vs {escape(str(base_dir))} (base) by rubric "
-                  f"{escape(rub.name)} ({rub.hash}), judge {escape(res.judge_model)}"
+        out.print(f"[bold]Pairwise[/]: {escape(str(new_dir))} (new) vs {escape(str(base_dir))} (base) by "
+                  f"rubric {escape(rub.name)} ({rub.hash}), judge {escape(res.judge_model)}"
                   + (" [yellow](stub)[/]" if res.stub else ""), highlight=False)
-        out.print(f"{res.n_paired} paired case(s): {res.n_both_orders} judged in both orders, {res.identical} "
-                  f"identical (ties, no call), {res.errored} errored"
+        out.print(f"{res.n_paired} paired case(s): {res.n_both_orders} judged in both orders, "
+                  f"{res.identical} identical (ties, no call), {res.errored} errored"
                   + "".join(f"; {k2}: {v}" for k2, v in res.skipped.items()), highlight=False)
         out.print(f"new better {res.wins} ({_pct(res.wins / n if n else float('nan'))}), tie {res.ties} "
                   f"({_pct(res.ties / n if n else float('nan'))}), base better {res.losses} "
@@ -203,4 +210,5 @@ def register(cli) -> None:
         errors = [it for it in res.items if it.get("error")]
         for it in errors[:top]:
             err.print(f"[red]error[/] {escape(it['case_id'])}: {escape(it['error'])}", highlight=False)
-        out.print(f"[dim]judge: {res.judge_calls} call(s); replies asked as {res.structured}[/]", highlight=False)
+        out.print(f"[dim]judge: {res.judge_calls} call(s); replies asked as {res.structured}[/]",
+                  highlight=False)

@@ -48,7 +48,7 @@ def sample_for_labels(run: Run, metric: str, backend: str, rubric: Rubric, n: in
     scores = {s.case_id: s for s in run.scores if s.metric == metric and s.backend == backend
               and s.status == "scored"}
     rng = random.Random(seed)
-    sides: dict[str, dict[tuple[str, ...], list[Case]]] = {"pass": defaultdict(list), "fail": defaultdict(list)}
+    sides: dict[str, dict[tuple[str, ...], list[Case]]] = {v: defaultdict(list) for v in ("pass", "fail")}
     for case in sorted((c for c in run.cases if c.id in scores), key=lambda c: c.id):
         sides[_verdict(scores[case.id], rubric)][tuple(sorted(case.tags))].append(case)
     queues = {}
@@ -166,24 +166,27 @@ _PAGE = """<!DOCTYPE html>
 <body data-filename="labels-{{ rubric.name }}.jsonl">
 <header>
 <h1>Label {{ rubric.name }}</h1>
-<p class="muted">{{ items|length }} case(s) of {{ run_name }}, drawn by judge verdict and tag (seed {{ seed }});
-rubric hash {{ rubric.hash }}. Grade each case by the rubric alone, from what is shown; then press
-<em>Save labels</em> and keep the file next to the golden set.</p>
+<p class="muted">{{ items|length }} case(s) of {{ run_name }}, drawn by judge verdict and tag
+(seed {{ seed }}); rubric hash {{ rubric.hash }}. Grade each case by the rubric alone, from what is
+shown; then press <em>Save labels</em> and keep the file next to the golden set.</p>
 <div class="rubric"><p><strong>{{ rubric.question }}</strong></p>
-{% if rubric.mode == "claims" %}<p>Pass: every claim the answer makes is supported by the passages. Fail: at least
-one claim is contradicted by them or not found in them.</p>
-{% else %}<ul>{% for lv in rubric.levels %}<li><strong>{{ lv.value }} = {{ lv.label }}</strong>: {{ lv.description }}
+{% if rubric.mode == "claims" %}<p>Pass: every claim the answer makes is supported by the passages.
+Fail: at least one claim is contradicted by them or not found in them.</p>
+{% else %}<ul>{% for lv in rubric.levels %}
+<li><strong>{{ lv.value }} = {{ lv.label }}</strong>: {{ lv.description }}
 {% for ex in lv.examples %}<br><span class="muted">Example: {{ ex }}</span>{% endfor %}</li>{% endfor %}</ul>
-<p class="muted">{% if rubric.mode == "per_chunk" %}A passage at level {{ rubric.pass_at }} or above is relevant; a case
-passes when at least half its passages are.{% else %}Levels {{ rubric.pass_at }} and above pass.{% endif %}</p>{% endif %}
+<p class="muted">{% if rubric.mode == "per_chunk" %}A passage at level {{ rubric.pass_at }} or above is
+relevant; a case passes when at least half its passages are.
+{% else %}Levels {{ rubric.pass_at }} and above pass.{% endif %}</p>{% endif %}
 </div>
 </header>
 <main>
 {% for case in items %}{% set i = loop.index %}
-<section class="case" data-case-id="{{ case.id }}" data-metric="{{ rubric.name }}" data-mode="{{ rubric.mode }}"
-  data-pass-at="{{ rubric.pass_at if rubric.pass_at is not none else 1 }}" data-lo="{{ lo }}" data-hi="{{ hi }}"
-  data-rubric="{{ rubric.name }}" data-rubric-hash="{{ rubric.hash }}">
-<h2>{{ i }}. {{ case.id }}{% if case.tags %} <span class="muted">({{ case.tags|join(", ") }})</span>{% endif %}</h2>
+<section class="case" data-case-id="{{ case.id }}" data-metric="{{ rubric.name }}"
+  data-mode="{{ rubric.mode }}" data-pass-at="{{ rubric.pass_at if rubric.pass_at is not none else 1 }}"
+  data-lo="{{ lo }}" data-hi="{{ hi }}" data-rubric="{{ rubric.name }}" data-rubric-hash="{{ rubric.hash }}">
+<h2>{{ i }}. {{ case.id }}
+{% if case.tags %} <span class="muted">({{ case.tags|join(", ") }})</span>{% endif %}</h2>
 {% for f in rubric.fields %}
 {% if f == "contexts" and rubric.mode != "per_chunk" %}<h3>Context passages (as the generator saw them)</h3>
 <ol class="passages">{% for ch in case.contexts %}<li>{{ ch.text }}</li>{% endfor %}</ol>
@@ -194,18 +197,21 @@ passes when at least half its passages are.{% else %}Levels {{ rubric.pass_at }}
 {% if rubric.mode == "per_chunk" %}
 {% for ch in case.contexts %}{% set j = loop.index %}
 <fieldset class="chunk"><legend>Passage {{ j }}</legend><p class="text">{{ ch.text }}</p>
-{% for lv in rubric.levels %}<label class="level"><input type="radio" name="c{{ i }}-p{{ j }}" value="{{ lv.value }}">
-{{ lv.value }} = {{ lv.label }}</label>{% endfor %}</fieldset>
+{% for lv in rubric.levels %}<label class="level">
+<input type="radio" name="c{{ i }}-p{{ j }}" value="{{ lv.value }}"> {{ lv.value }} = {{ lv.label }}</label>
+{% endfor %}</fieldset>
 {% endfor %}
 {% elif rubric.mode == "claims" %}
 <fieldset class="grade"><legend>{{ rubric.question }}</legend>
 <label class="level"><input type="radio" name="c{{ i }}" value="1"> Pass: every claim is supported</label>
-<label class="level"><input type="radio" name="c{{ i }}" value="0"> Fail: a claim is contradicted or not found</label>
+<label class="level"><input type="radio" name="c{{ i }}" value="0"> Fail: a claim is contradicted or not
+found</label>
 </fieldset>
 {% else %}
 <fieldset class="grade"><legend>{{ rubric.question }}</legend>
 {% for lv in rubric.levels %}<label class="level"><input type="radio" name="c{{ i }}" value="{{ lv.value }}">
-<strong>{{ lv.value }} = {{ lv.label }}</strong> <span class="muted">{{ lv.description }}</span></label>{% endfor %}
+<strong>{{ lv.value }} = {{ lv.label }}</strong> <span class="muted">{{ lv.description }}</span></label>
+{% endfor %}
 </fieldset>
 {% endif %}
 <textarea aria-label="note on {{ case.id }}" placeholder="Note (optional)"></textarea>

@@ -103,7 +103,8 @@ async def _judge_pair(asker: Asker, rubric: Rubric, base: Case, new: Case) -> di
     v1 = {"A": "base", "B": "new", "tie": "tie"}[first[0]]
     v2 = {"A": "new", "B": "base", "tie": "tie"}[second[0]]
     return {"base_first": v1, "new_first": v2, "outcome": v1 if v1 == v2 else "tie",
-            "flipped": first[0] == second[0] != "tie", "reason_base_first": first[1], "reason_new_first": second[1]}
+            "flipped": first[0] == second[0] != "tie", "reason_base_first": first[1],
+            "reason_new_first": second[1]}
 
 
 async def compare_runs(base: Run, new: Run, rubric: Rubric, gateway: Any, *, options: Optional[dict] = None,
@@ -148,7 +149,8 @@ async def compare_runs(base: Run, new: Run, rubric: Rubric, gateway: Any, *, opt
         points.append({"new": 1.0, "tie": 0.0, "base": -1.0}[it["outcome"]])
     if points:
         res.net = sum(points) / len(points)
-        res.net_low, res.net_high = paired_bootstrap_ci([0.0] * len(points), points, confidence, n_resamples, seed)
+        zeros = [0.0] * len(points)
+        res.net_low, res.net_high = paired_bootstrap_ci(zeros, points, confidence, n_resamples, seed)
     usage = gateway.usage("rubric", tag)
     res.judge_calls = usage.calls + usage.cache_hits
     res.stub = bool(gateway.stub_detected)

@@ -104,7 +104,8 @@ def check_grade(obj: dict, rubric: Rubric) -> tuple[int, str]:
     """(level, reason) of a grade reply; the level must be on the rubric's scale."""
     level = _integer(obj.get("score"))
     if level is None or level not in rubric.values:
-        raise ReplyError(f'"score" must be one of {", ".join(map(str, rubric.values))}, got {obj.get("score")!r}')
+        allowed = ", ".join(map(str, rubric.values))
+        raise ReplyError(f'"score" must be one of {allowed}, got {obj.get("score")!r}')
     return level, _reason(obj)
 
 
@@ -129,12 +130,14 @@ def check_verdicts(obj: dict, n: int) -> list[tuple[str, str]]:
             raise ReplyError(f"verdict #{i + 1} is not an object")
         k = _integer(item.get("claim"))
         if k is None or not 1 <= k <= n:
-            raise ReplyError(f'verdict #{i + 1}: "claim" must be a claim number from 1 to {n}, got {item.get("claim")!r}')
+            raise ReplyError(f'verdict #{i + 1}: "claim" must be a claim number from 1 to {n}, '
+                             f'got {item.get("claim")!r}')
         if k in found:
             raise ReplyError(f"claim {k} has two verdicts")
         verdict = str(item.get("verdict", "")).strip().upper().replace(" ", "_").replace("-", "_")
         if verdict not in VERDICTS:
-            raise ReplyError(f'claim {k}: "verdict" must be one of {", ".join(VERDICTS)}, got {item.get("verdict")!r}')
+            raise ReplyError(f'claim {k}: "verdict" must be one of {", ".join(VERDICTS)}, '
+                             f'got {item.get("verdict")!r}')
         found[k] = (verdict, _reason(item, f"claim {k}: "))
     missing = [k for k in range(1, n + 1) if k not in found]
     if missing:
@@ -144,7 +147,7 @@ def check_verdicts(obj: dict, n: int) -> list[tuple[str, str]]:
 
 def check_winner(obj: dict) -> tuple[str, str]:
     winner = obj.get("winner")
-    norm = {"a": "A", "b": "B", "tie": "tie"}.get(str(winner).strip().lower()) if isinstance(winner, str) else None
+    norm = {"a": "A", "b": "B", "tie": "tie"}.get(winner.strip().lower()) if isinstance(winner, str) else None
     if norm is None:
         raise ReplyError(f'"winner" must be one of {", ".join(WINNERS)}, got {winner!r}')
     return norm, _reason(obj)

@@ -100,13 +100,15 @@ def grade_messages(rubric: Rubric, case: Case, chunk: Optional[Chunk] = None) ->
         "You are shown, under these headings:\n" + "\n".join(f"{HEADINGS[h]}: {what}" for h, what in shown),
         _DATA,
         "Scale (choose exactly one level):\n" + _levels(rubric),
-        _ONLY_JSON + "\n" + _keys(rubric, "why the item gets its level, in one to three sentences, quoting it "
-                                  "where that helps", ("score", f"the level, an integer, one of: {levels}")),
+        _ONLY_JSON + "\n" + _keys(rubric, "why the item gets its level, in one to three sentences, quoting "
+                                  "it where that helps",
+                                  ("score", f"the level, an integer, one of: {levels}")),
     ])
     parts = []
     for f in rubric.fields:
         if f == "contexts":
-            parts.append(_section("passage", chunk.text) if per_chunk else _section("contexts", _passages(case.contexts)))
+            parts.append(_section("passage", chunk.text) if per_chunk
+                         else _section("contexts", _passages(case.contexts)))
         else:
             parts.append(_section(f, getattr(case, f)))
     return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
@@ -195,8 +197,8 @@ def compare_messages(rubric: Rubric, case_a: Case, case_b: Case) -> list[dict[st
         criterion,
         "You are shown, under these headings:\n" + "\n".join(shown),
         _DATA + " Which answer is shown first says nothing about its quality; length is not quality.",
-        _ONLY_JSON + "\n" + _keys(rubric, "what makes one answer better by the criterion, or why neither is, in "
-                                  "one to three sentences", ("winner", '"A", "B" or "tie"')),
+        _ONLY_JSON + "\n" + _keys(rubric, "what makes one answer better by the criterion, or why neither "
+                                  "is, in one to three sentences", ("winner", '"A", "B" or "tie"')),
     ])
     parts = [_section(f, getattr(case_a, f)) for f in rubric.fields if f in ("question", "reference")]
     for label, c in (("A", case_a), ("B", case_b)):

@@ -108,16 +108,18 @@ class Rubric(BaseModel):
             raise ValueError(f"fields: mode {self.mode!r} needs {', '.join(need)}: add {', '.join(missing)}")
         if self.mode == "claims":
             if self.scale or self.levels or self.pass_at is not None:
-                raise ValueError("mode: \"claims\" has its own verdicts (SUPPORTED, CONTRADICTED, NOT_FOUND): "
-                                 "remove scale, level and pass_at")
+                raise ValueError("mode: \"claims\" has its own verdicts (SUPPORTED, CONTRADICTED, "
+                                 "NOT_FOUND): remove scale, level and pass_at")
             return self
         if self.scale is None:
-            raise ValueError(f"scale: is required for mode {self.mode!r}: set it to one of {', '.join(SCALES)}")
+            raise ValueError(f"scale: is required for mode {self.mode!r}: "
+                             f"set it to one of {', '.join(SCALES)}")
         want = SCALES[self.scale]
         have = [lv.value for lv in self.levels]
         if sorted(have) != list(want):
-            raise ValueError(f"level: scale {self.scale!r} has levels {', '.join(map(str, want))}: describe each "
-                             f"exactly once with a [[rubric.level]] table (found: {', '.join(map(str, have)) or 'none'})")
+            found = ", ".join(map(str, have)) or "none"
+            raise ValueError(f"level: scale {self.scale!r} has levels {', '.join(map(str, want))}: describe "
+                             f"each exactly once with a [[rubric.level]] table (found: {found})")
         if self.pass_at is not None and self.pass_at not in want:
             raise ValueError(f"pass_at: {self.pass_at} is not a level of scale {self.scale!r}: "
                              f"set it to one of {', '.join(map(str, want))}")
@@ -151,7 +153,9 @@ class Rubric(BaseModel):
     @property
     def threshold(self) -> float:
         """The value threshold equivalent to the pass rule (for ``validate --threshold``)."""
-        return 1.0 if self.mode == "claims" else (0.5 if self.mode == "per_chunk" else self.normalise(self.pass_at))
+        if self.mode != "whole":
+            return 1.0 if self.mode == "claims" else 0.5
+        return self.normalise(self.pass_at)
 
     @property
     def requires(self) -> tuple[str, ...]:
@@ -191,7 +195,8 @@ def _message(exc: ValidationError) -> tuple[Optional[str], str]:
     if e["type"] == "missing":
         msg = "is required"
     elif e["type"] == "extra_forbidden":
-        msg = "is not a rubric field (known: name, question, fields, mode, scale, level, pass_at, reasons_first)"
+        msg = ("is not a rubric field (known: name, question, fields, mode, scale, level, pass_at, "
+               "reasons_first)")
     elif e["type"] == "literal_error":
         msg = f"must be {msg.removeprefix('Input should be ')}"
     return key, (f"{where}: {msg}" if where else msg)
@@ -202,7 +207,8 @@ def rubrics_from_data(data: dict[str, Any], source: str, text: str = "") -> list
     tables = data.get("rubric")
     unknown = sorted(set(data) - {"rubric"})
     if unknown:
-        raise RubricError(f"{source}: unknown top-level key {unknown[0]!r}: a rubric file holds [[rubric]] tables")
+        raise RubricError(f"{source}: unknown top-level key {unknown[0]!r}: a rubric file holds "
+                          "[[rubric]] tables")
     if not isinstance(tables, list) or not tables:
         raise RubricError(f"{source}: no [[rubric]] table: start each criterion with a [[rubric]] line")
     out: list[Rubric] = []
@@ -216,8 +222,8 @@ def rubrics_from_data(data: dict[str, Any], source: str, text: str = "") -> list
             label = f"rubric {name!r}" if isinstance(name, str) else f"rubric #{i + 1}"
             raise RubricError(f"{source}:{line}: {label}, {msg}") from None
         if any(r.name == rubric.name for r in out):
-            raise RubricError(f"{source}:{_line_of(text, i, 'name')}: rubric {rubric.name!r} is defined twice: "
-                              "rename one")
+            raise RubricError(f"{source}:{_line_of(text, i, 'name')}: rubric {rubric.name!r} is defined "
+                              "twice: rename one")
         out.append(rubric)
     return out
 
@@ -259,7 +265,8 @@ def rubric_set(files: Sequence[str | Path] = (), rubrics: Sequence[Any] = ()) ->
         try:
             extra.append(r if isinstance(r, Rubric) else Rubric.model_validate(r))
         except ValidationError as exc:
-            raise RubricError(f"rubric {getattr(r, 'get', lambda _: None)('name')!r}: {_message(exc)[1]}") from None
+            name = r.get("name") if isinstance(r, dict) else None
+            raise RubricError(f"rubric {name!r}: {_message(exc)[1]}") from None
     names = [r.name for r in extra]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:

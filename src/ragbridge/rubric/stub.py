@@ -72,7 +72,8 @@ def _share_supported(text: str, evidence: str) -> float:
     return sum(is_supported(s, evidence) for s in sents) / len(sents) if sents else 0.0
 
 
-def _fraction(name: str, s: dict[str, str], answer_key: str = "Answer", ctx_key: str = "Context passages") -> float:
+def _fraction(name: str, s: dict[str, str], answer_key: str = "Answer",
+              ctx_key: str = "Context passages") -> float:
     question = s.get(HEADINGS["question"][4:], "")
     answer = s.get(answer_key, "")
     context = " ".join(_passages(s.get(ctx_key, "")))
@@ -120,7 +121,8 @@ class RubricResponder:
             return _dump(req, {"claims": claims})
         if task == "verify":
             context = " ".join(_passages(s.get("Context passages", "")))
-            claims = [re.sub(r"^\d+\.\s*", "", line) for line in s.get("Claims", "").splitlines() if line.strip()]
+            claims = [re.sub(r"^\d+\.\s*", "", line) for line in s.get("Claims", "").splitlines()
+                      if line.strip()]
             out = []
             for i, claim in enumerate(claims, 1):
                 frac, found, _ = support(claim, context)
@@ -128,16 +130,19 @@ class RubricResponder:
                     verdict, why = "SUPPORTED", f"{len(found)} content words of the claim are in the passages"
                 elif frac >= 0.5 and numbers(claim) - numbers(context):
                     verdict = "CONTRADICTED"
-                    why = "the passages give other numbers than " + ", ".join(sorted(numbers(claim) - numbers(context)))
+                    other = sorted(numbers(claim) - numbers(context))
+                    why = "the passages give other numbers than " + ", ".join(other)
                 else:
-                    verdict, why = "NOT_FOUND", f"only {frac:.0%} of the claim's content words are in the passages"
+                    verdict = "NOT_FOUND"
+                    why = f"only {frac:.0%} of the claim's content words are in the passages"
                 out.append({"claim": i, "reason": why + " (stub judge: word overlap)", "verdict": verdict})
             return _dump(req, {"verdicts": out})
         if task == "compare":
             a = _fraction(name, s, "Answer A", "Context passages A")
             b = _fraction(name, s, "Answer B", "Context passages B")
             winner = "tie" if abs(a - b) < 1e-9 else ("A" if a > b else "B")
-            return _dump(req, {"reason": f"stub judge: word-overlap fraction A {a:.2f}, B {b:.2f}", "winner": winner})
+            why = f"stub judge: word-overlap fraction A {a:.2f}, B {b:.2f}"
+            return _dump(req, {"reason": why, "winner": winner})
         lv = re.search(r"one of: ([\d, ]+)\.", req.system)
         values = sorted(int(v) for v in lv.group(1).split(",")) if lv else [0, 1]
         if task == "grade_chunk":
