@@ -6,6 +6,7 @@ the stub judge's own fault injection is used for a whole run."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
@@ -236,15 +237,20 @@ def test_an_endpoint_without_json_schema_gets_plain_prompts():
                        "response_format json_schema is not supported")
 
 
-def test_a_bad_option_stops_the_run_before_it_starts(tmp_path):
+@pytest.mark.parametrize("opts, message", [
+    ({"structure": "prompt"}, "unknown rubric backend option 'structure'"),
+    ({"structured": "xml"}, "structured must be one of auto, json_schema, prompt, got 'xml'"),
+    ({"retries": -1}, "retries must be an integer of at least 0, got -1"),
+    ({"concurrency": "4"}, "concurrency must be an integer of at least 1, got '4'"),
+])
+def test_a_bad_option_stops_the_run_before_it_starts(tmp_path, opts, message):
     from ragbridge import RunError
 
     with CannedJudge(queue(GOOD)) as canned:
         judge = JudgeConfig(model="canned", base_url=canned.base_url, cache_mode="off")
-        with pytest.raises(RunError, match="unknown rubric backend option 'structure'"):
+        with pytest.raises(RunError, match=re.escape(message)):
             evaluate(one_case(), backends=["rubric"], metrics=["answer_relevance"], judge=judge,
-                     out=tmp_path / "r",
-                     options=RunOptions(backend_options={"rubric": {"structure": "prompt"}}))
+                     out=tmp_path / "r", options=RunOptions(backend_options={"rubric": opts}))
     assert canned.bodies == [] and not (tmp_path / "r").exists()
 
 

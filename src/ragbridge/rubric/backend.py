@@ -32,7 +32,7 @@ from ..backend import Backend, MetricSpec, RunOptions, ScoringContext
 from ..schema import Case, ChunkVerdict, Evidence, Score
 from . import prompts
 from .claims import claims_reason, judge_claims
-from .parse import DEFAULT_RETRIES, Asker, JudgeCallError, ReplyError, check_grade
+from .parse import DEFAULT_RETRIES, STRUCTURED, Asker, JudgeCallError, ReplyError, check_grade
 from .rubrics import Rubric, RubricError, builtin_rubrics, rubric_set
 
 __all__ = ["RubricBackend", "rubrics_for", "make_asker", "NAME"]
@@ -47,6 +47,14 @@ def _options(options: Optional[RunOptions]) -> dict[str, Any]:
     if unknown:
         raise RubricError(f"unknown rubric backend option {unknown[0]!r}; "
                           f"known: {', '.join(sorted(_OPTION_KEYS))}")
+    if opts.get("structured", "auto") not in STRUCTURED:
+        raise RubricError(f"rubric backend option structured must be one of {', '.join(STRUCTURED)}, "
+                          f"got {opts['structured']!r}")
+    for key, least in (("retries", 0), ("concurrency", 1)):
+        value = opts.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise RubricError(f"rubric backend option {key} must be an integer of at least {least}, "
+                              f"got {value!r}")
     return opts
 
 
