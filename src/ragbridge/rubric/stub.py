@@ -3,7 +3,7 @@
 Registered from this plugin through the ``ragbridge_register_stub_responders`` hook, so the stub core
 (``ragbridge.testing``) knows nothing of these prompts. A request is ours when the first line of its
 system prompt is one of `prompts.TASKS`; the texts are read back from the user message's headings
-(`prompts.HEADINGS`). Verdicts use the stub's word-overlap helpers (``ragbridge.testing.responders``):
+(`prompts.HEADINGS`). Verdicts use the stub's word-overlap functions (``ragbridge.testing.responders``):
 
 * ``split``: the answer's sentences, declining ones left out;
 * ``verify``: SUPPORTED when the claim is lexically supported by the passages (half its content words
