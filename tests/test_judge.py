@@ -7,10 +7,12 @@ A real ``openai`` client talks to a real :class:`JudgeGateway`, which forwards t
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import math
 import secrets
 import socket
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -393,12 +395,44 @@ def test_key_never_written_anywhere(tmp_path, monkeypatch, transport):
     lines = [json.loads(line) for line in audit.read_text().splitlines()]
     assert len(lines) == 5
     for line in lines:
-        assert set(line) >= {"time", "backend", "metric", "case_id", "path", "request", "status", "response",
-                             "cache_hit", "attempts", "seconds"}
+        assert set(line) >= {"time", "backend", "metric", "case_id", "path", "status", "cache_hit",
+                             "attempts", "seconds", "request_key", "response_sha256", "prompt_tokens",
+                             "completion_tokens"}
         assert "authorization" not in json.dumps(line).lower()
         assert DUMMY_API_KEY not in json.dumps(line)
     assert [x["cache_hit"] for x in lines] == [False, True, False, False, False]
     assert lines[-1]["status"] == 500 and lines[-1]["attempts"] == 2
+    # bodies only for the call that failed: its request and the judge's error are the evidence
+    assert [("request" in x, "response" in x) for x in lines] == [(False, False)] * 4 + [(True, True)]
+    assert lines[-1]["request"]["messages"] == [{"role": "user", "content": "fails"}]
+
+
+def test_audit_log_keeps_what_audits_a_verdict_and_the_cache_holds_the_bodies(tmp_path):
+    """One line per call: who asked, the cache key, status, tokens, timing; a successful body is
+    found in the cache under the line's request_key, byte for byte (its SHA-256 is on the line)."""
+    audit = tmp_path / "judge-audit.jsonl"
+    with StubJudge() as stub, JudgeGateway(make_config(stub, tmp_path), audit_log=audit) as gw:
+        c = client_for(gw, "ragas", "faithfulness", "case-1")
+        question = [{"role": "user", "content": "Is the sky blue? " + "long context " * 400}]
+        chat(c, messages=question)
+        chat(c, messages=question)
+        used = gw.usage("ragas", "faithfulness", "case-1")
+        cache_path = gw.config.cache_path
+    raw = audit.read_bytes()
+    lines = [json.loads(x) for x in raw.splitlines()]
+    assert [(x["backend"], x["metric"], x["case_id"], x["status"], x["cache"]) for x in lines] == [
+        ("ragas", "faithfulness", "case-1", 200, "miss"), ("ragas", "faithfulness", "case-1", 200, "hit")]
+    assert lines[0]["request_key"] == lines[1]["request_key"]
+    assert lines[0]["response_sha256"] == lines[1]["response_sha256"]
+    spent = (lines[0]["prompt_tokens"], lines[0]["completion_tokens"])
+    assert spent == (used.prompt_tokens, used.completion_tokens)
+    assert used.prompt_tokens > 0 and lines[1]["prompt_tokens"] == 0   # a cache hit spends nothing
+    assert lines[0]["request_bytes"] > 5000 and len(raw) < 1500     # the 5 KB prompt is not copied
+    with sqlite3.connect(cache_path) as con:
+        body = con.execute("SELECT r.body FROM aliases a JOIN responses r ON r.key = a.key WHERE a.raw = ?",
+                           (lines[0]["request_key"],)).fetchone()[0]
+    assert hashlib.sha256(body).hexdigest() == lines[0]["response_sha256"]
+    assert len(body) == lines[0]["response_bytes"]
 
 
 def test_key_echoed_by_upstream_is_redacted(tmp_path, monkeypatch):

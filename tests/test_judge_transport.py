@@ -68,7 +68,8 @@ def test_transport_serves_as_the_socket_does_without_a_socket(stub_judge, tmp_pa
         ("ragas", "/chat/completions", "miss"), ("trulens", "/chat/completions", "hit"),
         ("trulens", "/chat/completions", "miss"), ("trulens", "/embeddings", "miss"),
         ("deepeval", "/chat/completions", "miss")]
-    assert lines[1]["response"] == lines[0]["response"]
+    assert lines[1]["response_sha256"] == lines[0]["response_sha256"]
+    assert lines[1]["request_key"] == lines[0]["request_key"] != lines[2]["request_key"]
 
 
 def test_async_transport_bounds_concurrency_with_sync_callers_and_keeps_each_scope(tmp_path):

@@ -1,6 +1,7 @@
 """Judged runs through the runner, the gateway and a real backend library, against the stub judge."""
 
 import json
+import time
 
 import pytest
 
@@ -37,8 +38,10 @@ def test_run_folder_holds_no_secret_and_is_labelled_stub(tmp_path, example_cases
     secret = "sk-ragbridge-test-5f1c0a7e9b2d4c3f8a6e"
     monkeypatch.setenv("RB_TEST_KEY", secret)
     out = tmp_path / "run"
+    t0 = time.monotonic()
     run = evaluate(example_cases[:3], backends=["native", "trulens"], out=out,
                    judge=judge(stub_judge, tmp_path, api_key_env="RB_TEST_KEY"))
+    elapsed = time.monotonic() - t0
     assert run.complete
     assert stub_judge.last_authorization == f"Bearer {secret}"  # the key did reach the judge
     manifest = json.loads((out / "run.json").read_text())
@@ -51,6 +54,13 @@ def test_run_folder_holds_no_secret_and_is_labelled_stub(tmp_path, example_cases
     (out / "report.html").write_text(render_html(load_run(out)))
     (out / "report.md").write_text(render_markdown(load_run(out)))
     (out / "report.json").write_text(render_json(load_run(out)))
+    # each format says the judge was the stub, at the top
+    assert 'class="stub-banner"' in (out / "report.html").read_text()
+    assert (out / "report.md").read_text().splitlines()[2].startswith("> **Stub judge.**")
+    assert json.loads((out / "report.json").read_text())["run"]["stub_judge"] is True
+    # the runner recorded each backend's wall-clock span, within the run's own
+    wall = manifest["timing"]["wall_seconds"]
+    assert set(wall) == {"native", "trulens"} and all(0 <= v <= elapsed for v in wall.values())
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert any(p.name == "judge-audit.jsonl" for p in files) and any(p.suffix == ".sqlite" for p in files)
     for p in files:
@@ -96,3 +106,17 @@ def test_trulens_leaves_openai_unwrapped(tmp_path, example_cases, stub_judge):
         evaluate(example_cases[:1], backends=["trulens"], metrics=["faithfulness"], judge=cfg)
         run = evaluate(example_cases[:2], backends=["ragas"], metrics=["answer_relevance"], judge=cfg)
         assert all(s.error is None and s.value is not None for s in run.scores), [s.error for s in run.scores]
+
+
+def test_resumed_stub_run_keeps_its_stub_label(tmp_path, example_cases, stub_judge):
+    out = tmp_path / "run"
+    cases = example_cases[:2]
+    evaluate(cases, backends=["trulens"], metrics=["faithfulness"], out=out, judge=judge(stub_judge, tmp_path))
+    assert json.loads((out / "run.json").read_text())["judge"]["stub"] is True
+    stub_judge.reset()
+    # the same command again: every score is kept, no judge call is made, and the label stays
+    again = evaluate(cases, backends=["trulens"], metrics=["faithfulness"], out=out,
+                     judge=judge(stub_judge, tmp_path))
+    assert again.manifest.counts["resumed_from"] == 2
+    assert not [r for r in stub_judge.requests if r.method == "POST"]  # only the preflight GET
+    assert json.loads((out / "run.json").read_text())["judge"]["stub"] is True

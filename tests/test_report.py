@@ -51,12 +51,19 @@ def report_run(tmp_path_factory):
     scores = list(native.scores) + synthetic_scores(cases)
     scores = [s for s in scores if s.case_id != cases[-1].id or s.backend == "native"]
     scores += [
-        sc(cases[-1].id, "faithfulness", "ragas", 0.1, reason=REASON, judge_calls=2, prompt_tokens=10, completion_tokens=5),
-        sc(cases[-1].id, "faithfulness", "deepeval", 0.9, reason="<b>bold claim</b>", judge_calls=3, prompt_tokens=11, completion_tokens=6),
+        sc(cases[-1].id, "faithfulness", "ragas", 0.1, reason=REASON, judge_calls=2, prompt_tokens=10,
+           completion_tokens=5, seconds=1.25),
+        sc(cases[-1].id, "faithfulness", "deepeval", 0.9, reason="<b>bold claim</b>", judge_calls=3,
+           prompt_tokens=11, completion_tokens=6, seconds=2.5),
         sc(cases[-1].id, "faithfulness", "trulens", None, error="ValueError: <svg/onload=alert(1)>"),
     ]
-    return write_run(tmp_path_factory.mktemp("report") / "run", cases, scores,
-                     judge={"model": "stub-<model>", "base_url": "http://127.0.0.1:9/v1"})
+    run = write_run(tmp_path_factory.mktemp("report") / "run", cases, scores,
+                    judge={"model": "stub-<model>", "base_url": "http://127.0.0.1:9/v1", "stub": True})
+    manifest = json.loads((run / "run.json").read_text())
+    # the runner's wall-clock span per backend (trulens: not recorded, as by an older ragbridge)
+    manifest["timing"] = {"wall_seconds": {"native": 0.05, "ragas": 0.75, "deepeval": 1.5}}
+    (run / "run.json").write_text(json.dumps(manifest))
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +97,11 @@ def test_report_data_content(data):
     usage = {u["backend"]: u for u in data["judge_usage"]}
     assert usage["native"]["judge_calls"] == 0
     assert usage["deepeval"]["judge_calls"] > 0 and usage["deepeval"]["prompt_tokens"] > 0
+    # time: the runner's wall-clock span, and the per-score times added up (a different figure)
+    assert (usage["ragas"]["wall_seconds"], usage["ragas"]["call_seconds"]) == (0.75, 1.25)
+    assert (usage["deepeval"]["wall_seconds"], usage["deepeval"]["call_seconds"]) == (1.5, 2.5)
+    assert usage["trulens"]["wall_seconds"] is None
+    assert data["run"]["stub_judge"] is True
     # drill-down: chunks with relevance marked by id or by source, every backend's score
     evil = next(c for c in data["cases"] if c["id"] == "evil-<b>case</b>")
     assert [ch["relevant"] for ch in evil["contexts"]] == [True, False]
@@ -113,6 +125,10 @@ def test_html_is_self_contained_and_escaped(html_text):
                 "<iframe", "<style>body{display:none}", "evil-<b>case"):
         assert raw not in h, raw
     assert "&lt;script&gt;document.title=&#39;PWNED&#39;" in h
+    # the header says the scores came from the stub judge; wall time and summed call time are told apart
+    assert h.index('class="stub-banner"') < h.index("</header>")
+    assert "<th>wall time (s)</th><th>sum of call times (s)</th>" in h
+    assert re.search(r'<td class="num">1\.5</td><td class="num">2\.5</td>', h)
     assert "&lt;img src=x onerror=" in h and "done &amp; dusted" in h
     assert "stub-&lt;model&gt;" in h
     # plots are inline SVG: distributions and scatter plots
@@ -121,8 +137,10 @@ def test_html_is_self_contained_and_escaped(html_text):
 
 def test_markdown_and_json(report_run, data):
     md = rep.render_markdown(report_run, data)
+    assert md.splitlines()[2].startswith("> **Stub judge.**")
+    assert re.search(r"\| deepeval \| \d+ \| \d+ \| \d+ \| \d+ \| 1\.5 \| 2\.5 \|", md)
     assert "## Retrieval" in md and "## Generation" in md and "## Agreement between backends" in md
-    assert "## Judge calls and tokens" in md and "### billing-refund-window" in md
+    assert "## Judge calls, tokens and time" in md and "### billing-refund-window" in md
     assert "<script>" not in md and "&lt;script&gt;" in md
     assert "<img" not in md and "<svg" not in md
     # pipes in user text cannot break a table row
@@ -158,6 +176,79 @@ def test_report_of_a_single_backend_run(tmp_path):
     assert d["agreement"] == [] and d["disagreements"] == []
     h = rep.render_html(run, d)
     assert "nothing to cross-check" in h
+    # not judged by the stub: no stub notice anywhere
+    assert d["run"]["stub_judge"] is False and 'class="stub-banner"' not in h
+    assert "Stub judge" not in rep.render_markdown(run, d)
+
+
+# --------------------------------------------------------------------------------------------
+# Thresholds: per metric, from the gates file or the defaults
+
+
+@pytest.fixture(scope="module")
+def native_run(tmp_path_factory):
+    import ragbridge
+
+    out = tmp_path_factory.mktemp("native") / "run"
+    ragbridge.evaluate(load_cases(EXAMPLE), backends=["native"], out=out)
+    return out
+
+
+def test_default_thresholds_badge_the_cases_worth_reading(native_run):
+    d = rep.report_data(native_run, n_resamples=0)
+    marks = {t["metric"]: t for t in d["thresholds"]}
+    assert marks["precision@5"]["threshold"] == pytest.approx(0.2) and marks["recall@5"]["threshold"] == 0.5
+    assert marks["must_contain"]["threshold"] == 1.0 and {t["source"] for t in d["thresholds"]} == {"default"}
+    # precision@5 is below its mark only where no relevant chunk made the top 5 (hit@5 = 0)
+    by = {(s["metric"], c["id"]): s["value"] for c in d["cases"] for s in c["scores"]}
+    misses = {cid for (m, cid), v in by.items() if m == "hit@5" and v == 0}
+    badged = {c["id"] for c in d["cases"] if any(b["metric"] == "precision@5" for b in c["below"])}
+    assert badged == misses and marks["precision@5"]["n_below"] == len(misses)
+    # the example's documented retrieval misses are badged, with the metrics that show it
+    for cid in ("shipping-same-day-cutoff", "account-password-reset-link", "privacy-address-book-json"):
+        case = next(c for c in d["cases"] if c["id"] == cid)
+        assert {"recall@5", "hit@5"} <= {b["metric"] for b in case["below"]} and case["flags"]["fail"]
+    flagged = [c for c in d["cases"] if c["flags"]["fail"]]
+    assert 3 <= len(flagged) < len(d["cases"]) / 4
+    assert all(c["flags"]["fail"] == bool(c["below"]) for c in d["cases"])
+    # one bare --threshold replaces every default: 0.5 on precision@5 flags nearly every labelled case
+    flat = rep.report_data(native_run, n_resamples=0, thresholds=["0.5"])
+    assert sum(c["flags"]["fail"] for c in flat["cases"]) > 3 * len(flagged)
+    assert {t["source"] for t in flat["thresholds"]} == {"--threshold"}
+
+
+def test_gates_file_sets_thresholds(native_run, tmp_path):
+    gates = ROOT / "examples" / "ci" / "gates-native.toml"
+    r = ragbridge_cli("report", native_run, "--gates", gates, "--format", "json", "--out", tmp_path / "r.json",
+                      "--resamples", "0", "--threshold", "ndcg@5=0.6")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads((tmp_path / "r.json").read_text())["thresholds"]
+    marks = {t["metric"]: (t["threshold"], t["source"]) for t in rows}
+    assert marks["recall@5"] == (0.9, "gates")            # check = "recall@5 >= 0.90"
+    assert marks["must_contain"] == (0.8, "gates")
+    assert marks["abstention"] == (0.75, "gates")         # a rule limited to tags still names the metric
+    assert marks["ndcg@5"] == (0.6, "--threshold")        # the command line beats the file
+    assert marks["mrr"] == (0.5, "default")               # only a drop rule: no per-case mark
+    assert marks["precision@5"] == (pytest.approx(0.2), "default")
+    # share() cut first, a rule for all cases before one limited to tags, a backend's rule for that backend
+    cfg = tmp_path / "gates.toml"
+    cfg.write_text('[[gate]]\ncheck = "recall@5 >= 0.7"\ntags = ["real"]\n\n'
+                   '[[gate]]\ncheck = "recall@5 >= 0.8"\n\n'
+                   '[[gate]]\ncheck = "share(recall@5 >= 0.6) >= 0.9"\n\n'
+                   '[[gate]]\ncheck = "mrr >= 0.9"\nbackend = "other"\n')
+    th = rep.gate_thresholds(cfg)
+    assert th.by_metric == {"recall@5": 0.6} and th.by_pair == {("other", "mrr"): 0.9}
+    d = rep.report_data(native_run, n_resamples=0, gates=cfg)
+    assert {t["metric"]: t["threshold"] for t in d["thresholds"]}["mrr"] == 0.5
+    # a broken gates file is bad input: exit 2, one line naming the file, nothing written
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[gate]]\ncheck = "recall@5 >>= 0.7"\n')
+    r = ragbridge_cli("report", native_run, "--gates", bad, "--out", tmp_path / "x.html")
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and str(bad) in lines[0], r.stderr
+    assert not (tmp_path / "x.html").exists()
+    md = rep.render_markdown(native_run, rep.report_data(native_run, n_resamples=0, gates=gates))
+    assert "| recall@5 | native | 0.9 | gates |" in md and "**Below threshold:** recall@5 (native" in md
 
 
 def test_cli_report(report_run, tmp_path):
@@ -170,7 +261,10 @@ def test_cli_report(report_run, tmp_path):
     j = ragbridge_cli("report", report_run, "--format", "json", "--out", out, "--resamples", "0",
                       "--threshold", "ragas=0.7")
     assert j.returncode == 0, j.stderr
-    assert json.loads(out.read_text())["thresholds"]["ragas"]["faithfulness"] == 0.7
+    marks = {(t["backend"], t["metric"]): (t["threshold"], t["source"])
+             for t in json.loads(out.read_text())["thresholds"]}
+    assert marks[("ragas", "faithfulness")] == (0.7, "--threshold")
+    assert marks[("deepeval", "faithfulness")] == (0.5, "default")
     for args, message in ((("report", report_run, "--format", "pdf"), "--format"),):
         bad = ragbridge_cli(*args)
         lines = [ln for ln in bad.stderr.splitlines() if ln.strip()]
@@ -203,7 +297,7 @@ def _browse(tmp_path: Path, url: str, *extra: str) -> subprocess.CompletedProces
     )
 
 
-def test_chromium_renders_tables_and_plots_and_runs_no_data_script(html_text, tmp_path):
+def test_chromium_renders_tables_and_plots_and_runs_no_data_script(html_text, data, tmp_path):
     page = tmp_path / "report.html"
     page.write_text(html_text, encoding="utf-8")
     r = _browse(tmp_path, page.as_uri(), "--dump-dom")
@@ -215,7 +309,11 @@ def test_chromium_renders_tables_and_plots_and_runs_no_data_script(html_text, tm
     plots = int(re.search(r'data-plots-drawn="(\d+)"', root).group(1))
     tables = int(re.search(r'data-tables-drawn="(\d+)"', root).group(1))
     assert plots == html_text.count('class="plot ') == 12
-    assert tables >= 8
+    assert tables >= 9
+    # the stub-judge notice is on screen, and every below-threshold badge is laid out, one per metric
+    assert re.search(r'data-stub-notice-drawn="1"', root), root
+    badges = int(re.search(r'data-badges-drawn="(\d+)"', root).group(1))
+    assert badges == sum(len(c["below"]) for c in data["cases"]) > 0
     # nothing from the data ran
     assert "data-pwned" not in root
     assert re.search(r"<title>ragbridge report: golden.jsonl</title>", dom)

@@ -220,7 +220,7 @@ def test_report_and_validate_read_the_typed_evidence(rubric_run, tmp_path):
     res = ragbridge_cli("validate", out, "--labels", labels, "--backend", "rubric", "--threshold", "rubric=1",
                         "--json")
     assert res.returncode == 0, res.stderr
-    row = json.loads(res.stdout)[0]
+    row = json.loads(res.stdout)["validation"][0]
     scores = scores_of(out)
     claims = [scores[(cid, "rubric", "faithfulness")]["evidence"]["claims"] for cid, _ in graded]
     expected = sum(any(c["verdict"] != "SUPPORTED" for c in cs) for cs in claims)

@@ -247,7 +247,7 @@ def test_grading_in_chromium_saves_labels_that_validate_reads(labelled_run, brow
     res = ragbridge_cli("validate", labelled_run, "--labels", saved, "--threshold", "rubric:helpfulness=0.75",
                         "--json")
     assert res.returncode == 0, res.stderr
-    row = json.loads(res.stdout)[0]
+    row = json.loads(res.stdout)["validation"][0]
     judged = {cid: s["value"] >= 0.75 for (cid, b, m), s in scores_of(labelled_run).items()
               if m == "helpfulness"}
     human = {r["case_id"]: r["label"] == "pass" for r in rows}

@@ -73,5 +73,5 @@ def test_readme_rubric_commands_run_on_the_example(tmp_path):
     drawn = ragbridge_cli(*shlex.split(commands[2])[1:], "--json", cwd=tmp_path)
     assert sorted(json.loads(drawn.stdout)["case_ids"]) == sorted(r["case_id"] for r in labels)
     figures = ragbridge_cli(*shlex.split(commands[3])[1:], "--json", cwd=tmp_path)
-    row = json.loads(figures.stdout)[0]
+    row = json.loads(figures.stdout)["validation"][0]
     assert row["n_labels"] == row["n_paired"] == 20 and row["human_fail"] == 4

@@ -1,4 +1,5 @@
 import json
+import time
 
 import pytest
 
@@ -61,16 +62,22 @@ def test_resume_after_kill(tmp_path, example_cases):
     # a kill mid-run: a third of the scores on disk, the last line cut short, manifest not finished
     (out / "scores.jsonl").write_text("".join(lines[:keep]) + lines[keep][:25])
     manifest = json.loads((out / "run.json").read_text())
-    manifest.update(status="running", finished_at=None)
+    manifest.update(status="running", finished_at=None, timing={"wall_seconds": {"native": 100.0}})
     (out / "run.json").write_text(json.dumps(manifest))
     computed = []
+    t0 = time.monotonic()
     resumed = evaluate(example_cases, out=out, on_score=computed.append)
+    elapsed = time.monotonic() - t0
     assert len(computed) == len(lines) - keep
     assert resumed.manifest.counts["resumed_from"] == keep
     assert resumed.manifest.status == "complete"
     scores, bad = read_scores(out / "scores.jsonl")
     assert bad == 0 and len(scores) == len(lines)
     assert {s.key: s.value for s in scores} == {s.key: s.value for s in full.scores}
+    # the wall time of both sessions is kept: the first one's (100 s here), plus the resumed one's
+    assert 0 <= full.manifest.timing["wall_seconds"]["native"] <= 100
+    assert 100 <= resumed.manifest.timing["wall_seconds"]["native"] <= 100 + elapsed
+    assert json.loads((out / "run.json").read_text())["timing"] == resumed.manifest.timing
 
 
 def test_resume_refuses_other_dataset(tmp_path, example_cases):

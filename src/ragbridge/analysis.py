@@ -62,6 +62,7 @@ import numpy as np
 import typer
 
 from .hookspecs import hookimpl
+from .output import num, one_line, print_json, print_lines, print_table, records
 from .runner import Run, RunError, load_run
 from .schema import Score
 
@@ -96,6 +97,8 @@ GENERATION_METRICS = ("faithfulness", "answer_relevance", "answer_correctness", 
                       "must_not_contain", "abstention")
 
 FIGURES = ("spearman", "kendall", "pearson", "mae", "kappa", "agreement")
+FIGURE_NAMES = {"spearman": "Spearman", "kendall": "Kendall", "pearson": "Pearson", "mae": "MAE",
+                "kappa": "kappa", "agreement": "agreement"}
 
 
 class AnalysisError(ValueError):
@@ -1093,36 +1096,15 @@ def calibration_flips(
 # Command line
 
 
-def fmt_num(v: Any, digits: int = 3) -> str:
-    if v is None:
-        return "—"
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return str(v)
-    if math.isnan(f):
-        return "—"
-    return f"{f:.{digits}f}"
-
-
 def fmt_ci(value: Any, low: Any, high: Any, digits: int = 2) -> str:
     """``0.81 [0.70, 0.89]``; ``—`` when undefined; no brackets when the interval is undefined."""
-    text = fmt_num(value, digits)
+    text = num(value, digits)
     if text == "—":
         return text
-    lo, hi = fmt_num(low, digits), fmt_num(high, digits)
+    lo, hi = num(low, digits), num(high, digits)
     if lo == "—" or hi == "—":
         return text
     return f"{text} [{lo}, {hi}]"
-
-
-def fmt_ci2(value: Any, low: Any, high: Any, digits: int = 2) -> str:
-    """Like `fmt_ci` with the interval on a second line."""
-    return fmt_ci(value, low, high, digits).replace(" [", "\n[")
-
-
-def _frame_json(frame) -> str:
-    return frame.to_json(orient="records", indent=2, force_ascii=False)
 
 
 def _unscored_note(row, side: str, name: str) -> str:
@@ -1130,11 +1112,15 @@ def _unscored_note(row, side: str, name: str) -> str:
     return f"{name}: " + ", ".join(parts) if parts else ""
 
 
-def _one_line(text: Any, width: int = 160) -> str:
-    if text is None or (isinstance(text, float) and math.isnan(text)):
-        return ""
-    s = " ".join(str(text).split())
-    return s if len(s) <= width else s[: width - 1] + "…"
+def _case_lines(case_id: str, heading: str, question: Any, sides: Sequence[tuple[str, str, Any]]) -> list:
+    """A case as a block of plain lines: id, heading, question, then each backend's verdict and reason."""
+    lines = [f"{case_id} ({heading})" if heading else case_id]
+    if one_line(question):
+        lines.append(f"  question: {one_line(question)}")
+    for name, verdict, reason in sides:
+        reason = one_line(reason)
+        lines.append(f"  {name} {verdict}" + (f": {reason}" if reason else ""))
+    return lines
 
 
 @hookimpl
@@ -1159,7 +1145,7 @@ def ragbridge_register_commands(cli):
         top: int = typer.Option(5, "--top", help="Disagreeing cases to show per metric."),
         resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples for the 95% intervals (0: none)."),
         seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
-        as_json: bool = typer.Option(False, "--json", help="Print JSON (agreement and disagreements) instead of tables."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
     ) -> None:
         """Agreement between backends on each metric they share, and the cases they disagree on most."""
         r = _run_or_fail(run)
@@ -1175,59 +1161,67 @@ def ragbridge_register_commands(cli):
             fail("nothing to compare: no metric in this run is scored by two or more backends ("
                  + "; ".join(f"{m}: {', '.join(table.backends_of(m))}" for m in table.metrics()) + ")")
         if as_json:
-            out.print_json(json.dumps({
-                "agreement": json.loads(_frame_json(frame)),
-                "disagreements": json.loads(_frame_json(dis)),
-            }))
+            print_json({"run": str(r.path), "agreement": records(frame), "disagreements": records(dis)})
             return
+        _print_agreement(out, r, frame)
+        if not dis.empty:
+            _print_disagreements(out, dis)
+
+    def _print_agreement(console, r: Run, frame) -> None:
         t = Table(title=f"Agreement between backends ({escape(str(r.path))})", title_justify="left", show_lines=True)
-        t.add_column("metric", no_wrap=True)
-        t.add_column("pair", no_wrap=True)
-        t.add_column("paired", justify="right", no_wrap=True)
-        for col in ("Spearman", "Kendall", "Pearson", "MAE", "kappa", "agreement"):
-            t.add_column(col, justify="right", no_wrap=True)
-        t.add_column("PP PF FP FF", justify="right", no_wrap=True)
-        t.add_column("not scored")
+        for col in ("metric", "pair", "paired", *FIGURE_NAMES.values(), "PP PF FP FF", "not scored"):
+            t.add_column(col, justify="left" if col in ("metric", "pair", "not scored") else "right",
+                         no_wrap=True)
         same_thresholds = len(set(frame["threshold_a"]) | set(frame["threshold_b"])) == 1
+        lines = []
         for row in frame.to_dict("records"):
-            notes = "\n".join(n for n in (_unscored_note(row, "a", row["backend_a"]),
-                                           _unscored_note(row, "b", row["backend_b"])) if n)
-            pair = f"{row['backend_a']} vs {row['backend_b']}"
+            a, b = row["backend_a"], row["backend_b"]
+            notes = [n for n in (_unscored_note(row, "a", a), _unscored_note(row, "b", b)) if n]
+            pair = f"{a} vs {b}"
             if not same_thresholds:
                 pair += f"\nat {row['threshold_a']:g} / {row['threshold_b']:g}"
             t.add_row(
                 escape(row["metric"]), escape(pair), f"{row['n_paired']}/{row['n_cases']}",
-                *(fmt_ci2(row[f], row[f"{f}_low"], row[f"{f}_high"]) for f in FIGURES),
+                *(fmt_ci(row[f], row[f"{f}_low"], row[f"{f}_high"]).replace(" [", "\n[") for f in FIGURES),
                 f"{row['both_pass']} {row['a_pass_b_fail']} {row['a_fail_b_pass']} {row['both_fail']}",
-                escape(notes) or "—",
+                escape("\n".join(notes)) or "—",
             )
-        out.print(t)
-        out.print("[dim]95% bootstrap intervals in brackets. PP PF FP FF: cases both pass, only A passes, "
-                  "only B passes, both fail" + (f" (threshold {frame['threshold_a'].iloc[0]:g})" if same_thresholds else "")
-                  + ". Only cases both backends scored enter a figure."
-                  + (" —: undefined (kappa when a backend passes or fails every case; a correlation when one side is constant)."
-                     if frame[list(FIGURES)].isna().any().any() else "") + "[/]")
-        if not dis.empty:
-            backends_in = [c[:-6] for c in dis.columns if c.endswith(".value")]
-            for m, group in dis.groupby("metric", sort=False):
-                t2 = Table(title=f"Largest disagreements: {escape(m)}", title_justify="left", show_lines=True)
-                t2.add_column("case")
-                t2.add_column("spread", justify="right")
-                names = [b for b in backends_in if group[f"{b}.status"].notna().any()]
-                for b in names:
-                    t2.add_column(escape(b))
-                for row in group.to_dict("records"):
-                    cells = []
-                    for b in names:
-                        status = row[f"{b}.status"]
-                        val = fmt_num(row[f"{b}.value"]) if status == "scored" else (status or "—")
-                        reason = _one_line(row[f"{b}.reason"])
-                        cells.append(escape(val + (f"\n{reason}" if reason else "")))
-                    t2.add_row(escape(f"{row['case_id']}\n{_one_line(row['question'], 80)}"),
-                               fmt_num(row["spread"]) + (" ≠" if row["verdicts_differ"] else ""), *cells)
-                out.print(t2)
-            out.print("[dim]≠: pass/fail verdicts differ at the thresholds.[/]")
+            lines += [
+                f"{row['metric']}: {a} vs {b}, {row['n_paired']} of {row['n_cases']} cases scored by both",
+                "  " + ", ".join(f"{name} {fmt_ci(row[f], row[f'{f}_low'], row[f'{f}_high'])}"
+                                 for f, name in FIGURE_NAMES.items()),
+                f"  verdicts at {row['threshold_a']:g}"
+                + ("" if row["threshold_a"] == row["threshold_b"] else f" / {row['threshold_b']:g}")
+                + f": both pass {row['both_pass']}, "
+                f"only {a} passes {row['a_pass_b_fail']}, only {b} passes {row['a_fail_b_pass']}, "
+                f"both fail {row['both_fail']}",
+            ]
+            lines += [f"  not scored: {'; '.join(notes)}"] if notes else []
+        print_table(console, t, lines)
+        print_lines(console, [
+            "95% bootstrap intervals in brackets. PP PF FP FF: cases both pass, only A passes, "
+            "only B passes, both fail"
+            + (f" (threshold {frame['threshold_a'].iloc[0]:g})" if same_thresholds else "")
+            + ". Only cases both backends scored enter a figure."
+            + (" —: undefined (kappa when a backend passes or fails every case; a correlation when one side "
+               "is constant)." if frame[list(FIGURES)].isna().any().any() else "")
+        ], indent="")
 
+    def _print_disagreements(console, dis) -> None:
+        backends_in = [c[:-6] for c in dis.columns if c.endswith(".value")]
+        for m, group in dis.groupby("metric", sort=False):
+            names = [b for b in backends_in if group[f"{b}.status"].notna().any()]
+            lines = [f"Largest disagreements: {m}"]
+            for row in group.to_dict("records"):
+                sides = []
+                for b in names:
+                    status = row[f"{b}.status"]
+                    sides.append((b, num(row[f"{b}.value"]) if status == "scored" else (status or "missing"),
+                                  row[f"{b}.reason"]))
+                heading = f"spread {num(row['spread'])}"
+                heading += ", verdicts differ" if row["verdicts_differ"] else ""
+                lines += _case_lines(row["case_id"], heading, row["question"], sides)
+            print_lines(console, lines)
 
     @cli.command("validate")
     def validate_cmd(
@@ -1239,7 +1233,7 @@ def ragbridge_register_commands(cli):
         label_threshold: float = typer.Option(0.5, "--label-threshold", help="A human grade at or above this is a pass (e.g. 3 for a 1-5 scale)."),
         resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples (0: none)."),
         seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
-        as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of a table."),
     ) -> None:
         """Each backend's verdicts against human labels: TPR, TNR, kappa, balanced accuracy."""
         r = _run_or_fail(run)
@@ -1248,9 +1242,15 @@ def ragbridge_register_commands(cli):
                              label_threshold, resamples, seed)
         except AnalysisError as exc:
             fail(str(exc))
+        unknown = int(frame["labels_unknown_case"].max()) if not frame.empty else 0
         if as_json:
-            out.print_json(_frame_json(frame))
-            return
+            print_json({"run": str(r.path), "labels": str(labels), "validation": records(frame)})
+        else:
+            _print_validation(out, frame)
+        if unknown:
+            err.print(f"[yellow]{unknown} label(s) name a case that is not in this run[/]")
+
+    def _print_validation(console, frame) -> None:
         t = Table(title="Backends against human labels (positive = pass)", title_justify="left", show_lines=True)
         show_sp = bool(frame["spearman"].notna().any())
         show_claims = bool((frame["claims_answers"] > 0).any())
@@ -1260,37 +1260,47 @@ def ragbridge_register_commands(cli):
         cols += ["unsupported"] if show_claims else []
         for col in cols:
             t.add_column(col, justify="left" if col in ("metric", "backend", "unscored") else "right", no_wrap=True)
+        lines = []
         for row in frame.to_dict("records"):
+            unscored = [f"{row[k]} {k}" for k in ("undefined", "errored", "missing") if row[k]]
+            ci = {f: fmt_ci(row[f], row[f"{f}_low"], row[f"{f}_high"])
+                  for f in ("tpr", "tnr", "kappa", "balanced_accuracy", "spearman", "unsupported_share")}
             cells = [
                 escape(row["metric"]), escape(row["backend"]), f"{row['threshold']:g}",
                 str(row["n_labels"]), str(row["n_paired"]),
-                "0" if not row["unscored"] else "[yellow]" + escape("\n".join(
-                    f"{row[k]} {k}" for k in ("undefined", "errored", "missing") if row[k])) + "[/]",
+                "[yellow]" + escape("\n".join(unscored)) + "[/]" if unscored else "0",
                 f"{row['human_pass']}/{row['human_fail']}",
-                fmt_ci2(row["tpr"], row["tpr_low"], row["tpr_high"]),
-                fmt_ci2(row["tnr"], row["tnr_low"], row["tnr_high"]),
+                *(ci[f].replace(" [", "\n[") for f in ("tpr", "tnr")),
                 f"{row['fp']}/{row['human_fail']}",
-                fmt_ci2(row["kappa"], row["kappa_low"], row["kappa_high"]),
-                fmt_ci2(row["balanced_accuracy"], row["balanced_accuracy_low"], row["balanced_accuracy_high"]),
-                fmt_num(row["agreement"], 2),
+                *(ci[f].replace(" [", "\n[") for f in ("kappa", "balanced_accuracy")),
+                num(row["agreement"], 2),
             ]
+            claims = f"{ci['unsupported_share']} of {row['claims_answers']}" if row["claims_answers"] else "—"
             if show_sp:
-                cells.append(fmt_ci2(row["spearman"], row["spearman_low"], row["spearman_high"]))
+                cells.append(ci["spearman"].replace(" [", "\n["))
             if show_claims:
-                cells.append((fmt_ci2(row["unsupported_share"], row["unsupported_share_low"], row["unsupported_share_high"])
-                              + f"\nof {row['claims_answers']}") if row["claims_answers"] else "—")
+                cells.append(claims.replace(" [", "\n[").replace(" of ", "\nof "))
             t.add_row(*cells)
-        out.print(t)
-        out.print("[dim]TPR: share of human passes the backend passes; TNR: share of human fails it fails, "
-                  "the failures it catches (Wilson 95% intervals); missed: human fails the backend passed; "
-                  "kappa and balanced accuracy: bootstrap 95% intervals"
-                  + ("; Spearman: backend value against graded labels" if show_sp else "")
-                  + ("; unsupported: share of answers with at least one unsupported claim, of those whose claims the backend exposes" if show_claims else "")
-                  + ".[/]")
-        unknown = int(frame["labels_unknown_case"].max()) if not frame.empty else 0
-        if unknown:
-            err.print(f"[yellow]{unknown} label(s) name a case that is not in this run[/]")
-
+            lines += [
+                f"{row['metric']}, {row['backend']} at {row['threshold']:g}: {row['n_labels']} labels, "
+                f"{row['n_paired']} scored" + (f" ({', '.join(unscored)})" if unscored else "")
+                + f"; humans pass {row['human_pass']}, fail {row['human_fail']}",
+                f"  TPR {ci['tpr']}, TNR {ci['tnr']}, missed {row['fp']}/{row['human_fail']}, "
+                f"kappa {ci['kappa']}, "
+                f"balanced accuracy {ci['balanced_accuracy']}, agreement {num(row['agreement'], 2)}"
+                + (f", Spearman {ci['spearman']}" if show_sp else "")
+                + (f", unsupported {claims}" if show_claims else ""),
+            ]
+        print_table(console, t, lines)
+        print_lines(console, [
+            "TPR: share of human passes the backend passes; TNR: share of human fails it fails, "
+            "the failures it catches (Wilson 95% intervals); missed: human fails the backend passed; "
+            "kappa and balanced accuracy: bootstrap 95% intervals"
+            + ("; Spearman: backend value against graded labels" if show_sp else "")
+            + ("; unsupported: share of answers with at least one unsupported claim, of those whose claims "
+               "the backend exposes" if show_claims else "")
+            + "."
+        ], indent="")
 
     @cli.command("calibrate")
     def calibrate_cmd(
@@ -1302,7 +1312,7 @@ def ragbridge_register_commands(cli):
         top: int = typer.Option(10, "--top", help="Flipping cases to show."),
         resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples (0: none)."),
         seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
-        as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
     ) -> None:
         """The threshold in one backend that best reproduces another's pass/fail (maximum kappa)."""
         r = _run_or_fail(run)
@@ -1316,48 +1326,43 @@ def ragbridge_register_commands(cli):
         best = curve[curve["best"]].iloc[0]
         flips = calibration_flips(r, source, target, a["metric"], threshold, float(best["threshold"]))
         if as_json:
-            out.print_json(json.dumps({
-                **{k: v for k, v in a.items()},
-                "best": json.loads(best.to_json()),
-                "curve": json.loads(_frame_json(curve)),
-                "flips": json.loads(_frame_json(flips)),
-            }))
+            print_json({"run": str(r.path), **a, "best": best.to_dict(), "curve": records(curve),
+                        "flips": records(flips)})
             return
-        hi = "" if math.isinf(best["threshold_high"]) else f"{best['threshold_high']:.3g}"
-        lo = "" if math.isinf(best["threshold_low"]) else f"{best['threshold_low']:.3g}"
-        out.print(
-            f"[bold]{escape(a['metric'])}[/]: {escape(source)} at {a['source_threshold']:g} "
-            f"≈ {escape(target)} at [bold]{best['threshold']:.3g}[/] "
-            f"(any threshold in ({lo or '-∞'}, {hi or '+∞'}] gives the same verdicts)"
-        )
-        out.print(
+        hi = "+∞" if math.isinf(best["threshold_high"]) else f"{best['threshold_high']:.3g}"
+        lo = "-∞" if math.isinf(best["threshold_low"]) else f"{best['threshold_low']:.3g}"
+        lines = [
+            f"{a['metric']}: {source} at {a['source_threshold']:g} ≈ {target} at {best['threshold']:.3g} "
+            f"(any threshold in ({lo}, {hi}] gives the same verdicts)",
             f"kappa {fmt_ci(best['kappa'], best['kappa_low'], best['kappa_high'])}, agreement "
             f"{fmt_ci(best['agreement'], best['agreement_low'], best['agreement_high'])} on "
             f"{a['n_paired']} case(s) both scored; {int(best['flips'])} still flip "
-            f"({int(best['source_pass_target_fail'])} pass→fail, {int(best['source_fail_target_pass'])} fail→pass)"
-        )
+            f"({int(best['source_pass_target_fail'])} pass→fail, "
+            f"{int(best['source_fail_target_pass'])} fail→pass)",
+        ]
         for side, name in (("source_unscored", source), ("target_unscored", target)):
             miss = {k: v for k, v in a[side].items() if v}
             if miss:
-                out.print(f"[yellow]{escape(name)} did not score: "
-                          + ", ".join(f"{v} {k}" for k, v in miss.items()) + "[/]")
+                lines.append(f"{name} did not score: " + ", ".join(f"{v} {k}" for k, v in miss.items()))
+        print_lines(out, lines)
         t = Table(title="Kappa by target threshold", title_justify="left")
         for col in ("threshold", "kappa", "agreement", "flips", "target pass rate", ""):
-            t.add_column(col, justify="right")
+            t.add_column(col, justify="right", no_wrap=True)
+        rows = []
         for row in curve.to_dict("records"):
-            t.add_row(f"{row['threshold']:.3g}", fmt_num(row["kappa"]), fmt_num(row["agreement"]),
-                      str(row["flips"]), fmt_num(row["target_pass_rate"], 2), "◀ best" if row["best"] else "")
-        out.print(t)
+            t.add_row(f"{row['threshold']:.3g}", num(row["kappa"]), num(row["agreement"]),
+                      str(row["flips"]), num(row["target_pass_rate"], 2), "◀ best" if row["best"] else "")
+            rows.append(f"{row['threshold']:.3g}: kappa {num(row['kappa'])}, agreement "
+                        f"{num(row['agreement'])}, {row['flips']} flips, target pass rate "
+                        f"{num(row['target_pass_rate'], 2)}" + (" (best)" if row["best"] else ""))
+        print_table(out, t, rows)
         if not flips.empty:
-            t2 = Table(title="Cases that still flip", title_justify="left", show_lines=True)
-            for col in ("case", source, target):
-                t2.add_column(escape(col))
+            lines = [f"Cases that still flip ({len(flips)}"
+                     + (f"; the first {top})" if len(flips) > top else ")")]
             for row in flips.head(top).to_dict("records"):
-                t2.add_row(
-                    escape(f"{row['case_id']}\n{_one_line(row['question'], 80)}"),
-                    escape(f"{row['source_value']:.3f} {'pass' if row['source_passed'] else 'fail'}\n{_one_line(row['source_reason'])}"),
-                    escape(f"{row['target_value']:.3f} {'pass' if row['target_passed'] else 'fail'}\n{_one_line(row['target_reason'])}"),
-                )
-            out.print(t2)
-
-
+                lines += _case_lines(row["case_id"], "", row["question"], [
+                    (name, f"{row[f'{side}_value']:.3f} {'pass' if row[f'{side}_passed'] else 'fail'}",
+                     row[f"{side}_reason"])
+                    for side, name in (("source", source), ("target", target))
+                ])
+            print_lines(out, lines)

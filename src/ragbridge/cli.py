@@ -4,6 +4,10 @@ Exit codes, the same for every command: 0 success; 1 a gate or check failed; 2 b
 configuration (nothing written); 3 ``run``/``rescore`` finished but some scores errored (the run
 folder is complete otherwise; the same command again retries them); 130 interrupted (what was
 scored is kept; the same command again resumes).
+
+Every command prints for a reader at 80 columns and in a CI log (see `ragbridge.output`); every
+command that prints results takes ``--json`` and then prints exactly one JSON document on stdout.
+Help is plain text (click's layout): it reads the same on a terminal, piped and in a log.
 """
 
 from __future__ import annotations
@@ -16,22 +20,64 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
 
 from . import __version__
 from .backend import RunOptions
 from .io import DatasetError, input_warnings, load_cases, write_cases
+from .output import fits, print_json, print_lines, print_table, records
 from .plugins import get_backends, get_formats, load_errors, register_commands
 from .runner import RunError, evaluate
 from .summary import ALL
 
+_BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0", "y", "n", "t", "f"}
+
+
+class _Group(TyperGroup):
+    """Commands whose flags refuse a value (``--overwrite true``) with an error that says so.
+
+    (click would take ``true`` as the next argument and fail with "unexpected extra argument".) A
+    word that names an existing file or folder is left to be an argument.
+    """
+
+    def resolve_command(self, ctx, args):
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None and not isinstance(cmd, TyperGroup):
+            flags = {o for p in cmd.params if getattr(p, "is_flag", False)
+                     for o in (*p.opts, *p.secondary_opts)}
+            for flag, value in zip(rest, rest[1:]):
+                if flag == "--":
+                    break
+                if flag in flags and value.lower() in _BOOL_WORDS and not Path(value).exists():
+                    fail(f"{flag} is a flag and takes no value (got {flag} {value}): "
+                         f"write {flag} alone to switch it on, or leave it out")
+        return name, cmd, rest
+
+    def format_commands(self, ctx, formatter) -> None:
+        """Each command with the first paragraph of its help, whole and wrapped (click cuts it short)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, " ".join((cmd.short_help or cmd.help or "").split("\n\n")[0].split())))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
 cli = typer.Typer(
     name="ragbridge",
     help="One golden set, every RAG evaluation backend, one report.",
+    cls=_Group,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
-judge_cli = typer.Typer(help="The judge: serve the stub judge, check a configuration.", no_args_is_help=True)
+judge_cli = typer.Typer(
+    help="The judge: serve the stub judge, check a configuration.", cls=_Group, no_args_is_help=True,
+    rich_markup_mode=None,
+)
 cli.add_typer(judge_cli, name="judge")
 
 out = Console()
@@ -75,46 +121,79 @@ def _share(row) -> str:
 
 
 def print_summary(frame, console: Console = out) -> None:
-    """Overall table (per backend and metric), then the mean per tag for each backend."""
+    """Overall table (per backend and metric), then the mean per tag for each backend.
+
+    The per-tag table has a row per tag and a column per metric; when its columns do not fit the
+    width they go into as many tables as it takes, each repeating the tag column.
+    """
     overall = frame[frame["tag"] == ALL]
     claims = bool((frame["n_claims"] > 0).any())  # a backend exposes claims: show the unsupported share
     table = Table(title="Summary", title_justify="left")
     columns = ("backend", "metric", "mean", "scored", "undefined", "errored", "unsupported")
     for col in columns[:7 if claims else 6]:
-        table.add_column(col, justify="right" if col not in ("backend", "metric") else "left")
+        table.add_column(col, justify="right" if col not in ("backend", "metric") else "left", no_wrap=True)
+    lines = []
     for row in overall.itertuples():
         table.add_row(
             row.backend, row.metric, _fmt(row.mean), str(row.n_scored), str(row.n_undefined),
             f"[red]{row.n_errored}[/]" if row.n_errored else "0",
             *((_share(row),) if claims else ()),
         )
-    console.print(table)
+        lines.append(f"{row.backend} {row.metric}: mean {_fmt(row.mean)}, {row.n_scored} scored, "
+                     f"{row.n_undefined} undefined, {row.n_errored} errored"
+                     + (f", {_share(row)} with an unsupported claim" if row.n_claims else ""))
+    print_table(console, table, lines)
     if claims:
-        console.print("[dim]unsupported: share of answers with at least one unsupported claim (of those with "
-                      "claims); per tag in brackets[/]")
+        console.print("[dim]unsupported: share of answers with at least one unsupported claim (of those "
+                      "with claims); per tag in brackets[/]")
     tagged = frame[frame["tag"] != ALL]
     if tagged.empty:
         return
-    # per backend: a row per tag, a column per metric (the mean over the tag's scored cases),
-    # split into as many tables as it takes to fit the terminal
-    width = max(console.width, 60)
-    per_table = max(1, (width - 26) // 7)
     for b in dict.fromkeys(overall["backend"]):
         metrics = list(dict.fromkeys(overall[overall["backend"] == b]["metric"]))
-        part = tagged[tagged["backend"] == b]
+        rows = [
+            (tag, int(group["n"].max()), {r.metric: r.mean for r in group.itertuples()},
+             {r.metric: _share(r) for r in group.itertuples() if r.n_claims})
+            for tag, group in tagged[tagged["backend"] == b].groupby("tag", sort=True)
+        ]
         title = "Mean per tag" + (f" ({b})" if overall["backend"].nunique() > 1 else "")
-        for start in range(0, len(metrics), per_table):
-            chunk = metrics[start:start + per_table]
-            by_tag = Table(title=title if start == 0 else None, title_justify="left")
-            by_tag.add_column("tag", no_wrap=True, overflow="ellipsis", max_width=16)
-            by_tag.add_column("n", justify="right", no_wrap=True)
-            for m in chunk:
-                by_tag.add_column(m, justify="right", overflow="fold", min_width=4)
-            for tag, group in part.groupby("tag", sort=True):
-                means = {row.metric: _fmt(row.mean, 2) + (f" ({_share(row)})" if row.n_claims else "")
-                         for row in group.itertuples()}
-                by_tag.add_row(tag, str(group["n"].max()), *(means.get(m, "—") for m in chunk))
-            console.print(by_tag)
+        _print_by_tag(console, title, rows, metrics)
+
+
+def _cell(means: dict, shares: dict, metric: str) -> str:
+    """The mean, and the unsupported-claim share in brackets where the metric has claims."""
+    return _fmt(means.get(metric), 2) + (f" ({shares[metric]})" if metric in shares else "")
+
+
+def _tag_table(title: Optional[str], rows, metrics: list[str]) -> Table:
+    t = Table(title=title, title_justify="left")
+    t.add_column("tag", no_wrap=True)
+    t.add_column("n", justify="right", no_wrap=True)
+    for m in metrics:
+        t.add_column(escape(m), justify="right", no_wrap=True)
+    for tag, n, means, shares in rows:
+        t.add_row(escape(tag), str(n), *(_cell(means, shares, m) for m in metrics))
+    return t
+
+
+def _print_by_tag(console: Console, title: str, rows, metrics: list[str]) -> None:
+    parts: list[list[str]] = [[]]
+    for m in metrics:
+        if parts[-1] and not fits(console, _tag_table(None, rows, parts[-1] + [m])):
+            parts.append([])
+        parts[-1].append(m)
+    tables = [
+        _tag_table(title + (f", {i} of {len(parts)}" if len(parts) > 1 else ""), rows, part)
+        for i, part in enumerate(parts, 1)
+    ]
+    if all(fits(console, t) for t in tables):
+        for t in tables:
+            console.print(t)
+        return
+    print_lines(console, [title] + [
+        f"{tag} ({n} cases): " + ", ".join(f"{m} {_cell(means, shares, m)}" for m in metrics)
+        for tag, n, means, shares in rows
+    ])
 
 
 @cli.command()
@@ -130,6 +209,9 @@ def run(
     fmt: Optional[str] = typer.Option(None, "--format", help="Dataset format, when the suffix does not tell."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the run folder instead of resuming it."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the summary as one JSON document (notes on stderr)."
+    ),
     judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model name."),
     judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", help="OpenAI-compatible base URL of the judge."),
     judge_api_key_env: Optional[str] = typer.Option(None, "--judge-api-key-env", help="Environment variable that holds the judge's key (default OPENAI_API_KEY)."),
@@ -168,7 +250,7 @@ def run(
             embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,
             max_concurrency=max_concurrency,
         ),
-        target=target, target_concurrency=target_concurrency,
+        target=target, target_concurrency=target_concurrency, as_json=as_json,
     )
 
 
@@ -179,6 +261,9 @@ def rescore(
     metric: List[str] = typer.Option(None, "--metric", "-m", help="Metric to score (repeatable)."),
     k: int = typer.Option(5, "--k", help="Cut-off for the @k ranking metrics."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the summary as one JSON document (notes on stderr)."
+    ),
     judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model name."),
     judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", help="OpenAI-compatible base URL of the judge."),
     judge_api_key_env: Optional[str] = typer.Option(None, "--judge-api-key-env", help="Environment variable that holds the judge's key."),
@@ -212,6 +297,7 @@ def rescore(
             embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,
             max_concurrency=max_concurrency,
         ),
+        as_json=as_json,
     )
 
 
@@ -220,7 +306,7 @@ def _rubric_options(files: Optional[List[Path]]) -> dict:
 
 
 def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_progress, overwrite,
-                     options, judge_overrides, target=None, target_concurrency=4) -> None:
+                     options, judge_overrides, target=None, target_concurrency=4, as_json=False) -> None:
     import signal
 
     from .target import TargetError
@@ -240,9 +326,18 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_p
              EXIT_INTERRUPTED)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    print_summary(result.summary())
+    _print_run(result, out_dir, as_json)
+
+
+def _print_run(result, out_dir, as_json: bool) -> None:
+    """The summary tables and one line per note, or with ``as_json`` one JSON document (notes on stderr).
+
+    Exits with `EXIT_SCORE_ERRORS` when some scores errored (after printing)."""
     counts = result.manifest.counts
+    judge = result.manifest.judge or {}
     notes = []
+    if judge.get("stub"):
+        notes.append("judged by the stub judge: these judged scores test plumbing, not answer quality")
     if counts.get("duplicate_chunk_ids"):
         notes.append(f"{counts['duplicate_chunk_ids']} repeated chunk id(s) dropped before ranking")
     if counts.get("resumed_from"):
@@ -261,18 +356,34 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_p
     latencies = sorted(
         c.metadata["target"]["seconds"] for c in result.cases if isinstance(c.metadata.get("target"), dict)
     )
+    latency = None
     if latencies:
         p50 = latencies[len(latencies) // 2]
         p95 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.95))]
+        latency = {"p50": p50, "p95": p95, "n": len(latencies)}
         notes.append(f"target latency: p50 {p50:.3f}s, p95 {p95:.3f}s over {len(latencies)} call(s)")
-    for note in notes:
-        out.print(f"[dim]{note}[/]")
-    same = (result.manifest.judge or {}).get("self_judging")
+    frame = result.summary()
+    if as_json:
+        for note in notes:
+            err.print(note, markup=False, highlight=False)
+        overall = frame[frame["tag"] == ALL].drop(columns="tag")
+        print_json({
+            "run": str(out_dir), "status": result.manifest.status, "stub_judge": bool(judge.get("stub")),
+            "judge": result.manifest.judge, "counts": counts, "summary": records(overall),
+            "by_tag": records(frame[frame["tag"] != ALL]), "target_latency": latency,
+        })
+    else:
+        print_summary(frame)
+        for i, note in enumerate(notes):
+            style = "yellow" if i == 0 and judge.get("stub") else "dim"
+            out.print(f"[{style}]{escape(note)}[/]", highlight=False)
+        out.print(f"run written to [bold]{escape(str(out_dir))}[/] ({counts.get('scores', 0)} scores)",
+                  highlight=False)
+    same = judge.get("self_judging")
     if same:
         err.print(f"[yellow]warning:[/] self-judging: the judge model is the system under test's own model "
                   f"({escape(same['generator_model'])}) on {same['cases']} case(s); its scores are likely "
                   "inflated", highlight=False)
-    out.print(f"run written to [bold]{out_dir}[/] ({counts.get('scores', 0)} scores)")
     if counts.get("errored") or result.manifest.status != "complete":
         status = result.manifest.status
         err.print(
@@ -302,27 +413,51 @@ def _judge_config(overrides: dict, config: Optional[Path]):
 
 
 @cli.command()
-def backends() -> None:
+def backends(
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of a table."),
+) -> None:
     """List every registered backend, whether its library is installed, and its metrics."""
+    found = sorted(get_backends().items(), key=lambda kv: (kv[0] != "native", kv[0]))
+    if as_json:
+        print_json({
+            "backends": [
+                {
+                    "name": name, "available": b.available(),
+                    "version": b.version() if b.available() else None, "install_hint": b.install_hint,
+                    "metrics": [
+                        {"name": s.name, "native_name": s.native_name, "judge": s.judge,
+                         "requires": list(s.requires), "description": s.description}
+                        for s in b.metrics()
+                    ],
+                }
+                for name, b in found
+            ],
+            "load_errors": dict(load_errors),
+        })
+        for name, message in load_errors.items():
+            err.print(f"plugin {name!r} failed to load: {message}", markup=False, highlight=False)
+        return
     table = Table(title="Backends", title_justify="left", show_lines=True)
     for col in ("backend", "available", "version", "metrics"):
         table.add_column(col)
-    for name, b in sorted(get_backends().items(), key=lambda kv: (kv[0] != "native", kv[0])):
+    lines = []
+    for name, b in found:
         ok = b.available()
         metrics = ", ".join(
             f"{s.name}" + (f" ({s.native_name})" if s.native_name and s.native_name != s.name else "")
-            + (" \\[judge]" if s.judge else "")
+            + (" [judge]" if s.judge else "")
             for s in b.metrics()
         )
+        version = (b.version() or "—") if ok else "—"
         table.add_row(
-            name,
-            "[green]yes[/]" if ok else f"[yellow]no[/]: {escape(b.install_hint)}",
-            (b.version() or "—") if ok else "—",
-            metrics,
+            escape(name), "[green]yes[/]" if ok else f"[yellow]no[/]: {escape(b.install_hint)}",
+            escape(version), escape(metrics),
         )
-    out.print(table)
+        lines.append(f"{name} {version}: " + ("available" if ok else f"not installed: {b.install_hint}")
+                     + f"; metrics: {metrics}")
+    print_table(out, table, lines)
     for name, message in load_errors.items():
-        err.print(f"[yellow]plugin {name!r} failed to load:[/] {escape(message)}")
+        err.print(f"[yellow]plugin {escape(name)!r} failed to load:[/] {escape(message)}")
 
 
 @cli.command()
@@ -375,7 +510,7 @@ def sample(
         write_cases(cases, out_file)
     except DatasetError as exc:
         fail(str(exc))
-    out.print(f"sampled {len(cases)} interaction(s) into {out_file}")
+    out.print(f"sampled {len(cases)} interaction(s) into {escape(str(out_file))}", highlight=False)
 
 
 @judge_cli.command("serve")
@@ -422,12 +557,12 @@ def judge_check(
         fail(str(exc))
     finally:
         gateway.close()
-    out.print(f"judge ok: {cfg.model} at {cfg.public_dict().get('base_url')}")
+    out.print(escape(f"judge ok: {cfg.model} at {cfg.public_dict().get('base_url')}"), highlight=False)
 
 
 def run_cli() -> None:  # console-script entry point
     register_commands(cli)
-    cli()
+    cli(prog_name="ragbridge")
 
 
 if __name__ == "__main__":  # pragma: no cover

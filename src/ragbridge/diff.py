@@ -308,6 +308,14 @@ class RunDiff:
     n_permutations: int = DEFAULT_PERMUTATIONS
     seed: int = 0
 
+    def __repr__(self) -> str:  # one line: the frames hold a row per paired score
+        change = self.items["change"]
+        return (
+            f"RunDiff({str(self.base.path)!r} -> {str(self.new.path)!r}, {len(self.items)} paired scores: "
+            f"{int((change == 'worse').sum())} worse, {int((change == 'better').sum())} better, "
+            f"{int((~change.isin(['worse', 'better', 'same'])).sum())} changed status)"
+        )
+
     def _select(self, change: Sequence[str], backend: Optional[str], metric: Optional[str]):
         items = self.items
         mask = items["change"].isin(list(change))

@@ -317,6 +317,10 @@ class GateResult:
     p_value: float = math.nan
     items: list[dict[str, Any]] = field(default_factory=list)
 
+    def __repr__(self) -> str:  # one line: ``items`` may list every case
+        return (f"GateResult(#{self.rule.index} {self.label}, {self.verdict}, {self.figure_text()}, "
+                f"n={self.n}, {len(self.items)} cases behind)")
+
     @property
     def label(self) -> str:
         return f"{self.backend}: {self.rule.label}"
@@ -345,6 +349,11 @@ class GateReport:
     baseline: Optional[Run] = None
     warnings: list[str] = field(default_factory=list)
     config: Optional[GateConfig] = None
+
+    def __repr__(self) -> str:  # one line: the report holds the runs
+        n_skip = sum(r.verdict == "skip" for r in self.results)
+        return (f"GateReport({str(self.run.path)!r}, {len(self.results)} results: {len(self.failed)} failed, "
+                f"{n_skip} skipped, {'passed' if self.passed else 'failed'})")
 
     @property
     def passed(self) -> bool:
@@ -383,15 +392,15 @@ class GateReport:
             return f"gate failed: {n_fail} of {len(self.results)} rule(s) failed"
         return f"gate passed: {len(self.results) - n_skip} rule(s) held" + (f", {n_skip} skipped" if n_skip else "")
 
-    def to_junit(self) -> str:
-        from .gate_reports import junit_xml
+    def to_junit(self, top: Optional[int] = None) -> str:
+        from .gate_reports import TOP_CASES, junit_xml
 
-        return junit_xml(self)
+        return junit_xml(self, top=TOP_CASES if top is None else top)
 
-    def to_markdown(self, top: int = 10) -> str:
-        from .gate_reports import markdown
+    def to_markdown(self, top: Optional[int] = None) -> str:
+        from .gate_reports import TOP_CASES, markdown
 
-        return markdown(self, top=top)
+        return markdown(self, top=TOP_CASES if top is None else top)
 
 
 def _slice(run: Run, tags: Sequence[str]) -> list[str]:

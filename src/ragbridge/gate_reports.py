@@ -10,7 +10,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from .gate import GateReport, GateResult
     from .runner import Run
 
-__all__ = ["junit_xml", "markdown", "incomplete_junit_xml", "incomplete_markdown"]
+__all__ = ["junit_xml", "markdown", "incomplete_junit_xml", "incomplete_markdown", "TOP_CASES"]
+
+#: How many of the cases behind a failed rule the terminal, the Markdown and the JUnit XML list
+#: (the same ones, in the same order; each says how many there are in all).
+TOP_CASES = 10
 
 
 def _num(x: Any) -> str:
@@ -36,7 +40,7 @@ def _run_line(run: "Run") -> str:
     )
 
 
-def junit_xml(report: "GateReport") -> str:
+def junit_xml(report: "GateReport", top: int = TOP_CASES) -> str:
     """One ``<testcase>`` per rule and backend; a failed rule is a ``<failure>``, a skipped one ``<skipped>``."""
     results = report.results
     suite = ET.Element(
@@ -60,7 +64,8 @@ def junit_xml(report: "GateReport") -> str:
         )
         text = f"{r.label}\nfigure: {r.figure_text()} (n={r.n})\n{r.detail}"
         if r.items and r.verdict != "pass":
-            text += "\n" + "\n".join(_item_line(i) for i in r.items[:20])
+            text += f"\nthe cases behind it ({min(top, len(r.items))} of {len(r.items)}):\n"
+            text += "\n".join(_item_line(i) for i in r.items[:top])
         if r.verdict == "fail":
             failure = ET.SubElement(case, "failure", message=r.detail, type="GateFailure")
             failure.text = text
@@ -78,7 +83,7 @@ def _md_cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(report: "GateReport", top: int = 10) -> str:
+def markdown(report: "GateReport", top: int = TOP_CASES) -> str:
     """A Markdown summary: verdict, the table of every rule, then the cases behind each failure."""
     icon = {"pass": "✅ pass", "fail": "❌ fail", "skip": "⏭️ skip"}
     head = "✅ passed" if report.passed else "❌ failed"

@@ -21,6 +21,7 @@ from typing import List, Optional
 
 from .diff import IncompleteRunError, RegressionError, RunDiff, diff_runs, paired_bootstrap_ci, paired_permutation_pvalue, run_problems
 from .gate import GateConfig, GateConfigError, GateReport, GateResult, load_gates, parse_gates, run_gates
+from .gate_reports import TOP_CASES
 from .hookspecs import hookimpl
 from .io import atomic_path, write_atomic
 from .summary import ALL
@@ -42,6 +43,8 @@ __all__ = [
     "paired_permutation_pvalue",
     "print_diff",
     "print_gate",
+    "diff_json",
+    "gate_json",
 ]
 
 
@@ -63,112 +66,199 @@ def _p(x) -> str:
     return f"{x:.3g}" if x >= 0.001 else "<0.001"
 
 
-def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True) -> None:
-    """The diff as rich tables: change in mean per metric (and per tag), then the cases that moved."""
+def _moved(summary):
+    """Rows of a diff summary where some case moved: got worse or better, or changed status."""
+    return (summary["n_worse"] + summary["n_better"] + summary["n_status_changed"]) > 0
+
+
+def _diff_line(r, conf: str) -> str:
+    where = (f"{r.tag}, " if r.tag != ALL else "") + f"{r.backend} {r.metric}"
+    ci = "" if math.isnan(r.ci_low) else f"{conf} CI [{r.ci_low:+.3f}, {r.ci_high:+.3f}], "
+    return (
+        f"{where}: {_f(r.base_mean)} -> {_f(r.new_mean)}, "
+        f"change {_f(r.delta, True)} ({ci}p {_p(r.p_value)}); "
+        f"{r.n_paired} paired: {r.n_worse} worse, {r.n_better} better, {r.n_status_changed} changed status"
+    )
+
+
+def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, show_all: bool = False) -> None:
+    """What changed: the change in mean of each metric and tag where a case moved, then the cases.
+
+    ``show_all`` lists every metric and tag, moved or not.
+    """
     from rich.console import Console
     from rich.table import Table
 
+    from .output import print_lines, print_table
+
     console = console or Console()
-    console.print(f"base: [bold]{esc(str(d.base.path))}[/]  ({len(d.base.cases)} cases, status {d.base.manifest.status})", highlight=False)
-    console.print(f"new:  [bold]{esc(str(d.new.path))}[/]  ({len(d.new.cases)} cases, status {d.new.manifest.status})", highlight=False)
-    for w in d.warnings:
-        console.print(f"[yellow]warning:[/] {esc(w)}", highlight=False)
+    print_lines(console, [
+        f"base: {d.base.path}  ({len(d.base.cases)} cases, status {d.base.manifest.status})",
+        f"new:  {d.new.path}  ({len(d.new.cases)} cases, status {d.new.manifest.status})",
+    ])
+    notes = [f"warning: {w}" for w in d.warnings]
     for ids, where in ((d.only_in_base, "base"), (d.only_in_new, "new")):
         if ids:
-            console.print(
-                f"[yellow]{len(ids)} case(s) only in the {where} run (not paired):[/] " + esc(", ".join(ids)), highlight=False
-            )
+            notes.append(f"{len(ids)} case(s) only in the {where} run (not paired): " + ", ".join(ids))
     for keys, where in ((d.metrics_only_in_base, "base"), (d.metrics_only_in_new, "new")):
         if keys:
-            console.print(
-                f"[yellow]scored only in the {where} run (not compared):[/] " + ", ".join(f"{b}:{m}" for b, m in keys),
-                highlight=False,
-            )
+            notes.append(f"scored only in the {where} run (not compared): "
+                         + ", ".join(f"{b}:{m}" for b, m in keys))
+    print_lines(console, notes)
     conf = f"{d.confidence:.0%}"
-    frames = [("Change in mean (new - base) over paired cases", d.summary[d.summary["tag"] == ALL], False)]
-    if by_tag:
-        tagged = d.summary[(d.summary["tag"] != ALL) & (d.summary["n_paired"] + d.summary["n_status_changed"] > 0)]
-        frames.append(("Per tag", tagged, True))
+    overall = d.summary[d.summary["tag"] == ALL]
+    tagged = d.summary[d.summary["tag"] != ALL] if by_tag else d.summary.iloc[0:0]
+    hidden = []
+    if not show_all:
+        hidden = [f"{int((~_moved(f)).sum())} {what}"
+                  for f, what in ((overall, "metric(s)"), (tagged, "per-tag row(s)")) if (~_moved(f)).any()]
+        overall, tagged = overall[_moved(overall)], tagged[_moved(tagged)]
     multi = d.summary["backend"].nunique() > 1
-    for title, frame, with_tag in frames:
+    for title, frame, with_tag in (("Change in mean (new - base) over paired cases", overall, False),
+                                   ("Per tag", tagged, True)):
         if frame.empty:
             continue
         t = Table(title=f"{title}: paired bootstrap {conf} CI, permutation p", title_justify="left")
-        cols = (["tag"] if with_tag else []) + ["backend", "metric", "n", "base", "new", "change", f"{conf} CI", "p", "worse", "better", "status changed"]
+        cols = (["tag"] if with_tag else []) + ["backend", "metric", "n", "base", "new", "change",
+                                                f"{conf} CI", "p", "worse", "better", "status changed"]
         for c in cols:
-            t.add_column(c, justify="left" if c in ("tag", "backend", "metric") else "right")
+            t.add_column(c, justify="left" if c in ("tag", "backend", "metric") else "right", no_wrap=True)
         for r in frame.itertuples():
             sig = not math.isnan(r.p_value) and r.p_value < 0.05 and r.delta != 0
             colour = ("red" if r.delta < 0 else "green") if sig else None
             delta = _f(r.delta, True)
-            cells = ([esc(r.tag)] if with_tag else []) + [
-                esc(r.backend), esc(r.metric), str(r.n_paired), _f(r.base_mean), _f(r.new_mean),
-                f"[{colour}]{delta}[/]" if colour else delta,
-                "—" if math.isnan(r.ci_low) else f"[{r.ci_low:+.3f}, {r.ci_high:+.3f}]",
-                _p(r.p_value), str(r.n_worse), str(r.n_better),
-                f"[yellow]{r.n_status_changed}[/]" if r.n_status_changed else "0",
-            ]
-            t.add_row(*cells)
-        console.print(t)
+            t.add_row(*([esc(r.tag)] if with_tag else []),
+                      esc(r.backend), esc(r.metric), str(r.n_paired), _f(r.base_mean), _f(r.new_mean),
+                      f"[{colour}]{delta}[/]" if colour else delta,
+                      "—" if math.isnan(r.ci_low) else f"[{r.ci_low:+.3f}, {r.ci_high:+.3f}]",
+                      _p(r.p_value), str(r.n_worse), str(r.n_better),
+                      f"[yellow]{r.n_status_changed}[/]" if r.n_status_changed else "0")
+        print_table(console, t, [_diff_line(r, conf) for r in frame.itertuples()])
+    if hidden:
+        print_lines(console, [f"no case moved in the other {' and '.join(hidden)} (--all lists them)"])
     for label, frame in (("got worse", d.worse()), ("got better", d.better())):
         if frame.empty:
             continue
-        t = Table(title=f"Cases that {label} ({len(frame)}; the {min(top, len(frame))} largest)", title_justify="left")
+        shown = frame.head(top)
+        more = f"; the {len(shown)} largest" if len(shown) < len(frame) else ""
+        t = Table(title=f"Cases that {label} ({len(frame)}{more})", title_justify="left")
         for c in (["backend"] if multi else []) + ["metric", "case", "base", "new", "change"]:
-            t.add_column(c, justify="right" if c in ("base", "new", "change") else "left")
-        for r in frame.head(top).itertuples():
-            t.add_row(*([esc(r.backend)] if multi else []), esc(r.metric), esc(r.case_id), _f(r.base_value), _f(r.new_value), _f(r.delta, True))
-        console.print(t)
+            t.add_column(c, justify="right" if c in ("base", "new", "change") else "left", no_wrap=True)
+        lines = []
+        for r in shown.itertuples():
+            t.add_row(*([esc(r.backend)] if multi else []), esc(r.metric), esc(r.case_id), _f(r.base_value),
+                      _f(r.new_value), _f(r.delta, True))
+            lines.append(f"{r.case_id}, {r.backend} {r.metric}: {_f(r.base_value)} -> {_f(r.new_value)} "
+                         f"({_f(r.delta, True)})")
+        print_table(console, t, lines)
     changes = d.status_changes()
     if not changes.empty:
-        t = Table(title=f"Cases whose score changed status ({len(changes)})", title_justify="left")
+        shown = changes if show_all else changes.head(max(top, 20))
+        more = f"; the first {len(shown)}" if len(shown) < len(changes) else ""
+        t = Table(title=f"Cases whose score changed status ({len(changes)}{more})", title_justify="left")
         for c in (["backend"] if multi else []) + ["metric", "case", "base", "new", "error"]:
-            t.add_column(c)
-        for r in changes.head(max(top, 20)).itertuples():
-            t.add_row(
-                *([esc(r.backend)] if multi else []), esc(r.metric), esc(r.case_id),
-                r.base_status if r.base_status != "scored" else _f(r.base_value),
-                r.new_status if r.new_status != "scored" else _f(r.new_value),
-                esc((r.new_error or r.base_error or "")[:80]),
-            )
-        console.print(t)
+            t.add_column(c, no_wrap=c != "error", min_width=30 if c == "error" else None)
+        lines = []
+        for r in shown.itertuples():
+            base = r.base_status if r.base_status != "scored" else _f(r.base_value)
+            new = r.new_status if r.new_status != "scored" else _f(r.new_value)
+            error = " ".join(str(r.new_error or r.base_error or "").split())
+            t.add_row(*([esc(r.backend)] if multi else []), esc(r.metric), esc(r.case_id), base, new,
+                      esc(error))
+            lines.append(f"{r.case_id}, {r.backend} {r.metric}: {base} -> {new}"
+                         + (f": {error}" if error else ""))
+        print_table(console, t, lines)
     n_worse = int((d.items["change"] == "worse").sum())
     n_better = int((d.items["change"] == "better").sum())
-    console.print(
-        f"{len(d.items)} paired scores: {n_worse} worse, {n_better} better, "
-        f"{len(changes)} changed status; {len(d.only_in_base)} case(s) only in base, {len(d.only_in_new)} only in new",
-        highlight=False,
-    )
+    print_lines(console, [
+        f"{len(d.items)} paired scores: {n_worse} worse, {n_better} better, {len(changes)} changed status; "
+        f"{len(d.only_in_base)} case(s) only in base, {len(d.only_in_new)} only in new"
+    ])
 
 
-def print_gate(report: GateReport, console=None, top: int = 5) -> None:
-    """Every rule with its figure and verdict, then the cases behind each failure."""
+def diff_json(d: RunDiff) -> dict:
+    """The diff as one JSON-ready document (every summary row, with ``moved``; every case that moved)."""
+    from .output import records
+
+    summary = d.summary.copy()
+    summary["moved"] = _moved(summary)
+    items = d.items
+    return {
+        "base": {"path": str(d.base.path), "n_cases": len(d.base.cases), "status": d.base.manifest.status},
+        "new": {"path": str(d.new.path), "n_cases": len(d.new.cases), "status": d.new.manifest.status},
+        "warnings": list(d.warnings),
+        "only_in_base": list(d.only_in_base),
+        "only_in_new": list(d.only_in_new),
+        "metrics_only_in_base": [list(k) for k in d.metrics_only_in_base],
+        "metrics_only_in_new": [list(k) for k in d.metrics_only_in_new],
+        "confidence": d.confidence,
+        "summary": records(summary),
+        "worse": records(d.worse()),
+        "better": records(d.better()),
+        "status_changes": records(d.status_changes()),
+        "totals": {
+            "paired_scores": len(items), "worse": int((items["change"] == "worse").sum()),
+            "better": int((items["change"] == "better").sum()),
+            "status_changed": len(d.status_changes()),
+        },
+    }
+
+
+def print_gate(report: GateReport, console=None, top: int = TOP_CASES) -> None:
+    """Every rule with its figure and verdict, then the ``top`` cases behind each failure.
+
+    The same cases, in the same order, as the Markdown summary and the JUnit XML list.
+    """
     from rich.console import Console
     from rich.table import Table
 
     from .gate_reports import _item_line
+    from .output import print_lines, print_table
 
     console = console or Console()
-    console.print(
-        f"run: [bold]{esc(str(report.run.path))}[/]"
-        + (f"  baseline: [bold]{esc(str(report.baseline.path))}[/]" if report.baseline else ""),
-        highlight=False,
-    )
-    for w in report.warnings:
-        console.print(f"[yellow]warning:[/] {esc(w)}", highlight=False)
+    baseline = f"  baseline: {report.baseline.path}" if report.baseline else ""
+    print_lines(console, [f"run: {report.run.path}{baseline}"])
+    print_lines(console, [f"warning: {w}" for w in report.warnings])
     t = Table(title="Gate", title_justify="left")
     for c in ("#", "backend", "rule", "figure [CI]", "n", "verdict", "detail"):
-        t.add_column(c, justify="right" if c in ("#", "n") else "left")
+        t.add_column(c, justify="right" if c in ("#", "n") else "left", no_wrap=c != "detail",
+                     min_width=30 if c == "detail" else None)
     style = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "skip": "[yellow]skip[/]"}
+    lines = []
     for r in report.results:
-        t.add_row(str(r.rule.index), esc(r.backend), esc(r.rule.label), r.figure_text(), str(r.n), style[r.verdict], esc(r.detail))
-    console.print(t)
+        t.add_row(str(r.rule.index), esc(r.backend), esc(r.rule.label), r.figure_text(), str(r.n),
+                  style[r.verdict], esc(r.detail))
+        verdict = "FAIL" if r.verdict == "fail" else r.verdict
+        lines.append(f"{verdict} #{r.rule.index} {r.backend}: {r.rule.label}: {r.figure_text()}, n {r.n}; "
+                     f"{r.detail}")
+    print_table(console, t, lines)
     for r in report.failed:
         if r.items:
-            console.print(f"[red]{esc(r.label)}[/]: {min(top, len(r.items))} of {len(r.items)} case(s) behind it:", highlight=False)
-            for item in r.items[:top]:
-                console.print(f"  {_item_line(item)}", highlight=False, markup=False)
-    console.print(("[bold red]" if not report.passed else "[bold green]") + report.summary_line() + "[/]")
+            lines = [f"{r.label}: the cases behind it ({min(top, len(r.items))} of {len(r.items)}):"]
+            lines += [f"  {_item_line(item)}" for item in r.items[:top]]
+            print_lines(console, lines)
+    colour = "bold green" if report.passed else "bold red"
+    console.print(f"[{colour}]{esc(report.summary_line())}[/]")
+
+
+def gate_json(report: GateReport) -> dict:
+    """The gate as one JSON-ready document: the verdict, then every rule with all the cases behind it."""
+    return {
+        "passed": report.passed,
+        "summary": report.summary_line(),
+        "run": str(report.run.path),
+        "baseline": str(report.baseline.path) if report.baseline is not None else None,
+        "warnings": list(report.warnings),
+        "results": [
+            {
+                "rule": r.rule.index, "label": r.rule.label, "check": r.rule.check, "tags": list(r.rule.tags),
+                "backend": r.backend, "verdict": r.verdict, "figure": r.figure, "ci_low": r.ci_low,
+                "ci_high": r.ci_high, "p_value": r.p_value, "n": r.n, "detail": r.detail,
+                "n_cases_behind": len(r.items), "cases_behind": r.items,
+            }
+            for r in report.results
+        ],
+    }
 
 
 def _write_items(d: RunDiff, path: Path) -> None:
@@ -185,7 +275,8 @@ def _write_items(d: RunDiff, path: Path) -> None:
 def ragbridge_register_commands(cli):
     import typer
 
-    from .cli import fail, out
+    from .cli import err, fail, out
+    from .output import print_json
 
     @cli.command("diff")
     def diff_command(
@@ -202,8 +293,12 @@ def ragbridge_register_commands(cli):
         seed: int = typer.Option(0, "--seed", help="Random seed (results are reproducible for a given seed)."),
         items: Optional[Path] = typer.Option(None, "--items", help="Write every paired score to this file (.csv or .jsonl)."),
         allow_incomplete: bool = typer.Option(False, "--allow-incomplete", help="Diff runs that did not finish (warned)."),
+        show_all: bool = typer.Option(
+            False, "--all", help="List every metric and tag, not only where a case moved."
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON document (every metric and tag)."),
     ) -> None:
-        """Compare two runs case by case: change in mean with paired intervals, per tag, and the cases that moved."""
+        """Compare two runs case by case: what moved, the change in mean with paired intervals, per tag."""
         if top < 0:
             fail(f"--top must be zero or more, got {top}")
         if items is not None and items.suffix not in (".csv", ".jsonl"):
@@ -216,10 +311,13 @@ def ragbridge_register_commands(cli):
             )
         except RegressionError as exc:
             fail(str(exc))
-        print_diff(d, out, top=top, by_tag=not no_tags)
+        if as_json:
+            print_json(diff_json(d))
+        else:
+            print_diff(d, out, top=top, by_tag=not no_tags, show_all=show_all)
         if items is not None:
             _write_items(d, items)
-            out.print(f"item-level diff written to {items}", highlight=False)
+            (err if as_json else out).print(f"item-level diff written to {esc(items)}", highlight=False)
 
     @cli.command("gate")
     def gate_command(
@@ -231,8 +329,14 @@ def ragbridge_register_commands(cli):
         seed: Optional[int] = typer.Option(None, "--seed", help="Random seed for intervals and tests (default: the file's, else 0)."),
         resamples: Optional[int] = typer.Option(None, "--resamples", help="Bootstrap resamples (default: the file's, else 2000)."),
         permutations: Optional[int] = typer.Option(None, "--permutations", help="Permutation test resamples (default: the file's, else 9999)."),
+        top: int = typer.Option(
+            TOP_CASES, "--top", help="Cases listed behind a failed rule (terminal, Markdown and JUnit)."
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON document (every case behind it)."),
     ) -> None:
         """Check a run against thresholds: exit 0 when every rule holds, 1 when one fails, 2 for bad input."""
+        if top < 0:
+            fail(f"--top must be zero or more, got {top}")
         for opt, value in (("--resamples", resamples), ("--permutations", permutations)):
             if value is not None and value < 100:
                 fail(f"{opt} must be at least 100, got {value}")
@@ -249,10 +353,13 @@ def ragbridge_register_commands(cli):
             fail(str(exc))
         except RegressionError as exc:
             fail(str(exc))
-        print_gate(report, out)
+        if as_json:
+            print_json(gate_json(report))
+        else:
+            print_gate(report, out, top=top)
         if junit is not None:
-            write_atomic(junit, report.to_junit())
+            write_atomic(junit, report.to_junit(top=top))
         if markdown is not None:
-            write_atomic(markdown, report.to_markdown())
+            write_atomic(markdown, report.to_markdown(top=top))
         if not report.passed:
             raise typer.Exit(1)

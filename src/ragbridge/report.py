@@ -8,9 +8,24 @@
   generation half (answer metrics) separated;
 - the agreement between backends (`ragbridge.analysis.compare`) and the cases they disagree on
   most, each backend's value and reason side by side;
-- judge calls and tokens per backend and metric;
+- judge calls and tokens per backend and metric, each backend's wall time (from the start of scoring
+  to its last score, recorded by the runner in ``run.json``'s ``timing``) and the sum of its
+  per-score call times (scores run concurrently, so the sum is larger than the wall time);
+- the pass mark of every metric and backend, where it came from, and how many cases fall below it;
 - a drill-down per case: question, retrieved chunks with the relevant ones marked (the relevance
-  rule of ``ragbridge.schema``), answer, reference, and every backend's score and reason.
+  rule of ``ragbridge.schema``), answer, reference, and every backend's score and reason; a case
+  with a score below its pass mark carries a badge naming the metrics.
+
+A run judged by ragbridge's stub judge (``run.json``: ``judge.stub``) says so at the top of every
+format: its judged scores test the plumbing, not the answers.
+
+Pass marks (``value >= mark`` passes), the first that sets one wins: ``--threshold`` (see
+`ragbridge.analysis.Thresholds`), then ``--gates FILE`` (`gate_thresholds`), then the defaults of
+`default_threshold`, chosen so that the badge marks cases worth reading: 0.5 for the ranking
+metrics and the judged metrics, ``1/k`` for ``precision@k`` and ``context_relevance`` (both are a
+precision of the retrieved list, whose ceiling with one relevant chunk is about ``1/k``), 1 for the
+answer checks (``must_contain``, ``must_not_contain``, ``abstention``). A bare ``--threshold 0.7``
+replaces those defaults, not the gates file's marks. docs/report.md has the table.
 
 The HTML file needs nothing but a browser: no CDN, no external font, image or script; the plots
 (score distributions per backend, backend A against backend B per metric) are inline SVG. Every
@@ -31,6 +46,7 @@ import html
 import json
 import math
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Union
 
@@ -39,6 +55,7 @@ import typer
 from . import __version__
 from .analysis import (
     DEFAULT_RESAMPLES,
+    DEFAULT_THRESHOLD,
     AnalysisError,
     Thresholds,
     _as_run,
@@ -53,7 +70,8 @@ from .io import write_atomic
 from .runner import Run
 from .summary import ALL
 
-__all__ = ["report_data", "render_html", "render_markdown", "render_json", "write_report", "FORMATS"]
+__all__ = ["report_data", "render_html", "render_markdown", "render_json", "write_report", "FORMATS",
+           "PassMarks", "pass_marks", "default_threshold", "gate_thresholds"]
 
 FORMATS = {"html": ".html", "md": ".md", "json": ".json"}
 ASSETS = Path(__file__).with_name("report_assets")
@@ -113,6 +131,109 @@ def _records(frame) -> list[dict]:
 
 
 # --------------------------------------------------------------------------------------------
+# Pass marks
+
+#: deterministic answer checks: anything short of 1 (a required string missing, a forbidden one
+#: present, no decline where one was due) is worth reading
+ANSWER_CHECKS = ("must_contain", "must_not_contain", "abstention")
+#: precisions of the retrieved list: with R relevant chunks in a list of k the ceiling is R/k
+LIST_PRECISIONS = ("precision", "context_relevance")
+
+
+def default_threshold(metric: str, k: Optional[int] = None) -> float:
+    """The report's pass mark for ``metric`` when none is configured.
+
+    ``precision@k`` and ``context_relevance``: ``1/k`` (``k`` from the name, else the run's ``k``,
+    else 5): at least about one relevant chunk in the list. 0.5 there would flag every case with
+    fewer than k/2 relevant chunks, which is most golden sets. ``must_contain``, ``must_not_contain``,
+    ``abstention``: 1. Everything else, ranking and judged metrics alike: 0.5 (DeepEval's default
+    threshold; for ``hit@k`` and ``abstention`` any mark in (0, 1] means the same)."""
+    base, _, cut = metric.partition("@")
+    if base in LIST_PRECISIONS:
+        n = int(cut) if cut.isdigit() and int(cut) > 0 else int(k or 5)
+        return 1 / n
+    if base in ANSWER_CHECKS:
+        return 1.0
+    return DEFAULT_THRESHOLD
+
+
+def gate_thresholds(config: Any) -> Thresholds:
+    """Per-case pass marks read from a gates file (a path or a `ragbridge.gate.GateConfig`).
+
+    A ``share(METRIC >= CUT)`` rule gives ``CUT``; a ``METRIC >= VALUE`` (mean) rule gives
+    ``VALUE``: a case below the bar the mean must clear is one pulling it down. A rule with a
+    ``backend`` sets the mark for those backends only. When several rules name a metric, a rule over
+    all cases beats one limited to ``tags``, a share rule beats a mean rule, then the first in the
+    file wins. ``drop``, ``error_rate`` and ``undefined_rate`` rules set no mark."""
+    from .gate import GateConfig, load_gates
+
+    if not isinstance(config, GateConfig):
+        config = load_gates(config)
+    marks = []
+    for rule in config.rules:
+        if rule.kind == "share":
+            marks.append(((bool(rule.tags), 0, rule.index), rule, rule.cut))
+        elif rule.kind == "mean" and rule.op in (">=", ">"):
+            marks.append(((bool(rule.tags), 1, rule.index), rule, rule.threshold))
+    out = Thresholds()
+    for _, rule, value in sorted(marks, key=lambda m: m[0]):
+        for b in rule.backends or [None]:
+            if b is None:
+                out.by_metric.setdefault(rule.metric, value)
+            else:
+                out.by_pair.setdefault((b, rule.metric), value)
+    return out
+
+
+@dataclass
+class PassMarks(Thresholds):
+    """Thresholds in layers ``(source, thresholds, its default applies)``; the first layer that sets
+    a mark for a (backend, metric) wins. `lookup` also says which layer it was."""
+
+    layers: list[tuple[str, Thresholds, bool]] = field(default_factory=list)
+
+    def lookup(self, backend: str, metric: str) -> tuple[float, str]:
+        for source, t, with_default in self.layers:
+            for found, value in (((backend, metric) in t.by_pair, t.by_pair.get((backend, metric))),
+                                 (backend in t.by_backend, t.by_backend.get(backend)),
+                                 (metric in t.by_metric, t.by_metric.get(metric))):
+                if found:
+                    return float(value), source
+            if with_default:
+                return t.default, source
+        return default_threshold(metric), "default"
+
+    def get(self, backend: str, metric: str) -> float:
+        return self.lookup(backend, metric)[0]
+
+
+def _bare(specs: Any) -> bool:
+    """Whether ``--threshold`` values include a plain number (a new default for every metric)."""
+    if isinstance(specs, (int, float)) and not isinstance(specs, bool):
+        return True
+    if isinstance(specs, str):
+        specs = [specs]
+    if isinstance(specs, (list, tuple)):
+        return any("=" not in str(x) for x in specs)
+    return False
+
+
+def pass_marks(thresholds: Any = None, gates: Any = None, metrics: Sequence[str] = (),
+               backends: Sequence[str] = (), k: Optional[int] = None) -> Thresholds:
+    """The report's pass marks: ``thresholds`` (``--threshold`` values), then ``gates`` (a gates
+    file), then `default_threshold`. A `Thresholds` object is taken as the whole answer."""
+    if isinstance(thresholds, Thresholds):
+        return thresholds
+    given = Thresholds.parse(thresholds, backends)
+    defaults = Thresholds(by_metric={m: default_threshold(m, k) for m in metrics})
+    layers = [("--threshold", given, False)]
+    if gates is not None:
+        layers.append(("gates", gate_thresholds(gates), False))
+    layers.append(("--threshold", given, True) if _bare(thresholds) else ("default", defaults, True))
+    return PassMarks(layers=layers)
+
+
+# --------------------------------------------------------------------------------------------
 # The content
 
 
@@ -124,17 +245,19 @@ def report_data(
     top: int = 10,
     labels: Any = None,
     label_threshold: float = 0.5,
+    gates: Any = None,
 ) -> dict[str, Any]:
     """Everything the report shows, as plain JSON-ready data.
 
     With ``labels`` (a labels file or frame, see `ragbridge.analysis.load_labels`) the report also
-    holds each backend's verdicts against the human labels (`ragbridge.analysis.validate`)."""
+    holds each backend's verdicts against the human labels (`ragbridge.analysis.validate`). Pass
+    marks come from ``thresholds``, then ``gates`` (a gates file), then the defaults (`pass_marks`)."""
     run = _as_run(run)
     m = run.manifest
     backends = sorted({s.backend for s in run.scores} | set(m.backends), key=_backend_key)
     metrics = sorted({s.metric for s in run.scores}, key=_metric_key)
-    th = Thresholds.parse(thresholds, backends)
     k = (m.options or {}).get("k")
+    th = pass_marks(thresholds, gates, metrics, backends, k)
 
     summary = run.summary(by_tag=True)
     rows = _records(summary)
@@ -172,21 +295,23 @@ def report_data(
         a["judge_calls"] += s.judge_calls
         a["prompt_tokens"] += s.prompt_tokens
         a["completion_tokens"] += s.completion_tokens
-        a["seconds"] += s.seconds or 0.0
+        a["call_seconds"] += s.seconds or 0.0
+    wall = m.timing.get("wall_seconds") or {}
     for (b, met), a in sorted(acc.items(), key=lambda kv: (_backend_key(kv[0][0]), _metric_key(kv[0][1]))):
         per_metric.append({"backend": b, "metric": met, **{k2: _clean(v) for k2, v in a.items()}})
         u = usage.setdefault(b, {"backend": b, "scores": 0, "judge_calls": 0, "prompt_tokens": 0,
-                                 "completion_tokens": 0, "seconds": 0.0})
+                                 "completion_tokens": 0, "wall_seconds": _num(wall.get(b)),
+                                 "call_seconds": 0.0})
         for k2, v in a.items():
             u[k2] += v
     for u in usage.values():
         for k2 in ("scores", "judge_calls", "prompt_tokens", "completion_tokens"):
             u[k2] = int(u[k2])
-        u["seconds"] = round(u["seconds"], 3)
+        u["call_seconds"] = round(u["call_seconds"], 3)
     for r in per_metric:
         for k2 in ("scores", "judge_calls", "prompt_tokens", "completion_tokens"):
             r[k2] = int(r[k2])
-        r["seconds"] = round(r["seconds"], 3)
+        r["call_seconds"] = round(r["call_seconds"], 3)
 
     cases = _cases(run, metrics, backends, th, k, {(d["metric"], d["case_id"]) for d in dis if d["verdicts_differ"]})
 
@@ -198,12 +323,13 @@ def report_data(
             "dataset": m.dataset, "backends": m.backends, "metrics": m.metrics, "options": m.options,
             "judge": m.judge, "started_at": m.started_at, "finished_at": m.finished_at,
             "status": m.status, "counts": m.counts, "ragbridge_version": m.ragbridge_version,
+            "stub_judge": bool((m.judge or {}).get("stub")), "timing": m.timing,
         },
         "backends": backends,
         "metrics": metrics,
         "halves": {"retrieval": [x for x in metrics if half_of(x) == "retrieval"],
                    "generation": [x for x in metrics if half_of(x) == "generation"]},
-        "thresholds": {b: {met: th.get(b, met) for met in metrics} for b in backends},
+        "thresholds": _threshold_rows(cases, th, metrics, backends),
         "summary": overall,
         "summary_by_tag": {t: tags[t] for t in sorted(tags)},
         "agreement": agreement,
@@ -215,6 +341,26 @@ def report_data(
         "cases": cases,
         "statistics": {"n_resamples": n_resamples, "seed": seed, "confidence": 0.95},
     })
+
+
+def _threshold_rows(cases: list[dict], th: Thresholds, metrics, backends) -> list[dict]:
+    """Per metric and backend that scored it: the pass mark, its source and the cases below it."""
+    scored: dict[tuple[str, str], int] = defaultdict(int)
+    below: dict[tuple[str, str], int] = defaultdict(int)
+    for c in cases:
+        for s in c["scores"]:
+            if s["passed"] is not None:
+                scored[(s["metric"], s["backend"])] += 1
+                below[(s["metric"], s["backend"])] += not s["passed"]
+    rows = []
+    for met in metrics:
+        for b in backends:
+            if (met, b) in scored:
+                value, source = (th.lookup(b, met) if isinstance(th, PassMarks)
+                                 else (th.get(b, met), "--threshold"))
+                rows.append({"metric": met, "backend": b, "threshold": value, "source": source,
+                             "n_scored": scored[(met, b)], "n_below": below[(met, b)]})
+    return rows
 
 
 def _cases(run: Run, metrics, backends, th: Thresholds, k, flips: set) -> list[dict]:
@@ -250,9 +396,12 @@ def _cases(run: Run, metrics, backends, th: Thresholds, k, flips: set) -> list[d
 def _case_entry(cid, question, answer, reference, tags, answerable, chunks, relevant, scores, th, flips):
     rows = []
     flags = {"error": False, "undefined": False, "fail": False, "disagree": False}
+    below: dict[str, list[str]] = {}
     for s in sorted(scores, key=lambda s: (_metric_key(s.metric), _backend_key(s.backend))):
         t = th.get(s.backend, s.metric)
         passed = (s.value >= t) if s.status == "scored" else None
+        if passed is False:
+            below.setdefault(s.metric, []).append(f"{s.backend} {s.value:.3f} < {t:.3g}")
         rows.append({
             "metric": s.metric, "backend": s.backend, "value": _num(s.value), "status": s.status,
             "passed": passed, "threshold": t, "reason": s.reason, "error": s.error,
@@ -264,7 +413,8 @@ def _case_entry(cid, question, answer, reference, tags, answerable, chunks, rele
         flags["fail"] |= passed is False
         flags["disagree"] |= (s.metric, cid) in flips
     return {"id": cid, "question": question, "answer": answer, "reference": reference, "tags": list(tags),
-            "answerable": answerable, "relevant": relevant, "contexts": chunks, "scores": rows, "flags": flags}
+            "answerable": answerable, "relevant": relevant, "contexts": chunks, "scores": rows,
+            "flags": flags, "below": [{"metric": met, "detail": "; ".join(d)} for met, d in below.items()]}
 
 
 # --------------------------------------------------------------------------------------------
@@ -479,6 +629,10 @@ def render_markdown(run: Union[Run, str, Path], data: Optional[dict] = None, **k
     w = out.append
     w(f"# ragbridge report: {_md(r['path'] or '')}")
     w("")
+    if r.get("stub_judge"):
+        w("> **Stub judge.** Every judged score of this run came from ragbridge's deterministic stub judge, "
+          "not a language model: the scores test the evaluation plumbing, not the answers.")
+        w("")
     counts = r.get("counts") or {}
     w(f"- dataset: {_md(r['dataset'].get('path'))} ({r['dataset'].get('n_cases')} cases, {_md(r['dataset'].get('fingerprint'))})")
     w("- backends: " + ", ".join(f"{_md(b)} {_md(v or '')}".strip() for b, v in (r["backends"] or {}).items()))
@@ -587,17 +741,35 @@ def render_markdown(run: Union[Run, str, Path], data: Optional[dict] = None, **k
               f"{_ci(v['kappa'], v['kappa_low'], v['kappa_high'])} | "
               f"{_ci(v['balanced_accuracy'], v['balanced_accuracy_low'], v['balanced_accuracy_high'])} | {claims} |")
         w("")
-    w("## Judge calls and tokens")
+    w("## Judge calls, tokens and time")
     w("")
-    w("| backend | scores | judge calls | prompt tokens | completion tokens | seconds |")
-    w("|---|---|---|---|---|---|")
+    w("Wall time: from the start of scoring to the backend's last score (backends run side by side, so "
+      "these overlap). Sum of call times: each score's own time added up; a backend scores many cases "
+      "at once, so the sum can be many times its wall time.")
+    w("")
+    w("| backend | scores | judge calls | prompt tokens | completion tokens | wall time (s) "
+      "| sum of call times (s) |")
+    w("|---|---|---|---|---|---|---|")
     for u in d["judge_usage"]:
-        w(f"| {_md(u['backend'])} | {u['scores']} | {u['judge_calls']} | {u['prompt_tokens']} | {u['completion_tokens']} | {u['seconds']:.1f} |")
+        w(f"| {_md(u['backend'])} | {u['scores']} | {u['judge_calls']} | {u['prompt_tokens']} | "
+          f"{u['completion_tokens']} | {_fmt(u['wall_seconds'], 1)} | {u['call_seconds']:.1f} |")
     j = counts.get("judge")
     if j:
         w("")
         w(f"Run total: {j.get('calls', 0)} call(s), {j.get('cache_hits', 0)} from cache, "
           f"{j.get('prompt_tokens', 0)} prompt + {j.get('completion_tokens', 0)} completion tokens.")
+    w("")
+    w("## Thresholds")
+    w("")
+    w("A score passes at or above its threshold. From `--threshold`, then the gates file (`--gates`), "
+      "then the defaults: 0.5 for ranking and judged metrics, 1/k for precision@k and context_relevance, "
+      "1 for must_contain, must_not_contain and abstention.")
+    w("")
+    w("| metric | backend | threshold | from | cases below |")
+    w("|---|---|---|---|---|")
+    for t in d["thresholds"]:
+        w(f"| {_md(t['metric'])} | {_md(t['backend'])} | {t['threshold']:.3g} | {_md(t['source'])} | "
+          f"{t['n_below']} of {t['n_scored']} |")
     w("")
     w("## Cases")
     w("")
@@ -606,6 +778,10 @@ def render_markdown(run: Union[Run, str, Path], data: Optional[dict] = None, **k
         w("")
         if c["tags"]:
             w("tags: " + ", ".join(_md(t) for t in c["tags"]) + ("" if c["answerable"] else " (unanswerable)"))
+            w("")
+        if c["below"]:
+            w("**Below threshold:** "
+              + "; ".join(f"{_md(b['metric'])} ({_md(b['detail'])})" for b in c["below"]))
             w("")
         w(f"**Question.** {_md(c['question'])}")
         w("")
@@ -652,18 +828,23 @@ def write_report(run: Union[Run, str, Path], out: Union[str, Path], fmt: str = "
 @hookimpl
 def ragbridge_register_commands(cli):
     from .cli import err, fail, out
+    from .gate import GateConfigError
 
     @cli.command("report")
     def report_cmd(
         run: Path = typer.Argument(..., help="Run folder (holds run.json and scores.jsonl)."),
         fmt: str = typer.Option("html", "--format", "-f", help="html (one self-contained file), md or json."),
         out_file: Optional[Path] = typer.Option(None, "--out", "-o", help="File to write (default: RUN/report.<format>; '-' for standard output)."),
-        threshold: Optional[List[str]] = typer.Option(None, "--threshold", "-t", help="Pass threshold: 0.7, ragas=0.7 or ragas:faithfulness=0.7 (repeatable; default 0.5)."),
+        threshold: Optional[List[str]] = typer.Option(
+            None, "--threshold", "-t", help="Pass threshold: 0.7, ragas=0.7, faithfulness=0.7 or "
+            "ragas:faithfulness=0.7 (repeatable; beats --gates; default: per metric, see docs/report.md)."),
         top: int = typer.Option(10, "--top", help="Disagreeing cases to list per metric."),
         resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples for the agreement intervals (0: none)."),
         seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
         labels: Optional[Path] = typer.Option(None, "--labels", "-l", help="Human labels (JSONL or CSV: case_id, metric, label) to validate each backend against."),
         label_threshold: float = typer.Option(0.5, "--label-threshold", help="A human grade at or above this is a pass."),
+        gates: Optional[Path] = typer.Option(
+            None, "--gates", "-g", help="Gates file (TOML): its rules set the thresholds of the metrics they name."),
     ) -> None:
         """Write one report (HTML, Markdown or JSON) of a run: summary, agreement, judge usage, every case."""
         if fmt not in FORMATS:
@@ -671,9 +852,9 @@ def ragbridge_register_commands(cli):
         try:
             r = _as_run(run)
             data = report_data(r, thresholds=threshold or None, n_resamples=resamples, seed=seed, top=top,
-                               labels=labels, label_threshold=label_threshold)
+                               labels=labels, label_threshold=label_threshold, gates=gates)
             text = {"html": render_html, "md": render_markdown, "json": render_json}[fmt](r, data)
-        except AnalysisError as exc:
+        except (AnalysisError, GateConfigError) as exc:
             fail(str(exc))
         if str(out_file) == "-":
             import sys

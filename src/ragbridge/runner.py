@@ -11,7 +11,8 @@ so far every `HEARTBEAT_SECONDS`; a run whose process is gone without recording 
 a lost machine) reads as ``interrupted`` (`load_run`, so reports and gates can tell). The counts cover
 every session of a resumed run: the judge's traffic is added to the earlier sessions' (a session that
 was killed counts what its last heartbeat recorded), and the score and duplicate-chunk counts are
-taken from the whole run.
+taken from the whole run. ``timing.wall_seconds`` holds each backend's wall-clock span, from the start
+of scoring to its last score, added up over the sessions the same way.
 """
 
 from __future__ import annotations
@@ -152,6 +153,10 @@ class Run:
     scores: list[Score]
     cases: list[Case] = field(default_factory=list)
     path: Optional[Path] = None
+
+    def __repr__(self) -> str:  # one line: a run holds thousands of scores
+        where = repr(str(self.path)) if self.path is not None else "in memory"
+        return f"Run({where}, {len(self.cases)} cases, {len(self.scores)} scores, {self.manifest.status})"
 
     @property
     def complete(self) -> bool:
@@ -375,6 +380,7 @@ async def evaluate_async(
     if manifest.judge is not None and (same := _self_judging(judge.model, options, cases)):
         manifest.judge["self_judging"] = same
     earlier_judge: dict[str, int] = {}  # the judge traffic of the run's earlier sessions
+    earlier_wall: dict[str, float] = {}  # each backend's wall time in the run's earlier sessions
 
     done: dict[tuple[str, str, str], Score] = {}
     folder: Optional[_RunFolder] = None
@@ -408,10 +414,17 @@ async def evaluate_async(
             manifest.metrics = merged
             manifest.backends = {**old.backends, **manifest.backends}
             manifest.judge = manifest.judge or old.judge
+            if (old.judge or {}).get("stub") and manifest.judge is not None and all(
+                manifest.judge.get(k) == old.judge.get(k) for k in ("model", "base_url")
+            ):
+                # the earlier sessions' judged scores came from the stub: a resume that makes no call
+                # must not lose that label
+                manifest.judge = {**manifest.judge, "stub": True}
             manifest.counts["resumed_from"] = len(done)
             if isinstance(old.counts.get("judge"), dict):
                 earlier_judge = {k: int(old.counts["judge"].get(k, 0)) for k in JUDGE_COUNTS}
                 manifest.counts["judge"] = dict(earlier_judge)
+            earlier_wall = dict(old.timing.get("wall_seconds", {}))
         elif overwrite and out.exists():
             for name in ("run.json", "scores.jsonl", "cases.jsonl", "judge-audit.jsonl"):
                 (out / name).unlink(missing_ok=True)
@@ -474,8 +487,12 @@ async def evaluate_async(
         if gateway is not None:
             u = gateway.usage()
             manifest.counts["judge"] = {k: earlier_judge.get(k, 0) + getattr(u, k) for k in JUDGE_COUNTS}
+        spans = {b: round(earlier_wall.get(b, 0.0) + last_score_at.get(b, 0.0), 3)
+                 for b in {**earlier_wall, **last_score_at}}
+        manifest.timing = {**manifest.timing, "wall_seconds": spans}
 
     last_beat = time.monotonic()
+    last_score_at: dict[str, float] = {}  # per backend, seconds from the start of scoring to its last score
     try:
         if gateway is not None:
             gateway.start()
@@ -506,8 +523,11 @@ async def evaluate_async(
             record(s)
         tasks = [asyncio.create_task(_drive(b, m, c, ctx, queue)) for b, m, c in jobs]
         remaining = sum(len(c) for _, _, c in jobs)
+        started = time.monotonic()
         while remaining:
-            record(await queue.get())
+            score = await queue.get()
+            last_score_at[score.backend] = time.monotonic() - started
+            record(score)
             remaining -= 1
         await asyncio.gather(*tasks)
     except (KeyboardInterrupt, asyncio.CancelledError):

@@ -55,6 +55,22 @@ def _deeper_than(value: Any, limit: int) -> bool:
     return False
 
 
+# Reprs are one short line (``print(case)`` in a notebook shows what it is, not every field):
+# long text is shortened and lists are counted. ``model_dump()`` gives every field.
+class _Shown(str):
+    """A repr fragment printed as it is, without quotes (``5 contexts``)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _short(text: Optional[str], width: int = 60) -> Optional[str]:
+    if text is None:
+        return None
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 class Chunk(BaseModel):
     """One retrieved chunk. ``id`` is what relevance labels name; ``source`` is its document or section."""
 
@@ -82,6 +98,14 @@ class Chunk(BaseModel):
         if v is not None and not math.isfinite(v):
             raise ValueError(f"chunk score must be a finite number, got {v}")
         return v
+
+    def __repr_args__(self):
+        yield "id", self.id
+        yield "text", _short(self.text, 40)
+        if self.score is not None:
+            yield "score", self.score
+        if self.source is not None:
+            yield "source", self.source
 
 
 class Case(BaseModel):
@@ -179,6 +203,17 @@ class Case(BaseModel):
             return [v]
         return v
 
+    def __repr_args__(self):
+        yield "id", self.id
+        yield "question", _short(self.question)
+        for name, n in (("contexts", len(self.contexts)), ("relevant", len(self.relevant))):
+            if n:
+                yield None, _Shown(f"{n} {name}")
+        if not self.answerable:
+            yield "answerable", False
+        if self.tags:
+            yield "tags", self.tags
+
     def fields_present(self) -> set[str]:
         """Names of the optional inputs this case actually has (used to skip metrics that need more)."""
         present = {"question"}
@@ -268,6 +303,14 @@ class Score(BaseModel):
             self.value = None
         return self
 
+    def __repr_args__(self):
+        yield "case_id", self.case_id
+        yield "metric", self.metric
+        yield "backend", self.backend
+        yield "value", self.value
+        if self.error:
+            yield "error", _short(self.error)
+
     @property
     def status(self) -> str:
         """``scored``, ``undefined`` or ``error``."""
@@ -309,3 +352,17 @@ class RunManifest(BaseModel):
     counts: dict[str, Any] = Field(default_factory=dict)
     process: Optional[dict[str, Any]] = None
     heartbeat_at: Optional[str] = None
+    #: ``{"wall_seconds": {backend: seconds}}``: each backend's wall-clock span, from the start of
+    #: scoring to its last score (summed over the sessions of a resumed run)
+    timing: dict[str, Any] = Field(default_factory=dict)
+
+    def __repr_args__(self):
+        yield "status", self.status
+        yield "dataset", self.dataset.get("path")
+        if "n_cases" in self.dataset:
+            yield None, _Shown(f"{self.dataset['n_cases']} cases")
+        yield "backends", self.backends
+        if "scores" in self.counts:
+            yield None, _Shown(f"{self.counts['scores']} scores")
+        if self.judge:
+            yield "judge", f"{self.judge.get('model')}" + (" (stub)" if self.judge.get("stub") else "")

@@ -16,6 +16,7 @@ from typing import List, Optional
 
 import typer
 
+from ..output import jsonable, print_json
 from ..runner import Run, RunError, load_run
 from .rubrics import Rubric, RubricError, load_rubrics, rubric_set
 
@@ -111,7 +112,7 @@ def register(cli) -> None:
                 "labels_file": f"labels-{rub.name}.jsonl", "threshold": rub.threshold,
                 "case_ids": [c.id for c, _ in picked]}
         if as_json:
-            print(json.dumps(info, indent=2))
+            print_json(info)
             return
         tags = ", ".join(f"{t} {k}" for t, k in info["tags"].items())
         out.print(f"label page written to [bold]{escape(str(target))}[/]: {info['n']} case(s), "
@@ -180,12 +181,11 @@ def register(cli) -> None:
             fail(str(exc))
         finally:
             gateway.close()
-        data = {"base": str(base_dir), "new": str(new_dir), **res.to_dict()}
-        text = json.dumps(data, indent=2, ensure_ascii=False, default=str).replace("NaN", "null")
+        data = jsonable({"base": str(base_dir), "new": str(new_dir), **res.to_dict()})
         if out_json is not None:
-            _write_atomic(out_json, text + "\n")
+            _write_atomic(out_json, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
         if as_json:
-            print(text)
+            print_json(data)
             return
         n = res.n_decided
         out.print(f"[bold]Pairwise[/]: {escape(str(new_dir))} (new) vs {escape(str(base_dir))} (base) by "
