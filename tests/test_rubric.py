@@ -195,14 +195,12 @@ def test_cli_run_records_hashes_evidence_and_the_unsupported_share(rubric_run):
     n_bad, n_claims = sum(map(unsupported, faith)), len(faith)
     line = next(ln for ln in res.stdout.splitlines() if "rubric" in ln and "faithfulness" in ln)
     assert line.rstrip(" │").endswith(f"{n_bad / n_claims:.0%}"), line
-    assert "unsupported: share of answers with at least one unsupported claim" in " ".join(res.stdout.split())
+    assert "unsup.: share of answers with at least one unsupported claim" in " ".join(res.stdout.split())
     assert max(len(ln) for ln in res.stdout.splitlines()) <= 80
     tagged = [s for s in faith if s["case_id"].startswith("unanswerable")]
     share = sum(map(unsupported, tagged)) / len(tagged)
-    lines = res.stdout.splitlines()
-    at = max(i for i, ln in enumerate(lines) if ln.startswith("│ unanswerable"))  # the rubric table's row
-    row = " ".join(lines[at:at + 2])  # at 80 columns the share may wrap under the mean
-    assert f"({share:.0%})" in row, row
+    rows = [ln for ln in res.stdout.splitlines() if ln.startswith("│ unanswerable")]  # one per tag table
+    assert any(f"({share:.0%})" in row for row in rows), rows
 
 
 def test_report_and_validate_read_the_typed_evidence(rubric_run, tmp_path):

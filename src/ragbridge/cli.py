@@ -129,7 +129,7 @@ def print_summary(frame, console: Console = out) -> None:
     overall = frame[frame["tag"] == ALL]
     claims = bool((frame["n_claims"] > 0).any())  # a backend exposes claims: show the unsupported share
     table = Table(title="Summary", title_justify="left")
-    columns = ("backend", "metric", "mean", "scored", "undefined", "errored", "unsupported")
+    columns = ("backend", "metric", "mean", "scored", "undefined", "errored", "unsup.")
     for col in columns[:7 if claims else 6]:
         table.add_column(col, justify="right" if col not in ("backend", "metric") else "left", no_wrap=True)
     lines = []
@@ -144,7 +144,7 @@ def print_summary(frame, console: Console = out) -> None:
                      + (f", {_share(row)} with an unsupported claim" if row.n_claims else ""))
     print_table(console, table, lines)
     if claims:
-        console.print("[dim]unsupported: share of answers with at least one unsupported claim (of those "
+        console.print("[dim]unsup.: share of answers with at least one unsupported claim (of those "
                       "with claims); per tag in brackets[/]")
     tagged = frame[frame["tag"] != ALL]
     if tagged.empty:
