@@ -62,9 +62,9 @@ def make_bodies(n: int) -> list[bytes]:
     return out
 
 
-def raw_worker(port: int, path: str, bodies: list[bytes], errors: list) -> None:
+def raw_worker(port: int, path: str, key: str, bodies: list[bytes], errors: list) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    headers = {"Content-Type": "application/json", "Authorization": "Bearer ragbridge-gateway"}
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
     for body in bodies:
         conn.request("POST", path, body, headers)
         r = conn.getresponse()
@@ -74,12 +74,12 @@ def raw_worker(port: int, path: str, bodies: list[bytes], errors: list) -> None:
     conn.close()
 
 
-def socket_worker(port: int, path: str, bodies: list[bytes], errors: list) -> None:
+def socket_worker(port: int, path: str, key: str, bodies: list[bytes], errors: list) -> None:
     """A minimal keep-alive HTTP/1.1 client (like wrk): prebuilt request bytes, Content-Length framing."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=120)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-            f"Authorization: Bearer ragbridge-gateway\r\n").encode()
+            f"Authorization: Bearer {key}\r\n").encode()
     buf = b""
     for body in bodies:
         sock.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
@@ -121,25 +121,33 @@ def openai_worker(client, bodies: list[bytes], errors: list) -> None:
 
 
 def run_load(gw: JudgeGateway, bodies: list[bytes], threads: int, client: str) -> float:
-    base = gw.base_url("bench", "faithfulness", None)
-    path = base.split(str(gw.port), 1)[1] + "/chat/completions"
     shards = [bodies[i::threads] for i in range(threads)]
     errors: list = []
-    if client == "socket":
-        ts = [threading.Thread(target=socket_worker, args=(gw.port, path, s, errors)) for s in shards]
-    elif client == "http.client":
-        ts = [threading.Thread(target=raw_worker, args=(gw.port, path, s, errors)) for s in shards]
-    elif client == "transport":
+    if client == "transport":
         import httpx
 
+        url = gw.base_url("bench", "faithfulness", None, in_process=True) + "/chat/completions"
         clients = [httpx.Client(transport=gw.transport(), timeout=120) for _ in shards]
-        ts = [threading.Thread(target=transport_worker, args=(c, base + "/chat/completions", s, errors))
+        ts = [threading.Thread(target=transport_worker, args=(c, url, s, errors))
               for c, s in zip(clients, shards)]
+        return _timed_threads(ts, errors)
+    base = gw.base_url("bench", "faithfulness", None)
+    path = base.split(str(gw.port), 1)[1] + "/chat/completions"
+    if client == "socket":
+        ts = [threading.Thread(target=socket_worker, args=(gw.port, path, gw.api_key, s, errors))
+              for s in shards]
+    elif client == "http.client":
+        ts = [threading.Thread(target=raw_worker, args=(gw.port, path, gw.api_key, s, errors))
+              for s in shards]
     else:  # SDK clients are built before the clock starts (each builds an httpx client)
         import openai
 
         clients = [openai.OpenAI(base_url=base, api_key=gw.api_key, max_retries=0, timeout=120) for _ in shards]
         ts = [threading.Thread(target=openai_worker, args=(c, s, errors)) for c, s in zip(clients, shards)]
+    return _timed_threads(ts, errors)
+
+
+def _timed_threads(ts: list, errors: list) -> tuple[float, float]:
     t0, c0 = time.perf_counter(), time.process_time()
     for t in ts:
         t.start()
@@ -163,12 +171,13 @@ def overhead(calls: int = 300, rounds: int = 3) -> dict[str, float]:
         body = make_bodies(1)[0]
         headers = {"Content-Type": "application/json"}
 
-        def timed(p: int, path: str) -> list[float]:
+        def timed(p: int, path: str, key: str = "") -> list[float]:
             conn = http.client.HTTPConnection("127.0.0.1", p)
             out = []
+            auth = {**headers, "Authorization": f"Bearer {key}"} if key else headers
             for _ in range(calls):
                 t = time.perf_counter()
-                conn.request("POST", path, body, headers)
+                conn.request("POST", path, body, auth)
                 r = conn.getresponse()
                 r.read()
                 out.append(time.perf_counter() - t)
@@ -189,15 +198,15 @@ def overhead(calls: int = 300, rounds: int = 3) -> dict[str, float]:
         with JudgeGateway(cfg) as gw, httpx.Client(trust_env=False) as plain, \
                 httpx.Client(transport=gw.transport()) as in_process:
             gpath = gw.base_url("bench").split(str(gw.port), 1)[1] + "/chat/completions"
-            turl = gw.base_url("bench") + "/chat/completions"
+            turl = gw.base_url("bench", in_process=True) + "/chat/completions"
             timed(port, "/v1/chat/completions")
-            timed(gw.port, gpath)  # warm-up
+            timed(gw.port, gpath, gw.api_key)  # warm-up
             timed_httpx(plain, stub_url + "/chat/completions")
             timed_httpx(in_process, turl)
             direct, via, direct_httpx, via_transport = [], [], [], []
             for _ in range(rounds):
                 direct += timed(port, "/v1/chat/completions")
-                via += timed(gw.port, gpath)
+                via += timed(gw.port, gpath, gw.api_key)
                 direct_httpx += timed_httpx(plain, stub_url + "/chat/completions")
                 via_transport += timed_httpx(in_process, turl)
 

@@ -115,3 +115,10 @@ def test_relevant_as_text_is_still_read_from_table_cells(tmp_path):
     pq.write_table(pa.Table.from_pylist([{"id": "a", "question": "q", "relevant": "|".join(labels)}]),
                    tmp_path / "g.parquet")
     assert load_cases(tmp_path / "g.parquet")[0].relevant == labels
+
+
+def test_convert_warns_as_run_does(tmp_path):
+    res = ragbridge_cli("convert", CORPUS / "plain_text_contexts.jsonl", tmp_path / "out.csv")
+    assert res.returncode == 0, res.stderr
+    warnings = [x for x in res.stderr.splitlines() if x.startswith("warning:")]
+    assert len(warnings) == 1 and "give their chunks as plain text" in warnings[0], res.stderr

@@ -319,7 +319,7 @@ def test_cli_run_backend_deepeval(stub, picked, tmp_path):
 
 
 def test_judge_settings_reach_deepeval_requests(picked, tmp_path):
-    """Model, max_tokens and the gateway's dummy key (never the real key) come from the judge config."""
+    """Model, max_tokens and the gateway's own key (never the real key) come from the judge config."""
     with StubJudge() as s:
         cfg = judge(s, PLAIN, tmp_path, max_tokens=321)
         os.environ["RAGBRIDGE_TEST_KEY"] = "sk-real-secret-key"
@@ -330,15 +330,19 @@ def test_judge_settings_reach_deepeval_requests(picked, tmp_path):
         posts = s.posts("/chat/completions")
     assert run.scores[0].error is None and len(posts) == 2
     assert all(p.body["max_tokens"] == 321 and p.body["model"] == PLAIN for p in posts)
-    # the gateway forwards the real key upstream; DeepEval itself only ever held the dummy one
+    # the gateway forwards the real key upstream; DeepEval itself only ever held the gateway's own
     assert s.last_authorization == "Bearer sk-real-secret-key"
-    from ragbridge.judge import DUMMY_API_KEY, JudgeGateway
+    import httpx
+
+    from ragbridge.judge import JudgeGateway
     from ragbridge_deepeval.backend import build_judge
 
     with JudgeGateway(cfg) as gw:
-        model = build_judge(gw, "faithfulness", GOOD)
-        assert model.api_key.get_secret_value() == DUMMY_API_KEY
-        assert model.base_url == gw.base_url("deepeval", "faithfulness", GOOD)
+        http_client = httpx.AsyncClient(transport=gw.async_transport())
+        model = build_judge(gw, "faithfulness", GOOD, http_client=http_client)
+        assert model.api_key.get_secret_value() == gw.api_key != "sk-real-secret-key"
+        assert model.base_url == gw.base_url("deepeval", "faithfulness", GOOD, in_process=True)
+        assert not gw.listening  # in-process: no socket was opened
         assert model.generation_kwargs == {"max_tokens": 321} and model.temperature == 0
 
 

@@ -73,9 +73,10 @@ def test_transport_serves_as_the_socket_does_without_a_socket(stub_judge, tmp_pa
 
 
 def test_async_transport_bounds_concurrency_with_sync_callers_and_keeps_each_scope(tmp_path):
-    with StubJudge(latency=0.1) as stub, JudgeGateway(make_config(stub, tmp_path, max_concurrency=3,
-                                                                  cache_mode="off")) as gw:
+    with StubJudge() as stub, JudgeGateway(make_config(stub, tmp_path, max_concurrency=3,
+                                                       cache_mode="off")) as gw:
         sync = sync_client(gw)
+        stub.hold()  # answers wait: the gateway admits requests up to its bound, and no further
 
         def sync_caller(i: int) -> None:
             with gw.tag_scope("trulens", "m", f"s{i}"):
@@ -89,7 +90,12 @@ def test_async_transport_bounds_concurrency_with_sync_callers_and_keeps_each_sco
                     await client.chat.completions.create(
                         model="judge-m", messages=[{"role": "user", "content": f"async question {i}"}])
 
-            await asyncio.gather(*(one(i) for i in range(12)))
+            calls = asyncio.gather(*(one(i) for i in range(12)))
+            await asyncio.to_thread(stub.wait_for_requests, 3)
+            await asyncio.sleep(0.2)  # room for a fourth to arrive if the bound leaked
+            assert stub.in_flight == 3 and stub.request_count == 3
+            stub.release()
+            await calls
             await client.close()
 
         threads = [threading.Thread(target=sync_caller, args=(i,)) for i in range(4)]
@@ -141,6 +147,48 @@ def test_forget_drops_only_that_scores_answers(stub_judge, tmp_path):
         chat(client, "a")
         chat(client, "b")
         assert stub_judge.request_count == 3, "the forgotten answer is asked again, the other one is not"
+
+
+def _in_scope(gw: JudgeGateway, client: openai.OpenAI, question: str,
+              triple=("deepeval", "faithfulness", "c1")) -> str:
+    with gw.tag_scope(*triple):
+        return chat(client, question)
+
+
+def test_an_answer_arriving_after_its_score_failed_is_not_stored(tmp_path):
+    """One score, two concurrent judge calls (DeepEval's truths and claims): the first answer is
+    malformed, the score fails and is forgotten while the second call is still out. The second answer
+    arrives after forget() and must not be stored, nor any answer to a call the failed score makes
+    later; the next run (a resume) asks for all of them again. The order is driven by holding the
+    stub's answers, not by timing."""
+    with StubJudge() as stub:
+        with JudgeGateway(make_config(stub, tmp_path)) as gw:
+            client = sync_client(gw)
+            stub.inject("malformed", "malformed")
+            _in_scope(gw, client, "truths")  # answered (malformed) and cached at once
+            stub.hold()
+            late = threading.Thread(target=_in_scope, args=(gw, client, "claims"))
+            late.start()
+            stub.wait_for_requests(2)  # the claims call is at the judge, unanswered
+            # the score failed: truths' answer is dropped, and claims' is marked, though still out
+            assert gw.forget("deepeval", "faithfulness", "c1") == 2
+            stub.release()
+            late.join()  # the claims answer arrives after forget
+            _in_scope(gw, client, "verdicts")  # a call the failed score's task makes even later
+            _in_scope(gw, client, "other", ("deepeval", "faithfulness", "c2"))  # another score's: kept
+            assert stub.request_count == 4
+        stub.reset()
+        with JudgeGateway(make_config(stub, tmp_path)) as gw:  # the resume
+            client = sync_client(gw)
+            for question in ("truths", "claims", "verdicts"):
+                _in_scope(gw, client, question)
+            _in_scope(gw, client, "other", ("deepeval", "faithfulness", "c2"))
+            assert gw.usage("deepeval", "faithfulness", "c1") == Usage(
+                calls=3, prompt_tokens=gw.usage("deepeval", "faithfulness", "c1").prompt_tokens,
+                completion_tokens=gw.usage("deepeval", "faithfulness", "c1").completion_tokens)
+            assert gw.usage("deepeval", "faithfulness", "c2").cache_hits == 1
+        assert stub.request_count == 3, "no answer of the failed score was replayed"
+        assert all(r.fault is None for r in stub.posts())
 
 
 def test_read_only_replays_and_never_calls_upstream(stub_judge, tmp_path, monkeypatch):
@@ -197,10 +245,10 @@ def test_transports_need_a_started_gateway(stub_judge, tmp_path):
 
 def test_close_ends_requests_in_flight_at_once(tmp_path):
     """Ctrl-C during a run closes the gateway: waiting judge calls must end now, not when the judge
-    answers (the stub holds each answer 10 s here)."""
+    answers (the stub holds each answer 60 s here)."""
     import time
 
-    with StubJudge(latency=10) as stub:
+    with StubJudge(latency=60) as stub:
         gw = JudgeGateway(make_config(stub, tmp_path, cache_mode="off", max_retries=0)).start()
 
         async def main() -> tuple[list, float]:
@@ -221,7 +269,7 @@ def test_close_ends_requests_in_flight_at_once(tmp_path):
             return [*results, *sync_result], elapsed
 
         results, elapsed = asyncio.run(main())
-    assert elapsed < 3, f"close() waited {elapsed:.1f} s for the judge"
+    assert elapsed < 20, f"close() waited {elapsed:.1f} s for the judge"  # not the 60 s it holds them
     assert len(results) == 4 and all(isinstance(r, openai.APIStatusError) for r in results), results
 
 

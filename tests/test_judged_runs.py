@@ -9,15 +9,15 @@ from ragbridge import evaluate, load_run
 from ragbridge.judge import JudgeConfig
 from ragbridge.plugins import get_backends
 
-pytestmark = pytest.mark.skipif(
-    not get_backends()["trulens"].available(), reason="needs the trulens backend"
-)
+needs_trulens = pytest.mark.skipif(not get_backends()["trulens"].available(),
+                                   reason="needs the trulens backend")
 
 
 def judge(stub, tmp_path, **kw):
     return JudgeConfig(model="gpt-4o-mini", base_url=stub.base_url, cache_path=tmp_path / "cache.sqlite", **kw)
 
 
+@needs_trulens
 def test_failed_score_is_not_replayed_from_the_cache(tmp_path, example_cases, stub_judge):
     case = [c for c in example_cases if c.id == "billing-refund-window"]
     out = tmp_path / "run"
@@ -34,9 +34,52 @@ def test_failed_score_is_not_replayed_from_the_cache(tmp_path, example_cases, st
     assert len([r for r in stub_judge.requests if r.path.endswith(("chat/completions", "responses"))]) == 0
 
 
+@pytest.mark.skipif(not get_backends()["deepeval"].available(), reason="needs the deepeval backend")
+def test_resume_after_injected_faults_replays_no_failed_answer(tmp_path, example_path):
+    """Through the CLI: DeepEval's faithfulness asks for truths and claims of a case at once. The
+    first answer is malformed, so the score fails; the other call got a 429 and its (malformed)
+    answer arrives a Retry-After later, after the failure was recorded. Every later call is malformed
+    too, so every score fails. The resume, with a healthy judge, must then score every case: no
+    malformed answer of a failed score may be replayed from the cache."""
+    from conftest import ragbridge_cli
+
+    from ragbridge.testing import StubJudge
+
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text("".join(example_path.read_text().splitlines(keepends=True)[:6]))
+    out = tmp_path / "run"
+    with StubJudge(latency=0.1, retry_after=0.5) as stub:
+        args = ["run", golden, "--out", out, "--backend", "deepeval", "--metric", "faithfulness",
+                "--judge-model", "gpt-4o-mini", "--judge-base-url", stub.base_url, "--no-progress"]
+        stub.inject("malformed", "429", *["malformed"] * 100)
+        first = ragbridge_cli(*args, "--max-concurrency", "1", cwd=tmp_path)  # one case at a time
+        assert first.returncode != 2, first.stderr
+        assert stub.posts()[1].fault == "429"
+        scores = [json.loads(x) for x in (out / "scores.jsonl").read_text().splitlines()]
+        assert len(scores) == 6 and all(s["error"] for s in scores)
+        stub.reset()
+        stub.latency = 0
+        resumed = ragbridge_cli(*args, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    run = load_run(out)
+    assert run.complete and len(run.scores) == 6
+    assert [s.case_id for s in run.scores if s.error] == []
+
+
+@needs_trulens
 def test_run_folder_holds_no_secret_and_is_labelled_stub(tmp_path, example_cases, stub_judge, monkeypatch):
     secret = "sk-ragbridge-test-5f1c0a7e9b2d4c3f8a6e"
     monkeypatch.setenv("RB_TEST_KEY", secret)
+    import ragbridge.judge
+
+    gateway_keys = []  # the key each gateway gave the libraries (what its socket would require)
+
+    class RecordingGateway(ragbridge.judge.JudgeGateway):
+        def start(self):
+            gateway_keys.append(self.api_key)
+            return super().start()
+
+    monkeypatch.setattr(ragbridge.judge, "JudgeGateway", RecordingGateway)
     out = tmp_path / "run"
     t0 = time.monotonic()
     run = evaluate(example_cases[:3], backends=["native", "trulens"], out=out,
@@ -63,10 +106,13 @@ def test_run_folder_holds_no_secret_and_is_labelled_stub(tmp_path, example_cases
     assert set(wall) == {"native", "trulens"} and all(0 <= v <= elapsed for v in wall.values())
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert any(p.name == "judge-audit.jsonl" for p in files) and any(p.suffix == ".sqlite" for p in files)
+    assert len(gateway_keys) == 1
     for p in files:
-        assert secret.encode() not in p.read_bytes(), p
+        data = p.read_bytes()
+        assert secret.encode() not in data and gateway_keys[0].encode() not in data, p
 
 
+@needs_trulens
 @pytest.mark.parametrize(
     "url, env, message",
     [
@@ -87,6 +133,7 @@ def test_judge_problems_stop_the_run_before_anything_is_written(tmp_path, exampl
 
 
 
+@needs_trulens
 def test_trulens_leaves_openai_unwrapped(tmp_path, example_cases, stub_judge):
     """TruLens wraps openai's `create` methods process-wide for cost tracking, with a sync wrapper that
     makes RAGAS (in the same process) reject its async client; the backend undoes the wrapping."""

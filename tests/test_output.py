@@ -5,6 +5,7 @@ JUnit listing the same cases, the stub judge said on screen, help, and short rep
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -237,8 +238,8 @@ def test_gate_terminal_markdown_and_junit_list_the_same_cases(runs):
                   "--permutations", "200")
         assert res.returncode == 1, res.stderr
         terminal = re.findall(r"^(.+): the cases behind it \((\d+) of (\d+)\):$", res.stdout, re.M)
-        markdown = re.findall(r"^### ❌ (.+)\n\nThe cases behind it \((\d+) of (\d+)\):$",
-                              md.read_text(), re.M)
+        markdown = [(html.unescape(re.sub(r"\\(.)", r"\1", label)), shown, total) for label, shown, total in
+                    re.findall(r"^### ❌ (.+)\n\nThe cases behind it \((\d+) of (\d+)\):$", md.read_text(), re.M)]
         junit = [(f.text.splitlines()[0], *re.search(r"cases behind it \((\d+) of (\d+)\)", f.text).groups())
                  for f in ET.parse(xml).iter("failure")]
         assert terminal and terminal == markdown == junit

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -479,7 +480,7 @@ def test_junit_and_markdown(runs):
     assert failure is not None and info["worse"][0] in failure.text
     md = report.to_markdown()
     assert md.startswith("## ragbridge gate ❌ failed")
-    assert "| 2 | native | recall@5 drop <= 0.01 |" in md and "❌ fail" in md and "⏭️ skip" in md
+    assert "| 2 | native | recall@5 drop &lt;= 0.01 |" in md and "❌ fail" in md and "⏭️ skip" in md
     assert "| case | baseline | run | change |" in md and info["worse"][0] in md
 
 
@@ -568,3 +569,93 @@ def test_cli_on_real_native_runs(tmp_path):
     assert res.returncode == 1, res.stdout + res.stderr
     assert "mrr drop" in res.stdout and "FAIL" in res.stdout
     assert run_gates(tmp_path / "base", gates, baseline=tmp_path / "base").passed  # the example passes its own gates
+
+
+HOSTILE_ID = ("<img src=x onerror=alert(1)>|`tick` **b** [l](javascript:alert(2)) ]]> &amp; "
+              "a\\|b\nforged: 1.000")
+HOSTILE_TAG = "<img src=x onerror=alert(3)>|t`"
+HOSTILE_ERROR = "<script>alert(4)</script> | `x` ]]>\x1b[2J\nforged error line"
+
+
+def test_hostile_strings_are_escaped_in_markdown_and_junit(tmp_path):
+    """Case ids, tags, questions and reasons from the data reach gate --markdown / --junit, report
+    --format md and the pytest plugin's message only escaped: no HTML survives (a renderer that allows
+    HTML runs nothing), no table row or line is forged, no terminal control passes, and the JUnit
+    parses and carries the id as text."""
+    from ragbridge.gate_reports import plain_text
+    from ragbridge.pytest_plugin import GateFailed, assert_gates
+
+    other_id = "<img src=y onerror=alert(5)>"
+    cases = [
+        {"id": HOSTILE_ID, "question": "HOSTILE <img src=q onerror=alert(6)>?", "tags": [HOSTILE_TAG]},
+        {"id": other_id, "question": "Where is my parcel?", "must_contain": ["<b>14 days</b>"],
+         "tags": [HOSTILE_TAG]},
+        {"id": "plain", "question": "How do I reset my password?", "must_contain": ["reset"]},
+    ]
+    (tmp_path / "golden.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    (tmp_path / "hostile_target.py").write_text(
+        "def pipeline(question):\n"
+        "    if question.startswith('HOSTILE'):\n"
+        f"        raise RuntimeError({HOSTILE_ERROR!r})\n"
+        "    return {'answer': 'Open Settings and choose reset.',\n"
+        "            'contexts': ['Settings has a reset button.']}\n")
+    (tmp_path / "gates.toml").write_text(
+        '[[gate]]\ncheck = "error_rate <= 0"\n\n'
+        f'[[gate]]\ncheck = "must_contain >= 0.99"\ntags = [{json.dumps(HOSTILE_TAG)}]\n')
+    run = ragbridge_cli("run", "golden.jsonl", "--out", "run", "--target", "hostile_target:pipeline",
+                        "--no-progress", cwd=tmp_path)
+    assert run.returncode != 2, run.stderr
+    gate = ragbridge_cli("gate", "run", "--config", "gates.toml", "--markdown", "gate.md",
+                         "--junit", "gate.xml", cwd=tmp_path)
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    report = ragbridge_cli("report", "run", "--format", "md", "--out", "report.md", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    for name in ("gate.md", "report.md"):
+        md = (tmp_path / name).read_text()
+        assert HOSTILE_ID.split("\n")[0] not in md  # the id only appears escaped
+        for raw in ("<img", "<script", "<b>"):
+            assert raw not in md, (name, raw)
+        assert not re.search(r"(?<!\\)\]\(", md), name  # no link can form
+        assert "&lt;img src=x onerror=alert(1)&gt;" in md and "&lt;img src=y onerror=alert(5)&gt;" in md
+        lines = md.splitlines()
+        assert not any(line.startswith("forged") for line in lines) and "\x1b" not in md, name
+        tables = _tables(lines)  # every row has as many cells as its table's header: no border forged
+        assert tables and all(len({_cells(r) for r in t}) == 1 for t in tables), name
+    gate_md = (tmp_path / "gate.md").read_text()
+    assert "&lt;img src=x onerror=alert(3)&gt;\\|t\\`" in gate_md  # the tag, in the rule's label
+    reason = "&lt;script&gt;alert(4)&lt;/script&gt; \\| \\`x\\` \\]\\]&gt;\\x1b\\[2J<br>forged error line"
+    assert reason in gate_md
+    suite = ET.parse(tmp_path / "gate.xml").getroot().find("testsuite")
+    texts = "\n".join(el.text or "" for el in suite.iter())
+    assert plain_text(HOSTILE_ID) in texts and other_id in texts  # as text, exactly (a newline shown as \n)
+    assert plain_text(HOSTILE_ERROR) in texts
+    assert not any(line.startswith("forged") for line in texts.splitlines())
+    assert any(HOSTILE_TAG in (c.get("name") or "") for c in suite.iter("testcase"))
+    with pytest.raises(GateFailed) as failed:
+        assert_gates(tmp_path / "run", tmp_path / "gates.toml")
+    message = str(failed.value)
+    assert plain_text(HOSTILE_ID) in message and "\x1b" not in message
+    assert not any(line.lstrip().startswith("forged") for line in message.splitlines())
+
+
+def _tables(lines: list[str]) -> list[list[str]]:
+    tables: list[list[str]] = []
+    for prev, line in zip([""] + lines, lines):
+        if line.startswith("|"):
+            if not prev.startswith("|"):
+                tables.append([])
+            tables[-1].append(line)
+    return tables
+
+
+def _cells(row: str) -> int:
+    """Cells of a GFM table row: borders are pipes not escaped by a backslash (a backslash escapes
+    the next character, a backslash included)."""
+    n, i = 0, 0
+    while i < len(row):
+        if row[i] == "\\":
+            i += 2
+            continue
+        n += row[i] == "|"
+        i += 1
+    return n - 1

@@ -73,7 +73,7 @@ left out, a repeated chunk id counted once at its first rank), ``context`` = ref
 The judge
 ---------
 Each case gets DeepEval's ``OpenAIModel(model=<judge model>, base_url=<gateway URL tagged with
-(deepeval, metric, case id)>, api_key=<the gateway's dummy key>, temperature=0)``: DeepEval never sees
+(deepeval, metric, case id)>, api_key=<the gateway's own key>, temperature=0)``: DeepEval never sees
 the real key and every call is cached, retried, bounded and counted by the gateway. DeepEval picks the
 wire format by model *name*: a name in its OpenAI registry (``gpt-4o-mini``, ``gpt-4.1``, ...; see
 ``backend.structured_outputs``) sends strict ``json_schema`` structured outputs (and, for GEval,

@@ -39,8 +39,10 @@ def build_judge(gateway: Any, metric: str, case_id: str, http_client: Any = None
     """DeepEval's ``OpenAIModel`` pointed at the gateway, counted under (deepeval, metric, case_id).
 
     The model name is ragbridge's judge model, so DeepEval's own registry decides the wire format (see
-    ``structured_outputs``). The key is the gateway's dummy key; temperature 0; the judge's
-    ``max_tokens`` is passed on; the client timeout outlasts the gateway's retries."""
+    ``structured_outputs``). The key is the gateway's own key; temperature 0; the judge's
+    ``max_tokens`` is passed on; the client timeout outlasts the gateway's retries. ``http_client`` is
+    an ``httpx.AsyncClient`` on the gateway's in-process transport; without one, DeepEval's own
+    client goes through the gateway's loopback socket."""
     from deepeval.models import OpenAIModel
 
     cfg = gateway.config
@@ -50,7 +52,7 @@ def build_judge(gateway: Any, metric: str, case_id: str, http_client: Any = None
         kwargs["async_http_client"] = http_client
     return OpenAIModel(
         model=cfg.model,
-        base_url=gateway.base_url(BACKEND, metric, case_id),
+        base_url=gateway.base_url(BACKEND, metric, case_id, in_process=http_client is not None),
         api_key=gateway.api_key,
         temperature=0,
         generation_kwargs=generation_kwargs,

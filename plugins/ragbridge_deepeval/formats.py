@@ -13,20 +13,30 @@ Field mapping (canonical <- DeepEval)::
     question           <- input
     answer             <- actual_output
     reference          <- expected_output
-    contexts           <- retrieval_context (chunk ids: ctx-<hash of text> unless ragbridge wrote them)
+    contexts           <- retrieval_context (chunk ids: ctx-<hash of text>, with -2, -3... for a text
+                          repeated in the same golden, unless ragbridge wrote them)
     reference_contexts <- context
     tags               <- tags (test cases)
     metadata           <- additional_metadata / metadata; DeepEval fields with no canonical home
                           (comments, source_file, tools_called, expected_tools, token counts, cost,
                           custom_column_key_values, expectations, ...) go to metadata["deepeval"]
 
-Writing produces DeepEval goldens with ``save_as``'s keys and column order. The canonical fields DeepEval
-has no place for (chunk ids, scores and sources, ``relevant``, ``must_contain``, ``must_not_contain``,
-``answerable``, ``tags``) are kept in ``additional_metadata["ragbridge"]``, which DeepEval carries along
-untouched and this reader restores, so a round trip loses nothing. The one loss: in CSV, a chunk or gold
-passage containing ``|`` is split into pieces when read back (DeepEval's own format cannot escape it);
-``write`` reports that field. JSONL is written with lists, which DeepEval's JSONL loader also reads,
-so JSONL has no such loss.
+An explicit empty ``retrieval_context`` or ``context`` (``[]`` in JSON, ``""`` in JSONL: what
+DeepEval writes for "retrieved nothing") is kept as ``metadata["deepeval"][field] = []`` and written
+back as an empty list: DeepEval's contextual metrics score ``[]`` and refuse a missing context, and
+the canonical schema cannot tell the two apart. (DeepEval's own CSV loader reads every empty cell of
+that column as ``[]``.)
+
+Writing produces DeepEval goldens with ``save_as``'s keys and column order; ``metadata["deepeval"]``
+entries of the right type become the golden's own keys again. The canonical fields DeepEval has no
+place for (chunk ids, scores and sources, ``relevant``, ``must_contain``, ``must_not_contain``,
+``answerable``, ``tags``, and a ``metadata["ragbridge"]`` of the case's own) are kept in
+``additional_metadata["ragbridge"]``, which DeepEval carries along untouched and this reader
+restores, so a round trip loses nothing. The losses, all in CSV (`CSV_CANNOT_HOLD`, reported by
+``write``): a chunk or gold passage containing ``|`` is split into pieces when read back, and a list
+of one empty text comes back empty (DeepEval's own format cannot escape them); an empty answer or
+reference reads back as missing. JSONL is written with lists, which DeepEval's JSONL loader also
+reads, so JSONL has no such loss. ``docs/formats.md`` has the user's view.
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from ragbridge.io import DatasetError, Format, cases_from_records
+from ragbridge.io import DatasetError, Format, cases_from_records, derived_chunk_ids
 from ragbridge.io import is_missing as _missing
 from ragbridge.schema import Case
 
@@ -74,8 +84,17 @@ _MARKER = re.compile(r"^deepeval_source=(?P<source>.*?),deepeval_context=(?P<con
 _MULTI_TURN = ("scenario", "turns")
 
 
-def _chunk_id(text: str) -> str:
-    return "ctx-" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+#: DeepEval fields with no canonical home that a golden holds as its own keys, with their types
+_GOLDEN_ONLY = {"comments": (str,), "source_file": (str,), "tools_called": (list,), "expected_tools": (list,),
+                "token_cost": (int, float), "input_token_count": (int,), "output_token_count": (int,),
+                "custom_column_key_values": (dict,), "expectations": (dict,)}
+#: every key the reader knows (the ``deepeval`` format recognises a file by these)
+READ_FIELDS = frozenset(GOLDEN_KEYS) | set(_ALIASES) | {
+    "metadata", "tags", "flaky", "multimodal", "completion_time", "expected_labels", "images_mapping",
+    "imagesMapping", "mcp_servers", "mcp_tools_called", "mcp_resources_called", "mcp_prompts_called", "id",
+    "scenario", "turns", "expected_outcome", "user_description", "persona"}
+#: list fields whose explicit empty list is kept (DeepEval's metrics tell [] from missing)
+_EMPTY_KEPT = ("retrieval_context", "context")
 
 
 
@@ -170,6 +189,7 @@ def record_to_canonical(raw: Any, joined: bool) -> dict[str, Any]:
                 raise DatasetError(f"must be a string, got {type(v).__name__}", field=src)
             out[dst] = v
 
+    empty = [k for k in _EMPTY_KEPT if _split(rec.get(k), k, joined) == []]
     rc = _split(rec.pop("retrieval_context", None), "retrieval_context", joined)
     if rc:
         chunks = [_chunk(x, "retrieval_context") for x in rc]
@@ -179,12 +199,16 @@ def record_to_canonical(raw: Any, joined: bool) -> dict[str, Any]:
                 for f in ("id", "score", "source"):
                     if k.get(f) is not None:
                         c[f] = k[f]
-        for c in chunks:
-            c.setdefault("id", _chunk_id(c["text"]))
+        for c, cid in zip(chunks, derived_chunk_ids([c["text"] for c in chunks])):
+            c.setdefault("id", cid)
         out["contexts"] = chunks
     gold = _split(rec.pop("context", None), "context", joined)
     if gold:
         out["reference_contexts"] = [str(x) for x in gold]
+    if "metadata.ragbridge" in extra:  # the case's own metadata["ragbridge"]
+        meta[RAGBRIDGE_KEY] = extra["metadata.ragbridge"]
+    for k in empty:  # DeepEval was given an empty list (not a missing one): kept, written back as []
+        rec[k] = []
     tags = rec.pop("tags", None)
     if tags:
         out["tags"] = list(tags) if isinstance(tags, (list, tuple)) else [str(tags)]
@@ -195,7 +219,7 @@ def record_to_canonical(raw: Any, joined: bool) -> dict[str, Any]:
     for flag in ("flaky", "multimodal"):  # LLMTestCase defaults in a model_dump; derived, not data
         if rec.get(flag) is False:
             rec.pop(flag)
-    deepeval_only = {k: v for k, v in rec.items() if v not in (None, [], {}, "")}
+    deepeval_only = {k: v for k, v in rec.items() if v not in (None, [], {}, "") or k in empty}
     if deepeval_only:
         prev = meta.get(DEEPEVAL_KEY)
         meta[DEEPEVAL_KEY] = {**(prev if isinstance(prev, dict) else {}), **deepeval_only}
@@ -333,21 +357,32 @@ def golden_record(case: Case, lists: bool = True) -> tuple[dict[str, Any], list[
         extra["answerable"] = False
 
     meta = dict(case.metadata)
-    deepeval_fields = meta.pop(DEEPEVAL_KEY, None)
+    if RAGBRIDGE_KEY in meta:  # the key this writer owns: the case's own value travels inside it
+        extra["metadata.ragbridge"] = meta.pop(RAGBRIDGE_KEY)
+    deepeval_fields = meta.get(DEEPEVAL_KEY)
     deepeval_fields = dict(deepeval_fields) if isinstance(deepeval_fields, dict) else {}
-    if RAGBRIDGE_KEY in meta:
-        lost.append(f"metadata.{RAGBRIDGE_KEY}")  # the key this writer owns
-        meta.pop(RAGBRIDGE_KEY)
+    promoted = {k: v for k, v in deepeval_fields.items()
+                if k in _GOLDEN_ONLY and isinstance(v, _GOLDEN_ONLY[k]) and not isinstance(v, bool)}
+    if lists:  # an empty list DeepEval was given (JSON and JSONL tell it from a missing one)
+        promoted.update({k: [] for k in _EMPTY_KEPT if deepeval_fields.get(k) == []
+                         and not (case.contexts if k == "retrieval_context" else case.reference_contexts)})
+    if promoted:
+        rest = {k: v for k, v in deepeval_fields.items() if k not in promoted}
+        if rest:
+            meta[DEEPEVAL_KEY] = rest
+        else:
+            meta.pop(DEEPEVAL_KEY)
     if extra:
         meta[RAGBRIDGE_KEY] = extra
 
     texts = [c.text for c in case.contexts]
     gold = list(case.reference_contexts)
-    if not lists:
-        if any(DELIMITER in t for t in texts) or any(c.text == "" for c in case.contexts):
-            lost.append("contexts")
-        if any(DELIMITER in t for t in gold) or any(t == "" for t in gold):
-            lost.append("reference_contexts")
+    if not lists:  # "|"-joined: a text holding "|" splits, a lone empty text vanishes
+        if any(DELIMITER in t for t in texts) or texts == [""]:
+            lost.append("contexts (text with '|', CSV)")
+        if any(DELIMITER in t for t in gold) or gold == [""]:
+            lost.append("reference_contexts (text with '|', CSV)")
+        lost.extend(f"{name} (empty, CSV)" for name in ("answer", "reference") if getattr(case, name) == "")
 
     rec: dict[str, Any] = {k: None for k in GOLDEN_KEYS}
     rec["input"] = case.question
@@ -358,13 +393,12 @@ def golden_record(case: Case, lists: bool = True) -> tuple[dict[str, Any], list[
     if gold:
         rec["context"] = gold if lists else DELIMITER.join(gold)
     rec["name"] = case.id
-    for k in ("comments", "source_file", "tools_called", "expected_tools", "token_cost", "input_token_count",
-              "output_token_count", "custom_column_key_values", "expectations"):
-        if k in deepeval_fields:
-            rec[k] = deepeval_fields.pop(k)
-    if deepeval_fields:  # DeepEval test-case fields a golden has no column for: keep them in metadata
-        meta[DEEPEVAL_KEY] = deepeval_fields
-    rec["additional_metadata"] = meta or None
+    for k, v in promoted.items():
+        if k in _EMPTY_KEPT:
+            rec[k] = v if lists else ""
+        else:
+            rec[k] = v
+    rec["additional_metadata"] = meta or None  # DeepEval test-case fields a golden has no key for stay here
     return rec, lost
 
 
@@ -428,11 +462,19 @@ def write_any(cases: Sequence[Case], path: Path) -> list[str]:
     return _dispatch(path, 1)(cases, path)
 
 
-# No suffixes are claimed: .json/.jsonl/.csv stay ragbridge's own formats unless --from/--to names these.
+#: what a "|"-joined CSV cannot hold (JSON and JSONL hold everything)
+CSV_CANNOT_HOLD = ("contexts (text with '|', CSV)", "reference_contexts (text with '|', CSV)",
+                   "answer (empty, CSV)", "reference (empty, CSV)")
+
+# No suffixes are claimed: .json/.jsonl/.csv stay ragbridge's own formats unless --from/--to names these
+# (or the fields of a file's first record are DeepEval's: see ragbridge.io.Format.fields).
 FORMATS = [
     Format("deepeval", (), read_any, write_any,
-           "DeepEval goldens / test cases; .json, .jsonl or .csv by suffix (as EvaluationDataset.save_as writes)"),
+           "DeepEval goldens / test cases; .json, .jsonl or .csv by suffix (as EvaluationDataset.save_as "
+           "writes them)", cannot_hold=CSV_CANNOT_HOLD, fields=READ_FIELDS),
     Format("deepeval-json", (), read_json, write_json, "DeepEval goldens / test cases, a JSON list"),
     Format("deepeval-jsonl", (), read_jsonl, write_jsonl, "DeepEval goldens, one JSON object a line"),
-    Format("deepeval-csv", (), read_csv, write_csv, "DeepEval goldens / test cases, CSV with '|'-joined contexts"),
+    Format("deepeval-csv", (), read_csv, write_csv,
+           "DeepEval goldens / test cases, CSV with '|'-joined lists",
+           cannot_hold=CSV_CANNOT_HOLD),
 ]

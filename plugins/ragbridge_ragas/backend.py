@@ -5,7 +5,7 @@ The metric formulas, ranges and normalisation are documented in the package docs
 (:mod:`ragbridge_ragas`). This module builds RAGAS' components and runs them:
 
 * one ``openai.AsyncOpenAI`` client for the run (shared by the metric passes) whose httpx client
-  hands requests to the gateway in-process (``gateway.async_transport()``), with its dummy key,
+  hands requests to the gateway in-process (``gateway.async_transport()``), with its key,
   ``max_retries=0`` (the gateway retries 429, 5xx and timeouts itself and tells the SDK not to) and
   the gateway's ``client_timeout()``; each case's calls are attributed to it by the gateway's
   ``tag_scope``, so the runner fills each Score's judge calls and tokens;
@@ -186,7 +186,7 @@ class _SharedClient:
             timeout=httpx.Timeout(cfg.client_timeout(), connect=10.0),
             trust_env=False,
         )
-        self.client = AsyncOpenAI(base_url=gateway.plain_base_url, api_key=gateway.api_key,
+        self.client = AsyncOpenAI(base_url=gateway.base_url(in_process=True), api_key=gateway.api_key,
                                   max_retries=0, timeout=cfg.client_timeout(), http_client=self.http)
         self.users = 0
 

@@ -1,14 +1,20 @@
 """RAGAS datasets as ragbridge formats, and the Python API to translate in memory.
 
 Formats (for ``ragbridge convert`` and ``ragbridge run --format``; they claim no file suffix, so
-name them with ``--from`` / ``--to``):
+name them with ``--from`` / ``--to``, or let a ``.jsonl``/``.csv``/... file's RAGAS fields tell):
 
 * ``ragas``: a RAGAS ``EvaluationDataset`` as JSONL (what ``EvaluationDataset.to_jsonl`` writes and
-  ``from_jsonl`` reads). Reading also accepts a ``datasets`` folder, a ``.csv`` (``to_csv``) and a
-  ``.parquet`` file (``to_pandas().to_parquet(...)``).
+  ``from_jsonl`` reads). Reading also accepts a ``datasets`` folder, a ``.csv`` (``to_csv``), a
+  ``.parquet`` file (``to_pandas().to_parquet(...)``) and a ``.json`` list (``to_list()`` dumped).
 * ``ragas-hf``: a Hugging Face ``datasets`` folder (``EvaluationDataset.to_hf_dataset().save_to_disk``).
 * ``ragas-csv``: what ``EvaluationDataset.to_csv`` writes (list cells as Python literals,
-  ``['a', 'b']``; JSON lists are read too). RAGAS has no CSV reader; ragbridge has one.
+  ``['a', 'b']``; JSON lists are read too). RAGAS has no CSV reader; ragbridge has one. An empty
+  answer or reference reads back as missing (the one loss; reported).
+
+Every file format writes the ``ragbridge`` column (JSON text in CSV and ``datasets`` folders) where
+a case has something RAGAS cannot hold, so a round trip is lossless; RAGAS's loaders ignore it.
+Chunk ids are exported in the labels' id space, so RAGAS's ``IDBasedContextRecall`` on the export
+equals native recall at full depth (and its ``IDBasedContextPrecision`` counts distinct labels).
 
 Python::
 
@@ -16,7 +22,7 @@ Python::
     cases = from_ragas(evaluation_dataset)   # or a datasets.Dataset, a pandas DataFrame, a list of dicts
     dataset, lost = to_ragas(cases)          # a ragas EvaluationDataset + canonical fields it cannot hold
 
-The field mapping is in :mod:`ragbridge_ragas.translate`.
+The field mapping, the id space and the ``ragbridge`` column: :mod:`ragbridge_ragas.translate`.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from typing import Any, Sequence
 from ragbridge.io import DatasetError, Format, read_hf_rows
 from ragbridge.schema import Case
 
-from .translate import cases_to_rows, rows_to_cases
+from .translate import READ_FIELDS, SIDECAR, cases_to_rows, lost_fields, rows_to_cases
 
 __all__ = ["FORMATS", "from_ragas", "to_ragas", "read_ragas", "read_ragas_jsonl", "read_ragas_hf", "read_ragas_csv",
            "write_ragas_jsonl", "write_ragas_hf", "write_ragas_csv"]
@@ -67,11 +73,13 @@ def from_ragas(data: Any) -> list[Case]:
 
 
 def to_ragas(cases: Sequence[Case]):
-    """``(EvaluationDataset, lost)``: the cases as a RAGAS dataset, and the canonical fields it cannot hold."""
+    """``(EvaluationDataset, lost)``: the cases as a RAGAS dataset, and the canonical fields it cannot
+    hold (RAGAS's samples have no field for them; the file formats keep them in the ``ragbridge``
+    column)."""
     from ragas.dataset_schema import EvaluationDataset, SingleTurnSample
 
-    rows, lost = cases_to_rows(cases)
-    return EvaluationDataset(samples=[SingleTurnSample(**r) for r in rows]), lost
+    rows = cases_to_rows(cases, with_sidecar=False)
+    return EvaluationDataset(samples=[SingleTurnSample(**r) for r in rows]), lost_fields(cases)
 
 
 # --------------------------------------------------------------------------------------------
@@ -80,11 +88,20 @@ def to_ragas(cases: Sequence[Case]):
 
 def read_ragas(path: Path) -> list[Case]:
     """The ``ragas`` format's reader: JSONL, or by its form a ``datasets`` folder, a ``.csv`` (as
-    ``ragas-csv``) or a ``.parquet`` file (a saved pandas DataFrame)."""
+    ``ragas-csv``), a ``.parquet`` file (a saved pandas DataFrame) or a ``.json`` list of samples
+    (``EvaluationDataset.to_list()`` dumped)."""
     path = Path(path)
     if path.is_dir():
         return read_ragas_hf(path)
     suffix = path.suffix.lower()
+    if suffix == ".json":
+        try:
+            data = json.loads(path.read_bytes().decode("utf-8-sig"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise DatasetError(f"not a valid UTF-8 JSON file: {exc}", path=path) from None
+        if not isinstance(data, list):
+            raise DatasetError("must hold a JSON list of RAGAS samples", path=path)
+        return rows_to_cases(data, path=str(path), unit="item")
     if suffix == ".csv":
         return read_ragas_csv(path)
     if suffix in (".parquet", ".pq"):
@@ -134,25 +151,32 @@ def read_ragas_hf(path: Path) -> list[Case]:
 
 
 def write_ragas_jsonl(cases: Sequence[Case], path: Path) -> list[str]:
-    rows, lost = cases_to_rows(cases)
     with open(path, "w", encoding="utf-8") as f:
-        for row in rows:
+        for row in cases_to_rows(cases):
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return lost
+    return []
+
+
+def _flat_sidecar(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``ragbridge`` column as JSON text (its shape differs from row to row)."""
+    for row in rows:
+        if SIDECAR in row:
+            row[SIDECAR] = json.dumps(row[SIDECAR], ensure_ascii=False)
+    return rows
 
 
 def write_ragas_hf(cases: Sequence[Case], path: Path) -> list[str]:
     import datasets
 
-    rows, lost = cases_to_rows(cases)
+    rows = _flat_sidecar(cases_to_rows(cases))
     columns = list(dict.fromkeys(k for row in rows for k in row))  # from_list reads the first row's keys only
     datasets.Dataset.from_list([{k: row.get(k) for k in columns} for row in rows]).save_to_disk(str(path))
-    return lost
+    return []
 
 
 _LIST_COLUMNS = {"retrieved_contexts", "reference_contexts", "retrieved_context_ids", "reference_context_ids",
                  "multi_responses", "rubrics", "contexts", "ground_truths", "metadata", "tags", "must_contain",
-                 "must_not_contain"}
+                 "must_not_contain", SIDECAR}
 
 
 def _csv_cell(column: str, text: str, path: Path, line: int):
@@ -192,22 +216,27 @@ def read_ragas_csv(path: Path) -> list[Case]:
 
 
 def write_ragas_csv(cases: Sequence[Case], path: Path) -> list[str]:
-    rows, lost = cases_to_rows(cases)
+    rows = _flat_sidecar(cases_to_rows(cases))
     columns = list(dict.fromkeys(k for row in rows for k in row))
     with open(path, "w", encoding="utf-8", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         for row in rows:  # as EvaluationDataset.to_csv: lists as Python literals
             writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in columns})
-    return lost
+    # an empty cell reads back as missing
+    return [f"{name} (empty)" for name in ("answer", "reference")
+            if any(getattr(c, name) == "" for c in cases)]
 
 
 FORMATS = [
     Format("ragas", (), read_ragas, write_ragas_jsonl,
-           "RAGAS EvaluationDataset as JSONL (reads a datasets folder, .csv and .parquet too, and the legacy "
-           "question/contexts/answer/ground_truth columns)"),
+           "RAGAS EvaluationDataset as JSONL (to_jsonl / from_jsonl), ids in the labels' id space, "
+           "other fields in a 'ragbridge' column; also reads a datasets folder, .csv, .parquet, .json "
+           "and RAGAS' legacy column names",
+           fields=READ_FIELDS),
     Format("ragas-hf", (), read_ragas_hf, write_ragas_hf,
            "RAGAS EvaluationDataset as a Hugging Face datasets folder", is_dir=True),
     Format("ragas-csv", (), read_ragas_csv, write_ragas_csv,
-           "RAGAS EvaluationDataset.to_csv output (list cells as Python literals)"),
+           "RAGAS EvaluationDataset.to_csv output (list cells as Python literals)",
+           cannot_hold=("answer (empty)", "reference (empty)")),
 ]

@@ -8,35 +8,67 @@ canonical                RAGAS ``SingleTurnSample``
 ``question``             ``user_input``
 ``answer``               ``response``
 ``contexts[].text``      ``retrieved_contexts`` (in rank order; a chunk without text is ``""``)
-``contexts[].id``        ``retrieved_context_ids``
-``relevant``             ``reference_context_ids`` (labels with grade >= 1; the grades are lost)
+``contexts[]``           ``retrieved_context_ids``, in the id space of the labels (below)
+``relevant``             ``reference_context_ids``: the labels with grade >= 1
 ``reference``            ``reference``
 ``reference_contexts``   ``reference_contexts``
 ``metadata["ragas"]``    ``rubrics``, ``multi_responses``, ``persona_name``, ``query_style``,
                          ``query_length`` (RAGAS fields with no canonical twin, carried here)
+everything else          the ``ragbridge`` column (below)
 =======================  ===================================================================
 
-RAGAS cannot hold ``id`` (unless it is the id ragbridge derives from the question), chunk
-``score`` and ``source``, relevance grades and grade-0 labels, ``must_contain``,
-``must_not_contain``, ``answerable: false``, ``tags`` and ``metadata``: writers report each of those
-that a case actually uses (:func:`lost_fields`), they are never dropped silently.
+One id space. RAGAS's ``IDBasedContextRecall`` and ``IDBasedContextPrecision`` compare
+``retrieved_context_ids`` with ``reference_context_ids`` as sets of strings; they know nothing of
+ragbridge's relevance rule (a chunk matches a label by its id, or else by its ``source``). So each
+retrieved chunk is exported under the label it is relevant to: its ``source`` when its id is not a
+label and its source is a label with grade >= 1, else its own id; a repeated chunk id, which native
+ranking drops, gets what its first occurrence got (`export_ids`). Then, on the exported dataset:
+
+* RAGAS's ID-based recall equals native ``recall@k`` at the full retrieved depth (any k >= the
+  number of chunks), case by case; both are undefined (NaN) when no label has grade >= 1
+  (``reference_context_ids`` is ``[]`` then).
+* RAGAS's ID-based precision counts *distinct* ids: it is (relevant labels retrieved) / (relevant
+  labels retrieved + distinct non-relevant chunks), so two chunks of one labelled section count
+  once. Native ``precision@k`` counts every relevant chunk. The two are equal exactly when no two
+  retrieved chunks are relevant to the same label (chunk-level labels, no repeats). RAGAS's is
+  undefined when nothing was retrieved; native precision is 0 then.
+
+A labelled case always gets both id lists (``retrieved_context_ids: []`` when nothing was
+retrieved, so RAGAS's recall is 0 as native recall is); an unlabelled case gets none unless its
+chunk ids are not the ones derived from their texts.
+
+The way back: the ``ragbridge`` column (a JSON object; a JSON text in CSV and ``datasets``
+folders) keeps what RAGAS has no field for: the case ``id`` (unless it is the one derived from the
+question), the chunks' own ``id``, ``score`` and ``source`` (aligned with ``retrieved_contexts``), the
+labels with their grades (and grade-0 labels), ``must_contain``, ``must_not_contain``,
+``answerable: false``, ``tags`` and ``metadata``. RAGAS ignores the column when it loads the file
+(and drops it if RAGAS itself re-saves the dataset); ragbridge reads it back, so canonical -> RAGAS
+-> canonical is the identity. Without the column (a dataset RAGAS wrote) the chunk ids are the
+exported ones: recall means the same, but chunks of one section share an id (native metrics
+count such a repeat once).
 
 Reading accepts the current RAGAS column names and the legacy (v0.1) ones: ``question`` ->
 ``user_input``, ``contexts`` -> ``retrieved_contexts``, ``answer`` -> ``response``,
 ``ground_truth`` -> ``reference`` (and ``ground_truths``, a list, whose items are joined). Columns
 RAGAS does not know are kept in ``metadata`` (RAGAS would drop them); an ``id`` column names the
 case. A row without an id gets a stable one derived from its question (``q-<sha1[:10]>``, with
-``-2``, ``-3``... for repeated questions). Missing cells (``None``, pandas ``NaN``) are absent.
+``-2``, ``-3``... for repeated questions); a chunk without an id gets one derived from its text
+(``ctx-<sha1[:12]>``, with ``-2``, ``-3``... for a text repeated in the same sample). Missing cells
+(``None``, pandas ``NaN``) are absent. A list column given as an empty list where ragbridge would
+write none (e.g. ``retrieved_contexts: []`` on an unlabelled sample) is kept as
+``metadata["ragas"][column] = []`` and written back as ``[]``: RAGAS tells "retrieved nothing" from
+"not given", the canonical schema does not.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any, Iterable, Optional, Sequence
 
 from pydantic import ValidationError
 
-from ragbridge.io import DatasetError
+from ragbridge.io import DatasetError, derived_chunk_ids
 from ragbridge.io import is_missing as _missing
 from ragbridge.io import plain as _plain
 from ragbridge.schema import Case
@@ -44,8 +76,11 @@ from ragbridge.schema import Case
 __all__ = [
     "RAGAS_FIELDS",
     "LEGACY_COLUMNS",
+    "READ_FIELDS",
+    "SIDECAR",
     "case_to_sample",
     "cases_to_rows",
+    "export_ids",
     "lost_fields",
     "row_to_record",
     "rows_to_cases",
@@ -67,8 +102,11 @@ RAGAS_FIELDS = (
     "query_style",
     "query_length",
 )
-#: RAGAS fields with no canonical twin, kept under ``metadata["ragas"]``
-RAGAS_ONLY_FIELDS = ("multi_responses", "rubrics", "persona_name", "query_style", "query_length")
+#: RAGAS fields with no canonical twin, kept under ``metadata["ragas"]``, and the type RAGAS wants
+RAGAS_ONLY_FIELDS = {"multi_responses": list, "rubrics": dict, "persona_name": str, "query_style": str,
+                     "query_length": str}
+#: list columns whose explicit ``[]`` is kept (see the module docstring)
+_LIST_COLUMNS = ("retrieved_contexts", "reference_contexts", "retrieved_context_ids", "reference_context_ids")
 #: legacy (v0.1) column -> current RAGAS column (as ``ragas.utils.REQUIRED_COLS_v1``)
 LEGACY_COLUMNS = {
     "question": "user_input",
@@ -77,15 +115,16 @@ LEGACY_COLUMNS = {
     "ground_truth": "reference",
 }
 _ID_COLUMNS = ("id", "case_id", "sample_id")
+#: the column that carries what RAGAS has no field for
+SIDECAR = "ragbridge"
+#: every column the reader knows (the ``ragas`` format recognises a file by these)
+READ_FIELDS = frozenset(RAGAS_FIELDS) | set(LEGACY_COLUMNS) | set(_ID_COLUMNS) | {
+    "ground_truths", SIDECAR, "metadata", "tags", "must_contain", "must_not_contain", "answerable"}
 
 
 def _stable_case_id(question: str) -> str:
     # the same derivation as ragbridge.io, so a case read from any format gets the same id
     return "q-" + hashlib.sha1(question.encode("utf-8")).hexdigest()[:10]
-
-
-def _chunk_id_for_text(text: str) -> str:
-    return "ctx-" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
 
 
 # --------------------------------------------------------------------------------------------
@@ -97,72 +136,135 @@ def retrieved_texts(case: Case) -> list[str]:
     return [c.text for c in case.contexts if c.text]
 
 
-def case_to_sample(case: Case) -> dict[str, Any]:
-    """One case as a RAGAS ``SingleTurnSample`` dict (``None`` fields left out, as RAGAS' ``to_list``)."""
+def export_ids(case: Case) -> list[str]:
+    """Each chunk's id in the labels' id space: its ``source`` when its own id is not a label and its
+    source is a label with grade >= 1, else its own id. A repeated chunk id gets what its first
+    occurrence got (native ranking drops the repeat, whatever its source)."""
+    rel, first = case.relevant, {}
+    for c in case.contexts:
+        if c.id not in first:
+            first[c.id] = c.source if (c.id not in rel and c.source is not None
+                                       and rel.get(c.source, 0) >= 1) else c.id
+    return [first[c.id] for c in case.contexts]
+
+
+def _ragas_extra(case: Case) -> dict[str, Any]:
+    extra = case.metadata.get("ragas")
+    return extra if isinstance(extra, dict) else {}
+
+
+def _rubric_ok(key: str, value: Any) -> bool:
+    kind = RAGAS_ONLY_FIELDS[key]
+    if not isinstance(value, kind):
+        return False
+    items = value.values() if kind is dict else value if kind is list else ()
+    return all(isinstance(v, str) for v in items)
+
+
+def _needs_ids(case: Case) -> bool:
+    return bool(case.relevant) or [c.id for c in case.contexts] != derived_chunk_ids(
+        [c.text for c in case.contexts]) or any(not c.text for c in case.contexts)
+
+
+def _sample(case: Case) -> tuple[dict[str, Any], set[str]]:
+    """The RAGAS row, and the keys of ``metadata["ragas"]`` it holds as RAGAS fields."""
     row: dict[str, Any] = {"user_input": case.question}
-    if case.contexts:
-        if any(c.text for c in case.contexts):
-            row["retrieved_contexts"] = [c.text for c in case.contexts]
-        row["retrieved_context_ids"] = [c.id for c in case.contexts]
+    if any(c.text for c in case.contexts):
+        row["retrieved_contexts"] = [c.text for c in case.contexts]
+    if _needs_ids(case):
+        row["retrieved_context_ids"] = export_ids(case)
     if case.reference_contexts:
         row["reference_contexts"] = list(case.reference_contexts)
-    labels = [k for k, g in case.relevant.items() if g >= 1]
-    if labels:
-        row["reference_context_ids"] = labels
+    if case.relevant:
+        row["reference_context_ids"] = [k for k, g in case.relevant.items() if g >= 1]
     if case.answer is not None:
         row["response"] = case.answer
     if case.reference is not None:
         row["reference"] = case.reference
-    extra = case.metadata.get("ragas") if isinstance(case.metadata.get("ragas"), dict) else {}
-    for key in RAGAS_ONLY_FIELDS:
-        if extra.get(key) is not None:
-            row[key] = extra[key]
-    return row
+    used = set()
+    for key, value in _ragas_extra(case).items():
+        if key in RAGAS_ONLY_FIELDS and _rubric_ok(key, value):
+            row[key] = value
+        elif key in _LIST_COLUMNS and value == [] and key not in row:
+            row[key] = []  # an empty list RAGAS was given, kept
+        else:
+            continue
+        used.add(key)
+    return row, used
+
+
+def case_to_sample(case: Case) -> dict[str, Any]:
+    """One case as a RAGAS ``SingleTurnSample`` dict (``None`` fields left out, as RAGAS' ``to_list``),
+    without the ``ragbridge`` column."""
+    return _sample(case)[0]
+
+
+def sidecar(case: Case) -> dict[str, Any]:
+    """What RAGAS has no field for, as the ``ragbridge`` column holds it (empty: nothing)."""
+    side: dict[str, Any] = {}
+    if case.id != _stable_case_id(case.question):
+        side["id"] = case.id
+    if export_ids(case) != [c.id for c in case.contexts] or any(
+            c.score is not None or c.source is not None for c in case.contexts):
+        side["contexts"] = [c.model_dump(exclude={"text"}, exclude_none=True) for c in case.contexts]
+    if any(g != 1 for g in case.relevant.values()):
+        side["relevant"] = dict(case.relevant)
+    for key in ("must_contain", "must_not_contain", "tags"):
+        if getattr(case, key):
+            side[key] = list(getattr(case, key))
+    if not case.answerable:
+        side["answerable"] = False
+    used = _sample(case)[1]
+    meta = dict(case.metadata)
+    if used:
+        rest = {k: v for k, v in _ragas_extra(case).items() if k not in used}
+        if rest:
+            meta["ragas"] = rest
+        else:
+            meta.pop("ragas")
+    if meta:
+        side["metadata"] = meta
+    return side
+
+
+#: what `sidecar` keys hold, named as `lost_fields` names them
+_SIDECAR_NAMES = {"id": "id", "contexts": "contexts.id", "relevant": "relevant (grades)",
+                  "must_contain": "must_contain", "must_not_contain": "must_not_contain",
+                  "answerable": "answerable", "tags": "tags", "metadata": "metadata"}
 
 
 def lost_fields(cases: Sequence[Case]) -> list[str]:
-    """Canonical fields some case uses that a RAGAS dataset cannot hold (sorted, for the user)."""
+    """Canonical fields some case uses that RAGAS' own ``EvaluationDataset`` cannot hold (they travel
+    in the ``ragbridge`` column of the file formats), sorted."""
     lost: set[str] = set()
     for case in cases:
-        if case.id != _stable_case_id(case.question):
-            lost.add("id")
+        names = {_SIDECAR_NAMES[k] for k in sidecar(case)}
+        if export_ids(case) == [c.id for c in case.contexts]:
+            names.discard("contexts.id")  # the chunks are in the column for their score or source only
         if any(c.score is not None for c in case.contexts):
-            lost.add("contexts.score")
+            names.add("contexts.score")
         if any(c.source is not None for c in case.contexts):
-            lost.add("contexts.source")
-        if any(g != 1 for g in case.relevant.values()):
-            lost.add("relevant (grades)")
-        if case.must_contain:
-            lost.add("must_contain")
-        if case.must_not_contain:
-            lost.add("must_not_contain")
-        if not case.answerable:
-            lost.add("answerable")
-        if case.tags:
-            lost.add("tags")
-        meta = {k: v for k, v in case.metadata.items() if k != "ragas"}
-        ragas_meta = case.metadata.get("ragas")
-        if isinstance(ragas_meta, dict):
-            if set(ragas_meta) - set(RAGAS_ONLY_FIELDS):
-                lost.add("metadata")
-        elif ragas_meta is not None:
-            lost.add("metadata")
-        if meta:
-            lost.add("metadata")
+            names.add("contexts.source")
+        lost |= names
     return sorted(lost)
 
 
-def cases_to_rows(cases: Sequence[Case]) -> tuple[list[dict[str, Any]], list[str]]:
-    """RAGAS rows for ``cases`` and the canonical fields they could not hold."""
-    return [case_to_sample(c) for c in cases], lost_fields(cases)
+def cases_to_rows(cases: Sequence[Case], with_sidecar: bool = True) -> list[dict[str, Any]]:
+    """RAGAS rows for ``cases``; with ``with_sidecar``, each row that needs it has the ``ragbridge``
+    column (a dict)."""
+    rows = []
+    for case in cases:
+        row = case_to_sample(case)
+        if with_sidecar:
+            side = sidecar(case)
+            if side:
+                row[SIDECAR] = side
+        rows.append(row)
+    return rows
 
 
 # --------------------------------------------------------------------------------------------
 # RAGAS -> canonical
-
-
-
-
 
 
 def _text_list(value: Any, column: str) -> list[str]:
@@ -180,6 +282,25 @@ def _text_list(value: Any, column: str) -> list[str]:
     return out
 
 
+def _id_list(value: Any, column: str) -> list[str]:
+    if not isinstance(value, list):
+        raise DatasetError(f"must be a list of ids, got {type(value).__name__}", field=column)
+    return [str(i) for i in value]
+
+
+def _read_sidecar(value: Any) -> dict[str, Any]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"is not valid JSON: {exc.msg}", field=SIDECAR) from None
+    if not isinstance(value, dict):
+        raise DatasetError(f"must be an object, got {type(value).__name__}", field=SIDECAR,
+                           hint="it holds what ragbridge wrote for the way back; remove the column to read "
+                                "the RAGAS fields alone")
+    return value
+
+
 def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
     """One RAGAS row (current or legacy column names) as a canonical record (not yet validated).
 
@@ -187,7 +308,7 @@ def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
     """
     if not isinstance(row, dict):
         raise DatasetError(f"each sample must be an object, got {type(row).__name__}")
-    rec = {k: _plain(v) for k, v in row.items() if not _missing(v)}
+    rec = {k: _plain(v, keep_missing=k == SIDECAR) for k, v in row.items() if not _missing(v)}
     for legacy, current in LEGACY_COLUMNS.items():
         if legacy in rec:
             if current in rec:
@@ -198,6 +319,7 @@ def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
         gts = rec.pop("ground_truths")
         if "reference" not in rec:
             rec["reference"] = "\n".join(_text_list(gts, "ground_truths"))
+    side = _read_sidecar(rec.pop(SIDECAR)) if SIDECAR in rec else {}
 
     out: dict[str, Any] = {}
     question = rec.pop("user_input", None)
@@ -214,45 +336,63 @@ def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
         if col in rec:
             out["id"] = str(rec.pop(col))
             break
+    if "id" in side:
+        out["id"] = side["id"]
     if "response" in rec:
         out["answer"] = rec.pop("response")
     if "reference" in rec:
         out["reference"] = rec.pop("reference")
 
+    empty = [k for k in _LIST_COLUMNS if rec.get(k) == []]
     texts = rec.pop("retrieved_contexts", None)
     ids = rec.pop("retrieved_context_ids", None)
-    if texts is not None:
-        texts = _text_list(texts, "retrieved_contexts")
-        if ids is not None and len(ids) != len(texts):
-            raise DatasetError(f"has {len(ids)} ids for {len(texts)} retrieved_contexts",
-                               field="retrieved_context_ids", hint="the two lists must align")
-        out["contexts"] = [
-            {"id": str(ids[i]) if ids is not None else _chunk_id_for_text(t), "text": t}
-            for i, t in enumerate(texts)
-        ]
-    elif ids is not None:
-        if not isinstance(ids, list):
-            raise DatasetError(f"must be a list of ids, got {type(ids).__name__}", field="retrieved_context_ids")
-        out["contexts"] = [{"id": str(i)} for i in ids]
+    texts = _text_list(texts, "retrieved_contexts") if texts is not None else None
+    ids = _id_list(ids, "retrieved_context_ids") if ids is not None else None
+    if texts is not None and ids is not None and len(ids) != len(texts):
+        raise DatasetError(f"has {len(ids)} ids for {len(texts)} retrieved_contexts",
+                           field="retrieved_context_ids", hint="the two lists must align")
+    n = len(texts) if texts is not None else len(ids) if ids is not None else 0
+    if texts is None:
+        texts = [""] * n
+    if ids is None:
+        ids = derived_chunk_ids(texts)
+    chunks: list[dict[str, Any]] = [{"id": i, "text": t} for i, t in zip(ids, texts)]
+    if "contexts" in side:
+        kept = side["contexts"]
+        if not isinstance(kept, list) or len(kept) != n:
+            raise DatasetError(f"holds {len(kept) if isinstance(kept, list) else 'no list of'} chunk(s) for "
+                               f"{n} retrieved context(s)", field=f"{SIDECAR}.contexts",
+                               hint="the file was edited after ragbridge wrote it; remove the ragbridge "
+                                    "column to read the RAGAS fields alone")
+        chunks = [{**k, "text": c["text"]} if isinstance(k, dict) else k for k, c in zip(kept, chunks)]
+    if chunks:
+        out["contexts"] = chunks
     if "reference_contexts" in rec:
         out["reference_contexts"] = _text_list(rec.pop("reference_contexts"), "reference_contexts")
     ref_ids = rec.pop("reference_context_ids", None)
-    if ref_ids is not None:
-        if not isinstance(ref_ids, list):
-            raise DatasetError(f"must be a list of ids, got {type(ref_ids).__name__}",
-                               field="reference_context_ids")
-        out["relevant"] = {str(i): 1 for i in ref_ids}
+    if "relevant" in side:
+        out["relevant"] = side["relevant"]
+    elif ref_ids is not None:
+        out["relevant"] = {i: 1 for i in _id_list(ref_ids, "reference_context_ids")}
+    for key in ("must_contain", "must_not_contain", "tags", "answerable"):
+        if key in side:
+            out[key] = side[key]
 
     ragas_meta = {k: rec.pop(k) for k in RAGAS_ONLY_FIELDS if k in rec}
-    metadata: dict[str, Any] = {}
+    metadata: dict[str, Any] = dict(side["metadata"]) if isinstance(side.get("metadata"), dict) else {}
     if isinstance(rec.get("metadata"), dict):
         metadata.update(rec.pop("metadata"))
     for k in ("tags", "must_contain", "must_not_contain", "answerable"):
         if k in rec:  # canonical columns next to RAGAS ones (a dataset written by other tools)
             out[k] = rec.pop(k)
     metadata.update(rec)  # columns RAGAS does not know: carried through, not dropped
+    # an empty list where ragbridge would write none: kept, to be written back as []
+    for key in empty:
+        if not (key.endswith("_ids") and out.get("relevant")):  # with labels, the id lists are always written
+            ragas_meta[key] = []
     if ragas_meta:
-        metadata["ragas"] = ragas_meta
+        prev = metadata.get("ragas")
+        metadata["ragas"] = {**(prev if isinstance(prev, dict) else {}), **ragas_meta}
     if metadata:
         out["metadata"] = metadata
     return out

@@ -4,7 +4,7 @@ Installed with ``pip install 'ragbridge[trulens]'`` (trulens-core, trulens-feedb
 trulens-providers-openai 2.16.0 only; not the ``trulens`` metapackage, which pulls in Jupyter and
 Streamlit). No ``TruSession``, no sqlite file, no instrumented app: each metric is one call of a
 TruLens provider function on one case, with TruLens's ``OpenAI`` provider pointed at ragbridge's
-judge gateway (dummy key, one httpx client on the gateway's in-process transport, calls attributed
+judge gateway (its key, one httpx client on the gateway's in-process transport, calls attributed
 to their case by ``tag_scope``).
 
 Metrics, formulas and normalisation
@@ -166,7 +166,7 @@ class TruLensBackend(Backend):
         import httpx
 
         gw = ctx.judge
-        url = gw.base_url(self.name, "responses-api-probe", None) + "/responses"
+        url = gw.base_url(self.name, "responses-api-probe", None, in_process=True) + "/responses"
         body = {"model": gw.config.model, "input": PROBE_BODY_TEXT, "max_output_tokens": 16}
         try:
             with httpx.Client(transport=gw.transport(), trust_env=False, timeout=gw.config.client_timeout()) as client:
@@ -239,7 +239,7 @@ class TruLensBackend(Backend):
             if provider is None:
                 gw, cfg = ctx.judge, ctx.judge.config
                 provider = await asyncio.to_thread(
-                    scoring.make_provider, cfg.model, gw.plain_base_url, gw.api_key, api=api,
+                    scoring.make_provider, cfg.model, gw.base_url(in_process=True), gw.api_key, api=api,
                     timeout=cfg.client_timeout(), transport=gw.transport())
                 shared["by_api"][api] = provider
         return provider, shared["executor"]

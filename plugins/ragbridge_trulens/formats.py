@@ -15,7 +15,10 @@ TruLens column      canonical field
 ``contexts``        ``contexts``: a list of texts (also read: ``context``, ``source``,
                     ``retrieved_contexts``; items may be ``{"text": ...}`` dicts)
 ``expected_response`` ``reference`` (also read: ``ground_truth``, ``reference``)
-``expected_chunks`` ``reference_contexts``: ``[{"text": ..., "expect_score": 1}]``
+``expected_chunks`` ``reference_contexts``: the chunks' ``text``; their other keys (``expect_score``,
+                    ``title``...) in ``metadata["trulens"]["expected_chunks"]`` unless they are the
+                    writer's default ``{"expect_score": 1}``
+``ground_truth_id`` ``metadata["trulens"]`` (also ``dataset_id``)
 ``meta``            ``metadata``; ragbridge-only fields go under ``meta["ragbridge"]``
 ==================  ==========================================================================
 
@@ -24,10 +27,11 @@ Files: ``.jsonl`` (one row a line), ``.json`` (a list), ``.csv`` (list and dict 
 canonical format). From Python, `cases_from_frame` and `cases_to_frame` work on DataFrames.
 
 Writing keeps every canonical field: chunk ids, sources and retrieval scores, relevance labels,
-answer checks, ``answerable`` and ``tags`` have no TruLens column, so they are stored under
-``meta["ragbridge"]`` (TruLens carries ``meta`` through untouched) and restored on reading; the
-writer reports nothing lost. A plain TruLens table without that key reads fine: chunk ids are
-derived from the texts.
+answer checks, ``answerable``, ``tags`` (and a ``metadata["ragbridge"]`` of the case's own) have no
+TruLens column, so they are stored under ``meta["ragbridge"]`` (TruLens carries ``meta`` through
+untouched) and restored on reading. The one loss: in ``.csv`` an empty answer or reference reads
+back as missing (reported by the writer). A plain TruLens table without that key reads fine: chunk
+ids are derived from the texts. A ``datasets`` folder is read too.
 
 `leaderboard` turns a run into the layout of ``TruSession.get_leaderboard()``: one row per
 (``app_name``, ``app_version``) -- here ``app_version`` is the backend -- with one column per
@@ -40,11 +44,12 @@ name, ``latency``, ``total_tokens``, ``total_cost``). `write_leaderboard` writes
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
-from ragbridge.io import DatasetError, Format, cases_from_records
+from ragbridge.io import DatasetError, Format, cases_from_records, read_hf_rows
 from ragbridge.io import is_missing as _missing
 from ragbridge.io import plain as _plain
 from ragbridge.schema import Case, Score
@@ -80,12 +85,31 @@ _ALIASES = {
     "reference_contexts": ("expected_chunks",),
     "metadata": ("meta", "metadata"),
 }
-_KNOWN = {a for names in _ALIASES.values() for a in names} | {"ground_truth_id", "dataset_id"}
+#: GroundTruth fields with no canonical twin, kept under ``metadata["trulens"]``
+_TRULENS_ONLY = ("ground_truth_id", "dataset_id")
+#: every column the reader knows (the ``trulens`` format recognises a file by these)
+READ_FIELDS = frozenset({a for names in _ALIASES.values() for a in names} | set(_TRULENS_ONLY))
+_KNOWN = READ_FIELDS
 _EXTRA_KEY = "ragbridge"
+_TRULENS_KEY = "trulens"
 
 
 
 
+
+
+def _expected_chunks(value: Any) -> tuple[list[str], list[dict[str, Any]]]:
+    """``expected_chunks`` -> (texts, each chunk's other keys: ``expect_score``, ``title``, ...)."""
+    if isinstance(value, str) and value.strip().startswith("["):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"is not a valid JSON list: {exc.msg}", field="expected_chunks") from None
+    texts = _texts(value, "expected_chunks")
+    items = value if isinstance(value, (list, tuple)) else [value]
+    rest = [{k: v for k, v in item.items() if k not in ("text", "page_content", "content")}
+            if isinstance(item, dict) else {} for item in items]
+    return texts, rest
 
 
 def _texts(value: Any, field: str) -> list[str]:
@@ -116,7 +140,7 @@ def _texts(value: Any, field: str) -> list[str]:
 
 def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
     """One TruLens row -> a canonical record (validated later by `cases_from_records`)."""
-    row = {k: _plain(v) for k, v in row.items() if not _missing(v)}
+    row = {k: _plain(v, keep_missing=k in ("meta", "metadata")) for k, v in row.items() if not _missing(v)}
     unknown = sorted(set(row) - _KNOWN)
     if unknown:
         raise DatasetError(
@@ -142,6 +166,17 @@ def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
     extra = meta.pop(_EXTRA_KEY, None) or {}
     if not isinstance(extra, dict):
         raise DatasetError("meta.ragbridge must be an object", field="meta")
+    if "metadata.ragbridge" in extra:  # the case's own metadata["ragbridge"]
+        meta[_EXTRA_KEY] = extra["metadata.ragbridge"]
+    trulens = {k: row[k] for k in _TRULENS_ONLY if k in row}
+    if "reference_contexts" in rec:
+        texts, rest = _expected_chunks(rec["reference_contexts"])
+        rec["reference_contexts"] = texts
+        if any(r != {"expect_score": 1} for r in rest):  # scores and titles other than the writer's default
+            trulens["expected_chunks"] = rest
+    if trulens:
+        prev = meta.get(_TRULENS_KEY)
+        meta[_TRULENS_KEY] = {**(prev if isinstance(prev, dict) else {}), **trulens}
     if meta:
         rec["metadata"] = meta
     if "contexts" in rec:
@@ -151,8 +186,6 @@ def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
             rec["contexts"] = [{**c, "text": t} for c, t in zip(chunks, texts)]
         else:
             rec["contexts"] = texts
-    if "reference_contexts" in rec:
-        rec["reference_contexts"] = _texts(rec["reference_contexts"], "expected_chunks")
     for key in ("relevant", "must_contain", "must_not_contain", "answerable", "tags"):
         if key in extra:
             rec[key] = extra[key]
@@ -170,8 +203,24 @@ def case_to_row(case: Case) -> dict[str, Any]:
         row["contexts"] = [c.text for c in case.contexts]
     if case.reference is not None:
         row["expected_response"] = case.reference
+    meta = dict(case.metadata)
+    trulens = dict(meta[_TRULENS_KEY]) if isinstance(meta.get(_TRULENS_KEY), dict) else None
+    chunk_keys = [{"expect_score": 1} for _ in case.reference_contexts]
+    if trulens is not None:
+        kept = trulens.get("expected_chunks")
+        if (isinstance(kept, list) and len(kept) == len(case.reference_contexts) and kept
+                and all(isinstance(k, dict) and "text" not in k for k in kept)
+                and any(k != {"expect_score": 1} for k in kept)):
+            chunk_keys = trulens.pop("expected_chunks")
+        for key in _TRULENS_ONLY:
+            if isinstance(trulens.get(key), str):
+                row[key] = trulens.pop(key)
+        if trulens:
+            meta[_TRULENS_KEY] = trulens
+        else:
+            meta.pop(_TRULENS_KEY)
     if case.reference_contexts:
-        row["expected_chunks"] = [{"text": t, "expect_score": 1} for t in case.reference_contexts]
+        row["expected_chunks"] = [{"text": t, **k} for t, k in zip(case.reference_contexts, chunk_keys)]
     extra: dict[str, Any] = {}
     if case.contexts:
         extra["contexts"] = [c.model_dump(exclude={"text"}, exclude_none=True) for c in case.contexts]
@@ -182,7 +231,8 @@ def case_to_row(case: Case) -> dict[str, Any]:
             extra[key] = list(getattr(case, key))
     if not case.answerable:
         extra["answerable"] = False
-    meta = dict(case.metadata)
+    if _EXTRA_KEY in meta:  # the key this writer owns: the case's own value travels inside it
+        extra["metadata.ragbridge"] = meta.pop(_EXTRA_KEY)
     if extra:
         meta[_EXTRA_KEY] = extra
     if meta:
@@ -225,6 +275,8 @@ def _cases(records: Iterable[tuple[int, Any]], path: Any, unit: str) -> list[Cas
 
 def read_trulens(path: Path) -> list[Case]:
     path = Path(path)
+    if path.is_dir():  # a datasets folder (Dataset.from_pandas(df).save_to_disk)
+        return _cases(enumerate(read_hf_rows(path), start=1), path, "row")
     suffix = path.suffix.lower()
     if suffix in (".csv", ".parquet", ".pq"):
         import pandas as pd
@@ -279,11 +331,14 @@ def write_trulens(cases: Sequence[Case], path: Path) -> list[str]:
         if suffix == ".csv":
             flat = [{k: (json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v)
                      for k, v in r.items()} for r in rows]
-            pd.DataFrame(flat).to_csv(path, index=False)
-        else:
-            flat = [{k: (json.dumps(v, ensure_ascii=False) if k in ("meta", "expected_chunks") else v)
-                     for k, v in r.items()} for r in rows]
-            pd.DataFrame(flat).to_parquet(path, index=False)
+            # every cell quoted: a bare "\r" in a text would otherwise end the row for pandas' reader
+            pd.DataFrame(flat).to_csv(path, index=False, quoting=csv.QUOTE_ALL)
+            # an empty cell reads back as missing
+            return [f"{name} (empty, CSV)" for name in ("answer", "reference")
+                    if any(getattr(c, name) == "" for c in cases)]
+        flat = [{k: (json.dumps(v, ensure_ascii=False) if k in ("meta", "expected_chunks") else v)
+                 for k, v in r.items()} for r in rows]
+        pd.DataFrame(flat).to_parquet(path, index=False)
         return []
     if suffix == ".json":
         path.write_text(json.dumps(rows, ensure_ascii=False, indent=1), encoding="utf-8")
@@ -296,7 +351,9 @@ def write_trulens(cases: Sequence[Case], path: Path) -> list[str]:
 
 FORMATS = [
     Format("trulens", (), read_trulens, write_trulens,
-           "TruLens RAG-triad rows: query, contexts, response, expected_response (.jsonl/.json/.csv/.parquet)"),
+           "TruLens RAG-triad rows (GroundTruth columns plus response and contexts); .jsonl, .json, .csv "
+           "or .parquet by suffix", cannot_hold=("answer (empty, CSV)", "reference (empty, CSV)"),
+           fields=READ_FIELDS),
 ]
 
 

@@ -12,11 +12,13 @@ Help is plain text (click's layout): it reads the same on a terminal, piped and 
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -227,6 +229,7 @@ def run(
 ) -> None:
     """Score a golden set with one or more backends and write a run folder.
 
+    \b
     Exit codes:
       0    every planned score recorded, none errored
       2    bad input or configuration; nothing written
@@ -277,6 +280,7 @@ def rescore(
 ) -> None:
     """Score a run's recorded cases (e.g. a --target run) with more backends or metrics, into the same folder.
 
+    \b
     Exit codes:
       0    every planned score recorded, none errored
       2    bad input or configuration
@@ -460,16 +464,43 @@ def backends(
         err.print(f"[yellow]plugin {escape(name)!r} failed to load:[/] {escape(message)}")
 
 
+def _format_rows() -> list[dict]:
+    """``ragbridge formats --json``'s records (their keys are documented in the README)."""
+    return [
+        {"name": name, "suffixes": list(f.suffixes), "folder": f.is_dir, "read": f.read is not None,
+         "write": f.write is not None, "recognised": bool(f.fields), "description": f.description,
+         "cannot_hold": list(f.cannot_hold)}
+        for name, f in sorted(get_formats().items())
+    ]
+
+
 @cli.command()
-def formats() -> None:
-    """List the dataset formats that ``convert`` and ``run`` read and write."""
-    table = Table(title="Formats", title_justify="left")
-    for col in ("format", "suffixes", "read", "write", "description"):
-        table.add_column(col)
-    for name, f in sorted(get_formats().items()):
-        table.add_row(name, " ".join(f.suffixes) or ("folder" if f.is_dir else ""),
-                      "yes" if f.read else "", "yes" if f.write else "", f.description)
+def formats(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON: one object per format."),
+) -> None:
+    """List the dataset formats that ``convert`` and ``run`` read and write, and what each cannot hold."""
+    rows = _format_rows()
+    if as_json:
+        typer.echo(json.dumps({"formats": rows}, indent=2, ensure_ascii=False))
+        return
+    table = Table(title="Formats (name one with --format, --from, --to)", title_justify="left",
+                  box=box.SIMPLE_HEAD, show_lines=False, pad_edge=False)
+    table.add_column("format", no_wrap=True)
+    table.add_column("files", overflow="fold")
+    table.add_column("r/w", no_wrap=True)
+    table.add_column("what it is; what it cannot hold", overflow="fold", ratio=1)
+    for r in rows:
+        files = "folder" if r["folder"] else " ".join(r["suffixes"]) or "-"
+        lost = ", ".join(r["cannot_hold"])
+        text = escape(r["description"]) + "\n" + (
+            f"[yellow]cannot hold: {escape(lost)}[/]" if lost else "[green]holds every field[/]")
+        table.add_row(r["name"], files, ("r" if r["read"] else "") + ("w" if r["write"] else ""), text)
     out.print(table)
+    recognised = [r["name"] for r in rows if r["recognised"]]
+    if recognised:
+        out.print(f"A .jsonl, .json, .csv or .parquet file (or datasets folder) with the fields of "
+                  f"{', '.join(recognised)} is read as that format.", highlight=False)
+    out.print("Each format's field mapping and losses: docs/formats.md.", highlight=False)
 
 
 @cli.command()
@@ -482,15 +513,15 @@ def convert(
     """Convert a dataset between formats (canonical JSONL, CSV, Parquet, datasets, and the backends' own)."""
     try:
         cases = load_cases(source, from_format)
+        for line in input_warnings(cases):
+            warn(line)
         lost = write_cases(cases, target, to_format)
     except DatasetError as exc:
         fail(str(exc))
     out.print(f"wrote {len(cases)} case(s) to {target}")
     if lost:
-        err.print(
-            "[yellow]the target format cannot hold these fields; they were not written:[/] "
-            + ", ".join(lost)
-        )
+        err.print("[yellow]warning:[/] the target format cannot hold " + escape(", ".join(lost))
+                  + "; those values were not kept (see ragbridge formats)", highlight=False)
 
 
 @cli.command()

@@ -178,7 +178,7 @@ def paired_permutation_pvalue(
 
 
 _STATUS_MEANING = {
-    "running": "it is still running, or it was killed before it could record its end",
+    "running": "it is still running (a run whose process is gone reads as interrupted)",
     "interrupted": "it was interrupted before it finished",
     "incomplete": "some scores it planned are missing",
 }

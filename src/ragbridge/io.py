@@ -34,6 +34,7 @@ import csv
 import hashlib
 import io
 import json
+import logging
 import math
 import os
 import secrets
@@ -62,6 +63,7 @@ __all__ = [
     "plain",
     "read_hf_rows",
     "cases_from_records",
+    "derived_chunk_ids",
 ]
 
 CASE_FIELDS = tuple(Case.model_fields)
@@ -112,7 +114,16 @@ class DatasetError(ValueError):
 
 @dataclass
 class Format:
-    """A dataset format. ``read`` returns cases; ``write`` returns the canonical fields it could not hold."""
+    """A dataset format, as a plugin registers it.
+
+    ``read`` returns cases. ``write`` returns the names, from ``cannot_hold``, of what the cases used
+    that the format could not hold (empty: nothing lost); the caller warns with them.
+    ``cannot_hold`` lists every canonical field (or part of one, e.g. ``contexts.score``) that this
+    format loses on a round trip, for ``ragbridge formats``; ``docs/formats.md`` explains each.
+    ``fields`` are the record fields this format reads, for recognising its files: a file named by
+    a canonical suffix (``.jsonl``, ``.csv``, ...) whose first record has a field the canonical
+    format does not know, and only fields of exactly one format, is read as that format.
+    """
 
     name: str
     suffixes: tuple[str, ...] = ()
@@ -121,6 +132,8 @@ class Format:
     description: str = ""
     is_dir: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    cannot_hold: tuple[str, ...] = ()
+    fields: frozenset[str] = frozenset()
 
 
 # --------------------------------------------------------------------------------------------
@@ -129,6 +142,18 @@ class Format:
 
 def _chunk_id_for_text(text: str) -> str:
     return "ctx-" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+
+
+def derived_chunk_ids(texts: Sequence[str]) -> list[str]:
+    """Ids for chunks known only by their texts (a library's list of retrieved texts):
+    ``ctx-<sha1[:12]>`` of each text, so the same text in two cases is the same chunk, with ``-2``,
+    ``-3``... for a text repeated in the same list, so that repeats stay distinct chunks."""
+    out, seen = [], {}
+    for text in texts:
+        base = _chunk_id_for_text(text)
+        seen[base] = seen.get(base, 0) + 1
+        out.append(base if seen[base] == 1 else f"{base}-{seen[base]}")
+    return out
 
 
 def _stable_case_id(question: str) -> str:
@@ -478,14 +503,15 @@ def _other_delimiter(header: Sequence[str]) -> Optional[str]:
     return None
 
 
-def plain(value: Any) -> Any:
-    """Numpy arrays and scalars from Arrow/pandas into plain Python."""
+def plain(value: Any, keep_missing: bool = False) -> Any:
+    """Numpy arrays and scalars from Arrow/pandas into plain Python. Missing values in mappings are
+    dropped (Arrow fills a struct's absent keys with null) unless ``keep_missing`` (free-form data)."""
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
         value = value.tolist()
     if isinstance(value, list):
-        return [plain(v) for v in value]
+        return [plain(v, keep_missing) for v in value]
     if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items() if not is_missing(v)}
+        return {k: plain(v, keep_missing) for k, v in value.items() if keep_missing or not is_missing(v)}
     return value
 
 
@@ -567,13 +593,20 @@ def _flat_rows(cases: Sequence[Case]) -> list[dict[str, Any]]:
     return rows
 
 
+def blank_text_losses(cases: Sequence[Case]) -> list[str]:
+    """``answer (blank)`` / ``reference (blank)`` when some case has that text empty or all spaces:
+    a CSV cell cannot tell such a text from a missing one, so it reads back as missing."""
+    return [f"{name} (blank)" for name in ("answer", "reference")
+            if any(getattr(c, name) is not None and not getattr(c, name).strip() for c in cases)]
+
+
 def write_csv(cases: Sequence[Case], path: Path) -> list[str]:
     with open(path, "w", encoding="utf-8", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(CASE_FIELDS))
         writer.writeheader()
         for row in _flat_rows(cases):
             writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
-    return []
+    return blank_text_losses(cases)
 
 
 def write_parquet(cases: Sequence[Case], path: Path) -> list[str]:
@@ -594,7 +627,8 @@ def write_hf(cases: Sequence[Case], path: Path) -> list[str]:
 BUILTIN_FORMATS = [
     Format("jsonl", (".jsonl", ".ndjson"), read_jsonl, write_jsonl, "canonical cases, one JSON object a line"),
     Format("json", (".json",), read_json, None, "a JSON list of case objects (read only)"),
-    Format("csv", (".csv",), read_csv, write_csv, "one case a row; list and mapping cells as JSON"),
+    Format("csv", (".csv",), read_csv, write_csv, "one case a row; list and mapping cells as JSON",
+           cannot_hold=("answer (blank)", "reference (blank)")),
     Format("parquet", (".parquet", ".pq"), read_parquet, write_parquet, "one case a row"),
     Format("hf", (), read_hf, write_hf, "a Hugging Face datasets folder (save_to_disk / load_from_disk)", is_dir=True),
 ]
@@ -633,15 +667,96 @@ def _pick_format(path: Path, name: Optional[str], purpose: str) -> Format:
     )
 
 
+#: every field name the canonical readers know
+CANONICAL_FIELDS = frozenset(CASE_FIELDS) | {a for names in ALIASES.values() for a in names} | set(
+    CONTEXT_TEXT_ALIASES) | {"retrieved_context_ids", "retrieved"}
+
+logger = logging.getLogger("ragbridge")
+
+
+def _first_record(path: Path) -> Optional[dict[str, Any]]:
+    """The first record of a dataset file, as far as it can be read cheaply (None if it cannot).
+    From a CSV, Parquet file or datasets folder only the column names are read (values None)."""
+    try:
+        if path.is_dir():
+            import datasets
+
+            ds = datasets.load_from_disk(str(path))
+            if isinstance(ds, datasets.DatasetDict):
+                ds = next(iter(ds.values()))
+            return dict.fromkeys(ds.column_names)
+        suffix = path.suffix.lower()
+        if suffix in (".parquet", ".pq"):
+            import pyarrow.parquet as pq
+
+            return dict.fromkeys(pq.read_schema(path).names)
+        if suffix == ".csv":
+            with open(path, encoding="utf-8-sig", newline="") as f:
+                return dict.fromkeys(next(csv.reader(f)))
+        if suffix == ".json":
+            data = json.loads(path.read_bytes().decode("utf-8-sig"))
+            if isinstance(data, dict):
+                keys = ("cases", "data", "examples", "samples", "goldens", "test_cases")
+                data = next((data[k] for k in keys if isinstance(data.get(k), list)), data)
+            first = data[0] if isinstance(data, list) and data else None
+            return first if isinstance(first, dict) else None
+        with open(path, encoding="utf-8-sig") as f:
+            for line in f:
+                if line.strip():
+                    first = json.loads(line)
+                    return first if isinstance(first, dict) else None
+    except Exception:  # noqa: BLE001 - unreadable here: the reader reports it precisely
+        return None
+    return None
+
+
+def _recognise(path: Path, fmt: Format) -> Format:
+    """The format a file really is when its suffix names a canonical format (see `Format.fields`)."""
+    from .plugins import get_formats
+
+    record = _first_record(path)
+    if record is None:
+        return fmt
+    foreign = sorted(set(record) - CANONICAL_FIELDS)
+    if not foreign:
+        return fmt
+    claims = sorted(n for n, f in get_formats().items() if f.read and f.fields and set(record) <= f.fields)
+    if len(claims) > 1:
+        raise DatasetError(
+            f"its fields ({', '.join(sorted(record))}) fit more than one format: {', '.join(claims)}",
+            path=path,
+            hint="name one with --format NAME; for convert, --from NAME",
+        )
+    if not claims:
+        return fmt
+    shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+    logger.warning("note: %s: read as format %r (its fields: %s); name a format to override",
+                   path, claims[0], shown)
+    return get_formats()[claims[0]]
+
+
 def load_cases(path: str | Path, format: Optional[str] = None) -> list[Case]:
-    """Read a golden set into canonical cases. Raises `DatasetError` for any bad input."""
+    """Read a golden set into canonical cases. Raises `DatasetError` for any bad input.
+
+    Without ``format``, the suffix names the format; a file whose first record has fields of
+    exactly one library's format instead of canonical ones (a RAGAS, DeepEval or TruLens file) is
+    read as that format, with a one-line note on the ``ragbridge`` logger (stderr by default).
+    """
     path = Path(path)
     if not path.exists():
         raise DatasetError("no such file or folder", path=path)
     fmt = _pick_format(path, format, "read")
+    if format is None:
+        fmt = _recognise(path, fmt)
     if fmt.read is None:
         raise DatasetError(f"format {fmt.name!r} cannot be read", path=path)
-    return fmt.read(path)
+    try:
+        return fmt.read(path)
+    except DatasetError as exc:
+        if format is None and exc.message.startswith("unknown field(s)"):
+            exc.hint = (exc.hint + "; " if exc.hint else "") + (
+                "if another tool wrote the file, name its format (see ragbridge formats)")
+        raise
 
 
 def write_cases(cases: Sequence[Case], path: str | Path, format: Optional[str] = None) -> list[str]:

@@ -1,16 +1,21 @@
 """The judge: one configuration, and one gateway that every backend's library talks to.
 
 Each backend points its library (RAGAS, DeepEval, TruLens, ...) at a :class:`JudgeGateway` with the
-dummy key :attr:`JudgeGateway.api_key`. Two ways in, one behaviour:
+gateway's own key :attr:`JudgeGateway.api_key`. Two ways in, one behaviour:
 
 * **in-process transport** (what ragbridge's own backends use): the library's ``httpx`` client gets
-  ``transport=gw.transport()`` (or ``gw.async_transport()``), so a request goes from the library to
-  the gateway's code without crossing a socket. That is the fast path: ~0.1 ms of CPU per call,
-  against ~0.5 ms for a loopback HTTP hop, which made a run 13-20 % slower than calling the library
-  directly;
+  ``transport=gw.transport()`` (or ``gw.async_transport()``) and the base URL
+  ``gw.base_url(backend, metric, case_id, in_process=True)`` (a ``.invalid`` host that no socket
+  serves), so a request goes from the library to the gateway's code without crossing a socket. That
+  is the fast path: ~0.1 ms of CPU per call, against ~0.5 ms for a loopback HTTP hop, which made a
+  run 13-20 % slower than calling the library directly;
 * **loopback HTTP**: an OpenAI-compatible server on 127.0.0.1 (a background thread of this process) at
   ``gw.base_url(backend, metric, case_id)``, for libraries whose HTTP client cannot be given a
-  transport.
+  transport. The socket is opened the first time a socket URL is asked for (a run whose backends
+  all use the transports listens on nothing), and every request on it must carry the gateway's key
+  (``Authorization: Bearer <gw.api_key>`` or ``api-key: <gw.api_key>``; any other request gets 401 and
+  is neither forwarded nor counted). That key is random per gateway, lives in memory only and dies
+  with the gateway: another local process cannot use the socket to spend the real key.
 
 The real key (read from the environment variable named by ``JudgeConfig.api_key_env``) never enters
 a library object or file; the gateway adds it when it forwards a request to the real endpoint. The
@@ -18,7 +23,10 @@ gateway is the one place that
 
 * caches responses in SQLite, keyed by the full request (upstream URL without credentials, path, and
   the whole JSON body: model, messages, every parameter), so a re-run of an unchanged suite makes no
-  calls and CI can replay a recorded cache with no key (``cache_mode = "read-only"``);
+  calls and CI can replay a recorded cache with no key (``cache_mode = "read-only"``); when a score
+  fails, :meth:`JudgeGateway.forget` drops every answer served for its (backend, metric, case_id)
+  and no answer for it is stored afterwards (one still in flight then included), so a malformed
+  answer is asked for again on the next run instead of being replayed;
 * bounds concurrency across all backends together (``max_concurrency`` requests in flight);
 * retries 429, 500, 502, 503, 504, connection errors, timeouts and 2xx bodies that are not JSON,
   with exponential backoff and full jitter (0.5 s base, 20 s cap), honouring ``Retry-After``;
@@ -57,6 +65,7 @@ import contextlib
 import contextvars
 import email.utils
 import hashlib
+import hmac
 import http.client
 import json
 import os
@@ -89,14 +98,13 @@ __all__ = [
     "JudgeConfigError",
     "JudgeUnavailable",
     "redact_url",
-    "DUMMY_API_KEY",
     "TAG_HEADER",
     "FastRequestHandler",
     "JudgeTransport",
     "AsyncJudgeTransport",
 ]
 
-DUMMY_API_KEY = "ragbridge-gateway"
+IN_PROCESS_ORIGIN = "http://ragbridge-gateway.invalid"  # the host of in-process URLs: no socket serves it
 STUB_MARKER = b'"system_fingerprint": "ragbridge-stub"'  # what ragbridge.testing's stub judge puts in answers
 TAG_HEADER = "X-Ragbridge-Tag"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -788,6 +796,11 @@ class _Handler(FastRequestHandler):
         if self.headers.get("Origin") or host not in gw._allowed_hosts:
             self._reply(_Result(403, _error_body("ragbridge judge gateway: forbidden host or origin"), cache="off"))
             return
+        if not gw._authorized(self.headers.get("Authorization"), self.headers.get("api-key")):
+            self._reply(_Result(401, _error_body(
+                "ragbridge judge gateway: missing or wrong API key: use the gateway's api_key",
+                "invalid_request_error", "invalid_api_key"), cache="off"))
+            return
         routed = gw._route(self.path, self.headers.get(TAG_HEADER))
         if isinstance(routed, _Result):
             if routed.status == 503:
@@ -796,9 +809,9 @@ class _Handler(FastRequestHandler):
             return
         endpoint, triple = routed
         res = gw._answer(method, endpoint, raw, triple)
-        self._reply(res)
-        if res.counted:
+        if res.counted:  # before replying, as the transports do: the log is in the order clients got answers
             gw._audit(triple, endpoint, raw, res, time.perf_counter() - t0)
+        self._reply(res)
 
 
 class _UpstreamTimeout(Exception):
@@ -947,8 +960,10 @@ def _proxy_for(url: str) -> bool:
 class JudgeGateway:
     """The loopback OpenAI-compatible gateway in front of the real judge (see the module docstring).
 
-    ``with JudgeGateway(config, audit_log=run_dir / "judge-audit.jsonl") as gw:`` ... point each
-    library at ``gw.base_url(backend, metric, case_id)`` with ``api_key=gw.api_key``.
+    ``with JudgeGateway(config, audit_log=run_dir / "judge-audit.jsonl") as gw:`` ... give each
+    library ``gw.transport()`` and ``gw.base_url(backend, metric, case_id, in_process=True)``, or
+    point it at ``gw.base_url(backend, metric, case_id)`` (the loopback socket), with
+    ``api_key=gw.api_key``.
 
     ``backoff_base`` / ``backoff_cap`` (seconds) may be lowered on an instance, e.g. in tests."""
 
@@ -968,6 +983,7 @@ class JudgeGateway:
         self._tag_of: dict[Triple, str] = {}
         self._usage: dict[Triple, list[int]] = {}
         self._served: dict[Triple, set[tuple[str, str]]] = {}
+        self._failed: set[Triple] = set()  # forgotten: no answer is stored for these any more
         self._sem = threading.BoundedSemaphore(config.max_concurrency)
         self._inflight: dict[str, threading.Event] = {}
         self._closing = threading.Event()
@@ -984,6 +1000,10 @@ class JudgeGateway:
         self._pool: Optional[_StdlibPool] = None
         self._targets: dict[str, tuple[str, str, str]] = {}
         self._allowed_hosts: set[str] = set()
+        self._listen_lock = threading.Lock()
+        #: what a request on the loopback socket must present (memory only; see the module docstring)
+        self._secret = secrets.token_urlsafe(32)
+        self._secret_bytes = self._secret.encode("ascii")
         self.port: Optional[int] = None
         #: True once an answer (from upstream or the cache) came from ragbridge's stub judge:
         #: run outputs must then be labelled as stub scores.
@@ -1010,7 +1030,7 @@ class JudgeGateway:
         return self._client
 
     def start(self) -> "JudgeGateway":
-        if self._server is not None:
+        if self._executor is not None:
             return self
         cfg = self.config
         self._closing.clear()
@@ -1037,18 +1057,34 @@ class JudgeGateway:
         # open (the upstream bound is the semaphore in _forward, not the pool size).
         self._executor = _stdlib_thread_pool()(max_workers=4 * cfg.max_concurrency + 8,
                                                thread_name_prefix="ragbridge-judge")
-        handler = type("JudgeGatewayHandler", (_Handler,), {"gateway": self, "owner": self})
-        self._server = _Server(("127.0.0.1", 0), handler)
-        self.port = self._server.server_address[1]
-        self._allowed_hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}"}
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
-                                        name=f"ragbridge-judge-gateway-{self.port}", daemon=True)
-        self._thread.start()
         return self
+
+    def _listen(self) -> int:
+        """Open the loopback socket (once, on the first request for a socket URL); returns its port."""
+        with self._listen_lock:
+            self._require_started()
+            if self._closing.is_set():
+                raise JudgeError("the judge gateway is closing: no new socket")
+            if self._server is None:
+                handler = type("JudgeGatewayHandler", (_Handler,), {"gateway": self, "owner": self})
+                server = _Server(("127.0.0.1", 0), handler)
+                self.port = server.server_address[1]
+                self._allowed_hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}"}
+                self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
+                                                name=f"ragbridge-judge-gateway-{self.port}", daemon=True)
+                self._thread.start()
+                self._server = server
+            return self.port  # type: ignore[return-value]
+
+    @property
+    def listening(self) -> bool:
+        """Whether the loopback socket is open (it is only once a socket URL was asked for)."""
+        return self._server is not None
 
     def close(self) -> None:
         self._closing.set()
-        server, self._server = self._server, None
+        with self._listen_lock:
+            server, self._server = self._server, None
         if server is not None:
             server.shutdown()
             server.server_close()
@@ -1078,6 +1114,7 @@ class JudgeGateway:
                 self._audit_fh.close()
                 self._audit_fh = None
         self._key = self._key_bytes = None
+        self.port = None
 
     def __enter__(self) -> "JudgeGateway":
         return self.start()
@@ -1092,14 +1129,22 @@ class JudgeGateway:
     # -- what the backends use ------------------------------------------------------------------
     @property
     def api_key(self) -> str:
-        """The dummy key the libraries get (the real one stays in the gateway)."""
-        return DUMMY_API_KEY
+        """The key the libraries get: this gateway's own random key, which its loopback socket
+        requires (the real key stays in the gateway). It is never written anywhere."""
+        return self._secret
+
+    def _authorized(self, authorization: Optional[str], api_key: Optional[str]) -> bool:
+        """A socket request presents this gateway's key (``Bearer`` or ``api-key``); constant time."""
+        if authorization and authorization[:7].lower() == "bearer ":
+            given = authorization[7:].strip()
+        else:
+            given = (api_key or "").strip()
+        return hmac.compare_digest(given.encode("utf-8", "replace"), self._secret_bytes)
 
     @property
     def url(self) -> str:
-        if self.port is None:
-            raise JudgeError("the judge gateway is not started: call start() or use it as a context manager")
-        return f"http://127.0.0.1:{self.port}"
+        """The loopback socket's root URL (``http://127.0.0.1:PORT``); opens the socket if needed."""
+        return f"http://127.0.0.1:{self._listen()}"
 
     def _require_started(self) -> None:
         """For the transports: until start() (and after close()) there is no key, cache or pool."""
@@ -1107,8 +1152,15 @@ class JudgeGateway:
             raise JudgeError("the judge gateway is not started (or already closed): call start() or use it "
                              "as a context manager")
 
-    def base_url(self, backend: str, metric: Optional[str] = None, case_id: Optional[str] = None) -> str:
-        """An OpenAI base URL (``.../v1``) whose calls are counted under (backend, metric, case_id)."""
+    def base_url(self, backend: Optional[str] = None, metric: Optional[str] = None,
+                 case_id: Optional[str] = None, *, in_process: bool = False) -> str:
+        """An OpenAI base URL (``.../v1``) whose calls are counted under (backend, metric, case_id);
+        without a backend, an untagged one (attribution then comes from ``tag_scope`` or the
+        X-Ragbridge-Tag header). The loopback socket's, which opens the socket; ``in_process=True``:
+        one for a library client on :meth:`transport` / :meth:`async_transport` (no socket)."""
+        root = IN_PROCESS_ORIGIN if in_process else self.url
+        if backend is None:
+            return f"{root}/v1"
         triple: Triple = (backend, metric, case_id)
         with self._lock:
             tag = self._tag_of.get(triple)
@@ -1116,12 +1168,12 @@ class JudgeGateway:
                 tag = secrets.token_urlsafe(9)
                 self._tag_of[triple] = tag
                 self._tags[tag] = triple
-        return f"{self.url}/t/{tag}/v1"
+        return f"{root}/t/{tag}/v1"
 
     @property
     def plain_base_url(self) -> str:
-        """An untagged base URL (attribution then comes from the X-Ragbridge-Tag header, if any)."""
-        return f"{self.url}/v1"
+        """The loopback socket's untagged base URL: ``base_url()``."""
+        return self.base_url()
 
     @staticmethod
     @contextlib.contextmanager
@@ -1179,15 +1231,29 @@ class JudgeGateway:
         return total
 
     def forget(self, backend: str, metric: Optional[str] = None, case_id: Optional[str] = None) -> int:
-        """Drop from the cache every response served for this (backend, metric, case) in this run.
+        """Drop from the cache every response served for this (backend, metric, case) in this run, and
+        store none for it from now on. Returns the number of distinct requests served for it (their
+        answers dropped, or not to be stored when they arrive).
 
         The runner calls it when a score fails, so a malformed answer that made a library fail is
-        asked for again on the next run instead of being replayed from the cache forever.
+        asked for again on the next run instead of being replayed from the cache forever, whatever
+        the order of arrival: an answer to a request of that score still in flight (a library's
+        concurrent calls for one case) is not stored when it arrives. The mark and the store are
+        checked under one lock, so every answer is either dropped here or never stored.
         """
-        entries = self._served.pop((backend, metric, case_id), set())
+        triple: Triple = (backend, metric, case_id)
+        with self._lock:
+            self._failed.add(triple)
+            entries = self._served.pop(triple, set())
         if not entries or self._cache is None:
             return 0
         return self._cache.delete({v for k, v in entries if k == "key"}, {v for k, v in entries if k == "raw"})
+
+    def _attribute(self, triple: Triple, entry: tuple[str, str]) -> None:
+        """Remember that this cache entry was served for ``triple`` (what :meth:`forget` drops)."""
+        with self._lock:
+            if triple not in self._failed:
+                self._served.setdefault(triple, set()).add(entry)
 
     def usage_by_triple(self) -> dict[Triple, Usage]:
         with self._lock:
@@ -1340,7 +1406,7 @@ class JudgeGateway:
         if use_cache and cache is not None:
             # Fast path: byte-identical request bodies map to the canonical key without parsing.
             raw_key = JudgeCache.raw_key(self._upstream_public, path, raw)
-            self._served.setdefault(triple, set()).add(("raw", raw_key))
+            self._attribute(triple, ("raw", raw_key))
             hit = cache.get_raw(raw_key)
             if hit is not None:
                 return _Result(hit[0], hit[1], cache="hit", json_ok=True, request_json=True)
@@ -1358,7 +1424,7 @@ class JudgeGateway:
             res.cache, res.request_json = "off", True
             return res
         key = JudgeCache.key(self._upstream_public, path, body)
-        self._served.setdefault(triple, set()).add(("key", key))
+        self._attribute(triple, ("key", key))
         hit = cache.get(key) if cache is not None else None
         if hit is not None:
             if raw_key is not None and cache is not None:
@@ -1381,22 +1447,26 @@ class JudgeGateway:
             hit = cache.get(key)
             if hit is not None:
                 return _Result(hit[0], hit[1], cache="hit", json_ok=True, request_json=True)
-            return self._forward_and_store(endpoint, raw, body, key, raw_key)
+            return self._forward_and_store(endpoint, raw, body, key, raw_key, triple)
         try:
-            return self._forward_and_store(endpoint, raw, body, key, raw_key)
+            return self._forward_and_store(endpoint, raw, body, key, raw_key, triple)
         finally:
             with self._lock:
                 ev = self._inflight.pop(key, None)
             if ev is not None:
                 ev.set()
 
-    def _forward_and_store(self, endpoint: str, raw: bytes, body: Any, key: str, raw_key: Optional[str]) -> _Result:
+    def _forward_and_store(self, endpoint: str, raw: bytes, body: Any, key: str, raw_key: Optional[str],
+                           triple: Triple) -> _Result:
         res = self._forward("POST", endpoint, raw)
         res.request_json = True
-        if 200 <= res.status < 300 and self._cache is not None:
+        cache = self._cache
+        if 200 <= res.status < 300 and cache is not None:
             model = body.get("model") if isinstance(body, dict) else None
-            self._cache.put(key, "/" + endpoint, model if isinstance(model, str) else None, res.status, res.body,
-                            raw_key=raw_key)
+            with self._lock:  # against forget(): the score may have failed while this call was out
+                if triple not in self._failed:
+                    cache.put(key, "/" + endpoint, model if isinstance(model, str) else None, res.status,
+                              res.body, raw_key=raw_key)
         return res
 
     def _forward(self, method: str, endpoint: str, raw: bytes, *, stream: bool = False) -> _Result:

@@ -87,18 +87,21 @@ def _gates_config(gates: Any) -> GateConfig:
 
 
 def format_report(report: GateReport) -> str:
-    """The gate as plain text: one line per rule, then the cases behind each failure."""
+    """The gate as plain text: one line per rule, then the cases behind each failure (every value
+    from the data on its own line: control characters shown as escapes)."""
+    from .gate_reports import _item_line, plain_text
+
     lines = [report.summary_line()]
     for w in report.warnings:
-        lines.append(f"warning: {w}")
-    width = max((len(r.label) for r in report.results), default=0)
-    for r in report.results:
-        lines.append(f"  {r.verdict.upper():4}  {r.label:<{width}}  {r.figure_text()}  n={r.n}  {r.detail}")
-    from .gate_reports import _item_line
-
+        lines.append(f"warning: {plain_text(w)}")
+    labels = [plain_text(r.label) for r in report.results]
+    width = max(map(len, labels), default=0)
+    for r, label in zip(report.results, labels):
+        lines.append(
+            f"  {r.verdict.upper():4}  {label:<{width}}  {r.figure_text()}  n={r.n}  {plain_text(r.detail)}")
     for r in report.failed:
         if r.items:
-            lines.append(f"cases behind {r.label!r} ({min(10, len(r.items))} of {len(r.items)}):")
+            lines.append(f"cases behind {plain_text(r.label)!r} ({min(10, len(r.items))} of {len(r.items)}):")
             lines += [f"    {_item_line(i)}" for i in r.items[:10]]
     return "\n".join(lines)
 

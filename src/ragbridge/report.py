@@ -65,6 +65,7 @@ from .analysis import (
     half_of,
     validate,
 )
+from .gate_reports import md_text as _md  # the one Markdown escaping (HTML and Markdown-safe)
 from .hookspecs import hookimpl
 from .io import write_atomic
 from .runner import Run
@@ -607,17 +608,6 @@ def render_html(run: Union[Run, str, Path], data: Optional[dict] = None, **kw) -
         script=jinja2.utils.markupsafe.Markup(script), csp=jinja2.utils.markupsafe.Markup(csp), summary_idx=summary_idx, tag_idx=tag_idx,
         svg=jinja2.utils.markupsafe.Markup,
     )
-
-
-def _md(text: Any) -> str:
-    """Text safe inside a Markdown table cell: HTML escaped, pipes and newlines neutralised."""
-    if text is None:
-        return ""
-    s = html.escape(str(text), quote=False)
-    s = s.replace("|", "\\|").replace("\r", " ").replace("\n", "<br>")
-    for ch in ("`", "*", "_", "[", "]"):
-        s = s.replace(ch, "\\" + ch)
-    return s
 
 
 def render_markdown(run: Union[Run, str, Path], data: Optional[dict] = None, **kw) -> str:

@@ -18,8 +18,9 @@ at most the gateway's ``max_retries``); ``concurrency`` (cases in flight, defaul
 ``max_concurrency``).
 
 Every request goes through ``ctx.judge``'s in-process transport (an ``httpx.AsyncClient`` speaking
-the chat-completions wire format), inside ``tag_scope("rubric", metric, case_id)``, so the gateway
-caches, bounds, retries, counts and audits it like any backend's.
+the chat-completions wire format, at ``base_url(in_process=True)``: no socket is opened), inside
+``tag_scope("rubric", metric, case_id)``, so the gateway caches, bounds, retries, counts and audits
+it like any backend's.
 """
 
 from __future__ import annotations
@@ -82,10 +83,11 @@ def make_asker(client: Any, gateway: Any, opts: dict[str, Any], state: Optional[
 
 
 def http_client(gateway: Any):
-    """An httpx client on the gateway's in-process transport, with the gateway's dummy key."""
+    """An httpx client on the gateway's in-process transport (no socket), with the gateway's key."""
     import httpx
 
-    return httpx.AsyncClient(transport=gateway.async_transport(), base_url=gateway.plain_base_url + "/",
+    return httpx.AsyncClient(transport=gateway.async_transport(),
+                             base_url=gateway.base_url(in_process=True) + "/",
                              headers={"Authorization": f"Bearer {gateway.api_key}"},
                              timeout=httpx.Timeout(gateway.config.client_timeout()), trust_env=False)
 

@@ -20,11 +20,16 @@ the same faults), or queued explicitly with :meth:`StubJudge.inject`:
 * ``500``: HTTP 500 with an OpenAI-style error body;
 * ``timeout``: holds the connection for ``timeout_seconds`` (default 30) or until the stub closes,
   then answers normally (the client has usually given up by then);
+* ``malformed``: HTTP 200 whose message content (or ``output_text``) is broken JSON;
+* ``garbage``: HTTP 200 whose body is not JSON at all (a transport-level fault).
 
 ``latency`` is the response time of every POST: the stub computes its answer, then sleeps for
 whatever is left of ``latency``.
-* ``malformed``: HTTP 200 whose message content (or ``output_text``) is broken JSON;
-* ``garbage``: HTTP 200 whose body is not JSON at all (a transport-level fault).
+
+For tests that need a defined order of events rather than a race, :meth:`StubJudge.hold` keeps
+every POST that arrives in flight (received, recorded, counted in ``in_flight``) until
+:meth:`StubJudge.release`, and :meth:`StubJudge.wait_for_requests` waits until a number of POSTs
+have arrived.
 
 Run it in the foreground with ``python -m ragbridge.testing.stub_judge --port 8808 --latency 0.1``.
 """
@@ -143,10 +148,11 @@ class _Handler(FastRequestHandler):
             self._error(400, "ragbridge stub: request body is not valid JSON")
             return
         fault = stub._draw_fault()
-        stub._record(StubRequest("POST", route, body, fault))
         stub._enter()
+        stub._record(StubRequest("POST", route, body, fault))
         t0 = time.monotonic()
         try:
+            stub._released.wait()
             status, payload, headers = 200, None, None
             if fault == "429":
                 status, payload = 429, _err("ragbridge stub: rate limited (injected)", "rate_limit_error")
@@ -215,9 +221,13 @@ class StubJudge:
         self.last_authorization: Optional[str] = None
         self.in_flight = 0
         self.max_in_flight = 0
+        self._posts_seen = 0  # POSTs received since the last reset (not bounded by max_recorded)
         self._rng = random.Random(seed)
         self._queued: deque[Optional[str]] = deque()
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self._released = threading.Event()
+        self._released.set()
         self._closed = threading.Event()
         self._conns: set = set()
         self._server: Optional[_Server] = None
@@ -238,6 +248,7 @@ class StubJudge:
 
     def close(self) -> None:
         self._closed.set()
+        self._released.set()
         server, self._server = self._server, None
         if server is None:
             return
@@ -290,9 +301,26 @@ class StubJudge:
         with self._lock:
             self._queued.extend(kinds)
 
+    def hold(self) -> None:
+        """Keep every POST from now on in flight, unanswered, until :meth:`release` (or close)."""
+        self._released.clear()
+
+    def release(self) -> None:
+        """Answer the held POSTs (and stop holding)."""
+        self._released.set()
+
+    def wait_for_requests(self, n: int, timeout: float = 60.0) -> None:
+        """Block until at least ``n`` POSTs have arrived (held ones included); TimeoutError after
+        ``timeout`` seconds."""
+        with self._arrived:
+            if not self._arrived.wait_for(lambda: self._posts_seen >= n, timeout):
+                raise TimeoutError(f"the stub judge received {self._posts_seen} POST(s), not {n}, "
+                                   f"within {timeout:g} s")
+
     def reset(self) -> None:
         with self._lock:
             self.requests.clear()
+            self._posts_seen = 0
             self.max_in_flight = self.in_flight
             self._queued.clear()
             self._rng = random.Random(self.seed)
@@ -304,6 +332,9 @@ class StubJudge:
 
     def _record(self, req: StubRequest) -> None:
         with self._lock:
+            if req.method == "POST":
+                self._posts_seen += 1
+                self._arrived.notify_all()
             self.requests.append(req)
             if len(self.requests) > self.max_recorded:
                 del self.requests[: len(self.requests) - self.max_recorded]

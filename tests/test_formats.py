@@ -1,0 +1,658 @@
+"""Every dataset format, proven against the libraries themselves.
+
+For each format `ragbridge formats` lists (and each file kind a format writes): generated canonical
+cases -> format -> canonical is the identity on every field the format can hold, every field that
+comes back different is named in the writer's warning and in the format's ``cannot_hold`` (what
+`ragbridge formats` shows), and the file loads with the library's own loader (RAGAS
+``EvaluationDataset.from_jsonl`` / ``from_hf_dataset`` / ``from_list``, DeepEval's
+``EvaluationDataset.add_goldens_from_*_file``, TruLens's ``GroundTruth``, pandas and ``datasets``
+for the canonical formats). On a RAGAS export, RAGAS's own ``IDBasedContextRecall`` equals native
+recall at the full retrieved depth, case by case. Files of another library are recognised from
+their fields (checked through the command line).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ragbridge  # noqa: F401  (privacy defaults before the libraries are imported)
+from conftest import EXAMPLE, ragbridge_cli
+from ragbridge.io import load_cases, plain, write_cases
+from ragbridge.plugins import get_formats
+from ragbridge.ranking import evaluate as rank
+from ragbridge.schema import Case, Chunk
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = 25  # per format: a few seconds each
+
+# ------------------------------------------------------------------------------------------------
+# Canonical cases, generated
+
+#: metadata keys the library formats use for their own fields (documented in docs/formats.md);
+#: their round trips are tested with real library data below, not with arbitrary values
+RESERVED = {"ragas", "deepeval", "trulens", "ragbridge"}
+_chars = st.characters(codec="utf-8", exclude_categories=("Cs",))
+text = st.text(_chars, max_size=12)
+word = st.text(_chars, min_size=1, max_size=10).filter(lambda s: s.strip() != "")
+ids = st.sampled_from(["a", "b", "doc#s", "doc#t"]) | word
+json_value = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False, allow_infinity=False)
+    | text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3), max_leaves=6)
+
+
+@st.composite
+def chunks(draw):
+    return Chunk(id=draw(ids), text=draw(text),
+                 score=draw(st.none() | st.floats(allow_nan=False, allow_infinity=False)),
+                 source=draw(st.none() | ids))
+
+
+@st.composite
+def one_case(draw, case_id):
+    contexts = draw(st.lists(chunks(), max_size=4))
+    known = ["a", "b", "doc#s", "doc#t"] + [c.id for c in contexts] + [c.source for c in contexts if c.source]
+    labels = st.sampled_from(known) | word  # labels name chunks, their sources, or neither
+    return Case(id=case_id, question=draw(word), answer=draw(st.none() | text), contexts=contexts,
+                relevant=draw(st.dictionaries(labels, st.integers(0, 3), max_size=3)),
+                reference=draw(st.none() | text), reference_contexts=draw(st.lists(text, max_size=3)),
+                must_contain=draw(st.lists(text, max_size=2)), must_not_contain=draw(st.lists(text, max_size=2)),
+                answerable=draw(st.booleans()), tags=draw(st.lists(word, max_size=2)),
+                metadata=draw(st.dictionaries(word.filter(lambda k: k not in RESERVED), json_value, max_size=3)))
+
+
+@st.composite
+def case_lists(draw):
+    return [draw(one_case(i)) for i in draw(st.lists(word, min_size=1, max_size=4, unique=True))]
+
+
+def _top(name: str) -> str:
+    """``contexts.score`` / ``answer (empty, CSV)`` -> the top-level field it belongs to."""
+    return re.split(r"[ .]", name, maxsplit=1)[0]
+
+
+def assert_round_trip(cases: list[Case], back: list[Case], lost: list[str], cannot_hold: tuple[str, ...]):
+    assert set(lost) <= set(cannot_hold), f"warned with {lost}, but the format declares {cannot_hold}"
+    assert len(back) == len(cases)
+    allowed = {_top(n) for n in lost}
+    for a, b in zip(cases, back):
+        da, db = a.model_dump(), b.model_dump()
+        changed = {k: (da[k], db[k]) for k in da if da[k] != db[k] and k not in allowed}
+        assert not changed, f"changed without a warning (warned: {lost}): {changed}"
+
+
+# ------------------------------------------------------------------------------------------------
+# Each library's own loader, and what it must see
+
+
+def _nan_eq(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def check_ragas_dataset(ds, cases: list[Case], lost: list[str]):
+    """RAGAS's dataset holds the cases, and its own ID-based metrics mean what native ones do."""
+    import warnings
+
+    from ragas.metrics import IDBasedContextPrecision, IDBasedContextRecall
+
+    from ragbridge_ragas.translate import export_ids
+
+    assert len(ds) == len(cases)
+    recall, precision = IDBasedContextRecall(), IDBasedContextPrecision()
+    for s, c in zip(ds.samples, cases):
+        assert s.user_input == c.question and s.reference_contexts == (c.reference_contexts or None)
+        if "answer" not in {_top(n) for n in lost}:
+            assert s.response == c.answer
+        assert s.retrieved_contexts == ([x.text for x in c.contexts] if any(x.text for x in c.contexts) else None)
+        if not c.relevant:
+            assert s.reference_context_ids is None
+            continue
+        n = max(1, len(c.contexts))
+        native = {k: float(v[0]) for k, v in rank([c], [f"recall@{n}", f"precision@{n}"]).items()}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            r = recall.single_turn_score(s)
+            p = precision.single_turn_score(s) if c.contexts else math.nan
+        assert _nan_eq(r, native[f"recall@{n}"]), (c, s)
+        if c.contexts:  # distinct ids: equal to native precision@n unless two chunks hit one label
+            relevant = [e for e, x in zip(export_ids(c), c.contexts) if c.relevant.get(e, 0) >= 1]
+            distinct = set(export_ids(c))
+            assert p == pytest.approx(len(set(relevant)) / len(distinct))
+            first = {}
+            for e, x in zip(export_ids(c), c.contexts):
+                first.setdefault(x.id, e)
+            if len(first) == len(distinct):  # no two chunks relevant to one label
+                k = len(first)
+                assert p == pytest.approx(float(rank([c], [f"precision@{k}"])[f"precision@{k}"][0]))
+
+
+def load_ragas_jsonl(path, cases, lost):
+    from ragas.dataset_schema import EvaluationDataset
+
+    check_ragas_dataset(EvaluationDataset.from_jsonl(path), cases, lost)
+
+
+def load_ragas_hf(path, cases, lost):
+    import datasets
+    from ragas.dataset_schema import EvaluationDataset
+
+    check_ragas_dataset(EvaluationDataset.from_hf_dataset(datasets.load_from_disk(str(path))), cases, lost)
+
+
+def load_ragas_csv(path, cases, lost):
+    """RAGAS has no CSV reader: pandas, Python literals for the list cells, then ``from_list``."""
+    import pandas as pd
+    from ragas.dataset_schema import EvaluationDataset
+
+    lists = {"retrieved_contexts", "reference_contexts", "retrieved_context_ids", "reference_context_ids",
+             "multi_responses", "rubrics"}
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    rows = [{k: (ast.literal_eval(v) if k in lists else v) for k, v in row.items() if v != ""}
+            for row in frame.to_dict("records")]
+    check_ragas_dataset(EvaluationDataset.from_list(rows), cases, lost)
+
+
+def _pandas_looks_missing_or_numeric(value) -> bool:
+    """pandas' read_csv type inference turns these cells into numbers or NaN."""
+    import csv
+    import io
+
+    import pandas as pd
+
+    if value is None or value == "":
+        return False
+    buf = io.StringIO()
+    csv.writer(buf).writerows([["c"], [value]])
+    parsed = pd.read_csv(io.StringIO(buf.getvalue()))["c"][0]
+    return not isinstance(parsed, str) or parsed != value
+
+
+def load_deepeval(kind):
+    def check(path, cases, lost):
+        from deepeval.dataset import EvaluationDataset
+
+        if kind == "csv" and any(_pandas_looks_missing_or_numeric(v) for c in cases
+                                 for v in (c.question, c.answer, c.reference, c.id)):
+            return  # DeepEval's CSV loader reads cells with pandas' type inference (docs/formats.md)
+        ds = EvaluationDataset()
+        getattr(ds, f"add_goldens_from_{kind}_file")(str(path))
+        assert len(ds.goldens) == len(cases)
+        split = {_top(n) for n in lost}
+        for g, c in zip(ds.goldens, cases):
+            assert (g.input, g.name) == (c.question, c.id)
+            if "contexts" not in split:
+                assert (g.retrieval_context or []) == [x.text for x in c.contexts]
+            if "reference_contexts" not in split:
+                assert (g.context or []) == c.reference_contexts
+            if "answer" not in split:
+                assert g.actual_output == c.answer
+            if "reference" not in split:
+                assert g.expected_output == c.reference
+    return check
+
+
+def load_trulens(path, cases, lost):
+    """TruLens has no file reader: pandas, then TruLens's ``GroundTruth`` row by row, exactly as
+    ``TruSession.add_ground_truth_to_dataset`` builds them."""
+    import pandas as pd
+    from trulens.core.schema.groundtruth import GroundTruth
+
+    suffix = Path(path).suffix
+    if suffix == ".csv":
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    elif suffix == ".parquet":
+        frame = pd.read_parquet(path)
+    else:
+        frame = pd.read_json(path, lines=suffix == ".jsonl", dtype=False)
+    rows = [plain(r) for r in frame.astype(object).where(frame.notna(), None).to_dict("records")]
+    assert len(rows) == len(cases)
+    for row, c in zip(rows, cases):
+        row = {k: (json.loads(v) if k in ("expected_chunks", "meta", "contexts") and isinstance(v, str) else v)
+               for k, v in row.items() if v not in (None, "")}
+        gt = GroundTruth(dataset_id="golden", query=row["query"], query_id=row.get("query_id"),
+                         expected_response=row.get("expected_response"),
+                         expected_chunks=row.get("expected_chunks"), meta=row.get("meta"))
+        assert (gt.query, gt.query_id) == (c.question, c.id)
+        assert [x["text"] for x in gt.expected_chunks or []] == c.reference_contexts
+
+
+def load_pandas(kind):
+    def check(path, cases, lost):
+        import datasets
+        import pandas as pd
+
+        if kind == "hf":
+            column = datasets.load_from_disk(str(path))["question"]
+        elif kind == "csv":
+            column = pd.read_csv(path, dtype=str, keep_default_na=False)["question"].tolist()
+        elif kind == "parquet":
+            column = pd.read_parquet(path)["question"].tolist()
+        else:
+            column = pd.read_json(path, lines=True, dtype=False)["question"].tolist()
+        assert column == [c.question for c in cases]
+    return check
+
+
+#: (format, file suffix or "" for a folder) -> the library's own loader check
+WRITTEN = {
+    ("jsonl", ".jsonl"): load_pandas("jsonl"),
+    ("csv", ".csv"): load_pandas("csv"),
+    ("parquet", ".parquet"): load_pandas("parquet"),
+    ("hf", ""): load_pandas("hf"),
+    ("ragas", ".jsonl"): load_ragas_jsonl,
+    ("ragas-hf", ""): load_ragas_hf,
+    ("ragas-csv", ".csv"): load_ragas_csv,
+    ("deepeval", ".json"): load_deepeval("json"),
+    ("deepeval", ".jsonl"): load_deepeval("jsonl"),
+    ("deepeval", ".csv"): load_deepeval("csv"),
+    ("deepeval-json", ".json"): load_deepeval("json"),
+    ("deepeval-jsonl", ".jsonl"): load_deepeval("jsonl"),
+    ("deepeval-csv", ".csv"): load_deepeval("csv"),
+    ("trulens", ".jsonl"): load_trulens,
+    ("trulens", ".json"): load_trulens,
+    ("trulens", ".csv"): load_trulens,
+    ("trulens", ".parquet"): load_trulens,
+}
+
+
+def test_every_registered_format_is_proven_here():
+    writable = {n for n, f in get_formats().items() if f.write}
+    assert writable == {n for n, _ in WRITTEN}, "a format without a round-trip test below"
+    assert {n for n, f in get_formats().items() if f.read and not f.write} == {"json"}
+
+
+@pytest.mark.parametrize("name, suffix", sorted(WRITTEN), ids=lambda v: v or "folder")
+def test_round_trip_is_identity_or_loud_and_the_library_loads_it(name, suffix):
+    if name.startswith("ragas"):
+        pytest.importorskip("ragas")
+    if name.startswith("deepeval"):
+        pytest.importorskip("deepeval")
+    if name.startswith("trulens"):
+        pytest.importorskip("trulens.core")
+    fmt = get_formats()[name]
+
+    @settings(max_examples=EXAMPLES, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(case_lists())
+    def round_trip(cases):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / ("cases" + suffix)
+            lost = write_cases(cases, path, name)
+            back = load_cases(path, name)
+            assert_round_trip(cases, back, lost, fmt.cannot_hold)
+            WRITTEN[(name, suffix)](path, cases, lost)
+
+    round_trip()
+
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case_lists())
+def test_json_list_reads_as_the_cases(cases):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "cases.json"
+        path.write_text(json.dumps([c.model_dump(mode="json") for c in cases]), encoding="utf-8")
+        assert load_cases(path) == cases
+
+
+# ------------------------------------------------------------------------------------------------
+# RAGAS: the bundled example, with RAGAS's own metric
+
+
+def test_ragas_id_recall_on_the_example_equals_native_recall_case_by_case(tmp_path):
+    pytest.importorskip("ragas")
+    from ragas.dataset_schema import EvaluationDataset
+    from ragas.metrics import IDBasedContextRecall
+
+    path = tmp_path / "ragas.jsonl"
+    res = ragbridge_cli("convert", EXAMPLE, path, "--to", "ragas")
+    assert res.returncode == 0, res.stderr
+    cases = load_cases(EXAMPLE)
+    ds = EvaluationDataset.from_jsonl(path)
+    metric = IDBasedContextRecall()
+    labelled = [(s, c) for s, c in zip(ds.samples, cases) if c.relevant]
+    assert len(labelled) == 49
+    ragas_values, native_values = [], []
+    for sample, case in labelled:
+        n = len(case.contexts)
+        ragas_values.append(metric.single_turn_score(sample))
+        native_values.append(float(rank([case], [f"recall@{n}"])[f"recall@{n}"][0]))
+    assert ragas_values == native_values
+    mean = sum(ragas_values) / len(ragas_values)
+    assert mean == pytest.approx(float(rank(cases, ["recall@5"])["recall@5"][~_unlabelled(cases)].mean()))
+    assert mean > 0.9  # 0.082 when section labels met chunk ids
+    assert load_cases(path, "ragas") == cases  # and the way back is lossless
+
+
+def _unlabelled(cases):
+    import numpy as np
+
+    return np.array([not c.relevant for c in cases])
+
+
+def test_ragas_ids_are_exported_in_the_labels_id_space():
+    from ragbridge_ragas.translate import case_to_sample
+
+    case = Case(id="c", question="q", contexts=[
+        {"id": "r.md#w-1", "text": "a", "source": "r.md#w"},   # relevant by its source
+        {"id": "r.md#w-2", "text": "b", "source": "r.md#w"},   # the same section
+        {"id": "r.md#x-1", "text": "c", "source": "r.md#x"},   # a grade-0 label: keeps its own id
+        {"id": "exact", "text": "d", "source": "r.md#w"},      # its id is a label: the id wins
+        {"id": "other", "text": "e"},
+        {"id": "other", "text": "e", "source": "r.md#w"}],   # a repeat: native ranking drops it
+        relevant={"r.md#w": 2, "r.md#x": 0, "exact": 1, "missed": 1})
+    row = case_to_sample(case)
+    assert row["retrieved_context_ids"] == ["r.md#w", "r.md#w", "r.md#x-1", "exact", "other", "other"]
+    assert row["reference_context_ids"] == ["r.md#w", "exact", "missed"]
+    empty = case_to_sample(Case(id="e", question="q", relevant={"x": 1}))
+    assert empty["retrieved_context_ids"] == [] and "retrieved_contexts" not in empty  # recall 0, as native
+
+
+@st.composite
+def section_labelled(draw):
+    """Chunks of a few sections, labelled by section, by chunk, or both (as real golden sets are)."""
+    sections = ["refunds.md#window", "refunds.md#exceptions", "billing.md#plans"]
+    contexts = [Chunk(id=draw(st.sampled_from([f"{s}-1", f"{s}-2", "shared-1"])), text=draw(text), source=s)
+                for s in draw(st.lists(st.sampled_from(sections), max_size=5))]  # "shared-1": a repeated id
+    labels = st.sampled_from(sections + [c.id for c in contexts] + ["missing.md#x"])
+    return Case(id=draw(word), question=draw(word), contexts=contexts,
+                relevant=draw(st.dictionaries(labels, st.integers(0, 3), max_size=4)))
+
+
+@settings(max_examples=2 * EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(section_labelled(), min_size=1, max_size=4, unique_by=lambda c: c.id))
+def test_ragas_id_metrics_mean_what_native_ones_do(cases):
+    """RAGAS's own ID-based recall (and precision, as documented) on ``to_ragas``'s dataset."""
+    pytest.importorskip("ragas")
+    from ragbridge_ragas import to_ragas
+
+    check_ragas_dataset(to_ragas(cases)[0], cases, [])
+
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.fixed_dictionaries(
+    {"user_input": word},
+    optional={"retrieved_contexts": st.lists(text, max_size=3), "response": text, "reference": text,
+              "reference_contexts": st.lists(text, max_size=2), "reference_context_ids": st.lists(ids, max_size=2, unique=True),
+              "persona_name": word, "rubrics": st.dictionaries(word, text, max_size=2)}),
+    min_size=1, max_size=3))
+def test_ragas_rows_survive_ragbridge(rows):
+    """RAGAS -> canonical -> RAGAS: every RAGAS field comes back (ids RAGAS left out may be added:
+    the derived ones, which mean the same). Retrieved contexts that are all empty texts are chunks
+    without text, written as ids only (docs/formats.md)."""
+    pytest.importorskip("ragas")
+    rows = [r for r in rows if not r.get("retrieved_contexts") or any(r["retrieved_contexts"])] or rows[:0]
+    if not rows:
+        return
+    from ragas.dataset_schema import EvaluationDataset
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp) / "ragas.jsonl", Path(tmp) / "again.jsonl"
+        EvaluationDataset.from_list(rows).to_jsonl(src)
+        assert write_cases(load_cases(src, "ragas"), out, "ragas") == []
+        again = EvaluationDataset.from_jsonl(out).to_list()
+    for a, b in zip(EvaluationDataset.from_list(rows).to_list(), again):
+        b.pop("retrieved_context_ids", None) if "retrieved_context_ids" not in a else None
+        assert a == b
+
+
+# ------------------------------------------------------------------------------------------------
+# TruLens: expected chunks keep their scores and titles
+
+
+def test_trulens_expected_chunk_scores_and_titles_survive(tmp_path):
+    src = tmp_path / "triad.jsonl"
+    chunks_in = [{"text": "Refunds within 14 days.", "expect_score": 0.5, "title": "Refunds"},
+                 {"text": "Annual plans: 30 days.", "expect_score": 1}]
+    src.write_text(json.dumps({"query": "Refund window?", "query_id": "r1", "expected_response": "14 days",
+                               "expected_chunks": chunks_in, "ground_truth_id": "gt-1",
+                               "dataset_id": "d-1"}) + "\n", encoding="utf-8")
+    mid, out = tmp_path / "cases.jsonl", tmp_path / "again.jsonl"
+    for args in ((src, mid, "--from", "trulens"), (mid, out, "--to", "trulens")):
+        res = ragbridge_cli("convert", *args)
+        assert res.returncode == 0 and "warning" not in res.stderr, res.stderr
+    (case,) = load_cases(mid)
+    assert case.reference_contexts == [c["text"] for c in chunks_in]
+    row = json.loads(out.read_text())
+    assert row["expected_chunks"] == chunks_in
+    assert (row["ground_truth_id"], row["dataset_id"]) == ("gt-1", "d-1")
+    pytest.importorskip("trulens.core")
+    from trulens.core.schema.groundtruth import GroundTruth
+
+    gt = GroundTruth(dataset_id="d", query=row["query"], expected_chunks=row["expected_chunks"])
+    assert gt.expected_chunks[0]["expect_score"] == 0.5 and gt.expected_chunks[0]["title"] == "Refunds"
+
+
+def test_trulens_session_loads_the_export(tmp_path):
+    """TruLens's own loader: ``TruSession.add_ground_truth_to_dataset`` (in memory, in a child
+    process: a TruSession is process-wide) takes the exported table and keeps what it holds."""
+    pytest.importorskip("trulens.core")
+    import subprocess
+    import sys
+
+    src = tmp_path / "triad.jsonl"
+    assert write_cases(load_cases(EXAMPLE), src, "trulens") == []
+    script = (
+        "import json, sys, pandas as pd\n"
+        "from trulens.core.session import TruSession\n"
+        "frame = pd.read_json(sys.argv[1], lines=True, dtype=False)\n"
+        "frame = frame.astype(object).where(frame.notna(), None)\n"
+        "session = TruSession(database_url='sqlite:///:memory:')\n"
+        "session.add_ground_truth_to_dataset('golden', frame, {})\n"
+        "gt = session.get_ground_truth('golden')\n"
+        "rows = gt.astype(object).where(gt.notna(), None).to_dict('records')\n"
+        "print(json.dumps([{k: r[k] for k in ('query_id', 'query', 'expected_chunks', 'meta')} for r in rows]))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", script, str(src)], capture_output=True, text=True, cwd=tmp_path,
+                         env={**__import__("os").environ, "TRULENS_OTEL_TRACING": "0", "HOME": str(tmp_path)},
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    loaded = {r["query_id"]: r for r in json.loads(res.stdout.splitlines()[-1])}
+    cases = load_cases(EXAMPLE)
+    assert set(loaded) == {c.id for c in cases}
+    for c in cases:
+        row = loaded[c.id]
+        assert row["query"] == c.question
+        assert [x["text"] for x in row["expected_chunks"] or []] == c.reference_contexts
+        assert row["meta"]["ragbridge"].get("relevant", {}) == c.relevant
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["triad.jsonl"]  # TruLens wrote no file
+
+
+# ------------------------------------------------------------------------------------------------
+# DeepEval: what DeepEval's own writer produced, read and written back
+
+
+_golden = st.fixed_dictionaries(
+    {"input": word},
+    optional={"actual_output": word, "expected_output": word, "name": word, "comments": word,
+              "retrieval_context": st.lists(st.sampled_from(["same", "other", "a longer chunk"]) | word, max_size=3),
+              "context": st.lists(word, max_size=2), "additional_metadata": st.dictionaries(word, word, max_size=2)})
+
+
+@pytest.mark.parametrize("kind", ["json", "jsonl", "csv"])
+def test_deepeval_files_survive_ragbridge(kind):
+    """DeepEval save_as -> ragbridge -> DeepEval: DeepEval's loader sees the same goldens, and every
+    retrieved text is a chunk of its own (repeated texts get distinct ids, none is empty)."""
+    pytest.importorskip("deepeval")
+    from deepeval.dataset import EvaluationDataset, Golden
+
+    def goldens(path):
+        ds = EvaluationDataset()
+        getattr(ds, f"add_goldens_from_{kind}_file")(str(path))
+        return [g.model_dump() for g in ds.goldens]
+
+    @settings(max_examples=EXAMPLES, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    @given(st.lists(_golden, min_size=1, max_size=3, unique_by=lambda r: r.get("name") or id(r)))
+    def survive(rows):
+        if kind == "csv" and any(_pandas_looks_missing_or_numeric(v) or "|" in v
+                                 for r in rows for k, vs in r.items() if k != "additional_metadata"
+                                 for v in (vs if isinstance(vs, list) else [vs])):
+            return  # outside what DeepEval's own CSV round trip keeps (docs/formats.md)
+        with tempfile.TemporaryDirectory() as tmp:
+            src = Path(EvaluationDataset(goldens=[Golden(**r) for r in rows]).save_as(kind, tmp, "src"))
+            cases = load_cases(src, "deepeval")
+            before = goldens(src)
+            for case, g in zip(cases, before):
+                assert [c.text for c in case.contexts] == (g["retrieval_context"] or [])
+                assert len({c.id for c in case.contexts}) == len(case.contexts)
+            out = Path(tmp) / f"again.{kind}"
+            assert write_cases(cases, out, "deepeval") == []
+            after = goldens(out)
+            for g, b, case in zip(after, before, cases):
+                meta = g["additional_metadata"] or {}
+                meta.pop("ragbridge", None)  # ragbridge's own fields travel here
+                g["additional_metadata"] = meta or None
+                b["additional_metadata"] = b["additional_metadata"] or None  # {} and none: both nothing
+                if b["name"] is None:
+                    assert g["name"] == case.id  # ragbridge names every case
+                    g["name"] = None
+            assert after == before
+
+    survive()
+
+
+def test_deepeval_empty_retrieval_context_is_kept(tmp_path):
+    src = tmp_path / "goldens.json"
+    src.write_text(json.dumps([{"input": "q", "retrieval_context": [], "context": None}]), encoding="utf-8")
+    out = tmp_path / "again.json"
+    res = ragbridge_cli("convert", src, out, "--from", "deepeval", "--to", "deepeval")
+    assert res.returncode == 0, res.stderr
+    (row,) = json.loads(out.read_text())
+    assert row["retrieval_context"] == [] and row["context"] is None  # "retrieved nothing" stays so
+
+
+# ------------------------------------------------------------------------------------------------
+# Files of the libraries, recognised by their fields (the command line, as users run it)
+
+
+def _ragas_file(tmp_path) -> Path:
+    from ragas.dataset_schema import EvaluationDataset
+
+    path = tmp_path / "ragas.jsonl"
+    EvaluationDataset.from_list([
+        {"user_input": "Refund window?", "retrieved_contexts": ["Refunds within 14 days.", "Shipping."],
+         "retrieved_context_ids": ["refunds", "shipping"], "reference_context_ids": ["refunds"],
+         "response": "14 days.", "reference": "Within 14 days."}]).to_jsonl(path)
+    return path
+
+
+def test_run_on_a_file_ragas_wrote_detects_its_format(tmp_path):
+    pytest.importorskip("ragas")
+    path = _ragas_file(tmp_path)
+    res = ragbridge_cli("run", path, "--out", tmp_path / "run", "--metric", "recall@5", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    notes = [line for line in res.stderr.splitlines() if "read as format" in line]
+    assert len(notes) == 1 and "'ragas'" in notes[0]
+    (score,) = [json.loads(x) for x in (tmp_path / "run" / "scores.jsonl").read_text().splitlines()]
+    assert score["metric"] == "recall@5" and score["value"] == 1.0
+
+
+@pytest.mark.parametrize("kind", ["json", "jsonl", "csv"])
+def test_convert_detects_what_deepeval_wrote(tmp_path, kind):
+    pytest.importorskip("deepeval")
+    from deepeval.dataset import EvaluationDataset, Golden
+
+    src = EvaluationDataset(goldens=[Golden(input="Refund window?", actual_output="14 days.",
+                                            retrieval_context=["Refunds within 14 days."], name="r")]
+                            ).save_as(kind, str(tmp_path), "goldens")
+    res = ragbridge_cli("convert", src, tmp_path / "cases.jsonl")
+    assert res.returncode == 0, res.stderr
+    assert "read as format 'deepeval'" in res.stderr
+    (case,) = load_cases(tmp_path / "cases.jsonl")
+    assert (case.id, case.answer, case.contexts[0].text) == ("r", "14 days.", "Refunds within 14 days.")
+
+
+def test_convert_detects_a_trulens_table(tmp_path):
+    src = tmp_path / "triad.csv"
+    src.write_text("query,response,expected_response\nRefund window?,14 days.,Within 14 days.\n",
+                   encoding="utf-8")
+    res = ragbridge_cli("convert", src, tmp_path / "cases.jsonl")
+    assert res.returncode == 0, res.stderr
+    assert "read as format 'trulens'" in res.stderr
+    (case,) = load_cases(tmp_path / "cases.jsonl")
+    assert (case.question, case.reference) == ("Refund window?", "Within 14 days.")
+
+
+def test_ambiguous_fields_name_the_format_option_and_write_nothing(tmp_path):
+    src = tmp_path / "rows.jsonl"
+    src.write_text(json.dumps({"input": "q", "context": ["x"]}) + "\n", encoding="utf-8")
+    target = tmp_path / "out.jsonl"
+    res = ragbridge_cli("convert", src, target)
+    assert res.returncode == 2
+    assert "--format" in res.stderr and "deepeval" in res.stderr and "trulens" in res.stderr
+    assert not target.exists()
+    res = ragbridge_cli("convert", src, target, "--from", "deepeval")  # naming it settles it
+    assert res.returncode == 0 and load_cases(target)[0].reference_contexts == ["x"]
+
+
+def test_canonical_files_are_not_second_guessed(tmp_path):
+    res = ragbridge_cli("convert", EXAMPLE, tmp_path / "cases.csv")
+    assert res.returncode == 0 and res.stderr == ""
+    res = ragbridge_cli("convert", tmp_path / "cases.csv", tmp_path / "cases.jsonl")
+    assert res.returncode == 0 and res.stderr == ""
+    src = tmp_path / "odd.jsonl"
+    src.write_text(json.dumps({"question": "q", "answer_text": "a"}) + "\n", encoding="utf-8")
+    res = ragbridge_cli("convert", src, tmp_path / "x.jsonl")
+    assert res.returncode == 2 and "unknown field(s): answer_text" in res.stderr
+    assert "name its format (see ragbridge formats)" in res.stderr
+
+
+# ------------------------------------------------------------------------------------------------
+# `ragbridge formats`: the data behind it, readable at 80 columns, and the docs
+
+
+def test_formats_json_lists_what_each_format_cannot_hold():
+    res = ragbridge_cli("formats", "--json")
+    assert res.returncode == 0, res.stderr
+    listed = {f["name"]: f for f in json.loads(res.stdout)["formats"]}
+    registered = get_formats()
+    assert set(listed) == set(registered)
+    for name, f in registered.items():
+        row = listed[name]
+        assert row["cannot_hold"] == list(f.cannot_hold) and row["suffixes"] == list(f.suffixes)
+        assert (row["read"], row["write"], row["folder"], row["recognised"]) == (
+            f.read is not None, f.write is not None, f.is_dir, bool(f.fields))
+        assert set(row) == {"name", "suffixes", "folder", "read", "write", "recognised", "description",
+                            "cannot_hold"}
+    assert listed["ragas"]["recognised"] and listed["csv"]["cannot_hold"] == ["answer (blank)", "reference (blank)"]
+
+
+def test_formats_table_fits_80_columns_when_piped():
+    res = ragbridge_cli("formats", env={"COLUMNS": "80"})
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    assert "\x1b[" not in res.stdout  # no colour codes when piped
+    for name in get_formats():
+        assert any(line.split()[:1] == [name] for line in lines), name
+    assert "cannot hold:" in res.stdout and "holds every field" in res.stdout
+
+
+def test_convert_warns_with_the_fields_it_cannot_hold(tmp_path):
+    src = tmp_path / "cases.jsonl"
+    src.write_text(json.dumps({"id": "e", "question": "q", "answer": ""}) + "\n", encoding="utf-8")
+    res = ragbridge_cli("convert", src, tmp_path / "out.csv", "--to", "ragas-csv")
+    assert res.returncode == 0
+    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "answer (empty)" in warnings[0]
+
+
+def test_readme_and_docs_name_every_format():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    docs = (ROOT / "docs" / "formats.md").read_text(encoding="utf-8")
+    assert "docs/formats.md" in readme and "--json" in readme
+    for name, f in get_formats().items():
+        assert f"`{name}`" in readme, name
+        assert f"`{name}`" in docs, name
+        for lost in f.cannot_hold:
+            assert lost in docs, (name, lost)
+    assert "`ragbridge trulens-leaderboard RUN OUT.csv`" in readme
