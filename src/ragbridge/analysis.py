@@ -15,8 +15,8 @@ Three analyses read a run folder and return pandas DataFrames (the ``ragbridge c
     threshold. "Positive" is *pass*: ``tpr`` is the share of human-passed answers the backend passes,
     ``tnr`` the share of human-failed answers the backend fails (how many real failures it catches),
     so a judge that agrees 90% overall but misses half of the rare failures shows ``tnr`` 0.5.
-    Also Cohen's kappa, balanced accuracy, and, where a backend exposes its claims, the share of
-    answers with at least one unsupported claim.
+    Also Cohen's kappa, balanced accuracy, and, where a backend exposes its claims (``Score.evidence``,
+    else its ``native_value``), the share of answers with at least one unsupported claim.
 `calibrate`
     For a migration, the threshold in a target backend that best reproduces the source backend's
     pass/fail at its threshold (maximum kappa), the agreement it reaches and the cases that still flip.
@@ -80,6 +80,7 @@ __all__ = [
     "calibrate",
     "calibration_flips",
     "unsupported_claims",
+    "claim_counts",
     "bootstrap_interval",
     "wilson_interval",
     "FIGURES",
@@ -782,6 +783,15 @@ def unsupported_claims(native_value: Any, threshold: float = 0.5) -> Optional[tu
     return (total, unsupported) if total else None
 
 
+def claim_counts(score: Score) -> Optional[tuple[int, int]]:
+    """``(claims, unsupported claims)`` of a score: its typed ``evidence.claims`` when the backend
+    reports them, else what `unsupported_claims` finds in ``native_value``; None without claims."""
+    if score.evidence is not None and score.evidence.claims is not None:
+        claims = score.evidence.claims
+        return (len(claims), len(score.evidence.unsupported())) if claims else None
+    return unsupported_claims(score.native_value)
+
+
 def _supported(verdict: Any, threshold: float) -> Optional[bool]:
     if isinstance(verdict, bool):
         return verdict
@@ -910,7 +920,7 @@ def validate(
             n_claims = n_unsup = 0
             for c in grades:
                 s = got.get(c)
-                found = unsupported_claims(s.native_value) if s is not None else None
+                found = claim_counts(s) if s is not None else None
                 if found is not None:
                     n_claims += 1
                     n_unsup += 1 if found[1] > 0 else 0

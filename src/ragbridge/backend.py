@@ -47,7 +47,9 @@ class MetricSpec:
     ``recall@5`` with ``--k 5``, or asked for directly as ``recall@10``). ``requires`` lists the case
     inputs it needs (names from ``Case.fields_present()``: ``answer``, ``contexts``,
     ``context_text``, ``relevant``, ``reference``, ``reference_contexts``); a case that lacks one gets
-    an undefined score with the reason, and the backend is never called for it.
+    an undefined score with the reason, and the backend is never called for it. ``digest`` is the
+    content hash of the definition the metric is judged by (a rubric), recorded in run.json so that
+    scores of two definitions are never compared silently.
     """
 
     name: str
@@ -55,17 +57,22 @@ class MetricSpec:
     requires: tuple[str, ...] = ()
     judge: bool = False
     description: str = ""
+    digest: Optional[str] = None
 
 
 @dataclass
 class RunOptions:
-    """Options every backend may read. ``backend_options`` holds per-backend settings by name."""
+    """Options every backend may read. ``backend_options`` holds per-backend settings by name.
+
+    ``generator_model`` names the model of the system under test (a case's
+    ``metadata["generator_model"]`` says it per case): a run judged by the same model is flagged."""
 
     k: int = 5
     gain: str = "linear"
     case_sensitive: bool = False
     decline_phrases: Optional[list[str]] = None
     backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    generator_model: Optional[str] = None
 
     def public(self) -> dict[str, Any]:
         return {
@@ -74,6 +81,7 @@ class RunOptions:
             "case_sensitive": self.case_sensitive,
             "decline_phrases": self.decline_phrases,
             "backend_options": self.backend_options,
+            "generator_model": self.generator_model,
         }
 
 
@@ -151,6 +159,12 @@ class Backend:
 
     def metrics(self) -> list[MetricSpec]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def metrics_for(self, options: RunOptions) -> list[MetricSpec]:
+        """The metrics offered in a run with these options (default: ``metrics()``). A backend whose
+        metrics are data named in ``options.backend_options`` overrides it, and raises ValueError
+        (naming the file, field and fix) for options it cannot use, before anything is written."""
+        return self.metrics()
 
     def environment(self) -> dict[str, str]:
         """Environment defaults this backend's library needs while a run uses it (telemetry off, no

@@ -118,6 +118,10 @@ def _fmt(value: float, digits: int = 3) -> str:
     return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
 
+def _share(row) -> str:
+    return f"{row.unsupported_share:.0%}" if row.n_claims else "—"
+
+
 def print_summary(frame, console: Console = out) -> None:
     """Overall table (per backend and metric), then the mean per tag for each backend.
 
@@ -125,29 +129,42 @@ def print_summary(frame, console: Console = out) -> None:
     width they go into as many tables as it takes, each repeating the tag column.
     """
     overall = frame[frame["tag"] == ALL]
+    claims = bool((frame["n_claims"] > 0).any())  # a backend exposes claims: show the unsupported share
     table = Table(title="Summary", title_justify="left")
-    for col in ("backend", "metric", "mean", "scored", "undefined", "errored"):
+    columns = ("backend", "metric", "mean", "scored", "undefined", "errored", "unsup.")
+    for col in columns[:7 if claims else 6]:
         table.add_column(col, justify="right" if col not in ("backend", "metric") else "left", no_wrap=True)
     lines = []
     for row in overall.itertuples():
         table.add_row(
             row.backend, row.metric, _fmt(row.mean), str(row.n_scored), str(row.n_undefined),
             f"[red]{row.n_errored}[/]" if row.n_errored else "0",
+            *((_share(row),) if claims else ()),
         )
         lines.append(f"{row.backend} {row.metric}: mean {_fmt(row.mean)}, {row.n_scored} scored, "
-                     f"{row.n_undefined} undefined, {row.n_errored} errored")
+                     f"{row.n_undefined} undefined, {row.n_errored} errored"
+                     + (f", {_share(row)} with an unsupported claim" if row.n_claims else ""))
     print_table(console, table, lines)
+    if claims:
+        console.print("[dim]unsup.: share of answers with at least one unsupported claim (of those "
+                      "with claims); per tag in brackets[/]")
     tagged = frame[frame["tag"] != ALL]
     if tagged.empty:
         return
     for b in dict.fromkeys(overall["backend"]):
         metrics = list(dict.fromkeys(overall[overall["backend"] == b]["metric"]))
         rows = [
-            (tag, int(group["n"].max()), {r.metric: r.mean for r in group.itertuples()})
+            (tag, int(group["n"].max()), {r.metric: r.mean for r in group.itertuples()},
+             {r.metric: _share(r) for r in group.itertuples() if r.n_claims})
             for tag, group in tagged[tagged["backend"] == b].groupby("tag", sort=True)
         ]
         title = "Mean per tag" + (f" ({b})" if overall["backend"].nunique() > 1 else "")
         _print_by_tag(console, title, rows, metrics)
+
+
+def _cell(means: dict, shares: dict, metric: str) -> str:
+    """The mean, and the unsupported-claim share in brackets where the metric has claims."""
+    return _fmt(means.get(metric), 2) + (f" ({shares[metric]})" if metric in shares else "")
 
 
 def _tag_table(title: Optional[str], rows, metrics: list[str]) -> Table:
@@ -156,8 +173,8 @@ def _tag_table(title: Optional[str], rows, metrics: list[str]) -> Table:
     t.add_column("n", justify="right", no_wrap=True)
     for m in metrics:
         t.add_column(escape(m), justify="right", no_wrap=True)
-    for tag, n, means in rows:
-        t.add_row(escape(tag), str(n), *(_fmt(means.get(m), 2) for m in metrics))
+    for tag, n, means, shares in rows:
+        t.add_row(escape(tag), str(n), *(_cell(means, shares, m) for m in metrics))
     return t
 
 
@@ -176,8 +193,8 @@ def _print_by_tag(console: Console, title: str, rows, metrics: list[str]) -> Non
             console.print(t)
         return
     print_lines(console, [title] + [
-        f"{tag} ({n} cases): " + ", ".join(f"{m} {_fmt(means.get(m), 2)}" for m in metrics)
-        for tag, n, means in rows
+        f"{tag} ({n} cases): " + ", ".join(f"{m} {_cell(means, shares, m)}" for m in metrics)
+        for tag, n, means, shares in rows
     ])
 
 
@@ -207,6 +224,8 @@ def run(
     config: Optional[Path] = typer.Option(None, "--config", help="Config file (default: ./ragbridge.toml, then [tool.ragbridge] in ./pyproject.toml)."),
     target: Optional[str] = typer.Option(None, "--target", help="Call the system under test for each case first: module:callable, module:object with retrieve/answer, or an http(s) URL."),
     target_concurrency: int = typer.Option(4, "--target-concurrency", help="Target calls in flight at once."),
+    rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML) of the rubric backend."),
+    generator_model: Optional[str] = typer.Option(None, "--generator-model", help="The system's own model."),
 ) -> None:
     """Score a golden set with one or more backends and write a run folder.
 
@@ -227,7 +246,8 @@ def run(
         warn(line)
     _score_and_print(
         cases, out_dir, str(dataset), backend, metric, config, no_progress, overwrite,
-        RunOptions(k=k, gain=gain, case_sensitive=case_sensitive, decline_phrases=decline_phrase or None),
+        RunOptions(k=k, gain=gain, case_sensitive=case_sensitive, decline_phrases=decline_phrase or None,
+                   backend_options=_rubric_options(rubric), generator_model=generator_model),
         dict(
             model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
             embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,
@@ -255,6 +275,8 @@ def rescore(
     cache_path: Optional[Path] = typer.Option(None, "--cache-path", help="Judge cache file (SQLite)."),
     max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="Judge calls in flight at once."),
     config: Optional[Path] = typer.Option(None, "--config", help="Config file."),
+    rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML) of the rubric backend."),
+    generator_model: Optional[str] = typer.Option(None, "--generator-model", help="The system's own model."),
 ) -> None:
     """Score a run's recorded cases (e.g. a --target run) with more backends or metrics, into the same folder.
 
@@ -273,7 +295,7 @@ def rescore(
         fail(str(exc))
     _score_and_print(
         cases, run_dir, str(run_dir / "cases.jsonl"), backend, metric, config, no_progress, False,
-        RunOptions(k=k),
+        RunOptions(k=k, backend_options=_rubric_options(rubric), generator_model=generator_model),
         dict(
             model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
             embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,
@@ -281,6 +303,10 @@ def rescore(
         ),
         as_json=as_json,
     )
+
+
+def _rubric_options(files: Optional[List[Path]]) -> dict:
+    return {"rubric": {"files": [str(f) for f in files]}} if files else {}
 
 
 def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_progress, overwrite,
@@ -326,6 +352,9 @@ def _print_run(result, out_dir, as_json: bool) -> None:
             f"judge: {j['calls']} call(s), {j['cache_hits']} from cache, "
             f"{j['prompt_tokens']}+{j['completion_tokens']} tokens"
         )
+    if counts.get("redefined"):
+        notes.append("rubric changed since the folder was scored, scored again: "
+                     + ", ".join(counts["redefined"]))
     if counts.get("target_errors"):
         notes.append(f"target failed on {counts['target_errors']} case(s); their scores carry the error")
     latencies = sorted(
@@ -354,6 +383,11 @@ def _print_run(result, out_dir, as_json: bool) -> None:
             out.print(f"[{style}]{escape(note)}[/]", highlight=False)
         out.print(f"run written to [bold]{escape(str(out_dir))}[/] ({counts.get('scores', 0)} scores)",
                   highlight=False)
+    same = judge.get("self_judging")
+    if same:
+        err.print(f"[yellow]warning:[/] self-judging: the judge model is the system under test's own model "
+                  f"({escape(same['generator_model'])}) on {same['cases']} case(s); its scores are likely "
+                  "inflated", highlight=False)
     if counts.get("errored") or result.manifest.status != "complete":
         status = result.manifest.status
         err.print(

@@ -260,6 +260,19 @@ def dataset_change_message(golden_changed: Sequence[str], added: int, removed: i
     return "the runs are over different dataset versions (fingerprints differ): " + "; ".join(parts)
 
 
+def definition_changes(base: Run, new: Run) -> dict[tuple[str, str], tuple[str, str]]:
+    """``(backend, metric) -> (base digest, new digest)`` for each metric both runs judged by a
+    different definition (a rubric's content hash, run.json ``digests``)."""
+    return {(b, m): (d, new.manifest.digests[b][m]) for b, ds in base.manifest.digests.items()
+            for m, d in ds.items() if new.manifest.digests.get(b, {}).get(m, d) != d}
+
+
+def definition_change_message(backend: str, metric: str, digests: tuple[str, str]) -> str:
+    return (f"{backend}:{metric} was judged by a different rubric in the two runs (hash {digests[0]} -> "
+            f"{digests[1]}): its change measures the rubric as much as the system; score both runs with "
+            "the same rubric (ragbridge rescore ... --rubric FILE)")
+
+
 def dataset_changes(base: Run, new: Run) -> tuple[bool, list[str], int, int]:
     """(fingerprints differ, ids of paired cases whose golden items differ, cases added, cases removed)."""
     fb, fn = base.manifest.dataset.get("fingerprint"), new.manifest.dataset.get("fingerprint")
@@ -451,6 +464,9 @@ def diff_runs(
         vb, vn = base_run.manifest.backends.get(b), new_run.manifest.backends.get(b)
         if vb != vn:
             warnings.append(f"backend {b} version changed: {vb} -> {vn}")
+    for (b, m), digests in sorted(definition_changes(base_run, new_run).items()):
+        if (b, m) in common:
+            warnings.append(definition_change_message(b, m, digests))
     jb, jn = base_run.manifest.judge or {}, new_run.manifest.judge or {}
     if jb and jn and jb.get("model") != jn.get("model"):
         warnings.append(f"the judge model changed: {jb.get('model')} -> {jn.get('model')}")

@@ -70,6 +70,8 @@ from .diff import (
     _group_seed,
     dataset_change_message,
     dataset_changes,
+    definition_change_message,
+    definition_changes,
     paired_bootstrap_ci,
     paired_permutation_pvalue,
     require_complete,
@@ -523,6 +525,7 @@ def run_gates(
     all_tags = sorted({t for c in run.cases for t in c.tags})
 
     warnings: list[str] = []
+    redefined = definition_changes(base, run) if base is not None else {}
     if base is not None:
         differs, changed, added, removed = dataset_changes(base, run)
         if differs:
@@ -552,6 +555,9 @@ def run_gates(
                     raise GateConfigError(
                         f"{where}: the baseline run has no {b}:{rule.metric} scores to compare with"
                     )
+                if (b, rule.metric) in redefined:  # a drop between two rubrics is no regression test
+                    raise GateConfigError(
+                        f"{where}: " + definition_change_message(b, rule.metric, redefined[b, rule.metric]))
         bound.append((rule, backends))
 
     results = []

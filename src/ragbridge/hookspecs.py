@@ -42,3 +42,13 @@ def ragbridge_register_commands(cli):
     ``cli`` is the root ``typer.Typer`` application: add commands with ``@cli.command()`` or
     sub-applications with ``cli.add_typer(...)``. A plugin must not remove or replace a command.
     """
+
+
+@hookspec
+def ragbridge_register_stub_responders(register):
+    """Teach ragbridge's stub judge (``ragbridge.testing``) to answer a plugin's own judge prompts.
+
+    Call ``register(responder)`` (``ragbridge.testing.responders.register``: ahead of the generic
+    responders) with a callable that takes a ``JudgeRequest`` and returns a ``JudgeReply``, or None
+    for a request that is not its own. Called once per process, when the stub first answers.
+    """

@@ -45,9 +45,10 @@ def load_plugins() -> pluggy.PluginManager:
             load_errors[ep.name] = f"{type(exc).__name__}: {exc}"
             continue
         pm.register(plugin, name=ep.name)
-    # The native backend and core formats are always there, even when the distribution's metadata is
-    # missing (running from a source checkout): register them like any entry point would.
-    for name, modname in (("native", "ragbridge.native"), ("formats", "ragbridge.io")):
+    # The built-in backends (native, rubric) and core formats are always there, even when the
+    # distribution's metadata is missing (a source checkout): register them like any entry point would.
+    for name, modname in (("native", "ragbridge.native"), ("rubric", "ragbridge.rubric"),
+                          ("formats", "ragbridge.io")):
         if name in load_errors:
             continue
         if not pm.has_plugin(name) and modname not in {

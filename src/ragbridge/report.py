@@ -628,6 +628,11 @@ def render_markdown(run: Union[Run, str, Path], data: Optional[dict] = None, **k
     w("- backends: " + ", ".join(f"{_md(b)} {_md(v or '')}".strip() for b, v in (r["backends"] or {}).items()))
     if r.get("judge"):
         w(f"- judge: {_md(r['judge'].get('model'))} at {_md(r['judge'].get('base_url'))}")
+        if r["judge"].get("self_judging"):
+            sj = r["judge"]["self_judging"]
+            w(f"- **self-judging**: the judge is the system under test's own model "
+              f"({_md(sj.get('generator_model'))}) on {sj.get('cases')} case(s); its scores are likely "
+              "inflated")
     w(f"- status: {_md(r['status'])}; started {_md(r['started_at'])}, finished {_md(r['finished_at'])}")
     w(f"- scores: {counts.get('scores', 0)} ({counts.get('scored', 0)} scored, {counts.get('undefined', 0)} undefined, {counts.get('errored', 0)} errored)")
     w("")
@@ -649,6 +654,7 @@ def render_markdown(run: Union[Run, str, Path], data: Optional[dict] = None, **k
                     cells.append("")
                     continue
                 extra = [f"{x['n_undefined']} undef" if x["n_undefined"] else "", f"{x['n_errored']} err" if x["n_errored"] else ""]
+                extra += [f"{x['unsupported_share']:.0%} with an unsupported claim" if x["n_claims"] else ""]
                 cells.append(f"{_fmt(x['mean'])} (n {x['n_scored']}{''.join(', ' + e for e in extra if e)})")
             w(f"| {_md(m)} | " + " | ".join(cells) + " |")
         w("")
@@ -667,6 +673,7 @@ def render_markdown(run: Union[Run, str, Path], data: Optional[dict] = None, **k
                     cells.append("")
                     continue
                 extra = "".join(f", {x[c]} {lab}" for c, lab in (("n_undefined", "undef"), ("n_errored", "err")) if x[c])
+                extra += f", {x['unsupported_share']:.0%} unsup." if x["n_claims"] else ""
                 cells.append(f"{_fmt(x['mean'])} ({x['n_scored']}{extra})")
             w(f"| {_md(tag)} | " + " | ".join(cells) + " |")
         w("")

@@ -59,7 +59,8 @@ def _now() -> str:
 
 
 def plan_metrics(
-    backends: Sequence[str] | None, metrics: Sequence[str] | None, k: int
+    backends: Sequence[str] | None, metrics: Sequence[str] | None, k: int,
+    options: Optional[RunOptions] = None,
 ) -> dict[str, list[tuple[str, MetricSpec]]]:
     """Which concrete metrics each backend will score. Raises `RunError` for anything unknown.
 
@@ -71,6 +72,7 @@ def plan_metrics(
     registry = get_backends()
     names = list(backends or DEFAULT_BACKENDS)
     plan: dict[str, list[tuple[str, MetricSpec]]] = {}
+    offers: dict[str, list[MetricSpec]] = {}
     for name in names:
         if name not in registry:
             raise RunError(
@@ -82,7 +84,10 @@ def plan_metrics(
                 f"backend {name!r} is not available: its library is not installed "
                 f"(install it with: {backend.install_hint or 'see its documentation'})"
             )
-        specs = backend.metrics()
+        try:
+            specs = offers[name] = backend.metrics_for(options or RunOptions(k=k))
+        except ValueError as exc:  # options the backend cannot use (e.g. a bad rubric file)
+            raise RunError(str(exc)) from None
         chosen: list[tuple[str, MetricSpec]] = []
         for spec in specs:
             if metrics:
@@ -99,7 +104,7 @@ def plan_metrics(
             if not any(
                 resolve_metric(spec.name, req, k) for chosen in plan.values() for _, spec in chosen
             ) and req not in offered:
-                all_names = sorted({s.name for n in names for s in registry[n].metrics()})
+                all_names = sorted({s.name for n in names for s in offers[n]})
                 raise RunError(
                     f"no selected backend offers metric {req!r}; "
                     f"metrics of {', '.join(names)}: {', '.join(all_names)}"
@@ -357,7 +362,7 @@ async def evaluate_async(
     cases = list(cases)
     if not cases:
         raise RunError("no cases to evaluate")
-    plan = plan_metrics(backends, metrics, options.k)
+    plan = plan_metrics(backends, metrics, options.k, options)
     registry = get_backends()
     needs_judge = any(spec.judge for chosen in plan.values() for _, spec in chosen)
     if needs_judge and judge is None:
@@ -414,9 +419,12 @@ async def evaluate_async(
         metrics={b: [m for m, _ in chosen] for b, chosen in plan.items()},
         options=options.public(),
         judge=judge.public_dict() if (judge is not None and needs_judge) else None,
+        digests={b: d for b, chosen in plan.items() if (d := {m: s.digest for m, s in chosen if s.digest})},
         started_at=_now(),
         process=_this_process(),
     )
+    if manifest.judge is not None and (same := _self_judging(judge.model, options, cases)):
+        manifest.judge["self_judging"] = same
     earlier_judge: dict[str, int] = {}  # the judge traffic of the run's earlier sessions
     earlier_wall: dict[str, float] = {}  # each backend's wall time in the run's earlier sessions
 
@@ -436,7 +444,15 @@ async def evaluate_async(
                     "choose another --out, or pass --overwrite to replace it"
                 )
             previous, _ = read_scores(folder.scores_path)
-            done = {s.key: s for s in previous if s.status != "error"}
+            # a metric whose definition (rubric) changed since it was scored is scored again
+            redefined = sorted(f"{b}:{m}" for b, ds in manifest.digests.items() for m, d in ds.items()
+                               if old.digests.get(b, {}).get(m, d) != d)
+            done = {s.key: s for s in previous
+                    if s.status != "error" and f"{s.backend}:{s.metric}" not in redefined}
+            manifest.digests = {b: {**old.digests.get(b, {}), **manifest.digests.get(b, {})}
+                                for b in {**old.digests, **manifest.digests}}
+            if redefined:
+                manifest.counts["redefined"] = redefined
             manifest.started_at = old.started_at
             merged = dict(old.metrics)
             for b, ms in manifest.metrics.items():
@@ -593,6 +609,17 @@ async def evaluate_async(
     order = {c.id: i for i, c in enumerate(cases)}
     ordered = sorted(scores.values(), key=lambda s: (s.backend, s.metric, order.get(s.case_id, 0)))
     return Run(manifest=manifest, scores=ordered, cases=cases, path=Path(out) if out else None)
+
+
+def _self_judging(judge_model: str, options: RunOptions, cases: Sequence[Case]) -> Optional[dict[str, Any]]:
+    """Whether the judge is the system under test's own model, by ``options.generator_model`` or each
+    case's ``metadata["generator_model"]`` (compared case-insensitively, without a ``provider/`` prefix)."""
+    def norm(model: Any) -> str:
+        return str(model).strip().casefold().rsplit("/", 1)[-1]
+
+    models = [options.generator_model or c.metadata.get("generator_model") for c in cases]
+    same = [m for m in models if m and norm(m) == norm(judge_model)]
+    return {"generator_model": same[0], "cases": len(same)} if same else None
 
 
 def _refuse_if_busy(out: Path) -> None:

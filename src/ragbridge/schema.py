@@ -11,11 +11,12 @@ came from) is. Rank is the position in ``Case.contexts`` (best first); chunk sco
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["Chunk", "Case", "Score", "RunManifest", "MAX_GRADE", "MAX_METADATA_DEPTH"]
+__all__ = ["Chunk", "Case", "Score", "Evidence", "ClaimVerdict", "ChunkVerdict", "RunManifest", "MAX_GRADE",
+           "MAX_METADATA_DEPTH"]
 
 MAX_GRADE = 1000
 """Grades are integers 0..MAX_GRADE. trec_eval takes any integer; a larger grade is almost surely a
@@ -231,12 +232,51 @@ class Case(BaseModel):
         return present
 
 
+class ClaimVerdict(BaseModel):
+    """One claim of an answer and whether the context supports it (``text`` as the judge stated it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str
+    verdict: Literal["SUPPORTED", "CONTRADICTED", "NOT_FOUND"]
+    reason: Optional[str] = None
+
+
+class ChunkVerdict(BaseModel):
+    """Whether one retrieved chunk (by ``Chunk.id``) is relevant to the question."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    relevant: bool
+    reason: Optional[str] = None
+
+
+class Evidence(BaseModel):
+    """What a judged score rests on, in a form every reader understands without knowing the backend.
+
+    ``claims``: the answer split into claims, each with its verdict against the context (an empty
+    list: the answer states no claim; None: the backend does not expose claims). ``chunks``: a
+    relevance verdict per retrieved chunk, in retrieval order.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    claims: Optional[list[ClaimVerdict]] = None
+    chunks: Optional[list[ChunkVerdict]] = None
+
+    def unsupported(self) -> list[ClaimVerdict]:
+        """The claims that are not SUPPORTED (contradicted or not found)."""
+        return [c for c in self.claims or [] if c.verdict != "SUPPORTED"]
+
+
 class Score(BaseModel):
     """One number for one case, metric and backend.
 
     ``value`` is in 0..1 with higher better, or null. Null with no ``error`` means the metric is
     undefined for this case (e.g. recall with no labels, or an input the metric needs is missing, said
     in ``reason``); null with an ``error`` means it failed. Neither is ever averaged as 0.
+    ``evidence`` is optional structured support for the value (claims, per-chunk verdicts).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -254,6 +294,7 @@ class Score(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     seconds: float = 0.0
+    evidence: Optional[Evidence] = None
 
     @model_validator(mode="after")
     def _clean_value(self) -> "Score":
@@ -290,7 +331,11 @@ class RunManifest(BaseModel):
     ``status``: ``running``, then ``complete`` (every planned score recorded, errored ones included:
     ``counts.errored`` says how many), ``interrupted`` or ``incomplete``. ``process`` (pid, host,
     start time) names the process of the latest session and ``heartbeat_at`` when it last wrote, so a
-    ``running`` run whose process is gone can be told apart."""
+    ``running`` run whose process is gone can be told apart.
+    ``digests``: per backend and metric, the content hash of the definition the metric was judged by
+    (a rubric), where the backend has one; scores of different digests are never compared silently.
+    ``judge.self_judging`` is set when the judge is the system under test's own model.
+    """
 
     model_config = ConfigDict(extra="allow")
 
@@ -300,6 +345,7 @@ class RunManifest(BaseModel):
     metrics: dict[str, list[str]]
     options: dict[str, Any] = Field(default_factory=dict)
     judge: Optional[dict[str, Any]] = None
+    digests: dict[str, dict[str, str]] = Field(default_factory=dict)
     started_at: str
     finished_at: Optional[str] = None
     status: str = "running"

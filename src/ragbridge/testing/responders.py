@@ -25,7 +25,8 @@ Library-specific responders recognise the prompts of RAGAS 0.4.3 (``input: {...}
 ``JSON:``; the expected keys are read from the prompt when no schema is sent) and TruLens 2.16
 (``SOURCE:/STATEMENT:``, ``USER QUERY:/SEARCH RESULT:``, ``PROMPT:/RESPONSE:``; answered in JSON when
 asked, otherwise as ``Criteria: ... Supporting Evidence: ... Score: N`` text). They only work out
-*which text is judged against which*; the schema filling is shared.
+*which text is judged against which*; the schema filling is shared. Plugins add responders for their
+own prompts through the ``ragbridge_register_stub_responders`` hook (asked once, at the first answer).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import ast
 import json
 import math
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol
 
@@ -354,11 +356,29 @@ def register(responder: Responder, *, first: bool = True) -> Responder:
     return responder
 
 
+_plugins_lock = threading.Lock()
+_plugins_asked = False
+
+
+def _plugin_responders() -> None:
+    """Once per process: plugins add their responders (the ``ragbridge_register_stub_responders`` hook)."""
+    global _plugins_asked
+    with _plugins_lock:
+        if _plugins_asked:
+            return
+        _plugins_asked = True
+        from ragbridge.plugins import load_plugins
+
+        load_plugins().hook.ragbridge_register_stub_responders(register=register)
+
+
 def responders() -> list[Responder]:
+    _plugin_responders()
     return list(_REGISTRY)
 
 
 def respond(req: JudgeRequest) -> JudgeReply:
+    _plugin_responders()
     for r in _REGISTRY:
         reply = r(req)
         if reply is not None:
