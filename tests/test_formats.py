@@ -28,7 +28,7 @@ import ragbridge  # noqa: F401  (privacy defaults before the libraries are impor
 from conftest import EXAMPLE, ragbridge_cli
 from ragbridge.io import load_cases, plain, write_cases
 from ragbridge.plugins import get_formats
-from ragbridge.ranking import evaluate as rank
+from ragbridge.native.ranking import evaluate as rank
 from ragbridge.schema import Case, Chunk
 
 ROOT = Path(__file__).resolve().parent.parent

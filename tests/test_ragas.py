@@ -492,7 +492,7 @@ def test_bad_ragas_rows_are_reported_with_location(tmp_path, line, field):
 def test_reads_what_ragas_to_csv_writes(tmp_path, example):
     """RAGAS's own CSV (no ragbridge column): the ids are the exported ones, and recall still means
     what it meant."""
-    from ragbridge.ranking import evaluate as rank
+    from ragbridge.native.ranking import evaluate as rank
 
     from ragbridge_ragas.translate import export_ids
 

@@ -62,6 +62,7 @@ import numpy as np
 import typer
 
 from .hookspecs import hookimpl
+from .metrics import DEFAULT_PASS_MARK, GENERATION, RETRIEVAL, half_of
 from .output import num, one_line, print_json, print_lines, print_table, records
 from .runner import Run, RunError, load_run
 from .schema import Score
@@ -69,9 +70,6 @@ from .schema import Score
 __all__ = [
     "AnalysisError",
     "Thresholds",
-    "RETRIEVAL_METRICS",
-    "GENERATION_METRICS",
-    "half_of",
     "compare",
     "disagreements",
     "coverage",
@@ -86,15 +84,9 @@ __all__ = [
     "FIGURES",
 ]
 
-DEFAULT_THRESHOLD = 0.5
+DEFAULT_THRESHOLD = DEFAULT_PASS_MARK
 DEFAULT_RESAMPLES = 1000
 CONFIDENCE = 0.95
-
-#: canonical metrics about what was retrieved (the rest are about the generated answer)
-RETRIEVAL_METRICS = ("recall", "precision", "hit", "mrr", "ndcg", "map", "context_precision",
-                     "context_recall", "context_relevance")
-GENERATION_METRICS = ("faithfulness", "answer_relevance", "answer_correctness", "must_contain",
-                      "must_not_contain", "abstention")
 
 FIGURES = ("spearman", "kendall", "pearson", "mae", "kappa", "agreement")
 FIGURE_NAMES = {"spearman": "Spearman", "kendall": "Kendall", "pearson": "Pearson", "mae": "MAE",
@@ -103,12 +95,6 @@ FIGURE_NAMES = {"spearman": "Spearman", "kendall": "Kendall", "pearson": "Pearso
 
 class AnalysisError(ValueError):
     """An analysis that cannot run as asked (unknown backend or metric, bad labels, nothing to compare)."""
-
-
-def half_of(metric: str) -> str:
-    """``"retrieval"`` or ``"generation"`` for a canonical metric name (``recall@5`` -> retrieval)."""
-    base = metric.split("@", 1)[0]
-    return "retrieval" if base in RETRIEVAL_METRICS else "generation"
 
 
 # --------------------------------------------------------------------------------------------
@@ -171,8 +157,8 @@ class Thresholds:
                 b, _, m = name.partition(":")
                 out.by_pair[(b.strip(), m.strip())] = value
             elif name in known_backends or (
-                not known_backends and "@" not in name and name.split("@")[0] not in RETRIEVAL_METRICS
-                and name not in GENERATION_METRICS
+                not known_backends and "@" not in name and name.split("@")[0] not in RETRIEVAL
+                and name not in GENERATION
             ):
                 out.by_backend[name] = value
             else:

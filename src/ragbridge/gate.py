@@ -76,16 +76,10 @@ from .diff import (
     paired_permutation_pvalue,
     require_complete,
 )
+from .metrics import NAMES, resolve_metric
 from .runner import Run
 
-__all__ = ["GateConfigError", "Rule", "GateConfig", "GateResult", "GateReport", "load_gates", "parse_gates", "run_gates", "CANONICAL_METRICS"]
-
-#: Canonical metric names (``@k`` ones take any cut-off, e.g. ``recall@10``).
-CANONICAL_METRICS = (
-    "recall@k", "precision@k", "hit@k", "ndcg@k", "mrr", "map", "must_contain", "must_not_contain",
-    "abstention", "faithfulness", "answer_relevance", "context_relevance", "context_precision",
-    "context_recall", "answer_correctness",
-)
+__all__ = ["GateConfigError", "Rule", "GateConfig", "GateResult", "GateReport", "load_gates", "parse_gates", "run_gates"]
 
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -416,9 +410,7 @@ def _mean_ci(values: np.ndarray, confidence: float, resamples: int, seed: int) -
 
 
 def _known_metric(name: str, registry_metrics: set[str]) -> bool:
-    from .backend import resolve_metric
-
-    for spec in set(CANONICAL_METRICS) | registry_metrics:
+    for spec in set(NAMES) | registry_metrics:
         if spec == name or resolve_metric(spec, name, 1):
             return True
     return False
@@ -463,7 +455,7 @@ def _bind(rule: Rule, run: Run, scored_by: dict[str, set[str]], where: str) -> l
         _, reg_metrics = _registry()
         all_in_run = sorted(offered)
         if not _known_metric(rule.metric, reg_metrics):
-            hint = difflib.get_close_matches(rule.metric, all_in_run + list(CANONICAL_METRICS), n=1)
+            hint = difflib.get_close_matches(rule.metric, all_in_run + list(NAMES), n=1)
             raise GateConfigError(
                 f"{where}: unknown metric {rule.metric!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
                 + f"; this run scored: {', '.join(all_in_run)}"

@@ -20,12 +20,13 @@ A run judged by ragbridge's stub judge (``run.json``: ``judge.stub``) says so at
 format: its judged scores test the plumbing, not the answers.
 
 Pass marks (``value >= mark`` passes), the first that sets one wins: ``--threshold`` (see
-`ragbridge.analysis.Thresholds`), then ``--gates FILE`` (`gate_thresholds`), then the defaults of
-`default_threshold`, chosen so that the badge marks cases worth reading: 0.5 for the ranking
-metrics and the judged metrics, ``1/k`` for ``precision@k`` and ``context_relevance`` (both are a
-precision of the retrieved list, whose ceiling with one relevant chunk is about ``1/k``), 1 for the
-answer checks (``must_contain``, ``must_not_contain``, ``abstention``). A bare ``--threshold 0.7``
-replaces those defaults, not the gates file's marks. docs/report.md has the table.
+`ragbridge.analysis.Thresholds`), then ``--gates FILE`` (`gate_thresholds`), then the defaults
+(each canonical metric's ``pass_mark``, `ragbridge.metrics.default_pass_mark`), chosen so that the
+badge marks cases worth reading: 0.5 for the ranking metrics and the judged metrics, ``1/k`` for
+``precision@k`` and ``context_relevance`` (both are a precision of the retrieved list, whose
+ceiling with one relevant chunk is about ``1/k``), 1 for the answer checks (``must_contain``,
+``must_not_contain``, ``abstention``). A bare ``--threshold 0.7`` replaces those defaults, not the
+gates file's marks. docs/report.md has the table.
 
 The HTML file needs nothing but a browser: no CDN, no external font, image or script; the plots
 (score distributions per backend, backend A against backend B per metric) are inline SVG. Every
@@ -55,37 +56,29 @@ import typer
 from . import __version__
 from .analysis import (
     DEFAULT_RESAMPLES,
-    DEFAULT_THRESHOLD,
     AnalysisError,
     Thresholds,
     _as_run,
     compare,
     coverage,
     disagreements,
-    half_of,
     validate,
 )
 from .gate_reports import md_text as _md  # the one Markdown escaping (HTML and Markdown-safe)
 from .hookspecs import hookimpl
 from .io import write_atomic
+from .metrics import default_pass_mark, half_of
+from .metrics import sort_key as _metric_key
 from .runner import Run
 from .summary import ALL
 
 __all__ = ["report_data", "render_html", "render_markdown", "render_json", "write_report", "FORMATS",
-           "PassMarks", "pass_marks", "default_threshold", "gate_thresholds"]
+           "PassMarks", "pass_marks", "gate_thresholds"]
 
 FORMATS = {"html": ".html", "md": ".md", "json": ".json"}
 ASSETS = Path(__file__).with_name("report_assets")
 
-_ORDER = ["recall", "precision", "hit", "mrr", "ndcg", "map", "context_precision", "context_recall",
-          "context_relevance", "faithfulness", "answer_relevance", "answer_correctness", "must_contain",
-          "must_not_contain", "abstention"]
 PALETTE = ["#4269d0", "#efb118", "#3ca951", "#ff725c", "#a463f2", "#97bbf5", "#9c6b4e", "#6cc5b0"]
-
-
-def _metric_key(m: str):
-    base, _, k = m.partition("@")
-    return (_ORDER.index(base) if base in _ORDER else len(_ORDER), base, int(k) if k.isdigit() else 0)
 
 
 def _backend_key(b: str):
@@ -134,29 +127,6 @@ def _records(frame) -> list[dict]:
 # --------------------------------------------------------------------------------------------
 # Pass marks
 
-#: deterministic answer checks: anything short of 1 (a required string missing, a forbidden one
-#: present, no decline where one was due) is worth reading
-ANSWER_CHECKS = ("must_contain", "must_not_contain", "abstention")
-#: precisions of the retrieved list: with R relevant chunks in a list of k the ceiling is R/k
-LIST_PRECISIONS = ("precision", "context_relevance")
-
-
-def default_threshold(metric: str, k: Optional[int] = None) -> float:
-    """The report's pass mark for ``metric`` when none is configured.
-
-    ``precision@k`` and ``context_relevance``: ``1/k`` (``k`` from the name, else the run's ``k``,
-    else 5): at least about one relevant chunk in the list. 0.5 there would flag every case with
-    fewer than k/2 relevant chunks, which is most golden sets. ``must_contain``, ``must_not_contain``,
-    ``abstention``: 1. Everything else, ranking and judged metrics alike: 0.5 (DeepEval's default
-    threshold; for ``hit@k`` and ``abstention`` any mark in (0, 1] means the same)."""
-    base, _, cut = metric.partition("@")
-    if base in LIST_PRECISIONS:
-        n = int(cut) if cut.isdigit() and int(cut) > 0 else int(k or 5)
-        return 1 / n
-    if base in ANSWER_CHECKS:
-        return 1.0
-    return DEFAULT_THRESHOLD
-
 
 def gate_thresholds(config: Any) -> Thresholds:
     """Per-case pass marks read from a gates file (a path or a `ragbridge.gate.GateConfig`).
@@ -202,7 +172,7 @@ class PassMarks(Thresholds):
                     return float(value), source
             if with_default:
                 return t.default, source
-        return default_threshold(metric), "default"
+        return default_pass_mark(metric), "default"
 
     def get(self, backend: str, metric: str) -> float:
         return self.lookup(backend, metric)[0]
@@ -222,11 +192,11 @@ def _bare(specs: Any) -> bool:
 def pass_marks(thresholds: Any = None, gates: Any = None, metrics: Sequence[str] = (),
                backends: Sequence[str] = (), k: Optional[int] = None) -> Thresholds:
     """The report's pass marks: ``thresholds`` (``--threshold`` values), then ``gates`` (a gates
-    file), then `default_threshold`. A `Thresholds` object is taken as the whole answer."""
+    file), then `ragbridge.metrics.default_pass_mark`. A `Thresholds` object is the whole answer."""
     if isinstance(thresholds, Thresholds):
         return thresholds
     given = Thresholds.parse(thresholds, backends)
-    defaults = Thresholds(by_metric={m: default_threshold(m, k) for m in metrics})
+    defaults = Thresholds(by_metric={m: default_pass_mark(m, k) for m in metrics})
     layers = [("--threshold", given, False)]
     if gates is not None:
         layers.append(("gates", gate_thresholds(gates), False))

@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from . import __version__
-from .backend import Backend, MetricSpec, RunOptions, ScoringContext, error_text, resolve_metric
+from .backend import Backend, MetricSpec, RunOptions, ScoringContext, error_text
 from .io import atomic_path, fingerprint, write_atomic, write_jsonl
+from .metrics import resolve_metric
 from .plugins import get_backends
 from .schema import Case, RunManifest, Score
 from .target import target_error
