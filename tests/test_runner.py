@@ -6,7 +6,7 @@ import pytest
 
 from conftest import ragbridge_cli
 from ragbridge import RunError, evaluate, load_run
-from ragbridge.runner import read_scores
+from ragbridge.run.folder import read_scores
 
 RANKING = ["recall@5", "precision@5", "hit@5", "mrr", "ndcg@5", "map"]
 CHECKS = ["must_contain", "must_not_contain", "abstention"]

@@ -11,7 +11,7 @@ import pytest
 import rag_pipeline
 from conftest import ragbridge_cli
 from ragbridge import evaluate, load_cases, load_run
-from ragbridge.target import TargetError, load_target
+from ragbridge.run.target import TargetError, load_target
 
 TESTS = str(Path(__file__).resolve().parent)
 ENV = {"PYTHONPATH": TESTS}

@@ -76,7 +76,7 @@ from .diff import (
     paired_permutation_pvalue,
     require_complete,
 )
-from .runner import Run
+from .run import Run
 
 __all__ = ["GateConfigError", "Rule", "GateConfig", "GateResult", "GateReport", "load_gates", "parse_gates", "run_gates", "CANONICAL_METRICS"]
 

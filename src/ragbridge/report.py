@@ -67,8 +67,8 @@ from .analysis import (
 )
 from .gate_reports import md_text as _md  # the one Markdown escaping (HTML and Markdown-safe)
 from .hookspecs import hookimpl
-from .io import write_atomic
-from .runner import Run
+from .formats.files import write_atomic
+from .run import Run
 from .summary import ALL
 
 __all__ = ["report_data", "render_html", "render_markdown", "render_json", "write_report", "FORMATS",
