@@ -38,7 +38,7 @@ from ..plugins import get_backends
 from ..schema import Case, RunManifest, Score
 from .folder import JUDGE_COUNTS, Run, RunFolder, now, this_process
 from .plan import Plan, RunError, plan_metrics
-from .target import Target, fill_cases, load_target, target_error
+from .target import fill_cases, load_target, target_error
 
 __all__ = ["evaluate", "evaluate_async", "applied_environment"]
 
@@ -85,11 +85,12 @@ async def evaluate_async(
     golden_fp = fingerprint(cases)
     folder = RunFolder(Path(out)) if out is not None else None
     earlier = folder.prepare(overwrite, golden_fp, target=target is not None) if folder else None
+    dataset = {"path": dataset_path, "fingerprint": golden_fp, "n_cases": len(cases)}
     if target is not None:
         cases = await fill_cases(cases, target, record_path=folder.target_path if folder else None,
                                  concurrency=target_concurrency, progress=progress)
-    manifest = _new_manifest(plan, cases, options, judge if needs_judge else None, dataset_path,
-                             target, golden_fp)
+        dataset.update(fingerprint=fingerprint(cases), golden_fingerprint=golden_fp, target=target.spec)
+    manifest = _new_manifest(plan, cases, dataset, options, judge if needs_judge else None)
     done = folder.resume(earlier, manifest) if earlier is not None else {}
     if folder:
         folder.start(cases, manifest)
@@ -146,14 +147,10 @@ def _check_judge(plan: Plan, judge: Any) -> bool:
 
 
 def _new_manifest(
-    plan: Plan, cases: list[Case], options: RunOptions, judge: Any, dataset_path: Optional[str],
-    target: Optional[Target], golden_fp: str,
+    plan: Plan, cases: list[Case], dataset: dict[str, Any], options: RunOptions, judge: Any
 ) -> RunManifest:
     """This session's manifest (``judge``: the config when a planned metric uses it, else None)."""
     registry = get_backends()
-    dataset = {"path": dataset_path, "fingerprint": fingerprint(cases), "n_cases": len(cases)}
-    if target is not None:
-        dataset.update(golden_fingerprint=golden_fp, target=target.spec)
     manifest = RunManifest(
         ragbridge_version=__version__,
         dataset=dataset,
