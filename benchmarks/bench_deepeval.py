@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "support-bot" / "golden.jsonl"
 
 import ragbridge  # noqa: E402  (privacy defaults before DeepEval is imported)
-from ragbridge.io import read_jsonl  # noqa: E402
+from ragbridge.formats.canonical import read_jsonl  # noqa: E402
 from ragbridge.judge import JudgeConfig  # noqa: E402
 from ragbridge_deepeval import translate  # noqa: E402
 

@@ -17,7 +17,7 @@ pytest.importorskip("deepeval")
 
 import ragbridge  # noqa: E402  (applies the privacy defaults before DeepEval is imported)
 from ragbridge.backend import RunOptions  # noqa: E402
-from ragbridge.io import read_jsonl  # noqa: E402
+from ragbridge.formats.canonical import read_jsonl  # noqa: E402
 from ragbridge.judge import JudgeConfig  # noqa: E402
 from ragbridge.schema import Case, Score  # noqa: E402
 from ragbridge.testing import StubJudge  # noqa: E402

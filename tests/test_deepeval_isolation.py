@@ -70,7 +70,7 @@ def test_a_run_talks_only_to_the_judge_loads_no_dotenv_writes_no_folder(user_dir
     import os
     import ragbridge
     from ragbridge.judge import JudgeConfig
-    from ragbridge.io import read_jsonl
+    from ragbridge.formats.canonical import read_jsonl
     from ragbridge.testing import StubJudge
     from pathlib import Path
     cases = read_jsonl(Path({str(ROOT / "examples/support-bot/golden.jsonl")!r}))[:2]

@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 
 import ragbridge  # noqa: F401  (privacy defaults before the libraries are imported)
 from conftest import EXAMPLE, ragbridge_cli
-from ragbridge.io import load_cases, plain, write_cases
-from ragbridge.plugins import get_formats
+from ragbridge.formats import get_formats, load_cases, write_cases
+from ragbridge.formats.records import plain
 from ragbridge.native.ranking import evaluate as rank
 from ragbridge.schema import Case, Chunk
 

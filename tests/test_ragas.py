@@ -17,7 +17,7 @@ pytest.importorskip("ragas")
 
 from conftest import EXAMPLE, ragbridge_cli  # noqa: E402
 from ragbridge import Case, evaluate, load_cases  # noqa: E402
-from ragbridge.io import DatasetError, write_cases  # noqa: E402
+from ragbridge.formats import DatasetError, write_cases  # noqa: E402
 from ragbridge.judge import JudgeConfig  # noqa: E402
 from ragbridge.testing import StubJudge  # noqa: E402
 
@@ -98,7 +98,8 @@ def test_registered_without_importing_ragas():
     code = textwrap.dedent(
         """
         import sys
-        from ragbridge.plugins import get_backends, get_formats
+        from ragbridge.formats import get_formats
+        from ragbridge.plugins import get_backends
         b = get_backends()["ragas"]
         f = get_formats()
         print(b.available(), b.version(), sorted(m.name for m in b.metrics()), "ragas-hf" in f and "ragas" in f,
@@ -408,10 +409,10 @@ def test_round_trip_is_lossless_and_ragas_reads_it(tmp_path, example):
 
 
 def test_lossless_when_nothing_is_outside_ragas(tmp_path):
-    from ragbridge.io import _stable_case_id
+    from ragbridge.formats.records import case_id_for_question
 
     q = "How do I reset my password?"
-    case = Case(id=_stable_case_id(q), question=q, answer="Use the link.",
+    case = Case(id=case_id_for_question(q), question=q, answer="Use the link.",
                 contexts=[{"id": "a#1", "text": "Reset links last 60 minutes."}], relevant=["a#1"],
                 reference="Use the reset link.", metadata={"ragas": {"persona_name": "admin"}})
     assert write_cases([case], tmp_path / "x.jsonl", "ragas") == []

@@ -22,7 +22,8 @@ from ragbridge.diff import (
     run_problems,
 )
 from ragbridge.gate import GateConfigError, load_gates, run_gates
-from ragbridge.io import fingerprint, write_jsonl
+from ragbridge.formats.canonical import write_jsonl
+from ragbridge.formats.records import fingerprint
 
 CASES = load_cases(EXAMPLE)
 IDS = [c.id for c in CASES]

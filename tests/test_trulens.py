@@ -22,7 +22,7 @@ except importlib.metadata.PackageNotFoundError:  # pragma: no cover
 
 import ragbridge  # noqa: E402
 from ragbridge.backend import RunOptions  # noqa: E402
-from ragbridge.io import DatasetError, load_cases, write_cases  # noqa: E402
+from ragbridge.formats import DatasetError, load_cases, write_cases  # noqa: E402
 from ragbridge.judge import JudgeConfig  # noqa: E402
 from ragbridge.schema import Case  # noqa: E402
 from ragbridge.testing import StubJudge  # noqa: E402
@@ -82,7 +82,8 @@ def by_key(run):
 
 
 def test_registering_does_not_import_trulens():
-    code = ("import sys, ragbridge.plugins as p; b = p.get_backends(); f = p.get_formats();"
+    code = ("import sys, ragbridge.plugins as p, ragbridge.formats as fm;"
+            "b = p.get_backends(); f = fm.get_formats();"
             "assert 'trulens' in b and 'trulens' in f;"
             "assert b['trulens'].available();"
             "bad = [m for m in sys.modules if m.startswith('trulens')]; assert not bad, bad; print('ok')")

@@ -43,15 +43,15 @@ from __future__ import annotations
 
 import ast
 import csv
-import hashlib
 import io
 import json
 import re
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from ragbridge.io import DatasetError, Format, cases_from_records, derived_chunk_ids
-from ragbridge.io import is_missing as _missing
+from ragbridge.formats import DatasetError, Format
+from ragbridge.formats.records import case_id_for_question, cases_from_records, derived_chunk_ids
+from ragbridge.formats.records import is_missing as _missing
 from ragbridge.schema import Case
 
 DELIMITER = "|"  # deepeval.dataset.utils.DELIMITER
@@ -237,7 +237,7 @@ def _records_with_ids(records: Iterator[tuple[int, Any]], joined: bool, path: Pa
             exc.path, exc.line = str(path), n
             raise
         if "id" not in rec:
-            base = "q-" + hashlib.sha1(rec["question"].encode("utf-8")).hexdigest()[:10]
+            base = case_id_for_question(rec["question"])
             k = seen.get(base, 0) + 1
             seen[base] = k
             rec["id"] = base if k == 1 else f"{base}-{k}"
@@ -467,7 +467,7 @@ CSV_CANNOT_HOLD = ("contexts (text with '|', CSV)", "reference_contexts (text wi
                    "answer (empty, CSV)", "reference (empty, CSV)")
 
 # No suffixes are claimed: .json/.jsonl/.csv stay ragbridge's own formats unless --from/--to names these
-# (or the fields of a file's first record are DeepEval's: see ragbridge.io.Format.fields).
+# (or the fields of a file's first record are DeepEval's: see ragbridge.formats.Format.fields).
 FORMATS = [
     Format("deepeval", (), read_any, write_any,
            "DeepEval goldens / test cases; .json, .jsonl or .csv by suffix (as EvaluationDataset.save_as "

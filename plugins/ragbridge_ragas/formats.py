@@ -34,7 +34,8 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from ragbridge.io import DatasetError, Format, read_hf_rows
+from ragbridge.formats import DatasetError, Format
+from ragbridge.formats.files import read_hf_rows
 from ragbridge.schema import Case
 
 from .translate import READ_FIELDS, SIDECAR, cases_to_rows, lost_fields, rows_to_cases

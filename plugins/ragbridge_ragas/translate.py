@@ -62,15 +62,15 @@ write none (e.g. ``retrieved_contexts: []`` on an unlabelled sample) is kept as
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any, Iterable, Optional, Sequence
 
 from pydantic import ValidationError
 
-from ragbridge.io import DatasetError, derived_chunk_ids
-from ragbridge.io import is_missing as _missing
-from ragbridge.io import plain as _plain
+from ragbridge.formats import DatasetError
+from ragbridge.formats.records import case_id_for_question, derived_chunk_ids
+from ragbridge.formats.records import is_missing as _missing
+from ragbridge.formats.records import plain as _plain
 from ragbridge.schema import Case
 
 __all__ = [
@@ -120,11 +120,6 @@ SIDECAR = "ragbridge"
 #: every column the reader knows (the ``ragas`` format recognises a file by these)
 READ_FIELDS = frozenset(RAGAS_FIELDS) | set(LEGACY_COLUMNS) | set(_ID_COLUMNS) | {
     "ground_truths", SIDECAR, "metadata", "tags", "must_contain", "must_not_contain", "answerable"}
-
-
-def _stable_case_id(question: str) -> str:
-    # the same derivation as ragbridge.io, so a case read from any format gets the same id
-    return "q-" + hashlib.sha1(question.encode("utf-8")).hexdigest()[:10]
 
 
 # --------------------------------------------------------------------------------------------
@@ -202,7 +197,7 @@ def case_to_sample(case: Case) -> dict[str, Any]:
 def sidecar(case: Case) -> dict[str, Any]:
     """What RAGAS has no field for, as the ``ragbridge`` column holds it (empty: nothing)."""
     side: dict[str, Any] = {}
-    if case.id != _stable_case_id(case.question):
+    if case.id != case_id_for_question(case.question):
         side["id"] = case.id
     if export_ids(case) != [c.id for c in case.contexts] or any(
             c.score is not None or c.source is not None for c in case.contexts):
@@ -406,7 +401,7 @@ def rows_to_cases(rows: Iterable[dict[str, Any]], path: Optional[str] = None, un
         try:
             rec = row_to_record(row)
             if "id" not in rec:
-                base = _stable_case_id(rec["question"])
+                base = case_id_for_question(rec["question"])
                 cid, k = base, 1
                 while cid in seen:
                     k += 1

@@ -288,7 +288,7 @@ def ragbridge_register_commands(cli):
                                         help="One row per case (get_records_and_feedback's columns)."),
     ) -> None:
         """Export a run's scores in the column layout of TruLens's leaderboard."""
-        from ragbridge.runner import RunError, load_run
+        from ragbridge.run import RunError, load_run
 
         from .formats import write_leaderboard
 

@@ -49,9 +49,11 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
-from ragbridge.io import DatasetError, Format, cases_from_records, read_hf_rows
-from ragbridge.io import is_missing as _missing
-from ragbridge.io import plain as _plain
+from ragbridge.formats import DatasetError, Format
+from ragbridge.formats.files import read_hf_rows
+from ragbridge.formats.records import cases_from_records
+from ragbridge.formats.records import is_missing as _missing
+from ragbridge.formats.records import plain as _plain
 from ragbridge.schema import Case, Score
 
 __all__ = [

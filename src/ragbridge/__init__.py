@@ -20,8 +20,8 @@ _apply_defaults()
 
 from .backend import Backend, MetricSpec, RunOptions, ScoringContext  # noqa: E402
 from .hookspecs import hookimpl  # noqa: E402
-from .io import DatasetError, load_cases, write_cases  # noqa: E402
-from .runner import Run, RunError, evaluate, load_run  # noqa: E402
+from .formats import DatasetError, load_cases, write_cases  # noqa: E402
+from .run import Run, RunError, evaluate, load_run  # noqa: E402
 from .schema import Case, Chunk, RunManifest, Score  # noqa: E402
 
 __all__ = [

@@ -64,7 +64,7 @@ import typer
 from .hookspecs import hookimpl
 from .metrics import DEFAULT_PASS_MARK, GENERATION, RETRIEVAL, half_of
 from .output import num, one_line, print_json, print_lines, print_table, records
-from .runner import Run, RunError, load_run
+from .run import Run, RunError, load_run
 from .schema import Score
 
 __all__ = [

@@ -26,10 +26,11 @@ from typer.core import TyperGroup
 
 from . import __version__
 from .backend import RunOptions
-from .io import DatasetError, input_warnings, load_cases, write_cases
+from .formats import DatasetError, get_formats, load_cases, write_cases
+from .formats.records import input_warnings
 from .output import fits, print_json, print_lines, print_table, records
-from .plugins import get_backends, get_formats, load_errors, register_commands
-from .runner import RunError, evaluate
+from .plugins import get_backends, load_errors, register_commands
+from .run import RunError, evaluate
 from .summary import ALL
 
 _BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0", "y", "n", "t", "f"}
@@ -313,7 +314,7 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_p
                      options, judge_overrides, target=None, target_concurrency=4, as_json=False) -> None:
     import signal
 
-    from .target import TargetError
+    from .run.target import TargetError
     judge = _judge_config(judge_overrides, config)
     # A termination (a CI job cancelled) ends the run as Ctrl-C does: the run folder records it.
     previous = signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
@@ -534,7 +535,7 @@ def sample(
     out_file: Path = typer.Option(..., "--out", "-o", help="Where to write the sampled cases (.jsonl, .csv, .parquet)."),
 ) -> None:
     """Draw a reproducible sample of logged interactions as canonical cases, ready for reference-free metrics."""
-    from .sample import load_mapping, sample_traces
+    from .run.sample import load_mapping, sample_traces
 
     try:
         cases = sample_traces(traces, n, seed=seed, where=where or (), mapping=load_mapping(mapping))

@@ -30,7 +30,7 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from .runner import Run, RunError, load_run
+from .run import Run, RunError, load_run
 from .schema import Case, Score
 from .summary import ALL
 

@@ -77,7 +77,7 @@ from .diff import (
     require_complete,
 )
 from .metrics import NAMES, resolve_metric
-from .runner import Run
+from .run import Run
 
 __all__ = ["GateConfigError", "Rule", "GateConfig", "GateResult", "GateReport", "load_gates", "parse_gates", "run_gates"]
 

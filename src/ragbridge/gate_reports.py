@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
     from .gate import GateReport, GateResult
-    from .runner import Run
+    from .run import Run
 
 __all__ = ["junit_xml", "markdown", "incomplete_junit_xml", "incomplete_markdown", "md_text", "plain_text", "TOP_CASES"]
 

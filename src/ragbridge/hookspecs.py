@@ -28,10 +28,10 @@ def ragbridge_register_backends(register):
 def ragbridge_register_formats(register):
     """Register dataset formats (readers and writers of canonical cases).
 
-    Call ``register(fmt)`` once per format, where ``fmt`` is a ``ragbridge.io.Format``: a name, the
+    Call ``register(fmt)`` once per format, where ``fmt`` is a ``ragbridge.formats.Format``: a name, the
     file suffixes it claims, and ``read(path) -> list[Case]`` and/or
     ``write(cases, path) -> list[str]`` (the returned list names the canonical fields the format
-    could not hold). Readers raise ``ragbridge.io.DatasetError`` for bad input.
+    could not hold). Readers raise ``ragbridge.formats.DatasetError`` for bad input.
     """
 
 

@@ -11,7 +11,6 @@ from . import hookspecs
 
 if TYPE_CHECKING:  # pragma: no cover
     from .backend import Backend
-    from .io import Format
 
 ENTRY_POINT_GROUP = "ragbridge"
 
@@ -48,7 +47,7 @@ def load_plugins() -> pluggy.PluginManager:
     # The built-in backends (native, rubric) and core formats are always there, even when the
     # distribution's metadata is missing (a source checkout): register them like any entry point would.
     for name, modname in (("native", "ragbridge.native"), ("rubric", "ragbridge.rubric"),
-                          ("formats", "ragbridge.io")):
+                          ("formats", "ragbridge.formats.canonical")):
         if name in load_errors:
             continue
         if not pm.has_plugin(name) and modname not in {
@@ -71,20 +70,6 @@ def get_backends() -> dict[str, "Backend"]:
         found[backend.name] = backend
 
     pm.hook.ragbridge_register_backends(register=register)
-    return found
-
-
-def get_formats() -> dict[str, "Format"]:
-    """Every registered dataset format by name."""
-    load_plugins()
-    found: dict[str, Format] = {}
-
-    def register(fmt: "Format") -> None:
-        if fmt.name in found:
-            raise ValueError(f"two plugins register a format named {fmt.name!r}")
-        found[fmt.name] = fmt
-
-    pm.hook.ragbridge_register_formats(register=register)
     return found
 
 

@@ -23,7 +23,7 @@ from .diff import IncompleteRunError, RegressionError, RunDiff, diff_runs, paire
 from .gate import GateConfig, GateConfigError, GateReport, GateResult, load_gates, parse_gates, run_gates
 from .gate_reports import TOP_CASES
 from .hookspecs import hookimpl
-from .io import atomic_path, write_atomic
+from .formats.files import atomic_path, write_atomic
 from .summary import ALL
 
 __all__ = [

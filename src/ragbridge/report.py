@@ -66,10 +66,10 @@ from .analysis import (
 )
 from .gate_reports import md_text as _md  # the one Markdown escaping (HTML and Markdown-safe)
 from .hookspecs import hookimpl
-from .io import write_atomic
+from .formats.files import write_atomic
 from .metrics import default_pass_mark, half_of
 from .metrics import sort_key as _metric_key
-from .runner import Run
+from .run import Run
 from .summary import ALL
 
 __all__ = ["report_data", "render_html", "render_markdown", "render_json", "write_report", "FORMATS",

@@ -17,7 +17,7 @@ from typing import List, Optional
 import typer
 
 from ..output import jsonable, print_json
-from ..runner import Run, RunError, load_run
+from ..run import Run, RunError, load_run
 from .rubrics import Rubric, RubricError, load_rubrics, rubric_set
 
 __all__ = ["register", "rubric_of_run"]
