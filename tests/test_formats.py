@@ -172,7 +172,10 @@ def _pandas_looks_missing_or_numeric(value) -> bool:
         return False
     buf = io.StringIO()
     csv.writer(buf).writerows([["c"], [value]])
-    parsed = pd.read_csv(io.StringIO(buf.getvalue()))["c"][0]
+    column = pd.read_csv(io.StringIO(buf.getvalue()))["c"]
+    if len(column) != 1:  # pandas read the cell as no row at all (a blank or comment-like line)
+        return True
+    parsed = column.iloc[0]
     return not isinstance(parsed, str) or parsed != value
 
 
