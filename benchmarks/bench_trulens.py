@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     import trulens.providers.openai  # noqa: F401
     from trulens.feedback import GroundTruthAgreement  # noqa: F401
 
-    from ragbridge_trulens.scoring import offline_sentence_splitter
+    from ragbridge_trulens.env import offline_sentence_splitter
 
     offline_sentence_splitter()
     print(f"import trulens: {time.perf_counter() - t:.1f}s (not timed below)")

@@ -1,6 +1,7 @@
 """A third-party backend registered by entry point shows up in `backends` and in a run."""
 
 import json
+import os
 import textwrap
 
 from conftest import ragbridge_cli
@@ -50,7 +51,7 @@ def make_plugin(tmp_path):
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ragbridge-echo\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[ragbridge]\necho = ragbridge_echo\n")
-    return {"PYTHONPATH": str(site)}
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
 
 
 def test_entry_point_backend_listed(tmp_path):

@@ -23,7 +23,8 @@ from ragbridge.testing import StubJudge  # noqa: E402
 
 import ragbridge_ragas  # noqa: E402
 from ragbridge_ragas import from_ragas, to_ragas  # noqa: E402
-from ragbridge_ragas.backend import METRICS, normalise  # noqa: E402
+from ragbridge_ragas.metrics import METRICS  # noqa: E402
+from ragbridge_ragas.translate import normalise  # noqa: E402
 
 ALL = ["faithfulness", "answer_relevance", "context_precision", "context_recall", "context_relevance",
        "answer_correctness"]

@@ -118,6 +118,10 @@ class NativeBackend(Backend):
         ]
         return specs
 
+    async def open(self, ctx: ScoringContext) -> dict:
+        """The run's session: the ranked cases, prepared once for every ranking metric."""
+        return {}
+
     async def score(self, metric: str, cases: Sequence[Case], ctx: ScoringContext) -> AsyncIterator[Score]:
         opts = ctx.options
         start = time.perf_counter()
@@ -125,10 +129,11 @@ class NativeBackend(Backend):
             for case in cases:
                 yield self._check(metric, case, opts)
             return
-        cached = ctx.stats.get("native_ranked")
+        cache = ctx.session if isinstance(ctx.session, dict) else {}
+        cached = cache.get("ranked")
         if cached is None or cached[0] is not cases:
             ranked = ranking.prepare(cases)
-            ctx.stats["native_ranked"] = (cases, ranked)
+            cache["ranked"] = (cases, ranked)
         else:
             ranked = cached[1]
         values = _ranking_values(ranked, metric, opts.gain)
