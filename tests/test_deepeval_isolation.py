@@ -115,7 +115,8 @@ def test_ragbridge_and_the_deepeval_formats_import_no_deepeval_and_change_no_env
         from ragbridge.plugins import get_backends, get_formats
         assert "deepeval" in get_backends() and "deepeval" in get_formats()
         cases = ragbridge.load_cases({str(ROOT / "examples/support-bot/golden.jsonl")!r})[:3]
-        for fmt, name in (("deepeval-json", "g.json"), ("deepeval-jsonl", "g.jsonl"), ("deepeval-csv", "g.csv")):
+        for fmt, name in (("deepeval-json", "g.json"), ("deepeval-jsonl", "g.jsonl"),
+                          ("deepeval-csv", "g.csv")):
             ragbridge.write_cases(cases, name, format=fmt)
             assert [c.id for c in ragbridge.load_cases(name, format="deepeval")] == [c.id for c in cases]
         changed = sorted(k for k in set(os.environ) | set(before) if os.environ.get(k) != before.get(k))

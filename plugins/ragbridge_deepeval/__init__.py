@@ -101,7 +101,9 @@ the ``.deepeval/`` folder DeepEval otherwise creates in the working directory at
 ``DEEPEVAL_DISABLE_LEGACY_KEYFILE``, ``DEEPEVAL_NO_INSPECT_PROMPT`` and ``DEEPEVAL_CACHE_FOLDER`` (a
 per-user cache folder, so even a user who opts back into telemetry gets no ``.deepeval/`` in the
 working directory) are set; DeepEval reads them at import, and it is first imported after that, when
-the backend scores (``import ragbridge`` and the dataset formats never import it). The backend never
+the backend scores (``import ragbridge`` and the dataset formats never import it). DeepEval sends its
+buffered telemetry counts at exit, after the run: the backend's ``close`` settles them while the
+opt-out still holds, so nothing is sent later (`env.settle_telemetry`). The backend never
 calls ``deepeval.evaluate`` or any upload, so a ``CONFIDENT_API_KEY`` in the environment sends
 nothing to Confident AI. DeepEval's auto-loaded pytest plugin is disabled in the project's test runs
 (``-p no:deepeval`` in pyproject's pytest addopts).

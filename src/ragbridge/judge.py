@@ -1,6 +1,6 @@
 """The judge: one configuration, and one gateway that every backend's library talks to.
 
-Each backend points its library (RAGAS, DeepEval, TruLens, ...) at a :class:`JudgeGateway` with the
+Each backend points its library (or its own client) at a :class:`JudgeGateway` with the
 gateway's own key :attr:`JudgeGateway.api_key`. Two ways in, one behaviour:
 
 * **in-process transport** (what ragbridge's own backends use): the library's ``httpx`` client gets
@@ -165,8 +165,8 @@ def _default_cache_path() -> Path:
 class JudgeConfig(BaseModel):
     """One judge for every backend: model, OpenAI-compatible endpoint, and the name of the key's env var.
 
-    ``max_tokens`` is for the backends to pass to their libraries (RAGAS' own default of 1024 truncates
-    long verdict lists); the gateway never edits a request body. ``cache_path = None`` means no cache.
+    ``max_tokens`` is for the backends to pass to their libraries (a library's own default of 1024 can
+    truncate long verdict lists); the gateway never edits a request body. ``cache_path = None`` means no cache.
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -1599,7 +1599,7 @@ class JudgeGateway:
 
 
 def _stdlib_thread_pool() -> type:
-    """The standard library's ThreadPoolExecutor, even after TruLens's import replaced
+    """The standard library's ThreadPoolExecutor, even after a backend library's import replaced
     ``concurrent.futures.ThreadPoolExecutor`` with a subclass that records a stack on every submit."""
     cls = concurrent.futures.thread.ThreadPoolExecutor
     while cls.__module__ != "concurrent.futures.thread" and cls.__bases__:

@@ -147,8 +147,8 @@ def default_threshold(metric: str, k: Optional[int] = None) -> float:
     ``precision@k`` and ``context_relevance``: ``1/k`` (``k`` from the name, else the run's ``k``,
     else 5): at least about one relevant chunk in the list. 0.5 there would flag every case with
     fewer than k/2 relevant chunks, which is most golden sets. ``must_contain``, ``must_not_contain``,
-    ``abstention``: 1. Everything else, ranking and judged metrics alike: 0.5 (DeepEval's default
-    threshold; for ``hit@k`` and ``abstention`` any mark in (0, 1] means the same)."""
+    ``abstention``: 1. Everything else, ranking and judged metrics alike: 0.5 (the usual default
+    threshold of the evaluation libraries; for ``hit@k`` and ``abstention`` any mark in (0, 1] means the same)."""
     base, _, cut = metric.partition("@")
     if base in LIST_PRECISIONS:
         n = int(cut) if cut.isdigit() and int(cut) > 0 else int(k or 5)
@@ -826,8 +826,8 @@ def ragbridge_register_commands(cli):
         fmt: str = typer.Option("html", "--format", "-f", help="html (one self-contained file), md or json."),
         out_file: Optional[Path] = typer.Option(None, "--out", "-o", help="File to write (default: RUN/report.<format>; '-' for standard output)."),
         threshold: Optional[List[str]] = typer.Option(
-            None, "--threshold", "-t", help="Pass threshold: 0.7, ragas=0.7, faithfulness=0.7 or "
-            "ragas:faithfulness=0.7 (repeatable; beats --gates; default: per metric, see docs/report.md)."),
+            None, "--threshold", "-t", help="Pass threshold: 0.7, rubric=0.7, faithfulness=0.7 or "
+            "rubric:faithfulness=0.7 (repeatable; beats --gates; default: per metric, see docs/report.md)."),
         top: int = typer.Option(10, "--top", help="Disagreeing cases to list per metric."),
         resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples for the agreement intervals (0: none)."),
         seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),

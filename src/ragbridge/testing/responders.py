@@ -935,7 +935,7 @@ class Labels:
     other: frozenset[str] = frozenset()
 
     def extend(self, **more: Iterable[str]) -> "Labels":
-        """These labels and ``more`` (``query=("user query",), ...``)."""
+        """These labels and ``more`` (``query=("the question",), ...``)."""
         return replace(self, **{role: getattr(self, role) | frozenset(names) for role, names in more.items()})
 
     @property
