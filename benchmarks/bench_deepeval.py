@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -40,11 +41,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "support-bot" / "golden.jsonl"
 
-import ragbridge  # noqa: E402  (privacy defaults before DeepEval is imported)
+import ragbridge  # noqa: E402
 from ragbridge.io import read_jsonl  # noqa: E402
 from ragbridge.judge import JudgeConfig  # noqa: E402
+from ragbridge_deepeval import DeepEvalBackend  # noqa: E402
 from ragbridge_deepeval import metrics as deepeval_metrics  # noqa: E402
 from ragbridge_deepeval import translate  # noqa: E402
+
+# the direct side imports DeepEval outside a run: give this process the backend's privacy defaults first
+for _name, _value in DeepEvalBackend().environment().items():
+    os.environ.setdefault(_name, _value)
 
 
 async def direct(cases, model: str, base_url: str, concurrency: int, shared_client: bool) -> tuple[int, int]:

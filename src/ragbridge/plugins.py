@@ -47,7 +47,8 @@ def load_plugins() -> pluggy.PluginManager:
     """Register the built-in plugins and every plugin of the ``ragbridge`` entry-point group, once.
 
     A plugin that fails to import is reported in ``load_errors`` rather than breaking the CLI. An
-    entry point naming a built-in module (an older install's metadata) is the built-in, registered once.
+    entry point into ragbridge's own package (the metadata of an older install) is ignored: the
+    built-in plugins are `DEFAULT_PLUGINS`.
     """
     global _loaded
     if _loaded:
@@ -56,7 +57,7 @@ def load_plugins() -> pluggy.PluginManager:
     for modname in DEFAULT_PLUGINS:
         pm.register(importlib.import_module(modname), name=modname)
     for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        if pm.has_plugin(ep.name) or ep.name in load_errors:
+        if ep.module.split(".")[0] == "ragbridge" or pm.has_plugin(ep.name) or ep.name in load_errors:
             continue
         try:
             plugin = ep.load()
