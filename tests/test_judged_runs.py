@@ -143,7 +143,7 @@ def test_trulens_leaves_openai_unwrapped(tmp_path, example_cases, stub_judge):
     import inspect
 
     import openai.resources
-    from ragbridge_trulens.scoring import make_provider
+    from ragbridge_trulens.backend import make_provider
     from trulens.core.feedback.endpoint import INSTRUMENT
 
     make_provider("gpt-4o-mini", stub_judge.base_url, "x")

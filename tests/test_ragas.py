@@ -23,7 +23,8 @@ from ragbridge.testing import StubJudge  # noqa: E402
 
 import ragbridge_ragas  # noqa: E402
 from ragbridge_ragas import from_ragas, to_ragas  # noqa: E402
-from ragbridge_ragas.backend import METRICS, normalise  # noqa: E402
+from ragbridge_ragas.metrics import METRICS  # noqa: E402
+from ragbridge_ragas.translate import normalise  # noqa: E402
 
 ALL = ["faithfulness", "answer_relevance", "context_precision", "context_recall", "context_relevance",
        "answer_correctness"]
@@ -390,6 +391,42 @@ def test_cli_run_talks_only_to_the_judge(tmp_path, example):
     hosts = log.read_text().splitlines() if log.exists() else []
     assert hosts, "the audit hook saw no connection at all"
     assert all("127.0.0.1" in h for h in hosts), sorted(set(hosts))
+
+
+def test_converting_before_a_run_keeps_the_runs_privacy_defaults(tmp_path):
+    """``to_ragas`` imports RAGAS outside any run, so without the backend's environment: it makes no
+    tracked call, and RAGAS reads RAGAS_DO_NOT_TRACK only in the run that follows, where the backend
+    has set it. No analytics lookup, no id file in the home folder, nothing left set after the run."""
+    code = textwrap.dedent(f"""
+        import json, os, socket
+        seen = []
+        real = socket.getaddrinfo
+        socket.getaddrinfo = lambda host, *a, **k: (seen.append(host), real(host, *a, **k))[1]
+        import ragbridge
+        from ragbridge.judge import JudgeConfig
+        from ragbridge.testing import StubJudge
+        from ragbridge_ragas import to_ragas
+        cases = ragbridge.load_cases({str(EXAMPLE)!r})[:2]
+        dataset, _ = to_ragas(cases)
+        with StubJudge() as stub:
+            run = ragbridge.evaluate(cases, backends=["ragas"], metrics=["faithfulness"],
+                                     judge=JudgeConfig(model="stub-judge", base_url=stub.base_url,
+                                                       cache_mode="off", api_key_env="RAGBRIDGE_TEST_KEY"))
+        print(json.dumps({{"samples": len(dataset.samples), "scored": [s.status for s in run.scores],
+                          "hosts": sorted(set(seen)), "left_set": os.environ.get("RAGAS_DO_NOT_TRACK")}}))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "RAGAS_DO_NOT_TRACK"}
+    env["HOME"] = str(tmp_path / "home")
+    import subprocess
+
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["samples"] == 2 and out["scored"] == ["scored", "scored"]
+    assert set(out["hosts"]) <= {"127.0.0.1", "localhost"}, out["hosts"]
+    assert out["left_set"] is None
+    assert not [p for p in (tmp_path / "home").rglob("*") if p.is_file()]
 
 
 # --------------------------------------------------------------------------------------------

@@ -146,7 +146,8 @@ def _mapping(value: Any, field: str) -> Optional[dict]:
             try:
                 parsed = ast.literal_eval(text)
             except (ValueError, SyntaxError):
-                raise DatasetError("is neither a JSON object nor a Python dict literal", field=field) from None
+                raise DatasetError("is neither a JSON object nor a Python dict literal",
+                                   field=field) from None
         if isinstance(parsed, dict):
             return parsed
     raise DatasetError(f"must be an object, got {type(value).__name__}", field=field)
@@ -228,7 +229,8 @@ def record_to_canonical(raw: Any, joined: bool) -> dict[str, Any]:
     return out
 
 
-def _records_with_ids(records: Iterator[tuple[int, Any]], joined: bool, path: Path) -> Iterator[tuple[int, dict]]:
+def _records_with_ids(records: Iterator[tuple[int, Any]], joined: bool,
+                      path: Path) -> Iterator[tuple[int, dict]]:
     seen: dict[str, int] = {}
     for n, raw in records:
         try:
@@ -251,7 +253,8 @@ def _text(path: Path) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise DatasetError(f"invalid UTF-8 at byte {exc.start}", path=path, hint="save the file as UTF-8") from None
+        raise DatasetError(f"invalid UTF-8 at byte {exc.start}", path=path,
+                           hint="save the file as UTF-8") from None
 
 
 def read_json(path: Path) -> list[Case]:
@@ -297,7 +300,8 @@ def read_csv(path: Path) -> list[Case]:
     def records() -> Iterator[tuple[int, Any]]:
         for row in reader:
             if None in row:
-                raise DatasetError("has more cells than the header has columns", path=path, line=reader.line_num)
+                raise DatasetError("has more cells than the header has columns", path=path,
+                                   line=reader.line_num)
             rec: dict[str, Any] = {}
             for k, v in row.items():
                 k = _ALIASES.get(k, k)
@@ -405,9 +409,9 @@ def golden_record(case: Case, lists: bool = True) -> tuple[dict[str, Any], list[
 def _write_all(cases: Sequence[Case], lists: bool) -> tuple[list[dict], list[str]]:
     records, lost = [], []
     for case in cases:
-        rec, l = golden_record(case, lists)
+        rec, lost_here = golden_record(case, lists)
         records.append(rec)
-        lost.extend(x for x in l if x not in lost)
+        lost.extend(x for x in lost_here if x not in lost)
     return records, lost
 
 

@@ -1,4 +1,5 @@
-"""Canonical cases to and from RAGAS samples (``SingleTurnSample`` / ``EvaluationDataset`` rows).
+"""Canonical cases to and from RAGAS samples (``SingleTurnSample`` / ``EvaluationDataset`` rows), and
+RAGAS' results as Scores (`normalise`, `to_score`).
 
 Field mapping (canonical -> RAGAS):
 
@@ -63,15 +64,15 @@ write none (e.g. ``retrieved_contexts: []`` on an unlabelled sample) is kept as
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Iterable, Optional, Sequence
 
 from pydantic import ValidationError
 
+from ragbridge.backend import error_text
 from ragbridge.formats import DatasetError
-from ragbridge.formats.records import case_id_for_question, derived_chunk_ids
-from ragbridge.formats.records import is_missing as _missing
-from ragbridge.formats.records import plain as _plain
-from ragbridge.schema import Case
+from ragbridge.formats.records import case_id_for_question, derived_chunk_ids, is_missing, plain
+from ragbridge.schema import Case, Score
 
 __all__ = [
     "RAGAS_FIELDS",
@@ -85,6 +86,8 @@ __all__ = [
     "row_to_record",
     "rows_to_cases",
     "retrieved_texts",
+    "normalise",
+    "to_score",
 ]
 
 #: the fields of ``ragas.dataset_schema.SingleTurnSample`` (RAGAS 0.4.3)
@@ -303,7 +306,7 @@ def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
     """
     if not isinstance(row, dict):
         raise DatasetError(f"each sample must be an object, got {type(row).__name__}")
-    rec = {k: _plain(v, keep_missing=k == SIDECAR) for k, v in row.items() if not _missing(v)}
+    rec = {k: plain(v, keep_missing=k == SIDECAR) for k, v in row.items() if not is_missing(v)}
     for legacy, current in LEGACY_COLUMNS.items():
         if legacy in rec:
             if current in rec:
@@ -393,7 +396,8 @@ def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def rows_to_cases(rows: Iterable[dict[str, Any]], path: Optional[str] = None, unit: str = "row") -> list[Case]:
+def rows_to_cases(rows: Iterable[dict[str, Any]], path: Optional[str] = None,
+                  unit: str = "row") -> list[Case]:
     """Validate RAGAS rows into cases; errors say where (file, row, field) and what to do."""
     cases: list[Case] = []
     seen: dict[str, int] = {}
@@ -423,3 +427,35 @@ def rows_to_cases(rows: Iterable[dict[str, Any]], path: Optional[str] = None, un
     if not cases:
         raise DatasetError("holds no samples", path=path, hint="a golden set needs at least one case")
     return cases
+
+
+# --------------------------------------------------------------------------------------------
+# RAGAS results -> Scores
+
+
+def normalise(value: float) -> Optional[float]:
+    """RAGAS' raw value -> 0..1 (None for NaN): rounded to 9 decimals, which removes the 1e-10 RAGAS
+    adds to denominators (0.9999999999 -> 1.0), then clipped (a mean cosine below 0 -> 0)."""
+    if value is None or not math.isfinite(value):
+        return None
+    return min(1.0, max(0.0, round(float(value), 9)))
+
+
+def to_score(spec: Any, metric: str, case_id: str, result: Any, errors: Sequence[BaseException],
+             seconds: float) -> Score:
+    """The Score of one ``ascore`` result (``spec``: the metric's `metrics.RagasMetric`). ``errors``
+    are the judge calls that failed while RAGAS scored the case (ContextRelevance retries them, and
+    returns NaN when every rating failed: then the Score has the last one as its error)."""
+    base = dict(case_id=case_id, metric=metric, backend="ragas", native_metric=spec.native, seconds=seconds)
+    raw = float(result.value) if result.value is not None else float("nan")
+    value = normalise(raw)
+    if value is None:
+        if errors:  # NaN because the library swallowed judge errors: that is a failure
+            return Score(**base, native_value=None, error=error_text(errors[-1]),
+                         reason=f"RAGAS returned NaN after {len(errors)} failed judge call(s)")
+        return Score(**base, native_value=None, reason=spec.undefined)
+    reason = result.reason
+    if errors:  # the library retried failed judge calls itself and still produced a value
+        reason = (f"{len(errors)} judge call(s) failed and were retried by RAGAS; "
+                  f"last: {error_text(errors[-1])}")
+    return Score(**base, value=value, native_value=raw, reason=reason)

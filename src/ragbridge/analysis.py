@@ -24,10 +24,10 @@ Three analyses read a run folder and return pandas DataFrames (the ``ragbridge c
 From Python (a run folder path or a `ragbridge.Run`)::
 
     from ragbridge.analysis import compare, disagreements, validate, calibrate, calibration_flips
-    compare("runs/x", metrics=["faithfulness"], thresholds={"ragas": 0.7})   # one row per pair
+    compare("runs/x", metrics=["faithfulness"], thresholds={"rubric": 0.7})  # one row per pair
     disagreements("runs/x", top=10)                  # each backend's value and reason per case
     validate("runs/x", "labels.jsonl")               # one row per metric and backend
-    curve = calibrate("runs/x", "deepeval", "ragas", "faithfulness", threshold=0.7)
+    curve = calibrate("runs/x", "old-backend", "new-backend", "faithfulness", threshold=0.7)
     best = curve[curve.best].iloc[0]                 # threshold, kappa, agreement, flips
 
 Cases a backend could not score are never dropped silently: every frame counts, per backend,
@@ -128,8 +128,8 @@ class Thresholds:
         cls, specs: Union[None, float, str, "Thresholds", Mapping[str, float], Iterable[Any]],
         backends: Iterable[str] = (),
     ) -> "Thresholds":
-        """From ``0.7``, ``{"ragas": 0.7}`` or strings ``"0.7"``, ``"ragas=0.7"``,
-        ``"ragas:faithfulness=0.7"``, ``"faithfulness=0.6"``. A name on the left of ``=`` is a backend
+        """From ``0.7``, ``{"rubric": 0.7}`` or strings ``"0.7"``, ``"rubric=0.7"``,
+        ``"rubric:faithfulness=0.7"``, ``"faithfulness=0.6"``. A name on the left of ``=`` is a backend
         when it is one of ``backends`` (or contains no metric-like characters and is not a known
         metric), else a metric."""
         if isinstance(specs, Thresholds):
@@ -730,8 +730,8 @@ def unsupported_claims(native_value: Any, threshold: float = 0.5) -> Optional[tu
 
     Understood shapes: a mapping with a list under ``claims``, ``statements``, ``verdicts`` or
     ``sentences`` whose items carry a verdict under ``verdict``, ``supported``, ``label``, ``score``
-    or ``attributed`` (or are bare verdicts), e.g. TruLens groundedness'
-    ``{score, scale, statements: [{criteria, supporting_evidence, score}]}``. A verdict counts as
+    or ``attributed`` (or are bare verdicts), e.g. a per-sentence grade
+    ``{score, scale, statements: [{criteria, score}]}``. A verdict counts as
     supported when it is ``yes``, ``supported``, true or 1, or a number at or above ``threshold``
     (when grades above 1 occur, all grades are divided by the top of the mapping's ``scale``); ``no``, ``idk`` /
     ``borderline`` (not backed by the context) and lower numbers count as unsupported; a negative
@@ -1127,7 +1127,7 @@ def ragbridge_register_commands(cli):
         run: Path = typer.Argument(..., help="Run folder (holds run.json and scores.jsonl)."),
         metric: List[str] = typer.Option(None, "--metric", "-m", help="Metric to compare (repeatable). Default: every metric two or more backends scored."),
         backend: List[str] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
-        threshold: List[str] = typer.Option(None, "--threshold", "-t", help="Pass threshold: 0.7 for all, ragas=0.7 per backend, ragas:faithfulness=0.7 per backend and metric (repeatable; default 0.5)."),
+        threshold: List[str] = typer.Option(None, "--threshold", "-t", help="Pass threshold: 0.7 for all, rubric=0.7 per backend, rubric:faithfulness=0.7 per backend and metric (repeatable; default 0.5)."),
         top: int = typer.Option(5, "--top", help="Disagreeing cases to show per metric."),
         resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples for the 95% intervals (0: none)."),
         seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
@@ -1215,7 +1215,7 @@ def ragbridge_register_commands(cli):
         labels: Path = typer.Option(..., "--labels", "-l", help="Human labels: JSONL or CSV with case_id, metric, label (pass/fail or a grade)."),
         metric: List[str] = typer.Option(None, "--metric", "-m", help="Only these metrics (repeatable); with one metric, label lines may omit it."),
         backend: List[str] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
-        threshold: List[str] = typer.Option(None, "--threshold", "-t", help="Backend pass threshold: 0.7, ragas=0.7 or ragas:faithfulness=0.7 (repeatable; default 0.5)."),
+        threshold: List[str] = typer.Option(None, "--threshold", "-t", help="Backend pass threshold: 0.7, rubric=0.7 or rubric:faithfulness=0.7 (repeatable; default 0.5)."),
         label_threshold: float = typer.Option(0.5, "--label-threshold", help="A human grade at or above this is a pass (e.g. 3 for a 1-5 scale)."),
         resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples (0: none)."),
         seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),

@@ -94,8 +94,6 @@ class ScoringContext:
     options: RunOptions
     judge: Optional["JudgeGateway"] = None
     session: Any = None
-    #: shared between the backends of a run; superseded by ``session`` (to be removed)
-    stats: dict[str, Any] = field(default_factory=dict)
 
     def for_session(self, session: Any) -> "ScoringContext":
         """The same context with ``session`` set (the runner makes one per backend)."""

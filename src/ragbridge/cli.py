@@ -531,7 +531,7 @@ def sample(
     n: int = typer.Option(200, "--n", help="How many interactions to draw."),
     seed: int = typer.Option(0, "--seed", help="Seed: the same log, filters and seed give the same sample."),
     where: List[str] = typer.Option(None, "--where", help="Keep only interactions with field=value (repeatable; tag=billing matches a tag)."),
-    mapping: Optional[Path] = typer.Option(None, "--mapping", help="TOML file mapping log fields to the schema (see ragbridge.sample)."),
+    mapping: Optional[Path] = typer.Option(None, "--mapping", help="TOML file mapping log fields to the schema (see ragbridge.run.sample)."),
     out_file: Path = typer.Option(..., "--out", "-o", help="Where to write the sampled cases (.jsonl, .csv, .parquet)."),
 ) -> None:
     """Draw a reproducible sample of logged interactions as canonical cases, ready for reference-free metrics."""

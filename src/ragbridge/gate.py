@@ -17,7 +17,7 @@ per rule. A rule's ``check`` is one comparison::
 
     [[gate]]
     check = "faithfulness drop <= 0.02"        # baseline mean - run mean, on cases scored in both
-    backend = "ragas"
+    backend = "rubric"
     significant = true                         # fail only when the drop is statistically significant
 
     [[gate]]

@@ -1,7 +1,15 @@
-"""The plugin manager: loads the ``ragbridge`` entry-point group and collects what plugins register."""
+"""The plugin manager: ragbridge's built-in plugins, then the ``ragbridge`` entry-point group.
+
+The built-in plugins (`DEFAULT_PLUGINS`: the native backend, the canonical dataset formats, the
+rubric judge and the analysis, report and regression commands) are registered from that list, by
+module path, so a source checkout without package metadata still has every command and backend.
+Every other plugin, the bundled library backends (``plugins/ragbridge_*``) included, is found
+through the ``ragbridge`` entry-point group, like a third party's.
+"""
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 from typing import TYPE_CHECKING
 
@@ -14,46 +22,49 @@ if TYPE_CHECKING:  # pragma: no cover
 
 ENTRY_POINT_GROUP = "ragbridge"
 
+#: the built-in plugins, by module path, registered in this order before any entry point (pluggy
+#: calls the last registered first)
+DEFAULT_PLUGINS = (
+    "ragbridge.analysis",
+    "ragbridge.formats.canonical",
+    "ragbridge.native",
+    "ragbridge.regression",
+    "ragbridge.report",
+    "ragbridge.rubric",
+)
+
 pm = pluggy.PluginManager("ragbridge")
 pm.add_hookspecs(hookspecs)
 
-#: plugins whose entry point failed to load: name -> error message (shown by ``ragbridge backends``)
+#: plugins that failed to load: name -> error message (shown by ``ragbridge backends``)
 load_errors: dict[str, str] = {}
 
 _loaded = False
 
 
 def load_plugins() -> pluggy.PluginManager:
-    """Register every plugin of the ``ragbridge`` entry-point group once, built-in ones included.
+    """Register the built-in plugins and every plugin of the ``ragbridge`` entry-point group, once.
 
-    A plugin that fails to import is reported in ``load_errors`` rather than breaking the CLI.
+    A plugin that fails to import is reported in ``load_errors`` rather than breaking the CLI. An
+    entry point into ragbridge's own package (the metadata of an older install) is ignored: the
+    built-in plugins are `DEFAULT_PLUGINS`.
     """
     global _loaded
     if _loaded:
         return pm
     _loaded = True
-    eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-    seen = set()
-    for ep in sorted(eps, key=lambda e: e.name):
-        if ep.name in seen or pm.has_plugin(ep.name):
+    for modname in DEFAULT_PLUGINS:
+        pm.register(importlib.import_module(modname), name=modname)
+    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        if ep.module.split(".")[0] == "ragbridge" or pm.has_plugin(ep.name) or ep.name in load_errors:
             continue
-        seen.add(ep.name)
         try:
             plugin = ep.load()
         except Exception as exc:  # a broken third-party plugin must not take the tool down
             load_errors[ep.name] = f"{type(exc).__name__}: {exc}"
             continue
-        pm.register(plugin, name=ep.name)
-    # The built-in backends (native, rubric) and core formats are always there, even when the
-    # distribution's metadata is missing (a source checkout): register them like any entry point would.
-    for name, modname in (("native", "ragbridge.native"), ("rubric", "ragbridge.rubric"),
-                          ("formats", "ragbridge.formats.canonical")):
-        if name in load_errors:
-            continue
-        if not pm.has_plugin(name) and modname not in {
-            getattr(p, "__name__", None) for p in pm.get_plugins()
-        }:
-            pm.register(importlib.import_module(modname), name=name)
+        if not pm.is_registered(plugin):
+            pm.register(plugin, name=ep.name)
     return pm
 
 

@@ -17,7 +17,7 @@ A test::
 
     @pytest.mark.judge
     def test_faithfulness(ragbridge_golden, ragbridge_evaluate, ragbridge_gate, ragbridge_judge):
-        run = ragbridge_evaluate(ragbridge_golden, backends=["ragas"], metrics=["faithfulness"], judge=ragbridge_judge)
+        run = ragbridge_evaluate(ragbridge_golden, backends=["rubric"], metrics=["faithfulness"], judge=ragbridge_judge)
         ragbridge_gate(run, "gates-judged.toml")
 
 Run the cheap tests on every pull request with ``pytest -m "not judge"`` and the judged ones nightly

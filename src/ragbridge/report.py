@@ -796,8 +796,8 @@ def ragbridge_register_commands(cli):
         fmt: str = typer.Option("html", "--format", "-f", help="html (one self-contained file), md or json."),
         out_file: Optional[Path] = typer.Option(None, "--out", "-o", help="File to write (default: RUN/report.<format>; '-' for standard output)."),
         threshold: Optional[List[str]] = typer.Option(
-            None, "--threshold", "-t", help="Pass threshold: 0.7, ragas=0.7, faithfulness=0.7 or "
-            "ragas:faithfulness=0.7 (repeatable; beats --gates; default: per metric, see docs/report.md)."),
+            None, "--threshold", "-t", help="Pass threshold: 0.7, rubric=0.7, faithfulness=0.7 or "
+            "rubric:faithfulness=0.7 (repeatable; beats --gates; default: per metric, see docs/report.md)."),
         top: int = typer.Option(10, "--top", help="Disagreeing cases to list per metric."),
         resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples for the agreement intervals (0: none)."),
         seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),

@@ -162,7 +162,7 @@ def load_cases(path: str | Path, format: Optional[str] = None) -> list[Case]:
     """Read a golden set into canonical cases. Raises `DatasetError` for any bad input.
 
     Without ``format``, the suffix names the format; a file whose first record has fields of
-    exactly one library's format instead of canonical ones (a RAGAS, DeepEval or TruLens file) is
+    exactly one library's format instead of canonical ones (a format a backend plugin registers) is
     read as that format, with a one-line note on the ``ragbridge`` logger (stderr by default).
     """
     path = Path(path)

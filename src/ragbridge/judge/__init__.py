@@ -1,6 +1,6 @@
 """The judge: one configuration, and one gateway that every backend's library talks to.
 
-Each backend points its library (RAGAS, DeepEval, TruLens, ...) at a :class:`JudgeGateway` with the
+Each backend points its library (or its own client) at a :class:`JudgeGateway` with the
 gateway's own key :attr:`JudgeGateway.api_key`. Two ways in, one behaviour (routing, cache, bounds,
 retries, counts, audit):
 

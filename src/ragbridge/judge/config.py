@@ -77,8 +77,9 @@ def _default_cache_path() -> Path:
 class JudgeConfig(BaseModel):
     """One judge for every backend: model, OpenAI-compatible endpoint, and the name of the key's env var.
 
-    ``max_tokens`` is for the backends to pass to their libraries (RAGAS' own default of 1024 truncates
-    long verdict lists); the gateway never edits a request body. ``cache_path = None`` means no cache.
+    ``max_tokens`` is for the backends to pass to their libraries (a library's own default of 1024 can
+    truncate long verdict lists); the gateway never edits a request body. ``cache_path = None`` means no
+    cache.
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)

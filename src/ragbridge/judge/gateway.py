@@ -776,7 +776,7 @@ class JudgeGateway:
 
 
 def _stdlib_thread_pool() -> type:
-    """The standard library's ThreadPoolExecutor, even after TruLens's import replaced
+    """The standard library's ThreadPoolExecutor, even after a backend library's import replaced
     ``concurrent.futures.ThreadPoolExecutor`` with a subclass that records a stack on every submit."""
     cls = concurrent.futures.thread.ThreadPoolExecutor
     while cls.__module__ != "concurrent.futures.thread" and cls.__bases__:
