@@ -18,6 +18,7 @@ The package, one concern a module, each importing only the ones listed before it
 
 * :mod:`~ragbridge.judge.config`: :class:`JudgeConfig` (and where it is read from), the errors,
   :func:`redact_url`;
+* :mod:`~ragbridge.judge.repeat`: how a repeat's index travels with its calls (its own cache key);
 * :mod:`~ragbridge.judge.cache`: :class:`JudgeCache`, the SQLite response cache;
 * :mod:`~ragbridge.judge.upstream`: the keep-alive connection pool to the real judge;
 * :mod:`~ragbridge.judge.server`: the loopback socket's handler (on :class:`FastRequestHandler`, the
@@ -29,14 +30,20 @@ The package, one concern a module, each importing only the ones listed before it
 """
 
 from .cache import JudgeCache
-from .config import JudgeConfig, JudgeConfigError, JudgeError, JudgeUnavailable, redact_url
-from .gateway import TAG_HEADER, JudgeGateway, Usage
+from .config import JudgeConfig, JudgeConfigError, JudgeError, JudgeUnavailable, ModelPrice, redact_url
+from .gateway import TAG_HEADER, Budget, JudgeGateway, Usage
+from .repeat import REPEAT_HEADER, repeat_case_id, split_repeat
 from .server import FastRequestHandler
 from .transport import AsyncJudgeTransport, JudgeTransport
 
 __all__ = [
     "JudgeConfig",
     "JudgeGateway",
+    "Budget",
+    "ModelPrice",
+    "REPEAT_HEADER",
+    "repeat_case_id",
+    "split_repeat",
     "JudgeCache",
     "Usage",
     "JudgeError",

@@ -41,7 +41,10 @@ __all__ = ["RUN_FILES", "HEARTBEAT_SECONDS", "JUDGE_COUNTS", "Run", "RunFolder",
 RUN_FILES = ("run.json", "scores.jsonl", "cases.jsonl", "judge-audit.jsonl", "target.jsonl")
 HEARTBEAT_SECONDS = 2.0
 #: the judge's counters kept in ``run.json``'s ``counts.judge``, added up over the sessions of a run
-JUDGE_COUNTS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "retries", "errors")
+JUDGE_COUNTS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "retries", "errors", "cost",
+                "unpriced", "refused")
+#: of `JUDGE_COUNTS`, the ones that are money (floats)
+_FLOAT_COUNTS = ("cost",)
 
 
 def now() -> str:
@@ -79,23 +82,43 @@ class Run:
             r["status"] = s.status
         return pd.DataFrame(rows)
 
+    #: every repeat of every score as recorded (``scores`` holds each case's mean over its repeats);
+    #: the same as ``scores`` for a run without repeats
+    repeat_scores: Optional[list[Score]] = None
+
+    def __post_init__(self) -> None:
+        if self.repeat_scores is None:
+            from ..repeats import collapse_repeats, has_repeats
+
+            if has_repeats(self.scores):
+                self.repeat_scores = list(self.scores)
+                self.scores = collapse_repeats(self.scores, pass_at_least(self.manifest))
+            else:
+                self.repeat_scores = self.scores
+
     def summary(self, by_tag: bool = True):
         from ..summary import summarize
 
         return summarize(self.scores, self.cases, by_tag=by_tag)
 
 
+def pass_at_least(manifest: RunManifest) -> Optional[int]:
+    """The run's ``--pass-repeats m`` (a case passes when at least m of its repeats pass), or None."""
+    value = (manifest.options or {}).get("pass_repeats")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def read_scores(path: Path) -> tuple[list[Score], int]:
-    """Scores in ``scores.jsonl``, the last line per (case, metric, backend) winning.
+    """Scores in ``scores.jsonl``, the last line per (case, metric, backend, repeat) winning.
 
     Returns the scores and the number of unreadable lines (a line cut short by a killed run).
     """
     if not path.exists():
         return [], 0
     bad: list[Exception] = []
-    latest: dict[tuple[str, str, str], Score] = {}
+    latest: dict[tuple[str, str, str, int], Score] = {}
     for _, score in jsonl_lines(path, allow_empty=True, on_bad=bad.append, parse=Score.model_validate_json):
-        latest[score.key] = score
+        latest[score.repeat_key] = score
     return list(latest.values()), len(bad)
 
 
@@ -151,6 +174,16 @@ def alive(process: Optional[dict[str, Any]]) -> bool:
     if process.get("start") is None:
         return True
     return process_start(process["pid"]) == process["start"]
+
+
+_OPTIONAL_FIELDS = {"repeat": 0, "not_run": False, "cost": None, "repeats": None}
+
+
+def score_json(score: Score) -> str:
+    """One line of ``scores.jsonl``: the score, without the fields a run without repeats, budget or
+    prices leaves at their defaults (so such a run's lines are what they always were)."""
+    exclude = {k for k, default in _OPTIONAL_FIELDS.items() if getattr(score, k) == default}
+    return score.model_dump_json(exclude=exclude or None)
 
 
 def truncate_partial_line(path: Path) -> None:
@@ -226,9 +259,10 @@ class RunFolder:
                 "wait for it to end or stop it, then run again"
             )
 
-    def resume(self, old: RunManifest, manifest: RunManifest) -> dict[tuple[str, str, str], Score]:
+    def resume(self, old: RunManifest, manifest: RunManifest) -> dict[tuple[str, str, str, int], Score]:
         """Merge the earlier sessions' manifest ``old`` into this session's ``manifest`` and return
-        the scores to keep, by key: every one that did not fail, unless its metric was redefined
+        the scores to keep, by `Score.repeat_key`: every one that did not fail and was not left unrun
+        by a spent budget, unless its metric was redefined
         since (its rubric's digest changed: ``counts.redefined``). The judge counts and the backends'
         wall times carry over, to be added to. Raises `RunError` when the cases differ from those
         the earlier sessions scored (a target run whose outputs were not all kept in target.jsonl)."""
@@ -236,8 +270,8 @@ class RunFolder:
         previous, _ = read_scores(self.scores_path)
         redefined = sorted(f"{b}:{m}" for b, ds in manifest.digests.items() for m, d in ds.items()
                            if old.digests.get(b, {}).get(m, d) != d)
-        done = {s.key: s for s in previous
-                if s.status != "error" and f"{s.backend}:{s.metric}" not in redefined}
+        done = {s.repeat_key: s for s in previous
+                if s.status not in ("error", "not_run") and f"{s.backend}:{s.metric}" not in redefined}
         manifest.digests = {b: {**old.digests.get(b, {}), **manifest.digests.get(b, {})}
                             for b in {**old.digests, **manifest.digests}}
         if redefined:
@@ -257,7 +291,9 @@ class RunFolder:
             manifest.judge = {**manifest.judge, "stub": True}
         manifest.counts["resumed_from"] = len(done)
         if isinstance(old.counts.get("judge"), dict):
-            manifest.counts["judge"] = {k: int(old.counts["judge"].get(k, 0)) for k in JUDGE_COUNTS}
+            kept = old.counts["judge"]
+            manifest.counts["judge"] = {k: (float if k in _FLOAT_COUNTS else int)(kept.get(k, 0))
+                                        for k in JUDGE_COUNTS}
         if "wall_seconds" in old.timing:
             manifest.timing = {**manifest.timing, "wall_seconds": dict(old.timing["wall_seconds"])}
         return done
@@ -277,7 +313,7 @@ class RunFolder:
         write_atomic(self.manifest_path, manifest.model_dump_json(indent=2))
 
     def append(self, score: Score) -> None:
-        self._fh.write(score.model_dump_json() + "\n")
+        self._fh.write(score_json(score) + "\n")
         self._fh.flush()
 
     @property

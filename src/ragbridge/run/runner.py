@@ -15,6 +15,17 @@
 7. `_Recorder`: each score's judge usage, the folder, ``on_score``, the progress bar, the heartbeat
    and the manifest's counts.
 
+Repeats (``repeats=N``): every judged metric is scored N times, as distinct judge calls (the repeat
+index travels with the case id the backend sees, `ragbridge.judge.repeat`, and is part of the
+cache key); each repeat is its own `Score` (``repeat`` 0..N-1), and the returned `Run`'s
+``scores`` are each case's mean over its repeats (`ragbridge.repeats`). A budget
+(``max_calls``, ``max_cost``: for the whole run, earlier sessions included) stops a run cleanly:
+once it is spent the gateway refuses further upstream calls, each score that needed one is recorded
+as not run (``Score.not_run``, not an error), the status is ``incomplete``, and a later run with a
+larger budget scores what is left. ``dry_run=True`` writes nothing and calls nothing: every call the
+cache does not hold is answered by the stub judge in this process and counted (with its tokens and
+cost), so the manifest's ``counts.judge`` is what the real run would spend.
+
 The counts cover every session of a resumed run: the judge's traffic is added to the earlier
 sessions' (a session that was killed counts what its last heartbeat recorded), and the score and
 duplicate-chunk counts are taken from the whole run. ``timing.wall_seconds`` holds each backend's
@@ -34,6 +45,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 from .. import __version__
 from ..backend import Backend, RunOptions, ScoringContext, error_text
 from ..formats.records import fingerprint
+from ..judge.repeat import repeat_case_id, split_repeat
 from ..plugins import get_backends
 from ..schema import Case, RunManifest, Score
 from .folder import JUDGE_COUNTS, Run, RunFolder, now, this_process
@@ -63,6 +75,11 @@ async def evaluate_async(
     on_score: Optional[Callable[[Score], None]] = None,
     target: Any = None,
     target_concurrency: int = 4,
+    repeats: int = 1,
+    pass_repeats: Optional[int] = None,
+    max_calls: Optional[int] = None,
+    max_cost: Optional[float] = None,
+    dry_run: bool = False,
 ) -> Run:
     """Score ``cases`` with ``backends`` (default: native) and return the `Run`.
 
@@ -73,35 +90,59 @@ async def evaluate_async(
     `ragbridge.run.target.load_target`, or a loaded `Target`) each case's chunks and answer come
     from calling the system under test first. ``on_score`` is called with each score as it is
     recorded.
+
+    ``repeats``: each judged metric is scored this many times (distinct judge calls); a case passes
+    when at least ``pass_repeats`` of them pass (default: a majority). ``max_calls`` / ``max_cost``:
+    the run's judge budget (upstream calls; money by the judge's price table), over all its sessions.
+    ``dry_run``: call and write nothing; the returned run's ``manifest.counts["judge"]`` is what the
+    run would spend (cache hits counted as such), with status ``dry-run``.
     """
     options = options or RunOptions()
     cases = list(cases)
     if not cases:
         raise RunError("no cases to evaluate")
+    _check_repeats_and_budget(repeats, pass_repeats, max_calls, max_cost)
     plan = plan_metrics(backends, metrics, options.k, options)
-    needs_judge = _check_judge(plan, judge)
+    needs_judge = _check_judge(plan, judge, preflight=not dry_run)
     if isinstance(target, str):
         target = load_target(target)
+    if dry_run and target is not None:
+        raise RunError("a dry run cannot call the system under test: run without --target (or rescore "
+                       "the target run's folder) to count its judge calls")
     golden_fp = fingerprint(cases)
     folder = RunFolder(Path(out)) if out is not None else None
-    earlier = folder.prepare(overwrite, golden_fp, target=target is not None) if folder else None
+    earlier = None
+    if folder and not (dry_run and overwrite):
+        earlier = folder.prepare(overwrite and not dry_run, golden_fp, target=target is not None)
     dataset = {"path": dataset_path, "fingerprint": golden_fp, "n_cases": len(cases)}
     if target is not None:
         cases = await fill_cases(cases, target, record_path=folder.target_path if folder else None,
                                  concurrency=target_concurrency, progress=progress)
         dataset.update(fingerprint=fingerprint(cases), golden_fingerprint=golden_fp, target=target.spec)
     manifest = _new_manifest(plan, cases, dataset, options, judge if needs_judge else None)
+    if repeats > 1 or pass_repeats is not None:
+        manifest.options.update(repeats=repeats, pass_repeats=pass_repeats)
     done = folder.resume(earlier, manifest) if earlier is not None else {}
+    if dry_run:
+        folder = None  # nothing is written
     if folder:
         folder.start(cases, manifest)
-    jobs, immediate = _jobs(plan, cases, done)
+    jobs, immediate = _jobs(plan, cases, done, repeats)
     gateway = None
     if needs_judge:
         from ..judge import JudgeGateway
 
         gateway = JudgeGateway(judge, audit_log=folder.audit_path if folder else None)
+        if dry_run:
+            gateway.simulate = _stub_simulator()
+        elif max_calls is not None or max_cost is not None:
+            spent = manifest.counts.get("judge", {})
+            gateway.set_budget(max_calls, max_cost, int(spent.get("calls", 0)), float(spent.get("cost", 0.0)))
+            manifest.counts["budget"] = {"max_calls": max_calls, "max_cost": max_cost}
     total = len(immediate) + sum(len(c) for _, _, c in jobs)
     recorder = _Recorder(manifest, cases, done, folder, gateway, on_score, _progress(progress, total))
+    if dry_run:
+        recorder.earlier_judge = {}  # what this run would spend: the earlier sessions' is spent already
     interrupted = False
     try:
         if gateway is not None:
@@ -113,19 +154,56 @@ async def evaluate_async(
         interrupted = True
         raise
     finally:
-        recorder.finish(interrupted, complete=len(recorder.scores) >= total + len(done))
+        recorder.finish(interrupted, complete=len(recorder.scores) >= total + len(done), dry_run=dry_run)
     order = {c.id: i for i, c in enumerate(cases)}
-    ordered = sorted(recorder.scores.values(), key=lambda s: (s.backend, s.metric, order.get(s.case_id, 0)))
+    ordered = sorted(recorder.scores.values(),
+                     key=lambda s: (s.backend, s.metric, order.get(s.case_id, 0), s.repeat))
     return Run(manifest=manifest, scores=ordered, cases=cases, path=folder.path if folder else None)
+
+
+def _check_repeats_and_budget(repeats: Any, pass_repeats: Any, max_calls: Any, max_cost: Any) -> None:
+    def whole(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if not whole(repeats) or repeats < 1:
+        raise RunError(f"--repeats must be a positive integer, got {repeats!r}")
+    if pass_repeats is not None and (not whole(pass_repeats) or not 1 <= pass_repeats <= repeats):
+        raise RunError(f"--pass-repeats must be an integer from 1 to --repeats ({repeats}), "
+                       f"got {pass_repeats!r}")
+    if max_calls is not None and (not whole(max_calls) or max_calls < 0):
+        raise RunError(f"--max-calls must be a non-negative integer, got {max_calls!r}")
+    if max_cost is not None and (isinstance(max_cost, bool) or not isinstance(max_cost, (int, float))
+                                 or not max_cost >= 0):
+        raise RunError(f"--max-cost must be a non-negative number, got {max_cost!r}")
+
+
+def _stub_simulator() -> Callable[[str, Any], dict]:
+    """What a dry run answers a cache miss with: the stub judge's answer, made in this process."""
+    from ..testing.stub_judge import StubJudge
+
+    stub = StubJudge()  # not started: only its answer makers are used
+
+    def simulate(endpoint: str, body: Any) -> dict:
+        body = body if isinstance(body, dict) else {}
+        if endpoint == "responses":
+            return stub.response(body)
+        if endpoint == "embeddings":
+            return stub.embeddings(body)
+        if endpoint == "completions":
+            return stub.completion(body)
+        return stub.chat_completion(body)
+
+    return simulate
 
 
 # --------------------------------------------------------------------------------------------
 # Before scoring
 
 
-def _check_judge(plan: Plan, judge: Any) -> bool:
-    """Whether a planned metric needs the judge; raises `RunError` when it has none, or when its key
-    or endpoint does not work (checked before anything is called or written)."""
+def _check_judge(plan: Plan, judge: Any, preflight: bool = True) -> bool:
+    """Whether a planned metric needs the judge; raises `RunError` when it has none, or (with
+    ``preflight``) when its key or endpoint does not work (checked before anything is called or
+    written)."""
     if not any(spec.judge for chosen in plan.values() for _, spec in chosen):
         return False
     if judge is None:
@@ -134,6 +212,8 @@ def _check_judge(plan: Plan, judge: Any) -> bool:
             "these metrics need a judge: " + ", ".join(judged)
             + "; pass --judge-model and --judge-base-url (or set them in ragbridge.toml)"
         )
+    if not preflight:
+        return True
     from ..judge import JudgeGateway
 
     probe = JudgeGateway(judge)  # preflight needs no started gateway: nothing is served yet
@@ -179,27 +259,34 @@ def _self_judging(judge_model: str, options: RunOptions, cases: Sequence[Case]) 
     return {"generator_model": same[0], "cases": len(same)} if same else None
 
 
-def _jobs(plan: Plan, cases: list[Case], done: dict) -> tuple[list[Job], list[Score]]:
-    """Per backend and metric, the cases still to score; and the scores known without scoring: a
-    failed target call (the error) and a case that lacks a field the metric requires (skipped)."""
+def _jobs(plan: Plan, cases: list[Case], done: dict, repeats: int = 1) -> tuple[list[Job], list[Score]]:
+    """Per backend, metric and repeat, the cases still to score; and the scores known without
+    scoring: a failed target call (the error) and a case that lacks a field the metric requires
+    (skipped). A judged metric is planned ``repeats`` times; for repeat r > 0 the backend gets each
+    case under `repeat_case_id` (the judge files its calls under that repeat)."""
     registry = get_backends()
     jobs: list[Job] = []
     immediate: list[Score] = []
     for bname, chosen in plan.items():
         for metric, spec in chosen:
-            eligible = []
-            for case in (c for c in cases if (c.id, metric, bname) not in done):
-                missing = [r for r in spec.requires if r not in case.fields_present()]
-                failed = target_error(case)
-                if failed or missing:
-                    reason = None if failed else "skipped: case has no " + ", ".join(missing)
-                    immediate.append(Score(case_id=case.id, metric=metric, backend=bname,
-                                           native_metric=spec.native_name, error=failed, reason=reason))
-                else:
-                    eligible.append(case)
-            if eligible:
-                # the full list object when nothing was filtered, so backends can reuse work per list
-                jobs.append((registry[bname], metric, cases if len(eligible) == len(cases) else eligible))
+            for repeat in range(repeats if spec.judge else 1):
+                eligible = []
+                for case in (c for c in cases if (c.id, metric, bname, repeat) not in done):
+                    missing = [r for r in spec.requires if r not in case.fields_present()]
+                    failed = target_error(case)
+                    if failed or missing:
+                        reason = None if failed else "skipped: case has no " + ", ".join(missing)
+                        immediate.append(Score(case_id=case.id, metric=metric, backend=bname, repeat=repeat,
+                                               native_metric=spec.native_name, error=failed, reason=reason))
+                    else:
+                        eligible.append(case)
+                if not eligible:
+                    continue
+                if repeat:
+                    eligible = [c.model_copy(update={"id": repeat_case_id(c.id, repeat)}) for c in eligible]
+                elif len(eligible) == len(cases):
+                    eligible = cases  # the full list object, so backends can reuse work per list
+                jobs.append((registry[bname], metric, eligible))
     return jobs, immediate
 
 
@@ -309,7 +396,7 @@ class _Recorder:
                  gateway: Any, on_score: Optional[Callable[[Score], None]], bar: Optional["_Bar"]):
         self.manifest, self.folder, self.gateway = manifest, folder, gateway
         self.on_score, self.bar = on_score, bar
-        self.scores: dict[tuple[str, str, str], Score] = dict(done)
+        self.scores: dict[tuple[str, str, str, int], Score] = dict(done)
         # what the run's earlier sessions counted (a resumed run), to add this session's to
         self.earlier_judge = dict(manifest.counts.get("judge", {}))
         self.earlier_wall = dict(manifest.timing.get("wall_seconds", {}))
@@ -322,14 +409,28 @@ class _Recorder:
         if seconds is not None:
             self.last_score_at[score.backend] = seconds
         gateway = self.gateway
+        tagged = score.case_id  # the id the backend saw: with the repeat index for a repeat > 0
+        case_id, repeat = split_repeat(tagged)
+        if repeat:
+            score.case_id, score.repeat = case_id, repeat
         if gateway is not None and score.judge_calls == 0:
-            usage = gateway.usage(score.backend, score.metric, score.case_id)
+            usage = gateway.usage(score.backend, score.metric, tagged)
             score.judge_calls = usage.calls + usage.cache_hits
             score.prompt_tokens = usage.prompt_tokens
             score.completion_tokens = usage.completion_tokens
-        if gateway is not None and score.error:
-            gateway.forget(score.backend, score.metric, score.case_id)
-        self.scores[score.key] = score
+            if score.judge_calls and gateway.config.prices:
+                score.cost = usage.known_cost
+        if gateway is not None and gateway.refused(score.backend, score.metric, tagged):
+            # the budget was spent before this score's calls could all be made: not run, not failed
+            # (the answers it did get stay cached, for the run that resumes with a larger budget)
+            score = Score(case_id=score.case_id, metric=score.metric, backend=score.backend,
+                          repeat=score.repeat, native_metric=score.native_metric, not_run=True,
+                          reason=f"not run: the run's judge budget ({gateway.budget.describe()}) was spent",
+                          judge_calls=score.judge_calls, prompt_tokens=score.prompt_tokens,
+                          completion_tokens=score.completion_tokens, cost=score.cost, seconds=score.seconds)
+        elif gateway is not None and score.error:
+            gateway.forget(score.backend, score.metric, tagged)
+        self.scores[score.repeat_key] = score
         if self.folder:
             self.folder.append(score)
         if self.on_score:
@@ -347,12 +448,15 @@ class _Recorder:
             manifest.counts["target_errors"] = self.n_target_errors
         if self.gateway is not None:
             u = self.gateway.usage()
-            manifest.counts["judge"] = {k: self.earlier_judge.get(k, 0) + getattr(u, k) for k in JUDGE_COUNTS}
+            judge = {k: self.earlier_judge.get(k, 0) + getattr(u, k) for k in JUDGE_COUNTS}
+            judge["cost"] = round(judge["cost"], 10)
+            manifest.counts["judge"] = judge
+            manifest.counts["cost"] = _cost_counts(self.scores.values(), self.gateway.config, judge)
         spans = {b: round(self.earlier_wall.get(b, 0.0) + self.last_score_at.get(b, 0.0), 3)
                  for b in {**self.earlier_wall, **self.last_score_at}}
         manifest.timing = {**manifest.timing, "wall_seconds": spans}
 
-    def finish(self, interrupted: bool, complete: bool) -> None:
+    def finish(self, interrupted: bool, complete: bool, dry_run: bool = False) -> None:
         """The session's end: stop the bar and the gateway, record the status and the counts."""
         if self.bar:
             self.bar.stop()
@@ -362,6 +466,13 @@ class _Recorder:
         manifest.finished_at = now()
         manifest.status = "interrupted" if interrupted else ("complete" if complete else "incomplete")
         self.update_counts()
+        if manifest.counts.get("not_run"):
+            manifest.status = "incomplete"
+        if self.gateway is not None and self.gateway.budget is not None:
+            budget = manifest.counts.get("budget", {})
+            manifest.counts["budget"] = {**budget, "spent": self.gateway.budget_spent}
+        if dry_run:
+            manifest.status = "dry-run"
         if self.gateway is not None and self.gateway.stub_detected:
             # every judged score of this run came from ragbridge's stub judge, not a model
             manifest.judge = {**(manifest.judge or {}), "stub": True}
@@ -370,11 +481,32 @@ class _Recorder:
 
 
 def _counts(scores: Iterable[Score]) -> dict[str, int]:
-    counts = {"scores": 0, "scored": 0, "undefined": 0, "errored": 0}
+    counts = {"scores": 0, "scored": 0, "undefined": 0, "errored": 0, "not_run": 0}
     for s in scores:
         counts["scores"] += 1
-        counts[{"scored": "scored", "undefined": "undefined", "error": "errored"}[s.status]] += 1
+        counts[{"scored": "scored", "undefined": "undefined", "error": "errored",
+                "not_run": "not_run"}[s.status]] += 1
+    if not counts["not_run"]:
+        del counts["not_run"]  # a run without a budget reads as it always did
     return counts
+
+
+def _cost_counts(scores: Iterable[Score], config: Any, judge: dict[str, Any]) -> dict[str, Any]:
+    """``counts.cost``: the run's judge cost (``total``: every upstream call of every session, None
+    when a call's model has no price) and, per backend and per ``backend:metric``, the cost of the
+    scores kept (a failed score's calls are in the total only)."""
+    by_backend: dict[str, Optional[float]] = {}
+    by_metric: dict[str, Optional[float]] = {}
+    for s in scores:
+        if not s.judge_calls:
+            continue
+        for table, key in ((by_backend, s.backend), (by_metric, f"{s.backend}:{s.metric}")):
+            if key in table and table[key] is None:
+                continue
+            table[key] = None if s.cost is None else round(table.get(key, 0.0) + s.cost, 10)
+    return {"currency": config.currency, "priced": bool(config.prices),
+            "total": None if judge.get("unpriced") or not config.prices else judge.get("cost", 0.0),
+            "by_backend": by_backend, "by_metric": by_metric}
 
 
 class _Bar:

@@ -23,6 +23,12 @@ the same faults), or queued explicitly with :meth:`StubJudge.inject`:
 * ``malformed``: HTTP 200 whose message content (or ``output_text``) is broken JSON;
 * ``garbage``: HTTP 200 whose body is not JSON at all (a transport-level fault).
 
+``noise`` (with ``noise_seed``) makes the judge noisy on purpose, a test device for what ragbridge
+measures about judge noise: each verdict flips, and each level on a scale moves to a neighbour, with
+probability ``noise``, drawn per request and per repeat (the ``X-Ragbridge-Repeat`` header the
+gateway sends), so repeats of one request differ while a replay of one repeat does not (see
+:mod:`ragbridge.testing.responders`).
+
 ``latency`` is the response time of every POST: the stub computes its answer, then sleeps for
 whatever is left of ``latency``.
 
@@ -57,7 +63,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ragbridge.judge import FastRequestHandler
-from ragbridge.testing.responders import JudgeReply, JudgeRequest, content_words, respond
+from ragbridge.testing.responders import JudgeReply, JudgeRequest, content_words, perturbed, respond
 
 __all__ = ["StubJudge", "StubJudgeProcess", "StubRequest", "serve", "FAULT_KINDS", "embed", "main"]
 
@@ -163,16 +169,18 @@ class _Handler(FastRequestHandler):
                 payload = b"<html>ragbridge stub: this is not JSON</html>"
             else:
                 malformed = fault == "malformed"
-                if route == "/chat/completions":
-                    payload = stub.chat_completion(body, malformed=malformed)
-                elif route == "/responses":
-                    payload = stub.response(body, malformed=malformed)
-                elif route == "/embeddings":
-                    payload = stub.embeddings(body)
-                elif route == "/completions":
-                    payload = stub.completion(body)
-                else:
-                    status, payload = 404, _err(f"ragbridge stub: no route POST {route}")
+                repeat = self.headers.get("x-ragbridge-repeat") or "0"
+                with perturbed(stub.noise, stub.noise_seed, int(repeat) if repeat.isdigit() else 0, raw):
+                    if route == "/chat/completions":
+                        payload = stub.chat_completion(body, malformed=malformed)
+                    elif route == "/responses":
+                        payload = stub.response(body, malformed=malformed)
+                    elif route == "/embeddings":
+                        payload = stub.embeddings(body)
+                    elif route == "/completions":
+                        payload = stub.completion(body)
+                    else:
+                        status, payload = 404, _err(f"ragbridge stub: no route POST {route}")
             # `latency` is the response time: the time spent computing the answer is part of it.
             remaining = stub.latency - (time.monotonic() - t0)
             if remaining > 0:
@@ -204,10 +212,15 @@ class StubJudge:
                  fault_rate_500: float = 0, fault_rate_timeout: float = 0, fault_rate_malformed: float = 0,
                  seed: int = 0, *, fault_rate_garbage: float = 0, timeout_seconds: float = 30.0,
                  retry_after: float = 0, models: tuple[str, ...] = ("stub-judge", "stub-embedder"),
-                 host: str = "127.0.0.1", max_recorded: int = 100_000) -> None:
+                 host: str = "127.0.0.1", max_recorded: int = 100_000, noise: float = 0.0,
+                 noise_seed: int = 0) -> None:
         rates = [fault_rate_429, fault_rate_500, fault_rate_timeout, fault_rate_malformed, fault_rate_garbage]
         if any(r < 0 or r > 1 for r in rates) or sum(rates) > 1:
             raise ValueError("fault rates must each be in 0..1 and sum to at most 1")
+        if not 0 <= noise <= 1:
+            raise ValueError("noise must be in 0..1")
+        self.noise = float(noise)
+        self.noise_seed = int(noise_seed)
         self.port = port
         self.host = host
         self.latency = float(latency)
@@ -548,11 +561,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout-seconds", type=float, default=30.0, help="how long a 'timeout' fault holds")
     p.add_argument("--retry-after", type=float, default=0, help="Retry-After seconds on a 429 fault")
+    p.add_argument("--noise", type=float, default=0.0,
+                   help="test device: each verdict flips (a level moves) with this probability, per repeat")
+    p.add_argument("--noise-seed", type=int, default=0)
     a = p.parse_args(argv)
     serve(a.port, host=a.host, latency=a.latency, fault_rate_429=a.fault_rate_429,
           fault_rate_500=a.fault_rate_500, fault_rate_timeout=a.fault_rate_timeout,
           fault_rate_malformed=a.fault_rate_malformed, fault_rate_garbage=a.fault_rate_garbage,
-          seed=a.seed, timeout_seconds=a.timeout_seconds, retry_after=a.retry_after)
+          seed=a.seed, timeout_seconds=a.timeout_seconds, retry_after=a.retry_after, noise=a.noise,
+          noise_seed=a.noise_seed)
     return 0
 
 
