@@ -1,0 +1,140 @@
+"""Judge noise, measured from repeats: how much a judged score moves when the judge is asked again.
+
+From a run made with ``--repeats N`` (every judged score taken N times as distinct judge calls),
+per backend and metric (`noise_figures`):
+
+* ``within_sd``: the within-case standard deviation, pooled (the root of the mean per-case variance,
+  ddof 1), and ``mean_sd``, the mean of the per-case standard deviations;
+* ``flip_share``: the share of cases whose pass/fail verdict is not the same in every repeat;
+* ``alpha``: test-retest reliability, Krippendorff's alpha (interval metric) with the repeats as the
+  raters and the cases as the units, computed by NLTK (``nltk.metrics.agreement``): 1 = the repeats
+  always agree, 0 = the cases' differences are no larger than the judge's noise;
+* ``mde``: the smallest difference in the mean that this golden set can detect against judge noise
+  alone, at two-sided ``alpha_level`` (0.05) and ``power`` (0.8): ``(z(1 - a/2) + z(power)) *
+  within_sd * sqrt(2 / (N * n))`` for n cases and N repeats, i.e. comparing two runs of the same
+  size and noise on the same cases. A difference between two runs smaller than the noise band
+  ``z(1 - a/2) * sqrt(sd_a^2 / N_a + sd_b^2 / N_b) / sqrt(n)`` (`noise_band`) is within judge noise.
+
+Only cases with at least two scored repeats count. Everything is None when there are none (a run
+without repeats has no measured noise).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any, Iterable, Optional, Sequence
+
+from .schema import Score
+
+__all__ = ["noise_figures", "case_spread", "noise_band", "mde", "POWER", "ALPHA_LEVEL"]
+
+POWER = 0.8
+ALPHA_LEVEL = 0.05
+
+
+def _z(p: float) -> float:
+    from scipy.stats import norm
+
+    return float(norm.ppf(p))
+
+
+def mde(within_sd: Optional[float], n_cases: int, repeats: int, *, power: float = POWER,
+        alpha_level: float = ALPHA_LEVEL, other_sd: Optional[float] = None,
+        other_repeats: Optional[int] = None) -> Optional[float]:
+    """The minimum detectable difference in the mean against judge noise (see the module docstring);
+    ``other_*``: the compared run's noise and repeats (default: the same as this one's)."""
+    if within_sd is None or n_cases < 1 or repeats < 1:
+        return None
+    other_sd = within_sd if other_sd is None else other_sd
+    other_repeats = repeats if other_repeats is None else other_repeats
+    se = math.sqrt(within_sd ** 2 / repeats + other_sd ** 2 / other_repeats) / math.sqrt(n_cases)
+    return (_z(1 - alpha_level / 2) + _z(power)) * se
+
+
+def noise_band(sd_a: Optional[float], repeats_a: int, sd_b: Optional[float], repeats_b: int, n_cases: int,
+               alpha_level: float = ALPHA_LEVEL) -> Optional[float]:
+    """How far apart two runs' means on the same ``n_cases`` may be from judge noise alone (two-sided
+    ``alpha_level``). A run without measured noise (None) is taken to have the other's; None when
+    neither has it."""
+    if sd_a is None and sd_b is None or n_cases < 1:
+        return None
+    sd_a = sd_b if sd_a is None else sd_a
+    sd_b = sd_a if sd_b is None else sd_b
+    se = math.sqrt(sd_a ** 2 / max(1, repeats_a) + sd_b ** 2 / max(1, repeats_b)) / math.sqrt(n_cases)
+    return _z(1 - alpha_level / 2) * se
+
+
+def _by_case(scores: Iterable[Score]) -> dict[tuple[str, str], dict[str, list[Score]]]:
+    groups: dict[tuple[str, str], dict[str, list[Score]]] = defaultdict(lambda: defaultdict(list))
+    for s in scores:
+        groups[(s.backend, s.metric)][s.case_id].append(s)
+    return groups
+
+
+def _var(values: Sequence[float]) -> float:
+    m = sum(values) / len(values)
+    return sum((v - m) ** 2 for v in values) / (len(values) - 1)
+
+
+def case_spread(scores: Iterable[Score]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Per (backend, metric, case_id) with at least two scored repeats: ``values`` (in repeat order),
+    ``mean``, ``sd`` (ddof 1), ``flips`` (the pass/fail verdict differs between repeats)."""
+    out = {}
+    for (backend, metric), cases in _by_case(scores).items():
+        for case_id, group in cases.items():
+            scored = sorted((s for s in group if s.status == "scored"), key=lambda s: s.repeat)
+            if len(scored) < 2:
+                continue
+            values = [s.value for s in scored]
+            verdicts = {s.passed for s in scored if s.passed is not None}
+            out[(backend, metric, case_id)] = {
+                "values": values, "mean": sum(values) / len(values), "sd": math.sqrt(_var(values)),
+                "flips": len(verdicts) > 1}
+    return out
+
+
+def _alpha(units: dict[str, list[Score]]) -> Optional[float]:
+    from nltk.metrics.agreement import AnnotationTask
+    from nltk.metrics.distance import interval_distance
+
+    data = [(str(s.repeat), case_id, float(s.value)) for case_id, group in units.items() for s in group]
+    if len({d[2] for d in data}) < 2:
+        return None  # one value everywhere: no variation to attribute
+    try:
+        value = AnnotationTask(data=data, distance=interval_distance).alpha()
+    except ZeroDivisionError:
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def noise_figures(scores: Iterable[Score], *, power: float = POWER,
+                  alpha_level: float = ALPHA_LEVEL) -> list[dict[str, Any]]:
+    """One row per (backend, metric) with repeats: ``backend``, ``metric``, ``n_cases`` (with two or
+    more scored repeats), ``repeats`` (the most any case has), ``within_sd``, ``mean_sd``,
+    ``flip_share``, ``alpha``, ``mde``, ``power``, ``alpha_level`` (see the module docstring)."""
+    rows = []
+    for (backend, metric), cases in sorted(_by_case(scores).items()):
+        units = {}
+        for case_id, group in cases.items():
+            scored = [s for s in group if s.status == "scored"]
+            if len(scored) >= 2:
+                units[case_id] = scored
+        if not units:
+            continue
+        variances = [_var([s.value for s in g]) for g in units.values()]
+        verdict_sets = [{s.passed for s in g if s.passed is not None} for g in units.values()]
+        judged = [v for v in verdict_sets if v]
+        n = len(units)
+        repeats = max(len(g) for g in units.values())
+        within = math.sqrt(sum(variances) / n)
+        mean_repeats = sum(len(g) for g in units.values()) / n
+        rows.append({
+            "backend": backend, "metric": metric, "n_cases": n, "repeats": repeats,
+            "within_sd": within, "mean_sd": sum(math.sqrt(v) for v in variances) / n,
+            "flip_share": (sum(1 for v in judged if len(v) > 1) / len(judged)) if judged else None,
+            "alpha": _alpha(units),
+            "mde": mde(within, n, max(1, int(round(mean_repeats))), power=power, alpha_level=alpha_level),
+            "power": power, "alpha_level": alpha_level,
+        })
+    return rows

@@ -1,0 +1,188 @@
+"""Repeats, judge noise, cost, budgets, dry runs and prediction-powered inference.
+
+The stub judge is made noisy on purpose (``StubJudge(noise=p, noise_seed=s)``, a test device): on the
+binary ``abstention`` rubric every repeat's verdict flips with probability p, independently, so the
+within-case variance is p(1 - p), a case's verdict is the same in all N repeats with probability
+(1 - p)^N + p^N, and the noise figures must recover those.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from conftest import EXAMPLE
+from ragbridge import evaluate, load_cases, load_run
+from ragbridge.judge import JudgeConfig
+from ragbridge.noise import noise_figures
+from ragbridge.ppi import ppi_mean
+from ragbridge.testing import StubJudge
+
+PRICE = {"stub-judge": {"input": 0.5, "output": 2.0}}
+
+
+def _config(stub, tmp_path, name="cache.sqlite", **kw):
+    return JudgeConfig(model="stub-judge", base_url=stub.base_url, cache_path=tmp_path / name, **kw)
+
+
+def _abstention(cases, judge, **kw):
+    return evaluate(cases, backends=["rubric"], metrics=["abstention"], judge=judge, **kw)
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return load_cases(EXAMPLE)
+
+
+def test_repeats_are_distinct_calls_replayed_warm_and_read_only(tmp_path, cases):
+    with StubJudge(noise=0.3, noise_seed=1) as stub:
+        judge = _config(stub, tmp_path)
+        run = _abstention(cases, judge, out=tmp_path / "run", repeats=3)
+        n_judged = sum(1 for s in run.scores if s.repeats is not None)
+        assert run.manifest.counts["judge"]["calls"] == len(stub.posts()) == 3 * n_judged
+        repeats_seen = {s.repeat for s in run.repeat_scores}
+        assert repeats_seen == {0, 1, 2}
+        # the scores keep their repeat index on disk, and a case's score is its mean over them
+        lines = [json.loads(x) for x in (tmp_path / "run" / "scores.jsonl").read_text().splitlines()]
+        assert {x.get("repeat", 0) for x in lines} == {0, 1, 2}
+        one = next(s for s in run.scores if s.repeats and s.repeats.sd)
+        assert one.value == pytest.approx(sum(one.repeats.values) / 3)
+        # warm: every repeat replayed from the cache, the same values
+        warm = _abstention(cases, judge, repeats=3)
+        assert warm.manifest.counts["judge"]["calls"] == 0
+        assert warm.manifest.counts["judge"]["cache_hits"] == 3 * n_judged
+        assert [s.value for s in warm.repeat_scores] == [s.value for s in run.repeat_scores]
+    # CI: the recorded cache replays all N with no judge and no key
+    replay = _abstention(cases, judge.model_copy(update={"cache_mode": "read-only"}), repeats=3)
+    assert replay.manifest.counts["errored"] == 0
+    assert [s.value for s in replay.repeat_scores] == [s.value for s in run.repeat_scores]
+    assert load_run(tmp_path / "run").scores[0].repeats is not None
+
+
+def test_pass_in_at_least_m_of_n(tmp_path, cases):
+    with StubJudge(noise=0.4, noise_seed=2) as stub:
+        judge = _config(stub, tmp_path)
+        strict = _abstention(cases, judge, repeats=4, pass_repeats=4)
+        loose = _abstention(cases, judge, repeats=4, pass_repeats=1)
+    for s, t in zip(strict.scores, loose.scores):
+        if s.repeats is None or s.status != "scored":
+            continue
+        passes = sum(bool(p) for p in s.repeats.passed)
+        assert s.passed == (passes == 4) and t.passed == (passes >= 1)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.25])
+def test_noise_figures_recover_the_injected_spread(tmp_path, cases, p):
+    n = 8
+    with StubJudge() as stub:  # the noiseless verdicts: the truth the noise is added to
+        clean = _abstention(cases, _config(stub, tmp_path, "clean.sqlite"))
+    with StubJudge(noise=p, noise_seed=11) as stub:
+        run = _abstention(cases, _config(stub, tmp_path), repeats=n)
+    [row] = noise_figures(run.repeat_scores)
+    truth = [s.value for s in clean.scores if s.status == "scored"]
+    assert row["n_cases"] == len(truth) and row["repeats"] == n
+    assert row["within_sd"] == pytest.approx(math.sqrt(p * (1 - p)), abs=0.05)
+    assert row["flip_share"] == pytest.approx(1 - (1 - p) ** n - p ** n, abs=0.12)
+    # test-retest reliability: between-case variance of the true verdicts, shrunk by the flips
+    var_b = sum((v - sum(truth) / len(truth)) ** 2 for v in truth) / len(truth)
+    expected = (1 - 2 * p) ** 2 * var_b / ((1 - 2 * p) ** 2 * var_b + p * (1 - p))
+    assert row["alpha"] == pytest.approx(expected, abs=0.12)
+    assert 0 < row["mde"] < 1
+
+
+def test_no_noise_no_spread(tmp_path, cases):
+    with StubJudge() as stub:
+        run = _abstention(cases, _config(stub, tmp_path), repeats=3)
+    [row] = noise_figures(run.repeat_scores)
+    assert row["within_sd"] == 0 and row["flip_share"] == 0 and row["mde"] == 0
+
+
+def test_cost_from_the_price_table(tmp_path, cases):
+    with StubJudge() as stub:
+        run = _abstention(cases, _config(stub, tmp_path, prices=PRICE), out=tmp_path / "run")
+    judge = run.manifest.counts["judge"]
+    expected = (judge["prompt_tokens"] * 0.5 + judge["completion_tokens"] * 2.0) / 1e6
+    cost = run.manifest.counts["cost"]
+    assert cost["total"] == pytest.approx(expected) and cost["currency"] == "USD"
+    assert cost["by_backend"]["rubric"] == pytest.approx(expected)
+    assert sum(s.cost for s in run.scores if s.cost is not None) == pytest.approx(expected)
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert manifest["counts"]["cost"]["by_metric"]["rubric:abstention"] == pytest.approx(expected)
+    with StubJudge() as stub:  # no price for the model: unknown, never 0
+        unpriced = _abstention(cases, _config(stub, tmp_path, "c2.sqlite", prices={"other": PRICE["stub-judge"]}))
+    assert unpriced.manifest.counts["cost"]["total"] is None
+    assert all(s.cost is None for s in unpriced.scores if s.judge_calls)
+
+
+def test_budget_stops_at_the_limit_marks_not_run_and_resumes(tmp_path, cases):
+    out = tmp_path / "run"
+    with StubJudge() as stub:
+        judge = _config(stub, tmp_path)
+        planned = _abstention(cases, judge, out=out, repeats=2, dry_run=True)
+        full = planned.manifest.counts["judge"]["calls"]
+        assert not out.exists() and len(stub.posts()) == 0  # a dry run writes and calls nothing
+        stopped = _abstention(cases, judge, out=out, repeats=2, max_calls=30)
+        assert len(stub.posts()) == 30 == stopped.manifest.counts["judge"]["calls"]
+        counts = stopped.manifest.counts
+        assert counts["errored"] == 0 and counts["not_run"] > 0 and stopped.manifest.status == "incomplete"
+        assert counts["budget"] == {"max_calls": 30, "max_cost": None, "spent": True}
+        not_run = [s for s in stopped.repeat_scores if s.status == "not_run"]
+        assert all("budget" in s.reason for s in not_run)
+        # what is left, counted from the cache and the run folder: exactly the calls the resume makes
+        left = _abstention(cases, judge, out=out, repeats=2, dry_run=True).manifest.counts["judge"]["calls"]
+        assert left == full - 30
+        resumed = _abstention(cases, judge, out=out, repeats=2, max_calls=full)
+        assert len(stub.posts()) == full
+        assert resumed.manifest.status == "complete" and "not_run" not in resumed.manifest.counts
+        assert resumed.manifest.counts["judge"]["calls"] == full
+
+
+def test_max_cost_stops_near_the_limit(tmp_path, cases):
+    with StubJudge() as stub:
+        judge = _config(stub, tmp_path, prices=PRICE, max_concurrency=2)
+        per_call = _abstention(cases[:4], judge, dry_run=True).manifest.counts["cost"]["total"] / 4
+        run = _abstention(cases, judge, max_cost=10 * per_call)
+    spent = run.manifest.counts["judge"]["cost"]
+    # stops once the cost spent plus the calls in flight reach the limit: at most the in-flight overshoot
+    assert 8 * per_call <= spent <= 10 * per_call + 2 * 1.5 * per_call
+    assert run.manifest.counts["not_run"] > 0
+
+
+def test_dry_run_counts_cache_hits_and_equals_the_real_run(tmp_path, cases):
+    with StubJudge() as stub:
+        judge = _config(stub, tmp_path, prices=PRICE)
+        half = _abstention(cases[:20], judge)
+        dry = _abstention(cases, judge, dry_run=True).manifest.counts
+        assert dry["judge"]["cache_hits"] == half.manifest.counts["judge"]["calls"]
+        before = len(stub.posts())
+        real = _abstention(cases, judge).manifest.counts
+        assert real["judge"]["calls"] == dry["judge"]["calls"] == len(stub.posts()) - before
+        assert real["cost"]["total"] == pytest.approx(dry["cost"]["total"])
+
+
+def _ppi_trial(rng, n_all, n_labelled, p, tpr, tnr):
+    truth = [1.0 if rng.random() < p else 0.0 for _ in range(n_all)]
+    judge = [float(rng.random() < tpr) if t else float(rng.random() >= tnr) for t in truth]
+    labelled = set(rng.sample(range(n_all), n_labelled))
+    r = ppi_mean([truth[i] for i in sorted(labelled)], [judge[i] for i in sorted(labelled)],
+                 [judge[i] for i in range(n_all) if i not in labelled])
+    return r, sum(truth) / n_all
+
+
+def test_ppi_interval_covers_the_truth_at_about_its_nominal_rate():
+    rng = random.Random(20240501)
+    trials, covered, width, width_humans, bias_judge, bias_ppi = 1000, 0, 0.0, 0.0, 0.0, 0.0
+    for _ in range(trials):
+        r, true = _ppi_trial(rng, 500, 50, p=0.7, tpr=0.9, tnr=0.6)
+        covered += r["low"] <= true <= r["high"]
+        width += r["high"] - r["low"]
+        width_humans += r["classical"]["high"] - r["classical"]["low"]
+        bias_judge += (r["judge_only"] - true) / trials
+        bias_ppi += (r["estimate"] - true) / trials
+    assert 0.93 <= covered / trials <= 0.985
+    assert width < width_humans  # the judge's verdicts narrow the humans-only interval
+    # the judge alone is biased (it passes 40 % of the failing cases); the rectified estimate is not
+    assert bias_judge == pytest.approx(0.05, abs=0.01) and abs(bias_ppi) < 0.01
