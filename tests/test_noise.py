@@ -112,7 +112,8 @@ def test_cost_from_the_price_table(tmp_path, cases):
     manifest = json.loads((tmp_path / "run" / "run.json").read_text())
     assert manifest["counts"]["cost"]["by_metric"]["rubric:abstention"] == pytest.approx(expected)
     with StubJudge() as stub:  # no price for the model: unknown, never 0
-        unpriced = _abstention(cases, _config(stub, tmp_path, "c2.sqlite", prices={"other": PRICE["stub-judge"]}))
+        other = {"other": PRICE["stub-judge"]}
+        unpriced = _abstention(cases, _config(stub, tmp_path, "c2.sqlite", prices=other))
     assert unpriced.manifest.counts["cost"]["total"] is None
     assert all(s.cost is None for s in unpriced.scores if s.judge_calls)
 
@@ -186,3 +187,22 @@ def test_ppi_interval_covers_the_truth_at_about_its_nominal_rate():
     assert width < width_humans  # the judge's verdicts narrow the humans-only interval
     # the judge alone is biased (it passes 40 % of the failing cases); the rectified estimate is not
     assert bias_judge == pytest.approx(0.05, abs=0.01) and abs(bias_ppi) < 0.01
+
+
+@pytest.mark.parametrize("backend", ["ragas", "deepeval", "trulens"])
+def test_library_backends_repeat_replay_and_dry_run_exactly(tmp_path, cases, backend):
+    from ragbridge.plugins import get_backends
+
+    if not get_backends()[backend].available():
+        pytest.skip(f"{backend} is not installed")
+    few = cases[:4]
+    with StubJudge() as stub:
+        judge = _config(stub, tmp_path, embedding_model="stub-embedder")
+        dry = evaluate(few, backends=[backend], metrics=["faithfulness"], judge=judge, repeats=2, dry_run=True)
+        run = evaluate(few, backends=[backend], metrics=["faithfulness"], judge=judge, repeats=2)
+        assert run.manifest.counts["errored"] == 0
+        assert {s.repeat for s in run.repeat_scores} == {0, 1}
+        # each repeat is its own calls: exactly what the dry run counted, against a judge that answers alike
+        assert run.manifest.counts["judge"]["calls"] == dry.manifest.counts["judge"]["calls"] == len(stub.posts())
+        warm = evaluate(few, backends=[backend], metrics=["faithfulness"], judge=judge, repeats=2)
+        assert warm.manifest.counts["judge"]["calls"] == 0

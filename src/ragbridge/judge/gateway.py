@@ -245,6 +245,7 @@ class JudgeGateway:
         self._refused: set[Triple] = set()
         #: a dry run: ``simulate(endpoint, body) -> answer`` answers what the cache does not hold
         self.simulate: Optional[Any] = None
+        self._simulated: dict[str, tuple[int, bytes]] = {}  # a dry run's answers, as a run would cache them
 
     def set_budget(self, max_calls: Optional[int] = None, max_cost: Optional[float] = None,
                    spent_calls: int = 0, spent_cost: float = 0.0) -> Budget:
@@ -735,6 +736,8 @@ class JudgeGateway:
         key = JudgeCache.key(self._upstream_public, path, body)
         self._attribute(triple, ("key", key))
         hit = cache.get(key) if cache is not None else None
+        if hit is None and self.simulate is not None:
+            hit = self._simulated.get(key)
         if hit is not None:
             if raw_key is not None and cache is not None:
                 cache.add_alias(raw_key, key)
@@ -770,7 +773,11 @@ class JudgeGateway:
         res = self._call_upstream(endpoint, raw, body, triple, repeat)
         res.request_json = True
         cache = self._cache
-        if 200 <= res.status < 300 and cache is not None and self.simulate is None:
+        if self.simulate is not None:
+            if 200 <= res.status < 300:
+                self._simulated[key] = (res.status, res.body)
+            return res
+        if 200 <= res.status < 300 and cache is not None:
             model = body.get("model") if isinstance(body, dict) else None
             with self._lock:  # against forget(): the score may have failed while this call was out
                 if triple not in self._failed:
