@@ -198,11 +198,13 @@ def test_library_backends_repeat_replay_and_dry_run_exactly(tmp_path, cases, bac
     few = cases[:4]
     with StubJudge() as stub:
         judge = _config(stub, tmp_path, embedding_model="stub-embedder")
-        dry = evaluate(few, backends=[backend], metrics=["faithfulness"], judge=judge, repeats=2, dry_run=True)
-        run = evaluate(few, backends=[backend], metrics=["faithfulness"], judge=judge, repeats=2)
+        kw = dict(backends=[backend], metrics=["faithfulness"], judge=judge, repeats=2)
+        dry = evaluate(few, dry_run=True, **kw)
+        run = evaluate(few, **kw)
         assert run.manifest.counts["errored"] == 0
         assert {s.repeat for s in run.repeat_scores} == {0, 1}
         # each repeat is its own calls: exactly what the dry run counted, against a judge that answers alike
-        assert run.manifest.counts["judge"]["calls"] == dry.manifest.counts["judge"]["calls"] == len(stub.posts())
-        warm = evaluate(few, backends=[backend], metrics=["faithfulness"], judge=judge, repeats=2)
+        calls = run.manifest.counts["judge"]["calls"]
+        assert calls == dry.manifest.counts["judge"]["calls"] == len(stub.posts())
+        warm = evaluate(few, **kw)
         assert warm.manifest.counts["judge"]["calls"] == 0
