@@ -208,3 +208,36 @@ def test_library_backends_repeat_replay_and_dry_run_exactly(tmp_path, cases, bac
         assert calls == dry.manifest.counts["judge"]["calls"] == len(stub.posts())
         warm = evaluate(few, **kw)
         assert warm.manifest.counts["judge"]["calls"] == 0
+
+
+def test_a_drop_within_judge_noise_is_reported_as_such(tmp_path, cases):
+    from ragbridge.noise import within_noise
+    from ragbridge.run import Run
+
+    with StubJudge(noise=0.2, noise_seed=5) as stub:
+        base = _abstention(cases, _config(stub, tmp_path, "a.sqlite"), repeats=4)
+    with StubJudge(noise=0.2, noise_seed=6) as stub:  # the same system, judged again
+        again = _abstention(cases, _config(stub, tmp_path, "b.sqlite"), repeats=4)
+    [row] = within_noise(base, again)
+    assert row["band"] > 0 and row["within_noise"] is True and row["mde"] > row["band"]
+    # a real drop: every case now fails
+    worse = [s.model_copy(update={"value": 0.0, "passed": False}) if s.status == "scored" else s
+             for s in again.repeat_scores]
+    dropped = Run(manifest=again.manifest, scores=worse, cases=again.cases)
+    [row] = within_noise(base, dropped)
+    assert row["delta"] < -row["band"] and row["within_noise"] is False
+
+
+def test_ppi_estimates_from_a_run_and_a_few_labels():
+    from ragbridge.ppi import ppi_estimates
+
+    rng = random.Random(3)
+    truth = {f"c{i}": rng.random() < 0.6 for i in range(400)}
+    judge = {c: (0.9 if t else 0.2) if rng.random() < 0.85 else (0.2 if t else 0.9) for c, t in truth.items()}
+    judge["unscored"] = None
+    labels = {c: truth[c] for c in list(truth)[:60]}
+    est = ppi_estimates(judge, labels, threshold=0.5)["pass_rate"]
+    true = sum(truth.values()) / len(truth)
+    assert est["n"] == 60 and est["N"] == 340
+    assert est["low"] <= true <= est["high"]
+    assert est["high"] - est["low"] < est["classical"]["high"] - est["classical"]["low"]

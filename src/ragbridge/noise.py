@@ -27,7 +27,8 @@ from typing import Any, Iterable, Optional, Sequence
 
 from .schema import Score
 
-__all__ = ["noise_figures", "case_spread", "noise_band", "mde", "POWER", "ALPHA_LEVEL"]
+__all__ = ["noise_figures", "case_spread", "noise_band", "mde", "repeats_of", "within_noise", "POWER",
+           "ALPHA_LEVEL"]
 
 POWER = 0.8
 ALPHA_LEVEL = 0.05
@@ -136,5 +137,51 @@ def noise_figures(scores: Iterable[Score], *, power: float = POWER,
             "alpha": _alpha(units),
             "mde": mde(within, n, max(1, int(round(mean_repeats))), power=power, alpha_level=alpha_level),
             "power": power, "alpha_level": alpha_level,
+        })
+    return rows
+
+
+def repeats_of(run: Any) -> int:
+    """How many repeats a run's judged scores were taken (``--repeats``; 1 for a run without)."""
+    planned = (run.manifest.options or {}).get("repeats")
+    seen = max((s.repeat for s in run.repeat_scores or run.scores), default=0) + 1
+    return max(planned if isinstance(planned, int) and not isinstance(planned, bool) else 1, seen)
+
+
+def within_noise(base: Any, new: Any, *, alpha_level: float = ALPHA_LEVEL,
+                 power: float = POWER) -> list[dict[str, Any]]:
+    """Per (backend, metric) judged in both runs (`ragbridge.run.Run`), on the cases both scored:
+    ``delta`` (new mean - base mean), each run's ``within_sd`` and ``repeats``, ``band`` (`noise_band`:
+    how far apart judge noise alone puts the means), ``within_noise`` (``|delta| < band``; None when
+    neither run measured its noise) and ``mde`` (the smallest difference the pair can detect)."""
+    noise_a = {(r["backend"], r["metric"]): r for r in noise_figures(base.repeat_scores)}
+    noise_b = {(r["backend"], r["metric"]): r for r in noise_figures(new.repeat_scores)}
+    ra, rb = repeats_of(base), repeats_of(new)
+
+    def values(run: Any) -> dict[tuple[str, str], dict[str, float]]:
+        out: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+        for s in run.scores:
+            if s.status == "scored":
+                out[(s.backend, s.metric)][s.case_id] = s.value
+        return out
+
+    va, vb = values(base), values(new)
+    rows = []
+    for key in sorted(set(noise_a) | set(noise_b)):
+        common = sorted(set(va.get(key, {})) & set(vb.get(key, {})))
+        if not common:
+            continue
+        sd_a = noise_a.get(key, {}).get("within_sd")
+        sd_b = noise_b.get(key, {}).get("within_sd")
+        delta = (sum(vb[key][c] for c in common) - sum(va[key][c] for c in common)) / len(common)
+        band = noise_band(sd_a, ra, sd_b, rb, len(common), alpha_level)
+        sd_known = sd_a if sd_a is not None else sd_b
+        rows.append({
+            "backend": key[0], "metric": key[1], "n_cases": len(common), "delta": delta,
+            "base_within_sd": sd_a, "new_within_sd": sd_b, "base_repeats": ra, "new_repeats": rb,
+            "band": band, "within_noise": None if band is None else abs(delta) < band,
+            "mde": mde(sd_known, len(common), ra, other_sd=sd_b if sd_b is not None else sd_known,
+                       other_repeats=rb, power=power, alpha_level=alpha_level),
+            "alpha_level": alpha_level, "power": power,
         })
     return rows
