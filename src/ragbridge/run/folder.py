@@ -101,6 +101,15 @@ class Run:
 
         return summarize(self.scores, self.cases, by_tag=by_tag)
 
+    def noise(self):
+        """Judge noise per backend and metric, from the repeats (`ragbridge.noise.noise_figures`): a
+        DataFrame, empty for a run without repeats."""
+        import pandas as pd
+
+        from ..noise import noise_figures
+
+        return pd.DataFrame(noise_figures(self.repeat_scores or []))
+
 
 def pass_at_least(manifest: RunManifest) -> Optional[int]:
     """The run's ``--pass-repeats m`` (a case passes when at least m of its repeats pass), or None."""
