@@ -5,7 +5,8 @@ per backend and metric (`noise_figures`):
 
 * ``within_sd``: the within-case standard deviation, pooled (the root of the mean per-case variance,
   ddof 1), and ``mean_sd``, the mean of the per-case standard deviations;
-* ``flip_share``: the share of cases whose pass/fail verdict is not the same in every repeat;
+* ``flip_share``: the share of cases whose pass/fail verdict is not the same in every repeat (a
+  score's ``passed`` where its backend sets it, else ``value >= threshold``);
 * ``alpha``: test-retest reliability, Krippendorff's alpha (interval metric) with the repeats as the
   raters and the cases as the units, computed by NLTK (``nltk.metrics.agreement``): 1 = the repeats
   always agree, 0 = the cases' differences are no larger than the judge's noise;
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 from .schema import Score
 
@@ -32,6 +33,19 @@ __all__ = ["noise_figures", "case_spread", "noise_band", "mde", "repeats_of", "w
 
 POWER = 0.8
 ALPHA_LEVEL = 0.05
+DEFAULT_THRESHOLD = 0.5
+
+#: a pass threshold: one number, or ``(backend, metric) -> threshold`` (``Thresholds.get``)
+Threshold = Union[float, Callable[[str, str], float]]
+
+
+def _verdict(s: Score, threshold: Threshold) -> Optional[bool]:
+    if s.passed is not None:
+        return s.passed
+    if s.value is None:
+        return None
+    t = threshold(s.backend, s.metric) if callable(threshold) else threshold
+    return s.value >= t
 
 
 def _z(p: float) -> float:
@@ -78,7 +92,8 @@ def _var(values: Sequence[float]) -> float:
     return sum((v - m) ** 2 for v in values) / (len(values) - 1)
 
 
-def case_spread(scores: Iterable[Score]) -> dict[tuple[str, str, str], dict[str, Any]]:
+def case_spread(scores: Iterable[Score],
+                threshold: Threshold = DEFAULT_THRESHOLD) -> dict[tuple[str, str, str], dict[str, Any]]:
     """Per (backend, metric, case_id) with at least two scored repeats: ``values`` (in repeat order),
     ``mean``, ``sd`` (ddof 1), ``flips`` (the pass/fail verdict differs between repeats)."""
     out = {}
@@ -88,7 +103,7 @@ def case_spread(scores: Iterable[Score]) -> dict[tuple[str, str, str], dict[str,
             if len(scored) < 2:
                 continue
             values = [s.value for s in scored]
-            verdicts = {s.passed for s in scored if s.passed is not None}
+            verdicts = {v for s in scored if (v := _verdict(s, threshold)) is not None}
             out[(backend, metric, case_id)] = {
                 "values": values, "mean": sum(values) / len(values), "sd": math.sqrt(_var(values)),
                 "flips": len(verdicts) > 1}
@@ -109,8 +124,8 @@ def _alpha(units: dict[str, list[Score]]) -> Optional[float]:
     return float(value) if math.isfinite(value) else None
 
 
-def noise_figures(scores: Iterable[Score], *, power: float = POWER,
-                  alpha_level: float = ALPHA_LEVEL) -> list[dict[str, Any]]:
+def noise_figures(scores: Iterable[Score], *, power: float = POWER, alpha_level: float = ALPHA_LEVEL,
+                  threshold: Threshold = DEFAULT_THRESHOLD) -> list[dict[str, Any]]:
     """One row per (backend, metric) with repeats: ``backend``, ``metric``, ``n_cases`` (with two or
     more scored repeats), ``repeats`` (the most any case has), ``within_sd``, ``mean_sd``,
     ``flip_share``, ``alpha``, ``mde``, ``power``, ``alpha_level`` (see the module docstring)."""
@@ -124,7 +139,7 @@ def noise_figures(scores: Iterable[Score], *, power: float = POWER,
         if not units:
             continue
         variances = [_var([s.value for s in g]) for g in units.values()]
-        verdict_sets = [{s.passed for s in g if s.passed is not None} for g in units.values()]
+        verdict_sets = [{v for s in g if (v := _verdict(s, threshold)) is not None} for g in units.values()]
         judged = [v for v in verdict_sets if v]
         n = len(units)
         repeats = max(len(g) for g in units.values())
