@@ -241,3 +241,24 @@ def test_ppi_estimates_from_a_run_and_a_few_labels():
     assert est["n"] == 60 and est["N"] == 340
     assert est["low"] <= true <= est["high"]
     assert est["high"] - est["low"] < est["classical"]["high"] - est["classical"]["low"]
+
+
+def test_without_repeats_budget_or_prices_the_files_read_as_before(tmp_path, cases):
+    with StubJudge() as stub:
+        run = _abstention(cases, _config(stub, tmp_path), out=tmp_path / "run")
+    line = json.loads((tmp_path / "run" / "scores.jsonl").read_text().splitlines()[0])
+    assert not {"repeat", "not_run", "cost", "repeats"} & set(line)
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert "repeats" not in manifest["options"] and "not_run" not in manifest["counts"]
+    assert "budget" not in manifest["counts"] and manifest["counts"]["cost"]["total"] is None
+    assert run.repeat_scores is run.scores
+
+
+def test_the_audit_log_names_the_case_and_the_repeat(tmp_path, cases):
+    with StubJudge() as stub:
+        _abstention(cases[:3], _config(stub, tmp_path), out=tmp_path / "run", repeats=2)
+    lines = [json.loads(x) for x in (tmp_path / "run" / "judge-audit.jsonl").read_text().splitlines()]
+    ids = {c.id for c in cases[:3]}
+    assert {x["case_id"] for x in lines} <= ids
+    assert sorted(x.get("repeat", 0) for x in lines) == [0] * (len(lines) // 2) + [1] * (len(lines) // 2)
+    assert len({x["request_key"] for x in lines}) == len(lines)  # each repeat its own cache key
