@@ -262,3 +262,18 @@ def test_the_audit_log_names_the_case_and_the_repeat(tmp_path, cases):
     assert {x["case_id"] for x in lines} <= ids
     assert sorted(x.get("repeat", 0) for x in lines) == [0] * (len(lines) // 2) + [1] * (len(lines) // 2)
     assert len({x["request_key"] for x in lines}) == len(lines)  # each repeat its own cache key
+
+
+def test_gate_check_for_repeats_and_the_report_section(tmp_path, cases):
+    from ragbridge.noise import check_repeats, noise_section
+
+    with StubJudge(noise=0.3, noise_seed=9) as stub:
+        once = _abstention(cases, _config(stub, tmp_path, "a.sqlite"))
+        thrice = _abstention(cases, _config(stub, tmp_path, "b.sqlite"), repeats=3)
+    assert "at least 3 repeats" in check_repeats(once, 3)
+    assert check_repeats(thrice, 3) is None
+    section = noise_section(thrice)
+    rows = section["cases"]["rubric:abstention"]
+    assert section["repeats"] == 3 and section["figures"][0]["metric"] == "abstention"
+    assert rows[0]["sd"] >= rows[-1]["sd"] and len(rows[0]["values"]) == 3
+    assert noise_section(once)["cases"] == {}

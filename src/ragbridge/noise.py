@@ -28,8 +28,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 from .schema import Score
 
-__all__ = ["noise_figures", "case_spread", "noise_band", "mde", "repeats_of", "within_noise", "POWER",
-           "ALPHA_LEVEL"]
+__all__ = ["noise_figures", "case_spread", "noise_band", "mde", "repeats_of", "within_noise", "check_repeats",
+           "noise_section", "POWER", "ALPHA_LEVEL"]
 
 POWER = 0.8
 ALPHA_LEVEL = 0.05
@@ -200,3 +200,29 @@ def within_noise(base: Any, new: Any, *, alpha_level: float = ALPHA_LEVEL,
             "alpha_level": alpha_level, "power": power,
         })
     return rows
+
+
+def check_repeats(run: Any, min_repeats: int) -> Optional[str]:
+    """A gate rule's check: None when the run's judged scores were taken at least ``min_repeats``
+    times, else what failed (``"judged 1 time, the gate requires at least 3 repeats"``)."""
+    judged = any(s.judge_calls for s in (run.repeat_scores or run.scores))
+    n = repeats_of(run)
+    if not judged or n >= min_repeats:
+        return None
+    return (f"judged {n} time{'s' if n != 1 else ''} per score, the gate requires at least {min_repeats} "
+            f"repeats (run with --repeats {min_repeats})")
+
+
+def noise_section(run: Any, threshold: Threshold = DEFAULT_THRESHOLD) -> dict[str, Any]:
+    """What a report shows of a run's judge noise: ``repeats``, ``figures`` (`noise_figures`) and
+    ``cases``: per backend and metric, each case's repeat values, mean, spread and whether its verdict
+    flips, largest spread first (`case_spread`). Empty lists for a run without repeats."""
+    spread = case_spread(run.repeat_scores or [], threshold)
+    cases: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for (backend, metric, case_id), row in spread.items():
+        cases[f"{backend}:{metric}"].append({"case_id": case_id, **row})
+    for rows in cases.values():
+        rows.sort(key=lambda r: (-r["sd"], r["case_id"]))
+    return {"repeats": repeats_of(run),
+            "figures": noise_figures(run.repeat_scores or [], threshold=threshold),
+            "cases": dict(cases)}
