@@ -109,6 +109,7 @@ def test_cost_from_the_price_table(tmp_path, cases):
     assert cost["total"] == pytest.approx(expected) and cost["currency"] == "USD"
     assert cost["by_backend"]["rubric"] == pytest.approx(expected)
     assert sum(s.cost for s in run.scores if s.cost is not None) == pytest.approx(expected)
+    assert run.costs()["cost"].sum() == pytest.approx(expected)
     manifest = json.loads((tmp_path / "run" / "run.json").read_text())
     assert manifest["counts"]["cost"]["by_metric"]["rubric:abstention"] == pytest.approx(expected)
     with StubJudge() as stub:  # no price for the model: unknown, never 0

@@ -101,6 +101,27 @@ class Run:
 
         return summarize(self.scores, self.cases, by_tag=by_tag)
 
+    def costs(self):
+        """Judge calls, tokens and cost per backend and metric, over the scores kept (a DataFrame:
+        ``backend, metric, judge_calls, prompt_tokens, completion_tokens, cost``; cost NaN when a
+        score's was unknown, no price for its model). The run's total, failed scores' calls
+        included, is ``manifest.counts["cost"]["total"]``."""
+        import pandas as pd
+
+        rows: dict[tuple[str, str], dict] = {}
+        for s in self.scores:
+            if not s.judge_calls:
+                continue
+            row = rows.setdefault((s.backend, s.metric), {"backend": s.backend, "metric": s.metric,
+                                                          "judge_calls": 0, "prompt_tokens": 0,
+                                                          "completion_tokens": 0, "cost": 0.0})
+            row["judge_calls"] += s.judge_calls
+            row["prompt_tokens"] += s.prompt_tokens
+            row["completion_tokens"] += s.completion_tokens
+            row["cost"] = float("nan") if s.cost is None else row["cost"] + s.cost
+        columns = ["backend", "metric", "judge_calls", "prompt_tokens", "completion_tokens", "cost"]
+        return pd.DataFrame(list(rows.values()), columns=columns)
+
     def noise(self):
         """Judge noise per backend and metric, from the repeats (`ragbridge.noise.noise_figures`): a
         DataFrame, empty for a run without repeats."""
