@@ -13,16 +13,23 @@ with replacement (numpy's PCG64 generator, seeded), ``DEFAULT_RESAMPLES`` = 2000
 is the 2.5% and 97.5% quantiles of the statistic over the resamples where it is defined (fewer than
 half defined, or fewer than 2 cases: no interval). The statistic is evaluated on a block of
 resamples at once (the ``*_rows`` functions: one figure per row), with at most ``BLOCK`` resampled
-values in memory, so a 20,000-case run costs what a 53-case one does per value. Why percentile and
-not BCa (scipy's default, which this module used for compare, validate and calibrate at 1000
-resamples): BCa needs a jackknife, one evaluation of the statistic per left-out case, which for
-paired differences of 20,000 cases took 5.6-8.8 s and 6.9 GB (scipy ``bootstrap``, 2000
-resamples; 4.8 s and 190 MB with ``batch=100``) against 0.8 s and 160 MB here; and the jackknife of
-kappa is undefined whenever leaving one case out makes a side constant, where BCa fell back to the
-percentile interval anyway. On the 53 cases of the example set BCa and percentile end points differ
-by less than 0.001 (a paired difference: [-0.0466, -0.0046] against [-0.0461, -0.0054]). 2000
-resamples put 50 resamples beyond each end point, enough for end points stable to about 0.005 on
-those sizes (the tests check the interval against scipy's percentile bootstrap to that tolerance).
+values in memory, so memory stays flat however large the run.
+
+Why percentile and not BCa (scipy's ``bootstrap`` default, which compare, validate and calibrate
+used at 1000 resamples): BCa needs a jackknife, the statistic on every leave-one-out sample. On the
+paired difference of 20,000 cases (2000 resamples) that took scipy 5.6-8.8 s and 6.9 GB, or 4.8-7.4
+s and 190-230 MB in batches of 100, against 0.5-0.9 s and under 50 MB here; on 53 cases both take
+milliseconds (1-2 ms here, 5-7 ms scipy) and the end points of the mean difference differ by less
+than 0.001 ([-0.0461, -0.0054] here, [-0.0466, -0.0046] BCa). And BCa is undefined as soon as one
+resample or leave-one-out sample leaves a figure undefined, which is the rule for kappa when
+failures are rare: for two lenient judges (population kappa 0.66, 53 cases) scipy's BCa gave no
+interval on 500 of 500 samples (the former code then fell back to the percentile interval); where
+BCa is defined, simulated 95% coverage was the same within noise (53 cases, 300 samples: kappa 0.963
+percentile vs 0.970 BCa, Spearman 0.970 vs 0.970). 2000 resamples rather than 1000 cut the
+seed-to-seed noise of the end points (kappa on 52 cases, standard deviation over 40 seeds: 0.017 and
+0.014 at 1000, 0.005 and 0.012 at 2000). Against the former BCa at 1000, the end points of compare
+on the example run moved by up to 0.04 for the correlations and agreement, 0.008 for MAE and 0.11
+for kappa (the upper end of one pair).
 
 The permutation test, `paired_permutation_pvalue`: the sign of each paired difference flipped at
 random, exact when the sign patterns are at most the number of permutations (default 9999).
