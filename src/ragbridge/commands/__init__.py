@@ -9,7 +9,8 @@ plugin) add theirs through the ``ragbridge_register_commands`` hook when `run_cl
 Exit codes and what every command prints: `ragbridge.commands.output`. Help is plain text (click's
 layout): it reads the same on a terminal, piped and in a log.
 
-Commands are the only callers of this package: no library module imports it.
+Only the console script and plugins' command modules import this package; no library module
+(analysis, report, the runner, formats, the judge, native, the pytest plugin) does.
 """
 
 from __future__ import annotations

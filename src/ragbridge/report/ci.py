@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 
 from ..analysis.gate import GateReport, GateResult
 from ..runner import Run
-from .text import escape_char, md_text, num, plain_text
+from .text import escape_char, interval, md_text, num, plain_text
 
 __all__ = ["junit_xml", "markdown", "incomplete_junit_xml", "incomplete_markdown", "figure_text",
            "item_line", "TOP_CASES"]
@@ -30,11 +30,11 @@ _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 def figure_text(result: GateResult) -> str:
     """The figure of a rule, with its interval and p-value when it has them: ``0.812 [0.770, 0.851]``."""
-    if math.isnan(result.figure):
-        return num(result.figure)
     text = num(result.figure)
-    if not math.isnan(result.ci_low):
-        text += f" [{num(result.ci_low)}, {num(result.ci_high)}]"
+    if math.isnan(result.figure):
+        return text
+    brackets = interval(result.ci_low, result.ci_high, 3)
+    text += f" {brackets}" if brackets else ""
     if not math.isnan(result.p_value):
         text += f" p={result.p_value:.3g}"
     return text
