@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -40,10 +41,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "support-bot" / "golden.jsonl"
 
-import ragbridge  # noqa: E402  (privacy defaults before DeepEval is imported)
-from ragbridge.io import read_jsonl  # noqa: E402
+import ragbridge  # noqa: E402
+from ragbridge.formats.canonical import read_jsonl  # noqa: E402
 from ragbridge.judge import JudgeConfig  # noqa: E402
+from ragbridge_deepeval import DeepEvalBackend  # noqa: E402
+from ragbridge_deepeval import metrics as deepeval_metrics  # noqa: E402
 from ragbridge_deepeval import translate  # noqa: E402
+
+# the direct side imports DeepEval outside a run: give this process the backend's privacy defaults first
+for _name, _value in DeepEvalBackend().environment().items():
+    os.environ.setdefault(_name, _value)
 
 
 async def direct(cases, model: str, base_url: str, concurrency: int, shared_client: bool) -> tuple[int, int]:
@@ -61,7 +68,7 @@ async def direct(cases, model: str, base_url: str, concurrency: int, shared_clie
         async with sem:
             kw = {"async_http_client": client} if client is not None else {}
             judge = OpenAIModel(model=model, base_url=base_url, api_key="sk-bench", temperature=0, **kw)
-            m = translate.make_metric(metric, judge)
+            m = deepeval_metrics.make_metric(metric, judge)
             try:
                 await m.a_measure(translate.to_test_case(case), _show_indicator=False)
                 scored += 1
@@ -69,7 +76,7 @@ async def direct(cases, model: str, base_url: str, concurrency: int, shared_clie
                 errors += 1
 
     jobs = []
-    for metric in translate.METRICS:
+    for metric in deepeval_metrics.METRICS:
         sem = asyncio.Semaphore(concurrency)
         jobs += [one(metric, c, sem) for c in cases]
     await asyncio.gather(*jobs)
@@ -127,7 +134,7 @@ def main(argv=None) -> int:
     med = {k: statistics.median(v) for k, v in times.items()}
     out = {
         "deepeval": __import__("deepeval").__version__,
-        "cases": len(cases), "metrics": len(translate.METRICS), "concurrency": a.concurrency,
+        "cases": len(cases), "metrics": len(deepeval_metrics.METRICS), "concurrency": a.concurrency,
         "latency": a.latency, "model": a.model, "repeat": a.repeat,
         "seconds": {k: [round(x, 3) for x in v] for k, v in times.items()},
         "median": {k: round(v, 3) for k, v in med.items()},

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark ragbridge.ranking against pytrec_eval and ranx, end to end from canonical Case objects.
+"""Benchmark ragbridge's ranking metrics against pytrec_eval and ranx, end to end from Case objects.
 
     python benchmarks/bench_ranking.py              # 100,000 cases x 100 chunks (about 6 GB RAM per path)
     python benchmarks/bench_ranking.py --n 10000    # smaller
@@ -9,10 +9,12 @@ Case-building cost. Each subprocess: imports its library, builds the same N case
 a warm-up on 20 cases (ranx's numba JIT, lazy imports), then times `--reps` end-to-end runs from the
 Case list to per-case NumPy arrays and reports the median. Measured paths:
 
-- ragbridge: ``ragbridge.ranking.evaluate(cases, [recall@10, precision@10, hit@10, mrr@10, ndcg@10, map@100])``.
+- ragbridge: ``ragbridge.native.ranking.evaluate(cases, [recall@10, precision@10, hit@10, mrr@10, ndcg@10,
+  map@100])``, the one dispatcher the native backend scores through (``ragbridge run``).
 - pytrec_eval: qrels/run dicts built from the cases (run scores ``n - position``, tie-free), then
-  ``RelevanceEvaluator(qrels, {recall_10, P_10, success_10, recip_rank, ndcg_cut_10, map_cut_100}).evaluate(run)``,
-  then per-query values read back into arrays (RR@10 derived as ``RR if RR >= 0.1 else 0``, exact).
+  ``RelevanceEvaluator(qrels, {recall_10, P_10, success_10, recip_rank, ndcg_cut_10,
+  map_cut_100}).evaluate(run)``, then per-query values read back into arrays (RR@10 derived as
+  ``RR if RR >= 0.1 else 0``, exact).
 - ranx: the same dicts, built in the same insertion order (``ranx.evaluate`` pairs dict inputs
   positionally), then ``ranx.evaluate(qrels, run, metrics, return_mean=False)``.
 
@@ -126,7 +128,7 @@ def to_dicts(cases):
 
 
 def run_ragbridge(cases, phases=None):
-    from ragbridge.ranking import evaluate, prepare
+    from ragbridge.native.ranking import evaluate, prepare
 
     if phases is None:
         return evaluate(cases, METRICS)
@@ -185,7 +187,7 @@ def worker(path: str, n: int, n_chunks: int, reps: int, seed: int, out_npz: str)
     elif path == "pytrec_eval":
         import pytrec_eval  # noqa: F401
     else:
-        import ragbridge.ranking  # noqa: F401
+        import ragbridge.native.ranking  # noqa: F401
     rss_import = rss_mb()
     fn = RUNNERS[path]
 
@@ -314,8 +316,8 @@ def main(argv=None) -> int:
         reps = ", ".join(f"{t:.2f}" for t in r["times"])
         print(f"| {path} | {r['median_s']:.3f} | {r['us_per_case']:.1f} | {reps} | {r['median_cpu_s']:.3f} | "
               f"{r['peak_mb']:,.0f} | "
-              f"{r['import_mb']:+,.0f} | {r['data_mb']:,.0f} | {r['working_mb']:+,.0f} | {r['build_s']:.1f} | "
-              f"{r['warmup_s']:.1f} |")
+              f"{r['import_mb']:+,.0f} | {r['data_mb']:,.0f} | {r['working_mb']:+,.0f} | "
+              f"{r['build_s']:.1f} | {r['warmup_s']:.1f} |")
 
     print()
     print("phases of one extra run (s):")
@@ -345,16 +347,19 @@ def main(argv=None) -> int:
         print("ratios:")
         if "pytrec_eval" in results:
             pt = results["pytrec_eval"]
-            print(f"  pytrec_eval_time / ragbridge_time = {pt['median_s'] / rb['median_s']:.2f}  (target >= 2.0)")
+            print(f"  pytrec_eval_time / ragbridge_time = {pt['median_s'] / rb['median_s']:.2f}"
+                  "  (target >= 2.0)")
         if "ranx" in results:
             rx = results["ranx"]
-            print(f"  ranx_time / ragbridge_time        = {rx['median_s'] / rb['median_s']:.2f}  (target >= 2.0)")
+            print(f"  ranx_time / ragbridge_time        = {rx['median_s'] / rb['median_s']:.2f}"
+                  "  (target >= 2.0)")
         cpu_ratios = [f"{p}_cpu / ragbridge_cpu = {results[p]['median_cpu_s'] / rb['median_cpu_s']:.2f}"
                       for p in ("pytrec_eval", "ranx") if p in results]
         if cpu_ratios:
             print("  (process CPU time, less sensitive to a busy machine: " + "; ".join(cpu_ratios) + ")")
         if "pytrec_eval" in results:
-            print(f"  ragbridge_peak / pytrec_eval_peak = {rb['peak_mb'] / pt['peak_mb']:.3f}  (target <= 1.0)")
+            print(f"  ragbridge_peak / pytrec_eval_peak = {rb['peak_mb'] / pt['peak_mb']:.3f}"
+                  "  (target <= 1.0)")
             print(f"  ragbridge_working / pytrec_eval_working = "
                   f"{rb['working_mb']:+,.0f} MB / {pt['working_mb']:+,.0f} MB")
     return 0

@@ -26,6 +26,7 @@ times, alternating; medians are compared (wall time and process CPU time), and t
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -39,6 +40,11 @@ sys.path.insert(0, str(ROOT / "plugins"))
 import ragbridge  # noqa: E402
 from ragbridge.backend import RunOptions  # noqa: E402
 from ragbridge.judge import JudgeConfig  # noqa: E402
+from ragbridge_trulens import TruLensBackend  # noqa: E402
+
+# the direct side imports TruLens outside a run: give this process the backend's defaults first
+for _name, _value in TruLensBackend().environment().items():
+    os.environ.setdefault(_name, _value)
 
 METRICS = ("faithfulness", "context_relevance", "answer_relevance", "answer_correctness")
 MODEL = "bench-judge"
@@ -122,7 +128,7 @@ def main(argv=None) -> int:
     import trulens.providers.openai  # noqa: F401
     from trulens.feedback import GroundTruthAgreement  # noqa: F401
 
-    from ragbridge_trulens.scoring import offline_sentence_splitter
+    from ragbridge_trulens.env import offline_sentence_splitter
 
     offline_sentence_splitter()
     print(f"import trulens: {time.perf_counter() - t:.1f}s (not timed below)")

@@ -7,9 +7,18 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "support-bot" / "golden.jsonl"
 
-# The libraries' telemetry stays off in every test process.
-os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
-os.environ.setdefault("DEEPEVAL_TELEMETRY_OPT_OUT", "1")
+
+def _backend_defaults() -> None:
+    """The libraries' telemetry stays off in every test process, also where a test calls a library
+    directly (the parity tests): each backend's environment defaults, as a run applies them."""
+    from ragbridge.plugins import get_backends
+
+    for backend in get_backends().values():
+        for name, value in backend.environment().items():
+            os.environ.setdefault(name, value)
+
+
+_backend_defaults()
 
 
 @pytest.fixture

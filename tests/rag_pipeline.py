@@ -55,7 +55,7 @@ weak = Pipeline(first_words=3)
 
 def pipeline(question):
     """The one-callable form: question -> {contexts, answer}."""
-    from ragbridge.target import parse_chunks
+    from ragbridge.run.target import parse_chunks
 
     chunks = bm25.retrieve(question)
     return {"contexts": chunks, "answer": bm25.answer(question, parse_chunks(chunks))}

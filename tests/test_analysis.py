@@ -17,7 +17,8 @@ from conftest import EXAMPLE, ragbridge_cli
 from ragbridge import Case, RunManifest, Score, load_cases
 from ragbridge import analysis as an
 from ragbridge.analysis import stats as st
-from ragbridge.io import fingerprint, write_jsonl
+from ragbridge.formats.canonical import write_jsonl
+from ragbridge.formats.records import fingerprint
 
 # --------------------------------------------------------------------------------------------
 # Run folders written by hand (judged backends are plugins; these tests need none of them)

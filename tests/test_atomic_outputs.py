@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from ragbridge import evaluate, load_cases
-from ragbridge.io import atomic_path, write_atomic, write_cases
+from ragbridge.formats import write_cases
+from ragbridge.formats.files import atomic_path, write_atomic
 
 KILLER = Path(__file__).parent / "kill_mid_write.py"
 EARLIER = b"the earlier output, whole\n"

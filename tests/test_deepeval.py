@@ -17,17 +17,18 @@ pytest.importorskip("deepeval")
 
 import ragbridge  # noqa: E402  (applies the privacy defaults before DeepEval is imported)
 from ragbridge.backend import RunOptions  # noqa: E402
-from ragbridge.io import read_jsonl  # noqa: E402
+from ragbridge.formats.canonical import read_jsonl  # noqa: E402
 from ragbridge.judge import JudgeConfig  # noqa: E402
 from ragbridge.schema import Case, Score  # noqa: E402
 from ragbridge.testing import StubJudge  # noqa: E402
 
 from conftest import EXAMPLE, ragbridge_cli  # noqa: E402
 
+from ragbridge_deepeval import metrics as deepeval_metrics  # noqa: E402
 from ragbridge_deepeval import translate  # noqa: E402
 from ragbridge_deepeval.backend import DeepEvalBackend, structured_outputs  # noqa: E402
 
-METRICS = list(translate.METRICS)
+METRICS = list(deepeval_metrics.METRICS)
 STRUCTURED = "gpt-4o-mini"  # in DeepEval's registry: json_schema structured outputs, GEval logprobs
 PLAIN = "stub-judge"  # unknown to DeepEval: plain prompts, JSON cut out of the text
 GOOD = "billing-refund-window"
@@ -113,10 +114,10 @@ def test_fresh_metric_instance_per_call():
 
     model = OpenAIModel(model=PLAIN, base_url="http://127.0.0.1:9/v1", api_key="x")
     for metric in METRICS:
-        a, b = translate.make_metric(metric, model), translate.make_metric(metric, model)
+        a, b = deepeval_metrics.make_metric(metric, model), deepeval_metrics.make_metric(metric, model)
         assert a is not b and type(a) is type(b)
-    geval = translate.make_metric("answer_correctness", model)
-    assert geval.evaluation_steps == translate.CORRECTNESS_STEPS and geval.score_range == (0, 10)
+    geval = deepeval_metrics.make_metric("answer_correctness", model)
+    assert geval.evaluation_steps == deepeval_metrics.CORRECTNESS_STEPS and geval.score_range == (0, 10)
 
 
 def test_structured_outputs_follow_deepeval_registry():
@@ -143,7 +144,7 @@ def test_scores_every_metric_through_the_gateway(stub, picked, tmp_path, model):
     for (cid, metric), s in scores.items():
         assert s.error is None, (cid, metric, s.error)
         assert s.value is not None and 0.0 <= s.value <= 1.0
-        assert s.native_metric == translate.METRICS[metric][1]
+        assert s.native_metric == deepeval_metrics.METRICS[metric][1]
         assert s.native_value == pytest.approx(s.value)
         assert isinstance(s.passed, bool) and s.passed == (s.native_value >= 0.5)
         assert s.reason, (cid, metric)
@@ -221,8 +222,9 @@ def deepeval_measure(metric: str, case: Case, model_name: str, base_url: str):
         m = GEval(name="Correctness", model=model,
                   evaluation_params=[SingleTurnParams.INPUT, SingleTurnParams.ACTUAL_OUTPUT,
                                      SingleTurnParams.EXPECTED_OUTPUT],
-                  evaluation_steps=translate.CORRECTNESS_STEPS,
-                  rubric=[Rubric(score_range=r, expected_outcome=o) for r, o in translate.CORRECTNESS_RUBRIC])
+                  evaluation_steps=deepeval_metrics.CORRECTNESS_STEPS,
+                  rubric=[Rubric(score_range=r, expected_outcome=o)
+                          for r, o in deepeval_metrics.CORRECTNESS_RUBRIC])
     else:
         cls = {"faithfulness": FaithfulnessMetric, "answer_relevance": AnswerRelevancyMetric,
                "context_precision": ContextualPrecisionMetric, "context_recall": ContextualRecallMetric,
@@ -262,7 +264,7 @@ def test_backend_options(stub, picked, tmp_path):
     assert s[(GOOD, "answer_relevance")].passed is True
     assert s[(GOOD, "faithfulness")].judge_calls == 3  # no reason call
     with pytest.raises(Exception, match="unknown deepeval backend option"):
-        translate.options_for({"deepeval": {"treshold": 0.7}})
+        deepeval_metrics.options_for({"deepeval": {"treshold": 0.7}})
 
 
 # ------------------------------------------------------------------------------------------------

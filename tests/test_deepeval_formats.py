@@ -11,7 +11,8 @@ import pytest
 pytest.importorskip("deepeval")
 
 import ragbridge  # noqa: E402,F401  (privacy defaults before DeepEval)
-from ragbridge.io import DatasetError, read_jsonl  # noqa: E402
+from ragbridge.formats import DatasetError  # noqa: E402
+from ragbridge.formats.canonical import read_jsonl  # noqa: E402
 from ragbridge.schema import Case  # noqa: E402
 
 from conftest import EXAMPLE, ragbridge_cli  # noqa: E402
@@ -209,7 +210,7 @@ def test_cli_convert_to_and_from_deepeval(example, tmp_path):
 
 
 def test_registered_formats_load_through_ragbridge(example, tmp_path):
-    from ragbridge.plugins import get_formats
+    from ragbridge.formats import get_formats
 
     fmts = get_formats()
     assert {"deepeval", "deepeval-json", "deepeval-jsonl", "deepeval-csv"} <= set(fmts)

@@ -1,6 +1,8 @@
 """DeepEval's side effects stay switched off (issue 5, point 5): no PostHog or Confident AI connection
-(even with CONFIDENT_API_KEY set), no `.deepeval/` folder in the working directory, no `.env` loaded,
-and DeepEval's auto-loaded pytest plugin kept out of the project's test runs.
+(even with CONFIDENT_API_KEY set, and none at exit after the run), no `.deepeval/` folder in the
+working directory, no `.env` loaded, and DeepEval's auto-loaded pytest plugin kept out of the
+project's test runs; and none of DeepEval's defaults is set outside a run (importing ragbridge
+changes no environment variable).
 
 Each check runs in a fresh subprocess with the DeepEval / Confident variables removed from its
 environment, as in a user's shell, and with a control run showing the check would catch the effect.
@@ -70,7 +72,7 @@ def test_a_run_talks_only_to_the_judge_loads_no_dotenv_writes_no_folder(user_dir
     import os
     import ragbridge
     from ragbridge.judge import JudgeConfig
-    from ragbridge.io import read_jsonl
+    from ragbridge.formats.canonical import read_jsonl
     from ragbridge.testing import StubJudge
     from pathlib import Path
     cases = read_jsonl(Path({str(ROOT / "examples/support-bot/golden.jsonl")!r}))[:2]
@@ -82,7 +84,8 @@ def test_a_run_talks_only_to_the_judge_loads_no_dotenv_writes_no_folder(user_dir
     print(json.dumps({{"scored": sum(s.value is not None for s in run.scores),
                       "errors": [s.error for s in run.scores if s.error],
                       "dotenv": os.environ.get("RAGBRIDGE_DOTENV_PROBE"),
-                      "confident": os.environ.get("CONFIDENT_API_KEY")}}))
+                      "confident": os.environ.get("CONFIDENT_API_KEY"),
+                      "left_set": sorted(k for k in os.environ if k.startswith("DEEPEVAL_"))}}))
     """
     res = py(code, user_dir, clean_env(home, CONFIDENT_API_KEY="confident_us_set_by_user"))
     assert res.returncode == 0, res.stderr[-3000:]
@@ -90,6 +93,7 @@ def test_a_run_talks_only_to_the_judge_loads_no_dotenv_writes_no_folder(user_dir
     assert out["scored"] == 4 and not out["errors"]
     assert out["dotenv"] is None  # the .env in the working directory was not loaded
     assert out["confident"] == "confident_us_set_by_user"  # nor did it override the user's variable
+    assert out["left_set"] == []  # the backend's defaults held while the run used it, no longer
     seen = json.loads((user_dir / "net.json").read_text())
     assert seen, "the socket guard saw nothing: it is not working"
     hosts = {h for _, h in seen}
@@ -100,14 +104,46 @@ def test_a_run_talks_only_to_the_judge_loads_no_dotenv_writes_no_folder(user_dir
     assert not (home / ".deepeval").exists()
 
 
-def test_importing_deepeval_after_ragbridge_creates_no_folder_and_loads_no_dotenv(user_dir):
+def test_ragbridge_and_the_deepeval_formats_import_no_deepeval_and_change_no_environment(user_dir):
+    """Importing ragbridge, registering every plugin and converting DeepEval datasets neither imports
+    DeepEval nor changes the environment: DeepEval's defaults belong to its backend, applied by a run."""
+    home = user_dir.parent / "home"
+    code = f"""
+        import json, os, sys
+        before = dict(os.environ)
+        import ragbridge
+        from ragbridge.formats import get_formats
+        from ragbridge.plugins import get_backends
+        assert "deepeval" in get_backends() and "deepeval" in get_formats()
+        cases = ragbridge.load_cases({str(ROOT / "examples/support-bot/golden.jsonl")!r})[:3]
+        for fmt, name in (("deepeval-json", "g.json"), ("deepeval-jsonl", "g.jsonl"),
+                          ("deepeval-csv", "g.csv")):
+            ragbridge.write_cases(cases, name, format=fmt)
+            assert [c.id for c in ragbridge.load_cases(name, format="deepeval")] == [c.id for c in cases]
+        changed = sorted(k for k in set(os.environ) | set(before) if os.environ.get(k) != before.get(k))
+        print(json.dumps({{"imported": sorted(m for m in sys.modules if m.split(".")[0] == "deepeval"),
+                          "changed": changed}}))
+    """
+    res = py(code, user_dir, clean_env(home))
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out == {"imported": [], "changed": []}
+    assert not (user_dir / ".deepeval").exists() and not (home / ".deepeval").exists()
+
+
+def test_importing_deepeval_with_the_backends_environment_creates_no_folder_and_loads_no_dotenv(user_dir):
+    """What a run does: the backend's environment applied, then DeepEval imported."""
     home = user_dir.parent / "home"
     code = """
-        import os, ragbridge, deepeval
-        from deepeval.metrics import FaithfulnessMetric, GEval
-        from deepeval.models import OpenAIModel
-        import ragbridge_deepeval.backend
-        print(os.environ.get("RAGBRIDGE_DOTENV_PROBE"))
+        import os
+        from ragbridge.run.runner import applied_environment
+        from ragbridge_deepeval import DeepEvalBackend
+
+        with applied_environment(DeepEvalBackend().environment()):
+            import deepeval
+            from deepeval.metrics import FaithfulnessMetric, GEval
+            from deepeval.models import OpenAIModel
+            print(os.environ.get("RAGBRIDGE_DOTENV_PROBE"))
     """
     res = py(code, user_dir, clean_env(home))
     assert res.returncode == 0, res.stderr[-2000:]

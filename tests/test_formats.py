@@ -26,9 +26,9 @@ from hypothesis import strategies as st
 
 import ragbridge  # noqa: F401  (privacy defaults before the libraries are imported)
 from conftest import EXAMPLE, ragbridge_cli
-from ragbridge.io import load_cases, plain, write_cases
-from ragbridge.plugins import get_formats
-from ragbridge.ranking import evaluate as rank
+from ragbridge.formats import get_formats, load_cases, write_cases
+from ragbridge.formats.records import plain
+from ragbridge.native.ranking import evaluate as rank
 from ragbridge.schema import Case, Chunk
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -172,7 +172,10 @@ def _pandas_looks_missing_or_numeric(value) -> bool:
         return False
     buf = io.StringIO()
     csv.writer(buf).writerows([["c"], [value]])
-    parsed = pd.read_csv(io.StringIO(buf.getvalue()))["c"][0]
+    column = pd.read_csv(io.StringIO(buf.getvalue()))["c"]
+    if len(column) != 1:  # pandas read the cell as no row at all (a blank or comment-like line)
+        return True
+    parsed = column.iloc[0]
     return not isinstance(parsed, str) or parsed != value
 
 

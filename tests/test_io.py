@@ -4,7 +4,7 @@ import pytest
 
 from conftest import ragbridge_cli
 from ragbridge import DatasetError, load_cases, write_cases
-from ragbridge.io import fingerprint
+from ragbridge.formats.records import fingerprint
 
 
 def write(tmp_path, name, text, mode="w"):

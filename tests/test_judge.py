@@ -30,9 +30,9 @@ from ragbridge.judge import (
     JudgeGateway,
     JudgeUnavailable,
     Usage,
-    _retry_after,
     redact_url,
 )
+from ragbridge.judge.upstream import parse_retry_after
 from ragbridge.testing import StubJudge
 from ragbridge.testing.pytest_fixtures import stub_judge  # noqa: F401  (the fixture under test)
 from ragbridge.testing.responders import JudgeRequest, respond, validate_schema
@@ -244,14 +244,14 @@ def test_retry_after_is_honoured(tmp_path):
 
 
 def test_retry_after_forms():
-    assert _retry_after("2") == 2.0
-    assert _retry_after("0.5") == 0.5
-    assert _retry_after(None) is None
-    assert _retry_after("garbage") is None
+    assert parse_retry_after("2") == 2.0
+    assert parse_retry_after("0.5") == 0.5
+    assert parse_retry_after(None) is None
+    assert parse_retry_after("garbage") is None
     from email.utils import format_datetime
     from datetime import datetime, timedelta, timezone
 
-    d = _retry_after(format_datetime(datetime.now(timezone.utc) + timedelta(seconds=30), usegmt=True))
+    d = parse_retry_after(format_datetime(datetime.now(timezone.utc) + timedelta(seconds=30), usegmt=True))
     assert 25 <= d <= 31
 
 
@@ -526,8 +526,8 @@ def _free_port() -> int:
 
 def test_preflight_missing_key_for_remote_endpoint(tmp_path, monkeypatch):
     monkeypatch.delenv("RAGBRIDGE_TEST_KEY", raising=False)
-    cfg = JudgeConfig(model="gpt-4o-mini", base_url="https://judge.invalid/v1", api_key_env="RAGBRIDGE_TEST_KEY",
-                      cache_path=tmp_path / "c.sqlite")
+    cfg = JudgeConfig(model="gpt-4o-mini", base_url="https://judge.invalid/v1",
+                      api_key_env="RAGBRIDGE_TEST_KEY", cache_path=tmp_path / "c.sqlite")
     with pytest.raises(JudgeConfigError) as err:
         JudgeGateway(cfg).preflight()
     msg = str(err.value)
@@ -637,9 +637,10 @@ def test_public_dict_has_no_secrets():
 # ------------------------------------------------------------------------------------------------
 
 CONTEXT = ("Refunds are available within 30 days of purchase. To request a refund, open the Orders page "
-           "and choose Request refund. Refunds are paid to the original payment method within 5 business days.")
-FAITHFUL = ("Refunds are available within 30 days of purchase. Open the Orders page and choose Request refund. "
-            "The money goes back to the original payment method within 5 business days.")
+           "and choose Request refund. Refunds are paid to the original payment method within 5 business "
+           "days.")
+FAITHFUL = ("Refunds are available within 30 days of purchase. Open the Orders page and choose Request "
+            "refund. The money goes back to the original payment method within 5 business days.")
 UNFAITHFUL = ("Refunds are available for 90 days. You must call our support hotline in Berlin. "
               "Store credit is issued instead of cash.")
 
@@ -672,8 +673,8 @@ def test_stub_faithful_answer_scores_higher(stub_judge):
     assert good >= 0.66 and bad <= 0.34
     # Plain "score" prompts answer on the asked scale, grounded the same way.
     tl = "SOURCE: {}\n\nSTATEMENT: {}\n\nRespond ONLY with a single-line JSON object"
-    sys_msg = {"role": "system", "content": "You are an INFORMATION OVERLAP classifier. Respond only as a number "
-                                            "from 0 to 3, where 0 is the lowest score."}
+    sys_msg = {"role": "system", "content": "You are an INFORMATION OVERLAP classifier. Respond only as a "
+                                            "number from 0 to 3, where 0 is the lowest score."}
     scores = []
     for ans in (FAITHFUL.split(". ")[0], UNFAITHFUL.split(". ")[0]):
         out = chat(c, messages=[sys_msg, {"role": "user", "content": tl.format(CONTEXT, ans)}])
@@ -725,7 +726,8 @@ def test_stub_json_schema_responses_validate(stub_judge):
         (Verdicts, "Context:\n" + CONTEXT + "\n\nClaims:\n" + json.dumps(FAITHFUL.split(". ")) + "\n\nJSON:"),
         (NLIOutput, 'Judge faithfulness.\ninput: {"context": %s, "statements": %s}\nOutput: '
          % (json.dumps(CONTEXT), json.dumps(UNFAITHFUL.split(". ")))),
-        (Question, 'Generate a question.\ninput: {"response": "I don\'t know, I couldn\'t find it."}\nOutput: '),
+        (Question,
+         'Generate a question.\ninput: {"response": "I don\'t know, I couldn\'t find it."}\nOutput: '),
         (Rating, "Rate relevance (0, 1, or 2).\nUser query: refunds\nContext: " + CONTEXT),
     ]
     for model, prompt in cases:

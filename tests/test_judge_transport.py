@@ -32,8 +32,8 @@ def sync_client(gw: JudgeGateway, base_url: str | None = None, **kw) -> openai.O
 
 def async_client(gw: JudgeGateway, **kw) -> openai.AsyncOpenAI:
     kw.setdefault("max_retries", 2)
-    return openai.AsyncOpenAI(base_url=gw.plain_base_url, api_key=gw.api_key,
-                              http_client=httpx.AsyncClient(transport=gw.async_transport(), trust_env=False), **kw)
+    http_client = httpx.AsyncClient(transport=gw.async_transport(), trust_env=False)
+    return openai.AsyncOpenAI(base_url=gw.plain_base_url, api_key=gw.api_key, http_client=http_client, **kw)
 
 
 def chat(client: openai.OpenAI, content: str = MSG[0]["content"]) -> str:
@@ -126,7 +126,8 @@ def test_retries_happen_once_in_the_gateway(tmp_path):
             client = async_client(gw)  # SDK max_retries=2: it must not retry what the gateway gave up on
             try:
                 with pytest.raises(openai.InternalServerError):
-                    await client.chat.completions.create(model="judge-m", messages=[{"role": "user", "content": "q"}])
+                    await client.chat.completions.create(model="judge-m",
+                                                         messages=[{"role": "user", "content": "q"}])
             finally:
                 await client.close()
 
@@ -202,8 +203,8 @@ def test_read_only_replays_and_never_calls_upstream(stub_judge, tmp_path, monkey
             try:
                 out = await client.chat.completions.create(model="judge-m", messages=MSG)
                 with pytest.raises(openai.BadRequestError, match="cache miss in read-only mode"):
-                    await client.chat.completions.create(model="judge-m",
-                                                         messages=[{"role": "user", "content": "never recorded"}])
+                    never = [{"role": "user", "content": "never recorded"}]
+                    await client.chat.completions.create(model="judge-m", messages=never)
                 return out.choices[0].message.content
             finally:
                 await client.close()

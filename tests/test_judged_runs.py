@@ -14,7 +14,8 @@ needs_trulens = pytest.mark.skipif(not get_backends()["trulens"].available(),
 
 
 def judge(stub, tmp_path, **kw):
-    return JudgeConfig(model="gpt-4o-mini", base_url=stub.base_url, cache_path=tmp_path / "cache.sqlite", **kw)
+    return JudgeConfig(model="gpt-4o-mini", base_url=stub.base_url, cache_path=tmp_path / "cache.sqlite",
+                       **kw)
 
 
 @needs_trulens
@@ -22,10 +23,12 @@ def test_failed_score_is_not_replayed_from_the_cache(tmp_path, example_cases, st
     case = [c for c in example_cases if c.id == "billing-refund-window"]
     out = tmp_path / "run"
     stub_judge.inject(*(["malformed"] * 40))  # every call of the first run gets garbage content
-    first = evaluate(case, backends=["trulens"], metrics=["faithfulness"], out=out, judge=judge(stub_judge, tmp_path))
+    first = evaluate(case, backends=["trulens"], metrics=["faithfulness"], out=out,
+                     judge=judge(stub_judge, tmp_path))
     assert first.scores[0].error, first.scores[0]
     stub_judge.reset()
-    second = evaluate(case, backends=["trulens"], metrics=["faithfulness"], out=out, judge=judge(stub_judge, tmp_path))
+    second = evaluate(case, backends=["trulens"], metrics=["faithfulness"], out=out,
+                      judge=judge(stub_judge, tmp_path))
     assert second.scores[0].error is None and second.scores[0].value is not None
     assert len(stub_judge.requests) > 0  # asked upstream again instead of replaying the bad answer
     # and a clean re-run of the same suite is served from the cache entirely
@@ -140,7 +143,7 @@ def test_trulens_leaves_openai_unwrapped(tmp_path, example_cases, stub_judge):
     import inspect
 
     import openai.resources
-    from ragbridge_trulens.scoring import make_provider
+    from ragbridge_trulens.backend import make_provider
     from trulens.core.feedback.endpoint import INSTRUMENT
 
     make_provider("gpt-4o-mini", stub_judge.base_url, "x")
@@ -158,7 +161,8 @@ def test_trulens_leaves_openai_unwrapped(tmp_path, example_cases, stub_judge):
 def test_resumed_stub_run_keeps_its_stub_label(tmp_path, example_cases, stub_judge):
     out = tmp_path / "run"
     cases = example_cases[:2]
-    evaluate(cases, backends=["trulens"], metrics=["faithfulness"], out=out, judge=judge(stub_judge, tmp_path))
+    evaluate(cases, backends=["trulens"], metrics=["faithfulness"], out=out,
+             judge=judge(stub_judge, tmp_path))
     assert json.loads((out / "run.json").read_text())["judge"]["stub"] is True
     stub_judge.reset()
     # the same command again: every score is kept, no judge call is made, and the label stays

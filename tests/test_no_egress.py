@@ -1,10 +1,11 @@
-"""A full run with every installed backend connects to nothing but the judge.
+"""A full run with every installed backend connects to nothing but the judge, also at exit.
 
 The run happens in a subprocess whose ``sitecustomize`` records every socket connect and every
 name lookup; the stub judge runs in this process, so only the run's own traffic is recorded.
 """
 
 import json
+import os
 import textwrap
 
 from conftest import ragbridge_cli
@@ -47,7 +48,12 @@ RECORDER = textwrap.dedent(
 LOCAL = {"127.0.0.1", "localhost", "::1"}
 
 
-def test_full_run_talks_only_to_the_judge(tmp_path, example_cases, stub_judge):
+def test_full_run_talks_only_to_the_judge(tmp_path, example_cases, stub_judge, monkeypatch):
+    # as in a user's shell: the run relies on each backend's own environment defaults, not on the
+    # opt-outs the test process set for itself
+    for backend in get_backends().values():
+        for name in backend.environment():
+            monkeypatch.delenv(name, raising=False)
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(RECORDER)
@@ -61,7 +67,8 @@ def test_full_run_talks_only_to_the_judge(tmp_path, example_cases, stub_judge):
     for name in ["native", *judged]:
         args += ["--backend", name]
     env = {
-        "PYTHONPATH": str(site),
+        # the recorder first, then whatever the tests themselves run with (a checkout's src and plugins)
+        "PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p),
         "RAGBRIDGE_EGRESS_LOG": str(log),
         # credentials that would make a library upload or call home if it were allowed to
         "CONFIDENT_API_KEY": "confident-should-not-be-used",

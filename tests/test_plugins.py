@@ -1,6 +1,7 @@
 """A third-party backend registered by entry point shows up in `backends` and in a run."""
 
 import json
+import os
 import textwrap
 
 from conftest import ragbridge_cli
@@ -50,7 +51,7 @@ def make_plugin(tmp_path):
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ragbridge-echo\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[ragbridge]\necho = ragbridge_echo\n")
-    return {"PYTHONPATH": str(site)}
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
 
 
 def test_entry_point_backend_listed(tmp_path):
@@ -90,3 +91,56 @@ def test_unavailable_backend_is_a_clear_error(tmp_path, example_path):
     res = ragbridge_cli("run", example_path, "--out", tmp_path / "r", "--backend", "needs-lib", env=env)
     assert res.returncode == 2
     assert "not available" in res.stderr and "pip install 'ragbridge[needs-lib]'" in res.stderr
+
+
+def _commands(help_text: str) -> set[str]:
+    lines = help_text.split("Commands:", 1)[1].splitlines()
+    return {line.split()[0] for line in lines if line.startswith("  ") and not line.startswith("   ")}
+
+
+def test_a_source_checkout_without_package_metadata_has_every_builtin_backend_and_command(tmp_path):
+    """Only PYTHONPATH, no installed ragbridge distribution (so no entry point): the built-in plugins
+    come from DEFAULT_PLUGINS. The venv's packages are seen through a folder of links without
+    ragbridge's own metadata, and ``-S`` keeps the venv's site (and its editable finder) out."""
+    import importlib.metadata
+    import subprocess
+    import sys
+    import sysconfig
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    site = tmp_path / "site-without-ragbridge"
+    site.mkdir()
+    for entry in purelib.iterdir():
+        if "ragbridge" not in entry.name.lower():  # its dist-info and editable finder
+            (site / entry.name).symlink_to(entry)
+    path = os.pathsep.join([str(root / "src"), str(root / "plugins"), str(site)])
+    env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "200"}
+
+    def cli(*args: str, no_metadata: bool = True) -> subprocess.CompletedProcess:
+        flags = ["-S"] if no_metadata else []
+        code = "from ragbridge.commands import run_cli; run_cli()"
+        return subprocess.run([sys.executable, *flags, "-c", code, *args], capture_output=True, text=True,
+                              env=env if no_metadata else os.environ, timeout=300, cwd=tmp_path)
+
+    probe = subprocess.run([sys.executable, "-S", "-c", "import importlib.metadata as m, ragbridge; "
+                            "print(ragbridge.__file__); print(m.entry_points(group='ragbridge'))"],
+                           capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    # (cwd: the checkout's root may hold the ragbridge.egg-info an editable install writes there)
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.startswith(str(root / "src")) and "EntryPoint" not in probe.stdout  # really none
+    assert importlib.metadata.entry_points(group="ragbridge"), "the control has entry points"
+
+    res = cli("backends")
+    assert res.returncode == 0, res.stderr
+    listed = {line.split()[1] for line in res.stdout.splitlines() if line.startswith("│ ")}
+    assert {"native", "rubric"} <= listed
+    assert cli("formats").stdout.count("jsonl") >= 1
+    bare, full = cli("--help"), cli("--help", no_metadata=False)
+    assert bare.returncode == 0 and full.returncode == 0, bare.stderr + full.stderr
+    bare_commands, all_commands = _commands(bare.stdout), _commands(full.stdout)
+    assert {"run", "rescore", "backends", "formats", "convert", "sample", "judge", "label", "pairwise",
+            "report", "diff", "gate", "compare", "validate", "calibrate"} <= bare_commands
+    # what is missing comes from the bundled library plugins, which are entry points
+    assert bare_commands <= all_commands and all_commands - bare_commands <= {"trulens-leaderboard"}

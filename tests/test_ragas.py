@@ -17,13 +17,14 @@ pytest.importorskip("ragas")
 
 from conftest import EXAMPLE, ragbridge_cli  # noqa: E402
 from ragbridge import Case, evaluate, load_cases  # noqa: E402
-from ragbridge.io import DatasetError, write_cases  # noqa: E402
+from ragbridge.formats import DatasetError, write_cases  # noqa: E402
 from ragbridge.judge import JudgeConfig  # noqa: E402
 from ragbridge.testing import StubJudge  # noqa: E402
 
 import ragbridge_ragas  # noqa: E402
 from ragbridge_ragas import from_ragas, to_ragas  # noqa: E402
-from ragbridge_ragas.backend import METRICS, normalise  # noqa: E402
+from ragbridge_ragas.metrics import METRICS  # noqa: E402
+from ragbridge_ragas.translate import normalise  # noqa: E402
 
 ALL = ["faithfulness", "answer_relevance", "context_precision", "context_recall", "context_relevance",
        "answer_correctness"]
@@ -98,7 +99,8 @@ def test_registered_without_importing_ragas():
     code = textwrap.dedent(
         """
         import sys
-        from ragbridge.plugins import get_backends, get_formats
+        from ragbridge.formats import get_formats
+        from ragbridge.plugins import get_backends
         b = get_backends()["ragas"]
         f = get_formats()
         print(b.available(), b.version(), sorted(m.name for m in b.metrics()), "ragas-hf" in f and "ragas" in f,
@@ -391,6 +393,42 @@ def test_cli_run_talks_only_to_the_judge(tmp_path, example):
     assert all("127.0.0.1" in h for h in hosts), sorted(set(hosts))
 
 
+def test_converting_before_a_run_keeps_the_runs_privacy_defaults(tmp_path):
+    """``to_ragas`` imports RAGAS outside any run, so without the backend's environment: it makes no
+    tracked call, and RAGAS reads RAGAS_DO_NOT_TRACK only in the run that follows, where the backend
+    has set it. No analytics lookup, no id file in the home folder, nothing left set after the run."""
+    code = textwrap.dedent(f"""
+        import json, os, socket
+        seen = []
+        real = socket.getaddrinfo
+        socket.getaddrinfo = lambda host, *a, **k: (seen.append(host), real(host, *a, **k))[1]
+        import ragbridge
+        from ragbridge.judge import JudgeConfig
+        from ragbridge.testing import StubJudge
+        from ragbridge_ragas import to_ragas
+        cases = ragbridge.load_cases({str(EXAMPLE)!r})[:2]
+        dataset, _ = to_ragas(cases)
+        with StubJudge() as stub:
+            run = ragbridge.evaluate(cases, backends=["ragas"], metrics=["faithfulness"],
+                                     judge=JudgeConfig(model="stub-judge", base_url=stub.base_url,
+                                                       cache_mode="off", api_key_env="RAGBRIDGE_TEST_KEY"))
+        print(json.dumps({{"samples": len(dataset.samples), "scored": [s.status for s in run.scores],
+                          "hosts": sorted(set(seen)), "left_set": os.environ.get("RAGAS_DO_NOT_TRACK")}}))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "RAGAS_DO_NOT_TRACK"}
+    env["HOME"] = str(tmp_path / "home")
+    import subprocess
+
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["samples"] == 2 and out["scored"] == ["scored", "scored"]
+    assert set(out["hosts"]) <= {"127.0.0.1", "localhost"}, out["hosts"]
+    assert out["left_set"] is None
+    assert not [p for p in (tmp_path / "home").rglob("*") if p.is_file()]
+
+
 # --------------------------------------------------------------------------------------------
 # datasets (point 3)
 
@@ -408,10 +446,10 @@ def test_round_trip_is_lossless_and_ragas_reads_it(tmp_path, example):
 
 
 def test_lossless_when_nothing_is_outside_ragas(tmp_path):
-    from ragbridge.io import _stable_case_id
+    from ragbridge.formats.records import case_id_for_question
 
     q = "How do I reset my password?"
-    case = Case(id=_stable_case_id(q), question=q, answer="Use the link.",
+    case = Case(id=case_id_for_question(q), question=q, answer="Use the link.",
                 contexts=[{"id": "a#1", "text": "Reset links last 60 minutes."}], relevant=["a#1"],
                 reference="Use the reset link.", metadata={"ragas": {"persona_name": "admin"}})
     assert write_cases([case], tmp_path / "x.jsonl", "ragas") == []
@@ -492,7 +530,7 @@ def test_bad_ragas_rows_are_reported_with_location(tmp_path, line, field):
 def test_reads_what_ragas_to_csv_writes(tmp_path, example):
     """RAGAS's own CSV (no ragbridge column): the ids are the exported ones, and recall still means
     what it meant."""
-    from ragbridge.ranking import evaluate as rank
+    from ragbridge.native.ranking import evaluate as rank
 
     from ragbridge_ragas.translate import export_ids
 

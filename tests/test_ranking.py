@@ -1,4 +1,4 @@
-"""Tests for ragbridge.ranking: pytrec_eval as the oracle, plus one named test per convention."""
+"""Tests for ragbridge.native.ranking: pytrec_eval as the oracle, plus one named test per convention."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ragbridge import ranking as rk
+from ragbridge.native import ranking as rk
 from ragbridge.schema import Case
 
 ALL = ["recall@10", "precision@10", "hit@10", "mrr", "mrr@10", "ndcg", "ndcg@10", "map", "map@10"]
@@ -278,7 +278,8 @@ def test_graded_linear_vs_exponential_ndcg_E8():
     assert one(c, ["ndcg@10"], gain="exponential")["ndcg@10"] == pytest.approx(0.7098, abs=1e-4)
     r = rk.prepare([c])
     assert rk.ndcg(r, 10)[0] == pytest.approx((1 + 3 / math.log2(3)) / (3 + 1 / math.log2(3)))
-    assert rk.ndcg(r, 10, gain="exponential")[0] == pytest.approx((1 + 7 / math.log2(3)) / (7 + 1 / math.log2(3)))
+    assert rk.ndcg(r, 10, gain="exponential")[0] == pytest.approx(
+        (1 + 7 / math.log2(3)) / (7 + 1 / math.log2(3)))
     # all four grades, unretrieved labels in the ideal
     c = case(["a", "b", "c", "d"], {"a": 0, "b": 1, "c": 2, "d": 3, "e": 3})
     lin = one(c, ["ndcg"])["ndcg"]
@@ -371,3 +372,85 @@ def test_scores_are_ignored():
     c = Case(id="q", question="?", relevant={"b": 1},
              contexts=[{"id": "a", "score": 0.1}, {"id": "b", "score": 0.9}])
     assert one(c, ["mrr"])["mrr"] == 0.5
+
+
+# --------------------------------------------------------------------------- the path a run takes
+# The native backend scores through the same dispatcher: a run's scores equal pytrec_eval's too.
+
+RUN_METRICS = ["recall@k", "precision@k", "hit@k", "ndcg@k", "mrr", "map"]
+
+
+def _run_pairs(k):
+    return {f"recall@{k}": f"recall_{k}", f"precision@{k}": f"P_{k}", f"hit@{k}": f"success_{k}",
+            f"ndcg@{k}": f"ndcg_cut_{k}", "map": "map", "mrr": "recip_rank"}
+
+
+def _assert_scores_match(cases, values, k, trec):
+    """``values``: {(case id, metric): value or None} of a run; ``trec``: pytrec_eval's output."""
+    for c in cases:
+        R = sum(1 for g in c.relevant.values() if g >= 1)
+        for name, measure in _run_pairs(k).items():
+            got = values[(c.id, name)]
+            if not c.relevant or (R == 0 and not name.startswith(("precision", "hit"))):
+                assert got is None, (name, c)  # undefined, never 0
+            else:
+                assert got == pytest.approx(trec[c.id][measure], abs=1e-9, rel=0), (name, c)
+
+
+@pytest.mark.skipif(pytrec_eval is None, reason="pytrec_eval (dev extra) is not installed")
+@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(cases=labelled_cases(), k=st.sampled_from(KS))
+def test_native_backend_run_matches_pytrec_eval(cases, k):
+    from ragbridge import RunOptions, evaluate
+
+    run = evaluate(cases, backends=["native"], metrics=RUN_METRICS, options=RunOptions(k=k))
+    values = {(s.case_id, s.metric): s.value for s in run.scores}
+    assert len(values) == len(cases) * len(RUN_METRICS) and not any(s.error for s in run.scores)
+    _assert_scores_match(cases, values, k, _pytrec(cases, k))
+    exp = evaluate(cases, backends=["native"], metrics=["ndcg@k"],
+                   options=RunOptions(k=k, gain="exponential"))
+    trec_exp = _pytrec(cases, k, remap=lambda g: 2**g - 1)
+    for s in exp.scores:
+        if s.value is not None:
+            assert s.value == pytest.approx(trec_exp[s.case_id][f"ndcg_cut_{k}"], abs=1e-9, rel=0)
+
+
+@pytest.mark.skipif(pytrec_eval is None, reason="pytrec_eval (dev extra) is not installed")
+def test_cli_run_matches_pytrec_eval(tmp_path):
+    import json
+
+    from conftest import ragbridge_cli
+
+    rng = random.Random(15)
+    rows = []
+    for q in range(40):
+        ranked = rng.sample(range(POOL), rng.randint(0, 30))
+        labelled = rng.sample(range(POOL), rng.randint(0, 12)) + ranked[: rng.randint(0, 4)]
+        rows.append({"id": f"q{q}", "question": f"question {q}",
+                     "contexts": [{"id": f"d{i}"} for i in ranked],
+                     "relevant": {f"d{d}": rng.randint(0, 3) for d in labelled}})
+    data = tmp_path / "cases.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    res = ragbridge_cli("run", data, "--out", tmp_path / "run", "--k", "3")
+    assert res.returncode == 0, res.stderr
+    scores = [json.loads(line) for line in (tmp_path / "run" / "scores.jsonl").read_text().splitlines()]
+    values = {(s["case_id"], s["metric"]): s["value"] for s in scores}
+    cases = [case([c["id"] for c in r["contexts"]], r["relevant"], r["id"]) for r in rows]
+    _assert_scores_match(cases, values, 3, _pytrec(cases, 3))
+
+
+def test_a_run_prepares_each_list_of_cases_once():
+    """The native backend's session reuses the prepared arrays while the runner hands every ranking
+    metric the same list object, and prepares afresh for another list."""
+    import asyncio
+
+    from ragbridge import RunOptions, ScoringContext
+    from ragbridge.native import NativeBackend
+
+    session = asyncio.run(NativeBackend().open(ScoringContext(options=RunOptions())))
+    cases = [case(["a", "b"], {"b": 1}), case(["c"], {"c": 2}, "q2")]
+    first = session.ranked(cases)
+    assert session.ranked(cases) is first
+    other = session.ranked(cases[:1])
+    assert other is not first and other.n_cases == 1

@@ -16,7 +16,8 @@ from ragbridge import RunManifest, Score, load_cases
 from ragbridge.analysis.diff import IncompleteRunError, RegressionError, diff_runs, run_problems
 from ragbridge.analysis.gate import GateConfigError, load_gates, run_gates
 from ragbridge.analysis.stats import paired_bootstrap_ci, paired_permutation_pvalue
-from ragbridge.io import fingerprint, write_jsonl
+from ragbridge.formats.canonical import write_jsonl
+from ragbridge.formats.records import fingerprint
 from ragbridge.report import ci
 
 CASES = load_cases(EXAMPLE)

@@ -15,7 +15,7 @@ import pytest
 from conftest import ragbridge_cli
 from ragbridge import load_cases, load_run
 from ragbridge.plugins import get_backends
-from ragbridge.runner import _process_start
+from ragbridge.run.folder import process_start
 
 pytestmark = pytest.mark.skipif(not get_backends()["trulens"].available(), reason="needs the trulens backend")
 
@@ -123,7 +123,7 @@ def test_a_second_run_into_a_folder_being_written_is_refused(tmp_path, example_p
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         # what run.json says while another process is writing the folder
-        process = {"pid": sleeper.pid, "host": socket.gethostname(), "start": _process_start(sleeper.pid)}
+        process = {"pid": sleeper.pid, "host": socket.gethostname(), "start": process_start(sleeper.pid)}
         (out / "run.json").write_text(json.dumps({**_manifest(out), "status": "running", "process": process}))
         before = {p.name: p.read_bytes() for p in out.iterdir()}
         res = ragbridge_cli("run", example_path, "--out", out, "--metric", "mrr")

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import ragbridge_cli
 from ragbridge import RunError, evaluate, load_run
-from ragbridge.runner import read_scores
+from ragbridge.run.folder import read_scores
 
 RANKING = ["recall@5", "precision@5", "hit@5", "mrr", "ndcg@5", "map"]
 CHECKS = ["must_contain", "must_not_contain", "abstention"]
@@ -79,6 +79,22 @@ def test_resume_after_kill(tmp_path, example_cases):
     assert 0 <= full.manifest.timing["wall_seconds"]["native"] <= 100
     assert 100 <= resumed.manifest.timing["wall_seconds"]["native"] <= 100 + elapsed
     assert json.loads((out / "run.json").read_text())["timing"] == resumed.manifest.timing
+
+
+def test_resume_after_a_kill_inside_a_character(tmp_path, example_cases):
+    # a write cut short can end inside a multi-byte UTF-8 character (a reason in French, say)
+    out = tmp_path / "run"
+    evaluate(example_cases, out=out, metrics=["mrr"])
+    lines = (out / "scores.jsonl").read_bytes().splitlines(keepends=True)
+    keep = len(lines) // 2
+    (out / "scores.jsonl").write_bytes(b"".join(lines[:keep]) + lines[keep][:30] + "é".encode()[:1])
+    assert read_scores(out / "scores.jsonl") == (read_scores(out / "scores.jsonl")[0], 1)
+    assert len(load_run(out).scores) == keep
+    computed = []
+    evaluate(example_cases, out=out, metrics=["mrr"], on_score=computed.append)
+    assert len(computed) == len(lines) - keep
+    scores, bad = read_scores(out / "scores.jsonl")
+    assert bad == 0 and len(scores) == len(lines)
 
 
 def test_resume_refuses_other_dataset(tmp_path, example_cases):

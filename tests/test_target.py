@@ -1,6 +1,7 @@
 """Evaluate a real pipeline directly: callable, retrieve/answer object and HTTP targets; sampling."""
 
 import json
+import os
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -10,11 +11,12 @@ import pytest
 
 import rag_pipeline
 from conftest import ragbridge_cli
-from ragbridge import evaluate, load_cases, load_run
-from ragbridge.target import TargetError, load_target
+from ragbridge import RunError, evaluate, load_cases, load_run
+from ragbridge.run.target import TargetError, load_target
 
 TESTS = str(Path(__file__).resolve().parent)
-ENV = {"PYTHONPATH": TESTS}
+#: the tests folder (the target module) ahead of the PYTHONPATH the suite runs with
+ENV = {"PYTHONPATH": os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)}
 
 
 def mean(run, metric):
@@ -113,6 +115,21 @@ def test_resume_does_not_call_target_again(tmp_path, golden):
     run = evaluate(golden, metrics=["mrr"], out=out, target=load_target("rag_pipeline:bm25"))
     assert rag_pipeline.CALLS["n"] - before == len(golden) - 20
     assert run.complete and len(run.scores) == len(golden)
+
+
+def test_one_decision_for_the_folder_target_or_not(tmp_path, golden, example_cases):
+    out = tmp_path / "r"
+    evaluate(golden[:6], metrics=["mrr"], out=out, target=load_target("rag_pipeline:bm25"))
+    # a plain run replacing a target run leaves none of the earlier run's files behind
+    evaluate(example_cases[:6], metrics=["mrr"], out=out, overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == ["cases.jsonl", "run.json", "scores.jsonl"]
+    # an unreadable manifest is refused the same way with a target as without, before any call
+    (out / "run.json").write_text("{not json")
+    before = rag_pipeline.CALLS["n"]
+    for target in (None, load_target("rag_pipeline:bm25")):
+        with pytest.raises(RunError, match="(?s)is not a valid run manifest .*use --overwrite"):
+            evaluate(golden[:6], metrics=["mrr"], out=out, target=target)
+    assert rag_pipeline.CALLS["n"] == before
 
 
 def test_bad_targets_are_clear():

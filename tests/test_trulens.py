@@ -22,7 +22,7 @@ except importlib.metadata.PackageNotFoundError:  # pragma: no cover
 
 import ragbridge  # noqa: E402
 from ragbridge.backend import RunOptions  # noqa: E402
-from ragbridge.io import DatasetError, load_cases, write_cases  # noqa: E402
+from ragbridge.formats import DatasetError, load_cases, write_cases  # noqa: E402
 from ragbridge.judge import JudgeConfig  # noqa: E402
 from ragbridge.schema import Case  # noqa: E402
 from ragbridge.testing import StubJudge  # noqa: E402
@@ -82,7 +82,8 @@ def by_key(run):
 
 
 def test_registering_does_not_import_trulens():
-    code = ("import sys, ragbridge.plugins as p; b = p.get_backends(); f = p.get_formats();"
+    code = ("import sys, ragbridge.plugins as p, ragbridge.formats as fm;"
+            "b = p.get_backends(); f = fm.get_formats();"
             "assert 'trulens' in b and 'trulens' in f;"
             "assert b['trulens'].available();"
             "bad = [m for m in sys.modules if m.startswith('trulens')]; assert not bad, bad; print('ok')")
@@ -238,7 +239,7 @@ def test_unparsable_score_becomes_the_error(cases, tmp_path):
         with StubJudge() as stub:
             run = run_trulens(cases[:3], stub, tmp_path, metrics=("answer_relevance",), api="chat")
     finally:
-        responders._REGISTRY.remove(r)
+        responders.unregister(r)
     s = by_key(run)
     bad = s[(target.id, "answer_relevance")]
     assert bad.value is None and bad.error.startswith("UnparsableScore")
@@ -284,7 +285,7 @@ def test_parity_with_trulens_provider_functions(cases, tmp_path, api):
     import openai
     from trulens.providers.openai import OpenAI
 
-    from ragbridge_trulens.scoring import offline_sentence_splitter
+    from ragbridge_trulens.env import offline_sentence_splitter
 
     with StubJudge() as stub:
         if api == "chat":
@@ -427,12 +428,12 @@ def test_leaderboard_layout_and_round_trip(cases, tmp_path):
 
 
 # --------------------------------------------------------------------------------------------
-# The stub's TruLens answers (ragbridge.testing.responders_trulens)
+# The stub's TruLens answers (ragbridge_trulens.stub)
 
 
 def test_stub_agreement_and_splitter_answers():
     from ragbridge.testing.responders import JudgeRequest, respond
-    from ragbridge.testing.responders_trulens import agreement_score
+    from ragbridge_trulens.stub import agreement_score
 
     assert agreement_score("Refunds are possible within 14 days.", "Within 14 days of the charge.") > \
         agreement_score("Refunds are possible within 30 days.", "Within 14 days of the charge.")

@@ -1,4 +1,4 @@
-"""ragbridge's DeepEval backend: DeepEval 4.3.1's RAG metrics through ragbridge's judge, and DeepEval datasets.
+"""ragbridge's DeepEval backend: DeepEval 4.3.1's RAG metrics through ragbridge's judge, and its datasets.
 
 Install with ``pip install 'ragbridge[deepeval]' -c constraints.txt``; run with
 ``ragbridge run DATASET --backend deepeval --judge-model M --judge-base-url U``.
@@ -53,7 +53,7 @@ for GEval whose reason comes with the score).
 
 ``answer_correctness`` is ``GEval(name="Correctness", evaluation_params=[INPUT, ACTUAL_OUTPUT,
 EXPECTED_OUTPUT])`` with fixed evaluation steps (so DeepEval's "generate steps" call is skipped and
-every case is judged by the same words) and a fixed rubric, both in ``translate.py``:
+every case is judged by the same words) and a fixed rubric, both in ``metrics.py``:
 
 * steps: compare the facts of the answer with the reference; heavily penalise a contradicting fact
   (number, time limit, price, plan, place, condition); penalise left-out facts, less for minor details;
@@ -68,7 +68,8 @@ answer correctness the answer and a reference. Cases without them are skipped by
 
 Case -> ``LLMTestCase``: ``input`` = question, ``actual_output`` = answer, ``expected_output`` =
 reference, ``retrieval_context`` = the texts of the retrieved chunks in rank order (chunks without text
-left out, a repeated chunk id counted once at its first rank), ``context`` = reference_contexts, ``name`` = id, ``tags`` = tags.
+left out, a repeated chunk id counted once at its first rank), ``context`` = reference_contexts,
+``name`` = id, ``tags`` = tags.
 
 The judge
 ---------
@@ -82,9 +83,10 @@ name a registry model only when the server supports ``json_schema``.
 
 DeepEval does not retry an answer that is not valid JSON or misses a key; the gateway retries
 transport faults (429, 5xx, timeouts, non-JSON bodies) and anything left is that case's Score
-``error`` (``Type: message``), never an exception out of ``score``. At score time the backend sets,
-unless already set, ``DEEPEVAL_RETRY_MAX_ATTEMPTS=1`` (the gateway has retried already) and
-``DEEPEVAL_PER_ATTEMPT_TIMEOUT_SECONDS_OVERRIDE`` to the gateway's worst-case time.
+``error`` (``Type: message``), never an exception out of ``score``. While a run uses the backend,
+``DEEPEVAL_RETRY_MAX_ATTEMPTS=1`` (the gateway has retried already) and
+``DEEPEVAL_PER_ATTEMPT_TIMEOUT_SECONDS_OVERRIDE`` (the gateway's worst-case time) are set, unless the
+user set them.
 
 Options (``RunOptions.backend_options["deepeval"]``): ``threshold`` (a number, or a mapping canonical
 metric -> number), ``include_reason``, ``strict_mode``, ``penalize_ambiguous_claims``,
@@ -92,20 +94,30 @@ metric -> number), ``include_reason``, ``strict_mode``, ``penalize_ambiguous_cla
 
 Side effects, switched off
 --------------------------
-``import ragbridge`` sets (``setdefault``: an explicit user value wins) ``DEEPEVAL_TELEMETRY_OPT_OUT``
-(no PostHog; also stops the ``.deepeval/`` folder DeepEval otherwise creates in the working directory
-at import), ``DEEPEVAL_DISABLE_DOTENV`` (no ``.env`` loaded into the environment),
+While a run uses the backend (:mod:`ragbridge_deepeval.env`; a variable the user set wins, and the
+environment is restored when the run ends) ``DEEPEVAL_TELEMETRY_OPT_OUT`` (no PostHog; also stops
+the ``.deepeval/`` folder DeepEval otherwise creates in the working directory at import),
+``DEEPEVAL_DISABLE_DOTENV`` (no ``.env`` loaded into the environment),
 ``DEEPEVAL_DISABLE_LEGACY_KEYFILE``, ``DEEPEVAL_NO_INSPECT_PROMPT`` and ``DEEPEVAL_CACHE_FOLDER`` (a
 per-user cache folder, so even a user who opts back into telemetry gets no ``.deepeval/`` in the
-working directory). The backend never calls ``deepeval.evaluate`` or any upload, so a
-``CONFIDENT_API_KEY`` in the environment sends nothing to Confident AI. DeepEval's auto-loaded pytest
-plugin is disabled in the project's test runs (``-p no:deepeval`` in pyproject's pytest addopts).
+working directory) are set; DeepEval reads them at import, and it is first imported after that, when
+the backend scores (``import ragbridge`` and the dataset formats never import it). DeepEval sends its
+buffered telemetry counts at exit, after the run: the backend's ``close`` settles them while the
+opt-out still holds, so nothing is sent later (`env.settle_telemetry`). The backend never
+calls ``deepeval.evaluate`` or any upload, so a ``CONFIDENT_API_KEY`` in the environment sends
+nothing to Confident AI. DeepEval's auto-loaded pytest plugin is disabled in the project's test runs
+(``-p no:deepeval`` in pyproject's pytest addopts).
 
 Datasets
 --------
 ``ragbridge convert IN OUT --from deepeval`` / ``--to deepeval`` (or ``deepeval-json``,
 ``deepeval-jsonl``, ``deepeval-csv``) read DeepEval goldens and test cases and write goldens; see
 ``formats.py`` for the field mapping and what can be lost.
+
+Files: ``backend.py`` (the backend, its run lifecycle and judge), ``metrics.py`` (canonical metric
+-> DeepEval class, options, the correctness rubric), ``translate.py`` (cases -> test cases, results ->
+Scores), ``formats.py`` (the dataset formats), ``env.py`` (the environment defaults), ``stub.py`` (the
+stub judge's answers to DeepEval's prompts, registered through ``ragbridge_register_stub_responders``).
 """
 
 from __future__ import annotations
@@ -127,3 +139,11 @@ def ragbridge_register_backends(register):
 def ragbridge_register_formats(register):
     for fmt in FORMATS:
         register(fmt)
+
+
+@hookimpl
+def ragbridge_register_stub_responders(register):
+    from .stub import responders
+
+    for responder in responders():  # in this order, ahead of the generic one
+        register(responder, first=False)

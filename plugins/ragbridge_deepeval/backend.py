@@ -1,26 +1,29 @@
-"""The DeepEval backend: DeepEval's own metric classes, judged through ragbridge's judge gateway."""
+"""The DeepEval backend: DeepEval's own metric classes, judged through ragbridge's judge gateway.
+
+The run's lifecycle: ``environment()`` is `env.environment` (telemetry, ``.env`` loading and the
+``.deepeval/`` folder off, DeepEval's own retry off), applied before ``open``; ``open`` sets the
+judge-dependent `env.runtime_environment` and makes one `DeepEvalSession` (an ``httpx.AsyncClient``
+on the gateway's in-process transport, shared by every metric and case of the run); ``close``
+settles DeepEval's telemetry while its opt-out holds (`env.settle_telemetry`) and undoes both.
+Each case still gets its own tagged base URL (so the gateway counts calls per case) and its own
+judge and metric objects (`build_judge`, `metrics.make_metric`).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import os
+import contextlib
 import time
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Optional, Sequence
 
-from ragbridge.backend import Backend, MetricSpec, ScoringContext
+from ragbridge.backend import Backend, MetricSpec, ScoringContext, fan_out
 from ragbridge.schema import Case, Score
 
-from . import translate
-from .translate import BACKEND, METRICS
+from . import env, translate
+from .metrics import BACKEND, DESCRIPTIONS, METRICS, make_metric, options_for
 
-_DESCRIPTIONS = {
-    "faithfulness": "claims of the answer not contradicted by truths extracted from the retrieved context",
-    "answer_relevance": "statements of the answer relevant to the question",
-    "context_precision": "rank-weighted precision of retrieved chunks useful for the reference answer",
-    "context_recall": "reference sentences attributable to the retrieved context",
-    "context_relevance": "statements of the retrieved context relevant to the question",
-    "answer_correctness": "GEval with ragbridge's fixed correctness rubric, answer against the reference",
-}
+__all__ = ["DeepEvalBackend", "DeepEvalSession", "build_judge", "structured_outputs"]
 
 
 def structured_outputs(model_name: str) -> bool:
@@ -60,15 +63,14 @@ def build_judge(gateway: Any, metric: str, case_id: str, http_client: Any = None
     )
 
 
-def _deepeval_runtime_defaults(gateway: Any) -> None:
-    """Settings DeepEval reads at call time; a value the user set is left alone.
+@dataclass
+class DeepEvalSession:
+    """What the metrics of one run share: the gateway, one httpx client on its in-process transport,
+    and the run-time environment ``open`` applied (undone by ``close``)."""
 
-    The gateway already retries 429/5xx/timeouts, so DeepEval's own retry (a second full round through
-    the gateway) is off, and its per-attempt timeout is raised to the gateway's worst case."""
-    os.environ.setdefault("DEEPEVAL_RETRY_MAX_ATTEMPTS", "1")
-    os.environ.setdefault(
-        "DEEPEVAL_PER_ATTEMPT_TIMEOUT_SECONDS_OVERRIDE", f"{gateway.config.client_timeout():g}"
-    )
+    gateway: Any
+    http_client: Any
+    environment: contextlib.ExitStack
 
 
 class DeepEvalBackend(Backend):
@@ -80,47 +82,51 @@ class DeepEvalBackend(Backend):
     def metrics(self) -> list[MetricSpec]:
         return [
             MetricSpec(canon, native_name=native, requires=requires, judge=True,
-                       description=f"{cls}: {_DESCRIPTIONS[canon]}")
+                       description=f"{cls}: {DESCRIPTIONS[canon]}")
             for canon, (cls, native, requires) in METRICS.items()
         ]
+
+    def environment(self) -> dict[str, str]:
+        return env.environment()
+
+    async def open(self, ctx: ScoringContext) -> Optional[DeepEvalSession]:
+        if ctx.judge is None:
+            return None  # score says so, for every case
+        import httpx
+
+        from ragbridge.run.runner import applied_environment
+
+        gateway = ctx.judge
+        stack = contextlib.ExitStack()
+        stack.enter_context(applied_environment(env.runtime_environment(gateway)))
+        http_client = httpx.AsyncClient(transport=gateway.async_transport(),
+                                        timeout=httpx.Timeout(gateway.config.client_timeout()),
+                                        trust_env=False)
+        return DeepEvalSession(gateway, http_client, stack)
+
+    async def close(self, ctx: ScoringContext) -> None:
+        session = ctx.session
+        if isinstance(session, DeepEvalSession):
+            try:
+                env.settle_telemetry()  # while the run's opt-out holds
+                await session.http_client.aclose()
+            finally:
+                session.environment.close()
 
     async def score(self, metric: str, cases: Sequence[Case], ctx: ScoringContext) -> AsyncIterator[Score]:
         if metric not in METRICS:
             raise ValueError(f"the deepeval backend has no metric {metric!r}")
-        if ctx.judge is None:
+        session = ctx.session
+        if not isinstance(session, DeepEvalSession):
             raise RuntimeError("the deepeval backend needs a judge (ctx.judge is None)")
-        opts = translate.options_for(ctx.options.backend_options)
-        gateway = ctx.judge
-        _deepeval_runtime_defaults(gateway)
-
-        import httpx
-
-        limit = int(opts.get("concurrency") or gateway.config.max_concurrency)
-        sem = asyncio.Semaphore(max(1, limit))
-        # One httpx client on the gateway's in-process transport for every case of this metric; each
-        # case still gets its own tagged base URL (so the gateway counts calls per case) and its own
-        # judge and metric objects.
-        http_client = httpx.AsyncClient(
-            transport=gateway.async_transport(),
-            timeout=httpx.Timeout(gateway.config.client_timeout()),
-            trust_env=False,
-        )
+        opts = options_for(ctx.options.backend_options)
+        limit = int(opts.get("concurrency") or session.gateway.config.max_concurrency)
 
         async def one(case: Case) -> Score:
-            async with sem:
-                return await self.score_case(metric, case, gateway, opts, http_client)
+            return await self.score_case(metric, case, session.gateway, opts, session.http_client)
 
-        tasks = [asyncio.ensure_future(one(c)) for c in cases]
-        try:
-            for fut in asyncio.as_completed(tasks):
-                yield await fut
-        finally:
-            for t in tasks:
-                if not t.done():
-                    t.cancel()
-            if any(not t.done() for t in tasks):
-                await asyncio.gather(*tasks, return_exceptions=True)
-            await http_client.aclose()
+        async for score in fan_out(cases, one, max(1, limit)):
+            yield score
 
     async def score_case(self, metric: str, case: Case, gateway: Any, opts: Optional[dict] = None,
                          http_client: Any = None) -> Score:
@@ -128,7 +134,7 @@ class DeepEvalBackend(Backend):
         start = time.perf_counter()
         try:
             model = build_judge(gateway, metric, case.id, http_client)
-            m = translate.make_metric(metric, model, opts)
+            m = make_metric(metric, model, opts)
             await m.a_measure(translate.to_test_case(case), _show_indicator=False)
         except asyncio.CancelledError:
             raise

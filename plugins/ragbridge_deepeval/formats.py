@@ -43,15 +43,15 @@ from __future__ import annotations
 
 import ast
 import csv
-import hashlib
 import io
 import json
 import re
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from ragbridge.io import DatasetError, Format, cases_from_records, derived_chunk_ids
-from ragbridge.io import is_missing as _missing
+from ragbridge.formats import DatasetError, Format
+from ragbridge.formats.records import case_id_for_question, cases_from_records, derived_chunk_ids
+from ragbridge.formats.records import is_missing as _missing
 from ragbridge.schema import Case
 
 DELIMITER = "|"  # deepeval.dataset.utils.DELIMITER
@@ -146,7 +146,8 @@ def _mapping(value: Any, field: str) -> Optional[dict]:
             try:
                 parsed = ast.literal_eval(text)
             except (ValueError, SyntaxError):
-                raise DatasetError("is neither a JSON object nor a Python dict literal", field=field) from None
+                raise DatasetError("is neither a JSON object nor a Python dict literal",
+                                   field=field) from None
         if isinstance(parsed, dict):
             return parsed
     raise DatasetError(f"must be an object, got {type(value).__name__}", field=field)
@@ -228,7 +229,8 @@ def record_to_canonical(raw: Any, joined: bool) -> dict[str, Any]:
     return out
 
 
-def _records_with_ids(records: Iterator[tuple[int, Any]], joined: bool, path: Path) -> Iterator[tuple[int, dict]]:
+def _records_with_ids(records: Iterator[tuple[int, Any]], joined: bool,
+                      path: Path) -> Iterator[tuple[int, dict]]:
     seen: dict[str, int] = {}
     for n, raw in records:
         try:
@@ -237,7 +239,7 @@ def _records_with_ids(records: Iterator[tuple[int, Any]], joined: bool, path: Pa
             exc.path, exc.line = str(path), n
             raise
         if "id" not in rec:
-            base = "q-" + hashlib.sha1(rec["question"].encode("utf-8")).hexdigest()[:10]
+            base = case_id_for_question(rec["question"])
             k = seen.get(base, 0) + 1
             seen[base] = k
             rec["id"] = base if k == 1 else f"{base}-{k}"
@@ -251,7 +253,8 @@ def _text(path: Path) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise DatasetError(f"invalid UTF-8 at byte {exc.start}", path=path, hint="save the file as UTF-8") from None
+        raise DatasetError(f"invalid UTF-8 at byte {exc.start}", path=path,
+                           hint="save the file as UTF-8") from None
 
 
 def read_json(path: Path) -> list[Case]:
@@ -297,7 +300,8 @@ def read_csv(path: Path) -> list[Case]:
     def records() -> Iterator[tuple[int, Any]]:
         for row in reader:
             if None in row:
-                raise DatasetError("has more cells than the header has columns", path=path, line=reader.line_num)
+                raise DatasetError("has more cells than the header has columns", path=path,
+                                   line=reader.line_num)
             rec: dict[str, Any] = {}
             for k, v in row.items():
                 k = _ALIASES.get(k, k)
@@ -405,9 +409,9 @@ def golden_record(case: Case, lists: bool = True) -> tuple[dict[str, Any], list[
 def _write_all(cases: Sequence[Case], lists: bool) -> tuple[list[dict], list[str]]:
     records, lost = [], []
     for case in cases:
-        rec, l = golden_record(case, lists)
+        rec, lost_here = golden_record(case, lists)
         records.append(rec)
-        lost.extend(x for x in l if x not in lost)
+        lost.extend(x for x in lost_here if x not in lost)
     return records, lost
 
 
@@ -467,7 +471,7 @@ CSV_CANNOT_HOLD = ("contexts (text with '|', CSV)", "reference_contexts (text wi
                    "answer (empty, CSV)", "reference (empty, CSV)")
 
 # No suffixes are claimed: .json/.jsonl/.csv stay ragbridge's own formats unless --from/--to names these
-# (or the fields of a file's first record are DeepEval's: see ragbridge.io.Format.fields).
+# (or the fields of a file's first record are DeepEval's: see ragbridge.formats.Format.fields).
 FORMATS = [
     Format("deepeval", (), read_any, write_any,
            "DeepEval goldens / test cases; .json, .jsonl or .csv by suffix (as EvaluationDataset.save_as "

@@ -1,4 +1,4 @@
-"""Canonical cases to DeepEval test cases and metrics, and DeepEval results back to scores.
+"""Canonical cases to DeepEval test cases, and DeepEval results back to scores.
 
 Everything that touches ``deepeval`` imports it inside the function, so importing this module is cheap
 and registering the backend never loads the library.
@@ -10,68 +10,12 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ragbridge.backend import error_text
 from ragbridge.schema import Case, Score
 
-BACKEND = "deepeval"
+from .metrics import BACKEND, METRICS
 
-#: canonical metric -> (DeepEval class name, native metric name as DeepEval reports it, case inputs)
-METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "faithfulness": ("FaithfulnessMetric", "Faithfulness", ("answer", "context_text")),
-    "answer_relevance": ("AnswerRelevancyMetric", "Answer Relevancy", ("answer",)),
-    "context_precision": ("ContextualPrecisionMetric", "Contextual Precision", ("context_text", "reference")),
-    "context_recall": ("ContextualRecallMetric", "Contextual Recall", ("context_text", "reference")),
-    "context_relevance": ("ContextualRelevancyMetric", "Contextual Relevancy", ("context_text",)),
-    "answer_correctness": ("GEval", "Correctness [GEval]", ("answer", "reference")),
-}
-
-# The fixed correctness rubric for GEval. Fixed evaluation steps mean DeepEval skips its
-# "generate evaluation steps" call, so every run and every case is judged by the same words.
-CORRECTNESS_NAME = "Correctness"
-CORRECTNESS_STEPS = [
-    "Compare the facts stated in 'actual output' with the facts in 'expected output', the reference "
-    "answer to 'input'.",
-    "Heavily penalise any fact in 'actual output' that contradicts 'expected output': a different "
-    "number, time limit, price, plan, place or condition.",
-    "Penalise facts of 'expected output' that 'actual output' leaves out, less for minor details than "
-    "for the main point.",
-    "Do not penalise extra detail, wording or style in 'actual output' that does not contradict "
-    "'expected output'; a refusal to answer when 'expected output' gives an answer is incorrect.",
-]
-CORRECTNESS_RUBRIC = [
-    ((0, 2), "Contradicts the reference on its main point, or declines although the reference answers."),
-    ((3, 5), "Partly correct: the main point is right but a detail contradicts the reference, "
-             "or most of the reference is missing."),
-    ((6, 8), "Correct on the main point; minor details of the reference are missing or vague."),
-    ((9, 10), "Fully agrees with the reference: every fact of the reference is there and nothing contradicts it."),
-]
-
-#: metric options read from ``RunOptions.backend_options["deepeval"]`` (with their defaults)
-DEFAULT_OPTIONS: dict[str, Any] = {
-    "threshold": 0.5,  # DeepEval's pass/fail threshold (per metric: {"faithfulness": 0.7, ...})
-    "include_reason": True,  # the extra reason call; False saves one judge call per case and metric
-    "strict_mode": False,
-    "penalize_ambiguous_claims": False,  # faithfulness: count "borderline" claims as failing
-    "truths_extraction_limit": None,  # faithfulness
-    "concurrency": None,  # cases in flight at once (default: the judge's max_concurrency)
-}
-
-
-def options_for(backend_options: dict[str, dict[str, Any]] | None) -> dict[str, Any]:
-    opts = dict(DEFAULT_OPTIONS)
-    opts.update((backend_options or {}).get(BACKEND, {}) or {})
-    unknown = sorted(set(opts) - set(DEFAULT_OPTIONS))
-    if unknown:
-        raise ValueError(
-            f"unknown deepeval backend option(s): {', '.join(unknown)}; known: {', '.join(DEFAULT_OPTIONS)}"
-        )
-    return opts
-
-
-def threshold_for(metric: str, opts: dict[str, Any]) -> float:
-    t = opts.get("threshold", 0.5)
-    if isinstance(t, dict):
-        t = t.get(metric, 0.5)
-    return float(t)
+__all__ = ["test_case_kwargs", "to_test_case", "Extracted", "judged_items", "to_score", "error_message"]
 
 
 def test_case_kwargs(case: Case) -> dict[str, Any]:
@@ -107,42 +51,6 @@ def to_test_case(case: Case):
     from deepeval.test_case import LLMTestCase
 
     return LLMTestCase(**test_case_kwargs(case))
-
-
-def make_metric(metric: str, model: Any, opts: Optional[dict[str, Any]] = None):
-    """A fresh DeepEval metric instance for ``metric`` judged by ``model`` (never shared between cases:
-    DeepEval keeps a measurement's state on the instance)."""
-    import deepeval.metrics as dm
-
-    opts = opts or dict(DEFAULT_OPTIONS)
-    cls_name = METRICS[metric][0]
-    common = dict(
-        threshold=threshold_for(metric, opts),
-        model=model,
-        strict_mode=bool(opts.get("strict_mode")),
-        async_mode=True,
-        verbose_mode=False,
-    )
-    if cls_name == "GEval":
-        from deepeval.metrics.g_eval.utils import Rubric
-        from deepeval.test_case import SingleTurnParams
-
-        return dm.GEval(
-            name=CORRECTNESS_NAME,
-            evaluation_params=[
-                SingleTurnParams.INPUT,
-                SingleTurnParams.ACTUAL_OUTPUT,
-                SingleTurnParams.EXPECTED_OUTPUT,
-            ],
-            evaluation_steps=list(CORRECTNESS_STEPS),
-            rubric=[Rubric(score_range=r, expected_outcome=o) for r, o in CORRECTNESS_RUBRIC],
-            **common,
-        )
-    kw = dict(common, include_reason=bool(opts.get("include_reason", True)), eval_mode="llm")
-    if cls_name == "FaithfulnessMetric":
-        kw["penalize_ambiguous_claims"] = bool(opts.get("penalize_ambiguous_claims"))
-        kw["truths_extraction_limit"] = opts.get("truths_extraction_limit")
-    return getattr(dm, cls_name)(**kw)
 
 
 @dataclass
@@ -198,7 +106,7 @@ def to_score(metric: str, case_id: str, m: Any, seconds: float) -> Score:
 
 
 def error_message(exc: BaseException) -> str:
-    """``Type: message`` of the real cause (tenacity's RetryError unwrapped), kept to one paragraph."""
+    """`ragbridge.backend.error_text` of the real cause (tenacity's RetryError unwrapped)."""
     try:
         import tenacity
 
@@ -209,7 +117,4 @@ def error_message(exc: BaseException) -> str:
             exc = inner
     except ImportError:  # pragma: no cover - tenacity comes with deepeval
         pass
-    text = " ".join(str(exc).split())
-    if len(text) > 600:
-        text = text[:597] + "..."
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return error_text(exc)

@@ -53,10 +53,10 @@ RAGAS' NaN ("no statements": faithfulness, context_recall; no valid rating: cont
 ``value: null`` with a reason and no error: undefined, counted, never 0. Where RAGAS itself returns
 0 for an empty input (answer_relevance when no question could be generated, answer_correctness
 when neither text yields a claim, context_precision when no chunk is useful), the 0 is kept, so
-ragbridge's number is RAGAS' number. A failure (judge error after the gateway's retries, a timeout, output still unparseable after
-instructor's 3 attempts) is that Score's ``error``; the run goes on. RAGAS has no pass/fail, so
-``passed`` is null, and its collections metrics give no explanation, so ``reason`` is set only for
-undefined or partly failed scores.
+ragbridge's number is RAGAS' number. A failure (judge error after the gateway's retries, a timeout,
+output still unparseable after instructor's 3 attempts) is that Score's ``error``; the run goes on.
+RAGAS has no pass/fail, so ``passed`` is null, and its collections metrics give no explanation, so
+``reason`` is set only for undefined or partly failed scores.
 
 The judge: every call goes through ragbridge's judge gateway (``ctx.judge``): chat completions to
 ``JudgeConfig.model`` with ``max_tokens`` = ``JudgeConfig.max_tokens`` or 4096 (RAGAS' default of
@@ -65,28 +65,35 @@ The judge: every call goes through ragbridge's judge gateway (``ctx.judge``): ch
 default ``text-embedding-3-small`` when none is set. The gateway retries 429, 5xx and timeouts;
 instructor re-asks (3 attempts) only when the judge's output does not parse.
 
-Privacy: ``RAGAS_DO_NOT_TRACK=true`` is set when ragbridge is imported (RAGAS' analytics post to
-t.explodinggradients.com otherwise, once per LLM call; note that the check is ``== "true"``, so
-``1`` does not work). RAGAS also writes an anonymous id file (``~/.local/share/ragas/uuid.json``)
-the first time it builds an analytics event or formats a log line, even with tracking off; with
-tracking off the backend points it at a private temporary folder, removed at exit, so nothing lands
-in the user's home. Embeddings use RAGAS' own OpenAI provider, not LangChain's, so no tiktoken file
-is downloaded. RAGAS' own disk
-cache is not used (its key ignores the model and endpoint); ragbridge's gateway caches instead.
+Privacy (:mod:`ragbridge_ragas.env`): while a run uses the backend, ``RAGAS_DO_NOT_TRACK=true`` is
+set unless the user set it (RAGAS' analytics post to t.explodinggradients.com otherwise, once per LLM
+call; note that the check is ``== "true"``, so ``1`` does not work), with Hugging Face's offline and
+telemetry switches; RAGAS is first imported after that, when the backend opens. RAGAS also writes
+an anonymous id file (``~/.local/share/ragas/uuid.json``) the first time it builds an analytics event
+or formats a log line, even with tracking off; with tracking off the backend points it at a private
+temporary folder, removed at exit, so nothing lands in the user's home. Embeddings use RAGAS' own
+OpenAI provider, not LangChain's, so no tiktoken file is downloaded. RAGAS' own disk cache is not
+used (its key ignores the model and endpoint); ragbridge's gateway caches instead.
 
 Datasets: the ``ragas`` (JSONL; also reads a ``datasets`` folder, ``.csv`` and ``.parquet``),
 ``ragas-hf`` (``datasets`` folder) and ``ragas-csv`` (``EvaluationDataset.to_csv``) formats, and
 :func:`from_ragas` / :func:`to_ragas` for in-memory EvaluationDatasets, ``datasets.Dataset`` and
 pandas DataFrames; see :mod:`ragbridge_ragas.translate` for the field mapping and what RAGAS cannot
 hold.
+
+Files: ``backend.py`` (the backend and its run lifecycle), ``metrics.py`` (canonical metric -> RAGAS
+class and inputs), ``translate.py`` (cases <-> RAGAS samples, RAGAS results -> Scores), ``formats.py``
+(the dataset formats), ``env.py`` (the environment defaults), ``stub.py`` (the stub judge's answers
+to RAGAS' prompts, registered through ``ragbridge_register_stub_responders``).
 """
 
 from __future__ import annotations
 
 from ragbridge.hookspecs import hookimpl
 
-from .backend import METRICS, RagasBackend
+from .backend import RagasBackend
 from .formats import FORMATS, from_ragas, to_ragas
+from .metrics import METRICS
 
 __all__ = ["RagasBackend", "METRICS", "FORMATS", "from_ragas", "to_ragas"]
 
@@ -100,3 +107,10 @@ def ragbridge_register_backends(register):
 def ragbridge_register_formats(register):
     for fmt in FORMATS:
         register(fmt)
+
+
+@hookimpl
+def ragbridge_register_stub_responders(register):
+    from .stub import RagasResponder
+
+    register(RagasResponder(), first=False)  # ahead of the generic one

@@ -34,13 +34,14 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from ragbridge.io import DatasetError, Format, read_hf_rows
+from ragbridge.formats import DatasetError, Format
+from ragbridge.formats.files import read_hf_rows
 from ragbridge.schema import Case
 
 from .translate import READ_FIELDS, SIDECAR, cases_to_rows, lost_fields, rows_to_cases
 
-__all__ = ["FORMATS", "from_ragas", "to_ragas", "read_ragas", "read_ragas_jsonl", "read_ragas_hf", "read_ragas_csv",
-           "write_ragas_jsonl", "write_ragas_hf", "write_ragas_csv"]
+__all__ = ["FORMATS", "from_ragas", "to_ragas", "read_ragas", "read_ragas_jsonl", "read_ragas_hf",
+           "read_ragas_csv", "write_ragas_jsonl", "write_ragas_hf", "write_ragas_csv"]
 
 
 def from_ragas(data: Any) -> list[Case]:
@@ -69,7 +70,8 @@ def from_ragas(data: Any) -> list[Case]:
         rows = [r.model_dump(exclude_none=True) if hasattr(r, "model_dump") else r for r in data]
         return rows_to_cases(rows, unit="item")
     raise DatasetError(f"cannot translate a {type(data).__name__} into cases",
-                       hint="pass a ragas EvaluationDataset, a datasets.Dataset, a pandas DataFrame or a list of dicts")
+                       hint="pass a ragas EvaluationDataset, a datasets.Dataset, a pandas DataFrame or "
+                            "a list of dicts")
 
 
 def to_ragas(cases: Sequence[Case]):
@@ -175,8 +177,8 @@ def write_ragas_hf(cases: Sequence[Case], path: Path) -> list[str]:
 
 
 _LIST_COLUMNS = {"retrieved_contexts", "reference_contexts", "retrieved_context_ids", "reference_context_ids",
-                 "multi_responses", "rubrics", "contexts", "ground_truths", "metadata", "tags", "must_contain",
-                 "must_not_contain", SIDECAR}
+                 "multi_responses", "rubrics", "contexts", "ground_truths", "metadata", "tags",
+                 "must_contain", "must_not_contain", SIDECAR}
 
 
 def _csv_cell(column: str, text: str, path: Path, line: int):

@@ -1,4 +1,5 @@
-"""Canonical cases to and from RAGAS samples (``SingleTurnSample`` / ``EvaluationDataset`` rows).
+"""Canonical cases to and from RAGAS samples (``SingleTurnSample`` / ``EvaluationDataset`` rows), and
+RAGAS' results as Scores (`normalise`, `to_score`).
 
 Field mapping (canonical -> RAGAS):
 
@@ -62,16 +63,16 @@ write none (e.g. ``retrieved_contexts: []`` on an unlabelled sample) is kept as
 
 from __future__ import annotations
 
-import hashlib
 import json
+import math
 from typing import Any, Iterable, Optional, Sequence
 
 from pydantic import ValidationError
 
-from ragbridge.io import DatasetError, derived_chunk_ids
-from ragbridge.io import is_missing as _missing
-from ragbridge.io import plain as _plain
-from ragbridge.schema import Case
+from ragbridge.backend import error_text
+from ragbridge.formats import DatasetError
+from ragbridge.formats.records import case_id_for_question, derived_chunk_ids, is_missing, plain
+from ragbridge.schema import Case, Score
 
 __all__ = [
     "RAGAS_FIELDS",
@@ -85,6 +86,8 @@ __all__ = [
     "row_to_record",
     "rows_to_cases",
     "retrieved_texts",
+    "normalise",
+    "to_score",
 ]
 
 #: the fields of ``ragas.dataset_schema.SingleTurnSample`` (RAGAS 0.4.3)
@@ -120,11 +123,6 @@ SIDECAR = "ragbridge"
 #: every column the reader knows (the ``ragas`` format recognises a file by these)
 READ_FIELDS = frozenset(RAGAS_FIELDS) | set(LEGACY_COLUMNS) | set(_ID_COLUMNS) | {
     "ground_truths", SIDECAR, "metadata", "tags", "must_contain", "must_not_contain", "answerable"}
-
-
-def _stable_case_id(question: str) -> str:
-    # the same derivation as ragbridge.io, so a case read from any format gets the same id
-    return "q-" + hashlib.sha1(question.encode("utf-8")).hexdigest()[:10]
 
 
 # --------------------------------------------------------------------------------------------
@@ -202,7 +200,7 @@ def case_to_sample(case: Case) -> dict[str, Any]:
 def sidecar(case: Case) -> dict[str, Any]:
     """What RAGAS has no field for, as the ``ragbridge`` column holds it (empty: nothing)."""
     side: dict[str, Any] = {}
-    if case.id != _stable_case_id(case.question):
+    if case.id != case_id_for_question(case.question):
         side["id"] = case.id
     if export_ids(case) != [c.id for c in case.contexts] or any(
             c.score is not None or c.source is not None for c in case.contexts):
@@ -308,7 +306,7 @@ def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
     """
     if not isinstance(row, dict):
         raise DatasetError(f"each sample must be an object, got {type(row).__name__}")
-    rec = {k: _plain(v, keep_missing=k == SIDECAR) for k, v in row.items() if not _missing(v)}
+    rec = {k: plain(v, keep_missing=k == SIDECAR) for k, v in row.items() if not is_missing(v)}
     for legacy, current in LEGACY_COLUMNS.items():
         if legacy in rec:
             if current in rec:
@@ -398,7 +396,8 @@ def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def rows_to_cases(rows: Iterable[dict[str, Any]], path: Optional[str] = None, unit: str = "row") -> list[Case]:
+def rows_to_cases(rows: Iterable[dict[str, Any]], path: Optional[str] = None,
+                  unit: str = "row") -> list[Case]:
     """Validate RAGAS rows into cases; errors say where (file, row, field) and what to do."""
     cases: list[Case] = []
     seen: dict[str, int] = {}
@@ -406,7 +405,7 @@ def rows_to_cases(rows: Iterable[dict[str, Any]], path: Optional[str] = None, un
         try:
             rec = row_to_record(row)
             if "id" not in rec:
-                base = _stable_case_id(rec["question"])
+                base = case_id_for_question(rec["question"])
                 cid, k = base, 1
                 while cid in seen:
                     k += 1
@@ -428,3 +427,35 @@ def rows_to_cases(rows: Iterable[dict[str, Any]], path: Optional[str] = None, un
     if not cases:
         raise DatasetError("holds no samples", path=path, hint="a golden set needs at least one case")
     return cases
+
+
+# --------------------------------------------------------------------------------------------
+# RAGAS results -> Scores
+
+
+def normalise(value: float) -> Optional[float]:
+    """RAGAS' raw value -> 0..1 (None for NaN): rounded to 9 decimals, which removes the 1e-10 RAGAS
+    adds to denominators (0.9999999999 -> 1.0), then clipped (a mean cosine below 0 -> 0)."""
+    if value is None or not math.isfinite(value):
+        return None
+    return min(1.0, max(0.0, round(float(value), 9)))
+
+
+def to_score(spec: Any, metric: str, case_id: str, result: Any, errors: Sequence[BaseException],
+             seconds: float) -> Score:
+    """The Score of one ``ascore`` result (``spec``: the metric's `metrics.RagasMetric`). ``errors``
+    are the judge calls that failed while RAGAS scored the case (ContextRelevance retries them, and
+    returns NaN when every rating failed: then the Score has the last one as its error)."""
+    base = dict(case_id=case_id, metric=metric, backend="ragas", native_metric=spec.native, seconds=seconds)
+    raw = float(result.value) if result.value is not None else float("nan")
+    value = normalise(raw)
+    if value is None:
+        if errors:  # NaN because the library swallowed judge errors: that is a failure
+            return Score(**base, native_value=None, error=error_text(errors[-1]),
+                         reason=f"RAGAS returned NaN after {len(errors)} failed judge call(s)")
+        return Score(**base, native_value=None, reason=spec.undefined)
+    reason = result.reason
+    if errors:  # the library retried failed judge calls itself and still produced a value
+        reason = (f"{len(errors)} judge call(s) failed and were retried by RAGAS; "
+                  f"last: {error_text(errors[-1])}")
+    return Score(**base, value=value, native_value=raw, reason=reason)

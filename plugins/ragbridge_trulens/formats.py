@@ -49,9 +49,11 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
-from ragbridge.io import DatasetError, Format, cases_from_records, read_hf_rows
-from ragbridge.io import is_missing as _missing
-from ragbridge.io import plain as _plain
+from ragbridge.formats import DatasetError, Format
+from ragbridge.formats.files import read_hf_rows
+from ragbridge.formats.records import cases_from_records
+from ragbridge.formats.records import is_missing as _missing
+from ragbridge.formats.records import plain as _plain
 from ragbridge.schema import Case, Score
 
 __all__ = [
@@ -282,16 +284,19 @@ def read_trulens(path: Path) -> list[Case]:
         import pandas as pd
 
         try:
-            df = pd.read_csv(path, dtype=str, keep_default_na=False) if suffix == ".csv" else pd.read_parquet(path)
+            df = (pd.read_csv(path, dtype=str, keep_default_na=False) if suffix == ".csv"
+                  else pd.read_parquet(path))
         except Exception as exc:  # noqa: BLE001
             raise DatasetError(f"cannot be read as {suffix[1:]}: {exc}", path=path) from None
         if df.empty:
             raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
         if suffix == ".csv":
             df = df.replace({"": None})
-            for col in ("contexts", "context", "source", "retrieved_contexts", "expected_chunks", "meta", "metadata"):
+            for col in ("contexts", "context", "source", "retrieved_contexts", "expected_chunks", "meta",
+                        "metadata"):
                 if col in df.columns:
-                    df[col] = df[col].map(lambda v: json.loads(v) if isinstance(v, str) and v[:1] in "[{" else v)
+                    df[col] = df[col].map(
+                        lambda v: json.loads(v) if isinstance(v, str) and v[:1] in "[{" else v)
         rows = df.to_dict(orient="records")
         return _cases(((i + (2 if suffix == ".csv" else 1), r) for i, r in enumerate(rows)), path,
                       "line" if suffix == ".csv" else "row")
@@ -409,7 +414,8 @@ def leaderboard(run: Any, backend: Optional[str] = "trulens", app_name: str = "r
     df = records(run, backend=backend, app_name=app_name)
     if df.empty:
         return pd.DataFrame()
-    fixed = ["app_name", "app_version", "record_id", "input", "output", "latency", "total_tokens", "total_cost"]
+    fixed = ["app_name", "app_version", "record_id", "input", "output", "latency", "total_tokens",
+             "total_cost"]
     feedback = sorted(c for c in df.columns if c not in fixed)
     cols = feedback + ["latency", "total_cost"]
     return (df.groupby(["app_name", "app_version"])[cols].mean()

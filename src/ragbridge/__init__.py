@@ -7,6 +7,9 @@ From Python::
     run = ragbridge.evaluate(cases, backends=["native"], out="runs/example")
     run.summary()      # DataFrame: backend, metric, tag, mean, n_scored, n_undefined, n_errored
     run.to_frame()     # DataFrame: one row per score
+
+Importing ragbridge changes no environment variable: each backend's library defaults (telemetry off
+and the like) are applied only while a run uses that backend (``Backend.environment``).
 """
 
 __version__ = "0.1.0"
@@ -14,14 +17,10 @@ __version__ = "0.1.0"
 # `pytest -p ragbridge` loads the pytest plugin through this (it is never loaded otherwise).
 pytest_plugins = ["ragbridge.pytest_plugin"]
 
-from .offline import apply_defaults as _apply_defaults  # noqa: E402
-
-_apply_defaults()
-
 from .backend import Backend, MetricSpec, RunOptions, ScoringContext  # noqa: E402
 from .hookspecs import hookimpl  # noqa: E402
-from .io import DatasetError, load_cases, write_cases  # noqa: E402
-from .runner import Run, RunError, evaluate, load_run  # noqa: E402
+from .formats import DatasetError, load_cases, write_cases  # noqa: E402
+from .run import Run, RunError, evaluate, load_run  # noqa: E402
 from .schema import Case, Chunk, RunManifest, Score  # noqa: E402
 
 __all__ = [

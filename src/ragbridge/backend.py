@@ -24,16 +24,16 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import importlib.util
-import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, ClassVar, Optional, Sequence
 
+from .metrics import resolve_metric
 from .schema import Case, Score
 
 if TYPE_CHECKING:  # pragma: no cover
     from .judge import JudgeGateway
 
-__all__ = ["Backend", "MetricSpec", "RunOptions", "ScoringContext", "resolve_metric", "fan_out", "error_text"]
+__all__ = ["Backend", "MetricSpec", "RunOptions", "ScoringContext", "fan_out", "error_text"]
 
 #: the longest ``Score.error`` text (`error_text` cuts longer messages)
 ERROR_TEXT_LIMIT = 2000
@@ -43,13 +43,14 @@ ERROR_TEXT_LIMIT = 2000
 class MetricSpec:
     """One metric a backend offers.
 
-    ``name`` is the canonical name; a name ending in ``@k`` takes a cut-off (``recall@k`` is run as
-    ``recall@5`` with ``--k 5``, or asked for directly as ``recall@10``). ``requires`` lists the case
-    inputs it needs (names from ``Case.fields_present()``: ``answer``, ``contexts``,
-    ``context_text``, ``relevant``, ``reference``, ``reference_contexts``); a case that lacks one gets
-    an undefined score with the reason, and the backend is never called for it. ``digest`` is the
-    content hash of the definition the metric is judged by (a rubric), recorded in run.json so that
-    scores of two definitions are never compared silently.
+    ``name`` is one of the canonical names of `ragbridge.metrics` (a custom rubric's name is the one
+    exception); a name ending in ``@k`` takes a cut-off (``recall@k`` is run as ``recall@5`` with
+    ``--k 5``, or asked for directly as ``recall@10``: `ragbridge.metrics.resolve_metric`).
+    ``requires`` lists the case inputs it needs (names from ``Case.fields_present()``: ``answer``,
+    ``contexts``, ``context_text``, ``relevant``, ``reference``, ``reference_contexts``); a case that
+    lacks one gets an undefined score with the reason, and the backend is never called for it.
+    ``digest`` is the content hash of the definition the metric is judged by (a rubric), recorded in
+    run.json so that scores of two definitions are never compared silently.
     """
 
     name: str
@@ -93,31 +94,10 @@ class ScoringContext:
     options: RunOptions
     judge: Optional["JudgeGateway"] = None
     session: Any = None
-    #: shared between the backends of a run; superseded by ``session`` (to be removed)
-    stats: dict[str, Any] = field(default_factory=dict)
 
     def for_session(self, session: Any) -> "ScoringContext":
         """The same context with ``session`` set (the runner makes one per backend)."""
         return replace(self, session=session)
-
-
-_K_RE = re.compile(r"^(?P<base>[a-z_]+)@(?P<k>\d+)$")
-
-
-def resolve_metric(spec_name: str, requested: str, k: int) -> Optional[str]:
-    """The concrete metric name if ``requested`` asks for ``spec_name``, else None.
-
-    ``recall@k`` matches ``recall@k`` (-> ``recall@{k}``), ``recall@10`` and ``recall`` (-> ``recall@{k}``).
-    """
-    if spec_name.endswith("@k"):
-        base = spec_name[:-2]
-        if requested in (spec_name, base):
-            return f"{base}@{k}"
-        m = _K_RE.match(requested)
-        if m and m.group("base") == base and int(m.group("k")) > 0:
-            return requested
-        return None
-    return spec_name if requested == spec_name else None
 
 
 class Backend:

@@ -1,8 +1,8 @@
 """The hooks a ragbridge plugin may implement.
 
 A plugin is a module (or any object) with functions decorated by ``ragbridge.hookimpl`` and named
-after one of the specs below. Plugins are found through the ``ragbridge`` entry-point group; the
-built-in native backend and the bundled library backends register themselves the same way.
+after one of the specs below. Plugins are found through the ``ragbridge`` entry-point group (the
+bundled library backends too); ragbridge's own are listed in ``ragbridge.plugins.DEFAULT_PLUGINS``.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ def ragbridge_register_backends(register):
 def ragbridge_register_formats(register):
     """Register dataset formats (readers and writers of canonical cases).
 
-    Call ``register(fmt)`` once per format, where ``fmt`` is a ``ragbridge.io.Format``: a name, the
+    Call ``register(fmt)`` once per format, where ``fmt`` is a ``ragbridge.formats.Format``: a name, the
     file suffixes it claims, and ``read(path) -> list[Case]`` and/or
     ``write(cases, path) -> list[str]`` (the returned list names the canonical fields the format
-    could not hold). Readers raise ``ragbridge.io.DatasetError`` for bad input.
+    could not hold). Readers raise ``ragbridge.formats.DatasetError`` for bad input.
     """
 
 
@@ -48,7 +48,9 @@ def ragbridge_register_commands(cli):
 def ragbridge_register_stub_responders(register):
     """Teach ragbridge's stub judge (``ragbridge.testing``) to answer a plugin's own judge prompts.
 
-    Call ``register(responder)`` (``ragbridge.testing.responders.register``: ahead of the generic
-    responders) with a callable that takes a ``JudgeRequest`` and returns a ``JudgeReply``, or None
-    for a request that is not its own. Called once per process, when the stub first answers.
+    Call ``register(responder)`` (``ragbridge.testing.responders.register``: ahead of every responder
+    registered so far; ``first=False``: after them; always ahead of the generic one) with a callable
+    that takes a ``JudgeRequest`` and returns a ``JudgeReply``, or None for a request that is not its
+    own. Called once per process, when the stub first answers. A responder recognises its prompts
+    by what only they contain: the order between plugins is not part of the contract.
     """

@@ -1,7 +1,19 @@
-"""The plugin manager: loads the ``ragbridge`` entry-point group and collects what plugins register."""
+"""The plugin manager: ragbridge's built-in plugins, then the ``ragbridge`` entry-point group.
+
+The built-in plugins (`DEFAULT_PLUGINS`: the native backend, the canonical dataset formats and the
+rubric judge, with its commands) are registered from that list, by module path, so a source
+checkout without package metadata still has every backend and format. Every other plugin, the
+bundled library backends (``plugins/ragbridge_*``) included, is found through the ``ragbridge``
+entry-point group, like a third party's.
+
+ragbridge's own commands (run, compare, report, diff, gate, ...) are not plugins: they are the
+command line itself, ``ragbridge.commands``, and a plugin's commands join them through the
+``ragbridge_register_commands`` hook when the console script starts.
+"""
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 from typing import TYPE_CHECKING
 
@@ -11,50 +23,49 @@ from . import hookspecs
 
 if TYPE_CHECKING:  # pragma: no cover
     from .backend import Backend
-    from .io import Format
 
 ENTRY_POINT_GROUP = "ragbridge"
+
+#: the built-in plugins, by module path, registered in this order before any entry point (pluggy
+#: calls the last registered first)
+DEFAULT_PLUGINS = (
+    "ragbridge.formats.canonical",
+    "ragbridge.native",
+    "ragbridge.rubric",
+)
 
 pm = pluggy.PluginManager("ragbridge")
 pm.add_hookspecs(hookspecs)
 
-#: plugins whose entry point failed to load: name -> error message (shown by ``ragbridge backends``)
+#: plugins that failed to load: name -> error message (shown by ``ragbridge backends``)
 load_errors: dict[str, str] = {}
 
 _loaded = False
 
 
 def load_plugins() -> pluggy.PluginManager:
-    """Register every plugin of the ``ragbridge`` entry-point group once, built-in ones included.
+    """Register the built-in plugins and every plugin of the ``ragbridge`` entry-point group, once.
 
-    A plugin that fails to import is reported in ``load_errors`` rather than breaking the CLI.
+    A plugin that fails to import is reported in ``load_errors`` rather than breaking the CLI. An
+    entry point into ragbridge's own package (the metadata of an older install) is ignored: the
+    built-in plugins are `DEFAULT_PLUGINS`.
     """
     global _loaded
     if _loaded:
         return pm
     _loaded = True
-    eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-    seen = set()
-    for ep in sorted(eps, key=lambda e: e.name):
-        if ep.name in seen or pm.has_plugin(ep.name):
+    for modname in DEFAULT_PLUGINS:
+        pm.register(importlib.import_module(modname), name=modname)
+    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        if ep.module.split(".")[0] == "ragbridge" or pm.has_plugin(ep.name) or ep.name in load_errors:
             continue
-        seen.add(ep.name)
         try:
             plugin = ep.load()
         except Exception as exc:  # a broken third-party plugin must not take the tool down
             load_errors[ep.name] = f"{type(exc).__name__}: {exc}"
             continue
-        pm.register(plugin, name=ep.name)
-    # The built-in backends (native, rubric) and core formats are always there, even when the
-    # distribution's metadata is missing (a source checkout): register them like any entry point would.
-    for name, modname in (("native", "ragbridge.native"), ("rubric", "ragbridge.rubric"),
-                          ("formats", "ragbridge.io")):
-        if name in load_errors:
-            continue
-        if not pm.has_plugin(name) and modname not in {
-            getattr(p, "__name__", None) for p in pm.get_plugins()
-        }:
-            pm.register(importlib.import_module(modname), name=name)
+        if not pm.is_registered(plugin):
+            pm.register(plugin, name=ep.name)
     return pm
 
 
@@ -71,20 +82,6 @@ def get_backends() -> dict[str, "Backend"]:
         found[backend.name] = backend
 
     pm.hook.ragbridge_register_backends(register=register)
-    return found
-
-
-def get_formats() -> dict[str, "Format"]:
-    """Every registered dataset format by name."""
-    load_plugins()
-    found: dict[str, Format] = {}
-
-    def register(fmt: "Format") -> None:
-        if fmt.name in found:
-            raise ValueError(f"two plugins register a format named {fmt.name!r}")
-        found[fmt.name] = fmt
-
-    pm.hook.ragbridge_register_formats(register=register)
     return found
 
 

@@ -17,7 +17,7 @@ A test::
 
     @pytest.mark.judge
     def test_faithfulness(ragbridge_golden, ragbridge_evaluate, ragbridge_gate, ragbridge_judge):
-        run = ragbridge_evaluate(ragbridge_golden, backends=["ragas"], metrics=["faithfulness"], judge=ragbridge_judge)
+        run = ragbridge_evaluate(ragbridge_golden, backends=["rubric"], metrics=["faithfulness"], judge=ragbridge_judge)
         ragbridge_gate(run, "gates-judged.toml")
 
 Run the cheap tests on every pull request with ``pytest -m "not judge"`` and the judged ones nightly
@@ -62,7 +62,7 @@ import pytest
 from .analysis.gate import GateConfig, GateReport, load_gates, parse_gates, run_gates
 from .report.ci import figure_text, item_line
 from .report.text import plain_text
-from .runner import Run, load_run
+from .run import Run, load_run
 
 __all__ = ["assert_gates", "GateFailed"]
 
@@ -169,7 +169,7 @@ def _setting(config: pytest.Config, name: str) -> Optional[Path]:
 
 @pytest.fixture(scope="session")
 def ragbridge_load_golden() -> Callable[..., list]:
-    from .io import load_cases
+    from .formats import load_cases
 
     def load(path: str | Path, fmt: Optional[str] = None) -> list:
         return load_cases(path, fmt)
@@ -223,8 +223,8 @@ def ragbridge_baseline(request: pytest.FixtureRequest) -> Optional[Run]:
 @pytest.fixture
 def ragbridge_evaluate(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., Run]:
     from .backend import RunOptions
-    from .io import load_cases
-    from .runner import evaluate, plan_metrics
+    from .formats import load_cases
+    from .run import evaluate, plan_metrics
 
     keep = _setting(request.config, "runs")
     used: set[str] = set()

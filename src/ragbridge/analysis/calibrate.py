@@ -11,7 +11,7 @@ from typing import Union
 
 import numpy as np
 
-from ..runner import Run
+from ..run import Run
 from . import stats
 from .table import AnalysisError, ScoreTable, open_run
 from .thresholds import DEFAULT_THRESHOLD, check_threshold

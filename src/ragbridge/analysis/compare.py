@@ -16,9 +16,10 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from ..runner import Run
+from ..metrics import half_of
+from ..run import Run
 from . import stats
-from .table import AnalysisError, ScoreTable, half_of, open_run
+from .table import AnalysisError, ScoreTable, open_run
 from .thresholds import Thresholds
 
 __all__ = ["compare", "coverage", "disagreements", "FIGURES", "FIGURE_NAMES", "COMPARE_COLUMNS"]

@@ -33,7 +33,8 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from ..runner import Run
+from ..run import Run
+from ..run.summary import ALL
 from ..schema import Case, Score
 from .stats import (
     DEFAULT_PERMUTATIONS,
@@ -43,7 +44,6 @@ from .stats import (
     paired_bootstrap_ci,
     paired_permutation_pvalue,
 )
-from .summary import ALL
 from .table import AnalysisError, open_run
 
 __all__ = [

@@ -17,7 +17,7 @@ per rule. A rule's ``check`` is one comparison::
 
     [[gate]]
     check = "faithfulness drop <= 0.02"        # baseline mean - run mean, on cases scored in both
-    backend = "ragas"
+    backend = "rubric"
     significant = true                         # fail only when the drop is statistically significant
 
     [[gate]]
@@ -62,7 +62,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ..runner import Run
+from ..metrics import NAMES, resolve_metric
+from ..run import Run
 from .diff import (
     RegressionError,
     dataset_change_message,
@@ -82,14 +83,7 @@ from .stats import (
 from .table import open_run
 
 __all__ = ["GateConfigError", "Rule", "GateConfig", "GateResult", "GateReport", "load_gates", "parse_gates",
-           "run_gates", "CANONICAL_METRICS"]
-
-#: Canonical metric names (``@k`` ones take any cut-off, e.g. ``recall@10``).
-CANONICAL_METRICS = (
-    "recall@k", "precision@k", "hit@k", "ndcg@k", "mrr", "map", "must_contain", "must_not_contain",
-    "abstention", "faithfulness", "answer_relevance", "context_relevance", "context_precision",
-    "context_recall", "answer_correctness",
-)
+           "run_gates"]
 
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -399,9 +393,7 @@ def _slice(run: Run, tags: Sequence[str]) -> list[str]:
 
 
 def _known_metric(name: str, registry_metrics: set[str]) -> bool:
-    from ..backend import resolve_metric
-
-    for spec in set(CANONICAL_METRICS) | registry_metrics:
+    for spec in set(NAMES) | registry_metrics:
         if spec == name or resolve_metric(spec, name, 1):
             return True
     return False
@@ -447,7 +439,7 @@ def _bind(rule: Rule, run: Run, scored_by: dict[str, set[str]], where: str) -> l
         _, reg_metrics = _registry()
         all_in_run = sorted(offered)
         if not _known_metric(rule.metric, reg_metrics):
-            hint = difflib.get_close_matches(rule.metric, all_in_run + list(CANONICAL_METRICS), n=1)
+            hint = difflib.get_close_matches(rule.metric, all_in_run + list(NAMES), n=1)
             raise GateConfigError(
                 f"{where}: unknown metric {rule.metric!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
                 + f"; this run scored: {', '.join(all_in_run)}"

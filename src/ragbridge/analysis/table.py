@@ -13,26 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-from ..runner import Run, RunError, load_run
+from ..run import Run, RunError, load_run
 from ..schema import Score
 
-__all__ = ["AnalysisError", "ScoreTable", "open_run", "half_of", "RETRIEVAL_METRICS", "GENERATION_METRICS"]
-
-#: canonical metrics about what was retrieved (the rest are about the generated answer)
-RETRIEVAL_METRICS = ("recall", "precision", "hit", "mrr", "ndcg", "map", "context_precision",
-                     "context_recall", "context_relevance")
-GENERATION_METRICS = ("faithfulness", "answer_relevance", "answer_correctness", "must_contain",
-                      "must_not_contain", "abstention")
+__all__ = ["AnalysisError", "ScoreTable", "open_run"]
 
 
 class AnalysisError(ValueError):
     """An analysis that cannot run as asked (unknown backend or metric, bad labels, nothing to compare)."""
-
-
-def half_of(metric: str) -> str:
-    """``"retrieval"`` or ``"generation"`` for a canonical metric name (``recall@5`` -> retrieval)."""
-    base = metric.split("@", 1)[0]
-    return "retrieval" if base in RETRIEVAL_METRICS else "generation"
 
 
 def open_run(run: Union[Run, str, Path], what: str = "", error: type = AnalysisError) -> Run:

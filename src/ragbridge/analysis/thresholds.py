@@ -2,7 +2,7 @@
 
 The most specific setting wins: ``(backend, metric)``, then ``backend``, then ``metric``, then the
 default (0.5). The command line's ``--threshold`` values are read by `Thresholds.parse`: ``0.7`` for
-all, ``ragas=0.7`` per backend, ``faithfulness=0.6`` per metric, ``ragas:faithfulness=0.7`` per
+all, ``rubric=0.7`` per backend, ``faithfulness=0.6`` per metric, ``rubric:faithfulness=0.7`` per
 backend and metric.
 """
 
@@ -12,11 +12,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Union
 
-from .table import GENERATION_METRICS, RETRIEVAL_METRICS, AnalysisError
+from ..metrics import DEFAULT_PASS_MARK, GENERATION, RETRIEVAL
+from .table import AnalysisError
 
 __all__ = ["Thresholds", "DEFAULT_THRESHOLD", "check_threshold"]
 
-DEFAULT_THRESHOLD = 0.5
+DEFAULT_THRESHOLD = DEFAULT_PASS_MARK
 
 
 @dataclass
@@ -42,8 +43,8 @@ class Thresholds:
         cls, specs: Union[None, float, str, "Thresholds", Mapping[str, float], Iterable[Any]],
         backends: Iterable[str] = (),
     ) -> "Thresholds":
-        """From ``0.7``, ``{"ragas": 0.7}`` or strings ``"0.7"``, ``"ragas=0.7"``,
-        ``"ragas:faithfulness=0.7"``, ``"faithfulness=0.6"``. A name on the left of ``=`` is a backend
+        """From ``0.7``, ``{"rubric": 0.7}`` or strings ``"0.7"``, ``"rubric=0.7"``,
+        ``"rubric:faithfulness=0.7"``, ``"faithfulness=0.6"``. A name on the left of ``=`` is a backend
         when it is one of ``backends`` (or contains no metric-like characters and is not a known
         metric), else a metric."""
         if isinstance(specs, Thresholds):
@@ -71,8 +72,8 @@ class Thresholds:
                 b, _, m = name.partition(":")
                 out.by_pair[(b.strip(), m.strip())] = value
             elif name in known_backends or (
-                not known_backends and "@" not in name and name.split("@")[0] not in RETRIEVAL_METRICS
-                and name not in GENERATION_METRICS
+                not known_backends and "@" not in name and name.split("@")[0] not in RETRIEVAL
+                and name not in GENERATION
             ):
                 out.by_backend[name] = value
             else:

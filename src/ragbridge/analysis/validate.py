@@ -5,7 +5,7 @@ backend's verdict at its threshold. "Positive" is *pass*: ``tpr`` is the share o
 answers the backend passes, ``tnr`` the share of human-failed answers the backend fails (how many
 real failures it catches), so a judge that agrees 90% overall but misses half of the rare failures
 shows ``tnr`` 0.5. Also Cohen's kappa, balanced accuracy, and, where a backend exposes its claims
-(`ragbridge.analysis.summary.claim_counts`), the share of answers with at least one unsupported
+(`ragbridge.run.summary.claim_counts`), the share of answers with at least one unsupported
 claim. Rates get Wilson intervals, kappa, balanced accuracy and Spearman bootstrap intervals
 (`ragbridge.analysis.stats`).
 """
@@ -18,10 +18,10 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from ..runner import Run
+from ..run import Run
+from ..run.summary import claim_counts
 from . import stats
 from .labels import load_labels
-from .summary import claim_counts
 from .table import AnalysisError, ScoreTable, open_run
 from .thresholds import Thresholds
 

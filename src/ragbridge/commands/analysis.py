@@ -19,7 +19,7 @@ from ..analysis.table import AnalysisError, ScoreTable, open_run
 from ..analysis.thresholds import DEFAULT_THRESHOLD
 from ..analysis.validate import validate
 from ..report.text import MISSING, ci_text, num, one_line, records
-from ..runner import Run
+from ..run import Run
 from .output import err, fail, out, print_json, print_lines, print_table
 
 __all__ = ["register", "compare_cmd", "validate_cmd", "calibrate_cmd"]
@@ -61,8 +61,8 @@ def compare_cmd(
                                      "backends scored."),
     backend: List[str] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
     threshold: List[str] = typer.Option(
-        None, "--threshold", "-t", help="Pass threshold: 0.7 for all, ragas=0.7 per backend, "
-                                        "ragas:faithfulness=0.7 per backend and metric (repeatable; default "
+        None, "--threshold", "-t", help="Pass threshold: 0.7 for all, rubric=0.7 per backend, "
+                                        "rubric:faithfulness=0.7 per backend and metric (repeatable; default "
                                         "0.5)."),
     top: int = typer.Option(5, "--top", help="Disagreeing cases to show per metric."),
     resamples: int = typer.Option(
@@ -160,7 +160,7 @@ def validate_cmd(
                                      "it."),
     backend: List[str] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
     threshold: List[str] = typer.Option(
-        None, "--threshold", "-t", help="Backend pass threshold: 0.7, ragas=0.7 or ragas:faithfulness=0.7 "
+        None, "--threshold", "-t", help="Backend pass threshold: 0.7, rubric=0.7 or rubric:faithfulness=0.7 "
                                         "(repeatable; default 0.5)."),
     label_threshold: float = typer.Option(
         0.5, "--label-threshold", help="A human grade at or above this is a pass (e.g. 3 for a 1-5 scale)."),

@@ -13,8 +13,8 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from ..io import DatasetError, input_warnings, load_cases, write_cases
-from ..plugins import get_formats
+from ..formats import DatasetError, get_formats, load_cases, write_cases
+from ..formats.records import input_warnings
 from .output import err, fail, out, warn
 
 __all__ = ["register", "formats", "convert", "sample"]
@@ -94,13 +94,13 @@ def sample(
         None, "--where", help="Keep only interactions with field=value (repeatable; tag=billing matches a "
                               "tag)."),
     mapping: Optional[Path] = typer.Option(
-        None, "--mapping", help="TOML file mapping log fields to the schema (see ragbridge.sample)."),
+        None, "--mapping", help="TOML file mapping log fields to the schema (see ragbridge.run.sample)."),
     out_file: Path = typer.Option(
         ..., "--out", "-o", help="Where to write the sampled cases (.jsonl, .csv, .parquet)."),
 ) -> None:
     """Draw a reproducible sample of logged interactions as canonical cases, ready for reference-free
     metrics."""
-    from ..sample import load_mapping, sample_traces
+    from ..run.sample import load_mapping, sample_traces
 
     try:
         cases = sample_traces(traces, n, seed=seed, where=where or (), mapping=load_mapping(mapping))

@@ -21,10 +21,10 @@ from rich.table import Table
 from ..analysis.diff import IncompleteRunError, RegressionError, RunDiff, diff_runs
 from ..analysis.gate import GateReport, load_gates, run_gates
 from ..analysis.stats import DEFAULT_PERMUTATIONS, DEFAULT_RESAMPLES
-from ..analysis.summary import ALL
-from ..io import atomic_path, write_atomic
+from ..formats.files import atomic_path, write_atomic
 from ..report import ci
 from ..report.text import MISSING, interval, num, p_text, records
+from ..run.summary import ALL
 from .output import EXIT_CHECK_FAILED, err, fail, out, print_json, print_lines, print_table
 
 __all__ = ["register", "diff_command", "gate_command", "print_diff", "print_gate", "diff_json", "gate_json"]

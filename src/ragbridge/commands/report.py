@@ -10,7 +10,7 @@ import typer
 
 from ..analysis.stats import DEFAULT_RESAMPLES
 from ..analysis.table import AnalysisError, open_run
-from ..io import write_atomic
+from ..formats.files import write_atomic
 from ..report import FORMATS, render, report_data
 from .output import err, fail, out
 
@@ -27,8 +27,8 @@ def report_cmd(
     out_file: Optional[Path] = typer.Option(
         None, "--out", "-o", help="File to write (default: RUN/report.<format>; '-' for standard output)."),
     threshold: Optional[List[str]] = typer.Option(
-        None, "--threshold", "-t", help="Pass threshold: 0.7, ragas=0.7, faithfulness=0.7 or "
-        "ragas:faithfulness=0.7 (repeatable; beats --gates; default: per metric, see docs/report.md)."),
+        None, "--threshold", "-t", help="Pass threshold: 0.7, rubric=0.7, faithfulness=0.7 or "
+        "rubric:faithfulness=0.7 (repeatable; beats --gates; default: per metric, see docs/report.md)."),
     top: int = typer.Option(10, "--top", help="Disagreeing cases to list per metric."),
     resamples: int = typer.Option(
         DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples for the agreement intervals (0: none)."),

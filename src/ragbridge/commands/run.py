@@ -18,14 +18,24 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..analysis.summary import ALL
 from ..backend import RunOptions
-from ..io import DatasetError, input_warnings, load_cases
+from ..formats import DatasetError, load_cases
+from ..formats.records import input_warnings
 from ..report.text import MISSING, num, records
-from ..runner import RunError, evaluate
+from ..run import RunError, evaluate
+from ..run.summary import ALL
 from .judge import judge_config
 from .output import (
-    EXIT_INTERRUPTED, EXIT_SCORE_ERRORS, err, fail, fits, out, print_json, print_lines, print_table, warn,
+    EXIT_INTERRUPTED,
+    EXIT_SCORE_ERRORS,
+    err,
+    fail,
+    fits,
+    out,
+    print_json,
+    print_lines,
+    print_table,
+    warn,
 )
 
 __all__ = ["register", "run", "rescore", "print_summary"]
@@ -174,7 +184,7 @@ def _rubric_options(files: Optional[List[Path]]) -> dict:
 
 def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_progress, overwrite,
                      options, judge_overrides, target=None, target_concurrency=4, as_json=False) -> None:
-    from ..target import TargetError
+    from ..run.target import TargetError
 
     judge = judge_config(judge_overrides, config)
     # A termination (a CI job cancelled) ends the run as Ctrl-C does: the run folder records it.

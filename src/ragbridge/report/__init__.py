@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Union
 
 from ..analysis.table import AnalysisError, open_run
-from ..io import write_atomic
-from ..runner import Run
+from ..formats.files import write_atomic
+from ..run import Run
 from .data import render_json, report_data
 from .html import render_html
 from .markdown import render_markdown

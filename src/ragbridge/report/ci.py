@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ET
 from typing import Any, Optional, Sequence
 
 from ..analysis.gate import GateReport, GateResult
-from ..runner import Run
+from ..run import Run
 from .text import escape_char, interval, md_text, num, plain_text
 
 __all__ = ["junit_xml", "markdown", "incomplete_junit_xml", "incomplete_markdown", "figure_text",

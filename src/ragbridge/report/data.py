@@ -28,27 +28,20 @@ from typing import Any, Optional, Union
 from .. import __version__
 from ..analysis.compare import compare, coverage, disagreements
 from ..analysis.stats import CONFIDENCE, DEFAULT_RESAMPLES
-from ..analysis.summary import ALL
-from ..analysis.table import half_of, open_run
+from ..analysis.table import open_run
 from ..analysis.thresholds import Thresholds
 from ..analysis.validate import validate
-from ..runner import Run
+from ..metrics import half_of
+from ..metrics import sort_key as metric_key
+from ..run import Run
+from ..run.summary import ALL
 from ..schema import Score
 from .marks import PassMarks, pass_marks
 from .text import jsonable, records
 
-__all__ = ["report_data", "render_json", "metric_key", "backend_key"]
+__all__ = ["report_data", "render_json", "backend_key"]
 
-_ORDER = ["recall", "precision", "hit", "mrr", "ndcg", "map", "context_precision", "context_recall",
-          "context_relevance", "faithfulness", "answer_relevance", "answer_correctness", "must_contain",
-          "must_not_contain", "abstention"]
 _COUNTS = ("scores", "judge_calls", "prompt_tokens", "completion_tokens")
-
-
-def metric_key(m: str):
-    """Sort key of a metric name: the report's order of canonical metrics, then the cut-off."""
-    base, _, k = m.partition("@")
-    return (_ORDER.index(base) if base in _ORDER else len(_ORDER), base, int(k) if k.isdigit() else 0)
 
 
 def backend_key(b: str):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
 from ..analysis.table import open_run
-from ..runner import Run
+from ..run import Run
 from .data import report_data
 from .text import num
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from ..analysis.table import open_run
-from ..runner import Run
+from ..run import Run
 from .data import report_data
 from .text import ci_text, md_text, num
 

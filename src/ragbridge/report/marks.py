@@ -1,12 +1,13 @@
 """The report's pass marks: which score of a case counts as below its bar (a badge on the case).
 
 The first that sets one wins: ``--threshold`` (see `ragbridge.analysis.Thresholds`), then
-``--gates FILE`` (`gate_thresholds`), then the defaults of `default_threshold`, chosen so that the
-badge marks cases worth reading: 0.5 for the ranking metrics and the judged metrics, ``1/k`` for
-``precision@k`` and ``context_relevance`` (both are a precision of the retrieved list, whose ceiling
-with one relevant chunk is about ``1/k``), 1 for the answer checks (``must_contain``,
-``must_not_contain``, ``abstention``). A bare ``--threshold 0.7`` replaces those defaults, not the
-gates file's marks. docs/report.md has the table.
+``--gates FILE`` (`gate_thresholds`), then the defaults (each canonical metric's ``pass_mark``,
+`ragbridge.metrics.default_pass_mark`), chosen so that the badge marks cases worth reading: 0.5 for
+the ranking metrics and the judged metrics, ``1/k`` for ``precision@k`` and ``context_relevance``
+(both are a precision of the retrieved list, whose ceiling with one relevant chunk is about
+``1/k``), 1 for the answer checks (``must_contain``, ``must_not_contain``, ``abstention``). A bare
+``--threshold 0.7`` replaces those defaults, not the gates file's marks. docs/report.md has the
+table.
 """
 
 from __future__ import annotations
@@ -15,33 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from ..analysis.gate import GateConfig, load_gates
-from ..analysis.thresholds import DEFAULT_THRESHOLD, Thresholds
+from ..analysis.thresholds import Thresholds
+from ..metrics import default_pass_mark
 
-__all__ = ["PassMarks", "pass_marks", "default_threshold", "gate_thresholds", "ANSWER_CHECKS",
-           "LIST_PRECISIONS"]
-
-#: deterministic answer checks: anything short of 1 (a required string missing, a forbidden one
-#: present, no decline where one was due) is worth reading
-ANSWER_CHECKS = ("must_contain", "must_not_contain", "abstention")
-#: precisions of the retrieved list: with R relevant chunks in a list of k the ceiling is R/k
-LIST_PRECISIONS = ("precision", "context_relevance")
-
-
-def default_threshold(metric: str, k: Optional[int] = None) -> float:
-    """The report's pass mark for ``metric`` when none is configured.
-
-    ``precision@k`` and ``context_relevance``: ``1/k`` (``k`` from the name, else the run's ``k``,
-    else 5): at least about one relevant chunk in the list. 0.5 there would flag every case with
-    fewer than k/2 relevant chunks, which is most golden sets. ``must_contain``, ``must_not_contain``,
-    ``abstention``: 1. Everything else, ranking and judged metrics alike: 0.5 (DeepEval's default
-    threshold; for ``hit@k`` and ``abstention`` any mark in (0, 1] means the same)."""
-    base, _, cut = metric.partition("@")
-    if base in LIST_PRECISIONS:
-        n = int(cut) if cut.isdigit() and int(cut) > 0 else int(k or 5)
-        return 1 / n
-    if base in ANSWER_CHECKS:
-        return 1.0
-    return DEFAULT_THRESHOLD
+__all__ = ["PassMarks", "pass_marks", "gate_thresholds"]
 
 
 def gate_thresholds(config: Any) -> Thresholds:
@@ -86,7 +64,7 @@ class PassMarks(Thresholds):
                     return float(value), source
             if with_default:
                 return t.default, source
-        return default_threshold(metric), "default"
+        return default_pass_mark(metric), "default"
 
     def get(self, backend: str, metric: str) -> float:
         return self.lookup(backend, metric)[0]
@@ -106,11 +84,11 @@ def _bare(specs: Any) -> bool:
 def pass_marks(thresholds: Any = None, gates: Any = None, metrics: Sequence[str] = (),
                backends: Sequence[str] = (), k: Optional[int] = None) -> Thresholds:
     """The report's pass marks: ``thresholds`` (``--threshold`` values), then ``gates`` (a gates
-    file), then `default_threshold`. A `Thresholds` object is taken as the whole answer."""
+    file), then `ragbridge.metrics.default_pass_mark`. A `Thresholds` object is the whole answer."""
     if isinstance(thresholds, Thresholds):
         return thresholds
     given = Thresholds.parse(thresholds, backends)
-    defaults = Thresholds(by_metric={m: default_threshold(m, k) for m in metrics})
+    defaults = Thresholds(by_metric={m: default_pass_mark(m, k) for m in metrics})
     layers = [("--threshold", given, False)]
     if gates is not None:
         layers.append(("gates", gate_thresholds(gates), False))

@@ -29,7 +29,7 @@ import asyncio
 import time
 from typing import Any, AsyncIterator, Optional, Sequence
 
-from ..backend import Backend, MetricSpec, RunOptions, ScoringContext
+from ..backend import Backend, MetricSpec, RunOptions, ScoringContext, fan_out
 from ..schema import Case, ChunkVerdict, Evidence, Score
 from . import prompts
 from .claims import claims_reason, judge_claims
@@ -103,6 +103,11 @@ class RubricBackend(Backend):
     def metrics_for(self, options: RunOptions) -> list[MetricSpec]:
         return [_spec(r) for r in rubrics_for(options).values()]
 
+    async def open(self, ctx: ScoringContext) -> dict[str, Any]:
+        """The run's session: one structured-output mode for every metric of the run (once
+        json_schema is rejected, every metric prompts)."""
+        return {"mode": _options(ctx.options).get("structured", "auto")}
+
     async def score(self, metric: str, cases: Sequence[Case], ctx: ScoringContext) -> AsyncIterator[Score]:
         rubric = rubrics_for(ctx.options).get(metric)
         if rubric is None:
@@ -112,25 +117,17 @@ class RubricBackend(Backend):
         gateway = ctx.judge
         opts = _options(ctx.options)
         client = http_client(gateway)
-        # one structured-output mode per run: once json_schema is rejected, every metric prompts
-        state = ctx.stats.setdefault("rubric_structured", {"mode": opts.get("structured", "auto")})
-        asker = make_asker(client, gateway, opts, state)
-        sem = asyncio.Semaphore(max(1, int(opts.get("concurrency") or gateway.config.max_concurrency)))
+        asker = make_asker(client, gateway, opts, ctx.session)
 
         async def one(case: Case) -> Score:
-            async with sem:
-                with gateway.tag_scope(NAME, metric, case.id):
-                    return await score_case(asker, rubric, case)
+            with gateway.tag_scope(NAME, metric, case.id):
+                return await score_case(asker, rubric, case)
 
-        tasks = [asyncio.ensure_future(one(c)) for c in cases]
+        limit = int(opts.get("concurrency") or gateway.config.max_concurrency)
         try:
-            for fut in asyncio.as_completed(tasks):
-                yield await fut
+            async for score in fan_out(cases, one, max(1, limit)):
+                yield score
         finally:
-            for t in tasks:
-                if not t.done():
-                    t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
             await client.aclose()
 
 

@@ -18,7 +18,7 @@ import typer
 
 from ..commands.output import err, fail, out, print_json
 from ..report.text import jsonable
-from ..runner import Run, RunError, load_run
+from ..run import Run, RunError, load_run
 from .rubrics import Rubric, RubricError, load_rubrics, rubric_set
 
 __all__ = ["register", "rubric_of_run"]

@@ -30,7 +30,7 @@ import random
 from collections import defaultdict
 from typing import Any, Sequence
 
-from ..runner import Run
+from ..run import Run
 from ..schema import Case, Score
 from .rubrics import Rubric
 

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from ..analysis.stats import paired_bootstrap_ci
-from ..runner import Run
+from ..run import Run
 from ..schema import Case
 from . import prompts
 from .backend import http_client, make_asker

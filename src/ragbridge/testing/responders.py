@@ -1,10 +1,9 @@
-"""What the stub judge answers: a small registry of deterministic, lexically grounded responders.
+"""What the stub judge answers: a registry of deterministic, lexically grounded responders.
 
-Every responder gets a :class:`JudgeRequest` (the request normalised: the messages as plain text,
-the JSON schema the caller asked for, if any, and where it came from) and returns a
-:class:`JudgeReply` (message text, or function-call arguments when the caller forced a tool), or
-``None`` to let the next responder try. The registry is tried in order; the generic responder is
-always last and always answers.
+Every responder gets a `JudgeRequest` (the request normalised: the messages as plain text, the JSON
+schema the caller asked for, if any, and where it came from) and returns a `JudgeReply` (message
+text, or function-call arguments when the caller forced a tool), or ``None`` to let the next
+responder try. The registered responders are tried in order; `generic` comes last and always answers.
 
 How the verdicts are made (the "toy judge"): texts are reduced to content words (lowercased, stop
 words dropped, a light suffix stemmer), and
@@ -20,13 +19,20 @@ words dropped, a light suffix stemmer), and
 So a faithful answer scores higher than an unfaithful one, and the same request always gets the
 same answer. None of this measures judgement quality: it exercises plumbing.
 
-Library-specific responders recognise the prompts of RAGAS 0.4.3 (``input: {...}`` JSON after
-"Now perform the same with the following input"), DeepEval 4.3.1 (labelled sections ending with
-``JSON:``; the expected keys are read from the prompt when no schema is sent) and TruLens 2.16
-(``SOURCE:/STATEMENT:``, ``USER QUERY:/SEARCH RESULT:``, ``PROMPT:/RESPONSE:``; answered in JSON when
-asked, otherwise as ``Criteria: ... Supporting Evidence: ... Score: N`` text). They only work out
-*which text is judged against which*; the schema filling is shared. Plugins add responders for their
-own prompts through the ``ragbridge_register_stub_responders`` hook (asked once, at the first answer).
+This module knows no evaluation library. A backend plugin whose prompts the stub should answer
+registers its own responder through the ``ragbridge_register_stub_responders`` hook (asked once, at
+the first answer); it works out *which text is judged against which* and leaves the rest to the
+public helpers here:
+
+* the toy judge: `content_words`, `numbers`, `support`, `is_supported`, `relevance`, `is_relevant`,
+  `usefulness`, `is_noncommittal`, `split_sentences`, `best_sentence`, `make_question`, `short`;
+* what is judged: `Ctx` (the query, the evidence, the subject, the items and how each is judged);
+* reading prompts: `Labels` (the names that introduce each text; `SECTION_LABELS`, `INPUT_KEYS`
+  are the generic ones, which a plugin extends with its library's), `labelled_sections`,
+  `ctx_from_sections`, `ctx_from_inputs`, `parse_list`, `json_after`, `schema_in_prompt`,
+  `example_json`, `schema_from_example`, `find_range`;
+* answering: `fill_schema` (a schema-valid value filled from a `Ctx`), `reply_json`, `scaled`,
+  `validate_schema`.
 """
 
 from __future__ import annotations
@@ -36,24 +42,48 @@ import json
 import math
 import re
 import threading
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Protocol
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Optional, Protocol
 
 __all__ = [
     "JudgeRequest",
     "JudgeReply",
     "Responder",
     "register",
+    "unregister",
     "responders",
     "respond",
+    "generic",
+    "Ctx",
+    "Labels",
+    "SECTION_LABELS",
+    "INPUT_KEYS",
     "fill_schema",
     "validate_schema",
     "SchemaError",
+    "schema_from_example",
+    "find_range",
+    "scaled",
+    "reply_json",
+    "json_after",
+    "schema_in_prompt",
+    "example_json",
+    "labelled_sections",
+    "parse_list",
+    "ctx_from_sections",
+    "ctx_from_inputs",
     "content_words",
+    "numbers",
     "support",
+    "is_supported",
     "relevance",
+    "is_relevant",
+    "usefulness",
     "is_noncommittal",
     "split_sentences",
+    "best_sentence",
+    "make_question",
+    "short",
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -134,6 +164,7 @@ def content_words(text: str) -> list[str]:
 
 
 def numbers(text: str) -> set[str]:
+    """The numbers in ``text`` (thousands separators dropped)."""
     return {n.replace(",", "") for n in _NUM_RE.findall(text or "")}
 
 
@@ -149,6 +180,7 @@ def support(statement: str, context: str) -> tuple[float, list[str], list[str]]:
 
 
 def is_supported(statement: str, context: str) -> bool:
+    """Half the statement's content words and every number in it occur in the context."""
     frac, _, _ = support(statement, context)
     missing_numbers = numbers(statement) - numbers(context)
     return frac >= 0.5 and not missing_numbers
@@ -164,6 +196,7 @@ def relevance(text: str, query: str) -> float:
 
 
 def is_relevant(text: str, query: str) -> bool:
+    """``text`` shares a quarter of the query's content words, or two of them."""
     q = set(content_words(query))
     t = set(content_words(text))
     inter = q & t
@@ -179,6 +212,7 @@ def usefulness(node: str, target: str) -> float:
 
 
 def is_noncommittal(text: str) -> bool:
+    """``text`` contains a decline phrase ("I don't know", "couldn't find", ...)."""
     t = _norm(text or "")
     return any(p in t for p in DECLINE_PHRASES)
 
@@ -187,6 +221,7 @@ _SENT_RE = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|\n+")
 
 
 def split_sentences(text: str) -> list[str]:
+    """The sentences (and lines, list bullets dropped) of ``text``."""
     out = []
     for part in _SENT_RE.split(text or ""):
         s = part.strip().lstrip("-*\u2022 ").strip()
@@ -195,7 +230,8 @@ def split_sentences(text: str) -> list[str]:
     return out
 
 
-def _short(text: str, n: int = 80) -> str:
+def short(text: str, n: int = 80) -> str:
+    """``text`` on one line, cut to ``n`` characters with "..."."""
     text = " ".join((text or "").split())
     return text if len(text) <= n else text[: n - 3].rstrip() + "..."
 
@@ -211,6 +247,7 @@ def make_question(text: str) -> str:
 
 
 def best_sentence(context: str, statement: str) -> Optional[str]:
+    """The sentence of ``context`` that overlaps ``statement`` most (None: none overlaps)."""
     best, best_score = None, 0.0
     for s in split_sentences(context):
         score = usefulness(s, statement)
@@ -285,7 +322,8 @@ class JudgeRequest:
         tool_choice = body.get("tool_choice")
         if isinstance(rf, dict) and rf.get("type") == "json_schema":
             js = rf.get("json_schema") or {}
-            req.schema, req.schema_name, req.schema_origin = js.get("schema") or {}, js.get("name"), "json_schema"
+            req.schema, req.schema_name = js.get("schema") or {}, js.get("name")
+            req.schema_origin = "json_schema"
             req.json_mode = True
         elif tools and tool_choice != "none":
             chosen = None
@@ -321,7 +359,8 @@ class JudgeRequest:
         req = cls(endpoint="responses", model=str(body.get("model", "")), messages=msgs, body=body)
         fmt = ((body.get("text") or {}).get("format") or {}) if isinstance(body.get("text"), dict) else {}
         if fmt.get("type") == "json_schema":
-            req.schema, req.schema_name, req.schema_origin = fmt.get("schema") or {}, fmt.get("name"), "json_schema"
+            req.schema, req.schema_name = fmt.get("schema") or {}, fmt.get("name")
+            req.schema_origin = "json_schema"
             req.json_mode = True
         elif fmt.get("type") == "json_object":
             req.json_mode = True
@@ -348,12 +387,18 @@ _REGISTRY: list[Responder] = []
 
 
 def register(responder: Responder, *, first: bool = True) -> Responder:
-    """Add a responder; ``first=True`` puts it before the built-in ones."""
+    """Add a responder: ``first=True`` ahead of every registered one, else after them (always ahead
+    of `generic`). Returns it (for `unregister`)."""
     if first:
         _REGISTRY.insert(0, responder)
     else:
         _REGISTRY.append(responder)
     return responder
+
+
+def unregister(responder: Responder) -> None:
+    """Remove a responder added by `register` (a test's own, say)."""
+    _REGISTRY.remove(responder)
 
 
 _plugins_lock = threading.Lock()
@@ -373,18 +418,20 @@ def _plugin_responders() -> None:
 
 
 def responders() -> list[Responder]:
+    """The responders in the order they are tried, `generic` last."""
     _plugin_responders()
-    return list(_REGISTRY)
+    return [*_REGISTRY, _Generic()]
 
 
 def respond(req: JudgeRequest) -> JudgeReply:
+    """The first reply a responder gives, else `generic`'s."""
     _plugin_responders()
-    for r in _REGISTRY:
+    for r in list(_REGISTRY):
         reply = r(req)
         if reply is not None:
             reply.responder = reply.responder or getattr(r, "name", type(r).__name__)
             return reply
-    return generic(req)  # unreachable: generic is registered last and always answers
+    return generic(req)
 
 
 # --------------------------------------------------------------------------------------------
@@ -398,7 +445,7 @@ class Ctx:
 
     query: str = ""  # the question
     context: str = ""  # the evidence (retrieved context, source)
-    subject: str = ""  # the text being analysed (answer, statement, expected output)
+    subject: str = ""  # the text being analysed (answer, statement, reference)
     items: Optional[list[str]] = None  # per-item texts (explicit list, else sentences of subject)
     judge: Optional[Callable[[str], bool]] = None  # item -> verdict
     scorer: Optional[Callable[[], float]] = None  # -> fraction 0..1 for score fields
@@ -441,12 +488,12 @@ class Ctx:
         if self.context and text:
             frac, found, missing = support(text, self.context)
             quote = best_sentence(self.context, text)
-            base = (f'"{_short(text, 60)}": {len(found)} of {len(found) + len(missing)} content words '
+            base = (f'"{short(text, 60)}": {len(found)} of {len(found) + len(missing)} content words '
                     f"appear in the context")
             if found:
                 base += f" ({', '.join(found[:6])})"
             if ok and quote:
-                return base + f'; the context says "{_short(quote, 80)}".'
+                return base + f'; the context says "{short(quote, 80)}".'
             miss_num = sorted(numbers(text) - numbers(self.context))
             if miss_num:
                 return base + f"; the number(s) {', '.join(miss_num)} do not appear in the context."
@@ -454,8 +501,8 @@ class Ctx:
         if self.query and text:
             shared = sorted(set(content_words(text)) & set(content_words(self.query)))
             if shared:
-                return f'"{_short(text, 60)}" shares {", ".join(shared[:6])} with the question.'
-            return f'"{_short(text, 60)}" shares no content words with the question.'
+                return f'"{short(text, 60)}" shares {", ".join(shared[:6])} with the question.'
+            return f'"{short(text, 60)}" shares no content words with the question.'
         return "Judged by the ragbridge stub from word overlap."
 
 
@@ -513,7 +560,8 @@ _STATEMENT_LIST_NAMES = re.compile(
     r"^(statements|claims|truths|sentences|facts|key_points|keypoints|simpler_statements|propositions|points)$"
 )
 _ITEM_TEXT_NAMES = re.compile(r"^(statement|claim|sentence|fact|criteria|node|text|truth|proposition|point)$")
-_REASON_NAMES = re.compile(r"(reason|reasoning|explanation|rationale|justification|feedback|analysis|thought)")
+_REASON_NAMES = re.compile(
+    r"(reason|reasoning|explanation|rationale|justification|feedback|analysis|thought)")
 _EVIDENCE_NAMES = re.compile(r"(evidence|supporting|quote|citation)")
 
 _RANGE_PATTERNS = [
@@ -529,6 +577,7 @@ _RANGE_PATTERNS = [
 
 
 def find_range(*texts: str) -> Optional[tuple[float, float]]:
+    """The score scale the first of ``texts`` that names one asks for ("0 to 10", "(0, 1, or 2)")."""
     for text in texts:
         if not text:
             continue
@@ -542,7 +591,8 @@ def find_range(*texts: str) -> Optional[tuple[float, float]]:
     return None
 
 
-def _scaled(frac: float, lo: float, hi: float, integer: bool) -> float:
+def scaled(frac: float, lo: float, hi: float, integer: bool) -> float:
+    """The point ``frac`` (0..1) of the way from ``lo`` to ``hi``, rounded to an integer or 3 decimals."""
     v = lo + frac * (hi - lo)
     if integer:
         return int(math.floor(v + 0.5))
@@ -591,13 +641,13 @@ def _pick_enum(values: list, lname: str, ctx: Ctx) -> Any:
     low = [str(v).lower() for v in values]
     if _VERDICT_NAMES.search(lname) or "verdict" in lname or set(low) & {"yes", "no"}:
         ok = ctx.verdict(ctx.item)
-        for want in (["yes", "true", "1", "supported", "met", "relevant"] if ok
-                     else ["no", "false", "0", "not_supported", "not_met", "irrelevant", "borderline", "idk"]):
+        for want in (["yes", "true", "1", "supported", "met", "relevant"] if ok else
+                     ["no", "false", "0", "not_supported", "not_met", "irrelevant", "borderline", "idk"]):
             if want in low:
                 return values[low.index(want)]
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         lo, hi = min(values), max(values)
-        target = _scaled(ctx.fraction(), lo, hi, True)
+        target = scaled(ctx.fraction(), lo, hi, True)
         return min(values, key=lambda v: abs(v - target))
     return values[0]
 
@@ -619,7 +669,7 @@ def _fill_number(schema: dict, lname: str, ctx: Ctx, integer: bool) -> Any:
         frac = ctx.fraction()
         if ctx.item is not None:
             frac = 1.0 if ctx.verdict(ctx.item) else 0.0
-        v = _scaled(frac, rng[0], rng[1], integer)
+        v = scaled(frac, rng[0], rng[1], integer)
     else:
         v = lo if lo is not None else 0
     if lo is not None and v < lo:
@@ -652,8 +702,8 @@ def _fill_array(schema: dict, lname: str, ctx: Ctx, root: dict, depth: int) -> l
         else:  # statements / claims / truths / sentences / anything else: the items themselves
             out = list(ctx.get_items())
     elif item_type in ("integer", "number"):
-        out = [_fill_number(item_schema, "verdict", Ctx(**{**ctx.__dict__, "item": it}), item_type == "integer")
-               for it in ctx.get_items()]
+        out = [_fill_number(item_schema, "verdict", Ctx(**{**ctx.__dict__, "item": it}),
+                            item_type == "integer") for it in ctx.get_items()]
     elif item_type == "boolean":
         out = [ctx.verdict(it) for it in ctx.get_items()]
     else:
@@ -693,11 +743,11 @@ def _fill_string(schema: dict, lname: str, ctx: Ctx) -> str:
 
 
 def _steps(ctx: Ctx) -> list[str]:
-    crit = _short(ctx.subject or ctx.query or "the criteria", 120)
+    crit = short(ctx.subject or ctx.query or "the criteria", 120)
     return [
         f"Read the criteria: {crit}",
-        "Compare the actual output with the expected output and the context, word by word.",
-        "Penalise statements and numbers that are not supported by the expected output or the context.",
+        "Compare the answer with the reference and the context, word by word.",
+        "Penalise statements and numbers that are not supported by the reference or the context.",
     ]
 
 
@@ -793,7 +843,8 @@ def _is_type(v: Any, t: str) -> bool:
 _DECODER = json.JSONDecoder()
 
 
-def _json_after(text: str, marker: str, *, last: bool = False) -> Optional[Any]:
+def json_after(text: str, marker: str, *, last: bool = False) -> Optional[Any]:
+    """The JSON object that follows the first (``last``: the last) ``marker`` in ``text``, or None."""
     idx = text.rfind(marker) if last else text.find(marker)
     if idx < 0:
         return None
@@ -807,10 +858,10 @@ def _json_after(text: str, marker: str, *, last: bool = False) -> Optional[Any]:
         return None
 
 
-def _schema_in_prompt(text: str) -> Optional[dict]:
-    """A JSON schema embedded in the prompt (instructor's system message, RAGAS' prompt)."""
+def schema_in_prompt(text: str) -> Optional[dict]:
+    """A JSON schema embedded in the prompt (after ``json_schema:``, ``JSON Schema:``, ``schema:``)."""
     for marker in ("json_schema:", "as specified in JSON Schema:", "JSON Schema:", "json schema:", "schema:"):
-        obj = _json_after(text, marker)
+        obj = json_after(text, marker)
         if isinstance(obj, dict) and ("properties" in obj or obj.get("type") == "object"):
             return obj
     return None
@@ -819,7 +870,7 @@ def _schema_in_prompt(text: str) -> Optional[dict]:
 _PLACEHOLDER_RE = re.compile(r"<[^<>\n]{1,80}>")
 
 
-def _example_json(text: str) -> Optional[dict]:
+def example_json(text: str) -> Optional[dict]:
     """The last JSON object example in ``text`` (placeholders like <reason> made strings, '...' dropped)."""
     found = None
     i = 0
@@ -866,26 +917,56 @@ def schema_from_example(example: dict) -> dict:
     return infer(example)
 
 
-# Labels that introduce the texts in DeepEval-style prompts ("Label:\n<text>\n\n...JSON:").
-_QUERY_LABELS = {"input", "question", "user query", "query", "prompt", "user input", "user_input"}
-_CONTEXT_LABELS = {"context", "contexts", "retrieval context", "retrieval contexts", "source", "search result",
-                   "premise", "excerpt", "documents", "retrieved context", "retrieved contexts"}
-_SUBJECT_LABELS = {"actual output", "ai output", "text", "statement", "hypothesis", "answer", "response",
-                   "expected output", "output", "summary", "claim"}
-_LIST_LABELS = {"claims", "statements"}
-_OTHER_LABELS = {"evaluation criteria", "evaluation steps", "test case", "parameters", "rubric",
-                 "faithfulness score", "answer relevancy score", "contextual precision score",
-                 "contextual recall score", "contextual relevancy score", "hallucination score", "score",
-                 "contradictions", "supportive reasons", "unsupportive reasons", "verdicts",
-                 "additional context", "irrelevant statements"}
-_ALL_LABELS = _QUERY_LABELS | _CONTEXT_LABELS | _SUBJECT_LABELS | _LIST_LABELS | _OTHER_LABELS
+@dataclass(frozen=True)
+class Labels:
+    """The names that introduce the judged texts of a prompt, by role, lower case: the labels of its
+    sections (``Question:`` and the text after it, see `labelled_sections`) or the keys of its inputs
+    object (``{"question": ...}``, see `ctx_from_inputs`).
+
+    ``query`` names the question, ``context`` the evidence, ``subject`` the text being judged,
+    ``lists`` a list of items judged one by one; ``other`` labels are known only so that they end the
+    section before them. `SECTION_LABELS` and `INPUT_KEYS` hold the generic names; a plugin extends
+    them with its library's (`extend`)."""
+
+    query: frozenset[str] = frozenset()
+    context: frozenset[str] = frozenset()
+    subject: frozenset[str] = frozenset()
+    lists: frozenset[str] = frozenset()
+    other: frozenset[str] = frozenset()
+
+    def extend(self, **more: Iterable[str]) -> "Labels":
+        """These labels and ``more`` (``query=("the question",), ...``)."""
+        return replace(self, **{role: getattr(self, role) | frozenset(names) for role, names in more.items()})
+
+    @property
+    def known(self) -> frozenset[str]:
+        return self.query | self.context | self.subject | self.lists | self.other
+
+
+#: generic section labels ("Question:\n<text>\n\n...JSON:")
+SECTION_LABELS = Labels(
+    query=frozenset({"input", "question", "query", "prompt"}),
+    context=frozenset({"context", "contexts", "source", "premise", "excerpt", "documents"}),
+    subject=frozenset({"text", "statement", "hypothesis", "answer", "response", "output", "summary",
+                       "claim"}),
+    lists=frozenset({"claims", "statements"}),
+    other=frozenset({"parameters", "rubric", "score", "verdicts"}),
+)
+#: generic keys of an inputs object (``input: {"question": ..., "context": ...}``)
+INPUT_KEYS = Labels(
+    query=frozenset({"question", "query", "input"}),
+    context=frozenset({"context", "contexts", "reference_contexts", "source", "premise", "documents"}),
+    subject=frozenset({"answer", "response", "reference", "text", "statement", "hypothesis", "summary"}),
+    lists=frozenset({"statements", "claims", "sentences"}),
+)
 _LABEL_LINE = re.compile(r"^([A-Za-z][A-Za-z _]{0,40}?)(?:\s*\([^)]*\))?\s*:[ \t]*(.*)$")
 _STOP_LINE = re.compile(r"^(JSON:|Output:|\*\*|-{3,}|={3,}|Respond |Return |Produce |Example|IMPORTANT|"
                         r"[A-Z][A-Z ]+:\s*$)")
 
 
-def labelled_sections(text: str) -> dict[str, str]:
-    """``{label: text}`` for known labels (last occurrence wins), values run to the next label."""
+def labelled_sections(text: str, labels: Labels = SECTION_LABELS) -> dict[str, str]:
+    """``{label: text}`` for the known ``labels`` (last occurrence wins); a value runs to the next
+    label or to an instruction line (``JSON:``, ``Return ...``, a rule, a heading in capitals)."""
     sections: dict[str, str] = {}
     cur: Optional[str] = None
     buf: list[str] = []
@@ -897,7 +978,7 @@ def labelled_sections(text: str) -> dict[str, str]:
     for line in text.splitlines():
         m = _LABEL_LINE.match(line.strip())
         label = m.group(1).strip().lower() if m else None
-        if m and label in _ALL_LABELS:
+        if m and label in labels.known:
             flush()
             cur, buf = label, [m.group(2)] if m.group(2) else []
             continue
@@ -925,26 +1006,28 @@ def parse_list(text: str) -> list[str]:
     return split_sentences(t)
 
 
-def ctx_from_sections(sec: dict[str, str], prompt: str) -> Ctx:
+def ctx_from_sections(sec: dict[str, str], prompt: str, labels: Labels = SECTION_LABELS) -> Ctx:
+    """A `Ctx` from `labelled_sections` (the first query and subject, every context joined)."""
     ctx = Ctx(prompt=prompt)
     for label, value in sec.items():
-        if label in _QUERY_LABELS and not ctx.query:
+        if label in labels.query and not ctx.query:
             ctx.query = value
-        elif label in _CONTEXT_LABELS:
+        elif label in labels.context:
             v = value
             if v.startswith("["):
                 v = "\n\n".join(parse_list(v))
             ctx.context = (ctx.context + "\n\n" + v).strip() if ctx.context else v
-        elif label in _LIST_LABELS:
+        elif label in labels.lists:
             ctx.items = parse_list(value)
             ctx.subject = " ".join(ctx.items)
-        elif label in _SUBJECT_LABELS and not ctx.subject:
+        elif label in labels.subject and not ctx.subject:
             ctx.subject = value
     return ctx
 
 
-def ctx_from_inputs(inputs: dict, prompt: str) -> Ctx:
-    """A :class:`Ctx` from a dict of named inputs (RAGAS' ``input: {...}``)."""
+def ctx_from_inputs(inputs: dict, prompt: str, keys: Labels = INPUT_KEYS) -> Ctx:
+    """A `Ctx` from an object of named inputs (``input: {...}`` in a prompt). A ``reference`` after
+    the subject is the evidence when there is no context."""
     ctx = Ctx(prompt=prompt)
 
     def text(v: Any) -> str:
@@ -954,16 +1037,14 @@ def ctx_from_inputs(inputs: dict, prompt: str) -> Ctx:
 
     for k, v in inputs.items():
         lk = k.lower()
-        if lk in ("question", "user_input", "query", "input", "user_query"):
+        if lk in keys.query:
             ctx.query = text(v)
-        elif lk in ("context", "contexts", "retrieved_contexts", "retrieval_context", "reference_contexts",
-                    "source", "premise", "documents"):
+        elif lk in keys.context:
             ctx.context = (ctx.context + "\n\n" + text(v)).strip()
-        elif lk in ("statements", "claims", "sentences") and isinstance(v, list):
+        elif lk in keys.lists and isinstance(v, list):
             ctx.items = [str(x) for x in v]
             ctx.subject = ctx.subject or " ".join(ctx.items)
-        elif lk in ("answer", "response", "reference", "text", "statement", "hypothesis", "summary",
-                    "ground_truth", "actual_output", "expected_output"):
+        elif lk in keys.subject:
             if not ctx.subject:
                 ctx.subject = text(v)
             elif lk == "reference" and not ctx.context:
@@ -975,210 +1056,12 @@ def _dump(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False)
 
 
-def _reply_json(req: JudgeRequest, schema: dict, ctx: Ctx, responder: str) -> JudgeReply:
+def reply_json(req: JudgeRequest, schema: dict, ctx: Ctx, responder: str) -> JudgeReply:
+    """The reply with `fill_schema`'s value for ``schema`` (as the forced tool's arguments when the
+    request forced one); its integer ``score`` field, if any, is the reply's score token."""
     value = fill_schema(schema, ctx)
     score = value.get("score") if isinstance(value, dict) and isinstance(value.get("score"), int) else None
     return JudgeReply(content=_dump(value), tool_name=req.tool_name, score=score, responder=responder)
-
-
-# --------------------------------------------------------------------------------------------
-# Library-specific responders
-# --------------------------------------------------------------------------------------------
-
-
-class RagasResponder:
-    """RAGAS 0.4.3 (collections API via instructor, or legacy via LangChain).
-
-    The prompt ends with ``Now perform the same with the following input\\ninput: {...}\\nOutput:``;
-    the schema comes from ``response_format``/``tools`` or from the prompt (instructor's JSON mode
-    puts it into the system message, RAGAS repeats it in the user message)."""
-
-    name = "ragas"
-    MARKER = "Now perform the same with the following input"
-
-    def __call__(self, req: JudgeRequest) -> Optional[JudgeReply]:
-        user = req.user
-        if self.MARKER not in user:
-            return None
-        tail = user[user.find(self.MARKER):]
-        inputs = _json_after(tail, "input:")
-        if not isinstance(inputs, dict):
-            return None
-        schema = req.schema or _schema_in_prompt(req.system) or _schema_in_prompt(user)
-        if schema is None:
-            return None
-        instruction = user[: user.find("Please return the output")] if "Please return the output" in user else ""
-        ctx = ctx_from_inputs(inputs, req.prompt)
-        ctx.score_range = find_range(instruction)
-        il = instruction.lower()
-        if "context was useful" in il and ctx.context:
-            # context precision: is this one context useful for the answer / reference?
-            target = ctx.subject
-            ctx.judge = lambda _t, c=ctx.context, a=target: usefulness(c, a) >= 0.3
-        return _reply_json(req, schema, ctx, self.name)
-
-
-class DeepEvalResponder:
-    """DeepEval 4.3.1 metric templates (structured ``json_schema`` or plain text + JSON extraction)."""
-
-    name = "deepeval"
-
-    def __call__(self, req: JudgeRequest) -> Optional[JudgeReply]:
-        prompt = req.user or req.prompt
-        stripped = prompt.rstrip()
-        asks_json = any(p in prompt for p in ("return in", "Only return valid JSON", "JSON format"))
-        if not stripped.endswith("JSON:") or not asks_json:
-            return None
-        # The instruction part is everything before the first real input section.
-        sec = labelled_sections(prompt)
-        ctx = ctx_from_sections(sec, prompt)
-        schema = req.schema or self._schema_from_prompt(prompt)
-        if schema is None:
-            return None
-        low = prompt.lower()
-        props = (schema.get("properties") or {}) if isinstance(schema, dict) else {}
-        if "truths" in props or '"truths"' in prompt:
-            ctx.items = split_sentences(ctx.subject or ctx.context)
-        elif "node in the retrieval context was remotely useful" in low:
-            nodes = parse_list(self._raw_section(prompt, "Retrieval Context"))
-            target = sec.get("expected output", "")
-            ctx.items = nodes
-            ctx.judge = lambda node, t=target: usefulness(node, t) >= 0.3
-        elif "each statement found in the context" in low or "statement_or_image" in low or (
-                "'statement'" in prompt and "relevant to the provided input" in low):
-            ctx.items = split_sentences(ctx.context)
-            ctx.judge = lambda s, q=ctx.query: is_relevant(s, q)
-        elif "relevant to address the input" in low:
-            ctx.judge = lambda s, q=ctx.query: is_relevant(s, q)
-        elif "can be attributed to the nodes of retrieval contexts" in low:
-            ctx.items = split_sentences(ctx.subject)
-        elif "evaluation steps" in low and "score" in props:
-            self._geval(prompt, ctx)
-        elif "generate 3-4 concise evaluation steps" in low:
-            ctx.subject = sec.get("evaluation criteria", ctx.subject)
-        if set(props) == {"reason"} or (props and list(props) == ["reason"]):
-            score = next((v for k, v in sec.items() if k.endswith("score")), None)
-            if score is not None:
-                ctx.reason_prefix = f"The score is {score.strip()} because "
-                ctx.scorer = None
-        return _reply_json(req, schema, ctx, self.name)
-
-    @staticmethod
-    def _raw_section(prompt: str, label: str) -> str:
-        m = re.search(rf"^{re.escape(label)}[^\n:]*:\s*\n(.*?)(?:\n\s*\nJSON:|\nJSON:|\Z)", prompt, re.M | re.S)
-        return m.group(1).strip() if m else ""
-
-    @staticmethod
-    def _geval(prompt: str, ctx: Ctx) -> None:
-        ctx.score_range = find_range(prompt[: prompt.find("Evaluation Steps")] if "Evaluation Steps" in prompt
-                                     else prompt) or (0, 10)
-        case = prompt.split("Test Case:", 1)[-1]
-        sec = labelled_sections(case)
-        actual = sec.get("actual output", "")
-        ref = " ".join(v for k, v in sec.items() if k in ("expected output", "context", "retrieval context"))
-        if actual and ref:
-            items = split_sentences(actual) or [actual]
-            ctx.scorer = lambda: sum(1 for s in items if is_supported(s, ref)) / len(items)
-            ctx.subject, ctx.context = actual, ref
-        elif actual and sec.get("input"):
-            ctx.scorer = lambda: relevance(actual, sec["input"])
-            ctx.subject, ctx.query = actual, sec["input"]
-
-    @staticmethod
-    def _schema_from_prompt(prompt: str) -> Optional[dict]:
-        low = prompt.lower()
-        for key in ("truths", "claims", "statements", "steps"):
-            if re.search(rf"[\"']{key}[\"'] key (?:as|mapping to) a list of strings", prompt) or \
-                    (key == "steps" and '"steps"' in prompt):
-                return {"type": "object", "properties": {key: {"type": "array", "items": {"type": "string"}}},
-                        "required": [key]}
-        if "'verdicts' key" in prompt or '"verdicts"' in prompt:
-            item_props: dict = {}
-            if "'statement'" in prompt or "`statement`" in prompt:
-                item_props["statement"] = {"type": "string"}
-            enum = ["yes", "no", "borderline"] if "borderline" in low else ["yes", "no"]
-            if "'idk'" in low:
-                enum = ["yes", "no", "idk"]
-            item_props["verdict"] = {"type": "string", "enum": enum}
-            item_props["reason"] = {"type": "string"}
-            return {"type": "object", "properties": {"verdicts": {"type": "array", "items": {
-                "type": "object", "properties": item_props, "required": list(item_props)}}},
-                "required": ["verdicts"]}
-        if '"score"' in prompt and '"reason"' in prompt:
-            return {"type": "object", "properties": {"reason": {"type": "string"},
-                                                     "score": {"type": "integer"}}, "required": ["reason", "score"]}
-        if "'reason' key" in prompt or '"reason"' in prompt:
-            return {"type": "object", "properties": {"reason": {"type": "string"}}, "required": ["reason"]}
-        ex = _example_json(prompt)
-        return schema_from_example(ex) if ex else None
-
-
-class TruLensResponder:
-    """TruLens 2.16 feedback prompts (groundedness, context relevance, answer relevance, helpers)."""
-
-    name = "trulens"
-
-    def __call__(self, req: JudgeRequest) -> Optional[JudgeReply]:
-        system, user = req.system, req.user or req.prompt
-        both = system + "\n" + user
-        m_src = re.search(r"SOURCE:\s*(.*?)\n\s*\nSTATEMENT:\s*(.*?)(?:\n\s*\n(?:Respond|Return|ANSWER|Please)|\Z)",
-                          user, re.S)
-        m_cr = re.search(r"USER QUERY:\s*(.*?)\nSEARCH RESULT:\s*(.*?)(?:\n\s*\nRELEVANCE:|\nRELEVANCE:|\Z)", user, re.S)
-        m_ar = re.search(r"PROMPT:\s*(.*?)\n\s*\nRESPONSE:\s*(.*?)(?:\n\s*\nRELEVANCE:|\nRELEVANCE:|\Z)", user, re.S)
-        if "Split the following statement into individual sentences" in both:
-            m = re.search(r"Statement:\s*(.*?)(?:\n\s*\nReturn each sentence|\Z)", both, re.S)
-            return JudgeReply("\n".join(split_sentences(m.group(1) if m else user)), responder=self.name)
-        if "Identify and remove sentences that are stylistic" in both:
-            m = re.search(r"ALL STATEMENTS:\s*(.*?)\n\s*\nIMPORTANT STATEMENTS:", user, re.S)
-            items = parse_list(m.group(1)) if m else []
-            return JudgeReply(repr([str(s) for s in items]), responder=self.name)
-        ctx: Optional[Ctx] = None
-        if "ABSTENTION classifier" in system:
-            m = re.search(r"STATEMENT:\s*(.*?)\n\s*\nABSTENTION:", user, re.S)
-            v = 1 if is_noncommittal(m.group(1) if m else user) else 0
-            return self._answer(req, Ctx(scorer=lambda: float(v), score_range=(0, 1), prompt=both))
-        if "ANSWERABILITY classifier" in system:
-            m = re.search(r"QUESTION:\s*(.*?)\n\s*\nSOURCE:\s*(.*?)\n\s*\nANSWERABILITY:", user, re.S)
-            q, s = (m.group(1), m.group(2)) if m else (user, "")
-            return self._answer(req, Ctx(query=q, context=s, scorer=lambda: float(relevance(s, q) >= 0.5),
-                                         score_range=(0, 1), prompt=both))
-        if m_src and ("INFORMATION OVERLAP" in system or "groundedness" in both.lower()):
-            source, statement = m_src.group(1).strip(), m_src.group(2).strip()
-            ctx = Ctx(context=source, subject=statement, prompt=both)
-            if is_noncommittal(statement):
-                ctx.scorer = lambda: 1.0
-            else:
-                frac = support(statement, source)[0]
-                ok = is_supported(statement, source)
-                ctx.scorer = lambda: frac if ok else min(frac, 0.34)
-        elif m_cr:
-            q, res = m_cr.group(1).strip(), m_cr.group(2).strip()
-            ctx = Ctx(query=q, subject=res, prompt=both, scorer=lambda: relevance(res, q))
-        elif m_ar:
-            q, res = m_ar.group(1).strip(), m_ar.group(2).strip()
-            ctx = Ctx(query=q, subject=res, prompt=both,
-                      scorer=lambda: 0.0 if is_noncommittal(res) else relevance(res, q))
-        if ctx is None:
-            return None
-        ctx.score_range = find_range(system) or find_range(user) or (0, 3)
-        return self._answer(req, ctx)
-
-    def _answer(self, req: JudgeRequest, ctx: Ctx) -> JudgeReply:
-        lo, hi = ctx.score_range or (0, 3)
-        score = int(_scaled(ctx.fraction(), lo, hi, True))
-        if req.schema is not None:
-            ctx.score_range = (lo, hi)
-            return _reply_json(req, req.schema, ctx, self.name)
-        crit = ctx.subject or ctx.query or "the criteria"
-        evidence = (best_sentence(ctx.context, ctx.subject) if ctx.context else None) or ctx.reason(None)
-        prompt = req.prompt
-        if req.json_mode or "JSON object" in prompt:
-            return JudgeReply(_dump({"criteria": crit, "supporting_evidence": evidence, "score": score}),
-                              score=score, responder=self.name)
-        if "Supporting Evidence" in prompt:
-            return JudgeReply(f"Criteria: {_short(crit, 200)}\nSupporting Evidence: {evidence}\nScore: {score}",
-                              score=score, responder=self.name)
-        return JudgeReply(f"Score: {score}", score=score, responder=self.name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1192,7 +1075,7 @@ def generic(req: JudgeRequest) -> JudgeReply:
     otherwise a short grounded sentence."""
     prompt = req.prompt
     user = req.user or prompt
-    inputs = _json_after(user, "input:", last=True)
+    inputs = json_after(user, "input:", last=True)
     if isinstance(inputs, dict) and inputs:
         ctx = ctx_from_inputs(inputs, prompt)
     else:
@@ -1200,21 +1083,21 @@ def generic(req: JudgeRequest) -> JudgeReply:
     if not (ctx.query or ctx.context or ctx.subject):
         ctx.subject = user
     ctx.score_range = find_range(req.system, user)
-    schema = req.schema or _schema_in_prompt(prompt)
+    schema = req.schema or schema_in_prompt(prompt)
     if schema is None and (req.json_mode or re.search(r"\bJSON\b", prompt)):
-        ex = _example_json(prompt)
+        ex = example_json(prompt)
         if ex:
             schema = schema_from_example(ex)
     if schema is not None:
-        return _reply_json(req, schema, ctx, "generic")
+        return reply_json(req, schema, ctx, "generic")
     if req.json_mode:
         score_rng = ctx.score_range or (0, 1)
         return JudgeReply(_dump({"reason": ctx.reason(None),
-                                 "score": _scaled(ctx.fraction(), score_rng[0], score_rng[1], True)}),
+                                 "score": scaled(ctx.fraction(), score_rng[0], score_rng[1], True)}),
                           responder="generic")
     if re.search(r"\b(score|rate|rating|grade)\b", prompt, re.I):
         lo, hi = ctx.score_range or (0, 3)
-        s = int(_scaled(ctx.fraction(), lo, hi, True))
+        s = int(scaled(ctx.fraction(), lo, hi, True))
         return JudgeReply(f"Score: {s}", score=s, responder="generic")
     words = content_words(user)[:12]
     return JudgeReply("ragbridge stub reply: " + " ".join(words) + ".", responder="generic")
@@ -1225,10 +1108,3 @@ class _Generic:
 
     def __call__(self, req: JudgeRequest) -> JudgeReply:
         return generic(req)
-
-
-_REGISTRY.extend([RagasResponder(), DeepEvalResponder(), TruLensResponder(), _Generic()])
-
-# Library-specific refinements live in their own modules and register themselves ahead of the above.
-from ragbridge.testing import responders_trulens as _responders_trulens  # noqa: E402,F401
-from ragbridge.testing import responders_deepeval as _responders_deepeval  # noqa: E402,F401

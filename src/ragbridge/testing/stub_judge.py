@@ -460,7 +460,8 @@ def _break_json(content: Optional[str]) -> str:
 
 
 def _logprobs(content: Optional[str], reply: JudgeReply, top: int) -> dict:
-    """Every token certain (logprob 0): DeepEval's G-Eval weighting then returns the plain score."""
+    """Every token certain (logprob 0): a caller that weights the score token by its probabilities
+    then gets the plain score."""
     out = []
     for tok in re.findall(r"\d+|[A-Za-z_]+|\s+|[^\w\s]", content or ""):
         entry = {"token": tok, "logprob": 0.0, "bytes": list(tok.encode())}

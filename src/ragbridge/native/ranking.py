@@ -2,8 +2,10 @@
 
 In the style of ranx: one pass over the cases (:func:`prepare`) turns every case into a few flat
 NumPy arrays (:class:`Ranked`), and each metric is a small vectorised kernel over those arrays that
-returns one ``float64`` per case (``NaN`` where the metric is undefined). :func:`evaluate` parses
-metric names such as ``"ndcg@10"`` and runs the kernels.
+returns one ``float64`` per case (``NaN`` where the metric is undefined). :func:`evaluate` is the
+one dispatcher: it parses metric names such as ``"ndcg@10"`` and runs the kernels. The native
+backend scores through it (the CLI and ``ragbridge.evaluate``), and so do the oracle tests against
+pytrec_eval and ranx (``tests/test_ranking.py``) and ``benchmarks/bench_ranking.py``.
 
 Conventions (trec_eval's, with ragbridge's relevance rule). With chunk-level labels and no repeated
 chunk ids every value equals trec_eval's (pytrec_eval) to floating-point rounding.
@@ -47,9 +49,9 @@ Undefined values
     ``NaN`` must never be averaged as 0: use ``np.nanmean`` and report the count.
 
 Cost: :func:`prepare` reads each chunk's ``id`` (and, for labelled cases, ``source``) once in a
-comprehension, finds duplicates and id matches with set operations, and visits only matched chunks; every metric is then a few
-NumPy passes over arrays whose length is the number of relevant retrieved chunks. See
-``benchmarks/bench_ranking.py``.
+comprehension, finds duplicates and id matches with set operations, and visits only matched
+chunks; every metric is then a few NumPy passes over arrays whose length is the number of relevant
+retrieved chunks. See ``benchmarks/bench_ranking.py``.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .schema import Case
+    from ..schema import Case
 
 __all__ = [
     "Ranked",
@@ -320,19 +322,22 @@ def _ratio_over_r(r: Ranked, numer: np.ndarray) -> np.ndarray:
 
 
 def recall(r: Ranked, k: int) -> np.ndarray:
-    """Labels (grade >= 1) credited in the top k / R. NaN where R = 0 or unlabelled (trec ``recall_k``)."""
+    """Labels (grade >= 1) credited in the top k / R. NaN where R = 0 or unlabelled (trec
+    ``recall_k``)."""
     k = _check_k(k)
     return _ratio_over_r(r, _per_case_sum(r, (r.rank <= k) & r.credited))
 
 
 def precision(r: Ranked, k: int) -> np.ndarray:
-    """Relevant chunks in the top k / k, every relevant chunk counted. NaN only where unlabelled (trec ``P_k``)."""
+    """Relevant chunks in the top k / k, every relevant chunk counted. NaN only where unlabelled
+    (trec ``P_k``)."""
     k = _check_k(k)
     return _nan_where(_per_case_sum(r, r.rank <= k) / k, ~r.labelled)
 
 
 def hit(r: Ranked, k: int) -> np.ndarray:
-    """1 if any relevant chunk is in the top k, else 0. NaN only where unlabelled (trec ``success_k``)."""
+    """1 if any relevant chunk is in the top k, else 0. NaN only where unlabelled (trec
+    ``success_k``)."""
     k = _check_k(k)
     return _nan_where((_per_case_sum(r, r.rank <= k) > 0).astype(np.float64), ~r.labelled)
 
@@ -444,11 +449,14 @@ def parse_metric(name: str) -> tuple[str, Optional[int]]:
 def evaluate(
     cases: Union[Sequence["Case"], Ranked], metrics: Sequence[str], gain: str = "linear"
 ) -> dict[str, np.ndarray]:
-    """Per-case values for each metric name, e.g. ``["recall@5", "ndcg@10", "mrr", "map@100"]``.
+    """Per-case values for each metric name, e.g. ``["recall@5", "ndcg@10", "mrr", "map@100"]``:
+    the one dispatcher from metric names to kernels (the native backend, the oracle tests and the
+    benchmark all run it).
 
-    Names are validated before any work is done (ValueError for an unknown name or a bad k). Returns
-    ``{name: float64 array with one value per case}``, keyed by the names as given; ``cases`` may also
-    be an already prepared :class:`Ranked`. ``gain`` applies to nDCG.
+    Names and ``gain`` are validated before any work is done (ValueError for an unknown name, a bad
+    k or an unknown gain). Returns ``{name: float64 array with one value per case}``, keyed by the
+    names as given; ``cases`` may also be an already prepared :class:`Ranked` (the native backend
+    prepares once per run). ``gain`` applies to nDCG.
     """
     if isinstance(metrics, str):
         metrics = [metrics]

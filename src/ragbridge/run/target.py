@@ -12,7 +12,8 @@ A target is one of:
 
 The output is a mapping (or an object with these attributes)::
 
-    {"contexts": [{"id": "refunds.md#window-1", "text": "...", "score": 0.8, "source": "refunds.md#window"}, ...],
+    {"contexts": [{"id": "refunds.md#window-1", "text": "...", "score": 0.8,
+                   "source": "refunds.md#window"}, ...],
      "answer": "You can ask for a refund within 14 days."}
 
 ``contexts`` may also be called ``retrieved``, ``chunks`` or ``documents``; a chunk may be a plain
@@ -35,11 +36,16 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 from urllib.parse import urlparse
 
-from .io import _normalize_chunk
-from .schema import Case, Chunk
+from ..formats.files import jsonl_lines
+from ..formats.records import normalize_chunk
+from ..schema import Case, Chunk
 
-__all__ = ["TargetError", "Target", "load_target", "fill_cases"]
+__all__ = ["TargetError", "Target", "load_target", "fill_cases", "parse_chunks", "parse_output",
+           "target_error"]
 
+#: where the output may hold the chunks, and the answer
+CHUNK_KEYS = ("contexts", "retrieved", "chunks", "documents")
+ANSWER_KEYS = ("answer", "response", "output")
 EXPECTED = (
     "expected a JSON object (or mapping) with 'answer' (a string) and 'contexts' "
     "(a list of chunks {id, text, score?, source?} or of strings)"
@@ -84,7 +90,8 @@ def load_target(spec: str, timeout: float = 120.0) -> Target:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        raise TargetError(f"cannot import target module {module_name!r}: {type(exc).__name__}: {exc}") from None
+        raise TargetError(
+            f"cannot import target module {module_name!r}: {type(exc).__name__}: {exc}") from None
     obj: Any = module
     if attr:
         for part in attr.split("."):
@@ -142,6 +149,7 @@ def _http_target(url: str, timeout: float) -> Target:
 
 
 def parse_chunks(chunks: Any) -> list[Chunk]:
+    """A target's chunks as `Chunk` objects (see the module docstring); raises ``ValueError``."""
     if chunks is None:
         return []
     if not isinstance(chunks, (list, tuple)):
@@ -154,20 +162,21 @@ def parse_chunks(chunks: Any) -> list[Chunk]:
         if not isinstance(c, (str, dict)):
             c = {k: getattr(c, k) for k in ("id", "text", "score", "source") if hasattr(c, k)} or c
         try:
-            out.append(Chunk.model_validate(_normalize_chunk(c)))
+            out.append(Chunk.model_validate(normalize_chunk(c)))
         except Exception as exc:
             raise ValueError(f"contexts[{i}] is not a chunk ({exc}); {EXPECTED}") from None
     return out
 
 
 def parse_output(raw: Any) -> tuple[list[Chunk], Optional[str]]:
+    """A target's output as its chunks and answer (see the module docstring); raises ``ValueError``."""
     if not isinstance(raw, dict):
         if hasattr(raw, "__dict__") or hasattr(raw, "answer"):
-            raw = {k: getattr(raw, k) for k in ("contexts", "retrieved", "chunks", "documents", "answer", "response", "output") if hasattr(raw, k)}
+            raw = {k: getattr(raw, k) for k in (*CHUNK_KEYS, *ANSWER_KEYS) if hasattr(raw, k)}
         else:
             raise ValueError(f"target returned {type(raw).__name__}; {EXPECTED}")
-    chunks = next((raw[k] for k in ("contexts", "retrieved", "chunks", "documents") if k in raw), None)
-    answer = next((raw[k] for k in ("answer", "response", "output") if k in raw), None)
+    chunks = next((raw[k] for k in CHUNK_KEYS if k in raw), None)
+    answer = next((raw[k] for k in ANSWER_KEYS if k in raw), None)
     if chunks is None and answer is None:
         raise ValueError(f"target returned keys {sorted(raw)}; {EXPECTED}")
     if answer is not None and not isinstance(answer, str):
@@ -203,17 +212,16 @@ async def fill_cases(
     """
     recorded: dict[str, dict[str, Any]] = {}
     if record_path is not None and record_path.exists():
-        for line in record_path.read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue  # a line cut short by a kill
+        for _, rec in jsonl_lines(record_path, allow_empty=True, on_bad=lambda error: None):  # cut short
             recorded[rec["case_id"]] = rec
     by_id = {c.id: c for c in cases}
     results: dict[str, dict[str, Any]] = {
-        cid: rec for cid, rec in recorded.items() if cid in by_id and rec.get("question") == by_id[cid].question
+        cid: rec for cid, rec in recorded.items()
+        if cid in by_id and rec.get("question") == by_id[cid].question
     }
     todo = [c for c in cases if c.id not in results]
+    if record_path is not None:
+        record_path.parent.mkdir(parents=True, exist_ok=True)
     fh = open(record_path, "a", encoding="utf-8") if record_path is not None else None
     sem = asyncio.Semaphore(max(1, concurrency))
     bar = None
@@ -266,5 +274,6 @@ async def fill_cases(
 
 
 def target_error(case: Case) -> Optional[str]:
+    """The error of the target call that filled ``case``, if it failed (see `fill_cases`)."""
     info = case.metadata.get("target")
     return info.get("error") if isinstance(info, dict) else None

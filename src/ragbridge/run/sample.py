@@ -29,15 +29,14 @@ The sample is drawn with reservoir sampling from a seeded generator over the lin
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 import tomllib
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from .io import DatasetError, _read_text_lines, cases_from_records
-from .schema import Case
+from ..formats.files import DatasetError, jsonl_lines
+from ..formats.records import cases_from_records, stable_id
+from ..schema import Case
 
 __all__ = ["load_mapping", "sample_traces", "parse_where"]
 
@@ -137,7 +136,7 @@ def _to_case_record(record: dict, mapping: dict, line: int) -> dict:
     ts = rec.pop("timestamp", None)
     if "id" not in rec:
         basis = f"{line}\x00{rec.get('question', '')}\x00{ts}"
-        rec["id"] = "trace-" + hashlib.sha1(basis.encode("utf-8")).hexdigest()[:12]
+        rec["id"] = stable_id("trace-", basis, 12)
     rec["id"] = str(rec["id"])
     if isinstance(rec.get("tags"), str):
         rec["tags"] = [rec["tags"]]
@@ -165,13 +164,7 @@ def sample_traces(
     seen = 0
 
     def records() -> Iterator[tuple[int, dict]]:
-        for line, text in _read_text_lines(path):
-            if not text.strip():
-                continue
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"not valid JSON: {exc.msg} at column {exc.colno}", path=path, line=line) from None
+        for line, record in jsonl_lines(path):
             if not isinstance(record, dict):
                 raise DatasetError("each line must be a JSON object", path=path, line=line)
             yield line, record
@@ -180,7 +173,8 @@ def sample_traces(
         rec = _to_case_record(record, mapping, line)
         if "question" not in rec:
             raise DatasetError(
-                "no question found", path=path, line=line, field=mapping["fields"].get("question", "question"),
+                "no question found", path=path, line=line,
+                field=mapping["fields"].get("question", "question"),
                 hint="map it with [fields] question = \"path.to.question\" in --mapping",
             )
         if not _matches(record, rec, filters):

@@ -88,8 +88,8 @@ def unsupported_claims(native_value: Any, threshold: float = 0.5) -> Optional[tu
 
     Understood shapes: a mapping with a list under ``claims``, ``statements``, ``verdicts`` or
     ``sentences`` whose items carry a verdict under ``verdict``, ``supported``, ``label``, ``score``
-    or ``attributed`` (or are bare verdicts), e.g. TruLens groundedness'
-    ``{score, scale, statements: [{criteria, supporting_evidence, score}]}``. A verdict counts as
+    or ``attributed`` (or are bare verdicts), e.g. a per-sentence grade
+    ``{score, scale, statements: [{criteria, score}]}``. A verdict counts as
     supported when it is ``yes``, ``supported``, true or 1, or a number at or above ``threshold``
     (when grades above 1 occur, all grades are divided by the top of the mapping's ``scale``); ``no``,
     ``idk`` / ``borderline`` (not backed by the context) and lower numbers count as unsupported; a

@@ -1,0 +1,123 @@
+"""The canonical metrics the DeepEval backend offers, the DeepEval class behind each, its options, and
+the fixed correctness rubric for GEval.
+
+The formulas and the normalisation are documented in the package docstring
+(:mod:`ragbridge_deepeval`). `make_metric` builds a fresh DeepEval metric object for one case
+(DeepEval keeps a measurement's state on the instance); it imports DeepEval, nothing else here does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+__all__ = ["BACKEND", "METRICS", "DESCRIPTIONS", "CORRECTNESS_NAME", "CORRECTNESS_STEPS",
+           "CORRECTNESS_RUBRIC", "DEFAULT_OPTIONS", "options_for", "threshold_for", "make_metric"]
+
+BACKEND = "deepeval"
+
+#: canonical metric -> (DeepEval class name, native metric name as DeepEval reports it, case inputs)
+METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "faithfulness": ("FaithfulnessMetric", "Faithfulness", ("answer", "context_text")),
+    "answer_relevance": ("AnswerRelevancyMetric", "Answer Relevancy", ("answer",)),
+    "context_precision": ("ContextualPrecisionMetric", "Contextual Precision", ("context_text", "reference")),
+    "context_recall": ("ContextualRecallMetric", "Contextual Recall", ("context_text", "reference")),
+    "context_relevance": ("ContextualRelevancyMetric", "Contextual Relevancy", ("context_text",)),
+    "answer_correctness": ("GEval", "Correctness [GEval]", ("answer", "reference")),
+}
+
+#: what each metric measures, for ``ragbridge backends``
+DESCRIPTIONS = {
+    "faithfulness": "claims of the answer not contradicted by truths extracted from the retrieved context",
+    "answer_relevance": "statements of the answer relevant to the question",
+    "context_precision": "rank-weighted precision of retrieved chunks useful for the reference answer",
+    "context_recall": "reference sentences attributable to the retrieved context",
+    "context_relevance": "statements of the retrieved context relevant to the question",
+    "answer_correctness": "GEval with ragbridge's fixed correctness rubric, answer against the reference",
+}
+
+# The fixed correctness rubric for GEval. Fixed evaluation steps mean DeepEval skips its
+# "generate evaluation steps" call, so every run and every case is judged by the same words.
+CORRECTNESS_NAME = "Correctness"
+CORRECTNESS_STEPS = [
+    "Compare the facts stated in 'actual output' with the facts in 'expected output', the reference "
+    "answer to 'input'.",
+    "Heavily penalise any fact in 'actual output' that contradicts 'expected output': a different "
+    "number, time limit, price, plan, place or condition.",
+    "Penalise facts of 'expected output' that 'actual output' leaves out, less for minor details than "
+    "for the main point.",
+    "Do not penalise extra detail, wording or style in 'actual output' that does not contradict "
+    "'expected output'; a refusal to answer when 'expected output' gives an answer is incorrect.",
+]
+CORRECTNESS_RUBRIC = [
+    ((0, 2), "Contradicts the reference on its main point, or declines although the reference answers."),
+    ((3, 5), "Partly correct: the main point is right but a detail contradicts the reference, "
+             "or most of the reference is missing."),
+    ((6, 8), "Correct on the main point; minor details of the reference are missing or vague."),
+    ((9, 10), "Fully agrees with the reference: every fact of the reference is there and nothing "
+              "contradicts it."),
+]
+
+#: metric options read from ``RunOptions.backend_options["deepeval"]`` (with their defaults)
+DEFAULT_OPTIONS: dict[str, Any] = {
+    "threshold": 0.5,  # DeepEval's pass/fail threshold (per metric: {"faithfulness": 0.7, ...})
+    "include_reason": True,  # the extra reason call; False saves one judge call per case and metric
+    "strict_mode": False,
+    "penalize_ambiguous_claims": False,  # faithfulness: count "borderline" claims as failing
+    "truths_extraction_limit": None,  # faithfulness
+    "concurrency": None,  # cases in flight at once (default: the judge's max_concurrency)
+}
+
+
+def options_for(backend_options: dict[str, dict[str, Any]] | None) -> dict[str, Any]:
+    """The run's DeepEval options, defaults filled in; ValueError for an unknown one."""
+    opts = dict(DEFAULT_OPTIONS)
+    opts.update((backend_options or {}).get(BACKEND, {}) or {})
+    unknown = sorted(set(opts) - set(DEFAULT_OPTIONS))
+    if unknown:
+        raise ValueError(
+            f"unknown deepeval backend option(s): {', '.join(unknown)}; known: {', '.join(DEFAULT_OPTIONS)}"
+        )
+    return opts
+
+
+def threshold_for(metric: str, opts: dict[str, Any]) -> float:
+    t = opts.get("threshold", 0.5)
+    if isinstance(t, dict):
+        t = t.get(metric, 0.5)
+    return float(t)
+
+
+def make_metric(metric: str, model: Any, opts: Optional[dict[str, Any]] = None):
+    """A fresh DeepEval metric instance for ``metric`` judged by ``model`` (never shared between cases:
+    DeepEval keeps a measurement's state on the instance)."""
+    import deepeval.metrics as dm
+
+    opts = opts or dict(DEFAULT_OPTIONS)
+    cls_name = METRICS[metric][0]
+    common = dict(
+        threshold=threshold_for(metric, opts),
+        model=model,
+        strict_mode=bool(opts.get("strict_mode")),
+        async_mode=True,
+        verbose_mode=False,
+    )
+    if cls_name == "GEval":
+        from deepeval.metrics.g_eval.utils import Rubric
+        from deepeval.test_case import SingleTurnParams
+
+        return dm.GEval(
+            name=CORRECTNESS_NAME,
+            evaluation_params=[
+                SingleTurnParams.INPUT,
+                SingleTurnParams.ACTUAL_OUTPUT,
+                SingleTurnParams.EXPECTED_OUTPUT,
+            ],
+            evaluation_steps=list(CORRECTNESS_STEPS),
+            rubric=[Rubric(score_range=r, expected_outcome=o) for r, o in CORRECTNESS_RUBRIC],
+            **common,
+        )
+    kw = dict(common, include_reason=bool(opts.get("include_reason", True)), eval_mode="llm")
+    if cls_name == "FaithfulnessMetric":
+        kw["penalize_ambiguous_claims"] = bool(opts.get("penalize_ambiguous_claims"))
+        kw["truths_extraction_limit"] = opts.get("truths_extraction_limit")
+    return getattr(dm, cls_name)(**kw)

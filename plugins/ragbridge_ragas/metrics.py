@@ -1,0 +1,85 @@
+"""The canonical metrics the RAGAS backend offers, and the RAGAS class and inputs behind each.
+
+The formulas, ranges and normalisation are documented in the package docstring
+(:mod:`ragbridge_ragas`). Each entry names a class of ``ragas.metrics.collections`` (scored by
+``await metric.ascore(**inputs(case))``), the name RAGAS reports, the case inputs it needs
+(``MetricSpec.requires``), the inputs RAGAS is given, whether it needs embeddings, and what an
+undefined (NaN) result means.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ragbridge.schema import Case
+
+from .translate import retrieved_texts
+
+__all__ = ["RagasMetric", "METRICS"]
+
+
+@dataclass(frozen=True)
+class RagasMetric:
+    canonical: str
+    cls: str  # class name in ragas.metrics.collections
+    native: str
+    requires: tuple[str, ...]
+    inputs: Callable[[Case], dict[str, Any]]
+    embeddings: bool = False
+    kwargs: tuple[tuple[str, Any], ...] = ()
+    undefined: str = "RAGAS returned NaN"
+    description: str = ""
+
+
+def _question_answer_contexts(c: Case) -> dict[str, Any]:
+    return {"user_input": c.question, "response": c.answer, "retrieved_contexts": retrieved_texts(c)}
+
+
+def _question_reference_contexts(c: Case) -> dict[str, Any]:
+    return {"user_input": c.question, "reference": c.reference, "retrieved_contexts": retrieved_texts(c)}
+
+
+METRICS: dict[str, RagasMetric] = {
+    m.canonical: m
+    for m in (
+        RagasMetric(
+            "faithfulness", "Faithfulness", "faithfulness", ("answer", "context_text"),
+            _question_answer_contexts,
+            undefined="RAGAS found no statements in the answer (NaN)",
+            description="share of the answer's statements supported by the retrieved contexts",
+        ),
+        RagasMetric(
+            "answer_relevance", "AnswerRelevancy", "answer_relevancy", ("answer",),
+            lambda c: {"user_input": c.question, "response": c.answer},
+            embeddings=True,
+            description="mean cosine of questions generated from the answer to the question; "
+                        "0 if noncommittal",
+        ),
+        RagasMetric(
+            "context_precision", "ContextPrecisionWithReference", "context_precision_with_reference",
+            ("reference", "context_text"),
+            _question_reference_contexts,
+            description="average precision of the contexts judged useful for the reference answer",
+        ),
+        RagasMetric(
+            "context_recall", "ContextRecall", "context_recall", ("reference", "context_text"),
+            _question_reference_contexts,
+            undefined="RAGAS found no statements in the reference (NaN)",
+            description="share of the reference's statements attributable to the retrieved contexts",
+        ),
+        RagasMetric(
+            "context_relevance", "ContextRelevance", "context_relevance", ("context_text",),
+            lambda c: {"user_input": c.question, "retrieved_contexts": retrieved_texts(c)},
+            undefined="RAGAS' two relevance judges gave no valid rating (NaN)",
+            description="mean of two judges' 0/1/2 relevance ratings of the contexts, / 2",
+        ),
+        RagasMetric(
+            "answer_correctness", "FactualCorrectness", "factual_correctness(mode=f1)",
+            ("answer", "reference"),
+            lambda c: {"response": c.answer, "reference": c.reference},
+            kwargs=(("mode", "f1"),),
+            description="F1 of the answer's claims supported by the reference and vice versa",
+        ),
+    )
+}

@@ -1,0 +1,176 @@
+"""TruLens' provider functions as plain functions over one ragbridge `Case`, and their results as
+Scores.
+
+Each metric function (``faithfulness``, ``context_relevance``, ``answer_relevance``,
+``answer_correctness``; listed in `metrics.METRICS`) builds TruLens' inputs from the case, calls the
+provider's feedback function and returns ``(value, native_value, reason)``, or raises: TruLens'
+``-1`` ("unparsable") is `UnparsableScore`, a failed chunk of context relevance `ChunkScoreError`
+(with the per-chunk results). `to_score` and `error_score` turn either into the Score. Everything
+imports TruLens lazily (the package ``__init__`` must not). The functions are synchronous: the backend
+runs them in worker threads, one case per thread.
+
+See the package docstring for the formulas, scales and normalisation.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+from ragbridge.backend import error_text
+from ragbridge.schema import Case, Score
+
+from .env import offline_sentence_splitter
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .metrics import TruLensSettings
+
+__all__ = ["UnparsableScore", "ChunkScoreError", "groundedness_configs", "faithfulness",
+           "context_relevance", "answer_relevance", "answer_correctness", "to_score", "error_score"]
+
+
+class UnparsableScore(Exception):
+    """TruLens returned its ``-1.0`` sentinel: the judge's reply held no usable score."""
+
+
+class ChunkScoreError(Exception):
+    """One or more chunks failed; carries the per-chunk results (``native``) for the Score."""
+
+    def __init__(self, message: str, native: Any) -> None:
+        super().__init__(message)
+        self.native = native
+
+
+def groundedness_configs(settings: TruLensSettings) -> Any:
+    """``use_sent_tokenize`` per ``sentence_split``; the eval()-based trivial filter always off."""
+    from trulens.core.feedback.feedback import GroundednessConfigs
+
+    if settings.sentence_split == "nltk":
+        offline_sentence_splitter()
+    return GroundednessConfigs(use_sent_tokenize=settings.sentence_split == "nltk",
+                               filter_trivial_statements=False)
+
+
+# --------------------------------------------------------------------------------------------
+# One metric on one case. Each returns (value, native_value, reason) or raises.
+
+
+def _check(score: float, what: str) -> float:
+    from trulens.core.utils.constants import is_unparsable_score
+
+    if is_unparsable_score(score):
+        raise UnparsableScore(f"{what}: TruLens could not parse a score from the judge's reply (-1)")
+    return float(score)
+
+
+def _reason_text(meta: Any) -> Optional[str]:
+    if isinstance(meta, dict):
+        r = meta.get("reason")
+        if isinstance(r, str) and r.strip():
+            return r.strip()
+    return None
+
+
+def faithfulness(provider: Any, case: Case, settings: TruLensSettings):
+    source = "\n\n".join(c.text for c in case.contexts if c.text)
+    score, meta = provider.groundedness_measure_with_cot_reasons(
+        source=source, statement=case.answer, groundedness_configs=groundedness_configs(settings),
+        min_score_val=0, max_score_val=settings.max_score, temperature=settings.temperature)
+    statements = (meta or {}).get("reasons") if isinstance(meta, dict) else None
+    native = {"score": score, "scale": [0, settings.max_score], "statements": statements or []}
+    if not statements:
+        return None, native, (_reason_text(meta) or "no statements to evaluate in the answer")
+    score = _check(score, "groundedness")
+    lines = []
+    failed = 0
+    for st in statements:
+        s = st.get("score")
+        if isinstance(s, (int, float)) and s < 0:
+            failed += 1
+        evidence = str(st.get("supporting_evidence") or "")
+        if not evidence.startswith("Criteria:"):
+            evidence = f"Criteria: {st.get('criteria', '')}\n{evidence}"
+        grade = "unparsable" if isinstance(s, (int, float)) and s < 0 else format(s, ".2f")
+        lines.append(f"[{grade}] {evidence}")
+    head = f"groundedness {score:.3f}: mean over {len(statements) - failed} sentence(s)"
+    if failed:
+        head += f" ({failed} unparsable sentence(s) left out of the mean, as TruLens does)"
+    return score, native, head + "\n" + "\n".join(lines)
+
+
+def context_relevance(provider: Any, case: Case, settings: TruLensSettings):
+    per_chunk = []
+    errors = []
+    for chunk in case.contexts:
+        if not chunk.text:
+            per_chunk.append({"id": chunk.id, "score": None, "reason": "chunk has no text"})
+            continue
+        try:
+            s, meta = provider.context_relevance_with_cot_reasons(
+                question=case.question, context=chunk.text, min_score_val=0,
+                max_score_val=settings.max_score, temperature=settings.temperature)
+            s = _check(s, f"context relevance of chunk {chunk.id}")
+            per_chunk.append({"id": chunk.id, "score": s, "reason": _reason_text(meta)})
+        except Exception as exc:  # noqa: BLE001 - kept per chunk, then the Score's error
+            errors.append(f"chunk {chunk.id}: {type(exc).__name__}: {exc}")
+            per_chunk.append({"id": chunk.id, "score": None, "error": f"{type(exc).__name__}: {exc}"})
+    scores = [c["score"] for c in per_chunk if c.get("score") is not None]
+    native = {"per_chunk": per_chunk, "mean": (sum(scores) / len(scores)) if scores else None,
+              "max": max(scores) if scores else None, "agg": settings.context_relevance_agg,
+              "scale": [0, settings.max_score]}
+    if errors:
+        raise ChunkScoreError("; ".join(errors), native)
+    if not scores:
+        return None, native, "no retrieved chunk has text"
+    value = native[settings.context_relevance_agg]
+    lines = [f"[{c['score']:.2f}] {c['id']}: {c.get('reason') or ''}"
+             for c in per_chunk if c.get("score") is not None]
+    return value, native, (f"context relevance {value:.3f}: {settings.context_relevance_agg} over "
+                           f"{len(scores)} chunk(s)\n" + "\n".join(lines))
+
+
+def answer_relevance(provider: Any, case: Case, settings: TruLensSettings):
+    s, meta = provider.relevance_with_cot_reasons(
+        prompt=case.question, response=case.answer, min_score_val=0, max_score_val=settings.max_score,
+        temperature=settings.temperature)
+    s = _check(s, "answer relevance")
+    return s, {"score": s, "scale": [0, settings.max_score], "reason": _reason_text(meta)}, _reason_text(meta)
+
+
+def answer_correctness(provider: Any, case: Case, settings: TruLensSettings):
+    import math
+
+    from trulens.feedback import GroundTruthAgreement
+
+    gta = GroundTruthAgreement([{"query": case.question, "expected_response": case.reference}],
+                               provider=provider)
+    out = gta.agreement_measure(case.question, case.answer)
+    if not isinstance(out, tuple):
+        if isinstance(out, float) and math.isnan(out):
+            return None, None, "TruLens found no ground truth for this query"
+        raise TypeError(f"unexpected agreement_measure result {out!r}")
+    s, meta = out
+    s = _check(s, "ground-truth agreement")
+    return s, {"score": s, "scale": [0, 10], **(meta or {})}, (
+        f"agreement with the reference: {round(s * 10)}/10 (TruLens GroundTruthAgreement, 0-10 scale / 10)")
+
+
+# --------------------------------------------------------------------------------------------
+# Results -> Scores
+
+
+def to_score(metric: Any, case_id: str, api: str, outcome: tuple, seconds: float) -> Score:
+    """The Score of a metric function's ``(value, native_value, reason)`` (``metric``: its
+    `metrics.TruLensMetric`); the endpoint family used is recorded in ``native_value["api"]``."""
+    value, native, reason = outcome
+    if isinstance(native, dict):
+        native = {**native, "api": api}
+    return Score(case_id=case_id, metric=metric.canonical, backend="trulens", native_metric=metric.native,
+                 value=value, native_value=native, reason=reason, seconds=seconds)
+
+
+def error_score(metric: Any, case_id: str, api: str, exc: Exception, seconds: float) -> Score:
+    """The Score of a metric function that raised: its error, and the per-chunk results of a
+    `ChunkScoreError`."""
+    native = {**exc.native, "api": api} if isinstance(exc, ChunkScoreError) else None
+    return Score(case_id=case_id, metric=metric.canonical, backend="trulens", native_metric=metric.native,
+                 native_value=native, error=error_text(exc), seconds=seconds)

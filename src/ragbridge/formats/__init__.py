@@ -1,0 +1,195 @@
+"""Golden-set input and output: the registry of dataset formats, and reading or writing through it.
+
+A format is a `Format` that a plugin registers (``ragbridge_register_formats``): the canonical ones
+(JSONL, JSON, CSV, Parquet, ``datasets`` folders) in `ragbridge.formats.canonical`, each library's in
+its plugin. `load_cases` picks the format by the path's suffix (a folder is a ``datasets`` folder) or
+by name, and recognises a library's file behind a canonical suffix by its fields (`Format.fields`).
+
+Every reader turns a file into canonical `Case` objects and reports bad input precisely with a
+`DatasetError`: the file, the line (or row), the field, what is wrong and what to do. Every output is
+written whole or not at all (`ragbridge.formats.files.atomic_path`).
+
+The modules: ``files`` (writing whole or not at all, the one JSONL reader, `DatasetError`),
+``records`` (one record into a case: aliases, the stable-id rule, table cells, input warnings),
+``canonical`` (the canonical formats, a built-in plugin).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from ..plugins import load_plugins, pm
+from ..schema import Case
+from .files import DatasetError, atomic_path, jsonl_lines
+from .records import CANONICAL_FIELDS
+
+__all__ = ["DatasetError", "Format", "get_formats", "load_cases", "write_cases", "JSON_LIST_KEYS"]
+
+logger = logging.getLogger("ragbridge")
+
+#: the keys of a JSON object that may hold a JSON file's list of cases
+JSON_LIST_KEYS = ("cases", "data", "examples", "samples", "goldens", "test_cases")
+
+
+@dataclass
+class Format:
+    """A dataset format, as a plugin registers it.
+
+    ``read`` returns cases. ``write`` returns the names, from ``cannot_hold``, of what the cases used
+    that the format could not hold (empty: nothing lost); the caller warns with them.
+    ``cannot_hold`` lists every canonical field (or part of one, e.g. ``contexts.score``) that this
+    format loses on a round trip, for ``ragbridge formats``; ``docs/formats.md`` explains each.
+    ``fields`` are the record fields this format reads, for recognising its files: a file named by
+    a canonical suffix (``.jsonl``, ``.csv``, ...) whose first record has a field the canonical
+    format does not know, and only fields of exactly one format, is read as that format.
+    """
+
+    name: str
+    suffixes: tuple[str, ...] = ()
+    read: Optional[Callable[[Path], list[Case]]] = None
+    write: Optional[Callable[[Sequence[Case], Path], list[str]]] = None
+    description: str = ""
+    is_dir: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+    cannot_hold: tuple[str, ...] = ()
+    fields: frozenset[str] = frozenset()
+
+
+def get_formats() -> dict[str, Format]:
+    """Every registered dataset format by name."""
+    load_plugins()
+    found: dict[str, Format] = {}
+
+    def register(fmt: Format) -> None:
+        if fmt.name in found:
+            raise ValueError(f"two plugins register a format named {fmt.name!r}")
+        found[fmt.name] = fmt
+
+    pm.hook.ragbridge_register_formats(register=register)
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# Which format a path is
+
+
+def _pick_format(path: Path, name: Optional[str], purpose: str) -> Format:
+    formats = get_formats()
+    if name:
+        if name not in formats:
+            raise DatasetError(
+                f"unknown format {name!r}", path=path, hint="known formats: " + ", ".join(sorted(formats))
+            )
+        return formats[name]
+    if path.is_dir():
+        return formats["hf"]
+    suffix = path.suffix.lower()
+    for fmt in formats.values():
+        if suffix in fmt.suffixes and getattr(fmt, purpose) is not None:
+            return fmt
+    raise DatasetError(
+        f"cannot tell the format from the suffix {suffix!r}",
+        path=path,
+        hint="use .jsonl, .csv, .parquet or a datasets folder, or name the format",
+    )
+
+
+def _first_record(path: Path) -> Optional[dict[str, Any]]:
+    """The first record of a dataset file, as far as it can be read cheaply (None if it cannot).
+    From a CSV, Parquet file or datasets folder only the column names are read (values None)."""
+    try:
+        if path.is_dir():
+            import datasets
+
+            ds = datasets.load_from_disk(str(path))
+            if isinstance(ds, datasets.DatasetDict):
+                ds = next(iter(ds.values()))
+            return dict.fromkeys(ds.column_names)
+        suffix = path.suffix.lower()
+        if suffix in (".parquet", ".pq"):
+            import pyarrow.parquet as pq
+
+            return dict.fromkeys(pq.read_schema(path).names)
+        if suffix == ".csv":
+            with open(path, encoding="utf-8-sig", newline="") as f:
+                return dict.fromkeys(next(csv.reader(f)))
+        if suffix == ".json":
+            data = json.loads(path.read_bytes().decode("utf-8-sig"))
+            if isinstance(data, dict):
+                data = next((data[k] for k in JSON_LIST_KEYS if isinstance(data.get(k), list)), data)
+            first = data[0] if isinstance(data, list) and data else None
+        else:
+            first = next(jsonl_lines(path, allow_empty=True), (0, None))[1]
+        return first if isinstance(first, dict) else None
+    except Exception:  # noqa: BLE001 - unreadable here: the reader reports it precisely
+        return None
+
+
+def _recognise(path: Path, fmt: Format) -> Format:
+    """The format a file really is when its suffix names a canonical format (see `Format.fields`)."""
+    record = _first_record(path)
+    if record is None:
+        return fmt
+    foreign = sorted(set(record) - CANONICAL_FIELDS)
+    if not foreign:
+        return fmt
+    formats = get_formats()
+    claims = sorted(n for n, f in formats.items() if f.read and f.fields and set(record) <= f.fields)
+    if len(claims) > 1:
+        raise DatasetError(
+            f"its fields ({', '.join(sorted(record))}) fit more than one format: {', '.join(claims)}",
+            path=path,
+            hint="name one with --format NAME; for convert, --from NAME",
+        )
+    if not claims:
+        return fmt
+    shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+    logger.warning("note: %s: read as format %r (its fields: %s); name a format to override",
+                   path, claims[0], shown)
+    return formats[claims[0]]
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points
+
+
+def load_cases(path: str | Path, format: Optional[str] = None) -> list[Case]:
+    """Read a golden set into canonical cases. Raises `DatasetError` for any bad input.
+
+    Without ``format``, the suffix names the format; a file whose first record has fields of
+    exactly one library's format instead of canonical ones (a format a backend plugin registers) is
+    read as that format, with a one-line note on the ``ragbridge`` logger (stderr by default).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DatasetError("no such file or folder", path=path)
+    fmt = _pick_format(path, format, "read")
+    if format is None:
+        fmt = _recognise(path, fmt)
+    if fmt.read is None:
+        raise DatasetError(f"format {fmt.name!r} cannot be read", path=path)
+    try:
+        return fmt.read(path)
+    except DatasetError as exc:
+        if format is None and exc.message.startswith("unknown field(s)"):
+            exc.hint = (exc.hint + "; " if exc.hint else "") + (
+                "if another tool wrote the file, name its format (see ragbridge formats)")
+        raise
+
+
+def write_cases(cases: Sequence[Case], path: str | Path, format: Optional[str] = None) -> list[str]:
+    """Write cases; returns the canonical fields the format could not hold (empty: nothing lost)."""
+    path = Path(path)
+    fmt = _pick_format(path, format, "write")
+    if fmt.write is None:
+        raise DatasetError(f"format {fmt.name!r} cannot be written", path=path)
+    try:
+        with atomic_path(path) as tmp:
+            return fmt.write(cases, tmp)
+    except OSError as exc:
+        raise DatasetError(f"cannot be written: {exc.strerror or exc}", path=path) from None

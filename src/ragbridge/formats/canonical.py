@@ -1,0 +1,195 @@
+"""The canonical formats, a built-in plugin: JSONL, JSON, CSV, Parquet and Hugging Face ``datasets``.
+
+Each holds canonical cases under the canonical field names (a reader also accepts the common
+vocabulary of `ragbridge.formats.records`). JSONL is one case a line, JSON a list of cases (or an
+object holding one under ``cases``, ``data``, ``examples``, ``samples``, ``goldens`` or
+``test_cases``; read only). CSV, Parquet and ``datasets`` are one case a row, with list and mapping
+cells as JSON. CSV is comma-separated; a file that seems separated by semicolons or tabs is an error
+that says so. A CSV cell cannot tell an empty or blank text from a missing one: writing such an
+``answer`` or ``reference`` names it as lost.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence
+
+from ..hookspecs import hookimpl
+from ..schema import Case
+from . import JSON_LIST_KEYS, Format
+from .files import DatasetError, jsonl_lines, parse_json, read_hf_rows, text_lines
+from .records import CASE_FIELDS, cases_from_records, cell_value, rows_to_records
+
+__all__ = ["BUILTIN_FORMATS", "read_jsonl", "write_jsonl", "blank_text_losses"]
+
+
+# --------------------------------------------------------------------------------------------
+# Readers
+
+
+def read_jsonl(path: Path) -> list[Case]:
+    return cases_from_records(jsonl_lines(path), path)
+
+
+def read_json(path: Path) -> list[Case]:
+    lines = list(text_lines(path))
+    try:
+        data = parse_json("\n".join(t for _, t in lines))
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"not valid JSON: {exc.msg}", path=path, line=exc.lineno) from None
+    except DatasetError as exc:
+        exc.path = str(path)
+        raise
+    if isinstance(data, dict):
+        data = next((data[k] for k in JSON_LIST_KEYS if isinstance(data.get(k), list)), data)
+    if not isinstance(data, list):
+        raise DatasetError("must hold a JSON list of case objects", path=path)
+    return cases_from_records(((i, r) for i, r in enumerate(data, start=1)), path, unit="item")
+
+
+def read_csv(path: Path) -> list[Case]:
+    for _ in text_lines(path):  # checks emptiness and UTF-8, with line numbers
+        pass
+    text = path.read_bytes().decode("utf-8-sig")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    if not reader.fieldnames:
+        raise DatasetError("has no header row", path=path)
+    delimiter = _other_delimiter(reader.fieldnames)
+    if delimiter:
+        raise DatasetError(
+            f"the header is one column, {reader.fieldnames[0][:60]!r}: the file seems to be "
+            f"separated by {delimiter}, not commas",
+            path=path, line=1, hint="save it as comma-separated CSV, quoting the cells that hold a comma",
+        )
+
+    def rows() -> Iterator[dict[str, Any]]:
+        try:
+            yield from reader
+        except csv.Error as exc:
+            raise DatasetError(f"is not valid CSV: {exc}", path=path, line=reader.line_num) from None
+
+    def records() -> Iterator[tuple[int, Any]]:
+        for row in rows():
+            line = reader.line_num
+            if None in row:
+                raise DatasetError(
+                    f"has {len(row) - 1 + len(row[None])} cells but the header has "
+                    f"{len(reader.fieldnames)} columns",
+                    path=path, line=line,
+                    hint="a cell holding a comma must be in double quotes; cells are separated by commas",
+                )
+            try:
+                rec = {k: cell_value(k, v) for k, v in row.items()}
+            except DatasetError as exc:
+                exc.path, exc.line = str(path), line
+                raise
+            yield line, rec
+
+    return cases_from_records(records(), path)
+
+
+def _other_delimiter(header: Sequence[str]) -> Optional[str]:
+    """The name of the delimiter a one-column header seems to use instead of commas, if any."""
+    if len(header) != 1:
+        return None
+    for char, name in ((";", "semicolons"), ("\t", "tabs"), ("|", "vertical bars")):
+        if char in header[0]:
+            return name
+    return None
+
+
+def read_parquet(path: Path) -> list[Case]:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:
+        raise DatasetError(f"cannot be read as Parquet: {exc}", path=path) from None
+    if table.num_rows == 0:
+        raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
+    return cases_from_records(rows_to_records(table.to_pylist(), path), path, unit="row")
+
+
+def read_hf(path: Path) -> list[Case]:
+    return cases_from_records(rows_to_records(read_hf_rows(path), path), path, unit="row")
+
+
+# --------------------------------------------------------------------------------------------
+# Writers
+
+
+def write_jsonl(cases: Sequence[Case], path: Path) -> list[str]:
+    with open(path, "w", encoding="utf-8") as f:
+        for case in cases:
+            record = case.model_dump(mode="json", exclude_defaults=True)
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return []
+
+
+_JSON_COLUMNS = ("contexts", "relevant", "reference_contexts", "must_contain", "must_not_contain", "tags",
+                 "metadata")
+
+
+def _flat_rows(cases: Sequence[Case]) -> list[dict[str, Any]]:
+    rows = []
+    for case in cases:
+        d = case.model_dump(mode="json")
+        for col in _JSON_COLUMNS:
+            d[col] = json.dumps(d[col], ensure_ascii=False)
+        rows.append(d)
+    return rows
+
+
+def blank_text_losses(cases: Sequence[Case]) -> list[str]:
+    """``answer (blank)`` / ``reference (blank)`` when some case has that text empty or all spaces:
+    a CSV cell cannot tell such a text from a missing one, so it reads back as missing."""
+    return [f"{name} (blank)" for name in ("answer", "reference")
+            if any(getattr(c, name) is not None and not getattr(c, name).strip() for c in cases)]
+
+
+def write_csv(cases: Sequence[Case], path: Path) -> list[str]:
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(CASE_FIELDS))
+        writer.writeheader()
+        for row in _flat_rows(cases):
+            writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return blank_text_losses(cases)
+
+
+def write_parquet(cases: Sequence[Case], path: Path) -> list[str]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(_flat_rows(cases)), path)
+    return []
+
+
+def write_hf(cases: Sequence[Case], path: Path) -> list[str]:
+    import datasets
+
+    datasets.Dataset.from_list(_flat_rows(cases)).save_to_disk(str(path))
+    return []
+
+
+# --------------------------------------------------------------------------------------------
+# The plugin
+
+BUILTIN_FORMATS = [
+    Format("jsonl", (".jsonl", ".ndjson"), read_jsonl, write_jsonl,
+           "canonical cases, one JSON object a line"),
+    Format("json", (".json",), read_json, None, "a JSON list of case objects (read only)"),
+    Format("csv", (".csv",), read_csv, write_csv, "one case a row; list and mapping cells as JSON",
+           cannot_hold=("answer (blank)", "reference (blank)")),
+    Format("parquet", (".parquet", ".pq"), read_parquet, write_parquet, "one case a row"),
+    Format("hf", (), read_hf, write_hf, "a Hugging Face datasets folder (save_to_disk / load_from_disk)",
+           is_dir=True),
+]
+
+
+@hookimpl
+def ragbridge_register_formats(register):
+    for fmt in BUILTIN_FORMATS:
+        register(fmt)

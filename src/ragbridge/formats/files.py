@@ -1,0 +1,258 @@
+"""Files: outputs written whole or not at all, and the one reader of JSON lines.
+
+Every output ragbridge writes (other than the append-only scores and logs) goes through
+`atomic_path`, so a reader finds the earlier output or the new one, whole, never a part of one.
+
+Every JSONL file ragbridge reads (a golden set, a production log, a run's ``scores.jsonl`` and
+``target.jsonl``) is read by `jsonl_lines`: one ``(line number, parsed value)`` per non-blank line,
+and for a bad line a `DatasetError` naming the file, the line, the column and what to do (or, for the
+files a killed run may have cut short, the error handed to ``on_bad`` and the line skipped).
+
+`DatasetError` is the bad-input error of every reader; it lives here, below the other modules of
+``ragbridge.formats``, because each of them raises it (``ragbridge.formats`` exports it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+from ..schema import MAX_METADATA_DEPTH
+
+__all__ = ["DatasetError", "atomic_path", "write_atomic", "parse_json", "text_lines", "jsonl_lines",
+           "read_hf_rows"]
+
+
+class DatasetError(ValueError):
+    """Bad input in a dataset file: says where (file, line, field), what, and what to do."""
+
+    def __init__(
+        self,
+        message: str,
+        path: Optional[str | Path] = None,
+        line: Optional[int] = None,
+        field: Optional[str] = None,
+        hint: Optional[str] = None,
+        unit: str = "line",
+    ):
+        self.path = str(path) if path is not None else None
+        self.line = line
+        self.field = field
+        self.message = message
+        self.hint = hint
+        self.unit = unit
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = self.path or "<data>"
+        if self.line is not None:
+            where += f":{self.line}" if self.unit == "line" else f" ({self.unit} {self.line})"
+        text = f"{where}: "
+        if self.field:
+            text += f"field '{self.field}': "
+        text += self.message
+        if self.hint:
+            text += f" ({self.hint})"
+        return text
+
+
+# --------------------------------------------------------------------------------------------
+# Writing whole or not at all
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write a file or a folder at; on success it takes ``path``'s
+    place.
+
+    A writer killed half way leaves only a hidden ``.tmp-*`` beside the output. The temporary keeps
+    the name's suffix, for writers that choose by it. A file is synced and renamed over ``path``; a
+    folder is renamed into place after the old one is moved aside (a kill between the two renames
+    leaves no output, not a partial one). On an exception the temporary is removed and nothing is
+    replaced.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".tmp-{secrets.token_hex(4)}-{path.name}")
+    try:
+        yield tmp
+        if tmp.is_dir():
+            old = path.with_name(f".old-{secrets.token_hex(4)}-{path.name}")
+            if path.exists():
+                os.replace(path, old)
+            os.replace(tmp, path)
+            _remove(old)
+        else:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> Path:
+    """Write text (UTF-8) or bytes to ``path`` whole or not at all (see `atomic_path`)."""
+    with atomic_path(path) as tmp:
+        if isinstance(data, str):
+            tmp.write_text(data, encoding="utf-8")
+        else:
+            tmp.write_bytes(data)
+    return Path(path)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+
+
+def parse_json(text: str) -> Any:
+    """``json.loads``, with nesting too deep for the parser reported as bad input, not a crash
+    (a `DatasetError` without a location: the caller adds it)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        column, key = _deep_spot(text)
+        raise DatasetError(
+            f"nests more than {MAX_METADATA_DEPTH} levels of objects and lists (by column {column}), "
+            "too deep to read",
+            field=key,
+            hint="flatten it, or store the deep part as a JSON string",
+        ) from None
+
+
+def _deep_spot(text: str) -> tuple[int, Optional[str]]:
+    """Where JSON ``text`` passes `MAX_METADATA_DEPTH` levels: the column and the top-level key."""
+    depth, key, last, in_string, escaped, start = 0, None, None, False, False, 0
+    for column, char in enumerate(text, start=1):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+                if depth == 1:
+                    last = text[start:column - 1]
+        elif char == '"':
+            in_string, start = True, column
+        elif char in "[{":
+            depth += 1
+            if depth == 2:
+                key = last
+            if depth > MAX_METADATA_DEPTH:
+                return column, key
+        elif char in "]}":
+            depth -= 1
+    return len(text), key
+
+
+OnBad = Optional[Callable[[DatasetError], None]]
+
+
+def text_lines(path: Path, allow_empty: bool = False, on_bad: OnBad = None) -> Iterator[tuple[int, str]]:
+    """Each line of a UTF-8 text file with its number from 1, without its ``\\n`` (a leading BOM is
+    dropped). Read as a stream: memory holds one line.
+
+    Invalid UTF-8 raises a `DatasetError` naming the line, the byte and its column (with ``on_bad``:
+    the error is passed to it and the line skipped). A file with nothing but white space raises one
+    ("file is empty"), unless ``allow_empty``.
+    """
+    blank = True
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, start=1):
+            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            if raw.endswith(b"\n"):
+                raw = raw[:-1]
+            try:
+                text = _decoded(path, n, raw)
+            except DatasetError as error:
+                if on_bad is None:
+                    raise
+                on_bad(error)
+                continue
+            blank = blank and not text.strip()
+            yield n, text
+    if blank and not allow_empty:
+        raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
+
+
+def _decoded(path: Path, n: int, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})",
+                           path=path, line=n, hint="save the file as UTF-8") from None
+
+
+def jsonl_lines(
+    path: Path,
+    allow_empty: bool = False,
+    on_bad: OnBad = None,
+    hint: str = "each line must be one JSON object",
+    parse: Callable[[str], Any] = parse_json,
+) -> Iterator[tuple[int, Any]]:
+    """``(line number, parsed value)`` for each non-blank line of a JSONL file (see `text_lines`).
+
+    A line that is not JSON raises a `DatasetError` with the line, the column and ``hint``; with
+    ``on_bad`` the error is passed to it and the line skipped (a line cut short by a killed writer).
+    ``parse`` turns a line's text into its value (e.g. a pydantic model's ``model_validate_json``);
+    a ``ValueError`` it raises is the line's error.
+    """
+    for n, text in text_lines(path, allow_empty, on_bad):
+        if not text.strip():
+            continue
+        try:
+            value = _parse_line(path, n, text, hint, parse)
+        except DatasetError as error:
+            if on_bad is None:
+                raise
+            on_bad(error)
+            continue
+        yield n, value
+
+
+def _parse_line(path: Path, n: int, text: str, hint: str, parse: Callable[[str], Any]) -> Any:
+    try:
+        return parse(text)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"not valid JSON: {exc.msg} at column {exc.colno}", path=path, line=n,
+                           hint=hint) from None
+    except DatasetError as exc:
+        exc.path, exc.line = str(path), n
+        raise
+    except ValueError as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DatasetError(f"not valid: {reason}", path=path, line=n, hint=hint) from None
+
+
+def read_hf_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a Hugging Face ``datasets`` folder (one split), as dicts."""
+    import datasets
+
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except Exception as exc:
+        raise DatasetError(f"cannot be loaded with datasets.load_from_disk: {exc}", path=path) from None
+    if isinstance(ds, datasets.DatasetDict):
+        if len(ds) != 1:
+            raise DatasetError(f"holds splits {list(ds)}; point at one split's folder", path=path)
+        ds = next(iter(ds.values()))
+    if len(ds) == 0:
+        raise DatasetError("dataset is empty", path=path, hint="a golden set needs at least one case")
+    return ds.to_list()

@@ -1,0 +1,415 @@
+"""Records: one raw record (a JSON object, a table row) into a canonical `Case`, for every reader.
+
+Besides the canonical field names, records may use the common golden-set vocabulary:
+
+===================  =====================================================================
+canonical            also accepted
+===================  =====================================================================
+``id``               ``case_id``, ``qid``, ``query_id``, ``name`` (missing: derived from the question)
+``question``         ``query``, ``user_input``, ``input``
+``answer``           ``response``, ``actual_output``, ``generated_answer``
+``contexts``         ``retrieved_contexts`` / ``retrieval_context`` (list of texts),
+                     ``retrieved`` (list of chunk ids, or of chunks)
+``relevant``         ``relevant_ids`` (a list: grade 1 each), ``qrels``
+``reference``        ``ground_truth``, ``expected_output``, ``reference_answer``
+===================  =====================================================================
+
+Ids derived from content follow one rule, `stable_id` (a prefix and the first hex digits of the
+SHA-1 of a text), used by every reader and plugin: a chunk given as plain text is
+``ctx-<sha1[:12]>`` of its text (`chunk_id_for_text`), so the same text in two cases is the same
+chunk; a case without an id is ``q-<sha1[:10]>`` of its question (`case_id_for_question`); repeats in
+one list get ``-2``, ``-3``... (`numbered`).
+
+Table cells (CSV, Parquet, ``datasets``; `cell_value`, `rows_to_records`): list and mapping fields
+may hold JSON (``["a", "b"]``, ``{"doc#s": 2}``); list fields and ``relevant`` also accept
+``|``-separated text, and ``answerable`` ``true``/``false``, ``yes``/``no`` or ``1``/``0``. In JSON a
+value must have its field's type: ``"relevant": "doc#s"`` or ``"answerable": "no"`` is an error, not
+a guess.
+
+Legal but suspicious input is not an error: `input_warnings` gives one line per kind, with the
+number of cases it affects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Optional, Sequence
+
+from pydantic import ValidationError
+
+from ..schema import Case
+from .files import DatasetError, parse_json
+
+__all__ = [
+    "ALIASES",
+    "CANONICAL_FIELDS",
+    "CASE_FIELDS",
+    "LIST_FIELDS",
+    "stable_id",
+    "chunk_id_for_text",
+    "case_id_for_question",
+    "numbered",
+    "derived_chunk_ids",
+    "is_missing",
+    "plain",
+    "normalize_record",
+    "normalize_chunk",
+    "cases_from_records",
+    "cell_value",
+    "rows_to_records",
+    "input_warnings",
+    "fingerprint",
+]
+
+CASE_FIELDS = tuple(Case.model_fields)
+
+ALIASES: dict[str, tuple[str, ...]] = {
+    "id": ("case_id", "qid", "query_id", "name"),
+    "question": ("query", "user_input", "input"),
+    "answer": ("response", "actual_output", "generated_answer"),
+    "reference": ("ground_truth", "expected_output", "reference_answer"),
+    "relevant": ("relevant_ids", "qrels"),
+}
+CONTEXT_TEXT_ALIASES = ("retrieved_contexts", "retrieval_context")
+LIST_FIELDS = ("contexts", "reference_contexts", "must_contain", "must_not_contain", "tags", "retrieved")
+#: every field name the canonical readers know
+CANONICAL_FIELDS = frozenset(CASE_FIELDS) | {a for names in ALIASES.values() for a in names} | set(
+    CONTEXT_TEXT_ALIASES) | {"retrieved_context_ids", "retrieved"}
+_CHUNK_ALIASES = {"chunk_id": "id", "doc_id": "id", "content": "text", "page_content": "text"}
+
+
+# --------------------------------------------------------------------------------------------
+# Ids derived from content
+
+
+def stable_id(prefix: str, text: str, digits: int) -> str:
+    """The one rule for an id derived from content: ``prefix`` and the first ``digits`` hex digits of
+    the SHA-1 of ``text`` (UTF-8). The same text always gets the same id, in every format."""
+    return prefix + hashlib.sha1(text.encode("utf-8")).hexdigest()[:digits]
+
+
+def chunk_id_for_text(text: str) -> str:
+    """The id of a chunk known only by its text: ``ctx-<sha1[:12]>``."""
+    return stable_id("ctx-", text, 12)
+
+
+def case_id_for_question(question: str) -> str:
+    """The id of a case given without one: ``q-<sha1[:10]>`` of its question."""
+    return stable_id("q-", question, 10)
+
+
+def numbered(ids: Iterable[str]) -> list[str]:
+    """``ids`` with ``-2``, ``-3``... added to the second, third... occurrence of each."""
+    out, seen = [], {}
+    for base in ids:
+        seen[base] = seen.get(base, 0) + 1
+        out.append(base if seen[base] == 1 else f"{base}-{seen[base]}")
+    return out
+
+
+def derived_chunk_ids(texts: Sequence[str]) -> list[str]:
+    """Ids for chunks known only by their texts (a library's list of retrieved texts): each text's
+    `chunk_id_for_text`, `numbered` so that a text repeated in the same list stays distinct chunks."""
+    return numbered(chunk_id_for_text(text) for text in texts)
+
+
+# --------------------------------------------------------------------------------------------
+# Values
+
+
+def is_missing(value: Any) -> bool:
+    """None or NaN (how pandas and Arrow spell an empty cell)."""
+    if value is None:
+        return True
+    if isinstance(value, float) and math.isnan(value):
+        return True
+    return False
+
+
+def plain(value: Any, keep_missing: bool = False) -> Any:
+    """Numpy arrays and scalars from Arrow/pandas into plain Python. Missing values in mappings are
+    dropped (Arrow fills a struct's absent keys with null) unless ``keep_missing`` (free-form data)."""
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        value = value.tolist()
+    if isinstance(value, list):
+        return [plain(v, keep_missing) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v, keep_missing) for k, v in value.items() if keep_missing or not is_missing(v)}
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# Normalising one record
+
+
+def normalize_record(raw: dict[str, Any]) -> dict[str, Any]:
+    """Map one record in the common vocabulary onto canonical field names (no validation yet).
+
+    Raises ``DatasetError`` (without a location: the caller adds it) for an unknown field or a field
+    given twice under two names.
+    """
+    if not isinstance(raw, dict):
+        raise DatasetError(f"each record must be a JSON object, got {type(raw).__name__}")
+    rec = {k: v for k, v in raw.items() if not is_missing(v)}
+    out: dict[str, Any] = {}
+    for canon in CASE_FIELDS:
+        if canon in rec:
+            out[canon] = rec.pop(canon)
+    for canon, aliases in ALIASES.items():
+        for alias in aliases:
+            if alias in rec:
+                value = rec.pop(alias)
+                if canon in out:
+                    raise DatasetError(
+                        f"given twice, as '{canon}' and as '{alias}'", field=alias, hint="keep one of them"
+                    )
+                out[canon] = value
+    contexts = _contexts(rec, given="contexts" in out)
+    if contexts is not None:
+        out["contexts"] = contexts
+    if isinstance(out.get("contexts"), (list, tuple)):
+        out["contexts"] = [normalize_chunk(c) for c in out["contexts"]]
+
+    if rec:
+        unknown = ", ".join(sorted(rec))
+        raise DatasetError(
+            f"unknown field(s): {unknown}",
+            field=sorted(rec)[0],
+            hint="known fields: " + ", ".join(CASE_FIELDS) + "; put anything else under 'metadata'",
+        )
+    if "id" not in out and isinstance(out.get("question"), str):
+        out["id"] = case_id_for_question(out["question"])
+    return out
+
+
+def _contexts(rec: dict[str, Any], given: bool) -> Optional[list[Any]]:
+    """The chunks ``rec`` gives under another name than ``contexts`` (popped from it), if any."""
+    texts = None
+    for alias in CONTEXT_TEXT_ALIASES:
+        if alias in rec:
+            if texts is not None or given:
+                raise DatasetError("retrieved chunks given twice", field=alias, hint="keep one of them")
+            texts = rec.pop(alias)
+    ids = rec.pop("retrieved_context_ids", None)
+    retrieved, chunks = rec.pop("retrieved", None), None
+    if retrieved is not None:
+        if texts is not None or given:
+            raise DatasetError("retrieved chunks given twice", field="retrieved", hint="keep one of them")
+        if not isinstance(retrieved, (list, tuple)):
+            raise DatasetError(
+                f"must be a list of chunk ids, got {type(retrieved).__name__}", field="retrieved"
+            )
+        chunks = [c if isinstance(c, dict) else {"id": c} for c in retrieved]
+    if texts is not None:
+        if not isinstance(texts, (list, tuple)):
+            raise DatasetError(
+                f"must be a list of texts, got {type(texts).__name__}", field="retrieved_contexts"
+            )
+        if ids is not None and len(ids) != len(texts):
+            raise DatasetError(
+                f"has {len(ids)} ids for {len(texts)} contexts", field="retrieved_context_ids"
+            )
+        chunks = []
+        for i, t in enumerate(texts):
+            if isinstance(t, dict):
+                chunks.append(t)
+            else:
+                cid = str(ids[i]) if ids is not None else chunk_id_for_text(str(t))
+                chunks.append({"id": cid, "text": str(t)})
+        return chunks
+    if ids is not None:  # ids alone: chunks without text (they take the place of any others)
+        return [{"id": str(i)} for i in ids]
+    return chunks
+
+
+def normalize_chunk(chunk: Any) -> Any:
+    """One chunk in the common vocabulary as a canonical chunk mapping (not validated yet): a plain
+    string is its text; ``chunk_id``/``doc_id`` are ``id``, ``content``/``page_content`` are ``text``;
+    a chunk without an id gets `chunk_id_for_text`. Anything else is returned as it is."""
+    if isinstance(chunk, str):
+        return {"id": chunk_id_for_text(chunk), "text": chunk}
+    if isinstance(chunk, dict):
+        out = {}
+        for k, v in chunk.items():
+            key = _CHUNK_ALIASES.get(k, k)
+            if key in out:
+                continue
+            out[key] = v
+        if "id" not in out and isinstance(out.get("text"), str):
+            out["id"] = chunk_id_for_text(out["text"])
+        return out
+    return chunk
+
+
+# --------------------------------------------------------------------------------------------
+# Validating records into cases
+
+
+def _field_path(loc: Sequence[Any]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts)
+
+
+def _validation_error(exc: ValidationError, path, line, unit) -> DatasetError:
+    err = exc.errors()[0]
+    loc = [x for x in err["loc"] if x not in ("function-after[_clean_value()]",)]
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    if err["type"] == "missing":
+        msg = "is required but missing"
+    elif err["type"] == "extra_forbidden":
+        msg = "is not a known field"
+    elif "input" in err and err["type"] not in ("value_error",):
+        msg += f" (got {json.dumps(err['input'], default=str)[:80]})"
+    more = len(exc.errors()) - 1
+    hint = f"{more} more problem(s) in this record" if more else None
+    return DatasetError(msg, path=path, line=line, field=_field_path(loc), hint=hint, unit=unit)
+
+
+def cases_from_records(
+    records: Iterable[tuple[int, Any]], path: Optional[str | Path] = None, unit: str = "line"
+) -> list[Case]:
+    """Validate ``(line, record)`` pairs into cases; duplicate ids and an empty input are errors."""
+    cases: list[Case] = []
+    first_seen: dict[str, int] = {}
+    for line, raw in records:
+        try:
+            rec = normalize_record(raw)
+            case = Case.model_validate(rec)
+        except DatasetError as exc:
+            exc.path, exc.line, exc.unit = str(path) if path else None, line, unit
+            raise exc
+        except ValidationError as exc:
+            raise _validation_error(exc, path, line, unit) from None
+        if case.id in first_seen:
+            raise DatasetError(
+                f"duplicate case id {case.id!r} (first at {unit} {first_seen[case.id]})",
+                path=path,
+                line=line,
+                field="id",
+                hint="case ids must be unique",
+                unit=unit,
+            )
+        first_seen[case.id] = line
+        cases.append(case)
+    if not cases:
+        raise DatasetError("holds no cases", path=path, hint="a golden set needs at least one case")
+    return cases
+
+
+# --------------------------------------------------------------------------------------------
+# Table cells and rows
+
+_JSON_CELLS = ("contexts", "relevant", "relevant_ids", "qrels", "metadata", "retrieved",
+               "retrieved_contexts", "retrieval_context", "retrieved_context_ids")
+
+
+def cell_value(column: str, value: Any) -> Any:
+    """A text cell of ``column`` as the value it stands for (see the module docstring): blank is
+    missing, JSON in a list or mapping column is parsed, other list cells are ``|``-separated."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text == "":
+        return None
+    if column in ("answerable",):
+        low = text.lower()
+        if low in ("true", "1", "yes"):
+            return True
+        if low in ("false", "0", "no"):
+            return False
+        return text
+    if column in _JSON_CELLS or column in LIST_FIELDS:
+        if text[:1] in "[{":
+            try:
+                return parse_json(text)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"cell is not valid JSON: {exc.msg}", field=column) from None
+            except DatasetError as exc:
+                exc.field = column
+                raise
+        if column in ("metadata",):
+            return text
+        return [s.strip() for s in text.split("|") if s.strip()]
+    return value
+
+
+def rows_to_records(rows: Iterable[dict[str, Any]], path: Path) -> Iterator[tuple[int, Any]]:
+    """``(row number, record)`` for rows of a table (Parquet, ``datasets``) in the canonical columns:
+    cells as plain Python, JSON text in list and mapping columns parsed, ``|``-separated ids and
+    ``answerable`` words read as in CSV."""
+    json_columns = (*LIST_FIELDS, "relevant", "metadata", "relevant_ids")
+    for i, row in enumerate(rows, start=1):
+        rec = {}
+        for k, v in row.items():
+            v = plain(v)
+            if isinstance(v, str) and v[:1] in "[{" and k in json_columns:
+                try:
+                    v = parse_json(v)
+                except json.JSONDecodeError:
+                    pass
+                except DatasetError as exc:
+                    exc.path, exc.line, exc.unit, exc.field = str(path), i, "row", k
+                    raise
+            elif isinstance(v, str) and k in ("relevant", "relevant_ids", "qrels"):
+                v = [s for s in v.split("|") if s]  # a table cell: '|'-separated ids, as in CSV
+            elif isinstance(v, str) and k == "answerable":
+                v = cell_value(k, v)  # true/false, yes/no, 1/0, as in CSV
+            rec[k] = v
+        yield i, rec
+
+
+# --------------------------------------------------------------------------------------------
+# Whole sets of cases
+
+
+def input_warnings(cases: Sequence[Case]) -> list[str]:
+    """One line per kind of legal but suspicious input, each with the number of cases it affects.
+
+    Today one kind: relevance labels no retrieved chunk can match, so every ranking metric of the case
+    is 0 whatever was retrieved. Either the chunks were given as plain text (their ids are derived
+    from the text, they have no ``source``) and no label names such an id, or, across the whole
+    dataset, not one chunk id or source is a label (ids from two different id spaces). A warning, not
+    an error: the same cases are good input for judged metrics, and the labels may serve an export.
+    """
+    labelled = [c for c in cases if c.contexts and any(g > 0 for g in c.relevant.values())]
+
+    def matches(case: Case) -> bool:
+        return any(ch.id in case.relevant or (ch.source is not None and ch.source in case.relevant)
+                   for ch in case.contexts)
+
+    def plain_text(case: Case) -> bool:
+        return all(ch.source is None and ch.id == chunk_id_for_text(ch.text) for ch in case.contexts)
+
+    textual = [c for c in labelled if plain_text(c) and not matches(c)]
+    if textual:
+        return [
+            f"{len(textual)} of {len(labelled)} case(s) with relevance labels give their chunks as plain "
+            "text (no id, no source), so no chunk can match a label and their ranking metrics are 0 "
+            f"(first: {textual[0].id!r}); give each chunk the id or source its label names"
+        ]
+    if labelled and not any(matches(c) for c in labelled):
+        return [
+            f"in none of the {len(labelled)} case(s) with relevance labels does a chunk's id or source "
+            "match a label, so their ranking metrics are 0; check that 'relevant' names chunk ids "
+            "or sources as 'contexts' gives them"
+        ]
+    return []
+
+
+def fingerprint(cases: Sequence[Case]) -> str:
+    """A content hash of the cases, independent of the file format they came from."""
+    h = hashlib.sha256()
+    for case in cases:
+        h.update(json.dumps(case.model_dump(mode="json"), sort_keys=True, ensure_ascii=False).encode())
+        h.update(b"\n")
+    return "sha256:" + h.hexdigest()

@@ -1,0 +1,50 @@
+"""The judge: one configuration, and one gateway that every backend's library talks to.
+
+Each backend points its library (or its own client) at a :class:`JudgeGateway` with the
+gateway's own key :attr:`JudgeGateway.api_key`. Two ways in, one behaviour (routing, cache, bounds,
+retries, counts, audit):
+
+* **in-process transport** (what ragbridge's own backends use): the library's ``httpx`` client gets
+  ``transport=gw.transport()`` (or ``gw.async_transport()``) and the base URL
+  ``gw.base_url(backend, metric, case_id, in_process=True)``, so a request reaches the gateway's
+  code without crossing a socket;
+* **loopback HTTP**: an OpenAI-compatible server on 127.0.0.1 at ``gw.base_url(backend, metric,
+  case_id)``, for libraries whose HTTP client cannot be given a transport; every request on it must
+  carry the gateway's key, which is random per gateway and lives in memory only.
+
+The real key never enters a library object or file: the gateway adds it when it forwards a request.
+
+The package, one concern a module, each importing only the ones listed before it:
+
+* :mod:`~ragbridge.judge.config`: :class:`JudgeConfig` (and where it is read from), the errors,
+  :func:`redact_url`;
+* :mod:`~ragbridge.judge.cache`: :class:`JudgeCache`, the SQLite response cache;
+* :mod:`~ragbridge.judge.upstream`: the keep-alive connection pool to the real judge;
+* :mod:`~ragbridge.judge.server`: the loopback socket's handler (on :class:`FastRequestHandler`, the
+  lean handler base the stub judge shares), and what both ways in share: the ``Serving`` interface
+  of the gateway they call and the ``Result`` they send back;
+* :mod:`~ragbridge.judge.transport`: :class:`JudgeTransport`, :class:`AsyncJudgeTransport`;
+* :mod:`~ragbridge.judge.gateway`: :class:`JudgeGateway` (caching, bounds, retries, accounting in
+  :class:`Usage`, audit log, ``forget``).
+"""
+
+from .cache import JudgeCache
+from .config import JudgeConfig, JudgeConfigError, JudgeError, JudgeUnavailable, redact_url
+from .gateway import TAG_HEADER, JudgeGateway, Usage
+from .server import FastRequestHandler
+from .transport import AsyncJudgeTransport, JudgeTransport
+
+__all__ = [
+    "JudgeConfig",
+    "JudgeGateway",
+    "JudgeCache",
+    "Usage",
+    "JudgeError",
+    "JudgeConfigError",
+    "JudgeUnavailable",
+    "redact_url",
+    "TAG_HEADER",
+    "FastRequestHandler",
+    "JudgeTransport",
+    "AsyncJudgeTransport",
+]

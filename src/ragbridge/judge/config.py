@@ -1,0 +1,236 @@
+"""The judge's configuration: :class:`JudgeConfig`, where it is read from, and the judge's errors.
+
+One judge serves every backend: a model, an OpenAI-compatible endpoint (``base_url``) and the NAME
+of the environment variable that holds the key (``api_key_env``); the key's value is read from the
+environment when it is needed and is never stored on the configuration, nor written by
+:meth:`JudgeConfig.public_dict` (what a run's ``run.json`` records). :meth:`JudgeConfig.load`
+merges ``[tool.ragbridge.judge]`` of ``pyproject.toml``, ``[judge]`` of ``ragbridge.toml`` and the
+command line; a bad value is a :class:`JudgeConfigError` that names the file and the key.
+
+:func:`redact_url` strips credentials from a URL, for anything that is shown or written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal, Optional
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+#: the gateway's backoff between attempts (full jitter, seconds): what client_timeout() outlasts
+BACKOFF_BASE = 0.5
+BACKOFF_CAP = 20.0
+_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+
+
+class JudgeError(Exception):
+    """Base class of judge errors."""
+
+
+class JudgeConfigError(JudgeError, ValueError):
+    """The judge configuration is invalid or incomplete (names the file and the key)."""
+
+
+class JudgeUnavailable(JudgeError):
+    """The judge endpoint cannot be used (unreachable, key rejected, nothing recorded to replay)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Secrets hygiene
+# ------------------------------------------------------------------------------------------------
+
+_KEYLIKE = re.compile(r"(key|token|secret|passw|pwd|auth|sig|credential|session|code)", re.I)
+
+
+def redact_url(url: str) -> str:
+    """``url`` without userinfo (``user:password@``) and without key-like query parameters."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<invalid url>"
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    netloc = host + (f":{port}" if port else "")
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    query = urlencode([(k, v) for k, v in pairs if not _KEYLIKE.search(k)])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+# ------------------------------------------------------------------------------------------------
+# Configuration
+# ------------------------------------------------------------------------------------------------
+
+
+def _default_cache_path() -> Path:
+    return Path.cwd() / ".ragbridge" / "judge-cache.sqlite"
+
+
+class JudgeConfig(BaseModel):
+    """One judge for every backend: model, OpenAI-compatible endpoint, and the name of the key's env var.
+
+    ``max_tokens`` is for the backends to pass to their libraries (a library's own default of 1024 can
+    truncate long verdict lists); the gateway never edits a request body. ``cache_path = None`` means no
+    cache.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    model: str = Field(min_length=1)
+    base_url: str
+    api_key_env: str = "OPENAI_API_KEY"
+    embedding_model: Optional[str] = None
+    cache_path: Optional[Path] = Field(default_factory=_default_cache_path)
+    cache_mode: Literal["read-write", "read-only", "off"] = "read-write"
+    max_concurrency: int = Field(8, ge=1)
+    timeout: float = Field(120.0, gt=0)
+    max_retries: int = Field(5, ge=0)
+    max_tokens: Optional[int] = Field(None, ge=1)
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, v: str) -> str:
+        v = (v or "").strip()
+        try:
+            parts = urlsplit(v)
+            host = parts.hostname
+            parts.port  # noqa: B018 - raises on a bad port
+        except ValueError:
+            host, parts = None, None
+        if parts is None or parts.scheme not in ("http", "https") or not host:
+            raise ValueError(
+                f"judge base_url must be an http:// or https:// URL with a host "
+                f"(e.g. https://api.openai.com/v1), got {redact_url(v)!r}")
+        return v.rstrip("/")
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _check_env_name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v or ""):
+            raise ValueError(
+                f"api_key_env must be the NAME of an environment variable (e.g. OPENAI_API_KEY), "
+                f"not a key; got a value of {len(v or '')} characters")
+        return v
+
+    # -- derived --------------------------------------------------------------------------------
+    @property
+    def upstream_host(self) -> str:
+        return (urlsplit(self.base_url).hostname or "").lower()
+
+    @property
+    def is_local(self) -> bool:
+        """The endpoint is on this machine (a local server or ragbridge's stub): a key may be absent."""
+        return self.upstream_host in _LOCAL_HOSTS or self.upstream_host.startswith("127.")
+
+    @property
+    def public_base_url(self) -> str:
+        return redact_url(self.base_url)
+
+    def api_key(self) -> Optional[str]:
+        """The key's value from the environment (never stored on this object)."""
+        return os.environ.get(self.api_key_env) or None
+
+    def client_timeout(self) -> float:
+        """A library-side timeout that outlasts the gateway's own retries."""
+        return self.timeout * (self.max_retries + 1) + BACKOFF_CAP * self.max_retries + 5.0
+
+    def public_dict(self) -> dict[str, Any]:
+        """The configuration for run.json: no secrets (credentials stripped from the URL)."""
+        return {
+            "model": self.model,
+            "base_url": self.public_base_url,
+            "api_key_env": self.api_key_env,
+            "embedding_model": self.embedding_model,
+            "cache_path": str(self.cache_path) if self.cache_path else None,
+            "cache_mode": self.cache_mode,
+            "max_concurrency": self.max_concurrency,
+            "timeout": self.timeout,
+            "max_retries": self.max_retries,
+            "max_tokens": self.max_tokens,
+        }
+
+    # -- loading --------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, cli_overrides: Optional[dict[str, Any]] = None, config_file: Optional[Path] = None,
+             cwd: Optional[Path] = None) -> "JudgeConfig":
+        """Merge, lowest first: ``[tool.ragbridge.judge]`` in ``cwd/pyproject.toml``, ``[judge]`` in
+        ``cwd/ragbridge.toml`` (or ``config_file``), then the CLI values that are not None.
+        Relative ``cache_path`` values are relative to the file that sets them (CLI: to ``cwd``)."""
+        cwd = Path(cwd) if cwd is not None else Path.cwd()
+        known = set(cls.model_fields)
+        merged: dict[str, Any] = {}
+        source_of: dict[str, str] = {}
+
+        def take(values: dict[str, Any], source: str, base: Path, where: str) -> None:
+            for key, value in values.items():
+                if key not in known:
+                    raise JudgeConfigError(
+                        f"{source}: unknown key {key!r} in {where}; known keys: {', '.join(sorted(known))}")
+                if key == "cache_path" and isinstance(value, (str, Path)) and value != "":
+                    p = Path(value).expanduser()
+                    value = p if p.is_absolute() else base / p
+                merged[key] = value
+                source_of[key] = source
+
+        pyproject = cwd / "pyproject.toml"
+        if pyproject.is_file():
+            data = _read_toml(pyproject)
+            tool = data.get("tool")
+            ours = tool.get("ragbridge") if isinstance(tool, dict) else None
+            table = ours.get("judge") if isinstance(ours, dict) else None
+            if table is not None:
+                if not isinstance(table, dict):
+                    raise JudgeConfigError(f"{pyproject}: [tool.ragbridge.judge] must be a table")
+                take(table, str(pyproject), pyproject.parent, "[tool.ragbridge.judge]")
+
+        rb = Path(config_file) if config_file is not None else cwd / "ragbridge.toml"
+        if not rb.is_absolute():
+            rb = cwd / rb
+        if config_file is not None and not rb.is_file():
+            raise JudgeConfigError(f"{rb}: config file not found")
+        if rb.is_file():
+            data = _read_toml(rb)
+            table = data.get("judge")
+            if table is not None:
+                if not isinstance(table, dict):
+                    raise JudgeConfigError(f"{rb}: [judge] must be a table")
+                take(table, str(rb), rb.parent, "[judge]")
+
+        cli = {k: v for k, v in (cli_overrides or {}).items() if v is not None}
+        take(cli, "command line", cwd, "the judge options")
+
+        if "cache_path" not in merged:
+            merged["cache_path"] = cwd / ".ragbridge" / "judge-cache.sqlite"
+        for required in ("model", "base_url"):
+            if required not in merged:
+                raise JudgeConfigError(
+                    f"judge {required} is not set: set `{required}` in [judge] of {rb.name}, in "
+                    f"[tool.ragbridge.judge] of pyproject.toml, or pass --judge-{required.replace('_', '-')}")
+        try:
+            return cls(**merged)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            key = str(err["loc"][0]) if err.get("loc") else "?"
+            msg = str(err.get("msg", "invalid value"))
+            if msg.startswith("Value error, "):
+                msg = msg[len("Value error, "):]
+            raise JudgeConfigError(f"{source_of.get(key, 'defaults')}: judge {key}: {msg}") from None
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise JudgeConfigError(f"{path}: invalid TOML: {exc}") from None
+    except OSError as exc:
+        raise JudgeConfigError(f"{path}: cannot read: {exc.strerror}") from None
+

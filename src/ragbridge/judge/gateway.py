@@ -1,0 +1,801 @@
+"""The judge gateway: :class:`JudgeGateway`, the one place every backend's judge calls go through.
+
+The real key (read from the environment variable named by ``JudgeConfig.api_key_env``) never enters
+a library object or file; the gateway adds it when it forwards a request to the real endpoint. The
+gateway is the one place that
+
+* caches responses (:class:`~ragbridge.judge.cache.JudgeCache`), keyed by the full request, so a
+  re-run of an unchanged suite makes no calls and CI can replay a recorded cache with no key
+  (``cache_mode = "read-only"``); one upstream call is made per distinct request in flight. When a
+  score fails, :meth:`JudgeGateway.forget` drops every answer served for its (backend, metric,
+  case_id) and no answer for it is stored afterwards (one still in flight then included), so a
+  malformed answer is asked for again on the next run instead of being replayed;
+* bounds concurrency across all backends together (``max_concurrency`` requests in flight);
+* retries 429, 500, 502, 503, 504, connection errors, timeouts and 2xx bodies that are not JSON,
+  with exponential backoff and full jitter (0.5 s base, 20 s cap), honouring ``Retry-After``;
+* counts calls, cache hits, tokens, retries and errors per (backend, metric, case_id) (:class:`Usage`),
+  attributed by a path tag (``base_url(backend, metric, case_id)``), by the ``tag_scope`` a request
+  was made in (in-process transports), or by the ``X-Ragbridge-Tag`` request header (``tag_scope`` +
+  ``httpx_event_hooks``, for the loopback socket);
+* writes an audit log (JSONL, flushed every 0.2 s and on close; never a header or a key): one line
+  per judge call with who asked (backend, metric, case_id), the endpoint, ``request_key`` (the
+  SHA-256 of the upstream URL, path and exact request bytes: the key the cache files the answer
+  under, table ``aliases``, column ``raw``), the status, cache outcome, attempts, seconds, the tokens
+  the call spent (0 for a cache hit) and the SHA-256 and size of both bodies. The bodies themselves
+  are written only for a call that did not succeed (status outside 2xx), where they are the
+  evidence; a successful answer's body is in the cache under ``request_key``. That keeps the log
+  to about 0.5 KB a call (the bundled 53 cases with three libraries: 1.1 MB instead of 9.9 MB);
+* notices answers from ragbridge's stub judge (``stub_detected``), so runs can be labelled.
+
+Requests come in through its two front doors, which both call :meth:`JudgeGateway.route` and
+:meth:`JudgeGateway.answer`: the in-process transports (:mod:`ragbridge.judge.transport`) and the
+loopback socket (:mod:`ragbridge.judge.server`). They go upstream through
+:mod:`ragbridge.judge.upstream`. After its own retries the gateway passes the last error status and
+body to the library with ``x-should-retry: false``, so the OpenAI SDK does not multiply the
+retries; the library raises and the backend records that score's error.
+
+A client that must not wait forever should use a timeout of at least
+``timeout * (max_retries + 1)`` plus the backoff (``JudgeConfig.client_timeout()``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import concurrent.futures.thread
+import contextlib
+import contextvars
+import hashlib
+import json
+import random
+import re
+import secrets
+import socket
+import threading
+import time
+from dataclasses import dataclass, fields as dc_fields
+from pathlib import Path
+from typing import Any, Iterator, Literal, Mapping, Optional
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
+
+import httpx
+
+from .cache import JudgeCache
+from .config import (
+    BACKOFF_BASE,
+    BACKOFF_CAP,
+    JudgeConfig,
+    JudgeConfigError,
+    JudgeError,
+    JudgeUnavailable,
+    redact_url,
+)
+from .server import GatewayHandler, LoopbackServer, Result, Triple, error_body
+from .transport import AsyncJudgeTransport, JudgeTransport
+from .upstream import StdlibPool, UpstreamError, UpstreamTimeout, parse_retry_after, proxy_for
+
+IN_PROCESS_ORIGIN = "http://ragbridge-gateway.invalid"  # the host of in-process URLs: no socket serves it
+STUB_MARKER = b'"system_fingerprint": "ragbridge-stub"'  # what ragbridge.testing's stub judge answers with
+TAG_HEADER = "X-Ragbridge-Tag"
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+RETRY_AFTER_CAP = 60.0
+AUDIT_FLUSH_SECONDS = 0.2  # the audit log is written in the background at most this late
+ENDPOINTS = ("chat/completions", "responses", "embeddings", "models", "completions")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Judge traffic summed over some (backend, metric, case_id) triples.
+
+    ``calls`` are requests that went upstream (one per library request, however many attempts);
+    ``cache_hits`` were answered from the cache; ``retries`` are extra attempts; ``errors`` are
+    requests whose final answer to the library was not 2xx (read-only cache misses included)."""
+
+    calls: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    retries: int = 0
+    errors: int = 0
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(*(getattr(self, f.name) + getattr(other, f.name) for f in dc_fields(self)))
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+_CURRENT_TAG: contextvars.ContextVar[Optional[Triple]] = contextvars.ContextVar(
+    "ragbridge_judge_tag", default=None)
+
+
+def _tag_header_value(triple: Triple) -> str:
+    return "/".join(quote(p or "", safe="") for p in triple)
+
+
+def _parse_tag_header(value: str) -> Triple:
+    parts = value.split("/", 2) + ["", ""]
+    return tuple(unquote(p) or None for p in parts[:3])  # type: ignore[return-value]
+
+
+def _usage_of(parsed: Any) -> tuple[int, int]:
+    if not isinstance(parsed, dict):
+        return 0, 0
+    u = parsed.get("usage")
+    if not isinstance(u, dict):
+        return 0, 0
+
+    def num(*names: str) -> int:
+        for n in names:
+            v = u.get(n)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return int(v)
+        return 0
+
+    return num("prompt_tokens", "input_tokens"), num("completion_tokens", "output_tokens")
+
+
+class JudgeGateway:
+    """The OpenAI-compatible gateway in front of the real judge (see the ``ragbridge.judge`` docstring).
+
+    ``with JudgeGateway(config, audit_log=run_dir / "judge-audit.jsonl") as gw:`` ... give each
+    library ``gw.transport()`` and ``gw.base_url(backend, metric, case_id, in_process=True)``, or
+    point it at ``gw.base_url(backend, metric, case_id)`` (the loopback socket), with
+    ``api_key=gw.api_key``.
+
+    ``backoff_base`` / ``backoff_cap`` (seconds) may be lowered on an instance, e.g. in tests."""
+
+    backoff_base: float = BACKOFF_BASE
+    backoff_cap: float = BACKOFF_CAP
+    #: "stdlib": forward with a keep-alive http.client pool (the fast path; httpx is still used when a
+    #: proxy applies or the URL has userinfo); "httpx": forward with the shared httpx.Client.
+    upstream_transport: Literal["stdlib", "httpx"] = "stdlib"
+
+    def __init__(self, config: JudgeConfig, audit_log: Optional[Path] = None) -> None:
+        self.config = config
+        self.audit_log = Path(audit_log) if audit_log is not None else None
+        self._upstream = config.base_url.rstrip("/")
+        self._upstream_public = redact_url(self._upstream)
+        self._lock = threading.Lock()
+        self._tags: dict[str, Triple] = {}
+        self._tag_of: dict[Triple, str] = {}
+        self._usage: dict[Triple, list[int]] = {}
+        self._served: dict[Triple, set[tuple[str, str]]] = {}
+        self._failed: set[Triple] = set()  # forgotten: no answer is stored for these any more
+        self._sem = threading.BoundedSemaphore(config.max_concurrency)
+        self._inflight: dict[str, threading.Event] = {}
+        self._closing = threading.Event()
+        self._conns: set = set()
+        self._key: Optional[str] = None
+        self._key_bytes: Optional[bytes] = None
+        self._cache: Optional[JudgeCache] = None
+        self._audit_fh: Any = None
+        self._audit_flusher: Optional[threading.Thread] = None
+        self._audit_lock = threading.Lock()
+        self._server: Optional[LoopbackServer] = None
+        self._thread: Optional[threading.Thread] = None
+        self._client: Optional[httpx.Client] = None
+        self._pool: Optional[StdlibPool] = None
+        self._targets: dict[str, tuple[str, str, str]] = {}
+        self._listen_lock = threading.Lock()
+        #: what a request on the loopback socket must present (memory only; see ragbridge.judge.server)
+        self._secret = secrets.token_urlsafe(32)
+        self._secret_bytes = self._secret.encode("ascii")
+        self.port: Optional[int] = None
+        #: True once an answer (from upstream or the cache) came from ragbridge's stub judge:
+        #: run outputs must then be labelled as stub scores.
+        self.stub_detected = False
+        #: requests that came over the loopback socket rather than through a transport (diagnostics)
+        self.http_requests = 0
+        self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+
+    def _endpoint_url(self, endpoint: str, *, public: bool = False) -> str:
+        """``base_url`` + ``/endpoint``, keeping a query string (e.g. ``?api-version=``) at the end."""
+        parts = urlsplit(self._upstream_public if public else self._upstream)
+        path = parts.path.rstrip("/") + "/" + endpoint
+        return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def _http(self) -> httpx.Client:
+        if self._client is None:
+            n = self.config.max_concurrency
+            self._client = httpx.Client(
+                timeout=httpx.Timeout(self.config.timeout, connect=min(self.config.timeout, 10.0)),
+                limits=httpx.Limits(max_connections=n + 2, max_keepalive_connections=n + 2),
+                trust_env=not self.config.is_local, follow_redirects=False,
+                # plain http on loopback: no TLS, so no CA bundle to load (~30 ms)
+                verify=not (self.config.is_local and self._upstream.startswith("http://")))
+        return self._client
+
+    def start(self) -> "JudgeGateway":
+        if self._executor is not None:
+            return self
+        cfg = self.config
+        self._closing.clear()
+        if cfg.cache_mode != "read-only":
+            self._key = cfg.api_key()
+            self._key_bytes = self._key.encode() if self._key else None
+        if cfg.cache_mode != "off" and cfg.cache_path is not None:
+            self._cache = JudgeCache(cfg.cache_path, read_only=cfg.cache_mode == "read-only")
+        if self.audit_log is not None:
+            self.audit_log.parent.mkdir(parents=True, exist_ok=True)
+            self._audit_fh = open(self.audit_log, "ab", buffering=1 << 20)
+            self._audit_flusher = threading.Thread(target=self._flush_audit_periodically,
+                                                   name="ragbridge-judge-audit-flush", daemon=True)
+            self._audit_flusher.start()
+        parts = urlsplit(self._upstream)
+        trust_env = not cfg.is_local  # as the httpx client's (see _http)
+        if self.upstream_transport == "stdlib" and not (parts.username or parts.password) and not (
+                trust_env and proxy_for(self._upstream)):
+            self._pool = StdlibPool(self._upstream, timeout=cfg.timeout,
+                                    connect_timeout=min(cfg.timeout, 10.0), size=cfg.max_concurrency + 2)
+        else:
+            self._http()  # forwarding uses it from many threads: made now, not on the first request
+        # Worker threads of the async transport: enough for every request the libraries may have
+        # open (the upstream bound is the semaphore in _forward, not the pool size).
+        self._executor = _stdlib_thread_pool()(max_workers=4 * cfg.max_concurrency + 8,
+                                               thread_name_prefix="ragbridge-judge")
+        return self
+
+    def _listen(self) -> int:
+        """Open the loopback socket (once, on the first request for a socket URL); returns its port."""
+        with self._listen_lock:
+            self.require_started()
+            if self._closing.is_set():
+                raise JudgeError("the judge gateway is closing: no new socket")
+            if self._server is None:
+                handler = type("JudgeGatewayHandler", (GatewayHandler,), {"gateway": self, "owner": self})
+                server = LoopbackServer(("127.0.0.1", 0), handler)
+                self.port = server.server_address[1]
+                handler.allowed_hosts = frozenset({f"127.0.0.1:{self.port}", f"localhost:{self.port}"})
+                handler.required_key = self._secret_bytes
+                self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
+                                                name=f"ragbridge-judge-gateway-{self.port}", daemon=True)
+                self._thread.start()
+                self._server = server
+            return self.port  # type: ignore[return-value]
+
+    @property
+    def listening(self) -> bool:
+        """Whether the loopback socket is open (it is only once a socket URL was asked for)."""
+        return self._server is not None
+
+    def close(self) -> None:
+        self._closing.set()
+        with self._listen_lock:
+            server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+            with self._lock:
+                conns = list(self._conns)
+            for c in conns:
+                with contextlib.suppress(OSError):
+                    c.shutdown(socket.SHUT_RDWR)
+            if self._thread is not None:
+                self._thread.join(timeout=5)
+        # Upstream requests in flight end now (their connections are shut down), so the worker
+        # threads finish at once instead of waiting for the judge's answers.
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+        if self._cache is not None:
+            self._cache.close()
+            self._cache = None
+        with self._audit_lock:
+            if self._audit_fh is not None:
+                self._audit_fh.close()
+                self._audit_fh = None
+        self._key = self._key_bytes = None
+        self.port = None
+
+    def __enter__(self) -> "JudgeGateway":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _track(self, conn: Any, add: bool) -> None:
+        with self._lock:
+            (self._conns.add if add else self._conns.discard)(conn)
+
+    # -- what the backends use ------------------------------------------------------------------
+    @property
+    def api_key(self) -> str:
+        """The key the libraries get: this gateway's own random key, which its loopback socket
+        requires (the real key stays in the gateway). It is never written anywhere."""
+        return self._secret
+
+    @property
+    def url(self) -> str:
+        """The loopback socket's root URL (``http://127.0.0.1:PORT``); opens the socket if needed."""
+        return f"http://127.0.0.1:{self._listen()}"
+
+    def require_started(self) -> None:
+        """Raise JudgeError unless started: until start() (and after close()) there is no key, cache
+        or pool (the transports check it before each request)."""
+        if self._executor is None:
+            raise JudgeError("the judge gateway is not started (or already closed): call start() or use "
+                             "it as a context manager")
+
+    @property
+    def executor(self) -> Optional[concurrent.futures.ThreadPoolExecutor]:
+        """The worker threads that do the async transport's blocking work (None unless started)."""
+        return self._executor
+
+    def base_url(self, backend: Optional[str] = None, metric: Optional[str] = None,
+                 case_id: Optional[str] = None, *, in_process: bool = False) -> str:
+        """An OpenAI base URL (``.../v1``) whose calls are counted under (backend, metric, case_id);
+        without a backend, an untagged one (attribution then comes from ``tag_scope`` or the
+        X-Ragbridge-Tag header). The loopback socket's, which opens the socket; ``in_process=True``:
+        one for a library client on :meth:`transport` / :meth:`async_transport` (no socket)."""
+        root = IN_PROCESS_ORIGIN if in_process else self.url
+        if backend is None:
+            return f"{root}/v1"
+        triple: Triple = (backend, metric, case_id)
+        with self._lock:
+            tag = self._tag_of.get(triple)
+            if tag is None:
+                tag = secrets.token_urlsafe(9)
+                self._tag_of[triple] = tag
+                self._tags[tag] = triple
+        return f"{root}/t/{tag}/v1"
+
+    @property
+    def plain_base_url(self) -> str:
+        """The loopback socket's untagged base URL: ``base_url()``."""
+        return self.base_url()
+
+    @staticmethod
+    @contextlib.contextmanager
+    def tag_scope(backend: str, metric: Optional[str] = None,
+                  case_id: Optional[str] = None) -> Iterator[None]:
+        """Attribute requests made in this context (thread / asyncio task) to (backend, metric, case_id).
+
+        The in-process transports read it (:meth:`current_tag`); for the loopback socket, the event hooks
+        (:meth:`httpx_event_hooks`) carry it in the ``X-Ragbridge-Tag`` header."""
+        token = _CURRENT_TAG.set((backend, metric, case_id))
+        try:
+            yield
+        finally:
+            _CURRENT_TAG.reset(token)
+
+    @staticmethod
+    def current_tag() -> Optional[Triple]:
+        """The (backend, metric, case_id) of the innermost :meth:`tag_scope` of this context, or None."""
+        return _CURRENT_TAG.get()
+
+    @staticmethod
+    def httpx_event_hooks() -> dict[str, list]:
+        """``httpx.Client(event_hooks=...)``: adds the X-Ragbridge-Tag header from ``tag_scope``."""
+
+        def add_tag(request: httpx.Request) -> None:
+            triple = _CURRENT_TAG.get()
+            if triple is not None:
+                request.headers[TAG_HEADER] = _tag_header_value(triple)
+
+        return {"request": [add_tag]}
+
+    @staticmethod
+    def async_httpx_event_hooks() -> dict[str, list]:
+        """``httpx.AsyncClient(event_hooks=...)``: as :meth:`httpx_event_hooks`, for async clients."""
+
+        async def add_tag(request: httpx.Request) -> None:
+            triple = _CURRENT_TAG.get()
+            if triple is not None:
+                request.headers[TAG_HEADER] = _tag_header_value(triple)
+
+        return {"request": [add_tag]}
+
+    def usage(self, backend: Optional[str] = None, metric: Optional[str] = None,
+              case_id: Optional[str] = None) -> Usage:
+        """Summed over the triples matching every argument that is not None."""
+        if backend is not None and metric is not None and case_id is not None:  # one score's: no scan
+            with self._lock:
+                v = self._usage.get((backend, metric, case_id))
+                return Usage(*v) if v is not None else Usage()
+        total = Usage()
+        with self._lock:
+            items = [(k, list(v)) for k, v in self._usage.items()]
+        for (b, m, c), v in items:
+            if backend is not None and b != backend:
+                continue
+            if metric is not None and m != metric:
+                continue
+            if case_id is not None and c != case_id:
+                continue
+            total = total + Usage(*v)
+        return total
+
+    def forget(self, backend: str, metric: Optional[str] = None, case_id: Optional[str] = None) -> int:
+        """Drop from the cache every response served for this (backend, metric, case) in this run, and
+        store none for it from now on. Returns the number of distinct requests served for it (their
+        answers dropped, or not to be stored when they arrive).
+
+        The runner calls it when a score fails, so a malformed answer that made a library fail is
+        asked for again on the next run instead of being replayed from the cache forever, whatever
+        the order of arrival: an answer to a request of that score still in flight (a library's
+        concurrent calls for one case) is not stored when it arrives. The mark and the store are
+        checked under one lock, so every answer is either dropped here or never stored.
+        """
+        triple: Triple = (backend, metric, case_id)
+        with self._lock:
+            self._failed.add(triple)
+            entries = self._served.pop(triple, set())
+        if not entries or self._cache is None:
+            return 0
+        return self._cache.delete({v for k, v in entries if k == "key"},
+                                  {v for k, v in entries if k == "raw"})
+
+    def _attribute(self, triple: Triple, entry: tuple[str, str]) -> None:
+        """Remember that this cache entry was served for ``triple`` (what :meth:`forget` drops)."""
+        with self._lock:
+            if triple not in self._failed:
+                self._served.setdefault(triple, set()).add(entry)
+
+    def usage_by_triple(self) -> dict[Triple, Usage]:
+        with self._lock:
+            return {k: Usage(*v) for k, v in self._usage.items()}
+
+    # -- serving: what the loopback handler (server.py) and the transports (transport.py) call -----
+    def route(self, path: str, headers: Mapping[str, str],
+              scope: Optional[Triple] = None) -> "tuple[str, Triple] | Result":
+        """The endpoint and the (backend, metric, case_id) a request is counted under, or the error.
+
+        Attribution, strongest first: the ``X-Ragbridge-Tag`` header (looked up case-insensitively
+        in ``headers``), the ``tag_scope`` the request was made in (in-process transports only), the
+        path tag of ``base_url(...)``."""
+        if self._closing.is_set():
+            return Result(503, error_body("ragbridge judge gateway is shut down"), cache="off", counted=False)
+        tag_header = headers.get(TAG_HEADER)
+        parts = [p for p in path.split("?", 1)[0].split("/") if p]
+        triple: Triple = (None, None, None)
+        if len(parts) >= 2 and parts[0] == "t":
+            triple = self._tags.get(parts[1], triple)
+            parts = parts[2:]
+        if tag_header:
+            triple = _parse_tag_header(tag_header)
+        elif scope is not None:
+            triple = scope
+        if parts and parts[0] == "v1":
+            parts = parts[1:]
+        endpoint = "/".join(parts)
+        if endpoint not in ENDPOINTS:
+            return Result(404, error_body(f"ragbridge judge gateway: no such endpoint /{endpoint}",
+                                          "invalid_request_error"), cache="off", counted=False)
+        return endpoint, triple
+
+    def answer(self, method: str, endpoint: str, raw: bytes, triple: Triple, *, started: float) -> Result:
+        """Serve one routed request (cache, upstream, retries), count it and log it to the audit log,
+        ``started`` being the ``time.perf_counter()`` of its arrival.
+
+        Both happen before the caller replies: ``usage()`` is current once the client has its answer,
+        and the log is in the order clients got their answers."""
+        try:
+            res = self._serve(method, endpoint, raw, triple)
+        except Exception as exc:  # a gateway bug must reach the library as an error, not a hang
+            res = Result(500, self._redact(error_body(
+                f"ragbridge judge gateway internal error: {type(exc).__name__}: {exc}")), cache="off",
+                json_ok=True)
+        if not self.stub_detected and res.status == 200 and STUB_MARKER in res.body:
+            self.stub_detected = True
+        if res.counted:
+            self._account(triple, res)
+            self._audit(triple, endpoint, raw, res, time.perf_counter() - started)
+        return res
+
+    def transport(self) -> "JudgeTransport":
+        """``httpx.Client(transport=gw.transport())``: requests go to this gateway in this process."""
+        return JudgeTransport(self)
+
+    def async_transport(self) -> "AsyncJudgeTransport":
+        """``httpx.AsyncClient(transport=gw.async_transport())``: as :meth:`transport`, for async clients
+        (the gateway's work runs on its own worker threads, never on the event loop)."""
+        return AsyncJudgeTransport(self)
+
+    # -- preflight ------------------------------------------------------------------------------
+    def preflight(self) -> dict[str, Any]:
+        """Check, before any case is scored, that the judge can answer. Raises JudgeUnavailable /
+        JudgeConfigError with a one-line message; returns what was checked."""
+        cfg = self.config
+        url = self._upstream_public
+        if cfg.cache_mode == "read-only":
+            if cfg.cache_path is None or not Path(cfg.cache_path).is_file():
+                raise JudgeUnavailable(
+                    f"judge cache_mode is read-only but there is no recorded cache at {cfg.cache_path}: "
+                    f"record one with cache_mode = \"read-write\" first (or set cache_path)")
+            return {"mode": "read-only", "endpoint": url, "upstream_checked": False}
+        key = cfg.api_key()
+        if not key and not cfg.is_local:
+            raise JudgeConfigError(
+                f"judge API key missing: environment variable {cfg.api_key_env} is not set, and the judge at "
+                f"{url} needs it; set it, or replay a recorded cache with cache_mode = \"read-only\"")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        timeout = min(cfg.timeout, 10.0)
+        try:
+            r = self._http().get(self._endpoint_url("models"), headers=headers, timeout=timeout)
+        except httpx.TimeoutException:
+            raise JudgeUnavailable(
+                f"judge endpoint {url} did not answer within {timeout:g} s: check that the server is up "
+                f"and reachable from here") from None
+        except httpx.TransportError as exc:
+            text = str(exc)
+            if re.search(r"refused|Errno 111|Errno 61", text, re.I):
+                cause = "connection refused"
+                hint = "check that the server is running and that the port in base_url is right"
+            elif re.search(r"CERTIFICATE_VERIFY_FAILED|certificate verify", text, re.I):
+                cause = "its TLS certificate is not trusted"
+                hint = "set SSL_CERT_FILE to the CA bundle that signed it, or check base_url"
+            elif re.search(r"name or service|nodename|getaddrinfo|Errno -[235]|resolve", text, re.I):
+                cause = "host name does not resolve"
+                hint = "check the host in base_url and your DNS / network"
+            else:
+                cause = type(exc).__name__
+                hint = "check base_url and your network"
+            raise JudgeUnavailable(f"judge endpoint {url} is unreachable ({cause}): {hint}") from None
+        if r.status_code in (401, 403):
+            raise JudgeUnavailable(
+                f"judge endpoint {url} rejected the API key from {cfg.api_key_env} (HTTP {r.status_code}): "
+                f"check the key")
+        listed = None
+        stub = r.headers.get("x-ragbridge-stub") == "1"
+        if stub:
+            self.stub_detected = True
+        if r.status_code == 200:
+            with contextlib.suppress(Exception):
+                listed = cfg.model in {m.get("id") for m in r.json().get("data", [])}
+        return {"mode": cfg.cache_mode, "endpoint": url, "upstream_checked": True,
+                "models_status": r.status_code, "model_listed": listed, "key_set": bool(key), "stub": stub}
+
+    # -- serving --------------------------------------------------------------------------------
+    def _redact(self, data: bytes) -> bytes:
+        kb = self._key_bytes
+        if kb and kb in data:
+            return data.replace(kb, b"[REDACTED]")
+        return data
+
+    def _serve(self, method: str, endpoint: str, raw: bytes, triple: Triple) -> Result:
+        cfg = self.config
+        if method == "GET":
+            if endpoint != "models":
+                return Result(405, error_body(f"use POST for /{endpoint}", "invalid_request_error"),
+                              counted=False)
+            if cfg.cache_mode == "read-only":
+                data = {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "ragbridge-cache"}
+                                                   for m in filter(None, [cfg.model, cfg.embedding_model])]}
+                return Result(200, json.dumps(data).encode(), cache="readonly", counted=False)
+            res = self._forward("GET", endpoint, b"")
+            res.cache, res.counted = "bypass", False
+            return res
+        if endpoint == "models":
+            return Result(405, error_body("use GET for /models", "invalid_request_error"), counted=False)
+        cache = self._cache
+        use_cache = cfg.cache_mode != "off" and (cache is not None or cfg.cache_mode == "read-only")
+        path = "/" + endpoint
+        raw_key = None
+        if use_cache and cache is not None:
+            # Fast path: byte-identical request bodies map to the canonical key without parsing.
+            raw_key = JudgeCache.raw_key(self._upstream_public, path, raw)
+            self._attribute(triple, ("raw", raw_key))
+            hit = cache.get_raw(raw_key)
+            if hit is not None:
+                return Result(hit[0], hit[1], cache="hit", json_ok=True, request_json=True)
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return Result(400, error_body("ragbridge judge gateway: request body is not valid JSON",
+                                            "invalid_request_error"), cache="off")
+        if isinstance(body, dict) and body.get("stream"):
+            res = self._forward("POST", endpoint, raw, stream=True)
+            res.cache, res.request_json = "bypass", True
+            return res
+        if not use_cache:
+            res = self._forward("POST", endpoint, raw)
+            res.cache, res.request_json = "off", True
+            return res
+        key = JudgeCache.key(self._upstream_public, path, body)
+        self._attribute(triple, ("key", key))
+        hit = cache.get(key) if cache is not None else None
+        if hit is not None:
+            if raw_key is not None and cache is not None:
+                cache.add_alias(raw_key, key)
+            return Result(hit[0], hit[1], cache="hit", json_ok=True, request_json=True)
+        if cfg.cache_mode == "read-only":
+            model = body.get("model") if isinstance(body, dict) else None
+            return Result(400, error_body(
+                f"ragbridge judge cache miss in read-only mode: no recorded response for this /{endpoint} "
+                f"request (model {model!r}); re-record the cache with cache_mode = \"read-write\" "
+                f"and a key, or check that the judge settings match the recording",
+                "invalid_request_error", "ragbridge_cache_miss"), cache="readonly-miss", request_json=True)
+        # read-write: one upstream call per distinct request in flight (single flight).
+        with self._lock:
+            waiter = self._inflight.get(key)
+            if waiter is None:
+                self._inflight[key] = threading.Event()
+        if waiter is not None:
+            waiter.wait(self.config.client_timeout())
+            hit = cache.get(key)
+            if hit is not None:
+                return Result(hit[0], hit[1], cache="hit", json_ok=True, request_json=True)
+            return self._forward_and_store(endpoint, raw, body, key, raw_key, triple)
+        try:
+            return self._forward_and_store(endpoint, raw, body, key, raw_key, triple)
+        finally:
+            with self._lock:
+                ev = self._inflight.pop(key, None)
+            if ev is not None:
+                ev.set()
+
+    def _forward_and_store(self, endpoint: str, raw: bytes, body: Any, key: str, raw_key: Optional[str],
+                           triple: Triple) -> Result:
+        res = self._forward("POST", endpoint, raw)
+        res.request_json = True
+        cache = self._cache
+        if 200 <= res.status < 300 and cache is not None:
+            model = body.get("model") if isinstance(body, dict) else None
+            with self._lock:  # against forget(): the score may have failed while this call was out
+                if triple not in self._failed:
+                    cache.put(key, "/" + endpoint, model if isinstance(model, str) else None, res.status,
+                              res.body, raw_key=raw_key)
+        return res
+
+    def _forward(self, method: str, endpoint: str, raw: bytes, *, stream: bool = False) -> Result:
+        cfg = self.config
+        if self._closing.is_set():
+            return Result(503, error_body("ragbridge judge gateway is shut down"), attempts=0)
+        pool = self._pool
+        client = self._http() if pool is None else None
+        urls = self._targets.get(endpoint)
+        if urls is None:
+            url = self._endpoint_url(endpoint)
+            parts = urlsplit(url)
+            urls = self._targets[endpoint] = (url, self._endpoint_url(endpoint, public=True),
+                                              parts.path + (f"?{parts.query}" if parts.query else ""))
+        url, public, target = urls
+        headers = {"Accept": "application/json"}
+        if method == "POST":
+            headers["Content-Type"] = "application/json"
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        last = Result(502, error_body(f"ragbridge judge gateway: no attempt made to {public}"))
+        attempt = 0
+        for attempt in range(1, cfg.max_retries + 2):
+            retry_after: Optional[float] = None
+            exc: Optional[Exception] = None
+            with self._sem:
+                if pool is not None:
+                    try:
+                        status, ctype_or_none, ra, content = pool.request(
+                            method, target, raw if method == "POST" else None, headers)
+                        ctype = ctype_or_none or "application/json"
+                        retry_after = parse_retry_after(ra)
+                    except UpstreamTimeout as e:
+                        status, content, ctype, exc = 504, b"", "application/json", e
+                    except UpstreamError as e:
+                        status, content, ctype, exc = 502, b"", "application/json", e
+                else:
+                    try:
+                        r = client.request(method, url, content=raw if method == "POST" else None,
+                                           headers=headers)
+                        status, content = r.status_code, r.content
+                        ctype = r.headers.get("content-type", "application/json")
+                        retry_after = parse_retry_after(r.headers.get("retry-after"))
+                    except httpx.TimeoutException as e:
+                        status, content, ctype, exc = 504, b"", "application/json", e
+                    except httpx.TransportError as e:
+                        status, content, ctype, exc = 502, b"", "application/json", e
+            if exc is not None:
+                kind = "timed out" if status == 504 else f"failed ({type(exc).__name__})"
+                last = Result(status, error_body(
+                    f"ragbridge judge gateway: request to {public} {kind} after {attempt} attempt(s)",
+                    code="upstream_timeout" if status == 504 else "upstream_unreachable"))
+            elif 200 <= status < 300:
+                if stream:
+                    return Result(status, self._redact(content), content_type=ctype, attempts=attempt)
+                try:
+                    parsed = json.loads(content)
+                except ValueError:
+                    last = Result(502, error_body(
+                        f"ragbridge judge gateway: {public} answered HTTP {status} with a body that is not "
+                        f"JSON ({attempt} attempt(s))", code="upstream_invalid_json"))
+                else:
+                    return Result(status, self._redact(content), attempts=attempt, parsed=parsed)
+            else:
+                last = Result(status, self._redact(content) or error_body(f"upstream HTTP {status}"),
+                               content_type=ctype if content else "application/json")
+                if status not in RETRY_STATUSES:
+                    last.attempts = attempt
+                    return last
+            last.attempts = attempt
+            if attempt > cfg.max_retries or self._closing.is_set():
+                break
+            delay = random.uniform(0.0, min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1)))
+            if retry_after is not None:
+                delay = min(retry_after, RETRY_AFTER_CAP)
+            if delay > 0 and self._closing.wait(delay):
+                break
+        return last
+
+    # -- accounting and audit -------------------------------------------------------------------
+    def _account(self, triple: Triple, res: Result) -> None:
+        prompt = completion = 0
+        if res.parsed is not None:
+            prompt, completion = _usage_of(res.parsed)
+        with self._lock:
+            u = self._usage.get(triple)
+            if u is None:
+                u = self._usage[triple] = [0, 0, 0, 0, 0, 0]
+            if res.cache == "hit":
+                u[1] += 1
+                return
+            if res.attempts > 0:
+                u[0] += 1
+                u[4] += res.attempts - 1
+            u[2] += prompt
+            u[3] += completion
+            if not 200 <= res.status < 300:
+                u[5] += 1
+
+    def _audit(self, triple: Triple, endpoint: str, raw: bytes, res: Result, seconds: float) -> None:
+        if self._audit_fh is None:
+            return
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
+        prompt, completion = _usage_of(res.parsed) if res.cache != "hit" else (0, 0)
+        line = (f'{{"time": "{stamp}", "backend": {_js(triple[0])}, "metric": {_js(triple[1])}, '
+                f'"case_id": {_js(triple[2])}, "path": {_js("/" + endpoint)}, "status": {res.status}, '
+                f'"cache_hit": {"true" if res.cache == "hit" else "false"}, "cache": "{res.cache}", '
+                f'"attempts": {res.attempts}, "seconds": {seconds:.6f}, '
+                f'"prompt_tokens": {prompt}, "completion_tokens": {completion}, '
+                f'"request_key": "{JudgeCache.raw_key(self._upstream_public, "/" + endpoint, raw)}", '
+                f'"request_bytes": {len(raw)}, "response_sha256": "{hashlib.sha256(res.body).hexdigest()}", '
+                f'"response_bytes": {len(res.body)}}}').encode("utf-8")
+        if not 200 <= res.status < 300:
+            # The evidence of a failed call, embedded as the JSON text it is (no re-encoding); raw
+            # newlines in JSON can only be whitespace, so flattening them keeps one record per line.
+            line = b"".join((line[:-1], b', "request": ', _json_or_string(raw, trusted=res.request_json),
+                             b', "response": ', _json_or_string(res.body, trusted=res.json_ok), b"}"))
+            line = line.replace(b"\r", b" ").replace(b"\n", b" ")
+        line = self._redact(line) + b"\n"
+        with self._audit_lock:
+            if self._audit_fh is not None:
+                self._audit_fh.write(line)  # flushed every AUDIT_FLUSH_SECONDS and on close
+
+    def _flush_audit_periodically(self) -> None:
+        while not self._closing.wait(AUDIT_FLUSH_SECONDS):
+            with self._audit_lock:
+                if self._audit_fh is None:
+                    return
+                self._audit_fh.flush()
+
+
+def _stdlib_thread_pool() -> type:
+    """The standard library's ThreadPoolExecutor, even after a backend library's import replaced
+    ``concurrent.futures.ThreadPoolExecutor`` with a subclass that records a stack on every submit."""
+    cls = concurrent.futures.thread.ThreadPoolExecutor
+    while cls.__module__ != "concurrent.futures.thread" and cls.__bases__:
+        cls = cls.__bases__[0]
+    return cls
+
+
+
+def _js(value: Optional[str]) -> str:
+    return "null" if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def _json_or_string(data: bytes, *, trusted: bool = False) -> bytes:
+    """``data`` itself when it is a JSON document, else ``data`` as a JSON string."""
+    if not data:
+        return b"null"
+    if not trusted:
+        try:
+            json.loads(data)
+        except ValueError:
+            return json.dumps(data.decode("utf-8", "replace"), ensure_ascii=False).encode("utf-8")
+    return data

@@ -1,0 +1,260 @@
+"""The judge gateway's loopback HTTP side, and the answers it serves.
+
+:class:`FastRequestHandler` is a lean ``BaseHTTPRequestHandler`` (keep-alive, one write per
+response, a request parser without the email package), the base of both :class:`GatewayHandler`
+and ragbridge's stub judge (``ragbridge.testing``). :class:`GatewayHandler` serves the gateway's
+OpenAI-compatible socket on 127.0.0.1 (a background thread of this process), for libraries whose
+HTTP client cannot be given a transport. The gateway opens the socket the first time a socket URL is
+asked for (a run whose backends all use the transports listens on nothing), and every request on it
+must carry the gateway's key (``Authorization: Bearer <gw.api_key>`` or ``api-key: <gw.api_key>``;
+any other request gets 401 and is neither forwarded nor counted). That key is random per gateway,
+lives in memory only and dies with the gateway: another local process cannot use the socket to spend
+the real key.
+
+What the gateway's two front doors (:class:`GatewayHandler` here, the in-process transports of
+``ragbridge.judge.transport``) call is :class:`Serving` (``JudgeGateway`` is it), and what they get
+back is a :class:`Result`, whichever way the request came in; an error's body is OpenAI's error
+shape (:func:`error_body`). A non-2xx answer carries ``x-should-retry: false``: the gateway has
+retried already, so the OpenAI SDK does not multiply the retries.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import socket
+import time
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Mapping, Optional, Protocol
+
+#: (backend, metric, case_id): what a judge call is counted under
+Triple = tuple[Optional[str], Optional[str], Optional[str]]
+
+
+class _JsonBytes(bytes):
+    """Bytes known to hold a JSON document."""
+
+
+def error_body(message: str, etype: str = "ragbridge_gateway_error", code: Optional[str] = None) -> bytes:
+    """An OpenAI-style error body (``{"error": {"message", "type", "param", "code"}}``)."""
+    error = {"message": message, "type": etype, "param": None, "code": code}
+    return _JsonBytes(json.dumps({"error": error}).encode())
+
+
+@dataclass
+class Result:
+    """The gateway's answer to one request, and how it was served (for its usage counts and audit
+    log). :class:`GatewayHandler` writes it to the socket; the in-process transports turn it into
+    an ``httpx.Response``."""
+
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+    cache: str = "miss"  # hit | miss | off | bypass | readonly-miss
+    attempts: int = 0
+    parsed: Any = None
+    counted: bool = True  # a judge call (POST), counted in usage
+    json_ok: bool = False  # body known to be a JSON document (parsed, cached or made here)
+    request_json: bool = False  # the request body was parsed as JSON
+
+    def __post_init__(self) -> None:
+        if self.parsed is not None or isinstance(self.body, _JsonBytes):
+            self.json_ok = True
+
+
+class Serving(Protocol):
+    """What the gateway's front doors call (``JudgeGateway`` is the one implementation)."""
+
+    #: requests that came over the loopback socket (diagnostics)
+    http_requests: int
+
+    def route(self, path: str, headers: Mapping[str, str],
+              scope: Optional[Triple] = None) -> "tuple[str, Triple] | Result":
+        """The endpoint and the (backend, metric, case_id) a request is counted under, or the error."""
+        ...
+
+    def answer(self, method: str, endpoint: str, raw: bytes, triple: Triple, *, started: float) -> Result:
+        """Serve one routed request, count it and log it (``started``: its ``time.perf_counter()``)."""
+        ...
+
+    def require_started(self) -> None:
+        """Raise ``JudgeError`` unless the gateway is started."""
+        ...
+
+    @property
+    def executor(self) -> Optional[Executor]:
+        """The worker threads of the async transport (None unless started)."""
+        ...
+
+    def current_tag(self) -> Optional[Triple]:
+        """The (backend, metric, case_id) of the innermost ``tag_scope`` of this context, or None."""
+        ...
+
+
+class LoopbackServer(ThreadingHTTPServer):
+    """The gateway's loopback server: a thread per connection, a deep listen queue."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 256
+
+
+class _Headers(dict):
+    """Request headers, keys lowercased (``get`` is case-insensitive)."""
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        return dict.get(self, key.lower(), default)
+
+
+class FastRequestHandler(BaseHTTPRequestHandler):
+    """BaseHTTPRequestHandler with a lean request parser (the stdlib one runs the email package's
+    header parser on every request, a large part of the per-call cost on loopback), keep-alive
+    (HTTP/1.1) and one write per response."""
+
+    protocol_version = "HTTP/1.1"
+    sys_version = ""
+    max_headers = 100
+    #: the object whose ``_track(conn, add)`` keeps the open connections, so that its ``close()`` can
+    #: end them (the gateway, or the stub judge; set on a subclass)
+    owner: Any = None
+
+    def setup(self) -> None:
+        super().setup()
+        try:
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+        if self.owner is not None:
+            self.owner._track(self.connection, True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            if self.owner is not None:
+                self.owner._track(self.connection, False)
+
+    def parse_request(self) -> bool:
+        self.command = None
+        self.request_version = self.default_request_version
+        self.close_connection = True
+        requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        self.requestline = requestline
+        words = requestline.split()
+        if len(words) != 3 or not words[2].startswith("HTTP/1."):
+            self.send_error(400, "Bad request line")
+            return False
+        self.command, self.path, self.request_version = words
+        headers = _Headers()
+        while True:
+            line = self.rfile.readline(65537)
+            if len(line) > 65536:
+                self.send_error(431, "Header line too long")
+                return False
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, sep, value = line.decode("iso-8859-1").partition(":")
+            if not sep:
+                self.send_error(400, "Bad header line")
+                return False
+            headers[name.strip().lower()] = value.strip()
+            if len(headers) > self.max_headers:
+                self.send_error(431, "Too many headers")
+                return False
+        self.headers = headers  # type: ignore[assignment]
+        conn = headers.get("connection", "").lower()
+        if conn == "close":
+            self.close_connection = True
+        elif conn == "keep-alive" or self.request_version == "HTTP/1.1":
+            self.close_connection = False
+        if headers.get("expect", "").lower() == "100-continue" and self.request_version == "HTTP/1.1":
+            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        return True
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+    def read_body(self) -> bytes:
+        n = int(self.headers.get("Content-Length") or 0)
+        if n:
+            return self.rfile.read(n)
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            return b"".join(chunks)
+        return b""
+
+    def write_response(self, status: int, body: bytes, headers: list[str]) -> None:
+        head = [f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}",
+                f"Content-Length: {len(body)}", *headers]
+        if self.close_connection:
+            head.append("Connection: close")
+        self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+
+
+class GatewayHandler(FastRequestHandler):
+    """The gateway's loopback socket: each request must come from this machine, not from a web page,
+    and carry the gateway's key; it is then routed and answered by the gateway. ``gateway``,
+    ``allowed_hosts`` and ``required_key`` are set on the subclass that ``JudgeGateway`` makes when it
+    opens the socket."""
+
+    server_version = "ragbridge-judge-gateway"
+    gateway: Serving
+    #: the Host headers a request may carry (``127.0.0.1:PORT``, ``localhost:PORT``)
+    allowed_hosts: frozenset[str]
+    #: what a request must present as ``Authorization: Bearer <key>`` or ``api-key: <key>``
+    required_key: bytes
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._handle("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._handle("POST")
+
+    def _reply(self, res: Result) -> None:
+        extra = [f"Content-Type: {res.content_type}", f"X-Ragbridge-Cache: {res.cache}"]
+        if not 200 <= res.status < 300:
+            extra.append("x-should-retry: false")  # the gateway already retried
+        self.write_response(res.status, res.body, extra)
+
+    def _authorized(self) -> bool:
+        """The request presents the gateway's key (``Bearer`` or ``api-key``); constant time."""
+        authorization = self.headers.get("Authorization")
+        if authorization and authorization[:7].lower() == "bearer ":
+            given = authorization[7:].strip()
+        else:
+            given = (self.headers.get("api-key") or "").strip()
+        return hmac.compare_digest(given.encode("utf-8", "replace"), self.required_key)
+
+    def _handle(self, method: str) -> None:
+        gw = self.gateway
+        gw.http_requests += 1
+        t0 = time.perf_counter()
+        raw = self.read_body() if method == "POST" else b""
+        # Loopback only, and not from a web page (DNS rebinding / cross-site requests).
+        host = (self.headers.get("Host") or "").lower()
+        if self.headers.get("Origin") or host not in self.allowed_hosts:
+            self._reply(Result(403, error_body("ragbridge judge gateway: forbidden host or origin"),
+                               cache="off"))
+            return
+        if not self._authorized():
+            self._reply(Result(401, error_body(
+                "ragbridge judge gateway: missing or wrong API key: use the gateway's api_key",
+                "invalid_request_error", "invalid_api_key"), cache="off"))
+            return
+        routed = gw.route(self.path, self.headers)
+        if isinstance(routed, Result):
+            if routed.status == 503:
+                self.close_connection = True
+            self._reply(routed)
+            return
+        endpoint, triple = routed
+        self._reply(gw.answer(method, endpoint, raw, triple, started=t0))

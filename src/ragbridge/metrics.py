@@ -1,0 +1,154 @@
+"""The canonical metrics: the one list of metric names ragbridge speaks, with their conventions.
+
+Every part that needs to know the canonical metrics reads them here: the planner (`resolve_metric`),
+the report (display order, the two halves, default pass marks), the gate (which names exist), the
+analyses (which half a metric belongs to) and the native backend (the ranking metrics and answer
+checks it computes). A backend's `ragbridge.backend.MetricSpec` names one of `NAMES`; the only
+other names are the rubric backend's custom rubrics, which are data (a test checks every built-in
+and bundled backend).
+
+Each `Metric` says:
+
+``name``
+    The canonical name. A name ending in ``@k`` takes a cut-off: ``recall@k`` is scored as
+    ``recall@5`` with ``--k 5``, or asked for directly as ``recall@10`` (`resolve_metric`).
+``kind``
+    ``ranking`` (deterministic, from the retrieved list and the relevance labels, trec_eval's
+    conventions; see `ragbridge.native.ranking`), ``answer check`` (deterministic string checks on
+    the answer; see `ragbridge.native.answers`) or ``judged`` (an LLM judge, through the gateway).
+    The kind is the canonical definition's; a judged backend may also offer an answer check by a
+    model (the rubric backend's ``abstention``).
+``half``
+    ``retrieval`` (what was retrieved) or ``generation`` (the answer): the report's two halves.
+``meaning``
+    One line: what a value of 1 means and how it falls.
+``pass_mark``
+    The report's default pass mark (``value >= mark`` passes) when neither ``--threshold`` nor a
+    gates file sets one: 0.5 for the ranking and judged metrics (the evaluation libraries' usual default threshold),
+    ``"1/k"`` for the two precisions of the retrieved list (``precision@k``, ``context_relevance``:
+    with one relevant chunk among k the best possible value is about 1/k), 1 for the answer checks.
+    See `default_pass_mark` and docs/report.md.
+
+The order of `METRICS` is the display order of reports and tables: ranking, judged retrieval,
+judged generation, answer checks.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional, Union
+
+__all__ = ["Metric", "METRICS", "NAMES", "KINDS", "RANKING", "ANSWER_CHECK", "JUDGED", "RETRIEVAL",
+           "GENERATION", "PER_K", "DEFAULT_PASS_MARK", "find", "half_of", "sort_key",
+           "default_pass_mark", "resolve_metric"]
+
+RANKING, ANSWER_CHECK, JUDGED = "ranking", "answer check", "judged"
+KINDS = (RANKING, ANSWER_CHECK, JUDGED)
+#: a pass mark of one over the cut-off (``k`` from the name, else the run's ``--k``, else 5)
+PER_K = "1/k"
+#: the pass mark of a metric that is not canonical (a custom rubric)
+DEFAULT_PASS_MARK = 0.5
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One canonical metric and its conventions (see the module docstring)."""
+
+    name: str
+    kind: str
+    half: str
+    meaning: str
+    pass_mark: Union[float, str] = DEFAULT_PASS_MARK
+
+    @property
+    def base(self) -> str:
+        """The name without ``@k``: ``recall@k`` -> ``recall``."""
+        return self.name.removesuffix("@k")
+
+    @property
+    def takes_k(self) -> bool:
+        return self.name.endswith("@k")
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("recall@k", RANKING, "retrieval", "share of the relevant labels found in the top k"),
+    Metric("precision@k", RANKING, "retrieval", "share of the top k positions holding a relevant chunk",
+           PER_K),
+    Metric("hit@k", RANKING, "retrieval", "1 if any relevant chunk is in the top k, else 0"),
+    Metric("mrr", RANKING, "retrieval", "1 / rank of the first relevant chunk, 0 if none"),
+    Metric("ndcg@k", RANKING, "retrieval", "graded gain in the top k, normalised by the ideal order"),
+    Metric("map", RANKING, "retrieval", "average precision over the whole list"),
+    Metric("context_precision", JUDGED, "retrieval",
+           "the chunks useful for the reference answer are ranked first"),
+    Metric("context_recall", JUDGED, "retrieval",
+           "share of the reference answer supported by the retrieved chunks"),
+    Metric("context_relevance", JUDGED, "retrieval", "share of the retrieved chunks relevant to the question",
+           PER_K),
+    Metric("faithfulness", JUDGED, "generation", "share of the answer's claims supported by the chunks"),
+    Metric("answer_relevance", JUDGED, "generation", "how well the answer addresses the question"),
+    Metric("answer_correctness", JUDGED, "generation", "agreement of the answer with the reference answer"),
+    Metric("must_contain", ANSWER_CHECK, "generation", "share of the case's required strings in the answer",
+           1.0),
+    Metric("must_not_contain", ANSWER_CHECK, "generation",
+           "share of the case's forbidden strings absent from the answer", 1.0),
+    Metric("abstention", ANSWER_CHECK, "generation",
+           "on an unanswerable case, 1 if the answer declines, else 0", 1.0),
+)
+#: the canonical names, in display order
+NAMES: tuple[str, ...] = tuple(m.name for m in METRICS)
+#: the bases (``recall``, not ``recall@k``) of each half
+RETRIEVAL: tuple[str, ...] = tuple(m.base for m in METRICS if m.half == "retrieval")
+GENERATION: tuple[str, ...] = tuple(m.base for m in METRICS if m.half == "generation")
+
+_BY_BASE = {m.base: m for m in METRICS}
+_K_RE = re.compile(r"^(?P<base>[a-z_]+)@(?P<k>\d+)$")
+
+
+def find(name: str) -> Optional[Metric]:
+    """The canonical metric a concrete name is an instance of (``recall@10`` -> ``recall@k``), or
+    None (a custom rubric). Matched by the name before ``@``, as the report groups them."""
+    return _BY_BASE.get(name.partition("@")[0])
+
+
+def half_of(name: str) -> str:
+    """``"retrieval"`` or ``"generation"`` for a concrete metric name (``recall@5`` -> retrieval);
+    a metric that is not canonical is about the answer."""
+    m = find(name)
+    return m.half if m else "generation"
+
+
+def sort_key(name: str) -> tuple[int, str, int]:
+    """Sorts concrete metric names in display order (a cut-off ascending; others last, by name)."""
+    base, _, cut = name.partition("@")
+    m = _BY_BASE.get(base)
+    return (NAMES.index(m.name) if m else len(NAMES), base, int(cut) if cut.isdigit() else 0)
+
+
+def default_pass_mark(name: str, k: Optional[int] = None) -> float:
+    """The report's default pass mark of a concrete metric name; ``k`` is the run's cut-off, used
+    for a ``1/k`` mark when the name has none (``precision@10``: 0.1; ``context_relevance``: 1/k)."""
+    m = find(name)
+    if m is None:
+        return DEFAULT_PASS_MARK
+    if m.pass_mark == PER_K:
+        cut = name.partition("@")[2]
+        return 1 / (int(cut) if cut.isdigit() and int(cut) > 0 else int(k or 5))
+    return float(m.pass_mark)
+
+
+def resolve_metric(spec_name: str, requested: str, k: int) -> Optional[str]:
+    """The concrete metric name if ``requested`` asks for ``spec_name`` (a `MetricSpec`'s), else None.
+
+    ``recall@k`` matches ``recall@k`` (-> ``recall@{k}``), ``recall@10`` and ``recall``
+    (-> ``recall@{k}``); any other name matches only itself.
+    """
+    if spec_name.endswith("@k"):
+        base = spec_name[:-2]
+        if requested in (spec_name, base):
+            return f"{base}@{k}"
+        m = _K_RE.match(requested)
+        if m and m.group("base") == base and int(m.group("k")) > 0:
+            return requested
+        return None
+    return spec_name if requested == spec_name else None

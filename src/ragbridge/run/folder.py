@@ -1,0 +1,298 @@
+"""The run folder: what a run leaves on disk, and reading it back.
+
+A run folder holds ``run.json`` (the manifest), ``scores.jsonl`` (append-only, one `Score` a line,
+written as each score arrives), ``cases.jsonl`` (the cases scored, so reports and diffs need nothing
+else), for judged runs ``judge-audit.jsonl`` and for runs that call a target ``target.jsonl`` (its
+outputs, see `ragbridge.run.target`): `RUN_FILES`.
+
+`RunFolder.prepare` decides, in one place and before anything is called or written, what a run does
+with its folder: a new run, a resumed one (the folder holds a run of the same cases: scores already
+there are kept, failed ones are retried, only what is missing is computed) or a replaced one
+(``overwrite``: every file of `RUN_FILES` is deleted). A folder that another live process is writing
+is refused.
+
+``run.json`` and ``cases.jsonl`` are replaced whole (`ragbridge.formats.files.atomic_path`). While a
+run is going, ``run.json`` says ``running`` with the process (pid, host, start time) and is
+rewritten with the counts so far every `HEARTBEAT_SECONDS`; a run whose process is gone without
+recording its end (``kill -9``, a lost machine) reads as ``interrupted`` (`load_run`, so reports and
+gates can tell). A line of ``scores.jsonl`` cut short by a kill is dropped when the run resumes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from ..formats import load_cases
+from ..formats.canonical import write_jsonl
+from ..formats.files import atomic_path, jsonl_lines, write_atomic
+from ..schema import Case, RunManifest, Score
+from .plan import RunError
+
+__all__ = ["RUN_FILES", "HEARTBEAT_SECONDS", "JUDGE_COUNTS", "Run", "RunFolder", "load_run", "read_scores",
+           "now", "this_process", "process_start", "alive"]
+
+RUN_FILES = ("run.json", "scores.jsonl", "cases.jsonl", "judge-audit.jsonl", "target.jsonl")
+HEARTBEAT_SECONDS = 2.0
+#: the judge's counters kept in ``run.json``'s ``counts.judge``, added up over the sessions of a run
+JUDGE_COUNTS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "retries", "errors")
+
+
+def now() -> str:
+    """The time now (UTC, seconds), as the manifest records it."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# --------------------------------------------------------------------------------------------
+# Reading a run folder
+
+
+@dataclass
+class Run:
+    """A run folder in memory: manifest, scores and cases, with summaries as DataFrames."""
+
+    manifest: RunManifest
+    scores: list[Score]
+    cases: list[Case] = field(default_factory=list)
+    path: Optional[Path] = None
+
+    def __repr__(self) -> str:  # one line: a run holds thousands of scores
+        where = repr(str(self.path)) if self.path is not None else "in memory"
+        return f"Run({where}, {len(self.cases)} cases, {len(self.scores)} scores, {self.manifest.status})"
+
+    @property
+    def complete(self) -> bool:
+        return self.manifest.status == "complete"
+
+    def to_frame(self):
+        """One row per score."""
+        import pandas as pd
+
+        rows = [s.model_dump() for s in self.scores]
+        for r, s in zip(rows, self.scores):
+            r["status"] = s.status
+        return pd.DataFrame(rows)
+
+    def summary(self, by_tag: bool = True):
+        from .summary import summarize
+
+        return summarize(self.scores, self.cases, by_tag=by_tag)
+
+
+def read_scores(path: Path) -> tuple[list[Score], int]:
+    """Scores in ``scores.jsonl``, the last line per (case, metric, backend) winning.
+
+    Returns the scores and the number of unreadable lines (a line cut short by a killed run).
+    """
+    if not path.exists():
+        return [], 0
+    bad: list[Exception] = []
+    latest: dict[tuple[str, str, str], Score] = {}
+    for _, score in jsonl_lines(path, allow_empty=True, on_bad=bad.append, parse=Score.model_validate_json):
+        latest[score.key] = score
+    return list(latest.values()), len(bad)
+
+
+def load_run(path: str | Path) -> Run:
+    """Read a run folder. Raises `RunError` when it is not one."""
+    path = Path(path)
+    manifest_path = path / "run.json"
+    if not manifest_path.exists():
+        raise RunError(f"{path} is not a run folder: it has no run.json")
+    try:
+        manifest = RunManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise RunError(f"{manifest_path}: not a valid run manifest: {exc}") from None
+    if manifest.status == "running" and not alive(manifest.process):
+        manifest.status = "interrupted"  # its process is gone: it will never record its end
+    scores, _ = read_scores(path / "scores.jsonl")
+    cases = load_cases(path / "cases.jsonl") if (path / "cases.jsonl").exists() else []
+    return Run(manifest=manifest, scores=scores, cases=cases, path=path)
+
+
+# --------------------------------------------------------------------------------------------
+# The writing process and whether it is alive
+
+
+def this_process() -> dict[str, Any]:
+    """This process as a manifest names it: pid, host and start time (see `process_start`)."""
+    return {"pid": os.getpid(), "host": socket.gethostname(), "start": process_start(os.getpid())}
+
+
+def process_start(pid: int) -> Optional[str]:
+    """When process ``pid`` started, in the kernel's clock ticks (Linux; None elsewhere or if gone).
+
+    With the pid it names one process: a later process given the same pid has another start time.
+    A zombie (killed, not yet reaped) counts as gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return None if fields[0] == "Z" else fields[19]
+
+
+def alive(process: Optional[dict[str, Any]]) -> bool:
+    """Whether the process a manifest names may still be running (True when this host cannot tell)."""
+    if not process or process.get("host") != socket.gethostname() or not isinstance(process.get("pid"), int):
+        return True
+    try:
+        os.kill(process["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. another user's process: it exists
+        pass
+    if process.get("start") is None:
+        return True
+    return process_start(process["pid"]) == process["start"]
+
+
+def truncate_partial_line(path: Path) -> None:
+    """Cut a last line that has no ``\\n`` (a write cut short by a kill) off the end of ``path``."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return
+        f.seek(0)
+        cut = f.read().rfind(b"\n") + 1
+        f.truncate(cut)
+
+
+# --------------------------------------------------------------------------------------------
+# Writing a run folder
+
+
+class RunFolder:
+    """A run folder being written: `prepare`, then `resume` (if it resumes), `start`, `append` each
+    score, `heartbeat` while it goes, `finish` at the end."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.manifest_path = self.path / "run.json"
+        self.scores_path = self.path / "scores.jsonl"
+        self.cases_path = self.path / "cases.jsonl"
+        self.audit_path = self.path / "judge-audit.jsonl"
+        self.target_path = self.path / "target.jsonl"
+        self._fh = None
+        self._last_beat = time.monotonic()
+
+    def prepare(self, overwrite: bool, fingerprint: str, target: bool = False) -> Optional[RunManifest]:
+        """Decide what this run does with the folder; returns the earlier run's manifest to resume
+        from, or None for a run that starts afresh (nothing there, or ``overwrite``: its files are
+        deleted). ``fingerprint`` is the cases' (for a ``target`` run: the golden cases', before the
+        target fills them). Raises `RunError` when another live process is writing the folder, or,
+        without ``overwrite``, when it holds a run over other cases or an unreadable manifest."""
+        self._refuse_if_busy()
+        if overwrite:
+            for name in RUN_FILES:
+                (self.path / name).unlink(missing_ok=True)
+            return None
+        if not self.manifest_path.exists():
+            return None
+        try:
+            old = RunManifest.model_validate_json(self.manifest_path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise RunError(
+                f"{self.manifest_path} is not a valid run manifest ({exc}); use --overwrite") from None
+        self._check_same_cases(old, "golden_fingerprint" if target else "fingerprint", fingerprint)
+        return old
+
+    def _check_same_cases(self, old: RunManifest, key: str, fingerprint: str) -> None:
+        if old.dataset.get(key) != fingerprint:
+            raise RunError(
+                f"{self.path} holds a run over different cases (dataset fingerprint differs); "
+                "choose another --out, or pass --overwrite to replace it"
+            )
+
+    def _refuse_if_busy(self) -> None:
+        try:
+            old = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        process = old.get("process") if isinstance(old, dict) else None
+        if (old.get("status") == "running" and isinstance(process, dict)
+                and process.get("pid") != os.getpid() and alive(process)):
+            raise RunError(
+                f"{self.path} is being written by another run (pid {process.get('pid')} on "
+                f"{process.get('host')}, last heartbeat {old.get('heartbeat_at') or old.get('started_at')}); "
+                "wait for it to end or stop it, then run again"
+            )
+
+    def resume(self, old: RunManifest, manifest: RunManifest) -> dict[tuple[str, str, str], Score]:
+        """Merge the earlier sessions' manifest ``old`` into this session's ``manifest`` and return
+        the scores to keep, by key: every one that did not fail, unless its metric was redefined
+        since (its rubric's digest changed: ``counts.redefined``). The judge counts and the backends'
+        wall times carry over, to be added to. Raises `RunError` when the cases differ from those
+        the earlier sessions scored (a target run whose outputs were not all kept in target.jsonl)."""
+        self._check_same_cases(old, "fingerprint", manifest.dataset["fingerprint"])
+        previous, _ = read_scores(self.scores_path)
+        redefined = sorted(f"{b}:{m}" for b, ds in manifest.digests.items() for m, d in ds.items()
+                           if old.digests.get(b, {}).get(m, d) != d)
+        done = {s.key: s for s in previous
+                if s.status != "error" and f"{s.backend}:{s.metric}" not in redefined}
+        manifest.digests = {b: {**old.digests.get(b, {}), **manifest.digests.get(b, {})}
+                            for b in {**old.digests, **manifest.digests}}
+        if redefined:
+            manifest.counts["redefined"] = redefined
+        manifest.started_at = old.started_at
+        merged = dict(old.metrics)
+        for b, ms in manifest.metrics.items():
+            merged[b] = list(dict.fromkeys(list(merged.get(b, [])) + ms))
+        manifest.metrics = merged
+        manifest.backends = {**old.backends, **manifest.backends}
+        manifest.judge = manifest.judge or old.judge
+        if (old.judge or {}).get("stub") and manifest.judge is not None and all(
+            manifest.judge.get(k) == old.judge.get(k) for k in ("model", "base_url")
+        ):
+            # the earlier sessions' judged scores came from the stub: a resume that makes no call
+            # must not lose that label
+            manifest.judge = {**manifest.judge, "stub": True}
+        manifest.counts["resumed_from"] = len(done)
+        if isinstance(old.counts.get("judge"), dict):
+            manifest.counts["judge"] = {k: int(old.counts["judge"].get(k, 0)) for k in JUDGE_COUNTS}
+        if "wall_seconds" in old.timing:
+            manifest.timing = {**manifest.timing, "wall_seconds": dict(old.timing["wall_seconds"])}
+        return done
+
+    def start(self, cases: Sequence[Case], manifest: RunManifest) -> None:
+        """Write the cases and the manifest, and open ``scores.jsonl`` to append to (a last line cut
+        short by a kill is cut off first)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        with atomic_path(self.cases_path) as tmp:
+            write_jsonl(cases, tmp)
+        self.write_manifest(manifest)
+        truncate_partial_line(self.scores_path)
+        self._fh = open(self.scores_path, "a", encoding="utf-8")
+        self._last_beat = time.monotonic()
+
+    def write_manifest(self, manifest: RunManifest) -> None:
+        write_atomic(self.manifest_path, manifest.model_dump_json(indent=2))
+
+    def append(self, score: Score) -> None:
+        self._fh.write(score.model_dump_json() + "\n")
+        self._fh.flush()
+
+    @property
+    def heartbeat_due(self) -> bool:
+        return time.monotonic() - self._last_beat >= HEARTBEAT_SECONDS
+
+    def heartbeat(self, manifest: RunManifest) -> None:
+        """Rewrite the manifest with ``heartbeat_at`` now (the caller updated its counts)."""
+        manifest.heartbeat_at = now()
+        self.write_manifest(manifest)
+        self._last_beat = time.monotonic()
+
+    def finish(self, manifest: RunManifest) -> None:
+        """Close ``scores.jsonl`` and write the final manifest."""
+        if self._fh:
+            self._fh.close()
+            self._fh = None
+        self.write_manifest(manifest)

@@ -1,0 +1,79 @@
+"""Planning a run: which backend scores which concrete metric, checked before anything is called.
+
+A metric request is a canonical name, with or without its cutoff (``recall@5``, ``recall``,
+``faithfulness``); `ragbridge.metrics.resolve_metric` turns it into the concrete name a backend
+scores. `RunError` is the error of a run that cannot start as asked.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from ..backend import MetricSpec, RunOptions
+from ..metrics import resolve_metric
+from ..plugins import get_backends
+
+__all__ = ["RunError", "DEFAULT_BACKENDS", "Plan", "plan_metrics"]
+
+DEFAULT_BACKENDS = ("native",)
+
+#: backend name -> the (concrete metric, spec) pairs it scores
+Plan = dict[str, list[tuple[str, MetricSpec]]]
+
+
+class RunError(ValueError):
+    """A run that cannot start as asked (unknown backend or metric, unavailable library, bad folder)."""
+
+
+def plan_metrics(
+    backends: Sequence[str] | None, metrics: Sequence[str] | None, k: int,
+    options: Optional[RunOptions] = None,
+) -> Plan:
+    """Which concrete metrics each backend will score. Raises `RunError` for anything unknown.
+
+    With no ``metrics``, every metric of each backend is planned; a requested metric that a backend
+    does not offer is skipped for that backend, but must be offered by at least one of them.
+    """
+    if k < 1:
+        raise RunError(f"--k must be a positive integer, got {k}")
+    registry = get_backends()
+    names = list(backends or DEFAULT_BACKENDS)
+    plan: Plan = {}
+    offers: dict[str, list[MetricSpec]] = {}
+    for name in names:
+        if name not in registry:
+            raise RunError(
+                f"unknown backend {name!r}; registered backends: {', '.join(sorted(registry))}"
+            )
+        backend = registry[name]
+        if not backend.available():
+            raise RunError(
+                f"backend {name!r} is not available: its library is not installed "
+                f"(install it with: {backend.install_hint or 'see its documentation'})"
+            )
+        try:
+            specs = offers[name] = backend.metrics_for(options or RunOptions(k=k))
+        except ValueError as exc:  # options the backend cannot use (e.g. a bad rubric file)
+            raise RunError(str(exc)) from None
+        chosen: list[tuple[str, MetricSpec]] = []
+        for spec in specs:
+            if metrics:
+                for req in metrics:
+                    concrete = resolve_metric(spec.name, req, k)
+                    if concrete and concrete not in [c for c, _ in chosen]:
+                        chosen.append((concrete, spec))
+            else:
+                chosen.append((resolve_metric(spec.name, spec.name, k) or spec.name, spec))
+        plan[name] = chosen
+    if metrics:
+        offered = {c for chosen in plan.values() for c, _ in chosen}
+        for req in metrics:
+            if not any(
+                resolve_metric(spec.name, req, k) for chosen in plan.values() for _, spec in chosen
+            ) and req not in offered:
+                all_names = sorted({s.name for n in names for s in offers[n]})
+                raise RunError(
+                    f"no selected backend offers metric {req!r}; "
+                    f"metrics of {', '.join(names)}: {', '.join(all_names)}"
+                )
+    return plan

@@ -1,0 +1,416 @@
+"""The runner: scores cases with the planned backends, recording each score as it arrives.
+
+`evaluate_async` goes through these steps, each a function or class of this module or a neighbour:
+
+1. `plan_metrics` (which backend scores which metric) and `_check_judge` (a judged metric needs a
+   judge, whose key and endpoint are checked before anything is called or written);
+2. `RunFolder.prepare`: a new run, a resumed one or a replaced one (`ragbridge.run.folder`);
+3. with a target, `fill_cases`: each case's chunks and answer from the system under test;
+4. `_new_manifest`, `RunFolder.resume` (what the earlier sessions scored is kept) and
+   `RunFolder.start`;
+5. `_jobs`: per backend and metric the cases to score, and the scores known at once (a case
+   without a field the metric requires is skipped, a failed target call is each score's error);
+6. `_score`: the lifecycle, once per run for each backend used: its environment defaults applied
+   (`applied_environment`), ``open``, its jobs driven concurrently (`_drive`), ``close``;
+7. `_Recorder`: each score's judge usage, the folder, ``on_score``, the progress bar, the heartbeat
+   and the manifest's counts.
+
+The counts cover every session of a resumed run: the judge's traffic is added to the earlier
+sessions' (a session that was killed counts what its last heartbeat recorded), and the score and
+duplicate-chunk counts are taken from the whole run. ``timing.wall_seconds`` holds each backend's
+wall-clock span, from the start of scoring to its last score, added up over the sessions the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+
+from .. import __version__
+from ..backend import Backend, RunOptions, ScoringContext, error_text
+from ..formats.records import fingerprint
+from ..plugins import get_backends
+from ..schema import Case, RunManifest, Score
+from .folder import JUDGE_COUNTS, Run, RunFolder, now, this_process
+from .plan import Plan, RunError, plan_metrics
+from .target import fill_cases, load_target, target_error
+
+__all__ = ["evaluate", "evaluate_async", "applied_environment"]
+
+Job = tuple[Backend, str, list[Case]]
+
+
+def evaluate(cases: Sequence[Case], *args: Any, **kwargs: Any) -> Run:
+    """Score ``cases`` and return the `Run`: the synchronous form of `evaluate_async` (same arguments)."""
+    return asyncio.run(evaluate_async(cases, *args, **kwargs))
+
+
+async def evaluate_async(
+    cases: Sequence[Case],
+    backends: Sequence[str] | None = None,
+    metrics: Sequence[str] | None = None,
+    out: str | Path | None = None,
+    options: RunOptions | None = None,
+    judge: Any = None,
+    dataset_path: str | None = None,
+    progress: bool = False,
+    overwrite: bool = False,
+    on_score: Optional[Callable[[Score], None]] = None,
+    target: Any = None,
+    target_concurrency: int = 4,
+) -> Run:
+    """Score ``cases`` with ``backends`` (default: native) and return the `Run`.
+
+    ``metrics`` are canonical names (``recall@5``, ``faithfulness``; default: every metric of each
+    backend). ``judge`` is a ``ragbridge.judge.JudgeConfig``, needed only when a planned metric uses a
+    judge. With ``out`` the run folder is written, and resumed if it already holds a run of the same
+    cases (``overwrite`` replaces it instead). With ``target`` (a spec for
+    `ragbridge.run.target.load_target`, or a loaded `Target`) each case's chunks and answer come
+    from calling the system under test first. ``on_score`` is called with each score as it is
+    recorded.
+    """
+    options = options or RunOptions()
+    cases = list(cases)
+    if not cases:
+        raise RunError("no cases to evaluate")
+    plan = plan_metrics(backends, metrics, options.k, options)
+    needs_judge = _check_judge(plan, judge)
+    if isinstance(target, str):
+        target = load_target(target)
+    golden_fp = fingerprint(cases)
+    folder = RunFolder(Path(out)) if out is not None else None
+    earlier = folder.prepare(overwrite, golden_fp, target=target is not None) if folder else None
+    dataset = {"path": dataset_path, "fingerprint": golden_fp, "n_cases": len(cases)}
+    if target is not None:
+        cases = await fill_cases(cases, target, record_path=folder.target_path if folder else None,
+                                 concurrency=target_concurrency, progress=progress)
+        dataset.update(fingerprint=fingerprint(cases), golden_fingerprint=golden_fp, target=target.spec)
+    manifest = _new_manifest(plan, cases, dataset, options, judge if needs_judge else None)
+    done = folder.resume(earlier, manifest) if earlier is not None else {}
+    if folder:
+        folder.start(cases, manifest)
+    jobs, immediate = _jobs(plan, cases, done)
+    gateway = None
+    if needs_judge:
+        from ..judge import JudgeGateway
+
+        gateway = JudgeGateway(judge, audit_log=folder.audit_path if folder else None)
+    total = len(immediate) + sum(len(c) for _, _, c in jobs)
+    recorder = _Recorder(manifest, cases, done, folder, gateway, on_score, _progress(progress, total))
+    interrupted = False
+    try:
+        if gateway is not None:
+            gateway.start()
+        for score in immediate:
+            recorder.record(score)
+        await _score(jobs, ScoringContext(options=options, judge=gateway), recorder)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        interrupted = True
+        raise
+    finally:
+        recorder.finish(interrupted, complete=len(recorder.scores) >= total + len(done))
+    order = {c.id: i for i, c in enumerate(cases)}
+    ordered = sorted(recorder.scores.values(), key=lambda s: (s.backend, s.metric, order.get(s.case_id, 0)))
+    return Run(manifest=manifest, scores=ordered, cases=cases, path=folder.path if folder else None)
+
+
+# --------------------------------------------------------------------------------------------
+# Before scoring
+
+
+def _check_judge(plan: Plan, judge: Any) -> bool:
+    """Whether a planned metric needs the judge; raises `RunError` when it has none, or when its key
+    or endpoint does not work (checked before anything is called or written)."""
+    if not any(spec.judge for chosen in plan.values() for _, spec in chosen):
+        return False
+    if judge is None:
+        judged = sorted({f"{b}:{m}" for b, chosen in plan.items() for m, s in chosen if s.judge})
+        raise RunError(
+            "these metrics need a judge: " + ", ".join(judged)
+            + "; pass --judge-model and --judge-base-url (or set them in ragbridge.toml)"
+        )
+    from ..judge import JudgeGateway
+
+    probe = JudgeGateway(judge)  # preflight needs no started gateway: nothing is served yet
+    try:
+        probe.preflight()
+    except Exception as exc:
+        raise RunError(str(exc)) from None
+    finally:
+        probe.close()
+    return True
+
+
+def _new_manifest(
+    plan: Plan, cases: list[Case], dataset: dict[str, Any], options: RunOptions, judge: Any
+) -> RunManifest:
+    """This session's manifest (``judge``: the config when a planned metric uses it, else None)."""
+    registry = get_backends()
+    manifest = RunManifest(
+        ragbridge_version=__version__,
+        dataset=dataset,
+        backends={b: registry[b].version() for b in plan},
+        metrics={b: [m for m, _ in chosen] for b, chosen in plan.items()},
+        options=options.public(),
+        judge=judge.public_dict() if judge is not None else None,
+        digests={b: d for b, chosen in plan.items() if (d := {m: s.digest for m, s in chosen if s.digest})},
+        started_at=now(),
+        process=this_process(),
+    )
+    if judge is not None and (same := _self_judging(judge.model, options, cases)):
+        manifest.judge["self_judging"] = same
+    return manifest
+
+
+def _self_judging(judge_model: str, options: RunOptions, cases: Sequence[Case]) -> Optional[dict[str, Any]]:
+    """Whether the judge is the system under test's own model, by ``options.generator_model`` or each
+    case's ``metadata["generator_model"]`` (compared case-insensitively, without a ``provider/``
+    prefix)."""
+    def norm(model: Any) -> str:
+        return str(model).strip().casefold().rsplit("/", 1)[-1]
+
+    models = [options.generator_model or c.metadata.get("generator_model") for c in cases]
+    same = [m for m in models if m and norm(m) == norm(judge_model)]
+    return {"generator_model": same[0], "cases": len(same)} if same else None
+
+
+def _jobs(plan: Plan, cases: list[Case], done: dict) -> tuple[list[Job], list[Score]]:
+    """Per backend and metric, the cases still to score; and the scores known without scoring: a
+    failed target call (the error) and a case that lacks a field the metric requires (skipped)."""
+    registry = get_backends()
+    jobs: list[Job] = []
+    immediate: list[Score] = []
+    for bname, chosen in plan.items():
+        for metric, spec in chosen:
+            eligible = []
+            for case in (c for c in cases if (c.id, metric, bname) not in done):
+                missing = [r for r in spec.requires if r not in case.fields_present()]
+                failed = target_error(case)
+                if failed or missing:
+                    reason = None if failed else "skipped: case has no " + ", ".join(missing)
+                    immediate.append(Score(case_id=case.id, metric=metric, backend=bname,
+                                           native_metric=spec.native_name, error=failed, reason=reason))
+                else:
+                    eligible.append(case)
+            if eligible:
+                # the full list object when nothing was filtered, so backends can reuse work per list
+                jobs.append((registry[bname], metric, cases if len(eligible) == len(cases) else eligible))
+    return jobs, immediate
+
+
+# --------------------------------------------------------------------------------------------
+# Scoring: the backends' lifecycle
+
+
+async def _score(jobs: list[Job], ctx: ScoringContext, recorder: _Recorder) -> None:
+    """Run ``jobs``: each backend used is set up once (environment, ``open``), its jobs are driven
+    concurrently and each score is recorded as it arrives; then every opened backend is closed."""
+    queue: asyncio.Queue = asyncio.Queue()
+    environment = contextlib.ExitStack()  # the backends' environment defaults, while the run lasts
+    contexts: dict[str, ScoringContext] = {}
+    opened: list[Backend] = []
+    try:
+        for b in dict.fromkeys(b for b, _, _ in jobs):
+            environment.enter_context(applied_environment(b.environment()))
+            contexts[b.name] = await _open(b, ctx)
+            opened.append(b)
+        tasks = [asyncio.create_task(_drive(b, m, c, contexts[b.name], queue)) for b, m, c in jobs]
+        remaining = sum(len(c) for _, _, c in jobs)
+        started = time.monotonic()
+        while remaining:
+            score = await queue.get()
+            recorder.record(score, seconds=time.monotonic() - started)
+            remaining -= 1
+        await asyncio.gather(*tasks)
+    finally:
+        for b in reversed(opened):
+            await _close(b, contexts[b.name])
+        environment.close()
+
+
+@contextlib.contextmanager
+def applied_environment(defaults: dict[str, str]) -> Iterator[None]:
+    """Set each of ``defaults`` that is not set in ``os.environ``; unset them again on exit (a
+    variable the user set, or one set meanwhile, is left alone)."""
+    added = {k: str(v) for k, v in defaults.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for k, v in added.items():
+            if os.environ.get(k) == v:
+                del os.environ[k]
+
+
+@dataclass(frozen=True)
+class _OpenFailed:
+    error: str
+
+
+class _BackendFault(Exception):
+    """A backend that cannot score at all (its ``open`` failed): the error of every case it was given."""
+
+
+async def _open(backend: Backend, ctx: ScoringContext) -> ScoringContext:
+    """The backend's context for this run: ``session`` is what its ``open`` returned. A failing
+    ``open`` is kept as the session's error, and every case the backend is given gets it."""
+    try:
+        return ctx.for_session(await backend.open(ctx.for_session(None)))
+    except Exception as exc:
+        return ctx.for_session(_OpenFailed(error_text(exc)))
+
+
+async def _close(backend: Backend, ctx: ScoringContext) -> None:
+    if isinstance(ctx.session, _OpenFailed):
+        return
+    try:
+        await backend.close(ctx)
+    except Exception as exc:  # scores are recorded already: a failing close must not lose the run
+        import warnings
+
+        warnings.warn(f"backend {backend.name!r} failed to close: {error_text(exc)}", RuntimeWarning)
+
+
+async def _drive(
+    backend: Backend, metric: str, cases: Sequence[Case], ctx: ScoringContext, queue: asyncio.Queue
+) -> None:
+    """Put every score of one job on ``queue``: one per case, whatever the backend does (a fault is
+    the error of each case it did not score; a case it forgot is an error too)."""
+    pending = {c.id for c in cases}
+    error = "backend returned no score for this case"
+    try:
+        if isinstance(ctx.session, _OpenFailed):
+            raise _BackendFault(ctx.session.error)
+        async for score in backend.score(metric, cases, ctx):
+            pending.discard(score.case_id)
+            await queue.put(score)
+    except Exception as exc:  # a backend fault: every case it did not score gets the error
+        error = str(exc) if isinstance(exc, _BackendFault) else error_text(exc)
+    for case in cases:
+        if case.id in pending:
+            await queue.put(Score(case_id=case.id, metric=metric, backend=backend.name, error=error))
+
+
+# --------------------------------------------------------------------------------------------
+# Recording
+
+
+class _Recorder:
+    """Where each score goes as it arrives: its judge usage is filled in, it is kept (the last per
+    key wins), appended to the folder, passed to ``on_score`` and counted by the progress bar; every
+    `HEARTBEAT_SECONDS` the manifest is rewritten with the counts so far."""
+
+    def __init__(self, manifest: RunManifest, cases: Sequence[Case], done: dict, folder: Optional[RunFolder],
+                 gateway: Any, on_score: Optional[Callable[[Score], None]], bar: Optional["_Bar"]):
+        self.manifest, self.folder, self.gateway = manifest, folder, gateway
+        self.on_score, self.bar = on_score, bar
+        self.scores: dict[tuple[str, str, str], Score] = dict(done)
+        # what the run's earlier sessions counted (a resumed run), to add this session's to
+        self.earlier_judge = dict(manifest.counts.get("judge", {}))
+        self.earlier_wall = dict(manifest.timing.get("wall_seconds", {}))
+        self.last_score_at: dict[str, float] = {}  # per backend, seconds from the start of scoring
+        self.n_duplicates = sum(len(c.contexts) - len({ch.id for ch in c.contexts}) for c in cases)
+        self.n_target_errors = sum(1 for c in cases if target_error(c))
+
+    def record(self, score: Score, seconds: Optional[float] = None) -> None:
+        """Record one score (``seconds``: since scoring started, for its backend's wall time)."""
+        if seconds is not None:
+            self.last_score_at[score.backend] = seconds
+        gateway = self.gateway
+        if gateway is not None and score.judge_calls == 0:
+            usage = gateway.usage(score.backend, score.metric, score.case_id)
+            score.judge_calls = usage.calls + usage.cache_hits
+            score.prompt_tokens = usage.prompt_tokens
+            score.completion_tokens = usage.completion_tokens
+        if gateway is not None and score.error:
+            gateway.forget(score.backend, score.metric, score.case_id)
+        self.scores[score.key] = score
+        if self.folder:
+            self.folder.append(score)
+        if self.on_score:
+            self.on_score(score)
+        if self.bar:
+            self.bar.advance()
+        if self.folder and self.folder.heartbeat_due:
+            self.update_counts()
+            self.folder.heartbeat(self.manifest)
+
+    def update_counts(self) -> None:
+        manifest = self.manifest
+        manifest.counts.update(_counts(self.scores.values()), duplicate_chunk_ids=self.n_duplicates)
+        if self.n_target_errors:
+            manifest.counts["target_errors"] = self.n_target_errors
+        if self.gateway is not None:
+            u = self.gateway.usage()
+            manifest.counts["judge"] = {k: self.earlier_judge.get(k, 0) + getattr(u, k) for k in JUDGE_COUNTS}
+        spans = {b: round(self.earlier_wall.get(b, 0.0) + self.last_score_at.get(b, 0.0), 3)
+                 for b in {**self.earlier_wall, **self.last_score_at}}
+        manifest.timing = {**manifest.timing, "wall_seconds": spans}
+
+    def finish(self, interrupted: bool, complete: bool) -> None:
+        """The session's end: stop the bar and the gateway, record the status and the counts."""
+        if self.bar:
+            self.bar.stop()
+        if self.gateway is not None:
+            self.gateway.close()
+        manifest = self.manifest
+        manifest.finished_at = now()
+        manifest.status = "interrupted" if interrupted else ("complete" if complete else "incomplete")
+        self.update_counts()
+        if self.gateway is not None and self.gateway.stub_detected:
+            # every judged score of this run came from ragbridge's stub judge, not a model
+            manifest.judge = {**(manifest.judge or {}), "stub": True}
+        if self.folder:
+            self.folder.finish(manifest)
+
+
+def _counts(scores: Iterable[Score]) -> dict[str, int]:
+    counts = {"scores": 0, "scored": 0, "undefined": 0, "errored": 0}
+    for s in scores:
+        counts["scores"] += 1
+        counts[{"scored": "scored", "undefined": "undefined", "error": "errored"}[s.status]] += 1
+    return counts
+
+
+class _Bar:
+    """The progress bar on stderr, redrawn at most every 0.1 s."""
+
+    def __init__(self, total: int):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import TimeRemainingColumn
+
+        self.progress = Progress(
+            TextColumn("scoring"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=False,
+        )
+        self.task = self.progress.add_task("scoring", total=total)
+        self.progress.start()
+        self._last = 0.0
+        self._pending = 0
+
+    def advance(self) -> None:
+        self._pending += 1
+        now = time.monotonic()
+        if now - self._last > 0.1:
+            self.progress.advance(self.task, self._pending)
+            self._pending = 0
+            self._last = now
+
+    def stop(self) -> None:
+        self.progress.advance(self.task, self._pending)
+        self.progress.stop()
+
+
+def _progress(enabled: bool, total: int) -> Optional[_Bar]:
+    return _Bar(total) if enabled and total else None
