@@ -97,7 +97,7 @@ class Run:
                 self.repeat_scores = self.scores
 
     def summary(self, by_tag: bool = True):
-        from ..summary import summarize
+        from .summary import summarize
 
         return summarize(self.scores, self.cases, by_tag=by_tag)
 
