@@ -17,8 +17,8 @@ import pytest
 from conftest import EXAMPLE
 from ragbridge import evaluate, load_cases, load_run
 from ragbridge.judge import JudgeConfig
-from ragbridge.noise import noise_figures
-from ragbridge.ppi import ppi_mean
+from ragbridge.analysis.noise import noise_figures
+from ragbridge.analysis.stats import ppi_mean
 from ragbridge.testing import StubJudge
 
 PRICE = {"stub-judge": {"input": 0.5, "output": 2.0}}
@@ -212,7 +212,7 @@ def test_library_backends_repeat_replay_and_dry_run_exactly(tmp_path, cases, bac
 
 
 def test_a_drop_within_judge_noise_is_reported_as_such(tmp_path, cases):
-    from ragbridge.noise import within_noise
+    from ragbridge.analysis.noise import within_noise
     from ragbridge.run import Run
 
     with StubJudge(noise=0.2, noise_seed=5) as stub:
@@ -230,7 +230,7 @@ def test_a_drop_within_judge_noise_is_reported_as_such(tmp_path, cases):
 
 
 def test_ppi_estimates_from_a_run_and_a_few_labels():
-    from ragbridge.ppi import ppi_estimates
+    from ragbridge.analysis.ppi import ppi_estimates
 
     rng = random.Random(3)
     truth = {f"c{i}": rng.random() < 0.6 for i in range(400)}
@@ -266,7 +266,7 @@ def test_the_audit_log_names_the_case_and_the_repeat(tmp_path, cases):
 
 
 def test_gate_check_for_repeats_and_the_report_section(tmp_path, cases):
-    from ragbridge.noise import check_repeats, noise_section
+    from ragbridge.analysis.noise import check_repeats, noise_section
 
     with StubJudge(noise=0.3, noise_seed=9) as stub:
         once = _abstention(cases, _config(stub, tmp_path, "a.sqlite"))

@@ -88,7 +88,7 @@ class Run:
 
     def __post_init__(self) -> None:
         if self.repeat_scores is None:
-            from ..repeats import collapse_repeats, has_repeats
+            from .repeats import collapse_repeats, has_repeats
 
             if has_repeats(self.scores):
                 self.repeat_scores = list(self.scores)
@@ -121,15 +121,6 @@ class Run:
             row["cost"] = float("nan") if s.cost is None else row["cost"] + s.cost
         columns = ["backend", "metric", "judge_calls", "prompt_tokens", "completion_tokens", "cost"]
         return pd.DataFrame(list(rows.values()), columns=columns)
-
-    def noise(self):
-        """Judge noise per backend and metric, from the repeats (`ragbridge.noise.noise_figures`): a
-        DataFrame, empty for a run without repeats."""
-        import pandas as pd
-
-        from ..noise import noise_figures
-
-        return pd.DataFrame(noise_figures(self.repeat_scores or []))
 
 
 def pass_at_least(manifest: RunManifest) -> Optional[int]:

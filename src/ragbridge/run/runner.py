@@ -18,7 +18,7 @@
 Repeats (``repeats=N``): every judged metric is scored N times, as distinct judge calls (the repeat
 index travels with the case id the backend sees, `ragbridge.judge.repeat`, and is part of the
 cache key); each repeat is its own `Score` (``repeat`` 0..N-1), and the returned `Run`'s
-``scores`` are each case's mean over its repeats (`ragbridge.repeats`). A budget
+``scores`` are each case's mean over its repeats (`ragbridge.run.repeats`). A budget
 (``max_calls``, ``max_cost``: for the whole run, earlier sessions included) stops a run cleanly:
 once it is spent the gateway refuses further upstream calls, each score that needed one is recorded
 as not run (``Score.not_run``, not an error), the status is ``incomplete``, and a later run with a

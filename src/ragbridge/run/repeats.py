@@ -14,7 +14,7 @@ import math
 from collections import defaultdict
 from typing import Iterable, Optional, Sequence
 
-from .schema import Repeats, Score
+from ..schema import Repeats, Score
 
 __all__ = ["has_repeats", "collapse_repeats", "majority"]
 

@@ -26,10 +26,11 @@ import math
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
-from .schema import Score
+from ..schema import Score
+from .stats import normal_quantile
 
 __all__ = ["noise_figures", "case_spread", "noise_band", "mde", "repeats_of", "within_noise", "check_repeats",
-           "noise_section", "POWER", "ALPHA_LEVEL"]
+           "noise_section", "noise_table", "POWER", "ALPHA_LEVEL"]
 
 POWER = 0.8
 ALPHA_LEVEL = 0.05
@@ -49,9 +50,7 @@ def _verdict(s: Score, threshold: Threshold) -> Optional[bool]:
 
 
 def _z(p: float) -> float:
-    from scipy.stats import norm
-
-    return float(norm.ppf(p))
+    return normal_quantile(p)
 
 
 def mde(within_sd: Optional[float], n_cases: int, repeats: int, *, power: float = POWER,
@@ -200,6 +199,20 @@ def within_noise(base: Any, new: Any, *, alpha_level: float = ALPHA_LEVEL,
             "alpha_level": alpha_level, "power": power,
         })
     return rows
+
+
+def noise_table(run: Any, threshold: Threshold = DEFAULT_THRESHOLD):
+    """`noise_figures` of a run (a `ragbridge.Run` or its folder) as a DataFrame, one row per backend
+    and metric with repeats (empty for a run without)."""
+    import pandas as pd
+
+    from ..run import load_run
+
+    if not hasattr(run, "repeat_scores"):
+        run = load_run(run)
+    columns = ["backend", "metric", "n_cases", "repeats", "within_sd", "mean_sd", "flip_share", "alpha",
+               "mde", "power", "alpha_level"]
+    return pd.DataFrame(noise_figures(run.repeat_scores or [], threshold=threshold), columns=columns)
 
 
 def check_repeats(run: Any, min_repeats: int) -> Optional[str]:
