@@ -473,6 +473,8 @@ class _Recorder:
             manifest.counts["budget"] = {**budget, "spent": self.gateway.budget_spent}
         if dry_run:
             manifest.status = "dry-run"
+            if self.gateway is not None:
+                manifest.counts["planned"] = _planned(self.gateway)
         if self.gateway is not None and self.gateway.stub_detected:
             # every judged score of this run came from ragbridge's stub judge, not a model
             manifest.judge = {**(manifest.judge or {}), "stub": True}
@@ -489,6 +491,23 @@ def _counts(scores: Iterable[Score]) -> dict[str, int]:
     if not counts["not_run"]:
         del counts["not_run"]  # a run without a budget reads as it always did
     return counts
+
+
+def _planned(gateway: Any) -> dict[str, dict[str, Any]]:
+    """A dry run's ``counts.planned``: per ``backend:metric``, the calls it would make, the cache hits
+    and their cost (None: unknown)."""
+    priced = bool(gateway.config.prices)
+    out: dict[str, dict[str, Any]] = {}
+    for (backend, metric, _), u in sorted(gateway.usage_by_triple().items(), key=lambda kv: str(kv[0])):
+        if backend is None:
+            continue
+        row = out.setdefault(f"{backend}:{metric}",
+                             {"calls": 0, "cache_hits": 0, "cost": 0.0 if priced else None})
+        row["calls"] += u.calls
+        row["cache_hits"] += u.cache_hits
+        if row["cost"] is not None:
+            row["cost"] = None if u.unpriced else round(row["cost"] + u.cost, 10)
+    return out
 
 
 def _cost_counts(scores: Iterable[Score], config: Any, judge: dict[str, Any]) -> dict[str, Any]:

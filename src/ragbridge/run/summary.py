@@ -18,7 +18,14 @@ __all__ = ["summarize", "ALL", "COLUMNS", "claim_counts", "unsupported_claims"]
 
 ALL = "(all)"
 COLUMNS = ["backend", "metric", "tag", "mean", "n_scored", "n_undefined", "n_errored", "n", "n_claims",
-           "unsupported_share"]
+           "unsupported_share", "n_not_run", "cost"]
+
+
+def _cost(group: Sequence[Score]) -> float:
+    judged = [s for s in group if s.judge_calls]
+    if not judged or any(s.cost is None for s in judged):
+        return float("nan")
+    return sum(s.cost for s in judged)
 
 
 def summarize(scores: Sequence[Score], cases: Sequence[Case] = (), by_tag: bool = True):
@@ -28,6 +35,9 @@ def summarize(scores: Sequence[Score], cases: Sequence[Case] = (), by_tag: bool 
     the cases. ``mean`` is NaN when nothing was scored. Where the backend exposes claims
     (`claim_counts`), ``n_claims`` counts the scored answers that have claims and
     ``unsupported_share`` is the share of them with at least one unsupported claim (else 0 and NaN).
+    ``n_not_run`` counts the scores a spent budget left unrun; ``cost`` is what the judge calls of the
+    group's scores cost by the judge's price table (NaN when unknown: no price, or no judged score).
+    A score of a run with repeats is its case's mean over them.
     """
     import pandas as pd
 
@@ -55,6 +65,8 @@ def summarize(scores: Sequence[Score], cases: Sequence[Case] = (), by_tag: bool 
                 "n_claims": len(claims),
                 "unsupported_share": (sum(1 for _, bad in claims if bad) / len(claims)) if claims
                 else float("nan"),
+                "n_not_run": sum(1 for s in group if s.status == "not_run"),
+                "cost": _cost(group),
             }
         )
     frame = pd.DataFrame(rows, columns=COLUMNS)
