@@ -278,3 +278,27 @@ def test_gate_check_for_repeats_and_the_report_section(tmp_path, cases):
     assert section["repeats"] == 3 and section["figures"][0]["metric"] == "abstention"
     assert rows[0]["sd"] >= rows[-1]["sd"] and len(rows[0]["values"]) == 3
     assert noise_section(once)["cases"] == {}
+
+
+def test_cli_diff_and_gate_use_judge_noise(tmp_path, cases):
+    from conftest import ragbridge_cli
+
+    runs = {}
+    for name, seed in (("base", 5), ("new", 6)):
+        with StubJudge(noise=0.2, noise_seed=seed) as stub:
+            runs[name] = tmp_path / name
+            _abstention(cases, _config(stub, tmp_path, f"{name}.sqlite"), out=runs[name], repeats=3)
+    res = ragbridge_cli("diff", runs["base"], runs["new"], "--all", "--json", "--resamples", "200",
+                        "--permutations", "200")
+    assert res.returncode == 0, res.stderr
+    [row] = [r for r in json.loads(res.stdout)["summary"] if r["tag"] == "(all)"]
+    assert row["within_noise"] is True and row["noise_band"] > abs(row["delta"]) and row["mde"] > 0
+    text = ragbridge_cli("diff", runs["base"], runs["new"], "--resamples", "200", "--permutations", "200")
+    assert "within judge noise" in text.stdout
+    gates = tmp_path / "gates.toml"
+    gates.write_text('[[gate]]\ncheck = "abstention drop <= 0.5"\nbackend = "rubric"\nmin_repeats = 5\n')
+    res = ragbridge_cli("gate", runs["new"], "--config", gates, "--baseline", runs["base"])
+    assert res.returncode == 1 and "at least 5 repeats" in res.stdout and "judge noise" in res.stdout
+    gates.write_text('[[gate]]\ncheck = "abstention drop <= 0.5"\nbackend = "rubric"\nmin_repeats = 3\n')
+    res = ragbridge_cli("gate", runs["new"], "--config", gates, "--baseline", runs["base"])
+    assert res.returncode == 0, res.stdout
