@@ -302,3 +302,25 @@ def test_cli_diff_and_gate_use_judge_noise(tmp_path, cases):
     gates.write_text('[[gate]]\ncheck = "abstention drop <= 0.5"\nbackend = "rubric"\nmin_repeats = 3\n')
     res = ragbridge_cli("gate", runs["new"], "--config", gates, "--baseline", runs["base"])
     assert res.returncode == 0, res.stdout
+
+
+def test_cli_validate_estimates_the_whole_sets_pass_rate_from_a_few_labels(tmp_path, cases):
+    from conftest import ragbridge_cli
+
+    with StubJudge() as stub:
+        _abstention(cases, _config(stub, tmp_path), out=tmp_path / "run")
+    # 20 human labels: the truth here is the stub's own verdict, flipped on 3 cases
+    labels = tmp_path / "labels.jsonl"
+    run = load_run(tmp_path / "run")
+    scored = [s for s in run.scores if s.status == "scored"][:20]
+    rows = [{"case_id": s.case_id, "metric": "abstention", "label": "pass" if (s.value >= 0.5) != (i < 3)
+             else "fail"} for i, s in enumerate(scored)]
+    labels.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = ragbridge_cli("validate", tmp_path / "run", "--labels", labels, "--json")
+    assert res.returncode == 0, res.stderr
+    [row] = json.loads(res.stdout)["validation"]
+    assert row["n_paired"] == 20 and row["n_judged"] == sum(s.status == "scored" for s in run.scores)
+    assert row["ppi_pass_rate_low"] <= row["ppi_pass_rate"] <= row["ppi_pass_rate_high"]
+    assert row["human_pass_rate_low"] is not None and row["judge_pass_rate"] is not None
+    text = ragbridge_cli("validate", tmp_path / "run", "--labels", labels)
+    assert "prediction-powered inference" in text.stdout
