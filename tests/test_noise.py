@@ -324,3 +324,19 @@ def test_cli_validate_estimates_the_whole_sets_pass_rate_from_a_few_labels(tmp_p
     assert row["human_pass_rate_low"] is not None and row["judge_pass_rate"] is not None
     text = ragbridge_cli("validate", tmp_path / "run", "--labels", labels)
     assert "prediction-powered inference" in text.stdout
+
+
+def test_the_report_shows_noise_spread_per_case_and_cost(tmp_path, cases):
+    from conftest import ragbridge_cli
+
+    with StubJudge(noise=0.3, noise_seed=4) as stub:
+        _abstention(cases, _config(stub, tmp_path, prices=PRICE), out=tmp_path / "run", repeats=3)
+    for fmt in ("md", "html", "json"):
+        res = ragbridge_cli("report", tmp_path / "run", "--format", fmt, "--out", tmp_path / f"r.{fmt}")
+        assert res.returncode == 0, res.stderr
+    md = (tmp_path / "r.md").read_text()
+    assert "## Judge noise" in md and "Spread per case, rubric:abstention" in md and "Cost by" in md
+    assert 'id="noise"' in (tmp_path / "r.html").read_text()
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["noise"]["repeats"] == 3 and doc["cost"]["total"] > 0
+    assert doc["judge_usage"][0]["cost"] == pytest.approx(doc["cost"]["total"])
