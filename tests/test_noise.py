@@ -340,3 +340,30 @@ def test_the_report_shows_noise_spread_per_case_and_cost(tmp_path, cases):
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["noise"]["repeats"] == 3 and doc["cost"]["total"] > 0
     assert doc["judge_usage"][0]["cost"] == pytest.approx(doc["cost"]["total"])
+
+
+def test_cli_run_repeats_budget_dry_run_and_resume(tmp_path, cases):
+    from conftest import EXAMPLE, ragbridge_cli
+
+    with StubJudge() as stub:
+        (tmp_path / "ragbridge.toml").write_text(
+            f'[judge]\nmodel = "stub-judge"\nbase_url = "{stub.base_url}"\n'
+            '[judge.prices."stub-judge"]\ninput = 0.15\noutput = 0.6\n')
+        args = ["run", EXAMPLE, "--out", tmp_path / "run", "--backend", "rubric", "--metric", "abstention",
+                "--repeats", "2", "--no-progress"]
+        dry = ragbridge_cli(*args, "--dry-run", "--json", cwd=tmp_path)
+        assert dry.returncode == 0, dry.stderr
+        planned = json.loads(dry.stdout)
+        assert planned["dry_run"] is True and planned["calls"] > 40 and planned["cost"] > 0
+        assert not (tmp_path / "run").exists() and len(stub.posts()) == 0
+        stopped = ragbridge_cli(*args, "--max-calls", "40", cwd=tmp_path)
+        assert stopped.returncode == 4, stopped.stderr
+        assert "budget spent" in stopped.stderr and len(stub.posts()) == 40
+        left = json.loads(ragbridge_cli(*args, "--dry-run", "--json", cwd=tmp_path).stdout)
+        assert left["calls"] == planned["calls"] - 40 and left["kept"] > 0
+        done = ragbridge_cli(*args, "--json", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        doc = json.loads(done.stdout)
+        assert len(stub.posts()) == planned["calls"] == doc["counts"]["judge"]["calls"]
+        assert doc["counts"]["cost"]["total"] == pytest.approx(planned["cost"])
+        assert doc["summary"][0]["cost"] == pytest.approx(planned["cost"])
