@@ -123,7 +123,7 @@ def run(
       0    every planned score recorded, none errored
       2    bad input or configuration; nothing written
       3    the run finished, but some scores errored: run it again to retry them
-      4    the judge budget was spent: the rest is not run; run it again with a larger budget
+      4    the judge budget was spent: run it again with a larger budget
       130  interrupted: run it again to resume
     """
     if gain not in ("linear", "exponential"):
@@ -197,7 +197,7 @@ def rescore(
       0    every planned score recorded, none errored
       2    bad input or configuration
       3    some scores errored: run it again to retry them
-      4    the judge budget was spent: the rest is not run; run it again with a larger budget
+      4    the judge budget was spent: run it again with a larger budget
       130  interrupted: run it again to resume
     """
     if not (run_dir / "cases.jsonl").exists():
