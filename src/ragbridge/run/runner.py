@@ -63,6 +63,7 @@ async def evaluate_async(
     on_score: Optional[Callable[[Score], None]] = None,
     target: Any = None,
     target_concurrency: int = 4,
+    executor: Any = None,
 ) -> Run:
     """Score ``cases`` with ``backends`` (default: native) and return the `Run`.
 
@@ -72,7 +73,9 @@ async def evaluate_async(
     cases (``overwrite`` replaces it instead). With ``target`` (a spec for
     `ragbridge.run.target.load_target`, or a loaded `Target`) each case's chunks and answer come
     from calling the system under test first. ``on_score`` is called with each score as it is
-    recorded.
+    recorded. ``executor`` is where the scoring step runs: ``"local"`` (the default: this process)
+    or ``"ray"`` (a `ragbridge.run.ray_executor.RayExecutor`, or one given), with the same scores
+    and run folder.
     """
     options = options or RunOptions()
     cases = list(cases)
@@ -80,6 +83,7 @@ async def evaluate_async(
         raise RunError("no cases to evaluate")
     plan = plan_metrics(backends, metrics, options.k, options)
     needs_judge = _check_judge(plan, judge)
+    score = _scorer(executor)
     if isinstance(target, str):
         target = load_target(target)
     golden_fp = fingerprint(cases)
@@ -108,7 +112,7 @@ async def evaluate_async(
             gateway.start()
         for score in immediate:
             recorder.record(score)
-        await _score(jobs, ScoringContext(options=options, judge=gateway), recorder)
+        await score(jobs, ScoringContext(options=options, judge=gateway), recorder)
     except (KeyboardInterrupt, asyncio.CancelledError):
         interrupted = True
         raise
@@ -144,6 +148,14 @@ def _check_judge(plan: Plan, judge: Any) -> bool:
     finally:
         probe.close()
     return True
+
+
+def _scorer(executor: Any) -> Callable:
+    """The scoring step of ``executor``: `_score` in this process, or a distributed executor's."""
+    from .ray_executor import executor_for
+
+    chosen = executor_for(executor)
+    return _score if chosen is None else chosen.score
 
 
 def _new_manifest(
