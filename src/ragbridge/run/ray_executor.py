@@ -48,6 +48,7 @@ import contextlib
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -87,19 +88,26 @@ def ray_session(address: Optional[str] = None, *, num_cpus: Optional[int] = None
 
     ``hide``: environment variables (the judge key's) taken out of the environment while Ray starts,
     so that no Ray process, and no worker they start, inherits them."""
+    local = address in (None, "local")
+    saved = {k: os.environ.get(k) for k in (*_RAY_TOUCHED, *hide)}
+    if local and "ray" not in sys.modules:
+        os.environ.update(LOCAL_ENVIRONMENT)  # Ray reads some of it when it is imported
     import ray
+    from ray._private import ray_constants
 
     if ray.is_initialized():
+        _restore(saved)
         yield ray
         return
-    saved = {k: os.environ.get(k) for k in (*_RAY_TOUCHED, *hide)}
+    any_address = ray_constants.ENABLE_RAY_CLUSTER
     tmp = None
     try:
         os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
         for name in hide:
             os.environ.pop(name, None)
-        if address in (None, "local"):
-            os.environ.update(LOCAL_ENVIRONMENT)
+        if local:
+            os.environ.update(LOCAL_ENVIRONMENT)  # for Ray's processes
+            ray_constants.ENABLE_RAY_CLUSTER = False  # for this one, if Ray was imported before
             # a short folder: Ray's AF_UNIX socket paths under it must stay within 107 bytes
             tmp = tempfile.mkdtemp(prefix="rb-ray-", dir="/tmp" if os.path.isdir("/tmp") else None)
             home = os.path.join(tmp, "home")
@@ -116,6 +124,7 @@ def ray_session(address: Optional[str] = None, *, num_cpus: Optional[int] = None
     finally:
         with contextlib.suppress(Exception):
             ray.shutdown()
+        ray_constants.ENABLE_RAY_CLUSTER = any_address
         _restore(saved)
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
