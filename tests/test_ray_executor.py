@@ -72,8 +72,10 @@ def test_same_run_folder_and_scores_as_local(tmp_path, example_cases, ray_local)
     assert {s.key: s.value for s in local.scores} == {s.key: s.value for s in remote.scores}
     ma, mb = (json.loads((tmp_path / d / "run.json").read_text()) for d in ("local", "ray"))
     assert ma["counts"]["scores"] == mb["counts"]["scores"] and mb["status"] == "complete"
-    assert (ma["counts"]["judge"]["calls"] + ma["counts"]["judge"]["cache_hits"]
-            == mb["counts"]["judge"]["calls"] + mb["counts"]["judge"]["cache_hits"])
+    # every score's calls are equal (above); the totals may differ by what a backend asks once per
+    # session (TruLens's endpoint probe): once per actor instead of once per run
+    assert mb["counts"]["judge"]["calls"] + mb["counts"]["judge"]["cache_hits"] >= sum(
+        v["judge_calls"] for v in b.values())
     assert mb["judge"]["stub"] is True
     assert sorted(p.name for p in (tmp_path / "local").iterdir()) == sorted(
         p.name for p in (tmp_path / "ray").iterdir())
@@ -91,7 +93,8 @@ def test_native_blocks_equal_local(tmp_path, ray_local):
         docs = [f"d{rng.randrange(40)}" for _ in range(12)]
         rel = {f"d{j}": rng.randrange(0, 3) for j in rng.sample(range(40), rng.randrange(0, 5))}
         cases.append(Case(id=f"q{i}", question="q", answer="the refund window is 30 days",
-                          contexts=[{"id": f"{d}#{k % 2}", "source": d, "text": d} for k, d in enumerate(docs)],
+                          contexts=[{"id": f"{d}#{k % 2}", "source": d, "text": d}
+                                    for k, d in enumerate(docs)],
                           relevant=rel, must_contain=["30 days"]))
     metrics = ["recall@5", "precision@3", "hit@10", "mrr", "ndcg@5", "map", "must_contain"]
     evaluate(cases, metrics=metrics, out=tmp_path / "local")
@@ -226,8 +229,8 @@ DRIVER = textwrap.dedent(
             json.dump({"files": found, "environs": environs, "session": session}, fh)
 
     cases = load_cases(golden)
-    cfg = JudgeConfig(model="gpt-4o-mini", base_url=base_url, cache_path=cache, api_key_env="RB_TEST_JUDGE_KEY",
-                      max_concurrency=2)
+    cfg = JudgeConfig(model="gpt-4o-mini", base_url=base_url, cache_path=cache,
+                      api_key_env="RB_TEST_JUDGE_KEY", max_concurrency=2)
     run = evaluate(cases, backends=["native", "rubric"], metrics=["recall@5", "mrr", "faithfulness"], out=out,
                    judge=cfg, executor=RayExecutor(num_cpus=2, object_store_memory=256 * 2**20, actors=2,
                                                    batch_size=2),
