@@ -16,6 +16,7 @@ from scipy import stats
 from conftest import EXAMPLE, ragbridge_cli
 from ragbridge import Case, RunManifest, Score, load_cases
 from ragbridge import analysis as an
+from ragbridge.analysis import stats as st
 from ragbridge.formats.canonical import write_jsonl
 from ragbridge.formats.records import fingerprint
 
@@ -183,23 +184,23 @@ def test_vectorised_replicates_equal_the_libraries():
     rng = np.random.default_rng(1)
     x = np.round(rng.random((40, 25)), 1)  # rounding makes ties
     y = np.round(0.5 * x + 0.5 * rng.random((40, 25)), 1)
-    sp, kd, pr = an._spearman_v(x, y), an._kendall_v(x, y), an._pearson_v(x, y)
+    sp, kd, pr = st.spearman_rows(x, y), st.kendall_rows(x, y), st.pearson_rows(x, y)
     for i in range(len(x)):
         assert sp[i] == pytest.approx(stats.spearmanr(x[i], y[i]).statistic)
         assert kd[i] == pytest.approx(stats.kendalltau(x[i], y[i]).statistic)
         assert pr[i] == pytest.approx(stats.pearsonr(x[i], y[i]).statistic)
     a, b = x > 0.5, y > 0.45
-    kv, bv = an._kappa_v(a, b), an._balanced_accuracy_v(a, b)
+    kv, bv = st.kappa_rows(a, b), st.balanced_accuracy_rows(a, b)
     for i in range(len(x)):
         assert kv[i] == pytest.approx(cohen_kappa_score(a[i], b[i]))
         assert bv[i] == pytest.approx(balanced_accuracy_score(a[i], b[i]))
     # the large-n path (scipy row by row) gives the same numbers
     big_x, big_y = rng.random((2, 130)), rng.random((2, 130))
-    assert an._kendall_v(big_x, big_y)[1] == pytest.approx(stats.kendalltau(big_x[1], big_y[1]).statistic)
+    assert st.kendall_rows(big_x, big_y)[1] == pytest.approx(stats.kendalltau(big_x[1], big_y[1]).statistic)
     # undefined stays undefined, never 0
-    assert math.isnan(an._kappa_v(np.ones(5, bool), np.ones(5, bool)))
-    assert math.isnan(an.spearman([0.5, 0.5, 0.5], [0.1, 0.2, 0.3]))
-    assert all(math.isnan(v) for v in an.bootstrap_interval(an._pearson_v, ([0.5] * 6, [0.1] * 6)))
+    assert math.isnan(st.kappa_rows(np.ones(5, bool), np.ones(5, bool)))
+    assert math.isnan(st.spearman([0.5, 0.5, 0.5], [0.1, 0.2, 0.3]))
+    assert all(math.isnan(v) for v in st.bootstrap_interval(st.pearson_rows, ([0.5] * 6, [0.1] * 6)))
 
 
 def test_disagreements_show_every_backend_value_and_reason(mixed_run):

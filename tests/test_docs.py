@@ -43,7 +43,7 @@ def test_the_walkthroughs_are_linked_from_the_readme_and_have_commands():
 
 def _shims(bin_dir: Path) -> None:
     bin_dir.mkdir()
-    cli = f'exec "{sys.executable}" -c "from ragbridge.cli import run_cli; run_cli()" "$@"'
+    cli = f'exec "{sys.executable}" -c "from ragbridge.commands import run_cli; run_cli()" "$@"'
     for name, body in (("ragbridge", cli), ("python", f'exec "{sys.executable}" "$@"')):
         shim = bin_dir / name
         shim.write_text(f"#!/bin/sh\n{body}\n", encoding="utf-8")

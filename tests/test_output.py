@@ -280,8 +280,8 @@ def test_help_shows_flags_as_flags_and_a_value_after_a_flag_is_refused(tmp_path)
 
 
 def test_reprs_are_one_short_line(runs):
-    from ragbridge.gate import run_gates
-    from ragbridge.regression import diff_runs
+    from ragbridge.analysis.diff import diff_runs
+    from ragbridge.analysis.gate import run_gates
 
     run = load_run(runs["judged"])
     assert repr(run) == f"Run({str(runs['judged'])!r}, 53 cases, {len(run.scores)} scores, complete)"

@@ -379,7 +379,7 @@ def test_cli_run_talks_only_to_the_judge(tmp_path, example):
         import subprocess
 
         res = subprocess.run(
-            [sys.executable, "-c", "from ragbridge.cli import run_cli; run_cli()", "run", str(data),
+            [sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()", "run", str(data),
              "--out", str(out), "--backend", "ragas", "--judge-model", "stub-judge",
              "--judge-base-url", stub.base_url, "--embedding-model", "stub-embedder",
              "--cache-path", str(tmp_path / "cache.sqlite"), "--no-progress"],

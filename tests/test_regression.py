@@ -13,17 +13,12 @@ import pytest
 
 from conftest import EXAMPLE, ragbridge_cli
 from ragbridge import RunManifest, Score, load_cases
-from ragbridge.diff import (
-    IncompleteRunError,
-    RegressionError,
-    diff_runs,
-    paired_bootstrap_ci,
-    paired_permutation_pvalue,
-    run_problems,
-)
-from ragbridge.gate import GateConfigError, load_gates, run_gates
+from ragbridge.analysis.diff import IncompleteRunError, RegressionError, diff_runs, run_problems
+from ragbridge.analysis.gate import GateConfigError, load_gates, run_gates
+from ragbridge.analysis.stats import paired_bootstrap_ci, paired_permutation_pvalue
 from ragbridge.formats.canonical import write_jsonl
 from ragbridge.formats.records import fingerprint
+from ragbridge.report import ci
 
 CASES = load_cases(EXAMPLE)
 IDS = [c.id for c in CASES]
@@ -472,14 +467,14 @@ def test_junit_and_markdown(runs):
         {"gate": [{"check": "recall@5 >= 0.5"}, {"check": "recall@5 drop <= 0.01"}, {"check": "abstention >= 0.5", "min_n": 99, "below_min_n": "skip"}]},
         baseline=b,
     )
-    root = ET.fromstring(report.to_junit())
+    root = ET.fromstring(ci.junit_xml(report))
     suite = root.find("testsuite")
     assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("3", "1", "1")
     cases = suite.findall("testcase")
     assert [c.get("name") for c in cases] == ["recall@5 >= 0.5", "recall@5 drop <= 0.01", "abstention >= 0.5"]
     failure = cases[1].find("failure")
     assert failure is not None and info["worse"][0] in failure.text
-    md = report.to_markdown()
+    md = ci.markdown(report)
     assert md.startswith("## ragbridge gate ❌ failed")
     assert "| 2 | native | recall@5 drop &lt;= 0.01 |" in md and "❌ fail" in md and "⏭️ skip" in md
     assert "| case | baseline | run | change |" in md and info["worse"][0] in md
@@ -583,7 +578,7 @@ def test_hostile_strings_are_escaped_in_markdown_and_junit(tmp_path):
     --format md and the pytest plugin's message only escaped: no HTML survives (a renderer that allows
     HTML runs nothing), no table row or line is forged, no terminal control passes, and the JUnit
     parses and carries the id as text."""
-    from ragbridge.gate_reports import plain_text
+    from ragbridge.report.text import plain_text
     from ragbridge.pytest_plugin import GateFailed, assert_gates
 
     other_id = "<img src=y onerror=alert(5)>"

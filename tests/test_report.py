@@ -16,6 +16,8 @@ import pytest
 from conftest import EXAMPLE, ROOT, ragbridge_cli
 from ragbridge import Case, Chunk, load_cases
 from ragbridge import report as rep
+from ragbridge.report.html import PALETTE
+from ragbridge.report.marks import gate_thresholds
 from test_analysis import sc, synthetic_scores, write_run
 
 ARTIFACTS = Path(os.environ.get("RAGBRIDGE_TEST_ARTIFACTS", ROOT / "runs" / "test-artifacts"))
@@ -236,7 +238,7 @@ def test_gates_file_sets_thresholds(native_run, tmp_path):
                    '[[gate]]\ncheck = "recall@5 >= 0.8"\n\n'
                    '[[gate]]\ncheck = "share(recall@5 >= 0.6) >= 0.9"\n\n'
                    '[[gate]]\ncheck = "mrr >= 0.9"\nbackend = "other"\n')
-    th = rep.gate_thresholds(cfg)
+    th = gate_thresholds(cfg)
     assert th.by_metric == {"recall@5": 0.6} and th.by_pair == {("other", "mrr"): 0.9}
     d = rep.report_data(native_run, n_resamples=0, gates=cfg)
     assert {t["metric"]: t["threshold"] for t in d["thresholds"]}["mrr"] == 0.5
@@ -351,7 +353,7 @@ def test_screenshot(html_text, tmp_path):
     non_white = float(np.mean(pixels.min(axis=1) < 235))
     assert 0.03 < non_white < 0.6, non_white      # not blank, not a wall of colour
     # the plots' backend colours are on screen (bars of the distribution plots)
-    palette = [tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) for c in rep.PALETTE[:4]]
+    palette = [tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) for c in PALETTE[:4]]
     for colour in palette:
         near = int(np.sum(np.abs(pixels - np.array(colour)).sum(axis=1) < 40))
         assert near > 300, colour

@@ -1,6 +1,7 @@
 """Evaluate a real pipeline directly: callable, retrieve/answer object and HTTP targets; sampling."""
 
 import json
+import os
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,7 +15,8 @@ from ragbridge import RunError, evaluate, load_cases, load_run
 from ragbridge.run.target import TargetError, load_target
 
 TESTS = str(Path(__file__).resolve().parent)
-ENV = {"PYTHONPATH": TESTS}
+#: the tests folder (the target module) ahead of the PYTHONPATH the suite runs with
+ENV = {"PYTHONPATH": os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)}
 
 
 def mean(run, metric):

@@ -59,7 +59,9 @@ from typing import Any, Callable, Optional, Sequence
 
 import pytest
 
-from .gate import GateConfig, GateReport, load_gates, parse_gates, run_gates
+from .analysis.gate import GateConfig, GateReport, load_gates, parse_gates, run_gates
+from .report.ci import figure_text, item_line
+from .report.text import plain_text
 from .run import Run, load_run
 
 __all__ = ["assert_gates", "GateFailed"]
@@ -89,8 +91,6 @@ def _gates_config(gates: Any) -> GateConfig:
 def format_report(report: GateReport) -> str:
     """The gate as plain text: one line per rule, then the cases behind each failure (every value
     from the data on its own line: control characters shown as escapes)."""
-    from .gate_reports import _item_line, plain_text
-
     lines = [report.summary_line()]
     for w in report.warnings:
         lines.append(f"warning: {plain_text(w)}")
@@ -98,11 +98,11 @@ def format_report(report: GateReport) -> str:
     width = max(map(len, labels), default=0)
     for r, label in zip(report.results, labels):
         lines.append(
-            f"  {r.verdict.upper():4}  {label:<{width}}  {r.figure_text()}  n={r.n}  {plain_text(r.detail)}")
+            f"  {r.verdict.upper():4}  {label:<{width}}  {figure_text(r)}  n={r.n}  {plain_text(r.detail)}")
     for r in report.failed:
         if r.items:
             lines.append(f"cases behind {plain_text(r.label)!r} ({min(10, len(r.items))} of {len(r.items)}):")
-            lines += [f"    {_item_line(i)}" for i in r.items[:10]]
+            lines += [f"    {item_line(i)}" for i in r.items[:10]]
     return "\n".join(lines)
 
 

@@ -16,7 +16,8 @@ from typing import List, Optional
 
 import typer
 
-from ..output import jsonable, print_json
+from ..commands.output import err, fail, out, print_json
+from ..report.text import jsonable
 from ..run import Run, RunError, load_run
 from .rubrics import Rubric, RubricError, load_rubrics, rubric_set
 
@@ -64,8 +65,6 @@ def _pct(x: float) -> str:
 
 def register(cli) -> None:
     from rich.markup import escape
-
-    from ..cli import err, fail, out
 
     def _run(path: Path, what: str) -> Run:
         try:

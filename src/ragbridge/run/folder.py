@@ -80,7 +80,7 @@ class Run:
         return pd.DataFrame(rows)
 
     def summary(self, by_tag: bool = True):
-        from ..summary import summarize
+        from .summary import summarize
 
         return summarize(self.scores, self.cases, by_tag=by_tag)
 
