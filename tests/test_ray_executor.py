@@ -345,3 +345,25 @@ def test_killed_driver_resumes_to_every_score_once(tmp_path, example_path, ray_l
     assert run.complete and len(run.scores) == 60
     assert comparable(out) == comparable(tmp_path / "ref")
     assert load_run(out).complete
+
+
+@pytest.mark.slow
+def test_cli_executor_ray_writes_the_local_run_folder(tmp_path, example_path):
+    from conftest import ragbridge_cli
+
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text("".join(example_path.read_text().splitlines(keepends=True)[:6]))
+    with StubJudge() as stub:
+        common = ["run", golden, "--backend", "native", "--backend", "rubric", "--no-progress", "--json",
+                  "--judge-model", "gpt-4o-mini", "--judge-base-url", stub.base_url,
+                  "--requests-per-minute", "6000"]
+        local = ragbridge_cli(*common, "--out", tmp_path / "local", "--cache-path", tmp_path / "a.sqlite",
+                              cwd=tmp_path)
+        remote = ragbridge_cli(*common, "--out", tmp_path / "ray", "--cache-path", tmp_path / "b.sqlite",
+                               "--executor", "ray", cwd=tmp_path)
+    assert local.returncode == 0, local.stderr
+    assert remote.returncode == 0, remote.stderr[-3000:]
+    assert json.loads(remote.stdout)["summary"] == json.loads(local.stdout)["summary"]
+    assert comparable(tmp_path / "local") == comparable(tmp_path / "ray")
+    bad = ragbridge_cli("run", golden, "--out", tmp_path / "x", "--ray-address", "auto", cwd=tmp_path)
+    assert bad.returncode == 2 and "--executor ray" in bad.stderr
