@@ -83,7 +83,7 @@ async def evaluate_async(
         raise RunError("no cases to evaluate")
     plan = plan_metrics(backends, metrics, options.k, options)
     needs_judge = _check_judge(plan, judge)
-    score = _scorer(executor)
+    score_step = _scorer(executor)
     if isinstance(target, str):
         target = load_target(target)
     golden_fp = fingerprint(cases)
@@ -112,7 +112,7 @@ async def evaluate_async(
             gateway.start()
         for score in immediate:
             recorder.record(score)
-        await score(jobs, ScoringContext(options=options, judge=gateway), recorder)
+        await score_step(jobs, ScoringContext(options=options, judge=gateway), recorder)
     except (KeyboardInterrupt, asyncio.CancelledError):
         interrupted = True
         raise
