@@ -222,7 +222,8 @@ def test_compare_mixed_run_counts_unscored_cases(mixed_run):
     # native metrics have one backend: not compared; two judged metrics x three pairs
     assert set(frame["metric"]) == {"faithfulness", "answer_relevance"}
     assert len(frame) == 6
-    f = frame[(frame.metric == "faithfulness") & (frame.backend_a == "deepeval") & (frame.backend_b == "ragas")].iloc[0]
+    f = frame[(frame.metric == "faithfulness") & (frame.backend_a == "deepeval")
+              & (frame.backend_b == "ragas")].iloc[0]
     assert f.a_errored == 1 and f.b_undefined == 1 and f.n_paired == 51
     t = frame[(frame.metric == "faithfulness") & (frame.backend_b == "trulens")]
     assert set(t["b_missing"]) == {1}
@@ -356,7 +357,8 @@ def test_calibrate_picks_the_threshold_with_maximum_kappa(migration_run):
     tgt = np.array([0.7, 0.55, 0.5, 0.45, 0.1, 0.8, 0.3, 0.52])
     from sklearn.metrics import cohen_kappa_score
 
-    by_hand = {t: cohen_kappa_score(src, tgt >= t) for t in (0.0, 0.2, 0.375, 0.475, 0.51, 0.535, 0.625, 0.75, 0.9)}
+    by_hand = {t: cohen_kappa_score(src, tgt >= t)
+               for t in (0.0, 0.2, 0.375, 0.475, 0.51, 0.535, 0.625, 0.75, 0.9)}
     t_best = max(by_hand, key=by_hand.get)
     assert best.threshold == pytest.approx(t_best)
     assert best.kappa == pytest.approx(by_hand[t_best])

@@ -65,3 +65,15 @@ def test_no_import_cycle_between_ragbridges_parts():
 
     assert graph["ragbridge.commands"] >= {"ragbridge.analysis", "ragbridge.report", "ragbridge.run"}
     assert sorted(p for p in graph if reaches(p, p, set())) == []
+
+
+def test_no_private_name_is_imported_across_modules():
+    """A leading underscore means "this module's own": no other module (core or plugin) imports it."""
+    root = CORE.parent.parent
+    offenders = []
+    for path in sorted([*CORE.rglob("*.py"), *(root / "plugins").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                offenders += [f"{path.relative_to(root)}:{node.lineno} imports {a.name}"
+                              for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not offenders

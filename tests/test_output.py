@@ -239,7 +239,8 @@ def test_gate_terminal_markdown_and_junit_list_the_same_cases(runs):
         assert res.returncode == 1, res.stderr
         terminal = re.findall(r"^(.+): the cases behind it \((\d+) of (\d+)\):$", res.stdout, re.M)
         markdown = [(html.unescape(re.sub(r"\\(.)", r"\1", label)), shown, total) for label, shown, total in
-                    re.findall(r"^### ❌ (.+)\n\nThe cases behind it \((\d+) of (\d+)\):$", md.read_text(), re.M)]
+                    re.findall(r"^### ❌ (.+)\n\nThe cases behind it \((\d+) of (\d+)\):$",
+                               md.read_text(), re.M)]
         junit = [(f.text.splitlines()[0], *re.search(r"cases behind it \((\d+) of (\d+)\)", f.text).groups())
                  for f in ET.parse(xml).iter("failure")]
         assert terminal and terminal == markdown == junit

@@ -17,7 +17,8 @@ A test::
 
     @pytest.mark.judge
     def test_faithfulness(ragbridge_golden, ragbridge_evaluate, ragbridge_gate, ragbridge_judge):
-        run = ragbridge_evaluate(ragbridge_golden, backends=["rubric"], metrics=["faithfulness"], judge=ragbridge_judge)
+        run = ragbridge_evaluate(ragbridge_golden, backends=["rubric"], metrics=["faithfulness"],
+                                 judge=ragbridge_judge)
         ragbridge_gate(run, "gates-judged.toml")
 
 Run the cheap tests on every pull request with ``pytest -m "not judge"`` and the judged ones nightly
@@ -106,7 +107,8 @@ def format_report(report: GateReport) -> str:
     return "\n".join(lines)
 
 
-def assert_gates(run: Run | str | Path, gates: Any, baseline: Run | str | Path | None = None, **kwargs: Any) -> GateReport:
+def assert_gates(run: Run | str | Path, gates: Any, baseline: Run | str | Path | None = None,
+                 **kwargs: Any) -> GateReport:
     """Evaluate ``gates`` on ``run``; raise `GateFailed` (an AssertionError) when a rule fails."""
     __tracebackhide__ = True
     report = run_gates(run, _gates_config(gates), baseline=baseline, **kwargs)
@@ -136,7 +138,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         ("cache-mode", "judge cache: read-write, read-only or off"),
         ("cache-path", "judge cache file (SQLite)"),
     ):
-        group.addoption(f"--ragbridge-{name}", dest=f"ragbridge_{name.replace('-', '_')}", default=None, help=help_)
+        group.addoption(f"--ragbridge-{name}", dest=f"ragbridge_{name.replace('-', '_')}", default=None,
+                        help=help_)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -145,7 +148,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     for item in items:
-        if "ragbridge_judge" in getattr(item, "fixturenames", ()) and item.get_closest_marker("judge") is None:
+        if ("ragbridge_judge" in getattr(item, "fixturenames", ())
+                and item.get_closest_marker("judge") is None):
             item.add_marker(pytest.mark.judge)
 
 
@@ -182,8 +186,8 @@ def ragbridge_golden(request: pytest.FixtureRequest, ragbridge_load_golden) -> l
     path = _setting(request.config, "golden")
     if path is None:
         pytest.fail(
-            "ragbridge_golden needs a golden set: pass --ragbridge-golden PATH or set ragbridge_golden in the "
-            "pytest ini options (or load one with the ragbridge_load_golden fixture)",
+            "ragbridge_golden needs a golden set: pass --ragbridge-golden PATH or set ragbridge_golden "
+            "in the pytest ini options (or load one with the ragbridge_load_golden fixture)",
             pytrace=False,
         )
     return ragbridge_load_golden(path)
@@ -202,7 +206,8 @@ def ragbridge_judge(request: pytest.FixtureRequest):
         "cache_path": config.getoption("ragbridge_cache_path"),
     }
     try:
-        return JudgeConfig.load({k: v for k, v in overrides.items() if v is not None}, cwd=Path(config.invocation_params.dir))
+        return JudgeConfig.load({k: v for k, v in overrides.items() if v is not None},
+                                cwd=Path(config.invocation_params.dir))
     except JudgeConfigError as exc:
         if "is not set" in str(exc):
             pytest.skip(
@@ -253,7 +258,8 @@ def ragbridge_evaluate(request: pytest.FixtureRequest, tmp_path: Path) -> Callab
             out = keep / node / label
         else:
             out = tmp_path / f"ragbridge-{label}"
-        return evaluate(cases, backends=backends, metrics=metrics, out=out, options=opts, judge=judge, overwrite=True)
+        return evaluate(cases, backends=backends, metrics=metrics, out=out, options=opts, judge=judge,
+                        overwrite=True)
 
     return run
 
