@@ -29,7 +29,8 @@ from ragbridge.run.ray_executor import LOCAL_ENVIRONMENT, RayExecutor, ray_sessi
 from ragbridge.testing import StubJudge  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-LIBRARIES = [b for b in ("ragas", "deepeval", "trulens") if get_backends()[b].available()]
+LIBRARIES = [b for b in ("ragas", "deepeval", "trulens", "phoenix")
+             if b in get_backends() and get_backends()[b].available()]
 #: what two runs may differ in: time, and tokens (a request repeated within a run is a single-flight
 #: cache hit or a second call depending on timing, in either executor)
 VOLATILE = {"seconds", "prompt_tokens", "completion_tokens"}

@@ -112,7 +112,7 @@ _CURRENT_TAG: contextvars.ContextVar[Optional[Triple]] = contextvars.ContextVar(
     "ragbridge_judge_tag", default=None)
 
 
-def _tag_header_value(triple: Triple) -> str:
+def tag_header_value(triple: Triple) -> str:
     return "/".join(quote(p or "", safe="") for p in triple)
 
 
@@ -403,7 +403,7 @@ class JudgeGateway:
         def add_tag(request: httpx.Request) -> None:
             triple = _CURRENT_TAG.get()
             if triple is not None:
-                request.headers[TAG_HEADER] = _tag_header_value(triple)
+                request.headers[TAG_HEADER] = tag_header_value(triple)
 
         return {"request": [add_tag]}
 
@@ -414,7 +414,7 @@ class JudgeGateway:
         async def add_tag(request: httpx.Request) -> None:
             triple = _CURRENT_TAG.get()
             if triple is not None:
-                request.headers[TAG_HEADER] = _tag_header_value(triple)
+                request.headers[TAG_HEADER] = tag_header_value(triple)
 
         return {"request": [add_tag]}
 

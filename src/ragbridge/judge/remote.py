@@ -28,7 +28,7 @@ from typing import Any, Optional
 import httpx
 
 from .config import JudgeConfig
-from .gateway import IN_PROCESS_ORIGIN, TAG_HEADER, JudgeGateway, _tag_header_value
+from .gateway import IN_PROCESS_ORIGIN, TAG_HEADER, JudgeGateway, tag_header_value
 from .server import Triple
 
 __all__ = ["GatewayClient", "worker_config"]
@@ -116,7 +116,7 @@ class GatewayClient:
                    if k.lower() not in (b"host", b"authorization", b"api-key", b"content-length")]
         headers.append((b"Authorization", f"Bearer {self._key}".encode("ascii")))
         if triple is not None and TAG_HEADER.lower().encode() not in {k.lower() for k, _ in headers}:
-            headers.append((TAG_HEADER.encode(), _tag_header_value(triple).encode("ascii")))
+            headers.append((TAG_HEADER.encode(), tag_header_value(triple).encode("ascii")))
         return httpx.Request(request.method, self.url + path, headers=headers, content=content)
 
 

@@ -60,7 +60,7 @@ from ..schema import Case, Score
 from .plan import RunError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .runner import Job, _Recorder
+    from .runner import Job, Recorder
 
 __all__ = ["RayExecutor", "BackendScorer", "native_batch", "native_table", "ray_session",
            "LOCAL_ENVIRONMENT"]
@@ -207,7 +207,7 @@ class BackendScorer:
     Per backend, on its first row: the backend's environment defaults are applied in this process
     (before its library is imported), then ``open`` runs once with a `GatewayClient` as the judge;
     the session lives as long as the actor. Rows are scored on the actor's own event loop, with
-    the runner's ``_drive`` (a backend fault becomes each case's error, as in the local executor)."""
+    the runner's ``drive_job`` (a backend fault becomes each case's error, as in the local executor)."""
 
     def __init__(self, options: RunOptions, gateway: Optional[tuple] = None) -> None:
         from ..judge.remote import GatewayClient
@@ -238,7 +238,7 @@ class BackendScorer:
 
     async def _context(self, name: str) -> tuple[Backend, ScoringContext]:
         from ..plugins import get_backends
-        from .runner import _open, applied_environment
+        from .runner import applied_environment, open_session
 
         lock = self._opening.setdefault(name, asyncio.Lock())
         async with lock:
@@ -246,16 +246,16 @@ class BackendScorer:
                 backend = get_backends()[name]
                 self._environment.enter_context(applied_environment(backend.environment()))
                 ctx = ScoringContext(options=self.options, judge=self.gateway)  # type: ignore[arg-type]
-                self._contexts[name] = await _open(backend, ctx)
+                self._contexts[name] = await open_session(backend, ctx)
                 self._backends[name] = backend
         return self._backends[name], self._contexts[name]
 
     async def _score(self, name: str, metric: str, cases: list[Case]) -> list[Score]:
-        from .runner import _drive
+        from .runner import drive_job
 
         backend, ctx = await self._context(name)
         queue: asyncio.Queue = asyncio.Queue()
-        await _drive(backend, metric, cases, ctx, queue)
+        await drive_job(backend, metric, cases, ctx, queue)
         return [queue.get_nowait() for _ in range(queue.qsize())]
 
     def __del__(self) -> None:  # best effort: the actor's process ends with the pool
@@ -263,11 +263,11 @@ class BackendScorer:
             return
         self._closed = True
         with contextlib.suppress(Exception):
-            from .runner import _close
+            from .runner import close_session
 
             async def close_all() -> None:
                 for name, backend in reversed(list(self._backends.items())):
-                    await _close(backend, self._contexts[name])
+                    await close_session(backend, self._contexts[name])
 
             asyncio.run_coroutine_threadsafe(close_all(), self.loop).result(timeout=30)
             self._environment.close()
@@ -310,7 +310,7 @@ class RayExecutor:
     native_block_rows: int = NATIVE_BLOCK_ROWS
     calls_per_actor: int = 2
 
-    async def score(self, jobs: "list[Job]", ctx: ScoringContext, recorder: "_Recorder") -> None:
+    async def score(self, jobs: "list[Job]", ctx: ScoringContext, recorder: "Recorder") -> None:
         from ..native import answers
 
         native = [j for j in jobs if j[0].name == "native" and j[1] not in answers.CHECKS]

@@ -426,3 +426,8 @@ class _Bar:
 
 def _progress(enabled: bool, total: int) -> Optional[_Bar]:
     return _Bar(total) if enabled and total else None
+
+
+# The backends' lifecycle, for an executor that runs it elsewhere (ragbridge.run.ray_executor): the
+# same steps `_score` takes, so a backend behaves alike wherever it is scored.
+open_session, drive_job, close_session, Recorder = _open, _drive, _close, _Recorder
