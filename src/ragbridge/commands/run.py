@@ -91,6 +91,19 @@ def run(
     cache_path: Optional[Path] = typer.Option(None, "--cache-path", help="Judge cache file (SQLite)."),
     max_concurrency: Optional[int] = typer.Option(
         None, "--max-concurrency", help="Judge calls in flight at once, across all backends (default 8)."),
+    requests_per_minute: Optional[float] = typer.Option(
+        None, "--requests-per-minute", help="Judge requests started per minute, across all backends and "
+                                            "workers (default: no limit)."),
+    executor: str = typer.Option(
+        "local", "--executor", help="Where to score: local (this process) or ray (pip install "
+                                    "'ragbridge[ray]')."),
+    ray_address: Optional[str] = typer.Option(
+        None, "--ray-address", help="With --executor ray: an existing cluster (default: a private local "
+                                    "one for the run)."),
+    gateway_host: Optional[str] = typer.Option(
+        None, "--gateway-host", help="With --executor ray: this machine's address the workers reach the "
+                                     "judge gateway at (default 127.0.0.1; needed for nodes on other "
+                                     "machines)."),
     config: Optional[Path] = typer.Option(
         None, "--config", help="Config file (default: ./ragbridge.toml, then [tool.ragbridge] in "
                                "./pyproject.toml)."),
@@ -141,12 +154,25 @@ def run(
         dict(
             model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
             embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,
-            max_concurrency=max_concurrency,
+            max_concurrency=max_concurrency, requests_per_minute=requests_per_minute,
         ),
         target=target, target_concurrency=target_concurrency, as_json=as_json,
+        executor=_executor(executor, ray_address, gateway_host),
         run_kwargs=dict(repeats=repeats, pass_repeats=pass_repeats, max_calls=max_calls, max_cost=max_cost,
                         dry_run=dry_run),
     )
+
+
+def _executor(name: str, address: Optional[str], gateway_host: Optional[str]):
+    if name not in ("local", "ray"):
+        fail(f"--executor must be 'local' or 'ray', got {name!r}")
+    if name == "local":
+        if address or gateway_host:
+            fail("--ray-address and --gateway-host need --executor ray")
+        return None
+    from ..run.ray_executor import RayExecutor
+
+    return RayExecutor(address=address, gateway_host=gateway_host)
 
 
 def rescore(
@@ -226,7 +252,7 @@ def _rubric_options(files: Optional[List[Path]]) -> dict:
 
 def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_progress, overwrite,
                      options, judge_overrides, target=None, target_concurrency=4, as_json=False,
-                     run_kwargs=None) -> None:
+                     executor=None, run_kwargs=None) -> None:
     from ..run.target import TargetError
 
     judge = judge_config(judge_overrides, config)
@@ -236,7 +262,8 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_p
         result = evaluate(
             cases, backends=backend or None, metrics=metric or None, out=out_dir, options=options,
             judge=judge, dataset_path=dataset_path, progress=not no_progress, overwrite=overwrite,
-            target=target, target_concurrency=target_concurrency, **(run_kwargs or {}),
+            target=target, target_concurrency=target_concurrency, executor=executor,
+            **(run_kwargs or {}),
         )
     except (RunError, TargetError) as exc:
         fail(str(exc))

@@ -108,6 +108,9 @@ class JudgeConfig(BaseModel):
     cache_path: Optional[Path] = Field(default_factory=_default_cache_path)
     cache_mode: Literal["read-write", "read-only", "off"] = "read-write"
     max_concurrency: int = Field(8, ge=1)
+    #: upstream requests started per minute, across every backend and worker (None: no limit); for
+    #: hosted judges with a rate limit: starts are spaced 60 / requests_per_minute seconds apart
+    requests_per_minute: Optional[float] = Field(None, gt=0)
     timeout: float = Field(120.0, gt=0)
     max_retries: int = Field(5, ge=0)
     max_tokens: Optional[int] = Field(None, ge=1)
@@ -181,6 +184,7 @@ class JudgeConfig(BaseModel):
             "cache_path": str(self.cache_path) if self.cache_path else None,
             "cache_mode": self.cache_mode,
             "max_concurrency": self.max_concurrency,
+            "requests_per_minute": self.requests_per_minute,
             "timeout": self.timeout,
             "max_retries": self.max_retries,
             "max_tokens": self.max_tokens,

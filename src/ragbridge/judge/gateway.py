@@ -10,7 +10,10 @@ gateway is the one place that
   score fails, :meth:`JudgeGateway.forget` drops every answer served for its (backend, metric,
   case_id) and no answer for it is stored afterwards (one still in flight then included), so a
   malformed answer is asked for again on the next run instead of being replayed;
-* bounds concurrency across all backends together (``max_concurrency`` requests in flight);
+* bounds concurrency across all backends together (``max_concurrency`` requests in flight) and,
+  with ``requests_per_minute``, the rate of upstream requests (evenly spaced starts,
+  :class:`~ragbridge.judge.upstream.RateLimiter`); both hold for every client of the gateway
+  together, in-process or over its socket (the Ray executor's workers included);
 * retries 429, 500, 502, 503, 504, connection errors, timeouts and 2xx bodies that are not JSON,
   with exponential backoff and full jitter (0.5 s base, 20 s cap), honouring ``Retry-After``;
 * counts calls, cache hits, tokens, retries and errors per (backend, metric, case_id) (:class:`Usage`),
@@ -83,7 +86,7 @@ from .config import (
 )
 from .server import GatewayHandler, LoopbackServer, Result, Triple, error_body
 from .transport import AsyncJudgeTransport, JudgeTransport
-from .upstream import StdlibPool, UpstreamError, UpstreamTimeout, parse_retry_after, proxy_for
+from .upstream import RateLimiter, StdlibPool, UpstreamError, UpstreamTimeout, parse_retry_after, proxy_for
 
 IN_PROCESS_ORIGIN = "http://ragbridge-gateway.invalid"  # the host of in-process URLs: no socket serves it
 STUB_MARKER = b'"system_fingerprint": "ragbridge-stub"'  # what ragbridge.testing's stub judge answers with
@@ -162,7 +165,7 @@ _CURRENT_TAG: contextvars.ContextVar[Optional[Triple]] = contextvars.ContextVar(
     "ragbridge_judge_tag", default=None)
 
 
-def _tag_header_value(triple: Triple) -> str:
+def tag_header_value(triple: Triple) -> str:
     return "/".join(quote(p or "", safe="") for p in triple)
 
 
@@ -196,7 +199,12 @@ class JudgeGateway:
     point it at ``gw.base_url(backend, metric, case_id)`` (the loopback socket), with
     ``api_key=gw.api_key``.
 
-    ``backoff_base`` / ``backoff_cap`` (seconds) may be lowered on an instance, e.g. in tests."""
+    ``backoff_base`` / ``backoff_cap`` (seconds) may be lowered on an instance, e.g. in tests.
+
+    ``host`` is the address the socket listens on: ``127.0.0.1`` (the default) for clients on this
+    machine; another address of this machine (never a wildcard) when clients on other machines must
+    reach it, as the Ray executor's workers on a remote cluster do. Every request must still carry
+    the gateway's key, and its ``Host`` header must name the address it was sent to."""
 
     backoff_base: float = BACKOFF_BASE
     backoff_cap: float = BACKOFF_CAP
@@ -204,8 +212,11 @@ class JudgeGateway:
     #: proxy applies or the URL has userinfo); "httpx": forward with the shared httpx.Client.
     upstream_transport: Literal["stdlib", "httpx"] = "stdlib"
 
-    def __init__(self, config: JudgeConfig, audit_log: Optional[Path] = None) -> None:
+    def __init__(self, config: JudgeConfig, audit_log: Optional[Path] = None, *,
+                 host: str = "127.0.0.1") -> None:
         self.config = config
+        #: the socket's address (settable until the socket opens; see the class docstring)
+        self.host = host
         self.audit_log = Path(audit_log) if audit_log is not None else None
         self._upstream = config.base_url.rstrip("/")
         self._upstream_public = redact_url(self._upstream)
@@ -216,6 +227,7 @@ class JudgeGateway:
         self._served: dict[Triple, set[tuple[str, str]]] = {}
         self._failed: set[Triple] = set()  # forgotten: no answer is stored for these any more
         self._sem = threading.BoundedSemaphore(config.max_concurrency)
+        self._limiter = RateLimiter(config.requests_per_minute) if config.requests_per_minute else None
         self._inflight: dict[str, threading.Event] = {}
         self._closing = threading.Event()
         self._conns: set = set()
@@ -376,10 +388,21 @@ class JudgeGateway:
             if self._closing.is_set():
                 raise JudgeError("the judge gateway is closing: no new socket")
             if self._server is None:
+                host = self.host.strip("[]")
+                if host in ("", "0.0.0.0", "::"):
+                    raise JudgeConfigError(
+                        f"judge gateway host {self.host!r}: give the one address of this machine that "
+                        f"clients reach it at (127.0.0.1 for clients on this machine), not a wildcard")
                 handler = type("JudgeGatewayHandler", (GatewayHandler,), {"gateway": self, "owner": self})
-                server = LoopbackServer(("127.0.0.1", 0), handler)
-                self.port = server.server_address[1]
-                handler.allowed_hosts = frozenset({f"127.0.0.1:{self.port}", f"localhost:{self.port}"})
+                server_cls = LoopbackServer
+                if ":" in host:  # an IPv6 address
+                    server_cls = type("LoopbackServer6", (LoopbackServer,),
+                                      {"address_family": socket.AF_INET6})
+                server = server_cls((host, 0), handler)
+                self.port = port = server.server_address[1]
+                allowed = {f"127.0.0.1:{port}", f"localhost:{port}"} if _is_loopback(host) else set()
+                allowed.add(f"{_netloc_host(host)}:{self.port}".lower())
+                handler.allowed_hosts = frozenset(allowed)
                 handler.required_key = self._secret_bytes
                 self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
                                                 name=f"ragbridge-judge-gateway-{self.port}", daemon=True)
@@ -446,8 +469,10 @@ class JudgeGateway:
 
     @property
     def url(self) -> str:
-        """The loopback socket's root URL (``http://127.0.0.1:PORT``); opens the socket if needed."""
-        return f"http://127.0.0.1:{self._listen()}"
+        """The socket's root URL (``http://127.0.0.1:PORT``, or the ``host`` it listens on); opens the
+        socket if needed."""
+        port = self._listen()
+        return f"http://{_netloc_host(self.host.strip('[]'))}:{port}"
 
     def require_started(self) -> None:
         """Raise JudgeError unless started: until start() (and after close()) there is no key, cache
@@ -510,7 +535,7 @@ class JudgeGateway:
         def add_tag(request: httpx.Request) -> None:
             triple = _CURRENT_TAG.get()
             if triple is not None:
-                request.headers[TAG_HEADER] = _tag_header_value(triple)
+                request.headers[TAG_HEADER] = tag_header_value(triple)
 
         return {"request": [add_tag]}
 
@@ -521,7 +546,7 @@ class JudgeGateway:
         async def add_tag(request: httpx.Request) -> None:
             triple = _CURRENT_TAG.get()
             if triple is not None:
-                request.headers[TAG_HEADER] = _tag_header_value(triple)
+                request.headers[TAG_HEADER] = tag_header_value(triple)
 
         return {"request": [add_tag]}
 
@@ -812,6 +837,9 @@ class JudgeGateway:
             retry_after: Optional[float] = None
             exc: Optional[Exception] = None
             with self._sem:
+                if self._limiter is not None and not self._limiter.wait(self._closing):
+                    return Result(503, error_body("ragbridge judge gateway is shut down"),
+                                  attempts=attempt - 1)
                 if pool is not None:
                     try:
                         status, ctype_or_none, ra, content = pool.request(
@@ -941,6 +969,15 @@ def _stdlib_thread_pool() -> type:
         cls = cls.__bases__[0]
     return cls
 
+
+
+def _is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def _netloc_host(host: str) -> str:
+    """``host`` as it appears in a URL's authority (an IPv6 address in brackets)."""
+    return f"[{host}]" if ":" in host else host
 
 
 def _js(value: Optional[str]) -> str:

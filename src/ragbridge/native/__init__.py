@@ -29,7 +29,7 @@ from ..hookspecs import hookimpl
 from ..schema import Case, Score
 from . import answers, ranking
 
-__all__ = ["NativeBackend", "RankedCache"]
+__all__ = ["NativeBackend", "RankedCache", "ranking_score"]
 
 _KINDS = {canonical.RANKING: (), canonical.ANSWER_CHECK: ("answer",)}  # kind -> required case fields
 
@@ -73,14 +73,19 @@ class NativeBackend(Backend):
         values = ranking.evaluate(session.ranked(cases), [metric], gain=opts.gain)[metric]
         per_case = (time.perf_counter() - start) / max(len(cases), 1)
         for i, case in enumerate(cases):
-            v = float(values[i])
-            undefined = math.isnan(v)
-            reason = None
-            if undefined:
-                reason = "no relevance labels" if not case.relevant else "no label with grade >= 1"
-            yield Score(case_id=case.id, metric=metric, backend=self.name,
-                        value=None if undefined else v, native_metric=metric,
-                        native_value=None if undefined else v, reason=reason, seconds=per_case)
+            yield ranking_score(metric, case.id, float(values[i]), bool(case.relevant), per_case)
+
+
+def ranking_score(metric: str, case_id: str, value: float, labelled: bool, seconds: float) -> Score:
+    """The Score of one case's ranking ``value`` (NaN: undefined, with the reason; ``labelled``: the
+    case has relevance labels). Every executor builds ranking scores with it."""
+    undefined = math.isnan(value)
+    reason = None
+    if undefined:
+        reason = "no relevance labels" if not labelled else "no label with grade >= 1"
+    return Score(case_id=case_id, metric=metric, backend=NativeBackend.name,
+                 value=None if undefined else value, native_metric=metric,
+                 native_value=None if undefined else value, reason=reason, seconds=seconds)
 
 
 @hookimpl

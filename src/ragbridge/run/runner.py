@@ -80,6 +80,7 @@ async def evaluate_async(
     max_calls: Optional[int] = None,
     max_cost: Optional[float] = None,
     dry_run: bool = False,
+    executor: Any = None,
 ) -> Run:
     """Score ``cases`` with ``backends`` (default: native) and return the `Run`.
 
@@ -89,7 +90,9 @@ async def evaluate_async(
     cases (``overwrite`` replaces it instead). With ``target`` (a spec for
     `ragbridge.run.target.load_target`, or a loaded `Target`) each case's chunks and answer come
     from calling the system under test first. ``on_score`` is called with each score as it is
-    recorded.
+    recorded. ``executor`` is where the scoring step runs: ``"local"`` (the default: this process)
+    or ``"ray"`` (a `ragbridge.run.ray_executor.RayExecutor`, or one given), with the same scores
+    and run folder.
 
     ``repeats``: each judged metric is scored this many times (distinct judge calls); a case passes
     when at least ``pass_repeats`` of them pass (default: a majority). ``max_calls`` / ``max_cost``:
@@ -104,6 +107,7 @@ async def evaluate_async(
     _check_repeats_and_budget(repeats, pass_repeats, max_calls, max_cost)
     plan = plan_metrics(backends, metrics, options.k, options)
     needs_judge = _check_judge(plan, judge, preflight=not dry_run)
+    score_step = _scorer(executor)
     if isinstance(target, str):
         target = load_target(target)
     if dry_run and target is not None:
@@ -149,7 +153,7 @@ async def evaluate_async(
             gateway.start()
         for score in immediate:
             recorder.record(score)
-        await _score(jobs, ScoringContext(options=options, judge=gateway), recorder)
+        await score_step(jobs, ScoringContext(options=options, judge=gateway), recorder)
     except (KeyboardInterrupt, asyncio.CancelledError):
         interrupted = True
         raise
@@ -224,6 +228,14 @@ def _check_judge(plan: Plan, judge: Any, preflight: bool = True) -> bool:
     finally:
         probe.close()
     return True
+
+
+def _scorer(executor: Any) -> Callable:
+    """The scoring step of ``executor``: `_score` in this process, or a distributed executor's."""
+    from .ray_executor import executor_for
+
+    chosen = executor_for(executor)
+    return _score if chosen is None else chosen.score
 
 
 def _new_manifest(
@@ -565,3 +577,8 @@ class _Bar:
 
 def _progress(enabled: bool, total: int) -> Optional[_Bar]:
     return _Bar(total) if enabled and total else None
+
+
+# The backends' lifecycle, for an executor that runs it elsewhere (ragbridge.run.ray_executor): the
+# same steps `_score` takes, so a backend behaves alike wherever it is scored.
+open_session, drive_job, close_session, Recorder = _open, _drive, _close, _Recorder
