@@ -190,7 +190,7 @@ def test_ppi_interval_covers_the_truth_at_about_its_nominal_rate():
     assert bias_judge == pytest.approx(0.05, abs=0.01) and abs(bias_ppi) < 0.01
 
 
-@pytest.mark.parametrize("backend", ["ragas", "deepeval", "trulens"])
+@pytest.mark.parametrize("backend", ["ragas", "deepeval", "trulens", "phoenix"])
 def test_library_backends_repeat_replay_and_dry_run_exactly(tmp_path, cases, backend):
     from ragbridge.plugins import get_backends
 
