@@ -114,14 +114,18 @@ class _Handler(FastRequestHandler):
     stub: "StubJudge"  # set on the subclass
 
     def _send(self, status: int, payload: Any, headers: Optional[dict] = None) -> None:
-        body = payload if isinstance(payload, bytes) else json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        if isinstance(payload, bytes):
+            body = payload
+        else:
+            body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         extra = ["Content-Type: application/json", "X-Ragbridge-Stub: 1"]
         extra += [f"{k}: {v}" for k, v in (headers or {}).items()]
         self.write_response(status, body, extra)
 
     def _error(self, status: int, message: str, etype: str = "invalid_request_error",
                headers: Optional[dict] = None) -> None:
-        self._send(status, {"error": {"message": message, "type": etype, "param": None, "code": None}}, headers)
+        error = {"message": message, "type": etype, "param": None, "code": None}
+        self._send(status, {"error": error}, headers)
 
     def _route(self) -> str:
         path = self.path.split("?", 1)[0].rstrip("/")
@@ -402,7 +406,9 @@ class StubJudge:
                                       "function": {"name": reply.tool_name, "arguments": content}}]
             finish = "tool_calls"
         n = int(body.get("n") or 1)
-        logprobs = _logprobs(content, reply, int(body.get("top_logprobs") or 1)) if body.get("logprobs") else None
+        logprobs = None
+        if body.get("logprobs"):
+            logprobs = _logprobs(content, reply, int(body.get("top_logprobs") or 1))
         choices = [{"index": i, "message": message, "logprobs": logprobs, "finish_reason": finish}
                    for i in range(max(1, n))]
         prompt_tokens = _tokens(req.prompt)
@@ -462,8 +468,8 @@ class StubJudge:
             emb: Any = base64.b64encode(struct.pack(f"<{dim}f", *vec)).decode("ascii") if as_b64 else vec
             data.append({"object": "embedding", "index": i, "embedding": emb})
         pt = sum(_tokens(t) for t in texts)
-        return {"object": "list", "data": data, "model": self._model(body), "system_fingerprint": STUB_FINGERPRINT,
-                "usage": {"prompt_tokens": pt, "total_tokens": pt}}
+        return {"object": "list", "data": data, "model": self._model(body),
+                "system_fingerprint": STUB_FINGERPRINT, "usage": {"prompt_tokens": pt, "total_tokens": pt}}
 
 
 def _break_json(content: Optional[str]) -> str:
@@ -515,8 +521,8 @@ class StubJudgeProcess:
             port = s.getsockname()[1]
         src = str(Path(__file__).resolve().parents[2])  # works from a source checkout without install
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
-        self.proc = subprocess.Popen([sys.executable, "-m", "ragbridge.testing.stub_judge", "--port", str(port),
-                                      "--latency", str(self.latency)], env=env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "ragbridge.testing.stub_judge",
+                                      "--port", str(port), "--latency", str(self.latency)], env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
@@ -531,7 +537,8 @@ class StubJudgeProcess:
             except OSError:
                 time.sleep(0.05)
         self.close()
-        raise RuntimeError(f"the stub judge process did not answer on port {port} within {self.start_timeout:g} s")
+        raise RuntimeError(f"the stub judge process did not answer on port {port}"
+                           f" within {self.start_timeout:g} s")
 
     def close(self) -> None:
         if self.proc is not None:
