@@ -148,6 +148,24 @@ def test_trend_refuses_bad_input(native_run, tmp_path):
     assert r.returncode == 2 and "neither a run folder nor a folder of run folders" in r.stderr
 
 
+def test_the_report_plots_the_series(native_run, tmp_path):
+    from ragbridge.report import render_html, render_markdown, report_data
+
+    paths = dated_runs(native_run, tmp_path / "runs", [0.8] * 5 + [0.6] * 4, noise=0.01)
+    assert report_data(paths[-1])["trend"] is None
+    data = report_data(paths[4], history=[tmp_path / "runs"], n_resamples=0)
+    assert [r["path"] for r in data["trend"]["runs"]] == [str(p) for p in paths[:5]]  # none after it
+    data = report_data(paths[-1], history=[tmp_path / "runs"], n_resamples=0)
+    assert len(data["trend"]["runs"]) == 9 and data["trend"]["changes"]
+    html = render_html(paths[-1], data)
+    assert html.count('<svg class="plot series"') == 2 and 'id="trend"' in html  # mrr and recall@5
+    md = render_markdown(paths[-1], data)
+    assert "## Trend over runs" in md and "before #5" in md
+    r = ragbridge_cli("report", paths[-1], "--history", tmp_path / "runs", "--format", "json", "--out", "-",
+                      "--resamples", "0")
+    assert r.returncode == 0 and json.loads(r.stdout)["trend"]["summary"], r.stderr
+
+
 # --------------------------------------------------------------------------------------------
 # The gate rule on the slope
 
