@@ -63,8 +63,9 @@ def _run_or_fail(path: Path) -> Run:
 
 def compare_cmd(
     runs: List[Path] = typer.Argument(
-        ..., help="Run folder (holds run.json and scores.jsonl): its backends are compared; or two run "
-                  "folders: each backend and metric of the first against the same in the second."),
+        ..., metavar="RUN",
+        help="Run folder (holds run.json and scores.jsonl): its backends are compared; or two run "
+             "folders: each backend and metric of the first against the same in the second."),
     metric: List[str] = typer.Option(
         None, "--metric", "-m", help="Metric to compare (repeatable). Default: every metric two or more "
                                      "backends scored."),
@@ -421,7 +422,8 @@ def trend_json(t: Trend) -> dict:
 
 def trend_cmd(
     runs: List[Path] = typer.Argument(
-        ..., help="Run folders, or folders of run folders; ordered by the start time in their run.json."),
+        ..., metavar="RUN",
+        help="Run folders, or folders of run folders; ordered by the start time in their run.json."),
     metric: List[str] = typer.Option(None, "--metric", "-m", help="Only this metric (repeatable)."),
     backend: List[str] = typer.Option(None, "--backend", "-b", help="Only this backend (repeatable)."),
     by_tag: bool = typer.Option(False, "--by-tag", help="A series per tag too."),
