@@ -4,13 +4,15 @@ calibrating thresholds for a migration, diffing two runs and gating a run in CI.
 Each analysis reads a run folder (or a `ragbridge.Run`) and returns pandas DataFrames or a result
 object; the commands of ``ragbridge.commands`` print the same. One module per analysis:
 
-``compare``    agreement between backends on each metric they share, and the cases they disagree on
+``compare``    agreement between backends on each metric they share, and the cases they disagree on;
+               two runs compared rater against rater (a change of judge model or library version)
 ``validate``   each backend's verdicts against human labels (``labels``: reading them)
 ``calibrate``  the threshold in one backend that reproduces another's pass/fail
 ``diff``       item-level diff of two runs with paired statistics
 ``gate``       CI gates: thresholds over a run, absolute or relative to a baseline
 ``noise``      judge noise from repeats: within-case spread, verdict flips, reliability, the minimum
                detectable difference, whether a difference between runs is within judge noise
+``trend``      the series of each metric's mean over dated runs, its slope and its change points
 ``ppi``        the true pass rate from the judge's verdicts and a few human labels (PPI)
 ``stats``      the one bootstrap engine, the permutation test, Wilson intervals, PPI, the figures
 ``table``      runs as paired tables of scores; ``thresholds``: pass/fail thresholds
@@ -29,6 +31,10 @@ From Python::
     report = run_gates("runs/pr", "gates.toml", baseline="runs/main")
     report.passed, report.to_frame()           # JUnit and Markdown: ragbridge.report.ci
 
+    from ragbridge.analysis import compare_runs, trend
+    compare_runs("runs/old-judge", "runs/new-judge")   # one row per (metric, backend): figures, shift
+    t = trend(["runs/daily"])                  # Trend: .series, .summary (slope), .changes
+
 Cases a backend could not score are never dropped silently: every frame counts, per backend,
 the cases that were ``undefined`` (value null, no error), ``errored`` and ``missing`` (no score line
 at all); only cases both sides scored enter a figure.
@@ -36,7 +42,7 @@ at all); only cases both sides scored enter a figure.
 
 from ..run.summary import ALL, claim_counts, summarize, unsupported_claims
 from .calibrate import calibrate, calibration_flips
-from .compare import FIGURES, compare, coverage, disagreements
+from .compare import FIGURES, compare, compare_runs, coverage, disagreements, run_shifts
 from .diff import IncompleteRunError, RegressionError, RunDiff, diff_runs, run_problems
 from .gate import GateConfig, GateConfigError, GateReport, GateResult, load_gates, parse_gates, run_gates
 from .labels import load_labels
@@ -44,12 +50,14 @@ from .noise import noise_figures, noise_table, within_noise
 from .ppi import ppi_estimates
 from .table import AnalysisError
 from .thresholds import Thresholds
+from .trend import Trend, trend
 from .validate import validate
 
 __all__ = [
     "ALL", "AnalysisError", "FIGURES", "GateConfig", "GateConfigError", "GateReport", "GateResult",
     "IncompleteRunError", "RegressionError", "RunDiff", "Thresholds", "calibrate", "calibration_flips",
-    "claim_counts", "compare", "coverage", "diff_runs", "disagreements", "load_gates",
+    "claim_counts", "compare", "compare_runs", "run_shifts", "Trend", "trend", "coverage", "diff_runs",
+    "disagreements", "load_gates",
     "load_labels", "parse_gates", "run_gates", "run_problems", "summarize", "unsupported_claims",
     "validate", "noise_figures", "noise_table", "within_noise", "ppi_estimates",
 ]

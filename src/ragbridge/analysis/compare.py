@@ -6,6 +6,12 @@ absolute difference, and at a threshold per backend (``value >= threshold`` pass
 Cohen's kappa, percent agreement and the 2x2 confusion table, each figure with its bootstrap
 interval (`ragbridge.analysis.stats`). `disagreements` lists the cases where the backends differ
 most, with every backend's value and reason; `coverage` counts what each backend scored.
+
+`compare_runs` compares two runs rater against rater: the same (backend, metric) in each run, on the
+case ids both runs hold, with the same figures, plus the shift of the mean (run B - run A) with its
+paired bootstrap interval and permutation p-value. Two runs with different judge models (or library
+versions) on the same cases show how far the change of judge moves each metric. Each side is labelled
+by its run folder and the judge model of its ``run.json``.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from . import stats
 from .table import AnalysisError, ScoreTable, open_run
 from .thresholds import Thresholds
 
-__all__ = ["compare", "coverage", "disagreements", "FIGURES", "FIGURE_NAMES", "COMPARE_COLUMNS"]
+__all__ = ["compare", "compare_runs", "run_shifts", "coverage", "disagreements", "FIGURES", "FIGURE_NAMES",
+           "COMPARE_COLUMNS", "COMPARE_RUNS_COLUMNS"]
 
 FIGURES = ("spearman", "kendall", "pearson", "mae", "kappa", "agreement")
 FIGURE_NAMES = {"spearman": "Spearman", "kendall": "Kendall", "pearson": "Pearson", "mae": "MAE",
@@ -39,6 +46,16 @@ COMPARE_COLUMNS = (
     + ["threshold_a", "threshold_b"]
     + [c for f in FIGURES for c in (f, f"{f}_low", f"{f}_high")]
     + ["both_pass", "a_pass_b_fail", "a_fail_b_pass", "both_fail", "mean_a", "mean_b"]
+)
+
+COMPARE_RUNS_COLUMNS = (
+    ["metric", "half", "backend", "run_a", "run_b", "judge_a", "judge_b", "version_a", "version_b",
+     "n_cases", "n_paired"]
+    + [f"{side}_{k}" for side in ("a", "b") for k in ("scored", "undefined", "errored", "missing")]
+    + ["threshold_a", "threshold_b"]
+    + [c for f in FIGURES for c in (f, f"{f}_low", f"{f}_high")]
+    + ["both_pass", "a_pass_b_fail", "a_fail_b_pass", "both_fail", "mean_a", "mean_b",
+       "shift", "shift_low", "shift_high", "shift_p"]
 )
 
 
@@ -89,8 +106,6 @@ def _compare_pair(table: ScoreTable, metric: str, a: str, b: str, th: Thresholds
     ids = [cid for cid in table.case_ids if cid in va and cid in vb]
     x = np.array([va[c] for c in ids], float)
     y = np.array([vb[c] for c in ids], float)
-    ta, tb = th.get(a, metric), th.get(b, metric)
-    pa, pb = x >= ta, y >= tb
     row: dict[str, Any] = {
         "metric": metric, "half": half_of(metric), "backend_a": a, "backend_b": b,
         "n_cases": len(table.case_ids), "n_paired": len(ids),
@@ -98,7 +113,16 @@ def _compare_pair(table: ScoreTable, metric: str, a: str, b: str, th: Thresholds
     for side, name in (("a", a), ("b", b)):
         for k, v in table.status_counts(metric, name).items():
             row[f"{side}_{k}"] = v
-    row["threshold_a"], row["threshold_b"] = ta, tb
+    row.update(_figures(x, y, th.get(a, metric), th.get(b, metric), n_resamples, seed, confidence))
+    return row
+
+
+def _figures(x: np.ndarray, y: np.ndarray, ta: float, tb: float, n_resamples: int, seed: int,
+             confidence: float) -> dict[str, Any]:
+    """Every figure of `FIGURES` with its interval, the confusion table and the means of two raters'
+    values on the same cases (``x`` and ``y``, in the same order)."""
+    pa, pb = x >= ta, y >= tb
+    row: dict[str, Any] = {"threshold_a": ta, "threshold_b": tb}
     for i, (name, (point, rows)) in enumerate(_ESTIMATORS.items()):
         data = (pa, pb) if name in ("kappa", "agreement") else (x, y)
         row[name] = value = point(*data)
@@ -109,6 +133,151 @@ def _compare_pair(table: ScoreTable, metric: str, a: str, b: str, th: Thresholds
     row["mean_a"] = float(x.mean()) if len(x) else float("nan")
     row["mean_b"] = float(y.mean()) if len(y) else float("nan")
     return row
+
+
+def _run_label(run: Run) -> str:
+    return run.path.name if run.path is not None else "in memory"
+
+
+def compare_runs(
+    run_a: Union[Run, str, Path],
+    run_b: Union[Run, str, Path],
+    metrics: Optional[Sequence[str]] = None,
+    backends: Optional[Sequence[str]] = None,
+    thresholds: Any = None,
+    n_resamples: int = stats.DEFAULT_RESAMPLES,
+    seed: int = 0,
+    confidence: float = stats.CONFIDENCE,
+    n_permutations: int = stats.DEFAULT_PERMUTATIONS,
+):
+    """Two runs compared rater against rater: one row per (metric, backend) scored in both runs.
+
+    Only the case ids both runs hold are counted (``n_cases``); ``n_paired`` of them were scored in
+    both. The row holds the judge model and backend version of each side (``judge_a``,
+    ``version_a``, ...), the counts, every figure of `FIGURES` with its bootstrap interval, the
+    confusion table, the means, and ``shift`` = mean_b - mean_a with its paired bootstrap interval
+    (``shift_low``, ``shift_high``) and paired permutation p-value (``shift_p``). The frame's
+    ``attrs`` hold ``run_a``, ``run_b`` (paths), ``label_a``, ``label_b``, ``n_shared``,
+    ``only_in_a`` and ``only_in_b`` (counts of case ids). Raises `AnalysisError` when the runs share
+    no case id, or no (backend, metric) is scored in both.
+    """
+    import pandas as pd
+
+    ra, rb = open_run(run_a, "run A"), open_run(run_b, "run B")
+    ta, tb = ScoreTable.of(ra), ScoreTable.of(rb)
+    in_b = set(tb.case_ids)
+    shared = [c for c in ta.case_ids if c in in_b]
+    if not shared:
+        raise AnalysisError(
+            f"the two runs share no case: {_run_label(ra)} holds {len(ta.case_ids)} case id(s), "
+            f"{_run_label(rb)} {len(tb.case_ids)}, none in common (compare runs made on the same golden set)")
+    keys_b = set(tb.by_mb)
+    common = [k for k in ta.by_mb if k in keys_b]
+    if not common:
+        raise AnalysisError(
+            "no backend scored the same metric in both runs: "
+            f"{_run_label(ra)} has {', '.join(sorted(f'{b}:{m}' for m, b in ta.by_mb)) or 'none'}; "
+            f"{_run_label(rb)} has {', '.join(sorted(f'{b}:{m}' for m, b in tb.by_mb)) or 'none'}")
+    wanted = ta.select_metrics(metrics)
+    only = ta.check_backends(backends)
+    th = Thresholds.parse(thresholds, ta.backends() | tb.backends())
+    ja, jb = (r.manifest.judge or {} for r in (ra, rb))
+    rows = []
+    for metric in wanted:
+        names = [b for b in ta.backends_of(metric) if (metric, b) in keys_b and (only is None or b in only)]
+        for b in names:
+            va, vb = ta.values(metric, b), tb.values(metric, b)
+            ids = [c for c in shared if c in va and c in vb]
+            x = np.array([va[c] for c in ids], float)
+            y = np.array([vb[c] for c in ids], float)
+            row: dict[str, Any] = {
+                "metric": metric, "half": half_of(metric), "backend": b,
+                "run_a": str(ra.path), "run_b": str(rb.path),
+                "judge_a": ja.get("model") if _judged(ta, metric, b) else None,
+                "judge_b": jb.get("model") if _judged(tb, metric, b) else None,
+                "version_a": ra.manifest.backends.get(b), "version_b": rb.manifest.backends.get(b),
+                "n_cases": len(shared), "n_paired": len(ids),
+            }
+            for side, table in (("a", ta), ("b", tb)):
+                got = table.by_mb.get((metric, b), {})
+                counts = {"scored": 0, "undefined": 0, "errored": 0, "missing": 0}
+                for cid in shared:
+                    s = got.get(cid)
+                    key = "missing" if s is None else {"scored": "scored", "undefined": "undefined",
+                                                       "error": "errored"}[s.status]
+                    counts[key] += 1
+                row.update({f"{side}_{k}": v for k, v in counts.items()})
+            gseed = stats.group_seed(seed, metric, b)
+            row.update(_figures(x, y, th.get(b, metric), th.get(b, metric), n_resamples, gseed, confidence))
+            row["shift"] = float((y - x).mean()) if len(ids) else math.nan
+            row["shift_low"], row["shift_high"] = (
+                stats.paired_bootstrap_ci(x, y, confidence, n_resamples, gseed) if len(ids) >= 2
+                else (math.nan, math.nan))
+            row["shift_p"] = (stats.paired_permutation_pvalue(x, y, "two-sided", 0.0, n_permutations, gseed)
+                              if len(ids) and n_permutations > 0 else math.nan)
+            rows.append(row)
+    frame = pd.DataFrame(rows, columns=COMPARE_RUNS_COLUMNS)
+    if frame.empty:
+        raise AnalysisError(
+            "nothing to compare: no metric asked for is scored by the same backend in both runs "
+            f"(in both: {', '.join(sorted(f'{b}:{m}' for m, b in common))})")
+    frame.attrs.update(
+        run_a=str(ra.path), run_b=str(rb.path), label_a=_side_label(ra), label_b=_side_label(rb),
+        n_shared=len(shared), only_in_a=len(ta.case_ids) - len(shared),
+        only_in_b=len(tb.case_ids) - len(shared))
+    return frame
+
+
+def _judged(table: ScoreTable, metric: str, backend: str) -> bool:
+    """True when some score of (metric, backend) was taken by a judge (native metrics are not)."""
+    return any(s.judge_calls for s in table.by_mb.get((metric, backend), {}).values()) or bool(
+        table.run.manifest.judge and backend != "native")
+
+
+def _side_label(run: Run) -> str:
+    """The run folder's name, with the judge model of its ``run.json`` when it had a judge."""
+    model = (run.manifest.judge or {}).get("model")
+    return _run_label(run) + (f" ({model})" if model else "")
+
+
+def run_shifts(
+    run_a: Union[Run, str, Path],
+    run_b: Union[Run, str, Path],
+    metrics: Optional[Sequence[str]] = None,
+    backends: Optional[Sequence[str]] = None,
+    top: Optional[int] = 10,
+):
+    """The cases whose value moved most between two runs, per (metric, backend) scored in both: one
+    row per case with ``value_a``, ``value_b``, ``delta`` (b - a) and both reasons; ``top`` per
+    (metric, backend), largest ``|delta|`` first (None: every case that moved)."""
+    import pandas as pd
+
+    ra, rb = open_run(run_a, "run A"), open_run(run_b, "run B")
+    ta, tb = ScoreTable.of(ra), ScoreTable.of(rb)
+    in_b = set(tb.case_ids)
+    shared = [c for c in ta.case_ids if c in in_b]
+    only = ta.check_backends(backends)
+    rows = []
+    for metric in ta.select_metrics(metrics):
+        for b in ta.backends_of(metric):
+            if (metric, b) not in tb.by_mb or (only is not None and b not in only):
+                continue
+            sa, sb = ta.by_mb[metric, b], tb.by_mb[metric, b]
+            found = []
+            for cid in shared:
+                x, y = sa.get(cid), sb.get(cid)
+                if x is None or y is None or x.status != "scored" or y.status != "scored":
+                    continue
+                if x.value == y.value:
+                    continue
+                found.append({"metric": metric, "backend": b, "case_id": cid,
+                              "question": ta.questions.get(cid, tb.questions.get(cid, "")),
+                              "value_a": x.value, "value_b": y.value, "delta": y.value - x.value,
+                              "reason_a": x.reason, "reason_b": y.reason})
+            found.sort(key=lambda r: (-abs(r["delta"]), r["case_id"]))
+            rows.extend(found[:top] if top is not None else found)
+    return pd.DataFrame(rows, columns=["metric", "backend", "case_id", "question", "value_a", "value_b",
+                                       "delta", "reason_a", "reason_b"])
 
 
 def coverage(run: Union[Run, str, Path], metrics: Optional[Sequence[str]] = None):

@@ -30,9 +30,24 @@ per rule. A rule's ``check`` is one comparison::
     [[gate]]
     check = "error_rate <= 0.05"               # share of cases with an errored score (any metric)
 
+    [[gate]]
+    check = "faithfulness slope >= -0.01"      # least-squares slope per run of the mean, over
+    last = 5                                   # the last 5 runs (the earlier ones from --history)
+
 The left-hand side is one of: ``METRIC`` or ``mean(METRIC)``; ``METRIC drop`` (needs ``--baseline``;
-only ``<=`` or ``<``); ``share(METRIC OP VALUE)``; ``error_rate`` or ``error_rate(METRIC)``;
-``undefined_rate(METRIC)``. OP is ``>=``, ``>``, ``<=`` or ``<``.
+only ``<=`` or ``<``); ``METRIC slope`` (needs ``--history``); ``share(METRIC OP VALUE)``;
+``error_rate`` or ``error_rate(METRIC)``; ``undefined_rate(METRIC)``. OP is ``>=``, ``>``, ``<=`` or
+``<``.
+
+A ``slope`` rule (`ragbridge.analysis.trend`): the history runs (``history=``, ``--history RUN ...``:
+run folders or folders of them) that started no later than the gated run, and the gated run, are
+ordered by the start time in their ``run.json``; the rule takes the ``last`` of them (default: all;
+at least 2) and fits a least-squares line to each run's mean over its scored cases (carrying the
+rule's ``tags``; a run with fewer than ``min_n`` such cases is left out). The figure is the slope per
+run, with its t interval (`ragbridge.analysis.stats.ols_slope`); ``n`` is the number of runs in the
+fit, and the items behind a miss are the runs with their means, the latest first. Fewer than 2
+runs in the fit: the ``below_min_n`` verdict. ``significant = true``: it fails only when the whole
+interval misses the bound (with 2 runs there is no interval and a miss fails).
 
 Rule keys: ``check`` (required), ``name``, ``backend``, ``tags`` (or ``tag``), ``min_n``,
 ``below_min_n`` (``"fail"`` or ``"skip"``), ``significant``, ``alpha`` (default 0.05),
@@ -89,6 +104,7 @@ from .stats import (
 )
 from .noise import check_repeats, noise_band
 from .table import open_run
+from .trend import expand_runs, order_runs, slope_of, started_at
 
 __all__ = ["GateConfigError", "Rule", "GateConfig", "GateResult", "GateReport", "load_gates", "parse_gates",
            "run_gates"]
@@ -99,6 +115,7 @@ _METRIC = r"[A-Za-z_][A-Za-z0-9_]*(?:@\d+)?"
 _CHECK = re.compile(rf"^\s*(?P<lhs>.+?)\s*(?P<op>>=|<=|>|<)\s*(?P<value>{_NUM})\s*$")
 _LHS = [
     ("drop", re.compile(rf"^(?P<metric>{_METRIC})\s+drop$")),
+    ("slope", re.compile(rf"^(?P<metric>{_METRIC})\s+slope$")),
     ("mean", re.compile(rf"^mean\(\s*(?P<metric>{_METRIC})\s*\)$")),
     ("share", re.compile(rf"^share\(\s*(?P<metric>{_METRIC})\s*(?P<cop>>=|<=|>|<)\s*(?P<cut>{_NUM})\s*\)$")),
     ("error_rate", re.compile(rf"^error_rate(?:\(\s*(?P<metric>{_METRIC})\s*\))?$")),
@@ -107,10 +124,11 @@ _LHS = [
 ]
 _GRAMMAR = (
     "write it as 'METRIC >= 0.85', 'METRIC drop <= 0.02', 'share(METRIC >= 0.7) >= 0.9', "
-    "'error_rate <= 0.05', 'error_rate(METRIC) <= 0.05' or 'undefined_rate(METRIC) <= 0.1'"
+    "'METRIC slope >= -0.01', 'error_rate <= 0.05', 'error_rate(METRIC) <= 0.05' or "
+    "'undefined_rate(METRIC) <= 0.1'"
 )
 _RULE_KEYS = {"check", "name", "backend", "tags", "tag", "min_n", "below_min_n", "significant", "alpha",
-              "confidence", "min_repeats"}
+              "confidence", "min_repeats", "last"}
 _DEFAULT_KEYS = (_RULE_KEYS - {"check", "name", "tag"}) | {"seed", "resamples", "permutations"}
 
 
@@ -124,7 +142,7 @@ class Rule:
 
     index: int
     check: str
-    kind: str  # mean | share | drop | error_rate | undefined_rate
+    kind: str  # mean | share | drop | slope | error_rate | undefined_rate
     metric: Optional[str]
     op: str
     threshold: float
@@ -139,6 +157,7 @@ class Rule:
     alpha: float = 0.05
     confidence: float = 0.95
     min_repeats: int = 1
+    last: int = 0  # slope rules: the last N runs (0: every run)
 
     @property
     def label(self) -> str:
@@ -188,6 +207,10 @@ def _parse_check(check: str, where: str) -> dict[str, Any]:
         if not -1 <= out["threshold"] <= 1:
             raise GateConfigError(
                 f"{where}: the allowed drop must be between -1 and 1, got {out['threshold']}")
+    elif kind == "slope":
+        if not -1 <= out["threshold"] <= 1:
+            raise GateConfigError(
+                f"{where}: a slope per run is between -1 and 1, got {out['threshold']}")
     elif not 0 <= out["threshold"] <= 1:
         raise GateConfigError(
             f"{where}: threshold {out['threshold']} is outside 0..1 (scores, shares and rates are in 0..1)"
@@ -213,6 +236,10 @@ def _check_value(key: str, value: Any, where: str) -> Any:
         if not isinstance(vals, list) or not all(isinstance(v, str) and v for v in vals):
             raise bad("a list of tag names")
         return list(vals)
+    if key == "last":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+            raise bad("an integer of at least 2 (a slope needs two runs)")
+        return value
     if key == "min_repeats":
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise bad("a positive integer")
@@ -479,12 +506,16 @@ def run_gates(
     seed: Optional[int] = None,
     resamples: Optional[int] = None,
     permutations: Optional[int] = None,
+    history: Optional[Sequence[Run | str | Path]] = None,
 ) -> GateReport:
     """Evaluate every rule of ``config`` on ``run``.
 
+    ``history``: earlier runs (run folders, or folders of them) for ``slope`` rules; those that
+    started after ``run`` are left out, and so is ``run`` itself if a folder holds it.
+
     Raises `IncompleteRunError` when the run (or the baseline) did not finish, and `GateConfigError`
-    when the rules name a metric, backend or tag the run does not have, or need a baseline that was
-    not given.
+    when the rules name a metric, backend or tag the run does not have, or need a baseline or a
+    history that was not given.
     """
     if isinstance(config, dict):
         config = parse_gates(config)
@@ -496,6 +527,13 @@ def run_gates(
     if baseline is not None:
         base = open_run(baseline, "baseline run", RegressionError)
         require_complete(base, "baseline run")
+    series: list[Run] = []
+    if history:
+        here = run.path.resolve() if run.path is not None else None
+        earlier = [h for h in expand_runs(history, RegressionError)
+                   if (h.path is None or h.path.resolve() != here)
+                   and started_at(h) <= started_at(run)]
+        series = order_runs(earlier) + [run]
     seed = config.seed if seed is None else seed
     resamples = config.resamples if resamples is None else resamples
     permutations = config.permutations if permutations is None else permutations
@@ -514,7 +552,8 @@ def run_gates(
             base_key.setdefault((s.backend, s.metric), {})[s.case_id] = s
     all_tags = sorted({t for c in run.cases for t in c.tags})
 
-    warnings: list[str] = []
+    warnings: list[str] = [f"history: {h.path} did not finish (status {h.manifest.status}); its means "
+                           "are of what it scored" for h in series[:-1] if h.manifest.status != "complete"]
     redefined = definition_changes(base, run) if base is not None else {}
     if base is not None:
         differs, changed, added, removed = dataset_changes(base, run)
@@ -539,6 +578,12 @@ def run_gates(
         if rule.kind == "drop" and base is None:
             raise GateConfigError(
                 f"{where}: {rule.check!r} compares with a baseline: pass --baseline BASE_RUN")
+        if rule.kind == "slope" and not series:
+            raise GateConfigError(
+                f"{where}: {rule.check!r} is a trend over runs: pass --history with the earlier runs "
+                "(run folders, or a folder of them)")
+        if rule.last and rule.kind != "slope":
+            raise GateConfigError(f"{where}: 'last' is for slope rules ('METRIC slope >= -0.01')")
         backends = _bind(rule, run, scored_by, where)
         if rule.kind == "drop":
             for b in backends:
@@ -557,6 +602,9 @@ def run_gates(
         ids = _slice(run, rule.tags)
         for backend in backends:
             gseed = group_seed(seed, str(rule.index), backend)
+            if rule.kind == "slope":
+                results.append(_evaluate_slope(rule, backend, series))
+                continue
             result = _evaluate(rule, backend, ids, run, by_key, base_key, gseed, resamples, permutations,
                                noise.get((backend, rule.metric)))
             results.append(_require_repeats(result, rule, run, by_key.get((backend, rule.metric), {})))
@@ -573,6 +621,36 @@ def _require_repeats(result: GateResult, rule: Rule, run: Run, scores: dict[str,
     result.verdict = "fail"
     result.detail = f"{result.detail}; {problem}"
     return result
+
+
+def _evaluate_slope(rule: Rule, backend: str, series: list[Run]) -> GateResult:
+    """A slope rule: the least-squares slope per run over the last ``rule.last`` runs of ``series``."""
+    fit = slope_of(series, backend, rule.metric, rule.tags, rule.last, rule.min_n, rule.confidence)
+    n, figure = fit["n_runs"], fit["slope"]
+    items = [{"case_id": Path(m["run"]).name, "value": m["mean"]} for m in fit["means"]]
+    window = f"the last {fit['runs_in_window']} runs" if rule.last else f"{fit['runs_in_window']} runs"
+    left_out = fit["runs_in_window"] - n
+    extra = (f"; {left_out} run(s) left out (fewer than {max(1, rule.min_n)} scored case(s))"
+             if left_out else "")
+    if n < 2:
+        return GateResult(rule, backend, rule.below_min_n, figure, n,
+                          f"a slope needs 2 runs with scores, {window} hold {n}{extra}", items=items)
+    holds = bool(_OPS[rule.op](figure, rule.threshold))
+    detail = (f"slope per run {figure:+.4f} over {window} {rule.op} {rule.threshold:g}: "
+              + ("holds" if holds else "does not hold"))
+    verdict = "pass" if holds else "fail"
+    lo, hi = fit["low"], fit["high"]
+    if not holds and rule.significant:
+        if math.isnan(lo):
+            detail += "; no interval with 2 runs, fails"
+        else:
+            sig = not _OPS[rule.op](hi if rule.op in (">=", ">") else lo, rule.threshold)
+            conf = f"{rule.confidence:.0%} CI [{lo:+.4f}, {hi:+.4f}]"
+            detail += (f"; significant ({conf} misses it)" if sig
+                       else f"; not significant ({conf} reaches it), passes")
+            verdict = "fail" if sig else "pass"
+    items = items[::-1] if not holds else []  # the latest run first
+    return GateResult(rule, backend, verdict, figure, n, detail + extra, lo, hi, math.nan, items)
 
 
 def _evaluate(

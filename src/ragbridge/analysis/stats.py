@@ -55,6 +55,23 @@ labels alone, while the judge's own pass rate was 0.05 too high.
 
 `normal_quantile` is the standard normal quantile (scipy), for the minimum detectable difference
 and the judge-noise band of ``ragbridge.analysis.noise``.
+
+Trends over runs (``ragbridge.analysis.trend``): `ols_slope` fits a least-squares line to a series
+(one mean per run, x the run's position 0, 1, 2, ...) and gives the slope per run with its t
+interval, ``slope ± t(n-2) * se`` (``scipy.stats.linregress``'s standard error): the spread of the
+run means around the line, whatever its cause (the cases' sampling, judge noise, drift), is what
+makes the interval wide. Two runs give a slope with no interval; a constant series a slope of 0
+with the interval [0, 0].
+
+`change_points` finds steps in a series by binary segmentation: the split of a segment that
+maximises ``|mean(left) - mean(right)| * sqrt(k (n - k) / n)`` (the standardised CUSUM statistic,
+k and n - k the points on each side) is tested by permutation: the segment's points are shuffled
+``n_permutations`` times (seeded) and the p-value is ``(hits + 1) / (n_permutations + 1)``, hits
+the shuffles whose largest statistic is at least the observed one (exact, over every ordering,
+when there are at most ``n_permutations`` of them). A split with p < ``alpha`` is kept and both
+sides are searched again; a segment shorter than ``2 * min_size`` is not split. Shuffling asks
+whether the order of the runs matters at all, so a steady slope, too, can come out as a change
+point near its middle: read change points with the slope.
 """
 
 from __future__ import annotations
@@ -73,7 +90,7 @@ __all__ = [
     "spearman_rows", "kendall_rows", "pearson_rows", "mae_rows", "kappa_rows", "agreement_rows",
     "balanced_accuracy_rows", "mean_rows",
     "bootstrap_interval", "mean_interval", "paired_bootstrap_ci", "paired_permutation_pvalue",
-    "wilson_interval", "normal_quantile", "ppi_mean", "classical_mean",
+    "wilson_interval", "normal_quantile", "ppi_mean", "classical_mean", "ols_slope", "change_points",
 ]
 
 CONFIDENCE = 0.95
@@ -441,3 +458,102 @@ def ppi_mean(y: Sequence[float], f: Sequence[float], f_unlabelled: Sequence[floa
     z = _z(confidence)
     out.update(estimate=est, low=est - z * se, high=est + z * se, se=se, lam=lam)
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# Trends: a slope over runs and the steps in a series
+
+
+def ols_slope(y: Sequence[float], x: Optional[Sequence[float]] = None,
+              confidence: float = CONFIDENCE) -> dict[str, Any]:
+    """The least-squares line through ``(x, y)`` (``x`` default 0, 1, 2, ...): ``slope`` (per unit of
+    x), ``intercept``, ``low`` and ``high`` (the t interval of the slope, NaN with fewer than three
+    points), ``se``, ``p_value`` (of slope 0, two-sided) and ``n``. Fewer than two points: NaN."""
+    from scipy import stats as sps
+
+    yy = np.asarray(y, float)
+    xx = np.arange(len(yy), dtype=float) if x is None else np.asarray(x, float)
+    n = len(yy)
+    out: dict[str, Any] = {"slope": math.nan, "intercept": math.nan, "low": math.nan, "high": math.nan,
+                           "se": math.nan, "p_value": math.nan, "n": n}
+    if n < 2 or np.ptp(xx) == 0:
+        return out
+    if np.ptp(yy) <= EPS:  # a constant series: linregress leaves its p-value undefined
+        out.update(slope=0.0, intercept=float(yy[0]), se=0.0)
+        if n > 2:
+            out.update(low=0.0, high=0.0, p_value=1.0)
+        return out
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sps.linregress(xx, yy)
+    out.update(slope=float(fit.slope), intercept=float(fit.intercept))
+    if n > 2:
+        t = float(sps.t.ppf(0.5 + confidence / 2, n - 2))
+        se = float(fit.stderr)
+        out.update(se=se, low=float(fit.slope) - t * se, high=float(fit.slope) + t * se,
+                   p_value=float(fit.pvalue))
+    return out
+
+
+def _split_statistic(y: np.ndarray) -> np.ndarray:
+    """The standardised mean shift at every split k = 1..n-1 of each row of ``y`` (rows: orderings)."""
+    n = y.shape[-1]
+    k = np.arange(1, n, dtype=float)
+    csum = np.cumsum(y, axis=-1)[..., :-1]
+    total = y.sum(axis=-1, keepdims=True)
+    left = csum / k
+    right = (total - csum) / (n - k)
+    return np.abs(left - right) * np.sqrt(k * (n - k) / n)
+
+
+def _best_split(y: np.ndarray, min_size: int, n_permutations: int, rng) -> Optional[tuple[int, float, float]]:
+    """``(k, statistic, p_value)`` of the best split of ``y`` into ``y[:k]`` and ``y[k:]``."""
+    import itertools
+
+    n = len(y)
+    if n < 2 * min_size:
+        return None
+    allowed = slice(min_size - 1, n - min_size)  # k = min_size .. n - min_size
+    stat = _split_statistic(y)[allowed]
+    if not stat.size or np.max(stat) <= EPS:
+        return None
+    k = int(np.argmax(stat)) + min_size
+    observed = float(np.max(stat))
+    if math.factorial(n) <= n_permutations:  # exact: every ordering
+        orders = np.array(list(itertools.permutations(range(n))))
+        null = _split_statistic(y[orders])[:, allowed].max(axis=-1)
+        p = float(np.mean(null >= observed - EPS))
+    else:
+        hits = 0
+        block = max(1, BLOCK // n)
+        for start in range(0, n_permutations, block):
+            m = min(n_permutations, start + block) - start
+            orders = rng.permuted(np.tile(np.arange(n), (m, 1)), axis=1)
+            null = _split_statistic(y[orders])[:, allowed].max(axis=-1)
+            hits += int(np.count_nonzero(null >= observed - EPS))
+        p = (hits + 1) / (n_permutations + 1)
+    return k, observed, p
+
+
+def change_points(y: Sequence[float], alpha: float = 0.05, min_size: int = 2,
+                  n_permutations: int = DEFAULT_PERMUTATIONS, seed: int = 0) -> list[dict[str, Any]]:
+    """The steps in a series by binary segmentation with permutation p-values (see the module
+    docstring). One dict per change point, in order: ``index`` (the first point after the step),
+    ``before`` and ``after`` (the means of the segments on either side, within the segment that was
+    split), ``shift`` (after - before), ``statistic`` and ``p_value``."""
+    yy = np.asarray(y, float)
+    rng = np.random.default_rng(seed)
+    found: list[dict[str, Any]] = []
+    todo = [(0, len(yy))]
+    while todo:
+        lo, hi = todo.pop()
+        seg = yy[lo:hi]
+        best = _best_split(seg, max(1, min_size), n_permutations, rng)
+        if best is None or not best[2] < alpha:
+            continue
+        k, statistic, p = best
+        found.append({"index": lo + k, "before": float(seg[:k].mean()), "after": float(seg[k:].mean()),
+                      "shift": float(seg[k:].mean() - seg[:k].mean()), "statistic": statistic,
+                      "p_value": p})
+        todo += [(lo, lo + k), (lo + k, hi)]
+    return sorted(found, key=lambda c: c["index"])

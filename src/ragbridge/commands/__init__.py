@@ -2,7 +2,7 @@
 
 One module per group of commands, each with a ``register(cli)`` that adds its commands to the
 application: ``run`` (run, rescore), ``data`` (formats, convert, sample), ``backends``, ``judge``
-(judge serve, judge check), ``analysis`` (compare, validate, calibrate), ``regression`` (diff, gate)
+(judge serve, judge check), ``analysis`` (compare, validate, calibrate, trend), ``regression`` (diff, gate)
 and ``report``. They are registered here, directly; third-party plugins (and the built-in rubric
 plugin) add theirs through the ``ragbridge_register_commands`` hook when `run_cli` starts.
 

@@ -1,5 +1,9 @@
-"""``ragbridge compare``, ``ragbridge validate`` and ``ragbridge calibrate``: the analyses of
-`ragbridge.analysis` printed as tables that fit the width (or plain lines), or as one JSON document.
+"""``ragbridge compare``, ``ragbridge validate``, ``ragbridge calibrate`` and ``ragbridge trend``:
+the analyses of `ragbridge.analysis` printed as tables that fit the width (or plain lines), or as
+one JSON document.
+
+``compare RUN`` compares the backends of one run; ``compare RUN_A RUN_B`` compares the same backend
+and metric across two runs (a change of judge model or library version), rater against rater.
 """
 
 from __future__ import annotations
@@ -13,22 +17,25 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..analysis.calibrate import calibrate, calibration_flips
-from ..analysis.compare import FIGURE_NAMES, FIGURES, compare, disagreements
-from ..analysis.stats import DEFAULT_RESAMPLES
+from ..analysis.compare import FIGURE_NAMES, FIGURES, compare, compare_runs, disagreements, run_shifts
+from ..analysis.stats import DEFAULT_PERMUTATIONS, DEFAULT_RESAMPLES
 from ..analysis.table import AnalysisError, ScoreTable, open_run
 from ..analysis.thresholds import DEFAULT_THRESHOLD
 from ..analysis.validate import validate
-from ..report.text import MISSING, ci_text, num, one_line, records
+from ..analysis.trend import Trend, trend
+from ..report.text import MISSING, ci_text, interval, num, one_line, p_text, records
+from ..run.summary import ALL
 from ..run import Run
 from .output import err, fail, out, print_json, print_lines, print_table
 
-__all__ = ["register", "compare_cmd", "validate_cmd", "calibrate_cmd"]
+__all__ = ["register", "compare_cmd", "validate_cmd", "calibrate_cmd", "trend_cmd", "trend_json"]
 
 
 def register(cli: typer.Typer) -> None:
     cli.command("compare")(compare_cmd)
     cli.command("validate")(validate_cmd)
     cli.command("calibrate")(calibrate_cmd)
+    cli.command("trend")(trend_cmd)
 
 
 def _unscored_note(row, side: str, name: str) -> str:
@@ -55,7 +62,10 @@ def _run_or_fail(path: Path) -> Run:
 
 
 def compare_cmd(
-    run: Path = typer.Argument(..., help="Run folder (holds run.json and scores.jsonl)."),
+    runs: List[Path] = typer.Argument(
+        ..., metavar="RUN",
+        help="Run folder (holds run.json and scores.jsonl): its backends are compared; or two run "
+             "folders: each backend and metric of the first against the same in the second."),
     metric: List[str] = typer.Option(
         None, "--metric", "-m", help="Metric to compare (repeatable). Default: every metric two or more "
                                      "backends scored."),
@@ -68,9 +78,20 @@ def compare_cmd(
     resamples: int = typer.Option(
         DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples for the 95% intervals (0: none)."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    permutations: int = typer.Option(
+        DEFAULT_PERMUTATIONS, "--permutations", help="Permutation test resamples for the shift's p-value "
+                                                     "(two runs)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
 ) -> None:
-    """Agreement between backends on each metric they share, and the cases they disagree on most."""
+    """Agreement between backends on each metric they share, and the cases they disagree on most; with
+    two runs, each backend against itself in the other run (e.g. another judge model)."""
+    if len(runs) > 2:
+        fail(f"compare takes one run folder (its backends) or two (run against run), got {len(runs)}")
+    if len(runs) == 2:
+        _compare_two_runs(runs[0], runs[1], metric, backend, threshold, top, resamples, seed, permutations,
+                          as_json)
+        return
+    run = runs[0]
     r = _run_or_fail(run)
     try:
         frame = compare(r, metric or None, backend or None, threshold or None, resamples, seed)
@@ -131,6 +152,71 @@ def _print_agreement(console, r: Run, frame) -> None:
         + (" —: undefined (kappa when a backend passes or fails every case; a correlation when one side "
            "is constant)." if frame[list(FIGURES)].isna().any().any() else "")
     ], indent="")
+
+
+def _compare_two_runs(path_a: Path, path_b: Path, metric, backend, threshold, top: int, resamples: int,
+                      seed: int, permutations: int, as_json: bool) -> None:
+    ra, rb = _run_or_fail(path_a), _run_or_fail(path_b)
+    try:
+        frame = compare_runs(ra, rb, metric or None, backend or None, threshold or None, resamples, seed,
+                             n_permutations=permutations)
+        moved = run_shifts(ra, rb, metric or None, backend or None, top)
+    except AnalysisError as exc:
+        fail(str(exc))
+    a = frame.attrs
+    if as_json:
+        print_json({"run_a": a["run_a"], "run_b": a["run_b"], "label_a": a["label_a"],
+                    "label_b": a["label_b"], "n_shared": a["n_shared"], "only_in_a": a["only_in_a"],
+                    "only_in_b": a["only_in_b"], "agreement": records(frame), "moved": records(moved)})
+        return
+    lines = [f"A: {ra.path}" + _judge_note(frame, "a"), f"B: {rb.path}" + _judge_note(frame, "b"),
+             f"{a['n_shared']} case(s) in both runs"
+             + (f"; {a['only_in_a']} only in A, {a['only_in_b']} only in B (not compared)"
+                if a["only_in_a"] or a["only_in_b"] else "")]
+    print_lines(out, lines)
+    t = Table(title="Each backend in run B against itself in run A", title_justify="left", show_lines=True)
+    for col in ("metric", "backend", "paired", "A", "B", "shift B-A", "p", *FIGURE_NAMES.values(),
+                "PP PF FP FF"):
+        t.add_column(col, justify="left" if col in ("metric", "backend") else "right", no_wrap=True)
+    rows = []
+    for row in frame.to_dict("records"):
+        shift = ci_text(row["shift"], row["shift_low"], row["shift_high"], 3, signed=True)
+        t.add_row(escape(row["metric"]), escape(row["backend"]), f"{row['n_paired']}/{row['n_cases']}",
+                  num(row["mean_a"]), num(row["mean_b"]), shift.replace(" [", "\n["), p_text(row["shift_p"]),
+                  *(ci_text(row[f], row[f"{f}_low"], row[f"{f}_high"]).replace(" [", "\n[") for f in FIGURES),
+                  f"{row['both_pass']} {row['a_pass_b_fail']} {row['a_fail_b_pass']} {row['both_fail']}")
+        notes = [n for n in (_unscored_note(row, "a", "A"), _unscored_note(row, "b", "B")) if n]
+        rows += [
+            f"{row['metric']}, {row['backend']}: A {num(row['mean_a'])} -> B {num(row['mean_b'])}, "
+            f"shift {shift}, p {p_text(row['shift_p'])}; {row['n_paired']} of {row['n_cases']} cases "
+            "scored in both",
+            "  " + ", ".join(f"{name} {ci_text(row[f], row[f'{f}_low'], row[f'{f}_high'])}"
+                             for f, name in FIGURE_NAMES.items()),
+            f"  verdicts at {row['threshold_a']:g}: both pass {row['both_pass']}, only A passes "
+            f"{row['a_pass_b_fail']}, only B passes {row['a_fail_b_pass']}, both fail {row['both_fail']}",
+        ]
+        rows += [f"  not scored: {'; '.join(notes)}"] if notes else []
+    print_table(out, t, rows)
+    print_lines(out, [
+        "shift: mean in B - mean in A over the cases both scored, paired bootstrap 95% interval and "
+        "permutation p; the figures compare A's values with B's case by case (bootstrap 95% intervals). "
+        "PP PF FP FF: cases both pass, only A passes, only B passes, both fail."
+    ], indent="")
+    for (m, b), group in moved.groupby(["metric", "backend"], sort=False):
+        lines = [f"Cases that moved most: {m}, {b}"]
+        for row in group.to_dict("records"):
+            lines += _case_lines(row["case_id"], f"change {num(row['delta'], signed=True)}", row["question"],
+                                 [("A", num(row["value_a"]), row["reason_a"]),
+                                  ("B", num(row["value_b"]), row["reason_b"])])
+        print_lines(out, lines)
+
+
+def _judge_note(frame, side: str) -> str:
+    judges = sorted({j for j in frame[f"judge_{side}"] if isinstance(j, str)})
+    versions = sorted({f"{b} {v}" for b, v in zip(frame["backend"], frame[f"version_{side}"])
+                       if isinstance(v, str)})
+    parts = ([f"judge {', '.join(judges)}"] if judges else []) + versions
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def _print_disagreements(console, dis) -> None:
@@ -321,3 +407,96 @@ def calibrate_cmd(
                 for side, name in (("source", source), ("target", target))
             ])
         print_lines(out, lines)
+
+
+def trend_json(t: Trend) -> dict:
+    """The trend as one JSON-ready document: the runs in order, every series, slope and change point."""
+    return {
+        "runs": [{"position": i, "path": str(r.path), "started_at": r.manifest.started_at,
+                  "judge": (r.manifest.judge or {}).get("model"), "status": r.manifest.status}
+                 for i, r in enumerate(t.runs)],
+        "confidence": t.confidence, "alpha": t.alpha, "warnings": list(t.warnings),
+        "summary": records(t.summary), "series": records(t.series), "changes": records(t.changes),
+    }
+
+
+def trend_cmd(
+    runs: List[Path] = typer.Argument(
+        ..., metavar="RUN",
+        help="Run folders, or folders of run folders; ordered by the start time in their run.json."),
+    metric: List[str] = typer.Option(None, "--metric", "-m", help="Only this metric (repeatable)."),
+    backend: List[str] = typer.Option(None, "--backend", "-b", help="Only this backend (repeatable)."),
+    by_tag: bool = typer.Option(False, "--by-tag", help="A series per tag too."),
+    tag: List[str] = typer.Option(None, "--tag", help="With --by-tag, only these tags (repeatable)."),
+    alpha: float = typer.Option(
+        0.05, "--alpha", help="A change point is kept when its p-value is below this."),
+    min_size: int = typer.Option(2, "--min-size", help="Fewest runs on either side of a change point."),
+    permutations: int = typer.Option(
+        DEFAULT_PERMUTATIONS, "--permutations", help="Permutations of the change-point test (0: no test)."),
+    seed: int = typer.Option(0, "--seed", help="Random seed of the permutation test."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
+) -> None:
+    """The mean of each metric over dated runs: the series, its slope per run with a 95% interval,
+    and the change points."""
+    if not 0 < alpha < 1:
+        fail(f"--alpha must be between 0 and 1, got {alpha}")
+    if min_size < 1:
+        fail(f"--min-size must be at least 1, got {min_size}")
+    if tag and not by_tag:
+        fail("--tag chooses the tags of --by-tag: add --by-tag")
+    try:
+        t = trend(runs, metric or None, backend or None, by_tag, tag or None, alpha=alpha, min_size=min_size,
+                  n_permutations=permutations, seed=seed)
+    except AnalysisError as exc:
+        fail(str(exc))
+    for w in t.warnings:
+        err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
+    if as_json:
+        print_json(trend_json(t))
+        return
+    print_trend(out, t)
+
+
+def print_trend(console, t: Trend) -> None:
+    """The runs in order, a row per series (slope, change points), then each series' means."""
+    first, last = t.runs[0].manifest.started_at, t.runs[-1].manifest.started_at
+    lines = [f"{len(t.runs)} runs, by start time: {first} to {last}"]
+    lines += [f"  #{i} {r.path}" + (f" (judge {r.manifest.judge['model']})"
+                                    if (r.manifest.judge or {}).get("model") else "")
+              for i, r in enumerate(t.runs)]
+    print_lines(console, lines)
+    tab = Table(title="Trend: least-squares slope per run, t 95% interval", title_justify="left",
+                show_lines=True)
+    for c in ("series", "runs", "first", "last", "slope/run", "changes"):
+        tab.add_column(c, justify="left" if c == "series" else "right", no_wrap=True)
+    rows = []
+    for r in t.summary.to_dict("records"):
+        slope = num(r["slope"], 4, signed=True)
+        ci = interval(r["slope_low"], r["slope_high"], 4, signed=True)
+        sig = not math.isnan(r["slope_low"]) and (r["slope_low"] > 0 or r["slope_high"] < 0)
+        colour = ("green" if r["slope"] > 0 else "red") if sig else None
+        where = f"{r['backend']} {r['metric']}" + (f", {r['tag']}" if r["tag"] != ALL else "")
+        tab.add_row(escape(where.replace(", ", "\n")), str(r["n_runs"]), num(r["first"]), num(r["last"]),
+                    (f"[{colour}]{slope}[/]" if colour else slope) + (f"\n{ci}" if ci else ""),
+                    str(r["n_change_points"]))
+        rows.append(f"{where}: {r['n_runs']} runs, {num(r['first'])} -> {num(r['last'])}, slope per run "
+                    f"{slope}" + (f" (95% CI {ci})" if ci else "")
+                    + f", {r['n_change_points']} change point(s)")
+    print_table(console, tab, rows)
+    lines = []
+    for (b, m, tg), group in t.series.groupby(["backend", "metric", "tag"], sort=False):
+        where = f"{b} {m}" + (f", {tg}" if tg != ALL else "")
+        points = zip(group["position"], group["mean"])
+        lines.append(f"{where}: " + ", ".join(f"#{p} {num(v)}" for p, v in points))
+    print_lines(console, ["Means by run:"] + ["  " + ln for ln in lines], indent="  ")
+    if not t.changes.empty:
+        lines = [f"Change points (binary segmentation, permutation p < {t.alpha:g}):"]
+        for c in t.changes.to_dict("records"):
+            where = f"{c['backend']} {c['metric']}" + (f", {c['tag']}" if c["tag"] != ALL else "")
+            lines.append(f"  {where}: from run #{c['position']} ({Path(c['run']).name}) "
+                         f"{num(c['before'])} -> "
+                         f"{num(c['after'])}, shift {num(c['shift'], signed=True)}, p {p_text(c['p_value'])}")
+        print_lines(console, lines, indent="  ")
+    else:
+        print_lines(console, [f"No change point (binary segmentation, permutation p < {t.alpha:g})."],
+                    indent="")

@@ -203,7 +203,7 @@ def print_gate(report: GateReport, console=None, top: int = ci.TOP_CASES) -> Non
     print_table(console, t, lines)
     for r in report.failed:
         if r.items:
-            lines = [f"{r.label}: the cases behind it ({min(top, len(r.items))} of {len(r.items)}):"]
+            lines = [f"{r.label}: the {ci.behind(r)} behind it ({min(top, len(r.items))} of {len(r.items)}):"]
             lines += [f"  {ci.item_line(item)}" for item in r.items[:top]]
             print_lines(console, lines)
     colour = "bold green" if report.passed else "bold red"
@@ -291,6 +291,8 @@ def gate_command(
     config: Path = typer.Option(Path("gates.toml"), "--config", "-c", help="Gates file (TOML)."),
     baseline: Optional[Path] = typer.Option(
         None, "--baseline", help="Baseline run folder, for 'drop' rules."),
+    history: List[Path] = typer.Option(
+        None, "--history", help="Earlier run folders, or a folder of them, for 'slope' rules (repeatable)."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here."),
     markdown: Optional[Path] = typer.Option(
         None, "--markdown", help="Write a Markdown summary here (e.g. for a CI job summary)."),
@@ -314,7 +316,7 @@ def gate_command(
     try:
         cfg = load_gates(config)
         report = run_gates(run, cfg, baseline=baseline, seed=seed, resamples=resamples,
-                           permutations=permutations)
+                           permutations=permutations, history=history or None)
     except IncompleteRunError as exc:
         if junit is not None:
             write_atomic(junit, ci.incomplete_junit_xml(str(exc)))

@@ -41,6 +41,9 @@ def report_cmd(
     gates: Optional[Path] = typer.Option(
         None, "--gates", "-g",
         help="Gates file (TOML): its rules set the thresholds of the metrics they name."),
+    history: List[Path] = typer.Option(
+        None, "--history", help="Earlier run folders, or a folder of them: the report plots each metric's "
+                                "trend over them and this run (repeatable)."),
 ) -> None:
     """Write one report (HTML, Markdown or JSON) of a run: summary, agreement, judge usage, every case."""
     if fmt not in FORMATS:
@@ -48,7 +51,8 @@ def report_cmd(
     try:
         r = open_run(run)
         data = report_data(r, thresholds=threshold or None, n_resamples=resamples, seed=seed, top=top,
-                           labels=labels, label_threshold=label_threshold, gates=gates)
+                           labels=labels, label_threshold=label_threshold, gates=gates,
+                           history=history or None)
         text = render(r, data, fmt)
     except AnalysisError as exc:  # a gates file's errors are analysis errors too
         fail(str(exc))

@@ -40,6 +40,11 @@ def figure_text(result: GateResult) -> str:
     return text
 
 
+def behind(result: GateResult) -> str:
+    """What the items of a result are: ``"cases"``, or ``"runs"`` for a slope rule (each run's mean)."""
+    return "runs" if result.rule.kind == "slope" else "cases"
+
+
 def item_line(item: dict[str, Any]) -> str:
     """One case behind a rule as a line of plain text: its value, or its change, or its errors."""
     case = plain_text(item["case_id"])
@@ -86,7 +91,7 @@ def junit_xml(report: GateReport, top: int = TOP_CASES) -> str:
         )
         text = f"{r.label}\nfigure: {figure_text(r)} (n={r.n})\n{r.detail}"
         if r.items and r.verdict != "pass":
-            text += f"\nthe cases behind it ({min(top, len(r.items))} of {len(r.items)}):\n"
+            text += f"\nthe {behind(r)} behind it ({min(top, len(r.items))} of {len(r.items)}):\n"
             text += "\n".join(item_line(i) for i in r.items[:top])
         if r.verdict == "fail":
             failure = ET.SubElement(case, "failure", message=r.detail, type="GateFailure")
@@ -134,7 +139,7 @@ def markdown(report: GateReport, top: int = TOP_CASES) -> str:
             continue
         shown = r.items[:top]
         lines += ["", f"### ❌ {md_text(r.label)}", "",
-                  f"The cases behind it ({len(shown)} of {len(r.items)}):", ""]
+                  f"The {behind(r)} behind it ({len(shown)} of {len(r.items)}):", ""]
         if "delta" in r.items[0]:
             lines += ["| case | baseline | run | change |", "|---|---|---|---|"]
             lines += [f"| {md_text(i['case_id'])} | {num(i['base'])} | {num(i['new'])} | "

@@ -60,8 +60,13 @@ def report_data(
     labels: Any = None,
     label_threshold: float = 0.5,
     gates: Any = None,
+    history: Any = None,
 ) -> dict[str, Any]:
     """Everything the report shows, as plain JSON-ready data.
+
+    With ``history`` (earlier run folders, or folders of them) the report also holds the trend of
+    every metric over those runs and this one (`ragbridge.analysis.trend`): ``trend`` with ``runs``,
+    ``summary``, ``series`` and ``changes``; runs that started after this one are left out.
 
     With ``labels`` (a labels file or frame, see `ragbridge.analysis.load_labels`) the report also
     holds each backend's verdicts against the human labels (`ragbridge.analysis.validate`). Pass
@@ -113,9 +118,24 @@ def report_data(
         "judge_usage_by_metric": per_metric,
         "cost": (m.counts or {}).get("cost"),
         "noise": _noise(run, th, top),
+        "trend": _trend(run, history, seed) if history else None,
         "cases": cases,
         "statistics": {"n_resamples": n_resamples, "seed": seed, "confidence": CONFIDENCE},
     })
+
+
+def _trend(run: Run, history: Any, seed: int) -> Optional[dict]:
+    from ..analysis.trend import expand_runs, order_runs, started_at, trend
+
+    here = run.path.resolve() if run.path is not None else None
+    earlier = [h for h in expand_runs(list(history))
+               if (h.path is None or h.path.resolve() != here) and started_at(h) <= started_at(run)]
+    if not earlier:
+        return None
+    t = trend([*order_runs(earlier), run], seed=seed)
+    return {"runs": [{"position": i, "path": str(r.path), "started_at": r.manifest.started_at,
+                      "judge": (r.manifest.judge or {}).get("model")} for i, r in enumerate(t.runs)],
+            "summary": records(t.summary), "series": records(t.series), "changes": records(t.changes)}
 
 
 def render_json(run: Union[Run, str, Path], data: Optional[dict] = None, **kw) -> str:

@@ -21,10 +21,12 @@ from typing import Any, Optional, Sequence, Union
 
 from ..analysis.table import open_run
 from ..run import Run
+from ..run.summary import ALL
 from .data import report_data
 from .text import num
 
-__all__ = ["render_html", "plots", "svg_distribution", "svg_scatter", "backend_colors", "PALETTE", "ASSETS"]
+__all__ = ["render_html", "plots", "svg_distribution", "svg_scatter", "svg_series", "backend_colors",
+           "PALETTE", "ASSETS"]
 
 ASSETS = Path(__file__).with_name("assets")
 PALETTE = ["#4269d0", "#efb118", "#3ca951", "#ff725c", "#a463f2", "#97bbf5", "#9c6b4e", "#6cc5b0"]
@@ -142,6 +144,76 @@ def svg_scatter(metric: str, a: str, b: str, points: list[tuple[str, float, floa
     return "".join(parts)
 
 
+def svg_series(title: str, points: list[tuple[int, float, str]], n_runs: int, fit: dict[str, Any],
+               changes: list[int]) -> str:
+    """A metric's mean over runs (x: the run's position), its least-squares line and its change points."""
+    w, h, pad, top = 420, 150, 34, 20
+    full = top + h + 34
+    parts = [f'<svg class="plot series" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {full}" '
+             f'width="{w}" height="{full}" role="img" aria-label="{_e(title)} over runs">',
+             f'<text x="{pad}" y="12" class="plot-title">{_e(title)}</text>']
+    ys = [p[1] for p in points]
+    lo, hi = max(0.0, min(ys) - 0.05), min(1.0, max(ys) + 0.05)
+    if hi - lo < 0.1:
+        lo, hi = max(0.0, lo - 0.05), min(1.0, hi + 0.05)
+    span = max(n_runs - 1, 1)
+
+    def px(x):
+        return pad + (x / span) * (w - pad - 12)
+
+    def py(v):
+        return top + (1 - (v - lo) / max(hi - lo, 1e-9)) * h
+
+    parts.append(f'<rect x="{pad}" y="{top}" width="{w - pad - 12}" height="{h}" class="frame"/>')
+    for c in changes:
+        x = (px(c - 1) + px(c)) / 2
+        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + h}" class="thr">'
+                     f'<title>change point before run #{c}</title></line>')
+    if not math.isnan(fit.get("slope") or math.nan):
+        x0, x1 = points[0][0], points[-1][0]
+        y0, y1 = fit["intercept"] + fit["slope"] * x0, fit["intercept"] + fit["slope"] * x1
+        parts.append(f'<line x1="{px(x0):.1f}" y1="{py(y0):.1f}" x2="{px(x1):.1f}" y2="{py(y1):.1f}" '
+                     'class="diag"/>')
+    path = " ".join(f"{'M' if i == 0 else 'L'}{px(x):.1f},{py(v):.1f}" for i, (x, v, _) in enumerate(points))
+    parts.append(f'<path d="{path}" class="series-line" fill="none" stroke="#4466aa" stroke-width="1.5"/>')
+    for x, v, run in points:
+        parts.append(f'<circle cx="{px(x):.1f}" cy="{py(v):.1f}" r="3.2" class="pt">'
+                     f'<title>{_e(f"#{x} {run}: {v:.3f}")}</title></circle>')
+    for v in (lo, hi):
+        parts.append(f'<text x="{pad - 5}" y="{py(v) + 4:.1f}" text-anchor="end" class="tick">{v:.2f}</text>')
+    for x in sorted({0, n_runs - 1}):
+        parts.append(f'<text x="{px(x):.1f}" y="{top + h + 13}" text-anchor="middle" '
+                     f'class="tick">#{x}</text>')
+    parts.append(f'<text x="{pad + (w - pad) / 2}" y="{top + h + 28}" text-anchor="middle" '
+                 'class="plot-label">run, by start time →</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _series_plots(trend: Optional[dict[str, Any]]) -> list[dict[str, Any]]:
+    if not trend:
+        return []
+    out = []
+    n_runs = len(trend["runs"])
+    for row in trend["summary"]:
+        if row["tag"] != ALL:
+            continue
+        key = (row["backend"], row["metric"], row["tag"])
+        pts = [(s["position"], s["mean"], s["run"]) for s in trend["series"]
+               if (s["backend"], s["metric"], s["tag"]) == key]
+        cps = [c["position"] for c in trend["changes"] if (c["backend"], c["metric"], c["tag"]) == key]
+        fit = {"slope": row["slope"] if row["slope"] is not None else math.nan, "intercept": math.nan}
+        if len(pts) >= 2 and not math.isnan(fit["slope"]):
+            mean_x = sum(p[0] for p in pts) / len(pts)
+            mean_y = sum(p[1] for p in pts) / len(pts)
+            fit["intercept"] = mean_y - fit["slope"] * mean_x
+        else:
+            fit["slope"] = math.nan
+        title = f"{row['backend']} {row['metric']}"
+        out.append({**row, "svg": svg_series(title, pts, n_runs, fit, cps)})
+    return out
+
+
 def plots(run: Run, data: dict[str, Any]) -> dict[str, Any]:
     colors = backend_colors(data["backends"])
     values: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
@@ -165,7 +237,8 @@ def plots(run: Run, data: dict[str, Any]) -> dict[str, Any]:
         pts = [(cid, va[cid], vb[cid]) for cid in order if cid in va and cid in vb]
         scatter.append({"metric": m, "a": a, "b": b,
                         "svg": svg_scatter(m, a, b, pts, row["threshold_a"], row["threshold_b"], colors)})
-    return {"colors": colors, "distributions": dist, "scatter": scatter}
+    return {"colors": colors, "distributions": dist, "scatter": scatter,
+            "trend": _series_plots(data.get("trend"))}
 
 
 def _tone(v: Any) -> str:

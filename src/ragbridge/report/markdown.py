@@ -9,6 +9,7 @@ from typing import Optional, Union
 
 from ..analysis.table import open_run
 from ..run import Run
+from ..run.summary import ALL
 from .data import report_data
 from .text import ci_text, md_text, num
 
@@ -21,7 +22,8 @@ def render_markdown(run: Union[Run, str, Path], data: Optional[dict] = None, **k
     """The report as GitHub-flavoured Markdown (all data text escaped)."""
     d = data or report_data(open_run(run), **kw)
     out: list[str] = []
-    for section in (_head, _halves, _by_tag, _agreement, _validation, _usage, _noise, _thresholds, _cases):
+    for section in (_head, _halves, _by_tag, _agreement, _validation, _usage, _noise, _trend, _thresholds,
+                    _cases):
         section(d, out)
     return "\n".join(out) + "\n"
 
@@ -211,6 +213,31 @@ def _noise(d: dict, out: list[str]) -> None:
             vals = ", ".join(num(v, 2) for v in r["values"])
             out.append(f"| {md_text(r['case_id'])} | {vals} | {num(r['mean'])} | {num(r['sd'])} | "
                        f"{'yes' if r['flips'] else 'no'} |")
+    out.append("")
+
+
+def _trend(d: dict, out: list[str]) -> None:
+    t = d.get("trend")
+    if not t:
+        return
+    out += ["## Trend over runs", "",
+            f"The mean of each metric in {len(t['runs'])} runs by start time (this run last): the "
+            "least-squares slope per run with its t 95% interval, and the change points (binary "
+            "segmentation, permutation test).", "",
+            "| backend | metric | runs | means by run | slope per run [95% CI] | change points |",
+            "|---|---|---|---|---|---|"]
+    for row in t["summary"]:
+        if row["tag"] != ALL:
+            continue
+        key = (row["backend"], row["metric"], row["tag"])
+        means = ", ".join(f"#{s['position']} {num(s['mean'])}" for s in t["series"]
+                          if (s["backend"], s["metric"], s["tag"]) == key)
+        cps = ", ".join(f"before #{c['position']} ({num(c['shift'], signed=True)}, p {num(c['p_value'], 3)})"
+                        for c in t["changes"] if (c["backend"], c["metric"], c["tag"]) == key)
+        ci = (f" [{num(row['slope_low'], 4, True)}, {num(row['slope_high'], 4, True)}]"
+              if row["slope_low"] is not None else "")
+        out.append(f"| {md_text(row['backend'])} | {md_text(row['metric'])} | {row['n_runs']} | {means} | "
+                   f"{num(row['slope'], 4, True)}{ci} | {cps or 'none'} |")
     out.append("")
 
 

@@ -1,0 +1,111 @@
+"""compare across runs: the same backend and metric in two runs, rater against rater, on the cases
+both hold; the mean shift with its paired interval; a refusal when the runs share no case."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLE, ragbridge_cli
+from ragbridge.analysis import compare_runs
+
+
+def _rewrite(run: Path, shift: float = 0.0, model: str | None = None, keep=None) -> Path:
+    """Move every scored value of ``run`` by ``shift`` (clipped to 0..1), name another judge model in
+    its run.json, keep only the cases ``keep`` accepts."""
+    lines = []
+    for line in (run / "scores.jsonl").read_text(encoding="utf-8").splitlines():
+        s = json.loads(line)
+        if keep is not None and not keep(s["case_id"]):
+            continue
+        if s.get("value") is not None:
+            s["value"] = min(1.0, max(0.0, s["value"] + shift))
+        lines.append(json.dumps(s))
+    (run / "scores.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if keep is not None:
+        cases = [c for c in (run / "cases.jsonl").read_text(encoding="utf-8").splitlines()
+                 if keep(json.loads(c)["id"])]
+        (run / "cases.jsonl").write_text("\n".join(cases) + "\n", encoding="utf-8")
+    if model is not None:
+        manifest = json.loads((run / "run.json").read_text(encoding="utf-8"))
+        manifest["judge"] = {**(manifest.get("judge") or {}), "model": model}
+        (run / "run.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    return run
+
+
+@pytest.fixture(scope="module")
+def judged_runs(tmp_path_factory):
+    """Two real rubric runs on the support-bot set with the stub judge under two model names."""
+    from ragbridge.testing import StubJudge
+
+    root = tmp_path_factory.mktemp("compare-runs")
+    with StubJudge() as stub:
+        for name, model in (("old", "judge-old"), ("new", "judge-new")):
+            r = ragbridge_cli("run", EXAMPLE, "--out", root / name, "--backend", "rubric", "--metric",
+                              "faithfulness", "--judge-model", model, "--judge-base-url", stub.base_url,
+                              "--no-progress", cwd=root)
+            assert r.returncode == 0, r.stdout + r.stderr
+    return root
+
+
+def test_the_same_judge_answers_agree_and_do_not_shift(judged_runs):
+    frame = compare_runs(judged_runs / "old", judged_runs / "new", n_resamples=200, n_permutations=999)
+    assert list(frame["backend"]) == ["rubric"] and list(frame["metric"]) == ["faithfulness"]
+    row = frame.iloc[0]
+    assert row["judge_a"] == "judge-old" and row["judge_b"] == "judge-new"
+    assert row["n_paired"] == row["n_cases"] > 10
+    assert row["shift"] == pytest.approx(0.0) and row["mae"] == pytest.approx(0.0)
+    assert frame.attrs["label_a"] == "old (judge-old)" and frame.attrs["n_shared"] == row["n_cases"]
+
+
+def test_a_shifted_judge_shows_the_shift(judged_runs, tmp_path):
+    lenient = _rewrite(Path(shutil.copytree(judged_runs / "new", tmp_path / "lenient")), shift=-0.2)
+    frame = compare_runs(judged_runs / "old", lenient, n_resamples=500, n_permutations=999)
+    row = frame.iloc[0]
+    base = compare_runs(judged_runs / "old", judged_runs / "old", n_resamples=0).iloc[0]
+    clipped = base["mean_a"] - row["mean_b"]  # the shift less what clipping at 0 kept back
+    assert row["shift"] == pytest.approx(-clipped) and row["shift"] < -0.1
+    assert row["shift_low"] <= row["shift"] <= row["shift_high"] < 0
+    assert row["shift_p"] < 0.01
+    assert row["spearman"] > 0.9  # the same order of cases, moved down
+
+    r = ragbridge_cli("compare", judged_runs / "old", lenient, "--resamples", "200", "--permutations", "999")
+    assert r.returncode == 0, r.stderr
+    assert "judge judge-old" in r.stdout and "judge judge-new" in r.stdout
+    assert "Each backend in run B against itself in run A" in r.stdout and "Cases that moved most" in r.stdout
+    j = ragbridge_cli("compare", judged_runs / "old", lenient, "--resamples", "200", "--json")
+    assert j.returncode == 0, j.stderr
+    data = json.loads(j.stdout)
+    assert data["label_b"] == "lenient (judge-new)"
+    assert data["agreement"][0]["shift"] == pytest.approx(row["shift"])
+    assert data["agreement"][0]["shift_low"] < 0 and data["moved"]
+
+
+def test_runs_with_some_cases_in_common_compare_those(judged_runs, tmp_path):
+    ids = [json.loads(x)["id"] for x in (judged_runs / "old" / "cases.jsonl").read_text().splitlines()]
+    half = set(ids[: len(ids) // 2])
+    part = _rewrite(Path(shutil.copytree(judged_runs / "new", tmp_path / "part")), keep=lambda c: c in half)
+    row = compare_runs(judged_runs / "old", part, n_resamples=0).iloc[0]
+    assert row["n_cases"] == len(half) == row["n_paired"]
+    r = ragbridge_cli("compare", judged_runs / "old", part, "--resamples", "0", "--permutations", "0")
+    assert r.returncode == 0 and f"{len(ids) - len(half)} only in A" in r.stdout, r.stdout + r.stderr
+
+
+def test_runs_sharing_no_case_are_refused(judged_runs, tmp_path):
+    ids = [json.loads(x)["id"] for x in (judged_runs / "old" / "cases.jsonl").read_text().splitlines()]
+    a = _rewrite(Path(shutil.copytree(judged_runs / "old", tmp_path / "a")), keep=lambda c: c in ids[:5])
+    b = _rewrite(Path(shutil.copytree(judged_runs / "new", tmp_path / "b")), keep=lambda c: c not in ids[:5])
+    r = ragbridge_cli("compare", a, b)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert lines[0].startswith("error:") and "share no case" in r.stderr and not r.stdout
+    r = ragbridge_cli("compare", a, b, a)
+    assert r.returncode == 2 and "one run folder" in r.stderr
+
+
+def test_the_one_run_form_is_unchanged(judged_runs):
+    r = ragbridge_cli("compare", judged_runs / "old")
+    assert r.returncode == 2 and "two or more backends" in r.stderr  # one backend: nothing to compare
