@@ -239,11 +239,13 @@ def run(
     """
     if gain not in ("linear", "exponential"):
         fail(f"--gain must be 'linear' or 'exponential', got {gain!r}")
+    from .formats.source import open_cases
+
     try:
-        cases = load_cases(dataset, fmt)
+        cases = open_cases(dataset, fmt, near=out_dir, progress=None if no_progress else _reading_bar())
     except DatasetError as exc:
         fail(str(exc))
-    for line in input_warnings(cases):
+    for line in cases.warnings:
         warn(line)
     _score_and_print(
         cases, out_dir, str(dataset), backend, metric, config, no_progress, overwrite,
@@ -334,6 +336,20 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_p
     _print_run(result, out_dir, as_json)
 
 
+def _reading_bar():
+    """A ``progress`` callback for `open_cases`: the cases read so far, on stderr."""
+    state = {"last": 0.0}
+
+    def show(n: int) -> None:
+        import time
+
+        if time.monotonic() - state["last"] > 0.5:
+            err.print(f"reading: {n:,} cases", highlight=False)
+            state["last"] = time.monotonic()
+
+    return show
+
+
 def _print_run(result, out_dir, as_json: bool) -> None:
     """The summary tables and one line per note, or with ``as_json`` one JSON document (notes on stderr).
 
@@ -359,7 +375,8 @@ def _print_run(result, out_dir, as_json: bool) -> None:
     if counts.get("target_errors"):
         notes.append(f"target failed on {counts['target_errors']} case(s); their scores carry the error")
     latencies = sorted(
-        c.metadata["target"]["seconds"] for c in result.cases if isinstance(c.metadata.get("target"), dict)
+        c.metadata["target"]["seconds"] for c in (result.cases if result.manifest.dataset.get("target") else ())
+        if isinstance(c.metadata.get("target"), dict)
     )
     latency = None
     if latencies:
