@@ -210,6 +210,8 @@ def run(
     case_sensitive: bool = typer.Option(False, "--case-sensitive", help="Exact-case matching for must_contain, must_not_contain and abstention."),
     decline_phrase: List[str] = typer.Option(None, "--decline-phrase", help="A phrase that marks a declined answer (repeatable; replaces the defaults)."),
     fmt: Optional[str] = typer.Option(None, "--format", help="Dataset format, when the suffix does not tell."),
+    qrels: Optional[Path] = typer.Option(None, "--qrels", help="TREC qrels file of a TREC run (--format trec)."),
+    batch_size: int = typer.Option(2000, "--batch-size", min=1, help="Cases scored at a time (memory holds one batch)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the run folder instead of resuming it."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     as_json: bool = typer.Option(
@@ -242,7 +244,8 @@ def run(
     from .formats.source import open_cases
 
     try:
-        cases = open_cases(dataset, fmt, near=out_dir, progress=None if no_progress else _reading_bar())
+        cases = open_cases(dataset, fmt, near=out_dir, progress=None if no_progress else _reading_bar(),
+                           batch_size=batch_size, qrels=qrels)
     except DatasetError as exc:
         fail(str(exc))
     for line in cases.warnings:

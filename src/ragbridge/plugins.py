@@ -27,6 +27,7 @@ ENTRY_POINT_GROUP = "ragbridge"
 DEFAULT_PLUGINS = (
     "ragbridge.analysis",
     "ragbridge.formats.canonical",
+    "ragbridge.formats.trec",
     "ragbridge.native",
     "ragbridge.regression",
     "ragbridge.report",

@@ -674,10 +674,12 @@ class InputCheck:
     def add(self, record: dict[str, Any]) -> None:
         chunks = record.get("contexts")
         relevant = record.get("relevant")
-        if not chunks or not relevant or not any(g > 0 for g in relevant.values()):
+        if not chunks or not relevant or max(relevant.values()) <= 0:
             return
         self.labelled += 1
-        if any(ch["id"] in relevant or ch.get("source") in relevant for ch in chunks):
+        n = len(chunks)
+        if not relevant.keys().isdisjoint(map(dict.get, chunks, repeat("id", n))) or not \
+                relevant.keys().isdisjoint(map(dict.get, chunks, repeat("source", n))):
             self.matching += 1
         elif all("source" not in ch and ch["id"] == chunk_id_for_text(ch.get("text", "")) for ch in chunks):
             self.textual += 1

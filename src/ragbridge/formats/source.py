@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import pydantic_core
 
 from ..schema import Case
-from . import _pick_format, _recognise, load_cases
+from . import load_cases, reading_format
 from .files import DatasetError, jsonl_lines, parse_json
 from .records import CaseBatch, Fingerprint, InputCheck, batch_from_records, record_line
 
@@ -139,19 +139,18 @@ def _scratch_dir(near: Optional[Path]) -> Path:
 
 def open_cases(
     path: str | Path, format: Optional[str] = None, near: Optional[Path] = None,
-    batch_size: int = BATCH_SIZE, progress: Optional[Callable[[int], None]] = None,
+    batch_size: int = BATCH_SIZE, progress: Optional[Callable[[int], None]] = None, **options: Any,
 ) -> CaseSource:
     """Read and check a golden set whole (see the module docstring); raises `DatasetError` for bad
     input, having written nothing that stays. ``near``: where the run folder will be (the scratch
-    copy is made beside it). ``progress(n)`` is called with the cases read so far, batch by batch."""
+    copy is made beside it). ``progress(n)`` is called with the cases read so far, batch by batch.
+    ``options``: the format's read options (`ragbridge.formats.load_cases`)."""
     path = Path(path)
     if not path.exists():
         raise DatasetError("no such file or folder", path=path)
-    fmt = _pick_format(path, format, "read")
-    if format is None:
-        fmt = _recognise(path, fmt)
+    fmt = reading_format(path, format, options)
     if fmt.name != "jsonl":
-        source = CaseSource.of_cases(load_cases(path, fmt.name), batch_size)
+        source = CaseSource.of_cases(load_cases(path, fmt.name, **options), batch_size)
         source.path = path
         return source
     fd, scratch = tempfile.mkstemp(prefix=".tmp-cases-", suffix=".jsonl", dir=_scratch_dir(near))

@@ -204,7 +204,8 @@ def _jobs(plan: Plan, batch: CaseBatch, done: dict) -> tuple[list[Job], list[Sco
     jobs: list[Job] = []
     immediate: list[Score] = []
     ids = batch.ids
-    present = [batch.fields_present(i) for i in range(len(batch))]
+    requires = any(spec.requires for chosen in plan.values() for _, spec in chosen)
+    present = [batch.fields_present(i) for i in range(len(batch))] if requires else [()] * len(batch)
     failed = [target_error_of(batch.metadata(i)) for i in range(len(batch))]
     for bname, chosen in plan.items():
         for metric, spec in chosen:
