@@ -18,7 +18,8 @@ stub judge (a separate process on 127.0.0.1), with the same number of cases in f
   writing a run folder (scores, cases, the judge's audit log) to a temporary directory.
 
 DeepEval is imported before timing. The three sides alternate, ``--repeat`` times; medians are
-compared, and per round (``_paired``). Exit status 1 if ragbridge / direct-tuned (medians) exceeds ``--max-ratio`` (1.1).
+compared, and per round (``_paired``). Exit status 1 if ragbridge / direct-tuned (medians) exceeds
+``--max-ratio`` (1.1).
 
     python benchmarks/bench_deepeval.py [--cases 12] [--repeat 3] [--concurrency 8] [--latency 0]
                                         [--model gpt-4o-mini]
@@ -125,7 +126,8 @@ def main(argv=None) -> int:
                     scored, errors, calls = via_ragbridge(cases, a.model, base, a.concurrency)
                     info["judge_calls"] = calls
                 else:
-                    scored, errors = asyncio.run(direct(cases, a.model, base, a.concurrency, side == "direct-tuned"))
+                    scored, errors = asyncio.run(
+                        direct(cases, a.model, base, a.concurrency, side == "direct-tuned"))
                 times[side].append(time.perf_counter() - t)
                 info[f"{side}_scored"], info[f"{side}_errors"] = scored, errors
     finally:

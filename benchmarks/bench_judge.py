@@ -52,7 +52,8 @@ def make_bodies(n: int) -> list[bytes]:
                "page and choose Request refund. Refunds are paid to the original payment method. ") * 4
     out = []
     for i in range(n):
-        prompt = (f"Your task is to judge the faithfulness of a series of statements based on a given context.\n"
+        prompt = ("Your task is to judge the faithfulness of a series of statements "
+                  "based on a given context.\n"
                   f'input: {{"context": {json.dumps(context)}, "statements": '
                   f'["Refunds are available within {i} days.", "Case {i} is about refunds."]}}\nOutput: ')
         out.append(json.dumps({"model": "bench-judge", "temperature": 0.0, "max_tokens": 1024,
@@ -142,7 +143,8 @@ def run_load(gw: JudgeGateway, bodies: list[bytes], threads: int, client: str) -
     else:  # SDK clients are built before the clock starts (each builds an httpx client)
         import openai
 
-        clients = [openai.OpenAI(base_url=base, api_key=gw.api_key, max_retries=0, timeout=120) for _ in shards]
+        clients = [openai.OpenAI(base_url=base, api_key=gw.api_key, max_retries=0, timeout=120)
+                   for _ in shards]
         ts = [threading.Thread(target=openai_worker, args=(c, s, errors)) for c, s in zip(clients, shards)]
     return _timed_threads(ts, errors)
 
@@ -194,7 +196,8 @@ def overhead(calls: int = 300, rounds: int = 3) -> dict[str, float]:
 
         import httpx
 
-        cfg = JudgeConfig(model="bench-judge", base_url=stub_url, cache_mode="off", api_key_env="RAGBRIDGE_BENCH_KEY")
+        cfg = JudgeConfig(model="bench-judge", base_url=stub_url, cache_mode="off",
+                          api_key_env="RAGBRIDGE_BENCH_KEY")
         with JudgeGateway(cfg) as gw, httpx.Client(trust_env=False) as plain, \
                 httpx.Client(transport=gw.transport()) as in_process:
             gpath = gw.base_url("bench").split(str(gw.port), 1)[1] + "/chat/completions"
@@ -241,7 +244,8 @@ def main() -> int:
         for _ in range(a.repeat):
             with tempfile.TemporaryDirectory(prefix="ragbridge-bench-judge-") as tmp:
                 cfg = JudgeConfig(model="bench-judge", base_url=stub_url, max_concurrency=a.concurrency,
-                                  cache_path=Path(tmp) / "judge-cache.sqlite", api_key_env="RAGBRIDGE_BENCH_KEY")
+                                  cache_path=Path(tmp) / "judge-cache.sqlite",
+                                  api_key_env="RAGBRIDGE_BENCH_KEY")
                 audit = None if a.no_audit else Path(tmp) / "judge-audit.jsonl"
                 with JudgeGateway(cfg, audit_log=audit) as gw:
                     cold = run_load(gw, bodies, a.threads, a.client)
@@ -259,7 +263,8 @@ def main() -> int:
           f"max_concurrency={a.concurrency}, stub latency {LATENCY * 1000:.0f} ms (separate process), "
           f"audit log {'off' if a.no_audit else 'on'}, {os.cpu_count()} CPUs")
     for i, ((c, c_cpu), (w, w_cpu), load) in enumerate(runs, 1):
-        print(f"  run {i}: cold {c:.3f} s (cold/ideal {c / ideal:.3f}; process CPU {c_cpu / a.n * 1000:.3f} ms/call)"
+        print(f"  run {i}: cold {c:.3f} s (cold/ideal {c / ideal:.3f}; "
+              f"process CPU {c_cpu / a.n * 1000:.3f} ms/call)"
               f"   warm {w:.3f} s (speed-up {c / w:.1f}x; {w / a.n * 1000:.3f} ms and process CPU "
               f"{w_cpu / a.n * 1000:.3f} ms per cached call)   load average {load:.2f}")
     cold = min(r[0][0] for r in runs)

@@ -59,11 +59,14 @@ async def run_direct(cases, base_url: str, concurrency: int) -> dict:
         return [x.text for x in c.contexts if x.text]
 
     metrics = [
-        (rc.Faithfulness(llm=llm), lambda c: dict(user_input=c.question, response=c.answer, retrieved_contexts=texts(c))),
-        (rc.AnswerRelevancy(llm=llm, embeddings=emb), lambda c: dict(user_input=c.question, response=c.answer)),
+        (rc.Faithfulness(llm=llm),
+         lambda c: dict(user_input=c.question, response=c.answer, retrieved_contexts=texts(c))),
+        (rc.AnswerRelevancy(llm=llm, embeddings=emb),
+         lambda c: dict(user_input=c.question, response=c.answer)),
         (rc.ContextPrecisionWithReference(llm=llm),
          lambda c: dict(user_input=c.question, reference=c.reference, retrieved_contexts=texts(c))),
-        (rc.ContextRecall(llm=llm), lambda c: dict(user_input=c.question, retrieved_contexts=texts(c), reference=c.reference)),
+        (rc.ContextRecall(llm=llm),
+         lambda c: dict(user_input=c.question, retrieved_contexts=texts(c), reference=c.reference)),
         (rc.ContextRelevance(llm=llm), lambda c: dict(user_input=c.question, retrieved_contexts=texts(c))),
         (rc.FactualCorrectness(llm=llm, mode="f1"), lambda c: dict(response=c.answer, reference=c.reference)),
     ]
@@ -100,7 +103,8 @@ def run_ragbridge(cases, base_url: str, concurrency: int, cache: str) -> dict:
         run = ragbridge.evaluate(cases, backends=["ragas"], judge=cfg, out=Path(tmp) / "run")
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     j = run.manifest.counts.get("judge", {})
-    return {"seconds": seconds, "cpu": cpu, "scores": len(run.scores), "errored": run.manifest.counts.get("errored"),
+    return {"seconds": seconds, "cpu": cpu, "scores": len(run.scores),
+            "errored": run.manifest.counts.get("errored"),
             "upstream_calls": j.get("calls"), "cache_hits": j.get("cache_hits")}
 
 
@@ -111,7 +115,8 @@ def main(argv=None) -> int:
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--latency", type=float, default=0.0, help="stub judge latency per request, seconds")
     p.add_argument("--no-cache-run", action="store_true", help="skip the informational fresh-cache run")
-    p.add_argument("--max-ratio", type=float, default=1.1, help="exit 1 above this ragbridge / direct (medians)")
+    p.add_argument("--max-ratio", type=float, default=1.1,
+                   help="exit 1 above this ragbridge / direct (medians)")
     a = p.parse_args(argv)
 
     import ragbridge
@@ -135,7 +140,8 @@ def main(argv=None) -> int:
             results["direct"].append(asyncio.run(run_direct(cases, base_url, a.concurrency)))
             results["ragbridge"].append(run_ragbridge(cases, base_url, a.concurrency, "off"))
             if not a.no_cache_run:
-                results["ragbridge_fresh_cache"].append(run_ragbridge(cases, base_url, a.concurrency, "fresh"))
+                results["ragbridge_fresh_cache"].append(
+                    run_ragbridge(cases, base_url, a.concurrency, "fresh"))
     finally:
         stub.close()
 

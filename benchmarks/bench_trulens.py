@@ -1,6 +1,7 @@
 """ragbridge's TruLens backend against calling TruLens's provider functions directly.
 
-    python benchmarks/bench_trulens.py [--n 53] [--latency 0.1] [--workers 8] [--reps 3] [--api responses|chat]
+    python benchmarks/bench_trulens.py [--n 53] [--latency 0.1] [--workers 8] [--reps 3]
+                                       [--api responses|chat]
 
 Two paths score the bundled support-bot golden set (``--n`` cases, repeated if larger) on the four
 metrics against the same stub judge, which runs in its own process with a fixed per-request latency
@@ -69,9 +70,11 @@ def direct_one(provider, case, metric):
     if metric == "faithfulness":
         return provider.groundedness_measure_with_cot_reasons(
             source="\n\n".join(c.text for c in case.contexts if c.text), statement=case.answer,
-            groundedness_configs=GroundednessConfigs(use_sent_tokenize=True, filter_trivial_statements=False))[0]
+            groundedness_configs=GroundednessConfigs(use_sent_tokenize=True,
+                                                     filter_trivial_statements=False))[0]
     if metric == "context_relevance":
-        vals = [provider.context_relevance_with_cot_reasons(case.question, c.text)[0] for c in case.contexts if c.text]
+        vals = [provider.context_relevance_with_cot_reasons(case.question, c.text)[0]
+                for c in case.contexts if c.text]
         return sum(vals) / len(vals)
     if metric == "answer_relevance":
         return provider.relevance_with_cot_reasons(case.question, case.answer)[0]
@@ -104,7 +107,8 @@ def run_ragbridge(cases, base_url, workers, api, tmp: Path, rep: int) -> tuple[f
     judge = JudgeConfig(model=MODEL, base_url=base_url, cache_mode="off", max_concurrency=workers * 4)
     t0 = time.perf_counter()
     run = ragbridge.evaluate(cases, backends=["trulens"], metrics=list(METRICS), judge=judge,
-                             out=tmp / f"run-{rep}", options=RunOptions(backend_options={"trulens": {"api": api}}))
+                             out=tmp / f"run-{rep}",
+                             options=RunOptions(backend_options={"trulens": {"api": api}}))
     seconds = time.perf_counter() - t0
     bad = [s for s in run.scores if s.status == "error"]
     if bad:
@@ -123,7 +127,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     base = ragbridge.load_cases(ROOT / "examples" / "support-bot" / "golden.jsonl")
-    cases = [base[i % len(base)].model_copy(update={"id": f"{base[i % len(base)].id}#{i}"}) for i in range(a.n)]
+    cases = [base[i % len(base)].model_copy(update={"id": f"{base[i % len(base)].id}#{i}"})
+             for i in range(a.n)]
     t = time.perf_counter()
     import trulens.providers.openai  # noqa: F401
     from trulens.feedback import GroundTruthAgreement  # noqa: F401
@@ -153,13 +158,15 @@ def main(argv=None) -> int:
                 print(f"rep {rep + 1}: " + ", ".join(line), flush=True)
     finally:
         stub.close()
-    med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in times.items()}
+    med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
+           for k, v in times.items()}
     d = med["direct"]
     print(f"median wall / cpu: direct {d[0]:.2f}s / {d[1]:.2f}s, "
           f"ragbridge {med['ragbridge'][0]:.2f}s / {med['ragbridge'][1]:.2f}s")
     ratio = med["ragbridge"][0] / d[0]
     paired = statistics.median(r[0] / x[0] for r, x in zip(times["ragbridge"], times["direct"]))
-    print(f"ratio ragbridge / direct: wall {ratio:.3f} (paired {paired:.3f}), cpu {med['ragbridge'][1] / d[1]:.3f} "
+    print(f"ratio ragbridge / direct: wall {ratio:.3f} (paired {paired:.3f}), "
+          f"cpu {med['ragbridge'][1] / d[1]:.3f} "
           f"(n={a.n}, latency={a.latency}s, workers={a.workers}, api={a.api}; limit {a.max_ratio})")
     return 0 if ratio <= a.max_ratio else 1
 

@@ -38,7 +38,7 @@ def ragbridge_cli(*args, cwd=None, env=None):
     import subprocess
 
     return subprocess.run(
-        [sys.executable, "-c", "from ragbridge.cli import run_cli; run_cli()", *map(str, args)],
+        [sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()", *map(str, args)],
         capture_output=True,
         text=True,
         cwd=cwd,

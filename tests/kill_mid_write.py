@@ -62,6 +62,6 @@ def _open_dying(file, mode="r", *args, **kwargs):
 builtins.open = io.open = _open_dying
 sys.argv = ["ragbridge", *sys.argv[3:]]
 
-from ragbridge.cli import run_cli  # noqa: E402
+from ragbridge.commands import run_cli  # noqa: E402
 
 run_cli()

@@ -16,6 +16,7 @@ from scipy import stats
 from conftest import EXAMPLE, ragbridge_cli
 from ragbridge import Case, RunManifest, Score, load_cases
 from ragbridge import analysis as an
+from ragbridge.analysis import stats as st
 from ragbridge.formats.canonical import write_jsonl
 from ragbridge.formats.records import fingerprint
 
@@ -183,23 +184,23 @@ def test_vectorised_replicates_equal_the_libraries():
     rng = np.random.default_rng(1)
     x = np.round(rng.random((40, 25)), 1)  # rounding makes ties
     y = np.round(0.5 * x + 0.5 * rng.random((40, 25)), 1)
-    sp, kd, pr = an._spearman_v(x, y), an._kendall_v(x, y), an._pearson_v(x, y)
+    sp, kd, pr = st.spearman_rows(x, y), st.kendall_rows(x, y), st.pearson_rows(x, y)
     for i in range(len(x)):
         assert sp[i] == pytest.approx(stats.spearmanr(x[i], y[i]).statistic)
         assert kd[i] == pytest.approx(stats.kendalltau(x[i], y[i]).statistic)
         assert pr[i] == pytest.approx(stats.pearsonr(x[i], y[i]).statistic)
     a, b = x > 0.5, y > 0.45
-    kv, bv = an._kappa_v(a, b), an._balanced_accuracy_v(a, b)
+    kv, bv = st.kappa_rows(a, b), st.balanced_accuracy_rows(a, b)
     for i in range(len(x)):
         assert kv[i] == pytest.approx(cohen_kappa_score(a[i], b[i]))
         assert bv[i] == pytest.approx(balanced_accuracy_score(a[i], b[i]))
     # the large-n path (scipy row by row) gives the same numbers
     big_x, big_y = rng.random((2, 130)), rng.random((2, 130))
-    assert an._kendall_v(big_x, big_y)[1] == pytest.approx(stats.kendalltau(big_x[1], big_y[1]).statistic)
+    assert st.kendall_rows(big_x, big_y)[1] == pytest.approx(stats.kendalltau(big_x[1], big_y[1]).statistic)
     # undefined stays undefined, never 0
-    assert math.isnan(an._kappa_v(np.ones(5, bool), np.ones(5, bool)))
-    assert math.isnan(an.spearman([0.5, 0.5, 0.5], [0.1, 0.2, 0.3]))
-    assert all(math.isnan(v) for v in an.bootstrap_interval(an._pearson_v, ([0.5] * 6, [0.1] * 6)))
+    assert math.isnan(st.kappa_rows(np.ones(5, bool), np.ones(5, bool)))
+    assert math.isnan(st.spearman([0.5, 0.5, 0.5], [0.1, 0.2, 0.3]))
+    assert all(math.isnan(v) for v in st.bootstrap_interval(st.pearson_rows, ([0.5] * 6, [0.1] * 6)))
 
 
 def test_disagreements_show_every_backend_value_and_reason(mixed_run):
@@ -221,7 +222,8 @@ def test_compare_mixed_run_counts_unscored_cases(mixed_run):
     # native metrics have one backend: not compared; two judged metrics x three pairs
     assert set(frame["metric"]) == {"faithfulness", "answer_relevance"}
     assert len(frame) == 6
-    f = frame[(frame.metric == "faithfulness") & (frame.backend_a == "deepeval") & (frame.backend_b == "ragas")].iloc[0]
+    f = frame[(frame.metric == "faithfulness") & (frame.backend_a == "deepeval")
+              & (frame.backend_b == "ragas")].iloc[0]
     assert f.a_errored == 1 and f.b_undefined == 1 and f.n_paired == 51
     t = frame[(frame.metric == "faithfulness") & (frame.backend_b == "trulens")]
     assert set(t["b_missing"]) == {1}
@@ -355,7 +357,8 @@ def test_calibrate_picks_the_threshold_with_maximum_kappa(migration_run):
     tgt = np.array([0.7, 0.55, 0.5, 0.45, 0.1, 0.8, 0.3, 0.52])
     from sklearn.metrics import cohen_kappa_score
 
-    by_hand = {t: cohen_kappa_score(src, tgt >= t) for t in (0.0, 0.2, 0.375, 0.475, 0.51, 0.535, 0.625, 0.75, 0.9)}
+    by_hand = {t: cohen_kappa_score(src, tgt >= t)
+               for t in (0.0, 0.2, 0.375, 0.475, 0.51, 0.535, 0.625, 0.75, 0.9)}
     t_best = max(by_hand, key=by_hand.get)
     assert best.threshold == pytest.approx(t_best)
     assert best.kappa == pytest.approx(by_hand[t_best])

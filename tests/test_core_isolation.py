@@ -104,8 +104,9 @@ def test_the_grep_catches_library_knowledge():
 
 
 def test_importing_ragbridge_changes_no_environment_variable():
-    code = ("import json, os; before = dict(os.environ); import ragbridge, ragbridge.cli, ragbridge.plugins; "
-            "import ragbridge.formats; ragbridge.plugins.get_backends(); ragbridge.formats.get_formats(); "
+    code = ("import json, os; before = dict(os.environ); "
+            "import ragbridge, ragbridge.commands, ragbridge.plugins, ragbridge.formats; "
+            "ragbridge.plugins.get_backends(); ragbridge.formats.get_formats(); "
             "print(json.dumps(sorted(k for k in set(os.environ) | set(before) "
             "if os.environ.get(k) != before.get(k))))")
     env = {k: v for k, v in os.environ.items()

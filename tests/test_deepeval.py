@@ -164,7 +164,8 @@ def test_scores_every_metric_through_the_gateway(stub, picked, tmp_path, model):
         logprob_calls = [p for p in posts if p.body.get("logprobs")]
         assert len(logprob_calls) == len(picked)
         assert all(f == "json_schema" for p, f in zip(posts, formats) if not p.body.get("logprobs"))
-        assert all(p.body["response_format"]["json_schema"]["strict"] for p in posts if not p.body.get("logprobs"))
+        assert all(p.body["response_format"]["json_schema"]["strict"]
+                   for p in posts if not p.body.get("logprobs"))
     else:
         assert set(formats) == {None} and not any(p.body.get("logprobs") for p in posts)
     assert all(p.body.get("temperature") == 0 for p in posts)
@@ -186,7 +187,8 @@ def test_runner_skips_cases_without_inputs(stub, tmp_path):
 
 def test_empty_extraction_is_undefined_not_a_score(stub, tmp_path):
     # An answer with no sentence to extract: DeepEval scores faithfulness 1 "by convention".
-    case = Case(id="empty", question="Refund window?", answer=" ", contexts=[{"id": "a", "text": "Refunds: 14 days."}])
+    case = Case(id="empty", question="Refund window?", answer=" ",
+                contexts=[{"id": "a", "text": "Refunds: 14 days."}])
     # the runner would skip a blank answer, so call the backend directly
     from ragbridge.judge import JudgeGateway
 

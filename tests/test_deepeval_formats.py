@@ -40,7 +40,8 @@ def deepeval_goldens(path: Path, kind: str):
 def saved_by_deepeval(tmp_path: Path, kind: str, goldens) -> Path:
     from deepeval.dataset import EvaluationDataset
 
-    return Path(EvaluationDataset(goldens=goldens).save_as(kind, str(tmp_path), file_name=f"by-deepeval-{kind}"))
+    return Path(EvaluationDataset(goldens=goldens).save_as(kind, str(tmp_path),
+                                                           file_name=f"by-deepeval-{kind}"))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -64,7 +65,8 @@ def test_deepeval_loads_what_ragbridge_writes(example, tmp_path, kind):
     goldens = deepeval_goldens(path, kind)
     assert len(goldens) == len(example)
     for g, c in zip(goldens, example):
-        assert (g.input, g.actual_output, g.expected_output, g.name) == (c.question, c.answer, c.reference, c.id)
+        assert (g.input, g.actual_output, g.expected_output, g.name) == (c.question, c.answer,
+                                                                         c.reference, c.id)
         assert g.retrieval_context == [x.text for x in c.contexts]
         assert (g.context or []) == c.reference_contexts
         extra = g.additional_metadata["ragbridge"]  # the fields DeepEval has no place for travel here
@@ -107,12 +109,14 @@ def native_goldens():
     from deepeval.test_case import RetrievedContextData
 
     return [
-        Golden(input="How long is the refund window?", actual_output="14 days.", expected_output="Within 14 days.",
+        Golden(input="How long is the refund window?", actual_output="14 days.",
+               expected_output="Within 14 days.",
                retrieval_context=["Refunds within 14 days.", "Annual plans: 30 days."],
                context=["Monthly subscriptions can be refunded within 14 days."], name="refund",
                comments="checked", source_file="refunds.md", additional_metadata={"persona": "customer"}),
         Golden(input="Where is my parcel?", expected_output="Track it in Shipments.",
-               retrieval_context=[RetrievedContextData(context="Track parcels in Shipments.", source="tracking.md")]),
+               retrieval_context=[RetrievedContextData(context="Track parcels in Shipments.",
+                                                       source="tracking.md")]),
         Golden(input="Where is my parcel?", actual_output="No idea."),  # no name, same input
     ]
 
@@ -123,12 +127,13 @@ def test_reads_goldens_saved_by_deepeval(tmp_path, kind):
     cases = formats.read_any(path)
     assert len(cases) == 3
     a, b, c = cases
-    assert (a.id, a.question, a.answer, a.reference) == ("refund", "How long is the refund window?", "14 days.",
-                                                        "Within 14 days.")
+    assert (a.id, a.question, a.answer, a.reference) == ("refund", "How long is the refund window?",
+                                                        "14 days.", "Within 14 days.")
     assert [x.text for x in a.contexts] == ["Refunds within 14 days.", "Annual plans: 30 days."]
     assert all(x.id.startswith("ctx-") for x in a.contexts)
     assert a.reference_contexts == ["Monthly subscriptions can be refunded within 14 days."]
-    assert a.metadata == {"persona": "customer", "deepeval": {"comments": "checked", "source_file": "refunds.md"}}
+    assert a.metadata == {"persona": "customer",
+                          "deepeval": {"comments": "checked", "source_file": "refunds.md"}}
     assert [(x.text, x.source) for x in b.contexts] == [("Track parcels in Shipments.", "tracking.md")]
     assert b.answer is None and b.reference == "Track it in Shipments."
     assert b.id != c.id and b.id.startswith("q-") and c.id.startswith(b.id)  # stable ids, made unique
@@ -150,7 +155,8 @@ def test_reads_test_cases_as_deepeval_dumps_them(tmp_path):
     path = tmp_path / "test_cases.json"
     path.write_text(json.dumps([t.model_dump(by_alias=True, exclude_none=True) for t in tcs]))
     one, two = formats.read_json(path)
-    assert (one.id, one.question, one.answer, one.reference, one.tags) == ("t1", "q1", "a1", "r1", ["billing"])
+    assert (one.id, one.question, one.answer, one.reference, one.tags) == ("t1", "q1", "a1", "r1",
+                                                                           ["billing"])
     assert [x.text for x in one.contexts] == ["c1", "c2"] and one.reference_contexts == ["g1"]
     assert one.metadata["k"] == 1
     assert two.answer == "a2" and two.contexts == [] and two.metadata == {}

@@ -78,8 +78,8 @@ def test_a_run_talks_only_to_the_judge_loads_no_dotenv_writes_no_folder(user_dir
     cases = read_jsonl(Path({str(ROOT / "examples/support-bot/golden.jsonl")!r}))[:2]
     with StubJudge() as stub:
         run = ragbridge.evaluate(cases, backends=["deepeval"], metrics=["faithfulness", "answer_correctness"],
-                                 judge=JudgeConfig(model="gpt-4o-mini", base_url=stub.base_url, cache_mode="off",
-                                                   api_key_env="RAGBRIDGE_TEST_KEY"))
+                                 judge=JudgeConfig(model="gpt-4o-mini", base_url=stub.base_url,
+                                                   cache_mode="off", api_key_env="RAGBRIDGE_TEST_KEY"))
     import deepeval
     print(json.dumps({{"scored": sum(s.value is not None for s in run.scores),
                       "errors": [s.error for s in run.scores if s.error],
@@ -158,7 +158,8 @@ def test_importing_deepeval_with_the_backends_environment_creates_no_folder_and_
 def test_control_plain_deepeval_import_does_write_and_load(user_dir):
     """Without ragbridge the same import makes `.deepeval/` and loads `.env`: the checks above can fail."""
     home = user_dir.parent / "home"
-    res = py("import os, deepeval; print(os.environ.get('RAGBRIDGE_DOTENV_PROBE'))", user_dir, clean_env(home))
+    res = py("import os, deepeval; print(os.environ.get('RAGBRIDGE_DOTENV_PROBE'))", user_dir,
+             clean_env(home))
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip() == "loaded-from-dotenv"
     assert (user_dir / ".deepeval").is_dir()

@@ -43,7 +43,7 @@ def test_the_walkthroughs_are_linked_from_the_readme_and_have_commands():
 
 def _shims(bin_dir: Path) -> None:
     bin_dir.mkdir()
-    cli = f'exec "{sys.executable}" -c "from ragbridge.cli import run_cli; run_cli()" "$@"'
+    cli = f'exec "{sys.executable}" -c "from ragbridge.commands import run_cli; run_cli()" "$@"'
     for name, body in (("ragbridge", cli), ("python", f'exec "{sys.executable}" "$@"')):
         shim = bin_dir / name
         shim.write_text(f"#!/bin/sh\n{body}\n", encoding="utf-8")
@@ -56,9 +56,11 @@ def test_doc_commands_run(page, tmp_path, stub_judge):
     work.mkdir()
     (work / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
     _shims(tmp_path / "bin")
-    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}", "COLUMNS": "80"}
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+           "COLUMNS": "80"}
     if env.get("PYTHONPATH"):  # the commands run elsewhere: keep a relative PYTHONPATH pointing here
-        env["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve()) for p in env["PYTHONPATH"].split(os.pathsep) if p)
+        env["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve())
+                                            for p in env["PYTHONPATH"].split(os.pathsep) if p)
     judged = False
     for i, block in enumerate(bash_blocks(DOCS / page), start=1):
         if "--judge-base-url" in block:

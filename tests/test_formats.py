@@ -65,9 +65,11 @@ def one_case(draw, case_id):
     return Case(id=case_id, question=draw(word), answer=draw(st.none() | text), contexts=contexts,
                 relevant=draw(st.dictionaries(labels, st.integers(0, 3), max_size=3)),
                 reference=draw(st.none() | text), reference_contexts=draw(st.lists(text, max_size=3)),
-                must_contain=draw(st.lists(text, max_size=2)), must_not_contain=draw(st.lists(text, max_size=2)),
+                must_contain=draw(st.lists(text, max_size=2)),
+                must_not_contain=draw(st.lists(text, max_size=2)),
                 answerable=draw(st.booleans()), tags=draw(st.lists(word, max_size=2)),
-                metadata=draw(st.dictionaries(word.filter(lambda k: k not in RESERVED), json_value, max_size=3)))
+                metadata=draw(st.dictionaries(word.filter(lambda k: k not in RESERVED), json_value,
+                                              max_size=3)))
 
 
 @st.composite
@@ -112,7 +114,8 @@ def check_ragas_dataset(ds, cases: list[Case], lost: list[str]):
         assert s.user_input == c.question and s.reference_contexts == (c.reference_contexts or None)
         if "answer" not in {_top(n) for n in lost}:
             assert s.response == c.answer
-        assert s.retrieved_contexts == ([x.text for x in c.contexts] if any(x.text for x in c.contexts) else None)
+        assert s.retrieved_contexts == ([x.text for x in c.contexts]
+                                        if any(x.text for x in c.contexts) else None)
         if not c.relevant:
             assert s.reference_context_ids is None
             continue
@@ -219,7 +222,8 @@ def load_trulens(path, cases, lost):
     rows = [plain(r) for r in frame.astype(object).where(frame.notna(), None).to_dict("records")]
     assert len(rows) == len(cases)
     for row, c in zip(rows, cases):
-        row = {k: (json.loads(v) if k in ("expected_chunks", "meta", "contexts") and isinstance(v, str) else v)
+        row = {k: (json.loads(v) if k in ("expected_chunks", "meta", "contexts") and isinstance(v, str)
+                   else v)
                for k, v in row.items() if v not in (None, "")}
         gt = GroundTruth(dataset_id="golden", query=row["query"], query_id=row.get("query_id"),
                          expected_response=row.get("expected_response"),
@@ -370,7 +374,8 @@ def section_labelled(draw):
                 relevant=draw(st.dictionaries(labels, st.integers(0, 3), max_size=4)))
 
 
-@settings(max_examples=2 * EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=2 * EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(section_labelled(), min_size=1, max_size=4, unique_by=lambda c: c.id))
 def test_ragas_id_metrics_mean_what_native_ones_do(cases):
     """RAGAS's own ID-based recall (and precision, as documented) on ``to_ragas``'s dataset."""
@@ -384,7 +389,8 @@ def test_ragas_id_metrics_mean_what_native_ones_do(cases):
 @given(st.lists(st.fixed_dictionaries(
     {"user_input": word},
     optional={"retrieved_contexts": st.lists(text, max_size=3), "response": text, "reference": text,
-              "reference_contexts": st.lists(text, max_size=2), "reference_context_ids": st.lists(ids, max_size=2, unique=True),
+              "reference_contexts": st.lists(text, max_size=2),
+              "reference_context_ids": st.lists(ids, max_size=2, unique=True),
               "persona_name": word, "rubrics": st.dictionaries(word, text, max_size=2)}),
     min_size=1, max_size=3))
 def test_ragas_rows_survive_ragbridge(rows):
@@ -452,9 +458,11 @@ def test_trulens_session_loads_the_export(tmp_path):
         "session.add_ground_truth_to_dataset('golden', frame, {})\n"
         "gt = session.get_ground_truth('golden')\n"
         "rows = gt.astype(object).where(gt.notna(), None).to_dict('records')\n"
-        "print(json.dumps([{k: r[k] for k in ('query_id', 'query', 'expected_chunks', 'meta')} for r in rows]))\n"
+        "print(json.dumps([{k: r[k] for k in ('query_id', 'query', 'expected_chunks', 'meta')}"
+        " for r in rows]))\n"
     )
-    res = subprocess.run([sys.executable, "-c", script, str(src)], capture_output=True, text=True, cwd=tmp_path,
+    res = subprocess.run([sys.executable, "-c", script, str(src)], capture_output=True, text=True,
+                         cwd=tmp_path,
                          env={**__import__("os").environ, "TRULENS_OTEL_TRACING": "0", "HOME": str(tmp_path)},
                          timeout=300)
     assert res.returncode == 0, res.stderr
@@ -476,8 +484,10 @@ def test_trulens_session_loads_the_export(tmp_path):
 _golden = st.fixed_dictionaries(
     {"input": word},
     optional={"actual_output": word, "expected_output": word, "name": word, "comments": word,
-              "retrieval_context": st.lists(st.sampled_from(["same", "other", "a longer chunk"]) | word, max_size=3),
-              "context": st.lists(word, max_size=2), "additional_metadata": st.dictionaries(word, word, max_size=2)})
+              "retrieval_context": st.lists(st.sampled_from(["same", "other", "a longer chunk"]) | word,
+                                            max_size=3),
+              "context": st.lists(word, max_size=2),
+              "additional_metadata": st.dictionaries(word, word, max_size=2)})
 
 
 @pytest.mark.parametrize("kind", ["json", "jsonl", "csv"])
@@ -626,7 +636,8 @@ def test_formats_json_lists_what_each_format_cannot_hold():
             f.read is not None, f.write is not None, f.is_dir, bool(f.fields))
         assert set(row) == {"name", "suffixes", "folder", "read", "write", "recognised", "description",
                             "cannot_hold"}
-    assert listed["ragas"]["recognised"] and listed["csv"]["cannot_hold"] == ["answer (blank)", "reference (blank)"]
+    assert listed["ragas"]["recognised"] and listed["csv"]["cannot_hold"] == ["answer (blank)",
+                                                                              "reference (blank)"]
 
 
 def test_formats_table_fits_80_columns_when_piped():

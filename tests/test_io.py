@@ -55,7 +55,8 @@ def test_text_only_contexts_get_stable_ids(tmp_path):
 @pytest.mark.parametrize(
     "records, line, field, words",
     [
-        ([{"id": "a", "question": "q"}, {"id": "a", "question": "q2"}], 2, "id", "duplicate case id 'a' (first at line 1)"),
+        ([{"id": "a", "question": "q"}, {"id": "a", "question": "q2"}], 2, "id",
+         "duplicate case id 'a' (first at line 1)"),
         ([{"id": "a", "question": "q", "contexts": "chunk text"}], 1, "contexts", "contexts must be a list"),
         ([{"id": "a", "question": "q", "relevant": {"d": -1}}], 1, "relevant", "an integer from 0"),
         ([{"id": "a", "question": "q", "relevant": {"d": 1.5}}], 1, "relevant", "an integer from 0"),

@@ -239,7 +239,8 @@ def test_gate_terminal_markdown_and_junit_list_the_same_cases(runs):
         assert res.returncode == 1, res.stderr
         terminal = re.findall(r"^(.+): the cases behind it \((\d+) of (\d+)\):$", res.stdout, re.M)
         markdown = [(html.unescape(re.sub(r"\\(.)", r"\1", label)), shown, total) for label, shown, total in
-                    re.findall(r"^### ❌ (.+)\n\nThe cases behind it \((\d+) of (\d+)\):$", md.read_text(), re.M)]
+                    re.findall(r"^### ❌ (.+)\n\nThe cases behind it \((\d+) of (\d+)\):$",
+                               md.read_text(), re.M)]
         junit = [(f.text.splitlines()[0], *re.search(r"cases behind it \((\d+) of (\d+)\)", f.text).groups())
                  for f in ET.parse(xml).iter("failure")]
         assert terminal and terminal == markdown == junit
@@ -280,8 +281,8 @@ def test_help_shows_flags_as_flags_and_a_value_after_a_flag_is_refused(tmp_path)
 
 
 def test_reprs_are_one_short_line(runs):
-    from ragbridge.gate import run_gates
-    from ragbridge.regression import diff_runs
+    from ragbridge.analysis.diff import diff_runs
+    from ragbridge.analysis.gate import run_gates
 
     run = load_run(runs["judged"])
     assert repr(run) == f"Run({str(runs['judged'])!r}, 53 cases, {len(run.scores)} scores, complete)"

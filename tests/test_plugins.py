@@ -120,7 +120,7 @@ def test_a_source_checkout_without_package_metadata_has_every_builtin_backend_an
 
     def cli(*args: str, no_metadata: bool = True) -> subprocess.CompletedProcess:
         flags = ["-S"] if no_metadata else []
-        code = "from ragbridge.cli import run_cli; run_cli()"
+        code = "from ragbridge.commands import run_cli; run_cli()"
         return subprocess.run([sys.executable, *flags, "-c", code, *args], capture_output=True, text=True,
                               env=env if no_metadata else os.environ, timeout=300, cwd=tmp_path)
 

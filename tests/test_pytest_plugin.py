@@ -12,7 +12,7 @@ pytest_plugins = ["pytester"]
 # Keep the subprocesses lean: other installed pytest plugins that import heavy libraries stay off.
 QUIET = ("-p", "no:deepeval", "-p", "no:langsmith_plugin", "-p", "no:cacheprovider")
 
-SUITE = f'''
+SUITE = '''
 import pytest
 
 def test_retrieval(ragbridge_golden, ragbridge_evaluate, ragbridge_gate):
@@ -22,7 +22,7 @@ def test_retrieval(ragbridge_golden, ragbridge_evaluate, ragbridge_gate):
 
 def test_too_strict(ragbridge_golden, ragbridge_evaluate, ragbridge_gate):
     run = ragbridge_evaluate(ragbridge_golden, backends=["native"], metrics=["recall@5", "abstention"])
-    ragbridge_gate(run, ["recall@5 >= 0.99", {{"check": "abstention >= 0.9", "tags": ["unanswerable"]}}])
+    ragbridge_gate(run, ["recall@5 >= 0.99", {"check": "abstention >= 0.9", "tags": ["unanswerable"]}])
 
 @pytest.mark.judge
 def test_marked_judge():
@@ -63,7 +63,8 @@ ragbridge_gates = gates.toml
 """
     )
     pytester.path.joinpath("gates.toml").write_text(
-        '[defaults]\nbackend = "native"\n\n[[gate]]\ncheck = "mrr >= 0.8"\n\n[[gate]]\ncheck = "mrr drop <= 0.02"\n'
+        '[defaults]\nbackend = "native"\n\n[[gate]]\ncheck = "mrr >= 0.8"\n\n'
+        '[[gate]]\ncheck = "mrr drop <= 0.02"\n'
     )
     pytester.makepyfile(
         test_kept="""
@@ -84,7 +85,8 @@ def test_judge_config(ragbridge_judge):
 """
     )
     # first: record the baseline run into the kept runs folder
-    res = pytester.runpytest_subprocess(*QUIET, "--ragbridge-runs=runs", "-k", "test_baseline and not against")
+    res = pytester.runpytest_subprocess(*QUIET, "--ragbridge-runs=runs", "-k",
+                                        "test_baseline and not against")
     res.assert_outcomes(passed=1, deselected=2)
     baseline = next(pytester.path.joinpath("runs").glob("*test_baseline*/main"))
     assert json.loads((baseline / "run.json").read_text())["status"] == "complete"

@@ -103,8 +103,8 @@ def test_registered_without_importing_ragas():
         from ragbridge.plugins import get_backends
         b = get_backends()["ragas"]
         f = get_formats()
-        print(b.available(), b.version(), sorted(m.name for m in b.metrics()), "ragas-hf" in f and "ragas" in f,
-              "ragas" in sys.modules)
+        print(b.available(), b.version(), sorted(m.name for m in b.metrics()),
+              "ragas-hf" in f and "ragas" in f, "ragas" in sys.modules)
         """
     )
     import subprocess
@@ -124,9 +124,11 @@ def test_ragas_extra_and_constraints_pin_a_working_set():
     extra = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["ragas"]
     assert "ragas==0.4.3" in extra and "langchain-community==0.4.1" in extra  # 0.4.2 breaks `import ragas`
     pins = {line.split("==")[0].lower(): line.split("==")[1].split()[0]
-            for line in (root / "constraints.txt").read_text().splitlines() if "==" in line and not line.startswith("#")}
+            for line in (root / "constraints.txt").read_text().splitlines()
+            if "==" in line and not line.startswith("#")}
     assert pins["ragas"] == "0.4.3" and pins["langchain-community"] == "0.4.1"
-    assert pins["instructor"] == "1.12.0" and pins["openai"].startswith("1.")  # instructor 1.13 pulls openai 2
+    # instructor 1.13 pulls openai 2
+    assert pins["instructor"] == "1.12.0" and pins["openai"].startswith("1.")
 
 
 def test_metric_specs():
@@ -224,18 +226,21 @@ async def _direct(base_url, cases):
     llm = llm_factory("stub-judge", client=client)
     emb = OpenAIEmbeddings(client=client, model="stub-embedder")
     metrics = {
-        "faithfulness": (Faithfulness(llm=llm), lambda c: dict(user_input=c.question, response=c.answer,
-                                                                retrieved_contexts=[x.text for x in c.contexts])),
+        "faithfulness": (Faithfulness(llm=llm),
+                         lambda c: dict(user_input=c.question, response=c.answer,
+                                        retrieved_contexts=[x.text for x in c.contexts])),
         "answer_relevance": (AnswerRelevancy(llm=llm, embeddings=emb),
                              lambda c: dict(user_input=c.question, response=c.answer)),
         "context_precision": (ContextPrecisionWithReference(llm=llm),
                               lambda c: dict(user_input=c.question, reference=c.reference,
                                              retrieved_contexts=[x.text for x in c.contexts])),
-        "context_recall": (ContextRecall(llm=llm), lambda c: dict(user_input=c.question, reference=c.reference,
-                                                                  retrieved_contexts=[x.text for x in c.contexts])),
+        "context_recall": (ContextRecall(llm=llm),
+                           lambda c: dict(user_input=c.question, reference=c.reference,
+                                          retrieved_contexts=[x.text for x in c.contexts])),
         "context_relevance": (ContextRelevance(llm=llm), lambda c: dict(
             user_input=c.question, retrieved_contexts=[x.text for x in c.contexts])),
-        "answer_correctness": (FactualCorrectness(llm=llm), lambda c: dict(response=c.answer, reference=c.reference)),
+        "answer_correctness": (FactualCorrectness(llm=llm),
+                               lambda c: dict(response=c.answer, reference=c.reference)),
     }
     out = {}
     for name, (metric, inputs) in metrics.items():
@@ -270,8 +275,9 @@ def test_requests_embeddings_and_max_tokens(scored):
     assert chats and all(b["max_tokens"] == 4096 for b in chats)  # not RAGAS' 1024
     assert all(b["model"] == "stub-judge" and b["response_format"] == {"type": "json_object"} for b in chats)
     assert embeds and all(b["model"] == "stub-embedder" for b in embeds)
-    assert all(isinstance(b["input"], (str, list)) and not (isinstance(b["input"], list) and b["input"]
-                                                                and isinstance(b["input"][0], int)) for b in embeds)
+    assert all(isinstance(b["input"], (str, list))
+               and not (isinstance(b["input"], list) and b["input"] and isinstance(b["input"][0], int))
+               for b in embeds)
     audit = [json.loads(line) for line in (out / "judge-audit.jsonl").read_text().splitlines()]
     paths = {a["path"] for a in audit if a["backend"] == "ragas" and a["metric"] == "answer_relevance"}
     assert paths == {"/chat/completions", "/embeddings"}  # embeddings went through the gateway too
@@ -379,7 +385,7 @@ def test_cli_run_talks_only_to_the_judge(tmp_path, example):
         import subprocess
 
         res = subprocess.run(
-            [sys.executable, "-c", "from ragbridge.cli import run_cli; run_cli()", "run", str(data),
+            [sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()", "run", str(data),
              "--out", str(out), "--backend", "ragas", "--judge-model", "stub-judge",
              "--judge-base-url", stub.base_url, "--embedding-model", "stub-embedder",
              "--cache-path", str(tmp_path / "cache.sqlite"), "--no-progress"],

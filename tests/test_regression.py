@@ -13,17 +13,12 @@ import pytest
 
 from conftest import EXAMPLE, ragbridge_cli
 from ragbridge import RunManifest, Score, load_cases
-from ragbridge.diff import (
-    IncompleteRunError,
-    RegressionError,
-    diff_runs,
-    paired_bootstrap_ci,
-    paired_permutation_pvalue,
-    run_problems,
-)
-from ragbridge.gate import GateConfigError, load_gates, run_gates
+from ragbridge.analysis.diff import IncompleteRunError, RegressionError, diff_runs, run_problems
+from ragbridge.analysis.gate import GateConfigError, load_gates, run_gates
+from ragbridge.analysis.stats import paired_bootstrap_ci, paired_permutation_pvalue
 from ragbridge.formats.canonical import write_jsonl
 from ragbridge.formats.records import fingerprint
+from ragbridge.report import ci
 
 CASES = load_cases(EXAMPLE)
 IDS = [c.id for c in CASES]
@@ -149,7 +144,8 @@ def test_permutation_matches_scipy_permutation_test():
     new = np.clip(base + rng.normal(-0.1, 0.15, 12), 0, 1)
     for alt in ("two-sided", "less", "greater"):
         assert paired_permutation_pvalue(base, new, alt) == pytest.approx(scipy_p(base, new, alt), rel=1e-9)
-    assert paired_permutation_pvalue(base, new, "less", shift=0.05) == pytest.approx(scipy_p(base, new, "less", 0.05))
+    assert paired_permutation_pvalue(base, new, "less", shift=0.05) == pytest.approx(
+        scipy_p(base, new, "less", 0.05))
     base = rng.uniform(0, 1, 60)  # randomized: the same up to resampling noise
     new = np.clip(base + rng.normal(-0.03, 0.15, 60), 0, 1)
     for alt in ("two-sided", "less"):
@@ -178,7 +174,8 @@ def test_diff_pairs_cases_and_lists_what_moved(runs):
     rec = overall.loc[("native", "recall@5")]
     assert rec["n_paired"] == len(ANSWERABLE)
     assert rec["n_worse"] == 3 and rec["n_better"] == 0
-    assert rec["delta"] == pytest.approx(-sum(info["base"][("native", "recall@5")][c] for c in info["worse"]) / len(ANSWERABLE))
+    assert rec["delta"] == pytest.approx(
+        -sum(info["base"][("native", "recall@5")][c] for c in info["worse"]) / len(ANSWERABLE))
     assert rec["ci_low"] <= rec["delta"] <= rec["ci_high"]
     assert rec["p_value"] == pytest.approx(2 / 8)  # three changed cases: exact test
     worse = d.worse(metric="recall@5")
@@ -328,7 +325,8 @@ below_min_n = "skip"
     ]
     assert cfg.seed == 11 and cfg.rules[0].backends == ["native"] and cfg.rules[1].backends == ["ragas"]
     assert cfg.rules[1].significant and cfg.rules[1].tags == ["real"] and cfg.rules[4].tags == ["real"]
-    assert cfg.rules[2].cut == 0.7 and cfg.rules[3].label == "few errors" and cfg.rules[4].below_min_n == "skip"
+    assert (cfg.rules[2].cut == 0.7 and cfg.rules[3].label == "few errors"
+            and cfg.rules[4].below_min_n == "skip")
     assert all(r.min_n == 3 for r in cfg.rules)
 
 
@@ -377,7 +375,8 @@ def test_absolute_share_and_error_rules(runs):
         },
     )
     by = {(r.rule.index, r.backend): r for r in report.results}
-    rec = [v for c, v in info["base"][("native", "recall@5")].items() if v is not None and c not in info["worse"]]
+    rec = [v for c, v in info["base"][("native", "recall@5")].items()
+           if v is not None and c not in info["worse"]]
     assert by[(1, "native")].figure == pytest.approx(sum(rec) / len(ANSWERABLE))
     assert by[(1, "native")].n == len(ANSWERABLE)  # undefined (unanswerable) cases are not counted as 0
     assert by[(2, "native")].verdict == "fail"
@@ -397,7 +396,8 @@ def test_drop_rule_against_a_baseline(runs):
     rec, faith = report.results
     assert rec.verdict == "fail" and rec.n == len(ANSWERABLE)
     assert rec.figure > 0.01 and rec.ci_low <= rec.figure <= rec.ci_high
-    assert [i["case_id"] for i in rec.items] == sorted(info["worse"], key=lambda c: (-info["base"][("native", "recall@5")][c], c))
+    assert [i["case_id"] for i in rec.items] == sorted(
+        info["worse"], key=lambda c: (-info["base"][("native", "recall@5")][c], c))
     assert faith.verdict == "pass" and faith.figure < 0  # one case got better, the errored one is not paired
     assert "not scored now" in faith.detail
     with pytest.raises(GateConfigError, match="pass --baseline"):
@@ -408,16 +408,19 @@ def test_significance_keeps_judge_noise_from_failing(tmp_path):
     rng = np.random.default_rng(0)
     base = {("ragas", "faithfulness"): {c: round(float(rng.uniform(0.5, 1)), 3) for c in IDS}}
     # noise: small symmetric jitter, a mean drop just over the allowance
-    noisy = {("ragas", "faithfulness"): {c: min(1, max(0, v + float(rng.normal(-0.025, 0.08)))) for c, v in base[("ragas", "faithfulness")].items()}}
+    noisy = {("ragas", "faithfulness"): {c: min(1, max(0, v + float(rng.normal(-0.025, 0.08))))
+                                         for c, v in base[("ragas", "faithfulness")].items()}}
     # a real regression: every case a little lower
-    real = {("ragas", "faithfulness"): {c: max(0, v - 0.08) for c, v in base[("ragas", "faithfulness")].items()}}
+    real = {("ragas", "faithfulness"): {c: max(0, v - 0.08)
+                                        for c, v in base[("ragas", "faithfulness")].items()}}
     b = write_run(tmp_path / "b", base)
     rule = {"check": "faithfulness drop <= 0.02"}
     plain = run_gates(write_run(tmp_path / "noisy", noisy), {"gate": [rule]}, baseline=b).results[0]
     sig = run_gates(tmp_path / "noisy", {"gate": [{**rule, "significant": True}]}, baseline=b).results[0]
     assert plain.figure > 0.02 and plain.verdict == "fail"
     assert sig.verdict == "pass" and "not significant" in sig.detail and sig.p_value >= 0.05
-    hard = run_gates(write_run(tmp_path / "real", real), {"gate": [{**rule, "significant": True}]}, baseline=b).results[0]
+    hard = run_gates(write_run(tmp_path / "real", real), {"gate": [{**rule, "significant": True}]},
+                     baseline=b).results[0]
     assert hard.verdict == "fail" and hard.p_value < 0.05 and "significant (p=" in hard.detail
     again = run_gates(tmp_path / "noisy", {"gate": [{**rule, "significant": True}]}, baseline=b).results[0]
     assert (again.p_value, again.ci_low) == (sig.p_value, sig.ci_low)  # seeded
@@ -428,7 +431,8 @@ def test_significant_absolute_rule_uses_the_interval(tmp_path):
     run = write_run(tmp_path / "r", values)
     near, far = run_gates(
         run,
-        {"gate": [{"check": "recall@5 >= 0.92", "significant": True}, {"check": "recall@5 >= 0.995", "significant": True}]},
+        {"gate": [{"check": "recall@5 >= 0.92", "significant": True},
+                  {"check": "recall@5 >= 0.995", "significant": True}]},
     ).results
     assert near.figure < 0.92 <= near.ci_high and near.verdict == "pass" and "not significant" in near.detail
     assert far.ci_high < 0.995 and far.verdict == "fail" and "significant (95% CI" in far.detail
@@ -436,7 +440,8 @@ def test_significant_absolute_rule_uses_the_interval(tmp_path):
 
 def test_min_n_fails_or_skips(runs):
     _, n, _ = runs
-    rules = {"gate": [{"check": "abstention >= 0.5", "min_n": 10}, {"check": "abstention >= 0.5", "min_n": 10, "below_min_n": "skip"}]}
+    rules = {"gate": [{"check": "abstention >= 0.5", "min_n": 10},
+                      {"check": "abstention >= 0.5", "min_n": 10, "below_min_n": "skip"}]}
     fail, skip = run_gates(n, rules).results
     assert fail.verdict == "fail" and "below min_n=10" in fail.detail
     assert skip.verdict == "skip"
@@ -449,7 +454,8 @@ def test_min_n_fails_or_skips(runs):
         ({"check": "answer_correctness >= 0.8"}, "metric 'answer_correctness' was not scored in this run"),
         ({"check": "recall@5 >= 0.8", "backend": "natve"}, "unknown backend 'natve'"),
         ({"check": "recall@5 >= 0.8", "backend": "ragas"}, "backend 'ragas' did not score 'recall@5'"),
-        ({"check": "recall@5 >= 0.8", "tags": ["rael"]}, "no case in this run carries tag 'rael' \\(did you mean 'real'\\?\\)"),
+        ({"check": "recall@5 >= 0.8", "tags": ["rael"]},
+         "no case in this run carries tag 'rael' \\(did you mean 'real'\\?\\)"),
     ],
 )
 def test_rules_naming_what_the_run_lacks_are_bad_input(runs, rule, message):
@@ -469,17 +475,18 @@ def test_junit_and_markdown(runs):
     b, n, info = runs
     report = run_gates(
         n,
-        {"gate": [{"check": "recall@5 >= 0.5"}, {"check": "recall@5 drop <= 0.01"}, {"check": "abstention >= 0.5", "min_n": 99, "below_min_n": "skip"}]},
+        {"gate": [{"check": "recall@5 >= 0.5"}, {"check": "recall@5 drop <= 0.01"},
+                  {"check": "abstention >= 0.5", "min_n": 99, "below_min_n": "skip"}]},
         baseline=b,
     )
-    root = ET.fromstring(report.to_junit())
+    root = ET.fromstring(ci.junit_xml(report))
     suite = root.find("testsuite")
     assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("3", "1", "1")
     cases = suite.findall("testcase")
     assert [c.get("name") for c in cases] == ["recall@5 >= 0.5", "recall@5 drop <= 0.01", "abstention >= 0.5"]
     failure = cases[1].find("failure")
     assert failure is not None and info["worse"][0] in failure.text
-    md = report.to_markdown()
+    md = ci.markdown(report)
     assert md.startswith("## ragbridge gate ❌ failed")
     assert "| 2 | native | recall@5 drop &lt;= 0.01 |" in md and "❌ fail" in md and "⏭️ skip" in md
     assert "| case | baseline | run | change |" in md and info["worse"][0] in md
@@ -518,7 +525,8 @@ def test_cli_diff(runs, tmp_path):
     import pandas as pd
 
     frame = pd.read_csv(items)
-    assert len(frame) == len(IDS) * 3 and set(frame["change"]) >= {"worse", "better", "same", "scored -> error"}
+    assert len(frame) == len(IDS) * 3 and set(frame["change"]) >= {"worse", "better", "same",
+                                                                    "scored -> error"}
 
 
 def test_cli_gate_pass_and_fail(runs, tmp_path):
@@ -545,7 +553,8 @@ def test_cli_bad_input_exits_2(runs, tmp_path):
     gates.write_text('[[gate]]\ncheck = "faithfulness >= 0.8"\nbackend = "deepeval"\n')
     res = ragbridge_cli("gate", n, "--config", gates)
     assert res.returncode == 2
-    assert res.stderr.startswith("error:") and "backend 'deepeval'" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert (res.stderr.startswith("error:") and "backend 'deepeval'" in res.stderr
+            and len(res.stderr.strip().splitlines()) == 1)
     assert res.stdout == ""
     killed = write_run(tmp_path / "killed", base_values(), status="running")
     gates.write_text(GATES)
@@ -562,14 +571,16 @@ def test_cli_on_real_native_runs(tmp_path):
     import ragbridge
 
     base = ragbridge.evaluate(CASES, backends=["native"], out=tmp_path / "base")
-    changed = [c.model_copy(update={"contexts": c.contexts[::-1]}) if i % 4 == 0 else c for i, c in enumerate(CASES)]
+    changed = [c.model_copy(update={"contexts": c.contexts[::-1]}) if i % 4 == 0 else c
+               for i, c in enumerate(CASES)]
     ragbridge.evaluate(changed, backends=["native"], out=tmp_path / "new")
     assert base.complete
     gates = Path(__file__).resolve().parent.parent / "examples" / "ci" / "gates-native.toml"
     res = ragbridge_cli("gate", tmp_path / "new", "--config", gates, "--baseline", tmp_path / "base")
     assert res.returncode == 1, res.stdout + res.stderr
     assert "mrr drop" in res.stdout and "FAIL" in res.stdout
-    assert run_gates(tmp_path / "base", gates, baseline=tmp_path / "base").passed  # the example passes its own gates
+    # the example passes its own gates
+    assert run_gates(tmp_path / "base", gates, baseline=tmp_path / "base").passed
 
 
 HOSTILE_ID = ("<img src=x onerror=alert(1)>|`tick` **b** [l](javascript:alert(2)) ]]> &amp; "
@@ -583,7 +594,7 @@ def test_hostile_strings_are_escaped_in_markdown_and_junit(tmp_path):
     --format md and the pytest plugin's message only escaped: no HTML survives (a renderer that allows
     HTML runs nothing), no table row or line is forged, no terminal control passes, and the JUnit
     parses and carries the id as text."""
-    from ragbridge.gate_reports import plain_text
+    from ragbridge.report.text import plain_text
     from ragbridge.pytest_plugin import GateFailed, assert_gates
 
     other_id = "<img src=y onerror=alert(5)>"

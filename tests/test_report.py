@@ -16,6 +16,8 @@ import pytest
 from conftest import EXAMPLE, ROOT, ragbridge_cli
 from ragbridge import Case, Chunk, load_cases
 from ragbridge import report as rep
+from ragbridge.report.html import PALETTE
+from ragbridge.report.marks import gate_thresholds
 from test_analysis import sc, synthetic_scores, write_run
 
 ARTIFACTS = Path(os.environ.get("RAGBRIDGE_TEST_ARTIFACTS", ROOT / "runs" / "test-artifacts"))
@@ -33,7 +35,8 @@ def hostile_cases() -> list[Case]:
         id="evil-<b>case</b>",
         question=SCRIPT_Q,
         answer=IMG_A,
-        contexts=[Chunk(id="doc#<i>1</i>", text="<style>body{display:none}</style>chunk text", source="doc#s"),
+        contexts=[Chunk(id="doc#<i>1</i>", text="<style>body{display:none}</style>chunk text",
+                        source="doc#s"),
                   Chunk(id="doc#2", text="plain", source="other")],
         relevant={"doc#s": 2},
         reference="<iframe src='https://example.com'></iframe>",
@@ -47,7 +50,8 @@ def report_run(tmp_path_factory):
     import ragbridge
 
     cases = hostile_cases()
-    native = ragbridge.evaluate(cases, backends=["native"], metrics=["recall@5", "mrr", "ndcg@5", "must_contain"])
+    native = ragbridge.evaluate(cases, backends=["native"],
+                                metrics=["recall@5", "mrr", "ndcg@5", "must_contain"])
     scores = list(native.scores) + synthetic_scores(cases)
     scores = [s for s in scores if s.case_id != cases[-1].id or s.backend == "native"]
     scores += [
@@ -81,7 +85,8 @@ def html_text(report_run, data):
 
 
 def test_report_data_content(data):
-    assert data["backends"][0] == "native" and set(data["backends"]) == {"native", "ragas", "deepeval", "trulens"}
+    assert data["backends"][0] == "native" and set(data["backends"]) == {"native", "ragas", "deepeval",
+                                                                         "trulens"}
     assert data["halves"]["retrieval"] == ["recall@5", "mrr", "ndcg@5"]
     assert data["halves"]["generation"] == ["faithfulness", "answer_relevance", "must_contain"]
     # summary: mean, n, undefined, errors per metric x backend, overall and per tag
@@ -162,7 +167,8 @@ def test_report_with_human_labels(report_run, tmp_path):
     d = rep.report_data(report_run, n_resamples=50, labels=labels)
     v = {row["backend"]: row for row in d["validation"]}
     assert set(v) == {"ragas", "deepeval", "trulens"}
-    assert all(row["n_labels"] == 12 and row["human_fail"] + row["human_pass"] == row["n_paired"] for row in v.values())
+    assert all(row["n_labels"] == 12 and row["human_fail"] + row["human_pass"] == row["n_paired"]
+               for row in v.values())
     assert v["ragas"]["claims_answers"] > 0     # the synthetic ragas scores expose claims
     h = rep.render_html(report_run, d)
     assert 'id="validation"' in h and "missed fails" in h
@@ -219,8 +225,8 @@ def test_default_thresholds_badge_the_cases_worth_reading(native_run):
 
 def test_gates_file_sets_thresholds(native_run, tmp_path):
     gates = ROOT / "examples" / "ci" / "gates-native.toml"
-    r = ragbridge_cli("report", native_run, "--gates", gates, "--format", "json", "--out", tmp_path / "r.json",
-                      "--resamples", "0", "--threshold", "ndcg@5=0.6")
+    r = ragbridge_cli("report", native_run, "--gates", gates, "--format", "json",
+                      "--out", tmp_path / "r.json", "--resamples", "0", "--threshold", "ndcg@5=0.6")
     assert r.returncode == 0, r.stderr
     rows = json.loads((tmp_path / "r.json").read_text())["thresholds"]
     marks = {t["metric"]: (t["threshold"], t["source"]) for t in rows}
@@ -236,7 +242,7 @@ def test_gates_file_sets_thresholds(native_run, tmp_path):
                    '[[gate]]\ncheck = "recall@5 >= 0.8"\n\n'
                    '[[gate]]\ncheck = "share(recall@5 >= 0.6) >= 0.9"\n\n'
                    '[[gate]]\ncheck = "mrr >= 0.9"\nbackend = "other"\n')
-    th = rep.gate_thresholds(cfg)
+    th = gate_thresholds(cfg)
     assert th.by_metric == {"recall@5": 0.6} and th.by_pair == {("other", "mrr"): 0.9}
     d = rep.report_data(native_run, n_resamples=0, gates=cfg)
     assert {t["metric"]: t["threshold"] for t in d["thresholds"]}["mrr"] == 0.5
@@ -268,7 +274,8 @@ def test_cli_report(report_run, tmp_path):
     for args, message in ((("report", report_run, "--format", "pdf"), "--format"),):
         bad = ragbridge_cli(*args)
         lines = [ln for ln in bad.stderr.splitlines() if ln.strip()]
-        assert bad.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:") and message in lines[0]
+        assert (bad.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:")
+                and message in lines[0])
 
 
 # --------------------------------------------------------------------------------------------
@@ -351,7 +358,7 @@ def test_screenshot(html_text, tmp_path):
     non_white = float(np.mean(pixels.min(axis=1) < 235))
     assert 0.03 < non_white < 0.6, non_white      # not blank, not a wall of colour
     # the plots' backend colours are on screen (bars of the distribution plots)
-    palette = [tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) for c in rep.PALETTE[:4]]
+    palette = [tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) for c in PALETTE[:4]]
     for colour in palette:
         near = int(np.sum(np.abs(pixels - np.array(colour)).sum(axis=1) < 40))
         assert near > 300, colour

@@ -40,7 +40,7 @@ def test_readme_rubric_commands_run_on_the_example(tmp_path):
     port = str(free_port())
     serve = shlex.split(commands[0].replace("8808", port).rstrip("&"))
     assert serve[:4] == ["ragbridge", "judge", "serve", "--stub"]
-    stub = subprocess.Popen([sys.executable, "-c", "from ragbridge.cli import run_cli; run_cli()",
+    stub = subprocess.Popen([sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()",
                              *serve[1:]], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(300):

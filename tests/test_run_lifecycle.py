@@ -78,7 +78,7 @@ def test_a_run_killed_mid_way_reads_as_interrupted_and_its_resume_counts_both_se
     out = tmp_path / "run"
     args = ["run", example_path, "--out", out, *judge_args(stub_judge, tmp_path), "--max-concurrency", "1"]
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from ragbridge.cli import run_cli; run_cli()", *map(str, args)],
+        [sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()", *map(str, args)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -141,7 +141,7 @@ def test_a_terminated_run_records_that_it_was_interrupted_and_exits_130(tmp_path
     out = tmp_path / "run"
     args = ["run", example_path, "--out", out, *judge_args(stub_judge, tmp_path), "--max-concurrency", "1"]
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from ragbridge.cli import run_cli; run_cli()", *map(str, args)],
+        [sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()", *map(str, args)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:

@@ -51,7 +51,8 @@ def test_undefined_is_counted_not_zero(example_cases):
 
 
 def test_k_and_explicit_cutoffs(example_cases):
-    run = evaluate(example_cases, metrics=["recall", "ndcg@10", "precision@k"], options=__import__("ragbridge").RunOptions(k=3))
+    run = evaluate(example_cases, metrics=["recall", "ndcg@10", "precision@k"],
+                   options=__import__("ragbridge").RunOptions(k=3))
     assert {s.metric for s in run.scores} == {"recall@3", "ndcg@10", "precision@3"}
 
 
@@ -213,6 +214,7 @@ def test_a_backend_that_cannot_open_errors_every_case_and_the_run_goes_on(lifecy
     plugin = lifecycle_plugin(fail_open=True)
     run = evaluate(example_cases[:2], backends=["lifecycle", "native"], metrics=["m1", "mrr"])
     mine = [s for s in run.scores if s.backend == "lifecycle"]
-    assert len(mine) == 2 and all(s.error == "ConnectionError: no route to the library's service" for s in mine)
+    assert len(mine) == 2 and all(s.error == "ConnectionError: no route to the library's service"
+                                  for s in mine)
     assert all(s.error is None for s in run.scores if s.backend == "native")
     assert [e[0] for e in plugin.events] == ["open"]  # never scored, and nothing to close

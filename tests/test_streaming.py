@@ -87,7 +87,7 @@ def test_the_light_record_is_the_canonical_record_of_the_case(tmp_path):
 def test_a_run_killed_mid_way_loses_at_most_unflushed_scores_and_resumes_each_score_once(tmp_path):
     data = _generated(tmp_path / "cases.jsonl", 30_000, docs=20)
     out = tmp_path / "run"
-    args = [sys.executable, "-c", "from ragbridge.cli import run_cli; run_cli()", "run", str(data),
+    args = [sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()", "run", str(data),
             "--out", str(out), "--no-progress", "--batch-size", "500", *sum((["-m", m] for m in METRICS), [])]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     scores = out / "scores.jsonl"
@@ -143,7 +143,7 @@ def test_a_trec_run_with_ties_scores_exactly_as_pytrec_eval(tmp_path):
                 if c.id in theirs)
     assert worst < 1e-12
     # and through the command line, the path users run
-    cli = [sys.executable, "-c", "from ragbridge.cli import run_cli; run_cli()"]
+    cli = [sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()"]
     res = subprocess.run([*cli, "run", str(run), "--qrels", str(qrels), "--out", str(tmp_path / "out"),
                           "--no-progress", *sum((["-m", m] for m in names), [])],
                          capture_output=True, text=True, timeout=300)

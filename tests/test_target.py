@@ -1,7 +1,7 @@
 """Evaluate a real pipeline directly: callable, retrieve/answer object and HTTP targets; sampling."""
 
 import json
-import sys
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -14,7 +14,8 @@ from ragbridge import RunError, evaluate, load_cases, load_run
 from ragbridge.run.target import TargetError, load_target
 
 TESTS = str(Path(__file__).resolve().parent)
-ENV = {"PYTHONPATH": TESTS}
+#: the tests folder (the target module) ahead of the PYTHONPATH the suite runs with
+ENV = {"PYTHONPATH": os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)}
 
 
 def mean(run, metric):
@@ -87,7 +88,8 @@ def test_http_target(golden, http_target):
 
 
 def test_target_errors_are_per_case(tmp_path, golden):
-    run = evaluate(golden, metrics=["mrr", "must_contain"], out=tmp_path / "r", target=load_target("rag_pipeline:flaky"))
+    run = evaluate(golden, metrics=["mrr", "must_contain"], out=tmp_path / "r",
+                   target=load_target("rag_pipeline:flaky"))
     errors = {s.case_id: s.error for s in run.scores if s.error}
     refund = [c.id for c in golden if "refund" in c.question.lower()]
     invoice = [c.id for c in golden if "invoice" in c.question.lower() and "refund" not in c.question.lower()]
@@ -131,7 +133,8 @@ def test_one_decision_for_the_folder_target_or_not(tmp_path, golden, example_cas
 
 
 def test_bad_targets_are_clear():
-    with pytest.raises(TargetError, match="cannot import target module 'no_such_pkg.rag': ModuleNotFoundError"):
+    with pytest.raises(TargetError,
+                       match="cannot import target module 'no_such_pkg.rag': ModuleNotFoundError"):
         load_target("no_such_pkg.rag:pipeline")
     with pytest.raises(TargetError, match="has no attribute 'nope'"):
         load_target("rag_pipeline:nope")
@@ -174,7 +177,8 @@ def traces(tmp_path, example_cases):
                 "ts": f"2026-11-{1 + i % 28:02d}T10:00:00Z",
                 "request": {"query": c.question},
                 "response": {"text": c.answer},
-                "retrieval": {"documents": [{"doc_id": x.id, "content": x.text, "url": x.source} for x in c.contexts]},
+                "retrieval": {"documents": [{"doc_id": x.id, "content": x.text, "url": x.source}
+                                            for x in c.contexts]},
                 "labels": c.tags,
                 "user": {"plan": "pro" if i % 2 else "free"},
             }) + "\n")
@@ -218,5 +222,6 @@ def test_sample_bad_input(tmp_path, traces):
     assert res.returncode == 2 and "unknown key 'query' in [fields]" in res.stderr
     res = ragbridge_cli("sample", path, "--out", tmp_path / "s.jsonl")
     assert res.returncode == 2 and "traces.jsonl:1" in res.stderr and "no question found" in res.stderr
-    res = ragbridge_cli("sample", path, "--mapping", mapping, "--where", "nonsense", "--out", tmp_path / "s.jsonl")
+    res = ragbridge_cli("sample", path, "--mapping", mapping, "--where", "nonsense",
+                        "--out", tmp_path / "s.jsonl")
     assert res.returncode == 2 and "field=value" in res.stderr

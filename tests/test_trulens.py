@@ -69,7 +69,8 @@ def judge_for(stub: StubJudge, tmp_path: Path, **kw) -> JudgeConfig:
 
 
 def run_trulens(cases, stub, tmp_path, metrics=METRICS, **opts):
-    return ragbridge.evaluate(cases, backends=["trulens"], metrics=list(metrics), judge=judge_for(stub, tmp_path),
+    return ragbridge.evaluate(cases, backends=["trulens"], metrics=list(metrics),
+                              judge=judge_for(stub, tmp_path),
                               options=RunOptions(backend_options={"trulens": opts} if opts else {}))
 
 
@@ -177,7 +178,8 @@ def test_forced_responses_on_chat_only_server_fails_per_score_fast(cases, tmp_pa
 
 def test_context_relevance_max_option(cases, tmp_path):
     with StubJudge() as stub:
-        run = run_trulens(cases[:3], stub, tmp_path, metrics=("context_relevance",), context_relevance_agg="max")
+        run = run_trulens(cases[:3], stub, tmp_path, metrics=("context_relevance",),
+                          context_relevance_agg="max")
     for s in run.scores:
         assert s.value == max(x["score"] for x in s.native_value["per_chunk"])
         assert s.native_value["agg"] == "max"
@@ -228,7 +230,8 @@ class _Unparsable:
 
     def __call__(self, req):
         if "RELEVANCE grader; evaluate how relevant the RESPONSE" in req.system and self.marker in req.user:
-            return responders.JudgeReply(json.dumps({"criteria": "c", "supporting_evidence": "e", "score": "n/a"}))
+            return responders.JudgeReply(json.dumps({"criteria": "c", "supporting_evidence": "e",
+                                                     "score": "n/a"}))
         return None
 
 
@@ -270,13 +273,15 @@ def _direct(provider, case, metric):
     if metric == "faithfulness":
         return provider.groundedness_measure_with_cot_reasons(
             source="\n\n".join(c.text for c in case.contexts), statement=case.answer,
-            groundedness_configs=GroundednessConfigs(use_sent_tokenize=True, filter_trivial_statements=False))[0]
+            groundedness_configs=GroundednessConfigs(use_sent_tokenize=True,
+                                                     filter_trivial_statements=False))[0]
     if metric == "context_relevance":
         vals = [provider.context_relevance_with_cot_reasons(case.question, c.text)[0] for c in case.contexts]
         return sum(vals) / len(vals)
     if metric == "answer_relevance":
         return provider.relevance_with_cot_reasons(case.question, case.answer)[0]
-    gta = GroundTruthAgreement([{"query": case.question, "expected_response": case.reference}], provider=provider)
+    gta = GroundTruthAgreement([{"query": case.question, "expected_response": case.reference}],
+                               provider=provider)
     return gta.agreement_measure(case.question, case.answer)[0]
 
 
@@ -338,7 +343,8 @@ def test_talks_only_to_loopback_and_runs_no_eval_filter(cases, tmp_path, monkeyp
     assert hosts and set(hosts) <= {"127.0.0.1", "localhost"}, set(hosts)
     assert downloads == []  # TruLens's nltk.download("punkt_tab") never ran
     assert not any("Identify and remove sentences that are stylistic" in b for b in bodies)
-    assert not list(tmp_path.glob("*.sqlite")) or [p.name for p in tmp_path.glob("*.sqlite")] == ["cache.sqlite"]
+    assert (not list(tmp_path.glob("*.sqlite"))
+            or [p.name for p in tmp_path.glob("*.sqlite")] == ["cache.sqlite"])
     assert not (tmp_path / "default.sqlite").exists()
 
 
@@ -374,12 +380,14 @@ def test_plain_trulens_table_reads(tmp_path):
     df = pd.DataFrame([
         {"query": "Who wrote Moby-Dick?", "response": "Herman Melville.",
          "contexts": ["Moby-Dick is an 1851 novel by Herman Melville.", "Whales are mammals."],
-         "expected_response": "Herman Melville", "expected_chunks": [{"text": "by Herman Melville", "expect_score": 1}],
+         "expected_response": "Herman Melville",
+         "expected_chunks": [{"text": "by Herman Melville", "expect_score": 1}],
          "meta": {"source": "lit"}},
     ])
     (case,) = cases_from_frame(df)
     assert case.question == "Who wrote Moby-Dick?" and case.answer == "Herman Melville."
-    assert [c.text for c in case.contexts][1] == "Whales are mammals." and case.contexts[0].id.startswith("ctx-")
+    assert ([c.text for c in case.contexts][1] == "Whales are mammals."
+            and case.contexts[0].id.startswith("ctx-"))
     assert case.reference == "Herman Melville" and case.reference_contexts == ["by Herman Melville"]
     assert case.metadata == {"source": "lit"}
 
@@ -406,13 +414,14 @@ def test_leaderboard_layout_and_round_trip(cases, tmp_path):
     run = ragbridge.load_run(tmp_path / "run")
     lb = leaderboard(run)
     assert list(lb.index.names) == ["app_name", "app_version"]
-    assert list(lb.columns) == ["Answer Relevance", "Context Relevance", "Ground Truth Agreement", "Groundedness",
-                                "latency", "total_cost"]
+    assert list(lb.columns) == ["Answer Relevance", "Context Relevance", "Ground Truth Agreement",
+                                "Groundedness", "latency", "total_cost"]
     for metric, col in (("faithfulness", "Groundedness"), ("context_relevance", "Context Relevance")):
         vals = [s.value for s in run.scores if s.backend == "trulens" and s.metric == metric]
         assert lb.loc[("ragbridge", "trulens"), col] == pytest.approx(sum(vals) / len(vals))
     rec = records(run)
-    assert len(rec) == 4 and {"record_id", "input", "output", "Groundedness", "total_tokens"} <= set(rec.columns)
+    assert len(rec) == 4 and {"record_id", "input", "output", "Groundedness",
+                              "total_tokens"} <= set(rec.columns)
     out = write_leaderboard(run, tmp_path / "lb.csv")
     back = pd.read_csv(out).set_index(["app_name", "app_version"])
     pd.testing.assert_frame_equal(back, lb, check_dtype=False)

@@ -30,7 +30,10 @@ def test_retrieval(ragbridge_golden, ragbridge_evaluate, ragbridge_gate):
 @pytest.mark.judge
 def test_answers_are_grounded(ragbridge_golden, ragbridge_evaluate, ragbridge_gate, ragbridge_judge):
     run = ragbridge_evaluate(
-        ragbridge_golden, backends=["ragas"], metrics=["faithfulness", "answer_relevance"], judge=ragbridge_judge
+        ragbridge_golden,
+        backends=["ragas"],
+        metrics=["faithfulness", "answer_relevance"],
+        judge=ragbridge_judge,
     )
     ragbridge_gate(
         run,

@@ -24,9 +24,10 @@ Each `Metric` says:
     One line: what a value of 1 means and how it falls.
 ``pass_mark``
     The report's default pass mark (``value >= mark`` passes) when neither ``--threshold`` nor a
-    gates file sets one: 0.5 for the ranking and judged metrics (the evaluation libraries' usual default threshold),
-    ``"1/k"`` for the two precisions of the retrieved list (``precision@k``, ``context_relevance``:
-    with one relevant chunk among k the best possible value is about 1/k), 1 for the answer checks.
+    gates file sets one: 0.5 for the ranking and judged metrics (the evaluation libraries' usual
+    default threshold), ``"1/k"`` for the two precisions of the retrieved list (``precision@k``,
+    ``context_relevance``: with one relevant chunk among k the best possible value is about 1/k), 1
+    for the answer checks.
     See `default_pass_mark` and docs/report.md.
 
 The order of `METRICS` is the display order of reports and tables: ranking, judged retrieval,

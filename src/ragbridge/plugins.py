@@ -1,10 +1,14 @@
 """The plugin manager: ragbridge's built-in plugins, then the ``ragbridge`` entry-point group.
 
-The built-in plugins (`DEFAULT_PLUGINS`: the native backend, the canonical dataset formats, the
-rubric judge and the analysis, report and regression commands) are registered from that list, by
-module path, so a source checkout without package metadata still has every command and backend.
-Every other plugin, the bundled library backends (``plugins/ragbridge_*``) included, is found
-through the ``ragbridge`` entry-point group, like a third party's.
+The built-in plugins (`DEFAULT_PLUGINS`: the native backend, the canonical dataset formats and the
+rubric judge, with its commands) are registered from that list, by module path, so a source
+checkout without package metadata still has every backend and format. Every other plugin, the
+bundled library backends (``plugins/ragbridge_*``) included, is found through the ``ragbridge``
+entry-point group, like a third party's.
+
+ragbridge's own commands (run, compare, report, diff, gate, ...) are not plugins: they are the
+command line itself, ``ragbridge.commands``, and a plugin's commands join them through the
+``ragbridge_register_commands`` hook when the console script starts.
 """
 
 from __future__ import annotations
@@ -25,12 +29,9 @@ ENTRY_POINT_GROUP = "ragbridge"
 #: the built-in plugins, by module path, registered in this order before any entry point (pluggy
 #: calls the last registered first)
 DEFAULT_PLUGINS = (
-    "ragbridge.analysis",
     "ragbridge.formats.canonical",
     "ragbridge.formats.trec",
     "ragbridge.native",
-    "ragbridge.regression",
-    "ragbridge.report",
     "ragbridge.rubric",
 )
 

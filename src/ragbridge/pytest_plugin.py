@@ -17,7 +17,8 @@ A test::
 
     @pytest.mark.judge
     def test_faithfulness(ragbridge_golden, ragbridge_evaluate, ragbridge_gate, ragbridge_judge):
-        run = ragbridge_evaluate(ragbridge_golden, backends=["rubric"], metrics=["faithfulness"], judge=ragbridge_judge)
+        run = ragbridge_evaluate(ragbridge_golden, backends=["rubric"], metrics=["faithfulness"],
+                                 judge=ragbridge_judge)
         ragbridge_gate(run, "gates-judged.toml")
 
 Run the cheap tests on every pull request with ``pytest -m "not judge"`` and the judged ones nightly
@@ -59,7 +60,9 @@ from typing import Any, Callable, Optional, Sequence
 
 import pytest
 
-from .gate import GateConfig, GateReport, load_gates, parse_gates, run_gates
+from .analysis.gate import GateConfig, GateReport, load_gates, parse_gates, run_gates
+from .report.ci import figure_text, item_line
+from .report.text import plain_text
 from .run import Run, load_run
 
 __all__ = ["assert_gates", "GateFailed"]
@@ -89,8 +92,6 @@ def _gates_config(gates: Any) -> GateConfig:
 def format_report(report: GateReport) -> str:
     """The gate as plain text: one line per rule, then the cases behind each failure (every value
     from the data on its own line: control characters shown as escapes)."""
-    from .gate_reports import _item_line, plain_text
-
     lines = [report.summary_line()]
     for w in report.warnings:
         lines.append(f"warning: {plain_text(w)}")
@@ -98,15 +99,16 @@ def format_report(report: GateReport) -> str:
     width = max(map(len, labels), default=0)
     for r, label in zip(report.results, labels):
         lines.append(
-            f"  {r.verdict.upper():4}  {label:<{width}}  {r.figure_text()}  n={r.n}  {plain_text(r.detail)}")
+            f"  {r.verdict.upper():4}  {label:<{width}}  {figure_text(r)}  n={r.n}  {plain_text(r.detail)}")
     for r in report.failed:
         if r.items:
             lines.append(f"cases behind {plain_text(r.label)!r} ({min(10, len(r.items))} of {len(r.items)}):")
-            lines += [f"    {_item_line(i)}" for i in r.items[:10]]
+            lines += [f"    {item_line(i)}" for i in r.items[:10]]
     return "\n".join(lines)
 
 
-def assert_gates(run: Run | str | Path, gates: Any, baseline: Run | str | Path | None = None, **kwargs: Any) -> GateReport:
+def assert_gates(run: Run | str | Path, gates: Any, baseline: Run | str | Path | None = None,
+                 **kwargs: Any) -> GateReport:
     """Evaluate ``gates`` on ``run``; raise `GateFailed` (an AssertionError) when a rule fails."""
     __tracebackhide__ = True
     report = run_gates(run, _gates_config(gates), baseline=baseline, **kwargs)
@@ -136,7 +138,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         ("cache-mode", "judge cache: read-write, read-only or off"),
         ("cache-path", "judge cache file (SQLite)"),
     ):
-        group.addoption(f"--ragbridge-{name}", dest=f"ragbridge_{name.replace('-', '_')}", default=None, help=help_)
+        group.addoption(f"--ragbridge-{name}", dest=f"ragbridge_{name.replace('-', '_')}", default=None,
+                        help=help_)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -145,7 +148,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     for item in items:
-        if "ragbridge_judge" in getattr(item, "fixturenames", ()) and item.get_closest_marker("judge") is None:
+        if ("ragbridge_judge" in getattr(item, "fixturenames", ())
+                and item.get_closest_marker("judge") is None):
             item.add_marker(pytest.mark.judge)
 
 
@@ -182,8 +186,8 @@ def ragbridge_golden(request: pytest.FixtureRequest, ragbridge_load_golden) -> l
     path = _setting(request.config, "golden")
     if path is None:
         pytest.fail(
-            "ragbridge_golden needs a golden set: pass --ragbridge-golden PATH or set ragbridge_golden in the "
-            "pytest ini options (or load one with the ragbridge_load_golden fixture)",
+            "ragbridge_golden needs a golden set: pass --ragbridge-golden PATH or set ragbridge_golden "
+            "in the pytest ini options (or load one with the ragbridge_load_golden fixture)",
             pytrace=False,
         )
     return ragbridge_load_golden(path)
@@ -202,7 +206,8 @@ def ragbridge_judge(request: pytest.FixtureRequest):
         "cache_path": config.getoption("ragbridge_cache_path"),
     }
     try:
-        return JudgeConfig.load({k: v for k, v in overrides.items() if v is not None}, cwd=Path(config.invocation_params.dir))
+        return JudgeConfig.load({k: v for k, v in overrides.items() if v is not None},
+                                cwd=Path(config.invocation_params.dir))
     except JudgeConfigError as exc:
         if "is not set" in str(exc):
             pytest.skip(
@@ -253,7 +258,8 @@ def ragbridge_evaluate(request: pytest.FixtureRequest, tmp_path: Path) -> Callab
             out = keep / node / label
         else:
             out = tmp_path / f"ragbridge-{label}"
-        return evaluate(cases, backends=backends, metrics=metrics, out=out, options=opts, judge=judge, overwrite=True)
+        return evaluate(cases, backends=backends, metrics=metrics, out=out, options=opts, judge=judge,
+                        overwrite=True)
 
     return run
 

@@ -42,7 +42,7 @@ def _grade(key: Any, grade: Any) -> int:
     return grade
 
 
-def _deeper_than(value: Any, limit: int) -> bool:
+def deeper_than(value: Any, limit: int) -> bool:
     """Whether ``value`` nests objects and lists more than ``limit`` levels (no recursion: any depth)."""
     stack = [(value, 1)]
     while stack:
@@ -189,7 +189,7 @@ class Case(BaseModel):
     @field_validator("metadata", mode="before")
     @classmethod
     def _metadata_depth(cls, v: Any) -> Any:
-        if _deeper_than(v, MAX_METADATA_DEPTH):
+        if deeper_than(v, MAX_METADATA_DEPTH):
             raise ValueError(
                 f"nests more than {MAX_METADATA_DEPTH} levels of objects and lists; flatten it, or store "
                 "the deep part as a JSON string"

@@ -44,7 +44,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 import pydantic_core
 from pydantic import ValidationError
 
-from ..schema import MAX_GRADE, MAX_METADATA_DEPTH, Case, _deeper_than
+from ..schema import MAX_GRADE, MAX_METADATA_DEPTH, Case, deeper_than
 from .files import DatasetError, parse_json
 
 __all__ = [
@@ -423,7 +423,7 @@ def plain_record(raw: Any) -> Optional[dict[str, Any]]:
         return None
     metadata = raw.get("metadata")
     if metadata:
-        if type(metadata) is not dict or _deeper_than(metadata, MAX_METADATA_DEPTH):
+        if type(metadata) is not dict or deeper_than(metadata, MAX_METADATA_DEPTH):
             return None
         out["metadata"] = metadata
     elif metadata is not None and type(metadata) is not dict:

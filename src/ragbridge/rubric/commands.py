@@ -16,7 +16,8 @@ from typing import List, Optional
 
 import typer
 
-from ..output import jsonable, print_json
+from ..commands.output import err, fail, out, print_json
+from ..report.text import jsonable
 from ..run import Run, RunError, load_run
 from .rubrics import Rubric, RubricError, load_rubrics, rubric_set
 
@@ -64,8 +65,6 @@ def _pct(x: float) -> str:
 
 def register(cli) -> None:
     from rich.markup import escape
-
-    from ..cli import err, fail, out
 
     def _run(path: Path, what: str) -> Run:
         try:
@@ -198,7 +197,7 @@ def register(cli) -> None:
                   f"({_pct(res.ties / n if n else float('nan'))}), base better {res.losses} "
                   f"({_pct(res.losses / n if n else float('nan'))})", highlight=False)
         ci = "" if math.isnan(res.net_low) else f" [95% CI {res.net_low:+.3f}, {res.net_high:+.3f}]"
-        out.print(f"net preference (wins - losses) / n: "
+        out.print("net preference (wins - losses) / n: "
                   + ("—" if math.isnan(res.net) else f"{res.net:+.3f}") + ci, highlight=False)
         out.print(f"position bias: the verdict flipped with the order on {res.position_flips} of "
                   f"{res.n_both_orders} case(s) ({_pct(res.position_bias)})", highlight=False)

@@ -8,8 +8,8 @@ passages, when the rubric shows them) are a tie without a call.
 
 Figures: wins (new better), ties, losses (base better) and their shares; the net preference
 ``mean(+1 win, 0 tie, -1 loss)`` with a 95% percentile bootstrap interval over cases (the paired
-bootstrap of `ragbridge.diff`, 2000 resamples, seeded); and the position-bias rate: the share of the
-cases the judge saw in both orders where its verdict flipped with the order (it chose the same
+bootstrap of `ragbridge.analysis.stats`, 2000 resamples, seeded); and the position-bias rate: the
+share of the cases the judge saw in both orders where its verdict flipped with the order (it chose the same
 position, A both times or B both times). A judge that always prefers the first answer has a
 position-bias rate of 100% and no preference at all.
 
@@ -23,7 +23,7 @@ import asyncio
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from ..diff import paired_bootstrap_ci
+from ..analysis.stats import paired_bootstrap_ci
 from ..run import Run
 from ..schema import Case
 from . import prompts

@@ -4,7 +4,8 @@ The modules, in the order a run uses them: ``plan`` (which backend scores which 
 ``target`` (filling cases from the system under test), ``folder`` (the run folder: new, resumed or
 replaced in one place, the manifest, the scores, reading a run back as a `Run`), ``runner``
 (`evaluate_async`: the backends' lifecycle, driving them, recording each score). ``sample`` draws
-golden cases from production logs.
+golden cases from production logs; ``summary`` is a run's means and counts per backend, metric and
+tag (`Run.summary`), with the claims behind a score.
 """
 
 from .folder import Run, load_run

@@ -115,7 +115,7 @@ class Run:
     def summary(self, by_tag: bool = True):
         if self.totals is not None:
             return self.totals.frame(by_tag)
-        from ..summary import summarize
+        from .summary import summarize
 
         return summarize(self.scores, self.cases, by_tag=by_tag)
 

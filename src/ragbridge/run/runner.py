@@ -15,7 +15,7 @@
    case without a field the metric requires is skipped, a failed target call is each score's
    error), `_score` (the jobs driven concurrently, `_drive`), and the batch's scores flushed to disk;
 7. `_Recorder`: each score's (or `ScoreBlock`'s) judge usage, the folder, ``on_score``, the progress
-   bar, the heartbeat, the running totals (`ragbridge.summary.Totals`) and the manifest's counts.
+   bar, the heartbeat, the running totals (`ragbridge.run.summary.Totals`) and the manifest's counts.
 
 Scores are appended to ``scores.jsonl`` through a buffer that is flushed at the end of each batch
 and at least every `FLUSH_SECONDS`, so a run killed outright loses at most what it scored since.
@@ -42,7 +42,7 @@ from ..formats.records import CaseBatch
 from ..formats.source import BATCH_SIZE, CaseSource
 from ..plugins import get_backends
 from ..schema import Case, RunManifest, Score, ScoreBlock
-from ..summary import Totals
+from .summary import Totals
 from .folder import JUDGE_COUNTS, Run, RunFolder, now, this_process
 from .plan import Plan, RunError, plan_metrics
 from .target import fill_cases, load_target, target_error, target_error_of

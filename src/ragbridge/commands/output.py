@@ -1,7 +1,13 @@
-"""What the commands print: tables that fit the width, plain lines when they do not, and JSON.
+"""What the commands print: the consoles, errors and warnings, tables that fit the width, plain lines
+when they do not, and JSON.
 
 Conventions every command keeps:
 
+- Exit codes, the same for every command: 0 success; 1 a gate or check failed (`EXIT_CHECK_FAILED`);
+  2 bad input or configuration, nothing written (`EXIT_BAD_INPUT`, what `fail` exits with); 3
+  ``run``/``rescore`` finished but some scores errored (`EXIT_SCORE_ERRORS`); 130 interrupted
+  (`EXIT_INTERRUPTED`).
+- Results go to `out` (stdout); errors, warnings, notes and progress to `err` (stderr).
 - Width is rich's: the terminal's, else ``$COLUMNS``, else 80 (so a CI log gets 80). A table is
   printed only when it fits that width with no cell cut (`print_table`: names and numbers are never
   wrapped, prose columns may wrap at spaces); otherwise each of its rows is printed as one plain line
@@ -17,24 +23,46 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import re
 import sys
 import textwrap
-from pathlib import Path
 from typing import Any, Iterable, Optional
 
+import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["fits", "print_table", "print_lines", "print_json", "jsonable", "records", "num", "one_line"]
+from ..report.text import jsonable
+
+__all__ = ["out", "err", "fail", "warn", "fits", "print_table", "print_lines", "print_json",
+           "EXIT_CHECK_FAILED", "EXIT_BAD_INPUT", "EXIT_SCORE_ERRORS", "EXIT_INTERRUPTED"]
+
+EXIT_CHECK_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_SCORE_ERRORS = 3
+EXIT_INTERRUPTED = 130
+
+out = Console()
+err = Console(stderr=True)
 
 _WIDE = 100_000
 # wrapping never separates a name from its number or a figure from its interval
 # ("agreement 0.85", "kappa 0.91 [0.78, 0.97]")
 _TOGETHER = re.compile(r"(?:\S+ )?\S+ \[[^\[\]\s]*(?: [^\[\]\s]+){0,3}\]|\S+ [-+]?\d\S*")
 _GLUE = "\x00"
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
+    """Print ``error: message`` on stderr and exit with ``code`` (2: bad input)."""
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def warn(message: str) -> None:
+    """Print ``warning: message`` on stderr."""
+    err.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def _render(table: Table, width: int) -> str:
@@ -72,13 +100,6 @@ def print_lines(console: Console, lines: Iterable[str], indent: str = "    ") ->
             console.print(part.replace(_GLUE, " "), markup=False, highlight=False, soft_wrap=True)
 
 
-def one_line(text: Any) -> str:
-    """``text`` with every run of whitespace (newlines too) as one space; ``""`` for None and NaN."""
-    if text is None or (isinstance(text, float) and math.isnan(text)):
-        return ""
-    return " ".join(str(text).split())
-
-
 def print_table(console: Console, table: Table, lines: Iterable[str]) -> None:
     """``table`` when it fits the width, else its title and ``lines`` (one per row) as plain text."""
     if fits(console, table):
@@ -88,50 +109,6 @@ def print_table(console: Console, table: Table, lines: Iterable[str]) -> None:
     if title:
         print_lines(console, [title.plain if isinstance(title, Text) else Text.from_markup(str(title)).plain])
     print_lines(console, lines)
-
-
-def num(value: Any, digits: int = 3, signed: bool = False) -> str:
-    """A number with ``digits`` decimals (a sign when ``signed``); ``—`` for None and NaN."""
-    if value is None:
-        return "—"
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return str(value)
-    if math.isnan(f):
-        return "—"
-    return f"{f:+.{digits}f}" if signed else f"{f:.{digits}f}"
-
-
-def records(frame) -> list[dict[str, Any]]:
-    """A DataFrame as a list of JSON-ready rows (NaN as None, numpy scalars as Python numbers)."""
-    if frame is None or len(frame) == 0:
-        return []
-    text = frame.to_json(orient="records", force_ascii=False, double_precision=15, default_handler=str)
-    return json.loads(text)
-
-
-def jsonable(obj: Any) -> Any:
-    """``obj`` with DataFrames as row lists, NaN and infinities as None, numpy and paths as plain types."""
-    if obj is None or isinstance(obj, (bool, str, int)):
-        return obj
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, (set, frozenset)):
-        return sorted(jsonable(v) for v in obj)
-    if isinstance(obj, Path):
-        return str(obj)
-    if hasattr(obj, "to_json") and hasattr(obj, "columns"):  # a DataFrame
-        return records(obj)
-    if hasattr(obj, "item") and callable(obj.item):  # a numpy scalar
-        return jsonable(obj.item())
-    if hasattr(obj, "tolist"):  # a numpy array
-        return jsonable(obj.tolist())
-    return str(obj)
 
 
 def print_json(data: Any, file: Optional[Any] = None) -> None:

@@ -62,24 +62,28 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from ..metrics import NAMES, resolve_metric
+from ..run import Run
 from .diff import (
-    DEFAULT_PERMUTATIONS,
-    DEFAULT_RESAMPLES,
     RegressionError,
-    _as_run,
-    _group_seed,
     dataset_change_message,
     dataset_changes,
     definition_change_message,
     definition_changes,
-    paired_bootstrap_ci,
-    paired_permutation_pvalue,
     require_complete,
 )
-from .metrics import NAMES, resolve_metric
-from .run import Run
+from .stats import (
+    DEFAULT_PERMUTATIONS,
+    DEFAULT_RESAMPLES,
+    group_seed,
+    mean_interval,
+    paired_bootstrap_ci,
+    paired_permutation_pvalue,
+)
+from .table import open_run
 
-__all__ = ["GateConfigError", "Rule", "GateConfig", "GateResult", "GateReport", "load_gates", "parse_gates", "run_gates"]
+__all__ = ["GateConfigError", "Rule", "GateConfig", "GateResult", "GateReport", "load_gates", "parse_gates",
+           "run_gates"]
 
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -97,7 +101,8 @@ _GRAMMAR = (
     "write it as 'METRIC >= 0.85', 'METRIC drop <= 0.02', 'share(METRIC >= 0.7) >= 0.9', "
     "'error_rate <= 0.05', 'error_rate(METRIC) <= 0.05' or 'undefined_rate(METRIC) <= 0.1'"
 )
-_RULE_KEYS = {"check", "name", "backend", "tags", "tag", "min_n", "below_min_n", "significant", "alpha", "confidence"}
+_RULE_KEYS = {"check", "name", "backend", "tags", "tag", "min_n", "below_min_n", "significant", "alpha",
+              "confidence"}
 _DEFAULT_KEYS = (_RULE_KEYS - {"check", "name", "tag"}) | {"seed", "resamples", "permutations"}
 
 
@@ -172,7 +177,8 @@ def _parse_check(check: str, where: str) -> dict[str, Any]:
                 f"{where}: a drop is bounded from above: write '{out['metric']} drop <= {m.group('value')}'"
             )
         if not -1 <= out["threshold"] <= 1:
-            raise GateConfigError(f"{where}: the allowed drop must be between -1 and 1, got {out['threshold']}")
+            raise GateConfigError(
+                f"{where}: the allowed drop must be between -1 and 1, got {out['threshold']}")
     elif not 0 <= out["threshold"] <= 1:
         raise GateConfigError(
             f"{where}: threshold {out['threshold']} is outside 0..1 (scores, shares and rates are in 0..1)"
@@ -312,7 +318,7 @@ class GateResult:
     items: list[dict[str, Any]] = field(default_factory=list)
 
     def __repr__(self) -> str:  # one line: ``items`` may list every case
-        return (f"GateResult(#{self.rule.index} {self.label}, {self.verdict}, {self.figure_text()}, "
+        return (f"GateResult(#{self.rule.index} {self.label}, {self.verdict}, figure={self.figure:.3f}, "
                 f"n={self.n}, {len(self.items)} cases behind)")
 
     @property
@@ -322,16 +328,6 @@ class GateResult:
     @property
     def passed(self) -> bool:
         return self.verdict != "fail"
-
-    def figure_text(self) -> str:
-        if math.isnan(self.figure):
-            return "—"
-        text = f"{self.figure:.3f}"
-        if not math.isnan(self.ci_low):
-            text += f" [{self.ci_low:.3f}, {self.ci_high:.3f}]"
-        if not math.isnan(self.p_value):
-            text += f" p={self.p_value:.3g}"
-        return text
 
 
 @dataclass
@@ -384,17 +380,8 @@ class GateReport:
         n_skip = sum(r.verdict == "skip" for r in self.results)
         if n_fail:
             return f"gate failed: {n_fail} of {len(self.results)} rule(s) failed"
-        return f"gate passed: {len(self.results) - n_skip} rule(s) held" + (f", {n_skip} skipped" if n_skip else "")
-
-    def to_junit(self, top: Optional[int] = None) -> str:
-        from .gate_reports import TOP_CASES, junit_xml
-
-        return junit_xml(self, top=TOP_CASES if top is None else top)
-
-    def to_markdown(self, top: Optional[int] = None) -> str:
-        from .gate_reports import TOP_CASES, markdown
-
-        return markdown(self, top=TOP_CASES if top is None else top)
+        held = f"gate passed: {len(self.results) - n_skip} rule(s) held"
+        return held + (f", {n_skip} skipped" if n_skip else "")
 
 
 def _slice(run: Run, tags: Sequence[str]) -> list[str]:
@@ -403,10 +390,6 @@ def _slice(run: Run, tags: Sequence[str]) -> list[str]:
         return ids
     need = set(tags)
     return [c.id for c in run.cases if need <= set(c.tags)]
-
-
-def _mean_ci(values: np.ndarray, confidence: float, resamples: int, seed: int) -> tuple[float, float]:
-    return paired_bootstrap_ci(np.zeros_like(values), values, confidence, resamples, seed)
 
 
 def _known_metric(name: str, registry_metrics: set[str]) -> bool:
@@ -418,7 +401,7 @@ def _known_metric(name: str, registry_metrics: set[str]) -> bool:
 
 def _registry() -> tuple[set[str], set[str]]:
     try:
-        from .plugins import get_backends
+        from ..plugins import get_backends
 
         backends = get_backends()
     except Exception:  # a broken plugin must not stop a gate over a finished run
@@ -441,7 +424,8 @@ def _bind(rule: Rule, run: Run, scored_by: dict[str, set[str]], where: str) -> l
                 known, _ = _registry()
                 if b in known:
                     raise GateConfigError(
-                        f"{where}: backend {b!r} is not in this run (it ran: {', '.join(sorted(run_backends))})"
+                        f"{where}: backend {b!r} is not in this run "
+                        f"(it ran: {', '.join(sorted(run_backends))})"
                     )
                 hint = difflib.get_close_matches(b, sorted(run_backends | known), n=1)
                 raise GateConfigError(
@@ -468,7 +452,8 @@ def _bind(rule: Rule, run: Run, scored_by: dict[str, set[str]], where: str) -> l
         if missing:
             raise GateConfigError(
                 f"{where}: backend {missing[0]!r} did not score {rule.metric!r} in this run "
-                f"(backends that did: {', '.join(sorted(b for b, ms in scored_by.items() if rule.metric in ms))})"
+                f"(backends that did: "
+                f"{', '.join(sorted(b for b, ms in scored_by.items() if rule.metric in ms))})"
             )
         return list(rule.backends)
     return sorted(b for b, ms in scored_by.items() if rule.metric in ms)
@@ -492,11 +477,11 @@ def run_gates(
         config = parse_gates(config)
     elif not isinstance(config, GateConfig):
         config = load_gates(config)
-    run = _as_run(run, "run")
+    run = open_run(run, "run", RegressionError)
     require_complete(run, "run", "then gate it; an unfinished run is not gated")
     base = None
     if baseline is not None:
-        base = _as_run(baseline, "baseline run")
+        base = open_run(baseline, "baseline run", RegressionError)
         require_complete(base, "baseline run")
     seed = config.seed if seed is None else seed
     resamples = config.resamples if resamples is None else resamples
@@ -539,7 +524,8 @@ def run_gates(
                     + f"; tags in this run: {', '.join(all_tags) or 'none'}"
                 )
         if rule.kind == "drop" and base is None:
-            raise GateConfigError(f"{where}: {rule.check!r} compares with a baseline: pass --baseline BASE_RUN")
+            raise GateConfigError(
+                f"{where}: {rule.check!r} compares with a baseline: pass --baseline BASE_RUN")
         backends = _bind(rule, run, scored_by, where)
         if rule.kind == "drop":
             for b in backends:
@@ -556,13 +542,15 @@ def run_gates(
     for rule, backends in bound:
         ids = _slice(run, rule.tags)
         for backend in backends:
-            gseed = _group_seed(seed, str(rule.index), backend)
-            results.append(_evaluate(rule, backend, ids, run, by_key, base_key, gseed, resamples, permutations))
+            gseed = group_seed(seed, str(rule.index), backend)
+            results.append(_evaluate(rule, backend, ids, run, by_key, base_key, gseed, resamples,
+                                     permutations))
     return GateReport(run=run, results=results, baseline=base, warnings=warnings, config=config)
 
 
 def _evaluate(
-    rule: Rule, backend: str, ids: list[str], run: Run, by_key, base_key, seed: int, resamples: int, permutations: int
+    rule: Rule, backend: str, ids: list[str], run: Run, by_key, base_key, seed: int, resamples: int,
+    permutations: int,
 ) -> GateResult:
     op = _OPS[rule.op]
     ci = (math.nan, math.nan)
@@ -579,7 +567,7 @@ def _evaluate(
         n = len(vals)
         figure = float(vals.mean()) if n else math.nan
         if n:
-            ci = _mean_ci(vals, rule.confidence, resamples, seed)
+            ci = mean_interval(vals, rule.confidence, resamples, seed)
         n_und = sum(s.status == "undefined" for s in here)
         n_err = sum(s.status == "error" for s in here)
         if n_und or n_err:
@@ -604,7 +592,8 @@ def _evaluate(
         n = len(cases)
         figure = len(bad) / n if n else math.nan
         items = [
-            {"case_id": c, "metrics": ", ".join(sorted(s.metric for s in ss)), "reason": ss[0].error or ss[0].reason}
+            {"case_id": c, "metrics": ", ".join(sorted(s.metric for s in ss)),
+             "reason": ss[0].error or ss[0].reason}
             for c, ss in bad
         ]
     else:  # drop
@@ -625,7 +614,8 @@ def _evaluate(
             # H0: the drop is at most the allowance; H1: new < base - allowance.
             p = paired_permutation_pvalue(b, v, "less", rule.threshold, permutations, seed)
         became = sum(
-            1 for c in ids if c in new_s and c in old_s and old_s[c].status == "scored" and new_s[c].status != "scored"
+            1 for c in ids
+            if c in new_s and c in old_s and old_s[c].status == "scored" and new_s[c].status != "scored"
         )
         if became:
             extra = f"; {became} case(s) scored in the baseline are not scored now (see error_rate)"
@@ -646,14 +636,16 @@ def _evaluate(
     if not holds and rule.significant:
         if rule.kind == "drop":
             sig = p < rule.alpha
-            detail += f"; significant (p={p:.3g} < {rule.alpha:g})" if sig else f"; not significant (p={p:.3g} >= {rule.alpha:g}), passes"
+            detail += (f"; significant (p={p:.3g} < {rule.alpha:g})" if sig
+                       else f"; not significant (p={p:.3g} >= {rule.alpha:g}), passes")
         elif rule.kind in ("mean", "share") and not math.isnan(ci[0]):
             if rule.op in (">=", ">"):
                 sig = not op(ci[1], rule.threshold)
             else:
                 sig = not op(ci[0], rule.threshold)
             conf = f"{rule.confidence:.0%} CI [{ci[0]:.3f}, {ci[1]:.3f}]"
-            detail += f"; significant ({conf} misses it)" if sig else f"; not significant ({conf} reaches it), passes"
+            detail += (f"; significant ({conf} misses it)" if sig
+                       else f"; not significant ({conf} reaches it), passes")
         else:
             sig = True
         verdict = "fail" if sig else "pass"

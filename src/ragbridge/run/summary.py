@@ -1,21 +1,26 @@
-"""Summaries of scores: per backend and metric, overall and per tag.
+"""Summaries of scores: per backend and metric, overall and per tag; and the claims behind a score.
 
 Undefined and failed scores are counted, never averaged as 0 and never dropped. `Totals` adds
 scores up as they come (a run in batches keeps its totals, not its scores); `summarize` is the same
-over scores in memory.
+over scores in memory. Where a backend exposes the claims of an answer, `claim_counts` reads how
+many there are and how many the context does not support: from the typed ``Score.evidence`` when
+the backend reports it, else from the shapes backends put in ``native_value``
+(`unsupported_claims`).
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+import math
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from .schema import Case, Score, ScoreBlock
+from ..schema import Case, Score, ScoreBlock
 
-__all__ = ["summarize", "Totals", "ALL"]
+__all__ = ["summarize", "Totals", "ALL", "COLUMNS", "claim_counts", "unsupported_claims"]
 
 ALL = "(all)"
 COLUMNS = ["backend", "metric", "tag", "mean", "n_scored", "n_undefined", "n_errored", "n", "n_claims",
            "unsupported_share"]
+
 
 # the running sums of one (backend, metric, tag): n, scored, sum of values, undefined, errored,
 # answers with claims, answers with an unsupported claim
@@ -40,8 +45,6 @@ class Totals:
         status = score.status
         claims = None
         if status == "scored":
-            from .analysis import claim_counts
-
             claims = claim_counts(score)
         for tag in (ALL, *tags):
             g = self._group(score.backend, score.metric, tag)
@@ -114,7 +117,7 @@ def summarize(scores: Sequence[Score], cases: Sequence[Case] = (), by_tag: bool 
 
     ``tag`` is ``"(all)"`` for the whole set; with ``by_tag`` there is one more row per tag found on
     the cases. ``mean`` is NaN when nothing was scored. Where the backend exposes claims
-    (`ragbridge.analysis.claim_counts`), ``n_claims`` counts the scored answers that have claims and
+    (`claim_counts`), ``n_claims`` counts the scored answers that have claims and
     ``unsupported_share`` is the share of them with at least one unsupported claim (else 0 and NaN).
     """
     tags_of = {c.id: c.tags for c in cases} if by_tag else {}
@@ -122,3 +125,91 @@ def summarize(scores: Sequence[Score], cases: Sequence[Case] = (), by_tag: bool 
     for s in scores:
         totals.add(s, tags_of.get(s.case_id, ()))
     return totals.frame(by_tag)
+
+
+# --------------------------------------------------------------------------------------------
+# Claims
+
+#: verdict words that mean "the claim is supported by the context"
+_SUPPORTED = {"yes", "supported", "true", "1", "entailed", "entailment", "faithful"}
+_CLAIM_LISTS = ("claims", "statements", "verdicts", "sentences", "statement_verdicts")
+_VERDICT_KEYS = ("verdict", "supported", "label", "score", "attributed", "faithful")
+
+
+def claim_counts(score: Score) -> Optional[tuple[int, int]]:
+    """``(claims, unsupported claims)`` of a score: its typed ``evidence.claims`` when the backend
+    reports them, else what `unsupported_claims` finds in ``native_value``; None without claims."""
+    if score.evidence is not None and score.evidence.claims is not None:
+        claims = score.evidence.claims
+        return (len(claims), len(score.evidence.unsupported())) if claims else None
+    return unsupported_claims(score.native_value)
+
+
+def unsupported_claims(native_value: Any, threshold: float = 0.5) -> Optional[tuple[int, int]]:
+    """``(claims, unsupported claims)`` found in a score's ``native_value``, or None when the
+    backend exposes no claims.
+
+    Understood shapes: a mapping with a list under ``claims``, ``statements``, ``verdicts`` or
+    ``sentences`` whose items carry a verdict under ``verdict``, ``supported``, ``label``, ``score``
+    or ``attributed`` (or are bare verdicts), e.g. a per-sentence grade
+    ``{score, scale, statements: [{criteria, score}]}``. A verdict counts as
+    supported when it is ``yes``, ``supported``, true or 1, or a number at or above ``threshold``
+    (when grades above 1 occur, all grades are divided by the top of the mapping's ``scale``); ``no``,
+    ``idk`` / ``borderline`` (not backed by the context) and lower numbers count as unsupported; a
+    negative number (an unparsable grade) is left out.
+    """
+    if not isinstance(native_value, Mapping):
+        return None
+    items = None
+    for key in _CLAIM_LISTS:
+        v = native_value.get(key)
+        if isinstance(v, list) and v:
+            items = v
+            # a list of claim texts with the verdicts beside it
+            if all(isinstance(i, str) for i in v) and isinstance(native_value.get("verdicts"), list):
+                items = native_value["verdicts"]
+            break
+    if items is None:
+        return None
+    top = 1.0
+    scale = native_value.get("scale")
+    if isinstance(scale, (list, tuple)) and scale and isinstance(scale[-1], (int, float)) and scale[-1] > 1:
+        top = float(scale[-1])
+    verdicts = [next((item[k] for k in _VERDICT_KEYS if k in item), None) if isinstance(item, Mapping)
+                else item for item in items]
+    raw = any(_is_grade(v) and v > 1 for v in verdicts)
+    total = unsupported = 0
+    for verdict in verdicts:
+        if raw and _is_grade(verdict) and verdict > 0:
+            verdict = verdict / top  # grades on the backend's own scale
+        ok = _supported(verdict, threshold)
+        if ok is None:
+            continue
+        total += 1
+        unsupported += 0 if ok else 1
+    return (total, unsupported) if total else None
+
+
+def _is_grade(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _supported(verdict: Any, threshold: float) -> Optional[bool]:
+    if isinstance(verdict, bool):
+        return verdict
+    if isinstance(verdict, (int, float)):
+        if not math.isfinite(verdict) or verdict < 0:
+            return None
+        return float(verdict) >= threshold
+    if isinstance(verdict, str):
+        t = verdict.strip().lower()
+        if not t:
+            return None
+        if t in _SUPPORTED:
+            return True
+        try:
+            f = float(t)
+        except ValueError:
+            return False
+        return None if f < 0 else f >= threshold
+    return None

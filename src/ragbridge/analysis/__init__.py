@@ -1,0 +1,50 @@
+"""The analyses of run folders: cross-checking backends, validating them against human labels,
+calibrating thresholds for a migration, diffing two runs and gating a run in CI.
+
+Each analysis reads a run folder (or a `ragbridge.Run`) and returns pandas DataFrames or a result
+object; the commands of ``ragbridge.commands`` print the same. One module per analysis:
+
+``compare``    agreement between backends on each metric they share, and the cases they disagree on
+``validate``   each backend's verdicts against human labels (``labels``: reading them)
+``calibrate``  the threshold in one backend that reproduces another's pass/fail
+``diff``       item-level diff of two runs with paired statistics
+``gate``       CI gates: thresholds over a run, absolute or relative to a baseline
+``stats``      the one bootstrap engine, the permutation test, Wilson intervals, the figures
+``table``      runs as paired tables of scores; ``thresholds``: pass/fail thresholds
+
+From Python::
+
+    from ragbridge.analysis import compare, disagreements, validate, calibrate, calibration_flips
+    compare("runs/x", metrics=["faithfulness"], thresholds={"rubric": 0.7})  # one row per pair
+    disagreements("runs/x", top=10)                  # each backend's value and reason per case
+    validate("runs/x", "labels.jsonl")               # one row per metric and backend
+    curve = calibrate("runs/x", "old-backend", "new-backend", "faithfulness", threshold=0.7)
+    best = curve[curve.best].iloc[0]                 # threshold, kappa, agreement, flips
+
+    from ragbridge.analysis import diff_runs, run_gates
+    d = diff_runs("runs/main", "runs/pr")      # RunDiff: .summary, .items (DataFrames), .worse(), .better()
+    report = run_gates("runs/pr", "gates.toml", baseline="runs/main")
+    report.passed, report.to_frame()           # JUnit and Markdown: ragbridge.report.ci
+
+Cases a backend could not score are never dropped silently: every frame counts, per backend,
+the cases that were ``undefined`` (value null, no error), ``errored`` and ``missing`` (no score line
+at all); only cases both sides scored enter a figure.
+"""
+
+from ..run.summary import ALL, claim_counts, summarize, unsupported_claims
+from .calibrate import calibrate, calibration_flips
+from .compare import FIGURES, compare, coverage, disagreements
+from .diff import IncompleteRunError, RegressionError, RunDiff, diff_runs, run_problems
+from .gate import GateConfig, GateConfigError, GateReport, GateResult, load_gates, parse_gates, run_gates
+from .labels import load_labels
+from .table import AnalysisError
+from .thresholds import Thresholds
+from .validate import validate
+
+__all__ = [
+    "ALL", "AnalysisError", "FIGURES", "GateConfig", "GateConfigError", "GateReport", "GateResult",
+    "IncompleteRunError", "RegressionError", "RunDiff", "Thresholds", "calibrate", "calibration_flips",
+    "claim_counts", "compare", "coverage", "diff_runs", "disagreements", "load_gates",
+    "load_labels", "parse_gates", "run_gates", "run_problems", "summarize", "unsupported_claims",
+    "validate",
+]

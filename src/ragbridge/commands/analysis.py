@@ -1,0 +1,304 @@
+"""``ragbridge compare``, ``ragbridge validate`` and ``ragbridge calibrate``: the analyses of
+`ragbridge.analysis` printed as tables that fit the width (or plain lines), or as one JSON document.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, List, Sequence
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from ..analysis.calibrate import calibrate, calibration_flips
+from ..analysis.compare import FIGURE_NAMES, FIGURES, compare, disagreements
+from ..analysis.stats import DEFAULT_RESAMPLES
+from ..analysis.table import AnalysisError, ScoreTable, open_run
+from ..analysis.thresholds import DEFAULT_THRESHOLD
+from ..analysis.validate import validate
+from ..report.text import MISSING, ci_text, num, one_line, records
+from ..run import Run
+from .output import err, fail, out, print_json, print_lines, print_table
+
+__all__ = ["register", "compare_cmd", "validate_cmd", "calibrate_cmd"]
+
+
+def register(cli: typer.Typer) -> None:
+    cli.command("compare")(compare_cmd)
+    cli.command("validate")(validate_cmd)
+    cli.command("calibrate")(calibrate_cmd)
+
+
+def _unscored_note(row, side: str, name: str) -> str:
+    parts = [f"{row[f'{side}_{k}']} {k}" for k in ("undefined", "errored", "missing") if row[f"{side}_{k}"]]
+    return f"{name}: " + ", ".join(parts) if parts else ""
+
+
+def _case_lines(case_id: str, heading: str, question: Any, sides: Sequence[tuple[str, str, Any]]) -> list:
+    """A case as a block of plain lines: id, heading, question, then each backend's verdict and reason."""
+    lines = [f"{case_id} ({heading})" if heading else case_id]
+    if one_line(question):
+        lines.append(f"  question: {one_line(question)}")
+    for name, verdict, reason in sides:
+        reason = one_line(reason)
+        lines.append(f"  {name} {verdict}" + (f": {reason}" if reason else ""))
+    return lines
+
+
+def _run_or_fail(path: Path) -> Run:
+    try:
+        return open_run(path)
+    except AnalysisError as exc:
+        fail(str(exc))
+
+
+def compare_cmd(
+    run: Path = typer.Argument(..., help="Run folder (holds run.json and scores.jsonl)."),
+    metric: List[str] = typer.Option(
+        None, "--metric", "-m", help="Metric to compare (repeatable). Default: every metric two or more "
+                                     "backends scored."),
+    backend: List[str] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
+    threshold: List[str] = typer.Option(
+        None, "--threshold", "-t", help="Pass threshold: 0.7 for all, rubric=0.7 per backend, "
+                                        "rubric:faithfulness=0.7 per backend and metric (repeatable; default "
+                                        "0.5)."),
+    top: int = typer.Option(5, "--top", help="Disagreeing cases to show per metric."),
+    resamples: int = typer.Option(
+        DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples for the 95% intervals (0: none)."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
+) -> None:
+    """Agreement between backends on each metric they share, and the cases they disagree on most."""
+    r = _run_or_fail(run)
+    try:
+        frame = compare(r, metric or None, backend or None, threshold or None, resamples, seed)
+        dis = disagreements(r, metric or None, backend or None, threshold or None, top)
+    except AnalysisError as exc:
+        fail(str(exc))
+    if frame.empty:
+        table = ScoreTable.of(r)
+        if not table.metrics():
+            fail(f"nothing to compare: {run} holds no scores")
+        fail("nothing to compare: no metric in this run is scored by two or more backends ("
+             + "; ".join(f"{m}: {', '.join(table.backends_of(m))}" for m in table.metrics()) + ")")
+    if as_json:
+        print_json({"run": str(r.path), "agreement": records(frame), "disagreements": records(dis)})
+        return
+    _print_agreement(out, r, frame)
+    if not dis.empty:
+        _print_disagreements(out, dis)
+
+
+def _print_agreement(console, r: Run, frame) -> None:
+    t = Table(title=f"Agreement between backends ({escape(str(r.path))})", title_justify="left",
+              show_lines=True)
+    for col in ("metric", "pair", "paired", *FIGURE_NAMES.values(), "PP PF FP FF", "not scored"):
+        t.add_column(col, justify="left" if col in ("metric", "pair", "not scored") else "right",
+                     no_wrap=True)
+    same_thresholds = len(set(frame["threshold_a"]) | set(frame["threshold_b"])) == 1
+    lines = []
+    for row in frame.to_dict("records"):
+        a, b = row["backend_a"], row["backend_b"]
+        notes = [n for n in (_unscored_note(row, "a", a), _unscored_note(row, "b", b)) if n]
+        pair = f"{a} vs {b}"
+        if not same_thresholds:
+            pair += f"\nat {row['threshold_a']:g} / {row['threshold_b']:g}"
+        t.add_row(
+            escape(row["metric"]), escape(pair), f"{row['n_paired']}/{row['n_cases']}",
+            *(ci_text(row[f], row[f"{f}_low"], row[f"{f}_high"]).replace(" [", "\n[") for f in FIGURES),
+            f"{row['both_pass']} {row['a_pass_b_fail']} {row['a_fail_b_pass']} {row['both_fail']}",
+            escape("\n".join(notes)) or MISSING,
+        )
+        lines += [
+            f"{row['metric']}: {a} vs {b}, {row['n_paired']} of {row['n_cases']} cases scored by both",
+            "  " + ", ".join(f"{name} {ci_text(row[f], row[f'{f}_low'], row[f'{f}_high'])}"
+                             for f, name in FIGURE_NAMES.items()),
+            f"  verdicts at {row['threshold_a']:g}"
+            + ("" if row["threshold_a"] == row["threshold_b"] else f" / {row['threshold_b']:g}")
+            + f": both pass {row['both_pass']}, "
+            f"only {a} passes {row['a_pass_b_fail']}, only {b} passes {row['a_fail_b_pass']}, "
+            f"both fail {row['both_fail']}",
+        ]
+        lines += [f"  not scored: {'; '.join(notes)}"] if notes else []
+    print_table(console, t, lines)
+    print_lines(console, [
+        "95% bootstrap intervals in brackets. PP PF FP FF: cases both pass, only A passes, "
+        "only B passes, both fail"
+        + (f" (threshold {frame['threshold_a'].iloc[0]:g})" if same_thresholds else "")
+        + ". Only cases both backends scored enter a figure."
+        + (" —: undefined (kappa when a backend passes or fails every case; a correlation when one side "
+           "is constant)." if frame[list(FIGURES)].isna().any().any() else "")
+    ], indent="")
+
+
+def _print_disagreements(console, dis) -> None:
+    backends_in = [c[:-6] for c in dis.columns if c.endswith(".value")]
+    for m, group in dis.groupby("metric", sort=False):
+        names = [b for b in backends_in if group[f"{b}.status"].notna().any()]
+        lines = [f"Largest disagreements: {m}"]
+        for row in group.to_dict("records"):
+            sides = []
+            for b in names:
+                status = row[f"{b}.status"]
+                sides.append((b, num(row[f"{b}.value"]) if status == "scored" else (status or "missing"),
+                              row[f"{b}.reason"]))
+            heading = f"spread {num(row['spread'])}"
+            heading += ", verdicts differ" if row["verdicts_differ"] else ""
+            lines += _case_lines(row["case_id"], heading, row["question"], sides)
+        print_lines(console, lines)
+
+
+def validate_cmd(
+    run: Path = typer.Argument(..., help="Run folder."),
+    labels: Path = typer.Option(
+        ..., "--labels", "-l", help="Human labels: JSONL or CSV with case_id, metric, label (pass/fail or a "
+                                    "grade)."),
+    metric: List[str] = typer.Option(
+        None, "--metric", "-m", help="Only these metrics (repeatable); with one metric, label lines may omit "
+                                     "it."),
+    backend: List[str] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
+    threshold: List[str] = typer.Option(
+        None, "--threshold", "-t", help="Backend pass threshold: 0.7, rubric=0.7 or rubric:faithfulness=0.7 "
+                                        "(repeatable; default 0.5)."),
+    label_threshold: float = typer.Option(
+        0.5, "--label-threshold", help="A human grade at or above this is a pass (e.g. 3 for a 1-5 scale)."),
+    resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples (0: none)."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of a table."),
+) -> None:
+    """Each backend's verdicts against human labels: TPR, TNR, kappa, balanced accuracy."""
+    r = _run_or_fail(run)
+    try:
+        frame = validate(r, labels, metric or None, backend or None, threshold or None,
+                         label_threshold, resamples, seed)
+    except AnalysisError as exc:
+        fail(str(exc))
+    unknown = int(frame["labels_unknown_case"].max()) if not frame.empty else 0
+    if as_json:
+        print_json({"run": str(r.path), "labels": str(labels), "validation": records(frame)})
+    else:
+        _print_validation(out, frame)
+    if unknown:
+        err.print(f"[yellow]{unknown} label(s) name a case that is not in this run[/]")
+
+
+def _print_validation(console, frame) -> None:
+    t = Table(title="Backends against human labels (positive = pass)", title_justify="left", show_lines=True)
+    show_sp = bool(frame["spearman"].notna().any())
+    show_claims = bool((frame["claims_answers"] > 0).any())
+    cols = ["metric", "backend", "thr", "labels", "scored", "unscored", "human P/F",
+            "TPR", "TNR", "missed", "kappa", "bal. acc.", "agree"]
+    cols += ["Spearman"] if show_sp else []
+    cols += ["unsupported"] if show_claims else []
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("metric", "backend", "unscored") else "right",
+                     no_wrap=True)
+    lines = []
+    for row in frame.to_dict("records"):
+        unscored = [f"{row[k]} {k}" for k in ("undefined", "errored", "missing") if row[k]]
+        ci = {f: ci_text(row[f], row[f"{f}_low"], row[f"{f}_high"])
+              for f in ("tpr", "tnr", "kappa", "balanced_accuracy", "spearman", "unsupported_share")}
+        cells = [
+            escape(row["metric"]), escape(row["backend"]), f"{row['threshold']:g}",
+            str(row["n_labels"]), str(row["n_paired"]),
+            "[yellow]" + escape("\n".join(unscored)) + "[/]" if unscored else "0",
+            f"{row['human_pass']}/{row['human_fail']}",
+            *(ci[f].replace(" [", "\n[") for f in ("tpr", "tnr")),
+            f"{row['fp']}/{row['human_fail']}",
+            *(ci[f].replace(" [", "\n[") for f in ("kappa", "balanced_accuracy")),
+            num(row["agreement"], 2),
+        ]
+        claims = f"{ci['unsupported_share']} of {row['claims_answers']}" if row["claims_answers"] else MISSING
+        if show_sp:
+            cells.append(ci["spearman"].replace(" [", "\n["))
+        if show_claims:
+            cells.append(claims.replace(" [", "\n[").replace(" of ", "\nof "))
+        t.add_row(*cells)
+        lines += [
+            f"{row['metric']}, {row['backend']} at {row['threshold']:g}: {row['n_labels']} labels, "
+            f"{row['n_paired']} scored" + (f" ({', '.join(unscored)})" if unscored else "")
+            + f"; humans pass {row['human_pass']}, fail {row['human_fail']}",
+            f"  TPR {ci['tpr']}, TNR {ci['tnr']}, missed {row['fp']}/{row['human_fail']}, "
+            f"kappa {ci['kappa']}, "
+            f"balanced accuracy {ci['balanced_accuracy']}, agreement {num(row['agreement'], 2)}"
+            + (f", Spearman {ci['spearman']}" if show_sp else "")
+            + (f", unsupported {claims}" if show_claims else ""),
+        ]
+    print_table(console, t, lines)
+    print_lines(console, [
+        "TPR: share of human passes the backend passes; TNR: share of human fails it fails, "
+        "the failures it catches (Wilson 95% intervals); missed: human fails the backend passed; "
+        "kappa and balanced accuracy: bootstrap 95% intervals"
+        + ("; Spearman: backend value against graded labels" if show_sp else "")
+        + ("; unsupported: share of answers with at least one unsupported claim, of those whose claims "
+           "the backend exposes" if show_claims else "")
+        + "."
+    ], indent="")
+
+
+def calibrate_cmd(
+    run: Path = typer.Argument(..., help="Run folder."),
+    source: str = typer.Option(..., "--from", help="Backend whose pass/fail to reproduce."),
+    target: str = typer.Option(..., "--to", help="Backend whose threshold to choose."),
+    metric: str = typer.Option(..., "--metric", "-m", help="Canonical metric both backends scored."),
+    threshold: float = typer.Option(
+        DEFAULT_THRESHOLD, "--threshold", "-t", help="The source backend's threshold."),
+    top: int = typer.Option(10, "--top", help="Flipping cases to show."),
+    resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples (0: none)."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
+) -> None:
+    """The threshold in one backend that best reproduces another's pass/fail (maximum kappa)."""
+    r = _run_or_fail(run)
+    try:
+        curve = calibrate(r, source, target, metric, threshold, resamples, seed)
+    except AnalysisError as exc:
+        fail(str(exc))
+    a = curve.attrs
+    if curve.empty:
+        fail(f"no case was scored by both {source} and {target} on {a['metric']}")
+    best = curve[curve["best"]].iloc[0]
+    flips = calibration_flips(r, source, target, a["metric"], threshold, float(best["threshold"]))
+    if as_json:
+        print_json({"run": str(r.path), **a, "best": best.to_dict(), "curve": records(curve),
+                    "flips": records(flips)})
+        return
+    hi = "+∞" if math.isinf(best["threshold_high"]) else f"{best['threshold_high']:.3g}"
+    lo = "-∞" if math.isinf(best["threshold_low"]) else f"{best['threshold_low']:.3g}"
+    lines = [
+        f"{a['metric']}: {source} at {a['source_threshold']:g} ≈ {target} at {best['threshold']:.3g} "
+        f"(any threshold in ({lo}, {hi}] gives the same verdicts)",
+        f"kappa {ci_text(best['kappa'], best['kappa_low'], best['kappa_high'])}, agreement "
+        f"{ci_text(best['agreement'], best['agreement_low'], best['agreement_high'])} on "
+        f"{a['n_paired']} case(s) both scored; {int(best['flips'])} still flip "
+        f"({int(best['source_pass_target_fail'])} pass→fail, "
+        f"{int(best['source_fail_target_pass'])} fail→pass)",
+    ]
+    for side, name in (("source_unscored", source), ("target_unscored", target)):
+        miss = {k: v for k, v in a[side].items() if v}
+        if miss:
+            lines.append(f"{name} did not score: " + ", ".join(f"{v} {k}" for k, v in miss.items()))
+    print_lines(out, lines)
+    t = Table(title="Kappa by target threshold", title_justify="left")
+    for col in ("threshold", "kappa", "agreement", "flips", "target pass rate", ""):
+        t.add_column(col, justify="right", no_wrap=True)
+    rows = []
+    for row in curve.to_dict("records"):
+        t.add_row(f"{row['threshold']:.3g}", num(row["kappa"]), num(row["agreement"]),
+                  str(row["flips"]), num(row["target_pass_rate"], 2), "◀ best" if row["best"] else "")
+        rows.append(f"{row['threshold']:.3g}: kappa {num(row['kappa'])}, agreement "
+                    f"{num(row['agreement'])}, {row['flips']} flips, target pass rate "
+                    f"{num(row['target_pass_rate'], 2)}" + (" (best)" if row["best"] else ""))
+    print_table(out, t, rows)
+    if not flips.empty:
+        lines = [f"Cases that still flip ({len(flips)}"
+                 + (f"; the first {top})" if len(flips) > top else ")")]
+        for row in flips.head(top).to_dict("records"):
+            lines += _case_lines(row["case_id"], "", row["question"], [
+                (name, f"{row[f'{side}_value']:.3f} {'pass' if row[f'{side}_passed'] else 'fail'}",
+                 row[f"{side}_reason"])
+                for side, name in (("source", source), ("target", target))
+            ])
+        print_lines(out, lines)

@@ -1,0 +1,66 @@
+"""``ragbridge report``: write one report of a run (HTML, Markdown or JSON; `ragbridge.report`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..analysis.stats import DEFAULT_RESAMPLES
+from ..analysis.table import AnalysisError, open_run
+from ..formats.files import write_atomic
+from ..report import FORMATS, render, report_data
+from .output import err, fail, out
+
+__all__ = ["register", "report_cmd"]
+
+
+def register(cli: typer.Typer) -> None:
+    cli.command("report")(report_cmd)
+
+
+def report_cmd(
+    run: Path = typer.Argument(..., help="Run folder (holds run.json and scores.jsonl)."),
+    fmt: str = typer.Option("html", "--format", "-f", help="html (one self-contained file), md or json."),
+    out_file: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="File to write (default: RUN/report.<format>; '-' for standard output)."),
+    threshold: Optional[List[str]] = typer.Option(
+        None, "--threshold", "-t", help="Pass threshold: 0.7, rubric=0.7, faithfulness=0.7 or "
+        "rubric:faithfulness=0.7 (repeatable; beats --gates; default: per metric, see docs/report.md)."),
+    top: int = typer.Option(10, "--top", help="Disagreeing cases to list per metric."),
+    resamples: int = typer.Option(
+        DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples for the agreement intervals (0: none)."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    labels: Optional[Path] = typer.Option(
+        None, "--labels", "-l", help="Human labels (JSONL or CSV: case_id, metric, label) to validate each "
+                                     "backend against."),
+    label_threshold: float = typer.Option(
+        0.5, "--label-threshold", help="A human grade at or above this is a pass."),
+    gates: Optional[Path] = typer.Option(
+        None, "--gates", "-g",
+        help="Gates file (TOML): its rules set the thresholds of the metrics they name."),
+) -> None:
+    """Write one report (HTML, Markdown or JSON) of a run: summary, agreement, judge usage, every case."""
+    if fmt not in FORMATS:
+        fail(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    try:
+        r = open_run(run)
+        data = report_data(r, thresholds=threshold or None, n_resamples=resamples, seed=seed, top=top,
+                           labels=labels, label_threshold=label_threshold, gates=gates)
+        text = render(r, data, fmt)
+    except AnalysisError as exc:  # a gates file's errors are analysis errors too
+        fail(str(exc))
+    if str(out_file) == "-":
+        sys.stdout.write(text)
+        return
+    target = out_file or (Path(run) / f"report{FORMATS[fmt]}")
+    try:
+        write_atomic(target, text)
+    except OSError as exc:
+        fail(f"cannot write {target}: {exc.strerror or exc}")
+    out.print(f"report written to [bold]{target}[/] ({len(text.encode('utf-8')) // 1024 + 1} KiB, "
+              f"{len(data['cases'])} cases, {len(data['backends'])} backend(s))", highlight=False)
+    if r.manifest.status != "complete":
+        err.print(f"[yellow]the run is {r.manifest.status}: the report shows what was scored[/]")

@@ -1,0 +1,44 @@
+"""One report for a run of mixed backends: HTML (one self-contained file), Markdown or JSON.
+
+``ragbridge report RUN [--format html|md|json] [--out FILE]`` reads a run folder and writes it; from
+Python, `write_report` does the same, and `report_data` returns the content as a dict for notebooks.
+The parts: ``data`` (what the report shows, the JSON format), ``marks`` (the pass marks that badge a
+case), ``html`` (the page and its SVG plots, ``assets/``), ``markdown``, ``ci`` (a gate's JUnit XML
+and Markdown summary) and ``text`` (how numbers and text from the data are written in every output).
+
+A run judged by ragbridge's stub judge (``run.json``: ``judge.stub``) says so at the top of every
+format: its judged scores test the plumbing, not the answers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Union
+
+from ..analysis.table import AnalysisError, open_run
+from ..formats.files import write_atomic
+from ..run import Run
+from .data import render_json, report_data
+from .html import render_html
+from .markdown import render_markdown
+
+__all__ = ["write_report", "render", "report_data", "render_html", "render_markdown", "render_json",
+           "FORMATS"]
+
+#: report format -> the suffix of its file
+FORMATS = {"html": ".html", "md": ".md", "json": ".json"}
+
+
+def render(run: Run, data: dict, fmt: str) -> str:
+    """The report of ``run`` with content ``data`` (`report_data`) in format ``fmt``, a key of
+    `FORMATS`."""
+    return {"html": render_html, "md": render_markdown, "json": render_json}[fmt](run, data)
+
+
+def write_report(run: Union[Run, str, Path], out: Union[str, Path], fmt: str = "html", **kw) -> Path:
+    """Render and write the report (whole or not at all); returns the path written. ``kw``: the
+    options of `report_data`."""
+    if fmt not in FORMATS:
+        raise AnalysisError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+    run = open_run(run)
+    return write_atomic(out, render(run, report_data(run, **kw), fmt))

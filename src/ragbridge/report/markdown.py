@@ -1,0 +1,225 @@
+"""The report as GitHub-flavoured Markdown: the same content as the HTML report, every piece of text
+from the data escaped (`ragbridge.report.text.md_text`), so none can format, link or break a table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Union
+
+from ..analysis.table import open_run
+from ..run import Run
+from .data import report_data
+from .text import ci_text, md_text, num
+
+__all__ = ["render_markdown"]
+
+_UNSCORED = ("undefined", "errored", "missing")
+
+
+def render_markdown(run: Union[Run, str, Path], data: Optional[dict] = None, **kw) -> str:
+    """The report as GitHub-flavoured Markdown (all data text escaped)."""
+    d = data or report_data(open_run(run), **kw)
+    out: list[str] = []
+    for section in (_head, _halves, _by_tag, _agreement, _validation, _usage, _thresholds, _cases):
+        section(d, out)
+    return "\n".join(out) + "\n"
+
+
+def _head(d: dict, out: list[str]) -> None:
+    r = d["run"]
+    out += [f"# ragbridge report: {md_text(r['path'] or '')}", ""]
+    if r.get("stub_judge"):
+        out += ["> **Stub judge.** Every judged score of this run came from ragbridge's deterministic stub "
+                "judge, not a language model: the scores test the evaluation plumbing, not the answers.", ""]
+    counts = r.get("counts") or {}
+    ds = r["dataset"]
+    out.append(f"- dataset: {md_text(ds.get('path'))} ({ds.get('n_cases')} cases, "
+               f"{md_text(ds.get('fingerprint'))})")
+    out.append("- backends: " + ", ".join(f"{md_text(b)} {md_text(v or '')}".strip()
+                                          for b, v in (r["backends"] or {}).items()))
+    if r.get("judge"):
+        out.append(f"- judge: {md_text(r['judge'].get('model'))} at {md_text(r['judge'].get('base_url'))}")
+        if r["judge"].get("self_judging"):
+            sj = r["judge"]["self_judging"]
+            out.append(f"- **self-judging**: the judge is the system under test's own model "
+                       f"({md_text(sj.get('generator_model'))}) on {sj.get('cases')} case(s); its scores "
+                       "are likely inflated")
+    out.append(f"- status: {md_text(r['status'])}; started {md_text(r['started_at'])}, "
+               f"finished {md_text(r['finished_at'])}")
+    out += [f"- scores: {counts.get('scores', 0)} ({counts.get('scored', 0)} scored, "
+            f"{counts.get('undefined', 0)} undefined, {counts.get('errored', 0)} errored)", ""]
+
+
+def _halves(d: dict, out: list[str]) -> None:
+    idx = {(x["metric"], x["backend"]): x for x in d["summary"]}
+    for half in ("retrieval", "generation"):
+        ms = d["halves"][half]
+        if not ms:
+            continue
+        bs = [b for b in d["backends"] if any((m, b) in idx for m in ms)]
+        out += [f"## {half.capitalize()}", "", "| metric | " + " | ".join(md_text(b) for b in bs) + " |",
+                "|---|" + "---|" * len(bs)]
+        for m in ms:
+            cells = []
+            for b in bs:
+                x = idx.get((m, b))
+                if x is None:
+                    cells.append("")
+                    continue
+                extra = [f"{x['n_undefined']} undef" if x["n_undefined"] else "",
+                         f"{x['n_errored']} err" if x["n_errored"] else "",
+                         f"{x['unsupported_share']:.0%} with an unsupported claim" if x["n_claims"] else ""]
+                cells.append(f"{num(x['mean'])} (n {x['n_scored']}{''.join(', ' + e for e in extra if e)})")
+            out.append(f"| {md_text(m)} | " + " | ".join(cells) + " |")
+        out.append("")
+
+
+def _by_tag(d: dict, out: list[str]) -> None:
+    if not d["summary_by_tag"]:
+        return
+    keys = [(x["backend"], x["metric"]) for x in d["summary"]]
+    out += ["## Per tag (mean, n scored, undefined and errored when any)", "",
+            "| tag | " + " | ".join(md_text(f"{b}:{m}") for b, m in keys) + " |",
+            "|---|" + "---|" * len(keys)]
+    for tag, rows in d["summary_by_tag"].items():
+        ti = {(x["backend"], x["metric"]): x for x in rows}
+        cells = []
+        for k in keys:
+            x = ti.get(k)
+            if x is None:
+                cells.append("")
+                continue
+            extra = "".join(f", {x[c]} {lab}" for c, lab in (("n_undefined", "undef"), ("n_errored", "err"))
+                            if x[c])
+            extra += f", {x['unsupported_share']:.0%} unsup." if x["n_claims"] else ""
+            cells.append(f"{num(x['mean'])} ({x['n_scored']}{extra})")
+        out.append(f"| {md_text(tag)} | " + " | ".join(cells) + " |")
+    out.append("")
+
+
+def _figure(row: dict, f: str) -> str:
+    return ci_text(row[f], row[f + "_low"], row[f + "_high"])
+
+
+def _agreement(d: dict, out: list[str]) -> None:
+    out += ["## Agreement between backends", ""]
+    if not d["agreement"]:
+        out.append("No metric in this run is scored by two or more backends.")
+        return
+    out += ["95% bootstrap intervals in brackets; kappa and agreement at the thresholds shown; "
+            "PP/PF/FP/FF: both pass, only A passes, only B passes, both fail.", "",
+            "| metric | A vs B | paired | Spearman | Kendall | Pearson | MAE | thresholds | kappa "
+            "| agreement | PP/PF/FP/FF | not scored |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for a in d["agreement"]:
+        ns = "; ".join(
+            f"{md_text(a['backend_' + s])}: " + ", ".join(f"{a[s + '_' + k]} {k}" for k in _UNSCORED
+                                                         if a[s + "_" + k])
+            for s in ("a", "b") if any(a[s + "_" + k] for k in _UNSCORED))
+        out.append(
+            f"| {md_text(a['metric'])} | {md_text(a['backend_a'])} vs {md_text(a['backend_b'])} | "
+            f"{a['n_paired']}/{a['n_cases']} | "
+            + " | ".join(_figure(a, f) for f in ("spearman", "kendall", "pearson", "mae"))
+            + f" | {a['threshold_a']:g} / {a['threshold_b']:g} | {_figure(a, 'kappa')} | "
+            f"{_figure(a, 'agreement')} | "
+            f"{a['both_pass']}/{a['a_pass_b_fail']}/{a['a_fail_b_pass']}/{a['both_fail']} | {ns or '—'} |")
+    out.append("")
+    if not d["disagreements"]:
+        return
+    out += ["### Largest disagreements", "",
+            "| metric | case | spread | " + " | ".join(md_text(b) for b in d["backends"]) + " |",
+            "|---|---|---|" + "---|" * len(d["backends"])]
+    for x in d["disagreements"]:
+        per = {p["backend"]: p for p in x["backends"]}
+        cells = []
+        for b in d["backends"]:
+            p = per.get(b)
+            if not p:
+                cells.append("")
+                continue
+            val = num(p["value"]) if p["status"] == "scored" else p["status"]
+            cells.append(md_text(val) + (f"<br>{md_text(p['reason'])}" if p.get("reason") else ""))
+        out.append(f"| {md_text(x['metric'])} | {md_text(x['case_id'])}<br>{md_text(x['question'])} | "
+                   f"{num(x['spread'])}{' ≠' if x['verdicts_differ'] else ''} | " + " | ".join(cells) + " |")
+    out.append("")
+
+
+def _validation(d: dict, out: list[str]) -> None:
+    if not d.get("validation"):
+        return
+    out += ["## Against human labels", "",
+            "Positive = pass. TPR: share of human passes the backend passes; TNR: share of human fails it "
+            "fails (Wilson 95% intervals); kappa and balanced accuracy with bootstrap 95% intervals.", "",
+            "| metric | backend | threshold | labelled | scored | not scored | human pass/fail | TPR | TNR "
+            "| missed fails | kappa | balanced accuracy | unsupported claims |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for v in d["validation"]:
+        claims = f"{_figure(v, 'unsupported_share')} of {v['claims_answers']}" if v["claims_answers"] else "—"
+        out.append(
+            f"| {md_text(v['metric'])} | {md_text(v['backend'])} | {v['threshold']:g} | {v['n_labels']} | "
+            f"{v['n_paired']} | {v['unscored']} | {v['human_pass']}/{v['human_fail']} | "
+            f"{_figure(v, 'tpr')} | {_figure(v, 'tnr')} | {v['fp']}/{v['human_fail']} | "
+            f"{_figure(v, 'kappa')} | {_figure(v, 'balanced_accuracy')} | {claims} |")
+    out.append("")
+
+
+def _usage(d: dict, out: list[str]) -> None:
+    out += ["## Judge calls, tokens and time", "",
+            "Wall time: from the start of scoring to the backend's last score (backends run side by side, "
+            "so these overlap). Sum of call times: each score's own time added up; a backend scores many "
+            "cases at once, so the sum can be many times its wall time.", "",
+            "| backend | scores | judge calls | prompt tokens | completion tokens | wall time (s) "
+            "| sum of call times (s) |", "|---|---|---|---|---|---|---|"]
+    for u in d["judge_usage"]:
+        out.append(f"| {md_text(u['backend'])} | {u['scores']} | {u['judge_calls']} | {u['prompt_tokens']} | "
+                   f"{u['completion_tokens']} | {num(u['wall_seconds'], 1)} | {u['call_seconds']:.1f} |")
+    j = (d["run"].get("counts") or {}).get("judge")
+    if j:
+        out += ["", f"Run total: {j.get('calls', 0)} call(s), {j.get('cache_hits', 0)} from cache, "
+                f"{j.get('prompt_tokens', 0)} prompt + {j.get('completion_tokens', 0)} completion tokens."]
+    out.append("")
+
+
+def _thresholds(d: dict, out: list[str]) -> None:
+    out += ["## Thresholds", "",
+            "A score passes at or above its threshold. From `--threshold`, then the gates file (`--gates`), "
+            "then the defaults: 0.5 for ranking and judged metrics, 1/k for precision@k and "
+            "context_relevance, 1 for must_contain, must_not_contain and abstention.", "",
+            "| metric | backend | threshold | from | cases below |", "|---|---|---|---|---|"]
+    for t in d["thresholds"]:
+        out.append(f"| {md_text(t['metric'])} | {md_text(t['backend'])} | {t['threshold']:.3g} | "
+                   f"{md_text(t['source'])} | {t['n_below']} of {t['n_scored']} |")
+    out.append("")
+
+
+def _cases(d: dict, out: list[str]) -> None:
+    out += ["## Cases", ""]
+    for c in d["cases"]:
+        out += [f"### {md_text(c['id'])}", ""]
+        if c["tags"]:
+            out += ["tags: " + ", ".join(md_text(t) for t in c["tags"])
+                    + ("" if c["answerable"] else " (unanswerable)"), ""]
+        if c["below"]:
+            out += ["**Below threshold:** "
+                    + "; ".join(f"{md_text(b['metric'])} ({md_text(b['detail'])})" for b in c["below"]), ""]
+        out += [f"**Question.** {md_text(c['question'])}", "",
+                f"**Answer.** {md_text(c['answer']) if c['answer'] else '_(none)_'}", ""]
+        if c["reference"]:
+            out += [f"**Reference.** {md_text(c['reference'])}", ""]
+        if c["contexts"]:
+            out += ["| rank | chunk | relevant | text |", "|---|---|---|---|"]
+            for ch in c["contexts"]:
+                rel = ("duplicate, dropped" if ch["duplicate"]
+                       else f"yes (grade {ch['grade']})" if ch["relevant"]
+                       else "judged not relevant" if ch["grade"] == 0 else "")
+                out.append(f"| {ch['rank'] or ''} | {md_text(ch['id'])} | {rel} | {md_text(ch['text'])} |")
+            out.append("")
+        if c["scores"]:
+            out += ["| metric | backend | value | reason |", "|---|---|---|---|"]
+            for s in c["scores"]:
+                val = num(s["value"]) if s["status"] == "scored" else s["status"]
+                if s["passed"] is not None:
+                    val += " pass" if s["passed"] else " fail"
+                out.append(f"| {md_text(s['metric'])} | {md_text(s['backend'])} | {val} | "
+                           f"{md_text(s['error'] or s['reason'])} |")
+            out.append("")

@@ -1,0 +1,125 @@
+"""How values are written out, the same in every output: numbers for people, text for Markdown and
+for plain lines, data for JSON.
+
+Numbers: `num` is the one number formatter (``—`` for a missing value, None or NaN); `ci_text`
+a figure with its interval (``0.81 [0.70, 0.89]``), `p_text` a p-value.
+
+Text from the data (case ids, tags, metric and backend names, reasons, paths) is escaped for where it
+goes: `md_text` for Markdown (HTML-escaped, so no tag survives even where a renderer allows HTML,
+and Markdown-escaped, so it can neither format nor break a table); `plain_text` for text lines
+(terminal, JUnit messages, pytest): control characters shown as escapes, so a value cannot add
+lines or drive a terminal; `one_line` folds whitespace for a one-line cell.
+
+JSON: `jsonable` makes any result JSON-ready (NaN and infinities as null, numpy and paths as plain
+types), `records` a DataFrame's rows.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+__all__ = ["MISSING", "num", "interval", "ci_text", "p_text", "md_text", "plain_text", "one_line",
+           "escape_char", "jsonable", "records"]
+
+MISSING = "—"
+
+# C0 and C1 controls, and the bidirectional overrides that make text display other than it reads
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~#])")  # what can format, link or end a table cell mid-line
+
+
+def num(value: Any, digits: int = 3, signed: bool = False) -> str:
+    """A number with ``digits`` decimals (a sign when ``signed``); ``—`` for None and NaN; anything
+    that is not a number as its text."""
+    if value is None:
+        return MISSING
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if math.isnan(f):
+        return MISSING
+    return f"{f:+.{digits}f}" if signed else f"{f:.{digits}f}"
+
+
+def interval(low: Any, high: Any, digits: int = 2, signed: bool = False) -> str:
+    """``[0.70, 0.89]``; ``""`` when either end is missing."""
+    lo, hi = num(low, digits, signed), num(high, digits, signed)
+    return "" if MISSING in (lo, hi) else f"[{lo}, {hi}]"
+
+
+def ci_text(value: Any, low: Any, high: Any, digits: int = 2, signed: bool = False) -> str:
+    """``0.81 [0.70, 0.89]``; ``—`` when undefined; no brackets when the interval is undefined."""
+    text = num(value, digits, signed)
+    brackets = interval(low, high, digits, signed)
+    return f"{text} {brackets}" if text != MISSING and brackets else text
+
+
+def p_text(p: Any) -> str:
+    """A p-value to three significant digits, ``<0.001`` below that, ``—`` when missing."""
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return MISSING
+    return f"{p:.3g}" if p >= 0.001 else "<0.001"
+
+
+def escape_char(m: "re.Match[str]") -> str:
+    """The ``re.sub`` replacement that writes a matched character as its Python escape (``\\x00``)."""
+    return m.group().encode("unicode_escape").decode("ascii")
+
+
+def plain_text(text: Any) -> str:
+    """``text`` for one line of plain text: control characters (newlines included) as ``\\n``-style
+    escapes."""
+    return _CONTROL.sub(escape_char, str(text))
+
+
+def md_text(text: Any) -> str:
+    """``text`` safe anywhere in Markdown, a table cell included: HTML-escaped (``<``, ``>``, ``&``),
+    Markdown punctuation and backslashes backslash-escaped, line breaks as ``<br>``, other control
+    characters as escapes."""
+    if text is None:
+        return ""
+    s = _MD_SPECIAL.sub(r"\\\1", html.escape(str(text), quote=False))
+    s = s.replace("\r\n", "<br>").replace("\r", "<br>").replace("\n", "<br>")
+    return plain_text(s)
+
+
+def one_line(text: Any) -> str:
+    """``text`` with every run of whitespace (newlines too) as one space; ``""`` for None and NaN."""
+    if text is None or (isinstance(text, float) and math.isnan(text)):
+        return ""
+    return " ".join(str(text).split())
+
+
+def records(frame) -> list[dict[str, Any]]:
+    """A DataFrame as a list of JSON-ready rows (NaN as None, numpy scalars as Python numbers)."""
+    if frame is None or len(frame) == 0:
+        return []
+    return jsonable(frame.to_dict("records"))
+
+
+def jsonable(obj: Any) -> Any:
+    """``obj`` with DataFrames as row lists, NaN and infinities as None, numpy and paths as plain types."""
+    if obj is None or isinstance(obj, (bool, str, int)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, (set, frozenset)):
+        return sorted(jsonable(v) for v in obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "to_dict") and hasattr(obj, "columns"):  # a DataFrame
+        return records(obj)
+    if hasattr(obj, "item") and callable(obj.item):  # a numpy scalar
+        return jsonable(obj.item())
+    if hasattr(obj, "tolist"):  # a numpy array
+        return jsonable(obj.tolist())
+    return str(obj)
