@@ -181,3 +181,18 @@ def test_a_read_option_the_format_does_not_take_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="takes no --qrels"):
         load_cases(data, qrels=tmp_path / "x")
     assert os.path.exists(data)
+
+
+def test_a_run_folder_from_before_the_canonical_line_fingerprint_is_refused_by_name(tmp_path):
+    data = _generated(tmp_path / "cases.jsonl", 20)
+    evaluate(load_cases(data), metrics=["mrr"], out=tmp_path / "run")
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    del manifest["dataset"]["fingerprint_of"]  # as an earlier version wrote it, with its own digest
+    manifest["dataset"]["fingerprint"] = "sha256:" + "0" * 64
+    (tmp_path / "run" / "run.json").write_text(json.dumps(manifest))
+    from ragbridge.run import RunError
+
+    with pytest.raises(RunError, match="earlier ragbridge.*--overwrite"):
+        evaluate(load_cases(data), metrics=["mrr"], out=tmp_path / "run")
+    again = evaluate(load_cases(data), metrics=["mrr"], out=tmp_path / "run", overwrite=True)
+    assert again.manifest.dataset["fingerprint_of"] == "canonical-lines"

@@ -32,10 +32,14 @@ Writing (``--to trec``): the run to the path given, the qrels beside it (same na
 chunks' own scores when they are strictly decreasing (so trec_eval's sort gives back the same
 order), otherwise ``n - position`` and ``contexts.score`` is reported as not held. A TREC run holds
 only ids, ranks and scores, and qrels only chunk-id judgements: the question, answer, chunk texts,
-sources, references, checks, tags and metadata are not held; labels that name a *source* (a section
-matched through ``Chunk.source``) are written as judgements of every retrieved chunk of that source
-that has no label of its own, which trec_eval then credits once per chunk rather than once per
-label (recall and nDCG can then differ: reported as ``relevant (by source)``).
+sources, references, checks, tags and metadata are not held, nor a case without chunks (a run names
+a query only through its documents: ``cases without contexts``); ids and labels with white space
+are refused; a chunk id repeated within a case is written once, at its first place (``contexts
+(repeated ids)``: trec_eval refuses a repeated docno, and ranking drops repeats anyway); labels
+that name a *source* (a section matched through ``Chunk.source``) are written as judgements of
+every retrieved chunk of that source that has no label of its own, which trec_eval then credits
+once per chunk rather than once per label (recall and nDCG can then differ: reported as
+``relevant (by source)``).
 """
 
 from __future__ import annotations
@@ -175,27 +179,39 @@ def write(cases: Sequence[Case], path: Path) -> list[str]:
     qrels_lines: list[str] = []
     with open(path, "w", encoding="utf-8") as fh:  # the caller writes ``path`` whole (atomic_path)
         for case in cases:
-            if any(ch.isspace() for ch in case.id):
-                raise DatasetError(f"case id {case.id!r} has white space, which a TREC file cannot hold",
-                                   field="id", hint="use ids without spaces")
-            scores, kept = _scores(case.contexts)
+            for what, name in (("case id", case.id), *(("chunk id", c.id) for c in case.contexts),
+                               *(("label", label) for label in case.relevant)):
+                if not name or any(ch.isspace() for ch in name):
+                    raise DatasetError(f"{what} {name!r} of case {case.id!r} is empty or has white space, "
+                                       "which a TREC file cannot hold", field="id",
+                                       hint="use ids without spaces")
+            if not case.contexts:
+                lost.add("cases without contexts")  # a run names a query only through its documents
+            chunks, seen = [], set()
+            for chunk in case.contexts:  # trec_eval refuses a docno twice in a query; ranking drops repeats
+                if chunk.id in seen:
+                    lost.add("contexts (repeated ids)")
+                else:
+                    seen.add(chunk.id)
+                    chunks.append(chunk)
+            scores, kept = _scores(chunks)
             if not kept:
                 lost.add("contexts.score")
-            for i, (chunk, score) in enumerate(zip(case.contexts, scores), start=1):
+            for i, (chunk, score) in enumerate(zip(chunks, scores), start=1):
                 fh.write(f"{case.id} Q0 {chunk.id} {i} {score!r} ragbridge\n")
             by_id = set(case.relevant)
             for label, grade in case.relevant.items():
                 qrels_lines.append(f"{case.id} 0 {label} {grade}\n")
-            for chunk in case.contexts:  # labels named by source: a judgement per unlabelled chunk
+            for chunk in chunks:  # labels named by source: a judgement per unlabelled chunk
                 if chunk.id not in by_id and chunk.source in case.relevant:
                     lost.add("relevant (by source)")
                     qrels_lines.append(f"{case.id} 0 {chunk.id} {case.relevant[chunk.source]}\n")
                     by_id.add(chunk.id)
             held_not = (
-                ("question", case.question), ("answer", case.answer),
+                ("question", case.question), ("answer", case.answer is not None),
                 ("contexts.text", any(c.text for c in case.contexts)),
                 ("contexts.source", any(c.source for c in case.contexts)),
-                ("reference", case.reference), ("reference_contexts", case.reference_contexts),
+                ("reference", case.reference is not None), ("reference_contexts", case.reference_contexts),
                 ("must_contain", case.must_contain), ("must_not_contain", case.must_not_contain),
                 ("answerable", not case.answerable), ("tags", case.tags), ("metadata", case.metadata))
             for name, present in held_not:
@@ -214,9 +230,10 @@ def final_path(path: Path) -> Path:
     return path
 
 
-CANNOT_HOLD = ("question", "answer", "contexts.text", "contexts.source", "contexts.score (unless strictly "
-               "decreasing)", "relevant (by source)", "reference", "reference_contexts", "must_contain",
-               "must_not_contain", "answerable", "tags", "metadata")
+#: ``contexts.score`` only when a case's scores are not strictly decreasing (then ``n - position``)
+CANNOT_HOLD = ("question", "answer", "contexts.text", "contexts.source", "contexts.score",
+               "relevant (by source)", "reference", "reference_contexts", "must_contain", "must_not_contain",
+               "answerable", "tags", "metadata", "cases without contexts", "contexts (repeated ids)")
 
 
 TREC = Format(

@@ -34,11 +34,15 @@ from ..formats.files import jsonl_lines, write_atomic
 from ..schema import Case, RunManifest, Score
 from .plan import RunError
 
+#: how ``run.json``'s ``dataset.fingerprint`` is computed; a folder without it is from before
+#: (`ragbridge.formats.records.Fingerprint`) and cannot be resumed
+FINGERPRINT_OF = "canonical-lines"
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..formats.source import CaseSource
 
-__all__ = ["RUN_FILES", "HEARTBEAT_SECONDS", "JUDGE_COUNTS", "Run", "RunFolder", "load_run", "read_scores",
-           "now", "this_process", "process_start", "alive"]
+__all__ = ["FINGERPRINT_OF", "RUN_FILES", "HEARTBEAT_SECONDS", "JUDGE_COUNTS", "Run", "RunFolder", "load_run",
+           "read_scores", "now", "this_process", "process_start", "alive"]
 
 RUN_FILES = ("run.json", "scores.jsonl", "cases.jsonl", "judge-audit.jsonl", "target.jsonl")
 HEARTBEAT_SECONDS = 2.0
@@ -240,6 +244,12 @@ class RunFolder:
 
     def _check_same_cases(self, old: RunManifest, key: str, fingerprint: str) -> None:
         if old.dataset.get(key) != fingerprint:
+            if old.dataset.get("fingerprint_of") != FINGERPRINT_OF:
+                raise RunError(
+                    f"{self.path} holds a run written by an earlier ragbridge, whose dataset fingerprint "
+                    "is computed differently (now: SHA-256 of the cases' canonical lines), so it cannot "
+                    "be resumed; pass --overwrite to score it again from the start, or choose another --out"
+                )
             raise RunError(
                 f"{self.path} holds a run over different cases (dataset fingerprint differs); "
                 "choose another --out, or pass --overwrite to replace it"

@@ -43,7 +43,7 @@ from ..formats.source import BATCH_SIZE, CaseSource
 from ..plugins import get_backends
 from ..schema import Case, RunManifest, Score, ScoreBlock
 from .summary import Totals
-from .folder import JUDGE_COUNTS, Run, RunFolder, now, this_process
+from .folder import FINGERPRINT_OF, JUDGE_COUNTS, Run, RunFolder, now, this_process
 from .plan import Plan, RunError, plan_metrics
 from .target import fill_cases, load_target, target_error, target_error_of
 
@@ -98,7 +98,8 @@ async def evaluate_async(
     golden_fp = source.fingerprint
     folder = RunFolder(Path(out)) if out is not None else None
     earlier = folder.prepare(overwrite, golden_fp, target=target is not None) if folder else None
-    dataset = {"path": dataset_path, "fingerprint": golden_fp, "n_cases": source.n_cases}
+    dataset = {"path": dataset_path, "fingerprint": golden_fp, "fingerprint_of": FINGERPRINT_OF,
+               "n_cases": source.n_cases}
     n_target_errors = 0
     if target is not None:
         filled = await fill_cases(source.cases, target, record_path=folder.target_path if folder else None,
