@@ -196,3 +196,23 @@ def test_a_run_folder_from_before_the_canonical_line_fingerprint_is_refused_by_n
         evaluate(load_cases(data), metrics=["mrr"], out=tmp_path / "run")
     again = evaluate(load_cases(data), metrics=["mrr"], out=tmp_path / "run", overwrite=True)
     assert again.manifest.dataset["fingerprint_of"] == "canonical-lines"
+
+
+def test_a_native_run_prints_its_summary_without_importing_pandas(tmp_path):
+    data = _generated(tmp_path / "cases.jsonl", 50)
+    code = ("import atexit, sys; "
+            "atexit.register(lambda: print('pandas imported:', 'pandas' in sys.modules)); "
+            "from ragbridge.commands import run_cli; run_cli()")
+    res = subprocess.run([sys.executable, "-c", code, "run", str(data), "--out", str(tmp_path / "run"),
+                          "--metric", "mrr", "--metric", "ndcg@10", "--no-progress", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    body, flag = res.stdout.rsplit("pandas imported:", 1)
+    assert flag.strip() == "False"
+    summary = json.loads(body)["summary"]
+    assert [(r["metric"], r["n"]) for r in summary] == [("mrr", 50), ("ndcg@10", 50)]
+    from ragbridge.run.folder import load_run
+
+    frame = load_run(tmp_path / "run").summary()  # read back: the same numbers through pandas
+    overall = frame[frame["tag"] == "(all)"]["mean"]
+    assert [round(r["mean"], 12) for r in summary] == [round(m, 12) for m in overall]

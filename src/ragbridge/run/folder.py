@@ -123,6 +123,12 @@ class Run:
 
         return summarize(self.scores, self.cases, by_tag=by_tag)
 
+    def summary_rows(self, by_tag: bool = True) -> list[dict[str, Any]]:
+        """`summary` as a list of plain dicts; for a run just made, without importing pandas."""
+        if self.totals is not None:
+            return self.totals.rows(by_tag)
+        return self.summary(by_tag).to_dict("records")
+
 
 def read_scores(path: Path) -> tuple[list[Score], int]:
     """Scores in ``scores.jsonl``, the last line per (case, metric, backend) winning.

@@ -91,10 +91,9 @@ class Totals:
                 out["errored"] += g[_ERRORED]
         return out
 
-    def frame(self, by_tag: bool = True):
-        """A DataFrame with one row per (backend, metric, tag), as `summarize` describes."""
-        import pandas as pd
-
+    def rows(self, by_tag: bool = True) -> list[dict[str, Any]]:
+        """`frame`'s rows as plain dicts (``COLUMNS`` in order), without pandas: the overall rows
+        first, then by tag, backend and metric."""
         rows = [
             {
                 "backend": backend, "metric": metric, "tag": tag,
@@ -105,11 +104,14 @@ class Totals:
             }
             for (backend, metric, tag), g in self._groups.items() if by_tag or tag == ALL
         ]
-        frame = pd.DataFrame(rows, columns=COLUMNS)
-        if not frame.empty:
-            frame["_all"] = frame["tag"] != ALL
-            frame = frame.sort_values(["_all", "tag", "backend", "metric"]).drop(columns="_all")
-        return frame.reset_index(drop=True)
+        rows.sort(key=lambda r: (r["tag"] != ALL, r["tag"], r["backend"], r["metric"]))
+        return rows
+
+    def frame(self, by_tag: bool = True):
+        """A DataFrame with one row per (backend, metric, tag), as `summarize` describes."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows(by_tag), columns=COLUMNS)
 
 
 def summarize(scores: Sequence[Score], cases: Sequence[Case] = (), by_tag: bool = True):
