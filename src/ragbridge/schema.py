@@ -17,8 +17,8 @@ from typing import Any, Iterator, Literal, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["Chunk", "Case", "Score", "ScoreBlock", "Evidence", "ClaimVerdict", "ChunkVerdict", "RunManifest",
-           "MAX_GRADE", "MAX_METADATA_DEPTH"]
+__all__ = ["Chunk", "Case", "Score", "ScoreBlock", "Evidence", "ClaimVerdict", "ChunkVerdict", "Repeats",
+           "RunManifest", "MAX_GRADE", "MAX_METADATA_DEPTH"]
 
 MAX_GRADE = 1000
 """Grades are integers 0..MAX_GRADE. trec_eval takes any integer; a larger grade is almost surely a
@@ -272,13 +272,33 @@ class Evidence(BaseModel):
         return [c for c in self.claims or [] if c.verdict != "SUPPORTED"]
 
 
+class Repeats(BaseModel):
+    """A judged score taken several times: what each repeat gave (``values[i]``, ``passed[i]`` for
+    repeat ``i``; None where it was undefined, failed or not run), their standard deviation (``sd``,
+    ddof 1, over the scored repeats) and how many passes made ``Score.passed`` (``pass_at_least`` of
+    ``n`` planned repeats)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: int
+    values: list[Optional[float]]
+    passed: list[Optional[bool]]
+    sd: Optional[float] = None
+    pass_at_least: Optional[int] = None
+
+
 class Score(BaseModel):
-    """One number for one case, metric and backend.
+    """One number for one case, metric and backend (and, for a judged metric taken ``--repeats N``
+    times, one repeat: ``repeat`` is its index, 0..N-1).
 
     ``value`` is in 0..1 with higher better, or null. Null with no ``error`` means the metric is
     undefined for this case (e.g. recall with no labels, or an input the metric needs is missing, said
     in ``reason``); null with an ``error`` means it failed. Neither is ever averaged as 0.
+    ``not_run``: the run's budget (``max_calls`` / ``max_cost``) was spent before this score could be
+    made; not an error, it is scored when the run resumes with a larger budget.
     ``evidence`` is optional structured support for the value (claims, per-chunk verdicts).
+    ``cost`` is what its judge calls cost by the judge's price table (None: no price for the model).
+    A score read back from a run with repeats is the case's mean over them, with ``repeats`` set.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -297,6 +317,10 @@ class Score(BaseModel):
     completion_tokens: int = 0
     seconds: float = 0.0
     evidence: Optional[Evidence] = None
+    repeat: int = Field(0, ge=0)
+    not_run: bool = False
+    cost: Optional[float] = None
+    repeats: Optional[Repeats] = None
 
     @model_validator(mode="after")
     def _clean_value(self) -> "Score":
@@ -310,21 +334,33 @@ class Score(BaseModel):
         yield "metric", self.metric
         yield "backend", self.backend
         yield "value", self.value
+        if self.repeat:
+            yield "repeat", self.repeat
         if self.error:
             yield "error", _short(self.error)
+        if self.not_run:
+            yield "not_run", True
 
     @property
     def status(self) -> str:
-        """``scored``, ``undefined`` or ``error``."""
+        """``scored``, ``undefined``, ``error`` or ``not_run`` (the budget was spent first)."""
         if self.error:
             return "error"
+        if self.not_run:
+            return "not_run"
         if self.value is None:
             return "undefined"
         return "scored"
 
     @property
     def key(self) -> tuple[str, str, str]:
+        """(case_id, metric, backend): one per case, metric and backend (see `repeat_key`)."""
         return (self.case_id, self.metric, self.backend)
+
+    @property
+    def repeat_key(self) -> tuple[str, str, str, int]:
+        """(case_id, metric, backend, repeat): one per repeat, what ``scores.jsonl`` keeps the last of."""
+        return (self.case_id, self.metric, self.backend, self.repeat)
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,7 +9,10 @@ object; the commands of ``ragbridge.commands`` print the same. One module per an
 ``calibrate``  the threshold in one backend that reproduces another's pass/fail
 ``diff``       item-level diff of two runs with paired statistics
 ``gate``       CI gates: thresholds over a run, absolute or relative to a baseline
-``stats``      the one bootstrap engine, the permutation test, Wilson intervals, the figures
+``noise``      judge noise from repeats: within-case spread, verdict flips, reliability, the minimum
+               detectable difference, whether a difference between runs is within judge noise
+``ppi``        the true pass rate from the judge's verdicts and a few human labels (PPI)
+``stats``      the one bootstrap engine, the permutation test, Wilson intervals, PPI, the figures
 ``table``      runs as paired tables of scores; ``thresholds``: pass/fail thresholds
 
 From Python::
@@ -37,6 +40,8 @@ from .compare import FIGURES, compare, coverage, disagreements
 from .diff import IncompleteRunError, RegressionError, RunDiff, diff_runs, run_problems
 from .gate import GateConfig, GateConfigError, GateReport, GateResult, load_gates, parse_gates, run_gates
 from .labels import load_labels
+from .noise import noise_figures, noise_table, within_noise
+from .ppi import ppi_estimates
 from .table import AnalysisError
 from .thresholds import Thresholds
 from .validate import validate
@@ -46,5 +51,5 @@ __all__ = [
     "IncompleteRunError", "RegressionError", "RunDiff", "Thresholds", "calibrate", "calibration_flips",
     "claim_counts", "compare", "coverage", "diff_runs", "disagreements", "load_gates",
     "load_labels", "parse_gates", "run_gates", "run_problems", "summarize", "unsupported_claims",
-    "validate",
+    "validate", "noise_figures", "noise_table", "within_noise", "ppi_estimates",
 ]

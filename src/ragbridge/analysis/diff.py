@@ -44,6 +44,7 @@ from .stats import (
     paired_bootstrap_ci,
     paired_permutation_pvalue,
 )
+from .noise import mde, noise_band, noise_figures, repeats_of
 from .table import AnalysisError, open_run
 
 __all__ = [
@@ -57,7 +58,7 @@ __all__ = [
     "dataset_change_message",
     "definition_changes",
     "definition_change_message",
-    "GOLDEN_FIELDS",
+    "GOLDEN_FIELDS", "noise_of",
 ]
 
 #: Case fields that define the test itself (as opposed to the system's output: answer, contexts).
@@ -67,7 +68,7 @@ GOLDEN_FIELDS = (
 )
 SUMMARY_COLUMNS = [
     "backend", "metric", "tag", "n_paired", "base_mean", "new_mean", "delta", "ci_low", "ci_high",
-    "p_value", "n_worse", "n_better", "n_same", "n_status_changed",
+    "p_value", "n_worse", "n_better", "n_same", "n_status_changed", "noise_band", "within_noise", "mde",
 ]
 ITEM_COLUMNS = [
     "backend", "metric", "case_id", "tags", "base_value", "new_value", "delta", "base_status",
@@ -331,6 +332,7 @@ def diff_runs(
                 f"tags: {', '.join(sorted(known_tags)) or 'none'}"
             )
     item_rows, summary_rows = [], []
+    noise = noise_of(base_run, new_run)
     for backend, metric in common:
         rows = _item_rows(backend, metric, b_idx.get((backend, metric), {}),
                           n_idx.get((backend, metric), {}), paired_ids, tags_of)
@@ -343,8 +345,10 @@ def diff_runs(
                     groups[t].append(row)
         for tag in [ALL] + sorted(t for t in groups if t != ALL):
             gseed = group_seed(seed, backend, metric, tag)
-            summary_rows.append(_summary_row(backend, metric, tag, groups[tag], confidence, n_resamples,
-                                             n_permutations, gseed))
+            row = _summary_row(backend, metric, tag, groups[tag], confidence, n_resamples,
+                               n_permutations, gseed)
+            row.update(_within_noise(row, noise.get((backend, metric))))
+            summary_rows.append(row)
     summary = pd.DataFrame(summary_rows, columns=SUMMARY_COLUMNS)
     if not summary.empty:
         summary["_tagged"] = summary["tag"] != ALL
@@ -435,6 +439,31 @@ def _item_rows(backend: str, metric: str, bs: dict[str, Score], ns: dict[str, Sc
             "new_error": sn.error if sn is not None else None,
         })
     return rows
+
+
+def noise_of(base: Run, new: Run) -> dict[tuple[str, str], tuple]:
+    """Per (backend, metric): each run's within-case standard deviation (None: not measured, no
+    repeats) and repeats, for the judge-noise band of the diff."""
+    ra, rb = repeats_of(base), repeats_of(new)
+    sd_a = {(r["backend"], r["metric"]): r["within_sd"] for r in noise_figures(base.repeat_scores or [])}
+    sd_b = {(r["backend"], r["metric"]): r["within_sd"] for r in noise_figures(new.repeat_scores or [])}
+    return {key: (sd_a.get(key), ra, sd_b.get(key), rb) for key in set(sd_a) | set(sd_b)}
+
+
+def _within_noise(row: dict, noise: Optional[tuple]) -> dict:
+    """``noise_band`` (how far judge noise alone moves the mean of these paired cases, two-sided 5%),
+    ``within_noise`` (the change is smaller) and ``mde`` (the smallest change this many cases can
+    detect at power 0.8), or NaN / None where neither run measured its noise (no --repeats)."""
+    n = row["n_paired"]
+    if noise is None or not n or math.isnan(row["delta"]):
+        return {"noise_band": math.nan, "within_noise": None, "mde": math.nan}
+    sd_a, ra, sd_b, rb = noise
+    band = noise_band(sd_a, ra, sd_b, rb, n)
+    sd = sd_a if sd_a is not None else sd_b
+    found = mde(sd, n, ra, other_sd=sd_b if sd_b is not None else sd, other_repeats=rb)
+    within = None if band is None else bool(abs(row["delta"]) < band or row["delta"] == 0)
+    return {"noise_band": math.nan if band is None else band, "within_noise": within,
+            "mde": found if found is not None else math.nan}
 
 
 def _summary_row(backend: str, metric: str, tag: str, members: list[dict], confidence: float,

@@ -36,14 +36,20 @@ only ``<=`` or ``<``); ``share(METRIC OP VALUE)``; ``error_rate`` or ``error_rat
 
 Rule keys: ``check`` (required), ``name``, ``backend``, ``tags`` (or ``tag``), ``min_n``,
 ``below_min_n`` (``"fail"`` or ``"skip"``), ``significant``, ``alpha`` (default 0.05),
-``confidence`` (default 0.95); every key but ``check`` and ``name`` may also be set in ``[defaults]``,
-with ``seed``, ``resamples`` (bootstrap, default 2000) and ``permutations`` (default 9999).
+``confidence`` (default 0.95), ``min_repeats`` (a judged metric must have been taken at least this
+many times, ``run --repeats``, or the rule fails); every key but ``check`` and ``name`` may also be
+set in ``[defaults]``, with ``seed``, ``resamples`` (bootstrap, default 2000) and ``permutations``
+(default 9999).
 
 ``significant = true``: a ``drop`` rule fails only when the drop exceeds the allowance AND a
 one-sided paired permutation test of "the drop is larger than the allowance" gives p < ``alpha``;
 a mean or share rule fails only when the whole confidence interval lies on the wrong side of the
 threshold. A miss that is not significant passes, and the table says so. This keeps judge noise
 from failing builds; a real regression on enough cases still fails.
+
+Judge noise: when the runs were made with ``--repeats``, a ``drop`` rule's detail says whether the
+drop is within judge noise (smaller than the band judge noise alone puts between the two means,
+`ragbridge.analysis.noise`), and ``min_repeats`` makes a rule require that many repeats.
 
 Undefined scores are never averaged: means and shares are over scored cases (``n`` in the table);
 errors are gated by ``error_rate``. A run that did not finish is never gated (`IncompleteRunError`).
@@ -70,6 +76,7 @@ from .diff import (
     dataset_changes,
     definition_change_message,
     definition_changes,
+    noise_of,
     require_complete,
 )
 from .stats import (
@@ -80,6 +87,7 @@ from .stats import (
     paired_bootstrap_ci,
     paired_permutation_pvalue,
 )
+from .noise import check_repeats, noise_band
 from .table import open_run
 
 __all__ = ["GateConfigError", "Rule", "GateConfig", "GateResult", "GateReport", "load_gates", "parse_gates",
@@ -102,7 +110,7 @@ _GRAMMAR = (
     "'error_rate <= 0.05', 'error_rate(METRIC) <= 0.05' or 'undefined_rate(METRIC) <= 0.1'"
 )
 _RULE_KEYS = {"check", "name", "backend", "tags", "tag", "min_n", "below_min_n", "significant", "alpha",
-              "confidence"}
+              "confidence", "min_repeats"}
 _DEFAULT_KEYS = (_RULE_KEYS - {"check", "name", "tag"}) | {"seed", "resamples", "permutations"}
 
 
@@ -130,6 +138,7 @@ class Rule:
     significant: bool = False
     alpha: float = 0.05
     confidence: float = 0.95
+    min_repeats: int = 1
 
     @property
     def label(self) -> str:
@@ -204,6 +213,10 @@ def _check_value(key: str, value: Any, where: str) -> Any:
         if not isinstance(vals, list) or not all(isinstance(v, str) and v for v in vals):
             raise bad("a list of tag names")
         return list(vals)
+    if key == "min_repeats":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise bad("a positive integer")
+        return value
     if key in ("min_n", "seed", "resamples", "permutations"):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise bad("a non-negative integer")
@@ -539,18 +552,32 @@ def run_gates(
         bound.append((rule, backends))
 
     results = []
+    noise = noise_of(base, run) if base is not None else {}
     for rule, backends in bound:
         ids = _slice(run, rule.tags)
         for backend in backends:
             gseed = group_seed(seed, str(rule.index), backend)
-            results.append(_evaluate(rule, backend, ids, run, by_key, base_key, gseed, resamples,
-                                     permutations))
+            result = _evaluate(rule, backend, ids, run, by_key, base_key, gseed, resamples, permutations,
+                               noise.get((backend, rule.metric)))
+            results.append(_require_repeats(result, rule, run, by_key.get((backend, rule.metric), {})))
     return GateReport(run=run, results=results, baseline=base, warnings=warnings, config=config)
+
+
+def _require_repeats(result: GateResult, rule: Rule, run: Run, scores: dict[str, Any]) -> GateResult:
+    """A rule with ``min_repeats`` fails on a judged metric taken fewer times (nothing else changes)."""
+    if rule.min_repeats <= 1 or not any(s.judge_calls for s in scores.values()):
+        return result
+    problem = check_repeats(run, rule.min_repeats)
+    if problem is None:
+        return result
+    result.verdict = "fail"
+    result.detail = f"{result.detail}; {problem}"
+    return result
 
 
 def _evaluate(
     rule: Rule, backend: str, ids: list[str], run: Run, by_key, base_key, seed: int, resamples: int,
-    permutations: int,
+    permutations: int, noise: Optional[tuple] = None,
 ) -> GateResult:
     op = _OPS[rule.op]
     ci = (math.nan, math.nan)
@@ -619,6 +646,11 @@ def _evaluate(
         )
         if became:
             extra = f"; {became} case(s) scored in the baseline are not scored now (see error_rate)"
+        if noise is not None and n:
+            band = noise_band(noise[0], noise[1], noise[2], noise[3], n)
+            if band is not None:
+                extra += (f"; within judge noise (band {band:.3f})" if abs(figure) < band
+                          else f"; beyond judge noise (band {band:.3f})")
         items = sorted(
             ({"case_id": c, "base": x, "new": y, "delta": y - x} for c, x, y in pairs if y < x),
             key=lambda r: (r["delta"], r["case_id"]),

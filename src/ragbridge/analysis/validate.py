@@ -22,6 +22,7 @@ from ..run import Run
 from ..run.summary import claim_counts
 from . import stats
 from .labels import load_labels
+from .ppi import ppi_estimates
 from .table import AnalysisError, ScoreTable, open_run
 from .thresholds import Thresholds
 
@@ -34,6 +35,8 @@ VALIDATE_COLUMNS = [
     "balanced_accuracy", "balanced_accuracy_low", "balanced_accuracy_high", "agreement",
     "spearman", "spearman_low", "spearman_high", "claims_answers", "unsupported_answers",
     "unsupported_share", "unsupported_share_low", "unsupported_share_high",
+    "n_judged", "judge_pass_rate", "ppi_pass_rate", "ppi_pass_rate_low", "ppi_pass_rate_high",
+    "human_pass_rate_low", "human_pass_rate_high", "ppi_mean", "ppi_mean_low", "ppi_mean_high",
 ]
 _NO_INTERVAL = (math.nan, math.nan)
 
@@ -144,4 +147,34 @@ def _validate_backend(table: ScoreTable, metric: str, backend: str, t: float, gr
     row["unsupported_share"] = stats.rate(n_unsup, n_claims)
     row["unsupported_share_low"], row["unsupported_share_high"] = stats.wilson_interval(
         n_unsup, n_claims, confidence)
+    row.update(_ppi_columns(got, human, grades, graded, t, confidence))
     return row
+
+
+def _ppi_columns(got: dict[str, Any], human: dict[str, bool], grades: dict[str, float], graded: bool,
+                 t: float, confidence: float) -> dict[str, Any]:
+    """The golden set's true pass rate (and mean, for grades on the 0..1 scale) by prediction-powered
+    inference: the backend's verdict on every case it scored, corrected by its errors on the labelled
+    ones (`ppi_estimates`); with the judge's own pass rate and the labels-alone interval beside it."""
+    judge = {c: s.value for c, s in got.items() if s.status == "scored"}
+    est = ppi_estimates(judge, human, t, human_grade=grades if graded else None, confidence=confidence)
+    p, m = est["pass_rate"], est["mean"] or {}
+    nan = math.nan
+    return {
+        "n_judged": p["n"] + p["N"], "judge_pass_rate": nan if p["judge_only"] is None else p["judge_only"],
+        "ppi_pass_rate": _or_nan(p["estimate"]), "ppi_pass_rate_low": _clip(p["low"]),
+        "ppi_pass_rate_high": _clip(p["high"]),
+        "human_pass_rate_low": _or_nan(p["classical"]["low"]),
+        "human_pass_rate_high": _or_nan(p["classical"]["high"]),
+        "ppi_mean": _or_nan(m.get("estimate")), "ppi_mean_low": _or_nan(m.get("low")),
+        "ppi_mean_high": _or_nan(m.get("high")),
+    }
+
+
+def _clip(v: Any) -> float:
+    """A pass rate's interval end, within 0..1 (NaN stays NaN)."""
+    return math.nan if v is None else min(1.0, max(0.0, float(v)))
+
+
+def _or_nan(v: Any) -> float:
+    return math.nan if v is None else float(v)

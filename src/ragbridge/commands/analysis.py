@@ -184,6 +184,18 @@ def validate_cmd(
         err.print(f"[yellow]{unknown} label(s) name a case that is not in this run[/]")
 
 
+def _ppi_line(row) -> str:
+    labelled = row["n_paired"]
+    rate = ci_text(row["ppi_pass_rate"], row["ppi_pass_rate_low"], row["ppi_pass_rate_high"])
+    line = (f"{row['metric']}, {row['backend']}: {rate} "
+            f"from {labelled} labels and {row['n_judged']} judged cases (the judge alone: "
+            f"{num(row['judge_pass_rate'], 2)}; the labels alone: "
+            f"[{num(row['human_pass_rate_low'], 2)}, {num(row['human_pass_rate_high'], 2)}])")
+    if not math.isnan(row["ppi_mean"]):
+        line += f"; mean {ci_text(row['ppi_mean'], row['ppi_mean_low'], row['ppi_mean_high'])}"
+    return line
+
+
 def _print_validation(console, frame) -> None:
     t = Table(title="Backends against human labels (positive = pass)", title_justify="left", show_lines=True)
     show_sp = bool(frame["spearman"].notna().any())
@@ -236,6 +248,13 @@ def _print_validation(console, frame) -> None:
            "the backend exposes" if show_claims else "")
         + "."
     ], indent="")
+    ppi = [row for row in frame.to_dict("records")
+           if row["n_judged"] and not math.isnan(row["ppi_pass_rate"])]
+    if ppi:
+        print_lines(console, ["The whole golden set's pass rate, from the judge's verdict on every case "
+                              "corrected by its errors on the labelled ones (prediction-powered inference, "
+                              "95% interval):"], indent="")
+        print_lines(console, [_ppi_line(row) for row in ppi])
 
 
 def calibrate_cmd(

@@ -51,6 +51,15 @@ def _diff_line(r, conf: str) -> str:
     )
 
 
+def _noise_line(r) -> str:
+    """Whether a change in mean is within judge noise (measured from the runs' repeats)."""
+    where = f"{r.backend} {r.metric}"
+    change = num(r.delta, signed=True)
+    verdict = "within judge noise" if r.within_noise else "beyond judge noise"
+    return (f"judge noise, {where}: change {change} is {verdict} (noise band ±{num(r.noise_band)}; "
+            f"the smallest change these {r.n_paired} cases can detect: {num(r.mde)} at power 0.8)")
+
+
 def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, show_all: bool = False) -> None:
     """What changed: the change in mean of each metric and tag where a case moved, then the cases.
 
@@ -101,6 +110,9 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
         print_table(console, t, [_diff_line(r, conf) for r in frame.itertuples()])
     if hidden:
         print_lines(console, [f"no case moved in the other {' and '.join(hidden)} (--all lists them)"])
+    noisy = [r for r in d.summary[d.summary["tag"] == ALL].itertuples() if r.within_noise is not None]
+    if noisy:
+        print_lines(console, [_noise_line(r) for r in noisy])
     for label, frame in (("got worse", d.worse()), ("got better", d.better())):
         if frame.empty:
             continue

@@ -4,7 +4,12 @@ Exit codes:
   0    every planned score recorded, none errored
   2    bad input or configuration; nothing written
   3    the run finished, but some scores errored: run it again to retry them
+  4    the judge budget (--max-calls / --max-cost) was spent: what was scored is kept, the rest is
+       not run; run it again with a larger budget to resume
   130  interrupted: run it again to resume
+
+``--dry-run`` calls and writes nothing: it prints the judge calls and the cost the run would make,
+counting what the judge cache and the run folder already hold.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from ..run import RunError, evaluate
 from ..run.summary import ALL
 from .judge import judge_config
 from .output import (
+    EXIT_BUDGET_SPENT,
     EXIT_INTERRUPTED,
     EXIT_SCORE_ERRORS,
     err,
@@ -88,6 +94,19 @@ def run(
     cache_path: Optional[Path] = typer.Option(None, "--cache-path", help="Judge cache file (SQLite)."),
     max_concurrency: Optional[int] = typer.Option(
         None, "--max-concurrency", help="Judge calls in flight at once, across all backends (default 8)."),
+    requests_per_minute: Optional[float] = typer.Option(
+        None, "--requests-per-minute", help="Judge requests started per minute, across all backends and "
+                                            "workers (default: no limit)."),
+    executor: str = typer.Option(
+        "local", "--executor", help="Where to score: local (this process) or ray (pip install "
+                                    "'ragbridge[ray]')."),
+    ray_address: Optional[str] = typer.Option(
+        None, "--ray-address", help="With --executor ray: an existing cluster (default: a private local "
+                                    "one for the run)."),
+    gateway_host: Optional[str] = typer.Option(
+        None, "--gateway-host", help="With --executor ray: this machine's address the workers reach the "
+                                     "judge gateway at (default 127.0.0.1; needed for nodes on other "
+                                     "machines)."),
     config: Optional[Path] = typer.Option(
         None, "--config", help="Config file (default: ./ragbridge.toml, then [tool.ragbridge] in "
                                "./pyproject.toml)."),
@@ -97,6 +116,21 @@ def run(
     target_concurrency: int = typer.Option(4, "--target-concurrency", help="Target calls in flight at once."),
     rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML) of the rubric backend."),
     generator_model: Optional[str] = typer.Option(None, "--generator-model", help="The system's own model."),
+    repeats: int = typer.Option(
+        1, "--repeats", help="Take every judged score this many times, as distinct judge calls; a case's "
+                             "score is its mean over them."),
+    pass_repeats: Optional[int] = typer.Option(
+        None, "--pass-repeats", help="A case passes when at least this many of its repeats pass "
+                                     "(default: a majority)."),
+    max_calls: Optional[int] = typer.Option(
+        None, "--max-calls", help="Judge budget: at most this many upstream judge calls for the run (all "
+                                  "its sessions); then stop cleanly, the rest not run."),
+    max_cost: Optional[float] = typer.Option(
+        None, "--max-cost", help="Judge budget in money, by the judge config's price table (all the run's "
+                                 "sessions)."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Call and write nothing: print the judge calls and cost the run would "
+                                 "make, counting what the cache and the run folder hold."),
 ) -> None:
     """Score a golden set with one or more backends and write a run folder.
 
@@ -105,6 +139,7 @@ def run(
       0    every planned score recorded, none errored
       2    bad input or configuration; nothing written
       3    the run finished, but some scores errored: run it again to retry them
+      4    the judge budget was spent: run it again with a larger budget
       130  interrupted: run it again to resume
     """
     if gain not in ("linear", "exponential"):
@@ -125,10 +160,25 @@ def run(
         dict(
             model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
             embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,
-            max_concurrency=max_concurrency,
+            max_concurrency=max_concurrency, requests_per_minute=requests_per_minute,
         ),
         target=target, target_concurrency=target_concurrency, as_json=as_json,
+        executor=_executor(executor, ray_address, gateway_host),
+        run_kwargs=dict(repeats=repeats, pass_repeats=pass_repeats, max_calls=max_calls, max_cost=max_cost,
+                        dry_run=dry_run),
     )
+
+
+def _executor(name: str, address: Optional[str], gateway_host: Optional[str]):
+    if name not in ("local", "ray"):
+        fail(f"--executor must be 'local' or 'ray', got {name!r}")
+    if name == "local":
+        if address or gateway_host:
+            fail("--ray-address and --gateway-host need --executor ray")
+        return None
+    from ..run.ray_executor import RayExecutor
+
+    return RayExecutor(address=address, gateway_host=gateway_host)
 
 
 def rescore(
@@ -156,6 +206,21 @@ def rescore(
     config: Optional[Path] = typer.Option(None, "--config", help="Config file."),
     rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML) of the rubric backend."),
     generator_model: Optional[str] = typer.Option(None, "--generator-model", help="The system's own model."),
+    repeats: int = typer.Option(
+        1, "--repeats", help="Take every judged score this many times, as distinct judge calls; a case's "
+                             "score is its mean over them."),
+    pass_repeats: Optional[int] = typer.Option(
+        None, "--pass-repeats", help="A case passes when at least this many of its repeats pass "
+                                     "(default: a majority)."),
+    max_calls: Optional[int] = typer.Option(
+        None, "--max-calls", help="Judge budget: at most this many upstream judge calls for the run (all "
+                                  "its sessions); then stop cleanly, the rest not run."),
+    max_cost: Optional[float] = typer.Option(
+        None, "--max-cost", help="Judge budget in money, by the judge config's price table (all the run's "
+                                 "sessions)."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Call and write nothing: print the judge calls and cost the run would "
+                                 "make, counting what the cache and the run folder hold."),
 ) -> None:
     """Score a run's recorded cases (e.g. a --target run) with more backends or metrics, into the same folder.
 
@@ -164,6 +229,7 @@ def rescore(
       0    every planned score recorded, none errored
       2    bad input or configuration
       3    some scores errored: run it again to retry them
+      4    the judge budget was spent: run it again with a larger budget
       130  interrupted: run it again to resume
     """
     if not (run_dir / "cases.jsonl").exists():
@@ -181,6 +247,8 @@ def rescore(
             max_concurrency=max_concurrency,
         ),
         as_json=as_json, rescoring=True,
+        run_kwargs=dict(repeats=repeats, pass_repeats=pass_repeats, max_calls=max_calls, max_cost=max_cost,
+                        dry_run=dry_run),
     )
 
 
@@ -190,7 +258,7 @@ def _rubric_options(files: Optional[List[Path]]) -> dict:
 
 def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_progress, overwrite,
                      options, judge_overrides, target=None, target_concurrency=4, as_json=False,
-                     rescoring=False) -> None:
+                     rescoring=False, executor=None, run_kwargs=None) -> None:
     from ..run.target import TargetError
 
     judge = judge_config(judge_overrides, config)
@@ -200,7 +268,8 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_p
         result = evaluate(
             cases, backends=backend or None, metrics=metric or None, out=out_dir, options=options,
             judge=judge, dataset_path=dataset_path, progress=not no_progress, overwrite=overwrite,
-            target=target, target_concurrency=target_concurrency,
+            target=target, target_concurrency=target_concurrency, executor=executor,
+            **(run_kwargs or {}),
         )
     except (RunError, TargetError) as exc:
         fail(str(exc))
@@ -209,6 +278,9 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_p
              EXIT_INTERRUPTED)
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if result.manifest.status == "dry-run":
+        _print_dry_run(result, out_dir, as_json)
+        return
     _print_run(result, out_dir, as_json, with_latency=target is not None or rescoring)
 
 
@@ -224,6 +296,47 @@ def _reading_bar():
             state["last"] = time.monotonic()
 
     return show
+
+
+def _money(value, currency: str) -> str:
+    return MISSING if value is None else f"{value:.4f} {currency}"
+
+
+def _print_dry_run(result, out_dir, as_json: bool) -> None:
+    """What a ``--dry-run`` prints: the judge calls (and cache hits) and the cost, per backend and
+    metric and in all."""
+    counts = result.manifest.counts
+    j = counts.get("judge") or {}
+    cost = counts.get("cost") or {}
+    currency = cost.get("currency", "USD")
+    planned = counts.get("planned") or {}
+    doc = {"run": str(out_dir), "dry_run": True, "calls": j.get("calls", 0),
+           "cache_hits": j.get("cache_hits", 0), "prompt_tokens": j.get("prompt_tokens", 0),
+           "completion_tokens": j.get("completion_tokens", 0), "cost": cost.get("total"),
+           "currency": currency, "kept": counts.get("resumed_from", 0), "by_metric": planned}
+    if as_json:
+        print_json(doc)
+        return
+    table = Table(title="Dry run: the judge calls this run would make", title_justify="left")
+    for col in ("backend", "metric", "calls", "cached", "cost"):
+        table.add_column(col, justify="left" if col in ("backend", "metric") else "right", no_wrap=True)
+    lines = []
+    for key, row in planned.items():
+        b, _, m = key.partition(":")
+        money = _money(row.get("cost"), currency)
+        table.add_row(escape(b), escape(m), str(row["calls"]), str(row["cache_hits"]), money)
+        lines.append(f"{b} {m}: {row['calls']} call(s), {row['cache_hits']} from cache, cost {money}")
+    if planned:
+        print_table(out, table, lines)
+    out.print(f"in all: {doc['calls']} judge call(s), {doc['cache_hits']} from cache, "
+              f"{doc['prompt_tokens']}+{doc['completion_tokens']} tokens, cost "
+              + (_money(doc["cost"], currency) if cost.get("priced") else "unknown (no price table in "
+                 "the judge config)"), highlight=False)
+    if doc["kept"]:
+        out.print(f"[dim]{doc['kept']} score(s) already in {escape(str(out_dir))} are kept[/]",
+                  highlight=False)
+    out.print("[dim]nothing was called or written; answers the cache does not hold were simulated by the "
+              "stub judge, so calls that depend on earlier answers are an estimate[/]", highlight=False)
 
 
 def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> None:
@@ -246,6 +359,18 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
             f"judge: {j['calls']} call(s), {j['cache_hits']} from cache, "
             f"{j['prompt_tokens']}+{j['completion_tokens']} tokens"
         )
+    cost = counts.get("cost") or {}
+    if cost.get("priced"):
+        parts = ", ".join(f"{k} {_money(v, cost['currency'])}" for k, v in cost.get("by_metric", {}).items())
+        notes.append(f"cost: {_money(cost.get('total'), cost['currency'])}"
+                     + (f" ({parts})" if parts else "")
+                     + ("; some calls have no price in the judge config" if cost.get("total") is None
+                        else ""))
+    repeats = (result.manifest.options or {}).get("repeats")
+    if isinstance(repeats, int) and repeats > 1:
+        m = (result.manifest.options or {}).get("pass_repeats") or repeats // 2 + 1
+        notes.append(f"repeats: every judged score taken {repeats} times; a case's score is its mean over "
+                     f"them and it passes when {m} of {repeats} pass")
     if counts.get("redefined"):
         notes.append("rubric changed since the folder was scored, scored again: "
                      + ", ".join(counts["redefined"]))
@@ -284,6 +409,16 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
         err.print(f"[yellow]warning:[/] self-judging: the judge model is the system under test's own model "
                   f"({escape(same['generator_model'])}) on {same['cases']} case(s); its scores are likely "
                   "inflated", highlight=False)
+    if counts.get("not_run") and not counts.get("errored"):
+        budget = counts.get("budget") or {}
+        limits = ", ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in budget.items()
+                           if k in ("max_calls", "max_cost") and v is not None)
+        err.print(
+            f"[bold yellow]judge budget spent ({escape(limits)}): {counts['not_run']} of "
+            f"{counts.get('scores', 0)} score(s) not run[/]; what was scored is kept, run the same command "
+            "with a larger budget to score the rest", highlight=False, soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_BUDGET_SPENT)
     if counts.get("errored") or result.manifest.status != "complete":
         status = result.manifest.status
         err.print(

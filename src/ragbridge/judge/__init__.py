@@ -18,6 +18,7 @@ The package, one concern a module, each importing only the ones listed before it
 
 * :mod:`~ragbridge.judge.config`: :class:`JudgeConfig` (and where it is read from), the errors,
   :func:`redact_url`;
+* :mod:`~ragbridge.judge.repeat`: how a repeat's index travels with its calls (its own cache key);
 * :mod:`~ragbridge.judge.cache`: :class:`JudgeCache`, the SQLite response cache;
 * :mod:`~ragbridge.judge.upstream`: the keep-alive connection pool to the real judge;
 * :mod:`~ragbridge.judge.server`: the loopback socket's handler (on :class:`FastRequestHandler`, the
@@ -30,18 +31,20 @@ The package, one concern a module, each importing only the ones listed before it
 
 from typing import TYPE_CHECKING, Any
 
-from .config import JudgeConfig, JudgeConfigError, JudgeError, JudgeUnavailable, redact_url
+from .config import JudgeConfig, JudgeConfigError, JudgeError, JudgeUnavailable, ModelPrice, redact_url
+from .repeat import REPEAT_HEADER, repeat_case_id, split_repeat
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import JudgeCache
-    from .gateway import TAG_HEADER, JudgeGateway, Usage
+    from .gateway import TAG_HEADER, Budget, JudgeGateway, Usage
     from .server import FastRequestHandler
     from .transport import AsyncJudgeTransport, JudgeTransport
 
 # imported when first asked for: a run with no judged metric (the native backend) needs only the
 # configuration, not the HTTP client behind the gateway
-_LAZY = {"JudgeCache": "cache", "TAG_HEADER": "gateway", "JudgeGateway": "gateway", "Usage": "gateway",
-         "FastRequestHandler": "server", "JudgeTransport": "transport", "AsyncJudgeTransport": "transport"}
+_LAZY = {"JudgeCache": "cache", "TAG_HEADER": "gateway", "JudgeGateway": "gateway", "Budget": "gateway",
+         "Usage": "gateway", "FastRequestHandler": "server", "JudgeTransport": "transport",
+         "AsyncJudgeTransport": "transport"}
 
 
 def __getattr__(name: str) -> Any:
@@ -58,6 +61,11 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "JudgeConfig",
     "JudgeGateway",
+    "Budget",
+    "ModelPrice",
+    "REPEAT_HEADER",
+    "repeat_case_id",
+    "split_repeat",
     "JudgeCache",
     "Usage",
     "JudgeError",

@@ -70,6 +70,18 @@ def redact_url(url: str) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
+class ModelPrice(BaseModel):
+    """What one model costs: ``input`` and ``output`` in the config's currency per million tokens."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.input + completion_tokens * self.output) / 1_000_000
+
+
 def _default_cache_path() -> Path:
     return Path.cwd() / ".ragbridge" / "judge-cache.sqlite"
 
@@ -80,6 +92,11 @@ class JudgeConfig(BaseModel):
     ``max_tokens`` is for the backends to pass to their libraries (a library's own default of 1024 can
     truncate long verdict lists); the gateway never edits a request body. ``cache_path = None`` means no
     cache.
+
+    ``prices`` is the price table, per model name as requests name it (the judge model, the embedding
+    model): ``{"gpt-4o-mini": {"input": 0.15, "output": 0.60}}`` in ``currency`` per million tokens,
+    set by the user (``[judge.prices."gpt-4o-mini"]`` in ragbridge.toml); nothing is looked up on
+    the network. A call to a model without a price costs None (unknown), never 0.
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -91,9 +108,14 @@ class JudgeConfig(BaseModel):
     cache_path: Optional[Path] = Field(default_factory=_default_cache_path)
     cache_mode: Literal["read-write", "read-only", "off"] = "read-write"
     max_concurrency: int = Field(8, ge=1)
+    #: upstream requests started per minute, across every backend and worker (None: no limit); for
+    #: hosted judges with a rate limit: starts are spaced 60 / requests_per_minute seconds apart
+    requests_per_minute: Optional[float] = Field(None, gt=0)
     timeout: float = Field(120.0, gt=0)
     max_retries: int = Field(5, ge=0)
     max_tokens: Optional[int] = Field(None, ge=1)
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    currency: str = "USD"
 
     @field_validator("base_url")
     @classmethod
@@ -138,6 +160,16 @@ class JudgeConfig(BaseModel):
         """The key's value from the environment (never stored on this object)."""
         return os.environ.get(self.api_key_env) or None
 
+    def price_of(self, model: Optional[str]) -> Optional[ModelPrice]:
+        """The price of ``model`` (as a request names it; a ``provider/`` prefix may be left out of
+        the table), or None when the table has none."""
+        if not model:
+            return None
+        found = self.prices.get(model)
+        if found is None and "/" in model:
+            found = self.prices.get(model.rsplit("/", 1)[-1])
+        return found
+
     def client_timeout(self) -> float:
         """A library-side timeout that outlasts the gateway's own retries."""
         return self.timeout * (self.max_retries + 1) + BACKOFF_CAP * self.max_retries + 5.0
@@ -152,9 +184,12 @@ class JudgeConfig(BaseModel):
             "cache_path": str(self.cache_path) if self.cache_path else None,
             "cache_mode": self.cache_mode,
             "max_concurrency": self.max_concurrency,
+            "requests_per_minute": self.requests_per_minute,
             "timeout": self.timeout,
             "max_retries": self.max_retries,
             "max_tokens": self.max_tokens,
+            **({"prices": {m: p.model_dump() for m, p in self.prices.items()}, "currency": self.currency}
+               if self.prices else {}),
         }
 
     # -- loading --------------------------------------------------------------------------------

@@ -10,7 +10,10 @@ gateway is the one place that
   score fails, :meth:`JudgeGateway.forget` drops every answer served for its (backend, metric,
   case_id) and no answer for it is stored afterwards (one still in flight then included), so a
   malformed answer is asked for again on the next run instead of being replayed;
-* bounds concurrency across all backends together (``max_concurrency`` requests in flight);
+* bounds concurrency across all backends together (``max_concurrency`` requests in flight) and,
+  with ``requests_per_minute``, the rate of upstream requests (evenly spaced starts,
+  :class:`~ragbridge.judge.upstream.RateLimiter`); both hold for every client of the gateway
+  together, in-process or over its socket (the Ray executor's workers included);
 * retries 429, 500, 502, 503, 504, connection errors, timeouts and 2xx bodies that are not JSON,
   with exponential backoff and full jitter (0.5 s base, 20 s cap), honouring ``Retry-After``;
 * counts calls, cache hits, tokens, retries and errors per (backend, metric, case_id) (:class:`Usage`),
@@ -25,7 +28,18 @@ gateway is the one place that
   are written only for a call that did not succeed (status outside 2xx), where they are the
   evidence; a successful answer's body is in the cache under ``request_key``. That keeps the log
   to about 0.5 KB a call (the bundled 53 cases with three libraries: 1.1 MB instead of 9.9 MB);
-* notices answers from ragbridge's stub judge (``stub_detected``), so runs can be labelled.
+* notices answers from ragbridge's stub judge (``stub_detected``), so runs can be labelled;
+* files each repeat of a judged score (:mod:`ragbridge.judge.repeat`) under its own cache key,
+  so the N repeats are N distinct calls, and tells the upstream the repeat (``X-Ragbridge-Repeat``);
+* prices every upstream call by the config's price table (``JudgeConfig.prices``: ``Usage.cost``,
+  ``Usage.unpriced`` for calls to a model without a price);
+* keeps the run's budget (:meth:`JudgeGateway.set_budget`: at most ``max_calls`` upstream calls,
+  ``max_cost`` money): once it is spent, a request that would go upstream is refused at once (HTTP
+  402, code ``ragbridge_budget_spent``, no retry) and the score it was for is reported by
+  :meth:`JudgeGateway.refused`, which the runner records as not run; cached answers are still served;
+* with ``simulate`` set (a dry run), answers a cache miss with ``simulate(endpoint, body)`` instead of
+  calling upstream, counts it as the call it would be and stores nothing (the cache is opened
+  read-only).
 
 Requests come in through its two front doors, which both call :meth:`JudgeGateway.route` and
 :meth:`JudgeGateway.answer`: the in-process transports (:mod:`ragbridge.judge.transport`) and the
@@ -60,6 +74,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 import httpx
 
 from .cache import JudgeCache
+from .repeat import REPEAT_HEADER, split_repeat
 from .config import (
     BACKOFF_BASE,
     BACKOFF_CAP,
@@ -71,7 +86,7 @@ from .config import (
 )
 from .server import GatewayHandler, LoopbackServer, Result, Triple, error_body
 from .transport import AsyncJudgeTransport, JudgeTransport
-from .upstream import StdlibPool, UpstreamError, UpstreamTimeout, parse_retry_after, proxy_for
+from .upstream import RateLimiter, StdlibPool, UpstreamError, UpstreamTimeout, parse_retry_after, proxy_for
 
 IN_PROCESS_ORIGIN = "http://ragbridge-gateway.invalid"  # the host of in-process URLs: no socket serves it
 STUB_MARKER = b'"system_fingerprint": "ragbridge-stub"'  # what ragbridge.testing's stub judge answers with
@@ -88,7 +103,11 @@ class Usage:
 
     ``calls`` are requests that went upstream (one per library request, however many attempts);
     ``cache_hits`` were answered from the cache; ``retries`` are extra attempts; ``errors`` are
-    requests whose final answer to the library was not 2xx (read-only cache misses included)."""
+    requests whose final answer to the library was not 2xx (read-only cache misses included, budget
+    refusals not); ``cost`` is what the calls cost by the price table, ``unpriced`` the calls to a
+    model the table has no price for (their cost is unknown: see `known_cost`; with no table at all
+    nothing is counted here, and the runner records every cost as unknown); ``refused`` the requests refused
+    because the run's budget was spent."""
 
     calls: int = 0
     cache_hits: int = 0
@@ -96,6 +115,9 @@ class Usage:
     completion_tokens: int = 0
     retries: int = 0
     errors: int = 0
+    cost: float = 0.0
+    unpriced: int = 0
+    refused: int = 0
 
     def __add__(self, other: "Usage") -> "Usage":
         return Usage(*(getattr(self, f.name) + getattr(other, f.name) for f in dc_fields(self)))
@@ -104,12 +126,46 @@ class Usage:
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
+    @property
+    def known_cost(self) -> Optional[float]:
+        """``cost``, or None when a call had no price (0.0 when no call went upstream)."""
+        return None if self.unpriced else self.cost
+
+
+_N_USAGE = len(dc_fields(Usage))
+
+
+@dataclass
+class Budget:
+    """A run's judge budget: at most ``max_calls`` upstream calls and ``max_cost`` money (None: no
+    limit), ``calls`` and ``cost`` being what the run spent so far (earlier sessions included).
+
+    A call is reserved before it goes upstream; with ``max_cost``, a new call is refused once the cost
+    spent plus the calls in flight (each at the mean cost of a call so far) reaches the limit, so a
+    run overshoots by at most the calls that were in flight when it ran out."""
+
+    max_calls: Optional[int] = None
+    max_cost: Optional[float] = None
+    calls: int = 0
+    cost: float = 0.0
+    in_flight: int = 0
+    settled: int = 0
+    spent: bool = False
+
+    def describe(self) -> str:
+        parts = []
+        if self.max_calls is not None:
+            parts.append(f"max_calls {self.max_calls}")
+        if self.max_cost is not None:
+            parts.append(f"max_cost {self.max_cost:g}")
+        return ", ".join(parts)
+
 
 _CURRENT_TAG: contextvars.ContextVar[Optional[Triple]] = contextvars.ContextVar(
     "ragbridge_judge_tag", default=None)
 
 
-def _tag_header_value(triple: Triple) -> str:
+def tag_header_value(triple: Triple) -> str:
     return "/".join(quote(p or "", safe="") for p in triple)
 
 
@@ -143,7 +199,12 @@ class JudgeGateway:
     point it at ``gw.base_url(backend, metric, case_id)`` (the loopback socket), with
     ``api_key=gw.api_key``.
 
-    ``backoff_base`` / ``backoff_cap`` (seconds) may be lowered on an instance, e.g. in tests."""
+    ``backoff_base`` / ``backoff_cap`` (seconds) may be lowered on an instance, e.g. in tests.
+
+    ``host`` is the address the socket listens on: ``127.0.0.1`` (the default) for clients on this
+    machine; another address of this machine (never a wildcard) when clients on other machines must
+    reach it, as the Ray executor's workers on a remote cluster do. Every request must still carry
+    the gateway's key, and its ``Host`` header must name the address it was sent to."""
 
     backoff_base: float = BACKOFF_BASE
     backoff_cap: float = BACKOFF_CAP
@@ -151,8 +212,11 @@ class JudgeGateway:
     #: proxy applies or the URL has userinfo); "httpx": forward with the shared httpx.Client.
     upstream_transport: Literal["stdlib", "httpx"] = "stdlib"
 
-    def __init__(self, config: JudgeConfig, audit_log: Optional[Path] = None) -> None:
+    def __init__(self, config: JudgeConfig, audit_log: Optional[Path] = None, *,
+                 host: str = "127.0.0.1") -> None:
         self.config = config
+        #: the socket's address (settable until the socket opens; see the class docstring)
+        self.host = host
         self.audit_log = Path(audit_log) if audit_log is not None else None
         self._upstream = config.base_url.rstrip("/")
         self._upstream_public = redact_url(self._upstream)
@@ -163,6 +227,7 @@ class JudgeGateway:
         self._served: dict[Triple, set[tuple[str, str]]] = {}
         self._failed: set[Triple] = set()  # forgotten: no answer is stored for these any more
         self._sem = threading.BoundedSemaphore(config.max_concurrency)
+        self._limiter = RateLimiter(config.requests_per_minute) if config.requests_per_minute else None
         self._inflight: dict[str, threading.Event] = {}
         self._closing = threading.Event()
         self._conns: set = set()
@@ -188,6 +253,84 @@ class JudgeGateway:
         #: requests that came over the loopback socket rather than through a transport (diagnostics)
         self.http_requests = 0
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self.budget: Optional[Budget] = None
+        self._refused: set[Triple] = set()
+        #: a dry run: ``simulate(endpoint, body) -> answer`` answers what the cache does not hold
+        self.simulate: Optional[Any] = None
+        self._simulated: dict[str, tuple[int, bytes]] = {}  # a dry run's answers, as a run would cache them
+
+    def set_budget(self, max_calls: Optional[int] = None, max_cost: Optional[float] = None,
+                   spent_calls: int = 0, spent_cost: float = 0.0) -> Budget:
+        """Limit the upstream calls from now on (see `Budget`); ``spent_*``: what the run spent before."""
+        self.budget = Budget(max_calls=max_calls, max_cost=max_cost, calls=spent_calls, cost=spent_cost)
+        return self.budget
+
+    def refused(self, backend: str, metric: Optional[str] = None, case_id: Optional[str] = None) -> bool:
+        """Whether a request for (backend, metric, case_id) was refused because the budget was spent."""
+        with self._lock:
+            return (backend, metric, case_id) in self._refused
+
+    @property
+    def budget_spent(self) -> bool:
+        return self.budget is not None and self.budget.spent
+
+    def _reserve(self, triple: Triple) -> Optional[Result]:
+        """Reserve one upstream call against the budget, or the refusal when it is spent."""
+        b = self.budget
+        if b is None:
+            return None
+        with self._lock:
+            over = b.max_calls is not None and b.calls >= b.max_calls
+            if not over and b.max_cost is not None:
+                mean = b.cost / b.settled if b.settled else 0.0
+                over = b.cost + b.in_flight * mean >= b.max_cost
+            if not over:
+                b.calls += 1
+                b.in_flight += 1
+                return None
+            b.spent = True
+            self._refused.add(triple)
+        return Result(402, error_body(
+            f"ragbridge judge budget spent ({b.describe()}): this call was not made; run again with a "
+            f"larger budget to resume", "insufficient_quota", "ragbridge_budget_spent"),
+            cache="budget", attempts=0, json_ok=True)
+
+    def _settle(self, res: Result) -> None:
+        b = self.budget
+        if b is None:
+            return
+        with self._lock:
+            b.in_flight -= 1
+            b.settled += 1
+            b.cost += res.cost or 0.0
+
+    def _price(self, res: Result, model: Optional[str]) -> None:
+        """Set ``res.cost`` from the answer's usage and the price of the model the request named
+        (None: the table has no price for it)."""
+        if res.parsed is None:
+            res.cost = 0.0
+            return
+        prompt, completion = _usage_of(res.parsed)
+        price = self.config.price_of(model if isinstance(model, str) else None)
+        res.cost = price.cost(prompt, completion) if price is not None else None
+
+    def _call_upstream(self, endpoint: str, raw: bytes, body: Any, triple: Triple, repeat: int,
+                  stream: bool = False) -> Result:
+        """One upstream call (or its simulation in a dry run) within the budget, priced."""
+        refusal = self._reserve(triple)
+        if refusal is not None:
+            return refusal
+        res = Result(502, b"", cost=0.0)
+        try:
+            if self.simulate is not None and not stream:
+                payload = self.simulate(endpoint, body)
+                res = Result(200, json.dumps(payload).encode(), attempts=1, parsed=payload)
+            else:
+                res = self._forward("POST", endpoint, raw, stream=stream, repeat=repeat)
+            self._price(res, body.get("model") if isinstance(body, dict) else None)
+        finally:
+            self._settle(res)
+        return res
 
     def _endpoint_url(self, endpoint: str, *, public: bool = False) -> str:
         """``base_url`` + ``/endpoint``, keeping a query string (e.g. ``?api-version=``) at the end."""
@@ -216,7 +359,8 @@ class JudgeGateway:
             self._key = cfg.api_key()
             self._key_bytes = self._key.encode() if self._key else None
         if cfg.cache_mode != "off" and cfg.cache_path is not None:
-            self._cache = JudgeCache(cfg.cache_path, read_only=cfg.cache_mode == "read-only")
+            self._cache = JudgeCache(cfg.cache_path,
+                                     read_only=cfg.cache_mode == "read-only" or self.simulate is not None)
         if self.audit_log is not None:
             self.audit_log.parent.mkdir(parents=True, exist_ok=True)
             self._audit_fh = open(self.audit_log, "ab", buffering=1 << 20)
@@ -244,10 +388,21 @@ class JudgeGateway:
             if self._closing.is_set():
                 raise JudgeError("the judge gateway is closing: no new socket")
             if self._server is None:
+                host = self.host.strip("[]")
+                if host in ("", "0.0.0.0", "::"):
+                    raise JudgeConfigError(
+                        f"judge gateway host {self.host!r}: give the one address of this machine that "
+                        f"clients reach it at (127.0.0.1 for clients on this machine), not a wildcard")
                 handler = type("JudgeGatewayHandler", (GatewayHandler,), {"gateway": self, "owner": self})
-                server = LoopbackServer(("127.0.0.1", 0), handler)
-                self.port = server.server_address[1]
-                handler.allowed_hosts = frozenset({f"127.0.0.1:{self.port}", f"localhost:{self.port}"})
+                server_cls = LoopbackServer
+                if ":" in host:  # an IPv6 address
+                    server_cls = type("LoopbackServer6", (LoopbackServer,),
+                                      {"address_family": socket.AF_INET6})
+                server = server_cls((host, 0), handler)
+                self.port = port = server.server_address[1]
+                allowed = {f"127.0.0.1:{port}", f"localhost:{port}"} if _is_loopback(host) else set()
+                allowed.add(f"{_netloc_host(host)}:{self.port}".lower())
+                handler.allowed_hosts = frozenset(allowed)
                 handler.required_key = self._secret_bytes
                 self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
                                                 name=f"ragbridge-judge-gateway-{self.port}", daemon=True)
@@ -314,8 +469,10 @@ class JudgeGateway:
 
     @property
     def url(self) -> str:
-        """The loopback socket's root URL (``http://127.0.0.1:PORT``); opens the socket if needed."""
-        return f"http://127.0.0.1:{self._listen()}"
+        """The socket's root URL (``http://127.0.0.1:PORT``, or the ``host`` it listens on); opens the
+        socket if needed."""
+        port = self._listen()
+        return f"http://{_netloc_host(self.host.strip('[]'))}:{port}"
 
     def require_started(self) -> None:
         """Raise JudgeError unless started: until start() (and after close()) there is no key, cache
@@ -378,7 +535,7 @@ class JudgeGateway:
         def add_tag(request: httpx.Request) -> None:
             triple = _CURRENT_TAG.get()
             if triple is not None:
-                request.headers[TAG_HEADER] = _tag_header_value(triple)
+                request.headers[TAG_HEADER] = tag_header_value(triple)
 
         return {"request": [add_tag]}
 
@@ -389,7 +546,7 @@ class JudgeGateway:
         async def add_tag(request: httpx.Request) -> None:
             triple = _CURRENT_TAG.get()
             if triple is not None:
-                request.headers[TAG_HEADER] = _tag_header_value(triple)
+                request.headers[TAG_HEADER] = tag_header_value(triple)
 
         return {"request": [add_tag]}
 
@@ -577,7 +734,9 @@ class JudgeGateway:
             return Result(405, error_body("use GET for /models", "invalid_request_error"), counted=False)
         cache = self._cache
         use_cache = cfg.cache_mode != "off" and (cache is not None or cfg.cache_mode == "read-only")
-        path = "/" + endpoint
+        repeat = split_repeat(triple[2])[1]
+        # repeat r > 0 of a judged score is a distinct call, filed under a key of its own
+        path = "/" + endpoint + (f"#repeat={repeat}" if repeat else "")
         raw_key = None
         if use_cache and cache is not None:
             # Fast path: byte-identical request bodies map to the canonical key without parsing.
@@ -592,16 +751,18 @@ class JudgeGateway:
             return Result(400, error_body("ragbridge judge gateway: request body is not valid JSON",
                                             "invalid_request_error"), cache="off")
         if isinstance(body, dict) and body.get("stream"):
-            res = self._forward("POST", endpoint, raw, stream=True)
-            res.cache, res.request_json = "bypass", True
+            res = self._call_upstream(endpoint, raw, body, triple, repeat, stream=True)
+            res.cache, res.request_json = res.cache if res.cache == "budget" else "bypass", True
             return res
         if not use_cache:
-            res = self._forward("POST", endpoint, raw)
-            res.cache, res.request_json = "off", True
+            res = self._call_upstream(endpoint, raw, body, triple, repeat)
+            res.cache, res.request_json = res.cache if res.cache == "budget" else "off", True
             return res
         key = JudgeCache.key(self._upstream_public, path, body)
         self._attribute(triple, ("key", key))
         hit = cache.get(key) if cache is not None else None
+        if hit is None and self.simulate is not None:
+            hit = self._simulated.get(key)
         if hit is not None:
             if raw_key is not None and cache is not None:
                 cache.add_alias(raw_key, key)
@@ -623,9 +784,9 @@ class JudgeGateway:
             hit = cache.get(key)
             if hit is not None:
                 return Result(hit[0], hit[1], cache="hit", json_ok=True, request_json=True)
-            return self._forward_and_store(endpoint, raw, body, key, raw_key, triple)
+            return self._forward_and_store(endpoint, raw, body, key, raw_key, triple, repeat)
         try:
-            return self._forward_and_store(endpoint, raw, body, key, raw_key, triple)
+            return self._forward_and_store(endpoint, raw, body, key, raw_key, triple, repeat)
         finally:
             with self._lock:
                 ev = self._inflight.pop(key, None)
@@ -633,10 +794,14 @@ class JudgeGateway:
                 ev.set()
 
     def _forward_and_store(self, endpoint: str, raw: bytes, body: Any, key: str, raw_key: Optional[str],
-                           triple: Triple) -> Result:
-        res = self._forward("POST", endpoint, raw)
+                           triple: Triple, repeat: int = 0) -> Result:
+        res = self._call_upstream(endpoint, raw, body, triple, repeat)
         res.request_json = True
         cache = self._cache
+        if self.simulate is not None:
+            if 200 <= res.status < 300:
+                self._simulated[key] = (res.status, res.body)
+            return res
         if 200 <= res.status < 300 and cache is not None:
             model = body.get("model") if isinstance(body, dict) else None
             with self._lock:  # against forget(): the score may have failed while this call was out
@@ -645,7 +810,8 @@ class JudgeGateway:
                               res.body, raw_key=raw_key)
         return res
 
-    def _forward(self, method: str, endpoint: str, raw: bytes, *, stream: bool = False) -> Result:
+    def _forward(self, method: str, endpoint: str, raw: bytes, *, stream: bool = False,
+                 repeat: int = 0) -> Result:
         cfg = self.config
         if self._closing.is_set():
             return Result(503, error_body("ragbridge judge gateway is shut down"), attempts=0)
@@ -663,12 +829,17 @@ class JudgeGateway:
             headers["Content-Type"] = "application/json"
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
+        if repeat:
+            headers[REPEAT_HEADER] = str(repeat)
         last = Result(502, error_body(f"ragbridge judge gateway: no attempt made to {public}"))
         attempt = 0
         for attempt in range(1, cfg.max_retries + 2):
             retry_after: Optional[float] = None
             exc: Optional[Exception] = None
             with self._sem:
+                if self._limiter is not None and not self._limiter.wait(self._closing):
+                    return Result(503, error_body("ragbridge judge gateway is shut down"),
+                                  attempts=attempt - 1)
                 if pool is not None:
                     try:
                         status, ctype_or_none, ra, content = pool.request(
@@ -730,13 +901,20 @@ class JudgeGateway:
         with self._lock:
             u = self._usage.get(triple)
             if u is None:
-                u = self._usage[triple] = [0, 0, 0, 0, 0, 0]
+                u = self._usage[triple] = [0] * (_N_USAGE - 3) + [0.0, 0, 0]
             if res.cache == "hit":
                 u[1] += 1
+                return
+            if res.cache == "budget":
+                u[8] += 1
                 return
             if res.attempts > 0:
                 u[0] += 1
                 u[4] += res.attempts - 1
+                if res.cost is not None:
+                    u[6] += res.cost
+                elif self.config.prices:  # with no table at all, nothing is priced: not counted
+                    u[7] += 1
             u[2] += prompt
             u[3] += completion
             if not 200 <= res.status < 300:
@@ -748,12 +926,15 @@ class JudgeGateway:
         now = time.time()
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
         prompt, completion = _usage_of(res.parsed) if res.cache != "hit" else (0, 0)
+        case_id, repeat = split_repeat(triple[2])
+        repeat_field = f'"repeat": {repeat}, ' if repeat else ""
         line = (f'{{"time": "{stamp}", "backend": {_js(triple[0])}, "metric": {_js(triple[1])}, '
-                f'"case_id": {_js(triple[2])}, "path": {_js("/" + endpoint)}, "status": {res.status}, '
+                f'"case_id": {_js(case_id)}, {repeat_field}"path": {_js("/" + endpoint)}, '
+                f'"status": {res.status}, '
                 f'"cache_hit": {"true" if res.cache == "hit" else "false"}, "cache": "{res.cache}", '
                 f'"attempts": {res.attempts}, "seconds": {seconds:.6f}, '
                 f'"prompt_tokens": {prompt}, "completion_tokens": {completion}, '
-                f'"request_key": "{JudgeCache.raw_key(self._upstream_public, "/" + endpoint, raw)}", '
+                f'"request_key": "{self._request_key(triple, endpoint, raw)}", '
                 f'"request_bytes": {len(raw)}, "response_sha256": "{hashlib.sha256(res.body).hexdigest()}", '
                 f'"response_bytes": {len(res.body)}}}').encode("utf-8")
         if not 200 <= res.status < 300:
@@ -766,6 +947,11 @@ class JudgeGateway:
         with self._audit_lock:
             if self._audit_fh is not None:
                 self._audit_fh.write(line)  # flushed every AUDIT_FLUSH_SECONDS and on close
+
+    def _request_key(self, triple: Triple, endpoint: str, raw: bytes) -> str:
+        repeat = split_repeat(triple[2])[1]
+        path = "/" + endpoint + (f"#repeat={repeat}" if repeat else "")
+        return JudgeCache.raw_key(self._upstream_public, path, raw)
 
     def _flush_audit_periodically(self) -> None:
         while not self._closing.wait(AUDIT_FLUSH_SECONDS):
@@ -783,6 +969,15 @@ def _stdlib_thread_pool() -> type:
         cls = cls.__bases__[0]
     return cls
 
+
+
+def _is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def _netloc_host(host: str) -> str:
+    """``host`` as it appears in a URL's authority (an IPv6 address in brackets)."""
+    return f"[{host}]" if ":" in host else host
 
 
 def _js(value: Optional[str]) -> str:

@@ -58,6 +58,7 @@ class Result:
     counted: bool = True  # a judge call (POST), counted in usage
     json_ok: bool = False  # body known to be a JSON document (parsed, cached or made here)
     request_json: bool = False  # the request body was parsed as JSON
+    cost: Optional[float] = 0.0  # what the upstream call cost by the price table (None: no price)
 
     def __post_init__(self) -> None:
         if self.parsed is not None or isinstance(self.body, _JsonBytes):

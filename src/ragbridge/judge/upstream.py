@@ -19,6 +19,7 @@ import select
 import socket
 import ssl
 import threading
+import time
 from datetime import datetime, timezone
 from typing import Optional
 from urllib.parse import urlsplit
@@ -187,3 +188,32 @@ def parse_retry_after(value: Optional[str]) -> Optional[float]:
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+
+
+class RateLimiter:
+    """At most ``per_minute`` upstream requests started per minute, evenly spaced: each start is
+    reserved ``60 / per_minute`` seconds after the previous one (no burst), so no minute ever holds
+    more starts than the limit, whichever threads (and, through the gateway, workers) ask.
+
+    Every attempt is a request to the upstream, so a retry takes a slot too; cache hits take none."""
+
+    def __init__(self, per_minute: float) -> None:
+        if not per_minute > 0:
+            raise ValueError("requests per minute must be positive")
+        self.interval = 60.0 / float(per_minute)
+        self._next = 0.0
+        self._lock = threading.Lock()
+
+    def wait(self, closing: Optional[threading.Event] = None) -> bool:
+        """Block until this caller's start time; False when ``closing`` was set meanwhile."""
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, self._next)
+            self._next = start + self.interval
+        delay = start - now
+        if delay <= 0:
+            return True
+        if closing is None:
+            time.sleep(delay)
+            return True
+        return not closing.wait(delay)

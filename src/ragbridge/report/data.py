@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from .. import __version__
 from ..analysis.compare import compare, coverage, disagreements
+from ..analysis.noise import noise_section
 from ..analysis.stats import CONFIDENCE, DEFAULT_RESAMPLES
 from ..analysis.table import open_run
 from ..analysis.thresholds import Thresholds
@@ -109,6 +111,8 @@ def report_data(
         "validation": validation,
         "judge_usage": usage,
         "judge_usage_by_metric": per_metric,
+        "cost": (m.counts or {}).get("cost"),
+        "noise": _noise(run, th, top),
         "cases": cases,
         "statistics": {"n_resamples": n_resamples, "seed": seed, "confidence": CONFIDENCE},
     })
@@ -132,6 +136,14 @@ def _disagreements(run: Run, th: Thresholds, top: int, backends: list[str]) -> l
     return out
 
 
+def _noise(run: Run, th: Thresholds, top: int) -> dict[str, Any]:
+    """Judge noise from the run's repeats: the figures per backend and metric, and per metric the
+    ``top`` cases whose repeats spread the most (all of them in ``cases_all``)."""
+    section = noise_section(run, threshold=th.get)
+    section["top"] = {k: rows[:top] for k, rows in section["cases"].items()}
+    return section
+
+
 def _judge_usage(run: Run) -> tuple[list[dict], list[dict]]:
     """Judge calls, tokens and time per backend, and per backend and metric."""
     acc: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -142,6 +154,8 @@ def _judge_usage(run: Run) -> tuple[list[dict], list[dict]]:
         a["prompt_tokens"] += s.prompt_tokens
         a["completion_tokens"] += s.completion_tokens
         a["call_seconds"] += s.seconds or 0.0
+        if s.judge_calls:  # NaN once a score's cost is unknown (no price for its model)
+            a["cost"] = a.get("cost", 0.0) + (math.nan if s.cost is None else s.cost)
     wall = run.manifest.timing.get("wall_seconds") or {}
     usage: dict[str, dict[str, Any]] = {}
     per_metric: list[dict[str, Any]] = []
@@ -150,7 +164,7 @@ def _judge_usage(run: Run) -> tuple[list[dict], list[dict]]:
         u = usage.setdefault(b, {"backend": b, **{c: 0 for c in _COUNTS}, "wall_seconds": wall.get(b),
                                  "call_seconds": 0.0})
         for k, v in a.items():
-            u[k] += v
+            u[k] = u.get(k, 0.0) + v
     for row in [*usage.values(), *per_metric]:
         for k in _COUNTS:
             row[k] = int(row[k])

@@ -21,7 +21,7 @@ def render_markdown(run: Union[Run, str, Path], data: Optional[dict] = None, **k
     """The report as GitHub-flavoured Markdown (all data text escaped)."""
     d = data or report_data(open_run(run), **kw)
     out: list[str] = []
-    for section in (_head, _halves, _by_tag, _agreement, _validation, _usage, _thresholds, _cases):
+    for section in (_head, _halves, _by_tag, _agreement, _validation, _usage, _noise, _thresholds, _cases):
         section(d, out)
     return "\n".join(out) + "\n"
 
@@ -177,6 +177,40 @@ def _usage(d: dict, out: list[str]) -> None:
     if j:
         out += ["", f"Run total: {j.get('calls', 0)} call(s), {j.get('cache_hits', 0)} from cache, "
                 f"{j.get('prompt_tokens', 0)} prompt + {j.get('completion_tokens', 0)} completion tokens."]
+    cost = d.get("cost") or {}
+    if cost.get("priced"):
+        cur = cost.get("currency", "USD")
+
+        def money(v):
+            return "unknown" if v is None else f"{v:.4f} {cur}"
+        out += ["", f"Cost by the judge's price table: {money(cost.get('total'))} in all; "
+                + ", ".join(f"{md_text(k)} {money(v)}" for k, v in (cost.get("by_metric") or {}).items())
+                + ". Per case: each score's `cost` in the JSON report and `scores.jsonl`."]
+    out.append("")
+
+
+def _noise(d: dict, out: list[str]) -> None:
+    n = d.get("noise") or {}
+    if not n.get("figures"):
+        return
+    out += ["## Judge noise", "",
+            f"Every judged score was taken {n['repeats']} times. Within-case SD: the spread of a case's "
+            "repeats (pooled); flips: the share of cases whose verdict differs between repeats; alpha: "
+            "test-retest reliability (Krippendorff, interval); MDE: the smallest change in the mean this "
+            "set can detect against judge noise (power 0.8, two-sided 5%).", "",
+            "| backend | metric | cases | within-case SD | flips | alpha | MDE |",
+            "|---|---|---|---|---|---|---|"]
+    for f in n["figures"]:
+        out.append(f"| {md_text(f['backend'])} | {md_text(f['metric'])} | {f['n_cases']} | "
+                   f"{num(f['within_sd'])} | {num(f['flip_share'], 2)} | {num(f['alpha'], 2)} | "
+                   f"{num(f['mde'])} |")
+    for key, rows in (n.get("top") or {}).items():
+        out += ["", f"Spread per case, {md_text(key)} (largest first):", "",
+                "| case | repeats | mean | SD | verdict flips |", "|---|---|---|---|---|"]
+        for r in rows:
+            vals = ", ".join(num(v, 2) for v in r["values"])
+            out.append(f"| {md_text(r['case_id'])} | {vals} | {num(r['mean'])} | {num(r['sd'])} | "
+                       f"{'yes' if r['flips'] else 'no'} |")
     out.append("")
 
 

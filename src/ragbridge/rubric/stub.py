@@ -17,6 +17,9 @@ system prompt is one of `prompts.TASKS`; the texts are read back from the user m
 * ``compare``: the answer with the higher fraction of its rubric wins, equal fractions tie (so the
   stub has no position bias).
 
+With the stub made noisy (``StubJudge(noise=...)``, a test device), a ``grade`` level moves to a
+neighbouring level with that probability (`ragbridge.testing.responders.noisy_level`).
+
 The reply follows the key order the prompt asks for. None of this measures judgement: it exercises
 the plumbing (requests, parsing, evidence, reports) without a model.
 """
@@ -33,6 +36,7 @@ from ragbridge.testing.responders import (
     is_noncommittal,
     is_relevant,
     is_supported,
+    noisy_level,
     numbers,
     relevance,
     split_sentences,
@@ -147,8 +151,9 @@ class RubricResponder:
         values = sorted(int(v) for v in lv.group(1).split(",")) if lv else [0, 1]
         if task == "grade_chunk":
             frac = 1.0 if is_relevant(s.get("Passage", ""), s.get("Question", "")) else 0.0
+            level = _on_scale(frac, values)  # the relevance verdict carries the stub's noise, if any
         else:
             frac = _fraction(name, s)
-        level = _on_scale(frac, values)
+            level = noisy_level(_on_scale(frac, values), values)
         return _dump(req, {"reason": f"stub judge: word-overlap fraction {frac:.2f} gives level {level}",
                            "score": level})

@@ -47,7 +47,10 @@ __all__ = ["FINGERPRINT_OF", "RUN_FILES", "HEARTBEAT_SECONDS", "JUDGE_COUNTS", "
 RUN_FILES = ("run.json", "scores.jsonl", "cases.jsonl", "judge-audit.jsonl", "target.jsonl")
 HEARTBEAT_SECONDS = 2.0
 #: the judge's counters kept in ``run.json``'s ``counts.judge``, added up over the sessions of a run
-JUDGE_COUNTS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "retries", "errors")
+JUDGE_COUNTS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "retries", "errors", "cost",
+                "unpriced", "refused")
+#: of `JUDGE_COUNTS`, the ones that are money (floats)
+_FLOAT_COUNTS = ("cost",)
 
 
 def now() -> str:
@@ -68,23 +71,56 @@ class Run:
     """
 
     def __init__(self, manifest: RunManifest, scores: Optional[list[Score]] = None,
-                 cases: Optional[list[Case]] = None, path: Optional[Path] = None, totals: Any = None):
+                 cases: Optional[list[Case]] = None, path: Optional[Path] = None, totals: Any = None,
+                 repeat_scores: Optional[list[Score]] = None):
         self.manifest, self.path, self.totals = manifest, Path(path) if path is not None else None, totals
-        self._scores = scores
+        self._scores: Optional[list[Score]] = None
+        self._repeat_scores = repeat_scores
         self._cases = cases
+        if scores is not None:
+            if repeat_scores is None:
+                self._recorded(scores)
+            else:
+                self._scores = scores
+
+    def _recorded(self, scores: list[Score]) -> None:
+        """Take ``scores`` as recorded: every repeat; ``scores`` becomes each case's mean over them."""
+        from .repeats import collapse_repeats, has_repeats
+
+        if has_repeats(scores):
+            self._repeat_scores = list(scores)
+            self._scores = collapse_repeats(scores, pass_at_least(self.manifest))
+        else:
+            self._repeat_scores = self._scores = scores
 
     @property
     def scores(self) -> list[Score]:
-        """Every score, the last per (case, metric, backend), by backend, metric and case order."""
+        """Every score, the last per (case, metric, backend), by backend, metric and case order; in a
+        run with repeats, each case's mean over its repeats (`ragbridge.run.repeats`)."""
         if self._scores is None:
             scores = read_scores(self.path / "scores.jsonl")[0] if self.path is not None else []
             order = {c.id: i for i, c in enumerate(self.cases)}
-            self._scores = sorted(scores, key=lambda s: (s.backend, s.metric, order.get(s.case_id, 0)))
+            scores.sort(key=lambda s: (s.backend, s.metric, order.get(s.case_id, 0), s.repeat))
+            self._recorded(scores)
         return self._scores
 
     @scores.setter
     def scores(self, value: list[Score]) -> None:
         self._scores = value
+        if self._repeat_scores is None:
+            self._repeat_scores = value
+
+    @property
+    def repeat_scores(self) -> list[Score]:
+        """Every repeat of every score as recorded (``scores`` holds each case's mean over its
+        repeats); the same list as ``scores`` for a run without repeats."""
+        if self._repeat_scores is None:
+            self.scores  # noqa: B018 - reads the folder
+        return self._repeat_scores
+
+    @repeat_scores.setter
+    def repeat_scores(self, value: list[Score]) -> None:
+        self._repeat_scores = value
 
     @property
     def cases(self) -> list[Case]:
@@ -129,18 +165,45 @@ class Run:
             return self.totals.rows(by_tag)
         return self.summary(by_tag).to_dict("records")
 
+    def costs(self):
+        """Judge calls, tokens and cost per backend and metric, over the scores kept (a DataFrame:
+        ``backend, metric, judge_calls, prompt_tokens, completion_tokens, cost``; cost NaN when a
+        score's was unknown, no price for its model). The run's total, failed scores' calls
+        included, is ``manifest.counts["cost"]["total"]``."""
+        import pandas as pd
+
+        rows: dict[tuple[str, str], dict] = {}
+        for s in self.scores:
+            if not s.judge_calls:
+                continue
+            row = rows.setdefault((s.backend, s.metric), {"backend": s.backend, "metric": s.metric,
+                                                          "judge_calls": 0, "prompt_tokens": 0,
+                                                          "completion_tokens": 0, "cost": 0.0})
+            row["judge_calls"] += s.judge_calls
+            row["prompt_tokens"] += s.prompt_tokens
+            row["completion_tokens"] += s.completion_tokens
+            row["cost"] = float("nan") if s.cost is None else row["cost"] + s.cost
+        columns = ["backend", "metric", "judge_calls", "prompt_tokens", "completion_tokens", "cost"]
+        return pd.DataFrame(list(rows.values()), columns=columns)
+
+
+def pass_at_least(manifest: RunManifest) -> Optional[int]:
+    """The run's ``--pass-repeats m`` (a case passes when at least m of its repeats pass), or None."""
+    value = (manifest.options or {}).get("pass_repeats")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
 
 def read_scores(path: Path) -> tuple[list[Score], int]:
-    """Scores in ``scores.jsonl``, the last line per (case, metric, backend) winning.
+    """Scores in ``scores.jsonl``, the last line per (case, metric, backend, repeat) winning.
 
     Returns the scores and the number of unreadable lines (a line cut short by a killed run).
     """
     if not path.exists():
         return [], 0
     bad: list[Exception] = []
-    latest: dict[tuple[str, str, str], Score] = {}
+    latest: dict[tuple[str, str, str, int], Score] = {}
     for _, score in jsonl_lines(path, allow_empty=True, on_bad=bad.append, parse=Score.model_validate_json):
-        latest[score.key] = score
+        latest[score.repeat_key] = score
     return list(latest.values()), len(bad)
 
 
@@ -194,6 +257,16 @@ def alive(process: Optional[dict[str, Any]]) -> bool:
     if process.get("start") is None:
         return True
     return process_start(process["pid"]) == process["start"]
+
+
+_OPTIONAL_FIELDS = {"repeat": 0, "not_run": False, "cost": None, "repeats": None}
+
+
+def score_json(score: Score) -> str:
+    """One line of ``scores.jsonl``: the score, without the fields a run without repeats, budget or
+    prices leaves at their defaults (so such a run's lines are what they always were)."""
+    exclude = {k for k, default in _OPTIONAL_FIELDS.items() if getattr(score, k) == default}
+    return score.model_dump_json(exclude=exclude or None)
 
 
 def truncate_partial_line(path: Path) -> None:
@@ -275,9 +348,10 @@ class RunFolder:
                 "wait for it to end or stop it, then run again"
             )
 
-    def resume(self, old: RunManifest, manifest: RunManifest) -> dict[tuple[str, str, str], Score]:
+    def resume(self, old: RunManifest, manifest: RunManifest) -> dict[tuple[str, str, str, int], Score]:
         """Merge the earlier sessions' manifest ``old`` into this session's ``manifest`` and return
-        the scores to keep, by key: every one that did not fail, unless its metric was redefined
+        the scores to keep, by `Score.repeat_key`: every one that did not fail and was not left unrun
+        by a spent budget, unless its metric was redefined
         since (its rubric's digest changed: ``counts.redefined``). The judge counts and the backends'
         wall times carry over, to be added to. Raises `RunError` when the cases differ from those
         the earlier sessions scored (a target run whose outputs were not all kept in target.jsonl)."""
@@ -285,8 +359,8 @@ class RunFolder:
         previous, _ = read_scores(self.scores_path)
         redefined = sorted(f"{b}:{m}" for b, ds in manifest.digests.items() for m, d in ds.items()
                            if old.digests.get(b, {}).get(m, d) != d)
-        done = {s.key: s for s in previous
-                if s.status != "error" and f"{s.backend}:{s.metric}" not in redefined}
+        done = {s.repeat_key: s for s in previous
+                if s.status not in ("error", "not_run") and f"{s.backend}:{s.metric}" not in redefined}
         manifest.digests = {b: {**old.digests.get(b, {}), **manifest.digests.get(b, {})}
                             for b in {**old.digests, **manifest.digests}}
         if redefined:
@@ -306,7 +380,9 @@ class RunFolder:
             manifest.judge = {**manifest.judge, "stub": True}
         manifest.counts["resumed_from"] = len(done)
         if isinstance(old.counts.get("judge"), dict):
-            manifest.counts["judge"] = {k: int(old.counts["judge"].get(k, 0)) for k in JUDGE_COUNTS}
+            kept = old.counts["judge"]
+            manifest.counts["judge"] = {k: (float if k in _FLOAT_COUNTS else int)(kept.get(k, 0))
+                                        for k in JUDGE_COUNTS}
         if "wall_seconds" in old.timing:
             manifest.timing = {**manifest.timing, "wall_seconds": dict(old.timing["wall_seconds"])}
         return done
@@ -326,7 +402,7 @@ class RunFolder:
 
     def append(self, score: Score) -> None:
         """Add a score to the write buffer (on disk at the next `flush`)."""
-        self._fh.write(score.model_dump_json() + "\n")
+        self._fh.write(score_json(score) + "\n")
 
     def append_lines(self, lines: str) -> None:
         """Add whole ``scores.jsonl`` lines to the write buffer (`ScoreBlock.json_lines`)."""

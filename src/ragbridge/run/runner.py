@@ -8,17 +8,31 @@
 3. with a target, `fill_cases`: each case's chunks and answer from the system under test;
 4. `_new_manifest`, `RunFolder.resume` (what the earlier sessions scored is kept) and
    `RunFolder.start`;
-5. `_Backends`: the lifecycle, once per run for each backend used: its environment defaults
-   applied (`applied_environment`), ``open``, and at the end ``close``;
+5. `_scoring`: with the local executor `_Backends`, the lifecycle, once per run for each backend
+   used: its environment defaults applied (`applied_environment`), ``open``, and at the end
+   ``close``; with the Ray executor (`ragbridge.run.ray_executor`) its session, one cluster for
+   the run, whose actors run the same lifecycle (`open_session`, `drive_job`, `close_session`);
 6. per batch of cases (`ragbridge.formats.source.CaseSource.batches`: memory holds one batch, not
-   the dataset): `_jobs` (per backend and metric the cases to score, and the scores known at once: a
-   case without a field the metric requires is skipped, a failed target call is each score's
-   error), `_score` (the jobs driven concurrently, `_drive`), and the batch's scores flushed to disk;
-7. `_Recorder`: each score's (or `ScoreBlock`'s) judge usage, the folder, ``on_score``, the progress
+   the dataset): `_jobs` (per backend, metric and repeat the cases to score, and the scores known at
+   once: a case without a field the metric requires is skipped, a failed target call is each
+   score's error), `_score` (the jobs driven concurrently, `drive_job`) or the executor's
+   ``score``, and the batch's scores flushed to disk;
+7. `Recorder`: each score's (or `ScoreBlock`'s) judge usage, the folder, ``on_score``, the progress
    bar, the heartbeat, the running totals (`ragbridge.run.summary.Totals`) and the manifest's counts.
 
 Scores are appended to ``scores.jsonl`` through a buffer that is flushed at the end of each batch
 and at least every `FLUSH_SECONDS`, so a run killed outright loses at most what it scored since.
+
+Repeats (``repeats=N``): every judged metric is scored N times, as distinct judge calls (the repeat
+index travels with the case id the backend sees, `ragbridge.judge.repeat`, and is part of the
+cache key); each repeat is its own `Score` (``repeat`` 0..N-1), and the returned `Run`'s
+``scores`` are each case's mean over its repeats (`ragbridge.run.repeats`). A budget
+(``max_calls``, ``max_cost``: for the whole run, earlier sessions included) stops a run cleanly:
+once it is spent the gateway refuses further upstream calls, each score that needed one is recorded
+as not run (``Score.not_run``, not an error), the status is ``incomplete``, and a later run with a
+larger budget scores what is left. ``dry_run=True`` writes nothing and calls nothing: every call the
+cache does not hold is answered by the stub judge in this process and counted (with its tokens and
+cost), so the manifest's ``counts.judge`` is what the real run would spend.
 
 The counts cover every session of a resumed run: the judge's traffic is added to the earlier
 sessions' (a session that was killed counts what its last heartbeat recorded), and the score and
@@ -34,12 +48,13 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, Optional, Sequence
 
 from .. import __version__
 from ..backend import Backend, RunOptions, ScoringContext, error_text
 from ..formats.records import CaseBatch
 from ..formats.source import BATCH_SIZE, CaseSource
+from ..judge.repeat import repeat_case_id, split_repeat
 from ..plugins import get_backends
 from ..schema import Case, RunManifest, Score, ScoreBlock
 from .summary import Totals
@@ -47,7 +62,11 @@ from .folder import FINGERPRINT_OF, JUDGE_COUNTS, Run, RunFolder, now, this_proc
 from .plan import Plan, RunError, plan_metrics
 from .target import fill_cases, load_target, target_error, target_error_of
 
-__all__ = ["evaluate", "evaluate_async", "applied_environment"]
+#: the backends' lifecycle and the recorder are public for an executor that scores elsewhere
+#: (`ragbridge.run.ray_executor`): the same steps `_score` takes, so a backend behaves alike wherever
+#: it is scored
+__all__ = ["evaluate", "evaluate_async", "applied_environment", "open_session", "drive_job", "close_session",
+           "Recorder"]
 
 Job = tuple[Backend, str, CaseBatch]
 
@@ -74,6 +93,12 @@ async def evaluate_async(
     target: Any = None,
     target_concurrency: int = 4,
     batch_size: int = BATCH_SIZE,
+    repeats: int = 1,
+    pass_repeats: Optional[int] = None,
+    max_calls: Optional[int] = None,
+    max_cost: Optional[float] = None,
+    dry_run: bool = False,
+    executor: Any = None,
 ) -> Run:
     """Score ``cases`` with ``backends`` (default: native) and return the `Run`.
 
@@ -85,19 +110,34 @@ async def evaluate_async(
     replaces it instead); the returned `Run` then reads its scores from the folder when asked for
     them. With ``target`` (a spec for `ragbridge.run.target.load_target`, or a loaded `Target`) each
     case's chunks and answer come from calling the system under test first. ``on_score`` is called
-    with each score as it is recorded. Cases are scored ``batch_size`` at a time.
+    with each score as it is recorded. Cases are scored ``batch_size`` at a time. ``executor`` is
+    where the scoring step runs: ``"local"`` (the default: this process) or ``"ray"`` (a
+    `ragbridge.run.ray_executor.RayExecutor`, or one given), with the same scores and run folder.
+
+    ``repeats``: each judged metric is scored this many times (distinct judge calls); a case passes
+    when at least ``pass_repeats`` of them pass (default: a majority). ``max_calls`` / ``max_cost``:
+    the run's judge budget (upstream calls; money by the judge's price table), over all its sessions.
+    ``dry_run``: call and write nothing; the returned run's ``manifest.counts["judge"]`` is what the
+    run would spend (cache hits counted as such), with status ``dry-run``.
     """
     options = options or RunOptions()
     source = cases if isinstance(cases, CaseSource) else CaseSource.of_cases(cases, batch_size)
     if not source.n_cases:
         raise RunError("no cases to evaluate")
+    _check_repeats_and_budget(repeats, pass_repeats, max_calls, max_cost)
     plan = plan_metrics(backends, metrics, options.k, options)
-    needs_judge = _check_judge(plan, judge)
+    needs_judge = _check_judge(plan, judge, preflight=not dry_run)
+    scorer = _executor(executor)
     if isinstance(target, str):
         target = load_target(target)
+    if dry_run and target is not None:
+        raise RunError("a dry run cannot call the system under test: run without --target (or rescore "
+                       "the target run's folder) to count its judge calls")
     golden_fp = source.fingerprint
     folder = RunFolder(Path(out)) if out is not None else None
-    earlier = folder.prepare(overwrite, golden_fp, target=target is not None) if folder else None
+    earlier = None
+    if folder and not (dry_run and overwrite):
+        earlier = folder.prepare(overwrite and not dry_run, golden_fp, target=target is not None)
     dataset = {"path": dataset_path, "fingerprint": golden_fp, "fingerprint_of": FINGERPRINT_OF,
                "n_cases": source.n_cases}
     n_target_errors = 0
@@ -108,7 +148,11 @@ async def evaluate_async(
         source = CaseSource.of_cases(filled, batch_size)
         dataset.update(fingerprint=source.fingerprint, golden_fingerprint=golden_fp, target=target.spec)
     manifest = _new_manifest(plan, dataset, options, judge if needs_judge else None)
+    if repeats > 1 or pass_repeats is not None:
+        manifest.options.update(repeats=repeats, pass_repeats=pass_repeats)
     done = folder.resume(earlier, manifest) if earlier is not None else {}
+    if dry_run:
+        folder = None  # nothing is written
     if folder:
         folder.start(source, manifest)
     gateway = None
@@ -116,42 +160,89 @@ async def evaluate_async(
         from ..judge import JudgeGateway
 
         gateway = JudgeGateway(judge, audit_log=folder.audit_path if folder else None)
-    planned = source.n_cases * sum(len(chosen) for chosen in plan.values())
-    recorder = _Recorder(manifest, done, folder, gateway, on_score, _progress(progress, planned),
-                         keep=folder is None, duplicates=source.duplicate_chunk_ids,
-                         target_errors=n_target_errors, judge_model=judge.model if needs_judge else None,
-                         options=options)
+        if dry_run:
+            gateway.simulate = _stub_simulator()
+        elif max_calls is not None or max_cost is not None:
+            spent = manifest.counts.get("judge", {})
+            gateway.set_budget(max_calls, max_cost, int(spent.get("calls", 0)), float(spent.get("cost", 0.0)))
+            manifest.counts["budget"] = {"max_calls": max_calls, "max_cost": max_cost}
+    specs = [spec for chosen in plan.values() for _, spec in chosen]
+    repeated = (repeats > 1 and any(spec.judge for spec in specs)) or any(key[3] for key in done)
+    planned = source.n_cases * sum(repeats if spec.judge else 1 for spec in specs)
+    recorder = Recorder(manifest, done, folder, gateway, on_score, _progress(progress, planned),
+                        keep=folder is None, duplicates=source.duplicate_chunk_ids,
+                        target_errors=n_target_errors, judge_model=judge.model if needs_judge else None,
+                        options=options)
+    if dry_run:
+        recorder.earlier_judge = {}  # what this run would spend: the earlier sessions' is spent already
     interrupted = complete = False
     try:
         if gateway is not None:
             gateway.start()
-        async with _Backends(plan, ScoringContext(options=options, judge=gateway)) as contexts:
+        async with _scoring(scorer, plan, ScoringContext(options=options, judge=gateway)) as score_batch:
             for batch in source.batches():
-                jobs, immediate = _jobs(plan, batch, done)
+                jobs, immediate = _jobs(plan, batch, done, repeats)
                 recorder.start_batch(batch)
                 for score in immediate:
                     recorder.record(score)
-                await _score(jobs, contexts, recorder)
+                await score_batch(jobs, recorder)
                 recorder.end_batch()
         complete = True
     except (KeyboardInterrupt, asyncio.CancelledError):
         interrupted = True
         raise
     finally:
-        recorder.finish(interrupted, complete=complete)
+        recorder.finish(interrupted, complete=complete, dry_run=dry_run)
         source.close()
+    # a run with repeats summarises each case's mean over them: from its scores, not the running totals
     return Run(manifest=manifest, scores=recorder.ordered(source) if folder is None else None,
                cases=source.cases if folder is None else None, path=folder.path if folder else None,
-               totals=recorder.totals)
+               totals=None if repeated else recorder.totals)
+
+
+def _check_repeats_and_budget(repeats: Any, pass_repeats: Any, max_calls: Any, max_cost: Any) -> None:
+    def whole(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if not whole(repeats) or repeats < 1:
+        raise RunError(f"--repeats must be a positive integer, got {repeats!r}")
+    if pass_repeats is not None and (not whole(pass_repeats) or not 1 <= pass_repeats <= repeats):
+        raise RunError(f"--pass-repeats must be an integer from 1 to --repeats ({repeats}), "
+                       f"got {pass_repeats!r}")
+    if max_calls is not None and (not whole(max_calls) or max_calls < 0):
+        raise RunError(f"--max-calls must be a non-negative integer, got {max_calls!r}")
+    if max_cost is not None and (isinstance(max_cost, bool) or not isinstance(max_cost, (int, float))
+                                 or not max_cost >= 0):
+        raise RunError(f"--max-cost must be a non-negative number, got {max_cost!r}")
+
+
+def _stub_simulator() -> Callable[[str, Any], dict]:
+    """What a dry run answers a cache miss with: the stub judge's answer, made in this process."""
+    from ..testing.stub_judge import StubJudge
+
+    stub = StubJudge()  # not started: only its answer makers are used
+
+    def simulate(endpoint: str, body: Any) -> dict:
+        body = body if isinstance(body, dict) else {}
+        if endpoint == "responses":
+            return stub.response(body)
+        if endpoint == "embeddings":
+            return stub.embeddings(body)
+        if endpoint == "completions":
+            return stub.completion(body)
+        return stub.chat_completion(body)
+
+    return simulate
 
 
 # --------------------------------------------------------------------------------------------
 # Before scoring
 
 
-def _check_judge(plan: Plan, judge: Any) -> bool:
-    """Whether a planned metric needs the judge; raises `RunError` when it has none, or when its key
-    or endpoint does not work (checked before anything is called or written)."""
+def _check_judge(plan: Plan, judge: Any, preflight: bool = True) -> bool:
+    """Whether a planned metric needs the judge; raises `RunError` when it has none, or (with
+    ``preflight``) when its key or endpoint does not work (checked before anything is called or
+    written)."""
     if not any(spec.judge for chosen in plan.values() for _, spec in chosen):
         return False
     if judge is None:
@@ -160,6 +251,8 @@ def _check_judge(plan: Plan, judge: Any) -> bool:
             "these metrics need a judge: " + ", ".join(judged)
             + "; pass --judge-model and --judge-base-url (or set them in ragbridge.toml)"
         )
+    if not preflight:
+        return True
     from ..judge import JudgeGateway
 
     probe = JudgeGateway(judge)  # preflight needs no started gateway: nothing is served yet
@@ -170,6 +263,13 @@ def _check_judge(plan: Plan, judge: Any) -> bool:
     finally:
         probe.close()
     return True
+
+
+def _executor(executor: Any) -> Any:
+    """The executor ``executor`` names: None for this process, else a distributed one."""
+    from .ray_executor import executor_for
+
+    return executor_for(executor)
 
 
 def _new_manifest(plan: Plan, dataset: dict[str, Any], options: RunOptions, judge: Any) -> RunManifest:
@@ -197,10 +297,11 @@ def _same_model(a: Any, b: Any) -> bool:
     return norm(a) == norm(b)
 
 
-def _jobs(plan: Plan, batch: CaseBatch, done: dict) -> tuple[list[Job], list[Score]]:
-    """Per backend and metric, the cases of ``batch`` still to score; and the scores known without
-    scoring: a failed target call (the error) and a case that lacks a field the metric requires
-    (skipped)."""
+def _jobs(plan: Plan, batch: CaseBatch, done: dict, repeats: int = 1) -> tuple[list[Job], list[Score]]:
+    """Per backend, metric and repeat, the cases of ``batch`` still to score; and the scores known
+    without scoring: a failed target call (the error) and a case that lacks a field the metric
+    requires (skipped). A judged metric is planned ``repeats`` times; for repeat r > 0 the backend
+    gets each case under `repeat_case_id` (the judge files its calls under that repeat)."""
     registry = get_backends()
     jobs: list[Job] = []
     immediate: list[Score] = []
@@ -210,21 +311,27 @@ def _jobs(plan: Plan, batch: CaseBatch, done: dict) -> tuple[list[Job], list[Sco
     failed = [target_error_of(batch.metadata(i)) for i in range(len(batch))]
     for bname, chosen in plan.items():
         for metric, spec in chosen:
-            eligible = []
-            for i, cid in enumerate(ids):
-                if done and (cid, metric, bname) in done:
+            for repeat in range(repeats if spec.judge else 1):
+                eligible = []
+                for i, cid in enumerate(ids):
+                    if done and (cid, metric, bname, repeat) in done:
+                        continue
+                    missing = [r for r in spec.requires if r not in present[i]]
+                    if failed[i] or missing:
+                        reason = None if failed[i] else "skipped: case has no " + ", ".join(missing)
+                        immediate.append(Score(case_id=cid, metric=metric, backend=bname, repeat=repeat,
+                                               native_metric=spec.native_name, error=failed[i],
+                                               reason=reason))
+                    else:
+                        eligible.append(i)
+                if not eligible:
                     continue
-                missing = [r for r in spec.requires if r not in present[i]]
-                if failed[i] or missing:
-                    reason = None if failed[i] else "skipped: case has no " + ", ".join(missing)
-                    immediate.append(Score(case_id=cid, metric=metric, backend=bname,
-                                           native_metric=spec.native_name, error=failed[i], reason=reason))
-                else:
-                    eligible.append(i)
-            if eligible:
                 # the batch itself when nothing was filtered, so backends can reuse work per batch
-                jobs.append((registry[bname], metric,
-                             batch if len(eligible) == len(batch) else batch.subset(eligible)))
+                cases = batch if len(eligible) == len(batch) else batch.subset(eligible)
+                if repeat:
+                    cases = CaseBatch.of_cases([c.model_copy(update={"id": repeat_case_id(c.id, repeat)})
+                                                for c in cases])
+                jobs.append((registry[bname], metric, cases))
     return jobs, immediate
 
 
@@ -249,7 +356,7 @@ class _Backends:
         try:
             for b in self.backends:
                 self.environment.enter_context(applied_environment(b.environment()))
-                self.contexts[b.name] = await _open(b, self.ctx)
+                self.contexts[b.name] = await open_session(b, self.ctx)
                 self.opened.append(b)
         except BaseException:
             await self.__aexit__()
@@ -258,15 +365,35 @@ class _Backends:
 
     async def __aexit__(self, *exc: Any) -> None:
         for b in reversed(self.opened):
-            await _close(b, self.contexts[b.name])
+            await close_session(b, self.contexts[b.name])
         self.opened = []
         self.environment.close()
 
 
-async def _score(jobs: list[Job], contexts: dict[str, ScoringContext], recorder: _Recorder) -> None:
+@contextlib.asynccontextmanager
+async def _scoring(executor: Any, plan: Plan, ctx: ScoringContext) -> AsyncIterator[Callable]:
+    """The scoring step of each batch, ``await step(jobs, recorder)``, for as long as the run lasts:
+    in this process (``executor`` None) every backend is opened once (`_Backends`) and the jobs run
+    by `_score`; else the executor's ``score`` runs them, inside its ``session`` (a Ray cluster
+    started once for the run)."""
+    if executor is None:
+        async with _Backends(plan, ctx) as contexts:
+            async def local(jobs: list[Job], recorder: Recorder) -> None:
+                await _score(jobs, contexts, recorder)
+
+            yield local
+    else:
+        with executor.session(ctx):
+            async def distributed(jobs: list[Job], recorder: Recorder) -> None:
+                await executor.score(jobs, ctx, recorder)
+
+            yield distributed
+
+
+async def _score(jobs: list[Job], contexts: dict[str, ScoringContext], recorder: Recorder) -> None:
     """Run ``jobs`` (one batch) concurrently, recording each score as it arrives."""
     queue: asyncio.Queue = asyncio.Queue()
-    tasks = [asyncio.create_task(_drive(b, m, c, contexts[b.name], queue)) for b, m, c in jobs]
+    tasks = [asyncio.create_task(drive_job(b, m, c, contexts[b.name], queue)) for b, m, c in jobs]
     try:
         remaining = sum(len(c) for _, _, c in jobs)
         while remaining:
@@ -302,7 +429,7 @@ class _BackendFault(Exception):
     """A backend that cannot score at all (its ``open`` failed): the error of every case it was given."""
 
 
-async def _open(backend: Backend, ctx: ScoringContext) -> ScoringContext:
+async def open_session(backend: Backend, ctx: ScoringContext) -> ScoringContext:
     """The backend's context for this run: ``session`` is what its ``open`` returned. A failing
     ``open`` is kept as the session's error, and every case the backend is given gets it."""
     try:
@@ -311,7 +438,7 @@ async def _open(backend: Backend, ctx: ScoringContext) -> ScoringContext:
         return ctx.for_session(_OpenFailed(error_text(exc)))
 
 
-async def _close(backend: Backend, ctx: ScoringContext) -> None:
+async def close_session(backend: Backend, ctx: ScoringContext) -> None:
     if isinstance(ctx.session, _OpenFailed):
         return
     try:
@@ -322,13 +449,14 @@ async def _close(backend: Backend, ctx: ScoringContext) -> None:
         warnings.warn(f"backend {backend.name!r} failed to close: {error_text(exc)}", RuntimeWarning)
 
 
-async def _drive(
-    backend: Backend, metric: str, cases: CaseBatch, ctx: ScoringContext, queue: asyncio.Queue
+async def drive_job(
+    backend: Backend, metric: str, cases: CaseBatch | Sequence[Case], ctx: ScoringContext,
+    queue: asyncio.Queue,
 ) -> None:
     """Put every score of one job on ``queue`` (a `Score` or a `ScoreBlock` of them): one per case,
     whatever the backend does (a fault is the error of each case it did not score; a case it forgot
     is an error too)."""
-    ids = cases.ids
+    ids = CaseBatch.of_cases(cases).ids
     pending = set(ids)
     error = "backend returned no score for this case"
     try:
@@ -353,7 +481,7 @@ async def _drive(
 # Recording
 
 
-class _Recorder:
+class Recorder:
     """Where each score goes as it arrives: its judge usage is filled in, it is added to the running
     totals, appended to the folder's buffer, passed to ``on_score`` and counted by the progress bar
     (and, for a run without a folder, kept: the last per key wins); the buffer is flushed at the end
@@ -367,7 +495,7 @@ class _Recorder:
         self.manifest, self.folder, self.gateway = manifest, folder, gateway
         self.on_score, self.bar = on_score, bar
         self.totals = Totals()
-        self.kept: Optional[dict[tuple[str, str, str], Score]] = {} if keep else None
+        self.kept: Optional[dict[tuple[str, str, str, int], Score]] = {} if keep else None
         self.done_by_case: dict[str, list[Score]] = {}
         for s in done.values():
             self.done_by_case.setdefault(s.case_id, []).append(s)
@@ -409,7 +537,7 @@ class _Recorder:
                     self._hand_on(score)
             n = len(item)
         else:
-            self._usage(item)
+            item = self._usage(item)
             self.last_score_at[item.backend] = now_s - self.started
             self.totals.add(item, self.tags_of.get(item.case_id, ()))
             if self.folder:
@@ -422,19 +550,36 @@ class _Recorder:
             self._flush(now_s)
         return n
 
-    def _usage(self, score: Score) -> None:
+    def _usage(self, score: Score) -> Score:
+        """``score`` with its repeat index and judge usage; a score the spent budget refused becomes
+        not run."""
         gateway = self.gateway
+        tagged = score.case_id  # the id the backend saw: with the repeat index for a repeat > 0
+        case_id, repeat = split_repeat(tagged)
+        if repeat:
+            score.case_id, score.repeat = case_id, repeat
         if gateway is not None and score.judge_calls == 0:
-            usage = gateway.usage(score.backend, score.metric, score.case_id)
+            usage = gateway.usage(score.backend, score.metric, tagged)
             score.judge_calls = usage.calls + usage.cache_hits
             score.prompt_tokens = usage.prompt_tokens
             score.completion_tokens = usage.completion_tokens
-        if gateway is not None and score.error:
-            gateway.forget(score.backend, score.metric, score.case_id)
+            if score.judge_calls and gateway.config.prices:
+                score.cost = usage.known_cost
+        if gateway is not None and gateway.refused(score.backend, score.metric, tagged):
+            # the budget was spent before this score's calls could all be made: not run, not failed
+            # (the answers it did get stay cached, for the run that resumes with a larger budget)
+            score = Score(case_id=score.case_id, metric=score.metric, backend=score.backend,
+                          repeat=score.repeat, native_metric=score.native_metric, not_run=True,
+                          reason=f"not run: the run's judge budget ({gateway.budget.describe()}) was spent",
+                          judge_calls=score.judge_calls, prompt_tokens=score.prompt_tokens,
+                          completion_tokens=score.completion_tokens, cost=score.cost, seconds=score.seconds)
+        elif gateway is not None and score.error:
+            gateway.forget(score.backend, score.metric, tagged)
+        return score
 
     def _hand_on(self, score: Score) -> None:
         if self.kept is not None:
-            self.kept[score.key] = score
+            self.kept[score.repeat_key] = score
         if self.on_score:
             self.on_score(score)
 
@@ -450,9 +595,10 @@ class _Recorder:
             self.folder.heartbeat(self.manifest)
 
     def ordered(self, source: CaseSource) -> list[Score]:
-        """The kept scores by backend, metric and case order (a run without a folder)."""
+        """The kept scores by backend, metric, case order and repeat (a run without a folder)."""
         order = {cid: i for i, cid in enumerate(cid for b in source.batches() for cid in b.ids)}
-        return sorted(self.kept.values(), key=lambda s: (s.backend, s.metric, order.get(s.case_id, 0)))
+        return sorted(self.kept.values(),
+                      key=lambda s: (s.backend, s.metric, order.get(s.case_id, 0), s.repeat))
 
     def update_counts(self) -> None:
         manifest = self.manifest
@@ -461,7 +607,10 @@ class _Recorder:
             manifest.counts["target_errors"] = self.n_target_errors
         if self.gateway is not None:
             u = self.gateway.usage()
-            manifest.counts["judge"] = {k: self.earlier_judge.get(k, 0) + getattr(u, k) for k in JUDGE_COUNTS}
+            judge = {k: self.earlier_judge.get(k, 0) + getattr(u, k) for k in JUDGE_COUNTS}
+            judge["cost"] = round(judge["cost"], 10)
+            manifest.counts["judge"] = judge
+            manifest.counts["cost"] = _cost_counts(self.totals, self.gateway.config, judge)
         if self.self_judged and manifest.judge is not None:
             manifest.judge["self_judging"] = {"generator_model": self.self_judged[0],
                                               "cases": len(self.self_judged)}
@@ -469,7 +618,7 @@ class _Recorder:
                  for b in {**self.earlier_wall, **self.last_score_at}}
         manifest.timing = {**manifest.timing, "wall_seconds": spans}
 
-    def finish(self, interrupted: bool, complete: bool) -> None:
+    def finish(self, interrupted: bool, complete: bool, dry_run: bool = False) -> None:
         """The session's end: stop the bar and the gateway, record the status and the counts."""
         if self.bar:
             self.bar.stop()
@@ -483,11 +632,47 @@ class _Recorder:
         manifest.finished_at = now()
         manifest.status = "interrupted" if interrupted else ("complete" if complete else "incomplete")
         self.update_counts()
+        if manifest.counts.get("not_run"):
+            manifest.status = "incomplete"
+        if self.gateway is not None and self.gateway.budget is not None:
+            budget = manifest.counts.get("budget", {})
+            manifest.counts["budget"] = {**budget, "spent": self.gateway.budget_spent}
+        if dry_run:
+            manifest.status = "dry-run"
+            if self.gateway is not None:
+                manifest.counts["planned"] = _planned(self.gateway)
         if self.gateway is not None and self.gateway.stub_detected:
             # every judged score of this run came from ragbridge's stub judge, not a model
             manifest.judge = {**(manifest.judge or {}), "stub": True}
         if self.folder:
             self.folder.finish(manifest)
+
+
+def _planned(gateway: Any) -> dict[str, dict[str, Any]]:
+    """A dry run's ``counts.planned``: per ``backend:metric``, the calls it would make, the cache hits
+    and their cost (None: unknown)."""
+    priced = bool(gateway.config.prices)
+    out: dict[str, dict[str, Any]] = {}
+    for (backend, metric, _), u in sorted(gateway.usage_by_triple().items(), key=lambda kv: str(kv[0])):
+        if backend is None:
+            continue
+        row = out.setdefault(f"{backend}:{metric}",
+                             {"calls": 0, "cache_hits": 0, "cost": 0.0 if priced else None})
+        row["calls"] += u.calls
+        row["cache_hits"] += u.cache_hits
+        if row["cost"] is not None:
+            row["cost"] = None if u.unpriced else round(row["cost"] + u.cost, 10)
+    return out
+
+
+def _cost_counts(totals: Totals, config: Any, judge: dict[str, Any]) -> dict[str, Any]:
+    """``counts.cost``: the run's judge cost (``total``: every upstream call of every session, None
+    when a call's model has no price) and, per backend and per ``backend:metric``, the cost of the
+    scores kept (a failed score's calls are in the total only)."""
+    by_backend, by_metric = totals.costs()
+    return {"currency": config.currency, "priced": bool(config.prices),
+            "total": None if judge.get("unpriced") or not config.prices else judge.get("cost", 0.0),
+            "by_backend": by_backend, "by_metric": by_metric}
 
 
 class _Bar:

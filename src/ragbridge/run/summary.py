@@ -19,12 +19,13 @@ __all__ = ["summarize", "Totals", "ALL", "COLUMNS", "claim_counts", "unsupported
 
 ALL = "(all)"
 COLUMNS = ["backend", "metric", "tag", "mean", "n_scored", "n_undefined", "n_errored", "n", "n_claims",
-           "unsupported_share"]
+           "unsupported_share", "n_not_run", "cost"]
 
 
 # the running sums of one (backend, metric, tag): n, scored, sum of values, undefined, errored,
-# answers with claims, answers with an unsupported claim
-_N, _SCORED, _SUM, _UNDEFINED, _ERRORED, _CLAIMS, _BAD = range(7)
+# answers with claims, answers with an unsupported claim, not run, judged scores, their cost, judged
+# scores of unknown cost
+_N, _SCORED, _SUM, _UNDEFINED, _ERRORED, _CLAIMS, _BAD, _NOT_RUN, _JUDGED, _COST, _UNPRICED = range(11)
 
 
 class Totals:
@@ -38,7 +39,7 @@ class Totals:
         key = (backend, metric, tag)
         group = self._groups.get(key)
         if group is None:
-            group = self._groups[key] = [0, 0, 0.0, 0, 0, 0, 0]
+            group = self._groups[key] = [0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0.0, 0]
         return group
 
     def add(self, score: Score, tags: Iterable[str] = ()) -> None:
@@ -57,8 +58,16 @@ class Totals:
                     g[_BAD] += 1 if claims[1] else 0
             elif status == "undefined":
                 g[_UNDEFINED] += 1
+            elif status == "not_run":
+                g[_NOT_RUN] += 1
             else:
                 g[_ERRORED] += 1
+            if score.judge_calls:
+                g[_JUDGED] += 1
+                if score.cost is None:
+                    g[_UNPRICED] += 1
+                else:
+                    g[_COST] += score.cost
 
     def add_block(self, block: ScoreBlock, tags_of: Optional[dict[str, Sequence[str]]] = None) -> None:
         """A block's scores; ``tags_of`` maps a case id to its tags (cases without tags left out)."""
@@ -81,15 +90,34 @@ class Totals:
         g[_UNDEFINED] += len(values) - len(scored)
 
     def counts(self) -> dict[str, int]:
-        """``scores``, ``scored``, ``undefined`` and ``errored`` over every backend and metric."""
-        out = {"scores": 0, "scored": 0, "undefined": 0, "errored": 0}
+        """``scores``, ``scored``, ``undefined``, ``errored`` and (when there are any) ``not_run``
+        over every backend and metric."""
+        out = {"scores": 0, "scored": 0, "undefined": 0, "errored": 0, "not_run": 0}
         for (_, _, tag), g in self._groups.items():
             if tag == ALL:
                 out["scores"] += g[_N]
                 out["scored"] += g[_SCORED]
                 out["undefined"] += g[_UNDEFINED]
                 out["errored"] += g[_ERRORED]
+                out["not_run"] += g[_NOT_RUN]
+        if not out["not_run"]:
+            del out["not_run"]  # a run without a budget reads as it always did
         return out
+
+    def costs(self) -> tuple[dict[str, Optional[float]], dict[str, Optional[float]]]:
+        """The judged scores' cost per backend and per ``backend:metric`` (None: a score's cost is
+        unknown); backends and metrics without judged scores are left out."""
+        by_backend: dict[str, Optional[float]] = {}
+        by_metric: dict[str, Optional[float]] = {}
+        for (backend, metric, tag), g in self._groups.items():
+            if tag != ALL or not g[_JUDGED]:
+                continue
+            cost = None if g[_UNPRICED] else round(g[_COST], 10)
+            by_metric[f"{backend}:{metric}"] = cost
+            if backend in by_backend and by_backend[backend] is None:
+                continue
+            by_backend[backend] = None if cost is None else round(by_backend.get(backend, 0.0) + cost, 10)
+        return by_backend, by_metric
 
     def rows(self, by_tag: bool = True) -> list[dict[str, Any]]:
         """`frame`'s rows as plain dicts (``COLUMNS`` in order), without pandas: the overall rows
@@ -101,6 +129,8 @@ class Totals:
                 "n_scored": g[_SCORED], "n_undefined": g[_UNDEFINED], "n_errored": g[_ERRORED], "n": g[_N],
                 "n_claims": g[_CLAIMS],
                 "unsupported_share": g[_BAD] / g[_CLAIMS] if g[_CLAIMS] else float("nan"),
+                "n_not_run": g[_NOT_RUN],
+                "cost": g[_COST] if g[_JUDGED] and not g[_UNPRICED] else float("nan"),
             }
             for (backend, metric, tag), g in self._groups.items() if by_tag or tag == ALL
         ]
@@ -121,6 +151,9 @@ def summarize(scores: Sequence[Score], cases: Sequence[Case] = (), by_tag: bool 
     the cases. ``mean`` is NaN when nothing was scored. Where the backend exposes claims
     (`claim_counts`), ``n_claims`` counts the scored answers that have claims and
     ``unsupported_share`` is the share of them with at least one unsupported claim (else 0 and NaN).
+    ``n_not_run`` counts the scores a spent budget left unrun; ``cost`` is what the judge calls of the
+    group's scores cost by the judge's price table (NaN when unknown: no price, or no judged score).
+    A score of a run with repeats is its case's mean over them.
     """
     tags_of = {c.id: c.tags for c in cases} if by_tag else {}
     totals = Totals()

@@ -19,6 +19,15 @@ words dropped, a light suffix stemmer), and
 So a faithful answer scores higher than an unfaithful one, and the same request always gets the
 same answer. None of this measures judgement quality: it exercises plumbing.
 
+**Noise, on purpose (a test device).** A real judge does not give the same verdict every time it is
+asked; to test what ragbridge measures about that (``--repeats``, the noise figures), the stub can be
+made noisy: ``StubJudge(noise=p, noise_seed=s)``. Every verdict of the toy judge (`is_supported`,
+`is_relevant`) then flips with probability ``p``, and a level on a scale (`noisy_level`, which a
+responder applies to the level it answers) moves to a neighbouring level with probability ``p``. The
+draws come from a generator seeded by (``s``, the repeat index the gateway sends in
+``X-Ragbridge-Repeat``, the request body), so a given request in a given repeat always gets the same
+answer, and repeats differ as independent draws. Without ``noise`` nothing changes.
+
 This module knows no evaluation library. A backend plugin whose prompts the stub should answer
 registers its own responder through the ``ragbridge_register_stub_responders`` hook (asked once, at
 the first answer); it works out *which text is judged against which* and leaves the rest to the
@@ -38,12 +47,16 @@ public helpers here:
 from __future__ import annotations
 
 import ast
+import contextlib
+import contextvars
+import hashlib
 import json
 import math
+import random
 import re
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Optional, Protocol
+from typing import Any, Callable, Iterable, Optional, Protocol, Sequence
 
 __all__ = [
     "JudgeRequest",
@@ -78,6 +91,9 @@ __all__ = [
     "is_supported",
     "relevance",
     "is_relevant",
+    "perturbed",
+    "noisy",
+    "noisy_level",
     "usefulness",
     "is_noncommittal",
     "split_sentences",
@@ -179,11 +195,59 @@ def support(statement: str, context: str) -> tuple[float, list[str], list[str]]:
     return len(found) / len(words), found, missing
 
 
+@dataclass
+class _Noise:
+    rate: float
+    rng: random.Random
+
+
+_NOISE: contextvars.ContextVar[Optional[_Noise]] = contextvars.ContextVar("ragbridge_stub_noise",
+                                                                         default=None)
+
+
+@contextlib.contextmanager
+def perturbed(rate: float, seed: int, repeat: int, request: bytes):
+    """Within this block the toy judge is noisy (see the module docstring): verdicts flip and levels
+    move with probability ``rate``, drawn from a generator seeded by (seed, repeat, request)."""
+    if not rate:
+        yield
+        return
+    digest = hashlib.sha256(b"%d\0%d\0" % (seed, repeat) + request).digest()
+    token = _NOISE.set(_Noise(float(rate), random.Random(int.from_bytes(digest[:8], "little"))))
+    try:
+        yield
+    finally:
+        _NOISE.reset(token)
+
+
+def noisy(verdict: bool) -> bool:
+    """``verdict``, flipped with the noise probability inside `perturbed` (else unchanged)."""
+    noise = _NOISE.get()
+    if noise is None:
+        return verdict
+    return (not verdict) if noise.rng.random() < noise.rate else verdict
+
+
+def noisy_level(level: Any, values: Sequence[Any]) -> Any:
+    """``level`` (one of the ordered ``values``), moved to a neighbouring value with the noise
+    probability inside `perturbed` (at either end, to its only neighbour), else unchanged."""
+    noise = _NOISE.get()
+    values = list(values)
+    if noise is None or len(values) < 2 or level not in values or noise.rng.random() >= noise.rate:
+        return level
+    i = values.index(level)
+    if i == 0:
+        return values[1]
+    if i == len(values) - 1:
+        return values[-2]
+    return values[i + (1 if noise.rng.random() < 0.5 else -1)]
+
+
 def is_supported(statement: str, context: str) -> bool:
     """Half the statement's content words and every number in it occur in the context."""
     frac, _, _ = support(statement, context)
     missing_numbers = numbers(statement) - numbers(context)
-    return frac >= 0.5 and not missing_numbers
+    return noisy(frac >= 0.5 and not missing_numbers)
 
 
 def relevance(text: str, query: str) -> float:
@@ -200,7 +264,7 @@ def is_relevant(text: str, query: str) -> bool:
     q = set(content_words(query))
     t = set(content_words(text))
     inter = q & t
-    return bool(q) and (len(inter) / len(q) >= 0.25 or len(inter) >= 2)
+    return noisy(bool(q) and (len(inter) / len(q) >= 0.25 or len(inter) >= 2))
 
 
 def usefulness(node: str, target: str) -> float:

@@ -23,6 +23,12 @@ the same faults), or queued explicitly with :meth:`StubJudge.inject`:
 * ``malformed``: HTTP 200 whose message content (or ``output_text``) is broken JSON;
 * ``garbage``: HTTP 200 whose body is not JSON at all (a transport-level fault).
 
+``noise`` (with ``noise_seed``) makes the judge noisy on purpose, a test device for what ragbridge
+measures about judge noise: each verdict flips, and each level on a scale moves to a neighbour, with
+probability ``noise``, drawn per request and per repeat (the ``X-Ragbridge-Repeat`` header the
+gateway sends), so repeats of one request differ while a replay of one repeat does not (see
+:mod:`ragbridge.testing.responders`).
+
 ``latency`` is the response time of every POST: the stub computes its answer, then sleeps for
 whatever is left of ``latency``.
 
@@ -57,7 +63,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ragbridge.judge import FastRequestHandler
-from ragbridge.testing.responders import JudgeReply, JudgeRequest, content_words, respond
+from ragbridge.testing.responders import JudgeReply, JudgeRequest, content_words, perturbed, respond
 
 __all__ = ["StubJudge", "StubJudgeProcess", "StubRequest", "serve", "FAULT_KINDS", "embed", "main"]
 
@@ -108,14 +114,18 @@ class _Handler(FastRequestHandler):
     stub: "StubJudge"  # set on the subclass
 
     def _send(self, status: int, payload: Any, headers: Optional[dict] = None) -> None:
-        body = payload if isinstance(payload, bytes) else json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        if isinstance(payload, bytes):
+            body = payload
+        else:
+            body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         extra = ["Content-Type: application/json", "X-Ragbridge-Stub: 1"]
         extra += [f"{k}: {v}" for k, v in (headers or {}).items()]
         self.write_response(status, body, extra)
 
     def _error(self, status: int, message: str, etype: str = "invalid_request_error",
                headers: Optional[dict] = None) -> None:
-        self._send(status, {"error": {"message": message, "type": etype, "param": None, "code": None}}, headers)
+        error = {"message": message, "type": etype, "param": None, "code": None}
+        self._send(status, {"error": error}, headers)
 
     def _route(self) -> str:
         path = self.path.split("?", 1)[0].rstrip("/")
@@ -163,16 +173,18 @@ class _Handler(FastRequestHandler):
                 payload = b"<html>ragbridge stub: this is not JSON</html>"
             else:
                 malformed = fault == "malformed"
-                if route == "/chat/completions":
-                    payload = stub.chat_completion(body, malformed=malformed)
-                elif route == "/responses":
-                    payload = stub.response(body, malformed=malformed)
-                elif route == "/embeddings":
-                    payload = stub.embeddings(body)
-                elif route == "/completions":
-                    payload = stub.completion(body)
-                else:
-                    status, payload = 404, _err(f"ragbridge stub: no route POST {route}")
+                repeat = self.headers.get("x-ragbridge-repeat") or "0"
+                with perturbed(stub.noise, stub.noise_seed, int(repeat) if repeat.isdigit() else 0, raw):
+                    if route == "/chat/completions":
+                        payload = stub.chat_completion(body, malformed=malformed)
+                    elif route == "/responses":
+                        payload = stub.response(body, malformed=malformed)
+                    elif route == "/embeddings":
+                        payload = stub.embeddings(body)
+                    elif route == "/completions":
+                        payload = stub.completion(body)
+                    else:
+                        status, payload = 404, _err(f"ragbridge stub: no route POST {route}")
             # `latency` is the response time: the time spent computing the answer is part of it.
             remaining = stub.latency - (time.monotonic() - t0)
             if remaining > 0:
@@ -204,10 +216,15 @@ class StubJudge:
                  fault_rate_500: float = 0, fault_rate_timeout: float = 0, fault_rate_malformed: float = 0,
                  seed: int = 0, *, fault_rate_garbage: float = 0, timeout_seconds: float = 30.0,
                  retry_after: float = 0, models: tuple[str, ...] = ("stub-judge", "stub-embedder"),
-                 host: str = "127.0.0.1", max_recorded: int = 100_000) -> None:
+                 host: str = "127.0.0.1", max_recorded: int = 100_000, noise: float = 0.0,
+                 noise_seed: int = 0) -> None:
         rates = [fault_rate_429, fault_rate_500, fault_rate_timeout, fault_rate_malformed, fault_rate_garbage]
         if any(r < 0 or r > 1 for r in rates) or sum(rates) > 1:
             raise ValueError("fault rates must each be in 0..1 and sum to at most 1")
+        if not 0 <= noise <= 1:
+            raise ValueError("noise must be in 0..1")
+        self.noise = float(noise)
+        self.noise_seed = int(noise_seed)
         self.port = port
         self.host = host
         self.latency = float(latency)
@@ -389,7 +406,9 @@ class StubJudge:
                                       "function": {"name": reply.tool_name, "arguments": content}}]
             finish = "tool_calls"
         n = int(body.get("n") or 1)
-        logprobs = _logprobs(content, reply, int(body.get("top_logprobs") or 1)) if body.get("logprobs") else None
+        logprobs = None
+        if body.get("logprobs"):
+            logprobs = _logprobs(content, reply, int(body.get("top_logprobs") or 1))
         choices = [{"index": i, "message": message, "logprobs": logprobs, "finish_reason": finish}
                    for i in range(max(1, n))]
         prompt_tokens = _tokens(req.prompt)
@@ -449,8 +468,8 @@ class StubJudge:
             emb: Any = base64.b64encode(struct.pack(f"<{dim}f", *vec)).decode("ascii") if as_b64 else vec
             data.append({"object": "embedding", "index": i, "embedding": emb})
         pt = sum(_tokens(t) for t in texts)
-        return {"object": "list", "data": data, "model": self._model(body), "system_fingerprint": STUB_FINGERPRINT,
-                "usage": {"prompt_tokens": pt, "total_tokens": pt}}
+        return {"object": "list", "data": data, "model": self._model(body),
+                "system_fingerprint": STUB_FINGERPRINT, "usage": {"prompt_tokens": pt, "total_tokens": pt}}
 
 
 def _break_json(content: Optional[str]) -> str:
@@ -502,8 +521,8 @@ class StubJudgeProcess:
             port = s.getsockname()[1]
         src = str(Path(__file__).resolve().parents[2])  # works from a source checkout without install
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
-        self.proc = subprocess.Popen([sys.executable, "-m", "ragbridge.testing.stub_judge", "--port", str(port),
-                                      "--latency", str(self.latency)], env=env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "ragbridge.testing.stub_judge",
+                                      "--port", str(port), "--latency", str(self.latency)], env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
@@ -518,7 +537,8 @@ class StubJudgeProcess:
             except OSError:
                 time.sleep(0.05)
         self.close()
-        raise RuntimeError(f"the stub judge process did not answer on port {port} within {self.start_timeout:g} s")
+        raise RuntimeError(f"the stub judge process did not answer on port {port}"
+                           f" within {self.start_timeout:g} s")
 
     def close(self) -> None:
         if self.proc is not None:
@@ -548,11 +568,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout-seconds", type=float, default=30.0, help="how long a 'timeout' fault holds")
     p.add_argument("--retry-after", type=float, default=0, help="Retry-After seconds on a 429 fault")
+    p.add_argument("--noise", type=float, default=0.0,
+                   help="test device: each verdict flips (a level moves) with this probability, per repeat")
+    p.add_argument("--noise-seed", type=int, default=0)
     a = p.parse_args(argv)
     serve(a.port, host=a.host, latency=a.latency, fault_rate_429=a.fault_rate_429,
           fault_rate_500=a.fault_rate_500, fault_rate_timeout=a.fault_rate_timeout,
           fault_rate_malformed=a.fault_rate_malformed, fault_rate_garbage=a.fault_rate_garbage,
-          seed=a.seed, timeout_seconds=a.timeout_seconds, retry_after=a.retry_after)
+          seed=a.seed, timeout_seconds=a.timeout_seconds, retry_after=a.retry_after, noise=a.noise,
+          noise_seed=a.noise_seed)
     return 0
 
 

@@ -1,0 +1,145 @@
+"""The canonical metrics the Phoenix backend offers, the Phoenix evaluator behind each, how each of
+its labels becomes a 0..1 value, and the backend's options.
+
+Every metric is one of Phoenix evals 3.9.4's ``ClassificationEvaluator`` classes (``phoenix.evals.
+metrics``). The judge answers one label out of the evaluator's choices, with an explanation; Phoenix
+maps the label to its own score with the evaluator's ``label_score_map``, and ragbridge's ``value``
+is that score, unchanged: for each metric below it is already in 0..1 with higher better.
+
+=====================  ================================  ================================  ===========
+canonical              Phoenix evaluator (Score.name)    label -> value (Phoenix's score)  calls/case
+=====================  ================================  ================================  ===========
+``faithfulness``       ``FaithfulnessEvaluator``         ``faithful`` -> 1.0               1
+                       (``faithfulness``, maximize)      ``unfaithful`` -> 0.0
+``context_relevance``  ``RetrievalRelevanceEvaluator``   per chunk: ``relevant`` -> 1.0,   1 per chunk
+                       (``retrieval_relevance``,         ``irrelevant`` -> 0.0; value =
+                       maximize), once per chunk         mean over the chunks (the
+                                                         share judged relevant)
+``abstention``         ``RefusalEvaluator``              ``refused`` -> 1.0,               1 (0 when
+                       (``refusal``, neutral)            ``answered`` -> 0.0; undefined    answerable)
+                                                         on an answerable case
+=====================  ================================  ================================  ===========
+
+Why these mappings:
+
+* ``faithfulness``: Phoenix's faithful/unfaithful verdict on the whole answer against the retrieved
+  chunks (joined with a blank line). One verdict, so the value is 0 or 1; there are no claims to put
+  in ``Score.evidence`` (Phoenix does not split the answer).
+* ``context_relevance``: Phoenix's retrieval relevance is holistic ("relevant if any meaningful part
+  bears on the request"), so all chunks at once would say nothing about the ranking. Each retrieved
+  chunk is judged on its own, in rank order, and the value is the share judged ``relevant``, the
+  canonical meaning (share of the retrieved chunks relevant to the question). Each chunk's verdict
+  and explanation is in ``Score.evidence.chunks``.
+* ``abstention``: the canonical metric is defined on unanswerable cases only (1 when the answer
+  declines, else 0), as the native one is. Phoenix's refusal has no direction (it only detects a
+  refusal), and on an unanswerable case declining is the right behaviour, so Phoenix's score already
+  points the canonical way: ``refused`` is 1.0. On an answerable case the value is undefined
+  (``None``, reason "case is answerable") and no judge call is made.
+
+The label maps are pinned here (`PhoenixMetric.labels`) and checked against the installed
+evaluator when a run opens, so a Phoenix release that renames a label or changes its score fails
+every case loudly instead of shifting every number. A label outside the choices is never mapped to a
+default: Phoenix raises (``ValueError`` naming the valid labels) and it is that Score's ``error``.
+
+Not offered, on purpose (the other backends cover them):
+
+* ``answer_correctness``: Phoenix 3.x has no reference-based correctness. ``CorrectnessEvaluator``
+  sees only the question and the answer (general correctness, not agreement with a reference), and
+  the reference-based ``QA_PROMPT_TEMPLATE`` went with ``phoenix.evals.legacy`` in 3.0.
+* ``answer_relevance``: Phoenix 3.9 has no answer-relevance evaluator.
+* ``HallucinationEvaluator`` (hallucinated 1.0 / grounded 0.0, minimize) is conversation-grounded in
+  3.x (``input``, ``output``: the whole record the assistant saw), not grounded in retrieved chunks;
+  ``FaithfulnessEvaluator`` is Phoenix's RAG check. ``DocumentRelevanceEvaluator`` is deprecated
+  since 3.7 in favour of retrieval relevance.
+* Phoenix's code evaluators (``exact_match``, ``MatchesRegex``, ``PrecisionRecallFScore`` over class
+  labels) compute nothing the canonical ranking metrics or answer checks mean.
+
+Options (``RunOptions.backend_options["phoenix"]``, `PhoenixSettings`): ``concurrency`` (cases in
+flight; default the judge's ``max_concurrency``), ``temperature`` (0.0; Phoenix sends none by
+default), ``include_explanation`` (True; False drops the explanation from the schema and the
+``reason``). Nothing here imports Phoenix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+__all__ = ["BACKEND", "PhoenixMetric", "METRICS", "NATIVE_NAMES", "PhoenixSettings"]
+
+BACKEND = "phoenix"
+
+
+@dataclass(frozen=True)
+class PhoenixMetric:
+    """One canonical metric and the Phoenix evaluator behind it."""
+
+    canonical: str
+    evaluator: str  # the class in phoenix.evals.metrics
+    native: str  # Phoenix's Score.name (the Score's native_metric)
+    requires: tuple[str, ...]
+    #: Phoenix's label -> score, in Phoenix's order, the passing label first
+    labels: tuple[tuple[str, float], ...]
+    direction: str  # Phoenix's optimization direction
+    description: str
+    per_chunk: bool = False  # one call per retrieved chunk; value = share of chunks with the passing label
+    unanswerable_only: bool = False  # defined on cases with answerable: false only
+
+    @property
+    def label_scores(self) -> dict[str, float]:
+        return dict(self.labels)
+
+    @property
+    def passing(self) -> str:
+        """The label that means the case passes (value 1.0)."""
+        return self.labels[0][0]
+
+
+METRICS: dict[str, PhoenixMetric] = {
+    m.canonical: m
+    for m in (
+        PhoenixMetric("faithfulness", "FaithfulnessEvaluator", "faithfulness", ("answer", "context_text"),
+                      (("faithful", 1.0), ("unfaithful", 0.0)), "maximize",
+                      "FaithfulnessEvaluator: the answer is faithful to the retrieved chunks (1 call)"),
+        PhoenixMetric("context_relevance", "RetrievalRelevanceEvaluator", "retrieval_relevance",
+                      ("context_text",), (("relevant", 1.0), ("irrelevant", 0.0)), "maximize",
+                      "RetrievalRelevanceEvaluator per chunk: share of retrieved chunks judged relevant",
+                      per_chunk=True),
+        PhoenixMetric("abstention", "RefusalEvaluator", "refusal", ("answer",),
+                      (("refused", 1.0), ("answered", 0.0)), "neutral",
+                      "RefusalEvaluator on unanswerable cases: the answer declines (1 call)",
+                      unanswerable_only=True),
+    )
+}
+#: canonical metric -> Phoenix's Score.name
+NATIVE_NAMES = {name: m.native for name, m in METRICS.items()}
+
+_OPTIONS = ("concurrency", "temperature", "include_explanation")
+
+
+@dataclass(frozen=True)
+class PhoenixSettings:
+    """Per-run options (``RunOptions.backend_options["phoenix"]``), validated by `from_options`."""
+
+    concurrency: Optional[int] = None  # cases in flight (None: the judge's max_concurrency)
+    temperature: float = 0.0
+    include_explanation: bool = True
+
+    @classmethod
+    def from_options(cls, raw: Optional[dict[str, Any]]) -> "PhoenixSettings":
+        """The settings, or ValueError naming the option and what it takes."""
+        raw = dict(raw or {})
+        unknown = sorted(set(raw) - set(_OPTIONS))
+        if unknown:
+            raise ValueError(f"unknown phoenix backend option(s): {', '.join(unknown)}; "
+                             f"known: {', '.join(_OPTIONS)}")
+        s = cls(**raw)
+        n, t = s.concurrency, s.temperature
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"phoenix option concurrency must be a whole number >= 1, got {n!r}")
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t <= 2:
+            raise ValueError(f"phoenix option temperature must be a number from 0 to 2, got {t!r}")
+        if not isinstance(s.include_explanation, bool):
+            raise ValueError("phoenix option include_explanation must be true or false, "
+                             f"got {s.include_explanation!r}")
+        return s

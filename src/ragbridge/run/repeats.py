@@ -1,0 +1,87 @@
+"""Judged scores taken several times (``--repeats N``): each case's mean over its repeats.
+
+A run with repeats records every repeat as its own `Score` (``Score.repeat`` = 0..N-1) in
+``scores.jsonl``. What summaries, comparisons, diffs, gates and reports read is one score per
+case, metric and backend (`collapse_repeats`): the mean of the repeats that were scored, with
+``Score.repeats`` holding what each repeat gave and their spread, and ``passed`` true when at least
+``pass_at_least`` of the repeats passed (default: a majority of the N planned). The per-repeat
+scores stay available as ``Run.repeat_scores`` (the noise figures of `ragbridge.analysis` read them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Iterable, Optional, Sequence
+
+from ..schema import Repeats, Score
+
+__all__ = ["has_repeats", "collapse_repeats", "majority"]
+
+
+def has_repeats(scores: Iterable[Score]) -> bool:
+    """Whether any score is a repeat other than the first (a run made with ``--repeats`` > 1)."""
+    return any(s.repeat for s in scores)
+
+
+def majority(n: int) -> int:
+    """The default ``pass_at_least`` of N repeats: more than half."""
+    return n // 2 + 1
+
+
+def _sd(values: Sequence[float]) -> Optional[float]:
+    if len(values) < 2:
+        return None
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def collapse_repeats(scores: Iterable[Score], pass_at_least: Optional[int] = None,
+                     n_repeats: Optional[int] = None) -> list[Score]:
+    """One score per (case, metric, backend), in first-seen order: a key with one repeat only is
+    returned as it is; one with several becomes their mean (see the module docstring).
+
+    ``n_repeats``: the repeats planned (default: the highest repeat index seen + 1, per key).
+    The collapsed score is ``scored`` when any repeat was; else ``error`` when one failed, else
+    ``not_run`` when one was not run, else ``undefined``. Judge calls, tokens, cost and seconds are
+    summed over the repeats (cost None when any repeat's was unknown)."""
+    groups: dict[tuple[str, str, str], list[Score]] = defaultdict(list)
+    for s in scores:
+        groups[s.key].append(s)
+    out = []
+    for group in groups.values():
+        if len(group) == 1 and group[0].repeat == 0 and (n_repeats or 1) == 1:
+            out.append(group[0])
+            continue
+        group.sort(key=lambda s: s.repeat)
+        n = max(n_repeats or 0, group[-1].repeat + 1)
+        by_repeat = {s.repeat: s for s in group}
+        values = [by_repeat[r].value if r in by_repeat and by_repeat[r].status == "scored" else None
+                  for r in range(n)]
+        passed = [by_repeat[r].passed if r in by_repeat and by_repeat[r].status == "scored" else None
+                  for r in range(n)]
+        scored = [s for s in group if s.status == "scored"]
+        m = pass_at_least if pass_at_least is not None else majority(n)
+        first = scored[0] if scored else group[0]
+        fields = first.model_dump(exclude={"repeat", "repeats", "value", "passed", "error", "not_run",
+                                           "judge_calls", "prompt_tokens", "completion_tokens", "seconds",
+                                           "cost", "evidence"})
+        nums = [v for v in values if v is not None]
+        any_passed = [p for p in passed if p is not None]
+        costs = [s.cost for s in group]
+        collapsed = Score(
+            **fields,
+            evidence=first.evidence,
+            value=sum(nums) / len(nums) if nums else None,
+            passed=(sum(any_passed) >= m) if any_passed else None,
+            error=None if scored else next((s.error for s in group if s.error), None),
+            not_run=not scored and not any(s.error for s in group) and any(s.not_run for s in group),
+            judge_calls=sum(s.judge_calls for s in group),
+            prompt_tokens=sum(s.prompt_tokens for s in group),
+            completion_tokens=sum(s.completion_tokens for s in group),
+            seconds=sum(s.seconds for s in group),
+            cost=None if any(c is None for c in costs) else sum(costs),
+            repeats=Repeats(n=n, values=values, passed=passed, sd=_sd(nums), pass_at_least=m),
+        )
+        out.append(collapsed)
+    return out

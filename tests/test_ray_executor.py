@@ -1,0 +1,370 @@
+"""The Ray executor on a real local Ray cluster: the same scores and run folder as the local
+executor, one judge budget and one cache for every worker, nothing lost when a worker or the driver
+is killed, no connection off the machine, and the judge's key in no Ray process or log.
+
+Most tests share one private local cluster (``ray_local``, started in-process with Ray's offline
+settings, as ``ray_session`` starts one); the tests in subprocesses let the executor start its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from ragbridge import evaluate, load_run  # noqa: E402
+from ragbridge.judge import JudgeConfig  # noqa: E402
+from ragbridge.plugins import get_backends  # noqa: E402
+from ragbridge.run.ray_executor import LOCAL_ENVIRONMENT, RayExecutor, ray_session  # noqa: E402
+from ragbridge.testing import StubJudge  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+LIBRARIES = [b for b in ("ragas", "deepeval", "trulens", "phoenix")
+             if b in get_backends() and get_backends()[b].available()]
+#: what two runs may differ in: time, and tokens (a request repeated within a run is a single-flight
+#: cache hit or a second call depending on timing, in either executor)
+VOLATILE = {"seconds", "prompt_tokens", "completion_tokens"}
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One private local cluster for the tests, started as the executor starts one (its offline
+    settings, a short temporary folder, a capped object store) and left running between tests."""
+    with ray_session(num_cpus=2, object_store_memory=512 * 2**20) as connected:
+        yield connected
+
+
+def judge(stub, path, **kw):
+    return JudgeConfig(model="gpt-4o-mini", base_url=stub.base_url, cache_path=path, **kw)
+
+
+def comparable(run_dir: Path) -> dict:
+    """The run folder's scores, each once (a repeated key fails), without the volatile fields."""
+    out = {}
+    for line in (run_dir / "scores.jsonl").read_text().splitlines():
+        s = json.loads(line)
+        key = (s["case_id"], s["metric"], s["backend"])
+        assert key not in out, f"score recorded twice: {key}"
+        out[key] = {k: v for k, v in s.items() if k not in VOLATILE}
+    return out
+
+
+def test_same_run_folder_and_scores_as_local(tmp_path, example_cases, ray_local):
+    cases = example_cases[:8]
+    backends = ["native", "rubric", *LIBRARIES]
+    with StubJudge() as stub:
+        local = evaluate(cases, backends=backends, out=tmp_path / "local",
+                         judge=judge(stub, tmp_path / "local.sqlite"))
+        remote = evaluate(cases, backends=backends, out=tmp_path / "ray", executor="ray",
+                          judge=judge(stub, tmp_path / "ray.sqlite"))
+    a, b = comparable(tmp_path / "local"), comparable(tmp_path / "ray")
+    assert len(a) == len(local.scores) > 8 * 10
+    assert a == b  # value for value: every field but time and tokens
+    assert {s.key: s.value for s in local.scores} == {s.key: s.value for s in remote.scores}
+    ma, mb = (json.loads((tmp_path / d / "run.json").read_text()) for d in ("local", "ray"))
+    assert ma["counts"]["scores"] == mb["counts"]["scores"] and mb["status"] == "complete"
+    # every score's calls are equal (above); the totals may differ by what a backend asks once per
+    # session (TruLens's endpoint probe): once per actor instead of once per run
+    assert mb["counts"]["judge"]["calls"] + mb["counts"]["judge"]["cache_hits"] >= sum(
+        v["judge_calls"] for v in b.values())
+    assert mb["judge"]["stub"] is True
+    assert sorted(p.name for p in (tmp_path / "local").iterdir()) == sorted(
+        p.name for p in (tmp_path / "ray").iterdir())
+
+
+def test_native_blocks_equal_local(tmp_path, ray_local):
+    """Many native blocks (a block of 7 cases), graded labels, sources and repeated chunk ids."""
+    import random
+
+    from ragbridge.schema import Case
+
+    rng = random.Random(3)
+    cases = []
+    for i in range(60):
+        docs = [f"d{rng.randrange(40)}" for _ in range(12)]
+        rel = {f"d{j}": rng.randrange(0, 3) for j in rng.sample(range(40), rng.randrange(0, 5))}
+        cases.append(Case(id=f"q{i}", question="q", answer="the refund window is 30 days",
+                          contexts=[{"id": f"{d}#{k % 2}", "source": d, "text": d}
+                                    for k, d in enumerate(docs)],
+                          relevant=rel, must_contain=["30 days"]))
+    metrics = ["recall@5", "precision@3", "hit@10", "mrr", "ndcg@5", "map", "must_contain"]
+    evaluate(cases, metrics=metrics, out=tmp_path / "local")
+    evaluate(cases, metrics=metrics, out=tmp_path / "ray", executor=RayExecutor(native_block_rows=7))
+    assert comparable(tmp_path / "local") == comparable(tmp_path / "ray")
+
+
+def test_one_judge_budget_and_rate_for_every_worker(tmp_path, example_cases, ray_local):
+    """Four actors running two batches each would keep 8 x batch requests open: the gateway lets
+    max_concurrency of them reach the judge, counted at the stub."""
+    with StubJudge(latency=0.15) as stub:
+        evaluate(example_cases[:24], backends=["rubric"], metrics=["faithfulness"],
+                 judge=judge(stub, None, cache_mode="off", max_concurrency=3),
+                 executor=RayExecutor(actors=4, batch_size=3))
+        assert stub.max_in_flight == 3  # reached, never exceeded
+        assert len(stub.posts()) >= 24
+    with StubJudge() as stub:  # 300 a minute: starts 0.2 s apart, whichever worker asks
+        evaluate(example_cases[:12], backends=["rubric"], metrics=["answer_relevance"],
+                 judge=judge(stub, None, cache_mode="off", max_concurrency=8, requests_per_minute=300),
+                 executor=RayExecutor(actors=3, batch_size=2))
+        times = sorted(r.time for r in stub.posts())
+    assert len(times) == 12
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert min(gaps) > 0.17, gaps  # 0.2 s apart (less a little scheduling jitter)
+
+
+def test_cache_is_shared_by_every_worker(tmp_path, example_cases, ray_local):
+    cases = example_cases[:10]
+    with StubJudge() as stub:
+        cfg = judge(stub, tmp_path / "cache.sqlite")
+        first = evaluate(cases, backends=["rubric"], out=tmp_path / "one", judge=cfg,
+                         executor=RayExecutor(actors=2, batch_size=2))
+        assert len(stub.posts()) > 0
+        stub.reset()
+        # other actors, other batches: each case lands elsewhere, and is a hit wherever it lands
+        second = evaluate(cases, backends=["rubric"], out=tmp_path / "two", judge=cfg,
+                          executor=RayExecutor(actors=3, batch_size=3))
+        assert stub.posts() == []
+    assert comparable(tmp_path / "one") == comparable(tmp_path / "two")
+    assert {s.key: s.value for s in first.scores} == {s.key: s.value for s in second.scores}
+
+
+def _scorer_pids() -> list[int]:
+    """The processes of the Ray Data scorer actors (their title is ``ray::MapWorker(...)``)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                cmd = Path(f"/proc/{d}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"MapWorker(MapBatches(BackendScorer))" in cmd:
+                pids.append(int(d))
+    return pids
+
+
+def test_killed_worker_loses_nothing_and_doubles_nothing(tmp_path, example_cases, ray_local):
+    cases = example_cases[:30]
+    with StubJudge(latency=0.1) as stub:
+        reference = evaluate(cases, backends=["rubric"], metrics=["faithfulness", "answer_relevance"],
+                             out=tmp_path / "ref", judge=judge(stub, tmp_path / "ref.sqlite"))
+        stub.reset()
+        killed = []
+
+        def kill_one():
+            deadline = time.time() + 120
+            pids = []
+            while time.time() < deadline and (len(stub.posts()) < 15 or not pids):
+                time.sleep(0.05)
+                pids = _scorer_pids()
+            if pids:
+                os.kill(pids[0], signal.SIGKILL)
+                killed.append(pids[0])
+
+        t = threading.Thread(target=kill_one)
+        t.start()
+        run = evaluate(cases, backends=["rubric"], metrics=["faithfulness", "answer_relevance"],
+                       out=tmp_path / "ray", judge=judge(stub, tmp_path / "ray.sqlite", max_concurrency=4),
+                       executor=RayExecutor(actors=2, batch_size=4))
+        t.join()
+    assert killed, "no scorer actor was found to kill"
+    assert run.complete and len(run.scores) == len(reference.scores) == 60
+    assert len(stub.posts()) >= 60  # the batch of the killed actor was asked for again
+    _equal_but_calls(comparable(tmp_path / "ray"), comparable(tmp_path / "ref"))
+
+
+def _equal_but_calls(a: dict, b: dict) -> bool:
+    """Equal but for judge_calls, which for a score of a retried batch also counts the calls of the
+    attempt that died (answered again from the cache)."""
+    strip = lambda d: {k: {f: x for f, x in v.items() if f != "judge_calls"} for k, v in d.items()}  # noqa: E731
+    assert strip(a) == strip(b)
+    assert all(a[k]["judge_calls"] >= b[k]["judge_calls"] for k in a)
+    return True
+
+
+DRIVER = textwrap.dedent(
+    """
+    import json, os, sys
+    from ragbridge import evaluate, load_cases
+    from ragbridge.judge import JudgeConfig
+    from ragbridge.run.ray_executor import RayExecutor
+    golden, out, base_url, cache, report = sys.argv[1:6]
+    secret = os.environ["RB_TEST_JUDGE_KEY"]
+    seen = []
+
+    def inspect(score):
+        # while the cluster runs: the key in no Ray process's environment and no file of its session
+        seen.append(score)
+        if len(seen) != 3 or report == "-":
+            return
+        import ray
+        session = ray._private.worker._global_node.get_session_dir_path()
+        found = []
+        for d, _, files in os.walk(session):
+            for f in files:
+                try:
+                    if secret.encode() in open(os.path.join(d, f), "rb").read():
+                        found.append(os.path.join(d, f))
+                except OSError:
+                    pass
+        environs = []
+        for p in os.listdir("/proc"):
+            if p.isdigit() and p != str(os.getpid()):
+                try:
+                    env = open(f"/proc/{p}/environ", "rb").read()
+                    cmd = open(f"/proc/{p}/cmdline", "rb").read()
+                except OSError:
+                    continue
+                if (b"ray" in cmd) and secret.encode() in env:
+                    environs.append(cmd[:80].decode("utf-8", "replace"))
+        with open(report, "w") as fh:
+            json.dump({"files": found, "environs": environs, "session": session}, fh)
+
+    cases = load_cases(golden)
+    cfg = JudgeConfig(model="gpt-4o-mini", base_url=base_url, cache_path=cache,
+                      api_key_env="RB_TEST_JUDGE_KEY", max_concurrency=2)
+    run = evaluate(cases, backends=["native", "rubric"], metrics=["recall@5", "mrr", "faithfulness"], out=out,
+                   judge=cfg, executor=RayExecutor(num_cpus=2, object_store_memory=256 * 2**20, actors=2,
+                                                   batch_size=2),
+                   on_score=inspect)
+    print(json.dumps({"scores": len(run.scores), "complete": run.complete}))
+    """
+)
+
+REFUSE = textwrap.dedent(
+    '''
+    import json, os, socket
+
+    _log = os.environ["RB_EGRESS_LOG"]
+    _LOCAL = ("127.", "::1", "::ffff:127.", "localhost")
+
+    def _refuse(kind, target):
+        import traceback
+        with open(_log, "a") as f:
+            f.write(json.dumps({"kind": kind, "target": str(target), "pid": os.getpid(),
+                                "stack": traceback.format_stack()[-7:-1]}) + "\\n")
+        raise OSError(f"egress refused by the test: {kind} {target}")
+
+    _connect, _connect_ex, _getaddrinfo = socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo
+
+    def connect(self, address):
+        if self.family in (socket.AF_INET, socket.AF_INET6) and not str(address[0]).startswith(_LOCAL):
+            _refuse("connect", address[:2])
+        return _connect(self, address)
+
+    def connect_ex(self, address):
+        if self.family in (socket.AF_INET, socket.AF_INET6) and not str(address[0]).startswith(_LOCAL):
+            _refuse("connect", address[:2])
+        return _connect_ex(self, address)
+
+    def getaddrinfo(host, *args, **kwargs):
+        if host is not None and not str(host).startswith(_LOCAL) and host not in ("", "0.0.0.0"):
+            _refuse("lookup", host)
+        return _getaddrinfo(host, *args, **kwargs)
+
+    socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo = connect, connect_ex, getaddrinfo
+    '''
+)
+
+
+def _driver(tmp_path, golden, out, stub, report="-", env=None):
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(REFUSE)
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    pythonpath = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": pythonpath, "RB_EGRESS_LOG": str(tmp_path / "egress.jsonl"),
+           "RB_TEST_JUDGE_KEY": "sk-ragbridge-ray-test-4c1f9e2a7b", **(env or {})}
+    for k in ("RAY_ADDRESS", *LOCAL_ENVIRONMENT):
+        env.pop(k, None)  # the executor must set what it needs itself
+    return subprocess.Popen([sys.executable, str(script), str(golden), str(out), stub.base_url,
+                             str(tmp_path / "cache.sqlite"), str(report)], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_own_cluster_is_offline_and_never_holds_the_key(tmp_path, example_path):
+    """The executor starts its own cluster (in a subprocess whose every Python process, Ray's
+    included, refuses any connection or name lookup off the machine): the run completes, nothing
+    was refused, and the judge's key is in no Ray process's environment or session file."""
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text("".join(example_path.read_text().splitlines(keepends=True)[:8]))
+    with StubJudge() as stub:
+        proc = _driver(tmp_path, golden, tmp_path / "run", stub, report=tmp_path / "report.json")
+        stdout, stderr = proc.communicate(timeout=240)
+        assert proc.returncode == 0, stderr[-3000:]
+        assert stub.last_authorization == "Bearer sk-ragbridge-ray-test-4c1f9e2a7b"  # the gateway used it
+    assert json.loads(stdout.strip().splitlines()[-1]) == {"scores": 24, "complete": True}
+    egress = tmp_path / "egress.jsonl"
+    assert not egress.exists(), egress.read_text()
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["files"] == [] and report["environs"] == [], report
+    assert not Path(report["session"]).exists()  # the session folder is removed with the cluster
+    for f in (tmp_path / "run").iterdir():
+        assert b"sk-ragbridge-ray-test" not in f.read_bytes(), f
+
+
+@pytest.mark.slow
+def test_killed_driver_resumes_to_every_score_once(tmp_path, example_path, ray_local):
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text("".join(example_path.read_text().splitlines(keepends=True)[:20]))
+    out = tmp_path / "run"
+    with StubJudge(latency=0.25) as stub:
+        proc = _driver(tmp_path, golden, out, stub)
+        scores = out / "scores.jsonl"
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:
+            if scores.exists() and sum(1 for line in scores.read_text().splitlines()
+                                       if '"rubric"' in line) >= 4:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        before = sum(1 for _ in scores.read_text().splitlines())
+        assert 0 < before < 60
+        # resume (in this process, on the shared cluster) and compare with an uninterrupted run
+        from ragbridge import load_cases
+
+        cases = load_cases(golden)
+        cfg = judge(stub, tmp_path / "cache.sqlite", api_key_env="RB_TEST_JUDGE_KEY", max_concurrency=2)
+        metrics = ["recall@5", "mrr", "faithfulness"]
+        run = evaluate(cases, backends=["native", "rubric"], metrics=metrics, out=out, judge=cfg,
+                       executor="ray")
+        evaluate(cases, backends=["native", "rubric"], metrics=metrics, out=tmp_path / "ref",
+                 judge=judge(stub, tmp_path / "ref.sqlite"))
+    assert run.complete and len(run.scores) == 60
+    assert comparable(out) == comparable(tmp_path / "ref")
+    assert load_run(out).complete
+
+
+@pytest.mark.slow
+def test_cli_executor_ray_writes_the_local_run_folder(tmp_path, example_path):
+    from conftest import ragbridge_cli
+
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text("".join(example_path.read_text().splitlines(keepends=True)[:6]))
+    with StubJudge() as stub:
+        common = ["run", golden, "--backend", "native", "--backend", "rubric", "--no-progress", "--json",
+                  "--judge-model", "gpt-4o-mini", "--judge-base-url", stub.base_url,
+                  "--requests-per-minute", "6000"]
+        local = ragbridge_cli(*common, "--out", tmp_path / "local", "--cache-path", tmp_path / "a.sqlite",
+                              cwd=tmp_path)
+        remote = ragbridge_cli(*common, "--out", tmp_path / "ray", "--cache-path", tmp_path / "b.sqlite",
+                               "--executor", "ray", cwd=tmp_path)
+    assert local.returncode == 0, local.stderr
+    assert remote.returncode == 0, remote.stderr[-3000:]
+    assert json.loads(remote.stdout)["summary"] == json.loads(local.stdout)["summary"]
+    assert comparable(tmp_path / "local") == comparable(tmp_path / "ray")
+    bad = ragbridge_cli("run", golden, "--out", tmp_path / "x", "--ray-address", "auto", cwd=tmp_path)
+    assert bad.returncode == 2 and "--executor ray" in bad.stderr
