@@ -232,6 +232,22 @@ def load_trulens(path, cases, lost):
         assert [x["text"] for x in gt.expected_chunks or []] == c.reference_contexts
 
 
+def load_trec(path, cases, lost):
+    """pytrec_eval's own parsers read the run and the qrels beside it: each case with chunks is a
+    query ranking exactly its chunk ids, and every id label is a judgement of that query."""
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    with open(path, encoding="utf-8") as f:
+        run = pytrec_eval.parse_run(f)
+    with open(Path(path).with_suffix(".qrels"), encoding="utf-8") as f:
+        qrels = pytrec_eval.parse_qrel(f)
+    assert set(run) == {c.id for c in cases if c.contexts}
+    for c in cases:
+        if c.contexts:
+            assert set(run[c.id]) == {x.id for x in c.contexts}
+        for label, grade in c.relevant.items():
+            assert qrels[c.id][label] == grade
+
+
 def load_pandas(kind):
     def check(path, cases, lost):
         import datasets
@@ -268,6 +284,7 @@ WRITTEN = {
     ("trulens", ".json"): load_trulens,
     ("trulens", ".csv"): load_trulens,
     ("trulens", ".parquet"): load_trulens,
+    ("trec", ".trec"): load_trec,
 }
 
 
@@ -275,6 +292,27 @@ def test_every_registered_format_is_proven_here():
     writable = {n for n, f in get_formats().items() if f.write}
     assert writable == {n for n, _ in WRITTEN}, "a format without a round-trip test below"
     assert {n for n, f in get_formats().items() if f.read and not f.write} == {"json"}
+
+
+#: TREC files hold ids without white space, and a query only through its ranked documents
+trec_id = word.filter(lambda s: not any(ch.isspace() for ch in s))
+
+
+@st.composite
+def trec_case_lists(draw):
+    out = []
+    for case_id in draw(st.lists(trec_id, min_size=1, max_size=4, unique=True)):
+        contexts = draw(st.lists(st.builds(Chunk, id=trec_id | st.sampled_from(["a", "doc#s"]), text=text,
+                                           score=st.none() | st.floats(allow_nan=False, allow_infinity=False),
+                                           source=st.none() | trec_id), min_size=1, max_size=4))
+        known = ["a", "doc#s"] + [c.id for c in contexts] + [c.source for c in contexts if c.source]
+        base = draw(one_case(case_id))
+        out.append(base.model_copy(update={
+            "contexts": contexts,
+            "relevant": draw(st.dictionaries(st.sampled_from(known) | trec_id, st.integers(0, 3),
+                                             max_size=3)),
+        }))
+    return out
 
 
 @pytest.mark.parametrize("name, suffix", sorted(WRITTEN), ids=lambda v: v or "folder")
@@ -289,7 +327,7 @@ def test_round_trip_is_identity_or_loud_and_the_library_loads_it(name, suffix):
 
     @settings(max_examples=EXAMPLES, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    @given(case_lists())
+    @given(trec_case_lists() if name == "trec" else case_lists())
     def round_trip(cases):
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / ("cases" + suffix)

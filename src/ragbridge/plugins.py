@@ -30,6 +30,7 @@ ENTRY_POINT_GROUP = "ragbridge"
 #: calls the last registered first)
 DEFAULT_PLUGINS = (
     "ragbridge.formats.canonical",
+    "ragbridge.formats.trec",
     "ragbridge.native",
     "ragbridge.rubric",
 )

@@ -10,13 +10,15 @@ came from) is. Rank is the position in ``Case.contexts`` (best first); chunk sco
 
 from __future__ import annotations
 
+import json
 import math
-from typing import Any, Literal, Optional
+from dataclasses import dataclass
+from typing import Any, Iterator, Literal, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["Chunk", "Case", "Score", "Evidence", "ClaimVerdict", "ChunkVerdict", "Repeats", "RunManifest",
-           "MAX_GRADE", "MAX_METADATA_DEPTH"]
+__all__ = ["Chunk", "Case", "Score", "ScoreBlock", "Evidence", "ClaimVerdict", "ChunkVerdict", "Repeats",
+           "RunManifest", "MAX_GRADE", "MAX_METADATA_DEPTH"]
 
 MAX_GRADE = 1000
 """Grades are integers 0..MAX_GRADE. trec_eval takes any integer; a larger grade is almost surely a
@@ -40,7 +42,7 @@ def _grade(key: Any, grade: Any) -> int:
     return grade
 
 
-def _deeper_than(value: Any, limit: int) -> bool:
+def deeper_than(value: Any, limit: int) -> bool:
     """Whether ``value`` nests objects and lists more than ``limit`` levels (no recursion: any depth)."""
     stack = [(value, 1)]
     while stack:
@@ -187,7 +189,7 @@ class Case(BaseModel):
     @field_validator("metadata", mode="before")
     @classmethod
     def _metadata_depth(cls, v: Any) -> Any:
-        if _deeper_than(v, MAX_METADATA_DEPTH):
+        if deeper_than(v, MAX_METADATA_DEPTH):
             raise ValueError(
                 f"nests more than {MAX_METADATA_DEPTH} levels of objects and lists; flatten it, or store "
                 "the deep part as a JSON string"
@@ -359,6 +361,55 @@ class Score(BaseModel):
     def repeat_key(self) -> tuple[str, str, str, int]:
         """(case_id, metric, backend, repeat): one per repeat, what ``scores.jsonl`` keeps the last of."""
         return (self.case_id, self.metric, self.backend, self.repeat)
+
+
+@dataclass(frozen=True, eq=False)
+class ScoreBlock:
+    """The scores of one metric over many cases at once, for a backend that computes them together.
+
+    ``values`` holds one float per case of ``case_ids`` (a NumPy array or a list), NaN where the metric
+    is undefined (``value`` null); ``native_value`` is the same number. ``reasons`` gives per case the
+    reason of an undefined value (None elsewhere), ``seconds`` the time per case. No score of a block
+    has an error or judge calls. The runner records a block as the `Score` objects it stands for
+    (`scores`), writing them as JSON lines without building each (`json_lines`).
+    """
+
+    backend: str
+    metric: str
+    native_metric: Optional[str]
+    case_ids: Sequence[str]
+    values: Any
+    reasons: Sequence[Optional[str]]
+    seconds: float = 0.0
+
+    def __len__(self) -> int:
+        return len(self.case_ids)
+
+    def _values(self) -> list[Optional[float]]:
+        values = self.values.tolist() if hasattr(self.values, "tolist") else list(self.values)
+        return [None if v is None or not math.isfinite(v) else float(v) for v in values]
+
+    def scores(self) -> Iterator[Score]:
+        for cid, v, reason in zip(self.case_ids, self._values(), self.reasons):
+            yield Score(case_id=cid, metric=self.metric, backend=self.backend, value=v,
+                        native_metric=self.native_metric, native_value=v, reason=reason, seconds=self.seconds)
+
+    def n_undefined(self) -> int:
+        return sum(1 for v in self._values() if v is None)
+
+    def json_lines(self) -> str:
+        """The block as ``scores.jsonl`` lines: each one what ``Score.model_dump_json`` gives."""
+        dumps = json.dumps
+        head = f',"metric":{dumps(self.metric)},"backend":{dumps(self.backend)},"value":'
+        native = f',"native_metric":{dumps(self.native_metric)},"native_value":'
+        tail = (',"error":null,"judge_calls":0,"prompt_tokens":0,"completion_tokens":0,'
+                f'"seconds":{float(self.seconds)!r},"evidence":null}}\n')
+        out = []
+        for cid, v, reason in zip(self.case_ids, self._values(), self.reasons):
+            num = "null" if v is None else repr(v)
+            why = "null" if reason is None else dumps(reason)
+            out.append(f'{{"case_id":{dumps(cid)}{head}{num}{native}{num},"passed":null,"reason":{why}{tail}')
+        return "".join(out)
 
 
 class RunManifest(BaseModel):

@@ -71,10 +71,14 @@ def convert(
         None, "--from", help="Format of SOURCE (default: from its suffix)."),
     to_format: Optional[str] = typer.Option(
         None, "--to", help="Format of TARGET (default: from its suffix)."),
+    qrels: Optional[Path] = typer.Option(
+        None, "--qrels", help="TREC qrels file of a TREC run SOURCE (--from trec; default: a .qrels beside "
+                              "it)."),
 ) -> None:
-    """Convert a dataset between formats (canonical JSONL, CSV, Parquet, datasets, and the backends' own)."""
+    """Convert a dataset between formats (canonical JSONL, CSV, Parquet, datasets, TREC, and the backends'
+    own)."""
     try:
-        cases = load_cases(source, from_format)
+        cases = load_cases(source, from_format, qrels=qrels)
         for line in input_warnings(cases):
             warn(line)
         lost = write_cases(cases, target, to_format)

@@ -25,8 +25,7 @@ from rich.table import Table
 
 from ..backend import RunOptions
 from ..formats import DatasetError, load_cases
-from ..formats.records import input_warnings
-from ..report.text import MISSING, num, records
+from ..report.text import MISSING, jsonable, num
 from ..run import RunError, evaluate
 from ..run.summary import ALL
 from .judge import judge_config
@@ -72,6 +71,10 @@ def run(
                                        "defaults)."),
     fmt: Optional[str] = typer.Option(
         None, "--format", help="Dataset format, when the suffix does not tell."),
+    qrels: Optional[Path] = typer.Option(
+        None, "--qrels", help="TREC qrels file of a TREC run (--format trec; default: a .qrels beside it)."),
+    batch_size: int = typer.Option(
+        2000, "--batch-size", min=1, help="Cases scored at a time (memory holds one batch)."),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace the run folder instead of resuming it."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
@@ -141,11 +144,14 @@ def run(
     """
     if gain not in ("linear", "exponential"):
         fail(f"--gain must be 'linear' or 'exponential', got {gain!r}")
+    from ..formats.source import open_cases
+
     try:
-        cases = load_cases(dataset, fmt)
+        cases = open_cases(dataset, fmt, near=out_dir, progress=None if no_progress else _reading_bar(),
+                           batch_size=batch_size, qrels=qrels)
     except DatasetError as exc:
         fail(str(exc))
-    for line in input_warnings(cases):
+    for line in cases.warnings:
         warn(line)
     _score_and_print(
         cases, out_dir, str(dataset), backend, metric, config, no_progress, overwrite,
@@ -240,7 +246,7 @@ def rescore(
             embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,
             max_concurrency=max_concurrency,
         ),
-        as_json=as_json,
+        as_json=as_json, rescoring=True,
         run_kwargs=dict(repeats=repeats, pass_repeats=pass_repeats, max_calls=max_calls, max_cost=max_cost,
                         dry_run=dry_run),
     )
@@ -252,7 +258,7 @@ def _rubric_options(files: Optional[List[Path]]) -> dict:
 
 def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_progress, overwrite,
                      options, judge_overrides, target=None, target_concurrency=4, as_json=False,
-                     executor=None, run_kwargs=None) -> None:
+                     rescoring=False, executor=None, run_kwargs=None) -> None:
     from ..run.target import TargetError
 
     judge = judge_config(judge_overrides, config)
@@ -275,7 +281,21 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_p
     if result.manifest.status == "dry-run":
         _print_dry_run(result, out_dir, as_json)
         return
-    _print_run(result, out_dir, as_json)
+    _print_run(result, out_dir, as_json, with_latency=target is not None or rescoring)
+
+
+def _reading_bar():
+    """A ``progress`` callback for `open_cases`: the cases read so far, on stderr."""
+    state = {"last": 0.0}
+
+    def show(n: int) -> None:
+        import time
+
+        if time.monotonic() - state["last"] > 0.5:
+            err.print(f"reading: {n:,} cases", highlight=False)
+            state["last"] = time.monotonic()
+
+    return show
 
 
 def _money(value, currency: str) -> str:
@@ -319,8 +339,9 @@ def _print_dry_run(result, out_dir, as_json: bool) -> None:
               "stub judge, so calls that depend on earlier answers are an estimate[/]", highlight=False)
 
 
-def _print_run(result, out_dir, as_json: bool) -> None:
-    """The summary tables and one line per note, or with ``as_json`` one JSON document (notes on stderr).
+def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> None:
+    """The summary tables and one line per note, or with ``as_json`` one JSON document (notes on stderr);
+    ``with_latency``: the cases may hold a target's latencies (a run with a target, a rescore).
 
     Exits with `EXIT_SCORE_ERRORS` when some scores errored (after printing)."""
     counts = result.manifest.counts
@@ -355,8 +376,10 @@ def _print_run(result, out_dir, as_json: bool) -> None:
                      + ", ".join(counts["redefined"]))
     if counts.get("target_errors"):
         notes.append(f"target failed on {counts['target_errors']} case(s); their scores carry the error")
+    # latencies only where a target was called (reading back every case of a large run costs)
     latencies = sorted(
-        c.metadata["target"]["seconds"] for c in result.cases if isinstance(c.metadata.get("target"), dict)
+        c.metadata["target"]["seconds"] for c in (result.cases if with_latency else ())
+        if isinstance(c.metadata.get("target"), dict)
     )
     latency = None
     if latencies:
@@ -364,18 +387,18 @@ def _print_run(result, out_dir, as_json: bool) -> None:
         p95 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.95))]
         latency = {"p50": p50, "p95": p95, "n": len(latencies)}
         notes.append(f"target latency: p50 {p50:.3f}s, p95 {p95:.3f}s over {len(latencies)} call(s)")
-    frame = result.summary()
+    rows = result.summary_rows()  # a run just made: from its running totals, without pandas
     if as_json:
         for note in notes:
             err.print(note, markup=False, highlight=False)
-        overall = frame[frame["tag"] == ALL].drop(columns="tag")
+        overall = [{k: v for k, v in r.items() if k != "tag"} for r in rows if r["tag"] == ALL]
         print_json({
             "run": str(out_dir), "status": result.manifest.status, "stub_judge": bool(judge.get("stub")),
-            "judge": result.manifest.judge, "counts": counts, "summary": records(overall),
-            "by_tag": records(frame[frame["tag"] != ALL]), "target_latency": latency,
+            "judge": result.manifest.judge, "counts": counts, "summary": jsonable(overall),
+            "by_tag": jsonable([r for r in rows if r["tag"] != ALL]), "target_latency": latency,
         })
     else:
-        print_summary(frame)
+        print_summary(rows)
         for i, note in enumerate(notes):
             style = "yellow" if i == 0 and judge.get("stub") else "dim"
             out.print(f"[{style}]{escape(note)}[/]", highlight=False)
@@ -407,48 +430,55 @@ def _print_run(result, out_dir, as_json: bool) -> None:
         raise typer.Exit(EXIT_SCORE_ERRORS)
 
 
-def _share(row) -> str:
-    return f"{row.unsupported_share:.0%}" if row.n_claims else MISSING
+def _share(row: dict) -> str:
+    return f"{row['unsupported_share']:.0%}" if row["n_claims"] else MISSING
 
 
-def print_summary(frame, console: Console = out) -> None:
-    """Overall table (per backend and metric), then the mean per tag for each backend.
+def print_summary(summary, console: Console = out) -> None:
+    """Overall table (per backend and metric), then the mean per tag for each backend. ``summary``:
+    a summary DataFrame, or its rows as dicts (`ragbridge.run.Run.summary_rows`).
 
     The per-tag table has a row per tag and a column per metric; when its columns do not fit the
     width they go into as many tables as it takes, each repeating the tag column.
     """
-    overall = frame[frame["tag"] == ALL]
-    claims = bool((frame["n_claims"] > 0).any())  # a backend exposes claims: show their shares
+    rows = summary if isinstance(summary, list) else summary.to_dict("records")
+    overall = [r for r in rows if r["tag"] == ALL]
+    claims = any(r["n_claims"] > 0 for r in rows)  # a backend exposes claims: show their shares
     table = Table(title="Summary", title_justify="left")
     columns = ("backend", "metric", "mean", "scored", "undefined", "errored", "unsup.")
     for col in columns[:7 if claims else 6]:
         table.add_column(col, justify="left" if col in ("backend", "metric") else "right", no_wrap=True)
     lines = []
-    for row in overall.itertuples():
+    for row in overall:
         table.add_row(
-            row.backend, row.metric, num(row.mean), str(row.n_scored), str(row.n_undefined),
-            f"[red]{row.n_errored}[/]" if row.n_errored else "0",
+            row["backend"], row["metric"], num(row["mean"]), str(row["n_scored"]), str(row["n_undefined"]),
+            f"[red]{row['n_errored']}[/]" if row["n_errored"] else "0",
             *((_share(row),) if claims else ()),
         )
-        lines.append(f"{row.backend} {row.metric}: mean {num(row.mean)}, {row.n_scored} scored, "
-                     f"{row.n_undefined} undefined, {row.n_errored} errored"
-                     + (f", {_share(row)} with an unsupported claim" if row.n_claims else ""))
+        lines.append(f"{row['backend']} {row['metric']}: mean {num(row['mean'])}, {row['n_scored']} scored, "
+                     f"{row['n_undefined']} undefined, {row['n_errored']} errored"
+                     + (f", {_share(row)} with an unsupported claim" if row["n_claims"] else ""))
     print_table(console, table, lines)
     if claims:
         console.print("[dim]unsup.: share of answers with at least one unsupported claim (of those "
                       "with claims); per tag in brackets[/]")
-    tagged = frame[frame["tag"] != ALL]
-    if tagged.empty:
+    tagged = [r for r in rows if r["tag"] != ALL]
+    if not tagged:
         return
-    for b in dict.fromkeys(overall["backend"]):
-        metrics = list(dict.fromkeys(overall[overall["backend"] == b]["metric"]))
-        rows = [
-            (tag, int(group["n"].max()), {r.metric: r.mean for r in group.itertuples()},
-             {r.metric: _share(r) for r in group.itertuples() if r.n_claims})
-            for tag, group in tagged[tagged["backend"] == b].groupby("tag", sort=True)
+    backends = list(dict.fromkeys(r["backend"] for r in overall))
+    for b in backends:
+        metrics = list(dict.fromkeys(r["metric"] for r in overall if r["backend"] == b))
+        groups: dict[str, list[dict]] = {}
+        for r in tagged:
+            if r["backend"] == b:
+                groups.setdefault(r["tag"], []).append(r)
+        by_tag = [
+            (tag, int(max(r["n"] for r in group)), {r["metric"]: r["mean"] for r in group},
+             {r["metric"]: _share(r) for r in group if r["n_claims"]})
+            for tag, group in sorted(groups.items())
         ]
-        title = "Mean per tag" + (f" ({b})" if overall["backend"].nunique() > 1 else "")
-        _print_by_tag(console, title, rows, metrics)
+        title = "Mean per tag" + (f" ({b})" if len(backends) > 1 else "")
+        _print_by_tag(console, title, by_tag, metrics)
 
 
 def _cell(means: dict, shares: dict, metric: str) -> str:

@@ -44,6 +44,7 @@ class Format:
     that the format could not hold (empty: nothing lost); the caller warns with them.
     ``cannot_hold`` lists every canonical field (or part of one, e.g. ``contexts.score``) that this
     format loses on a round trip, for ``ragbridge formats``; ``docs/formats.md`` explains each.
+    ``options`` names the keyword arguments ``read`` takes besides the path (TREC's ``qrels``).
     ``fields`` are the record fields this format reads, for recognising its files: a file named by
     a canonical suffix (``.jsonl``, ``.csv``, ...) whose first record has a field the canonical
     format does not know, and only fields of exactly one format, is read as that format.
@@ -58,6 +59,7 @@ class Format:
     extra: dict[str, Any] = field(default_factory=dict)
     cannot_hold: tuple[str, ...] = ()
     fields: frozenset[str] = frozenset()
+    options: tuple[str, ...] = ()
 
 
 def get_formats() -> dict[str, Format]:
@@ -158,28 +160,39 @@ def _recognise(path: Path, fmt: Format) -> Format:
 # Entry points
 
 
-def load_cases(path: str | Path, format: Optional[str] = None) -> list[Case]:
+def load_cases(path: str | Path, format: Optional[str] = None, **options: Any) -> list[Case]:
     """Read a golden set into canonical cases. Raises `DatasetError` for any bad input.
 
     Without ``format``, the suffix names the format; a file whose first record has fields of
     exactly one library's format instead of canonical ones (a format a backend plugin registers) is
     read as that format, with a one-line note on the ``ragbridge`` logger (stderr by default).
+    ``options`` are the format's read options (`Format.options`; None values are left out).
     """
     path = Path(path)
     if not path.exists():
         raise DatasetError("no such file or folder", path=path)
-    fmt = _pick_format(path, format, "read")
-    if format is None:
-        fmt = _recognise(path, fmt)
-    if fmt.read is None:
-        raise DatasetError(f"format {fmt.name!r} cannot be read", path=path)
+    fmt = reading_format(path, format, options)
     try:
-        return fmt.read(path)
+        return fmt.read(path, **{k: v for k, v in options.items() if v is not None})
     except DatasetError as exc:
         if format is None and exc.message.startswith("unknown field(s)"):
             exc.hint = (exc.hint + "; " if exc.hint else "") + (
                 "if another tool wrote the file, name its format (see ragbridge formats)")
         raise
+
+
+def reading_format(path: Path, format: Optional[str], options: dict[str, Any]) -> Format:
+    """The format ``path`` is read as (see `load_cases`); a read option it does not take is an error."""
+    fmt = _pick_format(path, format, "read")
+    if format is None:
+        fmt = _recognise(path, fmt)
+    if fmt.read is None:
+        raise DatasetError(f"format {fmt.name!r} cannot be read", path=path)
+    unknown = [k for k, v in options.items() if v is not None and k not in fmt.options]
+    if unknown:
+        raise DatasetError(f"format {fmt.name!r} takes no --{unknown[0]}", path=path,
+                           hint=f"--{unknown[0]} goes with a format that reads it, e.g. trec")
+    return fmt
 
 
 def write_cases(cases: Sequence[Case], path: str | Path, format: Optional[str] = None) -> list[str]:

@@ -15,15 +15,15 @@ import csv
 import io
 import json
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ..hookspecs import hookimpl
 from ..schema import Case
 from . import JSON_LIST_KEYS, Format
 from .files import DatasetError, jsonl_lines, parse_json, read_hf_rows, text_lines
-from .records import CASE_FIELDS, cases_from_records, cell_value, rows_to_records
+from .records import CASE_FIELDS, case_record, cases_from_records, cell_value, record_line, rows_to_records
 
-__all__ = ["BUILTIN_FORMATS", "read_jsonl", "write_jsonl", "blank_text_losses"]
+__all__ = ["BUILTIN_FORMATS", "read_jsonl", "write_jsonl", "write_records", "blank_text_losses"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -122,11 +122,15 @@ def read_hf(path: Path) -> list[Case]:
 
 
 def write_jsonl(cases: Sequence[Case], path: Path) -> list[str]:
-    with open(path, "w", encoding="utf-8") as f:
-        for case in cases:
-            record = case.model_dump(mode="json", exclude_defaults=True)
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    write_records((case_record(c) for c in cases), path)
     return []
+
+
+def write_records(records: Iterable[dict[str, Any]], path: Path) -> None:
+    """Canonical records (`ragbridge.formats.records.case_record`), one JSON line each."""
+    with open(path, "wb") as f:
+        for record in records:
+            f.write(record_line(record) + b"\n")
 
 
 _JSON_COLUMNS = ("contexts", "relevant", "reference_contexts", "must_contain", "must_not_contain", "tags",

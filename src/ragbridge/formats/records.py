@@ -35,12 +35,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Sequence as _Sequence
+from itertools import repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
+import pydantic_core
 from pydantic import ValidationError
 
-from ..schema import Case
+from ..schema import MAX_GRADE, MAX_METADATA_DEPTH, Case, deeper_than
 from .files import DatasetError, parse_json
 
 __all__ = [
@@ -61,7 +65,13 @@ __all__ = [
     "cell_value",
     "rows_to_records",
     "input_warnings",
+    "InputCheck",
     "fingerprint",
+    "Fingerprint",
+    "plain_record",
+    "case_record",
+    "CaseBatch",
+    "batch_from_records",
 ]
 
 CASE_FIELDS = tuple(Case.model_fields)
@@ -275,6 +285,22 @@ def _validation_error(exc: ValidationError, path, line, unit) -> DatasetError:
     return DatasetError(msg, path=path, line=line, field=_field_path(loc), hint=hint, unit=unit)
 
 
+def _one_case(raw: Any, path, line, unit) -> Case:
+    """One record validated into a case (the normalising path: aliases, conversions, exact errors)."""
+    try:
+        return Case.model_validate(normalize_record(raw))
+    except DatasetError as exc:
+        exc.path, exc.line, exc.unit = str(path) if path else None, line, unit
+        raise exc
+    except ValidationError as exc:
+        raise _validation_error(exc, path, line, unit) from None
+
+
+def _duplicate(case_id: str, line: int, first: int, path, unit: str) -> DatasetError:
+    return DatasetError(f"duplicate case id {case_id!r} (first at {unit} {first})", path=path, line=line,
+                        field="id", hint="case ids must be unique", unit=unit)
+
+
 def cases_from_records(
     records: Iterable[tuple[int, Any]], path: Optional[str | Path] = None, unit: str = "line"
 ) -> list[Case]:
@@ -282,28 +308,275 @@ def cases_from_records(
     cases: list[Case] = []
     first_seen: dict[str, int] = {}
     for line, raw in records:
-        try:
-            rec = normalize_record(raw)
-            case = Case.model_validate(rec)
-        except DatasetError as exc:
-            exc.path, exc.line, exc.unit = str(path) if path else None, line, unit
-            raise exc
-        except ValidationError as exc:
-            raise _validation_error(exc, path, line, unit) from None
+        case = _one_case(raw, path, line, unit)
         if case.id in first_seen:
-            raise DatasetError(
-                f"duplicate case id {case.id!r} (first at {unit} {first_seen[case.id]})",
-                path=path,
-                line=line,
-                field="id",
-                hint="case ids must be unique",
-                unit=unit,
-            )
+            raise _duplicate(case.id, line, first_seen[case.id], path, unit)
         first_seen[case.id] = line
         cases.append(case)
     if not cases:
         raise DatasetError("holds no cases", path=path, hint="a golden set needs at least one case")
     return cases
+
+
+# --------------------------------------------------------------------------------------------
+# Canonical records: the light form of a case, for reading and scoring in batches
+#
+# A *canonical record* is a case as a plain dict: canonical field names in `CASE_FIELDS` order,
+# every field that holds its default left out, chunks as ``{id, text?, score?, source?}`` (a float
+# score), ``relevant`` as ``{id: grade}``. It is what `case_record` gives for a `Case`, what
+# ``cases.jsonl`` holds a line, and what the fingerprint hashes. `plain_record` turns a record that
+# is already canonical in everything but key order and defaults into one without building a `Case`
+# (about a tenth of the cost, and no object per chunk); anything else goes the normalising way.
+
+_STR_LISTS = ("reference_contexts", "must_contain", "must_not_contain", "tags")
+_CHUNK_KEYS = frozenset({"id", "text", "score", "source"})
+_CASE_KEYS = frozenset(CASE_FIELDS)
+
+
+def _good_id(value: Any) -> bool:
+    return type(value) is str and bool(value) and not value.isspace()
+
+
+def _id_only(contexts: list) -> bool:
+    """Whether every chunk is ``{"id": <non-blank string>}`` and nothing else."""
+    if set(map(type, contexts)) != {dict} or set(map(len, contexts)) != {1}:
+        return False
+    ids = list(map(dict.get, contexts, repeat("id", len(contexts))))
+    return set(map(type, ids)) == {str} and "" not in ids and not any(map(str.isspace, ids))
+
+
+def _plain_chunk(chunk: Any) -> Optional[dict[str, Any]]:
+    """A chunk mapping in canonical form, or None when it needs the normalising path."""
+    if type(chunk) is not dict or not _good_id(chunk.get("id")) or not chunk.keys() <= _CHUNK_KEYS:
+        return None
+    out = {"id": chunk["id"]}
+    text = chunk.get("text", "")
+    if type(text) is not str:
+        return None
+    if text:
+        out["text"] = text
+    if "score" in chunk:
+        score = chunk["score"]
+        if type(score) not in (int, float) or not math.isfinite(score):
+            return None
+        out["score"] = float(score)
+    if "source" in chunk:
+        if type(chunk["source"]) is not str:
+            return None
+        out["source"] = chunk["source"]
+    return out
+
+
+def plain_record(raw: Any) -> Optional[dict[str, Any]]:
+    """``raw`` as a canonical record when it is one already but for key order and defaults: the
+    canonical field names only, every value of its field's type with no conversion needed (string
+    ids, integer grades in range, lists where lists go). None for anything else, which the
+    normalising path (`normalize_record`, `Case`) then reads, accepts or reports exactly as always.
+    Nothing is validated twice: a record this accepts is exactly one the normalising path accepts
+    unchanged, and `case_record` of that case equals the returned record."""
+    if type(raw) is not dict or not raw.keys() <= _CASE_KEYS:
+        return None
+    if not _good_id(raw.get("id")) or type(raw.get("question")) is not str:
+        return None
+    out: dict[str, Any] = {"id": raw["id"], "question": raw["question"]}
+    if "answer" in raw:
+        if type(raw["answer"]) is not str:
+            return None
+        out["answer"] = raw["answer"]
+    contexts = raw.get("contexts")
+    if contexts:
+        if type(contexts) is not list:
+            return None
+        # the common chunk, {"id": ...} alone, is canonical as it is: no copy (checked by C loops)
+        if _id_only(contexts):
+            out["contexts"] = contexts
+        else:
+            chunks = [_plain_chunk(c) for c in contexts]
+            if None in chunks:
+                return None
+            out["contexts"] = chunks
+    elif contexts is not None and type(contexts) is not list:
+        return None
+    relevant = raw.get("relevant")
+    if relevant:
+        if type(relevant) is not dict:
+            return None
+        for grade in relevant.values():
+            if type(grade) is not int or not 0 <= grade <= MAX_GRADE:
+                return None
+        out["relevant"] = relevant
+    elif relevant is not None and type(relevant) is not dict:
+        return None
+    if "reference" in raw:
+        if type(raw["reference"]) is not str:
+            return None
+        out["reference"] = raw["reference"]
+    for name in _STR_LISTS[:3]:
+        if not _str_list_into(raw, name, out):
+            return None
+    answerable = raw.get("answerable", True)
+    if type(answerable) is not bool:
+        return None
+    if not answerable:
+        out["answerable"] = False
+    if not _str_list_into(raw, "tags", out):
+        return None
+    metadata = raw.get("metadata")
+    if metadata:
+        if type(metadata) is not dict or deeper_than(metadata, MAX_METADATA_DEPTH):
+            return None
+        out["metadata"] = metadata
+    elif metadata is not None and type(metadata) is not dict:
+        return None
+    return out
+
+
+def _str_list_into(raw: dict[str, Any], name: str, out: dict[str, Any]) -> bool:
+    value = raw.get(name)
+    if value is None:
+        return name not in raw
+    if type(value) is not list or not all(type(v) is str for v in value):
+        return False
+    if value:
+        out[name] = value
+    return True
+
+
+def case_record(case: Case) -> dict[str, Any]:
+    """The canonical record of a case (see above): ``model_dump`` without defaults, as JSON types."""
+    return case.model_dump(mode="json", exclude_defaults=True)
+
+
+def record_line(record: dict[str, Any]) -> bytes:
+    """A canonical record as one line of JSON (UTF-8, no newline): what ``cases.jsonl`` holds and the
+    fingerprint hashes."""
+    return pydantic_core.to_json(record)
+
+
+class Fingerprint:
+    """The dataset fingerprint, fed one canonical record at a time: the SHA-256 of the cases'
+    canonical lines (`record_line`), so it does not depend on the format the cases came from."""
+
+    def __init__(self) -> None:
+        self._h = hashlib.sha256()
+
+    def add(self, line: bytes) -> None:
+        self._h.update(line)
+        self._h.update(b"\n")
+
+    def hexdigest(self) -> str:
+        return "sha256:" + self._h.hexdigest()
+
+
+class CaseBatch(_Sequence):
+    """Cases held as canonical records, each made a `Case` only when it is asked for (and kept).
+
+    A batch is what the runner hands a backend: a sequence of cases like any other, so a backend that
+    needs `Case` objects indexes or iterates it; the native backend reads ``records`` directly, so a
+    ranking metric builds no object per chunk. `of_cases` wraps cases that exist already.
+    """
+
+    __slots__ = ("records", "_cases")
+
+    def __init__(self, records: Optional[list[dict[str, Any]]], cases: Optional[list[Optional[Case]]] = None):
+        if records is None and cases is None:
+            raise ValueError("a batch needs records or cases")
+        self.records = records
+        self._cases = cases if cases is not None else [None] * len(records)
+
+    @classmethod
+    def of_cases(cls, cases: Sequence[Case]) -> "CaseBatch":
+        return cases if isinstance(cases, CaseBatch) else cls(None, list(cases))
+
+    def __len__(self) -> int:
+        return len(self._cases)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.subset(range(len(self))[i])
+        case = self._cases[i]
+        if case is None:
+            case = self._cases[i] = Case.model_validate(self.records[i])
+        return case
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def subset(self, indices: Iterable[int]) -> "CaseBatch":
+        indices = list(indices)
+        records = None if self.records is None else [self.records[i] for i in indices]
+        return CaseBatch(records, [self._cases[i] for i in indices])
+
+    def record(self, i: int) -> dict[str, Any]:
+        """Case ``i`` as a canonical record."""
+        return self.records[i] if self.records is not None else case_record(self._cases[i])
+
+    @property
+    def ids(self) -> list[str]:
+        if self.records is not None:
+            return [r["id"] for r in self.records]
+        return [c.id for c in self._cases]
+
+    def tags(self, i: int) -> list[str]:
+        return self.records[i].get("tags", []) if self.records is not None else self._cases[i].tags
+
+    def metadata(self, i: int) -> dict[str, Any]:
+        return self.records[i].get("metadata", {}) if self.records is not None else self._cases[i].metadata
+
+    def fields_present(self, i: int) -> set[str]:
+        """``Case.fields_present()`` of case ``i``, from its record when there is one."""
+        if self.records is None:
+            return self._cases[i].fields_present()
+        r = self.records[i]
+        present = {"question"}
+        if r.get("answer", "").strip():
+            present.add("answer")
+        if "contexts" in r:
+            present.add("contexts")
+            if any(map(dict.get, r["contexts"], repeat("text", len(r["contexts"])))):
+                present.add("context_text")
+        for name in ("relevant", "reference_contexts"):
+            if name in r:
+                present.add(name)
+        if r.get("reference", "").strip():
+            present.add("reference")
+        return present
+
+    def duplicate_chunk_ids(self) -> int:
+        """Chunk ids repeated within a case, over the batch (dropped before ranking)."""
+        n = 0
+        for i in range(len(self)):
+            ids = (list(map(itemgetter("id"), self.records[i].get("contexts", ())))
+                   if self.records is not None
+                   else [ch.id for ch in self._cases[i].contexts])
+            n += len(ids) - len(set(ids))
+        return n
+
+
+def batch_from_records(
+    records: Iterable[tuple[int, Any]], path: Optional[str | Path] = None, unit: str = "line",
+    first_seen: Optional[dict[str, int]] = None,
+) -> CaseBatch:
+    """Validate ``(line, record)`` pairs into a `CaseBatch`: a plain record (`plain_record`) is kept as
+    it is, any other goes the normalising way (`cases_from_records`' errors, exactly). Duplicate ids
+    are errors, also against ``first_seen`` (id -> line of the earlier batches, updated)."""
+    first_seen = {} if first_seen is None else first_seen
+    out: list[dict[str, Any]] = []
+    cases: list[Optional[Case]] = []
+    for line, raw in records:
+        rec = plain_record(raw)
+        case = None
+        if rec is None:
+            case = _one_case(raw, path, line, unit)
+            rec = case_record(case)
+        cid = rec["id"]
+        if cid in first_seen:
+            raise _duplicate(cid, line, first_seen[cid], path, unit)
+        first_seen[cid] = line
+        out.append(rec)
+        cases.append(case)
+    return CaseBatch(out, cases)
 
 
 # --------------------------------------------------------------------------------------------
@@ -380,36 +653,58 @@ def input_warnings(cases: Sequence[Case]) -> list[str]:
     from the text, they have no ``source``) and no label names such an id, or, across the whole
     dataset, not one chunk id or source is a label (ids from two different id spaces). A warning, not
     an error: the same cases are good input for judged metrics, and the labels may serve an export.
+    (`InputCheck` counts the same, one canonical record at a time.)
     """
-    labelled = [c for c in cases if c.contexts and any(g > 0 for g in c.relevant.values())]
+    check = InputCheck()
+    batch = CaseBatch.of_cases(cases)
+    for i in range(len(batch)):
+        check.add(batch.record(i))
+    return check.warnings()
 
-    def matches(case: Case) -> bool:
-        return any(ch.id in case.relevant or (ch.source is not None and ch.source in case.relevant)
-                   for ch in case.contexts)
 
-    def plain_text(case: Case) -> bool:
-        return all(ch.source is None and ch.id == chunk_id_for_text(ch.text) for ch in case.contexts)
+class InputCheck:
+    """`input_warnings`, counted one canonical record at a time (for a golden set read in batches)."""
 
-    textual = [c for c in labelled if plain_text(c) and not matches(c)]
-    if textual:
-        return [
-            f"{len(textual)} of {len(labelled)} case(s) with relevance labels give their chunks as plain "
-            "text (no id, no source), so no chunk can match a label and their ranking metrics are 0 "
-            f"(first: {textual[0].id!r}); give each chunk the id or source its label names"
-        ]
-    if labelled and not any(matches(c) for c in labelled):
-        return [
-            f"in none of the {len(labelled)} case(s) with relevance labels does a chunk's id or source "
-            "match a label, so their ranking metrics are 0; check that 'relevant' names chunk ids "
-            "or sources as 'contexts' gives them"
-        ]
-    return []
+    def __init__(self) -> None:
+        self.labelled = 0
+        self.matching = 0
+        self.textual = 0
+        self.first_textual: Optional[str] = None
+
+    def add(self, record: dict[str, Any]) -> None:
+        chunks = record.get("contexts")
+        relevant = record.get("relevant")
+        if not chunks or not relevant or max(relevant.values()) <= 0:
+            return
+        self.labelled += 1
+        n = len(chunks)
+        if not relevant.keys().isdisjoint(map(dict.get, chunks, repeat("id", n))) or not \
+                relevant.keys().isdisjoint(map(dict.get, chunks, repeat("source", n))):
+            self.matching += 1
+        elif all("source" not in ch and ch["id"] == chunk_id_for_text(ch.get("text", "")) for ch in chunks):
+            self.textual += 1
+            self.first_textual = self.first_textual or record["id"]
+
+    def warnings(self) -> list[str]:
+        if self.textual:
+            return [
+                f"{self.textual} of {self.labelled} case(s) with relevance labels give their chunks as plain "
+                "text (no id, no source), so no chunk can match a label and their ranking metrics are 0 "
+                f"(first: {self.first_textual!r}); give each chunk the id or source its label names"
+            ]
+        if self.labelled and not self.matching:
+            return [
+                f"in none of the {self.labelled} case(s) with relevance labels does a chunk's id or source "
+                "match a label, so their ranking metrics are 0; check that 'relevant' names chunk ids "
+                "or sources as 'contexts' gives them"
+            ]
+        return []
 
 
 def fingerprint(cases: Sequence[Case]) -> str:
-    """A content hash of the cases, independent of the file format they came from."""
-    h = hashlib.sha256()
-    for case in cases:
-        h.update(json.dumps(case.model_dump(mode="json"), sort_keys=True, ensure_ascii=False).encode())
-        h.update(b"\n")
-    return "sha256:" + h.hexdigest()
+    """A content hash of the cases, independent of the file format they came from (`Fingerprint`)."""
+    fp = Fingerprint()
+    batch = CaseBatch.of_cases(cases)
+    for i in range(len(batch)):
+        fp.add(record_line(batch.record(i)))
+    return fp.hexdigest()

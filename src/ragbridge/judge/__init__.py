@@ -29,12 +29,34 @@ The package, one concern a module, each importing only the ones listed before it
   :class:`Usage`, audit log, ``forget``).
 """
 
-from .cache import JudgeCache
+from typing import TYPE_CHECKING, Any
+
 from .config import JudgeConfig, JudgeConfigError, JudgeError, JudgeUnavailable, ModelPrice, redact_url
-from .gateway import TAG_HEADER, Budget, JudgeGateway, Usage
 from .repeat import REPEAT_HEADER, repeat_case_id, split_repeat
-from .server import FastRequestHandler
-from .transport import AsyncJudgeTransport, JudgeTransport
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .cache import JudgeCache
+    from .gateway import TAG_HEADER, Budget, JudgeGateway, Usage
+    from .server import FastRequestHandler
+    from .transport import AsyncJudgeTransport, JudgeTransport
+
+# imported when first asked for: a run with no judged metric (the native backend) needs only the
+# configuration, not the HTTP client behind the gateway
+_LAZY = {"JudgeCache": "cache", "TAG_HEADER": "gateway", "JudgeGateway": "gateway", "Budget": "gateway",
+         "Usage": "gateway", "FastRequestHandler": "server", "JudgeTransport": "transport",
+         "AsyncJudgeTransport": "transport"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "JudgeConfig",

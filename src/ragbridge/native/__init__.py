@@ -26,7 +26,10 @@ from typing import AsyncIterator, Optional, Sequence
 from .. import metrics as canonical
 from ..backend import Backend, MetricSpec, ScoringContext
 from ..hookspecs import hookimpl
-from ..schema import Case, Score
+import numpy as np
+
+from ..formats.records import CaseBatch
+from ..schema import Case, Score, ScoreBlock
 from . import answers, ranking
 
 __all__ = ["NativeBackend", "RankedCache", "ranking_score"]
@@ -71,9 +74,17 @@ class NativeBackend(Backend):
         start = time.perf_counter()
         session = ctx.session if isinstance(ctx.session, RankedCache) else RankedCache()
         values = ranking.evaluate(session.ranked(cases), [metric], gain=opts.gain)[metric]
+        undefined = np.flatnonzero(np.isnan(values)).tolist()
+        reasons: list[Optional[str]] = [None] * len(values)
+        if undefined:
+            records = CaseBatch.of_cases(cases)
+            for i in undefined:
+                reasons[i] = "no label with grade >= 1" if records.record(i).get("relevant") else \
+                    "no relevance labels"
         per_case = (time.perf_counter() - start) / max(len(cases), 1)
-        for i, case in enumerate(cases):
-            yield ranking_score(metric, case.id, float(values[i]), bool(case.relevant), per_case)
+        yield ScoreBlock(backend=self.name, metric=metric, native_metric=metric,
+                         case_ids=CaseBatch.of_cases(cases).ids, values=values, reasons=reasons,
+                         seconds=per_case)
 
 
 def ranking_score(metric: str, case_id: str, value: float, labelled: bool, seconds: float) -> Score:

@@ -129,24 +129,23 @@ def _to_int64(values: list, what: str) -> np.ndarray:
         raise ValueError(f"{what} must fit in a 64-bit integer") from exc
 
 
-def _first_chunks(ctx):
-    """The chunks of ``ctx`` whose id has not occurred earlier (first occurrence wins)."""
+def _first_occurrences(ids: list) -> list[int]:
+    """The positions in ``ids`` of each id's first occurrence (a repeated id's later chunks dropped)."""
     seen: set = set()
     kept = []
-    for chunk in ctx:
-        if chunk.id not in seen:
-            seen.add(chunk.id)
-            kept.append(chunk)
+    for i, cid in enumerate(ids):
+        if cid not in seen:
+            seen.add(cid)
+            kept.append(i)
     return kept
 
 
-def _match_slow(ci, ctx, ids, rel, m_case, m_rank, m_grade, uncredited):
+def _match_slow(ci, ids, sources, rel, m_case, m_rank, m_grade, uncredited):
     """Match one case chunk by chunk (used only when some chunk's source is a label)."""
     seen: set = set()
-    for i, chunk in enumerate(ctx):
-        label = ids[i]
+    for i, label in enumerate(ids):
         if label not in rel:
-            label = chunk.source
+            label = sources[i]
             if label is None or label not in rel:
                 continue
         g = rel[label]
@@ -161,14 +160,27 @@ def _match_slow(ci, ctx, ids, rel, m_case, m_rank, m_grade, uncredited):
         m_grade.append(g)
 
 
+def _chunk_lists(cases):
+    """Per case ``(chunks, relevant)``, and the functions that read the chunks' ids and sources: from
+    the canonical records of a `~ragbridge.formats.records.CaseBatch` (what a run scores), else
+    from `Case` objects."""
+    records = getattr(cases, "records", None)
+    if records is not None:
+        return (((r.get("contexts", ()), r.get("relevant")) for r in records),
+                lambda ctx: [c["id"] for c in ctx], lambda ctx: [c.get("source") for c in ctx])
+    return (((c.contexts, c.relevant) for c in cases),
+            lambda ctx: [c.id for c in ctx], lambda ctx: [c.source for c in ctx])
+
+
 def prepare(cases: Sequence["Case"]) -> Ranked:
     """Walk the cases once, apply the relevance rule and return flat arrays for the metric kernels.
 
     ``cases`` is a sequence of :class:`~ragbridge.schema.Case` (anything with ``contexts``, a list of
-    chunks with ``id`` and ``source``, and ``relevant``, a mapping of id or source to grade).
-    Per chunk, the only Python work is reading ``id`` (and, for labelled cases, ``source``) in a
-    comprehension; duplicates and id matches are found with set operations, and only matched chunks
-    are visited one by one.
+    chunks with ``id`` and ``source``, and ``relevant``, a mapping of id or source to grade), or a
+    ``CaseBatch`` of canonical records (read as they are: no object per chunk). Per chunk, the only
+    Python work is reading ``id`` (and, for labelled cases, ``source``) in a comprehension;
+    duplicates and id matches are found with set operations, and only matched chunks are visited one
+    by one.
     """
     n_ctx: list[int] = []  # raw context length per case
     dup_case: list[int] = []  # sparse: cases with repeated ids, and how many were dropped
@@ -187,26 +199,27 @@ def prepare(cases: Sequence["Case"]) -> Ranked:
     n_ctx_append, lab_case_append, lab_n_append = n_ctx.append, lab_case.append, lab_n.append
     grades_extend, hit_case_append, hit_n_append = all_grades.extend, hit_case.append, hit_n.append
     rank_extend, grade_extend = m_rank.extend, m_grade.extend
+    items, ids_of, sources_of = _chunk_lists(cases)
 
     ci = -1
-    for ci, case in enumerate(cases):
-        ctx = case.contexts
-        # A comprehension's specialised attribute loads beat map(attrgetter) here.
-        ids = [c.id for c in ctx]
+    for ci, (ctx, rel) in enumerate(items):
+        # A comprehension's specialised loads beat map(attrgetter) here.
+        ids = ids_of(ctx)
         idset = set(ids)
         n_ctx_append(len(ids))
         if len(idset) != len(ids):  # repeated ids: keep each id's first chunk
             dup_case.append(ci)
             dup_n.append(len(ids) - len(idset))
-            ctx = _first_chunks(ctx)
-            ids = [c.id for c in ctx]
-        rel = case.relevant
+            kept = _first_occurrences(ids)
+            ctx = [ctx[i] for i in kept]
+            ids = [ids[i] for i in kept]
         if not rel:
             continue
         lab_case_append(ci)
         lab_n_append(len(rel))
         grades_extend(rel.values())
-        if rel.keys().isdisjoint([c.source for c in ctx]):
+        sources = sources_of(ctx)
+        if rel.keys().isdisjoint(sources):
             # Id matches only: a label matches at most one chunk, so every match is credited.
             hits = idset.intersection(rel)
             if hits:
@@ -215,7 +228,7 @@ def prepare(cases: Sequence["Case"]) -> Ranked:
                 rank_extend(map(ids.index, hits))
                 grade_extend(map(rel.__getitem__, hits))
         else:
-            _match_slow(ci, ctx, ids, rel, s_case, s_rank, s_grade, s_uncredited)
+            _match_slow(ci, ids, sources, rel, s_case, s_rank, s_grade, s_uncredited)
 
     n_cases = ci + 1
     n_ctx_a = np.array(n_ctx, dtype=np.int64)

@@ -29,12 +29,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, TypeVar
-
-import httpx
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 
 from .prompts import VERDICTS, WINNERS
 from .rubrics import Rubric
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only: a run without the rubric backend never loads httpx
+    import httpx
 
 __all__ = ["ReplyError", "JudgeCallError", "Asker", "parse_object", "check_grade", "check_claims",
            "check_verdicts", "check_winner", "STRUCTURED"]

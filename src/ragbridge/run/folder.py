@@ -1,8 +1,9 @@
 """The run folder: what a run leaves on disk, and reading it back.
 
 A run folder holds ``run.json`` (the manifest), ``scores.jsonl`` (append-only, one `Score` a line,
-written as each score arrives), ``cases.jsonl`` (the cases scored, so reports and diffs need nothing
-else), for judged runs ``judge-audit.jsonl`` and for runs that call a target ``target.jsonl`` (its
+buffered and flushed batch by batch as the scores arrive), ``cases.jsonl`` (the cases scored, one
+canonical record a line, so reports and diffs need nothing else; the runner reads its batches back
+from it), for judged runs ``judge-audit.jsonl`` and for runs that call a target ``target.jsonl`` (its
 outputs, see `ragbridge.run.target`): `RUN_FILES`.
 
 `RunFolder.prepare` decides, in one place and before anything is called or written, what a run does
@@ -25,18 +26,23 @@ import json
 import os
 import socket
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..formats import load_cases
-from ..formats.canonical import write_jsonl
-from ..formats.files import atomic_path, jsonl_lines, write_atomic
+from ..formats.files import jsonl_lines, write_atomic
 from ..schema import Case, RunManifest, Score
 from .plan import RunError
 
-__all__ = ["RUN_FILES", "HEARTBEAT_SECONDS", "JUDGE_COUNTS", "Run", "RunFolder", "load_run", "read_scores",
-           "now", "this_process", "process_start", "alive"]
+#: how ``run.json``'s ``dataset.fingerprint`` is computed; a folder without it is from before
+#: (`ragbridge.formats.records.Fingerprint`) and cannot be resumed
+FINGERPRINT_OF = "canonical-lines"
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..formats.source import CaseSource
+
+__all__ = ["FINGERPRINT_OF", "RUN_FILES", "HEARTBEAT_SECONDS", "JUDGE_COUNTS", "Run", "RunFolder", "load_run",
+           "read_scores", "now", "this_process", "process_start", "alive"]
 
 RUN_FILES = ("run.json", "scores.jsonl", "cases.jsonl", "judge-audit.jsonl", "target.jsonl")
 HEARTBEAT_SECONDS = 2.0
@@ -56,18 +62,82 @@ def now() -> str:
 # Reading a run folder
 
 
-@dataclass
 class Run:
-    """A run folder in memory: manifest, scores and cases, with summaries as DataFrames."""
+    """A run in memory: manifest, scores and cases, with summaries as DataFrames.
 
-    manifest: RunManifest
-    scores: list[Score]
-    cases: list[Case] = field(default_factory=list)
-    path: Optional[Path] = None
+    A run read from (or written to) a folder reads its scores and cases from the folder when they
+    are first asked for, so a run of a million cases costs nothing until then; ``summary`` of a run
+    just made comes from the totals kept while it ran (``totals``), without reading either.
+    """
+
+    def __init__(self, manifest: RunManifest, scores: Optional[list[Score]] = None,
+                 cases: Optional[list[Case]] = None, path: Optional[Path] = None, totals: Any = None,
+                 repeat_scores: Optional[list[Score]] = None):
+        self.manifest, self.path, self.totals = manifest, Path(path) if path is not None else None, totals
+        self._scores: Optional[list[Score]] = None
+        self._repeat_scores = repeat_scores
+        self._cases = cases
+        if scores is not None:
+            if repeat_scores is None:
+                self._recorded(scores)
+            else:
+                self._scores = scores
+
+    def _recorded(self, scores: list[Score]) -> None:
+        """Take ``scores`` as recorded: every repeat; ``scores`` becomes each case's mean over them."""
+        from .repeats import collapse_repeats, has_repeats
+
+        if has_repeats(scores):
+            self._repeat_scores = list(scores)
+            self._scores = collapse_repeats(scores, pass_at_least(self.manifest))
+        else:
+            self._repeat_scores = self._scores = scores
+
+    @property
+    def scores(self) -> list[Score]:
+        """Every score, the last per (case, metric, backend), by backend, metric and case order; in a
+        run with repeats, each case's mean over its repeats (`ragbridge.run.repeats`)."""
+        if self._scores is None:
+            scores = read_scores(self.path / "scores.jsonl")[0] if self.path is not None else []
+            order = {c.id: i for i, c in enumerate(self.cases)}
+            scores.sort(key=lambda s: (s.backend, s.metric, order.get(s.case_id, 0), s.repeat))
+            self._recorded(scores)
+        return self._scores
+
+    @scores.setter
+    def scores(self, value: list[Score]) -> None:
+        self._scores = value
+        if self._repeat_scores is None:
+            self._repeat_scores = value
+
+    @property
+    def repeat_scores(self) -> list[Score]:
+        """Every repeat of every score as recorded (``scores`` holds each case's mean over its
+        repeats); the same list as ``scores`` for a run without repeats."""
+        if self._repeat_scores is None:
+            self.scores  # noqa: B018 - reads the folder
+        return self._repeat_scores
+
+    @repeat_scores.setter
+    def repeat_scores(self, value: list[Score]) -> None:
+        self._repeat_scores = value
+
+    @property
+    def cases(self) -> list[Case]:
+        if self._cases is None:
+            path = self.path / "cases.jsonl" if self.path is not None else None
+            self._cases = load_cases(path) if path is not None and path.exists() else []
+        return self._cases
+
+    @cases.setter
+    def cases(self, value: list[Case]) -> None:
+        self._cases = value
 
     def __repr__(self) -> str:  # one line: a run holds thousands of scores
         where = repr(str(self.path)) if self.path is not None else "in memory"
-        return f"Run({where}, {len(self.cases)} cases, {len(self.scores)} scores, {self.manifest.status})"
+        n_cases = self.manifest.dataset.get("n_cases", len(self.cases) if self._cases is not None else "?")
+        n_scores = self.manifest.counts.get("scores", len(self._scores) if self._scores is not None else "?")
+        return f"Run({where}, {n_cases} cases, {n_scores} scores, {self.manifest.status})"
 
     @property
     def complete(self) -> bool:
@@ -82,24 +152,18 @@ class Run:
             r["status"] = s.status
         return pd.DataFrame(rows)
 
-    #: every repeat of every score as recorded (``scores`` holds each case's mean over its repeats);
-    #: the same as ``scores`` for a run without repeats
-    repeat_scores: Optional[list[Score]] = None
-
-    def __post_init__(self) -> None:
-        if self.repeat_scores is None:
-            from .repeats import collapse_repeats, has_repeats
-
-            if has_repeats(self.scores):
-                self.repeat_scores = list(self.scores)
-                self.scores = collapse_repeats(self.scores, pass_at_least(self.manifest))
-            else:
-                self.repeat_scores = self.scores
-
     def summary(self, by_tag: bool = True):
+        if self.totals is not None:
+            return self.totals.frame(by_tag)
         from .summary import summarize
 
         return summarize(self.scores, self.cases, by_tag=by_tag)
+
+    def summary_rows(self, by_tag: bool = True) -> list[dict[str, Any]]:
+        """`summary` as a list of plain dicts; for a run just made, without importing pandas."""
+        if self.totals is not None:
+            return self.totals.rows(by_tag)
+        return self.summary(by_tag).to_dict("records")
 
     def costs(self):
         """Judge calls, tokens and cost per backend and metric, over the scores kept (a DataFrame:
@@ -155,9 +219,7 @@ def load_run(path: str | Path) -> Run:
         raise RunError(f"{manifest_path}: not a valid run manifest: {exc}") from None
     if manifest.status == "running" and not alive(manifest.process):
         manifest.status = "interrupted"  # its process is gone: it will never record its end
-    scores, _ = read_scores(path / "scores.jsonl")
-    cases = load_cases(path / "cases.jsonl") if (path / "cases.jsonl").exists() else []
-    return Run(manifest=manifest, scores=scores, cases=cases, path=path)
+    return Run(manifest=manifest, path=path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -261,6 +323,12 @@ class RunFolder:
 
     def _check_same_cases(self, old: RunManifest, key: str, fingerprint: str) -> None:
         if old.dataset.get(key) != fingerprint:
+            if old.dataset.get("fingerprint_of") != FINGERPRINT_OF:
+                raise RunError(
+                    f"{self.path} holds a run written by an earlier ragbridge, whose dataset fingerprint "
+                    "is computed differently (now: SHA-256 of the cases' canonical lines), so it cannot "
+                    "be resumed; pass --overwrite to score it again from the start, or choose another --out"
+                )
             raise RunError(
                 f"{self.path} holds a run over different cases (dataset fingerprint differs); "
                 "choose another --out, or pass --overwrite to replace it"
@@ -319,22 +387,29 @@ class RunFolder:
             manifest.timing = {**manifest.timing, "wall_seconds": dict(old.timing["wall_seconds"])}
         return done
 
-    def start(self, cases: Sequence[Case], manifest: RunManifest) -> None:
-        """Write the cases and the manifest, and open ``scores.jsonl`` to append to (a last line cut
-        short by a kill is cut off first)."""
+    def start(self, source: "CaseSource", manifest: RunManifest) -> None:
+        """Write the cases (``source.save``) and the manifest, and open ``scores.jsonl`` to append to
+        (a last line cut short by a kill is cut off first)."""
         self.path.mkdir(parents=True, exist_ok=True)
-        with atomic_path(self.cases_path) as tmp:
-            write_jsonl(cases, tmp)
+        source.save(self.cases_path)
         self.write_manifest(manifest)
         truncate_partial_line(self.scores_path)
-        self._fh = open(self.scores_path, "a", encoding="utf-8")
+        self._fh = open(self.scores_path, "a", encoding="utf-8", buffering=1 << 20)
         self._last_beat = time.monotonic()
 
     def write_manifest(self, manifest: RunManifest) -> None:
         write_atomic(self.manifest_path, manifest.model_dump_json(indent=2))
 
     def append(self, score: Score) -> None:
+        """Add a score to the write buffer (on disk at the next `flush`)."""
         self._fh.write(score_json(score) + "\n")
+
+    def append_lines(self, lines: str) -> None:
+        """Add whole ``scores.jsonl`` lines to the write buffer (`ScoreBlock.json_lines`)."""
+        self._fh.write(lines)
+
+    def flush(self) -> None:
+        """Hand the buffered scores to the operating system: a kill from now on loses none of them."""
         self._fh.flush()
 
     @property

@@ -1,8 +1,9 @@
 """The Ray executor: the runner's scoring step on a Ray cluster (``executor="ray"``, ``--executor ray``).
 
 The runner does everything else as with the local executor (plan, run folder, target, manifest,
-recording); only `RayExecutor.score` replaces the local scoring step, with the same jobs, and hands
-every score to the same recorder, in the driver, as it arrives. So the run folder, the resume and
+recording, batches); only `RayExecutor.score` replaces the local scoring step, with the same jobs of
+each batch, and hands every score to the same recorder, in the driver, as it arrives. The cluster is
+started once for the run (`RayExecutor.session`), not per batch. So the run folder, the resume and
 overwrite rules and the scores are the local executor's.
 
 The data flow (Ray Data, two datasets consumed at once):
@@ -310,6 +311,15 @@ class RayExecutor:
     native_block_rows: int = NATIVE_BLOCK_ROWS
     calls_per_actor: int = 2
 
+    @contextlib.contextmanager
+    def session(self, ctx: ScoringContext) -> Iterator[Any]:
+        """The cluster for a whole run (the ``ray`` module): `score`, called once per batch of the
+        run, finds it connected and uses it, rather than starting one per batch."""
+        hide = [ctx.judge.config.api_key_env] if ctx.judge is not None else []
+        with ray_session(self.address, num_cpus=self.num_cpus, object_store_memory=self.object_store_memory,
+                         hide=hide) as ray:
+            yield ray
+
     async def score(self, jobs: "list[Job]", ctx: ScoringContext, recorder: "Recorder") -> None:
         from ..native import answers
 
@@ -345,7 +355,6 @@ class RayExecutor:
                                         name="ragbridge-ray-results") for s in streams]
             for t in threads:
                 t.start()
-            started = time.monotonic()
             seen: set = set()
             remaining, running = total, len(threads)
             try:
@@ -360,7 +369,7 @@ class RayExecutor:
                         if score.key in seen:  # a retried batch's score, recorded already
                             continue
                         seen.add(score.key)
-                        recorder.record(score, seconds=time.monotonic() - started)
+                        recorder.record(score)
                         remaining -= 1
             finally:
                 stop.set()

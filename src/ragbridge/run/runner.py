@@ -8,12 +8,20 @@
 3. with a target, `fill_cases`: each case's chunks and answer from the system under test;
 4. `_new_manifest`, `RunFolder.resume` (what the earlier sessions scored is kept) and
    `RunFolder.start`;
-5. `_jobs`: per backend and metric the cases to score, and the scores known at once (a case
-   without a field the metric requires is skipped, a failed target call is each score's error);
-6. `_score`: the lifecycle, once per run for each backend used: its environment defaults applied
-   (`applied_environment`), ``open``, its jobs driven concurrently (`_drive`), ``close``;
-7. `_Recorder`: each score's judge usage, the folder, ``on_score``, the progress bar, the heartbeat
-   and the manifest's counts.
+5. `_scoring`: with the local executor `_Backends`, the lifecycle, once per run for each backend
+   used: its environment defaults applied (`applied_environment`), ``open``, and at the end
+   ``close``; with the Ray executor (`ragbridge.run.ray_executor`) its session, one cluster for
+   the run, whose actors run the same lifecycle (`open_session`, `drive_job`, `close_session`);
+6. per batch of cases (`ragbridge.formats.source.CaseSource.batches`: memory holds one batch, not
+   the dataset): `_jobs` (per backend, metric and repeat the cases to score, and the scores known at
+   once: a case without a field the metric requires is skipped, a failed target call is each
+   score's error), `_score` (the jobs driven concurrently, `drive_job`) or the executor's
+   ``score``, and the batch's scores flushed to disk;
+7. `Recorder`: each score's (or `ScoreBlock`'s) judge usage, the folder, ``on_score``, the progress
+   bar, the heartbeat, the running totals (`ragbridge.run.summary.Totals`) and the manifest's counts.
+
+Scores are appended to ``scores.jsonl`` through a buffer that is flushed at the end of each batch
+and at least every `FLUSH_SECONDS`, so a run killed outright loses at most what it scored since.
 
 Repeats (``repeats=N``): every judged metric is scored N times, as distinct judge calls (the repeat
 index travels with the case id the backend sees, `ragbridge.judge.repeat`, and is part of the
@@ -40,21 +48,30 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, Optional, Sequence
 
 from .. import __version__
 from ..backend import Backend, RunOptions, ScoringContext, error_text
-from ..formats.records import fingerprint
+from ..formats.records import CaseBatch
+from ..formats.source import BATCH_SIZE, CaseSource
 from ..judge.repeat import repeat_case_id, split_repeat
 from ..plugins import get_backends
-from ..schema import Case, RunManifest, Score
-from .folder import JUDGE_COUNTS, Run, RunFolder, now, this_process
+from ..schema import Case, RunManifest, Score, ScoreBlock
+from .summary import Totals
+from .folder import FINGERPRINT_OF, JUDGE_COUNTS, Run, RunFolder, now, this_process
 from .plan import Plan, RunError, plan_metrics
-from .target import fill_cases, load_target, target_error
+from .target import fill_cases, load_target, target_error, target_error_of
 
-__all__ = ["evaluate", "evaluate_async", "applied_environment"]
+#: the backends' lifecycle and the recorder are public for an executor that scores elsewhere
+#: (`ragbridge.run.ray_executor`): the same steps `_score` takes, so a backend behaves alike wherever
+#: it is scored
+__all__ = ["evaluate", "evaluate_async", "applied_environment", "open_session", "drive_job", "close_session",
+           "Recorder"]
 
-Job = tuple[Backend, str, list[Case]]
+Job = tuple[Backend, str, CaseBatch]
+
+#: the longest a recorded score waits in the write buffer before it is flushed to disk
+FLUSH_SECONDS = 1.0
 
 
 def evaluate(cases: Sequence[Case], *args: Any, **kwargs: Any) -> Run:
@@ -63,7 +80,7 @@ def evaluate(cases: Sequence[Case], *args: Any, **kwargs: Any) -> Run:
 
 
 async def evaluate_async(
-    cases: Sequence[Case],
+    cases: Sequence[Case] | CaseSource,
     backends: Sequence[str] | None = None,
     metrics: Sequence[str] | None = None,
     out: str | Path | None = None,
@@ -75,6 +92,7 @@ async def evaluate_async(
     on_score: Optional[Callable[[Score], None]] = None,
     target: Any = None,
     target_concurrency: int = 4,
+    batch_size: int = BATCH_SIZE,
     repeats: int = 1,
     pass_repeats: Optional[int] = None,
     max_calls: Optional[int] = None,
@@ -84,15 +102,17 @@ async def evaluate_async(
 ) -> Run:
     """Score ``cases`` with ``backends`` (default: native) and return the `Run`.
 
-    ``metrics`` are canonical names (``recall@5``, ``faithfulness``; default: every metric of each
-    backend). ``judge`` is a ``ragbridge.judge.JudgeConfig``, needed only when a planned metric uses a
-    judge. With ``out`` the run folder is written, and resumed if it already holds a run of the same
-    cases (``overwrite`` replaces it instead). With ``target`` (a spec for
-    `ragbridge.run.target.load_target`, or a loaded `Target`) each case's chunks and answer come
-    from calling the system under test first. ``on_score`` is called with each score as it is
-    recorded. ``executor`` is where the scoring step runs: ``"local"`` (the default: this process)
-    or ``"ray"`` (a `ragbridge.run.ray_executor.RayExecutor`, or one given), with the same scores
-    and run folder.
+    ``cases`` are `Case` objects, or a `CaseSource` (`ragbridge.formats.source.open_cases`: a golden
+    set on disk, read batch by batch). ``metrics`` are canonical names (``recall@5``,
+    ``faithfulness``; default: every metric of each backend). ``judge`` is a
+    ``ragbridge.judge.JudgeConfig``, needed only when a planned metric uses a judge. With ``out`` the
+    run folder is written, and resumed if it already holds a run of the same cases (``overwrite``
+    replaces it instead); the returned `Run` then reads its scores from the folder when asked for
+    them. With ``target`` (a spec for `ragbridge.run.target.load_target`, or a loaded `Target`) each
+    case's chunks and answer come from calling the system under test first. ``on_score`` is called
+    with each score as it is recorded. Cases are scored ``batch_size`` at a time. ``executor`` is
+    where the scoring step runs: ``"local"`` (the default: this process) or ``"ray"`` (a
+    `ragbridge.run.ray_executor.RayExecutor`, or one given), with the same scores and run folder.
 
     ``repeats``: each judged metric is scored this many times (distinct judge calls); a case passes
     when at least ``pass_repeats`` of them pass (default: a majority). ``max_calls`` / ``max_cost``:
@@ -101,37 +121,40 @@ async def evaluate_async(
     run would spend (cache hits counted as such), with status ``dry-run``.
     """
     options = options or RunOptions()
-    cases = list(cases)
-    if not cases:
+    source = cases if isinstance(cases, CaseSource) else CaseSource.of_cases(cases, batch_size)
+    if not source.n_cases:
         raise RunError("no cases to evaluate")
     _check_repeats_and_budget(repeats, pass_repeats, max_calls, max_cost)
     plan = plan_metrics(backends, metrics, options.k, options)
     needs_judge = _check_judge(plan, judge, preflight=not dry_run)
-    score_step = _scorer(executor)
+    scorer = _executor(executor)
     if isinstance(target, str):
         target = load_target(target)
     if dry_run and target is not None:
         raise RunError("a dry run cannot call the system under test: run without --target (or rescore "
                        "the target run's folder) to count its judge calls")
-    golden_fp = fingerprint(cases)
+    golden_fp = source.fingerprint
     folder = RunFolder(Path(out)) if out is not None else None
     earlier = None
     if folder and not (dry_run and overwrite):
         earlier = folder.prepare(overwrite and not dry_run, golden_fp, target=target is not None)
-    dataset = {"path": dataset_path, "fingerprint": golden_fp, "n_cases": len(cases)}
+    dataset = {"path": dataset_path, "fingerprint": golden_fp, "fingerprint_of": FINGERPRINT_OF,
+               "n_cases": source.n_cases}
+    n_target_errors = 0
     if target is not None:
-        cases = await fill_cases(cases, target, record_path=folder.target_path if folder else None,
-                                 concurrency=target_concurrency, progress=progress)
-        dataset.update(fingerprint=fingerprint(cases), golden_fingerprint=golden_fp, target=target.spec)
-    manifest = _new_manifest(plan, cases, dataset, options, judge if needs_judge else None)
+        filled = await fill_cases(source.cases, target, record_path=folder.target_path if folder else None,
+                                  concurrency=target_concurrency, progress=progress)
+        n_target_errors = sum(1 for c in filled if target_error(c))
+        source = CaseSource.of_cases(filled, batch_size)
+        dataset.update(fingerprint=source.fingerprint, golden_fingerprint=golden_fp, target=target.spec)
+    manifest = _new_manifest(plan, dataset, options, judge if needs_judge else None)
     if repeats > 1 or pass_repeats is not None:
         manifest.options.update(repeats=repeats, pass_repeats=pass_repeats)
     done = folder.resume(earlier, manifest) if earlier is not None else {}
     if dry_run:
         folder = None  # nothing is written
     if folder:
-        folder.start(cases, manifest)
-    jobs, immediate = _jobs(plan, cases, done, repeats)
+        folder.start(source, manifest)
     gateway = None
     if needs_judge:
         from ..judge import JudgeGateway
@@ -143,26 +166,38 @@ async def evaluate_async(
             spent = manifest.counts.get("judge", {})
             gateway.set_budget(max_calls, max_cost, int(spent.get("calls", 0)), float(spent.get("cost", 0.0)))
             manifest.counts["budget"] = {"max_calls": max_calls, "max_cost": max_cost}
-    total = len(immediate) + sum(len(c) for _, _, c in jobs)
-    recorder = _Recorder(manifest, cases, done, folder, gateway, on_score, _progress(progress, total))
+    specs = [spec for chosen in plan.values() for _, spec in chosen]
+    repeated = (repeats > 1 and any(spec.judge for spec in specs)) or any(key[3] for key in done)
+    planned = source.n_cases * sum(repeats if spec.judge else 1 for spec in specs)
+    recorder = Recorder(manifest, done, folder, gateway, on_score, _progress(progress, planned),
+                        keep=folder is None, duplicates=source.duplicate_chunk_ids,
+                        target_errors=n_target_errors, judge_model=judge.model if needs_judge else None,
+                        options=options)
     if dry_run:
         recorder.earlier_judge = {}  # what this run would spend: the earlier sessions' is spent already
-    interrupted = False
+    interrupted = complete = False
     try:
         if gateway is not None:
             gateway.start()
-        for score in immediate:
-            recorder.record(score)
-        await score_step(jobs, ScoringContext(options=options, judge=gateway), recorder)
+        async with _scoring(scorer, plan, ScoringContext(options=options, judge=gateway)) as score_batch:
+            for batch in source.batches():
+                jobs, immediate = _jobs(plan, batch, done, repeats)
+                recorder.start_batch(batch)
+                for score in immediate:
+                    recorder.record(score)
+                await score_batch(jobs, recorder)
+                recorder.end_batch()
+        complete = True
     except (KeyboardInterrupt, asyncio.CancelledError):
         interrupted = True
         raise
     finally:
-        recorder.finish(interrupted, complete=len(recorder.scores) >= total + len(done), dry_run=dry_run)
-    order = {c.id: i for i, c in enumerate(cases)}
-    ordered = sorted(recorder.scores.values(),
-                     key=lambda s: (s.backend, s.metric, order.get(s.case_id, 0), s.repeat))
-    return Run(manifest=manifest, scores=ordered, cases=cases, path=folder.path if folder else None)
+        recorder.finish(interrupted, complete=complete, dry_run=dry_run)
+        source.close()
+    # a run with repeats summarises each case's mean over them: from its scores, not the running totals
+    return Run(manifest=manifest, scores=recorder.ordered(source) if folder is None else None,
+               cases=source.cases if folder is None else None, path=folder.path if folder else None,
+               totals=None if repeated else recorder.totals)
 
 
 def _check_repeats_and_budget(repeats: Any, pass_repeats: Any, max_calls: Any, max_cost: Any) -> None:
@@ -230,17 +265,14 @@ def _check_judge(plan: Plan, judge: Any, preflight: bool = True) -> bool:
     return True
 
 
-def _scorer(executor: Any) -> Callable:
-    """The scoring step of ``executor``: `_score` in this process, or a distributed executor's."""
+def _executor(executor: Any) -> Any:
+    """The executor ``executor`` names: None for this process, else a distributed one."""
     from .ray_executor import executor_for
 
-    chosen = executor_for(executor)
-    return _score if chosen is None else chosen.score
+    return executor_for(executor)
 
 
-def _new_manifest(
-    plan: Plan, cases: list[Case], dataset: dict[str, Any], options: RunOptions, judge: Any
-) -> RunManifest:
+def _new_manifest(plan: Plan, dataset: dict[str, Any], options: RunOptions, judge: Any) -> RunManifest:
     """This session's manifest (``judge``: the config when a planned metric uses it, else None)."""
     registry = get_backends()
     manifest = RunManifest(
@@ -254,51 +286,52 @@ def _new_manifest(
         started_at=now(),
         process=this_process(),
     )
-    if judge is not None and (same := _self_judging(judge.model, options, cases)):
-        manifest.judge["self_judging"] = same
     return manifest
 
 
-def _self_judging(judge_model: str, options: RunOptions, cases: Sequence[Case]) -> Optional[dict[str, Any]]:
-    """Whether the judge is the system under test's own model, by ``options.generator_model`` or each
-    case's ``metadata["generator_model"]`` (compared case-insensitively, without a ``provider/``
-    prefix)."""
+def _same_model(a: Any, b: Any) -> bool:
+    """Whether two model names name the same model (case-insensitively, without a ``provider/``)."""
     def norm(model: Any) -> str:
         return str(model).strip().casefold().rsplit("/", 1)[-1]
 
-    models = [options.generator_model or c.metadata.get("generator_model") for c in cases]
-    same = [m for m in models if m and norm(m) == norm(judge_model)]
-    return {"generator_model": same[0], "cases": len(same)} if same else None
+    return norm(a) == norm(b)
 
 
-def _jobs(plan: Plan, cases: list[Case], done: dict, repeats: int = 1) -> tuple[list[Job], list[Score]]:
-    """Per backend, metric and repeat, the cases still to score; and the scores known without
-    scoring: a failed target call (the error) and a case that lacks a field the metric requires
-    (skipped). A judged metric is planned ``repeats`` times; for repeat r > 0 the backend gets each
-    case under `repeat_case_id` (the judge files its calls under that repeat)."""
+def _jobs(plan: Plan, batch: CaseBatch, done: dict, repeats: int = 1) -> tuple[list[Job], list[Score]]:
+    """Per backend, metric and repeat, the cases of ``batch`` still to score; and the scores known
+    without scoring: a failed target call (the error) and a case that lacks a field the metric
+    requires (skipped). A judged metric is planned ``repeats`` times; for repeat r > 0 the backend
+    gets each case under `repeat_case_id` (the judge files its calls under that repeat)."""
     registry = get_backends()
     jobs: list[Job] = []
     immediate: list[Score] = []
+    ids = batch.ids
+    requires = any(spec.requires for chosen in plan.values() for _, spec in chosen)
+    present = [batch.fields_present(i) for i in range(len(batch))] if requires else [()] * len(batch)
+    failed = [target_error_of(batch.metadata(i)) for i in range(len(batch))]
     for bname, chosen in plan.items():
         for metric, spec in chosen:
             for repeat in range(repeats if spec.judge else 1):
                 eligible = []
-                for case in (c for c in cases if (c.id, metric, bname, repeat) not in done):
-                    missing = [r for r in spec.requires if r not in case.fields_present()]
-                    failed = target_error(case)
-                    if failed or missing:
-                        reason = None if failed else "skipped: case has no " + ", ".join(missing)
-                        immediate.append(Score(case_id=case.id, metric=metric, backend=bname, repeat=repeat,
-                                               native_metric=spec.native_name, error=failed, reason=reason))
+                for i, cid in enumerate(ids):
+                    if done and (cid, metric, bname, repeat) in done:
+                        continue
+                    missing = [r for r in spec.requires if r not in present[i]]
+                    if failed[i] or missing:
+                        reason = None if failed[i] else "skipped: case has no " + ", ".join(missing)
+                        immediate.append(Score(case_id=cid, metric=metric, backend=bname, repeat=repeat,
+                                               native_metric=spec.native_name, error=failed[i],
+                                               reason=reason))
                     else:
-                        eligible.append(case)
+                        eligible.append(i)
                 if not eligible:
                     continue
+                # the batch itself when nothing was filtered, so backends can reuse work per batch
+                cases = batch if len(eligible) == len(batch) else batch.subset(eligible)
                 if repeat:
-                    eligible = [c.model_copy(update={"id": repeat_case_id(c.id, repeat)}) for c in eligible]
-                elif len(eligible) == len(cases):
-                    eligible = cases  # the full list object, so backends can reuse work per list
-                jobs.append((registry[bname], metric, eligible))
+                    cases = CaseBatch.of_cases([c.model_copy(update={"id": repeat_case_id(c.id, repeat)})
+                                                for c in cases])
+                jobs.append((registry[bname], metric, cases))
     return jobs, immediate
 
 
@@ -306,30 +339,71 @@ def _jobs(plan: Plan, cases: list[Case], done: dict, repeats: int = 1) -> tuple[
 # Scoring: the backends' lifecycle
 
 
-async def _score(jobs: list[Job], ctx: ScoringContext, recorder: _Recorder) -> None:
-    """Run ``jobs``: each backend used is set up once (environment, ``open``), its jobs are driven
-    concurrently and each score is recorded as it arrives; then every opened backend is closed."""
+class _Backends:
+    """The lifecycle of the backends a run uses, around all its batches: on entry each one's
+    environment defaults are applied and it is opened (its context, by name, is what ``async with``
+    gives); on exit every opened backend is closed and the environment restored."""
+
+    def __init__(self, plan: Plan, ctx: ScoringContext):
+        registry = get_backends()
+        self.backends = [registry[b] for b in plan]
+        self.ctx = ctx
+        self.contexts: dict[str, ScoringContext] = {}
+        self.environment = contextlib.ExitStack()
+        self.opened: list[Backend] = []
+
+    async def __aenter__(self) -> dict[str, ScoringContext]:
+        try:
+            for b in self.backends:
+                self.environment.enter_context(applied_environment(b.environment()))
+                self.contexts[b.name] = await open_session(b, self.ctx)
+                self.opened.append(b)
+        except BaseException:
+            await self.__aexit__()
+            raise
+        return self.contexts
+
+    async def __aexit__(self, *exc: Any) -> None:
+        for b in reversed(self.opened):
+            await close_session(b, self.contexts[b.name])
+        self.opened = []
+        self.environment.close()
+
+
+@contextlib.asynccontextmanager
+async def _scoring(executor: Any, plan: Plan, ctx: ScoringContext) -> AsyncIterator[Callable]:
+    """The scoring step of each batch, ``await step(jobs, recorder)``, for as long as the run lasts:
+    in this process (``executor`` None) every backend is opened once (`_Backends`) and the jobs run
+    by `_score`; else the executor's ``score`` runs them, inside its ``session`` (a Ray cluster
+    started once for the run)."""
+    if executor is None:
+        async with _Backends(plan, ctx) as contexts:
+            async def local(jobs: list[Job], recorder: Recorder) -> None:
+                await _score(jobs, contexts, recorder)
+
+            yield local
+    else:
+        with executor.session(ctx):
+            async def distributed(jobs: list[Job], recorder: Recorder) -> None:
+                await executor.score(jobs, ctx, recorder)
+
+            yield distributed
+
+
+async def _score(jobs: list[Job], contexts: dict[str, ScoringContext], recorder: Recorder) -> None:
+    """Run ``jobs`` (one batch) concurrently, recording each score as it arrives."""
     queue: asyncio.Queue = asyncio.Queue()
-    environment = contextlib.ExitStack()  # the backends' environment defaults, while the run lasts
-    contexts: dict[str, ScoringContext] = {}
-    opened: list[Backend] = []
+    tasks = [asyncio.create_task(drive_job(b, m, c, contexts[b.name], queue)) for b, m, c in jobs]
     try:
-        for b in dict.fromkeys(b for b, _, _ in jobs):
-            environment.enter_context(applied_environment(b.environment()))
-            contexts[b.name] = await _open(b, ctx)
-            opened.append(b)
-        tasks = [asyncio.create_task(_drive(b, m, c, contexts[b.name], queue)) for b, m, c in jobs]
         remaining = sum(len(c) for _, _, c in jobs)
-        started = time.monotonic()
         while remaining:
-            score = await queue.get()
-            recorder.record(score, seconds=time.monotonic() - started)
-            remaining -= 1
+            item = await queue.get()
+            remaining -= recorder.record(item)
         await asyncio.gather(*tasks)
     finally:
-        for b in reversed(opened):
-            await _close(b, contexts[b.name])
-        environment.close()
+        for t in tasks:
+            if not t.done():
+                t.cancel()
 
 
 @contextlib.contextmanager
@@ -355,7 +429,7 @@ class _BackendFault(Exception):
     """A backend that cannot score at all (its ``open`` failed): the error of every case it was given."""
 
 
-async def _open(backend: Backend, ctx: ScoringContext) -> ScoringContext:
+async def open_session(backend: Backend, ctx: ScoringContext) -> ScoringContext:
     """The backend's context for this run: ``session`` is what its ``open`` returned. A failing
     ``open`` is kept as the session's error, and every case the backend is given gets it."""
     try:
@@ -364,7 +438,7 @@ async def _open(backend: Backend, ctx: ScoringContext) -> ScoringContext:
         return ctx.for_session(_OpenFailed(error_text(exc)))
 
 
-async def _close(backend: Backend, ctx: ScoringContext) -> None:
+async def close_session(backend: Backend, ctx: ScoringContext) -> None:
     if isinstance(ctx.session, _OpenFailed):
         return
     try:
@@ -375,51 +449,110 @@ async def _close(backend: Backend, ctx: ScoringContext) -> None:
         warnings.warn(f"backend {backend.name!r} failed to close: {error_text(exc)}", RuntimeWarning)
 
 
-async def _drive(
-    backend: Backend, metric: str, cases: Sequence[Case], ctx: ScoringContext, queue: asyncio.Queue
+async def drive_job(
+    backend: Backend, metric: str, cases: CaseBatch | Sequence[Case], ctx: ScoringContext,
+    queue: asyncio.Queue,
 ) -> None:
-    """Put every score of one job on ``queue``: one per case, whatever the backend does (a fault is
-    the error of each case it did not score; a case it forgot is an error too)."""
-    pending = {c.id for c in cases}
+    """Put every score of one job on ``queue`` (a `Score` or a `ScoreBlock` of them): one per case,
+    whatever the backend does (a fault is the error of each case it did not score; a case it forgot
+    is an error too)."""
+    ids = CaseBatch.of_cases(cases).ids
+    pending = set(ids)
     error = "backend returned no score for this case"
     try:
         if isinstance(ctx.session, _OpenFailed):
             raise _BackendFault(ctx.session.error)
-        async for score in backend.score(metric, cases, ctx):
-            pending.discard(score.case_id)
-            await queue.put(score)
+        async for item in backend.score(metric, cases, ctx):
+            if isinstance(item, ScoreBlock):
+                if not pending.issuperset(item.case_ids):
+                    raise RuntimeError("backend returned a score block for cases it was not given, or twice")
+                pending.difference_update(item.case_ids)
+            else:
+                pending.discard(item.case_id)
+            await queue.put(item)
     except Exception as exc:  # a backend fault: every case it did not score gets the error
         error = str(exc) if isinstance(exc, _BackendFault) else error_text(exc)
-    for case in cases:
-        if case.id in pending:
-            await queue.put(Score(case_id=case.id, metric=metric, backend=backend.name, error=error))
+    for cid in ids:
+        if cid in pending:
+            await queue.put(Score(case_id=cid, metric=metric, backend=backend.name, error=error))
 
 
 # --------------------------------------------------------------------------------------------
 # Recording
 
 
-class _Recorder:
-    """Where each score goes as it arrives: its judge usage is filled in, it is kept (the last per
-    key wins), appended to the folder, passed to ``on_score`` and counted by the progress bar; every
-    `HEARTBEAT_SECONDS` the manifest is rewritten with the counts so far."""
+class Recorder:
+    """Where each score goes as it arrives: its judge usage is filled in, it is added to the running
+    totals, appended to the folder's buffer, passed to ``on_score`` and counted by the progress bar
+    (and, for a run without a folder, kept: the last per key wins); the buffer is flushed at the end
+    of each batch and every `FLUSH_SECONDS`, and every `HEARTBEAT_SECONDS` the manifest is rewritten
+    with the counts so far. The scores an earlier session kept (``done``) join the totals batch by
+    batch, with their case's tags."""
 
-    def __init__(self, manifest: RunManifest, cases: Sequence[Case], done: dict, folder: Optional[RunFolder],
-                 gateway: Any, on_score: Optional[Callable[[Score], None]], bar: Optional["_Bar"]):
+    def __init__(self, manifest: RunManifest, done: dict, folder: Optional[RunFolder], gateway: Any,
+                 on_score: Optional[Callable[[Score], None]], bar: Optional["_Bar"], *, keep: bool,
+                 duplicates: int, target_errors: int, judge_model: Optional[str], options: RunOptions):
         self.manifest, self.folder, self.gateway = manifest, folder, gateway
         self.on_score, self.bar = on_score, bar
-        self.scores: dict[tuple[str, str, str, int], Score] = dict(done)
+        self.totals = Totals()
+        self.kept: Optional[dict[tuple[str, str, str, int], Score]] = {} if keep else None
+        self.done_by_case: dict[str, list[Score]] = {}
+        for s in done.values():
+            self.done_by_case.setdefault(s.case_id, []).append(s)
         # what the run's earlier sessions counted (a resumed run), to add this session's to
         self.earlier_judge = dict(manifest.counts.get("judge", {}))
         self.earlier_wall = dict(manifest.timing.get("wall_seconds", {}))
+        self.started = time.monotonic()
         self.last_score_at: dict[str, float] = {}  # per backend, seconds from the start of scoring
-        self.n_duplicates = sum(len(c.contexts) - len({ch.id for ch in c.contexts}) for c in cases)
-        self.n_target_errors = sum(1 for c in cases if target_error(c))
+        self.n_duplicates, self.n_target_errors = duplicates, target_errors
+        self.judge_model, self.generator_model = judge_model, options.generator_model
+        self.self_judged: list[str] = []  # the generator models of the cases judged by their own model
+        self.tags_of: dict[str, list[str]] = {}
+        self._flushed_at = time.monotonic()
 
-    def record(self, score: Score, seconds: Optional[float] = None) -> None:
-        """Record one score (``seconds``: since scoring started, for its backend's wall time)."""
-        if seconds is not None:
-            self.last_score_at[score.backend] = seconds
+    def start_batch(self, batch: CaseBatch) -> None:
+        """A batch begins: its cases' tags, its kept scores into the totals, its self-judged cases."""
+        ids = batch.ids
+        self.tags_of = {cid: tags for i, cid in enumerate(ids) if (tags := batch.tags(i))}
+        if self.done_by_case:
+            for cid in ids:
+                for s in self.done_by_case.pop(cid, ()):
+                    self.totals.add(s, self.tags_of.get(cid, ()))
+        if self.judge_model is not None:
+            for i in range(len(batch)):
+                model = self.generator_model or batch.metadata(i).get("generator_model")
+                if model and _same_model(model, self.judge_model):
+                    self.self_judged.append(model)
+
+    def record(self, item: Score | ScoreBlock) -> int:
+        """Record one score or block; returns how many scores that was."""
+        now_s = time.monotonic()
+        if isinstance(item, ScoreBlock):
+            self.last_score_at[item.backend] = now_s - self.started
+            self.totals.add_block(item, self.tags_of)
+            if self.folder:
+                self.folder.append_lines(item.json_lines())
+            if self.on_score or self.kept is not None:
+                for score in item.scores():
+                    self._hand_on(score)
+            n = len(item)
+        else:
+            item = self._usage(item)
+            self.last_score_at[item.backend] = now_s - self.started
+            self.totals.add(item, self.tags_of.get(item.case_id, ()))
+            if self.folder:
+                self.folder.append(item)
+            self._hand_on(item)
+            n = 1
+        if self.bar:
+            self.bar.advance(n)
+        if self.folder and now_s - self._flushed_at >= FLUSH_SECONDS:
+            self._flush(now_s)
+        return n
+
+    def _usage(self, score: Score) -> Score:
+        """``score`` with its repeat index and judge usage; a score the spent budget refused becomes
+        not run."""
         gateway = self.gateway
         tagged = score.case_id  # the id the backend saw: with the repeat index for a repeat > 0
         case_id, repeat = split_repeat(tagged)
@@ -442,20 +575,34 @@ class _Recorder:
                           completion_tokens=score.completion_tokens, cost=score.cost, seconds=score.seconds)
         elif gateway is not None and score.error:
             gateway.forget(score.backend, score.metric, tagged)
-        self.scores[score.repeat_key] = score
-        if self.folder:
-            self.folder.append(score)
+        return score
+
+    def _hand_on(self, score: Score) -> None:
+        if self.kept is not None:
+            self.kept[score.repeat_key] = score
         if self.on_score:
             self.on_score(score)
-        if self.bar:
-            self.bar.advance()
-        if self.folder and self.folder.heartbeat_due:
+
+    def end_batch(self) -> None:
+        if self.folder:
+            self._flush(time.monotonic())
+
+    def _flush(self, now_s: float) -> None:
+        self.folder.flush()
+        self._flushed_at = now_s
+        if self.folder.heartbeat_due:
             self.update_counts()
             self.folder.heartbeat(self.manifest)
 
+    def ordered(self, source: CaseSource) -> list[Score]:
+        """The kept scores by backend, metric, case order and repeat (a run without a folder)."""
+        order = {cid: i for i, cid in enumerate(cid for b in source.batches() for cid in b.ids)}
+        return sorted(self.kept.values(),
+                      key=lambda s: (s.backend, s.metric, order.get(s.case_id, 0), s.repeat))
+
     def update_counts(self) -> None:
         manifest = self.manifest
-        manifest.counts.update(_counts(self.scores.values()), duplicate_chunk_ids=self.n_duplicates)
+        manifest.counts.update(self.totals.counts(), duplicate_chunk_ids=self.n_duplicates)
         if self.n_target_errors:
             manifest.counts["target_errors"] = self.n_target_errors
         if self.gateway is not None:
@@ -463,7 +610,10 @@ class _Recorder:
             judge = {k: self.earlier_judge.get(k, 0) + getattr(u, k) for k in JUDGE_COUNTS}
             judge["cost"] = round(judge["cost"], 10)
             manifest.counts["judge"] = judge
-            manifest.counts["cost"] = _cost_counts(self.scores.values(), self.gateway.config, judge)
+            manifest.counts["cost"] = _cost_counts(self.totals, self.gateway.config, judge)
+        if self.self_judged and manifest.judge is not None:
+            manifest.judge["self_judging"] = {"generator_model": self.self_judged[0],
+                                              "cases": len(self.self_judged)}
         spans = {b: round(self.earlier_wall.get(b, 0.0) + self.last_score_at.get(b, 0.0), 3)
                  for b in {**self.earlier_wall, **self.last_score_at}}
         manifest.timing = {**manifest.timing, "wall_seconds": spans}
@@ -474,6 +624,10 @@ class _Recorder:
             self.bar.stop()
         if self.gateway is not None:
             self.gateway.close()
+        for scores in self.done_by_case.values():  # kept scores of cases this session did not reach
+            for s in scores:
+                self.totals.add(s)
+        self.done_by_case = {}
         manifest = self.manifest
         manifest.finished_at = now()
         manifest.status = "interrupted" if interrupted else ("complete" if complete else "incomplete")
@@ -494,17 +648,6 @@ class _Recorder:
             self.folder.finish(manifest)
 
 
-def _counts(scores: Iterable[Score]) -> dict[str, int]:
-    counts = {"scores": 0, "scored": 0, "undefined": 0, "errored": 0, "not_run": 0}
-    for s in scores:
-        counts["scores"] += 1
-        counts[{"scored": "scored", "undefined": "undefined", "error": "errored",
-                "not_run": "not_run"}[s.status]] += 1
-    if not counts["not_run"]:
-        del counts["not_run"]  # a run without a budget reads as it always did
-    return counts
-
-
 def _planned(gateway: Any) -> dict[str, dict[str, Any]]:
     """A dry run's ``counts.planned``: per ``backend:metric``, the calls it would make, the cache hits
     and their cost (None: unknown)."""
@@ -522,19 +665,11 @@ def _planned(gateway: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _cost_counts(scores: Iterable[Score], config: Any, judge: dict[str, Any]) -> dict[str, Any]:
+def _cost_counts(totals: Totals, config: Any, judge: dict[str, Any]) -> dict[str, Any]:
     """``counts.cost``: the run's judge cost (``total``: every upstream call of every session, None
     when a call's model has no price) and, per backend and per ``backend:metric``, the cost of the
     scores kept (a failed score's calls are in the total only)."""
-    by_backend: dict[str, Optional[float]] = {}
-    by_metric: dict[str, Optional[float]] = {}
-    for s in scores:
-        if not s.judge_calls:
-            continue
-        for table, key in ((by_backend, s.backend), (by_metric, f"{s.backend}:{s.metric}")):
-            if key in table and table[key] is None:
-                continue
-            table[key] = None if s.cost is None else round(table.get(key, 0.0) + s.cost, 10)
+    by_backend, by_metric = totals.costs()
     return {"currency": config.currency, "priced": bool(config.prices),
             "total": None if judge.get("unpriced") or not config.prices else judge.get("cost", 0.0),
             "by_backend": by_backend, "by_metric": by_metric}
@@ -562,8 +697,8 @@ class _Bar:
         self._last = 0.0
         self._pending = 0
 
-    def advance(self) -> None:
-        self._pending += 1
+    def advance(self, n: int = 1) -> None:
+        self._pending += n
         now = time.monotonic()
         if now - self._last > 0.1:
             self.progress.advance(self.task, self._pending)
@@ -577,8 +712,3 @@ class _Bar:
 
 def _progress(enabled: bool, total: int) -> Optional[_Bar]:
     return _Bar(total) if enabled and total else None
-
-
-# The backends' lifecycle, for an executor that runs it elsewhere (ragbridge.run.ray_executor): the
-# same steps `_score` takes, so a backend behaves alike wherever it is scored.
-open_session, drive_job, close_session, Recorder = _open, _drive, _close, _Recorder

@@ -1,31 +1,147 @@
 """Summaries of scores: per backend and metric, overall and per tag; and the claims behind a score.
 
-Undefined and failed scores are counted, never averaged as 0 and never dropped. Where a backend
-exposes the claims of an answer, `claim_counts` reads how many there are and how many the context
-does not support: from the typed ``Score.evidence`` when the backend reports it, else from the
-shapes backends put in ``native_value`` (`unsupported_claims`).
+Undefined and failed scores are counted, never averaged as 0 and never dropped. `Totals` adds
+scores up as they come (a run in batches keeps its totals, not its scores); `summarize` is the same
+over scores in memory. Where a backend exposes the claims of an answer, `claim_counts` reads how
+many there are and how many the context does not support: from the typed ``Score.evidence`` when
+the backend reports it, else from the shapes backends put in ``native_value``
+(`unsupported_claims`).
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from ..schema import Case, Score
+from ..schema import Case, Score, ScoreBlock
 
-__all__ = ["summarize", "ALL", "COLUMNS", "claim_counts", "unsupported_claims"]
+__all__ = ["summarize", "Totals", "ALL", "COLUMNS", "claim_counts", "unsupported_claims"]
 
 ALL = "(all)"
 COLUMNS = ["backend", "metric", "tag", "mean", "n_scored", "n_undefined", "n_errored", "n", "n_claims",
            "unsupported_share", "n_not_run", "cost"]
 
 
-def _cost(group: Sequence[Score]) -> float:
-    judged = [s for s in group if s.judge_calls]
-    if not judged or any(s.cost is None for s in judged):
-        return float("nan")
-    return sum(s.cost for s in judged)
+# the running sums of one (backend, metric, tag): n, scored, sum of values, undefined, errored,
+# answers with claims, answers with an unsupported claim, not run, judged scores, their cost, judged
+# scores of unknown cost
+_N, _SCORED, _SUM, _UNDEFINED, _ERRORED, _CLAIMS, _BAD, _NOT_RUN, _JUDGED, _COST, _UNPRICED = range(11)
+
+
+class Totals:
+    """Counts and sums per (backend, metric, tag), added one `Score` or `ScoreBlock` at a time;
+    ``frame()`` is `summarize`'s table, ``counts()`` the manifest's score counts."""
+
+    def __init__(self) -> None:
+        self._groups: dict[tuple[str, str, str], list] = {}
+
+    def _group(self, backend: str, metric: str, tag: str) -> list:
+        key = (backend, metric, tag)
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = [0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0.0, 0]
+        return group
+
+    def add(self, score: Score, tags: Iterable[str] = ()) -> None:
+        status = score.status
+        claims = None
+        if status == "scored":
+            claims = claim_counts(score)
+        for tag in (ALL, *tags):
+            g = self._group(score.backend, score.metric, tag)
+            g[_N] += 1
+            if status == "scored":
+                g[_SCORED] += 1
+                g[_SUM] += score.value
+                if claims is not None:
+                    g[_CLAIMS] += 1
+                    g[_BAD] += 1 if claims[1] else 0
+            elif status == "undefined":
+                g[_UNDEFINED] += 1
+            elif status == "not_run":
+                g[_NOT_RUN] += 1
+            else:
+                g[_ERRORED] += 1
+            if score.judge_calls:
+                g[_JUDGED] += 1
+                if score.cost is None:
+                    g[_UNPRICED] += 1
+                else:
+                    g[_COST] += score.cost
+
+    def add_block(self, block: ScoreBlock, tags_of: Optional[dict[str, Sequence[str]]] = None) -> None:
+        """A block's scores; ``tags_of`` maps a case id to its tags (cases without tags left out)."""
+        values = block._values()
+        self._add_values(block.backend, block.metric, ALL, values)
+        if tags_of:
+            by_tag: dict[str, list] = {}
+            for cid, v in zip(block.case_ids, values):
+                for tag in tags_of.get(cid, ()):
+                    by_tag.setdefault(tag, []).append(v)
+            for tag, vs in by_tag.items():
+                self._add_values(block.backend, block.metric, tag, vs)
+
+    def _add_values(self, backend: str, metric: str, tag: str, values: list) -> None:
+        g = self._group(backend, metric, tag)
+        scored = [v for v in values if v is not None]
+        g[_N] += len(values)
+        g[_SCORED] += len(scored)
+        g[_SUM] += sum(scored)
+        g[_UNDEFINED] += len(values) - len(scored)
+
+    def counts(self) -> dict[str, int]:
+        """``scores``, ``scored``, ``undefined``, ``errored`` and (when there are any) ``not_run``
+        over every backend and metric."""
+        out = {"scores": 0, "scored": 0, "undefined": 0, "errored": 0, "not_run": 0}
+        for (_, _, tag), g in self._groups.items():
+            if tag == ALL:
+                out["scores"] += g[_N]
+                out["scored"] += g[_SCORED]
+                out["undefined"] += g[_UNDEFINED]
+                out["errored"] += g[_ERRORED]
+                out["not_run"] += g[_NOT_RUN]
+        if not out["not_run"]:
+            del out["not_run"]  # a run without a budget reads as it always did
+        return out
+
+    def costs(self) -> tuple[dict[str, Optional[float]], dict[str, Optional[float]]]:
+        """The judged scores' cost per backend and per ``backend:metric`` (None: a score's cost is
+        unknown); backends and metrics without judged scores are left out."""
+        by_backend: dict[str, Optional[float]] = {}
+        by_metric: dict[str, Optional[float]] = {}
+        for (backend, metric, tag), g in self._groups.items():
+            if tag != ALL or not g[_JUDGED]:
+                continue
+            cost = None if g[_UNPRICED] else round(g[_COST], 10)
+            by_metric[f"{backend}:{metric}"] = cost
+            if backend in by_backend and by_backend[backend] is None:
+                continue
+            by_backend[backend] = None if cost is None else round(by_backend.get(backend, 0.0) + cost, 10)
+        return by_backend, by_metric
+
+    def rows(self, by_tag: bool = True) -> list[dict[str, Any]]:
+        """`frame`'s rows as plain dicts (``COLUMNS`` in order), without pandas: the overall rows
+        first, then by tag, backend and metric."""
+        rows = [
+            {
+                "backend": backend, "metric": metric, "tag": tag,
+                "mean": g[_SUM] / g[_SCORED] if g[_SCORED] else float("nan"),
+                "n_scored": g[_SCORED], "n_undefined": g[_UNDEFINED], "n_errored": g[_ERRORED], "n": g[_N],
+                "n_claims": g[_CLAIMS],
+                "unsupported_share": g[_BAD] / g[_CLAIMS] if g[_CLAIMS] else float("nan"),
+                "n_not_run": g[_NOT_RUN],
+                "cost": g[_COST] if g[_JUDGED] and not g[_UNPRICED] else float("nan"),
+            }
+            for (backend, metric, tag), g in self._groups.items() if by_tag or tag == ALL
+        ]
+        rows.sort(key=lambda r: (r["tag"] != ALL, r["tag"], r["backend"], r["metric"]))
+        return rows
+
+    def frame(self, by_tag: bool = True):
+        """A DataFrame with one row per (backend, metric, tag), as `summarize` describes."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows(by_tag), columns=COLUMNS)
 
 
 def summarize(scores: Sequence[Score], cases: Sequence[Case] = (), by_tag: bool = True):
@@ -39,41 +155,11 @@ def summarize(scores: Sequence[Score], cases: Sequence[Case] = (), by_tag: bool 
     group's scores cost by the judge's price table (NaN when unknown: no price, or no judged score).
     A score of a run with repeats is its case's mean over them.
     """
-    import pandas as pd
-
-    tags_of = {c.id: c.tags for c in cases}
-    groups: dict[tuple[str, str, str], list[Score]] = defaultdict(list)
+    tags_of = {c.id: c.tags for c in cases} if by_tag else {}
+    totals = Totals()
     for s in scores:
-        groups[(s.backend, s.metric, ALL)].append(s)
-        if by_tag:
-            for tag in tags_of.get(s.case_id, ()):
-                groups[(s.backend, s.metric, tag)].append(s)
-    rows = []
-    for (backend, metric, tag), group in groups.items():
-        values = [s.value for s in group if s.status == "scored"]
-        claims = [found for s in group if s.status == "scored" and (found := claim_counts(s)) is not None]
-        rows.append(
-            {
-                "backend": backend,
-                "metric": metric,
-                "tag": tag,
-                "mean": sum(values) / len(values) if values else float("nan"),
-                "n_scored": len(values),
-                "n_undefined": sum(1 for s in group if s.status == "undefined"),
-                "n_errored": sum(1 for s in group if s.status == "error"),
-                "n": len(group),
-                "n_claims": len(claims),
-                "unsupported_share": (sum(1 for _, bad in claims if bad) / len(claims)) if claims
-                else float("nan"),
-                "n_not_run": sum(1 for s in group if s.status == "not_run"),
-                "cost": _cost(group),
-            }
-        )
-    frame = pd.DataFrame(rows, columns=COLUMNS)
-    if not frame.empty:
-        frame["_all"] = frame["tag"] != ALL
-        frame = frame.sort_values(["_all", "tag", "backend", "metric"]).drop(columns="_all")
-    return frame.reset_index(drop=True)
+        totals.add(s, tags_of.get(s.case_id, ()))
+    return totals.frame(by_tag)
 
 
 # --------------------------------------------------------------------------------------------

@@ -275,5 +275,10 @@ async def fill_cases(
 
 def target_error(case: Case) -> Optional[str]:
     """The error of the target call that filled ``case``, if it failed (see `fill_cases`)."""
-    info = case.metadata.get("target")
+    return target_error_of(case.metadata)
+
+
+def target_error_of(metadata: dict[str, Any]) -> Optional[str]:
+    """`target_error`, from a case's ``metadata``."""
+    info = metadata.get("target")
     return info.get("error") if isinstance(info, dict) else None

@@ -1,0 +1,209 @@
+"""A golden set to run, read in batches so that memory holds one batch, not the dataset.
+
+`open_cases` reads a dataset once, whole, before anything is scored or written: every record is
+validated (bad input raises the reader's `DatasetError`, exactly as `ragbridge.formats.load_cases`
+would), the fingerprint and the input warnings are counted, and the cases are written, one canonical
+record a line (`ragbridge.formats.records.record_line`), to a scratch copy. A run then moves that copy
+into its folder as ``cases.jsonl`` and reads its batches back from it (`CaseSource.batches`): the
+cases scored are exactly the cases checked, even if the dataset changes meanwhile.
+
+A canonical JSONL golden set is streamed (one line at a time, the common record taking the light
+path of `ragbridge.formats.records.plain_record`); every other format is read whole by its reader,
+then batched. A dataset that fits in one batch is kept in memory from the first read.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import pydantic_core
+
+from ..schema import Case
+from . import load_cases, reading_format
+from .files import DatasetError, jsonl_lines, parse_json
+from .records import CaseBatch, Fingerprint, InputCheck, batch_from_records, record_line
+
+__all__ = ["BATCH_SIZE", "CaseSource", "open_cases"]
+
+#: cases per batch: a run's memory holds about this many cases (at 100 chunks a case, tens of MB)
+BATCH_SIZE = 2000
+
+
+def _parse(text: str) -> Any:
+    """One JSON line: the fast parser, and for anything it refuses the standard one (whose errors
+    are the ones reported, see `ragbridge.formats.files.parse_json`)."""
+    try:
+        return pydantic_core.from_json(text)
+    except ValueError:
+        return parse_json(text)
+
+
+class CaseSource:
+    """The cases of one run: ``n_cases``, ``fingerprint``, ``warnings`` (`input_warnings`'s lines),
+    ``duplicate_chunk_ids`` and ``path`` (the dataset's, or None), with `batches` to score them by and
+    `save` to write them as a run folder's ``cases.jsonl``."""
+
+    def __init__(self, *, n_cases: int, fingerprint: str, warnings: list[str], duplicate_chunk_ids: int,
+                 path: Optional[Path] = None, held: Optional[list[CaseBatch]] = None,
+                 copy: Optional[Path] = None, batch_size: int = BATCH_SIZE):
+        self.n_cases, self.fingerprint, self.warnings = n_cases, fingerprint, warnings
+        self.duplicate_chunk_ids, self.path = duplicate_chunk_ids, path
+        self.batch_size = batch_size
+        self._held = held  # every batch, when they fit in memory
+        self._copy = copy  # else the scratch copy of canonical lines (then the run folder's cases.jsonl)
+        self._own_copy = copy is not None
+
+    @classmethod
+    def of_cases(cls, cases: Sequence[Case], batch_size: int = BATCH_SIZE) -> "CaseSource":
+        """Cases already in memory (the Python API): batches are slices of them."""
+        cases = list(cases)
+        fp, check, batch = Fingerprint(), InputCheck(), CaseBatch.of_cases(cases)
+        for i in range(len(batch)):
+            record = batch.record(i)
+            fp.add(record_line(record))
+            check.add(record)
+        held = [CaseBatch.of_cases(cases[i:i + batch_size]) for i in range(0, len(cases), batch_size)]
+        return cls(n_cases=len(cases), fingerprint=fp.hexdigest(), warnings=check.warnings(),
+                   duplicate_chunk_ids=batch.duplicate_chunk_ids(), held=held, batch_size=batch_size)
+
+    @property
+    def cases(self) -> list[Case]:
+        """Every case, in memory (for what needs them all at once, e.g. a target run)."""
+        return [case for batch in self.batches() for case in batch]
+
+    def batches(self) -> Iterator[CaseBatch]:
+        """The cases in order, `batch_size` at a time."""
+        if self._held is not None:
+            yield from self._held
+            return
+        records: list[dict[str, Any]] = []
+        for _, record in jsonl_lines(self._copy, parse=pydantic_core.from_json):
+            records.append(record)
+            if len(records) == self.batch_size:
+                yield CaseBatch(records)
+                records = []
+        if records:
+            yield CaseBatch(records)
+
+    def save(self, dest: Path) -> None:
+        """Write the cases to ``dest`` (a run folder's ``cases.jsonl``), whole or not at all; a scratch
+        copy is moved there, and batches are read from there from now on."""
+        from .canonical import write_records
+        from .files import atomic_path
+
+        if self._copy is not None and self._copy != dest:
+            os.replace(self._copy, dest) if _same_device(self._copy, dest) else shutil.move(self._copy, dest)
+            self._copy, self._own_copy = dest, False
+        elif self._copy is None:
+            with atomic_path(dest) as tmp:
+                write_records((b.record(i) for b in self._held for i in range(len(b))), tmp)
+
+    def close(self) -> None:
+        """Remove the scratch copy, if it was never saved."""
+        if self._own_copy and self._copy is not None:
+            self._copy.unlink(missing_ok=True)
+            self._own_copy = False
+
+    def __enter__(self) -> "CaseSource":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+def _same_device(a: Path, b: Path) -> bool:
+    try:
+        return os.stat(a).st_dev == os.stat(b.parent).st_dev
+    except OSError:
+        return False
+
+
+def _scratch_dir(near: Optional[Path]) -> Path:
+    """The nearest existing folder at or above ``near`` (so the copy can be renamed into the run
+    folder), else the system's temporary folder."""
+    here = Path(near).absolute() if near is not None else None
+    while here is not None and not here.is_dir():
+        here = here.parent if here.parent != here else None
+    return here if here is not None and os.access(here, os.W_OK) else Path(tempfile.gettempdir())
+
+
+def open_cases(
+    path: str | Path, format: Optional[str] = None, near: Optional[Path] = None,
+    batch_size: int = BATCH_SIZE, progress: Optional[Callable[[int], None]] = None, **options: Any,
+) -> CaseSource:
+    """Read and check a golden set whole (see the module docstring); raises `DatasetError` for bad
+    input, having written nothing that stays. ``near``: where the run folder will be (the scratch
+    copy is made beside it). ``progress(n)`` is called with the cases read so far, batch by batch.
+    ``options``: the format's read options (`ragbridge.formats.load_cases`)."""
+    path = Path(path)
+    if not path.exists():
+        raise DatasetError("no such file or folder", path=path)
+    fmt = reading_format(path, format, options)
+    if fmt.name != "jsonl":
+        source = CaseSource.of_cases(load_cases(path, fmt.name, **options), batch_size)
+        source.path = path
+        return source
+    fd, scratch = tempfile.mkstemp(prefix=".tmp-cases-", suffix=".jsonl", dir=_scratch_dir(near))
+    scratch = Path(scratch)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            source = _check_jsonl(path, out, batch_size, progress)
+    except BaseException:
+        scratch.unlink(missing_ok=True)
+        raise
+    if source._held is not None:
+        scratch.unlink(missing_ok=True)
+    else:
+        source._copy, source._own_copy = scratch, True
+    source.path = path
+    return source
+
+
+def _check_jsonl(path: Path, out, batch_size: int, progress) -> CaseSource:
+    fp, check = Fingerprint(), InputCheck()
+    first_seen: dict[str, int] = {}
+    held: Optional[list[CaseBatch]] = []
+    n = duplicates = 0
+    pending: list[tuple[int, Any]] = []
+
+    def flush() -> None:
+        nonlocal held, n, duplicates
+        batch = batch_from_records(pending, path, first_seen=first_seen)
+        pending.clear()
+        lines = []
+        for record in batch.records:
+            line = record_line(record)
+            fp.add(line)
+            check.add(record)
+            lines.append(line)
+        lines.append(b"")
+        out.write(b"\n".join(lines))
+        duplicates += batch.duplicate_chunk_ids()
+        n += len(batch)
+        if held is not None:
+            held.append(batch)
+            if n > batch_size:
+                held = None  # more than a batch: read back from the copy, batch by batch
+        if progress is not None:
+            progress(n)
+
+    for line, raw in jsonl_lines(path, parse=_parse):
+        pending.append((line, raw))
+        if len(pending) == batch_size:
+            flush()
+    if pending:
+        flush()
+    if n == 0:
+        raise DatasetError("holds no cases", path=path, hint="a golden set needs at least one case")
+    return CaseSource(n_cases=n, fingerprint=fp.hexdigest(), warnings=check.warnings(),
+                      duplicate_chunk_ids=duplicates, held=held, batch_size=batch_size)

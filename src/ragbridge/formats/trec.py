@@ -1,0 +1,248 @@
+"""TREC run and qrels files, as trec_eval, pytrec_eval and ranx read them.
+
+A TREC *run* file holds one retrieved document a line::
+
+    <query id> Q0 <docno> <rank> <score> <run tag>
+
+and a *qrels* file one relevance judgement a line::
+
+    <query id> <iteration> <docno> <grade>
+
+Reading (``--format trec`` / ``--from trec``, or a ``.trec`` / ``.run`` suffix; the qrels from
+``--qrels FILE``, read option ``qrels``, else the file beside the run with the suffix ``.qrels`` if
+there is one):
+each query of the run becomes one case, in the order the run first names it, with ``id`` the query
+id, ``question`` empty (a run holds no query text), ``contexts`` the query's documents ranked as
+trec_eval ranks them, and ``relevant`` the query's judgements from the qrels.
+
+Ranking, as trec_eval does it (and pytrec_eval and ranx after it): the rank column is ignored;
+documents are sorted by score, highest first, and documents with equal scores by docno in
+*descending* string order (trec_eval's ``qsort`` comparator: ``strcmp(docno2, docno1)``). Each
+chunk keeps its score. A docno repeated within a query is kept at its first place in that order and
+its repeats are dropped, as for every case (counted in the run's ``duplicate_chunk_ids``; trec_eval
+refuses such a run, pytrec_eval keeps one of them).
+
+Judgements: the grade is the relevance level, any integer; a negative grade (some collections mark
+"judged, unusable" with -1) is read as 0, judged not relevant, which is how trec_eval counts it (one
+warning says how many). Queries of the qrels that the run does not name are not cases: trec_eval
+averages over the run's queries only (unless ``-c``), and one warning says how many were left out.
+
+Writing (``--to trec``): the run to the path given, the qrels beside it (same name, suffix
+``.qrels``). A case's chunks are written in their order with ranks 1..n; the score column is the
+chunks' own scores when they are strictly decreasing (so trec_eval's sort gives back the same
+order), otherwise ``n - position`` and ``contexts.score`` is reported as not held. A TREC run holds
+only ids, ranks and scores, and qrels only chunk-id judgements: the question, answer, chunk texts,
+sources, references, checks, tags and metadata are not held, nor a case without chunks (a run names
+a query only through its documents: ``cases without contexts``); ids and labels with white space
+are refused; a chunk id repeated within a case is written once, at its first place (``contexts
+(repeated ids)``: trec_eval refuses a repeated docno, and ranking drops repeats anyway); labels
+that name a *source* (a section matched through ``Chunk.source``) are written as judgements of
+every retrieved chunk of that source that has no label of its own, which trec_eval then credits
+once per chunk rather than once per label (recall and nDCG can then differ: reported as
+``relevant (by source)``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
+
+import logging
+
+from ..hookspecs import hookimpl
+from ..schema import Case, Chunk
+from . import Format
+from .files import DatasetError, atomic_path
+
+logger = logging.getLogger("ragbridge")
+
+SUFFIXES = (".trec", ".run")
+
+
+def _lines(path: Path) -> Iterator[tuple[int, list[str]]]:
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DatasetError(f"invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})",
+                                   path=path, line=n, hint="save the file as UTF-8") from None
+            parts = text.split()
+            if parts:
+                yield n, parts
+
+
+def read_qrels(path: Path) -> tuple[dict[str, dict[str, int]], int]:
+    """``{query id: {docno: grade}}`` and the number of negative grades read as 0."""
+    qrels: dict[str, dict[str, int]] = defaultdict(dict)
+    negative = 0
+    for n, parts in _lines(path):
+        if len(parts) != 4:
+            raise DatasetError(
+                f"has {len(parts)} columns, a qrels line has 4: query id, iteration, docno, grade",
+                path=path, line=n, hint="is this a run file? pass it as the dataset, not --qrels")
+        qid, _, docno, grade_text = parts
+        try:
+            grade = int(grade_text)
+        except ValueError:
+            raise DatasetError(f"grade {grade_text!r} is not an integer", path=path, line=n,
+                               field="grade") from None
+        if grade < 0:
+            negative += 1
+            grade = 0
+        qrels[qid][docno] = grade
+    return dict(qrels), negative
+
+
+def read_run(path: Path) -> dict[str, list[tuple[str, float]]]:
+    """``{query id: [(docno, score), ...]}`` in trec_eval's order (score desc, then docno desc)."""
+    run: dict[str, list[tuple[str, float]]] = {}
+    for n, parts in _lines(path):
+        if len(parts) != 6:
+            raise DatasetError(
+                f"has {len(parts)} columns, a run line has 6: query id, Q0, docno, rank, score, run tag",
+                path=path, line=n, hint="is this a qrels file? pass it with --qrels")
+        qid, _, docno, _, score_text, _ = parts
+        try:
+            score = float(score_text)
+        except ValueError:
+            raise DatasetError(f"score {score_text!r} is not a number", path=path, line=n,
+                               field="score") from None
+        if not math.isfinite(score):
+            raise DatasetError(f"score {score_text!r} is not a finite number", path=path, line=n,
+                               field="score")
+        run.setdefault(qid, []).append((docno, score))
+    if not run:
+        raise DatasetError("holds no ranked documents", path=path, hint="a run needs at least one line")
+    for docs in run.values():
+        docs.sort(key=lambda d: d[0], reverse=True)  # stable sorts: docno descending breaks score ties
+        docs.sort(key=lambda d: d[1], reverse=True)
+    return run
+
+
+def read(path: Path, qrels: Optional[Path] = None) -> list[Case]:
+    """The run (and its judgements) as cases; the warnings go to the ``ragbridge`` logger."""
+    if qrels is None and qrels_path(path).exists() and qrels_path(path) != path:
+        qrels = qrels_path(path)
+    cases, warnings = read_with_warnings(path, qrels)
+    for line in warnings:
+        logger.warning("warning: %s", line)
+    return cases
+
+
+def read_with_warnings(path: Path, qrels: Optional[Path] = None) -> tuple[list[Case], list[str]]:
+    """The run (and its judgements) as cases, and the warnings to print."""
+    run = read_run(path)
+    judged: dict[str, dict[str, int]] = {}
+    warnings: list[str] = []
+    if qrels is None:
+        warnings.append(f"{path}: no --qrels given: the {len(run)} queries have no relevance labels, "
+                        "so every ranking metric is undefined")
+    else:
+        judged, negative = read_qrels(Path(qrels))
+        if negative:
+            warnings.append(f"{qrels}: {negative} negative grade(s) read as 0 (judged not relevant), "
+                            "as trec_eval counts them")
+        unranked = len(set(judged) - set(run))
+        if unranked:
+            warnings.append(f"{qrels}: {unranked} judged quer(ies) have no ranking in {path} and are not "
+                            "cases (trec_eval averages over the run's queries; -c would count them as 0)")
+    cases = [
+        Case.model_construct(
+            id=qid, question="", answer=None,
+            contexts=[Chunk.model_construct(id=d, text="", score=s, source=None) for d, s in docs],
+            relevant=dict(judged.get(qid, {})), reference=None, reference_contexts=[],
+            must_contain=[], must_not_contain=[], answerable=True, tags=[], metadata={},
+        )
+        for qid, docs in run.items()
+    ]
+    return cases, warnings
+
+
+def _scores(chunks: Sequence[Chunk]) -> tuple[list[float], bool]:
+    given = [c.score for c in chunks]
+    if all(s is not None for s in given) and all(a > b for a, b in zip(given, given[1:])):
+        return [float(s) for s in given], True
+    n = len(chunks)
+    return [float(n - i) for i in range(n)], not chunks
+
+
+def qrels_path(path: Path) -> Path:
+    return path.with_suffix(".qrels")
+
+
+def write(cases: Sequence[Case], path: Path) -> list[str]:
+    """Write the run to ``path`` and the qrels beside it; returns what the files could not hold."""
+    lost: set[str] = set()
+    qrels_lines: list[str] = []
+    with open(path, "w", encoding="utf-8") as fh:  # the caller writes ``path`` whole (atomic_path)
+        for case in cases:
+            for what, name in (("case id", case.id), *(("chunk id", c.id) for c in case.contexts),
+                               *(("label", label) for label in case.relevant)):
+                if not name or any(ch.isspace() for ch in name):
+                    raise DatasetError(f"{what} {name!r} of case {case.id!r} is empty or has white space, "
+                                       "which a TREC file cannot hold", field="id",
+                                       hint="use ids without spaces")
+            if not case.contexts:
+                lost.add("cases without contexts")  # a run names a query only through its documents
+            chunks, seen = [], set()
+            for chunk in case.contexts:  # trec_eval refuses a docno twice in a query; ranking drops repeats
+                if chunk.id in seen:
+                    lost.add("contexts (repeated ids)")
+                else:
+                    seen.add(chunk.id)
+                    chunks.append(chunk)
+            scores, kept = _scores(chunks)
+            if not kept:
+                lost.add("contexts.score")
+            for i, (chunk, score) in enumerate(zip(chunks, scores), start=1):
+                fh.write(f"{case.id} Q0 {chunk.id} {i} {score!r} ragbridge\n")
+            by_id = set(case.relevant)
+            for label, grade in case.relevant.items():
+                qrels_lines.append(f"{case.id} 0 {label} {grade}\n")
+            for chunk in chunks:  # labels named by source: a judgement per unlabelled chunk
+                if chunk.id not in by_id and chunk.source in case.relevant:
+                    lost.add("relevant (by source)")
+                    qrels_lines.append(f"{case.id} 0 {chunk.id} {case.relevant[chunk.source]}\n")
+                    by_id.add(chunk.id)
+            held_not = (
+                ("question", case.question), ("answer", case.answer is not None),
+                ("contexts.text", any(c.text for c in case.contexts)),
+                ("contexts.source", any(c.source for c in case.contexts)),
+                ("reference", case.reference is not None), ("reference_contexts", case.reference_contexts),
+                ("must_contain", case.must_contain), ("must_not_contain", case.must_not_contain),
+                ("answerable", not case.answerable), ("tags", case.tags), ("metadata", case.metadata))
+            for name, present in held_not:
+                if present:
+                    lost.add(name)
+    with atomic_path(qrels_path(final_path(path))) as tmp:
+        Path(tmp).write_text("".join(qrels_lines), encoding="utf-8")
+    return sorted(lost)
+
+
+def final_path(path: Path) -> Path:
+    """The output a temporary path of `ragbridge.formats.files.atomic_path` stands for."""
+    name = path.name
+    if name.startswith(".tmp-") and name.count("-") >= 2:
+        return path.with_name(name.split("-", 2)[2])
+    return path
+
+
+#: ``contexts.score`` only when a case's scores are not strictly decreasing (then ``n - position``)
+CANNOT_HOLD = ("question", "answer", "contexts.text", "contexts.source", "contexts.score",
+               "relevant (by source)", "reference", "reference_contexts", "must_contain", "must_not_contain",
+               "answerable", "tags", "metadata", "cases without contexts", "contexts (repeated ids)")
+
+
+TREC = Format(
+    "trec", SUFFIXES, read, write,
+    "a TREC run (qid Q0 docno rank score tag), with its qrels (--qrels, or <run>.qrels beside it)",
+    cannot_hold=CANNOT_HOLD, options=("qrels",),
+)
+
+
+@hookimpl
+def ragbridge_register_formats(register):
+    register(TREC)

@@ -1,0 +1,218 @@
+"""Runs in batches: the same scores as one batch, a kill loses at most the unflushed scores, the
+light record path agrees with the normalising one, and TREC files read as trec_eval ranks them."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ragbridge import load_cases
+from ragbridge.formats import write_cases
+from ragbridge.formats.records import case_record, fingerprint, plain_record
+from ragbridge.formats.source import open_cases
+from ragbridge.native import ranking
+from ragbridge.run import evaluate
+from ragbridge.run.folder import read_scores
+from ragbridge.schema import Case
+
+METRICS = ["recall@10", "precision@10", "hit@10", "mrr", "ndcg@10", "map"]
+
+
+def _generated(path: Path, n: int, docs: int = 30, seed: int = 7) -> Path:
+    rng = random.Random(seed)
+    with open(path, "w") as f:
+        for q in range(n):
+            ids = [f"d{j}" for j in rng.sample(range(5 * docs), docs)]
+            rel = {d: rng.randint(0, 3) for d in rng.sample(ids + ["missing"], rng.randint(0, 6))}
+            chunks = [{"id": d} for d in ids]
+            if q % 7 == 0:  # some records take the normalising path
+                chunks[0] = {"id": chunks[0]["id"], "text": "t", "score": 1, "source": "doc"}
+            if q % 11 == 0:
+                chunks.append({"id": ids[0]})  # a repeated chunk id
+            rec = {"id": f"q{q}", "question": f"question {q}", "contexts": chunks, "relevant": rel}
+            if q % 5 == 0:
+                rec["tags"] = ["five"]
+            f.write(json.dumps(rec) + "\n")
+    return path
+
+
+def _values(run_dir: Path) -> dict:
+    scores, bad = read_scores(run_dir / "scores.jsonl")
+    assert bad == 0
+    return {s.key: (s.value, s.reason) for s in scores}
+
+
+def test_batches_score_exactly_what_one_batch_scores(tmp_path):
+    data = _generated(tmp_path / "cases.jsonl", 1500)
+    with open_cases(data, batch_size=100_000) as whole:
+        one = evaluate(whole, metrics=METRICS, out=tmp_path / "one")
+    with open_cases(data, batch_size=128, near=tmp_path) as source:
+        assert source.n_cases == 1500 and source.fingerprint == whole.fingerprint
+        many = evaluate(source, metrics=METRICS, out=tmp_path / "many")
+    assert _values(tmp_path / "many") == _values(tmp_path / "one")
+    assert len(_values(tmp_path / "one")) == 1500 * len(METRICS)
+    assert many.manifest.counts == one.manifest.counts
+    assert many.summary().round(12).equals(one.summary().round(12))
+    # the in-memory path over Case objects gives the same values as the record path
+    cases = load_cases(data)
+    direct = ranking.evaluate(cases, METRICS)
+    got = _values(tmp_path / "many")
+    for m in METRICS:
+        for case, v in zip(cases, direct[m]):
+            value = got[(case.id, m, "native")][0]
+            assert (value is None and v != v) or value == pytest.approx(v, abs=0)
+    # the folder's cases.jsonl is the canonical copy: it reads back as the same cases
+    assert fingerprint(load_cases(tmp_path / "many" / "cases.jsonl")) == source.fingerprint
+
+
+def test_the_light_record_is_the_canonical_record_of_the_case(tmp_path):
+    data = _generated(tmp_path / "cases.jsonl", 300)
+    light = 0
+    for line in data.read_text().splitlines():
+        raw = json.loads(line)
+        rec = plain_record(raw)
+        if rec is not None:
+            light += 1
+            assert rec == case_record(Case.model_validate(raw))
+    assert light > 200
+    assert fingerprint(load_cases(data)) == open_cases(data).fingerprint
+
+
+def test_a_run_killed_mid_way_loses_at_most_unflushed_scores_and_resumes_each_score_once(tmp_path):
+    data = _generated(tmp_path / "cases.jsonl", 30_000, docs=20)
+    out = tmp_path / "run"
+    args = [sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()", "run", str(data),
+            "--out", str(out), "--no-progress", "--batch-size", "500", *sum((["-m", m] for m in METRICS), [])]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    scores = out / "scores.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if scores.exists() and scores.stat().st_size > 0:
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    kept = len(read_scores(scores)[0]) if scores.exists() else 0
+    res = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    lines = [json.loads(line) for line in scores.read_text().splitlines() if line.strip().endswith("}")]
+    keys = [(s["case_id"], s["metric"]) for s in lines]
+    assert len(keys) == len(set(keys)) == 30_000 * len(METRICS)
+    manifest = json.loads((out / "run.json").read_text())
+    assert manifest["status"] == "complete" and manifest["counts"]["scores"] == 30_000 * len(METRICS)
+    assert manifest["counts"].get("resumed_from", 0) == kept
+
+
+# --------------------------------------------------------------------------------------------
+# TREC run and qrels files
+
+
+def _trec_files(tmp_path: Path, n: int = 200, seed: int = 3) -> tuple[Path, Path]:
+    rng = random.Random(seed)
+    run, qrels = tmp_path / "run.trec", tmp_path / "qrels.txt"
+    with open(run, "w") as fr, open(qrels, "w") as fq:
+        for q in range(n):
+            docs = [f"d{j:03d}" for j in rng.sample(range(200), 40)]
+            for rank, d in enumerate(docs, start=1):
+                score = float(rng.randint(0, 6))  # many ties: trec_eval's order decides
+                fr.write(f"{q} Q0 {d} {rank} {score} tag\n")
+            for d in rng.sample(docs, 5) + [f"x{q}"]:
+                fq.write(f"{q} 0 {d} {rng.randint(0, 3)}\n")
+    return run, qrels
+
+
+def test_a_trec_run_with_ties_scores_exactly_as_pytrec_eval(tmp_path):
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    run, qrels = _trec_files(tmp_path)
+    with open(qrels) as f:
+        q = pytrec_eval.parse_qrel(f)
+    with open(run) as f:
+        r = pytrec_eval.parse_run(f)
+    names = {"recall@10": "recall_10", "precision@10": "P_10", "mrr": "recip_rank",
+             "ndcg@10": "ndcg_cut_10", "map": "map"}
+    theirs = pytrec_eval.RelevanceEvaluator(q, set(names.values())).evaluate(r)
+    cases = load_cases(run, "trec", qrels=qrels)
+    ours = ranking.evaluate(cases, list(names))
+    worst = max(abs(ours[m][i] - theirs[c.id][t]) for m, t in names.items() for i, c in enumerate(cases)
+                if c.id in theirs)
+    assert worst < 1e-12
+    # and through the command line, the path users run
+    cli = [sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()"]
+    res = subprocess.run([*cli, "run", str(run), "--qrels", str(qrels), "--out", str(tmp_path / "out"),
+                          "--no-progress", *sum((["-m", m] for m in names), [])],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    for (cid, metric, _), (value, _) in _values(tmp_path / "out").items():
+        assert value == pytest.approx(theirs[cid][names[metric]], abs=1e-12)
+
+
+def test_trec_ranks_ties_by_docno_descending(tmp_path):
+    run = tmp_path / "r.trec"
+    run.write_text("1 Q0 a 1 0.5 t\n1 Q0 c 2 0.5 t\n1 Q0 b 3 0.5 t\n1 Q0 z 4 0.9 t\n")
+    (tmp_path / "r.qrels").write_text("1 0 a 1\n")
+    case, = load_cases(run)  # the suffix says trec; the qrels beside it are read
+    assert [c.id for c in case.contexts] == ["z", "c", "b", "a"]
+    assert case.relevant == {"a": 1}
+
+
+def test_trec_round_trip(tmp_path):
+    cases = [Case(id="q1", question="", contexts=[{"id": "a", "score": 3.0}, {"id": "b", "score": 1.0}],
+                  relevant={"b": 2, "zz": 1}),
+             Case(id="q2", question="", contexts=[{"id": "c"}, {"id": "d"}], relevant={"c": 1})]
+    lost = write_cases(cases, tmp_path / "out.trec")
+    assert "contexts.score" in lost  # q2's chunks have no scores: the written ones are n - position
+    back = load_cases(tmp_path / "out.trec")
+    assert [c.id for c in back] == ["q1", "q2"]
+    assert [[ch.id for ch in c.contexts] for c in back] == [["a", "b"], ["c", "d"]]
+    assert [c.relevant for c in back] == [{"b": 2, "zz": 1}, {"c": 1}]
+    assert back[0].contexts[0].score == 3.0
+    ours, before = ranking.evaluate(back, METRICS), ranking.evaluate(cases, METRICS)
+    assert all(ours[m].tolist() == before[m].tolist() or m == "precision@10" for m in METRICS)
+
+
+def test_a_read_option_the_format_does_not_take_is_an_error(tmp_path):
+    data = _generated(tmp_path / "cases.jsonl", 3)
+    with pytest.raises(ValueError, match="takes no --qrels"):
+        load_cases(data, qrels=tmp_path / "x")
+    assert os.path.exists(data)
+
+
+def test_a_run_folder_from_before_the_canonical_line_fingerprint_is_refused_by_name(tmp_path):
+    data = _generated(tmp_path / "cases.jsonl", 20)
+    evaluate(load_cases(data), metrics=["mrr"], out=tmp_path / "run")
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    del manifest["dataset"]["fingerprint_of"]  # as an earlier version wrote it, with its own digest
+    manifest["dataset"]["fingerprint"] = "sha256:" + "0" * 64
+    (tmp_path / "run" / "run.json").write_text(json.dumps(manifest))
+    from ragbridge.run import RunError
+
+    with pytest.raises(RunError, match="earlier ragbridge.*--overwrite"):
+        evaluate(load_cases(data), metrics=["mrr"], out=tmp_path / "run")
+    again = evaluate(load_cases(data), metrics=["mrr"], out=tmp_path / "run", overwrite=True)
+    assert again.manifest.dataset["fingerprint_of"] == "canonical-lines"
+
+
+def test_a_native_run_prints_its_summary_without_importing_pandas(tmp_path):
+    data = _generated(tmp_path / "cases.jsonl", 50)
+    code = ("import atexit, sys; "
+            "atexit.register(lambda: print('pandas imported:', 'pandas' in sys.modules)); "
+            "from ragbridge.commands import run_cli; run_cli()")
+    res = subprocess.run([sys.executable, "-c", code, "run", str(data), "--out", str(tmp_path / "run"),
+                          "--metric", "mrr", "--metric", "ndcg@10", "--no-progress", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    body, flag = res.stdout.rsplit("pandas imported:", 1)
+    assert flag.strip() == "False"
+    summary = json.loads(body)["summary"]
+    assert [(r["metric"], r["n"]) for r in summary] == [("mrr", 50), ("ndcg@10", 50)]
+    from ragbridge.run.folder import load_run
+
+    frame = load_run(tmp_path / "run").summary()  # read back: the same numbers through pandas
+    overall = frame[frame["tag"] == "(all)"]["mean"]
+    assert [round(r["mean"], 12) for r in summary] == [round(m, 12) for m in overall]
