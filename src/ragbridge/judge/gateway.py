@@ -760,9 +760,7 @@ class JudgeGateway:
             return res
         key = JudgeCache.key(self._upstream_public, path, body)
         self._attribute(triple, ("key", key))
-        hit = cache.get(key) if cache is not None else None
-        if hit is None and self.simulate is not None:
-            hit = self._simulated.get(key)
+        hit = self._stored(key)
         if hit is not None:
             if raw_key is not None and cache is not None:
                 cache.add_alias(raw_key, key)
@@ -781,17 +779,28 @@ class JudgeGateway:
                 self._inflight[key] = threading.Event()
         if waiter is not None:
             waiter.wait(self.config.client_timeout())
-            hit = cache.get(key)
+            hit = self._stored(key)
             if hit is not None:
                 return Result(hit[0], hit[1], cache="hit", json_ok=True, request_json=True)
             return self._forward_and_store(endpoint, raw, body, key, raw_key, triple, repeat)
         try:
+            # the same request may have been answered between the first look and this one's turn
+            hit = self._stored(key)
+            if hit is not None:
+                return Result(hit[0], hit[1], cache="hit", json_ok=True, request_json=True)
             return self._forward_and_store(endpoint, raw, body, key, raw_key, triple, repeat)
         finally:
             with self._lock:
                 ev = self._inflight.pop(key, None)
             if ev is not None:
                 ev.set()
+
+    def _stored(self, key: str) -> Optional[tuple[int, bytes]]:
+        """The answer recorded for ``key``: in the cache, or (a dry run) among the simulated ones."""
+        hit = self._cache.get(key) if self._cache is not None else None
+        if hit is None and self.simulate is not None:
+            hit = self._simulated.get(key)
+        return hit
 
     def _forward_and_store(self, endpoint: str, raw: bytes, body: Any, key: str, raw_key: Optional[str],
                            triple: Triple, repeat: int = 0) -> Result:
