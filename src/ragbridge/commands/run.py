@@ -46,6 +46,24 @@ from .output import (
 __all__ = ["register", "run", "rescore", "print_summary"]
 
 
+# The options `run` and `rescore` share: judge repeats, the judge budget and the dry run.
+REPEATS = typer.Option(
+    1, "--repeats", help="Take every judged score this many times, as distinct judge calls; a case's "
+                         "score is its mean over them.")
+PASS_REPEATS = typer.Option(
+    None, "--pass-repeats", help="A case passes when at least this many of its repeats pass "
+                                 "(default: a majority).")
+MAX_CALLS = typer.Option(
+    None, "--max-calls", help="Judge budget: at most this many upstream judge calls for the run (all "
+                              "its sessions); then stop cleanly, the rest not run.")
+MAX_COST = typer.Option(
+    None, "--max-cost", help="Judge budget in money, by the judge config's price table (all the run's "
+                             "sessions).")
+DRY_RUN = typer.Option(
+    False, "--dry-run", help="Call and write nothing: print the judge calls and cost the run would "
+                             "make, counting what the cache and the run folder hold.")
+
+
 def register(cli: typer.Typer) -> None:
     cli.command("run")(run)
     cli.command("rescore")(rescore)
@@ -116,21 +134,11 @@ def run(
     target_concurrency: int = typer.Option(4, "--target-concurrency", help="Target calls in flight at once."),
     rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML) of the rubric backend."),
     generator_model: Optional[str] = typer.Option(None, "--generator-model", help="The system's own model."),
-    repeats: int = typer.Option(
-        1, "--repeats", help="Take every judged score this many times, as distinct judge calls; a case's "
-                             "score is its mean over them."),
-    pass_repeats: Optional[int] = typer.Option(
-        None, "--pass-repeats", help="A case passes when at least this many of its repeats pass "
-                                     "(default: a majority)."),
-    max_calls: Optional[int] = typer.Option(
-        None, "--max-calls", help="Judge budget: at most this many upstream judge calls for the run (all "
-                                  "its sessions); then stop cleanly, the rest not run."),
-    max_cost: Optional[float] = typer.Option(
-        None, "--max-cost", help="Judge budget in money, by the judge config's price table (all the run's "
-                                 "sessions)."),
-    dry_run: bool = typer.Option(
-        False, "--dry-run", help="Call and write nothing: print the judge calls and cost the run would "
-                                 "make, counting what the cache and the run folder hold."),
+    repeats: int = REPEATS,
+    pass_repeats: Optional[int] = PASS_REPEATS,
+    max_calls: Optional[int] = MAX_CALLS,
+    max_cost: Optional[float] = MAX_COST,
+    dry_run: bool = DRY_RUN,
 ) -> None:
     """Score a golden set with one or more backends and write a run folder.
 
@@ -206,21 +214,11 @@ def rescore(
     config: Optional[Path] = typer.Option(None, "--config", help="Config file."),
     rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML) of the rubric backend."),
     generator_model: Optional[str] = typer.Option(None, "--generator-model", help="The system's own model."),
-    repeats: int = typer.Option(
-        1, "--repeats", help="Take every judged score this many times, as distinct judge calls; a case's "
-                             "score is its mean over them."),
-    pass_repeats: Optional[int] = typer.Option(
-        None, "--pass-repeats", help="A case passes when at least this many of its repeats pass "
-                                     "(default: a majority)."),
-    max_calls: Optional[int] = typer.Option(
-        None, "--max-calls", help="Judge budget: at most this many upstream judge calls for the run (all "
-                                  "its sessions); then stop cleanly, the rest not run."),
-    max_cost: Optional[float] = typer.Option(
-        None, "--max-cost", help="Judge budget in money, by the judge config's price table (all the run's "
-                                 "sessions)."),
-    dry_run: bool = typer.Option(
-        False, "--dry-run", help="Call and write nothing: print the judge calls and cost the run would "
-                                 "make, counting what the cache and the run folder hold."),
+    repeats: int = REPEATS,
+    pass_repeats: Optional[int] = PASS_REPEATS,
+    max_calls: Optional[int] = MAX_CALLS,
+    max_cost: Optional[float] = MAX_COST,
+    dry_run: bool = DRY_RUN,
 ) -> None:
     """Score a run's recorded cases (e.g. a --target run) with more backends or metrics, into the same folder.
 
