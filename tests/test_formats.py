@@ -325,7 +325,7 @@ def test_round_trip_is_identity_or_loud_and_the_library_loads_it(name, suffix):
         pytest.importorskip("trulens.core")
     fmt = get_formats()[name]
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None,
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(trec_case_lists() if name == "trec" else case_lists())
     def round_trip(cases):
@@ -339,7 +339,8 @@ def test_round_trip_is_identity_or_loud_and_the_library_loads_it(name, suffix):
     round_trip()
 
 
-@settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(case_lists())
 def test_json_list_reads_as_the_cases(cases):
     with tempfile.TemporaryDirectory() as tmp:
@@ -412,7 +413,7 @@ def section_labelled(draw):
                 relevant=draw(st.dictionaries(labels, st.integers(0, 3), max_size=4)))
 
 
-@settings(max_examples=2 * EXAMPLES, deadline=None, database=None,
+@settings(max_examples=2 * EXAMPLES, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(section_labelled(), min_size=1, max_size=4, unique_by=lambda c: c.id))
 def test_ragas_id_metrics_mean_what_native_ones_do(cases):
@@ -423,7 +424,8 @@ def test_ragas_id_metrics_mean_what_native_ones_do(cases):
     check_ragas_dataset(to_ragas(cases)[0], cases, [])
 
 
-@settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.fixed_dictionaries(
     {"user_input": word},
     optional={"retrieved_contexts": st.lists(text, max_size=3), "response": text, "reference": text,
@@ -540,7 +542,7 @@ def test_deepeval_files_survive_ragbridge(kind):
         getattr(ds, f"add_goldens_from_{kind}_file")(str(path))
         return [g.model_dump() for g in ds.goldens]
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None,
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
     @given(st.lists(_golden, min_size=1, max_size=3, unique_by=lambda r: r.get("name") or id(r)))
     def survive(rows):
