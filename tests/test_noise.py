@@ -50,15 +50,22 @@ def test_repeats_are_distinct_calls_replayed_warm_and_read_only(tmp_path, cases)
         assert {x.get("repeat", 0) for x in lines} == {0, 1, 2}
         one = next(s for s in run.scores if s.repeats and s.repeats.sd)
         assert one.value == pytest.approx(sum(one.repeats.values) / 3)
-        # warm: every repeat replayed from the cache, the same values
+        # warm: every repeat reused from the score cache, the same values
         warm = _abstention(cases, judge, repeats=3)
+        assert warm.manifest.counts["judge"]["calls"] == 0
+        assert warm.manifest.counts["score_cache"]["reused"] == 3 * n_judged
+        assert [s.value for s in warm.repeat_scores] == [s.value for s in run.repeat_scores]
+        # and without it, every repeat's answers replayed from the judge cache
+        warm = _abstention(cases, judge, repeats=3, score_cache=False)
         assert warm.manifest.counts["judge"]["calls"] == 0
         assert warm.manifest.counts["judge"]["cache_hits"] == 3 * n_judged
         assert [s.value for s in warm.repeat_scores] == [s.value for s in run.repeat_scores]
-    # CI: the recorded cache replays all N with no judge and no key
-    replay = _abstention(cases, judge.model_copy(update={"cache_mode": "read-only"}), repeats=3)
-    assert replay.manifest.counts["errored"] == 0
-    assert [s.value for s in replay.repeat_scores] == [s.value for s in run.repeat_scores]
+    # CI: the recorded caches replay all N with no judge and no key
+    for score_cache in (True, False):
+        replay = _abstention(cases, judge.model_copy(update={"cache_mode": "read-only"}), repeats=3,
+                             score_cache=score_cache)
+        assert replay.manifest.counts["errored"] == 0
+        assert [s.value for s in replay.repeat_scores] == [s.value for s in run.repeat_scores]
     assert load_run(tmp_path / "run").scores[0].repeats is not None
 
 
@@ -156,11 +163,11 @@ def test_max_cost_stops_near_the_limit(tmp_path, cases):
 def test_dry_run_counts_cache_hits_and_equals_the_real_run(tmp_path, cases):
     with StubJudge() as stub:
         judge = _config(stub, tmp_path, prices=PRICE)
-        half = _abstention(cases[:20], judge)
-        dry = _abstention(cases, judge, dry_run=True).manifest.counts
+        half = _abstention(cases[:20], judge, score_cache=False)
+        dry = _abstention(cases, judge, dry_run=True, score_cache=False).manifest.counts
         assert dry["judge"]["cache_hits"] == half.manifest.counts["judge"]["calls"]
         before = len(stub.posts())
-        real = _abstention(cases, judge).manifest.counts
+        real = _abstention(cases, judge, score_cache=False).manifest.counts
         assert real["judge"]["calls"] == dry["judge"]["calls"] == len(stub.posts()) - before
         assert real["cost"]["total"] == pytest.approx(dry["cost"]["total"])
 

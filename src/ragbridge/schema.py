@@ -298,6 +298,8 @@ class Score(BaseModel):
     made; not an error, it is scored when the run resumes with a larger budget.
     ``evidence`` is optional structured support for the value (claims, per-chunk verdicts).
     ``cost`` is what its judge calls cost by the judge's price table (None: no price for the model).
+    ``cached``: taken from the score cache (`ragbridge.run.score_cache`), made by an earlier run
+    with the same inputs, so this run spent no judge call, token or cost on it.
     A score read back from a run with repeats is the case's mean over them, with ``repeats`` set.
     """
 
@@ -321,6 +323,7 @@ class Score(BaseModel):
     not_run: bool = False
     cost: Optional[float] = None
     repeats: Optional[Repeats] = None
+    cached: bool = False
 
     @model_validator(mode="after")
     def _clean_value(self) -> "Score":

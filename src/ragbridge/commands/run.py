@@ -46,7 +46,7 @@ from .output import (
 __all__ = ["register", "run", "rescore", "print_summary"]
 
 
-# The options `run` and `rescore` share: judge repeats, the judge budget and the dry run.
+# The options `run` and `rescore` share: judge repeats, the judge budget, the dry run, the score cache.
 REPEATS = typer.Option(
     1, "--repeats", help="Take every judged score this many times, as distinct judge calls; a case's "
                          "score is its mean over them.")
@@ -62,6 +62,9 @@ MAX_COST = typer.Option(
 DRY_RUN = typer.Option(
     False, "--dry-run", help="Call and write nothing: print the judge calls and cost the run would "
                              "make, counting what the cache and the run folder hold.")
+SCORE_CACHE = typer.Option(
+    True, "--score-cache/--no-score-cache", help="Reuse a judged score an earlier run made from the same "
+                                                 "inputs (beside the judge cache; off with it).")
 
 
 def register(cli: typer.Typer) -> None:
@@ -139,6 +142,7 @@ def run(
     max_calls: Optional[int] = MAX_CALLS,
     max_cost: Optional[float] = MAX_COST,
     dry_run: bool = DRY_RUN,
+    score_cache: bool = SCORE_CACHE,
 ) -> None:
     """Score a golden set with one or more backends and write a run folder.
 
@@ -173,7 +177,7 @@ def run(
         target=target, target_concurrency=target_concurrency, as_json=as_json,
         executor=_executor(executor, ray_address, gateway_host),
         run_kwargs=dict(repeats=repeats, pass_repeats=pass_repeats, max_calls=max_calls, max_cost=max_cost,
-                        dry_run=dry_run),
+                        dry_run=dry_run, score_cache=score_cache),
     )
 
 
@@ -219,6 +223,7 @@ def rescore(
     max_calls: Optional[int] = MAX_CALLS,
     max_cost: Optional[float] = MAX_COST,
     dry_run: bool = DRY_RUN,
+    score_cache: bool = SCORE_CACHE,
 ) -> None:
     """Score a run's recorded cases (e.g. a --target run) with more backends or metrics, into the same folder.
 
@@ -246,7 +251,7 @@ def rescore(
         ),
         as_json=as_json, rescoring=True,
         run_kwargs=dict(repeats=repeats, pass_repeats=pass_repeats, max_calls=max_calls, max_cost=max_cost,
-                        dry_run=dry_run),
+                        dry_run=dry_run, score_cache=score_cache),
     )
 
 
@@ -357,6 +362,8 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
             f"judge: {j['calls']} call(s), {j['cache_hits']} from cache, "
             f"{j['prompt_tokens']}+{j['completion_tokens']} tokens"
         )
+    if (reuse := counts.get("score_cache")) and reuse.get("reused"):
+        notes.append(f"score cache: {reuse['reused']} score(s) reused, the library not called for them")
     cost = counts.get("cost") or {}
     if cost.get("priced"):
         parts = ", ".join(f"{k} {_money(v, cost['currency'])}" for k, v in cost.get("by_metric", {}).items())

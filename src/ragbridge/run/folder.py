@@ -259,7 +259,7 @@ def alive(process: Optional[dict[str, Any]]) -> bool:
     return process_start(process["pid"]) == process["start"]
 
 
-_OPTIONAL_FIELDS = {"repeat": 0, "not_run": False, "cost": None, "repeats": None}
+_OPTIONAL_FIELDS = {"repeat": 0, "not_run": False, "cost": None, "repeats": None, "cached": False}
 
 
 def score_json(score: Score) -> str:

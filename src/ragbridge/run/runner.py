@@ -15,8 +15,8 @@
 6. per batch of cases (`ragbridge.formats.source.CaseSource.batches`: memory holds one batch, not
    the dataset): `_jobs` (per backend, metric and repeat the cases to score, and the scores known at
    once: a case without a field the metric requires is skipped, a failed target call is each
-   score's error), `_score` (the jobs driven concurrently, `drive_job`) or the executor's
-   ``score``, and the batch's scores flushed to disk;
+   score's error, a judged score the score cache holds is reused, `_Reuse`), `_score` (the jobs
+   driven concurrently, `drive_job`) or the executor's ``score``, and the batch's scores flushed;
 7. `Recorder`: each score's (or `ScoreBlock`'s) judge usage, the folder, ``on_score``, the progress
    bar, the heartbeat, the running totals (`ragbridge.run.summary.Totals`) and the manifest's counts.
 
@@ -52,7 +52,7 @@ from typing import Any, AsyncIterator, Callable, Iterator, Optional, Sequence
 
 from .. import __version__
 from ..backend import Backend, RunOptions, ScoringContext, error_text
-from ..formats.records import CaseBatch
+from ..formats.records import CaseBatch, record_line
 from ..formats.source import BATCH_SIZE, CaseSource
 from ..judge.repeat import repeat_case_id, split_repeat
 from ..plugins import get_backends
@@ -60,6 +60,7 @@ from ..schema import Case, RunManifest, Score, ScoreBlock
 from .summary import Totals
 from .folder import FINGERPRINT_OF, JUDGE_COUNTS, Run, RunFolder, now, this_process
 from .plan import Plan, RunError, plan_metrics
+from .score_cache import ScoreCache, case_key, metric_prefix, score_cache_for
 from .target import fill_cases, load_target, target_error, target_error_of
 
 #: the backends' lifecycle and the recorder are public for an executor that scores elsewhere
@@ -99,6 +100,7 @@ async def evaluate_async(
     max_cost: Optional[float] = None,
     dry_run: bool = False,
     executor: Any = None,
+    score_cache: bool = True,
 ) -> Run:
     """Score ``cases`` with ``backends`` (default: native) and return the `Run`.
 
@@ -118,7 +120,9 @@ async def evaluate_async(
     when at least ``pass_repeats`` of them pass (default: a majority). ``max_calls`` / ``max_cost``:
     the run's judge budget (upstream calls; money by the judge's price table), over all its sessions.
     ``dry_run``: call and write nothing; the returned run's ``manifest.counts["judge"]`` is what the
-    run would spend (cache hits counted as such), with status ``dry-run``.
+    run would spend (cache hits counted as such), with status ``dry-run``. ``score_cache``: a judged
+    score the score cache holds for the same inputs is taken from it without calling the backend
+    (`ragbridge.run.score_cache`; needs the judge cache on), and each score made is stored there.
     """
     options = options or RunOptions()
     source = cases if isinstance(cases, CaseSource) else CaseSource.of_cases(cases, batch_size)
@@ -169,10 +173,12 @@ async def evaluate_async(
     specs = [spec for chosen in plan.values() for _, spec in chosen]
     repeated = (repeats > 1 and any(spec.judge for spec in specs)) or any(key[3] for key in done)
     planned = source.n_cases * sum(repeats if spec.judge else 1 for spec in specs)
+    cache = score_cache_for(judge, dry_run) if needs_judge and score_cache else None
+    reuse = _Reuse(cache, plan, options, judge, manifest) if cache is not None else None
     recorder = Recorder(manifest, done, folder, gateway, on_score, _progress(progress, planned),
                         keep=folder is None, duplicates=source.duplicate_chunk_ids,
                         target_errors=n_target_errors, judge_model=judge.model if needs_judge else None,
-                        options=options)
+                        options=options, reuse=reuse)
     if dry_run:
         recorder.earlier_judge = {}  # what this run would spend: the earlier sessions' is spent already
     interrupted = complete = False
@@ -181,7 +187,7 @@ async def evaluate_async(
             gateway.start()
         async with _scoring(scorer, plan, ScoringContext(options=options, judge=gateway)) as score_batch:
             for batch in source.batches():
-                jobs, immediate = _jobs(plan, batch, done, repeats)
+                jobs, immediate = _jobs(plan, batch, done, repeats, reuse)
                 recorder.start_batch(batch)
                 for score in immediate:
                     recorder.record(score)
@@ -297,11 +303,13 @@ def _same_model(a: Any, b: Any) -> bool:
     return norm(a) == norm(b)
 
 
-def _jobs(plan: Plan, batch: CaseBatch, done: dict, repeats: int = 1) -> tuple[list[Job], list[Score]]:
+def _jobs(plan: Plan, batch: CaseBatch, done: dict, repeats: int = 1,
+          reuse: Optional["_Reuse"] = None) -> tuple[list[Job], list[Score]]:
     """Per backend, metric and repeat, the cases of ``batch`` still to score; and the scores known
-    without scoring: a failed target call (the error) and a case that lacks a field the metric
-    requires (skipped). A judged metric is planned ``repeats`` times; for repeat r > 0 the backend
-    gets each case under `repeat_case_id` (the judge files its calls under that repeat)."""
+    without scoring: a failed target call (the error), a case that lacks a field the metric
+    requires (skipped) and, with ``reuse``, a judged score the score cache holds. A judged metric is
+    planned ``repeats`` times; for repeat r > 0 the backend gets each case under `repeat_case_id`
+    (the judge files its calls under that repeat)."""
     registry = get_backends()
     jobs: list[Job] = []
     immediate: list[Score] = []
@@ -324,6 +332,8 @@ def _jobs(plan: Plan, batch: CaseBatch, done: dict, repeats: int = 1) -> tuple[l
                                                reason=reason))
                     else:
                         eligible.append(i)
+                if reuse is not None and spec.judge and eligible:
+                    eligible = reuse.lookup(bname, metric, repeat, batch, eligible, immediate)
                 if not eligible:
                     continue
                 # the batch itself when nothing was filtered, so backends can reuse work per batch
@@ -333,6 +343,68 @@ def _jobs(plan: Plan, batch: CaseBatch, done: dict, repeats: int = 1) -> tuple[l
                                                 for c in cases])
                 jobs.append((registry[bname], metric, cases))
     return jobs, immediate
+
+
+class _Reuse:
+    """The score cache as a run uses it: `lookup` takes out of a job the cases whose score it holds
+    (recorded as they are, `Score.cached`) and files the keys of the others; `store` keeps a score
+    made this run under its key. ``reused`` and ``stored`` count this run's, all sessions included."""
+
+    def __init__(self, cache: ScoreCache, plan: Plan, options: RunOptions, judge: Any,
+                 manifest: RunManifest):
+        registry = get_backends()
+        self.cache = cache
+        self.prefixes = {(b, m): metric_prefix(b, registry[b].version(), m, spec, options, judge)
+                         for b, chosen in plan.items() for m, spec in chosen if spec.judge}
+        self.priced = bool(judge.prices)
+        self.keys: dict[tuple[str, str, str, int], str] = {}  # the scores being made: repeat key -> key
+        self._lines: tuple[Optional[CaseBatch], list[Optional[bytes]]] = (None, [])
+        earlier = manifest.counts.get("score_cache") or {}
+        self.reused, self.stored = int(earlier.get("reused", 0)), int(earlier.get("stored", 0))
+        self.stub = False  # a reused score was made by the stub judge
+
+    def _line(self, batch: CaseBatch, i: int) -> bytes:
+        if self._lines[0] is not batch:
+            self._lines = (batch, [None] * len(batch))
+        lines = self._lines[1]
+        if lines[i] is None:
+            lines[i] = record_line(batch.record(i))
+        return lines[i]
+
+    def lookup(self, backend: str, metric: str, repeat: int, batch: CaseBatch, eligible: list[int],
+               immediate: list[Score]) -> list[int]:
+        """The cases of ``eligible`` the cache does not hold; the scores of those it holds are added to
+        ``immediate``."""
+        prefix = self.prefixes[(backend, metric)]
+        ids = batch.ids
+        keys = {i: case_key(prefix, repeat, self._line(batch, i)) for i in eligible}
+        found = self.cache.get_many(keys.values())
+        left = []
+        for i in eligible:
+            hit = found.get(keys[i])
+            if hit is None:
+                self.keys[(ids[i], metric, backend, repeat)] = keys[i]
+                left.append(i)
+                continue
+            score, stub = hit
+            self.stub = self.stub or stub
+            immediate.append(score.model_copy(update={
+                "case_id": ids[i], "metric": metric, "backend": backend, "repeat": repeat, "cached": True,
+                "judge_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0,
+                "cost": 0.0 if self.priced else None}))
+        return left
+
+    def record(self, score: Score, stub: bool) -> None:
+        """Count a recorded score, and store it when it was made this run (not an error, not unrun)."""
+        if score.cached:
+            self.reused += 1
+            return
+        key = self.keys.pop(score.repeat_key, None)
+        if key is not None and not score.error and not score.not_run and self.cache.put(key, score, stub):
+            self.stored += 1
+
+    def counts(self) -> dict[str, int]:
+        return {"reused": self.reused, "stored": self.stored}
 
 
 # --------------------------------------------------------------------------------------------
@@ -491,8 +563,9 @@ class Recorder:
 
     def __init__(self, manifest: RunManifest, done: dict, folder: Optional[RunFolder], gateway: Any,
                  on_score: Optional[Callable[[Score], None]], bar: Optional["_Bar"], *, keep: bool,
-                 duplicates: int, target_errors: int, judge_model: Optional[str], options: RunOptions):
-        self.manifest, self.folder, self.gateway = manifest, folder, gateway
+                 duplicates: int, target_errors: int, judge_model: Optional[str], options: RunOptions,
+                 reuse: Optional[_Reuse] = None):
+        self.manifest, self.folder, self.gateway, self.reuse = manifest, folder, gateway, reuse
         self.on_score, self.bar = on_score, bar
         self.totals = Totals()
         self.kept: Optional[dict[tuple[str, str, str, int], Score]] = {} if keep else None
@@ -538,6 +611,8 @@ class Recorder:
             n = len(item)
         else:
             item = self._usage(item)
+            if self.reuse is not None:
+                self.reuse.record(item, self.gateway is not None and self.gateway.stub_detected)
             self.last_score_at[item.backend] = now_s - self.started
             self.totals.add(item, self.tags_of.get(item.case_id, ()))
             if self.folder:
@@ -586,9 +661,13 @@ class Recorder:
     def end_batch(self) -> None:
         if self.folder:
             self._flush(time.monotonic())
+        elif self.reuse is not None:
+            self.reuse.cache.commit()
 
     def _flush(self, now_s: float) -> None:
         self.folder.flush()
+        if self.reuse is not None:
+            self.reuse.cache.commit()  # after the scores: a stored score is one the folder holds
         self._flushed_at = now_s
         if self.folder.heartbeat_due:
             self.update_counts()
@@ -611,6 +690,8 @@ class Recorder:
             judge["cost"] = round(judge["cost"], 10)
             manifest.counts["judge"] = judge
             manifest.counts["cost"] = _cost_counts(self.totals, self.gateway.config, judge)
+        if self.reuse is not None:
+            manifest.counts["score_cache"] = self.reuse.counts()
         if self.self_judged and manifest.judge is not None:
             manifest.judge["self_judging"] = {"generator_model": self.self_judged[0],
                                               "cases": len(self.self_judged)}
@@ -624,6 +705,8 @@ class Recorder:
             self.bar.stop()
         if self.gateway is not None:
             self.gateway.close()
+        if self.reuse is not None:
+            self.reuse.cache.close()
         for scores in self.done_by_case.values():  # kept scores of cases this session did not reach
             for s in scores:
                 self.totals.add(s)
@@ -641,7 +724,7 @@ class Recorder:
             manifest.status = "dry-run"
             if self.gateway is not None:
                 manifest.counts["planned"] = _planned(self.gateway)
-        if self.gateway is not None and self.gateway.stub_detected:
+        if (self.gateway is not None and self.gateway.stub_detected) or (self.reuse and self.reuse.stub):
             # every judged score of this run came from ragbridge's stub judge, not a model
             manifest.judge = {**(manifest.judge or {}), "stub": True}
         if self.folder:

@@ -1,0 +1,158 @@
+"""The score cache: a judged score made once is not made again while nothing it depends on changed.
+
+A warm re-run of a judged suite into a new folder makes no judge calls (the judge cache holds every
+answer), but the libraries still do all their own work around those answers, which dominates: a
+DeepEval faithfulness run of 2,000 cases re-run warm took about as long as cold. The score cache
+skips the library: before a judged metric is scored, each case's score is looked up by its key, and
+a score found is recorded as it is (``Score.cached``) without calling the backend.
+
+The key is the SHA-256 of everything the score depends on:
+
+- ragbridge's version, the backend's name and its library's version (``Backend.version``);
+- the metric: canonical name, native name and the digest of its definition (a rubric's);
+- the options a backend reads: ``k``, ``gain``, ``case_sensitive``, ``decline_phrases`` and this
+  backend's ``backend_options``;
+- the judge: model, base URL (without credentials), embedding model and ``max_tokens``;
+- the repeat index (``--repeats``: each repeat is its own score);
+- the case: its whole canonical record (id, question, answer, chunks, labels, reference, tags,
+  metadata), so any edit to a case invalidates its scores and only its scores.
+
+Anything else the library reads on its own (an environment variable that changes its behaviour, its
+prompt files) is not in the key: upgrading the library changes its version, which is. Only judged
+metrics are cached (native metrics cost less to compute than to look up), and only scores that
+were made: an error, a score the budget left unrun or a skipped case is never stored.
+
+The file is ``score-cache.sqlite`` beside the judge cache and follows the judge cache's mode:
+``--cache-mode off`` (or no cache path) turns both off, ``read-only`` reads both and writes neither.
+A dry run reads it and writes nothing. Stored scores are written at the end of each batch and when
+the runner flushes its scores: a run killed outright loses at most those of its last batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from .. import __version__
+from ..schema import Score
+
+__all__ = ["ScoreCache", "score_cache_for", "metric_prefix", "case_key"]
+
+FILE_NAME = "score-cache.sqlite"
+
+_SCHEMA = ("CREATE TABLE IF NOT EXISTS scores "
+           "(key TEXT PRIMARY KEY, score TEXT NOT NULL, stub INTEGER NOT NULL, created REAL NOT NULL)")
+
+
+def metric_prefix(backend: str, version: Optional[str], metric: str, spec: Any, options: Any,
+                  judge: Any) -> bytes:
+    """What a backend's metric depends on within a run, hashed: the start of each of its cases' keys."""
+    doc = {
+        "ragbridge": __version__,
+        "backend": backend,
+        "version": version,
+        "metric": metric,
+        "native_metric": spec.native_name,
+        "digest": spec.digest,
+        "options": {"k": options.k, "gain": options.gain, "case_sensitive": options.case_sensitive,
+                    "decline_phrases": options.decline_phrases,
+                    "backend_options": options.backend_options.get(backend)},
+        "judge": {"model": judge.model, "base_url": judge.public_base_url,
+                  "embedding_model": judge.embedding_model, "max_tokens": judge.max_tokens},
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).digest()
+
+
+def case_key(prefix: bytes, repeat: int, record_line: bytes) -> str:
+    """The key of one case's score: the metric's prefix, the repeat index and the case's canonical line."""
+    h = hashlib.sha256(prefix)
+    h.update(b"%d\n" % repeat)
+    h.update(record_line)
+    return h.hexdigest()
+
+
+class ScoreCache:
+    """Scores by key in one SQLite file (WAL), looked up a batch at a time; new scores are held until
+    `commit` (end of a batch, each flush of the run's scores, close)."""
+
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+        self.path = Path(path)
+        self.read_only = read_only
+        self._pending: dict[str, tuple[str, int, float]] = {}
+        self._conn: Optional[sqlite3.Connection] = None
+        if read_only:
+            if self.path.is_file():
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
+                                                 isolation_level=None)
+                    self._conn.execute("SELECT 1 FROM scores LIMIT 1").fetchall()
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute(_SCHEMA)
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, tuple[Score, bool]]:
+        """The stored scores of ``keys`` that are present: key -> (score, made by the stub judge)."""
+        keys = list(keys)
+        found: dict[str, tuple[Score, bool]] = {}
+        for key in keys:
+            if key in self._pending:
+                line, stub, _ = self._pending[key]
+                found[key] = (Score.model_validate_json(line), bool(stub))
+        if self._conn is None:
+            return found
+        rest = [k for k in keys if k not in found]
+        for start in range(0, len(rest), 500):
+            chunk = rest[start:start + 500]
+            try:
+                rows = self._conn.execute(
+                    f"SELECT key, score, stub FROM scores WHERE key IN ({','.join('?' * len(chunk))})",
+                    chunk).fetchall()
+            except sqlite3.Error:
+                return found  # an unreadable cache is a cold cache
+            for key, line, stub in rows:
+                with contextlib.suppress(ValueError):
+                    found[key] = (Score.model_validate_json(line), bool(stub))
+        return found
+
+    def put(self, key: str, score: Score, stub: bool) -> bool:
+        """Hold ``score`` (as made this run, with its usage) for the next `commit`; False when this
+        cache is read-only."""
+        if self.read_only or self._conn is None:
+            return False
+        self._pending[key] = (score.model_dump_json(exclude={"cached"}), int(stub), time.time())
+        return True
+
+    def commit(self) -> None:
+        if not self._pending or self._conn is None:
+            return
+        rows = [(k, line, stub, created) for k, (line, stub, created) in self._pending.items()]
+        try:
+            with self._conn:
+                self._conn.execute("BEGIN")
+                self._conn.executemany("INSERT OR REPLACE INTO scores VALUES (?, ?, ?, ?)", rows)
+        except sqlite3.Error:
+            return  # kept pending: tried again at the next commit
+        self._pending.clear()
+
+    def close(self) -> None:
+        self.commit()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def score_cache_for(judge: Any, dry_run: bool = False) -> Optional[ScoreCache]:
+    """The score cache of a run judged by ``judge`` (a `JudgeConfig`): beside its judge cache, in the
+    same mode; None when the judge cache is off. A dry run only reads it."""
+    if judge is None or judge.cache_path is None or judge.cache_mode == "off":
+        return None
+    path = Path(judge.cache_path).with_name(FILE_NAME)
+    return ScoreCache(path, read_only=dry_run or judge.cache_mode == "read-only")

@@ -1,0 +1,175 @@
+"""The score cache: a warm re-run into a new folder reuses each judged score without calling the library.
+
+The observable that the library was not called: the judge gateway saw no request at all (no upstream
+call and no judge-cache hit), where the same re-run without the score cache has the library send
+every request again (all of them judge-cache hits).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from conftest import EXAMPLE, ragbridge_cli
+from ragbridge import evaluate, load_cases
+from ragbridge.backend import MetricSpec, RunOptions
+from ragbridge.judge import JudgeConfig
+from ragbridge.plugins import get_backends
+from ragbridge.run.score_cache import case_key, metric_prefix
+from ragbridge.testing import StubJudge
+
+needs_deepeval = pytest.mark.skipif(not get_backends()["deepeval"].available(),
+                                    reason="needs the deepeval backend")
+
+#: what a reused score carries over unchanged
+SAME = ("case_id", "metric", "backend", "value", "native_metric", "native_value", "passed", "reason",
+        "error", "evidence")
+
+
+def _scores(folder):
+    return {s["case_id"]: s for s in map(json.loads, (folder / "scores.jsonl").read_text().splitlines())}
+
+
+def _counts(folder):
+    return json.loads((folder / "run.json").read_text())["counts"]
+
+
+def _golden(tmp_path, n):
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text("".join(EXAMPLE.read_text().splitlines(keepends=True)[:n]))
+    return golden
+
+
+@needs_deepeval
+def test_warm_rerun_into_a_new_folder_reuses_every_score_without_the_library(tmp_path):
+    golden = _golden(tmp_path, 8)
+    with StubJudge() as stub:
+        def run(out, *extra):
+            return ragbridge_cli("run", golden, "--out", tmp_path / out, "--backend", "deepeval",
+                                 "--metric", "faithfulness", "--judge-model", "gpt-4o-mini",
+                                 "--judge-base-url", stub.base_url, "--no-progress", *extra, cwd=tmp_path)
+
+        cold = run("cold")
+        assert cold.returncode == 0, cold.stdout + cold.stderr
+        calls = len(stub.posts())
+        assert calls > 0 and _counts(tmp_path / "cold")["score_cache"] == {"reused": 0, "stored": 8}
+        assert (tmp_path / ".ragbridge" / "score-cache.sqlite").is_file()
+
+        warm = run("warm")
+        assert warm.returncode == 0, warm.stdout + warm.stderr
+        assert "score cache: 8 score(s) reused" in warm.stdout
+        assert "stub judge" in warm.stdout  # still labelled: the reused scores came from the stub
+        counts = _counts(tmp_path / "warm")
+        assert counts["judge"]["calls"] == 0 and counts["judge"]["cache_hits"] == 0  # no request at all
+        assert counts["score_cache"] == {"reused": 8, "stored": 0}
+        assert len(stub.posts()) == calls
+        a, b = _scores(tmp_path / "cold"), _scores(tmp_path / "warm")
+        assert a.keys() == b.keys() and len(a) == 8
+        for cid in a:
+            assert {k: a[cid].get(k) for k in SAME} == {k: b[cid].get(k) for k in SAME}
+            assert b[cid]["cached"] is True and "cached" not in a[cid]
+            assert b[cid]["judge_calls"] == 0 and a[cid]["judge_calls"] > 0
+
+        # without the score cache the library runs again, every request a judge-cache hit
+        again = run("again", "--no-score-cache")
+        assert again.returncode == 0, again.stdout + again.stderr
+        counts = _counts(tmp_path / "again")
+        assert counts["judge"]["calls"] == 0 and counts["judge"]["cache_hits"] >= 8
+        assert "score_cache" not in counts and len(stub.posts()) == calls
+        assert {c: s["value"] for c, s in _scores(tmp_path / "again").items()} == \
+            {c: s["value"] for c, s in a.items()}
+
+
+def _config(stub, tmp_path, **kw):
+    return JudgeConfig(model="stub-judge", base_url=stub.base_url, cache_path=tmp_path / "judge.sqlite", **kw)
+
+
+def _abstention(cases, judge, **kw):
+    return evaluate(cases, backends=["rubric"], metrics=["abstention"], judge=judge, **kw)
+
+
+def test_an_edited_case_or_another_judge_is_scored_again_and_only_that(tmp_path):
+    cases = load_cases(EXAMPLE)[:12]
+    with StubJudge(models=("stub-judge", "other-judge")) as stub:
+        judge = _config(stub, tmp_path)
+        cold = _abstention(cases, judge)
+        assert cold.manifest.counts["score_cache"]["stored"] == 12
+        edited = list(cases)
+        edited[3] = edited[3].model_copy(update={"answer": "I can't help with that."})
+        before = len(stub.posts())
+        warm = _abstention(edited, judge)
+        assert warm.manifest.counts["score_cache"] == {"reused": 11, "stored": 1}
+        assert len(stub.posts()) == before + 1  # the edited case's one call
+        changed = {s.case_id for s in warm.scores if not s.cached}
+        assert changed == {edited[3].id}
+        # a tag or metadata edit is an edit too: the key holds the whole canonical case
+        retagged = [c.model_copy(update={"tags": [*c.tags, "new"]}) for c in cases[:2]]
+        assert _abstention(retagged, judge).manifest.counts["score_cache"]["reused"] == 0
+        # another judge model: nothing reused
+        other = _abstention(cases, judge.model_copy(update={"model": "other-judge"}))
+        assert other.manifest.counts["score_cache"]["reused"] == 0
+
+
+def test_errors_and_unrun_scores_are_not_stored(tmp_path):
+    cases = load_cases(EXAMPLE)[:6]
+    with StubJudge() as stub:
+        judge = _config(stub, tmp_path, max_retries=0)
+        stub.inject(*["500"] * 6)
+        failed = _abstention(cases, judge)
+        errored = {s.case_id for s in failed.scores if s.error}
+        assert errored and failed.manifest.counts["score_cache"]["stored"] == 6 - len(errored)
+        stub.reset()
+        budgeted = _abstention(cases, judge, max_calls=0)  # the budget leaves the rest unrun
+        assert budgeted.manifest.counts["not_run"] == len(errored)
+        healthy = _abstention(cases, judge)
+        assert healthy.manifest.counts["score_cache"] == {"reused": 6 - len(errored), "stored": len(errored)}
+        assert all(s.error is None for s in healthy.scores)
+
+
+def test_cache_modes_and_dry_run(tmp_path):
+    cases = load_cases(EXAMPLE)[:5]
+    with StubJudge() as stub:
+        judge = _config(stub, tmp_path)
+        off = _abstention(cases, judge.model_copy(update={"cache_mode": "off"}))
+        assert "score_cache" not in off.manifest.counts
+        assert not (tmp_path / "score-cache.sqlite").exists()
+        dry = _abstention(cases, judge, dry_run=True)
+        assert dry.manifest.counts["score_cache"] == {"reused": 0, "stored": 0}  # a dry run writes nothing
+        _abstention(cases[:3], judge)
+        dry = _abstention(cases, judge, dry_run=True)
+        assert dry.manifest.counts["score_cache"]["reused"] == 3
+        assert dry.manifest.counts["judge"]["calls"] == 2  # only the two cases the cache lacks
+        read_only = judge.model_copy(update={"cache_mode": "read-only"})
+        ro = _abstention(cases, read_only)
+        assert ro.manifest.counts["score_cache"] == {"reused": 3, "stored": 0}
+        db = sqlite3.connect(tmp_path / "score-cache.sqlite")
+        assert db.execute("SELECT count(*) FROM scores").fetchone() == (3,)
+
+
+def test_the_key_names_what_a_score_depends_on():
+    judge = JudgeConfig(model="m", base_url="http://127.0.0.1:1/v1", cache_path=None)
+    spec = MetricSpec("faithfulness", native_name="Faithfulness", judge=True)
+    base = dict(backend="deepeval", version="4.3.1", metric="faithfulness", spec=spec, options=RunOptions(),
+                judge=judge)
+    prefix = metric_prefix(**base)
+    line = b'{"id":"a","question":"q"}'
+    assert case_key(prefix, 0, line) == case_key(metric_prefix(**base), 0, line)
+    changed = [
+        dict(version="4.3.2"),
+        dict(metric="answer_relevancy"),
+        dict(spec=MetricSpec("faithfulness", native_name="Faithfulness", judge=True, digest="sha256:x")),
+        dict(options=RunOptions(backend_options={"deepeval": {"threshold": 0.7}})),
+        dict(options=RunOptions(decline_phrases=["no idea"])),
+        dict(judge=judge.model_copy(update={"model": "n"})),
+        dict(judge=judge.model_copy(update={"base_url": "http://127.0.0.1:2/v1"})),
+        dict(judge=judge.model_copy(update={"max_tokens": 99})),
+    ]
+    for change in changed:
+        assert metric_prefix(**{**base, **change}) != prefix, change
+    # what does not change a score does not change the key: another backend's options, concurrency
+    assert metric_prefix(**{**base, "options": RunOptions(backend_options={"ragas": {"x": 1}})}) == prefix
+    assert metric_prefix(**{**base, "judge": judge.model_copy(update={"max_concurrency": 3})}) == prefix
+    assert case_key(prefix, 1, line) != case_key(prefix, 0, line)
+    assert case_key(prefix, 0, line.replace(b'"q"', b'"q2"')) != case_key(prefix, 0, line)
