@@ -316,7 +316,8 @@ def _print_dry_run(result, out_dir, as_json: bool) -> None:
     doc = {"run": str(out_dir), "dry_run": True, "calls": j.get("calls", 0),
            "cache_hits": j.get("cache_hits", 0), "prompt_tokens": j.get("prompt_tokens", 0),
            "completion_tokens": j.get("completion_tokens", 0), "cost": cost.get("total"),
-           "currency": currency, "kept": counts.get("resumed_from", 0), "by_metric": planned}
+           "currency": currency, "kept": counts.get("resumed_from", 0),
+           "reused": (counts.get("score_cache") or {}).get("reused", 0), "by_metric": planned}
     if as_json:
         print_json(doc)
         return
@@ -337,6 +338,9 @@ def _print_dry_run(result, out_dir, as_json: bool) -> None:
                  "the judge config)"), highlight=False)
     if doc["kept"]:
         out.print(f"[dim]{doc['kept']} score(s) already in {escape(str(out_dir))} are kept[/]",
+                  highlight=False)
+    if doc["reused"]:
+        out.print(f"[dim]{doc['reused']} score(s) are in the score cache: no call, no library run[/]",
                   highlight=False)
     out.print("[dim]nothing was called or written; answers the cache does not hold were simulated by the "
               "stub judge, so calls that depend on earlier answers are an estimate[/]", highlight=False)
