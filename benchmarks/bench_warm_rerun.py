@@ -9,10 +9,11 @@ score cache in a temporary directory:
 * judge-cache only (``--no-score-cache``): DeepEval runs again, every request a judge-cache hit,
   which is what a warm re-run was before the score cache.
 
-The golden set is the bundled example repeated to ``--cases`` cases (ids and questions made unique,
-so every case is its own judge calls). Prints one JSON object: each process's wall time, the judge's
-counts, the ratios cold / warm and cold / judge-cache only, and whether the three runs' values are
-identical. Exit status 1 if cold / warm is under ``--min-ratio`` (20) or a value differs.
+The golden set is the bundled example repeated to ``--cases`` cases (ids, questions, answers and
+chunk texts made unique, so every case is its own judge calls: the cold run is cold). Prints one
+JSON object: each process's wall time, the judge's counts, the ratios cold / warm and cold /
+judge-cache only, and whether the three runs' values are identical. Exit status 1 if cold / warm
+is under ``--min-ratio`` (20) or a value differs.
 
     python benchmarks/bench_warm_rerun.py [--cases 2000] [--min-ratio 20]
 """
@@ -42,6 +43,9 @@ def golden(path: Path, n: int) -> None:
             case = dict(base[i % len(base)])
             case["id"] = f"{case['id']}-{i}"
             case["question"] = f"{case['question']} (variant {i})"
+            case["answer"] = f"{case['answer']} (variant {i})"
+            case["contexts"] = [{**ch, "text": f"{ch.get('text', '')} (variant {i})"}
+                                for ch in case["contexts"]]
             f.write(json.dumps(case) + "\n")
 
 
