@@ -91,8 +91,8 @@ def via_ragbridge(cases, model: str, base_url: str, concurrency: int) -> tuple[i
         run = ragbridge.evaluate(cases, backends=["deepeval"], out=Path(tmp) / "run", judge=JudgeConfig(
             model=model, base_url=base_url, cache_mode="off", cache_path=None, max_concurrency=concurrency,
             api_key_env="RAGBRIDGE_BENCH_NO_KEY"))
-    scored = sum(1 for s in run.scores if s.value is not None)
-    errors = sum(1 for s in run.scores if s.error)
+        scored = sum(1 for s in run.scores if s.value is not None)  # read from the folder: before it goes
+        errors = sum(1 for s in run.scores if s.error)
     return scored, errors, run.manifest.counts["judge"]["calls"]
 
 

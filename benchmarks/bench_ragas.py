@@ -102,8 +102,9 @@ def run_ragbridge(cases, base_url: str, concurrency: int, cache: str) -> dict:
         t0, c0 = time.perf_counter(), time.process_time()
         run = ragbridge.evaluate(cases, backends=["ragas"], judge=cfg, out=Path(tmp) / "run")
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+        n_scores = len(run.scores)  # read from the folder: before it is removed
     j = run.manifest.counts.get("judge", {})
-    return {"seconds": seconds, "cpu": cpu, "scores": len(run.scores),
+    return {"seconds": seconds, "cpu": cpu, "scores": n_scores,
             "errored": run.manifest.counts.get("errored"),
             "upstream_calls": j.get("calls"), "cache_hits": j.get("cache_hits")}
 

@@ -218,3 +218,12 @@ def test_a_backend_that_cannot_open_errors_every_case_and_the_run_goes_on(lifecy
                                   for s in mine)
     assert all(s.error is None for s in run.scores if s.backend == "native")
     assert [e[0] for e in plugin.events] == ["open"]  # never scored, and nothing to close
+
+
+def test_a_run_whose_folder_was_removed_says_so_rather_than_reading_as_empty(tmp_path, example_cases):
+    import shutil
+
+    run = evaluate(example_cases[:3], out=tmp_path / "run")  # native: scores read from the folder
+    shutil.rmtree(tmp_path / "run")
+    with pytest.raises(RunError, match="no longer holds this run"):
+        run.scores  # noqa: B018

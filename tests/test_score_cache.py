@@ -173,3 +173,4 @@ def test_the_key_names_what_a_score_depends_on():
     assert metric_prefix(**{**base, "judge": judge.model_copy(update={"max_concurrency": 3})}) == prefix
     assert case_key(prefix, 1, line) != case_key(prefix, 0, line)
     assert case_key(prefix, 0, line.replace(b'"q"', b'"q2"')) != case_key(prefix, 0, line)
+

@@ -98,7 +98,7 @@ class Run:
         """Every score, the last per (case, metric, backend), by backend, metric and case order; in a
         run with repeats, each case's mean over its repeats (`ragbridge.run.repeats`)."""
         if self._scores is None:
-            scores = read_scores(self.path / "scores.jsonl")[0] if self.path is not None else []
+            scores = read_scores(self._file("scores.jsonl"))[0] if self.path is not None else []
             order = {c.id: i for i, c in enumerate(self.cases)}
             scores.sort(key=lambda s: (s.backend, s.metric, order.get(s.case_id, 0), s.repeat))
             self._recorded(scores)
@@ -122,10 +122,18 @@ class Run:
     def repeat_scores(self, value: list[Score]) -> None:
         self._repeat_scores = value
 
+    def _file(self, name: str) -> Path:
+        """A file of the run's folder, read when first asked for; `RunError` when the folder is gone
+        (a removed folder's scores are not an empty run)."""
+        if not (self.path / "run.json").exists():
+            raise RunError(f"{self.path} no longer holds this run (its run.json is gone): read the run's "
+                           "scores and cases before the folder is removed")
+        return self.path / name
+
     @property
     def cases(self) -> list[Case]:
         if self._cases is None:
-            path = self.path / "cases.jsonl" if self.path is not None else None
+            path = self._file("cases.jsonl") if self.path is not None else None
             self._cases = load_cases(path) if path is not None and path.exists() else []
         return self._cases
 
