@@ -174,3 +174,48 @@ def test_the_key_names_what_a_score_depends_on():
     assert case_key(prefix, 1, line) != case_key(prefix, 0, line)
     assert case_key(prefix, 0, line.replace(b'"q"', b'"q2"')) != case_key(prefix, 0, line)
 
+
+
+def test_a_killed_run_leaves_a_cache_that_holds_only_what_its_folder_holds(tmp_path):
+    """kill -9 in the middle of a judged run: the score cache stays readable, holds no score the run
+    folder lacks (it commits after the folder's flush), and a re-run into a new folder reuses those
+    and scores the rest, with the values an unbroken run gives."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    golden = _golden(tmp_path, 40)
+    with StubJudge(latency=0.05) as stub:
+        def args(out):
+            return [sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()", "run",
+                    str(golden), "--out", str(tmp_path / out), "--backend", "rubric",
+                    "--metric", "abstention", "--judge-model", "stub-judge",
+                    "--judge-base-url", stub.base_url,
+                    "--max-concurrency", "2", "--batch-size", "4", "--no-progress"]
+
+        proc = subprocess.Popen(args("killed"), cwd=tmp_path, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        scores = tmp_path / "killed" / "scores.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if scores.exists() and len(scores.read_text().splitlines()) >= 12:
+                break
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        on_disk = {json.loads(x)["case_id"] for x in scores.read_text().splitlines() if x.endswith("}")}
+        assert 12 <= len(on_disk) < 40
+        db = sqlite3.connect(tmp_path / ".ragbridge" / "score-cache.sqlite")
+        stored = [json.loads(x) for (x,) in db.execute("SELECT score FROM scores")]
+        db.close()
+        assert stored and {s["case_id"] for s in stored} <= on_disk
+        again = subprocess.run(args("again"), cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert _counts(tmp_path / "again")["score_cache"]["reused"] == len(stored)
+        fresh = ragbridge_cli("run", golden, "--out", tmp_path / "fresh", "--backend", "rubric", "--metric",
+                              "abstention", "--judge-model", "stub-judge", "--judge-base-url", stub.base_url,
+                              "--no-score-cache", "--no-progress", cwd=tmp_path)
+        assert fresh.returncode == 0, fresh.stderr
+    assert {c: s["value"] for c, s in _scores(tmp_path / "again").items()} == \
+        {c: s["value"] for c, s in _scores(tmp_path / "fresh").items()}
