@@ -8,8 +8,9 @@ into its folder as ``cases.jsonl`` and reads its batches back from it (`CaseSour
 cases scored are exactly the cases checked, even if the dataset changes meanwhile.
 
 A canonical JSONL golden set is streamed (one line at a time, the common record taking the light
-path of `ragbridge.formats.records.plain_record`); every other format is read whole by its reader,
-then batched. A dataset that fits in one batch is kept in memory from the first read.
+path of `ragbridge.formats.records.plain_record`, and a record whose chunks are ids alone that of
+`ragbridge.formats.records.parse_record_line`: no mapping per chunk); every other format is read
+whole by its reader, then batched. A dataset that fits in one batch is kept in memory from the first read.
 """
 
 from __future__ import annotations
@@ -20,12 +21,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-import pydantic_core
-
 from ..schema import Case
 from . import load_cases, reading_format
-from .files import DatasetError, jsonl_lines, parse_json
-from .records import CaseBatch, Fingerprint, InputCheck, batch_from_records, record_line
+from .files import DatasetError, jsonl_lines
+from .records import CaseBatch, Fingerprint, IdChunkRecord, InputCheck, batch_from_records, parse_record_line
 
 __all__ = ["BATCH_SIZE", "CaseSource", "open_cases"]
 
@@ -33,13 +32,8 @@ __all__ = ["BATCH_SIZE", "CaseSource", "open_cases"]
 BATCH_SIZE = 2000
 
 
-def _parse(text: str) -> Any:
-    """One JSON line: the fast parser, and for anything it refuses the standard one (whose errors
-    are the ones reported, see `ragbridge.formats.files.parse_json`)."""
-    try:
-        return pydantic_core.from_json(text)
-    except ValueError:
-        return parse_json(text)
+def _canonical_line(text: str) -> Any:
+    return parse_record_line(text, canonical=True)
 
 
 class CaseSource:
@@ -63,9 +57,8 @@ class CaseSource:
         cases = list(cases)
         fp, check, batch = Fingerprint(), InputCheck(), CaseBatch.of_cases(cases)
         for i in range(len(batch)):
-            record = batch.record(i)
-            fp.add(record_line(record))
-            check.add(record)
+            fp.add(batch.line(i))
+        check.add_batch(batch)
         held = [CaseBatch.of_cases(cases[i:i + batch_size]) for i in range(0, len(cases), batch_size)]
         return cls(n_cases=len(cases), fingerprint=fp.hexdigest(), warnings=check.warnings(),
                    duplicate_chunk_ids=batch.duplicate_chunk_ids(), held=held, batch_size=batch_size)
@@ -81,13 +74,19 @@ class CaseSource:
             yield from self._held
             return
         records: list[dict[str, Any]] = []
-        for _, record in jsonl_lines(self._copy, parse=pydantic_core.from_json):
+        chunk_ids: list[Optional[list[str]]] = []
+        for _, record in jsonl_lines(self._copy, parse=_canonical_line):
+            if type(record) is IdChunkRecord:
+                record, ids = record
+            else:
+                ids = None
             records.append(record)
+            chunk_ids.append(ids)
             if len(records) == self.batch_size:
-                yield CaseBatch(records)
-                records = []
+                yield CaseBatch(records, chunk_ids=chunk_ids)
+                records, chunk_ids = [], []
         if records:
-            yield CaseBatch(records)
+            yield CaseBatch(records, chunk_ids=chunk_ids)
 
     def save(self, dest: Path) -> None:
         """Write the cases to ``dest`` (a run folder's ``cases.jsonl``), whole or not at all; a scratch
@@ -180,12 +179,10 @@ def _check_jsonl(path: Path, out, batch_size: int, progress) -> CaseSource:
         nonlocal held, n, duplicates
         batch = batch_from_records(pending, path, first_seen=first_seen)
         pending.clear()
-        lines = []
-        for record in batch.records:
-            line = record_line(record)
+        lines = [batch.line(i) for i in range(len(batch))]
+        for line in lines:
             fp.add(line)
-            check.add(record)
-            lines.append(line)
+        check.add_batch(batch)
         lines.append(b"")
         out.write(b"\n".join(lines))
         duplicates += batch.duplicate_chunk_ids()
@@ -197,7 +194,7 @@ def _check_jsonl(path: Path, out, batch_size: int, progress) -> CaseSource:
         if progress is not None:
             progress(n)
 
-    for line, raw in jsonl_lines(path, parse=_parse):
+    for line, raw in jsonl_lines(path, parse=parse_record_line):
         pending.append((line, raw))
         if len(pending) == batch_size:
             flush()
