@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 import math
 import re
 from collections.abc import Sequence as _Sequence
@@ -505,12 +506,11 @@ def _top_level(prefix: str) -> bool:
     return _OUTSIDE_BRACES.sub("", prefix) == "{"
 
 
-def parse_record_line(text: str, canonical: bool = False) -> Any:
+def parse_record_line(text: str) -> Any:
     """One line of a JSONL golden set: an `IdChunkRecord` when it is a canonical record whose chunks
     are ids alone (`plain_record`'s checks, the chunks' too, without a mapping per chunk), else the
     parsed JSON value (the fast parser's; for anything it refuses, `ragbridge.formats.files.parse_json`
-    and its errors). ``canonical``: the line is `record_line`'s (a run folder's own copy), so it is
-    taken as it is, unchecked."""
+    and its errors)."""
     split = _split_id_chunks(text)
     if split is not None:
         reduced, ids = split
@@ -518,11 +518,7 @@ def parse_record_line(text: str, canonical: bool = False) -> Any:
             raw = pydantic_core.from_json(reduced)
         except ValueError:
             raw = None
-        if canonical:
-            if raw is not None:
-                del raw["contexts"]
-                return IdChunkRecord(raw, ids)
-        elif type(raw) is dict and raw.get("contexts") == [] and _good_ids(ids):
+        if type(raw) is dict and raw.get("contexts") == [] and _good_ids(ids):
             record = plain_record(raw)
             if record is not None:
                 return IdChunkRecord(record, ids)
@@ -598,6 +594,16 @@ class CaseBatch(_Sequence):
     @classmethod
     def of_cases(cls, cases: Sequence[Case]) -> "CaseBatch":
         return cases if isinstance(cases, CaseBatch) else cls(None, list(cases))
+
+    def to_bytes(self) -> bytes:
+        """A batch of records as bytes (`marshal`'s format; `from_bytes` reads it back): its records
+        and chunk ids, the quickest way to read a batch again (no `Case` object is kept)."""
+        return marshal.dumps((self._records, self._chunk_ids))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "CaseBatch":
+        records, chunk_ids = marshal.loads(data)
+        return cls(records, chunk_ids=chunk_ids)
 
     @property
     def records(self) -> Optional[list[dict[str, Any]]]:

@@ -3,9 +3,11 @@
 `open_cases` reads a dataset once, whole, before anything is scored or written: every record is
 validated (bad input raises the reader's `DatasetError`, exactly as `ragbridge.formats.load_cases`
 would), the fingerprint and the input warnings are counted, and the cases are written, one canonical
-record a line (`ragbridge.formats.records.record_line`), to a scratch copy. A run then moves that copy
-into its folder as ``cases.jsonl`` and reads its batches back from it (`CaseSource.batches`): the
-cases scored are exactly the cases checked, even if the dataset changes meanwhile.
+record a line (`ragbridge.formats.records.record_line`), to a scratch copy, and batch by batch as
+they were read (`ragbridge.formats.records.CaseBatch.to_bytes`) to a scratch file that has no name
+(it goes with the process, however that ends). A run moves the copy into its folder as
+``cases.jsonl`` and reads its batches back from the scratch file (`CaseSource.batches`), with no
+parsing: the cases scored are exactly the cases checked, even if the dataset changes meanwhile.
 
 A canonical JSONL golden set is streamed (one line at a time, the common record taking the light
 path of `ragbridge.formats.records.plain_record`, and a record whose chunks are ids alone that of
@@ -19,21 +21,17 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, BinaryIO, Callable, Iterator, Optional, Sequence
 
 from ..schema import Case
 from . import load_cases, reading_format
 from .files import DatasetError, jsonl_lines
-from .records import CaseBatch, Fingerprint, IdChunkRecord, InputCheck, batch_from_records, parse_record_line
+from .records import CaseBatch, Fingerprint, InputCheck, batch_from_records, parse_record_line
 
 __all__ = ["BATCH_SIZE", "CaseSource", "open_cases"]
 
 #: cases per batch: a run's memory holds about this many cases (at 100 chunks a case, tens of MB)
 BATCH_SIZE = 2000
-
-
-def _canonical_line(text: str) -> Any:
-    return parse_record_line(text, canonical=True)
 
 
 class CaseSource:
@@ -43,13 +41,15 @@ class CaseSource:
 
     def __init__(self, *, n_cases: int, fingerprint: str, warnings: list[str], duplicate_chunk_ids: int,
                  path: Optional[Path] = None, held: Optional[list[CaseBatch]] = None,
-                 copy: Optional[Path] = None, batch_size: int = BATCH_SIZE):
+                 copy: Optional[Path] = None, frames: Optional[BinaryIO] = None,
+                 batch_size: int = BATCH_SIZE):
         self.n_cases, self.fingerprint, self.warnings = n_cases, fingerprint, warnings
         self.duplicate_chunk_ids, self.path = duplicate_chunk_ids, path
         self.batch_size = batch_size
         self._held = held  # every batch, when they fit in memory
         self._copy = copy  # else the scratch copy of canonical lines (then the run folder's cases.jsonl)
         self._own_copy = copy is not None
+        self._frames = frames  # and the batches, each a length (8 bytes) and `CaseBatch.to_bytes`
 
     @classmethod
     def of_cases(cls, cases: Sequence[Case], batch_size: int = BATCH_SIZE) -> "CaseSource":
@@ -73,20 +73,11 @@ class CaseSource:
         if self._held is not None:
             yield from self._held
             return
-        records: list[dict[str, Any]] = []
-        chunk_ids: list[Optional[list[str]]] = []
-        for _, record in jsonl_lines(self._copy, parse=_canonical_line):
-            if type(record) is IdChunkRecord:
-                record, ids = record
-            else:
-                ids = None
-            records.append(record)
-            chunk_ids.append(ids)
-            if len(records) == self.batch_size:
-                yield CaseBatch(records, chunk_ids=chunk_ids)
-                records, chunk_ids = [], []
-        if records:
-            yield CaseBatch(records, chunk_ids=chunk_ids)
+        fd, at = self._frames.fileno(), 0
+        while head := os.pread(fd, 8, at):
+            size = int.from_bytes(head, "little")
+            yield CaseBatch.from_bytes(os.pread(fd, size, at + 8))
+            at += 8 + size
 
     def save(self, dest: Path) -> None:
         """Write the cases to ``dest`` (a run folder's ``cases.jsonl``), whole or not at all; a scratch
@@ -102,10 +93,12 @@ class CaseSource:
                 write_records((b.record(i) for b in self._held for i in range(len(b))), tmp)
 
     def close(self) -> None:
-        """Remove the scratch copy, if it was never saved."""
+        """Remove the scratch copy, if it was never saved, and the batches' scratch file."""
         if self._own_copy and self._copy is not None:
             self._copy.unlink(missing_ok=True)
             self._own_copy = False
+        if self._frames is not None:
+            self._frames.close()
 
     def __enter__(self) -> "CaseSource":
         return self
@@ -152,23 +145,29 @@ def open_cases(
         source = CaseSource.of_cases(load_cases(path, fmt.name, **options), batch_size)
         source.path = path
         return source
-    fd, scratch = tempfile.mkstemp(prefix=".tmp-cases-", suffix=".jsonl", dir=_scratch_dir(near))
+    here = _scratch_dir(near)
+    fd, scratch = tempfile.mkstemp(prefix=".tmp-cases-", suffix=".jsonl", dir=here)
     scratch = Path(scratch)
+    frames = tempfile.TemporaryFile(prefix=".tmp-batches-", dir=here)
     try:
         with os.fdopen(fd, "wb") as out:
-            source = _check_jsonl(path, out, batch_size, progress)
+            source = _check_jsonl(path, out, frames, batch_size, progress)
     except BaseException:
         scratch.unlink(missing_ok=True)
+        frames.close()
         raise
     if source._held is not None:
         scratch.unlink(missing_ok=True)
+        frames.close()
     else:
         source._copy, source._own_copy = scratch, True
+        frames.flush()
+        source._frames = frames
     source.path = path
     return source
 
 
-def _check_jsonl(path: Path, out, batch_size: int, progress) -> CaseSource:
+def _check_jsonl(path: Path, out, frames, batch_size: int, progress) -> CaseSource:
     fp, check = Fingerprint(), InputCheck()
     first_seen: dict[str, int] = {}
     held: Optional[list[CaseBatch]] = []
@@ -185,12 +184,15 @@ def _check_jsonl(path: Path, out, batch_size: int, progress) -> CaseSource:
         check.add_batch(batch)
         lines.append(b"")
         out.write(b"\n".join(lines))
+        frame = batch.to_bytes()
+        frames.write(len(frame).to_bytes(8, "little"))
+        frames.write(frame)
         duplicates += batch.duplicate_chunk_ids()
         n += len(batch)
         if held is not None:
             held.append(batch)
             if n > batch_size:
-                held = None  # more than a batch: read back from the copy, batch by batch
+                held = None  # more than a batch: read back from the scratch file, batch by batch
         if progress is not None:
             progress(n)
 
