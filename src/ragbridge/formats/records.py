@@ -343,17 +343,12 @@ def _good_id(value: Any) -> bool:
     return type(value) is str and bool(value) and not value.isspace()
 
 
-def _good_ids(ids: list[str]) -> bool:
-    """Whether every id of ``ids`` (strings) is `_good_id`."""
-    return "" not in ids and not any(map(str.isspace, ids))
-
-
 def _id_only(contexts: list) -> bool:
     """Whether every chunk is ``{"id": <non-blank string>}`` and nothing else."""
     if set(map(type, contexts)) != {dict} or set(map(len, contexts)) != {1}:
         return False
     ids = list(map(dict.get, contexts, repeat("id", len(contexts))))
-    return set(map(type, ids)) == {str} and _good_ids(ids)
+    return set(map(type, ids)) == {str} and "" not in ids and not any(map(str.isspace, ids))
 
 
 def _plain_chunk(chunk: Any) -> Optional[dict[str, Any]]:
@@ -487,8 +482,12 @@ def _split_id_chunks(text: str) -> Optional[tuple[str, list[str]]]:
     body = text[first:end]
     ids = body.split(between)
     # 4 quotes in `between` and none in an id; no escape or control character (nor any other
-    # character that does not print: a stricter test than JSON's, and a C loop)
+    # character that does not print: a stricter test than JSON's, and a C loop); no id blank (empty:
+    # two quotes side by side, or at an end; white space that prints is " " alone, after a quote)
     if body.count('"') != 4 * (len(ids) - 1) or "\\" in body or not body.isprintable():
+        return None
+    if not body or '""' in body or body[0] == '"' or body[-1] == '"' or (
+            (body[0] == " " or '" ' in body) and any(map(str.isspace, ids))):
         return None
     prefix, suffix = text[:start], text[end + 3:]
     if "\\" in prefix or '"contexts"' in prefix or not _top_level(prefix):
@@ -518,7 +517,7 @@ def parse_record_line(text: str) -> Any:
             raw = pydantic_core.from_json(reduced)
         except ValueError:
             raw = None
-        if type(raw) is dict and raw.get("contexts") == [] and _good_ids(ids):
+        if type(raw) is dict and raw.get("contexts") == []:
             record = plain_record(raw)
             if record is not None:
                 return IdChunkRecord(record, ids)
