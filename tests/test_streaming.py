@@ -158,6 +158,23 @@ def test_a_line_of_chunk_ids_reads_as_the_parsed_line_reads():
     assert fast > 200
 
 
+@pytest.mark.parametrize("repeats", [[(249, 9)], [(40, 3), (41, 41)], [(120, 119)], [(5, 4), (299, 0)]])
+def test_a_repeated_case_id_is_reported_as_the_whole_file_reader_reports_it(tmp_path, repeats):
+    """Read in batches, the ids of earlier batches are kept as digests: the error is the same."""
+    data = _generated(tmp_path / "cases.jsonl", 300)
+    lines = data.read_text().splitlines()
+    for at, of in repeats:  # line index ``at`` takes the id of line index ``of``
+        rec = json.loads(lines[at])
+        rec["id"] = json.loads(lines[of])["id"]
+        lines[at] = json.dumps(rec)
+    data.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetError) as whole:
+        load_cases(data)
+    with pytest.raises(DatasetError) as batched:
+        open_cases(data, batch_size=7, near=tmp_path)
+    assert "duplicate case id" in str(whole.value) and str(batched.value) == str(whole.value)
+
+
 def test_a_run_killed_mid_way_loses_at_most_unflushed_scores_and_resumes_each_score_once(tmp_path):
     data = _generated(tmp_path / "cases.jsonl", 30_000, docs=20)
     out = tmp_path / "run"

@@ -76,6 +76,7 @@ __all__ = [
     "case_record",
     "CaseBatch",
     "batch_from_records",
+    "SeenCaseIds",
 ]
 
 CASE_FIELDS = tuple(Case.model_fields)
@@ -701,7 +702,7 @@ class CaseBatch(_Sequence):
 
 def batch_from_records(
     records: Iterable[tuple[int, Any]], path: Optional[str | Path] = None, unit: str = "line",
-    first_seen: Optional[dict[str, int]] = None,
+    first_seen: "Optional[dict[str, int] | SeenCaseIds]" = None,
 ) -> CaseBatch:
     """Validate ``(line, record)`` pairs into a `CaseBatch`: a plain record (`plain_record`, or an
     `IdChunkRecord` that `parse_record_line` made of one) is kept as it is, any other goes the
@@ -728,6 +729,60 @@ def batch_from_records(
         cases.append(case)
         chunk_ids.append(ids)
     return CaseBatch(out, cases, chunk_ids)
+
+
+class SeenCaseIds:
+    """The case ids of a dataset read batch by batch, and the line of each, in bounded memory: what
+    `batch_from_records` takes as ``first_seen`` (``cid in seen``, ``seen[cid]``, ``seen[cid] =
+    line``). The current batch's ids are kept as they are; `end_batch` folds them into sorted NumPy
+    arrays of 16-byte digests (BLAKE2b, so two ids are never taken for one) and lines, 25 bytes a
+    case whatever its id."""
+
+    def __init__(self) -> None:
+        import numpy as np
+
+        self._np = np
+        self._digests = np.empty(0, dtype="S17")
+        self._lines = np.empty(0, dtype=np.int64)
+        self._batch: dict[str, int] = {}
+
+    @staticmethod
+    def _digest(case_id: str) -> bytes:
+        # a last byte that is not 0: NumPy's bytes type drops trailing zero bytes
+        return hashlib.blake2b(case_id.encode("utf-8", "surrogatepass"), digest_size=16).digest() + b"\x01"
+
+    def _earlier(self, case_id: str) -> Optional[int]:
+        """The line of ``case_id`` in an earlier batch, or None."""
+        if not self._digests.size:
+            return None
+        digest = self._digest(case_id)
+        i = int(self._np.searchsorted(self._digests, digest))
+        return int(self._lines[i]) if i < self._digests.size and self._digests[i] == digest else None
+
+    def __contains__(self, case_id: str) -> bool:
+        return case_id in self._batch or self._earlier(case_id) is not None
+
+    def __getitem__(self, case_id: str) -> int:
+        line = self._batch.get(case_id)
+        line = self._earlier(case_id) if line is None else line
+        if line is None:
+            raise KeyError(case_id)
+        return line
+
+    def __setitem__(self, case_id: str, line: int) -> None:
+        self._batch[case_id] = line
+
+    def end_batch(self) -> None:
+        np = self._np
+        if not self._batch:
+            return
+        digests = np.array([self._digest(cid) for cid in self._batch], dtype="S17")
+        lines = np.fromiter(self._batch.values(), dtype=np.int64, count=len(self._batch))
+        order = np.argsort(digests)
+        digests, lines = digests[order], lines[order]
+        at = np.searchsorted(self._digests, digests)
+        self._digests, self._lines = np.insert(self._digests, at, digests), np.insert(self._lines, at, lines)
+        self._batch = {}
 
 
 # --------------------------------------------------------------------------------------------

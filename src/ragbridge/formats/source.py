@@ -26,7 +26,7 @@ from typing import Any, BinaryIO, Callable, Iterator, Optional, Sequence
 from ..schema import Case
 from . import load_cases, reading_format
 from .files import DatasetError, jsonl_lines
-from .records import CaseBatch, Fingerprint, InputCheck, batch_from_records, parse_record_line
+from .records import CaseBatch, Fingerprint, InputCheck, SeenCaseIds, batch_from_records, parse_record_line
 
 __all__ = ["BATCH_SIZE", "CaseSource", "open_cases"]
 
@@ -169,7 +169,7 @@ def open_cases(
 
 def _check_jsonl(path: Path, out, frames, batch_size: int, progress) -> CaseSource:
     fp, check = Fingerprint(), InputCheck()
-    first_seen: dict[str, int] = {}
+    first_seen = SeenCaseIds()  # memory: 25 bytes a case, not the ids
     held: Optional[list[CaseBatch]] = []
     n = duplicates = 0
     pending: list[tuple[int, Any]] = []
@@ -177,6 +177,7 @@ def _check_jsonl(path: Path, out, frames, batch_size: int, progress) -> CaseSour
     def flush() -> None:
         nonlocal held, n, duplicates
         batch = batch_from_records(pending, path, first_seen=first_seen)
+        first_seen.end_batch()
         pending.clear()
         lines = [batch.line(i) for i in range(len(batch))]
         for line in lines:
