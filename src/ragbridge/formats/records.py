@@ -736,14 +736,15 @@ class SeenCaseIds:
     `batch_from_records` takes as ``first_seen`` (``cid in seen``, ``seen[cid]``, ``seen[cid] =
     line``). The current batch's ids are kept as they are; `end_batch` folds them into sorted NumPy
     arrays of 16-byte digests (BLAKE2b, so two ids are never taken for one) and lines, 25 bytes a
-    case whatever its id."""
+    case whatever its id, in 256 buckets by the digest's first byte (so a batch folded in copies a
+    bucket, not them all)."""
 
     def __init__(self) -> None:
         import numpy as np
 
         self._np = np
-        self._digests = np.empty(0, dtype="S17")
-        self._lines = np.empty(0, dtype=np.int64)
+        self._digests = [np.empty(0, dtype="S17") for _ in range(256)]
+        self._lines = [np.empty(0, dtype=np.int64) for _ in range(256)]
         self._batch: dict[str, int] = {}
 
     @staticmethod
@@ -753,11 +754,10 @@ class SeenCaseIds:
 
     def _earlier(self, case_id: str) -> Optional[int]:
         """The line of ``case_id`` in an earlier batch, or None."""
-        if not self._digests.size:
-            return None
         digest = self._digest(case_id)
-        i = int(self._np.searchsorted(self._digests, digest))
-        return int(self._lines[i]) if i < self._digests.size and self._digests[i] == digest else None
+        digests = self._digests[digest[0]]
+        i = int(self._np.searchsorted(digests, digest))
+        return int(self._lines[digest[0]][i]) if i < digests.size and digests[i] == digest else None
 
     def __contains__(self, case_id: str) -> bool:
         return case_id in self._batch or self._earlier(case_id) is not None
@@ -780,8 +780,13 @@ class SeenCaseIds:
         lines = np.fromiter(self._batch.values(), dtype=np.int64, count=len(self._batch))
         order = np.argsort(digests)
         digests, lines = digests[order], lines[order]
-        at = np.searchsorted(self._digests, digests)
-        self._digests, self._lines = np.insert(self._digests, at, digests), np.insert(self._lines, at, lines)
+        firsts = np.frombuffer(digests.tobytes(), dtype=np.uint8)[::17]
+        bounds = np.searchsorted(firsts, np.arange(257))
+        for b in np.flatnonzero(bounds[1:] > bounds[:-1]).tolist():
+            new = slice(bounds[b], bounds[b + 1])
+            at = np.searchsorted(self._digests[b], digests[new])
+            self._digests[b] = np.insert(self._digests[b], at, digests[new])
+            self._lines[b] = np.insert(self._lines[b], at, lines[new])
         self._batch = {}
 
 
