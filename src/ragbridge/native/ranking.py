@@ -181,10 +181,11 @@ def prepare(cases: Sequence["Case"]) -> Ranked:
 
     ``cases`` is a sequence of :class:`~ragbridge.schema.Case` (anything with ``contexts``, a list of
     chunks with ``id`` and ``source``, and ``relevant``, a mapping of id or source to grade), or a
-    ``CaseBatch`` of canonical records (read as they are: no object per chunk). Per chunk, the only
-    Python work is reading ``id`` (and, for labelled cases, ``source``) in a comprehension;
-    duplicates and id matches are found with set operations, and only matched chunks are visited one
-    by one.
+    ``CaseBatch`` of canonical records (read as they are: no object per chunk; a record whose chunks
+    are ids alone gives its list of ids as it was read). Per chunk, the only Python work is reading
+    ``id`` (and, for labelled cases, ``source``) in a comprehension, where the ids are not given
+    already; duplicates and id matches are found with set operations, and only matched chunks are
+    visited one by one.
     """
     n_ctx: list[int] = []  # raw context length per case
     dup_case: list[int] = []  # sparse: cases with repeated ids, and how many were dropped
