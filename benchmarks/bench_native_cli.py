@@ -16,7 +16,8 @@ written three ways:
 - ``run.trec`` (``qid Q0 docno rank score tag``, scores ``n - rank``: no ties) and ``qrels.trec``
   (``qid 0 docno grade``): pytrec_eval's and ranx's usual input.
 
-The processes, each timed from its start to its exit (wall clock; peak RSS from ``wait4``):
+The processes, each timed from its start to its exit (wall clock; CPU time, user + system, and peak
+RSS from ``wait4``):
 
 - ``ragbridge``: ``ragbridge run cases.jsonl --out DIR --backend native --metric ...
   --no-progress`` (the installed console script); per-query results are the run folder's
@@ -28,9 +29,10 @@ The processes, each timed from its start to its exit (wall clock; peak RSS from 
 
 The metrics: recall@10, precision@10, hit@10, reciprocal rank (uncut), nDCG@10, MAP (uncut).
 Processes alternate within each round (ragbridge, then each peer), so load on the machine falls on
-all of them alike. Printed: each process's median wall time and peak RSS over the rounds, the ratios
-against ragbridge (targets: wall time ragbridge / pytrec_eval <= 1.0, peak ragbridge / pytrec_eval
-<= 1.0) and a check that the per-query values agree (max |difference| over every query and metric).
+all of them alike. Printed: the load average before and after, each process's median wall time, CPU
+time and peak RSS over the rounds, the ratios against ragbridge (targets: wall time ragbridge /
+pytrec_eval <= 1.0, peak ragbridge / pytrec_eval <= 1.0; on a shared machine the CPU ratio is the
+steadier one) and a check that the per-query values agree (max |difference| over every query and metric).
 Exit status 1 when a target is missed (``--no-check`` to only report).
 """
 
@@ -124,8 +126,8 @@ def generate(folder: Path, n: int, docs: int, seed: int) -> None:
           flush=True)
 
 
-def timed(cmd: list[str], env: dict | None = None) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one whole process."""
+def timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system) and peak RSS (MiB) of one whole process."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -134,7 +136,7 @@ def timed(cmd: list[str], env: dict | None = None) -> tuple[float, float]:
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if proc.returncode != 0:
         raise SystemExit(f"{cmd[0]} {' '.join(cmd[1:4])} ... failed ({proc.returncode}):\n{err[-2000:]}")
-    return wall, usage.ru_maxrss / 1024
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def ragbridge_cmd(data: Path, out: Path) -> list[str]:
@@ -203,28 +205,35 @@ def main(argv: list[str] | None = None) -> int:
             generate(warm, 50, a.docs, a.seed)
         timed(peer_cmd("ranx", warm, work / "warmup.json"), env)
     times: dict[str, list[float]] = {k: [] for k in ["ragbridge", *peers]}
+    cpus: dict[str, list[float]] = {k: [] for k in times}
     peaks: dict[str, list[float]] = {k: [] for k in times}
+    print("load average (1, 5, 15 min) at the start: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     try:
         for r in range(a.rounds):
             for who in times:
                 if who == "ragbridge":
-                    wall, peak = timed(ragbridge_cmd(data, work / "run"), env)
+                    wall, cpu, peak = timed(ragbridge_cmd(data, work / "run"), env)
                 else:
-                    wall, peak = timed(peer_cmd(who, data, work / f"{who}.json"), env)
+                    wall, cpu, peak = timed(peer_cmd(who, data, work / f"{who}.json"), env)
                 times[who].append(wall)
+                cpus[who].append(cpu)
                 peaks[who].append(peak)
-                print(f"round {r + 1}: {who:<12} {wall:8.2f} s  {peak:8,.0f} MiB", flush=True)
+                print(f"round {r + 1}: {who:<12} {wall:8.2f} s  {cpu:8.2f} s CPU  {peak:8,.0f} MiB",
+                      flush=True)
+        print("load average (1, 5, 15 min) at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
         print(f"\n{a.n:,} queries x {a.docs} docs, {a.rounds} round(s), medians:")
-        print(f"{'process':<12} {'wall s':>9} {'peak MiB':>10}")
-        med = {k: (statistics.median(times[k]), statistics.median(peaks[k])) for k in times}
-        for k, (w, m) in med.items():
-            print(f"{k:<12} {w:9.2f} {m:10,.0f}")
+        print(f"{'process':<12} {'wall s':>9} {'CPU s':>9} {'peak MiB':>10}")
+        med = {k: (statistics.median(times[k]), statistics.median(peaks[k]), statistics.median(cpus[k]))
+               for k in times}
+        for k, (w, m, c) in med.items():
+            print(f"{k:<12} {w:9.2f} {c:9.2f} {m:10,.0f}")
         ok = True
         for peer in peers:
             diff = agreement(work / "run", peer, work / f"{peer}.json")
             tr = med["ragbridge"][0] / med[peer][0]
+            cr = med["ragbridge"][2] / med[peer][2]
             mr = med["ragbridge"][1] / med[peer][1]
-            print(f"ragbridge / {peer}: wall {tr:.3f}, peak memory {mr:.3f}; "
+            print(f"ragbridge / {peer}: wall {tr:.3f}, CPU {cr:.3f}, peak memory {mr:.3f}; "
                   f"max |difference| {diff:.2e}")
             if peer == "pytrec_eval" and (tr > a.max_ratio or mr > a.max_ratio):
                 ok = False

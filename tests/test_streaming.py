@@ -14,7 +14,11 @@ import pytest
 
 from ragbridge import load_cases
 from ragbridge.formats import write_cases
-from ragbridge.formats.records import case_record, fingerprint, plain_record
+import pydantic_core
+
+from ragbridge.formats.files import DatasetError, parse_json
+from ragbridge.formats.records import (
+    IdChunkRecord, case_record, fingerprint, parse_record_line, plain_record, record_line, with_chunks)
 from ragbridge.formats.source import open_cases
 from ragbridge.native import ranking
 from ragbridge.run import evaluate
@@ -82,6 +86,93 @@ def test_the_light_record_is_the_canonical_record_of_the_case(tmp_path):
             assert rec == case_record(Case.model_validate(raw))
     assert light > 200
     assert fingerprint(load_cases(data)) == open_cases(data).fingerprint
+
+
+def _lines_to_read() -> list[str]:
+    """JSONL lines whose chunks are ids alone, or look it: each spelling of the list, ids that need
+    escaping or are blank, a second or nested ``contexts``, escapes before and after the chunks,
+    keys in any order, fields of the wrong type, broken JSON."""
+    rng = random.Random(11)
+    ids_pool = ["d1", "d2", "é", "a b", "x/y", "\u2028", "", " ", "\t", 'q"t', "b\\s", "d1", "\u0064"]
+    middles = ['"contexts": {c}', '"contexts":{c}', '"contexts" : {c}', '"context\\u0073": {c}',
+               '"contexts": {c}, "contexts": []', '"contexts": [], "contexts": {c}',
+               '"contexts": {c}, "metadata": {{"contexts": [{{"id": "m"}}]}}',
+               '"metadata": {{"contexts": {c}}}', '"contexts": {c}, "context\\u0073": []',
+               '"contexts": [], "metadata": {{"contexts": {c}}}', '"x \\"contexts": {c}',
+               '"context\\u0073": [], "metadata": {{"contexts": {c}}}']
+    others = ['"relevant": {"d1": 2}', '"relevant": {"d1": "2"}', '"relevant": {"\\u00e9": 1}',
+              '"tags": ["t"]', '"answer": "a\\"b"', '"answer": 3', '"metadata": {"k": [1, {"a": null}]}',
+              '"reference": "r"', '"answerable": false', '"extra": 1', '"relevant": {}']
+    heads = ['"id": "q{n}", "question": "what"', '"question": "w\\nx", "id": "q{n}"', '"id": "q{n}"',
+             '"id": "", "question": "w"', '"id": "q{n}", "question": "say \\"contexts\\": [{{"']
+    lines = [
+        "{" + sep.join([heads[0].format(n=0).replace(": ", colon), middle.replace(": ", colon).format(
+            c="[" + sep.join("{" + f'"id"{colon}"d{i}"' + "}" for i in range(3)) + "]")]) + "}"
+        for middle in middles for sep, colon in [(", ", ": "), (",", ":")]]
+    for n in range(800):
+        clean = n % 2 == 0  # half the lines as JSON writers write them, with harmless ids
+        ids = [rng.choice(ids_pool[:5] if clean or rng.random() < 0.8 else ids_pool) for _ in range(4)]
+        sep, colon = rng.choice([(", ", ": "), (",", ":")]) if clean else (rng.choice([", ", ","]),
+                                                                            rng.choice([": ", ":"]))
+        chunks = "[" + sep.join("{" + f'"id"{colon}"{i}"' + "}" for i in ids) + "]"
+        head = heads[0] if clean else rng.choice(heads)
+        middle = f'"contexts"{colon}{{c}}' if clean else rng.choice(middles)
+        parts = [head.format(n=n).replace(": ", colon), middle.format(c=chunks)]
+        parts += rng.sample(others[:1] + others[3:] if clean else others, rng.randint(0, 3))
+        if not clean and rng.random() < 0.3:
+            rng.shuffle(parts)
+        line = "{" + sep.join(parts) + "}"
+        lines.append(line[:-rng.randint(1, 5)] if not clean and rng.random() < 0.05 else line)
+    return lines
+
+
+def _full_parse(text: str):
+    try:
+        return pydantic_core.from_json(text)
+    except ValueError:
+        try:
+            return parse_json(text)
+        except (ValueError, DatasetError) as exc:
+            return type(exc)
+
+
+def test_a_line_of_chunk_ids_reads_as_the_parsed_line_reads():
+    fast = 0
+    for text in _lines_to_read():
+        expected = _full_parse(text)
+        try:
+            got = parse_record_line(text)
+        except (ValueError, DatasetError) as exc:
+            assert expected is type(exc), text
+            continue
+        if type(got) is IdChunkRecord:
+            fast += 1
+            record = plain_record(expected)
+            assert record is not None and with_chunks(*got) == record, text
+            assert record_line(*got) == record_line(record) == pydantic_core.to_json(record), text
+            again = parse_record_line(record_line(record).decode())  # the run folder's cases.jsonl
+            again = with_chunks(*again) if type(again) is IdChunkRecord else plain_record(again)
+            assert again == record, text
+        else:
+            assert got == expected, text
+    assert fast > 200
+
+
+@pytest.mark.parametrize("repeats", [[(249, 9)], [(40, 3), (41, 41)], [(120, 119)], [(5, 4), (299, 0)]])
+def test_a_repeated_case_id_is_reported_as_the_whole_file_reader_reports_it(tmp_path, repeats):
+    """Read in batches, the ids of earlier batches are kept as digests: the error is the same."""
+    data = _generated(tmp_path / "cases.jsonl", 300)
+    lines = data.read_text().splitlines()
+    for at, of in repeats:  # line index ``at`` takes the id of line index ``of``
+        rec = json.loads(lines[at])
+        rec["id"] = json.loads(lines[of])["id"]
+        lines[at] = json.dumps(rec)
+    data.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetError) as whole:
+        load_cases(data)
+    with pytest.raises(DatasetError) as batched:
+        open_cases(data, batch_size=7, near=tmp_path)
+    assert "duplicate case id" in str(whole.value) and str(batched.value) == str(whole.value)
 
 
 def test_a_run_killed_mid_way_loses_at_most_unflushed_scores_and_resumes_each_score_once(tmp_path):

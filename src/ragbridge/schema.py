@@ -366,6 +366,9 @@ class Score(BaseModel):
         return (self.case_id, self.metric, self.backend, self.repeat)
 
 
+_json_string = json.encoder.encode_basestring_ascii  # json.dumps of a str, without its overhead
+
+
 @dataclass(frozen=True, eq=False)
 class ScoreBlock:
     """The scores of one metric over many cases at once, for a backend that computes them together.
@@ -407,12 +410,10 @@ class ScoreBlock:
         native = f',"native_metric":{dumps(self.native_metric)},"native_value":'
         tail = (',"error":null,"judge_calls":0,"prompt_tokens":0,"completion_tokens":0,'
                 f'"seconds":{float(self.seconds)!r},"evidence":null}}\n')
-        out = []
-        for cid, v, reason in zip(self.case_ids, self._values(), self.reasons):
-            num = "null" if v is None else repr(v)
-            why = "null" if reason is None else dumps(reason)
-            out.append(f'{{"case_id":{dumps(cid)}{head}{num}{native}{num},"passed":null,"reason":{why}{tail}')
-        return "".join(out)
+        nums = ["null" if v is None else repr(v) for v in self._values()]
+        whys = ["null" if r is None else dumps(r) for r in self.reasons]
+        return "".join([f'{{"case_id":{cid}{head}{num}{native}{num},"passed":null,"reason":{why}{tail}'
+                        for cid, num, why in zip(map(_json_string, self.case_ids), nums, whys)])
 
 
 class RunManifest(BaseModel):

@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 import math
+import re
 from collections.abc import Sequence as _Sequence
 from itertools import repeat
-from operator import itemgetter
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import pydantic_core
 from pydantic import ValidationError
@@ -69,9 +70,13 @@ __all__ = [
     "fingerprint",
     "Fingerprint",
     "plain_record",
+    "IdChunkRecord",
+    "parse_record_line",
+    "with_chunks",
     "case_record",
     "CaseBatch",
     "batch_from_records",
+    "SeenCaseIds",
 ]
 
 CASE_FIELDS = tuple(Case.model_fields)
@@ -327,6 +332,8 @@ def cases_from_records(
 # ``cases.jsonl`` holds a line, and what the fingerprint hashes. `plain_record` turns a record that
 # is already canonical in everything but key order and defaults into one without building a `Case`
 # (about a tenth of the cost, and no object per chunk); anything else goes the normalising way.
+# The common line of a large golden set, chunks given as ids alone, is read as an `IdChunkRecord`
+# (`parse_record_line`): the ids cut from the line's text, no mapping per chunk.
 
 _STR_LISTS = ("reference_contexts", "must_contain", "must_not_contain", "tags")
 _CHUNK_KEYS = frozenset({"id", "text", "score", "source"})
@@ -412,14 +419,14 @@ def plain_record(raw: Any) -> Optional[dict[str, Any]]:
             return None
         out["reference"] = raw["reference"]
     for name in _STR_LISTS[:3]:
-        if not _str_list_into(raw, name, out):
+        if name in raw and not _str_list_into(raw, name, out):
             return None
     answerable = raw.get("answerable", True)
     if type(answerable) is not bool:
         return None
     if not answerable:
         out["answerable"] = False
-    if not _str_list_into(raw, "tags", out):
+    if "tags" in raw and not _str_list_into(raw, "tags", out):
         return None
     metadata = raw.get("metadata")
     if metadata:
@@ -442,15 +449,111 @@ def _str_list_into(raw: dict[str, Any], name: str, out: dict[str, Any]) -> bool:
     return True
 
 
+class IdChunkRecord(NamedTuple):
+    """A canonical record whose chunks are ids alone, read without a mapping per chunk: ``record``
+    (`plain_record`'s result, without ``contexts``) and ``chunk_ids`` (its chunks' ids, in order)."""
+
+    record: dict[str, Any]
+    chunk_ids: list[str]
+
+
+# The common line of a large golden set, chunks given as ids alone, in the two spellings JSON writers
+# use (Python's json.dumps and compact JSON): the opening of its contexts and the text between chunks.
+_ID_CHUNKS = (('"contexts": [{"id": "', '"}, {"id": "'), ('"contexts":[{"id":"', '"},{"id":"'))
+_OUTSIDE_BRACES = re.compile(r'"[^"]*"|[^"{}\[\]]+')
+
+
+def _split_id_chunks(text: str) -> Optional[tuple[str, list[str]]]:
+    """``text`` with its chunks written as ``[]``, and the chunks' ids, when the line's top-level
+    ``contexts`` is a list of ``{"id": "..."}`` written as `_ID_CHUNKS` spell it and nothing can make
+    that reading wrong: no escape before the chunks (so every quote there opens or closes a string,
+    and the chunks are the top-level object's, the prefix holding one ``{`` outside strings), no
+    ``contexts`` key besides (none after, escaped or not), ids without quote, backslash or control
+    character (so each id is its JSON text). Else None: the line is parsed as it is."""
+    for opening, between in _ID_CHUNKS:
+        start = text.find(opening)
+        if start >= 0:
+            break
+    else:
+        return None
+    first = start + len(opening)
+    end = text.find('"}]', first)
+    if end < 0:
+        return None
+    body = text[first:end]
+    ids = body.split(between)
+    # 4 quotes in `between` and none in an id; no escape or control character (nor any other
+    # character that does not print: a stricter test than JSON's, and a C loop); no id blank (empty:
+    # two quotes side by side, or at an end; white space that prints is " " alone, after a quote)
+    if body.count('"') != 4 * (len(ids) - 1) or "\\" in body or not body.isprintable():
+        return None
+    if not body or '""' in body or body[0] == '"' or body[-1] == '"' or (
+            (body[0] == " " or '" ' in body) and any(map(str.isspace, ids))):
+        return None
+    prefix, suffix = text[:start], text[end + 3:]
+    if "\\" in prefix or '"contexts"' in prefix or not _top_level(prefix):
+        return None
+    if '"contexts"' in suffix or "\\u" in suffix:
+        return None
+    return prefix + '"contexts":[]' + suffix, ids
+
+
+def _top_level(prefix: str) -> bool:
+    """Whether what follows ``prefix`` (a line's text, without escapes) is in its top-level object."""
+    if prefix.count("{") == 1 and prefix.lstrip(" \t\r\n").startswith("{") and prefix.count('"') % 2 == 0 \
+            and "}" not in prefix and "[" not in prefix and "]" not in prefix:
+        return True  # no bracket but the first, in strings or not
+    return _OUTSIDE_BRACES.sub("", prefix) == "{"
+
+
+def parse_record_line(text: str) -> Any:
+    """One line of a JSONL golden set: an `IdChunkRecord` when it is a canonical record whose chunks
+    are ids alone (`plain_record`'s checks, the chunks' too, without a mapping per chunk), else the
+    parsed JSON value (the fast parser's; for anything it refuses, `ragbridge.formats.files.parse_json`
+    and its errors)."""
+    split = _split_id_chunks(text)
+    if split is not None:
+        reduced, ids = split
+        try:
+            raw = pydantic_core.from_json(reduced)
+        except ValueError:
+            raw = None
+        if type(raw) is dict and raw.get("contexts") == []:
+            record = plain_record(raw)
+            if record is not None:
+                return IdChunkRecord(record, ids)
+    try:
+        return pydantic_core.from_json(text)
+    except ValueError:
+        return parse_json(text)
+
+
+def with_chunks(record: dict[str, Any], chunk_ids: Optional[list[str]]) -> dict[str, Any]:
+    """The canonical record of an `IdChunkRecord` (its chunks as ``{"id": ...}`` mappings, in key
+    order); ``record`` itself when ``chunk_ids`` is None."""
+    if chunk_ids is None:
+        return record
+    out = {k: record[k] for k in ("id", "question", "answer") if k in record}
+    out["contexts"] = [{"id": cid} for cid in chunk_ids]
+    out.update(record)
+    return out
+
+
 def case_record(case: Case) -> dict[str, Any]:
     """The canonical record of a case (see above): ``model_dump`` without defaults, as JSON types."""
     return case.model_dump(mode="json", exclude_defaults=True)
 
 
-def record_line(record: dict[str, Any]) -> bytes:
+def record_line(record: dict[str, Any], chunk_ids: Optional[list[str]] = None) -> bytes:
     """A canonical record as one line of JSON (UTF-8, no newline): what ``cases.jsonl`` holds and the
-    fingerprint hashes."""
-    return pydantic_core.to_json(record)
+    fingerprint hashes. With ``chunk_ids`` (an `IdChunkRecord`'s), the line of `with_chunks`, written
+    without building it (each id is its own JSON text: `parse_record_line` checked that)."""
+    if chunk_ids is None:
+        return pydantic_core.to_json(record)
+    head = {k: record[k] for k in ("id", "question", "answer") if k in record}
+    tail = {k: v for k, v in record.items() if k not in head}
+    line = pydantic_core.to_json(head)[:-1] + b',"contexts":[{"id":"' + '"},{"id":"'.join(chunk_ids).encode()
+    return line + (b'"}],' + pydantic_core.to_json(tail)[1:] if tail else b'"}]}')
 
 
 class Fingerprint:
@@ -472,21 +575,43 @@ class CaseBatch(_Sequence):
     """Cases held as canonical records, each made a `Case` only when it is asked for (and kept).
 
     A batch is what the runner hands a backend: a sequence of cases like any other, so a backend that
-    needs `Case` objects indexes or iterates it; the native backend reads ``records`` directly, so a
-    ranking metric builds no object per chunk. `of_cases` wraps cases that exist already.
+    needs `Case` objects indexes or iterates it; the native backend reads the records' chunk ids and
+    labels directly (`chunk_lists`), so a ranking metric builds no object per chunk. A record read as
+    an `IdChunkRecord` keeps its chunk ids alone (``chunk_ids``) until its chunks are asked for
+    (``records``, `record`). `of_cases` wraps cases that exist already.
     """
 
-    __slots__ = ("records", "_cases")
+    __slots__ = ("_records", "_cases", "_chunk_ids")
 
-    def __init__(self, records: Optional[list[dict[str, Any]]], cases: Optional[list[Optional[Case]]] = None):
+    def __init__(self, records: Optional[list[dict[str, Any]]], cases: Optional[list[Optional[Case]]] = None,
+                 chunk_ids: Optional[list[Optional[list[str]]]] = None):
         if records is None and cases is None:
             raise ValueError("a batch needs records or cases")
-        self.records = records
+        self._records = records
         self._cases = cases if cases is not None else [None] * len(records)
+        self._chunk_ids = chunk_ids  # per record: its chunk ids when its chunks are not in it, else None
 
     @classmethod
     def of_cases(cls, cases: Sequence[Case]) -> "CaseBatch":
         return cases if isinstance(cases, CaseBatch) else cls(None, list(cases))
+
+    def to_bytes(self) -> bytes:
+        """A batch of records as bytes (`marshal`'s format; `from_bytes` reads it back): its records
+        and chunk ids, the quickest way to read a batch again (no `Case` object is kept)."""
+        return marshal.dumps((self._records, self._chunk_ids))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "CaseBatch":
+        records, chunk_ids = marshal.loads(data)
+        return cls(records, chunk_ids=chunk_ids)
+
+    @property
+    def records(self) -> Optional[list[dict[str, Any]]]:
+        """The canonical records (None for a batch of `Case` objects)."""
+        if self._chunk_ids is not None:
+            self._records = [with_chunks(r, ids) for r, ids in zip(self._records, self._chunk_ids)]
+            self._chunk_ids = None
+        return self._records
 
     def __len__(self) -> int:
         return len(self._cases)
@@ -496,7 +621,7 @@ class CaseBatch(_Sequence):
             return self.subset(range(len(self))[i])
         case = self._cases[i]
         if case is None:
-            case = self._cases[i] = Case.model_validate(self.records[i])
+            case = self._cases[i] = Case.model_validate(self.record(i))
         return case
 
     def __iter__(self):
@@ -505,34 +630,61 @@ class CaseBatch(_Sequence):
 
     def subset(self, indices: Iterable[int]) -> "CaseBatch":
         indices = list(indices)
-        records = None if self.records is None else [self.records[i] for i in indices]
-        return CaseBatch(records, [self._cases[i] for i in indices])
+        if self._records is None:
+            return CaseBatch(None, [self._cases[i] for i in indices])
+        ids = None if self._chunk_ids is None else [self._chunk_ids[i] for i in indices]
+        return CaseBatch([self._records[i] for i in indices], [self._cases[i] for i in indices], ids)
 
     def record(self, i: int) -> dict[str, Any]:
         """Case ``i`` as a canonical record."""
-        return self.records[i] if self.records is not None else case_record(self._cases[i])
+        if self._records is None:
+            return case_record(self._cases[i])
+        return with_chunks(self._records[i], None if self._chunk_ids is None else self._chunk_ids[i])
+
+    def line(self, i: int) -> bytes:
+        """Case ``i``'s canonical line (`record_line`)."""
+        if self._records is None or self._chunk_ids is None:
+            return record_line(self.record(i))
+        return record_line(self._records[i], self._chunk_ids[i])
+
+    def chunk_lists(self) -> Iterator[tuple[list[str], Optional[list], Optional[dict[str, int]]]]:
+        """Per case ``(chunk ids, chunks, relevant)``; ``chunks`` (records' mappings or `Chunk`
+        objects, for their sources) is None where every chunk is an id alone."""
+        if self._records is None:
+            for c in self._cases:
+                yield [ch.id for ch in c.contexts], c.contexts, c.relevant
+            return
+        id_lists = self._chunk_ids or repeat(None, len(self._records))
+        for r, ids in zip(self._records, id_lists):
+            if ids is not None:
+                yield ids, None, r.get("relevant")
+            else:
+                ctx = r.get("contexts", ())
+                yield [c["id"] for c in ctx], ctx, r.get("relevant")
 
     @property
     def ids(self) -> list[str]:
-        if self.records is not None:
-            return [r["id"] for r in self.records]
+        if self._records is not None:
+            return [r["id"] for r in self._records]
         return [c.id for c in self._cases]
 
     def tags(self, i: int) -> list[str]:
-        return self.records[i].get("tags", []) if self.records is not None else self._cases[i].tags
+        return self._records[i].get("tags", []) if self._records is not None else self._cases[i].tags
 
     def metadata(self, i: int) -> dict[str, Any]:
-        return self.records[i].get("metadata", {}) if self.records is not None else self._cases[i].metadata
+        return self._records[i].get("metadata", {}) if self._records is not None else self._cases[i].metadata
 
     def fields_present(self, i: int) -> set[str]:
         """``Case.fields_present()`` of case ``i``, from its record when there is one."""
-        if self.records is None:
+        if self._records is None:
             return self._cases[i].fields_present()
-        r = self.records[i]
+        r = self._records[i]
         present = {"question"}
         if r.get("answer", "").strip():
             present.add("answer")
-        if "contexts" in r:
+        if self._chunk_ids is not None and self._chunk_ids[i] is not None:
+            present.add("contexts")  # ids alone: no text
+        elif "contexts" in r:
             present.add("contexts")
             if any(map(dict.get, r["contexts"], repeat("text", len(r["contexts"])))):
                 present.add("context_text")
@@ -545,38 +697,97 @@ class CaseBatch(_Sequence):
 
     def duplicate_chunk_ids(self) -> int:
         """Chunk ids repeated within a case, over the batch (dropped before ranking)."""
-        n = 0
-        for i in range(len(self)):
-            ids = (list(map(itemgetter("id"), self.records[i].get("contexts", ())))
-                   if self.records is not None
-                   else [ch.id for ch in self._cases[i].contexts])
-            n += len(ids) - len(set(ids))
-        return n
+        return sum(len(ids) - len(set(ids)) for ids, _, _ in self.chunk_lists())
 
 
 def batch_from_records(
     records: Iterable[tuple[int, Any]], path: Optional[str | Path] = None, unit: str = "line",
-    first_seen: Optional[dict[str, int]] = None,
+    first_seen: "Optional[dict[str, int] | SeenCaseIds]" = None,
 ) -> CaseBatch:
-    """Validate ``(line, record)`` pairs into a `CaseBatch`: a plain record (`plain_record`) is kept as
-    it is, any other goes the normalising way (`cases_from_records`' errors, exactly). Duplicate ids
-    are errors, also against ``first_seen`` (id -> line of the earlier batches, updated)."""
+    """Validate ``(line, record)`` pairs into a `CaseBatch`: a plain record (`plain_record`, or an
+    `IdChunkRecord` that `parse_record_line` made of one) is kept as it is, any other goes the
+    normalising way (`cases_from_records`' errors, exactly). Duplicate ids are errors, also against
+    ``first_seen`` (id -> line of the earlier batches, updated)."""
     first_seen = {} if first_seen is None else first_seen
     out: list[dict[str, Any]] = []
     cases: list[Optional[Case]] = []
+    chunk_ids: list[Optional[list[str]]] = []
     for line, raw in records:
-        rec = plain_record(raw)
-        case = None
-        if rec is None:
-            case = _one_case(raw, path, line, unit)
-            rec = case_record(case)
+        ids = case = None
+        if type(raw) is IdChunkRecord:
+            rec, ids = raw
+        else:
+            rec = plain_record(raw)
+            if rec is None:
+                case = _one_case(raw, path, line, unit)
+                rec = case_record(case)
         cid = rec["id"]
         if cid in first_seen:
             raise _duplicate(cid, line, first_seen[cid], path, unit)
         first_seen[cid] = line
         out.append(rec)
         cases.append(case)
-    return CaseBatch(out, cases)
+        chunk_ids.append(ids)
+    return CaseBatch(out, cases, chunk_ids)
+
+
+class SeenCaseIds:
+    """The case ids of a dataset read batch by batch, and the line of each, in bounded memory: what
+    `batch_from_records` takes as ``first_seen`` (``cid in seen``, ``seen[cid]``, ``seen[cid] =
+    line``). The current batch's ids are kept as they are; `end_batch` folds them into sorted NumPy
+    arrays of 16-byte digests (BLAKE2b, so two ids are never taken for one) and lines, 25 bytes a
+    case whatever its id, in 256 buckets by the digest's first byte (so a batch folded in copies a
+    bucket, not them all)."""
+
+    def __init__(self) -> None:
+        import numpy as np
+
+        self._np = np
+        self._digests = [np.empty(0, dtype="S17") for _ in range(256)]
+        self._lines = [np.empty(0, dtype=np.int64) for _ in range(256)]
+        self._batch: dict[str, int] = {}
+
+    @staticmethod
+    def _digest(case_id: str) -> bytes:
+        # a last byte that is not 0: NumPy's bytes type drops trailing zero bytes
+        return hashlib.blake2b(case_id.encode("utf-8", "surrogatepass"), digest_size=16).digest() + b"\x01"
+
+    def _earlier(self, case_id: str) -> Optional[int]:
+        """The line of ``case_id`` in an earlier batch, or None."""
+        digest = self._digest(case_id)
+        digests = self._digests[digest[0]]
+        i = int(self._np.searchsorted(digests, digest))
+        return int(self._lines[digest[0]][i]) if i < digests.size and digests[i] == digest else None
+
+    def __contains__(self, case_id: str) -> bool:
+        return case_id in self._batch or self._earlier(case_id) is not None
+
+    def __getitem__(self, case_id: str) -> int:
+        line = self._batch.get(case_id)
+        line = self._earlier(case_id) if line is None else line
+        if line is None:
+            raise KeyError(case_id)
+        return line
+
+    def __setitem__(self, case_id: str, line: int) -> None:
+        self._batch[case_id] = line
+
+    def end_batch(self) -> None:
+        np = self._np
+        if not self._batch:
+            return
+        digests = np.array([self._digest(cid) for cid in self._batch], dtype="S17")
+        lines = np.fromiter(self._batch.values(), dtype=np.int64, count=len(self._batch))
+        order = np.argsort(digests)
+        digests, lines = digests[order], lines[order]
+        firsts = np.frombuffer(digests.tobytes(), dtype=np.uint8)[::17]
+        bounds = np.searchsorted(firsts, np.arange(257))
+        for b in np.flatnonzero(bounds[1:] > bounds[:-1]).tolist():
+            new = slice(bounds[b], bounds[b + 1])
+            at = np.searchsorted(self._digests[b], digests[new])
+            self._digests[b] = np.insert(self._digests[b], at, digests[new])
+            self._lines[b] = np.insert(self._lines[b], at, lines[new])
+        self._batch = {}
 
 
 # --------------------------------------------------------------------------------------------
@@ -656,10 +867,11 @@ def input_warnings(cases: Sequence[Case]) -> list[str]:
     (`InputCheck` counts the same, one canonical record at a time.)
     """
     check = InputCheck()
-    batch = CaseBatch.of_cases(cases)
-    for i in range(len(batch)):
-        check.add(batch.record(i))
+    check.add_batch(CaseBatch.of_cases(cases))
     return check.warnings()
+
+
+_NO_TEXT_ID = chunk_id_for_text("")  # the id a chunk given as empty text would get
 
 
 class InputCheck:
@@ -671,19 +883,29 @@ class InputCheck:
         self.textual = 0
         self.first_textual: Optional[str] = None
 
-    def add(self, record: dict[str, Any]) -> None:
-        chunks = record.get("contexts")
-        relevant = record.get("relevant")
-        if not chunks or not relevant or max(relevant.values()) <= 0:
+    def add_batch(self, batch: "CaseBatch") -> None:
+        if batch._records is None:  # Case objects: their canonical records
+            for i in range(len(batch)):
+                record = batch.record(i)
+                chunks = record.get("contexts", [])
+                self.add(record["id"], [ch["id"] for ch in chunks], chunks, record.get("relevant"))
+            return
+        for (ids, chunks, relevant), case_id in zip(batch.chunk_lists(), batch.ids):
+            self.add(case_id, ids, chunks, relevant)
+
+    def add(self, case_id: str, ids: list[str], chunks: Optional[list[dict[str, Any]]],
+            relevant: Optional[dict[str, int]]) -> None:
+        """One case: its id, chunk ids, chunk mappings (None: ids alone) and labels."""
+        if not ids or not relevant or max(relevant.values()) <= 0:
             return
         self.labelled += 1
-        n = len(chunks)
-        if not relevant.keys().isdisjoint(map(dict.get, chunks, repeat("id", n))) or not \
-                relevant.keys().isdisjoint(map(dict.get, chunks, repeat("source", n))):
+        sources = () if chunks is None else map(dict.get, chunks, repeat("source"))
+        if not relevant.keys().isdisjoint(ids) or not relevant.keys().isdisjoint(sources):
             self.matching += 1
-        elif all("source" not in ch and ch["id"] == chunk_id_for_text(ch.get("text", "")) for ch in chunks):
+        elif all(cid == _NO_TEXT_ID for cid in ids) if chunks is None else all(
+                "source" not in ch and ch["id"] == chunk_id_for_text(ch.get("text", "")) for ch in chunks):
             self.textual += 1
-            self.first_textual = self.first_textual or record["id"]
+            self.first_textual = self.first_textual or case_id
 
     def warnings(self) -> list[str]:
         if self.textual:

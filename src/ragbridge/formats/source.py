@@ -3,13 +3,16 @@
 `open_cases` reads a dataset once, whole, before anything is scored or written: every record is
 validated (bad input raises the reader's `DatasetError`, exactly as `ragbridge.formats.load_cases`
 would), the fingerprint and the input warnings are counted, and the cases are written, one canonical
-record a line (`ragbridge.formats.records.record_line`), to a scratch copy. A run then moves that copy
-into its folder as ``cases.jsonl`` and reads its batches back from it (`CaseSource.batches`): the
-cases scored are exactly the cases checked, even if the dataset changes meanwhile.
+record a line (`ragbridge.formats.records.record_line`), to a scratch copy, and batch by batch as
+they were read (`ragbridge.formats.records.CaseBatch.to_bytes`) to a scratch file that has no name
+(it goes with the process, however that ends). A run moves the copy into its folder as
+``cases.jsonl`` and reads its batches back from the scratch file (`CaseSource.batches`), with no
+parsing: the cases scored are exactly the cases checked, even if the dataset changes meanwhile.
 
 A canonical JSONL golden set is streamed (one line at a time, the common record taking the light
-path of `ragbridge.formats.records.plain_record`); every other format is read whole by its reader,
-then batched. A dataset that fits in one batch is kept in memory from the first read.
+path of `ragbridge.formats.records.plain_record`, and a record whose chunks are ids alone that of
+`ragbridge.formats.records.parse_record_line`: no mapping per chunk); every other format is read
+whole by its reader, then batched. A dataset that fits in one batch is kept in memory from the first read.
 """
 
 from __future__ import annotations
@@ -18,28 +21,17 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
-
-import pydantic_core
+from typing import Any, BinaryIO, Callable, Iterator, Optional, Sequence
 
 from ..schema import Case
 from . import load_cases, reading_format
-from .files import DatasetError, jsonl_lines, parse_json
-from .records import CaseBatch, Fingerprint, InputCheck, batch_from_records, record_line
+from .files import DatasetError, jsonl_lines
+from .records import CaseBatch, Fingerprint, InputCheck, SeenCaseIds, batch_from_records, parse_record_line
 
 __all__ = ["BATCH_SIZE", "CaseSource", "open_cases"]
 
 #: cases per batch: a run's memory holds about this many cases (at 100 chunks a case, tens of MB)
 BATCH_SIZE = 2000
-
-
-def _parse(text: str) -> Any:
-    """One JSON line: the fast parser, and for anything it refuses the standard one (whose errors
-    are the ones reported, see `ragbridge.formats.files.parse_json`)."""
-    try:
-        return pydantic_core.from_json(text)
-    except ValueError:
-        return parse_json(text)
 
 
 class CaseSource:
@@ -49,13 +41,15 @@ class CaseSource:
 
     def __init__(self, *, n_cases: int, fingerprint: str, warnings: list[str], duplicate_chunk_ids: int,
                  path: Optional[Path] = None, held: Optional[list[CaseBatch]] = None,
-                 copy: Optional[Path] = None, batch_size: int = BATCH_SIZE):
+                 copy: Optional[Path] = None, frames: Optional[BinaryIO] = None,
+                 batch_size: int = BATCH_SIZE):
         self.n_cases, self.fingerprint, self.warnings = n_cases, fingerprint, warnings
         self.duplicate_chunk_ids, self.path = duplicate_chunk_ids, path
         self.batch_size = batch_size
         self._held = held  # every batch, when they fit in memory
         self._copy = copy  # else the scratch copy of canonical lines (then the run folder's cases.jsonl)
         self._own_copy = copy is not None
+        self._frames = frames  # and the batches, each a length (8 bytes) and `CaseBatch.to_bytes`
 
     @classmethod
     def of_cases(cls, cases: Sequence[Case], batch_size: int = BATCH_SIZE) -> "CaseSource":
@@ -63,9 +57,8 @@ class CaseSource:
         cases = list(cases)
         fp, check, batch = Fingerprint(), InputCheck(), CaseBatch.of_cases(cases)
         for i in range(len(batch)):
-            record = batch.record(i)
-            fp.add(record_line(record))
-            check.add(record)
+            fp.add(batch.line(i))
+        check.add_batch(batch)
         held = [CaseBatch.of_cases(cases[i:i + batch_size]) for i in range(0, len(cases), batch_size)]
         return cls(n_cases=len(cases), fingerprint=fp.hexdigest(), warnings=check.warnings(),
                    duplicate_chunk_ids=batch.duplicate_chunk_ids(), held=held, batch_size=batch_size)
@@ -80,14 +73,11 @@ class CaseSource:
         if self._held is not None:
             yield from self._held
             return
-        records: list[dict[str, Any]] = []
-        for _, record in jsonl_lines(self._copy, parse=pydantic_core.from_json):
-            records.append(record)
-            if len(records) == self.batch_size:
-                yield CaseBatch(records)
-                records = []
-        if records:
-            yield CaseBatch(records)
+        fd, at = self._frames.fileno(), 0
+        while head := os.pread(fd, 8, at):
+            size = int.from_bytes(head, "little")
+            yield CaseBatch.from_bytes(os.pread(fd, size, at + 8))
+            at += 8 + size
 
     def save(self, dest: Path) -> None:
         """Write the cases to ``dest`` (a run folder's ``cases.jsonl``), whole or not at all; a scratch
@@ -103,10 +93,12 @@ class CaseSource:
                 write_records((b.record(i) for b in self._held for i in range(len(b))), tmp)
 
     def close(self) -> None:
-        """Remove the scratch copy, if it was never saved."""
+        """Remove the scratch copy, if it was never saved, and the batches' scratch file."""
         if self._own_copy and self._copy is not None:
             self._copy.unlink(missing_ok=True)
             self._own_copy = False
+        if self._frames is not None:
+            self._frames.close()
 
     def __enter__(self) -> "CaseSource":
         return self
@@ -153,25 +145,31 @@ def open_cases(
         source = CaseSource.of_cases(load_cases(path, fmt.name, **options), batch_size)
         source.path = path
         return source
-    fd, scratch = tempfile.mkstemp(prefix=".tmp-cases-", suffix=".jsonl", dir=_scratch_dir(near))
+    here = _scratch_dir(near)
+    fd, scratch = tempfile.mkstemp(prefix=".tmp-cases-", suffix=".jsonl", dir=here)
     scratch = Path(scratch)
+    frames = tempfile.TemporaryFile(prefix=".tmp-batches-", dir=here)
     try:
         with os.fdopen(fd, "wb") as out:
-            source = _check_jsonl(path, out, batch_size, progress)
+            source = _check_jsonl(path, out, frames, batch_size, progress)
     except BaseException:
         scratch.unlink(missing_ok=True)
+        frames.close()
         raise
     if source._held is not None:
         scratch.unlink(missing_ok=True)
+        frames.close()
     else:
         source._copy, source._own_copy = scratch, True
+        frames.flush()
+        source._frames = frames
     source.path = path
     return source
 
 
-def _check_jsonl(path: Path, out, batch_size: int, progress) -> CaseSource:
+def _check_jsonl(path: Path, out, frames, batch_size: int, progress) -> CaseSource:
     fp, check = Fingerprint(), InputCheck()
-    first_seen: dict[str, int] = {}
+    first_seen = SeenCaseIds()  # memory: 25 bytes a case, not the ids
     held: Optional[list[CaseBatch]] = []
     n = duplicates = 0
     pending: list[tuple[int, Any]] = []
@@ -179,25 +177,27 @@ def _check_jsonl(path: Path, out, batch_size: int, progress) -> CaseSource:
     def flush() -> None:
         nonlocal held, n, duplicates
         batch = batch_from_records(pending, path, first_seen=first_seen)
+        first_seen.end_batch()
         pending.clear()
-        lines = []
-        for record in batch.records:
-            line = record_line(record)
+        lines = [batch.line(i) for i in range(len(batch))]
+        for line in lines:
             fp.add(line)
-            check.add(record)
-            lines.append(line)
+        check.add_batch(batch)
         lines.append(b"")
         out.write(b"\n".join(lines))
+        frame = batch.to_bytes()
+        frames.write(len(frame).to_bytes(8, "little"))
+        frames.write(frame)
         duplicates += batch.duplicate_chunk_ids()
         n += len(batch)
         if held is not None:
             held.append(batch)
             if n > batch_size:
-                held = None  # more than a batch: read back from the copy, batch by batch
+                held = None  # more than a batch: read back from the scratch file, batch by batch
         if progress is not None:
             progress(n)
 
-    for line, raw in jsonl_lines(path, parse=_parse):
+    for line, raw in jsonl_lines(path, parse=parse_record_line):
         pending.append((line, raw))
         if len(pending) == batch_size:
             flush()

@@ -161,15 +161,19 @@ def _match_slow(ci, ids, sources, rel, m_case, m_rank, m_grade, uncredited):
 
 
 def _chunk_lists(cases):
-    """Per case ``(chunks, relevant)``, and the functions that read the chunks' ids and sources: from
-    the canonical records of a `~ragbridge.formats.records.CaseBatch` (what a run scores), else
-    from `Case` objects."""
-    records = getattr(cases, "records", None)
-    if records is not None:
-        return (((r.get("contexts", ()), r.get("relevant")) for r in records),
-                lambda ctx: [c["id"] for c in ctx], lambda ctx: [c.get("source") for c in ctx])
-    return (((c.contexts, c.relevant) for c in cases),
-            lambda ctx: [c.id for c in ctx], lambda ctx: [c.source for c in ctx])
+    """Per case ``(chunk ids, chunks, relevant)``: from a `~ragbridge.formats.records.CaseBatch`
+    (what a run scores: its records read as they are, ``chunks`` None where every chunk is an id
+    alone), else from `Case` objects."""
+    chunk_lists = getattr(cases, "chunk_lists", None)
+    if chunk_lists is not None:
+        return chunk_lists()
+    return (([c.id for c in case.contexts], case.contexts, case.relevant) for case in cases)
+
+
+def _sources(chunks: list) -> list:
+    if chunks and type(chunks[0]) is dict:
+        return [c.get("source") for c in chunks]
+    return [c.source for c in chunks]
 
 
 def prepare(cases: Sequence["Case"]) -> Ranked:
@@ -177,10 +181,11 @@ def prepare(cases: Sequence["Case"]) -> Ranked:
 
     ``cases`` is a sequence of :class:`~ragbridge.schema.Case` (anything with ``contexts``, a list of
     chunks with ``id`` and ``source``, and ``relevant``, a mapping of id or source to grade), or a
-    ``CaseBatch`` of canonical records (read as they are: no object per chunk). Per chunk, the only
-    Python work is reading ``id`` (and, for labelled cases, ``source``) in a comprehension;
-    duplicates and id matches are found with set operations, and only matched chunks are visited one
-    by one.
+    ``CaseBatch`` of canonical records (read as they are: no object per chunk; a record whose chunks
+    are ids alone gives its list of ids as it was read). Per chunk, the only Python work is reading
+    ``id`` (and, for labelled cases, ``source``) in a comprehension, where the ids are not given
+    already; duplicates and id matches are found with set operations, and only matched chunks are
+    visited one by one.
     """
     n_ctx: list[int] = []  # raw context length per case
     dup_case: list[int] = []  # sparse: cases with repeated ids, and how many were dropped
@@ -199,27 +204,25 @@ def prepare(cases: Sequence["Case"]) -> Ranked:
     n_ctx_append, lab_case_append, lab_n_append = n_ctx.append, lab_case.append, lab_n.append
     grades_extend, hit_case_append, hit_n_append = all_grades.extend, hit_case.append, hit_n.append
     rank_extend, grade_extend = m_rank.extend, m_grade.extend
-    items, ids_of, sources_of = _chunk_lists(cases)
 
     ci = -1
-    for ci, (ctx, rel) in enumerate(items):
-        # A comprehension's specialised loads beat map(attrgetter) here.
-        ids = ids_of(ctx)
+    for ci, (ids, ctx, rel) in enumerate(_chunk_lists(cases)):
         idset = set(ids)
         n_ctx_append(len(ids))
         if len(idset) != len(ids):  # repeated ids: keep each id's first chunk
             dup_case.append(ci)
             dup_n.append(len(ids) - len(idset))
             kept = _first_occurrences(ids)
-            ctx = [ctx[i] for i in kept]
+            if ctx is not None:
+                ctx = [ctx[i] for i in kept]
             ids = [ids[i] for i in kept]
         if not rel:
             continue
         lab_case_append(ci)
         lab_n_append(len(rel))
         grades_extend(rel.values())
-        sources = sources_of(ctx)
-        if rel.keys().isdisjoint(sources):
+        sources = None if ctx is None else _sources(ctx)
+        if sources is None or rel.keys().isdisjoint(sources):
             # Id matches only: a label matches at most one chunk, so every match is credited.
             hits = idset.intersection(rel)
             if hits:
