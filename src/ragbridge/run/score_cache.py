@@ -2,7 +2,7 @@
 
 A warm re-run of a judged suite into a new folder makes no judge calls (the judge cache holds every
 answer), but the libraries still do all their own work around those answers, which dominates: a
-DeepEval faithfulness run of 2,000 cases re-run warm took about as long as cold. The score cache
+faithfulness run of 2,000 cases re-run warm took about as long as cold. The score cache
 skips the library: before a judged metric is scored, each case's score is looked up by its key, and
 a score found is recorded as it is (``Score.cached``) without calling the backend.
 
