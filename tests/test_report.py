@@ -307,7 +307,8 @@ def _browse(tmp_path: Path, url: str, *extra: str) -> subprocess.CompletedProces
 def test_chromium_renders_tables_and_plots_and_runs_no_data_script(html_text, data, tmp_path):
     page = tmp_path / "report.html"
     page.write_text(html_text, encoding="utf-8")
-    r = _browse(tmp_path, page.as_uri(), "--dump-dom")
+    # a link to a case opens it: its chunk and score tables are laid out with the others
+    r = _browse(tmp_path, page.as_uri() + "#case-billing-refund-window", "--dump-dom")
     assert r.returncode == 0, r.stderr[-2000:]
     dom = r.stdout
     root = re.search(r"<html[^>]*>", dom).group(0)
@@ -317,6 +318,7 @@ def test_chromium_renders_tables_and_plots_and_runs_no_data_script(html_text, da
     tables = int(re.search(r'data-tables-drawn="(\d+)"', root).group(1))
     assert plots == html_text.count('class="plot ') == 12
     assert tables >= 9
+    assert re.search(r'<details class="case" id="case-billing-refund-window"[^>]* open=""', dom)
     # the stub-judge notice is on screen, and every below-threshold badge is laid out, one per metric
     assert re.search(r'data-stub-notice-drawn="1"', root), root
     badges = int(re.search(r'data-badges-drawn="(\d+)"', root).group(1))
