@@ -3,22 +3,24 @@
 process (wall time, peak RSS, file size), then the file opened in headless Chromium (time to a laid-out
 page, from the process start to its exit).
 
-    python benchmarks/bench_report.py                          # 20,000 cases x 20 chunks, native + rubric
-    python benchmarks/bench_report.py --n 3000 --rounds 3      # quick
-    python benchmarks/bench_report.py --no-judged              # native only (no stub judge)
+    python benchmarks/bench_report.py                  # 20,000 cases x 20 chunks, native + 2 judged
+    python benchmarks/bench_report.py --n 3000 --rounds 3  # quick
+    python benchmarks/bench_report.py --no-judged      # native only (no stub judge)
 
 Data (fixed seed, written once into ``--data`` and reused): every case has a question (8-16 words),
-an answer (20-60 words), a reference (10-30 words), ``--contexts`` retrieved chunks of 30-70 words
-each with unique ids and a source (its document), 1-3 labelled relevant sources with grades 1-3 (each
-retrieved with p = 0.6 at a random rank), a ``must_contain`` word that the answer holds with p = 0.9,
-a topic tag and a difficulty tag; every 20th case is unanswerable. Words come from a fixed 2,000-word
-vocabulary.
+an answer of 3-6 sentences of 5-8 words (each copied from one of its chunks with a probability drawn
+per case, else random words, so judged faithfulness spreads over 0..1), a reference (10-30 words),
+``--contexts`` retrieved chunks of 30-70 words each with unique ids and a source (its document), 1-3
+labelled relevant sources with grades 1-3, a ``must_contain`` word that the answer holds with
+p = 0.9, a topic tag and a difficulty tag; every 20th case is unanswerable. Words come from a fixed
+2,000-word vocabulary.
 
 The run folder is made once per data set with the installed console script: ``ragbridge run cases.jsonl
---backend native`` (every native metric), and unless ``--no-judged`` also ``--backend rubric --metric
-faithfulness --metric abstention`` judged by ragbridge's stub judge (``ragbridge.testing.StubJudge`` on
-127.0.0.1), so the report has judged scores with reasons and a backend-against-backend plot
-(abstention: native and rubric).
+--backend native`` (every native metric), and unless ``--no-judged`` also ``--backend rubric --backend
+phoenix --metric faithfulness --metric abstention`` judged by ragbridge's stub judge
+(``ragbridge.testing.StubJudge`` on 127.0.0.1), so the report has judged scores with reasons and
+backend-against-backend plots (faithfulness: rubric and phoenix, on every case; abstention: native,
+rubric and phoenix).
 
 Timed, ``--rounds`` times each, alternating:
 
@@ -70,7 +72,16 @@ def generate(folder: Path, n: int, contexts: int, seed: int) -> None:
                     src = rng.choice(labelled)
                 chunks.append({"id": f"{src}#c{q}-{i}", "source": src, "text": _words(rng, vocab, 30, 70),
                                "score": round(1 - i / contexts, 3)})
-            answer = _words(rng, vocab, 20, 60)
+            grounded = rng.random()  # the share of the answer's sentences taken from its chunks
+            sentences = []
+            for _ in range(rng.randint(3, 6)):
+                if rng.random() < grounded:
+                    words = rng.choice(chunks)["text"].split()
+                    at = rng.randrange(len(words) - 8)
+                    sentences.append(" ".join(words[at:at + rng.randint(5, 8)]))
+                else:
+                    sentences.append(_words(rng, vocab, 5, 8))
+            answer = ". ".join(x.capitalize() for x in sentences) + "."
             word = rng.choice(vocab)
             if rng.random() < 0.9:
                 answer += f" {word}."
@@ -123,10 +134,10 @@ def make_run(data: Path, run: Path, judged: bool, env: dict) -> None:
         t0 = time.perf_counter()
         with StubJudge() as stub:
             timed([exe, "run", str(data / "cases.jsonl"), "--out", str(run), "--backend", "native",
-                   "--backend", "rubric", "--metric", "faithfulness", "--metric", "abstention",
-                   "--judge-model", "stub-judge", "--judge-base-url", stub.base_url, "--cache-mode", "off",
-                   "--max-concurrency", "16", "--no-progress"], env)
-        print(f"run: rubric (stub judge) in {time.perf_counter() - t0:.1f} s", flush=True)
+                   "--backend", "rubric", "--backend", "phoenix", "--metric", "faithfulness",
+                   "--metric", "abstention", "--judge-model", "stub-judge", "--judge-base-url", stub.base_url,
+                   "--cache-mode", "off", "--max-concurrency", "16", "--no-progress"], env)
+        print(f"run: rubric and phoenix (stub judge) in {time.perf_counter() - t0:.1f} s", flush=True)
     (run / "bench-done").write_text("1")
 
 
@@ -157,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     judged = not a.no_judged
     data = a.data or Path(tempfile.gettempdir()) / (
-        f"ragbridge-bench-report-{a.n}x{a.contexts}-s{a.seed}{'-judged' if judged else ''}")
+        f"ragbridge-bench-report2-{a.n}x{a.contexts}-s{a.seed}{'-judged' if judged else ''}")
     meta = data / "meta.json"
     want = {"n": a.n, "contexts": a.contexts, "seed": a.seed}
     if not (meta.exists() and json.loads(meta.read_text()) == want):
@@ -193,11 +204,12 @@ def main(argv: list[str] | None = None) -> int:
         html_text = page.read_text(encoding="utf-8")
         size = page.stat().st_size
         full = len(re.findall(r'<details class="case"', html_text))
-        compact = len(re.findall(r'class="crow"', html_text))
-        print(f"\n{a.n:,} cases x {a.contexts} chunks, {'native + rubric' if judged else 'native'}, "
-              f"{a.rounds} round(s), medians:")
+        compact = sum(len(t.split("\n")) - 2 for t in re.findall(r'<pre class="crows"[^>]*>(.*?)</pre>',
+                                                                   html_text, re.S))
+        backends = "native + rubric + phoenix" if judged else "native"
+        print(f"\n{a.n:,} cases x {a.contexts} chunks, {backends}, {a.rounds} round(s), medians:")
         print(f"report: {statistics.median(walls):.2f} s wall, {statistics.median(peaks):,.0f} MiB peak RSS")
-        print(f"file: {size / 2**20:.2f} MiB; {full:,} cases in full, {compact:,} in compact rows")
+        print(f"file: {size / 2**20:.2f} MiB; {full:,} cases in full, {compact:,} one line each")
         if opens:
             print(f"chromium --headless --dump-dom: {statistics.median(opens):.2f} s")
         return 0

@@ -33,7 +33,7 @@ __all__ = ["render_html", "plots", "svg_distribution", "svg_scatter", "svg_serie
 ASSETS = Path(__file__).with_name("assets")
 #: a scatter plot draws every case up to this many, then bins them (`svg_scatter`)
 SCATTER_POINTS = 1000
-SCATTER_BINS = 25
+SCATTER_BINS = 20
 #: a run of more cases than this shows this many in full (`cases_in_full`), the rest as score rows
 FULL_CASES = 250
 #: score lines per page, the characters of a question a score line shows, the below-threshold mark
@@ -153,7 +153,8 @@ def svg_scatter(metric: str, a: str, b: str, points: list[tuple[str, float, floa
         x = sum(m[1] for m in members) / n
         y = sum(m[2] for m in members) / n
         ids = [m[0] for m in members]
-        shown = ", ".join(ids[:8]) + (f" and {n - 8} more" if n > 8 else "")
+        few = 3 if binned else 8
+        shown = ", ".join(ids[:few]) + (f" and {n - few} more" if n > few else "")
         if binned:
             r = 1.4 + 5.6 * math.sqrt(n / most)
             lo_a, lo_b = gx / SCATTER_BINS, gy / SCATTER_BINS
