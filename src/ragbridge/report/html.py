@@ -4,9 +4,13 @@ script, and the plots as inline SVG.
 The file needs nothing but a browser: no CDN, no external font, image or script; the plots (score
 distributions per backend, backend A against backend B per metric) are inline SVG. Every piece of
 text from the data is escaped (the template engine escapes by default and the SVG writer escapes
-every string), and a Content-Security-Policy allows only the report's own inline script, by its
-hash, so even markup that slipped through could not run. The report's script only filters and
-expands the case list; the page reads fully without it.
+every string, the score lines too), and a Content-Security-Policy allows only the report's own inline
+script, by its hash, so even markup that slipped through could not run. The report's script only
+filters and expands the case list; the page reads fully without it.
+
+A large run stays a small page: at most `FULL_CASES` cases in full (`cases_in_full`: the ones that
+matter), read back from the run folder one at a time; every other case one line of plain text in
+closed pages of `PAGE_ROWS` (`compact_pages`); scatter plots binned past `SCATTER_POINTS` cases.
 """
 
 from __future__ import annotations
