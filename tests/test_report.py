@@ -4,6 +4,7 @@ HTML in a real headless Chromium (tables and plots render, no script from the da
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -18,6 +19,7 @@ from ragbridge import Case, Chunk, load_cases
 from ragbridge import report as rep
 from ragbridge.report.html import PALETTE
 from ragbridge.report.marks import gate_thresholds
+from ragbridge.report.text import num
 from test_analysis import sc, synthetic_scores, write_run
 
 ARTIFACTS = Path(os.environ.get("RAGBRIDGE_TEST_ARTIFACTS", ROOT / "runs" / "test-artifacts"))
@@ -307,7 +309,8 @@ def _browse(tmp_path: Path, url: str, *extra: str) -> subprocess.CompletedProces
 def test_chromium_renders_tables_and_plots_and_runs_no_data_script(html_text, data, tmp_path):
     page = tmp_path / "report.html"
     page.write_text(html_text, encoding="utf-8")
-    r = _browse(tmp_path, page.as_uri(), "--dump-dom")
+    # a link to a case opens it: its chunk and score tables are laid out with the others
+    r = _browse(tmp_path, page.as_uri() + "#case-billing-refund-window", "--dump-dom")
     assert r.returncode == 0, r.stderr[-2000:]
     dom = r.stdout
     root = re.search(r"<html[^>]*>", dom).group(0)
@@ -317,6 +320,7 @@ def test_chromium_renders_tables_and_plots_and_runs_no_data_script(html_text, da
     tables = int(re.search(r'data-tables-drawn="(\d+)"', root).group(1))
     assert plots == html_text.count('class="plot ') == 12
     assert tables >= 9
+    assert re.search(r'<details class="case" id="case-billing-refund-window"[^>]* open=""', dom)
     # the stub-judge notice is on screen, and every below-threshold badge is laid out, one per metric
     assert re.search(r'data-stub-notice-drawn="1"', root), root
     badges = int(re.search(r'data-badges-drawn="(\d+)"', root).group(1))
@@ -363,3 +367,154 @@ def test_screenshot(html_text, tmp_path):
         near = int(np.sum(np.abs(pixels - np.array(colour)).sum(axis=1) < 40))
         assert near > 300, colour
     assert len(np.unique(pixels, axis=0)) > 200
+
+
+# --------------------------------------------------------------------------------------------
+# A large run: the cases that matter in full, the others one line each, small file, fast page
+
+N_LARGE = 3000
+
+
+def write_large_golden(path: Path, n: int = N_LARGE, contexts: int = 20) -> dict[str, set]:
+    """``n`` cases of ``contexts`` chunks; every 75th retrieves none of its labelled chunks and every
+    101st answer lacks its required word (the cases below a threshold). Returns those ids."""
+    import random
+
+    rng = random.Random(5)
+    vocab = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(7)) for _ in range(500)]
+    missed, lacking = set(), set()
+    with open(path, "w", encoding="utf-8") as f:
+        for q in range(n):
+            cid = f"case-{q:05d}"
+            chunks = [{"id": f"{cid}#{i}", "source": f"doc{q}-{i}.md",
+                       "text": f"{cid} chunk {i}: " + " ".join(rng.choice(vocab) for _ in range(40))}
+                      for i in range(contexts)]
+            relevant = {f"{cid}#{rng.randrange(2)}": 1}  # mrr 1 or 0.5: passes
+            if q % 75 == 7:
+                relevant = {f"{cid}#elsewhere": 1}
+                missed.add(cid)
+            word = f"needle{q}"
+            answer = " ".join(rng.choice(vocab) for _ in range(30)) + ("" if q % 101 == 3 else f" {word}")
+            if q % 101 == 3:
+                lacking.add(cid)
+            f.write(json.dumps({"id": cid, "question": f"question {q}: " + " ".join(vocab[q % 500:][:8]),
+                                "answer": answer, "contexts": chunks, "relevant": relevant,
+                                "must_contain": [word], "tags": [f"topic{q % 6}"]}) + "\n")
+    return {"missed": missed, "lacking": lacking}
+
+
+@pytest.fixture(scope="module")
+def large_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("large")
+    bad = write_large_golden(root / "golden.jsonl")
+    run = root / "run"
+    r = ragbridge_cli("run", root / "golden.jsonl", "--out", run, "--backend", "native", "--metric",
+                      "recall@5", "--metric", "mrr", "--metric", "must_contain", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    page = root / "report.html"
+    r = ragbridge_cli("report", run, "--out", page, "--resamples", "0")
+    assert r.returncode == 0, r.stderr
+    return {"run": run, "page": page, "html": page.read_text(encoding="utf-8"), **bad}
+
+
+def test_large_run_shows_the_cases_that_matter_in_full_and_the_rest_one_line_each(large_run):
+    h, run = large_run["html"], large_run["run"]
+    badged = large_run["missed"] | large_run["lacking"]
+    # small next to the data: the chunks of the cases not shown in full are not in the file
+    assert os.path.getsize(large_run["page"]) < 0.15 * os.path.getsize(run / "cases.jsonl")
+    full = set(re.findall(r'<details class="case" id="case-([^"]+)"', h))
+    assert full == badged and 0 < len(full) < 250
+    for cid in sorted(badged)[:5]:  # in full: chunks and scores
+        assert f"{cid} chunk 19: " in h
+    assert "case-00000 chunk 0: " not in h          # a case that passes everything: one line
+    pages = re.findall(r'<details class="page"><summary>([^<]*)</summary><pre class="crows"[^>]*>(.*?)</pre>',
+                       h, re.S)
+    assert len(pages) == math.ceil((N_LARGE - len(badged)) / 1000)
+    lines = [ln for _, text in pages for ln in text.split("\n")[2:]]
+    assert len(lines) == N_LARGE - len(badged)
+    # every other case is reachable by id, with each of its scores, as scores.jsonl has them
+    scores = {}
+    for line in (run / "scores.jsonl").read_text().splitlines():
+        s = json.loads(line)
+        scores[(s["case_id"], s["metric"])] = s["value"]
+    columns = ["recall@5", "mrr", "must_contain"]
+    for cid in ("case-00000", "case-01234", f"case-{N_LARGE - 1:05d}"):
+        line = next(ln for ln in lines if f" {cid} · " in ln)
+        assert line.split()[:3] == [num(scores[(cid, m)]) for m in columns], line
+        assert "✗" not in line
+    assert "3 of the" not in h and f"{len(full)} of the {N_LARGE} cases are shown in full" in h
+
+
+def test_large_run_json_report_still_holds_every_case_in_full(large_run, tmp_path):
+    out = tmp_path / "r.json"
+    r = ragbridge_cli("report", large_run["run"], "--format", "json", "--out", out, "--resamples", "0")
+    assert r.returncode == 0, r.stderr
+    cases = json.loads(out.read_text())["cases"]
+    assert len(cases) == N_LARGE and all(len(c["contexts"]) == 20 for c in cases)
+    assert cases[17]["contexts"][19]["text"].startswith("case-00017 chunk 19: ")
+
+
+def test_full_option_and_a_small_limit(large_run, tmp_path):
+    page = tmp_path / "r.html"
+    r = ragbridge_cli("report", large_run["run"], "--out", page, "--resamples", "0", "--full", "10")
+    assert r.returncode == 0, r.stderr
+    h = page.read_text(encoding="utf-8")
+    full = re.findall(r'<details class="case" id="case-([^"]+)"', h)
+    assert len(full) == 10 and set(full) <= large_run["missed"] | large_run["lacking"]
+    # the ones with the most badges first: the missed retrievals are below on two metrics
+    assert set(full) <= large_run["missed"]
+
+
+def test_binned_scatter_stays_small_and_counts_every_case():
+    from ragbridge.report.html import SCATTER_POINTS, svg_scatter
+
+    rng = np.random.default_rng(3)
+    n = 5 * SCATTER_POINTS
+    xs, ys = rng.random(n), np.clip(rng.random(n) * 0.3 + rng.random(n) * 0.7, 0, 1)
+    pts = [(f"<b>c{i}</b>", float(x), float(y)) for i, (x, y) in enumerate(zip(xs, ys))]
+    svg = svg_scatter("faithfulness", "ragas", "deepeval", pts, 0.5, 0.5, {})
+    assert len(svg) < 120_000 and f"{n:,} cases in 20 × 20 cells" in svg and "<b>" not in svg
+    counts = [int(c) for c in re.findall(r"<title>(\d+) case\(s\)", svg)]
+    assert sum(counts) == n and len(counts) <= 2 * 20 * 20
+    # a cell on the threshold holds agreeing and differing cases apart
+    assert "verdicts differ" in svg and svg.count("pt-differ") < len(counts)
+
+
+def test_chromium_opens_a_large_report_and_a_link_finds_a_case_on_its_line(large_run, tmp_path):
+    page = large_run["page"]
+    r = _browse(tmp_path, page.as_uri() + "#case-01234", "--dump-dom")
+    assert r.returncode == 0, r.stderr[-2000:]
+    root = re.search(r"<html[^>]*>", r.stdout).group(0)
+    assert 'data-report-ready="1"' in root and "data-pwned" not in root
+    plots = int(re.search(r'data-plots-drawn="(\d+)"', root).group(1))
+    assert plots == large_run["html"].count('class="plot ') > 0
+    # the link filtered the lines to that case, and opened its page
+    assert re.search(r'id="case-count"[^>]*>1 of 3000 cases<', r.stdout)
+    opened = re.findall(r'<details class="page" open=""><summary>[^<]*</summary><pre[^>]*>(.*?)</pre>',
+                        r.stdout, re.S)
+    assert len(opened) == 1 and [ln for ln in opened[0].split("\n")[2:]] == [
+        next(ln for ln in large_run["html"].split("\n") if " case-01234 · " in ln)]
+
+
+@pytest.mark.slow
+def test_large_judged_run_report_bins_its_scatter_and_opens(tmp_path, stub_judge):
+    write_large_golden(tmp_path / "golden.jsonl")
+    run = tmp_path / "run"
+    r = ragbridge_cli("run", tmp_path / "golden.jsonl", "--out", run, "--backend", "native", "--backend",
+                      "rubric", "--backend", "phoenix", "--metric", "mrr", "--metric", "faithfulness",
+                      "--judge-model", "stub-judge", "--judge-base-url", stub_judge.base_url,
+                      "--cache-mode", "off", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    page = tmp_path / "report.html"
+    r = ragbridge_cli("report", run, "--out", page, "--resamples", "0")
+    assert r.returncode == 0, r.stderr
+    h = page.read_text(encoding="utf-8")
+    assert h.count('class="plot scatter"') == 1 and f"{N_LARGE:,} cases in 20 × 20 cells" in h
+    assert os.path.getsize(page) < 0.2 * os.path.getsize(run / "cases.jsonl")
+    full = set(re.findall(r'<details class="case" id="case-([^"]+)"', h))
+    listed = set(re.findall(r'<td><a href="#case-([^"]+)">', h))   # "Where they disagree most"
+    assert len(full) == 250 and listed <= full
+    b = _browse(tmp_path, page.as_uri(), "--dump-dom")
+    root = re.search(r"<html[^>]*>", b.stdout).group(0)
+    assert 'data-report-ready="1"' in root and 'data-stub-notice-drawn="1"' in root
+    assert int(re.search(r'data-plots-drawn="(\d+)"', root).group(1)) == h.count('class="plot ')

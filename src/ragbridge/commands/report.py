@@ -12,6 +12,7 @@ from ..analysis.stats import DEFAULT_RESAMPLES
 from ..analysis.table import AnalysisError, open_run
 from ..formats.files import write_atomic
 from ..report import FORMATS, render, report_data
+from ..report.html import FULL_CASES
 from .output import err, fail, out
 
 __all__ = ["register", "report_cmd"]
@@ -44,6 +45,9 @@ def report_cmd(
     history: List[Path] = typer.Option(
         None, "--history", help="Earlier run folders, or a folder of them: the report plots each metric's "
                                 "trend over them and this run (repeatable)."),
+    full: int = typer.Option(
+        FULL_CASES, "--full", min=0, help="HTML: cases shown in full at most (the ones that matter first); "
+                                          "the others one line of scores each."),
 ) -> None:
     """Write one report (HTML, Markdown or JSON) of a run: summary, agreement, judge usage, every case."""
     if fmt not in FORMATS:
@@ -52,8 +56,8 @@ def report_cmd(
         r = open_run(run)
         data = report_data(r, thresholds=threshold or None, n_resamples=resamples, seed=seed, top=top,
                            labels=labels, label_threshold=label_threshold, gates=gates,
-                           history=history or None)
-        text = render(r, data, fmt)
+                           history=history or None, case_texts=fmt != "html")
+        text = render(r, data, fmt, full)
     except AnalysisError as exc:  # a gates file's errors are analysis errors too
         fail(str(exc))
     if str(out_file) == "-":

@@ -19,7 +19,7 @@ from ..analysis.table import AnalysisError, open_run
 from ..formats.files import write_atomic
 from ..run import Run
 from .data import render_json, report_data
-from .html import render_html
+from .html import FULL_CASES, render_html
 from .markdown import render_markdown
 
 __all__ = ["write_report", "render", "report_data", "render_html", "render_markdown", "render_json",
@@ -29,16 +29,20 @@ __all__ = ["write_report", "render", "report_data", "render_html", "render_markd
 FORMATS = {"html": ".html", "md": ".md", "json": ".json"}
 
 
-def render(run: Run, data: dict, fmt: str) -> str:
-    """The report of ``run`` with content ``data`` (`report_data`) in format ``fmt``, a key of
-    `FORMATS`."""
-    return {"html": render_html, "md": render_markdown, "json": render_json}[fmt](run, data)
+def render(run: Run, data: dict, fmt: str, full: int = FULL_CASES) -> str:
+    """The report of ``run`` with content ``data`` (`report_data`; for HTML, ``case_texts=False``
+    will do) in format ``fmt``, a key of `FORMATS`; the HTML shows at most ``full`` cases in full
+    (`ragbridge.report.html.cases_in_full`)."""
+    if fmt == "html":
+        return render_html(run, data, full=full)
+    return {"md": render_markdown, "json": render_json}[fmt](run, data)
 
 
-def write_report(run: Union[Run, str, Path], out: Union[str, Path], fmt: str = "html", **kw) -> Path:
+def write_report(run: Union[Run, str, Path], out: Union[str, Path], fmt: str = "html",
+                 full: int = FULL_CASES, **kw) -> Path:
     """Render and write the report (whole or not at all); returns the path written. ``kw``: the
     options of `report_data`."""
     if fmt not in FORMATS:
         raise AnalysisError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")
     run = open_run(run)
-    return write_atomic(out, render(run, report_data(run, **kw), fmt))
+    return write_atomic(out, render(run, report_data(run, case_texts=fmt != "html", **kw), fmt, full))

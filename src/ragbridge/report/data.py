@@ -15,6 +15,12 @@
 - a drill-down per case: question, retrieved chunks with the relevant ones marked (the relevance
   rule of ``ragbridge.schema``), answer, reference, and every backend's score and reason; a case
   with a score below its pass mark carries a badge naming the metrics.
+
+Memory: a run read from its folder is analysed with its cases read without their texts (chunks,
+answer, reference, reference contexts, metadata: no analysis reads them), a batch at a time; the
+texts are read again, one case at a time, where they are written out (`read_cases`, `case_texts`).
+With ``case_texts=False`` the cases hold no texts at all: the HTML report reads those of the cases
+it shows in full from the run folder itself.
 """
 
 from __future__ import annotations
@@ -24,26 +30,33 @@ import json
 import math
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Iterator, Optional, Union
+
+import pydantic_core
 
 from .. import __version__
 from ..analysis.compare import compare, coverage, disagreements
-from ..analysis.noise import noise_section
+from ..analysis.noise import noise_section, repeats_of
 from ..analysis.stats import CONFIDENCE, DEFAULT_RESAMPLES
 from ..analysis.table import open_run
 from ..analysis.thresholds import Thresholds
 from ..analysis.validate import validate
+from ..formats.files import jsonl_lines
+from ..formats.records import batch_from_records
+from ..formats.source import BATCH_SIZE
 from ..metrics import half_of
 from ..metrics import sort_key as metric_key
 from ..run import Run
 from ..run.summary import ALL
-from ..schema import Score
+from ..schema import Case, Score
 from .marks import PassMarks, pass_marks
 from .text import jsonable, records
 
-__all__ = ["report_data", "render_json", "backend_key"]
+__all__ = ["report_data", "render_json", "backend_key", "read_cases", "case_texts", "TEXT_FIELDS"]
 
 _COUNTS = ("scores", "judge_calls", "prompt_tokens", "completion_tokens")
+#: the fields of a case that no analysis reads, only the drill-down (`case_texts`)
+TEXT_FIELDS = ("contexts", "answer", "reference", "reference_contexts", "metadata")
 
 
 def backend_key(b: str):
@@ -61,8 +74,13 @@ def report_data(
     label_threshold: float = 0.5,
     gates: Any = None,
     history: Any = None,
+    case_texts: bool = True,
 ) -> dict[str, Any]:
     """Everything the report shows, as plain JSON-ready data.
+
+    ``case_texts=False`` leaves each case's question, answer, reference and chunks out of ``cases``
+    (id, tags, scores, flags and badges stay): what the HTML report asks for, as it reads the texts
+    of the cases it shows in full from the run folder (`read_cases`).
 
     With ``history`` (earlier run folders, or folders of them) the report also holds the trend of
     every metric over those runs and this one (`ragbridge.analysis.trend`): ``trend`` with ``runs``,
@@ -71,7 +89,7 @@ def report_data(
     With ``labels`` (a labels file or frame, see `ragbridge.analysis.load_labels`) the report also
     holds each backend's verdicts against the human labels (`ragbridge.analysis.validate`). Pass
     marks come from ``thresholds``, then ``gates`` (a gates file), then the defaults (`pass_marks`)."""
-    run = open_run(run)
+    run = _without_texts(open_run(run))
     m = run.manifest
     backends = sorted({s.backend for s in run.scores} | set(m.backends), key=backend_key)
     metrics = sorted({s.metric for s in run.scores}, key=metric_key)
@@ -92,7 +110,7 @@ def report_data(
                   if labels is not None else None)
     usage, per_metric = _judge_usage(run)
     flips = {(d["metric"], d["case_id"]) for d in dis if d["verdicts_differ"]}
-    cases = _cases(run, th, k, flips)
+    cases = _cases(run, th, k, flips, case_texts)
     return jsonable({
         "ragbridge_version": __version__,
         "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -119,9 +137,8 @@ def report_data(
         "cost": (m.counts or {}).get("cost"),
         "noise": _noise(run, th, top),
         "trend": _trend(run, history, seed) if history else None,
-        "cases": cases,
         "statistics": {"n_resamples": n_resamples, "seed": seed, "confidence": CONFIDENCE},
-    })
+    }) | {"cases": cases}  # JSON-ready as built (a score's value is a finite number or None)
 
 
 def _trend(run: Run, history: Any, seed: int) -> Optional[dict]:
@@ -159,6 +176,8 @@ def _disagreements(run: Run, th: Thresholds, top: int, backends: list[str]) -> l
 def _noise(run: Run, th: Thresholds, top: int) -> dict[str, Any]:
     """Judge noise from the run's repeats: the figures per backend and metric, and per metric the
     ``top`` cases whose repeats spread the most (all of them in ``cases_all``)."""
+    if repeats_of(run) < 2:  # nothing to measure: the empty section, without reading every score twice
+        return {"repeats": 1, "figures": [], "cases": {}, "top": {}}
     section = noise_section(run, threshold=th.get)
     section["top"] = {k: rows[:top] for k, rows in section["cases"].items()}
     return section
@@ -212,47 +231,102 @@ def _threshold_rows(cases: list[dict], th: Thresholds, metrics, backends) -> lis
     return rows
 
 
-def _cases(run: Run, th: Thresholds, k, flips: set) -> list[dict]:
-    """Every case of the run, then every case only its scores name, as the drill-down shows them."""
+def _without_texts(run: Run) -> Run:
+    """A run read from a folder, as a new `Run` whose cases are read without `TEXT_FIELDS` (a batch
+    at a time); any other run as it is."""
+    if run.path is None or not (run.path / "cases.jsonl").exists():
+        return run
+    heads = [case for batch in _case_batches(run.path / "cases.jsonl", TEXT_FIELDS) for case in batch]
+    return Run(manifest=run.manifest, cases=heads, path=run.path, totals=run.totals)
+
+
+def _case_batches(path: Path, drop: tuple[str, ...] = (), keep: Optional[set[str]] = None):
+    """A ``cases.jsonl``'s cases, `BATCH_SIZE` at a time, each record read as the canonical reader
+    reads it (`ragbridge.formats.records.batch_from_records`), with the fields ``drop`` left out; with
+    ``keep``, a record whose ``id`` is a string not in it is skipped unread."""
+    lines: list[tuple[int, Any]] = []
+    first_seen: dict[str, int] = {}
+    for n, raw in jsonl_lines(path, parse=pydantic_core.from_json):
+        if keep is not None and isinstance(raw, dict) and isinstance(raw.get("id"), str) \
+                and raw["id"] not in keep:
+            continue
+        if drop and isinstance(raw, dict):
+            raw = {k: v for k, v in raw.items() if k not in drop}
+        lines.append((n, raw))
+        if len(lines) == BATCH_SIZE:
+            yield batch_from_records(lines, path, first_seen=first_seen)
+            lines = []
+    if lines:
+        yield batch_from_records(lines, path, first_seen=first_seen)
+
+
+def read_cases(run: Run, ids: Optional[set[str]] = None) -> Iterator[Case]:
+    """The run's cases with every field (only those of ``ids``, when given), one at a time: read from
+    its folder's ``cases.jsonl`` a batch at a time (memory holds one batch), or the cases a run in
+    memory holds."""
+    path = run.path / "cases.jsonl" if run.path is not None else None
+    if path is None or not path.exists():
+        yield from (c for c in run.cases if ids is None or c.id in ids)
+        return
+    for batch in _case_batches(path, keep=ids):
+        yield from (c for c in batch if ids is None or c.id in ids)
+
+
+def case_texts(case: Case, k: Any = None) -> dict[str, Any]:
+    """What the drill-down shows of a case besides its scores: ``answer``, ``reference`` and
+    ``contexts`` (each chunk with its rank, relevance grade, whether it is a repeated id, dropped
+    before ranking, and whether it ranks beyond the run's ``k``)."""
+    chunks = []
+    seen: set[str] = set()
+    rank = 0
+    for ch in case.contexts:
+        dup = ch.id in seen
+        seen.add(ch.id)
+        if not dup:
+            rank += 1
+        grade = case.relevant.get(ch.id, case.relevant.get(ch.source) if ch.source else None)
+        chunks.append({
+            "rank": None if dup else rank, "id": ch.id, "source": ch.source, "text": ch.text,
+            "score": ch.score, "grade": grade, "relevant": bool(grade), "duplicate": dup,
+            "beyond_k": bool(k) and not dup and rank > int(k),
+        })
+    return {"answer": case.answer, "reference": case.reference, "contexts": chunks}
+
+
+def _cases(run: Run, th: Thresholds, k, flips: set, texts: bool = True) -> list[dict]:
+    """Every case of the run, then every case only its scores name, as the drill-down shows them
+    (with their `case_texts` when ``texts``)."""
     by_case: dict[str, list] = defaultdict(list)
     for s in run.scores:
         by_case[s.case_id].append(s)
+    pairs = {(s.backend, s.metric) for scores in by_case.values() for s in scores}
+    order = {p: i for i, p in enumerate(sorted(pairs, key=lambda p: (metric_key(p[1]), backend_key(p[0]))))}
+    marks = {p: th.get(*p) for p in pairs}
     out = []
-    for c in run.cases:
-        chunks = []
-        seen: set[str] = set()
-        rank = 0
-        for ch in c.contexts:
-            dup = ch.id in seen
-            seen.add(ch.id)
-            if not dup:
-                rank += 1
-            grade = c.relevant.get(ch.id, c.relevant.get(ch.source) if ch.source else None)
-            chunks.append({
-                "rank": None if dup else rank, "id": ch.id, "source": ch.source, "text": ch.text,
-                "score": ch.score, "grade": grade, "relevant": bool(grade), "duplicate": dup,
-                "beyond_k": bool(k) and not dup and rank > int(k),
-            })
-        entry = {"id": c.id, "question": c.question, "answer": c.answer, "reference": c.reference,
-                 "tags": list(c.tags), "answerable": c.answerable, "relevant": dict(c.relevant),
-                 "contexts": chunks}
-        out.append(entry | _case_scores(c.id, by_case.get(c.id, []), th, flips))
-    known = {c.id for c in run.cases}
+    known = set()
+    for c in (read_cases(run) if texts else run.cases):
+        known.add(c.id)
+        entry = {"id": c.id, "question": c.question, "tags": list(c.tags), "answerable": c.answerable,
+                 "relevant": dict(c.relevant)} | (case_texts(c, k) if texts else {})
+        out.append(entry | _case_scores(c.id, by_case.get(c.id, []), marks, order, flips))
     for cid in by_case:  # scores for cases the run folder does not describe: still shown
         if cid not in known:
-            entry = {"id": cid, "question": "", "answer": None, "reference": None, "tags": [],
-                     "answerable": True, "relevant": {}, "contexts": []}
-            out.append(entry | _case_scores(cid, by_case[cid], th, flips))
+            entry = {"id": cid, "question": "", "tags": [], "answerable": True, "relevant": {}}
+            if texts:
+                entry |= {"answer": None, "reference": None, "contexts": []}
+            out.append(entry | _case_scores(cid, by_case[cid], marks, order, flips))
     return out
 
 
-def _case_scores(cid: str, scores: list[Score], th: Thresholds, flips: set) -> dict[str, Any]:
-    """A case's ``scores`` (each with its pass mark and verdict), ``flags`` and ``below`` badge."""
+def _case_scores(cid: str, scores: list[Score], marks: dict[tuple[str, str], float],
+                 order: dict[tuple[str, str], int], flips: set) -> dict[str, Any]:
+    """A case's ``scores`` (each with its pass mark, ``marks`` per (backend, metric), and verdict, in
+    the ``order`` of their (backend, metric)), ``flags`` and ``below`` badge."""
     rows = []
     flags = {"error": False, "undefined": False, "fail": False, "disagree": False}
     below: dict[str, list[str]] = {}
-    for s in sorted(scores, key=lambda s: (metric_key(s.metric), backend_key(s.backend))):
-        t = th.get(s.backend, s.metric)
+    for s in sorted(scores, key=lambda s: order[(s.backend, s.metric)]):
+        t = marks[(s.backend, s.metric)]
         passed = (s.value >= t) if s.status == "scored" else None
         if passed is False:
             below.setdefault(s.metric, []).append(f"{s.backend} {s.value:.3f} < {t:.3g}")

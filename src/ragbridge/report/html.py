@@ -4,9 +4,13 @@ script, and the plots as inline SVG.
 The file needs nothing but a browser: no CDN, no external font, image or script; the plots (score
 distributions per backend, backend A against backend B per metric) are inline SVG. Every piece of
 text from the data is escaped (the template engine escapes by default and the SVG writer escapes
-every string), and a Content-Security-Policy allows only the report's own inline script, by its
-hash, so even markup that slipped through could not run. The report's script only filters and
-expands the case list; the page reads fully without it.
+every string, the score lines too), and a Content-Security-Policy allows only the report's own inline
+script, by its hash, so even markup that slipped through could not run. The report's script only
+filters and expands the case list; the page reads fully without it.
+
+A large run stays a small page: at most `FULL_CASES` cases in full (`cases_in_full`: the ones that
+matter), read back from the run folder one at a time; every other case one line of plain text in
+closed pages of `PAGE_ROWS` (`compact_pages`); scatter plots binned past `SCATTER_POINTS` cases.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import json
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -22,13 +27,23 @@ from typing import Any, Optional, Sequence, Union
 from ..analysis.table import open_run
 from ..run import Run
 from ..run.summary import ALL
-from .data import report_data
-from .text import num
+from .data import case_texts, read_cases, report_data
+from .text import num, one_line
 
 __all__ = ["render_html", "plots", "svg_distribution", "svg_scatter", "svg_series", "backend_colors",
-           "PALETTE", "ASSETS"]
+           "cases_in_full", "compact_pages", "PALETTE", "ASSETS", "FULL_CASES", "PAGE_ROWS",
+           "SCATTER_POINTS", "SCATTER_BINS", "BELOW"]
 
 ASSETS = Path(__file__).with_name("assets")
+#: a scatter plot draws every case up to this many, then bins them (`svg_scatter`)
+SCATTER_POINTS = 1000
+SCATTER_BINS = 20
+#: a run of more cases than this shows this many in full (`cases_in_full`), the rest as score rows
+FULL_CASES = 250
+#: score lines per page, the characters of a question a score line shows, the below-threshold mark
+PAGE_ROWS = 1000
+QUESTION_CHARS = 120
+BELOW = "✗"
 PALETTE = ["#4269d0", "#efb118", "#3ca951", "#ff725c", "#a463f2", "#97bbf5", "#9c6b4e", "#6cc5b0"]
 
 
@@ -99,11 +114,17 @@ def svg_distribution(metric: str, values: dict[str, list[float]], colors: dict[s
 
 def svg_scatter(metric: str, a: str, b: str, points: list[tuple[str, float, float]], ta: float, tb: float,
                 colors: dict[str, str]) -> str:
-    """Backend A (x) against backend B (y) on the cases both scored; disagreeing verdicts highlighted."""
+    """Backend A (x) against backend B (y) on the cases both scored; disagreeing verdicts highlighted.
+
+    Up to `SCATTER_POINTS` cases, a dot per distinct pair of values; more, a dot per cell of a
+    `SCATTER_BINS` x `SCATTER_BINS` grid (and per verdict: agreeing and differing cases apart), at
+    the mean of its cases, its area growing with their number; the plot says so."""
     size, pad = 210, 34
+    binned = len(points) > SCATTER_POINTS
     w = h = size + pad + 12
-    parts = [f'<svg class="plot scatter" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h + 16}" '
-             f'width="{w}" height="{h + 16}" role="img" aria-label="{_e(f"{metric}: {a} against {b}")}">',
+    full_h = h + (30 if binned else 16)
+    parts = [f'<svg class="plot scatter" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {full_h}" '
+             f'width="{w}" height="{full_h}" role="img" aria-label="{_e(f"{metric}: {a} against {b}")}">',
              f'<text x="{pad}" y="12" class="plot-title">{_e(metric)}</text>']
 
     def px(v):
@@ -121,15 +142,33 @@ def svg_scatter(metric: str, a: str, b: str, points: list[tuple[str, float, floa
         parts.append(f'<line x1="{px(ta):.1f}" x2="{px(ta):.1f}" y1="20" y2="{20 + size}" class="thr"/>')
     if 0 <= tb <= 1:
         parts.append(f'<line x1="{pad}" x2="{pad + size}" y1="{py(tb):.1f}" y2="{py(tb):.1f}" class="thr"/>')
-    groups: dict[tuple[float, float], list[str]] = {}
-    for cid, x, y in points:  # identical pairs drawn once, larger, listing their cases
-        groups.setdefault((round(x, 4), round(y, 4)), []).append(cid)
-    for (x, y), ids in groups.items():
+
+    def cell(v: float) -> int:
+        return min(max(int(v * SCATTER_BINS), 0), SCATTER_BINS - 1)
+
+    groups: dict[tuple, list[tuple[str, float, float]]] = {}
+    for cid, x, y in points:  # identical pairs (binned: pairs in one cell) drawn once, larger
         differ = (x >= ta) != (y >= tb)
+        key = (cell(x), cell(y), differ) if binned else (round(x, 4), round(y, 4), differ)
+        groups.setdefault(key, []).append((cid, x, y))
+    most = max((len(g) for g in groups.values()), default=1)
+    for (gx, gy, differ), members in groups.items():
+        n = len(members)
+        x = sum(m[1] for m in members) / n
+        y = sum(m[2] for m in members) / n
+        ids = [m[0] for m in members]
+        few = 3 if binned else 8
+        shown = ", ".join(ids[:few]) + (f" and {n - few} more" if n > few else "")
+        if binned:
+            r = 1.4 + 5.6 * math.sqrt(n / most)
+            lo_a, lo_b = gx / SCATTER_BINS, gy / SCATTER_BINS
+            tip = (f"{n} case(s) with {a} in [{lo_a:.2f}, {lo_a + 1 / SCATTER_BINS:.2f}] and {b} in "
+                   f"[{lo_b:.2f}, {lo_b + 1 / SCATTER_BINS:.2f}]: {shown}")
+        else:
+            r = 3.6 + 1.4 * math.sqrt(n - 1)
+            tip = f"{shown}: {a} {x:.3f}, {b} {y:.3f}"
+        tip += " (verdicts differ)" if differ else ""
         cls = "pt pt-differ" if differ else "pt"
-        r = 3.6 + 1.4 * math.sqrt(len(ids) - 1)
-        shown = ", ".join(ids[:8]) + (f" and {len(ids) - 8} more" if len(ids) > 8 else "")
-        tip = f"{shown}: {a} {x:.3f}, {b} {y:.3f}" + (" (verdicts differ)" if differ else "")
         parts.append(f'<circle cx="{px(min(max(x, 0), 1)):.1f}" cy="{py(min(max(y, 0), 1)):.1f}" '
                      f'r="{r:.1f}" class="{cls}"><title>{_e(tip)}</title></circle>')
     for t in (0, 0.5, 1):
@@ -140,6 +179,10 @@ def svg_scatter(metric: str, a: str, b: str, points: list[tuple[str, float, floa
                  f'fill="{colors.get(a, "#333")}">{_e(a)} →</text>')
     parts.append(f'<text transform="translate(10 {20 + size / 2}) rotate(-90)" text-anchor="middle" '
                  f'class="plot-label" fill="{colors.get(b, "#333")}">{_e(b)} →</text>')
+    if binned:
+        parts.append(f'<text x="{pad + size / 2}" y="{20 + size + 42}" text-anchor="middle" '
+                     f'class="plot-note">{len(points):,} cases in {SCATTER_BINS} × {SCATTER_BINS} cells; '
+                     'area ∝ cases</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -214,12 +257,15 @@ def _series_plots(trend: Optional[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def plots(run: Run, data: dict[str, Any]) -> dict[str, Any]:
+def plots(data: dict[str, Any]) -> dict[str, Any]:
+    """The SVG plots of `report_data`'s content: ``distributions`` per metric, ``scatter`` per pair of
+    backends of the agreement table, ``trend`` per metric and backend."""
     colors = backend_colors(data["backends"])
     values: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
-    for s in run.scores:
-        if s.status == "scored":
-            values[(s.metric, s.backend)][s.case_id] = s.value
+    for c in data["cases"]:
+        for s in c["scores"]:
+            if s["status"] == "scored":
+                values[(s["metric"], s["backend"])][c["id"]] = s["value"]
     cov = {(r["metric"], r["backend"]): r for r in data["coverage"]}
     dist = {}
     for metric in data["metrics"]:
@@ -241,6 +287,90 @@ def plots(run: Run, data: dict[str, Any]) -> dict[str, Any]:
             "trend": _series_plots(data.get("trend"))}
 
 
+def cases_in_full(data: dict[str, Any], limit: int = FULL_CASES) -> set[str]:
+    """The ids of the cases the report shows in full: every case of a run of at most ``limit``;
+    else the ``limit`` cases that matter most: errored first, then those in the disagreement list,
+    then those whose verdicts differ between backends, then those below a threshold (most badges
+    first), in run order within each."""
+    cases = data["cases"]
+    if len(cases) <= limit:
+        return {c["id"] for c in cases}
+    listed = {d["case_id"] for d in data["disagreements"]}
+
+    def rank(c: dict) -> tuple:
+        f = c["flags"]
+        return (not f["error"], c["id"] not in listed, not f["disagree"], not f["fail"], -len(c["below"]))
+
+    matter = [c for c in cases if c["flags"]["error"] or c["flags"]["fail"] or c["flags"]["disagree"]
+              or c["id"] in listed]
+    return {c["id"] for c in sorted(matter, key=rank)[:limit]}
+
+
+def _with_texts(run: Run, data: dict[str, Any], ids: set[str]) -> list[dict[str, Any]]:
+    """The cases ``ids`` in run order, each with its texts (`case_texts`): from ``data`` when it holds
+    them, else read from the run (its folder, one case at a time)."""
+    chosen = [c for c in data["cases"] if c["id"] in ids]
+    if all("contexts" in c for c in chosen):
+        return chosen
+    k = (data["run"].get("options") or {}).get("k")
+    texts: dict[str, dict[str, Any]] = {}
+    for case in read_cases(run, ids):
+        texts.setdefault(case.id, case_texts(case, k))
+        if len(texts) == len(ids):
+            break
+    none = {"answer": None, "reference": None, "contexts": []}
+    return [c | texts.get(c["id"], none) for c in chosen]
+
+
+def _cell(s: Optional[dict[str, Any]], width: int) -> str:
+    if s is None:
+        text = ""
+    elif s["status"] == "scored":
+        text = num(s["value"]) + (BELOW if s["passed"] is False else "")
+    else:
+        text = {"error": "error", "missing": "miss"}.get(s["status"], "undef")
+    return text.ljust(width)
+
+
+def compact_pages(cases: list[dict[str, Any]], columns: list[tuple[str, str]]) -> str:
+    """The cases not shown in full, one line of plain text each, in pages of `PAGE_ROWS` lines (each
+    a closed ``<details>`` holding one ``<pre>``: a page is a single text node, so the browser has
+    next to nothing to lay out). A line: the case's flags (``e`` errored, ``u`` undefined, ``≠``
+    verdicts differ, `BELOW` below a threshold), one value per metric and backend of ``columns``
+    (`BELOW` after a value below its threshold), then its id, tags and question (cut to
+    `QUESTION_CHARS`). Every line has the same columns at the same offsets, which the ``<pre>``
+    lists (``data-cols``, ``data-flags-at``) for the page's filter."""
+    if not cases:
+        return ""
+    widths = [max(len(m), len(b), 6) + 1 for m, b in columns]
+    offsets, at = [], 5
+    for (m, _), w in zip(columns, widths):
+        offsets.append([m, at, at + w])
+        at += w
+    head = ("     " + "".join(m.ljust(w) for (m, _), w in zip(columns, widths)) + "\n     "
+            + "".join(b.ljust(w) for (_, b), w in zip(columns, widths)) + "case · tags · question\n")
+    cols = _e(json.dumps(offsets, separators=(",", ":")))
+    out = []
+    for start in range(0, len(cases), PAGE_ROWS):
+        page = cases[start:start + PAGE_ROWS]
+        lines = []
+        for c in page:
+            by = {(s["metric"], s["backend"]): s for s in c["scores"]}
+            f = c["flags"]
+            flags = (("e" if f["error"] else " ") + ("u" if f["undefined"] else " ")
+                     + ("≠" if f["disagree"] else " ") + (BELOW if f["fail"] else " ") + " ")
+            q = one_line(c["question"])
+            q = q if len(q) <= QUESTION_CHARS else q[:QUESTION_CHARS - 1] + "…"
+            tags = ", ".join(one_line(t) for t in c["tags"])
+            lines.append(flags + "".join(_cell(by.get(col), w) for col, w in zip(columns, widths))
+                         + f"{one_line(c['id'])} · {tags} · {q}")
+        span = f"{start + 1:,}–{start + len(page):,} of {len(cases):,}: {page[0]['id']} … {page[-1]['id']}"
+        out.append(f'<details class="page"><summary>{_e(span)}</summary><pre class="crows" data-head="2" '
+                   f'data-flags-at="0:5" data-cols="{cols}">{_e(head)}'
+                   f'{_e(chr(10).join(lines))}</pre></details>')
+    return "".join(out)
+
+
 def _tone(v: Any) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "na"
@@ -251,13 +381,15 @@ def _script_hash(script: str) -> str:
     return "sha256-" + base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
 
 
-def render_html(run: Union[Run, str, Path], data: Optional[dict] = None, **kw) -> str:
-    """The self-contained HTML report."""
+def render_html(run: Union[Run, str, Path], data: Optional[dict] = None, full: int = FULL_CASES,
+                **kw) -> str:
+    """The self-contained HTML report: ``full`` cases at most in full (`cases_in_full`), the others
+    one score row each (`compact_pages`). ``kw``: the options of `report_data`."""
     import jinja2
     from markupsafe import Markup
 
     run = open_run(run)
-    data = data or report_data(run, **kw)
+    data = data or report_data(run, case_texts=False, **kw)
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(ASSETS)),
         autoescape=True,
@@ -269,13 +401,18 @@ def render_html(run: Union[Run, str, Path], data: Optional[dict] = None, **kw) -
     env.filters["tone"] = _tone
     style = (ASSETS / "report.css").read_text(encoding="utf-8")
     script = (ASSETS / "report.js").read_text(encoding="utf-8")
-    p = plots(run, data)
+    p = plots(data)
     summary_idx = {(r["metric"], r["backend"]): r for r in data["summary"]}
     tag_idx = {t: {(r["metric"], r["backend"]): r for r in rows}
                for t, rows in data["summary_by_tag"].items()}
+    ids = cases_in_full(data, full)
+    shown = _with_texts(run, data, ids)
+    rest = [c for c in data["cases"] if c["id"] not in ids]
+    columns = [(r["metric"], r["backend"]) for r in data["summary"]]
     csp = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
            f"script-src '{_script_hash(script)}'; base-uri 'none'; form-action 'none'")
     return env.get_template("report.html").render(
         d=data, plots=p, colors=p["colors"], style=Markup(style), script=Markup(script), csp=Markup(csp),
-        summary_idx=summary_idx, tag_idx=tag_idx, svg=Markup,
+        summary_idx=summary_idx, tag_idx=tag_idx, svg=Markup, cases=shown, n_compact=len(rest),
+        compact=Markup(compact_pages(rest, columns)),
     )
