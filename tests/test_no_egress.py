@@ -91,7 +91,7 @@ def test_full_run_talks_only_to_the_judge(tmp_path, example_cases, stub_judge, m
     assert set(run["backends"]) == {"native", *judged}
     # nothing the libraries write by default lands in the working directory
     leftovers = {p.name for p in tmp_path.iterdir()} - {"site", "egress.jsonl", "two.jsonl", "run",
-                                                        "cache.sqlite", "score-cache.sqlite", "home"}
+                                                        "cache.sqlite", "cache.scores.sqlite", "home"}
     assert not leftovers, leftovers
     # nor in the user's home (RAGAS' anonymous id file, DeepEval's key store, downloaded data, ...)
     in_home = sorted(str(p.relative_to(tmp_path / "home"))

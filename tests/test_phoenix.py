@@ -420,7 +420,7 @@ def test_cli_run_native_and_phoenix_talks_only_to_the_judge(tmp_path, stub, all_
     assert {tuple(e["target"]) for e in events if e["kind"] == "connect"} == {("127.0.0.1", stub_port)}
     assert {e["target"][0] for e in events if e["kind"] == "lookup"} <= LOCAL
     assert {p.name for p in tmp_path.iterdir()} == {"site", "egress.jsonl", "run", "cache.sqlite",
-                                                  "score-cache.sqlite"}
+                                                  "cache.scores.sqlite"}
     assert not (tmp_path / "home").exists() or not any(p.is_file() for p in (tmp_path / "home").rglob("*"))
 
 

@@ -132,7 +132,7 @@ def test_cache_is_shared_by_every_worker(tmp_path, example_cases, ray_local):
         stub.reset()
         # other actors, other batches: each case lands elsewhere, and is a hit wherever it lands
         second = evaluate(cases, backends=["rubric"], out=tmp_path / "two", judge=cfg,
-                          executor=RayExecutor(actors=3, batch_size=3))
+                          executor=RayExecutor(actors=3, batch_size=3), score_cache=False)
         assert stub.posts() == []
     assert comparable(tmp_path / "one") == comparable(tmp_path / "two")
     assert {s.key: s.value for s in first.scores} == {s.key: s.value for s in second.scores}

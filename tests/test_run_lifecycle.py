@@ -147,6 +147,7 @@ def test_a_terminated_run_records_that_it_was_interrupted_and_exits_130(tmp_path
     try:
         _wait_for(lambda: '"trulens"' in (out / "scores.jsonl").read_text()
                   if (out / "scores.jsonl").exists() else False, proc, "a judged score")
+        stub_judge.hold()  # the judge answers nothing more: the run cannot finish before the signal
         proc.terminate()  # what a cancelled CI job sends
         _, stderr = proc.communicate(timeout=120)
     finally:

@@ -55,7 +55,7 @@ def test_warm_rerun_into_a_new_folder_reuses_every_score_without_the_library(tmp
         assert cold.returncode == 0, cold.stdout + cold.stderr
         calls = len(stub.posts())
         assert calls > 0 and _counts(tmp_path / "cold")["score_cache"] == {"reused": 0, "stored": 8}
-        assert (tmp_path / ".ragbridge" / "score-cache.sqlite").is_file()
+        assert (tmp_path / ".ragbridge" / "judge-cache.scores.sqlite").is_file()
 
         warm = run("warm")
         assert warm.returncode == 0, warm.stdout + warm.stderr
@@ -134,7 +134,7 @@ def test_cache_modes_and_dry_run(tmp_path):
         judge = _config(stub, tmp_path)
         off = _abstention(cases, judge.model_copy(update={"cache_mode": "off"}))
         assert "score_cache" not in off.manifest.counts
-        assert not (tmp_path / "score-cache.sqlite").exists()
+        assert not (tmp_path / "judge.scores.sqlite").exists()
         dry = _abstention(cases, judge, dry_run=True)
         assert dry.manifest.counts["score_cache"] == {"reused": 0, "stored": 0}  # a dry run writes nothing
         _abstention(cases[:3], judge)
@@ -144,7 +144,7 @@ def test_cache_modes_and_dry_run(tmp_path):
         read_only = judge.model_copy(update={"cache_mode": "read-only"})
         ro = _abstention(cases, read_only)
         assert ro.manifest.counts["score_cache"] == {"reused": 3, "stored": 0}
-        db = sqlite3.connect(tmp_path / "score-cache.sqlite")
+        db = sqlite3.connect(tmp_path / "judge.scores.sqlite")
         assert db.execute("SELECT count(*) FROM scores").fetchone() == (3,)
 
 
@@ -206,7 +206,7 @@ def test_a_killed_run_leaves_a_cache_that_holds_only_what_its_folder_holds(tmp_p
         proc.wait()
         on_disk = {json.loads(x)["case_id"] for x in scores.read_text().splitlines() if x.endswith("}")}
         assert 12 <= len(on_disk) < 40
-        db = sqlite3.connect(tmp_path / ".ragbridge" / "score-cache.sqlite")
+        db = sqlite3.connect(tmp_path / ".ragbridge" / "judge-cache.scores.sqlite")
         stored = [json.loads(x) for (x,) in db.execute("SELECT score FROM scores")]
         db.close()
         assert stored and {s["case_id"] for s in stored} <= on_disk

@@ -343,8 +343,8 @@ def test_talks_only_to_loopback_and_runs_no_eval_filter(cases, tmp_path, monkeyp
     assert hosts and set(hosts) <= {"127.0.0.1", "localhost"}, set(hosts)
     assert downloads == []  # TruLens's nltk.download("punkt_tab") never ran
     assert not any("Identify and remove sentences that are stylistic" in b for b in bodies)
-    assert (not list(tmp_path.glob("*.sqlite"))
-            or [p.name for p in tmp_path.glob("*.sqlite")] == ["cache.sqlite"])
+    # the only databases are ragbridge's judge cache and its score cache: TruLens wrote none of its own
+    assert {p.name for p in tmp_path.glob("*.sqlite")} <= {"cache.sqlite", "cache.scores.sqlite"}
     assert not (tmp_path / "default.sqlite").exists()
 
 

@@ -22,7 +22,8 @@ prompt files) is not in the key: upgrading the library changes its version, whic
 metrics are cached (native metrics cost less to compute than to look up), and only scores that
 were made: an error, a score the budget left unrun or a skipped case is never stored.
 
-The file is ``score-cache.sqlite`` beside the judge cache and follows the judge cache's mode:
+The file is the judge cache's, named ``.scores.sqlite`` instead of ``.sqlite`` (the default
+``.ragbridge/judge-cache.scores.sqlite``: each judge cache has its own), and follows its mode:
 ``--cache-mode off`` (or no cache path) turns both off, ``read-only`` reads both and writes neither.
 A dry run reads it and writes nothing. Stored scores are written at the end of each batch and when
 the runner flushes its scores: a run killed outright loses at most those of its last batch.
@@ -41,9 +42,9 @@ from typing import Any, Iterable, Optional
 from .. import __version__
 from ..schema import Score
 
-__all__ = ["ScoreCache", "score_cache_for", "metric_prefix", "case_key"]
+__all__ = ["ScoreCache", "score_cache_for", "score_cache_path", "metric_prefix", "case_key"]
 
-FILE_NAME = "score-cache.sqlite"
+SUFFIX = ".scores.sqlite"
 
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS scores "
            "(key TEXT PRIMARY KEY, score TEXT NOT NULL, stub INTEGER NOT NULL, created REAL NOT NULL)")
@@ -149,10 +150,17 @@ class ScoreCache:
             self._conn = None
 
 
+def score_cache_path(judge_cache: Path) -> Path:
+    """The score cache beside the judge cache ``judge_cache``: ``cache.sqlite`` -> ``cache.scores.sqlite``."""
+    judge_cache = Path(judge_cache)
+    stem = judge_cache.name[:-len(".sqlite")] if judge_cache.name.endswith(".sqlite") else judge_cache.name
+    return judge_cache.with_name(stem + SUFFIX)
+
+
 def score_cache_for(judge: Any, dry_run: bool = False) -> Optional[ScoreCache]:
-    """The score cache of a run judged by ``judge`` (a `JudgeConfig`): beside its judge cache, in the
-    same mode; None when the judge cache is off. A dry run only reads it."""
+    """The score cache of a run judged by ``judge`` (a `JudgeConfig`): its judge cache's, in the same
+    mode; None when the judge cache is off. A dry run only reads it."""
     if judge is None or judge.cache_path is None or judge.cache_mode == "off":
         return None
-    path = Path(judge.cache_path).with_name(FILE_NAME)
+    path = score_cache_path(judge.cache_path)
     return ScoreCache(path, read_only=dry_run or judge.cache_mode == "read-only")
