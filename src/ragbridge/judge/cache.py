@@ -19,6 +19,34 @@ from pathlib import Path
 from typing import Any, Optional
 
 
+def open_database(path: Path, table: str, *, read_only: bool, schema: tuple[str, ...] = ()
+                  ) -> sqlite3.Connection:
+    """A cache's SQLite file, shareable by threads (the caller locks), in autocommit mode.
+
+    Read-write: WAL, its folder made, ``schema`` (``CREATE TABLE IF NOT EXISTS ...``) applied.
+    Read-only (an existing file): opened with ``mode=ro`` and checked by reading ``table``; a WAL
+    database in a read-only directory (a CI checkout) cannot be opened so and is opened immutable."""
+    if not read_only:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        for statement in schema:
+            conn.execute(statement)
+        return conn
+    uri = path.resolve().as_uri()
+    conn = None
+    try:
+        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False, isolation_level=None)
+        conn.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchall()
+        return conn
+    except sqlite3.OperationalError:
+        if conn is not None:
+            conn.close()
+        return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, check_same_thread=False,
+                               isolation_level=None)
+
+
 class JudgeCache:
     """SQLite response cache (WAL). One connection shared by all threads under a lock.
 
@@ -52,27 +80,12 @@ class JudgeCache:
         self._writer: Optional[threading.Thread] = None
         if read_only:
             if self.path.is_file():
-                uri = self.path.resolve().as_uri()
-                try:
-                    self._conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False,
-                                                 isolation_level=None)
-                    self._conn.execute("SELECT 1 FROM responses LIMIT 1").fetchall()
-                except sqlite3.OperationalError:
-                    # e.g. a WAL database in a read-only directory (CI checkouts): open it as immutable.
-                    if self._conn is not None:
-                        self._conn.close()
-                    self._conn = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True,
-                                                 check_same_thread=False, isolation_level=None)
+                self._conn = open_database(self.path, "responses", read_only=True)
         else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None,
-                                         timeout=30)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute(
+            self._conn = open_database(self.path, "responses", read_only=False, schema=(
                 "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, path TEXT NOT NULL, model TEXT, "
-                "status INTEGER NOT NULL, body BLOB NOT NULL, created REAL NOT NULL)")
-            self._conn.execute("CREATE TABLE IF NOT EXISTS aliases (raw TEXT PRIMARY KEY, key TEXT NOT NULL)")
+                "status INTEGER NOT NULL, body BLOB NOT NULL, created REAL NOT NULL)",
+                "CREATE TABLE IF NOT EXISTS aliases (raw TEXT PRIMARY KEY, key TEXT NOT NULL)"))
             self._writer = threading.Thread(target=self._write_periodically,
                                             name="ragbridge-judge-cache-writer", daemon=True)
             self._writer.start()

@@ -388,9 +388,9 @@ class _Reuse:
                 continue
             score, stub = hit
             self.stub = self.stub or stub
+            # the key holds the case (its id), metric, backend and repeat: only this run's usage differs
             immediate.append(score.model_copy(update={
-                "case_id": ids[i], "metric": metric, "backend": backend, "repeat": repeat, "cached": True,
-                "judge_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0,
+                "cached": True, "judge_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0,
                 "cost": 0.0 if self.priced else None}))
         return left
 

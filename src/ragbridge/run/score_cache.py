@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from .. import __version__
+from ..judge.cache import open_database
 from ..schema import Score
 
 __all__ = ["ScoreCache", "score_cache_for", "score_cache_path", "metric_prefix", "case_key"]
@@ -86,18 +87,9 @@ class ScoreCache:
         self.read_only = read_only
         self._pending: dict[str, tuple[str, int, float]] = {}
         self._conn: Optional[sqlite3.Connection] = None
-        if read_only:
-            if self.path.is_file():
-                with contextlib.suppress(sqlite3.Error):
-                    self._conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
-                                                 isolation_level=None)
-                    self._conn.execute("SELECT 1 FROM scores LIMIT 1").fetchall()
-        else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute(_SCHEMA)
+        if not read_only or self.path.is_file():
+            with contextlib.suppress(sqlite3.Error):  # an unusable cache is a cold cache
+                self._conn = open_database(self.path, "scores", read_only=read_only, schema=(_SCHEMA,))
 
     def get_many(self, keys: Iterable[str]) -> dict[str, tuple[Score, bool]]:
         """The stored scores of ``keys`` that are present: key -> (score, made by the stub judge)."""
@@ -128,7 +120,7 @@ class ScoreCache:
         cache is read-only."""
         if self.read_only or self._conn is None:
             return False
-        self._pending[key] = (score.model_dump_json(exclude={"cached"}), int(stub), time.time())
+        self._pending[key] = (score.model_dump_json(), int(stub), time.time())
         return True
 
     def commit(self) -> None:
@@ -152,9 +144,7 @@ class ScoreCache:
 
 def score_cache_path(judge_cache: Path) -> Path:
     """The score cache beside the judge cache ``judge_cache``: ``cache.sqlite`` -> ``cache.scores.sqlite``."""
-    judge_cache = Path(judge_cache)
-    stem = judge_cache.name[:-len(".sqlite")] if judge_cache.name.endswith(".sqlite") else judge_cache.name
-    return judge_cache.with_name(stem + SUFFIX)
+    return Path(judge_cache).with_suffix(SUFFIX)
 
 
 def score_cache_for(judge: Any, dry_run: bool = False) -> Optional[ScoreCache]:
