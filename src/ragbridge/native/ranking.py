@@ -79,6 +79,7 @@ __all__ = [
     "GAINS",
     "evaluate",
     "parse_metric",
+    "chunk_labels",
 ]
 
 GAINS = ("linear", "exponential")
@@ -158,6 +159,21 @@ def _match_slow(ci, ids, sources, rel, m_case, m_rank, m_grade, uncredited):
         m_case.append(ci)
         m_rank.append(i)
         m_grade.append(g)
+
+
+def chunk_labels(case: "Case") -> list[Optional[str]]:
+    """The relevance rule, chunk by chunk, for formats that must spell it out: for each chunk of
+    ``case.contexts``, the label it matches (its ``id`` when that is a key of ``relevant``, else its
+    ``source`` when that is), whatever the grade; None for a chunk that matches no label and for a
+    repeated chunk id (dropped before ranking)."""
+    rel, seen, out = case.relevant, set(), []
+    for c in case.contexts:
+        if c.id in seen:
+            out.append(None)
+            continue
+        seen.add(c.id)
+        out.append(c.id if c.id in rel else c.source if c.source is not None and c.source in rel else None)
+    return out
 
 
 def _chunk_lists(cases):
