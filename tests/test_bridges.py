@@ -48,14 +48,25 @@ from trulens.core.session import TruSession
 from trulens.feedback import GroundTruthAgreement
 from trulens.providers.openai import OpenAI
 
-out = {}
+from trulens.core.schema.groundtruth import GroundTruth
+
+out = {"native_rows": []}
+for q, ctx, expected in [  # a table in TruLens's own schema: GroundTruth rows plus the app's contexts
+        ("Refund window?", ["Refunds within 14 days.", "Shipping takes 3 days."],
+         [{"text": "Refunds within 14 days.", "expect_score": 2}, {"text": "Annual plans: 30 days."}]),
+        ("Shipping time?", ["Shipping takes 3 days.", "Refunds within 14 days."],
+         [{"text": "Shipping takes 3 days.", "expect_score": 0.5, "title": "shipping"}]),
+        ("Unlabelled?", ["Refunds within 14 days."], None)]:
+    row = json.loads(GroundTruth(dataset_id="d", query=q, expected_chunks=expected).model_dump_json())
+    out["native_rows"].append({k: row[k] for k in ("query", "expected_chunks") if row[k] is not None}
+                              | {"contexts": ctx})
 session = TruSession(database_url="sqlite:///:memory:")
 for i, path in enumerate(sys.argv[1:]):
     if path.endswith(".parquet"):
         frame = pd.DataFrame(pq.read_table(path).to_pylist())
         frame["meta"] = frame["meta"].map(json.loads)
     else:
-        frame = pd.read_json(path, lines=True, dtype=False)
+        frame = pd.read_json(path, lines=True, dtype=False, precise_float=True)
     frame = frame.astype(object).where(frame.notna(), None)
     session.add_ground_truth_to_dataset(f"golden{i}", frame, {})
     truth = session.get_ground_truth(f"golden{i}")
@@ -95,12 +106,9 @@ def _trulens_precision(case: Case, row: dict, k) -> float:
 def trulens_example(tmp_path_factory):
     pytest.importorskip("trulens.core")
     tmp = tmp_path_factory.mktemp("trulens")
-    paths = []
-    for suffix in (".jsonl", ".parquet"):
-        path = tmp / f"triad{suffix}"
-        res = ragbridge_cli("convert", EXAMPLE, path, "--to", "trulens")
-        assert res.returncode == 0 and "warning" not in res.stderr, res.stderr
-        paths.append(path)
+    paths = [tmp / "triad.jsonl", tmp / "triad.parquet"]
+    for path in paths:
+        assert write_cases(load_cases(EXAMPLE), path, "trulens") == []
     mixed = tmp / "mixed.jsonl"  # one case with a reference and labels, one with neither
     write_cases([Case(id="a", question="q1", reference="r", contexts=[{"id": "c1", "text": "t1"}],
                       relevant={"c1": 1}),
@@ -171,26 +179,10 @@ def test_trulens_keeps_the_labels_in_its_own_store(trulens_example):
             assert back.contexts == [] and back.answer is None
 
 
-def test_trulens_expected_chunks_read_back_as_labels(tmp_path):
+def test_trulens_expected_chunks_read_back_as_labels(trulens_example, tmp_path):
     """A table in TruLens's own schema (``GroundTruth`` rows plus the app's ``contexts``): its expected
     chunks are labels, so native metrics on it are TruLens's, and it writes back unchanged."""
-    pytest.importorskip("trulens.core")
-    script = r'''
-import json
-from trulens.core.schema.groundtruth import GroundTruth
-rows = []
-for q, ctx, expected in [
-        ("Refund window?", ["Refunds within 14 days.", "Shipping takes 3 days."],
-         [{"text": "Refunds within 14 days.", "expect_score": 2}, {"text": "Annual plans: 30 days."}]),
-        ("Shipping time?", ["Shipping takes 3 days.", "Refunds within 14 days."],
-         [{"text": "Shipping takes 3 days.", "expect_score": 0.5, "title": "shipping"}]),
-        ("Unlabelled?", ["Refunds within 14 days."], None)]:
-    gt = GroundTruth(dataset_id="d", query=q, expected_chunks=expected)
-    row = json.loads(gt.model_dump_json())
-    rows.append({k: row[k] for k in ("query", "expected_chunks") if row[k] is not None} | {"contexts": ctx})
-print(json.dumps(rows))
-'''
-    rows = json.loads(_child(script, cwd=tmp_path))
+    rows = trulens_example[0]["native_rows"]
     src = tmp_path / "triad.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     mid, out = tmp_path / "cases.jsonl", tmp_path / "again.jsonl"

@@ -27,12 +27,11 @@ from hypothesis import strategies as st
 import ragbridge  # noqa: F401  (privacy defaults before the libraries are imported)
 from conftest import EXAMPLE, ragbridge_cli
 from ragbridge.formats import get_formats, load_cases, write_cases
-from ragbridge.formats.records import plain
 from ragbridge.native.ranking import evaluate as rank
 from ragbridge.schema import Case, Chunk
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = 25  # per format: a few seconds each
+EXAMPLES = 8  # per format: a few seconds each
 
 # ------------------------------------------------------------------------------------------------
 # Canonical cases, generated
@@ -138,20 +137,30 @@ def check_ragas_dataset(ds, cases: list[Case], lost: list[str]):
                 assert p == pytest.approx(float(rank([c], [f"precision@{k}"])[f"precision@{k}"][0]))
 
 
-def load_ragas_jsonl(path, cases, lost):
+# Each library step: the library's own loader reads ragbridge's file (and must see the cases), then
+# the library's own writer saves what it loaded; the step returns the path of that re-saved file.
+
+
+def load_ragas_jsonl(path, cases, lost, out):
     from ragas.dataset_schema import EvaluationDataset
 
-    check_ragas_dataset(EvaluationDataset.from_jsonl(path), cases, lost)
+    ds = EvaluationDataset.from_jsonl(path)
+    check_ragas_dataset(ds, cases, lost)
+    ds.to_jsonl(out / "resaved.jsonl")
+    return out / "resaved.jsonl"
 
 
-def load_ragas_hf(path, cases, lost):
+def load_ragas_hf(path, cases, lost, out):
     import datasets
     from ragas.dataset_schema import EvaluationDataset
 
-    check_ragas_dataset(EvaluationDataset.from_hf_dataset(datasets.load_from_disk(str(path))), cases, lost)
+    ds = EvaluationDataset.from_hf_dataset(datasets.load_from_disk(str(path)))
+    check_ragas_dataset(ds, cases, lost)
+    ds.to_hf_dataset().save_to_disk(str(out / "resaved"))
+    return out / "resaved"
 
 
-def load_ragas_csv(path, cases, lost):
+def load_ragas_csv(path, cases, lost, out):
     """RAGAS has no CSV reader: pandas, Python literals for the list cells, then ``from_list``."""
     import pandas as pd
     from ragas.dataset_schema import EvaluationDataset
@@ -161,7 +170,10 @@ def load_ragas_csv(path, cases, lost):
     frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     rows = [{k: (ast.literal_eval(v) if k in lists else v) for k, v in row.items() if v != ""}
             for row in frame.to_dict("records")]
-    check_ragas_dataset(EvaluationDataset.from_list(rows), cases, lost)
+    ds = EvaluationDataset.from_list(rows)
+    check_ragas_dataset(ds, cases, lost)
+    ds.to_csv(out / "resaved.csv")
+    return out / "resaved.csv"
 
 
 def _pandas_looks_missing_or_numeric(value) -> bool:
@@ -183,59 +195,86 @@ def _pandas_looks_missing_or_numeric(value) -> bool:
 
 
 def load_deepeval(kind):
-    def check(path, cases, lost):
+    def check(path, cases, lost, out):
         from deepeval.dataset import EvaluationDataset
 
         if kind == "csv" and any(_pandas_looks_missing_or_numeric(v) for c in cases
-                                 for v in (c.question, c.answer, c.reference, c.id)):
-            return  # DeepEval's CSV loader reads cells with pandas' type inference (docs/formats.md)
+                                 for v in (c.question, c.id)):
+            return None  # DeepEval's CSV loader fails on these (the writer warns: docs/formats.md)
         ds = EvaluationDataset()
         getattr(ds, f"add_goldens_from_{kind}_file")(str(path))
         assert len(ds.goldens) == len(cases)
         split = {_top(n) for n in lost}
         for g, c in zip(ds.goldens, cases):
-            assert (g.input, g.name) == (c.question, c.id)
+            assert g.input == c.question
+            if "id" not in split:
+                assert g.name in (c.id, None)
             if "contexts" not in split:
-                assert (g.retrieval_context or []) == [x.text for x in c.contexts]
+                assert [getattr(x, "context", x) for x in g.retrieval_context or []] == [
+                    x.text for x in c.contexts]
             if "reference_contexts" not in split:
                 assert (g.context or []) == c.reference_contexts
             if "answer" not in split:
                 assert g.actual_output == c.answer
             if "reference" not in split:
                 assert g.expected_output == c.reference
+        return Path(ds.save_as(kind, str(out), "resaved"))
     return check
 
 
-def load_trulens(path, cases, lost):
-    """TruLens has no file reader: pandas, then TruLens's ``GroundTruth`` row by row, exactly as
-    ``TruSession.add_ground_truth_to_dataset`` builds them."""
+def load_trulens(path, cases, lost, out):
+    """TruLens has no file reader: the recipe of docs/formats.md, then TruLens's ``GroundTruth`` row
+    by row, exactly as ``TruSession.add_ground_truth_to_dataset`` builds them; its re-save is the
+    ground-truth table TruLens stores (``get_ground_truth``'s columns), written with pandas."""
     import pandas as pd
+    import pyarrow.parquet as pq
     from trulens.core.schema.groundtruth import GroundTruth
 
     suffix = Path(path).suffix
     if suffix == ".csv":
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+        frame = pd.read_csv(path, dtype=object, keep_default_na=False)
+        frame = frame.where(frame != "", None)
+        for col in ("contexts", "expected_chunks", "meta"):
+            if col in frame:
+                frame[col] = frame[col].map(lambda v: None if v is None else json.loads(v))
     elif suffix == ".parquet":
-        frame = pd.read_parquet(path)
+        frame = pd.DataFrame(pq.read_table(path).to_pylist())
+        frame["meta"] = frame["meta"].map(json.loads)
     else:
-        frame = pd.read_json(path, lines=suffix == ".jsonl", dtype=False)
-    rows = [plain(r) for r in frame.astype(object).where(frame.notna(), None).to_dict("records")]
-    assert len(rows) == len(cases)
-    for row, c in zip(rows, cases):
-        row = {k: (json.loads(v) if k in ("expected_chunks", "meta", "contexts") and isinstance(v, str)
-                   else v)
-               for k, v in row.items() if v not in (None, "")}
-        gt = GroundTruth(dataset_id="golden", query=row["query"], query_id=row.get("query_id"),
-                         expected_response=row.get("expected_response"),
-                         expected_chunks=row.get("expected_chunks"), meta=row.get("meta"))
+        frame = pd.read_json(path, lines=suffix == ".jsonl", dtype=False, precise_float=True)
+    frame = frame.astype(object).where(frame.notna(), None)
+    assert len(frame) == len(cases)
+    stored = []
+    for (_, row), c in zip(frame.iterrows(), cases):  # as add_ground_truth_to_dataset reads the rows
+        gt = GroundTruth(dataset_id="golden", query=row["query"], query_id=row.get("query_id", None),
+                         expected_response=row.get("expected_response", None),
+                         expected_chunks=row.get("expected_chunks", None), meta=row.get("meta", None))
         assert (gt.query, gt.query_id) == (c.question, c.id)
-        assert [x["text"] for x in gt.expected_chunks or []] == c.reference_contexts
+        expected = [{"text": t, "expect_score": g} for t, g in _trulens_labels(c)]
+        assert [{k: x[k] for k in ("text", "expect_score")} for x in gt.expected_chunks] == expected
+        stored.append({k: v for k, v in json.loads(gt.model_dump_json()).items()
+                       if k in ("query", "query_id", "expected_response", "expected_chunks", "meta")})
+    (out / "resaved.jsonl").write_text("".join(json.dumps(r) + "\n" for r in stored), encoding="utf-8")
+    return out / "resaved.jsonl"
 
 
-def load_trec(path, cases, lost):
+def _trulens_labels(case):
+    """(text, grade) per label with grade >= 1, as docs/formats.md says the TruLens export writes them."""
+    from ragbridge.formats.records import chunk_id_for_text
+    first = {}
+    for chunk, label in zip(case.contexts, case.chunk_labels()):
+        if label is not None:
+            first.setdefault(label, chunk.text)
+    gold = {chunk_id_for_text(t): t for t in case.reference_contexts}
+    return [(first.get(label, gold.get(label, label)), g) for label, g in case.relevant.items() if g >= 1]
+
+
+def load_trec(path, cases, lost, out):
     """pytrec_eval's own parsers read the run and the qrels beside it: each case with chunks is a
-    query ranking exactly its chunk ids, and every id label is a judgement of that query."""
+    query ranking exactly its chunk ids, and every id label is a judgement of that query. ranx
+    (``Run.from_file``, ``Qrels.from_file``, ``save``) re-saves them."""
     pytrec_eval = pytest.importorskip("pytrec_eval")
+    ranx = pytest.importorskip("ranx")
     with open(path, encoding="utf-8") as f:
         run = pytrec_eval.parse_run(f)
     with open(Path(path).with_suffix(".qrels"), encoding="utf-8") as f:
@@ -245,27 +284,39 @@ def load_trec(path, cases, lost):
         if c.contexts:
             assert set(run[c.id]) == {x.id for x in c.contexts}
         for label, grade in c.relevant.items():
-            assert qrels[c.id][label] == grade
+            if any(x.id == label for x in c.contexts) or not any(x.source == label for x in c.contexts):
+                assert qrels[c.id][label] == grade
+    ranx.Run.from_file(str(path), kind="trec").save(str(out / "resaved.trec"), kind="trec")
+    ranx.Qrels.from_file(str(Path(path).with_suffix(".qrels")), kind="trec").save(
+        str(out / "resaved.qrels"), kind="trec")
+    return out / "resaved.trec"
 
 
 def load_pandas(kind):
-    def check(path, cases, lost):
+    def check(path, cases, lost, out):
         import datasets
         import pandas as pd
 
         if kind == "hf":
-            column = datasets.load_from_disk(str(path))["question"]
-        elif kind == "csv":
-            column = pd.read_csv(path, dtype=str, keep_default_na=False)["question"].tolist()
+            ds = datasets.load_from_disk(str(path))
+            assert ds["question"] == [c.question for c in cases]
+            ds.save_to_disk(str(out / "resaved"))
+            return out / "resaved"
+        if kind == "csv":
+            frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+            frame.to_csv(out / "resaved.csv", index=False)
         elif kind == "parquet":
-            column = pd.read_parquet(path)["question"].tolist()
+            frame = pd.read_parquet(path)
+            frame.to_parquet(out / "resaved.parquet", index=False)
         else:
-            column = pd.read_json(path, lines=True, dtype=False)["question"].tolist()
-        assert column == [c.question for c in cases]
+            frame = pd.read_json(path, lines=True, dtype=False, precise_float=True)
+            frame.to_json(out / "resaved.jsonl", orient="records", lines=True, force_ascii=False)
+        assert frame["question"].tolist() == [c.question for c in cases]
+        return out / f"resaved.{kind}"
     return check
 
 
-#: (format, file suffix or "" for a folder) -> the library's own loader check
+#: (format, file suffix or "" for a folder) -> the library's own loader and re-save
 WRITTEN = {
     ("jsonl", ".jsonl"): load_pandas("jsonl"),
     ("csv", ".csv"): load_pandas("csv"),
@@ -286,8 +337,6 @@ WRITTEN = {
     ("trulens", ".parquet"): load_trulens,
     ("trec", ".trec"): load_trec,
 }
-
-
 def test_every_registered_format_is_proven_here():
     writable = {n for n, f in get_formats().items() if f.write}
     assert writable == {n for n, _ in WRITTEN}, "a format without a round-trip test below"
@@ -332,9 +381,15 @@ def test_round_trip_is_identity_or_loud_and_the_library_loads_it(name, suffix):
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / ("cases" + suffix)
             lost = write_cases(cases, path, name)
-            back = load_cases(path, name)
-            assert_round_trip(cases, back, lost, fmt.cannot_hold)
-            WRITTEN[(name, suffix)](path, cases, lost)
+            assert set(lost) <= set(fmt.cannot_hold) | set(fmt.resave_drops), lost
+            back = load_cases(path, name)  # ragbridge's own file
+            assert_round_trip(cases, back, [n for n in lost if n in fmt.cannot_hold], fmt.cannot_hold)
+            out = Path(tmp) / "library"
+            out.mkdir()
+            resaved = WRITTEN[(name, suffix)](path, cases, lost, out)  # in the library's hands
+            if resaved is not None:
+                again = load_cases(resaved, name)
+                assert_round_trip(cases, again, lost, fmt.cannot_hold + fmt.resave_drops)
 
     round_trip()
 
@@ -478,43 +533,6 @@ def test_trulens_expected_chunk_scores_and_titles_survive(tmp_path):
 
     gt = GroundTruth(dataset_id="d", query=row["query"], expected_chunks=row["expected_chunks"])
     assert gt.expected_chunks[0]["expect_score"] == 0.5 and gt.expected_chunks[0]["title"] == "Refunds"
-
-
-def test_trulens_session_loads_the_export(tmp_path):
-    """TruLens's own loader: ``TruSession.add_ground_truth_to_dataset`` (in memory, in a child
-    process: a TruSession is process-wide) takes the exported table and keeps what it holds."""
-    pytest.importorskip("trulens.core")
-    import subprocess
-    import sys
-
-    src = tmp_path / "triad.jsonl"
-    assert write_cases(load_cases(EXAMPLE), src, "trulens") == []
-    script = (
-        "import json, sys, pandas as pd\n"
-        "from trulens.core.session import TruSession\n"
-        "frame = pd.read_json(sys.argv[1], lines=True, dtype=False)\n"
-        "frame = frame.astype(object).where(frame.notna(), None)\n"
-        "session = TruSession(database_url='sqlite:///:memory:')\n"
-        "session.add_ground_truth_to_dataset('golden', frame, {})\n"
-        "gt = session.get_ground_truth('golden')\n"
-        "rows = gt.astype(object).where(gt.notna(), None).to_dict('records')\n"
-        "print(json.dumps([{k: r[k] for k in ('query_id', 'query', 'expected_chunks', 'meta')}"
-        " for r in rows]))\n"
-    )
-    res = subprocess.run([sys.executable, "-c", script, str(src)], capture_output=True, text=True,
-                         cwd=tmp_path,
-                         env={**__import__("os").environ, "TRULENS_OTEL_TRACING": "0", "HOME": str(tmp_path)},
-                         timeout=300)
-    assert res.returncode == 0, res.stderr
-    loaded = {r["query_id"]: r for r in json.loads(res.stdout.splitlines()[-1])}
-    cases = load_cases(EXAMPLE)
-    assert set(loaded) == {c.id for c in cases}
-    for c in cases:
-        row = loaded[c.id]
-        assert row["query"] == c.question
-        assert [x["text"] for x in row["expected_chunks"] or []] == c.reference_contexts
-        assert row["meta"]["ragbridge"].get("relevant", {}) == c.relevant
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["triad.jsonl"]  # TruLens wrote no file
 
 
 # ------------------------------------------------------------------------------------------------

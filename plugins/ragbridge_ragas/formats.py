@@ -38,7 +38,7 @@ from ragbridge.formats import DatasetError, Format
 from ragbridge.formats.files import read_hf_rows
 from ragbridge.schema import Case
 
-from .translate import READ_FIELDS, SIDECAR, cases_to_rows, lost_fields, rows_to_cases
+from .translate import RAGAS_FIELDS, READ_FIELDS, SIDECAR, cases_to_rows, lost_fields, rows_to_cases
 
 __all__ = ["FORMATS", "from_ragas", "to_ragas", "read_ragas", "read_ragas_jsonl", "read_ragas_hf",
            "read_ragas_csv", "write_ragas_jsonl", "write_ragas_hf", "write_ragas_csv"]
@@ -156,7 +156,7 @@ def write_ragas_jsonl(cases: Sequence[Case], path: Path) -> list[str]:
     with open(path, "w", encoding="utf-8") as f:
         for row in cases_to_rows(cases):
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return []
+    return lost_fields(cases)  # held by the file, lost when RAGAS re-saves it
 
 
 def _flat_sidecar(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -173,7 +173,7 @@ def write_ragas_hf(cases: Sequence[Case], path: Path) -> list[str]:
     rows = _flat_sidecar(cases_to_rows(cases))
     columns = list(dict.fromkeys(k for row in rows for k in row))  # from_list reads the first row's keys only
     datasets.Dataset.from_list([{k: row.get(k) for k in columns} for row in rows]).save_to_disk(str(path))
-    return []
+    return lost_fields(cases)
 
 
 _LIST_COLUMNS = {"retrieved_contexts", "reference_contexts", "retrieved_context_ids", "reference_context_ids",
@@ -227,18 +227,27 @@ def write_ragas_csv(cases: Sequence[Case], path: Path) -> list[str]:
             writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in columns})
     # an empty cell reads back as missing
     return [f"{name} (empty)" for name in ("answer", "reference")
-            if any(getattr(c, name) == "" for c in cases)]
+            if any(getattr(c, name) == "" for c in cases)] + lost_fields(cases)
 
+
+#: what RAGAS's own load and re-save lose: the ``ragbridge`` column (`lost_fields` names its parts)
+RESAVE_DROPS = ("id", "contexts.id", "contexts.score", "contexts.source", "relevant (grades)", "must_contain",
+                "must_not_contain", "answerable", "tags", "metadata")
 
 FORMATS = [
     Format("ragas", (), read_ragas, write_ragas_jsonl,
            "RAGAS EvaluationDataset as JSONL (to_jsonl / from_jsonl), ids in the labels' id space, "
            "other fields in a 'ragbridge' column; also reads a datasets folder, .csv, .parquet, .json "
            "and RAGAS' legacy column names",
-           fields=READ_FIELDS),
+           fields=READ_FIELDS, signature=frozenset(RAGAS_FIELDS),
+           resaved_by="RAGAS's EvaluationDataset.from_jsonl and to_jsonl", resave_drops=RESAVE_DROPS),
     Format("ragas-hf", (), read_ragas_hf, write_ragas_hf,
-           "RAGAS EvaluationDataset as a Hugging Face datasets folder", is_dir=True),
+           "RAGAS EvaluationDataset as a Hugging Face datasets folder", is_dir=True,
+           resaved_by="RAGAS's EvaluationDataset.from_hf_dataset and to_hf_dataset",
+           resave_drops=RESAVE_DROPS),
     Format("ragas-csv", (), read_ragas_csv, write_ragas_csv,
            "RAGAS EvaluationDataset.to_csv output (list cells as Python literals)",
-           cannot_hold=("answer (empty)", "reference (empty)")),
+           cannot_hold=("answer (empty)", "reference (empty)"),
+           resaved_by="RAGAS's EvaluationDataset.from_list (after pandas) and to_csv",
+           resave_drops=RESAVE_DROPS),
 ]

@@ -55,7 +55,6 @@ from ragbridge.formats.files import read_hf_rows
 from ragbridge.formats.records import cases_from_records, chunk_id_for_text, derived_chunk_ids
 from ragbridge.formats.records import is_missing as _missing
 from ragbridge.formats.records import plain as _plain
-from ragbridge.native.ranking import chunk_labels
 from ragbridge.schema import Case, Score
 
 __all__ = [
@@ -167,7 +166,7 @@ def expected_chunks_of(case: Case) -> list[dict[str, Any]]:
         if relevant == case.relevant and texts == case.reference_contexts:
             return kept
     first: dict[str, str] = {}
-    for chunk, label in zip(case.contexts, chunk_labels(case)):
+    for chunk, label in zip(case.contexts, case.chunk_labels()):
         if label is not None:
             first.setdefault(label, chunk.text)
     gold = {chunk_id_for_text(t): t for t in case.reference_contexts}
@@ -446,13 +445,19 @@ def _write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
     pq.write_table(pa.table(arrays), path)
 
 
+#: what TruLens's own ground-truth store keeps not (``GroundTruth`` has no field for the app's outputs)
+RESAVE_DROPS = ("answer", "contexts")
+
+
 def write_trulens(cases: Sequence[Case], path: Path) -> list[str]:
     path = Path(path)
     rows = [case_to_row(c) for c in cases]
     suffix = path.suffix.lower()
+    resave = [name for name in RESAVE_DROPS if any(getattr(c, name) for c in cases)
+              or (name == "answer" and any(c.answer is not None for c in cases))]
     if suffix in (".parquet", ".pq"):
         _write_parquet(rows, path)
-        return []
+        return resave
     if suffix == ".csv":
         import pandas as pd
 
@@ -462,21 +467,22 @@ def write_trulens(cases: Sequence[Case], path: Path) -> list[str]:
         pd.DataFrame(flat).to_csv(path, index=False, quoting=csv.QUOTE_ALL)
         # an empty cell reads back as missing
         return [f"{name} (empty, CSV)" for name in ("answer", "reference")
-                if any(getattr(c, name) == "" for c in cases)]
+                if any(getattr(c, name) == "" for c in cases)] + resave
     if suffix == ".json":
         path.write_text(json.dumps(rows, ensure_ascii=False, indent=1), encoding="utf-8")
-        return []
+        return resave
     with open(path, "w", encoding="utf-8") as f:
         for r in rows:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    return []
+    return resave
 
 
 FORMATS = [
     Format("trulens", (), read_trulens, write_trulens,
            "TruLens RAG-triad rows (GroundTruth columns plus response and contexts); .jsonl, .json, .csv "
            "or .parquet by suffix", cannot_hold=("answer (empty, CSV)", "reference (empty, CSV)"),
-           fields=READ_FIELDS),
+           fields=READ_FIELDS, resaved_by="TruLens's add_ground_truth_to_dataset and get_ground_truth",
+           resave_drops=RESAVE_DROPS),
 ]
 
 

@@ -26,9 +26,10 @@ from typing import Any, Callable, Optional, Sequence
 from ..plugins import load_plugins, pm
 from ..schema import Case
 from .files import DatasetError, atomic_path, jsonl_lines
-from .records import CANONICAL_FIELDS
+from .records import CANONICAL_FIELDS, CASE_FIELDS
 
-__all__ = ["DatasetError", "Format", "get_formats", "load_cases", "write_cases", "JSON_LIST_KEYS"]
+__all__ = ["DatasetError", "Format", "get_formats", "load_cases", "write_cases", "writing_format",
+           "JSON_LIST_KEYS"]
 
 logger = logging.getLogger("ragbridge")
 
@@ -44,10 +45,19 @@ class Format:
     that the format could not hold (empty: nothing lost); the caller warns with them.
     ``cannot_hold`` lists every canonical field (or part of one, e.g. ``contexts.score``) that this
     format loses on a round trip, for ``ragbridge formats``; ``docs/formats.md`` explains each.
+    ``resaved_by`` names the library's own loader and writer that a user would run on a file of
+    this format (RAGAS's ``from_jsonl`` then ``to_jsonl``, ...), and ``resave_drops`` what ragbridge's
+    file holds but the file loses in that library's hands (its loader and that re-save), for
+    ``ragbridge formats`` too; ``write`` returns those names as well when the cases use them (the
+    caller warns with them apart).
     ``options`` names the keyword arguments ``read`` takes besides the path (TREC's ``qrels``).
     ``fields`` are the record fields this format reads, for recognising its files: a file named by
     a canonical suffix (``.jsonl``, ``.csv``, ...) whose first record has a field the canonical
     format does not know, and only fields of exactly one format, is read as that format.
+    ``signature`` are the field names of the library's own schema, some of which the canonical
+    readers also accept (RAGAS's ``user_input``, ``retrieved_contexts``, ...): a file whose fields are
+    all in one format's signature, one of them not a canonical field's own name, is that library's
+    file (its reader keeps what canonical reading would not, such as an empty list).
     """
 
     name: str
@@ -60,6 +70,9 @@ class Format:
     cannot_hold: tuple[str, ...] = ()
     fields: frozenset[str] = frozenset()
     options: tuple[str, ...] = ()
+    resaved_by: str = ""
+    resave_drops: tuple[str, ...] = ()
+    signature: frozenset[str] = frozenset()
 
 
 def get_formats() -> dict[str, Format]:
@@ -137,11 +150,16 @@ def _recognise(path: Path, fmt: Format) -> Format:
     record = _first_record(path)
     if record is None:
         return fmt
+    formats = get_formats()
     foreign = sorted(set(record) - CANONICAL_FIELDS)
     if not foreign:
-        return fmt
-    formats = get_formats()
-    claims = sorted(n for n, f in formats.items() if f.read and f.fields and set(record) <= f.fields)
+        foreign = sorted(set(record) - set(CASE_FIELDS))
+        claims = sorted(n for n, f in formats.items()
+                        if f.read and f.signature and set(record) <= f.signature)
+        if not foreign or len(claims) != 1:
+            return fmt
+    else:
+        claims = sorted(n for n, f in formats.items() if f.read and f.fields and set(record) <= f.fields)
     if len(claims) > 1:
         raise DatasetError(
             f"its fields ({', '.join(sorted(record))}) fit more than one format: {', '.join(claims)}",
@@ -195,12 +213,21 @@ def reading_format(path: Path, format: Optional[str], options: dict[str, Any]) -
     return fmt
 
 
-def write_cases(cases: Sequence[Case], path: str | Path, format: Optional[str] = None) -> list[str]:
-    """Write cases; returns the canonical fields the format could not hold (empty: nothing lost)."""
+def writing_format(path: str | Path, format: Optional[str] = None) -> Format:
+    """The format `write_cases` writes ``path`` in."""
     path = Path(path)
     fmt = _pick_format(path, format, "write")
     if fmt.write is None:
         raise DatasetError(f"format {fmt.name!r} cannot be written", path=path)
+    return fmt
+
+
+def write_cases(cases: Sequence[Case], path: str | Path, format: Optional[str] = None) -> list[str]:
+    """Write cases; returns what the cases use that the format could not hold (names from
+    `Format.cannot_hold`) or that the library's own loader and re-save lose (`Format.resave_drops`);
+    empty: nothing lost."""
+    path = Path(path)
+    fmt = writing_format(path, format)
     try:
         with atomic_path(path) as tmp:
             return fmt.write(cases, tmp)

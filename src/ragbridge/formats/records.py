@@ -882,6 +882,7 @@ class InputCheck:
         self.matching = 0
         self.textual = 0
         self.first_textual: Optional[str] = None
+        self.no_relevant = 0  # labelled, but every grade 0
 
     def add_batch(self, batch: "CaseBatch") -> None:
         if batch._records is None:  # Case objects: their canonical records
@@ -896,6 +897,8 @@ class InputCheck:
     def add(self, case_id: str, ids: list[str], chunks: Optional[list[dict[str, Any]]],
             relevant: Optional[dict[str, int]]) -> None:
         """One case: its id, chunk ids, chunk mappings (None: ids alone) and labels."""
+        if relevant and max(relevant.values()) <= 0:
+            self.no_relevant += 1
         if not ids or not relevant or max(relevant.values()) <= 0:
             return
         self.labelled += 1
@@ -908,6 +911,12 @@ class InputCheck:
             self.first_textual = self.first_textual or case_id
 
     def warnings(self) -> list[str]:
+        return self._label_warnings() + ([
+            f"{self.no_relevant} case(s) have relevance labels but none with grade >= 1: their recall, "
+            "MRR, nDCG and MAP are undefined and left out of the means (trec_eval counts such a query "
+            "as 0: run with --no-relevant zero for its mean)"] if self.no_relevant else [])
+
+    def _label_warnings(self) -> list[str]:
         if self.textual:
             return [
                 f"{self.textual} of {self.labelled} case(s) with relevance labels give their chunks as plain "

@@ -73,7 +73,8 @@ class NativeBackend(Backend):
             return
         start = time.perf_counter()
         session = ctx.session if isinstance(ctx.session, RankedCache) else RankedCache()
-        values = ranking.evaluate(session.ranked(cases), [metric], gain=opts.gain)[metric]
+        values = ranking.evaluate(session.ranked(cases), [metric], gain=opts.gain,
+                                  no_relevant=opts.no_relevant)[metric]
         undefined = np.flatnonzero(np.isnan(values)).tolist()
         reasons: list[Optional[str]] = [None] * len(values)
         if undefined:

@@ -77,12 +77,16 @@ __all__ = [
     "METRICS",
     "NEEDS_K",
     "GAINS",
+    "NO_RELEVANT",
     "evaluate",
     "parse_metric",
-    "chunk_labels",
 ]
 
 GAINS = ("linear", "exponential")
+#: what recall, MRR, nDCG and MAP are for a case whose labels all have grade 0 (R = 0): undefined
+#: (ragbridge's default, left out of means) or 0 (trec_eval, which averages such a query as 0)
+NO_RELEVANT = ("undefined", "zero")
+_R_DIVIDES = ("recall", "mrr", "ndcg", "map")
 
 
 @dataclass(frozen=True, eq=False)
@@ -159,21 +163,6 @@ def _match_slow(ci, ids, sources, rel, m_case, m_rank, m_grade, uncredited):
         m_case.append(ci)
         m_rank.append(i)
         m_grade.append(g)
-
-
-def chunk_labels(case: "Case") -> list[Optional[str]]:
-    """The relevance rule, chunk by chunk, for formats that must spell it out: for each chunk of
-    ``case.contexts``, the label it matches (its ``id`` when that is a key of ``relevant``, else its
-    ``source`` when that is), whatever the grade; None for a chunk that matches no label and for a
-    repeated chunk id (dropped before ranking)."""
-    rel, seen, out = case.relevant, set(), []
-    for c in case.contexts:
-        if c.id in seen:
-            out.append(None)
-            continue
-        seen.add(c.id)
-        out.append(c.id if c.id in rel else c.source if c.source is not None and c.source in rel else None)
-    return out
 
 
 def _chunk_lists(cases):
@@ -479,7 +468,8 @@ def parse_metric(name: str) -> tuple[str, Optional[int]]:
 
 
 def evaluate(
-    cases: Union[Sequence["Case"], Ranked], metrics: Sequence[str], gain: str = "linear"
+    cases: Union[Sequence["Case"], Ranked], metrics: Sequence[str], gain: str = "linear",
+    no_relevant: str = "undefined",
 ) -> dict[str, np.ndarray]:
     """Per-case values for each metric name, e.g. ``["recall@5", "ndcg@10", "mrr", "map@100"]``:
     the one dispatcher from metric names to kernels (the native backend, the oracle tests and the
@@ -488,18 +478,25 @@ def evaluate(
     Names and ``gain`` are validated before any work is done (ValueError for an unknown name, a bad
     k or an unknown gain). Returns ``{name: float64 array with one value per case}``, keyed by the
     names as given; ``cases`` may also be an already prepared :class:`Ranked` (the native backend
-    prepares once per run). ``gain`` applies to nDCG.
+    prepares once per run). ``gain`` applies to nDCG. ``no_relevant="zero"`` scores recall, MRR, nDCG
+    and MAP of a case whose labels all have grade 0 as 0, as trec_eval averages it, instead of
+    undefined.
     """
     if isinstance(metrics, str):
         metrics = [metrics]
     parsed = [(name, *parse_metric(name)) for name in metrics]
     if gain not in GAINS:
         raise ValueError(f"gain must be one of {', '.join(GAINS)}, got {gain!r}")
+    if no_relevant not in NO_RELEVANT:
+        raise ValueError(f"no_relevant must be one of {', '.join(NO_RELEVANT)}, got {no_relevant!r}")
     ranked = cases if isinstance(cases, Ranked) else prepare(cases)
     out: dict[str, np.ndarray] = {}
+    judged_none = ranked.labelled & (ranked.n_relevant == 0) if no_relevant == "zero" else None
     for name, base, k in parsed:
         if base == "ndcg":
             out[name] = ndcg(ranked, k, gain=gain)
         else:
             out[name] = METRICS[base](ranked, k)
+        if judged_none is not None and base in _R_DIVIDES:
+            out[name][judged_none] = 0.0
     return out

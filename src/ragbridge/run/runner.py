@@ -168,7 +168,8 @@ async def evaluate_async(
             gateway.simulate = _stub_simulator()
         elif max_calls is not None or max_cost is not None:
             spent = manifest.counts.get("judge", {})
-            gateway.set_budget(max_calls, max_cost, int(spent.get("calls", 0)), float(spent.get("cost", 0.0)))
+            gateway.set_budget(max_calls, max_cost, int(spent.get("calls") or 0),
+                               float(spent.get("cost") or 0.0))
             manifest.counts["budget"] = {"max_calls": max_calls, "max_cost": max_cost}
     specs = [spec for chosen in plan.values() for _, spec in chosen]
     repeated = (repeats > 1 and any(spec.judge for spec in specs)) or any(key[3] for key in done)
@@ -686,10 +687,12 @@ class Recorder:
             manifest.counts["target_errors"] = self.n_target_errors
         if self.gateway is not None:
             u = self.gateway.usage()
-            judge = {k: self.earlier_judge.get(k, 0) + getattr(u, k) for k in JUDGE_COUNTS}
+            judge = {k: (self.earlier_judge.get(k) or 0) + getattr(u, k) for k in JUDGE_COUNTS}
             judge["cost"] = round(judge["cost"], 10)
-            manifest.counts["judge"] = judge
             manifest.counts["cost"] = _cost_counts(self.totals, self.gateway.config, judge)
+            if manifest.counts["cost"]["total"] is None:  # no price for some call: the cost is unknown
+                judge["cost"] = None
+            manifest.counts["judge"] = judge
         if self.reuse is not None:
             manifest.counts["score_cache"] = self.reuse.counts()
         if self.self_judged and manifest.judge is not None:
