@@ -203,3 +203,279 @@ def test_trulens_expected_chunks_read_back_as_labels(trulens_example, tmp_path):
     assert [r["contexts"] for r in again] == [r["contexts"] for r in rows]
     assert all("ragbridge" not in r["meta"] for r in again)  # nothing TruLens cannot say itself
 
+
+
+# ------------------------------------------------------------------------------------------------
+# TREC at trec_eval's edges, checked against pytrec_eval (trec_eval's own code)
+
+_TREC_MEASURES = {"map": "map", "P_1": "precision@1", "P_5": "precision@5", "recip_rank": "mrr",
+                  "ndcg_cut_5": "ndcg@5", "recall_5": "recall@5"}
+
+
+def _pytrec(run_path: Path, qrels_path: Path) -> dict:
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    with open(qrels_path, encoding="utf-8") as f:
+        qrels = pytrec_eval.parse_qrel(f)
+    with open(run_path, encoding="utf-8") as f:
+        run = pytrec_eval.parse_run(f)
+    return pytrec_eval.RelevanceEvaluator(qrels, set(_TREC_MEASURES)).evaluate(run)
+
+
+def test_trec_scores_that_tie_in_single_precision_rank_as_trec_eval(tmp_path):
+    """trec_eval compares scores cast to single precision: 0.30000001 and 0.3 tie, and the docno
+    (descending) decides. The two-line run of the report: map 0.833 and P@1 1, as pytrec_eval."""
+    run, qrels = tmp_path / "r.trec", tmp_path / "r.qrels"
+    run.write_text("q1 Q0 a 1 0.30000001 x\nq1 Q0 b 2 0.3 x\n", encoding="utf-8")
+    qrels.write_text("q1 0 b 1\nq1 0 c 1\n", encoding="utf-8")
+    (case,) = load_cases(run, "trec", qrels=qrels)
+    assert [c.id for c in case.contexts] == ["b", "a"]
+    theirs = _pytrec(run, qrels)["q1"]
+    ours = rank([case], list(_TREC_MEASURES.values()))
+    for measure, metric in _TREC_MEASURES.items():
+        assert float(ours[metric][0]) == pytest.approx(theirs[measure]), measure
+    assert theirs["P_1"] == 1.0 and theirs["map"] == pytest.approx(0.5)
+
+
+def test_trec_runs_with_close_scores_score_as_pytrec_eval(tmp_path):
+    """Many queries whose scores differ only beyond single precision, or not at all."""
+    import random
+
+    rng = random.Random(7)
+    values = [0.3, 0.30000001, 0.1234567891, 0.123456789, 1.0, 1.0000000001, 2.5, 2.5000001]
+    run_lines, qrels_lines = [], []
+    for q in range(60):
+        docs = rng.sample([f"d{i}" for i in range(12)], rng.randint(1, 8))
+        for rank_, d in enumerate(docs, start=1):
+            run_lines.append(f"q{q} Q0 {d} {rank_} {rng.choice(values)!r} x\n")
+        for d in rng.sample([f"d{i}" for i in range(12)], 4):
+            qrels_lines.append(f"q{q} 0 {d} {rng.choice([0, 1, 1, 2])}\n")
+    run, qrels = tmp_path / "r.trec", tmp_path / "r.qrels"
+    run.write_text("".join(run_lines), encoding="utf-8")
+    qrels.write_text("".join(qrels_lines), encoding="utf-8")
+    theirs = _pytrec(run, qrels)
+    cases = load_cases(run, "trec", qrels=qrels)
+    ours = rank(cases, list(_TREC_MEASURES.values()))
+    compared = 0
+    for i, case in enumerate(cases):
+        if not any(g >= 1 for g in case.relevant.values()):
+            continue  # R = 0: trec_eval's 0, ragbridge's undefined (the next test)
+        compared += 1
+        for measure, metric in _TREC_MEASURES.items():
+            assert float(ours[metric][i]) == pytest.approx(theirs[case.id][measure]), (case.id, measure)
+    assert compared > 40
+    # written back, the run keeps that order: scores that tie in single precision are not written
+    out = tmp_path / "again.trec"
+    write_cases(cases, out, "trec")
+    again = _pytrec(out, out.with_suffix(".qrels"))
+    for case in cases:
+        if any(g >= 1 for g in case.relevant.values()):
+            assert again[case.id]["map"] == pytest.approx(theirs[case.id]["map"]), case.id
+
+
+def test_queries_judged_all_zero_warn_and_average_as_trec_eval_on_request(tmp_path):
+    """A query whose judgements are all grade 0: trec_eval averages it as 0; ragbridge leaves it out
+    of the mean (undefined), warns with the count, and ``--no-relevant zero`` gives trec_eval's mean."""
+    run, qrels = tmp_path / "r.trec", tmp_path / "r.qrels"
+    run.write_text("q1 Q0 a 1 3 x\nq1 Q0 b 2 2 x\nq2 Q0 c 1 3 x\nq2 Q0 d 2 2 x\nq3 Q0 e 1 1 x\n",
+                   encoding="utf-8")
+    qrels.write_text("q1 0 b 1\nq2 0 c 1\nq2 0 x 1\nq3 0 e 0\n", encoding="utf-8")
+    theirs = _pytrec(run, qrels)
+    trec_mean = sum(theirs[q]["map"] for q in theirs) / len(theirs)
+    means = {}
+    for option in ("undefined", "zero"):
+        res = ragbridge_cli("run", run, "--qrels", qrels, "--out", tmp_path / option, "--metric", "map",
+                           "--no-relevant", option, "--json", "--no-progress")
+        assert res.returncode == 0, res.stderr
+        warned = [line for line in res.stderr.splitlines() if "none with grade >= 1" in line]
+        assert len(warned) == 1 and warned[0].startswith("warning: 1 case(s)"), res.stderr
+        (row,) = json.loads(res.stdout)["summary"]
+        means[option] = (row["mean"], row["n_undefined"])
+    assert means["zero"] == (pytest.approx(trec_mean), 0)
+    assert means["undefined"] == (pytest.approx((theirs["q1"]["map"] + theirs["q2"]["map"]) / 2), 1)
+    assert means["undefined"][0] != pytest.approx(trec_mean)
+
+
+def test_trec_export_judges_the_chunks_of_a_labelled_section(tmp_path):
+    """A label naming a section is written as a judgement of each retrieved chunk of that section,
+    not as a docno no run can retrieve (which would count in R); a section nothing retrieved stays a
+    judged docno (R counts it, as native recall does). Where each section matches at most one chunk,
+    pytrec_eval on the export equals native case by case; elsewhere R counts each chunk."""
+    cases = load_cases(EXAMPLE)
+    run = tmp_path / "example.trec"
+    lost = write_cases(cases, run, "trec")
+    assert "relevant (by source)" in lost
+    theirs = _pytrec(run, run.with_suffix(".qrels"))
+    judged = {}
+    for line in run.with_suffix(".qrels").read_text().splitlines():
+        q, _, doc, grade = line.split()
+        judged.setdefault(q, {})[doc] = int(grade)
+    ours = rank(cases, list(_TREC_MEASURES.values()))
+    equal = 0
+    for i, case in enumerate(cases):
+        labels = case.chunk_labels()
+        matched = {lab for c, lab in zip(case.contexts, labels) if lab is not None and lab != c.id}
+        assert not matched & set(judged.get(case.id, {})), case.id  # no section docno once matched
+        for label in set(case.relevant) - matched:
+            assert judged[case.id][label] == case.relevant[label]  # chunk labels, unmatched sections
+        if case.id not in theirs or not any(g >= 1 for g in case.relevant.values()):
+            continue
+        if not _labels_matched_twice(case):
+            equal += 1
+            for measure, metric in _TREC_MEASURES.items():
+                assert float(ours[metric][i]) == pytest.approx(theirs[case.id][measure]), (case.id, measure)
+    assert equal >= 35
+
+
+# ------------------------------------------------------------------------------------------------
+# RAGAS: its own files, its re-save, its deterministic metrics
+
+
+def test_a_csv_ragas_to_csv_wrote_with_its_usual_columns_is_read_as_ragas(tmp_path):
+    pytest.importorskip("ragas")
+    from ragas.dataset_schema import EvaluationDataset
+
+    src = tmp_path / "ragas.csv"
+    EvaluationDataset.from_list([
+        {"user_input": "Refund window?", "retrieved_contexts": ["Refunds within 14 days.", "Shipping."],
+         "response": "14 days.", "reference": "Within 14 days."},
+        {"user_input": "Shipping?", "retrieved_contexts": ["Shipping takes 3 days."],
+         "response": "3 days.", "reference": "3 days."}]).to_csv(src)
+    assert src.read_text().splitlines()[0] == "user_input,retrieved_contexts,response,reference"
+    res = ragbridge_cli("convert", src, tmp_path / "cases.jsonl")
+    assert res.returncode == 0, res.stderr
+    assert "read as format 'ragas'" in res.stderr
+    cases = load_cases(tmp_path / "cases.jsonl")
+    assert [c.text for c in cases[0].contexts] == ["Refunds within 14 days.", "Shipping."]
+
+
+def test_a_minimal_ragas_jsonl_keeps_its_empty_retrieved_contexts(tmp_path):
+    pytest.importorskip("ragas")
+    from ragas.dataset_schema import EvaluationDataset
+
+    src, out = tmp_path / "ragas.jsonl", tmp_path / "again.jsonl"
+    EvaluationDataset.from_list([{"user_input": "q", "retrieved_contexts": []}]).to_jsonl(src)
+    mid = tmp_path / "cases.jsonl"
+    res = ragbridge_cli("convert", src, mid)
+    assert res.returncode == 0 and "read as format 'ragas'" in res.stderr, res.stderr
+    assert ragbridge_cli("convert", mid, out, "--to", "ragas").returncode == 0
+    assert EvaluationDataset.from_jsonl(out).to_list() == [{"user_input": "q", "retrieved_contexts": []}]
+
+
+def test_what_ragas_own_resave_drops_is_warned_and_nothing_else_changes(tmp_path):
+    """The bundled example through RAGAS's own from_jsonl and to_jsonl: what comes back differs from
+    the cases only in what ``convert`` warned of, and RAGAS's deterministic metrics (ID-based recall,
+    exact match, string presence, string similarity) on the re-saved file equal those on the cases."""
+    pytest.importorskip("ragas")
+    import warnings
+
+    from ragas.dataset_schema import EvaluationDataset
+    from ragas.metrics import (ExactMatch, IDBasedContextRecall, NonLLMStringSimilarity,
+                               StringPresence)
+
+    from ragbridge_ragas import to_ragas
+
+    path, resaved = tmp_path / "ragas.jsonl", tmp_path / "resaved.jsonl"
+    res = ragbridge_cli("convert", EXAMPLE, path, "--to", "ragas")
+    assert res.returncode == 0, res.stderr
+    (warned,) = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
+    assert "after RAGAS's EvaluationDataset.from_jsonl and to_jsonl these are lost:" in warned
+    names = warned.split("lost: ")[1].split(" (see")[0].split(", ")
+    assert set(names) == {"id", "contexts.id", "contexts.score", "contexts.source", "relevant (grades)",
+                          "must_contain", "must_not_contain", "answerable", "tags", "metadata"}
+    EvaluationDataset.from_jsonl(path).to_jsonl(resaved)
+    cases, back = load_cases(EXAMPLE), load_cases(resaved, "ragas")
+    changed = {k for a, b in zip(cases, back) for k, v in a.model_dump().items() if b.model_dump()[k] != v}
+    assert changed <= {n.split(" ")[0].split(".")[0] for n in names}
+    assert load_cases(path, "ragas") == cases  # ragbridge's own file holds them all
+    in_memory, _ = to_ragas(cases)
+    metrics = [IDBasedContextRecall(), ExactMatch(), StringPresence(), NonLLMStringSimilarity()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for a, b, case in zip(in_memory.samples, EvaluationDataset.from_jsonl(resaved).samples, cases):
+            for m in metrics:
+                va, vb = _outcome(m, a), _outcome(m, b)
+                assert va == vb or (va != va and vb != vb), (case.id, type(m).__name__, va, vb)
+            if case.reference is not None and case.answer is not None:
+                assert ExactMatch().single_turn_score(b) == float(case.answer == case.reference)
+
+
+def _outcome(metric, sample):
+    """A RAGAS metric's score, or the error it raises (IDBasedContextRecall refuses a sample without
+    reference ids)."""
+    try:
+        return metric.single_turn_score(sample)
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}"
+
+
+# ------------------------------------------------------------------------------------------------
+# DeepEval: its own goldens, its CSV loader, its re-save
+
+
+def test_deepeval_own_goldens_come_back_as_they_were(tmp_path):
+    """A golden with a source-tagged chunk (``RetrievedContextData``) and no name: DeepEval's own
+    save_as -> ragbridge -> DeepEval gives the same goldens, nothing added."""
+    pytest.importorskip("deepeval")
+    from deepeval.dataset import EvaluationDataset, Golden
+    from deepeval.test_case import RetrievedContextData
+
+    golden = Golden(input="Refund window?", expected_output="14 days.",
+                    retrieval_context=[RetrievedContextData(context="Refunds within 14 days.",
+                                                            source="refunds.md"), "Shipping."])
+    for kind in ("json", "jsonl", "csv"):
+        src = Path(EvaluationDataset(goldens=[golden]).save_as(kind, str(tmp_path), f"src-{kind}"))
+        out = tmp_path / f"again.{kind}"
+        mid = tmp_path / f"cases-{kind}.jsonl"
+        assert ragbridge_cli("convert", src, mid, "--from", "deepeval").returncode == 0
+        (case,) = load_cases(mid)
+        assert case.contexts[0].source == "refunds.md" and case.contexts[0].text == "Refunds within 14 days."
+        res = ragbridge_cli("convert", mid, out, "--to", "deepeval")
+        assert res.returncode == 0 and "warning" not in res.stderr, res.stderr
+        before, after = EvaluationDataset(), EvaluationDataset()
+        getattr(before, f"add_goldens_from_{kind}_file")(str(src))
+        getattr(after, f"add_goldens_from_{kind}_file")(str(out))
+        assert [g.model_dump() for g in after.goldens] == [g.model_dump() for g in before.goldens], kind
+        assert after.goldens[0].name is None
+        assert isinstance(after.goldens[0].retrieval_context[0], RetrievedContextData)
+
+
+def test_deepeval_csv_warns_of_every_cell_its_loader_reads_as_missing(tmp_path):
+    pytest.importorskip("deepeval")
+    from deepeval.dataset import EvaluationDataset
+
+    src = tmp_path / "cases.jsonl"
+    write_cases([Case(id="NA", question="q1", answer="null", contexts=[{"id": "c", "text": "NaN"}]),
+                 Case(id="ok", question="q2", answer="fine", reference="None")], src)
+    out = tmp_path / "goldens.csv"
+    res = ragbridge_cli("convert", src, out, "--to", "deepeval-csv")
+    assert res.returncode == 0, res.stderr
+    (warned,) = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
+    for name in ("id", "answer", "reference", "contexts"):
+        assert f"{name} (a cell pandas reads as missing, CSV)" in warned
+    ds = EvaluationDataset()
+    ds.add_goldens_from_csv_file(str(out))  # what DeepEval makes of them: nothing
+    g1, g2 = ds.goldens
+    assert (g1.name, g1.actual_output, g1.retrieval_context, g2.expected_output) == (None, None, [], None)
+    assert load_cases(out, "deepeval-csv") == load_cases(src)  # ragbridge reads the cells as text
+
+
+def test_deepeval_jsonl_resave_splits_texts_with_a_bar_and_says_so(tmp_path):
+    pytest.importorskip("deepeval")
+    from deepeval.dataset import EvaluationDataset
+
+    table = "| plan | days |\n|---|---|\n| monthly | 14 |"
+    src, out = tmp_path / "cases.jsonl", tmp_path / "goldens.jsonl"
+    write_cases([Case(id="t", question="Refund window?", contexts=[{"id": "c", "text": table}])], src)
+    res = ragbridge_cli("convert", src, out, "--to", "deepeval-jsonl")
+    assert res.returncode == 0
+    assert "contexts (text with '|', DeepEval's re-save)" in res.stderr
+    ds = EvaluationDataset()
+    ds.add_goldens_from_jsonl_file(str(out))
+    assert ds.goldens[0].retrieval_context == [table]  # ragbridge's file holds it
+    resaved = Path(ds.save_as("jsonl", str(tmp_path), "resaved"))
+    again = EvaluationDataset()
+    again.add_goldens_from_jsonl_file(str(resaved))
+    assert len(again.goldens[0].retrieval_context) == table.count("|") + 1  # DeepEval's own re-save
+    listed = json.loads(ragbridge_cli("formats", "--json").stdout)["formats"]
+    row = next(f for f in listed if f["name"] == "deepeval-jsonl")
+    assert row["cannot_hold"] == [] and "contexts (text with '|', DeepEval's re-save)" in row["resave_drops"]

@@ -172,7 +172,13 @@ def load_ragas_csv(path, cases, lost, out):
             for row in frame.to_dict("records")]
     ds = EvaluationDataset.from_list(rows)
     check_ragas_dataset(ds, cases, lost)
-    ds.to_csv(out / "resaved.csv")
+    try:
+        ds.to_csv(out / "resaved.csv")
+    except ValueError:  # "dict contains fields not in fieldnames": RAGAS takes the first sample's columns
+        from ragbridge_ragas.formats import CSV_FIRST_ROW
+
+        assert CSV_FIRST_ROW in lost
+        return None
     return out / "resaved.csv"
 
 

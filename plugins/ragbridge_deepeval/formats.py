@@ -416,9 +416,9 @@ def golden_record(case: Case, lists: bool = True, resave_joins: bool = False
         lost.extend(f"{name} (a cell pandas reads as missing, CSV)" for name, values in cells.items()
                     if any(v is not None and v != "" and v in PANDAS_MISSING for v in values))
     elif resave_joins:  # DeepEval's own JSONL re-save joins lists with "|" and splits them back
-        if any(DELIMITER in t for t in texts):
+        if any(DELIMITER in t for t in texts) or texts == [""]:
             lost.append("contexts (text with '|', DeepEval's re-save)")
-        if any(DELIMITER in t for t in gold):
+        if any(DELIMITER in t for t in gold) or gold == [""]:
             lost.append("reference_contexts (text with '|', DeepEval's re-save)")
 
     rec: dict[str, Any] = {k: None for k in GOLDEN_KEYS}

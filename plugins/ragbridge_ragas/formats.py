@@ -167,13 +167,34 @@ def _flat_sidecar(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+#: a RAGAS field -> the canonical field it holds
+_CANONICAL_OF = {"retrieved_contexts": "contexts", "retrieved_context_ids": "contexts.id",
+                 "reference_context_ids": "relevant", "response": "answer", "reference": "reference",
+                 "reference_contexts": "reference_contexts"}
+#: what RAGAS's ``to_hf_dataset`` loses: it keeps the fields of the first sample only
+#: (``datasets.Dataset.from_list``)
+HF_FIRST_ROW = tuple(f"{name} (absent from the first case: RAGAS's to_hf_dataset)"
+                     for name in [*_CANONICAL_OF.values(), "metadata"])
+#: RAGAS's ``to_csv`` takes its columns from the first sample and fails on a later one with more
+CSV_FIRST_ROW = "every field (RAGAS's to_csv fails when a later case has a field the first lacks)"
+
+
+def _later_fields(cases: Sequence[Case]) -> list[str]:
+    """The canonical fields a later case gives to RAGAS and the first does not."""
+    rows = cases_to_rows(cases, with_sidecar=False)
+    first = set(rows[0]) if rows else set()
+    later = {k for row in rows[1:] for k in row} - first
+    return sorted({_CANONICAL_OF.get(k, "metadata") for k in later})
+
+
 def write_ragas_hf(cases: Sequence[Case], path: Path) -> list[str]:
     import datasets
 
     rows = _flat_sidecar(cases_to_rows(cases))
     columns = list(dict.fromkeys(k for row in rows for k in row))  # from_list reads the first row's keys only
     datasets.Dataset.from_list([{k: row.get(k) for k in columns} for row in rows]).save_to_disk(str(path))
-    return lost_fields(cases)
+    return lost_fields(cases) + [f"{name} (absent from the first case: RAGAS's to_hf_dataset)"
+                                 for name in _later_fields(cases)]
 
 
 _LIST_COLUMNS = {"retrieved_contexts", "reference_contexts", "retrieved_context_ids", "reference_context_ids",
@@ -227,7 +248,8 @@ def write_ragas_csv(cases: Sequence[Case], path: Path) -> list[str]:
             writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in columns})
     # an empty cell reads back as missing
     return [f"{name} (empty)" for name in ("answer", "reference")
-            if any(getattr(c, name) == "" for c in cases)] + lost_fields(cases)
+            if any(getattr(c, name) == "" for c in cases)] + lost_fields(cases) + (
+        [CSV_FIRST_ROW] if _later_fields(cases) else [])
 
 
 #: what RAGAS's own load and re-save lose: the ``ragbridge`` column (`lost_fields` names its parts)
@@ -244,10 +266,10 @@ FORMATS = [
     Format("ragas-hf", (), read_ragas_hf, write_ragas_hf,
            "RAGAS EvaluationDataset as a Hugging Face datasets folder", is_dir=True,
            resaved_by="RAGAS's EvaluationDataset.from_hf_dataset and to_hf_dataset",
-           resave_drops=RESAVE_DROPS),
+           resave_drops=RESAVE_DROPS + HF_FIRST_ROW),
     Format("ragas-csv", (), read_ragas_csv, write_ragas_csv,
            "RAGAS EvaluationDataset.to_csv output (list cells as Python literals)",
            cannot_hold=("answer (empty)", "reference (empty)"),
            resaved_by="RAGAS's EvaluationDataset.from_list (after pandas) and to_csv",
-           resave_drops=RESAVE_DROPS),
+           resave_drops=RESAVE_DROPS + (CSV_FIRST_ROW,)),
 ]

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from ..formats import DatasetError, get_formats, load_cases, write_cases, writing_format
 from ..formats.records import input_warnings
-from .output import err, fail, out, warn
+from .output import fail, out, warn
 
 __all__ = ["register", "formats", "convert", "sample"]
 
@@ -95,11 +95,11 @@ def convert(
     held = [name for name in lost if name not in fmt.resave_drops]
     dropped = [name for name in lost if name in fmt.resave_drops]
     if held:
-        err.print("[yellow]warning:[/] the target format cannot hold " + escape(", ".join(held))
-                  + "; those values were not kept (see ragbridge formats)", highlight=False)
+        warn(f"the target format cannot hold {', '.join(held)}; those values were not kept "
+             "(see ragbridge formats)")
     if dropped:
-        err.print(f"[yellow]warning:[/] the file holds them, but after {escape(fmt.resaved_by)} these are "
-                  f"lost: {escape(', '.join(dropped))} (see ragbridge formats)", highlight=False)
+        warn(f"the file holds them, but after {fmt.resaved_by} these are lost: {', '.join(dropped)} "
+             "(see ragbridge formats)")
 
 
 def sample(
