@@ -699,7 +699,8 @@ def test_formats_json_lists_what_each_format_cannot_hold():
         assert (row["read"], row["write"], row["folder"], row["recognised"]) == (
             f.read is not None, f.write is not None, f.is_dir, bool(f.fields))
         assert set(row) == {"name", "suffixes", "folder", "read", "write", "recognised", "description",
-                            "cannot_hold"}
+                            "cannot_hold", "resaved_by", "resave_drops"}
+        assert row["resaved_by"] == f.resaved_by and row["resave_drops"] == list(f.resave_drops)
     assert listed["ragas"]["recognised"] and listed["csv"]["cannot_hold"] == ["answer (blank)",
                                                                               "reference (blank)"]
 
@@ -713,6 +714,7 @@ def test_formats_table_fits_80_columns_when_piped():
     for name in get_formats():
         assert any(line.split()[:1] == [name] for line in lines), name
     assert "cannot hold:" in res.stdout and "holds every field" in res.stdout
+    assert "after RAGAS's EvaluationDataset.from_jsonl and to_jsonl: loses id," in " ".join(res.stdout.split())
 
 
 def test_convert_warns_with_the_fields_it_cannot_hold(tmp_path):
@@ -731,6 +733,8 @@ def test_readme_and_docs_name_every_format():
     for name, f in get_formats().items():
         assert f"`{name}`" in readme, name
         assert f"`{name}`" in docs, name
+        for lost in f.cannot_hold + f.resave_drops:
+            assert lost.split(" (")[0] in docs, (name, lost)
         for lost in f.cannot_hold:
             assert lost in docs, (name, lost)
     assert "`ragbridge trulens-leaderboard RUN OUT.csv`" in readme

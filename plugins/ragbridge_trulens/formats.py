@@ -15,23 +15,32 @@ TruLens column      canonical field
 ``contexts``        ``contexts``: a list of texts (also read: ``context``, ``source``,
                     ``retrieved_contexts``; items may be ``{"text": ...}`` dicts)
 ``expected_response`` ``reference`` (also read: ``ground_truth``, ``reference``)
-``expected_chunks`` ``reference_contexts``: the chunks' ``text``; their other keys (``expect_score``,
-                    ``title``...) in ``metadata["trulens"]["expected_chunks"]`` unless they are the
-                    writer's default ``{"expect_score": 1}``
+``expected_chunks`` ``relevant``: one ``{"text", "expect_score"}`` per label with grade >= 1
+                    (`expected_chunks_of`; read back by `labels_of`), and ``reference_contexts``
+                    (their texts, else kept in ``meta["ragbridge"]``)
 ``ground_truth_id`` ``metadata["trulens"]`` (also ``dataset_id``)
 ``meta``            ``metadata``; ragbridge-only fields go under ``meta["ragbridge"]``
 ==================  ==========================================================================
 
 Files: ``.jsonl`` (one row a line), ``.json`` (a list), ``.csv`` (list and dict cells as JSON) or
-``.parquet``. ``--from trulens`` / ``--to trulens`` names the format (the suffix alone means the
-canonical format). From Python, `cases_from_frame` and `cases_to_frame` work on DataFrames.
+``.parquet`` (lists as Parquet lists, ``meta`` as JSON text). ``--from trulens`` / ``--to trulens``
+names the format (the suffix alone means the canonical format). From Python, `cases_from_frame` and
+`cases_to_frame` work on DataFrames.
 
-Writing keeps every canonical field: chunk ids, sources and retrieval scores, relevance labels,
-answer checks, ``answerable``, ``tags`` (and a ``metadata["ragbridge"]`` of the case's own) have no
-TruLens column, so they are stored under ``meta["ragbridge"]`` (TruLens carries ``meta`` through
-untouched) and restored on reading. The one loss: in ``.csv`` an empty answer or reference reads
-back as missing (reported by the writer). A plain TruLens table without that key reads fine: chunk
-ids are derived from the texts. A ``datasets`` folder is read too.
+The expected chunks are the labels, so that TruLens's ground-truth IR metrics
+(``GroundTruthAgreement``) on the export mean what native ranking metrics mean: recall, nDCG, MRR
+and hit rate equal native ones case by case; precision differs where one label matches two
+retrieved chunks (docs/formats.md). Every row has ``expected_chunks`` (``[]`` without labels) and
+``meta`` (an object), which TruLens's IR metrics and pandas' row reader need.
+
+Writing keeps every canonical field: what TruLens has no column for (chunk ids, sources and scores
+unless derived from the texts, labels unless the expected chunks say them, grade-0 labels, answer
+checks, ``answerable``, ``tags``, and a ``metadata["ragbridge"]`` of the case's own) is stored under
+``meta["ragbridge"]`` (TruLens carries ``meta`` through untouched) and restored on reading. The one
+loss in the file: in ``.csv`` an empty answer or reference reads back as missing. TruLens's own
+ground-truth store keeps no ``response`` or ``contexts`` (`RESAVE_DROPS`). A plain TruLens table
+reads fine: chunk ids are derived from the texts, expected chunks are labels. A ``datasets`` folder
+is read too.
 
 `leaderboard` turns a run into the layout of ``TruSession.get_leaderboard()``: one row per
 (``app_name``, ``app_version``) -- here ``app_version`` is the backend -- with one column per
