@@ -134,6 +134,8 @@ class Diagnosis:
     cases: list[CaseDiagnosis]
     by_tag: dict[str, dict[str, int]]
     thresholds: dict[str, float]
+    #: human labels naming a case that is not in the run
+    unknown_labels: int = 0
 
     @property
     def counts(self) -> dict[str, int]:
@@ -176,8 +178,10 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
         if d is not None:
             out.append(d)
     by_tag = _counts(cases, out)
+    ids = {c.id for c in cases}
     return Diagnosis(run=str(run.path) if run.path else "", n_cases=len(cases), cases=out, by_tag=by_tag,
-                     thresholds=dict(sorted(marks.items())))
+                     thresholds=dict(sorted(marks.items())),
+                     unknown_labels=sum(len(v) for cid, v in human.items() if cid not in ids))
 
 
 # --------------------------------------------------------------------------------------------
@@ -408,9 +412,8 @@ def _wrong_claims(scores: list[Score], case: Case) -> dict[str, Any]:
 def _reason(q: Question, decided: dict, details: dict) -> str:
     head = {"retrieval": "no relevant chunk in the top k",
             "faithfulness": "the answer makes claims the chunks do not support",
-            "correctness": "the answer follows the chunks but is wrong against the reference: the "
-                           "knowledge base is wrong or out of date (or the reference is: a human label "
-                           "tells them apart)",
+            "correctness": "the answer follows the chunks but the reference says otherwise (the "
+                           "knowledge base is wrong or out of date)",
             "declined": "answered a question it should have declined"}[q.name]
     extra = ""
     if details.get("relevant_not_in_top_k"):
