@@ -9,10 +9,11 @@ docs/diagnose.md):
 2. is every claim of the answer supported by the chunks? no: ``generation``;
 3. is the supported answer correct? no: ``knowledge_base`` (the chunks say something wrong or out
    of date);
-4. every answer yes, yet a metric fails: a retrieval metric (the top k holds noise) is
-   ``retrieval``; a metric a question's deciding evidence overrules, or a judged metric rating a
-   correct, faithful answer poorly, is ``reference_or_judge``; a deterministic answer check (or a
-   human's fail) is the layer of its half.
+4. every answer yes (or only retrieval metrics fail and the first answer is yes), yet a metric
+   fails: a metric a human label overrules is ``reference_or_judge``; else a retrieval metric (the
+   top k holds noise) is ``retrieval``; a deterministic answer check (or a human's fail) is
+   ``generation``; a metric a question's deciding evidence overrules, or a judged metric rating a
+   correct, faithful answer poorly, is ``reference_or_judge``.
 
 An unanswerable case (``answerable`` false) asks one question first: did the system decline? (no:
 ``generation``). Each question is answered by the first source of its evidence that has a value for
@@ -252,6 +253,8 @@ def _diagnose_case(case: Case, scores: list[Score], th: Thresholds, human: dict[
             return CaseDiagnosis(layer=q.layer, question=q.name, decided_by=decided,
                                  reason=_reason(q, decided, details), details=details, **base)
         settled[q.name] = decided
+        if all(half_of(f["metric"]) == "retrieval" for f in failing):
+            break  # only the retrieved list fails: the questions about the answer have nothing to explain
     return _all_yes(case, failing, settled, base)
 
 
@@ -292,13 +295,17 @@ def _all_yes(case: Case, failing: list[dict], settled: dict[str, dict], base: di
     deciders = {(e["metric"], e["backend"]) for e in settled.values()}
     overruled = []
     for f in failing:
+        # a source of a question answered yes, or (when a human label answered it) a metric it names
         q = next((q for q in QUESTIONS if q.name in settled
-                  and (_source_of(q, f["metric"]) or _labels_answer(q, f["metric"]))), None)
+                  and (_source_of(q, f["metric"])
+                       or (settled[q.name]["source"] == "label" and f["metric"] in q.labelled_by))), None)
         if q is not None and (f["metric"], f["backend"]) not in deciders:
             overruled.append((f, settled[q.name], _rank(q, f["metric"])))
     # a human label's overruling first: it is the strongest evidence that the rating is wrong
     overruled = [(f, by) for f, by, _ in sorted(overruled, key=lambda o: (o[1]["source"] != "label", o[2]))]
     rest = [f for f in failing if all(f is not o for o, _ in overruled)]
+    if overruled and overruled[0][1]["source"] == "label":
+        return _overruled(overruled, settled, base)
     retrieval = [f for f in rest if half_of(f["metric"]) == "retrieval"]
     if retrieval:
         f = retrieval[0]
@@ -312,16 +319,20 @@ def _all_yes(case: Case, failing: list[dict], settled: dict[str, dict], base: di
         return CaseDiagnosis(layer="generation", question=None, decided_by=f, reason=(
             f"retrieved, faithful and correct, but {_named(f)} fails"), **base)
     if overruled:
-        f, by = overruled[0]
-        more = [_named(o) for o, _ in overruled[1:]]
-        return CaseDiagnosis(layer="reference_or_judge", question=None, decided_by=f, reason=(
-            f"{_named(f)} fails, but {_named(by)} decides that {_question_of(by, settled)}: "
-            "check the reference and the judge" + (f"; also overruled: {', '.join(more)}" if more else "")),
-            details={"overruled": [{"failing": o, "decided_by": b} for o, b in overruled]}, **base)
+        return _overruled(overruled, settled, base)
     f = rest[0]
     passed = "; ".join(_BY_NAME[n].whether for n in settled)
     return CaseDiagnosis(layer="reference_or_judge", question=None, decided_by=f, reason=(
         f"{passed}; yet {_named(f)} rates it poorly: check the reference and the judge"), **base)
+
+
+def _overruled(overruled: list[tuple[dict, dict]], settled: dict[str, dict], base: dict) -> CaseDiagnosis:
+    f, by = overruled[0]
+    more = [_named(o) for o, _ in overruled[1:]]
+    return CaseDiagnosis(layer="reference_or_judge", question=None, decided_by=f, reason=(
+        f"{_named(f)} fails, but {_named(by)} decides that {_question_of(by, settled)}: "
+        "check the reference and the judge" + (f"; also overruled: {', '.join(more)}" if more else "")),
+        details={"overruled": [{"failing": o, "decided_by": b} for o, b in overruled]}, **base)
 
 
 def _rank(q: Question, metric: str) -> tuple[int, int]:

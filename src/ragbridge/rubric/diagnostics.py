@@ -36,6 +36,9 @@ Two differences from RAGChecker, both in what a score says rather than in a form
   ``value`` is one minus RAGChecker's figure (higher is better, as every value), and its
   ``native_value`` holds RAGChecker's figure under ``ragchecker_value``.
 
+A run plans them only when asked: ``--metric claim_diagnostics`` (all ten) or by name, as their
+judge calls grow with the chunks (`claim_checks`: 4 + k calls a case, shared by the ten).
+
 Each score's ``evidence.claim_checks`` holds the claims and the verdict matrices its formula reads,
 so every value can be computed again from the run folder.
 """
@@ -51,9 +54,11 @@ from ..schema import Case, ClaimChecks, Evidence, Score
 from .claim_checks import CRITERION, judge_claim_checks
 from .parse import Asker, JudgeCallError, ReplyError
 
-__all__ = ["Diagnostic", "DIAGNOSTICS", "specs", "figure", "score_diagnostic"]
+__all__ = ["Diagnostic", "DIAGNOSTICS", "GROUP", "specs", "figure", "score_diagnostic"]
 
 _ALL = ("answer", "reference", "context_text")
+#: ``--metric claim_diagnostics`` asks for all ten (none is planned unless asked for: 4 + k calls a case)
+GROUP = "claim_diagnostics"
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,7 @@ DIAGNOSTICS: dict[str, Diagnostic] = {d.name: d for d in (
 def specs() -> list[MetricSpec]:
     """The metrics the rubric backend offers for the claim diagnostics."""
     return [MetricSpec(d.name, native_name=d.ragchecker, requires=d.requires, judge=True,
-                       digest=CRITERION.hash,
+                       digest=CRITERION.hash, default=False, group=GROUP,
                        description=f"claim checks {CRITERION.hash}: RAGChecker's {d.ragchecker}"
                                    + (" (value: 1 - it)" if d.inverted else ""))
             for d in DIAGNOSTICS.values()]
