@@ -80,7 +80,7 @@ def test_report_doc_default_table_agrees():
     seen = set()
     for row in re.findall(r"^\| (`.+?) \| ([^|]+) \|", table, flags=re.M):
         mark = row[1].strip()
-        for name in re.findall(r"`([a-z_@]+)`", row[0]):
+        for name in re.findall(r"`([a-z0-9_@]+)`", row[0]):
             m = metrics.find(name)
             assert m is not None, name
             shown = m.pass_mark if m.pass_mark == metrics.PER_K else f"{m.pass_mark:g}"
