@@ -3,8 +3,9 @@
 One module per group of commands, each with a ``register(cli)`` that adds its commands to the
 application: ``run`` (run, rescore), ``data`` (formats, convert, sample), ``backends``, ``judge``
 (judge serve, judge check), ``analysis`` (compare, validate, calibrate, trend), ``diagnose``,
-``regression`` (diff, gate) and ``report``. They are registered here, directly; third-party plugins (and the built-in rubric
-plugin) add theirs through the ``ragbridge_register_commands`` hook when `run_cli` starts.
+``regression`` (diff, gate) and ``report``. They are registered here, directly; third-party
+plugins (and the built-in rubric plugin) add theirs through the ``ragbridge_register_commands`` hook
+when `run_cli` starts.
 
 Exit codes and what every command prints: `ragbridge.commands.output`. Help is plain text (click's
 layout): it reads the same on a terminal, piped and in a log.
