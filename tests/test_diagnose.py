@@ -305,3 +305,44 @@ def test_a_rerun_on_the_same_judge_cache_calls_nothing(judged):
     first = {(s["case_id"], s["backend"], s["metric"]): (s["value"], s["evidence"]) for s in scores_of(run)}
     again = {(s["case_id"], s["backend"], s["metric"]): (s["value"], s["evidence"]) for s in scores_of(tmp / "again")}
     assert again == first and posts > 0
+
+
+# --------------------------------------------------------------------------------------------
+# The report's section and the gate rule
+
+
+def test_the_report_shows_the_diagnosis_the_command_gives(judged, tmp_path):
+    from ragbridge.report.data import report_data
+    from ragbridge.report.html import render_html
+    from ragbridge.report.markdown import render_markdown
+
+    _, run, _, _ = judged
+    expected = diagnose(run, labels=LABELS)
+    d = report_data(run, labels=LABELS, n_resamples=0)
+    assert d["diagnosis"]["counts"] == expected.to_dict()["counts"]
+    assert [(c["case_id"], c["layer"]) for c in d["diagnosis"]["cases"]] == [
+        (c.case_id, c.layer) for c in expected.cases]
+    page = render_html(run, data=d)
+    assert '<section id="diagnosis">' in page and 'href="#case-api-rate-limit"' in page
+    md = render_markdown(run, data=d)
+    assert "| all | 19 | 14 | 4 | 4 | 3 | 2 | 1 |" in md
+
+
+def test_a_gate_rule_bounds_the_share_of_a_layer(judged, tmp_path):
+    _, run, _, _ = judged
+    gates = tmp_path / "gates.toml"
+    gates.write_text('[[gate]]\ncheck = "diagnosed(retrieval) <= 0.05"\ntags = ["real"]\n\n'
+                     '[[gate]]\ncheck = "diagnosed(undetermined) <= 0.1"\n')
+    res = ragbridge_cli("gate", run, "--config", gates, "--json", "--markdown", tmp_path / "gate.md")
+    assert res.returncode == 1, res.stderr
+    rows = json.loads(res.stdout)["results"]
+    real = [c for c in golden().values() if "real" in c["tags"]]
+    retrieval = sorted(c["id"] for c in real if c["metadata"]["true_layer"] == "retrieval")
+    assert rows[0]["verdict"] == "fail" and rows[0]["n"] == len(real)
+    assert rows[0]["figure"] == pytest.approx(len(retrieval) / len(real))
+    assert sorted(c["case_id"] for c in rows[0]["cases_behind"]) == retrieval
+    assert rows[1]["verdict"] == "pass" and rows[1]["figure"] == pytest.approx(1 / 19)
+    assert "not in the top k: plans.md\\#seats" in (tmp_path / "gate.md").read_text()
+    gates.write_text('[[gate]]\ncheck = "diagnosed(retreival) <= 0.05"\n')
+    res = ragbridge_cli("gate", run, "--config", gates)
+    assert res.returncode == 2 and "'retreival' is not a layer of the diagnosis" in res.stderr

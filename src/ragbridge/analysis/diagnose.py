@@ -155,12 +155,13 @@ class Diagnosis:
 
 
 def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None,
-             labels: Any = None, label_threshold: float = 0.5) -> Diagnosis:
+             labels: Any = None, label_threshold: float = 0.5, chunk_details: bool = True) -> Diagnosis:
     """Diagnose every failing case of ``run`` (see the module docstring).
 
     ``thresholds``: the pass marks (default: each metric's default pass mark, `default_marks`).
     ``labels``: human labels (a file or the frame of `ragbridge.analysis.load_labels`); a graded
-    label passes at ``label_threshold``."""
+    label passes at ``label_threshold``. ``chunk_details=False`` for cases read without their
+    chunks: the details read from them (the top k, the relevant chunks) are left out."""
     run = open_run(run)
     th = thresholds if thresholds is not None else default_marks(run)
     human = _human(labels, label_threshold)
@@ -175,7 +176,8 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
     out: list[CaseDiagnosis] = []
     marks: dict[str, float] = {}
     for case in cases:
-        d = _diagnose_case(case, scores.get(case.id, []), th, human.get(case.id, {}), in_run, k, marks)
+        d = _diagnose_case(case, scores.get(case.id, []), th, human.get(case.id, {}), in_run, k, marks,
+                           chunk_details)
         if d is not None:
             out.append(d)
     by_tag = _counts(cases, out)
@@ -225,7 +227,7 @@ def _matching(source: str, metric: str, k: Optional[int]) -> Optional[int]:
 
 
 def _diagnose_case(case: Case, scores: list[Score], th: Thresholds, human: dict[str, bool], in_run: set[str],
-                   k: Optional[int], marks: dict[str, float]) -> Optional[CaseDiagnosis]:
+                   k: Optional[int], marks: dict[str, float], chunk_details: bool) -> Optional[CaseDiagnosis]:
     scored = [s for s in scores if s.status == "scored"]
     if not case.answerable:  # nothing relevant exists to retrieve: its retrieval scores fail nothing
         scored = [s for s in scored if half_of(s.metric) != "retrieval"]
@@ -249,7 +251,7 @@ def _diagnose_case(case: Case, scores: list[Score], th: Thresholds, human: dict[
             return CaseDiagnosis(layer="undetermined", question=q.name, decided_by=None, missing=missing,
                                  reason=f"cannot tell whether {q.whether}: " + "; ".join(missing), **base)
         if not decided["passed"]:
-            details = _details(q, case, scores, decided, k)
+            details = _details(q, case, scores, decided, k, chunk_details)
             return CaseDiagnosis(layer=q.layer, question=q.name, decided_by=decided,
                                  reason=_reason(q, decided, details), details=details, **base)
         settled[q.name] = decided
@@ -368,9 +370,10 @@ def _grade(case: Case, chunk) -> Optional[int]:
     return case.relevant.get(chunk.source) if chunk.source else None
 
 
-def _details(q: Question, case: Case, scores: list[Score], decided: dict, k: Optional[int]) -> dict[str, Any]:
+def _details(q: Question, case: Case, scores: list[Score], decided: dict, k: Optional[int],
+             chunks: bool = True) -> dict[str, Any]:
     d: dict[str, Any] = {}
-    if q.name == "retrieval":
+    if q.name == "retrieval" and chunks:
         cut = int(decided["metric"].partition("@")[2] or 0) or int(k or 0) or len(case.contexts)
         rank: dict[str, int] = {}
         for i, ch in enumerate(case.contexts, 1):
@@ -389,7 +392,7 @@ def _details(q: Question, case: Case, scores: list[Score], decided: dict, k: Opt
             d["unsupported_claims"] = [{"claim": c.text, "verdict": c.verdict, "reason": c.reason}
                                        for c in s.evidence.unsupported()]
         d.update(_wrong_claims(scores, case))
-    elif q.name == "correctness":
+    elif q.name == "correctness" and chunks:
         held = [{"chunk": ch.id, "rank": i + 1} for i, ch in enumerate(case.contexts)
                 if (_grade(case, ch) or 0) >= 1]
         if held:
