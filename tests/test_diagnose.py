@@ -28,7 +28,8 @@ from ragbridge.schema import Case, ClaimChecks
 EXAMPLE = ROOT / "examples" / "diagnose"
 GOLDEN = EXAMPLE / "golden.jsonl"
 LABELS = EXAMPLE / "labels.jsonl"
-METRICS = ["recall@5", "must_contain", "abstention", "faithfulness", "answer_correctness", "claim_diagnostics"]
+METRICS = ["recall@5", "must_contain", "abstention", "faithfulness", "answer_correctness",
+           "claim_diagnostics"]
 
 
 def run_args(stub, out: Path, cache: Path, *extra: str) -> list:
@@ -82,7 +83,8 @@ def test_every_case_of_the_golden_set_gets_its_true_layer(judged):
     by_id = {d["case_id"]: d for d in doc["cases"]}
     # the evidence that decided each: the chunk outside the top k, the unsupported claim, the chunk
     # stating the wrong answer, the human label, the missing evidence named
-    assert by_id["api-rate-limit"]["details"]["relevant_not_in_top_k"] == [{"label": "api.md#limits", "rank": 6}]
+    assert by_id["api-rate-limit"]["details"]["relevant_not_in_top_k"] == [
+        {"label": "api.md#limits", "rank": 6}]
     assert by_id["sms-cost"]["decided_by"]["metric"] == "faithfulness"
     assert "free for the first 100 messages" in by_id["sms-cost"]["details"]["unsupported_claims"][0]["claim"]
     assert by_id["annual-refund-window"]["details"]["wrong_claims"][0]["stated_by"] == ["refunds.md#annual-1"]
@@ -130,7 +132,8 @@ def test_rules_on_a_native_run_noise_in_the_top_k_and_a_human_fail(tmp_path):
                   must_contain=["answer"], tags=["real"])]
     run = evaluate(cases, backends=["native"], metrics=["recall@5", "precision@5", "must_contain"],
                    out=tmp_path / "run")
-    (tmp_path / "labels.jsonl").write_text('{"case_id": "labelled", "metric": "faithfulness", "label": "fail"}\n')
+    (tmp_path / "labels.jsonl").write_text(
+        '{"case_id": "labelled", "metric": "faithfulness", "label": "fail"}\n')
     d = diagnose(run, Thresholds(by_metric={"precision@5": 0.5}), labels=tmp_path / "labels.jsonl")
     got = {c.case_id: c for c in d.cases}
     assert got["noisy"].layer == "retrieval" and got["noisy"].question is None
@@ -164,7 +167,8 @@ def ragchecker_figures(cc: dict) -> dict[str, float]:
         recalled = ret2ans.max(axis=1)
         out["claim_recall"] = float(recalled.mean())
         out["context_precision"] = float(ret2ans.max(axis=0).mean())
-        out["context_utilization"] = (float((recalled & r2a).sum() / recalled.sum()) if recalled.sum() else 0.0)
+        out["context_utilization"] = (float((recalled & r2a).sum() / recalled.sum())
+                                      if recalled.sum() else 0.0)
     else:
         out["claim_recall"] = out["context_precision"] = out["context_utilization"] = 0.0
     if a2r.size and ret2resp.ndim == 2 and ret2resp.shape[1] and ret2ans.ndim == 2 and ret2ans.shape[0]:
@@ -246,7 +250,8 @@ def test_the_formulas_are_ragcheckers_on_random_claim_matrices():
               "chunk_ids": [f"c{k}" for k in range(nk)],
               "answer_in_chunks": [[v() for _ in range(nk)] for _ in range(na)],
               "reference_in_chunks": [[v() for _ in range(nk)] for _ in range(nr)],
-              "answer_in_reference": [v() for _ in range(na)], "reference_in_answer": [v() for _ in range(nr)]}
+              "answer_in_reference": [v() for _ in range(na)],
+              "reference_in_answer": [v() for _ in range(nr)]}
         theirs = ragchecker_figures(cc)
         for d in DIAGNOSTICS.values():
             mine, reason = figure(d.ragchecker, ClaimChecks(**cc))
@@ -303,7 +308,8 @@ def test_a_rerun_on_the_same_judge_cache_calls_nothing(judged):
     assert res.returncode == 0, res.stderr
     assert stub.posts("/chat/completions") == []
     first = {(s["case_id"], s["backend"], s["metric"]): (s["value"], s["evidence"]) for s in scores_of(run)}
-    again = {(s["case_id"], s["backend"], s["metric"]): (s["value"], s["evidence"]) for s in scores_of(tmp / "again")}
+    again = {(s["case_id"], s["backend"], s["metric"]): (s["value"], s["evidence"])
+             for s in scores_of(tmp / "again")}
     assert again == first and posts > 0
 
 
