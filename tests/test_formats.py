@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import ragbridge  # noqa: F401  (privacy defaults before the libraries are imported)
 from conftest import EXAMPLE, ragbridge_cli
-from ragbridge.formats import get_formats, load_cases, write_cases
+from ragbridge.formats import get_formats, load_cases, resave_losses, write_cases
 from ragbridge.native.ranking import evaluate as rank
 from ragbridge.schema import Case, Chunk
 
@@ -311,6 +311,8 @@ def load_pandas(kind):
         if kind == "csv":
             frame = pd.read_csv(path, dtype=str, keep_default_na=False)
             frame.to_csv(out / "resaved.csv", index=False)
+            if any(name.startswith("every field") for name in lost):
+                return None  # the rows break at the carriage return, for every reader
         elif kind == "parquet":
             frame = pd.read_parquet(path)
             frame.to_parquet(out / "resaved.parquet", index=False)
@@ -387,15 +389,16 @@ def test_round_trip_is_identity_or_loud_and_the_library_loads_it(name, suffix):
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / ("cases" + suffix)
             lost = write_cases(cases, path, name)
-            assert set(lost) <= set(fmt.cannot_hold) | set(fmt.resave_drops), lost
+            dropped = resave_losses(cases, path, name)
+            assert set(dropped) <= set(fmt.resave_drops), dropped
             back = load_cases(path, name)  # ragbridge's own file
-            assert_round_trip(cases, back, [n for n in lost if n in fmt.cannot_hold], fmt.cannot_hold)
+            assert_round_trip(cases, back, lost, fmt.cannot_hold)
             out = Path(tmp) / "library"
             out.mkdir()
-            resaved = WRITTEN[(name, suffix)](path, cases, lost, out)  # in the library's hands
+            resaved = WRITTEN[(name, suffix)](path, cases, lost + dropped, out)  # in the library's hands
             if resaved is not None:
                 again = load_cases(resaved, name)
-                assert_round_trip(cases, again, lost, fmt.cannot_hold + fmt.resave_drops)
+                assert_round_trip(cases, again, lost + dropped, fmt.cannot_hold + fmt.resave_drops)
 
     round_trip()
 
@@ -528,7 +531,12 @@ def test_trulens_expected_chunk_scores_and_titles_survive(tmp_path):
     mid, out = tmp_path / "cases.jsonl", tmp_path / "again.jsonl"
     for args in ((src, mid, "--from", "trulens"), (mid, out, "--to", "trulens")):
         res = ragbridge_cli("convert", *args)
-        assert res.returncode == 0 and "warning" not in res.stderr, res.stderr
+        assert res.returncode == 0, res.stderr
+        warned = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
+        assert warned == (["warning: " + str(src) + ": 1 expected chunk(s) in 1 row(s) have an expect_score "
+                           "that is not an integer from 1 to 1000: read as grade 1 (TruLens's recall, "
+                           "precision, MRR and hit count them as relevant; its nDCG weighs them by the "
+                           "score); written back as they were"] if args[0] == src else []), res.stderr
     (case,) = load_cases(mid)
     assert case.reference_contexts == [c["text"] for c in chunks_in]
     row = json.loads(out.read_text())
@@ -714,7 +722,8 @@ def test_formats_table_fits_80_columns_when_piped():
     for name in get_formats():
         assert any(line.split()[:1] == [name] for line in lines), name
     assert "cannot hold:" in res.stdout and "holds every field" in res.stdout
-    assert "after RAGAS's EvaluationDataset.from_jsonl and to_jsonl: loses id," in " ".join(res.stdout.split())
+    flat = " ".join(res.stdout.split())
+    assert "after RAGAS's EvaluationDataset.from_jsonl and to_jsonl: loses id," in flat
 
 
 def test_convert_warns_with_the_fields_it_cannot_hold(tmp_path):

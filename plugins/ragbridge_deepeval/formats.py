@@ -348,7 +348,8 @@ def _number(v: str, kind: type) -> Any:
 def golden_record(case: Case, lists: bool = True, resave_joins: bool = False
                   ) -> tuple[dict[str, Any], list[str]]:
     """A golden (``save_as``'s keys and order) for a case, and the canonical fields it would lose
-    (in the file, or in DeepEval's hands: `CSV_CANNOT_HOLD`, `RESAVE_DROPS`).
+    (in the file, `CSV_CANNOT_HOLD`, or in DeepEval's hands, `JSONL_RESAVE_DROPS` and
+    `CSV_RESAVE_DROPS`).
 
     ``lists=False`` joins the list fields with ``|`` as DeepEval's CSV does; ``resave_joins``: the
     file holds lists, but DeepEval's own re-save of it joins them (JSONL)."""
@@ -420,6 +421,8 @@ def golden_record(case: Case, lists: bool = True, resave_joins: bool = False
             lost.append("contexts (text with '|', DeepEval's re-save)")
         if any(DELIMITER in t for t in gold) or gold == [""]:
             lost.append("reference_contexts (text with '|', DeepEval's re-save)")
+        if texts == [""] or gold == [""]:  # DeepEval writes "" and reads it back as "given empty"
+            lost.append("metadata (a lone empty text, DeepEval's re-save)")
 
     rec: dict[str, Any] = {k: None for k in GOLDEN_KEYS}
     rec["input"] = case.question
@@ -453,7 +456,7 @@ def write_json(cases: Sequence[Case], path: Path) -> list[str]:
     records, lost = _write_all(cases, True)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(records, f, indent=4, ensure_ascii=False)
-    return lost
+    return []
 
 
 def write_jsonl(cases: Sequence[Case], path: Path) -> list[str]:
@@ -461,11 +464,26 @@ def write_jsonl(cases: Sequence[Case], path: Path) -> list[str]:
     with open(path, "w", encoding="utf-8") as f:
         for rec in records:
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    return lost
+    return []
+
+
+def resave_lost_json(cases: Sequence[Case], path: Path) -> list[str]:
+    return []
+
+
+def resave_lost_jsonl(cases: Sequence[Case], path: Path) -> list[str]:
+    """What DeepEval's own JSONL loader and ``save_as("jsonl")`` lose of ``cases`` (`JSONL_RESAVE_DROPS`)."""
+    return _write_all(cases, True, resave_joins=True)[1]
+
+
+def resave_lost_csv(cases: Sequence[Case], path: Path) -> list[str]:
+    """What DeepEval's own CSV loader loses of ``cases`` that the file holds (`CSV_RESAVE_DROPS`)."""
+    return [name for name in _write_all(cases, False)[1] if name in CSV_RESAVE_DROPS]
 
 
 def write_csv(cases: Sequence[Case], path: Path) -> list[str]:
     records, lost = _write_all(cases, False)
+    lost = [name for name in lost if name in CSV_CANNOT_HOLD]
     with open(path, "w", encoding="utf-8", newline="") as f:
         w = csv.writer(f)
         w.writerow(GOLDEN_KEYS)
@@ -480,8 +498,10 @@ def write_csv(cases: Sequence[Case], path: Path) -> list[str]:
     return lost
 
 
-_BY_SUFFIX = {".json": (read_json, write_json), ".jsonl": (read_jsonl, write_jsonl),
-              ".ndjson": (read_jsonl, write_jsonl), ".csv": (read_csv, write_csv)}
+_BY_SUFFIX = {".json": (read_json, write_json, resave_lost_json),
+              ".jsonl": (read_jsonl, write_jsonl, resave_lost_jsonl),
+              ".ndjson": (read_jsonl, write_jsonl, resave_lost_jsonl),
+              ".csv": (read_csv, write_csv, resave_lost_csv)}
 
 
 def _dispatch(path: Path, which: int):
@@ -500,12 +520,17 @@ def write_any(cases: Sequence[Case], path: Path) -> list[str]:
     return _dispatch(path, 1)(cases, path)
 
 
+def resave_lost_any(cases: Sequence[Case], path: Path) -> list[str]:
+    return _dispatch(path, 2)(cases, path)
+
+
 #: what a "|"-joined CSV cannot hold (JSON and JSONL hold everything)
 CSV_CANNOT_HOLD = ("contexts (text with '|', CSV)", "reference_contexts (text with '|', CSV)",
                    "answer (empty, CSV)", "reference (empty, CSV)")
 #: what DeepEval's own JSONL loader and ``save_as("jsonl")`` lose of a file that holds it
 JSONL_RESAVE_DROPS = ("contexts (text with '|', DeepEval's re-save)",
-                      "reference_contexts (text with '|', DeepEval's re-save)")
+                      "reference_contexts (text with '|', DeepEval's re-save)",
+                      "metadata (a lone empty text, DeepEval's re-save)")
 #: what DeepEval's own CSV loader (pandas' ``read_csv``, whose default missing values include
 #: ``NA``, ``null``, ``NaN`` and ``None``) loses of a file that holds it
 CSV_RESAVE_DROPS = tuple(f"{name} (a cell pandas reads as missing, CSV)" for name in (
@@ -519,12 +544,14 @@ FORMATS = [
            "DeepEval goldens / test cases; .json, .jsonl or .csv by suffix (as EvaluationDataset.save_as "
            "writes them)", cannot_hold=CSV_CANNOT_HOLD, fields=READ_FIELDS,
            resaved_by="DeepEval's add_goldens_from_*_file and save_as, by suffix",
-           resave_drops=JSONL_RESAVE_DROPS + CSV_RESAVE_DROPS),
+           resave_drops=JSONL_RESAVE_DROPS + CSV_RESAVE_DROPS, resave_lost=resave_lost_any),
     Format("deepeval-json", (), read_json, write_json, "DeepEval goldens / test cases, a JSON list",
-           resaved_by=_RESAVED_BY.format("json")),
+           resaved_by=_RESAVED_BY.format("json"), resave_lost=resave_lost_json),
     Format("deepeval-jsonl", (), read_jsonl, write_jsonl, "DeepEval goldens, one JSON object a line",
-           resaved_by=_RESAVED_BY.format("jsonl"), resave_drops=JSONL_RESAVE_DROPS),
+           resaved_by=_RESAVED_BY.format("jsonl"), resave_drops=JSONL_RESAVE_DROPS,
+           resave_lost=resave_lost_jsonl),
     Format("deepeval-csv", (), read_csv, write_csv,
            "DeepEval goldens / test cases, CSV with '|'-joined lists",
-           cannot_hold=CSV_CANNOT_HOLD, resaved_by=_RESAVED_BY.format("csv"), resave_drops=CSV_RESAVE_DROPS),
+           cannot_hold=CSV_CANNOT_HOLD, resaved_by=_RESAVED_BY.format("csv"), resave_drops=CSV_RESAVE_DROPS,
+           resave_lost=resave_lost_csv),
 ]

@@ -156,7 +156,7 @@ def write_ragas_jsonl(cases: Sequence[Case], path: Path) -> list[str]:
     with open(path, "w", encoding="utf-8") as f:
         for row in cases_to_rows(cases):
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return lost_fields(cases)  # held by the file, lost when RAGAS re-saves it
+    return []
 
 
 def _flat_sidecar(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -193,8 +193,21 @@ def write_ragas_hf(cases: Sequence[Case], path: Path) -> list[str]:
     rows = _flat_sidecar(cases_to_rows(cases))
     columns = list(dict.fromkeys(k for row in rows for k in row))  # from_list reads the first row's keys only
     datasets.Dataset.from_list([{k: row.get(k) for k in columns} for row in rows]).save_to_disk(str(path))
+    return []
+
+
+def resave_lost_jsonl(cases: Sequence[Case], path: Path) -> list[str]:
+    """What RAGAS's own load and re-save lose: the ``ragbridge`` column (`lost_fields`)."""
+    return lost_fields(cases)
+
+
+def resave_lost_hf(cases: Sequence[Case], path: Path) -> list[str]:
     return lost_fields(cases) + [f"{name} (absent from the first case: RAGAS's to_hf_dataset)"
                                  for name in _later_fields(cases)]
+
+
+def resave_lost_csv(cases: Sequence[Case], path: Path) -> list[str]:
+    return lost_fields(cases) + ([CSV_FIRST_ROW] if _later_fields(cases) else [])
 
 
 _LIST_COLUMNS = {"retrieved_contexts", "reference_contexts", "retrieved_context_ids", "reference_context_ids",
@@ -248,8 +261,7 @@ def write_ragas_csv(cases: Sequence[Case], path: Path) -> list[str]:
             writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in columns})
     # an empty cell reads back as missing
     return [f"{name} (empty)" for name in ("answer", "reference")
-            if any(getattr(c, name) == "" for c in cases)] + lost_fields(cases) + (
-        [CSV_FIRST_ROW] if _later_fields(cases) else [])
+            if any(getattr(c, name) == "" for c in cases)]
 
 
 #: what RAGAS's own load and re-save lose: the ``ragbridge`` column (`lost_fields` names its parts)
@@ -262,14 +274,15 @@ FORMATS = [
            "other fields in a 'ragbridge' column; also reads a datasets folder, .csv, .parquet, .json "
            "and RAGAS' legacy column names",
            fields=READ_FIELDS, signature=frozenset(RAGAS_FIELDS),
-           resaved_by="RAGAS's EvaluationDataset.from_jsonl and to_jsonl", resave_drops=RESAVE_DROPS),
+           resaved_by="RAGAS's EvaluationDataset.from_jsonl and to_jsonl", resave_drops=RESAVE_DROPS,
+           resave_lost=resave_lost_jsonl),
     Format("ragas-hf", (), read_ragas_hf, write_ragas_hf,
            "RAGAS EvaluationDataset as a Hugging Face datasets folder", is_dir=True,
            resaved_by="RAGAS's EvaluationDataset.from_hf_dataset and to_hf_dataset",
-           resave_drops=RESAVE_DROPS + HF_FIRST_ROW),
+           resave_drops=RESAVE_DROPS + HF_FIRST_ROW, resave_lost=resave_lost_hf),
     Format("ragas-csv", (), read_ragas_csv, write_ragas_csv,
            "RAGAS EvaluationDataset.to_csv output (list cells as Python literals)",
            cannot_hold=("answer (empty)", "reference (empty)"),
            resaved_by="RAGAS's EvaluationDataset.from_list (after pandas) and to_csv",
-           resave_drops=RESAVE_DROPS + (CSV_FIRST_ROW,)),
+           resave_drops=RESAVE_DROPS + (CSV_FIRST_ROW,), resave_lost=resave_lost_csv),
 ]

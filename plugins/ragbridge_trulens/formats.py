@@ -462,11 +462,9 @@ def write_trulens(cases: Sequence[Case], path: Path) -> list[str]:
     path = Path(path)
     rows = [case_to_row(c) for c in cases]
     suffix = path.suffix.lower()
-    resave = [name for name in RESAVE_DROPS if any(getattr(c, name) for c in cases)
-              or (name == "answer" and any(c.answer is not None for c in cases))]
     if suffix in (".parquet", ".pq"):
         _write_parquet(rows, path)
-        return resave
+        return []
     if suffix == ".csv":
         import pandas as pd
 
@@ -476,14 +474,20 @@ def write_trulens(cases: Sequence[Case], path: Path) -> list[str]:
         pd.DataFrame(flat).to_csv(path, index=False, quoting=csv.QUOTE_ALL)
         # an empty cell reads back as missing
         return [f"{name} (empty, CSV)" for name in ("answer", "reference")
-                if any(getattr(c, name) == "" for c in cases)] + resave
+                if any(getattr(c, name) == "" for c in cases)]
     if suffix == ".json":
         path.write_text(json.dumps(rows, ensure_ascii=False, indent=1), encoding="utf-8")
-        return resave
+        return []
     with open(path, "w", encoding="utf-8") as f:
         for r in rows:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    return resave
+    return []
+
+
+def resave_lost(cases: Sequence[Case], path: Path) -> list[str]:
+    """What TruLens's ground-truth store (`RESAVE_DROPS`) does not keep of ``cases``."""
+    return [name for name in RESAVE_DROPS
+            if any(c.answer is not None if name == "answer" else c.contexts for c in cases)]
 
 
 FORMATS = [
@@ -491,7 +495,7 @@ FORMATS = [
            "TruLens RAG-triad rows (GroundTruth columns plus response and contexts); .jsonl, .json, .csv "
            "or .parquet by suffix", cannot_hold=("answer (empty, CSV)", "reference (empty, CSV)"),
            fields=READ_FIELDS, resaved_by="TruLens's add_ground_truth_to_dataset and get_ground_truth",
-           resave_drops=RESAVE_DROPS),
+           resave_drops=RESAVE_DROPS, resave_lost=resave_lost),
 ]
 
 

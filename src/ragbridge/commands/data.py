@@ -13,7 +13,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from ..formats import DatasetError, get_formats, load_cases, write_cases, writing_format
+from ..formats import DatasetError, get_formats, load_cases, resave_losses, write_cases, writing_format
 from ..formats.records import input_warnings
 from .output import fail, out, warn
 
@@ -89,13 +89,12 @@ def convert(
             warn(line)
         lost = write_cases(cases, target, to_format)
         fmt = writing_format(target, to_format)
+        dropped = resave_losses(cases, target, to_format)
     except DatasetError as exc:
         fail(str(exc))
     out.print(f"wrote {len(cases)} case(s) to {target}")
-    held = [name for name in lost if name not in fmt.resave_drops]
-    dropped = [name for name in lost if name in fmt.resave_drops]
-    if held:
-        warn(f"the target format cannot hold {', '.join(held)}; those values were not kept "
+    if lost:
+        warn(f"the target format cannot hold {', '.join(lost)}; those values were not kept "
              "(see ragbridge formats)")
     if dropped:
         warn(f"the file holds them, but after {fmt.resaved_by} these are lost: {', '.join(dropped)} "

@@ -29,7 +29,7 @@ from .files import DatasetError, atomic_path, jsonl_lines
 from .records import CANONICAL_FIELDS, CASE_FIELDS
 
 __all__ = ["DatasetError", "Format", "get_formats", "load_cases", "write_cases", "writing_format",
-           "JSON_LIST_KEYS"]
+           "resave_losses", "JSON_LIST_KEYS"]
 
 logger = logging.getLogger("ragbridge")
 
@@ -48,8 +48,8 @@ class Format:
     ``resaved_by`` names the library's own loader and writer that a user would run on a file of
     this format (RAGAS's ``from_jsonl`` then ``to_jsonl``, ...), and ``resave_drops`` what ragbridge's
     file holds but the file loses in that library's hands (its loader and that re-save), for
-    ``ragbridge formats`` too; ``write`` returns those names as well when the cases use them (the
-    caller warns with them apart).
+    ``ragbridge formats`` too; ``resave_lost(cases, path)`` returns those of them the cases use (the
+    caller warns with them apart from ``write``'s).
     ``options`` names the keyword arguments ``read`` takes besides the path (TREC's ``qrels``).
     ``fields`` are the record fields this format reads, for recognising its files: a file named by
     a canonical suffix (``.jsonl``, ``.csv``, ...) whose first record has a field the canonical
@@ -72,6 +72,7 @@ class Format:
     options: tuple[str, ...] = ()
     resaved_by: str = ""
     resave_drops: tuple[str, ...] = ()
+    resave_lost: Optional[Callable[[Sequence[Case], Path], list[str]]] = None
     signature: frozenset[str] = frozenset()
 
 
@@ -222,10 +223,16 @@ def writing_format(path: str | Path, format: Optional[str] = None) -> Format:
     return fmt
 
 
+def resave_losses(cases: Sequence[Case], path: str | Path, format: Optional[str] = None) -> list[str]:
+    """What of ``cases``, written to ``path``, the file holds but loses when the format's library loads
+    it and saves it again (names from `Format.resave_drops`; empty: nothing)."""
+    fmt = writing_format(path, format)
+    return fmt.resave_lost(cases, Path(path)) if fmt.resave_lost else []
+
+
 def write_cases(cases: Sequence[Case], path: str | Path, format: Optional[str] = None) -> list[str]:
-    """Write cases; returns what the cases use that the format could not hold (names from
-    `Format.cannot_hold`) or that the library's own loader and re-save lose (`Format.resave_drops`);
-    empty: nothing lost."""
+    """Write cases; returns the canonical fields the format could not hold (empty: nothing lost).
+    What the library's own re-save of the file would lose: `resave_losses`."""
     path = Path(path)
     fmt = writing_format(path, format)
     try:

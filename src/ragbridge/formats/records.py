@@ -864,6 +864,8 @@ def input_warnings(cases: Sequence[Case]) -> list[str]:
     from the text, they have no ``source``) and no label names such an id, or, across the whole
     dataset, not one chunk id or source is a label (ids from two different id spaces). A warning, not
     an error: the same cases are good input for judged metrics, and the labels may serve an export.
+    And cases whose labels all have grade 0: their recall, MRR, nDCG and MAP are undefined, where
+    trec_eval averages them as 0 (``--no-relevant zero``).
     (`InputCheck` counts the same, one canonical record at a time.)
     """
     check = InputCheck()
