@@ -46,7 +46,7 @@ class Format:
     ``cannot_hold`` lists every canonical field (or part of one, e.g. ``contexts.score``) that this
     format loses on a round trip, for ``ragbridge formats``; ``docs/formats.md`` explains each.
     ``resaved_by`` names the library's own loader and writer that a user would run on a file of
-    this format (RAGAS's ``from_jsonl`` then ``to_jsonl``, ...), and ``resave_drops`` what ragbridge's
+    this format (its dataset class's load and save methods), and ``resave_drops`` what ragbridge's
     file holds but the file loses in that library's hands (its loader and that re-save), for
     ``ragbridge formats`` too; ``resave_lost(cases, path)`` returns those of them the cases use (the
     caller warns with them apart from ``write``'s).
@@ -55,7 +55,7 @@ class Format:
     a canonical suffix (``.jsonl``, ``.csv``, ...) whose first record has a field the canonical
     format does not know, and only fields of exactly one format, is read as that format.
     ``signature`` are the field names of the library's own schema, some of which the canonical
-    readers also accept (RAGAS's ``user_input``, ``retrieved_contexts``, ...): a file whose fields are
+    readers also accept as aliases: a file whose fields are
     all in one format's signature, one of them not a canonical field's own name, is that library's
     file (its reader keeps what canonical reading would not, such as an empty list).
     """

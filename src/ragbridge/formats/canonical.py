@@ -183,16 +183,19 @@ def write_hf(cases: Sequence[Case], path: Path) -> list[str]:
 # In pandas' hands (the library a user loads these files with)
 
 #: what pandas' ``to_json`` (10 decimal places by default) loses of numbers a JSONL file holds
-JSONL_RESAVE_DROPS = ("contexts.score (pandas' to_json keeps 10 decimals)",
-                      "metadata (pandas' to_json keeps 10 decimals)")
+JSONL_RESAVE_DROPS = ("contexts.score (pandas' to_json keeps 10 digits)",
+                      "metadata (pandas' to_json keeps 10 digits)")
 #: pandas' ``to_csv`` ends rows with "\n" and so leaves a carriage return in a text unquoted: the
 #: row breaks there for every reader
 CSV_RESAVE_DROPS = ("every field (a text with a carriage return: pandas' to_csv leaves it unquoted)",)
 
 
 def _long_floats(value: Any) -> bool:
+    """A float that pandas' JSON encoder (``double_precision=10``, its default) does not write exactly."""
     if isinstance(value, float):
-        return math.isfinite(value) and round(value, 10) != value
+        from pandas.io.json import ujson_dumps
+
+        return math.isfinite(value) and json.loads(ujson_dumps(value, double_precision=10)) != value
     if isinstance(value, dict):
         return any(_long_floats(v) for v in value.values())
     if isinstance(value, list):
