@@ -293,8 +293,9 @@ def load_trec(path, cases, lost, out):
             if any(x.id == label for x in c.contexts) or not any(x.source == label for x in c.contexts):
                 assert qrels[c.id][label] == grade
     ranx.Run.from_file(str(path), kind="trec").save(str(out / "resaved.trec"), kind="trec")
-    ranx.Qrels.from_file(str(Path(path).with_suffix(".qrels")), kind="trec").save(
-        str(out / "resaved.qrels"), kind="trec")
+    if Path(path).with_suffix(".qrels").read_text():  # ranx fails on a qrels file without a line
+        ranx.Qrels.from_file(str(Path(path).with_suffix(".qrels")), kind="trec").save(
+            str(out / "resaved.qrels"), kind="trec")
     return out / "resaved.trec"
 
 
@@ -398,6 +399,9 @@ def test_round_trip_is_identity_or_loud_and_the_library_loads_it(name, suffix):
             resaved = WRITTEN[(name, suffix)](path, cases, lost + dropped, out)  # in the library's hands
             if resaved is not None:
                 again = load_cases(resaved, name)
+                if name == "trec":  # ranx writes the queries in sorted order
+                    by_id = {c.id: c for c in again}
+                    again = [by_id[c.id] for c in cases if c.id in by_id]
                 assert_round_trip(cases, again, lost + dropped, fmt.cannot_hold + fmt.resave_drops)
 
     round_trip()
