@@ -31,7 +31,8 @@ def plan_metrics(
 ) -> Plan:
     """Which concrete metrics each backend will score. Raises `RunError` for anything unknown.
 
-    With no ``metrics``, every metric of each backend is planned; a requested metric that a backend
+    With no ``metrics``, every metric of each backend is planned (its default ones:
+    ``MetricSpec.default``); a requested metric that a backend
     does not offer is skipped for that backend, but must be offered by at least one of them.
     """
     if k < 1:
@@ -62,7 +63,7 @@ def plan_metrics(
                     concrete = resolve_metric(spec.name, req, k)
                     if concrete and concrete not in [c for c, _ in chosen]:
                         chosen.append((concrete, spec))
-            else:
+            elif spec.default:
                 chosen.append((resolve_metric(spec.name, spec.name, k) or spec.name, spec))
         plan[name] = chosen
     if metrics:
