@@ -26,8 +26,8 @@ from typing import Any, Iterator, Literal, Optional, Sequence
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = ["Chunk", "Span", "Case", "Score", "ScoreBlock", "Evidence", "ClaimVerdict", "ChunkVerdict",
-           "Repeats", "RunManifest", "MAX_GRADE", "MAX_METADATA_DEPTH", "SPAN_MIN_OVERLAP", "span_overlap_matches",
-           "check_where"]
+           "Repeats", "RunManifest", "MAX_GRADE", "MAX_METADATA_DEPTH", "SPAN_MIN_OVERLAP",
+           "span_overlap_matches", "check_where"]
 
 MAX_GRADE = 1000
 """Grades are integers 0..MAX_GRADE. trec_eval takes any integer; a larger grade is almost surely a

@@ -835,7 +835,7 @@ class SeenCaseIds:
 # --------------------------------------------------------------------------------------------
 # Table cells and rows
 
-_JSON_CELLS = ("contexts", "relevant", "relevant_ids", "qrels", "metadata", "retrieved",
+_JSON_CELLS = ("contexts", "relevant", "relevant_spans", "relevant_ids", "qrels", "metadata", "retrieved",
                "retrieved_contexts", "retrieval_context", "retrieved_context_ids")
 
 
@@ -873,7 +873,7 @@ def rows_to_records(rows: Iterable[dict[str, Any]], path: Path) -> Iterator[tupl
     """``(row number, record)`` for rows of a table (Parquet, ``datasets``) in the canonical columns:
     cells as plain Python, JSON text in list and mapping columns parsed, ``|``-separated ids and
     ``answerable`` words read as in CSV."""
-    json_columns = (*LIST_FIELDS, "relevant", "metadata", "relevant_ids")
+    json_columns = (*LIST_FIELDS, "relevant", "relevant_spans", "metadata", "relevant_ids")
     for i, row in enumerate(rows, start=1):
         rec = {}
         for k, v in row.items():
