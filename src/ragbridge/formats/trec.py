@@ -234,8 +234,9 @@ def final_path(path: Path) -> Path:
 
 #: ``contexts.score`` only when a case's scores are not strictly decreasing (then ``n - position``)
 CANNOT_HOLD = ("question", "answer", "contexts.text", "contexts.source", "contexts.score", "contexts.doc",
-               "relevant (by source)", "relevant_spans", "reference", "reference_contexts", "must_contain", "must_not_contain",
-               "answerable", "tags", "metadata", "cases without contexts", "contexts (repeated ids)")
+               "relevant (by source)", "relevant_spans", "reference", "reference_contexts", "must_contain",
+               "must_not_contain", "answerable", "tags", "metadata", "cases without contexts",
+               "contexts (repeated ids)")
 
 
 TREC = Format(
