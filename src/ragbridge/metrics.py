@@ -30,8 +30,9 @@ Each `Metric` says:
     gates file sets one: 0.5 for the ranking and judged metrics (the evaluation libraries' usual
     default threshold), ``"1/k"`` for the two precisions of the retrieved list (``precision@k``,
     ``context_relevance``: with one relevant chunk among k the best possible value is about 1/k), 1
-    for the answer checks; ``1/k`` too for the character-level precision and IoU (a top k holding one
-    chunk that is all labelled text, and nothing else labelled, scores about 1/k).
+    for the answer checks; 0 (no bar: every value passes) for the character-level precision, IoU and
+    precision-omega, whose level is set by the sizes of the chunks and the labels rather than by
+    the quality of one case (a gate or ``--threshold`` sets one where a team has a target).
     See `default_pass_mark` and docs/report.md.
 
 The order of `METRICS` is the display order of reports and tables: ranking, span, judged retrieval,
@@ -54,6 +55,8 @@ KINDS = (RANKING, SPAN, ANSWER_CHECK, JUDGED)
 PER_K = "1/k"
 #: the pass mark of a metric that is not canonical (a custom rubric)
 DEFAULT_PASS_MARK = 0.5
+#: no default bar: every value passes
+NO_MARK = 0.0
 
 
 @dataclass(frozen=True)
@@ -86,12 +89,12 @@ METRICS: tuple[Metric, ...] = (
     Metric("map", RANKING, "retrieval", "average precision over the whole list"),
     Metric("span_recall@k", SPAN, "retrieval", "share of the labelled characters the top k chunks cover"),
     Metric("span_precision@k", SPAN, "retrieval", "share of the top k chunks' characters that are labelled",
-           PER_K),
+           NO_MARK),
     Metric("span_iou@k", SPAN, "retrieval",
-           "labelled characters covered by the top k, over the characters of either", PER_K),
+           "labelled characters covered by the top k, over the characters of either", NO_MARK),
     Metric("precision_omega", SPAN, "retrieval",
            "the best span precision the chunking allows: its chunks that overlap the labels, retrieved "
-           "perfectly"),
+           "perfectly", NO_MARK),
     Metric("context_precision", JUDGED, "retrieval",
            "the chunks useful for the reference answer are ranked first"),
     Metric("context_recall", JUDGED, "retrieval",
