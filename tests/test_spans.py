@@ -553,3 +553,58 @@ def test_the_python_api_places_cases_against_a_corpus():
     assert values == {"recall@1": 0.0, "recall@2": 1.0, "span_precision@2": pytest.approx(14 / 61)}
     with pytest.raises(DatasetError, match="--corpus"):
         ragbridge.evaluate([case], metrics=["recall@1"])
+
+
+def test_anchor_turns_chunk_id_section_and_document_labels_into_spans(tmp_path):
+    corpus = tmp_path / "docs.jsonl"
+    text = "# Refunds\nWithin 14 days.\n# Shipping\nFree over 50 euros. Takes three days."
+    corpus.write_text(
+        json.dumps({"doc": "faq.md", "text": text})
+        + "\n"
+        + json.dumps({"doc": "terms.md", "text": "All terms."})
+        + "\n"
+    )
+    chunks = tmp_path / "chunks.jsonl"
+    chunks.write_text(
+        "".join(
+            json.dumps(c) + "\n"
+            for c in [
+                {
+                    "id": "faq#0",
+                    "text": "# Refunds\nWithin 14 days.",
+                    "doc": "faq.md",
+                    "source": "faq.md#refunds",
+                },
+                {"id": "faq#1", "text": "# Shipping\nFree over 50 euros.", "source": "faq.md#shipping"},
+                {"id": "faq#2", "text": "Takes  three days.", "source": "faq.md#shipping"},
+            ]
+        )
+    )
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text(
+        json.dumps({"id": "q1", "question": "refund?", "relevant": {"faq#0": 2, "terms.md": 1, "gone#7": 1}})
+        + "\n"
+        + json.dumps({"id": "q2", "question": "shipping?", "relevant": ["faq.md#shipping"]})
+        + "\n"
+    )
+    res = ragbridge_cli(
+        "anchor", golden, "--corpus", corpus, "--chunks", chunks, "--out", tmp_path / "out.jsonl", "--json"
+    )
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    assert set(report) == {"out", "cases", "placed", "unplaced"}  # as the README's JSON table says
+    assert report["placed"] == 3 and report["unplaced"] == [
+        {"case": "q1", "label": "gone#7", "reason": report["unplaced"][0]["reason"]}
+    ]
+    assert "no chunk has this id" in report["unplaced"][0]["reason"] and "1 label(s)" in res.stderr
+    q1, q2 = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert q1["relevant"] == {"gone#7": 1}  # kept as it was, not dropped
+    assert q1["relevant_spans"] == [
+        {"doc": "faq.md", "start": 0, "end": 25, "grade": 2},
+        {"doc": "terms.md", "start": 0, "end": 10},
+    ]
+    shipping = text.index("# Shipping")
+    assert q2["relevant_spans"] == [
+        {"doc": "faq.md", "start": shipping, "end": len(text)}
+    ]  # the section's hull
+    assert "relevant" not in q2

@@ -36,10 +36,10 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
-from ..schema import check_where
+from ..schema import Case, check_where
 from .files import DatasetError, jsonl_lines
 
-__all__ = ["Corpus", "read_corpus", "Chunking", "read_chunking", "SpanPlacer", "TEXT_SUFFIXES",
+__all__ = ["Corpus", "read_corpus", "Chunking", "read_chunking", "SpanPlacer", "place_cases", "TEXT_SUFFIXES",
            "NORMALISED_CACHE", "chunk_doc"]
 
 #: the suffixes of the files a corpus folder's documents are read from
@@ -441,3 +441,15 @@ class SpanPlacer:
                        f"document's text at their start and end (first: {self.first_differing}); their "
                        "start and end are used")
         return out
+
+
+def place_cases(cases: Sequence[Case], corpus: Optional[Corpus],
+                placer: Optional[SpanPlacer] = None) -> list[Case]:
+    """The cases with every chunk and label of the span-labelled ones placed against ``corpus``
+    (`SpanPlacer`; `DatasetError` naming the case's position, the case and the chunk for what cannot
+    be placed); the others as they are."""
+    from .records import case_record
+
+    placer = placer or SpanPlacer(corpus)
+    return [Case.model_validate(placer.place(case_record(c), line=i, unit="case")) if c.relevant_spans else c
+            for i, c in enumerate(cases, 1)]

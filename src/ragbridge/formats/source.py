@@ -31,9 +31,8 @@ from typing import Any, BinaryIO, Callable, Iterator, Optional, Sequence
 from ..schema import Case
 from . import load_cases, reading_format
 from .files import DatasetError, jsonl_lines
-from .corpus import Corpus, SpanPlacer
-from .records import (CaseBatch, Fingerprint, InputCheck, SeenCaseIds, batch_from_records, case_record,
-                      parse_record_line)
+from .corpus import Corpus, SpanPlacer, place_cases
+from .records import CaseBatch, Fingerprint, InputCheck, SeenCaseIds, batch_from_records, parse_record_line
 
 __all__ = ["BATCH_SIZE", "CaseSource", "open_cases"]
 
@@ -65,7 +64,7 @@ class CaseSource:
         """Cases already in memory (the Python API): batches are slices of them. Span-labelled cases
         are placed against ``corpus`` (`SpanPlacer`; `DatasetError` for what cannot be placed)."""
         placer = SpanPlacer(corpus)
-        cases = [_placed_case(c, placer, i) if c.relevant_spans else c for i, c in enumerate(cases, 1)]
+        cases = place_cases(cases, corpus, placer)
         fp, check, batch = Fingerprint(), InputCheck(), CaseBatch.of_cases(cases)
         for i in range(len(batch)):
             fp.add(batch.line(i))
@@ -124,11 +123,6 @@ class CaseSource:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
-
-
-def _placed_case(case: Case, placer: SpanPlacer, index: int) -> Case:
-    record = placer.place(case_record(case), line=index, unit="case")
-    return Case.model_validate(record)
 
 
 def _place_batch(batch: CaseBatch, placer: SpanPlacer, lines: list[int], path: Path) -> None:
