@@ -45,7 +45,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Union
 
-__all__ = ["Metric", "METRICS", "NAMES", "KINDS", "RANKING", "SPAN", "ANSWER_CHECK", "JUDGED", "RETRIEVAL",
+__all__ = ["Metric", "METRICS", "NAMES", "KINDS", "RANKING", "SPAN", "NO_MARK", "ANSWER_CHECK", "JUDGED", "RETRIEVAL",
            "GENERATION", "PER_K", "DEFAULT_PASS_MARK", "find", "half_of", "sort_key",
            "default_pass_mark", "resolve_metric"]
 
@@ -91,10 +91,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("span_precision@k", SPAN, "retrieval", "share of the top k chunks' characters that are labelled",
            NO_MARK),
     Metric("span_iou@k", SPAN, "retrieval",
-           "labelled characters covered by the top k, over the characters of either", NO_MARK),
+           "labelled characters covered, over those of the top k and labels", NO_MARK),
     Metric("precision_omega", SPAN, "retrieval",
-           "the best span precision the chunking allows: its chunks that overlap the labels, retrieved "
-           "perfectly", NO_MARK),
+           "the best span precision the chunking allows (perfect retrieval)", NO_MARK),
     Metric("context_precision", JUDGED, "retrieval",
            "the chunks useful for the reference answer are ranked first"),
     Metric("context_recall", JUDGED, "retrieval",
