@@ -22,8 +22,10 @@ The processes (wall clock from start to exit; CPU time, user + system, and peak 
   of the memory a run over it needs;
 - ``ragbridge run DATA --corpus corpus.jsonl --out DIR --metric recall@10 --metric span_recall@10
   --metric span_precision@10 --no-progress`` for ``text`` and ``offsets`` data, at N = ``--cases``
-  and at a quarter of it: the golden set streams through in batches, so the peak should not grow
-  with N, and the difference between ``text`` and ``offsets`` is the cost of locating.
+  and at half of it (both several batches of the default 2,000 cases): the golden set streams
+  through in batches, so the peak should not grow with N, and the difference between ``text`` and
+  ``offsets`` is the cost of locating; and the ``text`` run at N with ``--batch-size 500``, whose
+  peak shows what a batch holds.
 
 Printed: each process's wall, CPU and peak RSS, chunks per second, and the peak over the corpus
 alone. Nothing is asserted: the figures go to benchmarks/README.md.
@@ -111,17 +113,19 @@ def main() -> None:
     parser.add_argument("--doc-chars", type=int, default=3_000)
     parser.add_argument("--cases", type=int, default=10_000)
     parser.add_argument("--chunks", type=int, default=100, help="chunks per case")
-    parser.add_argument("--data", type=Path, default=None, help="folder for the data (default: a temporary one)")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="folder for the data (default: a temporary one)")
     args = parser.parse_args()
     data = args.data or Path(tempfile.mkdtemp(prefix="bench-spans-"))
     data.mkdir(parents=True, exist_ok=True)
     rng = random.Random(7)
     corpus = data / "corpus.jsonl"
-    sizes = [max(1, args.cases // 4), args.cases]
+    sizes = [max(1, args.cases // 2), args.cases]
     if not corpus.exists():
         t = time.perf_counter()
         make_corpus(corpus, args.docs, args.doc_chars, rng)
-        print(f"corpus: {args.docs:,} docs, {corpus.stat().st_size / 1e6:.0f} MB ({time.perf_counter() - t:.0f} s)")
+        print(f"corpus: {args.docs:,} docs, {corpus.stat().st_size / 1e6:.0f} MB "
+              f"({time.perf_counter() - t:.0f} s)")
     for n in sizes:
         text, offsets = data / f"text-{n}.jsonl", data / f"offsets-{n}.jsonl"
         if not text.exists():
@@ -130,18 +134,23 @@ def main() -> None:
             print(f"golden set: {n:,} cases x {args.chunks} chunks, {text.stat().st_size / 1e6:.0f} MB "
                   f"({time.perf_counter() - t:.0f} s)")
     print(f"load average before: {os.getloadavg()[0]:.2f}")
-    rows = [("corpus only", 0, timed([sys.executable, "-c", "import sys; from ragbridge.formats.corpus import "
-                                      "read_corpus; read_corpus(sys.argv[1])", str(corpus)]))]
+    read_only = "import sys; from ragbridge.formats.corpus import read_corpus; read_corpus(sys.argv[1])"
+    rows = [("corpus only", 0, timed([sys.executable, "-c", read_only, str(corpus)]))]
     ragbridge = shutil.which("ragbridge") or str(Path(sys.executable).with_name("ragbridge"))
     metric_args = [a for m in METRICS for a in ("--metric", m)]
     for n in sizes:
         for kind in ("text", "offsets"):
             out = data / f"run-{kind}-{n}"
             shutil.rmtree(out, ignore_errors=True)
-            cmd = [ragbridge, "run", str(data / f"{kind}-{n}.jsonl"), "--corpus", str(corpus), "--out", str(out),
-                   *metric_args, "--no-progress"]
+            cmd = [ragbridge, "run", str(data / f"{kind}-{n}.jsonl"), "--corpus", str(corpus),
+                   "--out", str(out), *metric_args, "--no-progress"]
             rows.append((f"run, chunks by {kind}", n, timed(cmd)))
             shutil.rmtree(out, ignore_errors=True)
+    out = data / "run-small-batches"
+    cmd = [ragbridge, "run", str(data / f"text-{args.cases}.jsonl"), "--corpus", str(corpus),
+           "--out", str(out), *metric_args, "--no-progress", "--batch-size", "500"]
+    rows.append(("run, by text, batches 500", args.cases, timed(cmd)))
+    shutil.rmtree(out, ignore_errors=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     print(f"{'process':<26}{'cases':>9}{'chunks':>11}{'wall s':>9}{'CPU s':>8}{'peak MB':>9}{'chunks/s':>11}")
     for name, n, r in rows:

@@ -45,8 +45,8 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Union
 
-__all__ = ["Metric", "METRICS", "NAMES", "KINDS", "RANKING", "SPAN", "NO_MARK", "ANSWER_CHECK", "JUDGED", "RETRIEVAL",
-           "GENERATION", "PER_K", "DEFAULT_PASS_MARK", "find", "half_of", "sort_key",
+__all__ = ["Metric", "METRICS", "NAMES", "KINDS", "RANKING", "SPAN", "NO_MARK", "ANSWER_CHECK", "JUDGED",
+           "RETRIEVAL", "GENERATION", "PER_K", "DEFAULT_PASS_MARK", "find", "half_of", "sort_key",
            "default_pass_mark", "resolve_metric"]
 
 RANKING, SPAN, ANSWER_CHECK, JUDGED = "ranking", "span", "answer check", "judged"
