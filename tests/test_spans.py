@@ -475,7 +475,9 @@ def test_repeated_chunk_text_is_placed_at_its_first_occurrence_with_one_warning(
     ]
     data = tmp_path / "golden.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    res = ragbridge_cli("run", data, "--out", tmp_path / "run", "--corpus", corpus, "--no-progress")
+    # batches of one case: the golden set is read back batch by batch, placed as it was checked
+    res = ragbridge_cli("run", data, "--out", tmp_path / "run", "--corpus", corpus, "--no-progress",
+                        "--batch-size", "1")
     assert res.returncode == 0, res.stderr
     warnings = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and warnings[0].startswith("warning: 3 chunk(s)")

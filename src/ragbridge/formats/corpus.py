@@ -299,10 +299,10 @@ def chunk_doc(chunk: dict[str, Any], corpus: Corpus) -> Optional[str]:
 
 
 def _chunk(chunk: dict[str, Any], doc: str, start: int, end: int) -> dict[str, Any]:
-    """The chunk mapping with its place, keys in canonical order."""
-    out = {k: chunk[k] for k in ("id", "text", "score", "source") if k in chunk}
-    out.update(doc=doc, start=start, end=end)
-    return out
+    """The chunk mapping with its place (in place: ``doc``, ``start`` and ``end`` are a canonical
+    chunk's last keys, so its key order stays canonical)."""
+    chunk.update(doc=doc, start=start, end=end)
+    return chunk
 
 
 def _span(span: dict[str, Any], start: int, end: int) -> dict[str, Any]:
