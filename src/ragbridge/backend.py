@@ -50,9 +50,10 @@ class MetricSpec:
     ``contexts``, ``context_text``, ``relevant``, ``reference``, ``reference_contexts``); a case that
     lacks one gets an undefined score with the reason, and the backend is never called for it.
     ``digest`` is the content hash of the definition the metric is judged by (a rubric), recorded in
-    run.json so that scores of two definitions are never compared silently.
-    ``default``: planned when a run names no metric (a metric that needs input the run does not
-    have, such as the span metrics without span labels, is offered but not planned by default).
+    run.json so that scores of two definitions are never compared silently. ``default``: planned
+    when a run names no metric (False for a metric whose judge calls multiply, asked for by name, and
+    for one that needs input the run does not have, such as the span metrics without span labels);
+    ``group``: a name that asks for every metric of the group at once (``--metric GROUP``).
     """
 
     name: str
@@ -62,6 +63,7 @@ class MetricSpec:
     description: str = ""
     digest: Optional[str] = None
     default: bool = True
+    group: Optional[str] = None
 
 
 @dataclass
