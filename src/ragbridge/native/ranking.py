@@ -154,29 +154,10 @@ def _first_occurrences(ids: list) -> list[int]:
     return kept
 
 
-def _match_slow(ci, ids, sources, rel, m_case, m_rank, m_grade, uncredited):
-    """Match one case chunk by chunk (used only when some chunk's source is a label)."""
-    seen: set = set()
-    for i, label in enumerate(ids):
-        if label not in rel:
-            label = sources[i]
-            if label is None or label not in rel:
-                continue
-        g = rel[label]
-        if g <= 0:
-            continue
-        if label in seen:
-            uncredited.append(len(m_rank))
-        else:
-            seen.add(label)
-        m_case.append(ci)
-        m_rank.append(i)
-        m_grade.append(g)
-
-
-def _match_spans(ci, ids, chunks, rel, spans, min_overlap, m_case, m_rank, m_grade, uncredited):
-    """Match one span-labelled case chunk by chunk: the id rule first (ids, then sources, of
-    ``rel``), else the span rule (see the module docstring)."""
+def _match_slow(ci, ids, chunks, rel, spans, min_overlap, m_case, m_rank, m_grade, uncredited):
+    """Match one case chunk by chunk (used only when some chunk's source is a label, or the case
+    has span labels): the id rule first (ids, then sources, of ``rel``), else the span rule (see
+    the module docstring)."""
     labels: dict[str, list] = {}  # doc -> [(label index, start, end, grade)] of grade >= 1
     for j, span in enumerate(spans):
         grade = span_kernels.grade_of(span)
@@ -197,6 +178,8 @@ def _match_spans(ci, ids, chunks, rel, spans, min_overlap, m_case, m_rank, m_gra
             g = rel[label]
             if g <= 0:
                 continue
+        elif not labels:
+            continue
         else:
             doc, start, end = span_kernels.placement(chunks[i])
             if start is None:
@@ -285,7 +268,7 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
             lab_n_append(len(rel or ()) + len(spans))
             grades_extend((rel or {}).values())
             grades_extend(map(span_kernels.grade_of, spans))
-            _match_spans(ci, ids, ctx, rel or {}, spans, min_overlap, s_case, s_rank, s_grade, s_uncredited)
+            _match_slow(ci, ids, ctx, rel or {}, spans, min_overlap, s_case, s_rank, s_grade, s_uncredited)
             continue
         if not rel:
             continue
@@ -302,7 +285,7 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
                 rank_extend(map(ids.index, hits))
                 grade_extend(map(rel.__getitem__, hits))
         else:
-            _match_slow(ci, ids, sources, rel, s_case, s_rank, s_grade, s_uncredited)
+            _match_slow(ci, ids, ctx, rel, (), min_overlap, s_case, s_rank, s_grade, s_uncredited)
 
     n_cases = ci + 1
     n_ctx_a = np.array(n_ctx, dtype=np.int64)
