@@ -203,10 +203,12 @@ def sidecar(case: Case) -> dict[str, Any]:
     if case.id != case_id_for_question(case.question):
         side["id"] = case.id
     if export_ids(case) != [c.id for c in case.contexts] or any(
-            c.score is not None or c.source is not None for c in case.contexts):
+            c.score is not None or c.source is not None or c.doc is not None for c in case.contexts):
         side["contexts"] = [c.model_dump(exclude={"text"}, exclude_none=True) for c in case.contexts]
     if any(g != 1 for g in case.relevant.values()):
         side["relevant"] = dict(case.relevant)
+    if case.relevant_spans:
+        side["relevant_spans"] = [s.model_dump(exclude_none=True) for s in case.relevant_spans]
     for key in ("must_contain", "must_not_contain", "tags"):
         if getattr(case, key):
             side[key] = list(getattr(case, key))
@@ -227,6 +229,7 @@ def sidecar(case: Case) -> dict[str, Any]:
 
 #: what `sidecar` keys hold, named as `lost_fields` names them
 _SIDECAR_NAMES = {"id": "id", "contexts": "contexts.id", "relevant": "relevant (grades)",
+                  "relevant_spans": "relevant_spans",
                   "must_contain": "must_contain", "must_not_contain": "must_not_contain",
                   "answerable": "answerable", "tags": "tags", "metadata": "metadata"}
 
@@ -243,6 +246,8 @@ def lost_fields(cases: Sequence[Case]) -> list[str]:
             names.add("contexts.score")
         if any(c.source is not None for c in case.contexts):
             names.add("contexts.source")
+        if any(c.doc is not None for c in case.contexts):
+            names.add("contexts.doc")
         lost |= names
     return sorted(lost)
 
@@ -372,7 +377,7 @@ def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
         out["relevant"] = side["relevant"]
     elif ref_ids is not None:
         out["relevant"] = {i: 1 for i in _id_list(ref_ids, "reference_context_ids")}
-    for key in ("must_contain", "must_not_contain", "tags", "answerable"):
+    for key in ("relevant_spans", "must_contain", "must_not_contain", "tags", "answerable"):
         if key in side:
             out[key] = side[key]
 

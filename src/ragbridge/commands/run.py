@@ -67,6 +67,22 @@ SCORE_CACHE = typer.Option(
                                                  "inputs (beside the judge cache; off with it).")
 
 
+# The span options `run` and `rescore` share (docs/metrics.md, "Span labels").
+CORPUS = typer.Option(
+    None, "--corpus", help="The documents span labels point into: a folder of text or markdown files, or a "
+                           "JSONL of {doc, text}. Chunks and quotes without offsets are located by their "
+                           "text.")
+CHUNKS = typer.Option(
+    None, "--chunks", help="The chunking (JSONL, one chunk a line: id, text, doc, start, end): what "
+                           "precision_omega measures.")
+SPAN_MIN_OVERLAP_OPTION = typer.Option(
+    0.5, "--span-min-overlap", help="Span rule: a chunk matches a span label when they share at least this "
+                                    "share (0..1) of the shorter of the two.")
+SPAN_ARITHMETIC = typer.Option(
+    "merged", "--span-arithmetic", help="Character-level span metrics: merged (overlapping chunks counted "
+                                        "once) or chroma (Chroma's sums, not merged).")
+
+
 def register(cli: typer.Typer) -> None:
     cli.command("run")(run)
     cli.command("rescore")(rescore)
@@ -137,6 +153,10 @@ def run(
     target_concurrency: int = typer.Option(4, "--target-concurrency", help="Target calls in flight at once."),
     rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML) of the rubric backend."),
     generator_model: Optional[str] = typer.Option(None, "--generator-model", help="The system's own model."),
+    corpus: Optional[Path] = CORPUS,
+    chunks: Optional[Path] = CHUNKS,
+    span_min_overlap: float = SPAN_MIN_OVERLAP_OPTION,
+    span_arithmetic: str = SPAN_ARITHMETIC,
     repeats: int = REPEATS,
     pass_repeats: Optional[int] = PASS_REPEATS,
     max_calls: Optional[int] = MAX_CALLS,
@@ -158,9 +178,10 @@ def run(
         fail(f"--gain must be 'linear' or 'exponential', got {gain!r}")
     from ..formats.source import open_cases
 
+    documents, chunking = _span_inputs(corpus, chunks, span_min_overlap, span_arithmetic)
     try:
         cases = open_cases(dataset, fmt, near=out_dir, progress=None if no_progress else _reading_bar(),
-                           batch_size=batch_size, qrels=qrels)
+                           batch_size=batch_size, corpus=documents, qrels=qrels)
     except DatasetError as exc:
         fail(str(exc))
     for line in cases.warnings:
@@ -168,7 +189,8 @@ def run(
     _score_and_print(
         cases, out_dir, str(dataset), backend, metric, config, no_progress, overwrite,
         RunOptions(k=k, gain=gain, case_sensitive=case_sensitive, decline_phrases=decline_phrase or None,
-                   backend_options=_rubric_options(rubric), generator_model=generator_model),
+                   backend_options=_rubric_options(rubric), generator_model=generator_model,
+                   span_min_overlap=span_min_overlap, span_arithmetic=span_arithmetic, chunking=chunking),
         dict(
             model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
             embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,
@@ -179,6 +201,22 @@ def run(
         run_kwargs=dict(repeats=repeats, pass_repeats=pass_repeats, max_calls=max_calls, max_cost=max_cost,
                         dry_run=dry_run, score_cache=score_cache),
     )
+
+
+def _span_inputs(corpus: Optional[Path], chunks: Optional[Path], min_overlap: float, arithmetic: str):
+    """The corpus and the chunking the span options name, read and checked (exit 2 for bad input)."""
+    from ..formats.corpus import read_chunking, read_corpus
+
+    if not 0 <= min_overlap <= 1:
+        fail(f"--span-min-overlap must be a number from 0 to 1, got {min_overlap:g}")
+    if arithmetic not in ("merged", "chroma"):
+        fail(f"--span-arithmetic must be 'merged' or 'chroma', got {arithmetic!r}")
+    try:
+        documents = read_corpus(corpus) if corpus is not None else None
+        chunking = read_chunking(chunks, documents) if chunks is not None else None
+    except DatasetError as exc:
+        fail(str(exc))
+    return documents, chunking
 
 
 def _executor(name: str, address: Optional[str], gateway_host: Optional[str]):
@@ -218,6 +256,11 @@ def rescore(
     config: Optional[Path] = typer.Option(None, "--config", help="Config file."),
     rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML) of the rubric backend."),
     generator_model: Optional[str] = typer.Option(None, "--generator-model", help="The system's own model."),
+    corpus: Optional[Path] = typer.Option(
+        None, "--corpus", help="The documents, to place the chunks of --chunks that give only their text."),
+    chunks: Optional[Path] = CHUNKS,
+    span_min_overlap: float = SPAN_MIN_OVERLAP_OPTION,
+    span_arithmetic: str = SPAN_ARITHMETIC,
     repeats: int = REPEATS,
     pass_repeats: Optional[int] = PASS_REPEATS,
     max_calls: Optional[int] = MAX_CALLS,
@@ -237,13 +280,15 @@ def rescore(
     """
     if not (run_dir / "cases.jsonl").exists():
         fail(f"{run_dir} is not a run folder with recorded cases (no cases.jsonl)")
+    _, chunking = _span_inputs(corpus, chunks, span_min_overlap, span_arithmetic)
     try:
         cases = load_cases(run_dir / "cases.jsonl")
     except DatasetError as exc:
         fail(str(exc))
     _score_and_print(
         cases, run_dir, str(run_dir / "cases.jsonl"), backend, metric, config, no_progress, False,
-        RunOptions(k=k, backend_options=_rubric_options(rubric), generator_model=generator_model),
+        RunOptions(k=k, backend_options=_rubric_options(rubric), generator_model=generator_model,
+                   span_min_overlap=span_min_overlap, span_arithmetic=span_arithmetic, chunking=chunking),
         dict(
             model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
             embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,

@@ -47,11 +47,13 @@ import contextlib
 import os
 import time
 from dataclasses import dataclass
+from dataclasses import replace as dataclass_replace
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator, Optional, Sequence
 
 from .. import __version__
 from ..backend import Backend, RunOptions, ScoringContext, error_text
+from ..formats.corpus import Corpus, read_corpus
 from ..formats.records import CaseBatch, record_line
 from ..formats.source import BATCH_SIZE, CaseSource
 from ..judge.repeat import repeat_case_id, split_repeat
@@ -101,6 +103,7 @@ async def evaluate_async(
     dry_run: bool = False,
     executor: Any = None,
     score_cache: bool = True,
+    corpus: Any = None,
 ) -> Run:
     """Score ``cases`` with ``backends`` (default: native) and return the `Run`.
 
@@ -123,11 +126,18 @@ async def evaluate_async(
     run would spend (cache hits counted as such), with status ``dry-run``. ``score_cache``: a judged
     score the score cache holds for the same inputs is taken from it without calling the backend
     (`ragbridge.run.score_cache`; needs the judge cache on), and each score made is stored there.
+    ``corpus``: the documents (a path for `ragbridge.formats.corpus.read_corpus`, or a ``Corpus``)
+    that the chunks and quotes of span-labelled cases are placed against
+    (`ragbridge.formats.corpus.SpanPlacer`; a `ragbridge.formats.DatasetError` for what cannot be).
     """
     options = options or RunOptions()
-    source = cases if isinstance(cases, CaseSource) else CaseSource.of_cases(cases, batch_size)
+    if corpus is not None and not isinstance(corpus, Corpus):
+        corpus = read_corpus(corpus)
+    source = cases if isinstance(cases, CaseSource) else CaseSource.of_cases(cases, batch_size, corpus)
     if not source.n_cases:
         raise RunError("no cases to evaluate")
+    if source.span_cases and not options.span_labels:
+        options = dataclass_replace(options, span_labels=True)
     _check_repeats_and_budget(repeats, pass_repeats, max_calls, max_cost)
     plan = plan_metrics(backends, metrics, options.k, options)
     needs_judge = _check_judge(plan, judge, preflight=not dry_run)
@@ -149,7 +159,7 @@ async def evaluate_async(
         filled = await fill_cases(source.cases, target, record_path=folder.target_path if folder else None,
                                   concurrency=target_concurrency, progress=progress)
         n_target_errors = sum(1 for c in filled if target_error(c))
-        source = CaseSource.of_cases(filled, batch_size)
+        source = CaseSource.of_cases(filled, batch_size, corpus)
         dataset.update(fingerprint=source.fingerprint, golden_fingerprint=golden_fp, target=target.spec)
     manifest = _new_manifest(plan, dataset, options, judge if needs_judge else None)
     if repeats > 1 or pass_repeats is not None:
