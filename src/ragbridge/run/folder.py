@@ -149,7 +149,8 @@ class Run:
 
     def _repr_html_(self) -> str:
         """A notebook's view of the run: where it is, its status and counts, and the summary table
-        (mean and counts per backend and metric, over all cases)."""
+        (mean and counts per backend and metric, over all cases); for a run that computed nothing,
+        what the cases lack and what to run instead (`ragbridge.run.unscored`)."""
         import html
         import math
 
@@ -168,8 +169,12 @@ class Run:
             "<tr>" + "".join(f"<td>{html.escape(num(r[c]) if c == 'mean' else str(r[c]))}</td>"
                              for c in columns) + "</tr>" for r in self.summary_rows(by_tag=False))
         header = "".join(f"<th>{c}</th>" for c in columns)
+        from .unscored import nothing_computed, unscored_lines
+
+        unscored = nothing_computed(self)
+        note = "" if unscored is None else f"<pre>{html.escape(chr(10).join(unscored_lines(unscored)))}</pre>"
         return (f"<div><p>{head}</p><table><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>"
-                "</div>")
+                f"{note}</div>")
 
     @property
     def complete(self) -> bool:
