@@ -5,12 +5,15 @@
 * `Case` objects (a list of them): taken as they are;
 * rows: a list (or tuple) of mappings, a pandas ``DataFrame`` or a ``datasets.Dataset``. Rows in the
   canonical vocabulary (`ragbridge.formats.records`) are read as the lines of a canonical JSONL file
-  are. Rows whose fields are a library's (some field the canonical readers do not know, and every
-  field one that exactly one library registers) are read by that library's plugin: the rule a file
-  behind a canonical suffix is recognised by (`Format.fields`), on the first row's fields, or a
-  DataFrame's or dataset's columns. ``format=NAME`` names the library instead;
-* anything else: the library whose plugin recognises the object (its dataset, sample or test-case
-  objects, or a list of them).
+  are (a table's cells as a Parquet file's: JSON text in a list or mapping column is parsed). Rows
+  whose fields are a library's (some field the canonical readers do not know, and every field one
+  that exactly one library registers) are read by that library's plugin: the rule a file behind a
+  canonical suffix is recognised by (`Format.fields`), on the first row's fields, or a DataFrame's
+  or dataset's columns. ``format=NAME`` names the library instead;
+* a library's own objects (its dataset, sample or test-case objects, or a list of them), which its
+  plugin recognises: the plugin turns them into rows as the library writes them to a file, and
+  those rows are read as above, so an object and the file the library writes of it give the same
+  cases.
 
 The checks are those of a file, and so are the errors (`DatasetError`), with the item's index (from
 0, as in ``data[i]``) in place of the line: ``DataFrame (index 3): field 'question': is required
@@ -27,17 +30,20 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from ..plugins import load_plugins, pm
 from ..schema import Case
 from .files import DatasetError
-from .records import CANONICAL_FIELDS, cases_from_records, is_missing, plain
+from .records import CANONICAL_FIELDS, cases_from_records, is_missing, plain, rows_to_records
 
 __all__ = ["Library", "get_libraries", "cases_from_data", "data_rows", "to_library", "INDEX"]
 
 #: the unit a `DatasetError` about an in-memory item names it by: its index from 0
 INDEX = "index"
+#: the in-memory tables, whose cells are read as a table file's (`rows_to_records`); a list of dicts
+#: is read as JSON is, each value of its field's type
+TABLES = ("DataFrame", "Dataset")
 
 
 @dataclass
@@ -151,7 +157,21 @@ def _read_records(records: list[Any], library: Optional[Library], what: str) -> 
         raise DatasetError("holds no cases", path=what, hint="a golden set needs at least one case")
     if library is not None and library.read_rows is not None:
         return _located(library.read_rows, records, what)
+    if what in TABLES:
+        return cases_from_records(_table_records(records, what), what, unit=INDEX)
     return cases_from_records(enumerate(records), what, unit=INDEX)
+
+
+def _table_records(records: list[Any], what: str) -> Iterator[tuple[int, Any]]:
+    """A table's rows as records, their cells read as a Parquet file's are (`rows_to_records`: JSON
+    text in list and mapping columns, ``|``-separated ids), numbered by index."""
+    try:
+        for n, record in rows_to_records(records, what):
+            yield n - 1, record
+    except DatasetError as exc:
+        if exc.unit == "row" and exc.line is not None:
+            exc.line, exc.unit = exc.line - 1, INDEX
+        raise
 
 
 def _library_of_fields(fields: Sequence[str], libraries: dict[str, Library], what: str) -> Optional[Library]:
