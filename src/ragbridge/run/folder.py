@@ -256,7 +256,9 @@ def read_scores(path: Path) -> tuple[list[Score], int]:
 
 
 def load_run(path: str | Path) -> Run:
-    """Read a run folder. Raises `RunError` when it is not one."""
+    """Read a run folder (``run.json``, ``scores.jsonl``, ``cases.jsonl``) back as a `Run`: its
+    manifest now, its scores and cases when first asked for. A run whose process is gone without
+    recording its end reads as ``interrupted``. Raises `RunError` when the folder is not a run's."""
     path = Path(path)
     manifest_path = path / "run.json"
     if not manifest_path.exists():
