@@ -47,3 +47,23 @@ def test_the_migration_notebook_runs_in_a_kernel(tmp_path):
     assert "20)" in outputs(code[5])[-1]["data"]["text/plain"]  # 20 goldens
     assert "loop running: True asyncio" in "".join(o.get("text", "") for o in outputs(code[-1]))
     assert (work / "runs" / "notebook" / "run.json").exists()
+
+
+@pytest.mark.slow  # RAGAS and DeepEval judged runs against the stub judge
+def test_the_from_ragas_and_deepeval_page_runs_as_written(tmp_path, stub_judge):
+    import re
+    import subprocess
+    import sys
+
+    page = (ROOT / "docs" / "from-ragas-and-deepeval.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```", page, re.M | re.S)
+    assert len(blocks) == 2
+    code = "\n".join(blocks).replace("https://api.openai.com/v1", stub_judge.base_url)
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    p = subprocess.run([sys.executable, "-c", code + "\nprint(run.to_frame(wide=True).columns.tolist())\n"
+                        "print(len(goldens.goldens))"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "OPENAI_API_KEY": "sk-test"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "['case_id', 'question', 'deepeval:faithfulness', 'ragas:faithfulness']" in p.stdout
+    assert p.stdout.strip().endswith("1")
+    assert (tmp_path / "runs" / "from-ragas" / "run.json").exists()
