@@ -28,7 +28,8 @@ def test_the_migration_notebook_runs_in_a_kernel(tmp_path):
     nb.cells.append(nbformat.v4.new_code_cell(
         "import asyncio\nloop = asyncio.get_running_loop()\n"
         "print('loop running:', loop.is_running(), type(loop).__module__)"))
-    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(work)}},
+    client = NotebookClient(nb, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(work)}},
                             env={**os.environ, "PYTHONWARNINGS": "ignore"})
     client.execute()
 
