@@ -157,7 +157,7 @@ def run(
       2    bad input or configuration; nothing written
       3    the run finished, but some scores errored: run it again to retry them
       4    the judge budget was spent: run it again with a larger budget
-      5    nothing computed: every score undefined (the message says what the cases lack)
+      5    nothing computed (every score undefined): the message says why
       130  interrupted: run it again to resume
     """
     if gain not in ("linear", "exponential"):
@@ -239,7 +239,7 @@ def rescore(
       2    bad input or configuration
       3    some scores errored: run it again to retry them
       4    the judge budget was spent: run it again with a larger budget
-      5    nothing computed: every score undefined (the message says what the cases lack)
+      5    nothing computed (every score undefined): the message says why
       130  interrupted: run it again to resume
     """
     if not (run_dir / "cases.jsonl").exists():
