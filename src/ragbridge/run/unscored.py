@@ -101,6 +101,7 @@ def unscored_lines(info: dict) -> list[str]:
         lines.append("(another backend with --backend; the judge can also come from ragbridge.toml, and "
                      "`ragbridge judge serve` runs a stub judge to try the plumbing without a key)")
     else:
-        lines.append("no backend with judged metrics is installed: pip install 'ragbridge[ragas]' (or "
-                     "deepeval, trulens, phoenix), or use the rubric backend with a judge")
+        lines.append("no installed backend has a judged metric these inputs allow: give the cases an "
+                     "answer (and the retrieved chunks' text); `ragbridge backends` lists the backends, "
+                     "their metrics and how to install them")
     return lines
