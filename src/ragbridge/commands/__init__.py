@@ -2,11 +2,12 @@
 
 One module per group of commands, each with a ``register(cli)`` that adds its commands to the
 application: ``run`` (run, rescore), ``data`` (formats, convert, sample), ``backends``, ``judge``
-(judge serve, judge check), ``analysis`` (compare, validate, calibrate, trend), ``regression`` (diff, gate)
-and ``report``. They are registered lazily (`COMMANDS`: each command's module and the first line of
-its help): ``ragbridge --help`` lists them without importing any, and a command's module is imported
-when that command is run or its help shown. Third-party plugins (and the built-in rubric plugin) add
-theirs through the ``ragbridge_register_commands`` hook when `run_cli` starts.
+(judge serve, judge check), ``analysis`` (compare, validate, calibrate, trend), ``diagnose``,
+``regression`` (diff, gate) and ``report``. They are registered lazily (`COMMANDS`: each command's
+module and the first line of its help): ``ragbridge --help`` lists them without importing any, and a
+command's module is imported when that command is run or its help shown. Third-party plugins (and
+the built-in rubric plugin) add theirs through the ``ragbridge_register_commands`` hook when
+`run_cli` starts.
 
 Exit codes and what every command prints: `ragbridge.commands.output`. Help is plain text (click's
 layout): it reads the same on a terminal, piped and in a log.
@@ -50,6 +51,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
                               "(maximum kappa)."),
     "trend": ("analysis", "The mean of each metric over dated runs: the series, its slope per run with a "
                           "95% interval, and the change points."),
+    "diagnose": ("diagnose", "Each failing case to one layer: retrieval, generation, knowledge_base, "
+                             "reference_or_judge or undetermined (with the missing evidence named), and the "
+                             "evidence that decided it (docs/diagnose.md)."),
     "diff": ("regression", "Compare two runs case by case: what moved, the change in mean with paired "
                            "intervals, per tag."),
     "gate": ("regression", "Check a run against thresholds: exit 0 when every rule holds, 1 when one fails, "
