@@ -40,8 +40,9 @@ def test_an_unlabelled_set_says_what_is_missing_and_what_to_run(tmp_path, stub_j
     assert recall == {"backend": "native", "metric": "recall@5", "n": 20,
                       "reasons": [{"reason": "no relevance labels", "cases": 20}]}
     assert doc["fields"]["relevant"] == 0 and doc["fields"]["answer"] == 20
-    assert {"backend": "rubric", "metrics": ["abstention", "answer_correctness", "answer_relevance",
-                                             "context_relevance", "faithfulness"]} in doc["judged"]
+    rubric = next(j for j in doc["judged"] if j["backend"] == "rubric")
+    assert {"abstention", "answer_correctness", "answer_relevance", "context_relevance",
+            "faithfulness"} <= set(rubric["metrics"])
 
     # what it says to run, with the judge filled in (the rubric backend, ragbridge's own judge)
     args = command.split()[1:]
