@@ -6,6 +6,9 @@ Exit codes:
   3    the run finished, but some scores errored: run it again to retry them
   4    the judge budget (--max-calls / --max-cost) was spent: what was scored is kept, the rest is
        not run; run it again with a larger budget to resume
+  5    the run finished but computed nothing: every score is undefined, because the cases lack
+       what the metrics need (e.g. ranking metrics without relevance labels); the message says
+       which fields are missing for which metrics and what to run instead
   130  interrupted: run it again to resume
 
 ``--dry-run`` calls and writes nothing: it prints the judge calls and the cost the run would make,
@@ -28,10 +31,12 @@ from ..formats import DatasetError, load_cases
 from ..report.text import MISSING, jsonable, num
 from ..run import RunError, evaluate
 from ..run.summary import ALL
+from ..run.unscored import nothing_computed, unscored_lines
 from .judge import judge_config
 from .output import (
     EXIT_BUDGET_SPENT,
     EXIT_INTERRUPTED,
+    EXIT_NOTHING_COMPUTED,
     EXIT_SCORE_ERRORS,
     err,
     fail,
@@ -172,6 +177,7 @@ def run(
       2    bad input or configuration; nothing written
       3    the run finished, but some scores errored: run it again to retry them
       4    the judge budget was spent: run it again with a larger budget
+      5    nothing computed (every score undefined): the message says why
       130  interrupted: run it again to resume
     """
     if gain not in ("linear", "exponential"):
@@ -276,6 +282,7 @@ def rescore(
       2    bad input or configuration
       3    some scores errored: run it again to retry them
       4    the judge budget was spent: run it again with a larger budget
+      5    nothing computed (every score undefined): the message says why
       130  interrupted: run it again to resume
     """
     if not (run_dir / "cases.jsonl").exists():
@@ -442,6 +449,7 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
         latency = {"p50": p50, "p95": p95, "n": len(latencies)}
         notes.append(f"target latency: p50 {p50:.3f}s, p95 {p95:.3f}s over {len(latencies)} call(s)")
     rows = result.summary_rows()  # a run just made: from its running totals, without pandas
+    unscored = nothing_computed(result, out=str(out_dir))
     if as_json:
         for note in notes:
             err.print(note, markup=False, highlight=False)
@@ -450,7 +458,10 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
             "run": str(out_dir), "status": result.manifest.status, "stub_judge": bool(judge.get("stub")),
             "judge": result.manifest.judge, "counts": counts, "summary": jsonable(overall),
             "by_tag": jsonable([r for r in rows if r["tag"] != ALL]), "target_latency": latency,
+            "nothing_computed": unscored,
         })
+    elif unscored is not None:  # a table of dashes says nothing: what the cases lack, and what to run
+        print_lines(err, unscored_lines(unscored))
     else:
         print_summary(rows)
         for i, note in enumerate(notes):
@@ -473,6 +484,11 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
             "with a larger budget to score the rest", highlight=False, soft_wrap=True,
         )
         raise typer.Exit(EXIT_BUDGET_SPENT)
+    if unscored is not None:
+        if as_json:
+            err.print(f"nothing was computed: all {counts.get('scores', 0)} scores are undefined (see "
+                      "nothing_computed)", markup=False, highlight=False)
+        raise typer.Exit(EXIT_NOTHING_COMPUTED)
     if counts.get("errored") or result.manifest.status != "complete":
         status = result.manifest.status
         err.print(

@@ -165,7 +165,7 @@ def open_cases(
         raise DatasetError("no such file or folder", path=path)
     fmt = reading_format(path, format, options)
     if fmt.name != "jsonl":
-        source = CaseSource.of_cases(load_cases(path, fmt.name, **options), batch_size, corpus)
+        source = CaseSource.of_cases(load_cases(path, fmt.name, options.get("qrels")), batch_size, corpus)
         source.path = path
         return source
     here = _scratch_dir(near)
