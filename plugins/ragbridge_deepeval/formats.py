@@ -206,7 +206,7 @@ def record_to_canonical(raw: Any, joined: bool) -> dict[str, Any]:
         kept = extra.get("contexts")
         if isinstance(kept, list) and len(kept) == len(chunks) and all(isinstance(k, dict) for k in kept):
             for c, k in zip(chunks, kept):
-                for f in ("id", "score", "source"):
+                for f in ("id", "score", "source", "doc", "start", "end"):
                     if k.get(f) is not None:
                         c[f] = k[f]
         for c, cid in zip(chunks, derived_chunk_ids([c["text"] for c in chunks])):
@@ -222,7 +222,7 @@ def record_to_canonical(raw: Any, joined: bool) -> dict[str, Any]:
     tags = rec.pop("tags", None)
     if tags:
         out["tags"] = list(tags) if isinstance(tags, (list, tuple)) else [str(tags)]
-    for f in ("relevant", "must_contain", "must_not_contain", "answerable", "tags"):
+    for f in ("relevant", "relevant_spans", "must_contain", "must_not_contain", "answerable", "tags"):
         if f in extra and f not in out:
             out[f] = extra[f]
 
@@ -364,6 +364,7 @@ def golden_record(case: Case, lists: bool = True, resave_joins: bool = False
              for i, c in enumerate(case.contexts)]
     if case.contexts and ([c.id for c in case.contexts] != derived_chunk_ids([c.text for c in case.contexts])
                           or any(c.score is not None or (c.source is not None and i not in tagged)
+                                 or c.doc is not None or c.start is not None or c.end is not None
                                  for i, c in enumerate(case.contexts))):
         kept = []
         for c in case.contexts:
@@ -372,10 +373,13 @@ def golden_record(case: Case, lists: bool = True, resave_joins: bool = False
                 k["score"] = c.score
             if c.source is not None:
                 k["source"] = c.source
+            k.update(c.model_dump(include={"doc", "start", "end"}, exclude_none=True))
             kept.append(k)
         extra["contexts"] = kept
     if case.relevant:
         extra["relevant"] = dict(case.relevant)
+    if case.relevant_spans:
+        extra["relevant_spans"] = [s.model_dump(exclude_none=True) for s in case.relevant_spans]
     for f in ("must_contain", "must_not_contain", "tags"):
         if getattr(case, f):
             extra[f] = list(getattr(case, f))

@@ -274,7 +274,7 @@ def _row_to_record(row: dict[str, Any]) -> tuple[dict[str, Any], int]:
             rec["contexts"] = [{**c, "text": t} for c, t in zip(chunks, texts)]
         else:  # a text repeated in one row stays a chunk of its own, as in the other library formats
             rec["contexts"] = [{"id": i, "text": t} for i, t in zip(derived_chunk_ids(texts), texts)]
-    for key in ("relevant", "must_contain", "must_not_contain", "answerable", "tags"):
+    for key in ("relevant", "relevant_spans", "must_contain", "must_not_contain", "answerable", "tags"):
         if key in extra:
             rec[key] = extra[key]
     if "id" in rec and not isinstance(rec["id"], str):
@@ -310,12 +310,15 @@ def case_to_row(case: Case) -> dict[str, Any]:
     relevant, texts, _, _ = labels_of(expected)
     extra: dict[str, Any] = {}
     if case.contexts and ([c.id for c in case.contexts] != derived_chunk_ids([c.text for c in case.contexts])
-                          or any(c.score is not None or c.source is not None for c in case.contexts)):
+                          or any(c.model_dump(exclude={"id", "text"}, exclude_none=True)
+                                 for c in case.contexts)):
         extra["contexts"] = [c.model_dump(exclude={"text"}, exclude_none=True) for c in case.contexts]
     if case.relevant != relevant:
         extra["relevant"] = dict(case.relevant)
     if case.reference_contexts != texts:
         extra["reference_contexts"] = list(case.reference_contexts)
+    if case.relevant_spans:
+        extra["relevant_spans"] = [s.model_dump(exclude_none=True) for s in case.relevant_spans]
     for key in ("must_contain", "must_not_contain", "tags"):
         if getattr(case, key):
             extra[key] = list(getattr(case, key))
