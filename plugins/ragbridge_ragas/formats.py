@@ -265,8 +265,8 @@ def write_ragas_csv(cases: Sequence[Case], path: Path) -> list[str]:
 
 
 #: what RAGAS's own load and re-save lose: the ``ragbridge`` column (`lost_fields` names its parts)
-RESAVE_DROPS = ("id", "contexts.id", "contexts.score", "contexts.source", "relevant (grades)", "must_contain",
-                "must_not_contain", "answerable", "tags", "metadata")
+RESAVE_DROPS = ("id", "contexts.id", "contexts.score", "contexts.source", "contexts.doc", "relevant (grades)",
+                "relevant_spans", "must_contain", "must_not_contain", "answerable", "tags", "metadata")
 
 FORMATS = [
     Format("ragas", (), read_ragas, write_ragas_jsonl,
