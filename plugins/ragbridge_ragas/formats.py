@@ -12,7 +12,9 @@ name them with ``--from`` / ``--to``, or let a ``.jsonl``/``.csv``/... file's RA
   answer or reference reads back as missing (the one loss; reported).
 
 Every file format writes the ``ragbridge`` column (JSON text in CSV and ``datasets`` folders) where
-a case has something RAGAS cannot hold, so a round trip is lossless; RAGAS's loaders ignore it.
+a case has something RAGAS cannot hold, so a round trip is lossless; RAGAS's loaders ignore it, and
+RAGAS's own re-save drops it (`RESAVE_DROPS`; ``resave_lost_*`` name what given cases lose there,
+with the quirks of RAGAS's ``to_hf_dataset`` and ``to_csv``, which take the first sample's fields).
 Chunk ids are exported in the labels' id space, so RAGAS's ``IDBasedContextRecall`` on the export
 equals native recall at full depth (and its ``IDBasedContextPrecision`` counts distinct labels).
 
