@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import ragbridge  # noqa: F401  (privacy defaults before the libraries are imported)
 from conftest import EXAMPLE, ragbridge_cli
-from ragbridge.formats import get_formats, load_cases, resave_losses, write_cases
+from ragbridge.formats import DatasetError, get_formats, load_cases, resave_losses, write_cases
 from ragbridge.native.ranking import evaluate as rank
 from ragbridge.schema import Case, Chunk, Span
 
@@ -424,7 +424,11 @@ def test_round_trip_is_identity_or_loud_and_the_library_loads_it(name, suffix):
             out.mkdir()
             resaved = WRITTEN[(name, suffix)](path, cases, lost + dropped, out)  # in the library's hands
             if resaved is not None:
-                again = load_cases(resaved, name)
+                try:
+                    again = load_cases(resaved, name)
+                except DatasetError:  # pandas' to_json wrote 1.8e308 for 1.79...e308: no number
+                    assert any("to_json" in n for n in dropped), dropped
+                    return
                 if name == "trec":  # ranx writes the queries in sorted order
                     by_id = {c.id: c for c in again}
                     again = [by_id[c.id] for c in cases if c.id in by_id]

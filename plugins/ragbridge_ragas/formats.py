@@ -199,17 +199,25 @@ def write_ragas_hf(cases: Sequence[Case], path: Path) -> list[str]:
 
 
 def resave_lost_jsonl(cases: Sequence[Case], path: Path) -> list[str]:
-    """What RAGAS's own load and re-save lose: the ``ragbridge`` column (`lost_fields`)."""
-    return lost_fields(cases)
+    """What RAGAS's own load and re-save lose: the ``ragbridge`` column (`lost_fields`). Without it,
+    an empty id list the writer chose (a labelled case that retrieved nothing, or whose labels all
+    have grade 0) reads back as one RAGAS was given, kept in ``metadata["ragas"]``."""
+    lost = lost_fields(cases)
+    for case, row in zip(cases, cases_to_rows(cases, with_sidecar=False)):
+        given = case.metadata.get("ragas") if isinstance(case.metadata.get("ragas"), dict) else {}
+        if any(row.get(k) == [] and k not in given
+               for k in ("retrieved_context_ids", "reference_context_ids")):
+            return sorted(set(lost) | {"metadata"})
+    return lost
 
 
 def resave_lost_hf(cases: Sequence[Case], path: Path) -> list[str]:
-    return lost_fields(cases) + [f"{name} (absent from the first case: RAGAS's to_hf_dataset)"
-                                 for name in _later_fields(cases)]
+    return resave_lost_jsonl(cases, path) + [f"{name} (absent from the first case: RAGAS's to_hf_dataset)"
+                                             for name in _later_fields(cases)]
 
 
 def resave_lost_csv(cases: Sequence[Case], path: Path) -> list[str]:
-    return lost_fields(cases) + ([CSV_FIRST_ROW] if _later_fields(cases) else [])
+    return resave_lost_jsonl(cases, path) + ([CSV_FIRST_ROW] if _later_fields(cases) else [])
 
 
 _LIST_COLUMNS = {"retrieved_contexts", "reference_contexts", "retrieved_context_ids", "reference_context_ids",
