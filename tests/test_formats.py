@@ -315,10 +315,15 @@ def load_trec(path, cases, lost, out):
     for c in cases:
         if c.contexts:
             assert set(run[c.id]) == {x.id for x in c.contexts}
+        by_source = {lab for x, lab in zip(c.contexts, c.chunk_labels()) if lab is not None and lab != x.id}
         for label, grade in c.relevant.items():
-            if any(x.id == label for x in c.contexts) or not any(x.source == label for x in c.contexts):
+            if any(x.id == label for x in c.contexts) or label not in by_source:
                 assert qrels[c.id][label] == grade
-    ranx.Run.from_file(str(path), kind="trec").save(str(out / "resaved.trec"), kind="trec")
+    try:
+        ranx.Run.from_file(str(path), kind="trec").save(str(out / "resaved.trec"), kind="trec")
+    except KeyError:  # ranx's numba dicts fail to look up some non-ASCII ids they stored (ranx 0.3.21)
+        assert any(not x.id.isascii() or not c.id.isascii() for c in cases for x in c.contexts)
+        return None
     if Path(path).with_suffix(".qrels").read_text():  # ranx fails on a qrels file without a line
         ranx.Qrels.from_file(str(Path(path).with_suffix(".qrels")), kind="trec").save(
             str(out / "resaved.qrels"), kind="trec")

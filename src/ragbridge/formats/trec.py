@@ -126,7 +126,8 @@ def read_run(path: Path) -> dict[str, list[tuple[str, float]]]:
 
 def single(score: float) -> float:
     """``score`` as trec_eval compares it: cast to single precision, so ``0.30000001`` and ``0.3`` tie."""
-    return float(np.float32(score))
+    with np.errstate(over="ignore"):  # beyond single precision: inf, as in trec_eval
+        return float(np.float32(score))
 
 
 def read(path: Path, qrels: Optional[Path] = None) -> list[Case]:
@@ -211,11 +212,12 @@ def write(cases: Sequence[Case], path: Path) -> list[str]:
             for chunk, label in zip(case.contexts, case.chunk_labels()):
                 if label is not None and label != chunk.id:
                     by_source.setdefault(label, []).append(chunk.id)
+            ids = {c.id for c in chunks}
             for label, grade in case.relevant.items():
                 if label in by_source:
                     lost.add("relevant (by source)")
                     qrels_lines.extend(f"{case.id} 0 {cid} {grade}\n" for cid in by_source[label])
-                else:
+                if label not in by_source or label in ids:  # a retrieved docno, or nothing matched it
                     qrels_lines.append(f"{case.id} 0 {label} {grade}\n")
             held_not = (
                 ("question", case.question), ("answer", case.answer is not None),
