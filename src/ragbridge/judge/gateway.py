@@ -60,7 +60,7 @@ import contextlib
 import contextvars
 import hashlib
 import json
-import random
+import os
 import re
 import secrets
 import socket
@@ -69,7 +69,7 @@ import time
 from dataclasses import dataclass, fields as dc_fields
 from pathlib import Path
 from typing import Any, Iterator, Literal, Mapping, Optional
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote
 
 import httpx
 
@@ -82,17 +82,15 @@ from .config import (
     JudgeConfigError,
     JudgeError,
     JudgeUnavailable,
-    redact_url,
 )
+from .dialect import Endpoint, endpoints_of, shape_body
 from .server import GatewayHandler, LoopbackServer, Result, Triple, error_body
 from .transport import AsyncJudgeTransport, JudgeTransport
-from .upstream import RateLimiter, StdlibPool, UpstreamError, UpstreamTimeout, parse_retry_after, proxy_for
+from .upstream import Forwarder, Upstream, httpx_client
 
 IN_PROCESS_ORIGIN = "http://ragbridge-gateway.invalid"  # the host of in-process URLs: no socket serves it
 STUB_MARKER = b'"system_fingerprint": "ragbridge-stub"'  # what ragbridge.testing's stub judge answers with
 TAG_HEADER = "X-Ragbridge-Tag"
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-RETRY_AFTER_CAP = 60.0
 AUDIT_FLUSH_SECONDS = 0.2  # the audit log is written in the background at most this late
 ENDPOINTS = ("chat/completions", "responses", "embeddings", "models", "completions")
 
@@ -218,30 +216,26 @@ class JudgeGateway:
         #: the socket's address (settable until the socket opens; see the class docstring)
         self.host = host
         self.audit_log = Path(audit_log) if audit_log is not None else None
-        self._upstream = config.base_url.rstrip("/")
-        self._upstream_public = redact_url(self._upstream)
+        self._chat, self._embeddings = endpoints_of(config)
+        self._upstream_public = self._chat.public_url
         self._lock = threading.Lock()
         self._tags: dict[str, Triple] = {}
         self._tag_of: dict[Triple, str] = {}
         self._usage: dict[Triple, list[int]] = {}
         self._served: dict[Triple, set[tuple[str, str]]] = {}
         self._failed: set[Triple] = set()  # forgotten: no answer is stored for these any more
-        self._sem = threading.BoundedSemaphore(config.max_concurrency)
-        self._limiter = RateLimiter(config.requests_per_minute) if config.requests_per_minute else None
+        self._forwarder: Optional[Forwarder] = None
+        self._upstreams: dict[Endpoint, Upstream] = {}
         self._inflight: dict[str, threading.Event] = {}
         self._closing = threading.Event()
         self._conns: set = set()
-        self._key: Optional[str] = None
-        self._key_bytes: Optional[bytes] = None
+        self._key_bytes: tuple[bytes, ...] = ()
         self._cache: Optional[JudgeCache] = None
         self._audit_fh: Any = None
         self._audit_flusher: Optional[threading.Thread] = None
         self._audit_lock = threading.Lock()
         self._server: Optional[LoopbackServer] = None
         self._thread: Optional[threading.Thread] = None
-        self._client: Optional[httpx.Client] = None
-        self._pool: Optional[StdlibPool] = None
-        self._targets: dict[str, tuple[str, str, str]] = {}
         self._listen_lock = threading.Lock()
         #: what a request on the loopback socket must present (memory only; see ragbridge.judge.server)
         self._secret = secrets.token_urlsafe(32)
@@ -315,49 +309,43 @@ class JudgeGateway:
         res.cost = price.cost(prompt, completion) if price is not None else None
 
     def _call_upstream(self, endpoint: str, raw: bytes, body: Any, triple: Triple, repeat: int,
-                  stream: bool = False) -> Result:
+                       stream: bool = False) -> Result:
         """One upstream call (or its simulation in a dry run) within the budget, priced."""
         refusal = self._reserve(triple)
         if refusal is not None:
             return refusal
         res = Result(502, b"", cost=0.0)
+        model = body.get("model") if isinstance(body, dict) else None
         try:
             if self.simulate is not None and not stream:
                 payload = self.simulate(endpoint, body)
                 res = Result(200, json.dumps(payload).encode(), attempts=1, parsed=payload)
             else:
-                res = self._forward("POST", endpoint, raw, stream=stream, repeat=repeat)
-            self._price(res, body.get("model") if isinstance(body, dict) else None)
+                shaped = shape_body(self.config, endpoint, body)
+                if shaped is not body:
+                    raw = json.dumps(shaped, ensure_ascii=False).encode("utf-8")
+                res = self._forward("POST", endpoint, raw, stream=stream, repeat=repeat,
+                                    model=model if isinstance(model, str) else None)
+            self._price(res, model)
         finally:
             self._settle(res)
         return res
 
-    def _endpoint_url(self, endpoint: str, *, public: bool = False) -> str:
-        """``base_url`` + ``/endpoint``, keeping a query string (e.g. ``?api-version=``) at the end."""
-        parts = urlsplit(self._upstream_public if public else self._upstream)
-        path = parts.path.rstrip("/") + "/" + endpoint
-        return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
-
-    # -- lifecycle ------------------------------------------------------------------------------
-    def _http(self) -> httpx.Client:
-        if self._client is None:
-            n = self.config.max_concurrency
-            self._client = httpx.Client(
-                timeout=httpx.Timeout(self.config.timeout, connect=min(self.config.timeout, 10.0)),
-                limits=httpx.Limits(max_connections=n + 2, max_keepalive_connections=n + 2),
-                trust_env=not self.config.is_local, follow_redirects=False,
-                # plain http on loopback: no TLS, so no CA bundle to load (~30 ms)
-                verify=not (self.config.is_local and self._upstream.startswith("http://")))
-        return self._client
+    def _endpoint(self, endpoint: str) -> Endpoint:
+        """The upstream server a request to ``endpoint`` goes to."""
+        return self._embeddings if endpoint == "embeddings" else self._chat
 
     def start(self) -> "JudgeGateway":
         if self._executor is not None:
             return self
         cfg = self.config
         self._closing.clear()
-        if cfg.cache_mode != "read-only":
-            self._key = cfg.api_key()
-            self._key_bytes = self._key.encode() if self._key else None
+        forwarder = self._forwarder = Forwarder(cfg, self._closing)
+        forwarder.backoff_base, forwarder.backoff_cap = self.backoff_base, self.backoff_cap
+        for ep in {self._chat, self._embeddings}:
+            self._upstreams[ep] = Upstream(ep, cfg, transport=self.upstream_transport,
+                                           with_key=cfg.cache_mode != "read-only")
+        self._key_bytes = tuple(u.key.encode() for u in self._upstreams.values() if u.key)
         if cfg.cache_mode != "off" and cfg.cache_path is not None:
             self._cache = JudgeCache(cfg.cache_path,
                                      read_only=cfg.cache_mode == "read-only" or self.simulate is not None)
@@ -367,14 +355,6 @@ class JudgeGateway:
             self._audit_flusher = threading.Thread(target=self._flush_audit_periodically,
                                                    name="ragbridge-judge-audit-flush", daemon=True)
             self._audit_flusher.start()
-        parts = urlsplit(self._upstream)
-        trust_env = not cfg.is_local  # as the httpx client's (see _http)
-        if self.upstream_transport == "stdlib" and not (parts.username or parts.password) and not (
-                trust_env and proxy_for(self._upstream)):
-            self._pool = StdlibPool(self._upstream, timeout=cfg.timeout,
-                                    connect_timeout=min(cfg.timeout, 10.0), size=cfg.max_concurrency + 2)
-        else:
-            self._http()  # forwarding uses it from many threads: made now, not on the first request
         # Worker threads of the async transport: enough for every request the libraries may have
         # open (the upstream bound is the semaphore in _forward, not the pool size).
         self._executor = _stdlib_thread_pool()(max_workers=4 * cfg.max_concurrency + 8,
@@ -431,12 +411,9 @@ class JudgeGateway:
                 self._thread.join(timeout=5)
         # Upstream requests in flight end now (their connections are shut down), so the worker
         # threads finish at once instead of waiting for the judge's answers.
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        upstreams, self._upstreams = self._upstreams, {}
+        for upstream in upstreams.values():
+            upstream.close()
         executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
@@ -447,7 +424,7 @@ class JudgeGateway:
             if self._audit_fh is not None:
                 self._audit_fh.close()
                 self._audit_fh = None
-        self._key = self._key_bytes = None
+        self._key_bytes = ()
         self.port = None
 
     def __enter__(self) -> "JudgeGateway":
@@ -668,15 +645,23 @@ class JudgeGateway:
                     f"judge cache_mode is read-only but there is no recorded cache at {cfg.cache_path}: "
                     f"record one with cache_mode = \"read-write\" first (or set cache_path)")
             return {"mode": "read-only", "endpoint": url, "upstream_checked": False}
-        key = cfg.api_key()
-        if not key and not cfg.is_local:
+        checked = self._preflight(self._chat)
+        if self._embeddings != self._chat:
+            checked["embeddings"] = self._preflight(self._embeddings)
+        return checked
+
+    def _preflight(self, ep: Endpoint) -> dict[str, Any]:
+        cfg = self.config
+        url = ep.public_url
+        key = (os.environ.get(ep.key_env) or None) if ep.key_env else None
+        if not key and ep.key_env and not ep.is_local:
             raise JudgeConfigError(
-                f"judge API key missing: environment variable {cfg.api_key_env} is not set, and the judge at "
+                f"judge API key missing: environment variable {ep.key_env} is not set, and the judge at "
                 f"{url} needs it; set it, or replay a recorded cache with cache_mode = \"read-only\"")
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
         timeout = min(cfg.timeout, 10.0)
         try:
-            r = self._http().get(self._endpoint_url("models"), headers=headers, timeout=timeout)
+            with httpx_client(cfg, ep, 1) as client:
+                r = client.get(ep.target("models"), headers=ep.headers(key, "GET"), timeout=timeout)
         except httpx.TimeoutException:
             raise JudgeUnavailable(
                 f"judge endpoint {url} did not answer within {timeout:g} s: check that the server is up "
@@ -696,10 +681,11 @@ class JudgeGateway:
                 cause = type(exc).__name__
                 hint = "check base_url and your network"
             raise JudgeUnavailable(f"judge endpoint {url} is unreachable ({cause}): {hint}") from None
-        if r.status_code in (401, 403):
+        if r.status_code in (401, 403) or (r.status_code == 400 and b"api key" in r.content.lower()):
             raise JudgeUnavailable(
-                f"judge endpoint {url} rejected the API key from {cfg.api_key_env} (HTTP {r.status_code}): "
-                f"check the key")
+                f"judge endpoint {url} rejected the API key from {ep.key_env or 'nowhere'} "
+                f"(HTTP {r.status_code}): "
+                f"check the key" + (" and api_version" if ep.api == "azure" else ""))
         listed = None
         stub = r.headers.get("x-ragbridge-stub") == "1"
         if stub:
@@ -712,9 +698,9 @@ class JudgeGateway:
 
     # -- serving --------------------------------------------------------------------------------
     def _redact(self, data: bytes) -> bytes:
-        kb = self._key_bytes
-        if kb and kb in data:
-            return data.replace(kb, b"[REDACTED]")
+        for kb in self._key_bytes:
+            if kb in data:
+                data = data.replace(kb, b"[REDACTED]")
         return data
 
     def _serve(self, method: str, endpoint: str, raw: bytes, triple: Triple) -> Result:
@@ -740,7 +726,7 @@ class JudgeGateway:
         raw_key = None
         if use_cache and cache is not None:
             # Fast path: byte-identical request bodies map to the canonical key without parsing.
-            raw_key = JudgeCache.raw_key(self._upstream_public, path, raw)
+            raw_key = JudgeCache.raw_key(self._endpoint(endpoint).identity, path, raw)
             self._attribute(triple, ("raw", raw_key))
             hit = cache.get_raw(raw_key)
             if hit is not None:
@@ -758,7 +744,7 @@ class JudgeGateway:
             res = self._call_upstream(endpoint, raw, body, triple, repeat)
             res.cache, res.request_json = res.cache if res.cache == "budget" else "off", True
             return res
-        key = JudgeCache.key(self._upstream_public, path, body)
+        key = JudgeCache.key(self._endpoint(endpoint).identity, path, body)
         self._attribute(triple, ("key", key))
         hit = self._stored(key)
         if hit is not None:
@@ -820,87 +806,14 @@ class JudgeGateway:
         return res
 
     def _forward(self, method: str, endpoint: str, raw: bytes, *, stream: bool = False,
-                 repeat: int = 0) -> Result:
-        cfg = self.config
-        if self._closing.is_set():
+                 repeat: int = 0, model: Optional[str] = None) -> Result:
+        if self._closing.is_set() or self._forwarder is None:
             return Result(503, error_body("ragbridge judge gateway is shut down"), attempts=0)
-        pool = self._pool
-        client = self._http() if pool is None else None
-        urls = self._targets.get(endpoint)
-        if urls is None:
-            url = self._endpoint_url(endpoint)
-            parts = urlsplit(url)
-            urls = self._targets[endpoint] = (url, self._endpoint_url(endpoint, public=True),
-                                              parts.path + (f"?{parts.query}" if parts.query else ""))
-        url, public, target = urls
-        headers = {"Accept": "application/json"}
-        if method == "POST":
-            headers["Content-Type"] = "application/json"
-        if self._key:
-            headers["Authorization"] = f"Bearer {self._key}"
-        if repeat:
-            headers[REPEAT_HEADER] = str(repeat)
-        last = Result(502, error_body(f"ragbridge judge gateway: no attempt made to {public}"))
-        attempt = 0
-        for attempt in range(1, cfg.max_retries + 2):
-            retry_after: Optional[float] = None
-            exc: Optional[Exception] = None
-            with self._sem:
-                if self._limiter is not None and not self._limiter.wait(self._closing):
-                    return Result(503, error_body("ragbridge judge gateway is shut down"),
-                                  attempts=attempt - 1)
-                if pool is not None:
-                    try:
-                        status, ctype_or_none, ra, content = pool.request(
-                            method, target, raw if method == "POST" else None, headers)
-                        ctype = ctype_or_none or "application/json"
-                        retry_after = parse_retry_after(ra)
-                    except UpstreamTimeout as e:
-                        status, content, ctype, exc = 504, b"", "application/json", e
-                    except UpstreamError as e:
-                        status, content, ctype, exc = 502, b"", "application/json", e
-                else:
-                    try:
-                        r = client.request(method, url, content=raw if method == "POST" else None,
-                                           headers=headers)
-                        status, content = r.status_code, r.content
-                        ctype = r.headers.get("content-type", "application/json")
-                        retry_after = parse_retry_after(r.headers.get("retry-after"))
-                    except httpx.TimeoutException as e:
-                        status, content, ctype, exc = 504, b"", "application/json", e
-                    except httpx.TransportError as e:
-                        status, content, ctype, exc = 502, b"", "application/json", e
-            if exc is not None:
-                kind = "timed out" if status == 504 else f"failed ({type(exc).__name__})"
-                last = Result(status, error_body(
-                    f"ragbridge judge gateway: request to {public} {kind} after {attempt} attempt(s)",
-                    code="upstream_timeout" if status == 504 else "upstream_unreachable"))
-            elif 200 <= status < 300:
-                if stream:
-                    return Result(status, self._redact(content), content_type=ctype, attempts=attempt)
-                try:
-                    parsed = json.loads(content)
-                except ValueError:
-                    last = Result(502, error_body(
-                        f"ragbridge judge gateway: {public} answered HTTP {status} with a body that is not "
-                        f"JSON ({attempt} attempt(s))", code="upstream_invalid_json"))
-                else:
-                    return Result(status, self._redact(content), attempts=attempt, parsed=parsed)
-            else:
-                last = Result(status, self._redact(content) or error_body(f"upstream HTTP {status}"),
-                               content_type=ctype if content else "application/json")
-                if status not in RETRY_STATUSES:
-                    last.attempts = attempt
-                    return last
-            last.attempts = attempt
-            if attempt > cfg.max_retries or self._closing.is_set():
-                break
-            delay = random.uniform(0.0, min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1)))
-            if retry_after is not None:
-                delay = min(retry_after, RETRY_AFTER_CAP)
-            if delay > 0 and self._closing.wait(delay):
-                break
-        return last
+        upstream = self._upstreams[self._endpoint(endpoint)]
+        res = self._forwarder.forward(upstream, method, endpoint, raw, model, stream=stream,
+                                      extra_headers={REPEAT_HEADER: str(repeat)} if repeat else None)
+        res.body = self._redact(res.body)
+        return res
 
     # -- accounting and audit -------------------------------------------------------------------
     def _account(self, triple: Triple, res: Result) -> None:
@@ -960,7 +873,7 @@ class JudgeGateway:
     def _request_key(self, triple: Triple, endpoint: str, raw: bytes) -> str:
         repeat = split_repeat(triple[2])[1]
         path = "/" + endpoint + (f"#repeat={repeat}" if repeat else "")
-        return JudgeCache.raw_key(self._upstream_public, path, raw)
+        return JudgeCache.raw_key(self._endpoint(endpoint).identity, path, raw)
 
     def _flush_audit_periodically(self) -> None:
         while not self._closing.wait(AUDIT_FLUSH_SECONDS):

@@ -315,7 +315,7 @@ class RayExecutor:
     def session(self, ctx: ScoringContext) -> Iterator[Any]:
         """The cluster for a whole run (the ``ray`` module): `score`, called once per batch of the
         run, finds it connected and uses it, rather than starting one per batch."""
-        hide = [ctx.judge.config.api_key_env] if ctx.judge is not None else []
+        hide = _key_variables(ctx.judge)
         with ray_session(self.address, num_cpus=self.num_cpus, object_store_memory=self.object_store_memory,
                          hide=hide) as ray:
             yield ray
@@ -330,7 +330,7 @@ class RayExecutor:
             return
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
-        hide = [ctx.judge.config.api_key_env] if ctx.judge is not None else []
+        hide = _key_variables(ctx.judge)
         with ray_session(self.address, num_cpus=self.num_cpus, object_store_memory=self.object_store_memory,
                          hide=hide) as ray:
             import ray.data  # the module, imported only now (about 1.5 s)
@@ -478,3 +478,10 @@ def executor_for(spec: Any) -> Optional[RayExecutor]:
             raise RunError("the Ray executor needs Ray: pip install 'ragbridge[ray]'")
         return RayExecutor()
     raise RunError(f"unknown executor {spec!r}: use 'local' or 'ray'")
+
+
+def _key_variables(judge: Any) -> list[str]:
+    """The environment variables that hold the judge's keys (taken out of Ray's sight)."""
+    if judge is None:
+        return []
+    return [v for v in (judge.config.api_key_env, judge.config.embedding_api_key_env) if v]

@@ -7,7 +7,11 @@ Endpoints: ``POST /v1/chat/completions`` (plain prompts, ``response_format`` ``j
 ``json_schema``, ``tools``/``tool_choice``, ``logprobs``), ``POST /v1/responses`` (``output_text`` and
 ``text.format`` json_schema), ``POST /v1/embeddings`` (hashed bag-of-words vectors, L2-normalised;
 ``encoding_format`` float or base64) and ``GET /v1/models``; the same paths without ``/v1`` work too.
-Any key is accepted. What the answers say is decided by :mod:`ragbridge.testing.responders`.
+Any key is accepted. Under a path prefix the stub speaks one real server's request dialect instead
+(``stub.url + "/azure"``, ``/ollama/v1``, ``/vllm/v1``, ``/llamacpp/v1``, ``/anthropic/v1``,
+``/gemini/v1beta/openai``, ``/litellm``, ``/openai/v1``): its paths, where its key goes, and what a
+wrong request gets, as :mod:`ragbridge.testing.dialects` says. What the answers say is decided by
+:mod:`ragbridge.testing.responders`.
 
 Every answer is labelled: ``model`` is ``ragbridge-stub/<requested model>``, ``system_fingerprint``
 is ``ragbridge-stub`` and the header ``X-Ragbridge-Stub: 1`` is set, so run outputs can say their
@@ -63,6 +67,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ragbridge.judge import FastRequestHandler
+from ragbridge.testing.dialects import DIALECTS, Rejected
+from ragbridge.testing.dialects import route as route_dialect
 from ragbridge.testing.responders import JudgeReply, JudgeRequest, content_words, perturbed, respond
 
 __all__ = ["StubJudge", "StubJudgeProcess", "StubRequest", "serve", "FAULT_KINDS", "embed", "main"]
@@ -70,6 +76,8 @@ __all__ = ["StubJudge", "StubJudgeProcess", "StubRequest", "serve", "FAULT_KINDS
 FAULT_KINDS = ("429", "500", "timeout", "malformed", "garbage")
 STUB_FINGERPRINT = "ragbridge-stub"
 EMBED_DIM = 256
+#: the request headers a StubRequest keeps (where each dialect's key travels)
+_AUTH_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "x-litellm-api-key", "x-goog-api-key"})
 _CREATED = 1735689600  # fixed, so identical requests get byte-identical answers
 
 
@@ -99,8 +107,10 @@ class StubRequest:
     method: str
     path: str
     body: Any
-    fault: Optional[str] = None
+    fault: Optional[str] = None  # an injected fault, or "rejected" (a dialect refused the request)
     time: float = field(default_factory=time.time)
+    headers: dict[str, str] = field(default_factory=dict)  # where the key travelled (lowercase names)
+    dialect: Optional[str] = None  # the path prefix it came in under, if any
 
 
 class _Server(ThreadingHTTPServer):
@@ -127,46 +137,71 @@ class _Handler(FastRequestHandler):
         error = {"message": message, "type": etype, "param": None, "code": None}
         self._send(status, {"error": error}, headers)
 
-    def _route(self) -> str:
-        path = self.path.split("?", 1)[0].rstrip("/")
-        if path.startswith("/v1/"):
-            path = path[3:]
-        return path
-
     def do_GET(self) -> None:  # noqa: N802
-        route = self._route()
-        self.stub._record(StubRequest("GET", route, None))
-        if route == "/models":
-            self._send(200, {"object": "list", "data": [
-                {"id": m, "object": "model", "created": _CREATED, "owned_by": STUB_FINGERPRINT}
-                for m in self.stub.models]})
-        elif route in ("", "/health"):
-            self._send(200, {"status": "ok", "stub": STUB_FINGERPRINT})
-        else:
-            self._error(404, f"ragbridge stub: no route GET {route}")
+        self._dispatch("GET")
 
     def do_POST(self) -> None:  # noqa: N802
-        raw = self.read_body()
-        route = self._route()
+        self._dispatch("POST")
+
+    def _dispatch(self, method: str) -> None:
+        """Route by the path's prefix: a dialect's (``/azure/...``, see :mod:`.dialects`) or none."""
         stub = self.stub
+        raw = self.read_body() if method == "POST" else b""
+        path, _, query = self.path.partition("?")
+        headers = {k: v for k, v in self.headers.items() if k in _AUTH_HEADERS}
         if self.headers.get("Authorization"):
             stub.last_authorization = self.headers.get("Authorization")
-        try:
-            body = json.loads(raw or b"{}")
-        except ValueError:
-            stub._record(StubRequest("POST", route, raw.decode("utf-8", "replace")))
-            self._error(400, "ragbridge stub: request body is not valid JSON")
+        body: Any = None
+        if method == "POST":
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError:
+                stub._record(StubRequest("POST", path, raw.decode("utf-8", "replace"), headers=headers))
+                self._error(400, "ragbridge stub: request body is not valid JSON")
+                return
+        first, _, rest = path.lstrip("/").partition("/")
+        route = None
+        if first in DIALECTS:
+            outcome = route_dialect(first, method, "/" + rest, query, self.headers, body, stub.api_key,
+                                    stub.models)
+            if isinstance(outcome, Rejected):
+                stub._record(StubRequest(method, path, body, fault="rejected", headers=headers,
+                                         dialect=first))
+                self._send(outcome.status, outcome.payload)
+                return
+            route = outcome.route
+            if outcome.model and isinstance(body, dict) and not body.get("model"):
+                body["model"] = outcome.model
+        else:
+            first = None
+            route = path.rstrip("/")
+            if route.startswith("/v1/"):
+                route = route[3:]
+        if method == "GET":
+            stub._record(StubRequest("GET", route, None, headers=headers, dialect=first))
+            if route == "/models":
+                self._send(200, {"object": "list", "data": [
+                    {"id": m, "object": "model", "created": _CREATED, "owned_by": STUB_FINGERPRINT}
+                    for m in stub.models]})
+            elif route in ("", "/health"):
+                self._send(200, {"status": "ok", "stub": STUB_FINGERPRINT})
+            else:
+                self._error(404, f"ragbridge stub: no route GET {route}")
             return
+        self._post(route, body, raw, headers, first)
+
+    def _post(self, route: str, body: Any, raw: bytes, headers: dict, dialect: Optional[str]) -> None:
+        stub = self.stub
         fault = stub._draw_fault()
         stub._enter()
-        stub._record(StubRequest("POST", route, body, fault))
+        stub._record(StubRequest("POST", route, body, fault, headers=headers, dialect=dialect))
         t0 = time.monotonic()
         try:
             stub._released.wait()
-            status, payload, headers = 200, None, None
+            status, payload, reply_headers = 200, None, None
             if fault == "429":
                 status, payload = 429, _err("ragbridge stub: rate limited (injected)", "rate_limit_error")
-                headers = {"Retry-After": _fmt_num(stub.retry_after)}
+                reply_headers = {"Retry-After": _fmt_num(stub.retry_after)}
             elif fault == "500":
                 status, payload = 500, _err("ragbridge stub: internal error (injected)", "server_error")
             elif fault == "garbage":
@@ -194,7 +229,7 @@ class _Handler(FastRequestHandler):
                 if stub.closed:
                     self.close_connection = True
                     return
-            self._send(status, payload, headers)
+            self._send(status, payload, reply_headers)
         except Exception as exc:  # a stub bug must not hang the client
             self._error(500, f"ragbridge stub: {type(exc).__name__}: {exc}", "server_error")
         finally:
@@ -217,7 +252,7 @@ class StubJudge:
                  seed: int = 0, *, fault_rate_garbage: float = 0, timeout_seconds: float = 30.0,
                  retry_after: float = 0, models: tuple[str, ...] = ("stub-judge", "stub-embedder"),
                  host: str = "127.0.0.1", max_recorded: int = 100_000, noise: float = 0.0,
-                 noise_seed: int = 0) -> None:
+                 noise_seed: int = 0, api_key: Optional[str] = None) -> None:
         rates = [fault_rate_429, fault_rate_500, fault_rate_timeout, fault_rate_malformed, fault_rate_garbage]
         if any(r < 0 or r > 1 for r in rates) or sum(rates) > 1:
             raise ValueError("fault rates must each be in 0..1 and sum to at most 1")
@@ -233,6 +268,8 @@ class StubJudge:
         self.timeout_seconds = float(timeout_seconds)
         self.retry_after = retry_after
         self.models = list(models)
+        #: the key the dialects that check one expect (None: any non-empty key)
+        self.api_key = api_key
         self.requests: list[StubRequest] = []
         self.max_recorded = max_recorded
         self.last_authorization: Optional[str] = None
