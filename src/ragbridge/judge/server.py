@@ -20,17 +20,19 @@ retried already, so the OpenAI SDK does not multiply the retries.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import socket
+import threading
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Mapping, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol
 
-#: (backend, metric, case_id): what a judge call is counted under
-Triple = tuple[Optional[str], Optional[str], Optional[str]]
+if TYPE_CHECKING:  # pragma: no cover
+    from .tag import CallTag
 
 
 class _JsonBytes(bytes):
@@ -58,7 +60,9 @@ class Result:
     counted: bool = True  # a judge call (POST), counted in usage
     json_ok: bool = False  # body known to be a JSON document (parsed, cached or made here)
     request_json: bool = False  # the request body was parsed as JSON
-    cost: Optional[float] = 0.0  # what the upstream call cost by the price table (None: no price)
+    cost: Optional[float] = 0.0  # what the upstream call cost by the price table (None: unknown)
+    #: (prompt, completion) tokens the answer reports; None when what it reports cannot be true
+    tokens: Optional[tuple[int, int]] = (0, 0)
 
     def __post_init__(self) -> None:
         if self.parsed is not None or isinstance(self.body, _JsonBytes):
@@ -72,11 +76,11 @@ class Serving(Protocol):
     http_requests: int
 
     def route(self, path: str, headers: Mapping[str, str],
-              scope: Optional[Triple] = None) -> "tuple[str, Triple] | Result":
-        """The endpoint and the (backend, metric, case_id) a request is counted under, or the error."""
+              scope: "Optional[CallTag]" = None) -> "tuple[str, CallTag] | Result":
+        """The endpoint and the tag a request is counted under, or the error."""
         ...
 
-    def answer(self, method: str, endpoint: str, raw: bytes, triple: Triple, *, started: float) -> Result:
+    def answer(self, method: str, endpoint: str, raw: bytes, tag: "CallTag", *, started: float) -> Result:
         """Serve one routed request, count it and log it (``started``: its ``time.perf_counter()``)."""
         ...
 
@@ -89,8 +93,8 @@ class Serving(Protocol):
         """The worker threads of the async transport (None unless started)."""
         ...
 
-    def current_tag(self) -> Optional[Triple]:
-        """The (backend, metric, case_id) of the innermost ``tag_scope`` of this context, or None."""
+    def current_tag(self) -> "Optional[CallTag]":
+        """The tag of the innermost ``tag_scope`` of this context, or None."""
         ...
 
 
@@ -257,5 +261,76 @@ class GatewayHandler(FastRequestHandler):
                 self.close_connection = True
             self._reply(routed)
             return
-        endpoint, triple = routed
-        self._reply(gw.answer(method, endpoint, raw, triple, started=t0))
+        endpoint, tag = routed
+        self._reply(gw.answer(method, endpoint, raw, tag, started=t0))
+
+
+class LoopbackSocket:
+    """The gateway's socket: opened on the first request for a socket URL (:meth:`open`), on one
+    address of this machine (never a wildcard), answering only requests that carry ``key`` and name
+    the address in their ``Host``; :meth:`close` ends it and the connections it holds."""
+
+    def __init__(self, gateway: Serving, key: bytes) -> None:
+        self.gateway = gateway
+        self.key = key
+        self.port: Optional[int] = None
+        self._server: Optional[LoopbackServer] = None
+        self._thread: Optional[threading.Thread] = None
+        self._conns: set = set()
+        self._lock = threading.Lock()
+
+    @property
+    def listening(self) -> bool:
+        return self._server is not None
+
+    def open(self, host: str) -> int:
+        """The port, the socket opened on ``host`` if it is not yet (not thread-safe: the caller locks)."""
+        if self._server is not None:
+            return self.port  # type: ignore[return-value]
+        host = host.strip("[]")
+        if host in ("", "0.0.0.0", "::"):
+            from .config import JudgeConfigError
+
+            raise JudgeConfigError(
+                f"judge gateway host {host!r}: give the one address of this machine that clients reach "
+                f"it at (127.0.0.1 for clients on this machine), not a wildcard")
+        handler = type("JudgeGatewayHandler", (GatewayHandler,), {"gateway": self.gateway, "owner": self})
+        server_cls = LoopbackServer
+        if ":" in host:  # an IPv6 address
+            server_cls = type("LoopbackServer6", (LoopbackServer,), {"address_family": socket.AF_INET6})
+        server = server_cls((host, 0), handler)
+        self.port = port = server.server_address[1]
+        loopback = host in ("localhost", "::1") or host.startswith("127.")
+        allowed = {f"127.0.0.1:{port}", f"localhost:{port}"} if loopback else set()
+        allowed.add(f"{netloc_host(host)}:{port}".lower())
+        handler.allowed_hosts = frozenset(allowed)
+        handler.required_key = self.key
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
+                                        name=f"ragbridge-judge-gateway-{port}", daemon=True)
+        self._thread.start()
+        self._server = server
+        return port
+
+    def _track(self, conn: Any, add: bool) -> None:
+        with self._lock:
+            (self._conns.add if add else self._conns.discard)(conn)
+
+    def close(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        with self._lock:
+            conns = list(self._conns)
+        for c in conns:
+            with contextlib.suppress(OSError):
+                c.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.port = None
+
+
+def netloc_host(host: str) -> str:
+    """``host`` as it appears in a URL's authority (an IPv6 address in brackets)."""
+    return f"[{host}]" if ":" in host else host

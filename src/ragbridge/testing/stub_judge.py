@@ -76,8 +76,9 @@ __all__ = ["StubJudge", "StubJudgeProcess", "StubRequest", "serve", "FAULT_KINDS
 FAULT_KINDS = ("429", "500", "timeout", "malformed", "garbage")
 STUB_FINGERPRINT = "ragbridge-stub"
 EMBED_DIM = 256
-#: the request headers a StubRequest keeps (where each dialect's key travels)
-_AUTH_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "x-litellm-api-key", "x-goog-api-key"})
+#: the request headers a StubRequest keeps (where each dialect's key travels, the repeat)
+_KEPT_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "x-litellm-api-key", "x-goog-api-key",
+                           "x-ragbridge-repeat"})
 _CREATED = 1735689600  # fixed, so identical requests get byte-identical answers
 
 
@@ -109,7 +110,7 @@ class StubRequest:
     body: Any
     fault: Optional[str] = None  # an injected fault, or "rejected" (a dialect refused the request)
     time: float = field(default_factory=time.time)
-    headers: dict[str, str] = field(default_factory=dict)  # where the key travelled (lowercase names)
+    headers: dict[str, str] = field(default_factory=dict)  # the key's and the repeat's (lowercase)
     dialect: Optional[str] = None  # the path prefix it came in under, if any
 
 
@@ -148,7 +149,7 @@ class _Handler(FastRequestHandler):
         stub = self.stub
         raw = self.read_body() if method == "POST" else b""
         path, _, query = self.path.partition("?")
-        headers = {k: v for k, v in self.headers.items() if k in _AUTH_HEADERS}
+        headers = {k: v for k, v in self.headers.items() if k in _KEPT_HEADERS}
         if self.headers.get("Authorization"):
             stub.last_authorization = self.headers.get("Authorization")
         body: Any = None
