@@ -329,6 +329,9 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
             f"judge: {j['calls']} call(s), {j['cache_hits']} from cache, "
             f"{j['prompt_tokens']}+{j['completion_tokens']} tokens"
         )
+        if j.get("invalid_usage"):
+            warn(f"{j['invalid_usage']} judge call(s) reported token usage that cannot be true (negative, "
+                 f"not a whole number or absurd): counted as calls, their tokens and cost as unknown")
     if (reuse := counts.get("score_cache")) and reuse.get("reused"):
         notes.append(f"score cache: {reuse['reused']} score(s) reused, the library not called for them")
     cost = counts.get("cost") or {}

@@ -220,9 +220,9 @@ class JudgeGateway(JudgeClient):
 
     # -- what the runner reads ------------------------------------------------------------------
     def set_budget(self, max_calls: Optional[int] = None, max_cost: Optional[float] = None,
-                   spent_calls: int = 0, spent_cost: float = 0.0, *, tally: Optional[Path] = None) -> Budget:
+                   spent_calls: int = 0, spent_cost: float = 0.0) -> Budget:
         """Limit the upstream calls from now on (see `Ledger.set_budget`)."""
-        return self.ledger.set_budget(max_calls, max_cost, spent_calls, spent_cost, tally=tally)
+        return self.ledger.set_budget(max_calls, max_cost, spent_calls, spent_cost)
 
     @property
     def budget(self) -> Optional[Budget]:

@@ -4,9 +4,10 @@ and the usage an answer reports, checked (:func:`reported_usage`).
 :class:`Ledger` is the gateway's book: every answered request is entered under its
 :class:`~ragbridge.judge.tag.CallTag` (:meth:`Ledger.enter`); a call that would go upstream first
 reserves its place in the budget (:meth:`Ledger.reserve`) and settles its cost when it is done
-(:meth:`Ledger.settle`). With a tally file (:meth:`Ledger.set_budget` ``tally=``), each reserved call
-is written there before it goes upstream, so a run killed with SIGKILL still knows every call it
-made: the next session starts from the tally, and the budget holds over all sessions.
+(:meth:`Ledger.settle`). With a tally file (:meth:`Ledger.open_tally`, the run folder's
+``judge-calls.log``), each call is written there before it goes upstream (and its cost once
+known), so a run killed with SIGKILL still knows every call it made: the next session starts from
+the tally, and the budget holds over all sessions.
 
 An answer's ``usage`` is a claim of the server's. Token counts that cannot be true (negative, not an
 integer, more than :data:`ABSURD_TOKENS`, or prompt tokens far beyond the request's size) are not
@@ -92,7 +93,8 @@ class Budget:
         if self.max_calls is not None:
             parts.append(f"max_calls {self.max_calls}")
         if self.max_cost is not None:
-            parts.append(f"max_cost {self.max_cost:g}")
+            parts.append(f"max_cost {self.max_cost:g}"
+                         + (", and a call's cost could not be known" if self.cost_unknown else ""))
         return ", ".join(parts)
 
     def exhausted(self) -> bool:
@@ -149,17 +151,18 @@ class Ledger:
         self._tally: Optional[int] = None  # the tally file's descriptor
 
     # -- the budget -------------------------------------------------------------------------------
+    def open_tally(self, path: Path) -> tuple[int, float]:
+        """Write every call to ``path`` from now on, before it goes upstream; returns the (calls,
+        cost) it holds from earlier sessions (calls a killed session made after its last report
+        included)."""
+        spent = read_tally(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._tally = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return spent
+
     def set_budget(self, max_calls: Optional[int] = None, max_cost: Optional[float] = None,
-                   spent_calls: int = 0, spent_cost: float = 0.0, *, tally: Optional[Path] = None) -> Budget:
-        """Limit the upstream calls from now on; ``spent_*``: what the run spent before. With
-        ``tally``, every call is written to that file before it goes upstream, and what the file
-        holds from earlier sessions counts as spent (it knows calls a killed session made after its
-        last report)."""
-        if tally is not None:
-            calls, cost = read_tally(tally)
-            spent_calls, spent_cost = max(spent_calls, calls), max(spent_cost, cost)
-            tally.parent.mkdir(parents=True, exist_ok=True)
-            self._tally = os.open(tally, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                   spent_calls: int = 0, spent_cost: float = 0.0) -> Budget:
+        """Limit the upstream calls from now on; ``spent_*``: what the run spent before."""
         self.budget = Budget(max_calls=max_calls, max_cost=max_cost, calls=spent_calls, cost=spent_cost)
         return self.budget
 

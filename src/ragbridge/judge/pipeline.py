@@ -127,9 +127,8 @@ class Pipeline:
         the usage it reports cannot be true) and cost."""
         if not self.ledger.reserve(tag):
             b = self.ledger.budget
-            why = " (a call's cost could not be known)" if b is not None and b.cost_unknown else ""
             return Result(402, error_body(
-                f"ragbridge judge budget spent ({b.describe() if b else ''}{why}): this call was not made; "
+                f"ragbridge judge budget spent ({b.describe() if b else ''}): this call was not made; "
                 f"run again with a larger budget to resume", "insufficient_quota", "ragbridge_budget_spent"),
                 cache="budget", attempts=0, json_ok=True)
         res = Result(502, b"", cost=0.0)

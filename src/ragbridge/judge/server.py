@@ -35,6 +35,19 @@ if TYPE_CHECKING:  # pragma: no cover
     from .tag import CallTag
 
 
+#: the largest request body the gateway's socket reads (a judge request is kilobytes to a few megabytes)
+MAX_REQUEST_BYTES = 64 << 20
+
+
+class BadRequest(Exception):
+    """A request the socket cannot read (bad framing, too large): answered with ``status``, then the
+    connection is closed."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class _JsonBytes(bytes):
     """Bytes known to hold a JSON document."""
 
@@ -99,11 +112,19 @@ class Serving(Protocol):
 
 
 class LoopbackServer(ThreadingHTTPServer):
-    """The gateway's loopback server: a thread per connection, a deep listen queue."""
+    """The gateway's loopback server: a thread per connection, a deep listen queue; a client that
+    goes away mid-request is not an error worth a traceback."""
 
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 256
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Headers(dict):
@@ -181,21 +202,49 @@ class FastRequestHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass
 
-    def read_body(self) -> bytes:
-        n = int(self.headers.get("Content-Length") or 0)
-        if n:
-            return self.rfile.read(n)
+    def read_body(self, limit: int = MAX_REQUEST_BYTES) -> bytes:
+        """The request's body (``Content-Length`` or chunked), at most ``limit`` bytes; raises
+        `BadRequest` for framing that cannot be read (a length that is not a number, a bad chunk
+        size, a body cut short) or a body over the limit, which is then not read."""
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            chunks = []
+            chunks, total = [], 0
             while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                line = self.rfile.readline(1026)
+                size_text = line.split(b";")[0].strip()
+                try:
+                    size = int(size_text, 16)
+                except ValueError:
+                    raise BadRequest(400, f"bad chunk size {size_text[:20]!r}") from None
+                if size < 0:
+                    raise BadRequest(400, "bad chunk size")
                 if size == 0:
-                    self.rfile.readline()
-                    break
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-            return b"".join(chunks)
-        return b""
+                    self.rfile.readline(1026)
+                    return b"".join(chunks)
+                total += size
+                if total > limit:
+                    raise BadRequest(413, f"request body over {limit:,} bytes")
+                data = self.rfile.read(size)
+                if len(data) < size:
+                    raise BadRequest(400, "request body cut short")
+                chunks.append(data)
+                self.rfile.readline(1026)
+        length = (self.headers.get("Content-Length") or "").strip()
+        if not length:
+            return b""
+        if not length.isdigit():
+            raise BadRequest(400, f"bad Content-Length {length[:20]!r}")
+        n = int(length)
+        if n > limit:
+            raise BadRequest(413, f"request body of {n:,} bytes, over {limit:,}")
+        data = self.rfile.read(n)
+        if len(data) < n:
+            raise BadRequest(400, "request body cut short")
+        return data
+
+    def refuse(self, status: int, body: bytes) -> None:
+        """Answer ``status`` and close the connection (whatever is left of the request is not read)."""
+        self.close_connection = True
+        self.write_response(status, body, ["Content-Type: application/json"])
 
     def write_response(self, status: int, body: bytes, headers: list[str]) -> None:
         head = [f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}",
@@ -243,17 +292,20 @@ class GatewayHandler(FastRequestHandler):
         gw = self.gateway
         gw.http_requests += 1
         t0 = time.perf_counter()
-        raw = self.read_body() if method == "POST" else b""
-        # Loopback only, and not from a web page (DNS rebinding / cross-site requests).
+        # Loopback only, not from a web page (DNS rebinding / cross-site requests), and with the key:
+        # all checked from the headers, before a byte of the body is read.
         host = (self.headers.get("Host") or "").lower()
         if self.headers.get("Origin") or host not in self.allowed_hosts:
-            self._reply(Result(403, error_body("ragbridge judge gateway: forbidden host or origin"),
-                               cache="off"))
+            self.refuse(403, error_body("ragbridge judge gateway: forbidden host or origin"))
             return
         if not self._authorized():
-            self._reply(Result(401, error_body(
-                "ragbridge judge gateway: missing or wrong API key: use the gateway's api_key",
-                "invalid_request_error", "invalid_api_key"), cache="off"))
+            self.refuse(401, error_body("ragbridge judge gateway: missing or wrong API key: use the "
+                                        "gateway's api_key", "invalid_request_error", "invalid_api_key"))
+            return
+        try:
+            raw = self.read_body() if method == "POST" else b""
+        except BadRequest as exc:
+            self.refuse(exc.status, error_body(f"ragbridge judge gateway: {exc}", "invalid_request_error"))
             return
         routed = gw.route(self.path, self.headers)
         if isinstance(routed, Result):

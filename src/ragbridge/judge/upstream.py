@@ -91,11 +91,13 @@ class _Watchdog:
         self._seq = 0
         self._thread: Optional[threading.Thread] = None
 
-    def arm(self, deadline: float, conn: Any) -> int:
+    def arm(self, deadline: float, sock: Any) -> int:
+        """Watch ``sock`` (the socket itself: http.client drops its connection's reference to it
+        once an answer says ``Connection: close``)."""
         with self._cond:
             self._seq += 1
             heapq.heappush(self._heap, (deadline, self._seq))
-            self._armed[self._seq] = conn
+            self._armed[self._seq] = sock
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="ragbridge-judge-deadlines",
                                                 daemon=True)
@@ -115,8 +117,7 @@ class _Watchdog:
                 now = time.monotonic()
                 while self._heap and self._heap[0][0] <= now:
                     _, token = heapq.heappop(self._heap)
-                    conn = self._armed.pop(token, None)
-                    sock = getattr(conn, "sock", None)
+                    sock = self._armed.pop(token, None)
                     if sock is not None:
                         with contextlib.suppress(OSError):
                             sock.shutdown(socket.SHUT_RDWR)
@@ -223,7 +224,7 @@ class StdlibPool:
                     conn.close()
                     raise UpstreamError("the judge gateway is shut down")
                 self._busy.add(conn)
-            token = _WATCHDOG.arm(deadline, conn)
+            token = _WATCHDOG.arm(deadline, conn.sock)
             try:
                 conn.request(method, target, body=body, headers=headers)
                 r = conn.getresponse()
@@ -302,7 +303,7 @@ class HttpxTransport:
                     raise ReplyTooLarge(f"the answer is {int(length):,} bytes, over the limit of "
                                         f"{self.max_reply_bytes:,} (max_reply_bytes)")
                 chunks, size = [], 0
-                for chunk in r.iter_raw(_READ_CHUNK):
+                for chunk in r.iter_raw():  # as the network gives it: the deadline is checked often
                     size += len(chunk)
                     if size > self.max_reply_bytes:
                         raise ReplyTooLarge(f"the answer is over the limit of {self.max_reply_bytes:,} "
