@@ -5,9 +5,9 @@ and the usage an answer reports, checked (:func:`reported_usage`).
 :class:`~ragbridge.judge.tag.CallTag` (:meth:`Ledger.enter`); a call that would go upstream first
 reserves its place in the budget (:meth:`Ledger.reserve`) and settles its cost when it is done
 (:meth:`Ledger.settle`). With a tally file (:meth:`Ledger.open_tally`, the run folder's
-``judge-calls.log``), each call is written there before it goes upstream (and its cost once
-known), so a run killed with SIGKILL still knows every call it made: the next session starts from
-the tally, and the budget holds over all sessions.
+``judge-calls.log``), each call is written there as it goes upstream, before its first byte is sent
+(:meth:`Ledger.sending`; and its cost once known), so a run killed with SIGKILL still knows every
+call it made: the next session starts from the tally, and the budget holds over all sessions.
 
 An answer's ``usage`` is a claim of the server's. Token counts that cannot be true (negative, not an
 integer, more than :data:`ABSURD_TOKENS`, or prompt tokens far beyond the request's size) are not
@@ -171,7 +171,6 @@ class Ledger:
         is spent."""
         b = self.budget
         if b is None:
-            self._write_tally(b"c\n")
             return True
         with self._lock:
             if b.exhausted():
@@ -180,8 +179,11 @@ class Ledger:
                 return False
             b.calls += 1
             b.in_flight += 1
-        self._write_tally(b"c\n")
         return True
+
+    def sending(self) -> None:
+        """A reserved call is about to go upstream (its first attempt): written to the tally now."""
+        self._write_tally(b"c\n")
 
     def settle(self, cost: Optional[float]) -> None:
         """The reserved call is done, at ``cost`` (None: unknown)."""

@@ -157,6 +157,7 @@ class Pipeline:
             return Result(503, error_body("ragbridge judge gateway is shut down"), attempts=0)
         upstream = self.upstreams[self.endpoint(endpoint)]
         res = self.forwarder.forward(upstream, method, endpoint, raw, model, stream=stream,
-                                      extra_headers={REPEAT_HEADER: str(repeat)} if repeat else None)
+                                     extra_headers={REPEAT_HEADER: str(repeat)} if repeat else None,
+                                     on_send=self.ledger.sending if method == "POST" else None)
         res.body = self.redactor(res.body)
         return res

@@ -32,7 +32,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 from urllib.parse import urlsplit
 
 from .config import BACKOFF_BASE, BACKOFF_CAP, JudgeConfig
@@ -377,8 +377,10 @@ class Forwarder:
 
     def forward(self, upstream: Upstream, method: str, endpoint: str, body: Optional[bytes],
                 model: Optional[str] = None, *, stream: bool = False,
-                extra_headers: Optional[dict[str, str]] = None) -> Result:
-        """One call: the attempts it takes, and the last answer as the library gets it."""
+                extra_headers: Optional[dict[str, str]] = None,
+                on_send: Optional[Callable[[], None]] = None) -> Result:
+        """One call: the attempts it takes, and the last answer as the library gets it. ``on_send``
+        is called once, when the call's first attempt is about to be sent."""
         cfg = self.config
         ep = upstream.endpoint
         try:
@@ -398,6 +400,8 @@ class Forwarder:
                 if self._limiter is not None and not self._limiter.wait(self.closing):
                     return Result(503, error_body("ragbridge judge gateway is shut down"),
                                   attempts=attempt - 1)
+                if attempt == 1 and on_send is not None:
+                    on_send()
                 try:
                     reply: Optional[Reply] = upstream.transport.send(
                         method, url, body if method == "POST" else None, headers,
