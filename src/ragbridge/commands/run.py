@@ -32,7 +32,7 @@ from ..report.text import MISSING, jsonable, num
 from ..run import RunError, evaluate
 from ..run.summary import ALL
 from ..run.unscored import nothing_computed, unscored_lines
-from .judge import JudgeOptions, judge_options
+from . import JudgeOptions, judge_options
 from .output import (
     EXIT_BUDGET_SPENT,
     EXIT_INTERRUPTED,

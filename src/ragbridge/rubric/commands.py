@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from ..commands.judge import JudgeOptions, judge_options
+from ..commands import JudgeOptions, judge_options
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..run import Run
