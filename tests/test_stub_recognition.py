@@ -73,7 +73,8 @@ def requests_of(shape: str, tmp_path, monkeypatch) -> list[JudgeRequest]:
                                  options=RunOptions(backend_options={backend: options}) if options else None)
         posts = stub.posts()
     assert run.scores and not [s for s in run.scores if s.error], [s.error for s in run.scores if s.error]
-    reqs = [JudgeRequest.from_chat(p.body) if p.path == "/chat/completions" else JudgeRequest.from_responses(p.body)
+    reqs = [JudgeRequest.from_chat(p.body) if p.path == "/chat/completions"
+            else JudgeRequest.from_responses(p.body)
             for p in posts if p.path in ("/chat/completions", "/responses")]
     assert reqs, f"{backend} sent no judge request"
     return reqs
@@ -92,3 +93,37 @@ def test_a_librarys_real_requests_are_recognised_by_its_responder_only(shape, tm
                 continue
             claimed = [r for r in responders if r(req) is not None]
             assert not claimed, f"{other}'s responder claims a {backend} request: {req.prompt[:300]}"
+
+
+def test_deepevals_plain_prompts_are_answered_with_the_fields_of_deepevals_own_models():
+    """`KINDS` copies the fields (and verdict choices) of DeepEval's output models: the installed
+    DeepEval's models must have exactly those."""
+    pytest.importorskip("deepeval")
+    from deepeval.metrics.answer_relevancy import schema as answer_relevancy
+    from deepeval.metrics.contextual_precision import schema as contextual_precision
+    from deepeval.metrics.contextual_recall import schema as contextual_recall
+    from deepeval.metrics.contextual_relevancy import schema as contextual_relevancy
+    from deepeval.metrics.faithfulness import schema as faithfulness
+    from deepeval.metrics.g_eval import schema as g_eval
+    from ragbridge_deepeval.stub import KINDS
+
+    models = {
+        "Truths": faithfulness.Truths, "Claims": faithfulness.Claims,
+        "FaithfulnessVerdict": faithfulness.FaithfulnessVerdict,
+        "Statements": answer_relevancy.Statements,
+        "AnswerRelevancyVerdict": answer_relevancy.AnswerRelevancyVerdict,
+        "ContextualPrecisionVerdict": contextual_precision.ContextualPrecisionVerdict,
+        "ContextualRecallVerdict": contextual_recall.ContextualRecallVerdict,
+        "ContextualRelevancyVerdict": contextual_relevancy.ContextualRelevancyVerdict,
+        "ScoreReason": faithfulness.FaithfulnessScoreReason,
+        "Steps": g_eval.Steps, "ReasonScore": g_eval.ReasonScore,
+    }
+    assert set(models) == set(KINDS)
+    for kind, model in models.items():
+        fields = KINDS[kind]["properties"]
+        if "verdicts" in fields:
+            fields = fields["verdicts"]["items"]["properties"]
+        assert set(fields) == set(model.model_fields), kind
+        if "verdict" in fields:
+            choices = model.model_json_schema()["properties"]["verdict"]["enum"]
+            assert fields["verdict"]["enum"] == choices, kind

@@ -57,7 +57,7 @@ def no_responses_api(stub: StubJudge) -> None:
     base = stub._server.RequestHandlerClass
 
     def do_POST(self):  # noqa: N802
-        if self._route() == "/responses":
+        if self.path.partition("?")[0].rstrip("/") in ("/v1/responses", "/responses"):
             self.path = "/v1/responses-unavailable"
         base.do_POST(self)
 
@@ -453,6 +453,7 @@ def test_stub_agreement_and_splitter_answers():
         {"role": "user", "content": "Refunds take 14 days. Labels can be voided."}]}))
     assert split.content.split("\n") == ["Refunds take 14 days.", "Labels can be voided."]
     reformat = respond(JudgeRequest.from_chat({"model": "m", "messages": [
-        {"role": "system", "content": "Convert the following text into a strict JSON object with keys ..."},
+        {"role": "system", "content": 'Convert the following text into a strict JSON object with keys '
+                                      '"criteria", "supporting_evidence", and "score" (integer).'},
         {"role": "user", "content": "Criteria: c\nSupporting Evidence: e\nScore: 2"}]}))
     assert json.loads(reformat.content) == {"criteria": "c", "supporting_evidence": "e", "score": 2}
