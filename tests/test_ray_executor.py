@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pytest
 
+#: a Ray cluster per test session and subprocesses that start their own: a minute or more in all
+pytestmark = pytest.mark.slow
+
 ray = pytest.importorskip("ray")
 
 from ragbridge import evaluate, load_run  # noqa: E402
@@ -292,7 +295,6 @@ def _driver(tmp_path, golden, out, stub, report="-", env=None):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.slow
 def test_own_cluster_is_offline_and_never_holds_the_key(tmp_path, example_path):
     """The executor starts its own cluster (in a subprocess whose every Python process, Ray's
     included, refuses any connection or name lookup off the machine): the run completes, nothing
@@ -314,7 +316,6 @@ def test_own_cluster_is_offline_and_never_holds_the_key(tmp_path, example_path):
         assert b"sk-ragbridge-ray-test" not in f.read_bytes(), f
 
 
-@pytest.mark.slow
 def test_killed_driver_resumes_to_every_score_once(tmp_path, example_path, ray_local):
     golden = tmp_path / "golden.jsonl"
     golden.write_text("".join(example_path.read_text().splitlines(keepends=True)[:20]))
@@ -348,7 +349,6 @@ def test_killed_driver_resumes_to_every_score_once(tmp_path, example_path, ray_l
     assert load_run(out).complete
 
 
-@pytest.mark.slow
 def test_cli_executor_ray_writes_the_local_run_folder(tmp_path, example_path):
     from conftest import ragbridge_cli
 
