@@ -1,7 +1,7 @@
 """The plugin manager: ragbridge's built-in plugins, then the ``ragbridge`` entry-point group.
 
-The built-in plugins (`DEFAULT_PLUGINS`: the native backend, the canonical dataset formats and the
-rubric judge, with its commands) are registered from that list, by module path, so a source
+The built-in plugins (`DEFAULT_PLUGINS`: the native backend, the canonical dataset formats, TREC, the
+trace formats and the rubric judge, with its commands) are registered from that list, by module path, so a source
 checkout without package metadata still has every backend and format. Every other plugin, the
 bundled library backends (``plugins/ragbridge_*``) included, is found through the ``ragbridge``
 entry-point group, like a third party's.
@@ -31,6 +31,7 @@ ENTRY_POINT_GROUP = "ragbridge"
 DEFAULT_PLUGINS = (
     "ragbridge.formats.canonical",
     "ragbridge.formats.trec",
+    "ragbridge.traces",
     "ragbridge.native",
     "ragbridge.rubric",
 )

@@ -21,7 +21,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from ..plugins import load_plugins, pm
 from ..schema import Case
@@ -48,6 +48,11 @@ class Format:
     ``fields`` are the record fields this format reads, for recognising its files: a file named by
     a canonical suffix (``.jsonl``, ``.csv``, ...) whose first record has a field the canonical
     format does not know, and only fields of exactly one format, is read as that format.
+    ``recognise``, for a format whose records have open-ended fields (a span export's
+    ``attributes.*`` columns), is a test of that first record instead.
+    ``spans``, for a trace format, streams the file's spans (`ragbridge.traces.spans.Span`) in file
+    order; its ``read`` groups them into cases (`ragbridge.traces`), and ``ragbridge sample`` draws
+    from the stream.
     """
 
     name: str
@@ -60,6 +65,8 @@ class Format:
     cannot_hold: tuple[str, ...] = ()
     fields: frozenset[str] = frozenset()
     options: tuple[str, ...] = ()
+    recognise: Optional[Callable[[dict[str, Any]], bool]] = None
+    spans: Optional[Callable[[Path], Iterator[Any]]] = None
 
 
 def get_formats() -> dict[str, Format]:
@@ -121,6 +128,9 @@ def _first_record(path: Path) -> Optional[dict[str, Any]]:
             with open(path, encoding="utf-8-sig", newline="") as f:
                 return dict.fromkeys(next(csv.reader(f)))
         if suffix == ".json":
+            first = _first_line_object(path)
+            if first is not None and not any(isinstance(first.get(k), list) for k in JSON_LIST_KEYS):
+                return first  # JSON lines behind a .json suffix (a file exporter's), or one line
             data = json.loads(path.read_bytes().decode("utf-8-sig"))
             if isinstance(data, dict):
                 data = next((data[k] for k in JSON_LIST_KEYS if isinstance(data.get(k), list)), data)
@@ -132,6 +142,19 @@ def _first_record(path: Path) -> Optional[dict[str, Any]]:
         return None
 
 
+def _first_line_object(path: Path) -> Optional[dict[str, Any]]:
+    """The first line of a file as a JSON object, if it is one by itself."""
+    with open(path, "rb") as f:
+        for raw in f:
+            if raw.strip():
+                try:
+                    value = json.loads(raw.decode("utf-8-sig"))
+                except ValueError:
+                    return None
+                return value if isinstance(value, dict) else None
+    return None
+
+
 def _recognise(path: Path, fmt: Format) -> Format:
     """The format a file really is when its suffix names a canonical format (see `Format.fields`)."""
     record = _first_record(path)
@@ -141,7 +164,8 @@ def _recognise(path: Path, fmt: Format) -> Format:
     if not foreign:
         return fmt
     formats = get_formats()
-    claims = sorted(n for n, f in formats.items() if f.read and f.fields and set(record) <= f.fields)
+    claims = sorted(n for n, f in formats.items() if f.read and (
+        (f.fields and set(record) <= f.fields) or (f.recognise is not None and f.recognise(record))))
     if len(claims) > 1:
         raise DatasetError(
             f"its fields ({', '.join(sorted(record))}) fit more than one format: {', '.join(claims)}",
