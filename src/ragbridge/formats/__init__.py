@@ -134,7 +134,7 @@ def _first_record(path: Path) -> Optional[dict[str, Any]]:
             data = json.loads(path.read_bytes().decode("utf-8-sig"))
             if isinstance(data, dict):
                 data = next((data[k] for k in JSON_LIST_KEYS if isinstance(data.get(k), list)), data)
-            first = data[0] if isinstance(data, list) and data else None
+            first = data[0] if isinstance(data, list) and data else data  # or one object (a trace export)
         else:
             first = next(jsonl_lines(path, allow_empty=True), (0, None))[1]
         return first if isinstance(first, dict) else None

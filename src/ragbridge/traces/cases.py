@@ -53,7 +53,7 @@ EMPTY_RETRIEVAL = "retriever returned no documents (kept, with no contexts)"
 SEVERAL_RETRIEVERS = "several retriever spans (documents joined in start order)"
 NO_ROOT = "no root span (a parent was not exported)"
 
-_QUESTION_KEYS = ("question", "query", "input", "prompt", "text", "content", "message", "user_input")
+_QUESTION_KEYS = ("question", "query", "input", "prompt", "text", "content", "message")
 _ANSWER_KEYS = ("answer", "output", "response", "text", "content", "message", "result")
 _SOURCE_KEYS = ("source", "url", "file_path", "file_name", "document_id", "doc_id")
 _LLM_OPERATIONS = {"chat", "text_completion", "generate_content"}

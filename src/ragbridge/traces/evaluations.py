@@ -2,7 +2,7 @@
 
 Each score of a case read from a trace becomes one *span evaluation* (`evaluation_rows`):
 ``trace_id`` and ``span_id`` (from the case's ``metadata["trace"]``, exactly as read: a run never
-changes them), ``name`` (``<backend>.<metric>``, e.g. ``ragas.faithfulness``), ``score`` (the
+changes them), ``name`` (``<backend>.<metric>``, e.g. ``rubric.faithfulness``), ``score`` (the
 canonical value, 0..1), ``label`` (``pass`` or ``fail`` at the threshold the caller gives; ``error``
 for a score that failed, ``undefined`` for one that does not apply), ``explanation`` (the score's
 reason, or its error), and ``case_id``, ``metric``, ``backend``. A metric of the retrieval half
