@@ -15,7 +15,8 @@ from conftest import EXAMPLE, ragbridge_cli
 from rag_pipeline import bm25, traced
 
 from ragbridge import load_cases
-from ragbridge.run.sample import draw, resolve, sample_traces
+from ragbridge.formats import DatasetError
+from ragbridge.run.sample import draw, load_mapping, resolve, sample_traces
 from ragbridge.traces.otlp import read_spans
 
 
@@ -135,39 +136,37 @@ def test_ids_in_the_protobuf_json_mapping_read_as_hex(tmp_path, otlp):
 def test_sample_by_trace_id_hash_is_reproducible_and_filters_first(tmp_path, otlp):
     path, kept, bare = otlp
     ids = [t for t, _, _ in kept]
-
-    def drawn(*args):
-        out = tmp_path / "s.jsonl"
-        res = ragbridge_cli("sample", path, *args, "--out", out, "--json")
-        assert res.returncode == 0, res.stderr
-        return [c.id for c in load_cases(out)], json.loads(res.stdout)
-
-    a, summary = drawn("--n", 5, "--seed", 3)
-    assert a == drawn("--n", 5, "--seed", 3)[0]
+    out = tmp_path / "s.jsonl"
+    res = ragbridge_cli("sample", path, "--n", 5, "--seed", 3, "--out", out, "--json")
+    assert res.returncode == 0, res.stderr
+    a, summary = [c.id for c in load_cases(out)], json.loads(res.stdout)
     # the n lowest draws of the trace ids: the same rule a user can recompute
-    all_ids = ids + [t for t, _, _ in bare]
-    lowest = sorted(all_ids, key=lambda t: draw(t, 3))[:5]
+    lowest = sorted(ids + [t for t, _, _ in bare], key=lambda t: draw(t, 3))[:5]
     assert set(a) == set(lowest) - {t for t, _, _ in bare}
-    assert summary["drawn"] == 5 and summary["cases"] == len(a)
-    assert drawn("--n", 5, "--seed", 4)[0] != a
+    assert summary["drawn"] == 5 and summary["cases"] == len(a) and summary["kind"] == "traces"
+    assert [c.id for c in sample_traces(path, 5, seed=3).cases] == a
+    assert [c.id for c in sample_traces(path, 5, seed=4).cases] != a
+
+    def drawn(**kwargs):
+        return [c.id for c in sample_traces(path, **kwargs).cases]
+
     # a rate keeps a trace in or out by its id alone: more traffic later leaves yesterday's sample in
-    before, _ = drawn("--rate", "0.5", "--seed", 9)
+    before = drawn(n=None, rate=0.5, seed=9)
     assert set(before) == {t for t in ids if draw(t, 9) < 0.5}
     later = record(path, _questions(6))
-    after, _ = drawn("--rate", "0.5", "--seed", 9)
+    after = drawn(n=None, rate=0.5, seed=9)
     assert set(before) <= set(after)
     assert set(after) - set(before) == {t for t, _, _ in later if draw(t, 9) < 0.5}
-    # --where on span attributes comes before the draw: every sampled trace has the user, and the
-    # n are drawn among that user's traces only
-    mine, summary = drawn("--where", "user.id=u1", "--n", 3)
+    # --where on span attributes comes before the draw: the n are drawn among that user's traces
     users = {t: f"u{i % 3}" for batch in (kept, bare, later) for i, (t, _, _) in enumerate(batch)}
     candidates = sorted((t for t in users if users[t] == "u1"), key=lambda t: draw(t, 0))
-    assert summary["drawn"] == 3
-    assert set(mine) == set(candidates[:3]) - {t for t, _, _ in bare}
-    cases = load_cases(tmp_path / "s.jsonl")
-    assert all(c.metadata["trace"]["user_id"] == "u1" for c in cases)
-    # a resource attribute and a list attribute (tag) filter too
-    assert len(drawn("--where", "service.name=support-bot", "--where", "tag=billing")[0]) >= 1
+    mine = sample_traces(path, 3, where=["user.id=u1"])
+    assert mine.drawn == 3
+    assert {c.id for c in mine.cases} == set(candidates[:3]) - {t for t, _, _ in bare}
+    assert all(c.metadata["trace"]["user_id"] == "u1" for c in mine.cases)
+    # a resource attribute and a list attribute (a tag) filter too
+    billing = sample_traces(path, None, where=["service.name=support-bot", "tag=billing"]).cases
+    assert billing and all("billing" in c.tags for c in billing)
 
 
 def test_sample_errors_say_what_to_do(tmp_path, otlp):
@@ -175,16 +174,14 @@ def test_sample_errors_say_what_to_do(tmp_path, otlp):
     res = ragbridge_cli("sample", path, "--where", "user.id=nobody", "--out", tmp_path / "s.jsonl")
     assert res.returncode == 2 and "no trace matches" in res.stderr
     assert not (tmp_path / "s.jsonl").exists()
-    mapping = tmp_path / "m.toml"
-    mapping.write_text('[fields]\nquestion = "q"\n')
-    res = ragbridge_cli("sample", path, "--mapping", mapping, "--out", tmp_path / "s.jsonl")
-    assert res.returncode == 2 and "--mapping is for JSON lines logs" in res.stderr
-    res = ragbridge_cli("sample", path, "--rate", "1.5", "--out", tmp_path / "s.jsonl")
-    assert res.returncode == 2 and "--rate must be in (0, 1]" in res.stderr
+    with pytest.raises(DatasetError, match="--mapping is for JSON lines logs"):
+        sample_traces(path, mapping={"fields": {"question": "q"}, "chunk": {}})
+    with pytest.raises(DatasetError, match=r"--rate must be in \(0, 1\]"):
+        sample_traces(path, rate=1.5)
     bad = tmp_path / "bad.jsonl"
     bad.write_text(path.read_text().splitlines()[0] + "\n{not json\n")
-    res = ragbridge_cli("sample", bad, "--out", tmp_path / "s.jsonl")
-    assert res.returncode == 2 and "bad.jsonl:2" in res.stderr and "not valid JSON" in res.stderr
+    with pytest.raises(DatasetError, match="bad.jsonl:2: not valid JSON"):
+        sample_traces(bad)
 
 
 def test_log_mapping_paths_and_where_before_the_question_check(tmp_path):
@@ -211,12 +208,12 @@ def test_log_mapping_paths_and_where_before_the_question_check(tmp_path):
     assert [c.id for c in cases] == ["t1", "t3"]
     assert cases[0].question == "Q?" and cases[0].contexts[0].id == "d1"
     # without the filter, the healthcheck line is the error it always was
-    res = ragbridge_cli("sample", log, "--mapping", mapping, "--out", tmp_path / "s.jsonl")
-    assert res.returncode == 2 and "log.jsonl:2" in res.stderr and "no question found" in res.stderr
+    with pytest.raises(DatasetError, match="log.jsonl:2: field 'attributes.input.value': no question found"):
+        sample_traces(log, mapping=load_mapping(mapping))
     bad = tmp_path / "bad.toml"
     bad.write_text('[fields]\nquestion = "a[type=]x]"\n')
-    res = ragbridge_cli("sample", log, "--mapping", bad, "--out", tmp_path / "s.jsonl")
-    assert res.returncode == 2 and "[fields] question" in res.stderr
+    with pytest.raises(DatasetError, match=r"\[fields\] question"):
+        load_mapping(bad)
 
 
 def _signals(path, kept):
@@ -248,6 +245,7 @@ def test_user_signals_come_into_the_cases(tmp_path, otlp):
     assert not (tmp_path / "s2.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_judged_run_validated_against_user_signals_and_scores_back_out(tmp_path, otlp, stub_judge):
     """Sample with feedback, score with the rubric judge (stub on loopback), ask whether the judge
     predicts the thumbs, and write the scores back as span evaluations keyed as the spans were."""
@@ -281,55 +279,74 @@ def test_judged_run_validated_against_user_signals_and_scores_back_out(tmp_path,
     assert res.returncode == 2 and "no case carries a signal named 'stars'" in res.stderr
     assert "thumbs" in res.stderr
 
-    # scores back out: plain rows first
-    res = ragbridge_cli("export-scores", run, "--to", "jsonl", "--out", tmp_path / "evals.jsonl")
+    # the judge's verdicts go back on the root spans, labelled at the threshold
+    res = ragbridge_cli("export-scores", run, "--to", "jsonl", "--out", tmp_path / "evals.jsonl",
+                        "--metric", "faithfulness")
     assert res.returncode == 0, res.stderr
-    rows = [json.loads(x) for x in (tmp_path / "evals.jsonl").read_text().splitlines()]
     roots = {t: s for t, s, _ in kept}
-    scores = [json.loads(x) for x in (run / "scores.jsonl").read_text().splitlines()]
-    assert len(rows) == len(scores) == 2 * len(kept)
+    scores = {s["case_id"]: s for s in map(json.loads, (run / "scores.jsonl").read_text().splitlines())
+              if s["metric"] == "faithfulness"}
+    rows = [json.loads(x) for x in (tmp_path / "evals.jsonl").read_text().splitlines()]
+    assert len(rows) == len(kept)
     for r in rows:
-        assert r["span_id"] == roots[r["trace_id"]] and r["case_id"] == r["trace_id"]
-        assert r["name"] in ("rubric.faithfulness", "native.must_contain")
-    faith = {r["trace_id"]: r for r in rows if r["metric"] == "faithfulness"}
-    by_case = {s["case_id"]: s for s in scores if s["metric"] == "faithfulness"}
-    for trace_id, r in faith.items():
-        assert r["score"] == by_case[trace_id]["value"]
+        assert r["span_id"] == roots[r["trace_id"]] and r["name"] == "rubric.faithfulness"
+        assert r["score"] == scores[r["trace_id"]]["value"]
         assert r["label"] == ("pass" if r["score"] >= 0.5 else "fail")
-    assert all(r["label"] == "undefined" for r in rows if r["metric"] == "must_contain")
+        assert r["explanation"] == scores[r["trace_id"]]["reason"]
 
-    # Phoenix's span evaluations: parquet files Phoenix's loader reads (pandas + the schema metadata
-    # here; Phoenix itself loads them in tests/test_trace_store.py)
+
+def test_scores_go_back_to_the_spans_they_came_from(tmp_path, otlp):
+    """A run of cases read from traces (answer checks a team added), written back as span
+    evaluations: plain rows, Phoenix's span evaluations, Langfuse's ingestion batch."""
     import pandas as pd
     import pyarrow.parquet as pq
 
+    from ragbridge import evaluate
+
+    path, kept, _ = otlp
+    cases = [c.model_copy(update={"must_contain": ["refund"]}) for c in sample_traces(path, None).cases]
+    run = tmp_path / "run"
+    evaluate(cases, metrics=["must_contain", "recall@5"], out=run)
+    roots = {t: s for t, s, _ in kept}
+    retrievers = {c.id: c.metadata["trace"]["retriever_span_ids"][0] for c in cases}
+    res = ragbridge_cli("export-scores", run, "--to", "jsonl", "--out", tmp_path / "evals.jsonl",
+                        "--threshold", "must_contain=1")
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(x) for x in (tmp_path / "evals.jsonl").read_text().splitlines()]
+    checks = {r["trace_id"]: r for r in rows if r["metric"] == "must_contain"}
+    assert set(checks) == set(roots)
+    for trace_id, r in checks.items():
+        assert r["span_id"] == roots[trace_id] and r["name"] == "native.must_contain"
+        answer = next(c.answer for c in cases if c.id == trace_id)
+        assert r["score"] == (1.0 if "refund" in answer.lower() else 0.0)
+        assert r["label"] == ("pass" if r["score"] == 1.0 else "fail")
+    # a retrieval metric goes on the retriever span; undefined without labels, and said so
+    recall = [r for r in rows if r["metric"] == "recall@5"]
+    assert all(r["span_id"] == retrievers[r["trace_id"]] and r["label"] == "undefined" for r in recall)
+
     res = ragbridge_cli("export-scores", run, "--to", "phoenix", "--out", tmp_path / "evals",
-                        "--metric", "faithfulness")
+                        "--metric", "must_contain")
     assert res.returncode == 0, res.stderr
     (file,) = sorted((tmp_path / "evals").iterdir())
     meta = json.loads(pq.read_schema(file).metadata[b"arize"])
-    assert meta["eval_name"] == "rubric.faithfulness" and meta["eval_type"] == "SpanEvaluations"
+    assert meta["eval_name"] == "native.must_contain" and meta["eval_type"] == "SpanEvaluations"
     assert file.name == f"evaluations-{meta['eval_id']}.parquet"
     frame = pd.read_parquet(file)
     assert frame.index.name == "span_id" and set(frame.index) == set(roots.values())
-    assert frame.loc[roots[kept[0][0]], "score"] == faith[kept[0][0]]["score"]
-    again = tmp_path / "again"
-    ragbridge_cli("export-scores", run, "--to", "phoenix", "--out", again, "--metric", "faithfulness")
-    assert [p.name for p in again.iterdir()] == [file.name]  # the same run writes the same files
+    assert {roots[t]: r["score"] for t, r in checks.items()} == frame["score"].to_dict()
 
-    # Langfuse's ingestion batch: one score-create per score with a value, on the trace and span
     res = ragbridge_cli("export-scores", run, "--to", "langfuse", "--out", tmp_path / "lf.json")
     assert res.returncode == 0, res.stderr
-    assert f"{len(kept)} score(s) without a value" in res.stderr
+    assert f"{len(kept)} score(s) without a value" in res.stderr  # recall@5: undefined
     batch = json.loads((tmp_path / "lf.json").read_text())["batch"]
     assert len(batch) == len(kept) and {e["type"] for e in batch} == {"score-create"}
     for event in batch:
         body = event["body"]
         assert body["observationId"] == roots[body["traceId"]] and body["dataType"] == "NUMERIC"
-        assert body["value"] == faith[body["traceId"]]["score"] and body["name"] == "rubric.faithfulness"
+        assert body["value"] == checks[body["traceId"]]["score"]
     # a run whose cases did not come from traces has nowhere to send its scores
     plain = tmp_path / "plain"
-    ragbridge_cli("run", EXAMPLE, "--out", plain, "--backend", "native", "--metric", "mrr", "--no-progress")
+    evaluate(load_cases(EXAMPLE)[:3], metrics=["mrr"], out=plain)
     res = ragbridge_cli("export-scores", plain, "--to", "jsonl", "--out", tmp_path / "x.jsonl")
     assert res.returncode == 2 and "no score of a case read from a trace" in res.stderr
     assert not (tmp_path / "x.jsonl").exists()

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from ..metrics import RETRIEVAL, half_of
+from ..metrics import half_of
 from ..schema import Case, Score
 
 __all__ = ["ScoreFormat", "evaluation_rows", "EVALUATION_COLUMNS", "SCORE_FORMATS"]
@@ -63,7 +63,7 @@ def evaluation_rows(cases: Iterable[Case], scores: Iterable[Score],
             continue
         span = info["span_id"]
         retrievers = info.get("retriever_span_ids") or []
-        if retrievers and half_of(score.metric) == RETRIEVAL:
+        if retrievers and half_of(score.metric) == "retrieval":
             span = retrievers[0]
         value = score.value if score.value is not None and math.isfinite(score.value) else None
         if score.error:
