@@ -34,7 +34,7 @@ from ragbridge.formats import DatasetError
 from ragbridge.formats.files import jsonl_lines
 from ragbridge.traces import trace_format
 from ragbridge.traces.evaluations import ScoreFormat
-from ragbridge.traces.spans import Span, flatten, hex_id, nanos
+from ragbridge.traces.spans import Span, hex_id, nanos
 
 __all__ = ["FORMATS", "SCORE_FORMATS", "read_spans", "write_evaluations"]
 
@@ -76,7 +76,9 @@ def _span(row: dict[str, Any], path: Path, line: int, unit: str) -> Span:
         name = str(key)[len("attributes."):]
         value = _plain(value)
         if isinstance(value, list) and any(isinstance(v, dict) for v in value):
-            flatten(value, name, attributes)  # a cell holding a list of documents or messages
+            for i, item in enumerate(value):  # a cell holding a list of documents or messages
+                for part, inner in (item.items() if isinstance(item, dict) else ()):
+                    attributes[f"{name}.{i}.{part}"] = inner
         elif value is not None:
             attributes[name] = value
     if row.get("span_kind") and "openinference.span.kind" not in attributes:
