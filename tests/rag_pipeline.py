@@ -112,7 +112,8 @@ def traced(question, tracer, convention="openinference", user="u1", drop_retriev
                         span.set_attribute(prefix + D.DOCUMENT_ID, c["id"])
                         span.set_attribute(prefix + D.DOCUMENT_CONTENT, c["text"])
                         span.set_attribute(prefix + D.DOCUMENT_SCORE, c["score"])
-                        span.set_attribute(prefix + D.DOCUMENT_METADATA, json.dumps({"source": c.get("source")}))
+                        span.set_attribute(prefix + D.DOCUMENT_METADATA,
+                                           json.dumps({"source": c.get("source")}))
         with tracer.start_as_current_span("generate") as span:
             answer = pipe.answer(question, parse_chunks(chunks))
             if convention == "genai":

@@ -1,6 +1,6 @@
 """The core names no library: everything about RAGAS, DeepEval, TruLens, Phoenix or Langfuse
-(environment defaults, prompts, field names, formats) lives in that library's plugin and reaches the core through
-hooks. And importing ragbridge changes no environment variable.
+(environment defaults, prompts, field names, formats) lives in that library's plugin and reaches the
+core through hooks. And importing ragbridge changes no environment variable.
 
 The grep covers every text file of ``src/ragbridge`` (the core and ``ragbridge.testing``: code,
 docstrings, templates). It fails on a library's name, on a field name that only a library uses, and

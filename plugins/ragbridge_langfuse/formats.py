@@ -4,9 +4,11 @@
 
 * a trace downloaded from the trace view ("Download trace as JSON", ``trace-<id>.json``): either
   ``{"trace": {...}, "observations": [...]}`` or, from the server route, ``{"observations": [...],
-  "scores": [...]}``;
-* an observations export (the observations table's batch export, or the public API's
-  observations list) as JSON lines or a JSON array: one observation a record.
+  "scores": [...]}``; or a trace as the public API returns it (``GET /api/public/traces/{id}``:
+  the trace's fields with its ``observations`` and ``scores``);
+* an observations export (the observations table's batch export) as JSON lines or a JSON array,
+  or the public API's observations list (``{"data": [...], "meta": {...}}``): one observation a
+  record.
 
 Each observation is a span: ``id`` (the span id; for spans sent over OpenTelemetry it is the
 span's own id), ``traceId``, ``parentObservationId``, ``name``, ``startTime``, ``endTime``,
@@ -26,13 +28,13 @@ Scores become user signals on the case (``metadata["signals"]``): from the downl
 score name (a list of the values given on that observation: numbers, or categories).
 
 ``langfuse`` (a score format: ``ragbridge export-scores RUN --to langfuse --out scores.json``)
-writes one JSON document for Langfuse's ingestion API (``POST /api/public/ingestion``, the body
-``{"batch": [...]}``), one ``score-create`` event per score: ``traceId``, ``observationId`` (the
-span the score is about), ``name``, ``value`` (the canonical 0..1 value), ``dataType``
-``NUMERIC``, ``comment`` (the reason) and ``metadata`` (``label``, ``case_id``, ``metric``,
-``backend``). Event and score ids are derived from the trace, span and name, so importing the file
-twice updates the same scores. Langfuse needs a value: scores that errored or do not apply are not
-written (counted in a warning). The same bodies, one a line, go to the SDK's ``create_score``.
+writes the body of Langfuse's batch score import, ``POST /api/public/scores`` (a JSON list of
+``CreateScoreRequest``; the Python SDK's ``LangfuseAPI(...).scores.create(request=[...])``), one
+score each: ``id``, ``traceId``, ``observationId`` (the span the score is about), ``name``,
+``value`` (the canonical 0..1 value), ``dataType`` ``NUMERIC``, ``comment`` (the reason) and
+``metadata`` (``label``, ``case_id``, ``metric``, ``backend``). Score ids are derived from the
+trace, span and name, so importing the file twice updates the same scores. Langfuse needs a value:
+scores that errored or do not apply are not written (counted in a warning).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ OBSERVATION_FIELDS = frozenset({
     "latency", "timeToFirstToken", "createdAt", "updatedAt", "traceName", "traceTags",
     "traceTimestamp", "userId", "sessionId", "release", "tags", "bookmarked", "public", "comments",
     "toolDefinitions", "toolCalls", "toolCallNames", "usagePricingTierId", "usagePricingTierName",
-    "unit", "promptTokens", "completionTokens", "totalTokens", "providedModelName",
+    "unit", "promptTokens", "completionTokens", "totalTokens", "providedModelName", "isRootObservation",
 })
 _KINDS = {"GENERATION": "LLM", "RETRIEVER": "RETRIEVER", "EMBEDDING": "EMBEDDING"}
 
@@ -185,7 +187,7 @@ def _span(obs: Any, where: tuple[Path, int, str], trace: Optional[dict] = None) 
 
 
 def _download(doc: dict[str, Any], path: Path) -> Iterator[Span]:
-    trace = doc.get("trace") if isinstance(doc.get("trace"), dict) else None
+    trace = doc.get("trace") if isinstance(doc.get("trace"), dict) else (doc if "id" in doc else None)
     spans = [_span(o, (path, i, "observation"), trace) for i, o in enumerate(doc["observations"], start=1)]
     scores = doc.get("scores") if isinstance(doc.get("scores"), list) else (trace or {}).get("scores") or []
     if spans:
@@ -248,14 +250,9 @@ def score_bodies(rows: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
 
 
 def write_scores(rows: list[dict[str, Any]], path: Path) -> list[str]:
-    """The ingestion batch (see the module docstring); returns the warning for skipped scores."""
-    from datetime import datetime, timezone
-
+    """The batch score import (see the module docstring); returns the warning for skipped scores."""
     bodies, skipped = score_bodies(rows)
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    batch = [{"id": _score_id("event", b["id"]), "timestamp": now, "type": "score-create", "body": b}
-             for b in bodies]
-    Path(path).write_text(json.dumps({"batch": batch}, ensure_ascii=False, indent=1), encoding="utf-8")
+    Path(path).write_text(json.dumps(bodies, ensure_ascii=False, indent=1), encoding="utf-8")
     if skipped:
         return [f"{skipped} score(s) without a value (errored or undefined) not written: a Langfuse score "
                 "needs one"]
@@ -273,5 +270,5 @@ FORMATS = [
 
 SCORE_FORMATS = [
     ScoreFormat("langfuse", write_scores,
-                "a Langfuse ingestion batch of score-create events (POST /api/public/ingestion)", (".json",)),
+                "Langfuse's batch score import (POST /api/public/scores): a JSON list of scores", (".json",)),
 ]

@@ -288,7 +288,8 @@ def _signal_labels(r, name: str, metrics: Optional[List[str]]):
                         if isinstance(s, dict)})
         fail(f"{r.path}: no case carries a signal named {name!r}"
              + (f" (the cases carry: {', '.join(names)})" if names else
-                " (the cases carry no signals: sample traces with their feedback, ragbridge sample --signals)"))
+                " (the cases carry no signals: sample the traces with their feedback, "
+                "ragbridge sample --signals)"))
     if unread:
         err.print(f"[yellow]warning:[/] {unread} {name!r} signal(s) have neither a score nor a pass/fail "
                   "label and are not labels", highlight=False)

@@ -94,8 +94,8 @@ def convert(
 
 
 def sample(
-    traces: Path = typer.Argument(..., help="Trace export (OTLP JSON, a span export: see ragbridge formats) or "
-                                            "a JSONL log of interactions."),
+    traces: Path = typer.Argument(..., help="Trace export (OTLP JSON, a span export: see ragbridge formats) "
+                                            "or a JSONL log of interactions."),
     n: Optional[int] = typer.Option(None, "--n", help="At most this many traces (default 200; all with "
                                                       "--rate alone)."),
     rate: Optional[float] = typer.Option(
@@ -108,7 +108,7 @@ def sample(
     from_format: Optional[str] = typer.Option(
         None, "--from", help="Format of TRACES (default: recognised from its content)."),
     mapping: Optional[Path] = typer.Option(
-        None, "--mapping", help="TOML file mapping log fields to the schema (logs only; see docs/traces.md)."),
+        None, "--mapping", help="TOML file mapping log fields to the schema (logs only; docs/traces.md)."),
     signals: Optional[Path] = typer.Option(
         None, "--signals", help="User feedback by trace_id or span_id (JSONL or CSV: name, score, label, "
                                 "note), carried into the cases."),

@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from ..formats.records import chunk_id_for_text
 from ..schema import Case, Chunk
