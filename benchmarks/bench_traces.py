@@ -111,23 +111,27 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(exist_ok=True)
     size, small = spans.stat().st_size / 2**20, part.stat().st_size / 2**20
     print(f"file: {size:,.0f} MiB; eighth: {small:,.0f} MiB; load before: {os.getloadavg()[0]:.1f}")
+    big, eighth_ = f"({size:,.0f} MiB)", f"({small:,.0f} MiB)"
+
+    def sample(path, out_name, *args):
+        return [exe, "sample", path, *args, "--out", out / out_name]
+
     runs = [
-        (f"sample --n 100 ({size:,.0f} MiB)", [exe, "sample", spans, "--n", "100", "--out", out / "a.jsonl"]),
-        (f"sample --n 1000 ({size:,.0f} MiB)", [exe, "sample", spans, "--n", "1000", "--out", out / "b.jsonl"]),
-        (f"sample --n 10000 ({size:,.0f} MiB)", [exe, "sample", spans, "--n", "10000", "--out", out / "c.jsonl"]),
-        (f"sample --rate 0.01 ({size:,.0f} MiB)", [exe, "sample", spans, "--rate", "0.01", "--out",
-                                                  out / "d.jsonl"]),
-        (f"sample --n 1000 --where user.id=u3 ({size:,.0f} MiB)",
-         [exe, "sample", spans, "--n", "1000", "--where", "user.id=u3", "--out", out / "e.jsonl"]),
-        (f"sample --n 1000 ({small:,.0f} MiB)", [exe, "sample", part, "--n", "1000", "--out", out / "f.jsonl"]),
-        (f"convert, every trace ({small:,.0f} MiB)", [exe, "convert", part, out / "g.jsonl"]),
-        (f"pandas read_json(lines=True) ({small:,.0f} MiB)",
+        (f"sample --n 100 {big}", sample(spans, "a.jsonl", "--n", "100")),
+        (f"sample --n 1000 {big}", sample(spans, "b.jsonl", "--n", "1000")),
+        (f"sample --n 10000 {big}", sample(spans, "c.jsonl", "--n", "10000")),
+        (f"sample --rate 0.01 {big}", sample(spans, "d.jsonl", "--rate", "0.01")),
+        (f"sample --n 1000 --where user.id=u3 {big}",
+         sample(spans, "e.jsonl", "--n", "1000", "--where", "user.id=u3")),
+        (f"sample --n 1000 {eighth_}", sample(part, "f.jsonl", "--n", "1000")),
+        (f"convert, every trace {eighth_}", [exe, "convert", part, out / "g.jsonl"]),
+        (f"pandas read_json(lines=True) {eighth_}",
          [sys.executable, "-c", f"import pandas; pandas.read_json({str(part)!r}, lines=True)"]),
     ]
-    print(f"| process | wall s | CPU s | peak RSS MiB | MiB/s |\n|---|---:|---:|---:|---:|")
+    print("| process | wall s | CPU s | peak RSS MiB | MiB/s |\n|---|---:|---:|---:|---:|")
     for name, cmd in runs:
         wall, cpu, rss = timed([str(c) for c in cmd])
-        mib = small if f"({small:,.0f} MiB)" in name else size
+        mib = small if name.endswith(eighth_) else size
         print(f"| {name} | {wall:.1f} | {cpu:.1f} | {rss:,.0f} | {mib / wall:.1f} |", flush=True)
     counts = {f.name: sum(1 for _ in open(f)) for f in sorted(out.iterdir())}
     print(f"cases written: {counts}; load after: {os.getloadavg()[0]:.1f}")
