@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -84,6 +84,21 @@ def get_backends() -> dict[str, "Backend"]:
         found[backend.name] = backend
 
     pm.hook.ragbridge_register_backends(register=register)
+    return found
+
+
+def registered(hook: str, kind: str) -> dict[str, Any]:
+    """What the plugins register through ``hook`` (called with ``register``), by ``name``; a name
+    registered twice is an error naming ``kind``."""
+    load_plugins()
+    found: dict[str, Any] = {}
+
+    def register(item: Any) -> None:
+        if item.name in found:
+            raise ValueError(f"two plugins register a {kind} named {item.name!r}")
+        found[item.name] = item
+
+    getattr(pm.hook, hook)(register=register)
     return found
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-from ..plugins import load_plugins, pm
+from ..plugins import registered
 from ..schema import Case
 from .files import DatasetError, atomic_path, jsonl_lines
 from .records import CANONICAL_FIELDS
@@ -71,16 +71,7 @@ class Format:
 
 def get_formats() -> dict[str, Format]:
     """Every registered dataset format by name."""
-    load_plugins()
-    found: dict[str, Format] = {}
-
-    def register(fmt: Format) -> None:
-        if fmt.name in found:
-            raise ValueError(f"two plugins register a format named {fmt.name!r}")
-        found[fmt.name] = fmt
-
-    pm.hook.ragbridge_register_formats(register=register)
-    return found
+    return registered("ragbridge_register_formats", "format")
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Optional
 from ..formats import Format
 from ..formats.files import DatasetError
 from ..hookspecs import hookimpl
-from ..plugins import load_plugins, pm
+from ..plugins import registered
 from ..schema import Case
 from .cases import TraceReport, cases_from_spans
 from .evaluations import SCORE_FORMATS, ScoreFormat
@@ -71,16 +71,7 @@ OTLP = trace_format(
 
 def get_score_formats() -> dict[str, ScoreFormat]:
     """Every registered score format by name."""
-    load_plugins()
-    found: dict[str, ScoreFormat] = {}
-
-    def register(fmt: ScoreFormat) -> None:
-        if fmt.name in found:
-            raise ValueError(f"two plugins register a score format named {fmt.name!r}")
-        found[fmt.name] = fmt
-
-    pm.hook.ragbridge_register_score_formats(register=register)
-    return found
+    return registered("ragbridge_register_score_formats", "score format")
 
 
 @hookimpl
