@@ -85,19 +85,23 @@ def _span(raw: Any, resource: dict, path: Path, line: int) -> Span:
         missing = "traceId" if trace_id is None else "spanId"
         raise DatasetError(f"a span has no {missing}", path=path, line=line, field=missing,
                            hint="every OTLP span needs a traceId and a spanId")
-    status = raw.get("status") or {}
-    try:
-        events = [{"name": e.get("name", ""), "time": nanos(e.get("timeUnixNano")),
-                   "attributes": attributes(e.get("attributes"))} for e in raw.get("events") or []]
-        return Span(
-            trace_id=trace_id, span_id=span_id, parent_id=hex_id(raw.get("parentSpanId"), 8),
-            name=str(raw.get("name") or ""), start=nanos(raw.get("startTimeUnixNano")),
-            end=nanos(raw.get("endTimeUnixNano")), attributes=attributes(raw.get("attributes")),
-            resource=resource, events=events, status=_STATUS.get(status.get("code")),
-        )
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise DatasetError(f"span {span_id} is not valid OTLP JSON: {exc}", path=path, line=line,
-                           field="spans") from None
+
+    def detail() -> dict[str, Any]:
+        try:
+            status = raw.get("status") or {}
+            return {
+                "name": str(raw.get("name") or ""), "start": nanos(raw.get("startTimeUnixNano")),
+                "end": nanos(raw.get("endTimeUnixNano")), "attributes": attributes(raw.get("attributes")),
+                "events": [{"name": e.get("name", ""), "time": nanos(e.get("timeUnixNano")),
+                            "attributes": attributes(e.get("attributes"))} for e in raw.get("events") or []],
+                "status": _STATUS.get(status.get("code")),
+            }
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise DatasetError(f"span {span_id} is not valid OTLP JSON: {exc}", path=path, line=line,
+                               field="spans") from None
+
+    return Span(trace_id=trace_id, span_id=span_id, parent_id=hex_id(raw.get("parentSpanId"), 8),
+                resource=resource, detail=detail)
 
 
 def read_spans(path: Path) -> Iterator[Span]:

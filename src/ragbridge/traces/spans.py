@@ -15,9 +15,9 @@ import base64
 import binascii
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 __all__ = ["Span", "Signal", "hex_id", "flatten", "indexed", "iso_time", "nanos", "json_value"]
 
@@ -43,21 +43,50 @@ class Signal:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
-@dataclass
 class Span:
-    """One span (see the module docstring)."""
+    """One span (see the module docstring).
 
-    trace_id: str
-    span_id: str
-    parent_id: Optional[str] = None
-    name: str = ""
-    start: Optional[int] = None
-    end: Optional[int] = None
-    attributes: dict[str, Any] = field(default_factory=dict)
-    resource: dict[str, Any] = field(default_factory=dict)
-    events: list[dict[str, Any]] = field(default_factory=list)
-    status: Optional[str] = None
-    signals: list[Signal] = field(default_factory=list)
+    A reader may give the ids and hand the rest over as ``detail``, a function returning the other
+    fields (``name``, ``start``, ``end``, ``attributes``, ``events``, ``status``) as a mapping: it
+    is called when one of them is first read, so a pass that only groups or draws trace ids never
+    decodes the spans it does not keep."""
+
+    __slots__ = ("trace_id", "span_id", "parent_id", "resource", "signals", "_detail", "_name", "_start",
+                 "_end", "_attributes", "_events", "_status")
+
+    def __init__(self, trace_id: str, span_id: str, parent_id: Optional[str] = None, name: str = "",
+                 start: Optional[int] = None, end: Optional[int] = None,
+                 attributes: Optional[dict[str, Any]] = None, resource: Optional[dict[str, Any]] = None,
+                 events: Optional[list[dict[str, Any]]] = None, status: Optional[str] = None,
+                 signals: Optional[list[Signal]] = None,
+                 detail: Optional[Callable[[], dict[str, Any]]] = None):
+        self.trace_id, self.span_id, self.parent_id = trace_id, span_id, parent_id
+        self.resource = resource if resource is not None else {}
+        self.signals = signals if signals is not None else []
+        self._detail = detail
+        self._name, self._start, self._end, self._status = name, start, end, status
+        self._attributes = attributes if attributes is not None else {}
+        self._events = events if events is not None else []
+
+    def _load(self) -> None:
+        detail, self._detail = self._detail, None
+        for key, value in detail().items():
+            setattr(self, "_" + key, value)
+
+    def _field(self, key: str) -> Any:
+        if self._detail is not None:
+            self._load()
+        return getattr(self, "_" + key)
+
+    name = property(lambda self: self._field("name"))
+    start = property(lambda self: self._field("start"))
+    end = property(lambda self: self._field("end"))
+    attributes = property(lambda self: self._field("attributes"))
+    events = property(lambda self: self._field("events"))
+    status = property(lambda self: self._field("status"))
+
+    def __repr__(self) -> str:
+        return f"Span(trace_id={self.trace_id!r}, span_id={self.span_id!r}, name={self.name!r})"
 
     def get(self, key: str) -> Any:
         """An attribute of the span, else of its resource."""
