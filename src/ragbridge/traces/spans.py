@@ -100,6 +100,8 @@ def hex_id(value: Any, size: int) -> Optional[str]:
     (an export's own ids, e.g. UUIDs)."""
     if value is None:
         return None
+    if type(value) is str and len(value) == 2 * size and value.islower() and _HEX.match(value):
+        return None if value.strip("0") == "" else value  # the common case: OTLP JSON's own hex
     if isinstance(value, (bytes, bytearray)):
         text = bytes(value).hex()
     else:
