@@ -165,7 +165,11 @@ def test_sample_by_trace_id_hash_is_reproducible_and_filters_first(tmp_path, otl
     assert mine.drawn == 3
     assert {c.id for c in mine.cases} == set(candidates[:3]) - {t for t, _, _ in bare}
     assert all(c.metadata["trace"]["user_id"] == "u1" for c in mine.cases)
-    # a resource attribute and a list attribute (a tag) filter too
+    # a key inside OpenInference's metadata (a JSON string), a resource attribute and a list
+    # attribute (a tag) filter too
+    pro = sample_traces(path, None, where=["metadata.plan=pro"]).cases
+    assert pro and all(c.metadata["trace"]["metadata"]["plan"] == "pro" for c in pro)
+    assert {c.id for c in pro} == {t for t, u in users.items() if u.endswith("1")} - {t for t, _, _ in bare}
     billing = sample_traces(path, None, where=["service.name=support-bot", "tag=billing"]).cases
     assert billing and all("billing" in c.tags for c in billing)
 

@@ -14,8 +14,9 @@ format is recognised from the content, ``format`` forces one) are sampled in two
 the first draws the trace ids of the spans that pass every ``where`` clause, the second collects the
 spans of the drawn traces, which `ragbridge.traces.cases` turns into cases. Memory holds the sample,
 not the file. A ``where`` clause ``key=value`` holds for a span whose attribute ``key`` (or its
-resource's: ``service.name``) equals ``value`` (or, for a list attribute, contains it); ``tag=v``
-looks in ``tag.tags``; ``name=v`` is the span's name. A trace passes when one of its spans passes
+resource's: ``service.name``) equals ``value`` (or, for a list attribute, contains it); a key
+inside an attribute that holds a JSON object is reached by its path (``metadata.plan=pro``);
+``tag=v`` looks in ``tag.tags``; ``name=v`` is the span's name. A trace passes when one of its spans passes
 every clause. A drawn trace that gives no case (no retriever span, no question) is counted in the
 report with its reason, never turned into an empty case.
 
@@ -60,7 +61,7 @@ from ..formats.files import DatasetError, jsonl_lines
 from ..formats.records import cases_from_records, stable_id
 from ..schema import Case
 from ..traces.cases import TraceReport, group_traces, trace_case
-from ..traces.spans import Signal, Span
+from ..traces.spans import Signal, Span, json_value
 
 __all__ = ["load_mapping", "sample_traces", "parse_where", "resolve", "draw", "Sample"]
 
@@ -232,6 +233,20 @@ def parse_where(clauses: Sequence[str]) -> list[tuple[str, str]]:
 # Traces
 
 
+def _span_value(span: Span, key: str) -> Any:
+    """The attribute ``key`` of a span (or its resource), or a key inside an attribute that holds a
+    JSON object (``metadata.plan`` in OpenInference's ``metadata``)."""
+    got = span.get(key)
+    if got is not None or "." not in key:
+        return got
+    parts = key.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        inner = json_value(span.get(".".join(parts[:i])))
+        if isinstance(inner, dict):
+            return _walk(inner, parts[i:])
+    return None
+
+
 def _span_matches(span: Span, where: list[tuple[str, str]]) -> bool:
     for key, value in where:
         if key in ("tag", "tags"):
@@ -239,7 +254,7 @@ def _span_matches(span: Span, where: list[tuple[str, str]]) -> bool:
         elif key == "name" and span.get("name") is None:
             got = span.name
         else:
-            got = span.get(key)
+            got = _span_value(span, key)
         if isinstance(got, list):
             if value not in [str(v) for v in got]:
                 return False
