@@ -146,8 +146,8 @@ def sample(
 
 def export_scores(
     run: Path = typer.Argument(..., help="Run folder whose cases came from traces (ragbridge sample)."),
-    to_format: str = typer.Option(..., "--to", help="Score format: jsonl, csv, or a tracing tool's (see "
-                                                    "--list)."),
+    to_format: str = typer.Option(..., "--to", help="Score format: jsonl, csv, or a tracing tool's that a "
+                                                    "plugin registers (an unknown name lists them)."),
     out_file: Path = typer.Option(..., "--out", "-o", help="Where to write (a file, or a folder for some "
                                                            "formats)."),
     metric: List[str] = typer.Option(None, "--metric", "-m", help="Only these metrics (repeatable)."),
