@@ -17,20 +17,33 @@ The field mapping and what is not kept: :mod:`ragbridge_langfuse.formats`.
 
 from __future__ import annotations
 
-from ragbridge.hookspecs import hookimpl
+import importlib
+from typing import Any
 
-from .formats import FORMATS, SCORE_FORMATS
+from ragbridge.hookspecs import hookimpl
 
 __all__ = ["FORMATS", "SCORE_FORMATS"]
 
 
+def __getattr__(name: str) -> Any:
+    """The package's names, imported when first used: registering the plugin imports none of its
+    modules."""
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(".formats", __name__), name)
+
+
 @hookimpl
 def ragbridge_register_formats(register):
+    from .formats import FORMATS
+
     for fmt in FORMATS:
         register(fmt)
 
 
 @hookimpl
 def ragbridge_register_score_formats(register):
+    from .formats import SCORE_FORMATS
+
     for fmt in SCORE_FORMATS:
         register(fmt)
