@@ -47,6 +47,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                         "and the backends' own)."),
     "sample": ("data", "Draw a reproducible sample of production traces (or logged interactions) as "
                        "canonical cases, ready for reference-free metrics."),
+    "anchor": ("data", "Anchor chunk-id and section labels to spans of the documents, so that they survive "
+                       "re-chunking."),
     "export-scores": ("data", "Write a run's scores as span evaluations (trace id, span id, name, label, "
                               "score, explanation) for the tracing tool the traces came from."),
     "compare": ("analysis", "Agreement between backends on each metric they share, and the cases they "
