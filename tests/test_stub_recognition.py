@@ -17,9 +17,8 @@ import importlib.util
 import pytest
 
 import ragbridge
-from conftest import EXAMPLE
+from conftest import EXAMPLE, stub_judge_config
 from ragbridge.backend import RunOptions
-from ragbridge.judge import JudgeConfig
 from ragbridge.plugins import load_plugins
 from ragbridge.testing import StubJudge
 from ragbridge.testing.responders import JudgeRequest, respond
@@ -67,8 +66,8 @@ def requests_of(shape: str, tmp_path, monkeypatch) -> list[JudgeRequest]:
     monkeypatch.setenv("RAGBRIDGE_TEST_KEY", "sk-recognition-test-key-0123456789")
     case = [c for c in ragbridge.load_cases(EXAMPLE) if c.id == "billing-refund-window"]
     with StubJudge() as stub:
-        cfg = JudgeConfig(model=model, base_url=stub.base_url, api_key_env="RAGBRIDGE_TEST_KEY",
-                          cache_path=tmp_path / "cache.sqlite", embedding_model="stub-embedder")
+        cfg = stub_judge_config(stub, model, tmp_path / "cache.sqlite", api_key_env="RAGBRIDGE_TEST_KEY",
+                                embedding_model="stub-embedder")
         run = ragbridge.evaluate(case, backends=[backend], judge=cfg,
                                  options=RunOptions(backend_options={backend: options}) if options else None)
         posts = stub.posts()
