@@ -51,6 +51,9 @@ class MetricSpec:
     lacks one gets an undefined score with the reason, and the backend is never called for it.
     ``digest`` is the content hash of the definition the metric is judged by (a rubric), recorded in
     run.json so that scores of two definitions are never compared silently.
+    ``pass_mark``: the threshold of the backend's own pass rule on the 0..1 value, when it has one
+    that differs from the metric's default (a rubric's ``pass_at``), recorded in run.json
+    (``pass_marks``) as the pass mark of this backend and metric.
     """
 
     name: str
@@ -59,6 +62,7 @@ class MetricSpec:
     judge: bool = False
     description: str = ""
     digest: Optional[str] = None
+    pass_mark: Optional[float] = None
 
 
 @dataclass

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, List, Sequence
+from typing import Any, List, Optional, Sequence
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..analysis.calibrate import calibrate, calibration_flips
+from ..analysis.calibrate import calibrate, calibration_flips, interval_text
 from ..analysis.compare import FIGURE_NAMES, FIGURES, compare, compare_runs, disagreements, run_shifts
 from ..analysis.stats import DEFAULT_PERMUTATIONS, DEFAULT_RESAMPLES
 from ..analysis.table import AnalysisError, ScoreTable, open_run
-from ..analysis.thresholds import DEFAULT_THRESHOLD
 from ..analysis.validate import validate
 from ..analysis.trend import Trend, trend
 from ..report.text import MISSING, ci_text, interval, num, one_line, p_text, records
@@ -72,8 +71,8 @@ def compare_cmd(
     backend: List[str] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
     threshold: List[str] = typer.Option(
         None, "--threshold", "-t", help="Pass threshold: 0.7 for all, rubric=0.7 per backend, "
-                                        "rubric:faithfulness=0.7 per backend and metric (repeatable; default "
-                                        "0.5)."),
+                                        "rubric:faithfulness=0.7 per backend and metric (repeatable; "
+                                        "default: each metric's pass mark, docs/report.md)."),
     top: int = typer.Option(5, "--top", help="Disagreeing cases to show per metric."),
     resamples: int = typer.Option(
         DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples for the 95% intervals (0: none)."),
@@ -247,7 +246,7 @@ def validate_cmd(
     backend: List[str] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
     threshold: List[str] = typer.Option(
         None, "--threshold", "-t", help="Backend pass threshold: 0.7, rubric=0.7 or rubric:faithfulness=0.7 "
-                                        "(repeatable; default 0.5)."),
+                                        "(repeatable; default: each metric's pass mark, docs/report.md)."),
     label_threshold: float = typer.Option(
         0.5, "--label-threshold", help="A human grade at or above this is a pass (e.g. 3 for a 1-5 scale)."),
     resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples (0: none)."),
@@ -348,8 +347,9 @@ def calibrate_cmd(
     source: str = typer.Option(..., "--from", help="Backend whose pass/fail to reproduce."),
     target: str = typer.Option(..., "--to", help="Backend whose threshold to choose."),
     metric: str = typer.Option(..., "--metric", "-m", help="Canonical metric both backends scored."),
-    threshold: float = typer.Option(
-        DEFAULT_THRESHOLD, "--threshold", "-t", help="The source backend's threshold."),
+    threshold: Optional[float] = typer.Option(
+        None, "--threshold", "-t", help="The source backend's threshold (default: its pass mark, "
+                                        "docs/report.md)."),
     top: int = typer.Option(10, "--top", help="Flipping cases to show."),
     resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples (0: none)."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
@@ -365,16 +365,15 @@ def calibrate_cmd(
     if curve.empty:
         fail(f"no case was scored by both {source} and {target} on {a['metric']}")
     best = curve[curve["best"]].iloc[0]
-    flips = calibration_flips(r, source, target, a["metric"], threshold, float(best["threshold"]))
+    flips = calibration_flips(r, source, target, a["metric"], a["source_threshold"], float(best["threshold"]))
     if as_json:
         print_json({"run": str(r.path), **a, "best": best.to_dict(), "curve": records(curve),
                     "flips": records(flips)})
         return
-    hi = "+∞" if math.isinf(best["threshold_high"]) else f"{best['threshold_high']:.3g}"
-    lo = "-∞" if math.isinf(best["threshold_low"]) else f"{best['threshold_low']:.3g}"
     lines = [
-        f"{a['metric']}: {source} at {a['source_threshold']:g} ≈ {target} at {best['threshold']:.3g} "
-        f"(any threshold in ({lo}, {hi}] gives the same verdicts)",
+        f"{a['metric']}: {source} at {a['source_threshold']:g} ≈ {target} at {_cut(best)} "
+        f"(any threshold {interval_text(best['threshold_low'], best['threshold_high'])} gives the same "
+        "verdicts)",
         f"kappa {ci_text(best['kappa'], best['kappa_low'], best['kappa_high'])}, agreement "
         f"{ci_text(best['agreement'], best['agreement_low'], best['agreement_high'])} on "
         f"{a['n_paired']} case(s) both scored; {int(best['flips'])} still flip "
@@ -391,9 +390,10 @@ def calibrate_cmd(
         t.add_column(col, justify="right", no_wrap=True)
     rows = []
     for row in curve.to_dict("records"):
-        t.add_row(f"{row['threshold']:.3g}", num(row["kappa"]), num(row["agreement"]),
+        where = interval_text(row["threshold_low"], row["threshold_high"])
+        t.add_row(where, num(row["kappa"]), num(row["agreement"]),
                   str(row["flips"]), num(row["target_pass_rate"], 2), "◀ best" if row["best"] else "")
-        rows.append(f"{row['threshold']:.3g}: kappa {num(row['kappa'])}, agreement "
+        rows.append(f"{where}: kappa {num(row['kappa'])}, agreement "
                     f"{num(row['agreement'])}, {row['flips']} flips, target pass rate "
                     f"{num(row['target_pass_rate'], 2)}" + (" (best)" if row["best"] else ""))
     print_table(out, t, rows)
@@ -407,6 +407,13 @@ def calibrate_cmd(
                 for side, name in (("source", source), ("target", target))
             ])
         print_lines(out, lines)
+
+
+def _cut(row) -> str:
+    """The threshold a calibration row is tried at, or ``> highest`` for the row no case passes."""
+    if math.isinf(row["threshold_high"]) and row["threshold"] > 1:
+        return f"> {row['threshold_low']:.3g}"
+    return f"{row['threshold']:.3g}"
 
 
 def trend_json(t: Trend) -> dict:

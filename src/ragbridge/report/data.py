@@ -10,8 +10,8 @@
 - judge calls and tokens per backend and metric, each backend's wall time (from the start of scoring
   to its last score, recorded by the runner in ``run.json``'s ``timing``) and the sum of its
   per-score call times (scores run concurrently, so the sum is larger than the wall time);
-- the pass mark of every metric and backend, where it came from (`ragbridge.report.marks`), and how
-  many cases fall below it;
+- the pass mark of every metric and backend, where it came from
+  (`ragbridge.analysis.thresholds.pass_marks`), and how many cases fail it (`ragbridge.verdicts`);
 - a drill-down per case: question, retrieved chunks with the relevant ones marked (the relevance
   rule of ``ragbridge.schema``), answer, reference, and every backend's score and reason; a case
   with a score below its pass mark carries a badge naming the metrics.
@@ -39,7 +39,7 @@ from ..analysis.compare import compare, coverage, disagreements
 from ..analysis.noise import noise_section, repeats_of
 from ..analysis.stats import CONFIDENCE, DEFAULT_RESAMPLES
 from ..analysis.table import open_run
-from ..analysis.thresholds import Thresholds
+from ..analysis.thresholds import PassMarks, Thresholds, pass_marks
 from ..analysis.validate import validate
 from ..formats.files import jsonl_lines
 from ..formats.records import batch_from_records
@@ -49,7 +49,7 @@ from ..metrics import sort_key as metric_key
 from ..run import Run
 from ..run.summary import ALL
 from ..schema import Case, Score
-from .marks import PassMarks, pass_marks
+from ..verdicts import verdict, why
 from .text import jsonable, records
 
 __all__ = ["report_data", "render_json", "backend_key", "read_cases", "case_texts", "TEXT_FIELDS"]
@@ -94,7 +94,7 @@ def report_data(
     backends = sorted({s.backend for s in run.scores} | set(m.backends), key=backend_key)
     metrics = sorted({s.metric for s in run.scores}, key=metric_key)
     k = (m.options or {}).get("k")
-    th = pass_marks(thresholds, gates, metrics, backends, k)
+    th = pass_marks(run, thresholds, gates, backends)
     rows = records(run.summary(by_tag=True))
     overall = sorted((r for r in rows if r["tag"] == ALL),
                      key=lambda r: (metric_key(r["metric"]), backend_key(r["backend"])))
@@ -327,9 +327,9 @@ def _case_scores(cid: str, scores: list[Score], marks: dict[tuple[str, str], flo
     below: dict[str, list[str]] = {}
     for s in sorted(scores, key=lambda s: order[(s.backend, s.metric)]):
         t = marks[(s.backend, s.metric)]
-        passed = (s.value >= t) if s.status == "scored" else None
+        passed = verdict(s, t)
         if passed is False:
-            below.setdefault(s.metric, []).append(f"{s.backend} {s.value:.3f} < {t:.3g}")
+            below.setdefault(s.metric, []).append(f"{s.backend} {why(s, t)}")
         rows.append({
             "metric": s.metric, "backend": s.backend, "value": s.value, "status": s.status,
             "passed": passed, "threshold": t, "reason": s.reason, "error": s.error,

@@ -32,14 +32,14 @@ from typing import Any, Sequence
 
 from ..run import Run
 from ..schema import Case, Score
+from ..verdicts import verdict
 from .rubrics import Rubric
 
 __all__ = ["sample_for_labels", "render_page"]
 
 
 def _verdict(score: Score, rubric: Rubric) -> str:
-    passed = score.passed if score.passed is not None else (score.value or 0.0) >= rubric.threshold
-    return "pass" if passed else "fail"
+    return "pass" if verdict(score, rubric.threshold) else "fail"
 
 
 def sample_for_labels(run: Run, metric: str, backend: str, rubric: Rubric, n: int,

@@ -371,6 +371,8 @@ class RunFolder:
                 if s.status not in ("error", "not_run") and f"{s.backend}:{s.metric}" not in redefined}
         manifest.digests = {b: {**old.digests.get(b, {}), **manifest.digests.get(b, {})}
                             for b in {**old.digests, **manifest.digests}}
+        manifest.pass_marks = {b: {**old.pass_marks.get(b, {}), **manifest.pass_marks.get(b, {})}
+                               for b in {**old.pass_marks, **manifest.pass_marks}}
         if redefined:
             manifest.counts["redefined"] = redefined
         manifest.started_at = old.started_at

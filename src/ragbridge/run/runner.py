@@ -289,6 +289,8 @@ def _new_manifest(plan: Plan, dataset: dict[str, Any], options: RunOptions, judg
         options=options.public(),
         judge=judge.public_dict() if judge is not None else None,
         digests={b: d for b, chosen in plan.items() if (d := {m: s.digest for m, s in chosen if s.digest})},
+        pass_marks={b: d for b, chosen in plan.items()
+                    if (d := {m: s.pass_mark for m, s in chosen if s.pass_mark is not None})},
         started_at=now(),
         process=this_process(),
     )
