@@ -27,7 +27,7 @@ import math
 from collections import defaultdict
 from typing import Any, Mapping, Optional
 
-from .stats import CONFIDENCE, normal_quantile, ppi_mean, wilson_interval
+from .stats import CONFIDENCE, normal_quantile, ppi_mean
 
 __all__ = ["ppi_estimates", "pass_rate"]
 
@@ -123,18 +123,13 @@ def ppi_estimates(judge: dict[str, Optional[float]], human_pass: dict[str, bool]
     judge at ``value >= threshold``, or by ``verdicts`` when given (`ragbridge.verdicts.verdict`).
     ``human_pass``: case id -> the human verdict. ``strata``: case id -> the stratum the labels were
     drawn from (None: uniformly). Returns ``{"pass_rate": pass_rate(...), "mean": ... or None}``;
-    ``pass_rate["classical"]`` is the labels alone (a Wilson interval for uniform labels)."""
+    ``pass_rate["classical"]`` is the labels alone (`pass_rate` without the judge's cells)."""
     scored = {c: v for c, v in judge.items() if v is not None}
     passes = {c: bool(verdicts[c]) if verdicts is not None else scored[c] >= threshold for c in scored}
     rate = pass_rate(passes, human_pass, strata, confidence=confidence)
     labelled = [c for c in scored if c in human_pass]
-    if strata is None:
-        k = sum(bool(human_pass[c]) for c in labelled)
-        lo, hi = wilson_interval(k, len(labelled), confidence) if labelled else (None, None)
-        rate["classical"] = {"estimate": k / len(labelled) if labelled else None, "low": lo, "high": hi}
-    else:
-        alone = pass_rate(passes, human_pass, strata, use_judge=False, confidence=confidence)
-        rate["classical"] = {k: alone[k] for k in ("estimate", "low", "high")}
+    alone = pass_rate(passes, human_pass, strata, use_judge=False, confidence=confidence)
+    rate["classical"] = {k: alone[k] for k in ("estimate", "low", "high")}
     out: dict[str, Any] = {"pass_rate": rate, "mean": None}
     if human_grade:
         graded = {c: human_grade[c] for c in labelled if c in human_grade}

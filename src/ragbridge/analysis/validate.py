@@ -15,8 +15,9 @@ A backend's verdict is `ragbridge.verdicts.verdict` at its pass mark
 Labels drawn by stratum (``ragbridge label``: half from the cases the judge passed, half from those it
 failed, the design carried in the labels file, `ragbridge.analysis.labels`) are weighted by it: each
 labelled case stands for ``stratum_size / labels in its stratum`` cases, so TPR, TNR, kappa, balanced
-accuracy and agreement are those of the whole run, not of the over-sampled fails, with intervals from
-a bootstrap within each stratum (the counts ``tp``, ``fn``, ``fp``, ``tn`` stay those of the labels);
+accuracy and agreement are those of the whole run, not of the over-sampled fails (TPR and TNR with
+Wilson intervals at the effective sample size, kappa and balanced accuracy with a bootstrap within
+each stratum; the counts ``tp``, ``fn``, ``fp``, ``tn`` stay those of the labels);
 the pass rate follows the strata too (`ragbridge.analysis.ppi.pass_rate`). Spearman is of the
 labelled cases as drawn.
 """
@@ -166,12 +167,17 @@ def _weighted_figures(truth: np.ndarray, pred: np.ndarray, groups: list[str], si
     if n_resamples <= 0 or not len(truth):
         return out | {f"{k}_{e}": math.nan for k in names for e in ("low", "high")}
     rng = np.random.default_rng(seed)
+    for k, cls in (("tpr", truth), ("tnr", ~truth)):  # rates: Wilson at the effective sample size
+        hits = pred[cls] if k == "tpr" else ~pred[cls]
+        out[f"{k}_low"], out[f"{k}_high"] = stats.wilson_weighted(hits, w[cls], confidence)
+    names = [k for k in names if k not in ("tpr", "tnr")]
     draws = {k: [] for k in names}
     where = {h: np.flatnonzero(g == h) for h in counts}
     for _ in range(n_resamples):
         idx = np.concatenate([rng.choice(ix, len(ix)) for ix in where.values()])
         for k, v in _weighted(truth[idx], pred[idx], w[idx]).items():
-            draws[k].append(v)
+            if k in draws:
+                draws[k].append(v)
     lo_q, hi_q = (1 - confidence) / 2 * 100, (1 + confidence) / 2 * 100
     for k in names:
         arr = np.array(draws[k], float)

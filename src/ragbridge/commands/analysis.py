@@ -333,6 +333,16 @@ def _print_validation(console, frame) -> None:
            "the backend exposes" if show_claims else "")
         + "."
     ], indent="")
+    notes = []
+    for row in frame.to_dict("records"):
+        where = f"{row['metric']}, {row['backend']}"
+        if row["design"] == "stratified":
+            notes.append(f"{where}: labels drawn by the judge's verdict ("
+                         + ", ".join(f"{h} {v['labels']} of {v['cases']}" for h, v in row["strata"].items())
+                         + "); every figure but the counts is weighted by stratum")
+        if row["missed"]:
+            notes.append(f"{where}: missed (human fail, backend pass): " + ", ".join(row["missed"]))
+    print_lines(console, notes)
     ppi = [row for row in frame.to_dict("records")
            if row["n_judged"] and not math.isnan(row["ppi_pass_rate"])]
     if ppi:

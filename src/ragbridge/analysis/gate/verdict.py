@@ -61,7 +61,8 @@ def decide(rule, m: Measurement, problems: Sequence[str] = ()) -> tuple[str, str
             sig, evidence = _significant_miss(rule, m)
             if sig:
                 verdict = "fail"
-                detail = f"{claim}: does not hold, the miss is significant" + (f" ({evidence})" if evidence else "")
+                detail = f"{claim}: does not hold, the miss is significant"
+                detail += f" ({evidence})" if evidence else ""
             else:
                 verdict = "pass"
                 detail = f"{claim}: holds within its uncertainty, the miss is not significant ({evidence})"
