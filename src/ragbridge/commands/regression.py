@@ -4,7 +4,7 @@
 ``diff`` prints what moved between two runs (the change in mean per metric and tag with its paired
 interval and p-value, then the cases), ``gate`` every rule's verdict and the cases behind each
 failure, and writes the JUnit XML and Markdown summary of `ragbridge.report.ci`. Both print one JSON
-document with ``--json`` (`diff_json`, `gate_json`).
+document with ``--json`` (`ragbridge.report.ci.diff_json`, `ragbridge.report.ci.gate_json`).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from ..analysis.gate import GateReport, load_gates, run_gates
 from ..analysis.stats import DEFAULT_PERMUTATIONS, DEFAULT_RESAMPLES
 from ..formats.files import atomic_path, write_atomic
 from ..report import ci
-from ..report.text import MISSING, interval, num, p_text, records
+from ..report.text import MISSING, interval, num, p_text
 from ..run.summary import ALL
 from .output import EXIT_CHECK_FAILED, err, fail, out, print_json, print_lines, print_table
 
-__all__ = ["register", "diff_command", "gate_command", "print_diff", "print_gate", "diff_json", "gate_json"]
+__all__ = ["register", "diff_command", "gate_command", "print_diff", "print_gate"]
 
 
 def register(cli: typer.Typer) -> None:
@@ -35,9 +35,6 @@ def register(cli: typer.Typer) -> None:
     cli.command("gate")(gate_command)
 
 
-def _moved(summary):
-    """Rows of a diff summary where some case moved: got worse or better, or changed status."""
-    return (summary["n_worse"] + summary["n_better"] + summary["n_status_changed"]) > 0
 
 
 def _diff_line(r, conf: str) -> str:
@@ -84,9 +81,9 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
     tagged = d.summary[d.summary["tag"] != ALL] if by_tag else d.summary.iloc[0:0]
     hidden = []
     if not show_all:
-        hidden = [f"{int((~_moved(f)).sum())} {what}"
-                  for f, what in ((overall, "metric(s)"), (tagged, "per-tag row(s)")) if (~_moved(f)).any()]
-        overall, tagged = overall[_moved(overall)], tagged[_moved(tagged)]
+        hidden = [f"{int((~ci.moved(f)).sum())} {what}"
+                  for f, what in ((overall, "metric(s)"), (tagged, "per-tag row(s)")) if (~ci.moved(f)).any()]
+        overall, tagged = overall[ci.moved(overall)], tagged[ci.moved(tagged)]
     multi = d.summary["backend"].nunique() > 1
     for title, frame, with_tag in (("Change in mean (new - base) over paired cases", overall, False),
                                    ("Per tag", tagged, True)):
@@ -153,32 +150,6 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
     ])
 
 
-def diff_json(d: RunDiff) -> dict:
-    """The diff as one JSON-ready document (every summary row, with ``moved``; every case that moved)."""
-    summary = d.summary.copy()
-    summary["moved"] = _moved(summary)
-    items = d.items
-    return {
-        "base": {"path": str(d.base.path), "n_cases": len(d.base.cases), "status": d.base.manifest.status},
-        "new": {"path": str(d.new.path), "n_cases": len(d.new.cases), "status": d.new.manifest.status},
-        "warnings": list(d.warnings),
-        "only_in_base": list(d.only_in_base),
-        "only_in_new": list(d.only_in_new),
-        "metrics_only_in_base": [list(k) for k in d.metrics_only_in_base],
-        "metrics_only_in_new": [list(k) for k in d.metrics_only_in_new],
-        "confidence": d.confidence,
-        "summary": records(summary),
-        "worse": records(d.worse()),
-        "better": records(d.better()),
-        "status_changes": records(d.status_changes()),
-        "totals": {
-            "paired_scores": len(items), "worse": int((items["change"] == "worse").sum()),
-            "better": int((items["change"] == "better").sum()),
-            "status_changed": len(d.status_changes()),
-        },
-    }
-
-
 def print_gate(report: GateReport, console=None, top: int = ci.TOP_CASES) -> None:
     """Every rule with its figure and verdict, then the ``top`` cases behind each failure.
 
@@ -208,26 +179,6 @@ def print_gate(report: GateReport, console=None, top: int = ci.TOP_CASES) -> Non
             print_lines(console, lines)
     colour = "bold green" if report.passed else "bold red"
     console.print(f"[{colour}]{escape(report.summary_line())}[/]")
-
-
-def gate_json(report: GateReport) -> dict:
-    """The gate as one JSON-ready document: the verdict, then every rule with all the cases behind it."""
-    return {
-        "passed": report.passed,
-        "summary": report.summary_line(),
-        "run": str(report.run.path),
-        "baseline": str(report.baseline.path) if report.baseline is not None else None,
-        "warnings": list(report.warnings),
-        "results": [
-            {
-                "rule": r.rule.index, "label": r.rule.label, "check": r.rule.check, "tags": list(r.rule.tags),
-                "backend": r.backend, "verdict": r.verdict, "figure": r.figure, "ci_low": r.ci_low,
-                "ci_high": r.ci_high, "p_value": r.p_value, "n": r.n, "detail": r.detail,
-                "n_cases_behind": len(r.items), "cases_behind": r.items,
-            }
-            for r in report.results
-        ],
-    }
 
 
 def _write_items(d: RunDiff, path: Path) -> None:
@@ -278,7 +229,7 @@ def diff_command(
     except RegressionError as exc:
         fail(str(exc))
     if as_json:
-        print_json(diff_json(d))
+        print_json(ci.diff_json(d))
     else:
         print_diff(d, out, top=top, by_tag=not no_tags, show_all=show_all)
     if items is not None:
@@ -326,7 +277,7 @@ def gate_command(
     except RegressionError as exc:
         fail(str(exc))
     if as_json:
-        print_json(gate_json(report))
+        print_json(ci.gate_json(report))
     else:
         print_gate(report, out, top=top)
     if junit is not None:
