@@ -75,6 +75,7 @@ def report_data(
     gates: Any = None,
     history: Any = None,
     case_texts: bool = True,
+    baseline: Any = None,
 ) -> dict[str, Any]:
     """Everything the report shows, as plain JSON-ready data.
 
@@ -88,7 +89,15 @@ def report_data(
 
     With ``labels`` (a labels file or frame, see `ragbridge.analysis.load_labels`) the report also
     holds each backend's verdicts against the human labels (`ragbridge.analysis.validate`). Pass
-    marks come from ``thresholds``, then ``gates`` (a gates file), then the defaults (`pass_marks`)."""
+    marks come from ``thresholds``, then ``gates`` (a gates file), then the backends' own rules and
+    the defaults (`pass_marks`); every summary row carries its ``threshold`` and how many cases
+    pass and fail it (``n_pass``, ``n_fail``, by `ragbridge.verdicts.verdict`).
+
+    With ``baseline`` (an earlier run of the same golden set) the report holds ``moved``: the diff of
+    the two runs (`ragbridge.analysis.diff_runs`, as ``ragbridge diff --json`` prints it, the ``top``
+    cases of each kind) and, with ``gates``, the gate's verdicts on this run against that baseline
+    (``gate``, as ``ragbridge gate --json``); with ``gates`` and no baseline, ``gate`` holds the
+    verdicts of the rules that need none."""
     run = _without_texts(open_run(run))
     m = run.manifest
     backends = sorted({s.backend for s in run.scores} | set(m.backends), key=backend_key)
@@ -111,6 +120,7 @@ def report_data(
     usage, per_metric = _judge_usage(run)
     flips = {(d["metric"], d["case_id"]) for d in dis if d["verdicts_differ"]}
     cases = _cases(run, th, k, flips, case_texts)
+    _pass_counts(cases, overall, tags, th)
     return jsonable({
         "ragbridge_version": __version__,
         "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -137,8 +147,58 @@ def report_data(
         "cost": (m.counts or {}).get("cost"),
         "noise": _noise(run, th, top),
         "trend": _trend(run, history, seed) if history else None,
+        "moved": _moved(run, baseline, n_resamples, seed, top) if baseline is not None else None,
+        "gate": _gate(run, gates, baseline, history, seed, top) if gates is not None else None,
         "statistics": {"n_resamples": n_resamples, "seed": seed, "confidence": CONFIDENCE},
     }) | {"cases": cases}  # JSON-ready as built (a score's value is a finite number or None)
+
+
+def _pass_counts(cases: list[dict], overall: list[dict], tags: dict[str, list[dict]], th: Thresholds) -> None:
+    """Give every summary row (overall, and per tag) its ``threshold``, ``n_pass`` and ``n_fail``:
+    the verdicts of the cases' scores."""
+    counts: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for c in cases:
+        for s in c["scores"]:
+            if s["passed"] is not None:
+                for tag in (ALL, *c["tags"]):
+                    counts[(tag, s["metric"], s["backend"])][0 if s["passed"] else 1] += 1
+    for tag, rows in [(ALL, overall), *tags.items()]:
+        for r in rows:
+            r["threshold"] = th.get(r["backend"], r["metric"])
+            r["n_pass"], r["n_fail"] = counts.get((tag, r["metric"], r["backend"]), (0, 0))
+
+
+def _moved(run: Run, baseline: Any, n_resamples: int, seed: int, top: int) -> dict[str, Any]:
+    """What moved since ``baseline``: the diff, as ``ragbridge diff --json`` (the ``top`` cases of each
+    kind), and which cases of this run it names."""
+    from ..analysis.diff import diff_runs
+    from .ci import diff_json
+
+    d = diff_runs(baseline, run, n_resamples=n_resamples, seed=seed, allow_incomplete=True)
+    return diff_json(d, top=top)
+
+
+def _gate(run: Run, gates: Any, baseline: Any, history: Any, seed: int, top: int) -> dict[str, Any]:
+    """The gate's verdicts on this run (against ``baseline``, over ``history``, when given), as
+    ``ragbridge gate --json``; the rules that need what was not given are left out (and named)."""
+    from ..analysis.diff import RegressionError
+    from ..analysis.gate import KINDS, GateConfig, load_gates, run_gates
+    from .ci import gate_json
+
+    config = gates if isinstance(gates, GateConfig) else load_gates(gates)
+    have = {None, *(["baseline"] if baseline is not None else []), *(["history"] if history else [])}
+    left_out = [r.label for r in config.rules if KINDS[r.kind].needs not in have]
+    config = GateConfig([r for r in config.rules if KINDS[r.kind].needs in have], config.seed,
+                        config.resamples, config.permutations, config.source)
+    if not config.rules:
+        return {"passed": None, "results": [], "left_out": left_out}
+    try:
+        report = gate_json(run_gates(run, config, baseline=baseline, seed=seed, history=history or None))
+    except RegressionError as exc:  # the file still sets the thresholds; the page says why it is not checked
+        return {"passed": None, "results": [], "left_out": left_out, "error": str(exc)}
+    for r in report["results"]:
+        r["cases_behind"] = r["cases_behind"][:top]
+    return report | {"left_out": left_out}
 
 
 def _trend(run: Run, history: Any, seed: int) -> Optional[dict]:
