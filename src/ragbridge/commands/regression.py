@@ -48,6 +48,22 @@ def _diff_line(r, conf: str) -> str:
     )
 
 
+def _tag_lines(frame, conf: str) -> list[str]:
+    """The per-tag rows as text, one paragraph per backend and metric: each tag's change, interval and
+    p-value, and its cases that moved (a significant change marked with ``*``)."""
+    lines = []
+    for (b, m), group in frame.groupby(["backend", "metric"], sort=False):
+        parts = []
+        for r in group.itertuples():
+            brackets = interval(r.ci_low, r.ci_high, 3, signed=True)
+            star = "*" if not math.isnan(r.p_value) and r.p_value < 0.05 and r.delta != 0 else ""
+            parts.append(f"{r.tag} {num(r.delta, signed=True)}{star}" + (f" {brackets}" if brackets else "")
+                         + f" p {p_text(r.p_value)} ({r.n_worse}-/{r.n_better}+"
+                         + (f"/{r.n_status_changed} status" if r.n_status_changed else "") + ")")
+        lines.append(f"{b} {m}: " + "; ".join(parts))
+    return lines + [f"per tag: change in mean ({conf} CI) p (cases worse-/better+); *: p < 0.05"]
+
+
 def _noise_line(r) -> str:
     """Whether a change in mean is within judge noise (measured from the runs' repeats)."""
     where = f"{r.backend} {r.metric}"
@@ -57,8 +73,32 @@ def _noise_line(r) -> str:
             f"the smallest change these {r.n_paired} cases can detect: {num(r.mde)} at power 0.8)")
 
 
+def _significant(frame):
+    """Rows whose change in mean is significant (permutation p < 0.05)."""
+    return frame[(frame["p_value"] < 0.05) & (frame["delta"] != 0)]
+
+
+def _answer(d: RunDiff) -> list[str]:
+    """What moved, first: the paired scores that got worse, better or changed status, and the metrics
+    (and tags) whose mean changed significantly."""
+    items = d.items
+    n_worse, n_better = int((items["change"] == "worse").sum()), int((items["change"] == "better").sum())
+    lines = [f"what moved: of {len(items)} paired scores, {n_worse} got worse, {n_better} better, "
+             f"{len(d.status_changes())} changed status"]
+    sig = _significant(d.summary)
+    if sig.empty:
+        lines.append("  no metric's mean changed significantly (paired permutation p < 0.05), overall or "
+                     "per tag")
+    for r in sig.itertuples():
+        where = (f"{r.tag}, " if r.tag != ALL else "") + f"{r.backend} {r.metric}"
+        lines.append(f"  {'WORSE' if r.delta < 0 else 'better'}: {where} {num(r.base_mean)} -> "
+                     f"{num(r.new_mean)} ({num(r.delta, signed=True)}, p {p_text(r.p_value)})")
+    return lines
+
+
 def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, show_all: bool = False) -> None:
-    """What changed: the change in mean of each metric and tag where a case moved, then the cases.
+    """What changed: the answer first (what moved, what changed significantly), then the change in
+    mean of each metric where a case moved, the tags whose change is significant, then the cases.
 
     ``show_all`` lists every metric and tag, moved or not.
     """
@@ -67,6 +107,7 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
         f"base: {d.base.path}  ({len(d.base.cases)} cases, status {d.base.manifest.status})",
         f"new:  {d.new.path}  ({len(d.new.cases)} cases, status {d.new.manifest.status})",
     ])
+    print_lines(console, _answer(d))
     notes = [f"warning: {w}" for w in d.warnings]
     for ids, where in ((d.only_in_base, "base"), (d.only_in_new, "new")):
         if ids:
@@ -81,8 +122,9 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
     tagged = d.summary[d.summary["tag"] != ALL] if by_tag else d.summary.iloc[0:0]
     hidden = []
     if not show_all:
-        hidden = [f"{int((~ci.moved(f)).sum())} {what}"
-                  for f, what in ((overall, "metric(s)"), (tagged, "per-tag row(s)")) if (~ci.moved(f)).any()]
+        still = [f"{int((~ci.moved(f)).sum())} {what}"
+                 for f, what in ((overall, "metric(s)"), (tagged, "per-tag row(s)")) if (~ci.moved(f)).any()]
+        hidden = still
         overall, tagged = overall[ci.moved(overall)], tagged[ci.moved(tagged)]
     multi = d.summary["backend"].nunique() > 1
     for title, frame, with_tag in (("Change in mean (new - base) over paired cases", overall, False),
@@ -104,9 +146,10 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
                       interval(r.ci_low, r.ci_high, 3, signed=True) or MISSING,
                       p_text(r.p_value), str(r.n_worse), str(r.n_better),
                       f"[yellow]{r.n_status_changed}[/]" if r.n_status_changed else "0")
-        print_table(console, t, [_diff_line(r, conf) for r in frame.itertuples()])
+        print_table(console, t, _tag_lines(frame, conf) if with_tag else
+                    [_diff_line(r, conf) for r in frame.itertuples()])
     if hidden:
-        print_lines(console, [f"no case moved in the other {' and '.join(hidden)} (--all lists them)"])
+        print_lines(console, [f"no case moved in {', '.join(hidden)} (--all lists them)"])
     noisy = [r for r in d.summary[d.summary["tag"] == ALL].itertuples() if r.within_noise is not None]
     if noisy:
         print_lines(console, [_noise_line(r) for r in noisy])
@@ -142,12 +185,9 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
             lines.append(f"{r.case_id}, {r.backend} {r.metric}: {base} -> {new}"
                          + (f": {error}" if error else ""))
         print_table(console, t, lines)
-    n_worse = int((d.items["change"] == "worse").sum())
-    n_better = int((d.items["change"] == "better").sum())
-    print_lines(console, [
-        f"{len(d.items)} paired scores: {n_worse} worse, {n_better} better, {len(changes)} changed status; "
-        f"{len(d.only_in_base)} case(s) only in base, {len(d.only_in_new)} only in new"
-    ])
+    if d.only_in_base or d.only_in_new:
+        print_lines(console, [f"{len(d.only_in_base)} case(s) only in base, {len(d.only_in_new)} only in "
+                              "new"])
 
 
 def print_gate(report: GateReport, console=None, top: int = ci.TOP_CASES) -> None:
