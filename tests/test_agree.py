@@ -290,3 +290,22 @@ def test_the_grid_colours_each_cell_by_its_own_threshold_sorts_and_filters_in_ch
     shot.unlink(missing_ok=True)
     _browse(tmp_path, page.as_uri() + "#grid:sort=worst", "--window-size=1400,1200", f"--screenshot={shot}")
     assert shot.exists()
+
+
+def test_a_judged_run_in_a_log_prints_progress_at_a_steady_interval(tmp_path):
+    """Piped (a CI log), a run prints a progress line every RAGBRIDGE_PROGRESS_SECONDS while the judge
+    is slow, with the scores done, the errors, the judge calls; then one at the end."""
+    cases = load_cases(EXAMPLE)[:4]
+    data = tmp_path / "golden.jsonl"
+    data.write_text("".join(c.model_dump_json() + "\n" for c in cases))
+    with StubJudge(latency=0.3) as stub:
+        res = ragbridge_cli("run", data, "--out", tmp_path / "run", "--backend", "rubric", "--metric",
+                            "abstention", "--judge-model", "m", "--judge-base-url", stub.base_url,
+                            "--cache-path", tmp_path / "c.sqlite", "--max-concurrency", "1",
+                            env={"RAGBRIDGE_PROGRESS_SECONDS": "0.2"})
+    assert res.returncode == 0, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("progress: ")]
+    assert len(lines) >= 3, res.stderr  # 4 judge calls of 0.3 s each, a line every 0.2 s
+    done = [int(re.match(r"progress: (\d+) of 4 scores", ln).group(1)) for ln in lines]
+    assert done == sorted(done) and done[-1] == 4
+    assert lines[-1].startswith("progress: 4 of 4 scores (100%), no error, 4 judge calls")
