@@ -14,7 +14,10 @@ Each `Metric` says:
     ``recall@5`` with ``--k 5``, or asked for directly as ``recall@10`` (`resolve_metric`).
 ``kind``
     ``ranking`` (deterministic, from the retrieved list and the relevance labels, trec_eval's
-    conventions; see `ragbridge.native.ranking`), ``answer check`` (deterministic string checks on
+    conventions; see `ragbridge.native.ranking`), ``span`` (deterministic and character-level, from
+    the span labels and where the retrieved chunks sit in the documents, as Chroma's chunking
+    evaluation; see `ragbridge.native.spans`: merged spans by default, Chroma's unmerged arithmetic
+    with ``--span-arithmetic chroma``), ``answer check`` (deterministic string checks on
     the answer; see `ragbridge.native.answers`) or ``judged`` (an LLM judge, through the gateway).
     The kind is the canonical definition's; a judged backend may also offer an answer check by a
     model (the rubric backend's ``abstention``).
@@ -25,13 +28,23 @@ Each `Metric` says:
 ``pass_mark``
     The report's default pass mark (``value >= mark`` passes) when neither ``--threshold`` nor a
     gates file sets one: 0.5 for the ranking and judged metrics (the evaluation libraries' usual
-    default threshold), ``"1/k"`` for the two precisions of the retrieved list (``precision@k``,
-    ``context_relevance``: with one relevant chunk among k the best possible value is about 1/k), 1
-    for the answer checks.
+    default threshold), ``"1/k"`` for the precisions of the retrieved list (``precision@k``,
+    ``context_relevance``, ``claim_context_precision``: with one relevant chunk among k the best
+    possible value is about 1/k), 1 for the answer checks; 0 (no bar: every value passes) for the
+    character-level precision, IoU and precision-omega, whose level is set by the sizes of the chunks
+    and the labels rather than by the quality of one case (a gate or ``--threshold`` sets one where a
+    team has a target).
     See `default_pass_mark` and docs/report.md.
 
-The order of `METRICS` is the display order of reports and tables: ranking, judged retrieval,
+The order of `METRICS` is the display order of reports and tables: ranking, span, judged retrieval,
 judged generation, answer checks.
+
+The claim diagnostics (``claim_recall`` to ``self_knowledge``) are RAGChecker's (its
+``ragchecker/computation.py``), computed from the claims of the answer and of the reference checked
+chunk by chunk (``ragbridge.rubric.diagnostics``). RAGChecker's noise sensitivity, hallucination and
+self-knowledge are shares where lower is better; here, where every value is higher-is-better, each
+is one minus RAGChecker's figure (the score's ``native_value`` keeps RAGChecker's), as
+``must_not_contain`` counts the forbidden strings absent.
 """
 
 from __future__ import annotations
@@ -40,16 +53,18 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Union
 
-__all__ = ["Metric", "METRICS", "NAMES", "KINDS", "RANKING", "ANSWER_CHECK", "JUDGED", "RETRIEVAL",
-           "GENERATION", "PER_K", "DEFAULT_PASS_MARK", "find", "half_of", "sort_key",
+__all__ = ["Metric", "METRICS", "NAMES", "KINDS", "RANKING", "SPAN", "NO_MARK", "ANSWER_CHECK", "JUDGED",
+           "RETRIEVAL", "GENERATION", "PER_K", "DEFAULT_PASS_MARK", "find", "half_of", "sort_key",
            "default_pass_mark", "resolve_metric"]
 
-RANKING, ANSWER_CHECK, JUDGED = "ranking", "answer check", "judged"
-KINDS = (RANKING, ANSWER_CHECK, JUDGED)
+RANKING, SPAN, ANSWER_CHECK, JUDGED = "ranking", "span", "answer check", "judged"
+KINDS = (RANKING, SPAN, ANSWER_CHECK, JUDGED)
 #: a pass mark of one over the cut-off (``k`` from the name, else the run's ``--k``, else 5)
 PER_K = "1/k"
 #: the pass mark of a metric that is not canonical (a custom rubric)
 DEFAULT_PASS_MARK = 0.5
+#: no default bar: every value passes
+NO_MARK = 0.0
 
 
 @dataclass(frozen=True)
@@ -80,15 +95,38 @@ METRICS: tuple[Metric, ...] = (
     Metric("mrr", RANKING, "retrieval", "1 / rank of the first relevant chunk, 0 if none"),
     Metric("ndcg@k", RANKING, "retrieval", "graded gain in the top k, normalised by the ideal order"),
     Metric("map", RANKING, "retrieval", "average precision over the whole list"),
+    Metric("span_recall@k", SPAN, "retrieval", "share of the labelled characters the top k chunks cover"),
+    Metric("span_precision@k", SPAN, "retrieval", "share of the top k chunks' characters that are labelled",
+           NO_MARK),
+    Metric("span_iou@k", SPAN, "retrieval",
+           "labelled characters covered, over those of the top k and labels", NO_MARK),
+    Metric("precision_omega", SPAN, "retrieval",
+           "the best span precision the chunking allows (perfect retrieval)", NO_MARK),
     Metric("context_precision", JUDGED, "retrieval",
            "the chunks useful for the reference answer are ranked first"),
     Metric("context_recall", JUDGED, "retrieval",
            "share of the reference answer supported by the retrieved chunks"),
     Metric("context_relevance", JUDGED, "retrieval", "share of the retrieved chunks relevant to the question",
            PER_K),
+    Metric("claim_recall", JUDGED, "retrieval",
+           "share of the reference's claims some retrieved chunk supports"),
+    Metric("claim_context_precision", JUDGED, "retrieval",
+           "share of the retrieved chunks that support a claim of the reference", PER_K),
     Metric("faithfulness", JUDGED, "generation", "share of the answer's claims supported by the chunks"),
     Metric("answer_relevance", JUDGED, "generation", "how well the answer addresses the question"),
     Metric("answer_correctness", JUDGED, "generation", "agreement of the answer with the reference answer"),
+    Metric("answer_claim_precision", JUDGED, "generation",
+           "share of the answer's claims the reference supports"),
+    Metric("answer_claim_recall", JUDGED, "generation", "share of the reference's claims the answer states"),
+    Metric("answer_claim_f1", JUDGED, "generation", "harmonic mean of answer claim precision and recall"),
+    Metric("context_utilization", JUDGED, "generation",
+           "of the reference claims the chunks hold, the share the answer states"),
+    Metric("noise_sensitivity_relevant", JUDGED, "generation",
+           "1 - share of answer claims wrong and taken from a relevant chunk"),
+    Metric("noise_sensitivity_irrelevant", JUDGED, "generation",
+           "1 - share of answer claims wrong and taken from an irrelevant chunk"),
+    Metric("hallucination", JUDGED, "generation", "1 - share of answer claims wrong and in no chunk"),
+    Metric("self_knowledge", JUDGED, "generation", "1 - share of answer claims right but in no chunk"),
     Metric("must_contain", ANSWER_CHECK, "generation", "share of the case's required strings in the answer",
            1.0),
     Metric("must_not_contain", ANSWER_CHECK, "generation",

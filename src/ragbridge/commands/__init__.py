@@ -2,9 +2,12 @@
 
 One module per group of commands, each with a ``register(cli)`` that adds its commands to the
 application: ``run`` (run, rescore), ``data`` (formats, convert, sample), ``backends``, ``judge``
-(judge serve, judge check), ``analysis`` (compare, validate, calibrate, trend), ``regression`` (diff, gate)
-and ``report``. They are registered here, directly; third-party plugins (and the built-in rubric
-plugin) add theirs through the ``ragbridge_register_commands`` hook when `run_cli` starts.
+(judge serve, judge check), ``analysis`` (compare, validate, calibrate, trend), ``diagnose``,
+``regression`` (diff, gate) and ``report``. They are registered lazily (`COMMANDS`: each command's
+module and the first line of its help): ``ragbridge --help`` lists them without importing any, and a
+command's module is imported when that command is run or its help shown. Third-party plugins (and
+the built-in rubric plugin) add theirs through the ``ragbridge_register_commands`` hook when
+`run_cli` starts.
 
 Exit codes and what every command prints: `ragbridge.commands.output`. Help is plain text (click's
 layout): it reads the same on a terminal, piped and in a log.
@@ -22,10 +25,43 @@ from typer.core import TyperGroup
 
 from .. import __version__
 from ..plugins import register_commands
-from . import analysis, backends, data, judge, regression, report, run
-from .output import fail, out
 
-__all__ = ["cli", "run_cli", "PlainHelpGroup"]
+__all__ = ["cli", "run_cli", "PlainHelpGroup", "COMMANDS"]
+
+#: the built-in commands, in the order ``--help`` lists them: name -> (the module under
+#: ``ragbridge.commands`` whose ``register`` adds it, the first paragraph of its help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("run", "Score a golden set with one or more backends and write a run folder."),
+    "rescore": ("run", "Score a run's recorded cases (e.g. a --target run) with more backends or metrics, "
+                       "into the same folder."),
+    "backends": ("backends", "List every registered backend, whether its library is installed, and its "
+                             "metrics."),
+    "formats": ("data", "List the dataset formats that ``convert`` and ``run`` read and write, and what each "
+                        "cannot hold."),
+    "convert": ("data", "Convert a dataset between formats (canonical JSONL, CSV, Parquet, datasets, TREC, "
+                        "and the backends' own)."),
+    "sample": ("data", "Draw a reproducible sample of logged interactions as canonical cases, ready for "
+                       "reference-free metrics."),
+    "compare": ("analysis", "Agreement between backends on each metric they share, and the cases they "
+                            "disagree on most; with two runs, each backend against itself in the other run "
+                            "(e.g. another judge model)."),
+    "validate": ("analysis", "Each backend's verdicts against human labels: TPR, TNR, kappa, balanced "
+                             "accuracy."),
+    "calibrate": ("analysis", "The threshold in one backend that best reproduces another's pass/fail "
+                              "(maximum kappa)."),
+    "trend": ("analysis", "The mean of each metric over dated runs: the series, its slope per run with a "
+                          "95% interval, and the change points."),
+    "diagnose": ("diagnose", "Each failing case to one layer: retrieval, generation, knowledge_base, "
+                             "reference_or_judge or undetermined (with the missing evidence named), and the "
+                             "evidence that decided it (docs/diagnose.md)."),
+    "diff": ("regression", "Compare two runs case by case: what moved, the change in mean with paired "
+                           "intervals, per tag."),
+    "gate": ("regression", "Check a run against thresholds: exit 0 when every rule holds, 1 when one fails, "
+                           "2 for bad input."),
+    "report": ("report", "Write one report (HTML, Markdown or JSON) of a run: summary, agreement, judge "
+                         "usage, every case."),
+    "judge": ("judge", "The judge: serve the stub judge, check a configuration."),
+}
 
 _BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0", "y", "n", "t", "f"}
 
@@ -38,6 +74,27 @@ class PlainHelpGroup(TyperGroup):
     word that names an existing file or folder is left to be an argument.
     """
 
+    #: commands not yet imported: name -> (module under ``ragbridge.commands``, first line of help)
+    lazy: dict[str, tuple[str, str]] = {}
+
+    def list_commands(self, ctx) -> list[str]:
+        return list(dict.fromkeys([*self.lazy, *super().list_commands(ctx)]))
+
+    def get_command(self, ctx, name):
+        if name not in self.commands and name in self.lazy:
+            self._load(self.lazy[name][0])
+        return super().get_command(ctx, name)
+
+    def _load(self, module_name: str) -> None:
+        """Import one command module and add its commands (those not added already)."""
+        import importlib
+
+        module = importlib.import_module(f"{__name__}.{module_name}")
+        app = typer.Typer(cls=PlainHelpGroup, rich_markup_mode=None)
+        module.register(app)
+        for name, cmd in typer.main.get_group(app).commands.items():
+            self.commands.setdefault(name, cmd)
+
     def resolve_command(self, ctx, args):
         name, cmd, rest = super().resolve_command(ctx, args)
         if cmd is not None and not isinstance(cmd, TyperGroup):
@@ -47,14 +104,20 @@ class PlainHelpGroup(TyperGroup):
                 if flag == "--":
                     break
                 if flag in flags and value.lower() in _BOOL_WORDS and not Path(value).exists():
+                    from .output import fail
+
                     fail(f"{flag} is a flag and takes no value (got {flag} {value}): "
                          f"write {flag} alone to switch it on, or leave it out")
         return name, cmd, rest
 
     def format_commands(self, ctx, formatter) -> None:
-        """Each command with the first paragraph of its help, whole and wrapped (click cuts it short)."""
+        """Each command with the first paragraph of its help, whole and wrapped (click cuts it short);
+        a command not imported yet with its line from `lazy`."""
         rows = []
         for name in self.list_commands(ctx):
+            if name not in self.commands and name in self.lazy:
+                rows.append((name, self.lazy[name][1]))
+                continue
             cmd = self.get_command(ctx, name)
             if cmd is not None and not cmd.hidden:
                 rows.append((name, " ".join((cmd.short_help or cmd.help or "").split("\n\n")[0].split())))
@@ -63,10 +126,16 @@ class PlainHelpGroup(TyperGroup):
                 formatter.write_dl(rows)
 
 
+class _RootGroup(PlainHelpGroup):
+    """The root group: the built-in commands of `COMMANDS`, imported when used."""
+
+    lazy = COMMANDS
+
+
 cli = typer.Typer(
     name="ragbridge",
     help="One golden set, every RAG evaluation backend, one report.",
-    cls=PlainHelpGroup,
+    cls=_RootGroup,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -76,7 +145,7 @@ cli = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        out.print(f"ragbridge {__version__}")
+        typer.echo(f"ragbridge {__version__}")
         raise typer.Exit()
 
 
@@ -86,10 +155,6 @@ def main(
         False, "--version", callback=_version, is_eager=True, help="Show the version."),
 ) -> None:
     """One golden set, every RAG evaluation backend, one report."""
-
-
-for _module in (run, backends, data, judge, analysis, regression, report):
-    _module.register(cli)
 
 
 def run_cli() -> None:

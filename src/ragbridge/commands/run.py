@@ -6,6 +6,9 @@ Exit codes:
   3    the run finished, but some scores errored: run it again to retry them
   4    the judge budget (--max-calls / --max-cost) was spent: what was scored is kept, the rest is
        not run; run it again with a larger budget to resume
+  5    the run finished but computed nothing: every score is undefined, because the cases lack
+       what the metrics need (e.g. ranking metrics without relevance labels); the message says
+       which fields are missing for which metrics and what to run instead
   130  interrupted: run it again to resume
 
 ``--dry-run`` calls and writes nothing: it prints the judge calls and the cost the run would make,
@@ -31,10 +34,12 @@ from ..formats import DatasetError, load_cases
 from ..report.text import MISSING, jsonable, num
 from ..run import RunError, evaluate
 from ..run.summary import ALL
+from ..run.unscored import nothing_computed, unscored_lines
 from .judge import judge_config
 from .output import (
     EXIT_BUDGET_SPENT,
     EXIT_INTERRUPTED,
+    EXIT_NOTHING_COMPUTED,
     EXIT_SCORE_ERRORS,
     err,
     fail,
@@ -68,6 +73,22 @@ DRY_RUN = typer.Option(
 SCORE_CACHE = typer.Option(
     True, "--score-cache/--no-score-cache", help="Reuse a judged score an earlier run made from the same "
                                                  "inputs (beside the judge cache; off with it).")
+
+
+# The span options `run` and `rescore` share (docs/metrics.md, "Span labels").
+CORPUS = typer.Option(
+    None, "--corpus", help="The documents span labels point into: a folder of text or markdown files, or a "
+                           "JSONL of {doc, text}. Chunks and quotes without offsets are located by their "
+                           "text.")
+CHUNKS = typer.Option(
+    None, "--chunks", help="The chunking (JSONL, one chunk a line: id, text, doc, start, end): what "
+                           "precision_omega measures.")
+SPAN_MIN_OVERLAP_OPTION = typer.Option(
+    0.5, "--span-min-overlap", help="Span rule: a chunk matches a span label when they share at least this "
+                                    "share (0..1) of the shorter of the two.")
+SPAN_ARITHMETIC = typer.Option(
+    "merged", "--span-arithmetic", help="Character-level span metrics: merged (overlapping chunks counted "
+                                        "once) or chroma (Chroma's sums, not merged).")
 
 
 def register(cli: typer.Typer) -> None:
@@ -140,6 +161,10 @@ def run(
     target_concurrency: int = typer.Option(4, "--target-concurrency", help="Target calls in flight at once."),
     rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML) of the rubric backend."),
     generator_model: Optional[str] = typer.Option(None, "--generator-model", help="The system's own model."),
+    corpus: Optional[Path] = CORPUS,
+    chunks: Optional[Path] = CHUNKS,
+    span_min_overlap: float = SPAN_MIN_OVERLAP_OPTION,
+    span_arithmetic: str = SPAN_ARITHMETIC,
     repeats: int = REPEATS,
     pass_repeats: Optional[int] = PASS_REPEATS,
     max_calls: Optional[int] = MAX_CALLS,
@@ -155,15 +180,17 @@ def run(
       2    bad input or configuration; nothing written
       3    the run finished, but some scores errored: run it again to retry them
       4    the judge budget was spent: run it again with a larger budget
+      5    nothing computed (every score undefined): the message says why
       130  interrupted: run it again to resume
     """
     if gain not in ("linear", "exponential"):
         fail(f"--gain must be 'linear' or 'exponential', got {gain!r}")
     from ..formats.source import open_cases
 
+    documents, chunking = _span_inputs(corpus, chunks, span_min_overlap, span_arithmetic)
     try:
         cases = open_cases(dataset, fmt, near=out_dir, progress=None if no_progress else _reading_bar(),
-                           batch_size=batch_size, qrels=qrels)
+                           batch_size=batch_size, corpus=documents, qrels=qrels)
     except DatasetError as exc:
         fail(str(exc))
     for line in cases.warnings:
@@ -171,7 +198,8 @@ def run(
     _score_and_print(
         cases, out_dir, str(dataset), backend, metric, config, no_progress, overwrite,
         RunOptions(k=k, gain=gain, case_sensitive=case_sensitive, decline_phrases=decline_phrase or None,
-                   backend_options=_rubric_options(rubric), generator_model=generator_model),
+                   backend_options=_rubric_options(rubric), generator_model=generator_model,
+                   span_min_overlap=span_min_overlap, span_arithmetic=span_arithmetic, chunking=chunking),
         dict(
             model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
             embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,
@@ -182,6 +210,22 @@ def run(
         run_kwargs=dict(repeats=repeats, pass_repeats=pass_repeats, max_calls=max_calls, max_cost=max_cost,
                         dry_run=dry_run, score_cache=score_cache),
     )
+
+
+def _span_inputs(corpus: Optional[Path], chunks: Optional[Path], min_overlap: float, arithmetic: str):
+    """The corpus and the chunking the span options name, read and checked (exit 2 for bad input)."""
+    from ..formats.corpus import read_chunking, read_corpus
+
+    if not 0 <= min_overlap <= 1:
+        fail(f"--span-min-overlap must be a number from 0 to 1, got {min_overlap:g}")
+    if arithmetic not in ("merged", "chroma"):
+        fail(f"--span-arithmetic must be 'merged' or 'chroma', got {arithmetic!r}")
+    try:
+        documents = read_corpus(corpus) if corpus is not None else None
+        chunking = read_chunking(chunks, documents) if chunks is not None else None
+    except DatasetError as exc:
+        fail(str(exc))
+    return documents, chunking
 
 
 def _executor(name: str, address: Optional[str], gateway_host: Optional[str]):
@@ -221,6 +265,11 @@ def rescore(
     config: Optional[Path] = typer.Option(None, "--config", help="Config file."),
     rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML) of the rubric backend."),
     generator_model: Optional[str] = typer.Option(None, "--generator-model", help="The system's own model."),
+    corpus: Optional[Path] = typer.Option(
+        None, "--corpus", help="The documents, to place the chunks of --chunks that give only their text."),
+    chunks: Optional[Path] = CHUNKS,
+    span_min_overlap: float = SPAN_MIN_OVERLAP_OPTION,
+    span_arithmetic: str = SPAN_ARITHMETIC,
     repeats: int = REPEATS,
     pass_repeats: Optional[int] = PASS_REPEATS,
     max_calls: Optional[int] = MAX_CALLS,
@@ -236,17 +285,20 @@ def rescore(
       2    bad input or configuration
       3    some scores errored: run it again to retry them
       4    the judge budget was spent: run it again with a larger budget
+      5    nothing computed (every score undefined): the message says why
       130  interrupted: run it again to resume
     """
     if not (run_dir / "cases.jsonl").exists():
         fail(f"{run_dir} is not a run folder with recorded cases (no cases.jsonl)")
+    _, chunking = _span_inputs(corpus, chunks, span_min_overlap, span_arithmetic)
     try:
         cases = load_cases(run_dir / "cases.jsonl")
     except DatasetError as exc:
         fail(str(exc))
     _score_and_print(
         cases, run_dir, str(run_dir / "cases.jsonl"), backend, metric, config, no_progress, False,
-        RunOptions(k=k, backend_options=_rubric_options(rubric), generator_model=generator_model),
+        RunOptions(k=k, backend_options=_rubric_options(rubric), generator_model=generator_model,
+                   span_min_overlap=span_min_overlap, span_arithmetic=span_arithmetic, chunking=chunking),
         dict(
             model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
             embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,
@@ -414,6 +466,7 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
         latency = {"p50": p50, "p95": p95, "n": len(latencies)}
         notes.append(f"target latency: p50 {p50:.3f}s, p95 {p95:.3f}s over {len(latencies)} call(s)")
     rows = result.summary_rows()  # a run just made: from its running totals, without pandas
+    unscored = nothing_computed(result, out=str(out_dir))
     if as_json:
         for note in notes:
             err.print(note, markup=False, highlight=False)
@@ -422,7 +475,10 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
             "run": str(out_dir), "status": result.manifest.status, "stub_judge": bool(judge.get("stub")),
             "judge": result.manifest.judge, "counts": counts, "summary": jsonable(overall),
             "by_tag": jsonable([r for r in rows if r["tag"] != ALL]), "target_latency": latency,
+            "nothing_computed": unscored,
         })
+    elif unscored is not None:  # a table of dashes says nothing: what the cases lack, and what to run
+        print_lines(err, unscored_lines(unscored))
     else:
         print_summary(rows)
         for i, note in enumerate(notes):
@@ -445,6 +501,11 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
             "with a larger budget to score the rest", highlight=False, soft_wrap=True,
         )
         raise typer.Exit(EXIT_BUDGET_SPENT)
+    if unscored is not None:
+        if as_json:
+            err.print(f"nothing was computed: all {counts.get('scores', 0)} scores are undefined (see "
+                      "nothing_computed)", markup=False, highlight=False)
+        raise typer.Exit(EXIT_NOTHING_COMPUTED)
     if counts.get("errored") or result.manifest.status != "complete":
         status = result.manifest.status
         err.print(

@@ -22,8 +22,8 @@ def render_markdown(run: Union[Run, str, Path], data: Optional[dict] = None, **k
     """The report as GitHub-flavoured Markdown (all data text escaped)."""
     d = data or report_data(open_run(run), **kw)
     out: list[str] = []
-    for section in (_head, _moved, _gate, _halves, _by_tag, _agreement, _validation, _usage, _noise, _trend,
-                    _thresholds, _cases):
+    for section in (_head, _moved, _gate, _halves, _by_tag, _diagnosis, _agreement, _validation, _usage,
+                    _noise, _trend, _thresholds, _cases):
         section(d, out)
     return "\n".join(out) + "\n"
 
@@ -197,6 +197,25 @@ def _agreement(d: dict, out: list[str]) -> None:
     out.append("")
 
 
+def _diagnosis(d: dict, out: list[str]) -> None:
+    g = d.get("diagnosis")
+    if not g or not g["n_failing"]:
+        return
+    layers = list(g["counts"])
+    out += ["## Diagnosis: which layer failed", "",
+            f"{g['n_failing']} of {g['n_cases']} cases fail a metric; each gets the layer of the first "
+            "question it fails (docs/diagnose.md).", "",
+            "| slice | cases | failing | " + " | ".join(layers) + " |",
+            "|---|---|---|" + "---|" * len(layers),
+            f"| all | {g['n_cases']} | {g['n_failing']} | "
+            + " | ".join(str(g["counts"][x]) for x in layers) + " |"]
+    out += [f"| {md_text(r['tag'])} | {r['n_cases']} | {r['n_failing']} | "
+            + " | ".join(str(r[x]) for x in layers) + " |" for r in g["by_tag"]]
+    out += ["", "| case | layer | why |", "|---|---|---|"]
+    out += [f"| {md_text(c['case_id'])} | {c['layer']} | {md_text(c['reason'])} |" for c in g["cases"]]
+    out.append("")
+
+
 def _validation(d: dict, out: list[str]) -> None:
     if not d.get("validation"):
         return
@@ -303,7 +322,8 @@ def _thresholds(d: dict, out: list[str]) -> None:
             "A score passes at or above its threshold (with repeats: when a majority of them do). From "
             "`--threshold`, then the gates file (`--gates`), then the backend's own pass rule (a rubric's "
             "pass level), then the defaults: 0.5 for ranking and judged metrics, 1/k for precision@k and "
-            "context_relevance, 1 for must_contain, must_not_contain and abstention.", "",
+            "context_relevance, 1 for must_contain, must_not_contain and abstention, no bar (0) for "
+            "span_precision@k, span_iou@k and precision_omega.", "",
             "| metric | backend | threshold | from | cases that fail |", "|---|---|---|---|---|"]
     for t in d["thresholds"]:
         out.append(f"| {md_text(t['metric'])} | {md_text(t['backend'])} | {t['threshold']:.3g} | "

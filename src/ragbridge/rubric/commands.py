@@ -12,20 +12,24 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from ..commands.output import err, fail, out, print_json
-from ..report.text import jsonable
-from ..run import Run, RunError, load_run
-from .rubrics import Rubric, RubricError, load_rubrics, rubric_set
+if TYPE_CHECKING:  # pragma: no cover
+    from ..run import Run
+    from .rubrics import Rubric
+
+# The commands import what they use when they run: registering them (every ``ragbridge`` command
+# line, ``--help`` included) imports neither the runner, the report nor the rubrics.
 
 __all__ = ["register", "rubric_of_run"]
 
 
 def rubric_of_run(run: Run, metric: Optional[str], files: Optional[List[Path]]) -> Rubric:
     """The rubric ``run`` judged ``metric`` by (see the module docstring). Raises RubricError."""
+    from .rubrics import RubricError, rubric_set
+
     opts = ((run.manifest.options or {}).get("backend_options") or {}).get("rubric") or {}
     recorded = opts.get("files") or []
     if files:
@@ -64,9 +68,10 @@ def _pct(x: float) -> str:
 
 
 def register(cli) -> None:
-    from rich.markup import escape
-
     def _run(path: Path, what: str) -> Run:
+        from ..commands.output import fail
+        from ..run import RunError, load_run
+
         try:
             return load_run(path)
         except (RunError, ValueError) as exc:
@@ -85,7 +90,11 @@ def register(cli) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print what was drawn as JSON."),
     ) -> None:
         """Write an offline page to grade a stratified sample of a run by a rubric (labels for validate)."""
+        from rich.markup import escape
+
+        from ..commands.output import fail, out, print_json
         from .label import label_summary, render_page, sample_for_labels, strata_of
+        from .rubrics import RubricError
 
         if n < 1:
             fail(f"--n must be at least 1, got {n}")
@@ -148,8 +157,13 @@ def register(cli) -> None:
         """Ask the judge which run's answer is better, case by case, in both orders (win/tie/loss)."""
         import asyncio
 
+        from rich.markup import escape
+
+        from ..commands.output import err, fail, out, print_json
         from ..judge import JudgeConfig, JudgeConfigError, JudgeGateway
+        from ..report.text import jsonable
         from .pairwise import compare_runs
+        from .rubrics import RubricError, load_rubrics
 
         if structured not in ("auto", "json_schema", "prompt"):
             fail(f"--structured must be auto, json_schema or prompt, got {structured!r}")

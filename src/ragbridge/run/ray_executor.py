@@ -11,7 +11,8 @@ The data flow (Ray Data, two datasets consumed at once):
 * native ranking metrics: the cases as compact Arrow blocks (chunk ids and sources, label ids and
   grades), and `native_batch`, a vectorised batch function (`ragbridge.native.ranking.evaluate`, the
   one ranking dispatcher) run as Ray tasks, every planned ranking metric in one pass per block;
-* every other job (judged backends, answer checks, a plugin's backend): rows of (backend, metric,
+* every other job (judged backends, answer checks, the span metrics and cases with span labels, a
+  plugin's backend): rows of (backend, metric,
   case as JSON) in blocks of ``batch_size``, scored by a pool of `BackendScorer` actors. An actor
   keeps, per backend, what the backend's ``open`` made (its library objects, clients, thread
   pools) for as long as it lives, on one event loop of its own, so nothing is rebuilt per case or
@@ -57,6 +58,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from ..backend import Backend, RunOptions, ScoringContext
+from ..formats.records import CaseBatch
 from ..schema import Case, Score
 from .plan import RunError
 
@@ -158,6 +160,17 @@ class _Ranked:
     def __init__(self, ids: list, sources: list, rel_ids: list, rel_grades: list) -> None:
         self.contexts = [_Chunk(i, s) for i, s in zip(ids, sources)]
         self.relevant = dict(zip(rel_ids, rel_grades))
+
+
+def _span_job(metric: str, cases: Sequence[Case]) -> bool:
+    """Whether a native job needs the span labels, which `native_table` does not carry: a span
+    metric, or cases that hold span labels (such jobs go the way of every other backend)."""
+    from .. import metrics as canonical
+
+    found = canonical.find(metric)
+    if found is not None and found.kind == canonical.SPAN:
+        return True
+    return any(CaseBatch.of_cases(cases).span_lists())
 
 
 def native_table(cases: Sequence[Case]) -> Any:
@@ -323,7 +336,8 @@ class RayExecutor:
     async def score(self, jobs: "list[Job]", ctx: ScoringContext, recorder: "Recorder") -> None:
         from ..native import answers
 
-        native = [j for j in jobs if j[0].name == "native" and j[1] not in answers.CHECKS]
+        native = [j for j in jobs if j[0].name == "native" and j[1] not in answers.CHECKS
+                  and not _span_job(j[1], j[2])]
         other = [j for j in jobs if j not in native]
         total = sum(len(c) for _, _, c in jobs)
         if not total:

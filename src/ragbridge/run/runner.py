@@ -48,13 +48,16 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from dataclasses import replace as dataclass_replace
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator, Optional, Sequence, Union
 
 from .. import __version__
 from ..backend import Backend, RunOptions, ScoringContext, error_text
+from ..formats.corpus import Corpus, read_corpus
 from ..formats.records import CaseBatch, record_line
-from ..formats.source import BATCH_SIZE, CaseSource
+from ..formats import load_cases
+from ..formats.source import BATCH_SIZE, CaseSource, open_cases
 from ..judge.repeat import repeat_case_id, split_repeat
 from ..plugins import get_backends
 from ..schema import Case, RunManifest, Score, ScoreBlock
@@ -62,6 +65,7 @@ from .summary import Totals
 from .folder import FINGERPRINT_OF, JUDGE_COUNTS, Run, RunFolder, now, this_process
 from .plan import Plan, RunError, plan_metrics
 from .score_cache import ScoreCache, case_key, metric_prefix, score_cache_for
+from .sync import run_sync
 from .target import fill_cases, load_target, target_error, target_error_of
 
 #: the backends' lifecycle and the recorder are public for an executor that scores elsewhere
@@ -78,13 +82,8 @@ FLUSH_SECONDS = 1.0
 PROGRESS_SECONDS = 30.0
 
 
-def evaluate(cases: Sequence[Case], *args: Any, **kwargs: Any) -> Run:
-    """Score ``cases`` and return the `Run`: the synchronous form of `evaluate_async` (same arguments)."""
-    return asyncio.run(evaluate_async(cases, *args, **kwargs))
-
-
-async def evaluate_async(
-    cases: Sequence[Case] | CaseSource,
+def evaluate(
+    cases: Any,
     backends: Sequence[str] | None = None,
     metrics: Sequence[str] | None = None,
     out: str | Path | None = None,
@@ -104,11 +103,54 @@ async def evaluate_async(
     dry_run: bool = False,
     executor: Any = None,
     score_cache: bool = True,
+    corpus: Any = None,
 ) -> Run:
     """Score ``cases`` with ``backends`` (default: native) and return the `Run`.
 
-    ``cases`` are `Case` objects, or a `CaseSource` (`ragbridge.formats.source.open_cases`: a golden
-    set on disk, read batch by batch). ``metrics`` are canonical names (``recall@5``,
+    The synchronous form of `evaluate_async`, with the same arguments (see it for each one). It
+    works where an event loop is already running, as in a Jupyter cell or an async application: the
+    run then goes on in a worker thread with a loop of its own while this call waits
+    (`ragbridge.run.sync`); an async application that wants its loop free meanwhile awaits
+    `evaluate_async` instead. Raises `RunError` for a run that cannot start and
+    `ragbridge.formats.DatasetError` for bad cases, before anything is called or written.
+    """
+    return run_sync(evaluate_async(
+        cases, backends=backends, metrics=metrics, out=out, options=options, judge=judge,
+        dataset_path=dataset_path, progress=progress, overwrite=overwrite, on_score=on_score, target=target,
+        target_concurrency=target_concurrency, batch_size=batch_size, repeats=repeats,
+        pass_repeats=pass_repeats, max_calls=max_calls, max_cost=max_cost, dry_run=dry_run, executor=executor,
+        score_cache=score_cache, corpus=corpus))
+
+
+async def evaluate_async(
+    cases: Any,
+    backends: Sequence[str] | None = None,
+    metrics: Sequence[str] | None = None,
+    out: str | Path | None = None,
+    options: RunOptions | None = None,
+    judge: Any = None,
+    dataset_path: str | None = None,
+    progress: bool = False,
+    overwrite: bool = False,
+    on_score: Optional[Callable[[Score], None]] = None,
+    target: Any = None,
+    target_concurrency: int = 4,
+    batch_size: int = BATCH_SIZE,
+    repeats: int = 1,
+    pass_repeats: Optional[int] = None,
+    max_calls: Optional[int] = None,
+    max_cost: Optional[float] = None,
+    dry_run: bool = False,
+    executor: Any = None,
+    score_cache: bool = True,
+    corpus: Any = None,
+) -> Run:
+    """Score ``cases`` with ``backends`` (default: native) and return the `Run`.
+
+    ``cases``: a path to a golden set (checked whole first, then read batch by batch:
+    `ragbridge.formats.source.open_cases`), `Case` objects, any data `ragbridge.load_cases` reads (a
+    list of dicts, a pandas DataFrame, a ``datasets.Dataset``, a library's own dataset or test-case
+    objects), or a `CaseSource`. ``metrics`` are canonical names (``recall@5``,
     ``faithfulness``; default: every metric of each backend). ``judge`` is a
     ``ragbridge.judge.JudgeConfig``, needed only when a planned metric uses a judge. With ``out`` the
     run folder is written, and resumed if it already holds a run of the same cases (``overwrite``
@@ -126,11 +168,20 @@ async def evaluate_async(
     run would spend (cache hits counted as such), with status ``dry-run``. ``score_cache``: a judged
     score the score cache holds for the same inputs is taken from it without calling the backend
     (`ragbridge.run.score_cache`; needs the judge cache on), and each score made is stored there.
+    ``corpus``: the documents (a path for `ragbridge.formats.corpus.read_corpus`, or a ``Corpus``)
+    that the chunks and quotes of span-labelled cases are placed against
+    (`ragbridge.formats.corpus.SpanPlacer`; a `ragbridge.formats.DatasetError` for what cannot be).
     """
     options = options or RunOptions()
-    source = cases if isinstance(cases, CaseSource) else CaseSource.of_cases(cases, batch_size)
+    if corpus is not None and not isinstance(corpus, Corpus):
+        corpus = read_corpus(corpus)
+    if isinstance(cases, (str, os.PathLike)):
+        dataset_path = dataset_path or str(cases)
+    source = _case_source(cases, batch_size, out, corpus)
     if not source.n_cases:
         raise RunError("no cases to evaluate")
+    if source.span_cases and not options.span_labels:
+        options = dataclass_replace(options, span_labels=True)
     _check_repeats_and_budget(repeats, pass_repeats, max_calls, max_cost)
     plan = plan_metrics(backends, metrics, options.k, options)
     needs_judge = _check_judge(plan, judge, preflight=not dry_run)
@@ -152,7 +203,7 @@ async def evaluate_async(
         filled = await fill_cases(source.cases, target, record_path=folder.target_path if folder else None,
                                   concurrency=target_concurrency, progress=progress)
         n_target_errors = sum(1 for c in filled if target_error(c))
-        source = CaseSource.of_cases(filled, batch_size)
+        source = CaseSource.of_cases(filled, batch_size, corpus)
         dataset.update(fingerprint=source.fingerprint, golden_fingerprint=golden_fp, target=target.spec)
     manifest = _new_manifest(plan, dataset, options, judge if needs_judge else None)
     if repeats > 1 or pass_repeats is not None:
@@ -207,6 +258,18 @@ async def evaluate_async(
     return Run(manifest=manifest, scores=recorder.ordered(source) if folder is None else None,
                cases=source.cases if folder is None else None, path=folder.path if folder else None,
                totals=None if repeated else recorder.totals)
+
+
+def _case_source(cases: Any, batch_size: int, out: str | Path | None, corpus: Optional[Corpus]) -> CaseSource:
+    """The cases to run, from whatever `evaluate_async` was given."""
+    if isinstance(cases, CaseSource):
+        return cases
+    if isinstance(cases, (str, os.PathLike)):
+        return open_cases(cases, near=Path(out) if out is not None else None, batch_size=batch_size,
+                          corpus=corpus)
+    if not (isinstance(cases, (list, tuple)) and all(isinstance(c, Case) for c in cases)):
+        cases = load_cases(cases)
+    return CaseSource.of_cases(cases, batch_size, corpus)
 
 
 def _check_repeats_and_budget(repeats: Any, pass_repeats: Any, max_calls: Any, max_cost: Any) -> None:

@@ -96,6 +96,7 @@ from ..diff import (
     require_complete,
 )
 from ..noise import check_repeats
+from ..thresholds import gate_thresholds
 from ..stats import group_seed
 from ..table import open_run
 from ..trend import expand_runs, order_runs, started_at
@@ -104,7 +105,7 @@ from .kinds import KINDS, GateContext, Measurement, RuleKind, register
 from .verdict import decide
 
 __all__ = ["GateConfigError", "Rule", "GateConfig", "GateResult", "GateReport", "load_gates", "parse_gates",
-           "run_gates", "RuleKind", "Measurement", "register", "KINDS"]
+           "run_gates", "RuleKind", "Measurement", "register", "KINDS", "gate_thresholds"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -227,6 +228,11 @@ def _registry() -> tuple[set[str], set[str]]:
 def _bind(rule: Rule, run: Run, scored_by: dict[str, set[str]], at: str) -> list[str]:
     """The backends this rule applies to in ``run``; raises `GateConfigError` for unknown names."""
     run_backends = set(run.manifest.backends) | set(scored_by)
+    scope = KINDS[rule.kind].scope
+    if scope is not None:  # a rule over the whole run, whatever scored it
+        if rule.backends:
+            raise GateConfigError(f"{at}: the {scope} reads every backend of the run: remove 'backend'")
+        return [scope]
     if rule.backends:
         for b in rule.backends:
             if b not in run_backends:
@@ -367,16 +373,21 @@ def run_gates(
         bound.append((rule, backends))
 
     results = []
+    diagnosis = None  # made once, by the first rule that reads it
     noise = noise_of(base, run) if base is not None else {}
     for rule, backends in bound:
         ids = _slice(run, rule.tags)
         for backend in backends:
             ctx = GateContext(run, by_key, base_key, ids, series, noise,
-                              group_seed(seed, str(rule.index), backend), resamples, permutations)
-            m = KINDS[rule.kind].measure(rule, backend, ctx)
+                              group_seed(seed, str(rule.index), backend), resamples, permutations, config,
+                              diagnosis)
+            kind = KINDS[rule.kind]
+            m = kind.measure(rule, backend, ctx)
+            diagnosis = ctx._diagnosis if diagnosis is None else diagnosis
             verdict, detail = decide(rule, m, _unmet(rule, run, by_key.get((backend, rule.metric), {})))
+            items = m.items if verdict != "pass" or kind.items_on_pass else []
             results.append(GateResult(rule, backend, verdict, m.figure, m.n, detail, m.ci[0], m.ci[1], m.p,
-                                      m.items))
+                                      items))
     return GateReport(run=run, results=results, baseline=base, warnings=warnings, config=config)
 
 

@@ -50,6 +50,7 @@ class Rule:
     confidence: float = 0.95
     min_repeats: int = 1
     last: int = 0  # slope rules: the last N runs (0: every run)
+    layer: Optional[str] = None  # diagnosed rules: the layer counted
 
     @property
     def label(self) -> str:
@@ -88,6 +89,11 @@ def _parse_check(check: str, at: str) -> dict[str, Any]:
                            "threshold": float(m.group("value"))}
     if lm.groupdict().get("cut") is not None:
         out["cut_op"], out["cut"] = lm.group("cop"), float(lm.group("cut"))
+    if lm.groupdict().get("layer") is not None:
+        out["layer"] = lm.group("layer")
+    problem = kind.check_args(lm.groupdict()) if kind.check_args is not None else None
+    if problem:
+        raise GateConfigError(f"{at}: {problem}")
     problem = kind.check_bound(out["op"], out["threshold"], out["metric"], m.group("value"))
     if problem:
         raise GateConfigError(f"{at}: {problem}")

@@ -59,6 +59,18 @@ class GateContext:
     seed: int
     resamples: int
     permutations: int
+    config: Any = None
+    _diagnosis: Any = None
+
+    def diagnosis(self) -> Any:
+        """The run's diagnosis (`ragbridge.analysis.diagnose`), made once, by the run's pass marks with
+        the gates file's (`ragbridge.analysis.thresholds.pass_marks`), as the report with it makes it."""
+        if self._diagnosis is None:
+            from ..diagnose import diagnose
+            from ..thresholds import pass_marks
+
+            self._diagnosis = diagnose(self.run, pass_marks(self.run, gates=self.config))
+        return self._diagnosis
 
 
 @dataclass(frozen=True)
@@ -67,7 +79,11 @@ class RuleKind:
     ``cop`` and ``cut`` for a per-case cut); ``syntax`` shows it in messages; ``needs`` is
     ``"baseline"`` or ``"history"`` when the rule needs that input; ``bounds`` the allowed range of
     the right-hand side; ``ops`` its allowed comparisons; ``significance`` ``"ci"`` (the interval
-    must miss the bound) or ``"p"`` (a one-sided p-value below alpha), or None (a miss is a miss)."""
+    must miss the bound) or ``"p"`` (a one-sided p-value below alpha), or None (a miss is a miss).
+    ``scope``: for a rule over the whole run rather than one backend, the name its one result
+    stands under instead of a backend's (``diagnosis``);
+    ``items_on_pass``: whether a rule that holds keeps the items behind it; ``check_args``: what is
+    wrong with the groups of the left-hand side (a layer's name), or None."""
 
     name: str
     pattern: re.Pattern
@@ -77,6 +93,9 @@ class RuleKind:
     bounds: tuple[float, float] = (0.0, 1.0)
     ops: tuple[str, ...] = (">=", ">", "<=", "<")
     significance: Optional[str] = None
+    scope: Optional[str] = None
+    items_on_pass: bool = True
+    check_args: Optional[Callable[[dict], Optional[str]]] = None
 
     def check_bound(self, op: str, threshold: float, metric: Optional[str], raw: str) -> Optional[str]:
         """What is wrong with a right-hand side ``op threshold``, or None."""
@@ -216,11 +235,29 @@ def _slope(rule, backend: str, ctx: GateContext) -> Measurement:
     return m
 
 
+def _diagnosed(rule, backend: str, ctx: GateContext) -> Measurement:
+    """The share of the rule's cases (all of them, failing or not) the diagnosis gives the layer."""
+    layer_of = {c.case_id: c for c in ctx.diagnosis().cases}
+    behind = [layer_of[c] for c in ctx.ids if c in layer_of and layer_of[c].layer == rule.layer]
+    n = len(ctx.ids)
+    return Measurement(len(behind) / n if n else math.nan, n, f"share of cases diagnosed {rule.layer}",
+                       items=[{"case_id": c.case_id, "layer": c.layer, "reason": c.reason} for c in behind])
+
+
+def _a_layer(groups: dict) -> Optional[str]:
+    from ..diagnose import LAYERS
+
+    layer = groups.get("layer")
+    if layer in LAYERS:
+        return None
+    return f"{layer!r} is not a layer of the diagnosis; one of: {', '.join(LAYERS)}"
+
+
 for _kind in (
     RuleKind("drop", re.compile(rf"^(?P<metric>{_METRIC})\s+drop$"), "METRIC drop <= 0.02", _drop,
              needs="baseline", bounds=(-1.0, 1.0), ops=("<=", "<"), significance="p"),
     RuleKind("slope", re.compile(rf"^(?P<metric>{_METRIC})\s+slope$"), "METRIC slope >= -0.01", _slope,
-             needs="history", bounds=(-1.0, 1.0), significance="ci"),
+             needs="history", bounds=(-1.0, 1.0), significance="ci", items_on_pass=False),
     RuleKind("share", re.compile(
         rf"^share\(\s*(?P<metric>{_METRIC})\s*(?P<cop>>=|<=|>|<)\s*(?P<cut>{_NUM})\s*\)$"),
         "share(METRIC >= 0.7) >= 0.9", _share, significance="ci"),
@@ -228,6 +265,9 @@ for _kind in (
              "error_rate(METRIC) <= 0.05", _rate("error")),
     RuleKind("undefined_rate", re.compile(rf"^undefined_rate\(\s*(?P<metric>{_METRIC})\s*\)$"),
              "undefined_rate(METRIC) <= 0.1", _rate("undefined")),
+    RuleKind("diagnosed", re.compile(r"^diagnosed\(\s*(?P<layer>[a-z_]+)\s*\)$"),
+             "diagnosed(retrieval) <= 0.05", _diagnosed, scope="diagnosis", items_on_pass=False,
+             check_args=_a_layer),
     RuleKind("mean", re.compile(rf"^(?P<call>mean\(\s*)?(?P<metric>{_METRIC})(?(call)\s*\))$"),
              "METRIC >= 0.85", _mean, significance="ci"),
 ):
