@@ -531,7 +531,9 @@ def test_the_span_metrics_are_planned_only_for_span_labels(tmp_path):
         "run", spans, "--out", tmp_path / "omega", "--metric", "precision_omega", "--json"
     )
     score = json.loads((tmp_path / "omega" / "scores.jsonl").read_text())
-    assert undefined.returncode == 0 and score["value"] is None and "--chunks" in score["reason"]
+    # every score undefined: the run says so and exits 5 (nothing computed), naming the reason
+    assert undefined.returncode == 5 and score["value"] is None and "--chunks" in score["reason"]
+    assert "--chunks" in json.dumps(json.loads(undefined.stdout)["nothing_computed"])
 
 
 def test_the_python_api_places_cases_against_a_corpus():

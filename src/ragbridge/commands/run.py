@@ -35,7 +35,7 @@ from ..report.text import MISSING, jsonable, num
 from ..run import RunError, evaluate
 from ..run.summary import ALL
 from ..run.unscored import nothing_computed, unscored_lines
-from .judge import judge_config
+from . import JudgeOptions, judge_options
 from .output import (
     EXIT_BUDGET_SPENT,
     EXIT_INTERRUPTED,
@@ -96,6 +96,7 @@ def register(cli: typer.Typer) -> None:
     cli.command("rescore")(rescore)
 
 
+@judge_options
 def run(
     dataset: Path = typer.Argument(..., help="Golden set: .jsonl, .csv, .parquet, or a datasets folder."),
     out_dir: Path = typer.Option(
@@ -126,22 +127,6 @@ def run(
     as_json: bool = typer.Option(
         False, "--json", help="Print the summary as one JSON document (notes on stderr)."
     ),
-    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model name."),
-    judge_base_url: Optional[str] = typer.Option(
-        None, "--judge-base-url", help="OpenAI-compatible base URL of the judge."),
-    judge_api_key_env: Optional[str] = typer.Option(
-        None, "--judge-api-key-env", help="Environment variable that holds the judge's key (default "
-                                          "OPENAI_API_KEY)."),
-    embedding_model: Optional[str] = typer.Option(
-        None, "--embedding-model", help="Embedding model name, for metrics that embed."),
-    cache_mode: Optional[str] = typer.Option(
-        None, "--cache-mode", help="Judge cache: read-write, read-only or off."),
-    cache_path: Optional[Path] = typer.Option(None, "--cache-path", help="Judge cache file (SQLite)."),
-    max_concurrency: Optional[int] = typer.Option(
-        None, "--max-concurrency", help="Judge calls in flight at once, across all backends (default 8)."),
-    requests_per_minute: Optional[float] = typer.Option(
-        None, "--requests-per-minute", help="Judge requests started per minute, across all backends and "
-                                            "workers (default: no limit)."),
     executor: str = typer.Option(
         "local", "--executor", help="Where to score: local (this process) or ray (pip install "
                                     "'ragbridge[ray]')."),
@@ -152,9 +137,6 @@ def run(
         None, "--gateway-host", help="With --executor ray: this machine's address the workers reach the "
                                      "judge gateway at (default 127.0.0.1; needed for nodes on other "
                                      "machines)."),
-    config: Optional[Path] = typer.Option(
-        None, "--config", help="Config file (default: ./ragbridge.toml, then [tool.ragbridge] in "
-                               "./pyproject.toml)."),
     target: Optional[str] = typer.Option(
         None, "--target", help="Call the system under test for each case first: module:callable, "
                                "module:object with retrieve/answer, or an http(s) URL."),
@@ -171,6 +153,7 @@ def run(
     max_cost: Optional[float] = MAX_COST,
     dry_run: bool = DRY_RUN,
     score_cache: bool = SCORE_CACHE,
+    judge: JudgeOptions = JudgeOptions({}),
 ) -> None:
     """Score a golden set with one or more backends and write a run folder.
 
@@ -196,16 +179,11 @@ def run(
     for line in cases.warnings:
         warn(line)
     _score_and_print(
-        cases, out_dir, str(dataset), backend, metric, config, no_progress, overwrite,
+        cases, out_dir, str(dataset), backend, metric, no_progress, overwrite,
         RunOptions(k=k, gain=gain, case_sensitive=case_sensitive, decline_phrases=decline_phrase or None,
                    backend_options=_rubric_options(rubric), generator_model=generator_model,
                    span_min_overlap=span_min_overlap, span_arithmetic=span_arithmetic, chunking=chunking),
-        dict(
-            model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
-            embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,
-            max_concurrency=max_concurrency, requests_per_minute=requests_per_minute,
-        ),
-        target=target, target_concurrency=target_concurrency, as_json=as_json,
+        judge, target=target, target_concurrency=target_concurrency, as_json=as_json,
         executor=_executor(executor, ray_address, gateway_host),
         run_kwargs=dict(repeats=repeats, pass_repeats=pass_repeats, max_calls=max_calls, max_cost=max_cost,
                         dry_run=dry_run, score_cache=score_cache),
@@ -240,6 +218,7 @@ def _executor(name: str, address: Optional[str], gateway_host: Optional[str]):
     return RayExecutor(address=address, gateway_host=gateway_host)
 
 
+@judge_options
 def rescore(
     run_dir: Path = typer.Argument(
         ..., help="A run folder: its recorded cases are scored again, nothing is called but the judge."),
@@ -251,18 +230,6 @@ def rescore(
     as_json: bool = typer.Option(
         False, "--json", help="Print the summary as one JSON document (notes on stderr)."
     ),
-    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model name."),
-    judge_base_url: Optional[str] = typer.Option(
-        None, "--judge-base-url", help="OpenAI-compatible base URL of the judge."),
-    judge_api_key_env: Optional[str] = typer.Option(
-        None, "--judge-api-key-env", help="Environment variable that holds the judge's key."),
-    embedding_model: Optional[str] = typer.Option(None, "--embedding-model", help="Embedding model name."),
-    cache_mode: Optional[str] = typer.Option(
-        None, "--cache-mode", help="Judge cache: read-write, read-only or off."),
-    cache_path: Optional[Path] = typer.Option(None, "--cache-path", help="Judge cache file (SQLite)."),
-    max_concurrency: Optional[int] = typer.Option(
-        None, "--max-concurrency", help="Judge calls in flight at once."),
-    config: Optional[Path] = typer.Option(None, "--config", help="Config file."),
     rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML) of the rubric backend."),
     generator_model: Optional[str] = typer.Option(None, "--generator-model", help="The system's own model."),
     corpus: Optional[Path] = typer.Option(
@@ -276,6 +243,7 @@ def rescore(
     max_cost: Optional[float] = MAX_COST,
     dry_run: bool = DRY_RUN,
     score_cache: bool = SCORE_CACHE,
+    judge: JudgeOptions = JudgeOptions({}),
 ) -> None:
     """Score a run's recorded cases (e.g. a --target run) with more backends or metrics, into the same folder.
 
@@ -296,15 +264,10 @@ def rescore(
     except DatasetError as exc:
         fail(str(exc))
     _score_and_print(
-        cases, run_dir, str(run_dir / "cases.jsonl"), backend, metric, config, no_progress, False,
+        cases, run_dir, str(run_dir / "cases.jsonl"), backend, metric, no_progress, False,
         RunOptions(k=k, backend_options=_rubric_options(rubric), generator_model=generator_model,
                    span_min_overlap=span_min_overlap, span_arithmetic=span_arithmetic, chunking=chunking),
-        dict(
-            model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
-            embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,
-            max_concurrency=max_concurrency,
-        ),
-        as_json=as_json, rescoring=True,
+        judge, as_json=as_json, rescoring=True,
         run_kwargs=dict(repeats=repeats, pass_repeats=pass_repeats, max_calls=max_calls, max_cost=max_cost,
                         dry_run=dry_run, score_cache=score_cache),
     )
@@ -314,12 +277,12 @@ def _rubric_options(files: Optional[List[Path]]) -> dict:
     return {"rubric": {"files": [str(f) for f in files]}} if files else {}
 
 
-def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_progress, overwrite,
-                     options, judge_overrides, target=None, target_concurrency=4, as_json=False,
+def _score_and_print(cases, out_dir, dataset_path, backend, metric, no_progress, overwrite,
+                     options, judge_options: JudgeOptions, target=None, target_concurrency=4, as_json=False,
                      rescoring=False, executor=None, run_kwargs=None) -> None:
     from ..run.target import TargetError
 
-    judge = judge_config(judge_overrides, config)
+    judge = judge_options.load()
     # A termination (a CI job cancelled) ends the run as Ctrl-C does: the run folder records it.
     previous = signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
     try:
@@ -435,6 +398,9 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
             f"judge: {j['calls']} call(s), {j['cache_hits']} from cache, "
             f"{j['prompt_tokens']}+{j['completion_tokens']} tokens"
         )
+        if j.get("invalid_usage"):
+            warn(f"{j['invalid_usage']} judge call(s) reported token usage that cannot be true (negative, "
+                 f"not a whole number or absurd): counted as calls, their tokens and cost as unknown")
     if (reuse := counts.get("score_cache")) and reuse.get("reused"):
         notes.append(f"score cache: {reuse['reused']} score(s) reused, the library not called for them")
     cost = counts.get("cost") or {}

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
+from ..commands import JudgeOptions, judge_options
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..run import Run
     from .rubrics import Rubric
@@ -135,24 +137,19 @@ def register(cli) -> None:
                   f"--threshold {backend}:{rub.name}={rub.threshold:g}", highlight=False, soft_wrap=True)
 
     @cli.command("pairwise")
+    @judge_options
     def pairwise_cmd(
         base_dir: Path = typer.Argument(..., help="Base run folder."),
         new_dir: Path = typer.Argument(..., help="New run folder (the same cases, other answers)."),
         metric: Optional[str] = typer.Option(None, "--metric", "-m", help="Rubric to compare by."),
         rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML); default: built-ins."),
-        judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model name."),
-        judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", help="Judge base URL."),
-        judge_api_key_env: Optional[str] = typer.Option(None, "--judge-api-key-env", help="Key variable."),
-        cache_mode: Optional[str] = typer.Option(None, "--cache-mode", help="read-write, read-only, off."),
-        cache_path: Optional[Path] = typer.Option(None, "--cache-path", help="Judge cache file (SQLite)."),
-        max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="Calls in flight."),
-        config: Optional[Path] = typer.Option(None, "--config", help="Config file."),
         structured: str = typer.Option("auto", "--structured", help="auto, json_schema or prompt."),
         seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
         resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples (at least 100)."),
         top: int = typer.Option(5, "--top", help="Cases to list on each side."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
         out_json: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write the JSON here."),
+        judge: JudgeOptions = JudgeOptions({}),
     ) -> None:
         """Ask the judge which run's answer is better, case by case, in both orders (win/tie/loss)."""
         import asyncio
@@ -160,7 +157,7 @@ def register(cli) -> None:
         from rich.markup import escape
 
         from ..commands.output import err, fail, out, print_json
-        from ..judge import JudgeConfig, JudgeConfigError, JudgeGateway
+        from ..judge import JudgeGateway
         from ..report.text import jsonable
         from .pairwise import compare_runs
         from .rubrics import RubricError, load_rubrics
@@ -179,12 +176,10 @@ def register(cli) -> None:
             rub = rubric_of_run(new, metric, rubric or None)
         except RubricError as exc:
             fail(str(exc))
-        overrides = dict(model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
-                         cache_mode=cache_mode, cache_path=cache_path, max_concurrency=max_concurrency)
-        try:
-            cfg = JudgeConfig.load(overrides, config_file=config)
-        except JudgeConfigError as exc:
-            fail(str(exc))
+        cfg = judge.load()
+        if cfg is None:
+            fail("no judge configured: pass --judge-model and --judge-base-url, or set [judge] in "
+                 "ragbridge.toml")
         gateway = JudgeGateway(cfg)
         try:
             gateway.preflight()

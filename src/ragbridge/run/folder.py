@@ -44,7 +44,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["FINGERPRINT_OF", "JUDGE_IDENTITY", "RUN_FILES", "HEARTBEAT_SECONDS", "JUDGE_COUNTS", "Run",
            "RunFolder", "load_run", "read_scores", "now", "this_process", "process_start", "alive"]
 
-RUN_FILES = ("run.json", "scores.jsonl", "cases.jsonl", "judge-audit.jsonl", "target.jsonl")
+RUN_FILES = ("run.json", "scores.jsonl", "cases.jsonl", "judge-audit.jsonl", "judge-calls.log",
+             "target.jsonl")
 HEARTBEAT_SECONDS = 2.0
 #: the judge's counters kept in ``run.json``'s ``counts.judge``, added up over the sessions of a run
 JUDGE_COUNTS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "retries", "errors", "cost",
@@ -350,6 +351,8 @@ class RunFolder:
         self.scores_path = self.path / "scores.jsonl"
         self.cases_path = self.path / "cases.jsonl"
         self.audit_path = self.path / "judge-audit.jsonl"
+        #: every judge call of every session, written before it goes upstream (`ragbridge.judge.ledger`)
+        self.tally_path = self.path / "judge-calls.log"
         self.target_path = self.path / "target.jsonl"
         self._fh = None
         self._last_beat = time.monotonic()
