@@ -15,7 +15,6 @@ drawn uniformly. All labels of one metric are one or the other.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -117,18 +116,17 @@ def _records(path: Path) -> list[tuple[int, dict]]:
         except Exception as exc:  # pandas raises many kinds
             raise AnalysisError(f"{path}: cannot read CSV: {exc}") from None
         return [(i + 2, {k: v for k, v in r.items() if v != ""}) for i, r in enumerate(df.to_dict("records"))]
+    from ..formats.files import DatasetError, jsonl_lines
+
     records = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise AnalysisError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+    try:
+        for lineno, rec in jsonl_lines(path, allow_empty=True,
+                                       hint="each line must be one object with case_id, metric, label"):
             if not isinstance(rec, dict):
                 raise AnalysisError(f"{path}:{lineno}: expected an object with case_id, metric, label")
             records.append((lineno, rec))
+    except DatasetError as exc:
+        raise AnalysisError(str(exc)) from None
     return records
 
 
