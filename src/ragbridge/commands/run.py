@@ -430,8 +430,13 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
         raise typer.Exit(EXIT_BUDGET_SPENT)
     if counts.get("errored") or result.manifest.status != "complete":
         status = result.manifest.status
+        overall = [r for r in rows if r["tag"] == ALL]
+        by_case = ""
+        if isinstance(repeats, int) and repeats > 1:  # the summary's errored: a case's repeats together
+            by_case = (f" ({sum(r['n_errored'] for r in overall)} of {sum(r['n'] for r in overall)} case "
+                       "score(s), a case with an errored repeat being errored)")
         err.print(
-            f"[bold red]{counts.get('errored', 0)} of {counts.get('scores', 0)} score(s) errored[/]"
+            f"[bold red]{counts.get('errored', 0)} of {counts.get('scores', 0)} score(s) errored[/]{by_case}"
             + ("" if status == "complete" else f" (the run is {status})")
             + "; run the same command again to retry them",
             highlight=False, soft_wrap=True,
