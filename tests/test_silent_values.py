@@ -8,6 +8,8 @@ holds.
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import ragbridge_cli
 from ragbridge import load_run
 from ragbridge.testing import StubJudge
@@ -62,3 +64,83 @@ def test_a_case_with_an_errored_repeat_is_errored_everywhere(tmp_path, example_p
     assert gate.returncode == 1, gate.stdout + gate.stderr
     figure = json.loads(gate.stdout)
     assert json.dumps(figure).count('"fail"') >= 1
+
+
+class _OutOfRange(StubJudge):
+    """The stub judge, with one verdict field of every reply set to one value (an out-of-range judge)."""
+
+    def __init__(self, field: str, value, **kw):
+        super().__init__(**kw)
+        self.field, self.value = field, value
+
+    def chat_completion(self, body, **kw):
+        payload = super().chat_completion(body, **kw)
+        message = payload["choices"][0]["message"]
+        try:
+            reply = json.loads(message["content"])
+        except (TypeError, ValueError):
+            return payload
+        stack = [reply]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                for key in item:
+                    if key == self.field:
+                        item[key] = self.value
+                    else:
+                        stack.append(item[key])
+            elif isinstance(item, list):
+                stack.extend(item)
+        for choice in payload["choices"]:
+            choice["message"]["content"] = json.dumps(reply)
+        return payload
+
+
+@pytest.mark.parametrize("metric, field, value", [
+    ("answer_relevance", "noncommittal", -1),
+    pytest.param("answer_relevance", "noncommittal", 2, marks=pytest.mark.slow),
+    ("answer_relevance", "noncommittal", 7),
+    ("faithfulness", "verdict", 2),
+    ("faithfulness", "verdict", -1),
+    pytest.param("context_recall", "attributed", 3, marks=pytest.mark.slow),
+    pytest.param("context_relevance", "rating", 5, marks=pytest.mark.slow),
+])
+def test_ragas_out_of_range_verdicts_are_errors(tmp_path, example_path, metric, field, value):
+    """RAGAS takes any integer where its reply model states 0/1 (0/1/2 for ratings): the backend
+    checks each reply against that and makes the score an error with what the judge said."""
+    golden = _golden(tmp_path, example_path, 2)
+    out = tmp_path / "run"
+    with _OutOfRange(field, value) as stub:
+        res = ragbridge_cli("run", golden, "--out", out, "--backend", "ragas", "--metric", metric,
+                            "--judge-model", "m", "--judge-base-url", stub.base_url, "--no-progress",
+                            "--cache-path", tmp_path / "cache.sqlite")
+    assert res.returncode == 3, res.stdout + res.stderr
+    scores = [json.loads(x) for x in (out / "scores.jsonl").read_text().splitlines()]
+    assert len(scores) == 2
+    for s in scores:
+        assert s["value"] is None and f"the judge replied {field} = {value}" in s["error"], s
+    assert "2 of 2 score(s) errored" in res.stderr
+
+
+def test_the_reply_ranges_are_ragas_own():
+    """Every integer field of every reply model the RAGAS backend's metrics ask the judge for has its
+    allowed values in the table, and they are the numbers RAGAS' own field description states (so a
+    RAGAS release that adds or changes a verdict field fails here, not silently)."""
+    import importlib
+    import inspect
+    import re
+
+    from pydantic import BaseModel
+    from ragbridge_ragas.metrics import METRICS, REPLY_VALUES
+
+    seen = {}
+    for spec in METRICS.values():
+        cls = getattr(importlib.import_module("ragas.metrics.collections"), spec.cls)
+        util = importlib.import_module(cls.__module__.rsplit(".", 1)[0] + ".util")
+        for name, model in inspect.getmembers(util, inspect.isclass):
+            if not issubclass(model, BaseModel) or not name.endswith(("Output", "Answer", "Classification")):
+                continue
+            for fname, finfo in model.model_fields.items():
+                if finfo.annotation is int:
+                    seen[(name, fname)] = tuple(sorted({int(d) for d in re.findall(r"\d", finfo.description)}))
+    assert seen == REPLY_VALUES
