@@ -156,6 +156,9 @@ def run(
     """
     if gain not in ("linear", "exponential"):
         fail(f"--gain must be 'linear' or 'exponential', got {gain!r}")
+    problem = RunOptions(decline_phrases=decline_phrase or None).problem()
+    if problem:
+        fail(problem)
     from ..formats.source import open_cases
 
     try:

@@ -129,6 +129,9 @@ async def evaluate_async(
     if not source.n_cases:
         raise RunError("no cases to evaluate")
     _check_repeats_and_budget(repeats, pass_repeats, max_calls, max_cost)
+    problem = options.problem()
+    if problem:
+        raise RunError(problem)
     plan = plan_metrics(backends, metrics, options.k, options)
     needs_judge = _check_judge(plan, judge, preflight=not dry_run)
     scorer = _executor(executor)
