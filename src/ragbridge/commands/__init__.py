@@ -23,7 +23,7 @@ from typer.core import TyperGroup
 from .. import __version__
 from ..plugins import register_commands
 from . import analysis, backends, data, judge, regression, report, run
-from .output import fail, out
+from .output import fail, out, storage_error
 
 __all__ = ["cli", "run_cli", "PlainHelpGroup"]
 
@@ -93,6 +93,17 @@ for _module in (run, backends, data, judge, analysis, regression, report):
 
 
 def run_cli() -> None:
-    """The console script: the built-in commands, then the plugins' commands, then the command line."""
+    """The console script: the built-in commands, then the plugins' commands, then the command line.
+    An output that cannot be written (a read-only folder, a full disk) is one error line and exit 2,
+    from whichever command met it."""
     register_commands(cli)
-    cli(prog_name="ragbridge")
+    try:
+        cli(prog_name="ragbridge")
+    except OSError as exc:
+        text = storage_error(exc)
+        if text is None:
+            raise
+        try:
+            fail(f"cannot write (or read) a file: {text}")
+        except typer.Exit as done:
+            raise SystemExit(done.exit_code) from None

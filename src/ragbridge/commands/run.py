@@ -2,11 +2,12 @@
 
 Exit codes:
   0    every planned score recorded, none errored
-  2    bad input or configuration; nothing written
+  2    bad input or configuration; nothing written. Also: the run folder cannot be written (read-only,
+       disk full): what was scored is kept, run it again to resume
   3    the run finished, but some scores errored: run it again to retry them
   4    the judge budget (--max-calls / --max-cost) was spent: what was scored is kept, the rest is
        not run; run it again with a larger budget to resume
-  130  interrupted: run it again to resume
+  130  interrupted (Ctrl-C, SIGTERM): run it again to resume
 
 ``--dry-run`` calls and writes nothing: it prints the judge calls and the cost the run would make,
 counting what the judge cache and the run folder already hold.
@@ -40,6 +41,7 @@ from .output import (
     print_json,
     print_lines,
     print_table,
+    storage_error,
     warn,
 )
 
@@ -166,6 +168,10 @@ def run(
                            batch_size=batch_size, qrels=qrels)
     except DatasetError as exc:
         fail(str(exc))
+    except OSError as exc:
+        if storage_error(exc) is None:
+            raise
+        fail(f"cannot check the golden set beside {out_dir}: {storage_error(exc)}; nothing was written")
     for line in cases.warnings:
         warn(line)
     _score_and_print(
@@ -268,8 +274,9 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_p
     from ..run.target import TargetError
 
     judge = judge_config(judge_overrides, config)
-    # A termination (a CI job cancelled) ends the run as Ctrl-C does: the run folder records it.
-    previous = signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+    # A termination (a CI job cancelled, `kill` of a background job) ends the run as Ctrl-C does:
+    # the run folder records it. Also when SIGINT is ignored, as for a background job of a script.
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         result = evaluate(
             cases, backends=backend or None, metrics=metric or None, out=out_dir, options=options,
@@ -282,12 +289,28 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_p
     except KeyboardInterrupt:
         fail(f"interrupted; what was scored is kept in {out_dir}; run the same command again to resume",
              EXIT_INTERRUPTED)
+    except OSError as exc:
+        if storage_error(exc) is None:
+            raise
+        kept = ("what was scored is kept: make room (or make it writable) and run the same command again "
+                "to resume" if (Path(out_dir) / "run.json").exists() else "nothing was written")
+        fail(f"cannot write the run folder {out_dir}: {storage_error(exc)}; {kept}")
     finally:
         signal.signal(signal.SIGTERM, previous)
     if result.manifest.status == "dry-run":
         _print_dry_run(result, out_dir, as_json)
         return
     _print_run(result, out_dir, as_json, with_latency=target is not None or rescoring)
+
+
+def _terminate(signum, frame) -> None:
+    """SIGTERM: what SIGINT's handler does (Python's KeyboardInterrupt, or asyncio's, which cancels the
+    run's task); when SIGINT is ignored or left to the system, a KeyboardInterrupt all the same."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    else:
+        raise KeyboardInterrupt
 
 
 def _reading_bar():

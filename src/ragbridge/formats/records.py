@@ -883,11 +883,13 @@ def rows_to_records(rows: Iterable[dict[str, Any]], path: Path) -> Iterator[tupl
 def input_warnings(cases: Sequence[Case]) -> list[str]:
     """One line per kind of legal but suspicious input, each with the number of cases it affects.
 
-    Today one kind: relevance labels no retrieved chunk can match, so every ranking metric of the case
-    is 0 whatever was retrieved. Either the chunks were given as plain text (their ids are derived
-    from the text, they have no ``source``) and no label names such an id, or, across the whole
-    dataset, not one chunk id or source is a label (ids from two different id spaces). A warning, not
-    an error: the same cases are good input for judged metrics, and the labels may serve an export.
+    The kinds: relevance labels no retrieved chunk can match, so every ranking metric of the case is
+    0 whatever was retrieved. Either the chunks were given as plain text (their ids are derived from
+    the text, they have no ``source``) and no label names such an id, or, across the whole dataset,
+    not one chunk id or source is a label (ids from two different id spaces); and, counted per case,
+    a case no label matches though one differs from a chunk's id or source only in letter case or
+    Unicode compatibility form (``Doc#A`` and ``doc#a``). A warning, not an error: the same cases
+    are good input for judged metrics, and the labels may serve an export.
     (`InputCheck` counts the same, one canonical record at a time.)
     """
     check = InputCheck()
@@ -906,6 +908,8 @@ class InputCheck:
         self.matching = 0
         self.textual = 0
         self.first_textual: Optional[str] = None
+        self.near = 0  # cases no label matches, where one differs from a chunk's name in case or form
+        self.first_near: Optional[tuple[str, str, str]] = None
 
     def add_batch(self, batch: "CaseBatch") -> None:
         if batch._records is None:  # Case objects: their canonical records
@@ -930,8 +934,25 @@ class InputCheck:
                 "source" not in ch and ch["id"] == chunk_id_for_text(ch.get("text", "")) for ch in chunks):
             self.textual += 1
             self.first_textual = self.first_textual or case_id
+        else:
+            names = ids if chunks is None else [*ids, *(ch["source"] for ch in chunks if ch.get("source"))]
+            near = _near_miss(relevant, names)
+            if near is not None:
+                self.near += 1
+                self.first_near = self.first_near or (case_id, *near)
 
     def warnings(self) -> list[str]:
+        out = []
+        if self.near:
+            case_id, label, name = self.first_near
+            out.append(
+                f"{self.near} of {self.labelled} case(s) with relevance labels match no chunk, though a label "
+                "differs from a chunk's id or source only in letter case or Unicode form, so it never "
+                f"matches (first: {case_id!r}, label {label!r}, chunk {name!r}); ids are compared exactly: "
+                "spell them alike")
+        return out + self._unmatched()
+
+    def _unmatched(self) -> list[str]:
         if self.textual:
             return [
                 f"{self.textual} of {self.labelled} case(s) with relevance labels give their chunks as plain "
@@ -945,6 +966,22 @@ class InputCheck:
                 "or sources as 'contexts' gives them"
             ]
         return []
+
+
+def _fold(text: str) -> str:
+    """``text`` without the differences ids are not told apart by at a glance: letter case and
+    Unicode compatibility forms (full-width letters, ligatures)."""
+    return text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
+
+
+def _near_miss(relevant: dict[str, int], names: list[str]) -> Optional[tuple[str, str]]:
+    """A label (of grade > 0) and a chunk id or source it equals once folded (`_fold`), if any: the
+    names of the chunks folded at once, joined by a line break (no id holds one)."""
+    folded = "\n" + _fold("\n".join(names)) + "\n"
+    for label, grade in relevant.items():
+        if grade > 0 and "\n" + _fold(label) + "\n" in folded:
+            return label, next((n for n in names if _fold(n) == _fold(label)), label)
+    return None
 
 
 def fingerprint(cases: Sequence[Case]) -> str:

@@ -161,7 +161,11 @@ async def evaluate_async(
     if dry_run:
         folder = None  # nothing is written
     if folder:
-        folder.start(source, manifest)
+        try:
+            folder.start(source, manifest)
+        except BaseException:
+            source.close()  # its scratch copy too
+            raise
     gateway = None
     if needs_judge:
         from ..judge import JudgeGateway
@@ -197,8 +201,8 @@ async def evaluate_async(
                 await score_batch(jobs, recorder)
                 recorder.end_batch()
         complete = True
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        interrupted = True
+    except (KeyboardInterrupt, asyncio.CancelledError, OSError):
+        interrupted = True  # an OSError here is the folder's (a full disk): resumable as a Ctrl-C is
         raise
     finally:
         recorder.finish(interrupted, complete=complete, dry_run=dry_run)
