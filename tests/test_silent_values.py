@@ -35,7 +35,8 @@ def test_a_case_with_an_errored_repeat_is_errored_everywhere(tmp_path, example_p
     out = tmp_path / "run"
     with StubJudge() as stub:
         stub.inject(None, "500", None, None, None, None, None, "500")
-        res = ragbridge_cli("run", golden, "--out", out, "--backend", "rubric", "--metric", "answer_relevance",
+        res = ragbridge_cli("run", golden, "--out", out, "--backend", "rubric",
+                            "--metric", "answer_relevance",
                             "--repeats", "3", "--judge-model", "m", "--judge-base-url", stub.base_url,
                             "--config", _no_retries(tmp_path), "--max-concurrency", "1", "--no-progress",
                             "--cache-mode", "off", "--json")
@@ -142,5 +143,6 @@ def test_the_reply_ranges_are_ragas_own():
                 continue
             for fname, finfo in model.model_fields.items():
                 if finfo.annotation is int:
-                    seen[(name, fname)] = tuple(sorted({int(d) for d in re.findall(r"\d", finfo.description)}))
+                    digits = re.findall(r"\d", finfo.description)
+                    seen[(name, fname)] = tuple(sorted({int(d) for d in digits}))
     assert seen == REPLY_VALUES

@@ -24,7 +24,8 @@ runs them, over the run's lifecycle:
 Failures are per score: an exception out of ``ascore`` (judge error after the gateway's retries,
 timeout, parse failure after instructor's re-asks, RAGAS' own ValueError) becomes that Score's
 ``error`` (`ragbridge.backend.error_text`); so is a reply whose verdict is outside what RAGAS' reply
-model allows (`metrics.check_reply`: RAGAS itself takes any integer). ContextRelevance swallows judge errors and returns NaN;
+model allows (`metrics.check_reply`: RAGAS itself takes any integer). ContextRelevance swallows judge
+errors and returns NaN;
 the errors it swallowed are recorded per case and reported the same way (`translate.to_score`).
 """
 

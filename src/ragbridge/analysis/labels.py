@@ -58,7 +58,8 @@ def load_labels(path: Union[str, Path], metric: Optional[str] = None, label_thre
         if label_threshold <= 1 and _is_number(rec[key]) and not 0 <= grade <= 1:
             raise AnalysisError(
                 f"{path}:{lineno}: label {rec[key]!r} is outside 0..1, the scale of --label-threshold "
-                f"{label_threshold:g}: it would count as a {'pass' if grade > 1 else 'fail'}; use pass/fail, 0..1, "
+                f"{label_threshold:g}: it would count as a {'pass' if grade > 1 else 'fail'}; use pass/fail, "
+                "0..1, "
                 "or name the threshold on your scale (--label-threshold 3 for grades 1-5)")
         k2 = (cid, str(m))
         row = {"case_id": k2[0], "metric": k2[1], "grade": grade, "graded": _is_number(rec[key])}
@@ -66,7 +67,8 @@ def load_labels(path: Union[str, Path], metric: Optional[str] = None, label_thre
             at, first, given = seen[k2]
             if rows[at] != row:
                 raise AnalysisError(
-                    f"{path}:{lineno}: case {cid!r}, metric {m!r} is labelled {rec[key]!r} here and {given!r} at "
+                    f"{path}:{lineno}: case {cid!r}, metric {m!r} is labelled {rec[key]!r} here and "
+                    f"{given!r} at "
                     f"line {first}; keep one label per case and metric")
         else:
             seen[k2] = (len(rows), lineno, rec[key])

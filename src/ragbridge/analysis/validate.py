@@ -102,8 +102,9 @@ def validate(
     if rows and not any(r["n_labels"] > r["labels_unknown_case"] for r in rows):
         first = next(iter(labels["case_id"]), None)
         raise AnalysisError(
-            f"{where}no label names a case of this run ({len(labels)} label(s); the first names {first!r}, the run's "
-            f"first case is {next(iter(table.case_ids), None)!r}): check that the labels belong to this run's "
+            f"{where}no label names a case of this run ({len(labels)} label(s); the first names {first!r}, "
+            f"the run's first case is {next(iter(table.case_ids), None)!r}): check that the labels belong to "
+            "this run's "
             "golden set and spell its case ids")
     return pd.DataFrame(rows, columns=VALIDATE_COLUMNS)
 

@@ -97,7 +97,8 @@ def _columns_once(names: Sequence[str], path: Path, where: str) -> None:
     seen: dict[str, int] = {}
     for i, name in enumerate(names, start=1):
         if name in seen:
-            raise DatasetError(f"{where} names column {name!r} twice (columns {seen[name]} and {i}); a reader "
+            raise DatasetError(f"{where} names column {name!r} twice (columns {seen[name]} and {i}); a "
+                               "reader "
                                "would keep one of them silently", path=path, line=1 if where == "the header"
                                else None, hint="rename or remove one of them")
         seen[name] = i

@@ -24,7 +24,8 @@ from typing import Any, Callable, Iterator, Optional
 
 from ..schema import MAX_METADATA_DEPTH
 
-__all__ = ["DatasetError", "atomic_path", "write_atomic", "parse_json", "check_parsed", "text_lines", "jsonl_lines",
+__all__ = ["DatasetError", "atomic_path", "write_atomic", "parse_json", "check_parsed", "text_lines",
+           "jsonl_lines",
            "read_hf_rows"]
 
 

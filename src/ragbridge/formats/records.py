@@ -946,7 +946,8 @@ class InputCheck:
         if self.near:
             case_id, label, name = self.first_near
             out.append(
-                f"{self.near} of {self.labelled} case(s) with relevance labels match no chunk, though a label "
+                f"{self.near} of {self.labelled} case(s) with relevance labels match no chunk, though a "
+                "label "
                 "differs from a chunk's id or source only in letter case or Unicode form, so it never "
                 f"matches (first: {case_id!r}, label {label!r}, chunk {name!r}); ids are compared exactly: "
                 "spell them alike")
