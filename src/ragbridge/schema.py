@@ -43,7 +43,7 @@ def clean_id(value: str, what: str) -> str:
     not print (see the module docstring)."""
     value = value.strip()
     if not value:
-        raise ValueError(f"{what} must not be empty")
+        raise ValueError(f"{what} must not be empty: give it the id it stands for")
     if not value.isprintable():
         at, char = next((i, c) for i, c in enumerate(value) if not c.isprintable())
         name = unicodedata.name(char, "a character that does not print")
