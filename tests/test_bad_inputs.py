@@ -172,7 +172,8 @@ def test_wrong_human_labels_are_errors_with_the_line(tmp_path, example_path):
         assert res.stderr.startswith(f"error: {where}") and words in " ".join(res.stderr.split()), res.stderr
         assert res.stdout == ""
     # the same grade on a scale the threshold names (1-5) is a grade, not an error
-    res = ragbridge_cli("validate", out, "--labels", CORPUS / "human_grade_1_5.jsonl", "--label-threshold", "3",
+    res = ragbridge_cli("validate", out, "--labels", CORPUS / "human_grade_1_5.jsonl",
+                        "--label-threshold", "3",
                         "--json")
     assert res.returncode == 0, res.stderr
 
