@@ -43,7 +43,7 @@ def test_each_metric_is_well_formed():
         assert m.kind in metrics.KINDS and m.half in ("retrieval", "generation"), m
         assert m.meaning and len(m.meaning) <= 70, m
         assert m.pass_mark == metrics.PER_K or 0 < m.pass_mark <= 1, m
-        assert re.fullmatch(r"[a-z_]+(@k)?", m.name), m
+        assert re.fullmatch(r"[a-z][a-z0-9_]*(@k)?", m.name), m  # a digit only where no cut-off follows
 
 
 def test_display_order_halves_and_pass_marks():
@@ -80,7 +80,7 @@ def test_report_doc_default_table_agrees():
     seen = set()
     for row in re.findall(r"^\| (`.+?) \| ([^|]+) \|", table, flags=re.M):
         mark = row[1].strip()
-        for name in re.findall(r"`([a-z_@]+)`", row[0]):
+        for name in re.findall(r"`([a-z0-9_@]+)`", row[0]):
             m = metrics.find(name)
             assert m is not None, name
             shown = m.pass_mark if m.pass_mark == metrics.PER_K else f"{m.pass_mark:g}"

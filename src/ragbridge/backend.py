@@ -50,7 +50,9 @@ class MetricSpec:
     ``contexts``, ``context_text``, ``relevant``, ``reference``, ``reference_contexts``); a case that
     lacks one gets an undefined score with the reason, and the backend is never called for it.
     ``digest`` is the content hash of the definition the metric is judged by (a rubric), recorded in
-    run.json so that scores of two definitions are never compared silently.
+    run.json so that scores of two definitions are never compared silently. ``default``: planned
+    when a run names no metric (False for a metric whose judge calls multiply, asked for by name);
+    ``group``: a name that asks for every metric of the group at once (``--metric GROUP``).
     """
 
     name: str
@@ -59,6 +61,8 @@ class MetricSpec:
     judge: bool = False
     description: str = ""
     digest: Optional[str] = None
+    default: bool = True
+    group: Optional[str] = None
 
 
 @dataclass

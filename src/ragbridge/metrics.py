@@ -25,13 +25,20 @@ Each `Metric` says:
 ``pass_mark``
     The report's default pass mark (``value >= mark`` passes) when neither ``--threshold`` nor a
     gates file sets one: 0.5 for the ranking and judged metrics (the evaluation libraries' usual
-    default threshold), ``"1/k"`` for the two precisions of the retrieved list (``precision@k``,
-    ``context_relevance``: with one relevant chunk among k the best possible value is about 1/k), 1
-    for the answer checks.
+    default threshold), ``"1/k"`` for the precisions of the retrieved list (``precision@k``,
+    ``context_relevance``, ``claim_context_precision``: with one relevant chunk among k the best
+    possible value is about 1/k), 1 for the answer checks.
     See `default_pass_mark` and docs/report.md.
 
 The order of `METRICS` is the display order of reports and tables: ranking, judged retrieval,
 judged generation, answer checks.
+
+The claim diagnostics (``claim_recall`` to ``self_knowledge``) are RAGChecker's (its
+``ragchecker/computation.py``), computed from the claims of the answer and of the reference checked
+chunk by chunk (``ragbridge.rubric.diagnostics``). RAGChecker's noise sensitivity, hallucination and
+self-knowledge are shares where lower is better; here, where every value is higher-is-better, each
+is one minus RAGChecker's figure (the score's ``native_value`` keeps RAGChecker's), as
+``must_not_contain`` counts the forbidden strings absent.
 """
 
 from __future__ import annotations
@@ -86,9 +93,25 @@ METRICS: tuple[Metric, ...] = (
            "share of the reference answer supported by the retrieved chunks"),
     Metric("context_relevance", JUDGED, "retrieval", "share of the retrieved chunks relevant to the question",
            PER_K),
+    Metric("claim_recall", JUDGED, "retrieval",
+           "share of the reference's claims some retrieved chunk supports"),
+    Metric("claim_context_precision", JUDGED, "retrieval",
+           "share of the retrieved chunks that support a claim of the reference", PER_K),
     Metric("faithfulness", JUDGED, "generation", "share of the answer's claims supported by the chunks"),
     Metric("answer_relevance", JUDGED, "generation", "how well the answer addresses the question"),
     Metric("answer_correctness", JUDGED, "generation", "agreement of the answer with the reference answer"),
+    Metric("answer_claim_precision", JUDGED, "generation",
+           "share of the answer's claims the reference supports"),
+    Metric("answer_claim_recall", JUDGED, "generation", "share of the reference's claims the answer states"),
+    Metric("answer_claim_f1", JUDGED, "generation", "harmonic mean of answer claim precision and recall"),
+    Metric("context_utilization", JUDGED, "generation",
+           "of the reference claims the chunks hold, the share the answer states"),
+    Metric("noise_sensitivity_relevant", JUDGED, "generation",
+           "1 - share of answer claims wrong and taken from a relevant chunk"),
+    Metric("noise_sensitivity_irrelevant", JUDGED, "generation",
+           "1 - share of answer claims wrong and taken from an irrelevant chunk"),
+    Metric("hallucination", JUDGED, "generation", "1 - share of answer claims wrong and in no chunk"),
+    Metric("self_knowledge", JUDGED, "generation", "1 - share of answer claims right but in no chunk"),
     Metric("must_contain", ANSWER_CHECK, "generation", "share of the case's required strings in the answer",
            1.0),
     Metric("must_not_contain", ANSWER_CHECK, "generation",

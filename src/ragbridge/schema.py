@@ -25,7 +25,8 @@ from typing import Any, Iterator, Literal, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["Chunk", "Case", "Score", "ScoreBlock", "Evidence", "ClaimVerdict", "ChunkVerdict", "Repeats",
+__all__ = ["Chunk", "Case", "Score", "ScoreBlock", "Evidence", "ClaimVerdict", "ChunkVerdict", "ClaimChecks",
+           "Verdict", "Repeats",
            "RunManifest", "MAX_GRADE", "MAX_METADATA_DEPTH", "clean_id"]
 
 MAX_GRADE = 1000
@@ -274,13 +275,17 @@ class Case(BaseModel):
         return present
 
 
+#: a claim checked against a text: only SUPPORTED means the text entails it
+Verdict = Literal["SUPPORTED", "CONTRADICTED", "NOT_FOUND"]
+
+
 class ClaimVerdict(BaseModel):
     """One claim of an answer and whether the context supports it (``text`` as the judge stated it)."""
 
     model_config = ConfigDict(extra="forbid")
 
     text: str
-    verdict: Literal["SUPPORTED", "CONTRADICTED", "NOT_FOUND"]
+    verdict: Verdict
     reason: Optional[str] = None
 
 
@@ -294,18 +299,44 @@ class ChunkVerdict(BaseModel):
     reason: Optional[str] = None
 
 
+class ClaimChecks(BaseModel):
+    """The claims of the answer and of the reference answer, each checked against each retrieved
+    chunk and against the other text: what RAGChecker's diagnostic metrics are computed from.
+
+    ``X_in_Y`` holds the verdicts of X's claims checked against Y; only SUPPORTED counts as
+    entailed. ``answer_in_chunks[i][k]`` is answer claim ``i`` against chunk ``k`` (``chunk_ids[k]``,
+    retrieval order), ``reference_in_chunks[j][k]`` reference claim ``j`` against chunk ``k``,
+    ``answer_in_reference[i]`` answer claim ``i`` against the reference answer and
+    ``reference_in_answer[j]`` reference claim ``j`` against the answer. (RAGChecker calls them
+    retrieved2response, retrieved2answer, answer2response and response2answer.) A score holds the
+    parts its formula reads; the others are None.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    answer_claims: Optional[list[str]] = None
+    reference_claims: Optional[list[str]] = None
+    chunk_ids: Optional[list[str]] = None
+    answer_in_chunks: Optional[list[list[Verdict]]] = None
+    reference_in_chunks: Optional[list[list[Verdict]]] = None
+    answer_in_reference: Optional[list[Verdict]] = None
+    reference_in_answer: Optional[list[Verdict]] = None
+
+
 class Evidence(BaseModel):
     """What a judged score rests on, in a form every reader understands without knowing the backend.
 
     ``claims``: the answer split into claims, each with its verdict against the context (an empty
     list: the answer states no claim; None: the backend does not expose claims). ``chunks``: a
-    relevance verdict per retrieved chunk, in retrieval order.
+    relevance verdict per retrieved chunk, in retrieval order. ``claim_checks``: the claims of the
+    answer and of the reference checked chunk by chunk (`ClaimChecks`).
     """
 
     model_config = ConfigDict(extra="forbid")
 
     claims: Optional[list[ClaimVerdict]] = None
     chunks: Optional[list[ChunkVerdict]] = None
+    claim_checks: Optional[ClaimChecks] = None
 
     def unsupported(self) -> list[ClaimVerdict]:
         """The claims that are not SUPPORTED (contradicted or not found)."""

@@ -34,10 +34,17 @@ per rule. A rule's ``check`` is one comparison::
     check = "faithfulness slope >= -0.01"      # least-squares slope per run of the mean, over
     last = 5                                   # the last 5 runs (the earlier ones from --history)
 
+    [[gate]]
+    check = "diagnosed(retrieval) <= 0.05"     # share of the cases a diagnosis puts in this layer
+    tags = ["real"]                            # (ragbridge.analysis.diagnose), failing or not
+
 The left-hand side is one of: ``METRIC`` or ``mean(METRIC)``; ``METRIC drop`` (needs ``--baseline``;
 only ``<=`` or ``<``); ``METRIC slope`` (needs ``--history``); ``share(METRIC OP VALUE)``;
-``error_rate`` or ``error_rate(METRIC)``; ``undefined_rate(METRIC)``. OP is ``>=``, ``>``, ``<=`` or
-``<``.
+``error_rate`` or ``error_rate(METRIC)``; ``undefined_rate(METRIC)``; ``diagnosed(LAYER)`` (the
+share of the rule's cases the diagnosis gives LAYER, one of ``retrieval``, ``generation``,
+``knowledge_base``, ``reference_or_judge``, ``undetermined``; pass marks are the gates file's, else
+each metric's default; the cases behind a miss are those cases, with the reason). OP is ``>=``,
+``>``, ``<=`` or ``<``.
 
 A ``slope`` rule (`ragbridge.analysis.trend`): the history runs (``history=``, ``--history RUN ...``:
 run folders or folders of them) that started no later than the gated run, and the gated run, are
@@ -83,7 +90,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ..metrics import NAMES, resolve_metric
+from ..metrics import NAMES, default_pass_mark, resolve_metric
 from ..run import Run
 from .diff import (
     RegressionError,
@@ -102,14 +109,18 @@ from .stats import (
     paired_bootstrap_ci,
     paired_permutation_pvalue,
 )
+from .diagnose import LAYERS, diagnose
 from .noise import check_repeats, noise_band
 from .table import open_run
+from .thresholds import Thresholds
 from .trend import expand_runs, order_runs, slope_of, started_at
 
 __all__ = ["GateConfigError", "Rule", "GateConfig", "GateResult", "GateReport", "load_gates", "parse_gates",
-           "run_gates"]
+           "run_gates", "gate_thresholds"]
 
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+#: the "backend" of a diagnosed rule's result: the diagnosis reads every backend
+DIAGNOSIS = "diagnosis"
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _METRIC = r"[A-Za-z_][A-Za-z0-9_]*(?:@\d+)?"
 _CHECK = re.compile(rf"^\s*(?P<lhs>.+?)\s*(?P<op>>=|<=|>|<)\s*(?P<value>{_NUM})\s*$")
@@ -120,12 +131,13 @@ _LHS = [
     ("share", re.compile(rf"^share\(\s*(?P<metric>{_METRIC})\s*(?P<cop>>=|<=|>|<)\s*(?P<cut>{_NUM})\s*\)$")),
     ("error_rate", re.compile(rf"^error_rate(?:\(\s*(?P<metric>{_METRIC})\s*\))?$")),
     ("undefined_rate", re.compile(rf"^undefined_rate\(\s*(?P<metric>{_METRIC})\s*\)$")),
+    ("diagnosed", re.compile(r"^diagnosed\(\s*(?P<layer>[a-z_]+)\s*\)$")),
     ("mean", re.compile(rf"^(?P<metric>{_METRIC})$")),
 ]
 _GRAMMAR = (
     "write it as 'METRIC >= 0.85', 'METRIC drop <= 0.02', 'share(METRIC >= 0.7) >= 0.9', "
-    "'METRIC slope >= -0.01', 'error_rate <= 0.05', 'error_rate(METRIC) <= 0.05' or "
-    "'undefined_rate(METRIC) <= 0.1'"
+    "'METRIC slope >= -0.01', 'error_rate <= 0.05', 'error_rate(METRIC) <= 0.05', "
+    "'undefined_rate(METRIC) <= 0.1' or 'diagnosed(retrieval) <= 0.05'"
 )
 _RULE_KEYS = {"check", "name", "backend", "tags", "tag", "min_n", "below_min_n", "significant", "alpha",
               "confidence", "min_repeats", "last"}
@@ -142,7 +154,7 @@ class Rule:
 
     index: int
     check: str
-    kind: str  # mean | share | drop | slope | error_rate | undefined_rate
+    kind: str  # mean | share | drop | slope | error_rate | undefined_rate | diagnosed
     metric: Optional[str]
     op: str
     threshold: float
@@ -158,6 +170,7 @@ class Rule:
     confidence: float = 0.95
     min_repeats: int = 1
     last: int = 0  # slope rules: the last N runs (0: every run)
+    layer: Optional[str] = None  # diagnosed rules: the layer counted
 
     @property
     def label(self) -> str:
@@ -199,6 +212,11 @@ def _parse_check(check: str, where: str) -> dict[str, Any]:
     }
     if kind == "share":
         out["cut_op"], out["cut"] = lm.group("cop"), float(lm.group("cut"))
+    if kind == "diagnosed":
+        out["layer"] = lm.group("layer")
+        if out["layer"] not in LAYERS:
+            raise GateConfigError(f"{where}: {out['layer']!r} is not a layer of the diagnosis; "
+                                  f"one of: {', '.join(LAYERS)}")
     if kind == "drop":
         if out["op"] not in ("<=", "<"):
             raise GateConfigError(
@@ -338,6 +356,32 @@ def load_gates(path: str | Path) -> GateConfig:
     return parse_gates(data, source=str(path))
 
 
+def gate_thresholds(config: Any) -> Thresholds:
+    """Per-case pass marks read from a gates file (a path or a `ragbridge.analysis.gate.GateConfig`).
+
+    A ``share(METRIC >= CUT)`` rule gives ``CUT``; a ``METRIC >= VALUE`` (mean) rule gives
+    ``VALUE``: a case below the bar the mean must clear is one pulling it down. A rule with a
+    ``backend`` sets the mark for those backends only. When several rules name a metric, a rule over
+    all cases beats one limited to ``tags``, a share rule beats a mean rule, then the first in the
+    file wins. ``drop``, ``error_rate`` and ``undefined_rate`` rules set no mark."""
+    if not isinstance(config, GateConfig):
+        config = load_gates(config)
+    marks = []
+    for rule in config.rules:
+        if rule.kind == "share":
+            marks.append(((bool(rule.tags), 0, rule.index), rule, rule.cut))
+        elif rule.kind == "mean" and rule.op in (">=", ">"):
+            marks.append(((bool(rule.tags), 1, rule.index), rule, rule.threshold))
+    out = Thresholds()
+    for _, rule, value in sorted(marks, key=lambda m: m[0]):
+        for b in rule.backends or [None]:
+            if b is None:
+                out.by_metric.setdefault(rule.metric, value)
+            else:
+                out.by_pair.setdefault((b, rule.metric), value)
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # Evaluation
 
@@ -472,6 +516,10 @@ def _bind(rule: Rule, run: Run, scored_by: dict[str, set[str]], where: str) -> l
                     f"{where}: unknown backend {b!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
                     + f"; this run has: {', '.join(sorted(run_backends))}"
                 )
+    if rule.kind == "diagnosed":
+        if rule.backends:
+            raise GateConfigError(f"{where}: the diagnosis reads every backend of the run: remove 'backend'")
+        return [DIAGNOSIS]
     if rule.metric is None:  # error_rate over every metric
         return list(rule.backends or sorted(run_backends))
     offered = {m for ms in scored_by.values() for m in ms}
@@ -596,6 +644,9 @@ def run_gates(
                         f"{where}: " + definition_change_message(b, rule.metric, redefined[b, rule.metric]))
         bound.append((rule, backends))
 
+    diagnosis = None
+    if any(rule.kind == "diagnosed" for rule, _ in bound):
+        diagnosis = diagnose(run, _diagnosis_marks(config, run))
     results = []
     noise = noise_of(base, run) if base is not None else {}
     for rule, backends in bound:
@@ -605,10 +656,40 @@ def run_gates(
             if rule.kind == "slope":
                 results.append(_evaluate_slope(rule, backend, series))
                 continue
+            if rule.kind == "diagnosed":
+                results.append(_evaluate_diagnosed(rule, ids, diagnosis))
+                continue
             result = _evaluate(rule, backend, ids, run, by_key, base_key, gseed, resamples, permutations,
                                noise.get((backend, rule.metric)))
             results.append(_require_repeats(result, rule, run, by_key.get((backend, rule.metric), {})))
     return GateReport(run=run, results=results, baseline=base, warnings=warnings, config=config)
+
+
+def _diagnosis_marks(config: GateConfig, run: Run) -> Thresholds:
+    """The pass marks a diagnosed rule diagnoses by: the gates file's (`gate_thresholds`), else each
+    metric's default, as the report with this gates file uses."""
+    marks = gate_thresholds(config)
+    k = (run.manifest.options or {}).get("k")
+    for m in {s.metric for s in run.scores}:
+        marks.by_metric.setdefault(m, default_pass_mark(m, k))
+    return marks
+
+
+def _evaluate_diagnosed(rule: Rule, ids: list[str], diagnosis: Any) -> GateResult:
+    """A diagnosed rule: the share of the rule's cases (all of them, failing or not) given the layer."""
+    layer_of = {c.case_id: c for c in diagnosis.cases}
+    behind = [layer_of[c] for c in ids if c in layer_of and layer_of[c].layer == rule.layer]
+    n = len(ids)
+    figure = len(behind) / n if n else math.nan
+    items = [{"case_id": c.case_id, "layer": c.layer, "reason": c.reason} for c in behind]
+    if n == 0 or n < rule.min_n:
+        detail = "no case to measure" if n == 0 else f"n={n} is below min_n={rule.min_n}"
+        return GateResult(rule, DIAGNOSIS, rule.below_min_n, figure, n, detail, items=items)
+    holds = bool(_OPS[rule.op](figure, rule.threshold))
+    detail = (f"share of cases diagnosed {rule.layer} {figure:.3f} {rule.op} {rule.threshold:g}: "
+              + ("holds" if holds else "does not hold"))
+    return GateResult(rule, DIAGNOSIS, "pass" if holds else "fail", figure, n, detail,
+                      items=items if not holds else [])
 
 
 def _require_repeats(result: GateResult, rule: Rule, run: Run, scores: dict[str, Any]) -> GateResult:

@@ -2,9 +2,10 @@
 
 One module per group of commands, each with a ``register(cli)`` that adds its commands to the
 application: ``run`` (run, rescore), ``data`` (formats, convert, sample), ``backends``, ``judge``
-(judge serve, judge check), ``analysis`` (compare, validate, calibrate, trend), ``regression`` (diff, gate)
-and ``report``. They are registered here, directly; third-party plugins (and the built-in rubric
-plugin) add theirs through the ``ragbridge_register_commands`` hook when `run_cli` starts.
+(judge serve, judge check), ``analysis`` (compare, validate, calibrate, trend), ``diagnose``,
+``regression`` (diff, gate) and ``report``. They are registered here, directly; third-party
+plugins (and the built-in rubric plugin) add theirs through the ``ragbridge_register_commands`` hook
+when `run_cli` starts.
 
 Exit codes and what every command prints: `ragbridge.commands.output`. Help is plain text (click's
 layout): it reads the same on a terminal, piped and in a log.
@@ -22,7 +23,7 @@ from typer.core import TyperGroup
 
 from .. import __version__
 from ..plugins import register_commands
-from . import analysis, backends, data, judge, regression, report, run
+from . import analysis, backends, data, diagnose, judge, regression, report, run
 from .output import fail, out, storage_error
 
 __all__ = ["cli", "run_cli", "PlainHelpGroup"]
@@ -88,7 +89,7 @@ def main(
     """One golden set, every RAG evaluation backend, one report."""
 
 
-for _module in (run, backends, data, judge, analysis, regression, report):
+for _module in (run, backends, data, judge, analysis, diagnose, regression, report):
     _module.register(cli)
 
 

@@ -53,6 +53,8 @@ def item_line(item: dict[str, Any]) -> str:
     if "metrics" in item:
         line = f"{case}: {plain_text(item['metrics'])}: {plain_text(item.get('reason') or '')}"
         return line.rstrip(": ")
+    if "layer" in item:  # a diagnosed rule: the case's layer and what decided it
+        return f"{case}: {plain_text(item['reason'])}"
     return f"{case}: {num(item['value'])}"
 
 
@@ -144,6 +146,9 @@ def markdown(report: GateReport, top: int = TOP_CASES) -> str:
             lines += ["| case | baseline | run | change |", "|---|---|---|---|"]
             lines += [f"| {md_text(i['case_id'])} | {num(i['base'])} | {num(i['new'])} | "
                       f"{num(i['delta'], signed=True)} |" for i in shown]
+        elif "layer" in r.items[0]:
+            lines += ["| case | diagnosis |", "|---|---|"]
+            lines += [f"| {md_text(i['case_id'])} | {md_text(i['reason'])} |" for i in shown]
         elif "metrics" in r.items[0]:
             lines += ["| case | metrics | error |", "|---|---|---|"]
             lines += [f"| {md_text(i['case_id'])} | {md_text(i['metrics'])} | "

@@ -10,6 +10,8 @@
 - judge calls and tokens per backend and metric, each backend's wall time (from the start of scoring
   to its last score, recorded by the runner in ``run.json``'s ``timing``) and the sum of its
   per-score call times (scores run concurrently, so the sum is larger than the wall time);
+- the diagnosis: each failing case's layer (retrieval, generation, knowledge base, reference or
+  judge, undetermined) and what decided it, counted overall and per tag;
 - the pass mark of every metric and backend, where it came from (`ragbridge.report.marks`), and how
   many cases fall below it;
 - a drill-down per case: question, retrieved chunks with the relevant ones marked (the relevance
@@ -36,6 +38,7 @@ import pydantic_core
 
 from .. import __version__
 from ..analysis.compare import compare, coverage, disagreements
+from ..analysis.diagnose import diagnose
 from ..analysis.noise import noise_section, repeats_of
 from ..analysis.stats import CONFIDENCE, DEFAULT_RESAMPLES
 from ..analysis.table import open_run
@@ -132,6 +135,7 @@ def report_data(
         "disagreements": dis,
         "coverage": records(coverage(run)),
         "validation": validation,
+        "diagnosis": _diagnosis(run, th, labels, label_threshold),
         "judge_usage": usage,
         "judge_usage_by_metric": per_metric,
         "cost": (m.counts or {}).get("cost"),
@@ -229,6 +233,14 @@ def _threshold_rows(cases: list[dict], th: Thresholds, metrics, backends) -> lis
                 rows.append({"metric": met, "backend": b, "threshold": value, "source": source,
                              "n_scored": scored[(met, b)], "n_below": below[(met, b)]})
     return rows
+
+
+def _diagnosis(run: Run, th: Thresholds, labels: Any, label_threshold: float) -> Optional[dict[str, Any]]:
+    """Each failing case's layer (`ragbridge.analysis.diagnose`), by the report's pass marks; the
+    cases are read without their chunks, so the details that read chunks are left out."""
+    if not run.cases:
+        return None
+    return diagnose(run, th, labels, label_threshold, chunk_details=False).to_dict()
 
 
 def _without_texts(run: Run) -> Run:

@@ -22,8 +22,8 @@ def render_markdown(run: Union[Run, str, Path], data: Optional[dict] = None, **k
     """The report as GitHub-flavoured Markdown (all data text escaped)."""
     d = data or report_data(open_run(run), **kw)
     out: list[str] = []
-    for section in (_head, _halves, _by_tag, _agreement, _validation, _usage, _noise, _trend, _thresholds,
-                    _cases):
+    for section in (_head, _halves, _by_tag, _diagnosis, _agreement, _validation, _usage, _noise, _trend,
+                    _thresholds, _cases):
         section(d, out)
     return "\n".join(out) + "\n"
 
@@ -143,6 +143,25 @@ def _agreement(d: dict, out: list[str]) -> None:
             cells.append(md_text(val) + (f"<br>{md_text(p['reason'])}" if p.get("reason") else ""))
         out.append(f"| {md_text(x['metric'])} | {md_text(x['case_id'])}<br>{md_text(x['question'])} | "
                    f"{num(x['spread'])}{' ≠' if x['verdicts_differ'] else ''} | " + " | ".join(cells) + " |")
+    out.append("")
+
+
+def _diagnosis(d: dict, out: list[str]) -> None:
+    g = d.get("diagnosis")
+    if not g or not g["n_failing"]:
+        return
+    layers = list(g["counts"])
+    out += ["## Diagnosis: which layer failed", "",
+            f"{g['n_failing']} of {g['n_cases']} cases fail a metric; each gets the layer of the first "
+            "question it fails (docs/diagnose.md).", "",
+            "| slice | cases | failing | " + " | ".join(layers) + " |",
+            "|---|---|---|" + "---|" * len(layers),
+            f"| all | {g['n_cases']} | {g['n_failing']} | "
+            + " | ".join(str(g["counts"][x]) for x in layers) + " |"]
+    out += [f"| {md_text(r['tag'])} | {r['n_cases']} | {r['n_failing']} | "
+            + " | ".join(str(r[x]) for x in layers) + " |" for r in g["by_tag"]]
+    out += ["", "| case | layer | why |", "|---|---|---|"]
+    out += [f"| {md_text(c['case_id'])} | {c['layer']} | {md_text(c['reason'])} |" for c in g["cases"]]
     out.append("")
 
 

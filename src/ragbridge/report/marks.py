@@ -15,37 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from ..analysis.gate import GateConfig, load_gates
+from ..analysis.gate import gate_thresholds
 from ..analysis.thresholds import Thresholds
 from ..metrics import default_pass_mark
 
 __all__ = ["PassMarks", "pass_marks", "gate_thresholds"]
-
-
-def gate_thresholds(config: Any) -> Thresholds:
-    """Per-case pass marks read from a gates file (a path or a `ragbridge.analysis.gate.GateConfig`).
-
-    A ``share(METRIC >= CUT)`` rule gives ``CUT``; a ``METRIC >= VALUE`` (mean) rule gives
-    ``VALUE``: a case below the bar the mean must clear is one pulling it down. A rule with a
-    ``backend`` sets the mark for those backends only. When several rules name a metric, a rule over
-    all cases beats one limited to ``tags``, a share rule beats a mean rule, then the first in the
-    file wins. ``drop``, ``error_rate`` and ``undefined_rate`` rules set no mark."""
-    if not isinstance(config, GateConfig):
-        config = load_gates(config)
-    marks = []
-    for rule in config.rules:
-        if rule.kind == "share":
-            marks.append(((bool(rule.tags), 0, rule.index), rule, rule.cut))
-        elif rule.kind == "mean" and rule.op in (">=", ">"):
-            marks.append(((bool(rule.tags), 1, rule.index), rule, rule.threshold))
-    out = Thresholds()
-    for _, rule, value in sorted(marks, key=lambda m: m[0]):
-        for b in rule.backends or [None]:
-            if b is None:
-                out.by_metric.setdefault(rule.metric, value)
-            else:
-                out.by_pair.setdefault((b, rule.metric), value)
-    return out
 
 
 @dataclass

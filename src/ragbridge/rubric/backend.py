@@ -5,7 +5,11 @@ answer_correctness, context_relevance per chunk, abstention judged by the model)
 the files named in ``RunOptions.backend_options["rubric"]["files"]`` (``--rubric FILE`` on the command
 line) and of ``["rubrics"]`` (`Rubric` objects or mappings, from Python). A rubric named like a
 built-in replaces it. Each metric's ``MetricSpec.digest`` is its rubric's content hash, recorded in
-run.json (``digests``), and every score's ``native_value`` carries it too.
+run.json (``digests``), and every score's ``native_value`` carries it too. Besides the rubrics, the
+claim diagnostics (`ragbridge.rubric.diagnostics`: RAGChecker's claim recall, context precision,
+context utilization, noise sensitivity, hallucination, self-knowledge and the answer's claim
+precision, recall and F1), judged by the claim checks of `ragbridge.rubric.claim_checks`; a rubric
+of the same name replaces one.
 
 Values: mode ``whole``: the level normalised to 0..1 ((level - lowest) / (highest - lowest)),
 ``passed`` by the rubric's ``pass_at``; ``claims``: supported / claims (see `claims`); ``per_chunk``:
@@ -33,6 +37,8 @@ from ..backend import Backend, MetricSpec, RunOptions, ScoringContext, fan_out
 from ..schema import Case, ChunkVerdict, Evidence, Score
 from . import prompts
 from .claims import claims_reason, judge_claims
+from .diagnostics import DIAGNOSTICS, score_diagnostic
+from .diagnostics import specs as diagnostic_specs
 from .parse import DEFAULT_RETRIES, STRUCTURED, Asker, JudgeCallError, ReplyError, check_grade
 from .rubrics import Rubric, RubricError, builtin_rubrics, rubric_set
 
@@ -73,6 +79,11 @@ def _spec(r: Rubric) -> MetricSpec:
                       description=f"rubric {r.hash}: {r.question} ({what})", digest=r.hash)
 
 
+def _with_diagnostics(rubrics: dict[str, Rubric]) -> list[MetricSpec]:
+    """The rubrics' metrics, then the claim diagnostics no rubric replaces."""
+    return [_spec(r) for r in rubrics.values()] + [s for s in diagnostic_specs() if s.name not in rubrics]
+
+
 def make_asker(client: Any, gateway: Any, opts: dict[str, Any], state: Optional[dict] = None) -> Asker:
     """An `Asker` on ``client`` for the gateway's model; ``state`` holds the structured-output mode
     (shared by the askers of one run)."""
@@ -98,10 +109,10 @@ class RubricBackend(Backend):
     install_hint = ""
 
     def metrics(self) -> list[MetricSpec]:
-        return [_spec(r) for r in builtin_rubrics().values()]
+        return _with_diagnostics(builtin_rubrics())
 
     def metrics_for(self, options: RunOptions) -> list[MetricSpec]:
-        return [_spec(r) for r in rubrics_for(options).values()]
+        return _with_diagnostics(rubrics_for(options))
 
     async def open(self, ctx: ScoringContext) -> dict[str, Any]:
         """The run's session: one structured-output mode for every metric of the run (once
@@ -110,7 +121,7 @@ class RubricBackend(Backend):
 
     async def score(self, metric: str, cases: Sequence[Case], ctx: ScoringContext) -> AsyncIterator[Score]:
         rubric = rubrics_for(ctx.options).get(metric)
-        if rubric is None:
+        if rubric is None and metric not in DIAGNOSTICS:
             raise ValueError(f"the rubric backend has no rubric named {metric!r}")
         if ctx.judge is None:
             raise RuntimeError("the rubric backend needs a judge (ctx.judge is None)")
@@ -121,6 +132,8 @@ class RubricBackend(Backend):
 
         async def one(case: Case) -> Score:
             with gateway.tag_scope(NAME, metric, case.id):
+                if rubric is None:
+                    return await score_diagnostic(asker, metric, case, NAME)
                 return await score_case(asker, rubric, case)
 
         limit = int(opts.get("concurrency") or gateway.config.max_concurrency)

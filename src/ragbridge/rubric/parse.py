@@ -120,8 +120,9 @@ def check_claims(obj: dict) -> list[str]:
     return claims
 
 
-def check_verdicts(obj: dict, n: int) -> list[tuple[str, str]]:
-    """(verdict, reason) for claims 1..n, in order: exactly one verdict per claim."""
+def check_verdicts(obj: dict, n: int, reasons: bool = True) -> list[tuple[str, str]]:
+    """(verdict, reason) for claims 1..n, in order: exactly one verdict per claim (with ``reasons``
+    False no reason is asked for, and each is returned as "")."""
     items = obj.get("verdicts")
     if not isinstance(items, list):
         raise ReplyError(f'"verdicts" must be a list, got {type(items).__name__}')
@@ -139,7 +140,7 @@ def check_verdicts(obj: dict, n: int) -> list[tuple[str, str]]:
         if verdict not in VERDICTS:
             raise ReplyError(f'claim {k}: "verdict" must be one of {", ".join(VERDICTS)}, '
                              f'got {item.get("verdict")!r}')
-        found[k] = (verdict, _reason(item, f"claim {k}: "))
+        found[k] = (verdict, _reason(item, f"claim {k}: ") if reasons else "")
     missing = [k for k in range(1, n + 1) if k not in found]
     if missing:
         raise ReplyError(f"no verdict for claim(s) {', '.join(map(str, missing))} of {n}")

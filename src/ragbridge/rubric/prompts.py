@@ -16,7 +16,10 @@ Tasks (the first line of each system prompt names it):
 * ``grade_chunk``: one retrieved passage on the scale against the question (mode ``per_chunk``);
 * ``split`` then ``verify``: claims of the answer, then a verdict for each claim, all claims of an
   answer in one call (mode ``claims``: two calls per answer);
-* ``compare``: two answers to the same question, labelled A and B (``ragbridge pairwise``).
+* ``compare``: two answers to the same question, labelled A and B (``ragbridge pairwise``);
+* ``split`` of the answer or of the reference answer, then ``check``: claims against one text (a
+  retrieved passage, the reference answer or the answer), all claims in one call (the claim
+  diagnostics, `ragbridge.rubric.diagnostics`).
 
 Every reply is one JSON object; ``schema_*`` give the JSON schema sent as ``response_format`` where
 the endpoint takes one. The key order (reason before score or after) follows ``reasons_first``.
@@ -30,8 +33,9 @@ from typing import Optional, Sequence
 from ..schema import Case, Chunk
 from .rubrics import Rubric
 
-__all__ = ["TASKS", "HEADINGS", "VERDICTS", "WINNERS", "grade_messages", "split_messages", "verify_messages",
-           "compare_messages", "schema_grade", "schema_claims", "schema_verdicts", "schema_compare"]
+__all__ = ["TASKS", "HEADINGS", "VERDICTS", "WINNERS", "CHECKED_TEXTS", "grade_messages", "split_messages",
+           "verify_messages", "check_messages", "compare_messages", "schema_grade", "schema_claims",
+           "schema_verdicts", "schema_checks", "schema_compare"]
 
 TASKS = {
     "grade": "You grade one item against a written rubric.",
@@ -39,6 +43,7 @@ TASKS = {
     "split": "You split an answer into the claims it makes.",
     "verify": "You check claims against context passages.",
     "compare": "You compare two answers to the same question by a written rubric.",
+    "check": "You check claims against one text.",
 }
 HEADINGS = {
     "question": "### Question",
@@ -47,6 +52,13 @@ HEADINGS = {
     "answer": "### Answer",
     "passage": "### Passage",
     "claims": "### Claims",
+    "text": "### Text",
+}
+#: what the text of a ``check`` is, by name
+CHECKED_TEXTS = {
+    "chunk": "one passage the system retrieved for the question",
+    "reference": "the reference answer written for this question",
+    "answer": "the system's answer to the question",
 }
 VERDICTS = ("SUPPORTED", "CONTRADICTED", "NOT_FOUND")
 WINNERS = ("A", "B", "tie")
@@ -123,12 +135,15 @@ def schema_grade(rubric: Rubric) -> dict:
 # claims: split, then verify
 
 
-def split_messages(rubric: Rubric, case: Case) -> list[dict[str, str]]:
+def split_messages(rubric: Rubric, case: Case, of_reference: bool = False) -> list[dict[str, str]]:
+    """The claims of ``case``'s answer (of its reference answer with ``of_reference``, shown under
+    the same heading and described as the reference)."""
+    shown = _SHOWN["reference"] if of_reference else _SHOWN["answer"]
     system = "\n\n".join([
         TASKS["split"],
         f"Criterion: {rubric.name}\nQuestion the claims will be checked for: {rubric.question}",
         f"You are shown, under these headings:\n{HEADINGS['question']}: {_SHOWN['question']}\n"
-        f"{HEADINGS['answer']}: {_SHOWN['answer']}",
+        f"{HEADINGS['answer']}: {shown}",
         _DATA,
         "A claim is one statement of fact the answer makes, short and self-contained: resolve pronouns and "
         "implicit subjects with the question, keep numbers, names and conditions exactly as the answer "
@@ -138,7 +153,8 @@ def split_messages(rubric: Rubric, case: Case) -> list[dict[str, str]]:
         _ONLY_JSON + '\n"claims": the list of claims, as strings, in the order the answer makes them '
                      "(an empty list when it states no fact).",
     ])
-    user = "\n\n".join([_section("question", case.question), _section("answer", case.answer)])
+    text = case.reference if of_reference else case.answer
+    user = "\n\n".join([_section("question", case.question), _section("answer", text)])
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
@@ -173,6 +189,37 @@ def schema_verdicts(rubric: Rubric) -> dict:
     keys = ["claim", "reason", "verdict"] if rubric.reasons_first else ["claim", "verdict", "reason"]
     item = _object({"claim": {"type": "integer"}, "reason": {"type": "string"},
                     "verdict": {"type": "string", "enum": list(VERDICTS)}}, keys)
+    return _object({"verdicts": {"type": "array", "items": item}}, ["verdicts"])
+
+
+def check_messages(rubric: Rubric, question: str, claims: Sequence[str], text: str,
+                   what: str) -> list[dict[str, str]]:
+    """Every claim of ``claims`` checked against one ``text``; ``what`` (a key of `CHECKED_TEXTS`)
+    says what the text is. The verdicts carry no reason: many such calls are made per case."""
+    system = "\n\n".join([
+        TASKS["check"],
+        f"Criterion: {rubric.name}\nQuestion the verdicts answer: {rubric.question}",
+        f"You are shown, under these headings:\n{HEADINGS['question']}: {_SHOWN['question']}\n"
+        f"{HEADINGS['text']}: {CHECKED_TEXTS[what]}\n{HEADINGS['claims']}: numbered claims to check "
+        "against the text",
+        _DATA,
+        "For each claim, decide from the text alone:\n"
+        "- SUPPORTED: the text states it, or it follows directly from what the text states;\n"
+        "- CONTRADICTED: the text states something incompatible with it (a different number, "
+        "condition, plan or yes/no);\n"
+        "- NOT_FOUND: the text neither states it nor contradicts it.",
+        _ONLY_JSON + '\n"verdicts": a list with one object per claim, in the order of the claims, each with '
+                     'the keys "claim", "verdict": "claim" is the claim\'s number, "verdict" one of: '
+                     "SUPPORTED, CONTRADICTED, NOT_FOUND.",
+    ])
+    listed = "\n".join(f"{i}. {c}" for i, c in enumerate(claims, 1))
+    user = "\n\n".join([_section("question", question), _section("text", text), _section("claims", listed)])
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def schema_checks() -> dict:
+    item = _object({"claim": {"type": "integer"}, "verdict": {"type": "string", "enum": list(VERDICTS)}},
+                   ["claim", "verdict"])
     return _object({"verdicts": {"type": "array", "items": item}}, ["verdicts"])
 
 

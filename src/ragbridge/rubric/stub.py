@@ -8,6 +8,8 @@ system prompt is one of `prompts.TASKS`; the texts are read back from the user m
 * ``split``: the answer's sentences, declining ones left out;
 * ``verify``: SUPPORTED when the claim is lexically supported by the passages (half its content words
   and every number); CONTRADICTED when half its words are there but a number is not; else NOT_FOUND;
+* ``check``: the same verdicts against the one text shown (a passage, the reference or the answer),
+  without reasons;
 * ``grade`` / ``grade_chunk``: a fraction mapped onto the scale (lowest + round(fraction * span)):
   answer_relevance: word overlap of answer and question (0 for a decline); answer_correctness: share
   of the answer's sentences supported by the reference; abstention: 1 when the answer declines exactly
@@ -96,6 +98,17 @@ def _fraction(name: str, s: dict[str, str], answer_key: str = "Answer",
     return relevance(answer, question)
 
 
+def _verdict(claim: str, context: str) -> tuple[str, str]:
+    """SUPPORTED, CONTRADICTED or NOT_FOUND for ``claim`` against ``context``, with why."""
+    frac, found, _ = support(claim, context)
+    if is_supported(claim, context):
+        return "SUPPORTED", f"{len(found)} content words of the claim are in the passages"
+    if frac >= 0.5 and numbers(claim) - numbers(context):
+        other = sorted(numbers(claim) - numbers(context))
+        return "CONTRADICTED", "the passages give other numbers than " + ", ".join(other)
+    return "NOT_FOUND", f"only {frac:.0%} of the claim's content words are in the passages"
+
+
 def _on_scale(frac: float, values: list[int]) -> int:
     lo, hi = values[0], values[-1]
     target = lo + round(max(0.0, min(1.0, frac)) * (hi - lo))
@@ -123,23 +136,16 @@ class RubricResponder:
             answer = s.get("Answer", "")
             claims = [x for x in split_sentences(answer) if not is_noncommittal(x)]
             return _dump(req, {"claims": claims})
-        if task == "verify":
-            context = " ".join(_passages(s.get("Context passages", "")))
+        if task in ("verify", "check"):
+            context = (" ".join(_passages(s.get("Context passages", ""))) if task == "verify"
+                       else s.get("Text", ""))
             claims = [re.sub(r"^\d+\.\s*", "", line) for line in s.get("Claims", "").splitlines()
                       if line.strip()]
             out = []
             for i, claim in enumerate(claims, 1):
-                frac, found, _ = support(claim, context)
-                if is_supported(claim, context):
-                    verdict, why = "SUPPORTED", f"{len(found)} content words of the claim are in the passages"
-                elif frac >= 0.5 and numbers(claim) - numbers(context):
-                    verdict = "CONTRADICTED"
-                    other = sorted(numbers(claim) - numbers(context))
-                    why = "the passages give other numbers than " + ", ".join(other)
-                else:
-                    verdict = "NOT_FOUND"
-                    why = f"only {frac:.0%} of the claim's content words are in the passages"
-                out.append({"claim": i, "reason": why + " (stub judge: word overlap)", "verdict": verdict})
+                verdict, why = _verdict(claim, context)
+                out.append({"claim": i, "verdict": verdict} if task == "check" else
+                           {"claim": i, "reason": why + " (stub judge: word overlap)", "verdict": verdict})
             return _dump(req, {"verdicts": out})
         if task == "compare":
             a = _fraction(name, s, "Answer A", "Context passages A")

@@ -31,8 +31,10 @@ def plan_metrics(
 ) -> Plan:
     """Which concrete metrics each backend will score. Raises `RunError` for anything unknown.
 
-    With no ``metrics``, every metric of each backend is planned; a requested metric that a backend
-    does not offer is skipped for that backend, but must be offered by at least one of them.
+    With no ``metrics``, every metric of each backend is planned but those that are not
+    ``MetricSpec.default``; a requested metric that a backend does not offer is skipped for that
+    backend, but must be offered by at least one of them. A request naming a ``MetricSpec.group``
+    asks for every metric of the group.
     """
     if k < 1:
         raise RunError(f"--k must be a positive integer, got {k}")
@@ -59,19 +61,21 @@ def plan_metrics(
         for spec in specs:
             if metrics:
                 for req in metrics:
-                    concrete = resolve_metric(spec.name, req, k)
+                    concrete = resolve_metric(spec.name, spec.name if req == spec.group else req, k)
                     if concrete and concrete not in [c for c, _ in chosen]:
                         chosen.append((concrete, spec))
-            else:
+            elif spec.default:
                 chosen.append((resolve_metric(spec.name, spec.name, k) or spec.name, spec))
         plan[name] = chosen
     if metrics:
         offered = {c for chosen in plan.values() for c, _ in chosen}
         for req in metrics:
             if not any(
-                resolve_metric(spec.name, req, k) for chosen in plan.values() for _, spec in chosen
+                resolve_metric(spec.name, req, k) or req == spec.group
+                for chosen in plan.values() for _, spec in chosen
             ) and req not in offered:
-                all_names = sorted({s.name for n in names for s in offers[n]})
+                all_names = sorted({s.name for n in names for s in offers[n]}
+                                   | {s.group for n in names for s in offers[n] if s.group})
                 raise RunError(
                     f"no selected backend offers metric {req!r}; "
                     f"metrics of {', '.join(names)}: {', '.join(all_names)}"

@@ -1,0 +1,463 @@
+"""Diagnosis: each failing case of a run to one layer, with the evidence that decided it.
+
+A case *fails* when one of its scores is below its pass mark (`ragbridge.analysis.Thresholds`), or
+when a human label (``labels``) says it fails. Each failing case gets one layer of `LAYERS` by
+walking the questions of `QUESTIONS` in order (the decision table, written once in
+docs/diagnose.md):
+
+1. was a relevant chunk in the top k? no: ``retrieval``;
+2. is every claim of the answer supported by the chunks? no: ``generation``;
+3. is the supported answer correct? no: ``knowledge_base`` (the chunks say something wrong or out
+   of date);
+4. every answer yes (or only retrieval metrics fail and the first answer is yes), yet a metric
+   fails: a metric a human label overrules is ``reference_or_judge``; else a retrieval metric (the
+   top k holds noise) is ``retrieval``; a deterministic answer check (or a human's fail) is
+   ``generation``; a metric a question's deciding evidence overrules, or a judged metric rating a
+   correct, faithful answer poorly, is ``reference_or_judge``.
+
+An unanswerable case (``answerable`` false) asks one question first: did the system decline? (no:
+``generation``). Each question is answered by the first source of its evidence that has a value for
+the case: a human label on a metric of the question, then the question's metrics in order (of
+several backends scoring one metric, one whose score carries claims first, then native, then by
+name). A question no source answers makes the case ``undetermined``, and the diagnosis names every
+source and why it is missing. The walk stops at the first question answered no (or unanswered), so
+later questions need no evidence.
+
+`diagnose` returns a `Diagnosis`: one `CaseDiagnosis` per failing case (layer, the one-line reason,
+the deciding evidence, the failing scores, the details: relevant chunks missing from the top k, the
+unsupported claims, the chunk that held the answer, the wrong claims and the chunks that state
+them), and the counts overall and per tag.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+from ..metrics import JUDGED, default_pass_mark, find, half_of
+from ..run import Run
+from ..run.summary import ALL
+from ..schema import Case, Score
+from .table import AnalysisError, open_run
+from .thresholds import Thresholds
+
+__all__ = ["LAYERS", "QUESTIONS", "Question", "CaseDiagnosis", "Diagnosis", "diagnose", "default_marks"]
+
+LAYERS = ("retrieval", "generation", "knowledge_base", "reference_or_judge", "undetermined")
+
+
+@dataclass(frozen=True)
+class Question:
+    """One question of the walk: its evidence (metric names, ``@k`` for any cut-off, first
+    preferred), the metrics whose human labels answer it, and the layer a no gives."""
+
+    name: str
+    text: str
+    whether: str
+    sources: tuple[str, ...]
+    labelled_by: tuple[str, ...]
+    layer: str
+
+
+QUESTIONS: tuple[Question, ...] = (
+    Question("declined", "did the system decline a question it cannot answer?",
+             "the system declined a question it cannot answer", ("abstention",), ("abstention",),
+             "generation"),
+    Question("retrieval", "was a relevant chunk in the top k?", "a relevant chunk was in the top k",
+             ("recall@k", "hit@k", "span_recall@k", "context_recall", "claim_recall"),
+             ("*retrieval",), "retrieval"),
+    Question("faithfulness", "is every claim of the answer supported by the chunks?",
+             "every claim of the answer is supported by the chunks",
+             ("faithfulness", "hallucination"), ("faithfulness", "hallucination"), "generation"),
+    Question("correctness", "is the supported answer correct?", "the answer is correct",
+             ("answer_correctness", "must_contain", "answer_claim_precision"),
+             ("answer_correctness", "must_contain", "answer_claim_precision", "answer_claim_recall",
+              "answer_claim_f1"), "knowledge_base"),
+)
+_BY_NAME = {q.name: q for q in QUESTIONS}
+
+
+def _walk(case: Case) -> list[Question]:
+    if not case.answerable:
+        return [_BY_NAME["declined"]]
+    return [_BY_NAME[n] for n in ("retrieval", "faithfulness", "correctness")]
+
+
+def _labels_answer(q: Question, metric: str) -> bool:
+    if "*retrieval" in q.labelled_by:
+        return half_of(metric) == "retrieval"
+    return metric in q.labelled_by
+
+
+def default_marks(run: Run) -> Thresholds:
+    """The default pass marks of the run's metrics (`ragbridge.metrics.default_pass_mark`)."""
+    k = (run.manifest.options or {}).get("k")
+    return Thresholds(by_metric={m: default_pass_mark(m, k) for m in {s.metric for s in run.scores}})
+
+
+@dataclass
+class CaseDiagnosis:
+    """The layer of one failing case and what decided it.
+
+    ``decided_by``: the evidence that answered the deciding question (``metric``, ``backend``,
+    ``value``, ``pass_mark``, ``passed``, ``source``: ``score`` or ``label``); None for
+    ``undetermined``. ``failing``: every score below its pass mark and every human fail. ``missing``:
+    for ``undetermined``, each source of the unanswered question and why it has no value.
+    ``details``: what the evidence shows (relevant labels missing from the top k, the unsupported
+    claims, the chunk that held the answer, wrong claims and the chunks stating them, the human
+    labels that overturned a metric)."""
+
+    case_id: str
+    layer: str
+    question: Optional[str]
+    reason: str
+    tags: list[str]
+    decided_by: Optional[dict[str, Any]]
+    failing: list[dict[str, Any]]
+    missing: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"case_id": self.case_id, "layer": self.layer, "question": self.question,
+                "reason": self.reason, "tags": self.tags, "decided_by": self.decided_by,
+                "failing": self.failing, "missing": self.missing, "details": self.details}
+
+
+@dataclass
+class Diagnosis:
+    """Every failing case's diagnosis, and the counts: ``counts`` (per layer, over all cases) and
+    ``by_tag`` (per tag: ``n_cases``, ``n_failing`` and per layer)."""
+
+    run: str
+    n_cases: int
+    cases: list[CaseDiagnosis]
+    by_tag: dict[str, dict[str, int]]
+    thresholds: dict[str, float]
+    #: human labels naming a case that is not in the run
+    unknown_labels: int = 0
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return self.by_tag[ALL]
+
+    def share(self, layer: str, tag: Optional[str] = None) -> Optional[float]:
+        """Cases diagnosed ``layer`` as a share of all cases (of those carrying ``tag``)."""
+        row = self.by_tag.get(tag or ALL)
+        return row[layer] / row["n_cases"] if row and row["n_cases"] else None
+
+    def to_dict(self) -> dict[str, Any]:
+        rows = [{"tag": t, **c} for t, c in self.by_tag.items() if t != ALL]
+        return {"run": self.run, "n_cases": self.n_cases, "n_failing": self.counts["n_failing"],
+                "counts": {layer: self.counts[layer] for layer in LAYERS}, "by_tag": rows,
+                "thresholds": self.thresholds, "cases": [c.to_dict() for c in self.cases]}
+
+
+def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None,
+             labels: Any = None, label_threshold: float = 0.5, chunk_details: bool = True) -> Diagnosis:
+    """Diagnose every failing case of ``run`` (see the module docstring).
+
+    ``thresholds``: the pass marks (default: each metric's default pass mark, `default_marks`).
+    ``labels``: human labels (a file or the frame of `ragbridge.analysis.load_labels`); a graded
+    label passes at ``label_threshold``. ``chunk_details=False`` for cases read without their
+    chunks: the details read from them (the top k, the relevant chunks) are left out."""
+    run = open_run(run)
+    th = thresholds if thresholds is not None else default_marks(run)
+    human = _human(labels, label_threshold)
+    cases = run.cases
+    if not cases:
+        raise AnalysisError(f"{run.path}: the run folder holds no cases.jsonl: diagnosis needs the cases")
+    scores: dict[str, list[Score]] = {}
+    for s in run.scores:
+        scores.setdefault(s.case_id, []).append(s)
+    in_run = {s.metric for s in run.scores}
+    k = (run.manifest.options or {}).get("k")
+    out: list[CaseDiagnosis] = []
+    marks: dict[str, float] = {}
+    for case in cases:
+        d = _diagnose_case(case, scores.get(case.id, []), th, human.get(case.id, {}), in_run, k, marks,
+                           chunk_details)
+        if d is not None:
+            out.append(d)
+    by_tag = _counts(cases, out)
+    ids = {c.id for c in cases}
+    return Diagnosis(run=str(run.path) if run.path else "", n_cases=len(cases), cases=out, by_tag=by_tag,
+                     thresholds=dict(sorted(marks.items())),
+                     unknown_labels=sum(len(v) for cid, v in human.items() if cid not in ids))
+
+
+# --------------------------------------------------------------------------------------------
+# One case
+
+
+def _human(labels: Any, threshold: float) -> dict[str, dict[str, bool]]:
+    """Human verdicts by case and metric (True: passes)."""
+    if labels is None:
+        return {}
+    if isinstance(labels, (str, Path)):
+        from .labels import load_labels
+
+        labels = load_labels(labels)
+    out: dict[str, dict[str, bool]] = {}
+    for row in labels.to_dict("records"):
+        out.setdefault(str(row["case_id"]), {})[str(row["metric"])] = bool(row["grade"] >= threshold)
+    return out
+
+
+def _backend_order(s: Score) -> tuple:
+    claims = s.evidence is not None and bool(s.evidence.claims)
+    return (not claims, s.backend != "native", s.backend)
+
+
+def _entry(s: Score, mark: float) -> dict[str, Any]:
+    return {"metric": s.metric, "backend": s.backend, "value": s.value, "pass_mark": mark,
+            "passed": s.value >= mark, "source": "score", "reason": s.reason}
+
+
+def _matching(source: str, metric: str, k: Optional[int]) -> Optional[int]:
+    """How well ``metric`` (a concrete name) matches ``source``: None (no), else a rank (0 best: the
+    run's cut-off)."""
+    if not source.endswith("@k"):
+        return 0 if metric == source else None
+    base, _, cut = metric.partition("@")
+    if base != source[:-2] or not cut.isdigit():
+        return None
+    return 0 if k is not None and int(cut) == int(k) else int(cut)
+
+
+def _diagnose_case(case: Case, scores: list[Score], th: Thresholds, human: dict[str, bool], in_run: set[str],
+                   k: Optional[int], marks: dict[str, float], chunk_details: bool) -> Optional[CaseDiagnosis]:
+    scored = [s for s in scores if s.status == "scored"]
+    if not case.answerable:  # nothing relevant exists to retrieve: its retrieval scores fail nothing
+        scored = [s for s in scored if half_of(s.metric) != "retrieval"]
+    mark_of = {}
+    for s in scored:
+        mark_of[(s.backend, s.metric)] = marks[f"{s.backend}:{s.metric}"] = th.get(s.backend, s.metric)
+    failing = [_entry(s, mark_of[(s.backend, s.metric)]) for s in scored
+               if s.value < mark_of[(s.backend, s.metric)]]
+    failing += [{"metric": m, "backend": "human", "value": 0.0, "pass_mark": None, "passed": False,
+                 "source": "label", "reason": "a human label says it fails"}
+                for m, ok in sorted(human.items()) if not ok]
+    if not failing:
+        return None
+    failing.sort(key=lambda f: (f["source"] != "score", f["metric"], f["backend"]))
+    tags = list(case.tags)
+    base = dict(case_id=case.id, tags=tags, failing=failing)
+    settled: dict[str, dict[str, Any]] = {}  # question -> the deciding entry (answered yes)
+    for q in _walk(case):
+        decided, missing = _answer(q, scores, scored, mark_of, human, in_run, k)
+        if decided is None:
+            return CaseDiagnosis(layer="undetermined", question=q.name, decided_by=None, missing=missing,
+                                 reason=f"cannot tell whether {q.whether}: " + "; ".join(missing), **base)
+        if not decided["passed"]:
+            details = _details(q, case, scores, decided, k, chunk_details)
+            return CaseDiagnosis(layer=q.layer, question=q.name, decided_by=decided,
+                                 reason=_reason(q, decided, details), details=details, **base)
+        settled[q.name] = decided
+        if all(half_of(f["metric"]) == "retrieval" for f in failing):
+            break  # only the retrieved list fails: the questions about the answer have nothing to explain
+    return _all_yes(case, failing, settled, base)
+
+
+def _answer(q: Question, case_scores: list[Score], scored: list[Score], mark_of: dict, human: dict[str, bool],
+            in_run: set[str], k: Optional[int]) -> tuple[Optional[dict[str, Any]], list[str]]:
+    """The entry that answers ``q`` for the case (None: no source has a value), and why each source
+    has none."""
+    for metric, ok in sorted(human.items()):
+        if _labels_answer(q, metric):
+            return {"metric": metric, "backend": "human", "value": 1.0 if ok else 0.0, "pass_mark": None,
+                    "passed": ok, "source": "label", "reason": "human label"}, []
+    missing = []
+    for source in q.sources:
+        found = sorted(((r, s) for s in scored if (r := _matching(source, s.metric, k)) is not None),
+                       key=lambda rs: (rs[0], _backend_order(rs[1])))
+        if found:
+            s = found[0][1]
+            return _entry(s, mark_of[(s.backend, s.metric)]), []
+        missing.append(_why_missing(source, case_scores, in_run, k))
+    return None, missing
+
+
+def _why_missing(source: str, scores: list[Score], in_run: set[str], k: Optional[int]) -> str:
+    """Why ``source`` has no value for a case: not in the run, or each of its scores' status and
+    reason."""
+    names = sorted(m for m in in_run if _matching(source, m, k) is not None)
+    if not names:
+        return f"{source} not scored in this run"
+    found = [s for s in scores if s.metric in names]
+    if not found:
+        return f"{', '.join(names)} not scored for this case"
+    return ", ".join(f"{s.metric} ({s.backend}) {s.status}"
+                     + (f" ({s.error or s.reason})" if s.error or s.reason else "") for s in found)
+
+
+def _all_yes(case: Case, failing: list[dict], settled: dict[str, dict], base: dict) -> CaseDiagnosis:
+    """Every question answered yes: the failing metrics say what is left."""
+    deciders = {(e["metric"], e["backend"]) for e in settled.values()}
+    overruled = []
+    for f in failing:
+        # a source of a question answered yes, or (when a human label answered it) a metric it names
+        q = next((q for q in QUESTIONS if q.name in settled
+                  and (_source_of(q, f["metric"])
+                       or (settled[q.name]["source"] == "label" and f["metric"] in q.labelled_by))), None)
+        if q is not None and (f["metric"], f["backend"]) not in deciders:
+            overruled.append((f, settled[q.name], _rank(q, f["metric"])))
+    # a human label's overruling first: it is the strongest evidence that the rating is wrong
+    overruled = [(f, by) for f, by, _ in sorted(overruled, key=lambda o: (o[1]["source"] != "label", o[2]))]
+    rest = [f for f in failing if all(f is not o for o, _ in overruled)]
+    if overruled and overruled[0][1]["source"] == "label":
+        return _overruled(overruled, settled, base)
+    retrieval = [f for f in rest if half_of(f["metric"]) == "retrieval"]
+    if retrieval:
+        f = retrieval[0]
+        return CaseDiagnosis(layer="retrieval", question=None, decided_by=f, reason=(
+            f"a relevant chunk is in the top k, but {_named(f)} fails: the top k holds noise"), **base)
+    by_human = [f for f in rest if f["source"] == "label"]
+    checks = [f for f in rest if f["source"] == "score" and (m := find(f["metric"])) is not None
+              and m.kind != JUDGED]
+    if by_human or checks:
+        f = (by_human or checks)[0]
+        return CaseDiagnosis(layer="generation", question=None, decided_by=f, reason=(
+            f"retrieved, faithful and correct, but {_named(f)} fails"), **base)
+    if overruled:
+        return _overruled(overruled, settled, base)
+    f = rest[0]
+    passed = "; ".join(_BY_NAME[n].whether for n in settled)
+    return CaseDiagnosis(layer="reference_or_judge", question=None, decided_by=f, reason=(
+        f"{passed}; yet {_named(f)} rates it poorly: check the reference and the judge"), **base)
+
+
+def _overruled(overruled: list[tuple[dict, dict]], settled: dict[str, dict], base: dict) -> CaseDiagnosis:
+    f, by = overruled[0]
+    more = [_named(o) for o, _ in overruled[1:]]
+    return CaseDiagnosis(layer="reference_or_judge", question=None, decided_by=f, reason=(
+        f"{_named(f)} fails, but {_named(by)} decides that {_question_of(by, settled)}: "
+        "check the reference and the judge" + (f"; also overruled: {', '.join(more)}" if more else "")),
+        details={"overruled": [{"failing": o, "decided_by": b} for o, b in overruled]}, **base)
+
+
+def _rank(q: Question, metric: str) -> tuple[int, int]:
+    """Where ``metric`` stands among ``q``'s evidence (its sources first, in order)."""
+    i = next((i for i, s in enumerate(q.sources) if _matching(s, metric, None) is not None), len(q.sources))
+    return (QUESTIONS.index(q), i)
+
+
+def _source_of(q: Question, metric: str) -> bool:
+    return any(_matching(s, metric, None) is not None for s in q.sources)
+
+
+def _question_of(entry: dict, settled: dict[str, dict]) -> str:
+    name = next(n for n, e in settled.items() if e is entry)
+    return _BY_NAME[name].whether
+
+
+def _named(e: dict[str, Any]) -> str:
+    if e["source"] == "label":
+        return f"{e['metric']} (human label: {'pass' if e['passed'] else 'fail'})"
+    return f"{e['metric']} ({e['backend']}) {e['value']:.2f} < {e['pass_mark']:g}" if not e["passed"] else (
+        f"{e['metric']} ({e['backend']}) {e['value']:.2f} >= {e['pass_mark']:g}")
+
+
+# --------------------------------------------------------------------------------------------
+# Details
+
+
+def _grade(case: Case, chunk) -> Optional[int]:
+    """The grade of the label a chunk matches by the relevance rule (id, else source), or None."""
+    if chunk.id in case.relevant:
+        return case.relevant[chunk.id]
+    return case.relevant.get(chunk.source) if chunk.source else None
+
+
+def _details(q: Question, case: Case, scores: list[Score], decided: dict, k: Optional[int],
+             chunks: bool = True) -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    if q.name == "retrieval" and chunks:
+        cut = int(decided["metric"].partition("@")[2] or 0) or int(k or 0) or len(case.contexts)
+        rank: dict[str, int] = {}
+        for i, ch in enumerate(case.contexts, 1):
+            for label in (ch.id, ch.source):
+                if label in case.relevant and case.relevant[label] >= 1:
+                    rank.setdefault(label, i)
+                    break
+        missed = [{"label": label, "rank": rank.get(label)} for label, g in case.relevant.items()
+                  if g >= 1 and not rank.get(label, cut + 1) <= cut]
+        if missed:
+            d["relevant_not_in_top_k"] = missed
+        d["top_k"] = [ch.id for ch in case.contexts[:cut]]
+    elif q.name == "faithfulness":
+        s = _score_of(scores, decided)
+        if s is not None and s.evidence is not None and s.evidence.claims:
+            d["unsupported_claims"] = [{"claim": c.text, "verdict": c.verdict, "reason": c.reason}
+                                       for c in s.evidence.unsupported()]
+        d.update(_wrong_claims(scores, case))
+    elif q.name == "correctness" and chunks:
+        held = [{"chunk": ch.id, "rank": i + 1} for i, ch in enumerate(case.contexts)
+                if (_grade(case, ch) or 0) >= 1]
+        if held:
+            d["relevant_chunks"] = held
+        d.update(_wrong_claims(scores, case))
+    return d
+
+
+def _score_of(scores: list[Score], e: dict) -> Optional[Score]:
+    return next((s for s in scores if s.metric == e["metric"] and s.backend == e["backend"]), None)
+
+
+def _wrong_claims(scores: list[Score], case: Case) -> dict[str, Any]:
+    """From claim checks that hold the answer's claims against the reference and the chunks: each
+    claim the reference does not state, with the chunks that state it."""
+    for s in scores:
+        cc = s.evidence.claim_checks if s.evidence is not None else None
+        if (cc is None or cc.answer_in_reference is None or cc.answer_in_chunks is None
+                or not cc.answer_claims):
+            continue
+        ids = cc.chunk_ids or []
+        rows = []
+        for claim, v, row in zip(cc.answer_claims, cc.answer_in_reference, cc.answer_in_chunks):
+            if v != "SUPPORTED":
+                rows.append({"claim": claim, "against_reference": v,
+                             "stated_by": [ids[i] for i, x in enumerate(row) if x == "SUPPORTED"]})
+        return {"wrong_claims": rows} if rows else {}
+    return {}
+
+
+def _reason(q: Question, decided: dict, details: dict) -> str:
+    head = {"retrieval": "no relevant chunk in the top k",
+            "faithfulness": "the answer makes claims the chunks do not support",
+            "correctness": "the answer follows the chunks but the reference says otherwise (the "
+                           "knowledge base is wrong or out of date)",
+            "declined": "answered a question it should have declined"}[q.name]
+    extra = ""
+    if details.get("relevant_not_in_top_k"):
+        extra = "not in the top k: " + ", ".join(m["label"] + (f" (rank {m['rank']})" if m["rank"] else "")
+                                                 for m in details["relevant_not_in_top_k"])
+    elif details.get("unsupported_claims"):
+        extra = "unsupported: " + "; ".join(f'"{c["claim"]}"' for c in details["unsupported_claims"])
+    elif q.name == "correctness" and details.get("wrong_claims"):
+        extra = "; ".join(f'"{c["claim"]}" (stated by {", ".join(c["stated_by"]) or "no chunk"})'
+                          for c in details["wrong_claims"])
+    elif decided["source"] == "score" and decided.get("reason"):
+        extra = decided["reason"]
+    return f"{head}: {_named(decided)}" + (f"; {extra}" if extra else "")
+
+
+# --------------------------------------------------------------------------------------------
+# Counts
+
+
+def _counts(cases: Sequence[Case], found: list[CaseDiagnosis]) -> dict[str, dict[str, int]]:
+    layer_of = {d.case_id: d.layer for d in found}
+    rows: dict[str, Counter] = {}
+    for case in cases:
+        for tag in (ALL, *case.tags):
+            row = rows.setdefault(tag, Counter())
+            row["n_cases"] += 1
+            layer = layer_of.get(case.id)
+            if layer is not None:
+                row["n_failing"] += 1
+                row[layer] += 1
+    order = [ALL, *sorted(t for t in rows if t != ALL)]
+    return {t: {"n_cases": rows[t]["n_cases"], "n_failing": rows[t]["n_failing"],
+                **{layer: rows[t][layer] for layer in LAYERS}} for t in order}

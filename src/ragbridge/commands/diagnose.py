@@ -1,0 +1,107 @@
+"""``ragbridge diagnose``: each failing case of a run to its layer (`ragbridge.analysis.diagnose`),
+with the counts overall and per tag, as tables that fit the width (or plain lines), or one JSON
+document."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from ..analysis.diagnose import LAYERS, Diagnosis, diagnose
+from ..analysis.table import AnalysisError, open_run
+from ..report.marks import pass_marks
+from ..run.summary import ALL
+from .output import fail, out, print_json, print_lines, print_table, warn
+
+__all__ = ["register", "diagnose_cmd"]
+
+_SHORT = {"retrieval": "retr", "generation": "gen", "knowledge_base": "kb", "reference_or_judge": "ref",
+          "undetermined": "undet"}
+
+
+def register(cli: typer.Typer) -> None:
+    cli.command("diagnose")(diagnose_cmd)
+
+
+def diagnose_cmd(
+    run: Path = typer.Argument(..., help="Run folder."),
+    labels: Optional[Path] = typer.Option(
+        None, "--labels", "-l", help="Human labels (JSONL or CSV with case_id, metric, label): a label "
+                                     "answers its question and overrules the metrics."),
+    threshold: List[str] = typer.Option(
+        None, "--threshold", "-t", help="Pass mark: 0.7 for all, faithfulness=0.7 per metric, "
+                                        "rubric:faithfulness=0.7 per backend and metric (repeatable; "
+                                        "default: each metric's default pass mark)."),
+    gates: Optional[Path] = typer.Option(None, "--gates", help="Take pass marks from this gates file too."),
+    label_threshold: float = typer.Option(
+        0.5, "--label-threshold", help="A human grade at or above this is a pass."),
+    by_tag: bool = typer.Option(False, "--by-tag", help="Also count the layers per tag."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
+) -> None:
+    """Each failing case to one layer: retrieval, generation, knowledge_base, reference_or_judge or
+    undetermined (with the missing evidence named), and the evidence that decided it (docs/diagnose.md)."""
+    try:
+        r = open_run(run)
+        metrics = sorted({s.metric for s in r.scores})
+        backends = sorted({s.backend for s in r.scores})
+        th = pass_marks(threshold or None, gates, metrics, backends, (r.manifest.options or {}).get("k"))
+        d = diagnose(r, th, labels, label_threshold)
+    except AnalysisError as exc:
+        fail(str(exc))
+    except (OSError, ValueError) as exc:  # a gates file that cannot be read
+        fail(str(exc))
+    if d.unknown_labels:
+        warn(f"{d.unknown_labels} label(s) name a case that is not in this run")
+    if as_json:
+        print_json(d.to_dict())
+        return
+    _print(d, by_tag)
+
+
+def _print(d: Diagnosis, by_tag: bool) -> None:
+    n_failing = d.counts["n_failing"]
+    print_lines(out, [f"Diagnosis of {d.run}: {n_failing} of {d.n_cases} case(s) fail a metric"], indent="")
+    if not n_failing:
+        return
+    t = Table(title="Layers", title_justify="left")
+    t.add_column("layer")
+    t.add_column("cases", justify="right")
+    t.add_column("of failing", justify="right")
+    t.add_column("of all", justify="right")
+    lines = []
+    for layer in LAYERS:
+        n = d.counts[layer]
+        t.add_row(layer, str(n), f"{n / n_failing:.0%}", f"{n / d.n_cases:.0%}")
+        lines.append(f"{layer}: {n} ({n / n_failing:.0%} of failing, {n / d.n_cases:.0%} of all)")
+    print_table(out, t, lines)
+    if by_tag:
+        _print_by_tag(d)
+    for layer in LAYERS:
+        group = [c for c in d.cases if c.layer == layer]
+        if not group:
+            continue
+        rows = [f"{layer} ({len(group)})"]
+        for c in group:
+            rows.append(f"  {c.case_id}" + (f" [{', '.join(c.tags)}]" if c.tags else "") + f": {c.reason}")
+        print_lines(out, rows)
+
+
+def _print_by_tag(d: Diagnosis) -> None:
+    t = Table(title="Layers per tag", title_justify="left")
+    t.add_column("tag")
+    for col in ("cases", "failing", *(_SHORT[x] for x in LAYERS)):
+        t.add_column(col, justify="right", no_wrap=True)
+    lines = []
+    for tag, row in d.by_tag.items():
+        if tag == ALL:
+            continue
+        t.add_row(escape(tag), str(row["n_cases"]), str(row["n_failing"]), *(str(row[x]) for x in LAYERS))
+        lines.append(f"{tag}: {row['n_failing']} of {row['n_cases']} failing; "
+                     + ", ".join(f"{x} {row[x]}" for x in LAYERS))
+    print_table(out, t, lines)
+    print_lines(out, ["retr: retrieval, gen: generation, kb: knowledge_base, ref: reference_or_judge, "
+                      "undet: undetermined"], indent="")

@@ -1,0 +1,354 @@
+"""Diagnosis and the claim diagnostics, end to end on examples/diagnose (each case's true layer is
+known by construction: ``metadata.true_layer``), judged by the stub judge through the CLI.
+
+The claim diagnostics are checked against RAGChecker's computation: ``ragchecker`` cannot be
+installed beside ragbridge (its dependency refchecker pulls torch, CUDA wheels, spaCy, transformers
+and litellm), so `ragchecker_figures` restates the formulas of amazon-science/RAGChecker
+``ragchecker/computation.py`` (v0.1.9: ``evaluate_precision`` ... ``evaluate_unfaithfulness``) in
+NumPy, on the boolean matrices RAGChecker names answer2response, response2answer,
+retrieved2response and retrieved2answer, including its 0 for empty inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, ragbridge_cli
+from ragbridge import evaluate
+from ragbridge.analysis.diagnose import LAYERS, diagnose
+from ragbridge.analysis.thresholds import Thresholds
+from ragbridge.rubric.diagnostics import DIAGNOSTICS, figure
+from ragbridge.schema import Case, ClaimChecks
+
+EXAMPLE = ROOT / "examples" / "diagnose"
+GOLDEN = EXAMPLE / "golden.jsonl"
+LABELS = EXAMPLE / "labels.jsonl"
+METRICS = ["recall@5", "must_contain", "abstention", "faithfulness", "answer_correctness",
+           "claim_diagnostics"]
+
+
+def run_args(stub, out: Path, cache: Path, *extra: str) -> list:
+    metric_args = [a for m in METRICS for a in ("--metric", m)]
+    return ["run", GOLDEN, "--out", out, "--backend", "native", "--backend", "rubric", *metric_args,
+            "--judge-model", "stub-judge", "--judge-base-url", stub.base_url, "--cache-path", cache,
+            "--no-progress", *extra]
+
+
+@pytest.fixture(scope="module")
+def judged(tmp_path_factory):
+    from ragbridge.testing import StubJudge
+
+    tmp = tmp_path_factory.mktemp("diagnose")
+    with StubJudge() as stub:
+        res = ragbridge_cli(*run_args(stub, tmp / "run", tmp / "cache.sqlite"))
+        posts = len(stub.posts("/chat/completions"))
+        assert res.returncode == 0, res.stderr
+        yield tmp, tmp / "run", posts, stub
+
+
+def golden() -> dict[str, dict]:
+    return {c["id"]: c for c in map(json.loads, GOLDEN.read_text().splitlines())}
+
+
+def scores_of(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "scores.jsonl").read_text().splitlines()]
+
+
+# --------------------------------------------------------------------------------------------
+# The diagnosis
+
+
+def test_every_case_of_the_golden_set_gets_its_true_layer(judged):
+    _, run, _, _ = judged
+    res = ragbridge_cli("diagnose", run, "--labels", LABELS, "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    cases = golden()
+    got = {d["case_id"]: d["layer"] for d in doc["cases"]}
+    assert {cid: got.get(cid, "pass") for cid in cases} == {
+        cid: c["metadata"]["true_layer"] for cid, c in cases.items()}
+    truth = [c["metadata"]["true_layer"] for c in cases.values()]
+    assert doc["counts"] == {layer: truth.count(layer) for layer in LAYERS}
+    assert doc["n_failing"] == len(got) and doc["n_cases"] == len(cases)
+    for row in doc["by_tag"]:  # per tag: the same count from the cases carrying it
+        tagged = [c for c in cases.values() if row["tag"] in c["tags"]]
+        assert row["n_cases"] == len(tagged)
+        for layer in LAYERS:
+            assert row[layer] == sum(got.get(c["id"]) == layer for c in tagged), (row["tag"], layer)
+    by_id = {d["case_id"]: d for d in doc["cases"]}
+    # the evidence that decided each: the chunk outside the top k, the unsupported claim, the chunk
+    # stating the wrong answer, the human label, the missing evidence named
+    assert by_id["api-rate-limit"]["details"]["relevant_not_in_top_k"] == [
+        {"label": "api.md#limits", "rank": 6}]
+    assert by_id["sms-cost"]["decided_by"]["metric"] == "faithfulness"
+    assert "free for the first 100 messages" in by_id["sms-cost"]["details"]["unsupported_claims"][0]["claim"]
+    assert by_id["annual-refund-window"]["details"]["wrong_claims"][0]["stated_by"] == ["refunds.md#annual-1"]
+    assert by_id["invoice-download"]["details"]["overruled"][0]["decided_by"]["source"] == "label"
+    missing = by_id["quiet-hours"]["missing"]
+    assert "recall@5 (native) undefined (no relevance labels)" in missing[0]
+    assert "context_recall not scored in this run" in missing
+
+
+def test_without_human_labels_a_wrong_reference_reads_as_the_knowledge_base(judged):
+    _, run, _, _ = judged
+    d = diagnose(run)
+    got = {c.case_id: c.layer for c in d.cases}
+    assert got["invoice-download"] == got["sso-plan"] == "knowledge_base"
+    assert d.counts["reference_or_judge"] == 0 and d.counts["knowledge_base"] == 5
+
+
+def test_the_terminal_output_reads_at_80_columns(judged):
+    _, run, _, _ = judged
+    res = ragbridge_cli("diagnose", run, "--labels", LABELS, "--by-tag", env={"COLUMNS": "80"})
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert max(map(len, lines)) <= 80
+    text = " ".join(" ".join(line.split()) for line in lines)
+    assert "14 of 19 case(s) fail a metric" in text
+    assert "api.md#limits (rank 6)" in text and "(stated by refunds.md#annual-1)" in text
+    assert "answer_correctness (human label: pass) decides that the answer is correct" in text
+    assert "│ real" in res.stdout  # the per-tag table fits
+
+
+def test_bad_input_exits_2_and_names_it(judged, tmp_path):
+    _, run, _, _ = judged
+    res = ragbridge_cli("diagnose", run, "--labels", tmp_path / "labels.jsonl")
+    assert res.returncode == 2 and "labels.jsonl: no such labels file" in res.stderr
+    (tmp_path / "labels.jsonl").write_text('{"case_id": "x", "metric": "faithfulness", "label": "pass"}\n')
+    res = ragbridge_cli("diagnose", run, "--labels", tmp_path / "labels.jsonl")
+    assert res.returncode == 0 and "1 label(s) name a case that is not in this run" in res.stderr
+
+
+def test_rules_on_a_native_run_noise_in_the_top_k_and_a_human_fail(tmp_path):
+    chunks = [{"id": f"c{i}", "text": f"chunk {i}"} for i in range(5)]
+    cases = [Case(id="noisy", question="q", answer="the answer", contexts=chunks, relevant={"c0": 1},
+                  must_contain=["answer"], tags=["real"]),
+             Case(id="labelled", question="q", answer="the answer", contexts=chunks, relevant={"c0": 1},
+                  must_contain=["answer"], tags=["real"])]
+    run = evaluate(cases, backends=["native"], metrics=["recall@5", "precision@5", "must_contain"],
+                   out=tmp_path / "run")
+    (tmp_path / "labels.jsonl").write_text(
+        '{"case_id": "labelled", "metric": "faithfulness", "label": "fail"}\n')
+    d = diagnose(run, Thresholds(by_metric={"precision@5": 0.5}), labels=tmp_path / "labels.jsonl")
+    got = {c.case_id: c for c in d.cases}
+    assert got["noisy"].layer == "retrieval" and got["noisy"].question is None
+    assert "the top k holds noise" in got["noisy"].reason
+    # a human fail answers the faithfulness question once retrieval passed: before the list's noise
+    assert (got["labelled"].layer, got["labelled"].question) == ("generation", "faithfulness")
+    assert got["labelled"].decided_by["source"] == "label"
+    d = diagnose(run, labels=tmp_path / "labels.jsonl")  # at the default mark (1/5) precision passes
+    assert [(c.case_id, c.layer) for c in d.cases] == [("labelled", "generation")]
+    assert d.share("generation", "real") == 0.5 and d.share("retrieval") == 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# The claim diagnostics: every value recomputed from the run folder, by RAGChecker's formulas
+
+
+def ragchecker_figures(cc: dict) -> dict[str, float]:
+    """RAGChecker's figures from one case's matrices (see the module docstring), 0 where it gives 0."""
+    def m(x):
+        return np.array([[v == "SUPPORTED" for v in row] for row in x] if x and isinstance(x[0], list)
+                        else [v == "SUPPORTED" for v in (x or [])], dtype=bool)
+
+    a2r, r2a = m(cc.get("answer_in_reference")), m(cc.get("reference_in_answer"))
+    ret2resp, ret2ans = m(cc.get("answer_in_chunks")), m(cc.get("reference_in_chunks"))
+    out = {}
+    out["precision"] = float(a2r.mean()) if a2r.size else 0.0
+    out["recall"] = float(r2a.mean()) if r2a.size else 0.0
+    p, r = out["precision"], out["recall"]
+    out["f1"] = 2 * p * r / (p + r) if p > 0 and r > 0 else 0.0
+    if ret2ans.ndim == 2 and ret2ans.shape[0] and ret2ans.shape[1]:
+        recalled = ret2ans.max(axis=1)
+        out["claim_recall"] = float(recalled.mean())
+        out["context_precision"] = float(ret2ans.max(axis=0).mean())
+        out["context_utilization"] = (float((recalled & r2a).sum() / recalled.sum())
+                                      if recalled.sum() else 0.0)
+    else:
+        out["claim_recall"] = out["context_precision"] = out["context_utilization"] = 0.0
+    if a2r.size and ret2resp.ndim == 2 and ret2resp.shape[1] and ret2ans.ndim == 2 and ret2ans.shape[0]:
+        relevant = ret2ans.max(axis=0, keepdims=True)
+        rel = (relevant & ret2resp).max(axis=1)
+        irr = (~relevant & ret2resp).max(axis=1) & ~rel
+        out["noise_sensitivity_in_relevant"] = float((rel & ~a2r).mean())
+        out["noise_sensitivity_in_irrelevant"] = float((irr & ~a2r).mean())
+    else:
+        out["noise_sensitivity_in_relevant"] = out["noise_sensitivity_in_irrelevant"] = 0.0
+    if a2r.size and ret2resp.ndim == 2 and ret2resp.shape[1]:
+        unfaithful = ~ret2resp.max(axis=1)
+        out["hallucination"] = float((unfaithful & ~a2r).mean())
+        out["self_knowledge"] = float((unfaithful & a2r).mean())
+    else:
+        out["hallucination"] = out["self_knowledge"] = 0.0
+    return out
+
+
+def defined(name: str, cc: dict) -> bool:
+    """Where ragbridge gives a value rather than undefined: something to average (module docstring
+    of ragbridge.rubric.diagnostics)."""
+    a, r = cc.get("answer_claims") or [], cc.get("reference_claims") or []
+    if name in ("precision",):
+        return bool(a)
+    if name in ("recall", "claim_recall", "context_precision"):
+        return bool(r)
+    if name == "f1":
+        return bool(a) and bool(r)
+    if name == "context_utilization":
+        return bool(r) and any("SUPPORTED" in row for row in cc["reference_in_chunks"])
+    if name.startswith("noise"):
+        return bool(a) and bool(r)
+    return bool(a)
+
+
+def test_every_claim_diagnostic_is_recomputed_from_the_run_folder(judged):
+    _, run, _, _ = judged
+    cases = golden()
+    seen = {}
+    for s in scores_of(run):
+        if s["metric"] not in DIAGNOSTICS or s["error"]:
+            continue
+        d = DIAGNOSTICS[s["metric"]]
+        if s["value"] is None and s["evidence"] is None:  # skipped: the case lacks an input
+            assert s["reason"].startswith("skipped: case has no"), s
+            continue
+        cc = s["evidence"]["claim_checks"]
+        assert cc["chunk_ids"] in (None, [c["id"] for c in cases[s["case_id"]]["contexts"]])
+        raw = s["native_value"]["ragchecker_value"]
+        assert s["native_metric"] == s["native_value"]["ragchecker_metric"] == d.ragchecker
+        theirs = ragchecker_figures(cc)[d.ragchecker]
+        if defined(d.ragchecker, cc):
+            assert raw == pytest.approx(theirs, abs=1e-12), (s["case_id"], s["metric"])
+            assert s["value"] == pytest.approx(1 - raw if d.inverted else raw, abs=1e-12)
+        else:
+            assert raw is None and s["value"] is None and theirs == 0.0, (s["case_id"], s["metric"])
+        seen.setdefault(s["metric"], 0)
+        seen[s["metric"]] += 1
+    judged_cases = [c for c in cases.values() if c.get("reference") and c.get("answer")]
+    assert seen == {m: len(judged_cases) for m in DIAGNOSTICS}
+    # the golden set exercises the formulas: not every figure is 0 or 1
+    hallucination = {s["case_id"]: s["native_value"]["ragchecker_value"] for s in scores_of(run)
+                     if s["metric"] == "hallucination" and s["native_value"]}
+    assert hallucination["password-reset-expiry"] == 1.0 and hallucination["refund-window-monthly"] == 0.0
+
+
+def test_the_formulas_are_ragcheckers_on_random_claim_matrices():
+    rng = random.Random(3)
+    verdicts = ("SUPPORTED", "CONTRADICTED", "NOT_FOUND")
+    n_defined = 0
+    for _ in range(3000):
+        na, nr, nk, p = rng.randint(0, 4), rng.randint(0, 4), rng.randint(1, 5), rng.random()
+
+        def v():
+            return "SUPPORTED" if rng.random() < p else rng.choice(verdicts[1:])
+
+        cc = {"answer_claims": [f"a{i}" for i in range(na)], "reference_claims": [f"r{j}" for j in range(nr)],
+              "chunk_ids": [f"c{k}" for k in range(nk)],
+              "answer_in_chunks": [[v() for _ in range(nk)] for _ in range(na)],
+              "reference_in_chunks": [[v() for _ in range(nk)] for _ in range(nr)],
+              "answer_in_reference": [v() for _ in range(na)],
+              "reference_in_answer": [v() for _ in range(nr)]}
+        theirs = ragchecker_figures(cc)
+        for d in DIAGNOSTICS.values():
+            mine, reason = figure(d.ragchecker, ClaimChecks(**cc))
+            assert reason
+            if defined(d.ragchecker, cc):
+                n_defined += 1
+                assert mine == pytest.approx(theirs[d.ragchecker], abs=1e-12), (d.name, cc)
+            else:
+                assert mine is None and theirs[d.ragchecker] == 0.0, (d.name, cc)
+    assert n_defined > 20000
+
+
+# --------------------------------------------------------------------------------------------
+# Judge calls: batched per chunk, planned by --dry-run, reused from the cache
+
+
+def expected_calls(run: Path) -> int:
+    """The claim checks' calls by their definition: per case two splits, one check of each side's
+    claims against the other text, and one call per distinct chunk text when there is a claim."""
+    cases = golden()
+    total = 0
+    for s in scores_of(run):
+        if s["metric"] != "noise_sensitivity_relevant" or not s["evidence"]:
+            continue  # this metric reads every part but reference_in_answer: counted below
+        cc = s["evidence"]["claim_checks"]
+        texts = {c["text"] for c in cases[s["case_id"]]["contexts"]}
+        has_claims = bool(cc["answer_claims"] or cc["reference_claims"])
+        total += 2 + bool(cc["answer_claims"]) + bool(cc["reference_claims"]) + len(texts) * has_claims
+    return total
+
+
+def test_dry_run_plans_exactly_the_calls_the_run_makes(judged, tmp_path):
+    from ragbridge.testing import StubJudge
+
+    with StubJudge() as stub:
+        only = ["--metric", "claim_diagnostics"]
+        args = ["run", GOLDEN, "--backend", "rubric", *only, "--judge-model", "stub-judge",
+                "--judge-base-url", stub.base_url, "--cache-path", tmp_path / "c.sqlite", "--no-progress"]
+        dry = ragbridge_cli(*args, "--out", tmp_path / "dry", "--dry-run", "--json")
+        assert dry.returncode == 0, dry.stderr
+        assert stub.posts("/chat/completions") == [] and not (tmp_path / "dry").exists()
+        res = ragbridge_cli(*args, "--out", tmp_path / "run", "--json")
+        assert res.returncode == 0, res.stderr
+        real = len(stub.posts("/chat/completions"))
+    planned = json.loads(dry.stdout)
+    assert planned["calls"] == real == expected_calls(tmp_path / "run")
+    assert planned["cache_hits"] > 2 * real  # ten metrics, one set of calls
+
+
+def test_a_rerun_on_the_same_judge_cache_calls_nothing(judged):
+    tmp, run, posts, stub = judged
+    stub.reset()
+    res = ragbridge_cli(*run_args(stub, tmp / "again", tmp / "cache.sqlite", "--no-score-cache"))
+    assert res.returncode == 0, res.stderr
+    assert stub.posts("/chat/completions") == []
+    first = {(s["case_id"], s["backend"], s["metric"]): (s["value"], s["evidence"]) for s in scores_of(run)}
+    again = {(s["case_id"], s["backend"], s["metric"]): (s["value"], s["evidence"])
+             for s in scores_of(tmp / "again")}
+    assert again == first and posts > 0
+
+
+# --------------------------------------------------------------------------------------------
+# The report's section and the gate rule
+
+
+def test_the_report_shows_the_diagnosis_the_command_gives(judged, tmp_path):
+    from ragbridge.report.data import report_data
+    from ragbridge.report.html import render_html
+    from ragbridge.report.markdown import render_markdown
+
+    _, run, _, _ = judged
+    expected = diagnose(run, labels=LABELS)
+    d = report_data(run, labels=LABELS, n_resamples=0)
+    assert d["diagnosis"]["counts"] == expected.to_dict()["counts"]
+    assert [(c["case_id"], c["layer"]) for c in d["diagnosis"]["cases"]] == [
+        (c.case_id, c.layer) for c in expected.cases]
+    page = render_html(run, data=d)
+    assert '<section id="diagnosis">' in page and 'href="#case-api-rate-limit"' in page
+    md = render_markdown(run, data=d)
+    assert "| all | 19 | 14 | 4 | 4 | 3 | 2 | 1 |" in md
+
+
+def test_a_gate_rule_bounds_the_share_of_a_layer(judged, tmp_path):
+    _, run, _, _ = judged
+    gates = tmp_path / "gates.toml"
+    gates.write_text('[[gate]]\ncheck = "diagnosed(retrieval) <= 0.05"\ntags = ["real"]\n\n'
+                     '[[gate]]\ncheck = "diagnosed(undetermined) <= 0.1"\n')
+    res = ragbridge_cli("gate", run, "--config", gates, "--json", "--markdown", tmp_path / "gate.md")
+    assert res.returncode == 1, res.stderr
+    rows = json.loads(res.stdout)["results"]
+    real = [c for c in golden().values() if "real" in c["tags"]]
+    retrieval = sorted(c["id"] for c in real if c["metadata"]["true_layer"] == "retrieval")
+    assert rows[0]["verdict"] == "fail" and rows[0]["n"] == len(real)
+    assert rows[0]["figure"] == pytest.approx(len(retrieval) / len(real))
+    assert sorted(c["case_id"] for c in rows[0]["cases_behind"]) == retrieval
+    assert rows[1]["verdict"] == "pass" and rows[1]["figure"] == pytest.approx(1 / 19)
+    assert "not in the top k: plans.md\\#seats" in (tmp_path / "gate.md").read_text()
+    gates.write_text('[[gate]]\ncheck = "diagnosed(retreival) <= 0.05"\n')
+    res = ragbridge_cli("gate", run, "--config", gates)
+    assert res.returncode == 2 and "'retreival' is not a layer of the diagnosis" in res.stderr
