@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, List, Sequence
+from typing import Any, List, Optional, Sequence
 
 import typer
 from rich.markup import escape
@@ -240,7 +240,8 @@ def validate_cmd(
     run: Path = typer.Argument(..., help="Run folder."),
     labels: Path = typer.Option(
         ..., "--labels", "-l", help="Human labels: JSONL or CSV with case_id, metric, label (pass/fail or a "
-                                    "grade)."),
+                                    "grade); or signal:NAME, the user signal NAME the run's cases carry "
+                                    "(thumbs, feedback) as the human side of every metric."),
     metric: List[str] = typer.Option(
         None, "--metric", "-m", help="Only these metrics (repeatable); with one metric, label lines may omit "
                                      "it."),
@@ -256,8 +257,11 @@ def validate_cmd(
 ) -> None:
     """Each backend's verdicts against human labels: TPR, TNR, kappa, balanced accuracy."""
     r = _run_or_fail(run)
+    human = labels
+    if str(labels).startswith("signal:") and not labels.exists():
+        human = _signal_labels(r, str(labels)[len("signal:"):], metric)
     try:
-        frame = validate(r, labels, metric or None, backend or None, threshold or None,
+        frame = validate(r, human, metric or None, backend or None, threshold or None,
                          label_threshold, resamples, seed)
     except AnalysisError as exc:
         fail(str(exc))
@@ -268,6 +272,28 @@ def validate_cmd(
         _print_validation(out, frame)
     if unknown:
         err.print(f"[yellow]{unknown} label(s) name a case that is not in this run[/]")
+
+
+def _signal_labels(r, name: str, metrics: Optional[List[str]]):
+    """Labels from the user signal ``name`` on the run's cases, one per metric asked for (every metric
+    of the run when none is)."""
+    from ..traces.signals import labels_from_signals
+
+    if not name:
+        fail("--labels signal:NAME needs the signal's name, e.g. signal:thumbs")
+    wanted = list(metrics) if metrics else sorted({s.metric for s in r.scores})
+    frame, unread = labels_from_signals(r.cases, name, wanted)
+    if frame.empty:
+        names = sorted({str(s.get("name")) for c in r.cases for s in c.metadata.get("signals", []) or []
+                        if isinstance(s, dict)})
+        fail(f"{r.path}: no case carries a signal named {name!r}"
+             + (f" (the cases carry: {', '.join(names)})" if names else
+                " (the cases carry no signals: sample the traces with their feedback, "
+                "ragbridge sample --signals)"))
+    if unread:
+        err.print(f"[yellow]warning:[/] {unread} {name!r} signal(s) have neither a score nor a pass/fail "
+                  "label and are not labels", highlight=False)
+    return frame
 
 
 def _ppi_line(row) -> str:
