@@ -569,8 +569,9 @@ def test_cli_on_real_native_runs(tmp_path):
     assert run_gates(tmp_path / "base", gates, baseline=tmp_path / "base").passed
 
 
+# (an id cannot hold a line break or a control character: the input refuses it; errors, below, can)
 HOSTILE_ID = ("<img src=x onerror=alert(1)>|`tick` **b** [l](javascript:alert(2)) ]]> &amp; "
-              "a\\|b\nforged: 1.000")
+              "a\\|b forged: 1.000")
 HOSTILE_TAG = "<img src=x onerror=alert(3)>|t`"
 HOSTILE_ERROR = "<script>alert(4)</script> | `x` ]]>\x1b[2J\nforged error line"
 

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ragbridge.formats import DatasetError, Format
-from ragbridge.formats.files import jsonl_lines, read_hf_rows
+from ragbridge.formats.files import atomic_path, jsonl_lines, read_hf_rows
 from ragbridge.formats.records import cases_from_records
 from ragbridge.formats.records import is_missing as _missing
 from ragbridge.formats.records import plain as _plain
@@ -415,11 +415,13 @@ def leaderboard(run: Any, backend: Optional[str] = "trulens", app_name: str = "r
 
 def write_leaderboard(run: Any, path: str | Path, backend: Optional[str] = "trulens",
                       per_record: bool = False) -> Path:
-    """Write `leaderboard` (or `records`) to ``.csv`` or ``.json`` (records orient)."""
+    """Write `leaderboard` (or `records`) to ``.csv`` or ``.json`` (records orient), whole or not at
+    all (an earlier export stays as it was when the writing fails)."""
     path = Path(path)
     df = records(run, backend=backend) if per_record else leaderboard(run, backend=backend).reset_index()
-    if path.suffix.lower() == ".json":
-        path.write_text(df.to_json(orient="records", indent=1), encoding="utf-8")
-    else:
-        df.to_csv(path, index=False)
+    with atomic_path(path) as tmp:
+        if path.suffix.lower() == ".json":
+            tmp.write_text(df.to_json(orient="records", indent=1), encoding="utf-8")
+        else:
+            df.to_csv(tmp, index=False)
     return path
