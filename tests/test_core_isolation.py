@@ -1,6 +1,6 @@
-"""The core names no library: everything about RAGAS, DeepEval, TruLens or Phoenix (environment
-defaults, prompts, field names, formats) lives in that library's plugin and reaches the core through
-hooks. And importing ragbridge changes no environment variable.
+"""The core names no library: everything about RAGAS, DeepEval, TruLens, Phoenix or Langfuse
+(environment defaults, prompts, field names, formats) lives in that library's plugin and reaches the
+core through hooks. And importing ragbridge changes no environment variable.
 
 The grep covers every text file of ``src/ragbridge`` (the core and ``ragbridge.testing``: code,
 docstrings, templates). It fails on a library's name, on a field name that only a library uses, and
@@ -23,8 +23,8 @@ from pathlib import Path
 
 CORE = Path(__file__).resolve().parent.parent / "src" / "ragbridge"
 
-#: the libraries the bundled and planned backend plugins adapt
-NAMES = ("ragas", "deepeval", "trulens", "phoenix", "arize")
+#: the libraries the bundled and planned plugins adapt (backends, and trace and score formats)
+NAMES = ("ragas", "deepeval", "trulens", "phoenix", "arize", "langfuse")
 #: field and class names of the libraries' own records and results
 FIELDS = (
     # RAGAS (SingleTurnSample, legacy columns)
@@ -37,6 +37,9 @@ FIELDS = (
     # TruLens (GroundTruth records, feedback results)
     "expected_response", "expected_chunks", "ground_truth_id", "supporting_evidence", "groundedness",
     "GroundTruthAgreement", "relevance_with_cot_reasons",
+    # the libraries' structured-output schemas (what the stub's responders recognise them by)
+    "NLIStatementOutput", "ContextPrecisionOutput", "ContextualRelevancyVerdict", "FaithfulnessVerdict",
+    "ChainOfThoughtResponse", "extract_structured_data",
 )
 #: phrases of the libraries' judge prompts
 PROMPTS = (
@@ -99,7 +102,7 @@ def test_the_grep_catches_library_knowledge():
     plugins = CORE.parent.parent / "plugins"
     text = "\n".join(p.read_text(encoding="utf-8") for p in plugins.rglob("*.py"))
     for term in ("ragas", "deepeval", "trulens", "user_input", "actual_output", "supporting_evidence",
-                 "Now perform the same with the following input", "SEARCH RESULT"):
+                 "NLIStatementOutput", "ChainOfThoughtResponse", "SEARCH RESULT"):
         assert _word(term).search(text), term
 
 

@@ -13,7 +13,6 @@ import secrets
 import threading
 
 import httpx
-import openai
 import pytest
 
 from ragbridge.judge import JudgeError, JudgeGateway, Usage
@@ -21,19 +20,22 @@ from ragbridge.testing import StubJudge
 from ragbridge.testing.pytest_fixtures import stub_judge  # noqa: F401
 from test_judge import FastGateway, make_config
 
+openai = pytest.importorskip(
+    "openai", reason="the judge is tested with the openai SDK as its client; every library extra installs it")
+
 MSG = [{"role": "user", "content": "Rate the answer from 0 to 3. Answer: refunds take 30 days."}]
 
 
 def sync_client(gw: JudgeGateway, base_url: str | None = None, **kw) -> openai.OpenAI:
     kw.setdefault("max_retries", 2)  # the SDK's default: the gateway must stop it from multiplying retries
-    return openai.OpenAI(base_url=base_url or gw.plain_base_url, api_key=gw.api_key,
+    return openai.OpenAI(base_url=base_url or gw.base_url(), api_key=gw.api_key,
                          http_client=httpx.Client(transport=gw.transport(), trust_env=False), **kw)
 
 
 def async_client(gw: JudgeGateway, **kw) -> openai.AsyncOpenAI:
     kw.setdefault("max_retries", 2)
     http_client = httpx.AsyncClient(transport=gw.async_transport(), trust_env=False)
-    return openai.AsyncOpenAI(base_url=gw.plain_base_url, api_key=gw.api_key, http_client=http_client, **kw)
+    return openai.AsyncOpenAI(base_url=gw.base_url(), api_key=gw.api_key, http_client=http_client, **kw)
 
 
 def chat(client: openai.OpenAI, content: str = MSG[0]["content"]) -> str:
@@ -259,7 +261,9 @@ def test_close_ends_requests_in_flight_at_once(tmp_path):
             sync_result: list = []
             sync = threading.Thread(target=lambda: sync_result.append(_sync_call(gw)))
             sync.start()
-            while stub.in_flight < 4:
+            deadline = time.monotonic() + 60
+            while stub.in_flight < 4:  # every call held by the judge before the gateway closes
+                assert time.monotonic() < deadline, f"{stub.in_flight} of 4 calls reached the judge in 60 s"
                 await asyncio.sleep(0.02)
             t0 = time.monotonic()
             await asyncio.to_thread(gw.close)

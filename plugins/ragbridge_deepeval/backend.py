@@ -123,7 +123,9 @@ class DeepEvalBackend(Backend):
         limit = int(opts.get("concurrency") or session.gateway.config.max_concurrency)
 
         async def one(case: Case) -> Score:
-            return await self.score_case(metric, case, session.gateway, opts, session.http_client)
+            # ctx.judge, not the session's: it files the calls under this job's repeat
+            return await self.score_case(metric, case, ctx.judge or session.gateway, opts,
+                                         session.http_client)
 
         async for score in fan_out(cases, one, max(1, limit)):
             yield score

@@ -54,6 +54,9 @@ class MetricSpec:
     when a run names no metric (False for a metric whose judge calls multiply, asked for by name, and
     for one that needs input the run does not have, such as the span metrics without span labels);
     ``group``: a name that asks for every metric of the group at once (``--metric GROUP``).
+    ``pass_mark``: the threshold of the backend's own pass rule on the 0..1 value, when it has one
+    that differs from the metric's default (a rubric's ``pass_at``), recorded in run.json
+    (``pass_marks``) as the pass mark of this backend and metric.
     """
 
     name: str
@@ -64,6 +67,7 @@ class MetricSpec:
     digest: Optional[str] = None
     default: bool = True
     group: Optional[str] = None
+    pass_mark: Optional[float] = None
 
 
 @dataclass
@@ -90,6 +94,14 @@ class RunOptions:
     span_arithmetic: str = "merged"
     chunking: Any = None
     span_labels: bool = False
+
+    def problem(self) -> Optional[str]:
+        """What is wrong with these options, as an error text, or None."""
+        for phrase in self.decline_phrases or ():
+            if not isinstance(phrase, str) or not phrase.strip():
+                return (f"--decline-phrase {phrase!r} is empty: every answer contains it, so every case "
+                        "would count as declined; give the words a declined answer uses")
+        return None
 
     def public(self) -> dict[str, Any]:
         out = {

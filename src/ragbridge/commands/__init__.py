@@ -18,7 +18,12 @@ Only the console script and plugins' command modules import this package; no lib
 
 from __future__ import annotations
 
+import functools
+import inspect
+import typing
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, Optional
 
 import typer
 from typer.core import TyperGroup
@@ -26,7 +31,7 @@ from typer.core import TyperGroup
 from .. import __version__
 from ..plugins import register_commands
 
-__all__ = ["cli", "run_cli", "PlainHelpGroup", "COMMANDS"]
+__all__ = ["cli", "run_cli", "PlainHelpGroup", "COMMANDS", "judge_options", "JudgeOptions"]
 
 #: the built-in commands, in the order ``--help`` lists them: name -> (the module under
 #: ``ragbridge.commands`` whose ``register`` adds it, the first paragraph of its help)
@@ -40,8 +45,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
                         "cannot hold."),
     "convert": ("data", "Convert a dataset between formats (canonical JSONL, CSV, Parquet, datasets, TREC, "
                         "and the backends' own)."),
-    "sample": ("data", "Draw a reproducible sample of logged interactions as canonical cases, ready for "
-                       "reference-free metrics."),
+    "sample": ("data", "Draw a reproducible sample of production traces (or logged interactions) as "
+                       "canonical cases, ready for reference-free metrics."),
+    "anchor": ("data", "Anchor chunk-id and section labels to spans of the documents, so that they survive "
+                       "re-chunking."),
+    "export-scores": ("data", "Write a run's scores as span evaluations (trace id, span id, name, label, "
+                              "score, explanation) for the tracing tool the traces came from."),
     "compare": ("analysis", "Agreement between backends on each metric they share, and the cases they "
                             "disagree on most; with two runs, each backend against itself in the other run "
                             "(e.g. another judge model)."),
@@ -126,6 +135,71 @@ class PlainHelpGroup(TyperGroup):
                 formatter.write_dl(rows)
 
 
+# The judge options: (parameter, JudgeConfig field, type, option). Every command that calls the judge
+# takes all of them, through `judge_options`.
+_OPTIONS: list[tuple[str, Optional[str], Any, Any]] = [
+    ("judge_model", "model", Optional[str], typer.Option(None, "--judge-model", help="Judge model name.")),
+    ("judge_base_url", "base_url", Optional[str], typer.Option(
+        None, "--judge-base-url", help="Base URL of the judge (OpenAI-compatible; see docs/judges.md).")),
+    ("judge_api_key_env", "api_key_env", Optional[str], typer.Option(
+        None, "--judge-api-key-env", help="Environment variable that holds the judge's key (default "
+                                          "OPENAI_API_KEY; none needed on this machine).")),
+    ("embedding_model", "embedding_model", Optional[str], typer.Option(
+        None, "--embedding-model", help="Embedding model name, for metrics that embed.")),
+    ("cache_mode", "cache_mode", Optional[str], typer.Option(
+        None, "--cache-mode", help="Judge cache: read-write, read-only or off.")),
+    ("cache_path", "cache_path", Optional[Path], typer.Option(
+        None, "--cache-path", help="Judge cache file (SQLite).")),
+    ("max_concurrency", "max_concurrency", Optional[int], typer.Option(
+        None, "--max-concurrency", help="Judge calls in flight at once, across all backends (default 8).")),
+    ("requests_per_minute", "requests_per_minute", Optional[float], typer.Option(
+        None, "--requests-per-minute", help="Judge requests started per minute, across all backends and "
+                                            "workers (default: no limit).")),
+    ("config", None, Optional[Path], typer.Option(
+        None, "--config", help="Config file (default: ./ragbridge.toml, then [tool.ragbridge] in "
+                               "./pyproject.toml).")),
+]
+
+
+@dataclass(frozen=True)
+class JudgeOptions:
+    """What the judge options of one command line say: the settings given (the others None) and the
+    config file."""
+
+    overrides: dict[str, Any]
+    config: Optional[Path] = None
+
+    def load(self) -> Any:
+        """The judge configuration (`ragbridge.commands.judge.judge_config`), or None when none is
+        configured."""
+        from .judge import judge_config
+
+        return judge_config(self.overrides, self.config)
+
+
+def judge_options(command: Callable) -> Callable:
+    """Give ``command`` the judge options: its parameter ``judge`` (a `JudgeOptions`) stands for
+    them on the command line."""
+    hints = typing.get_type_hints(command)
+    signature = inspect.signature(command)
+    own = [p.replace(annotation=hints.get(p.name, p.annotation))
+           for p in signature.parameters.values() if p.name != "judge"]
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=typ)
+             for name, _, typ, option in _OPTIONS]
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        given = {name: kwargs.pop(name, None) for name, _, _, _ in _OPTIONS}
+        overrides = {field: given[name] for name, field, _, _ in _OPTIONS if field is not None}
+        return command(*args, judge=JudgeOptions(overrides, given["config"]), **kwargs)
+
+    wrapper.__signature__ = signature.replace(parameters=own + added)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {**{p.name: p.annotation for p in own + added},
+                               "return": hints.get("return", None)}
+    return wrapper
+
+
+
 class _RootGroup(PlainHelpGroup):
     """The root group: the built-in commands of `COMMANDS`, imported when used."""
 
@@ -158,6 +232,19 @@ def main(
 
 
 def run_cli() -> None:
-    """The console script: the built-in commands, then the plugins' commands, then the command line."""
+    """The console script: the built-in commands, then the plugins' commands, then the command line.
+    An output that cannot be written (a read-only folder, a full disk) is one error line and exit 2,
+    from whichever command met it."""
     register_commands(cli)
-    cli(prog_name="ragbridge")
+    try:
+        cli(prog_name="ragbridge")
+    except OSError as exc:
+        from .output import fail, storage_error
+
+        text = storage_error(exc)
+        if text is None:
+            raise
+        try:
+            fail(f"cannot write (or read) a file: {text}")
+        except typer.Exit as done:
+            raise SystemExit(done.exit_code) from None

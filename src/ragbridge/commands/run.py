@@ -2,14 +2,15 @@
 
 Exit codes:
   0    every planned score recorded, none errored
-  2    bad input or configuration; nothing written
+  2    bad input or configuration; nothing written. Also: the run folder cannot be written (read-only,
+       disk full): what was scored is kept, run it again to resume
   3    the run finished, but some scores errored: run it again to retry them
   4    the judge budget (--max-calls / --max-cost) was spent: what was scored is kept, the rest is
        not run; run it again with a larger budget to resume
   5    the run finished but computed nothing: every score is undefined, because the cases lack
        what the metrics need (e.g. ranking metrics without relevance labels); the message says
        which fields are missing for which metrics and what to run instead
-  130  interrupted: run it again to resume
+  130  interrupted (Ctrl-C, SIGTERM): run it again to resume
 
 ``--dry-run`` calls and writes nothing: it prints the judge calls and the cost the run would make,
 counting what the judge cache and the run folder already hold.
@@ -17,7 +18,10 @@ counting what the judge cache and the run folder already hold.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -32,7 +36,7 @@ from ..report.text import MISSING, jsonable, num
 from ..run import RunError, evaluate
 from ..run.summary import ALL
 from ..run.unscored import nothing_computed, unscored_lines
-from .judge import judge_config
+from . import JudgeOptions, judge_options
 from .output import (
     EXIT_BUDGET_SPENT,
     EXIT_INTERRUPTED,
@@ -45,6 +49,7 @@ from .output import (
     print_json,
     print_lines,
     print_table,
+    storage_error,
     warn,
 )
 
@@ -93,6 +98,7 @@ def register(cli: typer.Typer) -> None:
     cli.command("rescore")(rescore)
 
 
+@judge_options
 def run(
     dataset: Path = typer.Argument(..., help="Golden set: .jsonl, .csv, .parquet, or a datasets folder."),
     out_dir: Path = typer.Option(
@@ -127,22 +133,6 @@ def run(
     as_json: bool = typer.Option(
         False, "--json", help="Print the summary as one JSON document (notes on stderr)."
     ),
-    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model name."),
-    judge_base_url: Optional[str] = typer.Option(
-        None, "--judge-base-url", help="OpenAI-compatible base URL of the judge."),
-    judge_api_key_env: Optional[str] = typer.Option(
-        None, "--judge-api-key-env", help="Environment variable that holds the judge's key (default "
-                                          "OPENAI_API_KEY)."),
-    embedding_model: Optional[str] = typer.Option(
-        None, "--embedding-model", help="Embedding model name, for metrics that embed."),
-    cache_mode: Optional[str] = typer.Option(
-        None, "--cache-mode", help="Judge cache: read-write, read-only or off."),
-    cache_path: Optional[Path] = typer.Option(None, "--cache-path", help="Judge cache file (SQLite)."),
-    max_concurrency: Optional[int] = typer.Option(
-        None, "--max-concurrency", help="Judge calls in flight at once, across all backends (default 8)."),
-    requests_per_minute: Optional[float] = typer.Option(
-        None, "--requests-per-minute", help="Judge requests started per minute, across all backends and "
-                                            "workers (default: no limit)."),
     executor: str = typer.Option(
         "local", "--executor", help="Where to score: local (this process) or ray (pip install "
                                     "'ragbridge[ray]')."),
@@ -153,9 +143,6 @@ def run(
         None, "--gateway-host", help="With --executor ray: this machine's address the workers reach the "
                                      "judge gateway at (default 127.0.0.1; needed for nodes on other "
                                      "machines)."),
-    config: Optional[Path] = typer.Option(
-        None, "--config", help="Config file (default: ./ragbridge.toml, then [tool.ragbridge] in "
-                               "./pyproject.toml)."),
     target: Optional[str] = typer.Option(
         None, "--target", help="Call the system under test for each case first: module:callable, "
                                "module:object with retrieve/answer, or an http(s) URL."),
@@ -172,6 +159,7 @@ def run(
     max_cost: Optional[float] = MAX_COST,
     dry_run: bool = DRY_RUN,
     score_cache: bool = SCORE_CACHE,
+    judge: JudgeOptions = JudgeOptions({}),
 ) -> None:
     """Score a golden set with one or more backends and write a run folder.
 
@@ -188,6 +176,9 @@ def run(
         fail(f"--gain must be 'linear' or 'exponential', got {gain!r}")
     if no_relevant not in ("undefined", "zero"):
         fail(f"--no-relevant must be 'undefined' or 'zero', got {no_relevant!r}")
+    problem = RunOptions(decline_phrases=decline_phrase or None).problem()
+    if problem:
+        fail(problem)
     from ..formats.source import open_cases
 
     documents, chunking = _span_inputs(corpus, chunks, span_min_overlap, span_arithmetic)
@@ -196,20 +187,19 @@ def run(
                            batch_size=batch_size, corpus=documents, qrels=qrels)
     except DatasetError as exc:
         fail(str(exc))
+    except OSError as exc:
+        if storage_error(exc) is None:
+            raise
+        fail(f"cannot check the golden set beside {out_dir}: {storage_error(exc)}; nothing was written")
     for line in cases.warnings:
         warn(line)
     _score_and_print(
-        cases, out_dir, str(dataset), backend, metric, config, no_progress, overwrite,
+        cases, out_dir, str(dataset), backend, metric, no_progress, overwrite,
         RunOptions(k=k, gain=gain, no_relevant=no_relevant, case_sensitive=case_sensitive,
                    decline_phrases=decline_phrase or None,
                    backend_options=_rubric_options(rubric), generator_model=generator_model,
                    span_min_overlap=span_min_overlap, span_arithmetic=span_arithmetic, chunking=chunking),
-        dict(
-            model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
-            embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,
-            max_concurrency=max_concurrency, requests_per_minute=requests_per_minute,
-        ),
-        target=target, target_concurrency=target_concurrency, as_json=as_json,
+        judge, target=target, target_concurrency=target_concurrency, as_json=as_json,
         executor=_executor(executor, ray_address, gateway_host),
         run_kwargs=dict(repeats=repeats, pass_repeats=pass_repeats, max_calls=max_calls, max_cost=max_cost,
                         dry_run=dry_run, score_cache=score_cache),
@@ -244,6 +234,7 @@ def _executor(name: str, address: Optional[str], gateway_host: Optional[str]):
     return RayExecutor(address=address, gateway_host=gateway_host)
 
 
+@judge_options
 def rescore(
     run_dir: Path = typer.Argument(
         ..., help="A run folder: its recorded cases are scored again, nothing is called but the judge."),
@@ -255,18 +246,6 @@ def rescore(
     as_json: bool = typer.Option(
         False, "--json", help="Print the summary as one JSON document (notes on stderr)."
     ),
-    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model name."),
-    judge_base_url: Optional[str] = typer.Option(
-        None, "--judge-base-url", help="OpenAI-compatible base URL of the judge."),
-    judge_api_key_env: Optional[str] = typer.Option(
-        None, "--judge-api-key-env", help="Environment variable that holds the judge's key."),
-    embedding_model: Optional[str] = typer.Option(None, "--embedding-model", help="Embedding model name."),
-    cache_mode: Optional[str] = typer.Option(
-        None, "--cache-mode", help="Judge cache: read-write, read-only or off."),
-    cache_path: Optional[Path] = typer.Option(None, "--cache-path", help="Judge cache file (SQLite)."),
-    max_concurrency: Optional[int] = typer.Option(
-        None, "--max-concurrency", help="Judge calls in flight at once."),
-    config: Optional[Path] = typer.Option(None, "--config", help="Config file."),
     rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML) of the rubric backend."),
     generator_model: Optional[str] = typer.Option(None, "--generator-model", help="The system's own model."),
     corpus: Optional[Path] = typer.Option(
@@ -280,6 +259,7 @@ def rescore(
     max_cost: Optional[float] = MAX_COST,
     dry_run: bool = DRY_RUN,
     score_cache: bool = SCORE_CACHE,
+    judge: JudgeOptions = JudgeOptions({}),
 ) -> None:
     """Score a run's recorded cases (e.g. a --target run) with more backends or metrics, into the same folder.
 
@@ -300,15 +280,10 @@ def rescore(
     except DatasetError as exc:
         fail(str(exc))
     _score_and_print(
-        cases, run_dir, str(run_dir / "cases.jsonl"), backend, metric, config, no_progress, False,
+        cases, run_dir, str(run_dir / "cases.jsonl"), backend, metric, no_progress, False,
         RunOptions(k=k, backend_options=_rubric_options(rubric), generator_model=generator_model,
                    span_min_overlap=span_min_overlap, span_arithmetic=span_arithmetic, chunking=chunking),
-        dict(
-            model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
-            embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,
-            max_concurrency=max_concurrency,
-        ),
-        as_json=as_json, rescoring=True,
+        judge, as_json=as_json, rescoring=True,
         run_kwargs=dict(repeats=repeats, pass_repeats=pass_repeats, max_calls=max_calls, max_cost=max_cost,
                         dry_run=dry_run, score_cache=score_cache),
     )
@@ -318,14 +293,15 @@ def _rubric_options(files: Optional[List[Path]]) -> dict:
     return {"rubric": {"files": [str(f) for f in files]}} if files else {}
 
 
-def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_progress, overwrite,
-                     options, judge_overrides, target=None, target_concurrency=4, as_json=False,
+def _score_and_print(cases, out_dir, dataset_path, backend, metric, no_progress, overwrite,
+                     options, judge_options: JudgeOptions, target=None, target_concurrency=4, as_json=False,
                      rescoring=False, executor=None, run_kwargs=None) -> None:
     from ..run.target import TargetError
 
-    judge = judge_config(judge_overrides, config)
-    # A termination (a CI job cancelled) ends the run as Ctrl-C does: the run folder records it.
-    previous = signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+    judge = judge_options.load()
+    # A termination (a CI job cancelled, `kill` of a background job) ends the run as Ctrl-C does:
+    # the run folder records it. Also when SIGINT is ignored, as for a background job of a script.
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         result = evaluate(
             cases, backends=backend or None, metrics=metric or None, out=out_dir, options=options,
@@ -336,14 +312,44 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_p
     except (RunError, TargetError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:
-        fail(f"interrupted; what was scored is kept in {out_dir}; run the same command again to resume",
-             EXIT_INTERRUPTED)
+        _interrupted(out_dir)
+    except OSError as exc:
+        if storage_error(exc) is None:
+            raise
+        kept = ("what was scored is kept: make room (or make it writable) and run the same command again "
+                "to resume" if (Path(out_dir) / "run.json").exists() else "nothing was written")
+        fail(f"cannot write the run folder {out_dir}: {storage_error(exc)}; {kept}")
     finally:
         signal.signal(signal.SIGTERM, previous)
     if result.manifest.status == "dry-run":
         _print_dry_run(result, out_dir, as_json)
         return
     _print_run(result, out_dir, as_json, with_latency=target is not None or rescoring)
+
+
+def _interrupted(out_dir) -> None:
+    """End an interrupted run now: say so, then leave without the interpreter's teardown.
+
+    By now the run folder is written and closed (the manifest says ``interrupted``) and the judge
+    gateway closed. What is left would only cost time: the backends' libraries' worker threads, which
+    the interpreter joins at exit, and the collection of every module they imported (seconds on an idle
+    machine, minutes on a loaded CI runner, where a cancelled job must stop within its grace period)."""
+    message = f"interrupted; what was scored is kept in {out_dir}; run the same command again to resume"
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(EXIT_INTERRUPTED)
+
+
+def _terminate(signum, frame) -> None:
+    """SIGTERM: what SIGINT's handler does (Python's KeyboardInterrupt, or asyncio's, which cancels the
+    run's task); when SIGINT is ignored or left to the system, a KeyboardInterrupt all the same."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    else:
+        raise KeyboardInterrupt
 
 
 def _reading_bar():
@@ -425,6 +431,9 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
             f"judge: {j['calls']} call(s), {j['cache_hits']} from cache, "
             f"{j['prompt_tokens']}+{j['completion_tokens']} tokens"
         )
+        if j.get("invalid_usage"):
+            warn(f"{j['invalid_usage']} judge call(s) reported token usage that cannot be true (negative, "
+                 f"not a whole number or absurd): counted as calls, their tokens and cost as unknown")
     if (reuse := counts.get("score_cache")) and reuse.get("reused"):
         notes.append(f"score cache: {reuse['reused']} score(s) reused, the library not called for them")
     cost = counts.get("cost") or {}
@@ -499,8 +508,13 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
         raise typer.Exit(EXIT_NOTHING_COMPUTED)
     if counts.get("errored") or result.manifest.status != "complete":
         status = result.manifest.status
+        overall = [r for r in rows if r["tag"] == ALL]
+        by_case = ""
+        if isinstance(repeats, int) and repeats > 1:  # the summary's errored: a case's repeats together
+            by_case = (f" ({sum(r['n_errored'] for r in overall)} of {sum(r['n'] for r in overall)} case "
+                       "score(s), a case with an errored repeat being errored)")
         err.print(
-            f"[bold red]{counts.get('errored', 0)} of {counts.get('scores', 0)} score(s) errored[/]"
+            f"[bold red]{counts.get('errored', 0)} of {counts.get('scores', 0)} score(s) errored[/]{by_case}"
             + ("" if status == "complete" else f" (the run is {status})")
             + "; run the same command again to retry them",
             highlight=False, soft_wrap=True,

@@ -3,9 +3,8 @@
 What ragbridge's own backends use: the library's ``httpx`` client gets ``transport=gw.transport()``
 (or ``gw.async_transport()``) and the base URL ``gw.base_url(backend, metric, case_id,
 in_process=True)`` (a ``.invalid`` host that no socket serves), so a request goes from the library
-to the gateway's code without crossing a socket. That is the fast path: ~0.1 ms of CPU per call,
-against ~0.5 ms for a loopback HTTP hop, which made a run 13-20 % slower than calling the library
-directly. A request is answered exactly as the loopback socket would answer it (same routing,
+to the gateway's code without crossing a socket (the fast path; its cost against a loopback hop is in
+benchmarks/README.md). A request is answered exactly as the loopback socket would answer it (same routing,
 cache, bounds, retries, counts, audit and headers), but needs no key: it never left this process.
 """
 
@@ -17,7 +16,8 @@ from typing import Optional
 
 import httpx
 
-from .server import Result, Serving, Triple
+from .server import Result, Serving
+from .tag import CallTag
 
 
 class JudgeTransport(httpx.BaseTransport):
@@ -54,15 +54,15 @@ class AsyncJudgeTransport(httpx.AsyncBaseTransport):
 
 
 def _respond(gw: Serving, request: httpx.Request, raw: bytes,
-             scope: Optional[Triple]) -> httpx.Response:
+             scope: Optional[CallTag]) -> httpx.Response:
     """One request from an in-process transport, answered as the loopback socket would."""
     t0 = time.perf_counter()
     routed = gw.route(request.url.raw_path.decode("ascii", "replace"), request.headers, scope)
     if isinstance(routed, Result):
         res = routed
     else:
-        endpoint, triple = routed
-        res = gw.answer(request.method, endpoint, raw, triple, started=t0)
+        endpoint, tag = routed
+        res = gw.answer(request.method, endpoint, raw, tag, started=t0)
     headers = [("content-type", res.content_type), ("x-ragbridge-cache", res.cache)]
     if not 200 <= res.status < 300:
         headers.append(("x-should-retry", "false"))  # the gateway already retried

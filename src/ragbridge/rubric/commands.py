@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
 
 import typer
+
+from ..commands import JudgeOptions, judge_options
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..run import Run
@@ -56,13 +57,6 @@ def rubric_of_run(run: Run, metric: Optional[str], files: Optional[List[Path]]) 
     return rubric
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _pct(x: float) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.0%}"
 
@@ -93,7 +87,8 @@ def register(cli) -> None:
         from rich.markup import escape
 
         from ..commands.output import fail, out, print_json
-        from .label import label_summary, render_page, sample_for_labels
+        from ..formats.files import write_atomic
+        from .label import label_summary, render_page, sample_for_labels, strata_of
         from .rubrics import RubricError
 
         if n < 1:
@@ -111,21 +106,22 @@ def register(cli) -> None:
         if not picked:
             fail(f"{run_dir}: no case has a scored {backend}:{rub.name} to label")
         target = out_file or (run_dir / f"label-{rub.name}.html")
-        page = render_page(rub, [c for c, _ in picked], str(run_dir), seed)
+        sizes = {side: len(cs) for side, cs in strata_of(r, rub.name, backend, rub).items()}
+        page = render_page(rub, picked, str(run_dir), seed, sizes, backend)
         try:
-            _write_atomic(target, page)
+            write_atomic(target, page)
         except OSError as exc:
             fail(f"cannot write {target}: {exc.strerror or exc}")
         info = {**label_summary(picked), "page": str(target), "metric": rub.name, "rubric_hash": rub.hash,
                 "labels_file": f"labels-{rub.name}.jsonl", "threshold": rub.threshold,
-                "case_ids": [c.id for c, _ in picked]}
+                "case_ids": [c.id for c, _ in picked], "strata": sizes}
         if as_json:
             print_json(info)
             return
         tags = ", ".join(f"{t} {k}" for t, k in info["tags"].items())
         out.print(f"label page written to [bold]{escape(str(target))}[/]: {info['n']} case(s), "
-                  f"{info['pass']} judged pass and {info['fail']} fail"
-                  + (f" (of {n} asked)" if info["n"] < n else ""),
+                  f"{info['pass']} of the {sizes['pass']} the judge passed and {info['fail']} of the "
+                  f"{sizes['fail']} it failed" + (f" (of {n} asked)" if info["n"] < n else ""),
                   highlight=False)
         out.print(f"[dim]tags: {escape(tags)}[/]", highlight=False)
         out.print("open it in a browser, grade each case and press Save labels; then validate the judge "
@@ -134,24 +130,19 @@ def register(cli) -> None:
                   f"--threshold {backend}:{rub.name}={rub.threshold:g}", highlight=False, soft_wrap=True)
 
     @cli.command("pairwise")
+    @judge_options
     def pairwise_cmd(
         base_dir: Path = typer.Argument(..., help="Base run folder."),
         new_dir: Path = typer.Argument(..., help="New run folder (the same cases, other answers)."),
         metric: Optional[str] = typer.Option(None, "--metric", "-m", help="Rubric to compare by."),
         rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML); default: built-ins."),
-        judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model name."),
-        judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", help="Judge base URL."),
-        judge_api_key_env: Optional[str] = typer.Option(None, "--judge-api-key-env", help="Key variable."),
-        cache_mode: Optional[str] = typer.Option(None, "--cache-mode", help="read-write, read-only, off."),
-        cache_path: Optional[Path] = typer.Option(None, "--cache-path", help="Judge cache file (SQLite)."),
-        max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="Calls in flight."),
-        config: Optional[Path] = typer.Option(None, "--config", help="Config file."),
         structured: str = typer.Option("auto", "--structured", help="auto, json_schema or prompt."),
         seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
         resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples (at least 100)."),
         top: int = typer.Option(5, "--top", help="Cases to list on each side."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
         out_json: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write the JSON here."),
+        judge: JudgeOptions = JudgeOptions({}),
     ) -> None:
         """Ask the judge which run's answer is better, case by case, in both orders (win/tie/loss)."""
         import asyncio
@@ -159,7 +150,8 @@ def register(cli) -> None:
         from rich.markup import escape
 
         from ..commands.output import err, fail, out, print_json
-        from ..judge import JudgeConfig, JudgeConfigError, JudgeGateway
+        from ..formats.files import write_atomic
+        from ..judge import JudgeGateway
         from ..report.text import jsonable
         from .pairwise import compare_runs
         from .rubrics import RubricError, load_rubrics
@@ -178,12 +170,10 @@ def register(cli) -> None:
             rub = rubric_of_run(new, metric, rubric or None)
         except RubricError as exc:
             fail(str(exc))
-        overrides = dict(model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
-                         cache_mode=cache_mode, cache_path=cache_path, max_concurrency=max_concurrency)
-        try:
-            cfg = JudgeConfig.load(overrides, config_file=config)
-        except JudgeConfigError as exc:
-            fail(str(exc))
+        cfg = judge.load()
+        if cfg is None:
+            fail("no judge configured: pass --judge-model and --judge-base-url, or set [judge] in "
+                 "ragbridge.toml")
         gateway = JudgeGateway(cfg)
         try:
             gateway.preflight()
@@ -196,7 +186,10 @@ def register(cli) -> None:
             gateway.close()
         data = jsonable({"base": str(base_dir), "new": str(new_dir), **res.to_dict()})
         if out_json is not None:
-            _write_atomic(out_json, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+            try:
+                write_atomic(out_json, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+            except OSError as exc:
+                fail(f"cannot write {out_json}: {exc.strerror or exc}")
         if as_json:
             print_json(data)
             return

@@ -27,7 +27,7 @@ the judge settings without secrets, as actor constructor arguments (never ``runt
 values Ray writes to its logs and state API). The judge's real key never leaves the driver. Every
 judge call of every worker thus passes the one gateway: the bound and the limit hold for the
 cluster together, and a case scored on any worker is a cache hit on a re-run wherever it lands. The
-cost is one HTTP hop from the worker to the driver per judge call (about 0.3 ms on loopback).
+cost is one HTTP hop from the worker to the driver per judge call.
 
 Faults: Ray retries a task or actor whose worker died; a retried batch asks the gateway again and
 is served from its cache (the scores of a batch reach the driver only once its batch is done, and
@@ -217,7 +217,7 @@ def native_batch(batch: Any, metrics: Sequence[str], gain: str = "linear",
 
 
 class BackendScorer:
-    """A Ray Data actor (a callable class) that scores rows of (backend, metric, case JSON).
+    """A Ray Data actor (a callable class) that scores rows of (backend, metric, repeat, case JSON).
 
     Per backend, on its first row: the backend's environment defaults are applied in this process
     (before its library is imported), then ``open`` runs once with a `GatewayClient` as the judge;
@@ -241,14 +241,15 @@ class BackendScorer:
     def __call__(self, batch: Any) -> Any:
         import pyarrow as pa
 
-        groups: dict[tuple[str, str], list[Case]] = {}
-        for b, m, c in zip(*(batch.column(n).to_pylist() for n in ("backend", "metric", "case"))):
-            groups.setdefault((b, m), []).append(Case.model_validate_json(c))
+        groups: dict[tuple[str, str, int], list[Case]] = {}
+        columns = (batch.column(n).to_pylist() for n in ("backend", "metric", "repeat", "case"))
+        for b, m, r, c in zip(*columns):
+            groups.setdefault((b, m, r), []).append(Case.model_validate_json(c))
         scores = asyncio.run_coroutine_threadsafe(self._score_all(groups), self.loop).result()
         return pa.table({"score": pa.array([s.model_dump_json() for s in scores], pa.string())})
 
-    async def _score_all(self, groups: dict[tuple[str, str], list[Case]]) -> list[Score]:
-        results = await asyncio.gather(*(self._score(b, m, cases) for (b, m), cases in groups.items()))
+    async def _score_all(self, groups: dict[tuple[str, str, int], list[Case]]) -> list[Score]:
+        results = await asyncio.gather(*(self._score(b, m, cases, r) for (b, m, r), cases in groups.items()))
         return [s for part in results for s in part]
 
     async def _context(self, name: str) -> tuple[Backend, ScoringContext]:
@@ -265,12 +266,12 @@ class BackendScorer:
                 self._backends[name] = backend
         return self._backends[name], self._contexts[name]
 
-    async def _score(self, name: str, metric: str, cases: list[Case]) -> list[Score]:
+    async def _score(self, name: str, metric: str, cases: list[Case], repeat: int = 0) -> list[Score]:
         from .runner import drive_job
 
         backend, ctx = await self._context(name)
         queue: asyncio.Queue = asyncio.Queue()
-        await drive_job(backend, metric, cases, ctx, queue)
+        await drive_job(backend, metric, cases, ctx, queue, repeat=repeat)
         return [queue.get_nowait() for _ in range(queue.qsize())]
 
     def __del__(self) -> None:  # best effort: the actor's process ends with the pool
@@ -329,7 +330,7 @@ class RayExecutor:
     def session(self, ctx: ScoringContext) -> Iterator[Any]:
         """The cluster for a whole run (the ``ray`` module): `score`, called once per batch of the
         run, finds it connected and uses it, rather than starting one per batch."""
-        hide = [ctx.judge.config.api_key_env] if ctx.judge is not None else []
+        hide = _key_variables(ctx.judge)
         with ray_session(self.address, num_cpus=self.num_cpus, object_store_memory=self.object_store_memory,
                          hide=hide) as ray:
             yield ray
@@ -340,12 +341,12 @@ class RayExecutor:
         native = [j for j in jobs if j[0].name == "native" and j[1] not in answers.CHECKS
                   and not _span_job(j[1], j[2])]
         other = [j for j in jobs if j not in native]
-        total = sum(len(c) for _, _, c in jobs)
+        total = sum(len(c) for _, _, c, _ in jobs)
         if not total:
             return
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
-        hide = [ctx.judge.config.api_key_env] if ctx.judge is not None else []
+        hide = _key_variables(ctx.judge)
         with ray_session(self.address, num_cpus=self.num_cpus, object_store_memory=self.object_store_memory,
                          hide=hide) as ray:
             import ray.data  # the module, imported only now (about 1.5 s)
@@ -358,7 +359,7 @@ class RayExecutor:
             quiet.setLevel(logging.WARNING)
 
             gateway = None
-            if ctx.judge is not None and any(b.needs_judge(m) for b, m, _ in other):
+            if ctx.judge is not None and any(b.needs_judge(m) for b, m, _, _ in other):
                 gateway = self._gateway_spec(ray, ctx.judge)
             streams = []
             if native:
@@ -381,9 +382,9 @@ class RayExecutor:
                         running -= 1
                         continue
                     for score in item:
-                        if score.key in seen:  # a retried batch's score, recorded already
+                        if score.repeat_key in seen:  # a retried batch's score, recorded already
                             continue
-                        seen.add(score.key)
+                        seen.add(score.repeat_key)
                         recorder.record(score)
                         remaining -= 1
             finally:
@@ -415,7 +416,7 @@ class RayExecutor:
         from ..native import ranking_score
 
         by_cases: dict[int, tuple[list[Case], list[str]]] = {}
-        for _, metric, cases in jobs:
+        for _, metric, cases, _ in jobs:
             by_cases.setdefault(id(cases), (cases, []))[1].append(metric)
         for cases, metrics in by_cases.values():
             table = native_table(cases)
@@ -442,15 +443,16 @@ class RayExecutor:
         size = self.batch_size
         if size is None:
             size = gateway[2]["max_concurrency"] if gateway is not None else 64
-        rows = {"backend": [], "metric": [], "case": []}
-        for backend, metric, cases in jobs:
+        rows: dict[str, list] = {"backend": [], "metric": [], "repeat": [], "case": []}
+        for backend, metric, cases, repeat in jobs:
             for case in cases:
                 rows["backend"].append(backend.name)
                 rows["metric"].append(metric)
+                rows["repeat"].append(repeat)
                 rows["case"].append(case.model_dump_json())
         table = pa.table(rows)
         ds = ray.data.from_arrow([table.slice(i, size) for i in range(0, table.num_rows, size)])
-        if any(b.needs_judge(m) for b, m, _ in jobs):
+        if any(b.needs_judge(m) for b, m, _, _ in jobs):
             ds = ds.map_batches(
                 BackendScorer, batch_format="pyarrow", batch_size=size,
                 fn_constructor_kwargs={"options": options, "gateway": gateway},
@@ -494,3 +496,10 @@ def executor_for(spec: Any) -> Optional[RayExecutor]:
             raise RunError("the Ray executor needs Ray: pip install 'ragbridge[ray]'")
         return RayExecutor()
     raise RunError(f"unknown executor {spec!r}: use 'local' or 'ray'")
+
+
+def _key_variables(judge: Any) -> list[str]:
+    """The environment variables that hold the judge's keys (taken out of Ray's sight)."""
+    if judge is None:
+        return []
+    return [v for v in (judge.config.api_key_env, judge.config.embedding_api_key_env) if v]

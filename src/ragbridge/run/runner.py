@@ -23,10 +23,10 @@
 Scores are appended to ``scores.jsonl`` through a buffer that is flushed at the end of each batch
 and at least every `FLUSH_SECONDS`, so a run killed outright loses at most what it scored since.
 
-Repeats (``repeats=N``): every judged metric is scored N times, as distinct judge calls (the repeat
-index travels with the case id the backend sees, `ragbridge.judge.repeat`, and is part of the
-cache key); each repeat is its own `Score` (``repeat`` 0..N-1), and the returned `Run`'s
-``scores`` are each case's mean over its repeats (`ragbridge.run.repeats`). A budget
+Repeats (``repeats=N``): every judged metric is scored N times, as distinct judge calls (a job per
+repeat, whose backend gets the judge of that repeat, `JudgeClient.for_repeat`: the repeat is part
+of each call's tag and cache key); each repeat is its own `Score` (``repeat`` 0..N-1), and the
+returned `Run`'s ``scores`` are each case's mean over its repeats (`ragbridge.run.repeats`). A budget
 (``max_calls``, ``max_cost``: for the whole run, earlier sessions included) stops a run cleanly:
 once it is spent the gateway refuses further upstream calls, each score that needed one is recorded
 as not run (``Score.not_run``, not an error), the status is ``incomplete``, and a later run with a
@@ -45,11 +45,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 import time
 from dataclasses import dataclass
 from dataclasses import replace as dataclass_replace
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterator, Optional, Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, Optional, Sequence, Union
 
 from .. import __version__
 from ..backend import Backend, RunOptions, ScoringContext, error_text
@@ -57,7 +58,6 @@ from ..formats.corpus import Corpus, read_corpus
 from ..formats.records import CaseBatch, record_line
 from ..formats import load_cases
 from ..formats.source import BATCH_SIZE, CaseSource, open_cases
-from ..judge.repeat import repeat_case_id, split_repeat
 from ..plugins import get_backends
 from ..schema import Case, RunManifest, Score, ScoreBlock
 from .summary import Totals
@@ -73,10 +73,13 @@ from .target import fill_cases, load_target, target_error, target_error_of
 __all__ = ["evaluate", "evaluate_async", "applied_environment", "open_session", "drive_job", "close_session",
            "Recorder"]
 
-Job = tuple[Backend, str, CaseBatch]
+#: (backend, metric, cases, repeat): one backend's metric on cases, for one repeat of a judged metric
+Job = tuple[Backend, str, CaseBatch, int]
 
 #: the longest a recorded score waits in the write buffer before it is flushed to disk
 FLUSH_SECONDS = 1.0
+#: how often a run whose stderr is not a terminal prints a progress line (`progress_seconds`)
+PROGRESS_SECONDS = 30.0
 
 
 def evaluate(
@@ -180,6 +183,9 @@ async def evaluate_async(
     if source.span_cases and not options.span_labels:
         options = dataclass_replace(options, span_labels=True)
     _check_repeats_and_budget(repeats, pass_repeats, max_calls, max_cost)
+    problem = options.problem()
+    if problem:
+        raise RunError(problem)
     plan = plan_metrics(backends, metrics, options.k, options)
     needs_judge = _check_judge(plan, judge, preflight=not dry_run)
     scorer = _executor(executor)
@@ -209,16 +215,25 @@ async def evaluate_async(
     if dry_run:
         folder = None  # nothing is written
     if folder:
-        folder.start(source, manifest)
+        try:
+            folder.start(source, manifest)
+        except BaseException:
+            source.close()  # its scratch copy too
+            raise
     gateway = None
     if needs_judge:
         from ..judge import JudgeGateway
 
         gateway = JudgeGateway(judge, audit_log=folder.audit_path if folder else None)
+        spent = dict(manifest.counts.get("judge", {}))
+        if folder:  # every call counted before it is made: what a killed session spent is known
+            calls, cost = gateway.ledger.open_tally(folder.tally_path)
+            spent.update(calls=max(int(spent.get("calls") or 0), calls),
+                         cost=max(float(spent.get("cost") or 0.0), cost))
+            manifest.counts["judge"] = spent
         if dry_run:
             gateway.simulate = _stub_simulator()
         elif max_calls is not None or max_cost is not None:
-            spent = manifest.counts.get("judge", {})
             gateway.set_budget(max_calls, max_cost, int(spent.get("calls") or 0),
                                float(spent.get("cost") or 0.0))
             manifest.counts["budget"] = {"max_calls": max_calls, "max_cost": max_cost}
@@ -227,7 +242,7 @@ async def evaluate_async(
     planned = source.n_cases * sum(repeats if spec.judge else 1 for spec in specs)
     cache = score_cache_for(judge, dry_run) if needs_judge and score_cache else None
     reuse = _Reuse(cache, plan, options, judge, manifest) if cache is not None else None
-    recorder = Recorder(manifest, done, folder, gateway, on_score, _progress(progress, planned),
+    recorder = Recorder(manifest, done, folder, gateway, on_score, _progress(progress, planned, gateway),
                         keep=folder is None, duplicates=source.duplicate_chunk_ids,
                         target_errors=n_target_errors, judge_model=judge.model if needs_judge else None,
                         options=options, reuse=reuse)
@@ -246,8 +261,8 @@ async def evaluate_async(
                 await score_batch(jobs, recorder)
                 recorder.end_batch()
         complete = True
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        interrupted = True
+    except (KeyboardInterrupt, asyncio.CancelledError, OSError):
+        interrupted = True  # an OSError here is the folder's (a full disk): resumable as a Ctrl-C is
         raise
     finally:
         recorder.finish(interrupted, complete=complete, dry_run=dry_run)
@@ -353,6 +368,8 @@ def _new_manifest(plan: Plan, dataset: dict[str, Any], options: RunOptions, judg
         options=options.public(),
         judge=judge.public_dict() if judge is not None else None,
         digests={b: d for b, chosen in plan.items() if (d := {m: s.digest for m, s in chosen if s.digest})},
+        pass_marks={b: d for b, chosen in plan.items()
+                    if (d := {m: s.pass_mark for m, s in chosen if s.pass_mark is not None})},
         started_at=now(),
         process=this_process(),
     )
@@ -372,8 +389,7 @@ def _jobs(plan: Plan, batch: CaseBatch, done: dict, repeats: int = 1,
     """Per backend, metric and repeat, the cases of ``batch`` still to score; and the scores known
     without scoring: a failed target call (the error), a case that lacks a field the metric
     requires (skipped) and, with ``reuse``, a judged score the score cache holds. A judged metric is
-    planned ``repeats`` times; for repeat r > 0 the backend gets each case under `repeat_case_id`
-    (the judge files its calls under that repeat)."""
+    planned ``repeats`` times, a job per repeat (the backend's judge files its calls under it)."""
     registry = get_backends()
     jobs: list[Job] = []
     immediate: list[Score] = []
@@ -402,10 +418,7 @@ def _jobs(plan: Plan, batch: CaseBatch, done: dict, repeats: int = 1,
                     continue
                 # the batch itself when nothing was filtered, so backends can reuse work per batch
                 cases = batch if len(eligible) == len(batch) else batch.subset(eligible)
-                if repeat:
-                    cases = CaseBatch.of_cases([c.model_copy(update={"id": repeat_case_id(c.id, repeat)})
-                                                for c in cases])
-                jobs.append((registry[bname], metric, cases))
+                jobs.append((registry[bname], metric, cases, repeat))
     return jobs, immediate
 
 
@@ -529,9 +542,10 @@ async def _scoring(executor: Any, plan: Plan, ctx: ScoringContext) -> AsyncItera
 async def _score(jobs: list[Job], contexts: dict[str, ScoringContext], recorder: Recorder) -> None:
     """Run ``jobs`` (one batch) concurrently, recording each score as it arrives."""
     queue: asyncio.Queue = asyncio.Queue()
-    tasks = [asyncio.create_task(drive_job(b, m, c, contexts[b.name], queue)) for b, m, c in jobs]
+    tasks = [asyncio.create_task(drive_job(b, m, c, contexts[b.name], queue, repeat=r))
+             for b, m, c, r in jobs]
     try:
-        remaining = sum(len(c) for _, _, c in jobs)
+        remaining = sum(len(c) for _, _, c, _ in jobs)
         while remaining:
             item = await queue.get()
             remaining -= recorder.record(item)
@@ -587,14 +601,17 @@ async def close_session(backend: Backend, ctx: ScoringContext) -> None:
 
 async def drive_job(
     backend: Backend, metric: str, cases: CaseBatch | Sequence[Case], ctx: ScoringContext,
-    queue: asyncio.Queue,
+    queue: asyncio.Queue, repeat: int = 0,
 ) -> None:
     """Put every score of one job on ``queue`` (a `Score` or a `ScoreBlock` of them): one per case,
     whatever the backend does (a fault is the error of each case it did not score; a case it forgot
-    is an error too)."""
+    is an error too). For repeat r > 0 the backend's judge is the one of that repeat, and each
+    score is marked with it."""
     ids = CaseBatch.of_cases(cases).ids
     pending = set(ids)
     error = "backend returned no score for this case"
+    if repeat and ctx.judge is not None:
+        ctx = dataclass_replace(ctx, judge=ctx.judge.for_repeat(repeat))
     try:
         if isinstance(ctx.session, _OpenFailed):
             raise _BackendFault(ctx.session.error)
@@ -605,12 +622,14 @@ async def drive_job(
                 pending.difference_update(item.case_ids)
             else:
                 pending.discard(item.case_id)
+                item.repeat = repeat
             await queue.put(item)
     except Exception as exc:  # a backend fault: every case it did not score gets the error
         error = str(exc) if isinstance(exc, _BackendFault) else error_text(exc)
     for cid in ids:
         if cid in pending:
-            await queue.put(Score(case_id=cid, metric=metric, backend=backend.name, error=error))
+            await queue.put(Score(case_id=cid, metric=metric, backend=backend.name, repeat=repeat,
+                                  error=error))
 
 
 # --------------------------------------------------------------------------------------------
@@ -684,7 +703,7 @@ class Recorder:
             self._hand_on(item)
             n = 1
         if self.bar:
-            self.bar.advance(n)
+            self.bar.advance(n, int(not isinstance(item, ScoreBlock) and item.status == "error"))
         if self.folder and now_s - self._flushed_at >= FLUSH_SECONDS:
             self._flush(now_s)
         return n
@@ -693,18 +712,15 @@ class Recorder:
         """``score`` with its repeat index and judge usage; a score the spent budget refused becomes
         not run."""
         gateway = self.gateway
-        tagged = score.case_id  # the id the backend saw: with the repeat index for a repeat > 0
-        case_id, repeat = split_repeat(tagged)
-        if repeat:
-            score.case_id, score.repeat = case_id, repeat
+        tag = (score.backend, score.metric, score.case_id, score.repeat)
         if gateway is not None and score.judge_calls == 0:
-            usage = gateway.usage(score.backend, score.metric, tagged)
+            usage = gateway.usage(*tag)
             score.judge_calls = usage.calls + usage.cache_hits
             score.prompt_tokens = usage.prompt_tokens
             score.completion_tokens = usage.completion_tokens
             if score.judge_calls and gateway.config.prices:
                 score.cost = usage.known_cost
-        if gateway is not None and gateway.refused(score.backend, score.metric, tagged):
+        if gateway is not None and gateway.refused(*tag):
             # the budget was spent before this score's calls could all be made: not run, not failed
             # (the answers it did get stay cached, for the run that resumes with a larger budget)
             score = Score(case_id=score.case_id, metric=score.metric, backend=score.backend,
@@ -713,7 +729,7 @@ class Recorder:
                           judge_calls=score.judge_calls, prompt_tokens=score.prompt_tokens,
                           completion_tokens=score.completion_tokens, cost=score.cost, seconds=score.seconds)
         elif gateway is not None and score.error:
-            gateway.forget(score.backend, score.metric, tagged)
+            gateway.forget(*tag)
         return score
 
     def _hand_on(self, score: Score) -> None:
@@ -751,6 +767,9 @@ class Recorder:
         if self.gateway is not None:
             u = self.gateway.usage()
             judge = {k: (self.earlier_judge.get(k) or 0) + getattr(u, k) for k in JUDGE_COUNTS}
+            invalid = self.earlier_judge.get("invalid_usage", 0) + u.invalid_usage
+            if invalid:  # calls whose reported tokens could not be true: their tokens and cost unknown
+                judge["invalid_usage"] = invalid
             judge["cost"] = round(judge["cost"], 10)
             manifest.counts["cost"] = _cost_counts(self.totals, self.gateway.config, judge)
             if manifest.counts["cost"]["total"] is None:  # no price for some call: the cost is unknown
@@ -802,10 +821,10 @@ def _planned(gateway: Any) -> dict[str, dict[str, Any]]:
     and their cost (None: unknown)."""
     priced = bool(gateway.config.prices)
     out: dict[str, dict[str, Any]] = {}
-    for (backend, metric, _), u in sorted(gateway.usage_by_triple().items(), key=lambda kv: str(kv[0])):
-        if backend is None:
+    for tag, u in sorted(gateway.usage_by_tag().items(), key=lambda kv: str(kv[0])):
+        if tag.backend is None:
             continue
-        row = out.setdefault(f"{backend}:{metric}",
+        row = out.setdefault(f"{tag.backend}:{tag.metric}",
                              {"calls": 0, "cache_hits": 0, "cost": 0.0 if priced else None})
         row["calls"] += u.calls
         row["cache_hits"] += u.cache_hits
@@ -846,7 +865,7 @@ class _Bar:
         self._last = 0.0
         self._pending = 0
 
-    def advance(self, n: int = 1) -> None:
+    def advance(self, n: int = 1, errors: int = 0) -> None:
         self._pending += n
         now = time.monotonic()
         if now - self._last > 0.1:
@@ -859,5 +878,60 @@ class _Bar:
         self.progress.stop()
 
 
-def _progress(enabled: bool, total: int) -> Optional[_Bar]:
-    return _Bar(total) if enabled and total else None
+class _Lines:
+    """Progress in a log (stderr is not a terminal: a CI job, a pipe): one line every
+    `progress_seconds`, however long the wait for the judge, then one at the end: the scores done of
+    those planned, how many errored, the judge calls (and answers from its cache) and their cost."""
+
+    def __init__(self, total: int, gateway: Any, every: float):
+        import threading
+
+        self.total, self.done, self.errors, self.gateway = total, 0, 0, gateway
+        self.started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, args=(every,), name="ragbridge-progress",
+                                        daemon=True)
+        self._thread.start()
+
+    def advance(self, n: int = 1, errors: int = 0) -> None:
+        self.done += n
+        self.errors += errors
+
+    def line(self) -> str:
+        elapsed = int(time.monotonic() - self.started)
+        text = (f"progress: {self.done:,} of {self.total:,} scores ({self.done / self.total:.0%}), "
+                + (f"{self.errors:,} error(s)" if self.errors else "no error"))
+        if self.gateway is not None:
+            u = self.gateway.usage()
+            cost = u.known_cost
+            if u.calls or u.cache_hits:
+                text += f", {u.calls:,} judge calls ({u.cache_hits:,} cached)"
+                text += f", cost {cost:.4f}" if cost else ""
+            else:
+                text += ", no judge call yet"
+        return text + f", {elapsed // 60}m{elapsed % 60:02d}s"
+
+    def _beat(self, every: float) -> None:
+        while not self._stop.wait(every):
+            print(self.line(), file=sys.stderr, flush=True)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        print(self.line(), file=sys.stderr, flush=True)
+
+
+def progress_seconds() -> float:
+    """How often a run in a log prints its progress line: ``RAGBRIDGE_PROGRESS_SECONDS``, else 30 s
+    (CI services stop a job that prints nothing for 10 minutes)."""
+    try:
+        return max(0.05, float(os.environ.get("RAGBRIDGE_PROGRESS_SECONDS", PROGRESS_SECONDS)))
+    except ValueError:
+        return PROGRESS_SECONDS
+
+
+def _progress(enabled: bool, total: int, gateway: Any = None) -> Optional[Union[_Bar, _Lines]]:
+    """A progress bar on a terminal, progress lines in a log, or nothing."""
+    if not enabled or not total:
+        return None
+    return _Bar(total) if sys.stderr.isatty() else _Lines(total, gateway, progress_seconds())
