@@ -85,6 +85,7 @@ class RunOptions:
 
     k: int = 5
     gain: str = "linear"
+    no_relevant: str = "undefined"
     case_sensitive: bool = False
     decline_phrases: Optional[list[str]] = None
     backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -106,6 +107,7 @@ class RunOptions:
         out = {
             "k": self.k,
             "gain": self.gain,
+            "no_relevant": self.no_relevant,
             "case_sensitive": self.case_sensitive,
             "decline_phrases": self.decline_phrases,
             "backend_options": self.backend_options,

@@ -460,7 +460,7 @@ class RunFolder:
         manifest.counts["resumed_from"] = len(done)
         if isinstance(old.counts.get("judge"), dict):
             kept = old.counts["judge"]
-            manifest.counts["judge"] = {k: (float if k in _FLOAT_COUNTS else int)(kept.get(k, 0))
+            manifest.counts["judge"] = {k: (float if k in _FLOAT_COUNTS else int)(kept.get(k) or 0)
                                         for k in JUDGE_COUNTS}
         if "wall_seconds" in old.timing:
             manifest.timing = {**manifest.timing, "wall_seconds": dict(old.timing["wall_seconds"])}
