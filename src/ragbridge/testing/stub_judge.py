@@ -32,6 +32,11 @@ gateway sends), so repeats of one request differ while a replay of one repeat do
 ``latency`` is the response time of every POST: the stub computes its answer, then sleeps for
 whatever is left of ``latency``.
 
+``log`` (a file path; ``--log`` on the command line) appends one JSON line per answered POST:
+``route``, ``start`` and ``end`` (Unix time), ``in_flight`` (POSTs in flight when it arrived, itself
+included), ``status`` and ``response_sha256`` (of the body sent), so a benchmark can tell how many
+calls were in flight at once and which call was answered when.
+
 For tests that need a defined order of events rather than a race, :meth:`StubJudge.hold` keeps
 every POST that arrives in flight (received, recorded, counted in ``in_flight``) until
 :meth:`StubJudge.release`, and :meth:`StubJudge.wait_for_requests` waits until a number of POSTs
@@ -158,9 +163,10 @@ class _Handler(FastRequestHandler):
             self._error(400, "ragbridge stub: request body is not valid JSON")
             return
         fault = stub._draw_fault()
-        stub._enter()
+        in_flight = stub._enter()
         stub._record(StubRequest("POST", route, body, fault))
         t0 = time.monotonic()
+        started = time.time()
         try:
             stub._released.wait()
             status, payload, headers = 200, None, None
@@ -194,7 +200,11 @@ class _Handler(FastRequestHandler):
                 if stub.closed:
                     self.close_connection = True
                     return
+            if stub.log is not None and not isinstance(payload, bytes):
+                payload = json.dumps(payload, ensure_ascii=False).encode("utf-8")
             self._send(status, payload, headers)
+            if stub.log is not None:
+                stub._log_call(route, started, in_flight, status, payload)
         except Exception as exc:  # a stub bug must not hang the client
             self._error(500, f"ragbridge stub: {type(exc).__name__}: {exc}", "server_error")
         finally:
@@ -217,7 +227,7 @@ class StubJudge:
                  seed: int = 0, *, fault_rate_garbage: float = 0, timeout_seconds: float = 30.0,
                  retry_after: float = 0, models: tuple[str, ...] = ("stub-judge", "stub-embedder"),
                  host: str = "127.0.0.1", max_recorded: int = 100_000, noise: float = 0.0,
-                 noise_seed: int = 0) -> None:
+                 noise_seed: int = 0, log: Optional[str | Path] = None) -> None:
         rates = [fault_rate_429, fault_rate_500, fault_rate_timeout, fault_rate_malformed, fault_rate_garbage]
         if any(r < 0 or r > 1 for r in rates) or sum(rates) > 1:
             raise ValueError("fault rates must each be in 0..1 and sum to at most 1")
@@ -225,6 +235,8 @@ class StubJudge:
             raise ValueError("noise must be in 0..1")
         self.noise = float(noise)
         self.noise_seed = int(noise_seed)
+        self.log = Path(log) if log is not None else None
+        self._log_fh: Any = None
         self.port = port
         self.host = host
         self.latency = float(latency)
@@ -256,6 +268,8 @@ class StubJudge:
             return self
         handler = type("StubHandler", (_Handler,), {"stub": self, "owner": self})
         self._closed.clear()
+        if self.log is not None:
+            self._log_fh = open(self.log, "a", encoding="utf-8", buffering=1)
         self._server = _Server((self.host, self.port), handler)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
@@ -280,6 +294,10 @@ class StubJudge:
                 pass
         if self._thread is not None:
             self._thread.join(timeout=5)
+        with self._lock:
+            fh, self._log_fh = self._log_fh, None
+        if fh is not None:
+            fh.close()
 
     def __enter__(self) -> "StubJudge":
         return self.start()
@@ -370,10 +388,19 @@ class StubJudge:
                 return kind
         return None
 
-    def _enter(self) -> None:
+    def _enter(self) -> int:
         with self._lock:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            return self.in_flight
+
+    def _log_call(self, route: str, started: float, in_flight: int, status: int, body: bytes) -> None:
+        line = json.dumps({"route": route, "start": round(started, 6), "end": round(time.time(), 6),
+                           "in_flight": in_flight, "status": status,
+                           "response_sha256": hashlib.sha256(body).hexdigest()})
+        with self._lock:
+            if self._log_fh is not None:
+                self._log_fh.write(line + "\n")
 
     def _leave(self) -> None:
         with self._lock:
@@ -507,8 +534,10 @@ class StubJudgeProcess:
     is not the measuring process's: ``with StubJudgeProcess(latency=0.1) as stub: ... stub.base_url``.
     Used by the benchmarks."""
 
-    def __init__(self, latency: float = 0.0, start_timeout: float = 60.0) -> None:
+    def __init__(self, latency: float = 0.0, start_timeout: float = 60.0,
+                 log: Optional[str | Path] = None) -> None:
         self.latency = latency
+        self.log = log
         self.start_timeout = start_timeout
         self.proc: Optional[subprocess.Popen] = None
         self.base_url = ""
@@ -521,8 +550,9 @@ class StubJudgeProcess:
             port = s.getsockname()[1]
         src = str(Path(__file__).resolve().parents[2])  # works from a source checkout without install
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
+        log = ["--log", str(self.log)] if self.log is not None else []
         self.proc = subprocess.Popen([sys.executable, "-m", "ragbridge.testing.stub_judge",
-                                      "--port", str(port), "--latency", str(self.latency)], env=env,
+                                      "--port", str(port), "--latency", str(self.latency), *log], env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
@@ -571,12 +601,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--noise", type=float, default=0.0,
                    help="test device: each verdict flips (a level moves) with this probability, per repeat")
     p.add_argument("--noise-seed", type=int, default=0)
+    p.add_argument("--log", default=None,
+                   help="append one JSON line per answered POST to this file (route, start, end, in_flight)")
     a = p.parse_args(argv)
     serve(a.port, host=a.host, latency=a.latency, fault_rate_429=a.fault_rate_429,
           fault_rate_500=a.fault_rate_500, fault_rate_timeout=a.fault_rate_timeout,
           fault_rate_malformed=a.fault_rate_malformed, fault_rate_garbage=a.fault_rate_garbage,
           seed=a.seed, timeout_seconds=a.timeout_seconds, retry_after=a.retry_after, noise=a.noise,
-          noise_seed=a.noise_seed)
+          noise_seed=a.noise_seed, log=a.log)
     return 0
 
 
