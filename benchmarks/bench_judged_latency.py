@@ -78,6 +78,17 @@ CHAINS: dict[tuple[str, str], tuple[str, str]] = {
 }
 PAIRS = list(CHAINS)
 
+#: What a process that scores with the backend must import before its first judge call: ragbridge's
+#: command line and the library's modules the backend opens (timed as a process of its own, just
+#: before each run, as the start-up no scheduler can overlap with judge calls).
+IMPORTS = {
+    "ragas": "ragas.metrics.collections, ragas.llms, ragas.embeddings",
+    "deepeval": "deepeval.metrics, deepeval.models",
+    "trulens": "trulens.providers.openai, trulens.feedback",
+    "phoenix": "phoenix.evals",
+    "rubric": "",
+}
+
 
 def golden(path: Path, n: int) -> int:
     """The bundled example repeated to ``n`` cases, each made unique without adding a sentence: a
@@ -156,9 +167,14 @@ def run_pair(work: Path, cases: Path, name: str, pairs: list[tuple[str, str]], a
     env = {**os.environ, "OPENAI_API_KEY": "sk-bench"}
     if code is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(code / "src"), str(code / "plugins")])
+    modules = ", ".join(filter(None, ["ragbridge.commands"] + [IMPORTS[b] for b in backends]))
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", f"import {modules}"], env=env, check=True)
+    imports = time.perf_counter() - t0
     with StubJudgeProcess(latency=a.latency, log=log) as stub:
         load_before = os.getloadavg()[0]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.time()
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd + ["--judge-base-url", stub.base_url], cwd=work, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -171,7 +187,7 @@ def run_pair(work: Path, cases: Path, name: str, pairs: list[tuple[str, str]], a
         raise SystemExit(f"{name}: exit {proc.returncode}\n{stderr.decode()[-3000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"name": name, "pairs": pairs, "wall": wall, "cpu": cpu, "load": (load_before, load_after),
-            "out": out, "log": log}
+            "out": out, "log": log, "started": started, "imports": imports}
 
 
 def analyse(res: dict, a: argparse.Namespace) -> dict:
@@ -190,7 +206,9 @@ def analyse(res: dict, a: argparse.Namespace) -> dict:
             other += 1
             continue
         per_case[(who[0], who[1])][who[2]] += 1
-    span = (max(c["end"] for c in calls) - min(c["start"] for c in calls)) if calls else 0.0
+    first = min((c["start"] for c in calls), default=res["started"])
+    last = max((c["end"] for c in calls), default=first)
+    span = last - first
     busy = sum(c["end"] - c["start"] for c in calls)
     chains: list[list[int]] = []
     counts = {}
@@ -203,16 +221,32 @@ def analyse(res: dict, a: argparse.Namespace) -> dict:
     floor = floor_steps(chains, a.concurrency) * a.latency
     manifest = json.loads((res["out"] / "run.json").read_text())
     scores = manifest["counts"]
+    wall = res["wall"]
+    with_imports = floor + res["imports"]
     return {
-        "run": res["name"], "wall_s": round(res["wall"], 2), "cpu_s": round(res.get("cpu", 0.0), 2),
-        "judge_span_s": round(span, 2), "calls": len(calls), "other_calls": other,
+        "run": res["name"], "wall_s": round(wall, 2), "cpu_s": round(res.get("cpu", 0.0), 2),
+        "to_first_call_s": round(first - res["started"], 2), "judge_span_s": round(span, 2),
+        "after_last_call_s": round(res["started"] + wall - last, 2),
+        "imports_s": round(res["imports"], 2), "calls": len(calls), "other_calls": other,
         "max_in_flight": max((c["in_flight"] for c in calls), default=0),
         "mean_in_flight": round(busy / span, 2) if span else 0.0,
-        "floor_s": round(floor, 2), "wall_over_floor": round(res["wall"] / floor, 3) if floor else None,
+        "floor_s": round(floor, 2), "wall_over_floor": round(wall / floor, 3) if floor else None,
         "span_over_floor": round(span / floor, 3) if floor else None,
+        "wall_over_floor_and_imports": round(wall / with_imports, 3) if floor else None,
         "load1": [round(x, 1) for x in res["load"]], "by_pair": counts,
         "scores": {k: scores.get(k) for k in ("scores", "errors") if k in scores},
     }
+
+
+def line(r: dict) -> str:
+    """One run's figures on one line."""
+    return (f"{r['run']:<40} wall {r['wall_s']:7.2f} s (to first call {r['to_first_call_s']:5.1f}, "
+            f"span {r['judge_span_s']:6.1f}, after {r['after_last_call_s']:4.1f}; imports alone "
+            f"{r['imports_s']:4.1f})  cpu {r['cpu_s']:6.1f} s  floor {r['floor_s']:6.1f} s  "
+            f"wall/floor {r['wall_over_floor']:.3f}  span/floor {r['span_over_floor']:.3f}  "
+            f"wall/(floor+imports) {r['wall_over_floor_and_imports']:.3f}  calls {r['calls']:5d}  "
+            f"in flight max {r['max_in_flight']:2d} mean {r['mean_in_flight']:5.2f}  "
+            f"load1 {r['load1'][0]}->{r['load1'][1]}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,12 +285,7 @@ def main(argv: list[str] | None = None) -> int:
                     row = analyse(res, a)
                     row.update(unit=name, code=code)
                     rows.append(row)
-                    print(f"{row['run']:<40} wall {row['wall_s']:7.2f} s  cpu {row['cpu_s']:6.1f} s  "
-                          f"floor {row['floor_s']:7.1f} s  "
-                          f"ratio {row['wall_over_floor']:.3f}  span/floor {row['span_over_floor']:.3f}  "
-                          f"calls {row['calls']:5d}  in flight max {row['max_in_flight']:2d} "
-                          f"mean {row['mean_in_flight']:5.2f}  load1 {row['load1'][0]}->{row['load1'][1]}",
-                          file=sys.stderr, flush=True)
+                    print(line(row), file=sys.stderr, flush=True)
     print(json.dumps({"cases": a.cases, "latency": a.latency, "concurrency": a.concurrency,
                       "chains": {f"{b}:{m}": CHAINS[(b, m)] for b, m in pairs}, "runs": rows}, indent=2))
     bad = [r for r in rows if r["code"] == "this"
