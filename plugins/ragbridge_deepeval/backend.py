@@ -128,13 +128,13 @@ class DeepEvalBackend(Backend):
         if not isinstance(session, DeepEvalSession):
             raise RuntimeError("the deepeval backend needs a judge (ctx.judge is None)")
         opts = options_for(ctx.options.backend_options)
-        limit = int(opts.get("concurrency") or session.gateway.config.max_concurrency)
+        limit = ctx.cases_in_flight(opts.get("concurrency"))
 
         async def one(case: Case) -> Score:
             return await self.score_case(metric, case, session.gateway, opts, session.http_client,
                                          session.sync_http_client)
 
-        async for score in fan_out(cases, one, max(1, limit)):
+        async for score in fan_out(cases, one, limit):
             yield score
 
     async def score_case(self, metric: str, case: Case, gateway: Any, opts: Optional[dict] = None,

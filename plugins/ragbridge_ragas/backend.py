@@ -167,7 +167,7 @@ class RagasBackend(Backend):
         async def one(case: Case) -> Score:
             return await self.score_case(spec, m, session.gateway, metric, case)
 
-        async for score in fan_out(cases, one, max(1, session.gateway.config.max_concurrency)):
+        async for score in fan_out(cases, one, ctx.cases_in_flight()):
             yield score
 
     async def score_case(self, spec: RagasMetric, m: Any, gateway: Any, metric: str, case: Case) -> Score:

@@ -200,7 +200,8 @@ class TruLensBackend(Backend):
             from trulens.core.utils.threading import fThreadPoolExecutor as pool_cls
         except ImportError:  # pragma: no cover - other TruLens versions
             pool_cls = concurrent.futures.ThreadPoolExecutor
-        executor = pool_cls(max_workers=cfg.max_concurrency + 4, thread_name_prefix="ragbridge-trulens")
+        # a thread per case in flight (`ScoringContext.cases_in_flight`)
+        executor = pool_cls(max_workers=ctx.cases_in_flight(), thread_name_prefix="ragbridge-trulens")
         return TruLensSession(gateway, settings, api, provider, executor)
 
     async def close(self, ctx: ScoringContext) -> None:
