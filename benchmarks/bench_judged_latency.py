@@ -16,12 +16,16 @@ concurrent, a stage waits for the one before); every chain here is an in-forest 
 for which scheduling the call with the longest chain still behind it first (Hu's algorithm) is
 optimal, so the floor is exact: `floor_steps` x latency.
 
-Reported per pair: wall time and CPU time of the process (from ``wait4``), the judge span (first call
-received to last call answered, from the stub's log), the calls, the most calls in flight at once,
-the mean in flight over the span, the floor, and wall / floor and span / floor. With ``--combined``
-one more process runs every pair at once, against the floor of all their chains together. The
-one-minute load average is printed before and after each process. Pairs are run in a rotated order
-in each round (``--rounds``), so a slow spell of the shared machine falls on different pairs.
+Reported per pair: wall time and CPU time of the process, the judge span (the first call of a metric
+received to the last answered, from the stub's log; calls outside the metrics' chains, such as a
+backend's probe of the endpoint, are counted apart), the time to the first call and after the last,
+the time a process of its own takes to import what the run imports (`IMPORTS`), the calls, the most
+calls in flight at once, the mean in flight over the span, the floor, and wall / floor, span / floor
+and wall / (floor + imports). With ``--combined`` one more process runs every pair at once, against
+the floor of all their chains together. The one-minute load average is printed before and after
+each process. Pairs are run in a rotated order in each round (``--rounds``), so a slow spell of the
+shared machine falls on different pairs; ``--baseline DIR`` runs each pair with other code too,
+right after this code's run of it.
 
     python benchmarks/bench_judged_latency.py                      # 500 cases, 1 s, concurrency 8
     python benchmarks/bench_judged_latency.py --cases 100 --pairs ragas:faithfulness,trulens:faithfulness
@@ -199,17 +203,17 @@ def analyse(res: dict, a: argparse.Namespace) -> dict:
         if rec.get("cache") != "hit":
             owner[rec["response_sha256"]] = (rec["backend"], rec["metric"], rec["case_id"])
     per_case: dict[tuple[str, str], Counter] = defaultdict(Counter)
-    other = 0
+    scored = []  # the calls of the metrics' chains (not e.g. a backend's probe of the endpoint)
     for c in calls:
         who = owner.get(c["response_sha256"])
-        if who is None or (who[0], who[1]) not in CHAINS:
-            other += 1
-            continue
-        per_case[(who[0], who[1])][who[2]] += 1
-    first = min((c["start"] for c in calls), default=res["started"])
-    last = max((c["end"] for c in calls), default=first)
+        if who is not None and (who[0], who[1]) in CHAINS:
+            per_case[(who[0], who[1])][who[2]] += 1
+            scored.append(c)
+    other = len(calls) - len(scored)
+    first = min((c["start"] for c in scored), default=res["started"])
+    last = max((c["end"] for c in scored), default=first)
     span = last - first
-    busy = sum(c["end"] - c["start"] for c in calls)
+    busy = sum(c["end"] - c["start"] for c in scored)
     chains: list[list[int]] = []
     counts = {}
     for pair in res["pairs"]:
