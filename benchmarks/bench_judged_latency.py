@@ -30,6 +30,8 @@ right after this code's run of it.
     python benchmarks/bench_judged_latency.py                      # 500 cases, 1 s, concurrency 8
     python benchmarks/bench_judged_latency.py --cases 100 --pairs ragas:faithfulness,trulens:faithfulness
     python benchmarks/bench_judged_latency.py --combined --rounds 2
+    python benchmarks/bench_judged_latency.py --cases 53 --combined --no-split \
+        --pairs ragas:faithfulness,deepeval:faithfulness,trulens:faithfulness,phoenix:faithfulness
 
 Exit status 1 when a run fails, a case's call count does not fit its chain, or (with ``--max-ratio``,
 default 1.2) a pair's wall / floor exceeds it.
@@ -260,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=8, help="judge calls in flight at most (default 8)")
     p.add_argument("--pairs", default="", help="backend:metric,... (default: every pair of CHAINS)")
     p.add_argument("--combined", action="store_true", help="also one process running every pair at once")
+    p.add_argument("--no-split", action="store_true", help="no process per pair (with --combined)")
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--max-ratio", type=float, default=1.2)
     p.add_argument("--keep", type=Path, default=None, help="keep the run folders and logs here")
@@ -277,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         work.mkdir(parents=True, exist_ok=True)
         cases = work / "golden.jsonl"
         golden(cases, a.cases)
-        units: list[tuple[str, list]] = [(f"{b}-{m}", [(b, m)]) for b, m in pairs]
+        units: list[tuple[str, list]] = [] if a.no_split else [(f"{b}-{m}", [(b, m)]) for b, m in pairs]
         if a.combined:
             units.append(("combined", list(pairs)))
         for r in range(a.rounds):
