@@ -54,7 +54,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "support-bot" / "golden.jsonl"
 
-from ragbridge.testing.stub_judge import StubJudgeProcess  # noqa: E402
+from ragbridge.testing import StubJudgeProcess  # noqa: E402
 
 #: How each library's metric calls the judge for one case, from its source (site-packages paths):
 #: "sequential": every call waits for the one before; "parallel": every call at once; "fork2": two

@@ -29,7 +29,7 @@ from conftest import EXAMPLE, ragbridge_cli
 from ragbridge.formats import get_formats, load_cases, write_cases
 from ragbridge.formats.records import plain
 from ragbridge.native.ranking import evaluate as rank
-from ragbridge.schema import Case, Chunk
+from ragbridge.schema import Case, Chunk, Span
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = 25  # per format: a few seconds each
@@ -50,11 +50,35 @@ json_value = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3), max_leaves=6)
 
 
+docs = st.sampled_from(["a.md", "guide/b.md"]) | word
+offsets = st.integers(0, 10**6)
+
+
+@st.composite
+def places(draw):
+    """A chunk's or span label's place: none, a document alone, or a document with offsets."""
+    doc = draw(st.none() | docs)
+    if doc is None or draw(st.booleans()):
+        return {"doc": doc}
+    start = draw(offsets)
+    return {"doc": doc, "start": start, "end": start + draw(st.integers(1, 5000))}
+
+
 @st.composite
 def chunks(draw):
     return Chunk(id=draw(ids), text=draw(text),
                  score=draw(st.none() | st.floats(allow_nan=False, allow_infinity=False)),
-                 source=draw(st.none() | ids))
+                 source=draw(st.none() | ids), **draw(places()))
+
+
+@st.composite
+def spans(draw):
+    """A span label: by offsets, by a quote, or both."""
+    start = draw(offsets)
+    where = {"start": start, "end": start + draw(st.integers(1, 5000))}
+    quote = {"quote": draw(word)}
+    return Span(doc=draw(docs), grade=draw(st.integers(0, 3)),
+                **draw(st.sampled_from([where, quote, {**where, **quote}])))
 
 
 @st.composite
@@ -64,6 +88,7 @@ def one_case(draw, case_id):
     labels = st.sampled_from(known) | word  # labels name chunks, their sources, or neither
     return Case(id=case_id, question=draw(word), answer=draw(st.none() | text), contexts=contexts,
                 relevant=draw(st.dictionaries(labels, st.integers(0, 3), max_size=3)),
+                relevant_spans=draw(st.lists(spans(), max_size=2)),
                 reference=draw(st.none() | text), reference_contexts=draw(st.lists(text, max_size=3)),
                 must_contain=draw(st.lists(text, max_size=2)),
                 must_not_contain=draw(st.lists(text, max_size=2)),
@@ -119,6 +144,7 @@ def check_ragas_dataset(ds, cases: list[Case], lost: list[str]):
         if not c.relevant:
             assert s.reference_context_ids is None
             continue
+        c = c.model_copy(update={"relevant_spans": []})  # RAGAS's ids hold the id labels alone
         n = max(1, len(c.contexts))
         native = {k: float(v[0]) for k, v in rank([c], [f"recall@{n}", f"precision@{n}"]).items()}
         with warnings.catch_warnings():

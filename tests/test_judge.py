@@ -327,7 +327,7 @@ def test_accounting_by_path_tag(stub_judge, tmp_path):
 def test_accounting_by_header_with_one_shared_client(stub_judge, tmp_path):
     with JudgeGateway(make_config(stub_judge, tmp_path)) as gw:
         http = httpx.Client(event_hooks=gw.httpx_event_hooks(), trust_env=False)
-        shared = openai.OpenAI(base_url=gw.plain_base_url, api_key=gw.api_key, http_client=http)
+        shared = openai.OpenAI(base_url=gw.base_url(), api_key=gw.api_key, http_client=http)
         with gw.tag_scope("trulens", "groundedness", "case/1"):
             chat(shared, messages=[{"role": "user", "content": "x"}])
             chat(shared, messages=[{"role": "user", "content": "y"}])
@@ -348,7 +348,7 @@ def test_accounting_by_header_with_one_shared_client(stub_judge, tmp_path):
 
         async def run_async() -> None:
             ahttp = httpx.AsyncClient(event_hooks=gw.async_httpx_event_hooks(), trust_env=False)
-            ac = openai.AsyncOpenAI(base_url=gw.plain_base_url, api_key=gw.api_key, http_client=ahttp)
+            ac = openai.AsyncOpenAI(base_url=gw.base_url(), api_key=gw.api_key, http_client=ahttp)
 
             async def one(case: str) -> None:
                 with gw.tag_scope("ragas", "faithfulness", case):
@@ -452,13 +452,13 @@ def test_key_echoed_by_upstream_is_redacted(tmp_path, monkeypatch):
 def test_gateway_rejects_browser_origins(stub_judge, tmp_path):
     with JudgeGateway(make_config(stub_judge, tmp_path)) as gw:
         key = {"Authorization": f"Bearer {gw.api_key}"}
-        r = HTTP.post(gw.plain_base_url + "/chat/completions", json={"model": "m", "messages": []},
+        r = HTTP.post(gw.base_url() + "/chat/completions", json={"model": "m", "messages": []},
                       headers={"Origin": "https://evil.example", **key})
         assert r.status_code == 403
-        r = HTTP.post(gw.plain_base_url + "/chat/completions", json={"model": "m", "messages": []},
+        r = HTTP.post(gw.base_url() + "/chat/completions", json={"model": "m", "messages": []},
                       headers={"Host": "evil.example", **key})
         assert r.status_code == 403
-        assert HTTP.get(gw.plain_base_url + "/nope", headers=key).status_code == 404
+        assert HTTP.get(gw.base_url() + "/nope", headers=key).status_code == 404
     assert stub_judge.request_count == 0
 
 
@@ -480,7 +480,7 @@ def test_socket_refuses_requests_without_the_gateways_key(stub_judge, tmp_path, 
             HTTP.post(chat_url, json=body, headers={"Authorization": f"Bearer {secret}"}),  # the real key
             HTTP.post(chat_url, json=body, headers={"Authorization": f"Bearer {gw.api_key[:-1]}"}),
             HTTP.post(chat_url, json=body, headers={"api-key": gw.api_key + "x"}),
-            HTTP.get(gw.plain_base_url + "/models"),
+            HTTP.get(gw.base_url() + "/models"),
         ]
         assert [r.status_code for r in refused] == [401] * len(refused)
         assert all(r.json()["error"]["code"] == "invalid_api_key" for r in refused)

@@ -26,14 +26,14 @@ MSG = [{"role": "user", "content": "Rate the answer from 0 to 3. Answer: refunds
 
 def sync_client(gw: JudgeGateway, base_url: str | None = None, **kw) -> openai.OpenAI:
     kw.setdefault("max_retries", 2)  # the SDK's default: the gateway must stop it from multiplying retries
-    return openai.OpenAI(base_url=base_url or gw.plain_base_url, api_key=gw.api_key,
+    return openai.OpenAI(base_url=base_url or gw.base_url(), api_key=gw.api_key,
                          http_client=httpx.Client(transport=gw.transport(), trust_env=False), **kw)
 
 
 def async_client(gw: JudgeGateway, **kw) -> openai.AsyncOpenAI:
     kw.setdefault("max_retries", 2)
     http_client = httpx.AsyncClient(transport=gw.async_transport(), trust_env=False)
-    return openai.AsyncOpenAI(base_url=gw.plain_base_url, api_key=gw.api_key, http_client=http_client, **kw)
+    return openai.AsyncOpenAI(base_url=gw.base_url(), api_key=gw.api_key, http_client=http_client, **kw)
 
 
 def chat(client: openai.OpenAI, content: str = MSG[0]["content"]) -> str:

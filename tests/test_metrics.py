@@ -33,8 +33,10 @@ def test_builtin_rubrics_are_canonical_metrics():
 
 def test_native_offers_every_ranking_metric_and_answer_check():
     offered = [s.name for s in get_backends()["native"].metrics()]
-    assert offered == [m.name for m in metrics.METRICS if m.kind in (metrics.RANKING, metrics.ANSWER_CHECK)]
+    assert offered == [m.name for m in metrics.METRICS
+                       if m.kind in (metrics.RANKING, metrics.SPAN, metrics.ANSWER_CHECK)]
     assert set(ranking.METRICS) == {m.base for m in metrics.METRICS if m.kind == metrics.RANKING}
+    assert set(ranking.SPAN_METRICS) == {m.base for m in metrics.METRICS if m.kind == metrics.SPAN}
 
 
 def test_each_metric_is_well_formed():
@@ -42,7 +44,7 @@ def test_each_metric_is_well_formed():
     for m in metrics.METRICS:
         assert m.kind in metrics.KINDS and m.half in ("retrieval", "generation"), m
         assert m.meaning and len(m.meaning) <= 70, m
-        assert m.pass_mark == metrics.PER_K or 0 < m.pass_mark <= 1, m
+        assert m.pass_mark in (metrics.PER_K, metrics.NO_MARK) or 0 < m.pass_mark <= 1, m
         assert re.fullmatch(r"[a-z][a-z0-9_]*(@k)?", m.name), m  # a digit only where no cut-off follows
 
 
@@ -95,5 +97,5 @@ def test_readme_and_metrics_doc_name_every_canonical_metric():
         assert f"`{name}`" in readme, name
     doc = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
     for m in metrics.METRICS:
-        if m.kind == metrics.RANKING:
+        if m.kind in (metrics.RANKING, metrics.SPAN):
             assert f"`{m.name}`" in doc, m.name

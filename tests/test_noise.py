@@ -214,6 +214,10 @@ def test_library_backends_repeat_replay_and_dry_run_exactly(tmp_path, cases, bac
         # each repeat is its own calls: exactly what the dry run counted, against a judge that answers alike
         calls = run.manifest.counts["judge"]["calls"]
         assert calls == dry.manifest.counts["judge"]["calls"] == len(stub.posts())
+        # the second repeat's calls are its own, and the judge is told which repeat each is
+        by_repeat = [p.headers.get("x-ragbridge-repeat", "0") for p in stub.posts()]
+        # (as many as the first's; a backend's one probe at open, TruLens's, is not a repeat's)
+        assert by_repeat.count("1") > 0 and by_repeat.count("0") - by_repeat.count("1") in (0, 1)
         warm = evaluate(few, **kw)
         assert warm.manifest.counts["judge"]["calls"] == 0
 

@@ -450,7 +450,7 @@ def test_a_run_prepares_each_list_of_cases_once():
 
     session = asyncio.run(NativeBackend().open(ScoringContext(options=RunOptions())))
     cases = [case(["a", "b"], {"b": 1}), case(["c"], {"c": 2}, "q2")]
-    first = session.ranked(cases)
-    assert session.ranked(cases) is first
-    other = session.ranked(cases[:1])
+    first = session.prepared(cases, 0.5).ranked
+    assert session.prepared(cases, 0.5).ranked is first
+    other = session.prepared(cases[:1], 0.5).ranked
     assert other is not first and other.n_cases == 1

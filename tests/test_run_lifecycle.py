@@ -100,6 +100,7 @@ def test_a_run_killed_mid_way_reads_as_interrupted_and_its_resume_counts_both_se
     gate = ragbridge_cli("gate", out, "--config", gates)
     assert gate.returncode == 2 and "status 'interrupted'" in gate.stderr
 
+    session1 = len(stub_judge.posts())  # every call the killed session made, reported or not
     stub_judge.latency = 0.0
     stub_judge.reset()
     second = ragbridge_cli("run", example_path, "--out", out, *judge_args(stub_judge, tmp_path))
@@ -107,10 +108,12 @@ def test_a_run_killed_mid_way_reads_as_interrupted_and_its_resume_counts_both_se
     final = _manifest(out)
     assert final["status"] == "complete" and final["process"]["pid"] != proc.pid
     assert final["counts"]["scores"] == 2 * len(cases) and final["counts"]["errored"] == 0
-    # the judge traffic of both sessions: the killed one's up to its last heartbeat, then every call
+    # the judge traffic of both sessions: every call of the killed one (counted as it was sent, so
+    # also those after its last heartbeat; at most the one being sent at the kill not made), then
+    # every call of the resume
     session2 = len(stub_judge.posts())
-    assert session2 > 0
-    assert final["counts"]["judge"]["calls"] == first["counts"]["judge"]["calls"] + session2
+    assert session2 > 0 and session1 >= first["counts"]["judge"]["calls"]
+    assert 0 <= final["counts"]["judge"]["calls"] - (session1 + session2) <= 1
     assert final["counts"]["judge"]["prompt_tokens"] > first["counts"]["judge"]["prompt_tokens"]
     # every native score was made by the killed session; the repeated chunk ids are still counted
     repeated = sum(len(c.contexts) - len({ch.id for ch in c.contexts}) for c in cases)

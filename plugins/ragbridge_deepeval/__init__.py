@@ -112,7 +112,10 @@ Datasets
 --------
 ``ragbridge convert IN OUT --from deepeval`` / ``--to deepeval`` (or ``deepeval-json``,
 ``deepeval-jsonl``, ``deepeval-csv``) read DeepEval goldens and test cases and write goldens; see
-``formats.py`` for the field mapping and what can be lost.
+``formats.py`` for the field mapping and what can be lost. In memory, ``ragbridge.load_cases`` and
+``ragbridge.evaluate`` take an ``EvaluationDataset``, lists of ``Golden`` or ``LLMTestCase``, and
+``ragbridge.to_library(cases, "deepeval")`` gives an ``EvaluationDataset`` back (``kind="test_cases"``:
+a list of ``LLMTestCase``); see ``translate.py``.
 
 Files: ``backend.py`` (the backend, its run lifecycle and judge), ``metrics.py`` (canonical metric
 -> DeepEval class, options, the correctness rubric), ``translate.py`` (cases -> test cases, results ->
@@ -122,23 +125,43 @@ stub judge's answers to DeepEval's prompts, registered through ``ragbridge_regis
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from ragbridge.hookspecs import hookimpl
 
-from .backend import DeepEvalBackend
-from .formats import FORMATS
-
 __all__ = ["DeepEvalBackend", "FORMATS"]
+
+#: the package's names, imported when first used: registering the plugin imports none of its modules
+_EXPORTS = {"DeepEvalBackend": ".backend", "FORMATS": ".formats"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name], __name__), name)
 
 
 @hookimpl
 def ragbridge_register_backends(register):
+    from .backend import DeepEvalBackend
+
     register(DeepEvalBackend())
 
 
 @hookimpl
 def ragbridge_register_formats(register):
+    from .formats import FORMATS
+
     for fmt in FORMATS:
         register(fmt)
+
+
+@hookimpl
+def ragbridge_register_libraries(register):
+    from .translate import library
+
+    register(library())
 
 
 @hookimpl

@@ -131,8 +131,9 @@ class DeepEvalBackend(Backend):
         limit = ctx.cases_in_flight(opts.get("concurrency"))
 
         async def one(case: Case) -> Score:
-            return await self.score_case(metric, case, session.gateway, opts, session.http_client,
-                                         session.sync_http_client)
+            # ctx.judge, not the session's: it files the calls under this job's repeat
+            return await self.score_case(metric, case, ctx.judge or session.gateway, opts,
+                                         session.http_client, session.sync_http_client)
 
         async for score in fan_out(cases, one, limit):
             yield score

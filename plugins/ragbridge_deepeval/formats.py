@@ -197,7 +197,7 @@ def record_to_canonical(raw: Any, joined: bool) -> dict[str, Any]:
         kept = extra.get("contexts")
         if isinstance(kept, list) and len(kept) == len(chunks) and all(isinstance(k, dict) for k in kept):
             for c, k in zip(chunks, kept):
-                for f in ("id", "score", "source"):
+                for f in ("id", "score", "source", "doc", "start", "end"):
                     if k.get(f) is not None:
                         c[f] = k[f]
         for c, cid in zip(chunks, derived_chunk_ids([c["text"] for c in chunks])):
@@ -213,7 +213,7 @@ def record_to_canonical(raw: Any, joined: bool) -> dict[str, Any]:
     tags = rec.pop("tags", None)
     if tags:
         out["tags"] = list(tags) if isinstance(tags, (list, tuple)) else [str(tags)]
-    for f in ("relevant", "must_contain", "must_not_contain", "answerable", "tags"):
+    for f in ("relevant", "relevant_spans", "must_contain", "must_not_contain", "answerable", "tags"):
         if f in extra and f not in out:
             out[f] = extra[f]
 
@@ -350,10 +350,13 @@ def golden_record(case: Case, lists: bool = True) -> tuple[dict[str, Any], list[
                 k["score"] = c.score
             if c.source is not None:
                 k["source"] = c.source
+            k.update(c.model_dump(include={"doc", "start", "end"}, exclude_none=True))
             kept.append(k)
         extra["contexts"] = kept
     if case.relevant:
         extra["relevant"] = dict(case.relevant)
+    if case.relevant_spans:
+        extra["relevant_spans"] = [s.model_dump(exclude_none=True) for s in case.relevant_spans]
     for f in ("must_contain", "must_not_contain", "tags"):
         if getattr(case, f):
             extra[f] = list(getattr(case, f))

@@ -2,6 +2,15 @@
 
 Everything that touches ``deepeval`` imports it inside the function, so importing this module is cheap
 and registering the backend never loads the library.
+
+In memory (`library`, registered through ``ragbridge_register_libraries``): ``ragbridge.load_cases``
+and ``ragbridge.evaluate`` read an ``EvaluationDataset`` (its test cases when it has any, else its
+goldens), a list of ``Golden`` or ``LLMTestCase``, and rows in DeepEval's keys, with the mapping of
+the ``deepeval`` file formats (`ragbridge_deepeval.formats.record_to_canonical`); the test cases'
+``name`` and ``tags``, which ``EvaluationDataset.save_as`` drops, are kept. ``to_library(cases,
+"deepeval")`` gives an ``EvaluationDataset`` of goldens, ``kind="test_cases"`` a list of
+``LLMTestCase``; what DeepEval has no field for travels in ``additional_metadata["ragbridge"]``
+(``metadata`` of a test case), so nothing is lost.
 """
 
 from __future__ import annotations
@@ -11,11 +20,13 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ragbridge.backend import error_text
+from ragbridge.formats import DatasetError
 from ragbridge.schema import Case, Score
 
 from .metrics import BACKEND, METRICS
 
-__all__ = ["test_case_kwargs", "to_test_case", "Extracted", "judged_items", "to_score", "error_message"]
+__all__ = ["test_case_kwargs", "to_test_case", "Extracted", "judged_items", "to_score", "error_message",
+           "is_deepeval_object", "object_rows", "read_object_rows", "to_goldens", "to_test_cases", "library"]
 
 
 def test_case_kwargs(case: Case) -> dict[str, Any]:
@@ -118,3 +129,123 @@ def error_message(exc: BaseException) -> str:
     except ImportError:  # pragma: no cover - tenacity comes with deepeval
         pass
     return error_text(exc)
+
+
+# --------------------------------------------------------------------------------------------
+# In memory: DeepEval's own objects
+
+
+def is_deepeval_object(data: Any) -> bool:
+    """Whether ``data`` is a DeepEval object (an ``EvaluationDataset``, a ``Golden``, an
+    ``LLMTestCase``) or a list of them; by the type's module, without importing DeepEval."""
+    def deepeval(x: Any) -> bool:
+        return type(x).__module__.split(".")[0] == "deepeval"
+
+    if isinstance(data, (list, tuple)):
+        return bool(data) and all(deepeval(x) for x in data)
+    return deepeval(data)
+
+
+def object_rows(data: Any) -> list[dict[str, Any]]:
+    """The records of an ``EvaluationDataset`` (its test cases when it has any, else its goldens) or
+    of a list of goldens or test cases, as dicts of their fields."""
+    if type(data).__name__ == "EvaluationDataset":
+        items = list(data.test_cases) or list(data.goldens)
+    elif isinstance(data, (list, tuple)):
+        items = list(data)
+    else:
+        items = [data]
+    rows = []
+    for i, item in enumerate(items):
+        kind = type(item).__name__
+        if kind not in ("Golden", "LLMTestCase"):
+            raise DatasetError(f"is a {kind}; only single-turn goldens and test cases translate to cases",
+                               line=i, unit="index")
+        rows.append(item.model_dump())
+    return rows
+
+
+def read_object_rows(rows: list[dict[str, Any]]) -> list[Case]:
+    """Records in DeepEval's keys (lists as lists) as cases: `formats.record_to_canonical`, a case
+    without a ``name`` getting the stable id of its input; an error names the item's index."""
+    from ragbridge.formats.records import case_id_for_question, cases_from_records
+
+    from .formats import record_to_canonical
+
+    def records():
+        seen: dict[str, int] = {}
+        for i, row in enumerate(rows):
+            try:
+                rec = record_to_canonical(row, joined=False)
+            except DatasetError as exc:
+                exc.line, exc.unit = i, "index"
+                raise
+            if "id" not in rec:
+                base = case_id_for_question(rec["question"])
+                seen[base] = seen.get(base, 0) + 1
+                rec["id"] = base if seen[base] == 1 else f"{base}-{seen[base]}"
+            yield i, rec
+
+    return cases_from_records(records(), unit="index")
+
+
+def _classes():
+    """DeepEval's ``EvaluationDataset``, ``Golden`` and ``LLMTestCase``, imported under the plugin's
+    environment defaults (no telemetry, no ``.env`` loaded) when DeepEval is not imported yet."""
+    import sys
+
+    if "deepeval" not in sys.modules:
+        from ragbridge.run.runner import applied_environment
+
+        from .env import environment, settle_telemetry
+
+        with applied_environment(environment()):
+            import deepeval.dataset  # noqa: F401
+            import deepeval.test_case  # noqa: F401
+
+            settle_telemetry()
+    from deepeval.dataset import EvaluationDataset, Golden
+    from deepeval.test_case import LLMTestCase
+
+    return EvaluationDataset, Golden, LLMTestCase
+
+
+def _golden_fields(case: Case) -> dict[str, Any]:
+    from .formats import golden_record
+
+    return {k: v for k, v in golden_record(case)[0].items() if v is not None}
+
+
+def to_goldens(cases: Any) -> tuple[Any, list[str]]:
+    """An ``EvaluationDataset`` of goldens, one per case, and nothing lost."""
+    EvaluationDataset, Golden, _ = _classes()
+    return EvaluationDataset(goldens=[Golden(**_golden_fields(c)) for c in cases]), []
+
+
+def to_test_cases(cases: Any) -> tuple[Any, list[str]]:
+    """A list of ``LLMTestCase``, one per case, and nothing lost (a golden's field a test case has no
+    field for, such as ``source_file``, goes to ``metadata["deepeval"]``, where the reader finds it)."""
+    _, _, LLMTestCase = _classes()
+    known = set(LLMTestCase.model_fields)
+    out = []
+    for case in cases:
+        kw = _golden_fields(case)
+        meta = dict(kw.pop("additional_metadata", None) or {})
+        extra = {k: kw.pop(k) for k in list(kw) if k not in known}
+        if extra:
+            meta["deepeval"] = {**(meta.get("deepeval") or {}), **extra}
+        if case.tags:
+            kw["tags"] = list(case.tags)
+        out.append(LLMTestCase(**kw, **({"metadata": meta} if meta else {})))
+    return out, []
+
+
+def library():
+    """The ``deepeval`` `ragbridge.formats.objects.Library`."""
+    from ragbridge.formats.objects import Library
+
+    from .formats import READ_FIELDS
+
+    return Library("deepeval", fields=READ_FIELDS, read_rows=read_object_rows, recognises=is_deepeval_object,
+                   rows=object_rows, kinds={"dataset": to_goldens, "test_cases": to_test_cases},
+                   description="DeepEval EvaluationDataset, Golden, LLMTestCase, and rows in its keys")

@@ -81,16 +81,27 @@ through ``ragbridge_register_stub_responders``).
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from ragbridge.hookspecs import hookimpl
 
-from .backend import PhoenixBackend
-from .metrics import NATIVE_NAMES
-
 __all__ = ["PhoenixBackend", "NATIVE_NAMES"]
+
+#: the package's names, imported when first used: registering the plugin imports none of its modules
+_EXPORTS = {"PhoenixBackend": ".backend", "NATIVE_NAMES": ".metrics"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name], __name__), name)
 
 
 @hookimpl
 def ragbridge_register_backends(register):
+    from .backend import PhoenixBackend
+
     register(PhoenixBackend())
 
 

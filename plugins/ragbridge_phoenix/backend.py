@@ -152,19 +152,21 @@ class PhoenixBackend(Backend):
         limit = ctx.cases_in_flight(session.settings.concurrency)
 
         async def one(case: Case) -> Score:
-            return await self.score_case(spec, case, session)
+            # ctx.judge, not the session's: it files the calls under this job's repeat
+            return await self.score_case(spec, case, session, ctx.judge)
 
         async for score in fan_out(cases, one, limit):
             yield score
 
-    async def score_case(self, spec: PhoenixMetric, case: Case, session: PhoenixSession) -> Score:
+    async def score_case(self, spec: PhoenixMetric, case: Case, session: PhoenixSession,
+                         gateway: Any = None) -> Score:
         """One case: its record(s) through Phoenix's ``async_evaluate``, attributed to the case."""
         if spec.unanswerable_only and case.answerable:
             return translate.undefined_score(spec, case.id, "case is answerable")
         evaluator = session.evaluators[spec.canonical]
         t0 = time.perf_counter()
         try:
-            with session.gateway.tag_scope(self.name, spec.canonical, case.id):
+            with (gateway or session.gateway).tag_scope(self.name, spec.canonical, case.id):
                 if spec.per_chunk:
                     pairs = translate.chunk_records(case)
                     results = await asyncio.gather(*(evaluator.async_evaluate(r) for _, r in pairs),

@@ -76,10 +76,12 @@ OpenAI provider, not LangChain's, so no tiktoken file is downloaded. RAGAS' own 
 used (its key ignores the model and endpoint); ragbridge's gateway caches instead.
 
 Datasets: the ``ragas`` (JSONL; also reads a ``datasets`` folder, ``.csv`` and ``.parquet``),
-``ragas-hf`` (``datasets`` folder) and ``ragas-csv`` (``EvaluationDataset.to_csv``) formats, and
-:func:`from_ragas` / :func:`to_ragas` for in-memory EvaluationDatasets, ``datasets.Dataset`` and
-pandas DataFrames; see :mod:`ragbridge_ragas.translate` for the field mapping and what RAGAS cannot
-hold.
+``ragas-hf`` (``datasets`` folder) and ``ragas-csv`` (``EvaluationDataset.to_csv``) formats. In
+memory, ``ragbridge.load_cases`` and ``ragbridge.evaluate`` take an ``EvaluationDataset``, a list of
+``SingleTurnSample`` and rows in RAGAS's columns (a DataFrame, a ``datasets.Dataset``, a list of
+dicts), and ``ragbridge.to_library(cases, "ragas")`` gives an ``EvaluationDataset`` back (the
+``ragbridge_register_libraries`` hook; :func:`from_ragas` / :func:`to_ragas` do the same from this
+package); see :mod:`ragbridge_ragas.translate` for the field mapping and what RAGAS cannot hold.
 
 Files: ``backend.py`` (the backend and its run lifecycle), ``metrics.py`` (canonical metric -> RAGAS
 class and inputs), ``translate.py`` (cases <-> RAGAS samples, RAGAS results -> Scores), ``formats.py``
@@ -89,24 +91,44 @@ to RAGAS' prompts, registered through ``ragbridge_register_stub_responders``).
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from ragbridge.hookspecs import hookimpl
 
-from .backend import RagasBackend
-from .formats import FORMATS, from_ragas, to_ragas
-from .metrics import METRICS
-
 __all__ = ["RagasBackend", "METRICS", "FORMATS", "from_ragas", "to_ragas"]
+
+#: the package's names, imported when first used: registering the plugin imports none of its modules
+_EXPORTS = {"RagasBackend": ".backend", "METRICS": ".metrics", "FORMATS": ".formats",
+            "from_ragas": ".formats", "to_ragas": ".formats"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name], __name__), name)
 
 
 @hookimpl
 def ragbridge_register_backends(register):
+    from .backend import RagasBackend
+
     register(RagasBackend())
 
 
 @hookimpl
 def ragbridge_register_formats(register):
+    from .formats import FORMATS
+
     for fmt in FORMATS:
         register(fmt)
+
+
+@hookimpl
+def ragbridge_register_libraries(register):
+    from .translate import library
+
+    register(library())
 
 
 @hookimpl

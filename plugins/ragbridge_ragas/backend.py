@@ -165,7 +165,8 @@ class RagasBackend(Backend):
         m = session.metric(spec)
 
         async def one(case: Case) -> Score:
-            return await self.score_case(spec, m, session.gateway, metric, case)
+            # ctx.judge, not the session's: it files the calls under this job's repeat
+            return await self.score_case(spec, m, ctx.judge or session.gateway, metric, case)
 
         async for score in fan_out(cases, one, ctx.cases_in_flight()):
             yield score

@@ -86,6 +86,11 @@ __all__ = [
     "row_to_record",
     "rows_to_cases",
     "retrieved_texts",
+    "is_ragas_object",
+    "object_rows",
+    "read_object_rows",
+    "to_evaluation_dataset",
+    "library",
     "normalise",
     "to_score",
 ]
@@ -203,10 +208,12 @@ def sidecar(case: Case) -> dict[str, Any]:
     if case.id != case_id_for_question(case.question):
         side["id"] = case.id
     if export_ids(case) != [c.id for c in case.contexts] or any(
-            c.score is not None or c.source is not None for c in case.contexts):
+            c.score is not None or c.source is not None or c.doc is not None for c in case.contexts):
         side["contexts"] = [c.model_dump(exclude={"text"}, exclude_none=True) for c in case.contexts]
     if any(g != 1 for g in case.relevant.values()):
         side["relevant"] = dict(case.relevant)
+    if case.relevant_spans:
+        side["relevant_spans"] = [s.model_dump(exclude_none=True) for s in case.relevant_spans]
     for key in ("must_contain", "must_not_contain", "tags"):
         if getattr(case, key):
             side[key] = list(getattr(case, key))
@@ -227,6 +234,7 @@ def sidecar(case: Case) -> dict[str, Any]:
 
 #: what `sidecar` keys hold, named as `lost_fields` names them
 _SIDECAR_NAMES = {"id": "id", "contexts": "contexts.id", "relevant": "relevant (grades)",
+                  "relevant_spans": "relevant_spans",
                   "must_contain": "must_contain", "must_not_contain": "must_not_contain",
                   "answerable": "answerable", "tags": "tags", "metadata": "metadata"}
 
@@ -243,6 +251,8 @@ def lost_fields(cases: Sequence[Case]) -> list[str]:
             names.add("contexts.score")
         if any(c.source is not None for c in case.contexts):
             names.add("contexts.source")
+        if any(c.doc is not None for c in case.contexts):
+            names.add("contexts.doc")
         lost |= names
     return sorted(lost)
 
@@ -372,7 +382,7 @@ def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
         out["relevant"] = side["relevant"]
     elif ref_ids is not None:
         out["relevant"] = {i: 1 for i in _id_list(ref_ids, "reference_context_ids")}
-    for key in ("must_contain", "must_not_contain", "tags", "answerable"):
+    for key in ("relevant_spans", "must_contain", "must_not_contain", "tags", "answerable"):
         if key in side:
             out[key] = side[key]
 
@@ -397,11 +407,12 @@ def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def rows_to_cases(rows: Iterable[dict[str, Any]], path: Optional[str] = None,
-                  unit: str = "row") -> list[Case]:
-    """Validate RAGAS rows into cases; errors say where (file, row, field) and what to do."""
+                  unit: str = "row", start: int = 1) -> list[Case]:
+    """Validate RAGAS rows into cases; errors say where (file, row, field) and what to do. Rows
+    are numbered from ``start`` (``unit="index"``, ``start=0``: in-memory items by their index)."""
     cases: list[Case] = []
     seen: dict[str, int] = {}
-    for n, row in enumerate(rows, start=1):
+    for n, row in enumerate(rows, start=start):
         try:
             rec = row_to_record(row)
             if "id" not in rec:
@@ -427,6 +438,71 @@ def rows_to_cases(rows: Iterable[dict[str, Any]], path: Optional[str] = None,
     if not cases:
         raise DatasetError("holds no samples", path=path, hint="a golden set needs at least one case")
     return cases
+
+
+# --------------------------------------------------------------------------------------------
+# In memory: RAGAS's own objects (`LIBRARY`, registered through ``ragbridge_register_libraries``)
+
+
+def is_ragas_object(data: Any) -> bool:
+    """Whether ``data`` is a RAGAS object (an ``EvaluationDataset``, a sample) or a list of them;
+    by the type's module, without importing RAGAS."""
+    def ragas(x: Any) -> bool:
+        return type(x).__module__.split(".")[0] == "ragas"
+
+    if isinstance(data, (list, tuple)):
+        return bool(data) and all(ragas(x) for x in data)
+    return ragas(data)
+
+
+def object_rows(data: Any) -> list[dict[str, Any]]:
+    """The samples of an ``EvaluationDataset`` (or a list of ``SingleTurnSample``) as rows, as
+    ``EvaluationDataset.to_jsonl`` writes them (``None`` fields left out)."""
+    samples = data.samples if hasattr(data, "samples") else data
+    if not isinstance(samples, (list, tuple)):
+        raise DatasetError(f"cannot read a {type(data).__name__} as cases",
+                           hint="pass an EvaluationDataset or a list of SingleTurnSample")
+    rows = []
+    for i, sample in enumerate(samples):
+        if type(sample).__name__ != "SingleTurnSample":
+            raise DatasetError(f"is a {type(sample).__name__}; only single-turn samples translate to cases",
+                               line=i, unit="index")
+        rows.append(sample.model_dump(exclude_none=True))
+    return rows
+
+
+def read_object_rows(rows: list[dict[str, Any]]) -> list[Case]:
+    """Rows in RAGAS's columns (current or legacy) as cases; an error names the row's index."""
+    return rows_to_cases(rows, unit="index", start=0)
+
+
+def to_evaluation_dataset(cases: Sequence[Case]) -> tuple[Any, list[str]]:
+    """The cases as a RAGAS ``EvaluationDataset`` of ``SingleTurnSample``, and the canonical fields
+    it cannot hold (`lost_fields`: the file formats keep them in the ``ragbridge`` column)."""
+    import sys
+
+    if "ragas" not in sys.modules:  # first imported under the plugin's defaults (tracking off)
+        from ragbridge.run.runner import applied_environment
+
+        from .env import ENVIRONMENT, keep_ragas_id_out_of_home
+
+        with applied_environment(ENVIRONMENT):
+            import ragas.dataset_schema  # noqa: F401
+
+            keep_ragas_id_out_of_home()
+    from ragas.dataset_schema import EvaluationDataset, SingleTurnSample
+
+    rows = cases_to_rows(cases, with_sidecar=False)
+    return EvaluationDataset(samples=[SingleTurnSample(**r) for r in rows]), lost_fields(cases)
+
+
+def library():
+    """The ``ragas`` `ragbridge.formats.objects.Library`."""
+    from ragbridge.formats.objects import Library
+
+    return Library("ragas", fields=READ_FIELDS, read_rows=read_object_rows, recognises=is_ragas_object,
+                   rows=object_rows, kinds={"dataset": to_evaluation_dataset},
+                   description="RAGAS EvaluationDataset, SingleTurnSample, and rows in its columns")
 
 
 # --------------------------------------------------------------------------------------------

@@ -94,16 +94,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import importlib
+from typing import Any
+
 from ragbridge.hookspecs import hookimpl
 
-from .backend import TruLensBackend
-from .metrics import NATIVE_NAMES
-
 __all__ = ["TruLensBackend", "NATIVE_NAMES"]
+
+#: the package's names, imported when first used: registering the plugin imports none of its modules
+_EXPORTS = {"TruLensBackend": ".backend", "NATIVE_NAMES": ".metrics"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name], __name__), name)
 
 
 @hookimpl
 def ragbridge_register_backends(register):
+    from .backend import TruLensBackend
+
     register(TruLensBackend())
 
 
@@ -113,6 +124,13 @@ def ragbridge_register_formats(register):
 
     for fmt in FORMATS:
         register(fmt)
+
+
+@hookimpl
+def ragbridge_register_libraries(register):
+    from .translate import library
+
+    register(library())
 
 
 @hookimpl

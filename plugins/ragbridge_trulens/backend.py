@@ -231,16 +231,19 @@ class TruLensBackend(Backend):
         loop = asyncio.get_running_loop()
 
         async def one(case: Case) -> Score:
-            return await loop.run_in_executor(session.executor, self.score_case, spec, case, session)
+            # ctx.judge, not the session's: it files the calls under this job's repeat
+            return await loop.run_in_executor(session.executor, self.score_case, spec, case, session,
+                                              ctx.judge)
 
         async for score in fan_out(cases, one):  # the thread pool bounds it
             yield score
 
-    def score_case(self, spec: TruLensMetric, case: Case, session: TruLensSession) -> Score:
+    def score_case(self, spec: TruLensMetric, case: Case, session: TruLensSession,
+                   gateway: Any = None) -> Score:
         """One case, in a worker thread: the metric function inside the gateway's ``tag_scope``."""
         t0 = time.perf_counter()
         try:
-            with session.gateway.tag_scope(self.name, spec.canonical, case.id):
+            with (gateway or session.gateway).tag_scope(self.name, spec.canonical, case.id):
                 outcome = spec.scorer(session.provider, case, session.settings)
         except Exception as exc:  # noqa: BLE001 - one case's failure is that Score's error
             return error_score(spec, case.id, session.api, exc, time.perf_counter() - t0)

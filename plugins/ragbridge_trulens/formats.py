@@ -188,7 +188,7 @@ def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
             rec["contexts"] = [{**c, "text": t} for c, t in zip(chunks, texts)]
         else:
             rec["contexts"] = texts
-    for key in ("relevant", "must_contain", "must_not_contain", "answerable", "tags"):
+    for key in ("relevant", "relevant_spans", "must_contain", "must_not_contain", "answerable", "tags"):
         if key in extra:
             rec[key] = extra[key]
     if "id" in rec and not isinstance(rec["id"], str):
@@ -228,6 +228,8 @@ def case_to_row(case: Case) -> dict[str, Any]:
         extra["contexts"] = [c.model_dump(exclude={"text"}, exclude_none=True) for c in case.contexts]
     if case.relevant:
         extra["relevant"] = dict(case.relevant)
+    if case.relevant_spans:
+        extra["relevant_spans"] = [s.model_dump(exclude_none=True) for s in case.relevant_spans]
     for key in ("must_contain", "must_not_contain", "tags"):
         if getattr(case, key):
             extra[key] = list(getattr(case, key))

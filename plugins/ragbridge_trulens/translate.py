@@ -10,6 +10,13 @@ imports TruLens lazily (the package ``__init__`` must not). The functions are sy
 runs them in worker threads, one case per thread.
 
 See the package docstring for the formulas, scales and normalisation.
+
+In memory (`library`, registered through ``ragbridge_register_libraries``): ``ragbridge.load_cases``
+and ``ragbridge.evaluate`` read a ground-truth DataFrame (``TruSession.get_ground_truth``'s columns,
+with the app's ``response`` and ``contexts`` beside them) and a list of ``GroundTruth`` objects, with
+the mapping of the ``trulens`` format (`ragbridge_trulens.formats.row_to_record`);
+``to_library(cases, "trulens")`` gives that DataFrame back (`ragbridge_trulens.formats.cases_to_frame`),
+which ``TruSession.add_ground_truth_to_dataset`` takes.
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .metrics import TruLensSettings
 
 __all__ = ["UnparsableScore", "ChunkScoreError", "groundedness_configs", "faithfulness",
-           "context_relevance", "answer_relevance", "answer_correctness", "to_score", "error_score"]
+           "context_relevance", "answer_relevance", "answer_correctness", "to_score", "error_score",
+           "is_trulens_object", "object_rows", "read_object_rows", "to_frame", "library"]
 
 
 class UnparsableScore(Exception):
@@ -174,3 +182,59 @@ def error_score(metric: Any, case_id: str, api: str, exc: Exception, seconds: fl
     native = {**exc.native, "api": api} if isinstance(exc, ChunkScoreError) else None
     return Score(case_id=case_id, metric=metric.canonical, backend="trulens", native_metric=metric.native,
                  native_value=native, error=error_text(exc), seconds=seconds)
+
+
+# --------------------------------------------------------------------------------------------
+# In memory: ground-truth rows and TruLens's GroundTruth objects
+
+
+def is_trulens_object(data: Any) -> bool:
+    """Whether ``data`` is a list of TruLens ``GroundTruth`` objects (by the type's module, without
+    importing TruLens)."""
+    return isinstance(data, (list, tuple)) and bool(data) and all(
+        type(x).__module__.split(".")[0] == "trulens" and type(x).__name__ == "GroundTruth" for x in data)
+
+
+def object_rows(data: Any) -> list[dict[str, Any]]:
+    """``GroundTruth`` objects as the rows of the DataFrame ``TruSession.get_ground_truth`` gives."""
+    return [gt.model_dump() for gt in data]
+
+
+def read_object_rows(rows: list[dict[str, Any]]) -> list[Case]:
+    """Rows in TruLens's columns as cases (`formats.row_to_record`); an error names the row's index."""
+    from ragbridge.formats import DatasetError
+    from ragbridge.formats.records import cases_from_records
+
+    from .formats import row_to_record
+
+    def records():
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise DatasetError(f"each row must be an object, got {type(row).__name__}", line=i,
+                                   unit="index")
+            try:
+                yield i, row_to_record(row)
+            except DatasetError as exc:
+                exc.line, exc.unit = i, "index"
+                raise
+
+    return cases_from_records(records(), unit="index")
+
+
+def to_frame(cases: Any) -> tuple[Any, list[str]]:
+    """The cases as a ground-truth DataFrame in TruLens's columns, and nothing lost (what TruLens has
+    no column for is in ``meta["ragbridge"]``)."""
+    from .formats import cases_to_frame
+
+    return cases_to_frame(cases), []
+
+
+def library():
+    """The ``trulens`` `ragbridge.formats.objects.Library`."""
+    from ragbridge.formats.objects import Library
+
+    from .formats import READ_FIELDS
+
+    return Library("trulens", fields=READ_FIELDS, read_rows=read_object_rows, recognises=is_trulens_object,
+                   rows=object_rows, kinds={"ground_truth": to_frame},
+                   description="TruLens ground-truth DataFrames and GroundTruth objects")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, ClassVar, Optional, Sequence
 
 from .metrics import resolve_metric
-from .schema import Case, Score
+from .schema import SPAN_MIN_OVERLAP, Case, Score
 
 if TYPE_CHECKING:  # pragma: no cover
     from .judge import JudgeGateway
@@ -55,7 +55,8 @@ class MetricSpec:
     lacks one gets an undefined score with the reason, and the backend is never called for it.
     ``digest`` is the content hash of the definition the metric is judged by (a rubric), recorded in
     run.json so that scores of two definitions are never compared silently. ``default``: planned
-    when a run names no metric (False for a metric whose judge calls multiply, asked for by name);
+    when a run names no metric (False for a metric whose judge calls multiply, asked for by name, and
+    for one that needs input the run does not have, such as the span metrics without span labels);
     ``group``: a name that asks for every metric of the group at once (``--metric GROUP``).
     """
 
@@ -74,7 +75,13 @@ class RunOptions:
     """Options every backend may read. ``backend_options`` holds per-backend settings by name.
 
     ``generator_model`` names the model of the system under test (a case's
-    ``metadata["generator_model"]`` says it per case): a run judged by the same model is flagged."""
+    ``metadata["generator_model"]`` says it per case): a run judged by the same model is flagged.
+
+    Span labels: ``span_min_overlap`` is the span rule's (`ragbridge.schema.span_overlap_matches`),
+    ``span_arithmetic`` the character-level metrics' (``merged`` or ``chroma``:
+    `ragbridge.native.spans`), ``chunking`` the chunking ``precision_omega`` measures (a
+    `ragbridge.native.spans.Chunking`, or None), ``span_labels`` whether the cases hold span labels
+    (set by the runner; the span metrics are planned by default only then)."""
 
     k: int = 5
     gain: str = "linear"
@@ -82,9 +89,13 @@ class RunOptions:
     decline_phrases: Optional[list[str]] = None
     backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     generator_model: Optional[str] = None
+    span_min_overlap: float = SPAN_MIN_OVERLAP
+    span_arithmetic: str = "merged"
+    chunking: Any = None
+    span_labels: bool = False
 
     def public(self) -> dict[str, Any]:
-        return {
+        out = {
             "k": self.k,
             "gain": self.gain,
             "case_sensitive": self.case_sensitive,
@@ -92,6 +103,10 @@ class RunOptions:
             "backend_options": self.backend_options,
             "generator_model": self.generator_model,
         }
+        if self.span_labels or self.chunking is not None:
+            out.update(span_min_overlap=self.span_min_overlap, span_arithmetic=self.span_arithmetic,
+                       chunking=getattr(self.chunking, "path", None))
+        return out
 
 
 @dataclass

@@ -36,6 +36,17 @@ def ragbridge_register_formats(register):
 
 
 @hookspec
+def ragbridge_register_libraries(register):
+    """Teach ``load_cases``, ``evaluate`` and ``to_library`` a library's in-memory data.
+
+    Call ``register(library)`` once per library, where ``library`` is a
+    ``ragbridge.formats.objects.Library``: how to recognise the library's own dataset, sample or
+    test-case objects (without importing the library), how to read them and rows in its field names
+    into cases, and the objects ``to_library`` makes from cases. A name registered twice is an error.
+    """
+
+
+@hookspec
 def ragbridge_register_commands(cli):
     """Add commands to the ``ragbridge`` command line.
 

@@ -14,7 +14,10 @@ Each `Metric` says:
     ``recall@5`` with ``--k 5``, or asked for directly as ``recall@10`` (`resolve_metric`).
 ``kind``
     ``ranking`` (deterministic, from the retrieved list and the relevance labels, trec_eval's
-    conventions; see `ragbridge.native.ranking`), ``answer check`` (deterministic string checks on
+    conventions; see `ragbridge.native.ranking`), ``span`` (deterministic and character-level, from
+    the span labels and where the retrieved chunks sit in the documents, as Chroma's chunking
+    evaluation; see `ragbridge.native.spans`: merged spans by default, Chroma's unmerged arithmetic
+    with ``--span-arithmetic chroma``), ``answer check`` (deterministic string checks on
     the answer; see `ragbridge.native.answers`) or ``judged`` (an LLM judge, through the gateway).
     The kind is the canonical definition's; a judged backend may also offer an answer check by a
     model (the rubric backend's ``abstention``).
@@ -27,10 +30,13 @@ Each `Metric` says:
     gates file sets one: 0.5 for the ranking and judged metrics (the evaluation libraries' usual
     default threshold), ``"1/k"`` for the precisions of the retrieved list (``precision@k``,
     ``context_relevance``, ``claim_context_precision``: with one relevant chunk among k the best
-    possible value is about 1/k), 1 for the answer checks.
+    possible value is about 1/k), 1 for the answer checks; 0 (no bar: every value passes) for the
+    character-level precision, IoU and precision-omega, whose level is set by the sizes of the chunks
+    and the labels rather than by the quality of one case (a gate or ``--threshold`` sets one where a
+    team has a target).
     See `default_pass_mark` and docs/report.md.
 
-The order of `METRICS` is the display order of reports and tables: ranking, judged retrieval,
+The order of `METRICS` is the display order of reports and tables: ranking, span, judged retrieval,
 judged generation, answer checks.
 
 The claim diagnostics (``claim_recall`` to ``self_knowledge``) are RAGChecker's (its
@@ -47,16 +53,18 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Union
 
-__all__ = ["Metric", "METRICS", "NAMES", "KINDS", "RANKING", "ANSWER_CHECK", "JUDGED", "RETRIEVAL",
-           "GENERATION", "PER_K", "DEFAULT_PASS_MARK", "find", "half_of", "sort_key",
+__all__ = ["Metric", "METRICS", "NAMES", "KINDS", "RANKING", "SPAN", "NO_MARK", "ANSWER_CHECK", "JUDGED",
+           "RETRIEVAL", "GENERATION", "PER_K", "DEFAULT_PASS_MARK", "find", "half_of", "sort_key",
            "default_pass_mark", "resolve_metric"]
 
-RANKING, ANSWER_CHECK, JUDGED = "ranking", "answer check", "judged"
-KINDS = (RANKING, ANSWER_CHECK, JUDGED)
+RANKING, SPAN, ANSWER_CHECK, JUDGED = "ranking", "span", "answer check", "judged"
+KINDS = (RANKING, SPAN, ANSWER_CHECK, JUDGED)
 #: a pass mark of one over the cut-off (``k`` from the name, else the run's ``--k``, else 5)
 PER_K = "1/k"
 #: the pass mark of a metric that is not canonical (a custom rubric)
 DEFAULT_PASS_MARK = 0.5
+#: no default bar: every value passes
+NO_MARK = 0.0
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,13 @@ METRICS: tuple[Metric, ...] = (
     Metric("mrr", RANKING, "retrieval", "1 / rank of the first relevant chunk, 0 if none"),
     Metric("ndcg@k", RANKING, "retrieval", "graded gain in the top k, normalised by the ideal order"),
     Metric("map", RANKING, "retrieval", "average precision over the whole list"),
+    Metric("span_recall@k", SPAN, "retrieval", "share of the labelled characters the top k chunks cover"),
+    Metric("span_precision@k", SPAN, "retrieval", "share of the top k chunks' characters that are labelled",
+           NO_MARK),
+    Metric("span_iou@k", SPAN, "retrieval",
+           "labelled characters covered, over those of the top k and labels", NO_MARK),
+    Metric("precision_omega", SPAN, "retrieval",
+           "the best span precision the chunking allows (perfect retrieval)", NO_MARK),
     Metric("context_precision", JUDGED, "retrieval",
            "the chunks useful for the reference answer are ranked first"),
     Metric("context_recall", JUDGED, "retrieval",

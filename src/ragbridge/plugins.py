@@ -38,10 +38,15 @@ DEFAULT_PLUGINS = (
 pm = pluggy.PluginManager("ragbridge")
 pm.add_hookspecs(hookspecs)
 
+#: of `DEFAULT_PLUGINS`, those that add commands: the only built-in ones the command line imports
+#: before a command needs the others (``ragbridge --help`` imports no backend, format or schema)
+COMMAND_PLUGINS = ("ragbridge.rubric",)
+
 #: plugins that failed to load: name -> error message (shown by ``ragbridge backends``)
 load_errors: dict[str, str] = {}
 
 _loaded = False
+_entry_points_loaded = False
 
 
 def load_plugins() -> pluggy.PluginManager:
@@ -56,7 +61,17 @@ def load_plugins() -> pluggy.PluginManager:
         return pm
     _loaded = True
     for modname in DEFAULT_PLUGINS:
-        pm.register(importlib.import_module(modname), name=modname)
+        if not pm.has_plugin(modname):
+            pm.register(importlib.import_module(modname), name=modname)
+    _load_entry_points()
+    return pm
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
     for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         if ep.module.split(".")[0] == "ragbridge" or pm.has_plugin(ep.name) or ep.name in load_errors:
             continue
@@ -67,7 +82,6 @@ def load_plugins() -> pluggy.PluginManager:
             continue
         if not pm.is_registered(plugin):
             pm.register(plugin, name=ep.name)
-    return pm
 
 
 def get_backends() -> dict[str, "Backend"]:
@@ -87,13 +101,20 @@ def get_backends() -> dict[str, "Backend"]:
 
 
 def register_commands(cli) -> None:
-    load_plugins()
+    """Add every plugin's commands to ``cli``. Only the plugins that add commands are imported here
+    (`COMMAND_PLUGINS` and the entry points, whose registration is cheap); `load_plugins` registers
+    the other built-in plugins when something first needs them."""
+    if not _loaded:
+        for modname in COMMAND_PLUGINS:
+            if not pm.has_plugin(modname):
+                pm.register(importlib.import_module(modname), name=modname)
+        _load_entry_points()
     pm.hook.ragbridge_register_commands(cli=cli)
 
 
 def _reset_for_tests() -> None:  # pragma: no cover - used by the test-suite only
-    global _loaded
+    global _loaded, _entry_points_loaded
     for plugin in list(pm.get_plugins()):
         pm.unregister(plugin)
     load_errors.clear()
-    _loaded = False
+    _loaded = _entry_points_loaded = False

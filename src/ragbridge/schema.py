@@ -5,7 +5,15 @@ own record and translate the library's result back into a `Score`.
 
 Relevance rule (used by every ranking metric and by the report): a retrieved chunk matches a label
 when its ``id`` is a key of ``Case.relevant``, or else when its ``source`` (the document or section it
-came from) is. Rank is the position in ``Case.contexts`` (best first); chunk scores are informational.
+came from) is, or else when it overlaps a span label of ``Case.relevant_spans`` by the span rule
+(`span_overlap_matches`). Rank is the position in ``Case.contexts`` (best first); chunk scores are
+informational.
+
+Span labels tie a golden set to the documents instead of one chunking: a `Span` is a stretch of a
+document's text, by character offsets (``start`` inclusive, ``end`` exclusive, counted in the text
+as the corpus holds it) or by a ``quote`` that ragbridge locates in the document. A `Chunk` may say
+where it sits (``doc``, ``start``, ``end``); chunks without offsets are located by their text when a
+corpus is given (`ragbridge.formats.corpus`).
 """
 
 from __future__ import annotations
@@ -17,9 +25,9 @@ from typing import Any, Iterator, Literal, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["Chunk", "Case", "Score", "ScoreBlock", "Evidence", "ClaimVerdict", "ChunkVerdict", "ClaimChecks",
-           "Verdict", "Repeats",
-           "RunManifest", "MAX_GRADE", "MAX_METADATA_DEPTH"]
+__all__ = ["Chunk", "Span", "Case", "Score", "ScoreBlock", "Evidence", "ClaimVerdict", "ChunkVerdict",
+           "ClaimChecks", "Verdict", "Repeats", "RunManifest", "MAX_GRADE", "MAX_METADATA_DEPTH",
+           "SPAN_MIN_OVERLAP", "span_overlap_matches", "check_where"]
 
 MAX_GRADE = 1000
 """Grades are integers 0..MAX_GRADE. trec_eval takes any integer; a larger grade is almost surely a
@@ -41,6 +49,31 @@ def _grade(key: Any, grade: Any) -> int:
     if not 0 <= grade <= MAX_GRADE:
         raise ValueError(wrong)
     return grade
+
+
+SPAN_MIN_OVERLAP = 0.5
+"""The default of the span rule's ``min_overlap`` (``--span-min-overlap``)."""
+
+
+def span_overlap_matches(overlap: int, label_length: int, chunk_length: int,
+                         min_overlap: float = SPAN_MIN_OVERLAP) -> bool:
+    """The span rule, written once: a chunk matches a span label of the same document when they share
+    at least one character and at least ``min_overlap`` (0..1) of the shorter of the two.
+
+    With the default 0.5 a chunk matches a label when it holds half of it or more, or when half of
+    the chunk or more lies inside it (a small chunk within a long labelled passage); ``1`` asks for
+    one to lie wholly inside the other; ``0`` takes any shared character. ``overlap`` is the number of
+    characters the two share.
+    """
+    return overlap > 0 and overlap >= min_overlap * min(label_length, chunk_length)
+
+
+def _offset(value: Any, what: str) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} must be a non-negative integer (a character offset), got {value!r}")
+    return value
 
 
 def deeper_than(value: Any, limit: int) -> bool:
@@ -75,7 +108,11 @@ def _short(text: Optional[str], width: int = 60) -> Optional[str]:
 
 
 class Chunk(BaseModel):
-    """One retrieved chunk. ``id`` is what relevance labels name; ``source`` is its document or section."""
+    """One retrieved chunk. ``id`` is what relevance labels name; ``source`` is its document or section.
+
+    ``doc``, ``start``, ``end``: where the chunk sits, the name of its document in the corpus and its
+    character offsets there (``end`` exclusive). ``start`` and ``end`` go together, after ``doc``.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -83,6 +120,19 @@ class Chunk(BaseModel):
     text: str = ""
     score: Optional[float] = None
     source: Optional[str] = None
+    doc: Optional[str] = None
+    start: Optional[int] = None
+    end: Optional[int] = None
+
+    @field_validator("start", "end", mode="before")
+    @classmethod
+    def _offsets(cls, v: Any, info) -> Any:
+        return _offset(v, info.field_name)
+
+    @model_validator(mode="after")
+    def _where(self) -> "Chunk":
+        check_where(self.doc, self.start, self.end, "chunk")
+        return self
 
     @field_validator("id", mode="before")
     @classmethod
@@ -109,6 +159,67 @@ class Chunk(BaseModel):
             yield "score", self.score
         if self.source is not None:
             yield "source", self.source
+        if self.doc is not None:
+            yield "doc", self.doc if self.start is None else f"{self.doc}[{self.start}:{self.end}]"
+
+
+def check_where(doc: Optional[str], start: Optional[int], end: Optional[int], what: str) -> None:
+    """Where a chunk or span sits: ``doc`` not blank; ``start`` and ``end`` both or neither, with a
+    ``doc``, ``end > start``. ValueError saying what is wrong."""
+    if doc is not None and not doc.strip():
+        raise ValueError(f"a {what}'s doc must not be empty")
+    if (start is None) != (end is None):
+        raise ValueError(f"a {what}'s start and end go together: give both or neither")
+    if start is not None:
+        if doc is None:
+            raise ValueError(f"a {what} with start and end needs doc, the document they count in")
+        if end <= start:
+            raise ValueError(f"a {what}'s end must be greater than its start (end is exclusive), got "
+                             f"start {start}, end {end}")
+
+
+class Span(BaseModel):
+    """A span label: a stretch of one document's text that answers the question, with a grade.
+
+    Either by offsets, ``{"doc", "start", "end", "grade"}`` (characters of the document's text,
+    ``end`` exclusive), or by a ``quote``, ``{"doc", "quote", "grade"}``: a distinctive passage that is
+    located in the document (exactly, else with white space collapsed) when the corpus is given, and
+    then carries its offsets too. ``grade`` as in ``Case.relevant`` (default 1).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    doc: str
+    start: Optional[int] = None
+    end: Optional[int] = None
+    quote: Optional[str] = None
+    grade: int = 1
+
+    @field_validator("start", "end", mode="before")
+    @classmethod
+    def _offsets(cls, v: Any, info) -> Any:
+        return _offset(v, info.field_name)
+
+    @field_validator("grade", mode="before")
+    @classmethod
+    def _span_grade(cls, v: Any) -> Any:
+        try:
+            return _grade("span", v)
+        except ValueError:
+            raise ValueError(f"grade must be an integer from 0 (judged not relevant) to {MAX_GRADE}, "
+                             f"got {v!r}") from None
+
+    @model_validator(mode="after")
+    def _where(self) -> "Span":
+        check_where(self.doc, self.start, self.end, "span")
+        if self.start is None and not (self.quote or "").strip():
+            raise ValueError('a span needs start and end (character offsets) or a quote: {"doc", "start", '
+                             '"end"} or {"doc", "quote"}')
+        return self
+
+    @property
+    def located(self) -> bool:
+        return self.start is not None
 
 
 class Case(BaseModel):
@@ -116,8 +227,10 @@ class Case(BaseModel):
 
     ``relevant`` maps a chunk id or a source to a grade, an integer from 0 (judged not relevant) to
     `MAX_GRADE` (1 = relevant, higher = more relevant, as in trec_eval's qrels); a plain list of ids
-    means grade 1 for each. ``answerable`` is a boolean (``False``: the right behaviour is to decline);
-    no other value is read as one. ``metadata`` nests at most `MAX_METADATA_DEPTH` levels.
+    means grade 1 for each. ``relevant_spans`` holds span labels (`Span`), alone or beside
+    ``relevant``: each is one label, matched by the span rule. ``answerable`` is a boolean
+    (``False``: the right behaviour is to decline); no other value is read as one. ``metadata`` nests
+    at most `MAX_METADATA_DEPTH` levels.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -127,6 +240,7 @@ class Case(BaseModel):
     answer: Optional[str] = None
     contexts: list[Chunk] = Field(default_factory=list)
     relevant: dict[str, int] = Field(default_factory=dict)
+    relevant_spans: list[Span] = Field(default_factory=list)
     reference: Optional[str] = None
     reference_contexts: list[str] = Field(default_factory=list)
     must_contain: list[str] = Field(default_factory=list)
@@ -180,6 +294,16 @@ class Case(BaseModel):
             out[str(key)] = _grade(key, grade)
         return out
 
+    @field_validator("relevant_spans", mode="before")
+    @classmethod
+    def _spans_list(cls, v: Any) -> Any:
+        if v is None:
+            return []
+        if not isinstance(v, (list, tuple)):
+            raise ValueError('must be a list of spans ({"doc", "start", "end", "grade"} or {"doc", "quote", '
+                             f'"grade"}}), got {type(v).__name__}')
+        return v
+
     @field_validator("answerable", mode="before")
     @classmethod
     def _answerable(cls, v: Any) -> Any:
@@ -209,7 +333,8 @@ class Case(BaseModel):
     def __repr_args__(self):
         yield "id", self.id
         yield "question", _short(self.question)
-        for name, n in (("contexts", len(self.contexts)), ("relevant", len(self.relevant))):
+        for name, n in (("contexts", len(self.contexts)), ("relevant", len(self.relevant)),
+                        ("relevant_spans", len(self.relevant_spans))):
             if n:
                 yield None, _Shown(f"{n} {name}")
         if not self.answerable:
@@ -228,6 +353,8 @@ class Case(BaseModel):
             present.add("context_text")
         if self.relevant:
             present.add("relevant")
+        if self.relevant_spans:
+            present.add("relevant_spans")
         if self.reference is not None and self.reference.strip():
             present.add("reference")
         if self.reference_contexts:

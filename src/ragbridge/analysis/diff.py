@@ -63,8 +63,8 @@ __all__ = [
 
 #: Case fields that define the test itself (as opposed to the system's output: answer, contexts).
 GOLDEN_FIELDS = (
-    "question", "relevant", "reference", "reference_contexts", "must_contain", "must_not_contain",
-    "answerable",
+    "question", "relevant", "relevant_spans", "reference", "reference_contexts", "must_contain",
+    "must_not_contain", "answerable",
 )
 SUMMARY_COLUMNS = [
     "backend", "metric", "tag", "n_paired", "base_mean", "new_mean", "delta", "ci_low", "ci_high",

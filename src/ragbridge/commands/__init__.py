@@ -3,9 +3,11 @@
 One module per group of commands, each with a ``register(cli)`` that adds its commands to the
 application: ``run`` (run, rescore), ``data`` (formats, convert, sample), ``backends``, ``judge``
 (judge serve, judge check), ``analysis`` (compare, validate, calibrate, trend), ``diagnose``,
-``regression`` (diff, gate) and ``report``. They are registered here, directly; third-party
-plugins (and the built-in rubric plugin) add theirs through the ``ragbridge_register_commands`` hook
-when `run_cli` starts.
+``regression`` (diff, gate) and ``report``. They are registered lazily (`COMMANDS`: each command's
+module and the first line of its help): ``ragbridge --help`` lists them without importing any, and a
+command's module is imported when that command is run or its help shown. Third-party plugins (and
+the built-in rubric plugin) add theirs through the ``ragbridge_register_commands`` hook when
+`run_cli` starts.
 
 Exit codes and what every command prints: `ragbridge.commands.output`. Help is plain text (click's
 layout): it reads the same on a terminal, piped and in a log.
@@ -16,17 +18,55 @@ Only the console script and plugins' command modules import this package; no lib
 
 from __future__ import annotations
 
+import functools
+import inspect
+import typing
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, Optional
 
 import typer
 from typer.core import TyperGroup
 
 from .. import __version__
 from ..plugins import register_commands
-from . import analysis, backends, data, diagnose, judge, regression, report, run
-from .output import fail, out
 
-__all__ = ["cli", "run_cli", "PlainHelpGroup"]
+__all__ = ["cli", "run_cli", "PlainHelpGroup", "COMMANDS", "judge_options", "JudgeOptions"]
+
+#: the built-in commands, in the order ``--help`` lists them: name -> (the module under
+#: ``ragbridge.commands`` whose ``register`` adds it, the first paragraph of its help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("run", "Score a golden set with one or more backends and write a run folder."),
+    "rescore": ("run", "Score a run's recorded cases (e.g. a --target run) with more backends or metrics, "
+                       "into the same folder."),
+    "backends": ("backends", "List every registered backend, whether its library is installed, and its "
+                             "metrics."),
+    "formats": ("data", "List the dataset formats that ``convert`` and ``run`` read and write, and what each "
+                        "cannot hold."),
+    "convert": ("data", "Convert a dataset between formats (canonical JSONL, CSV, Parquet, datasets, TREC, "
+                        "and the backends' own)."),
+    "sample": ("data", "Draw a reproducible sample of logged interactions as canonical cases, ready for "
+                       "reference-free metrics."),
+    "compare": ("analysis", "Agreement between backends on each metric they share, and the cases they "
+                            "disagree on most; with two runs, each backend against itself in the other run "
+                            "(e.g. another judge model)."),
+    "validate": ("analysis", "Each backend's verdicts against human labels: TPR, TNR, kappa, balanced "
+                             "accuracy."),
+    "calibrate": ("analysis", "The threshold in one backend that best reproduces another's pass/fail "
+                              "(maximum kappa)."),
+    "trend": ("analysis", "The mean of each metric over dated runs: the series, its slope per run with a "
+                          "95% interval, and the change points."),
+    "diagnose": ("diagnose", "Each failing case to one layer: retrieval, generation, knowledge_base, "
+                             "reference_or_judge or undetermined (with the missing evidence named), and the "
+                             "evidence that decided it (docs/diagnose.md)."),
+    "diff": ("regression", "Compare two runs case by case: what moved, the change in mean with paired "
+                           "intervals, per tag."),
+    "gate": ("regression", "Check a run against thresholds: exit 0 when every rule holds, 1 when one fails, "
+                           "2 for bad input."),
+    "report": ("report", "Write one report (HTML, Markdown or JSON) of a run: summary, agreement, judge "
+                         "usage, every case."),
+    "judge": ("judge", "The judge: serve the stub judge, check a configuration."),
+}
 
 _BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0", "y", "n", "t", "f"}
 
@@ -39,6 +79,27 @@ class PlainHelpGroup(TyperGroup):
     word that names an existing file or folder is left to be an argument.
     """
 
+    #: commands not yet imported: name -> (module under ``ragbridge.commands``, first line of help)
+    lazy: dict[str, tuple[str, str]] = {}
+
+    def list_commands(self, ctx) -> list[str]:
+        return list(dict.fromkeys([*self.lazy, *super().list_commands(ctx)]))
+
+    def get_command(self, ctx, name):
+        if name not in self.commands and name in self.lazy:
+            self._load(self.lazy[name][0])
+        return super().get_command(ctx, name)
+
+    def _load(self, module_name: str) -> None:
+        """Import one command module and add its commands (those not added already)."""
+        import importlib
+
+        module = importlib.import_module(f"{__name__}.{module_name}")
+        app = typer.Typer(cls=PlainHelpGroup, rich_markup_mode=None)
+        module.register(app)
+        for name, cmd in typer.main.get_group(app).commands.items():
+            self.commands.setdefault(name, cmd)
+
     def resolve_command(self, ctx, args):
         name, cmd, rest = super().resolve_command(ctx, args)
         if cmd is not None and not isinstance(cmd, TyperGroup):
@@ -48,14 +109,20 @@ class PlainHelpGroup(TyperGroup):
                 if flag == "--":
                     break
                 if flag in flags and value.lower() in _BOOL_WORDS and not Path(value).exists():
+                    from .output import fail
+
                     fail(f"{flag} is a flag and takes no value (got {flag} {value}): "
                          f"write {flag} alone to switch it on, or leave it out")
         return name, cmd, rest
 
     def format_commands(self, ctx, formatter) -> None:
-        """Each command with the first paragraph of its help, whole and wrapped (click cuts it short)."""
+        """Each command with the first paragraph of its help, whole and wrapped (click cuts it short);
+        a command not imported yet with its line from `lazy`."""
         rows = []
         for name in self.list_commands(ctx):
+            if name not in self.commands and name in self.lazy:
+                rows.append((name, self.lazy[name][1]))
+                continue
             cmd = self.get_command(ctx, name)
             if cmd is not None and not cmd.hidden:
                 rows.append((name, " ".join((cmd.short_help or cmd.help or "").split("\n\n")[0].split())))
@@ -64,10 +131,81 @@ class PlainHelpGroup(TyperGroup):
                 formatter.write_dl(rows)
 
 
+# The judge options: (parameter, JudgeConfig field, type, option). Every command that calls the judge
+# takes all of them, through `judge_options`.
+_OPTIONS: list[tuple[str, Optional[str], Any, Any]] = [
+    ("judge_model", "model", Optional[str], typer.Option(None, "--judge-model", help="Judge model name.")),
+    ("judge_base_url", "base_url", Optional[str], typer.Option(
+        None, "--judge-base-url", help="Base URL of the judge (OpenAI-compatible; see docs/judges.md).")),
+    ("judge_api_key_env", "api_key_env", Optional[str], typer.Option(
+        None, "--judge-api-key-env", help="Environment variable that holds the judge's key (default "
+                                          "OPENAI_API_KEY; none needed on this machine).")),
+    ("embedding_model", "embedding_model", Optional[str], typer.Option(
+        None, "--embedding-model", help="Embedding model name, for metrics that embed.")),
+    ("cache_mode", "cache_mode", Optional[str], typer.Option(
+        None, "--cache-mode", help="Judge cache: read-write, read-only or off.")),
+    ("cache_path", "cache_path", Optional[Path], typer.Option(
+        None, "--cache-path", help="Judge cache file (SQLite).")),
+    ("max_concurrency", "max_concurrency", Optional[int], typer.Option(
+        None, "--max-concurrency", help="Judge calls in flight at once, across all backends (default 8).")),
+    ("requests_per_minute", "requests_per_minute", Optional[float], typer.Option(
+        None, "--requests-per-minute", help="Judge requests started per minute, across all backends and "
+                                            "workers (default: no limit).")),
+    ("config", None, Optional[Path], typer.Option(
+        None, "--config", help="Config file (default: ./ragbridge.toml, then [tool.ragbridge] in "
+                               "./pyproject.toml).")),
+]
+
+
+@dataclass(frozen=True)
+class JudgeOptions:
+    """What the judge options of one command line say: the settings given (the others None) and the
+    config file."""
+
+    overrides: dict[str, Any]
+    config: Optional[Path] = None
+
+    def load(self) -> Any:
+        """The judge configuration (`ragbridge.commands.judge.judge_config`), or None when none is
+        configured."""
+        from .judge import judge_config
+
+        return judge_config(self.overrides, self.config)
+
+
+def judge_options(command: Callable) -> Callable:
+    """Give ``command`` the judge options: its parameter ``judge`` (a `JudgeOptions`) stands for
+    them on the command line."""
+    hints = typing.get_type_hints(command)
+    signature = inspect.signature(command)
+    own = [p.replace(annotation=hints.get(p.name, p.annotation))
+           for p in signature.parameters.values() if p.name != "judge"]
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=typ)
+             for name, _, typ, option in _OPTIONS]
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        given = {name: kwargs.pop(name, None) for name, _, _, _ in _OPTIONS}
+        overrides = {field: given[name] for name, field, _, _ in _OPTIONS if field is not None}
+        return command(*args, judge=JudgeOptions(overrides, given["config"]), **kwargs)
+
+    wrapper.__signature__ = signature.replace(parameters=own + added)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {**{p.name: p.annotation for p in own + added},
+                               "return": hints.get("return", None)}
+    return wrapper
+
+
+
+class _RootGroup(PlainHelpGroup):
+    """The root group: the built-in commands of `COMMANDS`, imported when used."""
+
+    lazy = COMMANDS
+
+
 cli = typer.Typer(
     name="ragbridge",
     help="One golden set, every RAG evaluation backend, one report.",
-    cls=PlainHelpGroup,
+    cls=_RootGroup,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -77,7 +215,7 @@ cli = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        out.print(f"ragbridge {__version__}")
+        typer.echo(f"ragbridge {__version__}")
         raise typer.Exit()
 
 
@@ -87,10 +225,6 @@ def main(
         False, "--version", callback=_version, is_eager=True, help="Show the version."),
 ) -> None:
     """One golden set, every RAG evaluation backend, one report."""
-
-
-for _module in (run, backends, data, judge, analysis, diagnose, regression, report):
-    _module.register(cli)
 
 
 def run_cli() -> None:

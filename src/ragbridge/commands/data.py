@@ -1,5 +1,6 @@
 """The dataset commands: ``ragbridge formats`` (what each format reads, writes and cannot hold),
-``ragbridge convert`` (between formats) and ``ragbridge sample`` (logged interactions as cases).
+``ragbridge convert`` (between formats), ``ragbridge sample`` (logged interactions as cases) and
+``ragbridge anchor`` (chunk-id and section labels as span labels of the documents).
 """
 
 from __future__ import annotations
@@ -15,15 +16,16 @@ from rich.table import Table
 
 from ..formats import DatasetError, get_formats, load_cases, write_cases
 from ..formats.records import input_warnings
-from .output import err, fail, out, warn
+from .output import err, fail, out, print_json, warn
 
-__all__ = ["register", "formats", "convert", "sample"]
+__all__ = ["register", "formats", "convert", "sample", "anchor"]
 
 
 def register(cli: typer.Typer) -> None:
     cli.command("formats")(formats)
     cli.command("convert")(convert)
     cli.command("sample")(sample)
+    cli.command("anchor")(anchor)
 
 
 def _format_rows() -> list[dict]:
@@ -112,3 +114,50 @@ def sample(
     except DatasetError as exc:
         fail(str(exc))
     out.print(f"sampled {len(cases)} interaction(s) into {escape(str(out_file))}", highlight=False)
+
+
+def anchor(
+    dataset: Path = typer.Argument(..., help="Golden set labelled by chunk id or section ('relevant')."),
+    corpus: Path = typer.Option(
+        ..., "--corpus", help="The documents: a folder of text or markdown files, or a JSONL of {doc, "
+                              "text}."),
+    out_file: Path = typer.Option(..., "--out", "-o", help="Where to write the golden set with span labels."),
+    chunks: Optional[Path] = typer.Option(
+        None, "--chunks", help="The chunking the labels were made on (JSONL, one chunk a line: id, text, "
+                               "source, doc); else the cases' own retrieved chunks are used."),
+    fmt: Optional[str] = typer.Option(
+        None, "--format", help="Format of DATASET, when the suffix does not tell."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
+) -> None:
+    """Anchor chunk-id and section labels to spans of the documents, so that they survive re-chunking.
+
+    Each label of 'relevant' becomes span labels in 'relevant_spans': a chunk id the span of that
+    chunk, a section the span of its chunks, a document name the whole document. A label that cannot
+    be placed stays in 'relevant' and is listed; the exit code is 0 either way.
+    """
+    from ..formats.anchor import anchor_cases, read_chunks
+    from ..formats.corpus import read_corpus
+
+    try:
+        documents = read_corpus(corpus)
+        known = read_chunks(chunks) if chunks is not None else []
+        cases = load_cases(dataset, fmt)
+        anchored, unplaced, placed = anchor_cases(cases, documents, known)
+        lost = write_cases(anchored, out_file)
+    except DatasetError as exc:
+        fail(str(exc))
+    if as_json:
+        print_json({"out": str(out_file), "cases": len(anchored), "placed": placed,
+                    "unplaced": [{"case": u.case_id, "label": u.label, "reason": u.reason}
+                                 for u in unplaced]})
+    else:
+        out.print(f"anchored {placed} label(s) of {len(anchored)} case(s) to spans of {len(documents)} "
+                  f"document(s); wrote {escape(str(out_file))}", highlight=False)
+        for u in unplaced:
+            out.print(f"not placed: case {escape(u.case_id)!r}, label {escape(u.label)!r}: "
+                      f"{escape(u.reason)}", highlight=False)
+    if unplaced:
+        warn(f"{len(unplaced)} label(s) could not be placed and stay in 'relevant' as they were")
+    if lost:
+        err.print("[yellow]warning:[/] the output format cannot hold " + escape(", ".join(lost))
+                  + "; write .jsonl to keep the span labels", highlight=False)

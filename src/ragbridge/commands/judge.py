@@ -1,5 +1,6 @@
 """``ragbridge judge serve`` and ``ragbridge judge check``, and the judge configuration every command
-that scores reads (`judge_config`: the command line over ``ragbridge.toml`` over ``pyproject.toml``).
+that calls the judge reads (`judge_config`: the command line over ``ragbridge.toml`` over
+``pyproject.toml``; the options themselves are declared once, `ragbridge.commands.judge_options`).
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
+from . import JudgeOptions, judge_options
 from .output import fail, out
 
 __all__ = ["register", "judge_config", "judge_serve", "judge_check"]
-
 
 def register(cli: typer.Typer) -> None:
     """The ``judge`` group of commands, with the root's plain-text help."""
@@ -67,19 +68,12 @@ def judge_serve(
           fault_rate_timeout=fault_timeout, fault_rate_malformed=fault_malformed, seed=seed)
 
 
-def judge_check(
-    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model name."),
-    judge_base_url: Optional[str] = typer.Option(
-        None, "--judge-base-url", help="OpenAI-compatible base URL."),
-    judge_api_key_env: Optional[str] = typer.Option(
-        None, "--judge-api-key-env", help="Environment variable holding the key."),
-    config: Optional[Path] = typer.Option(None, "--config", help="Config file."),
-) -> None:
+@judge_options
+def judge_check(judge: JudgeOptions) -> None:
     """Check the judge configuration: the key is set and the endpoint answers."""
     from ..judge import JudgeGateway
 
-    overrides = dict(model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env)
-    cfg = judge_config(overrides, config)
+    cfg = judge.load()
     if cfg is None:
         fail("no judge configured: pass --judge-model and --judge-base-url, or set [judge] in ragbridge.toml")
     gateway = JudgeGateway(cfg)

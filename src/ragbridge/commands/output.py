@@ -6,7 +6,8 @@ Conventions every command keeps:
 - Exit codes, the same for every command: 0 success; 1 a gate or check failed (`EXIT_CHECK_FAILED`);
   2 bad input or configuration, nothing written (`EXIT_BAD_INPUT`, what `fail` exits with); 3
   ``run``/``rescore`` finished but some scores errored (`EXIT_SCORE_ERRORS`); 4 ``run``/``rescore``
-  stopped because the judge budget was spent (`EXIT_BUDGET_SPENT`); 130 interrupted
+  stopped because the judge budget was spent (`EXIT_BUDGET_SPENT`); 5 ``run``/``rescore`` finished
+  but computed nothing, every score undefined (`EXIT_NOTHING_COMPUTED`); 130 interrupted
   (`EXIT_INTERRUPTED`).
 - Results go to `out` (stdout); errors, warnings, notes and progress to `err` (stderr).
 - Width is rich's: the terminal's, else ``$COLUMNS``, else 80 (so a CI log gets 80). A table is
@@ -39,12 +40,13 @@ from ..report.text import jsonable
 
 __all__ = ["out", "err", "fail", "warn", "fits", "print_table", "print_lines", "print_json",
            "EXIT_CHECK_FAILED", "EXIT_BAD_INPUT", "EXIT_SCORE_ERRORS", "EXIT_BUDGET_SPENT",
-           "EXIT_INTERRUPTED"]
+           "EXIT_NOTHING_COMPUTED", "EXIT_INTERRUPTED"]
 
 EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_SCORE_ERRORS = 3
 EXIT_BUDGET_SPENT = 4
+EXIT_NOTHING_COMPUTED = 5
 EXIT_INTERRUPTED = 130
 
 out = Console()

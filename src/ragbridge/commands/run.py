@@ -6,6 +6,9 @@ Exit codes:
   3    the run finished, but some scores errored: run it again to retry them
   4    the judge budget (--max-calls / --max-cost) was spent: what was scored is kept, the rest is
        not run; run it again with a larger budget to resume
+  5    the run finished but computed nothing: every score is undefined, because the cases lack
+       what the metrics need (e.g. ranking metrics without relevance labels); the message says
+       which fields are missing for which metrics and what to run instead
   130  interrupted: run it again to resume
 
 ``--dry-run`` calls and writes nothing: it prints the judge calls and the cost the run would make,
@@ -28,10 +31,12 @@ from ..formats import DatasetError, load_cases
 from ..report.text import MISSING, jsonable, num
 from ..run import RunError, evaluate
 from ..run.summary import ALL
-from .judge import judge_config
+from ..run.unscored import nothing_computed, unscored_lines
+from . import JudgeOptions, judge_options
 from .output import (
     EXIT_BUDGET_SPENT,
     EXIT_INTERRUPTED,
+    EXIT_NOTHING_COMPUTED,
     EXIT_SCORE_ERRORS,
     err,
     fail,
@@ -67,11 +72,28 @@ SCORE_CACHE = typer.Option(
                                                  "inputs (beside the judge cache; off with it).")
 
 
+# The span options `run` and `rescore` share (docs/metrics.md, "Span labels").
+CORPUS = typer.Option(
+    None, "--corpus", help="The documents span labels point into: a folder of text or markdown files, or a "
+                           "JSONL of {doc, text}. Chunks and quotes without offsets are located by their "
+                           "text.")
+CHUNKS = typer.Option(
+    None, "--chunks", help="The chunking (JSONL, one chunk a line: id, text, doc, start, end): what "
+                           "precision_omega measures.")
+SPAN_MIN_OVERLAP_OPTION = typer.Option(
+    0.5, "--span-min-overlap", help="Span rule: a chunk matches a span label when they share at least this "
+                                    "share (0..1) of the shorter of the two.")
+SPAN_ARITHMETIC = typer.Option(
+    "merged", "--span-arithmetic", help="Character-level span metrics: merged (overlapping chunks counted "
+                                        "once) or chroma (Chroma's sums, not merged).")
+
+
 def register(cli: typer.Typer) -> None:
     cli.command("run")(run)
     cli.command("rescore")(rescore)
 
 
+@judge_options
 def run(
     dataset: Path = typer.Argument(..., help="Golden set: .jsonl, .csv, .parquet, or a datasets folder."),
     out_dir: Path = typer.Option(
@@ -102,22 +124,6 @@ def run(
     as_json: bool = typer.Option(
         False, "--json", help="Print the summary as one JSON document (notes on stderr)."
     ),
-    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model name."),
-    judge_base_url: Optional[str] = typer.Option(
-        None, "--judge-base-url", help="OpenAI-compatible base URL of the judge."),
-    judge_api_key_env: Optional[str] = typer.Option(
-        None, "--judge-api-key-env", help="Environment variable that holds the judge's key (default "
-                                          "OPENAI_API_KEY)."),
-    embedding_model: Optional[str] = typer.Option(
-        None, "--embedding-model", help="Embedding model name, for metrics that embed."),
-    cache_mode: Optional[str] = typer.Option(
-        None, "--cache-mode", help="Judge cache: read-write, read-only or off."),
-    cache_path: Optional[Path] = typer.Option(None, "--cache-path", help="Judge cache file (SQLite)."),
-    max_concurrency: Optional[int] = typer.Option(
-        None, "--max-concurrency", help="Judge calls in flight at once, across all backends (default 8)."),
-    requests_per_minute: Optional[float] = typer.Option(
-        None, "--requests-per-minute", help="Judge requests started per minute, across all backends and "
-                                            "workers (default: no limit)."),
     executor: str = typer.Option(
         "local", "--executor", help="Where to score: local (this process) or ray (pip install "
                                     "'ragbridge[ray]')."),
@@ -128,21 +134,23 @@ def run(
         None, "--gateway-host", help="With --executor ray: this machine's address the workers reach the "
                                      "judge gateway at (default 127.0.0.1; needed for nodes on other "
                                      "machines)."),
-    config: Optional[Path] = typer.Option(
-        None, "--config", help="Config file (default: ./ragbridge.toml, then [tool.ragbridge] in "
-                               "./pyproject.toml)."),
     target: Optional[str] = typer.Option(
         None, "--target", help="Call the system under test for each case first: module:callable, "
                                "module:object with retrieve/answer, or an http(s) URL."),
     target_concurrency: int = typer.Option(4, "--target-concurrency", help="Target calls in flight at once."),
     rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML) of the rubric backend."),
     generator_model: Optional[str] = typer.Option(None, "--generator-model", help="The system's own model."),
+    corpus: Optional[Path] = CORPUS,
+    chunks: Optional[Path] = CHUNKS,
+    span_min_overlap: float = SPAN_MIN_OVERLAP_OPTION,
+    span_arithmetic: str = SPAN_ARITHMETIC,
     repeats: int = REPEATS,
     pass_repeats: Optional[int] = PASS_REPEATS,
     max_calls: Optional[int] = MAX_CALLS,
     max_cost: Optional[float] = MAX_COST,
     dry_run: bool = DRY_RUN,
     score_cache: bool = SCORE_CACHE,
+    judge: JudgeOptions = JudgeOptions({}),
 ) -> None:
     """Score a golden set with one or more backends and write a run folder.
 
@@ -152,33 +160,47 @@ def run(
       2    bad input or configuration; nothing written
       3    the run finished, but some scores errored: run it again to retry them
       4    the judge budget was spent: run it again with a larger budget
+      5    nothing computed (every score undefined): the message says why
       130  interrupted: run it again to resume
     """
     if gain not in ("linear", "exponential"):
         fail(f"--gain must be 'linear' or 'exponential', got {gain!r}")
     from ..formats.source import open_cases
 
+    documents, chunking = _span_inputs(corpus, chunks, span_min_overlap, span_arithmetic)
     try:
         cases = open_cases(dataset, fmt, near=out_dir, progress=None if no_progress else _reading_bar(),
-                           batch_size=batch_size, qrels=qrels)
+                           batch_size=batch_size, corpus=documents, qrels=qrels)
     except DatasetError as exc:
         fail(str(exc))
     for line in cases.warnings:
         warn(line)
     _score_and_print(
-        cases, out_dir, str(dataset), backend, metric, config, no_progress, overwrite,
+        cases, out_dir, str(dataset), backend, metric, no_progress, overwrite,
         RunOptions(k=k, gain=gain, case_sensitive=case_sensitive, decline_phrases=decline_phrase or None,
-                   backend_options=_rubric_options(rubric), generator_model=generator_model),
-        dict(
-            model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
-            embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,
-            max_concurrency=max_concurrency, requests_per_minute=requests_per_minute,
-        ),
-        target=target, target_concurrency=target_concurrency, as_json=as_json,
+                   backend_options=_rubric_options(rubric), generator_model=generator_model,
+                   span_min_overlap=span_min_overlap, span_arithmetic=span_arithmetic, chunking=chunking),
+        judge, target=target, target_concurrency=target_concurrency, as_json=as_json,
         executor=_executor(executor, ray_address, gateway_host),
         run_kwargs=dict(repeats=repeats, pass_repeats=pass_repeats, max_calls=max_calls, max_cost=max_cost,
                         dry_run=dry_run, score_cache=score_cache),
     )
+
+
+def _span_inputs(corpus: Optional[Path], chunks: Optional[Path], min_overlap: float, arithmetic: str):
+    """The corpus and the chunking the span options name, read and checked (exit 2 for bad input)."""
+    from ..formats.corpus import read_chunking, read_corpus
+
+    if not 0 <= min_overlap <= 1:
+        fail(f"--span-min-overlap must be a number from 0 to 1, got {min_overlap:g}")
+    if arithmetic not in ("merged", "chroma"):
+        fail(f"--span-arithmetic must be 'merged' or 'chroma', got {arithmetic!r}")
+    try:
+        documents = read_corpus(corpus) if corpus is not None else None
+        chunking = read_chunking(chunks, documents) if chunks is not None else None
+    except DatasetError as exc:
+        fail(str(exc))
+    return documents, chunking
 
 
 def _executor(name: str, address: Optional[str], gateway_host: Optional[str]):
@@ -193,6 +215,7 @@ def _executor(name: str, address: Optional[str], gateway_host: Optional[str]):
     return RayExecutor(address=address, gateway_host=gateway_host)
 
 
+@judge_options
 def rescore(
     run_dir: Path = typer.Argument(
         ..., help="A run folder: its recorded cases are scored again, nothing is called but the judge."),
@@ -204,26 +227,20 @@ def rescore(
     as_json: bool = typer.Option(
         False, "--json", help="Print the summary as one JSON document (notes on stderr)."
     ),
-    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model name."),
-    judge_base_url: Optional[str] = typer.Option(
-        None, "--judge-base-url", help="OpenAI-compatible base URL of the judge."),
-    judge_api_key_env: Optional[str] = typer.Option(
-        None, "--judge-api-key-env", help="Environment variable that holds the judge's key."),
-    embedding_model: Optional[str] = typer.Option(None, "--embedding-model", help="Embedding model name."),
-    cache_mode: Optional[str] = typer.Option(
-        None, "--cache-mode", help="Judge cache: read-write, read-only or off."),
-    cache_path: Optional[Path] = typer.Option(None, "--cache-path", help="Judge cache file (SQLite)."),
-    max_concurrency: Optional[int] = typer.Option(
-        None, "--max-concurrency", help="Judge calls in flight at once."),
-    config: Optional[Path] = typer.Option(None, "--config", help="Config file."),
     rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML) of the rubric backend."),
     generator_model: Optional[str] = typer.Option(None, "--generator-model", help="The system's own model."),
+    corpus: Optional[Path] = typer.Option(
+        None, "--corpus", help="The documents, to place the chunks of --chunks that give only their text."),
+    chunks: Optional[Path] = CHUNKS,
+    span_min_overlap: float = SPAN_MIN_OVERLAP_OPTION,
+    span_arithmetic: str = SPAN_ARITHMETIC,
     repeats: int = REPEATS,
     pass_repeats: Optional[int] = PASS_REPEATS,
     max_calls: Optional[int] = MAX_CALLS,
     max_cost: Optional[float] = MAX_COST,
     dry_run: bool = DRY_RUN,
     score_cache: bool = SCORE_CACHE,
+    judge: JudgeOptions = JudgeOptions({}),
 ) -> None:
     """Score a run's recorded cases (e.g. a --target run) with more backends or metrics, into the same folder.
 
@@ -233,23 +250,21 @@ def rescore(
       2    bad input or configuration
       3    some scores errored: run it again to retry them
       4    the judge budget was spent: run it again with a larger budget
+      5    nothing computed (every score undefined): the message says why
       130  interrupted: run it again to resume
     """
     if not (run_dir / "cases.jsonl").exists():
         fail(f"{run_dir} is not a run folder with recorded cases (no cases.jsonl)")
+    _, chunking = _span_inputs(corpus, chunks, span_min_overlap, span_arithmetic)
     try:
         cases = load_cases(run_dir / "cases.jsonl")
     except DatasetError as exc:
         fail(str(exc))
     _score_and_print(
-        cases, run_dir, str(run_dir / "cases.jsonl"), backend, metric, config, no_progress, False,
-        RunOptions(k=k, backend_options=_rubric_options(rubric), generator_model=generator_model),
-        dict(
-            model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
-            embedding_model=embedding_model, cache_mode=cache_mode, cache_path=cache_path,
-            max_concurrency=max_concurrency,
-        ),
-        as_json=as_json, rescoring=True,
+        cases, run_dir, str(run_dir / "cases.jsonl"), backend, metric, no_progress, False,
+        RunOptions(k=k, backend_options=_rubric_options(rubric), generator_model=generator_model,
+                   span_min_overlap=span_min_overlap, span_arithmetic=span_arithmetic, chunking=chunking),
+        judge, as_json=as_json, rescoring=True,
         run_kwargs=dict(repeats=repeats, pass_repeats=pass_repeats, max_calls=max_calls, max_cost=max_cost,
                         dry_run=dry_run, score_cache=score_cache),
     )
@@ -259,12 +274,12 @@ def _rubric_options(files: Optional[List[Path]]) -> dict:
     return {"rubric": {"files": [str(f) for f in files]}} if files else {}
 
 
-def _score_and_print(cases, out_dir, dataset_path, backend, metric, config, no_progress, overwrite,
-                     options, judge_overrides, target=None, target_concurrency=4, as_json=False,
+def _score_and_print(cases, out_dir, dataset_path, backend, metric, no_progress, overwrite,
+                     options, judge_options: JudgeOptions, target=None, target_concurrency=4, as_json=False,
                      rescoring=False, executor=None, run_kwargs=None) -> None:
     from ..run.target import TargetError
 
-    judge = judge_config(judge_overrides, config)
+    judge = judge_options.load()
     # A termination (a CI job cancelled) ends the run as Ctrl-C does: the run folder records it.
     previous = signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
     try:
@@ -366,6 +381,9 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
             f"judge: {j['calls']} call(s), {j['cache_hits']} from cache, "
             f"{j['prompt_tokens']}+{j['completion_tokens']} tokens"
         )
+        if j.get("invalid_usage"):
+            warn(f"{j['invalid_usage']} judge call(s) reported token usage that cannot be true (negative, "
+                 f"not a whole number or absurd): counted as calls, their tokens and cost as unknown")
     if (reuse := counts.get("score_cache")) and reuse.get("reused"):
         notes.append(f"score cache: {reuse['reused']} score(s) reused, the library not called for them")
     cost = counts.get("cost") or {}
@@ -397,6 +415,7 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
         latency = {"p50": p50, "p95": p95, "n": len(latencies)}
         notes.append(f"target latency: p50 {p50:.3f}s, p95 {p95:.3f}s over {len(latencies)} call(s)")
     rows = result.summary_rows()  # a run just made: from its running totals, without pandas
+    unscored = nothing_computed(result, out=str(out_dir))
     if as_json:
         for note in notes:
             err.print(note, markup=False, highlight=False)
@@ -405,7 +424,10 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
             "run": str(out_dir), "status": result.manifest.status, "stub_judge": bool(judge.get("stub")),
             "judge": result.manifest.judge, "counts": counts, "summary": jsonable(overall),
             "by_tag": jsonable([r for r in rows if r["tag"] != ALL]), "target_latency": latency,
+            "nothing_computed": unscored,
         })
+    elif unscored is not None:  # a table of dashes says nothing: what the cases lack, and what to run
+        print_lines(err, unscored_lines(unscored))
     else:
         print_summary(rows)
         for i, note in enumerate(notes):
@@ -428,6 +450,11 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
             "with a larger budget to score the rest", highlight=False, soft_wrap=True,
         )
         raise typer.Exit(EXIT_BUDGET_SPENT)
+    if unscored is not None:
+        if as_json:
+            err.print(f"nothing was computed: all {counts.get('scores', 0)} scores are undefined (see "
+                      "nothing_computed)", markup=False, highlight=False)
+        raise typer.Exit(EXIT_NOTHING_COMPUTED)
     if counts.get("errored") or result.manifest.status != "complete":
         status = result.manifest.status
         err.print(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -160,15 +161,28 @@ def _recognise(path: Path, fmt: Format) -> Format:
 # Entry points
 
 
-def load_cases(path: str | Path, format: Optional[str] = None, **options: Any) -> list[Case]:
-    """Read a golden set into canonical cases. Raises `DatasetError` for any bad input.
+def load_cases(data: Any, format: Optional[str] = None, qrels: str | Path | None = None) -> list[Case]:
+    """Read a golden set into canonical cases. Raises `DatasetError` for any bad input, saying where
+    (file and line, or the item's index), which field, and what to do.
 
-    Without ``format``, the suffix names the format; a file whose first record has fields of
-    exactly one library's format instead of canonical ones (a format a backend plugin registers) is
-    read as that format, with a one-line note on the ``ragbridge`` logger (stderr by default).
-    ``options`` are the format's read options (`Format.options`; None values are left out).
+    ``data`` is a path (a file, or a ``datasets`` folder), or data held in memory: `Case` objects, a
+    list of dicts, a pandas DataFrame, a ``datasets.Dataset``, or a library's own dataset, sample or
+    test-case objects (read by its plugin: `ragbridge.formats.objects`).
+
+    For a path, without ``format`` the suffix names the format; a file whose first record has fields
+    of exactly one library's format instead of canonical ones (a format a backend plugin registers) is
+    read as that format, with a one-line note on the ``ragbridge`` logger (stderr by default). For
+    rows in memory, ``format`` names the library whose fields they use, when their fields do not tell.
+    ``qrels``: the relevance file of a TREC run (``format="trec"``; default: a ``.qrels`` beside it).
     """
-    path = Path(path)
+    if not isinstance(data, (str, os.PathLike)):
+        from .objects import cases_from_data
+
+        if qrels is not None:
+            raise DatasetError("qrels= goes with a TREC run file, not with data in memory")
+        return cases_from_data(data, format)
+    path = Path(data)
+    options = {"qrels": qrels}
     if not path.exists():
         raise DatasetError("no such file or folder", path=path)
     fmt = reading_format(path, format, options)

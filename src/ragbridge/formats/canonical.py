@@ -133,8 +133,8 @@ def write_records(records: Iterable[dict[str, Any]], path: Path) -> None:
             f.write(record_line(record) + b"\n")
 
 
-_JSON_COLUMNS = ("contexts", "relevant", "reference_contexts", "must_contain", "must_not_contain", "tags",
-                 "metadata")
+_JSON_COLUMNS = ("contexts", "relevant", "relevant_spans", "reference_contexts", "must_contain",
+                 "must_not_contain", "tags", "metadata")
 
 
 def _flat_rows(cases: Sequence[Case]) -> list[dict[str, Any]]:

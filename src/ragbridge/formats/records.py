@@ -45,7 +45,7 @@ from typing import Any, Iterable, Iterator, NamedTuple, Optional, Sequence
 import pydantic_core
 from pydantic import ValidationError
 
-from ..schema import MAX_GRADE, MAX_METADATA_DEPTH, Case, deeper_than
+from ..schema import MAX_GRADE, MAX_METADATA_DEPTH, Case, Span, check_where, deeper_than
 from .files import DatasetError, parse_json
 
 __all__ = [
@@ -336,7 +336,8 @@ def cases_from_records(
 # (`parse_record_line`): the ids cut from the line's text, no mapping per chunk.
 
 _STR_LISTS = ("reference_contexts", "must_contain", "must_not_contain", "tags")
-_CHUNK_KEYS = frozenset({"id", "text", "score", "source"})
+_CHUNK_KEYS = frozenset({"id", "text", "score", "source", "doc", "start", "end"})
+_SPAN_KEYS = frozenset(Span.model_fields)
 _CASE_KEYS = frozenset(CASE_FIELDS)
 
 
@@ -371,7 +372,31 @@ def _plain_chunk(chunk: Any) -> Optional[dict[str, Any]]:
         if type(chunk["source"]) is not str:
             return None
         out["source"] = chunk["source"]
+    if "doc" in chunk or "start" in chunk or "end" in chunk:
+        doc, start, end = chunk.get("doc"), chunk.get("start"), chunk.get("end")
+        if type(doc) is not str or type(start) not in (int, type(None)) or type(end) not in (int, type(None)):
+            return None
+        try:
+            check_where(doc, start, end, "chunk")
+        except ValueError:
+            return None
+        if start is not None and start < 0:
+            return None
+        out["doc"] = doc
+        if start is not None:
+            out["start"], out["end"] = start, end
     return out
+
+
+def _plain_spans(spans: Any) -> Optional[list[dict[str, Any]]]:
+    """Span labels in canonical form (each validated by `Span`), or None when they need the
+    normalising path (which then reports them)."""
+    if type(spans) is not list or any(type(s) is not dict or not s.keys() <= _SPAN_KEYS for s in spans):
+        return None
+    try:
+        return [Span.model_validate(s).model_dump(mode="json", exclude_defaults=True) for s in spans]
+    except ValueError:
+        return None
 
 
 def plain_record(raw: Any) -> Optional[dict[str, Any]]:
@@ -413,6 +438,14 @@ def plain_record(raw: Any) -> Optional[dict[str, Any]]:
                 return None
         out["relevant"] = relevant
     elif relevant is not None and type(relevant) is not dict:
+        return None
+    spans = raw.get("relevant_spans")
+    if spans:
+        spans = _plain_spans(spans)
+        if spans is None:
+            return None
+        out["relevant_spans"] = spans
+    elif spans is not None and type(spans) is not list:
         return None
     if "reference" in raw:
         if type(raw["reference"]) is not str:
@@ -647,6 +680,15 @@ class CaseBatch(_Sequence):
             return record_line(self.record(i))
         return record_line(self._records[i], self._chunk_ids[i])
 
+    def span_lists(self) -> Iterator[Optional[list]]:
+        """Per case its span labels (records' mappings or `Span` objects), None where it has none."""
+        if self._records is None:
+            for c in self._cases:
+                yield c.relevant_spans or None
+            return
+        for r in self._records:
+            yield r.get("relevant_spans")
+
     def chunk_lists(self) -> Iterator[tuple[list[str], Optional[list], Optional[dict[str, int]]]]:
         """Per case ``(chunk ids, chunks, relevant)``; ``chunks`` (records' mappings or `Chunk`
         objects, for their sources) is None where every chunk is an id alone."""
@@ -688,7 +730,7 @@ class CaseBatch(_Sequence):
             present.add("contexts")
             if any(map(dict.get, r["contexts"], repeat("text", len(r["contexts"])))):
                 present.add("context_text")
-        for name in ("relevant", "reference_contexts"):
+        for name in ("relevant", "relevant_spans", "reference_contexts"):
             if name in r:
                 present.add(name)
         if r.get("reference", "").strip():
@@ -793,7 +835,7 @@ class SeenCaseIds:
 # --------------------------------------------------------------------------------------------
 # Table cells and rows
 
-_JSON_CELLS = ("contexts", "relevant", "relevant_ids", "qrels", "metadata", "retrieved",
+_JSON_CELLS = ("contexts", "relevant", "relevant_spans", "relevant_ids", "qrels", "metadata", "retrieved",
                "retrieved_contexts", "retrieval_context", "retrieved_context_ids")
 
 
@@ -831,7 +873,7 @@ def rows_to_records(rows: Iterable[dict[str, Any]], path: Path) -> Iterator[tupl
     """``(row number, record)`` for rows of a table (Parquet, ``datasets``) in the canonical columns:
     cells as plain Python, JSON text in list and mapping columns parsed, ``|``-separated ids and
     ``answerable`` words read as in CSV."""
-    json_columns = (*LIST_FIELDS, "relevant", "metadata", "relevant_ids")
+    json_columns = (*LIST_FIELDS, "relevant", "relevant_spans", "metadata", "relevant_ids")
     for i, row in enumerate(rows, start=1):
         rec = {}
         for k, v in row.items():

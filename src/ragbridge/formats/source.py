@@ -9,6 +9,11 @@ they were read (`ragbridge.formats.records.CaseBatch.to_bytes`) to a scratch fil
 ``cases.jsonl`` and reads its batches back from the scratch file (`CaseSource.batches`), with no
 parsing: the cases scored are exactly the cases checked, even if the dataset changes meanwhile.
 
+With span labels (``relevant_spans``), the check also places every chunk and label of a
+span-labelled case against the corpus (`ragbridge.formats.corpus.SpanPlacer`: chunks without offsets
+located by their text, quotes by theirs), so the cases written and scored carry their offsets and
+scoring needs no corpus; what cannot be placed is a `DatasetError` naming the case and the chunk.
+
 A canonical JSONL golden set is streamed (one line at a time, the common record taking the light
 path of `ragbridge.formats.records.plain_record`, and a record whose chunks are ids alone that of
 `ragbridge.formats.records.parse_record_line`: no mapping per chunk); every other format is read
@@ -26,6 +31,7 @@ from typing import Any, BinaryIO, Callable, Iterator, Optional, Sequence
 from ..schema import Case
 from . import load_cases, reading_format
 from .files import DatasetError, jsonl_lines
+from .corpus import Corpus, SpanPlacer, place_cases
 from .records import CaseBatch, Fingerprint, InputCheck, SeenCaseIds, batch_from_records, parse_record_line
 
 __all__ = ["BATCH_SIZE", "CaseSource", "open_cases"]
@@ -36,15 +42,16 @@ BATCH_SIZE = 2000
 
 class CaseSource:
     """The cases of one run: ``n_cases``, ``fingerprint``, ``warnings`` (`input_warnings`'s lines),
-    ``duplicate_chunk_ids`` and ``path`` (the dataset's, or None), with `batches` to score them by and
-    `save` to write them as a run folder's ``cases.jsonl``."""
+    ``duplicate_chunk_ids``, ``span_cases`` (how many have span labels) and ``path`` (the dataset's, or
+    None), with `batches` to score them by and `save` to write them as a run folder's ``cases.jsonl``."""
 
     def __init__(self, *, n_cases: int, fingerprint: str, warnings: list[str], duplicate_chunk_ids: int,
                  path: Optional[Path] = None, held: Optional[list[CaseBatch]] = None,
                  copy: Optional[Path] = None, frames: Optional[BinaryIO] = None,
-                 batch_size: int = BATCH_SIZE):
+                 batch_size: int = BATCH_SIZE, span_cases: int = 0):
         self.n_cases, self.fingerprint, self.warnings = n_cases, fingerprint, warnings
         self.duplicate_chunk_ids, self.path = duplicate_chunk_ids, path
+        self.span_cases = span_cases
         self.batch_size = batch_size
         self._held = held  # every batch, when they fit in memory
         self._copy = copy  # else the scratch copy of canonical lines (then the run folder's cases.jsonl)
@@ -52,16 +59,21 @@ class CaseSource:
         self._frames = frames  # and the batches, each a length (8 bytes) and `CaseBatch.to_bytes`
 
     @classmethod
-    def of_cases(cls, cases: Sequence[Case], batch_size: int = BATCH_SIZE) -> "CaseSource":
-        """Cases already in memory (the Python API): batches are slices of them."""
-        cases = list(cases)
+    def of_cases(cls, cases: Sequence[Case], batch_size: int = BATCH_SIZE,
+                 corpus: Optional[Corpus] = None) -> "CaseSource":
+        """Cases already in memory (the Python API): batches are slices of them. Span-labelled cases
+        are placed against ``corpus`` (`SpanPlacer`; `DatasetError` for what cannot be placed)."""
+        placer = SpanPlacer(corpus)
+        cases = place_cases(cases, corpus, placer)
         fp, check, batch = Fingerprint(), InputCheck(), CaseBatch.of_cases(cases)
         for i in range(len(batch)):
             fp.add(batch.line(i))
         check.add_batch(batch)
         held = [CaseBatch.of_cases(cases[i:i + batch_size]) for i in range(0, len(cases), batch_size)]
-        return cls(n_cases=len(cases), fingerprint=fp.hexdigest(), warnings=check.warnings(),
-                   duplicate_chunk_ids=batch.duplicate_chunk_ids(), held=held, batch_size=batch_size)
+        return cls(n_cases=len(cases), fingerprint=fp.hexdigest(),
+                   warnings=check.warnings() + placer.warnings(),
+                   duplicate_chunk_ids=batch.duplicate_chunk_ids(), held=held, batch_size=batch_size,
+                   span_cases=placer.cases)
 
     @property
     def cases(self) -> list[Case]:
@@ -113,6 +125,15 @@ class CaseSource:
             pass
 
 
+def _place_batch(batch: CaseBatch, placer: SpanPlacer, lines: list[int], path: Path) -> None:
+    """Place the span-labelled records of ``batch`` (read from ``path`` at ``lines``) in place."""
+    records, ids = batch._records, batch._chunk_ids
+    for i, rec in enumerate(records):
+        if rec.get("relevant_spans"):
+            records[i] = placer.place(rec, ids[i] if ids is not None else None, path, lines[i])
+            batch._cases[i] = None  # made again from the placed record when asked for
+
+
 def _same_device(a: Path, b: Path) -> bool:
     try:
         return os.stat(a).st_dev == os.stat(b.parent).st_dev
@@ -131,18 +152,20 @@ def _scratch_dir(near: Optional[Path]) -> Path:
 
 def open_cases(
     path: str | Path, format: Optional[str] = None, near: Optional[Path] = None,
-    batch_size: int = BATCH_SIZE, progress: Optional[Callable[[int], None]] = None, **options: Any,
+    batch_size: int = BATCH_SIZE, progress: Optional[Callable[[int], None]] = None,
+    corpus: Optional[Corpus] = None, **options: Any,
 ) -> CaseSource:
     """Read and check a golden set whole (see the module docstring); raises `DatasetError` for bad
     input, having written nothing that stays. ``near``: where the run folder will be (the scratch
     copy is made beside it). ``progress(n)`` is called with the cases read so far, batch by batch.
-    ``options``: the format's read options (`ragbridge.formats.load_cases`)."""
+    ``corpus``: the documents span-labelled cases are placed against. ``options``: the format's read
+    options (`ragbridge.formats.load_cases`)."""
     path = Path(path)
     if not path.exists():
         raise DatasetError("no such file or folder", path=path)
     fmt = reading_format(path, format, options)
     if fmt.name != "jsonl":
-        source = CaseSource.of_cases(load_cases(path, fmt.name, **options), batch_size)
+        source = CaseSource.of_cases(load_cases(path, fmt.name, options.get("qrels")), batch_size, corpus)
         source.path = path
         return source
     here = _scratch_dir(near)
@@ -151,7 +174,7 @@ def open_cases(
     frames = tempfile.TemporaryFile(prefix=".tmp-batches-", dir=here)
     try:
         with os.fdopen(fd, "wb") as out:
-            source = _check_jsonl(path, out, frames, batch_size, progress)
+            source = _check_jsonl(path, out, frames, batch_size, progress, SpanPlacer(corpus))
     except BaseException:
         scratch.unlink(missing_ok=True)
         frames.close()
@@ -167,7 +190,7 @@ def open_cases(
     return source
 
 
-def _check_jsonl(path: Path, out, frames, batch_size: int, progress) -> CaseSource:
+def _check_jsonl(path: Path, out, frames, batch_size: int, progress, placer: SpanPlacer) -> CaseSource:
     fp, check = Fingerprint(), InputCheck()
     first_seen = SeenCaseIds()  # memory: 25 bytes a case, not the ids
     held: Optional[list[CaseBatch]] = []
@@ -178,6 +201,7 @@ def _check_jsonl(path: Path, out, frames, batch_size: int, progress) -> CaseSour
         nonlocal held, n, duplicates
         batch = batch_from_records(pending, path, first_seen=first_seen)
         first_seen.end_batch()
+        _place_batch(batch, placer, [line for line, _ in pending], path)
         pending.clear()
         lines = [batch.line(i) for i in range(len(batch))]
         for line in lines:
@@ -205,5 +229,6 @@ def _check_jsonl(path: Path, out, frames, batch_size: int, progress) -> CaseSour
         flush()
     if n == 0:
         raise DatasetError("holds no cases", path=path, hint="a golden set needs at least one case")
-    return CaseSource(n_cases=n, fingerprint=fp.hexdigest(), warnings=check.warnings(),
-                      duplicate_chunk_ids=duplicates, held=held, batch_size=batch_size)
+    return CaseSource(n_cases=n, fingerprint=fp.hexdigest(), warnings=check.warnings() + placer.warnings(),
+                      duplicate_chunk_ids=duplicates, held=held, batch_size=batch_size,
+                      span_cases=placer.cases)

@@ -211,6 +211,8 @@ def write(cases: Sequence[Case], path: Path) -> list[str]:
                 ("question", case.question), ("answer", case.answer is not None),
                 ("contexts.text", any(c.text for c in case.contexts)),
                 ("contexts.source", any(c.source for c in case.contexts)),
+                ("contexts.doc", any(c.doc is not None for c in case.contexts)),
+                ("relevant_spans", case.relevant_spans),
                 ("reference", case.reference is not None), ("reference_contexts", case.reference_contexts),
                 ("must_contain", case.must_contain), ("must_not_contain", case.must_not_contain),
                 ("answerable", not case.answerable), ("tags", case.tags), ("metadata", case.metadata))
@@ -231,9 +233,10 @@ def final_path(path: Path) -> Path:
 
 
 #: ``contexts.score`` only when a case's scores are not strictly decreasing (then ``n - position``)
-CANNOT_HOLD = ("question", "answer", "contexts.text", "contexts.source", "contexts.score",
-               "relevant (by source)", "reference", "reference_contexts", "must_contain", "must_not_contain",
-               "answerable", "tags", "metadata", "cases without contexts", "contexts (repeated ids)")
+CANNOT_HOLD = ("question", "answer", "contexts.text", "contexts.source", "contexts.score", "contexts.doc",
+               "relevant (by source)", "relevant_spans", "reference", "reference_contexts", "must_contain",
+               "must_not_contain", "answerable", "tags", "metadata", "cases without contexts",
+               "contexts (repeated ids)")
 
 
 TREC = Format(

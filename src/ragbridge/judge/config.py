@@ -1,9 +1,12 @@
 """The judge's configuration: :class:`JudgeConfig`, where it is read from, and the judge's errors.
 
-One judge serves every backend: a model, an OpenAI-compatible endpoint (``base_url``) and the NAME
-of the environment variable that holds the key (``api_key_env``); the key's value is read from the
-environment when it is needed and is never stored on the configuration, nor written by
-:meth:`JudgeConfig.public_dict` (what a run's ``run.json`` records). :meth:`JudgeConfig.load`
+One judge serves every backend: a model, an endpoint (``base_url``) that speaks a request dialect
+(``api``: ``openai`` for every OpenAI-compatible server, ``azure`` for Azure OpenAI's deployment
+paths, see :mod:`ragbridge.judge.dialect`), optionally a separate endpoint for embeddings, and the
+NAME of the environment variable that holds the key (``api_key_env``); the key's value is read from
+the environment when it is needed and is never stored on the configuration, nor written by
+:meth:`JudgeConfig.public_dict` (what a run's ``run.json`` records). A judge on this machine
+(loopback) needs no key. :meth:`JudgeConfig.load`
 merges ``[tool.ragbridge.judge]`` of ``pyproject.toml``, ``[judge]`` of ``ragbridge.toml`` and the
 command line; a bad value is a :class:`JudgeConfigError` that names the file and the key.
 
@@ -19,12 +22,16 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 #: the gateway's backoff between attempts (full jitter, seconds): what client_timeout() outlasts
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 20.0
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+#: the request dialects an upstream can speak (how a request is addressed and authorised)
+APIS = ("openai", "azure")
+#: header names that carry credentials: the key belongs in the variable ``api_key_env`` names
+_CREDENTIAL_HEADER = re.compile(r"^(authorization|proxy-authorization|cookie)$|key|token|secret|passw", re.I)
 
 
 class JudgeError(Exception):
@@ -44,6 +51,12 @@ class JudgeUnavailable(JudgeError):
 # ------------------------------------------------------------------------------------------------
 
 _KEYLIKE = re.compile(r"(key|token|secret|passw|pwd|auth|sig|credential|session|code)", re.I)
+
+
+def is_local_url(url: str) -> bool:
+    """Whether ``url``'s host is this machine (loopback): a server there may need no key."""
+    host = (urlsplit(url).hostname or "").lower()
+    return host in _LOCAL_HOSTS or host.startswith("127.")
 
 
 def redact_url(url: str) -> str:
@@ -87,11 +100,29 @@ def _default_cache_path() -> Path:
 
 
 class JudgeConfig(BaseModel):
-    """One judge for every backend: model, OpenAI-compatible endpoint, and the name of the key's env var.
+    """One judge for every backend: model, endpoint and dialect, and the name of the key's env var.
+
+    ``api`` is the dialect the upstream speaks: ``openai`` (``base_url`` + ``/chat/completions``,
+    ``Authorization: Bearer``: OpenAI, vLLM, Ollama, llama.cpp's server, a LiteLLM proxy, the
+    OpenAI-compatible endpoints of Anthropic and Gemini) or ``azure`` (``base_url`` is the resource
+    endpoint; a request goes to ``/openai/deployments/<model>/...?api-version=<api_version>`` with an
+    ``api-key`` header, the deployment being the model the request names). The libraries always
+    speak plain OpenAI to ragbridge's gateway; only the gateway speaks the dialect.
+
+    ``embedding_base_url`` (with ``embedding_api_key_env`` and ``embedding_api``, default ``api``)
+    sends ``/embeddings`` requests to another server than the chat requests, e.g. a judge without
+    embeddings (Anthropic) beside an embedding server; that server gets the key
+    ``embedding_api_key_env`` names, never the judge's (none when it is unset).
+
+    ``headers`` are sent with every upstream request (e.g. ``anthropic-workspace-id``); they are not
+    secrets and are recorded in run.json, so a header that carries a credential is refused.
+    ``temperature``, ``seed`` and ``extra_body`` are request fields the gateway sets on every
+    generation request (chat, completions, responses; not embeddings; ``seed`` not on responses),
+    over what the library sent: ``extra_body`` is merged into the JSON body (e.g. Ollama's
+    ``{"options": {"num_ctx": 8192}}``). They are part of the cache key.
 
     ``max_tokens`` is for the backends to pass to their libraries (a library's own default of 1024 can
-    truncate long verdict lists); the gateway never edits a request body. ``cache_path = None`` means no
-    cache.
+    truncate long verdict lists). ``cache_path = None`` means no cache.
 
     ``prices`` is the price table, per model name as requests name it (the judge model, the embedding
     model): ``{"gpt-4o-mini": {"input": 0.15, "output": 0.60}}`` in ``currency`` per million tokens,
@@ -104,22 +135,37 @@ class JudgeConfig(BaseModel):
     model: str = Field(min_length=1)
     base_url: str
     api_key_env: str = "OPENAI_API_KEY"
+    api: Literal["openai", "azure"] = "openai"
+    api_version: Optional[str] = None
     embedding_model: Optional[str] = None
+    embedding_base_url: Optional[str] = None
+    embedding_api_key_env: Optional[str] = None
+    embedding_api: Optional[Literal["openai", "azure"]] = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    temperature: Optional[float] = Field(None, ge=0, le=2)
+    seed: Optional[int] = None
+    extra_body: dict[str, Any] = Field(default_factory=dict)
     cache_path: Optional[Path] = Field(default_factory=_default_cache_path)
     cache_mode: Literal["read-write", "read-only", "off"] = "read-write"
     max_concurrency: int = Field(8, ge=1)
     #: upstream requests started per minute, across every backend and worker (None: no limit); for
     #: hosted judges with a rate limit: starts are spaced 60 / requests_per_minute seconds apart
     requests_per_minute: Optional[float] = Field(None, gt=0)
+    #: seconds one attempt may take in all (connect, send, the whole answer), however the answer
+    #: trickles in
     timeout: float = Field(120.0, gt=0)
+    #: the largest answer taken from the judge; a larger one is an error of that call (not retried)
+    max_reply_bytes: int = Field(32 << 20, ge=1024)
     max_retries: int = Field(5, ge=0)
     max_tokens: Optional[int] = Field(None, ge=1)
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
     currency: str = "USD"
 
-    @field_validator("base_url")
+    @field_validator("base_url", "embedding_base_url")
     @classmethod
-    def _check_base_url(cls, v: str) -> str:
+    def _check_base_url(cls, v: Optional[str]) -> Optional[str]:
+        if v is None:
+            return None
         v = (v or "").strip()
         try:
             parts = urlsplit(v)
@@ -133,14 +179,37 @@ class JudgeConfig(BaseModel):
                 f"(e.g. https://api.openai.com/v1), got {redact_url(v)!r}")
         return v.rstrip("/")
 
-    @field_validator("api_key_env")
+    @field_validator("api_key_env", "embedding_api_key_env")
     @classmethod
-    def _check_env_name(cls, v: str) -> str:
+    def _check_env_name(cls, v: Optional[str]) -> Optional[str]:
+        if v is None:
+            return None
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v or ""):
             raise ValueError(
-                f"api_key_env must be the NAME of an environment variable (e.g. OPENAI_API_KEY), "
+                f"must be the NAME of an environment variable (e.g. OPENAI_API_KEY), "
                 f"not a key; got a value of {len(v or '')} characters")
         return v
+
+    @field_validator("headers")
+    @classmethod
+    def _check_headers(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            if not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", name):
+                raise ValueError(f"{name!r} is not an HTTP header name")
+            if _CREDENTIAL_HEADER.search(name):
+                raise ValueError(
+                    f"header {name!r} would carry a credential, and headers are recorded in run.json: "
+                    f"put the key in the environment variable that api_key_env names instead")
+            if not isinstance(value, str) or "\r" in value or "\n" in value:
+                raise ValueError(f"header {name!r}: the value must be one line of text")
+        return v
+
+    @model_validator(mode="after")
+    def _check_dialect(self) -> "JudgeConfig":
+        if "azure" in (self.api, self.embedding_api) and not self.api_version:
+            raise ValueError("api = \"azure\" needs api_version (e.g. \"2024-10-21\"): Azure OpenAI "
+                             "answers 404 without it")
+        return self
 
     # -- derived --------------------------------------------------------------------------------
     @property
@@ -150,7 +219,7 @@ class JudgeConfig(BaseModel):
     @property
     def is_local(self) -> bool:
         """The endpoint is on this machine (a local server or ragbridge's stub): a key may be absent."""
-        return self.upstream_host in _LOCAL_HOSTS or self.upstream_host.startswith("127.")
+        return is_local_url(self.base_url)
 
     @property
     def public_base_url(self) -> str:
@@ -159,6 +228,19 @@ class JudgeConfig(BaseModel):
     def api_key(self) -> Optional[str]:
         """The key's value from the environment (never stored on this object)."""
         return os.environ.get(self.api_key_env) or None
+
+    def answer_settings(self) -> dict[str, Any]:
+        """What the gateway changes in a request on its way upstream, which changes the answers:
+        part of every cache key (empty when nothing is changed, so earlier keys stay valid)."""
+        doc: dict[str, Any] = {}
+        if self.api != "openai":
+            doc.update(api=self.api, api_version=self.api_version)
+        for name in ("temperature", "seed"):
+            if getattr(self, name) is not None:
+                doc[name] = getattr(self, name)
+        if self.extra_body:
+            doc["extra_body"] = self.extra_body
+        return doc
 
     def price_of(self, model: Optional[str]) -> Optional[ModelPrice]:
         """The price of ``model`` (as a request names it; a ``provider/`` prefix may be left out of
@@ -187,9 +269,17 @@ class JudgeConfig(BaseModel):
             "requests_per_minute": self.requests_per_minute,
             "timeout": self.timeout,
             "max_retries": self.max_retries,
+            **({"max_reply_bytes": self.max_reply_bytes} if self.max_reply_bytes != 32 << 20 else {}),
             "max_tokens": self.max_tokens,
             **({"prices": {m: p.model_dump() for m, p in self.prices.items()}, "currency": self.currency}
                if self.prices else {}),
+            **{k: v for k, v in (
+                ("api", self.api if self.api != "openai" else None), ("api_version", self.api_version),
+                ("embedding_base_url", redact_url(self.embedding_base_url) if self.embedding_base_url
+                 else None),
+                ("embedding_api_key_env", self.embedding_api_key_env), ("embedding_api", self.embedding_api),
+                ("headers", dict(self.headers) or None), ("temperature", self.temperature),
+                ("seed", self.seed), ("extra_body", self.extra_body or None)) if v is not None},
         }
 
     # -- loading --------------------------------------------------------------------------------
@@ -253,7 +343,7 @@ class JudgeConfig(BaseModel):
             return cls(**merged)
         except ValidationError as exc:
             err = exc.errors()[0]
-            key = str(err["loc"][0]) if err.get("loc") else "?"
+            key = str(err["loc"][0]) if err.get("loc") else "api"
             msg = str(err.get("msg", "invalid value"))
             if msg.startswith("Value error, "):
                 msg = msg[len("Value error, "):]

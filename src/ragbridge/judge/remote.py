@@ -2,95 +2,86 @@
 
 The Ray executor's workers score judged metrics in processes (and machines) other than the one that
 holds the run's :class:`~ragbridge.judge.JudgeGateway`. Each worker gets a :class:`GatewayClient`
-in its place: the part of the gateway's interface the backends use (``config``, ``api_key``,
-``base_url``, ``transport()``, ``async_transport()``, ``tag_scope``), with every request forwarded
-to the gateway's socket. So there is still one gateway per run, and with it one concurrency bound,
-one requests-per-minute limit, one cache and one set of usage counts for every worker together.
+in its place: the judge interface the backends use (:class:`~ragbridge.judge.client.JudgeClient`,
+which the gateway implements too), with every request forwarded to the gateway's socket. So there is
+still one gateway per run, and with it one concurrency bound, one requests-per-minute limit, one
+cache and one set of usage counts for every worker together.
 
 What travels to a worker is :meth:`GatewayClient.spec`: the socket's URL, the gateway's own key (the
 random per-run key its socket requires, never the judge's real key, which stays in the gateway) and
 the judge configuration without secrets (``base_url`` redacted, no cache path). The client's
 transports add the key to each request, strip the ``/t/<tag>`` attribution path that in-process URLs
-carry and send the (backend, metric, case_id) in the ``X-Ragbridge-Tag`` header instead, so the
+carry and send the call's tag (backend, metric, case_id, repeat) in the ``X-Ragbridge-Tag`` header
+instead, so the
 gateway counts each call under the score it belongs to, exactly as for an in-process call.
 
 ``base_url(..., in_process=True)`` (what every bundled backend uses) is a URL for these transports;
-without ``in_process`` it is the gateway's socket itself (untagged: a library's own client gets its
-calls counted only through ``httpx_event_hooks``).
+without ``in_process`` it is the gateway's socket itself. The tag map, ``tag_scope`` and the repeat
+views are `JudgeClient`'s, the same as the gateway's.
 """
 
 from __future__ import annotations
 
-import secrets
-import threading
 from typing import Any, Optional
 
 import httpx
 
+from .client import JudgeClient
 from .config import JudgeConfig
-from .gateway import IN_PROCESS_ORIGIN, TAG_HEADER, JudgeGateway, tag_header_value
-from .server import Triple
+from .tag import TAG_HEADER, CallTag
 
 __all__ = ["GatewayClient", "worker_config"]
 
 
 def worker_config(config: JudgeConfig) -> dict[str, Any]:
     """What a worker needs of the judge configuration: every setting the backends read, with the
-    endpoint's credentials stripped and no cache path (the cache is the gateway's)."""
+    endpoints' credentials stripped and no cache path (the cache is the gateway's)."""
     data = config.model_dump(mode="json")
     data.update(base_url=config.public_base_url, cache_path=None)
+    if config.embedding_base_url:
+        from .config import redact_url
+
+        data["embedding_base_url"] = redact_url(config.embedding_base_url)
     return data
 
 
-class GatewayClient:
-    """The gateway interface the backends use, forwarding to a `JudgeGateway`'s socket at ``url``
-    with its key ``key`` (see the module docstring). Picklable through :meth:`spec` only."""
+class GatewayClient(JudgeClient):
+    """The judge interface (`JudgeClient`) of a worker, forwarding to a `JudgeGateway`'s socket at
+    ``url`` with its key ``key`` (see the module docstring). Picklable through :meth:`spec` only."""
 
     #: a worker never sees the answers' marker: the gateway labels the run
     stub_detected = False
-    tag_scope = staticmethod(JudgeGateway.tag_scope)
-    current_tag = staticmethod(JudgeGateway.current_tag)
-    httpx_event_hooks = staticmethod(JudgeGateway.httpx_event_hooks)
-    async_httpx_event_hooks = staticmethod(JudgeGateway.async_httpx_event_hooks)
 
     def __init__(self, url: str, key: str, config: dict[str, Any] | JudgeConfig) -> None:
-        self.url = url.rstrip("/")
+        super().__init__()
+        self._url = url.rstrip("/")
         self._key = key
         self.config = config if isinstance(config, JudgeConfig) else JudgeConfig(**config)
-        self._lock = threading.Lock()
-        self._tags: dict[str, Triple] = {}
-        self._tag_of: dict[Triple, str] = {}
 
     @classmethod
-    def spec(cls, gateway: JudgeGateway) -> tuple[str, str, dict[str, Any]]:
+    def spec(cls, gateway: Any) -> tuple[str, str, dict[str, Any]]:
         """The arguments of a client of ``gateway`` (its socket is opened if it is not yet)."""
         return gateway.url, gateway.api_key, worker_config(gateway.config)
 
     def __repr__(self) -> str:  # never the key
-        return f"GatewayClient({self.url!r})"
+        return f"GatewayClient({self._url!r})"
 
-    # -- what the backends use ------------------------------------------------------------------
     @property
     def api_key(self) -> str:
         return self._key
 
-    def require_started(self) -> None:
-        """A client is usable as long as the gateway it forwards to serves."""
+    @property
+    def url(self) -> str:
+        return self._url
 
     def base_url(self, backend: Optional[str] = None, metric: Optional[str] = None,
-                 case_id: Optional[str] = None, *, in_process: bool = False) -> str:
+                 case_id: Optional[str] = None, *, in_process: bool = False,
+                 repeat: Optional[int] = None) -> str:
+        """As `JudgeClient.base_url`; without ``in_process``, the gateway's socket itself (untagged:
+        a library's own client gets its calls counted only through ``httpx_event_hooks``)."""
         if not in_process:
-            return f"{self.url}/v1"
-        if backend is None:
-            return f"{IN_PROCESS_ORIGIN}/v1"
-        triple: Triple = (backend, metric, case_id)
-        with self._lock:
-            tag = self._tag_of.get(triple)
-            if tag is None:
-                tag = secrets.token_urlsafe(9)
-                self._tag_of[triple] = tag
-                self._tags[tag] = triple
-        return f"{IN_PROCESS_ORIGIN}/t/{tag}/v1"
+            return f"{self._url}/v1"
+        return super().base_url(backend, metric, case_id, in_process=True, repeat=repeat)
 
     def transport(self) -> "ForwardingTransport":
         return ForwardingTransport(self)
@@ -98,26 +89,25 @@ class GatewayClient:
     def async_transport(self) -> "AsyncForwardingTransport":
         return AsyncForwardingTransport(self)
 
-    # -- forwarding -----------------------------------------------------------------------------
     def forwarded(self, request: httpx.Request, content: bytes) -> httpx.Request:
         """``request`` as sent to the gateway's socket: its path without the tag, the gateway's key,
-        the (backend, metric, case_id) in the tag header (strongest first, as the gateway ranks
-        them: a header the request carries, the ``tag_scope`` it was made in, the path's tag)."""
+        the tag in the tag header (strongest first, as the gateway ranks them: a header the request
+        carries, the ``tag_scope`` it was made in, the path's tag)."""
         path = request.url.raw_path.decode("ascii", "replace")
-        triple: Optional[Triple] = None
+        tag: Optional[CallTag] = None
         if path.startswith("/t/"):
-            _, _, tag, rest = path.split("/", 3)
-            triple = self._tags.get(tag)
+            _, _, token, rest = path.split("/", 3)
+            tag = self.tag_of(token)
             path = "/" + rest
-        scope = JudgeGateway.current_tag()
+        scope = self.current_tag()
         if scope is not None:
-            triple = scope
+            tag = scope
         headers = [(k, v) for k, v in request.headers.raw
                    if k.lower() not in (b"host", b"authorization", b"api-key", b"content-length")]
         headers.append((b"Authorization", f"Bearer {self._key}".encode("ascii")))
-        if triple is not None and TAG_HEADER.lower().encode() not in {k.lower() for k, _ in headers}:
-            headers.append((TAG_HEADER.encode(), tag_header_value(triple).encode("ascii")))
-        return httpx.Request(request.method, self.url + path, headers=headers, content=content)
+        if tag is not None and TAG_HEADER.lower().encode() not in {k.lower() for k, _ in headers}:
+            headers.append((TAG_HEADER.encode(), tag.header().encode("ascii")))
+        return httpx.Request(request.method, self._url + path, headers=headers, content=content)
 
 
 class ForwardingTransport(httpx.BaseTransport):

@@ -20,17 +20,32 @@ retried already, so the OpenAI SDK does not multiply the retries.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import socket
+import threading
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Mapping, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol
 
-#: (backend, metric, case_id): what a judge call is counted under
-Triple = tuple[Optional[str], Optional[str], Optional[str]]
+if TYPE_CHECKING:  # pragma: no cover
+    from .tag import CallTag
+
+
+#: the largest request body the gateway's socket reads (a judge request is kilobytes to a few megabytes)
+MAX_REQUEST_BYTES = 64 << 20
+
+
+class BadRequest(Exception):
+    """A request the socket cannot read (bad framing, too large): answered with ``status``, then the
+    connection is closed."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class _JsonBytes(bytes):
@@ -58,7 +73,9 @@ class Result:
     counted: bool = True  # a judge call (POST), counted in usage
     json_ok: bool = False  # body known to be a JSON document (parsed, cached or made here)
     request_json: bool = False  # the request body was parsed as JSON
-    cost: Optional[float] = 0.0  # what the upstream call cost by the price table (None: no price)
+    cost: Optional[float] = 0.0  # what the upstream call cost by the price table (None: unknown)
+    #: (prompt, completion) tokens the answer reports; None when what it reports cannot be true
+    tokens: Optional[tuple[int, int]] = (0, 0)
 
     def __post_init__(self) -> None:
         if self.parsed is not None or isinstance(self.body, _JsonBytes):
@@ -72,11 +89,11 @@ class Serving(Protocol):
     http_requests: int
 
     def route(self, path: str, headers: Mapping[str, str],
-              scope: Optional[Triple] = None) -> "tuple[str, Triple] | Result":
-        """The endpoint and the (backend, metric, case_id) a request is counted under, or the error."""
+              scope: "Optional[CallTag]" = None) -> "tuple[str, CallTag] | Result":
+        """The endpoint and the tag a request is counted under, or the error."""
         ...
 
-    def answer(self, method: str, endpoint: str, raw: bytes, triple: Triple, *, started: float) -> Result:
+    def answer(self, method: str, endpoint: str, raw: bytes, tag: "CallTag", *, started: float) -> Result:
         """Serve one routed request, count it and log it (``started``: its ``time.perf_counter()``)."""
         ...
 
@@ -89,17 +106,25 @@ class Serving(Protocol):
         """The worker threads of the async transport (None unless started)."""
         ...
 
-    def current_tag(self) -> Optional[Triple]:
-        """The (backend, metric, case_id) of the innermost ``tag_scope`` of this context, or None."""
+    def current_tag(self) -> "Optional[CallTag]":
+        """The tag of the innermost ``tag_scope`` of this context, or None."""
         ...
 
 
 class LoopbackServer(ThreadingHTTPServer):
-    """The gateway's loopback server: a thread per connection, a deep listen queue."""
+    """The gateway's loopback server: a thread per connection, a deep listen queue; a client that
+    goes away mid-request is not an error worth a traceback."""
 
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 256
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Headers(dict):
@@ -177,21 +202,49 @@ class FastRequestHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass
 
-    def read_body(self) -> bytes:
-        n = int(self.headers.get("Content-Length") or 0)
-        if n:
-            return self.rfile.read(n)
+    def read_body(self, limit: int = MAX_REQUEST_BYTES) -> bytes:
+        """The request's body (``Content-Length`` or chunked), at most ``limit`` bytes; raises
+        `BadRequest` for framing that cannot be read (a length that is not a number, a bad chunk
+        size, a body cut short) or a body over the limit, which is then not read."""
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            chunks = []
+            chunks, total = [], 0
             while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                line = self.rfile.readline(1026)
+                size_text = line.split(b";")[0].strip()
+                try:
+                    size = int(size_text, 16)
+                except ValueError:
+                    raise BadRequest(400, f"bad chunk size {size_text[:20]!r}") from None
+                if size < 0:
+                    raise BadRequest(400, "bad chunk size")
                 if size == 0:
-                    self.rfile.readline()
-                    break
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-            return b"".join(chunks)
-        return b""
+                    self.rfile.readline(1026)
+                    return b"".join(chunks)
+                total += size
+                if total > limit:
+                    raise BadRequest(413, f"request body over {limit:,} bytes")
+                data = self.rfile.read(size)
+                if len(data) < size:
+                    raise BadRequest(400, "request body cut short")
+                chunks.append(data)
+                self.rfile.readline(1026)
+        length = (self.headers.get("Content-Length") or "").strip()
+        if not length:
+            return b""
+        if not length.isdigit():
+            raise BadRequest(400, f"bad Content-Length {length[:20]!r}")
+        n = int(length)
+        if n > limit:
+            raise BadRequest(413, f"request body of {n:,} bytes, over {limit:,}")
+        data = self.rfile.read(n)
+        if len(data) < n:
+            raise BadRequest(400, "request body cut short")
+        return data
+
+    def refuse(self, status: int, body: bytes) -> None:
+        """Answer ``status`` and close the connection (whatever is left of the request is not read)."""
+        self.close_connection = True
+        self.write_response(status, body, ["Content-Type: application/json"])
 
     def write_response(self, status: int, body: bytes, headers: list[str]) -> None:
         head = [f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}",
@@ -239,17 +292,20 @@ class GatewayHandler(FastRequestHandler):
         gw = self.gateway
         gw.http_requests += 1
         t0 = time.perf_counter()
-        raw = self.read_body() if method == "POST" else b""
-        # Loopback only, and not from a web page (DNS rebinding / cross-site requests).
+        # Loopback only, not from a web page (DNS rebinding / cross-site requests), and with the key:
+        # all checked from the headers, before a byte of the body is read.
         host = (self.headers.get("Host") or "").lower()
         if self.headers.get("Origin") or host not in self.allowed_hosts:
-            self._reply(Result(403, error_body("ragbridge judge gateway: forbidden host or origin"),
-                               cache="off"))
+            self.refuse(403, error_body("ragbridge judge gateway: forbidden host or origin"))
             return
         if not self._authorized():
-            self._reply(Result(401, error_body(
-                "ragbridge judge gateway: missing or wrong API key: use the gateway's api_key",
-                "invalid_request_error", "invalid_api_key"), cache="off"))
+            self.refuse(401, error_body("ragbridge judge gateway: missing or wrong API key: use the "
+                                        "gateway's api_key", "invalid_request_error", "invalid_api_key"))
+            return
+        try:
+            raw = self.read_body() if method == "POST" else b""
+        except BadRequest as exc:
+            self.refuse(exc.status, error_body(f"ragbridge judge gateway: {exc}", "invalid_request_error"))
             return
         routed = gw.route(self.path, self.headers)
         if isinstance(routed, Result):
@@ -257,5 +313,76 @@ class GatewayHandler(FastRequestHandler):
                 self.close_connection = True
             self._reply(routed)
             return
-        endpoint, triple = routed
-        self._reply(gw.answer(method, endpoint, raw, triple, started=t0))
+        endpoint, tag = routed
+        self._reply(gw.answer(method, endpoint, raw, tag, started=t0))
+
+
+class LoopbackSocket:
+    """The gateway's socket: opened on the first request for a socket URL (:meth:`open`), on one
+    address of this machine (never a wildcard), answering only requests that carry ``key`` and name
+    the address in their ``Host``; :meth:`close` ends it and the connections it holds."""
+
+    def __init__(self, gateway: Serving, key: bytes) -> None:
+        self.gateway = gateway
+        self.key = key
+        self.port: Optional[int] = None
+        self._server: Optional[LoopbackServer] = None
+        self._thread: Optional[threading.Thread] = None
+        self._conns: set = set()
+        self._lock = threading.Lock()
+
+    @property
+    def listening(self) -> bool:
+        return self._server is not None
+
+    def open(self, host: str) -> int:
+        """The port, the socket opened on ``host`` if it is not yet (not thread-safe: the caller locks)."""
+        if self._server is not None:
+            return self.port  # type: ignore[return-value]
+        host = host.strip("[]")
+        if host in ("", "0.0.0.0", "::"):
+            from .config import JudgeConfigError
+
+            raise JudgeConfigError(
+                f"judge gateway host {host!r}: give the one address of this machine that clients reach "
+                f"it at (127.0.0.1 for clients on this machine), not a wildcard")
+        handler = type("JudgeGatewayHandler", (GatewayHandler,), {"gateway": self.gateway, "owner": self})
+        server_cls = LoopbackServer
+        if ":" in host:  # an IPv6 address
+            server_cls = type("LoopbackServer6", (LoopbackServer,), {"address_family": socket.AF_INET6})
+        server = server_cls((host, 0), handler)
+        self.port = port = server.server_address[1]
+        loopback = host in ("localhost", "::1") or host.startswith("127.")
+        allowed = {f"127.0.0.1:{port}", f"localhost:{port}"} if loopback else set()
+        allowed.add(f"{netloc_host(host)}:{port}".lower())
+        handler.allowed_hosts = frozenset(allowed)
+        handler.required_key = self.key
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
+                                        name=f"ragbridge-judge-gateway-{port}", daemon=True)
+        self._thread.start()
+        self._server = server
+        return port
+
+    def _track(self, conn: Any, add: bool) -> None:
+        with self._lock:
+            (self._conns.add if add else self._conns.discard)(conn)
+
+    def close(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        with self._lock:
+            conns = list(self._conns)
+        for c in conns:
+            with contextlib.suppress(OSError):
+                c.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.port = None
+
+
+def netloc_host(host: str) -> str:
+    """``host`` as it appears in a URL's authority (an IPv6 address in brackets)."""
+    return f"[{host}]" if ":" in host else host

@@ -17,7 +17,8 @@ from typing import Optional
 
 import httpx
 
-from .server import Result, Serving, Triple
+from .server import Result, Serving
+from .tag import CallTag
 
 
 class JudgeTransport(httpx.BaseTransport):
@@ -54,15 +55,15 @@ class AsyncJudgeTransport(httpx.AsyncBaseTransport):
 
 
 def _respond(gw: Serving, request: httpx.Request, raw: bytes,
-             scope: Optional[Triple]) -> httpx.Response:
+             scope: Optional[CallTag]) -> httpx.Response:
     """One request from an in-process transport, answered as the loopback socket would."""
     t0 = time.perf_counter()
     routed = gw.route(request.url.raw_path.decode("ascii", "replace"), request.headers, scope)
     if isinstance(routed, Result):
         res = routed
     else:
-        endpoint, triple = routed
-        res = gw.answer(request.method, endpoint, raw, triple, started=t0)
+        endpoint, tag = routed
+        res = gw.answer(request.method, endpoint, raw, tag, started=t0)
     headers = [("content-type", res.content_type), ("x-ragbridge-cache", res.cache)]
     if not 200 <= res.status < 300:
         headers.append(("x-should-retry", "false"))  # the gateway already retried

@@ -1,32 +1,51 @@
-"""Forwarding to the real judge: the keep-alive connection pool and its helpers.
+"""Forwarding to the real judge: one transport contract, and the retry policy written once.
 
-Upstream requests go through :class:`StdlibPool`, a small keep-alive pool of ``http.client``
-connections (about 0.2 ms of CPU per request on a 2-vCPU machine, against about 0.9 ms for
-``httpx``). The gateway's shared ``httpx.Client`` is used instead for the preflight check, when an
-environment proxy applies to the endpoint (:func:`proxy_for`), for URLs with userinfo, or
-everywhere with ``JudgeGateway.upstream_transport = "httpx"``. The pool raises
-:class:`UpstreamTimeout` / :class:`UpstreamError`, which the gateway turns into 504 / 502 answers
-(and retries); :func:`parse_retry_after` reads the upstream's ``Retry-After``.
+A :class:`Transport` makes one attempt (``send``: one request, one whole reply, or
+:class:`UpstreamTimeout` / :class:`UpstreamError`), within an overall deadline and a cap on the
+reply's size: a judge that drips its answer a byte at a time cannot hold a call past the deadline,
+and one that answers with hundreds of megabytes is cut off at ``max_reply_bytes``.
+:class:`StdlibPool` is the fast one, a keep-alive pool of ``http.client`` connections (about 0.2 ms
+of CPU per request on a 2-vCPU machine, against about 0.9 ms for ``httpx``); :class:`HttpxTransport`
+is used when an environment proxy applies to the endpoint (:func:`proxy_for`), for URLs with
+userinfo, and for the preflight check.
+
+:class:`Upstream` is one server of the configuration (:class:`~ragbridge.judge.dialect.Endpoint`:
+the dialect, key and headers) on its transport. :class:`Forwarder` is the policy, the same for every
+upstream: the bound on requests in flight, the requests-per-minute limit (:class:`RateLimiter`), and
+the retries of 429, 5xx, connection errors, timeouts and 2xx bodies that are not JSON, with
+exponential backoff and full jitter, honouring ``Retry-After`` (:func:`parse_retry_after`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import email.utils
+import heapq
 import http.client
+import json
 import os
+import random
 import select
 import socket
 import ssl
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Optional
+from typing import Any, Callable, Optional, Protocol
 from urllib.parse import urlsplit
+
+from .config import BACKOFF_BASE, BACKOFF_CAP, JudgeConfig
+from .dialect import Endpoint
+from .server import Result, error_body
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+RETRY_AFTER_CAP = 60.0
+_READ_CHUNK = 1 << 16
 
 
 class UpstreamTimeout(Exception):
-    """The upstream did not connect or answer within the pool's timeout."""
+    """The upstream did not connect, or did not send its whole answer, within the deadline."""
 
 
 class UpstreamError(Exception):
@@ -34,17 +53,91 @@ class UpstreamError(Exception):
     pool is closed."""
 
 
+class ReplyTooLarge(UpstreamError):
+    """The upstream's answer is larger than ``max_reply_bytes`` (not retried)."""
+
+
+@dataclass
+class Reply:
+    """One attempt's answer: status, content type, ``Retry-After`` (seconds) and the whole body."""
+
+    status: int
+    content_type: Optional[str]
+    retry_after: Optional[float]
+    body: bytes
+
+
+class Transport(Protocol):
+    """One attempt at one request: the contract every way to the upstream keeps."""
+
+    def send(self, method: str, url: str, body: Optional[bytes], headers: dict[str, str], *,
+             deadline: float) -> Reply:
+        """The whole reply, by ``deadline`` (a ``time.monotonic()``); raises UpstreamTimeout,
+        UpstreamError or ReplyTooLarge."""
+        ...
+
+    def close(self) -> None:
+        """End the requests in flight (their callers get an error at once) and free the connections."""
+        ...
+
+
+class _Watchdog:
+    """Shuts down the socket of a request still running at its deadline (one thread for all)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int]] = []
+        self._armed: dict[int, Any] = {}
+        self._seq = 0
+        self._thread: Optional[threading.Thread] = None
+
+    def arm(self, deadline: float, sock: Any) -> int:
+        """Watch ``sock`` (the socket itself: http.client drops its connection's reference to it
+        once an answer says ``Connection: close``)."""
+        with self._cond:
+            self._seq += 1
+            heapq.heappush(self._heap, (deadline, self._seq))
+            self._armed[self._seq] = sock
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="ragbridge-judge-deadlines",
+                                                daemon=True)
+                self._thread.start()
+            elif self._heap[0][1] == self._seq:
+                self._cond.notify()
+            return self._seq
+
+    def disarm(self, token: int) -> bool:
+        """Stop watching; False when the deadline had already struck."""
+        with self._cond:
+            return self._armed.pop(token, None) is not None
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                while self._heap and self._heap[0][0] <= now:
+                    _, token = heapq.heappop(self._heap)
+                    sock = self._armed.pop(token, None)
+                    if sock is not None:
+                        with contextlib.suppress(OSError):
+                            sock.shutdown(socket.SHUT_RDWR)
+                self._cond.wait(self._heap[0][0] - now if self._heap else None)
+
+
+_WATCHDOG = _Watchdog()
+
+
 class StdlibPool:
-    """Keep-alive HTTP/1.1 connections to the upstream host over the standard library's http.client.
+    """Keep-alive HTTP/1.1 connections to one upstream host over the standard library's http.client.
 
     The gateway's hot path: on a 2-vCPU machine it costs ~0.2 ms of CPU per forwarded request where
-    an ``httpx.Client`` costs ~0.9 ms (measured against the stub judge; see the report). Used for
-    plain http/https upstreams; ``httpx`` remains the transport when a proxy is configured for the
-    upstream or the URL carries userinfo. At most ``size`` idle connections are kept; an idle one that
-    the server closed is dropped before reuse, and a request that fails on a reused connection before
-    any response is sent once more on a fresh one (not counted as a retry)."""
+    an ``httpx.Client`` costs ~0.9 ms (measured against the stub judge). At most ``size`` idle
+    connections are kept; an idle one that the server closed is dropped before reuse, and a request
+    that fails on a reused connection before any response is sent once more on a fresh one (not
+    counted as a retry). A request still running at its deadline has its socket shut down."""
 
-    def __init__(self, base_url: str, *, timeout: float, connect_timeout: float, size: int) -> None:
+    def __init__(self, base_url: str, *, timeout: float, connect_timeout: float, size: int,
+                 max_reply_bytes: int) -> None:
         parts = urlsplit(base_url)
         self.https = parts.scheme == "https"
         self.host = parts.hostname or ""
@@ -52,6 +145,7 @@ class StdlibPool:
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.size = size
+        self.max_reply_bytes = max_reply_bytes
         self._idle: list[http.client.HTTPConnection] = []
         self._busy: set[http.client.HTTPConnection] = set()  # in use: shut down by close()
         self._closed = False
@@ -63,13 +157,13 @@ class StdlibPool:
             cafile = os.environ.get("SSL_CERT_FILE") or certifi.where()
             self._ssl = ssl.create_default_context(cafile=cafile, capath=os.environ.get("SSL_CERT_DIR"))
 
-    def _connect(self) -> http.client.HTTPConnection:
+    def _connect(self, deadline: float) -> http.client.HTTPConnection:
         conn: http.client.HTTPConnection
+        wait = max(0.001, min(self.connect_timeout, deadline - time.monotonic()))
         if self.https:
-            conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.connect_timeout,
-                                               context=self._ssl)
+            conn = http.client.HTTPSConnection(self.host, self.port, timeout=wait, context=self._ssl)
         else:
-            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.connect_timeout)
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=wait)
         try:
             conn.connect()
         except TimeoutError as exc:
@@ -101,37 +195,65 @@ class StdlibPool:
                 return conn
             conn.close()  # readable while idle = closed by the server (or junk): drop it
 
-    def request(self, method: str, target: str, body: Optional[bytes],
-                headers: dict[str, str]) -> tuple[int, Optional[str], Optional[str], bytes]:
-        """(status, content-type, retry-after, body); raises UpstreamTimeout / UpstreamError."""
+    def _read(self, r: http.client.HTTPResponse) -> bytes:
+        if r.length is not None and r.length > self.max_reply_bytes:
+            raise ReplyTooLarge(f"the answer is {r.length:,} bytes, over the limit of "
+                                f"{self.max_reply_bytes:,} (max_reply_bytes)")
+        chunks, size = [], 0
+        while True:
+            chunk = r.read(_READ_CHUNK)
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > self.max_reply_bytes:
+                raise ReplyTooLarge(f"the answer is over the limit of {self.max_reply_bytes:,} bytes "
+                                    f"(max_reply_bytes)")
+            chunks.append(chunk)
+
+    def send(self, method: str, url: str, body: Optional[bytes], headers: dict[str, str], *,
+             deadline: float) -> Reply:
+        parts = urlsplit(url)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         for fresh in (False, True):
             conn = None if fresh else self._idle_conn()
             reused = conn is not None
             if conn is None:
-                conn = self._connect()
+                conn = self._connect(deadline)
             with self._lock:
                 if self._closed:
                     conn.close()
                     raise UpstreamError("the judge gateway is shut down")
                 self._busy.add(conn)
+            token = _WATCHDOG.arm(deadline, conn.sock)
             try:
                 conn.request(method, target, body=body, headers=headers)
                 r = conn.getresponse()
-                data = r.read()
+                data = self._read(r)
+            except ReplyTooLarge:
+                conn.close()
+                raise
             except TimeoutError as exc:
                 conn.close()
                 raise UpstreamTimeout(f"read timed out after {self.timeout:g} s: {exc}") from None
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
                 conn.close()
+                if time.monotonic() >= deadline:
+                    raise UpstreamTimeout("no whole answer within the call's deadline") from None
                 if reused:
                     continue  # a stale keep-alive connection: once more on a fresh one
                 raise UpstreamError(f"{type(exc).__name__}: {exc}") from None
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
+                if time.monotonic() >= deadline:
+                    raise UpstreamTimeout("no whole answer within the call's deadline") from None
                 raise UpstreamError(f"{type(exc).__name__}: {exc}") from None
             finally:
+                struck = not _WATCHDOG.disarm(token)
                 with self._lock:
                     self._busy.discard(conn)
+            if struck:  # the deadline shut the socket: what was read may be cut short
+                conn.close()
+                raise UpstreamTimeout("no whole answer within the call's deadline")
             if r.will_close:
                 conn.close()
             else:
@@ -141,7 +263,8 @@ class StdlibPool:
                         conn = None
                 if conn is not None:
                     conn.close()
-            return r.status, r.getheader("content-type"), r.getheader("retry-after"), data
+            return Reply(r.status, r.getheader("content-type"), parse_retry_after(r.getheader("retry-after")),
+                         data)
         raise UpstreamError("connection closed by the server")  # pragma: no cover - loop always returns
 
     def close(self) -> None:
@@ -157,6 +280,173 @@ class StdlibPool:
             if sock is not None:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
+
+
+class HttpxTransport:
+    """The transport over an ``httpx.Client`` (proxies, userinfo URLs): the reply is streamed, so the
+    deadline and the size cap are checked between chunks (a reply's headers are bounded by the read
+    timeout only)."""
+
+    def __init__(self, client: Any, *, timeout: float, max_reply_bytes: int) -> None:
+        self.client = client
+        self.timeout = timeout
+        self.max_reply_bytes = max_reply_bytes
+
+    def send(self, method: str, url: str, body: Optional[bytes], headers: dict[str, str], *,
+             deadline: float) -> Reply:
+        import httpx
+
+        try:
+            with self.client.stream(method, url, content=body, headers=headers) as r:
+                length = r.headers.get("content-length")
+                if length and length.isdigit() and int(length) > self.max_reply_bytes:
+                    raise ReplyTooLarge(f"the answer is {int(length):,} bytes, over the limit of "
+                                        f"{self.max_reply_bytes:,} (max_reply_bytes)")
+                chunks, size = [], 0
+                for chunk in r.iter_raw():  # as the network gives it: the deadline is checked often
+                    size += len(chunk)
+                    if size > self.max_reply_bytes:
+                        raise ReplyTooLarge(f"the answer is over the limit of {self.max_reply_bytes:,} "
+                                            f"bytes (max_reply_bytes)")
+                    if time.monotonic() > deadline:
+                        raise UpstreamTimeout("no whole answer within the call's deadline")
+                    chunks.append(chunk)
+                return Reply(r.status_code, r.headers.get("content-type"),
+                             parse_retry_after(r.headers.get("retry-after")), b"".join(chunks))
+        except httpx.TimeoutException as exc:
+            raise UpstreamTimeout(f"{type(exc).__name__}: {exc}") from None
+        except httpx.TransportError as exc:
+            raise UpstreamError(f"{type(exc).__name__}: {exc}") from None
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def httpx_client(config: JudgeConfig, endpoint: Endpoint, size: int) -> Any:
+    """The ``httpx.Client`` for ``endpoint`` (environment proxies only for a remote one)."""
+    import httpx
+
+    return httpx.Client(
+        timeout=httpx.Timeout(config.timeout, connect=min(config.timeout, 10.0)),
+        limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
+        trust_env=not endpoint.is_local, follow_redirects=False,
+        # plain http on loopback: no TLS, so no CA bundle to load (~30 ms)
+        verify=not (endpoint.is_local and endpoint.base_url.startswith("http://")))
+
+
+class Upstream:
+    """One server of the configuration on its transport: the key read from the environment when it
+    opens (``None`` for a replayed cache), the dialect's URLs and headers for each request."""
+
+    #: "stdlib": the keep-alive http.client pool (httpx still when a proxy applies or the URL has
+    #: userinfo); "httpx": always the httpx client
+    def __init__(self, endpoint: Endpoint, config: JudgeConfig, *, transport: str = "stdlib",
+                 with_key: bool = True) -> None:
+        self.endpoint = endpoint
+        self.key = (os.environ.get(endpoint.key_env) or None) if with_key and endpoint.key_env else None
+        size = config.max_concurrency + 2
+        parts = urlsplit(endpoint.base_url)
+        if transport == "stdlib" and not (parts.username or parts.password) and not (
+                not endpoint.is_local and proxy_for(endpoint.base_url)):
+            self.transport: Any = StdlibPool(endpoint.base_url, timeout=config.timeout,
+                                             connect_timeout=min(config.timeout, 10.0), size=size,
+                                             max_reply_bytes=config.max_reply_bytes)
+        else:
+            self.transport = HttpxTransport(httpx_client(config, endpoint, size), timeout=config.timeout,
+                                            max_reply_bytes=config.max_reply_bytes)
+
+    def close(self) -> None:
+        self.transport.close()
+
+
+class Forwarder:
+    """The one retry policy of every upstream call: at most ``max_concurrency`` attempts in flight
+    and ``requests_per_minute`` started (for all upstreams together), retries with backoff.
+
+    ``closing`` is the gateway's shutdown event: a closing gateway starts no attempt and waits no
+    backoff out."""
+
+    backoff_base: float = BACKOFF_BASE
+    backoff_cap: float = BACKOFF_CAP
+
+    def __init__(self, config: JudgeConfig, closing: threading.Event) -> None:
+        self.config = config
+        self.closing = closing
+        self._sem = threading.BoundedSemaphore(config.max_concurrency)
+        self._limiter = RateLimiter(config.requests_per_minute) if config.requests_per_minute else None
+
+    def forward(self, upstream: Upstream, method: str, endpoint: str, body: Optional[bytes],
+                model: Optional[str] = None, *, stream: bool = False,
+                extra_headers: Optional[dict[str, str]] = None,
+                on_send: Optional[Callable[[], None]] = None) -> Result:
+        """One call: the attempts it takes, and the last answer as the library gets it. ``on_send``
+        is called once, when the call's first attempt is about to be sent."""
+        cfg = self.config
+        ep = upstream.endpoint
+        try:
+            url = ep.target(endpoint, model)
+        except ValueError as exc:
+            return Result(400, error_body(f"ragbridge judge gateway: {exc}", "invalid_request_error"))
+        public = ep.target(endpoint, model, public=True)
+        headers = ep.headers(upstream.key, method)
+        if extra_headers:
+            headers.update(extra_headers)
+        last = Result(502, error_body(f"ragbridge judge gateway: no attempt made to {public}"))
+        for attempt in range(1, cfg.max_retries + 2):
+            if self.closing.is_set():
+                return Result(503, error_body("ragbridge judge gateway is shut down"), attempts=attempt - 1)
+            retry_after: Optional[float] = None
+            with self._sem:
+                if self._limiter is not None and not self._limiter.wait(self.closing):
+                    return Result(503, error_body("ragbridge judge gateway is shut down"),
+                                  attempts=attempt - 1)
+                if attempt == 1 and on_send is not None:
+                    on_send()
+                try:
+                    reply: Optional[Reply] = upstream.transport.send(
+                        method, url, body if method == "POST" else None, headers,
+                        deadline=time.monotonic() + cfg.timeout)
+                    failure = None
+                except (UpstreamTimeout, UpstreamError) as exc:
+                    reply, failure = None, exc
+            if reply is None:
+                if isinstance(failure, ReplyTooLarge):
+                    return Result(502, error_body(f"ragbridge judge gateway: {public}: {failure}",
+                                                  code="upstream_reply_too_large"), attempts=attempt)
+                timed_out = isinstance(failure, UpstreamTimeout)
+                kind = "timed out" if timed_out else f"failed ({type(failure).__name__}: {failure})"
+                last = Result(504 if timed_out else 502, error_body(
+                    f"ragbridge judge gateway: request to {public} {kind} after {attempt} attempt(s)",
+                    code="upstream_timeout" if timed_out else "upstream_unreachable"))
+            elif 200 <= reply.status < 300:
+                ctype = reply.content_type or "application/json"
+                if stream:
+                    return Result(reply.status, reply.body, content_type=ctype, attempts=attempt)
+                try:
+                    parsed = json.loads(reply.body)
+                except ValueError:
+                    last = Result(502, error_body(
+                        f"ragbridge judge gateway: {public} answered HTTP {reply.status} with a body that "
+                        f"is not JSON ({attempt} attempt(s))", code="upstream_invalid_json"))
+                else:
+                    return Result(reply.status, reply.body, attempts=attempt, parsed=parsed)
+            else:
+                last = Result(reply.status, reply.body or error_body(f"upstream HTTP {reply.status}"),
+                              content_type=(reply.content_type or "application/json") if reply.body
+                              else "application/json")
+                if reply.status not in RETRY_STATUSES:
+                    last.attempts = attempt
+                    return last
+                retry_after = reply.retry_after
+            last.attempts = attempt
+            if attempt > cfg.max_retries or self.closing.is_set():
+                break
+            delay = random.uniform(0.0, min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1)))
+            if retry_after is not None:
+                delay = min(retry_after, RETRY_AFTER_CAP)
+            if delay > 0 and self.closing.wait(delay):
+                break
+        return last
 
 
 def proxy_for(url: str) -> bool:

@@ -6,21 +6,28 @@ It offers every canonical metric of kind ``ranking`` and ``answer check`` (`ragb
   conventions with ragbridge's relevance rule, computed by `ranking.evaluate` (the one dispatcher
   over the vectorised kernels; the oracle tests and ``benchmarks/bench_ranking.py`` run it too). The
   conventions are in `ragbridge.native.ranking` and docs/metrics.md. ``--gain`` picks nDCG's gain.
+* span (``span_recall@k``, ``span_precision@k``, ``span_iou@k``, ``precision_omega``): the
+  character-level metrics on span labels (`ragbridge.native.spans`), through the same dispatcher,
+  with ``--span-arithmetic`` (merged or chroma) and, for ``precision_omega``, ``--chunks`` (the
+  chunking). They are planned by default when the cases hold span labels. ``--span-min-overlap``
+  sets the span rule the ranking metrics match span labels by.
 * answer checks (``must_contain``, ``must_not_contain``, ``abstention``): `ragbridge.native.answers`,
   with ``--case-sensitive`` and ``--decline-phrase``.
 
-A ranking score is undefined (``value`` null, with the reason) where the metric is: a case with no
-relevance labels, or (recall, mrr, ndcg, map) with no label of grade >= 1.
+A ranking or span score is undefined (``value`` null, with the reason) where the metric is: a case
+with no relevance labels (for the span metrics: no span labels), or with no label of grade >= 1
+(precision and hit excepted), and ``precision_omega`` without a chunking.
 
 Lifecycle: `NativeBackend.open` returns a `RankedCache`, the run's session. The runner hands every
 metric of a backend the same list of cases when none was filtered out, so the cases are walked into
-NumPy arrays (`ranking.prepare`) once per run, not once per ranking metric.
+NumPy arrays (`ranking.Prepared`) once per run, not once per metric.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from typing import AsyncIterator, Optional, Sequence
 
 from .. import metrics as canonical
@@ -34,7 +41,7 @@ from . import answers, ranking
 
 __all__ = ["NativeBackend", "RankedCache", "ranking_score"]
 
-_KINDS = {canonical.RANKING: (), canonical.ANSWER_CHECK: ("answer",)}  # kind -> required case fields
+_KINDS = {canonical.RANKING: (), canonical.SPAN: (), canonical.ANSWER_CHECK: ("answer",)}  # kind -> required
 
 
 class RankedCache:
@@ -42,13 +49,25 @@ class RankedCache:
 
     def __init__(self) -> None:
         self._cases: Optional[Sequence[Case]] = None
-        self._ranked: Optional[ranking.Ranked] = None
+        self._prepared: Optional[ranking.Prepared] = None
 
-    def ranked(self, cases: Sequence[Case]) -> ranking.Ranked:
-        """``ranking.prepare(cases)``, reused while the same list object is asked for."""
-        if self._ranked is None or self._cases is not cases:
-            self._ranked, self._cases = ranking.prepare(cases), cases
-        return self._ranked
+    def prepared(self, cases: Sequence[Case], min_overlap: float) -> ranking.Prepared:
+        """``ranking.Prepared(cases)``, reused while the same list object is asked for."""
+        if self._prepared is None or self._cases is not cases or self._prepared.min_overlap != min_overlap:
+            self._prepared, self._cases = ranking.Prepared(cases, min_overlap), cases
+        return self._prepared
+
+
+def _undefined_reason(metric: str, record: dict, chunking) -> str:
+    """Why ``metric`` is undefined for the case of canonical ``record``."""
+    if metric.startswith("span_") or metric == "precision_omega":
+        if not record.get("relevant_spans"):
+            return "no span labels"
+        if metric == "precision_omega" and chunking is None:
+            return "precision_omega needs the chunking (--chunks)"
+        return "no span label with grade >= 1"
+    return "no label with grade >= 1" if record.get("relevant") or record.get("relevant_spans") else \
+        "no relevance labels"
 
 
 class NativeBackend(Backend):
@@ -56,8 +75,20 @@ class NativeBackend(Backend):
     install_hint = ""
 
     def metrics(self) -> list[MetricSpec]:
-        return [MetricSpec(m.name, m.name, requires=_KINDS[m.kind], judge=False, description=m.meaning)
+        return [MetricSpec(m.name, m.name, requires=_KINDS[m.kind], judge=False, description=m.meaning,
+                           default=m.kind != canonical.SPAN)
                 for m in canonical.METRICS if m.kind in _KINDS]
+
+    def metrics_for(self, options) -> list[MetricSpec]:
+        """Every metric; the span metrics planned by default when the cases hold span labels
+        (``precision_omega`` when a chunking is given too)."""
+        out = []
+        for spec in self.metrics():
+            if not spec.default and options.span_labels and (
+                    spec.name != "precision_omega" or options.chunking is not None):
+                spec = replace(spec, default=True)
+            out.append(spec)
+        return out
 
     async def open(self, ctx: ScoringContext) -> RankedCache:
         return RankedCache()
@@ -73,14 +104,15 @@ class NativeBackend(Backend):
             return
         start = time.perf_counter()
         session = ctx.session if isinstance(ctx.session, RankedCache) else RankedCache()
-        values = ranking.evaluate(session.ranked(cases), [metric], gain=opts.gain)[metric]
+        prepared = session.prepared(cases, opts.span_min_overlap)
+        values = ranking.evaluate(prepared, [metric], gain=opts.gain, arithmetic=opts.span_arithmetic,
+                                  chunking=opts.chunking)[metric]
         undefined = np.flatnonzero(np.isnan(values)).tolist()
         reasons: list[Optional[str]] = [None] * len(values)
         if undefined:
             records = CaseBatch.of_cases(cases)
             for i in undefined:
-                reasons[i] = "no label with grade >= 1" if records.record(i).get("relevant") else \
-                    "no relevance labels"
+                reasons[i] = _undefined_reason(metric, records.record(i), opts.chunking)
         per_case = (time.perf_counter() - start) / max(len(cases), 1)
         yield ScoreBlock(backend=self.name, metric=metric, native_metric=metric,
                          case_ids=CaseBatch.of_cases(cases).ids, values=values, reasons=reasons,

@@ -12,10 +12,20 @@ chunk ids every value equals trec_eval's (pytrec_eval) to floating-point roundin
 
 Relevance rule
     A retrieved chunk *matches* a label when its ``id`` is a key of ``Case.relevant``, or else (its id
-    is not a key) when its ``source`` is. An id match always takes precedence, even when the id's
+    is not a key) when its ``source`` is, or else when it overlaps a span label of
+    ``Case.relevant_spans`` by the span rule. An id match always takes precedence, even when the id's
     grade is 0 and the source's is higher. A chunk is *relevant* when the grade of the label it
     matches is >= 1. Grades are non-negative integers (the schema enforces this); ``R`` is the number
-    of labels with grade >= 1, retrieved or not.
+    of labels with grade >= 1 (ids, sources and spans together), retrieved or not.
+Span rule
+    A placed chunk matches a span label of grade >= 1 in the same document when they share at least
+    one character and at least ``min_overlap`` (default 0.5, ``--span-min-overlap``) of the shorter of
+    the two (`ragbridge.schema.span_overlap_matches`). A chunk that matches several span labels is
+    credited to one: the highest grade among those not yet credited (then the largest overlap, then
+    the first listed); when all are credited already it is relevant but not credited, as a second
+    chunk of a labelled section is. So a chunk is one ranked item with one gain, and none of the
+    metrics can exceed 1; ``span_recall@k`` (`ragbridge.native.spans`) measures how much of each
+    span the top k cover instead.
 Duplicates
     A chunk id repeated in ``Case.contexts`` is dropped after its first occurrence *before* ranking,
     so later chunks move up; the number dropped per case is ``Ranked.duplicates``. (trec_eval rejects
@@ -62,6 +72,9 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
+from ..schema import SPAN_MIN_OVERLAP, span_overlap_matches
+from . import spans as span_kernels
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..schema import Case
 
@@ -79,6 +92,7 @@ __all__ = [
     "GAINS",
     "evaluate",
     "parse_metric",
+    "Prepared",
 ]
 
 GAINS = ("linear", "exponential")
@@ -140,17 +154,46 @@ def _first_occurrences(ids: list) -> list[int]:
     return kept
 
 
-def _match_slow(ci, ids, sources, rel, m_case, m_rank, m_grade, uncredited):
-    """Match one case chunk by chunk (used only when some chunk's source is a label)."""
+def _match_slow(ci, ids, chunks, rel, spans, min_overlap, m_case, m_rank, m_grade, uncredited):
+    """Match one case chunk by chunk (used only when some chunk's source is a label, or the case
+    has span labels): the id rule first (ids, then sources, of ``rel``), else the span rule (see
+    the module docstring)."""
+    labels: dict[str, list] = {}  # doc -> [(label index, start, end, grade)] of grade >= 1
+    for j, span in enumerate(spans):
+        grade = span_kernels.grade_of(span)
+        if grade > 0:
+            doc, start, end = span_kernels.placement(span)
+            if start is None:
+                raise span_kernels.unplaced(f"span label {j} of case {ci}")
+            labels.setdefault(doc, []).append((j, start, end, grade))
+    if chunks is None:
+        if ids:
+            raise span_kernels.unplaced(f"chunk {ids[0]!r} of case {ci}")
+        return
+    sources = _sources(chunks)
     seen: set = set()
-    for i, label in enumerate(ids):
-        if label not in rel:
-            label = sources[i]
-            if label is None or label not in rel:
+    for i, cid in enumerate(ids):
+        label: Any = cid if cid in rel else (sources[i] if sources[i] in rel else None)
+        if label is not None:
+            g = rel[label]
+            if g <= 0:
                 continue
-        g = rel[label]
-        if g <= 0:
+        elif not labels:
             continue
+        else:
+            doc, start, end = span_kernels.placement(chunks[i])
+            if start is None:
+                raise span_kernels.unplaced(f"chunk {cid!r} of case {ci}")
+            best = None
+            for j, ls, le, lg in labels.get(doc, ()):
+                overlap = min(end, le) - max(start, ls)
+                if span_overlap_matches(overlap, le - ls, end - start, min_overlap):
+                    key = (("span", j) not in seen, lg, overlap, -j)
+                    if best is None or key > best[0]:
+                        best = (key, j, lg)
+            if best is None:
+                continue
+            label, g = ("span", best[1]), best[2]
         if label in seen:
             uncredited.append(len(m_rank))
         else:
@@ -176,8 +219,11 @@ def _sources(chunks: list) -> list:
     return [c.source for c in chunks]
 
 
-def prepare(cases: Sequence["Case"]) -> Ranked:
+def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> Ranked:
     """Walk the cases once, apply the relevance rule and return flat arrays for the metric kernels.
+
+    ``min_overlap`` is the span rule's (see the module docstring); a span-labelled case is matched
+    chunk by chunk, and its chunks and labels must be placed (ValueError otherwise).
 
     ``cases`` is a sequence of :class:`~ragbridge.schema.Case` (anything with ``contexts``, a list of
     chunks with ``id`` and ``source``, and ``relevant``, a mapping of id or source to grade), or a
@@ -205,8 +251,9 @@ def prepare(cases: Sequence["Case"]) -> Ranked:
     grades_extend, hit_case_append, hit_n_append = all_grades.extend, hit_case.append, hit_n.append
     rank_extend, grade_extend = m_rank.extend, m_grade.extend
 
+    _check_min_overlap(min_overlap)
     ci = -1
-    for ci, (ids, ctx, rel) in enumerate(_chunk_lists(cases)):
+    for ci, ((ids, ctx, rel), spans) in enumerate(zip(_chunk_lists(cases), span_kernels.span_lists(cases))):
         idset = set(ids)
         n_ctx_append(len(ids))
         if len(idset) != len(ids):  # repeated ids: keep each id's first chunk
@@ -216,6 +263,13 @@ def prepare(cases: Sequence["Case"]) -> Ranked:
             if ctx is not None:
                 ctx = [ctx[i] for i in kept]
             ids = [ids[i] for i in kept]
+        if spans:
+            lab_case_append(ci)
+            lab_n_append(len(rel or ()) + len(spans))
+            grades_extend((rel or {}).values())
+            grades_extend(map(span_kernels.grade_of, spans))
+            _match_slow(ci, ids, ctx, rel or {}, spans, min_overlap, s_case, s_rank, s_grade, s_uncredited)
+            continue
         if not rel:
             continue
         lab_case_append(ci)
@@ -231,7 +285,7 @@ def prepare(cases: Sequence["Case"]) -> Ranked:
                 rank_extend(map(ids.index, hits))
                 grade_extend(map(rel.__getitem__, hits))
         else:
-            _match_slow(ci, ids, sources, rel, s_case, s_rank, s_grade, s_uncredited)
+            _match_slow(ci, ids, ctx, rel, (), min_overlap, s_case, s_rank, s_grade, s_uncredited)
 
     n_cases = ci + 1
     n_ctx_a = np.array(n_ctx, dtype=np.int64)
@@ -307,6 +361,12 @@ def prepare(cases: Sequence["Case"]) -> Ranked:
         ideal_rank=ideal_rank,
         ideal_grade=ideal_grade,
     )
+
+
+def _check_min_overlap(min_overlap: Any) -> None:
+    if isinstance(min_overlap, bool) or not isinstance(min_overlap, (int, float)) or \
+            not 0 <= min_overlap <= 1:
+        raise ValueError(f"the span rule's min_overlap must be a number from 0 to 1, got {min_overlap!r}")
 
 
 # --------------------------------------------------------------------------- kernels
@@ -435,8 +495,12 @@ METRICS: dict[str, Callable[..., np.ndarray]] = {
     "ndcg": ndcg,
     "map": average_precision,
 }
+#: the character-level metrics on span labels (`ragbridge.native.spans`), run by the same dispatcher
+SPAN_METRICS = span_kernels.KERNELS
 #: metrics that need a cut-off (``recall@5``); the others also accept none (``mrr``, ``ndcg``, ``map``).
-NEEDS_K = frozenset({"recall", "precision", "hit"})
+NEEDS_K = frozenset({"recall", "precision", "hit", "span_recall", "span_precision", "span_iou"})
+#: metrics that take no cut-off
+NO_K = frozenset({"precision_omega"})
 
 _NAME = re.compile(r"^\s*([A-Za-z_]+)\s*(?:@\s*(\S*))?\s*$")
 
@@ -447,41 +511,84 @@ def parse_metric(name: str) -> tuple[str, Optional[int]]:
         raise ValueError(f"metric name must be a string, got {name!r}")
     m = _NAME.match(name)
     base = m.group(1).lower() if m else None
-    if base not in METRICS:
+    if base not in METRICS and base not in SPAN_METRICS:
         raise ValueError(
             f"unknown ranking metric {name!r}; known: recall@k, precision@k, hit@k, mrr, mrr@k, "
-            "ndcg, ndcg@k, map, map@k (k a positive integer)"
+            "ndcg, ndcg@k, map, map@k, span_recall@k, span_precision@k, span_iou@k, precision_omega "
+            "(k a positive integer)"
         )
     raw_k = m.group(2)
     if raw_k is None:
         if base in NEEDS_K:
             raise ValueError(f"metric {name!r} needs a cut-off: write {base}@k with k a positive integer")
         return base, None
+    if base in NO_K:
+        raise ValueError(f"metric {name!r} takes no cut-off: write {base}")
     if not raw_k.isdigit() or int(raw_k) < 1:
         raise ValueError(f"bad cut-off in metric {name!r}: k must be a positive integer, got {raw_k!r}")
     return base, int(raw_k)
 
 
-def evaluate(
-    cases: Union[Sequence["Case"], Ranked], metrics: Sequence[str], gain: str = "linear"
-) -> dict[str, np.ndarray]:
-    """Per-case values for each metric name, e.g. ``["recall@5", "ndcg@10", "mrr", "map@100"]``:
-    the one dispatcher from metric names to kernels (the native backend, the oracle tests and the
-    benchmark all run it).
+class Prepared:
+    """One list of cases prepared for the dispatcher, each form made when first asked for:
+    ``ranked`` (`prepare`, for the ranking metrics) and ``spans`` (`ragbridge.native.spans.prepare`,
+    for the character-level ones)."""
 
-    Names and ``gain`` are validated before any work is done (ValueError for an unknown name, a bad
-    k or an unknown gain). Returns ``{name: float64 array with one value per case}``, keyed by the
-    names as given; ``cases`` may also be an already prepared :class:`Ranked` (the native backend
-    prepares once per run). ``gain`` applies to nDCG.
+    def __init__(self, cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> None:
+        _check_min_overlap(min_overlap)
+        self.cases, self.min_overlap = cases, min_overlap
+        self._ranked: Optional[Ranked] = None
+        self._spans: Optional[span_kernels.SpanSets] = None
+
+    @property
+    def ranked(self) -> Ranked:
+        if self._ranked is None:
+            self._ranked = prepare(self.cases, self.min_overlap)
+        return self._ranked
+
+    @property
+    def spans(self) -> span_kernels.SpanSets:
+        if self._spans is None:
+            self._spans = span_kernels.prepare(self.cases)
+        return self._spans
+
+
+def evaluate(
+    cases: Union[Sequence["Case"], Ranked, Prepared], metrics: Sequence[str], gain: str = "linear", *,
+    min_overlap: float = SPAN_MIN_OVERLAP, arithmetic: str = "merged",
+    chunking: Any = None,
+) -> dict[str, np.ndarray]:
+    """Per-case values for each metric name, e.g. ``["recall@5", "ndcg@10", "mrr", "map@100",
+    "span_iou@5"]``: the one dispatcher from metric names to kernels (the native backend, the oracle
+    tests and the benchmark all run it).
+
+    Names, ``gain`` and ``arithmetic`` are validated before any work is done (ValueError for an unknown
+    name, a bad k, an unknown gain or arithmetic). Returns ``{name: float64 array with one value per
+    case}``, keyed by the names as given; ``cases`` may also be an already prepared :class:`Ranked`
+    or :class:`Prepared` (the native backend prepares once per run). ``gain`` applies to nDCG;
+    ``min_overlap`` is the span rule's; ``arithmetic`` (``merged`` or ``chroma``) and ``chunking``
+    (for ``precision_omega``) apply to the character-level metrics (`ragbridge.native.spans`).
     """
     if isinstance(metrics, str):
         metrics = [metrics]
     parsed = [(name, *parse_metric(name)) for name in metrics]
     if gain not in GAINS:
         raise ValueError(f"gain must be one of {', '.join(GAINS)}, got {gain!r}")
-    ranked = cases if isinstance(cases, Ranked) else prepare(cases)
+    span_kernels.check_arithmetic(arithmetic)
+    if isinstance(cases, Ranked):
+        if any(base in SPAN_METRICS for _, base, _ in parsed):
+            raise ValueError("the character-level span metrics need the cases, not a Ranked")
+        ranked = cases
+    else:
+        prepared = cases if isinstance(cases, Prepared) else Prepared(cases, min_overlap)
     out: dict[str, np.ndarray] = {}
     for name, base, k in parsed:
+        if base in SPAN_METRICS:
+            extra = chunking if base == "precision_omega" else k
+            out[name] = SPAN_METRICS[base](prepared.spans, extra, arithmetic=arithmetic)
+            continue
+        if not isinstance(cases, Ranked):
+            ranked = prepared.ranked
         if base == "ndcg":
             out[name] = ndcg(ranked, k, gain=gain)
         else:

@@ -12,15 +12,12 @@ format: its judged scores test the plumbing, not the answers.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
-from typing import Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
-from ..analysis.table import AnalysisError, open_run
-from ..formats.files import write_atomic
-from ..run import Run
-from .data import render_json, report_data
-from .html import FULL_CASES, render_html
-from .markdown import render_markdown
+if TYPE_CHECKING:  # pragma: no cover
+    from ..run import Run
 
 __all__ = ["write_report", "render", "report_data", "render_html", "render_markdown", "render_json",
            "FORMATS"]
@@ -28,20 +25,39 @@ __all__ = ["write_report", "render", "report_data", "render_html", "render_markd
 #: report format -> the suffix of its file
 FORMATS = {"html": ".html", "md": ".md", "json": ".json"}
 
+#: the names of the parts, imported when first used (``ragbridge.report.text``, which every command
+#: prints with, does not import the analysis the reports need)
+_PARTS = {"report_data": ".data", "render_json": ".data", "render_html": ".html",
+          "render_markdown": ".markdown"}
 
-def render(run: Run, data: dict, fmt: str, full: int = FULL_CASES) -> str:
+
+def __getattr__(name: str) -> Any:
+    if name not in _PARTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_PARTS[name], __name__), name)
+
+
+def render(run: Run, data: dict, fmt: str, full: Optional[int] = None) -> str:
     """The report of ``run`` with content ``data`` (`report_data`; for HTML, ``case_texts=False``
     will do) in format ``fmt``, a key of `FORMATS`; the HTML shows at most ``full`` cases in full
-    (`ragbridge.report.html.cases_in_full`)."""
+    (default `ragbridge.report.html.FULL_CASES`; `ragbridge.report.html.cases_in_full`)."""
+    from .data import render_json
+    from .html import FULL_CASES, render_html
+    from .markdown import render_markdown
+
     if fmt == "html":
-        return render_html(run, data, full=full)
+        return render_html(run, data, full=FULL_CASES if full is None else full)
     return {"md": render_markdown, "json": render_json}[fmt](run, data)
 
 
 def write_report(run: Union[Run, str, Path], out: Union[str, Path], fmt: str = "html",
-                 full: int = FULL_CASES, **kw) -> Path:
+                 full: Optional[int] = None, **kw) -> Path:
     """Render and write the report (whole or not at all); returns the path written. ``kw``: the
     options of `report_data`."""
+    from ..analysis.table import AnalysisError, open_run
+    from ..formats.files import write_atomic
+    from .data import report_data
+
     if fmt not in FORMATS:
         raise AnalysisError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")
     run = open_run(run)

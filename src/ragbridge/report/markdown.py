@@ -264,7 +264,8 @@ def _thresholds(d: dict, out: list[str]) -> None:
     out += ["## Thresholds", "",
             "A score passes at or above its threshold. From `--threshold`, then the gates file (`--gates`), "
             "then the defaults: 0.5 for ranking and judged metrics, 1/k for precision@k and "
-            "context_relevance, 1 for must_contain, must_not_contain and abstention.", "",
+            "context_relevance, 1 for must_contain, must_not_contain and abstention, no bar (0) for "
+            "span_precision@k, span_iou@k and precision_omega.", "",
             "| metric | backend | threshold | from | cases below |", "|---|---|---|---|---|"]
     for t in d["thresholds"]:
         out.append(f"| {md_text(t['metric'])} | {md_text(t['backend'])} | {t['threshold']:.3g} | "

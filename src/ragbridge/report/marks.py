@@ -5,7 +5,8 @@ The first that sets one wins: ``--threshold`` (see `ragbridge.analysis.Threshold
 `ragbridge.metrics.default_pass_mark`), chosen so that the badge marks cases worth reading: 0.5 for
 the ranking metrics and the judged metrics, ``1/k`` for ``precision@k`` and ``context_relevance``
 (both are a precision of the retrieved list, whose ceiling with one relevant chunk is about
-``1/k``), 1 for the answer checks (``must_contain``, ``must_not_contain``, ``abstention``). A bare
+``1/k``), 1 for the answer checks (``must_contain``, ``must_not_contain``, ``abstention``), and no
+bar (0) for the character-level span precision, IoU and precision-omega. A bare
 ``--threshold 0.7`` replaces those defaults, not the gates file's marks. docs/report.md has the
 table.
 """

@@ -36,10 +36,24 @@ From Python::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ..hookspecs import hookimpl
-from .rubrics import Level, Rubric, RubricError, builtin_rubrics, load_rubrics
 
 __all__ = ["Level", "Rubric", "RubricError", "load_rubrics", "builtin_rubrics"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .rubrics import Level, Rubric, RubricError, builtin_rubrics, load_rubrics  # noqa: F401
+
+
+def __getattr__(name: str) -> Any:
+    """The rubric model's names, from ``rubrics`` when first used (registering the plugin imports
+    neither it nor pydantic)."""
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import rubrics
+
+    return getattr(rubrics, name)
 
 
 @hookimpl

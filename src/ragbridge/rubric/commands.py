@@ -12,20 +12,26 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from ..commands.output import err, fail, out, print_json
-from ..report.text import jsonable
-from ..run import Run, RunError, load_run
-from .rubrics import Rubric, RubricError, load_rubrics, rubric_set
+from ..commands import JudgeOptions, judge_options
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..run import Run
+    from .rubrics import Rubric
+
+# The commands import what they use when they run: registering them (every ``ragbridge`` command
+# line, ``--help`` included) imports neither the runner, the report nor the rubrics.
 
 __all__ = ["register", "rubric_of_run"]
 
 
 def rubric_of_run(run: Run, metric: Optional[str], files: Optional[List[Path]]) -> Rubric:
     """The rubric ``run`` judged ``metric`` by (see the module docstring). Raises RubricError."""
+    from .rubrics import RubricError, rubric_set
+
     opts = ((run.manifest.options or {}).get("backend_options") or {}).get("rubric") or {}
     recorded = opts.get("files") or []
     if files:
@@ -64,9 +70,10 @@ def _pct(x: float) -> str:
 
 
 def register(cli) -> None:
-    from rich.markup import escape
-
     def _run(path: Path, what: str) -> Run:
+        from ..commands.output import fail
+        from ..run import RunError, load_run
+
         try:
             return load_run(path)
         except (RunError, ValueError) as exc:
@@ -85,7 +92,11 @@ def register(cli) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print what was drawn as JSON."),
     ) -> None:
         """Write an offline page to grade a stratified sample of a run by a rubric (labels for validate)."""
+        from rich.markup import escape
+
+        from ..commands.output import fail, out, print_json
         from .label import label_summary, render_page, sample_for_labels
+        from .rubrics import RubricError
 
         if n < 1:
             fail(f"--n must be at least 1, got {n}")
@@ -125,30 +136,30 @@ def register(cli) -> None:
                   f"--threshold {backend}:{rub.name}={rub.threshold:g}", highlight=False, soft_wrap=True)
 
     @cli.command("pairwise")
+    @judge_options
     def pairwise_cmd(
         base_dir: Path = typer.Argument(..., help="Base run folder."),
         new_dir: Path = typer.Argument(..., help="New run folder (the same cases, other answers)."),
         metric: Optional[str] = typer.Option(None, "--metric", "-m", help="Rubric to compare by."),
         rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML); default: built-ins."),
-        judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model name."),
-        judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", help="Judge base URL."),
-        judge_api_key_env: Optional[str] = typer.Option(None, "--judge-api-key-env", help="Key variable."),
-        cache_mode: Optional[str] = typer.Option(None, "--cache-mode", help="read-write, read-only, off."),
-        cache_path: Optional[Path] = typer.Option(None, "--cache-path", help="Judge cache file (SQLite)."),
-        max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="Calls in flight."),
-        config: Optional[Path] = typer.Option(None, "--config", help="Config file."),
         structured: str = typer.Option("auto", "--structured", help="auto, json_schema or prompt."),
         seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
         resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples (at least 100)."),
         top: int = typer.Option(5, "--top", help="Cases to list on each side."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
         out_json: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write the JSON here."),
+        judge: JudgeOptions = JudgeOptions({}),
     ) -> None:
         """Ask the judge which run's answer is better, case by case, in both orders (win/tie/loss)."""
         import asyncio
 
-        from ..judge import JudgeConfig, JudgeConfigError, JudgeGateway
+        from rich.markup import escape
+
+        from ..commands.output import err, fail, out, print_json
+        from ..judge import JudgeGateway
+        from ..report.text import jsonable
         from .pairwise import compare_runs
+        from .rubrics import RubricError, load_rubrics
 
         if structured not in ("auto", "json_schema", "prompt"):
             fail(f"--structured must be auto, json_schema or prompt, got {structured!r}")
@@ -164,12 +175,10 @@ def register(cli) -> None:
             rub = rubric_of_run(new, metric, rubric or None)
         except RubricError as exc:
             fail(str(exc))
-        overrides = dict(model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env,
-                         cache_mode=cache_mode, cache_path=cache_path, max_concurrency=max_concurrency)
-        try:
-            cfg = JudgeConfig.load(overrides, config_file=config)
-        except JudgeConfigError as exc:
-            fail(str(exc))
+        cfg = judge.load()
+        if cfg is None:
+            fail("no judge configured: pass --judge-model and --judge-base-url, or set [judge] in "
+                 "ragbridge.toml")
         gateway = JudgeGateway(cfg)
         try:
             gateway.preflight()

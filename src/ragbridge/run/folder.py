@@ -45,7 +45,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["FINGERPRINT_OF", "RUN_FILES", "HEARTBEAT_SECONDS", "JUDGE_COUNTS", "Run", "RunFolder", "load_run",
            "read_scores", "now", "this_process", "process_start", "alive"]
 
-RUN_FILES = ("run.json", "scores.jsonl", "cases.jsonl", "judge-audit.jsonl", "target.jsonl")
+RUN_FILES = ("run.json", "scores.jsonl", "cases.jsonl", "judge-audit.jsonl", "judge-calls.log",
+             "target.jsonl")
 HEARTBEAT_SECONDS = 2.0
 #: the judge's counters kept in ``run.json``'s ``counts.judge``, added up over the sessions of a run
 JUDGE_COUNTS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "retries", "errors", "cost",
@@ -148,14 +149,54 @@ class Run:
         n_scores = self.manifest.counts.get("scores", len(self._scores) if self._scores is not None else "?")
         return f"Run({where}, {n_cases} cases, {n_scores} scores, {self.manifest.status})"
 
+    def _repr_html_(self) -> str:
+        """A notebook's view of the run: where it is, its status and counts, and the summary table
+        (mean and counts per backend and metric, over all cases); for a run that computed nothing,
+        what the cases lack and what to run instead (`ragbridge.run.unscored`)."""
+        import html
+        import math
+
+        def num(v: Any) -> str:
+            return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
+
+        m = self.manifest
+        where = html.escape(str(self.path)) if self.path is not None else "in memory"
+        counts = m.counts or {}
+        head = (f"<b>Run</b> {where}: {m.dataset.get('n_cases', '?')} cases, "
+                f"{counts.get('scores', 0)} scores, {html.escape(m.status)}")
+        if (m.judge or {}).get("stub"):
+            head += " (judged by the stub judge: the judged scores test plumbing, not answer quality)"
+        columns = ("backend", "metric", "mean", "n_scored", "n_undefined", "n_errored", "n")
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(num(r[c]) if c == 'mean' else str(r[c]))}</td>"
+                             for c in columns) + "</tr>" for r in self.summary_rows(by_tag=False))
+        header = "".join(f"<th>{c}</th>" for c in columns)
+        from .unscored import nothing_computed, unscored_lines
+
+        unscored = nothing_computed(self)
+        note = "" if unscored is None else f"<pre>{html.escape(chr(10).join(unscored_lines(unscored)))}</pre>"
+        return (f"<div><p>{head}</p><table><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>"
+                f"{note}</div>")
+
     @property
     def complete(self) -> bool:
         return self.manifest.status == "complete"
 
-    def to_frame(self):
-        """One row per score."""
+    def to_frame(self, wide: bool = False):
+        """The scores as a pandas DataFrame: one row per score (``case_id``, ``metric``, ``backend``,
+        ``value``, ..., ``status``); with ``wide``, one row per case (``case_id``, ``question``, in the
+        cases' order) and one column per ``backend:metric`` holding the value (NaN: undefined, failed
+        or not scored), the layout evaluation libraries give their results in."""
         import pandas as pd
 
+        if wide:
+            columns = list(dict.fromkeys(f"{s.backend}:{s.metric}" for s in self.scores))
+            values: dict[str, dict[str, Any]] = {}
+            for s in self.scores:
+                values.setdefault(s.case_id, {})[f"{s.backend}:{s.metric}"] = s.value
+            rows = [{"case_id": c.id, "question": c.question, **values.get(c.id, {})} for c in self.cases]
+            return pd.DataFrame(rows, columns=["case_id", "question", *columns]).astype(
+                {c: float for c in columns})
         rows = [s.model_dump() for s in self.scores]
         for r, s in zip(rows, self.scores):
             r["status"] = s.status
@@ -217,7 +258,9 @@ def read_scores(path: Path) -> tuple[list[Score], int]:
 
 
 def load_run(path: str | Path) -> Run:
-    """Read a run folder. Raises `RunError` when it is not one."""
+    """Read a run folder (``run.json``, ``scores.jsonl``, ``cases.jsonl``) back as a `Run`: its
+    manifest now, its scores and cases when first asked for. A run whose process is gone without
+    recording its end reads as ``interrupted``. Raises `RunError` when the folder is not a run's."""
     path = Path(path)
     manifest_path = path / "run.json"
     if not manifest_path.exists():
@@ -305,6 +348,8 @@ class RunFolder:
         self.scores_path = self.path / "scores.jsonl"
         self.cases_path = self.path / "cases.jsonl"
         self.audit_path = self.path / "judge-audit.jsonl"
+        #: every judge call of every session, written before it goes upstream (`ragbridge.judge.ledger`)
+        self.tally_path = self.path / "judge-calls.log"
         self.target_path = self.path / "target.jsonl"
         self._fh = None
         self._last_beat = time.monotonic()

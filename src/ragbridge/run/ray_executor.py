@@ -11,7 +11,8 @@ The data flow (Ray Data, two datasets consumed at once):
 * native ranking metrics: the cases as compact Arrow blocks (chunk ids and sources, label ids and
   grades), and `native_batch`, a vectorised batch function (`ragbridge.native.ranking.evaluate`, the
   one ranking dispatcher) run as Ray tasks, every planned ranking metric in one pass per block;
-* every other job (judged backends, answer checks, a plugin's backend): rows of (backend, metric,
+* every other job (judged backends, answer checks, the span metrics and cases with span labels, a
+  plugin's backend): rows of (backend, metric,
   case as JSON) in blocks of ``batch_size``, scored by a pool of `BackendScorer` actors. An actor
   keeps, per backend, what the backend's ``open`` made (its library objects, clients, thread
   pools) for as long as it lives, on one event loop of its own, so nothing is rebuilt per case or
@@ -57,6 +58,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from ..backend import Backend, RunOptions, ScoringContext
+from ..formats.records import CaseBatch
 from ..schema import Case, Score
 from .plan import RunError
 
@@ -160,6 +162,17 @@ class _Ranked:
         self.relevant = dict(zip(rel_ids, rel_grades))
 
 
+def _span_job(metric: str, cases: Sequence[Case]) -> bool:
+    """Whether a native job needs the span labels, which `native_table` does not carry: a span
+    metric, or cases that hold span labels (such jobs go the way of every other backend)."""
+    from .. import metrics as canonical
+
+    found = canonical.find(metric)
+    if found is not None and found.kind == canonical.SPAN:
+        return True
+    return any(CaseBatch.of_cases(cases).span_lists())
+
+
 def native_table(cases: Sequence[Case]) -> Any:
     """The cases as the Arrow table `native_batch` reads: ``id``, ``ctx_ids``, ``ctx_sources``,
     ``rel_ids``, ``rel_grades``."""
@@ -203,7 +216,7 @@ def native_batch(batch: Any, metrics: Sequence[str], gain: str = "linear") -> An
 
 
 class BackendScorer:
-    """A Ray Data actor (a callable class) that scores rows of (backend, metric, case JSON).
+    """A Ray Data actor (a callable class) that scores rows of (backend, metric, repeat, case JSON).
 
     Per backend, on its first row: the backend's environment defaults are applied in this process
     (before its library is imported), then ``open`` runs once with a `GatewayClient` as the judge;
@@ -227,14 +240,15 @@ class BackendScorer:
     def __call__(self, batch: Any) -> Any:
         import pyarrow as pa
 
-        groups: dict[tuple[str, str], list[Case]] = {}
-        for b, m, c in zip(*(batch.column(n).to_pylist() for n in ("backend", "metric", "case"))):
-            groups.setdefault((b, m), []).append(Case.model_validate_json(c))
+        groups: dict[tuple[str, str, int], list[Case]] = {}
+        columns = (batch.column(n).to_pylist() for n in ("backend", "metric", "repeat", "case"))
+        for b, m, r, c in zip(*columns):
+            groups.setdefault((b, m, r), []).append(Case.model_validate_json(c))
         scores = asyncio.run_coroutine_threadsafe(self._score_all(groups), self.loop).result()
         return pa.table({"score": pa.array([s.model_dump_json() for s in scores], pa.string())})
 
-    async def _score_all(self, groups: dict[tuple[str, str], list[Case]]) -> list[Score]:
-        results = await asyncio.gather(*(self._score(b, m, cases) for (b, m), cases in groups.items()))
+    async def _score_all(self, groups: dict[tuple[str, str, int], list[Case]]) -> list[Score]:
+        results = await asyncio.gather(*(self._score(b, m, cases, r) for (b, m, r), cases in groups.items()))
         return [s for part in results for s in part]
 
     async def _context(self, name: str) -> tuple[Backend, ScoringContext]:
@@ -251,12 +265,12 @@ class BackendScorer:
                 self._backends[name] = backend
         return self._backends[name], self._contexts[name]
 
-    async def _score(self, name: str, metric: str, cases: list[Case]) -> list[Score]:
+    async def _score(self, name: str, metric: str, cases: list[Case], repeat: int = 0) -> list[Score]:
         from .runner import drive_job
 
         backend, ctx = await self._context(name)
         queue: asyncio.Queue = asyncio.Queue()
-        await drive_job(backend, metric, cases, ctx, queue)
+        await drive_job(backend, metric, cases, ctx, queue, repeat=repeat)
         return [queue.get_nowait() for _ in range(queue.qsize())]
 
     def __del__(self) -> None:  # best effort: the actor's process ends with the pool
@@ -315,7 +329,7 @@ class RayExecutor:
     def session(self, ctx: ScoringContext) -> Iterator[Any]:
         """The cluster for a whole run (the ``ray`` module): `score`, called once per batch of the
         run, finds it connected and uses it, rather than starting one per batch."""
-        hide = [ctx.judge.config.api_key_env] if ctx.judge is not None else []
+        hide = _key_variables(ctx.judge)
         with ray_session(self.address, num_cpus=self.num_cpus, object_store_memory=self.object_store_memory,
                          hide=hide) as ray:
             yield ray
@@ -323,14 +337,15 @@ class RayExecutor:
     async def score(self, jobs: "list[Job]", ctx: ScoringContext, recorder: "Recorder") -> None:
         from ..native import answers
 
-        native = [j for j in jobs if j[0].name == "native" and j[1] not in answers.CHECKS]
+        native = [j for j in jobs if j[0].name == "native" and j[1] not in answers.CHECKS
+                  and not _span_job(j[1], j[2])]
         other = [j for j in jobs if j not in native]
-        total = sum(len(c) for _, _, c in jobs)
+        total = sum(len(c) for _, _, c, _ in jobs)
         if not total:
             return
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
-        hide = [ctx.judge.config.api_key_env] if ctx.judge is not None else []
+        hide = _key_variables(ctx.judge)
         with ray_session(self.address, num_cpus=self.num_cpus, object_store_memory=self.object_store_memory,
                          hide=hide) as ray:
             import ray.data  # the module, imported only now (about 1.5 s)
@@ -343,7 +358,7 @@ class RayExecutor:
             quiet.setLevel(logging.WARNING)
 
             gateway = None
-            if ctx.judge is not None and any(b.needs_judge(m) for b, m, _ in other):
+            if ctx.judge is not None and any(b.needs_judge(m) for b, m, _, _ in other):
                 gateway = self._gateway_spec(ray, ctx.judge)
             streams = []
             if native:
@@ -366,9 +381,9 @@ class RayExecutor:
                         running -= 1
                         continue
                     for score in item:
-                        if score.key in seen:  # a retried batch's score, recorded already
+                        if score.repeat_key in seen:  # a retried batch's score, recorded already
                             continue
-                        seen.add(score.key)
+                        seen.add(score.repeat_key)
                         recorder.record(score)
                         remaining -= 1
             finally:
@@ -400,7 +415,7 @@ class RayExecutor:
         from ..native import ranking_score
 
         by_cases: dict[int, tuple[list[Case], list[str]]] = {}
-        for _, metric, cases in jobs:
+        for _, metric, cases, _ in jobs:
             by_cases.setdefault(id(cases), (cases, []))[1].append(metric)
         for cases, metrics in by_cases.values():
             table = native_table(cases)
@@ -426,15 +441,16 @@ class RayExecutor:
         size = self.batch_size
         if size is None:
             size = gateway[2]["max_concurrency"] if gateway is not None else 64
-        rows = {"backend": [], "metric": [], "case": []}
-        for backend, metric, cases in jobs:
+        rows: dict[str, list] = {"backend": [], "metric": [], "repeat": [], "case": []}
+        for backend, metric, cases, repeat in jobs:
             for case in cases:
                 rows["backend"].append(backend.name)
                 rows["metric"].append(metric)
+                rows["repeat"].append(repeat)
                 rows["case"].append(case.model_dump_json())
         table = pa.table(rows)
         ds = ray.data.from_arrow([table.slice(i, size) for i in range(0, table.num_rows, size)])
-        if any(b.needs_judge(m) for b, m, _ in jobs):
+        if any(b.needs_judge(m) for b, m, _, _ in jobs):
             ds = ds.map_batches(
                 BackendScorer, batch_format="pyarrow", batch_size=size,
                 fn_constructor_kwargs={"options": options, "gateway": gateway},
@@ -478,3 +494,10 @@ def executor_for(spec: Any) -> Optional[RayExecutor]:
             raise RunError("the Ray executor needs Ray: pip install 'ragbridge[ray]'")
         return RayExecutor()
     raise RunError(f"unknown executor {spec!r}: use 'local' or 'ray'")
+
+
+def _key_variables(judge: Any) -> list[str]:
+    """The environment variables that hold the judge's keys (taken out of Ray's sight)."""
+    if judge is None:
+        return []
+    return [v for v in (judge.config.api_key_env, judge.config.embedding_api_key_env) if v]

@@ -23,10 +23,10 @@
 Scores are appended to ``scores.jsonl`` through a buffer that is flushed at the end of each batch
 and at least every `FLUSH_SECONDS`, so a run killed outright loses at most what it scored since.
 
-Repeats (``repeats=N``): every judged metric is scored N times, as distinct judge calls (the repeat
-index travels with the case id the backend sees, `ragbridge.judge.repeat`, and is part of the
-cache key); each repeat is its own `Score` (``repeat`` 0..N-1), and the returned `Run`'s
-``scores`` are each case's mean over its repeats (`ragbridge.run.repeats`). A budget
+Repeats (``repeats=N``): every judged metric is scored N times, as distinct judge calls (a job per
+repeat, whose backend gets the judge of that repeat, `JudgeClient.for_repeat`: the repeat is part
+of each call's tag and cache key); each repeat is its own `Score` (``repeat`` 0..N-1), and the
+returned `Run`'s ``scores`` are each case's mean over its repeats (`ragbridge.run.repeats`). A budget
 (``max_calls``, ``max_cost``: for the whole run, earlier sessions included) stops a run cleanly:
 once it is spent the gateway refuses further upstream calls, each score that needed one is recorded
 as not run (``Score.not_run``, not an error), the status is ``incomplete``, and a later run with a
@@ -47,20 +47,23 @@ import contextlib
 import os
 import time
 from dataclasses import dataclass
+from dataclasses import replace as dataclass_replace
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator, Optional, Sequence
 
 from .. import __version__
 from ..backend import Backend, RunOptions, ScoringContext, error_text
+from ..formats.corpus import Corpus, read_corpus
 from ..formats.records import CaseBatch, record_line
-from ..formats.source import BATCH_SIZE, CaseSource
-from ..judge.repeat import repeat_case_id, split_repeat
+from ..formats import load_cases
+from ..formats.source import BATCH_SIZE, CaseSource, open_cases
 from ..plugins import get_backends
 from ..schema import Case, RunManifest, Score, ScoreBlock
 from .summary import Totals
 from .folder import FINGERPRINT_OF, JUDGE_COUNTS, Run, RunFolder, now, this_process
 from .plan import Plan, RunError, plan_metrics
 from .score_cache import ScoreCache, case_key, metric_prefix, score_cache_for
+from .sync import run_sync
 from .target import fill_cases, load_target, target_error, target_error_of
 
 #: the backends' lifecycle and the recorder are public for an executor that scores elsewhere
@@ -69,19 +72,15 @@ from .target import fill_cases, load_target, target_error, target_error_of
 __all__ = ["evaluate", "evaluate_async", "applied_environment", "open_session", "drive_job", "close_session",
            "Recorder"]
 
-Job = tuple[Backend, str, CaseBatch]
+#: (backend, metric, cases, repeat): one backend's metric on cases, for one repeat of a judged metric
+Job = tuple[Backend, str, CaseBatch, int]
 
 #: the longest a recorded score waits in the write buffer before it is flushed to disk
 FLUSH_SECONDS = 1.0
 
 
-def evaluate(cases: Sequence[Case], *args: Any, **kwargs: Any) -> Run:
-    """Score ``cases`` and return the `Run`: the synchronous form of `evaluate_async` (same arguments)."""
-    return asyncio.run(evaluate_async(cases, *args, **kwargs))
-
-
-async def evaluate_async(
-    cases: Sequence[Case] | CaseSource,
+def evaluate(
+    cases: Any,
     backends: Sequence[str] | None = None,
     metrics: Sequence[str] | None = None,
     out: str | Path | None = None,
@@ -101,11 +100,54 @@ async def evaluate_async(
     dry_run: bool = False,
     executor: Any = None,
     score_cache: bool = True,
+    corpus: Any = None,
 ) -> Run:
     """Score ``cases`` with ``backends`` (default: native) and return the `Run`.
 
-    ``cases`` are `Case` objects, or a `CaseSource` (`ragbridge.formats.source.open_cases`: a golden
-    set on disk, read batch by batch). ``metrics`` are canonical names (``recall@5``,
+    The synchronous form of `evaluate_async`, with the same arguments (see it for each one). It
+    works where an event loop is already running, as in a Jupyter cell or an async application: the
+    run then goes on in a worker thread with a loop of its own while this call waits
+    (`ragbridge.run.sync`); an async application that wants its loop free meanwhile awaits
+    `evaluate_async` instead. Raises `RunError` for a run that cannot start and
+    `ragbridge.formats.DatasetError` for bad cases, before anything is called or written.
+    """
+    return run_sync(evaluate_async(
+        cases, backends=backends, metrics=metrics, out=out, options=options, judge=judge,
+        dataset_path=dataset_path, progress=progress, overwrite=overwrite, on_score=on_score, target=target,
+        target_concurrency=target_concurrency, batch_size=batch_size, repeats=repeats,
+        pass_repeats=pass_repeats, max_calls=max_calls, max_cost=max_cost, dry_run=dry_run, executor=executor,
+        score_cache=score_cache, corpus=corpus))
+
+
+async def evaluate_async(
+    cases: Any,
+    backends: Sequence[str] | None = None,
+    metrics: Sequence[str] | None = None,
+    out: str | Path | None = None,
+    options: RunOptions | None = None,
+    judge: Any = None,
+    dataset_path: str | None = None,
+    progress: bool = False,
+    overwrite: bool = False,
+    on_score: Optional[Callable[[Score], None]] = None,
+    target: Any = None,
+    target_concurrency: int = 4,
+    batch_size: int = BATCH_SIZE,
+    repeats: int = 1,
+    pass_repeats: Optional[int] = None,
+    max_calls: Optional[int] = None,
+    max_cost: Optional[float] = None,
+    dry_run: bool = False,
+    executor: Any = None,
+    score_cache: bool = True,
+    corpus: Any = None,
+) -> Run:
+    """Score ``cases`` with ``backends`` (default: native) and return the `Run`.
+
+    ``cases``: a path to a golden set (checked whole first, then read batch by batch:
+    `ragbridge.formats.source.open_cases`), `Case` objects, any data `ragbridge.load_cases` reads (a
+    list of dicts, a pandas DataFrame, a ``datasets.Dataset``, a library's own dataset or test-case
+    objects), or a `CaseSource`. ``metrics`` are canonical names (``recall@5``,
     ``faithfulness``; default: every metric of each backend). ``judge`` is a
     ``ragbridge.judge.JudgeConfig``, needed only when a planned metric uses a judge. With ``out`` the
     run folder is written, and resumed if it already holds a run of the same cases (``overwrite``
@@ -123,11 +165,20 @@ async def evaluate_async(
     run would spend (cache hits counted as such), with status ``dry-run``. ``score_cache``: a judged
     score the score cache holds for the same inputs is taken from it without calling the backend
     (`ragbridge.run.score_cache`; needs the judge cache on), and each score made is stored there.
+    ``corpus``: the documents (a path for `ragbridge.formats.corpus.read_corpus`, or a ``Corpus``)
+    that the chunks and quotes of span-labelled cases are placed against
+    (`ragbridge.formats.corpus.SpanPlacer`; a `ragbridge.formats.DatasetError` for what cannot be).
     """
     options = options or RunOptions()
-    source = cases if isinstance(cases, CaseSource) else CaseSource.of_cases(cases, batch_size)
+    if corpus is not None and not isinstance(corpus, Corpus):
+        corpus = read_corpus(corpus)
+    if isinstance(cases, (str, os.PathLike)):
+        dataset_path = dataset_path or str(cases)
+    source = _case_source(cases, batch_size, out, corpus)
     if not source.n_cases:
         raise RunError("no cases to evaluate")
+    if source.span_cases and not options.span_labels:
+        options = dataclass_replace(options, span_labels=True)
     _check_repeats_and_budget(repeats, pass_repeats, max_calls, max_cost)
     plan = plan_metrics(backends, metrics, options.k, options)
     needs_judge = _check_judge(plan, judge, preflight=not dry_run)
@@ -149,7 +200,7 @@ async def evaluate_async(
         filled = await fill_cases(source.cases, target, record_path=folder.target_path if folder else None,
                                   concurrency=target_concurrency, progress=progress)
         n_target_errors = sum(1 for c in filled if target_error(c))
-        source = CaseSource.of_cases(filled, batch_size)
+        source = CaseSource.of_cases(filled, batch_size, corpus)
         dataset.update(fingerprint=source.fingerprint, golden_fingerprint=golden_fp, target=target.spec)
     manifest = _new_manifest(plan, dataset, options, judge if needs_judge else None)
     if repeats > 1 or pass_repeats is not None:
@@ -164,10 +215,15 @@ async def evaluate_async(
         from ..judge import JudgeGateway
 
         gateway = JudgeGateway(judge, audit_log=folder.audit_path if folder else None)
+        spent = dict(manifest.counts.get("judge", {}))
+        if folder:  # every call counted before it is made: what a killed session spent is known
+            calls, cost = gateway.ledger.open_tally(folder.tally_path)
+            spent.update(calls=max(int(spent.get("calls", 0)), calls),
+                         cost=max(float(spent.get("cost", 0.0)), cost))
+            manifest.counts["judge"] = spent
         if dry_run:
             gateway.simulate = _stub_simulator()
         elif max_calls is not None or max_cost is not None:
-            spent = manifest.counts.get("judge", {})
             gateway.set_budget(max_calls, max_cost, int(spent.get("calls", 0)), float(spent.get("cost", 0.0)))
             manifest.counts["budget"] = {"max_calls": max_calls, "max_cost": max_cost}
     specs = [spec for chosen in plan.values() for _, spec in chosen]
@@ -204,6 +260,18 @@ async def evaluate_async(
     return Run(manifest=manifest, scores=recorder.ordered(source) if folder is None else None,
                cases=source.cases if folder is None else None, path=folder.path if folder else None,
                totals=None if repeated else recorder.totals)
+
+
+def _case_source(cases: Any, batch_size: int, out: str | Path | None, corpus: Optional[Corpus]) -> CaseSource:
+    """The cases to run, from whatever `evaluate_async` was given."""
+    if isinstance(cases, CaseSource):
+        return cases
+    if isinstance(cases, (str, os.PathLike)):
+        return open_cases(cases, near=Path(out) if out is not None else None, batch_size=batch_size,
+                          corpus=corpus)
+    if not (isinstance(cases, (list, tuple)) and all(isinstance(c, Case) for c in cases)):
+        cases = load_cases(cases)
+    return CaseSource.of_cases(cases, batch_size, corpus)
 
 
 def _check_repeats_and_budget(repeats: Any, pass_repeats: Any, max_calls: Any, max_cost: Any) -> None:
@@ -308,8 +376,7 @@ def _jobs(plan: Plan, batch: CaseBatch, done: dict, repeats: int = 1,
     """Per backend, metric and repeat, the cases of ``batch`` still to score; and the scores known
     without scoring: a failed target call (the error), a case that lacks a field the metric
     requires (skipped) and, with ``reuse``, a judged score the score cache holds. A judged metric is
-    planned ``repeats`` times; for repeat r > 0 the backend gets each case under `repeat_case_id`
-    (the judge files its calls under that repeat)."""
+    planned ``repeats`` times, a job per repeat (the backend's judge files its calls under it)."""
     registry = get_backends()
     jobs: list[Job] = []
     immediate: list[Score] = []
@@ -338,10 +405,7 @@ def _jobs(plan: Plan, batch: CaseBatch, done: dict, repeats: int = 1,
                     continue
                 # the batch itself when nothing was filtered, so backends can reuse work per batch
                 cases = batch if len(eligible) == len(batch) else batch.subset(eligible)
-                if repeat:
-                    cases = CaseBatch.of_cases([c.model_copy(update={"id": repeat_case_id(c.id, repeat)})
-                                                for c in cases])
-                jobs.append((registry[bname], metric, cases))
+                jobs.append((registry[bname], metric, cases, repeat))
     return jobs, immediate
 
 
@@ -465,9 +529,10 @@ async def _scoring(executor: Any, plan: Plan, ctx: ScoringContext) -> AsyncItera
 async def _score(jobs: list[Job], contexts: dict[str, ScoringContext], recorder: Recorder) -> None:
     """Run ``jobs`` (one batch) concurrently, recording each score as it arrives."""
     queue: asyncio.Queue = asyncio.Queue()
-    tasks = [asyncio.create_task(drive_job(b, m, c, contexts[b.name], queue)) for b, m, c in jobs]
+    tasks = [asyncio.create_task(drive_job(b, m, c, contexts[b.name], queue, repeat=r))
+             for b, m, c, r in jobs]
     try:
-        remaining = sum(len(c) for _, _, c in jobs)
+        remaining = sum(len(c) for _, _, c, _ in jobs)
         while remaining:
             item = await queue.get()
             remaining -= recorder.record(item)
@@ -523,14 +588,17 @@ async def close_session(backend: Backend, ctx: ScoringContext) -> None:
 
 async def drive_job(
     backend: Backend, metric: str, cases: CaseBatch | Sequence[Case], ctx: ScoringContext,
-    queue: asyncio.Queue,
+    queue: asyncio.Queue, repeat: int = 0,
 ) -> None:
     """Put every score of one job on ``queue`` (a `Score` or a `ScoreBlock` of them): one per case,
     whatever the backend does (a fault is the error of each case it did not score; a case it forgot
-    is an error too)."""
+    is an error too). For repeat r > 0 the backend's judge is the one of that repeat, and each
+    score is marked with it."""
     ids = CaseBatch.of_cases(cases).ids
     pending = set(ids)
     error = "backend returned no score for this case"
+    if repeat and ctx.judge is not None:
+        ctx = dataclass_replace(ctx, judge=ctx.judge.for_repeat(repeat))
     try:
         if isinstance(ctx.session, _OpenFailed):
             raise _BackendFault(ctx.session.error)
@@ -541,12 +609,14 @@ async def drive_job(
                 pending.difference_update(item.case_ids)
             else:
                 pending.discard(item.case_id)
+                item.repeat = repeat
             await queue.put(item)
     except Exception as exc:  # a backend fault: every case it did not score gets the error
         error = str(exc) if isinstance(exc, _BackendFault) else error_text(exc)
     for cid in ids:
         if cid in pending:
-            await queue.put(Score(case_id=cid, metric=metric, backend=backend.name, error=error))
+            await queue.put(Score(case_id=cid, metric=metric, backend=backend.name, repeat=repeat,
+                                  error=error))
 
 
 # --------------------------------------------------------------------------------------------
@@ -629,18 +699,15 @@ class Recorder:
         """``score`` with its repeat index and judge usage; a score the spent budget refused becomes
         not run."""
         gateway = self.gateway
-        tagged = score.case_id  # the id the backend saw: with the repeat index for a repeat > 0
-        case_id, repeat = split_repeat(tagged)
-        if repeat:
-            score.case_id, score.repeat = case_id, repeat
+        tag = (score.backend, score.metric, score.case_id, score.repeat)
         if gateway is not None and score.judge_calls == 0:
-            usage = gateway.usage(score.backend, score.metric, tagged)
+            usage = gateway.usage(*tag)
             score.judge_calls = usage.calls + usage.cache_hits
             score.prompt_tokens = usage.prompt_tokens
             score.completion_tokens = usage.completion_tokens
             if score.judge_calls and gateway.config.prices:
                 score.cost = usage.known_cost
-        if gateway is not None and gateway.refused(score.backend, score.metric, tagged):
+        if gateway is not None and gateway.refused(*tag):
             # the budget was spent before this score's calls could all be made: not run, not failed
             # (the answers it did get stay cached, for the run that resumes with a larger budget)
             score = Score(case_id=score.case_id, metric=score.metric, backend=score.backend,
@@ -649,7 +716,7 @@ class Recorder:
                           judge_calls=score.judge_calls, prompt_tokens=score.prompt_tokens,
                           completion_tokens=score.completion_tokens, cost=score.cost, seconds=score.seconds)
         elif gateway is not None and score.error:
-            gateway.forget(score.backend, score.metric, tagged)
+            gateway.forget(*tag)
         return score
 
     def _hand_on(self, score: Score) -> None:
@@ -687,6 +754,9 @@ class Recorder:
         if self.gateway is not None:
             u = self.gateway.usage()
             judge = {k: self.earlier_judge.get(k, 0) + getattr(u, k) for k in JUDGE_COUNTS}
+            invalid = self.earlier_judge.get("invalid_usage", 0) + u.invalid_usage
+            if invalid:  # calls whose reported tokens could not be true: their tokens and cost unknown
+                judge["invalid_usage"] = invalid
             judge["cost"] = round(judge["cost"], 10)
             manifest.counts["judge"] = judge
             manifest.counts["cost"] = _cost_counts(self.totals, self.gateway.config, judge)
@@ -736,10 +806,10 @@ def _planned(gateway: Any) -> dict[str, dict[str, Any]]:
     and their cost (None: unknown)."""
     priced = bool(gateway.config.prices)
     out: dict[str, dict[str, Any]] = {}
-    for (backend, metric, _), u in sorted(gateway.usage_by_triple().items(), key=lambda kv: str(kv[0])):
-        if backend is None:
+    for tag, u in sorted(gateway.usage_by_tag().items(), key=lambda kv: str(kv[0])):
+        if tag.backend is None:
             continue
-        row = out.setdefault(f"{backend}:{metric}",
+        row = out.setdefault(f"{tag.backend}:{tag.metric}",
                              {"calls": 0, "cache_hits": 0, "cost": 0.0 if priced else None})
         row["calls"] += u.calls
         row["cache_hits"] += u.cache_hits

@@ -41,6 +41,7 @@ from typing import Any, Iterable, Optional
 
 from .. import __version__
 from ..judge.cache import open_database
+from ..judge.config import redact_url
 from ..schema import Score
 
 __all__ = ["ScoreCache", "score_cache_for", "score_cache_path", "metric_prefix", "case_key"]
@@ -67,6 +68,12 @@ def metric_prefix(backend: str, version: Optional[str], metric: str, spec: Any, 
         "judge": {"model": judge.model, "base_url": judge.public_base_url,
                   "embedding_model": judge.embedding_model, "max_tokens": judge.max_tokens},
     }
+    # what the gateway changes in each request, and another embeddings server (absent when unset, so
+    # the keys of a plain judge stay what they were)
+    changed = {**judge.answer_settings(), **({"embedding_base_url": redact_url(judge.embedding_base_url)}
+                                             if judge.embedding_base_url else {})}
+    if changed:
+        doc["judge"]["changed"] = changed
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).digest()
 
 

@@ -7,7 +7,13 @@ Endpoints: ``POST /v1/chat/completions`` (plain prompts, ``response_format`` ``j
 ``json_schema``, ``tools``/``tool_choice``, ``logprobs``), ``POST /v1/responses`` (``output_text`` and
 ``text.format`` json_schema), ``POST /v1/embeddings`` (hashed bag-of-words vectors, L2-normalised;
 ``encoding_format`` float or base64) and ``GET /v1/models``; the same paths without ``/v1`` work too.
-Any key is accepted. What the answers say is decided by :mod:`ragbridge.testing.responders`.
+Any key is accepted. Under a path prefix the stub speaks one real server's request dialect instead
+(``stub.url + "/azure"``, ``/ollama/v1``, ``/vllm/v1``, ``/llamacpp/v1``, ``/anthropic/v1``,
+``/gemini/v1beta/openai``, ``/litellm``, ``/openai/v1``): its paths, where its key goes, and what a
+wrong request gets, as :mod:`ragbridge.testing.dialects` says. Under ``/hostile/<mode>/v1`` it is a
+judge that misbehaves on purpose: drips or floods its answer, lies about its usage, echoes the key in
+every encoding (:mod:`ragbridge.testing.hostile`). What the answers say is decided by
+:mod:`ragbridge.testing.responders` (:mod:`ragbridge.testing.answers` shapes them).
 
 Every answer is labelled: ``model`` is ``ragbridge-stub/<requested model>``, ``system_fingerprint``
 is ``ragbridge-stub`` and the header ``X-Ragbridge-Stub: 1`` is set, so run outputs can say their
@@ -48,53 +54,34 @@ Run it in the foreground with ``python -m ragbridge.testing.stub_judge --port 88
 from __future__ import annotations
 
 import argparse
-import base64
 import hashlib
 import json
-import math
-import os
 import random
-import re
 import socket
-import struct
-import subprocess
 import sys
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Optional
 
 from ragbridge.judge import FastRequestHandler
-from ragbridge.testing.responders import JudgeReply, JudgeRequest, content_words, perturbed, respond
+from ragbridge.judge.server import BadRequest, LoopbackServer
+from ragbridge.testing import answers, hostile
+from ragbridge.testing.answers import CREATED, EMBED_DIM, STUB_FINGERPRINT, embed  # noqa: F401 (re-exported)
+from ragbridge.testing.dialects import DIALECTS, Rejected
+from ragbridge.testing.dialects import route as route_dialect
+from ragbridge.testing.responders import perturbed
 
 __all__ = ["StubJudge", "StubJudgeProcess", "StubRequest", "serve", "FAULT_KINDS", "embed", "main"]
 
+from ragbridge.testing.process import StubJudgeProcess  # noqa: E402  (kept importable from here)
+
 FAULT_KINDS = ("429", "500", "timeout", "malformed", "garbage")
-STUB_FINGERPRINT = "ragbridge-stub"
-EMBED_DIM = 256
-_CREATED = 1735689600  # fixed, so identical requests get byte-identical answers
-
-
-def _tokens(text: str) -> int:
-    """Realistic-looking token count: words * 1.3, at least 1."""
-    return max(1, int(math.ceil(len(re.findall(r"\S+", text or "")) * 1.3)))
-
-
-def embed(text: str, dim: int = EMBED_DIM) -> list[float]:
-    """Deterministic hashed bag-of-words vector (content words, signed buckets), L2-normalised."""
-    vec = [0.0] * dim
-    for w in content_words(text):
-        h = hashlib.blake2b(w.encode("utf-8"), digest_size=8).digest()
-        idx = int.from_bytes(h[:4], "little") % dim
-        vec[idx] += 1.0 if h[4] & 1 else -1.0
-    norm = math.sqrt(sum(v * v for v in vec))
-    if norm == 0.0:
-        vec[0] = 1.0
-        return vec
-    return [v / norm for v in vec]
+#: the request headers a StubRequest keeps (where each dialect's key travels, the repeat)
+_KEPT_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "x-litellm-api-key", "x-goog-api-key",
+                           "x-ragbridge-repeat"})
 
 
 @dataclass
@@ -104,14 +91,14 @@ class StubRequest:
     method: str
     path: str
     body: Any
-    fault: Optional[str] = None
+    fault: Optional[str] = None  # an injected fault, or "rejected" (a dialect refused the request)
     time: float = field(default_factory=time.time)
+    headers: dict[str, str] = field(default_factory=dict)  # the key's and the repeat's (lowercase)
+    dialect: Optional[str] = None  # the path prefix it came in under, if any
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 256
+class _Server(LoopbackServer):
+    pass
 
 
 class _Handler(FastRequestHandler):
@@ -132,51 +119,116 @@ class _Handler(FastRequestHandler):
         error = {"message": message, "type": etype, "param": None, "code": None}
         self._send(status, {"error": error}, headers)
 
-    def _route(self) -> str:
-        path = self.path.split("?", 1)[0].rstrip("/")
-        if path.startswith("/v1/"):
-            path = path[3:]
-        return path
-
     def do_GET(self) -> None:  # noqa: N802
-        route = self._route()
-        self.stub._record(StubRequest("GET", route, None))
-        if route == "/models":
-            self._send(200, {"object": "list", "data": [
-                {"id": m, "object": "model", "created": _CREATED, "owned_by": STUB_FINGERPRINT}
-                for m in self.stub.models]})
-        elif route in ("", "/health"):
-            self._send(200, {"status": "ok", "stub": STUB_FINGERPRINT})
-        else:
-            self._error(404, f"ragbridge stub: no route GET {route}")
+        self._dispatch("GET")
 
     def do_POST(self) -> None:  # noqa: N802
-        raw = self.read_body()
-        route = self._route()
+        self._dispatch("POST")
+
+    def _dispatch(self, method: str) -> None:
+        """Route by the path's prefix: a dialect's (``/azure/...``, see :mod:`.dialects`) or none."""
         stub = self.stub
+        try:
+            raw = self.read_body() if method == "POST" else b""
+        except BadRequest as exc:
+            self.refuse(exc.status, json.dumps(_err(f"ragbridge stub: {exc}")).encode())
+            return
+        path, _, query = self.path.partition("?")
+        headers = {k: v for k, v in self.headers.items() if k in _KEPT_HEADERS}
         if self.headers.get("Authorization"):
             stub.last_authorization = self.headers.get("Authorization")
-        try:
-            body = json.loads(raw or b"{}")
-        except ValueError:
-            stub._record(StubRequest("POST", route, raw.decode("utf-8", "replace")))
-            self._error(400, "ragbridge stub: request body is not valid JSON")
+        body: Any = None
+        if method == "POST":
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError:
+                stub._record(StubRequest("POST", path, raw.decode("utf-8", "replace"), headers=headers))
+                self._error(400, "ragbridge stub: request body is not valid JSON")
+                return
+        first, _, rest = path.lstrip("/").partition("/")
+        mode = None
+        if first == "hostile":
+            mode, _, rest = rest.partition("/")
+            if mode not in hostile.MODES:
+                self._error(404, f"ragbridge stub: no hostile mode {mode!r}; "
+                                 f"modes: {', '.join(hostile.MODES)}")
+                return
+            first, path = None, "/" + rest
+        route = None
+        if first in DIALECTS:
+            outcome = route_dialect(first, method, "/" + rest, query, self.headers, body, stub.api_key,
+                                    stub.models)
+            if isinstance(outcome, Rejected):
+                stub._record(StubRequest(method, path, body, fault="rejected", headers=headers,
+                                         dialect=first))
+                self._send(outcome.status, outcome.payload)
+                return
+            route = outcome.route
+            if outcome.model and isinstance(body, dict) and not body.get("model"):
+                body["model"] = outcome.model
+        else:
+            first = None
+            route = path.rstrip("/")
+            if route.startswith("/v1/"):
+                route = route[3:]
+        if method == "GET":
+            stub._record(StubRequest("GET", route, None, headers=headers, dialect=first))
+            if route == "/models":
+                self._send(200, {"object": "list", "data": [
+                    {"id": m, "object": "model", "created": CREATED, "owned_by": STUB_FINGERPRINT}
+                    for m in stub.models]})
+            elif route in ("", "/health"):
+                self._send(200, {"status": "ok", "stub": STUB_FINGERPRINT})
+            else:
+                self._error(404, f"ragbridge stub: no route GET {route}")
             return
-        fault = stub._draw_fault()
+        self._post(route, body, raw, headers, first, mode)
+
+    def _send_drip(self, body: bytes, interval: float) -> None:
+        def drip() -> Any:
+            for i in range(len(body)):
+                yield body[i:i + 1]
+                self.stub._sleep(interval)
+
+        _hostile_send(self, drip(), len(body))
+
+    def _send_huge(self, size: int) -> None:
+        head = b'{"id": "huge", "object": "chat.completion", "choices": [{"index": 0, "message": ' \
+               b'{"role": "assistant", "content": "'
+        tail = b'"}, "finish_reason": "stop"}]}'
+        fill = size - len(head) - len(tail)
+
+        def parts() -> Any:
+            yield head
+            for at in range(0, fill, 1 << 16):
+                yield b"a" * min(1 << 16, fill - at)
+            yield tail
+
+        _hostile_send(self, parts(), size)
+
+    def _post(self, route: str, body: Any, raw: bytes, headers: dict, dialect: Optional[str],
+              mode: Optional[str] = None) -> None:
+        stub = self.stub
+        fault = mode or stub._draw_fault()
         in_flight = stub._enter()
-        stub._record(StubRequest("POST", route, body, fault))
+        stub._record(StubRequest("POST", route, body, fault, headers=headers, dialect=dialect))
         t0 = time.monotonic()
         started = time.time()
         try:
             stub._released.wait()
-            status, payload, headers = 200, None, None
+            status, payload, reply_headers = 200, None, None
             if fault == "429":
                 status, payload = 429, _err("ragbridge stub: rate limited (injected)", "rate_limit_error")
-                headers = {"Retry-After": _fmt_num(stub.retry_after)}
+                reply_headers = {"Retry-After": _fmt_num(stub.retry_after)}
             elif fault == "500":
                 status, payload = 500, _err("ragbridge stub: internal error (injected)", "server_error")
             elif fault == "garbage":
                 payload = b"<html>ragbridge stub: this is not JSON</html>"
+            elif fault == "echo-key":
+                status, payload = 400, hostile.echo_key_body(hostile.given_key(self.headers))
+            elif fault == "huge":
+                self._send_huge(stub.huge_bytes)
+                return
             else:
                 malformed = fault == "malformed"
                 repeat = self.headers.get("x-ragbridge-repeat") or "0"
@@ -200,15 +252,35 @@ class _Handler(FastRequestHandler):
                 if stub.closed:
                     self.close_connection = True
                     return
+            if fault in hostile.USAGE_LIES:
+                payload = hostile.lie_about_usage(payload, fault)
+            if fault == "drip":
+                self._send_drip(json.dumps(payload).encode(), stub.drip_interval)
+                return
             if stub.log is not None and not isinstance(payload, bytes):
                 payload = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-            self._send(status, payload, headers)
+            self._send(status, payload, reply_headers)
             if stub.log is not None:
                 stub._log_call(route, started, in_flight, status, payload)
         except Exception as exc:  # a stub bug must not hang the client
             self._error(500, f"ragbridge stub: {type(exc).__name__}: {exc}", "server_error")
         finally:
             stub._leave()
+
+
+def _hostile_send(handler: "_Handler", chunks: Any, size: int) -> None:
+    """Send a 200 answer of ``size`` bytes as ``chunks`` come, until the client goes away."""
+    handler.close_connection = True
+    try:
+        handler.wfile.write(f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Ragbridge-Stub: 1\r\n"
+                            f"Content-Length: {size}\r\nConnection: close\r\n\r\n".encode())
+        for chunk in chunks:
+            if handler.stub.closed:
+                return
+            handler.wfile.write(chunk)
+            handler.wfile.flush()
+    except OSError:  # the client gave up: what a hostile judge is tested for
+        return
 
 
 def _err(message: str, etype: str = "invalid_request_error") -> dict:
@@ -227,7 +299,8 @@ class StubJudge:
                  seed: int = 0, *, fault_rate_garbage: float = 0, timeout_seconds: float = 30.0,
                  retry_after: float = 0, models: tuple[str, ...] = ("stub-judge", "stub-embedder"),
                  host: str = "127.0.0.1", max_recorded: int = 100_000, noise: float = 0.0,
-                 noise_seed: int = 0, log: Optional[str | Path] = None) -> None:
+                 noise_seed: int = 0, api_key: Optional[str] = None, drip_interval: float = 0.5,
+                 huge_bytes: int = 64 << 20, log: Optional[str | Path] = None) -> None:
         rates = [fault_rate_429, fault_rate_500, fault_rate_timeout, fault_rate_malformed, fault_rate_garbage]
         if any(r < 0 or r > 1 for r in rates) or sum(rates) > 1:
             raise ValueError("fault rates must each be in 0..1 and sum to at most 1")
@@ -245,6 +318,10 @@ class StubJudge:
         self.timeout_seconds = float(timeout_seconds)
         self.retry_after = retry_after
         self.models = list(models)
+        #: the key the dialects that check one expect (None: any non-empty key)
+        self.api_key = api_key
+        #: the hostile modes' settings (see ragbridge.testing.hostile)
+        self.drip_interval, self.huge_bytes = float(drip_interval), int(huge_bytes)
         self.requests: list[StubRequest] = []
         self.max_recorded = max_recorded
         self.last_authorization: Optional[str] = None
@@ -409,110 +486,22 @@ class StubJudge:
     def _sleep(self, seconds: float) -> None:
         self._closed.wait(seconds)
 
-    # -- answers --------------------------------------------------------------------------------
+    # -- answers (see ragbridge.testing.answers) ----------------------------------------------------
     @staticmethod
-    def _id(prefix: str, body: Any) -> str:
-        digest = hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:24]
-        return f"{prefix}-{digest}"
+    def chat_completion(body: dict, *, malformed: bool = False) -> dict:
+        return answers.chat_completion(body, malformed=malformed)
 
     @staticmethod
-    def _model(body: dict) -> str:
-        return f"{STUB_FINGERPRINT}/{body.get('model') or 'default'}"
+    def completion(body: dict) -> dict:
+        return answers.completion(body)
 
-    def chat_completion(self, body: dict, *, malformed: bool = False) -> dict:
-        req = JudgeRequest.from_chat(body)
-        reply = respond(req)
-        content = reply.content
-        if malformed:
-            content = _break_json(content)
-        message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
-        finish = "stop"
-        if reply.tool_name and not malformed:
-            message["content"] = None
-            message["tool_calls"] = [{"id": self._id("call", body)[:32], "type": "function",
-                                      "function": {"name": reply.tool_name, "arguments": content}}]
-            finish = "tool_calls"
-        n = int(body.get("n") or 1)
-        logprobs = None
-        if body.get("logprobs"):
-            logprobs = _logprobs(content, reply, int(body.get("top_logprobs") or 1))
-        choices = [{"index": i, "message": message, "logprobs": logprobs, "finish_reason": finish}
-                   for i in range(max(1, n))]
-        prompt_tokens = _tokens(req.prompt)
-        completion_tokens = _tokens(content or "") * max(1, n)
-        return {"id": self._id("chatcmpl", body), "object": "chat.completion", "created": _CREATED,
-                "model": self._model(body), "system_fingerprint": STUB_FINGERPRINT, "choices": choices,
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                          "total_tokens": prompt_tokens + completion_tokens}}
+    @staticmethod
+    def response(body: dict, *, malformed: bool = False) -> dict:
+        return answers.response(body, malformed=malformed)
 
-    def completion(self, body: dict) -> dict:
-        prompt = body.get("prompt")
-        text = prompt if isinstance(prompt, str) else "\n".join(map(str, prompt or []))
-        reply = respond(JudgeRequest(endpoint="chat", model=str(body.get("model", "")),
-                                     messages=[("user", text)], body=body))
-        pt, ct = _tokens(text), _tokens(reply.content)
-        return {"id": self._id("cmpl", body), "object": "text_completion", "created": _CREATED,
-                "model": self._model(body), "system_fingerprint": STUB_FINGERPRINT,
-                "choices": [{"index": 0, "text": reply.content, "logprobs": None, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}}
-
-    def response(self, body: dict, *, malformed: bool = False) -> dict:
-        req = JudgeRequest.from_responses(body)
-        reply = respond(req)
-        text = _break_json(reply.content) if malformed else reply.content
-        it, ot = _tokens(req.prompt), _tokens(text)
-        rid = self._id("resp", body)
-        return {
-            "id": rid, "object": "response", "created_at": _CREATED, "status": "completed",
-            "model": self._model(body), "error": None, "incomplete_details": None,
-            "instructions": body.get("instructions"), "metadata": body.get("metadata") or {},
-            "output": [{"type": "message", "id": "msg-" + rid[5:], "status": "completed", "role": "assistant",
-                        "content": [{"type": "output_text", "text": text, "annotations": []}]}],
-            "parallel_tool_calls": True, "temperature": body.get("temperature"), "top_p": body.get("top_p"),
-            "tool_choice": body.get("tool_choice") or "auto", "tools": body.get("tools") or [],
-            "text": body.get("text") or {"format": {"type": "text"}},
-            "usage": {"input_tokens": it, "output_tokens": ot, "total_tokens": it + ot,
-                      "input_tokens_details": {"cached_tokens": 0},
-                      "output_tokens_details": {"reasoning_tokens": 0}},
-            "system_fingerprint": STUB_FINGERPRINT,
-        }
-
-    def embeddings(self, body: dict) -> dict:
-        inp = body.get("input")
-        if isinstance(inp, str):
-            texts = [inp]
-        elif isinstance(inp, list) and inp and all(isinstance(x, int) for x in inp):
-            texts = [" ".join(f"t{x}" for x in inp)]
-        elif isinstance(inp, list):
-            texts = [x if isinstance(x, str) else " ".join(f"t{t}" for t in x) for x in inp]
-        else:
-            texts = [""]
-        dim = int(body.get("dimensions") or EMBED_DIM)
-        as_b64 = body.get("encoding_format") == "base64"
-        data = []
-        for i, t in enumerate(texts):
-            vec = embed(t, dim)
-            emb: Any = base64.b64encode(struct.pack(f"<{dim}f", *vec)).decode("ascii") if as_b64 else vec
-            data.append({"object": "embedding", "index": i, "embedding": emb})
-        pt = sum(_tokens(t) for t in texts)
-        return {"object": "list", "data": data, "model": self._model(body),
-                "system_fingerprint": STUB_FINGERPRINT, "usage": {"prompt_tokens": pt, "total_tokens": pt}}
-
-
-def _break_json(content: Optional[str]) -> str:
-    content = content or ""
-    cut = max(1, len(content) * 2 // 3)
-    return content[:cut].rstrip("}] ") + ', "unterminated'
-
-
-def _logprobs(content: Optional[str], reply: JudgeReply, top: int) -> dict:
-    """Every token certain (logprob 0): a caller that weights the score token by its probabilities
-    then gets the plain score."""
-    out = []
-    for tok in re.findall(r"\d+|[A-Za-z_]+|\s+|[^\w\s]", content or ""):
-        entry = {"token": tok, "logprob": 0.0, "bytes": list(tok.encode())}
-        out.append({**entry, "top_logprobs": [entry]})
-    return {"content": out, "refusal": None}
+    @staticmethod
+    def embeddings(body: dict) -> dict:
+        return answers.embeddings(body)
 
 
 def serve(port: int = 8808, *, host: str = "127.0.0.1", latency: float = 0.0, **faults: Any) -> None:
@@ -527,64 +516,6 @@ def serve(port: int = 8808, *, host: str = "127.0.0.1", latency: float = 0.0, **
         pass
     finally:
         stub.close()
-
-
-class StubJudgeProcess:
-    """The stub judge in a child process (``python -m ragbridge.testing.stub_judge``), so its CPU time
-    is not the measuring process's: ``with StubJudgeProcess(latency=0.1) as stub: ... stub.base_url``.
-    Used by the benchmarks."""
-
-    def __init__(self, latency: float = 0.0, start_timeout: float = 60.0,
-                 log: Optional[str | Path] = None) -> None:
-        self.latency = latency
-        self.log = log
-        self.start_timeout = start_timeout
-        self.proc: Optional[subprocess.Popen] = None
-        self.base_url = ""
-
-    def start(self) -> "StubJudgeProcess":
-        import http.client
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        src = str(Path(__file__).resolve().parents[2])  # works from a source checkout without install
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
-        log = ["--log", str(self.log)] if self.log is not None else []
-        self.proc = subprocess.Popen([sys.executable, "-m", "ragbridge.testing.stub_judge",
-                                      "--port", str(port), "--latency", str(self.latency), *log], env=env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-                conn.request("GET", "/v1/models")
-                ok = conn.getresponse().status == 200
-                conn.close()
-                if ok:
-                    self.base_url = f"http://127.0.0.1:{port}/v1"
-                    return self
-            except OSError:
-                time.sleep(0.05)
-        self.close()
-        raise RuntimeError(f"the stub judge process did not answer on port {port}"
-                           f" within {self.start_timeout:g} s")
-
-    def close(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-            self.proc = None
-
-    def __enter__(self) -> "StubJudgeProcess":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -1,0 +1,214 @@
+"""The judge gateway against a hostile judge (the stub judge's modes in its path,
+``ragbridge.testing.hostile``) and hostile clients of its socket: usage that cannot be true, a key
+echoed in every encoding, bad framing and oversized bodies, a judge that drips or floods its answer,
+and a budget that holds across SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import httpx
+import pytest
+from conftest import EXAMPLE, ragbridge_cli
+
+from ragbridge import evaluate, load_cases, load_run
+from ragbridge.judge import JudgeConfig, JudgeGateway
+from ragbridge.plugins import get_backends
+from ragbridge.testing import StubJudge
+from ragbridge.testing.hostile import USAGE_LIES, key_forms
+
+CANARY = "sk-canary/RB+key=0123456789abcdef_XYZ"
+PRICES = {"judge-m": {"input": 1.0, "output": 2.0}}
+
+
+def hostile(stub: StubJudge, mode: str) -> str:
+    return f"{stub.url}/hostile/{mode}/v1"
+
+
+def cases(n: int):
+    return load_cases(EXAMPLE)[:n]
+
+
+# ------------------------------------------------------------------------------------------------
+# Usage that cannot be true
+
+
+@pytest.mark.parametrize("mode", sorted(USAGE_LIES))
+def test_impossible_usage_is_counted_not_believed_and_max_cost_holds(mode, tmp_path):
+    with StubJudge() as stub:
+        cfg = JudgeConfig(model="judge-m", base_url=hostile(stub, mode), cache_path=tmp_path / "c.sqlite",
+                          prices=PRICES, max_concurrency=2)
+        run = evaluate(cases(12), backends=["rubric"], metrics=["answer_relevance"], out=tmp_path / "run",
+                       judge=cfg, max_cost=1000.0)
+        posts = len(stub.posts())
+    judge = run.manifest.counts["judge"]
+    assert judge["invalid_usage"] >= 1 and judge["calls"] == posts
+    assert judge["prompt_tokens"] >= 0 and judge["cost"] >= 0  # a lie is never added in
+    assert run.manifest.counts["cost"]["total"] is None  # unknown, not a number made up
+    # the money budget cannot be kept once a call's cost is unknown: the run stops, the rest not run
+    assert run.manifest.counts["budget"]["spent"] is True and run.manifest.status == "incomplete"
+    assert posts <= cfg.max_concurrency  # at most the calls in flight when the lie arrived
+    not_run = [s for s in load_run(tmp_path / "run").scores if s.not_run]
+    assert not_run and "cost could not be known" in not_run[0].reason
+
+
+def test_impossible_usage_is_said_on_the_command_line(tmp_path):
+    with StubJudge() as stub:
+        res = ragbridge_cli("run", EXAMPLE, "--out", tmp_path / "run", "--backend", "rubric", "--metric",
+                            "answer_relevance", "--judge-model", "judge-m", "--judge-base-url",
+                            hostile(stub, "usage-negative"), "--cache-path", tmp_path / "c.sqlite",
+                            "--no-progress", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    warning = [line for line in res.stderr.splitlines() if "usage that cannot be true" in line]
+    assert len(warning) == 1 and "53 judge call(s)" in warning[0]
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["counts"]["judge"]["invalid_usage"] == 53
+
+
+# ------------------------------------------------------------------------------------------------
+# The key, echoed in every form
+
+
+def _forms_in(data: bytes) -> list[str]:
+    low = data.lower()
+    return [name for name, form in key_forms(CANARY).items()
+            if form in data or (name.startswith("json-unicode") and form.lower() in low)]
+
+
+@pytest.mark.parametrize("backend", ["rubric", "phoenix", *(pytest.param(b, marks=pytest.mark.slow)
+                                                          for b in ("ragas", "deepeval", "trulens"))])
+def test_a_key_echoed_in_any_encoding_is_written_nowhere(backend, tmp_path, monkeypatch):
+    if not get_backends()[backend].available():
+        pytest.skip(f"{backend} is not installed")
+    monkeypatch.setenv("RB_CANARY_KEY", CANARY)
+    with StubJudge() as stub:
+        cfg = JudgeConfig(model="judge-m", base_url=hostile(stub, "echo-key"), api_key_env="RB_CANARY_KEY",
+                          cache_path=tmp_path / "cache.sqlite", max_retries=0)
+        run = evaluate(cases(2), backends=[backend], metrics=["faithfulness"], out=tmp_path / "run",
+                       judge=cfg)
+        keys = {p.headers.get("authorization") for p in stub.posts()}
+        assert keys == {f"Bearer {CANARY}"}  # the judge got the key, to echo it
+    scores = load_run(tmp_path / "run").scores
+    assert scores and all(s.error for s in scores), [s.error for s in scores]  # the judge's 400 reached them
+    from ragbridge.report import render_html, render_json, render_markdown
+
+    report = load_run(tmp_path / "run")
+    (tmp_path / "run" / "report.html").write_text(render_html(report))
+    (tmp_path / "run" / "report.md").write_text(render_markdown(report))
+    (tmp_path / "run" / "report.json").write_text(render_json(report))
+    audit = (tmp_path / "run" / "judge-audit.jsonl").read_bytes()
+    assert b"[REDACTED]" in audit  # the echoed forms were there, and were replaced
+    assert run.manifest.status in ("complete", "incomplete")
+    for path in [p for p in tmp_path.rglob("*") if p.is_file()]:
+        assert not _forms_in(path.read_bytes()), (path, _forms_in(path.read_bytes()))
+
+
+# ------------------------------------------------------------------------------------------------
+# The loopback socket: the key first, bounded bodies, bad framing answered
+
+
+def _exchange(port: int, head: str, body: bytes = b"") -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(head.encode("latin-1") + body)
+        s.shutdown(socket.SHUT_WR) if body else None
+        data = b""
+        while b"\r\n\r\n" not in data or not data.split(b"\r\n\r\n", 1)[1]:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+
+@pytest.mark.parametrize("headers, body, status", [
+    ("Content-Length: 400000000", b"", "401"),  # no key: refused before a byte of the body is read
+    ("Authorization: Bearer {key}\r\nContent-Length: abc", b"{}", "400"),
+    ("Authorization: Bearer {key}\r\nContent-Length: -5", b"{}", "400"),
+    ("Authorization: Bearer {key}\r\nTransfer-Encoding: chunked", b"zz\r\n{}\r\n0\r\n\r\n", "400"),
+    ("Authorization: Bearer {key}\r\nContent-Length: 400000000", b"", "413"),  # over the cap: not read
+])
+def test_gateway_socket_refuses_before_reading_and_answers_bad_framing(headers, body, status, tmp_path,
+                                                                        capfd):
+    with StubJudge() as stub, JudgeGateway(JudgeConfig(model="m", base_url=stub.base_url,
+                                                       cache_mode="off")) as gw:
+        gw.url  # noqa: B018 - opens the socket
+        head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{gw.port}\r\n"
+                + headers.format(key=gw.api_key) + "\r\n\r\n")
+        reply = _exchange(gw.port, head, body)
+        assert reply.startswith(f"HTTP/1.1 {status} ".encode()), reply[:200]
+        assert not stub.posts()
+    assert "Traceback" not in capfd.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------
+# A judge that drips its answer, or floods it
+
+
+@pytest.fixture(params=["stdlib", "httpx"])
+def transport(request, monkeypatch):
+    monkeypatch.setattr(JudgeGateway, "upstream_transport", request.param)
+    return request.param
+
+
+def _post(gw: JudgeGateway) -> httpx.Response:
+    with httpx.Client(transport=gw.transport(), timeout=60) as c:
+        return c.post(gw.base_url("b", "m", "c", in_process=True) + "/chat/completions",
+                      json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+
+
+def test_a_dripping_judge_is_cut_at_the_calls_deadline(transport):
+    with StubJudge(drip_interval=0.25) as stub:  # a whole answer would take minutes
+        cfg = JudgeConfig(model="m", base_url=hostile(stub, "drip"), cache_mode="off", timeout=1.0,
+                          max_retries=1)
+        with JudgeGateway(cfg) as gw:
+            r = _post(gw)
+            assert r.status_code == 504 and "timed out after 2 attempt(s)" in r.text
+            assert gw.usage().calls == 1 and gw.usage().retries == 1
+
+
+def test_a_flooding_judge_is_cut_at_the_reply_cap(transport):
+    with StubJudge(huge_bytes=8 << 20) as stub:
+        cfg = JudgeConfig(model="m", base_url=hostile(stub, "huge"), cache_mode="off",
+                          max_reply_bytes=1 << 20)
+        with JudgeGateway(cfg) as gw:
+            r = _post(gw)
+            assert r.status_code == 502 and "upstream_reply_too_large" in r.text
+            assert len(stub.posts()) == 1  # not retried: the same judge would send it again
+
+
+# ------------------------------------------------------------------------------------------------
+# The budget across SIGKILL
+
+
+@pytest.mark.slow
+def test_max_calls_holds_across_kill_9_and_run_json_counts_every_call(tmp_path):
+    """Three sessions killed with SIGKILL while calls are in flight (held by the judge), then a
+    resume: the judge never gets more calls than --max-calls, and run.json counts each one made."""
+    out = tmp_path / "run"
+    args = [sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()", "run", EXAMPLE,
+            "--out", out, "--backend", "rubric", "--metric", "answer_relevance", "--judge-model", "m",
+            "--cache-path", tmp_path / "c.sqlite", "--max-concurrency", "4", "--max-calls", "20",
+            "--no-progress"]
+    with StubJudge() as stub:
+        args += ["--judge-base-url", stub.base_url]
+        for _ in range(3):
+            before = len(stub.posts())
+            stub.hold()  # calls arrive and stay in flight until the kill
+            proc = subprocess.Popen([str(a) for a in args], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "200"})
+            try:
+                stub.wait_for_requests(before + 3, timeout=120)  # 3 of the 4 in flight at most
+            finally:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(30)
+            stub.release()
+        final = ragbridge_cli(*[str(a) for a in args[3:]], cwd=tmp_path)
+        made = len(stub.posts())
+    assert final.returncode == 4, final.stdout + final.stderr  # the budget, spent
+    assert made <= 20
+    counts = json.loads((out / "run.json").read_text())["counts"]
+    assert counts["judge"]["calls"] >= made and counts["budget"]["spent"] is True

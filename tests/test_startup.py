@@ -1,0 +1,75 @@
+"""Start-up imports only what is used: ``import ragbridge`` loads no heavy library, ``ragbridge
+--help`` no command module, and a command its own module only. Checked by the modules a fresh
+process holds (speed itself is measured as whole processes by benchmarks/bench_startup.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import ragbridge.commands as commands
+
+HEAVY = ("pandas", "numpy", "httpx", "pydantic", "pyarrow", "datasets", "scipy", "sklearn", "rich", "jinja2",
+         "nltk", "asyncio", "sqlite3", "ragas", "deepeval", "trulens", "phoenix")
+
+_MODULES_AFTER = """
+import json, sys
+code = sys.argv[1]
+try:
+    exec(code)
+except SystemExit:
+    pass
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def modules_after(code: str) -> set[str]:
+    p = subprocess.run([sys.executable, "-c", _MODULES_AFTER, code], capture_output=True, text=True,
+                       timeout=120)
+    return set(json.loads(p.stderr.strip().splitlines()[-1]))
+
+
+def _top(mods: set[str]) -> set[str]:
+    return {m.split(".")[0] for m in mods}
+
+
+def test_import_ragbridge_loads_no_heavy_library_and_no_backend():
+    mods = modules_after("import ragbridge")
+    assert not _top(mods) & set(HEAVY)
+    assert {m for m in mods if m.startswith("ragbridge")} == {"ragbridge"}
+    # a name is imported on first use, and only what it needs
+    mods = modules_after("import ragbridge; ragbridge.load_cases")
+    assert "pandas" not in mods and "httpx" not in mods
+    assert not [m for m in mods if m.startswith("ragbridge_")]
+
+
+def test_help_imports_no_command_module_and_no_backend():
+    mods = modules_after("import sys; sys.argv = ['ragbridge', '--help']\n"
+                         "from ragbridge.commands import run_cli; run_cli()")
+    assert not _top(mods) & set(HEAVY)
+    assert not [m for m in mods if m.startswith("ragbridge.commands.")]
+    # the plugins that add commands are registered, none of their backends imported
+    assert "ragbridge_trulens" in mods and "ragbridge_trulens.backend" not in mods
+
+
+def test_a_command_imports_its_own_module_only():
+    mods = modules_after("import sys; sys.argv = ['ragbridge', 'formats', '--json']\n"
+                         "from ragbridge.commands import run_cli; run_cli()")
+    assert "ragbridge.commands.data" in mods
+    assert not {"ragbridge.commands.analysis", "ragbridge.commands.regression", "ragbridge.commands.report",
+                "ragbridge.commands.run", "ragbridge.analysis", "scipy", "sklearn"} & mods
+
+
+@pytest.mark.parametrize("name", list(commands.COMMANDS))
+def test_the_help_listed_without_importing_is_the_commands_own(name):
+    import click
+    import typer
+
+    _, line = commands.COMMANDS[name]
+    group = typer.main.get_command(commands.cli)
+    cmd = group.get_command(click.Context(group), name)
+    assert cmd is not None and cmd.name == name
+    assert " ".join((cmd.help or "").split("\n\n")[0].split()) == line
