@@ -57,7 +57,7 @@ def no_responses_api(stub: StubJudge) -> None:
     base = stub._server.RequestHandlerClass
 
     def do_POST(self):  # noqa: N802
-        if self._route() == "/responses":
+        if self.path.split("?", 1)[0].rstrip("/") in ("/v1/responses", "/responses"):
             self.path = "/v1/responses-unavailable"
         base.do_POST(self)
 
