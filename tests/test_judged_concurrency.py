@@ -69,3 +69,34 @@ def test_backend_reaches_the_judge_bound(backend, metric, example_cases, tmp_pat
         assert stub.max_in_flight == BOUND  # reached, never exceeded
     scores = result["run"].scores
     assert len(scores) == len(cases) and not [s.error for s in scores if s.error]
+
+
+def test_stub_log_has_each_answered_call(tmp_path):
+    """The stub's call log (what bench_judged_latency reads): one line per answered POST, with the
+    calls in flight when it arrived and the digest of the exact body sent."""
+    import hashlib
+    import json
+
+    import httpx
+
+    log = tmp_path / "calls.jsonl"
+    bodies: list[bytes] = []
+    with StubJudge(log=log) as stub:
+        def ask(i: int) -> None:
+            r = httpx.post(f"{stub.base_url}/chat/completions", timeout=30,
+                           json={"model": "m", "messages": [{"role": "user", "content": f"question {i}"}]})
+            bodies.append(r.content)
+
+        stub.hold()
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        stub.wait_for_requests(3)
+        stub.release()
+        for t in threads:
+            t.join()
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert len(lines) == 3 and {x["route"] for x in lines} == {"/chat/completions"}
+    assert sorted(x["in_flight"] for x in lines) == [1, 2, 3]
+    assert {x["response_sha256"] for x in lines} == {hashlib.sha256(b).hexdigest() for b in bodies}
+    assert all(x["status"] == 200 and x["start"] <= x["end"] for x in lines)
