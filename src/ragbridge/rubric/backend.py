@@ -138,7 +138,7 @@ class RubricBackend(Backend):
 
         limit = ctx.cases_in_flight(opts.get("concurrency"))
         try:
-            async for score in fan_out(cases, one, max(1, limit)):
+            async for score in fan_out(cases, one, limit):
                 yield score
         finally:
             await client.aclose()
