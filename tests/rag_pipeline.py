@@ -72,3 +72,58 @@ def flaky(question):
     if "invoice" in question.lower():
         return ["not", "a", "mapping"]
     return pipeline(question)
+
+
+def traced(question, tracer, convention="openinference", user="u1", drop_retriever=False, pipe=None):
+    """Answer ``question`` as `pipeline` does, recording the OpenTelemetry spans an instrumented RAG
+    application records: a root CHAIN span (question in, answer out), a RETRIEVER span with the
+    ranked documents and an LLM span, by the OpenInference conventions, or with
+    ``convention="genai"`` by the OpenTelemetry GenAI ones (``gen_ai.retrieval.documents``).
+    ``drop_retriever``: the retrieval is not instrumented (a trace with no retriever span).
+    Returns the root span's trace id and span id as hex."""
+    from openinference.semconv.trace import (DocumentAttributes as D, MessageAttributes as M,
+                                             OpenInferenceSpanKindValues as K, SpanAttributes as S)
+    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as G
+    from ragbridge.run.target import parse_chunks
+
+    pipe = pipe or bm25
+    with tracer.start_as_current_span("rag") as root:
+        root.set_attribute(S.OPENINFERENCE_SPAN_KIND, K.CHAIN.value)
+        root.set_attribute(S.INPUT_VALUE, question)
+        root.set_attribute(S.SESSION_ID, f"session-{user}")
+        root.set_attribute(S.USER_ID, user)
+        root.set_attribute(S.TAG_TAGS, ["support", "billing" if "refund" in question.lower() else "general"])
+        root.set_attribute(S.METADATA, json.dumps({"plan": "pro" if user.endswith("1") else "free"}))
+        if drop_retriever:
+            chunks = pipe.retrieve(question)
+        else:
+            with tracer.start_as_current_span("retrieve") as span:
+                chunks = pipe.retrieve(question)
+                if convention == "genai":
+                    span.set_attribute(G.GEN_AI_OPERATION_NAME, "retrieval")
+                    span.set_attribute(G.GEN_AI_RETRIEVAL_QUERY_TEXT, question)
+                    span.set_attribute(G.GEN_AI_RETRIEVAL_DOCUMENTS, json.dumps(
+                        [{"id": c["id"], "score": c["score"], "content": c["text"]} for c in chunks]))
+                else:
+                    span.set_attribute(S.OPENINFERENCE_SPAN_KIND, K.RETRIEVER.value)
+                    span.set_attribute(S.INPUT_VALUE, question)
+                    for i, c in enumerate(chunks):
+                        prefix = f"{S.RETRIEVAL_DOCUMENTS}.{i}."
+                        span.set_attribute(prefix + D.DOCUMENT_ID, c["id"])
+                        span.set_attribute(prefix + D.DOCUMENT_CONTENT, c["text"])
+                        span.set_attribute(prefix + D.DOCUMENT_SCORE, c["score"])
+                        span.set_attribute(prefix + D.DOCUMENT_METADATA,
+                                           json.dumps({"source": c.get("source")}))
+        with tracer.start_as_current_span("generate") as span:
+            answer = pipe.answer(question, parse_chunks(chunks))
+            if convention == "genai":
+                span.set_attribute(G.GEN_AI_OPERATION_NAME, "chat")
+            else:
+                span.set_attribute(S.OPENINFERENCE_SPAN_KIND, K.LLM.value)
+                span.set_attribute(S.LLM_MODEL_NAME, "templated")
+                span.set_attribute(f"{S.LLM_INPUT_MESSAGES}.0.{M.MESSAGE_ROLE}", "user")
+                span.set_attribute(f"{S.LLM_INPUT_MESSAGES}.0.{M.MESSAGE_CONTENT}", question)
+                span.set_attribute(S.OUTPUT_VALUE, answer)
+        root.set_attribute(S.OUTPUT_VALUE, answer)
+        ctx = root.get_span_context()
+    return format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")

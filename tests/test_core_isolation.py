@@ -1,6 +1,6 @@
-"""The core names no library: everything about RAGAS, DeepEval, TruLens or Phoenix (environment
-defaults, prompts, field names, formats) lives in that library's plugin and reaches the core through
-hooks. And importing ragbridge changes no environment variable.
+"""The core names no library: everything about RAGAS, DeepEval, TruLens, Phoenix or Langfuse
+(environment defaults, prompts, field names, formats) lives in that library's plugin and reaches the
+core through hooks. And importing ragbridge changes no environment variable.
 
 The grep covers every text file of ``src/ragbridge`` (the core and ``ragbridge.testing``: code,
 docstrings, templates). It fails on a library's name, on a field name that only a library uses, and
@@ -23,8 +23,8 @@ from pathlib import Path
 
 CORE = Path(__file__).resolve().parent.parent / "src" / "ragbridge"
 
-#: the libraries the bundled and planned backend plugins adapt
-NAMES = ("ragas", "deepeval", "trulens", "phoenix", "arize")
+#: the libraries the bundled and planned plugins adapt (backends, and trace and score formats)
+NAMES = ("ragas", "deepeval", "trulens", "phoenix", "arize", "langfuse")
 #: field and class names of the libraries' own records and results
 FIELDS = (
     # RAGAS (SingleTurnSample, legacy columns)

@@ -58,6 +58,7 @@ def test_doc_commands_run(page, tmp_path, stub_judge):
     _shims(tmp_path / "bin")
     env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
            "COLUMNS": "80"}
+    env.pop("OTEL_SDK_DISABLED", None)  # an application a page runs records its own spans
     if env.get("PYTHONPATH"):  # the commands run elsewhere: keep a relative PYTHONPATH pointing here
         env["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve())
                                             for p in env["PYTHONPATH"].split(os.pathsep) if p)

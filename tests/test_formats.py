@@ -314,10 +314,16 @@ WRITTEN = {
 }
 
 
+TRACE_FORMATS = {"otlp", "phoenix-spans", "langfuse"}
+
+
 def test_every_registered_format_is_proven_here():
     writable = {n for n, f in get_formats().items() if f.write}
     assert writable == {n for n, _ in WRITTEN}, "a format without a round-trip test below"
-    assert {n for n, f in get_formats().items() if f.read and not f.write} == {"json"}
+    # read only: JSON lists, and the trace formats, whose records are spans (tests/test_traces.py,
+    # tests/test_trace_store.py)
+    assert {n for n, f in get_formats().items() if f.read and not f.write} == {"json", *TRACE_FORMATS}
+    assert all(get_formats()[n].spans is not None for n in TRACE_FORMATS)
 
 
 #: TREC files hold ids without white space, and a query only through its ranked documents

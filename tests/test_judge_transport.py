@@ -259,7 +259,9 @@ def test_close_ends_requests_in_flight_at_once(tmp_path):
             sync_result: list = []
             sync = threading.Thread(target=lambda: sync_result.append(_sync_call(gw)))
             sync.start()
-            while stub.in_flight < 4:
+            deadline = time.monotonic() + 60
+            while stub.in_flight < 4:  # every call held by the judge before the gateway closes
+                assert time.monotonic() < deadline, f"{stub.in_flight} of 4 calls reached the judge in 60 s"
                 await asyncio.sleep(0.02)
             t0 = time.monotonic()
             await asyncio.to_thread(gw.close)

@@ -164,7 +164,7 @@ def label(run: Path, *args: str) -> dict:
     return json.loads(res.stdout)
 
 
-def test_the_sample_is_stratified_by_verdict_and_tag_and_reproducible(labelled_run, tmp_path):
+def test_the_sample_is_stratified_by_verdict_and_reproducible(labelled_run, tmp_path):
     scores = scores_of(labelled_run)
     verdict = {cid: s["passed"] for (cid, b, m), s in scores.items() if m == "helpfulness"}
     n_pass = sum(verdict.values())
@@ -183,14 +183,21 @@ def test_the_sample_is_stratified_by_verdict_and_tag_and_reproducible(labelled_r
     # more than the run holds of one verdict: the other side fills up; more than the run: every case
     info = label(labelled_run, "--metric", "helpfulness", "--n", "100", "--out", tmp_path / "all.html")
     assert sorted(info["case_ids"]) == sorted(verdict) and info["pass"] == n_pass
-    # within a verdict, tag combinations take turns: the first cases drawn all differ in their tags
-    tags_of = {c.id: tuple(sorted(c.tags)) for c in load_cases(labelled_run / "cases.jsonl")}
-    info = label(labelled_run, "--metric", "helpfulness", "--n", "6", "--seed", "1",
-                 "--out", tmp_path / "t.html")
+    # the strata: the judge's verdicts on the whole run, which the page carries into every label
+    assert info["strata"] == {"pass": n_pass, "fail": len(verdict) - n_pass}
+    # within a verdict the draw is uniform: over many seeds each case of a side is drawn about as often
+    from collections import Counter
+
+    from ragbridge import load_run
+    from ragbridge.rubric.label import sample_for_labels
+
+    run, rubric = load_run(labelled_run), load_rubrics(EXAMPLE_RUBRICS)[0]
+    drawn = Counter(c.id for seed in range(400) for c, _ in sample_for_labels(run, "helpfulness", "rubric",
+                                                                                rubric, 4, seed))
     for side in (True, False):
-        drawn = [tags_of[c] for c in info["case_ids"] if verdict[c] is side]
-        combos = {tags_of[c] for c in verdict if verdict[c] is side}
-        assert len(set(drawn)) == min(len(drawn), len(combos))
+        counts = [drawn[c] for c in verdict if verdict[c] is side]
+        expected = 400 * 2 / len(counts)
+        assert all(abs(k - expected) < 5 * (expected ** 0.5) for k in counts), (side, counts)
 
 
 def test_label_refuses_a_rubric_other_than_the_runs(labelled_run, tmp_path):
@@ -238,10 +245,16 @@ def test_grading_in_chromium_saves_labels_that_validate_reads(labelled_run, brow
     rows = [json.loads(x) for x in saved.read_text().splitlines()]
     rubric = load_rubrics(EXAMPLE_RUBRICS)[0]
     assert [r["case_id"] for r in rows] == info["case_ids"][:-1]
+    judged_pass = {cid: s["passed"] for (cid, b, m), s in scores_of(labelled_run).items()
+                   if m == "helpfulness"}
     for r in rows:
         lv = levels[r["case_id"]]
         assert (r["level"], r["label"], r["value"]) == (lv, "pass" if lv >= 4 else "fail", (lv - 1) / 4)
         assert r["metric"] == r["rubric"] == "helpfulness" and r["rubric_hash"] == rubric.hash
+        # the sampling design travels with the label
+        assert r["stratum"] == ("pass" if judged_pass[r["case_id"]] else "fail")
+        assert r["stratum_size"] == info["strata"][r["stratum"]]
+        assert (r["stratum_backend"], r["stratum_threshold"]) == ("rubric", 0.75)
     assert rows[0]["note"] == "see </script> the <b>chunk</b>" and "note" not in rows[1]
     # validate reads the saved file as it is
     res = ragbridge_cli("validate", labelled_run, "--labels", saved, "--threshold", "rubric:helpfulness=0.75",
@@ -251,7 +264,8 @@ def test_grading_in_chromium_saves_labels_that_validate_reads(labelled_run, brow
     judged = {cid: s["value"] >= 0.75 for (cid, b, m), s in scores_of(labelled_run).items()
               if m == "helpfulness"}
     human = {r["case_id"]: r["label"] == "pass" for r in rows}
-    assert row["n_labels"] == row["n_paired"] == 15
+    assert row["n_labels"] == row["n_paired"] == 15 and row["design"] == "stratified"
+    assert row["missed"] == [c for c in info["case_ids"][:-1] if judged[c] and not human[c]]
     assert (row["tp"], row["fn"], row["fp"], row["tn"]) == (
         sum(human[c] and judged[c] for c in human), sum(human[c] and not judged[c] for c in human),
         sum(not human[c] and judged[c] for c in human), sum(not human[c] and not judged[c] for c in human))

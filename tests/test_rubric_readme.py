@@ -74,4 +74,8 @@ def test_readme_rubric_commands_run_on_the_example(tmp_path):
     assert sorted(json.loads(drawn.stdout)["case_ids"]) == sorted(r["case_id"] for r in labels)
     figures = ragbridge_cli(*shlex.split(commands[3])[1:], "--json", cwd=tmp_path)
     row = json.loads(figures.stdout)["validation"][0]
-    assert row["n_labels"] == row["n_paired"] == 20 and row["human_fail"] == 4
+    assert row["n_labels"] == row["n_paired"] == 20 and row["human_fail"] == 5
+    # the labels carry the draw: weighted by stratum, the pass rate is not the labels' plain share
+    assert row["design"] == "stratified" and {r["stratum"] for r in labels} == {"pass", "fail"}
+    assert row["ppi_pass_rate_low"] <= row["ppi_pass_rate"] <= row["ppi_pass_rate_high"] <= 1.0
+    assert row["ppi_pass_rate"] > row["human_pass"] / row["n_paired"]

@@ -63,6 +63,21 @@ def test_a_command_imports_its_own_module_only():
                 "ragbridge.commands.run", "ragbridge.analysis", "scipy", "sklearn"} & mods
 
 
+def test_every_command_a_module_registers_is_listed():
+    """A command added to a module's ``register`` but not to `COMMANDS` would be unreachable."""
+    import importlib
+
+    import typer
+
+    names = set()
+    for module in {mod for mod, _ in commands.COMMANDS.values()}:
+        app = typer.Typer()
+        importlib.import_module(f"ragbridge.commands.{module}").register(app)
+        names |= {c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands}
+        names |= {g.name for g in app.registered_groups}
+    assert names == set(commands.COMMANDS)
+
+
 @pytest.mark.parametrize("name", list(commands.COMMANDS))
 def test_the_help_listed_without_importing_is_the_commands_own(name):
     import click

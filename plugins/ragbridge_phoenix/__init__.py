@@ -67,14 +67,18 @@ Phoenix evals has no usage telemetry, makes no network call and writes no file b
 OpenTelemetry spans (with the full prompt) are switched off or redacted while a run uses the
 backend: :mod:`ragbridge_phoenix.env`.
 
-Datasets
---------
+Traces and evaluations
+----------------------
 Phoenix evals has no dataset file format of its own (it scores pandas DataFrames whose columns are
-the prompt fields), so this plugin registers no format and has no ``formats.py``.
+the prompt fields). Phoenix's tracing side has two: its span export, read as the trace format
+``phoenix-spans`` (each trace a case, contexts from the retriever span), and span evaluations,
+written by the score format ``phoenix`` (``ragbridge export-scores RUN --to phoenix``), which Phoenix
+loads as evaluations. Neither needs Phoenix installed: :mod:`ragbridge_phoenix.formats`.
 
 Files: ``backend.py`` (the backend, its run lifecycle, Phoenix's LLM and evaluators),
 ``metrics.py`` (canonical metric -> Phoenix evaluator, the label -> 0..1 mapping, the options),
-``translate.py`` (a case -> Phoenix's records, Phoenix's result -> a Score), ``env.py`` (the
+``translate.py`` (a case -> Phoenix's records, Phoenix's result -> a Score), ``formats.py`` (the
+span export and span evaluations), ``env.py`` (the
 environment defaults), ``stub.py`` (the stub judge's answers to Phoenix's prompts, registered
 through ``ragbridge_register_stub_responders``).
 """
@@ -86,10 +90,11 @@ from typing import Any
 
 from ragbridge.hookspecs import hookimpl
 
-__all__ = ["PhoenixBackend", "NATIVE_NAMES"]
+__all__ = ["PhoenixBackend", "NATIVE_NAMES", "FORMATS", "SCORE_FORMATS"]
 
 #: the package's names, imported when first used: registering the plugin imports none of its modules
-_EXPORTS = {"PhoenixBackend": ".backend", "NATIVE_NAMES": ".metrics"}
+_EXPORTS = {"PhoenixBackend": ".backend", "NATIVE_NAMES": ".metrics", "FORMATS": ".formats",
+            "SCORE_FORMATS": ".formats"}
 
 
 def __getattr__(name: str) -> Any:
@@ -103,6 +108,22 @@ def ragbridge_register_backends(register):
     from .backend import PhoenixBackend
 
     register(PhoenixBackend())
+
+
+@hookimpl
+def ragbridge_register_formats(register):
+    from .formats import FORMATS
+
+    for fmt in FORMATS:
+        register(fmt)
+
+
+@hookimpl
+def ragbridge_register_score_formats(register):
+    from .formats import SCORE_FORMATS
+
+    for fmt in SCORE_FORMATS:
+        register(fmt)
 
 
 @hookimpl

@@ -58,6 +58,9 @@ class MetricSpec:
     when a run names no metric (False for a metric whose judge calls multiply, asked for by name, and
     for one that needs input the run does not have, such as the span metrics without span labels);
     ``group``: a name that asks for every metric of the group at once (``--metric GROUP``).
+    ``pass_mark``: the threshold of the backend's own pass rule on the 0..1 value, when it has one
+    that differs from the metric's default (a rubric's ``pass_at``), recorded in run.json
+    (``pass_marks``) as the pass mark of this backend and metric.
     """
 
     name: str
@@ -68,6 +71,7 @@ class MetricSpec:
     digest: Optional[str] = None
     default: bool = True
     group: Optional[str] = None
+    pass_mark: Optional[float] = None
 
 
 @dataclass

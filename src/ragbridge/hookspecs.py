@@ -65,3 +65,15 @@ def ragbridge_register_stub_responders(register):
     own. Called once per process, when the stub first answers. A responder recognises its prompts
     by what only they contain: the order between plugins is not part of the contract.
     """
+
+
+@hookspec
+def ragbridge_register_score_formats(register):
+    """Register writers of span evaluations, for ``ragbridge export-scores``: a run's scores sent back
+    to the traces its cases came from, in a tracing tool's own form.
+
+    Call ``register(fmt)`` once per format, where ``fmt`` is a
+    ``ragbridge.traces.evaluations.ScoreFormat``: a name and ``write(rows, path) -> list[str]``, the
+    rows being ``ragbridge.traces.evaluations.evaluation_rows`` (trace id, span id, name, label,
+    score, explanation) and the returned lines warnings. A name registered twice is an error.
+    """

@@ -1,10 +1,10 @@
 """The plugin manager: ragbridge's built-in plugins, then the ``ragbridge`` entry-point group.
 
-The built-in plugins (`DEFAULT_PLUGINS`: the native backend, the canonical dataset formats and the
-rubric judge, with its commands) are registered from that list, by module path, so a source
-checkout without package metadata still has every backend and format. Every other plugin, the
-bundled library backends (``plugins/ragbridge_*``) included, is found through the ``ragbridge``
-entry-point group, like a third party's.
+The built-in plugins (`DEFAULT_PLUGINS`: the native backend, the canonical dataset formats, TREC, the
+trace formats and the rubric judge, with its commands) are registered from that list, by module
+path, so a source checkout without package metadata still has every backend and format. Every
+other plugin, the bundled library backends (``plugins/ragbridge_*``) included, is found through
+the ``ragbridge`` entry-point group, like a third party's.
 
 ragbridge's own commands (run, compare, report, diff, gate, ...) are not plugins: they are the
 command line itself, ``ragbridge.commands``, and a plugin's commands join them through the
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -31,6 +31,7 @@ ENTRY_POINT_GROUP = "ragbridge"
 DEFAULT_PLUGINS = (
     "ragbridge.formats.canonical",
     "ragbridge.formats.trec",
+    "ragbridge.traces",
     "ragbridge.native",
     "ragbridge.rubric",
 )
@@ -97,6 +98,21 @@ def get_backends() -> dict[str, "Backend"]:
         found[backend.name] = backend
 
     pm.hook.ragbridge_register_backends(register=register)
+    return found
+
+
+def registered(hook: str, kind: str) -> dict[str, Any]:
+    """What the plugins register through ``hook`` (called with ``register``), by ``name``; a name
+    registered twice is an error naming ``kind``."""
+    load_plugins()
+    found: dict[str, Any] = {}
+
+    def register(item: Any) -> None:
+        if item.name in found:
+            raise ValueError(f"two plugins register a {kind} named {item.name!r}")
+        found[item.name] = item
+
+    getattr(pm.hook, hook)(register=register)
     return found
 
 

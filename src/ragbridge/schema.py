@@ -583,6 +583,9 @@ class RunManifest(BaseModel):
     ``running`` run whose process is gone can be told apart.
     ``digests``: per backend and metric, the content hash of the definition the metric was judged by
     (a rubric), where the backend has one; scores of different digests are never compared silently.
+    ``pass_marks``: per backend and metric, the threshold of the backend's own pass rule where it has
+    one (a rubric's pass level on the 0..1 scale), the pass mark every output uses unless one is given
+    (`ragbridge.analysis.thresholds.pass_marks`).
     ``judge.self_judging`` is set when the judge is the system under test's own model.
     """
 
@@ -595,6 +598,7 @@ class RunManifest(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
     judge: Optional[dict[str, Any]] = None
     digests: dict[str, dict[str, str]] = Field(default_factory=dict)
+    pass_marks: dict[str, dict[str, float]] = Field(default_factory=dict)
     started_at: str
     finished_at: Optional[str] = None
     status: str = "running"

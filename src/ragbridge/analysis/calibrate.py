@@ -1,22 +1,30 @@
 """``calibrate``: for a migration, the threshold in a target backend that best reproduces the source
 backend's pass/fail at its threshold (maximum kappa), the agreement it reaches and the cases that
 still flip (`calibration_flips`).
+
+Every verdict is `ragbridge.verdicts.verdict` (a majority of repeats for a run made with
+``--repeats``). The thresholds that give the target the same verdicts form intervals between the
+target's distinct values; the curve has one row per interval, written ``(low, high]``: every
+threshold in it gives that row's verdicts and its ``threshold`` is the interval's middle; the first
+row (``<= lowest``) passes every case and the last (``> highest``) none. Every output writes a row
+by its interval (`interval_text`), so a row and the range it stands for never read as two answers.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 import numpy as np
 
 from ..run import Run
+from ..verdicts import verdict
 from . import stats
 from .table import AnalysisError, ScoreTable, open_run
-from .thresholds import DEFAULT_THRESHOLD, check_threshold
+from .thresholds import check_threshold, pass_marks
 
-__all__ = ["calibrate", "calibration_flips"]
+__all__ = ["calibrate", "calibration_flips", "interval_text"]
 
 _CURVE_COLUMNS = ["threshold", "threshold_low", "threshold_high", "kappa", "agreement", "flips",
                   "source_pass_target_fail", "source_fail_target_pass", "target_pass_rate"]
@@ -35,17 +43,38 @@ def _paired_values(table: ScoreTable, metric: str, source: str, target: str):
     return ids, np.array([vs[c] for c in ids], float), np.array([vt[c] for c in ids], float)
 
 
-def _cuts(values: np.ndarray) -> list[tuple[float, float, float]]:
-    """``(representative, low exclusive, high inclusive)`` for every distinct set of verdicts a
-    threshold can give on ``values``: below the lowest, between each two, above the highest."""
-    uniq = np.unique(values)
-    if not len(uniq):
+def _cuts(scores: list) -> list[tuple[float, float]]:
+    """``(low exclusive, high inclusive)`` for every distinct set of verdicts a threshold can give
+    ``scores``: up to the lowest value (every case passes), between each two values the scores (or
+    their repeats) take, and above the highest (none passes)."""
+    seen = {s.value for s in scores}
+    for s in scores:
+        if s.repeats is not None:
+            seen.update(v for v in s.repeats.values if v is not None)
+    uniq = sorted(float(v) for v in seen if v is not None)
+    if not uniq:
         return []
-    first, last = float(uniq[0]), float(uniq[-1])
-    cuts = [(min(first, 0.0) if first > 0 else first, -math.inf, first)]
-    cuts += [((float(lo) + float(hi)) / 2, float(lo), float(hi)) for lo, hi in zip(uniq[:-1], uniq[1:])]
-    above = (last + 1.0) / 2 if last < 1.0 else float(np.nextafter(last, math.inf))
-    return cuts + [(above, last, math.inf)]
+    return ([(-math.inf, uniq[0])] + [(lo, hi) for lo, hi in zip(uniq[:-1], uniq[1:])]
+            + [(uniq[-1], math.inf)])
+
+
+def _representative(lo: float, hi: float) -> float:
+    """The threshold a cut ``(lo, hi]`` is tried at: its middle; 0 (or the lowest value, when it is
+    below 0) for the first; halfway to 1 (or just above the highest value) for the last."""
+    if math.isinf(lo):
+        return min(hi, 0.0)
+    if math.isinf(hi):
+        return (lo + 1.0) / 2 if lo < 1.0 else float(np.nextafter(lo, math.inf))
+    return (lo + hi) / 2
+
+
+def interval_text(low: float, high: float) -> str:
+    """A calibration row's thresholds in words: ``(0.667, 1]``, ``<= 0.2``, ``> 1``."""
+    if math.isinf(low):
+        return f"<= {high:.3g}"
+    if math.isinf(high):
+        return f"> {low:.3g}"
+    return f"({low:.3g}, {high:.3g}]"
 
 
 def calibrate(
@@ -53,12 +82,13 @@ def calibrate(
     source: str,
     target: str,
     metric: str,
-    threshold: float = DEFAULT_THRESHOLD,
+    threshold: Optional[float] = None,
     n_resamples: int = stats.DEFAULT_RESAMPLES,
     seed: int = 0,
     confidence: float = stats.CONFIDENCE,
 ):
-    """The target threshold that best reproduces the source's pass/fail at ``threshold``.
+    """The target threshold that best reproduces the source's pass/fail at ``threshold`` (default:
+    the source's pass mark, `ragbridge.analysis.thresholds.pass_marks`).
 
     Returns one row per distinct target cut: ``threshold`` (a representative value: the midpoint of
     the interval of thresholds that give the same verdicts, ``threshold_low`` exclusive to
@@ -77,11 +107,16 @@ def calibrate(
     if source == target:
         raise AnalysisError("--from and --to name the same backend")
     ids, xs, xt = _paired_values(table, metric, source, target)
+    if threshold is None:
+        threshold = pass_marks(table.run).get(source, metric)
     threshold = check_threshold(float(threshold), str(threshold))
-    src_pass = xs >= threshold
+    src = [table.by_mb[(metric, source)][c] for c in ids]
+    tgt = [table.by_mb[(metric, target)][c] for c in ids]
+    src_pass = np.array([bool(verdict(s, threshold)) for s in src], bool)
     rows = []
-    for rep, lo, hi in _cuts(xt):
-        tgt_pass = xt >= rep
+    for lo, hi in _cuts(tgt):
+        rep = _representative(lo, hi)
+        tgt_pass = np.array([bool(verdict(s, rep)) for s in tgt], bool)
         spass_tfail = int(np.sum(src_pass & ~tgt_pass))
         sfail_tpass = int(np.sum(~src_pass & tgt_pass))
         rows.append({
@@ -102,7 +137,7 @@ def calibrate(
         ).sort_values(["_k", "agreement", "_d"], ascending=False)
         best = key.index[0]
         frame.loc[best, "best"] = True
-        tgt_pass = xt >= frame.loc[best, "threshold"]
+        tgt_pass = np.array([bool(verdict(s, frame.loc[best, "threshold"])) for s in tgt], bool)
         data = (src_pass, tgt_pass)
         if not math.isnan(frame.loc[best, "kappa"]):
             frame.loc[best, ["kappa_low", "kappa_high"]] = stats.bootstrap_interval(
@@ -136,7 +171,7 @@ def calibration_flips(
     gt = table.by_mb[(metric, target)]
     rows = []
     for cid, a, b in zip(ids, xs, xt):
-        sp, tp = bool(a >= source_threshold), bool(b >= target_threshold)
+        sp, tp = bool(verdict(gs[cid], source_threshold)), bool(verdict(gt[cid], target_threshold))
         if sp == tp:
             continue
         rows.append({

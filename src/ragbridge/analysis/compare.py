@@ -2,8 +2,9 @@
 
 For every canonical metric scored by two or more backends, the agreement of each pair of backends on
 the cases both scored: Spearman and Kendall (tau-b) rank correlation, Pearson correlation, mean
-absolute difference, and at a threshold per backend (``value >= threshold`` passes; default 0.5)
-Cohen's kappa, percent agreement and the 2x2 confusion table, each figure with its bootstrap
+absolute difference, and at each backend's pass mark (`ragbridge.analysis.thresholds.pass_marks`; a
+case passes by `ragbridge.verdicts.verdict`) Cohen's kappa, percent agreement and the 2x2 confusion
+table, each figure with its bootstrap
 interval (`ragbridge.analysis.stats`). `disagreements` lists the cases where the backends differ
 most, with every backend's value and reason; `coverage` counts what each backend scored.
 
@@ -24,12 +25,17 @@ import numpy as np
 
 from ..metrics import half_of
 from ..run import Run
+from ..verdicts import verdict
 from . import stats
 from .table import AnalysisError, ScoreTable, open_run
-from .thresholds import Thresholds
+from .thresholds import Thresholds, pass_marks
 
 __all__ = ["compare", "compare_runs", "run_shifts", "coverage", "disagreements", "FIGURES", "FIGURE_NAMES",
-           "COMPARE_COLUMNS", "COMPARE_RUNS_COLUMNS"]
+           "COMPARE_COLUMNS", "COMPARE_RUNS_COLUMNS", "MIN_SPREAD"]
+
+#: the smallest spread between backends' values that counts as a disagreement (half the last digit
+#: the outputs print)
+MIN_SPREAD = 0.0005
 
 FIGURES = ("spearman", "kendall", "pearson", "mae", "kappa", "agreement")
 FIGURE_NAMES = {"spearman": "Spearman", "kendall": "Kendall", "pearson": "Pearson", "mae": "MAE",
@@ -78,14 +84,15 @@ def compare(
     per side ``*_undefined``, ``*_errored``, ``*_missing``), each figure of `FIGURES` with its
     bootstrap interval (``<figure>_low``, ``<figure>_high``), the thresholds used and the confusion
     table ``both_pass``, ``a_pass_b_fail``, ``a_fail_b_pass``, ``both_fail``, and the means of each
-    side over the paired cases. ``thresholds``: see `Thresholds.parse`.
+    side over the paired cases. ``thresholds``: see `Thresholds.parse`; the run's pass marks
+    (`pass_marks`) where they set none.
     """
     import pandas as pd
 
     table = ScoreTable.of(open_run(run))
     wanted = table.select_metrics(metrics)
     only = table.check_backends(backends)
-    th = Thresholds.parse(thresholds, table.backends())
+    th = pass_marks(table.run, thresholds, backends=sorted(table.backends()))
     rows = []
     for metric in wanted:
         names = [b for b in table.backends_of(metric) if only is None or b in only]
@@ -113,15 +120,21 @@ def _compare_pair(table: ScoreTable, metric: str, a: str, b: str, th: Thresholds
     for side, name in (("a", a), ("b", b)):
         for k, v in table.status_counts(metric, name).items():
             row[f"{side}_{k}"] = v
-    row.update(_figures(x, y, th.get(a, metric), th.get(b, metric), n_resamples, seed, confidence))
+    ta, tb = th.get(a, metric), th.get(b, metric)
+    pa, pb = table.verdicts(metric, a, ta), table.verdicts(metric, b, tb)
+    row.update(_figures(x, y, _in(pa, ids), _in(pb, ids), ta, tb, n_resamples, seed, confidence))
     return row
 
 
-def _figures(x: np.ndarray, y: np.ndarray, ta: float, tb: float, n_resamples: int, seed: int,
-             confidence: float) -> dict[str, Any]:
+def _in(verdicts: dict[str, bool], ids: Sequence[str]) -> np.ndarray:
+    return np.array([verdicts[c] for c in ids], bool)
+
+
+def _figures(x: np.ndarray, y: np.ndarray, pa: np.ndarray, pb: np.ndarray, ta: float, tb: float,
+             n_resamples: int, seed: int, confidence: float) -> dict[str, Any]:
     """Every figure of `FIGURES` with its interval, the confusion table and the means of two raters'
-    values on the same cases (``x`` and ``y``, in the same order)."""
-    pa, pb = x >= ta, y >= tb
+    values on the same cases (``x`` and ``y``, in the same order; ``pa`` and ``pb`` their verdicts
+    at ``ta`` and ``tb``)."""
     row: dict[str, Any] = {"threshold_a": ta, "threshold_b": tb}
     for i, (name, (point, rows)) in enumerate(_ESTIMATORS.items()):
         data = (pa, pb) if name in ("kappa", "agreement") else (x, y)
@@ -180,7 +193,8 @@ def compare_runs(
             f"{_run_label(rb)} has {', '.join(sorted(f'{b}:{m}' for m, b in tb.by_mb)) or 'none'}")
     wanted = ta.select_metrics(metrics)
     only = ta.check_backends(backends)
-    th = Thresholds.parse(thresholds, ta.backends() | tb.backends())
+    names = sorted(ta.backends() | tb.backends())
+    th_a, th_b = pass_marks(ra, thresholds, backends=names), pass_marks(rb, thresholds, backends=names)
     ja, jb = (r.manifest.judge or {} for r in (ra, rb))
     rows = []
     for metric in wanted:
@@ -208,7 +222,9 @@ def compare_runs(
                     counts[key] += 1
                 row.update({f"{side}_{k}": v for k, v in counts.items()})
             gseed = stats.group_seed(seed, metric, b)
-            row.update(_figures(x, y, th.get(b, metric), th.get(b, metric), n_resamples, gseed, confidence))
+            t_a, t_b = th_a.get(b, metric), th_b.get(b, metric)
+            pa, pb = _in(ta.verdicts(metric, b, t_a), ids), _in(tb.verdicts(metric, b, t_b), ids)
+            row.update(_figures(x, y, pa, pb, t_a, t_b, n_resamples, gseed, confidence))
             row["shift"] = float((y - x).mean()) if len(ids) else math.nan
             row["shift_low"], row["shift_high"] = (
                 stats.paired_bootstrap_ci(x, y, confidence, n_resamples, gseed) if len(ids) >= 2
@@ -302,17 +318,18 @@ def disagreements(
     """The cases where backends disagree most, per metric scored by two or more backends.
 
     One row per (metric, case): ``spread`` (largest minus smallest value among the backends that
-    scored the case), ``verdicts_differ`` (pass/fail at the thresholds differ), and for every
+    scored the case), ``verdicts_differ`` (pass/fail at the pass marks differ), and for every
     backend ``<backend>.value``, ``<backend>.status``, ``<backend>.passed``, ``<backend>.reason``
-    (the error message when it failed). Sorted by spread, then verdict flips; ``top`` cases per
-    metric (None: all with a spread or a flip).
+    (the error message when it failed). A case disagrees when its verdicts differ or its spread is at
+    least `MIN_SPREAD` (a smaller one prints as 0.000); the largest spread first, verdict flips first
+    among equal spreads; ``top`` cases per metric (None: every one that disagrees).
     """
     import pandas as pd
 
     table = ScoreTable.of(open_run(run))
     wanted = table.select_metrics(metrics)
     only = table.check_backends(backends)
-    th = Thresholds.parse(thresholds, table.backends())
+    th = pass_marks(table.run, thresholds, backends=sorted(table.backends()))
     rows = []
     all_backends: list[str] = []
     for metric in wanted:
@@ -322,7 +339,7 @@ def disagreements(
         all_backends.extend(n for n in names if n not in all_backends)
         found = [r for cid in table.case_ids
                  if (r := _disagreement(table, metric, cid, names, th)) is not None]
-        found.sort(key=lambda r: (-r["spread"], not r["verdicts_differ"]))
+        found.sort(key=lambda r: (-round(r["spread"], 3), not r["verdicts_differ"], r["case_id"]))
         rows.extend(found[:top] if top is not None else found)
     base = ["metric", "case_id", "question", "spread", "verdicts_differ", "n_backends"]
     per = [f"{n}.{k}" for n in all_backends for k in ("value", "status", "passed", "reason")]
@@ -337,8 +354,9 @@ def _disagreement(table: ScoreTable, metric: str, cid: str, names: list[str],
     if len(values) < 2:
         return None
     spread = max(values.values()) - min(values.values())
-    differ = len({v >= th.get(n, metric) for n, v in values.items()}) > 1
-    if spread <= 0 and not differ:
+    passed = {n: verdict(got[n], th.get(n, metric)) for n in values}
+    differ = len(set(passed.values())) > 1
+    if spread < MIN_SPREAD and not differ:
         return None
     row: dict[str, Any] = {
         "metric": metric, "case_id": cid, "question": table.questions.get(cid, ""),
@@ -348,6 +366,6 @@ def _disagreement(table: ScoreTable, metric: str, cid: str, names: list[str],
         scored = s is not None and s.status == "scored"
         row[f"{n}.value"] = s.value if s is not None else None
         row[f"{n}.status"] = s.status if s is not None else "missing"
-        row[f"{n}.passed"] = (s.value >= th.get(n, metric)) if scored else None
+        row[f"{n}.passed"] = passed[n] if scored else None
         row[f"{n}.reason"] = (s.error or s.reason) if s is not None else None
     return row

@@ -36,12 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from ..metrics import JUDGED, default_pass_mark, find, half_of
+from ..metrics import JUDGED, find, half_of
 from ..run import Run
 from ..run.summary import ALL
 from ..schema import Case, Score
 from .table import AnalysisError, open_run
-from .thresholds import Thresholds
+from ..verdicts import verdict
+from .thresholds import Thresholds, pass_marks
 
 __all__ = ["LAYERS", "QUESTIONS", "Question", "CaseDiagnosis", "Diagnosis", "diagnose", "default_marks"]
 
@@ -92,9 +93,9 @@ def _labels_answer(q: Question, metric: str) -> bool:
 
 
 def default_marks(run: Run) -> Thresholds:
-    """The default pass marks of the run's metrics (`ragbridge.metrics.default_pass_mark`)."""
-    k = (run.manifest.options or {}).get("k")
-    return Thresholds(by_metric={m: default_pass_mark(m, k) for m in {s.metric for s in run.scores}})
+    """The run's pass marks when none are given: the backends' own, then each metric's default
+    (`ragbridge.analysis.thresholds.pass_marks`, as every other output)."""
+    return pass_marks(run)
 
 
 @dataclass
@@ -212,7 +213,7 @@ def _backend_order(s: Score) -> tuple:
 
 def _entry(s: Score, mark: float) -> dict[str, Any]:
     return {"metric": s.metric, "backend": s.backend, "value": s.value, "pass_mark": mark,
-            "passed": s.value >= mark, "source": "score", "reason": s.reason}
+            "passed": bool(verdict(s, mark)), "source": "score", "reason": s.reason}
 
 
 def _matching(source: str, metric: str, k: Optional[int]) -> Optional[int]:
@@ -235,7 +236,7 @@ def _diagnose_case(case: Case, scores: list[Score], th: Thresholds, human: dict[
     for s in scored:
         mark_of[(s.backend, s.metric)] = marks[f"{s.backend}:{s.metric}"] = th.get(s.backend, s.metric)
     failing = [_entry(s, mark_of[(s.backend, s.metric)]) for s in scored
-               if s.value < mark_of[(s.backend, s.metric)]]
+               if verdict(s, mark_of[(s.backend, s.metric)]) is False]
     failing += [{"metric": m, "backend": "human", "value": 0.0, "pass_mark": None, "passed": False,
                  "source": "label", "reason": "a human label says it fails"}
                 for m, ok in sorted(human.items()) if not ok]

@@ -44,7 +44,7 @@ from .stats import (
     paired_bootstrap_ci,
     paired_permutation_pvalue,
 )
-from .noise import mde, noise_band, noise_figures, repeats_of
+from .noise import mde, noise_band, noise_figures, repeats_of, within_judge_noise
 from .table import AnalysisError, open_run
 
 __all__ = [
@@ -461,7 +461,7 @@ def _within_noise(row: dict, noise: Optional[tuple]) -> dict:
     band = noise_band(sd_a, ra, sd_b, rb, n)
     sd = sd_a if sd_a is not None else sd_b
     found = mde(sd, n, ra, other_sd=sd_b if sd_b is not None else sd, other_repeats=rb)
-    within = None if band is None else bool(abs(row["delta"]) < band or row["delta"] == 0)
+    within = within_judge_noise(row["delta"], band)
     return {"noise_band": math.nan if band is None else band, "within_noise": within,
             "mde": found if found is not None else math.nan}
 

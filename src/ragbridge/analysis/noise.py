@@ -5,8 +5,8 @@ per backend and metric (`noise_figures`):
 
 * ``within_sd``: the within-case standard deviation, pooled (the root of the mean per-case variance,
   ddof 1), and ``mean_sd``, the mean of the per-case standard deviations;
-* ``flip_share``: the share of cases whose pass/fail verdict is not the same in every repeat (a
-  score's ``passed`` where its backend sets it, else ``value >= threshold``);
+* ``flip_share``: the share of cases whose pass/fail verdict (`ragbridge.verdicts.verdict` at the
+  pass mark) is not the same in every repeat;
 * ``alpha``: test-retest reliability, Krippendorff's alpha (interval metric) with the repeats as the
   raters and the cases as the units, computed by NLTK (``nltk.metrics.agreement``): 1 = the repeats
   always agree, 0 = the cases' differences are no larger than the judge's noise;
@@ -14,7 +14,9 @@ per backend and metric (`noise_figures`):
   alone, at two-sided ``alpha_level`` (0.05) and ``power`` (0.8): ``(z(1 - a/2) + z(power)) *
   within_sd * sqrt(2 / (N * n))`` for n cases and N repeats, i.e. comparing two runs of the same
   size and noise on the same cases. A difference between two runs smaller than the noise band
-  ``z(1 - a/2) * sqrt(sd_a^2 / N_a + sd_b^2 / N_b) / sqrt(n)`` (`noise_band`) is within judge noise.
+  ``z(1 - a/2) * sqrt(sd_a^2 / N_a + sd_b^2 / N_b) / sqrt(n)`` (`noise_band`) is within judge noise:
+  `within_judge_noise` is that one rule, which ``diff``, ``gate`` and `within_noise` all ask (a change
+  of zero is within judge noise whatever the band).
 
 Only cases with at least two scored repeats count. Everything is None when there are none (a run
 without repeats has no measured noise).
@@ -27,9 +29,11 @@ from collections import defaultdict
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 from ..schema import Score
-from .stats import normal_quantile
+from ..verdicts import verdict
+from .stats import EPS, normal_quantile
 
 __all__ = ["noise_figures", "case_spread", "noise_band", "mde", "repeats_of", "within_noise", "check_repeats",
+           "within_judge_noise",
            "noise_section", "noise_table", "POWER", "ALPHA_LEVEL"]
 
 POWER = 0.8
@@ -41,12 +45,15 @@ Threshold = Union[float, Callable[[str, str], float]]
 
 
 def _verdict(s: Score, threshold: Threshold) -> Optional[bool]:
-    if s.passed is not None:
-        return s.passed
-    if s.value is None:
+    return verdict(s, threshold(s.backend, s.metric) if callable(threshold) else threshold)
+
+
+def within_judge_noise(delta: Optional[float], band: Optional[float]) -> Optional[bool]:
+    """Whether a change in the mean of ``delta`` is within judge noise of ``band`` (`noise_band`):
+    ``|delta| <= band``, so a change of zero always is. None when either is unknown."""
+    if delta is None or band is None or math.isnan(delta) or math.isnan(band):
         return None
-    t = threshold(s.backend, s.metric) if callable(threshold) else threshold
-    return s.value >= t
+    return abs(delta) <= band + EPS
 
 
 def _z(p: float) -> float:
@@ -193,7 +200,7 @@ def within_noise(base: Any, new: Any, *, alpha_level: float = ALPHA_LEVEL,
         rows.append({
             "backend": key[0], "metric": key[1], "n_cases": len(common), "delta": delta,
             "base_within_sd": sd_a, "new_within_sd": sd_b, "base_repeats": ra, "new_repeats": rb,
-            "band": band, "within_noise": None if band is None else abs(delta) < band,
+            "band": band, "within_noise": within_judge_noise(delta, band),
             "mde": mde(sd_known, len(common), ra, other_sd=sd_b if sd_b is not None else sd_known,
                        other_repeats=rb, power=power, alpha_level=alpha_level),
             "alpha_level": alpha_level, "power": power,
@@ -201,15 +208,18 @@ def within_noise(base: Any, new: Any, *, alpha_level: float = ALPHA_LEVEL,
     return rows
 
 
-def noise_table(run: Any, threshold: Threshold = DEFAULT_THRESHOLD):
+def noise_table(run: Any, threshold: Optional[Threshold] = None):
     """`noise_figures` of a run (a `ragbridge.Run` or its folder) as a DataFrame, one row per backend
-    and metric with repeats (empty for a run without)."""
+    and metric with repeats (empty for a run without); verdicts at ``threshold`` (default: the run's
+    pass marks, `ragbridge.analysis.thresholds.pass_marks`)."""
     import pandas as pd
 
     from ..run import load_run
+    from .thresholds import pass_marks
 
     if not hasattr(run, "repeat_scores"):
         run = load_run(run)
+    threshold = pass_marks(run).get if threshold is None else threshold
     columns = ["backend", "metric", "n_cases", "repeats", "within_sd", "mean_sd", "flip_share", "alpha",
                "mde", "power", "alpha_level"]
     return pd.DataFrame(noise_figures(run.repeat_scores or [], threshold=threshold), columns=columns)
@@ -226,10 +236,14 @@ def check_repeats(run: Any, min_repeats: int) -> Optional[str]:
             f"repeats (run with --repeats {min_repeats})")
 
 
-def noise_section(run: Any, threshold: Threshold = DEFAULT_THRESHOLD) -> dict[str, Any]:
+def noise_section(run: Any, threshold: Optional[Threshold] = None) -> dict[str, Any]:
     """What a report shows of a run's judge noise: ``repeats``, ``figures`` (`noise_figures`) and
     ``cases``: per backend and metric, each case's repeat values, mean, spread and whether its verdict
-    flips, largest spread first (`case_spread`). Empty lists for a run without repeats."""
+    flips, largest spread first (`case_spread`). Empty lists for a run without repeats. Verdicts at
+    ``threshold`` (default: the run's pass marks)."""
+    from .thresholds import pass_marks
+
+    threshold = pass_marks(run).get if threshold is None else threshold
     spread = case_spread(run.repeat_scores or [], threshold)
     cases: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for (backend, metric, case_id), row in spread.items():

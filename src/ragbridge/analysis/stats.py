@@ -390,6 +390,22 @@ def wilson_interval(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[flo
     return (float(ci.low), float(ci.high))
 
 
+def wilson_weighted(hits, weights, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Wilson score interval of a weighted proportion (``hits`` booleans, ``weights`` each case's
+    weight), at Kish's effective sample size ``(sum w)^2 / sum w^2``: with equal weights, the Wilson
+    interval of k/n."""
+    h = np.asarray(hits, bool)
+    w = np.asarray(weights, float)
+    if not len(w) or w.sum() <= 0:
+        return (float("nan"), float("nan"))
+    p = float(w[h].sum() / w.sum())
+    n = float(w.sum() ** 2 / np.sum(w ** 2))
+    z = _z(confidence)
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
 # --------------------------------------------------------------------------------------------
 # Prediction-powered inference
 

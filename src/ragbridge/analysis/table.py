@@ -15,6 +15,7 @@ from typing import Optional, Sequence, Union
 
 from ..run import Run, RunError, load_run
 from ..schema import Score
+from ..verdicts import verdict
 
 __all__ = ["AnalysisError", "ScoreTable", "open_run"]
 
@@ -87,6 +88,11 @@ class ScoreTable:
 
     def values(self, metric: str, backend: str) -> dict[str, float]:
         return {cid: s.value for cid, s in self.by_mb.get((metric, backend), {}).items()
+                if s.status == "scored"}
+
+    def verdicts(self, metric: str, backend: str, threshold: float) -> dict[str, bool]:
+        """Each scored case's pass/fail at ``threshold`` (`ragbridge.verdicts.verdict`)."""
+        return {cid: bool(verdict(s, threshold)) for cid, s in self.by_mb.get((metric, backend), {}).items()
                 if s.status == "scored"}
 
     def select_metrics(self, metrics: Optional[Sequence[str]]) -> list[str]:

@@ -1,23 +1,35 @@
-"""Pass/fail thresholds: ``value >= threshold`` passes.
+"""Pass marks: which threshold applies to a (backend, metric), decided in one place for every output.
 
-The most specific setting wins: ``(backend, metric)``, then ``backend``, then ``metric``, then the
-default (0.5). The command line's ``--threshold`` values are read by `Thresholds.parse`: ``0.7`` for
-all, ``rubric=0.7`` per backend, ``faithfulness=0.6`` per metric, ``rubric:faithfulness=0.7`` per
-backend and metric.
+`pass_marks` is what the report, ``compare``, ``validate``, ``calibrate``, the noise figures and
+``diff`` ask; a score then passes by `ragbridge.verdicts.verdict` (``value >= threshold``, and a
+majority of repeats for a run made with ``--repeats``). The first that sets a mark wins:
+
+1. ``--threshold`` (`Thresholds.parse`): ``rubric:faithfulness=0.7`` for one backend and metric,
+   ``rubric=0.7`` for a backend, ``faithfulness=0.6`` for a metric;
+2. a gates file (`gate_thresholds`): a ``share(METRIC >= CUT)`` rule gives CUT, a ``METRIC >=
+   VALUE`` rule gives VALUE;
+3. a plain ``--threshold 0.7``: the mark of every other metric;
+4. the backend's own pass rule, recorded in ``run.json`` (``pass_marks``: a rubric's pass level on
+   the 0..1 scale; its claim rubric passes an answer whose every claim is supported, 1.0);
+5. the metric's default (`ragbridge.metrics.default_pass_mark`: 0.5; ``1/k`` for the precisions of
+   the retrieved list; 1 for the answer checks).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Union
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
-from ..metrics import DEFAULT_PASS_MARK, GENERATION, RETRIEVAL
+from ..metrics import DEFAULT_PASS_MARK, GENERATION, RETRIEVAL, default_pass_mark
 from .table import AnalysisError
 
-__all__ = ["Thresholds", "DEFAULT_THRESHOLD", "check_threshold"]
+__all__ = ["Thresholds", "PassMarks", "pass_marks", "gate_thresholds", "DEFAULT_THRESHOLD",
+           "check_threshold", "SOURCES"]
 
 DEFAULT_THRESHOLD = DEFAULT_PASS_MARK
+#: where a mark came from, as `PassMarks.lookup` names it
+SOURCES = ("--threshold", "gates", "backend", "default")
 
 
 @dataclass
@@ -37,6 +49,15 @@ class Thresholds:
         if metric in self.by_metric:
             return self.by_metric[metric]
         return self.default
+
+    def find(self, backend: str, metric: str) -> Optional[float]:
+        """The mark this object sets for (backend, metric) by name, or None (its default aside)."""
+        for found, value in (((backend, metric) in self.by_pair, self.by_pair.get((backend, metric))),
+                             (backend in self.by_backend, self.by_backend.get(backend)),
+                             (metric in self.by_metric, self.by_metric.get(metric))):
+            if found:
+                return float(value)
+        return None
 
     @classmethod
     def parse(
@@ -79,6 +100,95 @@ class Thresholds:
             else:
                 out.by_metric[name] = value
         return out
+
+
+@dataclass
+class PassMarks(Thresholds):
+    """Thresholds in layers ``(source, thresholds, its default applies)``; the first layer that sets
+    a mark for a (backend, metric) wins, then the metric's default with the run's cut-off ``k``.
+    `lookup` also says which layer it was (one of `SOURCES`)."""
+
+    layers: list[tuple[str, Thresholds, bool]] = field(default_factory=list)
+    k: Optional[int] = None
+
+    def lookup(self, backend: str, metric: str) -> tuple[float, str]:
+        for source, t, with_default in self.layers:
+            found = t.find(backend, metric)
+            if found is not None:
+                return found, source
+            if with_default:
+                return t.default, source
+        return default_pass_mark(metric, self.k), "default"
+
+    def get(self, backend: str, metric: str) -> float:
+        return self.lookup(backend, metric)[0]
+
+
+def _bare(specs: Any) -> bool:
+    """Whether ``--threshold`` values include a plain number (a new default for every metric)."""
+    if isinstance(specs, (int, float)) and not isinstance(specs, bool):
+        return True
+    if isinstance(specs, str):
+        specs = [specs]
+    if isinstance(specs, (list, tuple)):
+        return any("=" not in str(x) for x in specs)
+    return False
+
+
+def recorded_marks(run: Any) -> Thresholds:
+    """The backends' own pass rules a run recorded (``run.json`` ``pass_marks``)."""
+    marks = getattr(getattr(run, "manifest", None), "pass_marks", None) or {}
+    return Thresholds(by_pair={(b, m): float(v) for b, ms in marks.items() for m, v in ms.items()})
+
+
+def pass_marks(run: Any = None, thresholds: Any = None, gates: Any = None,
+               backends: Sequence[str] = ()) -> Thresholds:
+    """The pass marks of ``run`` (a `ragbridge.Run`, or None): ``thresholds`` (``--threshold``
+    values), then ``gates`` (a gates file or `ragbridge.analysis.gate.GateConfig`), then the
+    backends' own rules recorded in the run, then the defaults (see the module docstring). A
+    `Thresholds` object given as ``thresholds`` is the whole answer."""
+    if isinstance(thresholds, Thresholds):
+        return thresholds
+    if run is not None and not backends:
+        backends = sorted(set(run.manifest.backends) | set(run.manifest.metrics))
+    given = Thresholds.parse(thresholds, backends)
+    layers = [("--threshold", given, False)]
+    if gates is not None:
+        layers.append(("gates", gate_thresholds(gates), False))
+    if _bare(thresholds):
+        layers.append(("--threshold", given, True))
+    if run is not None:
+        layers.append(("backend", recorded_marks(run), False))
+    k = (run.manifest.options or {}).get("k") if run is not None else None
+    return PassMarks(layers=layers, k=k if isinstance(k, int) else None)
+
+
+def gate_thresholds(config: Any) -> Thresholds:
+    """Per-case pass marks read from a gates file (a path or a `ragbridge.analysis.gate.GateConfig`).
+
+    A ``share(METRIC >= CUT)`` rule gives ``CUT``; a ``METRIC >= VALUE`` (mean) rule gives
+    ``VALUE``: a case below the bar the mean must clear is one pulling it down. A rule with a
+    ``backend`` sets the mark for those backends only. When several rules name a metric, a rule over
+    all cases beats one limited to ``tags``, a share rule beats a mean rule, then the first in the
+    file wins. Other rules set no mark."""
+    from .gate.config import GateConfig, load_gates
+
+    if not isinstance(config, GateConfig):
+        config = load_gates(config)
+    marks = []
+    for rule in config.rules:
+        if rule.kind == "share" and rule.cut_op in (">=", ">"):
+            marks.append(((bool(rule.tags), 0, rule.index), rule, rule.cut))
+        elif rule.kind == "mean" and rule.op in (">=", ">"):
+            marks.append(((bool(rule.tags), 1, rule.index), rule, rule.threshold))
+    out = Thresholds()
+    for _, rule, value in sorted(marks, key=lambda m: m[0]):
+        for b in rule.backends or [None]:
+            if b is None:
+                out.by_metric.setdefault(rule.metric, value)
+            else:
+                out.by_pair.setdefault((b, rule.metric), value)
+    return out
 
 
 def _to_float(raw: str, spec: str) -> float:

@@ -7,7 +7,19 @@ real failures it catches), so a judge that agrees 90% overall but misses half of
 shows ``tnr`` 0.5. Also Cohen's kappa, balanced accuracy, and, where a backend exposes its claims
 (`ragbridge.run.summary.claim_counts`), the share of answers with at least one unsupported
 claim. Rates get Wilson intervals, kappa, balanced accuracy and Spearman bootstrap intervals
-(`ragbridge.analysis.stats`).
+(`ragbridge.analysis.stats`). ``missed`` lists the human fails the backend passed.
+
+A backend's verdict is `ragbridge.verdicts.verdict` at its pass mark
+(`ragbridge.analysis.thresholds.pass_marks`), as in every other output.
+
+Labels drawn by stratum (``ragbridge label``: half from the cases the judge passed, half from those it
+failed, the design carried in the labels file, `ragbridge.analysis.labels`) are weighted by it: each
+labelled case stands for ``stratum_size / labels in its stratum`` cases, so TPR, TNR, kappa, balanced
+accuracy and agreement are those of the whole run, not of the over-sampled fails (TPR and TNR with
+Wilson intervals at the effective sample size, kappa and balanced accuracy with a bootstrap within
+each stratum; the counts ``tp``, ``fn``, ``fp``, ``tn`` stay those of the labels);
+the pass rate follows the strata too (`ragbridge.analysis.ppi.pass_rate`). Spearman is of the
+labelled cases as drawn.
 """
 
 from __future__ import annotations
@@ -20,11 +32,12 @@ import numpy as np
 
 from ..run import Run
 from ..run.summary import claim_counts
+from ..verdicts import verdict
 from . import stats
 from .labels import load_labels
 from .ppi import ppi_estimates
 from .table import AnalysisError, ScoreTable, open_run
-from .thresholds import Thresholds
+from .thresholds import pass_marks
 
 __all__ = ["validate", "VALIDATE_COLUMNS"]
 
@@ -37,6 +50,7 @@ VALIDATE_COLUMNS = [
     "unsupported_share", "unsupported_share_low", "unsupported_share_high",
     "n_judged", "judge_pass_rate", "ppi_pass_rate", "ppi_pass_rate_low", "ppi_pass_rate_high",
     "human_pass_rate_low", "human_pass_rate_high", "ppi_mean", "ppi_mean_low", "ppi_mean_high",
+    "design", "strata", "missed",
 ]
 _NO_INTERVAL = (math.nan, math.nan)
 
@@ -71,7 +85,7 @@ def validate(
     if not isinstance(labels, pd.DataFrame):
         labels = load_labels(labels, metric=metrics[0] if metrics and len(metrics) == 1 else None)
     only = table.check_backends(backends)
-    th = Thresholds.parse(thresholds, table.backends())
+    th = pass_marks(table.run, thresholds, backends=sorted(table.backends()))
     have = table.metrics()
     label_metrics = list(dict.fromkeys(labels["metric"]))
     if metrics:
@@ -92,24 +106,100 @@ def validate(
                      else {c: True for c in grades})
         human = {c: (g >= label_threshold) if is_graded[c] else (g >= 0.5) for c, g in grades.items()}
         graded = any(is_graded.values()) and len(set(grades.values())) > 2
+        strata = _strata(table, metric, lab)
         for b in table.backends_of(metric):
             if only is None or b in only:
                 row = _validate_backend(table, metric, b, th.get(b, metric), grades, human, graded,
-                                        n_resamples, seed, confidence)
+                                        n_resamples, seed, confidence, strata)
                 rows.append(row)
     return pd.DataFrame(rows, columns=VALIDATE_COLUMNS)
 
 
+def _strata(table: ScoreTable, metric: str, lab) -> Optional[dict[str, str]]:
+    """Each case's stratum in the draw the labels of ``metric`` came from (the stratifying backend's
+    verdict at the recorded threshold, for every case it scored), or None for uniform labels.
+    Raises `AnalysisError` when the run cannot hold that draw (the backend did not score the metric,
+    or its strata no longer have the sizes the labels were drawn from)."""
+    if "stratum" not in lab or lab["stratum"].isna().all():
+        return None
+    first = lab.iloc[0]
+    backend, t = str(first["stratum_backend"]), float(first["stratum_threshold"])
+    got = table.by_mb.get((metric, backend))
+    if not got:
+        raise AnalysisError(f"the labels of {metric!r} were drawn by {backend}'s verdicts, but {backend} "
+                            f"did not score {metric} in this run")
+    strata = {c: "pass" if verdict(s, t) else "fail" for c, s in got.items() if s.status == "scored"}
+    recorded = dict(zip(lab["stratum"], lab["stratum_size"].astype(int)))
+    have = {h: sum(v == h for v in strata.values()) for h in recorded}
+    if have != recorded:
+        raise AnalysisError(
+            f"the labels of {metric!r} were drawn from {backend}'s verdicts at {t:g} with strata of "
+            + ", ".join(f"{h} {n}" for h, n in sorted(recorded.items())) + "; in this run they hold "
+            + ", ".join(f"{h} {n}" for h, n in sorted(have.items()))
+            + ": the run was scored again since, so the labels' weights no longer fit it (draw and "
+            "grade a new sample with ragbridge label)")
+    return strata
+
+
+def _weighted(truth: np.ndarray, pred: np.ndarray, w: np.ndarray) -> dict[str, float]:
+    """TPR, TNR, balanced accuracy, agreement and kappa of weighted cases."""
+    def share(num, den):
+        return float(num / den) if den > 0 else math.nan
+
+    pos, neg, total = w[truth].sum(), w[~truth].sum(), w.sum()
+    tpr, tnr = share(w[truth & pred].sum(), pos), share(w[~truth & ~pred].sum(), neg)
+    po = share(w[truth == pred].sum(), total)
+    ph, pj = share(pos, total), share(w[pred].sum(), total)
+    pe = ph * pj + (1 - ph) * (1 - pj)
+    return {"tpr": tpr, "tnr": tnr, "balanced_accuracy": (tpr + tnr) / 2 if pos > 0 and neg > 0 else math.nan,
+            "agreement": po, "kappa": (po - pe) / (1 - pe) if pe < 1 else math.nan}
+
+
+def _weighted_figures(truth: np.ndarray, pred: np.ndarray, groups: list[str], sizes: dict[str, int],
+                      n_resamples: int, seed: int, confidence: float) -> dict[str, Any]:
+    """`_weighted` figures with each case weighted by its stratum (``sizes[h]`` cases stood for by the
+    labelled ones of ``h``), and intervals from ``n_resamples`` bootstraps within each stratum."""
+    g = np.array(groups)
+    counts = {h: int(np.sum(g == h)) for h in set(groups)}
+    w = np.array([sizes[h] / counts[h] for h in groups], float)
+    out: dict[str, Any] = dict(_weighted(truth, pred, w))
+    names = list(out)
+    if n_resamples <= 0 or not len(truth):
+        return out | {f"{k}_{e}": math.nan for k in names for e in ("low", "high")}
+    rng = np.random.default_rng(seed)
+    for k, cls in (("tpr", truth), ("tnr", ~truth)):  # rates: Wilson at the effective sample size
+        hits = pred[cls] if k == "tpr" else ~pred[cls]
+        out[f"{k}_low"], out[f"{k}_high"] = stats.wilson_weighted(hits, w[cls], confidence)
+    names = [k for k in names if k not in ("tpr", "tnr")]
+    draws = {k: [] for k in names}
+    where = {h: np.flatnonzero(g == h) for h in counts}
+    for _ in range(n_resamples):
+        idx = np.concatenate([rng.choice(ix, len(ix)) for ix in where.values()])
+        for k, v in _weighted(truth[idx], pred[idx], w[idx]).items():
+            if k in draws:
+                draws[k].append(v)
+    lo_q, hi_q = (1 - confidence) / 2 * 100, (1 + confidence) / 2 * 100
+    for k in names:
+        arr = np.array(draws[k], float)
+        arr = arr[~np.isnan(arr)]
+        ends = (float(np.percentile(arr, lo_q)), float(np.percentile(arr, hi_q)))
+        out[f"{k}_low"], out[f"{k}_high"] = ends if len(arr) and not math.isnan(out[k]) else _NO_INTERVAL
+    return out
+
+
 def _validate_backend(table: ScoreTable, metric: str, backend: str, t: float, grades: dict[str, float],
                       human: dict[str, bool], graded: bool, n_resamples: int, seed: int,
-                      confidence: float) -> dict[str, Any]:
-    """One row of `validate`: ``backend`` at threshold ``t`` against the labels of ``metric``."""
+                      confidence: float, strata: Optional[dict[str, str]] = None) -> dict[str, Any]:
+    """One row of `validate`: ``backend`` at threshold ``t`` against the labels of ``metric``
+    (``strata``: each case's stratum in a stratified draw, or None)."""
     got = table.by_mb.get((metric, backend), {})
+    if strata is not None:  # the population: the cases the draw could pick
+        got = {c: s for c, s in got.items() if c in strata}
     known = set(table.case_ids)
     ids = [c for c in grades if c in got and got[c].status == "scored"]
     truth = np.array([human[c] for c in ids], bool)
     value = np.array([got[c].value for c in ids], float)
-    pred = value >= t
+    pred = np.array([bool(verdict(got[c], t)) for c in ids], bool)
     st = {"undefined": 0, "errored": 0, "missing": 0}
     for c in grades:
         s = got.get(c)
@@ -141,39 +231,46 @@ def _validate_backend(table: ScoreTable, metric: str, backend: str, t: float, gr
             _NO_INTERVAL if math.isnan(row[name])
             else stats.bootstrap_interval(rows, data, n_resamples, seed + i, confidence))
     row["agreement"] = stats.agreement(truth, pred)
+    row["design"] = "uniform" if strata is None else "stratified"
+    row["strata"] = None
+    if strata is not None:
+        sizes = {h: sum(1 for c, s in got.items() if s.status == "scored" and strata[c] == h)
+                 for h in set(strata.values())}
+        row.update(_weighted_figures(truth, pred, [strata[c] for c in ids], sizes, n_resamples, seed,
+                                     confidence))
+        row["strata"] = {h: {"cases": sizes[h], "labels": sum(strata[c] == h for c in ids)}
+                         for h in sorted(sizes)}
+    row["missed"] = [c for c, y, p in zip(ids, truth, pred) if p and not y]
     found = [f for c in grades if (s := got.get(c)) is not None and (f := claim_counts(s)) is not None]
     n_claims, n_unsup = len(found), sum(1 for _, bad in found if bad > 0)
     row["claims_answers"], row["unsupported_answers"] = n_claims, n_unsup
     row["unsupported_share"] = stats.rate(n_unsup, n_claims)
     row["unsupported_share_low"], row["unsupported_share_high"] = stats.wilson_interval(
         n_unsup, n_claims, confidence)
-    row.update(_ppi_columns(got, human, grades, graded, t, confidence))
+    row.update(_ppi_columns(got, human, grades, graded, t, confidence, strata))
     return row
 
 
 def _ppi_columns(got: dict[str, Any], human: dict[str, bool], grades: dict[str, float], graded: bool,
-                 t: float, confidence: float) -> dict[str, Any]:
+                 t: float, confidence: float, strata: Optional[dict[str, str]]) -> dict[str, Any]:
     """The golden set's true pass rate (and mean, for grades on the 0..1 scale) by prediction-powered
     inference: the backend's verdict on every case it scored, corrected by its errors on the labelled
-    ones (`ppi_estimates`); with the judge's own pass rate and the labels-alone interval beside it."""
+    ones, following the draw (`ppi_estimates`); with the judge's own pass rate and the labels-alone
+    interval beside it."""
     judge = {c: s.value for c, s in got.items() if s.status == "scored"}
-    est = ppi_estimates(judge, human, t, human_grade=grades if graded else None, confidence=confidence)
+    est = ppi_estimates(judge, human, t, human_grade=grades if graded else None, confidence=confidence,
+                        verdicts={c: bool(verdict(got[c], t)) for c in judge}, strata=strata)
     p, m = est["pass_rate"], est["mean"] or {}
     nan = math.nan
     return {
         "n_judged": p["n"] + p["N"], "judge_pass_rate": nan if p["judge_only"] is None else p["judge_only"],
-        "ppi_pass_rate": _or_nan(p["estimate"]), "ppi_pass_rate_low": _clip(p["low"]),
-        "ppi_pass_rate_high": _clip(p["high"]),
+        "ppi_pass_rate": _or_nan(p["estimate"]), "ppi_pass_rate_low": _or_nan(p["low"]),
+        "ppi_pass_rate_high": _or_nan(p["high"]),
         "human_pass_rate_low": _or_nan(p["classical"]["low"]),
         "human_pass_rate_high": _or_nan(p["classical"]["high"]),
         "ppi_mean": _or_nan(m.get("estimate")), "ppi_mean_low": _or_nan(m.get("low")),
         "ppi_mean_high": _or_nan(m.get("high")),
     }
-
-
-def _clip(v: Any) -> float:
-    """A pass rate's interval end, within 0..1 (NaN stays NaN)."""
-    return math.nan if v is None else min(1.0, max(0.0, float(v)))
 
 
 def _or_nan(v: Any) -> float:

@@ -45,8 +45,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
                         "cannot hold."),
     "convert": ("data", "Convert a dataset between formats (canonical JSONL, CSV, Parquet, datasets, TREC, "
                         "and the backends' own)."),
-    "sample": ("data", "Draw a reproducible sample of logged interactions as canonical cases, ready for "
-                       "reference-free metrics."),
+    "sample": ("data", "Draw a reproducible sample of production traces (or logged interactions) as "
+                       "canonical cases, ready for reference-free metrics."),
+    "anchor": ("data", "Anchor chunk-id and section labels to spans of the documents, so that they survive "
+                       "re-chunking."),
+    "export-scores": ("data", "Write a run's scores as span evaluations (trace id, span id, name, label, "
+                              "score, explanation) for the tracing tool the traces came from."),
     "compare": ("analysis", "Agreement between backends on each metric they share, and the cases they "
                             "disagree on most; with two runs, each backend against itself in the other run "
                             "(e.g. another judge model)."),

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, List, Sequence
+from typing import Any, List, Optional, Sequence
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..analysis.calibrate import calibrate, calibration_flips
+from ..analysis.calibrate import calibrate, calibration_flips, interval_text
 from ..analysis.compare import FIGURE_NAMES, FIGURES, compare, compare_runs, disagreements, run_shifts
 from ..analysis.stats import DEFAULT_PERMUTATIONS, DEFAULT_RESAMPLES
 from ..analysis.table import AnalysisError, ScoreTable, open_run
-from ..analysis.thresholds import DEFAULT_THRESHOLD
 from ..analysis.validate import validate
 from ..analysis.trend import Trend, trend
 from ..report.text import MISSING, ci_text, interval, num, one_line, p_text, records
@@ -43,13 +42,20 @@ def _unscored_note(row, side: str, name: str) -> str:
     return f"{name}: " + ", ".join(parts) if parts else ""
 
 
+#: the characters of a reason a case block shows (``--json`` holds every reason whole)
+REASON_CHARS = 140
+
+
 def _case_lines(case_id: str, heading: str, question: Any, sides: Sequence[tuple[str, str, Any]]) -> list:
-    """A case as a block of plain lines: id, heading, question, then each backend's verdict and reason."""
+    """A case as a block of plain lines: id, heading, question, then each backend's verdict and reason
+    (cut to `REASON_CHARS`)."""
     lines = [f"{case_id} ({heading})" if heading else case_id]
     if one_line(question):
         lines.append(f"  question: {one_line(question)}")
     for name, verdict, reason in sides:
         reason = one_line(reason)
+        if len(reason) > REASON_CHARS:
+            reason = reason[:REASON_CHARS].rstrip() + " [...]"
         lines.append(f"  {name} {verdict}" + (f": {reason}" if reason else ""))
     return lines
 
@@ -72,8 +78,8 @@ def compare_cmd(
     backend: List[str] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
     threshold: List[str] = typer.Option(
         None, "--threshold", "-t", help="Pass threshold: 0.7 for all, rubric=0.7 per backend, "
-                                        "rubric:faithfulness=0.7 per backend and metric (repeatable; default "
-                                        "0.5)."),
+                                        "rubric:faithfulness=0.7 per backend and metric (repeatable; "
+                                        "default: each metric's pass mark, docs/report.md)."),
     top: int = typer.Option(5, "--top", help="Disagreeing cases to show per metric."),
     resamples: int = typer.Option(
         DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples for the 95% intervals (0: none)."),
@@ -107,12 +113,35 @@ def compare_cmd(
     if as_json:
         print_json({"run": str(r.path), "agreement": records(frame), "disagreements": records(dis)})
         return
-    _print_agreement(out, r, frame)
+    every = disagreements(r, metric or None, backend or None, threshold or None, None)
+    flips = every[every["verdicts_differ"]].groupby("metric").size().to_dict() if not every.empty else {}
+    _print_agreement(out, r, frame, flips)
     if not dis.empty:
         _print_disagreements(out, dis)
 
 
-def _print_agreement(console, r: Run, frame) -> None:
+def _answer_lines(frame, flips: dict[str, int]) -> list[str]:
+    """The answer first, per metric: on how many cases the backends' verdicts differ (``flips``), and
+    how far they agree at their thresholds (the pair that agrees least and the one that agrees most)."""
+    lines = []
+    for metric, group in frame.groupby("metric", sort=False):
+        rows = group.to_dict("records")
+        names = sorted({r["backend_a"] for r in rows} | {r["backend_b"] for r in rows})
+        ranked = sorted(rows, key=lambda r: (math.inf if math.isnan(r["kappa"]) else r["kappa"]))
+        lines.append(f"{metric}: {len(names)} backends on {rows[0]['n_cases']} cases; their verdicts "
+                     f"differ on {flips.get(metric, 0)} case(s)")
+        for label, row in (("least agreement", ranked[0]), ("most agreement", ranked[-1]))[:len(ranked)]:
+            differ = row["a_pass_b_fail"] + row["a_fail_b_pass"]
+            lines.append(f"  {label}: {row['backend_a']} vs {row['backend_b']}, kappa "
+                         f"{ci_text(row['kappa'], row['kappa_low'], row['kappa_high'])}, verdicts differ on "
+                         f"{differ} of {row['n_paired']}")
+            if len(ranked) == 1:
+                break
+    return lines
+
+
+def _print_agreement(console, r: Run, frame, flips: dict[str, int]) -> None:
+    print_lines(console, _answer_lines(frame, flips))
     t = Table(title=f"Agreement between backends ({escape(str(r.path))})", title_justify="left",
               show_lines=True)
     for col in ("metric", "pair", "paired", *FIGURE_NAMES.values(), "PP PF FP FF", "not scored"):
@@ -132,23 +161,23 @@ def _print_agreement(console, r: Run, frame) -> None:
             f"{row['both_pass']} {row['a_pass_b_fail']} {row['a_fail_b_pass']} {row['both_fail']}",
             escape("\n".join(notes)) or MISSING,
         )
+        at = f"{row['threshold_a']:g}" + ("" if row["threshold_a"] == row["threshold_b"]
+                                         else f" / {row['threshold_b']:g}")
         lines += [
-            f"{row['metric']}: {a} vs {b}, {row['n_paired']} of {row['n_cases']} cases scored by both",
-            "  " + ", ".join(f"{name} {ci_text(row[f], row[f'{f}_low'], row[f'{f}_high'])}"
-                             for f, name in FIGURE_NAMES.items()),
-            f"  verdicts at {row['threshold_a']:g}"
-            + ("" if row["threshold_a"] == row["threshold_b"] else f" / {row['threshold_b']:g}")
-            + f": both pass {row['both_pass']}, "
-            f"only {a} passes {row['a_pass_b_fail']}, only {b} passes {row['a_fail_b_pass']}, "
+            f"{row['metric']}, {a} vs {b} ({row['n_paired']} of {row['n_cases']} cases): kappa "
+            f"{ci_text(row['kappa'], row['kappa_low'], row['kappa_high'])} at {at}; both pass "
+            f"{row['both_pass']}, only {a} {row['a_pass_b_fail']}, only {b} {row['a_fail_b_pass']}, "
             f"both fail {row['both_fail']}",
+            "  " + ", ".join(f"{name} {ci_text(row[f], row[f'{f}_low'], row[f'{f}_high'])}"
+                             for f, name in FIGURE_NAMES.items() if f != "kappa"),
         ]
         lines += [f"  not scored: {'; '.join(notes)}"] if notes else []
-    print_table(console, t, lines)
+    table = print_table(console, t, lines)
     print_lines(console, [
-        "95% bootstrap intervals in brackets. PP PF FP FF: cases both pass, only A passes, "
-        "only B passes, both fail"
-        + (f" (threshold {frame['threshold_a'].iloc[0]:g})" if same_thresholds else "")
-        + ". Only cases both backends scored enter a figure."
+        "95% bootstrap intervals in brackets."
+        + (" PP PF FP FF: cases both pass, only A passes, only B passes, both fail"
+           + (f" (threshold {frame['threshold_a'].iloc[0]:g})." if same_thresholds else ".") if table else "")
+        + " Only cases both backends scored enter a figure."
         + (" —: undefined (kappa when a backend passes or fails every case; a correlation when one side "
            "is constant)." if frame[list(FIGURES)].isna().any().any() else "")
     ], indent="")
@@ -196,11 +225,11 @@ def _compare_two_runs(path_a: Path, path_b: Path, metric, backend, threshold, to
             f"{row['a_pass_b_fail']}, only B passes {row['a_fail_b_pass']}, both fail {row['both_fail']}",
         ]
         rows += [f"  not scored: {'; '.join(notes)}"] if notes else []
-    print_table(out, t, rows)
+    table = print_table(out, t, rows)
     print_lines(out, [
         "shift: mean in B - mean in A over the cases both scored, paired bootstrap 95% interval and "
-        "permutation p; the figures compare A's values with B's case by case (bootstrap 95% intervals). "
-        "PP PF FP FF: cases both pass, only A passes, only B passes, both fail."
+        "permutation p; the figures compare A's values with B's case by case (bootstrap 95% intervals)."
+        + (" PP PF FP FF: cases both pass, only A passes, only B passes, both fail." if table else "")
     ], indent="")
     for (m, b), group in moved.groupby(["metric", "backend"], sort=False):
         lines = [f"Cases that moved most: {m}, {b}"]
@@ -223,7 +252,7 @@ def _print_disagreements(console, dis) -> None:
     backends_in = [c[:-6] for c in dis.columns if c.endswith(".value")]
     for m, group in dis.groupby("metric", sort=False):
         names = [b for b in backends_in if group[f"{b}.status"].notna().any()]
-        lines = [f"Largest disagreements: {m}"]
+        lines = [f"Where the backends disagree most: {m} (reasons cut; --json has them whole)"]
         for row in group.to_dict("records"):
             sides = []
             for b in names:
@@ -232,6 +261,8 @@ def _print_disagreements(console, dis) -> None:
                               row[f"{b}.reason"]))
             heading = f"spread {num(row['spread'])}"
             heading += ", verdicts differ" if row["verdicts_differ"] else ""
+            sides = [(b, f"{v} {'pass' if row[f'{b}.passed'] else 'fail'}" if row[f"{b}.status"] == "scored"
+                      else v, why) for (b, v, why) in sides]
             lines += _case_lines(row["case_id"], heading, row["question"], sides)
         print_lines(console, lines)
 
@@ -240,14 +271,15 @@ def validate_cmd(
     run: Path = typer.Argument(..., help="Run folder."),
     labels: Path = typer.Option(
         ..., "--labels", "-l", help="Human labels: JSONL or CSV with case_id, metric, label (pass/fail or a "
-                                    "grade)."),
+                                    "grade); or signal:NAME, the user signal NAME the run's cases carry "
+                                    "(thumbs, feedback) as the human side of every metric."),
     metric: List[str] = typer.Option(
         None, "--metric", "-m", help="Only these metrics (repeatable); with one metric, label lines may omit "
                                      "it."),
     backend: List[str] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
     threshold: List[str] = typer.Option(
         None, "--threshold", "-t", help="Backend pass threshold: 0.7, rubric=0.7 or rubric:faithfulness=0.7 "
-                                        "(repeatable; default 0.5)."),
+                                        "(repeatable; default: each metric's pass mark, docs/report.md)."),
     label_threshold: float = typer.Option(
         0.5, "--label-threshold", help="A human grade at or above this is a pass (e.g. 3 for a 1-5 scale)."),
     resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples (0: none)."),
@@ -256,8 +288,11 @@ def validate_cmd(
 ) -> None:
     """Each backend's verdicts against human labels: TPR, TNR, kappa, balanced accuracy."""
     r = _run_or_fail(run)
+    human = labels
+    if str(labels).startswith("signal:") and not labels.exists():
+        human = _signal_labels(r, str(labels)[len("signal:"):], metric)
     try:
-        frame = validate(r, labels, metric or None, backend or None, threshold or None,
+        frame = validate(r, human, metric or None, backend or None, threshold or None,
                          label_threshold, resamples, seed)
     except AnalysisError as exc:
         fail(str(exc))
@@ -268,6 +303,28 @@ def validate_cmd(
         _print_validation(out, frame)
     if unknown:
         err.print(f"[yellow]{unknown} label(s) name a case that is not in this run[/]")
+
+
+def _signal_labels(r, name: str, metrics: Optional[List[str]]):
+    """Labels from the user signal ``name`` on the run's cases, one per metric asked for (every metric
+    of the run when none is)."""
+    from ..traces.signals import labels_from_signals
+
+    if not name:
+        fail("--labels signal:NAME needs the signal's name, e.g. signal:thumbs")
+    wanted = list(metrics) if metrics else sorted({s.metric for s in r.scores})
+    frame, unread = labels_from_signals(r.cases, name, wanted)
+    if frame.empty:
+        names = sorted({str(s.get("name")) for c in r.cases for s in c.metadata.get("signals", []) or []
+                        if isinstance(s, dict)})
+        fail(f"{r.path}: no case carries a signal named {name!r}"
+             + (f" (the cases carry: {', '.join(names)})" if names else
+                " (the cases carry no signals: sample the traces with their feedback, "
+                "ragbridge sample --signals)"))
+    if unread:
+        err.print(f"[yellow]warning:[/] {unread} {name!r} signal(s) have neither a score nor a pass/fail "
+                  "label and are not labels", highlight=False)
+    return frame
 
 
 def _ppi_line(row) -> str:
@@ -334,6 +391,16 @@ def _print_validation(console, frame) -> None:
            "the backend exposes" if show_claims else "")
         + "."
     ], indent="")
+    notes = []
+    for row in frame.to_dict("records"):
+        where = f"{row['metric']}, {row['backend']}"
+        if row["design"] == "stratified":
+            notes.append(f"{where}: labels drawn by the judge's verdict ("
+                         + ", ".join(f"{h} {v['labels']} of {v['cases']}" for h, v in row["strata"].items())
+                         + "); every figure but the counts is weighted by stratum")
+        if row["missed"]:
+            notes.append(f"{where}: missed (human fail, backend pass): " + ", ".join(row["missed"]))
+    print_lines(console, notes)
     ppi = [row for row in frame.to_dict("records")
            if row["n_judged"] and not math.isnan(row["ppi_pass_rate"])]
     if ppi:
@@ -348,8 +415,9 @@ def calibrate_cmd(
     source: str = typer.Option(..., "--from", help="Backend whose pass/fail to reproduce."),
     target: str = typer.Option(..., "--to", help="Backend whose threshold to choose."),
     metric: str = typer.Option(..., "--metric", "-m", help="Canonical metric both backends scored."),
-    threshold: float = typer.Option(
-        DEFAULT_THRESHOLD, "--threshold", "-t", help="The source backend's threshold."),
+    threshold: Optional[float] = typer.Option(
+        None, "--threshold", "-t", help="The source backend's threshold (default: its pass mark, "
+                                        "docs/report.md)."),
     top: int = typer.Option(10, "--top", help="Flipping cases to show."),
     resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples (0: none)."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
@@ -365,16 +433,15 @@ def calibrate_cmd(
     if curve.empty:
         fail(f"no case was scored by both {source} and {target} on {a['metric']}")
     best = curve[curve["best"]].iloc[0]
-    flips = calibration_flips(r, source, target, a["metric"], threshold, float(best["threshold"]))
+    flips = calibration_flips(r, source, target, a["metric"], a["source_threshold"], float(best["threshold"]))
     if as_json:
         print_json({"run": str(r.path), **a, "best": best.to_dict(), "curve": records(curve),
                     "flips": records(flips)})
         return
-    hi = "+∞" if math.isinf(best["threshold_high"]) else f"{best['threshold_high']:.3g}"
-    lo = "-∞" if math.isinf(best["threshold_low"]) else f"{best['threshold_low']:.3g}"
     lines = [
-        f"{a['metric']}: {source} at {a['source_threshold']:g} ≈ {target} at {best['threshold']:.3g} "
-        f"(any threshold in ({lo}, {hi}] gives the same verdicts)",
+        f"{a['metric']}: {source} at {a['source_threshold']:g} ≈ {target} at {_cut(best)} "
+        f"(any threshold {interval_text(best['threshold_low'], best['threshold_high'])} gives the same "
+        "verdicts)",
         f"kappa {ci_text(best['kappa'], best['kappa_low'], best['kappa_high'])}, agreement "
         f"{ci_text(best['agreement'], best['agreement_low'], best['agreement_high'])} on "
         f"{a['n_paired']} case(s) both scored; {int(best['flips'])} still flip "
@@ -391,9 +458,10 @@ def calibrate_cmd(
         t.add_column(col, justify="right", no_wrap=True)
     rows = []
     for row in curve.to_dict("records"):
-        t.add_row(f"{row['threshold']:.3g}", num(row["kappa"]), num(row["agreement"]),
+        where = interval_text(row["threshold_low"], row["threshold_high"])
+        t.add_row(where, num(row["kappa"]), num(row["agreement"]),
                   str(row["flips"]), num(row["target_pass_rate"], 2), "◀ best" if row["best"] else "")
-        rows.append(f"{row['threshold']:.3g}: kappa {num(row['kappa'])}, agreement "
+        rows.append(f"{where}: kappa {num(row['kappa'])}, agreement "
                     f"{num(row['agreement'])}, {row['flips']} flips, target pass rate "
                     f"{num(row['target_pass_rate'], 2)}" + (" (best)" if row["best"] else ""))
     print_table(out, t, rows)
@@ -407,6 +475,13 @@ def calibrate_cmd(
                 for side, name in (("source", source), ("target", target))
             ])
         print_lines(out, lines)
+
+
+def _cut(row) -> str:
+    """The threshold a calibration row is tried at, or ``> highest`` for the row no case passes."""
+    if math.isinf(row["threshold_high"]) and row["threshold"] > 1:
+        return f"> {row['threshold_low']:.3g}"
+    return f"{row['threshold']:.3g}"
 
 
 def trend_json(t: Trend) -> dict:

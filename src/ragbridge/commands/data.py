@@ -1,6 +1,7 @@
 """The dataset commands: ``ragbridge formats`` (what each format reads, writes and cannot hold),
-``ragbridge convert`` (between formats), ``ragbridge sample`` (logged interactions as cases) and
-``ragbridge anchor`` (chunk-id and section labels as span labels of the documents).
+``ragbridge convert`` (between formats), ``ragbridge sample`` (production traces or logged
+interactions as cases), ``ragbridge export-scores`` (a run's scores back to the traces, as span
+evaluations) and ``ragbridge anchor`` (chunk-id and section labels as span labels of the documents).
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from ..formats import DatasetError, get_formats, load_cases, write_cases
 from ..formats.records import input_warnings
 from .output import err, fail, out, print_json, warn
 
-__all__ = ["register", "formats", "convert", "sample", "anchor"]
+__all__ = ["register", "formats", "convert", "sample", "export_scores", "anchor"]
 
 
 def register(cli: typer.Typer) -> None:
     cli.command("formats")(formats)
     cli.command("convert")(convert)
     cli.command("sample")(sample)
+    cli.command("export-scores")(export_scores)
     cli.command("anchor")(anchor)
 
 
@@ -93,27 +95,112 @@ def convert(
 
 
 def sample(
-    traces: Path = typer.Argument(..., help="JSONL log of production interactions."),
-    n: int = typer.Option(200, "--n", help="How many interactions to draw."),
-    seed: int = typer.Option(0, "--seed", help="Seed: the same log, filters and seed give the same sample."),
+    traces: Path = typer.Argument(..., help="Trace export (OTLP JSON, a span export: see ragbridge formats) "
+                                            "or a JSONL log of interactions."),
+    n: Optional[int] = typer.Option(None, "--n", help="At most this many traces (default 200; all with "
+                                                      "--rate alone)."),
+    rate: Optional[float] = typer.Option(
+        None, "--rate", help="Keep each trace whose draw (a hash of its id and the seed) is below RATE, in "
+                             "(0, 1]: the same trace is in or out every day."),
+    seed: int = typer.Option(0, "--seed", help="Seed: the same file, filters and seed give the same sample."),
     where: List[str] = typer.Option(
-        None, "--where", help="Keep only interactions with field=value (repeatable; tag=billing matches a "
-                              "tag)."),
+        None, "--where", help="Keep only traces with a span whose attribute key=value (repeatable: all on "
+                              "one span; tag=billing matches a tag); for a log, field=value or a path."),
+    from_format: Optional[str] = typer.Option(
+        None, "--from", help="Format of TRACES (default: recognised from its content)."),
     mapping: Optional[Path] = typer.Option(
-        None, "--mapping", help="TOML file mapping log fields to the schema (see ragbridge.run.sample)."),
+        None, "--mapping", help="TOML file mapping log fields to the schema (logs only; docs/traces.md)."),
+    signals: Optional[Path] = typer.Option(
+        None, "--signals", help="User feedback by trace_id or span_id (JSONL or CSV: name, score, label, "
+                                "note), carried into the cases."),
     out_file: Path = typer.Option(
         ..., "--out", "-o", help="Where to write the sampled cases (.jsonl, .csv, .parquet)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
-    """Draw a reproducible sample of logged interactions as canonical cases, ready for reference-free
-    metrics."""
+    """Draw a reproducible sample of production traces (or logged interactions) as canonical cases,
+    ready for reference-free metrics."""
     from ..run.sample import load_mapping, sample_traces
+    from ..traces.signals import load_signals
 
     try:
-        cases = sample_traces(traces, n, seed=seed, where=where or (), mapping=load_mapping(mapping))
-        write_cases(cases, out_file)
+        feedback = load_signals(signals) if signals is not None else None
+        drawn = sample_traces(traces, n if n is not None or rate is not None else 200, seed=seed,
+                              where=where or (), mapping=load_mapping(mapping), rate=rate,
+                              format=from_format, signals=feedback)
+        if not drawn.cases:
+            lines = drawn.report.lines() if drawn.report else []
+            fail(f"{traces}: none of the {drawn.drawn} drawn trace(s) gives a case"
+                 + (": " + "; ".join(lines) if lines else ""))
+        write_cases(drawn.cases, out_file)
     except DatasetError as exc:
         fail(str(exc))
-    out.print(f"sampled {len(cases)} interaction(s) into {escape(str(out_file))}", highlight=False)
+    for line in (drawn.report.lines() if drawn.report else []):
+        warn(f"{traces}: {line}")
+    if as_json:
+        typer.echo(json.dumps({"out": str(out_file), **drawn.record()}, indent=2))
+        return
+    unit = "span(s)" if drawn.kind == "traces" else "record(s)"
+    what = "trace(s)" if drawn.kind == "traces" else "interaction(s)"
+    out.print(f"sampled {len(drawn.cases)} {what} into {escape(str(out_file))} ({drawn.drawn} drawn; "
+              f"{drawn.matched} of {drawn.read} {unit} passed the filters)", highlight=False)
+
+
+def export_scores(
+    run: Path = typer.Argument(..., help="Run folder whose cases came from traces (ragbridge sample)."),
+    to_format: str = typer.Option(..., "--to", help="Score format: jsonl, csv, or a tracing tool's that a "
+                                                    "plugin registers (an unknown name lists them)."),
+    out_file: Path = typer.Option(..., "--out", "-o", help="Where to write (a file, or a folder for some "
+                                                           "formats)."),
+    metric: List[str] = typer.Option(None, "--metric", "-m", help="Only these metrics (repeatable)."),
+    backend: List[str] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
+    threshold: List[str] = typer.Option(
+        None, "--threshold", "-t", help="Pass threshold for the labels: 0.7, rubric=0.7 or "
+                                        "rubric:faithfulness=0.7 (repeatable; default 0.5)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Write a run's scores as span evaluations (trace id, span id, name, label, score, explanation) for
+    the tracing tool the traces came from."""
+    from ..analysis.table import AnalysisError, open_run
+    from ..analysis.thresholds import Thresholds
+    from ..formats.files import atomic_path
+    from ..traces import get_score_formats
+    from ..traces.evaluations import evaluation_rows
+
+    fmts = get_score_formats()
+    if to_format not in fmts:
+        fail(f"unknown score format {to_format!r}; known: {', '.join(sorted(fmts))}")
+    try:
+        r = open_run(run)
+        marks = Thresholds.parse(threshold or None, {s.backend for s in r.scores})
+        scores = [s for s in r.scores if (not metric or s.metric in metric)
+                  and (not backend or s.backend in backend)]
+        rows, homeless = evaluation_rows(
+            r.cases, scores, lambda s: s.value >= marks.get(s.backend, s.metric))
+    except AnalysisError as exc:
+        fail(str(exc))
+    if not rows:
+        fail(f"{run}: no score of a case read from a trace" + (
+            f" ({homeless} score(s) of cases with no trace id: sample traces with ragbridge sample)"
+            if homeless else ""))
+    fmt = fmts[to_format]
+    try:
+        with atomic_path(out_file) as tmp:
+            if fmt.is_dir:
+                tmp.mkdir()
+            notes = fmt.write(rows, tmp)
+    except (DatasetError, OSError) as exc:
+        fail(f"{out_file}: cannot be written: {exc}")
+    if homeless:
+        notes = [*notes, f"{homeless} score(s) of cases that did not come from a trace were left out"]
+    for line in notes:
+        warn(line)
+    if as_json:
+        typer.echo(json.dumps({"out": str(out_file), "format": to_format, "evaluations": len(rows),
+                               "left_out": homeless, "warnings": notes}, indent=2))
+        return
+    names = sorted({row["name"] for row in rows})
+    out.print(f"wrote {len(rows)} span evaluation(s) ({len(names)} name(s): {escape(', '.join(names[:4]))}"
+              f"{', ...' if len(names) > 4 else ''}) to {escape(str(out_file))}", highlight=False)
 
 
 def anchor(

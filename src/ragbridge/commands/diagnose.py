@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ..analysis.diagnose import LAYERS, Diagnosis, diagnose
 from ..analysis.table import AnalysisError, open_run
-from ..report.marks import pass_marks
+from ..analysis.thresholds import pass_marks
 from ..run.summary import ALL
 from .output import fail, out, print_json, print_lines, print_table, warn
 
@@ -35,7 +35,7 @@ def diagnose_cmd(
     threshold: List[str] = typer.Option(
         None, "--threshold", "-t", help="Pass mark: 0.7 for all, faithfulness=0.7 per metric, "
                                         "rubric:faithfulness=0.7 per backend and metric (repeatable; "
-                                        "default: each metric's default pass mark)."),
+                                        "default: each metric's pass mark, docs/report.md)."),
     gates: Optional[Path] = typer.Option(None, "--gates", help="Take pass marks from this gates file too."),
     label_threshold: float = typer.Option(
         0.5, "--label-threshold", help="A human grade at or above this is a pass."),
@@ -46,9 +46,7 @@ def diagnose_cmd(
     undetermined (with the missing evidence named), and the evidence that decided it (docs/diagnose.md)."""
     try:
         r = open_run(run)
-        metrics = sorted({s.metric for s in r.scores})
-        backends = sorted({s.backend for s in r.scores})
-        th = pass_marks(threshold or None, gates, metrics, backends, (r.manifest.options or {}).get("k"))
+        th = pass_marks(r, threshold or None, gates)
         d = diagnose(r, th, labels, label_threshold)
     except AnalysisError as exc:
         fail(str(exc))

@@ -105,15 +105,17 @@ def print_lines(console: Console, lines: Iterable[str], indent: str = "    ") ->
             console.print(part.replace(_GLUE, " "), markup=False, highlight=False, soft_wrap=True)
 
 
-def print_table(console: Console, table: Table, lines: Iterable[str]) -> None:
-    """``table`` when it fits the width, else its title and ``lines`` (one per row) as plain text."""
+def print_table(console: Console, table: Table, lines: Iterable[str]) -> bool:
+    """``table`` when it fits the width, else its title and ``lines`` (one per row) as plain text;
+    True when the table was printed (a legend of its columns is then worth printing)."""
     if fits(console, table):
         console.print(table)
-        return
+        return True
     title = table.title
     if title:
         print_lines(console, [title.plain if isinstance(title, Text) else Text.from_markup(str(title)).plain])
     print_lines(console, lines)
+    return False
 
 
 def print_json(data: Any, file: Optional[Any] = None) -> None:

@@ -4,7 +4,7 @@
 ``diff`` prints what moved between two runs (the change in mean per metric and tag with its paired
 interval and p-value, then the cases), ``gate`` every rule's verdict and the cases behind each
 failure, and writes the JUnit XML and Markdown summary of `ragbridge.report.ci`. Both print one JSON
-document with ``--json`` (`diff_json`, `gate_json`).
+document with ``--json`` (`ragbridge.report.ci.diff_json`, `ragbridge.report.ci.gate_json`).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from ..analysis.gate import GateReport, load_gates, run_gates
 from ..analysis.stats import DEFAULT_PERMUTATIONS, DEFAULT_RESAMPLES
 from ..formats.files import atomic_path, write_atomic
 from ..report import ci
-from ..report.text import MISSING, interval, num, p_text, records
+from ..report.text import MISSING, interval, num, p_text
 from ..run.summary import ALL
 from .output import EXIT_CHECK_FAILED, err, fail, out, print_json, print_lines, print_table
 
-__all__ = ["register", "diff_command", "gate_command", "print_diff", "print_gate", "diff_json", "gate_json"]
+__all__ = ["register", "diff_command", "gate_command", "print_diff", "print_gate"]
 
 
 def register(cli: typer.Typer) -> None:
@@ -35,9 +35,6 @@ def register(cli: typer.Typer) -> None:
     cli.command("gate")(gate_command)
 
 
-def _moved(summary):
-    """Rows of a diff summary where some case moved: got worse or better, or changed status."""
-    return (summary["n_worse"] + summary["n_better"] + summary["n_status_changed"]) > 0
 
 
 def _diff_line(r, conf: str) -> str:
@@ -51,6 +48,22 @@ def _diff_line(r, conf: str) -> str:
     )
 
 
+def _tag_lines(frame, conf: str) -> list[str]:
+    """The per-tag rows as text, one paragraph per backend and metric: each tag's change, interval and
+    p-value, and its cases that moved (a significant change marked with ``*``)."""
+    lines = []
+    for (b, m), group in frame.groupby(["backend", "metric"], sort=False):
+        parts = []
+        for r in group.itertuples():
+            brackets = interval(r.ci_low, r.ci_high, 3, signed=True)
+            star = "*" if not math.isnan(r.p_value) and r.p_value < 0.05 and r.delta != 0 else ""
+            parts.append(f"{r.tag} {num(r.delta, signed=True)}{star}" + (f" {brackets}" if brackets else "")
+                         + f" p {p_text(r.p_value)} ({r.n_worse}-/{r.n_better}+"
+                         + (f"/{r.n_status_changed} status" if r.n_status_changed else "") + ")")
+        lines.append(f"{b} {m}: " + "; ".join(parts))
+    return lines + [f"per tag: change in mean ({conf} CI) p (cases worse-/better+); *: p < 0.05"]
+
+
 def _noise_line(r) -> str:
     """Whether a change in mean is within judge noise (measured from the runs' repeats)."""
     where = f"{r.backend} {r.metric}"
@@ -60,8 +73,32 @@ def _noise_line(r) -> str:
             f"the smallest change these {r.n_paired} cases can detect: {num(r.mde)} at power 0.8)")
 
 
+def _significant(frame):
+    """Rows whose change in mean is significant (permutation p < 0.05)."""
+    return frame[(frame["p_value"] < 0.05) & (frame["delta"] != 0)]
+
+
+def _answer(d: RunDiff) -> list[str]:
+    """What moved, first: the paired scores that got worse, better or changed status, and the metrics
+    (and tags) whose mean changed significantly."""
+    items = d.items
+    n_worse, n_better = int((items["change"] == "worse").sum()), int((items["change"] == "better").sum())
+    lines = [f"what moved: of {len(items)} paired scores, {n_worse} got worse, {n_better} better, "
+             f"{len(d.status_changes())} changed status"]
+    sig = _significant(d.summary)
+    if sig.empty:
+        lines.append("  no metric's mean changed significantly (paired permutation p < 0.05), overall or "
+                     "per tag")
+    for r in sig.itertuples():
+        where = (f"{r.tag}, " if r.tag != ALL else "") + f"{r.backend} {r.metric}"
+        lines.append(f"  {'WORSE' if r.delta < 0 else 'better'}: {where} {num(r.base_mean)} -> "
+                     f"{num(r.new_mean)} ({num(r.delta, signed=True)}, p {p_text(r.p_value)})")
+    return lines
+
+
 def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, show_all: bool = False) -> None:
-    """What changed: the change in mean of each metric and tag where a case moved, then the cases.
+    """What changed: the answer first (what moved, what changed significantly), then the change in
+    mean of each metric where a case moved, the tags whose change is significant, then the cases.
 
     ``show_all`` lists every metric and tag, moved or not.
     """
@@ -70,6 +107,7 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
         f"base: {d.base.path}  ({len(d.base.cases)} cases, status {d.base.manifest.status})",
         f"new:  {d.new.path}  ({len(d.new.cases)} cases, status {d.new.manifest.status})",
     ])
+    print_lines(console, _answer(d))
     notes = [f"warning: {w}" for w in d.warnings]
     for ids, where in ((d.only_in_base, "base"), (d.only_in_new, "new")):
         if ids:
@@ -84,9 +122,10 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
     tagged = d.summary[d.summary["tag"] != ALL] if by_tag else d.summary.iloc[0:0]
     hidden = []
     if not show_all:
-        hidden = [f"{int((~_moved(f)).sum())} {what}"
-                  for f, what in ((overall, "metric(s)"), (tagged, "per-tag row(s)")) if (~_moved(f)).any()]
-        overall, tagged = overall[_moved(overall)], tagged[_moved(tagged)]
+        still = [f"{int((~ci.moved(f)).sum())} {what}"
+                 for f, what in ((overall, "metric(s)"), (tagged, "per-tag row(s)")) if (~ci.moved(f)).any()]
+        hidden = still
+        overall, tagged = overall[ci.moved(overall)], tagged[ci.moved(tagged)]
     multi = d.summary["backend"].nunique() > 1
     for title, frame, with_tag in (("Change in mean (new - base) over paired cases", overall, False),
                                    ("Per tag", tagged, True)):
@@ -107,9 +146,10 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
                       interval(r.ci_low, r.ci_high, 3, signed=True) or MISSING,
                       p_text(r.p_value), str(r.n_worse), str(r.n_better),
                       f"[yellow]{r.n_status_changed}[/]" if r.n_status_changed else "0")
-        print_table(console, t, [_diff_line(r, conf) for r in frame.itertuples()])
+        print_table(console, t, _tag_lines(frame, conf) if with_tag else
+                    [_diff_line(r, conf) for r in frame.itertuples()])
     if hidden:
-        print_lines(console, [f"no case moved in the other {' and '.join(hidden)} (--all lists them)"])
+        print_lines(console, [f"no case moved in {', '.join(hidden)} (--all lists them)"])
     noisy = [r for r in d.summary[d.summary["tag"] == ALL].itertuples() if r.within_noise is not None]
     if noisy:
         print_lines(console, [_noise_line(r) for r in noisy])
@@ -145,38 +185,9 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
             lines.append(f"{r.case_id}, {r.backend} {r.metric}: {base} -> {new}"
                          + (f": {error}" if error else ""))
         print_table(console, t, lines)
-    n_worse = int((d.items["change"] == "worse").sum())
-    n_better = int((d.items["change"] == "better").sum())
-    print_lines(console, [
-        f"{len(d.items)} paired scores: {n_worse} worse, {n_better} better, {len(changes)} changed status; "
-        f"{len(d.only_in_base)} case(s) only in base, {len(d.only_in_new)} only in new"
-    ])
-
-
-def diff_json(d: RunDiff) -> dict:
-    """The diff as one JSON-ready document (every summary row, with ``moved``; every case that moved)."""
-    summary = d.summary.copy()
-    summary["moved"] = _moved(summary)
-    items = d.items
-    return {
-        "base": {"path": str(d.base.path), "n_cases": len(d.base.cases), "status": d.base.manifest.status},
-        "new": {"path": str(d.new.path), "n_cases": len(d.new.cases), "status": d.new.manifest.status},
-        "warnings": list(d.warnings),
-        "only_in_base": list(d.only_in_base),
-        "only_in_new": list(d.only_in_new),
-        "metrics_only_in_base": [list(k) for k in d.metrics_only_in_base],
-        "metrics_only_in_new": [list(k) for k in d.metrics_only_in_new],
-        "confidence": d.confidence,
-        "summary": records(summary),
-        "worse": records(d.worse()),
-        "better": records(d.better()),
-        "status_changes": records(d.status_changes()),
-        "totals": {
-            "paired_scores": len(items), "worse": int((items["change"] == "worse").sum()),
-            "better": int((items["change"] == "better").sum()),
-            "status_changed": len(d.status_changes()),
-        },
-    }
+    if d.only_in_base or d.only_in_new:
+        print_lines(console, [f"{len(d.only_in_base)} case(s) only in base, {len(d.only_in_new)} only in "
+                              "new"])
 
 
 def print_gate(report: GateReport, console=None, top: int = ci.TOP_CASES) -> None:
@@ -208,26 +219,6 @@ def print_gate(report: GateReport, console=None, top: int = ci.TOP_CASES) -> Non
             print_lines(console, lines)
     colour = "bold green" if report.passed else "bold red"
     console.print(f"[{colour}]{escape(report.summary_line())}[/]")
-
-
-def gate_json(report: GateReport) -> dict:
-    """The gate as one JSON-ready document: the verdict, then every rule with all the cases behind it."""
-    return {
-        "passed": report.passed,
-        "summary": report.summary_line(),
-        "run": str(report.run.path),
-        "baseline": str(report.baseline.path) if report.baseline is not None else None,
-        "warnings": list(report.warnings),
-        "results": [
-            {
-                "rule": r.rule.index, "label": r.rule.label, "check": r.rule.check, "tags": list(r.rule.tags),
-                "backend": r.backend, "verdict": r.verdict, "figure": r.figure, "ci_low": r.ci_low,
-                "ci_high": r.ci_high, "p_value": r.p_value, "n": r.n, "detail": r.detail,
-                "n_cases_behind": len(r.items), "cases_behind": r.items,
-            }
-            for r in report.results
-        ],
-    }
 
 
 def _write_items(d: RunDiff, path: Path) -> None:
@@ -278,7 +269,7 @@ def diff_command(
     except RegressionError as exc:
         fail(str(exc))
     if as_json:
-        print_json(diff_json(d))
+        print_json(ci.diff_json(d))
     else:
         print_diff(d, out, top=top, by_tag=not no_tags, show_all=show_all)
     if items is not None:
@@ -326,7 +317,7 @@ def gate_command(
     except RegressionError as exc:
         fail(str(exc))
     if as_json:
-        print_json(gate_json(report))
+        print_json(ci.gate_json(report))
     else:
         print_gate(report, out, top=top)
     if junit is not None:

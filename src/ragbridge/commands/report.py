@@ -41,7 +41,11 @@ def report_cmd(
         0.5, "--label-threshold", help="A human grade at or above this is a pass."),
     gates: Optional[Path] = typer.Option(
         None, "--gates", "-g",
-        help="Gates file (TOML): its rules set the thresholds of the metrics they name."),
+        help="Gates file (TOML): its rules set the thresholds of the metrics they name, and the report "
+             "shows the gate's verdicts."),
+    baseline: Optional[Path] = typer.Option(
+        None, "--baseline", "-b", help="An earlier run of the same golden set: the report shows what moved "
+                                       "since (diff's cases; with --gates, drop rules too)."),
     history: List[Path] = typer.Option(
         None, "--history", help="Earlier run folders, or a folder of them: the report plots each metric's "
                                 "trend over them and this run (repeatable)."),
@@ -56,7 +60,7 @@ def report_cmd(
         r = open_run(run)
         data = report_data(r, thresholds=threshold or None, n_resamples=resamples, seed=seed, top=top,
                            labels=labels, label_threshold=label_threshold, gates=gates,
-                           history=history or None, case_texts=fmt != "html")
+                           history=history or None, case_texts=fmt != "html", baseline=baseline)
         text = render(r, data, fmt, full)
     except AnalysisError as exc:  # a gates file's errors are analysis errors too
         fail(str(exc))

@@ -17,7 +17,10 @@ counting what the judge cache and the run folder already hold.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -292,14 +295,28 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, no_progress,
     except (RunError, TargetError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:
-        fail(f"interrupted; what was scored is kept in {out_dir}; run the same command again to resume",
-             EXIT_INTERRUPTED)
+        _interrupted(out_dir)
     finally:
         signal.signal(signal.SIGTERM, previous)
     if result.manifest.status == "dry-run":
         _print_dry_run(result, out_dir, as_json)
         return
     _print_run(result, out_dir, as_json, with_latency=target is not None or rescoring)
+
+
+def _interrupted(out_dir) -> None:
+    """End an interrupted run now: say so, then leave without the interpreter's teardown.
+
+    By now the run folder is written and closed (the manifest says ``interrupted``) and the judge
+    gateway closed. What is left would only cost time: the backends' libraries' worker threads, which
+    the interpreter joins at exit, and the collection of every module they imported (seconds on an idle
+    machine, minutes on a loaded CI runner, where a cancelled job must stop within its grace period)."""
+    message = f"interrupted; what was scored is kept in {out_dir}; run the same command again to resume"
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(EXIT_INTERRUPTED)
 
 
 def _reading_bar():

@@ -22,9 +22,9 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
-from ..plugins import load_plugins, pm
+from ..plugins import registered
 from ..schema import Case
 from .files import DatasetError, atomic_path, jsonl_lines
 from .records import CANONICAL_FIELDS
@@ -49,6 +49,11 @@ class Format:
     ``fields`` are the record fields this format reads, for recognising its files: a file named by
     a canonical suffix (``.jsonl``, ``.csv``, ...) whose first record has a field the canonical
     format does not know, and only fields of exactly one format, is read as that format.
+    ``recognise``, for a format whose records have open-ended fields (a span export's
+    ``attributes.*`` columns), is a test of that first record instead.
+    ``spans``, for a trace format, streams the file's spans (`ragbridge.traces.spans.Span`) in file
+    order; its ``read`` groups them into cases (`ragbridge.traces`), and ``ragbridge sample`` draws
+    from the stream.
     """
 
     name: str
@@ -61,20 +66,13 @@ class Format:
     cannot_hold: tuple[str, ...] = ()
     fields: frozenset[str] = frozenset()
     options: tuple[str, ...] = ()
+    recognise: Optional[Callable[[dict[str, Any]], bool]] = None
+    spans: Optional[Callable[[Path], Iterator[Any]]] = None
 
 
 def get_formats() -> dict[str, Format]:
     """Every registered dataset format by name."""
-    load_plugins()
-    found: dict[str, Format] = {}
-
-    def register(fmt: Format) -> None:
-        if fmt.name in found:
-            raise ValueError(f"two plugins register a format named {fmt.name!r}")
-        found[fmt.name] = fmt
-
-    pm.hook.ragbridge_register_formats(register=register)
-    return found
+    return registered("ragbridge_register_formats", "format")
 
 
 # --------------------------------------------------------------------------------------------
@@ -122,15 +120,31 @@ def _first_record(path: Path) -> Optional[dict[str, Any]]:
             with open(path, encoding="utf-8-sig", newline="") as f:
                 return dict.fromkeys(next(csv.reader(f)))
         if suffix == ".json":
+            first = _first_line_object(path)
+            if first is not None and not any(isinstance(first.get(k), list) for k in JSON_LIST_KEYS):
+                return first  # JSON lines behind a .json suffix (a file exporter's), or one line
             data = json.loads(path.read_bytes().decode("utf-8-sig"))
             if isinstance(data, dict):
                 data = next((data[k] for k in JSON_LIST_KEYS if isinstance(data.get(k), list)), data)
-            first = data[0] if isinstance(data, list) and data else None
+            first = data[0] if isinstance(data, list) and data else data  # or one object (a trace export)
         else:
             first = next(jsonl_lines(path, allow_empty=True), (0, None))[1]
         return first if isinstance(first, dict) else None
     except Exception:  # noqa: BLE001 - unreadable here: the reader reports it precisely
         return None
+
+
+def _first_line_object(path: Path) -> Optional[dict[str, Any]]:
+    """The first line of a file as a JSON object, if it is one by itself."""
+    with open(path, "rb") as f:
+        for raw in f:
+            if raw.strip():
+                try:
+                    value = json.loads(raw.decode("utf-8-sig"))
+                except ValueError:
+                    return None
+                return value if isinstance(value, dict) else None
+    return None
 
 
 def _recognise(path: Path, fmt: Format) -> Format:
@@ -142,7 +156,8 @@ def _recognise(path: Path, fmt: Format) -> Format:
     if not foreign:
         return fmt
     formats = get_formats()
-    claims = sorted(n for n, f in formats.items() if f.read and f.fields and set(record) <= f.fields)
+    claims = sorted(n for n, f in formats.items() if f.read and (
+        (f.fields and set(record) <= f.fields) or (f.recognise is not None and f.recognise(record))))
     if len(claims) > 1:
         raise DatasetError(
             f"its fields ({', '.join(sorted(record))}) fit more than one format: {', '.join(claims)}",

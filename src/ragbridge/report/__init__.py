@@ -2,8 +2,9 @@
 
 ``ragbridge report RUN [--format html|md|json] [--out FILE]`` reads a run folder and writes it; from
 Python, `write_report` does the same, and `report_data` returns the content as a dict for notebooks.
-The parts: ``data`` (what the report shows, the JSON format), ``marks`` (the pass marks that badge a
-case), ``html`` (the page and its SVG plots, ``assets/``), ``markdown``, ``ci`` (a gate's JUnit XML
+The parts: ``data`` (what the report shows, the JSON format; its pass marks and verdicts are those of
+`ragbridge.analysis.thresholds` and `ragbridge.verdicts`, as in every other output), ``html`` (the
+page and its SVG plots, ``assets/``), ``markdown``, ``ci`` (a gate's JUnit XML
 and Markdown summary) and ``text`` (how numbers and text from the data are written in every output).
 
 A run judged by ragbridge's stub judge (``run.json``: ``judge.stub``) says so at the top of every

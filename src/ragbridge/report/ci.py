@@ -14,12 +14,13 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any, Optional, Sequence
 
+from ..analysis.diff import RunDiff
 from ..analysis.gate import GateReport, GateResult
 from ..run import Run
-from .text import escape_char, interval, md_text, num, plain_text
+from .text import escape_char, interval, md_text, num, plain_text, records
 
 __all__ = ["junit_xml", "markdown", "incomplete_junit_xml", "incomplete_markdown", "figure_text",
-           "item_line", "TOP_CASES"]
+           "item_line", "TOP_CASES", "diff_json", "gate_json", "moved"]
 
 #: How many of the cases behind a failed rule the terminal, the Markdown and the JUnit XML list
 #: (the same ones, in the same order; each says how many there are in all).
@@ -174,3 +175,55 @@ def incomplete_markdown(message: str, problems: Optional[Sequence[str]] = None) 
     lines = ["## ragbridge gate ⚠️ not gated: the run is incomplete", "", md_text(message), ""]
     lines += [f"- {md_text(p)}" for p in problems or ()]
     return "\n".join(lines) + "\n"
+
+
+def moved(summary):
+    """Rows of a diff summary where some case moved: got worse or better, or changed status."""
+    return (summary["n_worse"] + summary["n_better"] + summary["n_status_changed"]) > 0
+
+
+def diff_json(d: RunDiff, top: Optional[int] = None) -> dict:
+    """The diff as one JSON-ready document (every summary row, with ``moved``; the cases that got
+    worse, better or changed status: ``top`` of each, None for every one)."""
+    summary = d.summary.copy()
+    summary["moved"] = moved(summary)
+    items = d.items
+    return {
+        "base": {"path": str(d.base.path), "n_cases": len(d.base.cases), "status": d.base.manifest.status},
+        "new": {"path": str(d.new.path), "n_cases": len(d.new.cases), "status": d.new.manifest.status},
+        "warnings": list(d.warnings),
+        "only_in_base": list(d.only_in_base),
+        "only_in_new": list(d.only_in_new),
+        "metrics_only_in_base": [list(k) for k in d.metrics_only_in_base],
+        "metrics_only_in_new": [list(k) for k in d.metrics_only_in_new],
+        "confidence": d.confidence,
+        "summary": records(summary),
+        "worse": records(d.worse(top=top)),
+        "better": records(d.better(top=top)),
+        "status_changes": records(d.status_changes() if top is None else d.status_changes().head(top)),
+        "totals": {
+            "paired_scores": len(items), "worse": int((items["change"] == "worse").sum()),
+            "better": int((items["change"] == "better").sum()),
+            "status_changed": len(d.status_changes()),
+        },
+    }
+
+
+def gate_json(report: GateReport) -> dict:
+    """The gate as one JSON-ready document: the verdict, then every rule with all the cases behind it."""
+    return {
+        "passed": report.passed,
+        "summary": report.summary_line(),
+        "run": str(report.run.path),
+        "baseline": str(report.baseline.path) if report.baseline is not None else None,
+        "warnings": list(report.warnings),
+        "results": [
+            {
+                "rule": r.rule.index, "label": r.rule.label, "check": r.rule.check, "tags": list(r.rule.tags),
+                "backend": r.backend, "verdict": r.verdict, "figure": r.figure, "ci_low": r.ci_low,
+                "ci_high": r.ci_high, "p_value": r.p_value, "n": r.n, "detail": r.detail,
+                "n_cases_behind": len(r.items), "cases_behind": r.items,
+            }
+            for r in report.results
+        ],
+    }

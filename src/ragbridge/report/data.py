@@ -12,8 +12,8 @@
   per-score call times (scores run concurrently, so the sum is larger than the wall time);
 - the diagnosis: each failing case's layer (retrieval, generation, knowledge base, reference or
   judge, undetermined) and what decided it, counted overall and per tag;
-- the pass mark of every metric and backend, where it came from (`ragbridge.report.marks`), and how
-  many cases fall below it;
+- the pass mark of every metric and backend, where it came from
+  (`ragbridge.analysis.thresholds.pass_marks`), and how many cases fail it (`ragbridge.verdicts`);
 - a drill-down per case: question, retrieved chunks with the relevant ones marked (the relevance
   rule of ``ragbridge.schema``), answer, reference, and every backend's score and reason; a case
   with a score below its pass mark carries a badge naming the metrics.
@@ -42,7 +42,7 @@ from ..analysis.diagnose import diagnose
 from ..analysis.noise import noise_section, repeats_of
 from ..analysis.stats import CONFIDENCE, DEFAULT_RESAMPLES
 from ..analysis.table import open_run
-from ..analysis.thresholds import Thresholds
+from ..analysis.thresholds import PassMarks, Thresholds, pass_marks
 from ..analysis.validate import validate
 from ..formats.files import jsonl_lines
 from ..formats.records import batch_from_records
@@ -52,7 +52,7 @@ from ..metrics import sort_key as metric_key
 from ..run import Run
 from ..run.summary import ALL
 from ..schema import Case, Score
-from .marks import PassMarks, pass_marks
+from ..verdicts import verdict, why
 from .text import jsonable, records
 
 __all__ = ["report_data", "render_json", "backend_key", "read_cases", "case_texts", "TEXT_FIELDS"]
@@ -78,6 +78,7 @@ def report_data(
     gates: Any = None,
     history: Any = None,
     case_texts: bool = True,
+    baseline: Any = None,
 ) -> dict[str, Any]:
     """Everything the report shows, as plain JSON-ready data.
 
@@ -91,13 +92,21 @@ def report_data(
 
     With ``labels`` (a labels file or frame, see `ragbridge.analysis.load_labels`) the report also
     holds each backend's verdicts against the human labels (`ragbridge.analysis.validate`). Pass
-    marks come from ``thresholds``, then ``gates`` (a gates file), then the defaults (`pass_marks`)."""
+    marks come from ``thresholds``, then ``gates`` (a gates file), then the backends' own rules and
+    the defaults (`pass_marks`); every summary row carries its ``threshold`` and how many cases
+    pass and fail it (``n_pass``, ``n_fail``, by `ragbridge.verdicts.verdict`).
+
+    With ``baseline`` (an earlier run of the same golden set) the report holds ``moved``: the diff of
+    the two runs (`ragbridge.analysis.diff_runs`, as ``ragbridge diff --json`` prints it, the ``top``
+    cases of each kind) and, with ``gates``, the gate's verdicts on this run against that baseline
+    (``gate``, as ``ragbridge gate --json``); with ``gates`` and no baseline, ``gate`` holds the
+    verdicts of the rules that need none."""
     run = _without_texts(open_run(run))
     m = run.manifest
     backends = sorted({s.backend for s in run.scores} | set(m.backends), key=backend_key)
     metrics = sorted({s.metric for s in run.scores}, key=metric_key)
     k = (m.options or {}).get("k")
-    th = pass_marks(thresholds, gates, metrics, backends, k)
+    th = pass_marks(run, thresholds, gates, backends)
     rows = records(run.summary(by_tag=True))
     overall = sorted((r for r in rows if r["tag"] == ALL),
                      key=lambda r: (metric_key(r["metric"]), backend_key(r["backend"])))
@@ -114,6 +123,7 @@ def report_data(
     usage, per_metric = _judge_usage(run)
     flips = {(d["metric"], d["case_id"]) for d in dis if d["verdicts_differ"]}
     cases = _cases(run, th, k, flips, case_texts)
+    _pass_counts(cases, overall, tags, th)
     return jsonable({
         "ragbridge_version": __version__,
         "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -141,8 +151,58 @@ def report_data(
         "cost": (m.counts or {}).get("cost"),
         "noise": _noise(run, th, top),
         "trend": _trend(run, history, seed) if history else None,
+        "moved": _moved(run, baseline, n_resamples, seed, top) if baseline is not None else None,
+        "gate": _gate(run, gates, baseline, history, seed, top) if gates is not None else None,
         "statistics": {"n_resamples": n_resamples, "seed": seed, "confidence": CONFIDENCE},
     }) | {"cases": cases}  # JSON-ready as built (a score's value is a finite number or None)
+
+
+def _pass_counts(cases: list[dict], overall: list[dict], tags: dict[str, list[dict]], th: Thresholds) -> None:
+    """Give every summary row (overall, and per tag) its ``threshold``, ``n_pass`` and ``n_fail``:
+    the verdicts of the cases' scores."""
+    counts: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for c in cases:
+        for s in c["scores"]:
+            if s["passed"] is not None:
+                for tag in (ALL, *c["tags"]):
+                    counts[(tag, s["metric"], s["backend"])][0 if s["passed"] else 1] += 1
+    for tag, rows in [(ALL, overall), *tags.items()]:
+        for r in rows:
+            r["threshold"] = th.get(r["backend"], r["metric"])
+            r["n_pass"], r["n_fail"] = counts.get((tag, r["metric"], r["backend"]), (0, 0))
+
+
+def _moved(run: Run, baseline: Any, n_resamples: int, seed: int, top: int) -> dict[str, Any]:
+    """What moved since ``baseline``: the diff, as ``ragbridge diff --json`` (the ``top`` cases of each
+    kind), and which cases of this run it names."""
+    from ..analysis.diff import diff_runs
+    from .ci import diff_json
+
+    d = diff_runs(baseline, run, n_resamples=n_resamples, seed=seed, allow_incomplete=True)
+    return diff_json(d, top=top)
+
+
+def _gate(run: Run, gates: Any, baseline: Any, history: Any, seed: int, top: int) -> dict[str, Any]:
+    """The gate's verdicts on this run (against ``baseline``, over ``history``, when given), as
+    ``ragbridge gate --json``; the rules that need what was not given are left out (and named)."""
+    from ..analysis.diff import RegressionError
+    from ..analysis.gate import KINDS, GateConfig, load_gates, run_gates
+    from .ci import gate_json
+
+    config = gates if isinstance(gates, GateConfig) else load_gates(gates)
+    have = {None, *(["baseline"] if baseline is not None else []), *(["history"] if history else [])}
+    left_out = [r.label for r in config.rules if KINDS[r.kind].needs not in have]
+    config = GateConfig([r for r in config.rules if KINDS[r.kind].needs in have], config.seed,
+                        config.resamples, config.permutations, config.source)
+    if not config.rules:
+        return {"passed": None, "results": [], "left_out": left_out}
+    try:
+        report = gate_json(run_gates(run, config, baseline=baseline, seed=seed, history=history or None))
+    except RegressionError as exc:  # the file still sets the thresholds; the page says why it is not checked
+        return {"passed": None, "results": [], "left_out": left_out, "error": str(exc)}
+    for r in report["results"]:
+        r["cases_behind"] = r["cases_behind"][:top]
+    return report | {"left_out": left_out}
 
 
 def _trend(run: Run, history: Any, seed: int) -> Optional[dict]:
@@ -339,9 +399,9 @@ def _case_scores(cid: str, scores: list[Score], marks: dict[tuple[str, str], flo
     below: dict[str, list[str]] = {}
     for s in sorted(scores, key=lambda s: order[(s.backend, s.metric)]):
         t = marks[(s.backend, s.metric)]
-        passed = (s.value >= t) if s.status == "scored" else None
+        passed = verdict(s, t)
         if passed is False:
-            below.setdefault(s.metric, []).append(f"{s.backend} {s.value:.3f} < {t:.3g}")
+            below.setdefault(s.metric, []).append(f"{s.backend} {why(s, t)}")
         rows.append({
             "metric": s.metric, "backend": s.backend, "value": s.value, "status": s.status,
             "passed": passed, "threshold": t, "reason": s.reason, "error": s.error,

@@ -30,7 +30,7 @@ from ..run.summary import ALL
 from .data import case_texts, read_cases, report_data
 from .text import num, one_line
 
-__all__ = ["render_html", "plots", "svg_distribution", "svg_scatter", "svg_series", "backend_colors",
+__all__ = ["render_html", "plots", "grid", "svg_distribution", "svg_scatter", "svg_series", "backend_colors",
            "cases_in_full", "compact_pages", "PALETTE", "ASSETS", "FULL_CASES", "PAGE_ROWS",
            "SCATTER_POINTS", "SCATTER_BINS", "BELOW"]
 
@@ -371,10 +371,49 @@ def compact_pages(cases: list[dict[str, Any]], columns: list[tuple[str, str]]) -
     return "".join(out)
 
 
-def _tone(v: Any) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+def _tone(row: dict[str, Any]) -> str:
+    """The colour of a summary cell, from its cases' verdicts: ``hi`` every case passes, ``mid`` at
+    least half do, ``lo`` fewer, ``na`` none has a verdict."""
+    n_pass, n_fail = row.get("n_pass", 0), row.get("n_fail", 0)
+    if not n_pass + n_fail:
         return "na"
-    return "lo" if v < 0.5 else ("mid" if v < 0.8 else "hi")
+    return "hi" if not n_fail else ("mid" if n_pass >= n_fail else "lo")
+
+
+def grid(data: dict[str, Any], ids: set[str]) -> dict[str, Any]:
+    """The cases at a glance: a row per case of ``ids``, a column per backend:metric of the summary,
+    each cell the case's verdict at that column's pass mark (``pass``, ``fail``, ``undef``, ``error``,
+    or empty); rows worst first: the most failed cells, then the furthest below a mark."""
+    columns = [{"metric": r["metric"], "backend": r["backend"], "threshold": r["threshold"],
+                "key": f"{r['backend']}:{r['metric']}"} for r in data["summary"]]
+    rows = []
+    for c in data["cases"]:
+        if c["id"] not in ids:
+            continue
+        by = {(s["metric"], s["backend"]): s for s in c["scores"]}
+        cells, fails, margin = [], 0, math.inf
+        for col in columns:
+            s = by.get((col["metric"], col["backend"]))
+            if s is None:
+                cells.append({"cls": "none", "text": "", "sort": "", "title": "not scored"})
+                continue
+            if s["status"] != "scored":
+                text = {"error": "error", "missing": "miss"}.get(s["status"], "undef")
+                cls = "error" if s["status"] == "error" else "undef"
+                cells.append({"cls": cls, "text": text, "sort": "", "title": s.get("error") or s["status"]})
+                continue
+            fails += s["passed"] is False
+            margin = min(margin, s["value"] - col["threshold"])
+            verdict = "passes" if s["passed"] else "fails"
+            cells.append({"cls": "pass" if s["passed"] else "fail", "text": num(s["value"]),
+                          "sort": f"{s['value']:.6f}",
+                          "title": f"{col['key']} {num(s['value'])} {verdict} its threshold "
+                                   f"{col['threshold']:.3g}"})
+        rows.append({"id": c["id"], "tags": c["tags"], "cells": cells, "fails": fails,
+                     "margin": margin if math.isfinite(margin) else 0.0})
+    rows.sort(key=lambda r: (-r["fails"], r["margin"]))
+    tags = sorted({t for c in data["cases"] for t in c["tags"]})
+    return {"columns": columns, "rows": rows, "tags": tags, "n_cases": len(data["cases"])}
 
 
 def _script_hash(script: str) -> str:
@@ -414,5 +453,5 @@ def render_html(run: Union[Run, str, Path], data: Optional[dict] = None, full: i
     return env.get_template("report.html").render(
         d=data, plots=p, colors=p["colors"], style=Markup(style), script=Markup(script), csp=Markup(csp),
         summary_idx=summary_idx, tag_idx=tag_idx, svg=Markup, cases=shown, n_compact=len(rest),
-        compact=Markup(compact_pages(rest, columns)),
+        compact=Markup(compact_pages(rest, columns)), grid=grid(data, ids),
     )

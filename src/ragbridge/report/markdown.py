@@ -22,8 +22,8 @@ def render_markdown(run: Union[Run, str, Path], data: Optional[dict] = None, **k
     """The report as GitHub-flavoured Markdown (all data text escaped)."""
     d = data or report_data(open_run(run), **kw)
     out: list[str] = []
-    for section in (_head, _halves, _by_tag, _diagnosis, _agreement, _validation, _usage, _noise, _trend,
-                    _thresholds, _cases):
+    for section in (_head, _moved, _gate, _halves, _by_tag, _diagnosis, _agreement, _validation, _usage,
+                    _noise, _trend, _thresholds, _cases):
         section(d, out)
     return "\n".join(out) + "\n"
 
@@ -53,6 +53,55 @@ def _head(d: dict, out: list[str]) -> None:
             f"{counts.get('undefined', 0)} undefined, {counts.get('errored', 0)} errored)", ""]
 
 
+def _moved(d: dict, out: list[str]) -> None:
+    mv = d.get("moved")
+    if not mv:
+        return
+    t = mv["totals"]
+    out += [f"## What moved since {md_text(mv['base']['path'])}", "",
+            f"{t['paired_scores']} paired scores: **{t['worse']} worse**, **{t['better']} better**, "
+            f"{t['status_changed']} changed status.", ""]
+    out += [f"- ⚠️ {md_text(w)}" for w in mv["warnings"]] + ([""] if mv["warnings"] else [])
+    rows = [r for r in mv["summary"] if r["moved"]]
+    if rows:
+        out += ["| tag | backend | metric | paired | baseline | this run | change [CI] | p | worse | better "
+                "| judge noise |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            noise = ("—" if r["within_noise"] is None
+                     else f"{'within' if r['within_noise'] else 'beyond'} (band {num(r['noise_band'])})")
+            out.append(f"| {md_text(r['tag'])} | {md_text(r['backend'])} | {md_text(r['metric'])} | "
+                       f"{r['n_paired']} | {num(r['base_mean'])} | {num(r['new_mean'])} | "
+                       f"{ci_text(r['delta'], r['ci_low'], r['ci_high'], 3, signed=True)} | "
+                       f"{num(r['p_value'])} | {r['n_worse']} | {r['n_better']} | {noise} |")
+        out.append("")
+    for label, items in (("got worse", mv["worse"]), ("got better", mv["better"])):
+        if items:
+            out += [f"Cases that {label} (the {len(items)} largest):", "",
+                    "| case | backend | metric | baseline | this run | change |", "|---|---|---|---|---|---|"]
+            out += [f"| {md_text(r['case_id'])} | {md_text(r['backend'])} | {md_text(r['metric'])} | "
+                    f"{num(r['base_value'])} | {num(r['new_value'])} | {num(r['delta'], signed=True)} |"
+                    for r in items]
+            out.append("")
+
+
+def _gate(d: dict, out: list[str]) -> None:
+    g = d.get("gate")
+    if not g:
+        return
+    head = "no rule to check" if g["passed"] is None else ("✅ passed" if g["passed"] else "❌ failed")
+    out += [f"## Gate: {head}", ""]
+    if g.get("error"):
+        out += [f"The gate could not be checked on this run: {md_text(g['error'])}", ""]
+    if g.get("left_out"):
+        out += ["Not checked here (they need `--baseline` or `--history`): "
+                + "; ".join(md_text(x) for x in g["left_out"]), ""]
+    if g["results"]:
+        out += ["| # | backend | rule | figure | n | verdict | detail |", "|---|---|---|---|---|---|---|"]
+        out += [f"| {r['rule']} | {md_text(r['backend'])} | {md_text(r['label'])} | {num(r['figure'])} | "
+                f"{r['n']} | {r['verdict']} | {md_text(r['detail'])} |" for r in g["results"]]
+        out.append("")
+
+
 def _halves(d: dict, out: list[str]) -> None:
     idx = {(x["metric"], x["backend"]): x for x in d["summary"]}
     for half in ("retrieval", "generation"):
@@ -72,7 +121,9 @@ def _halves(d: dict, out: list[str]) -> None:
                 extra = [f"{x['n_undefined']} undef" if x["n_undefined"] else "",
                          f"{x['n_errored']} err" if x["n_errored"] else "",
                          f"{x['unsupported_share']:.0%} with an unsupported claim" if x["n_claims"] else ""]
-                cells.append(f"{num(x['mean'])} (n {x['n_scored']}{''.join(', ' + e for e in extra if e)})")
+                more = "".join(", " + e for e in extra if e)
+                cells.append(f"{num(x['mean'])}: {x['n_pass']} of {x['n_pass'] + x['n_fail']} pass "
+                             f"≥ {x['threshold']:.3g} (n {x['n_scored']}{more})")
             out.append(f"| {md_text(m)} | " + " | ".join(cells) + " |")
         out.append("")
 
@@ -170,7 +221,8 @@ def _validation(d: dict, out: list[str]) -> None:
         return
     out += ["## Against human labels", "",
             "Positive = pass. TPR: share of human passes the backend passes; TNR: share of human fails it "
-            "fails (Wilson 95% intervals); kappa and balanced accuracy with bootstrap 95% intervals.", "",
+            "fails (Wilson 95% intervals); kappa and balanced accuracy with bootstrap 95% intervals. "
+            "Labels drawn by stratum are weighted by it.", "",
             "| metric | backend | threshold | labelled | scored | not scored | human pass/fail | TPR | TNR "
             "| missed fails | kappa | balanced accuracy | unsupported claims |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -181,6 +233,11 @@ def _validation(d: dict, out: list[str]) -> None:
             f"{v['n_paired']} | {v['unscored']} | {v['human_pass']}/{v['human_fail']} | "
             f"{_figure(v, 'tpr')} | {_figure(v, 'tnr')} | {v['fp']}/{v['human_fail']} | "
             f"{_figure(v, 'kappa')} | {_figure(v, 'balanced_accuracy')} | {claims} |")
+    out.append("")
+    for v in d["validation"]:
+        if v.get("missed"):
+            out.append(f"- {md_text(v['metric'])}, {md_text(v['backend'])} missed (human fail, backend "
+                       "pass): " + ", ".join(md_text(c) for c in v["missed"]))
     out.append("")
 
 
@@ -262,11 +319,12 @@ def _trend(d: dict, out: list[str]) -> None:
 
 def _thresholds(d: dict, out: list[str]) -> None:
     out += ["## Thresholds", "",
-            "A score passes at or above its threshold. From `--threshold`, then the gates file (`--gates`), "
-            "then the defaults: 0.5 for ranking and judged metrics, 1/k for precision@k and "
+            "A score passes at or above its threshold (with repeats: when a majority of them do). From "
+            "`--threshold`, then the gates file (`--gates`), then the backend's own pass rule (a rubric's "
+            "pass level), then the defaults: 0.5 for ranking and judged metrics, 1/k for precision@k and "
             "context_relevance, 1 for must_contain, must_not_contain and abstention, no bar (0) for "
             "span_precision@k, span_iou@k and precision_omega.", "",
-            "| metric | backend | threshold | from | cases below |", "|---|---|---|---|---|"]
+            "| metric | backend | threshold | from | cases that fail |", "|---|---|---|---|---|"]
     for t in d["thresholds"]:
         out.append(f"| {md_text(t['metric'])} | {md_text(t['backend'])} | {t['threshold']:.3g} | "
                    f"{md_text(t['source'])} | {t['n_below']} of {t['n_scored']} |")

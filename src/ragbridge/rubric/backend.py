@@ -76,7 +76,8 @@ def _spec(r: Rubric) -> MetricSpec:
     what = {"whole": f"scale {r.scale}, pass at {r.pass_at}", "claims": "claims SUPPORTED / all",
             "per_chunk": "relevant chunks / all"}[r.mode]
     return MetricSpec(r.name, native_name=r.name, requires=r.requires, judge=True,
-                      description=f"rubric {r.hash}: {r.question} ({what})", digest=r.hash)
+                      description=f"rubric {r.hash}: {r.question} ({what})", digest=r.hash,
+                      pass_mark=r.threshold)
 
 
 def _with_diagnostics(rubrics: dict[str, Rubric]) -> list[MetricSpec]:

@@ -95,7 +95,7 @@ def register(cli) -> None:
         from rich.markup import escape
 
         from ..commands.output import fail, out, print_json
-        from .label import label_summary, render_page, sample_for_labels
+        from .label import label_summary, render_page, sample_for_labels, strata_of
         from .rubrics import RubricError
 
         if n < 1:
@@ -113,21 +113,22 @@ def register(cli) -> None:
         if not picked:
             fail(f"{run_dir}: no case has a scored {backend}:{rub.name} to label")
         target = out_file or (run_dir / f"label-{rub.name}.html")
-        page = render_page(rub, [c for c, _ in picked], str(run_dir), seed)
+        sizes = {side: len(cs) for side, cs in strata_of(r, rub.name, backend, rub).items()}
+        page = render_page(rub, picked, str(run_dir), seed, sizes, backend)
         try:
             _write_atomic(target, page)
         except OSError as exc:
             fail(f"cannot write {target}: {exc.strerror or exc}")
         info = {**label_summary(picked), "page": str(target), "metric": rub.name, "rubric_hash": rub.hash,
                 "labels_file": f"labels-{rub.name}.jsonl", "threshold": rub.threshold,
-                "case_ids": [c.id for c, _ in picked]}
+                "case_ids": [c.id for c, _ in picked], "strata": sizes}
         if as_json:
             print_json(info)
             return
         tags = ", ".join(f"{t} {k}" for t, k in info["tags"].items())
         out.print(f"label page written to [bold]{escape(str(target))}[/]: {info['n']} case(s), "
-                  f"{info['pass']} judged pass and {info['fail']} fail"
-                  + (f" (of {n} asked)" if info["n"] < n else ""),
+                  f"{info['pass']} of the {sizes['pass']} the judge passed and {info['fail']} of the "
+                  f"{sizes['fail']} it failed" + (f" (of {n} asked)" if info["n"] < n else ""),
                   highlight=False)
         out.print(f"[dim]tags: {escape(tags)}[/]", highlight=False)
         out.print("open it in a browser, grade each case and press Save labels; then validate the judge "

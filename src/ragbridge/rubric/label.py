@@ -1,11 +1,13 @@
 """Human labels without a labelling service: a stratified sample on one offline HTML page.
 
 `sample_for_labels` draws up to ``n`` cases a backend scored for one metric, stratified by the
-judge's verdict and by tag: half the sample from the cases the judge passed and half from those it
-failed (the rest from the other side when one runs short), and within each side one case per tag
-combination in turn (a seeded shuffle decides the order), so rare slices and rare verdicts are in the
-sample. The sample is therefore not a random sample of the run: TPR and TNR (rates given the human
-verdict) are what it estimates well.
+judge's verdict (`ragbridge.verdicts.verdict` at the rubric's pass rule): half the sample from the
+cases the judge passed and half from those it failed (the rest from the other side when one runs
+short), each half a simple random sample of its side (seeded), so rare verdicts are in the sample.
+The sample is therefore not a uniform sample of the run, and the labels say how it was drawn: each
+label carries its ``stratum`` (the judge's verdict), ``stratum_size`` (the cases of the run in that
+stratum), ``stratum_backend`` and ``stratum_threshold``, by which ``validate`` weights every figure
+(`ragbridge.analysis.labels`).
 
 `render_page` writes one self-contained page (no network, no CDN; a Content-Security-Policy lets only
 its own inline script run, by hash). For each case it shows exactly what the judge saw under the
@@ -16,7 +18,8 @@ or not per passage (``per_chunk``). Every text from the data is escaped. "Save l
 ``labels-<metric>.jsonl``, one line per graded case::
 
     {"case_id": "...", "metric": "helpfulness", "label": "pass", "value": 0.75, "level": 4,
-     "rubric": "helpfulness", "rubric_hash": "...", "note": "..."}
+     "rubric": "helpfulness", "rubric_hash": "...", "note": "...", "stratum": "fail",
+     "stratum_size": 23, "stratum_backend": "rubric", "stratum_threshold": 0.75}
 
 which ``ragbridge validate RUN --labels FILE`` reads (``label`` is pass/fail by the rubric's pass
 rule; ``--threshold rubric:<metric>=<the rubric's threshold>`` compares the judge the same way).
@@ -32,41 +35,36 @@ from typing import Any, Sequence
 
 from ..run import Run
 from ..schema import Case, Score
+from ..verdicts import verdict
 from .rubrics import Rubric
 
-__all__ = ["sample_for_labels", "render_page"]
+__all__ = ["sample_for_labels", "strata_of", "render_page"]
 
 
 def _verdict(score: Score, rubric: Rubric) -> str:
-    passed = score.passed if score.passed is not None else (score.value or 0.0) >= rubric.threshold
-    return "pass" if passed else "fail"
+    return "pass" if verdict(score, rubric.threshold) else "fail"
+
+
+def strata_of(run: Run, metric: str, backend: str, rubric: Rubric) -> dict[str, list[Case]]:
+    """The run's cases ``backend`` scored for ``metric``, by the judge's verdict (``pass``, ``fail``),
+    in id order."""
+    scores = {s.case_id: s for s in run.scores if s.metric == metric and s.backend == backend
+              and s.status == "scored"}
+    sides: dict[str, list[Case]] = {"pass": [], "fail": []}
+    for case in sorted((c for c in run.cases if c.id in scores), key=lambda c: c.id):
+        sides[_verdict(scores[case.id], rubric)].append(case)
+    return sides
 
 
 def sample_for_labels(run: Run, metric: str, backend: str, rubric: Rubric, n: int,
                       seed: int = 0) -> list[tuple[Case, str]]:
     """Up to ``n`` (case, judge verdict) pairs, stratified as the module docstring says."""
-    scores = {s.case_id: s for s in run.scores if s.metric == metric and s.backend == backend
-              and s.status == "scored"}
+    sides = strata_of(run, metric, backend, rubric)
     rng = random.Random(seed)
-    sides: dict[str, dict[tuple[str, ...], list[Case]]] = {v: defaultdict(list) for v in ("pass", "fail")}
-    for case in sorted((c for c in run.cases if c.id in scores), key=lambda c: c.id):
-        sides[_verdict(scores[case.id], rubric)][tuple(sorted(case.tags))].append(case)
-    queues = {}
-    for side, strata in sides.items():
-        keys = sorted(strata)
-        rng.shuffle(keys)
-        for k in keys:
-            rng.shuffle(strata[k])
-        order: list[Case] = []
-        while any(strata[k] for k in keys):  # one case per tag combination in turn
-            order += [strata[k].pop(0) for k in keys if strata[k]]
-        queues[side] = order
-    picked: list[tuple[Case, str]] = []
-    turn = ["pass", "fail"] if rng.random() < 0.5 else ["fail", "pass"]
-    while len(picked) < n and (queues["pass"] or queues["fail"]):
-        for side in turn:
-            if queues[side] and len(picked) < n:
-                picked.append((queues[side].pop(0), side))
+    take = {"pass": min(len(sides["pass"]), n // 2 + (n % 2 if rng.random() < 0.5 else 0))}
+    take["fail"] = min(len(sides["fail"]), n - take["pass"])
+    take["pass"] = min(len(sides["pass"]), n - take["fail"])
+    picked = [(c, side) for side in ("pass", "fail") for c in rng.sample(sides[side], take[side])]
     rng.shuffle(picked)  # the grader does not see the strata
     return picked
 
@@ -110,6 +108,9 @@ _SCRIPT = r"""
     }
     rec.value = value; rec.level = level;
     rec.rubric = sec.dataset.rubric; rec.rubric_hash = sec.dataset.rubricHash;
+    rec.stratum = sec.dataset.stratum; rec.stratum_size = parseInt(sec.dataset.stratumSize, 10);
+    rec.stratum_backend = doc.body.dataset.stratumBackend;
+    rec.stratum_threshold = parseFloat(doc.body.dataset.stratumThreshold);
     var note = sec.querySelector("textarea").value.trim();
     if (note) { rec.note = note; }
     return rec;
@@ -163,11 +164,13 @@ _PAGE = """<!DOCTYPE html>
 <title>Label {{ rubric.name }}: {{ run_name }}</title>
 <style>{{ style }}</style>
 </head>
-<body data-filename="labels-{{ rubric.name }}.jsonl">
+<body data-filename="labels-{{ rubric.name }}.jsonl" data-stratum-backend="{{ backend }}"
+  data-stratum-threshold="{{ rubric.threshold }}">
 <header>
 <h1>Label {{ rubric.name }}</h1>
-<p class="muted">{{ items|length }} case(s) of {{ run_name }}, drawn by judge verdict and tag
-(seed {{ seed }}); rubric hash {{ rubric.hash }}. Grade each case by the rubric alone, from what is
+<p class="muted">{{ items|length }} case(s) of {{ run_name }}, drawn at random from the cases the
+judge passed and those it failed, half each (seed {{ seed }}); rubric hash {{ rubric.hash }}.
+Grade each case by the rubric alone, from what is
 shown; then press <em>Save labels</em> and keep the file next to the golden set.</p>
 <div class="rubric"><p><strong>{{ rubric.question }}</strong></p>
 {% if rubric.mode == "claims" %}<p>Pass: every claim the answer makes is supported by the passages.
@@ -184,7 +187,8 @@ relevant; a case passes when at least half its passages are.
 {% for case in items %}{% set i = loop.index %}
 <section class="case" data-case-id="{{ case.id }}" data-metric="{{ rubric.name }}"
   data-mode="{{ rubric.mode }}" data-pass-at="{{ rubric.pass_at if rubric.pass_at is not none else 1 }}"
-  data-lo="{{ lo }}" data-hi="{{ hi }}" data-rubric="{{ rubric.name }}" data-rubric-hash="{{ rubric.hash }}">
+  data-lo="{{ lo }}" data-hi="{{ hi }}" data-rubric="{{ rubric.name }}" data-rubric-hash="{{ rubric.hash }}"
+  data-stratum="{{ strata[case.id] }}" data-stratum-size="{{ sizes[strata[case.id]] }}">
 <h2>{{ i }}. {{ case.id }}
 {% if case.tags %} <span class="muted">({{ case.tags|join(", ") }})</span>{% endif %}</h2>
 {% for f in rubric.fields %}
@@ -230,8 +234,11 @@ def _hash(script: str) -> str:
     return "sha256-" + base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
 
 
-def render_page(rubric: Rubric, cases: Sequence[Case], run_name: str, seed: int) -> str:
-    """The labelling page for ``cases`` (every text escaped; see the module docstring)."""
+def render_page(rubric: Rubric, picked: Sequence[tuple[Case, str]], run_name: str, seed: int,
+                sizes: dict[str, int], backend: str) -> str:
+    """The labelling page for the ``picked`` (case, stratum) pairs, ``sizes`` the cases of the run in
+    each stratum, ``backend`` the one whose verdicts made the strata (every text escaped; see the
+    module docstring)."""
     import jinja2
     from markupsafe import Markup
 
@@ -241,7 +248,8 @@ def render_page(rubric: Rubric, cases: Sequence[Case], run_name: str, seed: int)
            f"script-src '{_hash(_SCRIPT)}'; base-uri 'none'; form-action 'none'")
     values = rubric.values or (0, 1)
     return env.from_string(_PAGE).render(
-        rubric=rubric, items=list(cases), run_name=run_name, seed=seed, lo=values[0], hi=values[-1],
+        rubric=rubric, items=[c for c, _ in picked], run_name=run_name, seed=seed, lo=values[0],
+        hi=values[-1], strata={c.id: side for c, side in picked}, sizes=sizes, backend=backend,
         csp=Markup(csp), style=Markup(_STYLE), script=Markup(_SCRIPT))
 
 

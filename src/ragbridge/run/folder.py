@@ -42,8 +42,8 @@ FINGERPRINT_OF = "canonical-lines"
 if TYPE_CHECKING:  # pragma: no cover
     from ..formats.source import CaseSource
 
-__all__ = ["FINGERPRINT_OF", "RUN_FILES", "HEARTBEAT_SECONDS", "JUDGE_COUNTS", "Run", "RunFolder", "load_run",
-           "read_scores", "now", "this_process", "process_start", "alive"]
+__all__ = ["FINGERPRINT_OF", "JUDGE_IDENTITY", "RUN_FILES", "HEARTBEAT_SECONDS", "JUDGE_COUNTS", "Run",
+           "RunFolder", "load_run", "read_scores", "now", "this_process", "process_start", "alive"]
 
 RUN_FILES = ("run.json", "scores.jsonl", "cases.jsonl", "judge-audit.jsonl", "judge-calls.log",
              "target.jsonl")
@@ -338,6 +338,10 @@ def truncate_partial_line(path: Path) -> None:
 # Writing a run folder
 
 
+#: the judge settings that decide its answers: a resume must keep them (`RunFolder.resume`)
+JUDGE_IDENTITY = ("model", "base_url", "embedding_model")
+
+
 class RunFolder:
     """A run folder being written: `prepare`, then `resume` (if it resumes), `start`, `append` each
     score, `heartbeat` while it goes, `finish` at the end."""
@@ -390,6 +394,24 @@ class RunFolder:
                 "choose another --out, or pass --overwrite to replace it"
             )
 
+    def _check_same_judge(self, old: RunManifest, new: RunManifest) -> None:
+        """Refuse a resume whose judge differs from the earlier sessions' in what decides its answers
+        (`JUDGE_IDENTITY`): the folder's judged scores would come from two judges, and run.json could
+        name only one. A changed rubric is not refused: its metric is scored again (`resume`)."""
+        a, b = old.judge or {}, new.judge or {}
+        if not a or not b:
+            return
+        changed = [k for k in JUDGE_IDENTITY if a.get(k) != b.get(k)]
+        if changed:
+            def judge(j: dict) -> str:
+                return ", ".join(f"{k} {j.get(k)!r}" for k in changed)
+
+            raise RunError(
+                f"{self.path} was judged with {judge(a)}; this run asks for {judge(b)}. Resuming would mix "
+                "two judges' scores in one run folder: resume with the same judge, or score into another "
+                "--out (then `ragbridge compare OLD NEW` compares the two judges), or pass --overwrite to "
+                "judge every case again with the new one")
+
     def _refuse_if_busy(self) -> None:
         try:
             old = json.loads(self.manifest_path.read_text(encoding="utf-8"))
@@ -408,10 +430,12 @@ class RunFolder:
         """Merge the earlier sessions' manifest ``old`` into this session's ``manifest`` and return
         the scores to keep, by `Score.repeat_key`: every one that did not fail and was not left unrun
         by a spent budget, unless its metric was redefined
-        since (its rubric's digest changed: ``counts.redefined``). The judge counts and the backends'
+        since (its rubric's digest changed: ``counts.redefined``, scored again). A judge that
+        differs in `JUDGE_IDENTITY` is refused (`RunError`). The judge counts and the backends'
         wall times carry over, to be added to. Raises `RunError` when the cases differ from those
         the earlier sessions scored (a target run whose outputs were not all kept in target.jsonl)."""
         self._check_same_cases(old, "fingerprint", manifest.dataset["fingerprint"])
+        self._check_same_judge(old, manifest)
         previous, _ = read_scores(self.scores_path)
         redefined = sorted(f"{b}:{m}" for b, ds in manifest.digests.items() for m, d in ds.items()
                            if old.digests.get(b, {}).get(m, d) != d)
@@ -419,6 +443,8 @@ class RunFolder:
                 if s.status not in ("error", "not_run") and f"{s.backend}:{s.metric}" not in redefined}
         manifest.digests = {b: {**old.digests.get(b, {}), **manifest.digests.get(b, {})}
                             for b in {**old.digests, **manifest.digests}}
+        manifest.pass_marks = {b: {**old.pass_marks.get(b, {}), **manifest.pass_marks.get(b, {})}
+                               for b in {**old.pass_marks, **manifest.pass_marks}}
         if redefined:
             manifest.counts["redefined"] = redefined
         manifest.started_at = old.started_at

@@ -4,7 +4,8 @@ A run with repeats records every repeat as its own `Score` (``Score.repeat`` = 0
 ``scores.jsonl``. What summaries, comparisons, diffs, gates and reports read is one score per
 case, metric and backend (`collapse_repeats`): the mean of the repeats that were scored, with
 ``Score.repeats`` holding what each repeat gave and their spread, and ``passed`` true when at least
-``pass_at_least`` of the repeats passed (default: a majority of the N planned). The per-repeat
+``pass_at_least`` of the repeats passed (default: a majority of the N planned;
+`ragbridge.verdicts.repeats_pass`, the rule every output applies at its threshold). The per-repeat
 scores stay available as ``Run.repeat_scores`` (the noise figures of `ragbridge.analysis` read them).
 """
 
@@ -15,6 +16,7 @@ from collections import defaultdict
 from typing import Iterable, Optional, Sequence
 
 from ..schema import Repeats, Score
+from ..verdicts import repeats_pass
 
 __all__ = ["has_repeats", "collapse_repeats", "majority"]
 
@@ -67,13 +69,12 @@ def collapse_repeats(scores: Iterable[Score], pass_at_least: Optional[int] = Non
                                            "judge_calls", "prompt_tokens", "completion_tokens", "seconds",
                                            "cost", "evidence"})
         nums = [v for v in values if v is not None]
-        any_passed = [p for p in passed if p is not None]
         costs = [s.cost for s in group]
         collapsed = Score(
             **fields,
             evidence=first.evidence,
             value=sum(nums) / len(nums) if nums else None,
-            passed=(sum(any_passed) >= m) if any_passed else None,
+            passed=repeats_pass(passed, m),
             error=None if scored else next((s.error for s in group if s.error), None),
             not_run=not scored and not any(s.error for s in group) and any(s.not_run for s in group),
             judge_calls=sum(s.judge_calls for s in group),

@@ -45,11 +45,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 import time
 from dataclasses import dataclass
 from dataclasses import replace as dataclass_replace
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterator, Optional, Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, Optional, Sequence, Union
 
 from .. import __version__
 from ..backend import Backend, RunOptions, ScoringContext, error_text
@@ -77,6 +78,8 @@ Job = tuple[Backend, str, CaseBatch, int]
 
 #: the longest a recorded score waits in the write buffer before it is flushed to disk
 FLUSH_SECONDS = 1.0
+#: how often a run whose stderr is not a terminal prints a progress line (`progress_seconds`)
+PROGRESS_SECONDS = 30.0
 
 
 def evaluate(
@@ -231,7 +234,7 @@ async def evaluate_async(
     planned = source.n_cases * sum(repeats if spec.judge else 1 for spec in specs)
     cache = score_cache_for(judge, dry_run) if needs_judge and score_cache else None
     reuse = _Reuse(cache, plan, options, judge, manifest) if cache is not None else None
-    recorder = Recorder(manifest, done, folder, gateway, on_score, _progress(progress, planned),
+    recorder = Recorder(manifest, done, folder, gateway, on_score, _progress(progress, planned, gateway),
                         keep=folder is None, duplicates=source.duplicate_chunk_ids,
                         target_errors=n_target_errors, judge_model=judge.model if needs_judge else None,
                         options=options, reuse=reuse)
@@ -357,6 +360,8 @@ def _new_manifest(plan: Plan, dataset: dict[str, Any], options: RunOptions, judg
         options=options.public(),
         judge=judge.public_dict() if judge is not None else None,
         digests={b: d for b, chosen in plan.items() if (d := {m: s.digest for m, s in chosen if s.digest})},
+        pass_marks={b: d for b, chosen in plan.items()
+                    if (d := {m: s.pass_mark for m, s in chosen if s.pass_mark is not None})},
         started_at=now(),
         process=this_process(),
     )
@@ -690,7 +695,7 @@ class Recorder:
             self._hand_on(item)
             n = 1
         if self.bar:
-            self.bar.advance(n)
+            self.bar.advance(n, int(not isinstance(item, ScoreBlock) and item.status == "error"))
         if self.folder and now_s - self._flushed_at >= FLUSH_SECONDS:
             self._flush(now_s)
         return n
@@ -850,7 +855,7 @@ class _Bar:
         self._last = 0.0
         self._pending = 0
 
-    def advance(self, n: int = 1) -> None:
+    def advance(self, n: int = 1, errors: int = 0) -> None:
         self._pending += n
         now = time.monotonic()
         if now - self._last > 0.1:
@@ -863,5 +868,60 @@ class _Bar:
         self.progress.stop()
 
 
-def _progress(enabled: bool, total: int) -> Optional[_Bar]:
-    return _Bar(total) if enabled and total else None
+class _Lines:
+    """Progress in a log (stderr is not a terminal: a CI job, a pipe): one line every
+    `progress_seconds`, however long the wait for the judge, then one at the end: the scores done of
+    those planned, how many errored, the judge calls (and answers from its cache) and their cost."""
+
+    def __init__(self, total: int, gateway: Any, every: float):
+        import threading
+
+        self.total, self.done, self.errors, self.gateway = total, 0, 0, gateway
+        self.started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, args=(every,), name="ragbridge-progress",
+                                        daemon=True)
+        self._thread.start()
+
+    def advance(self, n: int = 1, errors: int = 0) -> None:
+        self.done += n
+        self.errors += errors
+
+    def line(self) -> str:
+        elapsed = int(time.monotonic() - self.started)
+        text = (f"progress: {self.done:,} of {self.total:,} scores ({self.done / self.total:.0%}), "
+                + (f"{self.errors:,} error(s)" if self.errors else "no error"))
+        if self.gateway is not None:
+            u = self.gateway.usage()
+            cost = u.known_cost
+            if u.calls or u.cache_hits:
+                text += f", {u.calls:,} judge calls ({u.cache_hits:,} cached)"
+                text += f", cost {cost:.4f}" if cost else ""
+            else:
+                text += ", no judge call yet"
+        return text + f", {elapsed // 60}m{elapsed % 60:02d}s"
+
+    def _beat(self, every: float) -> None:
+        while not self._stop.wait(every):
+            print(self.line(), file=sys.stderr, flush=True)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        print(self.line(), file=sys.stderr, flush=True)
+
+
+def progress_seconds() -> float:
+    """How often a run in a log prints its progress line: ``RAGBRIDGE_PROGRESS_SECONDS``, else 30 s
+    (CI services stop a job that prints nothing for 10 minutes)."""
+    try:
+        return max(0.05, float(os.environ.get("RAGBRIDGE_PROGRESS_SECONDS", PROGRESS_SECONDS)))
+    except ValueError:
+        return PROGRESS_SECONDS
+
+
+def _progress(enabled: bool, total: int, gateway: Any = None) -> Optional[Union[_Bar, _Lines]]:
+    """A progress bar on a terminal, progress lines in a log, or nothing."""
+    if not enabled or not total:
+        return None
+    return _Bar(total) if sys.stderr.isatty() else _Lines(total, gateway, progress_seconds())

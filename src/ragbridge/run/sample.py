@@ -1,10 +1,27 @@
-"""Reproducible samples of logged production interactions, as canonical cases.
+"""Reproducible samples of production traffic, as canonical cases: traces, or a log of interactions.
 
 Production traffic has no reference answers or relevance labels, so a sample is scored with the
 reference-free metrics (faithfulness, answer relevance, context relevance) and the answer checks.
 
-A log is JSONL, one interaction a line. Its fields are mapped onto the schema by a small TOML file
-(``--mapping``); each value is a dotted path into the log record::
+**Which traces.** Each trace (or log record) is drawn by its id alone: its *draw* is a hash of the
+seed and the id, a number in [0, 1) (`draw`). ``rate`` keeps the ids whose draw is below it, so a
+trace is in or out the same way every day, whatever else the file holds; ``n`` keeps the ``n``
+lowest draws among those (a uniform random sample of ``n``, the same for the same ids and seed).
+``where`` filters come before anything else: only what passes them is drawn.
+
+**Trace files** (a format with a span stream: OTLP JSON and the span exports plugins register; the
+format is recognised from the content, ``format`` forces one) are sampled in two streaming passes:
+the first draws the trace ids of the spans that pass every ``where`` clause, the second collects the
+spans of the drawn traces, which `ragbridge.traces.cases` turns into cases. Memory holds the sample,
+not the file. A ``where`` clause ``key=value`` holds for a span whose attribute ``key`` (or its
+resource's: ``service.name``) equals ``value`` (or, for a list attribute, contains it); a key
+inside an attribute that holds a JSON object is reached by its path (``metadata.plan=pro``);
+``tag=v`` looks in ``tag.tags``; ``name=v`` is the span's name. A trace passes when one of its spans passes
+every clause. A drawn trace that gives no case (no retriever span, no question) is counted in the
+report with its reason, never turned into an empty case.
+
+**Logs** (JSON lines, one interaction a line) are mapped onto the schema by a small TOML file
+(``--mapping``); each value is a path into the log record::
 
     [fields]
     id = "trace_id"                 # optional: missing ids are derived from the line
@@ -20,25 +37,33 @@ A log is JSONL, one interaction a line. Its fields are mapped onto the schema by
     score = "score"
     source = "url"
 
-Without a mapping the log's own names are used, with the usual aliases (``query``, ``response``,
-``retrieved_contexts``, ...). Log fields that are not mapped are left out of the case.
-
-The sample is drawn with reservoir sampling from a seeded generator over the lines that pass every
-``--where`` filter, so the same log, filters and seed always give the same cases, kept in log order.
+A path is keys joined by dots; a key that itself holds dots is found as it is
+(``attributes.input.value`` reaches ``{"attributes": {"input.value": ...}}`` and
+``{"attributes.input.value": ...}``); ``[N]`` or ``.N`` picks a list item by position and
+``[field=value]`` the first item whose ``field`` equals ``value``
+(``observations[type=RETRIEVER].output``). Without a mapping the log's own names are used, with the
+usual aliases (``query``, ``response``, ``retrieved_contexts``, ...). A ``where`` clause on a log
+names a schema field, a tag (``tag=billing``) or a path into the record (``user.plan=pro``).
 """
 
 from __future__ import annotations
 
-import random
+import hashlib
+import heapq
+import re
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional, Sequence
 
+from ..formats import reading_format
 from ..formats.files import DatasetError, jsonl_lines
 from ..formats.records import cases_from_records, stable_id
 from ..schema import Case
+from ..traces.cases import TraceReport, group_traces, trace_case
+from ..traces.spans import Signal, Span, json_value
 
-__all__ = ["load_mapping", "sample_traces", "parse_where"]
+__all__ = ["load_mapping", "sample_traces", "parse_where", "resolve", "draw", "Sample"]
 
 FIELD_KEYS = ("id", "question", "answer", "contexts", "timestamp", "tags")
 CHUNK_KEYS = ("id", "text", "score", "source")
@@ -50,6 +75,59 @@ DEFAULT_FIELDS = {
     "timestamp": ("timestamp", "ts", "time", "created_at"),
     "tags": ("tags", "labels"),
 }
+
+
+@dataclass
+class Sample:
+    """A drawn sample: the ``cases`` (in file order); how many spans (of a trace file) or records (of
+    a log) were ``read`` and passed the filters (``matched``); how many traces or records were
+    ``drawn``; and for a trace file the `TraceReport` of the drawn traces (``report``: those that
+    gave no case, and why)."""
+
+    cases: list[Case]
+    read: int
+    matched: int
+    drawn: int
+    report: Optional[TraceReport] = None
+    kind: str = "log"
+
+    def record(self) -> dict[str, Any]:
+        """The sample's summary, as ``ragbridge sample --json`` prints it."""
+        out = {"kind": self.kind, "read": self.read, "matched": self.matched, "drawn": self.drawn,
+               "cases": len(self.cases)}
+        if self.report is not None:
+            out["traces"] = self.report.record()
+        return out
+
+
+def draw(key: str, seed: int) -> float:
+    """The draw of an id: the first 8 bytes of BLAKE2b of ``"<seed>:<id>"``, as a number in [0, 1)."""
+    digest = hashlib.blake2b(f"{seed}:{key}".encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0 ** 64
+
+
+class _Drawn:
+    """The ids drawn so far: every id below ``rate``, at most the ``n`` lowest."""
+
+    def __init__(self, n: Optional[int], rate: float):
+        self.n, self.rate = n, rate
+        self.heap: list[tuple[float, str]] = []  # (-draw, id): the highest draw on top
+        self.ids: dict[str, Any] = {}
+
+    def offer(self, key: str, value: float, item: Any = None) -> None:
+        if value >= self.rate or key in self.ids:
+            return
+        if self.n is None or len(self.heap) < self.n:
+            heapq.heappush(self.heap, (-value, key))
+            self.ids[key] = item
+        elif -self.heap[0][0] > value:
+            _, out = heapq.heapreplace(self.heap, (-value, key))
+            del self.ids[out]
+            self.ids[key] = item
+
+
+# --------------------------------------------------------------------------------------------
+# The mapping and its paths
 
 
 def load_mapping(path: Optional[Path]) -> dict[str, dict[str, str]]:
@@ -71,35 +149,74 @@ def load_mapping(path: Optional[Path]) -> dict[str, dict[str, str]]:
             if key not in keys:
                 raise DatasetError(f"unknown key {key!r} in [{table}]; known: {', '.join(keys)}", path=path)
             if not isinstance(value, str) or not value:
-                raise DatasetError(f"[{table}] {key} must be a dotted path string", path=path)
+                raise DatasetError(f"[{table}] {key} must be a path string", path=path)
+            try:
+                _steps(value)
+            except ValueError as exc:
+                raise DatasetError(f"[{table}] {key}: {exc}", path=path) from None
     return out
 
 
-def _get(record: Any, path: str) -> Any:
-    cur = record
+_SELECT = re.compile(r"\[([^\]=]*)(?:=([^\]]*))?\]")
+
+
+def _steps(path: str) -> list[Any]:
+    """A path as steps: key parts (str), positions (int) and selections ((field, value))."""
+    steps: list[Any] = []
     for part in path.split("."):
-        if isinstance(cur, dict) and part in cur:
-            cur = cur[part]
-        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
-            cur = cur[int(part)]
-        else:
+        head = part.split("[", 1)[0]
+        if head:
+            steps.append(int(head) if head.isdigit() else head)
+        rest = part[len(head):]
+        while rest:
+            m = _SELECT.match(rest)
+            if not m:
+                raise ValueError(f"cannot read {part!r} (use [N] or [field=value])")
+            key, value = m.group(1).strip(), m.group(2)
+            if value is None:
+                if not key.isdigit():
+                    raise ValueError(f"[{key}] is neither a position nor field=value")
+                steps.append(int(key))
+            else:
+                steps.append((key, value.strip()))
+            rest = rest[m.end():]
+    return steps
+
+
+def resolve(record: Any, path: str) -> Any:
+    """The value at ``path`` in ``record`` (see the module docstring), or None."""
+    return _walk(record, _steps(path))
+
+
+def _walk(cur: Any, steps: list[Any]) -> Any:
+    if not steps:
+        return cur
+    step = steps[0]
+    if isinstance(step, tuple):
+        if not isinstance(cur, list):
             return None
-    return cur
-
-
-def _field(record: dict, key: str, mapping: dict) -> Any:
-    if key in mapping["fields"]:
-        return _get(record, mapping["fields"][key])
-    for name in DEFAULT_FIELDS[key]:
-        if name in record:
-            return record[name]
+        key, value = step
+        for item in cur:
+            got = _walk(item, [key]) if isinstance(item, dict) else None
+            if got is not None and str(got) == value:
+                return _walk(item, steps[1:])
+        return None
+    if isinstance(cur, list):
+        if isinstance(step, int) and step < len(cur):
+            return _walk(cur[step], steps[1:])
+        return None
+    if not isinstance(cur, dict):
+        return None
+    # the longest run of parts that is one key, so keys holding dots are found as they are
+    for j in range(len(steps), 0, -1):
+        if any(isinstance(s, tuple) for s in steps[:j]):
+            continue
+        key = ".".join(str(s) for s in steps[:j])
+        if key in cur:
+            found = _walk(cur[key], steps[j:])
+            if found is not None:
+                return found
     return None
-
-
-def _chunk(raw: Any, mapping: dict) -> Any:
-    if not isinstance(raw, dict) or not mapping["chunk"]:
-        return raw
-    return {k: _get(raw, p) for k, p in mapping["chunk"].items() if _get(raw, p) is not None}
 
 
 def parse_where(clauses: Sequence[str]) -> list[tuple[str, str]]:
@@ -112,6 +229,91 @@ def parse_where(clauses: Sequence[str]) -> list[tuple[str, str]]:
     return out
 
 
+# --------------------------------------------------------------------------------------------
+# Traces
+
+
+def _span_value(span: Span, key: str) -> Any:
+    """The attribute ``key`` of a span (or its resource), or a key inside an attribute that holds a
+    JSON object (``metadata.plan`` in OpenInference's ``metadata``)."""
+    got = span.get(key)
+    if got is not None or "." not in key:
+        return got
+    parts = key.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        inner = json_value(span.get(".".join(parts[:i])))
+        if isinstance(inner, dict):
+            return _walk(inner, parts[i:])
+    return None
+
+
+def _span_matches(span: Span, where: list[tuple[str, str]]) -> bool:
+    for key, value in where:
+        if key in ("tag", "tags"):
+            got = span.get("tag.tags")
+        elif key == "name" and span.get("name") is None:
+            got = span.name
+        else:
+            got = _span_value(span, key)
+        if isinstance(got, list):
+            if value not in [str(v) for v in got]:
+                return False
+        elif got is None or _text(got) != value:
+            return False
+    return True
+
+
+def _text(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def _sample_spans(path: Path, spans, n: Optional[int], rate: float, seed: int,
+                  where: list[tuple[str, str]], signals: Optional[dict[str, list[Signal]]]) -> Sample:
+    drawn = _Drawn(n, rate)
+    read = matched = 0
+    for span in spans(path):
+        read += 1
+        if not _span_matches(span, where):
+            continue
+        matched += 1
+        drawn.offer(span.trace_id, draw(span.trace_id, seed))
+    chosen = set(drawn.ids)
+    kept = [s for s in spans(path) if s.trace_id in chosen]
+    by_span = {s.span_id: s.trace_id for s in kept}
+    extra: dict[str, list[Signal]] = {}
+    for key, items in (signals or {}).items():
+        trace = key if key in chosen else by_span.get(key)
+        if trace is not None:
+            extra.setdefault(trace, []).extend(items)
+    report = TraceReport()
+    cases = []
+    for trace_id, members in group_traces(kept).items():
+        case = trace_case(members, report, extra.get(trace_id, ()))
+        if case is not None:
+            cases.append(case)
+    return Sample(cases, read=read, matched=matched, drawn=len(chosen), report=report, kind="traces")
+
+
+# --------------------------------------------------------------------------------------------
+# Logs
+
+
+def _field(record: dict, key: str, mapping: dict) -> Any:
+    if key in mapping["fields"]:
+        return resolve(record, mapping["fields"][key])
+    for name in DEFAULT_FIELDS[key]:
+        if name in record:
+            return record[name]
+    return None
+
+
+def _chunk(raw: Any, mapping: dict) -> Any:
+    if not isinstance(raw, dict) or not mapping["chunk"]:
+        return raw
+    found = {k: resolve(raw, p) for k, p in mapping["chunk"].items()}
+    return {k: v for k, v in found.items() if v is not None}
+
+
 def _matches(record: dict, case_like: dict, where: list[tuple[str, str]]) -> bool:
     for key, value in where:
         if key in ("tag", "tags"):
@@ -119,8 +321,8 @@ def _matches(record: dict, case_like: dict, where: list[tuple[str, str]]) -> boo
             if value not in (tags if isinstance(tags, list) else [tags]):
                 return False
         else:
-            got = case_like.get(key) if key in case_like else _get(record, key)
-            if got is None or str(got) != value:
+            got = case_like.get(key) if key in case_like else resolve(record, key)
+            if got is None or _text(got) != value:
                 return False
     return True
 
@@ -144,49 +346,74 @@ def _to_case_record(record: dict, mapping: dict, line: int) -> dict:
     return rec
 
 
-def sample_traces(
-    path: str | Path,
-    n: int,
-    seed: int = 0,
-    where: Sequence[str] = (),
-    mapping: Optional[dict] = None,
-) -> list[Case]:
-    """Draw up to ``n`` interactions from a JSONL log (see the module docstring)."""
-    path = Path(path)
-    if n < 1:
-        raise DatasetError(f"--n must be at least 1, got {n}")
-    if not path.exists():
-        raise DatasetError("no such file", path=path)
-    mapping = mapping or {"fields": {}, "chunk": {}}
-    filters = parse_where(where)
-    rng = random.Random(seed)
-    reservoir: list[tuple[int, dict]] = []
-    seen = 0
-
-    def records() -> Iterator[tuple[int, dict]]:
-        for line, record in jsonl_lines(path):
-            if not isinstance(record, dict):
-                raise DatasetError("each line must be a JSON object", path=path, line=line)
-            yield line, record
-
-    for line, record in records():
+def _sample_log(path: Path, n: Optional[int], rate: float, seed: int, where: list[tuple[str, str]],
+                mapping: dict) -> Sample:
+    drawn = _Drawn(n, rate)
+    read = matched = 0
+    for line, record in jsonl_lines(path):
+        read += 1
+        if not isinstance(record, dict):
+            raise DatasetError("each line must be a JSON object", path=path, line=line)
         rec = _to_case_record(record, mapping, line)
+        if not _matches(record, rec, where):
+            continue
         if "question" not in rec:
             raise DatasetError(
                 "no question found", path=path, line=line,
                 field=mapping["fields"].get("question", "question"),
                 hint="map it with [fields] question = \"path.to.question\" in --mapping",
             )
-        if not _matches(record, rec, filters):
-            continue
-        seen += 1
-        if len(reservoir) < n:
-            reservoir.append((line, rec))
-        else:
-            j = rng.randrange(seen)
-            if j < n:
-                reservoir[j] = (line, rec)
-    if not reservoir:
-        raise DatasetError("no interaction matches", path=path, hint="check --where and --mapping")
-    reservoir.sort(key=lambda item: item[0])
-    return cases_from_records(reservoir, path)
+        matched += 1
+        drawn.offer(f"{rec['id']}\x00{line}", draw(rec["id"], seed), (line, rec))
+    picked = sorted(drawn.ids.values(), key=lambda item: item[0])
+    cases = cases_from_records(picked, path) if picked else []
+    return Sample(cases, read=read, matched=matched, drawn=len(picked))
+
+
+# --------------------------------------------------------------------------------------------
+# The entry point
+
+
+def sample_traces(
+    path: str | Path,
+    n: Optional[int] = 200,
+    seed: int = 0,
+    where: Sequence[str] = (),
+    mapping: Optional[dict] = None,
+    rate: Optional[float] = None,
+    format: Optional[str] = None,
+    signals: Optional[dict[str, list[Signal]]] = None,
+) -> Sample:
+    """Draw up to ``n`` traces (all, when ``n`` is None) at ``rate`` from a trace file or a JSONL
+    log (see the module docstring). ``signals``: user signals by trace id or span id, attached to
+    the cases of a trace file. Raises `DatasetError` for bad input or when nothing is drawn."""
+    path = Path(path)
+    if n is not None and n < 1:
+        raise DatasetError(f"--n must be at least 1, got {n}")
+    if rate is not None and not 0 < rate <= 1:
+        raise DatasetError(f"--rate must be in (0, 1], got {rate}")
+    if not path.exists():
+        raise DatasetError("no such file", path=path)
+    filters = parse_where(where)
+    try:
+        fmt = reading_format(path, format, {})
+    except DatasetError:
+        if format is not None:
+            raise
+        fmt = None  # a log under a suffix of its own (.log, .txt): JSON lines
+    if fmt is not None and fmt.spans is not None:
+        if mapping and (mapping["fields"] or mapping["chunk"]):
+            raise DatasetError(f"--mapping is for JSON lines logs; {fmt.name!r} spans are read by their "
+                               "conventions", path=path, hint="leave out --mapping")
+        result = _sample_spans(path, fmt.spans, n, 1.0 if rate is None else rate, seed, filters, signals)
+        if not result.drawn:
+            raise DatasetError("no trace matches", path=path, hint="check --where and --rate")
+        return result
+    if format is not None and format != "jsonl":
+        raise DatasetError(f"format {format!r} is not a trace format or a JSON lines log", path=path,
+                           hint="sample reads trace exports (see ragbridge formats) and JSONL logs")
+    result = _sample_log(path, n, 1.0 if rate is None else rate, seed, filters,
+                         mapping or {"fields": {}, "chunk": {}})
+    if not result.cases:
+        raise DatasetError("no interaction matches", path=path, hint="check --where, --rate and --mapping")
+    return result

@@ -60,9 +60,91 @@
   if (ex) { ex.addEventListener("click", function () { setAll(true); }); }
   if (co) { co.addEventListener("click", function () { setAll(false); }); }
 
+  // The cases at a glance: filter by tag, sort worst first, by id, or by a column (lowest first).
+  // The state is in the address (#grid:tag=T&sort=S), so a link shows the same view.
+  var gridTable = document.getElementById("case-grid");
+  var gridTag = document.getElementById("grid-tag");
+  var gridSort = document.getElementById("grid-sort");
+  var gridRows = gridTable ? Array.prototype.slice.call(gridTable.tBodies[0].rows) : [];
+  function cellValue(row, key) {
+    var cells = row.querySelectorAll("td[data-col]");
+    for (var i = 0; i < cells.length; i++) {
+      if (cells[i].getAttribute("data-col") === key) {
+        var v = cells[i].getAttribute("data-v");
+        return v === "" ? Infinity : parseFloat(v);
+      }
+    }
+    return Infinity;
+  }
+  function applyGrid(write) {
+    if (!gridTable) { return; }
+    var tag = gridTag ? gridTag.value : "";
+    var sort = gridSort ? gridSort.value : "worst";
+    var rows = gridRows.slice();
+    if (sort === "id") {
+      rows.sort(function (a, b) { return a.getAttribute("data-case") < b.getAttribute("data-case") ? -1 : 1; });
+    } else if (sort !== "worst") {
+      rows.sort(function (a, b) {
+        var d = cellValue(a, sort) - cellValue(b, sort);
+        return d || (+a.getAttribute("data-rank") - +b.getAttribute("data-rank"));
+      });
+    }
+    var body = gridTable.tBodies[0];
+    var shown = 0, first = "";
+    rows.forEach(function (r) {
+      var ok = !tag || (r.getAttribute("data-tags") || "").split("\n").indexOf(tag) >= 0;
+      r.hidden = !ok;
+      if (ok) { shown += 1; if (!first) { first = r.getAttribute("data-case"); } }
+      body.appendChild(r);
+    });
+    Array.prototype.forEach.call(gridTable.querySelectorAll("thead th"), function (th) {
+      var b = th.querySelector("button[data-sort]");
+      th.className = b && b.getAttribute("data-sort") === sort ? "sorted" : "";
+    });
+    var c = document.getElementById("grid-count");
+    if (c) { c.textContent = shown + " of " + gridRows.length + " cases"; }
+    root.setAttribute("data-grid-shown", String(shown));
+    root.setAttribute("data-grid-first", first);
+    root.setAttribute("data-grid-sort", sort);
+    root.setAttribute("data-grid-tag", tag);
+    if (write && history.replaceState) {
+      history.replaceState(null, "", "#grid:" + (tag ? "tag=" + encodeURIComponent(tag) + "&" : "") +
+                           "sort=" + encodeURIComponent(sort));
+    }
+  }
+  function gridFromHash(hash) {
+    var state = {};
+    hash.slice(5).split("&").forEach(function (kv) {
+      var i = kv.indexOf("=");
+      if (i > 0) { state[kv.slice(0, i)] = decodeURIComponent(kv.slice(i + 1)); }
+    });
+    function choose(sel, v) {
+      if (sel && v !== undefined && Array.prototype.some.call(sel.options, function (o) { return o.value === v; })) {
+        sel.value = v;
+      }
+    }
+    choose(gridTag, state.tag);
+    choose(gridSort, state.sort);
+    applyGrid(false);
+    var section = document.getElementById("grid");
+    if (section) { section.scrollIntoView(); }
+  }
+  if (gridTag) { gridTag.addEventListener("change", function () { applyGrid(true); }); }
+  if (gridSort) { gridSort.addEventListener("change", function () { applyGrid(true); }); }
+  if (gridTable) {
+    Array.prototype.forEach.call(gridTable.querySelectorAll("button[data-sort]"), function (b) {
+      b.addEventListener("click", function () {
+        if (gridSort) { gridSort.value = b.getAttribute("data-sort"); }
+        applyGrid(true);
+      });
+    });
+  }
+  applyGrid(false);
+
   function openHash() {
     var id = "";
     try { id = decodeURIComponent(location.hash.slice(1)); } catch (e) { return; }
+    if (id.indexOf("grid:") === 0) { gridFromHash(location.hash.slice(1)); return; }
     var el = id && document.getElementById(id);
     if (el && el.tagName === "DETAILS") { el.hidden = false; el.open = true; el.scrollIntoView(); }
     if (!el && id.indexOf("case-") === 0 && filter && pages.length) {  // a case on a score line
@@ -94,6 +176,8 @@
   root.setAttribute("data-plots-drawn", String(drawn("svg.plot")));
   root.setAttribute("data-tables-drawn", String(drawn("main table")));
   root.setAttribute("data-badges-drawn", String(drawn(".chip-fail")));
+  root.setAttribute("data-grid-fail-drawn", String(drawn("#case-grid tr:not([hidden]) td.g-fail")));
+  root.setAttribute("data-grid-pass-drawn", String(drawn("#case-grid tr:not([hidden]) td.g-pass")));
   root.setAttribute("data-stub-notice-drawn", String(drawn(".stub-banner")));
   root.setAttribute("data-report-ready", "1");
 })();

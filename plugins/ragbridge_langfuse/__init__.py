@@ -1,0 +1,49 @@
+"""ragbridge's Langfuse formats: Langfuse trace exports in, a Langfuse score import out.
+
+Langfuse is a tracing and evaluation service, not an evaluation library that scores cases here, so
+this plugin registers no backend: only a trace format and a score format. Neither needs the
+``langfuse`` package; both read and write files.
+
+- ``langfuse`` (trace format, read only): a trace downloaded from Langfuse's trace view, or an
+  observations export. Each trace with a ``RETRIEVER`` observation becomes a case (question and
+  answer from the root observation, contexts from the retriever's output); the trace's scores
+  become user signals on the case (``metadata["signals"]``), for ``validate --labels signal:NAME``.
+- ``langfuse`` (score format): ``ragbridge export-scores RUN --to langfuse --out scores.json``
+  writes an ingestion batch of ``score-create`` events, each on the trace and observation the case
+  came from.
+
+The field mapping and what is not kept: :mod:`ragbridge_langfuse.formats`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ragbridge.hookspecs import hookimpl
+
+__all__ = ["FORMATS", "SCORE_FORMATS"]
+
+
+def __getattr__(name: str) -> Any:
+    """The package's names, imported when first used: registering the plugin imports none of its
+    modules."""
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(".formats", __name__), name)
+
+
+@hookimpl
+def ragbridge_register_formats(register):
+    from .formats import FORMATS
+
+    for fmt in FORMATS:
+        register(fmt)
+
+
+@hookimpl
+def ragbridge_register_score_formats(register):
+    from .formats import SCORE_FORMATS
+
+    for fmt in SCORE_FORMATS:
+        register(fmt)

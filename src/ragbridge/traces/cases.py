@@ -1,0 +1,277 @@
+"""A trace as a case: the semantic conventions for question, answer and retrieved chunks.
+
+Spans are grouped by trace id (`group_traces`); each trace becomes at most one `Case`
+(`trace_case`), read by the OpenInference conventions and the OpenTelemetry GenAI ones:
+
+- the *root* is the span without a parent in the trace (several, or none because the parents were
+  not exported: the earliest of the top-most spans, and the trace is noted as partial);
+- a *retriever* is a span with ``openinference.span.kind`` ``RETRIEVER`` or ``RERANKER``, or with
+  ``gen_ai.operation.name`` ``retrieval`` or a ``gen_ai.retrieval.documents`` attribute; an *LLM
+  span* has kind ``LLM`` or a GenAI chat or completion operation;
+- ``question``: the root's ``input.value``, else the retriever's (its query,
+  ``gen_ai.retrieval.query.text`` too), else the last user message of the LLM span; a JSON input
+  (``input.mime_type`` ``application/json``) gives its question-like field (``question``,
+  ``query``, ``input``, ``prompt``, ``text``, ``content``, ``message``);
+- ``answer``: the root's ``output.value``, else the LLM span's (or its first output message);
+- ``contexts``: the retriever's documents, best first as recorded:
+  ``retrieval.documents.N.document.id`` / ``.content`` / ``.score`` / ``.metadata`` (metadata a JSON
+  string; its ``source``, ``url``, ``file_path`` or ``file_name`` is the chunk's source), and
+  ``gen_ai.retrieval.documents`` (a JSON array, or an array value, of objects with ``id``,
+  ``score`` and, when content capture is on, ``content``). A reranker's
+  ``reranker.output_documents`` take the place of the retrieved ones (they are what the model saw);
+  several retrievers' documents are joined in start order. A document without an id gets the id of
+  its text (``ctx-<sha1>``, as everywhere);
+- ``id``: the trace id; ``tags``: the root's ``tag.tags``; ``metadata["trace"]``: ``trace_id``,
+  ``span_id`` (the root's: where a score of the whole answer goes), ``retriever_span_ids``,
+  ``llm_span_id``, ``name``, ``start_time``, ``end_time`` (ISO 8601 UTC), and where present
+  ``service``, ``session_id``, ``user_id`` and the root's ``metadata``; ``metadata["signals"]``:
+  the user signals the export carried for the trace (`Signal`).
+
+A trace with no retriever, or with no question, is not a case: `TraceReport` counts each reason
+and says it. A retriever that returned no documents does give a case, with no contexts, and is
+counted too (an empty retrieval is a result to score, not a gap in the data).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional, Sequence
+
+from ..formats.records import chunk_id_for_text
+from ..schema import Case, Chunk
+from .spans import Signal, Span, indexed, iso_time, json_value
+
+__all__ = ["TraceReport", "group_traces", "trace_case", "cases_from_spans", "span_kind"]
+
+#: why a trace is not a case, as the report says it
+NO_RETRIEVER = "no retriever span"
+NO_QUESTION = "no question (no input on the root, retriever or LLM span)"
+#: what a kept case is noted for
+EMPTY_RETRIEVAL = "retriever returned no documents (kept, with no contexts)"
+SEVERAL_RETRIEVERS = "several retriever spans (documents joined in start order)"
+NO_ROOT = "no root span (a parent was not exported)"
+
+_QUESTION_KEYS = ("question", "query", "input", "prompt", "text", "content", "message")
+_ANSWER_KEYS = ("answer", "output", "response", "text", "content", "message", "result")
+_SOURCE_KEYS = ("source", "url", "file_path", "file_name", "document_id", "doc_id")
+_LLM_OPERATIONS = {"chat", "text_completion", "generate_content"}
+
+
+@dataclass
+class TraceReport:
+    """What reading traces gave: ``traces`` seen, ``cases`` made, ``skipped`` (reason -> count) and
+    ``noted`` (reason -> count, cases kept), with up to three trace ids of each (``examples``)."""
+
+    traces: int = 0
+    cases: int = 0
+    skipped: Counter = field(default_factory=Counter)
+    noted: Counter = field(default_factory=Counter)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, reason: str, trace_id: str, skipped: bool) -> None:
+        (self.skipped if skipped else self.noted)[reason] += 1
+        shown = self.examples.setdefault(reason, [])
+        if len(shown) < 3:
+            shown.append(trace_id)
+
+    def lines(self) -> list[str]:
+        """One warning line per reason: the count, the reason, example trace ids."""
+        out = []
+        for counter, verb in ((self.skipped, "not cases"), (self.noted, "kept")):
+            for reason, n in sorted(counter.items()):
+                ids = ", ".join(self.examples.get(reason, []))
+                out.append(f"{n} of {self.traces} trace(s) {verb}: {reason} (e.g. {ids})")
+        return out
+
+    def record(self) -> dict[str, Any]:
+        return {"traces": self.traces, "cases": self.cases, "skipped": dict(self.skipped),
+                "noted": dict(self.noted), "examples": self.examples}
+
+
+def group_traces(spans: Iterable[Span]) -> dict[str, list[Span]]:
+    """Spans by trace id, traces in the order their first span came."""
+    traces: dict[str, list[Span]] = {}
+    for span in spans:
+        traces.setdefault(span.trace_id, []).append(span)
+    return traces
+
+
+def span_kind(span: Span) -> str:
+    """``RETRIEVER``, ``RERANKER``, ``LLM`` or another OpenInference kind (``CHAIN``, ...), from the
+    OpenInference kind or the GenAI operation; empty when neither says."""
+    kind = str(span.attributes.get("openinference.span.kind") or "").upper()
+    if kind:
+        return kind
+    operation = str(span.attributes.get("gen_ai.operation.name") or "").lower()
+    if operation == "retrieval" or "gen_ai.retrieval.documents" in span.attributes:
+        return "RETRIEVER"
+    if operation in _LLM_OPERATIONS:
+        return "LLM"
+    return ""
+
+
+def _start(span: Span) -> int:
+    return span.start if span.start is not None else 0
+
+
+def _root(spans: Sequence[Span]) -> tuple[Span, bool]:
+    ids = {s.span_id for s in spans}
+    tops = [s for s in spans if s.parent_id is None]
+    if tops:
+        return min(tops, key=_start), True
+    orphans = [s for s in spans if s.parent_id not in ids]
+    return min(orphans or spans, key=_start), False
+
+
+def _text(value: Any, mime: Any, keys: Sequence[str]) -> Optional[str]:
+    """A question or answer from an ``input.value`` / ``output.value``: the text, or a JSON value's
+    text-like field."""
+    if value is None:
+        return None
+    parsed = json_value(value) if (str(mime or "").endswith("json") or not isinstance(value, str)) else value
+    if isinstance(parsed, str):
+        return parsed
+    if isinstance(parsed, dict):
+        for key in keys:
+            found = parsed.get(key)
+            if isinstance(found, str) and found.strip():
+                return found
+            if isinstance(found, (dict, list)):
+                inner = _text(found, "json", keys)
+                if inner:
+                    return inner
+        return None
+    if isinstance(parsed, list):
+        for item in reversed(parsed):
+            inner = _text(item, "json", keys)
+            if inner:
+                return inner
+    return None if parsed is None else str(parsed)
+
+
+def _message(span: Span, prefix: str, role: Optional[str], last: bool) -> Optional[str]:
+    messages = [m for _, m in indexed(span.attributes, prefix)
+                if role is None or m.get("message.role") == role]
+    if not messages:
+        return None
+    content = messages[-1 if last else 0].get("message.content")
+    return content if isinstance(content, str) else None
+
+
+def _documents(span: Span) -> list[dict[str, Any]]:
+    """The span's documents as ``{id?, content?, score?, metadata?}``, output of a reranker first."""
+    attrs = span.attributes
+    for prefix in ("reranker.output_documents", "retrieval.documents"):
+        docs = [_document(d) for _, d in indexed(attrs, prefix)]
+        if not docs and isinstance(attrs.get(prefix), list):
+            docs = [_document(d) for d in attrs[prefix] if isinstance(d, dict)]
+        if docs:
+            return docs
+    genai = json_value(attrs.get("gen_ai.retrieval.documents"))
+    if isinstance(genai, list):
+        return [_document(d) for d in genai if isinstance(d, dict)]
+    return []
+
+
+def _document(raw: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(raw.get("document"), dict):
+        raw = raw["document"]
+    pick = {k.removeprefix("document."): v for k, v in raw.items()}
+    return {"id": pick.get("id"), "content": pick.get("content", pick.get("text")),
+            "score": pick.get("score"), "metadata": json_value(pick.get("metadata"))}
+
+
+def _chunk(doc: dict[str, Any]) -> Chunk:
+    text = doc["content"] if isinstance(doc["content"], str) else ("" if doc["content"] is None
+                                                                    else json.dumps(doc["content"]))
+    cid = doc["id"]
+    cid = str(cid) if cid is not None and str(cid).strip() else chunk_id_for_text(text)
+    score = doc["score"]
+    try:
+        score = float(score) if score is not None and not isinstance(score, bool) else None
+    except (TypeError, ValueError):
+        score = None
+    meta = doc["metadata"] if isinstance(doc["metadata"], dict) else {}
+    source = next((str(meta[k]) for k in _SOURCE_KEYS if meta.get(k) not in (None, "")), None)
+    return Chunk(id=cid, text=text, score=score if score is None or score == score else None,
+                 source=source)
+
+
+def trace_case(spans: Sequence[Span], report: TraceReport,
+               signals: Sequence[Signal] = ()) -> Optional[Case]:
+    """One trace's spans as a case, or None with the reason counted in ``report`` (see the module
+    docstring)."""
+    trace_id = spans[0].trace_id
+    report.traces += 1
+    spans = sorted(spans, key=_start)
+    root, whole = _root(spans)
+    kinds = [(s, span_kind(s)) for s in spans]
+    retrievers = [s for s, k in kinds if k in ("RETRIEVER", "RERANKER")]
+    rerankers = [s for s in retrievers if span_kind(s) == "RERANKER" and _documents(s)]
+    llms = [s for s, k in kinds if k == "LLM"]
+    llm = max(llms, key=lambda s: (s.end or 0)) if llms else None
+    if not retrievers:
+        report.add(NO_RETRIEVER, trace_id, skipped=True)
+        return None
+    question = _text(root.attributes.get("input.value"), root.attributes.get("input.mime_type"),
+                     _QUESTION_KEYS)
+    for span in retrievers:
+        if question:
+            break
+        question = (_text(span.attributes.get("input.value"), span.attributes.get("input.mime_type"),
+                          _QUESTION_KEYS) or span.attributes.get("gen_ai.retrieval.query.text"))
+    if not question and llm is not None:
+        question = _message(llm, "llm.input_messages", "user", last=True)
+    if not question or not str(question).strip():
+        report.add(NO_QUESTION, trace_id, skipped=True)
+        return None
+    answer = _text(root.attributes.get("output.value"), root.attributes.get("output.mime_type"),
+                   _ANSWER_KEYS) if root is not retrievers[0] else None
+    if answer is None and llm is not None:
+        answer = (_text(llm.attributes.get("output.value"), llm.attributes.get("output.mime_type"),
+                        _ANSWER_KEYS) or _message(llm, "llm.output_messages", None, last=False))
+    used = [rerankers[-1]] if rerankers else retrievers
+    documents = [d for s in used for d in _documents(s)]
+    if not whole:
+        report.add(NO_ROOT, trace_id, skipped=False)
+    if len(used) > 1:
+        report.add(SEVERAL_RETRIEVERS, trace_id, skipped=False)
+    if not documents:
+        report.add(EMPTY_RETRIEVAL, trace_id, skipped=False)
+    info: dict[str, Any] = {
+        "trace_id": trace_id, "span_id": root.span_id,
+        "retriever_span_ids": [s.span_id for s in used],
+        "llm_span_id": llm.span_id if llm is not None else None,
+        "name": root.name, "start_time": iso_time(min((s.start for s in spans if s.start), default=None)),
+        "end_time": iso_time(max((s.end for s in spans if s.end), default=None)),
+    }
+    for key, attr in (("service", "service.name"), ("session_id", "session.id"), ("user_id", "user.id")):
+        value = root.get(attr)
+        if value not in (None, ""):
+            info[key] = value
+    if root.attributes.get("metadata") not in (None, ""):
+        info["metadata"] = json_value(root.attributes["metadata"])
+    metadata: dict[str, Any] = {"trace": {k: v for k, v in info.items() if v is not None}}
+    given = [g for s in spans for g in s.signals] + list(signals)
+    if given:
+        metadata["signals"] = [g.record() for g in given]
+    tags = root.attributes.get("tag.tags")
+    report.cases += 1
+    return Case(id=trace_id, question=str(question), answer=answer,
+                contexts=[_chunk(d) for d in documents],
+                tags=[str(t) for t in tags] if isinstance(tags, list) else [],
+                metadata=metadata)
+
+
+def cases_from_spans(spans: Iterable[Span], signals: Optional[dict[str, list[Signal]]] = None
+                     ) -> tuple[list[Case], TraceReport]:
+    """Every trace of ``spans`` as a case (in the order traces first appear), and the report."""
+    report = TraceReport()
+    cases = []
+    for trace_id, members in group_traces(spans).items():
+        case = trace_case(members, report, (signals or {}).get(trace_id, ()))
+        if case is not None:
+            cases.append(case)
+    return cases, report

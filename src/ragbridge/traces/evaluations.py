@@ -1,0 +1,104 @@
+"""A run's scores as span evaluations: back to the trace each case came from.
+
+Each score of a case read from a trace becomes one *span evaluation* (`evaluation_rows`):
+``trace_id`` and ``span_id`` (from the case's ``metadata["trace"]``, exactly as read: a run never
+changes them), ``name`` (``<backend>.<metric>``, e.g. ``rubric.faithfulness``), ``score`` (the
+canonical value, 0..1), ``label`` (``pass`` or ``fail`` at the threshold the caller gives; ``error``
+for a score that failed, ``undefined`` for one that does not apply), ``explanation`` (the score's
+reason, or its error), and ``case_id``, ``metric``, ``backend``. A metric of the retrieval half
+goes on the retriever span (the first, when there were several), every other on the root span,
+which stands for the whole answer.
+
+Score formats (`ScoreFormat`, registered by plugins with ``ragbridge_register_score_formats``) write
+the rows in a tracing tool's own form; the built-in ``jsonl`` and ``csv`` write them as they are.
+Cases that did not come from a trace (no ``metadata["trace"]``) have nowhere to go and are counted.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+from ..metrics import half_of
+from ..schema import Case, Score
+
+__all__ = ["ScoreFormat", "evaluation_rows", "EVALUATION_COLUMNS", "SCORE_FORMATS"]
+
+EVALUATION_COLUMNS = ("trace_id", "span_id", "name", "label", "score", "explanation", "case_id", "metric",
+                      "backend")
+
+
+@dataclass
+class ScoreFormat:
+    """A file of span evaluations, as a plugin registers it: ``write(rows, path)`` writes the rows
+    of `evaluation_rows` to ``path`` (a file, or a folder when ``is_dir``) and returns warning lines
+    (what it could not write, counted)."""
+
+    name: str
+    write: Callable[[list[dict[str, Any]], Path], list[str]]
+    description: str = ""
+    suffixes: tuple[str, ...] = ()
+    is_dir: bool = False
+
+
+def evaluation_rows(cases: Iterable[Case], scores: Iterable[Score],
+                    passed: Callable[[Score], Optional[bool]]) -> tuple[list[dict[str, Any]], int]:
+    """The span evaluations of ``scores`` (see the module docstring), in score order, and how many
+    scores belong to cases that did not come from a trace. ``passed(score)`` is the verdict of a
+    score with a value (True, False) or None."""
+    where: dict[str, dict[str, Any]] = {}
+    for case in cases:
+        info = case.metadata.get("trace") if isinstance(case.metadata, dict) else None
+        if isinstance(info, dict) and info.get("span_id"):
+            where[case.id] = info
+    rows, homeless = [], 0
+    for score in scores:
+        info = where.get(score.case_id)
+        if info is None:
+            homeless += 1
+            continue
+        span = info["span_id"]
+        retrievers = info.get("retriever_span_ids") or []
+        if retrievers and half_of(score.metric) == "retrieval":
+            span = retrievers[0]
+        value = score.value if score.value is not None and math.isfinite(score.value) else None
+        if score.error:
+            label, explanation = "error", score.error
+        elif value is None:
+            label, explanation = "undefined", score.reason
+        else:
+            verdict = passed(score)
+            label = None if verdict is None else ("pass" if verdict else "fail")
+            explanation = score.reason
+        rows.append({"trace_id": info.get("trace_id"), "span_id": span,
+                     "name": f"{score.backend}.{score.metric}", "label": label, "score": value,
+                     "explanation": explanation, "case_id": score.case_id, "metric": score.metric,
+                     "backend": score.backend})
+    return rows, homeless
+
+
+def _write_jsonl(rows: list[dict[str, Any]], path: Path) -> list[str]:
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return []
+
+
+def _write_csv(rows: list[dict[str, Any]], path: Path) -> list[str]:
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(EVALUATION_COLUMNS))
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in EVALUATION_COLUMNS})
+    return []
+
+
+#: the built-in score formats: the rows as they are
+SCORE_FORMATS = (
+    ScoreFormat("jsonl", _write_jsonl, "span evaluations, one JSON object a line", (".jsonl",)),
+    ScoreFormat("csv", _write_csv, "span evaluations, one row each", (".csv",)),
+)

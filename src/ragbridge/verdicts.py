@@ -1,0 +1,70 @@
+"""Pass or fail: the one rule every output of a run answers with.
+
+A score passes at a threshold when its value is at or above it (`passes`). A judged score taken
+``--repeats N`` times passes when at least ``pass_at_least`` of its repeats pass at that threshold
+(`repeats_pass`; by default a majority of the N planned, `ragbridge.run.repeats.majority`): the
+run's summary, the report (its badges, grid, threshold table and agreement), ``compare``,
+``validate``, ``calibrate``, ``diff``, ``gate`` (its share rules and the cases behind a rule), the
+noise figures and ``label``'s strata all ask `verdict`, so one case has one verdict everywhere. A
+score that is undefined, errored or not run has no verdict (None): it is counted apart, never as a
+fail.
+
+Which threshold applies to a (backend, metric) is decided in one place too:
+`ragbridge.analysis.thresholds.pass_marks`.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Callable, Optional, Sequence
+
+from .schema import Score
+
+__all__ = ["passes", "repeats_pass", "verdict", "verdicts_at", "why", "COMPARE"]
+
+#: the comparisons a threshold may be read with (a gate's ``share(METRIC > 0.7)``); ``>=`` is the pass rule
+COMPARE: dict[str, Callable[[float, float], bool]] = {
+    ">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+
+
+def passes(value: float, threshold: float, op: str = ">=") -> bool:
+    """Whether ``value`` passes ``threshold`` (``op``: the comparison, ``>=`` unless a gate rule
+    says otherwise)."""
+    return bool(COMPARE[op](value, threshold))
+
+
+def repeats_pass(passed: Sequence[Optional[bool]], pass_at_least: int) -> Optional[bool]:
+    """The verdict of a case from the verdicts of its repeats (None where a repeat has none): it
+    passes when at least ``pass_at_least`` passed; None when no repeat has a verdict."""
+    judged = [p for p in passed if p is not None]
+    if not judged:
+        return None
+    return sum(judged) >= pass_at_least
+
+
+def verdict(score: Score, threshold: float, op: str = ">=") -> Optional[bool]:
+    """The verdict of ``score`` at ``threshold``: None when it is not scored; for a score collapsed
+    from repeats (``score.repeats``), whether at least ``pass_at_least`` of its repeats pass;
+    otherwise whether its value passes."""
+    if score.status != "scored":
+        return None
+    rep = score.repeats
+    if rep is not None and rep.pass_at_least is not None and any(v is not None for v in rep.values):
+        return repeats_pass([None if v is None else passes(v, threshold, op) for v in rep.values],
+                            rep.pass_at_least)
+    return passes(score.value, threshold, op)
+
+
+def verdicts_at(scores: Sequence[Score], threshold: float, op: str = ">=") -> list[Optional[bool]]:
+    """`verdict` of each score, in order."""
+    return [verdict(s, threshold, op) for s in scores]
+
+
+def why(score: Score, threshold: float) -> str:
+    """The verdict of a scored ``score`` in words: ``0.400 < 0.5``, ``0.800 >= 0.5``, or for repeats
+    ``0.600: 3 of 5 repeats >= 1, 3 needed``."""
+    rep = score.repeats
+    if rep is not None and rep.pass_at_least is not None and any(v is not None for v in rep.values):
+        k = sum(1 for v in rep.values if v is not None and passes(v, threshold))
+        return f"{score.value:.3f}: {k} of {rep.n} repeats >= {threshold:.3g}, {rep.pass_at_least} needed"
+    return f"{score.value:.3f} {'>=' if passes(score.value, threshold) else '<'} {threshold:.3g}"

@@ -1,0 +1,272 @@
+"""Real trace stores: the instrumented pipeline's spans sent to a Phoenix server on 127.0.0.1, read
+back as Phoenix exports them, sampled, scored, and the scores logged back to Phoenix and read from it;
+a Langfuse trace built with the Langfuse SDK's models, and the scores sent by its client.
+
+Neither the Phoenix server (``arize-phoenix``) nor the Langfuse SDK can be installed beside the
+library backends' pins (see constraints.txt), so these tests run in a venv of their own
+(``.[trace-stores]``, .ci/run) and are skipped where they are not installed. The server runs with
+its telemetry off and every
+socket it opens and every name it looks up recorded (as in tests/test_no_egress.py): it may reach
+nothing but this machine.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ragbridge_cli
+from rag_pipeline import bm25, traced
+from test_no_egress import LOCAL, RECORDER
+from test_traces import _questions
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def phoenix(tmp_path, monkeypatch):
+    pytest.importorskip("phoenix.server.main", reason="the trace-store venv (.[trace-stores]) runs this")
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)  # the application records its spans
+    site = tmp_path / "site"
+    site.mkdir()
+    # the recorder, and a line when it starts in a process (the server opens no socket of its own
+    # if all is well, so without it an empty log could mean the recorder was never there)
+    (site / "sitecustomize.py").write_text(RECORDER + "\n_write('start', [os.getpid()])\n")
+    log = tmp_path / "egress.jsonl"
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(site), "RAGBRIDGE_EGRESS_LOG": str(log),
+           "PHOENIX_HOST": "127.0.0.1", "PHOENIX_PORT": str(port), "PHOENIX_GRPC_PORT": str(_free_port()),
+           "PHOENIX_WORKING_DIR": str(tmp_path / "phoenix"),
+           "PHOENIX_SQL_DATABASE_URL": f"sqlite:///{tmp_path / 'phoenix.db'}",
+           "PHOENIX_TELEMETRY_ENABLED": "false", "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false",
+           "HOME": str(tmp_path / "home")}
+    out = open(tmp_path / "server.log", "w")
+    server = subprocess.Popen([sys.executable, "-m", "phoenix.server.main", "serve"], env=env,
+                              stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    import httpx
+
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "Phoenix did not start in 300 s"
+        time.sleep(0.5)
+    yield base, log, env
+    server.terminate()
+    server.wait(timeout=60)
+    out.close()
+
+
+def _until(fetch, done, what, seconds=120):
+    """Poll ``fetch`` until ``done(result)``: Phoenix ingests spans and annotations asynchronously."""
+    deadline = time.monotonic() + seconds
+    while True:
+        result = fetch()
+        if done(result):
+            return result
+        assert time.monotonic() < deadline, f"Phoenix never showed {what}"
+        time.sleep(0.5)
+
+
+def test_spans_through_phoenix_and_scores_back(tmp_path, phoenix):
+    import pandas as pd
+    from google.protobuf.json_format import MessageToJson
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from phoenix.client import Client
+    from phoenix.trace import SpanEvaluations
+
+    from ragbridge import evaluate, load_cases
+
+    base, egress, env = phoenix
+    recorded = {k: env[k] for k in ("PYTHONPATH", "RAGBRIDGE_EGRESS_LOG")}
+    # the application: spans to Phoenix over OTLP/HTTP, and the same spans kept in memory
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "support-bot"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{base}/v1/traces")))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("support-bot")
+    questions = _questions(6)
+    made = [traced(q, tracer, user=f"u{i % 2}") for i, q in enumerate(questions)]
+    provider.shutdown()
+    otlp = tmp_path / "otlp.json"  # the same spans as the protobuf JSON mapping (base64 ids)
+    otlp.write_text(MessageToJson(encode_spans(memory.get_finished_spans())))
+
+    # read back from Phoenix as its users export it: the spans dataframe, saved as Parquet
+    client = Client(base_url=base)
+    frame = _until(lambda: client.spans.get_spans_dataframe(project_name="default"),
+                   lambda df: len(df) == 3 * len(made), "every span")
+    frame.to_parquet(tmp_path / "spans.parquet")
+    res = ragbridge_cli("sample", tmp_path / "spans.parquet", "--n", 100, "--out", tmp_path / "cases.jsonl",
+                        env=recorded)
+    assert res.returncode == 0, res.stderr
+    assert "read as format 'phoenix-spans'" in res.stderr
+    res = ragbridge_cli("convert", otlp, tmp_path / "direct.jsonl", env=recorded)
+    assert res.returncode == 0, res.stderr
+    via_phoenix = {c.id: c for c in load_cases(tmp_path / "cases.jsonl")}
+    direct = {c.id: c for c in load_cases(tmp_path / "direct.jsonl")}
+    assert set(via_phoenix) == set(direct) == {t for t, _ in made}
+    for (trace_id, span_id), question in zip(made, questions):
+        a, b = via_phoenix[trace_id], direct[trace_id]
+        assert a.question == b.question == question and a.answer == b.answer
+        assert [(c.id, c.text, c.source) for c in a.contexts] == [
+            (c.id, c.text, c.source) for c in b.contexts]
+        assert [c.id for c in a.contexts] == [c["id"] for c in bm25.retrieve(question)]
+        assert [c.score for c in a.contexts] == pytest.approx([c.score for c in b.contexts])
+        assert a.metadata["trace"]["span_id"] == b.metadata["trace"]["span_id"] == span_id
+        assert a.metadata["trace"]["retriever_span_ids"] == b.metadata["trace"]["retriever_span_ids"]
+
+    # users' thumbs, given in Phoenix as human annotations, come into the cases
+    roots = {t: s for t, s in made}
+    thumbs = pd.DataFrame({"span_id": list(roots.values()),
+                           "label": ["down" if i % 3 == 0 else "up" for i in range(len(made))]})
+    client.spans.log_span_annotations_dataframe(dataframe=thumbs, annotation_name="thumbs",
+                                                annotator_kind="HUMAN", sync=True)
+    given = client.spans.get_span_annotations_dataframe(span_ids=list(roots.values()),
+                                                        project_identifier="default")
+    given.reset_index().rename(columns={"annotation_name": "name", "result.label": "label",
+                                        "result.score": "score", "result.explanation": "note"}
+                               ).to_csv(tmp_path / "feedback.csv", index=False)
+    res = ragbridge_cli("sample", tmp_path / "spans.parquet", "--n", 100,
+                        "--signals", tmp_path / "feedback.csv",
+                        "--out", tmp_path / "cases.jsonl", env=recorded)
+    assert res.returncode == 0, res.stderr
+    cases = load_cases(tmp_path / "cases.jsonl")
+    for i, (trace_id, span_id) in enumerate(made):
+        case = next(c for c in cases if c.id == trace_id)
+        assert case.metadata["signals"] == [{"name": "thumbs", "label": "down" if i % 3 == 0 else "up",
+                                             "span_id": span_id, "source": "API"}]
+
+    # scored, and the scores logged back to Phoenix as span evaluations, read from Phoenix
+    checked = [c.model_copy(update={"must_contain": ["refund"]}) for c in cases]
+    evaluate(checked, metrics=["must_contain"], out=tmp_path / "run")
+    res = ragbridge_cli("validate", tmp_path / "run", "--labels", "signal:thumbs", "--json",
+                        "--resamples", "0",
+                        env=recorded)
+    assert res.returncode == 0, res.stderr
+    (row,) = json.loads(res.stdout)["validation"]
+    assert row["n_labels"] == len(made)
+    assert row["human_fail"] == sum(1 for i in range(len(made)) if i % 3 == 0)
+    res = ragbridge_cli("export-scores", tmp_path / "run", "--to", "phoenix", "--out", tmp_path / "evals",
+                        "--threshold", "1", env=recorded)
+    assert res.returncode == 0, res.stderr
+    (file,) = (tmp_path / "evals").iterdir()
+    evals = SpanEvaluations.load(file.stem.removeprefix("evaluations-"), tmp_path / "evals")
+    assert evals.eval_name == "native.must_contain" and len(evals.dataframe) == len(made)
+    client.spans.log_span_annotations_dataframe(dataframe=evals.dataframe, annotation_name=evals.eval_name,
+                                                annotator_kind="CODE", sync=True)
+    back = _until(lambda: client.spans.get_span_annotations_dataframe(
+        span_ids=list(roots.values()), project_identifier="default",
+        include_annotation_names=[evals.eval_name]), lambda df: len(df) == len(made), "the evaluations")
+    for trace_id, span_id in made:
+        answer = next(c.answer for c in cases if c.id == trace_id)
+        expected = 1.0 if "refund" in answer.lower() else 0.0
+        got = back.loc[span_id]
+        assert (got["result.score"], got["result.label"]) == (expected, "pass" if expected else "fail")
+
+    # nothing the server did left this machine
+    events = [json.loads(line) for line in egress.read_text().splitlines()]
+    assert len([e for e in events if e["kind"] == "start"]) >= 2  # the server and the commands
+    connects = {e["target"][0] for e in events if e["kind"] == "connect"}
+    lookups = {e["target"][0] for e in events if e["kind"] == "lookup"}
+    assert connects <= LOCAL, f"connected outside the machine: {connects}"
+    assert lookups <= LOCAL | {None, ""}, f"looked up outside hosts: {lookups}"
+
+
+def test_langfuse_trace_in_and_scores_through_the_sdk(tmp_path):
+    """A trace as Langfuse's public API returns it, built and serialised with the Langfuse SDK's own
+    models, read as a case; the case's scores written as Langfuse's batch score import, parsed by the
+    SDK's request model and sent by its client (to a transport in memory: nothing leaves the process)."""
+    pytest.importorskip("langfuse", reason="the trace-store venv (.[trace-stores]) runs this")
+    import datetime as dt
+
+    import httpx
+    from langfuse.api import LangfuseAPI
+    from langfuse.api.commons.types.observation_v2 import ObservationV2
+    from langfuse.api.commons.types.score import Score_Categorical, Score_Numeric
+    from langfuse.api.scores.types.create_score_request import CreateScoreRequest
+
+    from ragbridge import evaluate, load_cases
+
+    now = dt.datetime(2026, 11, 2, 10, 0, tzinfo=dt.timezone.utc)
+    trace_id, root, retriever, generation = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", \
+        "53995c3f42cd8ad8", "a3ce929d0e0e4736"
+    question = "How long do I have to ask for a refund on my monthly subscription?"
+    chunks = bm25.retrieve(question)
+    answer = bm25.answer(question, [])  # any text: the answer is carried, not judged, here
+
+    def observation(oid, parent, kind, name, **more):
+        return ObservationV2(id=oid, trace_id=trace_id, start_time=now, end_time=now, project_id="p",
+                             parent_observation_id=parent, type=kind, name=name, **more)
+
+    observations = [
+        observation(root, None, "SPAN", "rag", input={"question": question}, output=answer,
+                    user_id="u7", session_id="s1", tags=["support"]),
+        observation(retriever, root, "RETRIEVER", "retrieve", input=question,
+                    output=[{"id": c["id"], "page_content": c["text"], "score": c["score"],
+                             "metadata": {"source": c["source"]}} for c in chunks]),
+        observation(generation, root, "GENERATION", "generate", output=answer, model="templated"),
+    ]
+    scores = [Score_Numeric(id="s-1", trace_id=trace_id, observation_id=root, name="user-feedback", value=0,
+                            source="API", timestamp=now, created_at=now, updated_at=now,
+                            environment="default", comment="wrong window"),
+              Score_Categorical(id="s-2", trace_id=trace_id, name="topic", value=0, string_value="billing",
+                                source="ANNOTATION", timestamp=now, created_at=now, updated_at=now,
+                                environment="default")]
+    export = tmp_path / f"trace-{trace_id}.json"
+    export.write_text(json.dumps({
+        "id": trace_id, "timestamp": now.isoformat(), "name": "rag",
+        "observations": [o.model_dump(by_alias=True, mode="json") for o in observations],
+        "scores": [s.model_dump(by_alias=True, mode="json") for s in scores]}))
+    res = ragbridge_cli("convert", export, tmp_path / "cases.jsonl")
+    assert res.returncode == 0, res.stderr
+    assert "read as format 'langfuse'" in res.stderr
+    (case,) = load_cases(tmp_path / "cases.jsonl")
+    assert (case.id, case.question, case.answer) == (trace_id, question, answer)
+    assert [(c.id, c.text, c.source) for c in case.contexts] == [
+        (c["id"], c["text"], c["source"]) for c in chunks]
+    assert case.metadata["trace"]["span_id"] == root
+    assert case.metadata["trace"]["retriever_span_ids"] == [retriever]
+    assert case.metadata["trace"]["user_id"] == "u7"
+    assert {"name": "user-feedback", "score": 0.0, "note": "wrong window", "span_id": root,
+            "source": "api"} in case.metadata["signals"]
+    assert {"name": "topic", "label": "billing", "source": "annotation"} in case.metadata["signals"]
+
+    run = tmp_path / "run"
+    evaluate([case.model_copy(update={"must_contain": ["14 days"]})], metrics=["must_contain"], out=run)
+    res = ragbridge_cli("export-scores", run, "--to", "langfuse", "--out", tmp_path / "scores.json")
+    assert res.returncode == 0, res.stderr
+    requests = [CreateScoreRequest.model_validate(item)
+                for item in json.loads((tmp_path / "scores.json").read_text())]
+    sent = []
+
+    def handler(request):
+        sent.append((request.url.path, json.loads(request.content)))
+        return httpx.Response(202, json={"message": "Accepted"})
+
+    client = LangfuseAPI(base_url="http://langfuse.invalid", username="pk", password="sk",
+                         httpx_client=httpx.Client(transport=httpx.MockTransport(handler)))
+    client.scores.create(request=requests)
+    ((path, body),) = sent
+    assert path == "/api/public/scores" and len(body) == 1
+    assert (body[0]["traceId"], body[0]["observationId"], body[0]["name"]) == (
+        trace_id, root, "native.must_contain")
+    assert body[0]["value"] == (1.0 if "14 days" in answer else 0.0) and body[0]["dataType"] == "NUMERIC"

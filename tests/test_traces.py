@@ -1,0 +1,367 @@
+"""Production traces in, scores back out.
+
+The traces are recorded by the tests' RAG pipeline instrumented with the OpenTelemetry SDK and
+OpenInference's semantic conventions (tests/rag_pipeline.py: `traced`), and exported by the SDK's
+own exporters: the OTLP JSON file exporter (JSON lines, hex ids) and the in-memory exporter, whose
+spans the SDK's OTLP JSON encoder turns into an OTLP/HTTP JSON body. The Phoenix server round trip
+is tests/test_trace_store.py.
+"""
+
+import csv
+import json
+
+import pytest
+from conftest import EXAMPLE, ragbridge_cli
+from rag_pipeline import bm25, traced
+
+from ragbridge import load_cases
+from ragbridge.formats import DatasetError
+from ragbridge.run.sample import draw, load_mapping, resolve, sample_traces
+from ragbridge.traces.otlp import read_spans
+
+
+@pytest.fixture(autouse=True)
+def application_tracing(monkeypatch):
+    """The application under test records its spans: the opt-out the test process carries for the
+    backends (tests/conftest.py) does not apply to it."""
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
+
+
+def _questions(n):
+    lines = EXAMPLE.read_text(encoding="utf-8").splitlines()
+    qs = [json.loads(line)["question"] for line in lines]
+    return (qs * (n // len(qs) + 1))[:n]
+
+
+def _provider(exporter):
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "support-bot"}))
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+def record(path, questions, **kwargs):
+    """Run the instrumented pipeline on ``questions``, the spans written by the SDK's OTLP JSON file
+    exporter to ``path`` (appended); returns [(trace_id, root span_id, question)]."""
+    from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
+
+    provider = _provider(FileSpanExporter(path))
+    tracer = provider.get_tracer("support-bot")
+    out = []
+    for i, q in enumerate(questions):
+        trace_id, span_id = traced(q, tracer, user=f"u{i % 3}", **kwargs)
+        out.append((trace_id, span_id, q))
+    provider.shutdown()
+    return out
+
+
+@pytest.fixture
+def otlp(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    kept = record(path, _questions(12))
+    bare = record(path, _questions(2), drop_retriever=True)
+    return path, kept, bare
+
+
+def test_otlp_file_export_reads_as_one_case_per_trace(tmp_path, otlp):
+    path, kept, bare = otlp
+    res = ragbridge_cli("convert", path, tmp_path / "cases.jsonl")
+    assert res.returncode == 0, res.stderr
+    # the traces without a retriever are reported, with their count and why, not made empty cases
+    assert "2 of 14 trace(s) not cases: no retriever span" in res.stderr
+    assert bare[0][0] in res.stderr
+    cases = {c.id: c for c in load_cases(tmp_path / "cases.jsonl")}
+    assert set(cases) == {t for t, _, _ in kept}
+    for trace_id, span_id, question in kept:
+        case = cases[trace_id]
+        chunks = bm25.retrieve(question)
+        assert case.question == question
+        assert [c.id for c in case.contexts] == [c["id"] for c in chunks]
+        assert [c.score for c in case.contexts] == pytest.approx([c["score"] for c in chunks])
+        assert [c.source for c in case.contexts] == [c["source"] for c in chunks]
+        assert case.contexts[0].text == chunks[0]["text"]
+        assert case.answer.startswith("According to our help centre")
+        info = case.metadata["trace"]
+        assert info["trace_id"] == trace_id and info["span_id"] == span_id
+        assert len(info["retriever_span_ids"]) == 1 and info["retriever_span_ids"][0] != span_id
+        assert info["service"] == "support-bot" and info["session_id"].startswith("session-u")
+        assert info["start_time"] <= info["end_time"] and info["start_time"].endswith("Z")
+        assert "support" in case.tags
+
+
+def test_genai_retrieval_documents_and_an_otlp_http_json_body(tmp_path):
+    """The OTel GenAI form (gen_ai.retrieval.documents), recorded in memory and encoded by the SDK's
+    OTLP JSON encoder as one pretty-printed OTLP/HTTP request body."""
+    from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    memory = InMemorySpanExporter()
+    provider = _provider(memory)
+    tracer = provider.get_tracer("support-bot")
+    made = [traced(q, tracer, convention="genai") for q in _questions(3)]
+    provider.force_flush()
+    body = tmp_path / "request.json"
+    body.write_text(json.dumps(encode_spans(memory.get_finished_spans()).to_dict(), indent=2))
+    res = ragbridge_cli("convert", body, tmp_path / "cases.jsonl")
+    assert res.returncode == 0, res.stderr
+    cases = {c.id: c for c in load_cases(tmp_path / "cases.jsonl")}
+    assert set(cases) == {t for t, _ in made}
+    for (trace_id, span_id), question in zip(made, _questions(3)):
+        assert cases[trace_id].question == question
+        assert [c.id for c in cases[trace_id].contexts] == [c["id"] for c in bm25.retrieve(question)]
+        assert cases[trace_id].metadata["trace"]["span_id"] == span_id
+
+
+def test_ids_in_the_protobuf_json_mapping_read_as_hex(tmp_path, otlp):
+    """Some exporters write the protobuf JSON mapping: ids base64, not hex. Same spans, same ids."""
+    import base64
+
+    path, kept, _ = otlp
+    line = json.loads(path.read_text().splitlines()[0])
+    for rs in line["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for span in ss["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if span.get(key):
+                        span[key] = base64.b64encode(bytes.fromhex(span[key])).decode()
+    b64 = tmp_path / "b64.json"
+    b64.write_text(json.dumps(line))
+    in_b64 = {(s.trace_id, s.span_id) for s in read_spans(b64)}
+    assert in_b64 and in_b64 == {(s.trace_id, s.span_id) for s in read_spans(path)
+                                 if s.trace_id in {t for t, _ in in_b64}}
+
+
+def test_sample_by_trace_id_hash_is_reproducible_and_filters_first(tmp_path, otlp):
+    path, kept, bare = otlp
+    ids = [t for t, _, _ in kept]
+    out = tmp_path / "s.jsonl"
+    res = ragbridge_cli("sample", path, "--n", 5, "--seed", 3, "--out", out, "--json")
+    assert res.returncode == 0, res.stderr
+    a, summary = [c.id for c in load_cases(out)], json.loads(res.stdout)
+    # the n lowest draws of the trace ids: the same rule a user can recompute
+    lowest = sorted(ids + [t for t, _, _ in bare], key=lambda t: draw(t, 3))[:5]
+    assert set(a) == set(lowest) - {t for t, _, _ in bare}
+    assert summary["drawn"] == 5 and summary["cases"] == len(a) and summary["kind"] == "traces"
+    assert [c.id for c in sample_traces(path, 5, seed=3).cases] == a
+    assert [c.id for c in sample_traces(path, 5, seed=4).cases] != a
+
+    def drawn(**kwargs):
+        return [c.id for c in sample_traces(path, **kwargs).cases]
+
+    # a rate keeps a trace in or out by its id alone: more traffic later leaves yesterday's sample in
+    before = drawn(n=None, rate=0.5, seed=9)
+    assert set(before) == {t for t in ids if draw(t, 9) < 0.5}
+    later = record(path, _questions(6))
+    after = drawn(n=None, rate=0.5, seed=9)
+    assert set(before) <= set(after)
+    assert set(after) - set(before) == {t for t, _, _ in later if draw(t, 9) < 0.5}
+    # --where on span attributes comes before the draw: the n are drawn among that user's traces
+    users = {t: f"u{i % 3}" for batch in (kept, bare, later) for i, (t, _, _) in enumerate(batch)}
+    candidates = sorted((t for t in users if users[t] == "u1"), key=lambda t: draw(t, 0))
+    mine = sample_traces(path, 3, where=["user.id=u1"])
+    assert mine.drawn == 3
+    assert {c.id for c in mine.cases} == set(candidates[:3]) - {t for t, _, _ in bare}
+    assert all(c.metadata["trace"]["user_id"] == "u1" for c in mine.cases)
+    # a key inside OpenInference's metadata (a JSON string), a resource attribute and a list
+    # attribute (a tag) filter too
+    pro = sample_traces(path, None, where=["metadata.plan=pro"]).cases
+    assert pro and all(c.metadata["trace"]["metadata"]["plan"] == "pro" for c in pro)
+    assert {c.id for c in pro} == {t for t, u in users.items() if u.endswith("1")} - {t for t, _, _ in bare}
+    billing = sample_traces(path, None, where=["service.name=support-bot", "tag=billing"]).cases
+    assert billing and all("billing" in c.tags for c in billing)
+
+
+def test_sample_errors_say_what_to_do(tmp_path, otlp):
+    path, _, _ = otlp
+    res = ragbridge_cli("sample", path, "--where", "user.id=nobody", "--out", tmp_path / "s.jsonl")
+    assert res.returncode == 2 and "no trace matches" in res.stderr
+    assert not (tmp_path / "s.jsonl").exists()
+    with pytest.raises(DatasetError, match="--mapping is for JSON lines logs"):
+        sample_traces(path, mapping={"fields": {"question": "q"}, "chunk": {}})
+    with pytest.raises(DatasetError, match=r"--rate must be in \(0, 1\]"):
+        sample_traces(path, rate=1.5)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(path.read_text().splitlines()[0] + "\n{not json\n")
+    with pytest.raises(DatasetError, match="bad.jsonl:2: not valid JSON"):
+        sample_traces(bad)
+
+
+def test_log_mapping_paths_and_where_before_the_question_check(tmp_path):
+    # a record holding dotted keys, and observations picked by a field's value, not a position
+    record = {"id": "t1", "attributes": {"input.value": "Q?", "output.value": "A."},
+              "observations": [{"type": "SPAN", "output": "x"},
+                               {"type": "RETRIEVER", "output": [{"id": "d1", "content": "text"}]}]}
+    assert resolve(record, "attributes.input.value") == "Q?"
+    assert resolve({"attributes.input.value": "Q?"}, "attributes.input.value") == "Q?"
+    assert resolve(record, "observations[type=RETRIEVER].output.0.id") == "d1"
+    assert resolve(record, "observations[1].type") == "RETRIEVER"
+    assert resolve(record, "observations[type=LLM].output") is None
+    log = tmp_path / "log.jsonl"
+    rows = [record, {"id": "t2", "kind": "healthcheck"},  # no question, filtered out by --where
+            dict(record, id="t3")]
+    log.write_text("".join(json.dumps(dict(r, env="prod" if r["id"] != "t2" else "dev")) + "\n"
+                           for r in rows))
+    mapping = tmp_path / "m.toml"
+    mapping.write_text('[fields]\nquestion = "attributes.input.value"\nanswer = "attributes.output.value"\n'
+                       'contexts = "observations[type=RETRIEVER].output"\n'
+                       '[chunk]\nid = "id"\ntext = "content"\n')
+    res = ragbridge_cli("sample", log, "--mapping", mapping, "--where", "env=prod",
+                        "--out", tmp_path / "s.jsonl")
+    assert res.returncode == 0, res.stderr
+    cases = load_cases(tmp_path / "s.jsonl")
+    assert [c.id for c in cases] == ["t1", "t3"]
+    assert cases[0].question == "Q?" and cases[0].contexts[0].id == "d1"
+    # without the filter, the healthcheck line is the error it always was
+    with pytest.raises(DatasetError, match="log.jsonl:2: field 'attributes.input.value': no question found"):
+        sample_traces(log, mapping=load_mapping(mapping))
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[fields]\nquestion = "a[type=]x]"\n')
+    with pytest.raises(DatasetError, match=r"\[fields\] question"):
+        load_mapping(bad)
+
+
+def _signals(path, kept):
+    """A feedback file as a support tool writes one: thumbs on the root span, by span id; one note
+    by trace id."""
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["span_id", "trace_id", "name", "label", "score", "note"])
+        writer.writeheader()
+        for i, (trace_id, span_id, _) in enumerate(kept):
+            writer.writerow({"span_id": span_id, "name": "thumbs", "label": "down" if i % 3 == 0 else "up"})
+        writer.writerow({"trace_id": kept[1][0], "name": "comment", "note": "wrong fee"})
+
+
+def test_user_signals_come_into_the_cases(tmp_path, otlp):
+    path, kept, _ = otlp
+    signals = tmp_path / "feedback.csv"
+    _signals(signals, kept)
+    res = ragbridge_cli("sample", path, "--n", 100, "--signals", signals, "--out", tmp_path / "s.jsonl")
+    assert res.returncode == 0, res.stderr
+    cases = {c.id: c for c in load_cases(tmp_path / "s.jsonl")}
+    for i, (trace_id, span_id, _) in enumerate(kept):
+        thumbs = [s for s in cases[trace_id].metadata["signals"] if s["name"] == "thumbs"]
+        assert thumbs == [{"name": "thumbs", "label": "down" if i % 3 == 0 else "up", "span_id": span_id}]
+    assert {"name": "comment", "note": "wrong fee"} in cases[kept[1][0]].metadata["signals"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"name": "thumbs", "label": "up"}\n')
+    res = ragbridge_cli("sample", path, "--signals", bad, "--out", tmp_path / "s2.jsonl")
+    assert res.returncode == 2 and "bad.jsonl:1" in res.stderr and "no trace_id or span_id" in res.stderr
+    assert not (tmp_path / "s2.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_judged_run_validated_against_user_signals_and_scores_back_out(tmp_path, otlp, stub_judge):
+    """Sample with feedback, score with the rubric judge (stub on loopback), ask whether the judge
+    predicts the thumbs, and write the scores back as span evaluations keyed as the spans were."""
+    path, kept, _ = otlp
+    signals = tmp_path / "feedback.csv"
+    _signals(signals, kept)
+    sample = tmp_path / "sample.jsonl"
+    res = ragbridge_cli("sample", path, "--n", 100, "--signals", signals, "--out", sample)
+    assert res.returncode == 0, res.stderr
+    run = tmp_path / "run"
+    res = ragbridge_cli("run", sample, "--out", run, "--backend", "rubric", "--metric", "faithfulness",
+                        "--backend", "native", "--metric", "must_contain", "--no-progress",
+                        "--judge-model", "gpt-4o-mini", "--judge-base-url", stub_judge.base_url,
+                        "--cache-path", tmp_path / "cache.sqlite")
+    assert res.returncode == 0, res.stdout + res.stderr
+    res = ragbridge_cli("validate", run, "--labels", "signal:thumbs", "--metric", "faithfulness", "--json",
+                        "--resamples", "0")
+    assert res.returncode == 0, res.stderr
+    (row,) = json.loads(res.stdout)["validation"]
+    downs = sum(1 for i in range(len(kept)) if i % 3 == 0)
+    assert (row["n_labels"], row["human_fail"], row["human_pass"]) == (len(kept), downs, len(kept) - downs)
+    # the same labels written as a labels file give the same verdicts
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps({"case_id": t, "metric": "faithfulness",
+                                          "label": "fail" if i % 3 == 0 else "pass"}) + "\n"
+                              for i, (t, _, _) in enumerate(kept)))
+    res2 = ragbridge_cli("validate", run, "--labels", labels, "--json", "--resamples", "0")
+    (row2,) = json.loads(res2.stdout)["validation"]
+    assert {k: row[k] for k in ("tp", "fn", "fp", "tn")} == {k: row2[k] for k in ("tp", "fn", "fp", "tn")}
+    res = ragbridge_cli("validate", run, "--labels", "signal:stars")
+    assert res.returncode == 2 and "no case carries a signal named 'stars'" in res.stderr
+    assert "thumbs" in res.stderr
+
+    # the judge's verdicts go back on the root spans, labelled at the threshold
+    res = ragbridge_cli("export-scores", run, "--to", "jsonl", "--out", tmp_path / "evals.jsonl",
+                        "--metric", "faithfulness")
+    assert res.returncode == 0, res.stderr
+    roots = {t: s for t, s, _ in kept}
+    scores = {s["case_id"]: s for s in map(json.loads, (run / "scores.jsonl").read_text().splitlines())
+              if s["metric"] == "faithfulness"}
+    rows = [json.loads(x) for x in (tmp_path / "evals.jsonl").read_text().splitlines()]
+    assert len(rows) == len(kept)
+    for r in rows:
+        assert r["span_id"] == roots[r["trace_id"]] and r["name"] == "rubric.faithfulness"
+        assert r["score"] == scores[r["trace_id"]]["value"]
+        assert r["label"] == ("pass" if r["score"] >= 0.5 else "fail")
+        assert r["explanation"] == scores[r["trace_id"]]["reason"]
+
+
+def test_scores_go_back_to_the_spans_they_came_from(tmp_path, otlp):
+    """A run of cases read from traces (answer checks a team added), written back as span
+    evaluations: plain rows, Phoenix's span evaluations, Langfuse's batch score import (which the
+    Langfuse SDK itself sends in tests/test_trace_store.py)."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from ragbridge import evaluate
+
+    path, kept, _ = otlp
+    cases = [c.model_copy(update={"must_contain": ["refund"]}) for c in sample_traces(path, None).cases]
+    run = tmp_path / "run"
+    evaluate(cases, metrics=["must_contain", "recall@5"], out=run)
+    roots = {t: s for t, s, _ in kept}
+    retrievers = {c.id: c.metadata["trace"]["retriever_span_ids"][0] for c in cases}
+    res = ragbridge_cli("export-scores", run, "--to", "jsonl", "--out", tmp_path / "evals.jsonl",
+                        "--threshold", "must_contain=1")
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(x) for x in (tmp_path / "evals.jsonl").read_text().splitlines()]
+    checks = {r["trace_id"]: r for r in rows if r["metric"] == "must_contain"}
+    assert set(checks) == set(roots)
+    for trace_id, r in checks.items():
+        assert r["span_id"] == roots[trace_id] and r["name"] == "native.must_contain"
+        answer = next(c.answer for c in cases if c.id == trace_id)
+        assert r["score"] == (1.0 if "refund" in answer.lower() else 0.0)
+        assert r["label"] == ("pass" if r["score"] == 1.0 else "fail")
+    # a retrieval metric goes on the retriever span; undefined without labels, and said so
+    recall = [r for r in rows if r["metric"] == "recall@5"]
+    assert all(r["span_id"] == retrievers[r["trace_id"]] and r["label"] == "undefined" for r in recall)
+
+    res = ragbridge_cli("export-scores", run, "--to", "phoenix", "--out", tmp_path / "evals",
+                        "--metric", "must_contain")
+    assert res.returncode == 0, res.stderr
+    (file,) = sorted((tmp_path / "evals").iterdir())
+    meta = json.loads(pq.read_schema(file).metadata[b"arize"])
+    assert meta["eval_name"] == "native.must_contain" and meta["eval_type"] == "SpanEvaluations"
+    assert file.name == f"evaluations-{meta['eval_id']}.parquet"
+    frame = pd.read_parquet(file)
+    assert frame.index.name == "span_id" and set(frame.index) == set(roots.values())
+    assert {roots[t]: r["score"] for t, r in checks.items()} == frame["score"].to_dict()
+
+    res = ragbridge_cli("export-scores", run, "--to", "langfuse", "--out", tmp_path / "lf.json")
+    assert res.returncode == 0, res.stderr
+    assert f"{len(kept)} score(s) without a value" in res.stderr  # recall@5: undefined
+    bodies = json.loads((tmp_path / "lf.json").read_text())
+    assert len(bodies) == len(kept)
+    for body in bodies:
+        assert body["observationId"] == roots[body["traceId"]] and body["dataType"] == "NUMERIC"
+        assert body["value"] == checks[body["traceId"]]["score"]
+    # a run whose cases did not come from traces has nowhere to send its scores
+    plain = tmp_path / "plain"
+    evaluate(load_cases(EXAMPLE)[:3], metrics=["mrr"], out=plain)
+    res = ragbridge_cli("export-scores", plain, "--to", "jsonl", "--out", tmp_path / "x.jsonl")
+    assert res.returncode == 2 and "no score of a case read from a trace" in res.stderr
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_sample_api_reports_traces_without_a_retriever(tmp_path, otlp):
+    path, kept, bare = otlp
+    drawn = sample_traces(path, n=None, seed=0)
+    assert drawn.drawn == len(kept) + len(bare) and len(drawn.cases) == len(kept)
+    assert drawn.report.skipped == {"no retriever span": len(bare)}
+    assert set(drawn.report.examples["no retriever span"]) == {t for t, _, _ in bare}
