@@ -47,4 +47,64 @@ def ragbridge_cli(*args, cwd=None, env=None):
     )
 
 
+def needs_backend(name: str):
+    """Skip the test, with the reason and the install command, when backend ``name``'s library is
+    not installed (a checkout with only the dev extra)."""
+    from ragbridge.plugins import get_backends
+
+    backend = get_backends().get(name)
+    missing = backend is None or not backend.available()
+    hint = backend.install_hint if backend is not None else ""
+    return pytest.mark.skipif(missing, reason=f"the {name} backend's library is not installed ({hint})")
+
+
+def stub_judge_config(stub, model: str = "stub-judge", cache: Path | None = None, **kw):
+    """The judge configuration for a stub judge: ``model`` (a name DeepEval knows, ``gpt-4o-mini``,
+    gets strict ``json_schema`` requests from it; any other, plain prompts), the response cache at
+    ``cache`` (None: no cache), and any other `JudgeConfig` field in ``kw``."""
+    from ragbridge.judge import JudgeConfig
+
+    cache = kw.pop("cache_path", cache)
+    if cache is None:
+        kw.setdefault("cache_mode", "off")
+    return JudgeConfig(model=model, base_url=stub.base_url, cache_path=cache, **kw)
+
+
+def write_run(path: Path, cases, scores, *, judge: dict | None = None, status: str = "complete",
+              extra_lines: str = "") -> Path:
+    """A run folder written as a run writes one (``run.json``, ``scores.jsonl``, ``cases.jsonl``),
+    holding the given ``scores`` of ``cases``: for the analyses' tests, which need exact values and
+    no backend. ``extra_lines`` are appended to ``scores.jsonl`` as they are (a line cut by a kill)."""
+    from ragbridge.formats.canonical import write_jsonl
+    from ragbridge.formats.records import fingerprint
+    from ragbridge.schema import RunManifest
+
+    path.mkdir(parents=True, exist_ok=True)
+    metrics: dict[str, list[str]] = {}
+    for s in scores:
+        metrics.setdefault(s.backend, [])
+        if s.metric not in metrics[s.backend]:
+            metrics[s.backend].append(s.metric)
+    counts = {"scores": len(scores), "scored": sum(s.status == "scored" for s in scores),
+              "undefined": sum(s.status == "undefined" for s in scores),
+              "errored": sum(s.status == "error" for s in scores)}
+    if judge:
+        counts["judge"] = {"calls": sum(s.judge_calls for s in scores), "cache_hits": 0,
+                           "prompt_tokens": sum(s.prompt_tokens for s in scores),
+                           "completion_tokens": sum(s.completion_tokens for s in scores)}
+    manifest = RunManifest(
+        ragbridge_version="0.1.0",
+        dataset={"path": "golden.jsonl", "fingerprint": fingerprint(cases), "n_cases": len(cases)},
+        backends={b: "1.0" for b in metrics}, metrics=metrics, judge=judge,
+        started_at="2026-01-01T00:00:00+00:00",
+        finished_at="2026-01-01T00:01:00+00:00" if status != "running" else None,
+        status=status, counts=counts,
+    )
+    (path / "run.json").write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
+    lines = "".join(s.model_dump_json() + "\n" for s in scores)
+    (path / "scores.jsonl").write_text(lines + extra_lines, encoding="utf-8")
+    write_jsonl(cases, path / "cases.jsonl")
+    return path
+
+
 from ragbridge.testing.pytest_fixtures import stub_judge  # noqa: E402,F401

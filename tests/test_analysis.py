@@ -3,54 +3,21 @@ a backend could not score, the vectorised bootstrap forms against the libraries,
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from conftest import EXAMPLE, ragbridge_cli
-from ragbridge import Case, RunManifest, Score, load_cases
+from conftest import EXAMPLE, ragbridge_cli, write_run
+from ragbridge import Case, Score, load_cases
 from ragbridge import analysis as an
 from ragbridge.analysis import stats as st
-from ragbridge.formats.canonical import write_jsonl
-from ragbridge.formats.records import fingerprint
 
 # --------------------------------------------------------------------------------------------
 # Run folders written by hand (judged backends are plugins; these tests need none of them)
-
-
-def write_run(path: Path, cases: list[Case], scores: list[Score], judge: dict | None = None) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    metrics: dict[str, list[str]] = {}
-    for s in scores:
-        metrics.setdefault(s.backend, [])
-        if s.metric not in metrics[s.backend]:
-            metrics[s.backend].append(s.metric)
-    now = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc).isoformat()
-    counts = {"scores": len(scores), "scored": sum(s.status == "scored" for s in scores),
-              "undefined": sum(s.status == "undefined" for s in scores),
-              "errored": sum(s.status == "error" for s in scores)}
-    if judge:
-        counts["judge"] = {"calls": sum(s.judge_calls for s in scores), "cache_hits": 0,
-                           "prompt_tokens": sum(s.prompt_tokens for s in scores),
-                           "completion_tokens": sum(s.completion_tokens for s in scores)}
-    manifest = RunManifest(
-        ragbridge_version="0.1.0",
-        dataset={"path": "golden.jsonl", "fingerprint": fingerprint(cases), "n_cases": len(cases)},
-        backends={b: "1.0" for b in metrics}, metrics=metrics, judge=judge,
-        started_at=now, finished_at=now, status="complete", counts=counts,
-    )
-    (path / "run.json").write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
-    with open(path / "scores.jsonl", "w", encoding="utf-8") as f:
-        for s in scores:
-            f.write(s.model_dump_json() + "\n")
-    write_jsonl(cases, path / "cases.jsonl")
-    return path
 
 
 def tiny_cases(n: int) -> list[Case]:

@@ -37,6 +37,9 @@ FIELDS = (
     # TruLens (GroundTruth records, feedback results)
     "expected_response", "expected_chunks", "ground_truth_id", "supporting_evidence", "groundedness",
     "GroundTruthAgreement", "relevance_with_cot_reasons",
+    # the libraries' structured-output schemas (what the stub's responders recognise them by)
+    "NLIStatementOutput", "ContextPrecisionOutput", "ContextualRelevancyVerdict", "FaithfulnessVerdict",
+    "ChainOfThoughtResponse", "extract_structured_data",
 )
 #: phrases of the libraries' judge prompts
 PROMPTS = (
@@ -99,7 +102,7 @@ def test_the_grep_catches_library_knowledge():
     plugins = CORE.parent.parent / "plugins"
     text = "\n".join(p.read_text(encoding="utf-8") for p in plugins.rglob("*.py"))
     for term in ("ragas", "deepeval", "trulens", "user_input", "actual_output", "supporting_evidence",
-                 "Now perform the same with the following input", "SEARCH RESULT"):
+                 "NLIStatementOutput", "ChainOfThoughtResponse", "SEARCH RESULT"):
         assert _word(term).search(text), term
 
 

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -18,11 +17,10 @@ pytest.importorskip("deepeval")
 import ragbridge  # noqa: E402  (applies the privacy defaults before DeepEval is imported)
 from ragbridge.backend import RunOptions  # noqa: E402
 from ragbridge.formats.canonical import read_jsonl  # noqa: E402
-from ragbridge.judge import JudgeConfig  # noqa: E402
 from ragbridge.schema import Case, Score  # noqa: E402
 from ragbridge.testing import StubJudge  # noqa: E402
 
-from conftest import EXAMPLE, ragbridge_cli  # noqa: E402
+from conftest import EXAMPLE, ragbridge_cli, stub_judge_config  # noqa: E402
 
 from ragbridge_deepeval import metrics as deepeval_metrics  # noqa: E402
 from ragbridge_deepeval import translate  # noqa: E402
@@ -52,15 +50,10 @@ def stub():
         yield s
 
 
-def judge(stub: StubJudge, model: str, tmp_path: Path, **kw) -> JudgeConfig:
-    kw.setdefault("cache_mode", "off")
-    kw.setdefault("cache_path", tmp_path / "judge.sqlite")
-    return JudgeConfig(model=model, base_url=stub.base_url, api_key_env="RAGBRIDGE_TEST_KEY", **kw)
-
-
 def run_deepeval(cases, stub, model, tmp_path, metrics=None, **opts):
     return ragbridge.evaluate(
-        cases, backends=["deepeval"], metrics=metrics, judge=judge(stub, model, tmp_path),
+        cases, backends=["deepeval"], metrics=metrics,
+        judge=stub_judge_config(stub, model, api_key_env="RAGBRIDGE_TEST_KEY"),
         options=RunOptions(backend_options={"deepeval": opts}) if opts else None,
     )
 
@@ -192,7 +185,7 @@ def test_empty_extraction_is_undefined_not_a_score(stub, tmp_path):
     # the runner would skip a blank answer, so call the backend directly
     from ragbridge.judge import JudgeGateway
 
-    with JudgeGateway(judge(stub, PLAIN, tmp_path)) as gw:
+    with JudgeGateway(stub_judge_config(stub, PLAIN, api_key_env="RAGBRIDGE_TEST_KEY")) as gw:
         s = asyncio.run(DeepEvalBackend().score_case("faithfulness", case, gw))
     assert s.error is None
     assert s.value is None and s.native_value == 1.0
@@ -325,7 +318,7 @@ def test_cli_run_backend_deepeval(stub, picked, tmp_path):
 def test_judge_settings_reach_deepeval_requests(picked, tmp_path):
     """Model, max_tokens and the gateway's own key (never the real key) come from the judge config."""
     with StubJudge() as s:
-        cfg = judge(s, PLAIN, tmp_path, max_tokens=321)
+        cfg = stub_judge_config(s, PLAIN, api_key_env="RAGBRIDGE_TEST_KEY", max_tokens=321)
         os.environ["RAGBRIDGE_TEST_KEY"] = "sk-real-secret-key"
         try:
             run = ragbridge.evaluate(picked[:1], backends=["deepeval"], metrics=["context_recall"], judge=cfg)

@@ -50,6 +50,7 @@ def _shims(bin_dir: Path) -> None:
         shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
 
 
+@pytest.mark.slow  # each page is a whole walkthrough: from half a minute to two minutes
 @pytest.mark.parametrize("page", PAGES)
 def test_doc_commands_run(page, tmp_path, stub_judge):
     work = tmp_path / "work"

@@ -18,6 +18,7 @@ import json
 import math
 import re
 import tempfile
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,18 @@ RESERVED = {"ragas", "deepeval", "trulens", "ragbridge"}
 _chars = st.characters(codec="utf-8", exclude_categories=("Cs",))
 text = st.text(_chars, max_size=12)
 word = st.text(_chars, min_size=1, max_size=10).filter(lambda s: s.strip() != "")
-ids = st.sampled_from(["a", "b", "doc#s", "doc#t"]) | word
+
+
+def _as_id(s: str) -> str:
+    """A word as an id ragbridge takes (`ragbridge.schema.clean_id`): in NFC, printing, no space at
+    either end (a map, not a filter, so the examples drawn stay the same)."""
+    s = "".join(c for c in unicodedata.normalize("NFC", s) if c.isprintable()).strip()
+    return unicodedata.normalize("NFC", s) or "x"
+
+
+ident = word.map(_as_id)
+phrase = text.map(lambda s: s if s.strip() else "x")  # a blank phrase is refused
+ids = st.sampled_from(["a", "b", "doc#s", "doc#t"]) | ident
 json_value = st.recursive(
     st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False, allow_infinity=False)
     | text,
@@ -85,13 +97,13 @@ def spans(draw):
 def one_case(draw, case_id):
     contexts = draw(st.lists(chunks(), max_size=4))
     known = ["a", "b", "doc#s", "doc#t"] + [c.id for c in contexts] + [c.source for c in contexts if c.source]
-    labels = st.sampled_from(known) | word  # labels name chunks, their sources, or neither
+    labels = st.sampled_from(known) | ident  # labels name chunks, their sources, or neither
     return Case(id=case_id, question=draw(word), answer=draw(st.none() | text), contexts=contexts,
                 relevant=draw(st.dictionaries(labels, st.integers(0, 3), max_size=3)),
                 relevant_spans=draw(st.lists(spans(), max_size=2)),
                 reference=draw(st.none() | text), reference_contexts=draw(st.lists(text, max_size=3)),
-                must_contain=draw(st.lists(text, max_size=2)),
-                must_not_contain=draw(st.lists(text, max_size=2)),
+                must_contain=draw(st.lists(phrase, max_size=2)),
+                must_not_contain=draw(st.lists(phrase, max_size=2)),
                 answerable=draw(st.booleans()), tags=draw(st.lists(word, max_size=2)),
                 metadata=draw(st.dictionaries(word.filter(lambda k: k not in RESERVED), json_value,
                                               max_size=3)))
@@ -99,7 +111,8 @@ def one_case(draw, case_id):
 
 @st.composite
 def case_lists(draw):
-    return [draw(one_case(i)) for i in draw(st.lists(word, min_size=1, max_size=4, unique=True))]
+    names = draw(st.lists(word, min_size=1, max_size=4, unique=True))
+    return [draw(one_case(i)) for i in dict.fromkeys(map(_as_id, names))]
 
 
 def _top(name: str) -> str:
@@ -327,13 +340,13 @@ def test_every_registered_format_is_proven_here():
 
 
 #: TREC files hold ids without white space, and a query only through its ranked documents
-trec_id = word.filter(lambda s: not any(ch.isspace() for ch in s))
+trec_id = word.filter(lambda s: not any(ch.isspace() for ch in s)).map(_as_id)
 
 
 @st.composite
 def trec_case_lists(draw):
     out = []
-    for case_id in draw(st.lists(trec_id, min_size=1, max_size=4, unique=True)):
+    for case_id in dict.fromkeys(draw(st.lists(trec_id, min_size=1, max_size=4, unique=True))):
         contexts = draw(st.lists(st.builds(Chunk, id=trec_id | st.sampled_from(["a", "doc#s"]), text=text,
                                            score=st.none() | st.floats(allow_nan=False, allow_infinity=False),
                                            source=st.none() | trec_id), min_size=1, max_size=4))
@@ -441,7 +454,7 @@ def section_labelled(draw):
     contexts = [Chunk(id=draw(st.sampled_from([f"{s}-1", f"{s}-2", "shared-1"])), text=draw(text), source=s)
                 for s in draw(st.lists(st.sampled_from(sections), max_size=5))]  # "shared-1": a repeated id
     labels = st.sampled_from(sections + [c.id for c in contexts] + ["missing.md#x"])
-    return Case(id=draw(word), question=draw(word), contexts=contexts,
+    return Case(id=draw(ident), question=draw(word), contexts=contexts,
                 relevant=draw(st.dictionaries(labels, st.integers(0, 3), max_size=4)))
 
 
@@ -555,7 +568,7 @@ def test_trulens_session_loads_the_export(tmp_path):
 
 _golden = st.fixed_dictionaries(
     {"input": word},
-    optional={"actual_output": word, "expected_output": word, "name": word, "comments": word,
+    optional={"actual_output": word, "expected_output": word, "name": ident, "comments": word,
               "retrieval_context": st.lists(st.sampled_from(["same", "other", "a longer chunk"]) | word,
                                             max_size=3),
               "context": st.lists(word, max_size=2),

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import httpx
-import openai
 import pytest
 from pydantic import BaseModel
 
@@ -36,6 +35,9 @@ from ragbridge.judge.upstream import parse_retry_after
 from ragbridge.testing import StubJudge
 from ragbridge.testing.pytest_fixtures import stub_judge  # noqa: F401  (the fixture under test)
 from ragbridge.testing.responders import JudgeRequest, respond, validate_schema
+
+openai = pytest.importorskip(
+    "openai", reason="the judge is tested with the openai SDK as its client; every library extra installs it")
 
 # One plain-HTTP client for every SDK client here: building an httpx client (its TLS context) costs
 # tens of milliseconds, and the openai SDK would build one per client.

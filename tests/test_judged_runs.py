@@ -5,17 +5,12 @@ import time
 
 import pytest
 
+from conftest import needs_backend, stub_judge_config
 from ragbridge import evaluate, load_run
-from ragbridge.judge import JudgeConfig
 from ragbridge.plugins import get_backends
 
-needs_trulens = pytest.mark.skipif(not get_backends()["trulens"].available(),
-                                   reason="needs the trulens backend")
-
-
-def judge(stub, tmp_path, **kw):
-    return JudgeConfig(model="gpt-4o-mini", base_url=stub.base_url, cache_path=tmp_path / "cache.sqlite",
-                       **kw)
+MODEL = "gpt-4o-mini"
+needs_trulens = needs_backend("trulens")
 
 
 @needs_trulens
@@ -24,20 +19,21 @@ def test_failed_score_is_not_replayed_from_the_cache(tmp_path, example_cases, st
     out = tmp_path / "run"
     stub_judge.inject(*(["malformed"] * 40))  # every call of the first run gets garbage content
     first = evaluate(case, backends=["trulens"], metrics=["faithfulness"], out=out,
-                     judge=judge(stub_judge, tmp_path))
+                     judge=stub_judge_config(stub_judge, MODEL, tmp_path / "c.sqlite"))
     assert first.scores[0].error, first.scores[0]
     stub_judge.reset()
     second = evaluate(case, backends=["trulens"], metrics=["faithfulness"], out=out,
-                      judge=judge(stub_judge, tmp_path))
+                      judge=stub_judge_config(stub_judge, MODEL, tmp_path / "c.sqlite"))
     assert second.scores[0].error is None and second.scores[0].value is not None
     assert len(stub_judge.requests) > 0  # asked upstream again instead of replaying the bad answer
     # and a clean re-run of the same suite is served from the cache entirely
     stub_judge.reset()
-    evaluate(case, backends=["trulens"], metrics=["faithfulness"], judge=judge(stub_judge, tmp_path))
+    evaluate(case, backends=["trulens"], metrics=["faithfulness"],
+             judge=stub_judge_config(stub_judge, MODEL, tmp_path / "c.sqlite"))
     assert len([r for r in stub_judge.requests if r.path.endswith(("chat/completions", "responses"))]) == 0
 
 
-@pytest.mark.skipif(not get_backends()["deepeval"].available(), reason="needs the deepeval backend")
+@needs_backend("deepeval")
 def test_resume_after_injected_faults_replays_no_failed_answer(tmp_path, example_path):
     """Through the CLI: DeepEval's faithfulness asks for truths and claims of a case at once. The
     first answer is malformed, so the score fails; the other call got a 429 and its (malformed)
@@ -86,7 +82,8 @@ def test_run_folder_holds_no_secret_and_is_labelled_stub(tmp_path, example_cases
     out = tmp_path / "run"
     t0 = time.monotonic()
     run = evaluate(example_cases[:3], backends=["native", "trulens"], out=out,
-                   judge=judge(stub_judge, tmp_path, api_key_env="RB_TEST_KEY"))
+                   judge=stub_judge_config(stub_judge, MODEL, tmp_path / "c.sqlite",
+                                           api_key_env="RB_TEST_KEY"))
     elapsed = time.monotonic() - t0
     assert run.complete
     assert stub_judge.last_authorization == f"Bearer {secret}"  # the key did reach the judge
@@ -152,22 +149,24 @@ def test_trulens_leaves_openai_unwrapped(tmp_path, example_cases, stub_judge):
     assert not wrapped
     assert inspect.iscoroutinefunction(openai.resources.AsyncEmbeddings.create)
     if get_backends()["ragas"].available():
-        cfg = judge(stub_judge, tmp_path, embedding_model="text-embedding-3-small")
+        cfg = stub_judge_config(stub_judge, MODEL, tmp_path / "c.sqlite",
+                                embedding_model="text-embedding-3-small")
         evaluate(example_cases[:1], backends=["trulens"], metrics=["faithfulness"], judge=cfg)
         run = evaluate(example_cases[:2], backends=["ragas"], metrics=["answer_relevance"], judge=cfg)
         assert all(s.error is None and s.value is not None for s in run.scores), [s.error for s in run.scores]
 
 
+@needs_trulens
 def test_resumed_stub_run_keeps_its_stub_label(tmp_path, example_cases, stub_judge):
     out = tmp_path / "run"
     cases = example_cases[:2]
     evaluate(cases, backends=["trulens"], metrics=["faithfulness"], out=out,
-             judge=judge(stub_judge, tmp_path))
+             judge=stub_judge_config(stub_judge, MODEL, tmp_path / "c.sqlite"))
     assert json.loads((out / "run.json").read_text())["judge"]["stub"] is True
     stub_judge.reset()
     # the same command again: every score is kept, no judge call is made, and the label stays
     again = evaluate(cases, backends=["trulens"], metrics=["faithfulness"], out=out,
-                     judge=judge(stub_judge, tmp_path))
+                     judge=stub_judge_config(stub_judge, MODEL, tmp_path / "c.sqlite"))
     assert again.manifest.counts["resumed_from"] == 2
     assert not [r for r in stub_judge.requests if r.method == "POST"]  # only the preflight GET
     assert json.loads((out / "run.json").read_text())["judge"]["stub"] is True

@@ -20,7 +20,7 @@ import pytest
 import ragbridge
 from ragbridge import DatasetError
 
-from conftest import EXAMPLE, ROOT
+from conftest import EXAMPLE, ROOT, needs_backend
 
 RAGAS_FILE = ROOT / "examples" / "support-bot" / "ragas-dataset.jsonl"
 
@@ -81,6 +81,7 @@ def _ragas_dataset(rows):
     return EvaluationDataset(samples=[SingleTurnSample(**r) for r in rows])
 
 
+@needs_backend("ragas")
 def test_ragas_objects_read_as_the_files_ragas_writes(tmp_path):
     dataset = _ragas_dataset(_rows(RAGAS_FILE))
     dataset.to_jsonl(str(tmp_path / "ds.jsonl"))
@@ -95,6 +96,7 @@ def test_ragas_objects_read_as_the_files_ragas_writes(tmp_path):
     assert ragbridge.load_cases(tmp_path / "hf", format="ragas") == from_file
 
 
+@needs_backend("ragas")
 def test_legacy_ragas_columns_and_unlabelled_samples(tmp_path):
     legacy = [{"question": r["user_input"], "contexts": r["retrieved_contexts"], "answer": r["response"],
                "ground_truth": r["reference"]} for r in _rows(RAGAS_FILE)]
@@ -106,6 +108,7 @@ def test_legacy_ragas_columns_and_unlabelled_samples(tmp_path):
     assert ragbridge.load_cases(plain) == ragbridge.load_cases(tmp_path / "plain.jsonl")
 
 
+@needs_backend("ragas")
 def test_to_library_ragas_gives_an_evaluation_dataset_and_names_what_it_drops():
     from ragas.dataset_schema import EvaluationDataset
 
@@ -122,6 +125,7 @@ def test_to_library_ragas_gives_an_evaluation_dataset_and_names_what_it_drops():
     assert set(sample.reference_context_ids) == {k for k, g in cases[0].relevant.items() if g >= 1}
 
 
+@needs_backend("ragas")
 def test_multi_turn_ragas_samples_are_refused_by_index():
     from ragas.dataset_schema import MultiTurnSample, SingleTurnSample
     from ragas.messages import HumanMessage
@@ -144,6 +148,7 @@ def _goldens(cases):
                    additional_metadata={"tags": c.tags}) for c in cases]
 
 
+@needs_backend("deepeval")
 @pytest.mark.parametrize("file_type", ["json", "jsonl"])
 def test_deepeval_goldens_read_as_the_files_deepeval_saves(tmp_path, file_type):
     from deepeval.dataset import EvaluationDataset
@@ -156,6 +161,7 @@ def test_deepeval_goldens_read_as_the_files_deepeval_saves(tmp_path, file_type):
     assert ragbridge.load_cases(dataset.goldens) == from_file
 
 
+@needs_backend("deepeval")
 def test_deepeval_test_cases_read_as_the_file_deepeval_saves(tmp_path):
     from deepeval.dataset import EvaluationDataset
     from deepeval.test_case import LLMTestCase
@@ -177,6 +183,7 @@ def test_deepeval_test_cases_read_as_the_file_deepeval_saves(tmp_path):
     assert [c.id for c in read] == [c.id for c in cases] and read[0].tags == cases[0].tags
 
 
+@needs_backend("deepeval")
 @pytest.mark.parametrize("kind", ["dataset", "test_cases"])
 def test_to_library_deepeval_is_lossless(kind):
     from deepeval.dataset import EvaluationDataset
@@ -194,6 +201,7 @@ def test_to_library_deepeval_is_lossless(kind):
     assert ragbridge.load_cases(made) == cases
 
 
+@needs_backend("deepeval")
 def test_bad_deepeval_objects_name_the_index():
     from deepeval.dataset import ConversationalGolden, Golden
 
@@ -224,6 +232,7 @@ session.get_ground_truth("golden").to_pickle(sys.argv[3])
 """
 
 
+@needs_backend("trulens")
 def test_trulens_ground_truth_reads_as_trulens_stores_it(tmp_path):
     from trulens.core.schema.groundtruth import GroundTruth
 

@@ -23,13 +23,13 @@ import ragbridge  # noqa: E402
 from ragbridge import metrics as canonical  # noqa: E402
 from ragbridge.backend import RunOptions, ScoringContext  # noqa: E402
 from ragbridge.formats.canonical import read_jsonl  # noqa: E402
-from ragbridge.judge import JudgeConfig, JudgeGateway  # noqa: E402
+from ragbridge.judge import JudgeGateway  # noqa: E402
 from ragbridge.plugins import get_backends  # noqa: E402
 from ragbridge.schema import Case, Score  # noqa: E402
 from ragbridge.testing import StubJudge  # noqa: E402
 from ragbridge.testing.responders import JudgeReply, JudgeRequest, register, unregister  # noqa: E402
 
-from conftest import EXAMPLE, ragbridge_cli  # noqa: E402
+from conftest import EXAMPLE, ragbridge_cli, stub_judge_config  # noqa: E402
 from test_no_egress import LOCAL, RECORDER  # noqa: E402
 
 from ragbridge_phoenix import env, translate  # noqa: E402
@@ -63,16 +63,11 @@ def stub():
         yield s
 
 
-def judge(stub: StubJudge, **kw) -> JudgeConfig:
-    kw.setdefault("cache_mode", "off")
-    kw.setdefault("cache_path", None)
-    return JudgeConfig(model=MODEL, base_url=stub.base_url, api_key_env="RAGBRIDGE_TEST_KEY", **kw)
-
-
 def run_phoenix(cases, stub, metrics=None, out=None, options=None, **judge_kw):
     opts = RunOptions(backend_options={"phoenix": options}) if options else None
-    return ragbridge.evaluate(cases, backends=["phoenix"], metrics=metrics, judge=judge(stub, **judge_kw),
-                              out=out, options=opts)
+    judge = stub_judge_config(stub, MODEL, api_key_env="RAGBRIDGE_TEST_KEY", **judge_kw)
+    return ragbridge.evaluate(cases, backends=["phoenix"], metrics=metrics, judge=judge, out=out,
+                              options=opts)
 
 
 def by_key(run) -> dict[tuple[str, str], Score]:
@@ -337,7 +332,7 @@ def test_judge_settings_reach_the_requests(stub, picked, monkeypatch):
     assert "explanation" not in schema["properties"]
     # the gateway put the real key on the upstream request; Phoenix only ever held the gateway's own
     assert stub.last_authorization == "Bearer sk-real-secret-key"
-    with JudgeGateway(judge(stub)) as gw:
+    with JudgeGateway(stub_judge_config(stub, MODEL, api_key_env="RAGBRIDGE_TEST_KEY")) as gw:
         backend = PhoenixBackend()
         ctx = ScoringContext(options=RunOptions(), judge=gw)
 

@@ -15,10 +15,9 @@ import pytest
 
 pytest.importorskip("ragas")
 
-from conftest import EXAMPLE, ragbridge_cli  # noqa: E402
+from conftest import EXAMPLE, ragbridge_cli, stub_judge_config  # noqa: E402
 from ragbridge import Case, evaluate, load_cases  # noqa: E402
 from ragbridge.formats import DatasetError, write_cases  # noqa: E402
-from ragbridge.judge import JudgeConfig  # noqa: E402
 from ragbridge.testing import StubJudge  # noqa: E402
 
 import ragbridge_ragas  # noqa: E402
@@ -34,13 +33,6 @@ NATIVE = {"faithfulness": "faithfulness", "answer_relevance": "answer_relevancy"
 PICK = ["billing-refund-window", "api-429-retry", "notifications-sms-cost", "claims-damage-deadline",
         "privacy-address-book-json"]
 FLAWED = {"notifications-sms-cost", "claims-damage-deadline", "privacy-address-book-json"}
-
-
-def judge(stub, tmp_path=None, **kw):
-    kw.setdefault("cache_mode", "off")
-    if tmp_path is not None and kw["cache_mode"] != "off":
-        kw.setdefault("cache_path", tmp_path / "cache.sqlite")
-    return JudgeConfig(model="stub-judge", base_url=stub.base_url, embedding_model="stub-embedder", **kw)
 
 
 def extra_cases():
@@ -82,7 +74,8 @@ def scored(example, tmp_path_factory):
     cases = [c for c in example if c.id in PICK] + extra_cases()
     out = tmp_path_factory.mktemp("ragas-run") / "run"
     with StubJudge() as stub:
-        run = evaluate(cases, backends=["ragas"], out=out, judge=judge(stub))
+        run = evaluate(cases, backends=["ragas"], out=out,
+                       judge=stub_judge_config(stub, embedding_model="stub-embedder"))
         requests = stub.posts()
     return cases, run, requests, out
 
@@ -288,12 +281,14 @@ def test_max_tokens_from_config():
     case = Case(id="c", question="What is the refund window?", answer="14 days.",
                 contexts=[{"id": "a", "text": "Refunds within 14 days."}], reference="14 days.")
     with StubJudge() as stub:
-        evaluate([case], backends=["ragas"], metrics=["context_recall"], judge=judge(stub, max_tokens=12000))
+        evaluate([case], backends=["ragas"], metrics=["context_recall"],
+                 judge=stub_judge_config(stub, embedding_model="stub-embedder", max_tokens=12000))
         assert [r.body["max_tokens"] for r in stub.posts("/chat/completions")] == [12000]
 
 
 def _one_metric_run(stub, cases, metric, **cfg):
-    return evaluate(cases, backends=["ragas"], metrics=[metric], judge=judge(stub, **cfg))
+    return evaluate(cases, backends=["ragas"], metrics=[metric],
+                    judge=stub_judge_config(stub, embedding_model="stub-embedder", **cfg))
 
 
 def test_judge_error_is_that_scores_error_and_the_run_goes_on(example):

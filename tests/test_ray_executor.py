@@ -20,15 +20,19 @@ from pathlib import Path
 
 import pytest
 
+#: a Ray cluster per test session and subprocesses that start their own: a minute or more in all
+pytestmark = pytest.mark.slow
+
 ray = pytest.importorskip("ray")
 
+from conftest import stub_judge_config  # noqa: E402
 from ragbridge import evaluate, load_run  # noqa: E402
-from ragbridge.judge import JudgeConfig  # noqa: E402
 from ragbridge.plugins import get_backends  # noqa: E402
 from ragbridge.run.ray_executor import LOCAL_ENVIRONMENT, RayExecutor, ray_session  # noqa: E402
 from ragbridge.testing import StubJudge  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+MODEL = "gpt-4o-mini"
 LIBRARIES = [b for b in ("ragas", "deepeval", "trulens", "phoenix")
              if b in get_backends() and get_backends()[b].available()]
 #: what two runs may differ in: time, and tokens (a request repeated within a run is a single-flight
@@ -42,10 +46,6 @@ def ray_local():
     settings, a short temporary folder, a capped object store) and left running between tests."""
     with ray_session(num_cpus=2, object_store_memory=512 * 2**20) as connected:
         yield connected
-
-
-def judge(stub, path, **kw):
-    return JudgeConfig(model="gpt-4o-mini", base_url=stub.base_url, cache_path=path, **kw)
 
 
 def comparable(run_dir: Path) -> dict:
@@ -64,9 +64,9 @@ def test_same_run_folder_and_scores_as_local(tmp_path, example_cases, ray_local)
     backends = ["native", "rubric", *LIBRARIES]
     with StubJudge() as stub:
         local = evaluate(cases, backends=backends, out=tmp_path / "local",
-                         judge=judge(stub, tmp_path / "local.sqlite"))
+                         judge=stub_judge_config(stub, MODEL, tmp_path / "local.sqlite"))
         remote = evaluate(cases, backends=backends, out=tmp_path / "ray", executor="ray",
-                          judge=judge(stub, tmp_path / "ray.sqlite"))
+                          judge=stub_judge_config(stub, MODEL, tmp_path / "ray.sqlite"))
     a, b = comparable(tmp_path / "local"), comparable(tmp_path / "ray")
     assert len(a) == len(local.scores) > 8 * 10
     assert a == b  # value for value: every field but time and tokens
@@ -108,13 +108,14 @@ def test_one_judge_budget_and_rate_for_every_worker(tmp_path, example_cases, ray
     max_concurrency of them reach the judge, counted at the stub."""
     with StubJudge(latency=0.15) as stub:
         evaluate(example_cases[:24], backends=["rubric"], metrics=["faithfulness"],
-                 judge=judge(stub, None, cache_mode="off", max_concurrency=3),
+                 judge=stub_judge_config(stub, MODEL, None, cache_mode="off", max_concurrency=3),
                  executor=RayExecutor(actors=4, batch_size=3))
         assert stub.max_in_flight == 3  # reached, never exceeded
         assert len(stub.posts()) >= 24
     with StubJudge() as stub:  # 300 a minute: starts 0.2 s apart, whichever worker asks
         evaluate(example_cases[:12], backends=["rubric"], metrics=["answer_relevance"],
-                 judge=judge(stub, None, cache_mode="off", max_concurrency=8, requests_per_minute=300),
+                 judge=stub_judge_config(stub, MODEL, None, cache_mode="off", max_concurrency=8,
+                                         requests_per_minute=300),
                  executor=RayExecutor(actors=3, batch_size=2))
         times = sorted(r.time for r in stub.posts())
     assert len(times) == 12
@@ -125,7 +126,7 @@ def test_one_judge_budget_and_rate_for_every_worker(tmp_path, example_cases, ray
 def test_cache_is_shared_by_every_worker(tmp_path, example_cases, ray_local):
     cases = example_cases[:10]
     with StubJudge() as stub:
-        cfg = judge(stub, tmp_path / "cache.sqlite")
+        cfg = stub_judge_config(stub, MODEL, tmp_path / "cache.sqlite")
         first = evaluate(cases, backends=["rubric"], out=tmp_path / "one", judge=cfg,
                          executor=RayExecutor(actors=2, batch_size=2))
         assert len(stub.posts()) > 0
@@ -156,7 +157,8 @@ def test_killed_worker_loses_nothing_and_doubles_nothing(tmp_path, example_cases
     cases = example_cases[:30]
     with StubJudge(latency=0.1) as stub:
         reference = evaluate(cases, backends=["rubric"], metrics=["faithfulness", "answer_relevance"],
-                             out=tmp_path / "ref", judge=judge(stub, tmp_path / "ref.sqlite"))
+                             out=tmp_path / "ref",
+                             judge=stub_judge_config(stub, MODEL, tmp_path / "ref.sqlite"))
         stub.reset()
         killed = []
 
@@ -173,7 +175,8 @@ def test_killed_worker_loses_nothing_and_doubles_nothing(tmp_path, example_cases
         t = threading.Thread(target=kill_one)
         t.start()
         run = evaluate(cases, backends=["rubric"], metrics=["faithfulness", "answer_relevance"],
-                       out=tmp_path / "ray", judge=judge(stub, tmp_path / "ray.sqlite", max_concurrency=4),
+                       out=tmp_path / "ray",
+                       judge=stub_judge_config(stub, MODEL, tmp_path / "ray.sqlite", max_concurrency=4),
                        executor=RayExecutor(actors=2, batch_size=4))
         t.join()
     assert killed, "no scorer actor was found to kill"
@@ -292,7 +295,6 @@ def _driver(tmp_path, golden, out, stub, report="-", env=None):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.slow
 def test_own_cluster_is_offline_and_never_holds_the_key(tmp_path, example_path):
     """The executor starts its own cluster (in a subprocess whose every Python process, Ray's
     included, refuses any connection or name lookup off the machine): the run completes, nothing
@@ -314,7 +316,6 @@ def test_own_cluster_is_offline_and_never_holds_the_key(tmp_path, example_path):
         assert b"sk-ragbridge-ray-test" not in f.read_bytes(), f
 
 
-@pytest.mark.slow
 def test_killed_driver_resumes_to_every_score_once(tmp_path, example_path, ray_local):
     golden = tmp_path / "golden.jsonl"
     golden.write_text("".join(example_path.read_text().splitlines(keepends=True)[:20]))
@@ -337,18 +338,18 @@ def test_killed_driver_resumes_to_every_score_once(tmp_path, example_path, ray_l
         from ragbridge import load_cases
 
         cases = load_cases(golden)
-        cfg = judge(stub, tmp_path / "cache.sqlite", api_key_env="RB_TEST_JUDGE_KEY", max_concurrency=2)
+        cfg = stub_judge_config(stub, MODEL, tmp_path / "cache.sqlite", api_key_env="RB_TEST_JUDGE_KEY",
+                                max_concurrency=2)
         metrics = ["recall@5", "mrr", "faithfulness"]
         run = evaluate(cases, backends=["native", "rubric"], metrics=metrics, out=out, judge=cfg,
                        executor="ray")
         evaluate(cases, backends=["native", "rubric"], metrics=metrics, out=tmp_path / "ref",
-                 judge=judge(stub, tmp_path / "ref.sqlite"))
+                 judge=stub_judge_config(stub, MODEL, tmp_path / "ref.sqlite"))
     assert run.complete and len(run.scores) == 60
     assert comparable(out) == comparable(tmp_path / "ref")
     assert load_run(out).complete
 
 
-@pytest.mark.slow
 def test_cli_executor_ray_writes_the_local_run_folder(tmp_path, example_path):
     from conftest import ragbridge_cli
 

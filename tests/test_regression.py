@@ -11,13 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import EXAMPLE, ragbridge_cli
-from ragbridge import RunManifest, Score, load_cases
+from conftest import EXAMPLE, ragbridge_cli, write_run
+from ragbridge import Score, load_cases
 from ragbridge.analysis.diff import IncompleteRunError, RegressionError, diff_runs, run_problems
 from ragbridge.analysis.gate import GateConfigError, load_gates, run_gates
 from ragbridge.analysis.stats import paired_bootstrap_ci, paired_permutation_pvalue
-from ragbridge.formats.canonical import write_jsonl
-from ragbridge.formats.records import fingerprint
 from ragbridge.report import ci
 
 CASES = load_cases(EXAMPLE)
@@ -31,11 +29,10 @@ UNANSWERABLE = [c.id for c in CASES if not c.answerable]
 # Helpers: run folders written from the example cases with chosen values
 
 
-def write_run(path: Path, values: dict, cases=CASES, status: str = "complete", extra_lines: str = "") -> Path:
-    """A run folder. ``values``: {(backend, metric): {case_id: float | None | "error"}}."""
-    path.mkdir(parents=True, exist_ok=True)
-    write_jsonl(cases, path / "cases.jsonl")
-    lines = []
+def write_values(path: Path, values: dict, cases=CASES, status: str = "complete",
+                 extra_lines: str = "") -> Path:
+    """A run folder (`write_run`). ``values``: {(backend, metric): {case_id: float | None | "error"}}."""
+    scores = []
     for (backend, metric), per_case in values.items():
         for cid, v in per_case.items():
             if v == "error":
@@ -44,19 +41,8 @@ def write_run(path: Path, values: dict, cases=CASES, status: str = "complete", e
                 s = Score(case_id=cid, metric=metric, backend=backend, reason="skipped: case has no answer")
             else:
                 s = Score(case_id=cid, metric=metric, backend=backend, value=float(v))
-            lines.append(s.model_dump_json())
-    (path / "scores.jsonl").write_text("\n".join(lines) + "\n" + extra_lines, encoding="utf-8")
-    manifest = RunManifest(
-        ragbridge_version="0.1.0",
-        dataset={"path": str(EXAMPLE), "fingerprint": fingerprint(cases), "n_cases": len(cases)},
-        backends={b: "1.0" for b, _ in values},
-        metrics={b: sorted({m for bb, m in values if bb == b}) for b, _ in values},
-        started_at="2026-01-01T00:00:00+00:00",
-        finished_at="2026-01-01T00:01:00+00:00" if status != "running" else None,
-        status=status,
-    )
-    (path / "run.json").write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
-    return path
+            scores.append(s)
+    return write_run(path, cases, scores, status=status, extra_lines=extra_lines)
 
 
 def base_values(seed: int = 1) -> dict:
@@ -86,8 +72,8 @@ def runs(tmp_path):
     new = moved(new, ("ragas", "faithfulness"), {errored: "error"})
     better = ANSWERABLE[6]
     new = moved(new, ("ragas", "faithfulness"), {better: 1.0})
-    b = write_run(tmp_path / "base", base)
-    n = write_run(tmp_path / "new", new)
+    b = write_values(tmp_path / "base", base)
+    n = write_values(tmp_path / "new", new)
     return b, n, {"worse": sorted(worse), "errored": errored, "better": better, "base": base}
 
 
@@ -208,7 +194,7 @@ def test_diff_is_reproducible_and_seed_independent_of_filters(runs):
 
 def test_diff_lists_unpaired_cases_and_flags_a_changed_golden_set(tmp_path):
     values = base_values()
-    base = write_run(tmp_path / "base", values)
+    base = write_values(tmp_path / "base", values)
     cases = [c.model_copy(deep=True) for c in CASES[1:]]  # the first case removed
     cases[0].relevant = {"something-else.md": 1}  # a golden label changed
     extra = cases[1].model_copy(update={"id": "brand-new-case"})
@@ -216,7 +202,7 @@ def test_diff_lists_unpaired_cases_and_flags_a_changed_golden_set(tmp_path):
     new_values = {k: {c: v for c, v in per.items() if c != CASES[0].id} for k, per in values.items()}
     for per in new_values.values():
         per["brand-new-case"] = 1.0
-    new = write_run(tmp_path / "new", new_values, cases=cases)
+    new = write_values(tmp_path / "new", new_values, cases=cases)
     d = diff_runs(base, new)
     assert d.only_in_base == [CASES[0].id] and d.only_in_new == ["brand-new-case"]
     assert "brand-new-case" not in set(d.items["case_id"]) and CASES[0].id not in set(d.items["case_id"])
@@ -226,10 +212,10 @@ def test_diff_lists_unpaired_cases_and_flags_a_changed_golden_set(tmp_path):
 
 def test_diff_flags_only_outputs_changed(tmp_path):
     values = base_values()
-    base = write_run(tmp_path / "base", values)
+    base = write_values(tmp_path / "base", values)
     cases = [c.model_copy(deep=True) for c in CASES]
     cases[0].answer = "A different answer."
-    new = write_run(tmp_path / "new", values, cases=cases)
+    new = write_values(tmp_path / "new", values, cases=cases)
     d = diff_runs(base, new)
     assert d.fingerprint_differs and d.golden_changed == []
     assert any("only the system outputs" in w for w in d.warnings)
@@ -239,7 +225,7 @@ def test_diff_refuses_incomplete_runs_unless_asked(runs, tmp_path):
     b, _, _ = runs
     values = base_values()
     partial = {k: dict(list(v.items())[:10]) for k, v in values.items()}
-    killed = write_run(tmp_path / "killed", partial, status="running")
+    killed = write_values(tmp_path / "killed", partial, status="running")
     killed_manifest = json.loads((killed / "run.json").read_text())
     killed_manifest["metrics"] = {b_: sorted({m for bb, m in values if bb == b_}) for b_, _ in values}
     (killed / "run.json").write_text(json.dumps(killed_manifest))
@@ -253,7 +239,7 @@ def test_diff_refuses_incomplete_runs_unless_asked(runs, tmp_path):
 
 def test_run_problems_catches_a_complete_status_with_missing_scores(tmp_path):
     values = base_values()
-    run = write_run(tmp_path / "r", values)
+    run = write_values(tmp_path / "r", values)
     from ragbridge import load_run
 
     assert run_problems(load_run(run)) == []
@@ -273,7 +259,7 @@ def test_diff_bad_input(tmp_path, runs):
         diff_runs(b, n, metrics=["recal@5"])
     with pytest.raises(RegressionError, match="no paired case carries tag 'rael'"):
         diff_runs(b, n, tags=["rael"])
-    other = write_run(tmp_path / "other", {("native", "mrr"): {c: 1.0 for c in IDS}})
+    other = write_values(tmp_path / "other", {("native", "mrr"): {c: 1.0 for c in IDS}})
     with pytest.raises(RegressionError, match="no \\(backend, metric\\) in common"):
         diff_runs(b, other)
 
@@ -413,13 +399,13 @@ def test_significance_keeps_judge_noise_from_failing(tmp_path):
     # a real regression: every case a little lower
     real = {("ragas", "faithfulness"): {c: max(0, v - 0.08)
                                         for c, v in base[("ragas", "faithfulness")].items()}}
-    b = write_run(tmp_path / "b", base)
+    b = write_values(tmp_path / "b", base)
     rule = {"check": "faithfulness drop <= 0.02"}
-    plain = run_gates(write_run(tmp_path / "noisy", noisy), {"gate": [rule]}, baseline=b).results[0]
+    plain = run_gates(write_values(tmp_path / "noisy", noisy), {"gate": [rule]}, baseline=b).results[0]
     sig = run_gates(tmp_path / "noisy", {"gate": [{**rule, "significant": True}]}, baseline=b).results[0]
     assert plain.figure > 0.02 and plain.verdict == "fail"
     assert sig.verdict == "pass" and "not significant" in sig.detail and sig.p_value >= 0.05
-    hard = run_gates(write_run(tmp_path / "real", real), {"gate": [{**rule, "significant": True}]},
+    hard = run_gates(write_values(tmp_path / "real", real), {"gate": [{**rule, "significant": True}]},
                      baseline=b).results[0]
     assert hard.verdict == "fail" and hard.p_value < 0.05 and "significant (p=" in hard.detail
     again = run_gates(tmp_path / "noisy", {"gate": [{**rule, "significant": True}]}, baseline=b).results[0]
@@ -428,7 +414,7 @@ def test_significance_keeps_judge_noise_from_failing(tmp_path):
 
 def test_significant_absolute_rule_uses_the_interval(tmp_path):
     values = {("native", "recall@5"): {c: (0.0 if i < 5 else 1.0) for i, c in enumerate(IDS)}}  # mean 0.906
-    run = write_run(tmp_path / "r", values)
+    run = write_values(tmp_path / "r", values)
     near, far = run_gates(
         run,
         {"gate": [{"check": "recall@5 >= 0.92", "significant": True},
@@ -466,7 +452,7 @@ def test_rules_naming_what_the_run_lacks_are_bad_input(runs, rule, message):
 
 def test_an_incomplete_run_is_not_gated(tmp_path):
     values = base_values()
-    run = write_run(tmp_path / "r", values, status="interrupted")
+    run = write_values(tmp_path / "r", values, status="interrupted")
     with pytest.raises(IncompleteRunError, match="status 'interrupted'"):
         run_gates(run, {"gate": [{"check": "recall@5 >= 0"}]})
 
@@ -556,7 +542,7 @@ def test_cli_bad_input_exits_2(runs, tmp_path):
     assert (res.stderr.startswith("error:") and "backend 'deepeval'" in res.stderr
             and len(res.stderr.strip().splitlines()) == 1)
     assert res.stdout == ""
-    killed = write_run(tmp_path / "killed", base_values(), status="running")
+    killed = write_values(tmp_path / "killed", base_values(), status="running")
     gates.write_text(GATES)
     md = tmp_path / "gate.md"
     res = ragbridge_cli("gate", killed, "--config", gates, "--markdown", md)
@@ -583,8 +569,9 @@ def test_cli_on_real_native_runs(tmp_path):
     assert run_gates(tmp_path / "base", gates, baseline=tmp_path / "base").passed
 
 
+# (an id cannot hold a line break or a control character: the input refuses it; errors, below, can)
 HOSTILE_ID = ("<img src=x onerror=alert(1)>|`tick` **b** [l](javascript:alert(2)) ]]> &amp; "
-              "a\\|b\nforged: 1.000")
+              "a\\|b forged: 1.000")
 HOSTILE_TAG = "<img src=x onerror=alert(3)>|t`"
 HOSTILE_ERROR = "<script>alert(4)</script> | `x` ]]>\x1b[2J\nforged error line"
 

@@ -18,7 +18,7 @@ FLAWED = ["billing-refund-window", "shipping-perfume-japan", "account-extra-seat
           "returns-create-label", "billing-free-trial"]
 
 
-def write_run(tmp_path, name: str, change=None):
+def run_example(tmp_path, name: str, change=None):
     """A run folder of the example (native metrics only: pairwise reads the answers)."""
     rows = [json.loads(x) for x in EXAMPLE.read_text().splitlines()]
     if change:
@@ -34,7 +34,7 @@ def write_run(tmp_path, name: str, change=None):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pairwise")
-    base = write_run(tmp, "base")
+    base = run_example(tmp, "base")
 
     def reworded(r):  # every answer differs, none is better
         return {**r, "answer": r["answer"] + " Hope this helps!"}
@@ -42,7 +42,7 @@ def runs(tmp_path_factory):
     def flawed(r):  # six good answers replaced by an unrelated one
         return {**r, "answer": "Our office plants are watered on Tuesdays."} if r["id"] in FLAWED else r
 
-    return base, write_run(tmp, "reworded", reworded), write_run(tmp, "flawed", flawed)
+    return base, run_example(tmp, "reworded", reworded), run_example(tmp, "flawed", flawed)
 
 
 def pairwise(base, new, url, *extra):

@@ -126,7 +126,21 @@ def _lines_to_read() -> list[str]:
     return lines
 
 
+def _no_key_twice(pairs):
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) < len(keys):
+        raise DatasetError("a key given twice")
+    return dict(pairs)
+
+
 def _full_parse(text: str):
+    """The line as a JSON parser reads it, but a key given twice in one object is an error."""
+    try:
+        json.loads(text, object_pairs_hook=_no_key_twice)
+    except DatasetError as exc:
+        return type(exc)
+    except ValueError:
+        pass
     try:
         return pydantic_core.from_json(text)
     except ValueError:

@@ -21,9 +21,9 @@ except importlib.metadata.PackageNotFoundError:  # pragma: no cover
     pytest.skip("trulens-providers-openai is not installed", allow_module_level=True)
 
 import ragbridge  # noqa: E402
+from conftest import stub_judge_config  # noqa: E402
 from ragbridge.backend import RunOptions  # noqa: E402
 from ragbridge.formats import DatasetError, load_cases, write_cases  # noqa: E402
-from ragbridge.judge import JudgeConfig  # noqa: E402
 from ragbridge.schema import Case  # noqa: E402
 from ragbridge.testing import StubJudge  # noqa: E402
 from ragbridge.testing import responders  # noqa: E402
@@ -57,20 +57,16 @@ def no_responses_api(stub: StubJudge) -> None:
     base = stub._server.RequestHandlerClass
 
     def do_POST(self):  # noqa: N802
-        if self.path.split("?", 1)[0].rstrip("/") in ("/v1/responses", "/responses"):
+        if self.path.partition("?")[0].rstrip("/") in ("/v1/responses", "/responses"):
             self.path = "/v1/responses-unavailable"
         base.do_POST(self)
 
     stub._server.RequestHandlerClass = type("NoResponsesApi", (base,), {"do_POST": do_POST})
 
 
-def judge_for(stub: StubJudge, tmp_path: Path, **kw) -> JudgeConfig:
-    return JudgeConfig(model="stub-judge", base_url=stub.base_url, cache_path=tmp_path / "cache.sqlite", **kw)
-
-
 def run_trulens(cases, stub, tmp_path, metrics=METRICS, **opts):
     return ragbridge.evaluate(cases, backends=["trulens"], metrics=list(metrics),
-                              judge=judge_for(stub, tmp_path),
+                              judge=stub_judge_config(stub, cache=tmp_path / "cache.sqlite"),
                               options=RunOptions(backend_options={"trulens": opts} if opts else {}))
 
 
@@ -409,7 +405,8 @@ def test_leaderboard_layout_and_round_trip(cases, tmp_path):
     from ragbridge_trulens.formats import leaderboard, records, write_leaderboard
 
     with StubJudge() as stub:
-        run = ragbridge.evaluate(cases[:4], backends=["trulens", "native"], judge=judge_for(stub, tmp_path),
+        run = ragbridge.evaluate(cases[:4], backends=["trulens", "native"],
+                                 judge=stub_judge_config(stub, cache=tmp_path / "cache.sqlite"),
                                  out=tmp_path / "run")
     run = ragbridge.load_run(tmp_path / "run")
     lb = leaderboard(run)
@@ -453,6 +450,7 @@ def test_stub_agreement_and_splitter_answers():
         {"role": "user", "content": "Refunds take 14 days. Labels can be voided."}]}))
     assert split.content.split("\n") == ["Refunds take 14 days.", "Labels can be voided."]
     reformat = respond(JudgeRequest.from_chat({"model": "m", "messages": [
-        {"role": "system", "content": "Convert the following text into a strict JSON object with keys ..."},
+        {"role": "system", "content": 'Convert the following text into a strict JSON object with keys '
+                                      '"criteria", "supporting_evidence", and "score" (integer).'},
         {"role": "user", "content": "Criteria: c\nSupporting Evidence: e\nScore: 2"}]}))
     assert json.loads(reformat.content) == {"criteria": "c", "supporting_evidence": "e", "score": 2}

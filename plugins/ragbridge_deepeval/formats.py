@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
 from ragbridge.formats import DatasetError, Format
+from ragbridge.formats.files import jsonl_lines
 from ragbridge.formats.records import case_id_for_question, cases_from_records, derived_chunk_ids
 from ragbridge.formats.records import is_missing as _missing
 from ragbridge.schema import Case
@@ -275,19 +276,7 @@ def read_json(path: Path) -> list[Case]:
 
 def read_jsonl(path: Path) -> list[Case]:
     path = Path(path)
-    text = _text(path)
-
-    def records() -> Iterator[tuple[int, Any]]:
-        for n, line in enumerate(text.split("\n"), start=1):
-            if not line.strip():
-                continue
-            try:
-                yield n, json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"not valid JSON: {exc.msg} at column {exc.colno}", path=path, line=n,
-                                   hint="each line must be one JSON object") from None
-
-    return cases_from_records(_records_with_ids(records(), True, path), path)
+    return cases_from_records(_records_with_ids(jsonl_lines(path), True, path), path)
 
 
 def read_csv(path: Path) -> list[Case]:

@@ -1,10 +1,20 @@
 """The stub judge's answers to DeepEval 4.3.1's prompts (``ragbridge.testing``), registered by this
 plugin.
 
-DeepEval's metric templates put each judged text under a label line (``Actual Output:``, ``Retrieval
-Context:`` ..., `LABELS`) and end with ``JSON:``; with a judge model DeepEval knows, the request
-carries a strict ``json_schema``, otherwise the expected keys are read from the prompt's own wording
-and example. `DeepEvalResponder` works out which text is judged against which (truths, claims,
+Which of DeepEval's requests this is (`KINDS`: DeepEval's own output models, by their class names) is
+read from what DeepEval puts in the request, never from its instructions' wording:
+
+* with a judge model DeepEval knows, the request carries a strict ``json_schema`` named after the
+  model (``Truths``, ``Claims``, ``Statements``, ``*ScoreReason``), or after the list it holds
+  (``Verdicts``: the item's model, ``FaithfulnessVerdict``, ``ContextualRecallVerdict`` ..., names the
+  kind);
+* otherwise the prompt is plain text ending with ``JSON:``, and the kind follows from the template's
+  slots: the label lines that introduce each judged text (``Retrieval Context:``, ``Expected Output:``
+  ..., `LABELS`) and the field the answer must hold (``truths`` or ``statements`` for a ``Text:``).
+  The answer then follows `KINDS`' copy of the model's fields (checked against the installed DeepEval
+  by the tests).
+
+`DeepEvalResponder` works out which text is judged against which for each kind (truths, claims,
 verdicts per node or statement, GEval's score) and leaves the verdicts to the stub's lexical judge.
 
 `SectionStartResponder` comes first: the section parser ends a section at instruction-like lines
@@ -27,7 +37,6 @@ from ragbridge.testing.responders import (
     JudgeReply,
     JudgeRequest,
     ctx_from_sections,
-    example_json,
     find_range,
     is_relevant,
     is_supported,
@@ -35,12 +44,11 @@ from ragbridge.testing.responders import (
     parse_list,
     relevance,
     reply_json,
-    schema_from_example,
     split_sentences,
     usefulness,
 )
 
-__all__ = ["DeepEvalResponder", "SectionStartResponder", "LABELS", "responders", "schema_from_prompt"]
+__all__ = ["DeepEvalResponder", "SectionStartResponder", "LABELS", "KINDS", "responders", "kind_of"]
 
 #: DeepEval's section labels, besides the generic ones
 LABELS = SECTION_LABELS.extend(
@@ -53,9 +61,88 @@ LABELS = SECTION_LABELS.extend(
 )
 
 
+def _strings(key: str) -> dict:
+    return {"type": "object", "properties": {key: {"type": "array", "items": {"type": "string"}}},
+            "required": [key]}
+
+
+def _verdicts(enum: list[str], statement: bool = False) -> dict:
+    item = {"statement": {"type": "string"}} if statement else {}
+    item.update(verdict={"type": "string", "enum": enum}, reason={"type": "string"})
+    return {"type": "object", "properties": {"verdicts": {"type": "array", "items": {
+        "type": "object", "properties": item, "required": list(item)}}}, "required": ["verdicts"]}
+
+
+_REASON = {"type": "object", "properties": {"reason": {"type": "string"}}, "required": ["reason"]}
+#: DeepEval 4.3.1's output models behind this backend's metrics (``deepeval.metrics.*.schema``), by
+#: class name, with their fields as JSON schemas: what a plain-prompt answer holds
+KINDS: dict[str, dict] = {
+    "Truths": _strings("truths"),  # faithfulness
+    "Claims": _strings("claims"),
+    "FaithfulnessVerdict": _verdicts(["yes", "no", "borderline"]),
+    "Statements": _strings("statements"),  # answer relevancy
+    "AnswerRelevancyVerdict": _verdicts(["yes", "no", "borderline"]),
+    "ContextualPrecisionVerdict": _verdicts(["yes", "no"]),
+    "ContextualRecallVerdict": _verdicts(["yes", "no"]),
+    "ContextualRelevancyVerdict": _verdicts(["yes", "no"], statement=True),
+    "ScoreReason": _REASON,  # FaithfulnessScoreReason, AnswerRelevancyScoreReason, ...
+    "Steps": _strings("steps"),  # GEval's evaluation steps
+    "ReasonScore": {"type": "object", "required": ["reason", "score"],  # GEval's score
+                    "properties": {"reason": {"type": "string"}, "score": {"type": "integer"}}},
+}
+
+
 def responders() -> list:
     """This plugin's responders, in the order they are tried."""
     return [SectionStartResponder(), DeepEvalResponder()]
+
+
+def _schema_kind(name: Optional[str], schema: dict) -> Optional[str]:
+    """The kind a ``json_schema`` request names: its model, or the model of the items it lists."""
+    if name in KINDS:
+        return name
+    if name and name.endswith("ScoreReason"):
+        return "ScoreReason"
+    items = ((schema.get("properties") or {}).get("verdicts") or {}).get("items") or {}
+    ref = items.get("$ref", "")
+    title = ref.rsplit("/", 1)[-1] if ref else items.get("title")
+    return title if title in KINDS else None
+
+
+def _prompt_kind(prompt: str, sec: dict[str, str]) -> Optional[str]:
+    """The kind a plain DeepEval prompt asks for, from its template's slots."""
+    if any(label.endswith(" score") for label in sec):
+        return "ScoreReason"
+    if "evaluation steps" in sec and "test case" in sec:
+        return "ReasonScore"
+    if "evaluation criteria" in sec:
+        return "Steps"
+    if "claims" in sec and "retrieval contexts" in sec:
+        return "FaithfulnessVerdict"
+    if "statements" in sec and "input" in sec:
+        return "AnswerRelevancyVerdict"
+    if "context" in sec and "input" in sec:
+        return "ContextualRelevancyVerdict"
+    if "retrieval context" in sec and "expected output" in sec:
+        return "ContextualPrecisionVerdict" if "input" in sec else "ContextualRecallVerdict"
+    if "ai output" in sec:
+        return "Claims"
+    if "text" in sec:
+        return "Truths" if re.search(r"[\"'`]truths[\"'`]", prompt) else "Statements"
+    return None
+
+
+def kind_of(req: JudgeRequest) -> Optional[tuple[str, dict, dict[str, str]]]:
+    """(kind, the schema to answer, the prompt's sections) of a DeepEval request, or None."""
+    prompt = req.user or req.prompt
+    if not prompt.rstrip().endswith("JSON:"):
+        return None
+    sec = labelled_sections(prompt, LABELS)
+    if req.schema is not None:
+        kind = _schema_kind(req.schema_name, req.schema)
+        return (kind, req.schema, sec) if kind else None
+    kind = _prompt_kind(prompt, sec)
+    return (kind, KINDS[kind], sec) if kind else None
 
 
 class DeepEvalResponder:
@@ -64,42 +151,32 @@ class DeepEvalResponder:
     name = "deepeval"
 
     def __call__(self, req: JudgeRequest) -> Optional[JudgeReply]:
+        found = kind_of(req)
+        if found is None:
+            return None
+        kind, schema, sec = found
         prompt = req.user or req.prompt
-        stripped = prompt.rstrip()
-        asks_json = any(p in prompt for p in ("return in", "Only return valid JSON", "JSON format"))
-        if not stripped.endswith("JSON:") or not asks_json:
-            return None
-        sec = labelled_sections(prompt, LABELS)
         ctx = ctx_from_sections(sec, prompt, LABELS)
-        schema = req.schema or schema_from_prompt(prompt)
-        if schema is None:
-            return None
-        low = prompt.lower()
-        props = (schema.get("properties") or {}) if isinstance(schema, dict) else {}
-        if "truths" in props or '"truths"' in prompt:
+        if kind == "Truths":
             ctx.items = split_sentences(ctx.subject or ctx.context)
-        elif "node in the retrieval context was remotely useful" in low:
-            nodes = parse_list(_raw_section(prompt, "Retrieval Context"))
-            target = sec.get("expected output", "")
-            ctx.items = nodes
-            ctx.judge = lambda node, t=target: usefulness(node, t) >= 0.3
-        elif "each statement found in the context" in low or "statement_or_image" in low or (
-                "'statement'" in prompt and "relevant to the provided input" in low):
+        elif kind == "ContextualPrecisionVerdict":  # is each node useful for the expected output?
+            ctx.items = parse_list(_raw_section(prompt, "Retrieval Context"))
+            ctx.judge = lambda node, t=sec.get("expected output", ""): usefulness(node, t) >= 0.3
+        elif kind == "ContextualRelevancyVerdict":  # is each statement of the context relevant?
             ctx.items = split_sentences(ctx.context)
             ctx.judge = lambda s, q=ctx.query: is_relevant(s, q)
-        elif "relevant to address the input" in low:
+        elif kind == "AnswerRelevancyVerdict":
             ctx.judge = lambda s, q=ctx.query: is_relevant(s, q)
-        elif "can be attributed to the nodes of retrieval contexts" in low:
+        elif kind == "ContextualRecallVerdict":  # is each sentence of the expected output supported?
             ctx.items = split_sentences(ctx.subject)
-        elif "evaluation steps" in low and "score" in props:
+        elif kind == "ReasonScore":
             _geval(prompt, ctx)
-        elif "generate 3-4 concise evaluation steps" in low:
+        elif kind == "Steps":
             ctx.subject = sec.get("evaluation criteria", ctx.subject)
-        if set(props) == {"reason"} or (props and list(props) == ["reason"]):
+        elif kind == "ScoreReason":
             score = next((v for k, v in sec.items() if k.endswith("score")), None)
             if score is not None:
                 ctx.reason_prefix = f"The score is {score.strip()} because "
-                ctx.scorer = None
         return reply_json(req, schema, ctx, self.name)
 
 
@@ -123,35 +200,6 @@ def _geval(prompt: str, ctx: Ctx) -> None:
     elif actual and sec.get("input"):
         ctx.scorer = lambda: relevance(actual, sec["input"])
         ctx.subject, ctx.query = actual, sec["input"]
-
-
-def schema_from_prompt(prompt: str) -> Optional[dict]:
-    """The JSON schema a DeepEval prompt asks for in words, or from its example."""
-    low = prompt.lower()
-    for key in ("truths", "claims", "statements", "steps"):
-        if re.search(rf"[\"']{key}[\"'] key (?:as|mapping to) a list of strings", prompt) or \
-                (key == "steps" and '"steps"' in prompt):
-            return {"type": "object", "properties": {key: {"type": "array", "items": {"type": "string"}}},
-                    "required": [key]}
-    if "'verdicts' key" in prompt or '"verdicts"' in prompt:
-        item_props: dict = {}
-        if "'statement'" in prompt or "`statement`" in prompt:
-            item_props["statement"] = {"type": "string"}
-        enum = ["yes", "no", "borderline"] if "borderline" in low else ["yes", "no"]
-        if "'idk'" in low:
-            enum = ["yes", "no", "idk"]
-        item_props["verdict"] = {"type": "string", "enum": enum}
-        item_props["reason"] = {"type": "string"}
-        return {"type": "object", "properties": {"verdicts": {"type": "array", "items": {
-            "type": "object", "properties": item_props, "required": list(item_props)}}},
-            "required": ["verdicts"]}
-    if '"score"' in prompt and '"reason"' in prompt:
-        return {"type": "object", "properties": {"reason": {"type": "string"}, "score": {"type": "integer"}},
-                "required": ["reason", "score"]}
-    if "'reason' key" in prompt or '"reason"' in prompt:
-        return {"type": "object", "properties": {"reason": {"type": "string"}}, "required": ["reason"]}
-    ex = example_json(prompt)
-    return schema_from_example(ex) if ex else None
 
 
 _MARK = "\u200b"

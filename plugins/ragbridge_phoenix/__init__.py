@@ -5,8 +5,8 @@ Install with ``pip install 'ragbridge[phoenix]' -c constraints.txt``; run with
 ``arize-phoenix-evals``, is licensed under the Elastic License 2.0 (source-available, not an OSI
 open-source licence: among other limits it may not be offered to others as a hosted or managed
 service); ragbridge itself is Apache-2.0 and only imports it when this extra is installed.
-Registering this plugin does not import Phoenix; it is imported when a run opens the backend
-(about 1 s: pandas and openai).
+Registering this plugin does not import Phoenix (nor pandas and openai, which it imports); it is
+imported when a run opens the backend.
 
 Metrics
 -------

@@ -54,7 +54,9 @@ RAGAS' NaN ("no statements": faithfulness, context_recall; no valid rating: cont
 0 for an empty input (answer_relevance when no question could be generated, answer_correctness
 when neither text yields a claim, context_precision when no chunk is useful), the 0 is kept, so
 ragbridge's number is RAGAS' number. A failure (judge error after the gateway's retries, a timeout,
-output still unparseable after instructor's 3 attempts) is that Score's ``error``; the run goes on.
+output still unparseable after instructor's 3 attempts, a verdict outside the values RAGAS' own reply
+model states, e.g. ``noncommittal`` 7 or a ``verdict`` of 2, which RAGAS would take) is that Score's
+``error``; the run goes on.
 RAGAS has no pass/fail, so ``passed`` is null, and its collections metrics give no explanation, so
 ``reason`` is set only for undefined or partly failed scores.
 

@@ -23,7 +23,9 @@ runs them, over the run's lifecycle:
 
 Failures are per score: an exception out of ``ascore`` (judge error after the gateway's retries,
 timeout, parse failure after instructor's re-asks, RAGAS' own ValueError) becomes that Score's
-``error`` (`ragbridge.backend.error_text`). ContextRelevance swallows judge errors and returns NaN;
+``error`` (`ragbridge.backend.error_text`); so is a reply whose verdict is outside what RAGAS' reply
+model allows (`metrics.check_reply`: RAGAS itself takes any integer). ContextRelevance swallows judge
+errors and returns NaN;
 the errors it swallowed are recorded per case and reported the same way (`translate.to_score`).
 """
 
@@ -38,7 +40,7 @@ from ragbridge.backend import Backend, MetricSpec, ScoringContext, error_text, f
 from ragbridge.schema import Case, Score
 
 from .env import ENVIRONMENT, keep_ragas_id_out_of_home
-from .metrics import METRICS, RagasMetric
+from .metrics import METRICS, RagasMetric, check_reply
 from .translate import to_score
 
 __all__ = ["RagasBackend", "RagasSession", "DEFAULT_MAX_TOKENS", "PARSE_ATTEMPTS", "parse_retrying"]
@@ -113,7 +115,9 @@ class RagasSession:
 
         async def recorded_agenerate(*args: Any, **kwargs: Any) -> Any:
             try:
-                return await agenerate(*args, **kwargs)
+                reply = await agenerate(*args, **kwargs)
+                check_reply(reply)  # RAGAS would take any integer as a verdict
+                return reply
             except Exception as exc:
                 errors = _SWALLOWED.get()
                 if errors is not None:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ragbridge.formats import DatasetError, Format
-from ragbridge.formats.files import read_hf_rows
+from ragbridge.formats.files import jsonl_lines, read_hf_rows
 from ragbridge.schema import Case
 
 from .translate import READ_FIELDS, SIDECAR, cases_to_rows, lost_fields, rows_to_cases
@@ -123,22 +123,9 @@ def read_ragas(path: Path) -> list[Case]:
 
 def read_ragas_jsonl(path: Path) -> list[Case]:
     path = Path(path)
-    data = path.read_bytes()
-    if not data.strip():
-        raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
     rows, lines = [], []
-    for n, raw in enumerate(data.split(b"\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            rows.append(json.loads(raw.decode("utf-8")))
-        except UnicodeDecodeError:
-            raise DatasetError("invalid UTF-8", path=path, line=n, hint="save the file as UTF-8") from None
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"not valid JSON: {exc.msg} at column {exc.colno}", path=path, line=n,
-                               hint="each line must be one RAGAS sample as a JSON object") from None
+    for n, row in jsonl_lines(path, hint="each line must be one RAGAS sample as a JSON object"):
+        rows.append(row)
         lines.append(n)
     try:
         return rows_to_cases(rows, path=str(path), unit="line")

@@ -5,6 +5,11 @@ The formulas, ranges and normalisation are documented in the package docstring
 ``await metric.ascore(**inputs(case))``), the name RAGAS reports, the case inputs it needs
 (``MetricSpec.requires``), the inputs RAGAS is given, whether it needs embeddings, and what an
 undefined (NaN) result means.
+
+`REPLY_VALUES` and `check_reply`: RAGAS types the judge's verdicts in its reply models as plain
+``int`` and takes any integer (``noncommittal`` 7 zeroes answer_relevance, ``verdict`` 2 or -1
+counts as faithful, as ``sum(verdicts)``); the values its own field descriptions allow are checked
+here, on every reply, and any other is an error.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from ragbridge.schema import Case
 
 from .translate import retrieved_texts
 
-__all__ = ["RagasMetric", "METRICS"]
+__all__ = ["RagasMetric", "METRICS", "REPLY_VALUES", "OutOfRangeReply", "check_reply"]
 
 
 @dataclass(frozen=True)
@@ -83,3 +88,40 @@ METRICS: dict[str, RagasMetric] = {
         ),
     )
 }
+
+
+#: the integers each verdict field of RAGAS' reply models may hold, by model and field, as the field's
+#: own description in RAGAS states them ("the verdict(0/1) of the faithfulness", "Relevance rating (0,
+#: 1, or 2)"); the models are those the metrics above ask the judge for
+REPLY_VALUES: dict[tuple[str, str], tuple[int, ...]] = {
+    ("StatementFaithfulnessAnswer", "verdict"): (0, 1),  # faithfulness, answer_correctness
+    ("AnswerRelevanceOutput", "noncommittal"): (0, 1),  # answer_relevance
+    ("ContextPrecisionOutput", "verdict"): (0, 1),  # context_precision
+    ("ContextRecallClassification", "attributed"): (0, 1),  # context_recall
+    ("ContextRelevanceOutput", "rating"): (0, 1, 2),  # context_relevance
+}
+
+
+class OutOfRangeReply(ValueError):
+    """A judge reply RAGAS would take, with a verdict outside what its reply model allows."""
+
+
+def check_reply(reply: Any) -> None:
+    """Raise `OutOfRangeReply` when a verdict in ``reply`` (a RAGAS reply model, as the judge filled
+    it) is not one of `REPLY_VALUES`."""
+    from pydantic import BaseModel
+
+    stack = [reply]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, BaseModel):
+            model = type(item).__name__
+            for name, value in item:
+                allowed = REPLY_VALUES.get((model, name))
+                if allowed is not None and not (type(value) is int and value in allowed):
+                    raise OutOfRangeReply(
+                        f"the judge replied {name} = {value!r}, where RAGAS' {model} allows "
+                        f"{' or '.join(map(str, allowed))}; an out-of-range verdict is not scored")
+                stack.append(value)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ragbridge.formats import DatasetError, Format
-from ragbridge.formats.files import read_hf_rows
+from ragbridge.formats.files import atomic_path, jsonl_lines, read_hf_rows
 from ragbridge.formats.records import cases_from_records
 from ragbridge.formats.records import is_missing as _missing
 from ragbridge.formats.records import plain as _plain
@@ -302,30 +302,19 @@ def read_trulens(path: Path) -> list[Case]:
         rows = df.to_dict(orient="records")
         return _cases(((i + (2 if suffix == ".csv" else 1), r) for i, r in enumerate(rows)), path,
                       "line" if suffix == ".csv" else "row")
+    if suffix != ".json":
+        return _cases(jsonl_lines(path), path, "line")
     data = path.read_bytes()
     if not data.strip():
         raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
     text = data.decode("utf-8-sig", errors="strict")
-    if suffix == ".json":
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"not valid JSON: {exc.msg}", path=path, line=exc.lineno) from None
-        if not isinstance(obj, list):
-            raise DatasetError("must hold a JSON list of rows", path=path)
-        return _cases(enumerate(obj, start=1), path, "item")
-
-    def lines() -> Iterator[tuple[int, Any]]:
-        for n, line in enumerate(text.split("\n"), start=1):
-            if not line.strip():
-                continue
-            try:
-                yield n, json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"not valid JSON: {exc.msg} at column {exc.colno}", path=path, line=n,
-                                   hint="each line must be one JSON object") from None
-
-    return _cases(lines(), path, "line")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"not valid JSON: {exc.msg}", path=path, line=exc.lineno) from None
+    if not isinstance(obj, list):
+        raise DatasetError("must hold a JSON list of rows", path=path)
+    return _cases(enumerate(obj, start=1), path, "item")
 
 
 def write_trulens(cases: Sequence[Case], path: Path) -> list[str]:
@@ -426,11 +415,13 @@ def leaderboard(run: Any, backend: Optional[str] = "trulens", app_name: str = "r
 
 def write_leaderboard(run: Any, path: str | Path, backend: Optional[str] = "trulens",
                       per_record: bool = False) -> Path:
-    """Write `leaderboard` (or `records`) to ``.csv`` or ``.json`` (records orient)."""
+    """Write `leaderboard` (or `records`) to ``.csv`` or ``.json`` (records orient), whole or not at
+    all (an earlier export stays as it was when the writing fails)."""
     path = Path(path)
     df = records(run, backend=backend) if per_record else leaderboard(run, backend=backend).reset_index()
-    if path.suffix.lower() == ".json":
-        path.write_text(df.to_json(orient="records", indent=1), encoding="utf-8")
-    else:
-        df.to_csv(path, index=False)
+    with atomic_path(path) as tmp:
+        if path.suffix.lower() == ".json":
+            tmp.write_text(df.to_json(orient="records", indent=1), encoding="utf-8")
+        else:
+            df.to_csv(tmp, index=False)
     return path

@@ -1,23 +1,32 @@
 """The stub judge's answers to TruLens 2.16's prompts (``ragbridge.testing``), registered by this
 plugin.
 
-`TruLensResponder` answers TruLens' feedback prompts: groundedness (``SOURCE: ...`` /
-``STATEMENT: ...``), context relevance (``USER QUERY: ...`` / ``SEARCH RESULT: ...``), answer
-relevance (``PROMPT: ...`` / ``RESPONSE: ...``) and its helpers (abstention and answerability
-classifiers, the trivial-statement filter), in JSON when asked, otherwise as ``Criteria: ...
-Supporting Evidence: ... Score: N`` text. `TruLensPromptResponder` comes first and answers what that
-one misreads:
+TruLens' feedback templates put each judged text after an upper-case slot label at the start of a
+line (`SLOTS`: ``SOURCE:`` / ``STATEMENT:`` for groundedness, ``USER QUERY:`` / ``SEARCH RESULT:`` for
+context relevance, ``PROMPT:`` / ``RESPONSE:`` for answer relevance, ``QUESTION:`` / ``SOURCE:`` /
+``ANSWERABILITY:`` and ``STATEMENT:`` / ``ABSTENTION:`` for its classifiers, ``ALL STATEMENTS:`` /
+``IMPORTANT STATEMENTS:`` for the trivial-statement filter); `TruLensResponder` recognises a request by
+the set of slots it fills, never by the wording of its instructions. A slot's text runs to the next
+slot, or to the instructions after it: the first paragraph that names a field of TruLens' answer
+model ``ChainOfThoughtResponse`` (``criteria``, ``supporting_evidence``, ``score``), with the
+paragraph that introduces them.
 
-* context relevance and answer relevance with reasons: the chain-of-thought template (``Please
-  evaluate using the following template``) replaces the ``RELEVANCE:`` marker;
-* the LLM sentence splitter (``use_sent_tokenize=False``): TruLens sends its system prompt with a
-  literal ``{statement}`` and the statement as the user message, so the user message is split;
-* the "convert the following text into a strict JSON object" reformat call TruLens makes when a
-  chain-of-thought reply is text: the text's own ``Criteria``/``Supporting Evidence``/``Score`` are
-  copied into the JSON, as a faithful model would;
+The answer takes the shape the request asks for: the ``ChainOfThoughtResponse`` JSON schema (the
+Responses API, as a strict ``json_schema``), a JSON object when the prompt names the model's fields
+(``"supporting_evidence"``) or asks for a JSON object, TruLens' text template when it shows it
+(``Supporting Evidence:``), else ``Score: N``. Three of TruLens' calls fill no slot and are
+recognised by what they carry:
+
+* the LLM sentence splitter (``use_sent_tokenize=False``): TruLens sends the template with its
+  ``{statement}`` slot unfilled as the system prompt and the statement as the user message;
+* the reformat call TruLens makes when a chain-of-thought reply is text: a system prompt naming the
+  three fields of ``ChainOfThoughtResponse`` and the text to convert; its own ``Criteria`` /
+  ``Supporting Evidence`` / ``Score`` are copied into the JSON, as a faithful model would;
 * ground-truth agreement (``GroundTruthAgreement.agreement_measure``, 0-10, one integer on a line):
-  `agreement_score`, the content-word F1 of the response against the expected answer, capped at 3
-  when the response states a number the expected answer does not have.
+  one system message whose slots are introduced by ``responses to the prompt:``, ``The expected
+  answer is:`` and ``The response to grade is:``; the answer is `agreement_score`, the content-word
+  F1 of the response against the expected answer, capped at 3 when the response states a number
+  the expected answer does not have.
 
 Verdicts use the stub's shared lexical helpers, so a faithful answer scores higher than a flawed one
 and the same request always gets the same answer.
@@ -48,94 +57,50 @@ from ragbridge.testing.responders import (
     support,
 )
 
-__all__ = ["TruLensResponder", "TruLensPromptResponder", "agreement_score", "responders"]
+__all__ = ["TruLensResponder", "SLOTS", "ANSWER_FIELDS", "agreement_score", "responders", "slots"]
 
-_RELEVANCE_END = r"(?:\n\s*\nRELEVANCE:|\nRELEVANCE:|\Z)"
-_SOURCE = re.compile(
-    r"SOURCE:\s*(.*?)\n\s*\nSTATEMENT:\s*(.*?)(?:\n\s*\n(?:Respond|Return|ANSWER|Please)|\Z)", re.S)
-_QUERY_RESULT = re.compile(r"USER QUERY:\s*(.*?)\nSEARCH RESULT:\s*(.*?)" + _RELEVANCE_END, re.S)
-_PROMPT_RESPONSE = re.compile(r"PROMPT:\s*(.*?)\n\s*\nRESPONSE:\s*(.*?)" + _RELEVANCE_END, re.S)
+#: the slot labels of TruLens' feedback templates
+SLOTS = ("SOURCE", "STATEMENT", "USER QUERY", "SEARCH RESULT", "PROMPT", "RESPONSE", "QUESTION",
+         "ANSWERABILITY", "ABSTENTION", "ALL STATEMENTS", "IMPORTANT STATEMENTS", "RELEVANCE")
+#: the fields of TruLens' answer model, ``ChainOfThoughtResponse``
+ANSWER_FIELDS = ("criteria", "supporting_evidence", "score")
+_SLOT = re.compile(rf"^({'|'.join(sorted(SLOTS, key=len, reverse=True))}):[ \t]*", re.M)
+_INSTRUCTIONS = re.compile(r'"criteria"|supporting_evidence|^Criteria:|^Supporting Evidence:|^Score:', re.M)
+_AGREE = re.compile(
+    r"responses to the prompt:\s*(.*?)\n\s*The expected answer is:\s*(.*?)\n\s*\n.*?"
+    r"The response to grade is:\n(.*)\Z", re.S)
 
 
 def responders() -> list:
     """This plugin's responders, in the order they are tried."""
-    return [TruLensPromptResponder(), TruLensResponder()]
+    return [TruLensResponder()]
 
 
-class TruLensResponder:
-    """TruLens 2.16 feedback prompts (groundedness, context relevance, answer relevance, helpers)."""
-
-    name = "trulens"
-
-    def __call__(self, req: JudgeRequest) -> Optional[JudgeReply]:
-        system, user = req.system, req.user or req.prompt
-        both = system + "\n" + user
-        m_src, m_cr, m_ar = _SOURCE.search(user), _QUERY_RESULT.search(user), _PROMPT_RESPONSE.search(user)
-        if "Split the following statement into individual sentences" in both:
-            m = re.search(r"Statement:\s*(.*?)(?:\n\s*\nReturn each sentence|\Z)", both, re.S)
-            return JudgeReply("\n".join(split_sentences(m.group(1) if m else user)), responder=self.name)
-        if "Identify and remove sentences that are stylistic" in both:
-            m = re.search(r"ALL STATEMENTS:\s*(.*?)\n\s*\nIMPORTANT STATEMENTS:", user, re.S)
-            items = parse_list(m.group(1)) if m else []
-            return JudgeReply(repr([str(s) for s in items]), responder=self.name)
-        ctx: Optional[Ctx] = None
-        if "ABSTENTION classifier" in system:
-            m = re.search(r"STATEMENT:\s*(.*?)\n\s*\nABSTENTION:", user, re.S)
-            v = 1 if is_noncommittal(m.group(1) if m else user) else 0
-            return self.answer(req, Ctx(scorer=lambda: float(v), score_range=(0, 1), prompt=both))
-        if "ANSWERABILITY classifier" in system:
-            m = re.search(r"QUESTION:\s*(.*?)\n\s*\nSOURCE:\s*(.*?)\n\s*\nANSWERABILITY:", user, re.S)
-            q, s = (m.group(1), m.group(2)) if m else (user, "")
-            return self.answer(req, Ctx(query=q, context=s, scorer=lambda: float(relevance(s, q) >= 0.5),
-                                        score_range=(0, 1), prompt=both))
-        if m_src and ("INFORMATION OVERLAP" in system or "groundedness" in both.lower()):
-            source, statement = m_src.group(1).strip(), m_src.group(2).strip()
-            ctx = Ctx(context=source, subject=statement, prompt=both)
-            if is_noncommittal(statement):
-                ctx.scorer = lambda: 1.0
-            else:
-                frac = support(statement, source)[0]
-                ok = is_supported(statement, source)
-                ctx.scorer = lambda: frac if ok else min(frac, 0.34)
-        elif m_cr:
-            q, res = m_cr.group(1).strip(), m_cr.group(2).strip()
-            ctx = Ctx(query=q, subject=res, prompt=both, scorer=lambda: relevance(res, q))
-        elif m_ar:
-            q, res = m_ar.group(1).strip(), m_ar.group(2).strip()
-            ctx = Ctx(query=q, subject=res, prompt=both,
-                      scorer=lambda: 0.0 if is_noncommittal(res) else relevance(res, q))
-        if ctx is None:
-            return None
-        ctx.score_range = find_range(system) or find_range(user) or (0, 3)
-        return self.answer(req, ctx)
-
-    def answer(self, req: JudgeRequest, ctx: Ctx) -> JudgeReply:
-        """The reply for what ``ctx`` judges: JSON when asked, else TruLens' text template."""
-        lo, hi = ctx.score_range or (0, 3)
-        score = int(scaled(ctx.fraction(), lo, hi, True))
-        if req.schema is not None:
-            ctx.score_range = (lo, hi)
-            return reply_json(req, req.schema, ctx, self.name)
-        crit = ctx.subject or ctx.query or "the criteria"
-        evidence = (best_sentence(ctx.context, ctx.subject) if ctx.context else None) or ctx.reason(None)
-        prompt = req.prompt
-        if req.json_mode or "JSON object" in prompt:
-            obj = {"criteria": crit, "supporting_evidence": evidence, "score": score}
-            return JudgeReply(json.dumps(obj, ensure_ascii=False), score=score, responder=self.name)
-        if "Supporting Evidence" in prompt:
-            text = f"Criteria: {short(crit, 200)}\nSupporting Evidence: {evidence}\nScore: {score}"
-            return JudgeReply(text, score=score, responder=self.name)
-        return JudgeReply(f"Score: {score}", score=score, responder=self.name)
+def _judged_text(value: str) -> str:
+    """A slot's value up to the instructions that follow it (see the module docstring)."""
+    paragraphs = re.split(r"\n[ \t]*\n", value)
+    kept = []
+    for p in paragraphs:
+        if _INSTRUCTIONS.search(p.strip()):
+            break
+        kept.append(p)
+    while len(kept) > 1 and kept[-1].strip().endswith(":"):  # "... the following template:"
+        kept.pop()
+    return "\n\n".join(kept).strip()
 
 
-_COT = r"(?:\n\s*\n\s*Please evaluate using the following template|\n\s*\n\s*RELEVANCE:|\nRELEVANCE:|\Z)"
-_CR = re.compile(r"USER QUERY:\s*(.*?)\nSEARCH RESULT:\s*(.*?)" + _COT, re.S)
-_AR = re.compile(r"PROMPT:\s*(.*?)\n\s*\nRESPONSE:\s*(.*?)" + _COT, re.S)
-_AGREE = re.compile(
-    r"responses to the prompt:\s*(.*?)\n\s*The expected answer is:\s*(.*?)\n\s*Answer only with an integer"
-    r".*?The response to grade is:\n(.*)\Z", re.S)
-_REFORMAT = "Convert the following text into a strict JSON object"
-_SPLIT = "Split the following statement into individual sentences"
+def slots(text: str) -> dict[str, str]:
+    """``{slot label: judged text}`` of the TruLens slots filled in ``text``."""
+    marks = list(_SLOT.finditer(text))
+    out = {}
+    for i, m in enumerate(marks):
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
+        out[m.group(1)] = _judged_text(text[m.end():end])
+    return out
+
+
+def _names_answer_fields(text: str) -> bool:
+    return all(re.search(rf"[\"']{f}[\"']", text) for f in ANSWER_FIELDS)
 
 
 def agreement_score(response: str, expected: str) -> int:
@@ -153,45 +118,83 @@ def agreement_score(response: str, expected: str) -> int:
     return max(0, min(10, score))
 
 
-class TruLensPromptResponder:
+class TruLensResponder:
+    """TruLens 2.16's feedback prompts (groundedness, context relevance, answer relevance, helpers)."""
+
     name = "trulens"
 
-    def __init__(self) -> None:
-        self._base = TruLensResponder()
-
     def __call__(self, req: JudgeRequest) -> Optional[JudgeReply]:
-        system = req.system
-        user = req.user
-        prompt = req.prompt
-        if _SPLIT in system and user:
+        system, user = req.system, req.user
+        if "{statement}" in system and user:  # the LLM sentence splitter
             return JudgeReply("\n".join(split_sentences(user)), responder=self.name)
-        if _REFORMAT in system and user:
-            return self._reformat(user)
-        m = _AGREE.search(prompt)
-        if m:
-            s = agreement_score(m.group(3).strip(), m.group(2).strip())
-            return JudgeReply(str(s), score=s, responder=self.name)
-        if "Please evaluate using the following template" not in user:
+        s = slots(user)
+        if not s:
+            if _names_answer_fields(system) and user:
+                return self._reformat(user)
+            m = _AGREE.search(req.prompt)
+            if m:
+                score = agreement_score(m.group(3).strip(), m.group(2).strip())
+                return JudgeReply(str(score), score=score, responder=self.name)
             return None
-        m = _CR.search(user)
-        if m:
-            q, res = m.group(1).strip(), m.group(2).strip()
-            ctx = Ctx(query=q, subject=res, prompt=prompt, scorer=lambda: relevance(res, q),
-                      score_range=(0, 3))
-            return self._finish(req, ctx)
-        m = _AR.search(user)
-        if m:
-            q, res = m.group(1).strip(), m.group(2).strip()
-            ctx = Ctx(query=q, subject=res, prompt=prompt, score_range=(0, 3),
-                      scorer=lambda: 0.0 if is_noncommittal(res) else relevance(res, q))
-            return self._finish(req, ctx)
+        ctx = self._judged(s, req.prompt)
+        if isinstance(ctx, JudgeReply):
+            return ctx
+        if ctx is None:
+            return None
+        if ctx.score_range is None:  # the scale the instructions name (not a number of a judged text)
+            instructions = user
+            for value in s.values():
+                instructions = instructions.replace(value, "")
+            ctx.score_range = find_range(system) or find_range(instructions) or (0, 3)
+        return self.answer(req, ctx)
+
+    def _judged(self, s: dict[str, str], prompt: str) -> Optional[Ctx | JudgeReply]:
+        """What the slots ``s`` judge against what (a reply right away for the statement filter)."""
+        if "ALL STATEMENTS" in s:
+            return JudgeReply(repr([str(x) for x in parse_list(s["ALL STATEMENTS"])]), responder=self.name)
+        if "ABSTENTION" in s and "STATEMENT" in s:
+            v = 1.0 if is_noncommittal(s["STATEMENT"]) else 0.0
+            return Ctx(scorer=lambda: v, score_range=(0, 1), prompt=prompt)
+        if "ANSWERABILITY" in s and {"QUESTION", "SOURCE"} <= s.keys():
+            q, src = s["QUESTION"], s["SOURCE"]
+            return Ctx(query=q, context=src, scorer=lambda: float(relevance(src, q) >= 0.5),
+                       score_range=(0, 1), prompt=prompt)
+        if {"SOURCE", "STATEMENT"} <= s.keys():  # groundedness
+            source, statement = s["SOURCE"], s["STATEMENT"]
+            ctx = Ctx(context=source, subject=statement, prompt=prompt)
+            if is_noncommittal(statement):
+                ctx.scorer = lambda: 1.0
+            else:
+                frac = support(statement, source)[0]
+                ok = is_supported(statement, source)
+                ctx.scorer = lambda: frac if ok else min(frac, 0.34)
+            return ctx
+        if {"USER QUERY", "SEARCH RESULT"} <= s.keys():  # context relevance
+            q, res = s["USER QUERY"], s["SEARCH RESULT"]
+            return Ctx(query=q, subject=res, prompt=prompt, scorer=lambda: relevance(res, q))
+        if {"PROMPT", "RESPONSE"} <= s.keys():  # answer relevance
+            q, res = s["PROMPT"], s["RESPONSE"]
+            return Ctx(query=q, subject=res, prompt=prompt,
+                       scorer=lambda: 0.0 if is_noncommittal(res) else relevance(res, q))
         return None
 
-    def _finish(self, req: JudgeRequest, ctx: Ctx) -> JudgeReply:
-        ctx.score_range = find_range(req.system) or (0, 3)
-        reply = self._base.answer(req, ctx)
-        reply.responder = self.name
-        return reply
+    def answer(self, req: JudgeRequest, ctx: Ctx) -> JudgeReply:
+        """The reply for what ``ctx`` judges, in the shape the request asks for."""
+        lo, hi = ctx.score_range or (0, 3)
+        score = int(scaled(ctx.fraction(), lo, hi, True))
+        if req.schema is not None:
+            ctx.score_range = (lo, hi)
+            return reply_json(req, req.schema, ctx, self.name)
+        crit = ctx.subject or ctx.query or "the criteria"
+        evidence = (best_sentence(ctx.context, ctx.subject) if ctx.context else None) or ctx.reason(None)
+        prompt = req.prompt
+        if req.json_mode or "supporting_evidence" in prompt or "JSON object" in prompt:
+            obj = {"criteria": crit, "supporting_evidence": evidence, "score": score}
+            return JudgeReply(json.dumps(obj, ensure_ascii=False), score=score, responder=self.name)
+        if "Supporting Evidence" in prompt:
+            text = f"Criteria: {short(crit, 200)}\nSupporting Evidence: {evidence}\nScore: {score}"
+            return JudgeReply(text, score=score, responder=self.name)
+        return JudgeReply(f"Score: {score}", score=score, responder=self.name)
 
     def _reformat(self, text: str) -> JudgeReply:
         crit = re.search(r"Criteria:\s*(.*?)(?:\nSupporting Evidence:|\Z)", text, re.S)

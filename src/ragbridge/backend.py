@@ -98,6 +98,14 @@ class RunOptions:
     chunking: Any = None
     span_labels: bool = False
 
+    def problem(self) -> Optional[str]:
+        """What is wrong with these options, as an error text, or None."""
+        for phrase in self.decline_phrases or ():
+            if not isinstance(phrase, str) or not phrase.strip():
+                return (f"--decline-phrase {phrase!r} is empty: every answer contains it, so every case "
+                        "would count as declined; give the words a declined answer uses")
+        return None
+
     def public(self) -> dict[str, Any]:
         out = {
             "k": self.k,

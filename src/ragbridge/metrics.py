@@ -82,10 +82,6 @@ class Metric:
         """The name without ``@k``: ``recall@k`` -> ``recall``."""
         return self.name.removesuffix("@k")
 
-    @property
-    def takes_k(self) -> bool:
-        return self.name.endswith("@k")
-
 
 METRICS: tuple[Metric, ...] = (
     Metric("recall@k", RANKING, "retrieval", "share of the relevant labels found in the top k"),

@@ -127,10 +127,3 @@ def register_commands(cli) -> None:
         _load_entry_points()
     pm.hook.ragbridge_register_commands(cli=cli)
 
-
-def _reset_for_tests() -> None:  # pragma: no cover - used by the test-suite only
-    global _loaded, _entry_points_loaded
-    for plugin in list(pm.get_plugins()):
-        pm.unregister(plugin)
-    load_errors.clear()
-    _loaded = _entry_points_loaded = False

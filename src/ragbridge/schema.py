@@ -14,12 +14,20 @@ document's text, by character offsets (``start`` inclusive, ``end`` exclusive, c
 as the corpus holds it) or by a ``quote`` that ragbridge locates in the document. A `Chunk` may say
 where it sits (``doc``, ``start``, ``end``); chunks without offsets are located by their text when a
 corpus is given (`ragbridge.formats.corpus`).
+
+Ids (a case's, a chunk's, a chunk's ``source``, a label) are compared exactly, after one rule
+(`clean_id`): white space at either end is dropped and the rest taken in Unicode NFC, so ``c1 `` is
+``c1`` and ``café`` typed as one character or as ``e`` and a combining accent is one id (two cases
+whose ids differ only so are one id given twice: an error); an id holding a character that does
+not print (a zero-width space, a tab, a no-break space, a control character) is refused, since it
+reads as another id it never equals.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Iterator, Literal, Optional, Sequence
 
@@ -27,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 __all__ = ["Chunk", "Span", "Case", "Score", "ScoreBlock", "Evidence", "ClaimVerdict", "ChunkVerdict",
            "ClaimChecks", "Verdict", "Repeats", "RunManifest", "MAX_GRADE", "MAX_METADATA_DEPTH",
-           "SPAN_MIN_OVERLAP", "span_overlap_matches", "check_where"]
+           "SPAN_MIN_OVERLAP", "span_overlap_matches", "check_where", "clean_id"]
 
 MAX_GRADE = 1000
 """Grades are integers 0..MAX_GRADE. trec_eval takes any integer; a larger grade is almost surely a
@@ -36,6 +44,21 @@ slip (a score or an id in the grade's place), and ``2**grade``, the exponential 
 MAX_METADATA_DEPTH = 100
 """``metadata`` nests at most this many levels (objects and lists), so every reader, the fingerprint and
 every writer can handle it."""
+
+
+def clean_id(value: str, what: str) -> str:
+    """``value`` as an id (``what``: "case id", "chunk id", "label", ...): without white space at its
+    ends, in Unicode NFC; raises ``ValueError`` for an empty id or one holding a character that does
+    not print (see the module docstring)."""
+    value = value.strip()
+    if not value:
+        raise ValueError(f"{what} must not be empty: give it the id it stands for")
+    if not value.isprintable():
+        at, char = next((i, c) for i, c in enumerate(value) if not c.isprintable())
+        name = unicodedata.name(char, "a character that does not print")
+        raise ValueError(f"{what} {value!r} holds U+{ord(char):04X} ({name}) at position {at + 1}, so it "
+                         "never equals the id without it; remove it")
+    return unicodedata.normalize("NFC", value)
 
 
 def _grade(key: Any, grade: Any) -> int:
@@ -141,9 +164,14 @@ class Chunk(BaseModel):
             raise ValueError("chunk id must be a string, got a boolean")
         if isinstance(v, int):
             return str(v)
-        if isinstance(v, str) and not v.strip():
-            raise ValueError("chunk id must not be empty")
+        if isinstance(v, str):
+            return clean_id(v, "chunk id")
         return v
+
+    @field_validator("source", mode="before")
+    @classmethod
+    def _source(cls, v: Any) -> Any:
+        return clean_id(v, "chunk source") if isinstance(v, str) and v else v
 
     @field_validator("score")
     @classmethod
@@ -256,8 +284,8 @@ class Case(BaseModel):
             raise ValueError("case id must be a string")
         if isinstance(v, int):
             return str(v)
-        if isinstance(v, str) and not v.strip():
-            raise ValueError("case id must not be empty")
+        if isinstance(v, str):
+            return clean_id(v, "case id")
         return v
 
     @field_validator("contexts", mode="before")
@@ -281,7 +309,7 @@ class Case(BaseModel):
             for item in v:
                 if not isinstance(item, (str, int)) or isinstance(item, bool):
                     raise ValueError(f"relevant ids must be strings, got {item!r}")
-                out[str(item)] = 1
+                out[clean_id(str(item), "label")] = 1
             return out
         if not isinstance(v, dict):
             got = f"the string {v!r}" if isinstance(v, str) else type(v).__name__
@@ -291,7 +319,10 @@ class Case(BaseModel):
             )
         out = {}
         for key, grade in v.items():
-            out[str(key)] = _grade(key, grade)
+            label = clean_id(str(key), "label")
+            if label in out:
+                raise ValueError(f"label {label!r} is given twice (once in another Unicode form); keep one")
+            out[label] = _grade(key, grade)
         return out
 
     @field_validator("relevant_spans", mode="before")
@@ -328,6 +359,15 @@ class Case(BaseModel):
             return []
         if isinstance(v, str):
             return [v]
+        return v
+
+    @field_validator("must_contain", "must_not_contain")
+    @classmethod
+    def _phrases(cls, v: list[str]) -> list[str]:
+        at = next((i for i, phrase in enumerate(v) if not phrase.strip()), None)
+        if at is not None:
+            raise ValueError(f"phrase {at + 1} is {v[at]!r}: every answer contains an empty phrase, so the "
+                             "check says nothing; remove it")
         return v
 
     def __repr_args__(self):

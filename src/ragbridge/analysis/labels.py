@@ -3,7 +3,10 @@
 Each record has ``case_id`` (or ``id``), ``metric`` (may be left out when the caller names the one
 metric) and the label under one of ``label``, ``human``, ``passed``, ``pass``, ``verdict``,
 ``grade``, ``score``, ``value``: pass/fail words (``pass``, ``fail``, ``yes``, ``no``...), a boolean,
-or a number (a grade). A later label for the same case and metric replaces an earlier one.
+or a number (a grade). A case and metric labelled twice with the same label is one label; with
+two different labels it is an error naming both lines. Case ids are taken in Unicode NFC, as the
+run's are (`ragbridge.schema.clean_id`). Grades are on 0..1 unless a ``label_threshold`` above 1
+says the scale is another (3 for a 1-5 scale): a grade of 1.5 with pass/fail labels is an error.
 
 Labels drawn by stratum (``ragbridge label``: half from the cases the judge passed, half from those
 it failed) carry their sampling design, so that every estimate made from them is weighted by it:
@@ -15,8 +18,8 @@ drawn uniformly. All labels of one metric are one or the other.
 
 from __future__ import annotations
 
-import json
 import math
+import unicodedata
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -29,13 +32,14 @@ _FAIL_WORDS = {"fail", "failed", "no", "n", "false", "f", "bad", "incorrect", "u
 _LABEL_KEYS = ("label", "human", "passed", "pass", "verdict", "grade", "score", "value")
 
 
-def load_labels(path: Union[str, Path], metric: Optional[str] = None):
+def load_labels(path: Union[str, Path], metric: Optional[str] = None, label_threshold: float = 0.5):
     """Human labels as a DataFrame ``case_id, metric, grade, graded`` and the sampling design's
     ``stratum, stratum_size, stratum_backend, stratum_threshold`` (None for labels drawn uniformly).
 
     Pass/fail labels are grades 1.0 / 0.0 with ``graded`` False; numbers are grades with ``graded``
     True (binarised by ``validate``'s ``label_threshold``). ``metric`` is the metric of records
-    that name none. Raises `AnalysisError` naming the file and line for bad input.
+    that name none; ``label_threshold`` at most 1 means grades on 0..1 (see the module docstring).
+    Raises `AnalysisError` naming the file and line for bad input.
     """
     import pandas as pd
 
@@ -43,12 +47,13 @@ def load_labels(path: Union[str, Path], metric: Optional[str] = None):
     if not path.exists():
         raise AnalysisError(f"{path}: no such labels file")
     rows = []
-    seen: dict[tuple[str, str], int] = {}
+    seen: dict[tuple[str, str], tuple[int, int, Any]] = {}  # -> row index, line, label as given
     designs: dict[str, tuple[int, tuple]] = {}
     for lineno, rec in _records(path):
         cid = rec.get("case_id", rec.get("id"))
         if cid is None or str(cid).strip() == "":
             raise AnalysisError(f"{path}:{lineno}: no case_id")
+        cid = unicodedata.normalize("NFC", str(cid))
         m = rec.get("metric") or metric
         if not m:
             raise AnalysisError(f"{path}:{lineno}: no metric (add a metric field, or pass --metric)")
@@ -58,7 +63,13 @@ def load_labels(path: Union[str, Path], metric: Optional[str] = None):
         grade = _grade(rec[key])
         if grade is None:
             raise AnalysisError(f"{path}:{lineno}: label {rec[key]!r} is neither pass/fail nor a number")
-        k2 = (str(cid), str(m))
+        if label_threshold <= 1 and _is_number(rec[key]) and not 0 <= grade <= 1:
+            raise AnalysisError(
+                f"{path}:{lineno}: label {rec[key]!r} is outside 0..1, the scale of --label-threshold "
+                f"{label_threshold:g}: it would count as a {'pass' if grade > 1 else 'fail'}; use pass/fail, "
+                "0..1, "
+                "or name the threshold on your scale (--label-threshold 3 for grades 1-5)")
+        k2 = (cid, str(m))
         row = {"case_id": k2[0], "metric": k2[1], "grade": grade, "graded": _is_number(rec[key]),
                **_design(rec, f"{path}:{lineno}")}
         draw = (row["stratum_backend"], row["stratum_threshold"])
@@ -69,9 +80,14 @@ def load_labels(path: Union[str, Path], metric: Optional[str] = None):
                 f"{_draw_text(first_draw)}: the labels of {k2[1]!r} must come from one draw (give every "
                 "line the sampling fields ragbridge label wrote, or none)")
         if k2 in seen:
-            rows[seen[k2]] = row
+            at, first, given = seen[k2]
+            if rows[at] != row:
+                raise AnalysisError(
+                    f"{path}:{lineno}: case {cid!r}, metric {m!r} is labelled {rec[key]!r} here and "
+                    f"{given!r} at "
+                    f"line {first}; keep one label per case and metric")
         else:
-            seen[k2] = len(rows)
+            seen[k2] = (len(rows), lineno, rec[key])
             rows.append(row)
     if not rows:
         raise AnalysisError(f"{path}: no labels")
@@ -117,18 +133,17 @@ def _records(path: Path) -> list[tuple[int, dict]]:
         except Exception as exc:  # pandas raises many kinds
             raise AnalysisError(f"{path}: cannot read CSV: {exc}") from None
         return [(i + 2, {k: v for k, v in r.items() if v != ""}) for i, r in enumerate(df.to_dict("records"))]
+    from ..formats.files import DatasetError, jsonl_lines
+
     records = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise AnalysisError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+    try:
+        for lineno, rec in jsonl_lines(path, allow_empty=True,
+                                       hint="each line must be one object with case_id, metric, label"):
             if not isinstance(rec, dict):
                 raise AnalysisError(f"{path}:{lineno}: expected an object with case_id, metric, label")
             records.append((lineno, rec))
+    except DatasetError as exc:
+        raise AnalysisError(str(exc)) from None
     return records
 
 

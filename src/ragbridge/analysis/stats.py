@@ -15,21 +15,10 @@ half defined, or fewer than 2 cases: no interval). The statistic is evaluated on
 resamples at once (the ``*_rows`` functions: one figure per row), with at most ``BLOCK`` resampled
 values in memory, so memory stays flat however large the run.
 
-Why percentile and not BCa (scipy's ``bootstrap`` default, which compare, validate and calibrate
-used at 1000 resamples): BCa needs a jackknife, the statistic on every leave-one-out sample. On the
-paired difference of 20,000 cases (2000 resamples) that took scipy 5.6-8.8 s and 6.9 GB, or 4.8-7.4
-s and 190-230 MB in batches of 100, against 0.5-0.9 s and under 50 MB here; on 53 cases both take
-milliseconds (1-2 ms here, 5-7 ms scipy) and the end points of the mean difference differ by less
-than 0.001 ([-0.0461, -0.0054] here, [-0.0466, -0.0046] BCa). And BCa is undefined as soon as one
-resample or leave-one-out sample leaves a figure undefined, which is the rule for kappa when
-failures are rare: for two lenient judges (population kappa 0.66, 53 cases) scipy's BCa gave no
-interval on 500 of 500 samples (the former code then fell back to the percentile interval); where
-BCa is defined, simulated 95% coverage was the same within noise (53 cases, 300 samples: kappa 0.963
-percentile vs 0.970 BCa, Spearman 0.970 vs 0.970). 2000 resamples rather than 1000 cut the
-seed-to-seed noise of the end points (kappa on 52 cases, standard deviation over 40 seeds: 0.017 and
-0.014 at 1000, 0.005 and 0.012 at 2000). Against the former BCa at 1000, the end points of compare
-on the example run moved by up to 0.04 for the correlations and agreement, 0.008 for MAE and 0.11
-for kappa (the upper end of one pair).
+Percentile, not BCa: BCa needs a jackknife (the statistic on every leave-one-out sample), which
+costs time and memory on large runs and is undefined as soon as one resample or leave-one-out sample
+leaves a figure undefined (the rule for kappa when failures are rare). The measurements behind this
+choice and behind 2000 resamples are in benchmarks/README.md ("Figures behind the design").
 
 The permutation test, `paired_permutation_pvalue`: the sign of each paired difference flipped at
 random, exact when the sign patterns are at most the number of permutations (default 9999).
@@ -334,7 +323,7 @@ def paired_permutation_pvalue(
 
     The same test as ``scipy.stats.permutation_test(..., permutation_type="samples")`` (exact when the
     sign patterns are at most ``n_resamples``; otherwise ``(hits + 1) / (n_resamples + 1)``), computed
-    with random bits and a matrix product, which is 20-60 times faster for hundreds of cases. Cases
+    with random bits and a matrix product. Cases
     with no difference cannot change the statistic and are left out.
 
     ``alternative``: ``"two-sided"``, ``"less"`` (new is lower) or ``"greater"``. ``shift`` moves the

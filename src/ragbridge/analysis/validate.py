@@ -82,8 +82,10 @@ def validate(
     import pandas as pd
 
     table = ScoreTable.of(open_run(run))
+    where = "" if isinstance(labels, pd.DataFrame) else f"{labels}: "
     if not isinstance(labels, pd.DataFrame):
-        labels = load_labels(labels, metric=metrics[0] if metrics and len(metrics) == 1 else None)
+        labels = load_labels(labels, metric=metrics[0] if metrics and len(metrics) == 1 else None,
+                             label_threshold=label_threshold)
     only = table.check_backends(backends)
     th = pass_marks(table.run, thresholds, backends=sorted(table.backends()))
     have = table.metrics()
@@ -112,6 +114,13 @@ def validate(
                 row = _validate_backend(table, metric, b, th.get(b, metric), grades, human, graded,
                                         n_resamples, seed, confidence, strata)
                 rows.append(row)
+    if rows and not any(r["n_labels"] > r["labels_unknown_case"] for r in rows):
+        first = next(iter(labels["case_id"]), None)
+        raise AnalysisError(
+            f"{where}no label names a case of this run ({len(labels)} label(s); the first names {first!r}, "
+            f"the run's first case is {next(iter(table.case_ids), None)!r}): check that the labels belong to "
+            "this run's "
+            "golden set and spell its case ids")
     return pd.DataFrame(rows, columns=VALIDATE_COLUMNS)
 
 

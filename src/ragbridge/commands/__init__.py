@@ -232,6 +232,19 @@ def main(
 
 
 def run_cli() -> None:
-    """The console script: the built-in commands, then the plugins' commands, then the command line."""
+    """The console script: the built-in commands, then the plugins' commands, then the command line.
+    An output that cannot be written (a read-only folder, a full disk) is one error line and exit 2,
+    from whichever command met it."""
     register_commands(cli)
-    cli(prog_name="ragbridge")
+    try:
+        cli(prog_name="ragbridge")
+    except OSError as exc:
+        from .output import fail, storage_error
+
+        text = storage_error(exc)
+        if text is None:
+            raise
+        try:
+            fail(f"cannot write (or read) a file: {text}")
+        except typer.Exit as done:
+            raise SystemExit(done.exit_code) from None

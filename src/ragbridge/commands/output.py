@@ -4,7 +4,9 @@ when they do not, and JSON.
 Conventions every command keeps:
 
 - Exit codes, the same for every command: 0 success; 1 a gate or check failed (`EXIT_CHECK_FAILED`);
-  2 bad input or configuration, nothing written (`EXIT_BAD_INPUT`, what `fail` exits with); 3
+  2 bad input or configuration, nothing written (`EXIT_BAD_INPUT`, what `fail` exits with), and an
+  output that cannot be written (a read-only folder, a full disk: `storage_error`; an output is whole
+  or absent, and a run keeps what it scored, to resume); 3
   ``run``/``rescore`` finished but some scores errored (`EXIT_SCORE_ERRORS`); 4 ``run``/``rescore``
   stopped because the judge budget was spent (`EXIT_BUDGET_SPENT`); 5 ``run``/``rescore`` finished
   but computed nothing, every score undefined (`EXIT_NOTHING_COMPUTED`); 130 interrupted
@@ -23,6 +25,7 @@ Conventions every command keeps:
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import re
@@ -38,7 +41,7 @@ from rich.text import Text
 
 from ..report.text import jsonable
 
-__all__ = ["out", "err", "fail", "warn", "fits", "print_table", "print_lines", "print_json",
+__all__ = ["out", "err", "fail", "warn", "storage_error", "fits", "print_table", "print_lines", "print_json",
            "EXIT_CHECK_FAILED", "EXIT_BAD_INPUT", "EXIT_SCORE_ERRORS", "EXIT_BUDGET_SPENT",
            "EXIT_NOTHING_COMPUTED", "EXIT_INTERRUPTED"]
 
@@ -63,6 +66,26 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
     """Print ``error: message`` on stderr and exit with ``code`` (2: bad input)."""
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+#: the errors of a file system that will not take a write (or a read)
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
+                   errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST}
+
+
+def storage_error(exc: BaseException) -> Optional[str]:
+    """The text of an error of the file system (``No space left on device: /runs/x/scores.jsonl``), or
+    None for any other exception."""
+    if not isinstance(exc, OSError) or isinstance(exc, (BrokenPipeError, ConnectionError)):
+        return None
+    if exc.errno not in _STORAGE_ERRNOS and not exc.filename:
+        return None
+    text = exc.strerror or str(exc)
+    if not exc.filename:
+        return text
+    # a temporary beside an output (`ragbridge.formats.files.atomic_path`): the output's name
+    name = re.sub(r"(^|/)\.tmp-[0-9a-f]{8}-([^/]+)$", r"\1\2", str(exc.filename))
+    return f"{text}: {name}"
 
 
 def warn(message: str) -> None:

@@ -2,14 +2,15 @@
 
 Exit codes:
   0    every planned score recorded, none errored
-  2    bad input or configuration; nothing written
+  2    bad input or configuration; nothing written. Also: the run folder cannot be written (read-only,
+       disk full): what was scored is kept, run it again to resume
   3    the run finished, but some scores errored: run it again to retry them
   4    the judge budget (--max-calls / --max-cost) was spent: what was scored is kept, the rest is
        not run; run it again with a larger budget to resume
   5    the run finished but computed nothing: every score is undefined, because the cases lack
        what the metrics need (e.g. ranking metrics without relevance labels); the message says
        which fields are missing for which metrics and what to run instead
-  130  interrupted: run it again to resume
+  130  interrupted (Ctrl-C, SIGTERM): run it again to resume
 
 ``--dry-run`` calls and writes nothing: it prints the judge calls and the cost the run would make,
 counting what the judge cache and the run folder already hold.
@@ -48,6 +49,7 @@ from .output import (
     print_json,
     print_lines,
     print_table,
+    storage_error,
     warn,
 )
 
@@ -168,6 +170,9 @@ def run(
     """
     if gain not in ("linear", "exponential"):
         fail(f"--gain must be 'linear' or 'exponential', got {gain!r}")
+    problem = RunOptions(decline_phrases=decline_phrase or None).problem()
+    if problem:
+        fail(problem)
     from ..formats.source import open_cases
 
     documents, chunking = _span_inputs(corpus, chunks, span_min_overlap, span_arithmetic)
@@ -176,6 +181,10 @@ def run(
                            batch_size=batch_size, corpus=documents, qrels=qrels)
     except DatasetError as exc:
         fail(str(exc))
+    except OSError as exc:
+        if storage_error(exc) is None:
+            raise
+        fail(f"cannot check the golden set beside {out_dir}: {storage_error(exc)}; nothing was written")
     for line in cases.warnings:
         warn(line)
     _score_and_print(
@@ -283,8 +292,9 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, no_progress,
     from ..run.target import TargetError
 
     judge = judge_options.load()
-    # A termination (a CI job cancelled) ends the run as Ctrl-C does: the run folder records it.
-    previous = signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+    # A termination (a CI job cancelled, `kill` of a background job) ends the run as Ctrl-C does:
+    # the run folder records it. Also when SIGINT is ignored, as for a background job of a script.
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         result = evaluate(
             cases, backends=backend or None, metrics=metric or None, out=out_dir, options=options,
@@ -296,6 +306,12 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, no_progress,
         fail(str(exc))
     except KeyboardInterrupt:
         _interrupted(out_dir)
+    except OSError as exc:
+        if storage_error(exc) is None:
+            raise
+        kept = ("what was scored is kept: make room (or make it writable) and run the same command again "
+                "to resume" if (Path(out_dir) / "run.json").exists() else "nothing was written")
+        fail(f"cannot write the run folder {out_dir}: {storage_error(exc)}; {kept}")
     finally:
         signal.signal(signal.SIGTERM, previous)
     if result.manifest.status == "dry-run":
@@ -317,6 +333,16 @@ def _interrupted(out_dir) -> None:
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(EXIT_INTERRUPTED)
+
+
+def _terminate(signum, frame) -> None:
+    """SIGTERM: what SIGINT's handler does (Python's KeyboardInterrupt, or asyncio's, which cancels the
+    run's task); when SIGINT is ignored or left to the system, a KeyboardInterrupt all the same."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    else:
+        raise KeyboardInterrupt
 
 
 def _reading_bar():
@@ -474,8 +500,13 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
         raise typer.Exit(EXIT_NOTHING_COMPUTED)
     if counts.get("errored") or result.manifest.status != "complete":
         status = result.manifest.status
+        overall = [r for r in rows if r["tag"] == ALL]
+        by_case = ""
+        if isinstance(repeats, int) and repeats > 1:  # the summary's errored: a case's repeats together
+            by_case = (f" ({sum(r['n_errored'] for r in overall)} of {sum(r['n'] for r in overall)} case "
+                       "score(s), a case with an errored repeat being errored)")
         err.print(
-            f"[bold red]{counts.get('errored', 0)} of {counts.get('scores', 0)} score(s) errored[/]"
+            f"[bold red]{counts.get('errored', 0)} of {counts.get('scores', 0)} score(s) errored[/]{by_case}"
             + ("" if status == "complete" else f" (the run is {status})")
             + "; run the same command again to retry them",
             highlight=False, soft_wrap=True,

@@ -57,6 +57,7 @@ def read_csv(path: Path) -> list[Case]:
     reader = csv.DictReader(io.StringIO(text, newline=""))
     if not reader.fieldnames:
         raise DatasetError("has no header row", path=path)
+    _columns_once(reader.fieldnames, path, "the header")
     delimiter = _other_delimiter(reader.fieldnames)
     if delimiter:
         raise DatasetError(
@@ -91,6 +92,18 @@ def read_csv(path: Path) -> list[Case]:
     return cases_from_records(records(), path)
 
 
+def _columns_once(names: Sequence[str], path: Path, where: str) -> None:
+    """A column named twice is an error: a reader would keep one of the two silently."""
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names, start=1):
+        if name in seen:
+            raise DatasetError(f"{where} names column {name!r} twice (columns {seen[name]} and {i}); a "
+                               "reader "
+                               "would keep one of them silently", path=path, line=1 if where == "the header"
+                               else None, hint="rename or remove one of them")
+        seen[name] = i
+
+
 def _other_delimiter(header: Sequence[str]) -> Optional[str]:
     """The name of the delimiter a one-column header seems to use instead of commas, if any."""
     if len(header) != 1:
@@ -110,6 +123,7 @@ def read_parquet(path: Path) -> list[Case]:
         raise DatasetError(f"cannot be read as Parquet: {exc}", path=path) from None
     if table.num_rows == 0:
         raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
+    _columns_once(table.column_names, path, "the schema")
     return cases_from_records(rows_to_records(table.to_pylist(), path), path, unit="row")
 
 

@@ -24,7 +24,8 @@ from typing import Any, Callable, Iterator, Optional
 
 from ..schema import MAX_METADATA_DEPTH
 
-__all__ = ["DatasetError", "atomic_path", "write_atomic", "parse_json", "text_lines", "jsonl_lines",
+__all__ = ["DatasetError", "atomic_path", "write_atomic", "parse_json", "check_parsed", "text_lines",
+           "jsonl_lines",
            "read_hf_rows"]
 
 
@@ -121,10 +122,11 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
 
 
 def parse_json(text: str) -> Any:
-    """``json.loads``, with nesting too deep for the parser reported as bad input, not a crash
-    (a `DatasetError` without a location: the caller adds it)."""
+    """``json.loads``, with what it takes silently reported as bad input (`check_parsed`: a key given
+    twice in one object, a lone surrogate escape), and nesting too deep for the parser too, not a
+    crash (a `DatasetError` without a location: the caller adds it)."""
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except RecursionError:
         column, key = _deep_spot(text)
         raise DatasetError(
@@ -133,6 +135,67 @@ def parse_json(text: str) -> Any:
             field=key,
             hint="flatten it, or store the deep part as a JSON string",
         ) from None
+    check_parsed(text, value)
+    return value
+
+
+def check_parsed(text: str, value: Any) -> None:
+    """Raise a `DatasetError` (without a location) for what JSON parsers take silently in ``text``,
+    parsed as ``value``: a key given twice in one object (they keep the last value) and a lone
+    surrogate escape such as ``\\udce9`` (half of a UTF-16 pair: no character, it cannot be written
+    as UTF-8). Each is looked for only where a cheap count of ``text`` says it may be there."""
+    if _key_bound(text) > _key_count(value):
+        json.loads(text, object_pairs_hook=_unique_keys)
+    if "\\ud" in text or "\\uD" in text:
+        _no_lone_surrogate(value)
+
+
+def _key_bound(text: str) -> int:
+    """At least the number of keys in JSON ``text``: every key's closing quote is followed by its colon
+    or by white space."""
+    return (text.count('":') + text.count('" ') + text.count('"\t') + text.count('"\n')
+            + text.count('"\r'))
+
+
+def _key_count(value: Any) -> int:
+    n, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is dict:
+            n += len(item)
+            stack.extend(v for v in item.values() if type(v) in (dict, list))
+        elif type(item) is list:
+            stack.extend(v for v in item if type(v) in (dict, list))
+    return n
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DatasetError(f"key {key!r} is given twice in one object; a JSON reader would keep the "
+                               "last value silently", hint="give each key once")
+        out[key] = value
+    return out
+
+
+def _no_lone_surrogate(value: Any) -> None:
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, at = stack.pop()
+        if type(item) is dict:
+            for key, v in item.items():
+                stack.append((key, at))
+                stack.append((v, f"{at}.{key}" if at else str(key)))
+        elif type(item) is list:
+            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(item))
+        elif type(item) is str and not item.isprintable():
+            char = next((c for c in item if "\ud800" <= c <= "\udfff"), None)
+            if char is not None:
+                raise DatasetError(
+                    f"holds the escape \\u{ord(char):04x}, half of a UTF-16 surrogate pair without its other "
+                    "half: not a character, and it cannot be written as UTF-8", field=at or None,
+                    hint="fix the program that wrote it, or remove the escape")
 
 
 def _deep_spot(text: str) -> tuple[int, Optional[str]]:

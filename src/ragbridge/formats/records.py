@@ -37,6 +37,7 @@ import json
 import marshal
 import math
 import re
+import unicodedata
 from collections.abc import Sequence as _Sequence
 from itertools import repeat
 from pathlib import Path
@@ -46,7 +47,7 @@ import pydantic_core
 from pydantic import ValidationError
 
 from ..schema import MAX_GRADE, MAX_METADATA_DEPTH, Case, Span, check_where, deeper_than
-from .files import DatasetError, parse_json
+from .files import DatasetError, check_parsed, parse_json
 
 __all__ = [
     "ALIASES",
@@ -303,7 +304,8 @@ def _one_case(raw: Any, path, line, unit) -> Case:
 
 def _duplicate(case_id: str, line: int, first: int, path, unit: str) -> DatasetError:
     return DatasetError(f"duplicate case id {case_id!r} (first at {unit} {first})", path=path, line=line,
-                        field="id", hint="case ids must be unique", unit=unit)
+                        field="id", hint="case ids must be unique; they are compared without white space "
+                        "at their ends and in Unicode NFC", unit=unit)
 
 
 def cases_from_records(
@@ -342,15 +344,24 @@ _CASE_KEYS = frozenset(CASE_FIELDS)
 
 
 def _good_id(value: Any) -> bool:
-    return type(value) is str and bool(value) and not value.isspace()
+    """Whether ``value`` is an id as `ragbridge.schema.clean_id` leaves it (a string, not empty, every
+    character printing, no space at either end, in NFC)."""
+    return (type(value) is str and value.isprintable() and value[:1] not in ("", " ")
+            and value[-1] != " " and unicodedata.is_normalized("NFC", value))
 
 
 def _id_only(contexts: list) -> bool:
-    """Whether every chunk is ``{"id": <non-blank string>}`` and nothing else."""
+    """Whether every chunk is ``{"id": <an id as `_good_id` wants it>}`` and nothing else."""
     if set(map(type, contexts)) != {dict} or set(map(len, contexts)) != {1}:
         return False
     ids = list(map(dict.get, contexts, repeat("id", len(contexts))))
-    return set(map(type, ids)) == {str} and "" not in ids and not any(map(str.isspace, ids))
+    if set(map(type, ids)) != {str} or "" in ids:
+        return False
+    # one C call each over the ids joined: printing, no space at an id's end, NFC ("\n" composes with
+    # nothing, so NFC of the joined text is NFC of each id)
+    joined = "\n".join(ids)
+    return ("".join(ids).isprintable() and joined[0] != " " and joined[-1] != " " and " \n" not in joined
+            and "\n " not in joined and unicodedata.is_normalized("NFC", joined))
 
 
 def _plain_chunk(chunk: Any) -> Optional[dict[str, Any]]:
@@ -369,9 +380,10 @@ def _plain_chunk(chunk: Any) -> Optional[dict[str, Any]]:
             return None
         out["score"] = float(score)
     if "source" in chunk:
-        if type(chunk["source"]) is not str:
+        source = chunk["source"]
+        if type(source) is not str or (source and not _good_id(source)):
             return None
-        out["source"] = chunk["source"]
+        out["source"] = source
     if "doc" in chunk or "start" in chunk or "end" in chunk:
         doc, start, end = chunk.get("doc"), chunk.get("start"), chunk.get("end")
         if type(doc) is not str or type(start) not in (int, type(None)) or type(end) not in (int, type(None)):
@@ -436,6 +448,8 @@ def plain_record(raw: Any) -> Optional[dict[str, Any]]:
         for grade in relevant.values():
             if type(grade) is not int or not 0 <= grade <= MAX_GRADE:
                 return None
+        if not all(map(_good_id, relevant)):
+            return None
         out["relevant"] = relevant
     elif relevant is not None and type(relevant) is not dict:
         return None
@@ -453,6 +467,9 @@ def plain_record(raw: Any) -> Optional[dict[str, Any]]:
         out["reference"] = raw["reference"]
     for name in _STR_LISTS[:3]:
         if name in raw and not _str_list_into(raw, name, out):
+            return None
+    for name in _STR_LISTS[1:3]:  # a blank phrase: the normalising path says why it is wrong
+        if name in out and not all(map(str.strip, out[name])):
             return None
     answerable = raw.get("answerable", True)
     if type(answerable) is not bool:
@@ -520,8 +537,12 @@ def _split_id_chunks(text: str) -> Optional[tuple[str, list[str]]]:
     # two quotes side by side, or at an end; white space that prints is " " alone, after a quote)
     if body.count('"') != 4 * (len(ids) - 1) or "\\" in body or not body.isprintable():
         return None
-    if not body or '""' in body or body[0] == '"' or body[-1] == '"' or (
-            (body[0] == " " or '" ' in body) and any(map(str.isspace, ids))):
+    # an id empty (two quotes side by side, or a quote at an end) or with a space at its start or end
+    # (`between` holds no quote before a space and no space before its '"}'), or not in NFC: the
+    # line takes the normalising path, which says what is wrong
+    if not body or '""' in body or body[0] in '" ' or body[-1] in '" ' or '" ' in body or ' "}' in body:
+        return None
+    if not body.isascii() and not unicodedata.is_normalized("NFC", body):
         return None
     prefix, suffix = text[:start], text[end + 3:]
     if "\\" in prefix or '"contexts"' in prefix or not _top_level(prefix):
@@ -554,11 +575,14 @@ def parse_record_line(text: str) -> Any:
         if type(raw) is dict and raw.get("contexts") == []:
             record = plain_record(raw)
             if record is not None:
+                check_parsed(reduced, raw)
                 return IdChunkRecord(record, ids)
     try:
-        return pydantic_core.from_json(text)
+        value = pydantic_core.from_json(text)
     except ValueError:
         return parse_json(text)
+    check_parsed(text, value)
+    return value
 
 
 def with_chunks(record: dict[str, Any], chunk_ids: Optional[list[str]]) -> dict[str, Any]:
@@ -901,11 +925,13 @@ def rows_to_records(rows: Iterable[dict[str, Any]], path: Path) -> Iterator[tupl
 def input_warnings(cases: Sequence[Case]) -> list[str]:
     """One line per kind of legal but suspicious input, each with the number of cases it affects.
 
-    Today one kind: relevance labels no retrieved chunk can match, so every ranking metric of the case
-    is 0 whatever was retrieved. Either the chunks were given as plain text (their ids are derived
-    from the text, they have no ``source``) and no label names such an id, or, across the whole
-    dataset, not one chunk id or source is a label (ids from two different id spaces). A warning, not
-    an error: the same cases are good input for judged metrics, and the labels may serve an export.
+    The kinds: relevance labels no retrieved chunk can match, so every ranking metric of the case is
+    0 whatever was retrieved. Either the chunks were given as plain text (their ids are derived from
+    the text, they have no ``source``) and no label names such an id, or, across the whole dataset,
+    not one chunk id or source is a label (ids from two different id spaces); and, counted per case,
+    a case no label matches though one differs from a chunk's id or source only in letter case or
+    Unicode compatibility form (``Doc#A`` and ``doc#a``). A warning, not an error: the same cases
+    are good input for judged metrics, and the labels may serve an export.
     (`InputCheck` counts the same, one canonical record at a time.)
     """
     check = InputCheck()
@@ -924,6 +950,8 @@ class InputCheck:
         self.matching = 0
         self.textual = 0
         self.first_textual: Optional[str] = None
+        self.near = 0  # cases no label matches, where one differs from a chunk's name in case or form
+        self.first_near: Optional[tuple[str, str, str]] = None
 
     def add_batch(self, batch: "CaseBatch") -> None:
         if batch._records is None:  # Case objects: their canonical records
@@ -948,8 +976,26 @@ class InputCheck:
                 "source" not in ch and ch["id"] == chunk_id_for_text(ch.get("text", "")) for ch in chunks):
             self.textual += 1
             self.first_textual = self.first_textual or case_id
+        else:
+            names = ids if chunks is None else [*ids, *(ch["source"] for ch in chunks if ch.get("source"))]
+            near = _near_miss(relevant, names)
+            if near is not None:
+                self.near += 1
+                self.first_near = self.first_near or (case_id, *near)
 
     def warnings(self) -> list[str]:
+        out = []
+        if self.near:
+            case_id, label, name = self.first_near
+            out.append(
+                f"{self.near} of {self.labelled} case(s) with relevance labels match no chunk, though a "
+                "label "
+                "differs from a chunk's id or source only in letter case or Unicode form, so it never "
+                f"matches (first: {case_id!r}, label {label!r}, chunk {name!r}); ids are compared exactly: "
+                "spell them alike")
+        return out + self._unmatched()
+
+    def _unmatched(self) -> list[str]:
         if self.textual:
             return [
                 f"{self.textual} of {self.labelled} case(s) with relevance labels give their chunks as plain "
@@ -963,6 +1009,22 @@ class InputCheck:
                 "or sources as 'contexts' gives them"
             ]
         return []
+
+
+def _fold(text: str) -> str:
+    """``text`` without the differences ids are not told apart by at a glance: letter case and
+    Unicode compatibility forms (full-width letters, ligatures)."""
+    return text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
+
+
+def _near_miss(relevant: dict[str, int], names: list[str]) -> Optional[tuple[str, str]]:
+    """A label (of grade > 0) and a chunk id or source it equals once folded (`_fold`), if any: the
+    names of the chunks folded at once, joined by a line break (no id holds one)."""
+    folded = "\n" + _fold("\n".join(names)) + "\n"
+    for label, grade in relevant.items():
+        if grade > 0 and "\n" + _fold(label) + "\n" in folded:
+            return label, next((n for n in names if _fold(n) == _fold(label)), label)
+    return None
 
 
 def fingerprint(cases: Sequence[Case]) -> str:

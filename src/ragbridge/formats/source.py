@@ -6,7 +6,8 @@ would), the fingerprint and the input warnings are counted, and the cases are wr
 record a line (`ragbridge.formats.records.record_line`), to a scratch copy, and batch by batch as
 they were read (`ragbridge.formats.records.CaseBatch.to_bytes`) to a scratch file that has no name
 (it goes with the process, however that ends). A run moves the copy into its folder as
-``cases.jsonl`` and reads its batches back from the scratch file (`CaseSource.batches`), with no
+``cases.jsonl``; a copy that a killed process left behind (named with its pid) is removed by the next
+`open_cases` beside it and reads its batches back from the scratch file (`CaseSource.batches`), with no
 parsing: the cases scored are exactly the cases checked, even if the dataset changes meanwhile.
 
 With span labels (``relevant_spans``), the check also places every chunk and label of a
@@ -150,6 +151,33 @@ def _scratch_dir(near: Optional[Path]) -> Path:
     return here if here is not None and os.access(here, os.W_OK) else Path(tempfile.gettempdir())
 
 
+#: the scratch copy's name begins with this and the pid of the process that writes it
+SCRATCH_PREFIX = ".tmp-cases-"
+
+
+def _sweep_scratch(here: Path) -> None:
+    """Remove the scratch copies in ``here`` that a process killed while it checked a golden set left
+    behind: those whose process is gone (the pid in the name)."""
+    try:
+        names = [p for p in here.iterdir() if p.name.startswith(SCRATCH_PREFIX)]
+    except OSError:
+        return
+    for p in names:
+        pid = p.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            p.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def open_cases(
     path: str | Path, format: Optional[str] = None, near: Optional[Path] = None,
     batch_size: int = BATCH_SIZE, progress: Optional[Callable[[int], None]] = None,
@@ -169,7 +197,8 @@ def open_cases(
         source.path = path
         return source
     here = _scratch_dir(near)
-    fd, scratch = tempfile.mkstemp(prefix=".tmp-cases-", suffix=".jsonl", dir=here)
+    _sweep_scratch(here)
+    fd, scratch = tempfile.mkstemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", suffix=".jsonl", dir=here)
     scratch = Path(scratch)
     frames = tempfile.TemporaryFile(prefix=".tmp-batches-", dir=here)
     try:

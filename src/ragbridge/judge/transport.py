@@ -3,9 +3,8 @@
 What ragbridge's own backends use: the library's ``httpx`` client gets ``transport=gw.transport()``
 (or ``gw.async_transport()``) and the base URL ``gw.base_url(backend, metric, case_id,
 in_process=True)`` (a ``.invalid`` host that no socket serves), so a request goes from the library
-to the gateway's code without crossing a socket. That is the fast path: ~0.1 ms of CPU per call,
-against ~0.5 ms for a loopback HTTP hop, which made a run 13-20 % slower than calling the library
-directly. A request is answered exactly as the loopback socket would answer it (same routing,
+to the gateway's code without crossing a socket (the fast path; its cost against a loopback hop is in
+benchmarks/README.md). A request is answered exactly as the loopback socket would answer it (same routing,
 cache, bounds, retries, counts, audit and headers), but needs no key: it never left this process.
 """
 

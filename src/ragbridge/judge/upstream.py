@@ -4,8 +4,8 @@ A :class:`Transport` makes one attempt (``send``: one request, one whole reply, 
 :class:`UpstreamTimeout` / :class:`UpstreamError`), within an overall deadline and a cap on the
 reply's size: a judge that drips its answer a byte at a time cannot hold a call past the deadline,
 and one that answers with hundreds of megabytes is cut off at ``max_reply_bytes``.
-:class:`StdlibPool` is the fast one, a keep-alive pool of ``http.client`` connections (about 0.2 ms
-of CPU per request on a 2-vCPU machine, against about 0.9 ms for ``httpx``); :class:`HttpxTransport`
+:class:`StdlibPool` is the fast one, a keep-alive pool of ``http.client`` connections (cheaper per
+request than ``httpx``: benchmarks/README.md); :class:`HttpxTransport`
 is used when an environment proxy applies to the endpoint (:func:`proxy_for`), for URLs with
 userinfo, and for the preflight check.
 
@@ -130,11 +130,10 @@ _WATCHDOG = _Watchdog()
 class StdlibPool:
     """Keep-alive HTTP/1.1 connections to one upstream host over the standard library's http.client.
 
-    The gateway's hot path: on a 2-vCPU machine it costs ~0.2 ms of CPU per forwarded request where
-    an ``httpx.Client`` costs ~0.9 ms (measured against the stub judge). At most ``size`` idle
-    connections are kept; an idle one that the server closed is dropped before reuse, and a request
-    that fails on a reused connection before any response is sent once more on a fresh one (not
-    counted as a retry). A request still running at its deadline has its socket shut down."""
+    The gateway's hot path (its cost per request against ``httpx``: benchmarks/README.md). At most
+    ``size`` idle connections are kept; an idle one that the server closed is dropped before reuse,
+    and a request that fails on a reused connection before any response is sent once more on a fresh
+    one (not counted as a retry). A request still running at its deadline has its socket shut down."""
 
     def __init__(self, base_url: str, *, timeout: float, connect_timeout: float, size: int,
                  max_reply_bytes: int) -> None:

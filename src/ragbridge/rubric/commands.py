@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
 
@@ -58,13 +57,6 @@ def rubric_of_run(run: Run, metric: Optional[str], files: Optional[List[Path]]) 
     return rubric
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _pct(x: float) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.0%}"
 
@@ -95,6 +87,7 @@ def register(cli) -> None:
         from rich.markup import escape
 
         from ..commands.output import fail, out, print_json
+        from ..formats.files import write_atomic
         from .label import label_summary, render_page, sample_for_labels, strata_of
         from .rubrics import RubricError
 
@@ -116,7 +109,7 @@ def register(cli) -> None:
         sizes = {side: len(cs) for side, cs in strata_of(r, rub.name, backend, rub).items()}
         page = render_page(rub, picked, str(run_dir), seed, sizes, backend)
         try:
-            _write_atomic(target, page)
+            write_atomic(target, page)
         except OSError as exc:
             fail(f"cannot write {target}: {exc.strerror or exc}")
         info = {**label_summary(picked), "page": str(target), "metric": rub.name, "rubric_hash": rub.hash,
@@ -157,6 +150,7 @@ def register(cli) -> None:
         from rich.markup import escape
 
         from ..commands.output import err, fail, out, print_json
+        from ..formats.files import write_atomic
         from ..judge import JudgeGateway
         from ..report.text import jsonable
         from .pairwise import compare_runs
@@ -192,7 +186,10 @@ def register(cli) -> None:
             gateway.close()
         data = jsonable({"base": str(base_dir), "new": str(new_dir), **res.to_dict()})
         if out_json is not None:
-            _write_atomic(out_json, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+            try:
+                write_atomic(out_json, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+            except OSError as exc:
+                fail(f"cannot write {out_json}: {exc.strerror or exc}")
         if as_json:
             print_json(data)
             return

@@ -33,8 +33,6 @@ from .rubrics import Rubric
 
 __all__ = ["PairwiseResult", "compare_runs", "pair_cases"]
 
-OUTCOMES = ("new", "tie", "base")
-
 
 @dataclass
 class PairwiseResult:

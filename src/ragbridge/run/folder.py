@@ -525,11 +525,44 @@ class RunFolder:
             self._beat_error = exc
 
     def finish(self, manifest: RunManifest) -> None:
-        """Close ``scores.jsonl`` and write the final manifest (after a heartbeat still being written)."""
+        """Close ``scores.jsonl`` and write the final manifest (after a heartbeat still being written),
+        also when the disk is full: the manifest is then rewritten in place (`_rewrite_in_place`)
+        rather than left saying ``running``; the error that stopped the writing is raised after."""
+        error = None
         if self._fh:
-            self._fh.close()
+            try:
+                self._fh.close()  # a line cut short is cut off when the run resumes
+            except OSError as exc:
+                error = exc
             self._fh = None
         if self._beat is not None:
             self._beat.join()
             self._beat = None
-        self.write_manifest(manifest)
+        try:
+            self.write_manifest(manifest)
+        except OSError as exc:
+            error = error or exc
+            _rewrite_in_place(self.manifest_path, manifest)
+        if error is not None:
+            raise error
+
+
+def _rewrite_in_place(path: Path, manifest: RunManifest) -> None:
+    """Overwrite ``path``'s bytes with ``manifest`` (compact JSON, padded with spaces to the file's
+    length), for when no new file can be made (a full disk): no block is allocated. When even that
+    does not fit, the manifest without its counts and timing (its status, the run's identity); when
+    that does not either, nothing (``running`` with its process gone reads as interrupted)."""
+    try:
+        with open(path, "r+b") as f:
+            size = f.seek(0, os.SEEK_END)
+            for text in (manifest.model_dump_json(),
+                         manifest.model_dump_json(exclude={"counts", "timing", "process"})):
+                data = text.encode()
+                if len(data) <= size:
+                    f.seek(0)
+                    f.write(data + b" " * (size - len(data)))
+                    f.flush()
+                    os.fsync(f.fileno())
+                    return
+    except OSError:
+        pass

@@ -27,7 +27,7 @@ the judge settings without secrets, as actor constructor arguments (never ``runt
 values Ray writes to its logs and state API). The judge's real key never leaves the driver. Every
 judge call of every worker thus passes the one gateway: the bound and the limit hold for the
 cluster together, and a case scored on any worker is a cache hit on a re-run wherever it lands. The
-cost is one HTTP hop from the worker to the driver per judge call (about 0.3 ms on loopback).
+cost is one HTTP hop from the worker to the driver per judge call.
 
 Faults: Ray retries a task or actor whose worker died; a retried batch asks the gateway again and
 is served from its cache (the scores of a batch reach the driver only once its batch is done, and

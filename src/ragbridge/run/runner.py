@@ -183,6 +183,9 @@ async def evaluate_async(
     if source.span_cases and not options.span_labels:
         options = dataclass_replace(options, span_labels=True)
     _check_repeats_and_budget(repeats, pass_repeats, max_calls, max_cost)
+    problem = options.problem()
+    if problem:
+        raise RunError(problem)
     plan = plan_metrics(backends, metrics, options.k, options)
     needs_judge = _check_judge(plan, judge, preflight=not dry_run)
     scorer = _executor(executor)
@@ -212,7 +215,11 @@ async def evaluate_async(
     if dry_run:
         folder = None  # nothing is written
     if folder:
-        folder.start(source, manifest)
+        try:
+            folder.start(source, manifest)
+        except BaseException:
+            source.close()  # its scratch copy too
+            raise
     gateway = None
     if needs_judge:
         from ..judge import JudgeGateway
@@ -253,8 +260,8 @@ async def evaluate_async(
                 await score_batch(jobs, recorder)
                 recorder.end_batch()
         complete = True
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        interrupted = True
+    except (KeyboardInterrupt, asyncio.CancelledError, OSError):
+        interrupted = True  # an OSError here is the folder's (a full disk): resumable as a Ctrl-C is
         raise
     finally:
         recorder.finish(interrupted, complete=complete, dry_run=dry_run)
