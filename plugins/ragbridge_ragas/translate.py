@@ -89,7 +89,7 @@ __all__ = [
     "is_ragas_object",
     "object_rows",
     "read_object_rows",
-    "to_evaluation_dataset",
+    "to_ragas",
     "library",
     "normalise",
     "score_fields",
@@ -476,9 +476,11 @@ def read_object_rows(rows: list[dict[str, Any]]) -> list[Case]:
     return rows_to_cases(rows, unit="index", start=0)
 
 
-def to_evaluation_dataset(cases: Sequence[Case]) -> tuple[Any, list[str]]:
-    """The cases as a RAGAS ``EvaluationDataset`` of ``SingleTurnSample``, and the canonical fields
-    it cannot hold (`lost_fields`: the file formats keep them in the ``ragbridge`` column)."""
+def to_ragas(cases: Sequence[Case]) -> tuple[Any, list[str]]:
+    """``(EvaluationDataset, lost)``: the cases as a RAGAS ``EvaluationDataset`` of
+    ``SingleTurnSample``, and the canonical fields it cannot hold (`lost_fields`: the file formats
+    keep them in the ``ragbridge`` column). RAGAS is first imported under the plugin's privacy
+    defaults (`env.ENVIRONMENT`)."""
     import sys
 
     if "ragas" not in sys.modules:  # first imported under the plugin's defaults (tracking off)
@@ -501,7 +503,7 @@ def library():
     from ragbridge.formats.objects import Library
 
     return Library("ragas", fields=READ_FIELDS, read_rows=read_object_rows, recognises=is_ragas_object,
-                   rows=object_rows, kinds={"dataset": to_evaluation_dataset},
+                   rows=object_rows, kinds={"dataset": to_ragas},
                    description="RAGAS EvaluationDataset, SingleTurnSample, and rows in its columns")
 
 
