@@ -135,6 +135,9 @@ def run(
     ray_address: Optional[str] = typer.Option(
         None, "--ray-address", help="With --executor ray: an existing cluster (default: a private local "
                                     "one for the run)."),
+    ray_cpus: Optional[int] = typer.Option(
+        None, "--ray-cpus", min=1, help="With --executor ray: the CPUs of the private local cluster, i.e. "
+                                        "the workers scoring at once (default: all of this machine's)."),
     gateway_host: Optional[str] = typer.Option(
         None, "--gateway-host", help="With --executor ray: this machine's address the workers reach the "
                                      "judge gateway at (default 127.0.0.1; needed for nodes on other "
@@ -187,16 +190,17 @@ def run(
         fail(f"cannot check the golden set beside {out_dir}: {storage_error(exc)}; nothing was written")
     for line in cases.warnings:
         warn(line)
-    _score_and_print(
-        cases, out_dir, str(dataset), backend, metric, no_progress, overwrite,
-        RunOptions(k=k, gain=gain, case_sensitive=case_sensitive, decline_phrases=decline_phrase or None,
-                   backend_options=_rubric_options(rubric), generator_model=generator_model,
-                   span_min_overlap=span_min_overlap, span_arithmetic=span_arithmetic, chunking=chunking),
-        judge, target=target, target_concurrency=target_concurrency, as_json=as_json,
-        executor=_executor(executor, ray_address, gateway_host),
-        run_kwargs=dict(repeats=repeats, pass_repeats=pass_repeats, max_calls=max_calls, max_cost=max_cost,
-                        dry_run=dry_run, score_cache=score_cache),
-    )
+    with cases:  # opened here, closed here (its scratch copy with it)
+        _score_and_print(
+            cases, out_dir, str(dataset), backend, metric, no_progress, overwrite,
+            RunOptions(k=k, gain=gain, case_sensitive=case_sensitive, decline_phrases=decline_phrase or None,
+                       backend_options=_rubric_options(rubric), generator_model=generator_model,
+                       span_min_overlap=span_min_overlap, span_arithmetic=span_arithmetic, chunking=chunking),
+            judge, target=target, target_concurrency=target_concurrency, as_json=as_json,
+            executor=_executor(executor, ray_address, gateway_host, ray_cpus),
+            run_kwargs=dict(repeats=repeats, pass_repeats=pass_repeats, max_calls=max_calls,
+                            max_cost=max_cost, dry_run=dry_run, score_cache=score_cache),
+        )
 
 
 def _span_inputs(corpus: Optional[Path], chunks: Optional[Path], min_overlap: float, arithmetic: str):
@@ -215,16 +219,18 @@ def _span_inputs(corpus: Optional[Path], chunks: Optional[Path], min_overlap: fl
     return documents, chunking
 
 
-def _executor(name: str, address: Optional[str], gateway_host: Optional[str]):
+def _executor(name: str, address: Optional[str], gateway_host: Optional[str], cpus: Optional[int]):
     if name not in ("local", "ray"):
         fail(f"--executor must be 'local' or 'ray', got {name!r}")
     if name == "local":
-        if address or gateway_host:
-            fail("--ray-address and --gateway-host need --executor ray")
+        if address or gateway_host or cpus:
+            fail("--ray-address, --ray-cpus and --gateway-host need --executor ray")
         return None
+    if cpus and address not in (None, "local"):
+        fail("--ray-cpus sizes the private local cluster: leave it out with --ray-address")
     from ..run.ray_executor import RayExecutor
 
-    return RayExecutor(address=address, gateway_host=gateway_host)
+    return RayExecutor(address=address, gateway_host=gateway_host, num_cpus=cpus)
 
 
 @judge_options
