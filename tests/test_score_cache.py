@@ -271,11 +271,12 @@ def test_warm_rerun_opens_only_the_backends_with_work(tmp_path):
         stub.reset()
         warm = rerun("warm", libraries[:-1])
         assert _imported_libraries(warm.stderr) == []
-        assert stub.posts() == [] and _counts(tmp_path / "warm")["score_cache"]["reused"] == 3 * (len(libraries) - 1)
+        n_cached = 3 * (len(libraries) - 1)
+        assert stub.posts() == [] and _counts(tmp_path / "warm")["score_cache"]["reused"] == n_cached
 
         partly = rerun("partly", libraries)  # the last library has work: it alone is opened
         assert _imported_libraries(partly.stderr) == [libraries[-1]]
-        assert _counts(tmp_path / "partly")["score_cache"] == {"reused": 3 * (len(libraries) - 1), "stored": 3}
+        assert _counts(tmp_path / "partly")["score_cache"] == {"reused": n_cached, "stored": 3}
     values = {(s["backend"], s["case_id"]): s["value"]
               for s in map(json.loads, (tmp_path / "partly" / "scores.jsonl").read_text().splitlines())}
     assert {k: v for k, v in values.items() if k[0] != libraries[-1]} == {
