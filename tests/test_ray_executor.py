@@ -140,7 +140,7 @@ def test_cache_is_shared_by_every_worker(tmp_path, example_cases, ray_local):
 
 
 def _scorer_pids() -> list[int]:
-    """The processes of the Ray Data scorer actors (their title is ``ray::MapWorker(...)``)."""
+    """The processes of the scorer actors (their title is ``ray::BackendScorer``, with the method running)."""
     pids = []
     for d in os.listdir("/proc"):
         if d.isdigit():
@@ -148,7 +148,7 @@ def _scorer_pids() -> list[int]:
                 cmd = Path(f"/proc/{d}/cmdline").read_bytes()
             except OSError:
                 continue
-            if b"MapWorker(MapBatches(BackendScorer))" in cmd:
+            if cmd.startswith(b"ray::BackendScorer"):
                 pids.append(int(d))
     return pids
 
