@@ -23,7 +23,8 @@ local run's (an order-free digest of case, metric and value of every score).
 
 **judged**: ``--cases`` cases (the bundled example's, repeated with new ids), the rubric backend's
 ``answer_relevance`` (one judge call per case), the stub judge in its own process at ``--latency``
-seconds, cache off, ``--concurrency`` the global bound, scored by the Ray executor with two actors.
+seconds, cache off, ``--concurrency`` the global bound, scored by the Ray executor with two actors
+(made once for the run, whatever the number of batches: ``--batch-size`` cases a batch).
 The ideal wall time is ``calls x latency / concurrency``; the target is at most 1.2x that
 (exit status 1 otherwise; ``--no-check`` to only report). Ray's start-up is timed apart.
 """
@@ -140,7 +141,7 @@ def part_judged(args) -> bool:
         try:
             t0 = time.perf_counter()
             run = evaluate(cases, backends=["rubric"], metrics=["answer_relevance"], judge=cfg,
-                           out=out / "run", executor=RayExecutor(actors=2))
+                           out=out / "run", executor=RayExecutor(actors=2), batch_size=args.batch_size)
             wall = time.perf_counter() - t0
             audit = (out / "run" / "judge-audit.jsonl").read_text()
             calls = [json.loads(line) for line in audit.splitlines()]
