@@ -159,13 +159,15 @@ class Recorder:
             manifest.counts["target_errors"] = self.n_target_errors
         if self.gateway is not None:
             u = self.gateway.usage()
-            judge = {k: self.earlier_judge.get(k, 0) + getattr(u, k) for k in JUDGE_COUNTS}
+            judge = {k: (self.earlier_judge.get(k) or 0) + getattr(u, k) for k in JUDGE_COUNTS}
             invalid = self.earlier_judge.get("invalid_usage", 0) + u.invalid_usage
             if invalid:  # calls whose reported tokens could not be true: their tokens and cost unknown
                 judge["invalid_usage"] = invalid
             judge["cost"] = round(judge["cost"], 10)
-            manifest.counts["judge"] = judge
             manifest.counts["cost"] = _cost_counts(self.totals, self.gateway.config, judge)
+            if manifest.counts["cost"]["total"] is None:  # no price for some call: the cost is unknown
+                judge["cost"] = None
+            manifest.counts["judge"] = judge
         if self.reuse is not None:
             manifest.counts["score_cache"] = self.reuse.counts()
         if self.self_judged and manifest.judge is not None:

@@ -295,14 +295,14 @@ def _gateway(request: RunRequest, judge: Any, folder: Optional[RunFolder], manif
     spent = dict(manifest.counts.get("judge", {}))
     if folder:  # every call counted before it is made: what a killed session spent is known
         calls, cost = gateway.ledger.open_tally(folder.tally_path)
-        spent.update(calls=max(int(spent.get("calls", 0)), calls),
-                     cost=max(float(spent.get("cost", 0.0)), cost))
+        spent.update(calls=max(int(spent.get("calls") or 0), calls),
+                     cost=max(float(spent.get("cost") or 0.0), cost))
         manifest.counts["judge"] = spent
     if request.dry_run:
         gateway.simulate = _stub_simulator()
     elif request.budget:
-        gateway.set_budget(request.max_calls, request.max_cost, int(spent.get("calls", 0)),
-                           float(spent.get("cost", 0.0)))
+        gateway.set_budget(request.max_calls, request.max_cost, int(spent.get("calls") or 0),
+                           float(spent.get("cost") or 0.0))
         manifest.counts["budget"] = {"max_calls": request.max_calls, "max_cost": request.max_cost}
     return gateway
 
