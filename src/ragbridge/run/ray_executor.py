@@ -146,14 +146,6 @@ def _restore(saved: dict[str, Optional[str]]) -> None:
             os.environ[k] = v
 
 
-def _restore(saved: dict[str, Optional[str]]) -> None:
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
 # --------------------------------------------------------------------------------------------
 # Scoring blocks in a Ray process
 
