@@ -242,6 +242,7 @@ def _imported_libraries(stderr: str) -> list[str]:
     return json.loads(lines[0][len("IMPORTED "):])
 
 
+@pytest.mark.slow  # three libraries imported in three processes: 20-45 s
 def test_warm_rerun_opens_only_the_backends_with_work(tmp_path):
     """A re-run whose every score is in the score cache imports none of the libraries (no backend is
     opened); one where a single backend has work opens that backend alone."""
