@@ -101,7 +101,7 @@ class DeepEvalBackend(Backend):
             return None  # score says so, for every case
         import httpx
 
-        from ragbridge.run.runner import applied_environment
+        from ragbridge.run.lifecycle import applied_environment
 
         gateway = ctx.judge
         stack = contextlib.ExitStack()

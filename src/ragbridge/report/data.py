@@ -106,6 +106,10 @@ def report_data(
     backends = sorted({s.backend for s in run.scores} | set(m.backends), key=backend_key)
     metrics = sorted({s.metric for s in run.scores}, key=metric_key)
     k = (m.options or {}).get("k")
+    if gates is not None:
+        from ..analysis.gate import GateConfig, load_gates
+
+        gates = gates if isinstance(gates, GateConfig) else load_gates(gates)
     th = pass_marks(run, thresholds, gates, backends)
     rows = records(run.summary(by_tag=True))
     overall = sorted((r for r in rows if r["tag"] == ALL),
