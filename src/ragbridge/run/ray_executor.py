@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from ..backend import Backend, RunOptions, ScoringContext
-from ..formats.records import CaseBatch
+from ..formats.batches import CaseBatch
 from ..schema import Case, Score
 from .plan import RunError
 

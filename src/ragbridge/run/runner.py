@@ -55,7 +55,8 @@ from typing import Any, AsyncIterator, Callable, Iterator, Optional, Sequence, U
 from .. import __version__
 from ..backend import Backend, RunOptions, ScoringContext, error_text
 from ..formats.corpus import Corpus, read_corpus
-from ..formats.records import CaseBatch, record_line
+from ..formats.batches import CaseBatch
+from ..formats.plain_records import record_line
 from ..formats import load_cases
 from ..formats.source import BATCH_SIZE, CaseSource, open_cases
 from ..plugins import get_backends
