@@ -19,7 +19,7 @@ def ragbridge_register_backends(register):
 
     Call ``register(backend)`` once per backend, where ``backend`` is an instance of a
     ``ragbridge.backend.Backend`` subclass, or a ``ragbridge.plugins.LazyBackend`` naming it and the
-    class that makes it (``LazyBackend("ragas", "ragbridge_ragas.backend:RagasBackend")``), which
+    class that makes it (``LazyBackend("mine", "my_plugin.backend:MyBackend")``), which
     imports the backend's module only when a run or a listing first uses the backend. Registering
     must be cheap and must not import the backend's library: ``Backend.available()`` says whether
     the library is installed, and the library is imported only when the backend scores. A name

@@ -86,8 +86,8 @@ def _load_entry_points() -> None:
 
 
 class LazyBackend:
-    """A backend registered by where its class lives, ``LazyBackend("ragas",
-    "ragbridge_ragas.backend:RagasBackend")``: registering it imports nothing; the module is imported
+    """A backend registered by where its class lives, ``LazyBackend("mine",
+    "my_plugin.backend:MyBackend")``: registering it imports nothing; the module is imported
     and the backend made the first time anything but its ``name`` is asked of it, so a run imports the
     backends it uses and no other. It stands for the backend everywhere (`get_backends`)."""
 
