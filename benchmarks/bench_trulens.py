@@ -13,7 +13,7 @@ metrics against the same stub judge, which runs in its own process with a fixed 
   (case, metric) pairs submitted to one pool of 4 x ``--workers`` threads, so up to that many
   judge calls in flight;
 * ragbridge: ``ragbridge.evaluate(cases, backends=["trulens"], out=...)``: the runner, the backend
-  (the four metrics at once on one pool of ``max_concurrency`` + 4 threads), the run folder (scores,
+  (the four metrics at once on one pool of 2 x ``max_concurrency`` threads), the run folder (scores,
   cases, the judge's audit log) and every call through the judge gateway's in-process transport
   (cache off, ``max_concurrency`` = 4 x workers judge calls in flight): accounting, audit line and
   the gateway's own upstream connection pool.

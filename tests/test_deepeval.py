@@ -336,7 +336,11 @@ def test_judge_settings_reach_deepeval_requests(picked, tmp_path):
 
     with JudgeGateway(cfg) as gw:
         http_client = httpx.AsyncClient(transport=gw.async_transport())
-        model = build_judge(gw, "faithfulness", GOOD, http_client=http_client)
+        sync_client = httpx.Client(transport=gw.transport())
+        model = build_judge(gw, "faithfulness", GOOD, http_client=http_client, sync_http_client=sync_client)
+        # the synchronous OpenAI client DeepEval builds with every judge object uses the run's client
+        # (one made anew loads the CA bundle: tens of ms per case, on the event loop)
+        assert model.model._client is sync_client
         assert model.api_key.get_secret_value() == gw.api_key != "sk-real-secret-key"
         assert model.base_url == gw.base_url("deepeval", "faithfulness", GOOD, in_process=True)
         assert not gw.listening  # in-process: no socket was opened

@@ -9,6 +9,7 @@ within-case variance is p(1 - p), a case's verdict is the same in all N repeats 
 from __future__ import annotations
 
 import json
+import re
 import math
 import random
 
@@ -123,6 +124,7 @@ def test_cost_from_the_price_table(tmp_path, cases):
         other = {"other": PRICE["stub-judge"]}
         unpriced = _abstention(cases, _config(stub, tmp_path, "c2.sqlite", prices=other))
     assert unpriced.manifest.counts["cost"]["total"] is None
+    assert unpriced.manifest.counts["judge"]["cost"] is None  # not 0.0 beside an unknown total
     assert all(s.cost is None for s in unpriced.scores if s.judge_calls)
 
 
@@ -370,6 +372,10 @@ def test_cli_run_repeats_budget_dry_run_and_resume(tmp_path, cases):
         stopped = ragbridge_cli(*args, "--max-calls", "40", cwd=tmp_path)
         assert stopped.returncode == 4, stopped.stderr
         assert "budget spent" in stopped.stderr and len(stub.posts()) == 40
+        made = re.search(r"run written to .* \((\d+) scores, (\d+) not run\)", stopped.stdout)
+        manifest = json.loads((tmp_path / "run" / "run.json").read_text())["counts"]
+        assert made and (int(made[1]), int(made[2])) == (
+            manifest["scores"] - manifest["not_run"], manifest["not_run"]), stopped.stdout
         left = json.loads(ragbridge_cli(*args, "--dry-run", "--json", cwd=tmp_path).stdout)
         assert left["calls"] == planned["calls"] - 40 and left["kept"] > 0
         done = ragbridge_cli(*args, "--json", cwd=tmp_path)

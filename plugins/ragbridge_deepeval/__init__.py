@@ -90,7 +90,7 @@ user set them.
 
 Options (``RunOptions.backend_options["deepeval"]``): ``threshold`` (a number, or a mapping canonical
 metric -> number), ``include_reason``, ``strict_mode``, ``penalize_ambiguous_claims``,
-``truths_extraction_limit``, ``concurrency`` (cases in flight; default the judge's max_concurrency).
+``truths_extraction_limit``, ``concurrency`` (cases in flight; default twice the judge's max_concurrency).
 
 Side effects, switched off
 --------------------------

@@ -96,6 +96,12 @@ READ_FIELDS = frozenset(GOLDEN_KEYS) | set(_ALIASES) | {
     "scenario", "turns", "expected_outcome", "user_description", "persona"}
 #: list fields whose explicit empty list is kept (DeepEval's metrics tell [] from missing)
 _EMPTY_KEPT = ("retrieval_context", "context")
+#: ``metadata["deepeval"]`` key: the positions of the chunks DeepEval gave as ``RetrievedContextData``
+_TAGGED = "retrieved_context_data"
+#: the cells pandas' ``read_csv`` (DeepEval's CSV loader) reads as missing (``pandas.read_csv``'s
+#: default ``na_values``)
+PANDAS_MISSING = frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND",
+                            "1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"})
 
 
 
@@ -195,6 +201,9 @@ def record_to_canonical(raw: Any, joined: bool) -> dict[str, Any]:
     rc = _split(rec.pop("retrieval_context", None), "retrieval_context", joined)
     if rc:
         chunks = [_chunk(x, "retrieval_context") for x in rc]
+        tagged = [i for i, c in enumerate(chunks) if "source" in c]
+        if tagged:  # RetrievedContextData: written back as DeepEval's source-tagged chunks
+            rec[_TAGGED] = tagged
         kept = extra.get("contexts")
         if isinstance(kept, list) and len(kept) == len(chunks) and all(isinstance(k, dict) for k in kept):
             for c, k in zip(chunks, kept):
@@ -325,13 +334,27 @@ def _number(v: str, kind: type) -> Any:
 # Writing
 
 
-def golden_record(case: Case, lists: bool = True) -> tuple[dict[str, Any], list[str]]:
-    """A golden (``save_as``'s keys and order) for a case, and the canonical fields it would lose.
+def golden_record(case: Case, lists: bool = True, resave_joins: bool = False
+                  ) -> tuple[dict[str, Any], list[str]]:
+    """A golden (``save_as``'s keys and order) for a case, and the canonical fields it would lose
+    (in the file, `CSV_CANNOT_HOLD`, or in DeepEval's hands, `JSONL_RESAVE_DROPS` and
+    `CSV_RESAVE_DROPS`).
 
-    ``lists=False`` joins the list fields with ``|`` as DeepEval's CSV does."""
+    ``lists=False`` joins the list fields with ``|`` as DeepEval's CSV does; ``resave_joins``: the
+    file holds lists, but DeepEval's own re-save of it joins them (JSONL)."""
     lost: list[str] = []
     extra: dict[str, Any] = {}
-    if case.contexts:
+    deepeval_fields = case.metadata.get(DEEPEVAL_KEY)
+    deepeval_fields = dict(deepeval_fields) if isinstance(deepeval_fields, dict) else {}
+    tagged = deepeval_fields.get(_TAGGED)
+    tagged = {i for i in tagged if isinstance(i, int) and 0 <= i < len(case.contexts)
+              and case.contexts[i].source is not None} if isinstance(tagged, list) else set()
+    texts = [f"deepeval_source={c.source},deepeval_context={c.text}" if i in tagged else c.text
+             for i, c in enumerate(case.contexts)]
+    if case.contexts and ([c.id for c in case.contexts] != derived_chunk_ids([c.text for c in case.contexts])
+                          or any(c.score is not None or (c.source is not None and i not in tagged)
+                                 or c.doc is not None or c.start is not None or c.end is not None
+                                 for i, c in enumerate(case.contexts))):
         kept = []
         for c in case.contexts:
             k = {"id": c.id}
@@ -355,8 +378,11 @@ def golden_record(case: Case, lists: bool = True) -> tuple[dict[str, Any], list[
     meta = dict(case.metadata)
     if RAGBRIDGE_KEY in meta:  # the key this writer owns: the case's own value travels inside it
         extra["metadata.ragbridge"] = meta.pop(RAGBRIDGE_KEY)
-    deepeval_fields = meta.get(DEEPEVAL_KEY)
-    deepeval_fields = dict(deepeval_fields) if isinstance(deepeval_fields, dict) else {}
+    if _TAGGED in deepeval_fields and tagged == set(deepeval_fields[_TAGGED]):
+        deepeval_fields.pop(_TAGGED)  # said by the chunks themselves
+        meta[DEEPEVAL_KEY] = deepeval_fields
+        if not deepeval_fields:
+            meta.pop(DEEPEVAL_KEY)
     promoted = {k: v for k, v in deepeval_fields.items()
                 if k in _GOLDEN_ONLY and isinstance(v, _GOLDEN_ONLY[k]) and not isinstance(v, bool)}
     if lists:  # an empty list DeepEval was given (JSON and JSONL tell it from a missing one)
@@ -371,7 +397,6 @@ def golden_record(case: Case, lists: bool = True) -> tuple[dict[str, Any], list[
     if extra:
         meta[RAGBRIDGE_KEY] = extra
 
-    texts = [c.text for c in case.contexts]
     gold = list(case.reference_contexts)
     if not lists:  # "|"-joined: a text holding "|" splits, a lone empty text vanishes
         if any(DELIMITER in t for t in texts) or texts == [""]:
@@ -379,6 +404,18 @@ def golden_record(case: Case, lists: bool = True) -> tuple[dict[str, Any], list[
         if any(DELIMITER in t for t in gold) or gold == [""]:
             lost.append("reference_contexts (text with '|', CSV)")
         lost.extend(f"{name} (empty, CSV)" for name in ("answer", "reference") if getattr(case, name) == "")
+        cells = {"id": [case.id], "question": [case.question], "answer": [case.answer],
+                 "reference": [case.reference], "contexts": [DELIMITER.join(texts)] if texts else [],
+                 "reference_contexts": [DELIMITER.join(gold)] if gold else []}
+        lost.extend(f"{name} (a cell pandas reads as missing, CSV)" for name, values in cells.items()
+                    if any(v is not None and v != "" and v in PANDAS_MISSING for v in values))
+    elif resave_joins:  # DeepEval's own JSONL re-save joins lists with "|" and splits them back
+        if any(DELIMITER in t for t in texts) or texts == [""]:
+            lost.append("contexts (text with '|', DeepEval's re-save)")
+        if any(DELIMITER in t for t in gold) or gold == [""]:
+            lost.append("reference_contexts (text with '|', DeepEval's re-save)")
+        if texts == [""] or gold == [""]:  # DeepEval writes "" and reads it back as "given empty"
+            lost.append("metadata (a lone empty text, DeepEval's re-save)")
 
     rec: dict[str, Any] = {k: None for k in GOLDEN_KEYS}
     rec["input"] = case.question
@@ -388,7 +425,7 @@ def golden_record(case: Case, lists: bool = True) -> tuple[dict[str, Any], list[
         rec["retrieval_context"] = texts if lists else DELIMITER.join(texts)
     if gold:
         rec["context"] = gold if lists else DELIMITER.join(gold)
-    rec["name"] = case.id
+    rec["name"] = None if case.id == case_id_for_question(case.question) else case.id  # derived: no name
     for k, v in promoted.items():
         if k in _EMPTY_KEPT:
             rec[k] = v if lists else ""
@@ -398,10 +435,11 @@ def golden_record(case: Case, lists: bool = True) -> tuple[dict[str, Any], list[
     return rec, lost
 
 
-def _write_all(cases: Sequence[Case], lists: bool) -> tuple[list[dict], list[str]]:
+def _write_all(cases: Sequence[Case], lists: bool, resave_joins: bool = False
+               ) -> tuple[list[dict], list[str]]:
     records, lost = [], []
     for case in cases:
-        rec, lost_here = golden_record(case, lists)
+        rec, lost_here = golden_record(case, lists, resave_joins)
         records.append(rec)
         lost.extend(x for x in lost_here if x not in lost)
     return records, lost
@@ -411,19 +449,34 @@ def write_json(cases: Sequence[Case], path: Path) -> list[str]:
     records, lost = _write_all(cases, True)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(records, f, indent=4, ensure_ascii=False)
-    return lost
+    return []
 
 
 def write_jsonl(cases: Sequence[Case], path: Path) -> list[str]:
-    records, lost = _write_all(cases, True)
+    records, lost = _write_all(cases, True, resave_joins=True)
     with open(path, "w", encoding="utf-8") as f:
         for rec in records:
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    return lost
+    return []
+
+
+def resave_lost_json(cases: Sequence[Case], path: Path) -> list[str]:
+    return []
+
+
+def resave_lost_jsonl(cases: Sequence[Case], path: Path) -> list[str]:
+    """What DeepEval's own JSONL loader and ``save_as("jsonl")`` lose of ``cases`` (`JSONL_RESAVE_DROPS`)."""
+    return _write_all(cases, True, resave_joins=True)[1]
+
+
+def resave_lost_csv(cases: Sequence[Case], path: Path) -> list[str]:
+    """What DeepEval's own CSV loader loses of ``cases`` that the file holds (`CSV_RESAVE_DROPS`)."""
+    return [name for name in _write_all(cases, False)[1] if name in CSV_RESAVE_DROPS]
 
 
 def write_csv(cases: Sequence[Case], path: Path) -> list[str]:
     records, lost = _write_all(cases, False)
+    lost = [name for name in lost if name in CSV_CANNOT_HOLD]
     with open(path, "w", encoding="utf-8", newline="") as f:
         w = csv.writer(f)
         w.writerow(GOLDEN_KEYS)
@@ -438,8 +491,10 @@ def write_csv(cases: Sequence[Case], path: Path) -> list[str]:
     return lost
 
 
-_BY_SUFFIX = {".json": (read_json, write_json), ".jsonl": (read_jsonl, write_jsonl),
-              ".ndjson": (read_jsonl, write_jsonl), ".csv": (read_csv, write_csv)}
+_BY_SUFFIX = {".json": (read_json, write_json, resave_lost_json),
+              ".jsonl": (read_jsonl, write_jsonl, resave_lost_jsonl),
+              ".ndjson": (read_jsonl, write_jsonl, resave_lost_jsonl),
+              ".csv": (read_csv, write_csv, resave_lost_csv)}
 
 
 def _dispatch(path: Path, which: int):
@@ -458,19 +513,38 @@ def write_any(cases: Sequence[Case], path: Path) -> list[str]:
     return _dispatch(path, 1)(cases, path)
 
 
+def resave_lost_any(cases: Sequence[Case], path: Path) -> list[str]:
+    return _dispatch(path, 2)(cases, path)
+
+
 #: what a "|"-joined CSV cannot hold (JSON and JSONL hold everything)
 CSV_CANNOT_HOLD = ("contexts (text with '|', CSV)", "reference_contexts (text with '|', CSV)",
                    "answer (empty, CSV)", "reference (empty, CSV)")
+#: what DeepEval's own JSONL loader and ``save_as("jsonl")`` lose of a file that holds it
+JSONL_RESAVE_DROPS = ("contexts (text with '|', DeepEval's re-save)",
+                      "reference_contexts (text with '|', DeepEval's re-save)",
+                      "metadata (a lone empty text, DeepEval's re-save)")
+#: what DeepEval's own CSV loader (pandas' ``read_csv``, whose default missing values include
+#: ``NA``, ``null``, ``NaN`` and ``None``) loses of a file that holds it
+CSV_RESAVE_DROPS = tuple(f"{name} (a cell pandas reads as missing, CSV)" for name in (
+    "id", "question", "answer", "reference", "contexts", "reference_contexts"))
+_RESAVED_BY = "DeepEval's add_goldens_from_{0}_file and save_as('{0}')"
 
 # No suffixes are claimed: .json/.jsonl/.csv stay ragbridge's own formats unless --from/--to names these
 # (or the fields of a file's first record are DeepEval's: see ragbridge.formats.Format.fields).
 FORMATS = [
     Format("deepeval", (), read_any, write_any,
            "DeepEval goldens / test cases; .json, .jsonl or .csv by suffix (as EvaluationDataset.save_as "
-           "writes them)", cannot_hold=CSV_CANNOT_HOLD, fields=READ_FIELDS),
-    Format("deepeval-json", (), read_json, write_json, "DeepEval goldens / test cases, a JSON list"),
-    Format("deepeval-jsonl", (), read_jsonl, write_jsonl, "DeepEval goldens, one JSON object a line"),
+           "writes them)", cannot_hold=CSV_CANNOT_HOLD, fields=READ_FIELDS,
+           resaved_by="DeepEval's add_goldens_from_*_file and save_as, by suffix",
+           resave_drops=JSONL_RESAVE_DROPS + CSV_RESAVE_DROPS, resave_lost=resave_lost_any),
+    Format("deepeval-json", (), read_json, write_json, "DeepEval goldens / test cases, a JSON list",
+           resaved_by=_RESAVED_BY.format("json"), resave_lost=resave_lost_json),
+    Format("deepeval-jsonl", (), read_jsonl, write_jsonl, "DeepEval goldens, one JSON object a line",
+           resaved_by=_RESAVED_BY.format("jsonl"), resave_drops=JSONL_RESAVE_DROPS,
+           resave_lost=resave_lost_jsonl),
     Format("deepeval-csv", (), read_csv, write_csv,
            "DeepEval goldens / test cases, CSV with '|'-joined lists",
-           cannot_hold=CSV_CANNOT_HOLD),
+           cannot_hold=CSV_CANNOT_HOLD, resaved_by=_RESAVED_BY.format("csv"), resave_drops=CSV_RESAVE_DROPS,
+           resave_lost=resave_lost_csv),
 ]

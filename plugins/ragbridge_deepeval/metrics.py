@@ -64,7 +64,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "strict_mode": False,
     "penalize_ambiguous_claims": False,  # faithfulness: count "borderline" claims as failing
     "truths_extraction_limit": None,  # faithfulness
-    "concurrency": None,  # cases in flight at once (default: the judge's max_concurrency)
+    "concurrency": None,  # cases in flight at once (default: twice the judge's max_concurrency)
 }
 
 

@@ -149,13 +149,13 @@ class PhoenixBackend(Backend):
         session = ctx.session
         if not isinstance(session, PhoenixSession):
             raise RuntimeError("the phoenix backend needs a judge (--judge-model, --judge-base-url)")
-        limit = session.settings.concurrency or session.gateway.config.max_concurrency
+        limit = ctx.cases_in_flight(session.settings.concurrency)
 
         async def one(case: Case) -> Score:
             # ctx.judge, not the session's: it files the calls under this job's repeat
             return await self.score_case(spec, case, session, ctx.judge)
 
-        async for score in fan_out(cases, one, max(1, limit)):
+        async for score in fan_out(cases, one, limit):
             yield score
 
     async def score_case(self, spec: PhoenixMetric, case: Case, session: PhoenixSession,

@@ -55,7 +55,7 @@ Not offered, on purpose (the other backends cover them):
   labels) compute nothing the canonical ranking metrics or answer checks mean.
 
 Options (``RunOptions.backend_options["phoenix"]``, `PhoenixSettings`): ``concurrency`` (cases in
-flight; default the judge's ``max_concurrency``), ``temperature`` (0.0; Phoenix sends none by
+flight; default twice the judge's ``max_concurrency``), ``temperature`` (0.0; Phoenix sends none by
 default), ``include_explanation`` (True; False drops the explanation from the schema and the
 ``reason``). Nothing here imports Phoenix.
 """
@@ -121,7 +121,7 @@ _OPTIONS = ("concurrency", "temperature", "include_explanation")
 class PhoenixSettings:
     """Per-run options (``RunOptions.backend_options["phoenix"]``), validated by `from_options`."""
 
-    concurrency: Optional[int] = None  # cases in flight (None: the judge's max_concurrency)
+    concurrency: Optional[int] = None  # cases in flight (None: twice the judge's max_concurrency)
     temperature: float = 0.0
     include_explanation: bool = True
 

@@ -172,7 +172,7 @@ class RagasBackend(Backend):
             # ctx.judge, not the session's: it files the calls under this job's repeat
             return await self.score_case(spec, m, ctx.judge or session.gateway, metric, case)
 
-        async for score in fan_out(cases, one, max(1, session.gateway.config.max_concurrency)):
+        async for score in fan_out(cases, one, ctx.cases_in_flight()):
             yield score
 
     async def score_case(self, spec: RagasMetric, m: Any, gateway: Any, metric: str, case: Case) -> Score:

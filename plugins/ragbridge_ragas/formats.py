@@ -12,7 +12,9 @@ name them with ``--from`` / ``--to``, or let a ``.jsonl``/``.csv``/... file's RA
   answer or reference reads back as missing (the one loss; reported).
 
 Every file format writes the ``ragbridge`` column (JSON text in CSV and ``datasets`` folders) where
-a case has something RAGAS cannot hold, so a round trip is lossless; RAGAS's loaders ignore it.
+a case has something RAGAS cannot hold, so a round trip is lossless; RAGAS's loaders ignore it, and
+RAGAS's own re-save drops it (`RESAVE_DROPS`; ``resave_lost_*`` name what given cases lose there,
+with the quirks of RAGAS's ``to_hf_dataset`` and ``to_csv``, which take the first sample's fields).
 Chunk ids are exported in the labels' id space, so RAGAS's ``IDBasedContextRecall`` on the export
 equals native recall at full depth (and its ``IDBasedContextPrecision`` counts distinct labels).
 
@@ -38,7 +40,7 @@ from ragbridge.formats import DatasetError, Format
 from ragbridge.formats.files import jsonl_lines, read_hf_rows
 from ragbridge.schema import Case
 
-from .translate import READ_FIELDS, SIDECAR, cases_to_rows, lost_fields, rows_to_cases
+from .translate import RAGAS_FIELDS, READ_FIELDS, SIDECAR, cases_to_rows, lost_fields, rows_to_cases
 
 __all__ = ["FORMATS", "from_ragas", "to_ragas", "read_ragas", "read_ragas_jsonl", "read_ragas_hf",
            "read_ragas_csv", "write_ragas_jsonl", "write_ragas_hf", "write_ragas_csv"]
@@ -154,6 +156,26 @@ def _flat_sidecar(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+#: a RAGAS field -> the canonical field it holds
+_CANONICAL_OF = {"retrieved_contexts": "contexts", "retrieved_context_ids": "contexts.id",
+                 "reference_context_ids": "relevant", "response": "answer", "reference": "reference",
+                 "reference_contexts": "reference_contexts"}
+#: what RAGAS's ``to_hf_dataset`` loses: it keeps the fields of the first sample only
+#: (``datasets.Dataset.from_list``)
+HF_FIRST_ROW = tuple(f"{name} (absent from the first case: RAGAS's to_hf_dataset)"
+                     for name in [*_CANONICAL_OF.values(), "metadata"])
+#: RAGAS's ``to_csv`` takes its columns from the first sample and fails on a later one with more
+CSV_FIRST_ROW = "every field (RAGAS's to_csv fails when a later case has a field the first lacks)"
+
+
+def _later_fields(cases: Sequence[Case]) -> list[str]:
+    """The canonical fields a later case gives to RAGAS and the first does not."""
+    rows = cases_to_rows(cases, with_sidecar=False)
+    first = set(rows[0]) if rows else set()
+    later = {k for row in rows[1:] for k in row} - first
+    return sorted({_CANONICAL_OF.get(k, "metadata") for k in later})
+
+
 def write_ragas_hf(cases: Sequence[Case], path: Path) -> list[str]:
     import datasets
 
@@ -161,6 +183,28 @@ def write_ragas_hf(cases: Sequence[Case], path: Path) -> list[str]:
     columns = list(dict.fromkeys(k for row in rows for k in row))  # from_list reads the first row's keys only
     datasets.Dataset.from_list([{k: row.get(k) for k in columns} for row in rows]).save_to_disk(str(path))
     return []
+
+
+def resave_lost_jsonl(cases: Sequence[Case], path: Path) -> list[str]:
+    """What RAGAS's own load and re-save lose: the ``ragbridge`` column (`lost_fields`). Without it,
+    an empty id list the writer chose (a labelled case that retrieved nothing, or whose labels all
+    have grade 0) reads back as one RAGAS was given, kept in ``metadata["ragas"]``."""
+    lost = lost_fields(cases)
+    for case, row in zip(cases, cases_to_rows(cases, with_sidecar=False)):
+        given = case.metadata.get("ragas") if isinstance(case.metadata.get("ragas"), dict) else {}
+        if any(row.get(k) == [] and k not in given
+               for k in ("retrieved_context_ids", "reference_context_ids")):
+            return sorted(set(lost) | {"metadata"})
+    return lost
+
+
+def resave_lost_hf(cases: Sequence[Case], path: Path) -> list[str]:
+    return resave_lost_jsonl(cases, path) + [f"{name} (absent from the first case: RAGAS's to_hf_dataset)"
+                                             for name in _later_fields(cases)]
+
+
+def resave_lost_csv(cases: Sequence[Case], path: Path) -> list[str]:
+    return resave_lost_jsonl(cases, path) + ([CSV_FIRST_ROW] if _later_fields(cases) else [])
 
 
 _LIST_COLUMNS = {"retrieved_contexts", "reference_contexts", "retrieved_context_ids", "reference_context_ids",
@@ -217,15 +261,25 @@ def write_ragas_csv(cases: Sequence[Case], path: Path) -> list[str]:
             if any(getattr(c, name) == "" for c in cases)]
 
 
+#: what RAGAS's own load and re-save lose: the ``ragbridge`` column (`lost_fields` names its parts)
+RESAVE_DROPS = ("id", "contexts.id", "contexts.score", "contexts.source", "contexts.doc", "relevant (grades)",
+                "relevant_spans", "must_contain", "must_not_contain", "answerable", "tags", "metadata")
+
 FORMATS = [
     Format("ragas", (), read_ragas, write_ragas_jsonl,
            "RAGAS EvaluationDataset as JSONL (to_jsonl / from_jsonl), ids in the labels' id space, "
            "other fields in a 'ragbridge' column; also reads a datasets folder, .csv, .parquet, .json "
            "and RAGAS' legacy column names",
-           fields=READ_FIELDS),
+           fields=READ_FIELDS, signature=frozenset(RAGAS_FIELDS),
+           resaved_by="RAGAS's EvaluationDataset.from_jsonl and to_jsonl", resave_drops=RESAVE_DROPS,
+           resave_lost=resave_lost_jsonl),
     Format("ragas-hf", (), read_ragas_hf, write_ragas_hf,
-           "RAGAS EvaluationDataset as a Hugging Face datasets folder", is_dir=True),
+           "RAGAS EvaluationDataset as a Hugging Face datasets folder", is_dir=True,
+           resaved_by="RAGAS's EvaluationDataset.from_hf_dataset and to_hf_dataset",
+           resave_drops=RESAVE_DROPS + HF_FIRST_ROW, resave_lost=resave_lost_hf),
     Format("ragas-csv", (), read_ragas_csv, write_ragas_csv,
            "RAGAS EvaluationDataset.to_csv output (list cells as Python literals)",
-           cannot_hold=("answer (empty)", "reference (empty)")),
+           cannot_hold=("answer (empty)", "reference (empty)"),
+           resaved_by="RAGAS's EvaluationDataset.from_list (after pandas) and to_csv",
+           resave_drops=RESAVE_DROPS + (CSV_FIRST_ROW,), resave_lost=resave_lost_csv),
 ]

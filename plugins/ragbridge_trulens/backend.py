@@ -2,7 +2,8 @@
 
 The run's lifecycle: ``environment()`` is `env.ENVIRONMENT` (no tracing threads), applied before
 ``open``, where TruLens is first imported. ``open`` reads the run's options (`metrics.TruLensSettings`),
-settles the endpoint family (``api="auto"`` probes ``/responses`` once, through the gateway) and makes
+settles the endpoint family (``api="auto"`` probes ``/responses`` once, through the gateway, while
+TruLens is imported) and makes
 one `TruLensSession`: one TruLens ``OpenAI`` provider (`make_provider`: one httpx client on the
 gateway's in-process transport) and one thread pool, shared by every metric of the run; ``close``
 closes both. The metric functions are synchronous (`translate`): each case runs in a worker thread,
@@ -188,19 +189,26 @@ class TruLensBackend(Backend):
         gateway = ctx.judge
         if gateway is None:
             return None  # score says so, for every case
+        # the probe (one judge call, in a thread) is made while TruLens is imported and its provider built
+        probe = (asyncio.get_running_loop().run_in_executor(None, probe_api, gateway)
+                 if settings.api == "auto" else None)
         quiet_import()
-        api = settings.api if settings.api != "auto" else await asyncio.to_thread(probe_api, gateway)
         cfg = gateway.config
         provider = await asyncio.to_thread(
-            make_provider, cfg.model, gateway.base_url(in_process=True), gateway.api_key, api=api,
-            timeout=cfg.client_timeout(), transport=gateway.transport())
+            make_provider, cfg.model, gateway.base_url(in_process=True), gateway.api_key,
+            api="chat" if probe is not None else settings.api, timeout=cfg.client_timeout(),
+            transport=gateway.transport())
+        api = settings.api if probe is None else await probe
+        if api != "chat":
+            set_api(provider, api)
         # The standard library's pool: importing TruLens replaces concurrent.futures'
         # ThreadPoolExecutor process-wide with one that captures inspect.stack() on every submit.
         try:
             from trulens.core.utils.threading import fThreadPoolExecutor as pool_cls
         except ImportError:  # pragma: no cover - other TruLens versions
             pool_cls = concurrent.futures.ThreadPoolExecutor
-        executor = pool_cls(max_workers=cfg.max_concurrency + 4, thread_name_prefix="ragbridge-trulens")
+        # a thread per case in flight (`ScoringContext.cases_in_flight`)
+        executor = pool_cls(max_workers=ctx.cases_in_flight(), thread_name_prefix="ragbridge-trulens")
         return TruLensSession(gateway, settings, api, provider, executor)
 
     async def close(self, ctx: ScoringContext) -> None:

@@ -15,23 +15,32 @@ TruLens column      canonical field
 ``contexts``        ``contexts``: a list of texts (also read: ``context``, ``source``,
                     ``retrieved_contexts``; items may be ``{"text": ...}`` dicts)
 ``expected_response`` ``reference`` (also read: ``ground_truth``, ``reference``)
-``expected_chunks`` ``reference_contexts``: the chunks' ``text``; their other keys (``expect_score``,
-                    ``title``...) in ``metadata["trulens"]["expected_chunks"]`` unless they are the
-                    writer's default ``{"expect_score": 1}``
+``expected_chunks`` ``relevant``: one ``{"text", "expect_score"}`` per label with grade >= 1
+                    (`expected_chunks_of`; read back by `labels_of`), and ``reference_contexts``
+                    (their texts, else kept in ``meta["ragbridge"]``)
 ``ground_truth_id`` ``metadata["trulens"]`` (also ``dataset_id``)
 ``meta``            ``metadata``; ragbridge-only fields go under ``meta["ragbridge"]``
 ==================  ==========================================================================
 
 Files: ``.jsonl`` (one row a line), ``.json`` (a list), ``.csv`` (list and dict cells as JSON) or
-``.parquet``. ``--from trulens`` / ``--to trulens`` names the format (the suffix alone means the
-canonical format). From Python, `cases_from_frame` and `cases_to_frame` work on DataFrames.
+``.parquet`` (lists as Parquet lists, ``meta`` as JSON text). ``--from trulens`` / ``--to trulens``
+names the format (the suffix alone means the canonical format). From Python, `cases_from_frame` and
+`cases_to_frame` work on DataFrames.
 
-Writing keeps every canonical field: chunk ids, sources and retrieval scores, relevance labels,
-answer checks, ``answerable``, ``tags`` (and a ``metadata["ragbridge"]`` of the case's own) have no
-TruLens column, so they are stored under ``meta["ragbridge"]`` (TruLens carries ``meta`` through
-untouched) and restored on reading. The one loss: in ``.csv`` an empty answer or reference reads
-back as missing (reported by the writer). A plain TruLens table without that key reads fine: chunk
-ids are derived from the texts. A ``datasets`` folder is read too.
+The expected chunks are the labels, so that TruLens's ground-truth IR metrics
+(``GroundTruthAgreement``) on the export mean what native ranking metrics mean: recall, nDCG, MRR
+and hit rate equal native ones case by case; precision differs where one label matches two
+retrieved chunks (docs/formats.md). Every row has ``expected_chunks`` (``[]`` without labels) and
+``meta`` (an object), which TruLens's IR metrics and pandas' row reader need.
+
+Writing keeps every canonical field: what TruLens has no column for (chunk ids, sources and scores
+unless derived from the texts, labels unless the expected chunks say them, grade-0 labels, answer
+checks, ``answerable``, ``tags``, and a ``metadata["ragbridge"]`` of the case's own) is stored under
+``meta["ragbridge"]`` (TruLens carries ``meta`` through untouched) and restored on reading. The one
+loss in the file: in ``.csv`` an empty answer or reference reads back as missing. TruLens's own
+ground-truth store keeps no ``response`` or ``contexts`` (`RESAVE_DROPS`). A plain TruLens table
+reads fine: chunk ids are derived from the texts, expected chunks are labels. A ``datasets`` folder
+is read too.
 
 `leaderboard` turns a run into the layout of ``TruSession.get_leaderboard()``: one row per
 (``app_name``, ``app_version``) -- here ``app_version`` is the backend -- with one column per
@@ -46,12 +55,13 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ragbridge.formats import DatasetError, Format
 from ragbridge.formats.files import atomic_path, jsonl_lines, read_hf_rows
-from ragbridge.formats.records import cases_from_records
+from ragbridge.formats.records import cases_from_records, chunk_id_for_text, derived_chunk_ids
 from ragbridge.formats.records import is_missing as _missing
 from ragbridge.formats.records import plain as _plain
 from ragbridge.schema import Case, Score
@@ -95,13 +105,16 @@ _KNOWN = READ_FIELDS
 _EXTRA_KEY = "ragbridge"
 _TRULENS_KEY = "trulens"
 
+logger = logging.getLogger("ragbridge")
 
 
 
 
 
-def _expected_chunks(value: Any) -> tuple[list[str], list[dict[str, Any]]]:
-    """``expected_chunks`` -> (texts, each chunk's other keys: ``expect_score``, ``title``, ...)."""
+
+def _expected_chunks(value: Any) -> list[dict[str, Any]]:
+    """``expected_chunks`` as TruLens holds them: a list of objects with a ``text`` (a plain text is
+    ``{"text": ...}``, as TruLens's own curation makes it)."""
     if isinstance(value, str) and value.strip().startswith("["):
         try:
             value = json.loads(value)
@@ -109,9 +122,73 @@ def _expected_chunks(value: Any) -> tuple[list[str], list[dict[str, Any]]]:
             raise DatasetError(f"is not a valid JSON list: {exc.msg}", field="expected_chunks") from None
     texts = _texts(value, "expected_chunks")
     items = value if isinstance(value, (list, tuple)) else [value]
-    rest = [{k: v for k, v in item.items() if k not in ("text", "page_content", "content")}
-            if isinstance(item, dict) else {} for item in items]
-    return texts, rest
+    return [{"text": t, **{k: v for k, v in item.items() if k not in ("text", "page_content", "content")}}
+            if isinstance(item, dict) else {"text": t} for t, item in zip(texts, items)]
+
+
+def _grade(score: Any) -> Optional[int]:
+    """An ``expect_score`` as a canonical grade: an integer from 1 to 1000 (missing: 1, TruLens's
+    default); None for any other score."""
+    if score is None:
+        return 1
+    if isinstance(score, (int, float)) and not isinstance(score, bool) and float(score).is_integer() \
+            and 1 <= score <= 1000:
+        return int(score)
+    return None
+
+
+def labels_of(chunks: Sequence[dict[str, Any]]) -> tuple[dict[str, int], list[str], int, bool]:
+    """TruLens's expected chunks as ragbridge labels: ``(relevant, texts, odd, plain)``.
+
+    Each chunk is the label ``ctx-<sha1 of its text>[:12]`` (the id a retrieved chunk with that text
+    gets) with its ``expect_score`` as the grade; a score that is not an integer from 1 to 1000 is
+    grade 1 (TruLens's recall, precision, MRR and hit count every expected chunk as relevant) and
+    counted in ``odd``. A text given twice keeps its first score, as TruLens's nDCG does. ``plain``:
+    the chunks are exactly what `expected_chunks_of` writes back for these labels (only ``text`` and
+    an integer ``expect_score`` each, no text twice)."""
+    relevant: dict[str, int] = {}
+    texts, odd, plain = [], 0, True
+    for chunk in chunks:
+        text = chunk["text"]
+        texts.append(text)
+        grade = _grade(chunk.get("expect_score"))
+        if grade is None:
+            odd += 1
+        key = chunk_id_for_text(text)
+        if grade is None or key in relevant or set(chunk) != {"text", "expect_score"}:
+            plain = False
+        relevant.setdefault(key, grade or 1)
+    return relevant, texts, odd, plain
+
+
+def expected_chunks_of(case: Case) -> list[dict[str, Any]]:
+    """The ``expected_chunks`` that make TruLens's ground-truth IR metrics mean what native ranking
+    metrics mean (docs/formats.md): one chunk per label with grade >= 1, in label order, with the
+    grade as ``expect_score``; its text is the text of the first retrieved chunk matching the label
+    (the relevance rule), else the gold passage of ``reference_contexts`` whose derived id the label
+    is, else the label itself (a label nothing retrieved: it still counts in recall's denominator).
+    Expected chunks read from TruLens (kept in ``metadata["trulens"]["expected_chunks"]``) are
+    written back as they were while the case's labels and gold passages are still theirs."""
+    kept = _kept_chunks(case)
+    if kept is not None:
+        relevant, texts, _, _ = labels_of(kept)
+        if relevant == case.relevant and texts == case.reference_contexts:
+            return kept
+    first: dict[str, str] = {}
+    for chunk, label in zip(case.contexts, case.chunk_labels()):
+        if label is not None:
+            first.setdefault(label, chunk.text)
+    gold = {chunk_id_for_text(t): t for t in case.reference_contexts}
+    return [{"text": first.get(label, gold.get(label, label)), "expect_score": grade}
+            for label, grade in case.relevant.items() if grade >= 1]
+
+
+def _kept_chunks(case: Case) -> Optional[list[dict[str, Any]]]:
+    trulens = case.metadata.get(_TRULENS_KEY)
+    kept = trulens.get("expected_chunks") if isinstance(trulens, dict) else None
+    if isinstance(kept, list) and all(isinstance(k, dict) and isinstance(k.get("text"), str) for k in kept):
+        return kept
+    return None
 
 
 def _texts(value: Any, field: str) -> list[str]:
@@ -142,6 +219,11 @@ def _texts(value: Any, field: str) -> list[str]:
 
 def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
     """One TruLens row -> a canonical record (validated later by `cases_from_records`)."""
+    return _row_to_record(row)[0]
+
+
+def _row_to_record(row: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The record, and how many expected chunks had a score that is not a grade (`labels_of`)."""
     row = {k: _plain(v, keep_missing=k in ("meta", "metadata")) for k, v in row.items() if not _missing(v)}
     unknown = sorted(set(row) - _KNOWN)
     if unknown:
@@ -171,11 +253,15 @@ def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
     if "metadata.ragbridge" in extra:  # the case's own metadata["ragbridge"]
         meta[_EXTRA_KEY] = extra["metadata.ragbridge"]
     trulens = {k: row[k] for k in _TRULENS_ONLY if k in row}
-    if "reference_contexts" in rec:
-        texts, rest = _expected_chunks(rec["reference_contexts"])
-        rec["reference_contexts"] = texts
-        if any(r != {"expect_score": 1} for r in rest):  # scores and titles other than the writer's default
-            trulens["expected_chunks"] = rest
+    odd = 0
+    expected = _expected_chunks(rec.pop("reference_contexts", []))
+    relevant, texts, odd, plain = labels_of(expected)
+    if relevant and "relevant" not in extra:
+        rec["relevant"] = relevant
+        prev = meta.get(_TRULENS_KEY)
+        if not plain and not (isinstance(prev, dict) and "expected_chunks" in prev):
+            trulens["expected_chunks"] = expected  # written back as they are (`expected_chunks_of`)
+    rec["reference_contexts"] = extra.get("reference_contexts", texts)
     if trulens:
         prev = meta.get(_TRULENS_KEY)
         meta[_TRULENS_KEY] = {**(prev if isinstance(prev, dict) else {}), **trulens}
@@ -186,18 +272,20 @@ def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
         chunks = extra.get("contexts")
         if isinstance(chunks, list) and len(chunks) == len(texts):
             rec["contexts"] = [{**c, "text": t} for c, t in zip(chunks, texts)]
-        else:
-            rec["contexts"] = texts
+        else:  # a text repeated in one row stays a chunk of its own, as in the other library formats
+            rec["contexts"] = [{"id": i, "text": t} for i, t in zip(derived_chunk_ids(texts), texts)]
     for key in ("relevant", "relevant_spans", "must_contain", "must_not_contain", "answerable", "tags"):
         if key in extra:
             rec[key] = extra[key]
     if "id" in rec and not isinstance(rec["id"], str):
         rec["id"] = str(rec["id"])
-    return rec
+    return rec, odd
 
 
 def case_to_row(case: Case) -> dict[str, Any]:
-    """One case -> one TruLens row (ragbridge-only fields under ``meta["ragbridge"]``)."""
+    """One case -> one TruLens row: ``expected_chunks`` from the labels (`expected_chunks_of`;
+    ``[]`` when there are none, as TruLens's IR metrics need a list in every row), ``meta`` always an
+    object, what TruLens has no column for under ``meta["ragbridge"]``."""
     row: dict[str, Any] = {"query_id": case.id, "query": case.question}
     if case.answer is not None:
         row["response"] = case.answer
@@ -205,15 +293,13 @@ def case_to_row(case: Case) -> dict[str, Any]:
         row["contexts"] = [c.text for c in case.contexts]
     if case.reference is not None:
         row["expected_response"] = case.reference
+    expected = expected_chunks_of(case)
+    row["expected_chunks"] = expected
     meta = dict(case.metadata)
     trulens = dict(meta[_TRULENS_KEY]) if isinstance(meta.get(_TRULENS_KEY), dict) else None
-    chunk_keys = [{"expect_score": 1} for _ in case.reference_contexts]
     if trulens is not None:
-        kept = trulens.get("expected_chunks")
-        if (isinstance(kept, list) and len(kept) == len(case.reference_contexts) and kept
-                and all(isinstance(k, dict) and "text" not in k for k in kept)
-                and any(k != {"expect_score": 1} for k in kept)):
-            chunk_keys = trulens.pop("expected_chunks")
+        if expected is trulens.get("expected_chunks"):
+            trulens.pop("expected_chunks")
         for key in _TRULENS_ONLY:
             if isinstance(trulens.get(key), str):
                 row[key] = trulens.pop(key)
@@ -221,13 +307,16 @@ def case_to_row(case: Case) -> dict[str, Any]:
             meta[_TRULENS_KEY] = trulens
         else:
             meta.pop(_TRULENS_KEY)
-    if case.reference_contexts:
-        row["expected_chunks"] = [{"text": t, **k} for t, k in zip(case.reference_contexts, chunk_keys)]
+    relevant, texts, _, _ = labels_of(expected)
     extra: dict[str, Any] = {}
-    if case.contexts:
+    if case.contexts and ([c.id for c in case.contexts] != derived_chunk_ids([c.text for c in case.contexts])
+                          or any(c.model_dump(exclude={"id", "text"}, exclude_none=True)
+                                 for c in case.contexts)):
         extra["contexts"] = [c.model_dump(exclude={"text"}, exclude_none=True) for c in case.contexts]
-    if case.relevant:
+    if case.relevant != relevant:
         extra["relevant"] = dict(case.relevant)
+    if case.reference_contexts != texts:
+        extra["reference_contexts"] = list(case.reference_contexts)
     if case.relevant_spans:
         extra["relevant_spans"] = [s.model_dump(exclude_none=True) for s in case.relevant_spans]
     for key in ("must_contain", "must_not_contain", "tags"):
@@ -239,8 +328,7 @@ def case_to_row(case: Case) -> dict[str, Any]:
         extra["metadata.ragbridge"] = meta.pop(_EXTRA_KEY)
     if extra:
         meta[_EXTRA_KEY] = extra
-    if meta:
-        row["meta"] = meta
+    row["meta"] = meta  # always an object: see docs/formats.md (pandas and TruLens's row reader)
     return row
 
 
@@ -263,18 +351,38 @@ def cases_to_frame(cases: Sequence[Case]):
 
 
 def _cases(records: Iterable[tuple[int, Any]], path: Any, unit: str) -> list[Case]:
+    odd = [0, 0]  # expected chunks whose expect_score is not a grade, and their rows
+
     def converted() -> Iterator[tuple[int, Any]]:
         for n, raw in records:
             if not isinstance(raw, dict):
                 raise DatasetError(f"each row must be an object, got {type(raw).__name__}", path=path,
                                    line=n, unit=unit)
             try:
-                yield n, row_to_record(raw)
+                rec, n_odd = _row_to_record(raw)
             except DatasetError as exc:
                 exc.path, exc.line, exc.unit = str(path), n, unit
                 raise
+            odd[0] += n_odd
+            odd[1] += bool(n_odd)
+            yield n, rec
 
-    return cases_from_records(converted(), path, unit=unit)
+    cases = cases_from_records(converted(), path, unit=unit)
+    if odd[0]:
+        logger.warning("warning: %s: %d expected chunk(s) in %d row(s) have an expect_score that is not "
+                       "an integer from 1 to 1000: read as grade 1 (TruLens's recall, precision, MRR "
+                       "and hit count them as relevant; its nDCG weighs them by the score); written "
+                       "back as they were", path, odd[0], odd[1])
+    return cases
+
+
+def _read_parquet(path: Path) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path).to_pylist()
+    except Exception as exc:  # noqa: BLE001
+        raise DatasetError(f"cannot be read as parquet: {exc}", path=path) from None
 
 
 def read_trulens(path: Path) -> list[Case]:
@@ -282,26 +390,27 @@ def read_trulens(path: Path) -> list[Case]:
     if path.is_dir():  # a datasets folder (Dataset.from_pandas(df).save_to_disk)
         return _cases(enumerate(read_hf_rows(path), start=1), path, "row")
     suffix = path.suffix.lower()
-    if suffix in (".csv", ".parquet", ".pq"):
+    if suffix in (".parquet", ".pq"):
+        rows = _read_parquet(path)
+        if not rows:
+            raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
+        return _cases(enumerate(rows, start=1), path, "row")
+    if suffix == ".csv":
         import pandas as pd
 
         try:
-            df = (pd.read_csv(path, dtype=str, keep_default_na=False) if suffix == ".csv"
-                  else pd.read_parquet(path))
+            df = pd.read_csv(path, dtype=str, keep_default_na=False)
         except Exception as exc:  # noqa: BLE001
-            raise DatasetError(f"cannot be read as {suffix[1:]}: {exc}", path=path) from None
+            raise DatasetError(f"cannot be read as csv: {exc}", path=path) from None
         if df.empty:
             raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
-        if suffix == ".csv":
-            df = df.replace({"": None})
-            for col in ("contexts", "context", "source", "retrieved_contexts", "expected_chunks", "meta",
-                        "metadata"):
-                if col in df.columns:
-                    df[col] = df[col].map(
-                        lambda v: json.loads(v) if isinstance(v, str) and v[:1] in "[{" else v)
+        df = df.replace({"": None})
+        for col in ("contexts", "context", "source", "retrieved_contexts", "expected_chunks", "meta",
+                    "metadata"):
+            if col in df.columns:
+                df[col] = df[col].map(lambda v: json.loads(v) if isinstance(v, str) and v[:1] in "[{" else v)
         rows = df.to_dict(orient="records")
-        return _cases(((i + (2 if suffix == ".csv" else 1), r) for i, r in enumerate(rows)), path,
-                      "line" if suffix == ".csv" else "row")
+        return _cases(((i + 2, r) for i, r in enumerate(rows)), path, "line")
     if suffix != ".json":
         return _cases(jsonl_lines(path), path, "line")
     data = path.read_bytes()
@@ -317,25 +426,47 @@ def read_trulens(path: Path) -> list[Case]:
     return _cases(enumerate(obj, start=1), path, "item")
 
 
+def _write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
+    """Lists as Parquet's own lists (``contexts``, and ``expected_chunks`` as a list of objects, so
+    that TruLens gets lists of chunks); ``meta``, whose keys differ from row to row, as JSON text."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    arrays = {}
+    for col in columns:
+        values = [r.get(col) for r in rows]
+        if col == "meta":
+            values = [json.dumps(v, ensure_ascii=False) for v in values]
+        try:
+            arrays[col] = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise DatasetError(f"cannot be written as one Parquet column: {exc}", path=path, field=col,
+                               hint="the rows' values differ in type; write .jsonl instead") from None
+    pq.write_table(pa.table(arrays), path)
+
+
+#: what TruLens's own ground-truth store keeps not (``GroundTruth`` has no field for the app's outputs)
+RESAVE_DROPS = ("answer", "contexts")
+
+
 def write_trulens(cases: Sequence[Case], path: Path) -> list[str]:
     path = Path(path)
     rows = [case_to_row(c) for c in cases]
     suffix = path.suffix.lower()
-    if suffix in (".csv", ".parquet", ".pq"):
+    if suffix in (".parquet", ".pq"):
+        _write_parquet(rows, path)
+        return []
+    if suffix == ".csv":
         import pandas as pd
 
-        if suffix == ".csv":
-            flat = [{k: (json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v)
-                     for k, v in r.items()} for r in rows]
-            # every cell quoted: a bare "\r" in a text would otherwise end the row for pandas' reader
-            pd.DataFrame(flat).to_csv(path, index=False, quoting=csv.QUOTE_ALL)
-            # an empty cell reads back as missing
-            return [f"{name} (empty, CSV)" for name in ("answer", "reference")
-                    if any(getattr(c, name) == "" for c in cases)]
-        flat = [{k: (json.dumps(v, ensure_ascii=False) if k in ("meta", "expected_chunks") else v)
+        flat = [{k: (json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v)
                  for k, v in r.items()} for r in rows]
-        pd.DataFrame(flat).to_parquet(path, index=False)
-        return []
+        # every cell quoted: a bare "\r" in a text would otherwise end the row for pandas' reader
+        pd.DataFrame(flat).to_csv(path, index=False, quoting=csv.QUOTE_ALL)
+        # an empty cell reads back as missing
+        return [f"{name} (empty, CSV)" for name in ("answer", "reference")
+                if any(getattr(c, name) == "" for c in cases)]
     if suffix == ".json":
         path.write_text(json.dumps(rows, ensure_ascii=False, indent=1), encoding="utf-8")
         return []
@@ -345,11 +476,18 @@ def write_trulens(cases: Sequence[Case], path: Path) -> list[str]:
     return []
 
 
+def resave_lost(cases: Sequence[Case], path: Path) -> list[str]:
+    """What TruLens's ground-truth store (`RESAVE_DROPS`) does not keep of ``cases``."""
+    return [name for name in RESAVE_DROPS
+            if any(c.answer is not None if name == "answer" else c.contexts for c in cases)]
+
+
 FORMATS = [
     Format("trulens", (), read_trulens, write_trulens,
            "TruLens RAG-triad rows (GroundTruth columns plus response and contexts); .jsonl, .json, .csv "
            "or .parquet by suffix", cannot_hold=("answer (empty, CSV)", "reference (empty, CSV)"),
-           fields=READ_FIELDS),
+           fields=READ_FIELDS, resaved_by="TruLens's add_ground_truth_to_dataset and get_ground_truth",
+           resave_drops=RESAVE_DROPS, resave_lost=resave_lost),
 ]
 
 

@@ -38,6 +38,10 @@ __all__ = ["Backend", "MetricSpec", "RunOptions", "ScoringContext", "fan_out", "
 #: the longest ``Score.error`` text (`error_text` cuts longer messages)
 ERROR_TEXT_LIMIT = 2000
 
+#: cases a judged backend scores at once per judge call the gateway lets through at once
+#: (`ScoringContext.cases_in_flight`)
+CASES_PER_CALL_SLOT = 2
+
 
 @dataclass(frozen=True)
 class MetricSpec:
@@ -85,6 +89,7 @@ class RunOptions:
 
     k: int = 5
     gain: str = "linear"
+    no_relevant: str = "undefined"
     case_sensitive: bool = False
     decline_phrases: Optional[list[str]] = None
     backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -106,6 +111,7 @@ class RunOptions:
         out = {
             "k": self.k,
             "gain": self.gain,
+            "no_relevant": self.no_relevant,
             "case_sensitive": self.case_sensitive,
             "decline_phrases": self.decline_phrases,
             "backend_options": self.backend_options,
@@ -129,6 +135,19 @@ class ScoringContext:
     def for_session(self, session: Any) -> "ScoringContext":
         """The same context with ``session`` set (the runner makes one per backend)."""
         return replace(self, session=session)
+
+    def cases_in_flight(self, option: Optional[int] = None) -> int:
+        """How many cases a judged backend scores at once: ``option`` (the backend's own
+        ``concurrency`` setting) when set, else `CASES_PER_CALL_SLOT` x the judge's
+        ``max_concurrency``. More cases than calls: while some cases are between two calls (their
+        library reading an answer and building the next prompt), the next calls of others already
+        wait at the gateway's bound and go out the moment a call ends, so the judge is not left idle
+        by the work between calls. The calls in flight stay bounded by the gateway."""
+        if option:
+            return max(1, int(option))
+        if self.judge is None:
+            return 1
+        return CASES_PER_CALL_SLOT * max(1, int(self.judge.config.max_concurrency))
 
 
 class Backend:

@@ -401,6 +401,21 @@ class Case(BaseModel):
             present.add("reference_contexts")
         return present
 
+    def chunk_labels(self) -> list[Optional[str]]:
+        """The relevance rule, chunk by chunk, for the formats that must spell it out: for each chunk
+        of ``contexts``, the label it matches (its ``id`` when that is a key of ``relevant``, else its
+        ``source`` when that is), whatever the grade; None for a chunk that matches no label and for a
+        repeated chunk id (dropped before ranking). `ragbridge.native.ranking` applies the same rule."""
+        seen: set[str] = set()
+        out: list[Optional[str]] = []
+        for c in self.contexts:
+            if c.id in seen:
+                out.append(None)
+                continue
+            seen.add(c.id)
+            out.append(c.id if c.id in self.relevant else c.source if c.source in self.relevant else None)
+        return out
+
 
 #: a claim checked against a text: only SUPPORTED means the text entails it
 Verdict = Literal["SUPPORTED", "CONTRADICTED", "NOT_FOUND"]

@@ -15,7 +15,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from ..formats import DatasetError, get_formats, load_cases, write_cases
+from ..formats import DatasetError, get_formats, load_cases, resave_losses, write_cases, writing_format
 from ..formats.input_check import input_warnings
 from .output import err, fail, out, print_json, warn
 
@@ -35,7 +35,7 @@ def _format_rows() -> list[dict]:
     return [
         {"name": name, "suffixes": list(f.suffixes), "folder": f.is_dir, "read": f.read is not None,
          "write": f.write is not None, "recognised": bool(f.fields), "description": f.description,
-         "cannot_hold": list(f.cannot_hold)}
+         "cannot_hold": list(f.cannot_hold), "resaved_by": f.resaved_by, "resave_drops": list(f.resave_drops)}
         for name, f in sorted(get_formats().items())
     ]
 
@@ -57,14 +57,20 @@ def formats(
     for r in rows:
         files = "folder" if r["folder"] else " ".join(r["suffixes"]) or "-"
         lost = ", ".join(r["cannot_hold"])
-        text = escape(r["description"]) + "\n" + (
-            f"[yellow]cannot hold: {escape(lost)}[/]" if lost else "[green]holds every field[/]")
+        text = escape(r["description"]) + "\n" + (f"[yellow]the file cannot hold: {escape(lost)}[/]" if lost
+                                                   else "[green]the file holds every field[/]")
+        if r["resaved_by"]:
+            dropped = ", ".join(r["resave_drops"])
+            text += f"\nafter {escape(r['resaved_by'])}: " + (
+                f"[yellow]loses {escape(dropped)}[/]" if dropped else "[green]keeps every field[/]")
         table.add_row(r["name"], files, ("r" if r["read"] else "") + ("w" if r["write"] else ""), text)
     out.print(table)
     recognised = [r["name"] for r in rows if r["recognised"]]
     if recognised:
         out.print(f"A .jsonl, .json, .csv or .parquet file (or datasets folder) with the fields of "
                   f"{', '.join(recognised)} is read as that format.", highlight=False)
+    out.print("'after ...': what is left once the library itself loads the file and saves it again.",
+              highlight=False)
     out.print("Each format's field mapping and losses: docs/formats.md.", highlight=False)
 
 
@@ -86,12 +92,17 @@ def convert(
         for line in input_warnings(cases):
             warn(line)
         lost = write_cases(cases, target, to_format)
+        fmt = writing_format(target, to_format)
+        dropped = resave_losses(cases, target, to_format)
     except DatasetError as exc:
         fail(str(exc))
     out.print(f"wrote {len(cases)} case(s) to {target}")
     if lost:
-        err.print("[yellow]warning:[/] the target format cannot hold " + escape(", ".join(lost))
-                  + "; those values were not kept (see ragbridge formats)", highlight=False)
+        warn(f"the target format cannot hold {', '.join(lost)}; those values were not kept "
+             "(see ragbridge formats)")
+    if dropped:
+        warn(f"the file holds them, but after {fmt.resaved_by} these are lost: {', '.join(dropped)} "
+             "(see ragbridge formats)")
 
 
 def sample(

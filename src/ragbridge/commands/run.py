@@ -111,6 +111,10 @@ def run(
     k: int = typer.Option(5, "--k", help="Cut-off for the @k ranking metrics."),
     gain: str = typer.Option(
         "linear", "--gain", help="nDCG gain: linear (the grade) or exponential (2^grade - 1)."),
+    no_relevant: str = typer.Option(
+        "undefined", "--no-relevant", help="Recall, MRR, nDCG and MAP of a case whose labels all have "
+                                           "grade 0: undefined (left out of means) or zero (trec_eval's "
+                                           "mean)."),
     case_sensitive: bool = typer.Option(
         False, "--case-sensitive", help="Exact-case matching for must_contain, must_not_contain and "
                                         "abstention."),
@@ -170,6 +174,8 @@ def run(
     """
     if gain not in ("linear", "exponential"):
         fail(f"--gain must be 'linear' or 'exponential', got {gain!r}")
+    if no_relevant not in ("undefined", "zero"):
+        fail(f"--no-relevant must be 'undefined' or 'zero', got {no_relevant!r}")
     problem = RunOptions(decline_phrases=decline_phrase or None).problem()
     if problem:
         fail(problem)
@@ -189,7 +195,8 @@ def run(
         warn(line)
     _score_and_print(
         cases, out_dir, str(dataset), backend, metric, no_progress, overwrite,
-        RunOptions(k=k, gain=gain, case_sensitive=case_sensitive, decline_phrases=decline_phrase or None,
+        RunOptions(k=k, gain=gain, no_relevant=no_relevant, case_sensitive=case_sensitive,
+                   decline_phrases=decline_phrase or None,
                    backend_options=_rubric_options(rubric), generator_model=generator_model,
                    span_min_overlap=span_min_overlap, span_arithmetic=span_arithmetic, chunking=chunking),
         judge, target=target, target_concurrency=target_concurrency, as_json=as_json,
@@ -476,8 +483,9 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
         for i, note in enumerate(notes):
             style = "yellow" if i == 0 and judge.get("stub") else "dim"
             out.print(f"[{style}]{escape(note)}[/]", highlight=False)
-        out.print(f"run written to [bold]{escape(str(out_dir))}[/] ({counts.get('scores', 0)} scores)",
-                  highlight=False)
+        not_run = counts.get("not_run", 0)
+        made = f"{counts.get('scores', 0) - not_run} scores" + (f", {not_run} not run" if not_run else "")
+        out.print(f"run written to [bold]{escape(str(out_dir))}[/] ({made})", highlight=False)
     same = judge.get("self_judging")
     if same:
         err.print(f"[yellow]warning:[/] self-judging: the judge model is the system under test's own model "

@@ -30,9 +30,10 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 from ..plugins import registered
 from ..schema import Case
 from .files import DatasetError, atomic_path, jsonl_lines
-from .records import CANONICAL_FIELDS
+from .records import CANONICAL_FIELDS, CASE_FIELDS
 
-__all__ = ["DatasetError", "Format", "get_formats", "load_cases", "write_cases", "JSON_LIST_KEYS"]
+__all__ = ["DatasetError", "Format", "get_formats", "load_cases", "write_cases", "writing_format",
+           "resave_losses", "JSON_LIST_KEYS"]
 
 logger = logging.getLogger("ragbridge")
 
@@ -48,10 +49,19 @@ class Format:
     that the format could not hold (empty: nothing lost); the caller warns with them.
     ``cannot_hold`` lists every canonical field (or part of one, e.g. ``contexts.score``) that this
     format loses on a round trip, for ``ragbridge formats``; ``docs/formats.md`` explains each.
+    ``resaved_by`` names the library's own loader and writer that a user would run on a file of
+    this format (its dataset class's load and save methods), and ``resave_drops`` what ragbridge's
+    file holds but the file loses in that library's hands (its loader and that re-save), for
+    ``ragbridge formats`` too; ``resave_lost(cases, path)`` returns those of them the cases use (the
+    caller warns with them apart from ``write``'s).
     ``options`` names the keyword arguments ``read`` takes besides the path (TREC's ``qrels``).
     ``fields`` are the record fields this format reads, for recognising its files: a file named by
     a canonical suffix (``.jsonl``, ``.csv``, ...) whose first record has a field the canonical
     format does not know, and only fields of exactly one format, is read as that format.
+    ``signature`` are the field names of the library's own schema, some of which the canonical
+    readers also accept as aliases: a file whose fields are
+    all in one format's signature, one of them not a canonical field's own name, is that library's
+    file (its reader keeps what canonical reading would not, such as an empty list).
     ``recognise``, for a format whose records have open-ended fields (a span export's
     ``attributes.*`` columns), is a test of that first record instead.
     ``spans``, for a trace format, streams the file's spans (`ragbridge.traces.spans.Span`) in file
@@ -69,6 +79,10 @@ class Format:
     cannot_hold: tuple[str, ...] = ()
     fields: frozenset[str] = frozenset()
     options: tuple[str, ...] = ()
+    resaved_by: str = ""
+    resave_drops: tuple[str, ...] = ()
+    resave_lost: Optional[Callable[[Sequence[Case], Path], list[str]]] = None
+    signature: frozenset[str] = frozenset()
     recognise: Optional[Callable[[dict[str, Any]], bool]] = None
     spans: Optional[Callable[[Path], Iterator[Any]]] = None
 
@@ -155,12 +169,17 @@ def _recognise(path: Path, fmt: Format) -> Format:
     record = _first_record(path)
     if record is None:
         return fmt
+    formats = get_formats()
     foreign = sorted(set(record) - CANONICAL_FIELDS)
     if not foreign:
-        return fmt
-    formats = get_formats()
-    claims = sorted(n for n, f in formats.items() if f.read and (
-        (f.fields and set(record) <= f.fields) or (f.recognise is not None and f.recognise(record))))
+        foreign = sorted(set(record) - set(CASE_FIELDS))
+        claims = sorted(n for n, f in formats.items()
+                        if f.read and f.signature and set(record) <= f.signature)
+        if not foreign or len(claims) != 1:
+            return fmt
+    else:
+        claims = sorted(n for n, f in formats.items() if f.read and (
+            (f.fields and set(record) <= f.fields) or (f.recognise is not None and f.recognise(record))))
     if len(claims) > 1:
         raise DatasetError(
             f"its fields ({', '.join(sorted(record))}) fit more than one format: {', '.join(claims)}",
@@ -227,12 +246,27 @@ def reading_format(path: Path, format: Optional[str], options: dict[str, Any]) -
     return fmt
 
 
-def write_cases(cases: Sequence[Case], path: str | Path, format: Optional[str] = None) -> list[str]:
-    """Write cases; returns the canonical fields the format could not hold (empty: nothing lost)."""
+def writing_format(path: str | Path, format: Optional[str] = None) -> Format:
+    """The format `write_cases` writes ``path`` in."""
     path = Path(path)
     fmt = _pick_format(path, format, "write")
     if fmt.write is None:
         raise DatasetError(f"format {fmt.name!r} cannot be written", path=path)
+    return fmt
+
+
+def resave_losses(cases: Sequence[Case], path: str | Path, format: Optional[str] = None) -> list[str]:
+    """What of ``cases``, written to ``path``, the file holds but loses when the format's library loads
+    it and saves it again (names from `Format.resave_drops`; empty: nothing)."""
+    fmt = writing_format(path, format)
+    return fmt.resave_lost(cases, Path(path)) if fmt.resave_lost else []
+
+
+def write_cases(cases: Sequence[Case], path: str | Path, format: Optional[str] = None) -> list[str]:
+    """Write cases; returns the canonical fields the format could not hold (empty: nothing lost).
+    What the library's own re-save of the file would lose: `resave_losses`."""
+    path = Path(path)
+    fmt = writing_format(path, format)
     try:
         with atomic_path(path) as tmp:
             return fmt.write(cases, tmp)

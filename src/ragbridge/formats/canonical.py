@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
@@ -194,17 +195,57 @@ def write_hf(cases: Sequence[Case], path: Path) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------
+# In pandas' hands (the library a user loads these files with)
+
+#: what pandas' ``to_json`` (10 decimal places by default) loses of numbers a JSONL file holds
+JSONL_RESAVE_DROPS = ("contexts.score (pandas' to_json keeps 10 digits)",
+                      "metadata (pandas' to_json keeps 10 digits)")
+#: pandas' ``to_csv`` ends rows with "\n" and so leaves a carriage return in a text unquoted: the
+#: row breaks there for every reader
+CSV_RESAVE_DROPS = ("every field (a text with a carriage return: pandas' to_csv leaves it unquoted)",)
+
+
+def _long_floats(value: Any) -> bool:
+    """A float that pandas' JSON encoder (``double_precision=10``, its default) does not write exactly."""
+    if isinstance(value, float):
+        from pandas.io.json import ujson_dumps
+
+        return math.isfinite(value) and json.loads(ujson_dumps(value, double_precision=10)) != value
+    if isinstance(value, dict):
+        return any(_long_floats(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_long_floats(v) for v in value)
+    return False
+
+
+def jsonl_resave_lost(cases: Sequence[Case], path: Path) -> list[str]:
+    scores = any(_long_floats(c.score) for case in cases for c in case.contexts)
+    meta = any(_long_floats(case.metadata) for case in cases)
+    return [name for name, used in zip(JSONL_RESAVE_DROPS, (scores, meta)) if used]
+
+
+def csv_resave_lost(cases: Sequence[Case], path: Path) -> list[str]:
+    texts = (t for c in cases for t in (c.id, c.question, c.answer, c.reference) if t)
+    return list(CSV_RESAVE_DROPS) if any("\r" in t for t in texts) else []
+
+
+# --------------------------------------------------------------------------------------------
 # The plugin
 
 BUILTIN_FORMATS = [
     Format("jsonl", (".jsonl", ".ndjson"), read_jsonl, write_jsonl,
-           "canonical cases, one JSON object a line"),
+           "canonical cases, one JSON object a line",
+           resaved_by="pandas' read_json(lines=True, dtype=False, precise_float=True) and to_json",
+           resave_drops=JSONL_RESAVE_DROPS, resave_lost=jsonl_resave_lost),
     Format("json", (".json",), read_json, None, "a JSON list of case objects (read only)"),
     Format("csv", (".csv",), read_csv, write_csv, "one case a row; list and mapping cells as JSON",
-           cannot_hold=("answer (blank)", "reference (blank)")),
-    Format("parquet", (".parquet", ".pq"), read_parquet, write_parquet, "one case a row"),
+           cannot_hold=("answer (blank)", "reference (blank)"),
+           resaved_by="pandas' read_csv(dtype=str, keep_default_na=False) and to_csv",
+           resave_drops=CSV_RESAVE_DROPS, resave_lost=csv_resave_lost),
+    Format("parquet", (".parquet", ".pq"), read_parquet, write_parquet, "one case a row",
+           resaved_by="pandas' read_parquet and to_parquet"),
     Format("hf", (), read_hf, write_hf, "a Hugging Face datasets folder (save_to_disk / load_from_disk)",
-           is_dir=True),
+           is_dir=True, resaved_by="datasets' load_from_disk and save_to_disk"),
 ]
 
 

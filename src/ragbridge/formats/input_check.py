@@ -23,7 +23,9 @@ def input_warnings(cases: Sequence[Case]) -> list[str]:
     not one chunk id or source is a label (ids from two different id spaces); and, counted per case,
     a case no label matches though one differs from a chunk's id or source only in letter case or
     Unicode compatibility form (``Doc#A`` and ``doc#a``). A warning, not an error: the same cases
-    are good input for judged metrics, and the labels may serve an export.
+    are good input for judged metrics, and the labels may serve an export. And cases whose labels
+    all have grade 0: their recall, MRR, nDCG and MAP are undefined, where trec_eval averages them
+    as 0 (``--no-relevant zero``).
     (`InputCheck` counts the same, one canonical record at a time.)
     """
     check = InputCheck()
@@ -44,6 +46,7 @@ class InputCheck:
         self.first_textual: Optional[str] = None
         self.near = 0  # cases no label matches, where one differs from a chunk's name in case or form
         self.first_near: Optional[tuple[str, str, str]] = None
+        self.no_relevant = 0  # labelled, but every grade 0
 
     def add_batch(self, batch: CaseBatch) -> None:
         columns = zip(batch.ids, batch.chunk_lists(), batch.chunk_texts())
@@ -56,6 +59,8 @@ class InputCheck:
             relevant: Optional[dict[str, int]], texts: Optional[list[str]] = None) -> None:
         """One case: its id, chunk ids, chunk mappings (None: chunks as columns, ``texts`` their
         texts or None) and labels."""
+        if relevant and max(relevant.values()) <= 0:
+            self.no_relevant += 1
         if not ids or not relevant or max(relevant.values()) <= 0:
             return
         self.labelled += 1
@@ -92,6 +97,11 @@ class InputCheck:
                 "differs from a chunk's id or source only in letter case or Unicode form, so it never "
                 f"matches (first: {case_id!r}, label {label!r}, chunk {name!r}); ids are compared exactly: "
                 "spell them alike")
+        if self.no_relevant:
+            out.append(
+                f"{self.no_relevant} case(s) have relevance labels but none with grade >= 1: their recall, "
+                "MRR, nDCG and MAP are undefined and left out of the means (trec_eval counts such a query "
+                "as 0: run with --no-relevant zero for its mean)")
         return out + self._unmatched()
 
     def _unmatched(self) -> list[str]:

@@ -51,6 +51,8 @@ from typing import Iterator, Optional, Sequence
 
 import logging
 
+import numpy as np
+
 from ..hookspecs import hookimpl
 from ..schema import Case, Chunk
 from . import Format
@@ -118,8 +120,14 @@ def read_run(path: Path) -> dict[str, list[tuple[str, float]]]:
         raise DatasetError("holds no ranked documents", path=path, hint="a run needs at least one line")
     for docs in run.values():
         docs.sort(key=lambda d: d[0], reverse=True)  # stable sorts: docno descending breaks score ties
-        docs.sort(key=lambda d: d[1], reverse=True)
+        docs.sort(key=lambda d: single(d[1]), reverse=True)
     return run
+
+
+def single(score: float) -> float:
+    """``score`` as trec_eval compares it: cast to single precision, so ``0.30000001`` and ``0.3`` tie."""
+    with np.errstate(over="ignore"):  # beyond single precision: inf, as in trec_eval
+        return float(np.float32(score))
 
 
 def read(path: Path, qrels: Optional[Path] = None) -> list[Case]:
@@ -163,7 +171,7 @@ def read_with_warnings(path: Path, qrels: Optional[Path] = None) -> tuple[list[C
 
 def _scores(chunks: Sequence[Chunk]) -> tuple[list[float], bool]:
     given = [c.score for c in chunks]
-    if all(s is not None for s in given) and all(a > b for a, b in zip(given, given[1:])):
+    if all(s is not None for s in given) and all(single(a) > single(b) for a, b in zip(given, given[1:])):
         return [float(s) for s in given], True
     n = len(chunks)
     return [float(n - i) for i in range(n)], not chunks
@@ -199,14 +207,18 @@ def write(cases: Sequence[Case], path: Path) -> list[str]:
                 lost.add("contexts.score")
             for i, (chunk, score) in enumerate(zip(chunks, scores), start=1):
                 fh.write(f"{case.id} Q0 {chunk.id} {i} {score!r} ragbridge\n")
-            by_id = set(case.relevant)
+            # a label matched by source (a section): a judgement of each chunk matching it, in its place
+            by_source: dict[str, list[str]] = {}
+            for chunk, label in zip(case.contexts, case.chunk_labels()):
+                if label is not None and label != chunk.id:
+                    by_source.setdefault(label, []).append(chunk.id)
+            ids = {c.id for c in chunks}
             for label, grade in case.relevant.items():
-                qrels_lines.append(f"{case.id} 0 {label} {grade}\n")
-            for chunk in chunks:  # labels named by source: a judgement per unlabelled chunk
-                if chunk.id not in by_id and chunk.source in case.relevant:
+                if label in by_source:
                     lost.add("relevant (by source)")
-                    qrels_lines.append(f"{case.id} 0 {chunk.id} {case.relevant[chunk.source]}\n")
-                    by_id.add(chunk.id)
+                    qrels_lines.extend(f"{case.id} 0 {cid} {grade}\n" for cid in by_source[label])
+                if label not in by_source or label in ids:  # a retrieved docno, or nothing matched it
+                    qrels_lines.append(f"{case.id} 0 {label} {grade}\n")
             held_not = (
                 ("question", case.question), ("answer", case.answer is not None),
                 ("contexts.text", any(c.text for c in case.contexts)),

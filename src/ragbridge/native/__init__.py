@@ -106,7 +106,7 @@ class NativeBackend(Backend):
         session = ctx.session if isinstance(ctx.session, RankedCache) else RankedCache()
         prepared = session.prepared(cases, opts.span_min_overlap)
         values = ranking.evaluate(prepared, [metric], gain=opts.gain, arithmetic=opts.span_arithmetic,
-                                  chunking=opts.chunking)[metric]
+                                  chunking=opts.chunking, no_relevant=opts.no_relevant)[metric]
         undefined = np.flatnonzero(np.isnan(values)).tolist()
         reasons: list[Optional[str]] = [None] * len(values)
         if undefined:

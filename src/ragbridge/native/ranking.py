@@ -90,12 +90,17 @@ __all__ = [
     "METRICS",
     "NEEDS_K",
     "GAINS",
+    "NO_RELEVANT",
     "evaluate",
     "parse_metric",
     "Prepared",
 ]
 
 GAINS = ("linear", "exponential")
+#: what recall, MRR, nDCG and MAP are for a case whose labels all have grade 0 (R = 0): undefined
+#: (ragbridge's default, left out of means) or 0 (trec_eval, which averages such a query as 0)
+NO_RELEVANT = ("undefined", "zero")
+_R_DIVIDES = ("recall", "mrr", "ndcg", "map")
 
 
 @dataclass(frozen=True, eq=False)
@@ -556,7 +561,7 @@ class Prepared:
 def evaluate(
     cases: Union[Sequence["Case"], Ranked, Prepared], metrics: Sequence[str], gain: str = "linear", *,
     min_overlap: float = SPAN_MIN_OVERLAP, arithmetic: str = "merged",
-    chunking: Any = None,
+    chunking: Any = None, no_relevant: str = "undefined",
 ) -> dict[str, np.ndarray]:
     """Per-case values for each metric name, e.g. ``["recall@5", "ndcg@10", "mrr", "map@100",
     "span_iou@5"]``: the one dispatcher from metric names to kernels (the native backend, the oracle
@@ -568,12 +573,16 @@ def evaluate(
     or :class:`Prepared` (the native backend prepares once per run). ``gain`` applies to nDCG;
     ``min_overlap`` is the span rule's; ``arithmetic`` (``merged`` or ``chroma``) and ``chunking``
     (for ``precision_omega``) apply to the character-level metrics (`ragbridge.native.spans`).
+    ``no_relevant="zero"`` scores recall, MRR, nDCG and MAP of a case whose labels all have grade 0
+    as 0, as trec_eval averages it, instead of undefined.
     """
     if isinstance(metrics, str):
         metrics = [metrics]
     parsed = [(name, *parse_metric(name)) for name in metrics]
     if gain not in GAINS:
         raise ValueError(f"gain must be one of {', '.join(GAINS)}, got {gain!r}")
+    if no_relevant not in NO_RELEVANT:
+        raise ValueError(f"no_relevant must be one of {', '.join(NO_RELEVANT)}, got {no_relevant!r}")
     span_kernels.check_arithmetic(arithmetic)
     if isinstance(cases, Ranked):
         if any(base in SPAN_METRICS for _, base, _ in parsed):
@@ -593,4 +602,6 @@ def evaluate(
             out[name] = ndcg(ranked, k, gain=gain)
         else:
             out[name] = METRICS[base](ranked, k)
+        if no_relevant == "zero" and base in _R_DIVIDES:
+            out[name][ranked.labelled & (ranked.n_relevant == 0)] = 0.0
     return out

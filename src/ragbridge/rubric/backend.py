@@ -18,8 +18,8 @@ relevant chunks / chunks, ``passed`` when at least half are relevant, the verdic
 
 Options (``backend_options["rubric"]``): ``files``, ``rubrics``; ``structured`` (``auto``,
 ``json_schema`` or ``prompt``, see `parse`); ``retries`` (re-asks of an unusable reply, default 2,
-at most the gateway's ``max_retries``); ``concurrency`` (cases in flight, default the gateway's
-``max_concurrency``).
+at most the gateway's ``max_retries``); ``concurrency`` (cases in flight, default twice the
+gateway's ``max_concurrency``: `ragbridge.backend.ScoringContext.cases_in_flight`).
 
 Every request goes through ``ctx.judge``'s in-process transport (an ``httpx.AsyncClient`` speaking
 the chat-completions wire format, at ``base_url(in_process=True)``: no socket is opened), inside
@@ -137,9 +137,9 @@ class RubricBackend(Backend):
                     return await score_diagnostic(asker, metric, case, NAME)
                 return await score_case(asker, rubric, case)
 
-        limit = int(opts.get("concurrency") or gateway.config.max_concurrency)
+        limit = ctx.cases_in_flight(opts.get("concurrency"))
         try:
-            async for score in fan_out(cases, one, max(1, limit)):
+            async for score in fan_out(cases, one, limit):
                 yield score
         finally:
             await client.aclose()

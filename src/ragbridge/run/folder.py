@@ -25,6 +25,7 @@ import datetime as dt
 import json
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -356,6 +357,8 @@ class RunFolder:
         self.target_path = self.path / "target.jsonl"
         self._fh = None
         self._last_beat = time.monotonic()
+        self._beat: Optional[threading.Thread] = None  # the heartbeat being written
+        self._beat_error: Optional[OSError] = None
 
     def prepare(self, overwrite: bool, fingerprint: str, target: bool = False) -> Optional[RunManifest]:
         """Decide what this run does with the folder; returns the earlier run's manifest to resume
@@ -460,7 +463,7 @@ class RunFolder:
         manifest.counts["resumed_from"] = len(done)
         if isinstance(old.counts.get("judge"), dict):
             kept = old.counts["judge"]
-            manifest.counts["judge"] = {k: (float if k in _FLOAT_COUNTS else int)(kept.get(k, 0))
+            manifest.counts["judge"] = {k: (float if k in _FLOAT_COUNTS else int)(kept.get(k) or 0)
                                         for k in JUDGE_COUNTS}
         if "wall_seconds" in old.timing:
             manifest.timing = {**manifest.timing, "wall_seconds": dict(old.timing["wall_seconds"])}
@@ -496,15 +499,35 @@ class RunFolder:
         return time.monotonic() - self._last_beat >= HEARTBEAT_SECONDS
 
     def heartbeat(self, manifest: RunManifest) -> None:
-        """Rewrite the manifest with ``heartbeat_at`` now (the caller updated its counts)."""
+        """Rewrite the manifest with ``heartbeat_at`` now (the caller updated its counts).
+
+        The write (a temporary file, its fsync, the rename) is done in a thread of its own, so that
+        a slow disk does not hold up the scoring that calls this: while the previous heartbeat is
+        still being written, this one is skipped; a failed write raises at the next call."""
+        if self._beat is not None:
+            if self._beat.is_alive():
+                return
+            self._beat = None
+        if self._beat_error is not None:
+            error, self._beat_error = self._beat_error, None
+            raise error
         manifest.heartbeat_at = now()
-        self.write_manifest(manifest)
+        text = manifest.model_dump_json(indent=2)
+        self._beat = threading.Thread(target=self._write_beat, args=(text,), name="ragbridge-heartbeat",
+                                      daemon=True)
+        self._beat.start()
         self._last_beat = time.monotonic()
 
+    def _write_beat(self, text: str) -> None:
+        try:
+            write_atomic(self.manifest_path, text)
+        except OSError as exc:
+            self._beat_error = exc
+
     def finish(self, manifest: RunManifest) -> None:
-        """Close ``scores.jsonl`` and write the final manifest, also when the disk is full: the
-        manifest is then rewritten in place (`_rewrite_in_place`) rather than left saying
-        ``running``; the error that stopped the writing is raised after."""
+        """Close ``scores.jsonl`` and write the final manifest (after a heartbeat still being written),
+        also when the disk is full: the manifest is then rewritten in place (`_rewrite_in_place`)
+        rather than left saying ``running``; the error that stopped the writing is raised after."""
         error = None
         if self._fh:
             try:
@@ -512,6 +535,9 @@ class RunFolder:
             except OSError as exc:
                 error = exc
             self._fh = None
+        if self._beat is not None:
+            self._beat.join()
+            self._beat = None
         try:
             self.write_manifest(manifest)
         except OSError as exc:

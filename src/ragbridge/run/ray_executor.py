@@ -189,7 +189,8 @@ def native_table(cases: Sequence[Case]) -> Any:
                          ("rel_grades", pa.list_(pa.int64()))]))
 
 
-def native_batch(batch: Any, metrics: Sequence[str], gain: str = "linear") -> Any:
+def native_batch(batch: Any, metrics: Sequence[str], gain: str = "linear",
+                 no_relevant: str = "undefined") -> Any:
     """Every ranking metric of one block of `native_table` rows, through `ranking.evaluate`: a
     table of ``id``, ``labelled``, ``seconds`` (per case) and one float column ``m<i>`` per metric
     (NaN where undefined)."""
@@ -201,7 +202,7 @@ def native_batch(batch: Any, metrics: Sequence[str], gain: str = "linear") -> An
     t0 = time.perf_counter()
     cols = [batch.column(n).to_pylist() for n in ("ctx_ids", "ctx_sources", "rel_ids", "rel_grades")]
     cases = [_Ranked(*row) for row in zip(*cols)]
-    values = ranking.evaluate(cases, list(metrics), gain=gain)
+    values = ranking.evaluate(cases, list(metrics), gain=gain, no_relevant=no_relevant)
     n = len(cases)
     per_case = (time.perf_counter() - t0) / max(n, 1)
     out = {"id": batch.column("id"), "labelled": pa.array([bool(r) for r in cols[2]]),
@@ -422,7 +423,8 @@ class RayExecutor:
             n = self.native_block_rows
             ds = ray.data.from_arrow([table.slice(i, n) for i in range(0, table.num_rows, n)])
             ds = ds.map_batches(native_batch, batch_format="pyarrow", batch_size=None, zero_copy_batch=True,
-                                fn_kwargs={"metrics": metrics, "gain": options.gain})
+                                fn_kwargs={"metrics": metrics, "gain": options.gain,
+                                           "no_relevant": options.no_relevant})
             for block in ds.iter_batches(batch_format="pyarrow", batch_size=None):
                 ids = block.column("id").to_pylist()
                 labelled = block.column("labelled").to_pylist()

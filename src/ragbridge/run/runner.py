@@ -229,13 +229,14 @@ async def evaluate_async(
         spent = dict(manifest.counts.get("judge", {}))
         if folder:  # every call counted before it is made: what a killed session spent is known
             calls, cost = gateway.ledger.open_tally(folder.tally_path)
-            spent.update(calls=max(int(spent.get("calls", 0)), calls),
-                         cost=max(float(spent.get("cost", 0.0)), cost))
+            spent.update(calls=max(int(spent.get("calls") or 0), calls),
+                         cost=max(float(spent.get("cost") or 0.0), cost))
             manifest.counts["judge"] = spent
         if dry_run:
             gateway.simulate = _stub_simulator()
         elif max_calls is not None or max_cost is not None:
-            gateway.set_budget(max_calls, max_cost, int(spent.get("calls", 0)), float(spent.get("cost", 0.0)))
+            gateway.set_budget(max_calls, max_cost, int(spent.get("calls") or 0),
+                               float(spent.get("cost") or 0.0))
             manifest.counts["budget"] = {"max_calls": max_calls, "max_cost": max_cost}
     specs = [spec for chosen in plan.values() for _, spec in chosen]
     repeated = (repeats > 1 and any(spec.judge for spec in specs)) or any(key[3] for key in done)
@@ -766,13 +767,15 @@ class Recorder:
             manifest.counts["target_errors"] = self.n_target_errors
         if self.gateway is not None:
             u = self.gateway.usage()
-            judge = {k: self.earlier_judge.get(k, 0) + getattr(u, k) for k in JUDGE_COUNTS}
+            judge = {k: (self.earlier_judge.get(k) or 0) + getattr(u, k) for k in JUDGE_COUNTS}
             invalid = self.earlier_judge.get("invalid_usage", 0) + u.invalid_usage
             if invalid:  # calls whose reported tokens could not be true: their tokens and cost unknown
                 judge["invalid_usage"] = invalid
             judge["cost"] = round(judge["cost"], 10)
-            manifest.counts["judge"] = judge
             manifest.counts["cost"] = _cost_counts(self.totals, self.gateway.config, judge)
+            if manifest.counts["cost"]["total"] is None:  # no price for some call: the cost is unknown
+                judge["cost"] = None
+            manifest.counts["judge"] = judge
         if self.reuse is not None:
             manifest.counts["score_cache"] = self.reuse.counts()
         if self.self_judged and manifest.judge is not None:

@@ -18,8 +18,10 @@ class StubJudgeProcess:
     is not the measuring process's: ``with StubJudgeProcess(latency=0.1) as stub: ... stub.base_url``.
     Used by the benchmarks."""
 
-    def __init__(self, latency: float = 0.0, start_timeout: float = 60.0) -> None:
+    def __init__(self, latency: float = 0.0, start_timeout: float = 60.0,
+                 log: Optional[str | Path] = None) -> None:
         self.latency = latency
+        self.log = log  # the stub's call log (``--log``)
         self.start_timeout = start_timeout
         self.proc: Optional[subprocess.Popen] = None
         self.base_url = ""
@@ -32,8 +34,9 @@ class StubJudgeProcess:
             port = s.getsockname()[1]
         src = str(Path(__file__).resolve().parents[2])  # works from a source checkout without install
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
+        log = ["--log", str(self.log)] if self.log is not None else []
         self.proc = subprocess.Popen([sys.executable, "-m", "ragbridge.testing.stub_judge",
-                                      "--port", str(port), "--latency", str(self.latency)], env=env,
+                                      "--port", str(port), "--latency", str(self.latency), *log], env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:

@@ -38,6 +38,11 @@ gateway sends), so repeats of one request differ while a replay of one repeat do
 ``latency`` is the response time of every POST: the stub computes its answer, then sleeps for
 whatever is left of ``latency``.
 
+``log`` (a file path; ``--log`` on the command line) appends one JSON line per answered POST:
+``route``, ``start`` and ``end`` (Unix time), ``in_flight`` (POSTs in flight when it arrived, itself
+included), ``status`` and ``response_sha256`` (of the body sent), so a benchmark can tell how many
+calls were in flight at once and which call was answered when.
+
 For tests that need a defined order of events rather than a race, :meth:`StubJudge.hold` keeps
 every POST that arrives in flight (received, recorded, counted in ``in_flight``) until
 :meth:`StubJudge.release`, and :meth:`StubJudge.wait_for_requests` waits until a number of POSTs
@@ -49,6 +54,7 @@ Run it in the foreground with ``python -m ragbridge.testing.stub_judge --port 88
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import socket
@@ -57,6 +63,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from ragbridge.judge import FastRequestHandler
@@ -203,9 +210,10 @@ class _Handler(FastRequestHandler):
               mode: Optional[str] = None) -> None:
         stub = self.stub
         fault = mode or stub._draw_fault()
-        stub._enter()
+        in_flight = stub._enter()
         stub._record(StubRequest("POST", route, body, fault, headers=headers, dialect=dialect))
         t0 = time.monotonic()
+        started = time.time()
         try:
             stub._released.wait()
             status, payload, reply_headers = 200, None, None
@@ -249,7 +257,11 @@ class _Handler(FastRequestHandler):
             if fault == "drip":
                 self._send_drip(json.dumps(payload).encode(), stub.drip_interval)
                 return
+            if stub.log is not None and not isinstance(payload, bytes):
+                payload = json.dumps(payload, ensure_ascii=False).encode("utf-8")
             self._send(status, payload, reply_headers)
+            if stub.log is not None:
+                stub._log_call(route, started, in_flight, status, payload)
         except Exception as exc:  # a stub bug must not hang the client
             self._error(500, f"ragbridge stub: {type(exc).__name__}: {exc}", "server_error")
         finally:
@@ -288,7 +300,7 @@ class StubJudge:
                  retry_after: float = 0, models: tuple[str, ...] = ("stub-judge", "stub-embedder"),
                  host: str = "127.0.0.1", max_recorded: int = 100_000, noise: float = 0.0,
                  noise_seed: int = 0, api_key: Optional[str] = None, drip_interval: float = 0.5,
-                 huge_bytes: int = 64 << 20) -> None:
+                 huge_bytes: int = 64 << 20, log: Optional[str | Path] = None) -> None:
         rates = [fault_rate_429, fault_rate_500, fault_rate_timeout, fault_rate_malformed, fault_rate_garbage]
         if any(r < 0 or r > 1 for r in rates) or sum(rates) > 1:
             raise ValueError("fault rates must each be in 0..1 and sum to at most 1")
@@ -296,6 +308,8 @@ class StubJudge:
             raise ValueError("noise must be in 0..1")
         self.noise = float(noise)
         self.noise_seed = int(noise_seed)
+        self.log = Path(log) if log is not None else None
+        self._log_fh: Any = None
         self.port = port
         self.host = host
         self.latency = float(latency)
@@ -331,6 +345,8 @@ class StubJudge:
             return self
         handler = type("StubHandler", (_Handler,), {"stub": self, "owner": self})
         self._closed.clear()
+        if self.log is not None:
+            self._log_fh = open(self.log, "a", encoding="utf-8", buffering=1)
         self._server = _Server((self.host, self.port), handler)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
@@ -355,6 +371,10 @@ class StubJudge:
                 pass
         if self._thread is not None:
             self._thread.join(timeout=5)
+        with self._lock:
+            fh, self._log_fh = self._log_fh, None
+        if fh is not None:
+            fh.close()
 
     def __enter__(self) -> "StubJudge":
         return self.start()
@@ -445,10 +465,19 @@ class StubJudge:
                 return kind
         return None
 
-    def _enter(self) -> None:
+    def _enter(self) -> int:
         with self._lock:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            return self.in_flight
+
+    def _log_call(self, route: str, started: float, in_flight: int, status: int, body: bytes) -> None:
+        line = json.dumps({"route": route, "start": round(started, 6), "end": round(time.time(), 6),
+                           "in_flight": in_flight, "status": status,
+                           "response_sha256": hashlib.sha256(body).hexdigest()})
+        with self._lock:
+            if self._log_fh is not None:
+                self._log_fh.write(line + "\n")
 
     def _leave(self) -> None:
         with self._lock:
@@ -503,12 +532,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--noise", type=float, default=0.0,
                    help="test device: each verdict flips (a level moves) with this probability, per repeat")
     p.add_argument("--noise-seed", type=int, default=0)
+    p.add_argument("--log", default=None,
+                   help="append one JSON line per answered POST to this file (route, start, end, in_flight)")
     a = p.parse_args(argv)
     serve(a.port, host=a.host, latency=a.latency, fault_rate_429=a.fault_rate_429,
           fault_rate_500=a.fault_rate_500, fault_rate_timeout=a.fault_rate_timeout,
           fault_rate_malformed=a.fault_rate_malformed, fault_rate_garbage=a.fault_rate_garbage,
           seed=a.seed, timeout_seconds=a.timeout_seconds, retry_after=a.retry_after, noise=a.noise,
-          noise_seed=a.noise_seed)
+          noise_seed=a.noise_seed, log=a.log)
     return 0
 
 
