@@ -36,6 +36,7 @@ def noisy_run(tmp_path_factory):
     return tmp / "run"
 
 
+@pytest.mark.slow
 def test_every_output_counts_the_same_passes(noisy_run, tmp_path):
     run = load_run(noisy_run)
     passed = sum(s.passed is True for s in run.scores)
@@ -85,6 +86,7 @@ def test_every_output_counts_the_same_passes(noisy_run, tmp_path):
     assert all(r["flips"] == (0 < sum(v >= mark for v in r["values"]) < len(r["values"])) for r in noise)
 
 
+@pytest.mark.slow
 def test_diff_and_gate_say_the_same_about_judge_noise(tmp_path):
     """A zero change is within judge noise in diff and gate alike, even when the noise is zero."""
     cases = load_cases(EXAMPLE)
@@ -143,6 +145,7 @@ def test_resuming_with_another_judge_is_refused(tmp_path):
         assert ragbridge_cli(*args, "--judge-model", "judge-a").returncode == 0
 
 
+@pytest.mark.slow
 def test_compare_explains_only_what_it_prints_and_lists_real_disagreements(tmp_path):
     from test_analysis import sc, tiny_cases, write_run
 
@@ -223,6 +226,7 @@ def moved_runs(tmp_path_factory):
     return tmp / "base", tmp / "new", worse
 
 
+@pytest.mark.slow
 def test_the_report_shows_what_moved_and_the_gate_in_chromium(moved_runs, tmp_path):
     base, new, worse = moved_runs
     gates = tmp_path / "gates.toml"
@@ -254,6 +258,7 @@ def test_the_report_shows_what_moved_and_the_gate_in_chromium(moved_runs, tmp_pa
     assert section.count('class="gate-fail"') == sum(r["verdict"] == "fail" for r in gate["results"])
 
 
+@pytest.mark.slow
 def test_the_grid_colours_each_cell_by_its_own_threshold_sorts_and_filters_in_chromium(moved_runs, tmp_path):
     _, new, worse = moved_runs
     page = tmp_path / "report.html"

@@ -160,6 +160,7 @@ def test_labels_and_chunk_ids_in_two_unicode_forms_match(tmp_path):
     assert all(set(c.relevant) == {c.contexts[0].id} for c in cases)
 
 
+@pytest.mark.slow
 def test_wrong_human_labels_are_errors_with_the_line(tmp_path, example_path):
     """validate: a grade of 1.5 at the default 0..1 scale, a case labelled pass and fail, and labels
     that name no case of the run are each exit 2 with the file and line, and nothing on stdout."""

@@ -180,6 +180,7 @@ def run_pytest(folder: Path, home: Path, *args: str, **env: str) -> subprocess.C
         cwd=folder, env=clean_env(home, **env), capture_output=True, text=True, timeout=180)
 
 
+@pytest.mark.slow
 def test_deepeval_pytest_plugin_is_kept_out_of_project_test_runs(tmp_path):
     folder, home = tmp_path / "proj", tmp_path / "home"
     folder.mkdir()

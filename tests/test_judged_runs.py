@@ -34,6 +34,7 @@ def test_failed_score_is_not_replayed_from_the_cache(tmp_path, example_cases, st
 
 
 @needs_backend("deepeval")
+@pytest.mark.slow
 def test_resume_after_injected_faults_replays_no_failed_answer(tmp_path, example_path):
     """Through the CLI: DeepEval's faithfulness asks for truths and claims of a case at once. The
     first answer is malformed, so the score fails; the other call got a 429 and its (malformed)

@@ -8,6 +8,8 @@ import json
 import os
 import textwrap
 
+import pytest
+
 from conftest import ragbridge_cli
 from ragbridge.plugins import get_backends
 
@@ -48,6 +50,7 @@ RECORDER = textwrap.dedent(
 LOCAL = {"127.0.0.1", "localhost", "::1"}
 
 
+@pytest.mark.slow
 def test_full_run_talks_only_to_the_judge(tmp_path, example_cases, stub_judge, monkeypatch):
     # as in a user's shell: the run relies on each backend's own environment defaults, not on the
     # opt-outs the test process set for itself

@@ -293,6 +293,7 @@ def test_gate_check_for_repeats_and_the_report_section(tmp_path, cases):
     assert noise_section(once)["cases"] == {}
 
 
+@pytest.mark.slow
 def test_cli_diff_and_gate_use_judge_noise(tmp_path, cases):
     from conftest import ragbridge_cli
 
@@ -317,6 +318,7 @@ def test_cli_diff_and_gate_use_judge_noise(tmp_path, cases):
     assert res.returncode == 0, res.stdout
 
 
+@pytest.mark.slow
 def test_cli_validate_estimates_the_whole_sets_pass_rate_from_a_few_labels(tmp_path, cases):
     from conftest import ragbridge_cli
 
@@ -339,6 +341,7 @@ def test_cli_validate_estimates_the_whole_sets_pass_rate_from_a_few_labels(tmp_p
     assert "prediction-powered inference" in text.stdout
 
 
+@pytest.mark.slow
 def test_the_report_shows_noise_spread_per_case_and_cost(tmp_path, cases):
     from conftest import ragbridge_cli
 

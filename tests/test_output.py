@@ -160,6 +160,7 @@ def docs(runs):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.slow
 def test_every_command_reads_at_the_width_when_piped(runs, docs, width):
     for name, args in commands(runs).items():
         res = cli(width, *args)

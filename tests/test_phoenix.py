@@ -426,6 +426,7 @@ def test_backends_command_lists_phoenix():
     assert "phoenix" in text and "3.9.4" in text and "retrieval_relevance" in text
 
 
+@pytest.mark.slow
 def test_compare_and_report_with_native_phoenix_and_deepeval(tmp_path, stub, all_cases):
     pytest.importorskip("deepeval")
     ids = [GOOD, "notifications-sms-cost", "claims-damage-deadline", "billing-refund-timing",

@@ -258,6 +258,7 @@ def test_a_run_judged_by_the_systems_own_model_is_flagged(tmp_path, stub_judge):
     assert "self_judging" not in json.loads((out3 / "run.json").read_text())["judge"]
 
 
+@pytest.mark.slow
 def test_a_changed_rubric_is_rescored_warned_by_diff_and_refused_by_gate(tmp_path, stub_judge):
     v1 = tmp_path / "v1.toml"
     shutil.copy(EXAMPLE_RUBRICS, v1)

@@ -28,6 +28,7 @@ def judge_args(stub, tmp_path, config=None):
 
 
 @pytest.mark.parametrize("stub_judge", [{"fault_rate_500": 1.0}], indirect=True)
+@pytest.mark.slow
 def test_a_run_whose_judge_calls_all_failed_exits_3_then_resumes_to_0(tmp_path, example_path, stub_judge):
     cases = load_cases(example_path)[:2]
     data = tmp_path / "golden.jsonl"
@@ -72,6 +73,7 @@ def _manifest(out):
 
 
 @pytest.mark.parametrize("stub_judge", [{"latency": 0.3}], indirect=True)
+@pytest.mark.slow
 def test_a_run_killed_mid_way_reads_as_interrupted_and_its_resume_counts_both_sessions(
         tmp_path, example_path, stub_judge):
     cases = load_cases(example_path)
@@ -140,6 +142,7 @@ def test_a_second_run_into_a_folder_being_written_is_refused(tmp_path, example_p
 
 
 @pytest.mark.parametrize("stub_judge", [{"latency": 0.3}], indirect=True)
+@pytest.mark.slow
 def test_a_terminated_run_records_that_it_was_interrupted_and_exits_130(tmp_path, example_path, stub_judge):
     out = tmp_path / "run"
     args = ["run", example_path, "--out", out, *judge_args(stub_judge, tmp_path), "--max-concurrency", "1"]

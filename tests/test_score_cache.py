@@ -43,6 +43,7 @@ def _golden(tmp_path, n):
 
 
 @needs_deepeval
+@pytest.mark.slow
 def test_warm_rerun_into_a_new_folder_reuses_every_score_without_the_library(tmp_path):
     golden = _golden(tmp_path, 8)
     with StubJudge() as stub:
@@ -176,6 +177,7 @@ def test_the_key_names_what_a_score_depends_on():
 
 
 
+@pytest.mark.slow
 def test_a_killed_run_leaves_a_cache_that_holds_only_what_its_folder_holds(tmp_path):
     """kill -9 in the middle of a judged run: the score cache stays readable, holds no score the run
     folder lacks (it commits after the folder's flush), and a re-run into a new folder reuses those

@@ -156,6 +156,7 @@ def full_disk(request, tmp_path):
     return request.param, folder, run
 
 
+@pytest.mark.slow
 def test_a_full_disk_mid_run_is_one_error_and_the_run_resumes(tmp_path, full_disk):
     mode, folder, disk = full_disk
     golden = _golden(tmp_path / "golden.jsonl", 1500, chunks=5)
@@ -205,6 +206,7 @@ def test_a_full_disk_during_the_input_check_writes_nothing(tmp_path, full_disk):
         assert sorted(p.name for p in folder.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_an_export_that_does_not_fit_leaves_the_earlier_one_whole(tmp_path, example_path, full_disk):
     """trulens-leaderboard (and convert) write whole or not at all: the earlier export stays."""
     pytest.importorskip("ragbridge_trulens")
@@ -248,6 +250,7 @@ def read_only(tmp_path):
         pytest.skip("root without mount: no folder is read-only to it")
 
 
+@pytest.mark.slow
 def test_a_read_only_output_is_one_error_exit_2_and_nothing_written(tmp_path, example_path, read_only):
     run_dir = tmp_path / "run"
     assert ragbridge_cli("run", example_path, "--out", run_dir, "--no-progress").returncode == 0

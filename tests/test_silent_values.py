@@ -106,6 +106,7 @@ class _OutOfRange(StubJudge):
     pytest.param("context_recall", "attributed", 3, marks=pytest.mark.slow),
     pytest.param("context_relevance", "rating", 5, marks=pytest.mark.slow),
 ])
+@pytest.mark.slow
 def test_ragas_out_of_range_verdicts_are_errors(tmp_path, example_path, metric, field, value):
     """RAGAS takes any integer where its reply model states 0/1 (0/1/2 for ratings): the backend
     checks each reply against that and makes the score an error with what the judge said."""

@@ -277,6 +277,7 @@ def test_a_repeated_case_id_is_reported_as_the_whole_file_reader_reports_it(tmp_
     assert "duplicate case id" in str(whole.value) and str(batched.value) == str(whole.value)
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_way_loses_at_most_unflushed_scores_and_resumes_each_score_once(tmp_path):
     data = _generated(tmp_path / "cases.jsonl", 30_000, docs=20)
     out = tmp_path / "run"

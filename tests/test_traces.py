@@ -302,6 +302,7 @@ def test_judged_run_validated_against_user_signals_and_scores_back_out(tmp_path,
         assert r["explanation"] == scores[r["trace_id"]]["reason"]
 
 
+@pytest.mark.slow
 def test_scores_go_back_to_the_spans_they_came_from(tmp_path, otlp):
     """A run of cases read from traces (answer checks a team added), written back as span
     evaluations: plain rows, Phoenix's span evaluations, Langfuse's batch score import (which the

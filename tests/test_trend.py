@@ -116,6 +116,7 @@ def test_trend_orders_by_start_time_and_recovers_the_slope(native_run, tmp_path)
     assert billing["slope_low"] <= -0.015 <= billing["slope_high"]
 
 
+@pytest.mark.slow
 def test_trend_cli_finds_the_step(native_run, tmp_path):
     levels = [0.8] * 6 + [0.6] * 5
     paths = dated_runs(native_run, tmp_path / "runs", levels, noise=0.02)
@@ -135,6 +136,7 @@ def test_trend_cli_finds_the_step(native_run, tmp_path):
     assert "billing" in text.stdout
 
 
+@pytest.mark.slow
 def test_trend_refuses_bad_input(native_run, tmp_path):
     one = dated_runs(native_run, tmp_path / "one", [0.7])
     for args, message in ((one, "two or more runs"), ([tmp_path / "nothere"], "does not exist"),

@@ -181,9 +181,22 @@ class Ledger:
             b.in_flight += 1
         return True
 
-    def sending(self) -> None:
-        """A reserved call is about to go upstream (its first attempt): written to the tally now."""
+    def sending(self, tag: CallTag) -> bool:
+        """A reserved call is about to go upstream (its first attempt): written to the tally now, and
+        True. False (the reservation given back, ``tag`` refused) when, while it waited for a free
+        slot, the money budget ran out or a call's cost could not be known: a run overshoots by the
+        calls in flight, never by the calls queued behind them."""
+        b = self.budget
+        if b is not None and b.max_cost is not None:
+            with self._lock:
+                if b.cost_unknown or b.cost >= b.max_cost:
+                    b.spent = True
+                    b.calls -= 1
+                    b.in_flight -= 1
+                    self._refused.add(tag)
+                    return False
         self._write_tally(b"c\n")
+        return True
 
     def settle(self, cost: Optional[float]) -> None:
         """The reserved call is done, at ``cost`` (None: unknown)."""

@@ -126,12 +126,9 @@ class Pipeline:
         """One upstream call (or its simulation in a dry run) within the budget: its tokens (None when
         the usage it reports cannot be true) and cost."""
         if not self.ledger.reserve(tag):
-            b = self.ledger.budget
-            return Result(402, error_body(
-                f"ragbridge judge budget spent ({b.describe() if b else ''}): this call was not made; "
-                f"run again with a larger budget to resume", "insufficient_quota", "ragbridge_budget_spent"),
-                cache="budget", attempts=0, json_ok=True)
+            return self._refused()
         res = Result(502, b"", cost=0.0)
+        sent = True
         model = body.get("model") if isinstance(body, dict) else None
         model = model if isinstance(model, str) else None
         try:
@@ -143,21 +140,32 @@ class Pipeline:
                 if shaped is not body:
                     raw = json.dumps(shaped, ensure_ascii=False).encode("utf-8")
                 res = self._forward("POST", endpoint, raw, repeat=tag.repeat, model=model,
-                                    stream=isinstance(body, dict) and bool(body.get("stream")))
+                                    stream=isinstance(body, dict) and bool(body.get("stream")), tag=tag)
+                if res.cache == "budget":  # its reservation given back while it waited for a slot
+                    sent = False
+                    return self._refused()
             res.request_json = True
             res.tokens = reported_usage(res.parsed, len(raw)) if res.parsed is not None else (0, 0)
             res.cost = self.ledger.price(model, res.tokens) if res.parsed is not None else 0.0
         finally:
-            self.ledger.settle(res.cost)
+            if sent:
+                self.ledger.settle(res.cost)
         return res
 
+    def _refused(self) -> Result:
+        b = self.ledger.budget
+        return Result(402, error_body(
+            f"ragbridge judge budget spent ({b.describe() if b else ''}): this call was not made; "
+            f"run again with a larger budget to resume", "insufficient_quota", "ragbridge_budget_spent"),
+            cache="budget", attempts=0, json_ok=True)
+
     def _forward(self, method: str, endpoint: str, raw: bytes, *, repeat: int = 0,
-                 model: Optional[str] = None, stream: bool = False) -> Result:
+                 model: Optional[str] = None, stream: bool = False, tag: Optional[CallTag] = None) -> Result:
         if self.closing.is_set() or self.forwarder is None:
             return Result(503, error_body("ragbridge judge gateway is shut down"), attempts=0)
         upstream = self.upstreams[self.endpoint(endpoint)]
         res = self.forwarder.forward(upstream, method, endpoint, raw, model, stream=stream,
                                      extra_headers={REPEAT_HEADER: str(repeat)} if repeat else None,
-                                     on_send=self.ledger.sending if method == "POST" else None)
+                                     on_send=(lambda: self.ledger.sending(tag)) if tag is not None else None)
         res.body = self.redactor(res.body)
         return res

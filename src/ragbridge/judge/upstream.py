@@ -377,9 +377,10 @@ class Forwarder:
     def forward(self, upstream: Upstream, method: str, endpoint: str, body: Optional[bytes],
                 model: Optional[str] = None, *, stream: bool = False,
                 extra_headers: Optional[dict[str, str]] = None,
-                on_send: Optional[Callable[[], None]] = None) -> Result:
+                on_send: Optional[Callable[[], bool]] = None) -> Result:
         """One call: the attempts it takes, and the last answer as the library gets it. ``on_send``
-        is called once, when the call's first attempt is about to be sent."""
+        is called once, when the call's first attempt is about to be sent; when it answers False the
+        call is not sent (a `Result` with no attempt and ``cache`` "budget")."""
         cfg = self.config
         ep = upstream.endpoint
         try:
@@ -399,8 +400,8 @@ class Forwarder:
                 if self._limiter is not None and not self._limiter.wait(self.closing):
                     return Result(503, error_body("ragbridge judge gateway is shut down"),
                                   attempts=attempt - 1)
-                if attempt == 1 and on_send is not None:
-                    on_send()
+                if attempt == 1 and on_send is not None and not on_send():
+                    return Result(402, b"", attempts=0, cache="budget")
                 try:
                     reply: Optional[Reply] = upstream.transport.send(
                         method, url, body if method == "POST" else None, headers,
