@@ -198,6 +198,7 @@ def test_bad_input_is_a_dataset_error(tmp_path):
         formats.read_any(tmp_path / "z.parquet")
 
 
+@pytest.mark.slow
 def test_cli_convert_to_and_from_deepeval(example, tmp_path):
     out = tmp_path / "goldens.json"
     res = ragbridge_cli("convert", EXAMPLE, out, "--to", "deepeval")

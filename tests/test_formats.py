@@ -425,7 +425,9 @@ def trec_case_lists(draw):
     return out
 
 
-@pytest.mark.parametrize("name, suffix", sorted(WRITTEN), ids=lambda v: v or "folder")
+@pytest.mark.parametrize("name, suffix", [  # ranx's numba compiles for 1-2 minutes: trec runs with -m slow
+    pytest.param(*k, marks=pytest.mark.slow) if k[0] == "trec" else k for k in sorted(WRITTEN)],
+    ids=lambda v: v or "folder")
 def test_round_trip_is_identity_or_loud_and_the_library_loads_it(name, suffix):
     if name.startswith("ragas"):
         pytest.importorskip("ragas")

@@ -7,9 +7,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 
+@pytest.mark.slow
 def test_the_readme_noise_example_runs(tmp_path):
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     section = text[text.index("## Judge noise, cost and budgets"):text.index("## From Python")]

@@ -345,6 +345,7 @@ def test_content_security_policy_blocks_markup_that_slips_through(html_text, tmp
     assert 'data-report-ready="1"' in root and "data-pwned" not in root
 
 
+@pytest.mark.slow
 def test_screenshot(html_text, tmp_path):
     from PIL import Image
 

@@ -150,6 +150,7 @@ def test_trend_refuses_bad_input(native_run, tmp_path):
     assert r.returncode == 2 and "neither a run folder nor a folder of run folders" in r.stderr
 
 
+@pytest.mark.slow
 def test_the_report_plots_the_series(native_run, tmp_path):
     from ragbridge.report import render_html, render_markdown, report_data
 
