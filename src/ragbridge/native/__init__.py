@@ -34,7 +34,7 @@ from ..backend import Backend, MetricSpec, ScoringContext
 from ..hookspecs import hookimpl
 import numpy as np
 
-from ..formats.records import CaseBatch
+from ..formats.batches import CaseBatch
 from ..schema import Case, Score, ScoreBlock
 from . import answers, ranking
 

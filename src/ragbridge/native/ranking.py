@@ -209,7 +209,7 @@ def _match_slow(ci, ids, chunks, rel, spans, min_overlap, m_case, m_rank, m_grad
 
 
 def _chunk_lists(cases):
-    """Per case ``(chunk ids, chunks, relevant)``: from a `~ragbridge.formats.records.CaseBatch`
+    """Per case ``(chunk ids, chunks, relevant)``: from a `~ragbridge.formats.batches.CaseBatch`
     (what a run scores: its records read as they are, ``chunks`` None where every chunk is an id
     alone), else from `Case` objects."""
     chunk_lists = getattr(cases, "chunk_lists", None)

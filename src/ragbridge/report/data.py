@@ -45,7 +45,7 @@ from ..analysis.table import open_run
 from ..analysis.thresholds import PassMarks, Thresholds, pass_marks
 from ..analysis.validate import validate
 from ..formats.files import jsonl_lines
-from ..formats.records import batch_from_records
+from ..formats.batches import batch_from_records
 from ..formats.source import BATCH_SIZE
 from ..metrics import half_of
 from ..metrics import sort_key as metric_key
@@ -318,7 +318,7 @@ def _without_texts(run: Run) -> Run:
 
 def _case_batches(path: Path, drop: tuple[str, ...] = (), keep: Optional[set[str]] = None):
     """A ``cases.jsonl``'s cases, `BATCH_SIZE` at a time, each record read as the canonical reader
-    reads it (`ragbridge.formats.records.batch_from_records`), with the fields ``drop`` left out; with
+    reads it (`ragbridge.formats.batches.batch_from_records`), with the fields ``drop`` left out; with
     ``keep``, a record whose ``id`` is a string not in it is skipped unread."""
     lines: list[tuple[int, Any]] = []
     first_seen: dict[str, int] = {}

@@ -17,7 +17,7 @@ from dataclasses import replace as dataclass_replace
 from typing import Callable, Iterator, Sequence, Union
 
 from ..backend import Backend, ScoringContext, error_text
-from ..formats.records import CaseBatch
+from ..formats.batches import CaseBatch
 from ..schema import Case, Score, ScoreBlock
 
 __all__ = ["Job", "Record", "applied_environment", "open_session", "close_session", "drive_job"]

@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Iterator, Optional, Sequence, Union
 
 from ..backend import Backend, RunOptions, ScoringContext
-from ..formats.records import CaseBatch
+from ..formats.batches import CaseBatch
 from ..plugins import get_backends
 from ..schema import Score, ScoreBlock
 from .executor import Executor, ExecutorSession

@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable, Optional
 
 from ..backend import RunOptions
-from ..formats.records import CaseBatch
+from ..formats.batches import CaseBatch
 from ..formats.source import CaseSource
 from ..schema import RunManifest, Score, ScoreBlock
 from .folder import JUDGE_COUNTS, RunFolder, now

@@ -55,7 +55,7 @@ from .. import __version__
 from ..backend import RunOptions, ScoringContext
 from ..formats import load_cases
 from ..formats.corpus import Corpus, read_corpus
-from ..formats.records import CaseBatch
+from ..formats.batches import CaseBatch
 from ..formats.source import BATCH_SIZE, CaseSource, open_cases
 from ..plugins import get_backends
 from ..schema import Case, RunManifest, Score

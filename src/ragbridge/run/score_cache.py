@@ -42,7 +42,8 @@ from typing import Any, Iterable, Optional
 from .. import __version__
 from ..judge.cache import open_database
 from ..backend import RunOptions
-from ..formats.records import CaseBatch, record_line
+from ..formats.batches import CaseBatch
+from ..formats.plain_records import record_line
 from ..judge.config import redact_url
 from ..plugins import get_backends
 from ..schema import RunManifest, Score
