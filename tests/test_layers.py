@@ -165,3 +165,28 @@ def test_no_private_name_is_imported_across_modules():
                 offenders += [f"{path.relative_to(root)}:{node.lineno} imports {a.name}"
                               for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
     assert not offenders
+
+
+MODULE_LINES, CLASS_LINES = 600, 300
+
+
+def _sized(doc: str | None) -> bool:
+    """A docstring that gives the reason for its size: a paragraph that starts with ``Size:``."""
+    return any(p.lstrip().startswith("Size:") for p in (doc or "").split("\n\n"))
+
+
+def test_no_module_or_class_grows_past_its_size_without_saying_why():
+    """No module of ragbridge or its plugins is over 600 lines and no class over 300, unless its
+    docstring says why in a paragraph that starts with ``Size:``."""
+    offenders = []
+    for name, path in sorted(EVERY_MODULE.items()):
+        source = path.read_text(encoding="utf-8")
+        tree = ast.parse(source)
+        if len(source.splitlines()) > MODULE_LINES and not _sized(ast.get_docstring(tree)):
+            offenders.append(f"{name}: {len(source.splitlines())} lines")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > CLASS_LINES \
+                    and not _sized(ast.get_docstring(node)):
+                offenders.append(f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert not offenders
+    assert _sized("One thing.\n\nSize: a reason.") and not _sized("One thing. Size: not a paragraph.")

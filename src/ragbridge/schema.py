@@ -21,6 +21,9 @@ Ids (a case's, a chunk's, a chunk's ``source``, a label) are compared exactly, a
 whose ids differ only so are one id given twice: an error); an id holding a character that does
 not print (a zero-width space, a tab, a no-break space, a control character) is refused, since it
 reads as another id it never equals.
+
+Size: one file on purpose, so a reader (and a plugin author) finds every canonical type, its
+validation and the relevance and span rules they share in one place.
 """
 
 from __future__ import annotations

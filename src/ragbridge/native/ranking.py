@@ -7,6 +7,9 @@ one dispatcher: it parses metric names such as ``"ndcg@10"`` and runs the kernel
 backend scores through it (the CLI and ``ragbridge.evaluate``), and so do the oracle tests against
 pytrec_eval and ranx (``tests/test_ranking.py``) and ``benchmarks/bench_ranking.py``.
 
+Size: the kernels are a few lines each; they sit beside the conventions below and the one
+dispatcher, as in ranx, so that each convention is stated once next to the code that keeps it.
+
 Conventions (trec_eval's, with ragbridge's relevance rule). With chunk-level labels and no repeated
 chunk ids every value equals trec_eval's (pytrec_eval) to floating-point rounding.
 
