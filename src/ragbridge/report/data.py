@@ -299,6 +299,10 @@ def _threshold_rows(cases: list[dict], th: Thresholds, metrics, backends) -> lis
     return rows
 
 
+#: the failing cases a report lists by name per layer (the HTML and Markdown; JSON holds them all)
+DIAGNOSIS_LISTED = 50
+
+
 def _diagnosis(run: Run, th: Thresholds, labels: Any, label_threshold: float) -> Optional[dict[str, Any]]:
     """Each failing case's layer (`ragbridge.analysis.diagnose`), by the report's pass marks; the
     cases are read without their chunks, so the details that read chunks are left out."""
