@@ -7,9 +7,13 @@ results on disk, against pytrec_eval and ranx reading the same data as TREC run 
     python benchmarks/bench_native_cli.py --n 4000 --rounds 5  # quick
 
 Data (fixed seed, written once into ``--data`` and reused): every query retrieves ``--docs`` documents
-with unique ids and has 1-20 labelled documents with grades 1-3, each retrieved with p = 0.5 at an
-exponentially skewed rank (mean 15); every 50th query retrieves none of its labels. The same data is
-written three ways:
+with unique ids and has labelled documents with grades 1-3, each retrieved with p = 0.5 at an
+exponentially skewed rank (mean 15); every 50th query retrieves none of its labels. Each of
+``--shapes`` is measured in turn, and the spread of the ratios over them is printed: ``dense``, 1-20
+labels a query and ids drawn from 10x the documents a query retrieves; ``sparse``, 1-3 labels and
+ids from 1000x (longer ids, fewer labels). ``--text N`` gives every chunk a text of N characters in
+``cases.jsonl`` (one letter for 1; words otherwise), as a golden set with chunk text has. The same
+data is written three ways:
 
 - ``cases.jsonl``: ragbridge's canonical golden set (one case a line: id, question, contexts as
   ``{"id": ...}`` best first, relevant as ``{doc: grade}``);
@@ -91,17 +95,24 @@ RANX_SCRIPT = textwrap.dedent(
 )
 
 
-def generate(folder: Path, n: int, docs: int, seed: int) -> None:
-    """Write cases.jsonl, run.trec and qrels.trec (deterministic for n, docs and seed)."""
+#: the shapes of data the benchmark generates: labels per query (lowest, highest), and the size of
+#: the id space as a multiple of the documents a query retrieves
+SHAPES = {"dense": ((1, 20), 10), "sparse": ((1, 3), 1000)}
+
+
+def generate(folder: Path, n: int, docs: int, seed: int, shape: str = "dense", text: int = 0) -> None:
+    """Write cases.jsonl, run.trec and qrels.trec (deterministic for n, docs, seed, shape and text)."""
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
+    (low, high), space = SHAPES[shape]
+    letters = "abcdefghijklmnopqrstuvwxyz"
     t0 = time.perf_counter()
     with open(folder / "cases.jsonl.tmp", "w") as fc, open(folder / "run.trec.tmp", "w") as fr, \
             open(folder / "qrels.trec.tmp", "w") as fq:
         for q in range(n):
             qid = f"q{q}"
-            n_rel = rng.randint(1, 20)
-            ids = [f"d{j}" for j in rng.sample(range(10 * docs), docs + n_rel)]
+            n_rel = rng.randint(low, high)
+            ids = [f"d{j}" for j in rng.sample(range(space * docs), docs + n_rel)]
             rel, other = ids[:n_rel], ids[n_rel:]
             grades = {d: rng.randint(1, 3) for d in rel}
             slots: list = [None] * docs
@@ -114,16 +125,34 @@ def generate(folder: Path, n: int, docs: int, seed: int) -> None:
                         slots[pos] = d
             fill = iter(other)
             ranked = [d if d is not None else next(fill) for d in slots]
-            fc.write(json.dumps({"id": qid, "question": f"question {q}",
-                                 "contexts": [{"id": d} for d in ranked], "relevant": grades}))
+            if text:
+                chunks = [{"id": d, "text": _text(rng, letters, text)} for d in ranked]
+            else:
+                chunks = [{"id": d} for d in ranked]
+            fc.write(json.dumps({"id": qid, "question": f"question {q}", "contexts": chunks,
+                                 "relevant": grades}))
             fc.write("\n")
             fr.write("".join(f"{qid} Q0 {d} {i + 1} {docs - i} bench\n" for i, d in enumerate(ranked)))
             fq.write("".join(f"{qid} 0 {d} {g}\n" for d, g in grades.items()))
     for name in ("cases.jsonl", "run.trec", "qrels.trec"):
         os.replace(folder / f"{name}.tmp", folder / name)
-    (folder / "meta.json").write_text(json.dumps({"n": n, "docs": docs, "seed": seed}))
-    print(f"data: {n:,} queries x {docs} docs written to {folder} in {time.perf_counter() - t0:.1f} s",
-          flush=True)
+    (folder / "meta.json").write_text(json.dumps(_meta(n, docs, seed, shape, text)))
+    print(f"data: {n:,} queries x {docs} docs ({shape}, text {text}) written to {folder} in "
+          f"{time.perf_counter() - t0:.1f} s", flush=True)
+
+
+def _text(rng: random.Random, letters: str, size: int) -> str:
+    """A chunk text of ``size`` characters: one letter, or words of letters with a sentence's marks."""
+    if size == 1:
+        return rng.choice(letters)
+    words = []
+    while sum(map(len, words)) + len(words) < size:
+        words.append("".join(rng.choice(letters) for _ in range(rng.randint(2, 9))))
+    return (" ".join(words)[:size - 1] + ".").capitalize()
+
+
+def _meta(n: int, docs: int, seed: int, shape: str, text: int) -> dict:
+    return {"n": n, "docs": docs, "seed": seed, "shape": shape, "text": text}
 
 
 def timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, float]:
@@ -177,6 +206,45 @@ def agreement(run_dir: Path, peer: str, out: Path) -> float:
     return worst
 
 
+def measure(data: Path, a: argparse.Namespace, peers: list[str], work: Path, env: dict) -> tuple[dict, bool]:
+    """Time ragbridge and the peers on ``data``, interleaved, ``a.rounds`` times; print the medians and
+    the ratios. Returns ``{process: (wall, peak, CPU)}`` (medians) and whether the targets are met."""
+    times: dict[str, list[float]] = {k: [] for k in ["ragbridge", *peers]}
+    cpus: dict[str, list[float]] = {k: [] for k in times}
+    peaks: dict[str, list[float]] = {k: [] for k in times}
+    print("load average (1, 5, 15 min) at the start: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
+    for r in range(a.rounds):
+        for who in times:
+            if who == "ragbridge":
+                wall, cpu, peak = timed(ragbridge_cmd(data, work / "run"), env)
+            else:
+                wall, cpu, peak = timed(peer_cmd(who, data, work / f"{who}.json"), env)
+            times[who].append(wall)
+            cpus[who].append(cpu)
+            peaks[who].append(peak)
+            print(f"round {r + 1}: {who:<12} {wall:8.2f} s  {cpu:8.2f} s CPU  {peak:8,.0f} MiB", flush=True)
+    print("load average (1, 5, 15 min) at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(f"\n{a.n:,} queries x {a.docs} docs, {a.rounds} round(s), medians:")
+    print(f"{'process':<12} {'wall s':>9} {'CPU s':>9} {'peak MiB':>10}")
+    med = {k: (statistics.median(times[k]), statistics.median(peaks[k]), statistics.median(cpus[k]))
+           for k in times}
+    for k, (w, m, c) in med.items():
+        print(f"{k:<12} {w:9.2f} {c:9.2f} {m:10,.0f}")
+    ok = True
+    for peer in peers:
+        diff = agreement(work / "run", peer, work / f"{peer}.json")
+        tr = med["ragbridge"][0] / med[peer][0]
+        cr = med["ragbridge"][2] / med[peer][2]
+        mr = med["ragbridge"][1] / med[peer][1]
+        print(f"ragbridge / {peer}: wall {tr:.3f}, CPU {cr:.3f}, peak memory {mr:.3f}; "
+              f"max |difference| {diff:.2e}")
+        if peer == "pytrec_eval" and (tr > a.max_ratio or mr > a.max_ratio):
+            ok = False
+        if diff > 1e-9:
+            ok = False
+    return med, ok
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=100_000, help="queries")
@@ -184,63 +252,56 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--peers", default="pytrec_eval,ranx", help="comma-separated: pytrec_eval, ranx")
+    p.add_argument("--shapes", default=",".join(SHAPES),
+                   help=f"comma-separated data shapes to measure, each in turn: {', '.join(SHAPES)}")
+    p.add_argument("--text", type=int, default=0,
+                   help="characters of text per chunk in cases.jsonl (0: chunks are ids alone)")
     p.add_argument("--data", type=Path, default=None,
-                   help="data folder (default: a folder per size under the system's temporary folder)")
+                   help="data folder (default: a folder per size and shape under the system's temporary "
+                   "folder; with several shapes, a sub-folder per shape)")
     p.add_argument("--max-ratio", type=float, default=1.0,
                    help="wall-time and peak-memory target, ragbridge / pytrec_eval")
     p.add_argument("--no-check", action="store_true", help="report only; exit 0 whatever the ratios")
     a = p.parse_args(argv)
     peers = [x for x in a.peers.split(",") if x]
-    data = a.data or Path(tempfile.gettempdir()) / f"ragbridge-bench-native-{a.n}x{a.docs}-s{a.seed}"
-    meta = data / "meta.json"
-    if not (meta.exists() and json.loads(meta.read_text()) == {"n": a.n, "docs": a.docs, "seed": a.seed}):
-        generate(data, a.n, a.docs, a.seed)
-    sizes = {f: (data / f).stat().st_size / 2**20 for f in ("cases.jsonl", "run.trec", "qrels.trec")}
-    print("input: " + ", ".join(f"{k} {v:,.0f} MiB" for k, v in sizes.items()))
+    shapes = [x for x in a.shapes.split(",") if x]
+    unknown = sorted(set(shapes) - set(SHAPES))
+    if unknown:
+        raise SystemExit(f"unknown shape(s) {', '.join(unknown)}; known: {', '.join(SHAPES)}")
     work = Path(tempfile.mkdtemp(prefix="ragbridge-bench-"))
     env = {**os.environ, "COLUMNS": "100"}
-    if "ranx" in peers:  # numba compiles ranx's kernels once and caches them: not part of a user's run
-        warm = data.parent / f"ragbridge-bench-native-warmup-{a.docs}"
-        if not (warm / "meta.json").exists():
-            generate(warm, 50, a.docs, a.seed)
-        timed(peer_cmd("ranx", warm, work / "warmup.json"), env)
-    times: dict[str, list[float]] = {k: [] for k in ["ragbridge", *peers]}
-    cpus: dict[str, list[float]] = {k: [] for k in times}
-    peaks: dict[str, list[float]] = {k: [] for k in times}
-    print("load average (1, 5, 15 min) at the start: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
+    results: dict[str, dict] = {}
+    ok = True
     try:
-        for r in range(a.rounds):
-            for who in times:
-                if who == "ragbridge":
-                    wall, cpu, peak = timed(ragbridge_cmd(data, work / "run"), env)
-                else:
-                    wall, cpu, peak = timed(peer_cmd(who, data, work / f"{who}.json"), env)
-                times[who].append(wall)
-                cpus[who].append(cpu)
-                peaks[who].append(peak)
-                print(f"round {r + 1}: {who:<12} {wall:8.2f} s  {cpu:8.2f} s CPU  {peak:8,.0f} MiB",
-                      flush=True)
-        print("load average (1, 5, 15 min) at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
-        print(f"\n{a.n:,} queries x {a.docs} docs, {a.rounds} round(s), medians:")
-        print(f"{'process':<12} {'wall s':>9} {'CPU s':>9} {'peak MiB':>10}")
-        med = {k: (statistics.median(times[k]), statistics.median(peaks[k]), statistics.median(cpus[k]))
-               for k in times}
-        for k, (w, m, c) in med.items():
-            print(f"{k:<12} {w:9.2f} {c:9.2f} {m:10,.0f}")
-        ok = True
-        for peer in peers:
-            diff = agreement(work / "run", peer, work / f"{peer}.json")
-            tr = med["ragbridge"][0] / med[peer][0]
-            cr = med["ragbridge"][2] / med[peer][2]
-            mr = med["ragbridge"][1] / med[peer][1]
-            print(f"ragbridge / {peer}: wall {tr:.3f}, CPU {cr:.3f}, peak memory {mr:.3f}; "
-                  f"max |difference| {diff:.2e}")
-            if peer == "pytrec_eval" and (tr > a.max_ratio or mr > a.max_ratio):
-                ok = False
-            if diff > 1e-9:
-                ok = False
+        for shape in shapes:
+            name = f"ragbridge-bench-native-{a.n}x{a.docs}-s{a.seed}-{shape}-t{a.text}"
+            data = Path(tempfile.gettempdir()) / name
+            if a.data:
+                data = a.data / shape if len(shapes) > 1 else a.data
+            meta = data / "meta.json"
+            wanted = _meta(a.n, a.docs, a.seed, shape, a.text)
+            if not (meta.exists() and json.loads(meta.read_text()) == wanted):
+                generate(data, a.n, a.docs, a.seed, shape, a.text)
+            sizes = {f: (data / f).stat().st_size / 2**20 for f in ("cases.jsonl", "run.trec", "qrels.trec")}
+            print(f"\nshape {shape} ({SHAPES[shape][0][0]}-{SHAPES[shape][0][1]} labels a query, ids from "
+                  f"{SHAPES[shape][1]}x the retrieved), text {a.text}; input: "
+                  + ", ".join(f"{k} {v:,.0f} MiB" for k, v in sizes.items()))
+            if "ranx" in peers:  # numba compiles ranx's kernels once and caches them: not a user's run
+                warm = data.parent / f"ragbridge-bench-native-warmup-{a.docs}"
+                if not (warm / "meta.json").exists():
+                    generate(warm, 50, a.docs, a.seed)
+                timed(peer_cmd("ranx", warm, work / "warmup.json"), env)
+            results[shape], met = measure(data, a, peers, work, env)
+            ok = ok and met
         if "pytrec_eval" in peers:
-            print(f"target: both ratios against pytrec_eval <= {a.max_ratio}: {'met' if ok else 'MISSED'}")
+            if len(shapes) > 1:
+                for i, label in ((0, "wall"), (2, "CPU"), (1, "peak memory")):
+                    ratios = {s: r["ragbridge"][i] / r["pytrec_eval"][i] for s, r in results.items()}
+                    print(f"spread over shapes, ragbridge / pytrec_eval {label}: "
+                          + ", ".join(f"{s} {v:.3f}" for s, v in ratios.items())
+                          + f" (min {min(ratios.values()):.3f}, max {max(ratios.values()):.3f})")
+            print(f"target: both ratios against pytrec_eval <= {a.max_ratio} on every shape: "
+                  f"{'met' if ok else 'MISSED'}")
         return 0 if ok or a.no_check else 1
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -1,28 +1,30 @@
 #!/usr/bin/env python
-"""The Ray executor: native ranking metrics at scale, and a judged run against a slow judge.
+"""The Ray executor end to end: the native ranking metrics through ``ragbridge run --executor ray``,
+and a judged run against a slow judge.
 
     python benchmarks/bench_ray.py                       # both parts: 1,000,000 queries x 100 docs, 400 calls
-    python benchmarks/bench_ray.py --part native --n 100000
+    python benchmarks/bench_ray.py --part native --n 100000 --rounds 2
     python benchmarks/bench_ray.py --part judged --cases 400 --latency 0.2 --concurrency 8
 
-**native**: ``--n`` queries x ``--docs`` documents (fixed seed; data as in bench_native_cli.py: 1-20
-labels with grades 1-3, each retrieved with p = 0.5 at an exponentially skewed rank, every 50th
-query retrieves none), written once as Parquet files in the executor's block layout
-(`ragbridge.run.ray_executor.native_table`: chunk ids, label ids and grades). Both sides run the
-executor's batch function (`native_batch`, i.e. `ragbridge.native.ranking.evaluate` over a block)
-for recall@10, precision@10, hit@10, mrr, ndcg@10 and map, from the files on disk to per-query
-results on disk (Parquet):
+**native**: ``--n`` queries x ``--docs`` documents, the golden set of ``bench_native_cli.py`` (same
+generator and seed: chunk ids only, 1-20 graded labels a query), written once into ``--data``.
+Whole ``ragbridge run`` processes from that file to a run folder, interleaved over ``--rounds``
+rounds, for recall@10, precision@10, hit@10, mrr, ndcg@10 and map:
 
-- ``local``: one process, block after block;
-- ``ray``: a private local Ray cluster with two CPUs (two workers), ``read_parquet`` ->
-  ``map_batches(native_batch)`` -> ``write_parquet``. Ray's start-up is timed apart.
+- ``local``: the local executor (one process);
+- ``ray x1``: ``--executor ray --ray-cpus 1``, a private local Ray cluster with one worker;
+- ``ray x2``: ``--executor ray --ray-cpus 2``, two workers.
 
-Printed: both wall times, the speed-up and the scaling efficiency ``local / (2 x ray)`` (1.0 is
-perfect), and a check that both give the same values.
+Each process is timed from its start to its exit (Ray's start and shutdown included); the driver's
+peak RSS is read from its ``/proc/PID/status`` (``VmHWM``) while it runs: the driver holds one batch
+of cases (``--batch-size``), whatever ``--n``. Printed: the median wall time of each, the speed-up of
+two workers over one and over the local executor, and a check that every run's values are the
+local run's (an order-free digest of case, metric and value of every score).
 
 **judged**: ``--cases`` cases (the bundled example's, repeated with new ids), the rubric backend's
 ``answer_relevance`` (one judge call per case), the stub judge in its own process at ``--latency``
-seconds, cache off, ``--concurrency`` the global bound, scored by the Ray executor with two actors.
+seconds, cache off, ``--concurrency`` the global bound, scored by the Ray executor with two actors
+(made once for the run, whatever the number of batches: ``--batch-size`` cases a batch).
 The ideal wall time is ``calls x latency / concurrency``; the target is at most 1.2x that
 (exit status 1 otherwise; ``--no-check`` to only report). Ray's start-up is timed apart.
 """
@@ -30,9 +32,12 @@ The ideal wall time is ``calls x latency / concurrency``; the target is at most 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,110 +48,81 @@ ROOT = Path(__file__).resolve().parent.parent
 METRICS = ["recall@10", "precision@10", "hit@10", "mrr", "ndcg@10", "map"]
 
 
-def write_data(folder: Path, n: int, docs: int, rows_per_file: int = 50_000, seed: int = 42) -> None:
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    for part, start in enumerate(range(0, n, rows_per_file)):
-        m = min(rows_per_file, n - start)
-        qid = np.arange(start, start + m)
-        # retrieved: docs unique ids per query, "q<qid>d<j>" with j in 0..999 drawn without repeats
-        perm = np.argsort(rng.random((m, 1000)), axis=1)[:, :docs]
-        flat = pc.binary_join_element_wise(pc.cast(pa.array(np.repeat(qid, docs)), pa.string()),
-                                           pc.cast(pa.array(perm.ravel()), pa.string()), "d")
-        ctx_ids = pa.ListArray.from_arrays(pa.array(np.arange(0, m * docs + 1, docs, dtype=np.int32)), flat)
-        ctx_sources = pa.ListArray.from_arrays(pa.array(np.arange(0, m * docs + 1, docs, dtype=np.int32)),
-                                               pa.nulls(m * docs, pa.string()))
-        # labels: 1-20 per query; each is retrieved with p = 0.5 at a skewed rank (mean 15)
-        n_labels = rng.integers(1, 21, m)
-        total = int(n_labels.sum())
-        owner = np.repeat(np.arange(m), n_labels)
-        retrieved = (rng.random(total) < 0.5) & ((qid[owner] % 50) != 0)
-        rank = np.minimum(rng.exponential(15, total).astype(np.int64), docs - 1)
-        doc = np.where(retrieved, perm[owner, rank], 1000 + np.arange(total))  # not retrieved: beyond 999
-        rel_flat = pc.binary_join_element_wise(pc.cast(pa.array(qid[owner]), pa.string()),
-                                               pc.cast(pa.array(doc), pa.string()), "d")
-        # a label retrieved twice (two labels drew the same rank) is one label: keep the first
-        offsets = np.r_[0, np.cumsum(n_labels)].astype(np.int32)
-        rel_ids = pa.ListArray.from_arrays(pa.array(offsets), rel_flat)
-        rel_grades = pa.ListArray.from_arrays(pa.array(offsets), pa.array(rng.integers(1, 4, total)))
-        table = pa.table({"id": pc.cast(pa.array(qid), pa.string()), "ctx_ids": ctx_ids,
-                          "ctx_sources": ctx_sources, "rel_ids": rel_ids, "rel_grades": rel_grades})
-        pq.write_table(table, folder / f"part-{part:05d}.parquet", row_group_size=8192)
-
-
-def native_local(data: Path, out: Path) -> float:
-    import pyarrow.parquet as pq
-
-    from ragbridge.run.ray_executor import native_batch
-
-    out.mkdir(parents=True, exist_ok=True)
+def timed(cmd: list[str]) -> tuple[float, float]:
+    """Wall seconds and the driver's peak RSS (MiB) of one whole process."""
     t0 = time.perf_counter()
-    for f in sorted(data.glob("*.parquet")):
-        pf = pq.ParquetFile(f)
-        results = [native_batch(pf.read_row_group(i), METRICS) for i in range(pf.num_row_groups)]
-        import pyarrow as pa
-
-        pq.write_table(pa.concat_tables(results), out / f.name)
-    return time.perf_counter() - t0
-
-
-def native_ray(data: Path, out: Path) -> tuple[float, float]:
-    from ragbridge.run.ray_executor import native_batch, ray_session
-
-    t0 = time.perf_counter()
-    with ray_session(num_cpus=2, object_store_memory=2 << 30) as ray:
-        import ray.data
-
-        ray.data.DataContext.get_current().enable_progress_bars = False
-        started = time.perf_counter()
-        ds = ray.data.read_parquet(str(data)).map_batches(
-            native_batch, batch_format="pyarrow", batch_size=8192, fn_kwargs={"metrics": METRICS})
-        ds.write_parquet(str(out))
-        elapsed = time.perf_counter() - started
-    return started - t0, elapsed
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]))
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    wall = time.perf_counter() - t0
+    err = proc.stderr.read()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:6])} ... failed ({proc.returncode}):\n{err[-3000:]}")
+    return wall, peak / 1024
 
 
-def same_values(a: Path, b: Path) -> float:
-    import numpy as np
-    import pyarrow.parquet as pq
-
-    ta, tb = pq.read_table(a), pq.read_table(b)
-    ta, tb = ta.sort_by("id"), tb.sort_by("id")
-    assert ta.column("id") == tb.column("id")
-    worst = 0.0
-    for i in range(len(METRICS)):
-        x, y = ta.column(f"m{i}").to_numpy(), tb.column(f"m{i}").to_numpy()
-        assert np.array_equal(np.isnan(x), np.isnan(y))
-        worst = max(worst, float(np.nanmax(np.abs(x - y))) if x.size else 0.0)
-    return worst
+def digest(run_dir: Path) -> tuple[int, int]:
+    """(scores, an order-free digest of every score's case, metric and value)."""
+    total, n = 0, 0
+    with open(run_dir / "scores.jsonl", "rb") as f:
+        for line in f:
+            s = json.loads(line)
+            key = f"{s['case_id']}\t{s['metric']}\t{s['value']!r}".encode()
+            total = (total + int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")) % (1 << 64)
+            n += 1
+    return n, total
 
 
 def part_native(args) -> bool:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_native_cli import generate
+
     data = Path(args.data) / f"native-{args.n}x{args.docs}"
-    if not (data / "done").exists():
-        shutil.rmtree(data, ignore_errors=True)
-        t = time.perf_counter()
-        write_data(data, args.n, args.docs)
-        (data / "done").write_text("")
-        print(f"data: {args.n:,} queries x {args.docs} docs written in {time.perf_counter() - t:.1f} s")
+    if not (data / "cases.jsonl").exists():
+        generate(data, args.n, args.docs, 42)
+    exe = shutil.which("ragbridge", path=str(Path(sys.executable).parent)) or shutil.which("ragbridge")
+    if exe is None:
+        raise SystemExit("the ragbridge console script is not installed (pip install -e '.[ray]')")
+    kinds = {"local": [], "ray x1": ["--executor", "ray", "--ray-cpus", "1"],
+             "ray x2": ["--executor", "ray", "--ray-cpus", "2"]}
     work = Path(tempfile.mkdtemp(prefix="rb-bench-ray-"))
+    times: dict[str, list[float]] = {k: [] for k in kinds}
+    peaks: dict[str, list[float]] = {k: [] for k in kinds}
+    digests = {}
     try:
-        local = native_local(data, work / "local")
-        start, remote = native_ray(data, work / "ray")
-        worst = same_values(work / "local", work / "ray")
+        for r in range(args.rounds):
+            for kind, extra in kinds.items():
+                out = work / f"{kind.replace(' ', '')}-{r}"
+                cmd = [exe, "run", str(data / "cases.jsonl"), "--out", str(out), "--backend", "native",
+                       "--no-progress", "--batch-size", str(args.batch_size), *extra]
+                for m in METRICS:
+                    cmd += ["--metric", m]
+                wall, peak = timed(cmd)
+                times[kind].append(wall)
+                peaks[kind].append(peak)
+                digests[(kind, r)] = digest(out)
+                shutil.rmtree(out, ignore_errors=True)
+                print(f"round {r + 1}: {kind}: {wall:.1f} s, driver peak {peak:.0f} MiB", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    eff = local / (2 * remote)
-    print(json.dumps({"part": "native", "queries": args.n, "docs": args.docs, "local_s": round(local, 2),
-                      "ray_s": round(remote, 2), "ray_start_s": round(start, 2),
-                      "speedup": round(local / remote, 3), "scaling_efficiency": round(eff, 3),
-                      "max_abs_difference": worst}))
-    return True
+    med = {k: statistics.median(v) for k, v in times.items()}
+    same = len(set(digests.values())) == 1 and next(iter(digests.values()))[0] == args.n * len(METRICS)
+    print(json.dumps({"part": "native", "queries": args.n, "docs": args.docs, "rounds": args.rounds,
+                      "batch_size": args.batch_size, "load": os.getloadavg(),
+                      "wall_s": {k: round(v, 2) for k, v in med.items()},
+                      "walls": {k: [round(x, 1) for x in v] for k, v in times.items()},
+                      "driver_peak_mib": {k: round(max(v)) for k, v in peaks.items()},
+                      "speedup_2_over_1": round(med["ray x1"] / med["ray x2"], 3),
+                      "speedup_2_over_local": round(med["local"] / med["ray x2"], 3),
+                      "same_values": same}))
+    return same
 
 
 def part_judged(args) -> bool:
@@ -165,7 +141,7 @@ def part_judged(args) -> bool:
         try:
             t0 = time.perf_counter()
             run = evaluate(cases, backends=["rubric"], metrics=["answer_relevance"], judge=cfg,
-                           out=out / "run", executor=RayExecutor(actors=2))
+                           out=out / "run", executor=RayExecutor(actors=2), batch_size=args.batch_size)
             wall = time.perf_counter() - t0
             audit = (out / "run" / "judge-audit.jsonl").read_text()
             calls = [json.loads(line) for line in audit.splitlines()]
@@ -190,6 +166,8 @@ def main() -> int:
     p.add_argument("--part", choices=["native", "judged", "both"], default="both")
     p.add_argument("--n", type=int, default=1_000_000)
     p.add_argument("--docs", type=int, default=100)
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=2000)
     p.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "ragbridge-bench-ray"))
     p.add_argument("--cases", type=int, default=400)
     p.add_argument("--latency", type=float, default=0.2)

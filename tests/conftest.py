@@ -76,7 +76,7 @@ def write_run(path: Path, cases, scores, *, judge: dict | None = None, status: s
     holding the given ``scores`` of ``cases``: for the analyses' tests, which need exact values and
     no backend. ``extra_lines`` are appended to ``scores.jsonl`` as they are (a line cut by a kill)."""
     from ragbridge.formats.canonical import write_jsonl
-    from ragbridge.formats.records import fingerprint
+    from ragbridge.formats.batches import fingerprint
     from ragbridge.schema import RunManifest
 
     path.mkdir(parents=True, exist_ok=True)

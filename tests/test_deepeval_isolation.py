@@ -136,7 +136,7 @@ def test_importing_deepeval_with_the_backends_environment_creates_no_folder_and_
     home = user_dir.parent / "home"
     code = """
         import os
-        from ragbridge.run.runner import applied_environment
+        from ragbridge.run.lifecycle import applied_environment
         from ragbridge_deepeval import DeepEvalBackend
 
         with applied_environment(DeepEvalBackend().environment()):

@@ -334,6 +334,25 @@ def test_the_report_shows_the_diagnosis_the_command_gives(judged, tmp_path):
     assert "| all | 19 | 14 | 4 | 4 | 3 | 2 | 1 |" in md
 
 
+def test_the_report_names_a_few_cases_per_layer_and_counts_the_rest(judged, monkeypatch):
+    """A large run's report stays small: each layer lists its first cases, then how many more."""
+    from ragbridge.report import html, markdown
+    from ragbridge.report.data import report_data
+
+    _, run, _, _ = judged
+    d = report_data(run, labels=LABELS, n_resamples=0)
+    counts = d["diagnosis"]["counts"]
+    monkeypatch.setattr(html, "DIAGNOSIS_LISTED", 2)
+    monkeypatch.setattr(markdown, "DIAGNOSIS_LISTED", 2)
+    page, md = html.render_html(run, data=d), markdown.render_markdown(run, data=d)
+    for layer, n in counts.items():
+        section = page.split(f"<summary>{layer} ({n})</summary>")[1].split("</details>")[0] if n else ""
+        assert section.count("<li><a href=") == min(n, 2)
+        assert (f"and {n - 2} more" in section) == (n > 2)
+        rows = [ln for ln in md.splitlines() if ln.startswith("| ") and ln.split(" | ")[1] == layer]
+        assert len(rows) == min(n, 2) + (n > 2)
+
+
 def test_a_gate_rule_bounds_the_share_of_a_layer(judged, tmp_path):
     _, run, _, _ = judged
     gates = tmp_path / "gates.toml"

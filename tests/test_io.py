@@ -4,7 +4,7 @@ import pytest
 
 from conftest import ragbridge_cli
 from ragbridge import DatasetError, load_cases, write_cases
-from ragbridge.formats.records import fingerprint
+from ragbridge.formats.batches import fingerprint
 
 
 def write(tmp_path, name, text, mode="w"):

@@ -65,6 +65,12 @@ def test_public_functions_have_real_signatures_and_docstrings():
     sync, coro = inspect.signature(ragbridge.evaluate), inspect.signature(ragbridge.evaluate_async)
     assert list(sync.parameters) == list(coro.parameters)
     assert [p.default for p in sync.parameters.values()] == [p.default for p in coro.parameters.values()]
+    # both build one RunRequest of their arguments: its fields are the parameters, defaults included
+    from ragbridge.run.request import RunRequest
+
+    request = inspect.signature(RunRequest).parameters
+    assert list(request) == list(sync.parameters)
+    assert [p.default for p in request.values()] == [p.default for p in sync.parameters.values()]
     assert sorted(set(ragbridge.__all__) - {"__version__"}) == sorted(ragbridge._EXPORTS)
     assert set(ragbridge.__all__) <= set(dir(ragbridge))
 

@@ -123,6 +123,26 @@ def test_one_judge_budget_and_rate_for_every_worker(tmp_path, example_cases, ray
     assert min(gaps) > 0.17, gaps  # 0.2 s apart (less a little scheduling jitter)
 
 
+def test_scorer_actors_are_made_once_per_run_and_end_with_it(tmp_path, example_cases, ray_local):
+    """Three batches of judged cases: the two scorer actors are made once for the run (not once per
+    batch), every batch is scored by them, and none is left alive when the run ends."""
+    from ray._private.state import actors as actor_table  # Ray's actor table (dead actors included)
+
+    def scorers() -> dict:
+        return {a: info for a, info in actor_table().items() if info["ActorClassName"] == "BackendScorer"}
+
+    before = set(scorers())
+    with StubJudge() as stub:
+        run = evaluate(example_cases[:12], backends=["rubric"], metrics=["answer_relevance"],
+                       judge=stub_judge_config(stub, MODEL, None), out=tmp_path / "run", batch_size=4,
+                       executor=RayExecutor(actors=2, batch_size=2))
+        assert len(stub.posts()) == 12
+    assert run.complete and len(run.scores) == 12
+    made = {a: info for a, info in scorers().items() if a not in before}
+    assert len(made) == 2, made
+    assert {info["State"] for info in made.values()} == {"DEAD"}
+
+
 def test_cache_is_shared_by_every_worker(tmp_path, example_cases, ray_local):
     cases = example_cases[:10]
     with StubJudge() as stub:
@@ -140,7 +160,7 @@ def test_cache_is_shared_by_every_worker(tmp_path, example_cases, ray_local):
 
 
 def _scorer_pids() -> list[int]:
-    """The processes of the Ray Data scorer actors (their title is ``ray::MapWorker(...)``)."""
+    """The processes of the scorer actors (their title is ``ray::BackendScorer``, with the method running)."""
     pids = []
     for d in os.listdir("/proc"):
         if d.isdigit():
@@ -148,7 +168,7 @@ def _scorer_pids() -> list[int]:
                 cmd = Path(f"/proc/{d}/cmdline").read_bytes()
             except OSError:
                 continue
-            if b"MapWorker(MapBatches(BackendScorer))" in cmd:
+            if cmd.startswith(b"ray::BackendScorer"):
                 pids.append(int(d))
     return pids
 

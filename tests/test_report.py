@@ -18,7 +18,7 @@ from conftest import EXAMPLE, ROOT, ragbridge_cli
 from ragbridge import Case, Chunk, load_cases
 from ragbridge import report as rep
 from ragbridge.report.html import PALETTE
-from ragbridge.analysis.thresholds import gate_thresholds
+from ragbridge.analysis.gate import gate_thresholds
 from ragbridge.report.text import num
 from test_analysis import sc, synthetic_scores, write_run
 

@@ -227,3 +227,28 @@ def test_a_run_whose_folder_was_removed_says_so_rather_than_reading_as_empty(tmp
     shutil.rmtree(tmp_path / "run")
     with pytest.raises(RunError, match="no longer holds this run"):
         run.scores  # noqa: B018
+
+
+def test_a_resumed_complete_run_on_ray_starts_no_cluster(tmp_path, example_path):
+    """Nothing left to score: the Ray executor imports no Ray and starts nothing (a cluster takes
+    seconds to start and hundreds of MB), and the run reads as resumed and complete."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("needs Ray: pip install 'ragbridge[ray]'")
+    out = tmp_path / "run"
+    first = ragbridge_cli("run", example_path, "--out", out, "--no-progress", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    show = ("import atexit, sys\n"
+            "atexit.register(lambda: print('RAY', 'ray' in sys.modules, file=sys.stderr))\n"
+            "from ragbridge.commands import run_cli\nrun_cli()\n")
+    again = subprocess.run([sys.executable, "-c", show, "run", str(example_path), "--out", str(out),
+                            "--executor", "ray", "--no-progress", "--json"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "RAY False" in again.stderr.splitlines()
+    doc = json.loads(again.stdout)
+    assert doc["counts"]["resumed_from"] == len((out / "scores.jsonl").read_text().splitlines()) > 0
+    assert load_run(out).complete

@@ -221,3 +221,66 @@ def test_a_killed_run_leaves_a_cache_that_holds_only_what_its_folder_holds(tmp_p
         assert fresh.returncode == 0, fresh.stderr
     assert {c: s["value"] for c, s in _scores(tmp_path / "again").items()} == \
         {c: s["value"] for c, s in _scores(tmp_path / "fresh").items()}
+
+
+#: the four libraries' own packages (phoenix's namespace package ``phoenix`` holds no code)
+LIBRARY_MODULES = {"ragas": "ragas", "deepeval": "deepeval", "trulens": "trulens", "phoenix": "phoenix.evals"}
+#: the command line, printing at exit which of the libraries' packages the process imported
+CLI_SHOWING_IMPORTS = (
+    "import atexit, json, sys\n"
+    f"LIBS = {LIBRARY_MODULES!r}\n"
+    "atexit.register(lambda: print('IMPORTED ' + json.dumps(sorted(b for b, m in LIBS.items() "
+    "if m in sys.modules)), file=sys.stderr))\n"
+    "from ragbridge.commands import run_cli\n"
+    "run_cli()\n"
+)
+
+
+def _imported_libraries(stderr: str) -> list[str]:
+    lines = [x for x in stderr.splitlines() if x.startswith("IMPORTED ")]
+    assert len(lines) == 1, stderr
+    return json.loads(lines[0][len("IMPORTED "):])
+
+
+@pytest.mark.slow  # three libraries imported in three processes: 20-45 s
+def test_warm_rerun_opens_only_the_backends_with_work(tmp_path):
+    """A re-run whose every score is in the score cache imports none of the libraries (no backend is
+    opened); one where a single backend has work opens that backend alone."""
+    import subprocess
+    import sys
+
+    libraries = [b for b in LIBRARY_MODULES if get_backends()[b].available()]
+    if len(libraries) < 2:
+        pytest.skip("needs two of the library backends")
+    golden = _golden(tmp_path, 3)
+    with StubJudge() as stub:
+        judge = JudgeConfig(model="gpt-4o-mini", base_url=stub.base_url,
+                            cache_path=tmp_path / ".ragbridge" / "judge-cache.sqlite")
+        # the cold run, in this process: every library but the last scores into the caches
+        cold = evaluate(load_cases(golden), backends=libraries[:-1], metrics=["faithfulness"], judge=judge,
+                        out=tmp_path / "cold")
+        assert cold.complete and cold.manifest.counts["score_cache"]["stored"] == 3 * (len(libraries) - 1)
+
+        def rerun(out, backends):
+            args = ["run", golden, "--out", tmp_path / out, "--metric", "faithfulness",
+                    "--judge-model", "gpt-4o-mini", "--judge-base-url", stub.base_url, "--no-progress"]
+            for b in backends:
+                args += ["--backend", b]
+            p = subprocess.run([sys.executable, "-c", CLI_SHOWING_IMPORTS, *map(str, args)], cwd=tmp_path,
+                               capture_output=True, text=True, timeout=300)
+            assert p.returncode == 0, p.stdout + p.stderr
+            return p
+
+        stub.reset()
+        warm = rerun("warm", libraries[:-1])
+        assert _imported_libraries(warm.stderr) == []
+        n_cached = 3 * (len(libraries) - 1)
+        assert stub.posts() == [] and _counts(tmp_path / "warm")["score_cache"]["reused"] == n_cached
+
+        partly = rerun("partly", libraries)  # the last library has work: it alone is opened
+        assert _imported_libraries(partly.stderr) == [libraries[-1]]
+        assert _counts(tmp_path / "partly")["score_cache"] == {"reused": n_cached, "stored": 3}
+    values = {(s["backend"], s["case_id"]): s["value"]
+              for s in map(json.loads, (tmp_path / "partly" / "scores.jsonl").read_text().splitlines())}
+    assert {k: v for k, v in values.items() if k[0] != libraries[-1]} == {
+        (s.backend, s.case_id): s.value for s in cold.scores}

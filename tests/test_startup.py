@@ -12,6 +12,8 @@ import pytest
 
 import ragbridge.commands as commands
 
+from conftest import EXAMPLE
+
 HEAVY = ("pandas", "numpy", "httpx", "pydantic", "pyarrow", "datasets", "scipy", "sklearn", "rich", "jinja2",
          "nltk", "asyncio", "sqlite3", "ragas", "deepeval", "trulens", "phoenix")
 
@@ -88,3 +90,24 @@ def test_the_help_listed_without_importing_is_the_commands_own(name):
     cmd = group.get_command(click.Context(group), name)
     assert cmd is not None and cmd.name == name
     assert " ".join((cmd.help or "").split("\n\n")[0].split()) == line
+
+
+def test_a_native_run_imports_no_other_backend(tmp_path):
+    """Registering a backend imports nothing of it (`ragbridge.plugins.LazyBackend`): a native run of
+    the example imports the native backend and no library backend's module, nor the rubric judge's."""
+    mods = modules_after(f"import sys; sys.argv = ['ragbridge', 'run', {str(EXAMPLE)!r}, '--out', "
+                         f"{str(tmp_path / 'run')!r}, '--no-progress']\n"
+                         "from ragbridge.commands import run_cli; run_cli()")
+    assert "ragbridge.native.ranking" in mods and (tmp_path / "run" / "scores.jsonl").exists()
+    assert not [m for m in mods if m.endswith(".backend") and m != "ragbridge.backend"]
+    assert not _top(mods) & {"ragas", "deepeval", "trulens", "phoenix", "httpx", "pandas", "scipy", "sklearn"}
+
+
+def test_a_lazily_registered_backend_is_made_when_first_used():
+    from ragbridge.plugins import LazyBackend
+
+    lazy = LazyBackend("rubric", "ragbridge.rubric.backend:RubricBackend")
+    assert lazy.name == "rubric" and lazy._backend is None
+    assert lazy.available() and lazy.load() is lazy.load() and lazy.load().name == "rubric"
+    with pytest.raises(ValueError, match="registered as 'other'"):
+        LazyBackend("other", "ragbridge.rubric.backend:RubricBackend").metrics()

@@ -17,8 +17,9 @@ from ragbridge.formats import write_cases
 import pydantic_core
 
 from ragbridge.formats.files import DatasetError, parse_json
-from ragbridge.formats.records import (
-    IdChunkRecord, case_record, fingerprint, parse_record_line, plain_record, record_line, with_chunks)
+from ragbridge.formats.batches import fingerprint
+from ragbridge.formats.plain_records import ColumnRecord, case_record, plain_record, record_line, with_chunks
+from ragbridge.formats.record_lines import parse_record_line
 from ragbridge.formats.source import open_cases
 from ragbridge.native import ranking
 from ragbridge.run import evaluate
@@ -126,6 +127,56 @@ def _lines_to_read() -> list[str]:
     return lines
 
 
+def _lines_with_texts() -> list[str]:
+    """JSONL lines whose chunks are ids and texts, or look it: texts with escapes (quotes,
+    backslashes, line breaks, surrogate pairs, a lone surrogate), the separators and the closing
+    brackets inside a text, texts written with and without ``ensure_ascii``, raw control characters
+    and unescaped quotes (not JSON), empty texts, chunks without text or with a text twice, keys in
+    another order, an extra key, a text that is not a string, broken JSON."""
+    rng = random.Random(12)
+    texts = ["a", "b c", "é", "\u2028", 'q"t', "b\\s", "x\\", "\\", "line\nbreak", "\t", '"}]', '"}]}',
+             '", "text": "', '"},{"id":"', '"}, {"id": "d9', "\U0001F600", "\ud800", "\x00", "\x7f",
+             " lead", "trail ", "", "e\u0301", "\\\"", "\\u0041", "long " * 150 + "\n\"end"]
+    ids_pool = ["d1", "d2", "d3", "é", "a b", "", " x", 'q"t', "b\\s", "e\u0301"]
+    broken = ['"a\tb"', '"a"b"', '"a\\"', '"\\q"', "3", "null", '"a\\u12"']
+    lines = []
+    for n in range(1500):
+        clean = n % 2 == 0  # half the lines as JSON writers write them, with harmless ids
+        sep, colon = rng.choice([(", ", ": "), (",", ":")])
+        chunks = []
+        for _ in range(rng.randint(1, 5)):
+            cid = rng.choice(ids_pool[:3] if clean else ids_pool)
+            text = rng.choice(texts[:3] if clean and rng.random() < 0.7 else texts)
+            enc = json.dumps(text, ensure_ascii=rng.random() < 0.5 or text == "\ud800")
+            if not clean and rng.random() < 0.08:
+                enc = rng.choice(broken)
+            fields = [f'"id"{colon}{json.dumps(cid)}', f'"text"{colon}{enc}']
+            roll = 1.0 if clean else rng.random()
+            if roll < 0.05:
+                fields = fields[:1]  # no text
+            elif roll < 0.1:
+                fields.reverse()
+            elif roll < 0.14:
+                fields.append(f'"text"{colon}"again"')
+            elif roll < 0.18:
+                fields.append(f'"source"{colon}"doc"')
+            chunks.append("{" + sep.join(fields) + "}")
+        question = json.dumps(rng.choice(["what", 'say "contexts": [{"id": "x"}]', "café\n", "a\\"]),
+                              ensure_ascii=rng.random() < 0.5)
+        parts = [f'"id"{colon}"q{n}"', f'"question"{colon}{question}',
+                 f'"contexts"{colon}[' + sep.join(chunks) + "]"]
+        if rng.random() < 0.5:
+            parts.append(f'"relevant"{colon}{{"d1"{colon}1}}')
+        if not clean and rng.random() < 0.2:
+            parts.append(rng.choice([f'"metadata"{colon}{{"contexts"{colon}[]}}', f'"tags"{colon}["\\t"]',
+                                     f'"answer"{colon}"a\\\\"', f'"context\\u0073"{colon}[]']))
+        if not clean and rng.random() < 0.3:
+            rng.shuffle(parts)
+        line = "{" + sep.join(parts) + "}"
+        lines.append(line[:-rng.randint(1, 5)] if not clean and rng.random() < 0.05 else line)
+    return lines
+
+
 def _no_key_twice(pairs):
     keys = [k for k, _ in pairs]
     if len(set(keys)) < len(keys):
@@ -134,42 +185,79 @@ def _no_key_twice(pairs):
 
 
 def _full_parse(text: str):
-    """The line as a JSON parser reads it, but a key given twice in one object is an error."""
+    """The line as a JSON parser reads it (or the type of its error, a syntax error first), but a key
+    given twice in one object is an error."""
     try:
-        json.loads(text, object_pairs_hook=_no_key_twice)
-    except DatasetError as exc:
-        return type(exc)
-    except ValueError:
-        pass
-    try:
-        return pydantic_core.from_json(text)
+        value = pydantic_core.from_json(text)
     except ValueError:
         try:
             return parse_json(text)
         except (ValueError, DatasetError) as exc:
             return type(exc)
+    try:
+        json.loads(text, object_pairs_hook=_no_key_twice)
+    except DatasetError as exc:
+        return type(exc)
+    return value
 
 
-def test_a_line_of_chunk_ids_reads_as_the_parsed_line_reads():
+@pytest.mark.parametrize("lines", [_lines_to_read, _lines_with_texts])
+def test_a_line_of_chunks_reads_as_the_parsed_line_reads(lines):
+    """A line cut into chunk columns gives the record and the canonical line that parsing it whole
+    gives; a line it does not cut reads as parsing it whole reads (or fails as that fails)."""
     fast = 0
-    for text in _lines_to_read():
+    for text in lines():
         expected = _full_parse(text)
         try:
             got = parse_record_line(text)
         except (ValueError, DatasetError) as exc:
             assert expected is type(exc), text
             continue
-        if type(got) is IdChunkRecord:
+        if type(got) is ColumnRecord:
             fast += 1
             record = plain_record(expected)
             assert record is not None and with_chunks(*got) == record, text
             assert record_line(*got) == record_line(record) == pydantic_core.to_json(record), text
             again = parse_record_line(record_line(record).decode())  # the run folder's cases.jsonl
-            again = with_chunks(*again) if type(again) is IdChunkRecord else plain_record(again)
+            again = with_chunks(*again) if type(again) is ColumnRecord else plain_record(again)
             assert again == record, text
         else:
             assert got == expected, text
     assert fast > 200
+
+
+def _chunk_shapes(n: int) -> list[dict]:
+    """Records whose chunks all have one shape (id with any of text, score, source, in canonical
+    order or not), with values the light path must take or leave: empty texts, integer scores,
+    empty and untidy sources, ids that are not as the id rule leaves them."""
+    rng = random.Random(5)
+    values = {"id": ["d1", "d2", "é", " x", "", "e\u0301"], "text": ["a", "", "b c", "\n"],
+              "score": [0.5, 1, 2.0, -3.25], "source": ["doc", "", " doc", "doc#1", "e\u0301"]}
+    out = []
+    for q in range(n):
+        keys = ["id"] + [k for k in ("text", "score", "source") if rng.random() < 0.5]
+        if rng.random() < 0.2:
+            rng.shuffle(keys)
+        pick = (lambda k: rng.choice(values[k][:1])) if q % 2 == 0 else (lambda k: rng.choice(values[k]))
+        chunks = [{k: pick(k) if k != "id" else f"d{i}" if q % 2 == 0 else pick(k) for k in keys}
+                  for i in range(rng.randint(1, 6))]
+        out.append({"id": f"q{q}", "question": "what", "contexts": chunks})
+    return out
+
+
+def test_a_plain_record_is_the_canonical_record_of_its_case_byte_for_byte():
+    """`plain_record` (chunks of one shape checked a column at a time, others one by one) gives what
+    the normalising path gives, in the same key order, or leaves the record to it."""
+    light = 0
+    raws = _chunk_shapes(600) + [v for v in map(_full_parse, _lines_with_texts()) if type(v) is dict]
+    for raw in raws:
+        record = plain_record(raw)
+        if record is None:
+            continue
+        light += 1
+        case = Case.model_validate(raw)
+        assert pydantic_core.to_json(record) == pydantic_core.to_json(case_record(case)), raw
+    assert light > 400
 
 
 @pytest.mark.parametrize("repeats", [[(249, 9)], [(40, 3), (41, 41)], [(120, 119)], [(5, 4), (299, 0)]])

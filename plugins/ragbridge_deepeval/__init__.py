@@ -144,9 +144,9 @@ def __getattr__(name: str) -> Any:
 
 @hookimpl
 def ragbridge_register_backends(register):
-    from .backend import DeepEvalBackend
+    from ragbridge.plugins import LazyBackend
 
-    register(DeepEvalBackend())
+    register(LazyBackend("deepeval", "ragbridge_deepeval.backend:DeepEvalBackend"))
 
 
 @hookimpl

@@ -94,7 +94,7 @@ class DeepEvalBackend(JudgedBackend):
         if ctx.judge is None:
             return None  # score says so, for every case
         from ragbridge.judge.clients import async_http_client, http_client
-        from ragbridge.run.runner import applied_environment
+        from ragbridge.run.lifecycle import applied_environment
 
         stack = contextlib.ExitStack()
         stack.enter_context(applied_environment(env.runtime_environment(ctx.judge)))

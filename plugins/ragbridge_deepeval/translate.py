@@ -191,7 +191,7 @@ def _classes():
     import sys
 
     if "deepeval" not in sys.modules:
-        from ragbridge.run.runner import applied_environment
+        from ragbridge.run.lifecycle import applied_environment
 
         from .env import environment, settle_telemetry
 

@@ -105,9 +105,9 @@ def __getattr__(name: str) -> Any:
 
 @hookimpl
 def ragbridge_register_backends(register):
-    from .backend import PhoenixBackend
+    from ragbridge.plugins import LazyBackend
 
-    register(PhoenixBackend())
+    register(LazyBackend("phoenix", "ragbridge_phoenix.backend:PhoenixBackend"))
 
 
 @hookimpl

@@ -113,9 +113,9 @@ def __getattr__(name: str) -> Any:
 
 @hookimpl
 def ragbridge_register_backends(register):
-    from .backend import RagasBackend
+    from ragbridge.plugins import LazyBackend
 
-    register(RagasBackend())
+    register(LazyBackend("ragas", "ragbridge_ragas.backend:RagasBackend"))
 
 
 @hookimpl

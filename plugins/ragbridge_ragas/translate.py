@@ -484,7 +484,7 @@ def to_ragas(cases: Sequence[Case]) -> tuple[Any, list[str]]:
     import sys
 
     if "ragas" not in sys.modules:  # first imported under the plugin's defaults (tracking off)
-        from ragbridge.run.runner import applied_environment
+        from ragbridge.run.lifecycle import applied_environment
 
         from .env import ENVIRONMENT, keep_ragas_id_out_of_home
 

@@ -114,9 +114,9 @@ def __getattr__(name: str) -> Any:
 
 @hookimpl
 def ragbridge_register_backends(register):
-    from .backend import TruLensBackend
+    from ragbridge.plugins import LazyBackend
 
-    register(TruLensBackend())
+    register(LazyBackend("trulens", "ragbridge_trulens.backend:TruLensBackend"))
 
 
 @hookimpl

@@ -18,9 +18,12 @@ def ragbridge_register_backends(register):
     """Register evaluation backends.
 
     Call ``register(backend)`` once per backend, where ``backend`` is an instance of a
-    ``ragbridge.backend.Backend`` subclass. Registering must be cheap and must not import the
-    backend's library: ``Backend.available()`` says whether the library is installed, and the library
-    is imported only when the backend scores. A name registered twice is an error.
+    ``ragbridge.backend.Backend`` subclass, or a ``ragbridge.plugins.LazyBackend`` naming it and the
+    class that makes it (``LazyBackend("mine", "my_plugin.backend:MyBackend")``), which
+    imports the backend's module only when a run or a listing first uses the backend. Registering
+    must be cheap and must not import the backend's library: ``Backend.available()`` says whether
+    the library is installed, and the library is imported only when the backend scores. A name
+    registered twice is an error.
     """
 
 

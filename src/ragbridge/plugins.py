@@ -85,8 +85,39 @@ def _load_entry_points() -> None:
             pm.register(plugin, name=ep.name)
 
 
+class LazyBackend:
+    """A backend registered by where its class lives, ``LazyBackend("mine",
+    "my_plugin.backend:MyBackend")``: registering it imports nothing; the module is imported
+    and the backend made the first time anything but its ``name`` is asked of it, so a run imports the
+    backends it uses and no other. It stands for the backend everywhere (`get_backends`)."""
+
+    def __init__(self, name: str, target: str):
+        self.name = name
+        self._target = target
+        self._backend: "Backend | None" = None
+
+    def load(self) -> "Backend":
+        """The backend itself (made once)."""
+        if self._backend is None:
+            module, _, cls = self._target.partition(":")
+            backend = getattr(importlib.import_module(module), cls)()
+            if backend.name != self.name:
+                raise ValueError(
+                    f"{self._target} makes backend {backend.name!r}, registered as {self.name!r}")
+            self._backend = backend
+        return self._backend
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):  # copy, pickle and the like ask before the instance is complete
+            raise AttributeError(attr)
+        return getattr(self.load(), attr)
+
+    def __repr__(self) -> str:
+        return f"LazyBackend({self.name!r}, {self._target!r})"
+
+
 def get_backends() -> dict[str, "Backend"]:
-    """Every registered backend by name, available or not."""
+    """Every registered backend by name, available or not (a `LazyBackend` stands for its backend)."""
     load_plugins()
     found: dict[str, Backend] = {}
 

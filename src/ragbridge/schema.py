@@ -21,6 +21,9 @@ Ids (a case's, a chunk's, a chunk's ``source``, a label) are compared exactly, a
 whose ids differ only so are one id given twice: an error); an id holding a character that does
 not print (a zero-width space, a tab, a no-break space, a control character) is refused, since it
 reads as another id it never equals.
+
+Size: one file on purpose, so a reader (and a plugin author) finds every canonical type, its
+validation and the relevance and span rules they share in one place.
 """
 
 from __future__ import annotations
@@ -137,7 +140,7 @@ class Chunk(BaseModel):
     character offsets there (``end`` exclusive). ``start`` and ``end`` go together, after ``doc``.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     id: str
     text: str = ""
@@ -215,7 +218,7 @@ class Span(BaseModel):
     then carries its offsets too. ``grade`` as in ``Case.relevant`` (default 1).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     doc: str
     start: Optional[int] = None
@@ -261,7 +264,7 @@ class Case(BaseModel):
     at most `MAX_METADATA_DEPTH` levels.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     id: str
     question: str
@@ -424,7 +427,7 @@ Verdict = Literal["SUPPORTED", "CONTRADICTED", "NOT_FOUND"]
 class ClaimVerdict(BaseModel):
     """One claim of an answer and whether the context supports it (``text`` as the judge stated it)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     text: str
     verdict: Verdict
@@ -434,7 +437,7 @@ class ClaimVerdict(BaseModel):
 class ChunkVerdict(BaseModel):
     """Whether one retrieved chunk (by ``Chunk.id``) is relevant to the question."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     id: str
     relevant: bool
@@ -454,7 +457,7 @@ class ClaimChecks(BaseModel):
     parts its formula reads; the others are None.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     answer_claims: Optional[list[str]] = None
     reference_claims: Optional[list[str]] = None
@@ -474,7 +477,7 @@ class Evidence(BaseModel):
     answer and of the reference checked chunk by chunk (`ClaimChecks`).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     claims: Optional[list[ClaimVerdict]] = None
     chunks: Optional[list[ChunkVerdict]] = None
@@ -491,7 +494,7 @@ class Repeats(BaseModel):
     ddof 1, over the scored repeats) and how many passes made ``Score.passed`` (``pass_at_least`` of
     ``n`` planned repeats)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     n: int
     values: list[Optional[float]]
@@ -516,7 +519,7 @@ class Score(BaseModel):
     A score read back from a run with repeats is the case's mean over them, with ``repeats`` set.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     case_id: str
     metric: str
@@ -644,7 +647,7 @@ class RunManifest(BaseModel):
     ``judge.self_judging`` is set when the judge is the system under test's own model.
     """
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     ragbridge_version: str
     dataset: dict[str, Any]

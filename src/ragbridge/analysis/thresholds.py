@@ -6,8 +6,8 @@ majority of repeats for a run made with ``--repeats``). The first that sets a ma
 
 1. ``--threshold`` (`Thresholds.parse`): ``rubric:faithfulness=0.7`` for one backend and metric,
    ``rubric=0.7`` for a backend, ``faithfulness=0.6`` for a metric;
-2. a gates file (`gate_thresholds`): a ``share(METRIC >= CUT)`` rule gives CUT, a ``METRIC >=
-   VALUE`` rule gives VALUE;
+2. a gates file (`ragbridge.analysis.gate.GateConfig.pass_marks`): a ``share(METRIC >= CUT)`` rule
+   gives CUT, a ``METRIC >= VALUE`` rule gives VALUE;
 3. a plain ``--threshold 0.7``: the mark of every other metric;
 4. the backend's own pass rule, recorded in ``run.json`` (``pass_marks``: a rubric's pass level on
    the 0..1 scale; its claim rubric passes an answer whose every claim is supported, 1.0);
@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 from ..metrics import DEFAULT_PASS_MARK, GENERATION, RETRIEVAL, default_pass_mark
 from .table import AnalysisError
 
-__all__ = ["Thresholds", "PassMarks", "pass_marks", "gate_thresholds", "DEFAULT_THRESHOLD",
+__all__ = ["Thresholds", "PassMarks", "pass_marks", "DEFAULT_THRESHOLD",
            "check_threshold", "SOURCES"]
 
 DEFAULT_THRESHOLD = DEFAULT_PASS_MARK
@@ -144,7 +144,7 @@ def recorded_marks(run: Any) -> Thresholds:
 def pass_marks(run: Any = None, thresholds: Any = None, gates: Any = None,
                backends: Sequence[str] = ()) -> Thresholds:
     """The pass marks of ``run`` (a `ragbridge.Run`, or None): ``thresholds`` (``--threshold``
-    values), then ``gates`` (a gates file or `ragbridge.analysis.gate.GateConfig`), then the
+    values), then ``gates`` (a `ragbridge.analysis.gate.GateConfig`: its `pass_marks`), then the
     backends' own rules recorded in the run, then the defaults (see the module docstring). A
     `Thresholds` object given as ``thresholds`` is the whole answer."""
     if isinstance(thresholds, Thresholds):
@@ -154,41 +154,13 @@ def pass_marks(run: Any = None, thresholds: Any = None, gates: Any = None,
     given = Thresholds.parse(thresholds, backends)
     layers = [("--threshold", given, False)]
     if gates is not None:
-        layers.append(("gates", gate_thresholds(gates), False))
+        layers.append(("gates", gates.pass_marks(), False))
     if _bare(thresholds):
         layers.append(("--threshold", given, True))
     if run is not None:
         layers.append(("backend", recorded_marks(run), False))
     k = (run.manifest.options or {}).get("k") if run is not None else None
     return PassMarks(layers=layers, k=k if isinstance(k, int) else None)
-
-
-def gate_thresholds(config: Any) -> Thresholds:
-    """Per-case pass marks read from a gates file (a path or a `ragbridge.analysis.gate.GateConfig`).
-
-    A ``share(METRIC >= CUT)`` rule gives ``CUT``; a ``METRIC >= VALUE`` (mean) rule gives
-    ``VALUE``: a case below the bar the mean must clear is one pulling it down. A rule with a
-    ``backend`` sets the mark for those backends only. When several rules name a metric, a rule over
-    all cases beats one limited to ``tags``, a share rule beats a mean rule, then the first in the
-    file wins. Other rules set no mark."""
-    from .gate.config import GateConfig, load_gates
-
-    if not isinstance(config, GateConfig):
-        config = load_gates(config)
-    marks = []
-    for rule in config.rules:
-        if rule.kind == "share" and rule.cut_op in (">=", ">"):
-            marks.append(((bool(rule.tags), 0, rule.index), rule, rule.cut))
-        elif rule.kind == "mean" and rule.op in (">=", ">"):
-            marks.append(((bool(rule.tags), 1, rule.index), rule, rule.threshold))
-    out = Thresholds()
-    for _, rule, value in sorted(marks, key=lambda m: m[0]):
-        for b in rule.backends or [None]:
-            if b is None:
-                out.by_metric.setdefault(rule.metric, value)
-            else:
-                out.by_pair.setdefault((b, rule.metric), value)
-    return out
 
 
 def _to_float(raw: str, spec: str) -> float:

@@ -170,11 +170,21 @@ class JudgeOptions:
     config: Optional[Path] = None
 
     def load(self) -> Any:
-        """The judge configuration (`ragbridge.commands.judge.judge_config`), or None when none is
-        configured."""
-        from .judge import judge_config
+        """The judge configuration: the command line over ``ragbridge.toml`` over ``pyproject.toml``,
+        or None when none is configured.
 
-        return judge_config(self.overrides, self.config)
+        A configuration that is present but wrong (bad URL, unknown key, unreadable file) is an error
+        here (exit 2); one that is merely absent only matters if a planned metric needs a judge,
+        which the runner says."""
+        from ..judge import JudgeConfig, JudgeConfigError
+        from .output import fail
+
+        try:
+            return JudgeConfig.load(self.overrides, config_file=self.config)
+        except JudgeConfigError as exc:
+            if " is not set" in str(exc) and not any(self.overrides.get(k) for k in ("model", "base_url")):
+                return None
+            fail(str(exc))
 
 
 def judge_options(command: Callable) -> Callable:

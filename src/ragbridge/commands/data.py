@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..formats import DatasetError, get_formats, load_cases, resave_losses, write_cases, writing_format
-from ..formats.records import input_warnings
+from ..formats.input_check import input_warnings
 from .output import err, fail, out, print_json, warn
 
 __all__ = ["register", "formats", "convert", "sample", "export_scores", "anchor"]

@@ -46,7 +46,12 @@ def diagnose_cmd(
     undetermined (with the missing evidence named), and the evidence that decided it (docs/diagnose.md)."""
     try:
         r = open_run(run)
-        th = pass_marks(r, threshold or None, gates)
+        config = None
+        if gates is not None:
+            from ..analysis.gate import load_gates
+
+            config = load_gates(gates)
+        th = pass_marks(r, threshold or None, config)
         d = diagnose(r, th, labels, label_threshold)
     except AnalysisError as exc:
         fail(str(exc))

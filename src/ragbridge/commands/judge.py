@@ -1,12 +1,9 @@
-"""``ragbridge judge serve`` and ``ragbridge judge check``, and the judge configuration every command
-that calls the judge reads (`judge_config`: the command line over ``ragbridge.toml`` over
-``pyproject.toml``; the options themselves are declared once, `ragbridge.commands.judge_options`).
+"""``ragbridge judge serve`` and ``ragbridge judge check``. The judge options every command that calls
+the judge takes, and the configuration they make, are declared once: `ragbridge.commands.judge_options`
+and `ragbridge.commands.JudgeOptions.load`.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.markup import escape
@@ -14,7 +11,7 @@ from rich.markup import escape
 from . import JudgeOptions, judge_options
 from .output import fail, out
 
-__all__ = ["register", "judge_config", "judge_serve", "judge_check"]
+__all__ = ["register", "judge_serve", "judge_check"]
 
 def register(cli: typer.Typer) -> None:
     """The ``judge`` group of commands, with the root's plain-text help."""
@@ -23,23 +20,6 @@ def register(cli: typer.Typer) -> None:
     judge_cli.command("serve")(judge_serve)
     judge_cli.command("check")(judge_check)
     cli.add_typer(judge_cli, name="judge")
-
-
-def judge_config(overrides: dict, config: Optional[Path]):
-    """The judge configuration from the CLI and config files, or None when none is configured.
-
-    A configuration that is present but wrong (bad URL, unknown key, unreadable file) is an error
-    here; one that is merely absent only matters if a planned metric needs a judge, which the runner
-    says.
-    """
-    from ..judge import JudgeConfig, JudgeConfigError
-
-    try:
-        return JudgeConfig.load(overrides, config_file=config)
-    except JudgeConfigError as exc:
-        if " is not set" in str(exc) and not any(overrides.get(k) for k in ("model", "base_url")):
-            return None
-        fail(str(exc))
 
 
 def judge_serve(

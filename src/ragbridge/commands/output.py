@@ -36,6 +36,7 @@ from typing import Any, Iterable, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -105,9 +106,16 @@ def fits(console: Console, table: Table) -> bool:
 
     Rich squeezes a table that is too wide: it wraps text columns at spaces (fine) and cuts what
     cannot wrap with an ellipsis (not fine). A table fits when rendering it at the console's width
-    adds no ellipsis to what it renders at any width.
+    adds no ellipsis to what it renders at any width. A table none of whose columns wraps (nor
+    stretches) is cut exactly when its natural width, rich's own measure of it, is over the width:
+    that is measured, not rendered.
     """
-    return _render(table, max(console.width, 1)).count("…") == _render(table, _WIDE).count("…")
+    width = max(console.width, 1)
+    if table.width is None and table.min_width is None and not table.expand and all(
+            c.no_wrap and c.overflow == "ellipsis" and c.width is None and c.min_width is None
+            for c in table.columns):
+        return Measurement.get(console, console.options.update_width(_WIDE), table).maximum <= width
+    return _render(table, width).count("…") == _render(table, _WIDE).count("…")
 
 
 def print_lines(console: Console, lines: Iterable[str], indent: str = "    ") -> None:

@@ -26,13 +26,12 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from ..backend import RunOptions
 from ..formats import DatasetError, load_cases
-from ..report.text import MISSING, jsonable, num
+from ..report.text import MISSING, jsonable
 from ..run import RunError, evaluate
 from ..run.summary import ALL
 from ..run.unscored import nothing_computed, unscored_lines
@@ -44,7 +43,6 @@ from .output import (
     EXIT_SCORE_ERRORS,
     err,
     fail,
-    fits,
     out,
     print_json,
     print_lines,
@@ -52,8 +50,9 @@ from .output import (
     storage_error,
     warn,
 )
+from .summary import print_summary
 
-__all__ = ["register", "run", "rescore", "print_summary"]
+__all__ = ["register", "run", "rescore"]
 
 
 # The options `run` and `rescore` share: judge repeats, the judge budget, the dry run, the score cache.
@@ -139,6 +138,9 @@ def run(
     ray_address: Optional[str] = typer.Option(
         None, "--ray-address", help="With --executor ray: an existing cluster (default: a private local "
                                     "one for the run)."),
+    ray_cpus: Optional[int] = typer.Option(
+        None, "--ray-cpus", min=1, help="With --executor ray: the CPUs of the private local cluster, i.e. "
+                                        "the workers scoring at once (default: all of this machine's)."),
     gateway_host: Optional[str] = typer.Option(
         None, "--gateway-host", help="With --executor ray: this machine's address the workers reach the "
                                      "judge gateway at (default 127.0.0.1; needed for nodes on other "
@@ -193,17 +195,18 @@ def run(
         fail(f"cannot check the golden set beside {out_dir}: {storage_error(exc)}; nothing was written")
     for line in cases.warnings:
         warn(line)
-    _score_and_print(
-        cases, out_dir, str(dataset), backend, metric, no_progress, overwrite,
-        RunOptions(k=k, gain=gain, no_relevant=no_relevant, case_sensitive=case_sensitive,
-                   decline_phrases=decline_phrase or None,
-                   backend_options=_rubric_options(rubric), generator_model=generator_model,
-                   span_min_overlap=span_min_overlap, span_arithmetic=span_arithmetic, chunking=chunking),
-        judge, target=target, target_concurrency=target_concurrency, as_json=as_json,
-        executor=_executor(executor, ray_address, gateway_host),
-        run_kwargs=dict(repeats=repeats, pass_repeats=pass_repeats, max_calls=max_calls, max_cost=max_cost,
-                        dry_run=dry_run, score_cache=score_cache),
-    )
+    with cases:  # opened here, closed here (its scratch copy with it)
+        _score_and_print(
+            cases, out_dir, str(dataset), backend, metric, no_progress, overwrite,
+            RunOptions(k=k, gain=gain, no_relevant=no_relevant, case_sensitive=case_sensitive,
+                       decline_phrases=decline_phrase or None,
+                       backend_options=_rubric_options(rubric), generator_model=generator_model,
+                       span_min_overlap=span_min_overlap, span_arithmetic=span_arithmetic, chunking=chunking),
+            judge, target=target, target_concurrency=target_concurrency, as_json=as_json,
+            executor=_executor(executor, ray_address, gateway_host, ray_cpus),
+            run_kwargs=dict(repeats=repeats, pass_repeats=pass_repeats, max_calls=max_calls,
+                            max_cost=max_cost, dry_run=dry_run, score_cache=score_cache),
+        )
 
 
 def _span_inputs(corpus: Optional[Path], chunks: Optional[Path], min_overlap: float, arithmetic: str):
@@ -222,16 +225,18 @@ def _span_inputs(corpus: Optional[Path], chunks: Optional[Path], min_overlap: fl
     return documents, chunking
 
 
-def _executor(name: str, address: Optional[str], gateway_host: Optional[str]):
+def _executor(name: str, address: Optional[str], gateway_host: Optional[str], cpus: Optional[int]):
     if name not in ("local", "ray"):
         fail(f"--executor must be 'local' or 'ray', got {name!r}")
     if name == "local":
-        if address or gateway_host:
-            fail("--ray-address and --gateway-host need --executor ray")
+        if address or gateway_host or cpus:
+            fail("--ray-address, --ray-cpus and --gateway-host need --executor ray")
         return None
+    if cpus and address not in (None, "local"):
+        fail("--ray-cpus sizes the private local cluster: leave it out with --ray-address")
     from ..run.ray_executor import RayExecutor
 
-    return RayExecutor(address=address, gateway_host=gateway_host)
+    return RayExecutor(address=address, gateway_host=gateway_host, num_cpus=cpus)
 
 
 @judge_options
@@ -520,90 +525,3 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
             highlight=False, soft_wrap=True,
         )
         raise typer.Exit(EXIT_SCORE_ERRORS)
-
-
-def _share(row: dict) -> str:
-    return f"{row['unsupported_share']:.0%}" if row["n_claims"] else MISSING
-
-
-def print_summary(summary, console: Console = out) -> None:
-    """Overall table (per backend and metric), then the mean per tag for each backend. ``summary``:
-    a summary DataFrame, or its rows as dicts (`ragbridge.run.Run.summary_rows`).
-
-    The per-tag table has a row per tag and a column per metric; when its columns do not fit the
-    width they go into as many tables as it takes, each repeating the tag column.
-    """
-    rows = summary if isinstance(summary, list) else summary.to_dict("records")
-    overall = [r for r in rows if r["tag"] == ALL]
-    claims = any(r["n_claims"] > 0 for r in rows)  # a backend exposes claims: show their shares
-    table = Table(title="Summary", title_justify="left")
-    columns = ("backend", "metric", "mean", "scored", "undefined", "errored", "unsup.")
-    for col in columns[:7 if claims else 6]:
-        table.add_column(col, justify="left" if col in ("backend", "metric") else "right", no_wrap=True)
-    lines = []
-    for row in overall:
-        table.add_row(
-            row["backend"], row["metric"], num(row["mean"]), str(row["n_scored"]), str(row["n_undefined"]),
-            f"[red]{row['n_errored']}[/]" if row["n_errored"] else "0",
-            *((_share(row),) if claims else ()),
-        )
-        lines.append(f"{row['backend']} {row['metric']}: mean {num(row['mean'])}, {row['n_scored']} scored, "
-                     f"{row['n_undefined']} undefined, {row['n_errored']} errored"
-                     + (f", {_share(row)} with an unsupported claim" if row["n_claims"] else ""))
-    print_table(console, table, lines)
-    if claims:
-        console.print("[dim]unsup.: share of answers with at least one unsupported claim (of those "
-                      "with claims); per tag in brackets[/]")
-    tagged = [r for r in rows if r["tag"] != ALL]
-    if not tagged:
-        return
-    backends = list(dict.fromkeys(r["backend"] for r in overall))
-    for b in backends:
-        metrics = list(dict.fromkeys(r["metric"] for r in overall if r["backend"] == b))
-        groups: dict[str, list[dict]] = {}
-        for r in tagged:
-            if r["backend"] == b:
-                groups.setdefault(r["tag"], []).append(r)
-        by_tag = [
-            (tag, int(max(r["n"] for r in group)), {r["metric"]: r["mean"] for r in group},
-             {r["metric"]: _share(r) for r in group if r["n_claims"]})
-            for tag, group in sorted(groups.items())
-        ]
-        title = "Mean per tag" + (f" ({b})" if len(backends) > 1 else "")
-        _print_by_tag(console, title, by_tag, metrics)
-
-
-def _cell(means: dict, shares: dict, metric: str) -> str:
-    """The mean, and the unsupported-claim share in brackets where the metric has claims."""
-    return num(means.get(metric), 2) + (f" ({shares[metric]})" if metric in shares else "")
-
-
-def _tag_table(title: Optional[str], rows, metrics: list[str]) -> Table:
-    t = Table(title=title, title_justify="left")
-    t.add_column("tag", no_wrap=True)
-    t.add_column("n", justify="right", no_wrap=True)
-    for m in metrics:
-        t.add_column(escape(m), justify="right", no_wrap=True)
-    for tag, n, means, shares in rows:
-        t.add_row(escape(tag), str(n), *(_cell(means, shares, m) for m in metrics))
-    return t
-
-
-def _print_by_tag(console: Console, title: str, rows, metrics: list[str]) -> None:
-    parts: list[list[str]] = [[]]
-    for m in metrics:
-        if parts[-1] and not fits(console, _tag_table(None, rows, parts[-1] + [m])):
-            parts.append([])
-        parts[-1].append(m)
-    tables = [
-        _tag_table(title + (f", {i} of {len(parts)}" if len(parts) > 1 else ""), rows, part)
-        for i, part in enumerate(parts, 1)
-    ]
-    if all(fits(console, t) for t in tables):
-        for t in tables:
-            console.print(t)
-        return
-    print_lines(console, [title] + [
-        f"{tag} ({n} cases): " + ", ".join(f"{m} {_cell(means, shares, m)}" for m in metrics)
-        for tag, n, means, shares in rows
-    ])

@@ -10,8 +10,11 @@ Every reader turns a file into canonical `Case` objects and reports bad input pr
 written whole or not at all (`ragbridge.formats.files.atomic_path`).
 
 The modules: ``files`` (writing whole or not at all, the one JSONL reader, `DatasetError`),
-``records`` (one record into a case: aliases, the stable-id rule, table cells, input warnings),
-``canonical`` (the canonical formats, a built-in plugin).
+``records`` (one record into a case: aliases, the stable-id rule, table cells), ``plain_records``
+(the canonical record of a case, and a record checked into one without a `Case`), ``record_lines``
+(a JSONL golden set's line read without a mapping per chunk), ``batches`` (cases held as records, a
+batch at a time; the fingerprint), ``input_check`` (warnings for legal but suspicious input),
+``source`` (a golden set read for a run), ``canonical`` (the canonical formats, a built-in plugin).
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ from ..hookspecs import hookimpl
 from ..schema import Case
 from . import JSON_LIST_KEYS, Format
 from .files import DatasetError, jsonl_lines, parse_json, read_hf_rows, text_lines
-from .records import CASE_FIELDS, case_record, cases_from_records, cell_value, record_line, rows_to_records
+from .plain_records import case_record, record_line
+from .records import CASE_FIELDS, cases_from_records, cell_value, rows_to_records
 
 __all__ = ["BUILTIN_FORMATS", "read_jsonl", "write_jsonl", "write_records", "blank_text_losses"]
 
@@ -142,7 +143,7 @@ def write_jsonl(cases: Sequence[Case], path: Path) -> list[str]:
 
 
 def write_records(records: Iterable[dict[str, Any]], path: Path) -> None:
-    """Canonical records (`ragbridge.formats.records.case_record`), one JSON line each."""
+    """Canonical records (`ragbridge.formats.plain_records.case_record`), one JSON line each."""
     with open(path, "wb") as f:
         for record in records:
             f.write(record_line(record) + b"\n")

@@ -330,7 +330,7 @@ class SpanPlacer:
               path: Any = None, line: Optional[int] = None, unit: str = "line") -> dict[str, Any]:
         """``record`` (a canonical record) with its chunks and span labels placed, if it has span labels
         (else ``record`` itself). ``chunk_ids``: the record's chunks when they are ids alone (an
-        `~ragbridge.formats.records.IdChunkRecord`'s). `DatasetError` at ``path``/``line`` for what
+        `~ragbridge.formats.plain_records.ColumnRecord`'s). `DatasetError` at ``path``/``line`` for what
         cannot be placed."""
         spans = record.get("relevant_spans")
         if not spans:
@@ -448,7 +448,7 @@ def place_cases(cases: Sequence[Case], corpus: Optional[Corpus],
     """The cases with every chunk and label of the span-labelled ones placed against ``corpus``
     (`SpanPlacer`; `DatasetError` naming the case's position, the case and the chunk for what cannot
     be placed); the others as they are."""
-    from .records import case_record
+    from .plain_records import case_record
 
     placer = placer or SpanPlacer(corpus)
     return [Case.model_validate(placer.place(case_record(c), line=i, unit="case")) if c.relevant_spans else c

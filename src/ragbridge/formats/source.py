@@ -3,8 +3,8 @@
 `open_cases` reads a dataset once, whole, before anything is scored or written: every record is
 validated (bad input raises the reader's `DatasetError`, exactly as `ragbridge.formats.load_cases`
 would), the fingerprint and the input warnings are counted, and the cases are written, one canonical
-record a line (`ragbridge.formats.records.record_line`), to a scratch copy, and batch by batch as
-they were read (`ragbridge.formats.records.CaseBatch.to_bytes`) to a scratch file that has no name
+record a line (`ragbridge.formats.plain_records.record_line`), to a scratch copy, and batch by batch as
+they were read (`ragbridge.formats.batches.CaseBatch.to_bytes`) to a scratch file that has no name
 (it goes with the process, however that ends). A run moves the copy into its folder as
 ``cases.jsonl``; a copy that a killed process left behind (named with its pid) is removed by the next
 `open_cases` beside it and reads its batches back from the scratch file (`CaseSource.batches`), with no
@@ -16,9 +16,10 @@ located by their text, quotes by theirs), so the cases written and scored carry 
 scoring needs no corpus; what cannot be placed is a `DatasetError` naming the case and the chunk.
 
 A canonical JSONL golden set is streamed (one line at a time, the common record taking the light
-path of `ragbridge.formats.records.plain_record`, and a record whose chunks are ids alone that of
-`ragbridge.formats.records.parse_record_line`: no mapping per chunk); every other format is read
-whole by its reader, then batched. A dataset that fits in one batch is kept in memory from the first read.
+path of `ragbridge.formats.plain_records.plain_record`, and a record whose chunks are ids, or ids and
+texts, that of `ragbridge.formats.record_lines.parse_record_line`: no mapping per chunk); every other
+format is read whole by its reader, then batched. A dataset that fits in one batch is kept in memory
+from the first read.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from ..schema import Case
 from . import load_cases, reading_format
 from .files import DatasetError, jsonl_lines
 from .corpus import Corpus, SpanPlacer, place_cases
-from .records import CaseBatch, Fingerprint, InputCheck, SeenCaseIds, batch_from_records, parse_record_line
+from .batches import CaseBatch, Fingerprint, SeenCaseIds, batch_from_records
+from .input_check import InputCheck
+from .record_lines import parse_record_line
 
 __all__ = ["BATCH_SIZE", "CaseSource", "open_cases"]
 
@@ -128,11 +131,11 @@ class CaseSource:
 
 def _place_batch(batch: CaseBatch, placer: SpanPlacer, lines: list[int], path: Path) -> None:
     """Place the span-labelled records of ``batch`` (read from ``path`` at ``lines``) in place."""
-    records, ids = batch._records, batch._chunk_ids
-    for i, rec in enumerate(records):
-        if rec.get("relevant_spans"):
-            records[i] = placer.place(rec, ids[i] if ids is not None else None, path, lines[i])
-            batch._cases[i] = None  # made again from the placed record when asked for
+    rows = zip(batch.span_lists(), batch.chunk_lists(), batch.chunk_texts())
+    for i, (spans, (ids, chunks, _), texts) in enumerate(rows):
+        if spans:
+            alone = ids if chunks is None and texts is None else None  # chunks that are ids alone
+            batch.replace(i, placer.place(batch.record(i), alone, path, lines[i]))
 
 
 def _same_device(a: Path, b: Path) -> bool:

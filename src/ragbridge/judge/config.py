@@ -86,7 +86,7 @@ def redact_url(url: str) -> str:
 class ModelPrice(BaseModel):
     """What one model costs: ``input`` and ``output`` in the config's currency per million tokens."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     input: float = Field(ge=0)
     output: float = Field(ge=0)
@@ -130,7 +130,7 @@ class JudgeConfig(BaseModel):
     the network. A call to a model without a price costs None (unknown), never 0.
     """
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True)
 
     model: str = Field(min_length=1)
     base_url: str

@@ -25,7 +25,6 @@ NumPy arrays (`ranking.Prepared`) once per run, not once per metric.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import replace
 from typing import AsyncIterator, Optional, Sequence
@@ -35,11 +34,11 @@ from ..backend import Backend, MetricSpec, ScoringContext
 from ..hookspecs import hookimpl
 import numpy as np
 
-from ..formats.records import CaseBatch
+from ..formats.batches import CaseBatch
 from ..schema import Case, Score, ScoreBlock
 from . import answers, ranking
 
-__all__ = ["NativeBackend", "RankedCache", "ranking_score"]
+__all__ = ["NativeBackend", "RankedCache"]
 
 _KINDS = {canonical.RANKING: (), canonical.SPAN: (), canonical.ANSWER_CHECK: ("answer",)}  # kind -> required
 
@@ -117,18 +116,6 @@ class NativeBackend(Backend):
         yield ScoreBlock(backend=self.name, metric=metric, native_metric=metric,
                          case_ids=CaseBatch.of_cases(cases).ids, values=values, reasons=reasons,
                          seconds=per_case)
-
-
-def ranking_score(metric: str, case_id: str, value: float, labelled: bool, seconds: float) -> Score:
-    """The Score of one case's ranking ``value`` (NaN: undefined, with the reason; ``labelled``: the
-    case has relevance labels). Every executor builds ranking scores with it."""
-    undefined = math.isnan(value)
-    reason = None
-    if undefined:
-        reason = "no relevance labels" if not labelled else "no label with grade >= 1"
-    return Score(case_id=case_id, metric=metric, backend=NativeBackend.name,
-                 value=None if undefined else value, native_metric=metric,
-                 native_value=None if undefined else value, reason=reason, seconds=seconds)
 
 
 @hookimpl

@@ -7,6 +7,9 @@ one dispatcher: it parses metric names such as ``"ndcg@10"`` and runs the kernel
 backend scores through it (the CLI and ``ragbridge.evaluate``), and so do the oracle tests against
 pytrec_eval and ranx (``tests/test_ranking.py``) and ``benchmarks/bench_ranking.py``.
 
+Size: the kernels are a few lines each; they sit beside the conventions below and the one
+dispatcher, as in ranx, so that each convention is stated once next to the code that keeps it.
+
 Conventions (trec_eval's, with ragbridge's relevance rule). With chunk-level labels and no repeated
 chunk ids every value equals trec_eval's (pytrec_eval) to floating-point rounding.
 
@@ -209,7 +212,7 @@ def _match_slow(ci, ids, chunks, rel, spans, min_overlap, m_case, m_rank, m_grad
 
 
 def _chunk_lists(cases):
-    """Per case ``(chunk ids, chunks, relevant)``: from a `~ragbridge.formats.records.CaseBatch`
+    """Per case ``(chunk ids, chunks, relevant)``: from a `~ragbridge.formats.batches.CaseBatch`
     (what a run scores: its records read as they are, ``chunks`` None where every chunk is an id
     alone), else from `Case` objects."""
     chunk_lists = getattr(cases, "chunk_lists", None)

@@ -114,7 +114,7 @@ def unplaced(what: str) -> ValueError:
 def prepare(cases: Sequence[Any]) -> SpanSets:
     """Walk the cases once and return the arrays of their span labels and placed chunks.
 
-    ``cases``: `~ragbridge.schema.Case` objects or a `~ragbridge.formats.records.CaseBatch`. Only
+    ``cases``: `~ragbridge.schema.Case` objects or a `~ragbridge.formats.batches.CaseBatch`. Only
     span-labelled cases are read chunk by chunk. ValueError for a chunk or label of a span-labelled
     case that is not placed.
     """

@@ -45,7 +45,7 @@ from ..analysis.table import open_run
 from ..analysis.thresholds import PassMarks, Thresholds, pass_marks
 from ..analysis.validate import validate
 from ..formats.files import jsonl_lines
-from ..formats.records import batch_from_records
+from ..formats.batches import batch_from_records
 from ..formats.source import BATCH_SIZE
 from ..metrics import half_of
 from ..metrics import sort_key as metric_key
@@ -106,6 +106,10 @@ def report_data(
     backends = sorted({s.backend for s in run.scores} | set(m.backends), key=backend_key)
     metrics = sorted({s.metric for s in run.scores}, key=metric_key)
     k = (m.options or {}).get("k")
+    if gates is not None:
+        from ..analysis.gate import GateConfig, load_gates
+
+        gates = gates if isinstance(gates, GateConfig) else load_gates(gates)
     th = pass_marks(run, thresholds, gates, backends)
     rows = records(run.summary(by_tag=True))
     overall = sorted((r for r in rows if r["tag"] == ALL),
@@ -295,6 +299,10 @@ def _threshold_rows(cases: list[dict], th: Thresholds, metrics, backends) -> lis
     return rows
 
 
+#: the failing cases a report lists by name per layer (the HTML and Markdown; JSON holds them all)
+DIAGNOSIS_LISTED = 50
+
+
 def _diagnosis(run: Run, th: Thresholds, labels: Any, label_threshold: float) -> Optional[dict[str, Any]]:
     """Each failing case's layer (`ragbridge.analysis.diagnose`), by the report's pass marks; the
     cases are read without their chunks, so the details that read chunks are left out."""
@@ -314,7 +322,7 @@ def _without_texts(run: Run) -> Run:
 
 def _case_batches(path: Path, drop: tuple[str, ...] = (), keep: Optional[set[str]] = None):
     """A ``cases.jsonl``'s cases, `BATCH_SIZE` at a time, each record read as the canonical reader
-    reads it (`ragbridge.formats.records.batch_from_records`), with the fields ``drop`` left out; with
+    reads it (`ragbridge.formats.batches.batch_from_records`), with the fields ``drop`` left out; with
     ``keep``, a record whose ``id`` is a string not in it is skipped unread."""
     lines: list[tuple[int, Any]] = []
     first_seen: dict[str, int] = {}

@@ -10,7 +10,7 @@ from typing import Optional, Union
 from ..analysis.table import open_run
 from ..run import Run
 from ..run.summary import ALL
-from .data import report_data
+from .data import DIAGNOSIS_LISTED, report_data
 from .text import ci_text, md_text, num
 
 __all__ = ["render_markdown"]
@@ -212,7 +212,13 @@ def _diagnosis(d: dict, out: list[str]) -> None:
     out += [f"| {md_text(r['tag'])} | {r['n_cases']} | {r['n_failing']} | "
             + " | ".join(str(r[x]) for x in layers) + " |" for r in g["by_tag"]]
     out += ["", "| case | layer | why |", "|---|---|---|"]
-    out += [f"| {md_text(c['case_id'])} | {c['layer']} | {md_text(c['reason'])} |" for c in g["cases"]]
+    n = DIAGNOSIS_LISTED
+    for x in layers:
+        group = [c for c in g["cases"] if c["layer"] == x]
+        out += [f"| {md_text(c['case_id'])} | {x} | {md_text(c['reason'])} |" for c in group[:n]]
+        if len(group) > n:
+            out.append(f"| … | {x} | and {len(group) - n} more: `ragbridge diagnose` on the run "
+                       "lists every case |")
     out.append("")
 
 

@@ -58,9 +58,9 @@ def __getattr__(name: str) -> Any:
 
 @hookimpl
 def ragbridge_register_backends(register):
-    from .backend import RubricBackend
+    from ragbridge.plugins import LazyBackend
 
-    register(RubricBackend())
+    register(LazyBackend("rubric", "ragbridge.rubric.backend:RubricBackend"))
 
 
 @hookimpl

@@ -61,7 +61,7 @@ class RubricError(ValueError):
 class Level(BaseModel):
     """One level of a scale: its value, a short label, what it means, optional examples."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     value: int
     label: str = Field(min_length=1)
@@ -72,7 +72,7 @@ class Level(BaseModel):
 class Rubric(BaseModel):
     """One criterion the judge applies (see the module docstring for each field)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, defer_build=True)
 
     name: str
     question: str = Field(min_length=1)

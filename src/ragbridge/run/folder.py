@@ -36,7 +36,7 @@ from ..schema import Case, RunManifest, Score
 from .plan import RunError
 
 #: how ``run.json``'s ``dataset.fingerprint`` is computed; a folder without it is from before
-#: (`ragbridge.formats.records.Fingerprint`) and cannot be resumed
+#: (`ragbridge.formats.batches.Fingerprint`) and cannot be resumed
 FINGERPRINT_OF = "canonical-lines"
 
 if TYPE_CHECKING:  # pragma: no cover

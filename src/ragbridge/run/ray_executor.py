@@ -1,22 +1,23 @@
-"""The Ray executor: the runner's scoring step on a Ray cluster (``executor="ray"``, ``--executor ray``).
+"""The Ray executor: a run's jobs scored on a Ray cluster (``executor="ray"``, ``--executor ray``).
 
 The runner does everything else as with the local executor (plan, run folder, target, manifest,
-recording, batches); only `RayExecutor.score` replaces the local scoring step, with the same jobs of
-each batch, and hands every score to the same recorder, in the driver, as it arrives. The cluster is
-started once for the run (`RayExecutor.session`), not per batch. So the run folder, the resume and
-overwrite rules and the scores are the local executor's.
+recording, batches); only the scoring of each batch's jobs runs on the cluster, and every score comes
+back to the same recorder, in the driver, as its block of cases is done. So the run folder, the
+resume and overwrite rules and the scores are the local executor's.
 
-The data flow (Ray Data, two datasets consumed at once):
+The cluster is started when the first job arrives, not before (a resumed run with nothing left, or
+one whose every score is in the score cache, starts nothing), once for the run, and shut down when
+the run ends. Each batch's jobs are cut into blocks of cases, and the blocks go out as they are
+(`ragbridge.formats.records.CaseBatch`: the canonical records, no `Case` object built in the driver):
 
-* native ranking metrics: the cases as compact Arrow blocks (chunk ids and sources, label ids and
-  grades), and `native_batch`, a vectorised batch function (`ragbridge.native.ranking.evaluate`, the
-  one ranking dispatcher) run as Ray tasks, every planned ranking metric in one pass per block;
-* every other job (judged backends, answer checks, the span metrics and cases with span labels, a
-  plugin's backend): rows of (backend, metric,
-  case as JSON) in blocks of ``batch_size``, scored by a pool of `BackendScorer` actors. An actor
-  keeps, per backend, what the backend's ``open`` made (its library objects, clients, thread
-  pools) for as long as it lives, on one event loop of its own, so nothing is rebuilt per case or
-  batch; two batches run in an actor at once so that a batch's slowest case does not idle the judge.
+* a backend without a judged metric in the batch (the native ranking metrics, the answer checks,
+  the span metrics, a plugin's local backend): one Ray task per block, which scores every metric
+  of that backend over its block through the backend itself (`ragbridge.run.lifecycle`: the native
+  backend prepares its arrays once per block for every ranking metric), with a session per task;
+* judged metrics: a pool of `BackendScorer` actors, made once for the run (on the first judged
+  job) and closed at its end. An actor opens each backend on its first block and keeps the session
+  (its library objects, clients, thread pools) for the run, on one event loop of its own; each actor
+  runs ``calls_per_actor`` blocks at once, so that a block's slowest case does not idle the judge.
 
 The judge: the driver keeps the run's one `ragbridge.judge.JudgeGateway` (it owns the cache, the
 concurrency bound, the requests-per-minute limit and the usage counts). Its socket is opened on
@@ -29,10 +30,11 @@ judge call of every worker thus passes the one gateway: the bound and the limit 
 cluster together, and a case scored on any worker is a cache hit on a re-run wherever it lands. The
 cost is one HTTP hop from the worker to the driver per judge call.
 
-Faults: Ray retries a task or actor whose worker died; a retried batch asks the gateway again and
-is served from its cache (the scores of a batch reach the driver only once its batch is done, and
-a score seen twice is recorded once). A killed driver ends the cluster it started (its workers with
-it); the run folder then holds every score recorded so far and a re-run resumes it.
+Faults: Ray restarts an actor whose process died and retries its blocks there, and retries a task
+whose worker died; a retried block asks the gateway again and is served from its cache (a block's
+scores reach the driver only once the block is done, so a block is recorded once). A killed driver
+ends the cluster it started (its workers with it); the run folder then holds every score recorded so
+far and a re-run resumes it.
 
 Ray's defaults reach outside the machine (cloud-metadata probes, a node address found by a UDP
 connect to a public resolver, listeners on every interface, usage reports). A cluster this executor
@@ -47,26 +49,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
+import math
 import os
 import shutil
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+from typing import Any, AsyncIterator, Iterator, Optional, Sequence, Union
 
 from ..backend import Backend, RunOptions, ScoringContext
-from ..formats.records import CaseBatch
-from ..schema import Case, Score
-from .plan import RunError
+from ..formats.batches import CaseBatch
+from ..plugins import get_backends
+from ..schema import Score, ScoreBlock
+from .executor import Executor, ExecutorSession
+from .lifecycle import Job, Record, applied_environment, close_session, drive_job, open_session
+from .plan import Plan, RunError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .runner import Job, Recorder
-
-__all__ = ["RayExecutor", "BackendScorer", "native_batch", "native_table", "ray_session",
-           "LOCAL_ENVIRONMENT"]
+__all__ = ["RayExecutor", "BackendScorer", "ray_session", "LOCAL_ENVIRONMENT"]
 
 #: set before a local cluster starts (see the module docstring and docs of Ray 2.60's behaviour)
 LOCAL_ENVIRONMENT = {
@@ -78,7 +78,12 @@ LOCAL_ENVIRONMENT = {
 _RAY_TOUCHED = ("RAY_CLIENT_MODE", "RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED", "PYTHONBREAKPOINT",
                 "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "HOME")
 DEFAULT_OBJECT_STORE = 1 << 30  # a local cluster's object store (Ray's default: 30 % of RAM); spills to disk
-NATIVE_BLOCK_ROWS = 8192
+#: the fewest cases in a block of a local backend's task (smaller batches go out whole)
+MIN_BLOCK_ROWS = 256
+
+#: a block of work: (backend, [(metric, repeat), ...], cases), scored in one task or actor call
+Block = tuple[str, list[tuple[str, int]], CaseBatch]
+Item = Union[Score, ScoreBlock]
 
 
 @contextlib.contextmanager
@@ -142,87 +147,17 @@ def _restore(saved: dict[str, Optional[str]]) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Native ranking metrics: Arrow blocks and a vectorised batch function
-
-
-class _Chunk:
-    __slots__ = ("id", "source")
-
-    def __init__(self, id: str, source: Optional[str]) -> None:  # noqa: A002
-        self.id, self.source = id, source
-
-
-class _Ranked:
-    """What `ragbridge.native.ranking.prepare` reads of a case: contexts (id, source) and relevant."""
-
-    __slots__ = ("contexts", "relevant")
-
-    def __init__(self, ids: list, sources: list, rel_ids: list, rel_grades: list) -> None:
-        self.contexts = [_Chunk(i, s) for i, s in zip(ids, sources)]
-        self.relevant = dict(zip(rel_ids, rel_grades))
-
-
-def _span_job(metric: str, cases: Sequence[Case]) -> bool:
-    """Whether a native job needs the span labels, which `native_table` does not carry: a span
-    metric, or cases that hold span labels (such jobs go the way of every other backend)."""
-    from .. import metrics as canonical
-
-    found = canonical.find(metric)
-    if found is not None and found.kind == canonical.SPAN:
-        return True
-    return any(CaseBatch.of_cases(cases).span_lists())
-
-
-def native_table(cases: Sequence[Case]) -> Any:
-    """The cases as the Arrow table `native_batch` reads: ``id``, ``ctx_ids``, ``ctx_sources``,
-    ``rel_ids``, ``rel_grades``."""
-    import pyarrow as pa
-
-    return pa.table({
-        "id": [c.id for c in cases],
-        "ctx_ids": [[ch.id for ch in c.contexts] for c in cases],
-        "ctx_sources": [[ch.source for ch in c.contexts] for c in cases],
-        "rel_ids": [list(c.relevant) for c in cases],
-        "rel_grades": [list(c.relevant.values()) for c in cases],
-    }, schema=pa.schema([("id", pa.string()), ("ctx_ids", pa.list_(pa.string())),
-                         ("ctx_sources", pa.list_(pa.string())), ("rel_ids", pa.list_(pa.string())),
-                         ("rel_grades", pa.list_(pa.int64()))]))
-
-
-def native_batch(batch: Any, metrics: Sequence[str], gain: str = "linear",
-                 no_relevant: str = "undefined") -> Any:
-    """Every ranking metric of one block of `native_table` rows, through `ranking.evaluate`: a
-    table of ``id``, ``labelled``, ``seconds`` (per case) and one float column ``m<i>`` per metric
-    (NaN where undefined)."""
-    import numpy as np
-    import pyarrow as pa
-
-    from ..native import ranking
-
-    t0 = time.perf_counter()
-    cols = [batch.column(n).to_pylist() for n in ("ctx_ids", "ctx_sources", "rel_ids", "rel_grades")]
-    cases = [_Ranked(*row) for row in zip(*cols)]
-    values = ranking.evaluate(cases, list(metrics), gain=gain, no_relevant=no_relevant)
-    n = len(cases)
-    per_case = (time.perf_counter() - t0) / max(n, 1)
-    out = {"id": batch.column("id"), "labelled": pa.array([bool(r) for r in cols[2]]),
-           "seconds": pa.array(np.full(n, per_case))}
-    for i, m in enumerate(metrics):
-        out[f"m{i}"] = pa.array(values[m])
-    return pa.table(out)
-
-
-# --------------------------------------------------------------------------------------------
-# Every other backend: actors that keep the backends' sessions
+# Scoring blocks in a Ray process
 
 
 class BackendScorer:
-    """A Ray Data actor (a callable class) that scores rows of (backend, metric, repeat, case JSON).
+    """Scores blocks (`Block`) in a Ray process: a Ray actor for judged backends, or made and
+    closed within one Ray task for local ones.
 
-    Per backend, on its first row: the backend's environment defaults are applied in this process
+    Per backend, on its first block: the backend's environment defaults are applied in this process
     (before its library is imported), then ``open`` runs once with a `GatewayClient` as the judge;
-    the session lives as long as the actor. Rows are scored on the actor's own event loop, with
-    the runner's ``drive_job`` (a backend fault becomes each case's error, as in the local executor)."""
+    the session lasts until `close`. Blocks are scored on the scorer's own event loop, through the
+    lifecycle's ``drive_job`` (a backend fault becomes each case's error, as in the local executor)."""
 
     def __init__(self, options: RunOptions, gateway: Optional[tuple] = None) -> None:
         from ..judge.remote import GatewayClient
@@ -236,28 +171,37 @@ class BackendScorer:
         self._contexts: dict[str, ScoringContext] = {}
         self._backends: dict[str, Backend] = {}
         self._opening: dict[str, asyncio.Lock] = {}
-        self._closed = False
 
-    def __call__(self, batch: Any) -> Any:
-        import pyarrow as pa
+    def score(self, blocks: list[Block]) -> list[Item]:
+        """Every score of ``blocks``, scored concurrently."""
+        return asyncio.run_coroutine_threadsafe(self._score_all(blocks), self.loop).result()
 
-        groups: dict[tuple[str, str, int], list[Case]] = {}
-        columns = (batch.column(n).to_pylist() for n in ("backend", "metric", "repeat", "case"))
-        for b, m, r, c in zip(*columns):
-            groups.setdefault((b, m, r), []).append(Case.model_validate_json(c))
-        scores = asyncio.run_coroutine_threadsafe(self._score_all(groups), self.loop).result()
-        return pa.table({"score": pa.array([s.model_dump_json() for s in scores], pa.string())})
+    def close(self) -> None:
+        """Close every backend this scorer opened (the last opened first), and its event loop."""
+        async def close_all() -> None:
+            for name, backend in reversed(list(self._backends.items())):
+                await close_session(backend, self._contexts[name])
 
-    async def _score_all(self, groups: dict[tuple[str, str, int], list[Case]]) -> list[Score]:
-        results = await asyncio.gather(*(self._score(b, m, cases, r) for (b, m, r), cases in groups.items()))
-        return [s for part in results for s in part]
+        try:
+            asyncio.run_coroutine_threadsafe(close_all(), self.loop).result(timeout=60)
+        finally:
+            self._backends = {}
+            self._environment.close()
+            self.loop.call_soon_threadsafe(self.loop.stop)
+
+    async def _score_all(self, blocks: list[Block]) -> list[Item]:
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def job(name: str, metric: str, cases: CaseBatch, repeat: int) -> None:
+            backend, ctx = await self._context(name)
+            await drive_job(backend, metric, cases, ctx, queue, repeat=repeat)
+
+        await asyncio.gather(*(job(name, metric, cases, repeat)
+                               for name, metrics, cases in blocks for metric, repeat in metrics))
+        return [queue.get_nowait() for _ in range(queue.qsize())]
 
     async def _context(self, name: str) -> tuple[Backend, ScoringContext]:
-        from ..plugins import get_backends
-        from .runner import applied_environment, open_session
-
-        lock = self._opening.setdefault(name, asyncio.Lock())
-        async with lock:
+        async with self._opening.setdefault(name, asyncio.Lock()):
             if name not in self._contexts:
                 backend = get_backends()[name]
                 self._environment.enter_context(applied_environment(backend.environment()))
@@ -266,38 +210,15 @@ class BackendScorer:
                 self._backends[name] = backend
         return self._backends[name], self._contexts[name]
 
-    async def _score(self, name: str, metric: str, cases: list[Case], repeat: int = 0) -> list[Score]:
-        from .runner import drive_job
 
-        backend, ctx = await self._context(name)
-        queue: asyncio.Queue = asyncio.Queue()
-        await drive_job(backend, metric, cases, ctx, queue, repeat=repeat)
-        return [queue.get_nowait() for _ in range(queue.qsize())]
-
-    def __del__(self) -> None:  # best effort: the actor's process ends with the pool
-        if self._closed:
-            return
-        self._closed = True
-        with contextlib.suppress(Exception):
-            from .runner import close_session
-
-            async def close_all() -> None:
-                for name, backend in reversed(list(self._backends.items())):
-                    await close_session(backend, self._contexts[name])
-
-            asyncio.run_coroutine_threadsafe(close_all(), self.loop).result(timeout=30)
-            self._environment.close()
-            self.loop.call_soon_threadsafe(self.loop.stop)
-
-
-def score_rows(batch: Any, options: RunOptions) -> Any:
-    """`BackendScorer` as a plain batch function (a Ray task): for backends without a judge, whose
-    ``open`` is cheap; the session lasts one batch."""
+def score_blocks(blocks: list[Block], options: RunOptions) -> list[Item]:
+    """`BackendScorer` as a plain function (a Ray task), for backends without a judge, whose ``open``
+    is cheap: the session lasts one task."""
     scorer = BackendScorer(options)
     try:
-        return scorer(batch)
+        return scorer.score(blocks)
     finally:
-        scorer.__del__()
+        scorer.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -305,17 +226,19 @@ def score_rows(batch: Any, options: RunOptions) -> Any:
 
 
 @dataclass
-class RayExecutor:
+class RayExecutor(Executor):
     """Score a run's jobs on Ray (see the module docstring).
 
     ``address``: an existing cluster (``ray://...`` or ``HOST:PORT``, or ``auto``); None starts a
-    private local one for the run (``num_cpus``, ``object_store_memory``), unless this process is
-    connected to a cluster already. ``gateway_host``: the driver machine's address the workers
-    reach the judge gateway at (default 127.0.0.1, required when the cluster has nodes on other
-    machines). ``actors``: scorer actors for the judged backends (each holds every backend's
-    session; a judged actor asks for no CPU, it waits on the judge); ``batch_size``: rows per
-    judged batch (default the judge's ``max_concurrency``); ``native_block_rows``: cases per
-    native block."""
+    private local one for the run (``num_cpus``: its CPUs, i.e. the tasks it runs at once, default
+    all of the machine's; ``object_store_memory``), unless this process is connected to a cluster
+    already. ``gateway_host``: the driver machine's address the workers reach the judge gateway at
+    (default 127.0.0.1, required when the cluster has nodes on other machines). ``actors``: scorer
+    actors for the judged backends (each holds every backend's session; a judged actor asks for no
+    CPU, it waits on the judge), ``calls_per_actor`` blocks each at once; ``batch_size``: cases per
+    judged block (default the judge's ``max_concurrency``); ``native_block_rows``: cases per block
+    of a local backend's task (default: each batch cut in one block per CPU of the cluster, of at
+    least `MIN_BLOCK_ROWS`)."""
 
     address: Optional[str] = None
     gateway_host: Optional[str] = None
@@ -323,81 +246,108 @@ class RayExecutor:
     object_store_memory: Optional[int] = DEFAULT_OBJECT_STORE
     actors: int = 2
     batch_size: Optional[int] = None
-    native_block_rows: int = NATIVE_BLOCK_ROWS
+    native_block_rows: Optional[int] = None
     calls_per_actor: int = 2
 
-    @contextlib.contextmanager
-    def session(self, ctx: ScoringContext) -> Iterator[Any]:
-        """The cluster for a whole run (the ``ray`` module): `score`, called once per batch of the
-        run, finds it connected and uses it, rather than starting one per batch."""
-        hide = _key_variables(ctx.judge)
-        with ray_session(self.address, num_cpus=self.num_cpus, object_store_memory=self.object_store_memory,
-                         hide=hide) as ray:
-            yield ray
+    @contextlib.asynccontextmanager
+    async def session(self, plan: Plan, ctx: ScoringContext) -> AsyncIterator["_Cluster"]:
+        cluster = _Cluster(self, ctx)
+        try:
+            yield cluster
+        finally:
+            cluster.close()
 
-    async def score(self, jobs: "list[Job]", ctx: ScoringContext, recorder: "Recorder") -> None:
-        from ..native import answers
 
-        native = [j for j in jobs if j[0].name == "native" and j[1] not in answers.CHECKS
-                  and not _span_job(j[1], j[2])]
-        other = [j for j in jobs if j not in native]
-        total = sum(len(c) for _, _, c, _ in jobs)
-        if not total:
-            return
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        hide = _key_variables(ctx.judge)
-        with ray_session(self.address, num_cpus=self.num_cpus, object_store_memory=self.object_store_memory,
-                         hide=hide) as ray:
-            import ray.data  # the module, imported only now (about 1.5 s)
+class _Cluster(ExecutorSession):
+    """One run on Ray: the cluster, started on the first job; the scorer actors, made on the first
+    judged job; both ended by `close`."""
 
-            data_context = ray.data.DataContext.get_current()
-            data_context.enable_progress_bars = False  # the runner's own bar and log stay readable
-            data_context.print_on_execution_start = False
-            quiet = logging.getLogger("ray.data")
-            level = quiet.level
-            quiet.setLevel(logging.WARNING)
+    def __init__(self, executor: RayExecutor, ctx: ScoringContext):
+        self.executor, self.ctx = executor, ctx
+        self.ray: Any = None
+        self.actors: list[Any] = []
+        self._next_actor = 0
+        self._cpus = 1
+        self._task: Any = None
+        self._stack = contextlib.ExitStack()
 
-            gateway = None
-            if ctx.judge is not None and any(b.needs_judge(m) for b, m, _, _ in other):
-                gateway = self._gateway_spec(ray, ctx.judge)
-            streams = []
-            if native:
-                streams.append(self._native_stream(ray, native, ctx.options))
-            if other:
-                streams.append(self._scorer_stream(ray, other, ctx.options, gateway))
-            stop = threading.Event()
-            threads = [threading.Thread(target=_pump, args=(s, loop, queue, stop), daemon=True,
-                                        name="ragbridge-ray-results") for s in streams]
-            for t in threads:
-                t.start()
-            seen: set = set()
-            remaining, running = total, len(threads)
+    def _connect(self) -> Any:
+        if self.ray is None:
+            ex = self.executor
+            self.ray = self._stack.enter_context(ray_session(
+                ex.address, num_cpus=ex.num_cpus, object_store_memory=ex.object_store_memory,
+                hide=_key_variables(self.ctx.judge)))
+            self._cpus = max(1, int(self.ray.cluster_resources().get("CPU", 1)))
+            self._task = self.ray.remote(num_cpus=1, max_retries=-1)(score_blocks)
+        return self.ray
+
+    def _scorers(self) -> list[Any]:
+        if not self.actors:
+            ray, ex = self.ray, self.executor
+            gateway = self._gateway_spec(ray, self.ctx.judge) if self.ctx.judge is not None else None
+            actor = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1,
+                               max_concurrency=max(1, ex.calls_per_actor))(BackendScorer)
+            self.actors = [actor.remote(self.ctx.options, gateway) for _ in range(max(1, ex.actors))]
+        return self.actors
+
+    async def score(self, jobs: list[Job], record: Record) -> None:
+        self._connect()
+        judged = {(b.name, id(c)) for b, m, c, _ in jobs if b.needs_judge(m)}
+        refs = []
+        for blocks, is_judged in self._blocks(jobs, judged):
+            if is_judged:
+                actors = self._scorers()
+                for block in blocks:
+                    actor = actors[self._next_actor % len(actors)]
+                    self._next_actor += 1
+                    refs.append(actor.score.remote([block]))
+            else:
+                refs += [self._task.remote([block], self.ctx.options) for block in blocks]
+        for done in asyncio.as_completed([asyncio.wrap_future(ref.future()) for ref in refs]):
             try:
-                while remaining and running:
-                    item = await queue.get()
-                    if isinstance(item, BaseException):
-                        raise RunError(f"the Ray executor failed: {type(item).__name__}: {item}") from item
-                    if item is None:
-                        running -= 1
-                        continue
-                    for score in item:
-                        if score.repeat_key in seen:  # a retried batch's score, recorded already
-                            continue
-                        seen.add(score.repeat_key)
-                        recorder.record(score)
-                        remaining -= 1
-            finally:
-                stop.set()
-                for t in threads:
-                    t.join(timeout=5)
-                quiet.setLevel(level)
+                items = await done
+            except Exception as exc:  # a Ray failure (a backend's own faults are its cases' errors)
+                raise RunError(f"the Ray executor failed: {type(exc).__name__}: {exc}") from exc
+            for item in items:
+                record(item)
 
-    # -- the judge ------------------------------------------------------------------------------
+    def _blocks(self, jobs: list[Job], judged: set) -> Iterator[tuple[list[Block], bool]]:
+        """The jobs as blocks: per backend and list of cases, every metric of it in one block of
+        each slice of the cases (so a local backend shares its work per block over its metrics)."""
+        grouped: dict[tuple[str, int], tuple[CaseBatch, list[tuple[str, int]]]] = {}
+        for backend, metric, cases, repeat in jobs:
+            grouped.setdefault((backend.name, id(cases)), (cases, []))[1].append((metric, repeat))
+        ex = self.executor
+        for (name, key), (cases, metrics) in grouped.items():
+            cases = CaseBatch.of_cases(cases)
+            if (name, key) in judged:
+                size = ex.batch_size or (self.ctx.judge.config.max_concurrency if self.ctx.judge else 64)
+                # one block per metric and slice: the judged calls of a slice spread over the actors
+                yield [(name, [mr], cases[i:i + size]) for mr in metrics
+                       for i in range(0, len(cases), size)], True
+            else:
+                size = ex.native_block_rows or max(MIN_BLOCK_ROWS, math.ceil(len(cases) / self._cpus))
+                yield [(name, metrics, cases if size >= len(cases) else cases[i:i + size])
+                       for i in range(0, len(cases), size)], False
+
+    def close(self) -> None:
+        """Close the scorers' backends, then shut the cluster down (if this session started it)."""
+        try:
+            if self.actors:
+                with contextlib.suppress(Exception):
+                    self.ray.get([a.close.remote() for a in self.actors], timeout=60)
+                for a in self.actors:
+                    with contextlib.suppress(Exception):
+                        self.ray.kill(a)
+        finally:
+            self.actors = []
+            self._stack.close()
+            self.ray = None
+
     def _gateway_spec(self, ray: Any, gateway: Any) -> tuple:
         from ..judge.remote import GatewayClient
 
-        host = self.gateway_host
+        host = self.executor.gateway_host
         if host is None:
             here = {"127.0.0.1", "localhost", ray.util.get_node_ip_address()}
             elsewhere = sorted({n.get("NodeManagerAddress") for n in ray.nodes() if n.get("Alive")} - here)
@@ -410,92 +360,6 @@ class RayExecutor:
         if not gateway.listening:
             gateway.host = host
         return GatewayClient.spec(gateway)
-
-    # -- the datasets ---------------------------------------------------------------------------
-    def _native_stream(self, ray: Any, jobs: "list[Job]", options: RunOptions) -> Iterator[list[Score]]:
-        from ..native import ranking_score
-
-        by_cases: dict[int, tuple[list[Case], list[str]]] = {}
-        for _, metric, cases, _ in jobs:
-            by_cases.setdefault(id(cases), (cases, []))[1].append(metric)
-        for cases, metrics in by_cases.values():
-            table = native_table(cases)
-            n = self.native_block_rows
-            ds = ray.data.from_arrow([table.slice(i, n) for i in range(0, table.num_rows, n)])
-            ds = ds.map_batches(native_batch, batch_format="pyarrow", batch_size=None, zero_copy_batch=True,
-                                fn_kwargs={"metrics": metrics, "gain": options.gain,
-                                           "no_relevant": options.no_relevant})
-            for block in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-                ids = block.column("id").to_pylist()
-                labelled = block.column("labelled").to_pylist()
-                seconds = block.column("seconds").to_pylist()
-                scores = []
-                for i, metric in enumerate(metrics):
-                    values = block.column(f"m{i}").to_numpy(zero_copy_only=False)
-                    scores += [ranking_score(metric, cid, float(v), lab, s)
-                               for cid, v, lab, s in zip(ids, values, labelled, seconds)]
-                yield scores
-
-    def _scorer_stream(self, ray: Any, jobs: "list[Job]", options: RunOptions,
-                       gateway: Optional[tuple]) -> Iterator[list[Score]]:
-        import pyarrow as pa
-
-        size = self.batch_size
-        if size is None:
-            size = gateway[2]["max_concurrency"] if gateway is not None else 64
-        rows: dict[str, list] = {"backend": [], "metric": [], "repeat": [], "case": []}
-        for backend, metric, cases, repeat in jobs:
-            for case in cases:
-                rows["backend"].append(backend.name)
-                rows["metric"].append(metric)
-                rows["repeat"].append(repeat)
-                rows["case"].append(case.model_dump_json())
-        table = pa.table(rows)
-        ds = ray.data.from_arrow([table.slice(i, size) for i in range(0, table.num_rows, size)])
-        if any(b.needs_judge(m) for b, m, _, _ in jobs):
-            ds = ds.map_batches(
-                BackendScorer, batch_format="pyarrow", batch_size=size,
-                fn_constructor_kwargs={"options": options, "gateway": gateway},
-                compute=ray.data.ActorPoolStrategy(
-                    size=max(1, self.actors), max_concurrent_calls_per_actor=max(1, self.calls_per_actor),
-                    enable_true_multi_threading=True),
-                num_cpus=0,  # a judged actor waits on the judge: it never holds a CPU a task needs
-            )
-        else:  # answer checks and other local backends: tasks (no actor to start), a session per batch
-            ds = ds.map_batches(score_rows, batch_format="pyarrow", batch_size=size,
-                                fn_kwargs={"options": options})
-        for block in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-            yield [Score.model_validate_json(s) for s in block.column("score").to_pylist()]
-
-
-def _pump(stream: Iterator[list[Score]], loop: asyncio.AbstractEventLoop, queue: asyncio.Queue,
-          stop: threading.Event) -> None:
-    """Hand each list of scores of ``stream`` to the driver's event loop; then None (or the error)."""
-    try:
-        for scores in stream:
-            if stop.is_set():
-                return
-            loop.call_soon_threadsafe(queue.put_nowait, scores)
-        loop.call_soon_threadsafe(queue.put_nowait, None)
-    except BaseException as exc:  # noqa: BLE001 - the driver raises it
-        if not stop.is_set():
-            loop.call_soon_threadsafe(queue.put_nowait, exc)
-
-
-def executor_for(spec: Any) -> Optional[RayExecutor]:
-    """The executor ``evaluate(..., executor=spec)`` asks for: None for the local one (``None`` or
-    ``"local"``), a `RayExecutor` for ``"ray"`` (or one given)."""
-    if spec is None or spec == "local":
-        return None
-    if isinstance(spec, RayExecutor):
-        return spec
-    if spec == "ray":
-        import importlib.util
-
-        if importlib.util.find_spec("ray") is None:
-            raise RunError("the Ray executor needs Ray: pip install 'ragbridge[ray]'")
-        return RayExecutor()
-    raise RunError(f"unknown executor {spec!r}: use 'local' or 'ray'")
 
 
 def _key_variables(judge: Any) -> list[str]:

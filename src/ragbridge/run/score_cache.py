@@ -41,10 +41,15 @@ from typing import Any, Iterable, Optional
 
 from .. import __version__
 from ..judge.cache import open_database
+from ..backend import RunOptions
+from ..formats.batches import CaseBatch
+from ..formats.plain_records import record_line
 from ..judge.config import redact_url
-from ..schema import Score
+from ..plugins import get_backends
+from ..schema import RunManifest, Score
+from .plan import Plan
 
-__all__ = ["ScoreCache", "score_cache_for", "score_cache_path", "metric_prefix", "case_key"]
+__all__ = ["ScoreCache", "ScoreReuse", "score_cache_for", "score_cache_path", "metric_prefix", "case_key"]
 
 SUFFIX = ".scores.sqlite"
 
@@ -161,3 +166,65 @@ def score_cache_for(judge: Any, dry_run: bool = False) -> Optional[ScoreCache]:
         return None
     path = score_cache_path(judge.cache_path)
     return ScoreCache(path, read_only=dry_run or judge.cache_mode == "read-only")
+
+
+class ScoreReuse:
+    """The score cache as a run uses it: `lookup` takes out of a job the cases whose score it holds
+    (recorded as they are, `Score.cached`) and files the keys of the others; `store` keeps a score
+    made this run under its key. ``reused`` and ``stored`` count this run's, all sessions included."""
+
+    def __init__(self, cache: ScoreCache, plan: Plan, options: RunOptions, judge: Any,
+                 manifest: RunManifest):
+        registry = get_backends()
+        self.cache = cache
+        self.prefixes = {(b, m): metric_prefix(b, registry[b].version(), m, spec, options, judge)
+                         for b, chosen in plan.items() for m, spec in chosen if spec.judge}
+        self.priced = bool(judge.prices)
+        self.keys: dict[tuple[str, str, str, int], str] = {}  # the scores being made: repeat key -> key
+        self._lines: tuple[Optional[CaseBatch], list[Optional[bytes]]] = (None, [])
+        earlier = manifest.counts.get("score_cache") or {}
+        self.reused, self.stored = int(earlier.get("reused", 0)), int(earlier.get("stored", 0))
+        self.stub = False  # a reused score was made by the stub judge
+
+    def _line(self, batch: CaseBatch, i: int) -> bytes:
+        if self._lines[0] is not batch:
+            self._lines = (batch, [None] * len(batch))
+        lines = self._lines[1]
+        if lines[i] is None:
+            lines[i] = record_line(batch.record(i))
+        return lines[i]
+
+    def lookup(self, backend: str, metric: str, repeat: int, batch: CaseBatch, eligible: list[int],
+               immediate: list[Score]) -> list[int]:
+        """The cases of ``eligible`` the cache does not hold; the scores of those it holds are added to
+        ``immediate``."""
+        prefix = self.prefixes[(backend, metric)]
+        ids = batch.ids
+        keys = {i: case_key(prefix, repeat, self._line(batch, i)) for i in eligible}
+        found = self.cache.get_many(keys.values())
+        left = []
+        for i in eligible:
+            hit = found.get(keys[i])
+            if hit is None:
+                self.keys[(ids[i], metric, backend, repeat)] = keys[i]
+                left.append(i)
+                continue
+            score, stub = hit
+            self.stub = self.stub or stub
+            # the key holds the case (its id), metric, backend and repeat: only this run's usage differs
+            immediate.append(score.model_copy(update={
+                "cached": True, "judge_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0,
+                "cost": 0.0 if self.priced else None}))
+        return left
+
+    def record(self, score: Score, stub: bool) -> None:
+        """Count a recorded score, and store it when it was made this run (not an error, not unrun)."""
+        if score.cached:
+            self.reused += 1
+            return
+        key = self.keys.pop(score.repeat_key, None)
+        if key is not None and not score.error and not score.not_run and self.cache.put(key, score, stub):
+            self.stored += 1
+
+    def counts(self) -> dict[str, int]:
+        return {"reused": self.reused, "stored": self.stored}

@@ -96,7 +96,7 @@ from ..diff import (
     require_complete,
 )
 from ..noise import check_repeats
-from ..thresholds import gate_thresholds
+from ..thresholds import Thresholds
 from ..stats import group_seed
 from ..table import open_run
 from ..trend import expand_runs, order_runs, started_at
@@ -192,6 +192,11 @@ class GateReport:
             return f"gate failed: {n_fail} of {len(self.results)} rule(s) failed"
         held = f"gate passed: {len(self.results) - n_skip} rule(s) held"
         return held + (f", {n_skip} skipped" if n_skip else "")
+
+
+def gate_thresholds(config: Any) -> Thresholds:
+    """Per-case pass marks of a gates file (a path, or a loaded `GateConfig`): `GateConfig.pass_marks`."""
+    return (config if isinstance(config, GateConfig) else load_gates(config)).pass_marks()
 
 
 def _slice(run: Run, tags: Sequence[str]) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 from ..diff import RegressionError
 from ..stats import DEFAULT_PERMUTATIONS, DEFAULT_RESAMPLES
+from ..thresholds import Thresholds
 from .kinds import KINDS, grammar
 
 __all__ = ["GateConfigError", "Rule", "GateConfig", "parse_gates", "load_gates", "where"]
@@ -66,6 +67,29 @@ class GateConfig:
     resamples: int = DEFAULT_RESAMPLES
     permutations: int = DEFAULT_PERMUTATIONS
     source: Optional[str] = None
+
+    def pass_marks(self) -> Thresholds:
+        """Per-case pass marks of these rules.
+
+        A ``share(METRIC >= CUT)`` rule gives ``CUT``; a ``METRIC >= VALUE`` (mean) rule gives
+        ``VALUE``: a case below the bar the mean must clear is one pulling it down. A rule with a
+        ``backend`` sets the mark for those backends only. When several rules name a metric, a rule
+        over all cases beats one limited to ``tags``, a share rule beats a mean rule, then the first in
+        the file wins. Other rules set no mark."""
+        marks = []
+        for rule in self.rules:
+            if rule.kind == "share" and rule.cut_op in (">=", ">"):
+                marks.append(((bool(rule.tags), 0, rule.index), rule, rule.cut))
+            elif rule.kind == "mean" and rule.op in (">=", ">"):
+                marks.append(((bool(rule.tags), 1, rule.index), rule, rule.threshold))
+        out = Thresholds()
+        for _, rule, value in sorted(marks, key=lambda m: m[0]):
+            for b in rule.backends or [None]:
+                if b is None:
+                    out.by_metric.setdefault(rule.metric, value)
+                else:
+                    out.by_pair.setdefault((b, rule.metric), value)
+        return out
 
 
 def where(source: Optional[str], index: Optional[int]) -> str:

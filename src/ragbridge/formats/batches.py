@@ -1,0 +1,300 @@
+"""Batches: cases held as canonical records, validated a batch at a time, and what a dataset keeps
+across its batches (the fingerprint, the case ids seen).
+
+`batch_from_records` validates ``(line, record)`` pairs into a `CaseBatch`: a plain record
+(`ragbridge.formats.plain_records.plain_record`, or a `ColumnRecord` cut from its line) is kept as it
+is, any other goes the normalising way (`ragbridge.formats.records`), with its exact errors. A
+`CaseBatch` is a sequence of cases like any other, each made a `Case` only when asked for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import marshal
+from collections.abc import Sequence as _Sequence
+from itertools import repeat
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Optional, Sequence
+
+from ..schema import Case
+from .plain_records import ColumnRecord, case_record, plain_record, record_line, with_chunks
+from .records import duplicate_case_id, validated_case
+
+__all__ = ["Fingerprint", "fingerprint", "CaseBatch", "batch_from_records", "SeenCaseIds"]
+
+
+class Fingerprint:
+    """The dataset fingerprint, fed one canonical record at a time: the SHA-256 of the cases'
+    canonical lines (`record_line`), so it does not depend on the format the cases came from."""
+
+    def __init__(self) -> None:
+        self._h = hashlib.sha256()
+
+    def add(self, line: bytes) -> None:
+        self._h.update(line)
+        self._h.update(b"\n")
+
+    def hexdigest(self) -> str:
+        return "sha256:" + self._h.hexdigest()
+
+
+def fingerprint(cases: Sequence[Case]) -> str:
+    """A content hash of the cases, independent of the file format they came from (`Fingerprint`)."""
+    fp = Fingerprint()
+    batch = CaseBatch.of_cases(cases)
+    for i in range(len(batch)):
+        fp.add(batch.line(i))
+    return fp.hexdigest()
+
+
+class CaseBatch(_Sequence):
+    """Cases held as canonical records, each made a `Case` only when it is asked for (and kept).
+
+    A batch is what the runner hands a backend: a sequence of cases like any other, so a backend that
+    needs `Case` objects indexes or iterates it; the native backend reads the records' chunk ids and
+    labels directly (`chunk_lists`), so a ranking metric builds no object per chunk. A record read as
+    a `ColumnRecord` keeps its chunks as columns (``chunk_ids``, ``texts``) until its chunks are asked
+    for (``records``, `record`). `of_cases` wraps cases that exist already.
+    """
+
+    __slots__ = ("_records", "_cases", "_chunk_ids", "_texts")
+
+    def __init__(self, records: Optional[list[dict[str, Any]]], cases: Optional[list[Optional[Case]]] = None,
+                 chunk_ids: Optional[list[Optional[list[str]]]] = None,
+                 texts: Optional[list[Optional[list[str]]]] = None):
+        if records is None and cases is None:
+            raise ValueError("a batch needs records or cases")
+        self._records = records
+        self._cases = cases if cases is not None else [None] * len(records)
+        # per record: its chunks' ids (and texts, where they have them) when its chunks are not in it
+        self._chunk_ids = chunk_ids
+        self._texts = texts if texts is not None or chunk_ids is None else [None] * len(chunk_ids)
+
+    @classmethod
+    def of_cases(cls, cases: Sequence[Case]) -> "CaseBatch":
+        return cases if isinstance(cases, CaseBatch) else cls(None, list(cases))
+
+    def to_bytes(self) -> bytes:
+        """A batch of records as bytes (`marshal`'s format; `from_bytes` reads it back): its records
+        and chunk columns, the quickest way to read a batch again (no `Case` object is kept)."""
+        return marshal.dumps((self._records, self._chunk_ids, self._texts))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "CaseBatch":
+        records, chunk_ids, texts = marshal.loads(data)
+        return cls(records, chunk_ids=chunk_ids, texts=texts)
+
+    @property
+    def records(self) -> Optional[list[dict[str, Any]]]:
+        """The canonical records (None for a batch of `Case` objects)."""
+        if self._chunk_ids is not None:
+            self._records = list(map(with_chunks, self._records, self._chunk_ids, self._texts))
+            self._chunk_ids = self._texts = None
+        return self._records
+
+    def __len__(self) -> int:
+        return len(self._cases)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.subset(range(len(self))[i])
+        case = self._cases[i]
+        if case is None:
+            case = self._cases[i] = Case.model_validate(self.record(i))
+        return case
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def subset(self, indices: Iterable[int]) -> "CaseBatch":
+        indices = list(indices)
+        if self._records is None:
+            return CaseBatch(None, [self._cases[i] for i in indices])
+        if self._chunk_ids is None:
+            return CaseBatch([self._records[i] for i in indices], [self._cases[i] for i in indices])
+        return CaseBatch([self._records[i] for i in indices], [self._cases[i] for i in indices],
+                         [self._chunk_ids[i] for i in indices], [self._texts[i] for i in indices])
+
+    def _columns(self, i: int) -> tuple[Optional[list[str]], Optional[list[str]]]:
+        return (None, None) if self._chunk_ids is None else (self._chunk_ids[i], self._texts[i])
+
+    def record(self, i: int) -> dict[str, Any]:
+        """Case ``i`` as a canonical record."""
+        if self._records is None:
+            return case_record(self._cases[i])
+        return with_chunks(self._records[i], *self._columns(i))
+
+    def replace(self, i: int, record: dict[str, Any]) -> None:
+        """Hold ``record`` (a canonical record, chunks in it) as case ``i``."""
+        if self._chunk_ids is not None:
+            self._chunk_ids[i] = self._texts[i] = None
+        self._records[i] = record
+        self._cases[i] = None  # made again from the new record when asked for
+
+    def line(self, i: int) -> bytes:
+        """Case ``i``'s canonical line (`record_line`)."""
+        if self._records is None:
+            return record_line(case_record(self._cases[i]))
+        return record_line(self._records[i], *self._columns(i))
+
+    def span_lists(self) -> Iterator[Optional[list]]:
+        """Per case its span labels (records' mappings or `Span` objects), None where it has none."""
+        if self._records is None:
+            for c in self._cases:
+                yield c.relevant_spans or None
+            return
+        for r in self._records:
+            yield r.get("relevant_spans")
+
+    def chunk_lists(self) -> Iterator[tuple[list[str], Optional[list], Optional[dict[str, int]]]]:
+        """Per case ``(chunk ids, chunks, relevant)``; ``chunks`` (records' mappings or `Chunk`
+        objects, for their sources) is None where the chunks are columns (they have no source)."""
+        if self._records is None:
+            for c in self._cases:
+                yield [ch.id for ch in c.contexts], c.contexts, c.relevant
+            return
+        id_lists = self._chunk_ids or repeat(None, len(self._records))
+        for r, ids in zip(self._records, id_lists):
+            if ids is not None:
+                yield ids, None, r.get("relevant")
+            else:
+                ctx = r.get("contexts", ())
+                yield [c["id"] for c in ctx], ctx, r.get("relevant")
+
+    def chunk_texts(self) -> Iterator[Optional[list[str]]]:
+        """Per case the texts of its chunks where they are a column, else None (see `chunk_lists`)."""
+        return iter(self._texts or repeat(None, len(self)))
+
+    @property
+    def ids(self) -> list[str]:
+        if self._records is not None:
+            return [r["id"] for r in self._records]
+        return [c.id for c in self._cases]
+
+    def tags(self, i: int) -> list[str]:
+        return self._records[i].get("tags", []) if self._records is not None else self._cases[i].tags
+
+    def metadata(self, i: int) -> dict[str, Any]:
+        return self._records[i].get("metadata", {}) if self._records is not None else self._cases[i].metadata
+
+    def fields_present(self, i: int) -> set[str]:
+        """``Case.fields_present()`` of case ``i``, from its record when there is one."""
+        if self._records is None:
+            return self._cases[i].fields_present()
+        r = self._records[i]
+        present = {"question"}
+        if r.get("answer", "").strip():
+            present.add("answer")
+        ids, texts = self._columns(i)
+        if ids is not None:
+            present.add("contexts")
+            if texts:  # none empty
+                present.add("context_text")
+        elif "contexts" in r:
+            present.add("contexts")
+            if any(map(dict.get, r["contexts"], repeat("text", len(r["contexts"])))):
+                present.add("context_text")
+        for name in ("relevant", "relevant_spans", "reference_contexts"):
+            if name in r:
+                present.add(name)
+        if r.get("reference", "").strip():
+            present.add("reference")
+        return present
+
+    def duplicate_chunk_ids(self) -> int:
+        """Chunk ids repeated within a case, over the batch (dropped before ranking)."""
+        return sum(len(ids) - len(set(ids)) for ids, _, _ in self.chunk_lists())
+
+
+def batch_from_records(
+    records: Iterable[tuple[int, Any]], path: Optional[str | Path] = None, unit: str = "line",
+    first_seen: "Optional[dict[str, int] | SeenCaseIds]" = None,
+) -> CaseBatch:
+    """Validate ``(line, record)`` pairs into a `CaseBatch`: a plain record (`plain_record`, or a
+    `ColumnRecord` that `ragbridge.formats.record_lines.parse_record_line` made of one) is kept as it
+    is, any other goes the normalising way (`ragbridge.formats.records.cases_from_records`' errors,
+    exactly). Duplicate ids are errors, also against ``first_seen`` (id -> line of the earlier
+    batches, updated)."""
+    first_seen = {} if first_seen is None else first_seen
+    out: list[dict[str, Any]] = []
+    cases: list[Optional[Case]] = []
+    chunk_ids: list[Optional[list[str]]] = []
+    texts: list[Optional[list[str]]] = []
+    for line, raw in records:
+        ids = words = case = None
+        if type(raw) is ColumnRecord:
+            rec, ids, words = raw
+        else:
+            rec = plain_record(raw)
+            if rec is None:
+                case = validated_case(raw, path, line, unit)
+                rec = case_record(case)
+        cid = rec["id"]
+        if cid in first_seen:
+            raise duplicate_case_id(cid, line, first_seen[cid], path, unit)
+        first_seen[cid] = line
+        out.append(rec)
+        cases.append(case)
+        chunk_ids.append(ids)
+        texts.append(words)
+    return CaseBatch(out, cases, chunk_ids, texts)
+
+
+class SeenCaseIds:
+    """The case ids of a dataset read batch by batch, and the line of each, in bounded memory: what
+    `batch_from_records` takes as ``first_seen`` (``cid in seen``, ``seen[cid]``, ``seen[cid] =
+    line``). The current batch's ids are kept as they are; `end_batch` folds them into sorted NumPy
+    arrays of 16-byte digests (BLAKE2b, so two ids are never taken for one) and lines, 25 bytes a
+    case whatever its id, in 256 buckets by the digest's first byte (so a batch folded in copies a
+    bucket, not them all)."""
+
+    def __init__(self) -> None:
+        import numpy as np
+
+        self._np = np
+        self._digests = [np.empty(0, dtype="S17") for _ in range(256)]
+        self._lines = [np.empty(0, dtype=np.int64) for _ in range(256)]
+        self._batch: dict[str, int] = {}
+
+    @staticmethod
+    def _digest(case_id: str) -> bytes:
+        # a last byte that is not 0: NumPy's bytes type drops trailing zero bytes
+        return hashlib.blake2b(case_id.encode("utf-8", "surrogatepass"), digest_size=16).digest() + b"\x01"
+
+    def _earlier(self, case_id: str) -> Optional[int]:
+        """The line of ``case_id`` in an earlier batch, or None."""
+        digest = self._digest(case_id)
+        digests = self._digests[digest[0]]
+        i = int(self._np.searchsorted(digests, digest))
+        return int(self._lines[digest[0]][i]) if i < digests.size and digests[i] == digest else None
+
+    def __contains__(self, case_id: str) -> bool:
+        return case_id in self._batch or self._earlier(case_id) is not None
+
+    def __getitem__(self, case_id: str) -> int:
+        line = self._batch.get(case_id)
+        line = self._earlier(case_id) if line is None else line
+        if line is None:
+            raise KeyError(case_id)
+        return line
+
+    def __setitem__(self, case_id: str, line: int) -> None:
+        self._batch[case_id] = line
+
+    def end_batch(self) -> None:
+        np = self._np
+        if not self._batch:
+            return
+        digests = np.array([self._digest(cid) for cid in self._batch], dtype="S17")
+        lines = np.fromiter(self._batch.values(), dtype=np.int64, count=len(self._batch))
+        order = np.argsort(digests)
+        digests, lines = digests[order], lines[order]
+        firsts = np.frombuffer(digests.tobytes(), dtype=np.uint8)[::17]
+        bounds = np.searchsorted(firsts, np.arange(257))
+        for b in np.flatnonzero(bounds[1:] > bounds[:-1]).tolist():
+            new = slice(bounds[b], bounds[b + 1])
+            at = np.searchsorted(self._digests[b], digests[new])
+            self._digests[b] = np.insert(self._digests[b], at, digests[new])
+            self._lines[b] = np.insert(self._lines[b], at, lines[new])
+        self._batch = {}
