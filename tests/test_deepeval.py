@@ -137,7 +137,7 @@ def test_scores_every_metric_through_the_gateway(stub, picked, tmp_path, model):
     for (cid, metric), s in scores.items():
         assert s.error is None, (cid, metric, s.error)
         assert s.value is not None and 0.0 <= s.value <= 1.0
-        assert s.native_metric == deepeval_metrics.METRICS[metric][1]
+        assert s.native_metric == deepeval_metrics.METRICS[metric].native_name
         assert s.native_value == pytest.approx(s.value)
         assert isinstance(s.passed, bool) and s.passed == (s.native_value >= 0.5)
         assert s.reason, (cid, metric)
@@ -185,8 +185,20 @@ def test_empty_extraction_is_undefined_not_a_score(stub, tmp_path):
     # the runner would skip a blank answer, so call the backend directly
     from ragbridge.judge import JudgeGateway
 
+    from ragbridge.backend import RunOptions, ScoringContext
+
     with JudgeGateway(stub_judge_config(stub, PLAIN, api_key_env="RAGBRIDGE_TEST_KEY")) as gw:
-        s = asyncio.run(DeepEvalBackend().score_case("faithfulness", case, gw))
+        backend = DeepEvalBackend()
+        ctx = ScoringContext(options=RunOptions(), judge=gw)
+
+        async def scored():
+            session = await backend.open(ctx)
+            try:
+                return [s async for s in backend.score("faithfulness", [case], ctx.for_session(session))]
+            finally:
+                await backend.close(ctx.for_session(session))
+
+        [s] = asyncio.run(scored())
     assert s.error is None
     assert s.value is None and s.native_value == 1.0
     assert "undefined" in s.reason and "claims" in s.reason

@@ -140,11 +140,12 @@ def test_trulens_leaves_openai_unwrapped(tmp_path, example_cases, stub_judge):
     makes RAGAS (in the same process) reject its async client; the backend undoes the wrapping."""
     import inspect
 
+    import openai
     import openai.resources
     from ragbridge_trulens.backend import make_provider
     from trulens.core.feedback.endpoint import INSTRUMENT
 
-    make_provider("gpt-4o-mini", stub_judge.base_url, "x")
+    make_provider(openai.OpenAI(base_url=stub_judge.base_url, api_key="x"), "gpt-4o-mini")
     wrapped = [name for name, cls in vars(openai.resources).items()
                if isinstance(cls, type) and hasattr(getattr(cls, "create", None), INSTRUMENT)]
     assert not wrapped

@@ -117,11 +117,11 @@ def test_metric_specs_and_phoenix_label_maps():
     assert set(specs) <= set(canonical.NAMES)  # only canonical metrics
     for m in METRICS.values():
         cls = getattr(pm, m.evaluator)
-        assert (cls.NAME, cls.CHOICES, cls.DIRECTION) == (m.native, m.label_scores, m.direction), m.canonical
+        assert (cls.NAME, cls.CHOICES, cls.DIRECTION) == (m.native_name, m.label_scores, m.direction), m.name
         assert m.label_scores[m.passing] == 1.0 and set(m.label_scores.values()) == {0.0, 1.0}
     # Phoenix's prompts, pinned: an upgrade that rewrites them shows up here first
-    prompts = {m.canonical: hashlib.sha256(json.dumps(getattr(pm, m.evaluator).PROMPT.template,
-                                                      sort_keys=True).encode()).hexdigest()[:16]
+    prompts = {m.name: hashlib.sha256(json.dumps(getattr(pm, m.evaluator).PROMPT.template,
+                                                 sort_keys=True).encode()).hexdigest()[:16]
                for m in METRICS.values()}
     assert prompts == {"faithfulness": "84dd032eba8ca4ce", "context_relevance": "c97a60969cfe8f5e",
                        "abstention": "0ce8d04e8dfaa1ba"}

@@ -43,14 +43,16 @@ PLUGIN = textwrap.dedent(
 )
 
 
-def make_plugin(tmp_path):
+def make_plugin(tmp_path, source: str = PLUGIN, name: str = "echo"):
+    """An installed plugin distribution ``ragbridge-NAME`` holding ``source``, registered by entry
+    point: the environment that puts it on the path."""
     site = tmp_path / "site"
     site.mkdir()
-    (site / "ragbridge_echo.py").write_text(PLUGIN)
-    dist = site / "ragbridge_echo-0.1.dist-info"
+    (site / f"ragbridge_{name}.py").write_text(source)
+    dist = site / f"ragbridge_{name}-0.1.dist-info"
     dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ragbridge-echo\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[ragbridge]\necho = ragbridge_echo\n")
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: ragbridge-{name}\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[ragbridge]\n{name} = ragbridge_{name}\n")
     return {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
 
 
@@ -144,3 +146,74 @@ def test_a_source_checkout_without_package_metadata_has_every_builtin_backend_an
             "report", "diff", "gate", "compare", "validate", "calibrate"} <= bare_commands
     # what is missing comes from the bundled library plugins, which are entry points
     assert bare_commands <= all_commands and all_commands - bare_commands <= {"trulens-leaderboard"}
+
+
+#: a third party's judged backend: its metric registry, its client from the judge's factory, and
+#: one case's fields; `JudgedBackend` does the rest (fan-out, tag_scope, timing, failures)
+JUDGED_PLUGIN = textwrap.dedent(
+    '''
+    import re
+
+    from ragbridge import hookimpl
+    from ragbridge.judge.clients import async_http_client
+    from ragbridge.judged_backend import JudgedBackend, JudgedMetric
+
+    PROMPT = ("Rate from 0 to 10 how relevant the answer is to the question.\\n"
+              "Question: {question}\\nAnswer: {answer}\\nReply as Score: N")
+
+
+    class TenBackend(JudgedBackend):
+        name = "ten"
+        registry = {"answer_relevance": JudgedMetric(name="answer_relevance", native_name="relevance_0_10",
+                                                     requires=("answer",), description="0-10 / 10")}
+
+        async def open(self, ctx):
+            judge = ctx.judge
+            return judge and async_http_client(judge, base_url=judge.base_url(in_process=True) + "/",
+                                               headers={"Authorization": f"Bearer {judge.api_key}"})
+
+        async def close(self, ctx):
+            if ctx.session is not None:
+                await ctx.session.aclose()
+
+        async def judge_case(self, metric, case, ctx, prepared):
+            prompt = PROMPT.format(question=case.question, answer=case.answer)
+            r = await ctx.session.post("chat/completions", json={
+                "model": ctx.judge.config.model, "messages": [{"role": "user", "content": prompt}]})
+            r.raise_for_status()
+            text = r.json()["choices"][0]["message"]["content"]
+            level = int(re.search(r"Score:\\s*(\\d+)", text).group(1))
+            return {"value": level / 10, "native_value": level, "reason": text}
+
+
+    @hookimpl
+    def ragbridge_register_backends(register):
+        register(TenBackend())
+    '''
+)
+
+
+def test_a_judged_backend_needs_only_its_metrics_client_and_one_case(tmp_path, example_path, stub_judge):
+    """A fifth judged backend on `JudgedBackend`: every case scored through the gateway, its calls
+    counted for its Score, the metric's native name stamped, and a case the judge cannot answer is
+    that Score's error while the others are scored."""
+    env = make_plugin(tmp_path, JUDGED_PLUGIN, "ten")
+    cases = [json.loads(line) for line in example_path.read_text().splitlines() if line.strip()][:4]
+    data = tmp_path / "cases.jsonl"
+    data.write_text("".join(json.dumps(c) + "\n" for c in cases))
+    stub_judge.inject("malformed")  # the first case's reply has no score in it
+    out = tmp_path / "run"
+    res = ragbridge_cli("run", data, "--out", out, "--backend", "ten", "--judge-model", "stub-judge",
+                        "--judge-base-url", stub_judge.base_url, "--max-concurrency", "1", "--no-progress",
+                        env=env)
+    scores = [json.loads(x) for x in (out / "scores.jsonl").read_text().splitlines()]
+    assert len(scores) == len(cases), res.stderr
+    assert all(s["backend"] == "ten" and s["native_metric"] == "relevance_0_10" for s in scores)
+    failed = [s for s in scores if s["error"]]
+    scored = [s for s in scores if not s["error"]]
+    assert len(failed) == 1 and failed[0]["error"].startswith("AttributeError"), failed
+    assert failed[0]["judge_calls"] == 1 and failed[0]["value"] is None
+    assert len(scored) == len(cases) - 1
+    for s in scored:
+        assert s["value"] == s["native_value"] / 10 and 0 <= s["value"] <= 1 and s["reason"]
+        assert s["judge_calls"] == 1 and s["seconds"] > 0

@@ -3,27 +3,28 @@
 The run's lifecycle: ``environment()`` is `env.environment` (telemetry, ``.env`` loading and the
 ``.deepeval/`` folder off, DeepEval's own retry off), applied before ``open``; ``open`` sets the
 judge-dependent `env.runtime_environment` and makes one `DeepEvalSession` (an ``httpx.AsyncClient``
-and an ``httpx.Client`` on the gateway's in-process transports, shared by every metric and case of the
-run: DeepEval builds a synchronous OpenAI client with every judge object, and one made without a client
-of ours would load the CA bundle each time, a blocking 0.05-0.3 s per case on the event loop); ``close``
+and an ``httpx.Client`` from `ragbridge.judge.clients`, shared by every metric and case of the run:
+DeepEval builds a synchronous OpenAI client with every judge object, and one made without a client of
+ours would load the CA bundle each time, a blocking 0.05-0.3 s per case on the event loop); ``close``
 settles DeepEval's telemetry while its opt-out holds (`env.settle_telemetry`) and undoes both.
-Each case still gets its own tagged base URL (so the gateway counts calls per case) and its own
-judge and metric objects (`build_judge`, `metrics.make_metric`).
+The per-case template is `ragbridge.judged_backend.JudgedBackend`'s (at most the ``concurrency``
+option's cases at once); each case gets its own tagged base URL (so the gateway counts calls per
+case) and its own judge and metric objects (`build_judge`, `metrics.make_metric`), and a failure's
+text is `translate.error_message`'s.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Optional, Sequence
+from typing import Any, Optional
 
-from ragbridge.backend import Backend, MetricSpec, ScoringContext, fan_out
-from ragbridge.schema import Case, Score
+from ragbridge.backend import ScoringContext
+from ragbridge.judged_backend import JudgedBackend, ScoreFields
+from ragbridge.schema import Case
 
 from . import env, translate
-from .metrics import BACKEND, DESCRIPTIONS, METRICS, make_metric, options_for
+from .metrics import BACKEND, METRICS, DeepEvalMetric, make_metric, options_for
 
 __all__ = ["DeepEvalBackend", "DeepEvalSession", "build_judge", "structured_outputs"]
 
@@ -71,27 +72,20 @@ def build_judge(gateway: Any, metric: str, case_id: str, http_client: Any = None
 
 @dataclass
 class DeepEvalSession:
-    """What the metrics of one run share: the gateway, one async and one sync httpx client on its
+    """What the metrics of one run share: one async and one sync httpx client on the judge's
     in-process transports, and the run-time environment ``open`` applied (undone by ``close``)."""
 
-    gateway: Any
     http_client: Any
     environment: contextlib.ExitStack
     sync_http_client: Any = None
 
 
-class DeepEvalBackend(Backend):
+class DeepEvalBackend(JudgedBackend):
     name = BACKEND
     library = "deepeval"
     module = "deepeval"
     install_hint = "pip install 'ragbridge[deepeval]'"
-
-    def metrics(self) -> list[MetricSpec]:
-        return [
-            MetricSpec(canon, native_name=native, requires=requires, judge=True,
-                       description=f"{cls}: {DESCRIPTIONS[canon]}")
-            for canon, (cls, native, requires) in METRICS.items()
-        ]
+    registry = METRICS
 
     def environment(self) -> dict[str, str]:
         return env.environment()
@@ -99,17 +93,12 @@ class DeepEvalBackend(Backend):
     async def open(self, ctx: ScoringContext) -> Optional[DeepEvalSession]:
         if ctx.judge is None:
             return None  # score says so, for every case
-        import httpx
-
+        from ragbridge.judge.clients import async_http_client, http_client
         from ragbridge.run.lifecycle import applied_environment
 
-        gateway = ctx.judge
         stack = contextlib.ExitStack()
-        stack.enter_context(applied_environment(env.runtime_environment(gateway)))
-        timeout = httpx.Timeout(gateway.config.client_timeout())
-        http_client = httpx.AsyncClient(transport=gateway.async_transport(), timeout=timeout, trust_env=False)
-        sync_http_client = httpx.Client(transport=gateway.transport(), timeout=timeout, trust_env=False)
-        return DeepEvalSession(gateway, http_client, stack, sync_http_client)
+        stack.enter_context(applied_environment(env.runtime_environment(ctx.judge)))
+        return DeepEvalSession(async_http_client(ctx.judge), stack, http_client(ctx.judge))
 
     async def close(self, ctx: ScoringContext) -> None:
         session = ctx.session
@@ -121,34 +110,18 @@ class DeepEvalBackend(Backend):
             finally:
                 session.environment.close()
 
-    async def score(self, metric: str, cases: Sequence[Case], ctx: ScoringContext) -> AsyncIterator[Score]:
-        if metric not in METRICS:
-            raise ValueError(f"the deepeval backend has no metric {metric!r}")
+    async def prepare(self, metric: DeepEvalMetric, ctx: ScoringContext) -> dict[str, Any]:
+        """The run's DeepEval options (`metrics.options_for`)."""
+        return options_for(ctx.options.backend_options)
+
+    async def judge_case(self, metric: DeepEvalMetric, case: Case, ctx: ScoringContext,
+                         opts: dict[str, Any]) -> ScoreFields:
+        """A fresh judge and metric instance, DeepEval's ``a_measure``, then the Score's fields."""
         session = ctx.session
-        if not isinstance(session, DeepEvalSession):
-            raise RuntimeError("the deepeval backend needs a judge (ctx.judge is None)")
-        opts = options_for(ctx.options.backend_options)
-        limit = ctx.cases_in_flight(opts.get("concurrency"))
+        model = build_judge(ctx.judge, metric.name, case.id, session.http_client, session.sync_http_client)
+        m = make_metric(metric.name, model, opts)
+        await m.a_measure(translate.to_test_case(case), _show_indicator=False)
+        return translate.score_fields(metric.name, m)
 
-        async def one(case: Case) -> Score:
-            # ctx.judge, not the session's: it files the calls under this job's repeat
-            return await self.score_case(metric, case, ctx.judge or session.gateway, opts,
-                                         session.http_client, session.sync_http_client)
-
-        async for score in fan_out(cases, one, limit):
-            yield score
-
-    async def score_case(self, metric: str, case: Case, gateway: Any, opts: Optional[dict] = None,
-                         http_client: Any = None, sync_http_client: Any = None) -> Score:
-        """Score one case: a fresh judge and metric instance, DeepEval's ``a_measure``, then the Score."""
-        start = time.perf_counter()
-        try:
-            model = build_judge(gateway, metric, case.id, http_client, sync_http_client)
-            m = make_metric(metric, model, opts)
-            await m.a_measure(translate.to_test_case(case), _show_indicator=False)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # one case's failure is that Score's error
-            return Score(case_id=case.id, metric=metric, backend=BACKEND, native_metric=METRICS[metric][1],
-                         error=translate.error_message(exc), seconds=time.perf_counter() - start)
-        return translate.to_score(metric, case.id, m, time.perf_counter() - start)
+    def failure(self, metric: DeepEvalMetric, case: Case, exc: Exception, ctx: ScoringContext) -> ScoreFields:
+        return {"error": translate.error_message(exc)}

@@ -8,31 +8,53 @@ The formulas and the normalisation are documented in the package docstring
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
-__all__ = ["BACKEND", "METRICS", "DESCRIPTIONS", "CORRECTNESS_NAME", "CORRECTNESS_STEPS",
+from ragbridge.judged_backend import JudgedMetric
+
+__all__ = ["BACKEND", "DeepEvalMetric", "METRICS", "CORRECTNESS_NAME", "CORRECTNESS_STEPS",
            "CORRECTNESS_RUBRIC", "DEFAULT_OPTIONS", "options_for", "threshold_for", "make_metric"]
 
 BACKEND = "deepeval"
 
-#: canonical metric -> (DeepEval class name, native metric name as DeepEval reports it, case inputs)
-METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "faithfulness": ("FaithfulnessMetric", "Faithfulness", ("answer", "context_text")),
-    "answer_relevance": ("AnswerRelevancyMetric", "Answer Relevancy", ("answer",)),
-    "context_precision": ("ContextualPrecisionMetric", "Contextual Precision", ("context_text", "reference")),
-    "context_recall": ("ContextualRecallMetric", "Contextual Recall", ("context_text", "reference")),
-    "context_relevance": ("ContextualRelevancyMetric", "Contextual Relevancy", ("context_text",)),
-    "answer_correctness": ("GEval", "Correctness [GEval]", ("answer", "reference")),
-}
 
-#: what each metric measures, for ``ragbridge backends``
-DESCRIPTIONS = {
-    "faithfulness": "claims of the answer not contradicted by truths extracted from the retrieved context",
-    "answer_relevance": "statements of the answer relevant to the question",
-    "context_precision": "rank-weighted precision of retrieved chunks useful for the reference answer",
-    "context_recall": "reference sentences attributable to the retrieved context",
-    "context_relevance": "statements of the retrieved context relevant to the question",
-    "answer_correctness": "GEval with ragbridge's fixed correctness rubric, answer against the reference",
+@dataclass(frozen=True, kw_only=True)
+class DeepEvalMetric(JudgedMetric):
+    """A canonical metric and the DeepEval metric class behind it (``native_name``: the name DeepEval
+    reports for it)."""
+
+    cls: str  # the class in deepeval.metrics
+
+
+METRICS: dict[str, DeepEvalMetric] = {
+    m.name: m
+    for m in (
+        DeepEvalMetric(name="faithfulness", native_name="Faithfulness", requires=("answer", "context_text"),
+                       cls="FaithfulnessMetric",
+                       description="FaithfulnessMetric: claims of the answer not contradicted by truths "
+                                   "extracted from the retrieved context"),
+        DeepEvalMetric(name="answer_relevance", native_name="Answer Relevancy", requires=("answer",),
+                       cls="AnswerRelevancyMetric",
+                       description="AnswerRelevancyMetric: statements of the answer relevant to the "
+                                   "question"),
+        DeepEvalMetric(name="context_precision", native_name="Contextual Precision",
+                       requires=("context_text", "reference"), cls="ContextualPrecisionMetric",
+                       description="ContextualPrecisionMetric: rank-weighted precision of retrieved chunks "
+                                   "useful for the reference answer"),
+        DeepEvalMetric(name="context_recall", native_name="Contextual Recall",
+                       requires=("context_text", "reference"), cls="ContextualRecallMetric",
+                       description="ContextualRecallMetric: reference sentences attributable to the "
+                                   "retrieved context"),
+        DeepEvalMetric(name="context_relevance", native_name="Contextual Relevancy",
+                       requires=("context_text",), cls="ContextualRelevancyMetric",
+                       description="ContextualRelevancyMetric: statements of the retrieved context relevant "
+                                   "to the question"),
+        DeepEvalMetric(name="answer_correctness", native_name="Correctness [GEval]",
+                       requires=("answer", "reference"), cls="GEval",
+                       description="GEval: GEval with ragbridge's fixed correctness rubric, answer against "
+                                   "the reference"),
+    )
 }
 
 # The fixed correctness rubric for GEval. Fixed evaluation steps mean DeepEval skips its
@@ -93,7 +115,7 @@ def make_metric(metric: str, model: Any, opts: Optional[dict[str, Any]] = None):
     import deepeval.metrics as dm
 
     opts = opts or dict(DEFAULT_OPTIONS)
-    cls_name = METRICS[metric][0]
+    cls_name = METRICS[metric].cls
     common = dict(
         threshold=threshold_for(metric, opts),
         model=model,

@@ -21,11 +21,9 @@ from typing import Any, Optional
 
 from ragbridge.backend import error_text
 from ragbridge.formats import DatasetError
-from ragbridge.schema import Case, Score
+from ragbridge.schema import Case
 
-from .metrics import BACKEND, METRICS
-
-__all__ = ["test_case_kwargs", "to_test_case", "Extracted", "judged_items", "to_score", "error_message",
+__all__ = ["test_case_kwargs", "to_test_case", "Extracted", "judged_items", "score_fields", "error_message",
            "is_deepeval_object", "object_rows", "read_object_rows", "to_goldens", "to_test_cases", "library"]
 
 
@@ -95,25 +93,23 @@ def _count(verdicts: Any) -> Optional[int]:
     return sum(1 for v in verdicts if v is not None)
 
 
-def to_score(metric: str, case_id: str, m: Any, seconds: float) -> Score:
-    """The Score for a metric instance after a successful ``a_measure``."""
-    native = METRICS[metric][1]
+def score_fields(metric: str, m: Any) -> dict[str, Any]:
+    """The Score fields of a metric instance after a successful ``a_measure``."""
     raw = m.score
-    base = dict(case_id=case_id, metric=metric, backend=BACKEND, native_metric=native, seconds=seconds)
     reason = m.reason if isinstance(getattr(m, "reason", None), str) and m.reason.strip() else None
     passed = bool(m.success) if getattr(m, "success", None) is not None else None
     if raw is None or (isinstance(raw, float) and math.isnan(raw)):
-        return Score(**base, value=None, native_value=None, passed=passed,
-                     reason=reason or "DeepEval returned no score")
+        return dict(value=None, native_value=None, passed=passed,
+                    reason=reason or "DeepEval returned no score")
     raw = float(raw)
     extracted = judged_items(metric, m)
     if extracted.n == 0:
         # DeepEval scores an empty extraction by convention (1 for faithfulness and answer relevancy,
         # 0 for the contextual metrics); there was nothing to judge, so the value is undefined.
         note = (f"undefined: DeepEval judged no {extracted.what} (it scores this {raw:g} by convention)")
-        return Score(**base, value=None, native_value=raw, passed=passed,
-                     reason=note + (f"; DeepEval's reason: {reason}" if reason else ""))
-    return Score(**base, value=min(1.0, max(0.0, raw)), native_value=raw, passed=passed, reason=reason)
+        return dict(value=None, native_value=raw, passed=passed,
+                    reason=note + (f"; DeepEval's reason: {reason}" if reason else ""))
+    return dict(value=min(1.0, max(0.0, raw)), native_value=raw, passed=passed, reason=reason)
 
 
 def error_message(exc: BaseException) -> str:

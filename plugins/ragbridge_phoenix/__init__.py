@@ -90,10 +90,10 @@ from typing import Any
 
 from ragbridge.hookspecs import hookimpl
 
-__all__ = ["PhoenixBackend", "NATIVE_NAMES", "FORMATS", "SCORE_FORMATS"]
+__all__ = ["PhoenixBackend", "METRICS", "FORMATS", "SCORE_FORMATS"]
 
 #: the package's names, imported when first used: registering the plugin imports none of its modules
-_EXPORTS = {"PhoenixBackend": ".backend", "NATIVE_NAMES": ".metrics", "FORMATS": ".formats",
+_EXPORTS = {"PhoenixBackend": ".backend", "METRICS": ".metrics", "FORMATS": ".formats",
             "SCORE_FORMATS": ".formats"}
 
 

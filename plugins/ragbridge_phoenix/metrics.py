@@ -65,23 +65,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-__all__ = ["BACKEND", "PhoenixMetric", "METRICS", "NATIVE_NAMES", "PhoenixSettings"]
+from ragbridge.judged_backend import JudgedMetric
+
+__all__ = ["BACKEND", "PhoenixMetric", "METRICS", "PhoenixSettings"]
 
 BACKEND = "phoenix"
 
 
-@dataclass(frozen=True)
-class PhoenixMetric:
-    """One canonical metric and the Phoenix evaluator behind it."""
+@dataclass(frozen=True, kw_only=True)
+class PhoenixMetric(JudgedMetric):
+    """One canonical metric and the Phoenix evaluator behind it (``native_name``: Phoenix's
+    ``Score.name``)."""
 
-    canonical: str
     evaluator: str  # the class in phoenix.evals.metrics
-    native: str  # Phoenix's Score.name (the Score's native_metric)
-    requires: tuple[str, ...]
     #: Phoenix's label -> score, in Phoenix's order, the passing label first
     labels: tuple[tuple[str, float], ...]
     direction: str  # Phoenix's optimization direction
-    description: str
     per_chunk: bool = False  # one call per retrieved chunk; value = share of chunks with the passing label
     unanswerable_only: bool = False  # defined on cases with answerable: false only
 
@@ -96,23 +95,24 @@ class PhoenixMetric:
 
 
 METRICS: dict[str, PhoenixMetric] = {
-    m.canonical: m
+    m.name: m
     for m in (
-        PhoenixMetric("faithfulness", "FaithfulnessEvaluator", "faithfulness", ("answer", "context_text"),
-                      (("faithful", 1.0), ("unfaithful", 0.0)), "maximize",
-                      "FaithfulnessEvaluator: the answer is faithful to the retrieved chunks (1 call)"),
-        PhoenixMetric("context_relevance", "RetrievalRelevanceEvaluator", "retrieval_relevance",
-                      ("context_text",), (("relevant", 1.0), ("irrelevant", 0.0)), "maximize",
-                      "RetrievalRelevanceEvaluator per chunk: share of retrieved chunks judged relevant",
-                      per_chunk=True),
-        PhoenixMetric("abstention", "RefusalEvaluator", "refusal", ("answer",),
-                      (("refused", 1.0), ("answered", 0.0)), "neutral",
-                      "RefusalEvaluator on unanswerable cases: the answer declines (1 call)",
-                      unanswerable_only=True),
+        PhoenixMetric(name="faithfulness", native_name="faithfulness", requires=("answer", "context_text"),
+                      description="FaithfulnessEvaluator: the answer is faithful to the retrieved chunks "
+                                  "(1 call)",
+                      evaluator="FaithfulnessEvaluator", labels=(("faithful", 1.0), ("unfaithful", 0.0)),
+                      direction="maximize"),
+        PhoenixMetric(name="context_relevance", native_name="retrieval_relevance", requires=("context_text",),
+                      description="RetrievalRelevanceEvaluator per chunk: share of retrieved chunks judged "
+                                  "relevant",
+                      evaluator="RetrievalRelevanceEvaluator",
+                      labels=(("relevant", 1.0), ("irrelevant", 0.0)), direction="maximize", per_chunk=True),
+        PhoenixMetric(name="abstention", native_name="refusal", requires=("answer",),
+                      description="RefusalEvaluator on unanswerable cases: the answer declines (1 call)",
+                      evaluator="RefusalEvaluator", labels=(("refused", 1.0), ("answered", 0.0)),
+                      direction="neutral", unanswerable_only=True),
     )
 }
-#: canonical metric -> Phoenix's Score.name
-NATIVE_NAMES = {name: m.native for name, m in METRICS.items()}
 
 _OPTIONS = ("concurrency", "temperature", "include_explanation")
 

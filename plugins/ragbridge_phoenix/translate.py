@@ -17,8 +17,8 @@ string (a list fails Phoenix's input validation before any request), so the text
 the fixed `SEPARATOR`, a blank line.
 
 Phoenix's result for one call is a list holding one ``Score(name, score, label, explanation)``;
-`verdict` checks it against the pinned label map (`metrics.PhoenixMetric.labels`) and `to_score`,
-`to_chunk_score` and `error_score` make the ragbridge Score: ``value`` Phoenix's score,
+`verdict` checks it against the pinned label map (`metrics.PhoenixMetric.labels`) and `score_fields`
+and `chunk_score_fields` make the ragbridge Score's fields: ``value`` Phoenix's score,
 ``native_value`` ``{label, score}`` (per chunk for context relevance), ``passed`` the passing label,
 ``reason`` Phoenix's explanation. Nothing here imports Phoenix.
 """
@@ -28,12 +28,12 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from ragbridge.backend import error_text
-from ragbridge.schema import Case, ChunkVerdict, Evidence, Score
+from ragbridge.schema import Case, ChunkVerdict, Evidence
 
-from .metrics import BACKEND, PhoenixMetric
+from .metrics import PhoenixMetric
 
-__all__ = ["SEPARATOR", "ChunkError", "chunks", "record", "chunk_records", "verdict", "to_score",
-           "to_chunk_score", "error_score", "undefined_score", "error_message"]
+__all__ = ["SEPARATOR", "ChunkError", "chunks", "record", "chunk_records", "verdict", "score_fields",
+           "chunk_score_fields", "error_message"]
 
 SEPARATOR = "\n\n"
 
@@ -57,12 +57,12 @@ def chunks(case: Case) -> list[tuple[str, str]]:
 
 def record(metric: PhoenixMetric, case: Case) -> dict[str, str]:
     """The Phoenix record of a one-call metric."""
-    if metric.canonical == "faithfulness":
+    if metric.name == "faithfulness":
         return {"input": case.question, "context": SEPARATOR.join(t for _, t in chunks(case)),
                 "output": case.answer or ""}
-    if metric.canonical == "abstention":
+    if metric.name == "abstention":
         return {"input": case.question, "output": case.answer or ""}
-    raise ValueError(f"{metric.canonical} is judged per chunk: use chunk_records")
+    raise ValueError(f"{metric.name} is judged per chunk: use chunk_records")
 
 
 def chunk_records(case: Case) -> list[tuple[str, dict[str, str]]]:
@@ -86,22 +86,17 @@ def verdict(metric: PhoenixMetric, result: Sequence[Any]) -> tuple[str, float, O
     return s.label, float(s.score), explanation
 
 
-def _base(metric: PhoenixMetric, case_id: str, seconds: float) -> dict[str, Any]:
-    return dict(case_id=case_id, metric=metric.canonical, backend=BACKEND, native_metric=metric.native,
-                seconds=seconds)
-
-
-def to_score(metric: PhoenixMetric, case_id: str, result: Sequence[Any], seconds: float) -> Score:
-    """The Score of a one-call metric: Phoenix's score as the value, its explanation as the reason."""
+def score_fields(metric: PhoenixMetric, result: Sequence[Any]) -> dict[str, Any]:
+    """The Score fields of a one-call metric: Phoenix's score as the value, its explanation as the
+    reason."""
     label, value, explanation = verdict(metric, result)
-    return Score(**_base(metric, case_id, seconds), value=value,
-                 native_value={"label": label, "score": value}, passed=label == metric.passing,
-                 reason=explanation)
+    return dict(value=value, native_value={"label": label, "score": value}, passed=label == metric.passing,
+                reason=explanation)
 
 
-def to_chunk_score(metric: PhoenixMetric, case_id: str, per_chunk: Sequence[tuple[str, Any]],
-                   seconds: float) -> Score:
-    """The Score of a per-chunk metric from ``(chunk id, Phoenix's result or the exception)`` pairs.
+def chunk_score_fields(metric: PhoenixMetric, per_chunk: Sequence[tuple[str, Any]]) -> dict[str, Any]:
+    """The Score fields of a per-chunk metric from ``(chunk id, Phoenix's result or the exception)``
+    pairs.
 
     The value is the share of chunks with the passing label; ``evidence.chunks`` has each chunk's
     verdict and explanation, ``native_value`` ``{per_chunk: [{id, rank, label, score}], <passing
@@ -124,26 +119,15 @@ def to_chunk_score(metric: PhoenixMetric, case_id: str, per_chunk: Sequence[tupl
         verdicts.append(ChunkVerdict(id=cid, relevant=label == good, reason=explanation))
     n_good = sum(1 for r in rows if r.get("label") == good)
     native = {"per_chunk": rows, good: n_good, "chunks": len(rows)}
-    base = dict(_base(metric, case_id, seconds), native_value=native)
     if failed:
-        return Score(**base, error=error_text(ChunkError(failed)))
+        return dict(native_value=native, error=error_text(ChunkError(failed)))
     if not rows:
-        return Score(**base, reason="undefined: the case has no retrieved chunk with text")
+        return dict(native_value=native, reason="undefined: the case has no retrieved chunk with text")
     lines = [f"[{r['rank']}] {r['id']}: {r['label']}" + (f" - {v.reason}" if v.reason else "")
              for r, v in zip(rows, verdicts)]
     reason = f"{n_good} of {len(rows)} chunks {good}\n" + "\n".join(lines)
-    return Score(**base, value=n_good / len(rows), reason=reason,
-                 evidence=Evidence(chunks=verdicts))
-
-
-def undefined_score(metric: PhoenixMetric, case_id: str, reason: str) -> Score:
-    """A Score that is undefined for this case (no judge call)."""
-    return Score(**_base(metric, case_id, 0.0), reason=reason)
-
-
-def error_score(metric: PhoenixMetric, case_id: str, exc: BaseException, seconds: float) -> Score:
-    """The Score of a case whose call failed: `error_message` of the exception."""
-    return Score(**_base(metric, case_id, seconds), error=error_message(exc))
+    return dict(native_value=native, value=n_good / len(rows), reason=reason,
+                evidence=Evidence(chunks=verdicts))
 
 
 def error_message(exc: BaseException) -> str:

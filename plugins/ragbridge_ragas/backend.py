@@ -8,11 +8,13 @@ runs them, over the run's lifecycle:
 * ``environment()``: `env.ENVIRONMENT` (RAGAS' tracking off, no hub downloads), applied before
   ``open``, which is where RAGAS is first imported;
 * ``open``: one `RagasSession` for the run, an ``openai.AsyncOpenAI`` client (shared by the metric
-  passes) whose httpx client hands requests to the gateway in-process (``gateway.async_transport()``),
-  with its key, ``max_retries=0`` (the gateway retries 429, 5xx and timeouts itself and tells the SDK
-  not to) and the gateway's ``client_timeout()``; ``close`` closes it. Each case's calls are
-  attributed to it by the gateway's ``tag_scope``, so the runner fills each Score's judge calls and
-  tokens;
+  passes) from `ragbridge.judge.clients`: in-process to the gateway, with its key, ``max_retries=0``
+  (the gateway retries 429, 5xx and timeouts itself) and the judge clients' one timeout; ``close``
+  closes it;
+* the per-case template is `ragbridge.judged_backend.JudgedBackend`'s: ``prepare`` builds RAGAS'
+  metric object once per metric pass, ``judge_case`` runs ``ascore`` on one case (inside the case's
+  ``tag_scope``, so the runner fills each Score's judge calls and tokens), at most the ``concurrency``
+  option's cases at once (default: twice the judge's ``max_concurrency``);
 * per metric: the LLM from ``ragas.llms.llm_factory`` (instructor, JSON mode) with RAGAS' default
   sampling (temperature 0.01, top_p 0.1) and ``max_tokens`` = ``JudgeConfig.max_tokens`` or 4096
   (RAGAS' 1024 truncates long statement lists); instructor re-asks only on unparseable or
@@ -25,23 +27,23 @@ Failures are per score: an exception out of ``ascore`` (judge error after the ga
 timeout, parse failure after instructor's re-asks, RAGAS' own ValueError) becomes that Score's
 ``error`` (`ragbridge.backend.error_text`); so is a reply whose verdict is outside what RAGAS' reply
 model allows (`metrics.check_reply`: RAGAS itself takes any integer). ContextRelevance swallows judge
-errors and returns NaN;
-the errors it swallowed are recorded per case and reported the same way (`translate.to_score`).
+errors and returns NaN; the errors it swallowed are recorded per case and reported the same way
+(`translate.score_fields`).
 """
 
 from __future__ import annotations
 
 import contextvars
-import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Optional, Sequence
+from typing import Any, Optional
 
-from ragbridge.backend import Backend, MetricSpec, ScoringContext, error_text, fan_out
-from ragbridge.schema import Case, Score
+from ragbridge.backend import ScoringContext
+from ragbridge.judged_backend import JudgedBackend, ScoreFields
+from ragbridge.schema import Case
 
 from .env import ENVIRONMENT, keep_ragas_id_out_of_home
 from .metrics import METRICS, RagasMetric, check_reply
-from .translate import to_score
+from .translate import score_fields
 
 __all__ = ["RagasBackend", "RagasSession", "DEFAULT_MAX_TOKENS", "PARSE_ATTEMPTS", "parse_retrying"]
 
@@ -79,28 +81,11 @@ def parse_retrying():
 
 @dataclass
 class RagasSession:
-    """What the metric passes of one run share: the gateway and one ``AsyncOpenAI`` client on its
-    in-process transport (the gateway bounds upstream concurrency)."""
+    """What the metric passes of one run share: the judge and one ``AsyncOpenAI`` client on its
+    in-process transport (`ragbridge.judge.clients`; the gateway bounds upstream concurrency)."""
 
-    gateway: Any
+    judge: Any
     client: Any
-
-    @classmethod
-    def open(cls, gateway: Any) -> "RagasSession":
-        import httpx
-        from openai import AsyncOpenAI
-
-        cfg = gateway.config
-        http = httpx.AsyncClient(
-            # in-process: no socket between RAGAS and the gateway; calls are counted under the
-            # tag_scope each case is scored in
-            transport=gateway.async_transport(),
-            timeout=httpx.Timeout(cfg.client_timeout(), connect=10.0),
-            trust_env=False,
-        )
-        client = AsyncOpenAI(base_url=gateway.base_url(in_process=True), api_key=gateway.api_key,
-                             max_retries=0, timeout=cfg.client_timeout(), http_client=http)
-        return cls(gateway, client)
 
     def metric(self, spec: RagasMetric) -> Any:
         """RAGAS' metric object for ``spec``, with its LLM (and embeddings) on the session's client."""
@@ -108,7 +93,7 @@ class RagasSession:
         from ragas.llms import llm_factory
         from ragas.metrics import collections as rc
 
-        cfg = self.gateway.config
+        cfg = self.judge.config
         llm = llm_factory(cfg.model, client=self.client, max_tokens=cfg.max_tokens or DEFAULT_MAX_TOKENS,
                           max_retries=parse_retrying())
         agenerate = llm.agenerate
@@ -133,18 +118,12 @@ class RagasSession:
         return getattr(rc, spec.cls)(llm=llm, **kwargs)
 
 
-class RagasBackend(Backend):
+class RagasBackend(JudgedBackend):
     name = "ragas"
     library = "ragas"
     module = "ragas"
     install_hint = "pip install 'ragbridge[ragas]'"
-
-    def metrics(self) -> list[MetricSpec]:
-        return [
-            MetricSpec(m.canonical, native_name=m.native, requires=m.requires, judge=True,
-                       description=m.description)
-            for m in METRICS.values()
-        ]
+    registry = METRICS
 
     def environment(self) -> dict[str, str]:
         return dict(ENVIRONMENT)
@@ -152,40 +131,25 @@ class RagasBackend(Backend):
     async def open(self, ctx: ScoringContext) -> Optional[RagasSession]:
         if ctx.judge is None:
             return None  # score says so, for every case
+        from ragbridge.judge.clients import async_openai_client
+
         keep_ragas_id_out_of_home()
-        return RagasSession.open(ctx.judge)
+        return RagasSession(ctx.judge, async_openai_client(ctx.judge))
 
     async def close(self, ctx: ScoringContext) -> None:
         if isinstance(ctx.session, RagasSession):
             await ctx.session.client.close()
 
-    async def score(self, metric: str, cases: Sequence[Case], ctx: ScoringContext) -> AsyncIterator[Score]:
-        spec = METRICS.get(metric)
-        if spec is None:
-            raise ValueError(f"the ragas backend has no metric {metric!r}")
-        session = ctx.session
-        if not isinstance(session, RagasSession):
-            raise RuntimeError("the ragas backend needs a judge (ctx.judge is None)")
-        m = session.metric(spec)
+    async def prepare(self, spec: RagasMetric, ctx: ScoringContext) -> Any:
+        """RAGAS' metric object, shared by the cases of the pass."""
+        return ctx.session.metric(spec)
 
-        async def one(case: Case) -> Score:
-            # ctx.judge, not the session's: it files the calls under this job's repeat
-            return await self.score_case(spec, m, ctx.judge or session.gateway, metric, case)
-
-        async for score in fan_out(cases, one, ctx.cases_in_flight()):
-            yield score
-
-    async def score_case(self, spec: RagasMetric, m: Any, gateway: Any, metric: str, case: Case) -> Score:
-        """One case: RAGAS' ``ascore`` inside the gateway's ``tag_scope``, then its Score."""
+    async def judge_case(self, spec: RagasMetric, case: Case, ctx: ScoringContext, m: Any) -> ScoreFields:
+        """RAGAS' ``ascore``, with the judge calls it swallowed (`translate.score_fields`)."""
         errors: list = []
         token = _SWALLOWED.set(errors)
-        t0 = time.perf_counter()
         try:
-            with gateway.tag_scope(self.name, metric, case.id):
-                result = await m.ascore(**spec.inputs(case))
-        except Exception as exc:
-            return Score(case_id=case.id, metric=metric, backend=self.name, native_metric=spec.native,
-                         error=error_text(exc), seconds=time.perf_counter() - t0)
+            result = await m.ascore(**spec.inputs(case))
         finally:
             _SWALLOWED.reset(token)
-        return to_score(spec, metric, case.id, result, errors, time.perf_counter() - t0)
+        return score_fields(spec, result, errors)

@@ -18,8 +18,9 @@ matter of setting it:
 
 A library that reads a variable once, at import, keeps what it read for the rest of the process.
 
-The dataset formats need none of this: they import RAGAS only in `to_ragas` (an in-memory
-``EvaluationDataset``, no tracked call) and ``datasets`` only to read or write a folder on disk.
+The dataset formats need none of this: they import RAGAS only in `translate.to_ragas` (an
+in-memory ``EvaluationDataset``, no tracked call; a first import there is made under `ENVIRONMENT`)
+and ``datasets`` only to read or write a folder on disk.
 """
 
 from __future__ import annotations

@@ -40,7 +40,8 @@ from ragbridge.formats import DatasetError, Format
 from ragbridge.formats.files import jsonl_lines, read_hf_rows
 from ragbridge.schema import Case
 
-from .translate import RAGAS_FIELDS, READ_FIELDS, SIDECAR, cases_to_rows, lost_fields, rows_to_cases
+from .translate import (RAGAS_FIELDS, READ_FIELDS, SIDECAR, cases_to_rows, is_ragas_object, lost_fields,
+                        object_rows, read_object_rows, rows_to_cases, to_ragas)
 
 __all__ = ["FORMATS", "from_ragas", "to_ragas", "read_ragas", "read_ragas_jsonl", "read_ragas_hf",
            "read_ragas_csv", "write_ragas_jsonl", "write_ragas_hf", "write_ragas_csv"]
@@ -50,40 +51,22 @@ def from_ragas(data: Any) -> list[Case]:
     """Canonical cases from a RAGAS ``EvaluationDataset``, a ``datasets.Dataset``, a pandas
     ``DataFrame``, a list of sample dicts or ``SingleTurnSample`` objects, or a path (JSONL file or
     ``datasets`` folder). Legacy column names (question/contexts/answer/ground_truth) are accepted.
-    Raises ``DatasetError`` for input it cannot translate."""
+    Raises ``DatasetError`` for input it cannot translate (an in-memory item named by its index)."""
     if isinstance(data, (str, Path)):
-        path = Path(data)
-        return read_ragas(path)
+        return read_ragas(Path(data))
+    if is_ragas_object(data):
+        return read_object_rows(object_rows(data))
     kind = type(data).__module__.split(".")[0] + "." + type(data).__name__
-    if kind == "ragas.EvaluationDataset":
-        rows = []
-        for i, sample in enumerate(data.samples, start=1):
-            if type(sample).__name__ != "SingleTurnSample":
-                raise DatasetError("is a MultiTurnSample; only single-turn samples translate to cases",
-                                   line=i, unit="sample")
-            rows.append(sample.model_dump(exclude_none=True))
-        return rows_to_cases(rows, unit="sample")
     if kind == "pandas.DataFrame":
         frame = data.astype(object).where(data.notna(), None)  # pandas 3: missing text cells are NaN
-        return rows_to_cases(frame.to_dict(orient="records"), unit="row")
+        return read_object_rows(frame.to_dict(orient="records"))
     if kind.startswith("datasets.") and hasattr(data, "to_list"):
-        return rows_to_cases(data.to_list(), unit="row")
+        return read_object_rows(data.to_list())
     if isinstance(data, (list, tuple)):
-        rows = [r.model_dump(exclude_none=True) if hasattr(r, "model_dump") else r for r in data]
-        return rows_to_cases(rows, unit="item")
+        return read_object_rows(list(data))
     raise DatasetError(f"cannot translate a {type(data).__name__} into cases",
                        hint="pass a ragas EvaluationDataset, a datasets.Dataset, a pandas DataFrame or "
                             "a list of dicts")
-
-
-def to_ragas(cases: Sequence[Case]):
-    """``(EvaluationDataset, lost)``: the cases as a RAGAS dataset, and the canonical fields it cannot
-    hold (RAGAS's samples have no field for them; the file formats keep them in the ``ragbridge``
-    column)."""
-    from ragas.dataset_schema import EvaluationDataset, SingleTurnSample
-
-    rows = cases_to_rows(cases, with_sidecar=False)
-    return EvaluationDataset(samples=[SingleTurnSample(**r) for r in rows]), lost_fields(cases)
 
 
 # --------------------------------------------------------------------------------------------

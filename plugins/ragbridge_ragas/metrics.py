@@ -1,10 +1,10 @@
 """The canonical metrics the RAGAS backend offers, and the RAGAS class and inputs behind each.
 
 The formulas, ranges and normalisation are documented in the package docstring
-(:mod:`ragbridge_ragas`). Each entry names a class of ``ragas.metrics.collections`` (scored by
-``await metric.ascore(**inputs(case))``), the name RAGAS reports, the case inputs it needs
-(``MetricSpec.requires``), the inputs RAGAS is given, whether it needs embeddings, and what an
-undefined (NaN) result means.
+(:mod:`ragbridge_ragas`). Each entry (a `ragbridge.judged_backend.JudgedMetric`) names the canonical
+metric, the name RAGAS reports, the case inputs it needs (``MetricSpec.requires``), a class of
+``ragas.metrics.collections`` (scored by ``await metric.ascore(**inputs(case))``), the inputs RAGAS is
+given, whether it needs embeddings, and what an undefined (NaN) result means.
 
 `REPLY_VALUES` and `check_reply`: RAGAS types the judge's verdicts in its reply models as plain
 ``int`` and takes any integer (``noncommittal`` 7 zeroes answer_relevance, ``verdict`` 2 or -1
@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ragbridge.judged_backend import JudgedMetric
 from ragbridge.schema import Case
 
 from .translate import retrieved_texts
@@ -24,17 +25,13 @@ from .translate import retrieved_texts
 __all__ = ["RagasMetric", "METRICS", "REPLY_VALUES", "OutOfRangeReply", "check_reply"]
 
 
-@dataclass(frozen=True)
-class RagasMetric:
-    canonical: str
+@dataclass(frozen=True, kw_only=True)
+class RagasMetric(JudgedMetric):
     cls: str  # class name in ragas.metrics.collections
-    native: str
-    requires: tuple[str, ...]
     inputs: Callable[[Case], dict[str, Any]]
     embeddings: bool = False
     kwargs: tuple[tuple[str, Any], ...] = ()
     undefined: str = "RAGAS returned NaN"
-    description: str = ""
 
 
 def _question_answer_contexts(c: Case) -> dict[str, Any]:
@@ -46,45 +43,46 @@ def _question_reference_contexts(c: Case) -> dict[str, Any]:
 
 
 METRICS: dict[str, RagasMetric] = {
-    m.canonical: m
+    m.name: m
     for m in (
         RagasMetric(
-            "faithfulness", "Faithfulness", "faithfulness", ("answer", "context_text"),
-            _question_answer_contexts,
-            undefined="RAGAS found no statements in the answer (NaN)",
+            name="faithfulness", native_name="faithfulness", requires=("answer", "context_text"),
             description="share of the answer's statements supported by the retrieved contexts",
+            cls="Faithfulness", inputs=_question_answer_contexts,
+            undefined="RAGAS found no statements in the answer (NaN)",
         ),
         RagasMetric(
-            "answer_relevance", "AnswerRelevancy", "answer_relevancy", ("answer",),
-            lambda c: {"user_input": c.question, "response": c.answer},
-            embeddings=True,
+            name="answer_relevance", native_name="answer_relevancy", requires=("answer",),
             description="mean cosine of questions generated from the answer to the question; "
                         "0 if noncommittal",
+            cls="AnswerRelevancy", inputs=lambda c: {"user_input": c.question, "response": c.answer},
+            embeddings=True,
         ),
         RagasMetric(
-            "context_precision", "ContextPrecisionWithReference", "context_precision_with_reference",
-            ("reference", "context_text"),
-            _question_reference_contexts,
+            name="context_precision", native_name="context_precision_with_reference",
+            requires=("reference", "context_text"),
             description="average precision of the contexts judged useful for the reference answer",
+            cls="ContextPrecisionWithReference", inputs=_question_reference_contexts,
         ),
         RagasMetric(
-            "context_recall", "ContextRecall", "context_recall", ("reference", "context_text"),
-            _question_reference_contexts,
-            undefined="RAGAS found no statements in the reference (NaN)",
+            name="context_recall", native_name="context_recall", requires=("reference", "context_text"),
             description="share of the reference's statements attributable to the retrieved contexts",
+            cls="ContextRecall", inputs=_question_reference_contexts,
+            undefined="RAGAS found no statements in the reference (NaN)",
         ),
         RagasMetric(
-            "context_relevance", "ContextRelevance", "context_relevance", ("context_text",),
-            lambda c: {"user_input": c.question, "retrieved_contexts": retrieved_texts(c)},
-            undefined="RAGAS' two relevance judges gave no valid rating (NaN)",
+            name="context_relevance", native_name="context_relevance", requires=("context_text",),
             description="mean of two judges' 0/1/2 relevance ratings of the contexts, / 2",
+            cls="ContextRelevance",
+            inputs=lambda c: {"user_input": c.question, "retrieved_contexts": retrieved_texts(c)},
+            undefined="RAGAS' two relevance judges gave no valid rating (NaN)",
         ),
         RagasMetric(
-            "answer_correctness", "FactualCorrectness", "factual_correctness(mode=f1)",
-            ("answer", "reference"),
-            lambda c: {"response": c.answer, "reference": c.reference},
-            kwargs=(("mode", "f1"),),
+            name="answer_correctness", native_name="factual_correctness(mode=f1)",
+            requires=("answer", "reference"),
             description="F1 of the answer's claims supported by the reference and vice versa",
+            cls="FactualCorrectness", inputs=lambda c: {"response": c.answer, "reference": c.reference},
+            kwargs=(("mode", "f1"),),
         ),
     )
 }

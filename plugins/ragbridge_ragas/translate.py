@@ -1,5 +1,5 @@
 """Canonical cases to and from RAGAS samples (``SingleTurnSample`` / ``EvaluationDataset`` rows), and
-RAGAS' results as Scores (`normalise`, `to_score`).
+RAGAS' results as Scores (`normalise`, `score_fields`).
 
 Field mapping (canonical -> RAGAS):
 
@@ -72,7 +72,7 @@ from pydantic import ValidationError
 from ragbridge.backend import error_text
 from ragbridge.formats import DatasetError
 from ragbridge.formats.records import case_id_for_question, derived_chunk_ids, is_missing, plain
-from ragbridge.schema import Case, Score
+from ragbridge.schema import Case
 
 __all__ = [
     "RAGAS_FIELDS",
@@ -89,10 +89,10 @@ __all__ = [
     "is_ragas_object",
     "object_rows",
     "read_object_rows",
-    "to_evaluation_dataset",
+    "to_ragas",
     "library",
     "normalise",
-    "to_score",
+    "score_fields",
 ]
 
 #: the fields of ``ragas.dataset_schema.SingleTurnSample`` (RAGAS 0.4.3)
@@ -476,9 +476,11 @@ def read_object_rows(rows: list[dict[str, Any]]) -> list[Case]:
     return rows_to_cases(rows, unit="index", start=0)
 
 
-def to_evaluation_dataset(cases: Sequence[Case]) -> tuple[Any, list[str]]:
-    """The cases as a RAGAS ``EvaluationDataset`` of ``SingleTurnSample``, and the canonical fields
-    it cannot hold (`lost_fields`: the file formats keep them in the ``ragbridge`` column)."""
+def to_ragas(cases: Sequence[Case]) -> tuple[Any, list[str]]:
+    """``(EvaluationDataset, lost)``: the cases as a RAGAS ``EvaluationDataset`` of
+    ``SingleTurnSample``, and the canonical fields it cannot hold (`lost_fields`: the file formats
+    keep them in the ``ragbridge`` column). RAGAS is first imported under the plugin's privacy
+    defaults (`env.ENVIRONMENT`)."""
     import sys
 
     if "ragas" not in sys.modules:  # first imported under the plugin's defaults (tracking off)
@@ -501,7 +503,7 @@ def library():
     from ragbridge.formats.objects import Library
 
     return Library("ragas", fields=READ_FIELDS, read_rows=read_object_rows, recognises=is_ragas_object,
-                   rows=object_rows, kinds={"dataset": to_evaluation_dataset},
+                   rows=object_rows, kinds={"dataset": to_ragas},
                    description="RAGAS EvaluationDataset, SingleTurnSample, and rows in its columns")
 
 
@@ -517,21 +519,19 @@ def normalise(value: float) -> Optional[float]:
     return min(1.0, max(0.0, round(float(value), 9)))
 
 
-def to_score(spec: Any, metric: str, case_id: str, result: Any, errors: Sequence[BaseException],
-             seconds: float) -> Score:
-    """The Score of one ``ascore`` result (``spec``: the metric's `metrics.RagasMetric`). ``errors``
-    are the judge calls that failed while RAGAS scored the case (ContextRelevance retries them, and
-    returns NaN when every rating failed: then the Score has the last one as its error)."""
-    base = dict(case_id=case_id, metric=metric, backend="ragas", native_metric=spec.native, seconds=seconds)
+def score_fields(spec: Any, result: Any, errors: Sequence[BaseException]) -> dict[str, Any]:
+    """The Score fields of one ``ascore`` result (``spec``: the metric's `metrics.RagasMetric`).
+    ``errors`` are the judge calls that failed while RAGAS scored the case (ContextRelevance retries
+    them, and returns NaN when every rating failed: then the Score has the last one as its error)."""
     raw = float(result.value) if result.value is not None else float("nan")
     value = normalise(raw)
     if value is None:
         if errors:  # NaN because the library swallowed judge errors: that is a failure
-            return Score(**base, native_value=None, error=error_text(errors[-1]),
-                         reason=f"RAGAS returned NaN after {len(errors)} failed judge call(s)")
-        return Score(**base, native_value=None, reason=spec.undefined)
+            return dict(error=error_text(errors[-1]),
+                        reason=f"RAGAS returned NaN after {len(errors)} failed judge call(s)")
+        return dict(reason=spec.undefined)
     reason = result.reason
     if errors:  # the library retried failed judge calls itself and still produced a value
         reason = (f"{len(errors)} judge call(s) failed and were retried by RAGAS; "
                   f"last: {error_text(errors[-1])}")
-    return Score(**base, value=value, native_value=raw, reason=reason)
+    return dict(value=value, native_value=raw, reason=reason)

@@ -75,7 +75,8 @@ Safe and offline
 
 Options (``RunOptions(backend_options={"trulens": {...}})``): ``api`` (auto|responses|chat),
 ``context_relevance_agg`` (mean|max), ``sentence_split`` (nltk|llm), ``max_score`` (3|10|1),
-``temperature`` (0.0).
+``temperature`` (0.0), ``concurrency`` (cases in flight; default twice the judge's
+``max_concurrency``).
 
 Formats: ``trulens`` reads and writes the RAG-triad table TruLens users keep (``query``,
 ``contexts``, ``response``, ``expected_response`` ... see `ragbridge_trulens.formats`;
@@ -99,10 +100,10 @@ from typing import Any
 
 from ragbridge.hookspecs import hookimpl
 
-__all__ = ["TruLensBackend", "NATIVE_NAMES"]
+__all__ = ["TruLensBackend", "METRICS"]
 
 #: the package's names, imported when first used: registering the plugin imports none of its modules
-_EXPORTS = {"TruLensBackend": ".backend", "NATIVE_NAMES": ".metrics"}
+_EXPORTS = {"TruLensBackend": ".backend", "METRICS": ".metrics"}
 
 
 def __getattr__(name: str) -> Any:

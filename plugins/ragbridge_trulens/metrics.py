@@ -10,38 +10,41 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from ragbridge.judged_backend import JudgedMetric
+
 from . import translate
 
-__all__ = ["TruLensMetric", "METRICS", "NATIVE_NAMES", "VALID_SCALES", "TruLensSettings"]
+__all__ = ["TruLensMetric", "METRICS", "VALID_SCALES", "TruLensSettings"]
 
 
-@dataclass(frozen=True)
-class TruLensMetric:
-    canonical: str
-    native: str  # the TruLens feedback function (the Score's ``native_metric``)
-    requires: tuple[str, ...]
-    description: str
+@dataclass(frozen=True, kw_only=True)
+class TruLensMetric(JudgedMetric):
+    """A canonical metric and the TruLens feedback function behind it (``native_name``)."""
+
     #: ``(provider, case, settings) -> (value, native_value, reason)``, in `translate`
     scorer: Callable[..., tuple[Optional[float], Any, Optional[str]]]
 
 
 METRICS: dict[str, TruLensMetric] = {
-    m.canonical: m
+    m.name: m
     for m in (
-        TruLensMetric("faithfulness", "groundedness_measure_with_cot_reasons", ("answer", "context_text"),
-                      "TruLens groundedness: mean per-sentence support, 0-3 scale / 3",
-                      translate.faithfulness),
-        TruLensMetric("context_relevance", "context_relevance_with_cot_reasons", ("context_text",),
-                      "TruLens context relevance per chunk (0-3 / 3), mean (or max)",
-                      translate.context_relevance),
-        TruLensMetric("answer_relevance", "relevance_with_cot_reasons", ("answer",),
-                      "TruLens answer relevance, 0-3 scale / 3", translate.answer_relevance),
-        TruLensMetric("answer_correctness", "GroundTruthAgreement.agreement_measure", ("answer", "reference"),
-                      "TruLens ground-truth agreement, 0-10 scale / 10", translate.answer_correctness),
+        TruLensMetric(name="faithfulness", native_name="groundedness_measure_with_cot_reasons",
+                      requires=("answer", "context_text"),
+                      description="TruLens groundedness: mean per-sentence support, 0-3 scale / 3",
+                      scorer=translate.faithfulness),
+        TruLensMetric(name="context_relevance", native_name="context_relevance_with_cot_reasons",
+                      requires=("context_text",),
+                      description="TruLens context relevance per chunk (0-3 / 3), mean (or max)",
+                      scorer=translate.context_relevance),
+        TruLensMetric(name="answer_relevance", native_name="relevance_with_cot_reasons", requires=("answer",),
+                      description="TruLens answer relevance, 0-3 scale / 3",
+                      scorer=translate.answer_relevance),
+        TruLensMetric(name="answer_correctness", native_name="GroundTruthAgreement.agreement_measure",
+                      requires=("answer", "reference"),
+                      description="TruLens ground-truth agreement, 0-10 scale / 10",
+                      scorer=translate.answer_correctness),
     )
 }
-#: canonical metric -> TruLens feedback function
-NATIVE_NAMES = {name: m.native for name, m in METRICS.items()}
 
 #: The judge scales TruLens accepts for the triad functions (``OutputSpace``): 0-3, 0-10, 0-1.
 VALID_SCALES = (3, 10, 1)
@@ -56,11 +59,13 @@ class TruLensSettings:
     sentence_split: str = "nltk"  # "nltk" (bundled punkt parameters, no download) or "llm"
     max_score: int = 3  # the judge's scale is 0..max_score: 3, 10 or 1
     temperature: float = 0.0
+    concurrency: Optional[int] = None  # cases in flight (`JudgedBackend.cases_at_once` checks it)
 
     @classmethod
     def from_options(cls, raw: Optional[dict]) -> "TruLensSettings":
         raw = dict(raw or {})
-        unknown = set(raw) - {"api", "context_relevance_agg", "sentence_split", "max_score", "temperature"}
+        unknown = set(raw) - {"api", "context_relevance_agg", "sentence_split", "max_score", "temperature",
+                              "concurrency"}
         if unknown:
             raise ValueError(f"unknown trulens option(s): {', '.join(sorted(unknown))}")
         s = cls(**raw)

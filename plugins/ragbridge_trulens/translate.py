@@ -5,9 +5,9 @@ Each metric function (``faithfulness``, ``context_relevance``, ``answer_relevanc
 ``answer_correctness``; listed in `metrics.METRICS`) builds TruLens' inputs from the case, calls the
 provider's feedback function and returns ``(value, native_value, reason)``, or raises: TruLens'
 ``-1`` ("unparsable") is `UnparsableScore`, a failed chunk of context relevance `ChunkScoreError`
-(with the per-chunk results). `to_score` and `error_score` turn either into the Score. Everything
-imports TruLens lazily (the package ``__init__`` must not). The functions are synchronous: the backend
-runs them in worker threads, one case per thread.
+(with the per-chunk results). `score_fields` and `error_fields` turn either into the Score's
+fields. Everything imports TruLens lazily (the package ``__init__`` must not). The functions are
+synchronous: the backend runs them in worker threads, one case per thread.
 
 See the package docstring for the formulas, scales and normalisation.
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from ragbridge.backend import error_text
-from ragbridge.schema import Case, Score
+from ragbridge.schema import Case
 
 from .env import offline_sentence_splitter
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .metrics import TruLensSettings
 
 __all__ = ["UnparsableScore", "ChunkScoreError", "groundedness_configs", "faithfulness",
-           "context_relevance", "answer_relevance", "answer_correctness", "to_score", "error_score",
+           "context_relevance", "answer_relevance", "answer_correctness", "score_fields", "error_fields",
            "is_trulens_object", "object_rows", "read_object_rows", "to_frame", "library"]
 
 
@@ -166,22 +166,20 @@ def answer_correctness(provider: Any, case: Case, settings: TruLensSettings):
 # Results -> Scores
 
 
-def to_score(metric: Any, case_id: str, api: str, outcome: tuple, seconds: float) -> Score:
-    """The Score of a metric function's ``(value, native_value, reason)`` (``metric``: its
-    `metrics.TruLensMetric`); the endpoint family used is recorded in ``native_value["api"]``."""
+def score_fields(api: str, outcome: tuple) -> dict[str, Any]:
+    """The Score fields of a metric function's ``(value, native_value, reason)``; the endpoint family
+    used is recorded in ``native_value["api"]``."""
     value, native, reason = outcome
     if isinstance(native, dict):
         native = {**native, "api": api}
-    return Score(case_id=case_id, metric=metric.canonical, backend="trulens", native_metric=metric.native,
-                 value=value, native_value=native, reason=reason, seconds=seconds)
+    return dict(value=value, native_value=native, reason=reason)
 
 
-def error_score(metric: Any, case_id: str, api: str, exc: Exception, seconds: float) -> Score:
-    """The Score of a metric function that raised: its error, and the per-chunk results of a
+def error_fields(api: str, exc: Exception) -> dict[str, Any]:
+    """The Score fields of a metric function that raised: its error, and the per-chunk results of a
     `ChunkScoreError`."""
     native = {**exc.native, "api": api} if isinstance(exc, ChunkScoreError) else None
-    return Score(case_id=case_id, metric=metric.canonical, backend="trulens", native_metric=metric.native,
-                 native_value=native, error=error_text(exc), seconds=seconds)
+    return dict(native_value=native, error=error_text(exc))
 
 
 # --------------------------------------------------------------------------------------------

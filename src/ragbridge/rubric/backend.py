@@ -21,28 +21,34 @@ Options (``backend_options["rubric"]``): ``files``, ``rubrics``; ``structured`` 
 at most the gateway's ``max_retries``); ``concurrency`` (cases in flight, default twice the
 gateway's ``max_concurrency``: `ragbridge.backend.ScoringContext.cases_in_flight`).
 
-Every request goes through ``ctx.judge``'s in-process transport (an ``httpx.AsyncClient`` speaking
-the chat-completions wire format, at ``base_url(in_process=True)``: no socket is opened), inside
-``tag_scope("rubric", metric, case_id)``, so the gateway caches, bounds, retries, counts and audits
-it like any backend's.
+Every request goes through ``ctx.judge``'s in-process transport (the run's one ``httpx.AsyncClient``
+from `ragbridge.judge.clients`, speaking the chat-completions wire format at ``base_url(
+in_process=True)``: no socket is opened); the per-case template is
+`ragbridge.judged_backend.JudgedBackend`'s, so each case is judged inside ``tag_scope("rubric",
+metric, case_id)`` and the gateway caches, bounds, retries, counts and audits it like any backend's.
+A reply the rubric cannot use, or a transport fault, is the Score's ``error``, named for the rubric
+(``rubric NAME: ...``) or for a diagnostic's claim checks (``claim checks: ...``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from typing import Any, AsyncIterator, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
 
-from ..backend import Backend, MetricSpec, RunOptions, ScoringContext, fan_out
-from ..schema import Case, ChunkVerdict, Evidence, Score
+from ..backend import MetricSpec, RunOptions, ScoringContext
+from ..judged_backend import JudgedBackend, ScoreFields
+from ..schema import Case, ChunkVerdict, Evidence
 from . import prompts
 from .claims import claims_reason, judge_claims
-from .diagnostics import DIAGNOSTICS, score_diagnostic
+from .diagnostics import GROUP as DIAGNOSTIC_GROUP
+from .diagnostics import diagnostic_fields, diagnostic_native
 from .diagnostics import specs as diagnostic_specs
 from .parse import DEFAULT_RETRIES, STRUCTURED, Asker, JudgeCallError, ReplyError, check_grade
 from .rubrics import Rubric, RubricError, builtin_rubrics, rubric_set
 
-__all__ = ["RubricBackend", "rubrics_for", "make_asker", "NAME"]
+__all__ = ["RubricBackend", "RubricSession", "rubrics_for", "make_asker", "http_client", "rubric_fields",
+           "NAME"]
 
 NAME = "rubric"
 _OPTION_KEYS = {"files", "rubrics", "structured", "retries", "concurrency"}
@@ -94,17 +100,25 @@ def make_asker(client: Any, gateway: Any, opts: dict[str, Any], state: Optional[
                  max_tokens=gateway.config.max_tokens)
 
 
-def http_client(gateway: Any):
-    """An httpx client on the gateway's in-process transport (no socket), with the gateway's key."""
-    import httpx
+def http_client(judge: Any):
+    """The judge's ``httpx.AsyncClient`` (`ragbridge.judge.clients`: in-process, no socket) at its
+    untagged base URL, with the gateway's key: what an `Asker` posts to."""
+    from ..judge.clients import async_http_client
 
-    return httpx.AsyncClient(transport=gateway.async_transport(),
-                             base_url=gateway.base_url(in_process=True) + "/",
-                             headers={"Authorization": f"Bearer {gateway.api_key}"},
-                             timeout=httpx.Timeout(gateway.config.client_timeout()), trust_env=False)
+    return async_http_client(judge, base_url=judge.base_url(in_process=True) + "/",
+                             headers={"Authorization": f"Bearer {judge.api_key}"})
 
 
-class RubricBackend(Backend):
+@dataclass
+class RubricSession:
+    """What the metrics of one run share: the client the askers post to, and ``state``, one
+    structured-output mode for every metric (once json_schema is rejected, every metric prompts)."""
+
+    client: Any
+    state: dict[str, Any]
+
+
+class RubricBackend(JudgedBackend):
     name = NAME
     library = None
     install_hint = ""
@@ -115,75 +129,67 @@ class RubricBackend(Backend):
     def metrics_for(self, options: RunOptions) -> list[MetricSpec]:
         return _with_diagnostics(rubrics_for(options))
 
-    async def open(self, ctx: ScoringContext) -> dict[str, Any]:
-        """The run's session: one structured-output mode for every metric of the run (once
-        json_schema is rejected, every metric prompts)."""
-        return {"mode": _options(ctx.options).get("structured", "auto")}
-
-    async def score(self, metric: str, cases: Sequence[Case], ctx: ScoringContext) -> AsyncIterator[Score]:
-        rubric = rubrics_for(ctx.options).get(metric)
-        if rubric is None and metric not in DIAGNOSTICS:
-            raise ValueError(f"the rubric backend has no rubric named {metric!r}")
+    async def open(self, ctx: ScoringContext) -> Optional[RubricSession]:
         if ctx.judge is None:
-            raise RuntimeError("the rubric backend needs a judge (ctx.judge is None)")
-        gateway = ctx.judge
-        opts = _options(ctx.options)
-        client = http_client(gateway)
-        asker = make_asker(client, gateway, opts, ctx.session)
+            return None  # score says so, for every case
+        mode = _options(ctx.options).get("structured", "auto")
+        return RubricSession(http_client(ctx.judge), {"mode": mode})
 
-        async def one(case: Case) -> Score:
-            with gateway.tag_scope(NAME, metric, case.id):
-                if rubric is None:
-                    return await score_diagnostic(asker, metric, case, NAME)
-                return await score_case(asker, rubric, case)
+    async def close(self, ctx: ScoringContext) -> None:
+        if isinstance(ctx.session, RubricSession):
+            await ctx.session.client.aclose()
 
-        limit = ctx.cases_in_flight(opts.get("concurrency"))
-        try:
-            async for score in fan_out(cases, one, limit):
-                yield score
-        finally:
-            await client.aclose()
+    async def prepare(self, spec: MetricSpec, ctx: ScoringContext) -> tuple[Optional[Rubric], Asker]:
+        """The metric's rubric (None for a claim diagnostic) and the asker of the pass."""
+        session = ctx.session
+        asker = make_asker(session.client, ctx.judge, _options(ctx.options), session.state)
+        return rubrics_for(ctx.options).get(spec.name), asker
+
+    async def judge_case(self, spec: MetricSpec, case: Case, ctx: ScoringContext,
+                         prepared: tuple[Optional[Rubric], Asker]) -> ScoreFields:
+        rubric, asker = prepared
+        if rubric is None:
+            return await diagnostic_fields(asker, spec.name, case)
+        return await rubric_fields(asker, rubric, case)
+
+    def failure(self, spec: MetricSpec, case: Case, exc: Exception, ctx: ScoringContext) -> ScoreFields:
+        """A reply the rubric cannot use, or a transport fault, named for the rubric (or the claim
+        checks of a diagnostic)."""
+        text = str(exc) if isinstance(exc, (ReplyError, JudgeCallError)) else f"{type(exc).__name__}: {exc}"
+        if spec.group == DIAGNOSTIC_GROUP:  # a claim diagnostic no rubric of the run replaces
+            return {"error": f"claim checks: {text}", "native_value": diagnostic_native(spec.name)}
+        return {"error": f"rubric {spec.name}: {text}",
+                "native_value": {"rubric": spec.name, "hash": spec.digest}}
 
 
-async def score_case(asker: Asker, rubric: Rubric, case: Case) -> Score:
-    """One case's score by ``rubric`` (a failure is the Score's error)."""
-    start = time.perf_counter()
+async def rubric_fields(asker: Asker, rubric: Rubric, case: Case) -> ScoreFields:
+    """``case``'s Score fields by ``rubric``; a reply it cannot use raises `ReplyError` or
+    `JudgeCallError`."""
     native: dict[str, Any] = {"rubric": rubric.name, "hash": rubric.hash}
-    base = dict(case_id=case.id, metric=rubric.name, backend=NAME, native_metric=rubric.name)
-    try:
-        if rubric.mode == "claims":
-            judged, evidence = await judge_claims(asker, rubric, case)
-            native.update(claims=len(judged), supported=sum(c.verdict == "SUPPORTED" for c in judged))
-            if not judged:
-                return Score(**base, native_value=native, evidence=evidence,
-                             reason="the answer states no claim", seconds=time.perf_counter() - start)
-            value = native["supported"] / len(judged)
-            fields = dict(value=value, passed=value == 1.0, reason=claims_reason(judged), evidence=evidence)
-        elif rubric.mode == "per_chunk":
-            graded = await asyncio.gather(*(_grade(asker, rubric, case, ch) for ch in case.contexts))
-            chunks = [ChunkVerdict(id=ch.id, relevant=rubric.passes(lv), reason=why)
-                      for ch, (lv, why) in zip(case.contexts, graded)]
-            relevant = sum(c.relevant for c in chunks)
-            value = relevant / len(chunks)
-            native.update(levels=[lv for lv, _ in graded], relevant=relevant, chunks=len(chunks))
-            fields = dict(value=value, passed=value >= 0.5, evidence=Evidence(chunks=chunks),
-                          reason=f"{relevant} of {len(chunks)} chunks relevant"
-                          + "".join(f"; {c.id}: {'relevant' if c.relevant else 'not relevant'} ({c.reason})"
-                                    for c in chunks))
-        else:
-            level, why = await _grade(asker, rubric, case)
-            native.update(level=level, scale=rubric.scale)
-            fields = dict(value=rubric.normalise(level), passed=rubric.passes(level), reason=why)
-    except asyncio.CancelledError:
-        raise
-    except (ReplyError, JudgeCallError) as exc:
-        return Score(**base, native_value=native, error=f"rubric {rubric.name}: {exc}",
-                     seconds=time.perf_counter() - start)
-    except Exception as exc:  # a transport fault on one case is that case's error
-        return Score(**base, native_value=native, error=f"rubric {rubric.name}: {type(exc).__name__}: {exc}",
-                     seconds=time.perf_counter() - start)
+    if rubric.mode == "claims":
+        judged, evidence = await judge_claims(asker, rubric, case)
+        native.update(claims=len(judged), supported=sum(c.verdict == "SUPPORTED" for c in judged))
+        if not judged:
+            return dict(native_value=native, evidence=evidence, reason="the answer states no claim")
+        value = native["supported"] / len(judged)
+        fields = dict(value=value, passed=value == 1.0, reason=claims_reason(judged), evidence=evidence)
+    elif rubric.mode == "per_chunk":
+        graded = await asyncio.gather(*(_grade(asker, rubric, case, ch) for ch in case.contexts))
+        chunks = [ChunkVerdict(id=ch.id, relevant=rubric.passes(lv), reason=why)
+                  for ch, (lv, why) in zip(case.contexts, graded)]
+        relevant = sum(c.relevant for c in chunks)
+        value = relevant / len(chunks)
+        native.update(levels=[lv for lv, _ in graded], relevant=relevant, chunks=len(chunks))
+        fields = dict(value=value, passed=value >= 0.5, evidence=Evidence(chunks=chunks),
+                      reason=f"{relevant} of {len(chunks)} chunks relevant"
+                      + "".join(f"; {c.id}: {'relevant' if c.relevant else 'not relevant'} ({c.reason})"
+                                for c in chunks))
+    else:
+        level, why = await _grade(asker, rubric, case)
+        native.update(level=level, scale=rubric.scale)
+        fields = dict(value=rubric.normalise(level), passed=rubric.passes(level), reason=why)
     native["structured"] = asker.structured
-    return Score(**base, native_value=native, seconds=time.perf_counter() - start, **fields)
+    return dict(native_value=native, **fields)
 
 
 async def _grade(asker: Asker, rubric: Rubric, case: Case, chunk=None) -> tuple[int, str]:

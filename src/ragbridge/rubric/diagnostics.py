@@ -45,16 +45,15 @@ so every value can be computed again from the run folder.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from ..backend import MetricSpec
-from ..schema import Case, ClaimChecks, Evidence, Score
+from ..schema import Case, ClaimChecks, Evidence
 from .claim_checks import CRITERION, judge_claim_checks
-from .parse import Asker, JudgeCallError, ReplyError
+from .parse import Asker
 
-__all__ = ["Diagnostic", "DIAGNOSTICS", "GROUP", "specs", "figure", "score_diagnostic"]
+__all__ = ["Diagnostic", "DIAGNOSTICS", "GROUP", "specs", "figure", "diagnostic_native", "diagnostic_fields"]
 
 _ALL = ("answer", "reference", "context_text")
 #: ``--metric claim_diagnostics`` asks for all ten (none is planned unless asked for: 4 + k calls a case)
@@ -198,23 +197,17 @@ def _count(k: int, n: int, what: str, picked: Sequence[bool], claims: Sequence[s
 # Scoring
 
 
-async def score_diagnostic(asker: Asker, metric: str, case: Case, backend: str) -> Score:
-    """``case``'s score for the claim diagnostic ``metric`` (a failure is the Score's error)."""
+def diagnostic_native(metric: str) -> dict:
+    """What every Score of the claim diagnostic ``metric`` holds in ``native_value``, failed or not."""
+    return {"digest": CRITERION.hash, "ragchecker_metric": DIAGNOSTICS[metric].ragchecker}
+
+
+async def diagnostic_fields(asker: Asker, metric: str, case: Case) -> dict[str, Any]:
+    """``case``'s Score fields for the claim diagnostic ``metric``; a reply the checks cannot use
+    raises `ReplyError` or `JudgeCallError`."""
     d = DIAGNOSTICS[metric]
-    start = time.perf_counter()
-    native: dict = {"digest": CRITERION.hash, "ragchecker_metric": d.ragchecker}
-    base = dict(case_id=case.id, metric=metric, backend=backend, native_metric=d.ragchecker)
-    try:
-        checks = await judge_claim_checks(asker, case, d.parts)
-    except (ReplyError, JudgeCallError) as exc:
-        return Score(**base, native_value=native, error=f"claim checks: {exc}",
-                     seconds=time.perf_counter() - start)
-    except Exception as exc:  # a transport fault on one case is that case's error
-        return Score(**base, native_value=native, error=f"claim checks: {type(exc).__name__}: {exc}",
-                     seconds=time.perf_counter() - start)
+    checks = await judge_claim_checks(asker, case, d.parts)
     raw, reason = figure(d.ragchecker, checks)
-    native["ragchecker_value"] = raw
-    native["structured"] = asker.structured
+    native = {**diagnostic_native(metric), "ragchecker_value": raw, "structured": asker.structured}
     value = None if raw is None else (1.0 - raw if d.inverted else raw)
-    return Score(**base, value=value, native_value=native, reason=reason,
-                 evidence=Evidence(claim_checks=checks), seconds=time.perf_counter() - start)
+    return dict(value=value, native_value=native, reason=reason, evidence=Evidence(claim_checks=checks))

@@ -1,0 +1,132 @@
+"""`JudgedBackend`: the base of a backend whose metrics a judge scores, case by case.
+
+A judged backend plugin says what is particular to its library, and the base does the rest:
+
+* ``registry``: its metrics (``metrics.METRICS`` in the plugin): name -> a `JudgedMetric`, which the
+  plugin subclasses with what binds the metric to its library (the library's class or function, its
+  inputs, its label map ...);
+* ``open`` / ``close``: what the metrics of a run share (`ragbridge.backend.Backend`), its library's
+  clients made by `ragbridge.judge.clients`;
+* `JudgedBackend.prepare`: what the cases of one metric share (a library metric object, the parsed
+  options), once per `score` call;
+* `JudgedBackend.judge_case`: one case through the library, returned as the `Score`'s fields that
+  the library decides (``value``, ``native_value``, ``passed``, ``reason``, ``evidence``, or an
+  ``error`` it reports itself);
+* `JudgedBackend.failure`: the fields of a case whose `judge_case` raised (default: ``error`` is
+  `ragbridge.backend.error_text` of the exception).
+
+`JudgedBackend.score` is the one template every judged backend runs: the metric looked up
+(ValueError for one the backend does not offer), the judge required (RuntimeError), `prepare`, then
+the cases fanned out `JudgedBackend.cases_at_once` at a time (the backend's ``concurrency`` option,
+else `ScoringContext.cases_in_flight`), each one timed and judged inside ``ctx.judge.tag_scope(
+backend, metric, case_id)`` (so the gateway counts its calls and tokens for its Score, under the
+job's repeat), and each Score stamped with the case, the metric, the backend, the library's metric
+name (``MetricSpec.native_name``) and the seconds it took. An interrupt is never a case's failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable, ClassVar, Mapping, Optional, Sequence, TypeVar
+
+from .backend import Backend, MetricSpec, RunOptions, ScoringContext, error_text, fan_out
+from .schema import Case, Score
+
+__all__ = ["JudgedBackend", "JudgedMetric", "ScoreFields", "in_thread"]
+
+#: the fields of a `Score` that a judged backend's library decides (``value``, ``native_value``,
+#: ``passed``, ``reason``, ``evidence``, ``error``)
+ScoreFields = dict[str, Any]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JudgedMetric(MetricSpec):
+    """One entry of a judged backend's metric registry: a `MetricSpec` that needs the judge.
+
+    A plugin subclasses it (``@dataclass(frozen=True, kw_only=True)``) with the fields that bind the
+    metric to its library; its registry holds only these, by name, and imports no library."""
+
+    judge: bool = True
+
+
+class JudgedBackend(Backend):
+    """A backend whose metrics a judge scores one case at a time (see the module docstring).
+
+    Subclasses set ``registry`` (or override ``metrics_for`` when the metrics are data the run's
+    options name) and implement `judge_case`; `score` is the template and is not overridden."""
+
+    #: the metrics offered, by name (the plugin's ``metrics.METRICS``)
+    registry: ClassVar[Mapping[str, JudgedMetric]] = {}
+
+    def metrics(self) -> list[MetricSpec]:
+        return list(self.registry.values())
+
+    def metric(self, name: str, options: RunOptions) -> MetricSpec:
+        """The metric ``name`` of a run with ``options``; ValueError when the backend has none."""
+        for spec in self.metrics_for(options):
+            if spec.name == name:
+                return spec
+        raise ValueError(f"the {self.name} backend has no metric {name!r}")
+
+    def cases_at_once(self, ctx: ScoringContext) -> int:
+        """How many cases are judged at once: the backend's ``concurrency`` option
+        (``RunOptions.backend_options[name]["concurrency"]``, a whole number >= 1) when set, else
+        `ScoringContext.cases_in_flight` (twice the judge's ``max_concurrency``)."""
+        value = (ctx.options.backend_options.get(self.name) or {}).get("concurrency")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"the {self.name} backend option concurrency must be a whole number of at "
+                             f"least 1, got {value!r}")
+        return ctx.cases_in_flight(value)
+
+    async def prepare(self, metric: Any, ctx: ScoringContext) -> Any:
+        """What every case of one `score` call shares, made once before the first case and handed to
+        each `judge_case` as ``prepared`` (default: None). Raising fails every case of the call."""
+        return None
+
+    async def judge_case(self, metric: Any, case: Case, ctx: ScoringContext,
+                         prepared: Any) -> ScoreFields:  # pragma: no cover - abstract
+        """One case of ``metric`` (its registry entry) through the library: the fields of its Score
+        (see `ScoreFields`). Runs inside the case's ``tag_scope``; an exception is the case's failure."""
+        raise NotImplementedError
+
+    def failure(self, metric: Any, case: Case, exc: Exception, ctx: ScoringContext) -> ScoreFields:
+        """The fields of a case whose `judge_case` raised ``exc``: its `error_text`."""
+        return {"error": error_text(exc)}
+
+    async def score(self, metric: str, cases: Sequence[Case], ctx: ScoringContext) -> AsyncIterator[Score]:
+        spec = self.metric(metric, ctx.options)
+        judge = ctx.judge
+        if judge is None:
+            raise RuntimeError(f"the {self.name} backend needs a judge (--judge-model, --judge-base-url)")
+        prepared = await self.prepare(spec, ctx)
+
+        async def one(case: Case) -> Score:
+            start = time.perf_counter()
+            try:
+                with judge.tag_scope(self.name, metric, case.id):
+                    fields = await self.judge_case(spec, case, ctx, prepared)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one case's failure is that Score's error
+                fields = self.failure(spec, case, exc, ctx)
+            fields.setdefault("native_metric", spec.native_name)
+            return Score(case_id=case.id, metric=metric, backend=self.name,
+                         seconds=time.perf_counter() - start, **fields)
+
+        async for score in fan_out(cases, one, self.cases_at_once(ctx)):
+            yield score
+
+
+async def in_thread(executor: Optional[concurrent.futures.Executor], fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` on one of ``executor``'s threads (None: asyncio's default pool), in a copy of
+    the caller's context, so the case's ``tag_scope`` holds there: for a library whose metrics are
+    synchronous."""
+    call = functools.partial(contextvars.copy_context().run, fn, *args)
+    return await asyncio.get_running_loop().run_in_executor(executor, call)
