@@ -14,7 +14,7 @@ from rich.table import Table
 
 from ..report.text import MISSING, num
 from ..run.summary import ALL
-from .output import fits, out, print_lines, print_table
+from .output import out, print_lines, print_table, table_width
 
 __all__ = ["print_summary"]
 
@@ -87,18 +87,25 @@ def _tag_table(title: Optional[str], rows, metrics: list[str]) -> Table:
 
 
 def _print_by_tag(console: Console, title: str, rows, metrics: list[str]) -> None:
+    """The per-tag tables, split by columns where they do not fit the width, else lines.
+
+    Every column of these tables is a name or a number (never wrapped), so a table's width is the
+    width of its tag and ``n`` columns plus each metric column's own (`table_width`): a column is
+    measured once, not once for every split tried."""
+    width = max(console.width, 1)
+    base = table_width(console, _tag_table(None, rows, []))
+    extra = {m: table_width(console, _tag_table(None, rows, [m])) - base for m in metrics}
     parts: list[list[str]] = [[]]
+    used = base
     for m in metrics:
-        if parts[-1] and not fits(console, _tag_table(None, rows, parts[-1] + [m])):
+        if parts[-1] and used + extra[m] > width:
             parts.append([])
+            used = base
         parts[-1].append(m)
-    tables = [
-        _tag_table(title + (f", {i} of {len(parts)}" if len(parts) > 1 else ""), rows, part)
-        for i, part in enumerate(parts, 1)
-    ]
-    if all(fits(console, t) for t in tables):
-        for t in tables:
-            console.print(t)
+        used += extra[m]
+    if all(base + sum(extra[m] for m in part) <= width for part in parts):
+        for i, part in enumerate(parts, 1):
+            console.print(_tag_table(title + (f", {i} of {len(parts)}" if len(parts) > 1 else ""), rows, part))
         return
     print_lines(console, [title] + [
         f"{tag} ({n} cases): " + ", ".join(f"{m} {_cell(means, shares, m)}" for m in metrics)
