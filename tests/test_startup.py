@@ -101,6 +101,33 @@ def test_a_native_run_imports_no_other_backend(tmp_path):
     assert "ragbridge.native.ranking" in mods and (tmp_path / "run" / "scores.jsonl").exists()
     assert not [m for m in mods if m.endswith(".backend") and m != "ragbridge.backend"]
     assert not _top(mods) & {"ragas", "deepeval", "trulens", "phoenix", "httpx", "pandas", "scipy", "sklearn"}
+    # nor what only a judged run, a corpus or Ray needs: the score cache (sqlite), the judge's
+    # cache and gateway, the corpus, the Ray executor
+    assert not {"sqlite3", "ragbridge.run.score_cache", "ragbridge.judge.cache", "ragbridge.judge.gateway",
+                "ragbridge.run.ray_executor", "ray"} & mods
+
+
+def test_the_garbage_collector_is_back_on_when_a_command_runs(tmp_path):
+    """The console script holds the cyclic garbage collector off while it imports a command, and
+    switches it back on before the command works (a long run collects as always), also when the
+    command fails."""
+    probe = ("import gc, json, sys\n"
+             "import ragbridge.commands.data as data\n"
+             "def formats(as_json: bool = False):\n"
+             "    print(json.dumps([gc.isenabled(), bool(gc.get_freeze_count())]), file=sys.stderr)\n"
+             "data.formats = formats\n"
+             "sys.argv = ['ragbridge'] + sys.argv[1:]\n"
+             "from ragbridge.commands import run_cli\n"
+             "try:\n"
+             "    run_cli()\n"
+             "finally:\n"
+             "    print(json.dumps(gc.isenabled()), file=sys.stderr)\n")
+    p = subprocess.run([sys.executable, "-c", probe, "formats"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert [json.loads(line) for line in p.stderr.splitlines()] == [[True, True], True]
+    p = subprocess.run([sys.executable, "-c", probe, "run", str(tmp_path / "missing.jsonl"), "--out",
+                        str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.strip().splitlines()[-1] == "true", p.stderr
 
 
 def test_a_lazily_registered_backend_is_made_when_first_used():

@@ -19,6 +19,7 @@ Only the console script and plugins' command modules import this package; no lib
 from __future__ import annotations
 
 import functools
+import gc
 import inspect
 import typing
 from dataclasses import dataclass
@@ -117,6 +118,7 @@ class PlainHelpGroup(TyperGroup):
 
                     fail(f"{flag} is a flag and takes no value (got {flag} {value}): "
                          f"write {flag} alone to switch it on, or leave it out")
+        _started()
         return name, cmd, rest
 
     def format_commands(self, ctx, formatter) -> None:
@@ -241,10 +243,36 @@ def main(
     """One golden set, every RAG evaluation backend, one report."""
 
 
+def _started() -> None:
+    """The command is imported: the cyclic garbage collector is switched back on (`run_cli`). What
+    start-up made (modules, classes, the command line) is moved out of its future passes
+    (``gc.freeze``), once a process: a command's own objects are collected as always."""
+    global _gc_paused, _gc_frozen
+    if _gc_paused:
+        _gc_paused = False
+        if not _gc_frozen:
+            _gc_frozen = True
+            gc.freeze()
+        gc.enable()
+
+
+#: whether `run_cli` holds the collector off, and whether start-up's objects were frozen already
+_gc_paused = False
+_gc_frozen = False
+
+
 def run_cli() -> None:
     """The console script: the built-in commands, then the plugins' commands, then the command line.
     An output that cannot be written (a read-only folder, a full disk) is one error line and exit 2,
-    from whichever command met it."""
+    from whichever command met it.
+
+    Start-up (importing the command's modules) makes many objects and few cycles: the cyclic garbage
+    collector is off until the command is resolved and imported (`_started`), then on for the
+    command's work, as always."""
+    global _gc_paused
+    if gc.isenabled():
+        gc.disable()
+        _gc_paused = True
     register_commands(cli)
     try:
         cli(prog_name="ragbridge")
@@ -258,3 +286,5 @@ def run_cli() -> None:
             fail(f"cannot write (or read) a file: {text}")
         except typer.Exit as done:
             raise SystemExit(done.exit_code) from None
+    finally:
+        _started()

@@ -42,7 +42,8 @@ from rich.text import Text
 
 from ..report.text import jsonable
 
-__all__ = ["out", "err", "fail", "warn", "storage_error", "fits", "table_width", "print_table", "print_lines", "print_json",
+__all__ = ["out", "err", "fail", "warn", "storage_error", "fits", "table_width", "print_table", "print_lines",
+           "print_json",
            "EXIT_CHECK_FAILED", "EXIT_BAD_INPUT", "EXIT_SCORE_ERRORS", "EXIT_BUDGET_SPENT",
            "EXIT_NOTHING_COMPUTED", "EXIT_INTERRUPTED"]
 

@@ -75,14 +75,16 @@ def _cell(means: dict, shares: dict, metric: str) -> str:
     return num(means.get(metric), 2) + (f" ({shares[metric]})" if metric in shares else "")
 
 
-def _tag_table(title: Optional[str], rows, metrics: list[str]) -> Table:
+def _tag_table(title: Optional[str], rows, metrics: list[str], tags: bool = True) -> Table:
+    """The per-tag table of ``metrics`` (``tags=False``: without its tag column, to measure)."""
     t = Table(title=title, title_justify="left")
-    t.add_column("tag", no_wrap=True)
+    if tags:
+        t.add_column("tag", no_wrap=True)
     t.add_column("n", justify="right", no_wrap=True)
     for m in metrics:
         t.add_column(escape(m), justify="right", no_wrap=True)
     for tag, n, means, shares in rows:
-        t.add_row(escape(tag), str(n), *(_cell(means, shares, m) for m in metrics))
+        t.add_row(*((escape(tag),) if tags else ()), str(n), *(_cell(means, shares, m) for m in metrics))
     return t
 
 
@@ -91,10 +93,11 @@ def _print_by_tag(console: Console, title: str, rows, metrics: list[str]) -> Non
 
     Every column of these tables is a name or a number (never wrapped), so a table's width is the
     width of its tag and ``n`` columns plus each metric column's own (`table_width`): a column is
-    measured once, not once for every split tried."""
+    measured once (beside the short ``n`` column), not once for every split tried."""
     width = max(console.width, 1)
     base = table_width(console, _tag_table(None, rows, []))
-    extra = {m: table_width(console, _tag_table(None, rows, [m])) - base for m in metrics}
+    n_only = table_width(console, _tag_table(None, rows, [], tags=False))
+    extra = {m: table_width(console, _tag_table(None, rows, [m], tags=False)) - n_only for m in metrics}
     parts: list[list[str]] = [[]]
     used = base
     for m in metrics:
@@ -105,7 +108,8 @@ def _print_by_tag(console: Console, title: str, rows, metrics: list[str]) -> Non
         used += extra[m]
     if all(base + sum(extra[m] for m in part) <= width for part in parts):
         for i, part in enumerate(parts, 1):
-            console.print(_tag_table(title + (f", {i} of {len(parts)}" if len(parts) > 1 else ""), rows, part))
+            numbered = title + (f", {i} of {len(parts)}" if len(parts) > 1 else "")
+            console.print(_tag_table(numbered, rows, part))
         return
     print_lines(console, [title] + [
         f"{tag} ({n} cases): " + ", ".join(f"{m} {_cell(means, shares, m)}" for m in metrics)
