@@ -314,7 +314,6 @@ def test_the_per_tag_tables_split_as_measuring_each_whole_table_does(runs, monke
     from ragbridge.commands import summary
     from ragbridge.commands.output import fits, print_lines
 
-    rows = load_run(runs["native"]).summary_rows()
     calls = []
     real = summary._print_by_tag
     monkeypatch.setattr(summary, "_print_by_tag", lambda *a: (calls.append(a), real(*a)))
@@ -340,12 +339,12 @@ def test_the_per_tag_tables_split_as_measuring_each_whole_table_does(runs, monke
         return parts
 
     splits = set()
-    for width in range(24, 220, 5):
+    for width, run in [(w, r) for r in ("native", "judged") for w in range(24, 220, 5)]:
         got = console(width)
-        summary.print_summary(rows, got)
+        summary.print_summary(load_run(runs[run]).summary_rows(), got)
         _, title, by_tag, metrics = calls[-1]
         want = console(width)
         splits.add(len(whole_table_split(want, title, by_tag, metrics)))
         printed = got.file.getvalue()
-        assert printed.endswith(want.file.getvalue()), width
+        assert printed.endswith(want.file.getvalue()), (run, width)
     assert {1, 2} <= splits and max(splits) >= 3  # one table, two, and more were all exercised

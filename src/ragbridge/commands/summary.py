@@ -11,6 +11,7 @@ from typing import Optional
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ..report.text import MISSING, num
 from ..run.summary import ALL
@@ -92,12 +93,22 @@ def _print_by_tag(console: Console, title: str, rows, metrics: list[str]) -> Non
     """The per-tag tables, split by columns where they do not fit the width, else lines.
 
     Every column of these tables is a name or a number (never wrapped), so a table's width is the
-    width of its tag and ``n`` columns plus each metric column's own (`table_width`): a column is
-    measured once (beside the short ``n`` column), not once for every split tried."""
+    width of its tag and ``n`` columns (`table_width`) plus, for each metric column, its widest cell
+    and what every column adds (padding and rule, measured once on the first metric's column): the
+    widths are added up, not measured again for every split tried."""
     width = max(console.width, 1)
     base = table_width(console, _tag_table(None, rows, []))
-    n_only = table_width(console, _tag_table(None, rows, [], tags=False))
-    extra = {m: table_width(console, _tag_table(None, rows, [m], tags=False)) - n_only for m in metrics}
+
+    def widest(m: str) -> int:
+        return max([Text.from_markup(escape(m)).cell_len] + [
+            Text.from_markup(_cell(means, shares, m)).cell_len for _, _, means, shares in rows])
+
+    extra: dict[str, int] = {}
+    if metrics:
+        n_only = table_width(console, _tag_table(None, rows, [], tags=False))
+        first = table_width(console, _tag_table(None, rows, metrics[:1], tags=False)) - n_only
+        edges = first - widest(metrics[0])
+        extra = {m: widest(m) + edges for m in metrics}
     parts: list[list[str]] = [[]]
     used = base
     for m in metrics:
