@@ -18,9 +18,12 @@ Only the console script and plugins' command modules import this package; no lib
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import inspect
+import os
+import sys
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +79,28 @@ COMMANDS: dict[str, tuple[str, str]] = {
 _BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0", "y", "n", "t", "f"}
 
 
+#: what OpenBLAS reads for its number of threads, in the order it reads them
+_BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+@contextlib.contextmanager
+def _one_blas_thread():
+    """While a command's module is imported: NumPy's OpenBLAS, when this import is what loads it,
+    starts with one thread. Each worker thread it starts spins on a core for a while before it
+    sleeps (about 0.1 s of CPU for a command that then makes no BLAS call), and ragbridge's own NumPy
+    work is element-wise arithmetic and sorting, not BLAS. The setting is removed after the import,
+    so nothing the command starts (a target's process, Ray's workers) inherits it; a thread count the
+    user set is left alone."""
+    if "numpy" in sys.modules or any(name in os.environ for name in _BLAS_THREADS):
+        yield
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("OPENBLAS_NUM_THREADS", None)
+
+
 class PlainHelpGroup(TyperGroup):
     """A command group with plain-text help whose flags refuse a value (``--overwrite true``) with an
     error that says so.
@@ -99,7 +124,8 @@ class PlainHelpGroup(TyperGroup):
         """Import one command module and add its commands (those not added already)."""
         import importlib
 
-        module = importlib.import_module(f"{__name__}.{module_name}")
+        with _one_blas_thread():
+            module = importlib.import_module(f"{__name__}.{module_name}")
         app = typer.Typer(cls=PlainHelpGroup, rich_markup_mode=None)
         module.register(app)
         for name, cmd in typer.main.get_group(app).commands.items():
