@@ -301,3 +301,50 @@ def test_reprs_are_one_short_line(runs):
     assert f"{len(case.contexts)} contexts" in repr(case)
     assert repr(d).endswith("1 worse, 0 better, 0 changed status)")
     assert "judge='stub (stub)'" in repr(run.manifest)
+
+
+def test_the_per_tag_tables_split_as_measuring_each_whole_table_does(runs, monkeypatch):
+    """The per-tag tables are split by each column's width, measured once; at every width the
+    tables (or the lines) printed are those that measuring every candidate table whole, with rich's
+    own measure, gives."""
+    import io
+
+    from rich.console import Console
+
+    from ragbridge.commands import summary
+    from ragbridge.commands.output import fits, print_lines
+
+    calls = []
+    real = summary._print_by_tag
+    monkeypatch.setattr(summary, "_print_by_tag", lambda *a: (calls.append(a), real(*a)))
+
+    def console(width):
+        return Console(width=width, file=io.StringIO(), color_system=None, force_terminal=False)
+
+    def whole_table_split(con, title, by_tag, metrics):
+        parts: list[list[str]] = [[]]
+        for m in metrics:
+            if parts[-1] and not fits(con, summary._tag_table(None, by_tag, parts[-1] + [m])):
+                parts.append([])
+            parts[-1].append(m)
+        tables = [summary._tag_table(title + (f", {i} of {len(parts)}" if len(parts) > 1 else ""), by_tag, p)
+                  for i, p in enumerate(parts, 1)]
+        if all(fits(con, t) for t in tables):
+            for t in tables:
+                con.print(t)
+        else:
+            print_lines(con, [title] + [
+                f"{tag} ({n} cases): " + ", ".join(f"{m} {summary._cell(means, shares, m)}" for m in metrics)
+                for tag, n, means, shares in by_tag])
+        return parts
+
+    splits = set()
+    for width, run in [(w, r) for r in ("native", "judged") for w in range(24, 220, 5)]:
+        got = console(width)
+        summary.print_summary(load_run(runs[run]).summary_rows(), got)
+        _, title, by_tag, metrics = calls[-1]
+        want = console(width)
+        splits.add(len(whole_table_split(want, title, by_tag, metrics)))
+        printed = got.file.getvalue()
+        assert printed.endswith(want.file.getvalue()), (run, width)
+    assert {1, 2} <= splits and max(splits) >= 3  # one table, two, and more were all exercised

@@ -5,6 +5,7 @@ process holds (speed itself is measured as whole processes by benchmarks/bench_s
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -101,6 +102,33 @@ def test_a_native_run_imports_no_other_backend(tmp_path):
     assert "ragbridge.native.ranking" in mods and (tmp_path / "run" / "scores.jsonl").exists()
     assert not [m for m in mods if m.endswith(".backend") and m != "ragbridge.backend"]
     assert not _top(mods) & {"ragas", "deepeval", "trulens", "phoenix", "httpx", "pandas", "scipy", "sklearn"}
+    # nor what only a judged run, a corpus or Ray needs: the score cache (sqlite), the judge's
+    # cache and gateway, the corpus, the Ray executor
+    assert not {"sqlite3", "ragbridge.run.score_cache", "ragbridge.judge.cache", "ragbridge.judge.gateway",
+                "ragbridge.run.ray_executor", "ray"} & mods
+
+
+def test_the_garbage_collector_is_back_on_when_a_command_runs(tmp_path):
+    """The console script holds the cyclic garbage collector off while it imports a command, and
+    switches it back on before the command works (a long run collects as always), also when the
+    command fails."""
+    probe = ("import gc, json, sys\n"
+             "import ragbridge.commands.data as data\n"
+             "def formats(as_json: bool = False):\n"
+             "    print(json.dumps([gc.isenabled(), bool(gc.get_freeze_count())]), file=sys.stderr)\n"
+             "data.formats = formats\n"
+             "sys.argv = ['ragbridge'] + sys.argv[1:]\n"
+             "from ragbridge.commands import run_cli\n"
+             "try:\n"
+             "    run_cli()\n"
+             "finally:\n"
+             "    print(json.dumps(gc.isenabled()), file=sys.stderr)\n")
+    p = subprocess.run([sys.executable, "-c", probe, "formats"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert [json.loads(line) for line in p.stderr.splitlines()] == [[True, True], True]
+    p = subprocess.run([sys.executable, "-c", probe, "run", str(tmp_path / "missing.jsonl"), "--out",
+                        str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.strip().splitlines()[-1] == "true", p.stderr
 
 
 def test_a_lazily_registered_backend_is_made_when_first_used():
@@ -111,3 +139,31 @@ def test_a_lazily_registered_backend_is_made_when_first_used():
     assert lazy.available() and lazy.load() is lazy.load() and lazy.load().name == "rubric"
     with pytest.raises(ValueError, match="registered as 'other'"):
         LazyBackend("other", "ragbridge.rubric.backend:RubricBackend").metrics()
+
+
+@pytest.mark.parametrize("given", [None, "2"])
+def test_a_run_starts_numpy_blas_with_one_thread_unless_the_user_set_one(tmp_path, given):
+    """OpenBLAS's idle workers spin for a while after they start: the command line loads NumPy with
+    one BLAS thread, and takes the setting out of the environment again (nothing the run starts
+    inherits it); a thread count the user set is theirs."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    probe = ("import json, os, sys\n"
+             "sys.argv = ['ragbridge'] + sys.argv[1:]\n"
+             "from ragbridge.commands import run_cli\n"
+             "try:\n"
+             "    run_cli()\n"
+             "except SystemExit:\n"
+             "    pass\n"
+             "from threadpoolctl import threadpool_info\n"
+             "blas = [i['num_threads'] for i in threadpool_info() if i['internal_api'] == 'openblas']\n"
+             "print(json.dumps([blas, os.environ.get('OPENBLAS_NUM_THREADS')]), file=sys.stderr)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
+                                                             "OMP_NUM_THREADS")}
+    if given:
+        env["OPENBLAS_NUM_THREADS"] = given
+    p = subprocess.run([sys.executable, "-c", probe, "run", str(EXAMPLE), "--out", str(tmp_path / "run"),
+                        "--no-progress"], capture_output=True, text=True, timeout=120, env=env)
+    blas, left = json.loads(p.stderr.strip().splitlines()[-1])
+    if not blas:
+        pytest.skip(f"NumPy here is not linked to OpenBLAS ({threadpoolctl.threadpool_info()})")
+    assert (blas, left) == (([1], None) if given is None else ([2], given)), p.stderr

@@ -18,8 +18,12 @@ Only the console script and plugins' command modules import this package; no lib
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import inspect
+import os
+import sys
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +79,28 @@ COMMANDS: dict[str, tuple[str, str]] = {
 _BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0", "y", "n", "t", "f"}
 
 
+#: what OpenBLAS reads for its number of threads, in the order it reads them
+_BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+@contextlib.contextmanager
+def _one_blas_thread():
+    """While a command's module is imported: NumPy's OpenBLAS, when this import is what loads it,
+    starts with one thread. Each worker thread it starts spins on a core for a while before it
+    sleeps (about 0.1 s of CPU for a command that then makes no BLAS call), and ragbridge's own NumPy
+    work is element-wise arithmetic and sorting, not BLAS. The setting is removed after the import,
+    so nothing the command starts (a target's process, Ray's workers) inherits it; a thread count the
+    user set is left alone."""
+    if "numpy" in sys.modules or any(name in os.environ for name in _BLAS_THREADS):
+        yield
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("OPENBLAS_NUM_THREADS", None)
+
+
 class PlainHelpGroup(TyperGroup):
     """A command group with plain-text help whose flags refuse a value (``--overwrite true``) with an
     error that says so.
@@ -98,7 +124,8 @@ class PlainHelpGroup(TyperGroup):
         """Import one command module and add its commands (those not added already)."""
         import importlib
 
-        module = importlib.import_module(f"{__name__}.{module_name}")
+        with _one_blas_thread():
+            module = importlib.import_module(f"{__name__}.{module_name}")
         app = typer.Typer(cls=PlainHelpGroup, rich_markup_mode=None)
         module.register(app)
         for name, cmd in typer.main.get_group(app).commands.items():
@@ -117,6 +144,7 @@ class PlainHelpGroup(TyperGroup):
 
                     fail(f"{flag} is a flag and takes no value (got {flag} {value}): "
                          f"write {flag} alone to switch it on, or leave it out")
+        _started()
         return name, cmd, rest
 
     def format_commands(self, ctx, formatter) -> None:
@@ -241,10 +269,36 @@ def main(
     """One golden set, every RAG evaluation backend, one report."""
 
 
+def _started() -> None:
+    """The command is imported: the cyclic garbage collector is switched back on (`run_cli`). What
+    start-up made (modules, classes, the command line) is moved out of its future passes
+    (``gc.freeze``), once a process: a command's own objects are collected as always."""
+    global _gc_paused, _gc_frozen
+    if _gc_paused:
+        _gc_paused = False
+        if not _gc_frozen:
+            _gc_frozen = True
+            gc.freeze()
+        gc.enable()
+
+
+#: whether `run_cli` holds the collector off, and whether start-up's objects were frozen already
+_gc_paused = False
+_gc_frozen = False
+
+
 def run_cli() -> None:
     """The console script: the built-in commands, then the plugins' commands, then the command line.
     An output that cannot be written (a read-only folder, a full disk) is one error line and exit 2,
-    from whichever command met it."""
+    from whichever command met it.
+
+    Start-up (importing the command's modules) makes many objects and few cycles: the cyclic garbage
+    collector is off until the command is resolved and imported (`_started`), then on for the
+    command's work, as always."""
+    global _gc_paused
+    if gc.isenabled():
+        gc.disable()
+        _gc_paused = True
     register_commands(cli)
     try:
         cli(prog_name="ragbridge")
@@ -258,3 +312,5 @@ def run_cli() -> None:
             fail(f"cannot write (or read) a file: {text}")
         except typer.Exit as done:
             raise SystemExit(done.exit_code) from None
+    finally:
+        _started()

@@ -42,7 +42,8 @@ from rich.text import Text
 
 from ..report.text import jsonable
 
-__all__ = ["out", "err", "fail", "warn", "storage_error", "fits", "print_table", "print_lines", "print_json",
+__all__ = ["out", "err", "fail", "warn", "storage_error", "fits", "table_width", "print_table", "print_lines",
+           "print_json",
            "EXIT_CHECK_FAILED", "EXIT_BAD_INPUT", "EXIT_SCORE_ERRORS", "EXIT_BUDGET_SPENT",
            "EXIT_NOTHING_COMPUTED", "EXIT_INTERRUPTED"]
 
@@ -101,6 +102,22 @@ def _render(table: Table, width: int) -> str:
     return capture.file.getvalue()
 
 
+def _unwrapped(table: Table) -> bool:
+    """True when no column of ``table`` wraps or stretches (and the table has no set width)."""
+    return table.width is None and table.min_width is None and not table.expand and all(
+        c.no_wrap and c.overflow == "ellipsis" and c.width is None and c.min_width is None
+        for c in table.columns)
+
+
+def table_width(console: Console, table: Table) -> int:
+    """The natural width of ``table``, none of whose columns wraps or stretches: rich's own measure
+    of it (the sum of its columns' widths and its rules). Such a table is cut exactly when this is
+    over the width (`fits`); adding a column adds that column's width and one rule."""
+    if not _unwrapped(table):
+        raise ValueError("table_width measures tables whose columns neither wrap nor stretch")
+    return Measurement.get(console, console.options.update_width(_WIDE), table).maximum
+
+
 def fits(console: Console, table: Table) -> bool:
     """True when ``table`` renders within ``console.width`` with nothing cut.
 
@@ -111,10 +128,8 @@ def fits(console: Console, table: Table) -> bool:
     that is measured, not rendered.
     """
     width = max(console.width, 1)
-    if table.width is None and table.min_width is None and not table.expand and all(
-            c.no_wrap and c.overflow == "ellipsis" and c.width is None and c.min_width is None
-            for c in table.columns):
-        return Measurement.get(console, console.options.update_width(_WIDE), table).maximum <= width
+    if _unwrapped(table):
+        return table_width(console, table) <= width
     return _render(table, width).count("…") == _render(table, _WIDE).count("…")
 
 

@@ -11,10 +11,11 @@ from typing import Optional
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ..report.text import MISSING, num
 from ..run.summary import ALL
-from .output import fits, out, print_lines, print_table
+from .output import out, print_lines, print_table, table_width
 
 __all__ = ["print_summary"]
 
@@ -75,30 +76,51 @@ def _cell(means: dict, shares: dict, metric: str) -> str:
     return num(means.get(metric), 2) + (f" ({shares[metric]})" if metric in shares else "")
 
 
-def _tag_table(title: Optional[str], rows, metrics: list[str]) -> Table:
+def _tag_table(title: Optional[str], rows, metrics: list[str], tags: bool = True) -> Table:
+    """The per-tag table of ``metrics`` (``tags=False``: without its tag column, to measure)."""
     t = Table(title=title, title_justify="left")
-    t.add_column("tag", no_wrap=True)
+    if tags:
+        t.add_column("tag", no_wrap=True)
     t.add_column("n", justify="right", no_wrap=True)
     for m in metrics:
         t.add_column(escape(m), justify="right", no_wrap=True)
     for tag, n, means, shares in rows:
-        t.add_row(escape(tag), str(n), *(_cell(means, shares, m) for m in metrics))
+        t.add_row(*((escape(tag),) if tags else ()), str(n), *(_cell(means, shares, m) for m in metrics))
     return t
 
 
 def _print_by_tag(console: Console, title: str, rows, metrics: list[str]) -> None:
+    """The per-tag tables, split by columns where they do not fit the width, else lines.
+
+    Every column of these tables is a name or a number (never wrapped), so a table's width is the
+    width of its tag and ``n`` columns (`table_width`) plus, for each metric column, its widest cell
+    and what every column adds (padding and rule, measured once on the first metric's column): the
+    widths are added up, not measured again for every split tried."""
+    width = max(console.width, 1)
+    base = table_width(console, _tag_table(None, rows, []))
+
+    def widest(m: str) -> int:
+        return max([Text.from_markup(escape(m)).cell_len] + [
+            Text.from_markup(_cell(means, shares, m)).cell_len for _, _, means, shares in rows])
+
+    extra: dict[str, int] = {}
+    if metrics:
+        n_only = table_width(console, _tag_table(None, rows, [], tags=False))
+        first = table_width(console, _tag_table(None, rows, metrics[:1], tags=False)) - n_only
+        edges = first - widest(metrics[0])
+        extra = {m: widest(m) + edges for m in metrics}
     parts: list[list[str]] = [[]]
+    used = base
     for m in metrics:
-        if parts[-1] and not fits(console, _tag_table(None, rows, parts[-1] + [m])):
+        if parts[-1] and used + extra[m] > width:
             parts.append([])
+            used = base
         parts[-1].append(m)
-    tables = [
-        _tag_table(title + (f", {i} of {len(parts)}" if len(parts) > 1 else ""), rows, part)
-        for i, part in enumerate(parts, 1)
-    ]
-    if all(fits(console, t) for t in tables):
-        for t in tables:
-            console.print(t)
+        used += extra[m]
+    if all(base + sum(extra[m] for m in part) <= width for part in parts):
+        for i, part in enumerate(parts, 1):
+            numbered = title + (f", {i} of {len(parts)}" if len(parts) > 1 else "")
+            console.print(_tag_table(numbered, rows, part))
         return
     print_lines(console, [title] + [
         f"{tag} ({n} cases): " + ", ".join(f"{m} {_cell(means, shares, m)}" for m in metrics)

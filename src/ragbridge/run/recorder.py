@@ -13,15 +13,17 @@ closes them.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..backend import RunOptions
 from ..formats.batches import CaseBatch
 from ..formats.source import CaseSource
 from ..schema import RunManifest, Score, ScoreBlock
 from .folder import JUDGE_COUNTS, RunFolder, now
-from .score_cache import ScoreReuse
 from .summary import Totals
+
+if TYPE_CHECKING:
+    from .score_cache import ScoreReuse
 
 __all__ = ["FLUSH_SECONDS", "Recorder"]
 

@@ -49,12 +49,11 @@ import contextlib
 import os
 from dataclasses import replace as dataclass_replace
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from .. import __version__
 from ..backend import RunOptions, ScoringContext
 from ..formats import load_cases
-from ..formats.corpus import Corpus, read_corpus
 from ..formats.batches import CaseBatch
 from ..formats.source import BATCH_SIZE, CaseSource, open_cases
 from ..plugins import get_backends
@@ -65,12 +64,14 @@ from .lifecycle import Job
 from .local_executor import LocalExecutor
 from .plan import Plan, RunError, plan_metrics
 from .progress import progress_display
-from .ray_executor import RayExecutor
 from .recorder import Recorder
 from .request import RunRequest
-from .score_cache import ScoreReuse, score_cache_for
 from .sync import run_sync
 from .target import fill_cases, load_target, target_error, target_error_of
+
+if TYPE_CHECKING:  # imported where used: a run without a corpus, a judge or Ray needs none of them
+    from ..formats.corpus import Corpus
+    from .score_cache import ScoreReuse
 
 __all__ = ["evaluate", "evaluate_async", "run", "executor_for"]
 
@@ -168,8 +169,11 @@ async def run(request: RunRequest) -> Run:
     request.check()
     with contextlib.ExitStack() as opened:
         corpus = request.corpus
-        if corpus is not None and not isinstance(corpus, Corpus):
-            corpus = read_corpus(corpus)
+        if corpus is not None:
+            from ..formats.corpus import Corpus, read_corpus
+
+            if not isinstance(corpus, Corpus):
+                corpus = read_corpus(corpus)
         source = _case_source(request, corpus, opened)
         if not source.n_cases:
             raise RunError("no cases to evaluate")
@@ -226,12 +230,14 @@ async def _score(request: RunRequest, plan: Plan, options: RunOptions, judge: An
     try:
         with contextlib.ExitStack() as closing:  # closed before the session's counts are final
             gateway = _gateway(request, judge, folder, manifest, closing)
-            cache = None
+            cache, reuse = None, None
             if judge is not None and request.score_cache:
+                from .score_cache import ScoreReuse, score_cache_for
+
                 cache = score_cache_for(judge, request.dry_run)
-            if cache is not None:
-                closing.callback(cache.close)
-            reuse = ScoreReuse(cache, plan, options, judge, manifest) if cache is not None else None
+                if cache is not None:
+                    closing.callback(cache.close)
+                    reuse = ScoreReuse(cache, plan, options, judge, manifest)
             planned = source.n_cases * sum(request.repeats if spec.judge else 1
                                            for chosen in plan.values() for _, spec in chosen)
             bar = progress_display(request.progress, planned, gateway)
@@ -319,6 +325,8 @@ def executor_for(spec: Any) -> Executor:
 
         if importlib.util.find_spec("ray") is None:
             raise RunError("the Ray executor needs Ray: pip install 'ragbridge[ray]'")
+        from .ray_executor import RayExecutor
+
         return RayExecutor()
     raise RunError(f"unknown executor {spec!r}: use 'local' or 'ray'")
 
