@@ -369,18 +369,23 @@ class LoopbackSocket:
 
     def close(self) -> None:
         server, self._server = self._server, None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        with self._lock:
-            conns = list(self._conns)
-        for c in conns:
-            with contextlib.suppress(OSError):
-                c.shutdown(socket.SHUT_RDWR)
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self.port = None
+        if server is not None:
+            stop_server(server, self._thread, self._lock, self._conns)
+            self.port = None
+
+
+def stop_server(server: Any, thread: Optional[threading.Thread], lock: Any, conns: set) -> None:
+    """Stop a threaded socket server started on ``thread``: no new connection, every open one
+    (``conns``, guarded by ``lock``) shut so a handler blocked on it returns, then the thread joined."""
+    server.shutdown()
+    server.server_close()
+    with lock:
+        open_conns = list(conns)
+    for c in open_conns:
+        with contextlib.suppress(OSError):
+            c.shutdown(socket.SHUT_RDWR)
+    if thread is not None:
+        thread.join(timeout=5)
 
 
 def netloc_host(host: str) -> str:

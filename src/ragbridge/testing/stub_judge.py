@@ -57,7 +57,6 @@ import argparse
 import hashlib
 import json
 import random
-import socket
 import sys
 import threading
 import time
@@ -67,7 +66,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ragbridge.judge import FastRequestHandler
-from ragbridge.judge.server import BadRequest, LoopbackServer
+from ragbridge.judge.server import BadRequest, LoopbackServer, stop_server
 from ragbridge.testing import answers, hostile
 from ragbridge.testing.answers import CREATED, EMBED_DIM, STUB_FINGERPRINT, embed  # noqa: F401 (re-exported)
 from ragbridge.testing.dialects import DIALECTS, Rejected
@@ -360,17 +359,7 @@ class StubJudge:
         server, self._server = self._server, None
         if server is None:
             return
-        server.shutdown()
-        server.server_close()
-        with self._lock:
-            conns = list(self._conns)
-        for c in conns:
-            try:
-                c.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        stop_server(server, self._thread, self._lock, self._conns)
         with self._lock:
             fh, self._log_fh = self._log_fh, None
         if fh is not None:
