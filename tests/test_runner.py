@@ -252,3 +252,33 @@ def test_a_resumed_complete_run_on_ray_starts_no_cluster(tmp_path, example_path)
     doc = json.loads(again.stdout)
     assert doc["counts"]["resumed_from"] == len((out / "scores.jsonl").read_text().splitlines()) > 0
     assert load_run(out).complete
+
+
+def test_a_summary_does_not_depend_on_the_order_scores_arrive_in():
+    """Ray workers and resumed runs record cases in another order: the means must be the same bits.
+    Summed one by one in float, these values give 0.888888888888889 in one order and
+    0.8888888888888888 in another."""
+    import random
+
+    from ragbridge.run.summary import Totals
+    from ragbridge.schema import Score, ScoreBlock
+
+    values = [1.0, 1.0, 2 / 3, 1.0, 2 / 3, 1.0] + [random.Random(7).random() / 3 for _ in range(300)]
+    means, block_means = set(), set()
+    for seed in range(40):
+        order = list(range(len(values)))
+        random.Random(seed).shuffle(order)
+        one_by_one = Totals()
+        for i in order:
+            one_by_one.add(Score(case_id=f"c{i}", metric="faithfulness", backend="rubric", value=values[i],
+                                 cost=values[i] / 1000, judge_calls=1), ("t",))
+        rows = one_by_one.rows()
+        means.add((rows[0]["mean"], rows[0]["cost"], rows[1]["mean"]))
+        in_blocks = Totals()
+        for start in range(0, len(order), 17):
+            part = order[start:start + 17]
+            in_blocks.add_block(ScoreBlock("native", "recall@5", None, [f"c{i}" for i in part],
+                                           [values[i] for i in part], [None] * len(part)))
+        block_means.add(in_blocks.rows()[0]["mean"])
+    assert len(means) == 1 and len(block_means) == 1
+    assert block_means == {means.pop()[0]}

@@ -411,14 +411,14 @@ def _z(confidence: float) -> float:
 
 
 def _mean(x: Sequence[float]) -> float:
-    return sum(x) / len(x)
+    return math.fsum(x) / len(x)
 
 
 def _var(x: Sequence[float]) -> float:
     if len(x) < 2:
         return 0.0
     m = _mean(x)
-    return sum((v - m) ** 2 for v in x) / (len(x) - 1)
+    return math.fsum((v - m) ** 2 for v in x) / (len(x) - 1)
 
 
 def classical_mean(y: Sequence[float], confidence: float = CONFIDENCE) -> dict[str, Any]:

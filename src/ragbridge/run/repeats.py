@@ -40,8 +40,8 @@ def majority(n: int) -> int:
 def _sd(values: Sequence[float]) -> Optional[float]:
     if len(values) < 2:
         return None
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    mean = math.fsum(values) / len(values)
+    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 def collapse_repeats(scores: Iterable[Score], pass_at_least: Optional[int] = None,
@@ -93,7 +93,7 @@ def collapse_repeats(scores: Iterable[Score], pass_at_least: Optional[int] = Non
             **fields,
             evidence=first.evidence if whole else None,
             reason=first.reason,
-            value=sum(nums) / len(nums) if nums and whole else None,
+            value=math.fsum(nums) / len(nums) if nums and whole else None,
             passed=repeats_pass(passed, m) if whole else None,
             error=error,
             not_run=not_run,
@@ -101,7 +101,7 @@ def collapse_repeats(scores: Iterable[Score], pass_at_least: Optional[int] = Non
             prompt_tokens=sum(s.prompt_tokens for s in group),
             completion_tokens=sum(s.completion_tokens for s in group),
             seconds=sum(s.seconds for s in group),
-            cost=None if any(c is None for c in costs) else sum(costs),
+            cost=None if any(c is None for c in costs) else math.fsum(costs),
             repeats=Repeats(n=n, values=values, passed=passed, sd=_sd(nums), pass_at_least=m),
         )
         out.append(collapsed)

@@ -24,8 +24,31 @@ COLUMNS = ["backend", "metric", "tag", "mean", "n_scored", "n_undefined", "n_err
 
 # the running sums of one (backend, metric, tag): n, scored, sum of values, undefined, errored,
 # answers with claims, answers with an unsupported claim, not run, judged scores, their cost, judged
-# scores of unknown cost
+# scores of unknown cost. The sums of values and costs are exact (`exact_sum`).
 _N, _SCORED, _SUM, _UNDEFINED, _ERRORED, _CLAIMS, _BAD, _NOT_RUN, _JUDGED, _COST, _UNPRICED = range(11)
+
+
+def exact_sum(terms: list, values: Iterable[float]) -> list:
+    """The exact sum of ``terms`` (a previous result, or ``[]``) and ``values``, as a short list of
+    floats whose exact total it is; ``math.fsum`` of the list is that total correctly rounded.
+
+    A running sum kept this way does not depend on the order the values arrive in, so a run whose
+    cases finish in another order (on Ray workers, or resumed) summarises to the same bits.
+    Each term is ``fsum`` of what the earlier terms leave out, so there are about as many terms as
+    the sum has 53-bit pieces: one or two for scores in [0, 1]."""
+    rest = [*terms, *values]
+    out: list = []
+    while True:
+        try:
+            s = math.fsum(rest)
+        except (OverflowError, ValueError):  # an infinite or overflowing total: no exact form
+            return [sum(rest)]
+        if s == 0.0:
+            return out
+        if not math.isfinite(s):
+            return [s]
+        out.append(s)
+        rest.append(-s)
 
 
 class Totals:
@@ -39,7 +62,7 @@ class Totals:
         key = (backend, metric, tag)
         group = self._groups.get(key)
         if group is None:
-            group = self._groups[key] = [0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0.0, 0]
+            group = self._groups[key] = [0, 0, [], 0, 0, 0, 0, 0, 0, [], 0]
         return group
 
     def add(self, score: Score, tags: Iterable[str] = ()) -> None:
@@ -52,7 +75,7 @@ class Totals:
             g[_N] += 1
             if status == "scored":
                 g[_SCORED] += 1
-                g[_SUM] += score.value
+                g[_SUM] = exact_sum(g[_SUM], (score.value,))
                 if claims is not None:
                     g[_CLAIMS] += 1
                     g[_BAD] += 1 if claims[1] else 0
@@ -67,7 +90,7 @@ class Totals:
                 if score.cost is None:
                     g[_UNPRICED] += 1
                 else:
-                    g[_COST] += score.cost
+                    g[_COST] = exact_sum(g[_COST], (score.cost,))
 
     def add_block(self, block: ScoreBlock, tags_of: Optional[dict[str, Sequence[str]]] = None) -> None:
         """A block's scores; ``tags_of`` maps a case id to its tags (cases without tags left out)."""
@@ -86,7 +109,7 @@ class Totals:
         scored = [v for v in values if v is not None]
         g[_N] += len(values)
         g[_SCORED] += len(scored)
-        g[_SUM] += sum(scored)
+        g[_SUM] = exact_sum(g[_SUM], scored)
         g[_UNDEFINED] += len(values) - len(scored)
 
     def counts(self) -> dict[str, int]:
@@ -112,7 +135,7 @@ class Totals:
         for (backend, metric, tag), g in self._groups.items():
             if tag != ALL or not g[_JUDGED]:
                 continue
-            cost = None if g[_UNPRICED] else round(g[_COST], 10)
+            cost = None if g[_UNPRICED] else round(math.fsum(g[_COST]), 10)
             by_metric[f"{backend}:{metric}"] = cost
             if backend in by_backend and by_backend[backend] is None:
                 continue
@@ -125,12 +148,12 @@ class Totals:
         rows = [
             {
                 "backend": backend, "metric": metric, "tag": tag,
-                "mean": g[_SUM] / g[_SCORED] if g[_SCORED] else float("nan"),
+                "mean": math.fsum(g[_SUM]) / g[_SCORED] if g[_SCORED] else float("nan"),
                 "n_scored": g[_SCORED], "n_undefined": g[_UNDEFINED], "n_errored": g[_ERRORED], "n": g[_N],
                 "n_claims": g[_CLAIMS],
                 "unsupported_share": g[_BAD] / g[_CLAIMS] if g[_CLAIMS] else float("nan"),
                 "n_not_run": g[_NOT_RUN],
-                "cost": g[_COST] if g[_JUDGED] and not g[_UNPRICED] else float("nan"),
+                "cost": math.fsum(g[_COST]) if g[_JUDGED] and not g[_UNPRICED] else float("nan"),
             }
             for (backend, metric, tag), g in self._groups.items() if by_tag or tag == ALL
         ]

@@ -156,7 +156,7 @@ def _mean(rule, backend: str, ctx: GateContext) -> Measurement:
     vals = np.array([s.value for s in scored], dtype=float)
     n = len(vals)
     return Measurement(
-        float(vals.mean()) if n else math.nan, n, "mean",
+        math.fsum(vals) / n if n else math.nan, n, "mean",
         ci=mean_interval(vals, rule.confidence, ctx.resamples, ctx.seed) if n else (math.nan, math.nan),
         items=_behind(scored, rule.threshold, rule.op), notes=_not_counted(here))
 
@@ -167,7 +167,7 @@ def _share(rule, backend: str, ctx: GateContext) -> Measurement:
     vals = np.array([verdict(s, rule.cut, rule.cut_op) for s in scored], dtype=float)
     n = len(vals)
     return Measurement(
-        float(vals.mean()) if n else math.nan, n, "share",
+        math.fsum(vals) / n if n else math.nan, n, "share",
         ci=mean_interval(vals, rule.confidence, ctx.resamples, ctx.seed) if n else (math.nan, math.nan),
         items=_behind(scored, rule.cut, rule.cut_op), notes=_not_counted(here))
 
@@ -198,7 +198,7 @@ def _drop(rule, backend: str, ctx: GateContext) -> Measurement:
     n = len(pairs)
     b = np.array([x[1] for x in pairs], dtype=float)
     v = np.array([x[2] for x in pairs], dtype=float)
-    m = Measurement(float((b - v).mean()) if n else math.nan, n, "drop (baseline - run)")
+    m = Measurement(math.fsum(b - v) / n if n else math.nan, n, "drop (baseline - run)")
     if n:
         m.ci = paired_bootstrap_ci(v, b, rule.confidence, ctx.resamples, ctx.seed)  # CI of base - new
         # H0: the drop is at most the allowance; H1: new < base - allowance.
