@@ -137,7 +137,7 @@ def _lines_with_texts() -> list[str]:
     texts = ["a", "b c", "é", "\u2028", 'q"t', "b\\s", "x\\", "\\", "line\nbreak", "\t", '"}]', '"}]}',
              '", "text": "', '"},{"id":"', '"}, {"id": "d9', "\U0001F600", "\ud800", "\x00", "\x7f",
              " lead", "trail ", "", "e\u0301", "\\\"", "\\u0041", "long " * 150 + "\n\"end"]
-    ids_pool = ["d1", "d2", "d3", "é", "a b", "", " x", 'q"t', "b\\s", "e\u0301"]
+    ids_pool = ["d1", "d2", "d3", "é", "a b", "", " x", "x ", " ", 'q"t', "b\\s", "e\u0301", "\x7f"]
     broken = ['"a\tb"', '"a"b"', '"a\\"', '"\\q"', "3", "null", '"a\\u12"']
     lines = []
     for n in range(1500):
@@ -410,3 +410,39 @@ def test_a_native_run_prints_its_summary_without_importing_pandas(tmp_path):
     frame = load_run(tmp_path / "run").summary()  # read back: the same numbers through pandas
     overall = frame[frame["tag"] == "(all)"]["mean"]
     assert [round(r["mean"], 12) for r in summary] == [round(m, 12) for m in overall]
+
+
+@pytest.mark.parametrize("spaced", [True, False])
+@pytest.mark.parametrize("bad", [" x", "x ", " ", "", "\x7f", "e\u0301"])
+@pytest.mark.parametrize("at", [0, 1, 2])
+def test_a_chunk_id_the_id_rule_changes_is_not_cut_into_columns(bad, at, spaced):
+    """An id with a space at an end, empty, not printing or not in NFC, first, inside or last among
+    chunks with texts: the line goes the normalising way, which says what is wrong, never a column."""
+    ids = ["d1", "d2", "d3"]
+    ids[at] = bad
+    record = {"id": "q", "question": "w", "contexts": [{"id": i, "text": t} for i, t in zip(ids, "abc")]}
+    text = json.dumps(record, ensure_ascii=False, separators=(", ", ": ") if spaced else (",", ":"))
+    assert type(parse_record_line(text)) is not ColumnRecord
+
+
+def test_a_batch_read_back_from_its_bytes_is_the_batch_it_was():
+    """A large golden set is checked whole, then scored from the batches it wrote (`to_bytes`): each
+    case's records, canonical line, `Case`, chunk ids and texts are what they were as first read."""
+    from ragbridge.formats.batches import CaseBatch, batch_from_records
+
+    kept = []  # the lines read as plain records or columns (each has its own case id)
+    for n, line in enumerate(_lines_with_texts()):
+        if type(_full_parse(line)) is not dict:
+            continue
+        got = parse_record_line(line)
+        if type(got) is ColumnRecord or plain_record(got) is not None:
+            kept.append((n, got))
+    batch = batch_from_records(kept)
+    assert sum(type(r) is ColumnRecord and r.texts is not None for _, r in kept) > 20
+    again = CaseBatch.from_bytes(batch.to_bytes())
+    assert len(again) == len(batch)
+    assert [again.line(i) for i in range(len(again))] == [batch.line(i) for i in range(len(batch))]
+    assert list(again.chunk_texts()) == list(batch.chunk_texts())
+    assert [ids for ids, _, _ in again.chunk_lists()] == [ids for ids, _, _ in batch.chunk_lists()]
+    assert list(again) == list(batch)
+    assert again.subset([0, 2]).records == batch.subset([0, 2]).records

@@ -57,6 +57,7 @@ class CaseBatch(_Sequence):
     for (``records``, `record`). `of_cases` wraps cases that exist already.
     """
 
+    # a case's texts: a list, or the string `to_bytes` wrote
     __slots__ = ("_records", "_cases", "_chunk_ids", "_texts")
 
     def __init__(self, records: Optional[list[dict[str, Any]]], cases: Optional[list[Optional[Case]]] = None,
@@ -76,19 +77,28 @@ class CaseBatch(_Sequence):
 
     def to_bytes(self) -> bytes:
         """A batch of records as bytes (`marshal`'s format; `from_bytes` reads it back): its records
-        and chunk columns, the quickest way to read a batch again (no `Case` object is kept)."""
-        return marshal.dumps((self._records, self._chunk_ids, self._texts))
+        and chunk columns, the quickest way to read a batch again (no `Case` object is kept). A case's
+        chunk ids, and its texts, are one string joined by line breaks (a column's ids and texts hold
+        none: they print, or are plain JSON text): a string a case to write and read, not one a chunk.
+        The ids are split again as a batch is read; the texts when they are asked for."""
+        chunk_ids = texts = None
+        if self._chunk_ids is not None:
+            chunk_ids = [None if ids is None else "\n".join(ids) for ids in self._chunk_ids]
+            texts = [t if t is None or type(t) is str else "\n".join(t) for t in self._texts]
+        return marshal.dumps((self._records, chunk_ids, texts))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "CaseBatch":
         records, chunk_ids, texts = marshal.loads(data)
+        if chunk_ids is not None:
+            chunk_ids = [None if ids is None else ids.split("\n") for ids in chunk_ids]
         return cls(records, chunk_ids=chunk_ids, texts=texts)
 
     @property
     def records(self) -> Optional[list[dict[str, Any]]]:
         """The canonical records (None for a batch of `Case` objects)."""
         if self._chunk_ids is not None:
-            self._records = list(map(with_chunks, self._records, self._chunk_ids, self._texts))
+            self._records = [with_chunks(r, *self._columns(i)) for i, r in enumerate(self._records)]
             self._chunk_ids = self._texts = None
         return self._records
 
@@ -117,7 +127,15 @@ class CaseBatch(_Sequence):
                          [self._chunk_ids[i] for i in indices], [self._texts[i] for i in indices])
 
     def _columns(self, i: int) -> tuple[Optional[list[str]], Optional[list[str]]]:
-        return (None, None) if self._chunk_ids is None else (self._chunk_ids[i], self._texts[i])
+        if self._chunk_ids is None:
+            return None, None
+        return self._chunk_ids[i], self._text_column(i)
+
+    def _text_column(self, i: int) -> Optional[list[str]]:
+        texts = self._texts[i]
+        if type(texts) is str:  # as `to_bytes` wrote them
+            texts = self._texts[i] = texts.split("\n")
+        return texts
 
     def record(self, i: int) -> dict[str, Any]:
         """Case ``i`` as a canonical record."""
@@ -164,7 +182,9 @@ class CaseBatch(_Sequence):
 
     def chunk_texts(self) -> Iterator[Optional[list[str]]]:
         """Per case the texts of its chunks where they are a column, else None (see `chunk_lists`)."""
-        return iter(self._texts or repeat(None, len(self)))
+        if self._texts is None:
+            return repeat(None, len(self))
+        return map(self._text_column, range(len(self)))
 
     @property
     def ids(self) -> list[str]:

@@ -145,9 +145,15 @@ def _id_text_columns(body: str, between: str, middle: str) -> Optional[tuple[lis
     if len(ids) != len(texts) or "" in texts or between.join(map(middle.join, zip(ids, texts))) != body:
         return None
     joined = "".join(parts)
-    if '"' in joined or "\\" in joined or not (joined.isprintable() or _CONTROL.search(joined) is None):
+    if '"' in joined or "\\" in joined:
         return None
-    return (ids, texts) if good_ids(ids) else None
+    if joined.isprintable():
+        # the ids print; the separators hold no space next to an id, so an id that starts or ends
+        # with one is found in the body; NFC is asked of the ids alone (a text may be in any form)
+        if "" in ids or body[0] == " " or between + " " in body or " " + middle in body:
+            return None
+        return (ids, texts) if body.isascii() or good_ids(ids) else None
+    return (ids, texts) if _CONTROL.search(joined) is None and good_ids(ids) else None
 
 
 def _top_level(prefix: str) -> bool:

@@ -408,21 +408,25 @@ def _jobs(plan: Plan, batch: CaseBatch, done: dict, repeats: int = 1,
     requires = any(spec.requires for chosen in plan.values() for _, spec in chosen)
     present = [batch.fields_present(i) for i in range(len(batch))] if requires else [()] * len(batch)
     failed = [target_error_of(batch.metadata(i)) for i in range(len(batch))]
+    every = list(range(len(ids))) if not done and not any(failed) else None
     for bname, chosen in plan.items():
         for metric, spec in chosen:
             for repeat in range(repeats if spec.judge else 1):
-                eligible = []
-                for i, cid in enumerate(ids):
-                    if done and (cid, metric, bname, repeat) in done:
-                        continue
-                    missing = [r for r in spec.requires if r not in present[i]]
-                    if failed[i] or missing:
-                        reason = None if failed[i] else "skipped: case has no " + ", ".join(missing)
-                        immediate.append(Score(case_id=cid, metric=metric, backend=bname, repeat=repeat,
-                                               native_metric=spec.native_name, error=failed[i],
-                                               reason=reason))
-                    else:
-                        eligible.append(i)
+                if every is not None and not spec.requires:
+                    eligible = every.copy()  # nothing to filter out
+                else:
+                    eligible = []
+                    for i, cid in enumerate(ids):
+                        if done and (cid, metric, bname, repeat) in done:
+                            continue
+                        missing = [r for r in spec.requires if r not in present[i]]
+                        if failed[i] or missing:
+                            reason = None if failed[i] else "skipped: case has no " + ", ".join(missing)
+                            immediate.append(Score(case_id=cid, metric=metric, backend=bname, repeat=repeat,
+                                                   native_metric=spec.native_name, error=failed[i],
+                                                   reason=reason))
+                        else:
+                            eligible.append(i)
                 if reuse is not None and spec.judge and eligible:
                     eligible = reuse.lookup(bname, metric, repeat, batch, eligible, immediate)
                 if not eligible:
