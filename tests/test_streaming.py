@@ -446,3 +446,18 @@ def test_a_batch_read_back_from_its_bytes_is_the_batch_it_was():
     assert [ids for ids, _, _ in again.chunk_lists()] == [ids for ids, _, _ in batch.chunk_lists()]
     assert list(again) == list(batch)
     assert again.subset([0, 2]).records == batch.subset([0, 2]).records
+
+
+def test_a_case_id_repeated_batches_later_is_reported_with_both_lines(tmp_path):
+    """Read in batches of 3, the 9th line repeats the 2nd's id: the error names both lines; the same
+    set without the repeat reads whole."""
+    rows = [{"id": f"c{i}", "question": "q", "contexts": [{"id": "d1", "text": "t"}]} for i in range(12)]
+    good = tmp_path / "good.jsonl"
+    good.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert open_cases(good, near=tmp_path, batch_size=3).n_cases == 12
+    rows[8]["id"] = "c1"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DatasetError) as err:
+        open_cases(bad, near=tmp_path, batch_size=3)
+    assert err.value.line == 9 and "duplicate case id 'c1' (first at line 2)" in str(err.value)

@@ -267,7 +267,10 @@ class SeenCaseIds:
     line``). The current batch's ids are kept as they are; `end_batch` folds them into sorted NumPy
     arrays of 16-byte digests (BLAKE2b, so two ids are never taken for one) and lines, 25 bytes a
     case whatever its id, in 256 buckets by the digest's first byte (so a batch folded in copies a
-    bucket, not them all)."""
+    bucket, not them all). A bit a hash value (2 MiB, `_BITS`) says at once that most new ids were
+    not seen: only the rest are looked up among the digests."""
+
+    _BITS = 1 << 24
 
     def __init__(self) -> None:
         import numpy as np
@@ -276,6 +279,7 @@ class SeenCaseIds:
         self._digests = [np.empty(0, dtype="S17") for _ in range(256)]
         self._lines = [np.empty(0, dtype=np.int64) for _ in range(256)]
         self._batch: dict[str, int] = {}
+        self._seen_bits = bytearray(self._BITS >> 3)
 
     @staticmethod
     def _digest(case_id: str) -> bytes:
@@ -284,6 +288,9 @@ class SeenCaseIds:
 
     def _earlier(self, case_id: str) -> Optional[int]:
         """The line of ``case_id`` in an earlier batch, or None."""
+        h = hash(case_id) & (self._BITS - 1)
+        if not self._seen_bits[h >> 3] & (1 << (h & 7)):
+            return None
         digest = self._digest(case_id)
         digests = self._digests[digest[0]]
         i = int(self._np.searchsorted(digests, digest))
@@ -306,6 +313,10 @@ class SeenCaseIds:
         np = self._np
         if not self._batch:
             return
+        bits, mask = self._seen_bits, self._BITS - 1
+        for h in map(hash, self._batch):
+            h &= mask
+            bits[h >> 3] |= 1 << (h & 7)
         digests = np.array([self._digest(cid) for cid in self._batch], dtype="S17")
         lines = np.fromiter(self._batch.values(), dtype=np.int64, count=len(self._batch))
         order = np.argsort(digests)
