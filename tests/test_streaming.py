@@ -461,3 +461,12 @@ def test_a_case_id_repeated_batches_later_is_reported_with_both_lines(tmp_path):
     with pytest.raises(DatasetError) as err:
         open_cases(bad, near=tmp_path, batch_size=3)
     assert err.value.line == 9 and "duplicate case id 'c1' (first at line 2)" in str(err.value)
+
+
+@pytest.mark.parametrize("space", ["", " ", "  ", "   ", "\t", "\n", "\r\n", " \t "])
+def test_a_key_given_twice_is_found_whatever_the_space_before_its_colon(space):
+    text = f'{{"id"{space}: "q", "question": "w", "id"{space}:"r"}}'
+    with pytest.raises(DatasetError, match="given twice"):
+        parse_json(text)
+    with pytest.raises(DatasetError, match="given twice"):
+        parse_record_line(text)

@@ -34,6 +34,10 @@ class Fingerprint:
         self._h.update(line)
         self._h.update(b"\n")
 
+    def add_lines(self, block: bytes) -> None:
+        """Canonical lines, each ending with its line break: the same as `add` of each."""
+        self._h.update(block)
+
     def hexdigest(self) -> str:
         return "sha256:" + self._h.hexdigest()
 

@@ -156,7 +156,8 @@ def _key_bound(text: str) -> int:
     """At least the number of keys in JSON ``text``: every key's closing quote is followed by its colon,
     at once or after white space."""
     bound = text.count('":')
-    if '" ' in text or '"\t' in text or '"\n' in text or '"\r' in text:
+    # white space between a key and its colon: then a colon follows white space
+    if " :" in text or "\t:" in text or "\n:" in text or "\r:" in text:
         bound += len(_SPACED_COLON.findall(text))
     return bound
 

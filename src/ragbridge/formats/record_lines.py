@@ -147,12 +147,12 @@ def _id_text_columns(body: str, between: str, middle: str) -> Optional[tuple[lis
     joined = "".join(parts)
     if '"' in joined or "\\" in joined:
         return None
-    if joined.isprintable():
-        # the ids print; the separators hold no space next to an id, so an id that starts or ends
-        # with one is found in the body; NFC is asked of the ids alone (a text may be in any form)
-        if "" in ids or body[0] == " " or between + " " in body or " " + middle in body:
+    if joined.isprintable() and body.isascii():
+        # the ids print and are in NFC (ASCII): left to see is a space at an end of one
+        lined = "\n".join(ids)
+        if "" in ids or lined[0] == " " or lined[-1] == " " or "\n " in lined or " \n" in lined:
             return None
-        return (ids, texts) if body.isascii() or good_ids(ids) else None
+        return ids, texts
     return (ids, texts) if _CONTROL.search(joined) is None and good_ids(ids) else None
 
 

@@ -236,11 +236,11 @@ def _check_jsonl(path: Path, out, frames, batch_size: int, progress, placer: Spa
         _place_batch(batch, placer, [line for line, _ in pending], path)
         pending.clear()
         lines = [batch.line(i) for i in range(len(batch))]
-        for line in lines:
-            fp.add(line)
-        check.add_batch(batch)
         lines.append(b"")
-        out.write(b"\n".join(lines))
+        block = b"\n".join(lines)
+        fp.add_lines(block)
+        check.add_batch(batch)
+        out.write(block)
         frame = batch.to_bytes()
         frames.write(len(frame).to_bytes(8, "little"))
         frames.write(frame)
