@@ -470,3 +470,20 @@ def test_a_key_given_twice_is_found_whatever_the_space_before_its_colon(space):
         parse_json(text)
     with pytest.raises(DatasetError, match="given twice"):
         parse_record_line(text)
+
+
+def test_reading_a_golden_set_gives_the_garbage_collector_back(tmp_path):
+    """The collector is held off while a set is read, and on again after, also when the set is bad."""
+    import gc
+
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"id": "a", "question": "q"}\n')
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "question": "q"}\n{"id": "a", "question": "q"}\n')
+    assert gc.isenabled()
+    seen = []
+    open_cases(good, near=tmp_path, progress=lambda n: seen.append(gc.isenabled())).close()
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(DatasetError):
+        open_cases(bad, near=tmp_path)
+    assert gc.isenabled()
