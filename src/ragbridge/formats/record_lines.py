@@ -46,13 +46,13 @@ def parse_record_line(text: str) -> Any:
         if type(raw) is dict and raw.get("contexts") == []:
             record = plain_record(raw)
             if record is not None:
-                check_parsed(reduced, raw)
+                check_parsed(reduced, raw, surrogates=False)
                 return ColumnRecord(record, ids, texts)
     try:
         value = pydantic_core.from_json(text)
-    except ValueError:
+    except ValueError:  # a lone surrogate escape among what it refuses: `parse_json` reports it
         return parse_json(text)
-    check_parsed(text, value)
+    check_parsed(text, value, surrogates=False)
     return value
 
 
@@ -75,6 +75,8 @@ def _cut_chunks(text: str) -> Optional[tuple[str, list[str], Optional[list[str]]
     if end < 0:
         return None
     body = text[first:end]
+    if "\\" in body:  # an escape: neither column reader takes it (a text with one parses whole)
+        return None
     if middle in body:
         columns = _id_text_columns(body, between, middle)
         if columns is None:
