@@ -130,16 +130,15 @@ class Totals:
     def costs(self) -> tuple[dict[str, Optional[float]], dict[str, Optional[float]]]:
         """The judged scores' cost per backend and per ``backend:metric`` (None: a score's cost is
         unknown); backends and metrics without judged scores are left out."""
-        by_backend: dict[str, Optional[float]] = {}
+        sums: dict[str, Optional[list]] = {}  # per backend: its metrics' exact sums, None if unknown
         by_metric: dict[str, Optional[float]] = {}
         for (backend, metric, tag), g in self._groups.items():
             if tag != ALL or not g[_JUDGED]:
                 continue
-            cost = None if g[_UNPRICED] else round(math.fsum(g[_COST]), 10)
-            by_metric[f"{backend}:{metric}"] = cost
-            if backend in by_backend and by_backend[backend] is None:
-                continue
-            by_backend[backend] = None if cost is None else round(by_backend.get(backend, 0.0) + cost, 10)
+            by_metric[f"{backend}:{metric}"] = None if g[_UNPRICED] else round(math.fsum(g[_COST]), 10)
+            known = sums.setdefault(backend, [])
+            sums[backend] = None if g[_UNPRICED] or known is None else exact_sum(known, g[_COST])
+        by_backend = {b: None if s is None else round(math.fsum(s), 10) for b, s in sums.items()}
         return by_backend, by_metric
 
     def rows(self, by_tag: bool = True) -> list[dict[str, Any]]:
