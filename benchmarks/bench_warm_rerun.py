@@ -53,6 +53,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "support-bot" / "golden.jsonl"
 
+from ragbridge.testing.process import CLI_SHOWING_IMPORTS, LIBRARY_MODULES, imported_libraries  # noqa: E402
 from ragbridge.testing.stub_judge import StubJudgeProcess  # noqa: E402
 
 
@@ -89,19 +90,6 @@ def run(work: Path, cases: Path, out: str, base_url: str, *extra: str) -> dict:
             "score_cache": counts.get("score_cache"), "scores": len(values), "_values": values}
 
 
-#: the libraries' own packages (phoenix's namespace package ``phoenix`` holds no code)
-LIBRARY_MODULES = {"ragas": "ragas", "deepeval": "deepeval", "trulens": "trulens", "phoenix": "phoenix.evals"}
-#: the command line, printing at its exit which of the libraries' packages it imported
-CLI_SHOWING_IMPORTS = (
-    "import atexit, json, sys\n"
-    f"LIBS = {LIBRARY_MODULES!r}\n"
-    "atexit.register(lambda: print('IMPORTED ' + json.dumps(sorted(b for b, m in LIBS.items() "
-    "if m in sys.modules)), file=sys.stderr))\n"
-    "from ragbridge.commands import run_cli\n"
-    "run_cli()\n"
-)
-
-
 def process(args: list, cwd: Path, env: dict) -> dict:
     """One whole ``ragbridge`` process: wall and CPU seconds, and the libraries it imported."""
     started = time.perf_counter()
@@ -113,8 +101,7 @@ def process(args: list, cwd: Path, env: dict) -> dict:
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
         raise SystemExit(f"{args}: exit {p.returncode}\n{stderr[-2000:]}")
-    imported = [json.loads(x[len("IMPORTED "):]) for x in stderr.splitlines() if x.startswith("IMPORTED ")]
-    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "imported": imported[0]}
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "imported": imported_libraries(stderr)}
 
 
 def part_libraries(a) -> bool:

@@ -18,6 +18,7 @@ from ragbridge.backend import MetricSpec, RunOptions
 from ragbridge.judge import JudgeConfig
 from ragbridge.plugins import get_backends
 from ragbridge.run.score_cache import case_key, metric_prefix
+from ragbridge.testing.process import CLI_SHOWING_IMPORTS, LIBRARY_MODULES, imported_libraries
 from ragbridge.testing import StubJudge
 
 needs_deepeval = pytest.mark.skipif(not get_backends()["deepeval"].available(),
@@ -223,25 +224,6 @@ def test_a_killed_run_leaves_a_cache_that_holds_only_what_its_folder_holds(tmp_p
         {c: s["value"] for c, s in _scores(tmp_path / "fresh").items()}
 
 
-#: the four libraries' own packages (phoenix's namespace package ``phoenix`` holds no code)
-LIBRARY_MODULES = {"ragas": "ragas", "deepeval": "deepeval", "trulens": "trulens", "phoenix": "phoenix.evals"}
-#: the command line, printing at exit which of the libraries' packages the process imported
-CLI_SHOWING_IMPORTS = (
-    "import atexit, json, sys\n"
-    f"LIBS = {LIBRARY_MODULES!r}\n"
-    "atexit.register(lambda: print('IMPORTED ' + json.dumps(sorted(b for b, m in LIBS.items() "
-    "if m in sys.modules)), file=sys.stderr))\n"
-    "from ragbridge.commands import run_cli\n"
-    "run_cli()\n"
-)
-
-
-def _imported_libraries(stderr: str) -> list[str]:
-    lines = [x for x in stderr.splitlines() if x.startswith("IMPORTED ")]
-    assert len(lines) == 1, stderr
-    return json.loads(lines[0][len("IMPORTED "):])
-
-
 @pytest.mark.slow  # three libraries imported in three processes: 20-45 s
 def test_warm_rerun_opens_only_the_backends_with_work(tmp_path):
     """A re-run whose every score is in the score cache imports none of the libraries (no backend is
@@ -273,12 +255,12 @@ def test_warm_rerun_opens_only_the_backends_with_work(tmp_path):
 
         stub.reset()
         warm = rerun("warm", libraries[:-1])
-        assert _imported_libraries(warm.stderr) == []
+        assert imported_libraries(warm.stderr) == []
         n_cached = 3 * (len(libraries) - 1)
         assert stub.posts() == [] and _counts(tmp_path / "warm")["score_cache"]["reused"] == n_cached
 
         partly = rerun("partly", libraries)  # the last library has work: it alone is opened
-        assert _imported_libraries(partly.stderr) == [libraries[-1]]
+        assert imported_libraries(partly.stderr) == [libraries[-1]]
         assert _counts(tmp_path / "partly")["score_cache"] == {"reused": n_cached, "stored": 3}
     values = {(s["backend"], s["case_id"]): s["value"]
               for s in map(json.loads, (tmp_path / "partly" / "scores.jsonl").read_text().splitlines())}
