@@ -314,3 +314,18 @@ def test_a_judged_run_in_a_log_prints_progress_at_a_steady_interval(tmp_path):
     done = [int(re.match(r"progress: (\d+) of 4 scores", ln).group(1)) for ln in lines]
     assert done == sorted(done) and done[-1] == 4
     assert lines[-1].startswith("progress: 4 of 4 scores (100%), no error, 4 judge calls")
+
+
+def test_the_gate_states_the_mean_the_summary_states(tmp_path):
+    """The same scores give the same mean, to the last bit, in `run --json`'s summary and the gate."""
+    golden = tmp_path / "golden.jsonl"
+    shutil.copy(EXAMPLE, golden)
+    out = tmp_path / "run"
+    ran = ragbridge_cli("run", golden, "--out", out, "--backend", "native", "--json", "--no-progress")
+    assert ran.returncode == 0, ran.stderr
+    means = {r["metric"]: r["mean"] for r in json.loads(ran.stdout)["summary"] if r["mean"] is not None}
+    assert len(means) >= 5
+    gates = tmp_path / "gates.toml"
+    gates.write_text("".join(f'[[gate]]\ncheck = "{m} >= 0"\nbackend = "native"\n' for m in means))
+    results = json.loads(ragbridge_cli("gate", out, "--config", gates, "--json").stdout)["results"]
+    assert {r["check"].split(" >=")[0]: r["figure"] for r in results} == means
