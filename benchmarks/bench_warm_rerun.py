@@ -53,7 +53,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "support-bot" / "golden.jsonl"
 
-from ragbridge.testing.process import CLI_SHOWING_IMPORTS, LIBRARY_MODULES, imported_libraries  # noqa: E402
+from ragbridge.testing.process import cli_showing_imports, imported_libraries  # noqa: E402
 from ragbridge.testing.stub_judge import StubJudgeProcess  # noqa: E402
 
 
@@ -88,6 +88,11 @@ def run(work: Path, cases: Path, out: str, base_url: str, *extra: str) -> dict:
         values[s["case_id"]] = (s["value"], s.get("native_value"), s.get("passed"), s.get("reason"))
     return {"seconds": round(seconds, 2), "judge": counts.get("judge"),
             "score_cache": counts.get("score_cache"), "scores": len(values), "_values": values}
+
+
+#: the libraries' own packages (phoenix's namespace package ``phoenix`` holds no code)
+LIBRARY_MODULES = {"ragas": "ragas", "deepeval": "deepeval", "trulens": "trulens", "phoenix": "phoenix.evals"}
+CLI_SHOWING_IMPORTS = cli_showing_imports(LIBRARY_MODULES)
 
 
 def process(args: list, cwd: Path, env: dict) -> dict:

@@ -18,7 +18,7 @@ from ragbridge.backend import MetricSpec, RunOptions
 from ragbridge.judge import JudgeConfig
 from ragbridge.plugins import get_backends
 from ragbridge.run.score_cache import case_key, metric_prefix
-from ragbridge.testing.process import CLI_SHOWING_IMPORTS, LIBRARY_MODULES, imported_libraries
+from ragbridge.testing.process import cli_showing_imports, imported_libraries
 from ragbridge.testing import StubJudge
 
 needs_deepeval = pytest.mark.skipif(not get_backends()["deepeval"].available(),
@@ -222,6 +222,11 @@ def test_a_killed_run_leaves_a_cache_that_holds_only_what_its_folder_holds(tmp_p
         assert fresh.returncode == 0, fresh.stderr
     assert {c: s["value"] for c, s in _scores(tmp_path / "again").items()} == \
         {c: s["value"] for c, s in _scores(tmp_path / "fresh").items()}
+
+
+#: the libraries' own packages (phoenix's namespace package ``phoenix`` holds no code)
+LIBRARY_MODULES = {"ragas": "ragas", "deepeval": "deepeval", "trulens": "trulens", "phoenix": "phoenix.evals"}
+CLI_SHOWING_IMPORTS = cli_showing_imports(LIBRARY_MODULES)
 
 
 @pytest.mark.slow  # three libraries imported in three processes: 20-45 s

@@ -1,5 +1,5 @@
 """Child processes for tests and benchmarks: the stub judge (:class:`StubJudgeProcess`), and the
-command line that reports which libraries it imported (`CLI_SHOWING_IMPORTS`)."""
+command line that reports which modules it imported (`cli_showing_imports`)."""
 
 from __future__ import annotations
 
@@ -12,24 +12,24 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-__all__ = ["StubJudgeProcess", "LIBRARY_MODULES", "CLI_SHOWING_IMPORTS", "imported_libraries"]
+__all__ = ["StubJudgeProcess", "cli_showing_imports", "imported_libraries"]
 
-#: the four libraries' own packages (phoenix's namespace package ``phoenix`` holds no code)
-LIBRARY_MODULES = {"ragas": "ragas", "deepeval": "deepeval", "trulens": "trulens", "phoenix": "phoenix.evals"}
-#: ``python -c`` code of the ``ragbridge`` command line that prints at exit, on standard error, which
-#: of the libraries' packages the process imported (read it with `imported_libraries`)
-CLI_SHOWING_IMPORTS = (
-    "import atexit, json, sys\n"
-    f"LIBS = {LIBRARY_MODULES!r}\n"
-    "atexit.register(lambda: print('IMPORTED ' + json.dumps(sorted(b for b, m in LIBS.items() "
-    "if m in sys.modules)), file=sys.stderr))\n"
-    "from ragbridge.commands import run_cli\n"
-    "run_cli()\n"
-)
+def cli_showing_imports(modules: dict[str, str]) -> str:
+    """``python -c`` code of the ``ragbridge`` command line that prints at exit, on standard error,
+    which of ``modules`` (a name -> the module that shows it was imported) the process imported; read
+    it with `imported_libraries`."""
+    return (
+        "import atexit, json, sys\n"
+        f"LIBS = {modules!r}\n"
+        "atexit.register(lambda: print('IMPORTED ' + json.dumps(sorted(b for b, m in LIBS.items() "
+        "if m in sys.modules)), file=sys.stderr))\n"
+        "from ragbridge.commands import run_cli\n"
+        "run_cli()\n"
+    )
 
 
 def imported_libraries(stderr: str) -> list[str]:
-    """The libraries a `CLI_SHOWING_IMPORTS` process imported, from its standard error."""
+    """The names a `cli_showing_imports` process imported, from its standard error."""
     lines = [x for x in stderr.splitlines() if x.startswith("IMPORTED ")]
     if len(lines) != 1:
         raise ValueError(f"not one IMPORTED line in the process's output:\n{stderr[-2000:]}")
