@@ -136,7 +136,7 @@ class Totals:
             if tag != ALL or not g[_JUDGED]:
                 continue
             by_metric[f"{backend}:{metric}"] = None if g[_UNPRICED] else round(math.fsum(g[_COST]), 10)
-            known = sums.setdefault(backend, [])
+            known = sums.get(backend, [])
             sums[backend] = None if g[_UNPRICED] or known is None else exact_sum(known, g[_COST])
         by_backend = {b: None if s is None else round(math.fsum(s), 10) for b, s in sums.items()}
         return by_backend, by_metric

@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 __all__ = ["StubJudgeProcess", "cli_showing_imports", "imported_libraries"]
 
+
 def cli_showing_imports(modules: dict[str, str]) -> str:
     """``python -c`` code of the ``ragbridge`` command line that prints at exit, on standard error,
     which of ``modules`` (a name -> the module that shows it was imported) the process imported; read
