@@ -134,6 +134,24 @@ def test_ids_in_the_protobuf_json_mapping_read_as_hex(tmp_path, otlp):
                                  if s.trace_id in {t for t, _ in in_b64}}
 
 
+@pytest.mark.parametrize("size", [16, 8])
+def test_a_base64_id_that_begins_with_0x_reads_as_its_bytes(size):
+    """About one random id in 2,000 has a base64 form beginning "0x" or "0X": it is base64, not
+    prefixed hex (reading it as hex once made the protobuf-mapping test above fail now and then)."""
+    import base64
+    import random
+
+    from ragbridge.traces.spans import hex_id
+
+    rng = random.Random(size)
+    ids = [rng.randbytes(size) for _ in range(40000)]
+    prefixed = [b for b in ids if base64.b64encode(b)[:2] in (b"0x", b"0X")]
+    assert len(prefixed) >= 5
+    assert [hex_id(base64.b64encode(b).decode(), size) for b in prefixed] == [b.hex() for b in prefixed]
+    assert [hex_id(base64.b64encode(b).decode(), size) for b in ids] == [b.hex() for b in ids]
+    assert hex_id("0x" + "ab" * size, size) == "ab" * size and hex_id("AB" * size, size) == "ab" * size
+
+
 def test_sample_by_trace_id_hash_is_reproducible_and_filters_first(tmp_path, otlp):
     path, kept, bare = otlp
     ids = [t for t, _, _ in kept]

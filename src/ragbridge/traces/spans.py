@@ -106,9 +106,10 @@ def hex_id(value: Any, size: int) -> Optional[str]:
         text = bytes(value).hex()
     else:
         text = str(value).strip()
-        if text.startswith(("0x", "0X")):
-            text = text[2:]
-        if not (len(text) == 2 * size and _HEX.match(text)):
+        bare = text[2:] if text.startswith(("0x", "0X")) else text
+        if len(bare) == 2 * size and _HEX.match(bare):
+            text = bare
+        else:  # base64 may begin with "0x" too (one id in about 2,000)
             try:
                 raw = base64.b64decode(text, validate=True)
             except (binascii.Error, ValueError):
