@@ -17,7 +17,7 @@ from ragbridge.formats import write_cases
 import pydantic_core
 
 from ragbridge.formats.files import DatasetError, parse_json
-from ragbridge.formats.batches import fingerprint
+from ragbridge.formats.batches import SeenCaseIds, fingerprint
 from ragbridge.formats.plain_records import ColumnRecord, case_record, plain_record, record_line, with_chunks
 from ragbridge.formats.record_lines import parse_record_line
 from ragbridge.formats.source import open_cases
@@ -446,6 +446,27 @@ def test_a_batch_read_back_from_its_bytes_is_the_batch_it_was():
     assert [ids for ids, _, _ in again.chunk_lists()] == [ids for ids, _, _ in batch.chunk_lists()]
     assert list(again) == list(batch)
     assert again.subset([0, 2]).records == batch.subset([0, 2]).records
+
+
+def test_seen_case_ids_find_every_earlier_id_and_its_line_across_merged_runs():
+    """Batches of uneven sizes fold into sorted runs that merge as they grow: every id of an earlier
+    batch is found with its line, in whichever run it ended up, and no new id is taken for one seen
+    (the hash bits set everywhere, so every lookup goes through the runs)."""
+    rng = random.Random(7)
+    seen, given, line = SeenCaseIds(), {}, 0
+    seen._seen_bits = bytearray(b"\xff" * len(seen._seen_bits))
+    for _ in range(60):
+        for _ in range(rng.choice([1, 2, 5, 17, 40])):
+            line += 1
+            cid = f"case-{rng.getrandbits(40):x}-{line}"
+            assert cid not in seen
+            seen[cid] = line
+            given[cid] = line
+        seen.end_batch()
+        assert sum(digests.size for digests, _ in seen._runs) == len(given)
+        assert len(seen._runs) <= len(given).bit_length()
+    assert all(seen[cid] == at for cid, at in given.items())
+    assert "case-never-0" not in seen
 
 
 def test_a_case_id_repeated_batches_later_is_reported_with_both_lines(tmp_path):

@@ -270,9 +270,10 @@ class SeenCaseIds:
     `batch_from_records` takes as ``first_seen`` (``cid in seen``, ``seen[cid]``, ``seen[cid] =
     line``). The current batch's ids are kept as they are; `end_batch` folds them into sorted NumPy
     arrays of 16-byte digests (BLAKE2b, so two ids are never taken for one) and lines, 25 bytes a
-    case whatever its id, in 256 buckets by the digest's first byte (so a batch folded in copies a
-    bucket, not them all). A bit a hash value (2 MiB, `_BITS`) says at once that most new ids were
-    not seen: only the rest are looked up among the digests."""
+    case whatever its id: a sorted run a batch, and two runs merged whenever the newer is as long as
+    the older (so a batch costs a few NumPy calls, and an id is looked up in at most about log2 of
+    the batches runs). A bit a hash value (2 MiB, `_BITS`) says at once that most new ids were not
+    seen: only the rest are looked up among the digests."""
 
     _BITS = 1 << 24
 
@@ -280,8 +281,7 @@ class SeenCaseIds:
         import numpy as np
 
         self._np = np
-        self._digests = [np.empty(0, dtype="S17") for _ in range(256)]
-        self._lines = [np.empty(0, dtype=np.int64) for _ in range(256)]
+        self._runs: list[tuple[Any, Any]] = []  # (sorted digests, their lines), longest first
         self._batch: dict[str, int] = {}
         self._seen_bits = bytearray(self._BITS >> 3)
 
@@ -296,9 +296,11 @@ class SeenCaseIds:
         if not self._seen_bits[h >> 3] & (1 << (h & 7)):
             return None
         digest = self._digest(case_id)
-        digests = self._digests[digest[0]]
-        i = int(self._np.searchsorted(digests, digest))
-        return int(self._lines[digest[0]][i]) if i < digests.size and digests[i] == digest else None
+        for digests, lines in self._runs:
+            i = int(self._np.searchsorted(digests, digest))
+            if i < digests.size and digests[i] == digest:
+                return int(lines[i])
+        return None
 
     def __contains__(self, case_id: str) -> bool:
         return case_id in self._batch or self._earlier(case_id) is not None
@@ -323,13 +325,9 @@ class SeenCaseIds:
             bits[h >> 3] |= 1 << (h & 7)
         digests = np.array([self._digest(cid) for cid in self._batch], dtype="S17")
         lines = np.fromiter(self._batch.values(), dtype=np.int64, count=len(self._batch))
-        order = np.argsort(digests)
-        digests, lines = digests[order], lines[order]
-        firsts = np.frombuffer(digests.tobytes(), dtype=np.uint8)[::17]
-        bounds = np.searchsorted(firsts, np.arange(257))
-        for b in np.flatnonzero(bounds[1:] > bounds[:-1]).tolist():
-            new = slice(bounds[b], bounds[b + 1])
-            at = np.searchsorted(self._digests[b], digests[new])
-            self._digests[b] = np.insert(self._digests[b], at, digests[new])
-            self._lines[b] = np.insert(self._lines[b], at, lines[new])
+        while self._runs and self._runs[-1][0].size <= digests.size:
+            older, older_lines = self._runs.pop()
+            digests, lines = np.concatenate((older, digests)), np.concatenate((older_lines, lines))
+        order = np.argsort(digests, kind="stable")
+        self._runs.append((digests[order], lines[order]))
         self._batch = {}
