@@ -66,7 +66,7 @@ def _word(term: str) -> re.Pattern:
 
 def _files() -> list[Path]:
     return sorted(p for p in CORE.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-                  and p.suffix not in (".pyc", ".png", ".ico", ".woff", ".woff2"))
+                  and p.suffix not in (".pyc", ".so", ".png", ".ico", ".woff", ".woff2"))
 
 
 def test_the_core_names_no_library_field_or_prompt():

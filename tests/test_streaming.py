@@ -201,8 +201,22 @@ def _full_parse(text: str):
     return value
 
 
+@pytest.fixture(params=["compiled", "python"])
+def column_steps(request, monkeypatch):
+    """The chunk columns cut and joined by the compiled module the package builds, or by the same
+    steps written in Python (what a package built without a C compiler uses)."""
+    from ragbridge.formats import plain_records as plain, record_lines
+
+    if request.param == "python":
+        monkeypatch.setattr(record_lines, "_split_pairs", None)
+        monkeypatch.setattr(plain, "_interleave", plain._joined_pairs)
+    else:
+        assert record_lines._split_pairs is not None and plain._interleave is not plain._joined_pairs
+    return request.param
+
+
 @pytest.mark.parametrize("lines", [_lines_to_read, _lines_with_texts])
-def test_a_line_of_chunks_reads_as_the_parsed_line_reads(lines):
+def test_a_line_of_chunks_reads_as_the_parsed_line_reads(lines, column_steps):
     """A line cut into chunk columns gives the record and the canonical line that parsing it whole
     gives; a line it does not cut reads as parsing it whole reads (or fails as that fails)."""
     fast = 0

@@ -1,0 +1,69 @@
+"""The compiled chunk columns (`ragbridge.formats._columns`) give what their Python versions give."""
+
+import random
+
+import pytest
+
+from ragbridge.formats.plain_records import _joined_pairs
+from ragbridge.formats.record_lines import _SPELLINGS, _id_text_columns
+
+_columns = pytest.importorskip("ragbridge.formats._columns", reason="the package was built without it")
+
+# pieces of a body: harmless ones, and each thing that makes a piece or the body refused
+_PIECES = ["d1", "a", "b c", "x", "d 9", " ", " lead", "trail ", "", "\x7f", "a\x7fb", "\x00", "\t", "\x1f",
+           "q\"t", "b\\s", "\\", '"', "}", "{", ":", ",", "[", "]", "~", "id", "text"]
+
+
+def _bodies(n: int, seed: int) -> list[tuple[str, str, str]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        _, between, middle = rng.choice(_SPELLINGS)
+        seps = [between, middle] + [s for _, b, m in _SPELLINGS for s in (b, m)]
+        seps += [between[:-1], middle[1:], middle + middle, '"', '", "', '"}']
+        clean = rng.random() < 0.5
+        parts = []
+        for i in range(rng.randint(1, 6)):
+            pool = _PIECES[:5] if clean else _PIECES
+            parts.append(rng.choice(pool) + (rng.choice(pool) if rng.random() < 0.3 else ""))
+            if clean and rng.random() < 0.97:
+                parts.append(middle if i % 2 == 0 else between)
+            else:
+                parts.append(rng.choice(seps))
+        body = "".join(parts[:-1]) if rng.random() < 0.9 else "".join(parts)
+        out.append((body, between, middle))
+    return out
+
+
+def test_split_pairs_gives_the_python_columns_of_every_ascii_body():
+    """Bodies of chunks, right and wrong in every way the Python version looks for (a separator
+    missing, twice, of the other spelling or cut short; a piece empty, with a quote, a backslash, a
+    control character, DEL or a space at an end): the same columns, or the same refusal."""
+    taken = refused = 0
+    for body, between, middle in _bodies(30000, 3):
+        got = _columns.split_pairs(body, between, middle)
+        assert got == _id_text_columns(body, between, middle), repr(body)
+        taken, refused = taken + (got is not None), refused + (got is None)
+    assert taken > 3000 and refused > 3000
+
+
+def test_split_pairs_takes_ascii_text_alone():
+    with pytest.raises(ValueError, match="ASCII"):
+        _columns.split_pairs('é", "text": "b', *_SPELLINGS[0][1:])
+    with pytest.raises(ValueError, match="begin with a quote"):
+        _columns.split_pairs("a", "x", "y")
+
+
+def test_interleave_joins_as_the_python_expression_joins():
+    rng = random.Random(4)
+    alphabet = ["a", "b", " ", "é", "\u2028", "\U0001F600", "\ud800", '"', "\\", ""]
+    for _ in range(3000):
+        k = rng.randint(0, 5)
+        ids = ["".join(rng.choices(alphabet, k=rng.randint(0, 4))) for _ in range(k)]
+        texts = ["".join(rng.choices(alphabet, k=rng.randint(0, 4))) for _ in range(k)]
+        middle, between = rng.choice([('","text":"', '"},{"id":"'), ("é", "\U0001F600"), ("", "")])
+        assert _columns.interleave(ids, texts, middle, between) == _joined_pairs(ids, texts, middle, between)
+    with pytest.raises(ValueError):
+        _columns.interleave(["a"], [], "m", "b")
+    with pytest.raises(TypeError):
+        _columns.interleave(["a"], [1], "m", "b")
