@@ -185,6 +185,7 @@ def test_calibrate_writes_each_row_by_the_thresholds_it_stands_for(tmp_path):
     assert "> 1" in rows and rows["> 1"] != rows[claim]  # the row above every value: none passes
 
 
+@pytest.mark.slow
 def test_validate_intervals_stay_in_zero_one_and_name_the_missed_cases(tmp_path):
     from test_analysis import sc, tiny_cases, write_run
 

@@ -380,6 +380,7 @@ def test_cli_compare_bad_input(tmp_path, hand_run):
         assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], r.stderr
 
 
+@pytest.mark.slow
 def test_cli_validate_and_calibrate(labelled_run, migration_run, tmp_path):
     run, labels = labelled_run
     r = ragbridge_cli("validate", run, "--labels", labels, "--resamples", "100")

@@ -61,6 +61,7 @@ def test_the_same_judge_answers_agree_and_do_not_shift(judged_runs):
     assert frame.attrs["label_a"] == "old (judge-old)" and frame.attrs["n_shared"] == row["n_cases"]
 
 
+@pytest.mark.slow
 def test_a_shifted_judge_shows_the_shift(judged_runs, tmp_path):
     lenient = _rewrite(Path(shutil.copytree(judged_runs / "new", tmp_path / "lenient")), shift=-0.2)
     frame = compare_runs(judged_runs / "old", lenient, n_resamples=500, n_permutations=999)

@@ -358,6 +358,7 @@ def test_the_report_shows_noise_spread_per_case_and_cost(tmp_path, cases):
     assert doc["judge_usage"][0]["cost"] == pytest.approx(doc["cost"]["total"])
 
 
+@pytest.mark.slow
 def test_cli_run_repeats_budget_dry_run_and_resume(tmp_path, cases):
     from conftest import EXAMPLE, ragbridge_cli
 

@@ -303,6 +303,7 @@ def test_reprs_are_one_short_line(runs):
     assert "judge='stub (stub)'" in repr(run.manifest)
 
 
+@pytest.mark.slow
 def test_the_per_tag_tables_split_as_measuring_each_whole_table_does(runs, monkeypatch):
     """The per-tag tables are split by each column's width, measured once; at every width the
     tables (or the lines) printed are those that measuring every candidate table whole, with rich's

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.metadata
 import json
 
+import pytest
+
 from conftest import EXAMPLE
 
 pytest_plugins = ["pytester"]
@@ -33,6 +35,7 @@ def test_uses_the_judge(ragbridge_judge):
 '''
 
 
+@pytest.mark.slow
 def test_dash_p_ragbridge_fixtures_gates_and_judge_marker(pytester):
     pytester.makepyfile(test_rag=SUITE)
     res = pytester.runpytest_subprocess(
@@ -53,6 +56,7 @@ def test_dash_p_ragbridge_fixtures_gates_and_judge_marker(pytester):
     res.assert_outcomes(passed=1, failed=1, deselected=2)
 
 
+@pytest.mark.slow
 def test_conftest_form_ini_options_kept_runs_and_baseline(pytester):
     pytester.makeconftest('pytest_plugins = ["ragbridge.pytest_plugin"]\n')
     pytester.makeini(

@@ -259,6 +259,7 @@ def test_gates_file_sets_thresholds(native_run, tmp_path):
     assert "| recall@5 | native | 0.9 | gates |" in md and "**Below threshold:** recall@5 (native" in md
 
 
+@pytest.mark.slow
 def test_cli_report(report_run, tmp_path):
     r = ragbridge_cli("report", report_run, "--resamples", "50")
     assert r.returncode == 0, r.stderr
@@ -446,6 +447,7 @@ def test_large_run_shows_the_cases_that_matter_in_full_and_the_rest_one_line_eac
     assert "3 of the" not in h and f"{len(full)} of the {N_LARGE} cases are shown in full" in h
 
 
+@pytest.mark.slow
 def test_large_run_json_report_still_holds_every_case_in_full(large_run, tmp_path):
     out = tmp_path / "r.json"
     r = ragbridge_cli("report", large_run["run"], "--format", "json", "--out", out, "--resamples", "0")

@@ -203,6 +203,7 @@ def test_cli_run_records_hashes_evidence_and_the_unsupported_share(rubric_run):
     assert any(f"({share:.0%})" in row for row in rows), rows
 
 
+@pytest.mark.slow
 def test_report_and_validate_read_the_typed_evidence(rubric_run, tmp_path):
     out, _ = rubric_run
     md = tmp_path / "report.md"

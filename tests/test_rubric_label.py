@@ -164,6 +164,7 @@ def label(run: Path, *args: str) -> dict:
     return json.loads(res.stdout)
 
 
+@pytest.mark.slow
 def test_the_sample_is_stratified_by_verdict_and_reproducible(labelled_run, tmp_path):
     scores = scores_of(labelled_run)
     verdict = {cid: s["passed"] for (cid, b, m), s in scores.items() if m == "helpfulness"}

@@ -12,6 +12,7 @@ import sys
 import time
 
 import httpx
+import pytest
 
 from conftest import ROOT, ragbridge_cli
 from ragbridge.rubric import load_rubrics
@@ -33,6 +34,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_readme_rubric_commands_run_on_the_example(tmp_path):
     commands = readme_commands()
     assert [c.split()[1] for c in commands] == ["judge", "run", "label", "validate"]
