@@ -24,6 +24,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..errors import UserError
+
 #: the gateway's backoff between attempts (full jitter, seconds): what client_timeout() outlasts
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 20.0
@@ -34,7 +36,7 @@ APIS = ("openai", "azure")
 _CREDENTIAL_HEADER = re.compile(r"^(authorization|proxy-authorization|cookie)$|key|token|secret|passw", re.I)
 
 
-class JudgeError(Exception):
+class JudgeError(UserError):
     """Base class of judge errors."""
 
 

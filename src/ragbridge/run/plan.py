@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from ..backend import MetricSpec, RunOptions
+from ..errors import UserError
 from ..metrics import resolve_metric
 from ..plugins import get_backends
 
@@ -21,7 +22,7 @@ DEFAULT_BACKENDS = ("native",)
 Plan = dict[str, list[tuple[str, MetricSpec]]]
 
 
-class RunError(ValueError):
+class RunError(UserError, ValueError):
     """A run that cannot start as asked (unknown backend or metric, unavailable library, bad folder)."""
 
 

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from .. import __version__
 from ..backend import RunOptions, ScoringContext
+from ..errors import cli_text
 from ..formats import load_cases
 from ..formats.batches import CaseBatch
 from ..formats.source import BATCH_SIZE, CaseSource, open_cases
@@ -370,7 +371,7 @@ def _check_judge(plan: Plan, judge: Any, preflight: bool = True) -> bool:
     try:
         probe.preflight()
     except Exception as exc:
-        raise RunError(str(exc)) from None
+        raise RunError(str(exc), cli=cli_text(exc)) from None
     finally:
         probe.close()
     return True

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 from urllib.parse import urlparse
 
+from ..errors import UserError
 from ..formats.files import jsonl_lines
 from ..formats.records import normalize_chunk
 from ..schema import Case, Chunk
@@ -52,7 +53,7 @@ EXPECTED = (
 )
 
 
-class TargetError(ValueError):
+class TargetError(UserError, ValueError):
     """A target that cannot be used at all (cannot be imported or reached)."""
 
 
