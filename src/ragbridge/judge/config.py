@@ -80,6 +80,20 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
+def identity_url(url: str, stub: Optional[str] = None) -> str:
+    """``url`` as it is part of the judge's identity: what decides the judge's answers, and so the
+    keys of the judge's caches and whether a run folder's scores and a new session's come from one
+    judge. That is the server, without credentials: two servers on two ports of one machine are two
+    judges. ragbridge's stub judge on this machine is the exception: started again it gets another
+    port and answers exactly the same, so its identity is its ``stub`` settings (what its list of
+    models says changes its answers, ``X-Ragbridge-Stub-Settings``) and the path, not the port."""
+    public = redact_url(url)
+    if stub is None or not is_local_url(url):
+        return public
+    parts = urlsplit(public)
+    return urlunsplit((parts.scheme, f"ragbridge-stub[{stub}]", parts.path, parts.query, ""))
+
+
 # ------------------------------------------------------------------------------------------------
 # Configuration
 # ------------------------------------------------------------------------------------------------

@@ -76,7 +76,10 @@ class JudgeGateway(JudgeClient):
     ``host`` is the address the socket listens on: ``127.0.0.1`` (the default) for clients on this
     machine; another address of this machine (never a wildcard) when clients on other machines must
     reach it, as the Ray executor's workers on a remote cluster do. Every request must still carry
-    the gateway's key, and its ``Host`` header must name the address it was sent to."""
+    the gateway's key, and its ``Host`` header must name the address it was sent to.
+
+    ``stub``: the judge is ragbridge's stub judge with these settings (`preflight`'s
+    ``stub_settings``): its answers are cached under them, not under its port."""
 
     backoff_base: float = BACKOFF_BASE
     backoff_cap: float = BACKOFF_CAP
@@ -85,13 +88,13 @@ class JudgeGateway(JudgeClient):
     upstream_transport: Literal["stdlib", "httpx"] = "stdlib"
 
     def __init__(self, config: JudgeConfig, audit_log: Optional[Path] = None, *,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", stub: Optional[str] = None) -> None:
         super().__init__()
         self.config = config
         #: the socket's address (settable until the socket opens; see the class docstring)
         self.host = host
         self.audit_log = Path(audit_log) if audit_log is not None else None
-        self._endpoints = endpoints_of(config)
+        self._endpoints = endpoints_of(config, stub)
         self._closing = threading.Event()
         self._listen_lock = threading.Lock()
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None

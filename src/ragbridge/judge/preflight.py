@@ -57,6 +57,7 @@ def preflight(cfg: JudgeConfig, endpoints: tuple[Endpoint, Endpoint]) -> dict[st
     """Check, before any case is scored, that the judge can answer with the models it is configured
     with. Raises JudgeUnavailable (`ModelNotServed` for a model the server does not serve) /
     JudgeConfigError with a one-line message; returns what was checked: ``endpoint``, ``stub``,
+    ``stub_settings`` (ragbridge's stub judge's, when it is one: `detect_stub`),
     ``models_status`` (of ``GET /models``), ``models`` (the names the server lists, or None),
     ``model_check`` (how the model was found: ``listed``, ``answered``, ``any name``, or why it
     could not be told), ``model_listed``; with a separate embeddings server, the same under
@@ -82,18 +83,27 @@ def preflight(cfg: JudgeConfig, endpoints: tuple[Endpoint, Endpoint]) -> dict[st
     return _public(checked)
 
 
-def detect_stub(cfg: JudgeConfig, endpoint: Endpoint) -> bool:
-    """Whether the judge at ``endpoint`` is ragbridge's stub judge on this machine (its list of models
-    says so); False for any other server, one that does not answer, or one not on this machine (no
-    request is made to it). For a run that calls nothing (a dry run), which checks nothing else."""
+def detect_stub(cfg: JudgeConfig, endpoint: Endpoint) -> Optional[str]:
+    """The settings of ragbridge's stub judge when it is the judge at ``endpoint`` on this machine
+    (its list of models says so), else None: any other server, one that does not answer, one not on
+    this machine (no request is made to it). For a run that calls nothing (a dry run), which checks
+    nothing else."""
     if not endpoint.is_local:
-        return False
+        return None
     try:
         with httpx_client(cfg, endpoint, 1) as client:
             r = client.get(endpoint.target("models"), headers=endpoint.headers(None, "GET"), timeout=2.0)
     except (httpx.HTTPError, ValueError):
-        return False
-    return r.headers.get("x-ragbridge-stub") == "1"
+        return None
+    return _stub_settings(r)
+
+
+def _stub_settings(r: httpx.Response) -> Optional[str]:
+    """What ragbridge's stub judge says of its settings (`ragbridge.judge.config.identity_url`), or
+    None when the answer is not the stub's."""
+    if r.headers.get("x-ragbridge-stub") != "1":
+        return None
+    return r.headers.get("x-ragbridge-stub-settings") or "unknown"
 
 
 def _public(checked: dict[str, Any]) -> dict[str, Any]:
@@ -147,7 +157,7 @@ def _reach(cfg: JudgeConfig, ep: Endpoint) -> dict[str, Any]:
     stub = r.headers.get("x-ragbridge-stub") == "1"
     models = _listed(r) if r.status_code == 200 else None
     return {"mode": cfg.cache_mode, "endpoint": url, "upstream_checked": True, "models_status": r.status_code,
-            "models": models, "key_set": bool(key), "stub": stub,
+            "models": models, "key_set": bool(key), "stub": stub, "stub_settings": _stub_settings(r),
             "_any": stub and r.headers.get("x-ragbridge-stub-models") == "any", "_key": key,
             "_owners": _owners(r) if models is not None else set()}
 

@@ -38,7 +38,8 @@ def plan_metrics(
     asks for every metric of the group.
     """
     if k < 1:
-        raise RunError(f"--k must be a positive integer, got {k}")
+        raise RunError(f"k must be a positive integer (RunOptions(k=5)), got {k}",
+                       cli=f"--k must be a positive integer, got {k}")
     registry = get_backends()
     names = list(backends or DEFAULT_BACKENDS)
     plan: Plan = {}

@@ -19,7 +19,9 @@ every encoding (:mod:`ragbridge.testing.hostile`). What the answers say is decid
 
 Every answer is labelled: ``model`` is ``ragbridge-stub/<requested model>``, ``system_fingerprint``
 is ``ragbridge-stub`` and the header ``X-Ragbridge-Stub: 1`` is set, so run outputs can say their
-scores came from a stub.
+scores came from a stub. ``GET /models`` also says what of its settings changes its answers
+(``X-Ragbridge-Stub-Settings``, `StubJudge.settings`): a judge's identity is that and not the port,
+which a stub started again does not keep (`ragbridge.judge.config.identity_url`).
 
 Faults, drawn per request from a RNG seeded with ``seed`` (so a given arrival order always gets
 the same faults), or queued explicitly with :meth:`StubJudge.inject`:
@@ -187,14 +189,15 @@ class _Handler(FastRequestHandler):
         """``GET /models``: as the server of ``dialect`` lists (`ragbridge.testing.dialects.listing`);
         without one, the stub's models, and the header saying that any other name is answered too."""
         stub = self.stub
+        settings = {"X-Ragbridge-Stub-Settings": stub.settings}
         if not stub.lists_models:
-            self._send(*NO_LISTING[dialect])
+            self._send(*NO_LISTING[dialect], settings)
         elif dialect is not None:
-            self._send(200, listing(dialect, stub.models))
+            self._send(200, listing(dialect, stub.models), settings)
         else:
             self._send(200, {"object": "list", "data": [
                 {"id": m, "object": "model", "created": CREATED, "owned_by": STUB_FINGERPRINT}
-                for m in stub.models]}, {"X-Ragbridge-Stub-Models": "any"})
+                for m in stub.models]}, {**settings, "X-Ragbridge-Stub-Models": "any"})
 
     def _send_drip(self, body: bytes, interval: float) -> None:
         def drip() -> Any:
@@ -390,6 +393,12 @@ class StubJudge:
     @property
     def closed(self) -> bool:
         return self._closed.is_set()
+
+    @property
+    def settings(self) -> str:
+        """What of the stub's settings changes its answers (its noise), as ``GET /models`` says it in
+        the header ``X-Ragbridge-Stub-Settings``: a run's judge identity, in place of the port."""
+        return f"noise={self.noise:g},noise_seed={self.noise_seed}" if self.noise else "noise=0"
 
     @property
     def url(self) -> str:
