@@ -542,11 +542,13 @@ class RunFolder:
                     said += f" (ragbridge's stub judge, {j['stub_settings']})"
                 return said
 
+            said = (f"{self.path} was judged with {judge(a)}; this run asks for {judge(b)}. Resuming would "
+                    "mix two judges' scores in one run folder: resume with the same judge, or score into ")
             raise RunError(
-                f"{self.path} was judged with {judge(a)}; this run asks for {judge(b)}. Resuming would mix "
-                "two judges' scores in one run folder: resume with the same judge, or score into another "
-                "--out (then `ragbridge compare OLD NEW` compares the two judges), or pass --overwrite to "
-                "judge every case again with the new one")
+                said + "another out (then ragbridge.analysis.compare_runs(old, new) compares the two "
+                "judges), or pass overwrite=True to judge every case again with the new one",
+                cli=said + "another --out (then `ragbridge compare OLD NEW` compares the two judges), or "
+                "pass --overwrite to judge every case again with the new one")
 
     def _refuse_if_busy(self) -> None:
         try:

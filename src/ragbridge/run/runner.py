@@ -250,7 +250,9 @@ async def _score(request: RunRequest, plan: Plan, options: RunOptions, judge: An
                     reuse = ScoreReuse(cache, plan, options, judge, manifest)
             planned = source.n_cases * sum(request.repeats if spec.judge else 1
                                            for chosen in plan.values() for _, spec in chosen)
-            bar = progress_display(request.progress, planned, gateway)
+            pairs = {(b, m) for b, chosen in plan.items() for m, _ in chosen}
+            kept = sum(1 for (_, m, b, _) in done if (b, m) in pairs)  # an earlier session's: not to do
+            bar = progress_display(request.progress, planned - kept, gateway)
             if bar is not None:
                 closing.callback(bar.stop)
             recorder = Recorder(manifest, done, folder, gateway, request.on_score, bar, keep=folder is None,
