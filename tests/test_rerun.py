@@ -31,10 +31,9 @@ def test_a_stub_started_again_is_the_same_judge(tmp_path, example_cases):
         assert again.port != first.port
         run = evaluate(cases, **METRIC, judge=_judge(again, tmp_path), out=out)
         assert run.manifest.counts["resumed_from"] == 4 and not again.posts()
-        # the judge's answers are the stub's, whatever its port: replayed from the cache
-        fresh = evaluate(cases, **METRIC, judge=_judge(again, tmp_path), out=tmp_path / "fresh",
-                         score_cache=False)
-        assert not again.posts() and fresh.manifest.counts["judge"]["cache_hits"] == calls
+        # the scores are the stub's, whatever its port: taken from the score cache into a new folder
+        fresh = evaluate(cases, **METRIC, judge=_judge(again, tmp_path), out=tmp_path / "fresh")
+        assert not again.posts() and fresh.manifest.counts["score_cache"]["reused"] == 4
     manifest = json.loads((out / "run.json").read_text())
     assert manifest["judge"]["stub"] is True and manifest["judge"]["stub_settings"] == "noise=0"
     assert manifest["judge"]["base_url"] == again.base_url  # what was asked, as it was asked
@@ -58,15 +57,16 @@ def test_only_the_stub_loses_its_port():
 
 
 def test_a_run_that_was_not_judged_by_the_stub_refuses_the_stub(tmp_path, example_cases):
-    """A folder judged by a server on this machine (recorded without stub settings) is not resumed
-    with the stub judge on the same port: two judges."""
+    """A folder judged by a server on this machine that is not the stub (recorded without stub
+    settings) is not resumed with the stub judge on another port: two judges."""
     cases, out = example_cases[:2], tmp_path / "run"
     with StubJudge() as stub:
         evaluate(cases, **METRIC, judge=_judge(stub, tmp_path), out=out)
-        manifest = json.loads((out / "run.json").read_text())
-        for key in ("stub", "stub_settings"):
-            del manifest["judge"][key]
-        (out / "run.json").write_text(json.dumps(manifest))
+    manifest = json.loads((out / "run.json").read_text())
+    for key in ("stub", "stub_settings"):
+        del manifest["judge"][key]
+    (out / "run.json").write_text(json.dumps(manifest))
+    with StubJudge() as stub:
         with pytest.raises(RunError, match="was judged with base_url"):
             evaluate(cases, **METRIC, judge=_judge(stub, tmp_path), out=out)
 

@@ -81,12 +81,14 @@ def redact_url(url: str) -> str:
 
 
 def identity_url(url: str, stub: Optional[str] = None) -> str:
-    """``url`` as it is part of the judge's identity: what decides the judge's answers, and so the
-    keys of the judge's caches and whether a run folder's scores and a new session's come from one
-    judge. That is the server, without credentials: two servers on two ports of one machine are two
-    judges. ragbridge's stub judge on this machine is the exception: started again it gets another
-    port and answers exactly the same, so its identity is its ``stub`` settings (what its list of
-    models says changes its answers, ``X-Ragbridge-Stub-Settings``) and the path, not the port."""
+    """``url`` as it is part of the judge's identity: what decides the judge's scores, and so whether
+    a run folder's scores and a new session's come from one judge, and the score cache's keys. That
+    is the server, without credentials: two servers on two ports of one machine are two judges.
+    ragbridge's stub judge on this machine is the exception: started again it gets another port and
+    answers exactly the same, so its identity is its ``stub`` settings (what its list of models says
+    changes its answers, ``X-Ragbridge-Stub-Settings``) and the path, not the port. (The judge's
+    response cache stays keyed by the URL a request went to, so that a recording replays where no
+    server answers, as in CI; a stub started again answers a miss the same.)"""
     public = redact_url(url)
     if stub is None or not is_local_url(url):
         return public

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
-from .config import JudgeConfig, identity_url, is_local_url, redact_url
+from .config import JudgeConfig, is_local_url, redact_url
 
 __all__ = ["Endpoint", "endpoints_of", "shape_body", "GENERATION_ENDPOINTS"]
 
@@ -44,10 +44,8 @@ class Endpoint:
     ``key_env`` names the environment variable of the key (read by the gateway when it starts; None:
     this server gets no key);
     ``identity`` is what the cache files its answers under for this server (its URL without
-    credentials, `ragbridge.judge.config.identity_url`, plus whatever the gateway changes in a
-    request), so answers of another server, dialect or request settings are never replayed here;
-    ``stub`` is the settings of ragbridge's stub judge when the server is one (its port is then not
-    part of the identity)."""
+    credentials, plus whatever the gateway changes in a request), so answers of another server,
+    dialect or request settings are never replayed here."""
 
     base_url: str
     api: str = "openai"
@@ -55,7 +53,6 @@ class Endpoint:
     key_env: Optional[str] = "OPENAI_API_KEY"
     extra_headers: tuple[tuple[str, str], ...] = ()
     settings: str = ""  # the canonical JSON of JudgeConfig.answer_settings(), "" when none
-    stub: Optional[str] = None
     _parts: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -71,7 +68,7 @@ class Endpoint:
 
     @property
     def identity(self) -> str:
-        return identity_url(self.base_url, self.stub) + (f"|{self.settings}" if self.settings else "")
+        return self.public_url + (f"|{self.settings}" if self.settings else "")
 
     @property
     def is_local(self) -> bool:
@@ -112,13 +109,13 @@ class Endpoint:
         return out
 
 
-def endpoints_of(config: JudgeConfig, stub: Optional[str] = None) -> tuple[Endpoint, Endpoint]:
+def endpoints_of(config: JudgeConfig) -> tuple[Endpoint, Endpoint]:
     """(the judge's endpoint, the embeddings endpoint): the same one unless ``embedding_base_url``
-    is set. ``stub``: the judge's server is ragbridge's stub judge, with these settings."""
+    is set."""
     settings = config.answer_settings()
     headers = tuple(sorted(config.headers.items()))
     chat = Endpoint(config.base_url, config.api, config.api_version, config.api_key_env, headers,
-                    json.dumps(settings, sort_keys=True, separators=(",", ":")) if settings else "", stub)
+                    json.dumps(settings, sort_keys=True, separators=(",", ":")) if settings else "")
     if not config.embedding_base_url:
         return chat, chat
     api = config.embedding_api or config.api

@@ -76,10 +76,7 @@ class JudgeGateway(JudgeClient):
     ``host`` is the address the socket listens on: ``127.0.0.1`` (the default) for clients on this
     machine; another address of this machine (never a wildcard) when clients on other machines must
     reach it, as the Ray executor's workers on a remote cluster do. Every request must still carry
-    the gateway's key, and its ``Host`` header must name the address it was sent to.
-
-    ``stub``: the judge is ragbridge's stub judge with these settings (`preflight`'s
-    ``stub_settings``): its answers are cached under them, not under its port."""
+    the gateway's key, and its ``Host`` header must name the address it was sent to."""
 
     backoff_base: float = BACKOFF_BASE
     backoff_cap: float = BACKOFF_CAP
@@ -88,13 +85,13 @@ class JudgeGateway(JudgeClient):
     upstream_transport: Literal["stdlib", "httpx"] = "stdlib"
 
     def __init__(self, config: JudgeConfig, audit_log: Optional[Path] = None, *,
-                 host: str = "127.0.0.1", stub: Optional[str] = None) -> None:
+                 host: str = "127.0.0.1") -> None:
         super().__init__()
         self.config = config
         #: the socket's address (settable until the socket opens; see the class docstring)
         self.host = host
         self.audit_log = Path(audit_log) if audit_log is not None else None
-        self._endpoints = endpoints_of(config, stub)
+        self._endpoints = endpoints_of(config)
         self._closing = threading.Event()
         self._listen_lock = threading.Lock()
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None

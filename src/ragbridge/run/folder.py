@@ -20,6 +20,10 @@ run is going, ``run.json`` says ``running`` with the process (pid, host, start t
 rewritten with the counts so far every `HEARTBEAT_SECONDS`; a run whose process is gone without
 recording its end (``kill -9``, a lost machine) reads as ``interrupted`` (`load_run`, so reports and
 gates can tell). A line of ``scores.jsonl`` cut short by a kill is dropped when the run resumes.
+
+Size: the writing side's one decision (new, resumed, updated, replaced, with the judge's identity)
+and the reading side (`Run`, `load_run`, `read_scores`) share the folder's layout and its rules, kept
+in one module so that they cannot drift; a notebook's view of a run is `ragbridge.run.view`.
 """
 
 from __future__ import annotations
@@ -153,83 +157,10 @@ class Run:
         return f"Run({where}, {n_cases} cases, {n_scores} scores, {self.manifest.status})"
 
     def _repr_html_(self) -> str:
-        """A notebook's view of the run: where it is, its status and counts, what changed since an
-        earlier session (cases updated, `RunFolder.resume`), the summary table (mean and counts per
-        backend and metric, over all cases), the first errored scores with their cases named as a
-        person reads them (`ragbridge.formats.records.case_label`), and for a run that computed
-        nothing, what the cases lack and what to run instead (`ragbridge.run.unscored`), in Python."""
-        import html
-        import math
+        """A notebook's view of the run (`ragbridge.run.view`)."""
+        from .view import run_html
 
-        def num(v: Any) -> str:
-            return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
-
-        m = self.manifest
-        where = html.escape(str(self.path)) if self.path is not None else "in memory"
-        counts = m.counts or {}
-        head = (f"<b>Run</b> {where}: {m.dataset.get('n_cases', '?')} cases, "
-                f"{counts.get('scores', 0)} scores, {html.escape(m.status)}")
-        if (m.judge or {}).get("stub"):
-            head += " (judged by the stub judge: the judged scores test plumbing, not answer quality)"
-        notes = []
-        changed = counts.get("cases_changed")
-        if changed:
-            notes.append(f"the cases changed since this folder was scored: {changed['changed']} changed and "
-                         f"{changed['added']} new case(s) scored, {changed['removed']} removed; the scores "
-                         f"of the {changed['kept']} unchanged kept")
-        columns = ("backend", "metric", "mean", "n_scored", "n_undefined", "n_errored", "n")
-        body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(num(r[c]) if c == 'mean' else str(r[c]))}</td>"
-                             for c in columns) + "</tr>" for r in self.summary_rows(by_tag=False))
-        header = "".join(f"<th>{c}</th>" for c in columns)
-        from .unscored import nothing_computed, unscored_lines
-
-        unscored = nothing_computed(self)
-        note = "" if unscored is None else \
-            f"<pre>{html.escape(chr(10).join(unscored_lines(unscored, python=True)))}</pre>"
-        return (f"<div><p>{head}</p>" + "".join(f"<p>{html.escape(n)}</p>" for n in notes)
-                + f"<table><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>"
-                + self._errors_html(counts) + f"{note}</div>")
-
-    #: the errored scores a notebook's view of a run names
-    SHOWN_ERRORS = 5
-
-    def _errors_html(self, counts: dict[str, Any]) -> str:
-        """The first errored scores, each with its case (its question where its id was derived from
-        it), backend, metric and error, as HTML; "" when none errored."""
-        import html
-
-        from ..formats.records import case_label
-
-        if not counts.get("errored"):
-            return ""
-        errored = [s for s in self.scores if s.status == "error"][: self.SHOWN_ERRORS]
-        questions = self._questions({s.case_id for s in errored})
-        items = "".join(
-            f"<li><b>{html.escape(case_label(s.case_id, questions.get(s.case_id)))}</b> "
-            f"{html.escape(s.backend)}:{html.escape(s.metric)}: {html.escape(_cut(s.error or ''))}</li>"
-            for s in errored)
-        more = counts["errored"] - len(errored)
-        return (f"<p>{counts['errored']} score(s) errored"
-                + (f" ({more} more not shown: <code>run.to_frame()</code> has every one)" if more > 0 else "")
-                + "; the same <code>evaluate(...)</code> call with the same <code>out</code> retries "
-                "them:</p>"
-                + f"<ul>{items}</ul>")
-
-    def _questions(self, ids: set[str]) -> dict[str, str]:
-        """The questions of the cases ``ids`` (read from ``cases.jsonl`` without reading every case)."""
-        if self._cases is not None or self.path is None:
-            return {c.id: c.question for c in self.cases if c.id in ids}
-        starts = {b'{"id":' + json.dumps(i, ensure_ascii=False).encode() + b",": i for i in ids}
-        found: dict[str, str] = {}
-        with open(self._file("cases.jsonl"), "rb") as f:
-            for line in f:
-                for start, case_id in starts.items():
-                    if line.startswith(start):
-                        found[case_id] = json.loads(line).get("question", "")
-                if len(found) == len(starts):
-                    break
-        return found
+        return run_html(self)
 
     @property
     def complete(self) -> bool:
@@ -301,10 +232,6 @@ def _first_error(exc: ValueError) -> str:
         where = ".".join(map(str, first.get("loc") or ()))
         return (f"{where}: " if where else "") + str(first.get("msg", "invalid"))
     return " ".join(str(exc).split())
-
-
-def _cut(text: str, at: int = 500) -> str:
-    return text if len(text) <= at else text[:at] + "…"
 
 
 def pass_at_least(manifest: RunManifest) -> Optional[int]:
@@ -534,7 +461,7 @@ class RunFolder:
         if not a or not b:
             return
         ia, ib = judge_identity(a), judge_identity(b)
-        changed = [k for k in JUDGE_IDENTITY if ia[k] != ib[k]]
+        changed = [k for k in JUDGE_IDENTITY if a.get(k) != b.get(k) and ia[k] != ib[k]]
         if changed:
             def judge(j: dict) -> str:
                 said = ", ".join(f"{k} {j.get(k)!r}" for k in changed)

@@ -308,8 +308,7 @@ def _gateway(request: RunRequest, judge: Any, folder: Optional[RunFolder], manif
         return None
     from ..judge import JudgeGateway
 
-    gateway = JudgeGateway(judge, audit_log=folder.audit_path if folder else None,
-                           stub=(manifest.judge or {}).get("stub_settings"))
+    gateway = JudgeGateway(judge, audit_log=folder.audit_path if folder else None)
     closing.callback(gateway.close)
     spent = dict(manifest.counts.get("judge", {}))
     if folder:  # every call counted before it is made: what a killed session spent is known
@@ -367,7 +366,8 @@ def _check_judge(plan: Plan, judge: Any, preflight: bool = True) -> tuple[bool, 
     """Whether a planned metric needs the judge, and the settings of ragbridge's stub judge when it is
     the judge (`ragbridge.judge.preflight`); raises `RunError` when there is no judge, or (with
     ``preflight``) when its key, endpoint or model does not work (checked before anything is called
-    or written). Without ``preflight`` (a dry run) only whether it is the stub is asked."""
+    or written). Without ``preflight`` (a dry run), and for a replayed cache, only whether a judge on
+    this machine is the stub is asked (`ragbridge.judge.preflight.detect_stub`: no key, no judge call)."""
     if not any(spec.judge for chosen in plan.values() for _, spec in chosen):
         return False, None
     if judge is None:
@@ -377,21 +377,24 @@ def _check_judge(plan: Plan, judge: Any, preflight: bool = True) -> tuple[bool, 
             need + "; pass judge=JudgeConfig(model=\"MODEL\", base_url=\"URL\") (from ragbridge.judge "
             "import JudgeConfig; ragbridge.testing.StubJudge() is a judge to try the plumbing with)",
             cli=need + "; pass --judge-model and --judge-base-url (or set them in ragbridge.toml)")
-    if not preflight:
-        from ..judge.dialect import endpoints_of
-        from ..judge.preflight import detect_stub
+    if preflight:
+        from ..judge import JudgeGateway
 
-        return True, detect_stub(judge, endpoints_of(judge)[0])
-    from ..judge import JudgeGateway
+        probe = JudgeGateway(judge)  # preflight needs no started gateway: nothing is served yet
+        try:
+            checked = probe.preflight()
+        except Exception as exc:
+            raise RunError(str(exc), cli=cli_text(exc)) from None
+        finally:
+            probe.close()
+        if checked.get("upstream_checked"):
+            return True, checked.get("stub_settings")
+    # a dry run, a recorded cache replayed: nothing is checked, but whether a judge on this machine
+    # is the stub judge (its answers are recorded under its settings, not its port)
+    from ..judge.dialect import endpoints_of
+    from ..judge.preflight import detect_stub
 
-    probe = JudgeGateway(judge)  # preflight needs no started gateway: nothing is served yet
-    try:
-        checked = probe.preflight()
-    except Exception as exc:
-        raise RunError(str(exc), cli=cli_text(exc)) from None
-    finally:
-        probe.close()
-    return True, checked.get("stub_settings")
+    return True, detect_stub(judge, endpoints_of(judge)[0])
 
 
 def _new_manifest(plan: Plan, dataset: dict[str, Any], options: RunOptions, judge: Any,
