@@ -10,7 +10,7 @@ import pytest
 from conftest import ragbridge_cli
 
 from ragbridge import evaluate, load_cases, load_run
-from ragbridge.judge import JudgeConfig, identity_url
+from ragbridge.judge import JudgeConfig
 from ragbridge.run import RunError
 from ragbridge.testing import StubJudge
 
@@ -46,6 +46,8 @@ def test_a_stub_started_again_is_the_same_judge(tmp_path, example_cases):
 
 
 def test_only_the_stub_loses_its_port():
+    from ragbridge.judge import identity_url
+
     assert identity_url("http://127.0.0.1:4100/v1", "noise=0") == identity_url("http://127.0.0.1:4200/v1",
                                                                                "noise=0")
     assert identity_url("http://127.0.0.1:4100/v1", "noise=0") != identity_url("http://127.0.0.1:4100/v1",
