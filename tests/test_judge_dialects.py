@@ -235,3 +235,149 @@ def test_rescore_takes_the_rate_limit(tmp_path, example_path):
         assert again.returncode == 0, again.stderr
         manifest = json.loads((tmp_path / "run" / "run.json").read_text())
         assert manifest["judge"]["requests_per_minute"] == 6000
+
+
+# A model the server does not serve is refused before anything is scored, with the models it serves
+# and that server's fix; a server that lists its models differently from what it serves is not.
+UNSERVED = {  # recipe -> what the refusal must say besides the model's name
+    "Ollama": ["it serves: llama3.1:8b, nomic-embed-text", "ollama pull does-not-exist"],
+    "vLLM": ["it serves: Qwen/Qwen2.5-7B-Instruct, BAAI/bge-small-en-v1.5", "--served-model-name"],
+    "Azure OpenAI": ["no deployment named 'does-not-exist'", "name of your chat deployment",
+                     "az cognitiveservices account deployment list"],
+}
+
+
+def _recipe_at_stub(title: str, stub: StubJudge, tmp_path, monkeypatch) -> dict:
+    toml = RECIPES[title]
+    cfg = tomllib.loads(toml)["judge"]
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    for name in _env_names(cfg):
+        monkeypatch.setenv(name, KEY)
+    (tmp_path / "ragbridge.toml").write_text(_pointed_at(toml, stub), encoding="utf-8")
+    return cfg
+
+
+@pytest.mark.parametrize("title", sorted(UNSERVED))
+def test_judge_check_and_run_refuse_a_model_the_server_does_not_serve(title, tmp_path, monkeypatch,
+                                                                      example_path):
+    cfg = tomllib.loads(RECIPES[title])["judge"]
+    served = tuple(m for m in (cfg.get("model"), cfg.get("embedding_model")) if m)
+    with StubJudge(api_key=KEY, models=served) as stub:
+        _recipe_at_stub(title, stub, tmp_path, monkeypatch)
+        ok = ragbridge_cli("judge", "check", cwd=tmp_path)
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        assert ok.stdout.startswith(f"judge ok: {cfg['model']} ")
+        assert f"embeddings ok: {cfg['embedding_model']}" in ok.stdout
+        stub.reset()
+        check = ragbridge_cli("judge", "check", "--judge-model", "does-not-exist", cwd=tmp_path)
+        assert check.returncode == 2 and "judge ok" not in check.stdout, check.stdout + check.stderr
+        said = " ".join(check.stderr.split())
+        assert "judge model 'does-not-exist' is not served at" in said and "HTTP 404" in said, said
+        for text in UNSERVED[title]:
+            assert text in said, (text, said)
+        assert "--judge-model" in said and "JudgeConfig(" not in said and "Traceback" not in said
+        assert len(stub.posts()) == 1  # the one request of the model that told
+        stub.reset()
+        run = ragbridge_cli("run", example_path, "--out", tmp_path / "run", "--backend", "rubric",
+                            "--metric", "faithfulness", "--no-progress", "--judge-model", "does-not-exist",
+                            cwd=tmp_path)
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert "judge model 'does-not-exist' is not served" in " ".join(run.stderr.split())
+        assert not (tmp_path / "run").exists() and len(stub.posts()) == 1  # nothing scored
+
+
+def test_an_embedding_model_the_server_does_not_serve_is_refused(tmp_path, monkeypatch):
+    with StubJudge(models=("llama3.1:8b",)) as stub:  # nomic-embed-text never pulled
+        _recipe_at_stub("Ollama", stub, tmp_path, monkeypatch)
+        check = ragbridge_cli("judge", "check", cwd=tmp_path)
+    said = " ".join(check.stderr.split())
+    assert check.returncode == 2 and "embedding model 'nomic-embed-text' is not served" in said, said
+    assert "ollama pull nomic-embed-text" in said and "--embedding-model" in said
+
+
+def test_servers_whose_list_is_not_what_they_serve_are_not_refused(tmp_path, monkeypatch):
+    """llama.cpp's server answers any name with its one model (listed by its file name); Anthropic
+    serves the alias it lists with a date; a server without /models at all is asked the model."""
+    served = ("qwen2.5-1.5b-instruct", "claude-sonnet-4-5", "nomic-embed-text")
+    with StubJudge(api_key=KEY, models=served) as stub:
+        _recipe_at_stub("llama.cpp's server", stub, tmp_path, monkeypatch)
+        ok = ragbridge_cli("judge", "check", cwd=tmp_path)
+        assert ok.returncode == 0, ok.stderr
+        assert "not in the server's list of models, but it answered a request of it" in ok.stdout
+        listed = httpx.get(f"{stub.url}/anthropic/v1/models", headers={"x-api-key": KEY}, trust_env=False)
+        assert [m["id"] for m in listed.json()["data"]][:2] == ["qwen2.5-1.5b-instruct-20250929",
+                                                                "claude-sonnet-4-5-20250929"]
+        _recipe_at_stub("Anthropic (OpenAI-compatible endpoint)", stub, tmp_path, monkeypatch)
+        ok = ragbridge_cli("judge", "check", "--judge-model", "claude-sonnet-4-5", cwd=tmp_path)
+        assert ok.returncode == 0 and "it answered a request of it" in ok.stdout, ok.stdout + ok.stderr
+    with StubJudge(models=("qwen2.5-1.5b-instruct",), lists_models=False) as stub:
+        _recipe_at_stub("llama.cpp's server", stub, tmp_path, monkeypatch)
+        ok = ragbridge_cli("judge", "check", cwd=tmp_path)
+        assert ok.returncode == 0, ok.stderr
+        assert "the server lists no models: GET /models answered HTTP 404" in ok.stdout
+        # an Ollama that does not list (or a base_url without /v1) and a model it does not serve
+        _recipe_at_stub("Ollama", stub, tmp_path, monkeypatch)
+        bad = ragbridge_cli("judge", "check", "--judge-model", "nope", "--embedding-model",
+                            "qwen2.5-1.5b-instruct", cwd=tmp_path)
+    said = " ".join(bad.stderr.split())
+    assert bad.returncode == 2 and "the server lists no models (GET /models: HTTP 404)" in said, said
+    assert "check base_url too" in said and "ollama pull nope" in said
+
+
+def test_a_server_that_cannot_tell_is_not_refused(tmp_path, monkeypatch):
+    with StubJudge(models=("qwen2.5-1.5b-instruct",), lists_models=False) as stub:
+        _recipe_at_stub("llama.cpp's server", stub, tmp_path, monkeypatch)
+        stub.inject("500")  # the request of the model fails for another reason: the run goes on
+        ok = ragbridge_cli("judge", "check", cwd=tmp_path)
+    assert ok.returncode == 0 and "(model not checked: a request of it got HTTP 500" in ok.stdout, ok.stdout
+
+
+def test_a_name_without_a_tag_is_ollamas_latest(tmp_path, monkeypatch):
+    with StubJudge(models=("llama3.1:latest", "nomic-embed-text:latest")) as stub:
+        _recipe_at_stub("Ollama", stub, tmp_path, monkeypatch)
+        ok = ragbridge_cli("judge", "check", "--judge-model", "llama3.1", cwd=tmp_path)
+        assert ok.returncode == 0 and "llama3.1 at" in ok.stdout and "(the server lists it)" in ok.stdout
+        assert not stub.posts()
+        r = httpx.post(f"{stub.url}/ollama/v1/chat/completions", trust_env=False,
+                       json={"model": "llama3.1", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 200, r.text
+
+
+def test_in_python_the_refusal_names_the_python_setting(tmp_path, example_cases):
+    from ragbridge.run import RunError
+
+    with StubJudge(models=("llama3.1:8b",)) as stub:
+        judge = JudgeConfig(model="does-not-exist", base_url=f"{stub.url}/ollama/v1", cache_path=None)
+        with pytest.raises(RunError) as err:
+            evaluate(example_cases[:2], backends=["rubric"], metrics=["faithfulness"], judge=judge,
+                     out=tmp_path / "run")
+        assert len(stub.posts()) == 1
+    said = str(err.value)
+    assert "it serves: llama3.1:8b" in said and "set JudgeConfig(model=...) to one it serves" in said
+    assert "--judge-model" not in said and "--judge-model" in err.value.cli
+    assert not (tmp_path / "run").exists()
+
+
+# What GET /models answers, as each server answers it (the shapes the model check reads).
+LISTINGS = [
+    ("/ollama/v1/models", {}, lambda d: d["data"][0] == {"id": "m1", "object": "model",
+                                                         "created": d["data"][0]["created"],
+                                                         "owned_by": "library"}),
+    ("/vllm/v1/models", {"Authorization": f"Bearer {KEY}"},
+     lambda d: d["data"][0]["owned_by"] == "vllm" and "max_model_len" in d["data"][0]),
+    ("/llamacpp/v1/models", {}, lambda d: [m["id"] for m in d["data"]] == [d["models"][0]["name"]]
+     and d["data"][0]["owned_by"] == "llamacpp" and d["data"][0]["id"].endswith(".gguf")),
+    ("/azure/openai/models?api-version=2024-10-21", {"api-key": KEY},
+     lambda d: "m1" not in [m["id"] for m in d["data"]] and "capabilities" in d["data"][0]),
+    ("/gemini/v1beta/openai/models", {"Authorization": f"Bearer {KEY}"},
+     lambda d: [m["id"] for m in d["data"]] == ["models/m1"]),
+]
+
+
+@pytest.mark.parametrize("path, headers, shaped", LISTINGS)
+def test_stub_dialects_list_models_as_the_real_servers_do(path, headers, shaped):
+    with StubJudge(api_key=KEY, models=("m1",)) as stub:
+        r = httpx.get(stub.url + path, headers=headers, trust_env=False)
+        plain = httpx.get(stub.base_url + "/models", trust_env=False)
+    assert r.status_code == 200 and shaped(r.json()), r.text
+    assert "x-ragbridge-stub-models" not in r.headers and plain.headers["x-ragbridge-stub-models"] == "any"

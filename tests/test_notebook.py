@@ -6,6 +6,7 @@ environment) and the stub judge on 127.0.0.1."""
 
 from __future__ import annotations
 
+import html
 import os
 import shutil
 
@@ -68,3 +69,93 @@ def test_the_from_ragas_and_deepeval_page_runs_as_written(tmp_path, stub_judge):
     assert "['case_id', 'question', 'deepeval:faithfulness', 'ragas:faithfulness']" in p.stdout
     assert p.stdout.strip().endswith("1")
     assert (tmp_path / "runs" / "from-ragas" / "run.json").exists()
+
+
+LOOP_SETUP = '''
+import ragbridge
+from ragbridge.judge import JudgeConfig
+from ragbridge.testing import StubJudge
+golden = ragbridge.load_cases(GOLDEN)[:12]
+# as a team writes its cases in a notebook: no ids (each derived from its question)
+records = [{"question": c.question, "answer": c.answer, "contexts": [ch.text for ch in c.contexts]}
+           for c in golden]
+'''
+LOOP_RUN = '''
+with StubJudge(latency=0.15) as stub:
+    run = ragbridge.evaluate(records, backends=["rubric"], metrics=["faithfulness"], out="runs/loop",
+                             judge=JudgeConfig(model="stub-judge", base_url=stub.base_url,
+                                               cache_path="runs/cache.sqlite"))
+run
+'''
+LOOP_CELLS = [
+    LOOP_SETUP,
+    LOOP_RUN,  # 1: scored, with a live progress bar
+    LOOP_RUN,  # 2: the same cell again: another port, the same judge, nothing to score
+    "records[0]['answer'] = 'You can ask for a refund at any time, no questions asked.'\n" + LOOP_RUN,  # 3
+    "ragbridge.evaluate(records, backends=['rubric'], metrics=['faithfulness'])",  # 4: no judge
+    "ragbridge.evaluate(records[:2], out='runs/loop', changed_cases='refuse')",  # 5: refused
+    '''
+with StubJudge(fault_rate_500=1.0) as stub:  # 6: every call fails
+    failed = ragbridge.evaluate(records[:3], backends=["rubric"], metrics=["faithfulness"], out="runs/bad",
+                                judge=JudgeConfig(model="stub-judge", base_url=stub.base_url,
+                                                  cache_mode="off", max_retries=0))
+failed
+''',
+]
+
+
+def test_the_notebook_loop_in_a_kernel(tmp_path):  # a kernel and a few small judged runs: about 5 s
+    """Run a cell, run it again, edit the data and run it again, make mistakes: each cell shows a
+    live progress bar and the run, or one line that says what to do in Python's terms."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    from conftest import EXAMPLE
+
+    from ragbridge import load_cases
+
+    messages: dict[int, list[dict]] = {}
+
+    class Client(NotebookClient):
+        def process_message(self, msg, cell, cell_index):
+            messages.setdefault(cell_index, []).append(msg)
+            return super().process_message(msg, cell, cell_index)
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src.replace("GOLDEN", repr(str(EXAMPLE)))) for src in LOOP_CELLS]
+    Client(nb, timeout=300, kernel_name="python3", allow_errors=True,
+           resources={"metadata": {"path": str(tmp_path)}}).execute()
+
+    def outputs(i, kind):
+        return [o for o in nb.cells[i].outputs if o.output_type == kind]
+
+    first_question = load_cases(EXAMPLE)[0].question
+    for i in (1, 2, 3, 6):
+        assert not outputs(i, "error"), outputs(i, "error")
+    # 1: the progress bar, redrawn while the run went, left as the run ended
+    [bar] = outputs(1, "display_data")
+    assert "<progress" in bar.data["text/html"]
+    assert bar.data["text/plain"].startswith("scoring: 12 of 12 done")
+    updates = [m["content"]["data"]["text/plain"] for m in messages[1]
+               if m["msg_type"] == "update_display_data"]
+    live = [u for u in updates[:-1] if u.startswith("scoring ") and "/12" in u and "scoring 0/" not in u]
+    assert live, updates
+    shown = outputs(1, "execute_result")[0].data["text/html"]
+    assert "12 cases, 12 scores, complete" in shown and "<td>rubric</td><td>faithfulness</td>" in shown
+    # 2: the same cell again: resumed, nothing scored (so no bar), the same run shown
+    assert not outputs(2, "display_data")
+    assert outputs(2, "execute_result")[0].data["text/html"] == shown
+    # 3: one case edited: that one scored again, the others kept
+    again = outputs(3, "execute_result")[0].data["text/html"]
+    assert "1 changed and 0 new case(s) scored, 0 removed; the scores of the 11 unchanged kept" in again
+    assert outputs(3, "display_data")[0].data["text/plain"].startswith("scoring: 1 of 1 done")
+    # 4 and 5: one line each, in Python's terms, no traceback through the event loop
+    for i, said in ((4, "judge=JudgeConfig(model="), (5, "overwrite=True")):
+        [error] = outputs(i, "error")
+        assert len(error.traceback) == 1 and said in error.traceback[0], error.traceback
+        assert "--" not in error.evalue and "asyncio" not in error.traceback[0]
+    # 6: the errored scores, each case named by its question (its id was derived from it)
+    failed = outputs(6, "execute_result")[0].data["text/html"]
+    assert "3 score(s) errored" in failed and "retries them" in failed
+    assert f"<b>{html.escape(first_question)}</b> rubric:faithfulness:" in failed
+    assert "<b>q-" not in failed

@@ -98,11 +98,12 @@ def test_resume_after_a_kill_inside_a_character(tmp_path, example_cases):
     assert bad == 0 and len(scores) == len(lines)
 
 
-def test_resume_refuses_other_dataset(tmp_path, example_cases):
+def test_resume_refuses_other_dataset_when_asked_to(tmp_path, example_cases):
     out = tmp_path / "run"
     evaluate(example_cases[:5], out=out, metrics=["mrr"])
-    with pytest.raises(RunError, match="different cases"):
-        evaluate(example_cases[:6], out=out, metrics=["mrr"])
+    with pytest.raises(RunError, match="different cases.*overwrite=True") as err:
+        evaluate(example_cases[:6], out=out, metrics=["mrr"], changed_cases="refuse")
+    assert "--overwrite" in err.value.cli
     evaluate(example_cases[:6], out=out, metrics=["mrr"], overwrite=True)
     assert len(load_run(out).scores) == 6
 

@@ -400,10 +400,14 @@ def test_a_run_folder_from_before_the_canonical_line_fingerprint_is_refused_by_n
     (tmp_path / "run" / "run.json").write_text(json.dumps(manifest))
     from ragbridge.run import RunError
 
-    with pytest.raises(RunError, match="earlier ragbridge.*--overwrite"):
-        evaluate(load_cases(data), metrics=["mrr"], out=tmp_path / "run")
-    again = evaluate(load_cases(data), metrics=["mrr"], out=tmp_path / "run", overwrite=True)
+    with pytest.raises(RunError, match="earlier ragbridge.*overwrite=True") as err:
+        evaluate(load_cases(data), metrics=["mrr"], out=tmp_path / "run", changed_cases="refuse")
+    assert "--overwrite" in err.value.cli
+    # in Python the folder is updated: its cases compared one by one, each unchanged, each kept
+    again = evaluate(load_cases(data), metrics=["mrr"], out=tmp_path / "run")
     assert again.manifest.dataset["fingerprint_of"] == "canonical-lines"
+    assert again.manifest.counts["cases_changed"] == {"kept": 20, "changed": 0, "added": 0, "removed": 0}
+    assert again.manifest.counts["resumed_from"] == 20
 
 
 def test_a_native_run_prints_its_summary_without_importing_pandas(tmp_path):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
+from ..errors import UserError
 from ..run import Run, RunError, load_run
 from ..schema import Score
 from ..verdicts import verdict
@@ -20,7 +21,7 @@ from ..verdicts import verdict
 __all__ = ["AnalysisError", "ScoreTable", "open_run"]
 
 
-class AnalysisError(ValueError):
+class AnalysisError(UserError, ValueError):
     """An analysis that cannot run as asked (unknown backend or metric, bad labels, nothing to compare)."""
 
 

@@ -5,9 +5,12 @@ and `ragbridge.commands.JudgeOptions.load`.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import typer
 from rich.markup import escape
 
+from ..errors import cli_text
 from . import JudgeOptions, judge_options
 from .output import fail, out
 
@@ -50,7 +53,7 @@ def judge_serve(
 
 @judge_options
 def judge_check(judge: JudgeOptions) -> None:
-    """Check the judge configuration: the key is set and the endpoint answers."""
+    """Check the judge configuration: the key is set, the endpoint answers and serves the models."""
     from ..judge import JudgeGateway
 
     cfg = judge.load()
@@ -59,9 +62,30 @@ def judge_check(judge: JudgeOptions) -> None:
     gateway = JudgeGateway(cfg)
     try:
         gateway.start()
-        gateway.preflight()
+        checked = gateway.preflight()
     except Exception as exc:
-        fail(str(exc))
+        fail(cli_text(exc))
     finally:
         gateway.close()
-    out.print(escape(f"judge ok: {cfg.model} at {cfg.public_dict().get('base_url')}"), highlight=False)
+    out.print(escape(f"judge ok: {cfg.model} at {cfg.public_dict().get('base_url')}"
+                     + _how(checked.get("model_check"), checked)), highlight=False)
+    if cfg.embedding_model:
+        embedded = checked.get("embeddings", checked)
+        out.print(escape(f"embeddings ok: {cfg.embedding_model} at {embedded.get('endpoint')}"
+                         + _how(checked.get("embedding_model_check"), embedded)), highlight=False)
+
+
+def _how(found: Optional[str], checked: dict) -> str:
+    """How the model was found served, as a note after "judge ok"."""
+    if found is None:  # a recorded cache replayed: no server asked
+        return " (not checked: cache_mode is read-only)"
+    if found == "listed":
+        return " (the server lists it)"
+    if found == "any name":
+        return " (the stub judge answers any model name)"
+    if found == "answered":
+        status = checked.get("models_status")
+        why = "not in the server's list of models" if status == 200 else \
+            f"the server lists no models: GET /models answered HTTP {status}"
+        return f" ({why}, but it answered a request of it)"
+    return f" (model {found})"

@@ -30,6 +30,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..backend import RunOptions
+from ..errors import cli_text
 from ..formats import DatasetError, load_cases
 from ..report.text import MISSING, jsonable
 from ..run import RunError, evaluate
@@ -311,11 +312,11 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, no_progress,
         result = evaluate(
             cases, backends=backend or None, metrics=metric or None, out=out_dir, options=options,
             judge=judge, dataset_path=dataset_path, progress=not no_progress, overwrite=overwrite,
-            target=target, target_concurrency=target_concurrency, executor=executor,
+            changed_cases="refuse", target=target, target_concurrency=target_concurrency, executor=executor,
             **(run_kwargs or {}),
         )
     except (RunError, TargetError) as exc:
-        fail(str(exc))
+        fail(cli_text(exc))
     except KeyboardInterrupt:
         _interrupted(out_dir)
     except OSError as exc:
@@ -479,7 +480,7 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
             "run": str(out_dir), "status": result.manifest.status, "stub_judge": bool(judge.get("stub")),
             "judge": result.manifest.judge, "counts": counts, "summary": jsonable(overall),
             "by_tag": jsonable([r for r in rows if r["tag"] != ALL]), "target_latency": latency,
-            "nothing_computed": unscored,
+            "nothing_computed": unscored and {k: v for k, v in unscored.items() if k != "python"},
         })
     elif unscored is not None:  # a table of dashes says nothing: what the cases lack, and what to run
         print_lines(err, unscored_lines(unscored))

@@ -24,6 +24,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
+from ..errors import UserError
 from ..schema import MAX_METADATA_DEPTH
 
 __all__ = ["DatasetError", "atomic_path", "write_atomic", "parse_json", "check_parsed", "text_lines",
@@ -31,7 +32,7 @@ __all__ = ["DatasetError", "atomic_path", "write_atomic", "parse_json", "check_p
            "read_hf_rows"]
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """Bad input in a dataset file: says where (file, line, field), what, and what to do."""
 
     def __init__(

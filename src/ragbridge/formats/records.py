@@ -51,6 +51,7 @@ __all__ = [
     "stable_id",
     "chunk_id_for_text",
     "case_id_for_question",
+    "case_label",
     "numbered",
     "derived_chunk_ids",
     "is_missing",
@@ -99,6 +100,16 @@ def chunk_id_for_text(text: str) -> str:
 def case_id_for_question(question: str) -> str:
     """The id of a case given without one: ``q-<sha1[:10]>`` of its question."""
     return stable_id("q-", question, 10)
+
+
+def case_label(case_id: str, question: Optional[str]) -> str:
+    """How a case is named to a person: its id, or its question where the id was derived from it
+    (`case_id_for_question`, `numbered` when the question repeats), which says nothing to a reader."""
+    if question:
+        derived = case_id_for_question(question)
+        if case_id == derived or (case_id.startswith(derived + "-") and case_id[len(derived) + 1:].isdigit()):
+            return question
+    return case_id
 
 
 def numbered(ids: Iterable[str]) -> list[str]:

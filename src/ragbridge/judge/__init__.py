@@ -40,7 +40,8 @@ The package, one concern a module:
 
 from typing import TYPE_CHECKING, Any
 
-from .config import JudgeConfig, JudgeConfigError, JudgeError, JudgeUnavailable, ModelPrice, redact_url
+from .config import (JudgeConfig, JudgeConfigError, JudgeError, JudgeUnavailable, ModelPrice, identity_url,
+                     redact_url)
 from .tag import REPEAT_HEADER, TAG_HEADER, CallTag
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,6 +85,7 @@ __all__ = [
     "JudgeConfigError",
     "JudgeUnavailable",
     "redact_url",
+    "identity_url",
     "FastRequestHandler",
     "JudgeTransport",
     "AsyncJudgeTransport",

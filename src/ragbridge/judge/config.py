@@ -24,6 +24,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..errors import UserError
+
 #: the gateway's backoff between attempts (full jitter, seconds): what client_timeout() outlasts
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 20.0
@@ -34,7 +36,7 @@ APIS = ("openai", "azure")
 _CREDENTIAL_HEADER = re.compile(r"^(authorization|proxy-authorization|cookie)$|key|token|secret|passw", re.I)
 
 
-class JudgeError(Exception):
+class JudgeError(UserError):
     """Base class of judge errors."""
 
 
@@ -76,6 +78,22 @@ def redact_url(url: str) -> str:
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     query = urlencode([(k, v) for k, v in pairs if not _KEYLIKE.search(k)])
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def identity_url(url: str, stub: Optional[str] = None) -> str:
+    """``url`` as it is part of the judge's identity: what decides the judge's scores, and so whether
+    a run folder's scores and a new session's come from one judge, and the score cache's keys. That
+    is the server, without credentials: two servers on two ports of one machine are two judges.
+    ragbridge's stub judge on this machine is the exception: started again it gets another port and
+    answers exactly the same, so its identity is its ``stub`` settings (what its list of models says
+    changes its answers, ``X-Ragbridge-Stub-Settings``) and the path, not the port. (The judge's
+    response cache stays keyed by the URL a request went to, so that a recording replays where no
+    server answers, as in CI; a stub started again answers a miss the same.)"""
+    public = redact_url(url)
+    if stub is None or not is_local_url(url):
+        return public
+    parts = urlsplit(public)
+    return urlunsplit((parts.scheme, f"ragbridge-stub[{stub}]", parts.path, parts.query, ""))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -40,6 +40,8 @@ from typing import Any, Literal, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..errors import UserError
+
 __all__ = ["Level", "Rubric", "RubricError", "FIELDS", "SCALES", "load_rubrics", "builtin_rubrics",
            "PROMPT_VERSION"]
 
@@ -54,7 +56,7 @@ BUILTIN_DIR = Path(__file__).with_name("builtin")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
-class RubricError(ValueError):
+class RubricError(UserError, ValueError):
     """A rubric that cannot be used (the message names the file, line, rubric and field)."""
 
 

@@ -1,8 +1,9 @@
 """Running an evaluation: plan, call the system under test if asked, score, keep the run folder.
 
 The modules, in the order a run uses them: ``plan`` (which backend scores which metric, `RunError`),
-``target`` (filling cases from the system under test), ``folder`` (the run folder: new, resumed or
-replaced in one place, the manifest, the scores, reading a run back as a `Run`), ``request`` (a run's
+``target`` (filling cases from the system under test), ``folder`` (the run folder: new, resumed,
+updated or replaced in one place, the manifest, the scores, reading a run back as a `Run`; ``view``
+shows one in a notebook), ``request`` (a run's
 parameters, `RunRequest`), ``runner`` (`evaluate_async`: the steps of a run), ``executor`` (where the
 jobs are scored: ``local_executor`` in this process, ``ray_executor`` on a Ray cluster), ``lifecycle``
 (a backend's open, jobs and close, alike in every executor), ``recorder`` (each score as it arrives,

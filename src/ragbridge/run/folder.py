@@ -8,15 +8,22 @@ outputs, see `ragbridge.run.target`): `RUN_FILES`.
 
 `RunFolder.prepare` decides, in one place and before anything is called or written, what a run does
 with its folder: a new run, a resumed one (the folder holds a run of the same cases: scores already
-there are kept, failed ones are retried, only what is missing is computed) or a replaced one
-(``overwrite``: every file of `RUN_FILES` is deleted). A folder that another live process is writing
-is refused.
+there are kept, failed ones are retried, only what is missing is computed), an updated one (the
+folder holds a run of other cases and ``changed_cases="rescore"``, the Python API's default: the
+scores of the cases that are unchanged, same id and same content, are kept, the changed and new
+cases are scored, the removed ones' scores dropped; ``"refuse"``, the command line's, is a
+`RunError` that says what to do) or a replaced one (``overwrite``: every file of `RUN_FILES` is
+deleted). A folder that another live process is writing is refused.
 
 ``run.json`` and ``cases.jsonl`` are replaced whole (`ragbridge.formats.files.atomic_path`). While a
 run is going, ``run.json`` says ``running`` with the process (pid, host, start time) and is
 rewritten with the counts so far every `HEARTBEAT_SECONDS`; a run whose process is gone without
 recording its end (``kill -9``, a lost machine) reads as ``interrupted`` (`load_run`, so reports and
 gates can tell). A line of ``scores.jsonl`` cut short by a kill is dropped when the run resumes.
+
+Size: the writing side's one decision (new, resumed, updated, replaced, with the judge's identity)
+and the reading side (`Run`, `load_run`, `read_scores`) share the folder's layout and its rules, kept
+in one module so that they cannot drift; a notebook's view of a run is `ragbridge.run.view`.
 """
 
 from __future__ import annotations
@@ -150,43 +157,20 @@ class Run:
         return f"Run({where}, {n_cases} cases, {n_scores} scores, {self.manifest.status})"
 
     def _repr_html_(self) -> str:
-        """A notebook's view of the run: where it is, its status and counts, and the summary table
-        (mean and counts per backend and metric, over all cases); for a run that computed nothing,
-        what the cases lack and what to run instead (`ragbridge.run.unscored`)."""
-        import html
-        import math
+        """A notebook's view of the run (`ragbridge.run.view`)."""
+        from .view import run_html
 
-        def num(v: Any) -> str:
-            return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
-
-        m = self.manifest
-        where = html.escape(str(self.path)) if self.path is not None else "in memory"
-        counts = m.counts or {}
-        head = (f"<b>Run</b> {where}: {m.dataset.get('n_cases', '?')} cases, "
-                f"{counts.get('scores', 0)} scores, {html.escape(m.status)}")
-        if (m.judge or {}).get("stub"):
-            head += " (judged by the stub judge: the judged scores test plumbing, not answer quality)"
-        columns = ("backend", "metric", "mean", "n_scored", "n_undefined", "n_errored", "n")
-        body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(num(r[c]) if c == 'mean' else str(r[c]))}</td>"
-                             for c in columns) + "</tr>" for r in self.summary_rows(by_tag=False))
-        header = "".join(f"<th>{c}</th>" for c in columns)
-        from .unscored import nothing_computed, unscored_lines
-
-        unscored = nothing_computed(self)
-        note = "" if unscored is None else f"<pre>{html.escape(chr(10).join(unscored_lines(unscored)))}</pre>"
-        return (f"<div><p>{head}</p><table><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>"
-                f"{note}</div>")
+        return run_html(self)
 
     @property
     def complete(self) -> bool:
         return self.manifest.status == "complete"
 
     def to_frame(self, wide: bool = False):
-        """The scores as a pandas DataFrame: one row per score (``case_id``, ``metric``, ``backend``,
-        ``value``, ..., ``status``); with ``wide``, one row per case (``case_id``, ``question``, in the
-        cases' order) and one column per ``backend:metric`` holding the value (NaN: undefined, failed
-        or not scored), the layout evaluation libraries give their results in."""
+        """The scores as a pandas DataFrame: one row per score (``case_id``, ``question``, ``metric``,
+        ``backend``, ``value``, ..., ``status``); with ``wide``, one row per case (``case_id``,
+        ``question``, in the cases' order) and one column per ``backend:metric`` holding the value
+        (NaN: undefined, failed or not scored), the layout evaluation libraries give their results in."""
         import pandas as pd
 
         if wide:
@@ -197,9 +181,12 @@ class Run:
             rows = [{"case_id": c.id, "question": c.question, **values.get(c.id, {})} for c in self.cases]
             return pd.DataFrame(rows, columns=["case_id", "question", *columns]).astype(
                 {c: float for c in columns})
-        rows = [s.model_dump() for s in self.scores]
-        for r, s in zip(rows, self.scores):
-            r["status"] = s.status
+        questions = {c.id: c.question for c in self.cases}
+        rows = []
+        for s in self.scores:
+            row = s.model_dump()
+            rows.append({"case_id": row.pop("case_id"), "question": questions.get(s.case_id), **row,
+                         "status": s.status})
         return pd.DataFrame(rows)
 
     def summary(self, by_tag: bool = True):
@@ -235,6 +222,16 @@ class Run:
             row["cost"] = float("nan") if s.cost is None else row["cost"] + s.cost
         columns = ["backend", "metric", "judge_calls", "prompt_tokens", "completion_tokens", "cost"]
         return pd.DataFrame(list(rows.values()), columns=columns)
+
+
+def _first_error(exc: ValueError) -> str:
+    """A validation error as one line: its first error's place and message."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors) and errors():
+        first = errors()[0]
+        where = ".".join(map(str, first.get("loc") or ()))
+        return (f"{where}: " if where else "") + str(first.get("msg", "invalid"))
+    return " ".join(str(exc).split())
 
 
 def pass_at_least(manifest: RunManifest) -> Optional[int]:
@@ -338,8 +335,20 @@ def truncate_partial_line(path: Path) -> None:
 # Writing a run folder
 
 
-#: the judge settings that decide its answers: a resume must keep them (`RunFolder.resume`)
+#: the judge settings that decide its answers: a resume must keep them (`RunFolder.resume`); the
+#: server is compared as `ragbridge.judge.config.identity_url` has it (ragbridge's stub judge by its
+#: settings, not by its port)
 JUDGE_IDENTITY = ("model", "base_url", "embedding_model")
+
+
+def judge_identity(judge: dict[str, Any]) -> dict[str, Any]:
+    """What decides the answers of the judge a manifest records (``run.json``'s ``judge``)."""
+    from ..judge.config import identity_url
+
+    found = {k: judge.get(k) for k in JUDGE_IDENTITY}
+    if found["base_url"]:
+        found["base_url"] = identity_url(found["base_url"], judge.get("stub_settings"))
+    return found
 
 
 class RunFolder:
@@ -359,13 +368,20 @@ class RunFolder:
         self._last_beat = time.monotonic()
         self._beat: Optional[threading.Thread] = None  # the heartbeat being written
         self._beat_error: Optional[OSError] = None
+        #: the cases differ from the earlier sessions' and only the changed ones are scored (`prepare`)
+        self.updating = False
+        self._kept: Optional[list[Score]] = None  # an update's scores kept, written by `start`
 
-    def prepare(self, overwrite: bool, fingerprint: str, target: bool = False) -> Optional[RunManifest]:
+    def prepare(self, overwrite: bool, fingerprint: str, target: bool = False,
+                changed_cases: str = "refuse") -> Optional[RunManifest]:
         """Decide what this run does with the folder; returns the earlier run's manifest to resume
         from, or None for a run that starts afresh (nothing there, or ``overwrite``: its files are
         deleted). ``fingerprint`` is the cases' (for a ``target`` run: the golden cases', before the
-        target fills them). Raises `RunError` when another live process is writing the folder, or,
-        without ``overwrite``, when it holds a run over other cases or an unreadable manifest."""
+        target fills them). A folder over other cases is updated with ``changed_cases="rescore"``
+        (not a ``target`` run's: its cases are the target's answers); `resume` then keeps the scores
+        of the unchanged cases. Raises `RunError` when another live process is writing the folder, or,
+        without ``overwrite``, when it holds an unreadable manifest or a run over other cases that is
+        not updated."""
         self._refuse_if_busy()
         if overwrite:
             for name in RUN_FILES:
@@ -376,23 +392,66 @@ class RunFolder:
         try:
             old = RunManifest.model_validate_json(self.manifest_path.read_text(encoding="utf-8"))
         except ValueError as exc:
+            why = _first_error(exc)
             raise RunError(
-                f"{self.manifest_path} is not a valid run manifest ({exc}); use --overwrite") from None
-        self._check_same_cases(old, "golden_fingerprint" if target else "fingerprint", fingerprint)
+                f"{self.manifest_path} is not a valid run manifest ({why}); pass overwrite=True to "
+                "replace it",
+                cli=f"{self.manifest_path} is not a valid run manifest ({why}); use --overwrite") from None
+        key = "golden_fingerprint" if target else "fingerprint"
+        if old.dataset.get(key) != fingerprint and changed_cases == "rescore" and not target \
+                and self.cases_path.exists():
+            self.updating = True
+            return old
+        self._check_same_cases(old, key, fingerprint, target)
         return old
 
-    def _check_same_cases(self, old: RunManifest, key: str, fingerprint: str) -> None:
+    def _check_same_cases(self, old: RunManifest, key: str, fingerprint: str, target: bool = False) -> None:
         if old.dataset.get(key) != fingerprint:
             if old.dataset.get("fingerprint_of") != FINGERPRINT_OF:
                 raise RunError(
                     f"{self.path} holds a run written by an earlier ragbridge, whose dataset fingerprint "
                     "is computed differently (now: SHA-256 of the cases' canonical lines), so it cannot "
+                    "be resumed; pass overwrite=True to score it again from the start, or another out",
+                    cli=f"{self.path} holds a run written by an earlier ragbridge, whose dataset fingerprint "
+                    "is computed differently (now: SHA-256 of the cases' canonical lines), so it cannot "
                     "be resumed; pass --overwrite to score it again from the start, or choose another --out"
                 )
             raise RunError(
                 f"{self.path} holds a run over different cases (dataset fingerprint differs); "
+                + ("a run with a target cannot keep part of it: " if target else "")
+                + "pass another out, or overwrite=True to replace it"
+                + ("" if target else ", or changed_cases=\"rescore\" to score only the cases that changed"),
+                cli=f"{self.path} holds a run over different cases (dataset fingerprint differs); "
                 "choose another --out, or pass --overwrite to replace it"
             )
+
+    def _unchanged(self, source: "CaseSource") -> tuple[set[str], dict[str, int]]:
+        """The ids of ``source``'s cases that the folder's ``cases.jsonl`` holds as they are (same id,
+        same canonical line), and how many cases were kept, changed, added and removed."""
+        import hashlib
+
+        def digest(line: bytes) -> bytes:
+            return hashlib.blake2b(line, digest_size=16).digest()
+
+        before: dict[str, bytes] = {}
+        with open(self.cases_path, "rb") as f:
+            for line in f:
+                line = line.rstrip(b"\n")
+                if line:
+                    before[json.loads(line)["id"]] = digest(line)
+        kept, counts = set(), {"kept": 0, "changed": 0, "added": 0, "removed": 0}
+        for batch in source.batches():
+            for i, case_id in enumerate(batch.ids):
+                earlier = before.pop(case_id, None)
+                if earlier is None:
+                    counts["added"] += 1
+                elif earlier == digest(batch.line(i)):
+                    kept.add(case_id)
+                    counts["kept"] += 1
+                else:
+                    counts["changed"] += 1
+        counts["removed"] = len(before)
+        return kept, counts
 
     def _check_same_judge(self, old: RunManifest, new: RunManifest) -> None:
         """Refuse a resume whose judge differs from the earlier sessions' in what decides its answers
@@ -401,16 +460,22 @@ class RunFolder:
         a, b = old.judge or {}, new.judge or {}
         if not a or not b:
             return
-        changed = [k for k in JUDGE_IDENTITY if a.get(k) != b.get(k)]
+        ia, ib = judge_identity(a), judge_identity(b)
+        changed = [k for k in JUDGE_IDENTITY if a.get(k) != b.get(k) and ia[k] != ib[k]]
         if changed:
             def judge(j: dict) -> str:
-                return ", ".join(f"{k} {j.get(k)!r}" for k in changed)
+                said = ", ".join(f"{k} {j.get(k)!r}" for k in changed)
+                if j.get("stub_settings") and "base_url" in changed:
+                    said += f" (ragbridge's stub judge, {j['stub_settings']})"
+                return said
 
+            said = (f"{self.path} was judged with {judge(a)}; this run asks for {judge(b)}. Resuming would "
+                    "mix two judges' scores in one run folder: resume with the same judge, or score into ")
             raise RunError(
-                f"{self.path} was judged with {judge(a)}; this run asks for {judge(b)}. Resuming would mix "
-                "two judges' scores in one run folder: resume with the same judge, or score into another "
-                "--out (then `ragbridge compare OLD NEW` compares the two judges), or pass --overwrite to "
-                "judge every case again with the new one")
+                said + "another out (then ragbridge.analysis.compare_runs(old, new) compares the two "
+                "judges), or pass overwrite=True to judge every case again with the new one",
+                cli=said + "another --out (then `ragbridge compare OLD NEW` compares the two judges), or "
+                "pass --overwrite to judge every case again with the new one")
 
     def _refuse_if_busy(self) -> None:
         try:
@@ -426,21 +491,36 @@ class RunFolder:
                 "wait for it to end or stop it, then run again"
             )
 
-    def resume(self, old: RunManifest, manifest: RunManifest) -> dict[tuple[str, str, str, int], Score]:
+    def resume(self, old: RunManifest, manifest: RunManifest,
+               source: Optional["CaseSource"] = None) -> dict[tuple[str, str, str, int], Score]:
         """Merge the earlier sessions' manifest ``old`` into this session's ``manifest`` and return
         the scores to keep, by `Score.repeat_key`: every one that did not fail and was not left unrun
         by a spent budget, unless its metric was redefined
         since (its rubric's digest changed: ``counts.redefined``, scored again). A judge that
         differs in `JUDGE_IDENTITY` is refused (`RunError`). The judge counts and the backends'
         wall times carry over, to be added to. Raises `RunError` when the cases differ from those
-        the earlier sessions scored (a target run whose outputs were not all kept in target.jsonl)."""
-        self._check_same_cases(old, "fingerprint", manifest.dataset["fingerprint"])
+        the earlier sessions scored (a target run whose outputs were not all kept in target.jsonl).
+
+        An update (`prepare`: the cases changed) keeps only the scores of the cases of ``source``
+        that are unchanged, of the metrics this session plans (``counts.cases_changed``: how many
+        cases were kept, changed, added and removed); `start` writes the folder's scores anew."""
+        if self.updating:
+            kept_cases, changed = self._unchanged(source)
+            manifest.counts["cases_changed"] = changed
+        else:
+            self._check_same_cases(old, "fingerprint", manifest.dataset["fingerprint"])
         self._check_same_judge(old, manifest)
         previous, _ = read_scores(self.scores_path)
         redefined = sorted(f"{b}:{m}" for b, ds in manifest.digests.items() for m, d in ds.items()
                            if old.digests.get(b, {}).get(m, d) != d)
         done = {s.repeat_key: s for s in previous
                 if s.status not in ("error", "not_run") and f"{s.backend}:{s.metric}" not in redefined}
+        if self.updating:
+            planned = {(b, m) for b, ms in manifest.metrics.items() for m in ms}
+            done = {k: s for k, s in done.items()
+                    if s.case_id in kept_cases and (s.backend, s.metric) in planned}
+            self._kept = list(done.values())
+            old = old.model_copy(update={"metrics": {}, "backends": {}})  # this session's plan is the run's
         manifest.digests = {b: {**old.digests.get(b, {}), **manifest.digests.get(b, {})}
                             for b in {**old.digests, **manifest.digests}}
         manifest.pass_marks = {b: {**old.pass_marks.get(b, {}), **manifest.pass_marks.get(b, {})}
@@ -455,7 +535,7 @@ class RunFolder:
         manifest.backends = {**old.backends, **manifest.backends}
         manifest.judge = manifest.judge or old.judge
         if (old.judge or {}).get("stub") and manifest.judge is not None and all(
-            manifest.judge.get(k) == old.judge.get(k) for k in ("model", "base_url")
+            judge_identity(manifest.judge)[k] == judge_identity(old.judge)[k] for k in ("model", "base_url")
         ):
             # the earlier sessions' judged scores came from the stub: a resume that makes no call
             # must not lose that label
@@ -471,8 +551,12 @@ class RunFolder:
 
     def start(self, source: "CaseSource", manifest: RunManifest) -> None:
         """Write the cases (``source.save``) and the manifest, and open ``scores.jsonl`` to append to
-        (a last line cut short by a kill is cut off first)."""
+        (a last line cut short by a kill is cut off first; an update's scores written anew: those it
+        keeps)."""
         self.path.mkdir(parents=True, exist_ok=True)
+        if self._kept is not None:
+            write_atomic(self.scores_path, "".join(score_json(s) + "\n" for s in self._kept))
+            self._kept = None
         source.save(self.cases_path)
         self.write_manifest(manifest)
         truncate_partial_line(self.scores_path)

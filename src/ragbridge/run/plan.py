@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from ..backend import MetricSpec, RunOptions
+from ..errors import UserError
 from ..metrics import resolve_metric
 from ..plugins import get_backends
 
@@ -21,7 +22,7 @@ DEFAULT_BACKENDS = ("native",)
 Plan = dict[str, list[tuple[str, MetricSpec]]]
 
 
-class RunError(ValueError):
+class RunError(UserError, ValueError):
     """A run that cannot start as asked (unknown backend or metric, unavailable library, bad folder)."""
 
 
@@ -37,7 +38,8 @@ def plan_metrics(
     asks for every metric of the group.
     """
     if k < 1:
-        raise RunError(f"--k must be a positive integer, got {k}")
+        raise RunError(f"k must be a positive integer (RunOptions(k=5)), got {k}",
+                       cli=f"--k must be a positive integer, got {k}")
     registry = get_backends()
     names = list(backends or DEFAULT_BACKENDS)
     plan: Plan = {}

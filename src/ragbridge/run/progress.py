@@ -1,18 +1,23 @@
-"""A run's progress on stderr: a bar on a terminal, a line every `progress_seconds` in a log.
+"""A run's progress: a bar in a notebook or on a terminal, a line every `progress_seconds` in a log.
 
 `progress_display` picks one (or none); the runner starts it, the recorder advances it with each
-score, and the runner stops it at the end of the run.
+score, and the runner stops it at the end of the run. In a Jupyter kernel (`in_notebook`) the bar is
+the cell's own output, redrawn in place (an HTML ``<progress>`` with a line of text, through
+IPython's display handles: no widget library needed) and left showing how the run ended; the Python
+API shows it by default there (``evaluate(progress=None)``) and nowhere else.
 """
 
 from __future__ import annotations
 
+import html
 import os
 import sys
 import threading
 import time
 from typing import Any, Optional, Union
 
-__all__ = ["PROGRESS_SECONDS", "Bar", "Lines", "progress_seconds", "progress_display"]
+__all__ = ["PROGRESS_SECONDS", "Bar", "NotebookBar", "Lines", "in_notebook", "progress_seconds",
+           "progress_display"]
 
 #: how often a run whose stderr is not a terminal prints a progress line (`progress_seconds`)
 PROGRESS_SECONDS = 30.0
@@ -21,13 +26,13 @@ PROGRESS_SECONDS = 30.0
 class Bar:
     """The progress bar on stderr, redrawn at most every 0.1 s."""
 
-    def __init__(self, total: int):
+    def __init__(self, total: int, label: str = "scoring"):
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
         from rich.progress import TimeRemainingColumn
 
         self.progress = Progress(
-            TextColumn("scoring"),
+            TextColumn(label),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
@@ -35,7 +40,7 @@ class Bar:
             console=Console(stderr=True),
             transient=False,
         )
-        self.task = self.progress.add_task("scoring", total=total)
+        self.task = self.progress.add_task(label, total=total)
         self.progress.start()
         self._last = 0.0
         self._pending = 0
@@ -53,13 +58,60 @@ class Bar:
         self.progress.stop()
 
 
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else \
+        f"{seconds // 60}:{seconds % 60:02d}"
+
+
+class NotebookBar:
+    """The progress bar of a notebook cell: one output, updated in place at most every
+    `NotebookBar.every` seconds (each update is a message to the notebook), ending as the run ended."""
+
+    every = 0.2
+
+    def __init__(self, total: int, label: str = "scoring"):
+        from IPython.display import display
+
+        self.total, self.label, self.done, self.errors = total, label, 0, 0
+        self.started = self._last = time.monotonic()
+        self._handle = display(self._bundle(), raw=True, display_id=True)
+
+    def _bundle(self, finished: bool = False) -> dict[str, str]:
+        elapsed = time.monotonic() - self.started
+        share = self.done / self.total if self.total else 1.0
+        parts = [f"{self.label} {self.done:,}/{self.total:,}", _clock(elapsed)]
+        if finished:
+            parts[0] = f"{self.label}: {self.done:,} of {self.total:,} done"
+            parts[1] = f"in {_clock(elapsed)}"
+        elif 0 < share < 1 and elapsed > 1:
+            parts.append(f"~{_clock(elapsed / share - elapsed)} left")
+        if self.errors:
+            parts.append(f"{self.errors:,} error(s)")
+        text = ", ".join(parts)
+        bar = (f'<progress value="{self.done}" max="{max(self.total, 1)}" '
+               f'style="width:20em;vertical-align:middle"></progress>')
+        return {"text/plain": text, "text/html": f"<div>{bar} {html.escape(text)}</div>"}
+
+    def advance(self, n: int = 1, errors: int = 0) -> None:
+        self.done += n
+        self.errors += errors
+        now = time.monotonic()
+        if now - self._last >= self.every:
+            self._last = now
+            self._handle.update(self._bundle(), raw=True)
+
+    def stop(self) -> None:
+        self._handle.update(self._bundle(finished=True), raw=True)
+
+
 class Lines:
     """Progress in a log (stderr is not a terminal: a CI job, a pipe): one line every
     `progress_seconds`, however long the wait for the judge, then one at the end: the scores done of
     those planned, how many errored, the judge calls (and answers from its cache) and their cost."""
 
-    def __init__(self, total: int, gateway: Any, every: float):
-        self.total, self.done, self.errors, self.gateway = total, 0, 0, gateway
+    def __init__(self, total: int, gateway: Any, every: float, noun: str = "scores"):
+        self.total, self.done, self.errors, self.gateway, self.noun = total, 0, 0, gateway, noun
         self.started = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, args=(every,), name="ragbridge-progress",
@@ -72,7 +124,7 @@ class Lines:
 
     def line(self) -> str:
         elapsed = int(time.monotonic() - self.started)
-        text = (f"progress: {self.done:,} of {self.total:,} scores ({self.done / self.total:.0%}), "
+        text = (f"progress: {self.done:,} of {self.total:,} {self.noun} ({self.done / self.total:.0%}), "
                 + (f"{self.errors:,} error(s)" if self.errors else "no error"))
         if self.gateway is not None:
             u = self.gateway.usage()
@@ -94,6 +146,14 @@ class Lines:
         print(self.line(), file=sys.stderr, flush=True)
 
 
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (its output is shown by a notebook, which shows
+    HTML), as opposed to a script, a terminal IPython or the command line."""
+    ipython = sys.modules.get("IPython")  # a kernel has imported it; nothing else is imported here
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
 def progress_seconds() -> float:
     """How often a run in a log prints its progress line: ``RAGBRIDGE_PROGRESS_SECONDS``, else 30 s
     (CI services stop a job that prints nothing for 10 minutes)."""
@@ -103,8 +163,13 @@ def progress_seconds() -> float:
         return PROGRESS_SECONDS
 
 
-def progress_display(enabled: bool, total: int, gateway: Any = None) -> Optional[Union[Bar, Lines]]:
-    """A progress bar on a terminal, progress lines in a log, or nothing."""
-    if not enabled or not total:
+def progress_display(enabled: Optional[bool], total: int, gateway: Any = None, label: str = "scoring",
+                     noun: str = "scores") -> Optional[Union[Bar, NotebookBar, Lines]]:
+    """A progress bar in a notebook or on a terminal, progress lines in a log, or nothing.
+    ``enabled=None``: a bar in a notebook, nothing elsewhere (the Python API's default)."""
+    notebook = in_notebook()
+    if not (notebook if enabled is None else enabled) or not total:
         return None
-    return Bar(total) if sys.stderr.isatty() else Lines(total, gateway, progress_seconds())
+    if notebook:
+        return NotebookBar(total, label)
+    return Bar(total, label) if sys.stderr.isatty() else Lines(total, gateway, progress_seconds(), noun)

@@ -9,6 +9,7 @@ or written. The fields are documented on `ragbridge.run.runner.evaluate_async`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -33,7 +34,7 @@ class RunRequest:
     options: Optional[RunOptions] = None
     judge: Any = None
     dataset_path: Optional[str] = None
-    progress: bool = False
+    progress: Optional[bool] = None
     overwrite: bool = False
     on_score: Optional[Callable[[Score], None]] = None
     target: Any = None
@@ -47,6 +48,7 @@ class RunRequest:
     executor: Any = None
     score_cache: bool = True
     corpus: Any = None
+    changed_cases: str = "rescore"
 
     @property
     def run_options(self) -> RunOptions:
@@ -59,28 +61,37 @@ class RunRequest:
         return self.max_calls is not None or self.max_cost is not None
 
     def check(self) -> None:
-        """Raise `RunError` for a value no run can take (named as the command line's option is)."""
+        """Raise `RunError` for a value no run can take (named as the parameter is, and for the
+        command line as its option is)."""
         def whole(v: Any) -> bool:
             return isinstance(v, int) and not isinstance(v, bool)
+
+        def bad(text: str) -> RunError:  # "{repeats}" is the parameter's name, or the option's
+            return RunError(re.sub(r"\{(\w+)\}", r"\1", text),
+                            cli=re.sub(r"\{(\w+)\}", lambda m: "--" + m[1].replace("_", "-"), text))
 
         repeats, pass_repeats = self.repeats, self.pass_repeats
         max_calls, max_cost = self.max_calls, self.max_cost
         if not whole(repeats) or repeats < 1:
-            raise RunError(f"--repeats must be a positive integer, got {repeats!r}")
+            raise bad(f"{{repeats}} must be a positive integer, got {repeats!r}")
         if pass_repeats is not None and (not whole(pass_repeats) or not 1 <= pass_repeats <= repeats):
-            raise RunError(f"--pass-repeats must be an integer from 1 to --repeats ({repeats}), "
-                           f"got {pass_repeats!r}")
+            raise bad(f"{{pass_repeats}} must be an integer from 1 to {{repeats}} ({repeats}), "
+                      f"got {pass_repeats!r}")
         if max_calls is not None and (not whole(max_calls) or max_calls < 0):
-            raise RunError(f"--max-calls must be a non-negative integer, got {max_calls!r}")
+            raise bad(f"{{max_calls}} must be a non-negative integer, got {max_calls!r}")
         if max_cost is not None and (isinstance(max_cost, bool) or not isinstance(max_cost, (int, float))
                                      or not max_cost >= 0):
-            raise RunError(f"--max-cost must be a non-negative number, got {max_cost!r}")
+            raise bad(f"{{max_cost}} must be a non-negative number, got {max_cost!r}")
         problem = self.run_options.problem()
         if problem:
             raise RunError(problem)
+        if self.changed_cases not in ("rescore", "refuse"):
+            raise RunError(f"changed_cases must be 'rescore' or 'refuse', got {self.changed_cases!r}")
         if self.dry_run and self.target is not None:
-            raise RunError("a dry run cannot call the system under test: run without --target (or rescore "
-                           "the target run's folder) to count its judge calls")
+            raise RunError("a dry run cannot call the system under test: run without target (or rescore "
+                           "the target run's folder) to count its judge calls",
+                           cli="a dry run cannot call the system under test: run without --target (or "
+                               "rescore the target run's folder) to count its judge calls")
 
     @classmethod
     def names(cls) -> list[str]:

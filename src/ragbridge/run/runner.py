@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from .. import __version__
 from ..backend import RunOptions, ScoringContext
+from ..errors import cli_text
 from ..formats import load_cases
 from ..formats.batches import CaseBatch
 from ..formats.source import BATCH_SIZE, CaseSource, open_cases
@@ -84,7 +85,7 @@ def evaluate(
     options: RunOptions | None = None,
     judge: Any = None,
     dataset_path: str | None = None,
-    progress: bool = False,
+    progress: Optional[bool] = None,
     overwrite: bool = False,
     on_score: Optional[Callable[[Score], None]] = None,
     target: Any = None,
@@ -98,6 +99,7 @@ def evaluate(
     executor: Any = None,
     score_cache: bool = True,
     corpus: Any = None,
+    changed_cases: str = "rescore",
 ) -> Run:
     """Score ``cases`` with ``backends`` (default: native) and return the `Run`.
 
@@ -119,7 +121,7 @@ async def evaluate_async(
     options: RunOptions | None = None,
     judge: Any = None,
     dataset_path: str | None = None,
-    progress: bool = False,
+    progress: Optional[bool] = None,
     overwrite: bool = False,
     on_score: Optional[Callable[[Score], None]] = None,
     target: Any = None,
@@ -133,6 +135,7 @@ async def evaluate_async(
     executor: Any = None,
     score_cache: bool = True,
     corpus: Any = None,
+    changed_cases: str = "rescore",
 ) -> Run:
     """Score ``cases`` with ``backends`` (default: native) and return the `Run`.
 
@@ -143,12 +146,18 @@ async def evaluate_async(
     ``faithfulness``; default: every metric of each backend). ``judge`` is a
     ``ragbridge.judge.JudgeConfig``, needed only when a planned metric uses a judge. With ``out`` the
     run folder is written, and resumed if it already holds a run of the same cases (``overwrite``
-    replaces it instead); the returned `Run` then reads its scores from the folder when asked for
-    them. With ``target`` (a spec for `ragbridge.run.target.load_target`, or a loaded `Target`) each
-    case's chunks and answer come from calling the system under test first. ``on_score`` is called
-    with each score as it is recorded. Cases are scored ``batch_size`` at a time. ``executor`` is
-    where the scoring step runs: ``"local"`` (the default: this process) or ``"ray"`` (a
-    `ragbridge.run.ray_executor.RayExecutor`, or one given), with the same scores and run folder.
+    replaces it instead); when it holds a run of other cases (a case edited, added or removed since),
+    ``changed_cases="rescore"`` keeps the scores of the unchanged cases and scores the changed and
+    new ones (``manifest.counts["cases_changed"]`` says how many of each), ``"refuse"`` raises
+    `RunError` (the command line's behaviour); the returned `Run` then reads its scores from the
+    folder when asked for them. With ``target`` (a spec for `ragbridge.run.target.load_target`, or a
+    loaded `Target`) each case's chunks and answer come from calling the system under test first.
+    ``progress``: a progress bar (`ragbridge.run.progress`); None, the default, shows one in a Jupyter
+    notebook and nothing elsewhere.
+    ``on_score`` is called with each score as it is recorded. Cases are scored ``batch_size`` at a
+    time. ``executor`` is where the scoring step runs: ``"local"`` (the default: this process) or
+    ``"ray"`` (a `ragbridge.run.ray_executor.RayExecutor`, or one given), with the same scores and
+    run folder.
 
     ``repeats``: each judged metric is scored this many times (distinct judge calls); a case passes
     when at least ``pass_repeats`` of them pass (default: a majority). ``max_calls`` / ``max_cost``:
@@ -181,7 +190,8 @@ async def run(request: RunRequest) -> Run:
         if source.span_cases and not options.span_labels:
             options = dataclass_replace(options, span_labels=True)
         plan = plan_metrics(request.backends, request.metrics, options.k, options)
-        judge = request.judge if _check_judge(plan, request.judge, preflight=not request.dry_run) else None
+        judged, stub = _check_judge(plan, request.judge, preflight=not request.dry_run)
+        judge = request.judge if judged else None
         executor = executor_for(request.executor)
         target = load_target(request.target) if isinstance(request.target, str) else request.target
         golden_fp = source.fingerprint
@@ -189,7 +199,7 @@ async def run(request: RunRequest) -> Run:
         earlier = None
         if folder and not (request.dry_run and request.overwrite):
             earlier = folder.prepare(request.overwrite and not request.dry_run, golden_fp,
-                                     target=target is not None)
+                                     target=target is not None, changed_cases=request.changed_cases)
         dataset_path = request.dataset_path
         if isinstance(request.cases, (str, os.PathLike)):
             dataset_path = dataset_path or str(request.cases)
@@ -203,10 +213,10 @@ async def run(request: RunRequest) -> Run:
             n_target_errors = sum(1 for c in filled if target_error(c))
             source = opened.enter_context(CaseSource.of_cases(filled, request.batch_size, corpus))
             dataset.update(fingerprint=source.fingerprint, golden_fingerprint=golden_fp, target=target.spec)
-        manifest = _new_manifest(plan, dataset, options, judge)
+        manifest = _new_manifest(plan, dataset, options, judge, stub)
         if request.repeats > 1 or request.pass_repeats is not None:
             manifest.options.update(repeats=request.repeats, pass_repeats=request.pass_repeats)
-        done = folder.resume(earlier, manifest) if earlier is not None else {}
+        done = folder.resume(earlier, manifest, source) if earlier is not None else {}
         if request.dry_run:
             folder = None  # nothing is written
         if folder:
@@ -240,7 +250,9 @@ async def _score(request: RunRequest, plan: Plan, options: RunOptions, judge: An
                     reuse = ScoreReuse(cache, plan, options, judge, manifest)
             planned = source.n_cases * sum(request.repeats if spec.judge else 1
                                            for chosen in plan.values() for _, spec in chosen)
-            bar = progress_display(request.progress, planned, gateway)
+            pairs = {(b, m) for b, chosen in plan.items() for m, _ in chosen}
+            kept = sum(1 for (_, m, b, _) in done if (b, m) in pairs)  # an earlier session's: not to do
+            bar = progress_display(request.progress, planned - kept, gateway)
             if bar is not None:
                 closing.callback(bar.stop)
             recorder = Recorder(manifest, done, folder, gateway, request.on_score, bar, keep=folder is None,
@@ -350,34 +362,46 @@ def _stub_simulator() -> Callable[[str, Any], dict]:
     return simulate
 
 
-def _check_judge(plan: Plan, judge: Any, preflight: bool = True) -> bool:
-    """Whether a planned metric needs the judge; raises `RunError` when it has none, or (with
-    ``preflight``) when its key or endpoint does not work (checked before anything is called or
-    written)."""
+def _check_judge(plan: Plan, judge: Any, preflight: bool = True) -> tuple[bool, Optional[str]]:
+    """Whether a planned metric needs the judge, and the settings of ragbridge's stub judge when it is
+    the judge (`ragbridge.judge.preflight`); raises `RunError` when there is no judge, or (with
+    ``preflight``) when its key, endpoint or model does not work (checked before anything is called
+    or written). Without ``preflight`` (a dry run), and for a replayed cache, only whether a judge on
+    this machine is the stub is asked (`ragbridge.judge.preflight.detect_stub`: no key, no judge call)."""
     if not any(spec.judge for chosen in plan.values() for _, spec in chosen):
-        return False
+        return False, None
     if judge is None:
         judged = sorted({f"{b}:{m}" for b, chosen in plan.items() for m, s in chosen if s.judge})
+        need = "these metrics need a judge: " + ", ".join(judged)
         raise RunError(
-            "these metrics need a judge: " + ", ".join(judged)
-            + "; pass --judge-model and --judge-base-url (or set them in ragbridge.toml)"
-        )
-    if not preflight:
-        return True
-    from ..judge import JudgeGateway
+            need + "; pass judge=JudgeConfig(model=\"MODEL\", base_url=\"URL\") (from ragbridge.judge "
+            "import JudgeConfig; ragbridge.testing.StubJudge() is a judge to try the plumbing with)",
+            cli=need + "; pass --judge-model and --judge-base-url (or set them in ragbridge.toml)")
+    if preflight:
+        from ..judge import JudgeGateway
 
-    probe = JudgeGateway(judge)  # preflight needs no started gateway: nothing is served yet
-    try:
-        probe.preflight()
-    except Exception as exc:
-        raise RunError(str(exc)) from None
-    finally:
-        probe.close()
-    return True
+        probe = JudgeGateway(judge)  # preflight needs no started gateway: nothing is served yet
+        try:
+            checked = probe.preflight()
+        except Exception as exc:
+            raise RunError(str(exc), cli=cli_text(exc)) from None
+        finally:
+            probe.close()
+        if checked.get("upstream_checked"):
+            return True, checked.get("stub_settings")
+    # a dry run, a recorded cache replayed: nothing is checked, but whether a judge on this machine
+    # is the stub judge (its answers are recorded under its settings, not its port)
+    from ..judge.dialect import endpoints_of
+    from ..judge.preflight import detect_stub
+
+    return True, detect_stub(judge, endpoints_of(judge)[0])
 
 
-def _new_manifest(plan: Plan, dataset: dict[str, Any], options: RunOptions, judge: Any) -> RunManifest:
-    """This session's manifest (``judge``: the config when a planned metric uses it, else None)."""
+def _new_manifest(plan: Plan, dataset: dict[str, Any], options: RunOptions, judge: Any,
+                  stub: Optional[str] = None) -> RunManifest:
+    """This session's manifest (``judge``: the config when a planned metric uses it, else None;
+    ``stub``: the judge is ragbridge's stub judge with these settings, so its scores are labelled and
+    its identity is not its port: `ragbridge.judge.config.identity_url`)."""
     registry = get_backends()
     manifest = RunManifest(
         ragbridge_version=__version__,
@@ -385,7 +409,8 @@ def _new_manifest(plan: Plan, dataset: dict[str, Any], options: RunOptions, judg
         backends={b: registry[b].version() for b in plan},
         metrics={b: [m for m, _ in chosen] for b, chosen in plan.items()},
         options=options.public(),
-        judge=judge.public_dict() if judge is not None else None,
+        judge=({**judge.public_dict(), **({"stub": True, "stub_settings": stub} if stub else {})}
+               if judge is not None else None),
         digests={b: d for b, chosen in plan.items() if (d := {m: s.digest for m, s in chosen if s.digest})},
         pass_marks={b: d for b, chosen in plan.items()
                     if (d := {m: s.pass_mark for m, s in chosen if s.pass_mark is not None})},

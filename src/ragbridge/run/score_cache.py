@@ -44,7 +44,7 @@ from ..judge.cache import open_database
 from ..backend import RunOptions
 from ..formats.batches import CaseBatch
 from ..formats.plain_records import record_line
-from ..judge.config import redact_url
+from ..judge.config import identity_url, redact_url
 from ..plugins import get_backends
 from ..schema import RunManifest, Score
 from .plan import Plan
@@ -58,8 +58,9 @@ _SCHEMA = ("CREATE TABLE IF NOT EXISTS scores "
 
 
 def metric_prefix(backend: str, version: Optional[str], metric: str, spec: Any, options: Any,
-                  judge: Any) -> bytes:
-    """What a backend's metric depends on within a run, hashed: the start of each of its cases' keys."""
+                  judge: Any, stub: Optional[str] = None) -> bytes:
+    """What a backend's metric depends on within a run, hashed: the start of each of its cases' keys
+    (``stub``: the judge is ragbridge's stub judge with these settings, `identity_url`)."""
     doc = {
         "ragbridge": __version__,
         "backend": backend,
@@ -70,7 +71,7 @@ def metric_prefix(backend: str, version: Optional[str], metric: str, spec: Any, 
         "options": {"k": options.k, "gain": options.gain, "case_sensitive": options.case_sensitive,
                     "decline_phrases": options.decline_phrases,
                     "backend_options": options.backend_options.get(backend)},
-        "judge": {"model": judge.model, "base_url": judge.public_base_url,
+        "judge": {"model": judge.model, "base_url": identity_url(judge.base_url, stub),
                   "embedding_model": judge.embedding_model, "max_tokens": judge.max_tokens},
     }
     # what the gateway changes in each request, and another embeddings server (absent when unset, so
@@ -177,7 +178,8 @@ class ScoreReuse:
                  manifest: RunManifest):
         registry = get_backends()
         self.cache = cache
-        self.prefixes = {(b, m): metric_prefix(b, registry[b].version(), m, spec, options, judge)
+        stub = (manifest.judge or {}).get("stub_settings")
+        self.prefixes = {(b, m): metric_prefix(b, registry[b].version(), m, spec, options, judge, stub)
                          for b, chosen in plan.items() for m, spec in chosen if spec.judge}
         self.priced = bool(judge.prices)
         self.keys: dict[tuple[str, str, str, int], str] = {}  # the scores being made: repeat key -> key

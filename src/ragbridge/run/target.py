@@ -36,8 +36,10 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 from urllib.parse import urlparse
 
+from ..errors import UserError
 from ..formats.files import jsonl_lines
 from ..formats.records import normalize_chunk
+from .progress import progress_display
 from ..schema import Case, Chunk
 
 __all__ = ["TargetError", "Target", "load_target", "fill_cases", "parse_chunks", "parse_output",
@@ -52,7 +54,7 @@ EXPECTED = (
 )
 
 
-class TargetError(ValueError):
+class TargetError(UserError, ValueError):
     """A target that cannot be used at all (cannot be imported or reached)."""
 
 
@@ -201,7 +203,7 @@ async def fill_cases(
     target: Target,
     record_path: Optional[Path] = None,
     concurrency: int = 4,
-    progress: bool = False,
+    progress: Optional[bool] = False,
 ) -> list[Case]:
     """Call the target for every case (at most ``concurrency`` at once) and return the filled cases.
 
@@ -224,15 +226,7 @@ async def fill_cases(
         record_path.parent.mkdir(parents=True, exist_ok=True)
     fh = open(record_path, "a", encoding="utf-8") if record_path is not None else None
     sem = asyncio.Semaphore(max(1, concurrency))
-    bar = None
-    if progress and todo:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        bar = Progress(TextColumn("calling target"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                       console=Console(stderr=True))
-        task = bar.add_task("target", total=len(todo))
-        bar.start()
+    bar = progress_display(progress, len(todo), label="calling target", noun="target calls")
 
     async def one(case: Case) -> None:
         async with sem:
@@ -258,7 +252,7 @@ async def fill_cases(
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
                 fh.flush()
             if bar is not None:
-                bar.advance(task)
+                bar.advance(1, int(error is not None))
 
     try:
         await asyncio.gather(*(one(c) for c in todo))

@@ -33,8 +33,9 @@ def nothing_computed(run: "Run", dataset: Optional[str] = None, out: Optional[st
     score's reason with its number of cases), ``fields`` (per input of `FIELD_WORDS`: how many cases
     have it), ``judged`` (per installed backend with judged metrics: ``backend`` and the ``metrics``
     some case has every input for) and ``command`` (a ``ragbridge run`` that scores them, with the
-    judge's options to fill in; None when no judged backend is installed). ``dataset`` and ``out``
-    go into the command (default: the run's recorded dataset path and folder).
+    judge's options to fill in; None when no judged backend is installed), ``python`` (the same as a
+    call of `ragbridge.evaluate`). ``dataset`` and ``out`` go into the command (default: the run's
+    recorded dataset path and folder).
     """
     counts = run.manifest.counts or {}
     if not counts.get("scores") or counts.get("scored") or counts.get("errored") or counts.get("not_run"):
@@ -48,14 +49,16 @@ def nothing_computed(run: "Run", dataset: Optional[str] = None, out: Optional[st
     present = [c.fields_present() for c in run.cases]
     fields = {f: sum(f in p for p in present) for f in FIELD_WORDS}
     judged = _judged_backends(present)
-    command = None  # the first backend's command: its metrics whose inputs are missing are skipped
+    command = python = None  # the first backend's: its metrics whose inputs are missing are skipped
     if judged:
         dataset = dataset or run.manifest.dataset.get("path") or "GOLDEN.jsonl"
         out = out or (str(run.path) if run.path is not None else "RUN_FOLDER")
         command = " ".join(["ragbridge", "run", shlex.quote(str(dataset)), "--out", shlex.quote(str(out)),
                             "--backend", judged[0]["backend"], "--judge-model", "MODEL", "--judge-base-url",
                             "URL"])
-    return {"metrics": metrics, "fields": fields, "judged": judged, "command": command}
+        python = (f"ragbridge.evaluate(cases, backends=[{judged[0]['backend']!r}], "
+                  f"judge=JudgeConfig(model=\"MODEL\", base_url=\"URL\"), out={str(out)!r})")
+    return {"metrics": metrics, "fields": fields, "judged": judged, "command": command, "python": python}
 
 
 def _judged_backends(present: list[set[str]]) -> list[dict[str, Any]]:
@@ -77,8 +80,9 @@ def _judged_backends(present: list[set[str]]) -> list[dict[str, Any]]:
     return found
 
 
-def unscored_lines(info: dict) -> list[str]:
-    """`nothing_computed`'s answer as lines of plain text."""
+def unscored_lines(info: dict, python: bool = False) -> list[str]:
+    """`nothing_computed`'s answer as lines of plain text; ``python``: what to run as Python (for a
+    notebook), else as a command line."""
     n = sum(m["n"] for m in info["metrics"])
     lines = [f"nothing was computed: all {n} scores are undefined, because the cases lack what the "
              "metrics need:"]
@@ -97,9 +101,14 @@ def unscored_lines(info: dict) -> list[str]:
     if info["judged"]:
         lines.append("metrics that judge these inputs (a judge model needed), by installed backend:")
         lines.extend(f"  {j['backend']}: {', '.join(j['metrics'])}" for j in info["judged"])
-        lines.append(f"to score them: {info['command']}")
-        lines.append("(another backend with --backend; the judge can also come from ragbridge.toml, and "
-                     "`ragbridge judge serve` runs a stub judge to try the plumbing without a key)")
+        if python and info.get("python"):
+            lines.append(f"to score them: {info['python']}")
+            lines.append("(from ragbridge.judge import JudgeConfig; another backend in backends=[...]; "
+                         "ragbridge.testing.StubJudge() is a judge to try the plumbing without a key)")
+        else:
+            lines.append(f"to score them: {info['command']}")
+            lines.append("(another backend with --backend; the judge can also come from ragbridge.toml, "
+                         "and `ragbridge judge serve` runs a stub judge to try the plumbing without a key)")
     else:
         lines.append("no installed backend has a judged metric these inputs allow: give the cases an "
                      "answer (and the retrieved chunks' text); `ragbridge backends` lists the backends, "

@@ -10,22 +10,28 @@ answers as the plain stub does. Without a prefix the stub is a lenient OpenAI-co
 prefix     paths (after the prefix)                       key
 ========== ============================================== ==========================================
 openai     ``/v1/...``                                    ``Authorization: Bearer`` (401
-                                                          ``invalid_api_key``)
+                                                          ``invalid_api_key``); unknown model: 404
+                                                          ``model_not_found``
 azure      ``/openai/deployments/<deployment>/<endpoint>`` ``api-key`` (a Bearer key: 401, it wants
            and ``/openai/{models,responses}``, each with  an Entra token); no ``api-version``: 404
            ``?api-version=``                              ``Resource not found``; an unknown
                                                           deployment: 404 ``DeploymentNotFound``
 ollama     ``/v1/...``                                    none (any Authorization is ignored);
-                                                          unknown model: 404 ``try pulling it``
+                                                          unknown model: 404 ``not_found_error``
+                                                          ``model "x" not found, try pulling it
+                                                          first``
 vllm       ``/v1/...``                                    Bearer when the stub has ``api_key`` (as
                                                           ``vllm serve --api-key``): 401
                                                           ``{"error": "Unauthorized"}``; unknown
-                                                          model: 404 ``NotFoundError``
+                                                          model: 404 ``NotFoundError`` (the
+                                                          ``{"error": {...}}`` shape of vLLM 0.10
+                                                          and later)
 llamacpp   ``/v1/...`` or ``/...``                        Bearer or ``X-Api-Key`` when the stub has
                                                           ``api_key`` (``--api-key``), not for
                                                           ``/health``, ``/models``; embeddings: 501
                                                           (a server started without
-                                                          ``--embeddings``); any model name
+                                                          ``--embeddings``); any model name: it
+                                                          lists its one model by its file
 anthropic  ``/v1/...``; no ``/v1/embeddings`` (404)       ``x-api-key`` or Bearer; Anthropic's error
                                                           shape (``authentication_error``)
 gemini     ``/v1beta/openai/...``                         Bearer; none: 403 ``PERMISSION_DENIED``;
@@ -37,6 +43,15 @@ litellm    ``/...`` or ``/v1/...``                        Bearer or ``x-litellm-
 
 A key is right when it equals the stub's ``api_key``, or, when the stub has none, when it is not
 empty. A model is known when the stub lists it in ``models``.
+
+``GET /models`` answers as each server does (`listing`): OpenAI, LiteLLM, Ollama and vLLM list the
+known models (vLLM's entries ``owned_by: vllm``, with ``root`` and ``max_model_len``); llama.cpp's
+server lists its one model by its file (``owned_by: llamacpp``), whatever names it answers to;
+Anthropic lists dated ids (``claude-sonnet-4-5-20250929``) and serves the undated alias too; Gemini
+lists ``models/<name>``; an Azure resource lists the models it can deploy (a catalogue with their
+capabilities), not its deployments. A stub made with ``lists_models=False`` is a server that does
+not implement ``/models`` (older llama.cpp builds, some proxies): 404 as that server answers an
+unknown path.
 """
 
 from __future__ import annotations
@@ -46,7 +61,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 from urllib.parse import parse_qs
 
-__all__ = ["DIALECTS", "Routed", "Rejected", "route"]
+from .answers import CREATED
+
+__all__ = ["DIALECTS", "NO_LISTING", "Routed", "Rejected", "listing", "route"]
 
 ENDPOINTS = ("chat/completions", "completions", "responses", "embeddings", "models")
 
@@ -117,6 +134,9 @@ def _openai(r: Request) -> Outcome:
         return Rejected(401, _openai_error("Incorrect API key provided. You can find your API key at "
                                            "https://platform.openai.com/account/api-keys.",
                                            code="invalid_api_key"))
+    if not _model_known(r, endpoint):
+        return Rejected(404, _openai_error(f"The model `{r.model}` does not exist or you do not have access "
+                                           "to it.", code="model_not_found"))
     return Routed("/" + endpoint)
 
 
@@ -159,8 +179,11 @@ def _ollama(r: Request) -> Outcome:
     endpoint = _endpoint(r.path)
     if endpoint is None:
         return Rejected(404, "404 page not found")
+    if r.model and ":" not in r.model and f"{r.model}:latest" in r.models:
+        return Routed("/" + endpoint)  # a name without a tag is its :latest
     if not _model_known(r, endpoint):
-        return Rejected(404, _openai_error(f'model "{r.model}" not found, try pulling it first', "api_error"))
+        return Rejected(404, _openai_error(f'model "{r.model}" not found, try pulling it first',
+                                           "not_found_error"))
     return Routed("/" + endpoint)
 
 
@@ -171,8 +194,8 @@ def _vllm(r: Request) -> Outcome:
     if endpoint is None:
         return Rejected(404, {"detail": "Not Found"})
     if not _model_known(r, endpoint):
-        return Rejected(404, {"object": "error", "message": f"The model `{r.model}` does not exist.",
-                              "type": "NotFoundError", "param": None, "code": 404})
+        return Rejected(404, {"error": {"message": f"The model `{r.model}` does not exist.",
+                                        "type": "NotFoundError", "param": "model", "code": 404}})
     return Routed("/" + endpoint)
 
 
@@ -194,6 +217,15 @@ def _anthropic_error(status: int, etype: str, message: str) -> Rejected:
     return Rejected(status, {"type": "error", "error": {"type": etype, "message": message}})
 
 
+ANTHROPIC_DATE = "20250929"
+
+
+def _anthropic_known(r: Request) -> bool:
+    """Anthropic serves a dated id and its undated alias."""
+    model = r.model or ""
+    return model in r.models or model.removesuffix(f"-{ANTHROPIC_DATE}") in r.models
+
+
 def _anthropic(r: Request) -> Outcome:
     given = r.headers.get("x-api-key") or r.bearer()
     if not given:
@@ -203,7 +235,7 @@ def _anthropic(r: Request) -> Outcome:
     endpoint = _endpoint(r.path)
     if endpoint is None or endpoint in ("embeddings", "responses", "completions"):
         return _anthropic_error(404, "not_found_error", "Not Found")
-    if not _model_known(r, endpoint):
+    if r.method == "POST" and endpoint != "models" and not _anthropic_known(r):
         return _anthropic_error(404, "not_found_error", f"model: {r.model}")
     return Routed("/" + endpoint)
 
@@ -246,6 +278,63 @@ def _litellm(r: Request) -> Outcome:
                                         f"model={r.model}. Call `/v1/models` to view available models for "
                                         f"your key.'}}", "type": "None", "param": "None", "code": "400"}})
     return Routed("/" + endpoint)
+
+
+def _listed(models: list[str], owned_by: str, **extra: Any) -> dict:
+    return {"object": "list", "data": [{"id": m, "object": "model", "created": CREATED, "owned_by": owned_by,
+                                        **extra} for m in models]}
+
+
+#: the model file llama.cpp's server lists (whatever name a request gives, it answers with this model)
+LLAMACPP_FILE = "/models/stub-model-q4_k_m.gguf"
+#: what an Azure resource lists at /openai/models: the models it can deploy, not its deployments
+AZURE_CATALOGUE = ("gpt-4o-mini-2024-07-18", "gpt-4o-2024-08-06", "text-embedding-3-small")
+
+
+def listing(dialect: Optional[str], models: list[str]) -> Any:
+    """What ``GET /models`` of the server ``dialect`` lists when it knows ``models`` (see the module
+    docstring); None: the stub's own list."""
+    if dialect == "vllm":
+        return _listed(models, "vllm", root=models[0] if models else None, parent=None, max_model_len=32768,
+                       permission=[])
+    if dialect == "ollama":
+        return {"object": "list", "data": [{"id": m, "object": "model", "created": CREATED,
+                                            "owned_by": "library"} for m in models]}
+    if dialect == "llamacpp":
+        return {"models": [{"name": LLAMACPP_FILE, "model": LLAMACPP_FILE, "type": "model"}],
+                "object": "list", "data": [{"id": LLAMACPP_FILE, "object": "model", "created": CREATED,
+                                            "owned_by": "llamacpp", "meta": {"n_ctx_train": 32768}}]}
+    if dialect == "anthropic":
+        dated = [m if m[-8:].isdigit() else f"{m}-{ANTHROPIC_DATE}" for m in models]
+        return {"data": [{"type": "model", "id": m, "display_name": m, "created_at": "2025-09-29T00:00:00Z"}
+                         for m in dated], "has_more": False, "first_id": dated[0] if dated else None,
+                "last_id": dated[-1] if dated else None}
+    if dialect == "gemini":
+        return {"object": "list", "data": [{"id": f"models/{m}", "object": "model", "owned_by": "google"}
+                                           for m in models]}
+    if dialect == "azure":
+        return {"object": "list", "data": [
+            {"id": m, "object": "model", "status": "succeeded", "lifecycle_status": "generally-available",
+             "capabilities": {"chat_completion": "embedding" not in m, "embeddings": "embedding" in m,
+                              "inference": True, "fine_tune": False}, "created_at": CREATED}
+            for m in AZURE_CATALOGUE]}
+    if dialect in ("openai", "litellm"):
+        return _listed(models, "openai")
+    return None
+
+
+#: what a server that does not implement ``/models`` answers it (status, body)
+NO_LISTING: dict[Optional[str], tuple[int, Any]] = {
+    None: (404, _openai_error("ragbridge stub: no route GET /models")),
+    "openai": (404, _openai_error("Invalid URL (GET /v1/models)")),
+    "azure": (404, {"error": {"code": "404", "message": "Resource not found"}}),
+    "ollama": (404, "404 page not found"),
+    "vllm": (404, {"detail": "Not Found"}),
+    "llamacpp": (404, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}),
+    "anthropic": (404, {"type": "error", "error": {"type": "not_found_error", "message": "Not Found"}}),
+    "gemini": (404, [{"error": {"code": 404, "message": "Not Found", "status": "NOT_FOUND"}}]),
+    "litellm": (404, {"detail": "Not Found"}),
+}
 
 
 DIALECTS: dict[str, Callable[[Request], Outcome]] = {

@@ -7,7 +7,9 @@ Endpoints: ``POST /v1/chat/completions`` (plain prompts, ``response_format`` ``j
 ``json_schema``, ``tools``/``tool_choice``, ``logprobs``), ``POST /v1/responses`` (``output_text`` and
 ``text.format`` json_schema), ``POST /v1/embeddings`` (hashed bag-of-words vectors, L2-normalised;
 ``encoding_format`` float or base64) and ``GET /v1/models``; the same paths without ``/v1`` work too.
-Any key is accepted. Under a path prefix the stub speaks one real server's request dialect instead
+Any key and any model name are accepted (``GET /models`` lists ``models`` and says so with the
+header ``X-Ragbridge-Stub-Models: any``). Under a path prefix the stub speaks one real server's
+request dialect instead
 (``stub.url + "/azure"``, ``/ollama/v1``, ``/vllm/v1``, ``/llamacpp/v1``, ``/anthropic/v1``,
 ``/gemini/v1beta/openai``, ``/litellm``, ``/openai/v1``): its paths, where its key goes, and what a
 wrong request gets, as :mod:`ragbridge.testing.dialects` says. Under ``/hostile/<mode>/v1`` it is a
@@ -17,7 +19,9 @@ every encoding (:mod:`ragbridge.testing.hostile`). What the answers say is decid
 
 Every answer is labelled: ``model`` is ``ragbridge-stub/<requested model>``, ``system_fingerprint``
 is ``ragbridge-stub`` and the header ``X-Ragbridge-Stub: 1`` is set, so run outputs can say their
-scores came from a stub.
+scores came from a stub. ``GET /models`` also says what of its settings changes its answers
+(``X-Ragbridge-Stub-Settings``, `StubJudge.settings`): a judge's identity is that and not the port,
+which a stub started again does not keep (`ragbridge.judge.config.identity_url`).
 
 Faults, drawn per request from a RNG seeded with ``seed`` (so a given arrival order always gets
 the same faults), or queued explicitly with :meth:`StubJudge.inject`:
@@ -69,7 +73,7 @@ from ragbridge.judge import FastRequestHandler
 from ragbridge.judge.server import BadRequest, LoopbackServer, stop_server
 from ragbridge.testing import answers, hostile
 from ragbridge.testing.answers import CREATED, EMBED_DIM, STUB_FINGERPRINT, embed  # noqa: F401 (re-exported)
-from ragbridge.testing.dialects import DIALECTS, Rejected
+from ragbridge.testing.dialects import DIALECTS, NO_LISTING, Rejected, listing
 from ragbridge.testing.dialects import route as route_dialect
 from ragbridge.testing.responders import perturbed
 
@@ -173,15 +177,27 @@ class _Handler(FastRequestHandler):
         if method == "GET":
             stub._record(StubRequest("GET", route, None, headers=headers, dialect=first))
             if route == "/models":
-                self._send(200, {"object": "list", "data": [
-                    {"id": m, "object": "model", "created": CREATED, "owned_by": STUB_FINGERPRINT}
-                    for m in stub.models]})
+                self._models(first)
             elif route in ("", "/health"):
                 self._send(200, {"status": "ok", "stub": STUB_FINGERPRINT})
             else:
                 self._error(404, f"ragbridge stub: no route GET {route}")
             return
         self._post(route, body, raw, headers, first, mode)
+
+    def _models(self, dialect: Optional[str]) -> None:
+        """``GET /models``: as the server of ``dialect`` lists (`ragbridge.testing.dialects.listing`);
+        without one, the stub's models, and the header saying that any other name is answered too."""
+        stub = self.stub
+        settings = {"X-Ragbridge-Stub-Settings": stub.settings}
+        if not stub.lists_models:
+            self._send(*NO_LISTING[dialect], settings)
+        elif dialect is not None:
+            self._send(200, listing(dialect, stub.models), settings)
+        else:
+            self._send(200, {"object": "list", "data": [
+                {"id": m, "object": "model", "created": CREATED, "owned_by": STUB_FINGERPRINT}
+                for m in stub.models]}, {**settings, "X-Ragbridge-Stub-Models": "any"})
 
     def _send_drip(self, body: bytes, interval: float) -> None:
         def drip() -> Any:
@@ -299,7 +315,8 @@ class StubJudge:
                  retry_after: float = 0, models: tuple[str, ...] = ("stub-judge", "stub-embedder"),
                  host: str = "127.0.0.1", max_recorded: int = 100_000, noise: float = 0.0,
                  noise_seed: int = 0, api_key: Optional[str] = None, drip_interval: float = 0.5,
-                 huge_bytes: int = 64 << 20, log: Optional[str | Path] = None) -> None:
+                 huge_bytes: int = 64 << 20, log: Optional[str | Path] = None,
+                 lists_models: bool = True) -> None:
         rates = [fault_rate_429, fault_rate_500, fault_rate_timeout, fault_rate_malformed, fault_rate_garbage]
         if any(r < 0 or r > 1 for r in rates) or sum(rates) > 1:
             raise ValueError("fault rates must each be in 0..1 and sum to at most 1")
@@ -317,6 +334,8 @@ class StubJudge:
         self.timeout_seconds = float(timeout_seconds)
         self.retry_after = retry_after
         self.models = list(models)
+        #: False: ``GET /models`` is not implemented (404, as the dialect's server answers an unknown path)
+        self.lists_models = lists_models
         #: the key the dialects that check one expect (None: any non-empty key)
         self.api_key = api_key
         #: the hostile modes' settings (see ragbridge.testing.hostile)
@@ -374,6 +393,12 @@ class StubJudge:
     @property
     def closed(self) -> bool:
         return self._closed.is_set()
+
+    @property
+    def settings(self) -> str:
+        """What of the stub's settings changes its answers (its noise), as ``GET /models`` says it in
+        the header ``X-Ragbridge-Stub-Settings``: a run's judge identity, in place of the port."""
+        return f"noise={self.noise:g},noise_seed={self.noise_seed}" if self.noise else "noise=0"
 
     @property
     def url(self) -> str:

@@ -1,0 +1,142 @@
+"""Running the same evaluation again, as a notebook's cell is run again: the stub judge started anew
+(another port) is the same judge, and cases edited since are scored again while the others are kept
+(in Python; the command line refuses, exit 2, saying what to do)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import ragbridge_cli
+
+from ragbridge import evaluate, load_cases, load_run
+from ragbridge.judge import JudgeConfig
+from ragbridge.run import RunError
+from ragbridge.testing import StubJudge
+
+METRIC = {"backends": ["rubric"], "metrics": ["faithfulness"]}
+
+
+def _judge(stub: StubJudge, tmp_path) -> JudgeConfig:
+    return JudgeConfig(model="stub-judge", base_url=stub.base_url, cache_path=tmp_path / "cache.sqlite")
+
+
+def test_a_stub_started_again_is_the_same_judge(tmp_path, example_cases):
+    cases, out = example_cases[:4], tmp_path / "run"
+    with StubJudge() as first:
+        evaluate(cases, **METRIC, judge=_judge(first, tmp_path), out=out)
+        calls = len(first.posts())
+    assert calls > 0
+    with StubJudge() as again:  # another port: the cell run again
+        assert again.port != first.port
+        run = evaluate(cases, **METRIC, judge=_judge(again, tmp_path), out=out)
+        assert run.manifest.counts["resumed_from"] == 4 and not again.posts()
+        # the scores are the stub's, whatever its port: taken from the score cache into a new folder
+        fresh = evaluate(cases, **METRIC, judge=_judge(again, tmp_path), out=tmp_path / "fresh")
+        assert not again.posts() and fresh.manifest.counts["score_cache"]["reused"] == 4
+    manifest = json.loads((out / "run.json").read_text())
+    assert manifest["judge"]["stub"] is True and manifest["judge"]["stub_settings"] == "noise=0"
+    assert manifest["judge"]["base_url"] == again.base_url  # what was asked, as it was asked
+    # a stub that answers otherwise (noisy) is another judge: refused, by what differs
+    with StubJudge(noise=0.3, noise_seed=2) as noisy:
+        with pytest.raises(RunError) as err:
+            evaluate(cases, **METRIC, judge=_judge(noisy, tmp_path), out=out)
+    assert "noise=0.3,noise_seed=2" in str(err.value) and "overwrite=True" in str(err.value)
+    assert "--overwrite" not in str(err.value) and "--overwrite" in err.value.cli
+
+
+def test_only_the_stub_loses_its_port():
+    from ragbridge.judge import identity_url
+
+    assert identity_url("http://127.0.0.1:4100/v1", "noise=0") == identity_url("http://127.0.0.1:4200/v1",
+                                                                               "noise=0")
+    assert identity_url("http://127.0.0.1:4100/v1", "noise=0") != identity_url("http://127.0.0.1:4100/v1",
+                                                                               "noise=0.2,noise_seed=1")
+    # two servers on two ports of one machine are two judges; a remote host is never the stub
+    assert identity_url("http://127.0.0.1:11434/v1") != identity_url("http://127.0.0.1:8000/v1")
+    assert identity_url("https://api.example.com/v1", "noise=0") == "https://api.example.com/v1"
+    assert identity_url("http://user:secret@127.0.0.1:9/v1?api_key=k") == "http://127.0.0.1:9/v1"
+
+
+def test_a_run_that_was_not_judged_by_the_stub_refuses_the_stub(tmp_path, example_cases):
+    """A folder judged by a server on this machine that is not the stub (recorded without stub
+    settings) is not resumed with the stub judge on another port: two judges."""
+    cases, out = example_cases[:2], tmp_path / "run"
+    with StubJudge() as stub:
+        evaluate(cases, **METRIC, judge=_judge(stub, tmp_path), out=out)
+    manifest = json.loads((out / "run.json").read_text())
+    for key in ("stub", "stub_settings"):
+        del manifest["judge"][key]
+    (out / "run.json").write_text(json.dumps(manifest))
+    with StubJudge() as stub:
+        with pytest.raises(RunError, match="was judged with base_url"):
+            evaluate(cases, **METRIC, judge=_judge(stub, tmp_path), out=out)
+
+
+def _edited(cases):
+    """The cases with the first one's answer edited, the third one removed and a new one added."""
+    edited = [cases[0].model_copy(update={"answer": "Refunds are possible within 5 days."})]
+    return edited + [cases[1]] + list(cases[3:]) + [cases[2].model_copy(update={"id": "a-new-case"})]
+
+
+def test_in_python_edited_cases_are_scored_again_and_the_others_kept(tmp_path, example_cases):
+    cases, out = example_cases[:6], tmp_path / "run"
+    with StubJudge() as stub:
+        judge = JudgeConfig(model="stub-judge", base_url=stub.base_url, cache_mode="off")
+        evaluate(cases, **METRIC, judge=judge, out=out)
+        stub.reset()
+        made = []
+        run = evaluate(_edited(cases), **METRIC, judge=judge, out=out, on_score=made.append)
+        asked = {p.body["messages"][-1]["content"] for p in stub.posts()}
+    assert sorted(s.case_id for s in made) == sorted([cases[0].id, "a-new-case"])
+    assert run.manifest.counts["cases_changed"] == {"kept": 4, "changed": 1, "added": 1, "removed": 1}
+    assert run.manifest.counts["resumed_from"] == 4
+    assert any("within 5 days" in text for text in asked)  # the edited answer was judged
+    back = load_run(out)
+    assert [c.id for c in back.cases] == [c.id for c in _edited(cases)]
+    assert {s.case_id for s in back.scores} == {c.id for c in _edited(cases)}  # the removed one is gone
+    assert back.cases[0].answer == "Refunds are possible within 5 days."
+    assert back.manifest.dataset["n_cases"] == 6
+    # the folder now holds what a fresh run of the edited cases gives
+    with StubJudge() as stub:
+        fresh = evaluate(_edited(cases), **METRIC, out=tmp_path / "fresh",
+                         judge=JudgeConfig(model="stub-judge", base_url=stub.base_url, cache_mode="off"))
+    assert back.to_frame(wide=True).equals(fresh.to_frame(wide=True))
+    html = back._repr_html_()
+    assert "1 changed and 1 new case(s) scored, 1 removed; the scores of the 4 unchanged kept" in html
+
+
+def test_a_metric_dropped_while_the_cases_changed_is_not_kept_half(tmp_path, example_cases):
+    out = tmp_path / "run"
+    evaluate(example_cases[:5], metrics=["mrr", "recall@5"], out=out)
+    run = evaluate(_edited(example_cases[:5]), metrics=["mrr"], out=out)
+    assert run.manifest.metrics == {"native": ["mrr"]}
+    assert {s.metric for s in load_run(out).scores} == {"mrr"} and len(load_run(out).scores) == 5
+
+
+def test_the_command_line_refuses_changed_cases_saying_what_to_do(tmp_path, example_cases):
+    from ragbridge import write_cases
+
+    golden = tmp_path / "golden.jsonl"
+    write_cases(example_cases[:5], golden)
+    first = ragbridge_cli("run", golden, "--out", tmp_path / "run", "--metric", "mrr", "--no-progress")
+    assert first.returncode == 0, first.stderr
+    write_cases(_edited(example_cases[:5]), golden)
+    again = ragbridge_cli("run", golden, "--out", tmp_path / "run", "--metric", "mrr", "--no-progress")
+    said = " ".join(again.stderr.split())
+    assert again.returncode == 2 and "holds a run over different cases" in said
+    assert "choose another --out, or pass --overwrite to replace it" in said and "overwrite=True" not in said
+    assert len(load_cases(tmp_path / "run" / "cases.jsonl")) == 5  # nothing written
+
+
+def test_python_errors_name_python_parameters(tmp_path, example_cases):
+    with pytest.raises(RunError) as err:
+        evaluate(example_cases[:2], **METRIC)
+    said = str(err.value)
+    assert "judge=JudgeConfig(model=" in said and "--judge-model" not in said
+    assert "--judge-model" in err.value.cli
+    with pytest.raises(RunError, match="^repeats must be a positive integer") as err:
+        evaluate(example_cases[:2], repeats=0)
+    assert err.value.cli.startswith("--repeats must be")
+    with pytest.raises(RunError, match="changed_cases must be 'rescore' or 'refuse'"):
+        evaluate(example_cases[:2], changed_cases="yes")
