@@ -304,6 +304,40 @@ def test_every_claim_diagnostic_is_recomputed_from_the_run_folder(judged):
     assert hallucination["password-reset-expiry"] == 1.0 and hallucination["refund-window-monthly"] == 0.0
 
 
+def test_the_run_states_ragcheckers_own_mean_beside_its_mean(judged):
+    """Where a figure is undefined here (nothing to average) RAGChecker counts 0, so the means differ:
+    the run's --json and the report state RAGChecker's mean (its orientation, its 0s) beside the
+    mean, recomputed here from each case's claim checks by RAGChecker's formulas."""
+    tmp, _, _, stub = judged
+    res = ragbridge_cli("run", GOLDEN, "--out", tmp / "rc", "--backend", "rubric", "--metric",
+                        "claim_diagnostics", "--judge-model", "stub-judge", "--judge-base-url", stub.base_url,
+                        "--cache-path", tmp / "cache.sqlite", "--no-progress", "--json")
+    assert res.returncode == 0, res.stderr
+    rows = {r["metric"]: r for r in json.loads(res.stdout)["summary"]}
+    theirs: dict[str, list[float]] = {}
+    for s in scores_of(tmp / "rc"):
+        if s["evidence"] and s["evidence"].get("claim_checks"):  # a case RAGChecker's run holds
+            name = DIAGNOSTICS[s["metric"]].ragchecker
+            theirs.setdefault(s["metric"], []).append(ragchecker_figures(s["evidence"]["claim_checks"])[name])
+    assert set(rows) == set(DIAGNOSTICS)
+    differ = []
+    for metric, row in rows.items():
+        assert row["ragchecker_mean"] == pytest.approx(float(np.mean(theirs[metric])), abs=1e-12), metric
+        assert row["n_ragchecker_zero"] == len(theirs[metric]) - row["n_scored"], metric
+        if row["ragchecker_mean"] != pytest.approx(row["mean"]):
+            differ.append(metric)
+    # an answer with no claim, a reference claim in no chunk: the two means part
+    assert {"context_utilization", "hallucination", "answer_claim_precision"} <= set(differ)
+    assert rows["context_utilization"]["n_ragchecker_zero"] > 0
+    md = ragbridge_cli("report", tmp / "rc", "--format", "md", "--out", "-", "--resamples", "0").stdout
+    cu = rows["context_utilization"]
+    line = next(ln for ln in md.splitlines() if ln.startswith("| context\\_utilization |"))
+    assert (f"RAGChecker's mean {cu['ragchecker_mean']:.3f}, {cu['n_ragchecker_zero']} undefined case(s) "
+            "counted as its 0") in line
+    line = next(ln for ln in md.splitlines() if ln.startswith("| hallucination |"))
+    assert f"RAGChecker's mean {rows['hallucination']['ragchecker_mean']:.3f} (its hallucination" in line
+
+
 def test_the_formulas_are_ragcheckers_on_random_claim_matrices():
     rng = random.Random(3)
     verdicts = ("SUPPORTED", "CONTRADICTED", "NOT_FOUND")

@@ -95,6 +95,22 @@ def one_line(text: Any) -> str:
     return " ".join(str(text).split())
 
 
+def ragchecker_text(row: dict[str, Any]) -> str:
+    """For a summary row of a RAGChecker claim diagnostic: the figure a RAGChecker run reports for the
+    same cases (``ragchecker_mean``, `ragbridge.run.summary`), and how many cases it counts as 0
+    where ragbridge's value is undefined; "" for any other row."""
+    rc = row.get("ragchecker_mean")
+    if rc is None or rc != rc:
+        return ""
+    from ..rubric.diagnostics import DIAGNOSTICS
+
+    d = DIAGNOSTICS.get(row["metric"])
+    zeros = row.get("n_ragchecker_zero") or 0
+    orientation = f" (its {d.ragchecker}, lower is better)" if d and d.inverted else ""
+    return (f"RAGChecker's mean {num(rc)}{orientation}"
+            + (f", {zeros} undefined case(s) counted as its 0" if zeros else ""))
+
+
 def records(frame) -> list[dict[str, Any]]:
     """A DataFrame as a list of JSON-ready rows (NaN as None, numpy scalars as Python numbers)."""
     if frame is None or len(frame) == 0:

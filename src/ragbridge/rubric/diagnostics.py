@@ -36,6 +36,11 @@ Two differences from RAGChecker, both in what a score says rather than in a form
   ``value`` is one minus RAGChecker's figure (higher is better, as every value), and its
   ``native_value`` holds RAGChecker's figure under ``ragchecker_value``.
 
+So a run's mean of a claim diagnostic (over the cases where it is defined) differs from the figure
+RAGChecker reports for the same cases (its mean over every case, 0 where there is nothing to
+average, in its own orientation; printed x 100). Summaries state that figure too, as
+``ragchecker_mean`` beside ``mean`` (`ragchecker_figure` per case, `ragbridge.run.summary`).
+
 A run plans them only when asked: ``--metric claim_diagnostics`` (all ten) or by name, as their
 judge calls grow with the chunks (`claim_checks`: 4 + k calls a case, shared by the ten).
 
@@ -53,7 +58,8 @@ from ..schema import Case, ClaimChecks, Evidence
 from .claim_checks import CRITERION, judge_claim_checks
 from .parse import Asker
 
-__all__ = ["Diagnostic", "DIAGNOSTICS", "GROUP", "specs", "figure", "diagnostic_native", "diagnostic_fields"]
+__all__ = ["Diagnostic", "DIAGNOSTICS", "GROUP", "specs", "figure", "diagnostic_native", "diagnostic_fields",
+           "ragchecker_figure"]
 
 _ALL = ("answer", "reference", "context_text")
 #: ``--metric claim_diagnostics`` asks for all ten (none is planned unless asked for: 4 + k calls a case)
@@ -211,3 +217,20 @@ async def diagnostic_fields(asker: Asker, metric: str, case: Case) -> dict[str, 
     native = {**diagnostic_native(metric), "ragchecker_value": raw, "structured": asker.structured}
     value = None if raw is None else (1.0 - raw if d.inverted else raw)
     return dict(value=value, native_value=native, reason=reason, evidence=Evidence(claim_checks=checks))
+
+
+def ragchecker_figure(score: Any) -> Optional[float]:
+    """RAGChecker's own figure for one case behind a claim diagnostic's `Score`, as RAGChecker's mean
+    counts it: its figure (one minus ``value`` for the inverted four) where the score has a value;
+    0 where the score is undefined because there is nothing to average (RAGChecker's 0); None for
+    any other score: not a claim diagnostic, errored, not run, or skipped for a missing answer or
+    reference (no claim checks were made, so the case is in neither mean)."""
+    d = DIAGNOSTICS.get(score.metric)
+    native = score.native_value
+    if d is None or not isinstance(native, dict) or native.get("ragchecker_metric") != d.ragchecker:
+        return None
+    if score.status == "scored":
+        return 1.0 - score.value if d.inverted else score.value
+    if score.status == "undefined" and score.evidence is not None and score.evidence.claim_checks is not None:
+        return 0.0
+    return None
