@@ -707,3 +707,42 @@ def test_recall_counts_every_label_a_real_chunkings_top_k_matches(size, overlap)
             assert 0.0 <= got[(case.id, f"ndcg@{k}")] <= 1.0 + 1e-12, (case.id, k)
         assert 0.0 <= got[(case.id, "map")] <= 1.0 + 1e-12, case.id
     assert two_labels > 0  # the chunking has chunks holding two labels: the rule is exercised
+
+
+def test_a_case_missing_part_of_its_labelled_text_names_the_span_and_what_the_top_k_hold():
+    """A short chunk inside a long labelled paragraph matches it (recall@1 = 1), yet the top 1 holds a
+    third of the paragraph: the diagnosis is retrieval and names the span (document, offsets, first
+    words, characters held), as span_recall@1's own reason does; not "no relevant chunk", and not
+    the reference's or the judge's fault."""
+    splitters = pytest.importorskip("langchain_text_splitters")
+    bm25_module = pytest.importorskip("rank_bm25")
+    from ragbridge.analysis.diagnose import diagnose
+
+    docs = {p.name: p.read_bytes().decode("utf-8") for p in sorted((HANDBOOK / "corpus").glob("*.md"))}
+    splitter = splitters.RecursiveCharacterTextSplitter(chunk_size=100, chunk_overlap=0)
+    chunks = [(name, i, t) for name, text in docs.items() for i, t in enumerate(splitter.split_text(text))]
+    bm25 = bm25_module.BM25Okapi([_words(t) for _, _, t in chunks])
+    question = "What deposit is taken on the payment card for a city bike?"
+    quote = ("Every rental takes a deposit on the payment card: 50 euros for a city bike, 150 euros for an "
+             "e-bike and 200 euros for a cargo bike. The deposit is held, not charged, and it is released "
+             "within three working days of the return when the bike comes back undamaged.")
+    scores = bm25.get_scores(_words(question))
+    top = sorted(range(len(chunks)), key=lambda i: (-scores[i], i))[:3]
+    case = Case(id="deposit", question=question, relevant_spans=[{"doc": "rentals.md", "quote": quote}],
+                contexts=[{"id": f"{chunks[i][0]}#{chunks[i][1]}", "text": chunks[i][2], "doc": chunks[i][0]}
+                          for i in top])
+    run = ragbridge.evaluate([case], metrics=["recall@1", "span_recall@1"], corpus=Corpus(docs))
+    values = {s.metric: s for s in run.scores}
+    start, end = _quote_at(docs["rentals.md"], quote)
+    first = chunks[top[0]][2]
+    held = len(first)  # the top chunk lies inside the label
+    assert first in quote and values["recall@1"].value == 1.0
+    assert values["span_recall@1"].value == pytest.approx(held / (end - start))
+    span = (f'rentals.md[{start}:{end}] "Every rental takes a deposit on ..." ({held} of {end - start} '
+            "characters in the top 1, a top-k chunk matches it)")
+    assert values["span_recall@1"].reason == f"not wholly in the top 1: {span}"
+    (d,) = diagnose(run).cases
+    assert d.layer == "retrieval" and d.decided_by["metric"] == "span_recall@1"
+    assert d.reason == ("a relevant chunk is in the top k, but span_recall@1 (native) "
+                        f"{values['span_recall@1'].value:.2f} < 0.5 fails: the top k misses part of what is "
+                        f"relevant (not wholly in the top 1: {span})")

@@ -16,7 +16,8 @@ docs/diagnose.md):
    none of these, ``undetermined``, naming what is missing;
 4. every answer yes (or only retrieval metrics fail and the first answer is yes), yet a metric
    fails: a metric a human label overrules is ``reference_or_judge``; else a retrieval metric (the
-   top k holds noise) is ``retrieval``; a deterministic answer check (or a human's fail) is
+   top k holds noise, or misses part of the labelled text: a deterministic retrieval metric is never
+   overruled by another) is ``retrieval``; a deterministic answer check (or a human's fail) is
    ``generation``; a metric a question's deciding evidence overrules, or a judged metric rating a
    correct, faithful answer poorly, is ``reference_or_judge``.
 
@@ -324,7 +325,8 @@ def _all_yes(case: Case, failing: list[dict], settled: dict[str, dict], base: di
         q = next((q for q in QUESTIONS if q.name in settled
                   and (_source_of(q, f["metric"])
                        or (settled[q.name]["source"] == "label" and f["metric"] in q.labelled_by))), None)
-        if q is not None and (f["metric"], f["backend"]) not in deciders:
+        if q is not None and (f["metric"], f["backend"]) not in deciders \
+                and not _measured(f, settled[q.name]):
             overruled.append((f, settled[q.name], _rank(q, f["metric"])))
     # a human label's overruling first: it is the strongest evidence that the rating is wrong
     overruled = [(f, by) for f, by, _ in sorted(overruled, key=lambda o: (o[1]["source"] != "label", o[2]))]
@@ -352,6 +354,16 @@ def _all_yes(case: Case, failing: list[dict], settled: dict[str, dict], base: di
     passed = "; ".join(_BY_NAME[n].whether for n in settled)
     return CaseDiagnosis(layer="reference_or_judge", question=None, decided_by=f, reason=(
         f"{passed}; yet {_named(f)} rates it poorly: check the reference and the judge"), **base)
+
+
+def _measured(f: dict, by: dict) -> bool:
+    """Whether failing entry ``f`` is a deterministic retrieval metric and ``by``, the evidence that
+    answered its question, is a score: one count of the top k cannot overrule another (a chunk
+    matching each label, ``recall@k``, yet the labelled text only partly in the top k,
+    ``span_recall@k``): what fails is retrieval, not the reference or the judge."""
+    m = find(f["metric"])
+    return (by["source"] == "score" and half_of(f["metric"]) == "retrieval" and m is not None
+            and m.kind != JUDGED)
 
 
 def _overruled(overruled: list[tuple[dict, dict]], settled: dict[str, dict], base: dict) -> CaseDiagnosis:
