@@ -422,8 +422,6 @@ def _details(q: Question, case: Case, scores: list[Score], decided: dict, k: Opt
             if gaps:
                 d["spans_missed"], d["spans_missed_reason"] = gaps, why
         d["top_k"] = [ch.id for ch in case.contexts[:cut]]
-    if q.name == "retrieval" and case.relevant_spans:
-        d["span_labels"] = True
     elif q.name == "faithfulness":
         s = _score_of(scores, decided)
         if s is not None and s.evidence is not None and s.evidence.claims:
@@ -432,6 +430,8 @@ def _details(q: Question, case: Case, scores: list[Score], decided: dict, k: Opt
                                         **({"in_no_chunk": True} if c.text in nowhere else {})}
                                        for c in s.evidence.unsupported()]
         d.update(_wrong_claims(claims))
+    if q.name == "retrieval" and case.relevant_spans:
+        d["span_labels"] = True
     return d
 
 
@@ -508,20 +508,26 @@ def _wrong_answer(decided: dict, claims: Optional[ClaimEvidence], settled: dict[
         if nowhere or judged:
             doubt = (f"the claim checks find {quoted(nowhere[0])} in no retrieved chunk" if nowhere
                      else f"{_named(judged[0])}")
+            details: dict[str, Any] = {"overruled": [{"failing": f, "decided_by": label}
+                                                     for f in [*judged, decided]]}
+            if nowhere:
+                details["claims"] = {"in_no_chunk": nowhere}
             return CaseDiagnosis(layer="reference_or_judge", reason=(
                 f"a human label disagrees with the judge: {_named(label)}, but {doubt}; and {named}: "
-                "check the judge (and the reference)"), details={"doubted": nowhere, "overruled": judged},
-                **{**row, "decided_by": label})
-    if claims is None or claims.reference_claims is None:
+                "check the judge (and the reference)"), details=details, **{**row, "decided_by": label})
+    if claims is None:
         missing = _claim_checks_missing(scores, in_run)
+    elif claims.reference_claims is None or claims.lacks("reference_in_chunks"):
+        missing = ["claim checks without the reference's claims checked against the chunks "
+                   "(--metric claim_diagnostics)"]
+    elif not claims.reference_claims:
+        missing = ["the reference states no claim to check against the chunks"]
+    else:
+        missing = []
+    if missing:
         return CaseDiagnosis(layer="undetermined", missing=missing, reason=(
             f"{named}, but nothing says whether the chunk the answer follows or the answer is wrong: "
             + "; ".join(missing)), **row)
-    if not claims.reference_claims:
-        missing = ["the reference states no claim to check against the chunks"]
-        return CaseDiagnosis(layer="undetermined", missing=missing, reason=(
-            f"{named}, but nothing says whether the chunk the answer follows or the answer is wrong: "
-            + missing[0]), **row)
     wrong = _wrong_claims(claims)
     if claims.right_by_reference():
         return CaseDiagnosis(layer="reference_or_judge", reason=(
