@@ -18,6 +18,9 @@ methods name the claims and chunks behind each finding:
 * `ClaimEvidence.in_no_chunk`: answer claims no chunk states, right or wrong.
 
 A finding needs the parts it reads; `ClaimEvidence.lacks` names what is missing for it.
+`ClaimEvidence.layer_of_wrong_answer` turns the first finding that holds into the layer of a
+faithful answer found wrong (`ragbridge.analysis.diagnose`, docs/diagnose.md rules 3b-3f), with the
+reason naming the claim and the chunk that decided it.
 """
 
 from __future__ import annotations
@@ -115,6 +118,70 @@ class ClaimEvidence:
                 or not self.reference_claims:
             return False
         return all(v == "SUPPORTED" for v in [*self.answer_in_reference, *self.reference_in_answer])
+
+    def wrong_claims(self) -> dict[str, Any]:
+        """``{"wrong_claims": [...]}``: each claim of the answer the reference does not state, with the
+        chunks that state it (empty without those checks)."""
+        if self.lacks("answer_in_reference", "answer_in_chunks") or not self.answer_claims:
+            return {}
+        triples = zip(self.answer_claims, self.answer_in_reference, self.answer_in_chunks)
+        rows = [{"claim": claim, "against_reference": v,
+                 "stated_by": [self.chunk_ids[i] for i, x in enumerate(row) if x == "SUPPORTED"]}
+                for claim, v, row in triples if v != "SUPPORTED"]
+        return {"wrong_claims": rows} if rows else {}
+
+    def layer_of_wrong_answer(self, named: str) -> tuple[str, str, dict[str, Any], list[str]]:
+        """The layer of an answer found wrong by ``named`` (the deciding score, as the reason shows
+        it), from the first finding that holds: right by the reference (``reference_or_judge``); a
+        chunk it follows against the reference (``knowledge_base``); a reference claim a chunk holds
+        and it omits, then a wrong claim in no chunk (``generation``); else ``undetermined``.
+        Returns the layer, the reason, the details and what is missing (for ``undetermined``)."""
+        wrong = self.wrong_claims()
+        if self.right_by_reference():
+            return "reference_or_judge", (
+                f"the claim checks find the answer right by the reference (each of its "
+                f"{len(self.answer_claims)} claim(s) in the reference, each of the reference's "
+                f"{len(self.reference_claims)} in the answer), yet {named}: check the judge"), \
+                {"claims": {"right_by_reference": True}}, []
+        against = self.followed_against_reference()
+        if against:
+            f = against[0]
+            return "knowledge_base", (
+                f"the answer follows a chunk that contradicts the reference: {named}; "
+                f"{quoted(f['answer_claim'])} is stated by {f['chunk']} (rank {f['rank']}), which "
+                f"contradicts the reference's {quoted(f['reference_claim'])}"), \
+                {"claims": {"followed_against_reference": against}, **wrong}, []
+        omitted = self.omitted()
+        if omitted:
+            f = omitted[0]
+            instead = (f"; the answer states {quoted(f['instead'][0])} from that chunk instead"
+                       if f["instead"] else "")
+            return "generation", (
+                f"the chunks hold the reference's claim and the answer does not state it: {named}; "
+                f"{quoted(f['reference_claim'])} is stated by {self.chunk(f['first'])}{instead}"), \
+                {"claims": {"omitted": omitted}, **wrong}, []
+        invented = self.invented()
+        if invented:
+            return "generation", (
+                f"the answer states a claim no chunk entails: {named}; {quoted(invented[0]['answer_claim'])} "
+                "is in no retrieved chunk, and the reference does not state it"), \
+                {"claims": {"invented": invented}, **wrong}, []
+        lacking = self.lacks(*_PARTS)
+        if lacking:
+            missing = [f"claim checks without {', '.join(lacking)} (score the claim_diagnostics group)"]
+        else:
+            silent = [r for j, r in enumerate(self.reference_claims or [])
+                      if not {"SUPPORTED", "CONTRADICTED"} & set(self.reference_in_chunks[j])]
+            missing = [f"no retrieved chunk states or contradicts the reference's {quoted(silent[0])}"
+                       if silent else "no chunk the answer follows contradicts the reference",
+                       "a human label on answer_correctness would settle it"]
+        shown = []
+        if wrong:
+            w = wrong["wrong_claims"][0]
+            by = ", ".join(w["stated_by"]) or "no chunk"
+            shown = [f"the answer's {quoted(w['claim'])} is stated by {by} and not by the reference"]
+        return "undetermined", (f"{named}, but the claim checks do not say which layer: "
+                                + "; ".join(shown + missing)), wrong, missing
 
 
 def case_claims(scores: Sequence[Score]) -> Optional[ClaimEvidence]:

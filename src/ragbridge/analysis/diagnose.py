@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from ..metrics import JUDGED, find, half_of
+from ..metrics import CLAIM_DIAGNOSTICS, JUDGED, RAGCHECKER, find, half_of
 from ..native.spans import MISSED_BY, missed_reason
 from ..run import Run
 from ..run.summary import ALL
@@ -429,7 +429,7 @@ def _details(q: Question, case: Case, scores: list[Score], decided: dict, k: Opt
             d["unsupported_claims"] = [{"claim": c.text, "verdict": c.verdict, "reason": c.reason,
                                         **({"in_no_chunk": True} if c.text in nowhere else {})}
                                        for c in s.evidence.unsupported()]
-        d.update(_wrong_claims(claims))
+        d.update(claims.wrong_claims() if claims is not None else {})
     if q.name == "retrieval" and case.relevant_spans:
         d["span_labels"] = True
     return d
@@ -437,18 +437,6 @@ def _details(q: Question, case: Case, scores: list[Score], decided: dict, k: Opt
 
 def _score_of(scores: list[Score], e: dict) -> Optional[Score]:
     return next((s for s in scores if s.metric == e["metric"] and s.backend == e["backend"]), None)
-
-
-def _wrong_claims(claims: Optional[ClaimEvidence]) -> dict[str, Any]:
-    """From the claim checks: each claim of the answer the reference does not state, with the chunks
-    that state it."""
-    if claims is None or claims.lacks("answer_in_reference", "answer_in_chunks") or not claims.answer_claims:
-        return {}
-    triples = zip(claims.answer_claims, claims.answer_in_reference, claims.answer_in_chunks)
-    rows = [{"claim": claim, "against_reference": v,
-             "stated_by": [claims.chunk_ids[i] for i, x in enumerate(row) if x == "SUPPORTED"]}
-            for claim, v, row in triples if v != "SUPPORTED"]
-    return {"wrong_claims": rows} if rows else {}
 
 
 def _reason(q: Question, decided: dict, details: dict) -> str:
@@ -528,64 +516,16 @@ def _wrong_answer(decided: dict, claims: Optional[ClaimEvidence], settled: dict[
         return CaseDiagnosis(layer="undetermined", missing=missing, reason=(
             f"{named}, but nothing says whether the chunk the answer follows or the answer is wrong: "
             + "; ".join(missing)), **row)
-    wrong = _wrong_claims(claims)
-    if claims.right_by_reference():
-        return CaseDiagnosis(layer="reference_or_judge", reason=(
-            f"the claim checks find the answer right by the reference (each of its "
-            f"{len(claims.answer_claims)} claim(s) in the reference, each of the reference's "
-            f"{len(claims.reference_claims)} in the answer), yet {named}: check the judge"),
-            details={"claims": {"right_by_reference": True}}, **row)
-    against = claims.followed_against_reference()
-    if against:
-        f = against[0]
-        return CaseDiagnosis(layer="knowledge_base", reason=(
-            f"the answer follows a chunk that contradicts the reference: {named}; "
-            f"{quoted(f['answer_claim'])} is stated by {f['chunk']} (rank {f['rank']}), which contradicts "
-            f"the reference's {quoted(f['reference_claim'])}"),
-            details={"claims": {"followed_against_reference": against}, **wrong}, **row)
-    omitted = claims.omitted()
-    if omitted:
-        f = omitted[0]
-        instead = (f"; the answer states {quoted(f['instead'][0])} from that chunk instead" if f["instead"]
-                   else "")
-        return CaseDiagnosis(layer="generation", reason=(
-            f"the chunks hold the reference's claim and the answer does not state it: {named}; "
-            f"{quoted(f['reference_claim'])} is stated by {claims.chunk(f['first'])}{instead}"),
-            details={"claims": {"omitted": omitted}, **wrong}, **row)
-    invented = claims.invented()
-    if invented:
-        f = invented[0]
-        return CaseDiagnosis(layer="generation", reason=(
-            f"the answer states a claim no chunk entails: {named}; {quoted(f['answer_claim'])} is in no "
-            "retrieved chunk, and the reference does not state it"),
-            details={"claims": {"invented": invented}, **wrong}, **row)
-    lacking = claims.lacks("answer_in_reference", "reference_in_answer", "answer_in_chunks",
-                           "reference_in_chunks")
-    if lacking:
-        missing = [f"claim checks without {', '.join(lacking)} (score the claim_diagnostics group)"]
-    else:
-        silent = [r for j, r in enumerate(claims.reference_claims)
-                  if not {"SUPPORTED", "CONTRADICTED"} & set(claims.reference_in_chunks[j])]
-        missing = [f"no retrieved chunk states or contradicts the reference's {quoted(silent[0])}" if silent
-                   else "no chunk the answer follows contradicts the reference",
-                   "a human label on answer_correctness would settle it"]
-    shown = []
-    if wrong:
-        w = wrong["wrong_claims"][0]
-        shown = [f"the answer's {quoted(w['claim'])} is stated by {', '.join(w['stated_by']) or 'no chunk'} "
-                 "and not by the reference"]
-    return CaseDiagnosis(layer="undetermined", missing=missing, details=wrong, reason=(
-        f"{named}, but the claim checks do not say which layer: " + "; ".join(shown + missing)), **row)
+    layer, reason, details, missing = claims.layer_of_wrong_answer(named)
+    return CaseDiagnosis(layer=layer, reason=reason, details=details, missing=missing, **row)
 
 
 def _claim_checks_missing(scores: list[Score], in_run: set[str]) -> list[str]:
     """Why the case has no claim checks: the claim diagnostics not scored in this run, or each of
     theirs with its status."""
-    from ..rubric.diagnostics import DIAGNOSTICS, GROUP
-
-    names = sorted(set(DIAGNOSTICS) & in_run)
+    names = sorted(set(RAGCHECKER) & in_run)
     if not names:
-        return [f"claim checks not scored in this run (--metric {GROUP})"]
+        return [f"claim checks not scored in this run (--metric {CLAIM_DIAGNOSTICS})"]
     found = [s for s in scores if s.metric in names]
     if not found:
         return [f"claim checks ({', '.join(names)}) not scored for this case"]

@@ -22,8 +22,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..metrics import RAGCHECKER
+
 __all__ = ["MISSING", "num", "interval", "ci_text", "p_text", "md_text", "plain_text", "one_line",
-           "escape_char", "jsonable", "records"]
+           "escape_char", "jsonable", "records", "ragchecker_text"]
 
 MISSING = "—"
 
@@ -102,11 +104,9 @@ def ragchecker_text(row: dict[str, Any]) -> str:
     rc = row.get("ragchecker_mean")
     if rc is None or rc != rc:
         return ""
-    from ..rubric.diagnostics import DIAGNOSTICS
-
-    d = DIAGNOSTICS.get(row["metric"])
+    name, inverted = RAGCHECKER.get(row["metric"], (None, False))
     zeros = row.get("n_ragchecker_zero") or 0
-    orientation = f" (its {d.ragchecker}, lower is better)" if d and d.inverted else ""
+    orientation = f" (its {name}, lower is better)" if inverted else ""
     return (f"RAGChecker's mean {num(rc)}{orientation}"
             + (f", {zeros} undefined case(s) counted as its 0" if zeros else ""))
 

@@ -39,7 +39,8 @@ Two differences from RAGChecker, both in what a score says rather than in a form
 So a run's mean of a claim diagnostic (over the cases where it is defined) differs from the figure
 RAGChecker reports for the same cases (its mean over every case, 0 where there is nothing to
 average, in its own orientation; printed x 100). Summaries state that figure too, as
-``ragchecker_mean`` beside ``mean`` (`ragchecker_figure` per case, `ragbridge.run.summary`).
+``ragchecker_mean`` beside ``mean`` (`ragbridge.metrics.ragchecker_figure` per case,
+`ragbridge.run.summary`).
 
 A run plans them only when asked: ``--metric claim_diagnostics`` (all ten) or by name, as their
 judge calls grow with the chunks (`claim_checks`: 4 + k calls a case, shared by the ten).
@@ -54,16 +55,16 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from ..backend import MetricSpec
+from ..metrics import CLAIM_DIAGNOSTICS, RAGCHECKER
 from ..schema import Case, ClaimChecks, Evidence
 from .claim_checks import CRITERION, judge_claim_checks
 from .parse import Asker
 
-__all__ = ["Diagnostic", "DIAGNOSTICS", "GROUP", "specs", "figure", "diagnostic_native", "diagnostic_fields",
-           "ragchecker_figure"]
+__all__ = ["Diagnostic", "DIAGNOSTICS", "GROUP", "specs", "figure", "diagnostic_native", "diagnostic_fields"]
 
 _ALL = ("answer", "reference", "context_text")
 #: ``--metric claim_diagnostics`` asks for all ten (none is planned unless asked for: 4 + k calls a case)
-GROUP = "claim_diagnostics"
+GROUP = CLAIM_DIAGNOSTICS
 
 
 @dataclass(frozen=True)
@@ -78,23 +79,24 @@ class Diagnostic:
     inverted: bool = False
 
 
-DIAGNOSTICS: dict[str, Diagnostic] = {d.name: d for d in (
-    Diagnostic("claim_recall", "claim_recall", ("reference_in_chunks",), ("reference", "context_text")),
-    Diagnostic("claim_context_precision", "context_precision", ("reference_in_chunks",),
-               ("reference", "context_text")),
-    Diagnostic("answer_claim_precision", "precision", ("answer_in_reference",), ("answer", "reference")),
-    Diagnostic("answer_claim_recall", "recall", ("reference_in_answer",), ("answer", "reference")),
-    Diagnostic("answer_claim_f1", "f1", ("answer_in_reference", "reference_in_answer"),
-               ("answer", "reference")),
-    Diagnostic("context_utilization", "context_utilization", ("reference_in_chunks", "reference_in_answer"),
-               _ALL),
-    Diagnostic("noise_sensitivity_relevant", "noise_sensitivity_in_relevant",
-               ("answer_in_chunks", "reference_in_chunks", "answer_in_reference"), _ALL, True),
-    Diagnostic("noise_sensitivity_irrelevant", "noise_sensitivity_in_irrelevant",
-               ("answer_in_chunks", "reference_in_chunks", "answer_in_reference"), _ALL, True),
-    Diagnostic("hallucination", "hallucination", ("answer_in_chunks", "answer_in_reference"), _ALL, True),
-    Diagnostic("self_knowledge", "self_knowledge", ("answer_in_chunks", "answer_in_reference"), _ALL, True),
-)}
+_NOISE = ("answer_in_chunks", "reference_in_chunks", "answer_in_reference")
+#: what each claim diagnostic's formula reads, and the case inputs it needs (RAGChecker's names and the
+#: orientation: `ragbridge.metrics.RAGCHECKER`)
+_READS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "claim_recall": (("reference_in_chunks",), ("reference", "context_text")),
+    "claim_context_precision": (("reference_in_chunks",), ("reference", "context_text")),
+    "answer_claim_precision": (("answer_in_reference",), ("answer", "reference")),
+    "answer_claim_recall": (("reference_in_answer",), ("answer", "reference")),
+    "answer_claim_f1": (("answer_in_reference", "reference_in_answer"), ("answer", "reference")),
+    "context_utilization": (("reference_in_chunks", "reference_in_answer"), _ALL),
+    "noise_sensitivity_relevant": (_NOISE, _ALL),
+    "noise_sensitivity_irrelevant": (_NOISE, _ALL),
+    "hallucination": (("answer_in_chunks", "answer_in_reference"), _ALL),
+    "self_knowledge": (("answer_in_chunks", "answer_in_reference"), _ALL),
+}
+DIAGNOSTICS: dict[str, Diagnostic] = {
+    name: Diagnostic(name, RAGCHECKER[name][0], parts, requires, RAGCHECKER[name][1])
+    for name, (parts, requires) in _READS.items()}
 
 
 def specs() -> list[MetricSpec]:
@@ -218,19 +220,3 @@ async def diagnostic_fields(asker: Asker, metric: str, case: Case) -> dict[str, 
     value = None if raw is None else (1.0 - raw if d.inverted else raw)
     return dict(value=value, native_value=native, reason=reason, evidence=Evidence(claim_checks=checks))
 
-
-def ragchecker_figure(score: Any) -> Optional[float]:
-    """RAGChecker's own figure for one case behind a claim diagnostic's `Score`, as RAGChecker's mean
-    counts it: its figure (one minus ``value`` for the inverted four) where the score has a value;
-    0 where the score is undefined because there is nothing to average (RAGChecker's 0); None for
-    any other score: not a claim diagnostic, errored, not run, or skipped for a missing answer or
-    reference (no claim checks were made, so the case is in neither mean)."""
-    d = DIAGNOSTICS.get(score.metric)
-    native = score.native_value
-    if d is None or not isinstance(native, dict) or native.get("ragchecker_metric") != d.ragchecker:
-        return None
-    if score.status == "scored":
-        return 1.0 - score.value if d.inverted else score.value
-    if score.status == "undefined" and score.evidence is not None and score.evidence.claim_checks is not None:
-        return 0.0
-    return None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
+from ..metrics import ragchecker_figure
 from ..schema import Case, Score, ScoreBlock
 
 __all__ = ["summarize", "Totals", "ALL", "COLUMNS", "claim_counts", "unsupported_claims"]
@@ -30,14 +31,6 @@ COLUMNS = ["backend", "metric", "tag", "mean", "n_scored", "n_undefined", "n_err
  _RC_ZERO) = range(14)
 
 
-def _ragchecker(score: Score) -> Optional[float]:
-    """RAGChecker's per-case figure behind a claim diagnostic's score (None for any other score)."""
-    native = score.native_value
-    if type(native) is not dict or "ragchecker_metric" not in native:
-        return None
-    from ..rubric.diagnostics import ragchecker_figure
-
-    return ragchecker_figure(score)
 
 
 def exact_sum(terms: list, values: Iterable[float]) -> list:
@@ -82,7 +75,7 @@ class Totals:
         claims = None
         if status == "scored":
             claims = claim_counts(score)
-        rc = _ragchecker(score)
+        rc = ragchecker_figure(score)
         for tag in (ALL, *tags):
             g = self._group(score.backend, score.metric, tag)
             g[_N] += 1
@@ -195,7 +188,7 @@ def summarize(scores: Sequence[Score], cases: Sequence[Case] = (), by_tag: bool 
     ``n_not_run`` counts the scores a spent budget left unrun; ``cost`` is what the judge calls of the
     group's scores cost by the judge's price table (NaN when unknown: no price, or no judged score).
     A score of a run with repeats is its case's mean over them. For RAGChecker's claim diagnostics
-    (`ragbridge.rubric.diagnostics`), ``ragchecker_mean`` is the figure a RAGChecker run reports
+    (`ragbridge.metrics.RAGCHECKER`), ``ragchecker_mean`` is the figure a RAGChecker run reports
     for the same cases (divided by 100): the mean of its per-case figure in its own orientation,
     with its 0 for each case where ragbridge's value is undefined (nothing to average), whose number
     is ``n_ragchecker_zero`` (NaN and 0 for every other metric).
