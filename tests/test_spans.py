@@ -360,7 +360,10 @@ def test_each_span_label_is_credited_once_and_the_overlap_rule_decides():
     assert strict["precision@3"][0] == 0.0  # no chunk lies inside a label, nor a label inside a chunk
 
 
-def test_a_chunk_over_two_labels_credits_the_higher_grade_first():
+def test_a_chunk_over_two_labels_counts_both_for_recall_and_credits_the_higher_grade_for_ndcg():
+    """Recall counts every label a top-k chunk matches; nDCG and AP rank chunks, one gain a chunk:
+    the big chunk carries the grade-3 label's gain, and the grade-1 label's gain waits for a chunk
+    of its own."""
     labels = [
         {"doc": "d", "start": 0, "end": 50, "grade": 1},
         {"doc": "d", "start": 60, "end": 100, "grade": 3},
@@ -370,11 +373,17 @@ def test_a_chunk_over_two_labels_credits_the_higher_grade_first():
         {"id": "small", "doc": "d", "start": 0, "end": 40},
     ]
     case = Case(id="q", question="q", contexts=chunks, relevant_spans=labels)
-    v = ranking.evaluate([case], ["recall@1", "recall@2", "ndcg@2", "map"])
-    assert v["recall@1"][0] == 0.5 and v["recall@2"][0] == 1.0
+    v = ranking.evaluate([case], ["recall@1", "recall@2", "hit@1", "ndcg@1", "ndcg@2", "map@1", "map"])
+    assert v["recall@1"][0] == 1.0 and v["recall@2"][0] == 1.0 and v["hit@1"][0] == 1.0
+    assert v["ndcg@1"][0] == 1.0  # the grade-3 gain at rank 1: the ideal's first
     ideal = 3 + 1 / 1.584962500721156
     assert v["ndcg@2"][0] == pytest.approx(ideal / ideal)
+    assert v["map@1"][0] == pytest.approx(1 / 2)  # one of the two labels credited in the top 1
     assert v["map"][0] == pytest.approx(1.0)
+    alone = Case(id="q", question="q", contexts=chunks[:1], relevant_spans=labels)
+    v = ranking.evaluate([alone], ["recall@5", "ndcg@5", "map@5"])
+    assert v["recall@5"][0] == 1.0  # the one chunk holds both labels
+    assert v["ndcg@5"][0] == pytest.approx(3 / ideal) and v["map@5"][0] == pytest.approx(1 / 2)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -612,3 +621,128 @@ def test_anchor_turns_chunk_id_section_and_document_labels_into_spans(tmp_path):
         {"doc": "faq.md", "start": shipping, "end": len(text)}
     ]  # the section's hull
     assert "relevant" not in q2
+
+
+# ------------------------------------------------------------------------------------------------
+# Real chunkings: LangChain's splitter over the handbook corpus, labels by quote, BM25 retrieval
+
+HANDBOOK = Path(__file__).resolve().parent.parent / "examples" / "chunking"
+#: labels as a person writes them: the sentence that answers, and inside it the phrase that does
+NESTED = [
+    {"id": "deposits", "question": "How much deposit is taken for an e-bike?", "relevant_spans": [
+        {"doc": "rentals.md", "grade": 1, "quote": "Every rental takes a deposit on the payment card: "
+         "50 euros for a city bike, 150 euros for an e-bike and 200 euros for a cargo bike."},
+        {"doc": "rentals.md", "quote": "150 euros for an e-bike", "grade": 2}]},
+    {"id": "full-cover-price", "question": "What does full cover cost per day?", "relevant_spans": [
+        {"doc": "insurance.md", "grade": 1, "quote": "Full cover costs 3 euros a day and removes the deposit "
+         "charge for accidental damage."},
+        {"doc": "insurance.md", "quote": "3 euros a day", "grade": 2}]},
+    {"id": "theft-report", "question": "Who do I tell first when my bike is stolen?", "relevant_spans": [
+        {"doc": "insurance.md", "quote": "Report the theft to the police within 24 hours and ask for a "
+         "report number, then call the shop.", "grade": 1},
+        {"doc": "insurance.md", "quote": "Report the theft to the police within 24 hours", "grade": 2},
+        {"doc": "insurance.md", "quote": "Bring back the key of the lock", "grade": 1}]},
+]
+
+
+def _words(text: str) -> list[str]:
+    import re
+
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def _quote_at(text: str, quote: str) -> tuple[int, int]:
+    """Where a quote written with line breaks as spaces stands in ``text`` (the oracle's own search)."""
+    import re
+
+    m = re.search(r"\s+".join(map(re.escape, quote.split())), text)
+    assert m, quote
+    return m.start(), m.end()
+
+
+@pytest.mark.parametrize("size,overlap", [(200, 0), (500, 0), (1000, 150)])
+def test_recall_counts_every_label_a_real_chunkings_top_k_matches(size, overlap):
+    """Each label a top-k chunk matches by the span rule counts for recall@k, also when one chunk
+    matches two labels (a sentence and the phrase in it); nDCG and MAP stay within [0, 1]. The
+    oracle places the chunks by LangChain's own start index and the quotes by its own search, and
+    checks the rule on sets of character offsets."""
+    splitters = pytest.importorskip("langchain_text_splitters")
+    bm25_module = pytest.importorskip("rank_bm25")
+    docs = {p.name: p.read_bytes().decode("utf-8") for p in sorted((HANDBOOK / "corpus").glob("*.md"))}
+    splitter = splitters.RecursiveCharacterTextSplitter(chunk_size=size, chunk_overlap=overlap,
+                                                        add_start_index=True)
+    chunks = []  # (doc, start, end, text)
+    for name, text in docs.items():
+        for d in splitter.create_documents([text]):
+            start = d.metadata["start_index"]
+            chunks.append((name, start, start + len(d.page_content), d.page_content))
+    bm25 = bm25_module.BM25Okapi([_words(c[3]) for c in chunks])
+    golden = [json.loads(line) for line in (HANDBOOK / "golden.jsonl").read_text().splitlines()] + NESTED
+    cases, truth = [], []
+    for g in golden:
+        scores = bm25.get_scores(_words(g["question"]))
+        top = sorted(range(len(chunks)), key=lambda i: (-scores[i], i))[:5]
+        cases.append(Case(id=g["id"], question=g["question"], relevant_spans=g["relevant_spans"],
+                          contexts=[{"id": f"{chunks[i][0]}#{i}", "text": chunks[i][3], "doc": chunks[i][0]}
+                                    for i in top]))
+        labels = [(s["doc"], *_quote_at(docs[s["doc"]], s["quote"])) for s in g["relevant_spans"]
+                  if s.get("grade", 1) >= 1]
+        truth.append(([chunks[i][:3] for i in top], labels))
+    ks = (1, 3, 5)
+    metrics = [f"{m}@{k}" for k in ks for m in ("recall", "hit", "ndcg")] + ["map"]
+    run = ragbridge.evaluate(cases, metrics=metrics, corpus=Corpus(docs))
+    got = {(s.case_id, s.metric): s.value for s in run.scores}
+    two_labels = 0
+    for case, (top, labels) in zip(cases, truth):
+        def matches(chunk, label):
+            (cd, cs, ce), (ld, ls, le) = chunk, label
+            shared = len(set(range(cs, ce)) & set(range(ls, le))) if cd == ld else 0
+            return shared >= 1 and shared >= 0.5 * min(ce - cs, le - ls)
+
+        two_labels += sum(sum(matches(c, label) for label in labels) >= 2 for c in top)
+        for k in ks:
+            found = sum(any(matches(c, label) for c in top[:k]) for label in labels)
+            assert got[(case.id, f"recall@{k}")] == pytest.approx(found / len(labels)), (case.id, k)
+            assert got[(case.id, f"hit@{k}")] == float(found > 0), (case.id, k)
+            assert 0.0 <= got[(case.id, f"ndcg@{k}")] <= 1.0 + 1e-12, (case.id, k)
+        assert 0.0 <= got[(case.id, "map")] <= 1.0 + 1e-12, case.id
+    assert two_labels > 0  # the chunking has chunks holding two labels: the rule is exercised
+
+
+def test_a_case_missing_part_of_its_labelled_text_names_the_span_and_what_the_top_k_hold():
+    """A short chunk inside a long labelled paragraph matches it (recall@1 = 1), yet the top 1 holds a
+    third of the paragraph: the diagnosis is retrieval and names the span (document, offsets, first
+    words, characters held), as span_recall@1's own reason does; not "no relevant chunk", and not
+    the reference's or the judge's fault."""
+    splitters = pytest.importorskip("langchain_text_splitters")
+    bm25_module = pytest.importorskip("rank_bm25")
+    from ragbridge.analysis.diagnose import diagnose
+
+    docs = {p.name: p.read_bytes().decode("utf-8") for p in sorted((HANDBOOK / "corpus").glob("*.md"))}
+    splitter = splitters.RecursiveCharacterTextSplitter(chunk_size=100, chunk_overlap=0)
+    chunks = [(name, i, t) for name, text in docs.items() for i, t in enumerate(splitter.split_text(text))]
+    bm25 = bm25_module.BM25Okapi([_words(t) for _, _, t in chunks])
+    question = "What deposit is taken on the payment card for a city bike?"
+    quote = ("Every rental takes a deposit on the payment card: 50 euros for a city bike, 150 euros for an "
+             "e-bike and 200 euros for a cargo bike. The deposit is held, not charged, and it is released "
+             "within three working days of the return when the bike comes back undamaged.")
+    scores = bm25.get_scores(_words(question))
+    top = sorted(range(len(chunks)), key=lambda i: (-scores[i], i))[:3]
+    case = Case(id="deposit", question=question, relevant_spans=[{"doc": "rentals.md", "quote": quote}],
+                contexts=[{"id": f"{chunks[i][0]}#{chunks[i][1]}", "text": chunks[i][2], "doc": chunks[i][0]}
+                          for i in top])
+    run = ragbridge.evaluate([case], metrics=["recall@1", "span_recall@1"], corpus=Corpus(docs))
+    values = {s.metric: s for s in run.scores}
+    start, end = _quote_at(docs["rentals.md"], quote)
+    first = chunks[top[0]][2]
+    held = len(first)  # the top chunk lies inside the label
+    assert first in quote and values["recall@1"].value == 1.0
+    assert values["span_recall@1"].value == pytest.approx(held / (end - start))
+    span = (f'rentals.md[{start}:{end}] "Every rental takes a deposit on ..." ({held} of {end - start} '
+            "characters in the top 1, a top-k chunk matches it)")
+    assert values["span_recall@1"].reason == f"not wholly in the top 1: {span}"
+    (d,) = diagnose(run).cases
+    assert d.layer == "retrieval" and d.decided_by["metric"] == "span_recall@1"
+    assert d.reason == ("a relevant chunk is in the top k, but span_recall@1 (native) "
+                        f"{values['span_recall@1'].value:.2f} < 0.5 fails: the top k misses part of what is "
+                        f"relevant (not wholly in the top 1: {span})")

@@ -44,18 +44,20 @@ The claim diagnostics (``claim_recall`` to ``self_knowledge``) are RAGChecker's 
 chunk by chunk (``ragbridge.rubric.diagnostics``). RAGChecker's noise sensitivity, hallucination and
 self-knowledge are shares where lower is better; here, where every value is higher-is-better, each
 is one minus RAGChecker's figure (the score's ``native_value`` keeps RAGChecker's), as
-``must_not_contain`` counts the forbidden strings absent.
+``must_not_contain`` counts the forbidden strings absent (`RAGCHECKER` names them). Where a figure has
+nothing to average RAGChecker gives 0 and ragbridge's value is undefined, so the means differ;
+`ragchecker_figure` is RAGChecker's figure for one case, which summaries average beside the mean.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 __all__ = ["Metric", "METRICS", "NAMES", "KINDS", "RANKING", "SPAN", "NO_MARK", "ANSWER_CHECK", "JUDGED",
            "RETRIEVAL", "GENERATION", "PER_K", "DEFAULT_PASS_MARK", "find", "half_of", "sort_key",
-           "default_pass_mark", "resolve_metric"]
+           "default_pass_mark", "resolve_metric", "RAGCHECKER", "CLAIM_DIAGNOSTICS", "ragchecker_figure"]
 
 RANKING, SPAN, ANSWER_CHECK, JUDGED = "ranking", "span", "answer check", "judged"
 KINDS = (RANKING, SPAN, ANSWER_CHECK, JUDGED)
@@ -138,6 +140,41 @@ GENERATION: tuple[str, ...] = tuple(m.base for m in METRICS if m.half == "genera
 
 _BY_BASE = {m.base: m for m in METRICS}
 _K_RE = re.compile(r"^(?P<base>[a-z_]+)@(?P<k>\d+)$")
+
+
+#: ``--metric`` name of the ten claim diagnostics together
+CLAIM_DIAGNOSTICS = "claim_diagnostics"
+#: the claim diagnostics: canonical name -> (RAGChecker's name, whether the value is one minus its figure)
+RAGCHECKER: dict[str, tuple[str, bool]] = {
+    "claim_recall": ("claim_recall", False),
+    "claim_context_precision": ("context_precision", False),
+    "answer_claim_precision": ("precision", False),
+    "answer_claim_recall": ("recall", False),
+    "answer_claim_f1": ("f1", False),
+    "context_utilization": ("context_utilization", False),
+    "noise_sensitivity_relevant": ("noise_sensitivity_in_relevant", True),
+    "noise_sensitivity_irrelevant": ("noise_sensitivity_in_irrelevant", True),
+    "hallucination": ("hallucination", True),
+    "self_knowledge": ("self_knowledge", True),
+}
+
+
+def ragchecker_figure(score: Any) -> Optional[float]:
+    """RAGChecker's own figure for one case behind a claim diagnostic's score (a `ragbridge.schema.Score`),
+    as RAGChecker's mean counts it: its figure (one minus ``value`` where the value is inverted)
+    where the score has a value; 0 where the score is undefined for want of anything to average
+    (its claim checks were made: RAGChecker's 0); None for any other score: not a claim diagnostic
+    (its ``native_value`` names RAGChecker's metric), errored, not run, or skipped for a missing
+    answer or reference (no claim checks: the case is in neither mean)."""
+    named = RAGCHECKER.get(score.metric)
+    native = score.native_value
+    if named is None or not isinstance(native, dict) or native.get("ragchecker_metric") != named[0]:
+        return None
+    if score.status == "scored":
+        return 1.0 - score.value if named[1] else score.value
+    if score.status == "undefined" and score.evidence is not None and score.evidence.claim_checks is not None:
+        return 0.0
+    return None
 
 
 def find(name: str) -> Optional[Metric]:

@@ -5,13 +5,19 @@ when a human label (``labels``) says it fails. Each failing case gets one layer 
 walking the questions of `QUESTIONS` in order (the decision table, written once in
 docs/diagnose.md):
 
-1. was a relevant chunk in the top k? no: ``retrieval``;
+1. was a relevant chunk in the top k? no: ``retrieval`` (for span labels, naming the labelled
+   spans the top k miss);
 2. is every claim of the answer supported by the chunks? no: ``generation``;
-3. is the supported answer correct? no: ``knowledge_base`` (the chunks say something wrong or out
-   of date);
+3. is the supported answer correct? no: the claim checks decide (`_wrong_answer`, from
+   `ragbridge.analysis.claim_evidence`): a human label against the judge, or an answer right by
+   the reference, is ``reference_or_judge``; a chunk the answer follows that contradicts the
+   reference is ``knowledge_base``; a reference claim a chunk states and the answer does not, or
+   an answer claim no chunk states, is ``generation``; without claim checks, or when they show
+   none of these, ``undetermined``, naming what is missing;
 4. every answer yes (or only retrieval metrics fail and the first answer is yes), yet a metric
    fails: a metric a human label overrules is ``reference_or_judge``; else a retrieval metric (the
-   top k holds noise) is ``retrieval``; a deterministic answer check (or a human's fail) is
+   top k holds noise, or misses part of the labelled text: a deterministic retrieval metric is never
+   overruled by another) is ``retrieval``; a deterministic answer check (or a human's fail) is
    ``generation``; a metric a question's deciding evidence overrules, or a judged metric rating a
    correct, faithful answer poorly, is ``reference_or_judge``.
 
@@ -24,9 +30,9 @@ source and why it is missing. The walk stops at the first question answered no (
 later questions need no evidence.
 
 `diagnose` returns a `Diagnosis`: one `CaseDiagnosis` per failing case (layer, the one-line reason,
-the deciding evidence, the failing scores, the details: relevant chunks missing from the top k, the
-unsupported claims, the chunk that held the answer, the wrong claims and the chunks that state
-them), and the counts overall and per tag.
+the deciding evidence, the failing scores, the details: relevant chunks and spans missing from the
+top k, the unsupported claims, the claims and chunks that decided a wrong answer's layer, the wrong
+claims and the chunks that state them), and the counts overall and per tag.
 """
 
 from __future__ import annotations
@@ -36,10 +42,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from ..metrics import JUDGED, find, half_of
+from ..metrics import CLAIM_DIAGNOSTICS, JUDGED, RAGCHECKER, find, half_of
+from ..native.spans import MISSED_BY, missed_reason
 from ..run import Run
 from ..run.summary import ALL
-from ..schema import Case, Score
+from ..schema import SPAN_MIN_OVERLAP, Case, Score
+from .claim_evidence import ClaimEvidence, case_claims, quoted
 from .table import AnalysisError, open_run
 from ..verdicts import verdict
 from .thresholds import Thresholds, pass_marks
@@ -52,14 +60,15 @@ LAYERS = ("retrieval", "generation", "knowledge_base", "reference_or_judge", "un
 @dataclass(frozen=True)
 class Question:
     """One question of the walk: its evidence (metric names, ``@k`` for any cut-off, first
-    preferred), the metrics whose human labels answer it, and the layer a no gives."""
+    preferred), the metrics whose human labels answer it, and the layer a no gives (None: the claim
+    checks decide it)."""
 
     name: str
     text: str
     whether: str
     sources: tuple[str, ...]
     labelled_by: tuple[str, ...]
-    layer: str
+    layer: Optional[str]
 
 
 QUESTIONS: tuple[Question, ...] = (
@@ -75,7 +84,7 @@ QUESTIONS: tuple[Question, ...] = (
     Question("correctness", "is the supported answer correct?", "the answer is correct",
              ("answer_correctness", "must_contain", "answer_claim_precision"),
              ("answer_correctness", "must_contain", "answer_claim_precision", "answer_claim_recall",
-              "answer_claim_f1"), "knowledge_base"),
+              "answer_claim_f1"), None),
 )
 _BY_NAME = {q.name: q for q in QUESTIONS}
 
@@ -173,12 +182,14 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
     for s in run.scores:
         scores.setdefault(s.case_id, []).append(s)
     in_run = {s.metric for s in run.scores}
-    k = (run.manifest.options or {}).get("k")
+    options = run.manifest.options or {}
+    k = options.get("k")
+    spans = _SpanRule(options.get("span_min_overlap", SPAN_MIN_OVERLAP), chunk_details)
     out: list[CaseDiagnosis] = []
     marks: dict[str, float] = {}
     for case in cases:
         d = _diagnose_case(case, scores.get(case.id, []), th, human.get(case.id, {}), in_run, k, marks,
-                           chunk_details)
+                           spans)
         if d is not None:
             out.append(d)
     by_tag = _counts(cases, out)
@@ -227,8 +238,17 @@ def _matching(source: str, metric: str, k: Optional[int]) -> Optional[int]:
     return 0 if k is not None and int(cut) == int(k) else int(cut)
 
 
+@dataclass(frozen=True)
+class _SpanRule:
+    """What the details of a span-labelled case need: the run's span rule, and whether the cases hold
+    their chunks."""
+
+    min_overlap: float
+    chunks: bool
+
+
 def _diagnose_case(case: Case, scores: list[Score], th: Thresholds, human: dict[str, bool], in_run: set[str],
-                   k: Optional[int], marks: dict[str, float], chunk_details: bool) -> Optional[CaseDiagnosis]:
+                   k: Optional[int], marks: dict[str, float], spans: _SpanRule) -> Optional[CaseDiagnosis]:
     scored = [s for s in scores if s.status == "scored"]
     if not case.answerable:  # nothing relevant exists to retrieve: its retrieval scores fail nothing
         scored = [s for s in scored if half_of(s.metric) != "retrieval"]
@@ -246,13 +266,16 @@ def _diagnose_case(case: Case, scores: list[Score], th: Thresholds, human: dict[
     tags = list(case.tags)
     base = dict(case_id=case.id, tags=tags, failing=failing)
     settled: dict[str, dict[str, Any]] = {}  # question -> the deciding entry (answered yes)
+    claims = case_claims(scores)
     for q in _walk(case):
         decided, missing = _answer(q, scores, scored, mark_of, human, in_run, k)
         if decided is None:
             return CaseDiagnosis(layer="undetermined", question=q.name, decided_by=None, missing=missing,
                                  reason=f"cannot tell whether {q.whether}: " + "; ".join(missing), **base)
         if not decided["passed"]:
-            details = _details(q, case, scores, decided, k, chunk_details)
+            if q.name == "correctness":
+                return _wrong_answer(decided, claims, settled, failing, scores, in_run, base)
+            details = _details(q, case, scores, decided, k, spans, claims)
             return CaseDiagnosis(layer=q.layer, question=q.name, decided_by=decided,
                                  reason=_reason(q, decided, details), details=details, **base)
         settled[q.name] = decided
@@ -302,7 +325,8 @@ def _all_yes(case: Case, failing: list[dict], settled: dict[str, dict], base: di
         q = next((q for q in QUESTIONS if q.name in settled
                   and (_source_of(q, f["metric"])
                        or (settled[q.name]["source"] == "label" and f["metric"] in q.labelled_by))), None)
-        if q is not None and (f["metric"], f["backend"]) not in deciders:
+        if q is not None and (f["metric"], f["backend"]) not in deciders \
+                and not _measured(f, settled[q.name]):
             overruled.append((f, settled[q.name], _rank(q, f["metric"])))
     # a human label's overruling first: it is the strongest evidence that the rating is wrong
     overruled = [(f, by) for f, by, _ in sorted(overruled, key=lambda o: (o[1]["source"] != "label", o[2]))]
@@ -312,8 +336,11 @@ def _all_yes(case: Case, failing: list[dict], settled: dict[str, dict], base: di
     retrieval = [f for f in rest if half_of(f["metric"]) == "retrieval"]
     if retrieval:
         f = retrieval[0]
+        why = ("the top k misses part of what is relevant"
+               + (f" ({f['reason']})" if f.get("reason") else "")
+               if _source_of(_BY_NAME["retrieval"], f["metric"]) else "the top k holds noise")
         return CaseDiagnosis(layer="retrieval", question=None, decided_by=f, reason=(
-            f"a relevant chunk is in the top k, but {_named(f)} fails: the top k holds noise"), **base)
+            f"a relevant chunk is in the top k, but {_named(f)} fails: {why}"), **base)
     by_human = [f for f in rest if f["source"] == "label"]
     checks = [f for f in rest if f["source"] == "score" and (m := find(f["metric"])) is not None
               and m.kind != JUDGED]
@@ -327,6 +354,16 @@ def _all_yes(case: Case, failing: list[dict], settled: dict[str, dict], base: di
     passed = "; ".join(_BY_NAME[n].whether for n in settled)
     return CaseDiagnosis(layer="reference_or_judge", question=None, decided_by=f, reason=(
         f"{passed}; yet {_named(f)} rates it poorly: check the reference and the judge"), **base)
+
+
+def _measured(f: dict, by: dict) -> bool:
+    """Whether failing entry ``f`` is a deterministic retrieval metric and ``by``, the evidence that
+    answered its question, is a score: one count of the top k cannot overrule another (a chunk
+    matching each label, ``recall@k``, yet the labelled text only partly in the top k,
+    ``span_recall@k``): what fails is retrieval, not the reference or the judge."""
+    m = find(f["metric"])
+    return (by["source"] == "score" and half_of(f["metric"]) == "retrieval" and m is not None
+            and m.kind != JUDGED)
 
 
 def _overruled(overruled: list[tuple[dict, dict]], settled: dict[str, dict], base: dict) -> CaseDiagnosis:
@@ -364,17 +401,10 @@ def _named(e: dict[str, Any]) -> str:
 # Details
 
 
-def _grade(case: Case, chunk) -> Optional[int]:
-    """The grade of the label a chunk matches by the relevance rule (id, else source), or None."""
-    if chunk.id in case.relevant:
-        return case.relevant[chunk.id]
-    return case.relevant.get(chunk.source) if chunk.source else None
-
-
 def _details(q: Question, case: Case, scores: list[Score], decided: dict, k: Optional[int],
-             chunks: bool = True) -> dict[str, Any]:
+             spans: _SpanRule, claims: Optional[ClaimEvidence]) -> dict[str, Any]:
     d: dict[str, Any] = {}
-    if q.name == "retrieval" and chunks:
+    if q.name == "retrieval" and spans.chunks:
         cut = int(decided["metric"].partition("@")[2] or 0) or int(k or 0) or len(case.contexts)
         rank: dict[str, int] = {}
         for i, ch in enumerate(case.contexts, 1):
@@ -386,19 +416,22 @@ def _details(q: Question, case: Case, scores: list[Score], decided: dict, k: Opt
                   if g >= 1 and not rank.get(label, cut + 1) <= cut]
         if missed:
             d["relevant_not_in_top_k"] = missed
+        base = decided["metric"].partition("@")[0]
+        if case.relevant_spans and base in MISSED_BY:
+            gaps, why = missed_reason(base, case.relevant_spans, case.contexts, cut, spans.min_overlap)
+            if gaps:
+                d["spans_missed"], d["spans_missed_reason"] = gaps, why
         d["top_k"] = [ch.id for ch in case.contexts[:cut]]
     elif q.name == "faithfulness":
         s = _score_of(scores, decided)
         if s is not None and s.evidence is not None and s.evidence.claims:
-            d["unsupported_claims"] = [{"claim": c.text, "verdict": c.verdict, "reason": c.reason}
+            nowhere = set(claims.in_no_chunk()) if claims is not None else set()
+            d["unsupported_claims"] = [{"claim": c.text, "verdict": c.verdict, "reason": c.reason,
+                                        **({"in_no_chunk": True} if c.text in nowhere else {})}
                                        for c in s.evidence.unsupported()]
-        d.update(_wrong_claims(scores, case))
-    elif q.name == "correctness" and chunks:
-        held = [{"chunk": ch.id, "rank": i + 1} for i, ch in enumerate(case.contexts)
-                if (_grade(case, ch) or 0) >= 1]
-        if held:
-            d["relevant_chunks"] = held
-        d.update(_wrong_claims(scores, case))
+        d.update(claims.wrong_claims() if claims is not None else {})
+    if q.name == "retrieval" and case.relevant_spans:
+        d["span_labels"] = True
     return d
 
 
@@ -406,42 +439,99 @@ def _score_of(scores: list[Score], e: dict) -> Optional[Score]:
     return next((s for s in scores if s.metric == e["metric"] and s.backend == e["backend"]), None)
 
 
-def _wrong_claims(scores: list[Score], case: Case) -> dict[str, Any]:
-    """From claim checks that hold the answer's claims against the reference and the chunks: each
-    claim the reference does not state, with the chunks that state it."""
-    for s in scores:
-        cc = s.evidence.claim_checks if s.evidence is not None else None
-        if (cc is None or cc.answer_in_reference is None or cc.answer_in_chunks is None
-                or not cc.answer_claims):
-            continue
-        ids = cc.chunk_ids or []
-        rows = []
-        for claim, v, row in zip(cc.answer_claims, cc.answer_in_reference, cc.answer_in_chunks):
-            if v != "SUPPORTED":
-                rows.append({"claim": claim, "against_reference": v,
-                             "stated_by": [ids[i] for i, x in enumerate(row) if x == "SUPPORTED"]})
-        return {"wrong_claims": rows} if rows else {}
-    return {}
-
-
 def _reason(q: Question, decided: dict, details: dict) -> str:
-    head = {"retrieval": "no relevant chunk in the top k",
-            "faithfulness": "the answer makes claims the chunks do not support",
-            "correctness": "the answer follows the chunks but the reference says otherwise (the "
-                           "knowledge base is wrong or out of date)",
-            "declined": "answered a question it should have declined"}[q.name]
+    value = decided["value"]
+    if q.name == "retrieval":
+        if details.get("span_labels"):
+            head = ("no top-k chunk matches a labelled span" if not value and decided["metric"].startswith(
+                ("recall@", "hit@")) else "the top k misses labelled text")
+        else:
+            head = ("no relevant chunk in the top k" if not value or decided["source"] == "label"
+                    else "the top k misses relevant chunks")
+    else:
+        head = {"faithfulness": "the answer makes claims the chunks do not support",
+                "declined": "answered a question it should have declined"}[q.name]
     extra = ""
-    if details.get("relevant_not_in_top_k"):
+    if details.get("spans_missed"):
+        extra = details["spans_missed_reason"]
+    elif details.get("relevant_not_in_top_k"):
         extra = "not in the top k: " + ", ".join(m["label"] + (f" (rank {m['rank']})" if m["rank"] else "")
                                                  for m in details["relevant_not_in_top_k"])
     elif details.get("unsupported_claims"):
-        extra = "unsupported: " + "; ".join(f'"{c["claim"]}"' for c in details["unsupported_claims"])
-    elif q.name == "correctness" and details.get("wrong_claims"):
-        extra = "; ".join(f'"{c["claim"]}" (stated by {", ".join(c["stated_by"]) or "no chunk"})'
-                          for c in details["wrong_claims"])
+        extra = "unsupported: " + "; ".join(
+            f'"{c["claim"]}"' + (" (in no retrieved chunk)" if c.get("in_no_chunk") else "")
+            for c in details["unsupported_claims"])
     elif decided["source"] == "score" and decided.get("reason"):
         extra = decided["reason"]
     return f"{head}: {_named(decided)}" + (f"; {extra}" if extra else "")
+
+
+# --------------------------------------------------------------------------------------------
+# A faithful answer that is wrong: what the claim checks say
+
+
+def _wrong_answer(decided: dict, claims: Optional[ClaimEvidence], settled: dict[str, dict],
+                  failing: list[dict], scores: list[Score], in_run: set[str], base: dict) -> CaseDiagnosis:
+    """The layer of a case whose answer follows the chunks (or a person says so) but is not correct
+    by ``decided``, from the claim checks (`ragbridge.analysis.claim_evidence`), in this order:
+
+    1. a human label passes the answer's faithfulness while the judge fails it, or its claim checks
+       find a claim of the answer in no chunk: ``reference_or_judge`` (the judge's verdicts on this
+       answer are in doubt);
+    2. every claim of the answer is in the reference and every claim of the reference in the
+       answer: ``reference_or_judge`` (the answer is right by the reference);
+    3. a wrong claim of the answer is stated by a chunk that contradicts the reference and states
+       none of its claims: ``knowledge_base``;
+    4. a chunk states a claim of the reference that the answer does not: ``generation`` (the
+       generator had it);
+    5. a wrong claim of the answer is in no chunk: ``generation``;
+    6. else (or without claim checks): ``undetermined``, saying what is missing."""
+    named = _named(decided)
+    row = dict(question="correctness", decided_by=decided, **base)
+    label = settled.get("faithfulness")
+    if label is not None and label["source"] == "label":
+        nowhere = claims.in_no_chunk() if claims is not None else []
+        judged = [f for f in failing
+                  if f["source"] == "score" and _source_of(_BY_NAME["faithfulness"], f["metric"])]
+        if nowhere or judged:
+            doubt = (f"the claim checks find {quoted(nowhere[0])} in no retrieved chunk" if nowhere
+                     else f"{_named(judged[0])}")
+            details: dict[str, Any] = {"overruled": [{"failing": f, "decided_by": label}
+                                                     for f in [*judged, decided]]}
+            if nowhere:
+                details["claims"] = {"in_no_chunk": nowhere}
+            return CaseDiagnosis(layer="reference_or_judge", reason=(
+                f"a human label disagrees with the judge: {_named(label)}, but {doubt}; and {named}: "
+                "check the judge (and the reference)"), details=details, **{**row, "decided_by": label})
+    if claims is None:
+        missing = _claim_checks_missing(scores, in_run)
+    elif claims.reference_claims is None or claims.lacks("reference_in_chunks"):
+        missing = ["claim checks without the reference's claims checked against the chunks "
+                   "(--metric claim_diagnostics)"]
+    elif not claims.reference_claims:
+        missing = ["the reference states no claim to check against the chunks"]
+    else:
+        missing = []
+    if missing:
+        return CaseDiagnosis(layer="undetermined", missing=missing, reason=(
+            f"{named}, but nothing says whether the chunk the answer follows or the answer is wrong: "
+            + "; ".join(missing)), **row)
+    layer, reason, details, missing = claims.layer_of_wrong_answer(named)
+    return CaseDiagnosis(layer=layer, reason=reason, details=details, missing=missing, **row)
+
+
+def _claim_checks_missing(scores: list[Score], in_run: set[str]) -> list[str]:
+    """Why the case has no claim checks: the claim diagnostics not scored in this run, or each of
+    theirs with its status."""
+    names = sorted(set(RAGCHECKER) & in_run)
+    if not names:
+        return [f"claim checks not scored in this run (--metric {CLAIM_DIAGNOSTICS})"]
+    found = [s for s in scores if s.metric in names]
+    if not found:
+        return [f"claim checks ({', '.join(names)}) not scored for this case"]
+    s = found[0]
+    return [f"claim checks: {s.metric} ({s.backend}) {s.status}"
+            + (f" ({s.error or s.reason})" if s.error or s.reason else "")]
 
 
 # --------------------------------------------------------------------------------------------

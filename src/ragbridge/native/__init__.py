@@ -36,7 +36,7 @@ import numpy as np
 
 from ..formats.batches import CaseBatch
 from ..schema import Case, Score, ScoreBlock
-from . import answers, ranking
+from . import answers, ranking, spans
 
 __all__ = ["NativeBackend", "RankedCache"]
 
@@ -67,6 +67,24 @@ def _undefined_reason(metric: str, record: dict, chunking) -> str:
         return "no span label with grade >= 1"
     return "no label with grade >= 1" if record.get("relevant") or record.get("relevant_spans") else \
         "no relevance labels"
+
+
+def _span_reasons(metric: str, cases: Sequence[Case], values: np.ndarray, reasons: list,
+                  min_overlap: float) -> None:
+    """The reason of each span-labelled case's value below 1 of ``recall@k``, ``hit@k`` and
+    ``span_recall@k``: the span labels missed (`spans.missed_reason`)."""
+    base, k = ranking.parse_metric(metric)
+    if base not in spans.MISSED_BY:
+        return
+    short = np.flatnonzero(values < 1).tolist()
+    if not short:
+        return
+    records = CaseBatch.of_cases(cases)
+    for i in short:
+        record = records.record(i)
+        if record.get("relevant_spans"):
+            reasons[i] = spans.missed_reason(base, record["relevant_spans"], record.get("contexts") or [], k,
+                                             min_overlap)[1]
 
 
 class NativeBackend(Backend):
@@ -112,6 +130,8 @@ class NativeBackend(Backend):
             records = CaseBatch.of_cases(cases)
             for i in undefined:
                 reasons[i] = _undefined_reason(metric, records.record(i), opts.chunking)
+        if opts.span_labels:
+            _span_reasons(metric, cases, values, reasons, opts.span_min_overlap)
         per_case = (time.perf_counter() - start) / max(len(cases), 1)
         yield ScoreBlock(backend=self.name, metric=metric, native_metric=metric,
                          case_ids=CaseBatch.of_cases(cases).ids, values=values, reasons=reasons,

@@ -23,12 +23,12 @@ Relevance rule
 Span rule
     A placed chunk matches a span label of grade >= 1 in the same document when they share at least
     one character and at least ``min_overlap`` (default 0.5, ``--span-min-overlap``) of the shorter of
-    the two (`ragbridge.schema.span_overlap_matches`). A chunk that matches several span labels is
-    credited to one: the highest grade among those not yet credited (then the largest overlap, then
-    the first listed); when all are credited already it is relevant but not credited, as a second
-    chunk of a labelled section is. So a chunk is one ranked item with one gain, and none of the
-    metrics can exceed 1; ``span_recall@k`` (`ragbridge.native.spans`) measures how much of each
-    span the top k cover instead.
+    the two (`ragbridge.schema.span_overlap_matches`). A chunk can match several span labels (a
+    long chunk holding two labelled sentences, or a phrase and the paragraph around it): it matches
+    every one of them, and for the graded metrics it is *credited* to one: the highest grade among
+    those not yet credited (then the largest overlap, then the first listed); when all are credited
+    already it is relevant but not credited, as a second chunk of a labelled section is.
+    ``span_recall@k`` (`ragbridge.native.spans`) measures how much of each span the top k cover.
 Duplicates
     A chunk id repeated in ``Case.contexts`` is dropped after its first occurrence *before* ranking,
     so later chunks move up; the number dropped per case is ``Ranked.duplicates``. (trec_eval rejects
@@ -36,11 +36,17 @@ Duplicates
 Rank
     The 1-based position in the de-duplicated ``contexts`` list (best first). Chunk scores are
     ignored, so there are no ties and no float32 effects.
-Counting
-    ``precision@k`` and ``hit@k`` count *every* relevant chunk in the top k, so two chunks of the same
-    labelled section both count. ``recall@k``, ``ndcg`` and ``map`` credit each *label* once, at its
-    first matching chunk: a later chunk matching the same label adds no gain and is non-relevant for
-    AP, so none of them can exceed 1. ``mrr`` uses the first relevant chunk.
+Counting, per metric
+    ``recall@k`` counts the *labels* some top-k chunk matches, each label once however many chunks
+    match it and whichever label a chunk is credited to: one chunk holding two labels counts both,
+    so larger chunks never lose recall for holding more; it cannot exceed 1. ``hit@k`` is 1 when some
+    top-k chunk matches a label. ``precision@k`` counts the relevant *chunks* in the top k, so two
+    chunks of the same labelled section both count. ``ndcg`` and ``map`` rank chunks: each chunk is
+    one item with one gain, that of the label it is credited to, and each label is credited once,
+    at the first chunk credited to it; a chunk matching only labels credited already adds no gain
+    and is non-relevant for AP, so neither can exceed 1. ``mrr`` uses the first relevant chunk.
+    With chunk-id (and section) labels a chunk matches one label, so credited and matched are the
+    same and every value is trec_eval's.
 k beyond the list
     Missing ranks are non-relevant: ``precision@k = hits / k`` (trec_eval ``P_k``).
 nDCG
@@ -124,6 +130,10 @@ class Ranked:
     - ``credited``: the first chunk matching its label (counts for recall, nDCG and AP).
     - ``ap_term``: precision at this rank counting only credited chunks, 0 where not credited.
 
+    Per label with grade >= 1 that some retrieved chunk matches (unsorted): ``found_case``,
+    ``found_rank`` (the rank of the first chunk matching it, whether or not that chunk is credited
+    to it): what ``recall@k`` and ``hit@k`` count.
+
     Per label with grade >= 1 (the ideal ranking), sorted by (case, grade descending):
     ``ideal_case``, ``ideal_rank`` (1-based), ``ideal_grade``.
     """
@@ -139,6 +149,8 @@ class Ranked:
     grade: np.ndarray
     credited: np.ndarray
     ap_term: np.ndarray
+    found_case: np.ndarray
+    found_rank: np.ndarray
     ideal_case: np.ndarray
     ideal_rank: np.ndarray
     ideal_grade: np.ndarray
@@ -162,10 +174,13 @@ def _first_occurrences(ids: list) -> list[int]:
     return kept
 
 
-def _match_slow(ci, ids, chunks, rel, spans, min_overlap, m_case, m_rank, m_grade, uncredited):
+def _match_slow(ci, ids, chunks, rel, spans, min_overlap, m_case, m_rank, m_grade, uncredited,
+                f_case, f_rank):
     """Match one case chunk by chunk (used only when some chunk's source is a label, or the case
     has span labels): the id rule first (ids, then sources, of ``rel``), else the span rule (see
-    the module docstring)."""
+    the module docstring). Each relevant chunk is appended to ``m_*`` (credited to one label);
+    each label of grade >= 1 some chunk matches, with the 0-based rank of the first such chunk, to
+    ``f_*``."""
     labels: dict[str, list] = {}  # doc -> [(label index, start, end, grade)] of grade >= 1
     for j, span in enumerate(spans):
         grade = span_kernels.grade_of(span)
@@ -180,12 +195,14 @@ def _match_slow(ci, ids, chunks, rel, spans, min_overlap, m_case, m_rank, m_grad
         return
     sources = _sources(chunks)
     seen: set = set()
+    found: dict = {}  # label -> rank of the first chunk matching it
     for i, cid in enumerate(ids):
         label: Any = cid if cid in rel else (sources[i] if sources[i] in rel else None)
         if label is not None:
             g = rel[label]
             if g <= 0:
                 continue
+            found.setdefault(label, i)
         elif not labels:
             continue
         else:
@@ -196,6 +213,7 @@ def _match_slow(ci, ids, chunks, rel, spans, min_overlap, m_case, m_rank, m_grad
             for j, ls, le, lg in labels.get(doc, ()):
                 overlap = min(end, le) - max(start, ls)
                 if span_overlap_matches(overlap, le - ls, end - start, min_overlap):
+                    found.setdefault(("span", j), i)
                     key = (("span", j) not in seen, lg, overlap, -j)
                     if best is None or key > best[0]:
                         best = (key, j, lg)
@@ -209,6 +227,8 @@ def _match_slow(ci, ids, chunks, rel, spans, min_overlap, m_case, m_rank, m_grad
         m_case.append(ci)
         m_rank.append(i)
         m_grade.append(g)
+    f_case.extend([ci] * len(found))
+    f_rank.extend(found.values())
 
 
 def _chunk_lists(cases):
@@ -255,6 +275,8 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
     s_rank: list[int] = []
     s_grade: list[int] = []
     s_uncredited: list[int] = []
+    f_case: list[int] = []  # slow path: one entry per label (grade >= 1) some chunk matches
+    f_rank: list[int] = []
     n_ctx_append, lab_case_append, lab_n_append = n_ctx.append, lab_case.append, lab_n.append
     grades_extend, hit_case_append, hit_n_append = all_grades.extend, hit_case.append, hit_n.append
     rank_extend, grade_extend = m_rank.extend, m_grade.extend
@@ -276,7 +298,8 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
             lab_n_append(len(rel or ()) + len(spans))
             grades_extend((rel or {}).values())
             grades_extend(map(span_kernels.grade_of, spans))
-            _match_slow(ci, ids, ctx, rel or {}, spans, min_overlap, s_case, s_rank, s_grade, s_uncredited)
+            _match_slow(ci, ids, ctx, rel or {}, spans, min_overlap, s_case, s_rank, s_grade, s_uncredited,
+                        f_case, f_rank)
             continue
         if not rel:
             continue
@@ -293,7 +316,8 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
                 rank_extend(map(ids.index, hits))
                 grade_extend(map(rel.__getitem__, hits))
         else:
-            _match_slow(ci, ids, ctx, rel, (), min_overlap, s_case, s_rank, s_grade, s_uncredited)
+            _match_slow(ci, ids, ctx, rel, (), min_overlap, s_case, s_rank, s_grade, s_uncredited,
+                        f_case, f_rank)
 
     n_cases = ci + 1
     n_ctx_a = np.array(n_ctx, dtype=np.int64)
@@ -332,6 +356,11 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
     credited = np.ones(case_index.size, dtype=bool)
     if s_uncredited:
         credited[len(m_rank) + np.array(s_uncredited, dtype=np.int64)] = False
+    # Labels some chunk matches: on the fast path each id match is its label's only match.
+    n_fast = len(m_rank)
+    fast = grade[:n_fast] > 0
+    found_case = np.concatenate([case_index[:n_fast][fast], np.array(f_case, dtype=np.int64)])
+    found_rank = np.concatenate([rank[:n_fast][fast], np.array(f_rank, dtype=np.int64) + 1])
     keep = grade > 0
     if not bool(keep.all()):
         case_index, rank, grade, credited = case_index[keep], rank[keep], grade[keep], credited[keep]
@@ -365,6 +394,8 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
         grade=grade,
         credited=credited,
         ap_term=ap_term,
+        found_case=found_case,
+        found_rank=found_rank,
         ideal_case=ideal_case,
         ideal_rank=ideal_rank,
         ideal_grade=ideal_grade,
@@ -405,11 +436,16 @@ def _ratio_over_r(r: Ranked, numer: np.ndarray) -> np.ndarray:
     return out
 
 
+def _found(r: Ranked, k: int) -> np.ndarray:
+    """Per case, the labels (grade >= 1) some top-k chunk matches."""
+    return np.bincount(r.found_case[r.found_rank <= k], minlength=r.n_cases).astype(np.float64)
+
+
 def recall(r: Ranked, k: int) -> np.ndarray:
-    """Labels (grade >= 1) credited in the top k / R. NaN where R = 0 or unlabelled (trec
-    ``recall_k``)."""
+    """Labels (grade >= 1) some top-k chunk matches / R, every label a chunk matches counted. NaN
+    where R = 0 or unlabelled (trec ``recall_k``)."""
     k = _check_k(k)
-    return _ratio_over_r(r, _per_case_sum(r, (r.rank <= k) & r.credited))
+    return _ratio_over_r(r, _found(r, k))
 
 
 def precision(r: Ranked, k: int) -> np.ndarray:
@@ -420,10 +456,10 @@ def precision(r: Ranked, k: int) -> np.ndarray:
 
 
 def hit(r: Ranked, k: int) -> np.ndarray:
-    """1 if any relevant chunk is in the top k, else 0. NaN only where unlabelled (trec
-    ``success_k``)."""
+    """1 if some top-k chunk matches a label of grade >= 1 (a relevant chunk is in the top k), else
+    0. NaN only where unlabelled (trec ``success_k``)."""
     k = _check_k(k)
-    return _nan_where((_per_case_sum(r, r.rank <= k) > 0).astype(np.float64), ~r.labelled)
+    return _nan_where((_found(r, k) > 0).astype(np.float64), ~r.labelled)
 
 
 def mrr(r: Ranked, k: Optional[int] = None) -> np.ndarray:

@@ -44,7 +44,8 @@ import numpy as np
 from ..formats.corpus import Chunking
 
 __all__ = ["ARITHMETICS", "SpanSets", "prepare", "recall", "precision", "iou", "precision_omega", "KERNELS",
-           "placement", "grade_of", "span_lists", "unplaced", "check_arithmetic"]
+           "placement", "grade_of", "span_lists", "unplaced", "check_arithmetic", "missed_spans",
+           "describe_missed", "MISSED_BY", "missed_reason"]
 
 ARITHMETICS = ("merged", "chroma")
 
@@ -309,3 +310,101 @@ def precision_omega(s: SpanSets, chunking: Optional[Chunking], arithmetic: str =
 #: chunking, arithmetic)``)
 KERNELS = {"span_recall": recall, "span_precision": precision, "span_iou": iou,
            "precision_omega": precision_omega}
+
+
+# --------------------------------------------------------------------------------------------- what is missed
+
+
+def _field(item: Any, name: str) -> Any:
+    return item.get(name) if type(item) is dict else getattr(item, name, None)
+
+
+def _first_words(text: str, n: int = 6) -> str:
+    words = text.split()
+    return " ".join(words[:n]) + (" ..." if len(words) > n else "")
+
+
+def missed_spans(spans: Sequence[Any], chunks: Sequence[Any], k: int, min_overlap: float,
+                 matched_only: bool = False) -> list[dict[str, Any]]:
+    """Each span label of grade >= 1 that the top ``k`` chunks do not wholly cover (``matched_only``:
+    that no top-k chunk matches by the span rule), in the order listed: ``doc``, ``start``, ``end``,
+    ``grade``, ``covered`` (its characters the top k hold, overlapping chunks merged), ``matched``
+    (a top-k chunk matches it by the span rule, `ragbridge.schema.span_overlap_matches`), ``rank``
+    (of the first chunk of the whole list matching it, None when none does) and ``words`` (its
+    first words: from its quote, else from a retrieved chunk that holds its start; None when
+    neither does). Spans and chunks are mappings or objects with ``doc``, ``start`` and ``end``
+    (placed); repeated chunk ids count once, as for ranking."""
+    from ..schema import span_overlap_matches
+
+    seen: set = set()
+    ranked = []
+    for c in chunks:
+        cid = _field(c, "id")
+        if cid in seen:
+            continue
+        seen.add(cid)
+        ranked.append(c)
+    out = []
+    for span in spans:
+        if grade_of(span) <= 0:
+            continue
+        doc, start, end = placement(span)
+        if start is None:
+            continue
+        pieces, matched, rank, words = [], False, None, None
+        quote = _field(span, "quote")
+        if quote:
+            words = _first_words(quote)
+        for i, c in enumerate(ranked, 1):
+            cdoc, cs, ce = placement(c)
+            if cdoc != doc or cs is None:
+                continue
+            shared = min(ce, end) - max(cs, start)
+            hit = span_overlap_matches(shared, end - start, ce - cs, min_overlap)
+            if hit and rank is None:
+                rank = i
+            if i <= k and shared > 0:
+                pieces.append((max(cs, start), min(ce, end)))
+                matched = matched or hit
+            text = _field(c, "text")
+            if words is None and text and cs <= start < ce and len(text) == ce - cs:
+                words = _first_words(text[start - cs:min(end, ce) - cs])
+        covered, reach = 0, start
+        for a, b in sorted(pieces):
+            covered += max(0, b - max(a, reach))
+            reach = max(reach, b)
+        if covered < end - start and not (matched_only and matched):
+            out.append({"doc": doc, "start": start, "end": end, "grade": grade_of(span), "covered": covered,
+                        "matched": matched, "rank": rank, "words": words})
+    return out
+
+
+def describe_missed(missed: Sequence[dict[str, Any]], k: int, limit: int = 3) -> str:
+    """One line naming the spans of `missed_spans` (the first ``limit``, then how many more)."""
+    parts = []
+    for m in missed[:limit]:
+        words = f' "{m["words"]}"' if m["words"] else ""
+        n = m["end"] - m["start"]
+        where = (", a top-k chunk matches it" if m["matched"] else
+                 f", first matched at rank {m['rank']}" if m["rank"] else ", no retrieved chunk matches it")
+        parts.append(f"{m['doc']}[{m['start']}:{m['end']}]{words} ({m['covered']} of {n} characters in "
+                     f"the top {k}{where})")
+    more = len(missed) - limit
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+#: the metrics whose values below 1 name the span labels missed: metric base -> whether only the labels
+#: no top-k chunk matches are named (else: every label the top k do not wholly cover)
+MISSED_BY = {"recall": True, "hit": True, "span_recall": False}
+
+
+def missed_reason(base: str, spans: Sequence[Any], chunks: Sequence[Any], k: int,
+                  min_overlap: float) -> tuple[list[dict[str, Any]], Optional[str]]:
+    """What a value below 1 of ``base@k`` (a metric of `MISSED_BY`) misses: the labels
+    (`missed_spans`) and the reason naming them (None when none is missed)."""
+    matched_only = MISSED_BY[base]
+    missed = missed_spans(spans, chunks, k, min_overlap, matched_only)
+    if not missed:
+        return missed, None
+    what = f"no top-{k} chunk matches" if matched_only else f"not wholly in the top {k}"
+    return missed, f"{what}: {describe_missed(missed, k)}"

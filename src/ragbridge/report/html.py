@@ -28,7 +28,7 @@ from ..analysis.table import open_run
 from ..run import Run
 from ..run.summary import ALL
 from .data import DIAGNOSIS_LISTED, case_texts, read_cases, report_data
-from .text import num, one_line
+from .text import num, one_line, ragchecker_text
 
 __all__ = ["render_html", "plots", "grid", "svg_distribution", "svg_scatter", "svg_series", "backend_colors",
            "cases_in_full", "compact_pages", "PALETTE", "ASSETS", "FULL_CASES", "PAGE_ROWS",
@@ -438,6 +438,7 @@ def render_html(run: Union[Run, str, Path], data: Optional[dict] = None, full: i
     )
     env.filters["num"] = num
     env.filters["tone"] = _tone
+    env.filters["ragchecker"] = ragchecker_text
     style = (ASSETS / "report.css").read_text(encoding="utf-8")
     script = (ASSETS / "report.js").read_text(encoding="utf-8")
     p = plots(data)

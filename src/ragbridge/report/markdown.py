@@ -11,7 +11,7 @@ from ..analysis.table import open_run
 from ..run import Run
 from ..run.summary import ALL
 from .data import DIAGNOSIS_LISTED, report_data
-from .text import ci_text, md_text, num
+from .text import ci_text, md_text, num, ragchecker_text
 
 __all__ = ["render_markdown"]
 
@@ -120,7 +120,8 @@ def _halves(d: dict, out: list[str]) -> None:
                     continue
                 extra = [f"{x['n_undefined']} undef" if x["n_undefined"] else "",
                          f"{x['n_errored']} err" if x["n_errored"] else "",
-                         f"{x['unsupported_share']:.0%} with an unsupported claim" if x["n_claims"] else ""]
+                         f"{x['unsupported_share']:.0%} with an unsupported claim" if x["n_claims"] else "",
+                         ragchecker_text(x)]
                 more = "".join(", " + e for e in extra if e)
                 cells.append(f"{num(x['mean'])}: {x['n_pass']} of {x['n_pass'] + x['n_fail']} pass "
                              f"≥ {x['threshold']:.3g} (n {x['n_scored']}{more})")

@@ -22,8 +22,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..metrics import RAGCHECKER
+
 __all__ = ["MISSING", "num", "interval", "ci_text", "p_text", "md_text", "plain_text", "one_line",
-           "escape_char", "jsonable", "records"]
+           "escape_char", "jsonable", "records", "ragchecker_text"]
 
 MISSING = "—"
 
@@ -93,6 +95,20 @@ def one_line(text: Any) -> str:
     if text is None or (isinstance(text, float) and math.isnan(text)):
         return ""
     return " ".join(str(text).split())
+
+
+def ragchecker_text(row: dict[str, Any]) -> str:
+    """For a summary row of a RAGChecker claim diagnostic: the figure a RAGChecker run reports for the
+    same cases (``ragchecker_mean``, `ragbridge.run.summary`), and how many cases it counts as 0
+    where ragbridge's value is undefined; "" for any other row."""
+    rc = row.get("ragchecker_mean")
+    if rc is None or rc != rc:
+        return ""
+    name, inverted = RAGCHECKER.get(row["metric"], (None, False))
+    zeros = row.get("n_ragchecker_zero") or 0
+    orientation = f" (its {name}, lower is better)" if inverted else ""
+    return (f"RAGChecker's mean {num(rc)}{orientation}"
+            + (f", {zeros} undefined case(s) counted as its 0" if zeros else ""))
 
 
 def records(frame) -> list[dict[str, Any]]:

@@ -36,6 +36,12 @@ Two differences from RAGChecker, both in what a score says rather than in a form
   ``value`` is one minus RAGChecker's figure (higher is better, as every value), and its
   ``native_value`` holds RAGChecker's figure under ``ragchecker_value``.
 
+So a run's mean of a claim diagnostic (over the cases where it is defined) differs from the figure
+RAGChecker reports for the same cases (its mean over every case, 0 where there is nothing to
+average, in its own orientation; printed x 100). Summaries state that figure too, as
+``ragchecker_mean`` beside ``mean`` (`ragbridge.metrics.ragchecker_figure` per case,
+`ragbridge.run.summary`).
+
 A run plans them only when asked: ``--metric claim_diagnostics`` (all ten) or by name, as their
 judge calls grow with the chunks (`claim_checks`: 4 + k calls a case, shared by the ten).
 
@@ -49,6 +55,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from ..backend import MetricSpec
+from ..metrics import CLAIM_DIAGNOSTICS, RAGCHECKER
 from ..schema import Case, ClaimChecks, Evidence
 from .claim_checks import CRITERION, judge_claim_checks
 from .parse import Asker
@@ -57,7 +64,7 @@ __all__ = ["Diagnostic", "DIAGNOSTICS", "GROUP", "specs", "figure", "diagnostic_
 
 _ALL = ("answer", "reference", "context_text")
 #: ``--metric claim_diagnostics`` asks for all ten (none is planned unless asked for: 4 + k calls a case)
-GROUP = "claim_diagnostics"
+GROUP = CLAIM_DIAGNOSTICS
 
 
 @dataclass(frozen=True)
@@ -72,23 +79,24 @@ class Diagnostic:
     inverted: bool = False
 
 
-DIAGNOSTICS: dict[str, Diagnostic] = {d.name: d for d in (
-    Diagnostic("claim_recall", "claim_recall", ("reference_in_chunks",), ("reference", "context_text")),
-    Diagnostic("claim_context_precision", "context_precision", ("reference_in_chunks",),
-               ("reference", "context_text")),
-    Diagnostic("answer_claim_precision", "precision", ("answer_in_reference",), ("answer", "reference")),
-    Diagnostic("answer_claim_recall", "recall", ("reference_in_answer",), ("answer", "reference")),
-    Diagnostic("answer_claim_f1", "f1", ("answer_in_reference", "reference_in_answer"),
-               ("answer", "reference")),
-    Diagnostic("context_utilization", "context_utilization", ("reference_in_chunks", "reference_in_answer"),
-               _ALL),
-    Diagnostic("noise_sensitivity_relevant", "noise_sensitivity_in_relevant",
-               ("answer_in_chunks", "reference_in_chunks", "answer_in_reference"), _ALL, True),
-    Diagnostic("noise_sensitivity_irrelevant", "noise_sensitivity_in_irrelevant",
-               ("answer_in_chunks", "reference_in_chunks", "answer_in_reference"), _ALL, True),
-    Diagnostic("hallucination", "hallucination", ("answer_in_chunks", "answer_in_reference"), _ALL, True),
-    Diagnostic("self_knowledge", "self_knowledge", ("answer_in_chunks", "answer_in_reference"), _ALL, True),
-)}
+_NOISE = ("answer_in_chunks", "reference_in_chunks", "answer_in_reference")
+#: what each claim diagnostic's formula reads, and the case inputs it needs (RAGChecker's names and the
+#: orientation: `ragbridge.metrics.RAGCHECKER`)
+_READS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "claim_recall": (("reference_in_chunks",), ("reference", "context_text")),
+    "claim_context_precision": (("reference_in_chunks",), ("reference", "context_text")),
+    "answer_claim_precision": (("answer_in_reference",), ("answer", "reference")),
+    "answer_claim_recall": (("reference_in_answer",), ("answer", "reference")),
+    "answer_claim_f1": (("answer_in_reference", "reference_in_answer"), ("answer", "reference")),
+    "context_utilization": (("reference_in_chunks", "reference_in_answer"), _ALL),
+    "noise_sensitivity_relevant": (_NOISE, _ALL),
+    "noise_sensitivity_irrelevant": (_NOISE, _ALL),
+    "hallucination": (("answer_in_chunks", "answer_in_reference"), _ALL),
+    "self_knowledge": (("answer_in_chunks", "answer_in_reference"), _ALL),
+}
+DIAGNOSTICS: dict[str, Diagnostic] = {
+    name: Diagnostic(name, RAGCHECKER[name][0], parts, requires, RAGCHECKER[name][1])
+    for name, (parts, requires) in _READS.items()}
 
 
 def specs() -> list[MetricSpec]:
@@ -211,3 +219,4 @@ async def diagnostic_fields(asker: Asker, metric: str, case: Case) -> dict[str, 
     native = {**diagnostic_native(metric), "ragchecker_value": raw, "structured": asker.structured}
     value = None if raw is None else (1.0 - raw if d.inverted else raw)
     return dict(value=value, native_value=native, reason=reason, evidence=Evidence(claim_checks=checks))
+

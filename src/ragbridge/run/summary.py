@@ -13,19 +13,24 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
+from ..metrics import ragchecker_figure
 from ..schema import Case, Score, ScoreBlock
 
 __all__ = ["summarize", "Totals", "ALL", "COLUMNS", "claim_counts", "unsupported_claims"]
 
 ALL = "(all)"
 COLUMNS = ["backend", "metric", "tag", "mean", "n_scored", "n_undefined", "n_errored", "n", "n_claims",
-           "unsupported_share", "n_not_run", "cost"]
+           "unsupported_share", "n_not_run", "cost", "ragchecker_mean", "n_ragchecker_zero"]
 
 
 # the running sums of one (backend, metric, tag): n, scored, sum of values, undefined, errored,
 # answers with claims, answers with an unsupported claim, not run, judged scores, their cost, judged
-# scores of unknown cost. The sums of values and costs are exact (`exact_sum`).
-_N, _SCORED, _SUM, _UNDEFINED, _ERRORED, _CLAIMS, _BAD, _NOT_RUN, _JUDGED, _COST, _UNPRICED = range(11)
+# scores of unknown cost, RAGChecker's figures (sum, cases, cases at its 0 for nothing to average).
+# The sums of values and costs are exact (`exact_sum`).
+(_N, _SCORED, _SUM, _UNDEFINED, _ERRORED, _CLAIMS, _BAD, _NOT_RUN, _JUDGED, _COST, _UNPRICED, _RC_SUM, _RC_N,
+ _RC_ZERO) = range(14)
+
+
 
 
 def exact_sum(terms: list, values: Iterable[float]) -> list:
@@ -62,7 +67,7 @@ class Totals:
         key = (backend, metric, tag)
         group = self._groups.get(key)
         if group is None:
-            group = self._groups[key] = [0, 0, [], 0, 0, 0, 0, 0, 0, [], 0]
+            group = self._groups[key] = [0, 0, [], 0, 0, 0, 0, 0, 0, [], 0, [], 0, 0]
         return group
 
     def add(self, score: Score, tags: Iterable[str] = ()) -> None:
@@ -70,9 +75,14 @@ class Totals:
         claims = None
         if status == "scored":
             claims = claim_counts(score)
+        rc = ragchecker_figure(score)
         for tag in (ALL, *tags):
             g = self._group(score.backend, score.metric, tag)
             g[_N] += 1
+            if rc is not None:
+                g[_RC_SUM] = exact_sum(g[_RC_SUM], (rc,))
+                g[_RC_N] += 1
+                g[_RC_ZERO] += status != "scored"
             if status == "scored":
                 g[_SCORED] += 1
                 g[_SUM] = exact_sum(g[_SUM], (score.value,))
@@ -153,6 +163,8 @@ class Totals:
                 "unsupported_share": g[_BAD] / g[_CLAIMS] if g[_CLAIMS] else float("nan"),
                 "n_not_run": g[_NOT_RUN],
                 "cost": math.fsum(g[_COST]) if g[_JUDGED] and not g[_UNPRICED] else float("nan"),
+                "ragchecker_mean": math.fsum(g[_RC_SUM]) / g[_RC_N] if g[_RC_N] else float("nan"),
+                "n_ragchecker_zero": g[_RC_ZERO],
             }
             for (backend, metric, tag), g in self._groups.items() if by_tag or tag == ALL
         ]
@@ -175,7 +187,11 @@ def summarize(scores: Sequence[Score], cases: Sequence[Case] = (), by_tag: bool 
     ``unsupported_share`` is the share of them with at least one unsupported claim (else 0 and NaN).
     ``n_not_run`` counts the scores a spent budget left unrun; ``cost`` is what the judge calls of the
     group's scores cost by the judge's price table (NaN when unknown: no price, or no judged score).
-    A score of a run with repeats is its case's mean over them.
+    A score of a run with repeats is its case's mean over them. For RAGChecker's claim diagnostics
+    (`ragbridge.metrics.RAGCHECKER`), ``ragchecker_mean`` is the figure a RAGChecker run reports
+    for the same cases (divided by 100): the mean of its per-case figure in its own orientation,
+    with its 0 for each case where ragbridge's value is undefined (nothing to average), whose number
+    is ``n_ragchecker_zero`` (NaN and 0 for every other metric).
     """
     tags_of = {c.id: c.tags for c in cases} if by_tag else {}
     totals = Totals()
