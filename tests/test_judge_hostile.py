@@ -20,7 +20,7 @@ from ragbridge import evaluate, load_cases, load_run
 from ragbridge.judge import JudgeConfig, JudgeGateway
 from ragbridge.plugins import get_backends
 from ragbridge.testing import StubJudge
-from ragbridge.testing.hostile import USAGE_LIES, key_forms
+from ragbridge.testing.hostile import ECHO_MODES, USAGE_LIES, echo_key_body, key_leaks
 
 CANARY = "sk-canary/RB+key=0123456789abcdef_XYZ"
 PRICES = {"judge-m": {"input": 1.0, "output": 2.0}}
@@ -71,41 +71,73 @@ def test_impossible_usage_is_said_on_the_command_line(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------
-# The key, echoed in every form
-
-
-def _forms_in(data: bytes) -> list[str]:
-    low = data.lower()
-    return [name for name, form in key_forms(CANARY).items()
-            if form in data or (name.startswith("json-unicode") and form.lower() in low)]
+# The key, echoed in every form and charset
 
 
 @pytest.mark.parametrize("backend", ["rubric", "phoenix", *(pytest.param(b, marks=pytest.mark.slow)
                                                           for b in ("ragas", "deepeval", "trulens"))])
-def test_a_key_echoed_in_any_encoding_is_written_nowhere(backend, tmp_path, monkeypatch):
+def test_a_key_echoed_in_any_encoding_or_charset_is_written_nowhere(backend, tmp_path, monkeypatch):
+    """The judge echoes the key it was given in every form of `key_forms`, and the whole error body in
+    UTF-16, UTF-16BE, UTF-32, cp500 and UTF-7 (declared in its Content-Type) and in UTF-16 with a
+    byte-order mark and no charset, one answer each in turn: no file of the run, the cache or the
+    reports holds the key in any of them."""
     if not get_backends()[backend].available():
         pytest.skip(f"{backend} is not installed")
     monkeypatch.setenv("RB_CANARY_KEY", CANARY)
     with StubJudge() as stub:
-        cfg = JudgeConfig(model="judge-m", base_url=hostile(stub, "echo-key"), api_key_env="RB_CANARY_KEY",
-                          cache_path=tmp_path / "cache.sqlite", max_retries=0)
-        run = evaluate(cases(2), backends=[backend], metrics=["faithfulness"], out=tmp_path / "run",
+        cfg = JudgeConfig(model="judge-m", base_url=hostile(stub, "echo-key-each"),
+                          api_key_env="RB_CANARY_KEY", cache_path=tmp_path / "cache.sqlite", max_retries=0)
+        run = evaluate(cases(8), backends=[backend], metrics=["faithfulness"], out=tmp_path / "run",
                        judge=cfg)
         keys = {p.headers.get("authorization") for p in stub.posts()}
         assert keys == {f"Bearer {CANARY}"}  # the judge got the key, to echo it
-    scores = load_run(tmp_path / "run").scores
-    assert scores and all(s.error for s in scores), [s.error for s in scores]  # the judge's 400 reached them
+        assert stub.echo_turn >= len(ECHO_MODES)  # every form and charset was sent
     from ragbridge.report import render_html, render_json, render_markdown
 
     report = load_run(tmp_path / "run")
     (tmp_path / "run" / "report.html").write_text(render_html(report))
     (tmp_path / "run" / "report.md").write_text(render_markdown(report))
     (tmp_path / "run" / "report.json").write_text(render_json(report))
+    for path in [p for p in tmp_path.rglob("*") if p.is_file()]:
+        assert not key_leaks(path.read_bytes(), CANARY), (path, key_leaks(path.read_bytes(), CANARY))
     audit = (tmp_path / "run" / "judge-audit.jsonl").read_bytes()
     assert b"[REDACTED]" in audit  # the echoed forms were there, and were replaced
     assert run.manifest.status in ("complete", "incomplete")
-    for path in [p for p in tmp_path.rglob("*") if p.is_file()]:
-        assert not _forms_in(path.read_bytes()), (path, _forms_in(path.read_bytes()))
+    scores = report.scores
+    assert scores and all(s.error for s in scores), [s.error for s in scores]  # the judge's error came
+    assert all("[REDACTED]" in s.error for s in scores)  # read in its charset: the message kept, the key not
+
+
+@pytest.mark.parametrize("charset", ["utf-8", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-be",
+                                     "cp500", "cp037", "utf-7", "unicode_escape"])
+@pytest.mark.parametrize("declared", [True, False])
+def test_redaction_reads_an_answer_in_the_charset_it_is_in(charset, declared):
+    """Every form of the key, in a body of each charset, declared or not: what the gateway keeps holds
+    no form of the key in any charset, and a declared charset is read (the rest of the message kept)."""
+    from ragbridge.judge.redact import Redactor
+
+    redactor = Redactor()
+    redactor.keys([CANARY])
+    text = echo_key_body(CANARY).decode()
+    ctype = f"application/json; charset={charset}" if declared else "application/json"
+    body, content_type, withheld = redactor.reply(text.encode(charset), ctype)
+    assert not key_leaks(body, CANARY), key_leaks(body, CANARY)
+    if declared or charset.startswith("utf-") and charset != "utf-7":  # said, or JSON's own rule finds it
+        assert withheld is None and (content_type == ctype if charset == "utf-8" and declared
+                                     else content_type.endswith("charset=utf-8") or not declared)
+        assert json.loads(body)["error"]["message"].startswith("invalid request for key raw: [REDACTED]")
+    elif charset != "unicode_escape":  # read as UTF-8 no key shows; read as what it is, one would
+        assert withheld is not None and b"ragbridge_key_in_answer" in body
+
+
+def test_redaction_leaves_text_that_only_looks_like_an_encoding():
+    from ragbridge.judge.redact import Redactor
+
+    redactor = Redactor()
+    redactor.keys([CANARY])
+    text = (b'{"a": "Q&amp;A &#x41; &sol; 736b2d63 \\x41 %2F sk-canary/RB", "b": "0123456789abcdef", '
+            b'"c": "\\u0073k-c"}')
+    assert redactor(text) == text and redactor.reply(text, "application/json")[0] == text
 
 
 # ------------------------------------------------------------------------------------------------

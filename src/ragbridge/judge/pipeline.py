@@ -167,5 +167,8 @@ class Pipeline:
         res = self.forwarder.forward(upstream, method, endpoint, raw, model, stream=stream,
                                      extra_headers={REPEAT_HEADER: str(repeat)} if repeat else None,
                                      on_send=(lambda: self.ledger.sending(tag)) if tag is not None else None)
-        res.body = self.redactor(res.body)
+        res.body, content_type, withheld = self.redactor.reply(res.body, res.content_type)
+        res.content_type = content_type or res.content_type
+        if withheld and 200 <= res.status < 300:
+            res.status, res.parsed = 502, None  # a withheld answer is no answer
         return res

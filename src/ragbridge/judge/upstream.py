@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 
 from .config import BACKOFF_BASE, BACKOFF_CAP, JudgeConfig
 from .dialect import Endpoint
+from .redact import as_utf8
 from .server import Result, error_body
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -407,6 +408,8 @@ class Forwarder:
                         method, url, body if method == "POST" else None, headers,
                         deadline=time.monotonic() + cfg.timeout)
                     failure = None
+                    # read as the charset it says it is in (UTF-16, EBCDIC ...): from here on UTF-8
+                    reply.body, reply.content_type = as_utf8(reply.body, reply.content_type)
                 except (UpstreamTimeout, UpstreamError) as exc:
                     reply, failure = None, exc
             if reply is None:
