@@ -108,6 +108,61 @@ def test_a_key_echoed_in_any_encoding_or_charset_is_written_nowhere(backend, tmp
     assert all("[REDACTED]" in s.error for s in scores)  # read in its charset: the message kept, the key not
 
 
+HEADER_SECRETS = {"RB_HELICONE_KEY": "sk-helicone-0123456789abcdef", "cf": "cf-aig-secret-0123456789",
+                  "x": "xauth-secret-abcdefgh"}
+
+
+def test_custom_auth_headers_are_secrets_unless_named_public(tmp_path, monkeypatch):
+    """Helicone-Auth (its value from the environment), cf-aig-authorization and X-Authorization are
+    sent to the judge, never written to run.json, the audit log, the cache or the reports, never
+    printed by --json, and redacted from what the judge echoes; X-Team, named public, is recorded."""
+    monkeypatch.setenv("RB_CANARY_KEY", CANARY)
+    monkeypatch.setenv("RB_HELICONE_KEY", HEADER_SECRETS["RB_HELICONE_KEY"])
+    with StubJudge() as stub:
+        (tmp_path / "ragbridge.toml").write_text(
+            f'[judge]\nmodel = "judge-m"\nbase_url = "{hostile(stub, "echo-key")}"\n'
+            f'api_key_env = "RB_CANARY_KEY"\nmax_retries = 0\ncache_path = "cache.sqlite"\n'
+            f'headers = {{ "Helicone-Auth" = "Bearer ${{RB_HELICONE_KEY}}", '
+            f'"cf-aig-authorization" = "Bearer {HEADER_SECRETS["cf"]}", '
+            f'"X-Authorization" = "{HEADER_SECRETS["x"]}", "X-Team" = "eval-team" }}\n'
+            f'public_headers = ["X-Team"]\n')
+        res = ragbridge_cli("run", EXAMPLE, "--out", tmp_path / "run", "--backend", "rubric", "--metric",
+                            "faithfulness", "--json", "--no-progress", cwd=tmp_path)
+        sent = stub.posts()[0].headers
+    assert res.returncode == 3, res.stderr  # the judge refused every call: errored scores
+    assert (sent["helicone-auth"], sent["cf-aig-authorization"], sent["x-authorization"], sent["x-team"]) == (
+        f"Bearer {HEADER_SECRETS['RB_HELICONE_KEY']}", f"Bearer {HEADER_SECRETS['cf']}", HEADER_SECRETS["x"],
+        "eval-team")
+    printed = json.loads(res.stdout)["judge"]
+    assert printed["headers"] == {"Helicone-Auth": "[secret]", "cf-aig-authorization": "[secret]",
+                                  "X-Authorization": "[secret]", "X-Team": "eval-team"}
+    assert printed == json.loads((tmp_path / "run" / "run.json").read_text())["judge"]
+    from ragbridge.report import render_html, render_markdown
+
+    report = load_run(tmp_path / "run")
+    (tmp_path / "run" / "report.html").write_text(render_html(report))
+    (tmp_path / "run" / "report.md").write_text(render_markdown(report))
+    outputs = [res.stdout.encode(), res.stderr.encode()] + [p.read_bytes() for p in tmp_path.rglob("*")
+                                                            if p.is_file() and p.name != "ragbridge.toml"]
+    for secret in (CANARY, *HEADER_SECRETS.values()):
+        assert not any(key_leaks(data, secret) for data in outputs), secret
+    assert all("[REDACTED]" in s.error for s in report.scores)
+
+
+def test_a_header_whose_variable_is_unset_stops_the_run_before_any_call(tmp_path):
+    with StubJudge() as stub:
+        (tmp_path / "ragbridge.toml").write_text(
+            f'[judge]\nmodel = "judge-m"\nbase_url = "{stub.base_url}"\n'
+            'headers = { "Helicone-Auth" = "Bearer ${RB_UNSET_VARIABLE}" }\n')
+        res = ragbridge_cli("run", EXAMPLE, "--out", tmp_path / "run", "--backend", "rubric", "--metric",
+                            "faithfulness", "--no-progress", cwd=tmp_path, env={"RB_UNSET_VARIABLE": ""})
+        assert not stub.requests
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert ("judge header 'Helicone-Auth' takes its value from the environment variable RB_UNSET_VARIABLE, "
+            "which is not set: set it (export RB_UNSET_VARIABLE=...)") in " ".join(res.stderr.split())
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("charset", ["utf-8", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-be",
                                      "cp500", "cp037", "utf-7", "unicode_escape"])
 @pytest.mark.parametrize("declared", [True, False])

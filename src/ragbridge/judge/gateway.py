@@ -121,7 +121,7 @@ class JudgeGateway(JudgeClient):
         upstreams = {ep: Upstream(ep, cfg, transport=self.upstream_transport,
                                   with_key=cfg.cache_mode != "read-only")
                      for ep in dict.fromkeys(self._endpoints)}
-        self.redactor.keys([u.key for u in upstreams.values() if u.key])
+        self.redactor.keys([secret for u in upstreams.values() for secret in u.secrets])
         store = None
         if cfg.cache_mode != "off" and (cfg.cache_path is not None or self.simulate is not None):
             store = ResponseStore(cfg.cache_path, read_only=cfg.cache_mode == "read-only",

@@ -35,9 +35,9 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Optional, Protocol
 from urllib.parse import urlsplit
 
-from .config import BACKOFF_BASE, BACKOFF_CAP, JudgeConfig
+from .config import BACKOFF_BASE, BACKOFF_CAP, JudgeConfig, header_values
 from .dialect import Endpoint
-from .redact import as_utf8
+from .redact import MIN_ENCODED, as_utf8
 from .server import Result, error_body
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -344,6 +344,15 @@ class Upstream:
                  with_key: bool = True) -> None:
         self.endpoint = endpoint
         self.key = (os.environ.get(endpoint.key_env) or None) if with_key and endpoint.key_env else None
+        #: the configured headers, their ``${NAME}`` references read (JudgeConfigError when one is unset)
+        self.extra_headers = header_values(endpoint.extra_headers) if with_key else {}
+        #: what the gateway redacts from every answer: the key, and the value of every header not named
+        #: public (and the credential in a value such as ``Bearer <credential>``); a value too short to
+        #: be told from ordinary text is not searched for
+        values = [v for name, v in self.extra_headers.items() if not config.is_public_header(name)]
+        self.secrets = [s for s in dict.fromkeys([self.key or "", *values, *(v.split()[-1] for v in values
+                                                                             if v.split())])
+                        if s and (s == self.key or len(s) >= MIN_ENCODED)]
         size = config.max_concurrency + 2
         parts = urlsplit(endpoint.base_url)
         if transport == "stdlib" and not (parts.username or parts.password) and not (
@@ -389,7 +398,7 @@ class Forwarder:
         except ValueError as exc:
             return Result(400, error_body(f"ragbridge judge gateway: {exc}", "invalid_request_error"))
         public = ep.target(endpoint, model, public=True)
-        headers = ep.headers(upstream.key, method)
+        headers = ep.headers(upstream.key, method, upstream.extra_headers)
         if extra_headers:
             headers.update(extra_headers)
         last = Result(502, error_body(f"ragbridge judge gateway: no attempt made to {public}"))

@@ -12,7 +12,8 @@ usage-negative      a normal answer whose usage says ``prompt_tokens: -1000000``
 usage-float         ... ``completion_tokens: 12.5``
 usage-string        ... ``prompt_tokens: "many"``
 usage-absurd        ... ``prompt_tokens: 10**12``
-echo-key            answers 400, with the key it was given (``Authorization: Bearer``, ``api-key``)
+echo-key            answers 400, with the key it was given (``Authorization: Bearer``, ``api-key``,
+                    and the value of any other header whose name speaks of authorisation)
                     written in its error body in every form of `key_forms`: as it is, JSON-escaped
                     with ``\\/``, every character ``\\u``-escaped, URL-encoded, the base64 of
                     ``user:key`` (as an ``Authorization: Basic`` value), HTML character references
@@ -40,7 +41,7 @@ import re
 from typing import Any, Optional
 from urllib.parse import quote
 
-__all__ = ["MODES", "USAGE_LIES", "ECHO_CHARSETS", "echo_key_body", "key_forms", "given_key",
+__all__ = ["MODES", "USAGE_LIES", "ECHO_CHARSETS", "echo_key_body", "key_forms", "given_key", "given_secrets",
            "ECHO_MODES", "key_leaks", "lie_about_usage", "duplicate_verdicts", "lone_surrogates"]
 
 USAGE_LIES: dict[str, dict[str, Any]] = {
@@ -66,6 +67,17 @@ def given_key(headers: Any) -> Optional[str]:
     return headers.get("api-key")
 
 
+def given_secrets(headers: Any) -> list[str]:
+    """The key a request presents, and the value of every other header whose name speaks of
+    authorisation (``Helicone-Auth``, ``cf-aig-authorization``, ``X-Authorization``): what
+    ``echo-key`` echoes."""
+    found = [given_key(headers) or ""]
+    for name, value in headers.items():
+        if "auth" in name.lower() and name.lower() != "authorization":
+            found.append(value.split()[-1] if value.split() else value)
+    return [s for s in dict.fromkeys(found) if s]
+
+
 def key_forms(key: str) -> dict[str, bytes]:
     """``key`` as a server may echo it, each form as the bytes of a JSON body would hold it."""
     raw = key.encode()
@@ -85,17 +97,17 @@ def key_forms(key: str) -> dict[str, bytes]:
     }
 
 
-def echo_key_body(key: Optional[str]) -> bytes:
-    """An OpenAI-style error body that repeats ``key`` in every form of `key_forms`."""
-    forms = key_forms(key or "")
-    message = b"; ".join(b"%s: %s" % (name.encode(), form) for name, form in forms.items())
+def echo_key_body(*keys: Optional[str]) -> bytes:
+    """An OpenAI-style error body that repeats each of ``keys`` in every form of `key_forms`."""
+    message = b"; ".join(b"%s: %s" % (name.encode(), form) for key in keys or ("",)
+                         for name, form in key_forms(key or "").items())
     return (b'{"error": {"message": "invalid request for key ' + message
             + b'", "type": "invalid_request_error", "param": null, "code": null}}')
 
 
-def echo_key_answer(mode: str, key: Optional[str]) -> tuple[int, bytes, str]:
-    """(status, body, content type) of an ``echo-key*`` mode."""
-    body = echo_key_body(key)
+def echo_key_answer(mode: str, keys: list[str]) -> tuple[int, bytes, str]:
+    """(status, body, content type) of an ``echo-key*`` mode, echoing ``keys``."""
+    body = echo_key_body(*keys)
     if mode == "echo-key":
         return 400, body, "application/json"
     if mode == "echo-key-bom":

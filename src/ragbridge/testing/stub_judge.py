@@ -82,7 +82,8 @@ from ragbridge.testing.process import StubJudgeProcess  # noqa: E402  (kept impo
 FAULT_KINDS = ("429", "500", "timeout", "malformed", "garbage")
 #: the request headers a StubRequest keeps (where each dialect's key travels, the repeat)
 _KEPT_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "x-litellm-api-key", "x-goog-api-key",
-                           "x-ragbridge-repeat"})
+                           "x-ragbridge-repeat", "helicone-auth", "cf-aig-authorization", "x-authorization",
+                           "x-team", "accept-encoding"})
 
 
 @dataclass
@@ -231,8 +232,8 @@ class _Handler(FastRequestHandler):
                     with stub._lock:
                         fault = hostile.ECHO_MODES[stub.echo_turn % len(hostile.ECHO_MODES)]
                         stub.echo_turn += 1
-                status, payload, content_type = hostile.echo_key_answer(fault,
-                                                                        hostile.given_key(self.headers))
+                status, payload, content_type = hostile.echo_key_answer(
+                    fault, hostile.given_secrets(self.headers))
             elif fault == "huge":
                 self._send_huge(stub.huge_bytes)
                 return
