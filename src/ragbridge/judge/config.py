@@ -153,7 +153,7 @@ class JudgeConfig(BaseModel):
     embedding_base_url: Optional[str] = None
     embedding_api_key_env: Optional[str] = None
     embedding_api: Optional[Literal["openai", "azure"]] = None
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, str] = Field(default_factory=dict, repr=False)  # secrets: see public_dict
     public_headers: list[str] = Field(default_factory=list)
     temperature: Optional[float] = Field(None, ge=0, le=2)
     seed: Optional[int] = None
