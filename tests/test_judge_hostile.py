@@ -196,6 +196,54 @@ def test_redaction_leaves_text_that_only_looks_like_an_encoding():
 
 
 # ------------------------------------------------------------------------------------------------
+# An answer that says two things at once
+
+
+@pytest.mark.parametrize("backend", ["rubric", "ragas", pytest.param("deepeval", marks=pytest.mark.slow)])
+def test_a_verdict_given_twice_is_an_error_on_every_backend(backend, tmp_path):
+    """Every "verdict" of the judge's reply is followed by a second, contradicting one: RAGAS and
+    DeepEval took the last (0.0) and the rubric too; now each such score is an error, the call counted,
+    the answer not cached."""
+    if not get_backends()[backend].available():
+        pytest.skip(f"{backend} is not installed")
+    with StubJudge() as stub:
+        cfg = JudgeConfig(model="judge-m", base_url=hostile(stub, "dup-key"),
+                          cache_path=tmp_path / "c.sqlite", max_retries=2)
+        run = evaluate(cases(3), backends=[backend], metrics=["faithfulness"], out=tmp_path / "run",
+                       judge=cfg)
+        posts = len(stub.posts())
+    scores = load_run(tmp_path / "run").scores
+    assert len(scores) == 3 and all(s.value is None for s in scores), [(s.value, s.error) for s in scores]
+    assert all("gives the key 'verdict' twice in one object" in s.error for s in scores), scores[0].error
+    assert run.manifest.counts["judge"]["calls"] == posts  # made and counted, not retried by the gateway
+    assert run.manifest.counts["judge"]["retries"] == 0
+    from ragbridge.judge.cache import JudgeCache
+
+    cached = JudgeCache(tmp_path / "c.sqlite", read_only=True)
+    try:
+        assert all(b'"verdict"' not in cached.get(k)[1] for k in cached._mem)  # none kept to replay
+    finally:
+        cached.close()
+
+
+@pytest.mark.parametrize("answer, repeated", [
+    ({"choices": [{"message": {"content": '{"verdict": 1, "reason": "r", "verdict": 0}'}}]}, "verdict"),
+    ({"choices": [{"message": {"content": 'Here:\n```json\n[{"a": 1}, {"b": 2, "b": 3}]\n```'}}]}, "b"),
+    ({"choices": [{"message": {"content": None, "tool_calls": [
+        {"function": {"name": "f", "arguments": '{"score": 2, "score": 5}'}}]}}]}, "score"),
+    ({"output": [{"content": [{"type": "output_text", "text": '{"x": {"y": 1, "y": 1}}'}]}]}, "y"),
+    ({"choices": [{"message": {"content": '{"verdicts": [{"verdict": 1}, {"verdict": 0}]}'}}]}, None),
+    ({"choices": [{"message": {"content": "verdict: yes, verdict: no"}}]}, None),
+    ({"choices": [{"message": {"content": "{not json"}}]}, None),
+])
+def test_parse_answer_finds_a_key_an_object_repeats(answer, repeated):
+    from ragbridge.judge.strict import parse_answer
+
+    assert parse_answer(json.dumps(answer).encode())[1] == repeated
+    assert parse_answer(b'{"choices": [], "usage": {}, "usage": {"prompt_tokens": 1}}')[1] == "usage"
+
+
+# ------------------------------------------------------------------------------------------------
 # The loopback socket: the key first, bounded bodies, bad framing answered
 
 

@@ -22,7 +22,6 @@ import contextlib
 import email.utils
 import heapq
 import http.client
-import json
 import os
 import random
 import select
@@ -38,6 +37,7 @@ from urllib.parse import urlsplit
 from .config import BACKOFF_BASE, BACKOFF_CAP, JudgeConfig, header_values
 from .dialect import Endpoint
 from .redact import MIN_ENCODED, as_utf8
+from .strict import parse_answer
 from .server import Result, error_body
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -435,12 +435,18 @@ class Forwarder:
                 if stream:
                     return Result(reply.status, reply.body, content_type=ctype, attempts=attempt)
                 try:
-                    parsed = json.loads(reply.body)
-                except ValueError:
+                    parsed, repeated = parse_answer(reply.body)
+                except (ValueError, RecursionError):
                     last = Result(502, error_body(
                         f"ragbridge judge gateway: {public} answered HTTP {reply.status} with a body that "
                         f"is not JSON ({attempt} attempt(s))", code="upstream_invalid_json"))
                 else:
+                    if repeated is not None:  # ambiguous: not asked again (the judge would say it again)
+                        return Result(502, error_body(
+                            f"ragbridge judge gateway: {public} answered with JSON that gives the key "
+                            f"{repeated!r} twice in one object; which value it meant is ambiguous, so the "
+                            f"answer is refused", code="upstream_repeated_key"), attempts=attempt,
+                            parsed=parsed)
                     return Result(reply.status, reply.body, attempts=attempt, parsed=parsed)
             else:
                 last = Result(reply.status, reply.body or error_body(f"upstream HTTP {reply.status}"),
