@@ -317,6 +317,50 @@ def test_a_flooding_judge_is_cut_at_the_reply_cap(transport):
 
 
 # ------------------------------------------------------------------------------------------------
+# A judge that answers after the deadline: every request sent is counted and paid for
+
+
+def test_max_calls_counts_every_request_sent_upstream_retries_included(tmp_path, monkeypatch):
+    """Every answer comes after the call's deadline, so each call is tried four times: the judge gets
+    at most --max-calls requests (it got every retry on top before), and the tally and run.json count
+    each one."""
+    from ragbridge.judge.ledger import read_tally
+
+    monkeypatch.setattr(JudgeGateway, "backoff_base", 0.01)
+    with StubJudge(late_seconds=0.5) as stub:
+        cfg = JudgeConfig(model="judge-m", base_url=hostile(stub, "late"), cache_path=tmp_path / "c.sqlite",
+                          timeout=0.2, max_retries=3, max_concurrency=4, prices=PRICES)
+        run = evaluate(cases(12), backends=["rubric"], metrics=["answer_relevance"], out=tmp_path / "run",
+                       judge=cfg, max_calls=10)
+        posts = len(stub.posts())
+    judge, budget = run.manifest.counts["judge"], run.manifest.counts["budget"]
+    assert posts <= 10 and budget["spent"] is True and run.manifest.status == "incomplete"
+    assert judge["calls"] + judge["retries"] == posts == read_tally(tmp_path / "run" / "judge-calls.log")[0]
+    # an attempt that timed out after it was sent may be charged, at a cost no answer tells
+    assert judge["cost"] is None and run.manifest.counts["cost"]["total"] is None
+    scores = load_run(tmp_path / "run").scores
+    assert any(s.not_run for s in scores) and not any(s.value is not None for s in scores)
+
+
+def test_an_attempt_answered_late_is_paid_for(tmp_path, monkeypatch):
+    """Each request is answered after the deadline the first time and at once when retried: the cost
+    is twice what the answers report (the late attempt did the same work), not once."""
+    monkeypatch.setattr(JudgeGateway, "backoff_base", 0.01)
+    costs = {}
+    for mode in ("late-once", None):
+        with StubJudge(late_seconds=0.5) as stub:
+            url = hostile(stub, mode) if mode else stub.base_url
+            cfg = JudgeConfig(model="judge-m", base_url=url, cache_path=tmp_path / f"{mode}.sqlite",
+                              timeout=0.2, max_retries=2, prices=PRICES)
+            run = evaluate(cases(3), backends=["rubric"], metrics=["answer_relevance"],
+                           out=tmp_path / f"run-{mode}", judge=cfg)
+            costs[mode] = (run.manifest.counts["cost"]["total"], run.manifest.counts["judge"]["retries"],
+                           len(stub.posts()))
+    assert costs[None][1:] == (0, 3) and costs["late-once"][1:] == (3, 6)
+    assert costs["late-once"][0] == pytest.approx(2 * costs[None][0]) and costs[None][0] > 0
+
+
+# ------------------------------------------------------------------------------------------------
 # The budget across SIGKILL
 
 
@@ -347,4 +391,4 @@ def test_max_calls_holds_across_kill_9_and_run_json_counts_every_call(tmp_path):
     assert final.returncode == 4, final.stdout + final.stderr  # the budget, spent
     assert made <= 20
     counts = json.loads((out / "run.json").read_text())["counts"]
-    assert counts["judge"]["calls"] >= made and counts["budget"]["spent"] is True
+    assert counts["judge"]["calls"] + counts["judge"]["retries"] >= made and counts["budget"]["spent"] is True

@@ -63,8 +63,9 @@ PASS_REPEATS = typer.Option(
     None, "--pass-repeats", help="A case passes when at least this many of its repeats pass "
                                  "(default: a majority).")
 MAX_CALLS = typer.Option(
-    None, "--max-calls", help="Judge budget: at most this many upstream judge calls for the run (all "
-                              "its sessions); then stop cleanly, the rest not run.")
+    None, "--max-calls", help="Judge budget: at most this many requests sent to the judge for the run "
+                              "(all its sessions, retries included); then stop cleanly, the rest not "
+                              "run.")
 MAX_COST = typer.Option(
     None, "--max-cost", help="Judge budget in money, by the judge config's price table (all the run's "
                              "sessions).")
@@ -446,8 +447,9 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
         parts = ", ".join(f"{k} {_money(v, cost['currency'])}" for k, v in cost.get("by_metric", {}).items())
         notes.append(f"cost: {_money(cost.get('total'), cost['currency'])}"
                      + (f" ({parts})" if parts else "")
-                     + ("; some calls have no price in the judge config" if cost.get("total") is None
-                        else ""))
+                     + ("; the cost of some calls is unknown (a model without a price in the judge "
+                        "config, usage that cannot be true, or a request that timed out unanswered)"
+                        if cost.get("total") is None else ""))
     repeats = (result.manifest.options or {}).get("repeats")
     if isinstance(repeats, int) and repeats > 1:
         m = (result.manifest.options or {}).get("pass_repeats") or repeats // 2 + 1

@@ -49,6 +49,10 @@ class UpstreamTimeout(Exception):
     """The upstream did not connect, or did not send its whole answer, within the deadline."""
 
 
+class ConnectTimeout(UpstreamTimeout):
+    """The upstream did not accept the connection within the deadline (nothing was sent)."""
+
+
 class UpstreamError(Exception):
     """The upstream could not be reached, the connection failed before a whole answer arrived, or the
     pool is closed."""
@@ -168,7 +172,7 @@ class StdlibPool:
             conn.connect()
         except TimeoutError as exc:
             conn.close()
-            raise UpstreamTimeout(f"connect timed out: {exc}") from None
+            raise ConnectTimeout(f"connect timed out: {exc}") from None
         except OSError as exc:
             conn.close()
             raise UpstreamError(f"{type(exc).__name__}: {exc}") from None
@@ -313,6 +317,8 @@ class HttpxTransport:
                     chunks.append(chunk)
                 return Reply(r.status_code, r.headers.get("content-type"),
                              parse_retry_after(r.headers.get("retry-after")), b"".join(chunks))
+        except (httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            raise ConnectTimeout(f"{type(exc).__name__}: {exc}") from None
         except httpx.TimeoutException as exc:
             raise UpstreamTimeout(f"{type(exc).__name__}: {exc}") from None
         except httpx.TransportError as exc:
@@ -387,10 +393,15 @@ class Forwarder:
     def forward(self, upstream: Upstream, method: str, endpoint: str, body: Optional[bytes],
                 model: Optional[str] = None, *, stream: bool = False,
                 extra_headers: Optional[dict[str, str]] = None,
-                on_send: Optional[Callable[[], bool]] = None) -> Result:
+                on_send: Optional[Callable[[int], bool]] = None) -> Result:
         """One call: the attempts it takes, and the last answer as the library gets it. ``on_send``
-        is called once, when the call's first attempt is about to be sent; when it answers False the
-        call is not sent (a `Result` with no attempt and ``cache`` "budget")."""
+        is called with the attempt's number before each attempt is sent (every attempt is a request
+        the upstream may charge for); when it answers False that attempt is not sent, and the call
+        ends with a `Result` of ``cache`` "budget" and the ``attempts`` made before it.
+
+        The result's ``unanswered`` counts the attempts that were sent but got no readable answer
+        (timed out after the request went, or a 2xx that is not JSON): the upstream may have done
+        the work and charged for it, at a cost no answer tells."""
         cfg = self.config
         ep = upstream.endpoint
         try:
@@ -402,6 +413,7 @@ class Forwarder:
         if extra_headers:
             headers.update(extra_headers)
         last = Result(502, error_body(f"ragbridge judge gateway: no attempt made to {public}"))
+        unanswered = 0
         for attempt in range(1, cfg.max_retries + 2):
             if self.closing.is_set():
                 return Result(503, error_body("ragbridge judge gateway is shut down"), attempts=attempt - 1)
@@ -410,8 +422,9 @@ class Forwarder:
                 if self._limiter is not None and not self._limiter.wait(self.closing):
                     return Result(503, error_body("ragbridge judge gateway is shut down"),
                                   attempts=attempt - 1)
-                if attempt == 1 and on_send is not None and not on_send():
-                    return Result(402, b"", attempts=0, cache="budget")
+                if on_send is not None and not on_send(attempt):
+                    last.attempts, last.cache, last.unanswered = attempt - 1, "budget", unanswered
+                    return last
                 try:
                     reply: Optional[Reply] = upstream.transport.send(
                         method, url, body if method == "POST" else None, headers,
@@ -424,8 +437,10 @@ class Forwarder:
             if reply is None:
                 if isinstance(failure, ReplyTooLarge):
                     return Result(502, error_body(f"ragbridge judge gateway: {public}: {failure}",
-                                                  code="upstream_reply_too_large"), attempts=attempt)
+                                                  code="upstream_reply_too_large"), attempts=attempt,
+                                  unanswered=unanswered + 1)
                 timed_out = isinstance(failure, UpstreamTimeout)
+                unanswered += timed_out and not isinstance(failure, ConnectTimeout)
                 kind = "timed out" if timed_out else f"failed ({type(failure).__name__}: {failure})"
                 last = Result(504 if timed_out else 502, error_body(
                     f"ragbridge judge gateway: request to {public} {kind} after {attempt} attempt(s)",
@@ -433,10 +448,12 @@ class Forwarder:
             elif 200 <= reply.status < 300:
                 ctype = reply.content_type or "application/json"
                 if stream:
-                    return Result(reply.status, reply.body, content_type=ctype, attempts=attempt)
+                    return Result(reply.status, reply.body, content_type=ctype, attempts=attempt,
+                                  unanswered=unanswered)
                 try:
                     parsed, repeated = parse_answer(reply.body)
                 except (ValueError, RecursionError):
+                    unanswered += 1
                     last = Result(502, error_body(
                         f"ragbridge judge gateway: {public} answered HTTP {reply.status} with a body that "
                         f"is not JSON ({attempt} attempt(s))", code="upstream_invalid_json"))
@@ -446,17 +463,18 @@ class Forwarder:
                             f"ragbridge judge gateway: {public} answered with JSON that gives the key "
                             f"{repeated!r} twice in one object; which value it meant is ambiguous, so the "
                             f"answer is refused", code="upstream_repeated_key"), attempts=attempt,
-                            parsed=parsed)
-                    return Result(reply.status, reply.body, attempts=attempt, parsed=parsed)
+                            parsed=parsed, unanswered=unanswered)
+                    return Result(reply.status, reply.body, attempts=attempt, parsed=parsed,
+                                  unanswered=unanswered)
             else:
                 last = Result(reply.status, reply.body or error_body(f"upstream HTTP {reply.status}"),
                               content_type=(reply.content_type or "application/json") if reply.body
                               else "application/json")
                 if reply.status not in RETRY_STATUSES:
-                    last.attempts = attempt
+                    last.attempts, last.unanswered = attempt, unanswered
                     return last
                 retry_after = reply.retry_after
-            last.attempts = attempt
+            last.attempts, last.unanswered = attempt, unanswered
             if attempt > cfg.max_retries or self.closing.is_set():
                 break
             delay = random.uniform(0.0, min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1)))

@@ -299,15 +299,17 @@ def _gateway(request: RunRequest, judge: Any, folder: Optional[RunFolder], manif
     gateway = JudgeGateway(judge, audit_log=folder.audit_path if folder else None)
     closing.callback(gateway.close)
     spent = dict(manifest.counts.get("judge", {}))
-    if folder:  # every call counted before it is made: what a killed session spent is known
-        calls, cost = gateway.ledger.open_tally(folder.tally_path)
-        spent.update(calls=max(int(spent.get("calls") or 0), calls),
+    retries = int(spent.get("retries") or 0)
+    if folder:  # every request counted before it is sent: what a killed session spent is known
+        attempts, cost = gateway.ledger.open_tally(folder.tally_path)
+        # the requests a killed session sent that no report of it counted: counted as calls
+        spent.update(calls=max(int(spent.get("calls") or 0), attempts - retries),
                      cost=max(float(spent.get("cost") or 0.0), cost))
         manifest.counts["judge"] = spent
     if request.dry_run:
         gateway.simulate = _stub_simulator()
-    elif request.budget:
-        gateway.set_budget(request.max_calls, request.max_cost, int(spent.get("calls") or 0),
+    elif request.budget:  # the budget counts every request sent upstream, retries included
+        gateway.set_budget(request.max_calls, request.max_cost, int(spent.get("calls") or 0) + retries,
                            float(spent.get("cost") or 0.0))
         manifest.counts["budget"] = {"max_calls": request.max_calls, "max_cost": request.max_cost}
     return gateway

@@ -8,6 +8,7 @@ drip                sends its (normal) answer one byte every ``stub.drip_interva
 huge                answers 200 with a JSON body of ``stub.huge_bytes`` (64 MiB), made as it is sent
 late                answers normally, but only after ``stub.late_seconds`` (2): after the deadline of
                     a gateway whose ``timeout`` is shorter
+late-once           ... late the first time it gets a request (the same body), at once after that
 usage-negative      a normal answer whose usage says ``prompt_tokens: -1000000``
 usage-float         ... ``completion_tokens: 12.5``
 usage-string        ... ``prompt_tokens: "many"``
@@ -56,7 +57,8 @@ ECHO_CHARSETS = ("utf-16", "utf-16-be", "utf-32", "cp500", "utf-7")
 CONTENT_MODES = ("dup-key", "lone-surrogate")
 #: the ways ``echo-key*`` echoes the key
 ECHO_MODES = ("echo-key", *(f"echo-key-{c}" for c in ECHO_CHARSETS), "echo-key-bom")
-MODES = ("drip", "huge", "late", *ECHO_MODES, "echo-key-each", *CONTENT_MODES, "gzip", *USAGE_LIES)
+MODES = ("drip", "huge", "late", "late-once", *ECHO_MODES, "echo-key-each", *CONTENT_MODES, "gzip",
+         *USAGE_LIES)
 
 
 def given_key(headers: Any) -> Optional[str]:

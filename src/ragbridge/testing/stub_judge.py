@@ -255,6 +255,10 @@ class _Handler(FastRequestHandler):
             remaining = stub.latency - (time.monotonic() - t0)
             if remaining > 0:
                 stub._sleep(remaining)
+            if fault == "late-once":
+                with stub._lock:
+                    fault = None if raw in stub.answered else "late"
+                    stub.answered.add(raw)
             if fault in ("timeout", "late"):
                 stub._sleep(stub.timeout_seconds if fault == "timeout" else stub.late_seconds)
                 if stub.closed:
@@ -341,6 +345,7 @@ class StubJudge:
         self.drip_interval, self.huge_bytes = float(drip_interval), int(huge_bytes)
         self.late_seconds = float(late_seconds)
         self.echo_turn = 0  # answers given in echo-key-each mode
+        self.answered: set[bytes] = set()  # the request bodies late-once mode has seen
         self.requests: list[StubRequest] = []
         self.max_recorded = max_recorded
         self.last_authorization: Optional[str] = None
