@@ -317,6 +317,44 @@ def test_a_flooding_judge_is_cut_at_the_reply_cap(transport):
 
 
 # ------------------------------------------------------------------------------------------------
+# A lone surrogate in the judge's reason
+
+
+@pytest.mark.parametrize("backend", ["rubric", "deepeval", pytest.param("ragas", marks=pytest.mark.slow)])
+def test_a_lone_surrogate_in_a_reason_is_mended_and_poisons_nothing(backend, tmp_path):
+    """Every "reason" of the judge's replies begins with a lone surrogate (\\ud800): the rubric and
+    DeepEval stopped with a traceback and no score, and the cached answer did it again on every run.
+    Three runs on one cache: each scores every case, the reason written with U+FFFD."""
+    if not get_backends()[backend].available():
+        pytest.skip(f"{backend} is not installed")
+    with StubJudge() as stub:
+        cfg = JudgeConfig(model="judge-m", base_url=hostile(stub, "lone-surrogate"),
+                          cache_path=tmp_path / "c.sqlite")
+        for i in range(3):
+            run = evaluate(cases(2), backends=[backend], metrics=["faithfulness"], out=tmp_path / f"run{i}",
+                           judge=cfg)
+            scores = load_run(tmp_path / f"run{i}").scores
+            assert len(scores) == 2 and all(s.value is not None for s in scores), [s.error for s in scores]
+            assert run.manifest.status == "complete"
+        assert len(stub.posts()) > 0 and run.manifest.counts["judge"]["calls"] == 0  # replayed, whole
+    written = b"".join(p.read_bytes() for p in tmp_path.rglob("scores.jsonl")).decode("utf-8")
+    if backend != "ragas":  # RAGAS keeps no reason
+        assert "\ufffd" in written or "\\ufffd" in written  # the judge's reason, as a file can hold it
+
+
+def test_a_score_holding_a_lone_surrogate_is_written_with_the_replacement_character(tmp_path):
+    """Whatever put it there (a library, a cache written before the gateway mended answers), the run
+    folder and the score cache write the score, not a traceback."""
+    from ragbridge.run.folder import score_json
+    from ragbridge.schema import ClaimVerdict, Evidence, Score
+
+    score = Score(case_id="c", metric="faithfulness", backend="b", value=0.5, reason="r\ud800",
+                  evidence=Evidence(claims=[ClaimVerdict(text="t\udfff", verdict="SUPPORTED", reason="x")]))
+    line = json.loads(score_json(score))
+    assert line["reason"] == "r\ufffd" and line["evidence"]["claims"][0]["text"] == "t\ufffd"
+
+
+# ------------------------------------------------------------------------------------------------
 # A judge that answers after the deadline: every request sent is counted and paid for
 
 

@@ -1,4 +1,5 @@
-"""Answers that say two things at once: :func:`parse_answer`.
+"""Answers that say two things at once (:func:`parse_answer`), or hold what no file can
+(:func:`mend_surrogates`).
 
 JSON lets an object repeat a key, and every JSON parser the libraries use keeps the last value, so a
 judge's ``{"verdict": 1, "verdict": 0}`` would be read as 0 by one library and could be read as 1
@@ -8,14 +9,29 @@ text, a tool call's arguments, a responses-API output text: the JSON object or a
 libraries find it, also inside a Markdown code fence or after a sentence), and such an answer is
 refused (:class:`~ragbridge.judge.upstream.Forwarder`): the score becomes an error, never a value
 read one way.
+
+JSON can also spell a lone UTF-16 surrogate (``"\\ud800"``, a high half with no low half after it,
+or a low half alone), which is no character: no UTF-8 file can hold it, so a reason that carries one
+made every writer fail (the rubric's and DeepEval's runs stopped with a traceback, and the answer,
+cached, did it again on every run). :func:`mend_surrogates` writes each as U+FFFD (the replacement
+character), at every depth of escaping (a message's text that is itself JSON), before anything else
+sees the answer.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Optional
 
-__all__ = ["parse_answer", "repeated_key"]
+__all__ = ["parse_answer", "repeated_key", "mend_surrogates"]
+
+_SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")
+#: a high half escaped with no low half escaped right after it, or a low half with no high half before
+_LONE_ESCAPE = re.compile(
+    rb"(\\+)[uU]([dD][89abAB][0-9a-fA-F]{2})(?!\\+[uU][dD][c-fC-F][0-9a-fA-F]{2})"
+    rb"|(?<![\\][uU][dD][89abAB][0-9a-fA-F]{2})(\\+)[uU]([dD][c-fC-F][0-9a-fA-F]{2})")
+_RAW_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _Pairs:
@@ -88,3 +104,19 @@ def parse_answer(body: bytes) -> tuple[Any, Optional[str]]:
         if repeated is not None:
             return parsed, repeated
     return parsed, None
+
+
+def mend_surrogates(body: bytes) -> bytes:
+    """``body`` with every lone surrogate in it written as U+FFFD: escaped (``\\ud800``, behind any
+    number of backslashes), or as the bytes a lax encoder makes of one (which JSON parsers read with
+    ``surrogatepass``). A body without either is returned as it is."""
+    raw = b"\xed" in body
+    if not raw and _SURROGATE_ESCAPE.search(body) is None:
+        return body
+    if raw:
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError:
+            text = body.decode("utf-8", "surrogatepass")
+            body = _RAW_SURROGATE.sub("\ufffd", text).encode("utf-8", "replace")
+    return _LONE_ESCAPE.sub(lambda m: (m.group(1) or m.group(3)) + b"ufffd", body)

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 from .config import BACKOFF_BASE, BACKOFF_CAP, JudgeConfig, header_values
 from .dialect import Endpoint
 from .redact import MIN_ENCODED, as_utf8
-from .strict import parse_answer
+from .strict import mend_surrogates, parse_answer
 from .server import Result, error_body
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -430,8 +430,10 @@ class Forwarder:
                         method, url, body if method == "POST" else None, headers,
                         deadline=time.monotonic() + cfg.timeout)
                     failure = None
-                    # read as the charset it says it is in (UTF-16, EBCDIC ...): from here on UTF-8
-                    reply.body, reply.content_type = as_utf8(reply.body, reply.content_type)
+                    # read as the charset it says it is in (UTF-16, EBCDIC ...): from here on UTF-8,
+                    # without a lone surrogate (no file could hold one)
+                    body, reply.content_type = as_utf8(reply.body, reply.content_type)
+                    reply.body = mend_surrogates(body)
                 except (UpstreamTimeout, UpstreamError) as exc:
                     reply, failure = None, exc
             if reply is None:
