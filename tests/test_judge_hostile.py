@@ -398,6 +398,27 @@ def test_an_attempt_answered_late_is_paid_for(tmp_path, monkeypatch):
     assert costs["late-once"][0] == pytest.approx(2 * costs[None][0]) and costs[None][0] > 0
 
 
+def test_a_budget_spent_with_errored_scores_exits_4_naming_the_budget(tmp_path):
+    """A third of the judge's answers are errors (no retry) and --max-calls runs out: the run exits 4
+    naming the budget and counting both (it exited 3, "run again to retry", and the next run 4); the
+    next run, with the same budget, says the same (its errored scores now not run: no budget left)."""
+    (tmp_path / "ragbridge.toml").write_text('[judge]\nmodel = "judge-m"\nmax_retries = 0\n'
+                                             'cache_path = "c.sqlite"\n')
+    with StubJudge(fault_rate_500=0.34, seed=3) as stub:
+        args = ["run", EXAMPLE, "--out", tmp_path / "run", "--backend", "rubric", "--metric",
+                "answer_relevance", "--judge-base-url", stub.base_url, "--max-calls", "9", "--no-progress"]
+        first = ragbridge_cli(*args, cwd=tmp_path)
+        counts = json.loads((tmp_path / "run" / "run.json").read_text())["counts"]
+        second = ragbridge_cli(*args, cwd=tmp_path)
+    assert counts["errored"] > 0 and counts["not_run"] > 0 and counts["budget"]["spent"] is True
+    for res in (first, second):
+        assert res.returncode == 4, res.stdout + res.stderr
+        message = " ".join(res.stderr.split())
+        assert "judge budget spent (--max-calls 9):" in message, message
+        assert "run the same command with a larger budget" in message
+    assert f", {counts['errored']} errored;" in " ".join(first.stderr.split())
+
+
 # ------------------------------------------------------------------------------------------------
 # The budget across SIGKILL
 

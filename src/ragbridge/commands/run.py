@@ -6,7 +6,8 @@ Exit codes:
        disk full): what was scored is kept, run it again to resume
   3    the run finished, but some scores errored: run it again to retry them
   4    the judge budget (--max-calls / --max-cost) was spent: what was scored is kept, the rest is
-       not run; run it again with a larger budget to resume
+       not run; run it again with a larger budget to resume (and retry any errored scores). This
+       code, whether or not some scores also errored.
   5    the run finished but computed nothing: every score is undefined, because the cases lack
        what the metrics need (e.g. ranking metrics without relevance labels); the message says
        which fields are missing for which metrics and what to run instead
@@ -171,7 +172,8 @@ def run(
       0    every planned score recorded, none errored
       2    bad input or configuration; nothing written
       3    the run finished, but some scores errored: run it again to retry them
-      4    the judge budget was spent: run it again with a larger budget
+      4    the judge budget was spent (some scores may have errored too): run it again
+           with a larger budget
       5    nothing computed (every score undefined): the message says why
       130  interrupted: run it again to resume
     """
@@ -274,7 +276,8 @@ def rescore(
       0    every planned score recorded, none errored
       2    bad input or configuration
       3    some scores errored: run it again to retry them
-      4    the judge budget was spent: run it again with a larger budget
+      4    the judge budget was spent (some scores may have errored too): run it again
+           with a larger budget
       5    nothing computed (every score undefined): the message says why
       130  interrupted: run it again to resume
     """
@@ -498,14 +501,19 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
         err.print(f"[yellow]warning:[/] self-judging: the judge model is the system under test's own model "
                   f"({escape(same['generator_model'])}) on {same['cases']} case(s); its scores are likely "
                   "inflated", highlight=False)
-    if counts.get("not_run") and not counts.get("errored"):
-        budget = counts.get("budget") or {}
+    budget = counts.get("budget") or {}
+    if counts.get("not_run") or budget.get("spent"):
+        # one code and one message whenever the budget stopped the run, errored scores or not: the same
+        # command with the same budget would only stop again
         limits = ", ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in budget.items()
                            if k in ("max_calls", "max_cost") and v is not None)
+        errored = counts.get("errored", 0)
         err.print(
-            f"[bold yellow]judge budget spent ({escape(limits)}): {counts['not_run']} of "
-            f"{counts.get('scores', 0)} score(s) not run[/]; what was scored is kept, run the same command "
-            "with a larger budget to score the rest", highlight=False, soft_wrap=True,
+            f"[bold yellow]judge budget spent ({escape(limits)}): {counts.get('not_run', 0)} of "
+            f"{counts.get('scores', 0)} score(s) not run[/]"
+            + (f", {errored} errored" if errored else "")
+            + "; what was scored is kept, run the same command with a larger budget to score the rest"
+            + (" (and retry the errored ones)" if errored else ""), highlight=False, soft_wrap=True,
         )
         raise typer.Exit(EXIT_BUDGET_SPENT)
     if unscored is not None:
