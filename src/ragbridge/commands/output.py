@@ -8,9 +8,9 @@ Conventions every command keeps:
   output that cannot be written (a read-only folder, a full disk: `storage_error`; an output is whole
   or absent, and a run keeps what it scored, to resume); 3
   ``run``/``rescore`` finished but some scores errored (`EXIT_SCORE_ERRORS`); 4 ``run``/``rescore``
-  stopped because the judge budget was spent, errored scores or not (`EXIT_BUDGET_SPENT`); 5 ``run``/``rescore`` finished
-  but computed nothing, every score undefined (`EXIT_NOTHING_COMPUTED`); 130 interrupted
-  (`EXIT_INTERRUPTED`).
+  stopped because the judge budget was spent, errored scores or not (`EXIT_BUDGET_SPENT`); 5
+  ``run``/``rescore`` finished but computed nothing, every score undefined (`EXIT_NOTHING_COMPUTED`);
+  130 interrupted (`EXIT_INTERRUPTED`).
 - Results go to `out` (stdout); errors, warnings, notes and progress to `err` (stderr).
 - Width is rich's: the terminal's, else ``$COLUMNS``, else 80 (so a CI log gets 80). A table is
   printed only when it fits that width with no cell cut (`print_table`: names and numbers are never
