@@ -420,6 +420,48 @@ def test_a_budget_spent_with_errored_scores_exits_4_naming_the_budget(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------
+# A judge that compresses its answers
+
+
+@pytest.mark.parametrize("userinfo", [False, True])
+def test_a_compressed_answer_is_read_on_every_transport(transport, userinfo, tmp_path):
+    """The judge gzips every answer: through the keep-alive pool, through httpx (used behind a proxy),
+    and for a base URL with user:pass@ (httpx asked for gzip and never decompressed: every call
+    failed)."""
+    with StubJudge() as stub:
+        url = hostile(stub, "gzip")
+        if userinfo:
+            url = url.replace("http://", "http://user:pass@")
+        cfg = JudgeConfig(model="judge-m", base_url=url, cache_path=tmp_path / "c.sqlite", max_retries=0)
+        run = evaluate(cases(3), backends=["rubric"], metrics=["answer_relevance"], out=tmp_path / "run",
+                       judge=cfg)
+        assert len(stub.posts()) == 3
+    scores = load_run(tmp_path / "run").scores
+    assert all(s.value is not None for s in scores), [s.error for s in scores]
+    assert run.manifest.counts["judge"]["errors"] == 0
+
+
+def test_a_compressed_answer_is_held_to_the_reply_cap_once_decompressed():
+    import gzip
+    import zlib
+
+    from ragbridge.judge.upstream import ReplyTooLarge, UnreadableReply, decompressed
+
+    body = b'{"a": "' + b"x" * 1000 + b'"}'
+    assert decompressed(gzip.compress(body), "gzip", 1 << 20) == body
+    assert decompressed(zlib.compress(body), "deflate", 1 << 20) == body
+    assert decompressed(zlib.compress(gzip.compress(body)), "gzip, deflate", 1 << 20) == body
+    assert decompressed(body, None, 1 << 20) == body and decompressed(body, "identity", 1 << 20) == body
+    bomb = gzip.compress(b"\0" * (64 << 20))  # 64 MiB in 64 KiB
+    with pytest.raises(ReplyTooLarge, match="once decompressed"):
+        decompressed(bomb, "gzip", 1 << 20)
+    with pytest.raises(UnreadableReply, match="'br'"):
+        decompressed(body, "br", 1 << 20)
+    with pytest.raises(UnreadableReply, match="corrupt"):
+        decompressed(b"\x1f\x8bnot gzip", "gzip", 1 << 20)
+
+
+# ------------------------------------------------------------------------------------------------
 # The budget across SIGKILL
 
 

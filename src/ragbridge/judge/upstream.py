@@ -3,7 +3,9 @@
 A :class:`Transport` makes one attempt (``send``: one request, one whole reply, or
 :class:`UpstreamTimeout` / :class:`UpstreamError`), within an overall deadline and a cap on the
 reply's size: a judge that drips its answer a byte at a time cannot hold a call past the deadline,
-and one that answers with hundreds of megabytes is cut off at ``max_reply_bytes``.
+and one that answers with hundreds of megabytes is cut off at ``max_reply_bytes``; a compressed
+answer (``Content-Encoding: gzip`` or ``deflate``, whatever was asked for) is decompressed within that
+cap (:func:`decompressed`).
 :class:`StdlibPool` is the fast one, a keep-alive pool of ``http.client`` connections (cheaper per
 request than ``httpx``: benchmarks/README.md); :class:`HttpxTransport`
 is used when an environment proxy applies to the endpoint (:func:`proxy_for`), for URLs with
@@ -29,6 +31,7 @@ import socket
 import ssl
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Optional, Protocol
@@ -60,6 +63,36 @@ class UpstreamError(Exception):
 
 class ReplyTooLarge(UpstreamError):
     """The upstream's answer is larger than ``max_reply_bytes`` (not retried)."""
+
+
+class UnreadableReply(UpstreamError):
+    """The upstream's answer is compressed in a way that cannot be read (not retried: the same server
+    would send it so again)."""
+
+
+def decompressed(body: bytes, encoding: Optional[str], limit: int) -> bytes:
+    """``body`` without the ``Content-Encoding`` (``gzip``, ``deflate``, in the order applied) a
+    server put on it, at most ``limit`` bytes once decompressed (ReplyTooLarge beyond: a small bomb
+    never grows past the cap); UnreadableReply for another coding or a corrupt one."""
+    codings = [c.strip().lower() for c in (encoding or "").split(",")]
+    for coding in reversed([c for c in codings if c and c != "identity"]):
+        if coding in ("gzip", "x-gzip"):
+            wbits = 16 + zlib.MAX_WBITS
+        elif coding == "deflate":  # zlib-wrapped as the standard says, or raw as some servers send it
+            wbits = zlib.MAX_WBITS if body[:1] == b"\x78" else -zlib.MAX_WBITS
+        else:
+            raise UnreadableReply(f"the answer is compressed with {coding!r}, which ragbridge cannot read "
+                                  f"(it asks for gzip or deflate at most)")
+        inflate = zlib.decompressobj(wbits)
+        try:
+            out = inflate.decompress(body, limit + 1)
+        except zlib.error as exc:
+            raise UnreadableReply(f"the answer's {coding} data is corrupt ({exc})") from None
+        if len(out) > limit or inflate.unconsumed_tail:
+            raise ReplyTooLarge(f"the answer is over the limit of {limit:,} bytes once decompressed "
+                                f"(max_reply_bytes)")
+        body = out
+    return body
 
 
 @dataclass
@@ -268,7 +301,7 @@ class StdlibPool:
                 if conn is not None:
                     conn.close()
             return Reply(r.status, r.getheader("content-type"), parse_retry_after(r.getheader("retry-after")),
-                         data)
+                         decompressed(data, r.getheader("content-encoding"), self.max_reply_bytes))
         raise UpstreamError("connection closed by the server")  # pragma: no cover - loop always returns
 
     def close(self) -> None:
@@ -301,6 +334,8 @@ class HttpxTransport:
         import httpx
 
         try:
+            # only what `decompressed` reads (httpx would also ask for br and zstd where installed)
+            headers = {**headers, "Accept-Encoding": "gzip, deflate"}
             with self.client.stream(method, url, content=body, headers=headers) as r:
                 length = r.headers.get("content-length")
                 if length and length.isdigit() and int(length) > self.max_reply_bytes:
@@ -315,8 +350,11 @@ class HttpxTransport:
                     if time.monotonic() > deadline:
                         raise UpstreamTimeout("no whole answer within the call's deadline")
                     chunks.append(chunk)
+                # iter_raw gives the bytes as sent, compressed or not: decompressed here, within the cap
                 return Reply(r.status_code, r.headers.get("content-type"),
-                             parse_retry_after(r.headers.get("retry-after")), b"".join(chunks))
+                             parse_retry_after(r.headers.get("retry-after")),
+                             decompressed(b"".join(chunks), r.headers.get("content-encoding"),
+                                          self.max_reply_bytes))
         except (httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             raise ConnectTimeout(f"{type(exc).__name__}: {exc}") from None
         except httpx.TimeoutException as exc:
@@ -437,10 +475,11 @@ class Forwarder:
                 except (UpstreamTimeout, UpstreamError) as exc:
                     reply, failure = None, exc
             if reply is None:
-                if isinstance(failure, ReplyTooLarge):
-                    return Result(502, error_body(f"ragbridge judge gateway: {public}: {failure}",
-                                                  code="upstream_reply_too_large"), attempts=attempt,
-                                  unanswered=unanswered + 1)
+                if isinstance(failure, (ReplyTooLarge, UnreadableReply)):
+                    code = "upstream_reply_too_large" if isinstance(failure, ReplyTooLarge) else \
+                        "upstream_reply_unreadable"
+                    return Result(502, error_body(f"ragbridge judge gateway: {public}: {failure}", code=code),
+                                  attempts=attempt, unanswered=unanswered + 1)
                 timed_out = isinstance(failure, UpstreamTimeout)
                 unanswered += timed_out and not isinstance(failure, ConnectTimeout)
                 kind = "timed out" if timed_out else f"failed ({type(failure).__name__}: {failure})"
