@@ -24,6 +24,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..limits import MAX_CONCURRENCY, MAX_RETRIES, MAX_TIMEOUT, REQUESTS_PER_MINUTE
+
 #: the gateway's backoff between attempts (full jitter, seconds): what client_timeout() outlasts
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 20.0
@@ -160,16 +162,17 @@ class JudgeConfig(BaseModel):
     extra_body: dict[str, Any] = Field(default_factory=dict)
     cache_path: Optional[Path] = Field(default_factory=_default_cache_path)
     cache_mode: Literal["read-write", "read-only", "off"] = "read-write"
-    max_concurrency: int = Field(8, ge=1)
+    max_concurrency: int = Field(8, ge=1, le=MAX_CONCURRENCY)
     #: upstream requests started per minute, across every backend and worker (None: no limit); for
     #: hosted judges with a rate limit: starts are spaced 60 / requests_per_minute seconds apart
-    requests_per_minute: Optional[float] = Field(None, gt=0)
+    requests_per_minute: Optional[float] = Field(None, ge=REQUESTS_PER_MINUTE[0], le=REQUESTS_PER_MINUTE[1],
+                                                 allow_inf_nan=False)
     #: seconds one attempt may take in all (connect, send, the whole answer), however the answer
     #: trickles in
-    timeout: float = Field(120.0, gt=0)
+    timeout: float = Field(120.0, gt=0, le=MAX_TIMEOUT, allow_inf_nan=False)
     #: the largest answer taken from the judge; a larger one is an error of that call (not retried)
     max_reply_bytes: int = Field(32 << 20, ge=1024)
-    max_retries: int = Field(5, ge=0)
+    max_retries: int = Field(5, ge=0, le=MAX_RETRIES)
     max_tokens: Optional[int] = Field(None, ge=1)
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
     currency: str = "USD"

@@ -56,6 +56,7 @@ from ..backend import RunOptions, ScoringContext
 from ..formats import load_cases
 from ..formats.batches import CaseBatch
 from ..formats.source import BATCH_SIZE, CaseSource, open_cases
+from ..limits import as_text
 from ..plugins import get_backends
 from ..schema import Case, RunManifest, Score
 from .executor import Executor
@@ -193,7 +194,8 @@ async def run(request: RunRequest) -> Run:
         dataset_path = request.dataset_path
         if isinstance(request.cases, (str, os.PathLike)):
             dataset_path = dataset_path or str(request.cases)
-        dataset = {"path": dataset_path, "fingerprint": golden_fp, "fingerprint_of": FINGERPRINT_OF,
+        dataset = {"path": as_text(dataset_path) if dataset_path is not None else None,  # any bytes
+                   "fingerprint": golden_fp, "fingerprint_of": FINGERPRINT_OF,
                    "n_cases": source.n_cases}
         n_target_errors = 0
         if target is not None:
