@@ -470,8 +470,8 @@ class Forwarder:
                     failure = None
                     # read as the charset it says it is in (UTF-16, EBCDIC ...): from here on UTF-8,
                     # without a lone surrogate (no file could hold one)
-                    body, reply.content_type = as_utf8(reply.body, reply.content_type)
-                    reply.body = mend_surrogates(body)
+                    answer, reply.content_type = as_utf8(reply.body, reply.content_type)
+                    reply.body = mend_surrogates(answer)
                 except (UpstreamTimeout, UpstreamError) as exc:
                     reply, failure = None, exc
             if reply is None:
