@@ -325,8 +325,21 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, no_progress,
     except OSError as exc:
         if storage_error(exc) is None:
             raise
+        manifest = Path(out_dir) / "run.json"
+        if type(exc).__name__ == "CacheUnwritable":  # the judge cache's file, not the run folder
+            recorded = _recorded(manifest)
+            if recorded.get("status") == "complete":
+                kept = (f"every score is written to {out_dir}, but this run's judge answers are not kept "
+                        "for later runs")
+            elif (recorded.get("counts") or {}).get("scores"):
+                kept = "what was scored is kept"
+            else:
+                kept = "nothing was scored"
+            fail(f"cannot write the judge cache: {storage_error(exc)}; {kept}: make room (or make it "
+                 "writable), or give another --cache-path (or --cache-mode off), and run the same command "
+                 "again")
         kept = ("what was scored is kept: make room (or make it writable) and run the same command again "
-                "to resume" if (Path(out_dir) / "run.json").exists() else "nothing was written")
+                "to resume" if manifest.exists() else "nothing was written")
         fail(f"cannot write the run folder {out_dir}: {storage_error(exc)}; {kept}")
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -334,6 +347,17 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, no_progress,
         _print_dry_run(result, out_dir, as_json)
         return
     _print_run(result, out_dir, as_json, with_latency=target is not None or rescoring)
+
+
+def _recorded(manifest: Path) -> dict:
+    """What a run.json records (empty when there is none, or it cannot be read)."""
+    import json
+
+    try:
+        recorded = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return recorded if isinstance(recorded, dict) else {}
 
 
 def _interrupted(out_dir) -> None:

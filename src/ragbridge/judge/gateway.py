@@ -151,13 +151,15 @@ class JudgeGateway(JudgeClient):
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
         self._pipeline = None
-        if pipeline is not None:
-            pipeline.close()
-        audit, self._audit = self._audit, None
-        if audit is not None:
-            audit.close()
-        self.ledger.close()
-        self.redactor.keys([])
+        try:
+            if pipeline is not None:
+                pipeline.close()  # the cache's last answers written: CacheUnwritable if they cannot be
+        finally:
+            audit, self._audit = self._audit, None
+            if audit is not None:
+                audit.close()
+            self.ledger.close()
+            self.redactor.keys([])
 
     def __enter__(self) -> "JudgeGateway":
         return self.start()

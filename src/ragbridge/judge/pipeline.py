@@ -57,9 +57,9 @@ class Pipeline:
         upstreams, self.upstreams = self.upstreams, {}
         for upstream in upstreams.values():
             upstream.close()
-        if self.store is not None:
-            self.store.close()
-            self.store = None
+        store, self.store = self.store, None
+        if store is not None:
+            store.close()
 
     def endpoint(self, endpoint: str) -> Endpoint:
         """The upstream server a request to ``endpoint`` goes to."""

@@ -228,7 +228,7 @@ async def _score(request: RunRequest, plan: Plan, options: RunOptions, judge: An
                  n_target_errors: int) -> Recorder:
     """Score every batch of ``source`` with ``executor``, recording into ``folder`` (step 5 to 7);
     the session's end is recorded in the manifest (and the folder) whatever happens."""
-    status, recorder = "incomplete", None
+    status, recorder, scored = "incomplete", None, False
     try:
         with contextlib.ExitStack() as closing:  # closed before the session's counts are final
             gateway = _gateway(request, judge, folder, manifest, closing)
@@ -262,9 +262,15 @@ async def _score(request: RunRequest, plan: Plan, options: RunOptions, judge: An
                     if jobs:
                         await session.score(jobs, recorder.record)
                     recorder.end_batch()
-            status = "complete"
-    except (KeyboardInterrupt, asyncio.CancelledError, OSError):
-        status = "interrupted"  # an OSError here is the folder's (a full disk): resumable as a Ctrl-C is
+            scored = True
+        status = "complete"
+    except (KeyboardInterrupt, asyncio.CancelledError, OSError) as exc:
+        # an OSError here is the folder's or the judge cache's (a full disk): resumable as a Ctrl-C is;
+        # a judge cache that could not take its last answers once every score was recorded leaves the
+        # run complete (the error still says so)
+        from ..judge.cache import CacheUnwritable
+
+        status = "complete" if scored and isinstance(exc, CacheUnwritable) else "interrupted"
         raise
     finally:
         if recorder is not None:
