@@ -172,8 +172,8 @@ def run(
       0    every planned score recorded, none errored
       2    bad input or configuration; nothing written
       3    the run finished, but some scores errored: run it again to retry them
-      4    the judge budget was spent (some scores may have errored too): run it again
-           with a larger budget
+      4    the judge budget was spent (some scores may have errored too): run it
+           again with a larger budget
       5    nothing computed (every score undefined): the message says why
       130  interrupted: run it again to resume
     """
@@ -276,8 +276,8 @@ def rescore(
       0    every planned score recorded, none errored
       2    bad input or configuration
       3    some scores errored: run it again to retry them
-      4    the judge budget was spent (some scores may have errored too): run it again
-           with a larger budget
+      4    the judge budget was spent (some scores may have errored too): run it
+           again with a larger budget
       5    nothing computed (every score undefined): the message says why
       130  interrupted: run it again to resume
     """
