@@ -37,10 +37,10 @@ def preflight(cfg: JudgeConfig, endpoints: tuple[Endpoint, Endpoint]) -> dict[st
 def _check(cfg: JudgeConfig, ep: Endpoint) -> dict[str, Any]:
     url = ep.public_url
     key = (os.environ.get(ep.key_env) or None) if ep.key_env else None
-    if not key and ep.key_env and not ep.is_local:
-        raise JudgeConfigError(
-            f"judge API key missing: environment variable {ep.key_env} is not set, and the judge at "
-            f"{url} needs it; set it, or replay a recorded cache with cache_mode = \"read-only\"")
+    # a server elsewhere needs a key, and Azure OpenAI always does, wherever it is reached
+    if not key and ep.key_env and (not ep.is_local or ep.api == "azure"):
+        raise JudgeConfigError(_unset(ep, url, "needs it" + (" (Azure OpenAI always does)"
+                                                              if ep.api == "azure" else "")))
     timeout = min(cfg.timeout, 10.0)
     try:
         with httpx_client(cfg, ep, 1) as client:
@@ -65,6 +65,8 @@ def _check(cfg: JudgeConfig, ep: Endpoint) -> dict[str, Any]:
             hint = "check base_url and your network"
         raise JudgeUnavailable(f"judge endpoint {url} is unreachable ({cause}): {hint}") from None
     if r.status_code in (401, 403) or (r.status_code == 400 and b"api key" in r.content.lower()):
+        if not key and ep.key_env:  # a local server that asks for a key: none was sent
+            raise JudgeConfigError(_unset(ep, url, f"asks for one (HTTP {r.status_code})"))
         raise JudgeUnavailable(
             f"judge endpoint {url} rejected the API key from {ep.key_env or 'nowhere'} "
             f"(HTTP {r.status_code}): "
@@ -76,3 +78,11 @@ def _check(cfg: JudgeConfig, ep: Endpoint) -> dict[str, Any]:
             listed = cfg.model in {m.get("id") for m in r.json().get("data", [])}
     return {"mode": cfg.cache_mode, "endpoint": url, "upstream_checked": True,
             "models_status": r.status_code, "model_listed": listed, "key_set": bool(key), "stub": stub}
+
+
+def _unset(ep: Endpoint, url: str, why: str) -> str:
+    """The error of a key whose variable is not set: which variable, and how to set it."""
+    return (f"judge API key missing: the environment variable {ep.key_env} is not set, and the judge at "
+            f"{url} {why}: set it (export {ep.key_env}=... in the shell that runs ragbridge), or name the "
+            f"variable that holds the key with api_key_env (--judge-api-key-env), or replay a recorded "
+            f"cache with cache_mode = \"read-only\"")
