@@ -149,6 +149,19 @@ def test_custom_auth_headers_are_secrets_unless_named_public(tmp_path, monkeypat
     assert all("[REDACTED]" in s.error for s in report.scores)
 
 
+def test_the_password_of_a_user_pass_url_is_redacted_as_the_key_is(tmp_path):
+    password = "pw-secret-0123456789"
+    with StubJudge() as stub:
+        url = hostile(stub, "echo-key").replace("http://", f"http://judge:{password}@")
+        cfg = JudgeConfig(model="judge-m", base_url=url, cache_path=tmp_path / "c.sqlite", max_retries=0)
+        evaluate(cases(2), backends=["rubric"], metrics=["faithfulness"], out=tmp_path / "run", judge=cfg)
+        assert stub.posts()[0].headers["authorization"].startswith("Basic ")  # the judge got it, to echo
+    scores = load_run(tmp_path / "run").scores
+    assert all("[REDACTED]" in s.error for s in scores), scores[0].error
+    for path in [p for p in tmp_path.rglob("*") if p.is_file()]:
+        assert not key_leaks(path.read_bytes(), password), path
+
+
 def test_a_header_whose_variable_is_unset_stops_the_run_before_any_call(tmp_path):
     with StubJudge() as stub:
         (tmp_path / "ragbridge.toml").write_text(

@@ -390,10 +390,12 @@ class Upstream:
         self.key = (os.environ.get(endpoint.key_env) or None) if with_key and endpoint.key_env else None
         #: the configured headers, their ``${NAME}`` references read (JudgeConfigError when one is unset)
         self.extra_headers = header_values(endpoint.extra_headers) if with_key else {}
-        #: what the gateway redacts from every answer: the key, and the value of every header not named
-        #: public (and the credential in a value such as ``Bearer <credential>``); a value too short to
-        #: be told from ordinary text is not searched for
+        #: what the gateway redacts from every answer: the key, the value of every header not named
+        #: public (and the credential in a value such as ``Bearer <credential>``) and the password of a
+        #: ``user:pass@`` URL; a value too short to be told from ordinary text is not searched for
         values = [v for name, v in self.extra_headers.items() if not config.is_public_header(name)]
+        password = urlsplit(endpoint.base_url).password  # a user:pass@ URL's: a key as much as the key
+        values += [password] if password else []
         self.secrets = [s for s in dict.fromkeys([self.key or "", *values, *(v.split()[-1] for v in values
                                                                              if v.split())])
                         if s and (s == self.key or len(s) >= MIN_ENCODED)]

@@ -70,10 +70,13 @@ def given_key(headers: Any) -> Optional[str]:
 
 
 def given_secrets(headers: Any) -> list[str]:
-    """The key a request presents, and the value of every other header whose name speaks of
-    authorisation (``Helicone-Auth``, ``cf-aig-authorization``, ``X-Authorization``): what
-    ``echo-key`` echoes."""
+    """The key a request presents (or the password of its ``Authorization: Basic``), and the value of
+    every other header whose name speaks of authorisation (``Helicone-Auth``, ``cf-aig-authorization``,
+    ``X-Authorization``): what ``echo-key`` echoes."""
     found = [given_key(headers) or ""]
+    basic = headers.get("authorization") or ""
+    if basic[:6].lower() == "basic ":  # a user:pass@ URL's: the password
+        found.append(base64.b64decode(basic[6:].strip() + "==").decode("utf-8", "replace").partition(":")[2])
     for name, value in headers.items():
         if "auth" in name.lower() and name.lower() != "authorization":
             found.append(value.split()[-1] if value.split() else value)
