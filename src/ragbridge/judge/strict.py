@@ -12,10 +12,9 @@ read one way.
 
 JSON can also spell a lone UTF-16 surrogate (``"\\ud800"``, a high half with no low half after it,
 or a low half alone), which is no character: no UTF-8 file can hold it, so a reason that carries one
-made every writer fail (the rubric's and DeepEval's runs stopped with a traceback, and the answer,
-cached, did it again on every run). :func:`mend_surrogates` writes each as U+FFFD (the replacement
-character), at every depth of escaping (a message's text that is itself JSON), before anything else
-sees the answer.
+made every writer fail (a run stopped with a traceback, and the answer, cached, did it again on every
+later run). :func:`mend_surrogates` writes each as U+FFFD (the replacement character), at every depth
+of escaping (a message's text that is itself JSON), before anything else sees the answer.
 """
 
 from __future__ import annotations
