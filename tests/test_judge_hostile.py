@@ -220,7 +220,7 @@ def test_a_verdict_given_twice_is_an_error_on_every_backend(backend, tmp_path):
     if not get_backends()[backend].available():
         pytest.skip(f"{backend} is not installed")
     with StubJudge() as stub:
-        cfg = JudgeConfig(model="judge-m", base_url=hostile(stub, "dup-key"),
+        cfg = JudgeConfig(model="judge-m", base_url=hostile(stub, "repeated-key"),
                           cache_path=tmp_path / "c.sqlite", max_retries=2)
         run = evaluate(cases(3), backends=[backend], metrics=["faithfulness"], out=tmp_path / "run",
                        judge=cfg)

@@ -25,7 +25,7 @@ echo-key-<charset>  answers 401 with that error body in ``<charset>`` (one of `E
 echo-key-bom        ... in UTF-16 with its byte-order mark, declaring no charset (JSON's own rule
                     still reads it)
 echo-key-each       each answer the next of `ECHO_MODES` in turn
-dup-key             a normal answer whose every ``"verdict"`` is given twice, the second time
+repeated-key        a normal answer whose every ``"verdict"`` is given twice, the second time
                     contradicting the first (``"verdict": 1, "verdict": 0``)
 lone-surrogate      a normal answer whose every ``"reason"`` begins with a lone surrogate (``\\ud800``,
                     escaped as JSON allows)
@@ -43,7 +43,7 @@ from typing import Any, Optional
 from urllib.parse import quote
 
 __all__ = ["MODES", "USAGE_LIES", "ECHO_CHARSETS", "echo_key_body", "key_forms", "given_key", "given_secrets",
-           "ECHO_MODES", "key_leaks", "lie_about_usage", "duplicate_verdicts", "lone_surrogates"]
+           "ECHO_MODES", "key_leaks", "lie_about_usage", "repeat_verdicts", "lone_surrogates"]
 
 USAGE_LIES: dict[str, dict[str, Any]] = {
     "usage-negative": {"prompt_tokens": -1_000_000},
@@ -54,7 +54,7 @@ USAGE_LIES: dict[str, dict[str, Any]] = {
 #: the charsets ``echo-key-<charset>`` answers in (declared in the answer's Content-Type)
 ECHO_CHARSETS = ("utf-16", "utf-16-be", "utf-32", "cp500", "utf-7")
 #: the modes that change a normal answer's message text
-CONTENT_MODES = ("dup-key", "lone-surrogate")
+CONTENT_MODES = ("repeated-key", "lone-surrogate")
 #: the ways ``echo-key*`` echoes the key
 ECHO_MODES = ("echo-key", *(f"echo-key-{c}" for c in ECHO_CHARSETS), "echo-key-bom")
 MODES = ("drip", "huge", "late", "late-once", *ECHO_MODES, "echo-key-each", *CONTENT_MODES, "gzip",
@@ -145,7 +145,7 @@ _FLIPPED = {"1": "0", "0": "1", '"yes"': '"no"', '"no"': '"yes"', '"SUPPORTED"':
 _VERDICT = re.compile(r'("verdict"\s*:\s*)(-?\d+(?:\.\d+)?|"[^"\\]*"|true|false)')
 
 
-def duplicate_verdicts(content: str) -> str:
+def repeat_verdicts(content: str) -> str:
     """Every ``"verdict": v`` in ``content`` (a JSON text) followed by a second ``"verdict"`` that
     contradicts it."""
     return _VERDICT.sub(lambda m: f"{m.group(0)}, {m.group(1)}{_FLIPPED.get(m.group(2), '0')}", content)
@@ -159,7 +159,7 @@ def lone_surrogates(content: str) -> str:
 def change_content(payload: Any, mode: str) -> Any:
     """``payload`` (an answer) with its message text (or tool-call arguments) changed by ``mode``
     (one of `CONTENT_MODES`)."""
-    change = duplicate_verdicts if mode == "dup-key" else lone_surrogates
+    change = repeat_verdicts if mode == "repeated-key" else lone_surrogates
     for choice in payload.get("choices") or () if isinstance(payload, dict) else ():
         message = choice.get("message") or {}
         if isinstance(message.get("content"), str):
