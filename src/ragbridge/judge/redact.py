@@ -146,8 +146,9 @@ class Redactor:
         self._pattern = (re.compile(b"|".join(b"".join(_char_pattern(c) for c in k) for k in encoded))
                          if encoded else None)
         self._cores = tuple(core for k in encoded for core in _base64_cores(k))
-        self._starts = tuple({a + b for k in encoded for a in _forms(k[0]) for b in _forms(k[1])}
-                             | {b"&", b"\\x"})
+        starts = ({a + b for k in encoded for a in _forms(k[0]) for b in _forms(k[1])} | {b"&#", b"\\x"}
+                  | {b"&" + name.lower() for k in encoded for name in _HTML_NAMES.get(k[0], ())})
+        self._starts = tuple(starts)
 
     @property
     def active(self) -> bool:
