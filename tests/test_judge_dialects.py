@@ -191,11 +191,46 @@ def test_request_fields_and_headers_reach_the_judge_and_key_the_cache(tmp_path):
         assert len(stub.posts()) == 2
 
 
-def test_config_refuses_a_credential_in_headers_and_azure_without_version(tmp_path):
-    (tmp_path / "ragbridge.toml").write_text('[judge]\nmodel = "m"\nbase_url = "http://127.0.0.1:1/v1"\n'
-                                             'headers = { "x-api-key" = "sk-x" }\n')
-    with pytest.raises(JudgeConfigError, match="would carry a credential"):
-        JudgeConfig.load(cwd=tmp_path)
+@pytest.mark.parametrize("title, key", [("Azure OpenAI", None), ("vLLM", KEY)])
+def test_an_unset_key_is_said_to_be_unset_before_any_call(title, key, tmp_path, monkeypatch):
+    """The recipe's key variable is not set: Azure OpenAI always needs one (said before any request,
+    not "rejected the API key (HTTP 401)"); a server on this machine that asks for one (vLLM with
+    --api-key) gets told the variable is unset, with how to set it."""
+    toml = next(v for k, v in RECIPES.items() if k.startswith(title))
+    env = _env_names(tomllib.loads(toml)["judge"])[0]
+    monkeypatch.delenv(env, raising=False)
+    with StubJudge(api_key=key) as stub:
+        (tmp_path / "ragbridge.toml").write_text(_pointed_at(toml, stub), encoding="utf-8")
+        res = ragbridge_cli("run", ROOT / "examples" / "support-bot" / "golden.jsonl", "--out",
+                            tmp_path / "run", "--backend", "rubric", "--metric", "faithfulness",
+                            "--no-progress", cwd=tmp_path)
+        requests = list(stub.requests)
+    message = " ".join(res.stderr.split())
+    assert res.returncode == 2 and "rejected" not in message, message
+    assert f"judge API key missing: the environment variable {env} is not set" in message
+    assert f"set it (export {env}=... in the shell that runs ragbridge)" in message
+    assert not requests if title == "Azure OpenAI" else [r.method for r in requests] == ["GET"]
+    assert not (tmp_path / "run").exists()
+
+
+def test_config_refuses_the_keys_header_a_public_credential_and_azure_without_version(tmp_path):
+    judge = '[judge]\nmodel = "m"\nbase_url = "http://127.0.0.1:1/v1"\n'
+    for headers, error in [('headers = { "Authorization" = "Bearer sk-x" }', "judge headers: header "
+                            "'Authorization' is where the key goes: put the key in the environment variable"),
+                           ('headers = { "x-api-key" = "sk-x" }\npublic_headers = ["X-API-Key"]',
+                            "'X-API-Key' looks like it carries a credential: it cannot be public"),
+                           ('headers = { "X-Team" = "eval" }\npublic_headers = ["X-Tenant"]',
+                            "public_headers names 'X-Tenant', which is not in headers")]:
+        (tmp_path / "ragbridge.toml").write_text(judge + headers + "\n")
+        with pytest.raises(JudgeConfigError, match=re.escape(error)):
+            JudgeConfig.load(cwd=tmp_path)
+    (tmp_path / "ragbridge.toml").write_text(judge + 'headers = { "x-api-key" = "sk-x", "X-Team" = "eval" }\n'
+                                             'public_headers = ["x-team"]\n')
+    cfg = JudgeConfig.load(cwd=tmp_path)  # a credential in a header is a secret, not an error
+    assert cfg.public_dict()["headers"] == {"x-api-key": "[secret]", "X-Team": "eval"}
+    from ragbridge.judge.remote import worker_config
+
+    assert worker_config(cfg)["headers"] == {}  # the gateway sends them: a worker never holds one
     (tmp_path / "ragbridge.toml").write_text('[judge]\nmodel = "m"\napi = "azure"\n'
                                              'base_url = "https://r.openai.azure.com"\n')
     with pytest.raises(JudgeConfigError, match="ragbridge.toml: judge api: .*needs api_version"):

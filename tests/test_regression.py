@@ -658,3 +658,20 @@ def _cells(row: str) -> int:
         n += row[i] == "|"
         i += 1
     return n - 1
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_gate_at_80_columns_shows_every_rules_detail(tmp_path, example_path, columns):
+    """At 80 columns rich squeezed the table's detail column to nothing, without an ellipsis: the
+    table is printed only when every column keeps at least its longest word, else one line a rule."""
+    run = tmp_path / "run"
+    assert ragbridge_cli("run", example_path, "--out", run, "--no-progress").returncode == 0
+    (tmp_path / "gates.toml").write_text('[[gate]]\ncheck = "recall@5 >= 0.5"\n'
+                                         '[[gate]]\ncheck = "mrr >= 0.99"\n')
+    res = ragbridge_cli("gate", run, "--config", tmp_path / "gates.toml", env={"COLUMNS": str(columns)})
+    assert res.returncode == 1, res.stderr
+    flat = " ".join(res.stdout.replace("│", " ").split())
+    for detail in ("mean 0.939 >= 0.5: holds; not counted: 4 undefined, 0 errored",
+                   "mean 0.844 >= 0.99: does not hold; not counted: 4 undefined, 0 errored"):
+        assert all(word in flat for word in detail.split()), (detail, res.stdout)
+    assert all(len(line) <= columns for line in res.stdout.splitlines())

@@ -27,6 +27,7 @@ import importlib.util
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, ClassVar, Optional, Sequence
 
+from .limits import not_text
 from .metrics import resolve_metric
 from .schema import SPAN_MIN_OVERLAP, Case, Score
 
@@ -105,6 +106,11 @@ class RunOptions:
             if not isinstance(phrase, str) or not phrase.strip():
                 return (f"--decline-phrase {phrase!r} is empty: every answer contains it, so every case "
                         "would count as declined; give the words a declined answer uses")
+        for option, text in [*(("--decline-phrase", p) for p in self.decline_phrases or ()),
+                             ("--generator-model", self.generator_model)]:
+            shown = not_text(text) if isinstance(text, str) else None
+            if shown is not None:
+                return f"{option} {shown} is not UTF-8 text: give it as UTF-8"
         return None
 
     def public(self) -> dict[str, Any]:

@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import unicodedata
 from dataclasses import dataclass
 from typing import Any, Iterator, Literal, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticSerializationError
 
 __all__ = ["Chunk", "Span", "Case", "Score", "ScoreBlock", "Evidence", "ClaimVerdict", "ChunkVerdict",
            "ClaimChecks", "Verdict", "Repeats", "RunManifest", "MAX_GRADE", "MAX_METADATA_DEPTH",
@@ -580,6 +582,29 @@ class Score(BaseModel):
     def repeat_key(self) -> tuple[str, str, str, int]:
         """(case_id, metric, backend, repeat): one per repeat, what ``scores.jsonl`` keeps the last of."""
         return (self.case_id, self.metric, self.backend, self.repeat)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_of(model: BaseModel, **kwargs: Any) -> str:
+    """``model.model_dump_json(**kwargs)``; a lone surrogate in any of its texts (which no UTF-8 file
+    can hold: a judge's reply or a library may put one in a reason) is written as U+FFFD."""
+    try:
+        return model.model_dump_json(**kwargs)
+    except PydanticSerializationError:
+        mended = type(model).model_validate(_mend(model.model_dump()))
+        return mended.model_dump_json(**kwargs)
+
+
+def _mend(value: Any) -> Any:
+    if isinstance(value, str):
+        return value if value.isascii() else _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_mend(k): _mend(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_mend(v) for v in value]
+    return value
 
 
 _json_string = json.encoder.encode_basestring_ascii  # json.dumps of a str, without its overhead

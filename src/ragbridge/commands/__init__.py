@@ -101,6 +101,30 @@ def _one_blas_thread():
         os.environ.pop("OPENBLAS_NUM_THREADS", None)
 
 
+def _check_text_options(cmd, args: list[str]) -> None:
+    """Exit 2 naming the option when a text option's value (not a path's: a file name may be any
+    bytes) is not UTF-8: Python gets such bytes as lone surrogates, which no output can hold."""
+    from ..limits import not_text
+
+    def is_path(param) -> bool:
+        annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+        if annotation is None:  # a click parameter: its type says
+            return "path" in type(getattr(param, "type", None)).__name__.lower()
+        return annotation is Path or Path in typing.get_args(annotation)
+
+    texts = {o for p in cmd.params if getattr(p, "is_flag", None) is False and not is_path(p) for o in p.opts}
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        option, eq, value = arg.partition("=")
+        if option in texts and (eq or i + 1 < len(args)):
+            shown = not_text(value if eq else args[i + 1])
+            if shown is not None:
+                from .output import fail
+
+                fail(f"{option} {shown} is not UTF-8 text: give it as UTF-8")
+
+
 class PlainHelpGroup(TyperGroup):
     """A command group with plain-text help whose flags refuse a value (``--overwrite true``) with an
     error that says so.
@@ -144,6 +168,7 @@ class PlainHelpGroup(TyperGroup):
 
                     fail(f"{flag} is a flag and takes no value (got {flag} {value}): "
                          f"write {flag} alone to switch it on, or leave it out")
+            _check_text_options(cmd, rest)
         _started()
         return name, cmd, rest
 

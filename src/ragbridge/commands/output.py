@@ -8,9 +8,9 @@ Conventions every command keeps:
   output that cannot be written (a read-only folder, a full disk: `storage_error`; an output is whole
   or absent, and a run keeps what it scored, to resume); 3
   ``run``/``rescore`` finished but some scores errored (`EXIT_SCORE_ERRORS`); 4 ``run``/``rescore``
-  stopped because the judge budget was spent (`EXIT_BUDGET_SPENT`); 5 ``run``/``rescore`` finished
-  but computed nothing, every score undefined (`EXIT_NOTHING_COMPUTED`); 130 interrupted
-  (`EXIT_INTERRUPTED`).
+  stopped because the judge budget was spent, errored scores or not (`EXIT_BUDGET_SPENT`); 5
+  ``run``/``rescore`` finished but computed nothing, every score undefined (`EXIT_NOTHING_COMPUTED`);
+  130 interrupted (`EXIT_INTERRUPTED`).
 - Results go to `out` (stdout); errors, warnings, notes and progress to `err` (stderr).
 - Width is rich's: the terminal's, else ``$COLUMNS``, else 80 (so a CI log gets 80). A table is
   printed only when it fits that width with no cell cut (`print_table`: names and numbers are never
@@ -130,7 +130,26 @@ def fits(console: Console, table: Table) -> bool:
     width = max(console.width, 1)
     if _unwrapped(table):
         return table_width(console, table) <= width
-    return _render(table, width).count("…") == _render(table, _WIDE).count("…")
+    return _render(table, width).count("…") == _render(table, _WIDE).count("…") and _no_column_squeezed(
+        table, width)
+
+
+def _no_column_squeezed(table: Table, width: int) -> bool:
+    """True when rich gives every column at least its longest word, within ``width``: a wrapping
+    column it squeezes further (to nothing, at 80 columns, for ``gate``'s detail) loses its text
+    without an ellipsis, and a table that a column's ``min_width`` holds wider is cropped."""
+    capture = Console(width=width, file=io.StringIO(), color_system=None, force_terminal=False,
+                      legacy_windows=False)
+    try:
+        # as rich lays the table out: the width less its borders' (Table.__rich_console__)
+        options = capture.options.update_width(width - table._extra_width)
+        widths = table._calculate_column_widths(capture, options)
+        wide = capture.options.update_width(_WIDE)
+        needed = [table._measure_column(capture, wide, column).minimum for column in table.columns]
+    except AttributeError:  # pragma: no cover - another rich: the ellipsis check alone
+        return True
+    # and the columns within the width (a column's min_width can hold the table wider: then cropped)
+    return all(got >= need for got, need in zip(widths, needed)) and sum(widths) + table._extra_width <= width
 
 
 def print_lines(console: Console, lines: Iterable[str], indent: str = "    ") -> None:

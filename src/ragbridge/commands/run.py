@@ -6,7 +6,8 @@ Exit codes:
        disk full): what was scored is kept, run it again to resume
   3    the run finished, but some scores errored: run it again to retry them
   4    the judge budget (--max-calls / --max-cost) was spent: what was scored is kept, the rest is
-       not run; run it again with a larger budget to resume
+       not run; run it again with a larger budget to resume (and retry any errored scores). This
+       code, whether or not some scores also errored.
   5    the run finished but computed nothing: every score is undefined, because the cases lack
        what the metrics need (e.g. ranking metrics without relevance labels); the message says
        which fields are missing for which metrics and what to run instead
@@ -64,8 +65,9 @@ PASS_REPEATS = typer.Option(
     None, "--pass-repeats", help="A case passes when at least this many of its repeats pass "
                                  "(default: a majority).")
 MAX_CALLS = typer.Option(
-    None, "--max-calls", help="Judge budget: at most this many upstream judge calls for the run (all "
-                              "its sessions); then stop cleanly, the rest not run.")
+    None, "--max-calls", help="Judge budget: at most this many requests sent to the judge for the run "
+                              "(all its sessions, retries included); then stop cleanly, the rest not "
+                              "run.")
 MAX_COST = typer.Option(
     None, "--max-cost", help="Judge budget in money, by the judge config's price table (all the run's "
                              "sessions).")
@@ -171,7 +173,8 @@ def run(
       0    every planned score recorded, none errored
       2    bad input or configuration; nothing written
       3    the run finished, but some scores errored: run it again to retry them
-      4    the judge budget was spent: run it again with a larger budget
+      4    the judge budget was spent (some scores may have errored too): run it
+           again with a larger budget
       5    nothing computed (every score undefined): the message says why
       130  interrupted: run it again to resume
     """
@@ -274,7 +277,8 @@ def rescore(
       0    every planned score recorded, none errored
       2    bad input or configuration
       3    some scores errored: run it again to retry them
-      4    the judge budget was spent: run it again with a larger budget
+      4    the judge budget was spent (some scores may have errored too): run it
+           again with a larger budget
       5    nothing computed (every score undefined): the message says why
       130  interrupted: run it again to resume
     """
@@ -322,8 +326,21 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, no_progress,
     except OSError as exc:
         if storage_error(exc) is None:
             raise
+        manifest = Path(out_dir) / "run.json"
+        if type(exc).__name__ == "CacheUnwritable":  # the judge cache's file, not the run folder
+            recorded = _recorded(manifest)
+            if recorded.get("status") == "complete":
+                kept = (f"every score is written to {out_dir}, but this run's judge answers are not kept "
+                        "for later runs")
+            elif (recorded.get("counts") or {}).get("scores"):
+                kept = "what was scored is kept"
+            else:
+                kept = "nothing was scored"
+            fail(f"cannot write the judge cache: {storage_error(exc)}; {kept}: make room (or make it "
+                 "writable), or give another --cache-path (or --cache-mode off), and run the same command "
+                 "again")
         kept = ("what was scored is kept: make room (or make it writable) and run the same command again "
-                "to resume" if (Path(out_dir) / "run.json").exists() else "nothing was written")
+                "to resume" if manifest.exists() else "nothing was written")
         fail(f"cannot write the run folder {out_dir}: {storage_error(exc)}; {kept}")
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -331,6 +348,17 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, no_progress,
         _print_dry_run(result, out_dir, as_json)
         return
     _print_run(result, out_dir, as_json, with_latency=target is not None or rescoring)
+
+
+def _recorded(manifest: Path) -> dict:
+    """What a run.json records (empty when there is none, or it cannot be read)."""
+    import json
+
+    try:
+        recorded = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return recorded if isinstance(recorded, dict) else {}
 
 
 def _interrupted(out_dir) -> None:
@@ -447,8 +475,9 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
         parts = ", ".join(f"{k} {_money(v, cost['currency'])}" for k, v in cost.get("by_metric", {}).items())
         notes.append(f"cost: {_money(cost.get('total'), cost['currency'])}"
                      + (f" ({parts})" if parts else "")
-                     + ("; some calls have no price in the judge config" if cost.get("total") is None
-                        else ""))
+                     + ("; the cost of some calls is unknown (a model without a price in the judge "
+                        "config, usage that cannot be true, or a request that timed out unanswered)"
+                        if cost.get("total") is None else ""))
     repeats = (result.manifest.options or {}).get("repeats")
     if isinstance(repeats, int) and repeats > 1:
         m = (result.manifest.options or {}).get("pass_repeats") or repeats // 2 + 1
@@ -497,14 +526,19 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
         err.print(f"[yellow]warning:[/] self-judging: the judge model is the system under test's own model "
                   f"({escape(same['generator_model'])}) on {same['cases']} case(s); its scores are likely "
                   "inflated", highlight=False)
-    if counts.get("not_run") and not counts.get("errored"):
-        budget = counts.get("budget") or {}
+    budget = counts.get("budget") or {}
+    if counts.get("not_run") or budget.get("spent"):
+        # one code and one message whenever the budget stopped the run, errored scores or not: the same
+        # command with the same budget would only stop again
         limits = ", ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in budget.items()
                            if k in ("max_calls", "max_cost") and v is not None)
+        errored = counts.get("errored", 0)
         err.print(
-            f"[bold yellow]judge budget spent ({escape(limits)}): {counts['not_run']} of "
-            f"{counts.get('scores', 0)} score(s) not run[/]; what was scored is kept, run the same command "
-            "with a larger budget to score the rest", highlight=False, soft_wrap=True,
+            f"[bold yellow]judge budget spent ({escape(limits)}): {counts.get('not_run', 0)} of "
+            f"{counts.get('scores', 0)} score(s) not run[/]"
+            + (f", {errored} errored" if errored else "")
+            + "; what was scored is kept, run the same command with a larger budget to score the rest"
+            + (" (and retry the errored ones)" if errored else ""), highlight=False, soft_wrap=True,
         )
         raise typer.Exit(EXIT_BUDGET_SPENT)
     if unscored is not None:

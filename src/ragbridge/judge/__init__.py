@@ -24,7 +24,8 @@ The package, one concern a module:
   case, repeat), and how it travels with a request;
 * :mod:`~ragbridge.judge.client`: :class:`JudgeClient`, the interface a backend uses;
 * :mod:`~ragbridge.judge.dialect`: how a request is addressed and authorised upstream;
-* :mod:`~ragbridge.judge.redact`: every form of the key, removed;
+* :mod:`~ragbridge.judge.redact`: every form and charset of the key, removed;
+* :mod:`~ragbridge.judge.strict`: an answer whose JSON repeats a key, found;
 * :mod:`~ragbridge.judge.cache`: :class:`JudgeCache`, the SQLite response cache;
 * :mod:`~ragbridge.judge.store`: the answers (cache, single flight, a dry run's, ``forget``);
 * :mod:`~ragbridge.judge.ledger`: :class:`Usage`, :class:`Budget`, prices;

@@ -3,20 +3,65 @@
 Answers are filed by the full request (upstream URL without credentials, path and the whole JSON
 body: model, messages, every parameter), so a re-run of an unchanged suite makes no calls, and CI
 can replay a recorded cache with no key (``cache_mode = "read-only"``, opened read-only and, in a
-read-only directory, as immutable). :meth:`JudgeCache.delete` is what
+read-only directory, as immutable). A file that will not take a write (a full disk, a read-only or
+unwritable folder) is a :class:`CacheUnwritable` naming it, at open or at close, never a traceback.
+:meth:`JudgeCache.delete` is what
 :meth:`ragbridge.judge.JudgeGateway.forget` uses to drop the answers of a score that failed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
+import os
+import shutil
 import sqlite3
 import threading
 import time
 from pathlib import Path
 from typing import Any, Optional
+
+
+class CacheUnwritable(OSError):
+    """The judge cache's file cannot be written (a full disk, a read-only or unwritable folder): an
+    `OSError` with the reason's ``errno`` and ``strerror`` and the file as ``filename``, as a writer
+    of the run folder raises, so every command reports it the same way (one line, exit 2)."""
+
+
+def unwritable(exc: BaseException, path: Path) -> CacheUnwritable:
+    """``exc`` (SQLite's error, or the OS's), as the `CacheUnwritable` of ``path`` with the reason the
+    file system gives: SQLite says "disk I/O error" or "unable to open database file" for a full
+    disk and a read-only folder alike."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return CacheUnwritable(exc.errno, exc.strerror or str(exc), str(path))
+    folder = path.parent if path.parent.exists() else next((p for p in path.parents if p.exists()), Path("/"))
+    code = errno.EIO
+    if getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL":
+        code = errno.ENOSPC
+    else:
+        with contextlib.suppress(OSError):
+            if os.statvfs(folder).f_flag & os.ST_RDONLY:
+                code = errno.EROFS
+            elif not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+                code = errno.EACCES
+            elif shutil.disk_usage(folder).free < (1 << 20):
+                code = errno.ENOSPC
+            elif _file_size_limited():
+                code = errno.EFBIG
+    text = os.strerror(code) if code != errno.EIO else f"{os.strerror(code)} ({exc})"
+    return CacheUnwritable(code, text, str(path))
+
+
+def _file_size_limited() -> bool:
+    """Whether this process may write files only up to a size (``ulimit -f``): a write past it fails
+    as a full disk's does."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on this platform
+        return False
+    return resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY
 
 
 def open_database(path: Path, table: str, *, read_only: bool, schema: tuple[str, ...] = ()
@@ -82,10 +127,13 @@ class JudgeCache:
             if self.path.is_file():
                 self._conn = open_database(self.path, "responses", read_only=True)
         else:
-            self._conn = open_database(self.path, "responses", read_only=False, schema=(
-                "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, path TEXT NOT NULL, model TEXT, "
-                "status INTEGER NOT NULL, body BLOB NOT NULL, created REAL NOT NULL)",
-                "CREATE TABLE IF NOT EXISTS aliases (raw TEXT PRIMARY KEY, key TEXT NOT NULL)"))
+            try:
+                self._conn = open_database(self.path, "responses", read_only=False, schema=(
+                    "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, path TEXT NOT NULL, "
+                    "model TEXT, status INTEGER NOT NULL, body BLOB NOT NULL, created REAL NOT NULL)",
+                    "CREATE TABLE IF NOT EXISTS aliases (raw TEXT PRIMARY KEY, key TEXT NOT NULL)"))
+            except (sqlite3.Error, OSError) as exc:
+                raise unwritable(exc, self.path) from None
             self._writer = threading.Thread(target=self._write_periodically,
                                             name="ragbridge-judge-cache-writer", daemon=True)
             self._writer.start()
@@ -93,25 +141,35 @@ class JudgeCache:
 
     def _write_periodically(self) -> None:
         while not self._closed.wait(self.write_delay):
-            with contextlib.suppress(sqlite3.Error):
+            with contextlib.suppress(CacheUnwritable):  # tried again, and said at close
                 self.flush()
 
     def flush(self) -> None:
-        """Write the answers not yet in SQLite (one transaction)."""
+        """Write the answers not yet in SQLite (one transaction); `CacheUnwritable` when the file
+        will not take them (they stay pending, to be tried again)."""
         with self._lock:  # taken before the pending entries: delete() cannot slip in between
             with self._plock:
-                rows, self._pending = list(self._pending.values()), {}
-                aliases, self._pending_alias = list(self._pending_alias.items()), {}
-            if not (rows or aliases) or self._conn is None:
+                pending, self._pending = self._pending, {}
+                pending_alias, self._pending_alias = self._pending_alias, {}
+            if not (pending or pending_alias) or self._conn is None:
                 return
-            self._conn.execute("BEGIN")
             try:
-                self._conn.executemany("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)", rows)
-                self._conn.executemany("INSERT OR REPLACE INTO aliases VALUES (?, ?)", aliases)
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+                self._conn.execute("BEGIN")
+                try:
+                    self._conn.executemany("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
+                                           list(pending.values()))
+                    self._conn.executemany("INSERT OR REPLACE INTO aliases VALUES (?, ?)",
+                                           list(pending_alias.items()))
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                with self._plock:  # kept, under what came meanwhile
+                    self._pending = {**pending, **self._pending}
+                    self._pending_alias = {**pending_alias, **self._pending_alias}
+                raise unwritable(exc, self.path) from None
 
     def _preload(self) -> None:
         if self._conn is None:
@@ -240,8 +298,11 @@ class JudgeCache:
             if self._conn is None or not keys:
                 return len(keys)
             marks = ",".join("?" * len(keys))
-            self._conn.execute(f"DELETE FROM responses WHERE key IN ({marks})", tuple(keys))
-            self._conn.execute(f"DELETE FROM aliases WHERE key IN ({marks})", tuple(keys))
+            try:
+                self._conn.execute(f"DELETE FROM responses WHERE key IN ({marks})", tuple(keys))
+                self._conn.execute(f"DELETE FROM aliases WHERE key IN ({marks})", tuple(keys))
+            except sqlite3.Error as exc:
+                raise unwritable(exc, self.path) from None
         return len(keys)
 
     def __len__(self) -> int:
@@ -252,16 +313,21 @@ class JudgeCache:
             return int(self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
 
     def close(self) -> None:
+        """Write what is pending and close; `CacheUnwritable` (after closing) when it cannot be
+        written: this run's answers not yet written are then lost to later runs."""
         self._closed.set()
         if self._writer is not None:
             self._writer.join()
             self._writer = None
-        if self._conn is not None and not self.read_only:
-            self.flush()
-        with self._lock:
-            if self._conn is not None:
-                if not self.read_only:
-                    with contextlib.suppress(sqlite3.Error):  # fold the WAL back: one portable file
-                        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                self._conn.close()
-                self._conn = None
+        try:
+            if self._conn is not None and not self.read_only:
+                self.flush()
+        finally:
+            with self._lock:
+                if self._conn is not None:
+                    if not self.read_only:
+                        with contextlib.suppress(sqlite3.Error):  # fold the WAL back: one portable file
+                            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    with contextlib.suppress(sqlite3.Error):
+                        self._conn.close()
+                    self._conn = None

@@ -19,12 +19,13 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Iterable, Literal, Optional
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import UserError
+from ..limits import MAX_CONCURRENCY, MAX_RETRIES, MAX_TIMEOUT, REQUESTS_PER_MINUTE
 
 #: the gateway's backoff between attempts (full jitter, seconds): what client_timeout() outlasts
 BACKOFF_BASE = 0.5
@@ -32,8 +33,15 @@ BACKOFF_CAP = 20.0
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 #: the request dialects an upstream can speak (how a request is addressed and authorised)
 APIS = ("openai", "azure")
-#: header names that carry credentials: the key belongs in the variable ``api_key_env`` names
-_CREDENTIAL_HEADER = re.compile(r"^(authorization|proxy-authorization|cookie)$|key|token|secret|passw", re.I)
+#: the headers that carry the judge's key in a dialect: the key belongs in the variable ``api_key_env``
+#: names
+_KEY_HEADERS = ("authorization", "api-key")
+#: header names that look like they carry a credential: never public
+_CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|passw|cookie|session|signature|credential", re.I)
+#: a reference to an environment variable in a header's value: ``${NAME}``
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: what run.json and every output show for a header's secret value
+SECRET = "[secret]"
 
 
 class JudgeError(UserError):
@@ -132,8 +140,13 @@ class JudgeConfig(BaseModel):
     embeddings (Anthropic) beside an embedding server; that server gets the key
     ``embedding_api_key_env`` names, never the judge's (none when it is unset).
 
-    ``headers`` are sent with every upstream request (e.g. ``anthropic-workspace-id``); they are not
-    secrets and are recorded in run.json, so a header that carries a credential is refused.
+    ``headers`` are sent with every upstream request (``Helicone-Auth``, ``cf-aig-authorization``,
+    ``anthropic-workspace-id``...). Every header's value is a secret, as the key is (never written,
+    printed or sent to a worker, and redacted from every answer), unless its name is listed in
+    ``public_headers`` (then run.json records it; a name that looks like it carries a credential
+    cannot be listed). A value may name environment variables, ``"Bearer ${HELICONE_API_KEY}"``, read
+    when the gateway opens (:func:`header_values`), so the secret need not sit in a file. The key's
+    own header (``Authorization``, ``api-key``) is the dialect's: the key goes in ``api_key_env``.
     ``temperature``, ``seed`` and ``extra_body`` are request fields the gateway sets on every
     generation request (chat, completions, responses; not embeddings; ``seed`` not on responses),
     over what the library sent: ``extra_body`` is merged into the JSON body (e.g. Ollama's
@@ -159,22 +172,24 @@ class JudgeConfig(BaseModel):
     embedding_base_url: Optional[str] = None
     embedding_api_key_env: Optional[str] = None
     embedding_api: Optional[Literal["openai", "azure"]] = None
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, str] = Field(default_factory=dict, repr=False)  # secrets: see public_dict
+    public_headers: list[str] = Field(default_factory=list)
     temperature: Optional[float] = Field(None, ge=0, le=2)
     seed: Optional[int] = None
     extra_body: dict[str, Any] = Field(default_factory=dict)
     cache_path: Optional[Path] = Field(default_factory=_default_cache_path)
     cache_mode: Literal["read-write", "read-only", "off"] = "read-write"
-    max_concurrency: int = Field(8, ge=1)
+    max_concurrency: int = Field(8, ge=1, le=MAX_CONCURRENCY)
     #: upstream requests started per minute, across every backend and worker (None: no limit); for
     #: hosted judges with a rate limit: starts are spaced 60 / requests_per_minute seconds apart
-    requests_per_minute: Optional[float] = Field(None, gt=0)
+    requests_per_minute: Optional[float] = Field(None, ge=REQUESTS_PER_MINUTE[0], le=REQUESTS_PER_MINUTE[1],
+                                                 allow_inf_nan=False)
     #: seconds one attempt may take in all (connect, send, the whole answer), however the answer
     #: trickles in
-    timeout: float = Field(120.0, gt=0)
+    timeout: float = Field(120.0, gt=0, le=MAX_TIMEOUT, allow_inf_nan=False)
     #: the largest answer taken from the judge; a larger one is an error of that call (not retried)
     max_reply_bytes: int = Field(32 << 20, ge=1024)
-    max_retries: int = Field(5, ge=0)
+    max_retries: int = Field(5, ge=0, le=MAX_RETRIES)
     max_tokens: Optional[int] = Field(None, ge=1)
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
     currency: str = "USD"
@@ -214,13 +229,24 @@ class JudgeConfig(BaseModel):
         for name, value in v.items():
             if not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", name):
                 raise ValueError(f"{name!r} is not an HTTP header name")
-            if _CREDENTIAL_HEADER.search(name):
+            if name.lower() in _KEY_HEADERS:
                 raise ValueError(
-                    f"header {name!r} would carry a credential, and headers are recorded in run.json: "
-                    f"put the key in the environment variable that api_key_env names instead")
+                    f"header {name!r} is where the key goes: put the key in the environment variable "
+                    f"that api_key_env names instead")
             if not isinstance(value, str) or "\r" in value or "\n" in value:
                 raise ValueError(f"header {name!r}: the value must be one line of text")
         return v
+
+    @model_validator(mode="after")
+    def _check_public_headers(self) -> "JudgeConfig":
+        given = {name.lower() for name in self.headers}
+        for name in self.public_headers:
+            if name.lower() not in given:
+                raise ValueError(f"public_headers names {name!r}, which is not in headers")
+            if _CREDENTIAL_HEADER.search(name):
+                raise ValueError(f"header {name!r} looks like it carries a credential: it cannot be public "
+                                 f"(leave it out of public_headers, and its value stays secret)")
+        return self
 
     @model_validator(mode="after")
     def _check_dialect(self) -> "JudgeConfig":
@@ -270,6 +296,14 @@ class JudgeConfig(BaseModel):
             found = self.prices.get(model.rsplit("/", 1)[-1])
         return found
 
+    def is_public_header(self, name: str) -> bool:
+        return name.lower() in {n.lower() for n in self.public_headers}
+
+    def public_header_values(self) -> dict[str, str]:
+        """``headers`` as they may be shown: every value not named public replaced by ``[secret]``."""
+        return {name: value if self.is_public_header(name) else SECRET
+                for name, value in self.headers.items()}
+
     def client_timeout(self) -> float:
         """A library-side timeout that outlasts the gateway's own retries."""
         return self.timeout * (self.max_retries + 1) + BACKOFF_CAP * self.max_retries + 5.0
@@ -296,7 +330,8 @@ class JudgeConfig(BaseModel):
                 ("embedding_base_url", redact_url(self.embedding_base_url) if self.embedding_base_url
                  else None),
                 ("embedding_api_key_env", self.embedding_api_key_env), ("embedding_api", self.embedding_api),
-                ("headers", dict(self.headers) or None), ("temperature", self.temperature),
+                ("headers", self.public_header_values() or None),
+                ("public_headers", list(self.public_headers) or None), ("temperature", self.temperature),
                 ("seed", self.seed), ("extra_body", self.extra_body or None)) if v is not None},
         }
 
@@ -366,6 +401,24 @@ class JudgeConfig(BaseModel):
             if msg.startswith("Value error, "):
                 msg = msg[len("Value error, "):]
             raise JudgeConfigError(f"{source_of.get(key, 'defaults')}: judge {key}: {msg}") from None
+
+
+def header_values(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The headers with their ``${NAME}`` references replaced by those environment variables'
+    values; JudgeConfigError naming the header and the variable when one is not set."""
+    out = {}
+    for name, value in headers:
+        def read(match: "re.Match[str]") -> str:
+            found = os.environ.get(match.group(1))
+            if not found:
+                raise JudgeConfigError(
+                    f"judge header {name!r} takes its value from the environment variable "
+                    f"{match.group(1)}, which is not set: set it (export {match.group(1)}=...) or "
+                    f"change headers in the judge config")
+            return found
+
+        out[name] = _ENV_REFERENCE.sub(read, value)
+    return out
 
 
 def _read_toml(path: Path) -> dict:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
-from .config import JudgeConfig, is_local_url, redact_url
+from .config import JudgeConfig, header_values, is_local_url, redact_url
 
 __all__ = ["Endpoint", "endpoints_of", "shape_body", "GENERATION_ENDPOINTS"]
 
@@ -51,7 +51,7 @@ class Endpoint:
     api: str = "openai"
     api_version: Optional[str] = None
     key_env: Optional[str] = "OPENAI_API_KEY"
-    extra_headers: tuple[tuple[str, str], ...] = ()
+    extra_headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # secrets, most of them
     settings: str = ""  # the canonical JSON of JudgeConfig.answer_settings(), "" when none
     _parts: Any = field(default=None, compare=False, repr=False)
 
@@ -95,10 +95,12 @@ class Endpoint:
             path = f"{prefix}/{endpoint}"
         return urlunsplit((parts.scheme, parts.netloc, path, query, ""))
 
-    def headers(self, key: Optional[str], method: str = "POST") -> dict[str, str]:
-        """The headers of a request: the configured ones, the content type and the key as the dialect
-        wants it (none without a key)."""
-        out = {"Accept": "application/json", **dict(self.extra_headers)}
+    def headers(self, key: Optional[str], method: str = "POST",
+                extra: Optional[dict[str, str]] = None) -> dict[str, str]:
+        """The headers of a request: the configured ones (``extra``: as `header_values` read them),
+        the content type and the key as the dialect wants it (none without a key)."""
+        out = {"Accept": "application/json",
+               **(extra if extra is not None else header_values(self.extra_headers))}
         if method == "POST":
             out["Content-Type"] = "application/json"
         if key:

@@ -121,7 +121,7 @@ class JudgeGateway(JudgeClient):
         upstreams = {ep: Upstream(ep, cfg, transport=self.upstream_transport,
                                   with_key=cfg.cache_mode != "read-only")
                      for ep in dict.fromkeys(self._endpoints)}
-        self.redactor.keys([u.key for u in upstreams.values() if u.key])
+        self.redactor.keys([secret for u in upstreams.values() for secret in u.secrets])
         store = None
         if cfg.cache_mode != "off" and (cfg.cache_path is not None or self.simulate is not None):
             store = ResponseStore(cfg.cache_path, read_only=cfg.cache_mode == "read-only",
@@ -151,13 +151,15 @@ class JudgeGateway(JudgeClient):
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
         self._pipeline = None
-        if pipeline is not None:
-            pipeline.close()
-        audit, self._audit = self._audit, None
-        if audit is not None:
-            audit.close()
-        self.ledger.close()
-        self.redactor.keys([])
+        try:
+            if pipeline is not None:
+                pipeline.close()  # the cache's last answers written: CacheUnwritable if they cannot be
+        finally:
+            audit, self._audit = self._audit, None
+            if audit is not None:
+                audit.close()
+            self.ledger.close()
+            self.redactor.keys([])
 
     def __enter__(self) -> "JudgeGateway":
         return self.start()

@@ -3,11 +3,13 @@ and the usage an answer reports, checked (:func:`reported_usage`).
 
 :class:`Ledger` is the gateway's book: every answered request is entered under its
 :class:`~ragbridge.judge.tag.CallTag` (:meth:`Ledger.enter`); a call that would go upstream first
-reserves its place in the budget (:meth:`Ledger.reserve`) and settles its cost when it is done
-(:meth:`Ledger.settle`). With a tally file (:meth:`Ledger.open_tally`, the run folder's
-``judge-calls.log``), each call is written there as it goes upstream, before its first byte is sent
-(:meth:`Ledger.sending`; and its cost once known), so a run killed with SIGKILL still knows every
-call it made: the next session starts from the tally, and the budget holds over all sessions.
+reserves its place in the budget (:meth:`Ledger.reserve`), each retry takes a place of its own
+(:meth:`Ledger.resending`: the budget counts every request sent upstream, since each may be charged),
+and the call settles its cost when it is done (:meth:`Ledger.settle`). With a tally file
+(:meth:`Ledger.open_tally`, the run folder's ``judge-calls.log``), each attempt is written there as it
+goes upstream, before its first byte is sent (:meth:`Ledger.sending`; and its cost once known), so a
+run killed with SIGKILL still knows every request it made: the next session starts from the tally,
+and the budget holds over all sessions.
 
 An answer's ``usage`` is a claim of the server's. Token counts that cannot be true (negative, not an
 integer, more than :data:`ABSURD_TOKENS`, or prompt tokens far beyond the request's size) are not
@@ -36,8 +38,9 @@ ABSURD_TOKENS = 10_000_000
 class Usage:
     """Judge traffic summed over some call tags.
 
-    ``calls`` are requests that went upstream (one per library request, however many attempts);
-    ``cache_hits`` were answered from the cache; ``retries`` are extra attempts; ``errors`` are
+    ``calls`` are library requests that went upstream (one per library request, however many
+    attempts); ``cache_hits`` were answered from the cache; ``retries`` are extra attempts (each a
+    request sent upstream too: ``calls + retries`` is what the budget counts); ``errors`` are
     requests whose final answer to the library was not 2xx (read-only cache misses included, budget
     refusals not); ``cost`` is what the calls cost by the price table, ``unpriced`` the calls whose
     cost is unknown (a model the table has no price for, or usage that cannot be true; see
@@ -71,8 +74,9 @@ class Usage:
 
 @dataclass
 class Budget:
-    """A run's judge budget: at most ``max_calls`` upstream calls and ``max_cost`` money (None: no
-    limit), ``calls`` and ``cost`` being what the run spent so far (earlier sessions included).
+    """A run's judge budget: at most ``max_calls`` requests sent upstream (every attempt, retries
+    included) and ``max_cost`` money (None: no limit), ``calls`` and ``cost`` being what the run spent
+    so far (earlier sessions included).
 
     A call is reserved before it goes upstream; with ``max_cost``, a new call is refused once the cost
     spent plus the calls in flight (each at the mean cost of a call so far) reaches the limit, or once
@@ -198,6 +202,22 @@ class Ledger:
         self._write_tally(b"c\n")
         return True
 
+    def resending(self, tag: CallTag) -> bool:
+        """A reserved call is about to send another attempt (a retry): counted in the budget and
+        written to the tally, and True; False (``tag`` refused, the call ends here) when the budget
+        has no room left for it. Every attempt is a request the upstream may charge for."""
+        b = self.budget
+        if b is not None:
+            with self._lock:
+                if ((b.max_calls is not None and b.calls >= b.max_calls)
+                        or (b.max_cost is not None and (b.cost_unknown or b.cost >= b.max_cost))):
+                    b.spent = True
+                    self._refused.add(tag)
+                    return False
+                b.calls += 1
+        self._write_tally(b"c\n")
+        return True
+
     def settle(self, cost: Optional[float]) -> None:
         """The reserved call is done, at ``cost`` (None: unknown)."""
         if cost:
@@ -245,9 +265,10 @@ class Ledger:
             if cache == "hit":
                 u["cache_hits"] += 1
                 return
-            if cache == "budget":
+            if cache == "budget":  # refused: before its first attempt, or before a retry
                 u["refused"] += 1
-                return
+                if attempts == 0:
+                    return
             if attempts > 0:
                 u["calls"] += 1
                 u["retries"] += attempts - 1
@@ -260,7 +281,7 @@ class Ledger:
             else:
                 u["prompt_tokens"] += tokens[0]
                 u["completion_tokens"] += tokens[1]
-            if not ok:
+            if not ok and cache != "budget":
                 u["errors"] += 1
 
     def usage(self, backend: Optional[str] = None, metric: Optional[str] = None,

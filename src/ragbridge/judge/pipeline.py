@@ -57,9 +57,9 @@ class Pipeline:
         upstreams, self.upstreams = self.upstreams, {}
         for upstream in upstreams.values():
             upstream.close()
-        if self.store is not None:
-            self.store.close()
-            self.store = None
+        store, self.store = self.store, None
+        if store is not None:
+            store.close()
 
     def endpoint(self, endpoint: str) -> Endpoint:
         """The upstream server a request to ``endpoint`` goes to."""
@@ -141,12 +141,21 @@ class Pipeline:
                     raw = json.dumps(shaped, ensure_ascii=False).encode("utf-8")
                 res = self._forward("POST", endpoint, raw, repeat=tag.repeat, model=model,
                                     stream=isinstance(body, dict) and bool(body.get("stream")), tag=tag)
-                if res.cache == "budget":  # its reservation given back while it waited for a slot
-                    sent = False
-                    return self._refused()
+                if res.cache == "budget":
+                    if res.attempts == 0:  # its reservation given back while it waited for a slot
+                        sent = False
+                        return self._refused()
+                    # stopped before a retry: the attempts made count, their cost unknown if unanswered
+                    made, res = res, self._refused()
+                    res.attempts, res.cost = made.attempts, None if made.unanswered else 0.0
+                    return res
             res.request_json = True
             res.tokens = reported_usage(res.parsed, len(raw)) if res.parsed is not None else (0, 0)
             res.cost = self.ledger.price(model, res.tokens) if res.parsed is not None else 0.0
+            if res.unanswered:  # attempts the upstream may have charged for: as much as the answered
+                # one (the same request), unknown when none was answered
+                res.cost = (res.cost * (1 + res.unanswered) if res.parsed is not None and res.cost is not None
+                            else None)
         finally:
             if sent:
                 self.ledger.settle(res.cost)
@@ -166,6 +175,10 @@ class Pipeline:
         upstream = self.upstreams[self.endpoint(endpoint)]
         res = self.forwarder.forward(upstream, method, endpoint, raw, model, stream=stream,
                                      extra_headers={REPEAT_HEADER: str(repeat)} if repeat else None,
-                                     on_send=(lambda: self.ledger.sending(tag)) if tag is not None else None)
-        res.body = self.redactor(res.body)
+                                     on_send=(lambda attempt: self.ledger.sending(tag) if attempt == 1
+                                              else self.ledger.resending(tag)) if tag is not None else None)
+        res.body, content_type, withheld = self.redactor.reply(res.body, res.content_type)
+        res.content_type = content_type or res.content_type
+        if withheld and 200 <= res.status < 300:
+            res.status, res.parsed = 502, None  # a withheld answer is no answer
         return res

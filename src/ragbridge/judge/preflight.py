@@ -119,13 +119,9 @@ def _reach(cfg: JudgeConfig, ep: Endpoint) -> dict[str, Any]:
     returns what it said (the models it lists, None when it lists none)."""
     url = ep.public_url
     key = (os.environ.get(ep.key_env) or None) if ep.key_env else None
-    if not key and ep.key_env and not ep.is_local:
-        raise JudgeConfigError(
-            f"judge API key missing: environment variable {ep.key_env} is not set, and the judge at "
-            f"{url} needs it; set it (os.environ[{ep.key_env!r}] = ...), or replay a recorded cache "
-            f"with JudgeConfig(cache_mode=\"read-only\")",
-            cli=f"judge API key missing: environment variable {ep.key_env} is not set, and the judge at "
-                f"{url} needs it; set it, or replay a recorded cache with cache_mode = \"read-only\"")
+    # a server elsewhere needs a key, and Azure OpenAI always does, wherever it is reached
+    if not key and ep.key_env and (not ep.is_local or ep.api == "azure"):
+        raise _unset(ep, url, "needs it" + (" (Azure OpenAI always does)" if ep.api == "azure" else ""))
     timeout = min(cfg.timeout, 10.0)
     try:
         with httpx_client(cfg, ep, 1) as client:
@@ -150,6 +146,8 @@ def _reach(cfg: JudgeConfig, ep: Endpoint) -> dict[str, Any]:
             hint = "check base_url and your network"
         raise JudgeUnavailable(f"judge endpoint {url} is unreachable ({cause}): {hint}") from None
     if r.status_code in (401, 403) or (r.status_code == 400 and b"api key" in r.content.lower()):
+        if not key and ep.key_env:  # a local server that asks for a key: none was sent
+            raise _unset(ep, url, f"asks for one (HTTP {r.status_code})")
         raise JudgeUnavailable(
             f"judge endpoint {url} rejected the API key from {ep.key_env or 'nowhere'} "
             f"(HTTP {r.status_code}): "
@@ -282,3 +280,17 @@ def _not_served(cfg: JudgeConfig, ep: Endpoint, reached: dict[str, Any], model: 
     text = "; ".join([head, *parts])
     return ModelNotServed(text.replace(WHERE, f"JudgeConfig({setting}=...)"),
                           cli=text.replace(WHERE, f"{setting} in [judge] of ragbridge.toml (or {option})"))
+
+
+def _unset(ep: Endpoint, url: str, why: str) -> JudgeConfigError:
+    """The error of a key whose variable is not set: which variable, and how to set it (in Python's
+    terms, and the command line's as ``cli``)."""
+    head = (f"judge API key missing: the environment variable {ep.key_env} is not set, and the judge at "
+            f"{url} {why}")
+    return JudgeConfigError(
+        f"{head}: set it (os.environ[{ep.key_env!r}] = ...), or name the variable that holds the key "
+        f"with JudgeConfig(api_key_env=...), or replay a recorded cache with "
+        f"JudgeConfig(cache_mode=\"read-only\")",
+        cli=f"{head}: set it (export {ep.key_env}=... in the shell that runs ragbridge), or name the "
+            f"variable that holds the key with api_key_env (--judge-api-key-env), or replay a recorded "
+            f"cache with cache_mode = \"read-only\"")

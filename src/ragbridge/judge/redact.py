@@ -1,31 +1,51 @@
-"""Redaction of the judge's keys, in every form a server may echo them in: :class:`Redactor`.
+"""Redaction of the judge's keys, in every form and charset a server may echo them in: :class:`Redactor`,
+and the reading of an answer in the charset it says it is in (:func:`as_utf8`).
 
 An endpoint that echoes the key in an error body may encode it: JSON-escaped (``sk-a\\/b``, or every
-character as ``\\u0073``), URL-encoded (``sk-a%2Fb``), or inside the base64 of ``user:key`` (an
-``Authorization: Basic`` header it repeats). A library that decodes the body would then write the
-plain key into a score's error. The gateway passes every answer (and every line of its audit log)
-through the redactor before anything else sees it, so no form of the key reaches a library, the
+character as ``\\u0073``), URL-encoded (``sk-a%2Fb``), as HTML character references (``&#x2F;``,
+``&#115;``, ``&sol;``), as hexadecimal (``736b2d61``, ``\\x73``), or inside the base64 of ``user:key``
+(an ``Authorization: Basic`` header it repeats). It may also answer in a charset other than UTF-8
+(UTF-16 or UTF-32, EBCDIC, UTF-7) and say so in its ``Content-Type``: a library that decodes the body
+as told would then write the plain key into a score's error. So every answer is first read as what it
+says it is (:func:`as_utf8`: a charset that does not spell ASCII as ASCII, declared or, for UTF-16
+and UTF-32, recognised as JSON's own rule does, is decoded and the body re-encoded in UTF-8), then
+every form of the key is replaced (:meth:`Redactor.__call__`); an answer that still holds a key when
+read in another common charset (:data:`VIEWS`: undeclared UTF-16 or UTF-32 in a UTF-8 body, EBCDIC,
+UTF-7) is withheld whole (:meth:`Redactor.reply`). The gateway does this to every answer (and every
+line of its audit log) before anything else sees it, so no form of the key reaches a library, the
 cache, the audit log, ``scores.jsonl`` or a report.
 
 Each character of a key may appear as itself, as a JSON ``\\uXXXX`` escape (hex in either case,
-the backslash doubled when the JSON was escaped again), as ``\\/`` for ``/``, or as ``%XX``; any
-mix is recognised. The base64 forms are found by the part of the encoding that the key alone
-decides, at each of the three alignments, in the standard and the URL-safe alphabet; the whole
-base64 run that holds it is replaced. A key shorter than :data:`MIN_ENCODED` characters is redacted
-only as itself (its encodings would match ordinary text).
+the backslash doubled when the JSON was escaped again), as ``\\/`` for ``/``, as ``%XX``, as
+``\\xXX``, as its two hex digits, or as an HTML character reference (hexadecimal or decimal, leading
+zeros and the semicolon optional, or its HTML name); any mix is recognised. The base64 forms are
+found by the part of the encoding that the key alone decides, at each of the three alignments, in the
+standard and the URL-safe alphabet; the whole base64 run that holds it is replaced. A key shorter than
+:data:`MIN_ENCODED` characters is redacted only as itself (its encodings would match ordinary text).
 """
 
 from __future__ import annotations
 
 import base64
+import codecs
+import html.entities
+import json
 import re
-from typing import Iterable
+from typing import Iterable, Optional
 
-__all__ = ["Redactor", "MASK", "MIN_ENCODED"]
+__all__ = ["Redactor", "MASK", "MIN_ENCODED", "VIEWS", "as_utf8"]
 
 MASK = b"[REDACTED]"
 MIN_ENCODED = 8
 _B64_RUN = re.compile(rb"[A-Za-z0-9+/_-]*")
+#: the other charsets an answer is read in, to find a key it holds that its own charset hides
+VIEWS = ("utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be", "cp500", "utf-7")
+_PRINTABLE = bytes(range(0x20, 0x7F))
+#: ASCII characters' HTML names (``/``: ``sol``, ``+``: ``plus`` ...)
+_HTML_NAMES: dict[int, list[bytes]] = {}
+for _name, _char in html.entities.html5.items():
+    if len(_char) == 1 and 0x20 < ord(_char) < 0x7F and _name.endswith(";"):
+        _HTML_NAMES.setdefault(ord(_char), []).append(_name.encode())
 
 
 def _hex_class(value: int) -> bytes:
@@ -37,16 +57,20 @@ def _hex_class(value: int) -> bytes:
 
 
 def _char_pattern(ch: int) -> bytes:
-    alternatives = [re.escape(bytes([ch])), rb"\\{1,2}u00" + _hex_class(ch), rb"%" + _hex_class(ch)]
+    hexed = _hex_class(ch)
+    alternatives = [re.escape(bytes([ch])), rb"\\{1,2}u00" + hexed, rb"%" + hexed, rb"\\{1,2}[xX]" + hexed,
+                    rb"&#[xX]0*" + hexed + rb";?", b"&#0*" + str(ch).encode() + rb"(?![0-9]);?", hexed]
+    alternatives += [b"&" + re.escape(name) for name in _HTML_NAMES.get(ch, ())]
     if ch == ord("/"):
         alternatives.append(rb"\\{1,2}/")
     return b"(?:" + b"|".join(alternatives) + b")"
 
 
 def _forms(ch: int) -> list[bytes]:
-    """A character's forms in lowercased text: itself and its escapes."""
+    """A character's forms in lowercased text that may begin a key (the others, HTML references and
+    ``\\x`` escapes, are looked for by their first characters)."""
     hexed = f"{ch:02x}".encode()
-    forms = [bytes([ch]).lower(), b"\\u00" + hexed, b"%" + hexed]
+    forms = [bytes([ch]).lower(), b"\\u00" + hexed, b"%" + hexed, hexed]
     return forms + ([b"\\/"] if ch == ord("/") else [])
 
 
@@ -63,8 +87,50 @@ def _base64_cores(key: bytes) -> list[bytes]:
     return list(dict.fromkeys(cores))
 
 
+def _charset(content_type: Optional[str]) -> Optional[str]:
+    """The text encoding a ``Content-Type`` declares (Python's name for it), or None (none declared,
+    or one Python does not know as a text encoding)."""
+    for param in (content_type or "").split(";")[1:]:
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset":
+            try:
+                info = codecs.lookup(value.strip().strip("\"'"))
+            except LookupError:
+                return None
+            return info.name if getattr(info, "_is_text_encoding", True) else None
+    return None
+
+
+def _spells_ascii(encoding: str) -> bool:
+    """Whether ``encoding`` writes printable ASCII as ASCII (UTF-8, Latin-1 ...: a key is then the
+    same bytes in it)."""
+    try:
+        return _PRINTABLE.decode("ascii").encode(encoding) == _PRINTABLE
+    except (UnicodeError, LookupError):
+        return False
+
+
+def as_utf8(body: bytes, content_type: Optional[str]) -> tuple[bytes, Optional[str]]:
+    """``body`` and its content type as UTF-8, when the answer is in a charset that does not spell
+    ASCII as ASCII: the charset its ``Content-Type`` declares, or, when it declares none, UTF-16 or
+    UTF-32 as JSON's own rule recognises them (a byte-order mark, or the zero bytes of the first
+    characters). Any other answer is returned as it is."""
+    encoding = _charset(content_type)
+    if encoding is None and body[:4].count(0):
+        encoding = json.detect_encoding(body)
+    if not body or encoding is None or _spells_ascii(encoding):
+        return body, content_type
+    text = body.decode(encoding, "replace")
+    if text[:1] == "\ufeff":
+        text = text[1:]
+    params = [p for p in (content_type or "application/json").split(";")
+              if p.partition("=")[0].strip().lower() != "charset"]
+    return text.encode("utf-8", "replace"), "; ".join(p.strip() for p in params) + "; charset=utf-8"
+
+
 class Redactor:
-    """``redactor(data)``: ``data`` with every form of the keys it was given replaced by ``[REDACTED]``."""
+    """``redactor(data)``: ``data`` with every form of the keys it was given replaced by ``[REDACTED]``;
+    ``redactor.reply(body, content_type)`` for an answer, whatever its charset."""
 
     def __init__(self) -> None:
         self._raw: tuple[bytes, ...] = ()
@@ -80,7 +146,14 @@ class Redactor:
         self._pattern = (re.compile(b"|".join(b"".join(_char_pattern(c) for c in k) for k in encoded))
                          if encoded else None)
         self._cores = tuple(core for k in encoded for core in _base64_cores(k))
-        self._starts = tuple({a + b for k in encoded for a in _forms(k[0]) for b in _forms(k[1])})
+        starts = ({a + b for k in encoded for a in _forms(k[0]) for b in _forms(k[1])} | {b"&#", b"\\x"}
+                  | {b"&" + name.lower() for k in encoded for name in _HTML_NAMES.get(k[0], ())})
+        self._starts = tuple(starts)
+
+    @property
+    def active(self) -> bool:
+        """Whether there is a key to redact."""
+        return bool(self._raw)
 
     def __call__(self, data: bytes) -> bytes:
         if not self._raw or not data:
@@ -89,8 +162,9 @@ class Redactor:
             if key in data:
                 data = data.replace(key, MASK)
         if self._pattern is not None:
-            # any form of a key starts with one form of its first two characters: look for those first
-            # (on the lowercased data, so each hex escape has one spelling), and only then for the whole
+            # any form of a key starts with one form of its first two characters (or an HTML reference
+            # or a \x escape): look for those first (on the lowercased data, so each hex escape has one
+            # spelling), and only then for the whole
             low = data.lower()
             if any(start in low for start in self._starts):
                 data = self._pattern.sub(MASK, data)
@@ -105,3 +179,42 @@ class Redactor:
                     end += 1
                 data = data[:start] + MASK + data[end:]
         return data
+
+    def hidden_in(self, data: bytes) -> Optional[str]:
+        """The charset of :data:`VIEWS` in which ``data`` holds a key, or None."""
+        if not self._raw or not data:
+            return None
+        wide = b"\x00" in data
+        for view in VIEWS:
+            if (view.startswith("utf-16") or view.startswith("utf-32")) and not wide:
+                continue  # every ASCII character is a zero byte and its own in these
+            if view == "utf-7" and b"+" not in data:
+                continue  # UTF-7 without a "+" is ASCII
+            if view == "cp500":  # a single-byte charset: the key's own bytes in it
+                if any(k.decode("utf-8", "replace").encode(view, "replace") in data for k in self._raw):
+                    return view
+                continue
+            shifts = range(4 if view.startswith("utf-32") else 2 if view.startswith("utf-16") else 1)
+            for shift in shifts:
+                text = data[shift:].decode(view, "replace").encode("utf-8", "replace")
+                if self(text) != text:
+                    return view
+        return None
+
+    def reply(self, body: bytes, content_type: Optional[str]) -> tuple[bytes, Optional[str], Optional[str]]:
+        """An answer's body and content type with the keys removed, and None; read as the charset it
+        says it is in (:func:`as_utf8`), every form of the keys replaced. An answer that then still
+        holds a key in another charset (:meth:`hidden_in`) is withheld: an error body that says so,
+        and that charset third."""
+        if not self._raw or not body:
+            return body, content_type, None
+        body, content_type = as_utf8(body, content_type)
+        body = self(body)
+        view = self.hidden_in(body)
+        if view is None:
+            return body, content_type, None
+        from .server import error_body
+
+        return (error_body(f"ragbridge judge gateway: the judge's answer held its API key written in "
+                           f"{view}; the answer is withheld", code="ragbridge_key_in_answer"),
+                "application/json", view)

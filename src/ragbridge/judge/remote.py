@@ -35,9 +35,10 @@ __all__ = ["GatewayClient", "worker_config"]
 
 def worker_config(config: JudgeConfig) -> dict[str, Any]:
     """What a worker needs of the judge configuration: every setting the backends read, with the
-    endpoints' credentials stripped and no cache path (the cache is the gateway's)."""
+    endpoints' credentials and the headers stripped and no cache path (the cache is the gateway's)."""
     data = config.model_dump(mode="json")
-    data.update(base_url=config.public_base_url, cache_path=None)
+    # the headers are the gateway's to send (their values are secrets)
+    data.update(base_url=config.public_base_url, cache_path=None, headers={}, public_headers=[])
     if config.embedding_base_url:
         from .config import redact_url
 

@@ -76,6 +76,8 @@ class Result:
     cost: Optional[float] = 0.0  # what the upstream call cost by the price table (None: unknown)
     #: (prompt, completion) tokens the answer reports; None when what it reports cannot be true
     tokens: Optional[tuple[int, int]] = (0, 0)
+    #: attempts sent upstream that got no readable answer (their cost unknown to the answer)
+    unanswered: int = 0
 
     def __post_init__(self) -> None:
         if self.parsed is not None or isinstance(self.body, _JsonBytes):

@@ -116,6 +116,6 @@ class ResponseStore:
         return self.cache.delete({v for k, v in entries if k == "key"}, {v for k, v in entries if k == "raw"})
 
     def close(self) -> None:
-        if self.cache is not None:
-            self.cache.close()
-            self.cache = None
+        cache, self.cache = self.cache, None
+        if cache is not None:
+            cache.close()

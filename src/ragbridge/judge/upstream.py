@@ -3,7 +3,9 @@
 A :class:`Transport` makes one attempt (``send``: one request, one whole reply, or
 :class:`UpstreamTimeout` / :class:`UpstreamError`), within an overall deadline and a cap on the
 reply's size: a judge that drips its answer a byte at a time cannot hold a call past the deadline,
-and one that answers with hundreds of megabytes is cut off at ``max_reply_bytes``.
+and one that answers with hundreds of megabytes is cut off at ``max_reply_bytes``; a compressed
+answer (``Content-Encoding: gzip`` or ``deflate``, whatever was asked for) is decompressed within that
+cap (:func:`decompressed`).
 :class:`StdlibPool` is the fast one, a keep-alive pool of ``http.client`` connections (cheaper per
 request than ``httpx``: benchmarks/README.md); :class:`HttpxTransport`
 is used when an environment proxy applies to the endpoint (:func:`proxy_for`), for URLs with
@@ -22,7 +24,6 @@ import contextlib
 import email.utils
 import heapq
 import http.client
-import json
 import os
 import random
 import select
@@ -30,13 +31,16 @@ import socket
 import ssl
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Optional, Protocol
 from urllib.parse import urlsplit
 
-from .config import BACKOFF_BASE, BACKOFF_CAP, JudgeConfig
+from .config import BACKOFF_BASE, BACKOFF_CAP, JudgeConfig, header_values
 from .dialect import Endpoint
+from .redact import MIN_ENCODED, as_utf8
+from .strict import mend_surrogates, parse_answer
 from .server import Result, error_body
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -48,6 +52,10 @@ class UpstreamTimeout(Exception):
     """The upstream did not connect, or did not send its whole answer, within the deadline."""
 
 
+class ConnectTimeout(UpstreamTimeout):
+    """The upstream did not accept the connection within the deadline (nothing was sent)."""
+
+
 class UpstreamError(Exception):
     """The upstream could not be reached, the connection failed before a whole answer arrived, or the
     pool is closed."""
@@ -55,6 +63,36 @@ class UpstreamError(Exception):
 
 class ReplyTooLarge(UpstreamError):
     """The upstream's answer is larger than ``max_reply_bytes`` (not retried)."""
+
+
+class UnreadableReply(UpstreamError):
+    """The upstream's answer is compressed in a way that cannot be read (not retried: the same server
+    would send it so again)."""
+
+
+def decompressed(body: bytes, encoding: Optional[str], limit: int) -> bytes:
+    """``body`` without the ``Content-Encoding`` (``gzip``, ``deflate``, in the order applied) a
+    server put on it, at most ``limit`` bytes once decompressed (ReplyTooLarge beyond: a small bomb
+    never grows past the cap); UnreadableReply for another coding or a corrupt one."""
+    codings = [c.strip().lower() for c in (encoding or "").split(",")]
+    for coding in reversed([c for c in codings if c and c != "identity"]):
+        if coding in ("gzip", "x-gzip"):
+            wbits = 16 + zlib.MAX_WBITS
+        elif coding == "deflate":  # zlib-wrapped as the standard says, or raw as some servers send it
+            wbits = zlib.MAX_WBITS if body[:1] == b"\x78" else -zlib.MAX_WBITS
+        else:
+            raise UnreadableReply(f"the answer is compressed with {coding!r}, which ragbridge cannot read "
+                                  f"(it asks for gzip or deflate at most)")
+        inflate = zlib.decompressobj(wbits)
+        try:
+            out = inflate.decompress(body, limit + 1)
+        except zlib.error as exc:
+            raise UnreadableReply(f"the answer's {coding} data is corrupt ({exc})") from None
+        if len(out) > limit or inflate.unconsumed_tail:
+            raise ReplyTooLarge(f"the answer is over the limit of {limit:,} bytes once decompressed "
+                                f"(max_reply_bytes)")
+        body = out
+    return body
 
 
 @dataclass
@@ -167,7 +205,7 @@ class StdlibPool:
             conn.connect()
         except TimeoutError as exc:
             conn.close()
-            raise UpstreamTimeout(f"connect timed out: {exc}") from None
+            raise ConnectTimeout(f"connect timed out: {exc}") from None
         except OSError as exc:
             conn.close()
             raise UpstreamError(f"{type(exc).__name__}: {exc}") from None
@@ -263,7 +301,7 @@ class StdlibPool:
                 if conn is not None:
                     conn.close()
             return Reply(r.status, r.getheader("content-type"), parse_retry_after(r.getheader("retry-after")),
-                         data)
+                         decompressed(data, r.getheader("content-encoding"), self.max_reply_bytes))
         raise UpstreamError("connection closed by the server")  # pragma: no cover - loop always returns
 
     def close(self) -> None:
@@ -296,6 +334,8 @@ class HttpxTransport:
         import httpx
 
         try:
+            # only what `decompressed` reads (httpx would also ask for br and zstd where installed)
+            headers = {**headers, "Accept-Encoding": "gzip, deflate"}
             with self.client.stream(method, url, content=body, headers=headers) as r:
                 length = r.headers.get("content-length")
                 if length and length.isdigit() and int(length) > self.max_reply_bytes:
@@ -310,8 +350,13 @@ class HttpxTransport:
                     if time.monotonic() > deadline:
                         raise UpstreamTimeout("no whole answer within the call's deadline")
                     chunks.append(chunk)
+                # iter_raw gives the bytes as sent, compressed or not: decompressed here, within the cap
                 return Reply(r.status_code, r.headers.get("content-type"),
-                             parse_retry_after(r.headers.get("retry-after")), b"".join(chunks))
+                             parse_retry_after(r.headers.get("retry-after")),
+                             decompressed(b"".join(chunks), r.headers.get("content-encoding"),
+                                          self.max_reply_bytes))
+        except (httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            raise ConnectTimeout(f"{type(exc).__name__}: {exc}") from None
         except httpx.TimeoutException as exc:
             raise UpstreamTimeout(f"{type(exc).__name__}: {exc}") from None
         except httpx.TransportError as exc:
@@ -343,6 +388,17 @@ class Upstream:
                  with_key: bool = True) -> None:
         self.endpoint = endpoint
         self.key = (os.environ.get(endpoint.key_env) or None) if with_key and endpoint.key_env else None
+        #: the configured headers, their ``${NAME}`` references read (JudgeConfigError when one is unset)
+        self.extra_headers = header_values(endpoint.extra_headers) if with_key else {}
+        #: what the gateway redacts from every answer: the key, the value of every header not named
+        #: public (and the credential in a value such as ``Bearer <credential>``) and the password of a
+        #: ``user:pass@`` URL; a value too short to be told from ordinary text is not searched for
+        values = [v for name, v in self.extra_headers.items() if not config.is_public_header(name)]
+        password = urlsplit(endpoint.base_url).password  # a user:pass@ URL's: a key as much as the key
+        values += [password] if password else []
+        self.secrets = [s for s in dict.fromkeys([self.key or "", *values, *(v.split()[-1] for v in values
+                                                                             if v.split())])
+                        if s and (s == self.key or len(s) >= MIN_ENCODED)]
         size = config.max_concurrency + 2
         parts = urlsplit(endpoint.base_url)
         if transport == "stdlib" and not (parts.username or parts.password) and not (
@@ -377,10 +433,15 @@ class Forwarder:
     def forward(self, upstream: Upstream, method: str, endpoint: str, body: Optional[bytes],
                 model: Optional[str] = None, *, stream: bool = False,
                 extra_headers: Optional[dict[str, str]] = None,
-                on_send: Optional[Callable[[], bool]] = None) -> Result:
+                on_send: Optional[Callable[[int], bool]] = None) -> Result:
         """One call: the attempts it takes, and the last answer as the library gets it. ``on_send``
-        is called once, when the call's first attempt is about to be sent; when it answers False the
-        call is not sent (a `Result` with no attempt and ``cache`` "budget")."""
+        is called with the attempt's number before each attempt is sent (every attempt is a request
+        the upstream may charge for); when it answers False that attempt is not sent, and the call
+        ends with a `Result` of ``cache`` "budget" and the ``attempts`` made before it.
+
+        The result's ``unanswered`` counts the attempts that were sent but got no readable answer
+        (timed out after the request went, or a 2xx that is not JSON): the upstream may have done
+        the work and charged for it, at a cost no answer tells."""
         cfg = self.config
         ep = upstream.endpoint
         try:
@@ -388,10 +449,11 @@ class Forwarder:
         except ValueError as exc:
             return Result(400, error_body(f"ragbridge judge gateway: {exc}", "invalid_request_error"))
         public = ep.target(endpoint, model, public=True)
-        headers = ep.headers(upstream.key, method)
+        headers = ep.headers(upstream.key, method, upstream.extra_headers)
         if extra_headers:
             headers.update(extra_headers)
         last = Result(502, error_body(f"ragbridge judge gateway: no attempt made to {public}"))
+        unanswered = 0
         for attempt in range(1, cfg.max_retries + 2):
             if self.closing.is_set():
                 return Result(503, error_body("ragbridge judge gateway is shut down"), attempts=attempt - 1)
@@ -400,20 +462,28 @@ class Forwarder:
                 if self._limiter is not None and not self._limiter.wait(self.closing):
                     return Result(503, error_body("ragbridge judge gateway is shut down"),
                                   attempts=attempt - 1)
-                if attempt == 1 and on_send is not None and not on_send():
-                    return Result(402, b"", attempts=0, cache="budget")
+                if on_send is not None and not on_send(attempt):
+                    last.attempts, last.cache, last.unanswered = attempt - 1, "budget", unanswered
+                    return last
                 try:
                     reply: Optional[Reply] = upstream.transport.send(
                         method, url, body if method == "POST" else None, headers,
                         deadline=time.monotonic() + cfg.timeout)
                     failure = None
+                    # read as the charset it says it is in (UTF-16, EBCDIC ...): from here on UTF-8,
+                    # without a lone surrogate (no file could hold one)
+                    answer, reply.content_type = as_utf8(reply.body, reply.content_type)
+                    reply.body = mend_surrogates(answer)
                 except (UpstreamTimeout, UpstreamError) as exc:
                     reply, failure = None, exc
             if reply is None:
-                if isinstance(failure, ReplyTooLarge):
-                    return Result(502, error_body(f"ragbridge judge gateway: {public}: {failure}",
-                                                  code="upstream_reply_too_large"), attempts=attempt)
+                if isinstance(failure, (ReplyTooLarge, UnreadableReply)):
+                    code = "upstream_reply_too_large" if isinstance(failure, ReplyTooLarge) else \
+                        "upstream_reply_unreadable"
+                    return Result(502, error_body(f"ragbridge judge gateway: {public}: {failure}", code=code),
+                                  attempts=attempt, unanswered=unanswered + 1)
                 timed_out = isinstance(failure, UpstreamTimeout)
+                unanswered += timed_out and not isinstance(failure, ConnectTimeout)
                 kind = "timed out" if timed_out else f"failed ({type(failure).__name__}: {failure})"
                 last = Result(504 if timed_out else 502, error_body(
                     f"ragbridge judge gateway: request to {public} {kind} after {attempt} attempt(s)",
@@ -421,24 +491,33 @@ class Forwarder:
             elif 200 <= reply.status < 300:
                 ctype = reply.content_type or "application/json"
                 if stream:
-                    return Result(reply.status, reply.body, content_type=ctype, attempts=attempt)
+                    return Result(reply.status, reply.body, content_type=ctype, attempts=attempt,
+                                  unanswered=unanswered)
                 try:
-                    parsed = json.loads(reply.body)
-                except ValueError:
+                    parsed, repeated = parse_answer(reply.body)
+                except (ValueError, RecursionError):
+                    unanswered += 1
                     last = Result(502, error_body(
                         f"ragbridge judge gateway: {public} answered HTTP {reply.status} with a body that "
                         f"is not JSON ({attempt} attempt(s))", code="upstream_invalid_json"))
                 else:
-                    return Result(reply.status, reply.body, attempts=attempt, parsed=parsed)
+                    if repeated is not None:  # ambiguous: not asked again (the judge would say it again)
+                        return Result(502, error_body(
+                            f"ragbridge judge gateway: {public} answered with JSON that gives the key "
+                            f"{repeated!r} twice in one object; which value it meant is ambiguous, so the "
+                            f"answer is refused", code="upstream_repeated_key"), attempts=attempt,
+                            parsed=parsed, unanswered=unanswered)
+                    return Result(reply.status, reply.body, attempts=attempt, parsed=parsed,
+                                  unanswered=unanswered)
             else:
                 last = Result(reply.status, reply.body or error_body(f"upstream HTTP {reply.status}"),
                               content_type=(reply.content_type or "application/json") if reply.body
                               else "application/json")
                 if reply.status not in RETRY_STATUSES:
-                    last.attempts = attempt
+                    last.attempts, last.unanswered = attempt, unanswered
                     return last
                 retry_after = reply.retry_after
-            last.attempts = attempt
+            last.attempts, last.unanswered = attempt, unanswered
             if attempt > cfg.max_retries or self.closing.is_set():
                 break
             delay = random.uniform(0.0, min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1)))

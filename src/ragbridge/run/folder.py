@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from ..formats import load_cases
 from ..formats.files import jsonl_lines, write_atomic
-from ..schema import Case, RunManifest, Score
+from ..schema import Case, RunManifest, Score, json_of
 from .plan import RunError
 
 #: how ``run.json``'s ``dataset.fingerprint`` is computed; a folder without it is from before
@@ -315,7 +315,7 @@ def score_json(score: Score) -> str:
     """One line of ``scores.jsonl``: the score, without the fields a run without repeats, budget or
     prices leaves at their defaults (so such a run's lines are what they always were)."""
     exclude = {k for k, default in _OPTIONAL_FIELDS.items() if getattr(score, k) == default}
-    return score.model_dump_json(exclude=exclude or None)
+    return json_of(score, exclude=exclude or None)
 
 
 def truncate_partial_line(path: Path) -> None:

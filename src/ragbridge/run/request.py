@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from ..backend import RunOptions
 from ..formats.source import BATCH_SIZE
+from ..limits import MAX_REPEATS, MAX_TARGET_CONCURRENCY
 from ..schema import Score
 from .plan import RunError
 
@@ -72,8 +73,12 @@ class RunRequest:
 
         repeats, pass_repeats = self.repeats, self.pass_repeats
         max_calls, max_cost = self.max_calls, self.max_cost
-        if not whole(repeats) or repeats < 1:
-            raise bad(f"{{repeats}} must be a positive integer, got {repeats!r}")
+        if not whole(repeats) or not 1 <= repeats <= MAX_REPEATS:
+            raise bad(f"{{repeats}} must be a whole number from 1 to {MAX_REPEATS} (each repeat is a "
+                      f"judge call per case and judged metric), got {repeats!r}")
+        if not whole(self.target_concurrency) or not 1 <= self.target_concurrency <= MAX_TARGET_CONCURRENCY:
+            raise bad(f"{{target_concurrency}} must be a whole number from 1 to {MAX_TARGET_CONCURRENCY}, "
+                      f"got {self.target_concurrency!r}")
         if pass_repeats is not None and (not whole(pass_repeats) or not 1 <= pass_repeats <= repeats):
             raise bad(f"{{pass_repeats}} must be an integer from 1 to {{repeats}} ({repeats}), "
                       f"got {pass_repeats!r}")
@@ -82,6 +87,11 @@ class RunRequest:
         if max_cost is not None and (isinstance(max_cost, bool) or not isinstance(max_cost, (int, float))
                                      or not max_cost >= 0):
             raise bad(f"{{max_cost}} must be a non-negative number, got {max_cost!r}")
+        if max_cost is not None and self.judge is not None and not getattr(self.judge, "prices", None):
+            raise RunError("max_cost needs the judge's price table, or no call's cost is known: "
+                           "JudgeConfig(prices={MODEL: {'input': ..., 'output': ...}}) (per million tokens)",
+                           cli="--max-cost needs the judge's price table, or no call's cost is known: set "
+                           "[judge.prices.\"MODEL\"] input and output (per million tokens) in ragbridge.toml")
         problem = self.run_options.problem()
         if problem:
             raise RunError(problem)

@@ -57,6 +57,7 @@ from ..errors import cli_text
 from ..formats import load_cases
 from ..formats.batches import CaseBatch
 from ..formats.source import BATCH_SIZE, CaseSource, open_cases
+from ..limits import as_text
 from ..plugins import get_backends
 from ..schema import Case, RunManifest, Score
 from .executor import Executor
@@ -203,7 +204,8 @@ async def run(request: RunRequest) -> Run:
         dataset_path = request.dataset_path
         if isinstance(request.cases, (str, os.PathLike)):
             dataset_path = dataset_path or str(request.cases)
-        dataset = {"path": dataset_path, "fingerprint": golden_fp, "fingerprint_of": FINGERPRINT_OF,
+        dataset = {"path": as_text(dataset_path) if dataset_path is not None else None,  # any bytes
+                   "fingerprint": golden_fp, "fingerprint_of": FINGERPRINT_OF,
                    "n_cases": source.n_cases}
         n_target_errors = 0
         if target is not None:
@@ -236,7 +238,7 @@ async def _score(request: RunRequest, plan: Plan, options: RunOptions, judge: An
                  n_target_errors: int) -> Recorder:
     """Score every batch of ``source`` with ``executor``, recording into ``folder`` (step 5 to 7);
     the session's end is recorded in the manifest (and the folder) whatever happens."""
-    status, recorder = "incomplete", None
+    status, recorder, scored = "incomplete", None, False
     try:
         with contextlib.ExitStack() as closing:  # closed before the session's counts are final
             gateway = _gateway(request, judge, folder, manifest, closing)
@@ -272,9 +274,15 @@ async def _score(request: RunRequest, plan: Plan, options: RunOptions, judge: An
                     if jobs:
                         await session.score(jobs, recorder.record)
                     recorder.end_batch()
-            status = "complete"
-    except (KeyboardInterrupt, asyncio.CancelledError, OSError):
-        status = "interrupted"  # an OSError here is the folder's (a full disk): resumable as a Ctrl-C is
+            scored = True
+        status = "complete"
+    except (KeyboardInterrupt, asyncio.CancelledError, OSError) as exc:
+        # an OSError here is the folder's or the judge cache's (a full disk): resumable as a Ctrl-C is;
+        # a judge cache that could not take its last answers once every score was recorded leaves the
+        # run complete (the error still says so)
+        from ..judge.cache import CacheUnwritable
+
+        status = "complete" if scored and isinstance(exc, CacheUnwritable) else "interrupted"
         raise
     finally:
         if recorder is not None:
@@ -311,15 +319,17 @@ def _gateway(request: RunRequest, judge: Any, folder: Optional[RunFolder], manif
     gateway = JudgeGateway(judge, audit_log=folder.audit_path if folder else None)
     closing.callback(gateway.close)
     spent = dict(manifest.counts.get("judge", {}))
-    if folder:  # every call counted before it is made: what a killed session spent is known
-        calls, cost = gateway.ledger.open_tally(folder.tally_path)
-        spent.update(calls=max(int(spent.get("calls") or 0), calls),
+    retries = int(spent.get("retries") or 0)
+    if folder:  # every request counted before it is sent: what a killed session spent is known
+        attempts, cost = gateway.ledger.open_tally(folder.tally_path)
+        # the requests a killed session sent that no report of it counted: counted as calls
+        spent.update(calls=max(int(spent.get("calls") or 0), attempts - retries),
                      cost=max(float(spent.get("cost") or 0.0), cost))
         manifest.counts["judge"] = spent
     if request.dry_run:
         gateway.simulate = _stub_simulator()
-    elif request.budget:
-        gateway.set_budget(request.max_calls, request.max_cost, int(spent.get("calls") or 0),
+    elif request.budget:  # the budget counts every request sent upstream, retries included
+        gateway.set_budget(request.max_calls, request.max_cost, int(spent.get("calls") or 0) + retries,
                            float(spent.get("cost") or 0.0))
         manifest.counts["budget"] = {"max_calls": request.max_calls, "max_cost": request.max_cost}
     return gateway

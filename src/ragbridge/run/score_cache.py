@@ -46,7 +46,7 @@ from ..formats.batches import CaseBatch
 from ..formats.plain_records import record_line
 from ..judge.config import identity_url, redact_url
 from ..plugins import get_backends
-from ..schema import RunManifest, Score
+from ..schema import RunManifest, Score, json_of
 from .plan import Plan
 
 __all__ = ["ScoreCache", "ScoreReuse", "score_cache_for", "score_cache_path", "metric_prefix", "case_key"]
@@ -133,7 +133,7 @@ class ScoreCache:
         cache is read-only."""
         if self.read_only or self._conn is None:
             return False
-        self._pending[key] = (score.model_dump_json(), int(stub), time.time())
+        self._pending[key] = (json_of(score), int(stub), time.time())
         return True
 
     def commit(self) -> None:

@@ -13,8 +13,9 @@ request dialect instead
 (``stub.url + "/azure"``, ``/ollama/v1``, ``/vllm/v1``, ``/llamacpp/v1``, ``/anthropic/v1``,
 ``/gemini/v1beta/openai``, ``/litellm``, ``/openai/v1``): its paths, where its key goes, and what a
 wrong request gets, as :mod:`ragbridge.testing.dialects` says. Under ``/hostile/<mode>/v1`` it is a
-judge that misbehaves on purpose: drips or floods its answer, lies about its usage, echoes the key in
-every encoding (:mod:`ragbridge.testing.hostile`). What the answers say is decided by
+judge that misbehaves on purpose: drips, floods or delays its answer, lies about its usage, echoes the
+key in every encoding and charset, repeats a key of its JSON, sends a lone surrogate, compresses
+(:mod:`ragbridge.testing.hostile`). What the answers say is decided by
 :mod:`ragbridge.testing.responders` (:mod:`ragbridge.testing.answers` shapes them).
 
 Every answer is labelled: ``model`` is ``ragbridge-stub/<requested model>``, ``system_fingerprint``
@@ -58,6 +59,7 @@ Run it in the foreground with ``python -m ragbridge.testing.stub_judge --port 88
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import random
@@ -84,7 +86,8 @@ from ragbridge.testing.process import StubJudgeProcess  # noqa: E402  (kept impo
 FAULT_KINDS = ("429", "500", "timeout", "malformed", "garbage")
 #: the request headers a StubRequest keeps (where each dialect's key travels, the repeat)
 _KEPT_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "x-litellm-api-key", "x-goog-api-key",
-                           "x-ragbridge-repeat"})
+                           "x-ragbridge-repeat", "helicone-auth", "cf-aig-authorization", "x-authorization",
+                           "x-team", "accept-encoding"})
 
 
 @dataclass
@@ -108,12 +111,13 @@ class _Handler(FastRequestHandler):
     server_version = "ragbridge-stub"
     stub: "StubJudge"  # set on the subclass
 
-    def _send(self, status: int, payload: Any, headers: Optional[dict] = None) -> None:
+    def _send(self, status: int, payload: Any, headers: Optional[dict] = None,
+              content_type: str = "application/json") -> None:
         if isinstance(payload, bytes):
             body = payload
         else:
             body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        extra = ["Content-Type: application/json", "X-Ragbridge-Stub: 1"]
+        extra = [f"Content-Type: {content_type}", "X-Ragbridge-Stub: 1"]
         extra += [f"{k}: {v}" for k, v in (headers or {}).items()]
         self.write_response(status, body, extra)
 
@@ -231,7 +235,7 @@ class _Handler(FastRequestHandler):
         started = time.time()
         try:
             stub._released.wait()
-            status, payload, reply_headers = 200, None, None
+            status, payload, reply_headers, content_type = 200, None, None, "application/json"
             if fault == "429":
                 status, payload = 429, _err("ragbridge stub: rate limited (injected)", "rate_limit_error")
                 reply_headers = {"Retry-After": _fmt_num(stub.retry_after)}
@@ -239,8 +243,13 @@ class _Handler(FastRequestHandler):
                 status, payload = 500, _err("ragbridge stub: internal error (injected)", "server_error")
             elif fault == "garbage":
                 payload = b"<html>ragbridge stub: this is not JSON</html>"
-            elif fault == "echo-key":
-                status, payload = 400, hostile.echo_key_body(hostile.given_key(self.headers))
+            elif fault is not None and fault.startswith("echo-key"):
+                if fault == "echo-key-each":
+                    with stub._lock:
+                        fault = hostile.ECHO_MODES[stub.echo_turn % len(hostile.ECHO_MODES)]
+                        stub.echo_turn += 1
+                status, payload, content_type = hostile.echo_key_answer(
+                    fault, hostile.given_secrets(self.headers))
             elif fault == "huge":
                 self._send_huge(stub.huge_bytes)
                 return
@@ -262,19 +271,31 @@ class _Handler(FastRequestHandler):
             remaining = stub.latency - (time.monotonic() - t0)
             if remaining > 0:
                 stub._sleep(remaining)
-            if fault == "timeout":
-                stub._sleep(stub.timeout_seconds)
+            if fault == "late-once":
+                with stub._lock:
+                    fault = None if raw in stub.answered else "late"
+                    stub.answered.add(raw)
+            if fault in ("timeout", "late"):
+                stub._sleep(stub.timeout_seconds if fault == "timeout" else stub.late_seconds)
                 if stub.closed:
                     self.close_connection = True
                     return
             if fault in hostile.USAGE_LIES:
                 payload = hostile.lie_about_usage(payload, fault)
+            if fault in hostile.CONTENT_MODES and status == 200:
+                # json.dumps escapes a lone surrogate (\ud800), as a JSON text may
+                payload = json.dumps(hostile.change_content(payload, fault)).encode("ascii")
+            if fault == "gzip":
+                if not isinstance(payload, bytes):
+                    payload = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+                payload = gzip.compress(payload)
+                reply_headers = {**(reply_headers or {}), "Content-Encoding": "gzip"}
             if fault == "drip":
                 self._send_drip(json.dumps(payload).encode(), stub.drip_interval)
                 return
             if stub.log is not None and not isinstance(payload, bytes):
                 payload = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-            self._send(status, payload, reply_headers)
+            self._send(status, payload, reply_headers, content_type)
             if stub.log is not None:
                 stub._log_call(route, started, in_flight, status, payload)
         except Exception as exc:  # a stub bug must not hang the client
@@ -315,8 +336,8 @@ class StubJudge:
                  retry_after: float = 0, models: tuple[str, ...] = ("stub-judge", "stub-embedder"),
                  host: str = "127.0.0.1", max_recorded: int = 100_000, noise: float = 0.0,
                  noise_seed: int = 0, api_key: Optional[str] = None, drip_interval: float = 0.5,
-                 huge_bytes: int = 64 << 20, log: Optional[str | Path] = None,
-                 lists_models: bool = True) -> None:
+                 huge_bytes: int = 64 << 20, late_seconds: float = 2.0,
+                 log: Optional[str | Path] = None, lists_models: bool = True) -> None:
         rates = [fault_rate_429, fault_rate_500, fault_rate_timeout, fault_rate_malformed, fault_rate_garbage]
         if any(r < 0 or r > 1 for r in rates) or sum(rates) > 1:
             raise ValueError("fault rates must each be in 0..1 and sum to at most 1")
@@ -340,6 +361,9 @@ class StubJudge:
         self.api_key = api_key
         #: the hostile modes' settings (see ragbridge.testing.hostile)
         self.drip_interval, self.huge_bytes = float(drip_interval), int(huge_bytes)
+        self.late_seconds = float(late_seconds)
+        self.echo_turn = 0  # answers given in echo-key-each mode
+        self.answered: set[bytes] = set()  # the request bodies late-once mode has seen
         self.requests: list[StubRequest] = []
         self.max_recorded = max_recorded
         self.last_authorization: Optional[str] = None
