@@ -72,7 +72,9 @@ def test_evaluate_holds_the_same_limits(kwargs, words, tmp_path):
     with pytest.raises(RunError) as raised:
         evaluate(load_cases(EXAMPLE)[:4], backends=["rubric"], metrics=["answer_relevance"],
                  out=tmp_path / "run", judge=judge, **kwargs)
-    assert words in str(raised.value)
+    from ragbridge.errors import cli_text
+
+    assert words in cli_text(raised.value)  # the command line's words; Python's name the parameter
     assert not (tmp_path / "run").exists()
 
 

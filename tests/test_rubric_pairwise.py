@@ -67,10 +67,13 @@ def test_a_judge_that_always_picks_one_position_has_no_preference_and_full_posit
     assert (res["wins"], res["ties"], res["losses"]) == (0, 53, 0)
     assert res["position_flips"] == 53 and res["position_bias"] == 1.0
     assert res["net"] == 0.0 and res["net_low"] == res["net_high"] == 0.0
-    assert len(canned.bodies) == 106 and res["judge_calls"] == 106
+    # the judge check's one-token request of the model (this judge lists no models) is not a judge call
+    bodies = [b for b in canned.bodies if b.get("max_tokens") != 1]
+    assert len(canned.bodies) - len(bodies) <= 1
+    assert len(bodies) == 106 and res["judge_calls"] == 106
     # each case was shown in both orders: the base answer first, then the new answer first
     firsts = {}
-    for body in canned.bodies:
+    for body in bodies:
         user = body["messages"][1]["content"]
         a = re.search(r"### Answer A\n(.*?)\n\n### Answer B", user, re.S).group(1)
         firsts.setdefault(user.split("\n", 2)[1], set()).add(a.endswith("Hope this helps!"))
