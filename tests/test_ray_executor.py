@@ -8,8 +8,10 @@ settings, as ``ray_session`` starts one); the tests in subprocesses let the exec
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -389,3 +391,226 @@ def test_cli_executor_ray_writes_the_local_run_folder(tmp_path, example_path):
     assert comparable(tmp_path / "local") == comparable(tmp_path / "ray")
     bad = ragbridge_cli("run", golden, "--out", tmp_path / "x", "--ray-address", "auto", cwd=tmp_path)
     assert bad.returncode == 2 and "--executor ray" in bad.stderr
+
+
+# ------------------------------------------------------------------------------------------------
+# Another user of the machine
+
+
+def _cluster_processes(folder: str, driver: bool = True) -> list:
+    """The processes of the cluster started in ``folder`` (its control store and node manager name it
+    on their command line), with every process they started, and (``driver``) this process and its."""
+    import psutil
+
+    roots = [psutil.Process()] if driver else []
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(folder in arg for arg in proc.info["cmdline"] or ()):
+            roots.append(proc)
+    found = {}
+    for root in roots:
+        with_children = [root]
+        try:
+            with_children += root.children(recursive=True)
+        except psutil.Error:
+            pass
+        found.update({p.pid: p for p in with_children})
+    return list(found.values())
+
+
+def _listening(processes: list) -> dict[int, str]:
+    """The TCP ports the processes listen on, and the address each is bound to."""
+    import psutil
+
+    ports = {}
+    for proc in processes:
+        try:
+            for conn in proc.net_connections(kind="inet"):
+                if conn.status == psutil.CONN_LISTEN:
+                    ports[conn.laddr.port] = conn.laddr.ip
+        except psutil.Error:
+            continue
+    return ports
+
+
+def _as_nobody(*args: str, stdin: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *args],
+                          input=stdin, capture_output=True, text=True, timeout=240, cwd="/",
+                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/"})
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="runs another user's client under setpriv: needs root")
+def test_another_local_user_can_neither_reach_the_cluster_nor_read_its_secrets(
+        tmp_path, example_cases, ray_local, monkeypatch):
+    """While a judged run is scoring on the cluster, the user ``nobody`` tries what a local user can:
+    Ray's client and raw calls of every Ray service on every port the cluster listens on (reads, a
+    write), the runtime-environment agent's HTTP route, the run's private folder and token, and every
+    file under /tmp and /dev/shm and every command line, searched for the token and both keys.
+    Every Ray port is on loopback; nothing answers without the token; nothing holds a secret."""
+    from ragbridge.judge.remote import GatewayClient
+
+    ray_mod = ray_local
+    token_path = os.environ.get("RAY_AUTH_TOKEN_PATH", "")
+    node = ray_mod._private.worker._global_node
+    folder = os.path.dirname(token_path) if token_path else node.get_temp_dir_path()
+    key = "sk-ragbridge-local-user-test-7d2e91"
+    monkeypatch.setenv("RB_TEST_JUDGE_KEY", key)
+    specs = []
+    spec = GatewayClient.spec.__func__
+    monkeypatch.setattr(GatewayClient, "spec", classmethod(lambda cls, gw: specs.append(spec(cls, gw))
+                                                           or specs[-1]))
+    report: dict = {}
+
+    def attack(score) -> None:  # once, while the scorer actors are alive and hold the gateway's key
+        if report or not specs:
+            return
+        processes = _cluster_processes(folder)
+        ports = _listening(processes)
+        ports.pop(stub.port)  # the test's judge, in this process (the gateway's socket is probed too)
+        report["ports"] = ports
+        report["own"] = [str(p) for p in _listening([p for p in processes if p.pid == os.getpid()])]
+        secrets = [key, specs[0][1]] + ([Path(token_path).read_text()] if token_path else [])
+        targets = {"ports": sorted(ports), "gcs": node.gcs_address, "folder": folder,
+                   "token_path": token_path or os.path.join(folder, "auth_token"), "secrets": secrets}
+        proc = _as_nobody(sys.executable, str(ROOT / "tests" / "local_user_probe.py"),
+                          stdin=json.dumps(targets))
+        if proc.returncode != 0:
+            report["error"] = proc.stderr[-3000:]
+        else:
+            report.update(json.loads(proc.stdout))
+
+    with StubJudge(latency=0.05) as stub:
+        run = evaluate(example_cases[:8], backends=["rubric"], metrics=["faithfulness"],
+                       judge=stub_judge_config(stub, MODEL, None, api_key_env="RB_TEST_JUDGE_KEY"),
+                       executor=RayExecutor(actors=2, batch_size=2), on_score=attack)
+    assert run.complete
+    if "No module named" in report.get("error", ""):
+        pytest.skip(f"the user nobody cannot import Ray here: {report['error'][-300:]}")
+    assert "error" not in report, report.get("error")
+    assert report["uid"] == 65534
+    ports = report["ports"]
+    assert len(ports) >= 4  # control store, node manager, workers, agents
+    assert all(ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for ip in ports.values()), ports
+    answered = [(port, method) for port, calls in report["grpc"].items()
+                for method, code in calls.items() if code == "OK"]
+    assert answered == [], answered
+    refused = {port for port, calls in report["grpc"].items() if "UNAUTHENTICATED" in calls.values()}
+    http = {port: line for port, line in report["http"].items() if line.startswith("HTTP/")}
+    assert all(line.split()[1] in ("401", "403") for line in http.values()), http
+    # every port of the cluster's processes was reached and refused; in this process (which runs
+    # the test's own servers too), the driver's port and the judge gateway's
+    assert refused | set(http) >= set(report["grpc"]) - set(report["own"]), report
+    assert refused & set(report["own"]) and specs[0][0].rsplit(":", 1)[1] in http
+    assert not any(v.startswith("OK") for v in report["ray_client"].values()), report["ray_client"]
+    assert report["folder"] == report["token"] == "error PermissionError"
+    assert report["found"] == [] and report["searched"] > 0, report["found"]
+    assert not (Path.home() / ".ray" / "auth_token").exists() or "RAY_AUTH_TOKEN_PATH" not in os.environ
+
+
+# ------------------------------------------------------------------------------------------------
+# SIGTERM, and actors that cannot start
+
+
+def test_sigterm_ends_the_run_as_ctrl_c_and_leaves_no_cluster(tmp_path, example_path):
+    """``kill`` of a command-line run on Ray mid-way: exit 130 with the interrupted message, run.json
+    says ``interrupted``, the run's private folder is removed and no process of its cluster is left;
+    the same command resumes it to every score."""
+    from conftest import ragbridge_cli
+
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text("".join(example_path.read_text().splitlines(keepends=True)[:16]))
+    with StubJudge(latency=0.2) as stub:
+        args = [sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()", "run", str(golden),
+                "--out", str(tmp_path / "run"), "--backend", "rubric", "--metric", "faithfulness",
+                "--no-progress", "--judge-model", MODEL, "--judge-base-url", stub.base_url,
+                "--cache-path", str(tmp_path / "c.sqlite"), "--executor", "ray"]
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        deadline = time.time() + 180
+        while time.time() < deadline and proc.poll() is None and len(stub.posts()) < 4:
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        folders = [p for p in Path("/tmp").glob(f"rb-ray-{proc.pid}-*")]
+        assert len(folders) == 1
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 130, stderr[-3000:]
+        assert "interrupted; what was scored is kept" in stderr and "SIGTERM received" not in stderr
+        assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "interrupted"
+        assert not folders[0].exists()
+        time.sleep(1)
+        left = [p.pid for p in _cluster_processes(str(folders[0]), driver=False)]
+        assert left == []
+        again = ragbridge_cli(*args[3:], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["counts"]["scores"] == 16
+
+
+class _TooLong(BaseException):
+    """Raised in the main thread at a test's deadline (a BaseException: nothing on the way catches it)."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: int):
+    """Interrupt the block after ``seconds`` (a run that would never end fails the test instead)."""
+    def expire(signum, frame):
+        raise _TooLong(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+UNLOADABLE = textwrap.dedent(
+    """
+    from ragbridge.run.ray_executor import BackendScorer, score_blocks
+
+    class Scorer(BackendScorer):  # its module is on this process's path only, not the workers'
+        pass
+
+    def blocks(blocks, options):
+        return score_blocks(blocks, options)
+    """
+)
+
+
+@pytest.mark.parametrize("fault, message", [
+    ("crash", "a scorer actor's process died 4 times"),
+    ("actor-unloadable", "a scorer actor could not start on the cluster: ModuleNotFoundError: No module "
+                         "named 'rb_unloadable'"),
+    ("task-unloadable", "a scoring task could not load on the cluster: ModuleNotFoundError: No module "
+                        "named 'rb_unloadable'"),
+])
+def test_a_scorer_that_cannot_start_fails_the_run_with_a_clear_error(tmp_path, example_cases, ray_local,
+                                                                       monkeypatch, fault, message):
+    """A scorer actor whose process dies as it starts is restarted a bounded number of times, then the
+    run fails saying so (it was restarted for ever); a scorer whose code the workers cannot import
+    fails the run at once, naming the missing module and what to install."""
+    import importlib
+
+    import ragbridge.run.ray_executor as executor
+
+    class Crashing(executor.BackendScorer):  # made here: sent to the workers whole, by value
+        def __init__(self, *args, **kwargs):
+            os._exit(1)  # its process dies as it starts, each time Ray starts it
+
+    (tmp_path / "rb_unloadable.py").write_text(UNLOADABLE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("rb_unloadable", None)
+    if fault == "crash":
+        monkeypatch.setattr(executor, "BackendScorer", Crashing)
+    elif fault == "actor-unloadable":
+        monkeypatch.setattr(executor, "BackendScorer", importlib.import_module("rb_unloadable").Scorer)
+    else:
+        monkeypatch.setattr(executor, "score_blocks", importlib.import_module("rb_unloadable").blocks)
+    backend, metric = ("native", "mrr") if fault == "task-unloadable" else ("rubric", "faithfulness")
+    with StubJudge() as stub, pytest.raises(executor.RunError) as failed, _deadline(120):
+        evaluate(example_cases[:4], backends=[backend], metrics=[metric], out=tmp_path / "run",
+                 judge=stub_judge_config(stub, MODEL, None), executor=RayExecutor(actors=1))
+    text = str(failed.value)
+    assert message in text, text
+    assert "\x1b[" not in text and "Traceback" not in text and len(text.splitlines()) == 1
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "incomplete"

@@ -340,3 +340,14 @@ def read_hf_rows(path: Path) -> list[dict[str, Any]]:
     if len(ds) == 0:
         raise DatasetError("dataset is empty", path=path, hint="a golden set needs at least one case")
     return ds.to_list()
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine (True also when it is another user's)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
