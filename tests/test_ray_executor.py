@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -227,20 +228,24 @@ DRIVER = textwrap.dedent(
     seen = []
 
     def inspect(score):
-        # while the cluster runs: the key in no Ray process's environment and no file of its session
+        # while the cluster runs: the key in no Ray process's environment and no file of its folder, the
+        # cluster's token in no file but its own and no command line
         seen.append(score)
         if len(seen) != 3 or report == "-":
             return
         import ray
         session = ray._private.worker._global_node.get_session_dir_path()
+        token_path = os.environ["RAY_AUTH_TOKEN_PATH"]  # the cluster's token: in its own file only
+        secrets = [secret.encode(), open(token_path, "rb").read()]
         found = []
-        for d, _, files in os.walk(session):
+        for d, _, files in os.walk(os.path.dirname(token_path)):
             for f in files:
                 try:
-                    if secret.encode() in open(os.path.join(d, f), "rb").read():
-                        found.append(os.path.join(d, f))
+                    data = open(os.path.join(d, f), "rb").read()
                 except OSError:
-                    pass
+                    continue
+                if any(s in data for s in secrets) and os.path.join(d, f) != token_path:
+                    found.append(os.path.join(d, f))
         environs = []
         for p in os.listdir("/proc"):
             if p.isdigit() and p != str(os.getpid()):
@@ -249,7 +254,7 @@ DRIVER = textwrap.dedent(
                     cmd = open(f"/proc/{p}/cmdline", "rb").read()
                 except OSError:
                     continue
-                if (b"ray" in cmd) and secret.encode() in env:
+                if (b"ray" in cmd) and (secret.encode() in env or any(s in cmd for s in secrets)):
                     environs.append(cmd[:80].decode("utf-8", "replace"))
         with open(report, "w") as fh:
             json.dump({"files": found, "environs": environs, "session": session}, fh)
@@ -417,6 +422,20 @@ def _cluster_processes(folder: str, driver: bool = True) -> list:
     return list(found.values())
 
 
+def _private_folders(pid: int) -> list[Path]:
+    """The folders of the clusters that process ``pid`` started (their node managers name them)."""
+    import psutil
+
+    found = set()
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            for arg in child.cmdline():
+                found.update(map(Path, re.findall(r"(/[^\s=:]*/rb-ray-[^/\s]+)", arg)))
+        except psutil.Error:
+            continue
+    return sorted(found)
+
+
 def _listening(processes: list) -> dict[int, str]:
     """The TCP ports the processes listen on, and the address each is bound to."""
     import psutil
@@ -529,7 +548,7 @@ def test_sigterm_ends_the_run_as_ctrl_c_and_leaves_no_cluster(tmp_path, example_
         while time.time() < deadline and proc.poll() is None and len(stub.posts()) < 4:
             time.sleep(0.05)
         assert proc.poll() is None, proc.communicate()[1][-3000:]
-        folders = [p for p in Path("/tmp").glob(f"rb-ray-{proc.pid}-*")]
+        folders = _private_folders(proc.pid)
         assert len(folders) == 1
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
@@ -614,3 +633,90 @@ def test_a_scorer_that_cannot_start_fails_the_run_with_a_clear_error(tmp_path, e
     assert message in text, text
     assert "\x1b[" not in text and "Traceback" not in text and len(text.splitlines()) == 1
     assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "incomplete"
+
+
+# ------------------------------------------------------------------------------------------------
+# A cluster of the user's (address): joined only with token authentication
+
+
+HOST = textwrap.dedent(
+    """
+    import sys, ray
+    ray.init(address="local", num_cpus=1, include_dashboard=False, object_store_memory=256 * 2**20,
+             _temp_dir=sys.argv[1], log_to_driver=False, configure_logging=False)
+    print(ray._private.worker._global_node.gcs_address, flush=True)
+    sys.stdin.read()  # until the test closes it
+    ray.shutdown()
+    """
+)
+
+
+@contextlib.contextmanager
+def _users_cluster(tmp_path: Path, auth: dict):
+    """A cluster of the user's, started in a process of its own (with Ray's offline settings and the
+    authentication settings ``auth``): its address."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="rb-test-cluster-", dir="/tmp"))  # short: socket paths
+    home = folder / "home"
+    home.mkdir()
+    (home / "ray_bootstrap_config.yaml").write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(LOCAL_ENVIRONMENT, HOME=str(home), **auth)
+    proc = subprocess.Popen([sys.executable, "-c", HOST, str(folder / "r")], env=env, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        address = proc.stdout.readline().strip()
+        assert address, "the user's cluster did not start"
+        yield address
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_users_cluster_is_joined_only_with_token_authentication(tmp_path, example_path):
+    """``--ray-address``: a cluster that answers without a token is refused (exit 2, nothing sent
+    to it), even when a token is given; so is a token cluster when no token is given, and any cluster
+    with ``RAY_AUTH_MODE=disabled``; with its token the run completes."""
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text("".join(example_path.read_text().splitlines(keepends=True)[:4]))
+    token = tmp_path / "token"
+    token.write_text("f" * 64)
+    token.chmod(0o600)
+    client_home = tmp_path / "home"  # no ~/.ray/auth_token
+    client_home.mkdir()
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    base.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", HOME=str(client_home))
+
+    def run(address: str, out: str, **env: str):
+        with StubJudge() as stub:
+            res = subprocess.run(
+                [sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()", "run",
+                 str(golden), "--out", str(tmp_path / out), "--backend", "native", "--backend", "rubric",
+                 "--metric", "mrr", "--metric", "faithfulness", "--no-progress", "--judge-model", MODEL,
+                 "--judge-base-url", stub.base_url, "--cache-mode", "off", "--executor", "ray",
+                 "--ray-address", address], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                env={**base, **env})
+            return res, len(stub.posts())
+
+    with _users_cluster(tmp_path, {"RAY_AUTH_MODE": "disabled"}) as address:
+        res, calls = run(address, "open", RAY_AUTH_TOKEN_PATH=str(token))  # a token it does not ask for
+        assert res.returncode == 2, res.stderr[-3000:]
+        assert "answers requests that carry no token" in res.stderr and calls == 0
+        assert not (tmp_path / "open" / "scores.jsonl").exists() or not (
+            tmp_path / "open" / "scores.jsonl").read_text()
+    with _users_cluster(tmp_path, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}) as address:
+        res, calls = run(address, "no-token")
+        assert res.returncode == 2 and calls == 0, res.stderr[-3000:]
+        assert "RAY_AUTH_TOKEN" in res.stderr and "Traceback" not in res.stderr
+        res, calls = run(address, "disabled", RAY_AUTH_MODE="disabled", RAY_AUTH_TOKEN_PATH=str(token))
+        assert res.returncode == 2 and "RAY_AUTH_MODE is 'disabled'" in res.stderr, res.stderr[-3000:]
+        res, calls = run(address, "joined", RAY_AUTH_TOKEN_PATH=str(token))
+        assert res.returncode == 0, res.stderr[-3000:]
+        manifest = json.loads((tmp_path / "joined" / "run.json").read_text())
+        assert manifest["status"] == "complete" and manifest["counts"]["scores"] == 8
+        assert calls == manifest["counts"]["judge"]["calls"] > 0
