@@ -342,6 +342,12 @@ def read_hf_rows(path: Path) -> list[dict[str, Any]]:
     return ds.to_list()
 
 
+def no_follow(path: str, flags: int) -> int:
+    """An ``opener`` for `open` that does not follow a symbolic link at ``path`` (``OSError`` ELOOP):
+    a file is written where it is named, never where a link made by someone else points."""
+    return os.open(path, flags | os.O_NOFOLLOW, 0o666)
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process ``pid`` runs on this machine (True also when it is another user's)."""
     try:
