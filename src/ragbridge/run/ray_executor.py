@@ -31,18 +31,22 @@ cluster together, and a case scored on any worker is a cache hit on a re-run whe
 cost is one HTTP hop from the worker to the driver per judge call.
 
 Faults: Ray restarts an actor whose process died and retries its blocks there, and retries a task
-whose worker died; a retried block asks the gateway again and is served from its cache (a block's
-scores reach the driver only once the block is done, so a block is recorded once). A killed driver
-ends the cluster it started (its workers with it); the run folder then holds every score recorded so
-far and a re-run resumes it.
+whose worker died, `MAX_RESTARTS` times each (then the run fails, saying so: an actor whose process
+dies as it starts is not started for ever); a retried block asks the gateway again and is served
+from its cache (a block's scores reach the driver only once the block is done, so a block is
+recorded once). A scorer the workers cannot import fails the run at once, naming what is missing
+(`ray_failure`). A killed driver ends the cluster it started (its workers with it); the run folder
+then holds every score recorded so far and a re-run resumes it. SIGTERM ends the run as Ctrl-C does
+(``ray.init`` replaces the process's handler with one that exits at once: it is put back).
 
 Ray's defaults reach outside the machine (cloud-metadata probes, a node address found by a UDP
-connect to a public resolver, listeners on every interface, usage reports). A cluster this executor
-starts is started with `LOCAL_ENVIRONMENT` and a ``HOME`` holding an empty
-``ray_bootstrap_config.yaml``: every Ray process on loopback, no probes, no reports; what Ray changes
-in this process's environment is put back when it is shut down. A cluster given by ``address`` is
-joined with usage reports off; ragbridge (and the backends' libraries) must be installed on its
-nodes.
+connect to a public resolver, listeners on every interface, usage reports), and let in anyone who
+reaches a port. A cluster this executor starts is started with `LOCAL_ENVIRONMENT` and a ``HOME``
+holding an empty ``ray_bootstrap_config.yaml``: every Ray process on loopback, no probes, no
+reports, and Ray's token authentication with a token only the run holds (`ray_session`); what Ray
+changes in this process's environment is put back when it is shut down. A cluster given by
+``address`` is joined with usage reports off and only with token authentication (`_join`);
+ragbridge (and the backends' libraries) must be installed on its nodes.
 """
 
 from __future__ import annotations
