@@ -392,25 +392,15 @@ class RunFolder:
 
     def _refuse_links(self) -> None:
         """Raise `RunError` for a file of `RUN_FILES` that the run would write through to somewhere
-        else: a symbolic link, a file it appends to that has other names (hard links), or what is
-        not a file."""
+        else: a symbolic link, a file it appends to that has other names (hard links), or not a file."""
         for name in RUN_FILES:
             path = self.path / name
-            try:
-                st = path.lstat()
-            except FileNotFoundError:
+            st = path.lstat() if os.path.lexists(path) else None
+            if st is None or (stat.S_ISREG(st.st_mode) and (st.st_nlink == 1 or name not in APPENDED)):
                 continue
-            except OSError as exc:
-                raise RunError(f"{path}: cannot be read ({exc.strerror}); choose another --out") from None
-            if stat.S_ISLNK(st.st_mode):
-                what = f"is a symbolic link (to {os.readlink(path)})"
-            elif not stat.S_ISREG(st.st_mode):
-                what = "is not a file"
-            elif st.st_nlink > 1 and name in APPENDED:
-                what = (f"has {st.st_nlink - 1} other name(s) (hard links), which a run appending to it "
-                        "would change too")
-            else:
-                continue
+            what = (f"is a symbolic link (to {os.readlink(path)})" if stat.S_ISLNK(st.st_mode) else
+                    "is not a file" if not stat.S_ISREG(st.st_mode) else
+                    f"has {st.st_nlink - 1} other name(s) (hard links), which appending to it would change")
             raise RunError(
                 f"{path} {what}: a run writes its folder's files in place, never through a link; remove it "
                 f"(or copy the file's contents into a file of its own), pass --overwrite to start the run "
