@@ -602,7 +602,7 @@ UNLOADABLE = textwrap.dedent(
                          "named 'rb_unloadable'"),
     ("task-unloadable", "a scoring task could not load on the cluster: ModuleNotFoundError: No module "
                         "named 'rb_unloadable'"),
-])
+], ids=["crash", "actor-unloadable", "task-unloadable"])
 def test_a_scorer_that_cannot_start_fails_the_run_with_a_clear_error(tmp_path, example_cases, ray_local,
                                                                        monkeypatch, fault, message):
     """A scorer actor whose process dies as it starts is restarted a bounded number of times, then the
@@ -720,3 +720,38 @@ def test_a_users_cluster_is_joined_only_with_token_authentication(tmp_path, exam
         manifest = json.loads((tmp_path / "joined" / "run.json").read_text())
         assert manifest["status"] == "complete" and manifest["counts"]["scores"] == 8
         assert calls == manifest["counts"]["judge"]["calls"] > 0
+
+
+CONNECTED = textwrap.dedent(
+    """
+    import json, sys, ray
+    from ragbridge import evaluate, load_cases, RunError
+    ray.init(address="local", num_cpus=1, include_dashboard=False, object_store_memory=256 * 2**20,
+             _temp_dir=sys.argv[2], log_to_driver=False, configure_logging=False)
+    try:
+        evaluate(load_cases(sys.argv[1]), metrics=["mrr"], executor="ray")
+        print(json.dumps({"ran": True}))
+    except RunError as exc:
+        print(json.dumps({"refused": str(exc)}))
+    """
+)
+
+
+def test_a_cluster_this_process_connected_to_without_a_token_is_refused(tmp_path, example_path):
+    """``ray.init`` called by the user before, of a cluster that asks for no token: the run refuses it
+    rather than sending its work there."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="rb-test-cluster-", dir="/tmp"))
+    (folder / "home").mkdir()
+    (folder / "home" / "ray_bootstrap_config.yaml").write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(LOCAL_ENVIRONMENT, RAY_AUTH_MODE="disabled", HOME=str(folder / "home"))
+    try:
+        res = subprocess.run([sys.executable, "-c", CONNECTED, str(example_path), str(folder / "r")], env=env,
+                             capture_output=True, text=True, timeout=240)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    result = json.loads(res.stdout.strip().splitlines()[-1])
+    assert "answers requests that carry no token" in result.get("refused", ""), result

@@ -115,7 +115,8 @@ def ray_session(address: Optional[str] = None, *, num_cpus: Optional[int] = None
     run's private folder (0700, ``rb-ray-<pid>-*`` in the temporary folder, which also holds Ray's
     session files and sockets; removed with the cluster, or by the next local cluster started
     once its process is gone), never in ``~/.ray``. A cluster at ``address`` is joined only with
-    token authentication, with the token the user gives Ray (`_join`).
+    token authentication, with the token the user gives Ray (`_join`); the cluster of a connection
+    made before is used only if it asks for a token.
 
     ``hide``: environment variables (the judge key's) taken out of the environment while Ray starts,
     so that no Ray process, and no worker they start, inherits them."""
@@ -126,8 +127,12 @@ def ray_session(address: Optional[str] = None, *, num_cpus: Optional[int] = None
     import ray
     from ray._private import ray_constants
 
-    if ray.is_initialized():
+    if ray.is_initialized():  # the user's connection: used as it is, if the cluster asks for a token
         _restore(saved)
+        gcs = _gcs_address(ray)
+        if gcs is not None and _answers_without_token(gcs):
+            raise RunError(f"the Ray cluster this process is connected to ({gcs}) answers requests that "
+                           f"carry no token: {_OPEN}; {_HOWTO}")
         yield ray
         return
     any_address = ray_constants.ENABLE_RAY_CLUSTER
@@ -208,6 +213,11 @@ def _reload_auth() -> None:
     AuthenticationTokenLoader.instance().reset_cache()
 
 
+_HOWTO = ("start the cluster with RAY_AUTH_MODE=token and give ragbridge its token in RAY_AUTH_TOKEN, in a "
+          "file named by RAY_AUTH_TOKEN_PATH, or in ~/.ray/auth_token (see README, Scaling out)")
+_OPEN = "anyone who reaches it can run code on it, and the run's judge calls would pass through it"
+
+
 def _join(ray: Any, address: str) -> None:
     """Connect to the cluster at ``address`` with token authentication (``RAY_AUTH_MODE=token``
     unless the user set it to ``token`` already): its token comes from ``RAY_AUTH_TOKEN``,
@@ -218,8 +228,7 @@ def _join(ray: Any, address: str) -> None:
     from ray.exceptions import AuthenticationError
 
     mode = (os.environ.get("RAY_AUTH_MODE") or "token").lower()
-    howto = ("start the cluster with RAY_AUTH_MODE=token and give ragbridge its token in RAY_AUTH_TOKEN, "
-             "in a file named by RAY_AUTH_TOKEN_PATH, or in ~/.ray/auth_token (see README, Scaling out)")
+    howto = _HOWTO
     if mode != "token":
         raise RunError(f"RAY_AUTH_MODE is {mode!r}: ragbridge joins a Ray cluster only with token "
                        f"authentication; {howto}")
@@ -233,9 +242,7 @@ def _join(ray: Any, address: str) -> None:
     gcs = _gcs_address(ray)
     if gcs is not None and _answers_without_token(gcs):
         ray.shutdown()
-        raise RunError(f"the Ray cluster at {address} answers requests that carry no token: anyone who "
-                       f"reaches it can run code on it, and the run's judge calls would pass through it; "
-                       f"{howto}")
+        raise RunError(f"the Ray cluster at {address} answers requests that carry no token: {_OPEN}; {howto}")
 
 
 def _first_line(exc: BaseException) -> str:
