@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -472,7 +473,7 @@ def test_another_local_user_can_neither_reach_the_cluster_nor_read_its_secrets(
     token_path = os.environ.get("RAY_AUTH_TOKEN_PATH", "")
     node = ray_mod._private.worker._global_node
     folder = os.path.dirname(token_path) if token_path else node.get_temp_dir_path()
-    key = "sk-ragbridge-local-user-test-7d2e91"
+    key = "sk-ragbridge-local-user-" + secrets.token_hex(8)  # in no file: not even this one
     monkeypatch.setenv("RB_TEST_JUDGE_KEY", key)
     specs = []
     spec = GatewayClient.spec.__func__
