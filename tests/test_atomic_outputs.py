@@ -163,3 +163,88 @@ def test_atomic_path_replaces_a_folder_and_keeps_it_on_failure(tmp_path):
     write_atomic(tmp_path / "f.txt", "text")
     write_atomic(tmp_path / "f.bin", b"\x00bytes")
     assert (tmp_path / "f.txt").read_text() == "text" and (tmp_path / "f.bin").read_bytes() == b"\x00bytes"
+
+
+# --------------------------------------------------------------------------------------------
+# What a kill leaves is removed by the next command that writes there
+
+
+def _temporaries(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith((".tmp-", ".old-")))
+
+
+@pytest.fixture
+def traced_run(tmp_path, example_path):
+    """A run folder of cases that came from traces (what export-scores writes back)."""
+    cases = [c.model_copy(update={"metadata": {"trace": {"trace_id": f"{i:032x}", "span_id": f"{i:016x}"}}})
+             for i, c in enumerate(load_cases(example_path), 1)]
+    evaluate(cases, metrics=["mrr", "must_contain"], out=tmp_path / "run")
+    return tmp_path / "run"
+
+
+CHUNKING = Path(__file__).resolve().parent.parent / "examples" / "chunking"
+#: command -> (its output's name, its arguments given the golden set, the traced run and the output)
+COMMANDS = {
+    "convert-csv": ("golden.csv", lambda golden, run, out: ["convert", golden, out, "--to", "csv"]),
+    "anchor": ("golden.jsonl", lambda golden, run, out: [
+        "anchor", CHUNKING / "golden-by-chunk-id.jsonl", "--corpus", CHUNKING / "corpus", "--out", out]),
+    "export-scores": ("evals.csv", lambda golden, run, out: [
+        "export-scores", run, "--to", "csv", "--out", out]),
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_temporaries_left_by_kill_9_are_removed_by_the_next_write_there(tmp_path, example_path, traced_run,
+                                                                         command):
+    """Three kills of the command half way through its output: each left its temporary beside it, for
+    ever (57 MB after 123 kills); now each run removes what the killed ones left, so one is left
+    (the last kill's), and the next run that completes removes it and writes its output whole."""
+    from conftest import ragbridge_cli
+
+    out = tmp_path / "out"
+    out.mkdir()
+    name, make_args = COMMANDS[command]
+    args = make_args(example_path, traced_run, out / name)
+    for _ in range(3):
+        killed(out, 300, *args)
+    assert len(_temporaries(out)) == 1 and not (out / name).exists()
+    res = ragbridge_cli(*args)
+    assert res.returncode == 0, res.stderr
+    assert _temporaries(out) == [] and (out / name).stat().st_size > 300
+
+
+def test_only_temporaries_of_processes_that_are_gone_are_removed(tmp_path):
+    """Beside an output: a live writer's temporary (this process's, and another live process's), one of
+    another machine (another pid space), another user's, one named as earlier versions named theirs, and
+    a user's own file that merely looks alike are all kept; only the dead writer's goes."""
+    import shutil
+    import socket as sock
+
+    from ragbridge.formats import files
+
+    live = subprocess.Popen(["sleep", "60"])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    try:
+        tag = files._host_tag()
+        other_tag = "0000" if tag != "0000" else "ffff"
+        keep = [f".tmp-{os.getpid()}@{tag}-0123abcd-a.csv", f".tmp-{live.pid}@{tag}-0123abcd-b.csv",
+                f".tmp-{dead.pid}@{other_tag}-0123abcd-c.csv", ".tmp-0123abcd-d.csv", ".tmp-notes.txt",
+                f".tmp-{dead.pid}@{tag}-0123abcd"]
+        gone = [f".tmp-{dead.pid}@{tag}-0123abcd-e.csv", f".old-{dead.pid}@{tag}-89abcdef-ds"]
+        for name in keep + gone[:1]:
+            (tmp_path / name).write_text("x")
+        (tmp_path / gone[1]).mkdir()
+        (tmp_path / gone[1] / "part").write_text("x")
+        others = f".tmp-{dead.pid}@{tag}-0123abcd-f.csv"
+        (tmp_path / others).write_text("x")
+        if os.geteuid() == 0:
+            shutil.chown(tmp_path / others, user="nobody")
+            keep.append(others)
+        else:
+            gone.append(others)
+        write_atomic(tmp_path / "out.csv", "a,b\n")
+        assert sorted(_temporaries(tmp_path)) == sorted(keep), sock.gethostname()
+    finally:
+        live.kill()
+        live.wait()

@@ -8,8 +8,12 @@ settings, as ``ray_session`` starts one); the tests in subprocesses let the exec
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -225,20 +229,24 @@ DRIVER = textwrap.dedent(
     seen = []
 
     def inspect(score):
-        # while the cluster runs: the key in no Ray process's environment and no file of its session
+        # while the cluster runs: the key in no Ray process's environment and no file of its folder, the
+        # cluster's token in no file but its own and no command line
         seen.append(score)
         if len(seen) != 3 or report == "-":
             return
         import ray
         session = ray._private.worker._global_node.get_session_dir_path()
+        token_path = os.environ["RAY_AUTH_TOKEN_PATH"]  # the cluster's token: in its own file only
+        secrets = [secret.encode(), open(token_path, "rb").read()]
         found = []
-        for d, _, files in os.walk(session):
+        for d, _, files in os.walk(os.path.dirname(token_path)):
             for f in files:
                 try:
-                    if secret.encode() in open(os.path.join(d, f), "rb").read():
-                        found.append(os.path.join(d, f))
+                    data = open(os.path.join(d, f), "rb").read()
                 except OSError:
-                    pass
+                    continue
+                if any(s in data for s in secrets) and os.path.join(d, f) != token_path:
+                    found.append(os.path.join(d, f))
         environs = []
         for p in os.listdir("/proc"):
             if p.isdigit() and p != str(os.getpid()):
@@ -247,7 +255,7 @@ DRIVER = textwrap.dedent(
                     cmd = open(f"/proc/{p}/cmdline", "rb").read()
                 except OSError:
                     continue
-                if (b"ray" in cmd) and secret.encode() in env:
+                if (b"ray" in cmd) and (secret.encode() in env or any(s in cmd for s in secrets)):
                     environs.append(cmd[:80].decode("utf-8", "replace"))
         with open(report, "w") as fh:
             json.dump({"files": found, "environs": environs, "session": session}, fh)
@@ -389,3 +397,362 @@ def test_cli_executor_ray_writes_the_local_run_folder(tmp_path, example_path):
     assert comparable(tmp_path / "local") == comparable(tmp_path / "ray")
     bad = ragbridge_cli("run", golden, "--out", tmp_path / "x", "--ray-address", "auto", cwd=tmp_path)
     assert bad.returncode == 2 and "--executor ray" in bad.stderr
+
+
+# ------------------------------------------------------------------------------------------------
+# Another user of the machine
+
+
+def _cluster_processes(folder: str, driver: bool = True) -> list:
+    """The processes of the cluster started in ``folder`` (its control store and node manager name it
+    on their command line), with every process they started, and (``driver``) this process and its."""
+    import psutil
+
+    roots = [psutil.Process()] if driver else []
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(folder in arg for arg in proc.info["cmdline"] or ()):
+            roots.append(proc)
+    found = {}
+    for root in roots:
+        with_children = [root]
+        try:
+            with_children += root.children(recursive=True)
+        except psutil.Error:
+            pass
+        found.update({p.pid: p for p in with_children})
+    return list(found.values())
+
+
+def _private_folders(pid: int) -> list[Path]:
+    """The folders of the clusters that process ``pid`` started (their node managers name them)."""
+    import psutil
+
+    found = set()
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            for arg in child.cmdline():
+                found.update(map(Path, re.findall(r"(/[^\s=:]*/rb-ray-[^/\s]+)", arg)))
+        except psutil.Error:
+            continue
+    return sorted(found)
+
+
+def _listening(processes: list) -> dict[int, str]:
+    """The TCP ports the processes listen on, and the address each is bound to."""
+    import psutil
+
+    ports = {}
+    for proc in processes:
+        try:
+            for conn in proc.net_connections(kind="inet"):
+                if conn.status == psutil.CONN_LISTEN:
+                    ports[conn.laddr.port] = conn.laddr.ip
+        except psutil.Error:
+            continue
+    return ports
+
+
+def _as_nobody(*args: str, stdin: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *args],
+                          input=stdin, capture_output=True, text=True, timeout=240, cwd="/",
+                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/"})
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="runs another user's client under setpriv: needs root")
+def test_another_local_user_can_neither_reach_the_cluster_nor_read_its_secrets(
+        tmp_path, example_cases, ray_local, monkeypatch):
+    """While a judged run is scoring on the cluster, the user ``nobody`` tries what a local user can:
+    Ray's client and raw calls of every Ray service on every port the cluster listens on (reads, a
+    write), the runtime-environment agent's HTTP route, the run's private folder and token, and every
+    file under /tmp and /dev/shm and every command line, searched for the token and both keys.
+    Every Ray port is on loopback; nothing answers without the token; nothing holds a secret."""
+    from ragbridge.judge.remote import GatewayClient
+
+    ray_mod = ray_local
+    token_path = os.environ.get("RAY_AUTH_TOKEN_PATH", "")
+    node = ray_mod._private.worker._global_node
+    folder = os.path.dirname(token_path) if token_path else node.get_temp_dir_path()
+    key = "sk-ragbridge-local-user-" + secrets.token_hex(8)  # in no file: not even this one
+    monkeypatch.setenv("RB_TEST_JUDGE_KEY", key)
+    specs = []
+    spec = GatewayClient.spec.__func__
+    monkeypatch.setattr(GatewayClient, "spec", classmethod(lambda cls, gw: specs.append(spec(cls, gw))
+                                                           or specs[-1]))
+    report: dict = {}
+
+    def attack(score) -> None:  # once, while the scorer actors are alive and hold the gateway's key
+        if report or not specs:
+            return
+        processes = _cluster_processes(folder)
+        ports = _listening(processes)
+        ports.pop(stub.port)  # the test's judge, in this process (the gateway's socket is probed too)
+        report["ports"] = ports
+        report["own"] = [str(p) for p in _listening([p for p in processes if p.pid == os.getpid()])]
+        secrets = [key, specs[0][1]] + ([Path(token_path).read_text()] if token_path else [])
+        targets = {"ports": sorted(ports), "gcs": node.gcs_address, "folder": folder,
+                   "token_path": token_path or os.path.join(folder, "auth_token"), "secrets": secrets}
+        proc = _as_nobody(sys.executable, str(ROOT / "tests" / "local_user_probe.py"),
+                          stdin=json.dumps(targets))
+        if proc.returncode != 0:
+            report["error"] = proc.stderr[-3000:]
+        else:
+            report.update(json.loads(proc.stdout))
+
+    with StubJudge(latency=0.05) as stub:
+        run = evaluate(example_cases[:8], backends=["rubric"], metrics=["faithfulness"],
+                       judge=stub_judge_config(stub, MODEL, None, api_key_env="RB_TEST_JUDGE_KEY"),
+                       executor=RayExecutor(actors=2, batch_size=2), on_score=attack)
+    assert run.complete
+    if "No module named" in report.get("error", ""):
+        pytest.skip(f"the user nobody cannot import Ray here: {report['error'][-300:]}")
+    assert "error" not in report, report.get("error")
+    assert report["uid"] == 65534
+    ports = report["ports"]
+    assert len(ports) >= 4  # control store, node manager, workers, agents
+    assert all(ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for ip in ports.values()), ports
+    answered = [(port, method) for port, calls in report["grpc"].items()
+                for method, code in calls.items() if code == "OK"]
+    assert answered == [], answered
+    refused = {port for port, calls in report["grpc"].items() if "UNAUTHENTICATED" in calls.values()}
+    http = {port: line for port, line in report["http"].items() if line.startswith("HTTP/")}
+    assert all(line.split()[1] in ("401", "403") for line in http.values()), http
+    # every port of the cluster's processes was reached and refused; in this process (which runs
+    # the test's own servers too), the driver's port and the judge gateway's
+    assert refused | set(http) >= set(report["grpc"]) - set(report["own"]), report
+    assert refused & set(report["own"]) and specs[0][0].rsplit(":", 1)[1] in http
+    assert not any(v.startswith("OK") for v in report["ray_client"].values()), report["ray_client"]
+    assert report["folder"] == report["token"] == "error PermissionError"
+    assert report["found"] == [] and report["searched"] > 0, report["found"]
+    assert not (Path.home() / ".ray" / "auth_token").exists() or "RAY_AUTH_TOKEN_PATH" not in os.environ
+
+
+# ------------------------------------------------------------------------------------------------
+# SIGTERM, and actors that cannot start
+
+
+def test_sigterm_ends_the_run_as_ctrl_c_and_leaves_no_cluster(tmp_path, example_path):
+    """``kill`` of a command-line run on Ray mid-way: exit 130 with the interrupted message, run.json
+    says ``interrupted``, the run's private folder is removed and no process of its cluster is left;
+    the same command resumes it to every score."""
+    from conftest import ragbridge_cli
+
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text("".join(example_path.read_text().splitlines(keepends=True)[:16]))
+    with StubJudge(latency=0.2) as stub:
+        args = [sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()", "run", str(golden),
+                "--out", str(tmp_path / "run"), "--backend", "rubric", "--metric", "faithfulness",
+                "--no-progress", "--judge-model", MODEL, "--judge-base-url", stub.base_url,
+                "--cache-path", str(tmp_path / "c.sqlite"), "--executor", "ray"]
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        deadline = time.time() + 180
+        while time.time() < deadline and proc.poll() is None and len(stub.posts()) < 4:
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        folders = _private_folders(proc.pid)
+        assert len(folders) == 1
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 130, stderr[-3000:]
+        assert "interrupted; what was scored is kept" in stderr and "SIGTERM received" not in stderr
+        assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "interrupted"
+        assert not folders[0].exists()
+        time.sleep(1)
+        left = [p.pid for p in _cluster_processes(str(folders[0]), driver=False)]
+        assert left == []
+        again = ragbridge_cli(*args[3:], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["counts"]["scores"] == 16
+
+
+class _TooLong(BaseException):
+    """Raised in the main thread at a test's deadline (a BaseException: nothing on the way catches it)."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: int):
+    """Interrupt the block after ``seconds`` (a run that would never end fails the test instead)."""
+    def expire(signum, frame):
+        raise _TooLong(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+UNLOADABLE = textwrap.dedent(
+    """
+    from ragbridge.run.ray_executor import BackendScorer, score_blocks
+
+    class Scorer(BackendScorer):  # its module is on this process's path only, not the workers'
+        pass
+
+    def blocks(blocks, options):
+        return score_blocks(blocks, options)
+    """
+)
+
+
+@pytest.mark.parametrize("fault, message", [
+    ("crash", "a scorer actor's process died 4 times"),
+    ("actor-unloadable", "a scorer actor could not start on the cluster: ModuleNotFoundError: No module "
+                         "named 'rb_unloadable'"),
+    ("task-unloadable", "a scoring task could not load on the cluster: ModuleNotFoundError: No module "
+                        "named 'rb_unloadable'"),
+], ids=["crash", "actor-unloadable", "task-unloadable"])
+def test_a_scorer_that_cannot_start_fails_the_run_with_a_clear_error(tmp_path, example_cases, ray_local,
+                                                                       monkeypatch, fault, message):
+    """A scorer actor whose process dies as it starts is restarted a bounded number of times, then the
+    run fails saying so (it was restarted for ever); a scorer whose code the workers cannot import
+    fails the run at once, naming the missing module and what to install."""
+    import importlib
+
+    import ragbridge.run.ray_executor as executor
+
+    class Crashing(executor.BackendScorer):  # made here: sent to the workers whole, by value
+        def __init__(self, *args, **kwargs):
+            os._exit(1)  # its process dies as it starts, each time Ray starts it
+
+    (tmp_path / "rb_unloadable.py").write_text(UNLOADABLE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("rb_unloadable", None)
+    if fault == "crash":
+        monkeypatch.setattr(executor, "BackendScorer", Crashing)
+    elif fault == "actor-unloadable":
+        monkeypatch.setattr(executor, "BackendScorer", importlib.import_module("rb_unloadable").Scorer)
+    else:
+        monkeypatch.setattr(executor, "score_blocks", importlib.import_module("rb_unloadable").blocks)
+    backend, metric = ("native", "mrr") if fault == "task-unloadable" else ("rubric", "faithfulness")
+    with StubJudge() as stub, pytest.raises(executor.RunError) as failed, _deadline(120):
+        evaluate(example_cases[:4], backends=[backend], metrics=[metric], out=tmp_path / "run",
+                 judge=stub_judge_config(stub, MODEL, None), executor=RayExecutor(actors=1))
+    text = str(failed.value)
+    assert message in text, text
+    assert "\x1b[" not in text and "Traceback" not in text and len(text.splitlines()) == 1
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "incomplete"
+
+
+# ------------------------------------------------------------------------------------------------
+# A cluster of the user's (address): joined only with token authentication
+
+
+HOST = textwrap.dedent(
+    """
+    import sys, ray
+    ray.init(address="local", num_cpus=1, include_dashboard=False, object_store_memory=256 * 2**20,
+             _temp_dir=sys.argv[1], log_to_driver=False, configure_logging=False)
+    print(ray._private.worker._global_node.gcs_address, flush=True)
+    sys.stdin.read()  # until the test closes it
+    ray.shutdown()
+    """
+)
+
+
+@contextlib.contextmanager
+def _users_cluster(tmp_path: Path, auth: dict):
+    """A cluster of the user's, started in a process of its own (with Ray's offline settings and the
+    authentication settings ``auth``): its address."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="rb-test-cluster-", dir="/tmp"))  # short: socket paths
+    home = folder / "home"
+    home.mkdir()
+    (home / "ray_bootstrap_config.yaml").write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(LOCAL_ENVIRONMENT, HOME=str(home), **auth)
+    proc = subprocess.Popen([sys.executable, "-c", HOST, str(folder / "r")], env=env, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        address = proc.stdout.readline().strip()
+        assert address, "the user's cluster did not start"
+        yield address
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_users_cluster_is_joined_only_with_token_authentication(tmp_path, example_path):
+    """``--ray-address``: a cluster that answers without a token is refused (exit 2, nothing sent
+    to it), even when a token is given; so is a token cluster when no token is given, and any cluster
+    with ``RAY_AUTH_MODE=disabled``; with its token the run completes."""
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text("".join(example_path.read_text().splitlines(keepends=True)[:4]))
+    token = tmp_path / "token"
+    token.write_text("f" * 64)
+    token.chmod(0o600)
+    client_home = tmp_path / "home"  # no ~/.ray/auth_token
+    client_home.mkdir()
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    base.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", HOME=str(client_home))
+
+    def run(address: str, out: str, **env: str):
+        with StubJudge() as stub:
+            res = subprocess.run(
+                [sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()", "run",
+                 str(golden), "--out", str(tmp_path / out), "--backend", "native", "--backend", "rubric",
+                 "--metric", "mrr", "--metric", "faithfulness", "--no-progress", "--judge-model", MODEL,
+                 "--judge-base-url", stub.base_url, "--cache-mode", "off", "--executor", "ray",
+                 "--ray-address", address], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                env={**base, **env})
+            return res, len(stub.posts())
+
+    with _users_cluster(tmp_path, {"RAY_AUTH_MODE": "disabled"}) as address:
+        res, calls = run(address, "open", RAY_AUTH_TOKEN_PATH=str(token))  # a token it does not ask for
+        assert res.returncode == 2, res.stderr[-3000:]
+        assert "answers requests that carry no token" in res.stderr and calls == 0
+        assert not (tmp_path / "open" / "scores.jsonl").exists() or not (
+            tmp_path / "open" / "scores.jsonl").read_text()
+    with _users_cluster(tmp_path, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}) as address:
+        res, calls = run(address, "no-token")
+        assert res.returncode == 2 and calls == 0, res.stderr[-3000:]
+        assert "RAY_AUTH_TOKEN" in res.stderr and "Traceback" not in res.stderr
+        res, calls = run(address, "disabled", RAY_AUTH_MODE="disabled", RAY_AUTH_TOKEN_PATH=str(token))
+        assert res.returncode == 2 and "RAY_AUTH_MODE is 'disabled'" in res.stderr, res.stderr[-3000:]
+        res, calls = run(address, "joined", RAY_AUTH_TOKEN_PATH=str(token))
+        assert res.returncode == 0, res.stderr[-3000:]
+        manifest = json.loads((tmp_path / "joined" / "run.json").read_text())
+        assert manifest["status"] == "complete" and manifest["counts"]["scores"] == 8
+        assert calls == manifest["counts"]["judge"]["calls"] > 0
+
+
+CONNECTED = textwrap.dedent(
+    """
+    import json, sys, ray
+    from ragbridge import evaluate, load_cases, RunError
+    ray.init(address="local", num_cpus=1, include_dashboard=False, object_store_memory=256 * 2**20,
+             _temp_dir=sys.argv[2], log_to_driver=False, configure_logging=False)
+    try:
+        evaluate(load_cases(sys.argv[1]), metrics=["mrr"], executor="ray")
+        print(json.dumps({"ran": True}))
+    except RunError as exc:
+        print(json.dumps({"refused": str(exc)}))
+    """
+)
+
+
+def test_a_cluster_this_process_connected_to_without_a_token_is_refused(tmp_path, example_path):
+    """``ray.init`` called by the user before, of a cluster that asks for no token: the run refuses it
+    rather than sending its work there."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="rb-test-cluster-", dir="/tmp"))
+    (folder / "home").mkdir()
+    (folder / "home" / "ray_bootstrap_config.yaml").write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(LOCAL_ENVIRONMENT, RAY_AUTH_MODE="disabled", HOME=str(folder / "home"))
+    try:
+        res = subprocess.run([sys.executable, "-c", CONNECTED, str(example_path), str(folder / "r")], env=env,
+                             capture_output=True, text=True, timeout=240)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    result = json.loads(res.stdout.strip().splitlines()[-1])
+    assert "answers requests that carry no token" in result.get("refused", ""), result

@@ -116,14 +116,14 @@ def test_a_scratch_copy_left_by_a_kill_during_the_input_check_is_removed_by_the_
                              "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
-        while not list(here.glob(".tmp-cases-*")):
+        while not list(here.glob(".tmp-*cases.jsonl")):
             assert proc.poll() is None and time.monotonic() < deadline, "no scratch copy was made"
             time.sleep(0.005)
         proc.kill()
     finally:
         proc.kill()
         proc.wait()
-    left = list(here.glob(".tmp-cases-*"))
+    left = list(here.glob(".tmp-*cases.jsonl"))
     assert len(left) == 1 and not out.exists()
     res = ragbridge_cli("run", golden, "--out", out, "--metric", "mrr", "--no-progress")
     assert res.returncode == 0, res.stderr

@@ -86,8 +86,11 @@ def storage_error(exc: BaseException) -> Optional[str]:
     if not exc.filename:
         return text
     # a temporary beside an output (`ragbridge.formats.files.atomic_path`): the output's name
-    name = re.sub(r"(^|/)\.tmp-[0-9a-f]{8}-([^/]+)$", r"\1\2", str(exc.filename))
-    return f"{text}: {name}"
+    from ..formats.files import output_name
+
+    path = str(exc.filename)
+    head, sep, name = path.rpartition("/")
+    return f"{text}: {head}{sep}{output_name(name)}"
 
 
 def warn(message: str) -> None:

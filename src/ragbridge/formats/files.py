@@ -27,8 +27,8 @@ from typing import Any, Callable, Iterator, Optional
 from ..errors import UserError
 from ..schema import MAX_METADATA_DEPTH
 
-__all__ = ["DatasetError", "atomic_path", "write_atomic", "parse_json", "check_parsed", "text_lines",
-           "jsonl_lines",
+__all__ = ["DatasetError", "atomic_path", "write_atomic", "temporary", "output_name", "sweep_temporaries",
+           "no_follow", "pid_alive", "parse_json", "check_parsed", "text_lines", "jsonl_lines",
            "read_hf_rows"]
 
 
@@ -74,19 +74,20 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """A temporary path beside ``path`` to write a file or a folder at; on success it takes ``path``'s
     place.
 
-    A writer killed half way leaves only a hidden ``.tmp-*`` beside the output. The temporary keeps
-    the name's suffix, for writers that choose by it. A file is synced and renamed over ``path``; a
-    folder is renamed into place after the old one is moved aside (a kill between the two renames
-    leaves no output, not a partial one). On an exception the temporary is removed and nothing is
-    replaced.
+    A writer killed half way leaves only a hidden temporary beside the output (`temporary`), which
+    the next write into that folder removes (`sweep_temporaries`). The temporary keeps the name's
+    suffix, for writers that choose by it. A file is synced and renamed over ``path``; a folder is
+    renamed into place after the old one is moved aside (a kill between the two renames leaves no
+    output, not a partial one). On an exception the temporary is removed and nothing is replaced.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{secrets.token_hex(4)}-{path.name}")
+    sweep_temporaries(path.parent)
+    tmp = temporary(path)
     try:
         yield tmp
         if tmp.is_dir():
-            old = path.with_name(f".old-{secrets.token_hex(4)}-{path.name}")
+            old = temporary(path, "old")
             if path.exists():
                 os.replace(path, old)
             os.replace(tmp, path)
@@ -108,6 +109,52 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+
+
+#: a temporary of `atomic_path`: ``.tmp-`` (or ``.old-``, an earlier folder moved aside), the pid of
+#: the process writing it and its machine's tag (`_host_tag`), a random part, the output's name
+_TEMPORARY = re.compile(r"^\.(?:tmp|old)-(\d+)@([0-9a-f]{4})-[0-9a-f]{8}-(.+)$", re.S)
+
+
+def temporary(path: Path, kind: str = "tmp") -> Path:
+    """A hidden path beside ``path`` for writing it, named for this process (see `_TEMPORARY`)."""
+    return path.with_name(f".{kind}-{os.getpid()}@{_host_tag()}-{secrets.token_hex(4)}-{path.name}")
+
+
+def output_name(name: str) -> str:
+    """The name of the output that a temporary named ``name`` stands for (``name`` if it is none)."""
+    m = _TEMPORARY.match(name)
+    return m.group(3) if m else name
+
+
+def sweep_temporaries(folder: Path) -> None:
+    """Remove the temporaries (`temporary`) in ``folder`` that writers killed half way left there:
+    only this user's, made on this machine, by a process that is gone. A live writer's, another
+    user's and any other file are left alone."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    here = _host_tag()
+    for name in names:
+        m = _TEMPORARY.match(name)
+        if m is None or m.group(2) != here or pid_alive(int(m.group(1))):
+            continue
+        path = Path(folder) / name
+        try:
+            if path.lstat().st_uid != os.geteuid():
+                continue
+        except OSError:
+            continue
+        _remove(path)
+
+
+def _host_tag() -> str:
+    """Four hex digits naming this machine (a folder may be shared with others, whose pids are not ours)."""
+    import hashlib
+    import socket
+
+    return hashlib.sha1(socket.gethostname().encode()).hexdigest()[:4]
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
@@ -341,3 +388,20 @@ def read_hf_rows(path: Path) -> list[dict[str, Any]]:
     if len(ds) == 0:
         raise DatasetError("dataset is empty", path=path, hint="a golden set needs at least one case")
     return ds.to_list()
+
+
+def no_follow(path: str, flags: int) -> int:
+    """An ``opener`` for `open` that does not follow a symbolic link at ``path`` (``OSError`` ELOOP):
+    a file is written where it is named, never where a link made by someone else points."""
+    return os.open(path, flags | os.O_NOFOLLOW, 0o666)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine (True also when it is another user's)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True

@@ -34,7 +34,7 @@ from typing import Any, BinaryIO, Callable, Iterator, Optional, Sequence
 
 from ..schema import Case
 from . import load_cases, reading_format
-from .files import DatasetError, jsonl_lines
+from .files import DatasetError, jsonl_lines, sweep_temporaries, temporary
 from .corpus import Corpus, SpanPlacer, place_cases
 from .batches import CaseBatch, Fingerprint, SeenCaseIds, batch_from_records
 from .input_check import InputCheck
@@ -156,33 +156,6 @@ def _scratch_dir(near: Optional[Path]) -> Path:
     return here if here is not None and os.access(here, os.W_OK) else Path(tempfile.gettempdir())
 
 
-#: the scratch copy's name begins with this and the pid of the process that writes it
-SCRATCH_PREFIX = ".tmp-cases-"
-
-
-def _sweep_scratch(here: Path) -> None:
-    """Remove the scratch copies in ``here`` that a process killed while it checked a golden set left
-    behind: those whose process is gone (the pid in the name)."""
-    try:
-        names = [p for p in here.iterdir() if p.name.startswith(SCRATCH_PREFIX)]
-    except OSError:
-        return
-    for p in names:
-        pid = p.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            p.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
-
-
 def open_cases(
     path: str | Path, format: Optional[str] = None, near: Optional[Path] = None,
     batch_size: int = BATCH_SIZE, progress: Optional[Callable[[int], None]] = None,
@@ -202,9 +175,9 @@ def open_cases(
         source.path = path
         return source
     here = _scratch_dir(near)
-    _sweep_scratch(here)
-    fd, scratch = tempfile.mkstemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", suffix=".jsonl", dir=here)
-    scratch = Path(scratch)
+    sweep_temporaries(here)  # the scratch copies of checks killed half way
+    scratch = temporary(here / "cases.jsonl")
+    fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     frames = tempfile.TemporaryFile(prefix=".tmp-batches-", dir=here)
     try:
         with os.fdopen(fd, "wb") as out, _no_cycle_collection():

@@ -56,7 +56,7 @@ import numpy as np
 from ..hookspecs import hookimpl
 from ..schema import Case, Chunk
 from . import Format
-from .files import DatasetError, atomic_path
+from .files import DatasetError, atomic_path, output_name
 
 logger = logging.getLogger("ragbridge")
 
@@ -238,10 +238,7 @@ def write(cases: Sequence[Case], path: Path) -> list[str]:
 
 def final_path(path: Path) -> Path:
     """The output a temporary path of `ragbridge.formats.files.atomic_path` stands for."""
-    name = path.name
-    if name.startswith(".tmp-") and name.count("-") >= 2:
-        return path.with_name(name.split("-", 2)[2])
-    return path
+    return path.with_name(output_name(path.name))
 
 
 #: ``contexts.score`` only when a case's scores are not strictly decreasing (then ``n - position``)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -40,7 +41,9 @@ class AuditLog:
 
     def open(self) -> "AuditLog":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "ab", buffering=1 << 20)
+        # never through a symbolic link put in its place
+        self._fh = open(self.path, "ab", buffering=1 << 20,
+                        opener=lambda path, flags: os.open(path, flags | os.O_NOFOLLOW, 0o666))
         self._closing.clear()
         self._flusher = threading.Thread(target=self._flush_periodically, name="ragbridge-judge-audit-flush",
                                          daemon=True)

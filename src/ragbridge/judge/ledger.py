@@ -161,7 +161,7 @@ class Ledger:
         included)."""
         spent = read_tally(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._tally = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._tally = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         return spent
 
     def set_budget(self, max_calls: Optional[int] = None, max_cost: Optional[float] = None,

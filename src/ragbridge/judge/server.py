@@ -11,6 +11,13 @@ any other request gets 401 and is neither forwarded nor counted). That key is ra
 lives in memory only and dies with the gateway: another local process cannot use the socket to spend
 the real key.
 
+Before a connection has presented the key it costs the gateway little, whatever another local
+process sends or holds open (:class:`Gate`): one thread reads every new connection's request head,
+at most `MAX_HEAD_BYTES` of it, within `HEAD_SECONDS`, for at most `MAX_WAITING` connections at once
+(the oldest is closed for a new one); a connection gets a thread of its own only once its head is
+complete, and keeps it only while it presents the key (else 401 and closed), idle at most
+`IDLE_SECONDS` between requests.
+
 What the gateway's two front doors (:class:`GatewayHandler` here, the in-process transports of
 ``ragbridge.judge.transport``) call is :class:`Serving` (``JudgeGateway`` is it), and what they get
 back is a :class:`Result`, whichever way the request came in; an error's body is OpenAI's error
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import io
 import json
 import socket
 import threading
@@ -37,6 +45,16 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: the largest request body the gateway's socket reads (a judge request is kilobytes to a few megabytes)
 MAX_REQUEST_BYTES = 64 << 20
+#: the largest request head (request line and headers) read, and the most header lines (a client's
+#: head is a kilobyte or two)
+MAX_HEAD_BYTES = 32 << 10
+MAX_HEADER_LINES = 100
+#: a new connection's request head must be complete within this time
+HEAD_SECONDS = 10.0
+#: the most connections whose head is being read at once (memory: at most this many heads)
+MAX_WAITING = 512
+#: how long a connection that presented the key may stay idle between requests
+IDLE_SECONDS = 120.0
 
 
 class BadRequest(Exception):
@@ -115,11 +133,36 @@ class Serving(Protocol):
 
 class LoopbackServer(ThreadingHTTPServer):
     """The gateway's loopback server: a thread per connection, a deep listen queue; a client that
-    goes away mid-request is not an error worth a traceback."""
+    goes away mid-request is not an error worth a traceback. With ``gated`` (the gateway's socket),
+    a connection gets its thread only once its request head is complete (:class:`Gate`)."""
 
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 256
+    gated = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: heads the gate read, for the handler of their connection (`FastRequestHandler.setup`)
+        self.heads: dict[Any, bytes] = {}
+        self.gate: Optional[Gate] = Gate(self) if self.gated else None
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if self.gate is not None:
+            self.gate.admit(request, client_address)
+        else:
+            super().process_request(request, client_address)
+
+    def hand_over(self, request: Any, client_address: Any, head: bytes) -> None:
+        """Serve a connection whose request head (``head``, with what followed it) the gate read."""
+        request.settimeout(HEAD_SECONDS)  # its handler reads the key from the head, then sets its own
+        self.heads[request] = head
+        super().process_request(request, client_address)
+
+    def server_close(self) -> None:
+        super().server_close()
+        if self.gate is not None:
+            self.gate.close()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         import sys
@@ -127,6 +170,135 @@ class LoopbackServer(ThreadingHTTPServer):
         if isinstance(sys.exc_info()[1], OSError):
             return
         super().handle_error(request, client_address)
+
+
+_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\n"
+              b"Connection: close\r\n\r\n")
+_TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+class Gate:
+    """The connections of a `LoopbackServer` whose request head is not yet complete, all read by one
+    thread (so that a connection that sends nothing, or its head a byte at a time, holds no thread):
+    at most `MAX_HEAD_BYTES` of a head (431 past it), within `HEAD_SECONDS` of the connection (408),
+    for at most `MAX_WAITING` connections (the oldest closed for a new one). A complete head is
+    handed to the server with its connection (`LoopbackServer.hand_over`)."""
+
+    def __init__(self, server: LoopbackServer) -> None:
+        import collections
+        import selectors
+
+        self.server = server
+        self._selector = selectors.DefaultSelector()
+        self._waiting: dict[Any, tuple[float, bytearray, Any]] = {}  # oldest first
+        self._new: collections.deque = collections.deque()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, 1)
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="ragbridge-gateway-gate", daemon=True)
+        self._thread.start()
+
+    def admit(self, conn: Any, address: Any) -> None:
+        """Take a new connection (from the server's accepting thread)."""
+        self._new.append((conn, address))
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"\0")
+
+    def close(self) -> None:
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"\0")
+        self._thread.join(timeout=5)
+        for conn in [*self._waiting, *(c for c, _ in self._new)]:
+            with contextlib.suppress(OSError):
+                conn.close()
+        self._waiting.clear()
+        self._new.clear()
+        for s in (self._wake_r, self._wake_w):
+            s.close()
+        self._selector.close()
+
+    def _run(self) -> None:
+        while not self._closed:
+            try:
+                self._step()
+            except Exception:  # noqa: BLE001 - a connection's fault must not stop the gate for the others
+                pass
+
+    def _step(self) -> None:
+        """Read what came, take the new connections, close those past their time."""
+        for key, _ in self._selector.select(timeout=0.1):
+            if key.fileobj is self._wake_r:
+                with contextlib.suppress(OSError):
+                    while self._wake_r.recv(4096):
+                        pass
+            elif key.fileobj in self._waiting:
+                self._read(key.fileobj)
+        while self._new:
+            conn, address = self._new.popleft()
+            while len(self._waiting) >= MAX_WAITING:
+                self._drop(next(iter(self._waiting)))
+            try:
+                conn.setblocking(False)
+                self._selector.register(conn, 1)
+            except (OSError, ValueError):
+                with contextlib.suppress(OSError):
+                    conn.close()
+                continue
+            self._waiting[conn] = (time.monotonic() + HEAD_SECONDS, bytearray(), address)
+        now = time.monotonic()
+        for conn in [c for c, (deadline, _, _) in self._waiting.items() if deadline < now]:
+            self._drop(conn, _TIMED_OUT)
+
+    def _read(self, conn: Any) -> None:
+        _, head, address = self._waiting[conn]
+        try:
+            data = conn.recv(MAX_HEAD_BYTES + 1 - len(head))
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(conn)
+            return
+        head += data
+        if b"\r\n\r\n" in head or b"\n\n" in head:
+            self._selector.unregister(conn)
+            del self._waiting[conn]
+            conn.setblocking(True)
+            self.server.hand_over(conn, address, bytes(head))
+        elif len(head) > MAX_HEAD_BYTES:
+            self._drop(conn, _TOO_LARGE)
+
+    def _drop(self, conn: Any, answer: bytes = b"") -> None:
+        del self._waiting[conn]
+        with contextlib.suppress(OSError, KeyError, ValueError):
+            self._selector.unregister(conn)
+        with contextlib.suppress(OSError):
+            if answer:
+                conn.send(answer)
+            conn.close()
+
+
+class _Prefixed(io.RawIOBase):
+    """A connection read as a stream: first the bytes the gate read of it, then the socket."""
+
+    def __init__(self, head: bytes, conn: Any) -> None:
+        self._head = memoryview(head)
+        self._conn = conn
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        return self._conn.recv_into(buffer)
 
 
 class _Headers(dict):
@@ -143,7 +315,8 @@ class FastRequestHandler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     sys_version = ""
-    max_headers = 100
+    max_headers = MAX_HEADER_LINES
+    max_head_bytes = MAX_HEAD_BYTES
     #: the object whose ``_track(conn, add)`` keeps the open connections, so that its ``close()`` can
     #: end them (the gateway, or the stub judge; set on a subclass)
     owner: Any = None
@@ -154,6 +327,9 @@ class FastRequestHandler(BaseHTTPRequestHandler):
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             pass
+        head = self.server.heads.pop(self.connection, None) if hasattr(self.server, "heads") else None
+        if head is not None:  # read by the gate: served from there first
+            self.rfile = io.BufferedReader(_Prefixed(head, self.connection), io.DEFAULT_BUFFER_SIZE)
         if self.owner is not None:
             self.owner._track(self.connection, True)
 
@@ -176,10 +352,12 @@ class FastRequestHandler(BaseHTTPRequestHandler):
             return False
         self.command, self.path, self.request_version = words
         headers = _Headers()
-        while True:
-            line = self.rfile.readline(65537)
-            if len(line) > 65536:
-                self.send_error(431, "Header line too long")
+        left = self.max_head_bytes - len(self.raw_requestline)
+        for _ in range(self.max_headers + 1):  # every line counts, a repeated name too
+            line = self.rfile.readline(max(left, 0) + 1)
+            left -= len(line)
+            if left < 0:
+                self.send_error(431, "Request header fields too large")
                 return False
             if line in (b"\r\n", b"\n", b""):
                 break
@@ -188,9 +366,9 @@ class FastRequestHandler(BaseHTTPRequestHandler):
                 self.send_error(400, "Bad header line")
                 return False
             headers[name.strip().lower()] = value.strip()
-            if len(headers) > self.max_headers:
-                self.send_error(431, "Too many headers")
-                return False
+        else:
+            self.send_error(431, "Too many header lines")
+            return False
         self.headers = headers  # type: ignore[assignment]
         conn = headers.get("connection", "").lower()
         if conn == "close":
@@ -304,6 +482,7 @@ class GatewayHandler(FastRequestHandler):
             self.refuse(401, error_body("ragbridge judge gateway: missing or wrong API key: use the "
                                         "gateway's api_key", "invalid_request_error", "invalid_api_key"))
             return
+        self.connection.settimeout(IDLE_SECONDS)  # a client of the run's: may keep it for its next call
         try:
             raw = self.read_body() if method == "POST" else b""
         except BadRequest as exc:
@@ -349,9 +528,9 @@ class LoopbackSocket:
                 f"judge gateway host {host!r}: give the one address of this machine that clients reach "
                 f"it at (127.0.0.1 for clients on this machine), not a wildcard")
         handler = type("JudgeGatewayHandler", (GatewayHandler,), {"gateway": self.gateway, "owner": self})
-        server_cls = LoopbackServer
+        server_cls = type("GatewayServer", (LoopbackServer,), {"gated": True})
         if ":" in host:  # an IPv6 address
-            server_cls = type("LoopbackServer6", (LoopbackServer,), {"address_family": socket.AF_INET6})
+            server_cls = type("GatewayServer6", (server_cls,), {"address_family": socket.AF_INET6})
         server = server_cls((host, 0), handler)
         self.port = port = server.server_address[1]
         loopback = host in ("localhost", "::1") or host.startswith("127.")

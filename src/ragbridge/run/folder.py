@@ -13,7 +13,10 @@ folder holds a run of other cases and ``changed_cases="rescore"``, the Python AP
 scores of the cases that are unchanged, same id and same content, are kept, the changed and new
 cases are scored, the removed ones' scores dropped; ``"refuse"``, the command line's, is a
 `RunError` that says what to do) or a replaced one (``overwrite``: every file of `RUN_FILES` is
-deleted). A folder that another live process is writing is refused.
+deleted). A folder that another live process is
+writing is refused, and so is one where a file of `RUN_FILES` is a link (a symbolic link, or for a file
+that is appended to, a file with other names) or not a file: a run writes its files in place, never
+through a link to somewhere else (each is also opened without following a link made meanwhile).
 
 ``run.json`` and ``cases.jsonl`` are replaced whole (`ragbridge.formats.files.atomic_path`). While a
 run is going, ``run.json`` says ``running`` with the process (pid, host, start time) and is
@@ -32,13 +35,14 @@ import datetime as dt
 import json
 import os
 import socket
+import stat
 import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..formats import load_cases
-from ..formats.files import jsonl_lines, write_atomic
+from ..formats.files import jsonl_lines, no_follow, write_atomic
 from ..schema import Case, RunManifest, Score, json_of
 from .plan import RunError
 
@@ -55,6 +59,8 @@ __all__ = ["FINGERPRINT_OF", "JUDGE_IDENTITY", "RUN_FILES", "HEARTBEAT_SECONDS",
 RUN_FILES = ("run.json", "scores.jsonl", "cases.jsonl", "judge-audit.jsonl", "judge-calls.log",
              "target.jsonl")
 HEARTBEAT_SECONDS = 2.0
+#: of `RUN_FILES`, those appended to (the others are replaced whole)
+APPENDED = ("scores.jsonl", "judge-audit.jsonl", "judge-calls.log", "target.jsonl")
 #: the judge's counters kept in ``run.json``'s ``counts.judge``, added up over the sessions of a run
 JUDGE_COUNTS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "retries", "errors", "cost",
                 "unpriced", "refused")
@@ -322,7 +328,7 @@ def truncate_partial_line(path: Path) -> None:
     """Cut a last line that has no ``\\n`` (a write cut short by a kill) off the end of ``path``."""
     if not path.exists() or path.stat().st_size == 0:
         return
-    with open(path, "rb+") as f:
+    with open(path, "rb+", opener=no_follow) as f:
         f.seek(-1, os.SEEK_END)
         if f.read(1) == b"\n":
             return
@@ -385,8 +391,12 @@ class RunFolder:
         self._refuse_if_busy()
         if overwrite:
             for name in RUN_FILES:
-                (self.path / name).unlink(missing_ok=True)
+                path = self.path / name
+                if path.is_symlink() or path.is_file():  # a link goes, not what it points to
+                    path.unlink()
+            self._refuse_links()  # what is not a file
             return None
+        self._refuse_links()
         if not self.manifest_path.exists():
             return None
         try:
@@ -404,6 +414,22 @@ class RunFolder:
             return old
         self._check_same_cases(old, key, fingerprint, target)
         return old
+
+    def _refuse_links(self) -> None:
+        """Raise `RunError` for a file of `RUN_FILES` that the run would write through to somewhere
+        else: a symbolic link, a file it appends to that has other names (hard links), or not a file."""
+        for name in RUN_FILES:
+            path = self.path / name
+            st = path.lstat() if os.path.lexists(path) else None
+            if st is None or (stat.S_ISREG(st.st_mode) and (st.st_nlink == 1 or name not in APPENDED)):
+                continue
+            what = (f"is a symbolic link (to {os.readlink(path)})" if stat.S_ISLNK(st.st_mode) else
+                    "is not a file" if not stat.S_ISREG(st.st_mode) else
+                    f"has {st.st_nlink - 1} other name(s) (hard links), which appending to it would change")
+            head = (f"{path} {what}: a run writes its folder's files in place, never through a link; "
+                    f"remove it (or copy the file's contents into a file of its own), ")
+            raise RunError(head + "pass overwrite=True to start the run afresh, or choose another out",
+                           cli=head + "pass --overwrite to start the run afresh, or choose another --out")
 
     def _check_same_cases(self, old: RunManifest, key: str, fingerprint: str, target: bool = False) -> None:
         if old.dataset.get(key) != fingerprint:
@@ -560,7 +586,7 @@ class RunFolder:
         source.save(self.cases_path)
         self.write_manifest(manifest)
         truncate_partial_line(self.scores_path)
-        self._fh = open(self.scores_path, "a", encoding="utf-8", buffering=1 << 20)
+        self._fh = open(self.scores_path, "a", encoding="utf-8", buffering=1 << 20, opener=no_follow)
         self._last_beat = time.monotonic()
 
     def write_manifest(self, manifest: RunManifest) -> None:
@@ -637,7 +663,7 @@ def _rewrite_in_place(path: Path, manifest: RunManifest) -> None:
     does not fit, the manifest without its counts and timing (its status, the run's identity); when
     that does not either, nothing (``running`` with its process gone reads as interrupted)."""
     try:
-        with open(path, "r+b") as f:
+        with open(path, "r+b", opener=no_follow) as f:
             size = f.seek(0, os.SEEK_END)
             for text in (manifest.model_dump_json(),
                          manifest.model_dump_json(exclude={"counts", "timing", "process"})):

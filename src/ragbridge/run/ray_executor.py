@@ -31,18 +31,22 @@ cluster together, and a case scored on any worker is a cache hit on a re-run whe
 cost is one HTTP hop from the worker to the driver per judge call.
 
 Faults: Ray restarts an actor whose process died and retries its blocks there, and retries a task
-whose worker died; a retried block asks the gateway again and is served from its cache (a block's
-scores reach the driver only once the block is done, so a block is recorded once). A killed driver
-ends the cluster it started (its workers with it); the run folder then holds every score recorded so
-far and a re-run resumes it.
+whose worker died, `MAX_RESTARTS` times each (then the run fails, saying so: an actor whose process
+dies as it starts is not started for ever); a retried block asks the gateway again and is served
+from its cache (a block's scores reach the driver only once the block is done, so a block is
+recorded once). A scorer the workers cannot import fails the run at once, naming what is missing
+(`ray_failure`). A killed driver ends the cluster it started (its workers with it); the run folder
+then holds every score recorded so far and a re-run resumes it. SIGTERM ends the run as Ctrl-C does
+(``ray.init`` replaces the process's handler with one that exits at once: it is put back).
 
 Ray's defaults reach outside the machine (cloud-metadata probes, a node address found by a UDP
-connect to a public resolver, listeners on every interface, usage reports). A cluster this executor
-starts is started with `LOCAL_ENVIRONMENT` and a ``HOME`` holding an empty
-``ray_bootstrap_config.yaml``: every Ray process on loopback, no probes, no reports; what Ray changes
-in this process's environment is put back when it is shut down. A cluster given by ``address`` is
-joined with usage reports off; ragbridge (and the backends' libraries) must be installed on its
-nodes.
+connect to a public resolver, listeners on every interface, usage reports), and let in anyone who
+reaches a port. A cluster this executor starts is started with `LOCAL_ENVIRONMENT` and a ``HOME``
+holding an empty ``ray_bootstrap_config.yaml``: every Ray process on loopback, no probes, no
+reports, and Ray's token authentication with a token only the run holds (`ray_session`); what Ray
+changes in this process's environment is put back when it is shut down. A cluster given by
+``address`` is joined with usage reports off and only with token authentication (`_join`);
+ragbridge (and the backends' libraries) must be installed on its nodes.
 """
 
 from __future__ import annotations
@@ -51,7 +55,11 @@ import asyncio
 import contextlib
 import math
 import os
+import secrets
+import re
 import shutil
+import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -64,6 +72,7 @@ from ..plugins import get_backends
 from ..schema import Score, ScoreBlock
 from .executor import Executor, ExecutorSession
 from .lifecycle import Job, Record, applied_environment, close_session, drive_job, open_session
+from ..formats.files import pid_alive
 from .plan import Plan, RunError
 
 __all__ = ["RayExecutor", "BackendScorer", "ray_session", "LOCAL_ENVIRONMENT"]
@@ -72,14 +81,22 @@ __all__ = ["RayExecutor", "BackendScorer", "ray_session", "LOCAL_ENVIRONMENT"]
 LOCAL_ENVIRONMENT = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # node address 127.0.0.1: every listener on loopback
     "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_AUTH_MODE": "disabled",  # only with loopback listeners (token files otherwise)
+    "RAY_AUTH_MODE": "token",  # every request to the cluster carries the run's token (`_private_token`)
 }
-#: what Ray sets in the driver's environment and does not undo
+#: what Ray reads for its token: the token itself, or a file holding it (else ~/.ray/auth_token)
+_TOKEN_VARIABLES = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+#: what Ray sets in the driver's environment and does not undo, and what is set here for its processes
 _RAY_TOUCHED = ("RAY_CLIENT_MODE", "RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED", "PYTHONBREAKPOINT",
-                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "HOME")
+                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "HOME", *_TOKEN_VARIABLES)
 DEFAULT_OBJECT_STORE = 1 << 30  # a local cluster's object store (Ray's default: 30 % of RAM); spills to disk
 #: the fewest cases in a block of a local backend's task (smaller batches go out whole)
 MIN_BLOCK_ROWS = 256
+#: how many times Ray restarts a scorer actor whose process died, and runs again a task whose worker
+#: died: a worker killed now and then loses nothing; one that cannot start (its process dies while
+#: it loads) fails the run instead of being started again for ever
+MAX_RESTARTS = 3
+#: a local cluster's private folder: ``rb-ray-<pid>-<random>`` in the system's temporary folder
+FOLDER_PREFIX = "rb-ray-"
 
 #: a block of work: (backend, [(metric, repeat), ...], cases), scored in one task or actor call
 Block = tuple[str, list[tuple[str, int]], CaseBatch]
@@ -94,6 +111,13 @@ def ray_session(address: Optional[str] = None, *, num_cpus: Optional[int] = None
     as it is), to the one at ``address``, or to a private local cluster started for the run (``None``
     or ``"local"``) with the offline settings; a cluster started or joined here is shut down after.
 
+    A local cluster requires a token that only this run holds: random, in a file (0600) of the
+    run's private folder (0700, ``rb-ray-<pid>-*`` in the temporary folder, which also holds Ray's
+    session files and sockets; removed with the cluster, or by the next local cluster started
+    once its process is gone), never in ``~/.ray``. A cluster at ``address`` is joined only with
+    token authentication, with the token the user gives Ray (`_join`); the cluster of a connection
+    made before is used only if it asks for a token.
+
     ``hide``: environment variables (the judge key's) taken out of the environment while Ray starts,
     so that no Ray process, and no worker they start, inherits them."""
     local = address in (None, "local")
@@ -103,39 +127,171 @@ def ray_session(address: Optional[str] = None, *, num_cpus: Optional[int] = None
     import ray
     from ray._private import ray_constants
 
-    if ray.is_initialized():
+    if ray.is_initialized():  # the user's connection: used as it is, if the cluster asks for a token
         _restore(saved)
+        gcs = _gcs_address(ray)
+        if gcs is not None and _answers_without_token(gcs):
+            raise RunError(f"the Ray cluster this process is connected to ({gcs}) answers requests that "
+                           f"carry no token: {_OPEN}; {_HOWTO}")
         yield ray
         return
     any_address = ray_constants.ENABLE_RAY_CLUSTER
     tmp = None
+    terminate = _sigterm_handler()
     try:
         os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
         for name in hide:
             os.environ.pop(name, None)
         if local:
-            os.environ.update(LOCAL_ENVIRONMENT)  # for Ray's processes
-            ray_constants.ENABLE_RAY_CLUSTER = False  # for this one, if Ray was imported before
+            sweep_folders()
             # a short folder: Ray's AF_UNIX socket paths under it must stay within 107 bytes
-            tmp = tempfile.mkdtemp(prefix="rb-ray-", dir="/tmp" if os.path.isdir("/tmp") else None)
+            tmp = tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-",
+                                   dir="/tmp" if os.path.isdir("/tmp") else None)
+            os.environ.update(LOCAL_ENVIRONMENT)  # for Ray's processes
+            for name in _TOKEN_VARIABLES:
+                os.environ.pop(name, None)  # a token of the user's (another cluster's) is not this one's
+            os.environ["RAY_AUTH_TOKEN_PATH"] = _private_token(tmp)
+            _reload_auth()
+            ray_constants.ENABLE_RAY_CLUSTER = False  # for this one, if Ray was imported before
             home = os.path.join(tmp, "home")
             os.makedirs(home)
             open(os.path.join(home, "ray_bootstrap_config.yaml"), "w").close()  # no cloud probes
             os.environ["HOME"] = home  # inherited by Ray's processes, started by init
+            # Ray makes its temporary folder open to every user (0777): it is one level down, in
+            # the private folder, where no other user can enter
             ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-                     object_store_memory=object_store_memory, _temp_dir=tmp, log_to_driver=False,
-                     configure_logging=False)
+                     object_store_memory=object_store_memory, _temp_dir=os.path.join(tmp, "r"),
+                     log_to_driver=False, configure_logging=False)
         else:
-            ray.init(address=address, log_to_driver=False, configure_logging=False)
+            _join(ray, address)
+        _put_back_sigterm(terminate)
         _restore({k: saved[k] for k in ("HOME", *hide)})  # this process keeps its home (and key)
         yield ray
     finally:
         with contextlib.suppress(Exception):
             ray.shutdown()
+        _put_back_sigterm(terminate)
         ray_constants.ENABLE_RAY_CLUSTER = any_address
         _restore(saved)
+        with contextlib.suppress(Exception):
+            _reload_auth()  # the token of this cluster is forgotten before its file is removed
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _sigterm_handler() -> Any:
+    """This process's SIGTERM handler (None where it cannot be set again: not the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.getsignal(signal.SIGTERM)
+
+
+def _put_back_sigterm(handler: Any) -> None:
+    """Set ``handler`` (`_sigterm_handler`) for SIGTERM again. ``ray.init`` replaces it with one that
+    exits at once (and Ray's native code with one that aborts), so that a terminated run would not
+    record its end or remove its cluster; the command line's handler ends the run as Ctrl-C does."""
+    if handler is not None and signal.getsignal(signal.SIGTERM) is not handler:
+        signal.signal(signal.SIGTERM, handler)
+
+
+def _private_token(folder: str) -> str:
+    """A new random token in a file of ``folder`` (a private folder) that only this user can read;
+    its path."""
+    path = os.path.join(folder, "auth_token")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    return path
+
+
+def _reload_auth() -> None:
+    """Make Ray in this process read its authentication settings and token again (it caches both),
+    as Ray's own tests do between clusters."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+_HOWTO = ("start the cluster with RAY_AUTH_MODE=token and give ragbridge its token in RAY_AUTH_TOKEN, in a "
+          "file named by RAY_AUTH_TOKEN_PATH, or in ~/.ray/auth_token (see README, Scaling out)")
+_OPEN = "anyone who reaches it can run code on it, and the run's judge calls would pass through it"
+
+
+def _join(ray: Any, address: str) -> None:
+    """Connect to the cluster at ``address`` with token authentication (``RAY_AUTH_MODE=token``
+    unless the user set it to ``token`` already): its token comes from ``RAY_AUTH_TOKEN``,
+    ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``, as for any Ray client. A cluster that the user
+    declared open (``RAY_AUTH_MODE=disabled``), or for which no token is found, is refused, and so is
+    one that answers a request without a token (`_answers_without_token`): every judge call of the
+    run passes through its workers, so anyone able to reach it could run code there."""
+    from ray.exceptions import AuthenticationError
+
+    mode = (os.environ.get("RAY_AUTH_MODE") or "token").lower()
+    howto = _HOWTO
+    if mode != "token":
+        raise RunError(f"RAY_AUTH_MODE is {mode!r}: ragbridge joins a Ray cluster only with token "
+                       f"authentication; {howto}")
+    os.environ["RAY_AUTH_MODE"] = "token"
+    _reload_auth()
+    try:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+    except AuthenticationError as exc:
+        raise RunError(f"the Ray cluster at {address} refused the connection: {_first_line(exc)}; "
+                       f"{howto}") from None
+    gcs = _gcs_address(ray)
+    if gcs is not None and _answers_without_token(gcs):
+        ray.shutdown()
+        raise RunError(f"the Ray cluster at {address} answers requests that carry no token: {_OPEN}; {howto}")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _gcs_address(ray: Any) -> Optional[str]:
+    """The address of the cluster's control store (None for a Ray Client connection, ``ray://``)."""
+    node = getattr(ray._private.worker, "_global_node", None)
+    return getattr(node, "gcs_address", None)
+
+
+def _answers_without_token(gcs: str, timeout: float = 10.0) -> bool:
+    """Whether the control store at ``gcs`` serves a request that carries no token (a request to list
+    the keys of its store, where the cluster's code is kept, sent without Ray's token)."""
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    with grpc.insecure_channel(gcs) as channel:
+        stub = gcs_service_pb2_grpc.InternalKVGcsServiceStub(channel)
+        try:
+            stub.InternalKVKeys(gcs_service_pb2.InternalKVKeysRequest(prefix=b"rb-probe"), timeout=timeout)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                return False
+            raise RunError(f"the Ray cluster's control store at {gcs} did not answer: "
+                           f"{exc.code().name}") from None
+    return True
+
+
+def sweep_folders(parent: Optional[str] = None) -> None:
+    """Remove the private folders (`FOLDER_PREFIX`) that local clusters of this user left in the
+    temporary folder when their process was killed (``kill -9``: no clean-up ran): those whose
+    process (the pid in the name) is gone. Another user's folders, and live ones, are left alone."""
+    parent = parent or ("/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir())
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(FOLDER_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(FOLDER_PREFIX):].split("-", 1)[0]
+        path = os.path.join(parent, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if (pid.isdigit() and stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+                and not pid_alive(int(pid))):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _restore(saved: dict[str, Optional[str]]) -> None:
@@ -254,8 +410,10 @@ class RayExecutor(Executor):
         cluster = _Cluster(self, ctx)
         try:
             yield cluster
-        finally:
-            cluster.close()
+        except BaseException:  # a failure, Ctrl-C or SIGTERM: the cluster ends now, without waiting
+            cluster.close(wait=False)
+            raise
+        cluster.close()
 
 
 class _Cluster(ExecutorSession):
@@ -278,14 +436,14 @@ class _Cluster(ExecutorSession):
                 ex.address, num_cpus=ex.num_cpus, object_store_memory=ex.object_store_memory,
                 hide=_key_variables(self.ctx.judge)))
             self._cpus = max(1, int(self.ray.cluster_resources().get("CPU", 1)))
-            self._task = self.ray.remote(num_cpus=1, max_retries=-1)(score_blocks)
+            self._task = self.ray.remote(num_cpus=1, max_retries=MAX_RESTARTS)(score_blocks)
         return self.ray
 
     def _scorers(self) -> list[Any]:
         if not self.actors:
             ray, ex = self.ray, self.executor
             gateway = self._gateway_spec(ray, self.ctx.judge) if self.ctx.judge is not None else None
-            actor = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1,
+            actor = ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=MAX_RESTARTS,
                                max_concurrency=max(1, ex.calls_per_actor))(BackendScorer)
             self.actors = [actor.remote(self.ctx.options, gateway) for _ in range(max(1, ex.actors))]
         return self.actors
@@ -307,7 +465,7 @@ class _Cluster(ExecutorSession):
             try:
                 items = await done
             except Exception as exc:  # a Ray failure (a backend's own faults are its cases' errors)
-                raise RunError(f"the Ray executor failed: {type(exc).__name__}: {exc}") from exc
+                raise RunError(ray_failure(exc)) from None
             for item in items:
                 record(item)
 
@@ -330,15 +488,16 @@ class _Cluster(ExecutorSession):
                 yield [(name, metrics, cases if size >= len(cases) else cases[i:i + size])
                        for i in range(0, len(cases), size)], False
 
-    def close(self) -> None:
-        """Close the scorers' backends, then shut the cluster down (if this session started it)."""
+    def close(self, wait: bool = True) -> None:
+        """Close the scorers' backends (``wait``: else their actors are ended as they are), then shut
+        the cluster down (if this session started it)."""
         try:
-            if self.actors:
+            if self.actors and wait:
                 with contextlib.suppress(Exception):
                     self.ray.get([a.close.remote() for a in self.actors], timeout=60)
-                for a in self.actors:
-                    with contextlib.suppress(Exception):
-                        self.ray.kill(a)
+            for a in self.actors:
+                with contextlib.suppress(Exception):
+                    self.ray.kill(a)
         finally:
             self.actors = []
             self._stack.close()
@@ -360,6 +519,35 @@ class _Cluster(ExecutorSession):
         if not gateway.listening:
             gateway.host = host
         return GatewayClient.spec(gateway)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def ray_failure(exc: BaseException) -> str:
+    """What a failure of Ray's means for the run, in a few lines: which part of the cluster failed and
+    the cause Ray gives last (its messages hold tracebacks and terminal colours)."""
+    from ray import exceptions as rx
+
+    lines = [line.strip() for line in _ANSI.sub("", str(exc)).splitlines()]
+    lines = [line for line in lines if line and not set(line) <= set("^~ ")]
+    cause = next((line for line in reversed(lines) if re.match(r"^[A-Za-z_][\w.]*(Error|Exception)\b", line)),
+                 lines[0] if lines else type(exc).__name__)
+    install = ("ragbridge, its plugins and the backends' libraries must be importable on every node of "
+               "the cluster")
+    if isinstance(exc, rx.ActorDiedError) and "creation task" in str(exc):
+        what = f"a scorer actor could not start on the cluster: {cause} ({install})"
+    elif isinstance(exc, rx.ActorDiedError):
+        what = (f"a scorer actor's process died {MAX_RESTARTS + 1} times (Ray restarts it "
+                f"{MAX_RESTARTS} times): {cause}")
+    elif isinstance(exc, rx.WorkerCrashedError):
+        what = (f"a scoring task's worker process died {MAX_RESTARTS + 1} times (Ray runs it again "
+                f"{MAX_RESTARTS} times): {cause}")
+    elif "failed to import on the worker" in str(exc):
+        what = f"a scoring task could not load on the cluster: {cause} ({install})"
+    else:
+        what = f"{type(exc).__name__}: {cause}"
+    return f"the Ray executor failed: {what}; what was scored is kept: run the same command again to resume"
 
 
 def _key_variables(judge: Any) -> list[str]:

@@ -37,7 +37,7 @@ from typing import Any, Callable, Optional, Sequence
 from urllib.parse import urlparse
 
 from ..errors import UserError
-from ..formats.files import jsonl_lines
+from ..formats.files import jsonl_lines, no_follow
 from ..formats.records import normalize_chunk
 from .progress import progress_display
 from ..schema import Case, Chunk
@@ -224,7 +224,7 @@ async def fill_cases(
     todo = [c for c in cases if c.id not in results]
     if record_path is not None:
         record_path.parent.mkdir(parents=True, exist_ok=True)
-    fh = open(record_path, "a", encoding="utf-8") if record_path is not None else None
+    fh = open(record_path, "a", encoding="utf-8", opener=no_follow) if record_path is not None else None
     sem = asyncio.Semaphore(max(1, concurrency))
     bar = progress_display(progress, len(todo), label="calling target", noun="target calls")
 
