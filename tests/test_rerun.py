@@ -135,7 +135,7 @@ def test_python_errors_name_python_parameters(tmp_path, example_cases):
     said = str(err.value)
     assert "judge=JudgeConfig(model=" in said and "--judge-model" not in said
     assert "--judge-model" in err.value.cli
-    with pytest.raises(RunError, match="^repeats must be a positive integer") as err:
+    with pytest.raises(RunError, match="^repeats must be a whole number from 1 to") as err:
         evaluate(example_cases[:2], repeats=0)
     assert err.value.cli.startswith("--repeats must be")
     with pytest.raises(RunError, match="changed_cases must be 'rescore' or 'refuse'"):
