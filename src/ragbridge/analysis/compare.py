@@ -40,12 +40,6 @@ MIN_SPREAD = 0.0005
 FIGURES = ("spearman", "kendall", "pearson", "mae", "kappa", "agreement")
 FIGURE_NAMES = {"spearman": "Spearman", "kendall": "Kendall", "pearson": "Pearson", "mae": "MAE",
                 "kappa": "kappa", "agreement": "agreement"}
-#: figure -> (point estimate, its form on resampled rows); kappa and agreement take pass/fail verdicts
-_ESTIMATORS = {
-    "spearman": (stats.spearman, stats.spearman_rows), "kendall": (stats.kendall, stats.kendall_rows),
-    "pearson": (stats.pearson, stats.pearson_rows), "mae": (stats.mae, stats.mae_rows),
-    "kappa": (stats.kappa, stats.kappa_rows), "agreement": (stats.agreement, stats.agreement_rows),
-}
 COMPARE_COLUMNS = (
     ["metric", "half", "backend_a", "backend_b", "n_cases", "n_paired"]
     + [f"{side}_{k}" for side in ("a", "b") for k in ("scored", "undefined", "errored", "missing")]
@@ -132,16 +126,13 @@ def _in(verdicts: dict[str, bool], ids: Sequence[str]) -> np.ndarray:
 
 def _figures(x: np.ndarray, y: np.ndarray, pa: np.ndarray, pb: np.ndarray, ta: float, tb: float,
              n_resamples: int, seed: int, confidence: float) -> dict[str, Any]:
-    """Every figure of `FIGURES` with its interval, the confusion table and the means of two raters'
-    values on the same cases (``x`` and ``y``, in the same order; ``pa`` and ``pb`` their verdicts
-    at ``ta`` and ``tb``)."""
+    """Every figure of `FIGURES` with its posterior interval (`stats.rater_figures`), the confusion
+    table and the means of two raters' values on the same cases (``x`` and ``y``, in the same order;
+    ``pa`` and ``pb`` their verdicts at ``ta`` and ``tb``)."""
     row: dict[str, Any] = {"threshold_a": ta, "threshold_b": tb}
-    for i, (name, (point, rows)) in enumerate(_ESTIMATORS.items()):
-        data = (pa, pb) if name in ("kappa", "agreement") else (x, y)
-        row[name] = value = point(*data)
-        row[f"{name}_low"], row[f"{name}_high"] = (
-            (math.nan, math.nan) if math.isnan(value)
-            else stats.bootstrap_interval(rows, data, n_resamples, seed + i, confidence))
+    got = stats.rater_figures(FIGURES, pa, pb, x, y, n_draws=n_resamples, seed=seed, confidence=confidence)
+    for name, (value, low, high) in got.items():
+        row[name], row[f"{name}_low"], row[f"{name}_high"] = value, low, high
     row["both_pass"], row["a_pass_b_fail"], row["a_fail_b_pass"], row["both_fail"] = stats.confusion(pa, pb)
     row["mean_a"] = float(x.mean()) if len(x) else float("nan")
     row["mean_b"] = float(y.mean()) if len(y) else float("nan")

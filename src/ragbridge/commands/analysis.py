@@ -22,7 +22,7 @@ from ..analysis.stats import DEFAULT_PERMUTATIONS, DEFAULT_RESAMPLES
 from ..analysis.table import AnalysisError, ScoreTable, open_run
 from ..analysis.validate import validate
 from ..analysis.trend import Trend, trend
-from ..report.text import MISSING, ci_text, interval, num, one_line, p_text, records
+from ..report.text import MISSING, ci_text, interval, missed_lines, num, one_line, p_text, records
 from ..run.summary import ALL
 from ..run import Run
 from .output import err, fail, out, print_json, print_lines, print_table
@@ -82,8 +82,8 @@ def compare_cmd(
                                         "default: each metric's pass mark, docs/report.md)."),
     top: int = typer.Option(5, "--top", help="Disagreeing cases to show per metric."),
     resamples: int = typer.Option(
-        DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples for the 95% intervals (0: none)."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+        DEFAULT_RESAMPLES, "--resamples", help="Draws (resamples) for the 95% intervals (0: none)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the intervals' draws."),
     permutations: int = typer.Option(
         DEFAULT_PERMUTATIONS, "--permutations", help="Permutation test resamples for the shift's p-value "
                                                      "(two runs)."),
@@ -174,7 +174,7 @@ def _print_agreement(console, r: Run, frame, flips: dict[str, int]) -> None:
         lines += [f"  not scored: {'; '.join(notes)}"] if notes else []
     table = print_table(console, t, lines)
     print_lines(console, [
-        "95% bootstrap intervals in brackets."
+        "95% posterior intervals in brackets (docs/report.md)."
         + (" PP PF FP FF: cases both pass, only A passes, only B passes, both fail"
            + (f" (threshold {frame['threshold_a'].iloc[0]:g})." if same_thresholds else ".") if table else "")
         + " Only cases both backends scored enter a figure."
@@ -228,7 +228,7 @@ def _compare_two_runs(path_a: Path, path_b: Path, metric, backend, threshold, to
     table = print_table(out, t, rows)
     print_lines(out, [
         "shift: mean in B - mean in A over the cases both scored, paired bootstrap 95% interval and "
-        "permutation p; the figures compare A's values with B's case by case (bootstrap 95% intervals)."
+        "permutation p; the figures compare A's values with B's case by case (95% posterior intervals)."
         + (" PP PF FP FF: cases both pass, only A passes, only B passes, both fail." if table else "")
     ], indent="")
     for (m, b), group in moved.groupby(["metric", "backend"], sort=False):
@@ -282,8 +282,9 @@ def validate_cmd(
                                         "(repeatable; default: each metric's pass mark, docs/report.md)."),
     label_threshold: float = typer.Option(
         0.5, "--label-threshold", help="A human grade at or above this is a pass (e.g. 3 for a 1-5 scale)."),
-    resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples (0: none)."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples",
+                                  help="Draws for the 95% intervals (0: none)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the intervals' draws."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of a table."),
 ) -> None:
     """Each backend's verdicts against human labels: TPR, TNR, kappa, balanced accuracy."""
@@ -354,7 +355,8 @@ def _print_validation(console, frame) -> None:
     for row in frame.to_dict("records"):
         unscored = [f"{row[k]} {k}" for k in ("undefined", "errored", "missing") if row[k]]
         ci = {f: ci_text(row[f], row[f"{f}_low"], row[f"{f}_high"])
-              for f in ("tpr", "tnr", "kappa", "balanced_accuracy", "spearman", "unsupported_share")}
+              for f in ("tpr", "tnr", "kappa", "balanced_accuracy", "agreement", "spearman",
+                        "unsupported_share")}
         cells = [
             escape(row["metric"]), escape(row["backend"]), f"{row['threshold']:g}",
             str(row["n_labels"]), str(row["n_paired"]),
@@ -362,8 +364,7 @@ def _print_validation(console, frame) -> None:
             f"{row['human_pass']}/{row['human_fail']}",
             *(ci[f].replace(" [", "\n[") for f in ("tpr", "tnr")),
             f"{row['fp']}/{row['human_fail']}",
-            *(ci[f].replace(" [", "\n[") for f in ("kappa", "balanced_accuracy")),
-            num(row["agreement"], 2),
+            *(ci[f].replace(" [", "\n[") for f in ("kappa", "balanced_accuracy", "agreement")),
         ]
         claims = f"{ci['unsupported_share']} of {row['claims_answers']}" if row["claims_answers"] else MISSING
         if show_sp:
@@ -377,15 +378,15 @@ def _print_validation(console, frame) -> None:
             + f"; humans pass {row['human_pass']}, fail {row['human_fail']}",
             f"  TPR {ci['tpr']}, TNR {ci['tnr']}, missed {row['fp']}/{row['human_fail']}, "
             f"kappa {ci['kappa']}, "
-            f"balanced accuracy {ci['balanced_accuracy']}, agreement {num(row['agreement'], 2)}"
+            f"balanced accuracy {ci['balanced_accuracy']}, agreement {ci['agreement']}"
             + (f", Spearman {ci['spearman']}" if show_sp else "")
             + (f", unsupported {claims}" if show_claims else ""),
         ]
     print_table(console, t, lines)
     print_lines(console, [
         "TPR: share of human passes the backend passes; TNR: share of human fails it fails, "
-        "the failures it catches (Wilson 95% intervals); missed: human fails the backend passed; "
-        "kappa and balanced accuracy: bootstrap 95% intervals"
+        "the failures it catches; missed: human fails the backend passed; 95% posterior intervals in "
+        "brackets (docs/report.md)"
         + ("; Spearman: backend value against graded labels" if show_sp else "")
         + ("; unsupported: share of answers with at least one unsupported claim, of those whose claims "
            "the backend exposes" if show_claims else "")
@@ -398,8 +399,7 @@ def _print_validation(console, frame) -> None:
             notes.append(f"{where}: labels drawn by the judge's verdict ("
                          + ", ".join(f"{h} {v['labels']} of {v['cases']}" for h, v in row["strata"].items())
                          + "); every figure but the counts is weighted by stratum")
-        if row["missed"]:
-            notes.append(f"{where}: missed (human fail, backend pass): " + ", ".join(row["missed"]))
+        notes += missed_lines(row, where)
     print_lines(console, notes)
     ppi = [row for row in frame.to_dict("records")
            if row["n_judged"] and not math.isnan(row["ppi_pass_rate"])]
@@ -419,8 +419,9 @@ def calibrate_cmd(
         None, "--threshold", "-t", help="The source backend's threshold (default: its pass mark, "
                                         "docs/report.md)."),
     top: int = typer.Option(10, "--top", help="Flipping cases to show."),
-    resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples (0: none)."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples",
+                                  help="Draws for the 95% intervals (0: none)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the intervals' draws."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
 ) -> None:
     """The threshold in one backend that best reproduces another's pass/fail (maximum kappa)."""

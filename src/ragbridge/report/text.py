@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["MISSING", "num", "interval", "ci_text", "p_text", "md_text", "plain_text", "one_line",
-           "escape_char", "jsonable", "records"]
+           "escape_char", "jsonable", "records", "MISSED", "missed_lines"]
 
 MISSING = "—"
 
@@ -64,6 +64,17 @@ def p_text(p: Any) -> str:
     if p is None or (isinstance(p, float) and math.isnan(p)):
         return MISSING
     return f"{p:.3g}" if p >= 0.001 else "<0.001"
+
+
+#: the two ways a backend and the human labels disagree: the key of a validation row, in words
+MISSED = (("missed_fails", "failure(s) missed (human fail, backend pass)"),
+          ("missed_passes", "pass(es) missed (human pass, backend fail)"))
+
+
+def missed_lines(row: dict, where: str) -> list[str]:
+    """Every case on which a backend and the human labels disagree (a `validate` row), both ways, as
+    lines that begin with ``where``."""
+    return [f"{where}: {len(row[key])} {what}: " + ", ".join(row[key]) for key, what in MISSED if row[key]]
 
 
 def escape_char(m: "re.Match[str]") -> str:
