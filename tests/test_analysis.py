@@ -593,3 +593,21 @@ def test_every_disagreeing_case_is_listed_both_ways_in_every_output(lenient_run,
         assert shown in md, (f, shown)
         assert (f"{num(row[f], 2)}<span class=\"ci\">[{num(row[f + '_low'], 2)}, "
                 f"{num(row[f + '_high'], 2)}]</span>") in html_text, f
+
+
+def test_label_case_ids_follow_the_runs_id_rule(tmp_path):
+    """Label case ids are read as run ids are: white space at the ends dropped (so ' c1 ' labels c1),
+    Unicode NFC; an id with a character that does not print is an error with its line."""
+    import pandas as pd
+
+    path = _labels_file(tmp_path / "l.jsonl", [{"case_id": " c1 ", "metric": "m", "label": "pass"},
+                                               {"case_id": "c\u0301", "metric": "m", "label": "fail"}])
+    assert list(an.load_labels(path)["case_id"]) == ["c1", "\u0107"]
+    _labels_file(path, [{"case_id": "c1", "metric": "m", "label": "pass"},
+                        {"case_id": "c\u200b2", "metric": "m", "label": "fail"}])
+    with pytest.raises(an.AnalysisError, match=r"l\.jsonl:2: case_id .* holds U\+200B \(ZERO WIDTH SPACE\)"):
+        an.load_labels(path)
+    run = write_run(tmp_path / "r", tiny_cases(2), [sc("c1", "m", "b", 0.9), sc("c2", "m", "b", 0.0)])
+    frame = pd.DataFrame({"case_id": ["c1\t", " c2"], "metric": ["m", "m"], "grade": [1.0, 1.0]})
+    row = an.validate(run, frame, n_resamples=0).iloc[0]
+    assert row.n_paired == 2 and row.missed_passes == ["c2"]
