@@ -33,6 +33,8 @@ From Python::
 
     from ragbridge.analysis import compare_runs, trend
     compare_runs("runs/old-judge", "runs/new-judge")   # one row per (metric, backend): figures, shift
+    compare(["runs/gpu-1", "runs/gpu-2"])      # runs judged apart: each run's backends side by side
+    validate(["runs/gpu-1", "runs/gpu-2"], "labels.jsonl")   # (join_runs: a column per backend and run)
     t = trend(["runs/daily"])                  # Trend: .series, .summary (slope), .changes
 
 Cases a backend could not score are never dropped silently: every frame counts, per backend,
@@ -48,7 +50,7 @@ from .gate import GateConfig, GateConfigError, GateReport, GateResult, load_gate
 from .labels import load_labels
 from .noise import noise_figures, noise_table, within_noise
 from .ppi import ppi_estimates
-from .table import AnalysisError
+from .table import AnalysisError, join_runs
 from .thresholds import Thresholds
 from .trend import Trend, trend
 from .validate import validate
@@ -59,5 +61,5 @@ __all__ = [
     "claim_counts", "compare", "compare_runs", "run_shifts", "Trend", "trend", "coverage", "diff_runs",
     "disagreements", "load_gates",
     "load_labels", "parse_gates", "run_gates", "run_problems", "summarize", "unsupported_claims",
-    "validate", "noise_figures", "noise_table", "within_noise", "ppi_estimates",
+    "validate", "noise_figures", "noise_table", "within_noise", "ppi_estimates", "join_runs",
 ]

@@ -27,7 +27,7 @@ from ..metrics import half_of
 from ..run import Run
 from ..verdicts import verdict
 from . import stats
-from .table import AnalysisError, ScoreTable, open_run
+from .table import AnalysisError, ScoreTable, judge_of, open_run
 from .thresholds import Thresholds, pass_marks
 
 __all__ = ["compare", "compare_runs", "run_shifts", "coverage", "disagreements", "FIGURES", "FIGURE_NAMES",
@@ -186,7 +186,6 @@ def compare_runs(
     only = ta.check_backends(backends)
     names = sorted(ta.backends() | tb.backends())
     th_a, th_b = pass_marks(ra, thresholds, backends=names), pass_marks(rb, thresholds, backends=names)
-    ja, jb = (r.manifest.judge or {} for r in (ra, rb))
     rows = []
     for metric in wanted:
         names = [b for b in ta.backends_of(metric) if (metric, b) in keys_b and (only is None or b in only)]
@@ -198,8 +197,8 @@ def compare_runs(
             row: dict[str, Any] = {
                 "metric": metric, "half": half_of(metric), "backend": b,
                 "run_a": str(ra.path), "run_b": str(rb.path),
-                "judge_a": ja.get("model") if _judged(ta, metric, b) else None,
-                "judge_b": jb.get("model") if _judged(tb, metric, b) else None,
+                "judge_a": (judge_of(ra, b, metric) or {}).get("model"),
+                "judge_b": (judge_of(rb, b, metric) or {}).get("model"),
                 "version_a": ra.manifest.backends.get(b), "version_b": rb.manifest.backends.get(b),
                 "n_cases": len(shared), "n_paired": len(ids),
             }
@@ -233,12 +232,6 @@ def compare_runs(
         n_shared=len(shared), only_in_a=len(ta.case_ids) - len(shared),
         only_in_b=len(tb.case_ids) - len(shared))
     return frame
-
-
-def _judged(table: ScoreTable, metric: str, backend: str) -> bool:
-    """True when some score of (metric, backend) was taken by a judge (native metrics are not)."""
-    return any(s.judge_calls for s in table.by_mb.get((metric, backend), {}).values()) or bool(
-        table.run.manifest.judge and backend != "native")
 
 
 def _side_label(run: Run) -> str:

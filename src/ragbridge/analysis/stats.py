@@ -4,6 +4,9 @@ bootstrap of a mean, the permutation test, prediction-powered inference, trends.
 ``compare``, ``validate``, ``calibrate``, ``diff`` and ``gate`` all take their figures and intervals
 from here, so a figure means the same everywhere.
 
+Size: one module on purpose (the design's one statistics module): every figure and interval any
+output shows is defined here, next to the others, and nowhere else.
+
 **Two raters on the same cases** (`rater_figures`): every figure of ``compare`` (two backends, or
 one backend in two runs), ``validate`` (a backend against people) and ``calibrate``, with ONE
 interval method. The figures: TPR, TNR, balanced accuracy, Cohen's kappa, agreement (from the two

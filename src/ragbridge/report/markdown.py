@@ -11,7 +11,7 @@ from ..analysis.table import open_run
 from ..run import Run
 from ..run.summary import ALL
 from .data import DIAGNOSIS_LISTED, report_data
-from .text import ci_text, md_text, missed_lines, num
+from .text import ci_text, column_lines, md_text, missed_lines, num
 
 __all__ = ["render_markdown"]
 
@@ -30,7 +30,8 @@ def render_markdown(run: Union[Run, str, Path], data: Optional[dict] = None, **k
 
 def _head(d: dict, out: list[str]) -> None:
     r = d["run"]
-    out += [f"# ragbridge report: {md_text(r['path'] or '')}", ""]
+    joined = r.get("joined")
+    out += [f"# ragbridge report: {md_text(r['path'] or ' + '.join(joined['runs'] if joined else []))}", ""]
     if r.get("stub_judge"):
         out += ["> **Stub judge.** Every judged score of this run came from ragbridge's deterministic stub "
                 "judge, not a language model: the scores test the evaluation plumbing, not the answers.", ""]
@@ -47,6 +48,9 @@ def _head(d: dict, out: list[str]) -> None:
             out.append(f"- **self-judging**: the judge is the system under test's own model "
                        f"({md_text(sj.get('generator_model'))}) on {sj.get('cases')} case(s); its scores "
                        "are likely inflated")
+    if r.get("columns"):
+        lines = column_lines(r["columns"], joined)
+        out += [f"- {md_text(lines[0])}:"] + [f"  - {md_text(ln.strip())}" for ln in lines[1:]]
     out.append(f"- status: {md_text(r['status'])}; started {md_text(r['started_at'])}, "
                f"finished {md_text(r['finished_at'])}")
     out += [f"- scores: {counts.get('scores', 0)} ({counts.get('scored', 0)} scored, "
