@@ -533,6 +533,10 @@ def test_no_interval_collapses_to_a_point_from_twelve_cases(lenient_run):
     pair = an.compare(run, metrics=["faithfulness"]).iloc[0]
     assert {pair.backend_a, pair.backend_b} == {"rubric", "trulens"} and pair.kappa == 0.0
     assert pair.kappa_low < 0.0 < pair.kappa_high and pair.kappa_high - pair.kappa_low > 0.2
+    # every case labelled: the set's pass rate is the labels' own, said so rather than as [0.75, 0.75]
+    text = " ".join(ragbridge_cli("validate", run, "--labels", labels, "--backend", "trulens").stdout.split())
+    assert "trulens: 0.75, exact: every one of the 12 judged cases is labelled" in text, text
+    assert "[0.75, 0.75]" not in text and "[0.00, 0.00]" not in text and "[0.50, 0.50]" not in text
 
 
 def test_stratified_labels_that_all_agree_give_a_balanced_accuracy_as_wide_as_the_data_allow(tmp_path):

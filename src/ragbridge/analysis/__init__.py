@@ -14,8 +14,10 @@ object; the commands of ``ragbridge.commands`` print the same. One module per an
                detectable difference, whether a difference between runs is within judge noise
 ``trend``      the series of each metric's mean over dated runs, its slope and its change points
 ``ppi``        the true pass rate from the judge's verdicts and a few human labels (PPI)
-``stats``      the one bootstrap engine, the permutation test, Wilson intervals, PPI, the figures
-``table``      runs as paired tables of scores; ``thresholds``: pass/fail thresholds
+``stats``      the figures of two raters and their one interval method, the bootstrap of a mean, the
+               permutation test, PPI
+``table``      runs as paired tables of scores, runs judged apart joined as columns (`join_runs`);
+               ``thresholds``: pass/fail thresholds
 
 From Python::
 

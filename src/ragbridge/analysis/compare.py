@@ -4,9 +4,10 @@ For every canonical metric scored by two or more backends, the agreement of each
 the cases both scored: Spearman and Kendall (tau-b) rank correlation, Pearson correlation, mean
 absolute difference, and at each backend's pass mark (`ragbridge.analysis.thresholds.pass_marks`; a
 case passes by `ragbridge.verdicts.verdict`) Cohen's kappa, percent agreement and the 2x2 confusion
-table, each figure with its bootstrap
-interval (`ragbridge.analysis.stats`). `disagreements` lists the cases where the backends differ
-most, with every backend's value and reason; `coverage` counts what each backend scored.
+table, each figure with its posterior interval (`ragbridge.analysis.stats.rater_figures`).
+`disagreements` lists the cases where the backends differ most, with every backend's value and
+reason; `coverage` counts what each backend scored. Runs of the same cases scored apart are compared
+as one (`ragbridge.analysis.table.join_runs`: a list of runs for ``run``).
 
 `compare_runs` compares two runs rater against rater: the same (backend, metric) in each run, on the
 case ids both runs hold, with the same figures, plus the shift of the mean (run B - run A) with its
@@ -76,7 +77,7 @@ def compare(
 
     One row per (metric, backend_a, backend_b): the case counts (``n_paired`` cases both scored;
     per side ``*_undefined``, ``*_errored``, ``*_missing``), each figure of `FIGURES` with its
-    bootstrap interval (``<figure>_low``, ``<figure>_high``), the thresholds used and the confusion
+    posterior interval (``<figure>_low``, ``<figure>_high``), the thresholds used and the confusion
     table ``both_pass``, ``a_pass_b_fail``, ``a_fail_b_pass``, ``both_fail``, and the means of each
     side over the paired cases. ``thresholds``: see `Thresholds.parse`; the run's pass marks
     (`pass_marks`) where they set none.
@@ -158,7 +159,7 @@ def compare_runs(
 
     Only the case ids both runs hold are counted (``n_cases``); ``n_paired`` of them were scored in
     both. The row holds the judge model and backend version of each side (``judge_a``,
-    ``version_a``, ...), the counts, every figure of `FIGURES` with its bootstrap interval, the
+    ``version_a``, ...), the counts, every figure of `FIGURES` with its posterior interval, the
     confusion table, the means, and ``shift`` = mean_b - mean_a with its paired bootstrap interval
     (``shift_low``, ``shift_high``) and paired permutation p-value (``shift_p``). The frame's
     ``attrs`` hold ``run_a``, ``run_b`` (paths), ``label_a``, ``label_b``, ``n_shared``,

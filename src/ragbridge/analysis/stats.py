@@ -31,7 +31,7 @@ and a within-stratum bootstrap balanced accuracy 0.94 [0.91, 0.97] beside TNR 1.
 Where the labels' strata were made by the rater's own verdicts, the corners of its other verdict are
 left out of each stratum. The interval always holds the figure itself (Brown, Cai and DasGupta's
 rule for Jeffreys' interval at 0 or n successes). In seeded simulations (tests/test_analysis.py:
-uniform labels from 12 to 53 cases, labels drawn by stratum from a run of 300 with strata whose labels
+uniform labels on 12 and 40 cases, labels drawn by stratum from a run of 300 with strata whose labels
 all agree, and two raters of which one passes 97% of cases) the 95% intervals of TPR, TNR, balanced
 accuracy, kappa and agreement cover the truth 93-99% of the time; a prior of a whole case a corner
 covered as rarely as 85%.

@@ -6,8 +6,9 @@ answers the backend passes, ``tnr`` the share of human-failed answers the backen
 real failures it catches), so a judge that agrees 90% overall but misses half of the rare failures
 shows ``tnr`` 0.5. Also Cohen's kappa, balanced accuracy, and, where a backend exposes its claims
 (`ragbridge.run.summary.claim_counts`), the share of answers with at least one unsupported
-claim. Rates get Wilson intervals, kappa, balanced accuracy and Spearman bootstrap intervals
-(`ragbridge.analysis.stats`). ``missed`` lists the human fails the backend passed.
+claim. Every figure has its posterior interval (`ragbridge.analysis.stats.rater_figures`, the one
+method of every agreement figure). ``missed_fails`` lists the human fails the backend passed,
+``missed_passes`` the human passes it failed: every case it disagrees on.
 
 A backend's verdict is `ragbridge.verdicts.verdict` at its pass mark
 (`ragbridge.analysis.thresholds.pass_marks`), as in every other output.
@@ -15,11 +16,11 @@ A backend's verdict is `ragbridge.verdicts.verdict` at its pass mark
 Labels drawn by stratum (``ragbridge label``: half from the cases the judge passed, half from those it
 failed, the design carried in the labels file, `ragbridge.analysis.labels`) are weighted by it: each
 labelled case stands for ``stratum_size / labels in its stratum`` cases, so TPR, TNR, kappa, balanced
-accuracy and agreement are those of the whole run, not of the over-sampled fails (TPR and TNR with
-Wilson intervals at the effective sample size, kappa and balanced accuracy with a bootstrap within
-each stratum; the counts ``tp``, ``fn``, ``fp``, ``tn`` stay those of the labels);
-the pass rate follows the strata too (`ragbridge.analysis.ppi.pass_rate`). Spearman is of the
-labelled cases as drawn.
+accuracy, agreement and Spearman are those of the whole run, not of the over-sampled fails, and
+their intervals draw each stratum apart (the backend whose verdicts made the strata passes every
+case of the pass stratum and fails every case of the other: its other verdict is no corner there);
+the counts ``tp``, ``fn``, ``fp``, ``tn`` stay those of the labels. The pass rate follows the
+strata too (`ragbridge.analysis.ppi.pass_rate`).
 """
 
 from __future__ import annotations
@@ -75,10 +76,11 @@ def validate(
     ``n_paired`` (labelled cases the backend scored), ``unscored`` (labelled but undefined,
     errored or missing), ``human_pass``, ``human_fail``, the confusion ``tp`` (both pass), ``fn``
     (human pass, backend fail), ``fp`` (human fail, backend pass: a missed failure), ``tn``;
-    ``tpr``, ``tnr`` (Wilson intervals), ``kappa``, ``balanced_accuracy`` (bootstrap intervals),
-    ``agreement``; for graded labels ``spearman`` with the backend's value; and where the backend
-    exposes claims, ``claims_answers`` and ``unsupported_share`` (answers with at least one
-    unsupported claim, Wilson interval).
+    ``tpr``, ``tnr``, ``kappa``, ``balanced_accuracy``, ``agreement``; for graded labels ``spearman``
+    with the backend's value; where the backend exposes claims, ``claims_answers`` and
+    ``unsupported_share`` (answers with at least one unsupported claim); each figure with its
+    posterior interval (``<figure>_low``, ``<figure>_high``); ``missed_fails`` and
+    ``missed_passes``, the case ids the backend got wrong each way.
     """
     import pandas as pd
 

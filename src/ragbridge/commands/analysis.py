@@ -365,6 +365,10 @@ def _signal_labels(r, name: str, metrics: Optional[List[str]]):
 
 def _ppi_line(row) -> str:
     labelled = row["n_paired"]
+    if labelled == row["n_judged"]:  # nothing left to estimate: the set's pass rate is the labels'
+        return (f"{row['metric']}, {row['backend']}: {num(row['ppi_pass_rate'], 2)}, exact: every one of "
+                f"the {labelled} judged cases is labelled "
+                f"(the judge alone: {num(row['judge_pass_rate'], 2)})")
     rate = ci_text(row["ppi_pass_rate"], row["ppi_pass_rate_low"], row["ppi_pass_rate_high"])
     line = (f"{row['metric']}, {row['backend']}: {rate} "
             f"from {labelled} labels and {row['n_judged']} judged cases (the judge alone: "
