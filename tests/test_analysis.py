@@ -560,6 +560,21 @@ def test_stratified_labels_that_all_agree_give_a_balanced_accuracy_as_wide_as_th
     assert row.kappa_high == 1.0 and width["kappa"] > 0.1, width
 
 
+def test_every_disagreeing_case_is_listed_both_ways(lenient_run):
+    """validate's rows name the cases a backend gets wrong each way, and the Markdown report lists
+    them (the command line, HTML and the numbers in each: the test below)."""
+    from ragbridge.report import render_markdown
+
+    run, labels = lenient_run
+    rows = an.validate(run, labels, n_resamples=0).set_index("backend")
+    missed = {b: (r["missed_fails"], r["missed_passes"]) for b, r in rows.iterrows()}
+    assert missed == {"rubric": (["c3"], ["c4", "c5"]), "trulens": (["c1", "c2", "c3"], [])}
+    md = " ".join(render_markdown(run, labels=labels, n_resamples=0).split())
+    assert "trulens: 3 failure(s) missed (human fail, backend pass): c1, c2, c3" in md
+    assert "rubric: 2 pass(es) missed (human pass, backend fail): c4, c5" in md
+
+
+@pytest.mark.slow
 def test_every_disagreeing_case_is_listed_both_ways_in_every_output(lenient_run, tmp_path):
     """A label file whose case ids carry white space (as run ids may, and are stripped), a pass for a
     case the backend scored 0.0 and fails it passed: text, --json, Markdown and HTML name each

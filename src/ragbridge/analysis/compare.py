@@ -131,7 +131,8 @@ def _figures(x: np.ndarray, y: np.ndarray, pa: np.ndarray, pb: np.ndarray, ta: f
     table and the means of two raters' values on the same cases (``x`` and ``y``, in the same order;
     ``pa`` and ``pb`` their verdicts at ``ta`` and ``tb``)."""
     row: dict[str, Any] = {"threshold_a": ta, "threshold_b": tb}
-    got = stats.rater_figures(FIGURES, pa, pb, x, y, n_draws=n_resamples, seed=seed, confidence=confidence)
+    got = stats.rater_figures(FIGURES, pa, pb, x, y, cut_x=ta, cut_y=tb, n_draws=n_resamples, seed=seed,
+                              confidence=confidence)
     for name, (value, low, high) in got.items():
         row[name], row[f"{name}_low"], row[f"{name}_high"] = value, low, high
     row["both_pass"], row["a_pass_b_fail"], row["a_fail_b_pass"], row["both_fail"] = stats.confusion(pa, pb)

@@ -100,7 +100,7 @@ import numpy as np
 
 __all__ = [
     "CONFIDENCE", "DEFAULT_RESAMPLES", "DEFAULT_DRAWS", "DEFAULT_PERMUTATIONS", "PRIOR", "group_seed",
-    "FIGURE_FORMS", "rater_figures", "confusion", "rate", "mean_rows",
+    "FIGURE_FORMS", "rater_figures", "confusion", "mean_rows",
     "bootstrap_interval", "mean_interval", "paired_bootstrap_ci", "paired_permutation_pvalue",
     "normal_quantile", "ppi_mean", "classical_mean", "ols_slope", "change_points",
 ]
@@ -126,10 +126,6 @@ def confusion(a, b) -> tuple[int, int, int, int]:
     """``(both pass, a pass b fail, a fail b pass, both fail)``: the counts of two raters' verdicts."""
     a, b = np.asarray(a, bool), np.asarray(b, bool)
     return (int(np.sum(a & b)), int(np.sum(a & ~b)), int(np.sum(~a & b)), int(np.sum(~a & ~b)))
-
-
-def rate(k: int, n: int) -> float:
-    return k / n if n else float("nan")
 
 
 def _ratio(num, den):
@@ -387,7 +383,7 @@ def bootstrap_interval(
     statistic: Callable, data: Sequence[Sequence[float]], n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0, confidence: float = CONFIDENCE,
 ) -> tuple[float, float]:
-    """Paired percentile bootstrap interval of ``statistic(*rows)`` (a ``*_rows`` function).
+    """Paired percentile bootstrap interval of ``statistic(*rows)`` (one value per row, as `mean_rows`).
 
     The arrays of ``data`` are resampled together (the same cases in each), in blocks of at most
     ``BLOCK`` values. ``(nan, nan)`` with no resamples, fewer than 2 cases, or when the statistic is
