@@ -200,9 +200,9 @@ def test_validate_intervals_stay_in_zero_one_and_name_the_missed_cases(tmp_path)
     for key in ("ppi_pass_rate", "human_pass_rate"):
         lo, hi = row.get(f"{key}_low"), row.get(f"{key}_high")
         assert 0.0 <= lo <= hi <= 1.0, (key, lo, hi)
-    assert row["missed"] == [cases[3].id]
+    assert row["missed_fails"] == [cases[3].id] and row["missed_passes"] == []
     text = ragbridge_cli("validate", run, "--labels", labels).stdout
-    assert f"missed (human fail, backend pass): {cases[3].id}" in " ".join(text.split())
+    assert f"1 failure(s) missed (human fail, backend pass): {cases[3].id}" in " ".join(text.split())
     assert not re.search(r"1\.0[1-9]", text)  # no interval end above 1
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import warnings
 
 import numpy as np
 import pytest
@@ -145,29 +146,44 @@ def test_bootstrap_is_seeded_and_brackets_the_estimate(mixed_run):
             assert row[f"{f}_high"] - row[f"{f}_low"] < 1.0
 
 
-def test_vectorised_replicates_equal_the_libraries():
+def test_figures_on_weighted_cases_equal_the_libraries():
+    """Each figure on equally weighted cases is scipy's and scikit-learn's; on cases weighted 1, 2 or
+    3 it is the libraries' figure of the cases repeated that often (what a stratum's weight means)."""
     from sklearn.metrics import balanced_accuracy_score, cohen_kappa_score
 
     rng = np.random.default_rng(1)
-    x = np.round(rng.random((40, 25)), 1)  # rounding makes ties
-    y = np.round(0.5 * x + 0.5 * rng.random((40, 25)), 1)
-    sp, kd, pr = st.spearman_rows(x, y), st.kendall_rows(x, y), st.pearson_rows(x, y)
-    for i in range(len(x)):
-        assert sp[i] == pytest.approx(stats.spearmanr(x[i], y[i]).statistic)
-        assert kd[i] == pytest.approx(stats.kendalltau(x[i], y[i]).statistic)
-        assert pr[i] == pytest.approx(stats.pearsonr(x[i], y[i]).statistic)
-    a, b = x > 0.5, y > 0.45
-    kv, bv = st.kappa_rows(a, b), st.balanced_accuracy_rows(a, b)
-    for i in range(len(x)):
-        assert kv[i] == pytest.approx(cohen_kappa_score(a[i], b[i]))
-        assert bv[i] == pytest.approx(balanced_accuracy_score(a[i], b[i]))
-    # the large-n path (scipy row by row) gives the same numbers
-    big_x, big_y = rng.random((2, 130)), rng.random((2, 130))
-    assert st.kendall_rows(big_x, big_y)[1] == pytest.approx(stats.kendalltau(big_x[1], big_y[1]).statistic)
-    # undefined stays undefined, never 0
-    assert math.isnan(st.kappa_rows(np.ones(5, bool), np.ones(5, bool)))
-    assert math.isnan(st.spearman([0.5, 0.5, 0.5], [0.1, 0.2, 0.3]))
-    assert all(math.isnan(v) for v in st.bootstrap_interval(st.pearson_rows, ([0.5] * 6, [0.1] * 6)))
+    names = list(st.FIGURE_FORMS)
+    for n in [2, 3, 5, 25, 60, 300]:  # 300: Kendall's merge runs through nine levels
+        x = np.round(rng.random(n), 1)  # rounding makes ties
+        y = np.round(0.5 * x + 0.5 * rng.random(n), 1)
+        a, b = x > 0.5, y > 0.45
+        for reps in (np.ones(n, int), rng.integers(1, 4, n)):
+            xs, ys, as_, bs = (np.repeat(v, reps) for v in (x, y, a, b))
+            got = {k: v[0] for k, v in st.rater_figures(
+                names, a, b, x, y, strata=[f"s{i}" for i in range(n)],
+                shares={f"s{i}": r / reps.sum() for i, r in enumerate(reps)}, n_draws=0).items()}
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                want = {"spearman": stats.spearmanr(xs, ys).statistic,
+                        "kendall": stats.kendalltau(xs, ys).statistic,
+                        "pearson": stats.pearsonr(xs, ys).statistic if n > 2 else math.nan,
+                        "mae": np.mean(np.abs(xs - ys)), "agreement": np.mean(as_ == bs),
+                        "kappa": cohen_kappa_score(as_, bs), "share": np.mean(as_),
+                        "tpr": np.mean(bs[as_]) if as_.any() else math.nan,
+                        "tnr": np.mean(~bs[~as_]) if (~as_).any() else math.nan,
+                        "balanced_accuracy": (balanced_accuracy_score(as_, bs)
+                                              if as_.any() and (~as_).any() else math.nan)}
+            for k in names:
+                if n == 2 and k == "pearson":
+                    continue
+                w = want[k] if np.isfinite(want[k]) else math.nan
+                assert (math.isnan(got[k]) and math.isnan(w)) or got[k] == pytest.approx(w, abs=1e-9), (n, k)
+    # undefined stays undefined, never 0, and has no interval
+    for figure, args in (("kappa", ([True] * 5, [True] * 5)), ("spearman", ([True] * 3, [True] * 3,
+                                                                             [0.5] * 3, [0.1, 0.2, 0.3])),
+                         ("tnr", ([True] * 4, [False] * 4))):
+        v, lo, hi = st.rater_figures([figure], *args)[figure]
+        assert math.isnan(v) and math.isnan(lo) and math.isnan(hi), figure
 
 
 def test_disagreements_show_every_backend_value_and_reason(mixed_run):
@@ -241,12 +257,14 @@ def test_validate_matches_hand_computation(labelled_run):
     assert row.balanced_accuracy == pytest.approx(0.75)
     # po = .9, human pass rate .8, judge pass rate .9 -> pe = .72 + .02
     assert row.kappa == pytest.approx((0.9 - 0.74) / (1 - 0.74))
-    # Wilson interval of 1/2, written out
-    z = stats.norm.ppf(0.975)
-    centre = (1 + z * z / 2) / (2 + z * z)
-    half = z * math.sqrt(0.5 * 0.5 * 2 + z * z / 4) / (2 + z * z)
-    assert row.tnr_low == pytest.approx(centre - half) and row.tnr_high == pytest.approx(centre + half)
-    assert row.kappa_low <= row.kappa <= row.kappa_high
+    # TNR's posterior is Beta(tn + 1/2, fp + 1/2), Jeffreys' (the cells' Dirichlet(counts + 1/2))
+    fine = an.validate(run, labels, n_resamples=40000).iloc[0]
+    for f, (k, m) in (("tnr", (1, 1)), ("tpr", (8, 0))):
+        lo, hi = stats.beta.ppf([0.025, 0.975], k + 0.5, m + 0.5)
+        assert fine[f"{f}_low"] == pytest.approx(lo, abs=0.005)
+        assert fine[f"{f}_high"] == pytest.approx(min(hi, 1.0) if m else 1.0, abs=0.005)  # holds the 1.0
+    for f in ("kappa", "balanced_accuracy", "agreement"):
+        assert row[f"{f}_low"] <= row[f] <= row[f"{f}_high"]
     # claims: two of the ten scored answers (and the errored one has none) have an unsupported claim
     assert row.claims_answers == 10 and row.unsupported_answers == 2
     assert row.unsupported_share == pytest.approx(0.2)
@@ -385,7 +403,10 @@ def test_cli_validate_and_calibrate(labelled_run, migration_run, tmp_path):
     run, labels = labelled_run
     r = ragbridge_cli("validate", run, "--labels", labels, "--resamples", "100")
     assert r.returncode == 0, r.stderr
-    assert "TNR" in r.stdout and "[0.09, 0.91]" in r.stdout and "1/2" in r.stdout
+    [row] = json.loads(ragbridge_cli("validate", run, "--labels", labels, "--resamples", "100",
+                                     "--json").stdout)["validation"]
+    assert "TNR" in r.stdout and f"[{row['tnr_low']:.2f}, {row['tnr_high']:.2f}]" in r.stdout
+    assert "1/2" in r.stdout
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{oops\n")
     r = ragbridge_cli("validate", run, "--labels", bad)
@@ -394,3 +415,218 @@ def test_cli_validate_and_calibrate(labelled_run, migration_run, tmp_path):
                       "--metric", "faithfulness", "--threshold", "0.7", "--resamples", "100")
     assert c.returncode == 0, c.stderr
     assert "ragas at 0.535" in c.stdout and "2 still flip" in c.stdout and "c7" in c.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# The intervals keep their coverage: seeded simulations from a known truth
+
+COVERED = ("tpr", "tnr", "balanced_accuracy", "kappa", "agreement")
+
+
+def _truth(h, j) -> dict[str, float]:
+    """The figures of a whole population: human verdicts ``h``, the judge's ``j``."""
+    return {f: v[0] for f, v in st.rater_figures(COVERED, h, j, n_draws=0).items()}
+
+
+def _uniform_labels(rng, n=12, p_pass=0.85, tpr=0.9, tnr=0.6):
+    """``n`` cases labelled at random from a golden set whose cases humans pass with ``p_pass``; the
+    judge passes a human pass with ``tpr`` and fails a human fail with ``tnr``."""
+    h = rng.random(n) < p_pass
+    j = np.where(h, rng.random(n) < tpr, rng.random(n) >= tnr)
+    return {"a": h, "b": j}, None
+
+
+def _stratified_labels(rng, n_run=300, per=10, p_pass=0.85, tpr=0.99, tnr=0.7):
+    """``ragbridge label``'s draw: ``per`` labels from the cases the judge passed and ``per`` from those
+    it failed, in a run of ``n_run``; the truth is the whole run's figures. With a judge whose passes
+    humans nearly always pass too, the labels of the pass stratum mostly all agree."""
+    h = rng.random(n_run) < p_pass
+    j = np.where(h, rng.random(n_run) < tpr, rng.random(n_run) >= tnr)
+    idx, strata = [], []
+    for v, name in ((True, "pass"), (False, "fail")):
+        members = np.flatnonzero(j == v)
+        idx += list(rng.choice(members, min(per, len(members)), replace=False))
+        strata += [name] * min(per, len(members))
+    shares = {"pass": float(np.mean(j)), "fail": float(np.mean(~j))}
+    return ({"a": h[idx], "b": j[idx], "strata": strata, "shares": shares,
+             "fixed_b": {"pass": True, "fail": False}}, _truth(h, j))
+
+
+def _lenient_rater(rng, n=12):
+    """Two backends on 12 cases: b passes 97% of cases, a 75%, a fifth of b's verdicts copy a's."""
+    a = rng.random(n) < 0.75
+    b = np.where(rng.random(n) < 0.2, a, rng.random(n) < 0.97)
+    return {"a": a, "b": b}, None
+
+
+@pytest.mark.parametrize("draw,population", [
+    (_uniform_labels, lambda rng: _uniform_labels(rng, 500_000)[0]),
+    (lambda rng: _uniform_labels(rng, n=40, p_pass=0.9, tpr=0.97, tnr=0.5),
+     lambda rng: _uniform_labels(rng, 500_000, p_pass=0.9, tpr=0.97, tnr=0.5)[0]),
+    (_stratified_labels, None),
+    (_lenient_rater, lambda rng: _lenient_rater(rng, 500_000)[0]),
+], ids=["uniform-12", "uniform-40", "stratified-all-agree", "one-rater-passes-nearly-all"])
+def test_the_intervals_cover_the_truth_at_their_nominal_level(draw, population):
+    """In 800 label sets drawn from a known truth, the 95% intervals of TPR, TNR, balanced accuracy,
+    kappa and agreement hold the truth at least 93% of the time (where the figure is defined: TNR
+    with no human fail among the labels is undefined and has no interval), and never collapse to a
+    point."""
+    rng = np.random.default_rng(20261201)
+    truth = _truth(*population(rng).values()) if population else None
+    covered = {f: [] for f in COVERED}
+    agreeing = 0
+    for trial in range(800):
+        kw, run_truth = draw(rng)
+        got = st.rater_figures(COVERED, **kw, n_draws=1000, seed=trial)
+        if kw.get("strata"):
+            agreeing += any(len(set(kw["a"][np.array(kw["strata"]) == h])) == 1 for h in ("pass", "fail"))
+        for f, (v, lo, hi) in got.items():
+            if not math.isnan(v):
+                assert lo < hi, (f, kw)
+                want = (run_truth or truth)[f]
+                covered[f].append(lo - 1e-12 <= want <= hi + 1e-12)
+    rates = {f: np.mean(c) for f, c in covered.items()}
+    assert all(r >= 0.93 for r in rates.values()), rates
+    assert all(len(c) >= 600 for c in covered.values())
+    if population is None:
+        assert agreeing >= 400  # most label sets hold a stratum whose labels all agree
+
+
+# --------------------------------------------------------------------------------------------
+# What the user reads: intervals that do not collapse, every disagreeing case, one number everywhere
+
+
+def _labels_file(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def lenient_run(tmp_path):
+    """Twelve labelled cases; one backend passes every one of them, the other fails four. People
+    fail three: c1 and c2 (the strict backend fails them too) and c3 (which it passes)."""
+    cases = tiny_cases(12)
+    strict = [0.2, 0.3, 0.9, 0.1, 0.0, 0.8, 0.9, 0.7, 0.95, 0.6, 0.85, 0.75]
+    scores = [sc(c.id, "faithfulness", "trulens", 0.9, reason="grounded") for c in cases]
+    scores += [sc(c.id, "faithfulness", "rubric", v, reason=f"r{i}")
+               for i, (c, v) in enumerate(zip(cases, strict))]
+    run = write_run(tmp_path / "lenient", cases, scores)
+    human = {"c1": "fail", "c2": "fail", "c3": "fail"}
+    labels = _labels_file(tmp_path / "labels.jsonl", [
+        {"case_id": c.id, "metric": "faithfulness", "label": human.get(c.id, "pass")} for c in cases])
+    return run, labels
+
+
+def test_no_interval_collapses_to_a_point_from_twelve_cases(lenient_run):
+    """A backend that passes all 12 cases: balanced accuracy 0.5 and kappa 0 against people, and kappa
+    0 against the other backend. Each is a figure of 12 cases, so each has an interval around it that
+    is not a point (the percentile bootstrap gave [0.50, 0.50] and [0.00, 0.00])."""
+    run, labels = lenient_run
+    row = an.validate(run, labels, backends=["trulens"]).iloc[0]
+    assert (row.tp, row.fn, row.fp, row.tn) == (9, 0, 3, 0)
+    assert row.balanced_accuracy == 0.5 and row.tnr == 0.0 and row.kappa == 0.0
+    for f in ("balanced_accuracy", "kappa", "tnr", "tpr", "agreement"):
+        assert row[f"{f}_low"] <= row[f] <= row[f"{f}_high"], f
+        assert row[f"{f}_high"] - row[f"{f}_low"] > 0.1, (f, row[f"{f}_low"], row[f"{f}_high"])
+    # TNR 0 of 3: from 0, as far up as three failures allow
+    assert row.tnr_low == 0.0 and 0.3 < row.tnr_high < 0.7
+    pair = an.compare(run, metrics=["faithfulness"]).iloc[0]
+    assert {pair.backend_a, pair.backend_b} == {"rubric", "trulens"} and pair.kappa == 0.0
+    assert pair.kappa_low < 0.0 < pair.kappa_high and pair.kappa_high - pair.kappa_low > 0.2
+    # every case labelled: the set's pass rate is the labels' own, said so rather than as [0.75, 0.75]
+    text = " ".join(ragbridge_cli("validate", run, "--labels", labels, "--backend", "trulens").stdout.split())
+    assert "trulens: 0.75, exact: every one of the 12 judged cases is labelled" in text, text
+    assert "[0.75, 0.75]" not in text and "[0.00, 0.00]" not in text and "[0.50, 0.50]" not in text
+
+
+def test_stratified_labels_that_all_agree_give_a_balanced_accuracy_as_wide_as_the_data_allow(tmp_path):
+    """Labels drawn by stratum (``ragbridge label``): 20 from the 80 cases the judge passed, all of
+    which people pass too, and 5 from the 20 it failed, all of which people fail. Balanced accuracy is
+    the mean of TPR and TNR, so its interval is at least about half as wide as TNR's (a bootstrap
+    within strata gave 0.94 [0.91, 0.97] beside TNR 1.00 [0.57, 1.00])."""
+    cases = tiny_cases(100)
+    values = [0.9] * 80 + [0.1] * 20
+    run = write_run(tmp_path / "strat", cases,
+                    [sc(c.id, "faithfulness", "rubric", v) for c, v in zip(cases, values)])
+    rows = [{"case_id": c.id, "metric": "faithfulness", "label": "pass" if v > 0.5 else "fail",
+             "stratum": "pass" if v > 0.5 else "fail", "stratum_size": 80 if v > 0.5 else 20,
+             "stratum_backend": "rubric", "stratum_threshold": 0.5}
+            for c, v in list(zip(cases, values))[:20] + list(zip(cases, values))[80:85]]
+    row = an.validate(run, _labels_file(tmp_path / "l.jsonl", rows)).iloc[0]
+    assert row.design == "stratified" and row.tpr == row.tnr == row.balanced_accuracy == 1.0
+    width = {f: row[f"{f}_high"] - row[f"{f}_low"] for f in ("tpr", "tnr", "balanced_accuracy", "kappa")}
+    assert width["tnr"] > 0.2 and width["tpr"] > 0.05, width
+    assert width["balanced_accuracy"] >= 0.4 * width["tnr"], width
+    assert row.kappa_high == 1.0 and width["kappa"] > 0.1, width
+
+
+def test_every_disagreeing_case_is_listed_both_ways(lenient_run):
+    """validate's rows name the cases a backend gets wrong each way, and the Markdown report lists
+    them (the command line, HTML and the numbers in each: the test below)."""
+    from ragbridge.report import render_markdown
+
+    run, labels = lenient_run
+    rows = an.validate(run, labels, n_resamples=0).set_index("backend")
+    missed = {b: (r["missed_fails"], r["missed_passes"]) for b, r in rows.iterrows()}
+    assert missed == {"rubric": (["c3"], ["c4", "c5"]), "trulens": (["c1", "c2", "c3"], [])}
+    md = " ".join(render_markdown(run, labels=labels, n_resamples=0).split())
+    assert "trulens: 3 failure(s) missed (human fail, backend pass): c1, c2, c3" in md
+    assert "rubric: 2 pass(es) missed (human pass, backend fail): c4, c5" in md
+
+
+@pytest.mark.slow
+def test_every_disagreeing_case_is_listed_both_ways_in_every_output(lenient_run, tmp_path):
+    """A label file whose case ids carry white space (as run ids may, and are stripped), a pass for a
+    case the backend scored 0.0 and fails it passed: text, --json, Markdown and HTML name each
+    disagreeing case, both ways, and print the same figures."""
+    run, _ = lenient_run
+    labels = _labels_file(tmp_path / "spaced.jsonl", [
+        {"case_id": f" {c} " if i % 2 else f"{c}\t", "metric": "faithfulness", "label": lab}
+        for i, (c, lab) in enumerate([("c1", "fail"), ("c2", "fail"), ("c3", "fail"), ("c4", "pass"),
+                                      ("c5", "pass"), ("c6", "pass"), ("c7", "pass"), ("c8", "pass")])])
+    res = ragbridge_cli("validate", run, "--labels", labels, "--backend", "rubric", env={"COLUMNS": "80"})
+    assert res.returncode == 0, res.stderr
+    assert "not in this run" not in res.stderr  # the ids, stripped, name the run's cases
+    text = " ".join(res.stdout.split())
+    [row] = json.loads(ragbridge_cli("validate", run, "--labels", labels, "--backend", "rubric",
+                                     "--json").stdout)["validation"]
+    assert row["n_labels"] == row["n_paired"] == 8 and row["labels_unknown_case"] == 0
+    # c5 is scored 0.0 and labelled pass; c4 (0.1) too; c3 (0.9) is labelled fail
+    assert row["missed_passes"] == ["c4", "c5"] and row["missed_fails"] == ["c3"]
+    md = ragbridge_cli("report", run, "--labels", labels, "--format", "md", "--out", "-").stdout
+    page = tmp_path / "report.html"
+    assert ragbridge_cli("report", run, "--labels", labels, "--out", page).returncode == 0
+    html_text = page.read_text(encoding="utf-8")
+    md_text_ = " ".join(md.split())
+    for words in ("rubric: 1 failure(s) missed (human fail, backend pass): c3",
+                  "rubric: 2 pass(es) missed (human pass, backend fail): c4, c5"):
+        assert words in text, text
+        assert words.replace("(", "\\(").replace(")", "\\)") in md_text_ or words in md_text_, md
+    assert '<a href="#case-c3">c3</a>' in html_text and '<a href="#case-c5">c5</a>' in html_text
+    assert "pass(es) missed (human pass, backend fail)" in html_text
+    from ragbridge.report.text import ci_text, num
+
+    for f in ("tpr", "tnr", "kappa", "balanced_accuracy", "agreement"):
+        shown = ci_text(row[f], row[f"{f}_low"], row[f"{f}_high"])
+        assert shown in text, (f, shown, text)
+        assert shown in md, (f, shown)
+        assert (f"{num(row[f], 2)}<span class=\"ci\">[{num(row[f + '_low'], 2)}, "
+                f"{num(row[f + '_high'], 2)}]</span>") in html_text, f
+
+
+def test_label_case_ids_follow_the_runs_id_rule(tmp_path):
+    """Label case ids are read as run ids are: white space at the ends dropped (so ' c1 ' labels c1),
+    Unicode NFC; an id with a character that does not print is an error with its line."""
+    import pandas as pd
+
+    path = _labels_file(tmp_path / "l.jsonl", [{"case_id": " c1 ", "metric": "m", "label": "pass"},
+                                               {"case_id": "c\u0301", "metric": "m", "label": "fail"}])
+    assert list(an.load_labels(path)["case_id"]) == ["c1", "\u0107"]
+    _labels_file(path, [{"case_id": "c1", "metric": "m", "label": "pass"},
+                        {"case_id": "c\u200b2", "metric": "m", "label": "fail"}])
+    with pytest.raises(an.AnalysisError, match=r"l\.jsonl:2: case_id .* holds U\+200B \(ZERO WIDTH SPACE\)"):
+        an.load_labels(path)
+    run = write_run(tmp_path / "r", tiny_cases(2), [sc("c1", "m", "b", 0.9), sc("c2", "m", "b", 0.0)])
+    frame = pd.DataFrame({"case_id": ["c1\t", " c2"], "metric": ["m", "m"], "grade": [1.0, 1.0]})
+    row = an.validate(run, frame, n_resamples=0).iloc[0]
+    assert row.n_paired == 2 and row.missed_passes == ["c2"]

@@ -73,10 +73,17 @@ WRONG_LABELS = {
                                              "names 'Billing-Refund-Window'"),
 }
 
+#: human labels that are right to give but disagree with the run: (case, which way) each names
+DISAGREEING_LABELS = {
+    "human_disagrees_with_the_run.jsonl": [
+        ("billing-refund-window", "failure(s) missed (human fail, backend pass)"),
+        ("claims-damage-deadline", "pass(es) missed (human pass, backend fail)")],  # scored 0.0
+}
+
 
 def test_the_corpus_holds_every_case():
     names = {p.name for p in CORPUS.iterdir()}
-    assert set(WRONG) | SUSPICIOUS | set(WRONG_LABELS) == names
+    assert set(WRONG) | SUSPICIOUS | set(WRONG_LABELS) | set(DISAGREEING_LABELS) == names
 
 
 @pytest.mark.parametrize("name", sorted(WRONG))
@@ -172,6 +179,14 @@ def test_wrong_human_labels_are_errors_with_the_line(tmp_path, example_path):
         where = f"{CORPUS / name}:{line}: " if line else f"{CORPUS / name}: "
         assert res.stderr.startswith(f"error: {where}") and words in " ".join(res.stderr.split()), res.stderr
         assert res.stdout == ""
+    # labels that disagree with the run (ids with white space around them, as run ids may have) are
+    # taken, and each case they disagree on is named, whichever way
+    for name, named in DISAGREEING_LABELS.items():
+        res = ragbridge_cli("validate", out, "--labels", CORPUS / name)
+        assert res.returncode == 0 and "not in this run" not in res.stderr, (name, res.stderr)
+        text = " ".join(res.stdout.split())
+        for case, way in named:
+            assert f"1 {way}: {case}" in text, (name, text)
     # the same grade on a scale the threshold names (1-5) is a grade, not an error
     res = ragbridge_cli("validate", out, "--labels", CORPUS / "human_grade_1_5.jsonl",
                         "--label-threshold", "3",

@@ -266,7 +266,8 @@ def test_grading_in_chromium_saves_labels_that_validate_reads(labelled_run, brow
               if m == "helpfulness"}
     human = {r["case_id"]: r["label"] == "pass" for r in rows}
     assert row["n_labels"] == row["n_paired"] == 15 and row["design"] == "stratified"
-    assert row["missed"] == [c for c in info["case_ids"][:-1] if judged[c] and not human[c]]
+    assert row["missed_fails"] == [c for c in info["case_ids"][:-1] if judged[c] and not human[c]]
+    assert row["missed_passes"] == [c for c in info["case_ids"][:-1] if human[c] and not judged[c]]
     assert (row["tp"], row["fn"], row["fp"], row["tn"]) == (
         sum(human[c] and judged[c] for c in human), sum(human[c] and not judged[c] for c in human),
         sum(not human[c] and judged[c] for c in human), sum(not human[c] and not judged[c] for c in human))

@@ -424,13 +424,45 @@ def test_leaderboard_layout_and_round_trip(cases, tmp_path):
     pd.testing.assert_frame_equal(back, lb, check_dtype=False)
     both = leaderboard(run, backend=None)
     assert set(both.index.get_level_values("app_version")) == {"trulens", "native"}
-    assert not any(math.isnan(v) for v in lb.iloc[0].tolist())
+    assert not any(math.isnan(v) for v in lb.iloc[0].tolist()[:-1])
     # the same from the command line
     from conftest import ragbridge_cli
 
     r = ragbridge_cli("trulens-leaderboard", tmp_path / "run", tmp_path / "lb-cli.csv")
     assert r.returncode == 0, r.stderr
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "lb-cli.csv"), pd.read_csv(out))
+
+
+def test_leaderboard_cost_is_the_runs_cost_or_unknown(cases, tmp_path):
+    """``total_cost`` is what the run's judge calls cost by its price table; where the judge model has
+    no price the run's cost is unknown (null in run.json), and so is ``total_cost``: NaN, an empty
+    CSV cell, JSON null, never 0.0. A backend that called no judge costs 0."""
+    import pandas as pd
+
+    from conftest import ragbridge_cli
+    from ragbridge_trulens.formats import leaderboard, records
+
+    with StubJudge() as stub:
+        for name, prices in (("unpriced", {}), ("priced", {"stub-judge": {"input": 1.0, "output": 2.0}})):
+            ragbridge.evaluate(cases[:3], backends=["trulens", "native"], metrics=["faithfulness", "mrr"],
+                               judge=stub_judge_config(stub, prices=prices), out=tmp_path / name)
+    unpriced, priced = (ragbridge.load_run(tmp_path / n) for n in ("unpriced", "priced"))
+    assert unpriced.manifest.counts["cost"]["total"] is None
+    total = priced.manifest.counts["cost"]["by_backend"]["trulens"]  # the cost of its scores
+    assert total > 0
+    assert math.isnan(leaderboard(unpriced).loc[("ragbridge", "trulens"), "total_cost"])
+    assert leaderboard(priced).loc[("ragbridge", "trulens"), "total_cost"] == pytest.approx(total / 3)
+    assert records(priced)["total_cost"].sum() == pytest.approx(total)
+    assert leaderboard(unpriced, backend="native").loc[("ragbridge", "native"), "total_cost"] == 0.0
+    for suffix in ("csv", "json"):
+        out = tmp_path / f"lb.{suffix}"
+        r = ragbridge_cli("trulens-leaderboard", tmp_path / "unpriced", out)
+        assert r.returncode == 0, r.stderr
+        if suffix == "csv":
+            assert math.isnan(pd.read_csv(out)["total_cost"].iloc[0])
+            assert out.read_text().splitlines()[1].endswith(",")  # the cell is empty, not 0.0
+        else:
+            assert json.loads(out.read_text())[0]["total_cost"] is None
 
 
 # --------------------------------------------------------------------------------------------

@@ -46,7 +46,9 @@ is read too.
 (``app_name``, ``app_version``) -- here ``app_version`` is the backend -- with one column per
 feedback name (sorted, TruLens's display names: ``Answer Relevance``, ``Context Relevance``,
 ``Ground Truth Agreement``, ``Groundedness``) holding the mean over the scored cases, then
-``latency`` (mean seconds per case) and ``total_cost`` (0.0: ragbridge does not price calls).
+``latency`` (mean seconds per case) and ``total_cost`` (the mean cost per case of the judge calls
+this run made, by the judge's price table: NaN, an empty CSV cell and JSON null, where a call's model
+has no price; 0 for a case no judge was called for).
 `records` gives the per-record frame (``record_id``, ``input``, ``output``, one column per feedback
 name, ``latency``, ``total_tokens``, ``total_cost``). `write_leaderboard` writes either as CSV/JSON.
 """
@@ -526,6 +528,8 @@ def records(run: Any, backend: Optional[str] = "trulens", app_name: str = "ragbr
         row[_feedback_name(s.metric)] = s.value if s.status == "scored" else float("nan")
         row["latency"] += s.seconds
         row["total_tokens"] += s.prompt_tokens + s.completion_tokens
+        if s.judge_calls:  # a judged call without a price costs an unknown amount: NaN, never 0
+            row["total_cost"] += float("nan") if s.cost is None else s.cost
     df = pd.DataFrame(list(rows.values()))
     if df.empty:
         return df
@@ -546,9 +550,10 @@ def leaderboard(run: Any, backend: Optional[str] = "trulens", app_name: str = "r
     fixed = ["app_name", "app_version", "record_id", "input", "output", "latency", "total_tokens",
              "total_cost"]
     feedback = sorted(c for c in df.columns if c not in fixed)
-    cols = feedback + ["latency", "total_cost"]
-    return (df.groupby(["app_name", "app_version"])[cols].mean()
-            .sort_values(by=feedback, ascending=False))
+    groups = df.groupby(["app_name", "app_version"])
+    board = groups[feedback + ["latency"]].mean()
+    board["total_cost"] = groups["total_cost"].agg(lambda c: c.mean(skipna=False))  # one unknown: unknown
+    return board.sort_values(by=feedback, ascending=False)
 
 
 def write_leaderboard(run: Any, path: str | Path, backend: Optional[str] = "trulens",

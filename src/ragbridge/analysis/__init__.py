@@ -14,8 +14,10 @@ object; the commands of ``ragbridge.commands`` print the same. One module per an
                detectable difference, whether a difference between runs is within judge noise
 ``trend``      the series of each metric's mean over dated runs, its slope and its change points
 ``ppi``        the true pass rate from the judge's verdicts and a few human labels (PPI)
-``stats``      the one bootstrap engine, the permutation test, Wilson intervals, PPI, the figures
-``table``      runs as paired tables of scores; ``thresholds``: pass/fail thresholds
+``stats``      the figures of two raters and their one interval method, the bootstrap of a mean, the
+               permutation test, PPI
+``table``      runs as paired tables of scores, runs judged apart joined as columns (`join_runs`);
+               ``thresholds``: pass/fail thresholds
 
 From Python::
 
@@ -33,6 +35,8 @@ From Python::
 
     from ragbridge.analysis import compare_runs, trend
     compare_runs("runs/old-judge", "runs/new-judge")   # one row per (metric, backend): figures, shift
+    compare(["runs/gpu-1", "runs/gpu-2"])      # runs judged apart: each run's backends side by side
+    validate(["runs/gpu-1", "runs/gpu-2"], "labels.jsonl")   # (join_runs: a column per backend and run)
     t = trend(["runs/daily"])                  # Trend: .series, .summary (slope), .changes
 
 Cases a backend could not score are never dropped silently: every frame counts, per backend,
@@ -48,7 +52,7 @@ from .gate import GateConfig, GateConfigError, GateReport, GateResult, load_gate
 from .labels import load_labels
 from .noise import noise_figures, noise_table, within_noise
 from .ppi import ppi_estimates
-from .table import AnalysisError
+from .table import AnalysisError, join_runs
 from .thresholds import Thresholds
 from .trend import Trend, trend
 from .validate import validate
@@ -59,5 +63,5 @@ __all__ = [
     "claim_counts", "compare", "compare_runs", "run_shifts", "Trend", "trend", "coverage", "diff_runs",
     "disagreements", "load_gates",
     "load_labels", "parse_gates", "run_gates", "run_problems", "summarize", "unsupported_claims",
-    "validate", "noise_figures", "noise_table", "within_noise", "ppi_estimates",
+    "validate", "noise_figures", "noise_table", "within_noise", "ppi_estimates", "join_runs",
 ]

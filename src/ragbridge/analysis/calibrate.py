@@ -95,8 +95,9 @@ def calibrate(
     ``threshold_high`` inclusive), ``kappa``, ``agreement``, ``flips`` (cases whose verdict still
     differs: ``source_pass_target_fail`` + ``source_fail_target_pass``) and ``target_pass_rate``;
     ``best`` marks the maximum kappa (ties: higher agreement, then the threshold closest to the
-    source's). The best row also carries the bootstrap interval of its kappa and agreement
-    (``kappa_low`` ...; computed on the same cases the threshold was chosen on, so optimistic).
+    source's). The best row also carries the posterior interval of its kappa and agreement
+    (``kappa_low`` ..., `stats.rater_figures`; computed on the same cases the threshold was chosen on, so
+    optimistic).
     ``frame.attrs`` holds ``source``, ``target``, ``metric``, ``source_threshold``, ``n_paired``
     and the per-side counts of cases not scored.
     """
@@ -119,9 +120,10 @@ def calibrate(
         tgt_pass = np.array([bool(verdict(s, rep)) for s in tgt], bool)
         spass_tfail = int(np.sum(src_pass & ~tgt_pass))
         sfail_tpass = int(np.sum(~src_pass & tgt_pass))
+        point = stats.rater_figures(["kappa", "agreement"], src_pass, tgt_pass, n_draws=0)
         rows.append({
             "threshold": rep, "threshold_low": lo, "threshold_high": hi,
-            "kappa": stats.kappa(src_pass, tgt_pass), "agreement": stats.agreement(src_pass, tgt_pass),
+            "kappa": point["kappa"][0], "agreement": point["agreement"][0],
             "flips": spass_tfail + sfail_tpass, "source_pass_target_fail": spass_tfail,
             "source_fail_target_pass": sfail_tpass,
             "target_pass_rate": float(np.mean(tgt_pass)) if len(tgt_pass) else float("nan"),
@@ -138,12 +140,10 @@ def calibrate(
         best = key.index[0]
         frame.loc[best, "best"] = True
         tgt_pass = np.array([bool(verdict(s, frame.loc[best, "threshold"])) for s in tgt], bool)
-        data = (src_pass, tgt_pass)
-        if not math.isnan(frame.loc[best, "kappa"]):
-            frame.loc[best, ["kappa_low", "kappa_high"]] = stats.bootstrap_interval(
-                stats.kappa_rows, data, n_resamples, seed, confidence)
-        frame.loc[best, ["agreement_low", "agreement_high"]] = stats.bootstrap_interval(
-            stats.agreement_rows, data, n_resamples, seed + 1, confidence)
+        got = stats.rater_figures(["kappa", "agreement"], src_pass, tgt_pass, n_draws=n_resamples, seed=seed,
+                                  confidence=confidence)
+        for name, (_, low, high) in got.items():
+            frame.loc[best, [f"{name}_low", f"{name}_high"]] = low, high
     unscored = {name: {k: v for k, v in table.status_counts(metric, name).items() if k != "scored"}
                 for name in (source, target)}
     frame.attrs.update({

@@ -4,9 +4,10 @@ For every canonical metric scored by two or more backends, the agreement of each
 the cases both scored: Spearman and Kendall (tau-b) rank correlation, Pearson correlation, mean
 absolute difference, and at each backend's pass mark (`ragbridge.analysis.thresholds.pass_marks`; a
 case passes by `ragbridge.verdicts.verdict`) Cohen's kappa, percent agreement and the 2x2 confusion
-table, each figure with its bootstrap
-interval (`ragbridge.analysis.stats`). `disagreements` lists the cases where the backends differ
-most, with every backend's value and reason; `coverage` counts what each backend scored.
+table, each figure with its posterior interval (`ragbridge.analysis.stats.rater_figures`).
+`disagreements` lists the cases where the backends differ most, with every backend's value and
+reason; `coverage` counts what each backend scored. Runs of the same cases scored apart are compared
+as one (`ragbridge.analysis.table.join_runs`: a list of runs for ``run``).
 
 `compare_runs` compares two runs rater against rater: the same (backend, metric) in each run, on the
 case ids both runs hold, with the same figures, plus the shift of the mean (run B - run A) with its
@@ -27,7 +28,7 @@ from ..metrics import half_of
 from ..run import Run
 from ..verdicts import verdict
 from . import stats
-from .table import AnalysisError, ScoreTable, open_run
+from .table import AnalysisError, ScoreTable, judge_of, open_run
 from .thresholds import Thresholds, pass_marks
 
 __all__ = ["compare", "compare_runs", "run_shifts", "coverage", "disagreements", "FIGURES", "FIGURE_NAMES",
@@ -40,12 +41,6 @@ MIN_SPREAD = 0.0005
 FIGURES = ("spearman", "kendall", "pearson", "mae", "kappa", "agreement")
 FIGURE_NAMES = {"spearman": "Spearman", "kendall": "Kendall", "pearson": "Pearson", "mae": "MAE",
                 "kappa": "kappa", "agreement": "agreement"}
-#: figure -> (point estimate, its form on resampled rows); kappa and agreement take pass/fail verdicts
-_ESTIMATORS = {
-    "spearman": (stats.spearman, stats.spearman_rows), "kendall": (stats.kendall, stats.kendall_rows),
-    "pearson": (stats.pearson, stats.pearson_rows), "mae": (stats.mae, stats.mae_rows),
-    "kappa": (stats.kappa, stats.kappa_rows), "agreement": (stats.agreement, stats.agreement_rows),
-}
 COMPARE_COLUMNS = (
     ["metric", "half", "backend_a", "backend_b", "n_cases", "n_paired"]
     + [f"{side}_{k}" for side in ("a", "b") for k in ("scored", "undefined", "errored", "missing")]
@@ -82,7 +77,7 @@ def compare(
 
     One row per (metric, backend_a, backend_b): the case counts (``n_paired`` cases both scored;
     per side ``*_undefined``, ``*_errored``, ``*_missing``), each figure of `FIGURES` with its
-    bootstrap interval (``<figure>_low``, ``<figure>_high``), the thresholds used and the confusion
+    posterior interval (``<figure>_low``, ``<figure>_high``), the thresholds used and the confusion
     table ``both_pass``, ``a_pass_b_fail``, ``a_fail_b_pass``, ``both_fail``, and the means of each
     side over the paired cases. ``thresholds``: see `Thresholds.parse`; the run's pass marks
     (`pass_marks`) where they set none.
@@ -132,16 +127,14 @@ def _in(verdicts: dict[str, bool], ids: Sequence[str]) -> np.ndarray:
 
 def _figures(x: np.ndarray, y: np.ndarray, pa: np.ndarray, pb: np.ndarray, ta: float, tb: float,
              n_resamples: int, seed: int, confidence: float) -> dict[str, Any]:
-    """Every figure of `FIGURES` with its interval, the confusion table and the means of two raters'
-    values on the same cases (``x`` and ``y``, in the same order; ``pa`` and ``pb`` their verdicts
-    at ``ta`` and ``tb``)."""
+    """Every figure of `FIGURES` with its posterior interval (`stats.rater_figures`), the confusion
+    table and the means of two raters' values on the same cases (``x`` and ``y``, in the same order;
+    ``pa`` and ``pb`` their verdicts at ``ta`` and ``tb``)."""
     row: dict[str, Any] = {"threshold_a": ta, "threshold_b": tb}
-    for i, (name, (point, rows)) in enumerate(_ESTIMATORS.items()):
-        data = (pa, pb) if name in ("kappa", "agreement") else (x, y)
-        row[name] = value = point(*data)
-        row[f"{name}_low"], row[f"{name}_high"] = (
-            (math.nan, math.nan) if math.isnan(value)
-            else stats.bootstrap_interval(rows, data, n_resamples, seed + i, confidence))
+    got = stats.rater_figures(FIGURES, pa, pb, x, y, cut_x=ta, cut_y=tb, n_draws=n_resamples, seed=seed,
+                              confidence=confidence)
+    for name, (value, low, high) in got.items():
+        row[name], row[f"{name}_low"], row[f"{name}_high"] = value, low, high
     row["both_pass"], row["a_pass_b_fail"], row["a_fail_b_pass"], row["both_fail"] = stats.confusion(pa, pb)
     row["mean_a"] = float(x.mean()) if len(x) else float("nan")
     row["mean_b"] = float(y.mean()) if len(y) else float("nan")
@@ -167,7 +160,7 @@ def compare_runs(
 
     Only the case ids both runs hold are counted (``n_cases``); ``n_paired`` of them were scored in
     both. The row holds the judge model and backend version of each side (``judge_a``,
-    ``version_a``, ...), the counts, every figure of `FIGURES` with its bootstrap interval, the
+    ``version_a``, ...), the counts, every figure of `FIGURES` with its posterior interval, the
     confusion table, the means, and ``shift`` = mean_b - mean_a with its paired bootstrap interval
     (``shift_low``, ``shift_high``) and paired permutation p-value (``shift_p``). The frame's
     ``attrs`` hold ``run_a``, ``run_b`` (paths), ``label_a``, ``label_b``, ``n_shared``,
@@ -195,7 +188,6 @@ def compare_runs(
     only = ta.check_backends(backends)
     names = sorted(ta.backends() | tb.backends())
     th_a, th_b = pass_marks(ra, thresholds, backends=names), pass_marks(rb, thresholds, backends=names)
-    ja, jb = (r.manifest.judge or {} for r in (ra, rb))
     rows = []
     for metric in wanted:
         names = [b for b in ta.backends_of(metric) if (metric, b) in keys_b and (only is None or b in only)]
@@ -207,8 +199,8 @@ def compare_runs(
             row: dict[str, Any] = {
                 "metric": metric, "half": half_of(metric), "backend": b,
                 "run_a": str(ra.path), "run_b": str(rb.path),
-                "judge_a": ja.get("model") if _judged(ta, metric, b) else None,
-                "judge_b": jb.get("model") if _judged(tb, metric, b) else None,
+                "judge_a": (judge_of(ra, b, metric) or {}).get("model"),
+                "judge_b": (judge_of(rb, b, metric) or {}).get("model"),
                 "version_a": ra.manifest.backends.get(b), "version_b": rb.manifest.backends.get(b),
                 "n_cases": len(shared), "n_paired": len(ids),
             }
@@ -242,12 +234,6 @@ def compare_runs(
         n_shared=len(shared), only_in_a=len(ta.case_ids) - len(shared),
         only_in_b=len(tb.case_ids) - len(shared))
     return frame
-
-
-def _judged(table: ScoreTable, metric: str, backend: str) -> bool:
-    """True when some score of (metric, backend) was taken by a judge (native metrics are not)."""
-    return any(s.judge_calls for s in table.by_mb.get((metric, backend), {}).values()) or bool(
-        table.run.manifest.judge and backend != "native")
 
 
 def _side_label(run: Run) -> str:

@@ -4,8 +4,9 @@ Each record has ``case_id`` (or ``id``), ``metric`` (may be left out when the ca
 metric) and the label under one of ``label``, ``human``, ``passed``, ``pass``, ``verdict``,
 ``grade``, ``score``, ``value``: pass/fail words (``pass``, ``fail``, ``yes``, ``no``...), a boolean,
 or a number (a grade). A case and metric labelled twice with the same label is one label; with
-two different labels it is an error naming both lines. Case ids are taken in Unicode NFC, as the
-run's are (`ragbridge.schema.clean_id`). Grades are on 0..1 unless a ``label_threshold`` above 1
+two different labels it is an error naming both lines. Case ids are read by the run's rule
+(`ragbridge.schema.clean_id`: white space at the ends dropped, Unicode NFC, a character that does not
+print refused). Grades are on 0..1 unless a ``label_threshold`` above 1
 says the scale is another (3 for a 1-5 scale): a grade of 1.5 with pass/fail labels is an error.
 
 Labels drawn by stratum (``ragbridge label``: half from the cases the judge passed, half from those
@@ -19,10 +20,10 @@ drawn uniformly. All labels of one metric are one or the other.
 from __future__ import annotations
 
 import math
-import unicodedata
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from ..schema import clean_id
 from .table import AnalysisError
 
 __all__ = ["load_labels", "DESIGN"]
@@ -53,7 +54,10 @@ def load_labels(path: Union[str, Path], metric: Optional[str] = None, label_thre
         cid = rec.get("case_id", rec.get("id"))
         if cid is None or str(cid).strip() == "":
             raise AnalysisError(f"{path}:{lineno}: no case_id")
-        cid = unicodedata.normalize("NFC", str(cid))
+        try:
+            cid = clean_id(str(cid), "case_id")
+        except ValueError as exc:
+            raise AnalysisError(f"{path}:{lineno}: {exc}") from None
         m = rec.get("metric") or metric
         if not m:
             raise AnalysisError(f"{path}:{lineno}: no metric (add a metric field, or pass --metric)")

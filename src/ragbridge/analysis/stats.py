@@ -1,30 +1,55 @@
-"""The statistics of every analysis: point estimates, the bootstrap, the permutation test, Wilson intervals.
+"""The statistics of every analysis: the figures of two raters and their posterior intervals, the
+bootstrap of a mean, the permutation test, prediction-powered inference, trends.
 
 ``compare``, ``validate``, ``calibrate``, ``diff`` and ``gate`` all take their figures and intervals
 from here, so a figure means the same everywhere.
 
-Point estimates come from scipy (``spearmanr``, ``kendalltau``, ``pearsonr``, ``binomtest``) and
-scikit-learn (``mean_absolute_error``, ``cohen_kappa_score``, ``accuracy_score``, ``confusion_matrix``,
-``recall_score``, ``balanced_accuracy_score``). A figure that is undefined (kappa when one side is
-constant, a correlation of a constant) is NaN, never 0.
+Size: one module on purpose (the design's one statistics module): every figure and interval any
+output shows is defined here, next to the others, and nowhere else.
 
-The bootstrap: ONE engine, `bootstrap_interval`, a paired percentile bootstrap. Cases are resampled
-with replacement (numpy's PCG64 generator, seeded), ``DEFAULT_RESAMPLES`` = 2000 times; the interval
-is the 2.5% and 97.5% quantiles of the statistic over the resamples where it is defined (fewer than
-half defined, or fewer than 2 cases: no interval). The statistic is evaluated on a block of
-resamples at once (the ``*_rows`` functions: one figure per row), with at most ``BLOCK`` resampled
-values in memory, so memory stays flat however large the run.
+**Two raters on the same cases** (`rater_figures`): every figure of ``compare`` (two backends, or
+one backend in two runs), ``validate`` (a backend against people) and ``calibrate``, with ONE
+interval method. The figures: TPR, TNR, balanced accuracy, Cohen's kappa, agreement (from the two
+raters' pass/fail verdicts), Spearman, Kendall's tau-b, Pearson, the mean absolute difference (from
+their values) and a share (one rater's pass rate). Each is defined on weighted cases
+(`FIGURE_FORMS`): with equal weights it is the figure scipy and scikit-learn give (checked in the
+tests); labels drawn by stratum weigh each case by its stratum's share of the run over the labels
+drawn from it, so the figure is that of the whole run. A figure that is undefined (kappa when both
+raters are constant, a correlation of a constant, TNR with no human fail) is NaN, never 0, and has
+no interval.
 
-Percentile, not BCa: BCa needs a jackknife (the statistic on every leave-one-out sample), which
-costs time and memory on large runs and is undefined as soon as one resample or leave-one-out sample
-leaves a figure undefined (the rule for kappa when failures are rare). The measurements behind this
-choice and behind 2000 resamples are in benchmarks/README.md ("Figures behind the design").
+The interval is the central 95% of the figure over ``DEFAULT_DRAWS`` = 2000 draws from the
+posterior of the population the cases were drawn from: the weights of the cases are a Dirichlet
+(Rubin's Bayesian bootstrap; numpy's PCG64 generator, seeded) to which each design stratum adds
+``PRIOR`` = half a case at each of its four corners (a pass and a fail of each rater; a corner's
+value is the middle of the part of the scale that gives its verdict). For verdict figures this is
+the Dirichlet(counts + 1/2) posterior of the 2x2 table in each stratum (Jeffreys' prior), the strata
+combined by their known shares; a stratum whose labels all agree, or a rater that passes every case,
+still leaves the other cells possible, so no interval collapses to a point from a few cases (the
+percentile bootstrap gave kappa 0.00 [0.00, 0.00] on 12 cases where one backend passed all of them,
+and a within-stratum bootstrap balanced accuracy 0.94 [0.91, 0.97] beside TNR 1.00 [0.57, 1.00]).
+Where the labels' strata were made by the rater's own verdicts, the corners of its other verdict are
+left out of each stratum. The interval always holds the figure itself (Brown, Cai and DasGupta's
+rule for Jeffreys' interval at 0 or n successes). In seeded simulations (tests/test_analysis.py:
+uniform labels on 12 and 40 cases, labels drawn by stratum from a run of 300 with strata whose labels
+all agree, and two raters of which one passes 97% of cases) the 95% intervals of TPR, TNR, balanced
+accuracy, kappa and agreement cover the truth 93-99% of the time; a prior of a whole case a corner
+covered as rarely as 85%.
+
+Identical cases are merged before drawing (a Gamma(k) weight is the sum of k Gamma(1) weights), so
+verdict figures cost a few cells per draw whatever the run's size; the draws are evaluated a block
+at a time, with at most ``BLOCK`` weights in memory. Kendall's tau on weighted cases counts the
+discordant weight by merging halves level by level, m log m per draw.
+
+**Means** (``diff``, ``gate``, the shift of ``compare RUN_A RUN_B``): `bootstrap_interval`, a paired
+percentile bootstrap. Cases are resampled with replacement (PCG64, seeded), ``DEFAULT_RESAMPLES`` =
+2000 times; the interval is the 2.5% and 97.5% quantiles of the mean over the resamples (fewer than
+2 cases: no interval), a block of resamples at a time. Percentile, not BCa: BCa needs a jackknife,
+which costs time and memory on large runs (measured in benchmarks/README.md, "Figures behind the
+design").
 
 The permutation test, `paired_permutation_pvalue`: the sign of each paired difference flipped at
 random, exact when the sign patterns are at most the number of permutations (default 9999).
-
-Rates (TPR, TNR, a share of answers) get Wilson score intervals (`wilson_interval`), which stay
-meaningful for the few failures a golden set usually holds.
 
 Prediction-powered inference (`ppi_mean`, with `classical_mean`, the humans alone): the mean of a
 quantity people label on a few cases, from a judge's value on every case and its errors on the
@@ -65,6 +90,7 @@ point near its middle: read change points with the slope.
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 import zlib
@@ -73,13 +99,10 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 __all__ = [
-    "CONFIDENCE", "DEFAULT_RESAMPLES", "DEFAULT_PERMUTATIONS", "group_seed",
-    "spearman", "kendall", "pearson", "mae", "kappa", "agreement", "confusion", "class_recall",
-    "balanced_accuracy", "rate",
-    "spearman_rows", "kendall_rows", "pearson_rows", "mae_rows", "kappa_rows", "agreement_rows",
-    "balanced_accuracy_rows", "mean_rows",
+    "CONFIDENCE", "DEFAULT_RESAMPLES", "DEFAULT_DRAWS", "DEFAULT_PERMUTATIONS", "PRIOR", "group_seed",
+    "FIGURE_FORMS", "rater_figures", "confusion", "mean_rows",
     "bootstrap_interval", "mean_interval", "paired_bootstrap_ci", "paired_permutation_pvalue",
-    "wilson_interval", "normal_quantile", "ppi_mean", "classical_mean", "ols_slope", "change_points",
+    "normal_quantile", "ppi_mean", "classical_mean", "ols_slope", "change_points",
 ]
 
 CONFIDENCE = 0.95
@@ -96,161 +119,256 @@ def group_seed(seed: int, *key: str) -> int:
 
 
 # --------------------------------------------------------------------------------------------
-# Point estimates (the libraries')
-
-
-def _point(fn: Callable[[], float]) -> float:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            v = float(fn())
-        except (ValueError, ZeroDivisionError, FloatingPointError):
-            return float("nan")
-    return v if math.isfinite(v) else float("nan")
-
-
-def spearman(x, y) -> float:
-    from scipy import stats
-
-    return _point(lambda: stats.spearmanr(x, y).statistic) if len(x) >= 2 else float("nan")
-
-
-def kendall(x, y) -> float:
-    """Kendall's tau-b."""
-    from scipy import stats
-
-    return _point(lambda: stats.kendalltau(x, y).statistic) if len(x) >= 2 else float("nan")
-
-
-def pearson(x, y) -> float:
-    from scipy import stats
-
-    return _point(lambda: stats.pearsonr(x, y).statistic) if len(x) >= 2 else float("nan")
-
-
-def mae(x, y) -> float:
-    from sklearn.metrics import mean_absolute_error
-
-    return _point(lambda: mean_absolute_error(x, y)) if len(x) else float("nan")
-
-
-def kappa(a, b) -> float:
-    """Cohen's kappa of two pass/fail raters."""
-    from sklearn.metrics import cohen_kappa_score
-
-    if not len(a):
-        return float("nan")
-    return _point(lambda: cohen_kappa_score(list(a), list(b), labels=[False, True]))
-
-
-def agreement(a, b) -> float:
-    from sklearn.metrics import accuracy_score
-
-    return _point(lambda: accuracy_score(list(a), list(b))) if len(a) else float("nan")
+# Two raters on the same cases: the figures on weighted cases, and their posterior intervals
 
 
 def confusion(a, b) -> tuple[int, int, int, int]:
-    """``(both pass, a pass b fail, a fail b pass, both fail)`` from sklearn's confusion matrix."""
-    from sklearn.metrics import confusion_matrix
-
-    if not len(a):
-        return (0, 0, 0, 0)
-    m = confusion_matrix(list(a), list(b), labels=[True, False])
-    return int(m[0, 0]), int(m[0, 1]), int(m[1, 0]), int(m[1, 1])
+    """``(both pass, a pass b fail, a fail b pass, both fail)``: the counts of two raters' verdicts."""
+    a, b = np.asarray(a, bool), np.asarray(b, bool)
+    return (int(np.sum(a & b)), int(np.sum(a & ~b)), int(np.sum(~a & b)), int(np.sum(~a & ~b)))
 
 
-def class_recall(truth, pred, label: bool) -> float:
-    """The share of cases whose truth is ``label`` that ``pred`` gets right (TPR for True, TNR for
-    False); NaN when no case has that truth."""
-    from sklearn.metrics import recall_score
-
-    if not np.any(truth == label):
-        return float("nan")
-    return _point(lambda: recall_score(truth, pred, pos_label=label, labels=[False, True],
-                                       zero_division=np.nan))
-
-
-def balanced_accuracy(truth, pred) -> float:
-    from sklearn.metrics import balanced_accuracy_score
-
-    if not (np.any(truth) and np.any(~truth)):
-        return float("nan")
-    return _point(lambda: balanced_accuracy_score(truth, pred))
-
-
-def rate(k: int, n: int) -> float:
-    return k / n if n else float("nan")
-
-
-# --------------------------------------------------------------------------------------------
-# The same figures on every row of 2-D arrays (one row per resample), checked against the libraries
-# in the tests: Pearson with scipy along an axis, Spearman as Pearson of ranks, and Kendall's tau-b,
-# kappa, agreement and balanced accuracy from their definitions (no library offers them vectorised).
-
-
-def pearson_rows(x, y):
-    from scipy import stats
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return stats.pearsonr(x, y, axis=-1).statistic
-
-
-def spearman_rows(x, y):
-    from scipy import stats
-
-    return pearson_rows(stats.rankdata(x, axis=-1), stats.rankdata(y, axis=-1))
-
-
-def kendall_rows(x, y):
-    """Kendall's tau-b on each row: sum(sign dx * sign dy) / sqrt(pairs untied in x * untied in y)."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    n = x.shape[-1]
-    flat_x, flat_y = x.reshape(-1, n), y.reshape(-1, n)
-    if n > 100:  # the pairwise form costs n^2 per row: beyond ~100 cases scipy row by row is faster
-        out = np.array([kendall(a, b) for a, b in zip(flat_x, flat_y)])
-        return out.reshape(x.shape[:-1])
-    step = max(1, BLOCK // (n * n))  # rows at a time, so the n x n differences stay within BLOCK
-    out = np.empty(len(flat_x))
-    for start in range(0, len(flat_x), step):
-        a, b = flat_x[start:start + step], flat_y[start:start + step]
-        dx = np.sign(a[:, :, None] - a[:, None, :])
-        dy = np.sign(b[:, :, None] - b[:, None, :])
-        num = (dx * dy).sum(axis=(-1, -2))
-        den = np.sqrt((dx * dx).sum(axis=(-1, -2)) * (dy * dy).sum(axis=(-1, -2)))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out[start:start + step] = np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
-    return out.reshape(x.shape[:-1])
-
-
-def mae_rows(x, y):
-    return np.mean(np.abs(np.asarray(x) - np.asarray(y)), axis=-1)
-
-
-def kappa_rows(a, b):
-    """Cohen's kappa of two binary raters on each row: (po - pe) / (1 - pe)."""
-    a = np.asarray(a, float)
-    b = np.asarray(b, float)
-    po = np.mean(a == b, axis=-1)
-    pa, pb = np.mean(a, axis=-1), np.mean(b, axis=-1)
-    pe = pa * pb + (1 - pa) * (1 - pb)
+def _ratio(num, den):
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(pe < 1, (po - pe) / np.where(pe < 1, 1 - pe, 1), np.nan)
+        return np.where(den > EPS, num / np.where(den > EPS, den, 1.0), np.nan)
 
 
-def agreement_rows(a, b):
-    return np.mean(np.asarray(a, float) == np.asarray(b, float), axis=-1)
+def _cells(w, c: dict[str, np.ndarray]):
+    """The weights of the four verdict cells: a pass b pass, a pass b fail, a fail b pass, both fail."""
+    a, b = c["a"], c["b"]
+    return w @ (a & b), w @ (a & ~b), w @ (~a & b), w @ (~a & ~b)
 
 
-def balanced_accuracy_rows(truth, pred):
-    """Mean of the recall of each class (truth 1 and truth 0) on each row."""
-    t = np.asarray(truth, float)
-    p = np.asarray(pred, float)
-    pos, neg = np.sum(t, axis=-1), np.sum(1 - t, axis=-1)
+def _share(c):
+    return lambda w: _ratio(w @ c["a"], w.sum(-1))
+
+
+def _tpr(c):
+    def f(w):
+        pp, pf, _, _ = _cells(w, c)
+        return _ratio(pp, pp + pf)
+    return f
+
+
+def _tnr(c):
+    def f(w):
+        _, _, fp, ff = _cells(w, c)
+        return _ratio(ff, fp + ff)
+    return f
+
+
+def _balanced_accuracy(c):
+    tpr, tnr = _tpr(c), _tnr(c)
+    return lambda w: (tpr(w) + tnr(w)) / 2
+
+
+def _agreement(c):
+    def f(w):
+        pp, pf, fp, ff = _cells(w, c)
+        return _ratio(pp + ff, pp + pf + fp + ff)
+    return f
+
+
+def _kappa(c):
+    def f(w):
+        pp, pf, fp, ff = _cells(w, c)
+        s = pp + pf + fp + ff
+        po, pa, pb = _ratio(pp + ff, s), _ratio(pp + pf, s), _ratio(pp + fp, s)
+        pe = pa * pb + (1 - pa) * (1 - pb)
+        return _ratio(po - pe, 1 - pe)
+    return f
+
+
+def _mae(c):
+    d = np.abs(c["x"] - c["y"])
+    return lambda w: _ratio(w @ d, w.sum(-1))
+
+
+def _pearson_of(w, x, y):
+    """Weighted Pearson correlation of ``x`` and ``y`` (each a column, or one row per row of ``w``)."""
+    s = w.sum(-1)
+    mx, my = _ratio((w * x).sum(-1), s), _ratio((w * y).sum(-1), s)
+    dx, dy = x - np.expand_dims(mx, -1), y - np.expand_dims(my, -1)
+    cov, vx, vy = (w * dx * dy).sum(-1), (w * dx * dx).sum(-1), (w * dy * dy).sum(-1)
+    den = np.sqrt(vx * vy)
     with np.errstate(invalid="ignore", divide="ignore"):
-        tpr = np.sum(t * p, axis=-1) / pos
-        tnr = np.sum((1 - t) * (1 - p), axis=-1) / neg
-    return np.where((pos > 0) & (neg > 0), (tpr + tnr) / 2, np.nan)
+        # a side whose spread is rounding error only is constant: no correlation
+        ok = (vx > EPS * EPS * s) & (vy > EPS * EPS * s)
+        return np.clip(np.where(ok, cov / np.where(ok, den, 1.0), np.nan), -1.0, 1.0)
+
+
+def _pearson(c):
+    return lambda w: _pearson_of(w, c["x"], c["y"])
+
+
+def _groups(v: np.ndarray):
+    """``(order, starts, group)``: ``v``'s stable sort, where each run of equal values starts, and
+    each element's run (in sorted order)."""
+    order = np.argsort(v, kind="stable")
+    sv = v[order]
+    new = np.r_[True, sv[1:] != sv[:-1]]
+    return order, np.flatnonzero(new), np.cumsum(new) - 1
+
+
+def _mid_ranks(w, grouping):
+    """Each case's weighted mid-rank: the weight of the cases below it, plus half of its tie group's."""
+    order, starts, group = grouping
+    sums = np.add.reduceat(w[..., order], starts, axis=-1)
+    below = np.cumsum(sums, axis=-1) - sums
+    out = np.empty_like(w)
+    out[..., order] = (below + sums / 2)[..., group]
+    return out
+
+
+def _spearman(c):
+    gx, gy = _groups(c["x"]), _groups(c["y"])
+    return lambda w: _pearson_of(w, _mid_ranks(w, gx), _mid_ranks(w, gy))
+
+
+def _kendall(c):
+    """Kendall's tau-b of weighted cases: sum_ij w_i w_j sign(x_i - x_j) sign(y_i - y_j), over the
+    weight of the pairs untied in x times that untied in y, square-rooted. The strictly discordant
+    weight is counted by merging halves level by level (a merge sort's inversion count, on every
+    row of ``w`` at once), so the cost is m log m per row, not m^2."""
+    x, y = c["x"], c["y"]
+    m = len(x)
+    order = np.lexsort((y, x))  # by x, then y: an earlier case with the same x is never above
+    size = 1 << max(0, (m - 1).bit_length())
+    ys = np.full(size, -np.inf)
+    ys[:m] = y[order]
+    pos = np.arange(size)
+    levels = []
+    half = 1
+    while half < size:
+        left = pos % (2 * half) < half
+        # within each merged block: by y, highest first; among equal y the right half first, so a
+        # right case counts only the left cases strictly above it
+        perm = np.lexsort((left, -ys, pos // (2 * half)))
+        levels.append((perm, left[perm].astype(np.float32), np.flatnonzero(~left[perm]), half))
+        half *= 2
+    tie_x, tie_y = _groups(x), _groups(y)
+    pair = np.unique(np.c_[x, y], axis=0, return_inverse=True)[1].ravel()
+    tie_xy = _groups(pair.astype(float))
+
+    def tied(w, grouping):
+        order_, starts, _ = grouping
+        return (np.add.reduceat(w[..., order_], starts, axis=-1) ** 2).sum(-1)
+
+    def f(w):
+        rows = w.shape[0]
+        total = w.sum(-1) ** 2
+        untied_x, untied_y = total - tied(w, tie_x), total - tied(w, tie_y)
+        same_y = tied(w, tie_y) - tied(w, tie_xy)
+        padded = np.zeros((rows, size), np.float32 if rows > 1 else float)  # draws: single precision
+        padded[:, :m] = w[:, order]
+        discordant = np.zeros(rows)
+        for perm, left, right, half in levels:
+            g = padded[:, perm]
+            above = (g * left).reshape(rows, -1, 2 * half)
+            np.cumsum(above, axis=-1, out=above)
+            discordant += np.einsum("ij,ij->i", above.reshape(rows, size)[:, right], g[:, right])
+        return np.clip(_ratio(untied_x - same_y - 4 * discordant, np.sqrt(untied_x * untied_y)), -1, 1)
+    return f
+
+
+#: figure -> its form on weighted cases, built from the cases' columns: ``a``, ``b`` (verdicts of
+#: raters a and b; a is the truth for tpr, tnr and balanced accuracy), ``x``, ``y`` (their values)
+FIGURE_FORMS: dict[str, Callable] = {
+    "tpr": _tpr, "tnr": _tnr, "balanced_accuracy": _balanced_accuracy, "kappa": _kappa,
+    "agreement": _agreement, "share": _share, "spearman": _spearman, "kendall": _kendall,
+    "pearson": _pearson, "mae": _mae,
+}
+#: the columns each figure reads
+_READS = {f: ("a", "b") for f in ("tpr", "tnr", "balanced_accuracy", "kappa", "agreement")} | {
+    "share": ("a",)} | {f: ("x", "y") for f in ("spearman", "kendall", "pearson", "mae")}
+PRIOR = 0.5  # the weight of each corner of the outcome square, in cases
+DEFAULT_DRAWS = 2000  # posterior draws (interval end points)
+
+
+def rater_figures(
+    figures: Sequence[str], a: Sequence[bool], b: Optional[Sequence[bool]] = None,
+    x: Optional[Sequence[float]] = None, y: Optional[Sequence[float]] = None, *,
+    cut_x: float = 0.5, cut_y: float = 0.5, scale_x: tuple[float, float] = (0.0, 1.0),
+    strata: Optional[Sequence[str]] = None, shares: Optional[dict[str, float]] = None,
+    fixed_b: Optional[dict[str, bool]] = None, n_draws: int = DEFAULT_DRAWS, seed: int = 0,
+    confidence: float = CONFIDENCE,
+) -> dict[str, tuple[float, float, float]]:
+    """Each figure of ``figures`` (names of `FIGURE_FORMS`) of two raters on the same cases, with
+    its posterior interval: ``{figure: (value, low, high)}`` (see the module docstring).
+
+    ``a``, ``b``: the raters' verdicts on each case (``b`` None: one rater, for ``share``); ``x``,
+    ``y``: their values (for the value figures), passing at ``cut_x`` and ``cut_y``, ``x`` on a scale
+    from ``scale_x[0]`` to ``scale_x[1]``, ``y`` on 0..1. ``strata``: each case's design stratum and
+    ``shares`` each stratum's share of the population (None: the cases as drawn, one stratum).
+    ``fixed_b``: stratum -> the verdict b gives every case of that stratum (b's verdicts made the
+    strata): the corners of b's other verdict are left out there. A figure undefined on the cases
+    is NaN with no interval; with ``n_draws`` 0 every interval is NaN."""
+    cases = {"a": np.asarray(a, bool)}
+    for k, v in (("b", b), ("x", x), ("y", y)):
+        if v is not None:
+            cases[k] = np.asarray(v, bool if k == "b" else float)
+    n = len(cases["a"])
+    groups = ["all"] * n if strata is None else [str(h) for h in strata]
+    drawn = {h: groups.count(h) for h in dict.fromkeys(groups)}
+    share = ({h: k / n for h, k in drawn.items()} if shares is None
+             else {h: float(v) for h, v in shares.items()})
+    # the figure: each case stands for its stratum's share over the cases drawn from it
+    weights = np.array([[share[h] / drawn[h] for h in groups]])
+    points = {f: float(FIGURE_FORMS[f](cases)(weights)[0]) if n else math.nan for f in figures}
+    out = {f: (points[f], math.nan, math.nan) for f in figures}
+    wanted = [f for f in figures if math.isfinite(points[f])]
+    if n_draws <= 0 or not wanted:
+        return out
+    corners = _corners(cases, list(share), fixed_b or {}, {
+        "x": {False: (scale_x[0] + cut_x) / 2, True: (cut_x + scale_x[1]) / 2},
+        "y": {False: cut_y / 2, True: (cut_y + 1.0) / 2}})
+    index = {h: i for i, h in enumerate(share)}
+    stratum = [index[h] for h in groups + corners.pop("stratum")]
+    prior = np.r_[np.ones(n), np.full(len(stratum) - n, PRIOR)]
+    dist: dict[str, np.ndarray] = {}
+    for reads in dict.fromkeys(_READS[f] for f in wanted):  # the verdict figures, then the value figures
+        # identical rows (stratum and the columns read) merged: k Gamma(1) weights add up to a Gamma(k)
+        key = np.column_stack([stratum] + [np.r_[cases[k], corners[k]].astype(float) for k in reads])
+        rows, inverse = np.unique(key, axis=0, return_inverse=True)
+        shape = np.bincount(inverse.ravel(), weights=prior, minlength=len(rows))
+        cols = {k: rows[:, i + 1].astype(cases[k].dtype) for i, k in enumerate(reads)}
+        forms = {f: FIGURE_FORMS[f](cols) for f in wanted if _READS[f] == reads}
+        members = [(share[h], np.flatnonzero(rows[:, 0] == i)) for h, i in index.items()]
+        rng = np.random.default_rng(seed)
+        dist |= {f: np.empty(n_draws) for f in forms}
+        block = max(1, BLOCK // (4 << max(0, (len(shape) - 1).bit_length())))
+        for start in range(0, n_draws, block):
+            g = rng.standard_gamma(shape, size=(min(n_draws, start + block) - start, len(shape)))
+            for part, idx in members:
+                g[:, idx] *= part / g[:, idx].sum(-1, keepdims=True)
+            for f, form in forms.items():
+                dist[f][start:start + len(g)] = form(g)
+    tail = (1.0 - confidence) / 2.0
+    for f in wanted:
+        ok = dist[f][np.isfinite(dist[f])]
+        if ok.size and ok.size >= 0.5 * n_draws:
+            lo, hi = np.quantile(ok, [tail, 1.0 - tail])
+            out[f] = (points[f], min(float(lo), points[f]), max(float(hi), points[f]))
+    return out
+
+
+def _corners(cases: dict[str, np.ndarray], strata: list[str], fixed_b: dict[str, bool],
+             middle: dict[str, dict[bool, float]]) -> dict[str, list]:
+    """The columns of each stratum's corners: every combination of the raters' pass and fail (but
+    b's verdict where ``fixed_b`` fixes it), a value in the ``middle`` of its verdict's part of the
+    scale; ``stratum`` names each corner's stratum."""
+    sides = [k for k in ("a", "b") if k in cases]
+    out: dict[str, list] = {k: [] for k in (*cases, "stratum")}
+    for h in strata:
+        for corner in itertools.product((True, False), repeat=len(sides)):
+            got = dict(zip(sides, corner))
+            if h in fixed_b and got["b"] != fixed_b[h]:
+                continue
+            got |= {k: middle[k][got[side]] for k, side in (("x", "a"), ("y", "b")) if k in cases}
+            for k in cases:
+                out[k].append(got[k])
+            out["stratum"].append(h)
+    return out
 
 
 def mean_rows(x):
@@ -265,7 +383,7 @@ def bootstrap_interval(
     statistic: Callable, data: Sequence[Sequence[float]], n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0, confidence: float = CONFIDENCE,
 ) -> tuple[float, float]:
-    """Paired percentile bootstrap interval of ``statistic(*rows)`` (a ``*_rows`` function).
+    """Paired percentile bootstrap interval of ``statistic(*rows)`` (one value per row, as `mean_rows`).
 
     The arrays of ``data`` are resampled together (the same cases in each), in blocks of at most
     ``BLOCK`` values. ``(nan, nan)`` with no resamples, fewer than 2 cases, or when the statistic is
@@ -367,32 +485,6 @@ def paired_permutation_pvalue(
     if alternative == "greater":
         return float(p_greater)
     return float(min(1.0, 2.0 * min(p_less, p_greater)))
-
-
-def wilson_interval(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Wilson score interval of a proportion k/n (``scipy.stats.binomtest``)."""
-    from scipy import stats
-
-    if n <= 0:
-        return (float("nan"), float("nan"))
-    ci = stats.binomtest(int(k), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
-    return (float(ci.low), float(ci.high))
-
-
-def wilson_weighted(hits, weights, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Wilson score interval of a weighted proportion (``hits`` booleans, ``weights`` each case's
-    weight), at Kish's effective sample size ``(sum w)^2 / sum w^2``: with equal weights, the Wilson
-    interval of k/n."""
-    h = np.asarray(hits, bool)
-    w = np.asarray(weights, float)
-    if not len(w) or w.sum() <= 0:
-        return (float("nan"), float("nan"))
-    p = float(w[h].sum() / w.sum())
-    n = float(w.sum() ** 2 / np.sum(w ** 2))
-    z = _z(confidence)
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 # --------------------------------------------------------------------------------------------

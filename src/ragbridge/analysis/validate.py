@@ -6,8 +6,9 @@ answers the backend passes, ``tnr`` the share of human-failed answers the backen
 real failures it catches), so a judge that agrees 90% overall but misses half of the rare failures
 shows ``tnr`` 0.5. Also Cohen's kappa, balanced accuracy, and, where a backend exposes its claims
 (`ragbridge.run.summary.claim_counts`), the share of answers with at least one unsupported
-claim. Rates get Wilson intervals, kappa, balanced accuracy and Spearman bootstrap intervals
-(`ragbridge.analysis.stats`). ``missed`` lists the human fails the backend passed.
+claim. Every figure has its posterior interval (`ragbridge.analysis.stats.rater_figures`, the one
+method of every agreement figure). ``missed_fails`` lists the human fails the backend passed,
+``missed_passes`` the human passes it failed: every case it disagrees on.
 
 A backend's verdict is `ragbridge.verdicts.verdict` at its pass mark
 (`ragbridge.analysis.thresholds.pass_marks`), as in every other output.
@@ -15,11 +16,11 @@ A backend's verdict is `ragbridge.verdicts.verdict` at its pass mark
 Labels drawn by stratum (``ragbridge label``: half from the cases the judge passed, half from those it
 failed, the design carried in the labels file, `ragbridge.analysis.labels`) are weighted by it: each
 labelled case stands for ``stratum_size / labels in its stratum`` cases, so TPR, TNR, kappa, balanced
-accuracy and agreement are those of the whole run, not of the over-sampled fails (TPR and TNR with
-Wilson intervals at the effective sample size, kappa and balanced accuracy with a bootstrap within
-each stratum; the counts ``tp``, ``fn``, ``fp``, ``tn`` stay those of the labels);
-the pass rate follows the strata too (`ragbridge.analysis.ppi.pass_rate`). Spearman is of the
-labelled cases as drawn.
+accuracy, agreement and Spearman are those of the whole run, not of the over-sampled fails, and
+their intervals draw each stratum apart (the backend whose verdicts made the strata passes every
+case of the pass stratum and fails every case of the other: its other verdict is no corner there);
+the counts ``tp``, ``fn``, ``fp``, ``tn`` stay those of the labels. The pass rate follows the
+strata too (`ragbridge.analysis.ppi.pass_rate`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import numpy as np
 
 from ..run import Run
 from ..run.summary import claim_counts
+from ..schema import clean_id
 from ..verdicts import verdict
 from . import stats
 from .labels import load_labels
@@ -45,14 +47,14 @@ VALIDATE_COLUMNS = [
     "metric", "backend", "threshold", "n_labels", "labels_unknown_case", "n_paired", "unscored",
     "undefined", "errored", "missing", "human_pass", "human_fail", "tp", "fn", "fp", "tn",
     "tpr", "tpr_low", "tpr_high", "tnr", "tnr_low", "tnr_high", "kappa", "kappa_low", "kappa_high",
-    "balanced_accuracy", "balanced_accuracy_low", "balanced_accuracy_high", "agreement",
+    "balanced_accuracy", "balanced_accuracy_low", "balanced_accuracy_high", "agreement", "agreement_low",
+    "agreement_high",
     "spearman", "spearman_low", "spearman_high", "claims_answers", "unsupported_answers",
     "unsupported_share", "unsupported_share_low", "unsupported_share_high",
     "n_judged", "judge_pass_rate", "ppi_pass_rate", "ppi_pass_rate_low", "ppi_pass_rate_high",
     "human_pass_rate_low", "human_pass_rate_high", "ppi_mean", "ppi_mean_low", "ppi_mean_high",
-    "design", "strata", "missed",
+    "design", "strata", "missed_fails", "missed_passes",
 ]
-_NO_INTERVAL = (math.nan, math.nan)
 
 
 def validate(
@@ -74,10 +76,11 @@ def validate(
     ``n_paired`` (labelled cases the backend scored), ``unscored`` (labelled but undefined,
     errored or missing), ``human_pass``, ``human_fail``, the confusion ``tp`` (both pass), ``fn``
     (human pass, backend fail), ``fp`` (human fail, backend pass: a missed failure), ``tn``;
-    ``tpr``, ``tnr`` (Wilson intervals), ``kappa``, ``balanced_accuracy`` (bootstrap intervals),
-    ``agreement``; for graded labels ``spearman`` with the backend's value; and where the backend
-    exposes claims, ``claims_answers`` and ``unsupported_share`` (answers with at least one
-    unsupported claim, Wilson interval).
+    ``tpr``, ``tnr``, ``kappa``, ``balanced_accuracy``, ``agreement``; for graded labels ``spearman``
+    with the backend's value; where the backend exposes claims, ``claims_answers`` and
+    ``unsupported_share`` (answers with at least one unsupported claim); each figure with its
+    posterior interval (``<figure>_low``, ``<figure>_high``); ``missed_fails`` and
+    ``missed_passes``, the case ids the backend got wrong each way.
     """
     import pandas as pd
 
@@ -86,6 +89,11 @@ def validate(
     if not isinstance(labels, pd.DataFrame):
         labels = load_labels(labels, metric=metrics[0] if metrics and len(metrics) == 1 else None,
                              label_threshold=label_threshold)
+    else:  # a frame's case ids read by the run's rule, as a file's are
+        try:
+            labels = labels.assign(case_id=[clean_id(str(c), "case_id") for c in labels["case_id"]])
+        except ValueError as exc:
+            raise AnalysisError(f"labels: {exc}") from None
     only = table.check_backends(backends)
     th = pass_marks(table.run, thresholds, backends=sorted(table.backends()))
     have = table.metrics()
@@ -108,11 +116,11 @@ def validate(
                      else {c: True for c in grades})
         human = {c: (g >= label_threshold) if is_graded[c] else (g >= 0.5) for c, g in grades.items()}
         graded = any(is_graded.values()) and len(set(grades.values())) > 2
-        strata = _strata(table, metric, lab)
+        strata, drawn_by = _strata(table, metric, lab)
         for b in table.backends_of(metric):
             if only is None or b in only:
                 row = _validate_backend(table, metric, b, th.get(b, metric), grades, human, graded,
-                                        n_resamples, seed, confidence, strata)
+                                        label_threshold, n_resamples, seed, confidence, strata, drawn_by)
                 rows.append(row)
     if rows and not any(r["n_labels"] > r["labels_unknown_case"] for r in rows):
         first = next(iter(labels["case_id"]), None)
@@ -124,13 +132,15 @@ def validate(
     return pd.DataFrame(rows, columns=VALIDATE_COLUMNS)
 
 
-def _strata(table: ScoreTable, metric: str, lab) -> Optional[dict[str, str]]:
+def _strata(table: ScoreTable, metric: str, lab) -> tuple[Optional[dict[str, str]],
+                                                          Optional[tuple[str, float]]]:
     """Each case's stratum in the draw the labels of ``metric`` came from (the stratifying backend's
-    verdict at the recorded threshold, for every case it scored), or None for uniform labels.
+    verdict at the recorded threshold, for every case it scored) and that (backend, threshold), or
+    ``(None, None)`` for uniform labels.
     Raises `AnalysisError` when the run cannot hold that draw (the backend did not score the metric,
     or its strata no longer have the sizes the labels were drawn from)."""
     if "stratum" not in lab or lab["stratum"].isna().all():
-        return None
+        return None, None
     first = lab.iloc[0]
     backend, t = str(first["stratum_backend"]), float(first["stratum_threshold"])
     got = table.by_mb.get((metric, backend))
@@ -147,60 +157,16 @@ def _strata(table: ScoreTable, metric: str, lab) -> Optional[dict[str, str]]:
             + ", ".join(f"{h} {n}" for h, n in sorted(have.items()))
             + ": the run was scored again since, so the labels' weights no longer fit it (draw and "
             "grade a new sample with ragbridge label)")
-    return strata
-
-
-def _weighted(truth: np.ndarray, pred: np.ndarray, w: np.ndarray) -> dict[str, float]:
-    """TPR, TNR, balanced accuracy, agreement and kappa of weighted cases."""
-    def share(num, den):
-        return float(num / den) if den > 0 else math.nan
-
-    pos, neg, total = w[truth].sum(), w[~truth].sum(), w.sum()
-    tpr, tnr = share(w[truth & pred].sum(), pos), share(w[~truth & ~pred].sum(), neg)
-    po = share(w[truth == pred].sum(), total)
-    ph, pj = share(pos, total), share(w[pred].sum(), total)
-    pe = ph * pj + (1 - ph) * (1 - pj)
-    return {"tpr": tpr, "tnr": tnr, "balanced_accuracy": (tpr + tnr) / 2 if pos > 0 and neg > 0 else math.nan,
-            "agreement": po, "kappa": (po - pe) / (1 - pe) if pe < 1 else math.nan}
-
-
-def _weighted_figures(truth: np.ndarray, pred: np.ndarray, groups: list[str], sizes: dict[str, int],
-                      n_resamples: int, seed: int, confidence: float) -> dict[str, Any]:
-    """`_weighted` figures with each case weighted by its stratum (``sizes[h]`` cases stood for by the
-    labelled ones of ``h``), and intervals from ``n_resamples`` bootstraps within each stratum."""
-    g = np.array(groups)
-    counts = {h: int(np.sum(g == h)) for h in set(groups)}
-    w = np.array([sizes[h] / counts[h] for h in groups], float)
-    out: dict[str, Any] = dict(_weighted(truth, pred, w))
-    names = list(out)
-    if n_resamples <= 0 or not len(truth):
-        return out | {f"{k}_{e}": math.nan for k in names for e in ("low", "high")}
-    rng = np.random.default_rng(seed)
-    for k, cls in (("tpr", truth), ("tnr", ~truth)):  # rates: Wilson at the effective sample size
-        hits = pred[cls] if k == "tpr" else ~pred[cls]
-        out[f"{k}_low"], out[f"{k}_high"] = stats.wilson_weighted(hits, w[cls], confidence)
-    names = [k for k in names if k not in ("tpr", "tnr")]
-    draws = {k: [] for k in names}
-    where = {h: np.flatnonzero(g == h) for h in counts}
-    for _ in range(n_resamples):
-        idx = np.concatenate([rng.choice(ix, len(ix)) for ix in where.values()])
-        for k, v in _weighted(truth[idx], pred[idx], w[idx]).items():
-            if k in draws:
-                draws[k].append(v)
-    lo_q, hi_q = (1 - confidence) / 2 * 100, (1 + confidence) / 2 * 100
-    for k in names:
-        arr = np.array(draws[k], float)
-        arr = arr[~np.isnan(arr)]
-        ends = (float(np.percentile(arr, lo_q)), float(np.percentile(arr, hi_q)))
-        out[f"{k}_low"], out[f"{k}_high"] = ends if len(arr) and not math.isnan(out[k]) else _NO_INTERVAL
-    return out
+    return strata, (backend, t)
 
 
 def _validate_backend(table: ScoreTable, metric: str, backend: str, t: float, grades: dict[str, float],
-                      human: dict[str, bool], graded: bool, n_resamples: int, seed: int,
-                      confidence: float, strata: Optional[dict[str, str]] = None) -> dict[str, Any]:
+                      human: dict[str, bool], graded: bool, label_threshold: float, n_resamples: int,
+                      seed: int, confidence: float, strata: Optional[dict[str, str]] = None,
+                      stratified_by: Optional[tuple[str, float]] = None) -> dict[str, Any]:
     """One row of `validate`: ``backend`` at threshold ``t`` against the labels of ``metric``
-    (``strata``: each case's stratum in a stratified draw, or None)."""
+    (``strata``: each case's stratum in a stratified draw, made by the verdicts of ``stratified_by``,
+    a (backend, threshold); or None)."""
     got = table.by_mb.get((metric, backend), {})
     if strata is not None:  # the population: the cases the draw could pick
         got = {c: s for c, s in got.items() if c in strata}
@@ -222,40 +188,35 @@ def _validate_backend(table: ScoreTable, metric: str, backend: str, t: float, gr
         "human_pass": int(truth.sum()), "human_fail": int((~truth).sum()),
         "tp": tp, "fn": fn, "fp": fp, "tn": tn,
     }
-    row["tpr"] = stats.class_recall(truth, pred, True)
-    row["tpr_low"], row["tpr_high"] = stats.wilson_interval(tp, tp + fn, confidence)
-    row["tnr"] = stats.class_recall(truth, pred, False)
-    row["tnr_low"], row["tnr_high"] = stats.wilson_interval(tn, tn + fp, confidence)
-    figures = [("kappa", stats.kappa, stats.kappa_rows, (truth, pred)),
-               ("balanced_accuracy", stats.balanced_accuracy, stats.balanced_accuracy_rows, (truth, pred))]
-    if graded:
-        figures.append(("spearman", stats.spearman, stats.spearman_rows,
-                        (np.array([grades[c] for c in ids], float), value)))
-    else:
-        row["spearman"] = math.nan
-        row["spearman_low"], row["spearman_high"] = _NO_INTERVAL
-    for i, (name, point, rows, data) in enumerate(figures):
-        row[name] = point(*data)
-        row[f"{name}_low"], row[f"{name}_high"] = (
-            _NO_INTERVAL if math.isnan(row[name])
-            else stats.bootstrap_interval(rows, data, n_resamples, seed + i, confidence))
-    row["agreement"] = stats.agreement(truth, pred)
-    row["design"] = "uniform" if strata is None else "stratified"
-    row["strata"] = None
-    if strata is not None:
+    design: dict[str, Any] = {}
+    row["design"], row["strata"] = "uniform", None
+    if strata is not None:  # each label stands for its stratum's share of the run
         sizes = {h: sum(1 for c, s in got.items() if s.status == "scored" and strata[c] == h)
-                 for h in set(strata.values())}
-        row.update(_weighted_figures(truth, pred, [strata[c] for c in ids], sizes, n_resamples, seed,
-                                     confidence))
-        row["strata"] = {h: {"cases": sizes[h], "labels": sum(strata[c] == h for c in ids)}
-                         for h in sorted(sizes)}
-    row["missed"] = [c for c, y, p in zip(ids, truth, pred) if p and not y]
+                 for h in sorted(set(strata.values()))}
+        total = sum(sizes.values())
+        design = {"strata": [strata[c] for c in ids], "shares": {h: n / total for h, n in sizes.items()}}
+        if (backend, t) == stratified_by:  # its verdicts made the strata: it passes every case of "pass"
+            design["fixed_b"] = {"pass": True, "fail": False}
+        row["design"] = "stratified"
+        row["strata"] = {h: {"cases": sizes[h], "labels": sum(strata[c] == h for c in ids)} for h in sizes}
+    names = ["tpr", "tnr", "kappa", "balanced_accuracy", "agreement"] + (["spearman"] if graded else [])
+    human_grades = np.array([grades[c] for c in ids], float)
+    scale = (min(0.0, float(human_grades.min(initial=0.0))), max(1.0, float(human_grades.max(initial=1.0))))
+    got_figures = stats.rater_figures(
+        names, truth, pred, human_grades, value, cut_x=label_threshold, cut_y=t, scale_x=scale,
+        n_draws=n_resamples, seed=seed, confidence=confidence, **design)
+    for name, (v, low, high) in got_figures.items():
+        row[name], row[f"{name}_low"], row[f"{name}_high"] = v, low, high
+    if not graded:
+        row["spearman"], row["spearman_low"], row["spearman_high"] = math.nan, math.nan, math.nan
+    row["missed_fails"] = [c for c, y, p in zip(ids, truth, pred) if p and not y]
+    row["missed_passes"] = [c for c, y, p in zip(ids, truth, pred) if y and not p]
     found = [f for c in grades if (s := got.get(c)) is not None and (f := claim_counts(s)) is not None]
     n_claims, n_unsup = len(found), sum(1 for _, bad in found if bad > 0)
     row["claims_answers"], row["unsupported_answers"] = n_claims, n_unsup
-    row["unsupported_share"] = stats.rate(n_unsup, n_claims)
-    row["unsupported_share_low"], row["unsupported_share_high"] = stats.wilson_interval(
-        n_unsup, n_claims, confidence)
+    share = stats.rater_figures(["share"], [bad > 0 for _, bad in found], n_draws=n_resamples, seed=seed,
+                                confidence=confidence)["share"]
+    row["unsupported_share"], row["unsupported_share_low"], row["unsupported_share_high"] = share
     row.update(_ppi_columns(got, human, grades, graded, t, confidence, strata))
     return row
 

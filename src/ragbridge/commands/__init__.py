@@ -2,7 +2,7 @@
 
 One module per group of commands, each with a ``register(cli)`` that adds its commands to the
 application: ``run`` (run, rescore), ``data`` (formats, convert, sample), ``backends``, ``judge``
-(judge serve, judge check), ``analysis`` (compare, validate, calibrate, trend), ``diagnose``,
+(judge serve, judge check), ``analysis`` (compare, validate, calibrate), ``trend``, ``diagnose``,
 ``regression`` (diff, gate) and ``report``. They are registered lazily (`COMMANDS`: each command's
 module and the first line of its help): ``ragbridge --help`` lists them without importing any, and a
 command's module is imported when that command is run or its help shown. Third-party plugins (and
@@ -56,14 +56,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export-scores": ("data", "Write a run's scores as span evaluations (trace id, span id, name, label, "
                               "score, explanation) for the tracing tool the traces came from."),
     "compare": ("analysis", "Agreement between backends on each metric they share, and the cases they "
-                            "disagree on most; with two runs, each backend against itself in the other run "
-                            "(e.g. another judge model)."),
+                            "disagree on most (with --with, backends scored in other runs too); with two "
+                            "runs, each backend against itself in the other run (e.g. another judge model)."),
     "validate": ("analysis", "Each backend's verdicts against human labels: TPR, TNR, kappa, balanced "
                              "accuracy."),
     "calibrate": ("analysis", "The threshold in one backend that best reproduces another's pass/fail "
                               "(maximum kappa)."),
-    "trend": ("analysis", "The mean of each metric over dated runs: the series, its slope per run with a "
-                          "95% interval, and the change points."),
+    "trend": ("trend", "The mean of each metric over dated runs: the series, its slope per run with a "
+                       "95% interval, and the change points."),
     "diagnose": ("diagnose", "Each failing case to one layer: retrieval, generation, knowledge_base, "
                              "reference_or_judge or undetermined (with the missing evidence named), and the "
                              "evidence that decided it (docs/diagnose.md)."),

@@ -1,9 +1,10 @@
-"""``ragbridge compare``, ``ragbridge validate``, ``ragbridge calibrate`` and ``ragbridge trend``:
-the analyses of `ragbridge.analysis` printed as tables that fit the width (or plain lines), or as
-one JSON document.
+"""``ragbridge compare``, ``ragbridge validate`` and ``ragbridge calibrate``: the analyses of
+`ragbridge.analysis` printed as tables that fit the width (or plain lines), or as one JSON document.
 
-``compare RUN`` compares the backends of one run; ``compare RUN_A RUN_B`` compares the same backend
-and metric across two runs (a change of judge model or library version), rater against rater.
+``compare RUN`` compares the backends of one run; ``compare RUN --with OTHER_RUN`` those of runs of
+the same cases scored apart, read side by side (`ragbridge.analysis.join_runs`: a column per backend
+and run); ``compare RUN_A RUN_B`` compares the same backend and metric across two runs (a change of
+judge model or library version), rater against rater. ``validate`` and ``report`` take ``--with`` too.
 """
 
 from __future__ import annotations
@@ -21,20 +22,18 @@ from ..analysis.compare import FIGURE_NAMES, FIGURES, compare, compare_runs, dis
 from ..analysis.stats import DEFAULT_PERMUTATIONS, DEFAULT_RESAMPLES
 from ..analysis.table import AnalysisError, ScoreTable, open_run
 from ..analysis.validate import validate
-from ..analysis.trend import Trend, trend
-from ..report.text import MISSING, ci_text, interval, num, one_line, p_text, records
-from ..run.summary import ALL
+from ..report.text import (MISSING, ci_text, column_lines, missed_lines, num, one_line, p_text,
+                           records)
 from ..run import Run
 from .output import err, fail, out, print_json, print_lines, print_table
 
-__all__ = ["register", "compare_cmd", "validate_cmd", "calibrate_cmd", "trend_cmd", "trend_json"]
+__all__ = ["register", "compare_cmd", "validate_cmd", "calibrate_cmd"]
 
 
 def register(cli: typer.Typer) -> None:
     cli.command("compare")(compare_cmd)
     cli.command("validate")(validate_cmd)
     cli.command("calibrate")(calibrate_cmd)
-    cli.command("trend")(trend_cmd)
 
 
 def _unscored_note(row, side: str, name: str) -> str:
@@ -60,18 +59,36 @@ def _case_lines(case_id: str, heading: str, question: Any, sides: Sequence[tuple
     return lines
 
 
-def _run_or_fail(path: Path) -> Run:
+def _run_or_fail(path: Path, joined: Optional[List[Path]] = None) -> Run:
+    """The run folder at ``path``; with ``joined`` (``--with``), it and those runs read side by side
+    (`ragbridge.analysis.join_runs`)."""
     try:
-        return open_run(path)
+        return open_run([path, *joined] if joined else path)
     except AnalysisError as exc:
         fail(str(exc))
+
+
+def _print_columns(console, r: Run) -> None:
+    """For runs read side by side: which run and judge each column comes from."""
+    if getattr(r.manifest, "columns", None):
+        lines = column_lines(r.manifest.columns, r.manifest.joined)
+        print_lines(console, lines[:1], indent="")
+        print_lines(console, [ln.strip() for ln in lines[1:]])
+
+
+#: the option that reads several runs of the same cases as one, each run's backends a column
+WITH_HELP = ("Another run folder of the same cases, scored apart (another judge server, day or judge): "
+             "its backends join this run's as columns, BACKEND@FOLDER where two runs scored the same "
+             "backend (repeatable).")
 
 
 def compare_cmd(
     runs: List[Path] = typer.Argument(
         ..., metavar="RUN",
-        help="Run folder (holds run.json and scores.jsonl): its backends are compared; or two run "
-             "folders: each backend and metric of the first against the same in the second."),
+        help="Run folder (holds run.json and scores.jsonl): its backends are compared (with --with, and "
+             "those of other runs); or two run folders: each backend and metric of the first against "
+             "the same in the second."),
+    with_runs: List[Path] = typer.Option(None, "--with", metavar="RUN", help=WITH_HELP),
     metric: List[str] = typer.Option(
         None, "--metric", "-m", help="Metric to compare (repeatable). Default: every metric two or more "
                                      "backends scored."),
@@ -82,23 +99,28 @@ def compare_cmd(
                                         "default: each metric's pass mark, docs/report.md)."),
     top: int = typer.Option(5, "--top", help="Disagreeing cases to show per metric."),
     resamples: int = typer.Option(
-        DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples for the 95% intervals (0: none)."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+        DEFAULT_RESAMPLES, "--resamples", help="Draws (resamples) for the 95% intervals (0: none)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the intervals' draws."),
     permutations: int = typer.Option(
         DEFAULT_PERMUTATIONS, "--permutations", help="Permutation test resamples for the shift's p-value "
                                                      "(two runs)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
 ) -> None:
-    """Agreement between backends on each metric they share, and the cases they disagree on most; with
-    two runs, each backend against itself in the other run (e.g. another judge model)."""
+    """Agreement between backends on each metric they share, and the cases they disagree on most (with
+    --with, backends scored in other runs too); with two runs, each backend against itself in the
+    other run (e.g. another judge model)."""
     if len(runs) > 2:
-        fail(f"compare takes one run folder (its backends) or two (run against run), got {len(runs)}")
+        fail(f"compare takes one run folder (its backends) or two (run against run), got {len(runs)}: "
+             "to compare the backends of runs scored apart, name one and add the others with --with")
+    if len(runs) == 2 and with_runs:
+        fail("two RUN folders compare each backend with itself across runs; --with reads runs side by "
+             "side as columns: give one RUN with --with, or two RUNs without it")
     if len(runs) == 2:
         _compare_two_runs(runs[0], runs[1], metric, backend, threshold, top, resamples, seed, permutations,
                           as_json)
         return
     run = runs[0]
-    r = _run_or_fail(run)
+    r = _run_or_fail(run, with_runs)
     try:
         frame = compare(r, metric or None, backend or None, threshold or None, resamples, seed)
         dis = disagreements(r, metric or None, backend or None, threshold or None, top)
@@ -111,13 +133,22 @@ def compare_cmd(
         fail("nothing to compare: no metric in this run is scored by two or more backends ("
              + "; ".join(f"{m}: {', '.join(table.backends_of(m))}" for m in table.metrics()) + ")")
     if as_json:
-        print_json({"run": str(r.path), "agreement": records(frame), "disagreements": records(dis)})
+        print_json({"run": str(r.path) if not with_runs else None, **_joined_json(r),
+                    "agreement": records(frame), "disagreements": records(dis)})
         return
     every = disagreements(r, metric or None, backend or None, threshold or None, None)
     flips = every[every["verdicts_differ"]].groupby("metric").size().to_dict() if not every.empty else {}
+    _print_columns(out, r)
     _print_agreement(out, r, frame, flips)
     if not dis.empty:
         _print_disagreements(out, dis)
+
+
+def _joined_json(r: Run) -> dict[str, Any]:
+    """Where the columns of runs read side by side came from (nothing for one run)."""
+    columns = getattr(r.manifest, "columns", None)
+    return {"runs": r.manifest.joined["runs"], "joined": r.manifest.joined, "columns": columns} \
+        if columns else {}
 
 
 def _answer_lines(frame, flips: dict[str, int]) -> list[str]:
@@ -142,7 +173,8 @@ def _answer_lines(frame, flips: dict[str, int]) -> list[str]:
 
 def _print_agreement(console, r: Run, frame, flips: dict[str, int]) -> None:
     print_lines(console, _answer_lines(frame, flips))
-    t = Table(title=f"Agreement between backends ({escape(str(r.path))})", title_justify="left",
+    where = str(r.path) if r.path is not None else " + ".join(r.manifest.joined["runs"])
+    t = Table(title=f"Agreement between backends ({escape(where)})", title_justify="left",
               show_lines=True)
     for col in ("metric", "pair", "paired", *FIGURE_NAMES.values(), "PP PF FP FF", "not scored"):
         t.add_column(col, justify="left" if col in ("metric", "pair", "not scored") else "right",
@@ -174,7 +206,7 @@ def _print_agreement(console, r: Run, frame, flips: dict[str, int]) -> None:
         lines += [f"  not scored: {'; '.join(notes)}"] if notes else []
     table = print_table(console, t, lines)
     print_lines(console, [
-        "95% bootstrap intervals in brackets."
+        "95% posterior intervals in brackets (docs/report.md)."
         + (" PP PF FP FF: cases both pass, only A passes, only B passes, both fail"
            + (f" (threshold {frame['threshold_a'].iloc[0]:g})." if same_thresholds else ".") if table else "")
         + " Only cases both backends scored enter a figure."
@@ -228,7 +260,7 @@ def _compare_two_runs(path_a: Path, path_b: Path, metric, backend, threshold, to
     table = print_table(out, t, rows)
     print_lines(out, [
         "shift: mean in B - mean in A over the cases both scored, paired bootstrap 95% interval and "
-        "permutation p; the figures compare A's values with B's case by case (bootstrap 95% intervals)."
+        "permutation p; the figures compare A's values with B's case by case (95% posterior intervals)."
         + (" PP PF FP FF: cases both pass, only A passes, only B passes, both fail." if table else "")
     ], indent="")
     for (m, b), group in moved.groupby(["metric", "backend"], sort=False):
@@ -269,6 +301,7 @@ def _print_disagreements(console, dis) -> None:
 
 def validate_cmd(
     run: Path = typer.Argument(..., help="Run folder."),
+    with_runs: List[Path] = typer.Option(None, "--with", metavar="RUN", help=WITH_HELP),
     labels: Path = typer.Option(
         ..., "--labels", "-l", help="Human labels: JSONL or CSV with case_id, metric, label (pass/fail or a "
                                     "grade); or signal:NAME, the user signal NAME the run's cases carry "
@@ -282,12 +315,13 @@ def validate_cmd(
                                         "(repeatable; default: each metric's pass mark, docs/report.md)."),
     label_threshold: float = typer.Option(
         0.5, "--label-threshold", help="A human grade at or above this is a pass (e.g. 3 for a 1-5 scale)."),
-    resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples (0: none)."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples",
+                                  help="Draws for the 95% intervals (0: none)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the intervals' draws."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of a table."),
 ) -> None:
     """Each backend's verdicts against human labels: TPR, TNR, kappa, balanced accuracy."""
-    r = _run_or_fail(run)
+    r = _run_or_fail(run, with_runs)
     human = labels
     if str(labels).startswith("signal:") and not labels.exists():
         human = _signal_labels(r, str(labels)[len("signal:"):], metric)
@@ -298,8 +332,10 @@ def validate_cmd(
         fail(str(exc))
     unknown = int(frame["labels_unknown_case"].max()) if not frame.empty else 0
     if as_json:
-        print_json({"run": str(r.path), "labels": str(labels), "validation": records(frame)})
+        print_json({"run": str(r.path) if not with_runs else None, **_joined_json(r), "labels": str(labels),
+                    "validation": records(frame)})
     else:
+        _print_columns(out, r)
         _print_validation(out, frame)
     if unknown:
         err.print(f"[yellow]{unknown} label(s) name a case that is not in this run[/]")
@@ -329,6 +365,10 @@ def _signal_labels(r, name: str, metrics: Optional[List[str]]):
 
 def _ppi_line(row) -> str:
     labelled = row["n_paired"]
+    if labelled == row["n_judged"]:  # nothing left to estimate: the set's pass rate is the labels'
+        return (f"{row['metric']}, {row['backend']}: {num(row['ppi_pass_rate'], 2)}, exact: every one of "
+                f"the {labelled} judged cases is labelled "
+                f"(the judge alone: {num(row['judge_pass_rate'], 2)})")
     rate = ci_text(row["ppi_pass_rate"], row["ppi_pass_rate_low"], row["ppi_pass_rate_high"])
     line = (f"{row['metric']}, {row['backend']}: {rate} "
             f"from {labelled} labels and {row['n_judged']} judged cases (the judge alone: "
@@ -354,7 +394,8 @@ def _print_validation(console, frame) -> None:
     for row in frame.to_dict("records"):
         unscored = [f"{row[k]} {k}" for k in ("undefined", "errored", "missing") if row[k]]
         ci = {f: ci_text(row[f], row[f"{f}_low"], row[f"{f}_high"])
-              for f in ("tpr", "tnr", "kappa", "balanced_accuracy", "spearman", "unsupported_share")}
+              for f in ("tpr", "tnr", "kappa", "balanced_accuracy", "agreement", "spearman",
+                        "unsupported_share")}
         cells = [
             escape(row["metric"]), escape(row["backend"]), f"{row['threshold']:g}",
             str(row["n_labels"]), str(row["n_paired"]),
@@ -362,8 +403,7 @@ def _print_validation(console, frame) -> None:
             f"{row['human_pass']}/{row['human_fail']}",
             *(ci[f].replace(" [", "\n[") for f in ("tpr", "tnr")),
             f"{row['fp']}/{row['human_fail']}",
-            *(ci[f].replace(" [", "\n[") for f in ("kappa", "balanced_accuracy")),
-            num(row["agreement"], 2),
+            *(ci[f].replace(" [", "\n[") for f in ("kappa", "balanced_accuracy", "agreement")),
         ]
         claims = f"{ci['unsupported_share']} of {row['claims_answers']}" if row["claims_answers"] else MISSING
         if show_sp:
@@ -377,15 +417,15 @@ def _print_validation(console, frame) -> None:
             + f"; humans pass {row['human_pass']}, fail {row['human_fail']}",
             f"  TPR {ci['tpr']}, TNR {ci['tnr']}, missed {row['fp']}/{row['human_fail']}, "
             f"kappa {ci['kappa']}, "
-            f"balanced accuracy {ci['balanced_accuracy']}, agreement {num(row['agreement'], 2)}"
+            f"balanced accuracy {ci['balanced_accuracy']}, agreement {ci['agreement']}"
             + (f", Spearman {ci['spearman']}" if show_sp else "")
             + (f", unsupported {claims}" if show_claims else ""),
         ]
     print_table(console, t, lines)
     print_lines(console, [
         "TPR: share of human passes the backend passes; TNR: share of human fails it fails, "
-        "the failures it catches (Wilson 95% intervals); missed: human fails the backend passed; "
-        "kappa and balanced accuracy: bootstrap 95% intervals"
+        "the failures it catches; missed: human fails the backend passed; 95% posterior intervals in "
+        "brackets (docs/report.md)"
         + ("; Spearman: backend value against graded labels" if show_sp else "")
         + ("; unsupported: share of answers with at least one unsupported claim, of those whose claims "
            "the backend exposes" if show_claims else "")
@@ -398,8 +438,7 @@ def _print_validation(console, frame) -> None:
             notes.append(f"{where}: labels drawn by the judge's verdict ("
                          + ", ".join(f"{h} {v['labels']} of {v['cases']}" for h, v in row["strata"].items())
                          + "); every figure but the counts is weighted by stratum")
-        if row["missed"]:
-            notes.append(f"{where}: missed (human fail, backend pass): " + ", ".join(row["missed"]))
+        notes += missed_lines(row, where)
     print_lines(console, notes)
     ppi = [row for row in frame.to_dict("records")
            if row["n_judged"] and not math.isnan(row["ppi_pass_rate"])]
@@ -419,8 +458,9 @@ def calibrate_cmd(
         None, "--threshold", "-t", help="The source backend's threshold (default: its pass mark, "
                                         "docs/report.md)."),
     top: int = typer.Option(10, "--top", help="Flipping cases to show."),
-    resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples (0: none)."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples",
+                                  help="Draws for the 95% intervals (0: none)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the intervals' draws."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
 ) -> None:
     """The threshold in one backend that best reproduces another's pass/fail (maximum kappa)."""
@@ -482,96 +522,3 @@ def _cut(row) -> str:
     if math.isinf(row["threshold_high"]) and row["threshold"] > 1:
         return f"> {row['threshold_low']:.3g}"
     return f"{row['threshold']:.3g}"
-
-
-def trend_json(t: Trend) -> dict:
-    """The trend as one JSON-ready document: the runs in order, every series, slope and change point."""
-    return {
-        "runs": [{"position": i, "path": str(r.path), "started_at": r.manifest.started_at,
-                  "judge": (r.manifest.judge or {}).get("model"), "status": r.manifest.status}
-                 for i, r in enumerate(t.runs)],
-        "confidence": t.confidence, "alpha": t.alpha, "warnings": list(t.warnings),
-        "summary": records(t.summary), "series": records(t.series), "changes": records(t.changes),
-    }
-
-
-def trend_cmd(
-    runs: List[Path] = typer.Argument(
-        ..., metavar="RUN",
-        help="Run folders, or folders of run folders; ordered by the start time in their run.json."),
-    metric: List[str] = typer.Option(None, "--metric", "-m", help="Only this metric (repeatable)."),
-    backend: List[str] = typer.Option(None, "--backend", "-b", help="Only this backend (repeatable)."),
-    by_tag: bool = typer.Option(False, "--by-tag", help="A series per tag too."),
-    tag: List[str] = typer.Option(None, "--tag", help="With --by-tag, only these tags (repeatable)."),
-    alpha: float = typer.Option(
-        0.05, "--alpha", help="A change point is kept when its p-value is below this."),
-    min_size: int = typer.Option(2, "--min-size", help="Fewest runs on either side of a change point."),
-    permutations: int = typer.Option(
-        DEFAULT_PERMUTATIONS, "--permutations", help="Permutations of the change-point test (0: no test)."),
-    seed: int = typer.Option(0, "--seed", help="Random seed of the permutation test."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
-) -> None:
-    """The mean of each metric over dated runs: the series, its slope per run with a 95% interval,
-    and the change points."""
-    if not 0 < alpha < 1:
-        fail(f"--alpha must be between 0 and 1, got {alpha}")
-    if min_size < 1:
-        fail(f"--min-size must be at least 1, got {min_size}")
-    if tag and not by_tag:
-        fail("--tag chooses the tags of --by-tag: add --by-tag")
-    try:
-        t = trend(runs, metric or None, backend or None, by_tag, tag or None, alpha=alpha, min_size=min_size,
-                  n_permutations=permutations, seed=seed)
-    except AnalysisError as exc:
-        fail(str(exc))
-    for w in t.warnings:
-        err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
-    if as_json:
-        print_json(trend_json(t))
-        return
-    print_trend(out, t)
-
-
-def print_trend(console, t: Trend) -> None:
-    """The runs in order, a row per series (slope, change points), then each series' means."""
-    first, last = t.runs[0].manifest.started_at, t.runs[-1].manifest.started_at
-    lines = [f"{len(t.runs)} runs, by start time: {first} to {last}"]
-    lines += [f"  #{i} {r.path}" + (f" (judge {r.manifest.judge['model']})"
-                                    if (r.manifest.judge or {}).get("model") else "")
-              for i, r in enumerate(t.runs)]
-    print_lines(console, lines)
-    tab = Table(title="Trend: least-squares slope per run, t 95% interval", title_justify="left",
-                show_lines=True)
-    for c in ("series", "runs", "first", "last", "slope/run", "changes"):
-        tab.add_column(c, justify="left" if c == "series" else "right", no_wrap=True)
-    rows = []
-    for r in t.summary.to_dict("records"):
-        slope = num(r["slope"], 4, signed=True)
-        ci = interval(r["slope_low"], r["slope_high"], 4, signed=True)
-        sig = not math.isnan(r["slope_low"]) and (r["slope_low"] > 0 or r["slope_high"] < 0)
-        colour = ("green" if r["slope"] > 0 else "red") if sig else None
-        where = f"{r['backend']} {r['metric']}" + (f", {r['tag']}" if r["tag"] != ALL else "")
-        tab.add_row(escape(where.replace(", ", "\n")), str(r["n_runs"]), num(r["first"]), num(r["last"]),
-                    (f"[{colour}]{slope}[/]" if colour else slope) + (f"\n{ci}" if ci else ""),
-                    str(r["n_change_points"]))
-        rows.append(f"{where}: {r['n_runs']} runs, {num(r['first'])} -> {num(r['last'])}, slope per run "
-                    f"{slope}" + (f" (95% CI {ci})" if ci else "")
-                    + f", {r['n_change_points']} change point(s)")
-    print_table(console, tab, rows)
-    lines = []
-    for (b, m, tg), group in t.series.groupby(["backend", "metric", "tag"], sort=False):
-        where = f"{b} {m}" + (f", {tg}" if tg != ALL else "")
-        points = zip(group["position"], group["mean"])
-        lines.append(f"{where}: " + ", ".join(f"#{p} {num(v)}" for p, v in points))
-    print_lines(console, ["Means by run:"] + ["  " + ln for ln in lines], indent="  ")
-    if not t.changes.empty:
-        lines = [f"Change points (binary segmentation, permutation p < {t.alpha:g}):"]
-        for c in t.changes.to_dict("records"):
-            where = f"{c['backend']} {c['metric']}" + (f", {c['tag']}" if c["tag"] != ALL else "")
-            lines.append(f"  {where}: from run #{c['position']} ({Path(c['run']).name}) "
-                         f"{num(c['before'])} -> "
-                         f"{num(c['after'])}, shift {num(c['shift'], signed=True)}, p {p_text(c['p_value'])}")
-        print_lines(console, lines, indent="  ")
-    else:
-        print_lines(console, [f"No change point (binary segmentation, permutation p < {t.alpha:g})."],
-                    indent="")

@@ -24,6 +24,11 @@ def register(cli: typer.Typer) -> None:
 
 def report_cmd(
     run: Path = typer.Argument(..., help="Run folder (holds run.json and scores.jsonl)."),
+    with_runs: List[Path] = typer.Option(
+        None, "--with", metavar="RUN",
+        help="Another run folder of the same cases, scored apart (another judge server, day or judge): its "
+             "backends join this run's as columns, BACKEND@FOLDER where two runs scored the same backend "
+             "(repeatable)."),
     fmt: str = typer.Option("html", "--format", "-f", help="html (one self-contained file), md or json."),
     out_file: Optional[Path] = typer.Option(
         None, "--out", "-o", help="File to write (default: RUN/report.<format>; '-' for standard output)."),
@@ -32,8 +37,8 @@ def report_cmd(
         "rubric:faithfulness=0.7 (repeatable; beats --gates; default: per metric, see docs/report.md)."),
     top: int = typer.Option(10, "--top", help="Disagreeing cases to list per metric."),
     resamples: int = typer.Option(
-        DEFAULT_RESAMPLES, "--resamples", help="Bootstrap resamples for the agreement intervals (0: none)."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+        DEFAULT_RESAMPLES, "--resamples", help="Draws for the 95% intervals (0: none)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the intervals' draws."),
     labels: Optional[Path] = typer.Option(
         None, "--labels", "-l", help="Human labels (JSONL or CSV: case_id, metric, label) to validate each "
                                      "backend against."),
@@ -57,7 +62,7 @@ def report_cmd(
     if fmt not in FORMATS:
         fail(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     try:
-        r = open_run(run)
+        r = open_run([run, *with_runs] if with_runs else run)
         data = report_data(r, thresholds=threshold or None, n_resamples=resamples, seed=seed, top=top,
                            labels=labels, label_threshold=label_threshold, gates=gates,
                            history=history or None, case_texts=fmt != "html", baseline=baseline)

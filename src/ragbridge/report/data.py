@@ -96,6 +96,10 @@ def report_data(
     the defaults (`pass_marks`); every summary row carries its ``threshold`` and how many cases
     pass and fail it (``n_pass``, ``n_fail``, by `ragbridge.verdicts.verdict`).
 
+    ``run`` may be several runs of the same cases, scored apart: they are read side by side
+    (`ragbridge.analysis.join_runs`, a column per backend and run), and ``run.columns`` says which
+    run and judge each column comes from.
+
     With ``baseline`` (an earlier run of the same golden set) the report holds ``moved``: the diff of
     the two runs (`ragbridge.analysis.diff_runs`, as ``ragbridge diff --json`` prints it, the ``top``
     cases of each kind) and, with ``gates``, the gate's verdicts on this run against that baseline
@@ -136,7 +140,11 @@ def report_data(
             "dataset": m.dataset, "backends": m.backends, "metrics": m.metrics, "options": m.options,
             "judge": m.judge, "started_at": m.started_at, "finished_at": m.finished_at,
             "status": m.status, "counts": m.counts, "ragbridge_version": m.ragbridge_version,
-            "stub_judge": bool((m.judge or {}).get("stub")), "timing": m.timing,
+            "stub_judge": bool((m.judge or {}).get("stub"))
+            or any((c["judge"] or {}).get("stub") for c in (getattr(m, "columns", None) or {}).values()),
+            "timing": m.timing,
+            # runs read side by side (`ragbridge.analysis.join_runs`): where each column comes from
+            "columns": getattr(m, "columns", None), "joined": getattr(m, "joined", None),
         },
         "backends": backends,
         "metrics": metrics,

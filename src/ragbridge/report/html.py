@@ -28,7 +28,7 @@ from ..analysis.table import open_run
 from ..run import Run
 from ..run.summary import ALL
 from .data import DIAGNOSIS_LISTED, case_texts, read_cases, report_data
-from .text import num, one_line, ragchecker_text
+from .text import MISSED, num, one_line, ragchecker_text
 
 __all__ = ["render_html", "plots", "grid", "svg_distribution", "svg_scatter", "svg_series", "backend_colors",
            "cases_in_full", "compact_pages", "PALETTE", "ASSETS", "FULL_CASES", "PAGE_ROWS",
@@ -455,4 +455,5 @@ def render_html(run: Union[Run, str, Path], data: Optional[dict] = None, full: i
         d=data, plots=p, colors=p["colors"], style=Markup(style), script=Markup(script), csp=Markup(csp),
         summary_idx=summary_idx, tag_idx=tag_idx, svg=Markup, cases=shown, n_compact=len(rest),
         compact=Markup(compact_pages(rest, columns)), grid=grid(data, ids), listed=DIAGNOSIS_LISTED,
+        missed=MISSED,
     )

@@ -11,7 +11,7 @@ from ..analysis.table import open_run
 from ..run import Run
 from ..run.summary import ALL
 from .data import DIAGNOSIS_LISTED, report_data
-from .text import ci_text, md_text, num, ragchecker_text
+from .text import ci_text, column_lines, md_text, missed_lines, num, ragchecker_text
 
 __all__ = ["render_markdown"]
 
@@ -30,7 +30,8 @@ def render_markdown(run: Union[Run, str, Path], data: Optional[dict] = None, **k
 
 def _head(d: dict, out: list[str]) -> None:
     r = d["run"]
-    out += [f"# ragbridge report: {md_text(r['path'] or '')}", ""]
+    joined = r.get("joined")
+    out += [f"# ragbridge report: {md_text(r['path'] or ' + '.join(joined['runs'] if joined else []))}", ""]
     if r.get("stub_judge"):
         out += ["> **Stub judge.** Every judged score of this run came from ragbridge's deterministic stub "
                 "judge, not a language model: the scores test the evaluation plumbing, not the answers.", ""]
@@ -47,6 +48,9 @@ def _head(d: dict, out: list[str]) -> None:
             out.append(f"- **self-judging**: the judge is the system under test's own model "
                        f"({md_text(sj.get('generator_model'))}) on {sj.get('cases')} case(s); its scores "
                        "are likely inflated")
+    if r.get("columns"):
+        lines = column_lines(r["columns"], joined)
+        out += [f"- {md_text(lines[0])}:"] + [f"  - {md_text(ln.strip())}" for ln in lines[1:]]
     out.append(f"- status: {md_text(r['status'])}; started {md_text(r['started_at'])}, "
                f"finished {md_text(r['finished_at'])}")
     out += [f"- scores: {counts.get('scores', 0)} ({counts.get('scored', 0)} scored, "
@@ -161,7 +165,8 @@ def _agreement(d: dict, out: list[str]) -> None:
     if not d["agreement"]:
         out.append("No metric in this run is scored by two or more backends.")
         return
-    out += ["95% bootstrap intervals in brackets; kappa and agreement at the thresholds shown; "
+    out += ["95% posterior intervals in brackets (docs/report.md); kappa and agreement at the thresholds "
+            "shown; "
             "PP/PF/FP/FF: both pass, only A passes, only B passes, both fail.", "",
             "| metric | A vs B | paired | Spearman | Kendall | Pearson | MAE | thresholds | kappa "
             "| agreement | PP/PF/FP/FF | not scored |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -228,23 +233,22 @@ def _validation(d: dict, out: list[str]) -> None:
         return
     out += ["## Against human labels", "",
             "Positive = pass. TPR: share of human passes the backend passes; TNR: share of human fails it "
-            "fails (Wilson 95% intervals); kappa and balanced accuracy with bootstrap 95% intervals. "
-            "Labels drawn by stratum are weighted by it.", "",
+            "fails; 95% posterior intervals in brackets (docs/report.md). Labels drawn by stratum are "
+            "weighted by it.", "",
             "| metric | backend | threshold | labelled | scored | not scored | human pass/fail | TPR | TNR "
-            "| missed fails | kappa | balanced accuracy | unsupported claims |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "| missed fails | kappa | balanced accuracy | agreement | unsupported claims |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for v in d["validation"]:
         claims = f"{_figure(v, 'unsupported_share')} of {v['claims_answers']}" if v["claims_answers"] else "—"
         out.append(
             f"| {md_text(v['metric'])} | {md_text(v['backend'])} | {v['threshold']:g} | {v['n_labels']} | "
             f"{v['n_paired']} | {v['unscored']} | {v['human_pass']}/{v['human_fail']} | "
             f"{_figure(v, 'tpr')} | {_figure(v, 'tnr')} | {v['fp']}/{v['human_fail']} | "
-            f"{_figure(v, 'kappa')} | {_figure(v, 'balanced_accuracy')} | {claims} |")
+            f"{_figure(v, 'kappa')} | {_figure(v, 'balanced_accuracy')} | {_figure(v, 'agreement')} | "
+            f"{claims} |")
     out.append("")
     for v in d["validation"]:
-        if v.get("missed"):
-            out.append(f"- {md_text(v['metric'])}, {md_text(v['backend'])} missed (human fail, backend "
-                       "pass): " + ", ".join(md_text(c) for c in v["missed"]))
+        out += [f"- {md_text(line)}" for line in missed_lines(v, f"{v['metric']}, {v['backend']}")]
     out.append("")
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from ..metrics import RAGCHECKER
 
 __all__ = ["MISSING", "num", "interval", "ci_text", "p_text", "md_text", "plain_text", "one_line",
-           "escape_char", "jsonable", "records", "ragchecker_text"]
+           "escape_char", "jsonable", "records", "ragchecker_text", "MISSED", "missed_lines", "column_lines"]
 
 MISSING = "—"
 
@@ -66,6 +66,37 @@ def p_text(p: Any) -> str:
     if p is None or (isinstance(p, float) and math.isnan(p)):
         return MISSING
     return f"{p:.3g}" if p >= 0.001 else "<0.001"
+
+
+#: the two ways a backend and the human labels disagree: the key of a validation row, in words
+MISSED = (("missed_fails", "failure(s) missed (human fail, backend pass)"),
+          ("missed_passes", "pass(es) missed (human pass, backend fail)"))
+
+
+def missed_lines(row: dict, where: str) -> list[str]:
+    """Every case on which a backend and the human labels disagree (a `validate` row), both ways, as
+    lines that begin with ``where``."""
+    return [f"{where}: {len(row[key])} {what}: " + ", ".join(row[key]) for key, what in MISSED if row[key]]
+
+
+def column_lines(columns: dict, joined: dict) -> list[str]:
+    """Runs read side by side (`ragbridge.analysis.join_runs`): which run and judge each column comes
+    from, and the cases the runs do not share, as lines."""
+    lines = [f"{len(joined['runs'])} runs read side by side, a column per backend and run: "
+             + ", ".join(joined["runs"])]
+    for name, c in columns.items():
+        judge = c.get("judge")
+        lines.append(f"  {name}: {c['backend']}" + (f" {c['version']}" if c.get("version") else "")
+                     + f" in {c['run']}, " + (f"judge {judge.get('model')} at {judge.get('base_url')}"
+                                                 + (" (stub)" if judge.get("stub") else "")
+                                                 if judge else "no judge"))
+    if joined.get("differing"):
+        lines.append(f"  {joined['differing']} case(s) differ between the runs and are left out (first: "
+                     + ", ".join(joined["differing_ids"]) + ")")
+    if joined.get("only_in_some"):
+        lines.append(f"  {joined['only_in_some']} case(s) are in only some of the runs: missing in the "
+                     "others' columns")
+    return lines
 
 
 def escape_char(m: "re.Match[str]") -> str:
