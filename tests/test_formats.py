@@ -103,7 +103,7 @@ def one_case(draw, case_id):
                 reference=draw(st.none() | text), reference_contexts=draw(st.lists(text, max_size=3)),
                 must_contain=draw(st.lists(phrase, max_size=2)),
                 must_not_contain=draw(st.lists(phrase, max_size=2)),
-                answerable=draw(st.booleans()), tags=draw(st.lists(word, max_size=2)),
+                answerable=draw(st.booleans()), tags=draw(st.lists(ident, max_size=2, unique=True)),
                 metadata=draw(st.dictionaries(word.filter(lambda k: k not in RESERVED), json_value,
                                               max_size=3)))
 

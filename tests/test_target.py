@@ -127,7 +127,8 @@ def test_one_decision_for_the_folder_target_or_not(tmp_path, golden, example_cas
     (out / "run.json").write_text("{not json")
     before = rag_pipeline.CALLS["n"]
     for target in (None, load_target("rag_pipeline:bm25")):
-        with pytest.raises(RunError, match="is not a valid run manifest .*overwrite=True"):
+        with pytest.raises(RunError, match="not a valid run manifest: .*run.json:1: not valid JSON.*"
+                                           "overwrite=True"):
             evaluate(golden[:6], metrics=["mrr"], out=out, target=target)
     assert rag_pipeline.CALLS["n"] == before
 

@@ -20,7 +20,8 @@ Ids (a case's, a chunk's, a chunk's ``source``, a label) are compared exactly, a
 ``c1`` and ``café`` typed as one character or as ``e`` and a combining accent is one id (two cases
 whose ids differ only so are one id given twice: an error); an id holding a character that does
 not print (a zero-width space, a tab, a no-break space, a control character) is refused, since it
-reads as another id it never equals.
+reads as another id it never equals. Tags are names compared exactly too, and follow the same rule
+(`clean_tags`), wherever they are given: a case's, a gate rule's, a filter's.
 
 Size: one file on purpose, so a reader (and a plugin author) finds every canonical type, its
 validation and the relevance and span rules they share in one place.
@@ -33,14 +34,14 @@ import math
 import re
 import unicodedata
 from dataclasses import dataclass
-from typing import Any, Iterator, Literal, Optional, Sequence
+from typing import Any, Iterable, Iterator, Literal, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticSerializationError
 
 __all__ = ["Chunk", "Span", "Case", "Score", "ScoreBlock", "Evidence", "ClaimVerdict", "ChunkVerdict",
            "ClaimChecks", "Verdict", "Repeats", "RunManifest", "MAX_GRADE", "MAX_METADATA_DEPTH",
-           "SPAN_MIN_OVERLAP", "span_overlap_matches", "check_where", "clean_id"]
+           "SPAN_MIN_OVERLAP", "span_overlap_matches", "check_where", "clean_id", "clean_tags"]
 
 MAX_GRADE = 1000
 """Grades are integers 0..MAX_GRADE. trec_eval takes any integer; a larger grade is almost surely a
@@ -64,6 +65,18 @@ def clean_id(value: str, what: str) -> str:
         raise ValueError(f"{what} {value!r} holds U+{ord(char):04X} ({name}) at position {at + 1}, so it "
                          "never equals the id without it; remove it")
     return unicodedata.normalize("NFC", value)
+
+
+def clean_tags(tags: Iterable[Any], what: str = "tag") -> list[str]:
+    """``tags`` as names compared exactly: each by `clean_id` (``what``: "tag"; so ``café`` in NFC and
+    in NFD is one tag), each once, in the order given; raises ``ValueError`` for a tag that is not a
+    string, is empty or holds a character that does not print."""
+    out = []
+    for tag in tags:
+        if not isinstance(tag, str):
+            raise ValueError(f"a {what} must be a string, got {tag!r}")
+        out.append(clean_id(tag, what))
+    return list(dict.fromkeys(out))
 
 
 def _grade(key: Any, grade: Any) -> int:
@@ -365,6 +378,11 @@ class Case(BaseModel):
         if isinstance(v, str):
             return [v]
         return v
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: list[str]) -> list[str]:
+        return clean_tags(v)
 
     @field_validator("must_contain", "must_not_contain")
     @classmethod

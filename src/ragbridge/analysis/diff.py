@@ -35,7 +35,7 @@ import numpy as np
 
 from ..run import Run
 from ..run.summary import ALL
-from ..schema import Case, Score
+from ..schema import Case, Score, clean_tags
 from .stats import (
     DEFAULT_PERMUTATIONS,
     DEFAULT_RESAMPLES,
@@ -322,7 +322,10 @@ def diff_runs(
         warnings.append(dataset_change_message(golden_changed, len(only_in_new), len(only_in_base)))
     warnings += _setup_changes(base_run, new_run, common)
 
-    wanted_tags = set(tags) if tags else None
+    try:
+        wanted_tags = set(clean_tags(tags)) if tags else None
+    except ValueError as exc:
+        raise RegressionError(str(exc)) from None
     if wanted_tags:
         known_tags = {t for ts in tags_of.values() for t in ts}
         unknown = sorted(wanted_tags - known_tags)

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..run import Run
 from ..run.summary import ALL
+from ..schema import clean_tags
 from . import stats
 from .table import AnalysisError, ScoreTable, open_run
 
@@ -166,6 +167,10 @@ def trend(
     keys.sort(key=lambda k: (k[0] != "native", k[0], have_m.index(k[1])))
     all_tags = list(dict.fromkeys(t for r in ordered for c in r.cases for t in c.tags))
     if tags:
+        try:
+            tags = clean_tags(tags)
+        except ValueError as exc:
+            raise AnalysisError(str(exc)) from None
         for t in tags:
             if t not in all_tags:
                 raise AnalysisError(f"no case in these runs carries tag {t!r}; tags: "

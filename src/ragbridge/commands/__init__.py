@@ -33,6 +33,7 @@ import typer
 from typer.core import TyperGroup
 
 from .. import __version__
+from ..errors import UserError, cli_text
 from ..plugins import register_commands
 
 __all__ = ["cli", "run_cli", "PlainHelpGroup", "COMMANDS", "judge_options", "JudgeOptions"]
@@ -314,8 +315,9 @@ _gc_frozen = False
 
 def run_cli() -> None:
     """The console script: the built-in commands, then the plugins' commands, then the command line.
-    An output that cannot be written (a read-only folder, a full disk) is one error line and exit 2,
-    from whichever command met it.
+    An output that cannot be written (a read-only folder, a full disk) and bad input (`UserError`: a
+    run folder's file holding what a run never writes, met when its scores are first read) are one
+    error line and exit 2, from whichever command met them.
 
     Start-up (importing the command's modules) makes many objects and few cycles: the cyclic garbage
     collector is off until the command is resolved and imported (`_started`), then on for the
@@ -327,15 +329,24 @@ def run_cli() -> None:
     register_commands(cli)
     try:
         cli(prog_name="ragbridge")
+    except UserError as exc:  # bad input a command met past its own checks (a run's scores, read when used)
+        _exit_with(cli_text(exc))
     except OSError as exc:
-        from .output import fail, storage_error
+        from .output import storage_error
 
         text = storage_error(exc)
         if text is None:
             raise
-        try:
-            fail(f"cannot write (or read) a file: {text}")
-        except typer.Exit as done:
-            raise SystemExit(done.exit_code) from None
+        _exit_with(f"cannot write (or read) a file: {text}")
     finally:
         _started()
+
+
+def _exit_with(message: str) -> None:
+    """``error: message`` on stderr and exit 2 (`ragbridge.commands.output.fail`), from outside a command."""
+    from .output import fail
+
+    try:
+        fail(message)
+    except typer.Exit as done:
+        raise SystemExit(done.exit_code) from None

@@ -17,9 +17,15 @@ Conventions every command keeps:
   wrapped, prose columns may wrap at spaces); otherwise each of its rows is printed as one plain line
   of text, wrapped at spaces with an indent, never between a name and its number. Nothing a user
   needs is ever cut with an ellipsis.
-- Text from users or libraries (case ids, questions, reasons) is printed whole, never shortened.
+- Text from users or libraries (case ids, questions, reasons) is printed whole, never shortened, and
+  never reaches the terminal raw: every string `out` and `err` print (plain text, markup, table cells
+  and titles) is shown by `ragbridge.report.text.terminal_text`, control characters (ESC, a bell,
+  C1 controls) and bidirectional controls (U+202E) as escapes (``\\x1b``, ``\\u202e``), so a case id,
+  tag, reason or name can neither drive the terminal nor display other than it reads. Files keep the
+  data exactly.
 - With ``--json`` stdout holds exactly one JSON document (`print_json`): NaN and infinities are
-  ``null``, numbers are plain JSON numbers; notes and warnings go to stderr, as progress always does.
+  ``null``, numbers are plain JSON numbers, the characters a terminal acts on ``\\u``-escaped (the
+  values are exact); notes and warnings go to stderr, as progress always does.
   The top-level keys of each command's document are listed in the README's "JSON output".
 """
 
@@ -40,10 +46,10 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from ..report.text import jsonable
+from ..report.text import json_escaped, jsonable, terminal_text
 
-__all__ = ["out", "err", "fail", "warn", "storage_error", "fits", "table_width", "print_table", "print_lines",
-           "print_json",
+__all__ = ["TerminalConsole", "out", "err", "fail", "warn", "storage_error", "fits", "table_width",
+           "print_table", "print_lines", "print_json",
            "EXIT_CHECK_FAILED", "EXIT_BAD_INPUT", "EXIT_SCORE_ERRORS", "EXIT_BUDGET_SPENT",
            "EXIT_NOTHING_COMPUTED", "EXIT_INTERRUPTED"]
 
@@ -54,8 +60,18 @@ EXIT_BUDGET_SPENT = 4
 EXIT_NOTHING_COMPUTED = 5
 EXIT_INTERRUPTED = 130
 
-out = Console()
-err = Console(stderr=True)
+
+class TerminalConsole(Console):
+    """A rich console that shows every string it renders by `terminal_text` (see the module
+    docstring). Strings become rich text in one method, ``render_str`` (printed strings, markup,
+    table cells and titles, and the measuring of them), so widths are measured on the text shown."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(terminal_text(text), **kwargs)
+
+
+out = TerminalConsole()
+err = TerminalConsole(stderr=True)
 
 _WIDE = 100_000
 # wrapping never separates a name from its number or a figure from its interval
@@ -99,8 +115,8 @@ def warn(message: str) -> None:
 
 
 def _render(table: Table, width: int) -> str:
-    capture = Console(width=width, file=io.StringIO(), color_system=None, force_terminal=False,
-                      legacy_windows=False)
+    capture = TerminalConsole(width=width, file=io.StringIO(), color_system=None, force_terminal=False,
+                              legacy_windows=False)
     capture.print(table)
     return capture.file.getvalue()
 
@@ -162,7 +178,7 @@ def print_lines(console: Console, lines: Iterable[str], indent: str = "    ") ->
     Words are never broken, so only a single word wider than the console can exceed it.
     """
     width = max(console.width, 20)
-    for line in lines:
+    for line in map(terminal_text, lines):  # wrapped as it is shown
         lead = line[: len(line) - len(line.lstrip(" "))]
         kept = _TOGETHER.sub(lambda m: m.group().replace(" ", _GLUE), line)
         wrapped = textwrap.wrap(
@@ -189,5 +205,6 @@ def print_table(console: Console, table: Table, lines: Iterable[str]) -> bool:
 def print_json(data: Any, file: Optional[Any] = None) -> None:
     """One JSON document on stdout (or ``file``), indented, nothing else."""
     stream = file or sys.stdout
-    stream.write(json.dumps(jsonable(data), indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    text = json.dumps(jsonable(data), indent=2, ensure_ascii=False, allow_nan=False)
+    stream.write(json_escaped(text) + "\n")
     stream.flush()

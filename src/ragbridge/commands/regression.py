@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -25,7 +24,7 @@ from ..formats.files import atomic_path, write_atomic
 from ..report import ci
 from ..report.text import MISSING, interval, num, p_text
 from ..run.summary import ALL
-from .output import EXIT_CHECK_FAILED, err, fail, out, print_json, print_lines, print_table
+from .output import EXIT_CHECK_FAILED, TerminalConsole, err, fail, out, print_json, print_lines, print_table
 
 __all__ = ["register", "diff_command", "gate_command", "print_diff", "print_gate"]
 
@@ -102,7 +101,7 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
 
     ``show_all`` lists every metric and tag, moved or not.
     """
-    console = console or Console()
+    console = console or TerminalConsole()
     print_lines(console, [
         f"base: {d.base.path}  ({len(d.base.cases)} cases, status {d.base.manifest.status})",
         f"new:  {d.new.path}  ({len(d.new.cases)} cases, status {d.new.manifest.status})",
@@ -195,7 +194,7 @@ def print_gate(report: GateReport, console=None, top: int = ci.TOP_CASES) -> Non
 
     The same cases, in the same order, as the Markdown summary and the JUnit XML list.
     """
-    console = console or Console()
+    console = console or TerminalConsole()
     baseline = f"  baseline: {report.baseline.path}" if report.baseline else ""
     print_lines(console, [f"run: {report.run.path}{baseline}"])
     print_lines(console, [f"warning: {w}" for w in report.warnings])

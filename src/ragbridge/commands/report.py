@@ -13,6 +13,7 @@ from ..analysis.table import AnalysisError, open_run
 from ..formats.files import write_atomic
 from ..report import FORMATS, render, report_data
 from ..report.html import FULL_CASES
+from ..report.text import json_escaped, terminal_text
 from .output import err, fail, out
 
 __all__ = ["register", "report_cmd"]
@@ -69,8 +70,8 @@ def report_cmd(
         text = render(r, data, fmt, full)
     except AnalysisError as exc:  # a gates file's errors are analysis errors too
         fail(str(exc))
-    if str(out_file) == "-":
-        sys.stdout.write(text)
+    if str(out_file) == "-":  # the document on stdout, nothing in it a terminal acts on (JSON: exactly)
+        sys.stdout.write(json_escaped(text) if fmt == "json" else terminal_text(text))
         return
     target = out_file or (Path(run) / f"report{FORMATS[fmt]}")
     try:

@@ -220,6 +220,9 @@ def plain_record(raw: Any) -> Optional[dict[str, Any]]:
         out["answerable"] = False
     if "tags" in raw and not _str_list_into(raw, "tags", out):
         return None
+    tags = out.get("tags")
+    if tags and (not good_ids(tags) or len(set(tags)) != len(tags)):
+        return None  # a tag that `clean_tags` changes or refuses, or one given twice
     metadata = raw.get("metadata")
     if metadata:
         if type(metadata) is not dict or deeper_than(metadata, MAX_METADATA_DEPTH):

@@ -6,9 +6,11 @@ a figure with its interval (``0.81 [0.70, 0.89]``), `p_text` a p-value.
 
 Text from the data (case ids, tags, metric and backend names, reasons, paths) is escaped for where it
 goes: `md_text` for Markdown (HTML-escaped, so no tag survives even where a renderer allows HTML,
-and Markdown-escaped, so it can neither format nor break a table); `plain_text` for text lines
-(terminal, JUnit messages, pytest): control characters shown as escapes, so a value cannot add
-lines or drive a terminal; `one_line` folds whitespace for a one-line cell.
+and Markdown-escaped, so it can neither format nor break a table); `plain_text` for one line of text
+(JUnit messages, pytest): control characters shown as escapes, so a value cannot add lines or drive
+a terminal; `terminal_text` for what a terminal shows (every command's output goes through it, see
+`ragbridge.commands.output`): the same, line breaks and tabs kept; `one_line` folds whitespace for a
+one-line cell.
 
 JSON: `jsonable` makes any result JSON-ready (NaN and infinities as null, numpy and paths as plain
 types), `records` a DataFrame's rows.
@@ -24,13 +26,20 @@ from typing import Any
 
 from ..metrics import RAGCHECKER
 
-__all__ = ["MISSING", "num", "interval", "ci_text", "p_text", "md_text", "plain_text", "one_line",
-           "escape_char", "jsonable", "records", "ragchecker_text", "MISSED", "missed_lines", "column_lines"]
+__all__ = ["MISSING", "num", "interval", "ci_text", "p_text", "md_text", "plain_text", "terminal_text",
+           "json_escaped", "one_line", "escape_char", "jsonable", "records", "ragchecker_text", "MISSED",
+           "missed_lines", "column_lines"]
 
 MISSING = "—"
 
-# C0 and C1 controls, and the bidirectional overrides that make text display other than it reads
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# What a terminal acts on instead of showing, or shows other than it reads: the C0 controls but tab and
+# line feed, DEL and the C1 controls (ESC and CSI start the sequences that colour, move the cursor,
+# clear the screen or set the title), the bidirectional controls (Arabic letter mark, the left-to-right
+# and right-to-left marks, embeddings, overrides and isolates: text displayed in another order than
+# it reads), the line and paragraph separators, and surrogates (half a character, not printable)
+_ACTING = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff"
+_CONTROL = re.compile(f"[\t\n{_ACTING}]")
+_TERMINAL = re.compile(f"[{_ACTING}]")
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~#])")  # what can format, link or end a table cell mid-line
 
 
@@ -108,6 +117,20 @@ def plain_text(text: Any) -> str:
     """``text`` for one line of plain text: control characters (newlines included) as ``\\n``-style
     escapes."""
     return _CONTROL.sub(escape_char, str(text))
+
+
+def terminal_text(text: str) -> str:
+    """``text`` as a terminal may show it: every character of `_ACTING` (a control character, ESC
+    included; a bidirectional control; half a surrogate pair) as its escape (``\\x1b``, ``\\u202e``),
+    line breaks and tabs as they are."""
+    return text if text.isprintable() else _TERMINAL.sub(escape_char, text)
+
+
+def json_escaped(text: str) -> str:
+    """JSON ``text`` (a document ``json.dumps(..., ensure_ascii=False)`` wrote) with the characters
+    `terminal_text` shows as escapes written as JSON's ``\\uXXXX`` escapes: the same document, the
+    same values, nothing a terminal acts on."""
+    return _TERMINAL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def md_text(text: Any) -> str:

@@ -24,6 +24,9 @@ rewritten with the counts so far every `HEARTBEAT_SECONDS`; a run whose process 
 recording its end (``kill -9``, a lost machine) reads as ``interrupted`` (`load_run`, so reports and
 gates can tell). A line of ``scores.jsonl`` cut short by a kill is dropped when the run resumes.
 
+Everything read back is checked as input is (`ragbridge.run.recorded`: ``read_scores``,
+``read_manifest``): a value a run never writes is an error naming the file, the line and the field.
+
 Size: the writing side's one decision (new, resumed, updated, replaced, with the judge's identity)
 and the reading side (`Run`, `load_run`, `read_scores`) share the folder's layout and its rules, kept
 in one module so that they cannot drift; a notebook's view of a run is `ragbridge.run.view`.
@@ -42,9 +45,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..formats import load_cases
-from ..formats.files import jsonl_lines, no_follow, write_atomic
+from ..formats.files import DatasetError, no_follow, write_atomic
 from ..schema import Case, RunManifest, Score, json_of
 from .plan import RunError
+from .recorded import read_manifest, read_scores
 
 #: how ``run.json``'s ``dataset.fingerprint`` is computed; a folder without it is from before
 #: (`ragbridge.formats.batches.Fingerprint`) and cannot be resumed
@@ -230,34 +234,10 @@ class Run:
         return pd.DataFrame(list(rows.values()), columns=columns)
 
 
-def _first_error(exc: ValueError) -> str:
-    """A validation error as one line: its first error's place and message."""
-    errors = getattr(exc, "errors", None)
-    if callable(errors) and errors():
-        first = errors()[0]
-        where = ".".join(map(str, first.get("loc") or ()))
-        return (f"{where}: " if where else "") + str(first.get("msg", "invalid"))
-    return " ".join(str(exc).split())
-
-
 def pass_at_least(manifest: RunManifest) -> Optional[int]:
     """The run's ``--pass-repeats m`` (a case passes when at least m of its repeats pass), or None."""
     value = (manifest.options or {}).get("pass_repeats")
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def read_scores(path: Path) -> tuple[list[Score], int]:
-    """Scores in ``scores.jsonl``, the last line per (case, metric, backend, repeat) winning.
-
-    Returns the scores and the number of unreadable lines (a line cut short by a killed run).
-    """
-    if not path.exists():
-        return [], 0
-    bad: list[Exception] = []
-    latest: dict[tuple[str, str, str, int], Score] = {}
-    for _, score in jsonl_lines(path, allow_empty=True, on_bad=bad.append, parse=Score.model_validate_json):
-        latest[score.repeat_key] = score
-    return list(latest.values()), len(bad)
 
 
 def load_run(path: str | Path) -> Run:
@@ -269,9 +249,9 @@ def load_run(path: str | Path) -> Run:
     if not manifest_path.exists():
         raise RunError(f"{path} is not a run folder: it has no run.json")
     try:
-        manifest = RunManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
+        manifest = read_manifest(manifest_path)
     except ValueError as exc:
-        raise RunError(f"{manifest_path}: not a valid run manifest: {exc}") from None
+        raise RunError(f"not a valid run manifest: {exc}") from None
     if manifest.status == "running" and not alive(manifest.process):
         manifest.status = "interrupted"  # its process is gone: it will never record its end
     return Run(manifest=manifest, path=path)
@@ -400,13 +380,11 @@ class RunFolder:
         if not self.manifest_path.exists():
             return None
         try:
-            old = RunManifest.model_validate_json(self.manifest_path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            why = _first_error(exc)
-            raise RunError(
-                f"{self.manifest_path} is not a valid run manifest ({why}); pass overwrite=True to "
-                "replace it",
-                cli=f"{self.manifest_path} is not a valid run manifest ({why}); use --overwrite") from None
+            old = read_manifest(self.manifest_path)
+        except DatasetError as exc:  # file, line, field and what is wrong
+            why = f"not a valid run manifest: {exc}"
+            raise RunError(f"{why}; pass overwrite=True to replace the run",
+                           cli=f"{why}; use --overwrite to replace the run") from None
         key = "golden_fingerprint" if target else "fingerprint"
         if old.dataset.get(key) != fingerprint and changed_cases == "rescore" and not target \
                 and self.cases_path.exists():

@@ -48,6 +48,7 @@ from ..judge.config import identity_url, redact_url
 from ..plugins import get_backends
 from ..schema import RunManifest, Score, json_of
 from .plan import Plan
+from .recorded import score_from_line
 
 __all__ = ["ScoreCache", "ScoreReuse", "score_cache_for", "score_cache_path", "metric_prefix", "case_key"]
 
@@ -124,8 +125,8 @@ class ScoreCache:
             except sqlite3.Error:
                 return found  # an unreadable cache is a cold cache
             for key, line, stub in rows:
-                with contextlib.suppress(ValueError):
-                    found[key] = (Score.model_validate_json(line), bool(stub))
+                with contextlib.suppress(ValueError):  # a score a run never makes is a miss
+                    found[key] = (score_from_line(line), bool(stub))
         return found
 
     def put(self, key: str, score: Score, stub: bool) -> bool:

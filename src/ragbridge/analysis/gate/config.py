@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from ...schema import clean_tags
 from ..diff import RegressionError
 from ..stats import DEFAULT_PERMUTATIONS, DEFAULT_RESAMPLES
 from ..thresholds import Thresholds
@@ -141,7 +142,10 @@ def _check_value(key: str, value: Any, at: str) -> Any:
         vals = [value] if isinstance(value, str) else value
         if not isinstance(vals, list) or not all(isinstance(v, str) and v for v in vals):
             raise bad("a list of tag names")
-        return list(vals)
+        try:
+            return clean_tags(vals)  # as a case's tags are, so that each names the cases' tag
+        except ValueError as exc:
+            raise GateConfigError(f"{at}: {key}: {exc}") from None
     if key == "last":
         if isinstance(value, bool) or not isinstance(value, int) or value < 2:
             raise bad("an integer of at least 2 (a slope needs two runs)")
