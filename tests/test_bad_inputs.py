@@ -119,8 +119,10 @@ def test_wrong_input_leaves_an_earlier_run_untouched(tmp_path, example_path):
 @pytest.mark.parametrize(
     "name, words",
     [
-        ("plain_text_contexts.jsonl", "2 of 3 case(s) with relevance labels give their chunks as plain text"),
-        ("ids_never_match.jsonl", "in none of the 2 case(s) with relevance labels does a chunk's id"),
+        ("plain_text_contexts.jsonl", "2 of 3 case(s) with relevance labels have no retrieved chunk that "
+                                      "matches a label, so their ranking metrics are 0 ('plain-1', "
+                                      "'plain-2'): their chunks are given as plain text"),
+        ("ids_never_match.jsonl", "in none of the cases does a chunk's id or source match a label"),
     ],
 )
 def test_labels_no_chunk_can_match_are_one_warning(tmp_path, name, words):
@@ -145,7 +147,7 @@ def test_labels_in_another_letter_case_are_one_warning_counting_the_cases(tmp_pa
     assert res.returncode == 0, res.stderr
     warnings = [x for x in res.stderr.splitlines() if x.startswith("warning:")]
     assert len(warnings) == 1, res.stderr
-    assert "2 of 3 case(s) with relevance labels match no chunk" in warnings[0]
+    assert "2 of 3 case(s) with relevance labels have no retrieved chunk that matches a label" in warnings[0]
     assert "label 'refunds.md#window', chunk 'Refunds.md#Window'" in warnings[0]
 
 
@@ -218,4 +220,4 @@ def test_convert_warns_as_run_does(tmp_path):
     res = ragbridge_cli("convert", CORPUS / "plain_text_contexts.jsonl", tmp_path / "out.csv")
     assert res.returncode == 0, res.stderr
     warnings = [x for x in res.stderr.splitlines() if x.startswith("warning:")]
-    assert len(warnings) == 1 and "give their chunks as plain text" in warnings[0], res.stderr
+    assert len(warnings) == 1 and "their chunks are given as plain text" in warnings[0], res.stderr

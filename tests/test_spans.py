@@ -480,7 +480,10 @@ def test_repeated_chunk_text_is_placed_at_its_first_occurrence_with_one_warning(
                         "--batch-size", "1")
     assert res.returncode == 0, res.stderr
     warnings = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 1 and warnings[0].startswith("warning: 3 chunk(s)")
+    placing = [line for line in warnings if "chunk(s) or quote(s)" in line]
+    assert len(placing) == 1 and placing[0].startswith("warning: 3 chunk(s)")
+    # and, true of these cases, no chunk matches their label
+    assert any("3 of 3 case(s) with relevance labels have no retrieved chunk" in line for line in warnings)
     placed = json.loads((tmp_path / "run" / "cases.jsonl").read_text().splitlines()[0])
     assert placed["contexts"][0] == {
         "id": "c",
@@ -591,9 +594,13 @@ def test_anchor_turns_chunk_id_section_and_document_labels_into_spans(tmp_path):
         + json.dumps({"id": "q2", "question": "shipping?", "relevant": ["faq.md#shipping"]})
         + "\n"
     )
-    res = ragbridge_cli(
-        "anchor", golden, "--corpus", corpus, "--chunks", chunks, "--out", tmp_path / "out.jsonl", "--json"
-    )
+    # a label it cannot place: refused, the label named, nothing written
+    anchor = ("anchor", golden, "--corpus", corpus, "--chunks", chunks, "--out", tmp_path / "out.jsonl")
+    res = ragbridge_cli(*anchor)
+    assert res.returncode == 2 and not (tmp_path / "out.jsonl").exists()
+    assert res.stderr.startswith("error: 1 label(s) cannot be placed: case 'q1', label 'gone#7': no chunk")
+    assert "--keep-unplaced" in res.stderr
+    res = ragbridge_cli(*anchor, "--keep-unplaced", "--json")
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
     assert set(report) == {"out", "cases", "placed", "unplaced"}  # as the README's JSON table says

@@ -386,8 +386,9 @@ class Case(BaseModel):
             yield "tags", self.tags
 
     def fields_present(self) -> set[str]:
-        """Names of the optional inputs this case actually has (used to skip metrics that need more)."""
-        present = {"question"}
+        """Names of the inputs this case actually has (used to skip metrics that need more): a blank
+        question, answer or reference is not there."""
+        present = {"question"} if self.question.strip() else set()
         if self.answer is not None and self.answer.strip():
             present.add("answer")
         if self.contexts:
@@ -645,6 +646,8 @@ class RunManifest(BaseModel):
     one (a rubric's pass level on the 0..1 scale), the pass mark every output uses unless one is given
     (`ragbridge.analysis.thresholds.pass_marks`).
     ``judge.self_judging`` is set when the judge is the system under test's own model.
+    ``warnings``: the golden set's input warnings that bear on the metrics of the run (one line per
+    kind, with the number of cases and the first of them: `ragbridge.formats.input_check`).
     """
 
     model_config = ConfigDict(extra="allow", defer_build=True)
@@ -657,6 +660,7 @@ class RunManifest(BaseModel):
     judge: Optional[dict[str, Any]] = None
     digests: dict[str, dict[str, str]] = Field(default_factory=dict)
     pass_marks: dict[str, dict[str, float]] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
     started_at: str
     finished_at: Optional[str] = None
     status: str = "running"

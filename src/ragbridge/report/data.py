@@ -136,7 +136,7 @@ def report_data(
             "dataset": m.dataset, "backends": m.backends, "metrics": m.metrics, "options": m.options,
             "judge": m.judge, "started_at": m.started_at, "finished_at": m.finished_at,
             "status": m.status, "counts": m.counts, "ragbridge_version": m.ragbridge_version,
-            "stub_judge": bool((m.judge or {}).get("stub")), "timing": m.timing,
+            "stub_judge": bool((m.judge or {}).get("stub")), "timing": m.timing, "warnings": m.warnings,
         },
         "backends": backends,
         "metrics": metrics,

@@ -147,12 +147,14 @@ class Run:
         where = repr(str(self.path)) if self.path is not None else "in memory"
         n_cases = self.manifest.dataset.get("n_cases", len(self.cases) if self._cases is not None else "?")
         n_scores = self.manifest.counts.get("scores", len(self._scores) if self._scores is not None else "?")
-        return f"Run({where}, {n_cases} cases, {n_scores} scores, {self.manifest.status})"
+        warned = f", {len(self.manifest.warnings)} warning(s)" if self.manifest.warnings else ""
+        return f"Run({where}, {n_cases} cases, {n_scores} scores, {self.manifest.status}{warned})"
 
     def _repr_html_(self) -> str:
-        """A notebook's view of the run: where it is, its status and counts, and the summary table
-        (mean and counts per backend and metric, over all cases); for a run that computed nothing,
-        what the cases lack and what to run instead (`ragbridge.run.unscored`)."""
+        """A notebook's view of the run: where it is, its status and counts, the input warnings that
+        bear on its metrics, and the summary table (mean and counts per backend and metric, over all
+        cases); for a run that computed nothing, what the cases lack and what to run instead
+        (`ragbridge.run.unscored`)."""
         import html
         import math
 
@@ -166,6 +168,7 @@ class Run:
                 f"{counts.get('scores', 0)} scores, {html.escape(m.status)}")
         if (m.judge or {}).get("stub"):
             head += " (judged by the stub judge: the judged scores test plumbing, not answer quality)"
+        warned = "".join(f'<p style="color:#8a5a00">warning: {html.escape(w)}</p>' for w in m.warnings)
         columns = ("backend", "metric", "mean", "n_scored", "n_undefined", "n_errored", "n")
         body = "".join(
             "<tr>" + "".join(f"<td>{html.escape(num(r[c]) if c == 'mean' else str(r[c]))}</td>"
@@ -175,7 +178,8 @@ class Run:
 
         unscored = nothing_computed(self)
         note = "" if unscored is None else f"<pre>{html.escape(chr(10).join(unscored_lines(unscored)))}</pre>"
-        return (f"<div><p>{head}</p><table><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>"
+        return (f"<div><p>{head}</p>{warned}<table><thead><tr>{header}</tr></thead>"
+                f"<tbody>{body}</tbody></table>"
                 f"{note}</div>")
 
     @property
