@@ -39,6 +39,9 @@ WRONG = {
     # a lone surrogate escape: not a character, cannot be written as UTF-8
     "lone_surrogate_question.jsonl": (2, "question", "holds the escape \\udce9, half of a UTF-16 surrogate"),
     "lone_surrogate_metadata.jsonl": (2, "metadata.note[1]", "holds the escape \\ud800"),
+    # the field that is missing, not the id made from it; a list given as one text
+    "question_missing.jsonl": (2, "question", "is required but missing"),
+    "tags_as_string.jsonl": (2, "tags", "must be a list of texts, got the text 'billing, cancel'"),
 }
 WHAT_TO_DO = {
     "relevant_as_string.jsonl": '{"doc#section": 1}',
@@ -60,6 +63,8 @@ WHAT_TO_DO = {
     "case_id_zero_width.jsonl": "remove it",
     "lone_surrogate_question.jsonl": "remove the escape",
     "lone_surrogate_metadata.jsonl": "remove the escape",
+    "question_missing.jsonl": "every case needs its question",
+    "tags_as_string.jsonl": '["billing, cancel"]',
 }
 SUSPICIOUS = {"plain_text_contexts.jsonl", "ids_never_match.jsonl", "labels_other_case.jsonl",
               "labels_nfd_chunks_nfc.jsonl"}

@@ -95,8 +95,8 @@ def test_metric_specs():
     specs = {s.name: s for s in get_backends()["trulens"].metrics()}
     assert set(specs) == set(METRICS)
     assert all(s.judge for s in specs.values())
-    assert specs["answer_correctness"].requires == ("answer", "reference")
-    assert specs["context_relevance"].requires == ("context_text",)
+    assert specs["answer_correctness"].requires == ("question", "answer", "reference")
+    assert specs["context_relevance"].requires == ("question", "context_text",)
     assert specs["faithfulness"].native_name == "groundedness_measure_with_cot_reasons"
 
 

@@ -360,8 +360,10 @@ class Case(BaseModel):
     def _str_list(cls, v: Any) -> Any:
         if v is None:
             return []
-        if isinstance(v, str):
-            return [v]
+        if isinstance(v, str):  # not guessed: "a, b" is one text or two, "a" a list or a slip
+            raise ValueError(f"must be a list of texts, got the text {_short(v, 40)!r}: write it as a list, "
+                             f"[{json.dumps(_short(v, 40), ensure_ascii=False)}] (in a CSV cell, texts are "
+                             "separated by '|')")
         return v
 
     @field_validator("must_contain", "must_not_contain")

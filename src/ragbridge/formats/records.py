@@ -180,8 +180,14 @@ def normalize_record(raw: dict[str, Any]) -> dict[str, Any]:
             field=sorted(rec)[0],
             hint="known fields: " + ", ".join(CASE_FIELDS) + "; put anything else under 'metadata'",
         )
-    if "id" not in out and isinstance(out.get("question"), str):
-        out["id"] = case_id_for_question(out["question"])
+    if "id" not in out:  # the id is made from the question: a question missing is what to report
+        question = out.get("question")
+        if not isinstance(question, str):
+            raise DatasetError("is required but missing" if question is None
+                               else f"must be a text, got {type(question).__name__}", field="question",
+                               hint="every case needs its question; a case without an id gets one made "
+                                    "from it")
+        out["id"] = case_id_for_question(question)
     return out
 
 
@@ -368,6 +374,8 @@ def rows_to_records(rows: Iterable[dict[str, Any]], path: Path) -> Iterator[tupl
                     raise
             elif isinstance(v, str) and k in ("relevant", "relevant_ids", "qrels"):
                 v = [s for s in v.split("|") if s]  # a table cell: '|'-separated ids, as in CSV
+            elif isinstance(v, str) and k in LIST_FIELDS:
+                v = cell_value(k, v)  # '|'-separated texts, as in CSV
             elif isinstance(v, str) and k == "answerable":
                 v = cell_value(k, v)  # true/false, yes/no, 1/0, as in CSV
             rec[k] = v
