@@ -502,8 +502,10 @@ def library():
     """The ``ragas`` `ragbridge.formats.objects.Library`."""
     from ragbridge.formats.objects import Library
 
+    from .formats import LIST_COLUMNS
+
     return Library("ragas", fields=READ_FIELDS, read_rows=read_object_rows, recognises=is_ragas_object,
-                   rows=object_rows, kinds={"dataset": to_ragas},
+                   rows=object_rows, kinds={"dataset": to_ragas}, table_cells=LIST_COLUMNS,
                    description="RAGAS EvaluationDataset, SingleTurnSample, and rows in its columns")
 
 

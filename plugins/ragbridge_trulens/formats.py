@@ -61,7 +61,8 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ragbridge.formats import DatasetError, Format
 from ragbridge.formats.files import atomic_path, jsonl_lines, read_hf_rows
-from ragbridge.formats.records import cases_from_records, chunk_id_for_text, derived_chunk_ids
+from ragbridge.formats.records import (cases_from_records, chunk_id_for_text, derived_chunk_ids, literal_cell,
+                                      pandas_index)
 from ragbridge.formats.records import is_missing as _missing
 from ragbridge.formats.records import plain as _plain
 from ragbridge.schema import Case, Score
@@ -376,6 +377,25 @@ def _cases(records: Iterable[tuple[int, Any]], path: Any, unit: str) -> list[Cas
     return cases
 
 
+#: the columns that hold lists or mappings: in a CSV cell, JSON or the Python literal pandas writes
+TABLE_CELLS = frozenset({"contexts", "context", "source", "retrieved_contexts", "expected_chunks", "meta",
+                         "metadata"})
+
+
+def _table_cells(row: dict[str, Any]) -> dict[str, Any]:
+    """A CSV row with the text of its list and mapping cells read (`literal_cell`)."""
+    out = dict(row)
+    for k in TABLE_CELLS & row.keys():
+        v = row[k]
+        if isinstance(v, str) and v.strip()[:1] in "[{":
+            try:
+                out[k] = literal_cell(v.strip())
+            except DatasetError as exc:
+                exc.field = k
+                raise
+    return out
+
+
 def _read_parquet(path: Path) -> list[dict[str, Any]]:
     import pyarrow.parquet as pq
 
@@ -405,12 +425,16 @@ def read_trulens(path: Path) -> list[Case]:
         if df.empty:
             raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
         df = df.replace({"": None})
-        for col in ("contexts", "context", "source", "retrieved_contexts", "expected_chunks", "meta",
-                    "metadata"):
-            if col in df.columns:
-                df[col] = df[col].map(lambda v: json.loads(v) if isinstance(v, str) and v[:1] in "[{" else v)
         rows = df.to_dict(orient="records")
-        return _cases(((i + 2, r) for i, r in enumerate(rows)), path, "line")
+        index = pandas_index([str(c) for c in df.columns], rows)  # pandas' to_csv writes its index first
+        read = []
+        for line, row in enumerate(rows, start=2):
+            try:
+                read.append((line, _table_cells({k: v for k, v in row.items() if k != index})))
+            except DatasetError as exc:
+                exc.path, exc.line = str(path), line
+                raise
+        return _cases(read, path, "line")
     if suffix != ".json":
         return _cases(jsonl_lines(path), path, "line")
     data = path.read_bytes()

@@ -20,11 +20,14 @@ SHA-1 of a text), used by every reader and plugin: a chunk given as plain text i
 chunk; a case without an id is ``q-<sha1[:10]>`` of its question (`case_id_for_question`); repeats in
 one list get ``-2``, ``-3``... (`numbered`).
 
-Table cells (CSV, Parquet, ``datasets``; `cell_value`, `rows_to_records`): list and mapping fields
-may hold JSON (``["a", "b"]``, ``{"doc#s": 2}``); list fields and ``relevant`` also accept
-``|``-separated text, and ``answerable`` ``true``/``false``, ``yes``/``no`` or ``1``/``0``. In JSON a
-value must have its field's type: ``"relevant": "doc#s"`` or ``"answerable": "no"`` is an error, not
-a guess.
+Table cells (CSV, Parquet, ``datasets``, a DataFrame; `cell_value`, `rows_to_records`): list and
+mapping fields may hold JSON (``["a", "b"]``, ``{"doc#s": 2}``) or the Python literal pandas writes
+for a list or dict cell (``['a', 'b']``: `literal_cell`); list fields and ``relevant`` also accept
+``|``-separated text, and ``answerable`` ``true``/``false``, ``yes``/``no`` or ``1``/``0``. The
+column pandas' ``to_csv`` writes for the index (no name in the file, ``Unnamed: 0`` once pandas
+reads it back) is not data: `pandas_index` finds it, and the readers leave it out. In JSON a value
+must have its field's type: ``"relevant": "doc#s"`` or ``"answerable": "no"`` is an error, not a
+guess.
 
 This is the normalising path, which every record may take and whose errors are exact. A record
 already in canonical form takes a lighter one (`ragbridge.formats.plain_records`) to the same result.
@@ -32,9 +35,11 @@ already in canonical form takes a lighter one (`ragbridge.formats.plain_records`
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
+import numbers
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
@@ -61,6 +66,8 @@ __all__ = [
     "duplicate_case_id",
     "cases_from_records",
     "cell_value",
+    "literal_cell",
+    "pandas_index",
     "rows_to_records",
 ]
 
@@ -325,6 +332,48 @@ _JSON_CELLS = ("contexts", "relevant", "relevant_spans", "relevant_ids", "qrels"
                "retrieved_contexts", "retrieval_context", "retrieved_context_ids")
 
 
+#: the names pandas gives its index column in a CSV file (none) and when it reads the file back
+PANDAS_INDEX_NAMES = ("", "Unnamed: 0")
+
+
+def pandas_index(columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> Optional[str]:
+    """The column of ``columns`` that is pandas' index as ``DataFrame.to_csv`` writes it (the first,
+    without a name, or ``Unnamed: 0`` as ``read_csv`` names it), when every cell of it in ``rows`` is
+    a whole number; else None."""
+    if not columns or columns[0] not in PANDAS_INDEX_NAMES:
+        return None
+    name = columns[0]
+    for row in rows:
+        v = row.get(name)
+        if isinstance(v, str):
+            v = v.strip()
+            if not v.isdigit():
+                return None
+        elif isinstance(v, bool) or not isinstance(v, numbers.Integral):  # numpy's integers too
+            return None
+    return name
+
+
+def literal_cell(text: str) -> Any:
+    """A table cell's text that stands for a list or a mapping: JSON (``["a", "b"]``), else the
+    Python literal pandas writes for a list or dict cell (``['a', 'b']``, ``{'k': None}``); the text
+    as it is when it is neither. Raises `DatasetError` (without a location) for JSON-looking text that
+    is broken, with the JSON parser's message."""
+    try:
+        return parse_json(text)
+    except json.JSONDecodeError as exc:
+        error = exc
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        raise DatasetError(f"cell is neither JSON nor a Python list or dict: {error.msg}",
+                           hint="write lists and mappings as JSON") from None
+    if isinstance(value, (list, dict)):
+        return value
+    raise DatasetError("cell is neither a JSON nor a Python list or dict",
+                       hint="write lists and mappings as JSON")
+
+
 def cell_value(column: str, value: Any) -> Any:
     """A text cell of ``column`` as the value it stands for (see the module docstring): blank is
     missing, JSON in a list or mapping column is parsed, other list cells are ``|``-separated."""
@@ -343,9 +392,7 @@ def cell_value(column: str, value: Any) -> Any:
     if column in _JSON_CELLS or column in LIST_FIELDS:
         if text[:1] in "[{":
             try:
-                return parse_json(text)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"cell is not valid JSON: {exc.msg}", field=column) from None
+                return literal_cell(text)
             except DatasetError as exc:
                 exc.field = column
                 raise
@@ -364,11 +411,9 @@ def rows_to_records(rows: Iterable[dict[str, Any]], path: Path) -> Iterator[tupl
         rec = {}
         for k, v in row.items():
             v = plain(v)
-            if isinstance(v, str) and v[:1] in "[{" and k in json_columns:
+            if isinstance(v, str) and v.strip()[:1] in "[{" and k in json_columns:
                 try:
-                    v = parse_json(v)
-                except json.JSONDecodeError:
-                    pass
+                    v = literal_cell(v.strip())
                 except DatasetError as exc:
                     exc.path, exc.line, exc.unit, exc.field = str(path), i, "row", k
                     raise
