@@ -415,7 +415,8 @@ def _outcome(metric, sample):
 
 def test_deepeval_own_goldens_come_back_as_they_were(tmp_path):
     """A golden with a source-tagged chunk (``RetrievedContextData``) and no name: DeepEval's own
-    save_as -> ragbridge -> DeepEval gives the same goldens, nothing added."""
+    save_as -> ragbridge -> DeepEval gives the same goldens, nothing added but the name: the case id
+    made from the input, which DeepEval's results carry so that they join back to the cases."""
     pytest.importorskip("deepeval")
     from deepeval.dataset import EvaluationDataset, Golden
     from deepeval.test_case import RetrievedContextData
@@ -435,8 +436,9 @@ def test_deepeval_own_goldens_come_back_as_they_were(tmp_path):
         before, after = EvaluationDataset(), EvaluationDataset()
         getattr(before, f"add_goldens_from_{kind}_file")(str(src))
         getattr(after, f"add_goldens_from_{kind}_file")(str(out))
-        assert [g.model_dump() for g in after.goldens] == [g.model_dump() for g in before.goldens], kind
-        assert after.goldens[0].name is None
+        assert [g.model_dump(exclude={"name"}) for g in after.goldens] == [
+            g.model_dump(exclude={"name"}) for g in before.goldens], kind
+        assert before.goldens[0].name is None and after.goldens[0].name == case.id
         assert isinstance(after.goldens[0].retrieval_context[0], RetrievedContextData)
 
 

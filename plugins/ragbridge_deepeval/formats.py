@@ -9,7 +9,7 @@ No DeepEval import is needed; the tests check both directions against DeepEval's
 
 Field mapping (canonical <- DeepEval)::
 
-    id                 <- name (else a stable hash of the input)
+    id                 <-> name (reading: else a stable hash of the input; writing: always the id)
     question           <- input
     answer             <- actual_output
     reference          <- expected_output
@@ -453,7 +453,7 @@ def golden_record(case: Case, lists: bool = True, resave_joins: bool = False
         rec["retrieval_context"] = texts if lists else DELIMITER.join(texts)
     if gold:
         rec["context"] = gold if lists else DELIMITER.join(gold)
-    rec["name"] = None if case.id == case_id_for_question(case.question) else case.id  # derived: no name
+    rec["name"] = case.id  # always: DeepEval's results name their test case by it
     for k, v in promoted.items():
         if k in _EMPTY_KEPT:
             rec[k] = v if lists else ""
