@@ -63,8 +63,7 @@ for q, ctx, expected in [  # a table in TruLens's own schema: GroundTruth rows p
 session = TruSession(database_url="sqlite:///:memory:")
 for i, path in enumerate(sys.argv[1:]):
     if path.endswith(".parquet"):
-        frame = pd.DataFrame(pq.read_table(path).to_pylist())
-        frame["meta"] = frame["meta"].map(json.loads)
+        frame = pd.DataFrame(pq.read_table(path).to_pylist())  # meta a struct, as TruLens's tables
     else:
         frame = pd.read_json(path, lines=True, dtype=False, precise_float=True)
     frame = frame.astype(object).where(frame.notna(), None)
@@ -165,15 +164,24 @@ def test_trulens_loads_a_table_with_and_without_references_and_labels(trulens_ex
 
 def test_trulens_keeps_the_labels_in_its_own_store(trulens_example):
     """TruLens's re-save (its ground-truth table, as ``get_ground_truth`` returns it) holds the
-    labels: ragbridge reads them back from it, without the app's outputs TruLens does not store."""
+    labels: ragbridge reads them back from it, without the app's outputs TruLens does not store (and,
+    from Parquet, with the nulls the ``meta`` struct gives a row for other rows' keys: both named as
+    the re-save's losses)."""
+    from ragbridge.formats import resave_losses
+
     result, paths = trulens_example
     cases = {c.id: c for c in load_cases(EXAMPLE)}
     for path in paths[:2]:
         truth = result[str(path)]["truth"]
         resaved = path.with_name("resaved.jsonl")
         resaved.write_text("".join(json.dumps(r) + "\n" for r in truth), encoding="utf-8")
+        nulls = "metadata (another row's keys, as null: Parquet)"
+        assert (nulls in resave_losses(list(cases.values()), path, "trulens")) == (path.suffix == ".parquet")
         for back in load_cases(resaved, "trulens"):
             case = cases[back.id]
+            if path.suffix == ".parquet":
+                assert set(back.metadata) - set(case.metadata) <= {"language", "flaw", "persona"}
+                back.metadata = {k: v for k, v in back.metadata.items() if v is not None}
             assert back.model_dump(exclude={"answer", "contexts"}) == case.model_dump(
                 exclude={"answer", "contexts"})
             assert back.contexts == [] and back.answer is None

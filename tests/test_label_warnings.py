@@ -70,7 +70,7 @@ def test_labels_that_name_sections_of_chunk_ids_are_warned_wherever_the_numbers_
 
     result = ragbridge.evaluate(EvaluationDataset.from_jsonl(str(data)), metrics=["recall@5"])
     assert result.manifest.warnings == doc["warnings"]
-    assert "warning: 2 of 3 case(s)" in result._repr_html_() and repr(result).endswith("1 warning(s))")
+    assert "warning: 2 of 3 case(s)" in result._repr_html_()
 
 
 def test_a_run_without_ranking_metrics_gets_no_ranking_warnings(tmp_path):

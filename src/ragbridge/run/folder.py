@@ -147,8 +147,7 @@ class Run:
         where = repr(str(self.path)) if self.path is not None else "in memory"
         n_cases = self.manifest.dataset.get("n_cases", len(self.cases) if self._cases is not None else "?")
         n_scores = self.manifest.counts.get("scores", len(self._scores) if self._scores is not None else "?")
-        warned = f", {len(self.manifest.warnings)} warning(s)" if self.manifest.warnings else ""
-        return f"Run({where}, {n_cases} cases, {n_scores} scores, {self.manifest.status}{warned})"
+        return f"Run({where}, {n_cases} cases, {n_scores} scores, {self.manifest.status})"
 
     def _repr_html_(self) -> str:
         """A notebook's view of the run: where it is, its status and counts, the input warnings that
