@@ -42,8 +42,8 @@ from ragbridge.formats.files import jsonl_lines, read_hf_rows
 from ragbridge.formats.records import literal_cell, pandas_index
 from ragbridge.schema import Case
 
-from .translate import (RAGAS_FIELDS, READ_FIELDS, SIDECAR, cases_to_rows, is_ragas_object, lost_fields,
-                        object_rows, read_object_rows, rows_to_cases, to_ragas)
+from .translate import (LIST_COLUMNS, RAGAS_FIELDS, READ_FIELDS, SIDECAR, cases_to_rows, is_ragas_object,
+                        lost_fields, object_rows, read_object_rows, rows_to_cases, to_ragas)
 
 __all__ = ["FORMATS", "from_ragas", "to_ragas", "read_ragas", "read_ragas_jsonl", "read_ragas_hf",
            "read_ragas_csv", "write_ragas_jsonl", "write_ragas_hf", "write_ragas_csv"]
@@ -190,12 +190,6 @@ def resave_lost_hf(cases: Sequence[Case], path: Path) -> list[str]:
 
 def resave_lost_csv(cases: Sequence[Case], path: Path) -> list[str]:
     return resave_lost_jsonl(cases, path) + ([CSV_FIRST_ROW] if _later_fields(cases) else [])
-
-
-#: the columns that hold lists or mappings (in a CSV cell: a Python literal, as pandas writes it, or JSON)
-LIST_COLUMNS = frozenset({"retrieved_contexts", "reference_contexts", "retrieved_context_ids",
-                          "reference_context_ids", "multi_responses", "rubrics", "contexts", "ground_truths",
-                          "metadata", "tags", "must_contain", "must_not_contain", SIDECAR})
 
 
 def _csv_cell(column: str, text: str, path: Path, line: int):

@@ -24,10 +24,10 @@ TruLens column      canonical field
 
 Files: ``.jsonl`` (one row a line), ``.json`` (a list), ``.csv`` (list and dict cells as JSON) or
 ``.parquet`` (lists as Parquet lists, ``meta`` as a struct, as TruLens's own tables hold it, so that
-TruLens's ``add_ground_truth_to_dataset`` takes the rows: `_meta_array` says how a key whose values
-cannot share one type is held). ``--from trulens`` / ``--to trulens``
-names the format (the suffix alone means the canonical format). From Python, `cases_from_frame` and
-`cases_to_frame` work on DataFrames.
+TruLens's ``add_ground_truth_to_dataset`` takes the rows: `ragbridge_trulens.parquet`, which says how
+a key whose values cannot share one type is held, and ``meta["ragbridge"]``). ``--from trulens`` /
+``--to trulens`` names the format (the suffix alone means the canonical format). From Python,
+`cases_from_frame` and `cases_to_frame` work on DataFrames.
 
 The expected chunks are the labels, so that TruLens's ground-truth IR metrics
 (``GroundTruthAgreement``) on the export mean what native ranking metrics mean: recall, nDCG, MRR
@@ -68,6 +68,8 @@ from ragbridge.formats.records import (cases_from_records, chunk_id_for_text, de
 from ragbridge.formats.records import is_missing as _missing
 from ragbridge.formats.records import plain as _plain
 from ragbridge.schema import Case, Score
+
+from .parquet import PARQUET_CANNOT_HOLD, read_rows, struct_nulls, write_rows
 
 __all__ = [
     "FEEDBACK_NAMES",
@@ -404,37 +406,13 @@ def _table_cells(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-#: the Parquet file's key-value metadata that names the keys of ``meta`` held as JSON text
-META_AS_JSON = b"ragbridge.meta_json"
-
-
-def _read_parquet(path: Path) -> list[dict[str, Any]]:
-    """The rows of a Parquet file; ``meta``, a struct (as TruLens's own tables hold it, and as
-    `write_trulens` writes it), without the nulls a struct gives the keys a row lacks, its keys held
-    as JSON text parsed (`META_AS_JSON`)."""
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-    except Exception as exc:  # noqa: BLE001
-        raise DatasetError(f"cannot be read as parquet: {exc}", path=path) from None
-    as_json = json.loads((table.schema.metadata or {}).get(META_AS_JSON, b"[]"))
-    rows = table.to_pylist()
-    for row in rows:
-        meta = row.get("meta")
-        if isinstance(meta, dict):
-            row["meta"] = {k: json.loads(v) if k in as_json and isinstance(v, str) else _plain(v)
-                           for k, v in meta.items() if v is not None}
-    return rows
-
-
 def read_trulens(path: Path) -> list[Case]:
     path = Path(path)
     if path.is_dir():  # a datasets folder (Dataset.from_pandas(df).save_to_disk)
         return _cases(enumerate(read_hf_rows(path), start=1), path, "row")
     suffix = path.suffix.lower()
     if suffix in (".parquet", ".pq"):
-        rows = _read_parquet(path)
+        rows = read_rows(path)
         if not rows:
             raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
         return _cases(enumerate(rows, start=1), path, "row")
@@ -473,108 +451,6 @@ def read_trulens(path: Path) -> list[Case]:
     return _cases(enumerate(obj, start=1), path, "item")
 
 
-def _write_parquet(rows: list[dict[str, Any]], path: Path) -> list[str]:
-    """Lists as Parquet's own lists (``contexts``, and ``expected_chunks`` as a list of objects, so
-    that TruLens gets lists of chunks); ``meta`` as a struct, as TruLens's own tables hold it
-    (`_meta_array`). Returns what the file cannot hold (`PARQUET_CANNOT_HOLD`)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    columns = list(dict.fromkeys(k for r in rows for k in r))
-    arrays, as_json, lost = {}, [], []
-    for col in columns:
-        values = [r.get(col) for r in rows]
-        try:
-            if col == "meta":
-                arrays[col], as_json, lost = _meta_array(values)
-            else:
-                arrays[col] = pa.array(values)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise DatasetError(f"cannot be written as one Parquet column: {exc}", path=path, field=col,
-                               hint="the rows' values differ in type; write .jsonl instead") from None
-    table = pa.table(arrays)
-    if as_json:
-        table = table.replace_schema_metadata({META_AS_JSON: json.dumps(as_json).encode()})
-    pq.write_table(table, path)
-    return lost
-
-
-#: what the ``.parquet`` file cannot hold: a null in ``metadata``, which a struct cannot tell from a
-#: key the row lacks
-PARQUET_CANNOT_HOLD = ("metadata (a null value, Parquet)",)
-
-
-def _meta_array(metas: list[dict[str, Any]]) -> tuple[Any, list[str], list[str]]:
-    """``meta`` as a Parquet struct, its fields the keys of every row's ``meta`` (a row without one
-    has null there, as TruLens's own tables write it), and the keys held as JSON text inside it, and
-    what is lost. A key whose values the rows cannot share one type for (a number in one row, a text
-    in another; a mapping whose keys are data) is JSON text in every row, and so is
-    ``meta["ragbridge"]`` (ragbridge's own part: its labels' ids would each be a field of the
-    struct); TruLens reads a text as any other value, and this reader parses them back. With no key
-    in any row, ``meta`` is null (Parquet has no struct without fields)."""
-    import pyarrow as pa
-
-    keys = list(dict.fromkeys(k for m in metas for k in m))
-    if not keys:
-        return pa.nulls(len(metas)), [], []
-    children, as_json, lost = [], [], []
-    for key in keys:
-        values = [m.get(key) for m in metas]
-        array = None
-        if key != _EXTRA_KEY:
-            try:
-                array = pa.array(values)
-                if not _kept(values, array.to_pylist()) or _empty_struct(array.type):
-                    array = None
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
-                array = None
-        if array is None:
-            as_json.append(key)
-            array = pa.array([None if v is None else json.dumps(v, ensure_ascii=False) for v in values],
-                             pa.string())
-        elif any(m[key] is None or _has_null(m[key]) for m in metas if key in m):
-            lost = list(PARQUET_CANNOT_HOLD)
-        children.append(array)
-    return pa.StructArray.from_arrays(children, names=keys), as_json, lost
-
-
-def _without_nulls(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_without_nulls(v) for v in value]
-    return value
-
-
-def _kept(values: list[Any], back: list[Any]) -> bool:
-    """Whether Arrow gave back each value as it was (nulls of absent keys aside): not an integer as a
-    float, a tuple as a list, ..."""
-    def text(v: Any) -> str:
-        return json.dumps(_without_nulls(v), sort_keys=True, ensure_ascii=False, default=repr)
-
-    return all(text(a) == text(b) for a, b in zip(values, back))
-
-
-def _has_null(value: Any) -> bool:
-    """Whether ``value`` holds a mapping with a null value (which a struct reads back as absent)."""
-    if isinstance(value, dict):
-        return any(v is None or _has_null(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_has_null(v) for v in value)
-    return False
-
-
-def _empty_struct(kind: Any) -> bool:
-    """Whether an Arrow type holds a struct without fields, which Parquet cannot write."""
-    import pyarrow as pa
-
-    if pa.types.is_struct(kind):
-        return kind.num_fields == 0 or any(_empty_struct(kind.field(i).type) for i in range(kind.num_fields))
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        return _empty_struct(kind.value_type)
-    return False
-
-
 #: what TruLens's own ground-truth store keeps not (``GroundTruth`` has no field for the app's outputs);
 #: and, from a ``.parquet`` file, the nulls its ``meta`` struct gives a row for the keys other rows have
 #: (TruLens keeps them as they come)
@@ -587,7 +463,7 @@ def write_trulens(cases: Sequence[Case], path: Path) -> list[str]:
     rows = [case_to_row(c) for c in cases]
     suffix = path.suffix.lower()
     if suffix in (".parquet", ".pq"):
-        return _write_parquet(rows, path)
+        return write_rows(rows, path, as_text=(_EXTRA_KEY,))
     if suffix == ".csv":
         import pandas as pd
 
@@ -613,19 +489,9 @@ def resave_lost(cases: Sequence[Case], path: Path) -> list[str]:
     lost = [name for name in ("answer", "contexts")
             if any(c.answer is not None if name == "answer" else c.contexts for c in cases)]
     parquet = Path(path).suffix.lower() in (".parquet", ".pq")
-    if parquet and _struct_nulls([case_to_row(c)["meta"] for c in cases]):
+    if parquet and struct_nulls([case_to_row(c)["meta"] for c in cases], as_text=(_EXTRA_KEY,)):
         lost.append(PARQUET_NULLS)
     return lost
-
-
-def _struct_nulls(metas: list[dict[str, Any]]) -> bool:
-    """Whether the ``meta`` struct of `_meta_array` gives some row a null it did not have."""
-    array, as_json, _ = _meta_array(metas)
-    for meta, back in zip(metas, array.to_pylist()):
-        back = {k: json.loads(v) if k in as_json and v is not None else v for k, v in (back or {}).items()}
-        if json.dumps(back, sort_keys=True, default=repr) != json.dumps(meta, sort_keys=True, default=repr):
-            return True
-    return False
 
 
 FORMATS = [

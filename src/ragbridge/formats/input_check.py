@@ -121,7 +121,12 @@ class InputCheck:
         if not ids or not (graded or spanned):
             return
         self.labelled += 1
-        labels = {k for k, g in relevant.items() if g > 0} if graded else set()
+        if not graded:
+            labels = set()
+        elif min(relevant.values()) > 0:  # the common case: every label relevant, no set to build
+            labels = relevant.keys()
+        else:
+            labels = {k for k, g in relevant.items() if g > 0}
         sources = () if chunks is None else map(dict.get, chunks, repeat("source"))
         if (labels and (not labels.isdisjoint(ids) or not labels.isdisjoint(sources))) or (
                 spanned and chunks is not None and _span_overlap(spans, chunks)):

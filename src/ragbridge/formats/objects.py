@@ -36,7 +36,7 @@ from ..plugins import load_plugins, pm
 from ..schema import Case
 from .files import DatasetError
 from .records import (CANONICAL_FIELDS, cases_from_records, is_missing, literal_cell, pandas_index, plain,
-                      rows_to_records)
+                      rows_to_records, shared_fields)
 
 __all__ = ["Library", "get_libraries", "cases_from_data", "data_rows", "to_library", "INDEX"]
 
@@ -207,8 +207,6 @@ def _library_of_fields(fields: Sequence[str], libraries: dict[str, Library], wha
         return None
     claims = sorted(n for n, lib in libraries.items()
                     if lib.read_rows and lib.fields and set(fields) <= lib.fields)
-    from . import shared_fields
-
     shared = shared_fields(fields, {n: lib.fields for n, lib in libraries.items() if lib.read_rows}, claims)
     if shared:
         raise DatasetError(shared, path=what, hint="name the library with format=NAME")

@@ -36,6 +36,7 @@ already in canonical form takes a lighter one (`ragbridge.formats.plain_records`
 from __future__ import annotations
 
 import ast
+import difflib
 import hashlib
 import json
 import math
@@ -62,6 +63,7 @@ __all__ = [
     "plain",
     "normalize_record",
     "normalize_chunk",
+    "shared_fields",
     "validated_case",
     "duplicate_case_id",
     "cases_from_records",
@@ -255,6 +257,31 @@ def normalize_chunk(chunk: Any) -> Any:
             out["id"] = chunk_id_for_text(out["text"])
         return out
     return chunk
+
+
+def shared_fields(record: dict[str, Any] | Sequence[str], fields_of: dict[str, frozenset[str]],
+                  claims: Sequence[str]) -> Optional[str]:
+    """Why ``record``'s fields tell no format, when they do not: its fields that are not canonical are
+    fields of more than one format (``fields_of``: name -> fields), and nothing else it has is a
+    library's own word that the one format ``claims`` makes for it has and the others lack. A
+    ``context`` beside canonical fields is such a field (DeepEval's gold passages, TruLens's
+    retrieved chunks). None when the fields tell, or when ``claims`` is not one format."""
+    names = set(record)
+    foreign = names - CANONICAL_FIELDS
+    if len(claims) != 1 or not foreign:
+        return None
+    others = {n for n, fields in fields_of.items() if n != claims[0] and foreign & fields}
+    if not others or any(not any(f in fields_of[n] for n in others) for f in foreign):
+        return None  # a foreign field only the claiming format has
+    words = (names - set(CASE_FIELDS)) & fields_of[claims[0]]
+    if any(all(w not in fields_of[n] for n in others) for w in words):
+        return None  # a library's word (an alias) of the claiming format only: its file
+    guesses = sorted({g for f in foreign for g in difflib.get_close_matches(f, CASE_FIELDS, n=1)})
+    named = ", ".join(repr(f) for f in sorted(foreign))
+    return (f"its field(s) {named} are not canonical, and more than one format has a field of that name "
+            f"({', '.join(sorted({claims[0], *others}))}), each its own meaning: rename it to a canonical "
+            "field" + (f" (did you mean {', '.join(map(repr, guesses))}?)" if guesses else "")
+            + ", or name the format that wrote it")
 
 
 # --------------------------------------------------------------------------------------------
