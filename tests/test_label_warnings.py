@@ -87,6 +87,11 @@ def test_a_run_without_ranking_metrics_gets_no_ranking_warnings(tmp_path):
     assert any("in none of the cases does a chunk's id or source match a label" in w for w in warned)
     assert any(w.startswith("warning: 2 repeated chunk id(s) in 2 case(s) ('returns-label-validity', "
                             "'notifications-quiet-hours') are dropped before ranking") for w in warned)
+    # scoring more metrics into the folder keeps the warnings of the metrics it holds
+    res = ragbridge_cli("rescore", tmp_path / "ranked", "-m", "must_contain", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    kept = json.loads((tmp_path / "ranked" / "run.json").read_text())["warnings"]
+    assert [f"warning: {w}" for w in kept] == warned
 
 
 def test_retrieval_misses_are_counted_apart_from_input_problems(tmp_path):

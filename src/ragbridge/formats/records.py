@@ -263,9 +263,10 @@ def shared_fields(record: dict[str, Any] | Sequence[str], fields_of: dict[str, f
                   claims: Sequence[str]) -> Optional[str]:
     """Why ``record``'s fields tell no format, when they do not: its fields that are not canonical are
     fields of more than one format (``fields_of``: name -> fields), and nothing else it has is a
-    library's own word that the one format ``claims`` makes for it has and the others lack. A
-    ``context`` beside canonical fields is such a field (DeepEval's gold passages, TruLens's
-    retrieved chunks). None when the fields tell, or when ``claims`` is not one format."""
+    library's own word that the one format ``claims`` makes for it has and the others lack: a field
+    two libraries name alike and mean differently (gold passages to one, retrieved chunks to the
+    other), beside canonical fields. None when the fields tell, or when ``claims`` is not one
+    format."""
     names = set(record)
     foreign = names - CANONICAL_FIELDS
     if len(claims) != 1 or not foreign:
