@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ragbridge_cli
+from conftest import ragbridge_cli, warnings_in
 from ragbridge import load_cases
 
 CORPUS = Path(__file__).parent / "bad_inputs"
@@ -134,7 +134,7 @@ def test_labels_no_chunk_can_match_are_one_warning(tmp_path, name, words):
     out = tmp_path / "run"
     res = ragbridge_cli("run", CORPUS / name, "--out", out, "--no-progress")
     assert res.returncode == 0, res.stderr
-    warnings = [x for x in res.stderr.splitlines() if x.startswith("warning:")]
+    warnings = warnings_in(res.stderr)
     assert len(warnings) == 1 and words in warnings[0], res.stderr
     # the warning is right: those cases score 0 on every ranking metric, the others as usual
     scores = [json.loads(x) for x in (out / "scores.jsonl").read_text().splitlines()]
@@ -150,7 +150,7 @@ def test_labels_in_another_letter_case_are_one_warning_counting_the_cases(tmp_pa
     out = tmp_path / "run"
     res = ragbridge_cli("run", CORPUS / "labels_other_case.jsonl", "--out", out, "--no-progress", "--json")
     assert res.returncode == 0, res.stderr
-    warnings = [x for x in res.stderr.splitlines() if x.startswith("warning:")]
+    warnings = warnings_in(res.stderr)
     assert len(warnings) == 1, res.stderr
     assert "2 of 3 case(s) with relevance labels have no retrieved chunk that matches a label" in warnings[0]
     assert "label 'refunds.md#window', chunk 'Refunds.md#Window'" in warnings[0]
@@ -224,5 +224,5 @@ def test_relevant_as_text_is_still_read_from_table_cells(tmp_path):
 def test_convert_warns_as_run_does(tmp_path):
     res = ragbridge_cli("convert", CORPUS / "plain_text_contexts.jsonl", tmp_path / "out.csv")
     assert res.returncode == 0, res.stderr
-    warnings = [x for x in res.stderr.splitlines() if x.startswith("warning:")]
+    warnings = warnings_in(res.stderr)
     assert len(warnings) == 1 and "their chunks are given as plain text" in warnings[0], res.stderr

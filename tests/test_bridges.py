@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import ragbridge  # noqa: F401  (privacy defaults before the libraries are imported)
-from conftest import EXAMPLE, ragbridge_cli
+from conftest import EXAMPLE, ragbridge_cli, warnings_in
 from ragbridge.formats import load_cases, write_cases
 from ragbridge.native.ranking import evaluate as rank
 from ragbridge.schema import Case
@@ -295,7 +295,7 @@ def test_queries_judged_all_zero_warn_and_average_as_trec_eval_on_request(tmp_pa
         res = ragbridge_cli("run", run, "--qrels", qrels, "--out", tmp_path / option, "--metric", "map",
                            "--no-relevant", option, "--json", "--no-progress")
         assert res.returncode == 0, res.stderr
-        warned = [line for line in res.stderr.splitlines() if "none with grade >= 1" in line]
+        warned = [line for line in warnings_in(res.stderr) if "none with grade >= 1" in line]
         assert len(warned) == 1 and warned[0].startswith("warning: 1 case(s)"), res.stderr
         (row,) = json.loads(res.stdout)["summary"]
         means[option] = (row["mean"], row["n_undefined"])

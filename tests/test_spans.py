@@ -23,7 +23,7 @@ from ragbridge.native import ranking
 from ragbridge.schema import Case
 
 from chroma_reference import full_precision_score, scores_from_retrievals
-from conftest import ragbridge_cli
+from conftest import ragbridge_cli, warnings_in
 
 K = (1, 3, 5)
 SPAN_METRICS = [f"span_{m}@{k}" for k in K for m in ("recall", "precision", "iou")] + ["precision_omega"]
@@ -479,7 +479,7 @@ def test_repeated_chunk_text_is_placed_at_its_first_occurrence_with_one_warning(
     res = ragbridge_cli("run", data, "--out", tmp_path / "run", "--corpus", corpus, "--no-progress",
                         "--batch-size", "1")
     assert res.returncode == 0, res.stderr
-    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
+    warnings = warnings_in(res.stderr)
     placing = [line for line in warnings if "chunk(s) or quote(s)" in line]
     assert len(placing) == 1 and placing[0].startswith("warning: 3 chunk(s)")
     # and, true of these cases, no chunk matches their label

@@ -468,7 +468,7 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
     rows = result.summary_rows()  # a run just made: from its running totals, without pandas
     unscored = nothing_computed(result, out=str(out_dir))
     for line in result.manifest.warnings:  # the input warnings that bear on this run's metrics
-        warn(line)
+        warn(line, wrap=True)
     if as_json:
         for note in notes:
             err.print(note, markup=False, highlight=False)
