@@ -47,6 +47,22 @@ def ragbridge_cli(*args, cwd=None, env=None):
     )
 
 
+def warnings_in(stderr: str) -> list[str]:
+    """The ``warning:`` lines of a command's stderr, each joined with its continuation lines (a
+    warning wrapped at the width goes on indented)."""
+    out: list[str] = []
+    going_on = False
+    for line in stderr.splitlines():
+        if line.startswith("warning:"):
+            out.append(line)
+            going_on = True
+        elif going_on and line.startswith("    "):
+            out[-1] += " " + line.strip()
+        else:
+            going_on = False
+    return out
+
+
 def needs_backend(name: str):
     """Skip the test, with the reason and the install command, when backend ``name``'s library is
     not installed (a checkout with only the dev extra)."""

@@ -123,7 +123,9 @@ def test_a_gate_detail_never_says_the_opposite_of_its_verdict(tmp_path, noisy_ru
     assert [r["verdict"] for r in results] == ["pass", "fail", "pass", "fail"]
     for r in results:
         assert ("does not hold" in r["detail"]) == (r["verdict"] == "fail"), r["detail"]
-    assert "holds within its uncertainty, the miss is not significant" in results[0]["detail"]
+    detail = results[0]["detail"]
+    assert " misses >= 0.8 within its uncertainty: the miss is not significant (95% CI [" in detail
+    assert ">= 0.8:" not in detail  # the figure is below 0.8: never written as if it were at or above
 
 
 def test_resuming_with_another_judge_is_refused(tmp_path):

@@ -415,6 +415,8 @@ def test_cli_validate_and_calibrate(labelled_run, migration_run, tmp_path):
                       "--metric", "faithfulness", "--threshold", "0.7", "--resamples", "100")
     assert c.returncode == 0, c.stderr
     assert "ragas at 0.535" in c.stdout and "2 still flip" in c.stdout and "c7" in c.stdout
+    header = next(line for line in c.stdout.splitlines() if "threshold" in line and "kappa" in line)
+    assert header.split("┃")[1:-1][-1].strip() == "best"  # every column named: none blank
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ragbridge_cli
+from conftest import ragbridge_cli, warnings_in
 from ragbridge import load_cases
 
 CORPUS = Path(__file__).parent / "bad_inputs"
@@ -39,6 +39,9 @@ WRONG = {
     # a lone surrogate escape: not a character, cannot be written as UTF-8
     "lone_surrogate_question.jsonl": (2, "question", "holds the escape \\udce9, half of a UTF-16 surrogate"),
     "lone_surrogate_metadata.jsonl": (2, "metadata.note[1]", "holds the escape \\ud800"),
+    # the field that is missing, not the id made from it; a list given as one text
+    "question_missing.jsonl": (2, "question", "is required but missing"),
+    "tags_as_string.jsonl": (2, "tags", "must be a list of texts, got the text 'billing, cancel'"),
 }
 WHAT_TO_DO = {
     "relevant_as_string.jsonl": '{"doc#section": 1}',
@@ -60,6 +63,8 @@ WHAT_TO_DO = {
     "case_id_zero_width.jsonl": "remove it",
     "lone_surrogate_question.jsonl": "remove the escape",
     "lone_surrogate_metadata.jsonl": "remove the escape",
+    "question_missing.jsonl": "every case needs its question",
+    "tags_as_string.jsonl": '["billing, cancel"]',
 }
 SUSPICIOUS = {"plain_text_contexts.jsonl", "ids_never_match.jsonl", "labels_other_case.jsonl",
               "labels_nfd_chunks_nfc.jsonl"}
@@ -126,15 +131,17 @@ def test_wrong_input_leaves_an_earlier_run_untouched(tmp_path, example_path):
 @pytest.mark.parametrize(
     "name, words",
     [
-        ("plain_text_contexts.jsonl", "2 of 3 case(s) with relevance labels give their chunks as plain text"),
-        ("ids_never_match.jsonl", "in none of the 2 case(s) with relevance labels does a chunk's id"),
+        ("plain_text_contexts.jsonl", "2 of 3 case(s) with relevance labels have no retrieved chunk that "
+                                      "matches a label, so their ranking metrics are 0 ('plain-1', "
+                                      "'plain-2'): their chunks are given as plain text"),
+        ("ids_never_match.jsonl", "in none of the cases does a chunk's id or source match a label"),
     ],
 )
 def test_labels_no_chunk_can_match_are_one_warning(tmp_path, name, words):
     out = tmp_path / "run"
     res = ragbridge_cli("run", CORPUS / name, "--out", out, "--no-progress")
     assert res.returncode == 0, res.stderr
-    warnings = [x for x in res.stderr.splitlines() if x.startswith("warning:")]
+    warnings = warnings_in(res.stderr)
     assert len(warnings) == 1 and words in warnings[0], res.stderr
     # the warning is right: those cases score 0 on every ranking metric, the others as usual
     scores = [json.loads(x) for x in (out / "scores.jsonl").read_text().splitlines()]
@@ -150,9 +157,9 @@ def test_labels_in_another_letter_case_are_one_warning_counting_the_cases(tmp_pa
     out = tmp_path / "run"
     res = ragbridge_cli("run", CORPUS / "labels_other_case.jsonl", "--out", out, "--no-progress", "--json")
     assert res.returncode == 0, res.stderr
-    warnings = [x for x in res.stderr.splitlines() if x.startswith("warning:")]
+    warnings = warnings_in(res.stderr)
     assert len(warnings) == 1, res.stderr
-    assert "2 of 3 case(s) with relevance labels match no chunk" in warnings[0]
+    assert "2 of 3 case(s) with relevance labels have no retrieved chunk that matches a label" in warnings[0]
     assert "label 'refunds.md#window', chunk 'Refunds.md#Window'" in warnings[0]
 
 
@@ -232,5 +239,5 @@ def test_relevant_as_text_is_still_read_from_table_cells(tmp_path):
 def test_convert_warns_as_run_does(tmp_path):
     res = ragbridge_cli("convert", CORPUS / "plain_text_contexts.jsonl", tmp_path / "out.csv")
     assert res.returncode == 0, res.stderr
-    warnings = [x for x in res.stderr.splitlines() if x.startswith("warning:")]
-    assert len(warnings) == 1 and "give their chunks as plain text" in warnings[0], res.stderr
+    warnings = warnings_in(res.stderr)
+    assert len(warnings) == 1 and "their chunks are given as plain text" in warnings[0], res.stderr

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import ragbridge  # noqa: F401  (privacy defaults before the libraries are imported)
-from conftest import EXAMPLE, ragbridge_cli
+from conftest import EXAMPLE, ragbridge_cli, warnings_in
 from ragbridge.formats import load_cases, write_cases
 from ragbridge.native.ranking import evaluate as rank
 from ragbridge.schema import Case
@@ -63,8 +63,7 @@ for q, ctx, expected in [  # a table in TruLens's own schema: GroundTruth rows p
 session = TruSession(database_url="sqlite:///:memory:")
 for i, path in enumerate(sys.argv[1:]):
     if path.endswith(".parquet"):
-        frame = pd.DataFrame(pq.read_table(path).to_pylist())
-        frame["meta"] = frame["meta"].map(json.loads)
+        frame = pd.DataFrame(pq.read_table(path).to_pylist())  # meta a struct, as TruLens's tables
     else:
         frame = pd.read_json(path, lines=True, dtype=False, precise_float=True)
     frame = frame.astype(object).where(frame.notna(), None)
@@ -165,15 +164,24 @@ def test_trulens_loads_a_table_with_and_without_references_and_labels(trulens_ex
 
 def test_trulens_keeps_the_labels_in_its_own_store(trulens_example):
     """TruLens's re-save (its ground-truth table, as ``get_ground_truth`` returns it) holds the
-    labels: ragbridge reads them back from it, without the app's outputs TruLens does not store."""
+    labels: ragbridge reads them back from it, without the app's outputs TruLens does not store (and,
+    from Parquet, with the nulls the ``meta`` struct gives a row for other rows' keys: both named as
+    the re-save's losses)."""
+    from ragbridge.formats import resave_losses
+
     result, paths = trulens_example
     cases = {c.id: c for c in load_cases(EXAMPLE)}
     for path in paths[:2]:
         truth = result[str(path)]["truth"]
         resaved = path.with_name("resaved.jsonl")
         resaved.write_text("".join(json.dumps(r) + "\n" for r in truth), encoding="utf-8")
+        nulls = "metadata (another row's keys, as null: Parquet)"
+        assert (nulls in resave_losses(list(cases.values()), path, "trulens")) == (path.suffix == ".parquet")
         for back in load_cases(resaved, "trulens"):
             case = cases[back.id]
+            if path.suffix == ".parquet":
+                assert set(back.metadata) - set(case.metadata) <= {"language", "flaw", "persona"}
+                back.metadata = {k: v for k, v in back.metadata.items() if v is not None}
             assert back.model_dump(exclude={"answer", "contexts"}) == case.model_dump(
                 exclude={"answer", "contexts"})
             assert back.contexts == [] and back.answer is None
@@ -287,7 +295,7 @@ def test_queries_judged_all_zero_warn_and_average_as_trec_eval_on_request(tmp_pa
         res = ragbridge_cli("run", run, "--qrels", qrels, "--out", tmp_path / option, "--metric", "map",
                            "--no-relevant", option, "--json", "--no-progress")
         assert res.returncode == 0, res.stderr
-        warned = [line for line in res.stderr.splitlines() if "none with grade >= 1" in line]
+        warned = [line for line in warnings_in(res.stderr) if "none with grade >= 1" in line]
         assert len(warned) == 1 and warned[0].startswith("warning: 1 case(s)"), res.stderr
         (row,) = json.loads(res.stdout)["summary"]
         means[option] = (row["mean"], row["n_undefined"])
@@ -415,7 +423,8 @@ def _outcome(metric, sample):
 
 def test_deepeval_own_goldens_come_back_as_they_were(tmp_path):
     """A golden with a source-tagged chunk (``RetrievedContextData``) and no name: DeepEval's own
-    save_as -> ragbridge -> DeepEval gives the same goldens, nothing added."""
+    save_as -> ragbridge -> DeepEval gives the same goldens, nothing added but the name: the case id
+    made from the input, which DeepEval's results carry so that they join back to the cases."""
     pytest.importorskip("deepeval")
     from deepeval.dataset import EvaluationDataset, Golden
     from deepeval.test_case import RetrievedContextData
@@ -435,8 +444,9 @@ def test_deepeval_own_goldens_come_back_as_they_were(tmp_path):
         before, after = EvaluationDataset(), EvaluationDataset()
         getattr(before, f"add_goldens_from_{kind}_file")(str(src))
         getattr(after, f"add_goldens_from_{kind}_file")(str(out))
-        assert [g.model_dump() for g in after.goldens] == [g.model_dump() for g in before.goldens], kind
-        assert after.goldens[0].name is None
+        assert [g.model_dump(exclude={"name"}) for g in after.goldens] == [
+            g.model_dump(exclude={"name"}) for g in before.goldens], kind
+        assert before.goldens[0].name is None and after.goldens[0].name == case.id
         assert isinstance(after.goldens[0].retrieval_context[0], RetrievedContextData)
 
 

@@ -87,8 +87,8 @@ def test_metric_specs_declare_inputs():
     assert set(specs) == {"faithfulness", "answer_relevance", "context_precision", "context_recall",
                           "context_relevance", "answer_correctness"}
     assert all(s.judge for s in specs.values())
-    assert specs["faithfulness"].requires == ("answer", "context_text")
-    assert specs["answer_correctness"].requires == ("answer", "reference")
+    assert specs["faithfulness"].requires == ("question", "answer", "context_text")
+    assert specs["answer_correctness"].requires == ("question", "answer", "reference")
     assert specs["context_precision"].native_name == "Contextual Precision"
 
 

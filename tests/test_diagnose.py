@@ -572,3 +572,21 @@ def chunk_text(run: Path, case_id: str, chunk_id: str) -> str:
     cases = map(json.loads, (run / "cases.jsonl").read_text().splitlines())
     case = next(c for c in cases if c["id"] == case_id)
     return next(ch["text"] for ch in case["contexts"] if ch["id"] == chunk_id)
+
+
+def test_the_walkthrough_quotes_what_diagnose_prints(judged):
+    """docs/diagnose.md walks one case of each layer, quoting the evidence diagnose gives it: each
+    quoted piece is in the command's output as printed (a pass mark the page gave as 0.5 was 1)."""
+    import re
+
+    _, run, _, _ = judged
+    res = ragbridge_cli("diagnose", run, "--labels", LABELS, "--by-tag")
+    assert res.returncode == 0, res.stderr
+    printed = " ".join(res.stdout.split())
+    page = (ROOT / "docs" / "diagnose.md").read_text(encoding="utf-8")
+    walk = page.split("placed it. Walking one case of each:")[1].split("The `--json` document")[0]
+    quoted = re.findall(r"^- `([\w-]+)`: \*(.*?)\*", walk, re.M | re.S)
+    assert len(quoted) == 5
+    for case_id, quote in quoted:
+        for piece in filter(None, (p.strip(" ;,") for p in " ".join(quote.split()).split("..."))):
+            assert piece in printed, (case_id, piece)

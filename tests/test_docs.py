@@ -41,6 +41,32 @@ def test_the_walkthroughs_are_linked_from_the_readme_and_have_commands():
         assert page in PAGES, f"{page} has no ```bash block to run"
 
 
+def test_every_page_with_commands_says_which_environment_runs_them():
+    """The pages write `ragbridge` and `python`: the README installs them into .venv, so a page says
+    to activate it (or to write the .venv/bin path) before its first command."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    setup = readme.index("## Set up and run the example")
+    assert "source .venv/bin/activate" in readme[setup:readme.index("## Walkthroughs")]
+    for page in sorted(DOCS.glob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        first = re.search(r"^```(bash|python)\n", text, re.M)
+        if first:
+            assert "source .venv/bin/activate" in text[:first.start()], page.name
+
+
+#: files a page's commands may write: under runs/ (git-ignored), or to nowhere
+WRITES = re.compile(r"(?:^|[\s;|&])(?:cat\s+)?>{1,2}(?!=)\s*([^\s;|&]+)", re.M)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_a_page_writes_nothing_outside_runs(page):
+    """A file a walkthrough writes into the repository (a ragbridge.toml in the root, which every later
+    command there reads) changes every later walkthrough: each redirect goes under runs/."""
+    for block in bash_blocks(DOCS / page):
+        for target in WRITES.findall(block):
+            assert target.startswith(("runs/", "/dev/null", '"$GITHUB_STEP_SUMMARY"', "&")), (page, target)
+
+
 def _shims(bin_dir: Path) -> None:
     bin_dir.mkdir()
     cli = f'exec "{sys.executable}" -c "from ragbridge.commands import run_cli; run_cli()" "$@"'

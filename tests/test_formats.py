@@ -283,8 +283,7 @@ def load_trulens(path, cases, lost, out):
             if col in frame:
                 frame[col] = frame[col].map(lambda v: None if v is None else json.loads(v))
     elif suffix == ".parquet":
-        frame = pd.DataFrame(pq.read_table(path).to_pylist())
-        frame["meta"] = frame["meta"].map(json.loads)
+        frame = pd.DataFrame(pq.read_table(path).to_pylist())  # meta a struct: a dict per row
     else:
         frame = pd.read_json(path, lines=suffix == ".jsonl", dtype=False, precise_float=True)
     frame = frame.astype(object).where(frame.notna(), None)

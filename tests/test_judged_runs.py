@@ -172,3 +172,32 @@ def test_resumed_stub_run_keeps_its_stub_label(tmp_path, example_cases, stub_jud
     assert again.manifest.counts["resumed_from"] == 2
     assert not [r for r in stub_judge.requests if r.method == "POST"]  # only the preflight GET
     assert json.loads((out / "run.json").read_text())["judge"]["stub"] is True
+
+
+@needs_backend("deepeval")
+@needs_backend("ragas")
+def test_a_case_with_an_empty_question_is_skipped_by_judged_metrics_and_warned_of(tmp_path, example_cases,
+                                                                                 stub_judge):
+    """DeepEval scored an answer to an empty question 0.0 and RAGAS failed on it: every judged metric
+    now skips such a case (undefined, with the reason), the others score it, and the run says so."""
+    from conftest import ragbridge_cli
+
+    cases = [c for c in example_cases if c.answer and c.contexts][:3]
+    cases[1] = cases[1].model_copy(update={"question": "  "})
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text("".join(c.model_dump_json(exclude_defaults=True) + "\n" for c in cases))
+    res = ragbridge_cli("run", golden, "--out", tmp_path / "run", "-b", "deepeval", "-b", "ragas",
+                        "-b", "native", "-m", "answer_relevance", "-m", "must_contain",
+                        "--judge-model", MODEL, "--judge-base-url", stub_judge.base_url,
+                        "--embedding-model", "stub-embed", "--no-progress", "--json",
+                        env={"OPENAI_API_KEY": "sk-test"})
+    assert res.returncode == 0, res.stderr
+    assert (f"warning: 1 case(s) have an empty question ('{cases[1].id}'): the judged metrics skip them "
+            "(undefined)") in res.stderr
+    scores = [json.loads(line) for line in (tmp_path / "run" / "scores.jsonl").read_text().splitlines()]
+    blank = {(s["backend"], s["metric"]): s for s in scores if s["case_id"] == cases[1].id}
+    for backend in ("deepeval", "ragas"):
+        s = blank[(backend, "answer_relevance")]
+        assert s["value"] is None and s["error"] is None and s["reason"] == "skipped: case has no question"
+    assert blank[("native", "must_contain")]["value"] is not None  # not a judged metric: scored
+    assert all(s["value"] is not None for s in scores if s["case_id"] != cases[1].id)

@@ -40,13 +40,21 @@ def test_the_migration_notebook_runs_in_a_kernel(tmp_path):
     code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     errors = [o for i in code for o in outputs(i) if o.output_type == "error"]
     assert not errors, errors
-    shown = outputs(code[1])[-1]["data"]  # the run, displayed
+    # the RAGAS file's labels name sections, its chunk ids chunks: the run says so, the fix follows
+    check = outputs(code[1])[-1]["data"]["text/html"]
+    assert "warning: 14 of 19 case(s) with relevance labels have no retrieved chunk" in check
+    assert "label &#x27;refunds.md#window&#x27;, chunk &#x27;refunds.md#window-1&#x27;" in check
+    assert "<td>recall@5</td><td>0.105</td>" in check
+    fixed = outputs(code[2])[-1]["data"]["text/html"]
+    assert "<td>recall@5</td><td>0.842</td>" in fixed and "14 of 19" not in fixed  # golden.jsonl's 0.842
+    assert "warning: 3 of 19 case(s)" in fixed and "retrieval found none of their labelled chunks" in fixed
+    shown = outputs(code[3])[-1]["data"]  # the run, displayed
     assert "<table>" in shown["text/html"] and "<td>deepeval</td><td>faithfulness</td>" in shown["text/html"]
-    assert "stub judge" in shown["text/html"]
-    wide = outputs(code[2])[-1]["data"]["text/html"]
+    assert "stub judge" in shown["text/html"] and "<td>recall@5</td><td>0.842</td>" in shown["text/html"]
+    wide = outputs(code[4])[-1]["data"]["text/html"]
     assert "native:recall@5" in wide and "ragas:faithfulness" in wide and "deepeval:faithfulness" in wide
     assert "(20," in outputs(code[0])[-1]["data"]["text/plain"]
-    assert "20)" in outputs(code[5])[-1]["data"]["text/plain"]  # 20 goldens
+    assert "20)" in outputs(code[7])[-1]["data"]["text/plain"]  # 20 goldens
     assert "loop running: True asyncio" in "".join(o.get("text", "") for o in outputs(code[-1]))
     assert (work / "runs" / "notebook" / "run.json").exists()
 

@@ -28,7 +28,10 @@ def test_an_unlabelled_set_says_what_is_missing_and_what_to_run(tmp_path, stub_j
     assert "nothing was computed: all 180 scores are undefined" in text
     assert "native hit@5, map, mrr, ndcg@5, precision@5, recall@5: no relevance labels (20 case(s))" in text
     assert "none has: relevance labels (relevant)" in text
-    assert "rubric: abstention, answer_correctness, answer_relevance, context_relevance, faithfulness" in text
+    # no case is unanswerable: abstention, undefined on every other case, is not suggested
+    assert "rubric: answer_correctness, answer_relevance, context_relevance, faithfulness" in text
+    assert "phoenix: faithfulness, context_relevance\n" in p.stderr.replace("\n    ", " ")
+    assert "`ragbridge judge serve --stub` runs a stub judge" in text
     command = text.split("to score them: ")[1].split(" (another backend")[0]
     assert command.startswith(f"ragbridge run {data} --out {tmp_path / 'r'} --backend ")
     assert (tmp_path / "r" / "scores.jsonl").exists()
@@ -41,8 +44,8 @@ def test_an_unlabelled_set_says_what_is_missing_and_what_to_run(tmp_path, stub_j
                       "reasons": [{"reason": "no relevance labels", "cases": 20}]}
     assert doc["fields"]["relevant"] == 0 and doc["fields"]["answer"] == 20
     rubric = next(j for j in doc["judged"] if j["backend"] == "rubric")
-    assert {"abstention", "answer_correctness", "answer_relevance", "context_relevance",
-            "faithfulness"} <= set(rubric["metrics"])
+    assert {"answer_correctness", "answer_relevance", "context_relevance",
+            "faithfulness"} <= set(rubric["metrics"]) and "abstention" not in rubric["metrics"]
 
     # what it says to run, with the judge filled in (the rubric backend, ragbridge's own judge)
     args = command.split()[1:]

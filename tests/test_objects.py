@@ -269,3 +269,27 @@ def test_to_library_trulens_is_the_ground_truth_frame():
     frame = ragbridge.to_library(cases, "trulens")
     assert {"query", "query_id", "expected_response", "expected_chunks", "meta"} <= set(frame.columns)
     assert ragbridge.load_cases(frame) == cases
+
+
+@needs_backend("deepeval")
+@needs_backend("ragas")
+def test_every_export_carries_the_case_id_where_the_library_has_a_field(tmp_path):
+    """Cases of RAGAS samples have ids made from their questions. DeepEval's test cases and goldens
+    carry them as ``name`` (what DeepEval's results are named by, to join them back; its own
+    ``save_as`` and loader keep it), TruLens's ground truth as ``query_id``. RAGAS's samples have no
+    field for an id."""
+    from deepeval.dataset import EvaluationDataset as Goldens
+    from ragas.dataset_schema import EvaluationDataset, SingleTurnSample
+
+    cases = ragbridge.load_cases(EvaluationDataset.from_jsonl(str(RAGAS_FILE)))
+    ids = [c.id for c in cases]
+    assert all(i.startswith("q-") for i in ids)
+    assert [t.name for t in ragbridge.to_library(cases, "deepeval", kind="test_cases")] == ids
+    goldens = ragbridge.to_library(cases, "deepeval").goldens
+    assert [g.name for g in goldens] == ids
+    saved = Goldens(goldens=goldens).save_as("json", str(tmp_path), "goldens")
+    again = Goldens()
+    again.add_goldens_from_json_file(saved)
+    assert [g.name for g in again.goldens] == ids and [c.id for c in ragbridge.load_cases(again)] == ids
+    assert ragbridge.to_library(cases, "trulens")["query_id"].tolist() == ids
+    assert not {"id", "name", "sample_id"} & set(SingleTurnSample.model_fields)

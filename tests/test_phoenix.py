@@ -110,9 +110,9 @@ def test_metric_specs_and_phoenix_label_maps():
 
     specs = {s.name: s for s in get_backends()["phoenix"].metrics()}
     assert {n: (s.native_name, s.requires, s.judge) for n, s in specs.items()} == {
-        "faithfulness": ("faithfulness", ("answer", "context_text"), True),
-        "context_relevance": ("retrieval_relevance", ("context_text",), True),
-        "abstention": ("refusal", ("answer",), True),
+        "faithfulness": ("faithfulness", ("question", "answer", "context_text"), True),
+        "context_relevance": ("retrieval_relevance", ("question", "context_text"), True),
+        "abstention": ("refusal", ("question", "answer"), True),
     }
     assert set(specs) <= set(canonical.NAMES)  # only canonical metrics
     for m in METRICS.values():

@@ -129,9 +129,9 @@ def test_metric_specs():
     assert set(specs) == set(ALL) == set(METRICS)
     assert all(s.judge for s in specs.values())
     assert {k: s.native_name for k, s in specs.items()} == NATIVE
-    assert specs["context_precision"].requires == ("reference", "context_text")
-    assert specs["answer_correctness"].requires == ("answer", "reference")
-    assert specs["answer_relevance"].requires == ("answer",)
+    assert specs["context_precision"].requires == ("question", "reference", "context_text")
+    assert specs["answer_correctness"].requires == ("question", "answer", "reference")
+    assert specs["answer_relevance"].requires == ("question", "answer",)
 
 
 # --------------------------------------------------------------------------------------------

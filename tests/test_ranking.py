@@ -454,3 +454,25 @@ def test_a_run_prepares_each_list_of_cases_once():
     assert session.prepared(cases, 0.5).ranked is first
     other = session.prepared(cases[:1], 0.5).ranked
     assert other is not first and other.n_cases == 1
+
+
+@pytest.mark.skipif(pytrec_eval is None, reason="pytrec_eval (dev extra) is not installed")
+def test_map_at_k_is_a_metric_the_command_line_takes(tmp_path):
+    """docs/metrics.md lists ``map@k`` (trec_eval's ``map_cut``) beside ``map``: ``--metric map@2``
+    runs it, with trec_eval's values, instead of refusing it."""
+    import json
+
+    from conftest import ragbridge_cli
+
+    cases = [case(["a", "b", "c", "d"], {"c": 1, "d": 2}, "q1"), case(["e", "f"], {"f": 1, "x": 1}, "q2"),
+             case(["g", "h", "i"], {"g": 3}, "q3")]
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(c.model_dump_json() + "\n" for c in cases), encoding="utf-8")
+    res = ragbridge_cli("run", path, "--out", tmp_path / "run", "-m", "map@2", "-m", "map", "--no-progress",
+                        "--json")
+    assert res.returncode == 0, res.stderr
+    means = {r["metric"]: r["mean"] for r in json.loads(res.stdout)["summary"]}
+    trec = _pytrec(cases, 2)
+    assert means["map@2"] == pytest.approx(sum(t["map_cut_2"] for t in trec.values()) / 3)
+    assert means["map"] == pytest.approx(sum(t["map"] for t in trec.values()) / 3)
+    assert means["map@2"] != pytest.approx(means["map"])

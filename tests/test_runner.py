@@ -125,7 +125,8 @@ def test_cli_run_prints_summary(tmp_path, example_path):
     res = ragbridge_cli("run", example_path, "--out", out, "--k", "3")
     assert res.returncode == 0, res.stderr
     assert "recall@3" in res.stdout and "Mean per tag" in res.stdout and "multi-hop" in res.stdout
-    assert "repeated chunk id(s) dropped" in res.stdout
+    assert ("warning: 2 repeated chunk id(s) in 2 case(s) ('returns-label-validity', "
+            "'notifications-quiet-hours') are dropped before ranking") in res.stderr
     assert (out / "run.json").exists()
 
 

@@ -23,7 +23,7 @@ from ragbridge.native import ranking
 from ragbridge.schema import Case
 
 from chroma_reference import full_precision_score, scores_from_retrievals
-from conftest import ragbridge_cli
+from conftest import ragbridge_cli, warnings_in
 
 K = (1, 3, 5)
 SPAN_METRICS = [f"span_{m}@{k}" for k in K for m in ("recall", "precision", "iou")] + ["precision_omega"]
@@ -488,8 +488,11 @@ def test_repeated_chunk_text_is_placed_at_its_first_occurrence_with_one_warning(
     res = ragbridge_cli("run", data, "--out", tmp_path / "run", "--corpus", corpus, "--no-progress",
                         "--batch-size", "1")
     assert res.returncode == 0, res.stderr
-    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 1 and warnings[0].startswith("warning: 3 chunk(s)")
+    warnings = warnings_in(res.stderr)
+    placing = [line for line in warnings if "chunk(s) or quote(s)" in line]
+    assert len(placing) == 1 and placing[0].startswith("warning: 3 chunk(s)")
+    # and, true of these cases, no chunk matches their label
+    assert any("3 of 3 case(s) with relevance labels have no retrieved chunk" in line for line in warnings)
     placed = json.loads((tmp_path / "run" / "cases.jsonl").read_text().splitlines()[0])
     assert placed["contexts"][0] == {
         "id": "c",
@@ -600,9 +603,13 @@ def test_anchor_turns_chunk_id_section_and_document_labels_into_spans(tmp_path):
         + json.dumps({"id": "q2", "question": "shipping?", "relevant": ["faq.md#shipping"]})
         + "\n"
     )
-    res = ragbridge_cli(
-        "anchor", golden, "--corpus", corpus, "--chunks", chunks, "--out", tmp_path / "out.jsonl", "--json"
-    )
+    # a label it cannot place: refused, the label named, nothing written
+    anchor = ("anchor", golden, "--corpus", corpus, "--chunks", chunks, "--out", tmp_path / "out.jsonl")
+    res = ragbridge_cli(*anchor)
+    assert res.returncode == 2 and not (tmp_path / "out.jsonl").exists()
+    assert res.stderr.startswith("error: 1 label(s) cannot be placed: case 'q1', label 'gone#7': no chunk")
+    assert "--keep-unplaced" in res.stderr
+    res = ragbridge_cli(*anchor, "--keep-unplaced", "--json")
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
     assert set(report) == {"out", "cases", "placed", "unplaced"}  # as the README's JSON table says

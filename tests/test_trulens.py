@@ -95,8 +95,8 @@ def test_metric_specs():
     specs = {s.name: s for s in get_backends()["trulens"].metrics()}
     assert set(specs) == set(METRICS)
     assert all(s.judge for s in specs.values())
-    assert specs["answer_correctness"].requires == ("answer", "reference")
-    assert specs["context_relevance"].requires == ("context_text",)
+    assert specs["answer_correctness"].requires == ("question", "answer", "reference")
+    assert specs["context_relevance"].requires == ("question", "context_text",)
     assert specs["faithfulness"].native_name == "groundedness_measure_with_cot_reasons"
 
 
@@ -486,3 +486,66 @@ def test_stub_agreement_and_splitter_answers():
                                       '"criteria", "supporting_evidence", and "score" (integer).'},
         {"role": "user", "content": "Criteria: c\nSupporting Evidence: e\nScore: 2"}]}))
     assert json.loads(reformat.content) == {"criteria": "c", "supporting_evidence": "e", "score": 2}
+
+
+_STORE_PARQUET = """
+import sys
+import pandas as pd
+import pyarrow.parquet as pq
+from trulens.core import TruSession
+from trulens.core.database.connector.default import DefaultDBConnector
+frame = pd.DataFrame(pq.read_table(sys.argv[1]).to_pylist())  # lists as lists: TruLens takes no arrays
+session = TruSession(connector=DefaultDBConnector(database_url="sqlite:///" + sys.argv[2]))
+session.add_ground_truth_to_dataset("golden", frame, dataset_metadata={"domain": "support"})
+session.get_ground_truth("golden").to_pickle(sys.argv[3])
+"""
+
+
+def test_the_parquet_export_goes_into_trulens_own_store(tmp_path):
+    """``meta`` is a struct, as TruLens's own tables hold it, so ``add_ground_truth_to_dataset`` takes
+    the rows (it refused the JSON text of before: "meta: Input should be a valid dictionary"). Rows
+    whose metadata cannot share one struct type (a number here, a text there) hold that key as JSON
+    text; a row without metadata gets nulls; ragbridge reads its file back exactly."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    cases = load_cases(EXAMPLE)[:4]
+    cases[0].metadata.update(n=1, nested={"a": 1})
+    cases[1].metadata.update(n="one", nested={"b": [1, 2]})
+    cases[2].metadata.clear()
+    write_cases(cases, tmp_path / "in.jsonl")
+    path = tmp_path / "triad.parquet"
+    res = subprocess.run([sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()",
+                          "convert", str(tmp_path / "in.jsonl"), str(path), "--to", "trulens"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "cannot hold" not in res.stderr, res.stderr
+    schema = pq.read_schema(path)
+    assert str(schema.field("meta").type).startswith("struct<")
+    assert sorted(json.loads(schema.metadata[b"ragbridge.meta_json"])) == ["n", "ragbridge"]
+    assert load_cases(path, "trulens") == cases
+
+    subprocess.run([sys.executable, "-c", _STORE_PARQUET, str(path), str(tmp_path / "t.sqlite"),
+                    str(tmp_path / "stored.pkl")], check=True, capture_output=True, timeout=300, cwd=tmp_path)
+    stored = pd.read_pickle(tmp_path / "stored.pkl")
+    assert stored["query_id"].tolist() == [c.id for c in cases]
+    for meta, case in zip(stored["meta"], cases):
+        present = {k: v for k, v in meta.items() if v is not None}  # a struct's null: a key the row lacks
+        present.pop("ragbridge", None)
+        if "n" in present:
+            present["n"] = json.loads(present["n"])  # held as JSON text: the rows' values differ in type
+        if "nested" in present:
+            present["nested"] = {k: v for k, v in present["nested"].items() if v is not None}
+        assert present == case.metadata
+    # and ragbridge reads TruLens's stored ground truth: every field but the app's outputs
+    back = load_cases(stored)
+    assert [c.relevant for c in back] == [c.relevant for c in cases]
+    assert [c.reference for c in back] == [c.reference for c in cases]
+
+
+def test_a_null_in_metadata_is_named_as_lost_in_parquet(tmp_path):
+    case = load_cases(EXAMPLE)[0]
+    case.metadata["note"] = None
+    lost = write_cases([case], tmp_path / "t.parquet", format="trulens")
+    assert lost == ["metadata (a null value, Parquet)"]
+    assert write_cases([case], tmp_path / "t.jsonl", format="trulens") == []
+    assert "note" not in load_cases(tmp_path / "t.parquet", "trulens")[0].metadata

@@ -9,7 +9,7 @@ No DeepEval import is needed; the tests check both directions against DeepEval's
 
 Field mapping (canonical <- DeepEval)::
 
-    id                 <- name (else a stable hash of the input)
+    id                 <-> name (reading: else a stable hash of the input; writing: always the id)
     question           <- input
     answer             <- actual_output
     reference          <- expected_output
@@ -51,7 +51,8 @@ from typing import Any, Iterator, Optional, Sequence
 
 from ragbridge.formats import DatasetError, Format
 from ragbridge.formats.files import jsonl_lines
-from ragbridge.formats.records import case_id_for_question, cases_from_records, derived_chunk_ids
+from ragbridge.formats.records import (case_id_for_question, cases_from_records, derived_chunk_ids,
+                                      literal_cell, pandas_index)
 from ragbridge.formats.records import is_missing as _missing
 from ragbridge.schema import Case
 
@@ -94,6 +95,11 @@ READ_FIELDS = frozenset(GOLDEN_KEYS) | set(_ALIASES) | {
     "metadata", "tags", "flaky", "multimodal", "completion_time", "expected_labels", "images_mapping",
     "imagesMapping", "mcp_servers", "mcp_tools_called", "mcp_resources_called", "mcp_prompts_called", "id",
     "scenario", "turns", "expected_outcome", "user_description", "persona"}
+#: the fields that hold lists or mappings (a DataFrame's text cell of one: JSON or a Python literal)
+TABLE_CELLS = frozenset({"retrieval_context", "retrievalContext", "context", "tags", "additional_metadata",
+                         "additionalMetadata", "metadata", "tools_called", "toolsCalled", "expected_tools",
+                         "expectedTools", "custom_column_key_values", "customColumnKeyValues",
+                         "expectations"})
 #: list fields whose explicit empty list is kept (DeepEval's metrics tell [] from missing)
 _EMPTY_KEPT = ("retrieval_context", "context")
 #: ``metadata["deepeval"]`` key: the positions of the chunks DeepEval gave as ``RetrievedContextData``
@@ -118,8 +124,9 @@ def _split(value: Any, field: str, joined: bool) -> Optional[list]:
     if isinstance(value, str):
         if not joined:
             raise DatasetError("must be a list of strings, got a string", field=field,
-                               hint="a JSON dataset keeps contexts as lists; use the JSONL or CSV reader for "
-                                    "'|'-joined text")
+                               hint="'|'-joined text is DeepEval's CSV (save_as('csv')): read the file "
+                                    "itself, ragbridge.load_cases(PATH, 'deepeval-csv') or --format "
+                                    "deepeval-csv")
         return value.split(DELIMITER) if value else []
     raise DatasetError(f"must be a list of strings, got {type(value).__name__}", field=field)
 
@@ -288,27 +295,46 @@ def read_jsonl(path: Path) -> list[Case]:
     return cases_from_records(_records_with_ids(jsonl_lines(path), True, path), path)
 
 
+def _listed(text: str) -> Optional[list]:
+    """A CSV cell that holds a list written whole, as pandas' ``to_csv`` writes a list cell (its
+    Python literal, ``['a', 'b']``) or as JSON; None for any other text (DeepEval's own CSV joins a
+    list with ``|``)."""
+    text = text.strip()
+    if not (text.startswith("[") and text.endswith("]")):
+        return None
+    try:
+        value = literal_cell(text)
+    except DatasetError:
+        return None
+    return value if isinstance(value, list) else None
+
+
 def read_csv(path: Path) -> list[Case]:
     path = Path(path)
     reader = csv.DictReader(io.StringIO(_text(path), newline=""))
     if not reader.fieldnames or "input" not in [_ALIASES.get(f, f) for f in reader.fieldnames]:
         raise DatasetError("has no 'input' column", path=path,
                            hint="DeepEval CSV datasets have a header row with at least 'input'")
+    rows = []
+    for row in reader:
+        if None in row:
+            raise DatasetError("has more cells than the header has columns", path=path, line=reader.line_num)
+        rows.append((reader.line_num, row))
+    index = pandas_index(reader.fieldnames, [row for _, row in rows])  # pandas' to_csv writes it first
 
     def records() -> Iterator[tuple[int, Any]]:
-        for row in reader:
-            if None in row:
-                raise DatasetError("has more cells than the header has columns", path=path,
-                                   line=reader.line_num)
+        for line, row in rows:
             rec: dict[str, Any] = {}
             for k, v in row.items():
                 k = _ALIASES.get(k, k)
-                if v is None or v == "":
+                if v is None or v == "" or k == index:
                     continue
-                if k in ("tools_called", "expected_tools", "custom_column_key_values", "expectations"):
+                if k in ("retrieval_context", "context", "tags") and _listed(v) is not None:
+                    v = _listed(v)  # a DeepEval frame written by pandas: its list cells whole
+                elif k in ("tools_called", "expected_tools", "custom_column_key_values", "expectations"):
                     try:
-                        v = json.loads(v)
-                    except json.JSONDecodeError:
+                        v = literal_cell(v) if v.strip()[:1] in "[{" else v
+                    except DatasetError:
                         pass
                 elif k in ("token_cost",):
                     v = _number(v, float)
@@ -316,8 +342,10 @@ def read_csv(path: Path) -> list[Case]:
                     v = _number(v, int)
                 elif k == "tags":
                     v = v.split(DELIMITER)
+                elif k in ("flaky", "multimodal") and v in ("True", "False"):
+                    v = v == "True"  # pandas' to_csv of a test case's flags
                 rec[k] = v
-            yield reader.line_num, rec
+            yield line, rec
 
     return cases_from_records(_records_with_ids(records(), True, path), path)
 
@@ -425,7 +453,7 @@ def golden_record(case: Case, lists: bool = True, resave_joins: bool = False
         rec["retrieval_context"] = texts if lists else DELIMITER.join(texts)
     if gold:
         rec["context"] = gold if lists else DELIMITER.join(gold)
-    rec["name"] = None if case.id == case_id_for_question(case.question) else case.id  # derived: no name
+    rec["name"] = case.id  # always: DeepEval's results name their test case by it
     for k, v in promoted.items():
         if k in _EMPTY_KEPT:
             rec[k] = v if lists else ""

@@ -240,8 +240,9 @@ def library():
     """The ``deepeval`` `ragbridge.formats.objects.Library`."""
     from ragbridge.formats.objects import Library
 
-    from .formats import READ_FIELDS
+    from .formats import READ_FIELDS, TABLE_CELLS
 
     return Library("deepeval", fields=READ_FIELDS, read_rows=read_object_rows, recognises=is_deepeval_object,
                    rows=object_rows, kinds={"dataset": to_goldens, "test_cases": to_test_cases},
+                   table_cells=TABLE_CELLS,
                    description="DeepEval EvaluationDataset, Golden, LLMTestCase, and rows in its keys")

@@ -8,7 +8,9 @@ name them with ``--from`` / ``--to``, or let a ``.jsonl``/``.csv``/... file's RA
   ``.parquet`` file (``to_pandas().to_parquet(...)``) and a ``.json`` list (``to_list()`` dumped).
 * ``ragas-hf``: a Hugging Face ``datasets`` folder (``EvaluationDataset.to_hf_dataset().save_to_disk``).
 * ``ragas-csv``: what ``EvaluationDataset.to_csv`` writes (list cells as Python literals,
-  ``['a', 'b']``; JSON lists are read too). RAGAS has no CSV reader; ragbridge has one. An empty
+  ``['a', 'b']``; JSON lists are read too), and what pandas' ``to_csv`` writes of
+  ``EvaluationDataset.to_pandas()`` (its index column, the first, left out; a DataFrame pandas reads
+  back is read the same way). RAGAS has no CSV reader; ragbridge has one. An empty
   answer or reference reads back as missing (the one loss; reported).
 
 Every file format writes the ``ragbridge`` column (JSON text in CSV and ``datasets`` folders) where
@@ -29,7 +31,6 @@ The field mapping, the id space and the ``ragbridge`` column: :mod:`ragbridge_ra
 
 from __future__ import annotations
 
-import ast
 import csv
 import io
 import json
@@ -38,10 +39,11 @@ from typing import Any, Sequence
 
 from ragbridge.formats import DatasetError, Format
 from ragbridge.formats.files import jsonl_lines, read_hf_rows
+from ragbridge.formats.records import literal_cell, pandas_index
 from ragbridge.schema import Case
 
-from .translate import (RAGAS_FIELDS, READ_FIELDS, SIDECAR, cases_to_rows, is_ragas_object, lost_fields,
-                        object_rows, read_object_rows, rows_to_cases, to_ragas)
+from .translate import (LIST_COLUMNS, RAGAS_FIELDS, READ_FIELDS, SIDECAR, cases_to_rows, is_ragas_object,
+                        lost_fields, object_rows, read_object_rows, rows_to_cases, to_ragas)
 
 __all__ = ["FORMATS", "from_ragas", "to_ragas", "read_ragas", "read_ragas_jsonl", "read_ragas_hf",
            "read_ragas_csv", "write_ragas_jsonl", "write_ragas_hf", "write_ragas_csv"]
@@ -190,21 +192,15 @@ def resave_lost_csv(cases: Sequence[Case], path: Path) -> list[str]:
     return resave_lost_jsonl(cases, path) + ([CSV_FIRST_ROW] if _later_fields(cases) else [])
 
 
-_LIST_COLUMNS = {"retrieved_contexts", "reference_contexts", "retrieved_context_ids", "reference_context_ids",
-                 "multi_responses", "rubrics", "contexts", "ground_truths", "metadata", "tags",
-                 "must_contain", "must_not_contain", SIDECAR}
-
-
 def _csv_cell(column: str, text: str, path: Path, line: int):
     if text == "":
         return None
-    if column in _LIST_COLUMNS and text[:1] in "[{":
-        for parse in (ast.literal_eval, json.loads):
-            try:
-                return parse(text)
-            except (ValueError, SyntaxError):
-                continue
-        raise DatasetError("cell is neither a Python nor a JSON list", path=path, line=line, field=column)
+    if column in LIST_COLUMNS and text[:1] in "[{":
+        try:
+            return literal_cell(text)
+        except DatasetError as exc:
+            exc.path, exc.line, exc.field = str(path), line, column
+            raise
     return text
 
 
@@ -221,8 +217,11 @@ def read_ragas_csv(path: Path) -> list[Case]:
     for row in reader:
         if None in row:
             raise DatasetError("has more cells than the header has columns", path=path, line=reader.line_num)
-        rows.append({k: _csv_cell(k, v, path, reader.line_num) for k, v in row.items()})
+        rows.append(row)
         lines.append(reader.line_num)
+    index = pandas_index(reader.fieldnames or [], rows)  # pandas' to_csv writes the index first
+    rows = [{k: _csv_cell(k, v, path, n) for k, v in row.items() if k != index}
+            for row, n in zip(rows, lines)]
     try:
         return rows_to_cases(rows, path=str(path), unit="line")
     except DatasetError as exc:

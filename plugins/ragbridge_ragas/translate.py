@@ -125,6 +125,11 @@ LEGACY_COLUMNS = {
 _ID_COLUMNS = ("id", "case_id", "sample_id")
 #: the column that carries what RAGAS has no field for
 SIDECAR = "ragbridge"
+#: the columns that hold lists or mappings (in a CSV cell or a DataFrame read back from one: the
+#: Python literal pandas and RAGAS's to_csv write, or JSON)
+LIST_COLUMNS = frozenset({"retrieved_contexts", "reference_contexts", "retrieved_context_ids",
+                          "reference_context_ids", "multi_responses", "rubrics", "contexts", "ground_truths",
+                          "metadata", "tags", "must_contain", "must_not_contain", SIDECAR})
 #: every column the reader knows (the ``ragas`` format recognises a file by these)
 READ_FIELDS = frozenset(RAGAS_FIELDS) | set(LEGACY_COLUMNS) | set(_ID_COLUMNS) | {
     "ground_truths", SIDECAR, "metadata", "tags", "must_contain", "must_not_contain", "answerable"}
@@ -503,7 +508,7 @@ def library():
     from ragbridge.formats.objects import Library
 
     return Library("ragas", fields=READ_FIELDS, read_rows=read_object_rows, recognises=is_ragas_object,
-                   rows=object_rows, kinds={"dataset": to_ragas},
+                   rows=object_rows, kinds={"dataset": to_ragas}, table_cells=LIST_COLUMNS,
                    description="RAGAS EvaluationDataset, SingleTurnSample, and rows in its columns")
 
 

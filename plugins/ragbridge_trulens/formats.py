@@ -23,9 +23,11 @@ TruLens column      canonical field
 ==================  ==========================================================================
 
 Files: ``.jsonl`` (one row a line), ``.json`` (a list), ``.csv`` (list and dict cells as JSON) or
-``.parquet`` (lists as Parquet lists, ``meta`` as JSON text). ``--from trulens`` / ``--to trulens``
-names the format (the suffix alone means the canonical format). From Python, `cases_from_frame` and
-`cases_to_frame` work on DataFrames.
+``.parquet`` (lists as Parquet lists, ``meta`` as a struct, as TruLens's own tables hold it, so that
+TruLens's ``add_ground_truth_to_dataset`` takes the rows: `ragbridge_trulens.parquet`, which says how
+a key whose values cannot share one type is held, and ``meta["ragbridge"]``). ``--from trulens`` /
+``--to trulens`` names the format (the suffix alone means the canonical format). From Python,
+`cases_from_frame` and `cases_to_frame` work on DataFrames.
 
 The expected chunks are the labels, so that TruLens's ground-truth IR metrics
 (``GroundTruthAgreement``) on the export mean what native ranking metrics mean: recall, nDCG, MRR
@@ -63,10 +65,13 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ragbridge.formats import DatasetError, Format
 from ragbridge.formats.files import atomic_path, jsonl_lines, read_hf_rows
-from ragbridge.formats.records import cases_from_records, chunk_id_for_text, derived_chunk_ids
+from ragbridge.formats.records import (cases_from_records, chunk_id_for_text, derived_chunk_ids, literal_cell,
+                                      pandas_index)
 from ragbridge.formats.records import is_missing as _missing
 from ragbridge.formats.records import plain as _plain
 from ragbridge.schema import Case, Score
+
+from .parquet import PARQUET_CANNOT_HOLD, read_rows, struct_nulls, write_rows
 
 __all__ = [
     "FEEDBACK_NAMES",
@@ -250,6 +255,12 @@ def _row_to_record(row: dict[str, Any]) -> tuple[dict[str, Any], int]:
         raise DatasetError(f"must be an object, got {type(meta).__name__}", field="meta")
     meta = dict(meta or {})
     extra = meta.pop(_EXTRA_KEY, None) or {}
+    if isinstance(extra, str) and extra.startswith("{"):  # JSON text, as a Parquet file's struct holds it
+        try:
+            extra = json.loads(extra)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"meta.ragbridge is not a valid JSON object: {exc.msg}",
+                               field="meta") from None
     if not isinstance(extra, dict):
         raise DatasetError("meta.ragbridge must be an object", field="meta")
     if "metadata.ragbridge" in extra:  # the case's own metadata["ragbridge"]
@@ -378,13 +389,23 @@ def _cases(records: Iterable[tuple[int, Any]], path: Any, unit: str) -> list[Cas
     return cases
 
 
-def _read_parquet(path: Path) -> list[dict[str, Any]]:
-    import pyarrow.parquet as pq
+#: the columns that hold lists or mappings: in a CSV cell, JSON or the Python literal pandas writes
+TABLE_CELLS = frozenset({"contexts", "context", "source", "retrieved_contexts", "expected_chunks", "meta",
+                         "metadata"})
 
-    try:
-        return pq.read_table(path).to_pylist()
-    except Exception as exc:  # noqa: BLE001
-        raise DatasetError(f"cannot be read as parquet: {exc}", path=path) from None
+
+def _table_cells(row: dict[str, Any]) -> dict[str, Any]:
+    """A CSV row with the text of its list and mapping cells read (`literal_cell`)."""
+    out = dict(row)
+    for k in TABLE_CELLS & row.keys():
+        v = row[k]
+        if isinstance(v, str) and v.strip()[:1] in "[{":
+            try:
+                out[k] = literal_cell(v.strip())
+            except DatasetError as exc:
+                exc.field = k
+                raise
+    return out
 
 
 def read_trulens(path: Path) -> list[Case]:
@@ -393,7 +414,7 @@ def read_trulens(path: Path) -> list[Case]:
         return _cases(enumerate(read_hf_rows(path), start=1), path, "row")
     suffix = path.suffix.lower()
     if suffix in (".parquet", ".pq"):
-        rows = _read_parquet(path)
+        rows = read_rows(path)
         if not rows:
             raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
         return _cases(enumerate(rows, start=1), path, "row")
@@ -407,12 +428,16 @@ def read_trulens(path: Path) -> list[Case]:
         if df.empty:
             raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
         df = df.replace({"": None})
-        for col in ("contexts", "context", "source", "retrieved_contexts", "expected_chunks", "meta",
-                    "metadata"):
-            if col in df.columns:
-                df[col] = df[col].map(lambda v: json.loads(v) if isinstance(v, str) and v[:1] in "[{" else v)
         rows = df.to_dict(orient="records")
-        return _cases(((i + 2, r) for i, r in enumerate(rows)), path, "line")
+        index = pandas_index([str(c) for c in df.columns], rows)  # pandas' to_csv writes its index first
+        read = []
+        for line, row in enumerate(rows, start=2):
+            try:
+                read.append((line, _table_cells({k: v for k, v in row.items() if k != index})))
+            except DatasetError as exc:
+                exc.path, exc.line = str(path), line
+                raise
+        return _cases(read, path, "line")
     if suffix != ".json":
         return _cases(jsonl_lines(path), path, "line")
     data = path.read_bytes()
@@ -428,28 +453,11 @@ def read_trulens(path: Path) -> list[Case]:
     return _cases(enumerate(obj, start=1), path, "item")
 
 
-def _write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
-    """Lists as Parquet's own lists (``contexts``, and ``expected_chunks`` as a list of objects, so
-    that TruLens gets lists of chunks); ``meta``, whose keys differ from row to row, as JSON text."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    columns = list(dict.fromkeys(k for r in rows for k in r))
-    arrays = {}
-    for col in columns:
-        values = [r.get(col) for r in rows]
-        if col == "meta":
-            values = [json.dumps(v, ensure_ascii=False) for v in values]
-        try:
-            arrays[col] = pa.array(values)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise DatasetError(f"cannot be written as one Parquet column: {exc}", path=path, field=col,
-                               hint="the rows' values differ in type; write .jsonl instead") from None
-    pq.write_table(pa.table(arrays), path)
-
-
-#: what TruLens's own ground-truth store keeps not (``GroundTruth`` has no field for the app's outputs)
-RESAVE_DROPS = ("answer", "contexts")
+#: what TruLens's own ground-truth store keeps not (``GroundTruth`` has no field for the app's outputs);
+#: and, from a ``.parquet`` file, the nulls its ``meta`` struct gives a row for the keys other rows have
+#: (TruLens keeps them as they come)
+PARQUET_NULLS = "metadata (another row's keys, as null: Parquet)"
+RESAVE_DROPS = ("answer", "contexts", PARQUET_NULLS)
 
 
 def write_trulens(cases: Sequence[Case], path: Path) -> list[str]:
@@ -457,8 +465,7 @@ def write_trulens(cases: Sequence[Case], path: Path) -> list[str]:
     rows = [case_to_row(c) for c in cases]
     suffix = path.suffix.lower()
     if suffix in (".parquet", ".pq"):
-        _write_parquet(rows, path)
-        return []
+        return write_rows(rows, path, as_text=(_EXTRA_KEY,))
     if suffix == ".csv":
         import pandas as pd
 
@@ -479,15 +486,21 @@ def write_trulens(cases: Sequence[Case], path: Path) -> list[str]:
 
 
 def resave_lost(cases: Sequence[Case], path: Path) -> list[str]:
-    """What TruLens's ground-truth store (`RESAVE_DROPS`) does not keep of ``cases``."""
-    return [name for name in RESAVE_DROPS
+    """What TruLens's ground-truth store (`RESAVE_DROPS`) does not keep of ``cases`` (written to
+    ``path``)."""
+    lost = [name for name in ("answer", "contexts")
             if any(c.answer is not None if name == "answer" else c.contexts for c in cases)]
+    parquet = Path(path).suffix.lower() in (".parquet", ".pq")
+    if parquet and struct_nulls([case_to_row(c)["meta"] for c in cases], as_text=(_EXTRA_KEY,)):
+        lost.append(PARQUET_NULLS)
+    return lost
 
 
 FORMATS = [
     Format("trulens", (), read_trulens, write_trulens,
            "TruLens RAG-triad rows (GroundTruth columns plus response and contexts); .jsonl, .json, .csv "
-           "or .parquet by suffix", cannot_hold=("answer (empty, CSV)", "reference (empty, CSV)"),
+           "or .parquet by suffix",
+           cannot_hold=("answer (empty, CSV)", "reference (empty, CSV)", *PARQUET_CANNOT_HOLD),
            fields=READ_FIELDS, resaved_by="TruLens's add_ground_truth_to_dataset and get_ground_truth",
            resave_drops=RESAVE_DROPS, resave_lost=resave_lost),
 ]

@@ -231,8 +231,8 @@ def library():
     """The ``trulens`` `ragbridge.formats.objects.Library`."""
     from ragbridge.formats.objects import Library
 
-    from .formats import READ_FIELDS
+    from .formats import READ_FIELDS, TABLE_CELLS
 
     return Library("trulens", fields=READ_FIELDS, read_rows=read_object_rows, recognises=is_trulens_object,
-                   rows=object_rows, kinds={"ground_truth": to_frame},
+                   rows=object_rows, kinds={"ground_truth": to_frame}, table_cells=TABLE_CELLS,
                    description="TruLens ground-truth DataFrames and GroundTruth objects")

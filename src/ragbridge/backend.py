@@ -51,9 +51,11 @@ class MetricSpec:
     ``name`` is one of the canonical names of `ragbridge.metrics` (a custom rubric's name is the one
     exception); a name ending in ``@k`` takes a cut-off (``recall@k`` is run as ``recall@5`` with
     ``--k 5``, or asked for directly as ``recall@10``: `ragbridge.metrics.resolve_metric`).
-    ``requires`` lists the case inputs it needs (names from ``Case.fields_present()``: ``answer``,
-    ``contexts``, ``context_text``, ``relevant``, ``reference``, ``reference_contexts``); a case that
-    lacks one gets an undefined score with the reason, and the backend is never called for it.
+    ``requires`` lists the case inputs it needs (names from ``Case.fields_present()``: ``question``,
+    ``answer``, ``contexts``, ``context_text``, ``relevant``, ``reference``, ``reference_contexts``); a
+    case that lacks one gets an undefined score with the reason, and the backend is never called for
+    it. A judged metric always needs the question (added when not listed): a judge asked about an
+    answer to no question measures nothing.
     ``digest`` is the content hash of the definition the metric is judged by (a rubric), recorded in
     run.json so that scores of two definitions are never compared silently. ``default``: planned
     when a run names no metric (False for a metric whose judge calls multiply, asked for by name, and
@@ -73,6 +75,10 @@ class MetricSpec:
     default: bool = True
     group: Optional[str] = None
     pass_mark: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.judge and "question" not in self.requires:
+            object.__setattr__(self, "requires", ("question", *self.requires))
 
 
 @dataclass

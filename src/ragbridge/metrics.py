@@ -12,6 +12,8 @@ Each `Metric` says:
 ``name``
     The canonical name. A name ending in ``@k`` takes a cut-off: ``recall@k`` is scored as
     ``recall@5`` with ``--k 5``, or asked for directly as ``recall@10`` (`resolve_metric`).
+    ``map`` is over the whole list, and takes a cut-off when asked for with one (``map@10``,
+    trec_eval's ``map_cut``: ``cut``).
 ``kind``
     ``ranking`` (deterministic, from the retrieved list and the relevance labels, trec_eval's
     conventions; see `ragbridge.native.ranking`), ``span`` (deterministic and character-level, from
@@ -78,6 +80,8 @@ class Metric:
     half: str
     meaning: str
     pass_mark: Union[float, str] = DEFAULT_PASS_MARK
+    #: a name without ``@k`` that also takes a cut-off when one is asked for (``map@10``)
+    cut: bool = False
 
     @property
     def base(self) -> str:
@@ -92,7 +96,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("hit@k", RANKING, "retrieval", "1 if any relevant chunk is in the top k, else 0"),
     Metric("mrr", RANKING, "retrieval", "1 / rank of the first relevant chunk, 0 if none"),
     Metric("ndcg@k", RANKING, "retrieval", "graded gain in the top k, normalised by the ideal order"),
-    Metric("map", RANKING, "retrieval", "average precision over the whole list"),
+    Metric("map", RANKING, "retrieval", "average precision over the whole list (map@k: the top k)",
+           cut=True),
     Metric("span_recall@k", SPAN, "retrieval", "share of the labelled characters the top k chunks cover"),
     Metric("span_precision@k", SPAN, "retrieval", "share of the top k chunks' characters that are labelled",
            NO_MARK),
@@ -213,7 +218,8 @@ def resolve_metric(spec_name: str, requested: str, k: int) -> Optional[str]:
     """The concrete metric name if ``requested`` asks for ``spec_name`` (a `MetricSpec`'s), else None.
 
     ``recall@k`` matches ``recall@k`` (-> ``recall@{k}``), ``recall@10`` and ``recall``
-    (-> ``recall@{k}``); any other name matches only itself.
+    (-> ``recall@{k}``); ``map`` matches ``map`` and ``map@10`` (a `Metric` with ``cut``); any other
+    name matches only itself.
     """
     if spec_name.endswith("@k"):
         base = spec_name[:-2]
@@ -223,4 +229,8 @@ def resolve_metric(spec_name: str, requested: str, k: int) -> Optional[str]:
         if m and m.group("base") == base and int(m.group("k")) > 0:
             return requested
         return None
+    m = _K_RE.match(requested)
+    cut = m is not None and m.group("base") == spec_name and int(m.group("k")) > 0
+    if cut and getattr(find(spec_name), "cut", False):
+        return requested
     return spec_name if requested == spec_name else None

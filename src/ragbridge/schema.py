@@ -375,8 +375,10 @@ class Case(BaseModel):
     def _str_list(cls, v: Any) -> Any:
         if v is None:
             return []
-        if isinstance(v, str):
-            return [v]
+        if isinstance(v, str):  # not guessed: "a, b" is one text or two, "a" a list or a slip
+            raise ValueError(f"must be a list of texts, got the text {_short(v, 40)!r}: write it as a list, "
+                             f"[{json.dumps(_short(v, 40), ensure_ascii=False)}] (in a CSV cell, texts are "
+                             "separated by '|')")
         return v
 
     @field_validator("tags")
@@ -406,8 +408,9 @@ class Case(BaseModel):
             yield "tags", self.tags
 
     def fields_present(self) -> set[str]:
-        """Names of the optional inputs this case actually has (used to skip metrics that need more)."""
-        present = {"question"}
+        """Names of the inputs this case actually has (used to skip metrics that need more): a blank
+        question, answer or reference is not there."""
+        present = {"question"} if self.question.strip() else set()
         if self.answer is not None and self.answer.strip():
             present.add("answer")
         if self.contexts:
@@ -688,6 +691,8 @@ class RunManifest(BaseModel):
     one (a rubric's pass level on the 0..1 scale), the pass mark every output uses unless one is given
     (`ragbridge.analysis.thresholds.pass_marks`).
     ``judge.self_judging`` is set when the judge is the system under test's own model.
+    ``warnings``: the golden set's input warnings that bear on the metrics of the run (one line per
+    kind, with the number of cases and the first of them: `ragbridge.formats.input_check`).
     """
 
     model_config = ConfigDict(extra="allow", defer_build=True)
@@ -700,6 +705,7 @@ class RunManifest(BaseModel):
     judge: Optional[dict[str, Any]] = None
     digests: dict[str, dict[str, str]] = Field(default_factory=dict)
     pass_marks: dict[str, dict[str, float]] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
     started_at: str
     finished_at: Optional[str] = None
     status: str = "running"

@@ -494,13 +494,13 @@ def calibrate_cmd(
             lines.append(f"{name} did not score: " + ", ".join(f"{v} {k}" for k, v in miss.items()))
     print_lines(out, lines)
     t = Table(title="Kappa by target threshold", title_justify="left")
-    for col in ("threshold", "kappa", "agreement", "flips", "target pass rate", ""):
+    for col in ("threshold", "kappa", "agreement", "flips", "target pass rate", "best"):
         t.add_column(col, justify="right", no_wrap=True)
     rows = []
     for row in curve.to_dict("records"):
         where = interval_text(row["threshold_low"], row["threshold_high"])
         t.add_row(where, num(row["kappa"]), num(row["agreement"]),
-                  str(row["flips"]), num(row["target_pass_rate"], 2), "◀ best" if row["best"] else "")
+                  str(row["flips"]), num(row["target_pass_rate"], 2), "◀" if row["best"] else "")
         rows.append(f"{where}: kappa {num(row['kappa'])}, agreement "
                     f"{num(row['agreement'])}, {row['flips']} flips, target pass rate "
                     f"{num(row['target_pass_rate'], 2)}" + (" (best)" if row["best"] else ""))

@@ -225,13 +225,17 @@ def anchor(
                                "source, doc); else the cases' own retrieved chunks are used."),
     fmt: Optional[str] = typer.Option(
         None, "--format", help="Format of DATASET, when the suffix does not tell."),
+    keep_unplaced: bool = typer.Option(
+        False, "--keep-unplaced", help="Write the golden set even if some labels cannot be placed (they "
+                                       "stay in 'relevant' as they are)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
 ) -> None:
     """Anchor chunk-id and section labels to spans of the documents, so that they survive re-chunking.
 
     Each label of 'relevant' becomes span labels in 'relevant_spans': a chunk id the span of that
     chunk, a section the span of its chunks, a document name the whole document. A label that cannot
-    be placed stays in 'relevant' and is listed; the exit code is 0 either way.
+    be placed is listed and nothing is written (exit 2), unless --keep-unplaced: then it stays in
+    'relevant' as it is, tied to the old chunking.
     """
     from ..formats.anchor import anchor_cases, read_chunks
     from ..formats.corpus import read_corpus
@@ -241,6 +245,11 @@ def anchor(
         known = read_chunks(chunks) if chunks is not None else []
         cases = load_cases(dataset, fmt)
         anchored, unplaced, placed = anchor_cases(cases, documents, known)
+        if unplaced and not keep_unplaced:
+            listed = "; ".join(f"case {u.case_id!r}, label {u.label!r}: {u.reason}" for u in unplaced[:5])
+            more = f"; and {len(unplaced) - 5} more" if len(unplaced) > 5 else ""
+            fail(f"{len(unplaced)} label(s) cannot be placed: {listed}{more}; nothing was written (fix or "
+                 "remove those labels, or pass --keep-unplaced to keep them in 'relevant' as they are)")
         lost = write_cases(anchored, out_file)
     except DatasetError as exc:
         fail(str(exc))

@@ -109,9 +109,16 @@ def storage_error(exc: BaseException) -> Optional[str]:
     return f"{text}: {head}{sep}{output_name(name)}"
 
 
-def warn(message: str) -> None:
-    """Print ``warning: message`` on stderr."""
-    err.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
+def warn(message: str, wrap: bool = False) -> None:
+    """Print ``warning: message`` on stderr; with ``wrap``, wrapped at the console's width as
+    `print_lines` wraps (continuation lines indented), for a warning that names cases."""
+    if not wrap:
+        err.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
+        return
+    first, *rest = _wrapped(f"warning: {message}", max(err.width, 20), "    ")
+    err.print(f"[yellow]warning:[/]{escape(first[len('warning:'):])}", highlight=False, soft_wrap=True)
+    for part in rest:
+        err.print(part, markup=False, highlight=False, soft_wrap=True)
 
 
 def _render(table: Table, width: int) -> str:
@@ -179,14 +186,19 @@ def print_lines(console: Console, lines: Iterable[str], indent: str = "    ") ->
     """
     width = max(console.width, 20)
     for line in map(terminal_text, lines):  # wrapped as it is shown
-        lead = line[: len(line) - len(line.lstrip(" "))]
-        kept = _TOGETHER.sub(lambda m: m.group().replace(" ", _GLUE), line)
-        wrapped = textwrap.wrap(
-            kept, width=width, subsequent_indent=lead + indent, break_long_words=False,
-            break_on_hyphens=False,
-        ) or [""]
-        for part in wrapped:
-            console.print(part.replace(_GLUE, " "), markup=False, highlight=False, soft_wrap=True)
+        for part in _wrapped(line, width, indent):
+            console.print(part, markup=False, highlight=False, soft_wrap=True)
+
+
+def _wrapped(line: str, width: int, indent: str) -> list[str]:
+    """``line`` wrapped at spaces to ``width`` (see `print_lines`)."""
+    lead = line[: len(line) - len(line.lstrip(" "))]
+    kept = _TOGETHER.sub(lambda m: m.group().replace(" ", _GLUE), line)
+    wrapped = textwrap.wrap(
+        kept, width=width, subsequent_indent=lead + indent, break_long_words=False,
+        break_on_hyphens=False,
+    ) or [""]
+    return [part.replace(_GLUE, " ") for part in wrapped]
 
 
 def print_table(console: Console, table: Table, lines: Iterable[str]) -> bool:

@@ -197,8 +197,6 @@ def run(
         if storage_error(exc) is None:
             raise
         fail(f"cannot check the golden set beside {out_dir}: {storage_error(exc)}; nothing was written")
-    for line in cases.warnings:
-        warn(line)
     with cases:  # opened here, closed here (its scratch copy with it)
         _score_and_print(
             cases, out_dir, str(dataset), backend, metric, no_progress, overwrite,
@@ -455,8 +453,6 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
     notes = []
     if judge.get("stub"):
         notes.append("judged by the stub judge: these judged scores test plumbing, not answer quality")
-    if counts.get("duplicate_chunk_ids"):
-        notes.append(f"{counts['duplicate_chunk_ids']} repeated chunk id(s) dropped before ranking")
     if counts.get("resumed_from"):
         notes.append(f"resumed: {counts['resumed_from']} score(s) kept from the earlier run")
     if counts.get("judge"):
@@ -501,6 +497,8 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
         notes.append(f"target latency: p50 {p50:.3f}s, p95 {p95:.3f}s over {len(latencies)} call(s)")
     rows = result.summary_rows()  # a run just made: from its running totals, without pandas
     unscored = nothing_computed(result, out=str(out_dir))
+    for line in result.manifest.warnings:  # the input warnings that bear on this run's metrics
+        warn(line, wrap=True)
     if as_json:
         for note in notes:
             err.print(note, markup=False, highlight=False)
@@ -509,6 +507,7 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
             "run": str(out_dir), "status": result.manifest.status, "stub_judge": bool(judge.get("stub")),
             "judge": result.manifest.judge, "counts": counts, "summary": jsonable(overall),
             "by_tag": jsonable([r for r in rows if r["tag"] != ALL]), "target_latency": latency,
+            "warnings": list(result.manifest.warnings),
             "nothing_computed": unscored and {k: v for k, v in unscored.items() if k != "python"},
         })
     elif unscored is not None:  # a table of dashes says nothing: what the cases lack, and what to run

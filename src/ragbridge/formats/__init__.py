@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 from ..plugins import registered
 from ..schema import Case
 from .files import DatasetError, atomic_path, jsonl_lines
-from .records import CANONICAL_FIELDS, CASE_FIELDS
+from .records import CANONICAL_FIELDS, CASE_FIELDS, shared_fields
 
 __all__ = ["DatasetError", "Format", "get_formats", "load_cases", "write_cases", "writing_format",
            "resave_losses", "JSON_LIST_KEYS"]
@@ -135,7 +135,8 @@ def _first_record(path: Path) -> Optional[dict[str, Any]]:
             return dict.fromkeys(pq.read_schema(path).names)
         if suffix == ".csv":
             with open(path, encoding="utf-8-sig", newline="") as f:
-                return dict.fromkeys(next(csv.reader(f)))
+                header = next(csv.reader(f))
+            return dict.fromkeys(header[1:] if header[:1] == [""] else header)  # pandas' index column
         if suffix == ".json":
             first = _first_line_object(path)
             if first is not None and not any(isinstance(first.get(k), list) for k in JSON_LIST_KEYS):
@@ -180,6 +181,11 @@ def _recognise(path: Path, fmt: Format) -> Format:
     else:
         claims = sorted(n for n, f in formats.items() if f.read and (
             (f.fields and set(record) <= f.fields) or (f.recognise is not None and f.recognise(record))))
+        fields_of = {n: f.fields for n, f in formats.items() if f.read and f.fields}
+        shared = shared_fields(record, fields_of, claims)
+        if shared:
+            raise DatasetError(shared, path=path, hint="name the format with --format NAME; for convert, "
+                                                       "--from NAME")
     if len(claims) > 1:
         raise DatasetError(
             f"its fields ({', '.join(sorted(record))}) fit more than one format: {', '.join(claims)}",

@@ -184,6 +184,12 @@ class CaseBatch(_Sequence):
                 ctx = r.get("contexts", ())
                 yield [c["id"] for c in ctx], ctx, r.get("relevant")
 
+    def questions(self) -> Iterator[str]:
+        """Per case its question."""
+        if self._records is None:
+            return (c.question for c in self._cases)
+        return (r["question"] for r in self._records)
+
     def chunk_texts(self) -> Iterator[Optional[list[str]]]:
         """Per case the texts of its chunks where they are a column, else None (see `chunk_lists`)."""
         if self._texts is None:
@@ -207,7 +213,7 @@ class CaseBatch(_Sequence):
         if self._records is None:
             return self._cases[i].fields_present()
         r = self._records[i]
-        present = {"question"}
+        present = {"question"} if r["question"].strip() else set()
         if r.get("answer", "").strip():
             present.add("answer")
         ids, texts = self._columns(i)

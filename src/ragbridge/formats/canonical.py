@@ -4,9 +4,10 @@ Each holds canonical cases under the canonical field names (a reader also accept
 vocabulary of `ragbridge.formats.records`). JSONL is one case a line, JSON a list of cases (or an
 object holding one under ``cases``, ``data``, ``examples``, ``samples``, ``goldens`` or
 ``test_cases``; read only). CSV, Parquet and ``datasets`` are one case a row, with list and mapping
-cells as JSON. CSV is comma-separated; a file that seems separated by semicolons or tabs is an error
-that says so. A CSV cell cannot tell an empty or blank text from a missing one: writing such an
-``answer`` or ``reference`` names it as lost.
+cells as JSON (reading also takes the Python literals pandas writes, and leaves out the index column
+of pandas' ``to_csv``: `ragbridge.formats.records.pandas_index`). CSV is comma-separated; a file that
+seems separated by semicolons or tabs is an error that says so. A CSV cell cannot tell an empty or
+blank text from a missing one: writing such an ``answer`` or ``reference`` names it as lost.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..schema import Case
 from . import JSON_LIST_KEYS, Format
 from .files import DatasetError, jsonl_lines, parse_json, read_hf_rows, text_lines
 from .plain_records import case_record, record_line
-from .records import CASE_FIELDS, cases_from_records, cell_value, rows_to_records
+from .records import CASE_FIELDS, cases_from_records, cell_value, pandas_index, rows_to_records
 
 __all__ = ["BUILTIN_FORMATS", "read_jsonl", "write_jsonl", "write_records", "blank_text_losses"]
 
@@ -74,9 +75,17 @@ def read_csv(path: Path) -> list[Case]:
         except csv.Error as exc:
             raise DatasetError(f"is not valid CSV: {exc}", path=path, line=reader.line_num) from None
 
+    index = reader.fieldnames[0] if reader.fieldnames[0] == "" else None  # pandas' to_csv index
+
     def records() -> Iterator[tuple[int, Any]]:
         for row in rows():
             line = reader.line_num
+            if index is not None:
+                if pandas_index([index], [row]) is None:
+                    raise DatasetError("the first column has no name and holds more than row numbers",
+                                       path=path, line=line,
+                                       hint="give it a name in the header, or remove it")
+                del row[index]
             if None in row:
                 raise DatasetError(
                     f"has {len(row) - 1 + len(row[None])} cells but the header has "
@@ -126,7 +135,11 @@ def read_parquet(path: Path) -> list[Case]:
     if table.num_rows == 0:
         raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
     _columns_once(table.column_names, path, "the schema")
-    return cases_from_records(rows_to_records(table.to_pylist(), path), path, unit="row")
+    rows = table.to_pylist()
+    index = pandas_index(table.column_names, rows)
+    if index is not None:
+        rows = [{k: v for k, v in r.items() if k != index} for r in rows]
+    return cases_from_records(rows_to_records(rows, path), path, unit="row")
 
 
 def read_hf(path: Path) -> list[Case]:

@@ -1,81 +1,150 @@
 """Input checks: legal but suspicious input, one warning line per kind with the number of cases it
-affects (`input_warnings` for cases in memory, `InputCheck` for a golden set read in batches)."""
+affects and the first of them (`input_warnings` for cases in memory, `InputCheck` for a golden set
+read in batches). Each line is an `InputWarning`, which says which metrics it concerns, so that a run
+reports only those that bear on what it computes (`InputWarning.concerns`, `warnings_for`)."""
 
 from __future__ import annotations
 
 import unicodedata
+from dataclasses import dataclass
 from itertools import repeat
-from typing import Any, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from ..schema import Case
 from .batches import CaseBatch
 from .records import chunk_id_for_text
 
-__all__ = ["input_warnings", "InputCheck"]
+__all__ = ["input_warnings", "InputCheck", "InputWarning", "RANKING", "RETRIEVAL", "JUDGED", "warnings_for"]
+
+#: what a warning concerns: the ranking metrics (labels and chunk ids), every retrieval metric
+#: computed from labels (ranking and span metrics), or the judged metrics
+RANKING, RETRIEVAL, JUDGED = "ranking", "retrieval", "judged"
+#: how many case ids a warning names
+SHOWN = 3
+
+
+@dataclass(frozen=True)
+class InputWarning:
+    """One warning line: ``text``; ``concerns`` (`RANKING`, `RETRIEVAL` or `JUDGED`): the metrics it
+    bears on; ``data``: it flags the data itself (a run of it aside), as ``convert`` reports."""
+
+    text: str
+    concerns: str = RANKING
+    data: bool = True
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def warnings_for(warnings: Iterable[InputWarning], ranking: bool, spans: bool, judged: bool) -> list[str]:
+    """The lines of ``warnings`` that bear on a run that computes ranking metrics (``ranking``), span
+    metrics (``spans``) and judged ones (``judged``)."""
+    wanted = {RANKING: ranking, RETRIEVAL: ranking or spans, JUDGED: judged}
+    return [w.text for w in warnings if wanted.get(w.concerns, True)]
 
 
 def input_warnings(cases: Sequence[Case]) -> list[str]:
-    """One line per kind of legal but suspicious input, each with the number of cases it affects.
-
-    The kinds: relevance labels no retrieved chunk can match, so every ranking metric of the case is
-    0 whatever was retrieved. Either the chunks were given as plain text (their ids are derived from
-    the text, they have no ``source``) and no label names such an id, or, across the whole dataset,
-    not one chunk id or source is a label (ids from two different id spaces); and, counted per case,
-    a case no label matches though one differs from a chunk's id or source only in letter case or
-    Unicode compatibility form (``Doc#A`` and ``doc#a``). A warning, not an error: the same cases
-    are good input for judged metrics, and the labels may serve an export. And cases whose labels
-    all have grade 0: their recall, MRR, nDCG and MAP are undefined, where trec_eval averages them
-    as 0 (``--no-relevant zero``).
-    (`InputCheck` counts the same, one canonical record at a time.)
-    """
+    """One line per kind of legal but suspicious input in ``cases`` (`InputCheck`'s, those that flag
+    the data itself)."""
     check = InputCheck()
     check.add_batch(CaseBatch.of_cases(cases))
-    return check.warnings()
+    return [w.text for w in check.warnings() if w.data]
 
 
 _NO_TEXT_ID = chunk_id_for_text("")  # the id a chunk given as empty text would get
+#: what may follow a label at the start of a chunk id that the label names the section of
+_SEPARATORS = frozenset("-_#:/.|@ ")
+
+# why a labelled case's labels match no retrieved chunk, in the order the causes are looked for
+_TEXTUAL, _NEAR, _PREFIX, _MISSED = "textual", "near", "prefix", "missed"
+
+
+def _shown(ids: list[str], n: int) -> str:
+    return ", ".join(map(repr, ids)) + (", ..." if n > len(ids) else "")
 
 
 class InputCheck:
-    """`input_warnings`, counted one canonical record at a time (for a golden set read in batches)."""
+    """`input_warnings`, counted one canonical record at a time (for a golden set read in batches).
+
+    The kinds: labelled cases (a label, by id or span, of grade >= 1) in which no retrieved chunk
+    matches a label, so that every ranking metric of the case is 0, each counted under the first
+    cause found: the chunks were given as plain text (their ids are derived from the text, they
+    have no ``source``); a label differs from a chunk's id or source only in letter case or Unicode
+    compatibility form (``Doc#A`` and ``doc#a``); a label is the beginning of a chunk's id
+    (``refunds.md#window`` and ``refunds.md#window-1``: labels that name sections or documents,
+    which match a chunk only through its ``source``); or none (retrieval missed every labelled
+    chunk), a line of its own that describes what a run computes rather than the data, unless no
+    labelled case matches at all. And cases whose labels all have grade 0 (their recall, MRR, nDCG
+    and MAP are undefined, where trec_eval averages them as 0: ``--no-relevant zero``); chunk ids
+    repeated within a case (dropped before ranking); cases whose question is empty (the judged
+    metrics skip them). A warning, not an error: the same cases are good input for other metrics.
+    """
 
     def __init__(self) -> None:
         self.labelled = 0
         self.matching = 0
-        self.textual = 0
-        self.first_textual: Optional[str] = None
-        self.near = 0  # cases no label matches, where one differs from a chunk's name in case or form
-        self.first_near: Optional[tuple[str, str, str]] = None
+        # per cause of a labelled case no chunk matches: [cases, first case ids, first (label, chunk)]
+        self.missed: dict[str, list] = {}
         self.no_relevant = 0  # labelled, but every grade 0
+        self.first_no_relevant: list[str] = []
+        self.repeated_ids = 0  # chunk ids repeated within a case
+        self.repeated_cases: list[Any] = [0, []]  # cases with a repeat, the first ids
+        self.blank_questions: list[Any] = [0, []]
 
     def add_batch(self, batch: CaseBatch) -> None:
-        columns = zip(batch.ids, batch.chunk_lists(), batch.chunk_texts())
-        for i, (case_id, (ids, chunks, relevant), texts) in enumerate(columns):
-            if chunks and type(chunks[0]) is not dict:  # `Chunk` objects: their canonical mappings
-                chunks = batch.record(i)["contexts"]
-            self.add(case_id, ids, chunks, relevant, texts)
+        columns = zip(batch.ids, batch.chunk_lists(), batch.chunk_texts(), batch.span_lists(),
+                      batch.questions())
+        for i, (case_id, (ids, chunks, relevant), texts, spans, question) in enumerate(columns):
+            if (chunks and type(chunks[0]) is not dict) or (spans and type(spans[0]) is not dict):
+                record = batch.record(i)  # `Chunk` and `Span` objects: their canonical mappings
+                chunks, spans = record.get("contexts", []), record.get("relevant_spans")
+            self.add(case_id, ids, chunks, relevant, texts, spans, question)
 
     def add(self, case_id: str, ids: list[str], chunks: Optional[list[dict[str, Any]]],
-            relevant: Optional[dict[str, int]], texts: Optional[list[str]] = None) -> None:
+            relevant: Optional[dict[str, int]], texts: Optional[list[str]] = None,
+            spans: Optional[list[dict[str, Any]]] = None, question: str = "?") -> None:
         """One case: its id, chunk ids, chunk mappings (None: chunks as columns, ``texts`` their
-        texts or None) and labels."""
-        if relevant and max(relevant.values()) <= 0:
+        texts or None), labels, span labels (mappings) and question."""
+        if not question.strip():
+            _count(self.blank_questions, case_id)
+        if ids:
+            repeats = len(ids) - len(set(ids))
+            if repeats:
+                self.repeated_ids += repeats
+                _count(self.repeated_cases, case_id)
+        graded = bool(relevant) and max(relevant.values()) > 0
+        spanned = bool(spans) and any(s.get("grade", 1) > 0 for s in spans)
+        if relevant and not graded and not spanned:
             self.no_relevant += 1
-        if not ids or not relevant or max(relevant.values()) <= 0:
+            if len(self.first_no_relevant) < SHOWN:
+                self.first_no_relevant.append(case_id)
+        if not ids or not (graded or spanned):
             return
         self.labelled += 1
-        sources = () if chunks is None else map(dict.get, chunks, repeat("source"))
-        if not relevant.keys().isdisjoint(ids) or not relevant.keys().isdisjoint(sources):
-            self.matching += 1
-        elif self._derived(ids, chunks, texts):
-            self.textual += 1
-            self.first_textual = self.first_textual or case_id
+        if not graded:
+            labels = set()
+        elif min(relevant.values()) > 0:  # the common case: every label relevant, no set to build
+            labels = relevant.keys()
         else:
+            labels = {k for k, g in relevant.items() if g > 0}
+        sources = () if chunks is None else map(dict.get, chunks, repeat("source"))
+        if (labels and (not labels.isdisjoint(ids) or not labels.isdisjoint(sources))) or (
+                spanned and chunks is not None and _span_overlap(spans, chunks)):
+            self.matching += 1
+            return
+        cause, pair = _MISSED, None
+        if self._derived(ids, chunks, texts):
+            cause = _TEXTUAL
+        elif labels:
             names = ids if chunks is None else [*ids, *(ch["source"] for ch in chunks if ch.get("source"))]
-            near = _near_miss(relevant, names)
-            if near is not None:
-                self.near += 1
-                self.first_near = self.first_near or (case_id, *near)
+            pair = _near_miss(labels, names)
+            if pair is not None:
+                cause = _NEAR
+            else:
+                pair = _prefix(labels, ids)
+                cause = _PREFIX if pair is not None else _MISSED
+        entry = self.missed.setdefault(cause, [0, [], pair])
+        _count(entry, case_id)
 
     @staticmethod
     def _derived(ids: list[str], chunks: Optional[list[dict[str, Any]]], texts: Optional[list[str]]) -> bool:
@@ -87,37 +156,66 @@ class InputCheck:
             return all(cid == chunk_id_for_text(text) for cid, text in zip(ids, texts))
         return all(cid == _NO_TEXT_ID for cid in ids)
 
-    def warnings(self) -> list[str]:
-        out = []
-        if self.near:
-            case_id, label, name = self.first_near
-            out.append(
-                f"{self.near} of {self.labelled} case(s) with relevance labels match no chunk, though a "
-                "label "
-                "differs from a chunk's id or source only in letter case or Unicode form, so it never "
-                f"matches (first: {case_id!r}, label {label!r}, chunk {name!r}); ids are compared exactly: "
-                "spell them alike")
+    def warnings(self) -> list[InputWarning]:
+        out = [w for w in (self._unmatched(c) for c in (_TEXTUAL, _NEAR, _PREFIX, _MISSED)) if w]
         if self.no_relevant:
-            out.append(
-                f"{self.no_relevant} case(s) have relevance labels but none with grade >= 1: their recall, "
-                "MRR, nDCG and MAP are undefined and left out of the means (trec_eval counts such a query "
-                "as 0: run with --no-relevant zero for its mean)")
-        return out + self._unmatched()
+            out.append(InputWarning(
+                f"{self.no_relevant} case(s) have relevance labels but none with grade >= 1 (first: "
+                f"{_shown(self.first_no_relevant, self.no_relevant)}): their recall, MRR, nDCG and MAP "
+                "are undefined and left out of the means (trec_eval counts such a query as 0: run with "
+                "--no-relevant zero for its mean)"))
+        n, first = self.repeated_cases
+        if n:
+            out.append(InputWarning(
+                f"{self.repeated_ids} repeated chunk id(s) in {n} case(s) ({_shown(first, n)}) are dropped "
+                "before ranking: a chunk counts at its first rank", data=False))
+        n, first = self.blank_questions
+        if n:
+            out.append(InputWarning(
+                f"{n} case(s) have an empty question ({_shown(first, n)}): the judged metrics skip them "
+                "(undefined); give each case its question", concerns=JUDGED))
+        return out
 
-    def _unmatched(self) -> list[str]:
-        if self.textual:
-            return [
-                f"{self.textual} of {self.labelled} case(s) with relevance labels give their chunks as plain "
-                "text (no id, no source), so no chunk can match a label and their ranking metrics are 0 "
-                f"(first: {self.first_textual!r}); give each chunk the id or source its label names"
-            ]
-        if self.labelled and not self.matching:
-            return [
-                f"in none of the {self.labelled} case(s) with relevance labels does a chunk's id or source "
-                "match a label, so their ranking metrics are 0; check that 'relevant' names chunk ids "
-                "or sources as 'contexts' gives them"
-            ]
-        return []
+    def _unmatched(self, cause: str) -> Optional[InputWarning]:
+        if cause not in self.missed:
+            return None
+        n, first, pair = self.missed[cause]
+        head = (f"{n} of {self.labelled} case(s) with relevance labels have no retrieved chunk that "
+                f"matches a label, so their ranking metrics are 0 ({_shown(first, n)})")
+        if cause == _TEXTUAL:
+            why = ("their chunks are given as plain text (no id, no source), so no chunk can match a "
+                   "label; give each chunk the id or source its label names")
+        elif cause == _NEAR:
+            why = (f"a label differs from a chunk's id or source only in letter case or Unicode form "
+                   f"(label {pair[0]!r}, chunk {pair[1]!r}); ids are compared exactly: spell them alike")
+        elif cause == _PREFIX:
+            why = (f"their labels are the beginnings of chunk ids (label {pair[0]!r}, chunk {pair[1]!r}), as "
+                   "sections or documents are: a label matches a chunk's id, or else its 'source'; give "
+                   "each chunk the section or document it comes from as 'source'")
+        elif not self.matching:
+            why = ("in none of the cases does a chunk's id or source match a label: check that "
+                   "'relevant' names chunk ids or sources as 'contexts' gives them")
+        else:
+            return InputWarning(head + ": retrieval found none of their labelled chunks", data=False)
+        return InputWarning(f"{head}: {why}")
+
+
+def _count(entry: list, case_id: str) -> None:
+    entry[0] += 1
+    if len(entry[1]) < SHOWN:
+        entry[1].append(case_id)
+
+
+def _span_overlap(spans: list[dict[str, Any]], chunks: list[dict[str, Any]]) -> bool:
+    """Whether a chunk shares a character with a span label of grade >= 1 (both placed): the span
+    rule may ask for more overlap (``--span-min-overlap``), never for less."""
+    placed = [(s["doc"], s["start"], s["end"]) for s in spans
+              if s.get("grade", 1) > 0 and s.get("start") is not None]
+    for ch in chunks:
+        doc, start, end = ch.get("doc"), ch.get("start"), ch.get("end")
+        if start is not None and any(d == doc and start < e and s < end for d, s, e in placed):
+            return True
+    return False
 
 
 def _fold(text: str) -> str:
@@ -126,13 +224,22 @@ def _fold(text: str) -> str:
     return text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
 
 
-def _near_miss(relevant: dict[str, int], names: list[str]) -> Optional[tuple[str, str]]:
-    """A label (of grade > 0) and a chunk id or source it equals once folded (`_fold`), if any: the
-    names of the chunks folded at once, joined by a line break (no id holds one)."""
+def _near_miss(labels: set[str], names: list[str]) -> Optional[tuple[str, str]]:
+    """A label and a chunk id or source it equals once folded (`_fold`), if any: the names of the
+    chunks folded at once, joined by a line break (no id holds one)."""
     folded = "\n" + _fold("\n".join(names)) + "\n"
-    for label, grade in relevant.items():
-        if grade > 0 and "\n" + _fold(label) + "\n" in folded:
+    for label in sorted(labels):
+        if "\n" + _fold(label) + "\n" in folded:
             return label, next((n for n in names if _fold(n) == _fold(label)), label)
     return None
 
 
+def _prefix(labels: set[str], ids: list[str]) -> Optional[tuple[str, str]]:
+    """A label and a chunk id that begins with it and goes on after a separator (``-``, ``#``, ``/``,
+    ...), if any: ``refunds.md#window`` and ``refunds.md#window-1``."""
+    for label in sorted(labels):
+        n = len(label)
+        for cid in ids:
+            if len(cid) > n and cid[n] in _SEPARATORS and cid.startswith(label):
+                return label, cid
+    return None

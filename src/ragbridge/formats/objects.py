@@ -35,7 +35,8 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 from ..plugins import load_plugins, pm
 from ..schema import Case
 from .files import DatasetError
-from .records import CANONICAL_FIELDS, cases_from_records, is_missing, plain, rows_to_records
+from .records import (CANONICAL_FIELDS, cases_from_records, is_missing, literal_cell, pandas_index, plain,
+                      rows_to_records, shared_fields)
 
 __all__ = ["Library", "get_libraries", "cases_from_data", "data_rows", "to_library", "INDEX"]
 
@@ -60,7 +61,10 @@ class Library:
     by its index from 0 (``line=i, unit="index"``) and the field, as a file's reader names the line.
     ``kinds`` are the objects `to_library` makes, by name, the first the default: each takes the
     cases and returns ``(object, lost)``, ``lost`` naming the canonical fields (or parts, as in
-    `Format.cannot_hold`) some case used that the object cannot hold.
+    `Format.cannot_hold`) some case used that the object cannot hold. ``table_cells`` are the fields
+    whose values are lists or mappings: in a table (a DataFrame read back with pandas' ``read_csv``)
+    a text cell of one of them is read as JSON or as the Python literal pandas wrote (`literal_cell`)
+    before ``read_rows`` sees it.
     """
 
     name: str
@@ -70,6 +74,7 @@ class Library:
     rows: Optional[Callable[[Any], list[dict[str, Any]]]] = None
     kinds: dict[str, Callable[[Sequence[Case]], tuple[Any, list[str]]]] = field(default_factory=dict)
     description: str = ""
+    table_cells: frozenset[str] = frozenset()
 
 
 def get_libraries() -> dict[str, Library]:
@@ -104,6 +109,10 @@ def data_rows(data: Any) -> Optional[tuple[str, list[dict[str, Any]], list[str]]
         columns = [str(c) for c in data.columns]
         # every missing cell (NaN, None, pd.NA, NaT) as None, whatever the column's dtype
         records = data.astype(object).where(data.notna(), None).to_dict(orient="records")
+        index = pandas_index(columns, records)  # read_csv of a file to_csv wrote with its index
+        if index is not None:
+            columns = columns[1:]
+            records = [{k: v for k, v in r.items() if k != index} for r in records]
         return "DataFrame", [_plain_row(r) for r in records], columns
     if kind.startswith("datasets.") and type(data).__name__ == "Dataset":
         return "Dataset", [_plain_row(r) for r in data.to_list()], list(data.column_names)
@@ -156,6 +165,8 @@ def _read_records(records: list[Any], library: Optional[Library], what: str) -> 
     if not records:
         raise DatasetError("holds no cases", path=what, hint="a golden set needs at least one case")
     if library is not None and library.read_rows is not None:
+        if what in TABLES and library.table_cells:
+            records = list(_table_cells(records, library.table_cells, what))
         return _located(library.read_rows, records, what)
     if what in TABLES:
         return cases_from_records(_table_records(records, what), what, unit=INDEX)
@@ -174,12 +185,31 @@ def _table_records(records: list[Any], what: str) -> Iterator[tuple[int, Any]]:
         raise
 
 
+def _table_cells(records: list[Any], cells: frozenset[str], what: str) -> Iterator[dict[str, Any]]:
+    """A library's table rows with the text cells of its list and mapping fields read as JSON or
+    as the Python literals pandas writes (`literal_cell`)."""
+    for i, row in enumerate(records):
+        out = dict(row)
+        for k in cells & row.keys():
+            v = row[k]
+            if isinstance(v, str) and v.strip()[:1] in "[{":
+                try:
+                    out[k] = literal_cell(v.strip())
+                except DatasetError as exc:
+                    exc.path, exc.line, exc.unit, exc.field = what, i, INDEX, k
+                    raise
+        yield out
+
+
 def _library_of_fields(fields: Sequence[str], libraries: dict[str, Library], what: str) -> Optional[Library]:
     """The one library whose fields these are, when some of them are not canonical (None: canonical)."""
     if set(fields) <= CANONICAL_FIELDS:
         return None
     claims = sorted(n for n, lib in libraries.items()
                     if lib.read_rows and lib.fields and set(fields) <= lib.fields)
+    shared = shared_fields(fields, {n: lib.fields for n, lib in libraries.items() if lib.read_rows}, claims)
+    if shared:
+        raise DatasetError(shared, path=what, hint="name the library with format=NAME")
     if len(claims) > 1:
         raise DatasetError(f"its fields ({', '.join(sorted(fields))}) fit more than one library: "
                            f"{', '.join(claims)}", path=what, hint="name one with format=NAME")

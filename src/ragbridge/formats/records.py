@@ -20,11 +20,14 @@ SHA-1 of a text), used by every reader and plugin: a chunk given as plain text i
 chunk; a case without an id is ``q-<sha1[:10]>`` of its question (`case_id_for_question`); repeats in
 one list get ``-2``, ``-3``... (`numbered`).
 
-Table cells (CSV, Parquet, ``datasets``; `cell_value`, `rows_to_records`): list and mapping fields
-may hold JSON (``["a", "b"]``, ``{"doc#s": 2}``); list fields and ``relevant`` also accept
-``|``-separated text, and ``answerable`` ``true``/``false``, ``yes``/``no`` or ``1``/``0``. In JSON a
-value must have its field's type: ``"relevant": "doc#s"`` or ``"answerable": "no"`` is an error, not
-a guess.
+Table cells (CSV, Parquet, ``datasets``, a DataFrame; `cell_value`, `rows_to_records`): list and
+mapping fields may hold JSON (``["a", "b"]``, ``{"doc#s": 2}``) or the Python literal pandas writes
+for a list or dict cell (``['a', 'b']``: `literal_cell`); list fields and ``relevant`` also accept
+``|``-separated text, and ``answerable`` ``true``/``false``, ``yes``/``no`` or ``1``/``0``. The
+column pandas' ``to_csv`` writes for the index (no name in the file, ``Unnamed: 0`` once pandas
+reads it back) is not data: `pandas_index` finds it, and the readers leave it out. In JSON a value
+must have its field's type: ``"relevant": "doc#s"`` or ``"answerable": "no"`` is an error, not a
+guess.
 
 This is the normalising path, which every record may take and whose errors are exact. A record
 already in canonical form takes a lighter one (`ragbridge.formats.plain_records`) to the same result.
@@ -32,9 +35,12 @@ already in canonical form takes a lighter one (`ragbridge.formats.plain_records`
 
 from __future__ import annotations
 
+import ast
+import difflib
 import hashlib
 import json
 import math
+import numbers
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
@@ -58,10 +64,13 @@ __all__ = [
     "plain",
     "normalize_record",
     "normalize_chunk",
+    "shared_fields",
     "validated_case",
     "duplicate_case_id",
     "cases_from_records",
     "cell_value",
+    "literal_cell",
+    "pandas_index",
     "rows_to_records",
 ]
 
@@ -191,8 +200,14 @@ def normalize_record(raw: dict[str, Any]) -> dict[str, Any]:
             field=sorted(rec)[0],
             hint="known fields: " + ", ".join(CASE_FIELDS) + "; put anything else under 'metadata'",
         )
-    if "id" not in out and isinstance(out.get("question"), str):
-        out["id"] = case_id_for_question(out["question"])
+    if "id" not in out:  # the id is made from the question: a question missing is what to report
+        question = out.get("question")
+        if not isinstance(question, str):
+            raise DatasetError("is required but missing" if question is None
+                               else f"must be a text, got {type(question).__name__}", field="question",
+                               hint="every case needs its question; a case without an id gets one made "
+                                    "from it")
+        out["id"] = case_id_for_question(question)
     return out
 
 
@@ -253,6 +268,32 @@ def normalize_chunk(chunk: Any) -> Any:
             out["id"] = chunk_id_for_text(out["text"])
         return out
     return chunk
+
+
+def shared_fields(record: dict[str, Any] | Sequence[str], fields_of: dict[str, frozenset[str]],
+                  claims: Sequence[str]) -> Optional[str]:
+    """Why ``record``'s fields tell no format, when they do not: its fields that are not canonical are
+    fields of more than one format (``fields_of``: name -> fields), and nothing else it has is a
+    library's own word that the one format ``claims`` makes for it has and the others lack: a field
+    two libraries name alike and mean differently (gold passages to one, retrieved chunks to the
+    other), beside canonical fields. None when the fields tell, or when ``claims`` is not one
+    format."""
+    names = set(record)
+    foreign = names - CANONICAL_FIELDS
+    if len(claims) != 1 or not foreign:
+        return None
+    others = {n for n, fields in fields_of.items() if n != claims[0] and foreign & fields}
+    if not others or any(not any(f in fields_of[n] for n in others) for f in foreign):
+        return None  # a foreign field only the claiming format has
+    words = (names - set(CASE_FIELDS)) & fields_of[claims[0]]
+    if any(all(w not in fields_of[n] for n in others) for w in words):
+        return None  # a library's word (an alias) of the claiming format only: its file
+    guesses = sorted({g for f in foreign for g in difflib.get_close_matches(f, CASE_FIELDS, n=1)})
+    named = ", ".join(repr(f) for f in sorted(foreign))
+    return (f"its field(s) {named} are not canonical, and more than one format has a field of that name "
+            f"({', '.join(sorted({claims[0], *others}))}), each its own meaning: rename it to a canonical "
+            "field" + (f" (did you mean {', '.join(map(repr, guesses))}?)" if guesses else "")
+            + ", or name the format that wrote it")
 
 
 # --------------------------------------------------------------------------------------------
@@ -330,6 +371,48 @@ _JSON_CELLS = ("contexts", "relevant", "relevant_spans", "relevant_ids", "qrels"
                "retrieved_contexts", "retrieval_context", "retrieved_context_ids")
 
 
+#: the names pandas gives its index column in a CSV file (none) and when it reads the file back
+PANDAS_INDEX_NAMES = ("", "Unnamed: 0")
+
+
+def pandas_index(columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> Optional[str]:
+    """The column of ``columns`` that is pandas' index as ``DataFrame.to_csv`` writes it (the first,
+    without a name, or ``Unnamed: 0`` as ``read_csv`` names it), when every cell of it in ``rows`` is
+    a whole number; else None."""
+    if not columns or columns[0] not in PANDAS_INDEX_NAMES:
+        return None
+    name = columns[0]
+    for row in rows:
+        v = row.get(name)
+        if isinstance(v, str):
+            v = v.strip()
+            if not v.isdigit():
+                return None
+        elif isinstance(v, bool) or not isinstance(v, numbers.Integral):  # numpy's integers too
+            return None
+    return name
+
+
+def literal_cell(text: str) -> Any:
+    """A table cell's text that stands for a list or a mapping: JSON (``["a", "b"]``), else the
+    Python literal pandas writes for a list or dict cell (``['a', 'b']``, ``{'k': None}``); the text
+    as it is when it is neither. Raises `DatasetError` (without a location) for JSON-looking text that
+    is broken, with the JSON parser's message."""
+    try:
+        return parse_json(text)
+    except json.JSONDecodeError as exc:
+        error = exc
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        raise DatasetError(f"cell is neither JSON nor a Python list or dict: {error.msg}",
+                           hint="write lists and mappings as JSON") from None
+    if isinstance(value, (list, dict)):
+        return value
+    raise DatasetError("cell is neither a JSON nor a Python list or dict",
+                       hint="write lists and mappings as JSON")
+
+
 def cell_value(column: str, value: Any) -> Any:
     """A text cell of ``column`` as the value it stands for (see the module docstring): blank is
     missing, JSON in a list or mapping column is parsed, other list cells are ``|``-separated."""
@@ -348,9 +431,7 @@ def cell_value(column: str, value: Any) -> Any:
     if column in _JSON_CELLS or column in LIST_FIELDS:
         if text[:1] in "[{":
             try:
-                return parse_json(text)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"cell is not valid JSON: {exc.msg}", field=column) from None
+                return literal_cell(text)
             except DatasetError as exc:
                 exc.field = column
                 raise
@@ -369,16 +450,16 @@ def rows_to_records(rows: Iterable[dict[str, Any]], path: Path) -> Iterator[tupl
         rec = {}
         for k, v in row.items():
             v = plain(v)
-            if isinstance(v, str) and v[:1] in "[{" and k in json_columns:
+            if isinstance(v, str) and v.strip()[:1] in "[{" and k in json_columns:
                 try:
-                    v = parse_json(v)
-                except json.JSONDecodeError:
-                    pass
+                    v = literal_cell(v.strip())
                 except DatasetError as exc:
                     exc.path, exc.line, exc.unit, exc.field = str(path), i, "row", k
                     raise
             elif isinstance(v, str) and k in ("relevant", "relevant_ids", "qrels"):
                 v = [s for s in v.split("|") if s]  # a table cell: '|'-separated ids, as in CSV
+            elif isinstance(v, str) and k in LIST_FIELDS:
+                v = cell_value(k, v)  # '|'-separated texts, as in CSV
             elif isinstance(v, str) and k == "answerable":
                 v = cell_value(k, v)  # true/false, yes/no, 1/0, as in CSV
             rec[k] = v

@@ -37,7 +37,7 @@ from . import load_cases, reading_format
 from .files import DatasetError, jsonl_lines, sweep_temporaries, temporary
 from .corpus import Corpus, SpanPlacer, place_cases
 from .batches import CaseBatch, Fingerprint, SeenCaseIds, batch_from_records
-from .input_check import InputCheck
+from .input_check import RETRIEVAL, InputCheck, InputWarning
 from .record_lines import parse_record_line
 
 __all__ = ["BATCH_SIZE", "CaseSource", "open_cases"]
@@ -47,11 +47,13 @@ BATCH_SIZE = 2000
 
 
 class CaseSource:
-    """The cases of one run: ``n_cases``, ``fingerprint``, ``warnings`` (`input_warnings`'s lines),
+    """The cases of one run: ``n_cases``, ``fingerprint``, ``warnings`` (`InputWarning` lines: the
+    input check's and the span placement's),
     ``duplicate_chunk_ids``, ``span_cases`` (how many have span labels) and ``path`` (the dataset's, or
     None), with `batches` to score them by and `save` to write them as a run folder's ``cases.jsonl``."""
 
-    def __init__(self, *, n_cases: int, fingerprint: str, warnings: list[str], duplicate_chunk_ids: int,
+    def __init__(self, *, n_cases: int, fingerprint: str, warnings: list[InputWarning],
+                 duplicate_chunk_ids: int,
                  path: Optional[Path] = None, held: Optional[list[CaseBatch]] = None,
                  copy: Optional[Path] = None, frames: Optional[BinaryIO] = None,
                  batch_size: int = BATCH_SIZE, span_cases: int = 0):
@@ -76,9 +78,8 @@ class CaseSource:
             fp.add(batch.line(i))
         check.add_batch(batch)
         held = [CaseBatch.of_cases(cases[i:i + batch_size]) for i in range(0, len(cases), batch_size)]
-        return cls(n_cases=len(cases), fingerprint=fp.hexdigest(),
-                   warnings=check.warnings() + placer.warnings(),
-                   duplicate_chunk_ids=batch.duplicate_chunk_ids(), held=held, batch_size=batch_size,
+        return cls(n_cases=len(cases), fingerprint=fp.hexdigest(), warnings=_warnings(check, placer),
+                   duplicate_chunk_ids=check.repeated_ids, held=held, batch_size=batch_size,
                    span_cases=placer.cases)
 
     @property
@@ -215,11 +216,11 @@ def _check_jsonl(path: Path, out, frames, batch_size: int, progress, placer: Spa
     fp, check = Fingerprint(), InputCheck()
     first_seen = SeenCaseIds()  # memory: 25 bytes a case, not the ids
     held: Optional[list[CaseBatch]] = []
-    n = duplicates = 0
+    n = 0
     pending: list[tuple[int, Any]] = []
 
     def flush() -> None:
-        nonlocal held, n, duplicates
+        nonlocal held, n
         batch = batch_from_records(pending, path, first_seen=first_seen)
         first_seen.end_batch()
         _place_batch(batch, placer, [line for line, _ in pending], path)
@@ -233,7 +234,6 @@ def _check_jsonl(path: Path, out, frames, batch_size: int, progress, placer: Spa
         frame = batch.to_bytes()
         frames.write(len(frame).to_bytes(8, "little"))
         frames.write(frame)
-        duplicates += batch.duplicate_chunk_ids()
         n += len(batch)
         if held is not None:
             held.append(batch)
@@ -250,6 +250,10 @@ def _check_jsonl(path: Path, out, frames, batch_size: int, progress, placer: Spa
         flush()
     if n == 0:
         raise DatasetError("holds no cases", path=path, hint="a golden set needs at least one case")
-    return CaseSource(n_cases=n, fingerprint=fp.hexdigest(), warnings=check.warnings() + placer.warnings(),
-                      duplicate_chunk_ids=duplicates, held=held, batch_size=batch_size,
+    return CaseSource(n_cases=n, fingerprint=fp.hexdigest(), warnings=_warnings(check, placer),
+                      duplicate_chunk_ids=check.repeated_ids, held=held, batch_size=batch_size,
                       span_cases=placer.cases)
+
+
+def _warnings(check: InputCheck, placer: SpanPlacer) -> list[InputWarning]:
+    return check.warnings() + [InputWarning(w, RETRIEVAL) for w in placer.warnings()]

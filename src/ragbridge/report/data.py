@@ -142,7 +142,7 @@ def report_data(
             "status": m.status, "counts": m.counts, "ragbridge_version": m.ragbridge_version,
             "stub_judge": bool((m.judge or {}).get("stub"))
             or any((c["judge"] or {}).get("stub") for c in (getattr(m, "columns", None) or {}).values()),
-            "timing": m.timing,
+            "timing": m.timing, "warnings": m.warnings,
             # runs read side by side (`ragbridge.analysis.join_runs`): where each column comes from
             "columns": getattr(m, "columns", None), "joined": getattr(m, "joined", None),
         },

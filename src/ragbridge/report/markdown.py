@@ -55,6 +55,8 @@ def _head(d: dict, out: list[str]) -> None:
                f"finished {md_text(r['finished_at'])}")
     out += [f"- scores: {counts.get('scores', 0)} ({counts.get('scored', 0)} scored, "
             f"{counts.get('undefined', 0)} undefined, {counts.get('errored', 0)} errored)", ""]
+    for w in r.get("warnings") or []:
+        out += [f"> ⚠️ warning: {md_text(w)}", ""]
 
 
 def _moved(d: dict, out: list[str]) -> None:

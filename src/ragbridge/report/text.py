@@ -6,11 +6,11 @@ a figure with its interval (``0.81 [0.70, 0.89]``), `p_text` a p-value.
 
 Text from the data (case ids, tags, metric and backend names, reasons, paths) is escaped for where it
 goes: `md_text` for Markdown (HTML-escaped, so no tag survives even where a renderer allows HTML,
-and Markdown-escaped, so it can neither format nor break a table); `plain_text` for one line of text
-(JUnit messages, pytest): control characters shown as escapes, so a value cannot add lines or drive
-a terminal; `terminal_text` for what a terminal shows (every command's output goes through it, see
-`ragbridge.commands.output`): the same, line breaks and tabs kept; `one_line` folds whitespace for a
-one-line cell.
+a comparison such as ``<=`` or ``> 0.5`` left as it reads; and Markdown-escaped, so it can neither
+format nor break a table); `plain_text` for one line of text (JUnit messages, pytest): control
+characters shown as escapes, so a value cannot add lines or drive a terminal; `terminal_text` for what
+a terminal shows (every command's output goes through it, see `ragbridge.commands.output`): the same,
+line breaks and tabs kept; `one_line` folds whitespace for a one-line cell.
 
 JSON: `jsonable` makes any result JSON-ready (NaN and infinities as null, numpy and paths as plain
 types), `records` a DataFrame's rows.
@@ -18,7 +18,6 @@ types), `records` a DataFrame's rows.
 
 from __future__ import annotations
 
-import html
 import math
 import re
 from pathlib import Path
@@ -41,6 +40,10 @@ _ACTING = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u20
 _CONTROL = re.compile(f"[\t\n{_ACTING}]")
 _TERMINAL = re.compile(f"[{_ACTING}]")
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~#])")  # what can format, link or end a table cell mid-line
+# ``<`` and ``>`` but in a comparison, where no tag can begin or end: ``<=``, ``>=``, ``< 1``, ``a > 0``
+# (``<`` before a space or a digit; ``>`` between spaces or before a digit, not at the start, where
+# it would begin a quote)
+_ANGLE = re.compile(r"^>|<(?![=\s\d])|(?<!\s)>(?!=)|>(?![=\s\d])")
 
 
 def num(value: Any, digits: int = 3, signed: bool = False) -> str:
@@ -134,12 +137,14 @@ def json_escaped(text: str) -> str:
 
 
 def md_text(text: Any) -> str:
-    """``text`` safe anywhere in Markdown, a table cell included: HTML-escaped (``<``, ``>``, ``&``),
+    """``text`` safe anywhere in Markdown, a table cell included: HTML-escaped (``&``, and ``<`` and
+    ``>`` wherever they could be markup: not in ``<=``, ``>= 0.8``, ``< 1``),
     Markdown punctuation and backslashes backslash-escaped, line breaks as ``<br>``, other control
     characters as escapes."""
     if text is None:
         return ""
-    s = _MD_SPECIAL.sub(r"\\\1", html.escape(str(text), quote=False))
+    s = _ANGLE.sub(lambda m: "&lt;" if m.group() == "<" else "&gt;", str(text).replace("&", "&amp;"))
+    s = _MD_SPECIAL.sub(r"\\\1", s)
     s = s.replace("\r\n", "<br>").replace("\r", "<br>").replace("\n", "<br>")
     return plain_text(s)
 

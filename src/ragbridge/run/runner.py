@@ -216,6 +216,7 @@ async def run(request: RunRequest) -> Run:
             source = opened.enter_context(CaseSource.of_cases(filled, request.batch_size, corpus))
             dataset.update(fingerprint=source.fingerprint, golden_fingerprint=golden_fp, target=target.spec)
         manifest = _new_manifest(plan, dataset, options, judge, stub)
+        manifest.warnings = _warnings(plan, source)
         if request.repeats > 1 or request.pass_repeats is not None:
             manifest.options.update(repeats=request.repeats, pass_repeats=request.pass_repeats)
         done = folder.resume(earlier, manifest, source) if earlier is not None else {}
@@ -428,6 +429,16 @@ def _new_manifest(plan: Plan, dataset: dict[str, Any], options: RunOptions, judg
         process=this_process(),
     )
     return manifest
+
+
+def _warnings(plan: Plan, source: CaseSource) -> list[str]:
+    """The input warnings of ``source`` that bear on the metrics ``plan`` computes."""
+    from ..formats.input_check import warnings_for
+    from ..metrics import RANKING, SPAN, find
+
+    kinds = {getattr(find(m), "kind", None) for chosen in plan.values() for m, _ in chosen}
+    judged = any(spec.judge for chosen in plan.values() for _, spec in chosen)
+    return warnings_for(source.warnings, RANKING in kinds, SPAN in kinds, judged)
 
 
 def _jobs(plan: Plan, batch: CaseBatch, done: dict, repeats: int = 1,

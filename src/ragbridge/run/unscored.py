@@ -48,7 +48,7 @@ def nothing_computed(run: "Run", dataset: Optional[str] = None, out: Optional[st
                for (b, m), c in reasons.items()]
     present = [c.fields_present() for c in run.cases]
     fields = {f: sum(f in p for p in present) for f in FIELD_WORDS}
-    judged = _judged_backends(present)
+    judged = _judged_backends(present, unanswerable=any(not c.answerable for c in run.cases))
     command = python = None  # the first backend's: its metrics whose inputs are missing are skipped
     if judged:
         dataset = dataset or run.manifest.dataset.get("path") or "GOLDEN.jsonl"
@@ -61,9 +61,10 @@ def nothing_computed(run: "Run", dataset: Optional[str] = None, out: Optional[st
     return {"metrics": metrics, "fields": fields, "judged": judged, "command": command, "python": python}
 
 
-def _judged_backends(present: list[set[str]]) -> list[dict[str, Any]]:
-    """Each installed backend's judged metrics that some case has every input for; the rubric backend
-    (ragbridge's own judge) last."""
+def _judged_backends(present: list[set[str]], unanswerable: bool) -> list[dict[str, Any]]:
+    """Each installed backend's judged metrics that some case has every input for (``abstention``
+    only with an unanswerable case: it is undefined on the others); the rubric backend (ragbridge's
+    own judge) last."""
     from ..plugins import get_backends
 
     found = []
@@ -74,7 +75,8 @@ def _judged_backends(present: list[set[str]]) -> list[dict[str, Any]]:
             specs = backend.metrics()
         except Exception:  # noqa: BLE001 - a backend that cannot list its metrics offers none here
             continue
-        usable = [s.name for s in specs if s.judge and any(set(s.requires) <= p for p in present)]
+        usable = [s.name for s in specs if s.judge and (unanswerable or s.name != "abstention")
+                  and any(set(s.requires) <= p for p in present)]
         if usable:
             found.append({"backend": name, "metrics": usable})
     return found
@@ -108,7 +110,8 @@ def unscored_lines(info: dict, python: bool = False) -> list[str]:
         else:
             lines.append(f"to score them: {info['command']}")
             lines.append("(another backend with --backend; the judge can also come from ragbridge.toml, "
-                         "and `ragbridge judge serve` runs a stub judge to try the plumbing without a key)")
+                         "and `ragbridge judge serve --stub` runs a stub judge to try the plumbing without "
+                         "a key)")
     else:
         lines.append("no installed backend has a judged metric these inputs allow: give the cases an "
                      "answer (and the retrieved chunks' text); `ragbridge backends` lists the backends, "

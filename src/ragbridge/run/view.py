@@ -1,7 +1,7 @@
 """How a run shows itself in a notebook (`run_html`, a `Run`'s ``_repr_html_``).
 
-Where the run is, its status and counts, what changed since an earlier session (cases updated:
-`ragbridge.run.folder.RunFolder.resume`), the summary table (mean and counts per backend and metric,
+Where the run is, its status and counts, the input warnings that bear on its metrics, what changed
+since an earlier session (cases updated: `ragbridge.run.folder.RunFolder.resume`), the summary table (mean and counts per backend and metric,
 over all cases), the first errored scores with their cases named as a person reads them
 (`ragbridge.formats.records.case_label`: the question where the id was derived from it), and for a
 run that computed nothing, what the cases lack and what to call instead, in Python
@@ -54,7 +54,8 @@ def run_html(run: "Run") -> str:
     unscored = nothing_computed(run)
     note = "" if unscored is None else \
         f"<pre>{html.escape(chr(10).join(unscored_lines(unscored, python=True)))}</pre>"
-    return (f"<div><p>{head}</p>" + "".join(f"<p>{html.escape(n)}</p>" for n in notes)
+    warned = "".join(f'<p style="color:#8a5a00">warning: {html.escape(w)}</p>' for w in m.warnings)
+    return (f"<div><p>{head}</p>{warned}" + "".join(f"<p>{html.escape(n)}</p>" for n in notes)
             + f"<table><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>"
             + _errors_html(run, counts) + f"{note}</div>")
 

@@ -64,8 +64,9 @@ def decide(rule, m: Measurement, problems: Sequence[str] = ()) -> tuple[str, str
                 detail = f"{claim}: does not hold, the miss is significant"
                 detail += f" ({evidence})" if evidence else ""
             else:
-                verdict = "pass"
-                detail = f"{claim}: holds within its uncertainty, the miss is not significant ({evidence})"
+                verdict = "pass"  # the figure misses the bar: the detail must not state the bar as met
+                detail = (f"{m.what} {_figure(m)} misses {rule.op} {rule.threshold:g} within its "
+                          f"uncertainty: the miss is not significant ({evidence})")
     if problems:
         verdict = "fail"
         notes = [*notes, *problems]
