@@ -1,11 +1,11 @@
 """How a run shows itself in a notebook (`run_html`, a `Run`'s ``_repr_html_``).
 
 Where the run is, its status and counts, the input warnings that bear on its metrics, what changed
-since an earlier session (cases updated: `ragbridge.run.folder.RunFolder.resume`), the summary table (mean and counts per backend and metric,
-over all cases), the first errored scores with their cases named as a person reads them
-(`ragbridge.formats.records.case_label`: the question where the id was derived from it), and for a
-run that computed nothing, what the cases lack and what to call instead, in Python
-(`ragbridge.run.unscored`).
+since an earlier session (cases updated: `ragbridge.run.folder.RunFolder.resume`), the summary table
+(mean and counts per backend and metric, over all cases), the first errored scores with their cases
+named as a person reads them (`ragbridge.formats.records.case_label`: the question where the id was
+derived from it), and for a run that computed nothing, what the cases lack and what to call instead,
+in Python (`ragbridge.run.unscored`).
 """
 
 from __future__ import annotations
