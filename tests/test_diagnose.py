@@ -586,7 +586,7 @@ def test_the_walkthrough_quotes_what_diagnose_prints(judged):
     page = (ROOT / "docs" / "diagnose.md").read_text(encoding="utf-8")
     walk = page.split("placed it. Walking one case of each:")[1].split("The `--json` document")[0]
     quoted = re.findall(r"^- `([\w-]+)`: \*(.*?)\*", walk, re.M | re.S)
-    assert len(quoted) == 5
+    assert len(quoted) == 8
     for case_id, quote in quoted:
         for piece in filter(None, (p.strip(" ;,") for p in " ".join(quote.split()).split("..."))):
             assert piece in printed, (case_id, piece)
