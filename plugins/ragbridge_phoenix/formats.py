@@ -34,7 +34,7 @@ from ragbridge.formats import DatasetError
 from ragbridge.formats.files import jsonl_lines
 from ragbridge.traces import trace_format
 from ragbridge.traces.evaluations import ScoreFormat
-from ragbridge.traces.spans import Span, hex_id, nanos
+from ragbridge.traces.spans import Span, SpanError, hex_id, nanos
 
 __all__ = ["FORMATS", "SCORE_FORMATS", "read_spans", "write_evaluations"]
 
@@ -50,6 +50,8 @@ def is_span_export(record: dict[str, Any]) -> bool:
 def _plain(value: Any) -> Any:
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
         value = value.tolist()
+    if type(value).__name__ == "NaTType":  # pandas' missing time
+        return None
     if hasattr(value, "isoformat"):
         return value.isoformat()
     if isinstance(value, list):
@@ -62,32 +64,45 @@ def _plain(value: Any) -> Any:
 
 
 def _span(row: dict[str, Any], path: Path, line: int, unit: str) -> Span:
-    trace_id = hex_id(row.get("context.trace_id"), 16)
-    span_id = hex_id(row.get("context.span_id"), 8)
-    if trace_id is None or span_id is None:
-        field = "context.trace_id" if trace_id is None else "context.span_id"
-        raise DatasetError(f"no {field}", path=path, line=line, field=field, unit=unit,
-                           hint="save the spans dataframe with its index (Parquet), or reset_index() "
-                                "before to_json")
-    attributes: dict[str, Any] = {}
-    for key, value in row.items():
-        if not str(key).startswith("attributes.") or value is None:
-            continue
-        name = str(key)[len("attributes."):]
-        value = _plain(value)
-        if isinstance(value, list) and any(isinstance(v, dict) for v in value):
-            for i, item in enumerate(value):  # a cell holding a list of documents or messages
-                for part, inner in (item.items() if isinstance(item, dict) else ()):
-                    attributes[f"{name}.{i}.{part}"] = inner
-        elif value is not None:
-            attributes[name] = value
-    if row.get("span_kind") and "openinference.span.kind" not in attributes:
-        attributes["openinference.span.kind"] = row["span_kind"]
-    status = str(row.get("status_code") or "").upper()
-    return Span(trace_id=trace_id, span_id=span_id, parent_id=hex_id(row.get("parent_id"), 8),
-                name=str(row.get("name") or ""), start=nanos(_plain(row.get("start_time"))),
-                end=nanos(_plain(row.get("end_time"))), attributes=attributes,
-                status=status if status in ("OK", "ERROR") else None)
+    at = "context.trace_id"
+    try:
+        trace_id = hex_id(row.get(at), 16)
+        at = "context.span_id"
+        span_id = hex_id(row.get(at), 8)
+        at = "parent_id"
+        parent_id = hex_id(row.get(at), 8)
+        if trace_id is None or span_id is None:
+            at = "context.trace_id" if trace_id is None else "context.span_id"
+            raise DatasetError(f"no {at}", path=path, line=line, field=at, unit=unit,
+                               hint="save the spans dataframe with its index (Parquet), or reset_index() "
+                                    "before to_json")
+        at = "attributes"
+        attributes: dict[str, Any] = {}
+        for key, value in row.items():
+            if not str(key).startswith("attributes.") or value is None:
+                continue
+            at = str(key)
+            name = at[len("attributes."):]
+            value = _plain(value)
+            if isinstance(value, list) and any(isinstance(v, dict) for v in value):
+                for i, item in enumerate(value):  # a cell holding a list of documents or messages
+                    for part, inner in (item.items() if isinstance(item, dict) else ()):
+                        attributes[f"{name}.{i}.{part}"] = inner
+            elif value is not None:
+                attributes[name] = value
+        if row.get("span_kind") and "openinference.span.kind" not in attributes:
+            attributes["openinference.span.kind"] = row["span_kind"]
+        status = str(row.get("status_code") or "").upper()
+        at = "start_time"
+        start = nanos(_plain(row.get(at)))
+        at = "end_time"
+        end = nanos(_plain(row.get(at)))
+    except SpanError as exc:
+        raise DatasetError(exc.message, path=path, line=line, field=exc.field or at, unit=unit,
+                           hint=exc.hint) from None
+    return Span(trace_id=trace_id, span_id=span_id, parent_id=parent_id, name=str(row.get("name") or ""),
+                start=start, end=end, attributes=attributes,
+                status=status if status in ("OK", "ERROR") else None, origin=(str(path), line, unit))
 
 
 def read_spans(path: Path) -> Iterator[Span]:

@@ -166,7 +166,7 @@ def _steps(path: str) -> list[Any]:
     for part in path.split("."):
         head = part.split("[", 1)[0]
         if head:
-            steps.append(int(head) if head.isdigit() else head)
+            steps.append(int(head) if _position(head) else head)
         rest = part[len(head):]
         while rest:
             m = _SELECT.match(rest)
@@ -174,13 +174,19 @@ def _steps(path: str) -> list[Any]:
                 raise ValueError(f"cannot read {part!r} (use [N] or [field=value])")
             key, value = m.group(1).strip(), m.group(2)
             if value is None:
-                if not key.isdigit():
-                    raise ValueError(f"[{key}] is neither a position nor field=value")
+                if not _position(key):
+                    raise ValueError(f"[{key}] is neither a position (in the digits 0-9) nor field=value")
                 steps.append(int(key))
             else:
                 steps.append((key, value.strip()))
             rest = rest[m.end():]
     return steps
+
+
+def _position(text: str) -> bool:
+    """Whether a path part is a list position: digits 0-9 only (``int`` would also read other scripts'
+    digits, and ``[١]`` is not the position 1 the user meant)."""
+    return text.isascii() and text.isdigit()
 
 
 def resolve(record: Any, path: str) -> Any:
@@ -241,7 +247,9 @@ def _span_value(span: Span, key: str) -> Any:
         return got
     parts = key.split(".")
     for i in range(len(parts) - 1, 0, -1):
-        inner = json_value(span.get(".".join(parts[:i])))
+        name = ".".join(parts[:i])
+        with span.reading(name):
+            inner = json_value(span.get(name), name)
         if isinstance(inner, dict):
             return _walk(inner, parts[i:])
     return None
