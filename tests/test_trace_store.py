@@ -270,3 +270,147 @@ def test_langfuse_trace_in_and_scores_through_the_sdk(tmp_path):
     assert (body[0]["traceId"], body[0]["observationId"], body[0]["name"]) == (
         trace_id, root, "native.must_contain")
     assert body[0]["value"] == (1.0 if "14 days" in answer else 0.0) and body[0]["dataType"] == "NUMERIC"
+
+
+def _langfuse_traces(n, old_handler=False, root_output=False, js=False, first=0):
+    """``n`` traces of a RAG application traced to Langfuse, as the Langfuse SDK's own models: a root
+    SPAN (the question in; no output unless ``root_output``, as when the application sets none), a
+    GENERATION that rewrites the query, the retriever (``RETRIEVER``, or ``SPAN`` as Langfuse's older
+    LangChain handler logged it) whose output is LangChain's own ``Document`` objects as Langfuse's
+    serializer dumps them (``page_content``; ``pageContent`` as LangChain.js writes them with ``js``),
+    and the GENERATION that answers from the chunks. Every observation starts and ends at the same
+    instant (a fast stub), so time alone cannot tell the rewrite from the answer.
+    Returns [(trace id, question, chunks, answer, ids of root, retriever, answer generation,
+    observations)]."""
+    import datetime as dt
+
+    from langchain_core.documents import Document
+    from langfuse.api.commons.types.observation_v2 import ObservationV2
+
+    now = dt.datetime(2026, 11, 2, 10, 0, tzinfo=dt.timezone.utc)
+    out = []
+    for i, question in enumerate(_questions(first + n)[first:], start=first):
+        trace_id = f"{i + 1:032x}"
+        ids = [f"{i + 1:04x}{k:012x}" for k in range(4)]
+        chunks = bm25.retrieve(question)
+        answer = f"From the help centre: {chunks[0]['text']}"
+        docs = [Document(id=c["id"], page_content=c["text"],
+                         metadata={"source": c["source"], "score": c["score"]}) for c in chunks]
+        dumped = [d.model_dump() for d in docs]
+        if js:
+            dumped = [{"pageContent": d["page_content"], "metadata": {**d["metadata"], "id": d["id"]}}
+                      for d in dumped]
+
+        def observation(k, kind, name, parent=0, **more):
+            return ObservationV2(id=ids[k], trace_id=trace_id, start_time=now, end_time=now, project_id="p",
+                                 parent_observation_id=None if k == 0 else ids[parent], type=kind, name=name,
+                                 user_id=f"u{i % 2}", session_id=f"s{i % 3}", **more)
+
+        prompt = "Answer from these passages:\n" + "\n".join(c["text"] for c in chunks)
+        observations = [
+            observation(0, "SPAN", "rag", input={"question": question},
+                        **({"output": answer} if root_output else {})),
+            observation(1, "GENERATION", "rewrite", input=[{"role": "user", "content": question}],
+                        output=f"refund policy {question.lower()}", model="stub"),
+            observation(2, "SPAN" if old_handler else "RETRIEVER", "VectorStoreRetriever", input=question,
+                        output=dumped),
+            observation(3, "GENERATION", "answer", output=answer, model="stub",
+                        input=[{"role": "system", "content": prompt}, {"role": "user", "content": question}]),
+        ]
+        out.append((trace_id, question, chunks, answer, ids[0], ids[2], ids[3], observations))
+    return out
+
+
+def _v2_page(observations, cursor=None):
+    """A page of ``GET /api/public/v2/observations`` (the SDK v5's ``api.observations.get_many``): its
+    ``input`` and ``output`` come as JSON text."""
+    from langfuse.api.observations.types.observations_v2response import ObservationsV2Response
+
+    page = ObservationsV2Response(data=observations, meta={"cursor": cursor}).model_dump(by_alias=True,
+                                                                                          mode="json")
+    for item in page["data"]:
+        for key in ("input", "output"):
+            if item.get(key) is not None and not isinstance(item[key], str):
+                item[key] = json.dumps(item[key])
+    return page
+
+
+def test_langfuse_api_pages_trace_lines_and_the_older_handler_read_as_cases(tmp_path):
+    """What the Langfuse API answers and its UI downloads, as the SDK's models serialise them: pages of
+    observations (one JSON line each, the v5 API's JSON-text input and output), a page of scores, several
+    trace downloads as JSON lines, the older LangChain handler's retriever typed SPAN, LangChain.js's
+    pageContent; the answer is the generation given the chunks, not the query rewrite before them."""
+    pytest.importorskip("langfuse", reason="the trace-store venv (.[trace-stores]) runs this")
+    import datetime as dt
+
+    from langfuse.api.scores.types.get_scores_v3response import GetScoresV3Response
+    from langfuse.api.scores.types.score_subject_v3 import ScoreSubjectV3_Observation, ScoreSubjectV3_Trace
+    from langfuse.api.scores.types.score_v3 import ScoreV3_Categorical, ScoreV3_Numeric
+
+    from ragbridge import load_cases
+    from ragbridge.run.sample import sample_traces
+
+    traces = _langfuse_traces(4)
+    pages = tmp_path / "observations.jsonl"
+    flat = [o for t in traces for o in t[-1]]
+    now = dt.datetime(2026, 11, 2, 10, 5, tzinfo=dt.timezone.utc)
+    scores = GetScoresV3Response(data=[
+        ScoreV3_Numeric(value=0, id="s1", project_id="p", name="user-feedback", source="API", timestamp=now,
+                        environment="default", created_at=now, updated_at=now, comment="wrong",
+                        subject=ScoreSubjectV3_Observation(id=traces[0][4], trace_id=traces[0][0])),
+        ScoreV3_Categorical(value="escalated", id="s2", project_id="p", name="outcome", source="ANNOTATION",
+                            timestamp=now, environment="default", created_at=now, updated_at=now,
+                            subject=ScoreSubjectV3_Trace(id=traces[1][0]))],
+        meta={"limit": 50}).model_dump(by_alias=True, mode="json")
+    pages.write_text("".join(json.dumps(p) + "\n" for p in (_v2_page(flat[:9], "c2"), _v2_page(flat[9:]),
+                                                              scores)))
+    res = ragbridge_cli("convert", pages, tmp_path / "cases.jsonl")
+    assert res.returncode == 0, res.stderr
+    assert "read as format 'langfuse'" in res.stderr
+    assert "4 of 4 trace(s) kept: answer from the LLM span given the retrieved chunks" in res.stderr
+    cases = {c.id: c for c in load_cases(tmp_path / "cases.jsonl")}
+    assert set(cases) == {t[0] for t in traces}
+    for trace_id, question, chunks, answer, root, retriever, generation, _ in traces:
+        case = cases[trace_id]
+        assert (case.question, case.answer) == (question, answer)
+        assert [(c.id, c.text, c.source) for c in case.contexts] == [
+            (c["id"], c["text"], c["source"]) for c in chunks]
+        trace = case.metadata["trace"]
+        assert (trace["span_id"], trace["retriever_span_ids"], trace["llm_span_id"]) == (
+            root, [retriever], generation)
+        assert trace["session_id"].startswith("s") and trace["user_id"].startswith("u")
+    assert {"name": "user-feedback", "score": 0.0, "note": "wrong", "span_id": traces[0][4],
+            "source": "api"} in cases[traces[0][0]].metadata["signals"]
+    assert {"name": "outcome", "label": "escalated", "source": "annotation"} in cases[
+        traces[1][0]].metadata["signals"]
+
+    # several trace downloads as JSON lines; the older handler's SPAN retriever; LangChain.js
+    old = _langfuse_traces(3, old_handler=True, root_output=True)
+    js = _langfuse_traces(2, old_handler=True, js=True, first=3)
+    lines = tmp_path / "traces.jsonl"
+    lines.write_text("".join(json.dumps({
+        "trace": {"id": t[0], "timestamp": "2026-11-02T10:00:00Z", "name": "rag"},
+        "observations": [o.model_dump(by_alias=True, mode="json") for o in t[-1]]}) + "\n"
+        for t in old + js[:1]) + json.dumps(  # the public API's trace: its fields, observations, scores
+        {"id": js[1][0], "timestamp": "2026-11-02T10:00:00Z", "scores": [],
+         "observations": [o.model_dump(by_alias=True, mode="json") for o in js[1][-1]]}) + "\n")
+    drawn = sample_traces(lines, None)
+    assert {c.id for c in drawn.cases} == {t[0] for t in old + js}
+    assert drawn.report.noted[
+        "a retriever logged as another type (SPAN, as Langfuse's older LangChain handler logs it): read as "
+        "the retriever by the documents in its output"] == 5
+    for trace_id, question, chunks, answer, root, retriever, generation, _ in old + js:
+        case = next(c for c in drawn.cases if c.id == trace_id)
+        assert (case.question, case.answer) == (question, answer)
+        assert [(c.id, c.text) for c in case.contexts] == [(c["id"], c["text"]) for c in chunks]
+        assert case.metadata["trace"]["llm_span_id"] == generation
+
+    # the traces list names observations by id only: counted and left out, with what to do
+    listed = tmp_path / "list.json"
+    listed.write_text(json.dumps({"data": [{"id": t[0], "timestamp": "2026-11-02T10:00:00Z", "name": "rag",
+                                            "observations": [o.id for o in t[-1]], "scores": []}
+                                           for t in old],
+                                  "meta": {"page": 1, "limit": 50, "totalItems": 3, "totalPages": 1}}))
+    res = ragbridge_cli("sample", listed, "--from", "langfuse", "--out", tmp_path / "none.jsonl")
+    assert res.returncode == 2
+    assert "3 of 3 trace(s) not cases: the trace names its observations by id only" in res.stderr

@@ -384,3 +384,50 @@ def test_sample_api_reports_traces_without_a_retriever(tmp_path, otlp):
     assert drawn.drawn == len(kept) + len(bare) and len(drawn.cases) == len(kept)
     assert drawn.report.skipped == {"no retriever span": len(bare)}
     assert set(drawn.report.examples["no retriever span"]) == {t for t, _, _ in bare}
+
+
+def test_the_answer_is_the_generation_given_the_chunks_not_a_query_rewrite(tmp_path):
+    """A pipeline that rewrites the question with the LLM before retrieving, and sets no output on its
+    root span: the answer is the LLM span given the retrieved chunks, whatever the clocks say (the
+    spans here start and end at the same instants), and the report says how it was picked."""
+    from openinference.semconv.trace import MessageAttributes as M
+    from openinference.semconv.trace import OpenInferenceSpanKindValues as K
+    from openinference.semconv.trace import SpanAttributes as S
+    from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
+
+    path = tmp_path / "spans.jsonl"
+    provider = _provider(FileSpanExporter(path))
+    tracer = provider.get_tracer("support-bot")
+    made = []
+    for i, question in enumerate(_questions(3)):
+        at = 1_790_000_000_000_000_000 + i * 10**9
+        chunks = bm25.retrieve(question)
+        answer = f"According to our help centre: {chunks[0]['text']}"
+        with tracer.start_as_current_span("rag", start_time=at, end_on_exit=False) as root:
+            root.set_attribute(S.OPENINFERENCE_SPAN_KIND, K.CHAIN.value)
+            root.set_attribute(S.INPUT_VALUE, question)
+            spans = []
+            for name, kind in (("rewrite", K.LLM), ("retrieve", K.RETRIEVER), ("answer", K.LLM)):
+                span = tracer.start_span(name, start_time=at)
+                span.set_attribute(S.OPENINFERENCE_SPAN_KIND, kind.value)
+                spans.append(span)
+            rewrite, retrieve, generate = spans
+            rewrite.set_attribute(f"{S.LLM_INPUT_MESSAGES}.0.{M.MESSAGE_CONTENT}", question)
+            rewrite.set_attribute(S.OUTPUT_VALUE, "refund window monthly subscription")
+            for k, c in enumerate(chunks):
+                retrieve.set_attribute(f"{S.RETRIEVAL_DOCUMENTS}.{k}.document.id", c["id"])
+                retrieve.set_attribute(f"{S.RETRIEVAL_DOCUMENTS}.{k}.document.content", c["text"])
+            generate.set_attribute(f"{S.LLM_INPUT_MESSAGES}.0.{M.MESSAGE_CONTENT}",
+                                   "Answer from:\n" + "\n".join(c["text"] for c in chunks))
+            generate.set_attribute(S.OUTPUT_VALUE, answer)
+            for span in (rewrite, retrieve, generate, root):  # in this order, at the same instant
+                span.end(end_time=at + 1000)
+        made.append((format(root.get_span_context().trace_id, "032x"), answer,
+                     format(generate.get_span_context().span_id, "016x")))
+    provider.shutdown()
+    drawn = sample_traces(path, None)
+    for trace_id, answer, generation in made:
+        case = next(c for c in drawn.cases if c.id == trace_id)
+        assert case.answer == answer and case.metadata["trace"]["llm_span_id"] == generation
+    assert drawn.report.noted == {
+        "answer from the LLM span given the retrieved chunks (the root has no output)": len(made)}
