@@ -8,6 +8,7 @@ is tests/test_trace_store.py.
 """
 
 import csv
+import datetime as dt
 import json
 
 import pytest
@@ -431,3 +432,50 @@ def test_the_answer_is_the_generation_given_the_chunks_not_a_query_rewrite(tmp_p
         assert case.answer == answer and case.metadata["trace"]["llm_span_id"] == generation
     assert drawn.report.noted == {
         "answer from the LLM span given the retrieved chunks (the root has no output)": len(made)}
+
+
+def test_console_exporter_and_one_span_a_line_read_as_the_otlp_file_does(tmp_path):
+    """The same traces written by the SDK's ConsoleSpanExporter (its own pretty-printed span.to_json(),
+    one object after another, saved as a .log; and one compact object a line), and as one OTLP span a
+    line (the spans of the SDK's OTLP JSON encoding, one per line, as a collector's output is flattened):
+    the same cases as the OTLP JSON file exporter's."""
+    from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans
+    from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    pretty, compact, otlp = tmp_path / "console.log", tmp_path / "console.jsonl", tmp_path / "otlp.jsonl"
+    memory = InMemorySpanExporter()
+    with open(pretty, "w") as a, open(compact, "w") as b:
+        provider = _provider(FileSpanExporter(otlp))
+        for exporter in (ConsoleSpanExporter(out=a), memory,
+                         ConsoleSpanExporter(out=b, formatter=lambda s: s.to_json(indent=None) + "\n")):
+            provider.add_span_processor(SimpleSpanProcessor(exporter))
+        tracer = provider.get_tracer("support-bot")
+        made = [traced(q, tracer, user=f"u{i % 2}") for i, q in enumerate(_questions(4))]
+        made.append(traced(_questions(5)[-1], tracer, drop_retriever=True))
+        provider.shutdown()
+    assert pretty.read_text().startswith("{\n    \"name\"")  # the exporter's own layout
+    body = encode_spans(memory.get_finished_spans()).to_dict()
+    per_span = tmp_path / "spans.jsonl"
+    per_span.write_text("".join(json.dumps({**span, "resource": rs["resource"]}) + "\n"
+                                for rs in body["resourceSpans"] for ss in rs["scopeSpans"]
+                                for span in ss["spans"]))
+    expected = {c.id: c for c in sample_traces(otlp, None).cases}
+    assert set(expected) == {t for t, _ in made[:4]}
+    res = ragbridge_cli("sample", pretty, "--n", 100, "--out", tmp_path / "cases.jsonl")
+    assert res.returncode == 0, res.stderr
+    assert "read as format 'otel-spans'" in res.stderr
+    assert "1 of 5 trace(s) not cases: no retriever span" in res.stderr
+    for cases in (load_cases(tmp_path / "cases.jsonl"), sample_traces(compact, None).cases,
+                  sample_traces(per_span, None).cases, load_cases(pretty, "otel-spans")):
+        assert {c.id for c in cases} == set(expected)
+        for case in cases:
+            want = expected[case.id]
+            assert (case.question, case.answer, case.tags) == (want.question, want.answer, want.tags)
+            assert [c.model_dump() for c in case.contexts] == [c.model_dump() for c in want.contexts]
+            got, trace = dict(case.metadata["trace"]), dict(want.metadata["trace"])
+            for key in ("start_time", "end_time"):  # the console's times are its ISO text, to the microsecond
+                a, b = (dt.datetime.fromisoformat(x.pop(key).replace("Z", "+00:00")) for x in (got, trace))
+                assert abs((a - b).total_seconds()) <= 1e-6
+            assert got == trace

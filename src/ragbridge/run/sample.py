@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import logging
 import re
 import tomllib
 from dataclasses import dataclass
@@ -64,6 +65,8 @@ from ..traces.cases import TraceReport, group_traces, trace_case
 from ..traces.spans import Signal, Span, json_value
 
 __all__ = ["load_mapping", "sample_traces", "parse_where", "resolve", "draw", "Sample"]
+
+logger = logging.getLogger("ragbridge")
 
 FIELD_KEYS = ("id", "question", "answer", "contexts", "timestamp", "tags")
 CHUNK_KEYS = ("id", "text", "score", "source")
@@ -382,6 +385,27 @@ def _sample_log(path: Path, n: Optional[int], rate: float, seed: int, where: lis
 # The entry point
 
 
+def _sniffed(path: Path):
+    """The trace format that recognises the first JSON value of a file whose suffix names no format
+    (a console exporter's output saved as ``.log``), or None."""
+    from ..formats import get_formats
+    from ..traces.span_json import values
+
+    try:
+        first = next(values(path), (0, None))[1]
+    except (DatasetError, OSError):
+        return None
+    first = first[0] if isinstance(first, list) and first else first
+    if not isinstance(first, dict):
+        return None
+    found = [f for f in get_formats().values() if f.spans is not None and f.recognise is not None
+             and f.recognise(first)]
+    if len(found) != 1:
+        return None
+    logger.warning("note: %s: read as format %r; name a format with --from to override", path, found[0].name)
+    return found[0]
+
+
 def sample_traces(
     path: str | Path,
     n: Optional[int] = 200,
@@ -408,7 +432,7 @@ def sample_traces(
     except DatasetError:
         if format is not None:
             raise
-        fmt = None  # a log under a suffix of its own (.log, .txt): JSON lines
+        fmt = _sniffed(path)  # a trace format under a suffix of its own (.log, .txt), else a JSONL log
     if fmt is not None and fmt.spans is not None:
         if mapping and (mapping["fields"] or mapping["chunk"]):
             raise DatasetError(f"--mapping is for JSON lines logs; {fmt.name!r} spans are read by their "

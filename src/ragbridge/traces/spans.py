@@ -26,7 +26,7 @@ import binascii
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Iterator, Optional
 
 from pydantic import ValidationError
@@ -305,7 +305,8 @@ def iso_time(ns: Optional[int]) -> Optional[str]:
     """Unix nanoseconds as ISO 8601 UTC with microseconds (``2026-11-02T10:00:00.123456Z``)."""
     if ns is None:
         return None
-    moment = datetime.fromtimestamp(ns // 1000 / 1_000_000, tz=timezone.utc)
+    seconds, micros = divmod(ns // 1000, 1_000_000)  # exact: no float between the digits
+    moment = datetime.fromtimestamp(seconds, tz=timezone.utc) + timedelta(microseconds=micros)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
