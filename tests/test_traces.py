@@ -479,3 +479,82 @@ def test_console_exporter_and_one_span_a_line_read_as_the_otlp_file_does(tmp_pat
                 a, b = (dt.datetime.fromisoformat(x.pop(key).replace("Z", "+00:00")) for x in (got, trace))
                 assert abs((a - b).total_seconds()) <= 1e-6
             assert got == trace
+
+
+def test_sessions_give_each_turn_its_earlier_turns_and_sample_draws_by_session(tmp_path):
+    """Multi-turn conversations (the pipeline names session-u0, -u1, -u2 on its root spans): each trace
+    stays one case, with its session and the earlier turns (a small-talk turn without retrieval among
+    them); a sample of traces carries the earlier turns of its sessions even when they are not drawn;
+    --by session draws sessions, every turn of a drawn one a case."""
+    path = tmp_path / "spans.jsonl"
+    turns = record(path, _questions(7))  # u0, u1, u2, u0, u1, u2, u0
+    small_talk = record(path, ["Thanks, that helps!"], drop_retriever=True)  # u0's fourth turn
+    turns += record(path, _questions(8)[7:])  # u0 again: its fifth turn
+    sessions = {}
+    for i, (trace_id, _, question) in enumerate(turns[:7]):
+        sessions.setdefault(f"session-u{i % 3}", []).append((trace_id, question))
+    sessions["session-u0"] += [(small_talk[0][0], "Thanks, that helps!"), (turns[7][0], turns[7][2])]
+    everything = {c.id: c for c in sample_traces(path, None).cases}
+    assert len(everything) == len(turns)
+    for session, items in sessions.items():
+        for k, (trace_id, question) in enumerate(items):
+            if trace_id == small_talk[0][0]:
+                assert trace_id not in everything  # small talk is no case, but it is a turn
+                continue
+            info = everything[trace_id].metadata["session"]
+            assert (info["id"], info["turn"], info["turns"]) == (session, k + 1, len(items))
+            assert [(p["trace_id"], p["question"]) for p in info["previous"]] == items[:k]
+    last = everything[turns[7][0]].metadata["session"]["previous"]
+    assert last[3]["question"] == "Thanks, that helps!"  # from its root span: input and output
+    assert last[3]["answer"].startswith("According to our help centre")
+    # the same through convert (the whole file read as a dataset)
+    res = ragbridge_cli("convert", path, tmp_path / "all.jsonl")
+    assert res.returncode == 0, res.stderr
+    assert {c.id: c.metadata["session"] for c in load_cases(tmp_path / "all.jsonl")} == {
+        i: c.metadata["session"] for i, c in everything.items()}
+    # a sample of two traces: their earlier turns come along, drawn or not
+    two = sample_traces(path, 2, seed=1)
+    assert two.drawn == 2 and two.sessions >= 1
+    for case in two.cases:
+        assert case.metadata["session"] == everything[case.id].metadata["session"]
+    # by session: every turn of the drawn session, and only those
+    res = ragbridge_cli("sample", path, "--by", "session", "--n", 1, "--seed", 3, "--json",
+                        "--out", tmp_path / "session.jsonl")
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
+    assert (summary["by"], summary["drawn"], summary["sessions"]) == ("session", 1, 1)
+    drawn_session = min(sessions, key=lambda s: draw(s, 3))
+    cases = load_cases(tmp_path / "session.jsonl")
+    assert {c.id for c in cases} == {t for t, _ in sessions[drawn_session]} & set(everything)
+    assert all(c.metadata["session"]["id"] == drawn_session for c in cases)
+
+
+def test_a_time_window_keeps_the_traces_that_start_in_it(tmp_path):
+    path = tmp_path / "spans.jsonl"
+    first = record(path, _questions(2))
+    import time
+
+    time.sleep(0.05)
+    middle = time.time_ns()
+    second = record(path, _questions(3)[2:])
+    assert {c.id for c in sample_traces(path, None, since=middle).cases} == {t for t, _, _ in second}
+    assert {c.id for c in sample_traces(path, None, until=middle).cases} == {t for t, _, _ in first}
+    with pytest.raises(DatasetError, match="--since must come before --until"):
+        sample_traces(path, None, since=middle, until=middle - 1)
+    with pytest.raises(DatasetError, match="neither a date and time"):
+        sample_traces(path, None, since="last tuesday")
+    with pytest.raises(DatasetError, match="no trace matches"):
+        sample_traces(path, None, since="2999-01-01")
+
+
+def test_export_scores_help_lists_every_format_and_store_a_plugin_registers():
+    from ragbridge.traces import get_score_formats, get_trace_stores
+
+    res = ragbridge_cli("export-scores", "--help", env={"COLUMNS": "80"})
+    assert res.returncode == 0, res.stderr
+    text = " ".join(res.stdout.split())
+    formats, stores = sorted(get_score_formats()), sorted(get_trace_stores())
+    assert {"phoenix", "langfuse", "jsonl", "csv"} <= set(formats) and {"phoenix", "langfuse"} <= set(stores)
+    assert f"Where the scores go: {', '.join(formats)}; or a trace store's address: " \
+           f"{', '.join(s + '://' for s in stores)}." in text
+    assert max(len(line) for line in res.stdout.splitlines()) <= 80

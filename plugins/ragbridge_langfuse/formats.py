@@ -444,10 +444,13 @@ def _score_id(*parts: Any) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, "ragbridge-score:" + "\x00".join(map(str, parts))))
 
 
-def score_bodies(rows: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-    """Langfuse score bodies for the span evaluations with a value, and how many had none."""
-    bodies, skipped = [], 0
+def score_bodies(rows: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Langfuse score bodies for the span evaluations with a value, and the warnings for the rest."""
+    bodies, skipped, documents = [], 0, 0
     for row in rows:
+        if row.get("document_position") is not None:
+            documents += 1
+            continue
         if row["score"] is None:
             skipped += 1
             continue
@@ -458,17 +461,21 @@ def score_bodies(rows: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
         if row.get("explanation"):
             body["comment"] = row["explanation"]
         bodies.append(body)
-    return bodies, skipped
+    notes = []
+    if skipped:
+        notes.append(f"{skipped} score(s) without a value (errored or undefined) not written: a Langfuse "
+                     "score needs one")
+    if documents:
+        notes.append(f"{documents} per-document evaluation(s) not written: a Langfuse score is on a trace or "
+                     "an observation, not on one of its documents")
+    return bodies, notes
 
 
 def write_scores(rows: list[dict[str, Any]], path: Path) -> list[str]:
-    """The batch score import (see the module docstring); returns the warning for skipped scores."""
-    bodies, skipped = score_bodies(rows)
+    """The batch score import (see the module docstring); returns the warnings for what was left out."""
+    bodies, notes = score_bodies(rows)
     Path(path).write_text(json.dumps(bodies, ensure_ascii=False, indent=1), encoding="utf-8")
-    if skipped:
-        return [f"{skipped} score(s) without a value (errored or undefined) not written: a Langfuse score "
-                "needs one"]
-    return []
+    return notes
 
 
 FORMATS = [
@@ -483,5 +490,6 @@ FORMATS = [
 
 SCORE_FORMATS = [
     ScoreFormat("langfuse", write_scores,
-                "Langfuse's batch score import (POST /api/public/scores): a JSON list of scores", (".json",)),
+                "Langfuse's batch score import (POST /api/public/scores): a JSON list of scores", (".json",),
+                needs_value=True, documents=False),
 ]

@@ -11,7 +11,9 @@ format that a plugin registers, or as plain JSONL/CSV.
 
 The modules: ``spans`` (`Span`, `Signal`, the shared id and time rules), ``otlp`` (the OTLP JSON
 reader), ``span_json`` (spans one JSON object each: the SDK's console exporter, one span a line),
-``cases`` (a trace as a case, `TraceReport`), ``evaluations`` (scores as span evaluations).
+``cases`` (a trace as a case, `TraceReport`), ``evaluations`` (scores as span evaluations),
+``stores`` (tracing servers spans are pulled from and evaluations pushed to, `TraceStore`), ``signals``
+(user signals and their polarity).
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ from .otlp import is_otlp, read_spans
 from .span_json import is_span_object
 from .span_json import read_spans as read_span_objects
 from .spans import Signal, Span
+from .stores import TraceStore
 
-__all__ = ["Span", "Signal", "TraceReport", "ScoreFormat", "trace_format", "read_traces", "get_score_formats",
-           "OTLP", "SPAN_OBJECTS"]
+__all__ = ["Span", "Signal", "TraceReport", "ScoreFormat", "TraceStore", "trace_format", "read_traces",
+           "get_score_formats", "get_trace_stores", "OTLP", "SPAN_OBJECTS"]
 
 logger = logging.getLogger("ragbridge")
 
@@ -84,6 +87,11 @@ SPAN_OBJECTS = trace_format(
 def get_score_formats() -> dict[str, ScoreFormat]:
     """Every registered score format by name."""
     return registered("ragbridge_register_score_formats", "score format")
+
+
+def get_trace_stores() -> dict[str, TraceStore]:
+    """Every registered trace store by name (its URL scheme)."""
+    return registered("ragbridge_register_trace_stores", "trace store")
 
 
 @hookimpl

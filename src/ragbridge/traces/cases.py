@@ -27,7 +27,8 @@ Spans are grouped by trace id (`group_traces`); each trace becomes at most one `
   several retrievers' documents are joined in start order. A document without an id gets the id of
   its text (``ctx-<sha1>``, as everywhere);
 - ``id``: the trace id; ``tags``: the root's ``tag.tags``; ``metadata["trace"]``: ``trace_id``,
-  ``span_id`` (the root's: where a score of the whole answer goes), ``retriever_span_ids``,
+  ``span_id`` (the root's: where a score of the whole answer goes), ``retriever_span_ids`` (with
+  several, ``retriever_documents``: how many documents each gave, in the contexts' order),
   ``llm_span_id``, ``name``, ``start_time``, ``end_time`` (ISO 8601 UTC), and where present
   ``service``, ``session_id``, ``user_id`` and the root's ``metadata``; ``metadata["signals"]``:
   the user signals the export carried for the trace (`Signal`).
@@ -49,9 +50,10 @@ from pydantic import ValidationError
 
 from ..formats.records import chunk_id_for_text
 from ..schema import Case, Chunk
+from .sessions import Turn, add_sessions, session_of
 from .spans import Signal, Span, indexed, iso_time, json_value, shown
 
-__all__ = ["TraceReport", "group_traces", "trace_case", "cases_from_spans", "span_kind"]
+__all__ = ["TraceReport", "group_traces", "trace_case", "cases_from_spans", "span_kind", "trace_turn"]
 
 #: why a trace is not a case, as the report says it
 NO_RETRIEVER = "no retriever span"
@@ -345,6 +347,7 @@ def trace_case(spans: Sequence[Span], report: TraceReport,
     info: dict[str, Any] = {
         "trace_id": trace_id, "span_id": root.span_id,
         "retriever_span_ids": [s.span_id for s in used],
+        "retriever_documents": [len(_documents(s)) for s in used] if len(used) > 1 else None,
         "llm_span_id": llm.span_id if llm is not None else None,
         "name": root.name, "start_time": iso_time(min((s.start for s in spans if s.start), default=None)),
         "end_time": iso_time(max((s.end for s in spans if s.end), default=None)),
@@ -378,13 +381,34 @@ def trace_case(spans: Sequence[Span], report: TraceReport,
     return case
 
 
+def trace_turn(spans: Sequence[Span]) -> Optional[Turn]:
+    """The turn a trace's spans make (`ragbridge.traces.sessions`): its session (the root's, else
+    the first span's that names one), start, and the root's question and answer; None outside a
+    session."""
+    real = [s for s in spans if s.span_id]
+    if not real:
+        return None
+    root, _ = _root(sorted(real, key=_start))
+    session = session_of(root) or next((session_of(s) for s in real if session_of(s)), None)
+    if session is None:
+        return None
+    start = min((s.start for s in real if s.start), default=0)
+    return Turn(session, root.trace_id, start, _span_text(root, "input", _QUESTION_KEYS),
+                _span_text(root, "output", _ANSWER_KEYS))
+
+
 def cases_from_spans(spans: Iterable[Span], signals: Optional[dict[str, list[Signal]]] = None
                      ) -> tuple[list[Case], TraceReport]:
-    """Every trace of ``spans`` as a case (in the order traces first appear), and the report."""
+    """Every trace of ``spans`` as a case (in the order traces first appear), each turn of a session
+    with its session (`ragbridge.traces.sessions`), and the report."""
     report = TraceReport()
-    cases = []
+    cases, turns = [], []
     for trace_id, members in group_traces(spans).items():
         case = trace_case(members, report, (signals or {}).get(trace_id, ()))
         if case is not None:
             cases.append(case)
+        turn = trace_turn(members)
+        if turn is not None:
+            turns.append(turn)
+    add_sessions(cases, turns)
     return cases, report
