@@ -558,3 +558,103 @@ def test_export_scores_help_lists_every_format_and_store_a_plugin_registers():
     assert f"Where the scores go: {', '.join(formats)}; or a trace store's address: " \
            f"{', '.join(s + '://' for s in stores)}." in text
     assert max(len(line) for line in res.stdout.splitlines()) <= 80
+
+
+def _feedback(path, kept, name, values, column="score", polarity=None):
+    """A feedback file as a support tool writes one (csv.DictWriter): one signal per trace."""
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["trace_id", "name", column, "polarity"])
+        writer.writeheader()
+        for (trace_id, _, _), value in zip(kept, values):
+            writer.writerow({"trace_id": trace_id, "name": name, column: value, "polarity": polarity or ""})
+
+
+def _carrying(cases, name, values):
+    return [c.model_copy(update={"metadata": {**c.metadata, "signals": [{"name": name, "label": v}]}})
+            for c, v in zip(cases, values)]
+
+
+def _outcome_table(path):
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["label", "verdict"])
+        writer.writeheader()
+        writer.writerows([{"label": "handed_to_agent", "verdict": "fail"},
+                          {"label": "self_served", "verdict": "pass"}])
+    return path
+
+
+def test_a_signal_declares_its_polarity_and_labels_map_by_the_users_table(tmp_path, otlp):
+    """An escalation (1 = escalated) is a human fail; escalated/resolved labels read; a follow-up or a
+    thumbs-down is a fail; a file's polarity column and the option say otherwise where the name does not
+    tell; labels of one's own mean what the user's table says."""
+    from ragbridge.traces.signals import LabelTable, labels_from_signals, load_label_table, load_signals, \
+        polarity_of
+
+    path, kept, _ = otlp
+    escalated = [1 if i % 4 == 0 else 0 for i in range(len(kept))]
+    _feedback(tmp_path / "escalations.csv", kept, "escalation", escalated)
+    cases = sample_traces(path, None, signals=load_signals(tmp_path / "escalations.csv")).cases
+    by_trace = dict(zip((t for t, _, _ in kept), escalated))
+    got = labels_from_signals(cases, "escalation", ["m"])
+    assert got.polarity == "negative" and got.unread == 0
+    assert dict(zip(got.frame["case_id"], got.frame["grade"])) == {t: 1.0 - e for t, e in by_trace.items()}
+    words = ["escalated" if by_trace[c.id] else "resolved" for c in cases]
+    read = labels_from_signals(_carrying(cases, "escalation", words), "escalation", ["m"])
+    assert list(read.frame["grade"]) == [0.0 if w == "escalated" else 1.0 for w in words]
+    own = ["handed_to_agent" if by_trace[c.id] else "self_served" for c in cases]
+    unread = labels_from_signals(_carrying(cases, "outcome", own), "outcome", ["m"])
+    assert unread.frame.empty and unread.labels == ["handed_to_agent", "self_served"]
+    table = load_label_table(_outcome_table(tmp_path / "outcomes.csv"))
+    mapped = labels_from_signals(_carrying(cases, "outcome", own), "outcome", ["m"], table=table)
+    assert list(mapped.frame["grade"]) == [0.0 if o == "handed_to_agent" else 1.0 for o in own]
+    assert [polarity_of(n) for n in ("follow_up_question", "thumbs-down", "user_escalated", "thumbs",
+                                     "csat")] == ["negative", "negative", "negative", "positive", "positive"]
+    follow = labels_from_signals(_carrying(cases, "follow_up", ["yes", "yes", "no"]), "follow_up", ["m"])
+    assert list(follow.frame["grade"]) == [0.0, 0.0, 1.0]
+    _feedback(tmp_path / "csat.csv", kept, "csat_complaints", escalated, polarity="negative")
+    complaints = sample_traces(path, None, signals=load_signals(tmp_path / "csat.csv")).cases
+    negative = labels_from_signals(complaints, "csat_complaints", ["m"])
+    assert negative.polarity == "negative"
+    assert dict(zip(negative.frame["case_id"], negative.frame["grade"])) == {
+        t: 1.0 - e for t, e in by_trace.items()}
+    flipped = labels_from_signals(complaints, "csat_complaints", ["m"], "positive")
+    assert dict(zip(flipped.frame["case_id"], flipped.frame["grade"])) == {
+        t: float(e) for t, e in by_trace.items()}
+    assert LabelTable({(None, "ok"): True}).get("any", " OK ") is True
+    (tmp_path / "bad.csv").write_text("label,verdict\nok,maybe\n")
+    with pytest.raises(DatasetError, match="bad.csv:2: field 'verdict': verdict 'maybe' is neither pass"):
+        load_label_table(tmp_path / "bad.csv")
+
+
+@pytest.mark.slow
+def test_validate_reads_an_escalation_as_a_fail_and_labels_through_the_users_table(tmp_path, otlp):
+    """The command line: humans fail the escalated answers; labels it cannot read are named, with what to
+    do; with the table they read."""
+    from ragbridge import evaluate
+
+    path, kept, _ = otlp
+    escalated = [1 if i % 4 == 0 else 0 for i in range(len(kept))]
+    _feedback(tmp_path / "escalations.csv", kept, "escalation", escalated)
+    res = ragbridge_cli("sample", path, "--n", 100, "--signals", tmp_path / "escalations.csv",
+                        "--out", tmp_path / "s.jsonl")
+    assert res.returncode == 0, res.stderr
+    cases = [c.model_copy(update={"must_contain": ["refund"]}) for c in load_cases(tmp_path / "s.jsonl")]
+    evaluate(cases, metrics=["must_contain"], out=tmp_path / "run")
+    res = ragbridge_cli("validate", tmp_path / "run", "--labels", "signal:escalation", "--json",
+                        "--resamples", 0)
+    assert res.returncode == 0, res.stderr
+    assert "the 'escalation' signal read as negative" in res.stderr
+    (row,) = json.loads(res.stdout)["validation"]
+    assert (row["human_fail"], row["human_pass"]) == (sum(escalated), len(kept) - sum(escalated))
+    by_trace = dict(zip((t for t, _, _ in kept), escalated))
+    own = ["handed_to_agent" if by_trace[c.id] else "self_served" for c in cases]
+    evaluate(_carrying(cases, "outcome", own), metrics=["must_contain"], out=tmp_path / "other")
+    res = ragbridge_cli("validate", tmp_path / "other", "--labels", "signal:outcome", "--resamples", 0)
+    assert res.returncode == 2
+    assert "labels 'handed_to_agent', 'self_served' are neither a pass nor a fail" in res.stderr
+    assert "--signal-labels" in res.stderr
+    res = ragbridge_cli("validate", tmp_path / "other", "--labels", "signal:outcome", "--signal-labels",
+                        _outcome_table(tmp_path / "outcomes.csv"), "--json", "--resamples", 0)
+    assert res.returncode == 0, res.stderr
+    (row,) = json.loads(res.stdout)["validation"]
+    assert (row["human_fail"], row["human_pass"]) == (sum(escalated), len(kept) - sum(escalated))

@@ -56,7 +56,8 @@ class Signal:
     """A user's or annotator's signal on a trace: a thumbs up or down, a score, a label, a note.
     ``name`` says which (``thumbs``, ``user_feedback``, ...); ``score`` is a number, ``label`` a word,
     ``note`` free text; ``span_id`` the span it was given on; ``source`` who gave it (``user``,
-    ``annotator``, ``api``, ...) as the export says."""
+    ``annotator``, ``api``, ...) as the export says; ``polarity`` whether a high score is good
+    (``positive``) or bad (``negative``), when the signal says (`ragbridge.traces.signals`)."""
 
     name: str
     score: Optional[float] = None
@@ -64,6 +65,7 @@ class Signal:
     note: Optional[str] = None
     span_id: Optional[str] = None
     source: Optional[str] = None
+    polarity: Optional[str] = None
 
     def record(self) -> dict[str, Any]:
         """The signal as a case's ``metadata["signals"]`` holds it (absent parts left out)."""
