@@ -413,6 +413,15 @@ def test_langfuse_api_pages_trace_lines_and_the_older_handler_read_as_cases(tmp_
         assert [(c.id, c.text) for c in case.contexts] == [(c["id"], c["text"]) for c in chunks]
         assert case.metadata["trace"]["llm_span_id"] == generation
 
+    # documents whose text is under a key no convention names: kept with an empty text, counted
+    (bare,) = _langfuse_traces(1, first=5)
+    observations = [o.model_dump(by_alias=True, mode="json") for o in bare[-1]]
+    observations[2]["output"] = [{"id": c["id"], "body": c["text"]} for c in bare[2]]
+    (tmp_path / "bare.json").write_text(json.dumps({"trace": {"id": bare[0]}, "observations": observations}))
+    drawn = sample_traces(tmp_path / "bare.json", None)
+    assert [(c.id, c.text) for c in drawn.cases[0].contexts] == [(c["id"], "") for c in bare[2]]
+    assert drawn.report.noted["retriever documents without a text (kept, with an empty text)"] == 1
+
     # the traces list names observations by id only: counted and left out, with what to do
     listed = tmp_path / "list.json"
     listed.write_text(json.dumps({"data": [{"id": t[0], "timestamp": "2026-11-02T10:00:00Z", "name": "rag",

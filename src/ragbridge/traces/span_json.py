@@ -72,8 +72,8 @@ def is_span_object(record: Any) -> bool:
     if not isinstance(record, dict) or "resourceSpans" in record or "resource_spans" in record:
         return False
     return (_get(record, "trace_id")[0] is not None and _get(record, "span_id")[0] is not None
-            and any(k in record for k in ("attributes", "SpanAttributes", "span_attributes", "name",
-                                          "SpanName")))
+            and any(isinstance(record.get(k), (dict, list))
+                    for k in ("attributes", "SpanAttributes", "span_attributes")))
 
 
 def _attributes(value: Any, where: str) -> dict[str, Any]:
