@@ -593,7 +593,8 @@ def test_sample_pulls_from_a_phoenix_server_and_scores_go_back_to_it(tmp_path, p
 class _LangfuseStandIn:
     """A local stand-in of Langfuse's public API, on 127.0.0.1: the observations (``GET
     /api/public/v2/observations``: cursor pages of at most ``page`` items whatever the limit, the
-    ``traceId``, ``fromStartTime`` and ``toStartTime`` filters, JSON-text input and output), the
+    ``traceId``, ``isRootObservation``, ``fromStartTime`` and ``toStartTime`` filters, JSON-text
+    input and output), the
     scores (``GET /api/public/v3/scores``) and the batch score import (``POST /api/public/scores``,
     each body parsed by the SDK's own request model; the scores of the trace ``refuse`` are refused
     with a 207, as the server refuses some of a batch), behind HTTP basic authentication. Every
@@ -658,6 +659,8 @@ class _LangfuseStandIn:
             return GetScoresV3Response(data=items, meta={"limit": 100}).model_dump(by_alias=True, mode="json")
         assert parts.path == "/api/public/v2/observations", path
         items = [o for o in self.observations if "traceId" not in query or o.trace_id == query["traceId"]]
+        if query.get("isRootObservation") == "true":
+            items = [o for o in items if o.parent_observation_id is None]
         for key, keep in (("fromStartTime", lambda o, t: o.start_time >= t),
                           ("toStartTime", lambda o, t: o.start_time < t)):
             if key in query:
@@ -746,8 +749,8 @@ def test_sample_pulls_from_the_langfuse_api_and_scores_are_sent_to_it(tmp_path, 
         window = sample_traces(address, None, since="2026-11-02T11:00:00Z")
         assert {c.id for c in window.cases} == {t[0] for t in traces[3:]}
         # the window's 12 observations a page of 3 at a time; each drawn trace's 4 and its scores; the
-        # window again for the earlier turns of the drawn traces' sessions
-        assert api.gets == 12 // 3 + 3 * (2 + 1) + 12 // 3
+        # window's 3 roots for the earlier turns of the drawn traces' sessions
+        assert api.gets == 12 // 3 + 3 * (2 + 1) + 1
         with pytest.raises(DatasetError, match="a Langfuse address has no project"):
             sample_traces(address + "/project", None)
 

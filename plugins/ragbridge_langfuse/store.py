@@ -11,7 +11,8 @@ observations`` (the SDK v5's ``api.observations.get_many``) by cursor, 1,000 a p
 (``fromStartTime``, ``toStartTime``). Drawing reads the fields that filters use (the core, basic,
 metadata and trace-context field groups); the drawn traces are then read whole, one trace at a time
 (``traceId``, every field group that `ragbridge_langfuse.formats` reads), with their scores (``GET
-/api/public/v3/scores``), which become the cases' signals. Each page is read as the file reader reads
+/api/public/v3/scores``), which become the cases' signals; the earlier turns of sessions are the
+window's root observations (``isRootObservation``). Each page is read as the file reader reads
 an API page.
 
 Push (``ragbridge export-scores RUN --to langfuse://...``): the span evaluations as the batch score
@@ -76,7 +77,10 @@ def pull(address: StoreAddress, query: Query) -> Iterator[Span]:
     page = 0
     with client:
         if query.trace_ids is None:
-            params: dict[str, Any] = {"limit": PAGE, "fields": CASE_FIELDS if query.full else DRAW_FIELDS}
+            params: dict[str, Any] = {"limit": PAGE,
+                                      "fields": CASE_FIELDS if query.full or query.roots else DRAW_FIELDS}
+            if query.roots:
+                params["isRootObservation"] = "true"
             if query.since is not None:
                 params["fromStartTime"] = iso_time(query.since)
             if query.until is not None:

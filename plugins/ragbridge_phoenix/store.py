@@ -7,8 +7,9 @@ and sent as ``Authorization: Bearer``.
 
 Pull (``ragbridge sample --from phoenix://...``): ``GET /v1/projects/{project}/spans`` page by page
 (1,000 spans a page, by start time, ``start_time``/``end_time`` for the window, ``trace_id`` for the
-drawn traces, 50 a request), each span read as `ragbridge.traces.span_json` reads a span object
-(``context.trace_id``, ``context.span_id``, ``parent_id``, ``span_kind``, flat ``attributes``).
+drawn traces, 50 a request, ``parent_id=null`` for the root spans alone), each span read as
+`ragbridge.traces.span_json` reads a span object (``context.trace_id``, ``context.span_id``,
+``parent_id``, ``span_kind``, flat ``attributes``).
 
 Push (``ragbridge export-scores RUN --to phoenix://...``): the span evaluations as span annotations
 (``POST /v1/span_annotations``) and the document evaluations as document annotations (``POST
@@ -50,6 +51,8 @@ def pull(address: StoreAddress, query: Query) -> Iterator[Span]:
         base["start_time"] = iso_time(query.since)
     if query.until is not None:
         base["end_time"] = iso_time(query.until)
+    if query.roots:
+        base["parent_id"] = "null"
     ids = sorted(query.trace_ids) if query.trace_ids is not None else None
     batches = ([None] if ids is None else
                [ids[i:i + TRACES_A_REQUEST] for i in range(0, len(ids), TRACES_A_REQUEST)])

@@ -311,11 +311,12 @@ def _in_window(span: Span, since: Optional[int], until: Optional[int]) -> bool:
 _ALONE = "\x00trace:"
 
 
-def _sample_spans(stream: Callable[[Optional[set[str]]], Iterable[Span]], n: Optional[int], rate: float,
+def _sample_spans(stream: Callable[..., Iterable[Span]], n: Optional[int], rate: float,
                   seed: int, where: list[tuple[str, str]], signals: Optional[dict[str, list[Signal]]],
                   since: Optional[int] = None, until: Optional[int] = None, by: str = "trace") -> Sample:
     """Draw traces (or sessions) from the span stream: ``stream(None)`` gives every span,
-    ``stream(ids)`` at least those of the traces ``ids`` (a store fetches only them)."""
+    ``stream(ids)`` at least those of the traces ``ids``, ``stream(None, roots=True)`` at least the
+    root spans, with their inputs and outputs (a store fetches only those asked for)."""
     drawn = _Drawn(n, rate)
     read = matched = 0
     for span in stream(None):
@@ -355,7 +356,7 @@ def _sample_spans(stream: Callable[[Optional[set[str]]], Iterable[Span]], n: Opt
             turns.append(turn)
     wanted = {t.session for t in turns}
     if wanted and by == "trace":  # the other turns of the drawn traces' sessions, from their roots
-        for span in stream(None):
+        for span in stream(None, roots=True):
             if span.span_id and span.parent_id is None and span.trace_id not in chosen \
                     and session_of(span) in wanted:
                 turn = trace_turn([span])
@@ -535,8 +536,8 @@ def sample_traces(
         if mapping and (mapping["fields"] or mapping["chunk"]):
             raise DatasetError(f"--mapping is for JSON lines logs; {fmt.name!r} spans are read by their "
                                "conventions", path=path, hint="leave out --mapping")
-        result = _sample_spans(lambda chosen: fmt.spans(path), n, rate, seed, filters, signals, since, until,
-                               by)
+        result = _sample_spans(lambda chosen, roots=False: fmt.spans(path), n, rate, seed, filters, signals,
+                               since, until, by)
         if not result.drawn:
             raise DatasetError("no trace matches", path=path, hint="check --where, --rate and the window")
         return result
@@ -569,7 +570,9 @@ def _sample_store(text: str, n, rate, seed, filters, signals, since, until, by, 
         until = int(datetime.now(timezone.utc).timestamp() * 1_000_000) * 1000
     window = Query(since=since, until=until, full=False)
 
-    def stream(chosen: Optional[set[str]]) -> Iterable[Span]:
+    def stream(chosen: Optional[set[str]], roots: bool = False) -> Iterable[Span]:
+        if roots:
+            return store.pull(address, Query(since=since, until=until, roots=True))
         if chosen is None:
             return store.pull(address, window)
         return store.pull(address, Query(trace_ids=frozenset(chosen)))

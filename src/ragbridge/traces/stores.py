@@ -14,8 +14,9 @@ ragbridge writes holds the key or the address's credentials.
 Pulling is page by page, and memory holds one page: a store's ``pull(address, query)`` yields
 `Span` objects. ``query`` (`Query`) carries the time window (spans that start in it; both bounds
 fixed before the first page, so that two passes read the same traces), the trace ids when only
-those are wanted (the second pass of a sample), and whether the spans' inputs, outputs and
-documents are needed (``full``; a store may leave them out of a pass that only draws trace ids).
+those are wanted (the second pass of a sample), whether only the root spans are (``roots``: the
+earlier turns of sessions), and whether the spans' inputs, outputs and documents are needed
+(``full``; a store may leave them out of a pass that only draws trace ids).
 """
 
 from __future__ import annotations
@@ -46,12 +47,14 @@ class StoreAddress:
 @dataclass(frozen=True)
 class Query:
     """What to pull: spans starting in ``[since, until)`` (Unix nanoseconds; None: unbounded),
-    only of ``trace_ids`` when given, with their inputs, outputs and documents when ``full``."""
+    only of ``trace_ids`` when given, only the root spans when ``roots``, with their inputs, outputs
+    and documents when ``full``."""
 
     since: Optional[int] = None
     until: Optional[int] = None
     trace_ids: Optional[frozenset[str]] = None
     full: bool = True
+    roots: bool = False
 
 
 @dataclass
