@@ -85,6 +85,13 @@ ODD = {
     "a float start time": (dict(start_time=int(1.7e300)), "startTimeUnixNano", "after the year 9999"),
     "a huge start time": (dict(start_time=10**30), "startTimeUnixNano", "after the year 9999"),
     "tags as a number": (dict(root={"tag.tags": 5}), "tag.tags", "tags must be a list of texts"),
+    "documents as a text": (dict(documents=(), retriever={"retrieval.documents": "d0, d1"}),
+                            "retrieval.documents", "must be a list of documents (objects), got 'd0, d1'"),
+    "documents as numbers": (dict(documents=(), retriever={"retrieval.documents": [1, 2]}),
+                             "retrieval.documents", "(objects), got a list holding 1"),
+    "GenAI documents as an object": (dict(documents=(), retriever={
+        "gen_ai.retrieval.documents": json.dumps({"id": "d0"})}), "gen_ai.retrieval.documents",
+        "must be a list of documents (objects), got an object"),
     "resourceSpans an integer": (lambda line: line.update(resourceSpans=5), "resourceSpans",
                                  "must be a list"),
     "scopeSpans an object": (lambda line: line["resourceSpans"][0].update(scopeSpans={"spans": []}),

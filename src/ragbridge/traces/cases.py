@@ -51,7 +51,7 @@ from pydantic import ValidationError
 from ..formats.records import chunk_id_for_text
 from ..schema import Case, Chunk
 from .sessions import Turn, add_sessions, session_of
-from .spans import Signal, Span, indexed, iso_time, json_value, shown
+from .spans import Signal, Span, SpanError, indexed, iso_time, json_value, shown
 
 __all__ = ["TraceReport", "group_traces", "trace_case", "cases_from_spans", "span_kind", "trace_turn"]
 
@@ -195,16 +195,28 @@ def _documents(span: Span) -> list[tuple[dict[str, Any], str]]:
     with span.reading():
         for prefix in ("reranker.output_documents", "retrieval.documents"):
             docs = [(_document(d, f"{prefix}.{i}"), f"{prefix}.{i}") for i, d in indexed(attrs, prefix)]
-            if not docs and isinstance(attrs.get(prefix), list):
+            if not docs and attrs.get(prefix) is not None:
                 docs = [(_document(d, f"{prefix}.{i}"), f"{prefix}.{i}")
-                        for i, d in enumerate(attrs[prefix]) if isinstance(d, dict)]
+                        for i, d in enumerate(_document_list(attrs[prefix], prefix))]
             if docs:
                 return docs
-        genai = json_value(attrs.get("gen_ai.retrieval.documents"), "gen_ai.retrieval.documents")
-        if isinstance(genai, list):
-            return [(_document(d, f"gen_ai.retrieval.documents[{i}]"), f"gen_ai.retrieval.documents[{i}]")
-                    for i, d in enumerate(genai) if isinstance(d, dict)]
+        key = "gen_ai.retrieval.documents"
+        genai = json_value(attrs.get(key), key)
+        if genai is not None:
+            return [(_document(d, f"{key}[{i}]"), f"{key}[{i}]")
+                    for i, d in enumerate(_document_list(genai, key))]
     return []
+
+
+def _document_list(value: Any, key: str) -> list[dict[str, Any]]:
+    """An attribute that holds the documents as one list of objects; raises `SpanError` for any
+    other value (a number, a text, an object, a list of anything but objects)."""
+    if not isinstance(value, list) or any(not isinstance(d, dict) for d in value):
+        raise SpanError(f"must be a list of documents (objects), got {shown(value)}"
+                        + (f" holding {shown(next(d for d in value if not isinstance(d, dict)))}"
+                           if isinstance(value, list) else ""), field=key,
+                        hint="write the documents as retrieval.documents.N.document.* attributes")
+    return value
 
 
 def _document(raw: dict[str, Any], at: str) -> dict[str, Any]:

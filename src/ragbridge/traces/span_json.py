@@ -120,9 +120,15 @@ def span_from_object(record: Any, origin: tuple[str, Optional[int], str]) -> Spa
         if out["end"] is None and out["start"] is not None and record.get("Duration") is not None:
             at = "Duration"
             duration = record["Duration"]
-            if isinstance(duration, bool) or not isinstance(duration, (int, float, str)):
-                raise SpanError(f"must be a number of nanoseconds, got {shown(duration)}")
-            out["end"] = nanos(out["start"] + int(float(duration)))
+            try:
+                if isinstance(duration, bool) or not isinstance(duration, (int, float, str)):
+                    raise ValueError
+                out["end"] = nanos(out["start"] + int(float(duration)))
+            except SpanError:
+                raise
+            except (ValueError, OverflowError):
+                raise SpanError(f"must be a number of nanoseconds, got {shown(duration)}",
+                                hint=_HINT) from None
         value, at = _get(record, "attributes")
         at = at or "attributes"
         attrs = _attributes(value, at)
