@@ -186,6 +186,12 @@ LANGFUSE = {
     "an id that is a list": ([_observation(["r"], "SPAN")], "observations[0].id", "an id must be a string"),
     "an observation that is a number": ([_observation("r", "SPAN"), 7], "observations[1]",
                                         "an observation must be"),
+    "a retriever's output a number": ([_observation("r", "SPAN"), _observation("d", "RETRIEVER", output=3)],
+                                      "observations[1].output", "must hold its documents"),
+    "tags an object": ([_observation("r", "SPAN", tags={"plan": "pro"})], "observations[0].tags",
+                       "tags must be a list of texts"),
+    "a session id an object": ([_observation("r", "SPAN", sessionId={"id": 1})], "observations[0].sessionId",
+                               "sessionId must be a text"),
 }
 
 
@@ -199,6 +205,18 @@ def test_an_odd_langfuse_download_is_an_error_naming_file_and_field(tmp_path, na
         sample_traces(path, None, format="langfuse")
     assert (caught.value.path, caught.value.field) == (str(path), field), str(caught.value)
     assert words in caught.value.message, str(caught.value)
+
+
+@pytest.mark.parametrize("field,value", [("observations", 5), ("observations", {"r": {}}), ("scores", 5),
+                                         ("data", "page")])
+def test_a_langfuse_list_that_is_not_one_is_an_error_naming_it(tmp_path, field, value):
+    record = {"id": "t-1", "timestamp": "2026-11-02T10:00:00Z", "observations": [_observation("r", "SPAN")],
+              "scores": []}
+    record = {"data": value, "meta": {}} if field == "data" else {**record, field: value}
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(record))
+    with pytest.raises(DatasetError, match=f"field '{field}': {field} must be a list"):
+        sample_traces(path, None, format="langfuse")
 
 
 def test_a_deep_chain_of_langfuse_observations_reads(tmp_path):

@@ -175,7 +175,10 @@ def _documents(output: Any) -> tuple[list[dict[str, Any]], int]:
     """A retriever observation's output as OpenInference documents, and how many had no text."""
     items = _document_items(output)
     if items is None:
-        items = [output] if isinstance(output, dict) else []
+        if output is not None and not isinstance(output, (dict, str)):
+            raise SpanError(f"a retriever's output must hold its documents (a list, or an object with "
+                            f"documents), got {shown(output)}", field="output", hint=_HINT)
+        items = [output] if isinstance(output, (dict, str)) and output != "" else []
     docs, textless = [], 0
     for item in items:
         if isinstance(item, str):
@@ -204,6 +207,9 @@ def _signal(score: dict[str, Any]) -> Optional[Signal]:
     if not isinstance(name, str) or not name.strip():
         return None
     value = score.get("value")
+    if value is not None and not isinstance(value, (int, float, str)):
+        raise SpanError(f"a score's value must be a number or a text, got {shown(value)}", field="value",
+                        hint=_HINT)
     kind = str(score.get("dataType") or "").upper()
     label = score.get("stringValue")
     number = None
@@ -277,7 +283,8 @@ def _span(obs: dict[str, Any], origin: Origin, where: str, trace: Optional[dict]
                     flatten(value, str(key), attributes)
                 else:
                     attributes[str(key)] = value
-        name = obs.get("name") if isinstance(obs.get("name"), str) else ""
+        name = obs.get("name")
+        name = name if isinstance(name, str) else ("" if name is None else str(name))
         kind = str(obs.get("type") or "").upper()
         root = parent is None and trace is not None
         at = "input"
@@ -308,13 +315,19 @@ def _span(obs: dict[str, Any], origin: Origin, where: str, trace: Optional[dict]
             for i, doc in enumerate(docs):
                 for key, value in doc.items():
                     attributes[f"retrieval.documents.{i}.{key}"] = value
-        tags = obs.get("tags") if isinstance(obs.get("tags"), list) else (trace or {}).get("tags")
-        if parent is None and isinstance(tags, list):
+        at = "tags"
+        tags = obs.get("tags") if obs.get("tags") is not None else (trace or {}).get("tags")
+        if tags is not None and (not isinstance(tags, list) or not all(isinstance(t, str) for t in tags)):
+            raise SpanError(f"tags must be a list of texts, got {shown(tags)}", hint=_HINT)
+        if parent is None and tags:
             attributes.setdefault("tag.tags", tags)
         for key, attr in (("sessionId", "session.id"), ("userId", "user.id")):
+            at = key
             value = obs.get(key) or (trace or {}).get(key)
-            if value and attr not in attributes:
-                attributes[attr] = value
+            if value not in (None, "") and not isinstance(value, (str, int)) or isinstance(value, bool):
+                raise SpanError(f"{key} must be a text, got {shown(value)}", hint=_HINT)
+            if value not in (None, "") and attr not in attributes:
+                attributes[attr] = str(value)
         at = "startTime"
         start = nanos(obs.get("startTime"))
         at = "endTime"
@@ -346,7 +359,11 @@ def _trace(doc: dict[str, Any], origin: Origin, where: str) -> Iterator[Span]:
             raise DatasetError(f"an observation must be a JSON object, got {shown(obs)}", path=origin[0],
                                line=origin[1], unit=origin[2], field=f"{where}observations[{i}]", hint=_HINT)
         spans.append(_span(obs, origin, f"{where}observations[{i}]", trace))
-    scores = doc.get("scores") if isinstance(doc.get("scores"), list) else (trace or {}).get("scores") or []
+    scores = doc.get("scores") if doc.get("scores") is not None else (trace or {}).get("scores")
+    if scores is not None and not isinstance(scores, list):
+        raise DatasetError(f"scores must be a list, got {shown(scores)}", path=origin[0], line=origin[1],
+                           unit=origin[2], field=f"{where}scores", hint=_HINT)
+    scores = scores or []
     if spans:
         by_id = {s.span_id: s for s in spans}
         roots = [s for s in spans if s.parent_id not in by_id] or spans
@@ -374,6 +391,11 @@ def _record(record: Any, origin: Origin, where: str = "") -> Iterator[Span]:
     if not isinstance(record, dict):
         raise DatasetError(f"not a Langfuse record: got {shown(record)}", path=origin[0], line=origin[1],
                            unit=origin[2], field=where.rstrip(".") or None, hint=_HINT)
+    for key in ("observations", "data"):
+        if key in record and record[key] is not None and not isinstance(record[key], list) \
+                and not _is_observation(record):
+            raise DatasetError(f"{key} must be a list, got {shown(record[key])}", path=origin[0],
+                               line=origin[1], unit=origin[2], field=f"{where}{key}", hint=_HINT)
     if isinstance(record.get("data"), list) and not _is_observation(record) and not _is_trace(record):
         for i, item in enumerate(record["data"]):
             yield from _record(item, origin, f"{where}data[{i}].")
