@@ -230,3 +230,17 @@ def test_a_deep_chain_of_langfuse_observations_reads(tmp_path):
     path.write_text(json.dumps({"id": "t-1", "timestamp": "2026-11-02T10:00:00Z", "observations": chain}))
     (case,) = sample_traces(path, None).cases
     assert case.question == "How long is the refund window?" and [c.id for c in case.contexts] == ["d0"]
+
+
+@pytest.mark.parametrize("record,field", [
+    ({"trace_id": {"id": 1}, "score": 1}, "trace_id"), ({"trace_id": "ab", "label": {"up": True}}, "label"),
+    ({"trace_id": "ab", "name": ["thumbs"], "score": 1}, "name"),
+    ({"trace_id": "ab", "score": 1, "polarity": "sideways"}, "polarity")])
+def test_a_signal_of_the_wrong_kind_is_an_error_naming_its_field(tmp_path, record, field):
+    from ragbridge.traces.signals import load_signals
+
+    path = tmp_path / "signals.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    with pytest.raises(DatasetError) as caught:
+        load_signals(path)
+    assert (caught.value.line, caught.value.field) == (1, field), str(caught.value)

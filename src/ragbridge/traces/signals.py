@@ -37,7 +37,7 @@ from typing import Any, Optional, Sequence
 
 from ..formats.files import DatasetError, jsonl_lines
 from ..schema import Case
-from .spans import Signal, hex_id
+from .spans import Signal, SpanError, hex_id, shown
 
 __all__ = ["load_signals", "signal_verdict", "labels_from_signals", "human_labels", "polarity_of",
            "load_label_table", "LabelTable", "SignalLabels", "NEGATIVE_NAMES", "PASS_LABELS", "FAIL_LABELS",
@@ -151,7 +151,15 @@ def load_signals(path: str | Path) -> dict[str, list[Signal]]:
     for line, rec in rows:
         if not isinstance(rec, dict):
             raise DatasetError("each signal must be a JSON object", path=path, line=line)
-        trace, span = hex_id(rec.get("trace_id"), 16), hex_id(rec.get("span_id"), 8)
+        for key in ("trace_id", "span_id", "name", "label", "note", "source", "polarity"):
+            value = rec.get(key)
+            if value is not None and isinstance(value, (dict, list, bool)):
+                raise DatasetError(f"{key} must be a text, got {shown(value)}", path=path, line=line,
+                                   field=key)
+        try:
+            trace, span = hex_id(rec.get("trace_id"), 16), hex_id(rec.get("span_id"), 8)
+        except SpanError as exc:
+            raise DatasetError(exc.message, path=path, line=line, field="trace_id", hint=exc.hint) from None
         if trace is None and span is None:
             raise DatasetError("no trace_id or span_id", path=path, line=line, field="trace_id",
                                hint="say which trace (or span) the signal is about")
