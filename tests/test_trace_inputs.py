@@ -244,3 +244,10 @@ def test_a_signal_of_the_wrong_kind_is_an_error_naming_its_field(tmp_path, recor
     with pytest.raises(DatasetError) as caught:
         load_signals(path)
     assert (caught.value.line, caught.value.field) == (1, field), str(caught.value)
+
+
+def test_a_logged_id_that_is_a_list_is_an_error_not_its_text(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps({"id": i, "question": "Q?"}) + "\n" for i in ("a", ["b"])))
+    with pytest.raises(DatasetError, match=r"log.jsonl:2: field 'id': the id must be a text, got a list"):
+        sample_traces(log, None)

@@ -77,7 +77,7 @@ from ..formats.records import cases_from_records, stable_id
 from ..schema import Case
 from ..traces.cases import TraceReport, group_traces, trace_case, trace_turn
 from ..traces.sessions import add_sessions, session_of
-from ..traces.spans import Signal, Span, json_value
+from ..traces.spans import Signal, Span, json_value, shown
 from ..traces.stores import is_address
 
 __all__ = ["load_mapping", "sample_traces", "parse_where", "resolve", "draw", "time_bound", "Sample"]
@@ -412,6 +412,10 @@ def _to_case_record(record: dict, mapping: dict, line: int) -> dict:
     if "id" not in rec:
         basis = f"{line}\x00{rec.get('question', '')}\x00{ts}"
         rec["id"] = stable_id("trace-", basis, 12)
+    if isinstance(rec["id"], (dict, list, bool, float)):
+        raise DatasetError(f"the id must be a text, got {shown(rec['id'])}", line=line,
+                           field=mapping["fields"].get("id", "id"),
+                           hint='map the id with [fields] id = "path"')
     rec["id"] = str(rec["id"])
     if isinstance(rec.get("tags"), str):
         rec["tags"] = [rec["tags"]]
@@ -427,7 +431,11 @@ def _sample_log(path: Path, n: Optional[int], rate: float, seed: int, where: lis
         read += 1
         if not isinstance(record, dict):
             raise DatasetError("each line must be a JSON object", path=path, line=line)
-        rec = _to_case_record(record, mapping, line)
+        try:
+            rec = _to_case_record(record, mapping, line)
+        except DatasetError as exc:
+            exc.path = str(path)
+            raise
         if not _matches(record, rec, where):
             continue
         if "question" not in rec:
