@@ -658,3 +658,26 @@ def test_validate_reads_an_escalation_as_a_fail_and_labels_through_the_users_tab
     assert res.returncode == 0, res.stderr
     (row,) = json.loads(res.stdout)["validation"]
     assert (row["human_fail"], row["human_pass"]) == (sum(escalated), len(kept) - sum(escalated))
+
+
+def test_a_long_session_gives_each_turn_its_last_twenty(tmp_path):
+    """A session of 25 turns: the last carries the 20 before it (and says it is turn 25), read whole or
+    drawn alone (then the earlier turns' questions and answers come from their root spans)."""
+    from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
+
+    from ragbridge.traces.sessions import PREVIOUS
+
+    path = tmp_path / "spans.jsonl"
+    provider = _provider(FileSpanExporter(path))
+    tracer = provider.get_tracer("support-bot")
+    questions = _questions(PREVIOUS + 5)
+    made = [traced(q, tracer, user="u0") for q in questions]
+    provider.shutdown()
+    last = made[-1][0]
+    session = {c.id: c for c in sample_traces(path, None).cases}[last].metadata["session"]
+    assert (session["turn"], session["turns"]) == (PREVIOUS + 5, PREVIOUS + 5)
+    assert [(p["trace_id"], p["question"]) for p in session["previous"]] == [
+        (t, q) for (t, _), q in zip(made[4:-1], questions[4:-1])]
+    seed = next(s for s in range(10_000) if min((t for t, _ in made), key=lambda t: draw(t, s)) == last)
+    (alone,) = sample_traces(path, 1, seed=seed).cases
+    assert alone.id == last and alone.metadata["session"] == session

@@ -23,11 +23,12 @@ span that starts in that window (a filter like ``where``).
 
 **Sessions.** A trace that is a turn of a session (``session.id``) stays one case, with the session
 id and the earlier turns in ``metadata["session"]`` (`ragbridge.traces.sessions`); a third pass
-reads the earlier turns' root spans. ``by="session"`` draws sessions instead of traces, by the
-session id (a trace outside every session is a session of its own, drawn by its trace id), and
-every turn of a drawn session becomes a case; filters are checked on the spans that name the
-session (OpenInference's ``using_session`` names it on every span; some exports on every record)
-and on the roots of traces outside sessions.
+reads the starts of the sessions' root spans, a fourth the question and answer of the few earlier
+turns the cases carry (memory holds the starts, not the texts, of a long session). ``by="session"``
+draws sessions instead of traces, by the session id (a trace outside every session is a session of
+its own, drawn by its trace id), and every turn of a drawn session becomes a case; filters are
+checked on the spans that name the session (OpenInference's ``using_session`` names it on every
+span; some exports on every record) and on the roots of traces outside sessions.
 
 **Trace stores.** ``path`` may be a trace store's address (``SCHEME://HOST:PORT/PROJECT``, a store
 a plugin registers: `ragbridge.traces.stores`): the same passes pull the spans page by page, the
@@ -76,7 +77,7 @@ from ..formats.files import DatasetError, jsonl_lines
 from ..formats.records import cases_from_records, stable_id
 from ..schema import Case
 from ..traces.cases import TraceReport, group_traces, trace_case, trace_turn
-from ..traces.sessions import add_sessions, session_of
+from ..traces.sessions import SessionOrder, add_sessions, session_of
 from ..traces.spans import Signal, Span, json_value, shown
 from ..traces.stores import is_address
 
@@ -355,14 +356,24 @@ def _sample_spans(stream: Callable[..., Iterable[Span]], n: Optional[int], rate:
         if turn is not None:
             turns.append(turn)
     wanted = {t.session for t in turns}
+    order = SessionOrder()
+    for turn in turns:
+        order.add(turn.session, turn.start, turn.trace_id)
     if wanted and by == "trace":  # the other turns of the drawn traces' sessions, from their roots
         for span in stream(None, roots=True):
-            if span.span_id and span.parent_id is None and span.trace_id not in chosen \
-                    and session_of(span) in wanted:
-                turn = trace_turn([span])
-                if turn is not None:
-                    turns.append(turn)
-    add_sessions(cases, turns)
+            if span.span_id and span.parent_id is None and span.trace_id not in chosen:
+                session = session_of(span)
+                if session in wanted:
+                    order.add(session, span.start or 0, span.trace_id)
+        order.sort()
+        needed = order.needed(turns) - chosen  # the earlier turns the cases carry: read their roots
+        if needed:
+            for span in stream(None, roots=True):
+                if span.span_id and span.parent_id is None and span.trace_id in needed:
+                    turn = trace_turn([span])
+                    if turn is not None:
+                        turns.append(turn)
+    add_sessions(cases, turns, order)
     return Sample(cases, read=read, matched=matched, drawn=len(drawn.ids), report=report, kind="traces",
                   by=by, sessions=len(wanted))
 
