@@ -23,8 +23,9 @@ span that starts in that window (a filter like ``where``).
 
 **Sessions.** A trace that is a turn of a session (``session.id``) stays one case, with the session
 id and the earlier turns in ``metadata["session"]`` (`ragbridge.traces.sessions`); a third pass
-reads the starts of the sessions' root spans, a fourth the question and answer of the few earlier
-turns the cases carry (memory holds the starts, not the texts, of a long session). ``by="session"``
+reads the sessions' root spans: their starts, and their texts while they are few (50 a case); past
+that, a fourth reads the question and answer of just the earlier turns the cases carry (memory holds
+the starts, not the texts, of long sessions). ``by="session"``
 draws sessions instead of traces, by the session id (a trace outside every session is a session of
 its own, drawn by its trace id), and every turn of a drawn session becomes a case; filters are
 checked on the spans that name the session (OpenInference's ``using_session`` names it on every
@@ -310,6 +311,9 @@ def _in_window(span: Span, since: Optional[int], until: Optional[int]) -> bool:
 
 #: the key a trace outside every session is drawn by, in a draw of sessions
 _ALONE = "\x00trace:"
+#: how many other turns of the sample's sessions a sample keeps the texts of while reading their
+#: starts (beyond that, it reads the few it needs again)
+_TURNS_KEPT, _TURNS_KEPT_A_CASE = 1000, 50
 
 
 def _sample_spans(stream: Callable[..., Iterable[Span]], n: Optional[int], rate: float,
@@ -360,14 +364,23 @@ def _sample_spans(stream: Callable[..., Iterable[Span]], n: Optional[int], rate:
     for turn in turns:
         order.add(turn.session, turn.start, turn.trace_id)
     if wanted and by == "trace":  # the other turns of the drawn traces' sessions, from their roots
+        # their texts are kept too while they are few (the usual short sessions); past that, only
+        # their starts, and the texts of the turns the cases carry are read again
+        texts: Optional[dict[str, Any]] = {}
+        budget = _TURNS_KEPT + _TURNS_KEPT_A_CASE * len(cases)
         for span in stream(None, roots=True):
             if span.span_id and span.parent_id is None and span.trace_id not in chosen:
                 session = session_of(span)
                 if session in wanted:
                     order.add(session, span.start or 0, span.trace_id)
+                    if texts is not None:
+                        texts[span.trace_id] = trace_turn([span])
+                        texts = texts if len(texts) <= budget else None
         order.sort()
-        needed = order.needed(turns) - chosen  # the earlier turns the cases carry: read their roots
-        if needed:
+        needed = order.needed(turns) - chosen  # the earlier turns the cases carry
+        if texts is not None:
+            turns.extend(texts[t] for t in needed if texts.get(t) is not None)
+        elif needed:
             for span in stream(None, roots=True):
                 if span.span_id and span.parent_id is None and span.trace_id in needed:
                     turn = trace_turn([span])
