@@ -67,13 +67,13 @@ import hashlib
 import heapq
 import logging
 import re
-import tomllib
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from ..formats import reading_format
+from .log_mapping import FIELD_KEYS, load_mapping, resolve, walk
 from ..formats.files import DatasetError, jsonl_lines
 from ..formats.records import cases_from_records, stable_id
 from ..schema import Case
@@ -86,8 +86,6 @@ __all__ = ["load_mapping", "sample_traces", "parse_where", "resolve", "draw", "t
 
 logger = logging.getLogger("ragbridge")
 
-FIELD_KEYS = ("id", "question", "answer", "contexts", "timestamp", "tags")
-CHUNK_KEYS = ("id", "text", "score", "source")
 DEFAULT_FIELDS = {
     "id": ("id", "trace_id", "case_id", "request_id"),
     "question": ("question", "query", "user_input", "input"),
@@ -153,105 +151,6 @@ class _Drawn:
             self.ids[key] = item
 
 
-# --------------------------------------------------------------------------------------------
-# The mapping and its paths
-
-
-def load_mapping(path: Optional[Path]) -> dict[str, dict[str, str]]:
-    """Read a mapping TOML file; raises `DatasetError` naming the file and key when it is wrong."""
-    if path is None:
-        return {"fields": {}, "chunk": {}}
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DatasetError("mapping file not found", path=path) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise DatasetError(f"not valid TOML: {exc}", path=path) from None
-    unknown = set(data) - {"fields", "chunk"}
-    if unknown:
-        raise DatasetError(f"unknown table(s) {sorted(unknown)}; expected [fields] and [chunk]", path=path)
-    out = {"fields": data.get("fields", {}), "chunk": data.get("chunk", {})}
-    for table, keys in (("fields", FIELD_KEYS), ("chunk", CHUNK_KEYS)):
-        for key, value in out[table].items():
-            if key not in keys:
-                raise DatasetError(f"unknown key {key!r} in [{table}]; known: {', '.join(keys)}", path=path)
-            if not isinstance(value, str) or not value:
-                raise DatasetError(f"[{table}] {key} must be a path string", path=path)
-            try:
-                _steps(value)
-            except ValueError as exc:
-                raise DatasetError(f"[{table}] {key}: {exc}", path=path) from None
-    return out
-
-
-_SELECT = re.compile(r"\[([^\]=]*)(?:=([^\]]*))?\]")
-
-
-def _steps(path: str) -> list[Any]:
-    """A path as steps: key parts (str), positions (int) and selections ((field, value))."""
-    steps: list[Any] = []
-    for part in path.split("."):
-        head = part.split("[", 1)[0]
-        if head:
-            steps.append(int(head) if _position(head) else head)
-        rest = part[len(head):]
-        while rest:
-            m = _SELECT.match(rest)
-            if not m:
-                raise ValueError(f"cannot read {part!r} (use [N] or [field=value])")
-            key, value = m.group(1).strip(), m.group(2)
-            if value is None:
-                if not _position(key):
-                    raise ValueError(f"[{key}] is neither a position (in the digits 0-9) nor field=value")
-                steps.append(int(key))
-            else:
-                steps.append((key, value.strip()))
-            rest = rest[m.end():]
-    return steps
-
-
-def _position(text: str) -> bool:
-    """Whether a path part is a list position: digits 0-9 only (``int`` would also read other scripts'
-    digits, and ``[١]`` is not the position 1 the user meant)."""
-    return text.isascii() and text.isdigit()
-
-
-def resolve(record: Any, path: str) -> Any:
-    """The value at ``path`` in ``record`` (see the module docstring), or None."""
-    return _walk(record, _steps(path))
-
-
-def _walk(cur: Any, steps: list[Any]) -> Any:
-    if not steps:
-        return cur
-    step = steps[0]
-    if isinstance(step, tuple):
-        if not isinstance(cur, list):
-            return None
-        key, value = step
-        for item in cur:
-            got = _walk(item, [key]) if isinstance(item, dict) else None
-            if got is not None and str(got) == value:
-                return _walk(item, steps[1:])
-        return None
-    if isinstance(cur, list):
-        if isinstance(step, int) and step < len(cur):
-            return _walk(cur[step], steps[1:])
-        return None
-    if not isinstance(cur, dict):
-        return None
-    # the longest run of parts that is one key, so keys holding dots are found as they are
-    for j in range(len(steps), 0, -1):
-        if any(isinstance(s, tuple) for s in steps[:j]):
-            continue
-        key = ".".join(str(s) for s in steps[:j])
-        if key in cur:
-            found = _walk(cur[key], steps[j:])
-            if found is not None:
-                return found
-    return None
-
-
 def parse_where(clauses: Sequence[str]) -> list[tuple[str, str]]:
     out = []
     for clause in clauses:
@@ -278,7 +177,7 @@ def _span_value(span: Span, key: str) -> Any:
         with span.reading(name):
             inner = json_value(span.get(name), name)
         if isinstance(inner, dict):
-            return _walk(inner, parts[i:])
+            return walk(inner, parts[i:])
     return None
 
 
