@@ -391,7 +391,7 @@ WRITTEN = {
 }
 
 
-TRACE_FORMATS = {"otlp", "phoenix-spans", "langfuse"}
+TRACE_FORMATS = {"otlp", "otel-spans", "phoenix-spans", "langfuse"}
 
 
 def test_every_registered_format_is_proven_here():

@@ -8,6 +8,7 @@ is tests/test_trace_store.py.
 """
 
 import csv
+import datetime as dt
 import json
 
 import pytest
@@ -384,3 +385,299 @@ def test_sample_api_reports_traces_without_a_retriever(tmp_path, otlp):
     assert drawn.drawn == len(kept) + len(bare) and len(drawn.cases) == len(kept)
     assert drawn.report.skipped == {"no retriever span": len(bare)}
     assert set(drawn.report.examples["no retriever span"]) == {t for t, _, _ in bare}
+
+
+def test_the_answer_is_the_generation_given_the_chunks_not_a_query_rewrite(tmp_path):
+    """A pipeline that rewrites the question with the LLM before retrieving, and sets no output on its
+    root span: the answer is the LLM span given the retrieved chunks, whatever the clocks say (the
+    spans here start and end at the same instants), and the report says how it was picked."""
+    from openinference.semconv.trace import MessageAttributes as M
+    from openinference.semconv.trace import OpenInferenceSpanKindValues as K
+    from openinference.semconv.trace import SpanAttributes as S
+    from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
+
+    path = tmp_path / "spans.jsonl"
+    provider = _provider(FileSpanExporter(path))
+    tracer = provider.get_tracer("support-bot")
+    made = []
+    for i, question in enumerate(_questions(3)):
+        at = 1_790_000_000_000_000_000 + i * 10**9
+        chunks = bm25.retrieve(question)
+        answer = f"According to our help centre: {chunks[0]['text']}"
+        with tracer.start_as_current_span("rag", start_time=at, end_on_exit=False) as root:
+            root.set_attribute(S.OPENINFERENCE_SPAN_KIND, K.CHAIN.value)
+            root.set_attribute(S.INPUT_VALUE, question)
+            spans = []
+            for name, kind in (("rewrite", K.LLM), ("retrieve", K.RETRIEVER), ("answer", K.LLM)):
+                span = tracer.start_span(name, start_time=at)
+                span.set_attribute(S.OPENINFERENCE_SPAN_KIND, kind.value)
+                spans.append(span)
+            rewrite, retrieve, generate = spans
+            rewrite.set_attribute(f"{S.LLM_INPUT_MESSAGES}.0.{M.MESSAGE_CONTENT}", question)
+            rewrite.set_attribute(S.OUTPUT_VALUE, "refund window monthly subscription")
+            for k, c in enumerate(chunks):
+                retrieve.set_attribute(f"{S.RETRIEVAL_DOCUMENTS}.{k}.document.id", c["id"])
+                retrieve.set_attribute(f"{S.RETRIEVAL_DOCUMENTS}.{k}.document.content", c["text"])
+            generate.set_attribute(f"{S.LLM_INPUT_MESSAGES}.0.{M.MESSAGE_CONTENT}",
+                                   "Answer from:\n" + "\n".join(c["text"] for c in chunks))
+            generate.set_attribute(S.OUTPUT_VALUE, answer)
+            for span in (rewrite, retrieve, generate, root):  # in this order, at the same instant
+                span.end(end_time=at + 1000)
+        made.append((format(root.get_span_context().trace_id, "032x"), answer,
+                     format(generate.get_span_context().span_id, "016x")))
+    provider.shutdown()
+    drawn = sample_traces(path, None)
+    for trace_id, answer, generation in made:
+        case = next(c for c in drawn.cases if c.id == trace_id)
+        assert case.answer == answer and case.metadata["trace"]["llm_span_id"] == generation
+    assert drawn.report.noted == {
+        "answer from the LLM span given the retrieved chunks (the root has no output)": len(made)}
+
+
+def test_console_exporter_and_one_span_a_line_read_as_the_otlp_file_does(tmp_path):
+    """The same traces written by the SDK's ConsoleSpanExporter (its own pretty-printed span.to_json(),
+    one object after another, saved as a .log; and one compact object a line), and as one OTLP span a
+    line (the spans of the SDK's OTLP JSON encoding, one per line, as a collector's output is flattened):
+    the same cases as the OTLP JSON file exporter's."""
+    from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans
+    from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    pretty, compact, otlp = tmp_path / "console.log", tmp_path / "console.jsonl", tmp_path / "otlp.jsonl"
+    memory = InMemorySpanExporter()
+    with open(pretty, "w") as a, open(compact, "w") as b:
+        provider = _provider(FileSpanExporter(otlp))
+        for exporter in (ConsoleSpanExporter(out=a), memory,
+                         ConsoleSpanExporter(out=b, formatter=lambda s: s.to_json(indent=None) + "\n")):
+            provider.add_span_processor(SimpleSpanProcessor(exporter))
+        tracer = provider.get_tracer("support-bot")
+        made = [traced(q, tracer, user=f"u{i % 2}") for i, q in enumerate(_questions(4))]
+        made.append(traced(_questions(5)[-1], tracer, drop_retriever=True))
+        provider.shutdown()
+    assert pretty.read_text().startswith("{\n    \"name\"")  # the exporter's own layout
+    body = encode_spans(memory.get_finished_spans()).to_dict()
+    per_span = tmp_path / "spans.jsonl"
+    per_span.write_text("".join(json.dumps({**span, "resource": rs["resource"]}) + "\n"
+                                for rs in body["resourceSpans"] for ss in rs["scopeSpans"]
+                                for span in ss["spans"]))
+    expected = {c.id: c for c in sample_traces(otlp, None).cases}
+    assert set(expected) == {t for t, _ in made[:4]}
+    res = ragbridge_cli("sample", pretty, "--n", 100, "--out", tmp_path / "cases.jsonl")
+    assert res.returncode == 0, res.stderr
+    assert "read as format 'otel-spans'" in res.stderr
+    assert "1 of 5 trace(s) not cases: no retriever span" in res.stderr
+    for cases in (load_cases(tmp_path / "cases.jsonl"), sample_traces(compact, None).cases,
+                  sample_traces(per_span, None).cases, load_cases(pretty, "otel-spans")):
+        assert {c.id for c in cases} == set(expected)
+        for case in cases:
+            want = expected[case.id]
+            assert (case.question, case.answer, case.tags) == (want.question, want.answer, want.tags)
+            assert [c.model_dump() for c in case.contexts] == [c.model_dump() for c in want.contexts]
+            got, trace = dict(case.metadata["trace"]), dict(want.metadata["trace"])
+            for key in ("start_time", "end_time"):  # the console's times are its ISO text, to the microsecond
+                a, b = (dt.datetime.fromisoformat(x.pop(key).replace("Z", "+00:00")) for x in (got, trace))
+                assert abs((a - b).total_seconds()) <= 1e-6
+            assert got == trace
+
+
+def test_sessions_give_each_turn_its_earlier_turns_and_sample_draws_by_session(tmp_path):
+    """Multi-turn conversations (the pipeline names session-u0, -u1, -u2 on its root spans): each trace
+    stays one case, with its session and the earlier turns (a small-talk turn without retrieval among
+    them); a sample of traces carries the earlier turns of its sessions even when they are not drawn;
+    --by session draws sessions, every turn of a drawn one a case."""
+    path = tmp_path / "spans.jsonl"
+    turns = record(path, _questions(7))  # u0, u1, u2, u0, u1, u2, u0
+    small_talk = record(path, ["Thanks, that helps!"], drop_retriever=True)  # u0's fourth turn
+    turns += record(path, _questions(8)[7:])  # u0 again: its fifth turn
+    sessions = {}
+    for i, (trace_id, _, question) in enumerate(turns[:7]):
+        sessions.setdefault(f"session-u{i % 3}", []).append((trace_id, question))
+    sessions["session-u0"] += [(small_talk[0][0], "Thanks, that helps!"), (turns[7][0], turns[7][2])]
+    everything = {c.id: c for c in sample_traces(path, None).cases}
+    assert len(everything) == len(turns)
+    for session, items in sessions.items():
+        for k, (trace_id, question) in enumerate(items):
+            if trace_id == small_talk[0][0]:
+                assert trace_id not in everything  # small talk is no case, but it is a turn
+                continue
+            info = everything[trace_id].metadata["session"]
+            assert (info["id"], info["turn"], info["turns"]) == (session, k + 1, len(items))
+            assert [(p["trace_id"], p["question"]) for p in info["previous"]] == items[:k]
+    last = everything[turns[7][0]].metadata["session"]["previous"]
+    assert last[3]["question"] == "Thanks, that helps!"  # from its root span: input and output
+    assert last[3]["answer"].startswith("According to our help centre")
+    # the same through convert (the whole file read as a dataset)
+    res = ragbridge_cli("convert", path, tmp_path / "all.jsonl")
+    assert res.returncode == 0, res.stderr
+    assert {c.id: c.metadata["session"] for c in load_cases(tmp_path / "all.jsonl")} == {
+        i: c.metadata["session"] for i, c in everything.items()}
+    # a sample of two traces: their earlier turns come along, drawn or not
+    two = sample_traces(path, 2, seed=1)
+    assert two.drawn == 2 and two.sessions >= 1
+    for case in two.cases:
+        assert case.metadata["session"] == everything[case.id].metadata["session"]
+    # by session: every turn of the drawn session, and only those
+    res = ragbridge_cli("sample", path, "--by", "session", "--n", 1, "--seed", 3, "--json",
+                        "--out", tmp_path / "session.jsonl")
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
+    assert (summary["by"], summary["drawn"], summary["sessions"]) == ("session", 1, 1)
+    drawn_session = min(sessions, key=lambda s: draw(s, 3))
+    cases = load_cases(tmp_path / "session.jsonl")
+    assert {c.id for c in cases} == {t for t, _ in sessions[drawn_session]} & set(everything)
+    assert all(c.metadata["session"]["id"] == drawn_session for c in cases)
+
+
+def test_a_time_window_keeps_the_traces_that_start_in_it(tmp_path):
+    path = tmp_path / "spans.jsonl"
+    first = record(path, _questions(2))
+    import time
+
+    time.sleep(0.05)
+    middle = time.time_ns()
+    second = record(path, _questions(3)[2:])
+    assert {c.id for c in sample_traces(path, None, since=middle).cases} == {t for t, _, _ in second}
+    assert {c.id for c in sample_traces(path, None, until=middle).cases} == {t for t, _, _ in first}
+    with pytest.raises(DatasetError, match="--since must come before --until"):
+        sample_traces(path, None, since=middle, until=middle - 1)
+    with pytest.raises(DatasetError, match="neither a date and time"):
+        sample_traces(path, None, since="last tuesday")
+    with pytest.raises(DatasetError, match="no trace matches"):
+        sample_traces(path, None, since="2999-01-01")
+
+
+def test_export_scores_help_lists_every_format_and_store_a_plugin_registers():
+    from ragbridge.traces import get_score_formats, get_trace_stores
+
+    res = ragbridge_cli("export-scores", "--help", env={"COLUMNS": "80"})
+    assert res.returncode == 0, res.stderr
+    text = " ".join(res.stdout.split())
+    formats, stores = sorted(get_score_formats()), sorted(get_trace_stores())
+    assert {"phoenix", "langfuse", "jsonl", "csv"} <= set(formats) and {"phoenix", "langfuse"} <= set(stores)
+    assert f"Where the scores go: {', '.join(formats)}; or a trace store's address: " \
+           f"{', '.join(s + '://' for s in stores)}." in text
+    assert max(len(line) for line in res.stdout.splitlines()) <= 80
+
+
+def _feedback(path, kept, name, values, column="score", polarity=None):
+    """A feedback file as a support tool writes one (csv.DictWriter): one signal per trace."""
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["trace_id", "name", column, "polarity"])
+        writer.writeheader()
+        for (trace_id, _, _), value in zip(kept, values):
+            writer.writerow({"trace_id": trace_id, "name": name, column: value, "polarity": polarity or ""})
+
+
+def _carrying(cases, name, values):
+    return [c.model_copy(update={"metadata": {**c.metadata, "signals": [{"name": name, "label": v}]}})
+            for c, v in zip(cases, values)]
+
+
+def _outcome_table(path):
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["label", "verdict"])
+        writer.writeheader()
+        writer.writerows([{"label": "handed_to_agent", "verdict": "fail"},
+                          {"label": "self_served", "verdict": "pass"}])
+    return path
+
+
+def test_a_signal_declares_its_polarity_and_labels_map_by_the_users_table(tmp_path, otlp):
+    """An escalation (1 = escalated) is a human fail; escalated/resolved labels read; a follow-up or a
+    thumbs-down is a fail; a file's polarity column and the option say otherwise where the name does not
+    tell; labels of one's own mean what the user's table says."""
+    from ragbridge.traces.signals import LabelTable, labels_from_signals, load_label_table, load_signals, \
+        polarity_of
+
+    path, kept, _ = otlp
+    escalated = [1 if i % 4 == 0 else 0 for i in range(len(kept))]
+    _feedback(tmp_path / "escalations.csv", kept, "escalation", escalated)
+    cases = sample_traces(path, None, signals=load_signals(tmp_path / "escalations.csv")).cases
+    by_trace = dict(zip((t for t, _, _ in kept), escalated))
+    got = labels_from_signals(cases, "escalation", ["m"])
+    assert got.polarity == "negative" and got.unread == 0
+    assert dict(zip(got.frame["case_id"], got.frame["grade"])) == {t: 1.0 - e for t, e in by_trace.items()}
+    words = ["escalated" if by_trace[c.id] else "resolved" for c in cases]
+    read = labels_from_signals(_carrying(cases, "escalation", words), "escalation", ["m"])
+    assert list(read.frame["grade"]) == [0.0 if w == "escalated" else 1.0 for w in words]
+    own = ["handed_to_agent" if by_trace[c.id] else "self_served" for c in cases]
+    unread = labels_from_signals(_carrying(cases, "outcome", own), "outcome", ["m"])
+    assert unread.frame.empty and unread.labels == ["handed_to_agent", "self_served"]
+    table = load_label_table(_outcome_table(tmp_path / "outcomes.csv"))
+    mapped = labels_from_signals(_carrying(cases, "outcome", own), "outcome", ["m"], table=table)
+    assert list(mapped.frame["grade"]) == [0.0 if o == "handed_to_agent" else 1.0 for o in own]
+    assert [polarity_of(n) for n in ("follow_up_question", "thumbs-down", "user_escalated", "thumbs",
+                                     "csat")] == ["negative", "negative", "negative", "positive", "positive"]
+    follow = labels_from_signals(_carrying(cases, "follow_up", ["yes", "yes", "no"]), "follow_up", ["m"])
+    assert list(follow.frame["grade"]) == [0.0, 0.0, 1.0]
+    _feedback(tmp_path / "csat.csv", kept, "csat_complaints", escalated, polarity="negative")
+    complaints = sample_traces(path, None, signals=load_signals(tmp_path / "csat.csv")).cases
+    negative = labels_from_signals(complaints, "csat_complaints", ["m"])
+    assert negative.polarity == "negative"
+    assert dict(zip(negative.frame["case_id"], negative.frame["grade"])) == {
+        t: 1.0 - e for t, e in by_trace.items()}
+    flipped = labels_from_signals(complaints, "csat_complaints", ["m"], "positive")
+    assert dict(zip(flipped.frame["case_id"], flipped.frame["grade"])) == {
+        t: float(e) for t, e in by_trace.items()}
+    assert LabelTable({(None, "ok"): True}).get("any", " OK ") is True
+    (tmp_path / "bad.csv").write_text("label,verdict\nok,maybe\n")
+    with pytest.raises(DatasetError, match="bad.csv:2: field 'verdict': verdict 'maybe' is neither pass"):
+        load_label_table(tmp_path / "bad.csv")
+
+
+@pytest.mark.slow
+def test_validate_reads_an_escalation_as_a_fail_and_labels_through_the_users_table(tmp_path, otlp):
+    """The command line: humans fail the escalated answers; labels it cannot read are named, with what to
+    do; with the table they read."""
+    from ragbridge import evaluate
+
+    path, kept, _ = otlp
+    escalated = [1 if i % 4 == 0 else 0 for i in range(len(kept))]
+    _feedback(tmp_path / "escalations.csv", kept, "escalation", escalated)
+    res = ragbridge_cli("sample", path, "--n", 100, "--signals", tmp_path / "escalations.csv",
+                        "--out", tmp_path / "s.jsonl")
+    assert res.returncode == 0, res.stderr
+    cases = [c.model_copy(update={"must_contain": ["refund"]}) for c in load_cases(tmp_path / "s.jsonl")]
+    evaluate(cases, metrics=["must_contain"], out=tmp_path / "run")
+    res = ragbridge_cli("validate", tmp_path / "run", "--labels", "signal:escalation", "--json",
+                        "--resamples", 0)
+    assert res.returncode == 0, res.stderr
+    assert "the 'escalation' signal read as negative" in res.stderr
+    (row,) = json.loads(res.stdout)["validation"]
+    assert (row["human_fail"], row["human_pass"]) == (sum(escalated), len(kept) - sum(escalated))
+    by_trace = dict(zip((t for t, _, _ in kept), escalated))
+    own = ["handed_to_agent" if by_trace[c.id] else "self_served" for c in cases]
+    evaluate(_carrying(cases, "outcome", own), metrics=["must_contain"], out=tmp_path / "other")
+    res = ragbridge_cli("validate", tmp_path / "other", "--labels", "signal:outcome", "--resamples", 0)
+    assert res.returncode == 2
+    assert "labels 'handed_to_agent', 'self_served' are neither a pass nor a fail" in res.stderr
+    assert "--signal-labels" in res.stderr
+    res = ragbridge_cli("validate", tmp_path / "other", "--labels", "signal:outcome", "--signal-labels",
+                        _outcome_table(tmp_path / "outcomes.csv"), "--json", "--resamples", 0)
+    assert res.returncode == 0, res.stderr
+    (row,) = json.loads(res.stdout)["validation"]
+    assert (row["human_fail"], row["human_pass"]) == (sum(escalated), len(kept) - sum(escalated))
+
+
+def test_a_long_session_gives_each_turn_its_last_twenty(tmp_path):
+    """A session of 25 turns: the last carries the 20 before it (and says it is turn 25), read whole or
+    drawn alone (then the earlier turns' questions and answers come from their root spans)."""
+    from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
+
+    from ragbridge.traces.sessions import PREVIOUS
+
+    path = tmp_path / "spans.jsonl"
+    provider = _provider(FileSpanExporter(path))
+    tracer = provider.get_tracer("support-bot")
+    questions = _questions(PREVIOUS + 5)
+    made = [traced(q, tracer, user="u0") for q in questions]
+    provider.shutdown()
+    last = made[-1][0]
+    session = {c.id: c for c in sample_traces(path, None).cases}[last].metadata["session"]
+    assert (session["turn"], session["turns"]) == (PREVIOUS + 5, PREVIOUS + 5)
+    assert [(p["trace_id"], p["question"]) for p in session["previous"]] == [
+        (t, q) for (t, _), q in zip(made[4:-1], questions[4:-1])]
+    seed = next(s for s in range(10_000) if min((t for t, _ in made), key=lambda t: draw(t, s)) == last)
+    (alone,) = sample_traces(path, 1, seed=seed).cases
+    assert alone.id == last and alone.metadata["session"] == session

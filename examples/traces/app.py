@@ -6,9 +6,11 @@ It answers the support-bot example's questions (retrieval: the chunks sharing th
 the question; the answer: the best chunk's first sentence) and records each request as a trace, by
 OpenInference's conventions: a CHAIN root span (the question in, the answer out), a RETRIEVER span
 with the ranked documents (``retrieval.documents.N.document.*``) and an LLM span. The OpenTelemetry
-SDK's OTLP JSON file exporter writes the spans, as a collector's file exporter would. Every tenth
-request skips retrieval (a small-talk answer), so its trace has no retriever span. Users' thumbs
-on the answers go to a feedback file, by root span id, as a support tool would record them.
+SDK's OTLP JSON file exporter writes the spans, as a collector's file exporter would. Each of the
+four users talks in one session (``session.id``), a turn a request. Every tenth request skips
+retrieval (a small-talk answer), so its trace has no retriever span. Users' thumbs on the answers,
+and whether the conversation was escalated to a human agent after the answer (1: escalated), go to
+a feedback file, by root span id, as a support tool would record them.
 
 Needs ``opentelemetry-sdk``, ``openinference-semantic-conventions`` and
 ``opentelemetry-exporter-otlp-json-file``.
@@ -54,6 +56,7 @@ def main(spans_path, feedback_path):
             root.set_attribute(S.OPENINFERENCE_SPAN_KIND, K.CHAIN.value)
             root.set_attribute(S.INPUT_VALUE, question)
             root.set_attribute(S.USER_ID, f"user-{i % 4}")
+            root.set_attribute(S.SESSION_ID, f"session-{i % 4}")
             chunks = []
             if i % 10 != 9:
                 with tracer.start_as_current_span("retrieve") as span:
@@ -76,9 +79,10 @@ def main(spans_path, feedback_path):
         expected = (case.get("answer") or "").lower()
         liked = bool(chunks) and any(w in expected for w in words(answer) if len(w) > 6)
         feedback.append({"span_id": span_id, "name": "thumbs", "label": "up" if liked else "down"})
+        feedback.append({"span_id": span_id, "name": "escalation", "score": int(not liked and i % 2 == 0)})
     provider.shutdown()
     with open(feedback_path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=["span_id", "name", "label"])
+        writer = csv.DictWriter(f, fieldnames=["span_id", "name", "label", "score"])
         writer.writeheader()
         writer.writerows(feedback)
     print(f"{len(CASES)} requests traced into {spans_path}; thumbs in {feedback_path}")

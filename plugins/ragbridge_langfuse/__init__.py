@@ -1,18 +1,22 @@
 """ragbridge's Langfuse formats: Langfuse trace exports in, a Langfuse score import out.
 
 Langfuse is a tracing and evaluation service, not an evaluation library that scores cases here, so
-this plugin registers no backend: only a trace format and a score format. Neither needs the
-``langfuse`` package; both read and write files.
+this plugin registers no backend: a trace format, a score format and a trace store. None needs the
+``langfuse`` package: the formats read and write files, the store speaks the public API with httpx.
 
 - ``langfuse`` (trace format, read only): a trace downloaded from Langfuse's trace view, or an
   observations export. Each trace with a ``RETRIEVER`` observation becomes a case (question and
   answer from the root observation, contexts from the retriever's output); the trace's scores
   become user signals on the case (``metadata["signals"]``), for ``validate --labels signal:NAME``.
 - ``langfuse`` (score format): ``ragbridge export-scores RUN --to langfuse --out scores.json``
-  writes an ingestion batch of ``score-create`` events, each on the trace and observation the case
+  writes the batch score import (a list of scores), each on the trace and observation the case
   came from.
+- ``langfuse://HOST`` (trace store): ``ragbridge sample --from langfuse://cloud.langfuse.com`` pulls
+  observations and scores from the public API, ``ragbridge export-scores RUN --to langfuse://...``
+  sends the scores; keys from ``LANGFUSE_PUBLIC_KEY`` and ``LANGFUSE_SECRET_KEY``.
 
-The field mapping and what is not kept: :mod:`ragbridge_langfuse.formats`.
+The field mapping and what is not kept: :mod:`ragbridge_langfuse.formats`; the API calls:
+:mod:`ragbridge_langfuse.store`.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 
 from ragbridge.hookspecs import hookimpl
 
-__all__ = ["FORMATS", "SCORE_FORMATS"]
+__all__ = ["FORMATS", "SCORE_FORMATS", "STORE"]
 
 
 def __getattr__(name: str) -> Any:
@@ -30,7 +34,7 @@ def __getattr__(name: str) -> Any:
     modules."""
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(".formats", __name__), name)
+    return getattr(importlib.import_module(".store" if name == "STORE" else ".formats", __name__), name)
 
 
 @hookimpl
@@ -47,3 +51,10 @@ def ragbridge_register_score_formats(register):
 
     for fmt in SCORE_FORMATS:
         register(fmt)
+
+
+@hookimpl
+def ragbridge_register_trace_stores(register):
+    from .store import STORE
+
+    register(STORE)

@@ -73,12 +73,16 @@ Phoenix evals has no dataset file format of its own (it scores pandas DataFrames
 the prompt fields). Phoenix's tracing side has two: its span export, read as the trace format
 ``phoenix-spans`` (each trace a case, contexts from the retriever span), and span evaluations,
 written by the score format ``phoenix`` (``ragbridge export-scores RUN --to phoenix``), which Phoenix
-loads as evaluations. Neither needs Phoenix installed: :mod:`ragbridge_phoenix.formats`.
+loads as evaluations. Neither needs Phoenix installed: :mod:`ragbridge_phoenix.formats`. A running
+Phoenix server is a trace store, ``phoenix://HOST:PORT/PROJECT``: ``ragbridge sample --from`` pulls
+its spans, ``ragbridge export-scores --to`` pushes the scores as annotations, over its REST API with
+httpx (:mod:`ragbridge_phoenix.store`).
 
 Files: ``backend.py`` (the backend, its run lifecycle, Phoenix's LLM and evaluators),
 ``metrics.py`` (canonical metric -> Phoenix evaluator, the label -> 0..1 mapping, the options),
 ``translate.py`` (a case -> Phoenix's records, Phoenix's result -> a Score), ``formats.py`` (the
-span export and span evaluations), ``env.py`` (the
+span export and span evaluations), ``store.py`` (a Phoenix server: spans pulled, annotations pushed),
+``env.py`` (the
 environment defaults), ``stub.py`` (the stub judge's answers to Phoenix's prompts, registered
 through ``ragbridge_register_stub_responders``).
 """
@@ -90,11 +94,11 @@ from typing import Any
 
 from ragbridge.hookspecs import hookimpl
 
-__all__ = ["PhoenixBackend", "METRICS", "FORMATS", "SCORE_FORMATS"]
+__all__ = ["PhoenixBackend", "METRICS", "FORMATS", "SCORE_FORMATS", "STORE"]
 
 #: the package's names, imported when first used: registering the plugin imports none of its modules
 _EXPORTS = {"PhoenixBackend": ".backend", "METRICS": ".metrics", "FORMATS": ".formats",
-            "SCORE_FORMATS": ".formats"}
+            "SCORE_FORMATS": ".formats", "STORE": ".store"}
 
 
 def __getattr__(name: str) -> Any:
@@ -124,6 +128,13 @@ def ragbridge_register_score_formats(register):
 
     for fmt in SCORE_FORMATS:
         register(fmt)
+
+
+@hookimpl
+def ragbridge_register_trace_stores(register):
+    from .store import STORE
+
+    register(STORE)
 
 
 @hookimpl

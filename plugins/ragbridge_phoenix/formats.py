@@ -15,12 +15,16 @@ Parquet is read a row group at a time, so ``ragbridge sample`` streams it.
 ``phoenix`` (a score format, ``ragbridge export-scores RUN --to phoenix --out DIR``): a folder with
 one ``evaluations-<id>.parquet`` per evaluation name, as Phoenix's ``SpanEvaluations.save`` writes
 them: the rows indexed by ``span_id``, with ``label``, ``score`` and ``explanation``, and the schema
-metadata ``arize`` = ``{"eval_id", "eval_name", "eval_type": "SpanEvaluations"}``. Phoenix loads
-one with ``SpanEvaluations.load(id, directory)`` (then ``px.Client().log_evaluations(...)``), and
-any of them reads as a dataframe for ``Client().spans.log_span_annotations_dataframe(dataframe=
-pd.read_parquet(path), annotation_name=NAME, annotator_kind="LLM")``. The id is derived from the
-evaluation name and its rows, so the same run writes the same files. A score without a value
-(errored or undefined) is written with its label (``error``, ``undefined``) and no score.
+metadata ``arize`` = ``{"eval_id", "eval_name", "eval_type": "SpanEvaluations"}``. A score judged
+chunk by chunk (context relevance) also gives a file of ``DocumentEvaluations``, as
+``DocumentEvaluations.save`` writes them: indexed by ``span_id`` and ``document_position`` (the
+retriever span's document), labels ``relevant``/``irrelevant``, scores 1/0. Phoenix loads one with
+``SpanEvaluations.load(id, directory)`` (or ``DocumentEvaluations.load``), and logs it with
+``Client().spans.log_span_annotations_dataframe(dataframe=evals.dataframe, annotation_name=
+evals.eval_name, annotator_kind="LLM")`` (``log_document_annotations_dataframe`` for documents).
+The id is derived from the evaluation name and its rows, so the same run writes the same files. A
+score without a value (errored or undefined) is left out and counted: Phoenix's annotation takes a
+finite score, and a missing one in a dataframe is NaN, which its client cannot send as JSON.
 """
 
 from __future__ import annotations
@@ -34,9 +38,9 @@ from ragbridge.formats import DatasetError
 from ragbridge.formats.files import jsonl_lines
 from ragbridge.traces import trace_format
 from ragbridge.traces.evaluations import ScoreFormat
-from ragbridge.traces.spans import Span, hex_id, nanos
+from ragbridge.traces.spans import Span, SpanError, hex_id, nanos
 
-__all__ = ["FORMATS", "SCORE_FORMATS", "read_spans", "write_evaluations"]
+__all__ = ["FORMATS", "SCORE_FORMATS", "read_spans", "write_evaluations", "left_out"]
 
 _COLUMNS = ("context.trace_id", "context.span_id")
 
@@ -50,6 +54,8 @@ def is_span_export(record: dict[str, Any]) -> bool:
 def _plain(value: Any) -> Any:
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
         value = value.tolist()
+    if type(value).__name__ == "NaTType":  # pandas' missing time
+        return None
     if hasattr(value, "isoformat"):
         return value.isoformat()
     if isinstance(value, list):
@@ -62,32 +68,45 @@ def _plain(value: Any) -> Any:
 
 
 def _span(row: dict[str, Any], path: Path, line: int, unit: str) -> Span:
-    trace_id = hex_id(row.get("context.trace_id"), 16)
-    span_id = hex_id(row.get("context.span_id"), 8)
-    if trace_id is None or span_id is None:
-        field = "context.trace_id" if trace_id is None else "context.span_id"
-        raise DatasetError(f"no {field}", path=path, line=line, field=field, unit=unit,
-                           hint="save the spans dataframe with its index (Parquet), or reset_index() "
-                                "before to_json")
-    attributes: dict[str, Any] = {}
-    for key, value in row.items():
-        if not str(key).startswith("attributes.") or value is None:
-            continue
-        name = str(key)[len("attributes."):]
-        value = _plain(value)
-        if isinstance(value, list) and any(isinstance(v, dict) for v in value):
-            for i, item in enumerate(value):  # a cell holding a list of documents or messages
-                for part, inner in (item.items() if isinstance(item, dict) else ()):
-                    attributes[f"{name}.{i}.{part}"] = inner
-        elif value is not None:
-            attributes[name] = value
-    if row.get("span_kind") and "openinference.span.kind" not in attributes:
-        attributes["openinference.span.kind"] = row["span_kind"]
-    status = str(row.get("status_code") or "").upper()
-    return Span(trace_id=trace_id, span_id=span_id, parent_id=hex_id(row.get("parent_id"), 8),
-                name=str(row.get("name") or ""), start=nanos(_plain(row.get("start_time"))),
-                end=nanos(_plain(row.get("end_time"))), attributes=attributes,
-                status=status if status in ("OK", "ERROR") else None)
+    at = "context.trace_id"
+    try:
+        trace_id = hex_id(row.get(at), 16)
+        at = "context.span_id"
+        span_id = hex_id(row.get(at), 8)
+        at = "parent_id"
+        parent_id = hex_id(row.get(at), 8)
+        if trace_id is None or span_id is None:
+            at = "context.trace_id" if trace_id is None else "context.span_id"
+            raise DatasetError(f"no {at}", path=path, line=line, field=at, unit=unit,
+                               hint="save the spans dataframe with its index (Parquet), or reset_index() "
+                                    "before to_json")
+        at = "attributes"
+        attributes: dict[str, Any] = {}
+        for key, value in row.items():
+            if not str(key).startswith("attributes.") or value is None:
+                continue
+            at = str(key)
+            name = at[len("attributes."):]
+            value = _plain(value)
+            if isinstance(value, list) and any(isinstance(v, dict) for v in value):
+                for i, item in enumerate(value):  # a cell holding a list of documents or messages
+                    for part, inner in (item.items() if isinstance(item, dict) else ()):
+                        attributes[f"{name}.{i}.{part}"] = inner
+            elif value is not None:
+                attributes[name] = value
+        if row.get("span_kind") and "openinference.span.kind" not in attributes:
+            attributes["openinference.span.kind"] = row["span_kind"]
+        status = str(row.get("status_code") or "").upper()
+        at = "start_time"
+        start = nanos(_plain(row.get(at)))
+        at = "end_time"
+        end = nanos(_plain(row.get(at)))
+    except SpanError as exc:
+        raise DatasetError(exc.message, path=path, line=line, field=exc.field or at, unit=unit,
+                           hint=exc.hint) from None
+    return Span(trace_id=trace_id, span_id=span_id, parent_id=parent_id, name=str(row.get("name") or ""),
+                start=start, end=end, attributes=attributes,
+                status=status if status in ("OK", "ERROR") else None, origin=(str(path), line, unit))
 
 
 def read_spans(path: Path) -> Iterator[Span]:
@@ -112,33 +131,66 @@ def read_spans(path: Path) -> Iterator[Span]:
         yield _span(record, path, line, "line")
 
 
-def write_evaluations(rows: list[dict[str, Any]], folder: Path) -> list[str]:
-    """One ``evaluations-<id>.parquet`` per evaluation name in ``folder`` (see the module docstring)."""
+def _frames(rows: list[dict[str, Any]]) -> tuple[list[tuple[str, str, Any]], list[str]]:
+    """Each evaluation name's rows as Phoenix's dataframe, ``(kind, name, frame)`` (kind
+    ``SpanEvaluations`` or ``DocumentEvaluations``), and the warnings for what is left out: a row
+    without a score (errored, undefined) has no place among Phoenix's scores (its annotation needs a
+    finite one, and a dataframe's missing score is NaN, which its client cannot send)."""
     import pandas as pd
+
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    kept, notes = left_out(rows)
+    for row in kept:
+        kind = "SpanEvaluations" if row.get("document_position") is None else "DocumentEvaluations"
+        groups.setdefault((kind, row["name"]), []).append(row)
+    frames = []
+    for (kind, name), items in sorted(groups.items()):
+        columns = {"span_id": pd.Series([r["span_id"] for r in items], dtype=object)}
+        if kind == "DocumentEvaluations":
+            columns["document_position"] = pd.Series([r["document_position"] for r in items], dtype="int64")
+        columns.update({
+            "label": pd.Series([r["label"] for r in items], dtype=object),
+            "score": pd.Series([r["score"] for r in items], dtype="float64"),
+            "explanation": pd.Series([r["explanation"] for r in items], dtype=object)})
+        index = ["span_id", "document_position"] if kind == "DocumentEvaluations" else "span_id"
+        frames.append((kind, name, pd.DataFrame(columns).set_index(index)))
+    return frames, notes
+
+
+def left_out(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows with a score, and the warnings counting the others (errored, undefined): a Phoenix
+    annotation of a run's score needs the score."""
+    left: dict[str, int] = {}
+    kept = []
+    for row in rows:
+        if row["score"] is None:
+            left[row["label"] or "undefined"] = left.get(row["label"] or "undefined", 0) + 1
+        else:
+            kept.append(row)
+    notes = [f"{n} score(s) {'that errored' if label == 'error' else 'without a value (undefined)'} left "
+             "out: a Phoenix evaluation needs a score" for label, n in sorted(left.items())]
+    return kept, notes
+
+
+def write_evaluations(rows: list[dict[str, Any]], folder: Path) -> list[str]:
+    """One ``evaluations-<id>.parquet`` per evaluation name and kind in ``folder`` (see the module
+    docstring); returns the warnings for what was left out."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     Path(folder).mkdir(parents=True, exist_ok=True)
-    by_name: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        by_name.setdefault(row["name"], []).append(row)
-    for name, items in sorted(by_name.items()):
-        frame = pd.DataFrame({
-            "span_id": pd.Series([r["span_id"] for r in items], dtype=object),
-            "label": pd.Series([r["label"] for r in items], dtype=object),
-            "score": pd.Series([r["score"] for r in items], dtype="float64"),
-            "explanation": pd.Series([r["explanation"] for r in items], dtype=object),
-        }).set_index("span_id")
-        digest = json.dumps([name, items], sort_keys=True, default=str)
+    frames, notes = _frames(rows)
+    for kind, name, frame in frames:
+        digest = json.dumps([kind, name, frame.reset_index().to_dict("records")], sort_keys=True, default=str)
         eval_id = uuid.uuid5(uuid.NAMESPACE_URL, "ragbridge-evaluations:" + digest)
         table = pa.Table.from_pandas(frame)
         table = table.replace_schema_metadata({
             **(table.schema.metadata or {}),
             b"arize": json.dumps({"eval_id": str(eval_id), "eval_name": name,
-                                  "eval_type": "SpanEvaluations"}).encode("utf-8"),
+                                  "eval_type": kind}).encode("utf-8"),
         })
         pq.write_table(table, Path(folder) / f"evaluations-{eval_id}.parquet")
-    return []
+    return notes
 
 
 FORMATS = [
@@ -152,5 +204,6 @@ FORMATS = [
 
 SCORE_FORMATS = [
     ScoreFormat("phoenix", write_evaluations,
-                "a folder of Phoenix SpanEvaluations parquet files, one per evaluation name", is_dir=True),
+                "a folder of Phoenix SpanEvaluations (and DocumentEvaluations) parquet files, one per "
+                "evaluation name", is_dir=True, needs_value=True),
 ]

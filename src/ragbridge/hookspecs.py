@@ -80,3 +80,16 @@ def ragbridge_register_score_formats(register):
     rows being ``ragbridge.traces.evaluations.evaluation_rows`` (trace id, span id, name, label,
     score, explanation) and the returned lines warnings. A name registered twice is an error.
     """
+
+
+@hookspec
+def ragbridge_register_trace_stores(register):
+    """Register tracing servers that ``ragbridge sample --from URL`` pulls spans from and ``ragbridge
+    export-scores --to URL`` pushes span evaluations to.
+
+    Call ``register(store)`` once per store, where ``store`` is a ``ragbridge.traces.stores.TraceStore``:
+    its name is the URL scheme (``NAME`` for ``NAME://HOST:PORT/PROJECT``), ``pull(address,
+    query)`` streams ``Span`` objects page by page, ``push(address, rows)`` sends the rows of
+    ``ragbridge.traces.evaluations.evaluation_rows`` and returns warning lines, and ``keys`` names the
+    environment variables its key is read from. A name registered twice is an error.
+    """

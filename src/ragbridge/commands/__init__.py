@@ -55,7 +55,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "anchor": ("data", "Anchor chunk-id and section labels to spans of the documents, so that they survive "
                        "re-chunking."),
     "export-scores": ("data", "Write a run's scores as span evaluations (trace id, span id, name, label, "
-                              "score, explanation) for the tracing tool the traces came from."),
+                              "score, explanation) for the tracing tool the traces came from, or send them "
+                              "to its server."),
     "compare": ("analysis", "Agreement between backends on each metric they share, and the cases they "
                             "disagree on most (with --with, backends scored in other runs too); with two "
                             "runs, each backend against itself in the other run (e.g. another judge model)."),

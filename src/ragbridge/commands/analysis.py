@@ -318,13 +318,23 @@ def validate_cmd(
     resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples",
                                   help="Draws for the 95% intervals (0: none)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the intervals' draws."),
+    signal_polarity: Optional[str] = typer.Option(
+        None, "--signal-polarity", help="With signal:NAME: positive (a high score or a yes is good: thumbs "
+                                        "up) or negative (it is bad: escalation, follow-up, thumbs down); "
+                                        "default: the signal's own, else by its name."),
+    signal_labels: Optional[Path] = typer.Option(
+        None, "--signal-labels", help="With signal:NAME: a table (CSV or JSONL: label, verdict pass|fail, "
+                                      "optional name) of what the signal's labels mean."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of a table."),
 ) -> None:
     """Each backend's verdicts against human labels: TPR, TNR, kappa, balanced accuracy."""
     r = _run_or_fail(run, with_runs)
     human = labels
     if str(labels).startswith("signal:") and not labels.exists():
-        human = _signal_labels(r, str(labels)[len("signal:"):], metric)
+        human = _signal_labels(r, str(labels)[len("signal:"):], metric, signal_polarity, signal_labels,
+                               label_threshold)
+    elif signal_polarity is not None or signal_labels is not None:
+        fail("--signal-polarity and --signal-labels go with --labels signal:NAME")
     try:
         frame = validate(r, human, metric or None, backend or None, threshold or None,
                          label_threshold, resamples, seed)
@@ -341,25 +351,21 @@ def validate_cmd(
         err.print(f"[yellow]{unknown} label(s) name a case that is not in this run[/]")
 
 
-def _signal_labels(r, name: str, metrics: Optional[List[str]]):
+def _signal_labels(r, name: str, metrics: Optional[List[str]], polarity: Optional[str] = None,
+                   table: Optional[Path] = None, threshold: float = 0.5):
     """Labels from the user signal ``name`` on the run's cases, one per metric asked for (every metric
-    of the run when none is)."""
-    from ..traces.signals import labels_from_signals
+    of the run when none is), read with its polarity and the user's table of labels
+    (`ragbridge.traces.signals.human_labels`)."""
+    from ..formats import DatasetError
+    from ..traces.signals import human_labels
 
-    if not name:
-        fail("--labels signal:NAME needs the signal's name, e.g. signal:thumbs")
     wanted = list(metrics) if metrics else sorted({s.metric for s in r.scores})
-    frame, unread = labels_from_signals(r.cases, name, wanted)
-    if frame.empty:
-        names = sorted({str(s.get("name")) for c in r.cases for s in c.metadata.get("signals", []) or []
-                        if isinstance(s, dict)})
-        fail(f"{r.path}: no case carries a signal named {name!r}"
-             + (f" (the cases carry: {', '.join(names)})" if names else
-                " (the cases carry no signals: sample the traces with their feedback, "
-                "ragbridge sample --signals)"))
-    if unread:
-        err.print(f"[yellow]warning:[/] {unread} {name!r} signal(s) have neither a score nor a pass/fail "
-                  "label and are not labels", highlight=False)
+    try:
+        frame, notes = human_labels(r.cases, name, wanted, polarity, table, threshold)
+    except DatasetError as exc:
+        fail(f"{r.path}: {exc}")
+    for line in notes:
+        err.print(line, highlight=False, markup=False)
     return frame
 
 

@@ -105,9 +105,24 @@ def convert(
              "(see ragbridge formats)")
 
 
+def _stores(able: str) -> str:
+    """The schemes of the trace stores registered that can ``able`` (``pull``, ``push``), for help."""
+    from ..traces import get_trace_stores
+
+    return ", ".join(f"{n}://" for n, s in sorted(get_trace_stores().items()) if getattr(s, able)) or "none"
+
+
+def _score_targets() -> str:
+    """What ``export-scores --to`` takes, for its help: every score format and trace store registered."""
+    from ..traces import get_score_formats
+
+    return f"{', '.join(sorted(get_score_formats()))}; or a trace store's address: {_stores('push')}"
+
+
 def sample(
-    traces: Path = typer.Argument(..., help="Trace export (OTLP JSON, a span export: see ragbridge formats) "
-                                            "or a JSONL log of interactions."),
+    traces: Optional[str] = typer.Argument(
+        None, help="Trace export (OTLP JSON, span objects, a span export: see ragbridge formats) or a JSONL "
+                   "log of interactions; or give --from with a trace store's address."),
     n: Optional[int] = typer.Option(None, "--n", help="At most this many traces (default 200; all with "
                                                       "--rate alone)."),
     rate: Optional[float] = typer.Option(
@@ -117,13 +132,22 @@ def sample(
     where: List[str] = typer.Option(
         None, "--where", help="Keep only traces with a span whose attribute key=value (repeatable: all on "
                               "one span; tag=billing matches a tag); for a log, field=value or a path."),
+    since: Optional[str] = typer.Option(
+        None, "--since", help="Only traces with a span that starts at or after this: ISO 8601 (2026-11-02, "
+                              "2026-11-02T10:00Z) or back from now (24h, 7d)."),
+    until: Optional[str] = typer.Option(
+        None, "--until", help="Only traces with a span that starts before this (as --since)."),
+    by: str = typer.Option(
+        "trace", "--by", help="Draw traces, or sessions (every turn of a drawn session becomes a case)."),
     from_format: Optional[str] = typer.Option(
-        None, "--from", help="Format of TRACES (default: recognised from its content)."),
+        None, "--from", help="Format of TRACES (default: recognised from its content), or a trace store to "
+                             "pull from: " + _stores("pull") + " (SCHEME://HOST[:PORT]/PROJECT; keys from "
+                             "the environment)."),
     mapping: Optional[Path] = typer.Option(
         None, "--mapping", help="TOML file mapping log fields to the schema (logs only; docs/traces.md)."),
     signals: Optional[Path] = typer.Option(
         None, "--signals", help="User feedback by trace_id or span_id (JSONL or CSV: name, score, label, "
-                                "note), carried into the cases."),
+                                "note, polarity), carried into the cases."),
     out_file: Path = typer.Option(
         ..., "--out", "-o", help="Where to write the sampled cases (.jsonl, .csv, .parquet)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
@@ -132,36 +156,47 @@ def sample(
     ready for reference-free metrics."""
     from ..run.sample import load_mapping, sample_traces
     from ..traces.signals import load_signals
+    from ..traces.stores import is_address
 
+    source = traces
+    if from_format is not None and is_address(from_format):
+        if traces is not None:
+            fail(f"give the traces once: a file ({traces}) or --from {from_format}, not both")
+        source, from_format = from_format, None
+    if source is None:
+        fail("no traces: give a trace file, or --from a trace store's address (SCHEME://HOST:PORT/PROJECT; "
+             f"stores: {_stores('pull')})")
     try:
         feedback = load_signals(signals) if signals is not None else None
-        drawn = sample_traces(traces, n if n is not None or rate is not None else 200, seed=seed,
+        drawn = sample_traces(source, n if n is not None or rate is not None else 200, seed=seed,
                               where=where or (), mapping=load_mapping(mapping), rate=rate,
-                              format=from_format, signals=feedback)
+                              format=from_format, signals=feedback, since=since, until=until, by=by)
         if not drawn.cases:
             lines = drawn.report.lines() if drawn.report else []
-            fail(f"{traces}: none of the {drawn.drawn} drawn trace(s) gives a case"
-                 + (": " + "; ".join(lines) if lines else ""))
+            fail(f"{source}: none of the {drawn.drawn} drawn {'session' if by == 'session' else 'trace'}(s) "
+                 "gives a case" + (": " + "; ".join(lines) if lines else ""))
         write_cases(drawn.cases, out_file)
     except DatasetError as exc:
         fail(str(exc))
     for line in (drawn.report.lines() if drawn.report else []):
-        warn(f"{traces}: {line}")
+        warn(f"{source}: {line}")
     if as_json:
         typer.echo(json.dumps({"out": str(out_file), **drawn.record()}, indent=2))
         return
     unit = "span(s)" if drawn.kind == "traces" else "record(s)"
     what = "trace(s)" if drawn.kind == "traces" else "interaction(s)"
-    out.print(f"sampled {len(drawn.cases)} {what} into {escape(str(out_file))} ({drawn.drawn} drawn; "
+    drew = f"{drawn.drawn} session(s) drawn" if drawn.by == "session" else f"{drawn.drawn} drawn"
+    turns = f", turns of {drawn.sessions} session(s)" if drawn.sessions else ""
+    out.print(f"sampled {len(drawn.cases)} {what} into {escape(str(out_file))} ({drew}{turns}; "
               f"{drawn.matched} of {drawn.read} {unit} passed the filters)", highlight=False)
 
 
 def export_scores(
     run: Path = typer.Argument(..., help="Run folder whose cases came from traces (ragbridge sample)."),
-    to_format: str = typer.Option(..., "--to", help="Score format: jsonl, csv, or a tracing tool's that a "
-                                                    "plugin registers (an unknown name lists them)."),
-    out_file: Path = typer.Option(..., "--out", "-o", help="Where to write (a file, or a folder for some "
-                                                           "formats)."),
+    to_format: str = typer.Option(..., "--to", help="Where the scores go: " + _score_targets() + "."),
+    out_file: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="Where to write (a file, or a folder for some formats); not with a store's "
+                                  "address."),
     metric: List[str] = typer.Option(None, "--metric", "-m", help="Only these metrics (repeatable)."),
     backend: List[str] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
     threshold: List[str] = typer.Option(
@@ -170,16 +205,28 @@ def export_scores(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Write a run's scores as span evaluations (trace id, span id, name, label, score, explanation) for
-    the tracing tool the traces came from."""
+    the tracing tool the traces came from, or send them to its server."""
     from ..analysis.table import AnalysisError, open_run
     from ..analysis.thresholds import Thresholds
     from ..formats.files import atomic_path
-    from ..traces import get_score_formats
-    from ..traces.evaluations import evaluation_rows
+    from ..traces import get_score_formats, get_trace_stores
+    from ..traces.evaluations import evaluation_rows, written
+    from ..traces.stores import is_address, parse_address, store_for
 
     fmts = get_score_formats()
-    if to_format not in fmts:
-        fail(f"unknown score format {to_format!r}; known: {', '.join(sorted(fmts))}")
+    store = address = None
+    if is_address(to_format):
+        try:
+            address = parse_address(to_format)
+            store = store_for(address, get_trace_stores(), "push")
+        except DatasetError as exc:
+            fail(str(exc))
+        if out_file is not None:
+            fail(f"--out goes with a file format; --to {to_format} sends the scores to the server")
+    elif to_format not in fmts:
+        fail(f"unknown score format {to_format!r}; known: {_score_targets()}")
+    elif out_file is None:
+        fail(f"--to {to_format} writes a file: give --out")
     try:
         r = open_run(run)
         marks = Thresholds.parse(threshold or None, {s.backend for s in r.scores})
@@ -193,25 +240,40 @@ def export_scores(
         fail(f"{run}: no score of a case read from a trace" + (
             f" ({homeless} score(s) of cases with no trace id: sample traces with ragbridge sample)"
             if homeless else ""))
-    fmt = fmts[to_format]
     try:
-        with atomic_path(out_file) as tmp:
-            if fmt.is_dir:
-                tmp.mkdir()
-            notes = fmt.write(rows, tmp)
-    except (DatasetError, OSError) as exc:
+        if store is not None:
+            notes = store.push(address, rows)
+        else:
+            fmt = fmts[to_format]
+            with atomic_path(out_file) as tmp:
+                if fmt.is_dir:
+                    tmp.mkdir()
+                notes = fmt.write(rows, tmp)
+    except DatasetError as exc:
+        fail(str(exc))
+    except OSError as exc:
         fail(f"{out_file}: cannot be written: {exc}")
     if homeless:
         notes = [*notes, f"{homeless} score(s) of cases that did not come from a trace were left out"]
     for line in notes:
         warn(line)
+    if store is not None:
+        spans, documents = written(rows, True, store.documents)
+    else:
+        spans, documents = written(rows, fmts[to_format].needs_value, fmts[to_format].documents)
+    where = to_format if store is not None else str(out_file)
     if as_json:
-        typer.echo(json.dumps({"out": str(out_file), "format": to_format, "evaluations": len(rows),
-                               "left_out": homeless, "warnings": notes}, indent=2))
+        typer.echo(json.dumps({"out": None if store is not None else str(out_file), "to": to_format,
+                               "format": None if store is not None else to_format, "evaluations": spans,
+                               "document_evaluations": documents, "left_out": homeless, "warnings": notes},
+                              indent=2))
         return
     names = sorted({row["name"] for row in rows})
-    out.print(f"wrote {len(rows)} span evaluation(s) ({len(names)} name(s): {escape(', '.join(names[:4]))}"
-              f"{', ...' if len(names) > 4 else ''}) to {escape(str(out_file))}", highlight=False)
+    verb = "sent" if store is not None else "wrote"
+    out.print(f"{verb} {spans} span evaluation(s)" + (f" and {documents} document evaluation(s)"
+                                                           if documents else "")
+              + f" ({len(names)} name(s): {escape(', '.join(names[:4]))}{', ...' if len(names) > 4 else ''}) "
+              f"to {escape(where)}", highlight=False)
 
 
 def anchor(

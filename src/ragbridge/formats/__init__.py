@@ -141,7 +141,8 @@ def _first_record(path: Path) -> Optional[dict[str, Any]]:
             first = _first_line_object(path)
             if first is not None and not any(isinstance(first.get(k), list) for k in JSON_LIST_KEYS):
                 return first  # JSON lines behind a .json suffix (a file exporter's), or one line
-            data = json.loads(path.read_bytes().decode("utf-8-sig"))
+            text = path.read_bytes().decode("utf-8-sig")
+            data = json.JSONDecoder().raw_decode(text.lstrip())[0]  # the first of several objects too
             if isinstance(data, dict):
                 data = next((data[k] for k in JSON_LIST_KEYS if isinstance(data.get(k), list)), data)
             first = data[0] if isinstance(data, list) and data else data  # or one object (a trace export)

@@ -12,7 +12,12 @@ Spans are grouped by trace id (`group_traces`); each trace becomes at most one `
   ``gen_ai.retrieval.query.text`` too), else the last user message of the LLM span; a JSON input
   (``input.mime_type`` ``application/json``) gives its question-like field (``question``,
   ``query``, ``input``, ``prompt``, ``text``, ``content``, ``message``);
-- ``answer``: the root's ``output.value``, else the LLM span's (or its first output message);
+- ``answer``: what the application returned to the user, the root's ``output.value``; without one,
+  the output of the LLM span that wrote the answer (its ``output.value`` or first output message):
+  with several LLM spans (a query rewrite before the retrieval, then the answer), the one whose
+  input holds a retrieved chunk's text, else the last to start after the retrieval, else the last
+  (`_answer_llm`; the report counts the traces answered so). ``llm_span_id`` is that span, or with
+  a root output the LLM span whose output it is;
 - ``contexts``: the retriever's documents, best first as recorded:
   ``retrieval.documents.N.document.id`` / ``.content`` / ``.score`` / ``.metadata`` (metadata a JSON
   string; its ``source``, ``url``, ``file_path`` or ``file_name`` is the chunk's source), and
@@ -22,7 +27,8 @@ Spans are grouped by trace id (`group_traces`); each trace becomes at most one `
   several retrievers' documents are joined in start order. A document without an id gets the id of
   its text (``ctx-<sha1>``, as everywhere);
 - ``id``: the trace id; ``tags``: the root's ``tag.tags``; ``metadata["trace"]``: ``trace_id``,
-  ``span_id`` (the root's: where a score of the whole answer goes), ``retriever_span_ids``,
+  ``span_id`` (the root's: where a score of the whole answer goes), ``retriever_span_ids`` (with
+  several, ``retriever_documents``: how many documents each gave, in the contexts' order),
   ``llm_span_id``, ``name``, ``start_time``, ``end_time`` (ISO 8601 UTC), and where present
   ``service``, ``session_id``, ``user_id`` and the root's ``metadata``; ``metadata["signals"]``:
   the user signals the export carried for the trace (`Signal`).
@@ -35,23 +41,32 @@ counted too (an empty retrieval is a result to score, not a gap in the data).
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 
+from pydantic import ValidationError
+
 from ..formats.records import chunk_id_for_text
 from ..schema import Case, Chunk
-from .spans import Signal, Span, indexed, iso_time, json_value
+from .sessions import Turn, add_sessions, session_of
+from .spans import Signal, Span, SpanError, indexed, iso_time, json_value, shown
 
-__all__ = ["TraceReport", "group_traces", "trace_case", "cases_from_spans", "span_kind"]
+__all__ = ["TraceReport", "group_traces", "trace_case", "cases_from_spans", "span_kind", "trace_turn"]
 
 #: why a trace is not a case, as the report says it
 NO_RETRIEVER = "no retriever span"
 NO_QUESTION = "no question (no input on the root, retriever or LLM span)"
+NO_SPANS = "no spans (only scores about the trace)"
 #: what a kept case is noted for
 EMPTY_RETRIEVAL = "retriever returned no documents (kept, with no contexts)"
 SEVERAL_RETRIEVERS = "several retriever spans (documents joined in start order)"
 NO_ROOT = "no root span (a parent was not exported)"
+#: how the answer was picked when the root holds none and the trace has several LLM spans
+ANSWER_SAW_CHUNKS = "answer from the LLM span given the retrieved chunks (the root has no output)"
+ANSWER_AFTER_RETRIEVAL = "answer from the last LLM span after the retrieval (the root has no output)"
+ANSWER_LAST = "answer from the last LLM span (the root has no output; none follows the retrieval)"
 
 _QUESTION_KEYS = ("question", "query", "input", "prompt", "text", "content", "message")
 _ANSWER_KEYS = ("answer", "output", "response", "text", "content", "message", "result")
@@ -125,12 +140,17 @@ def _root(spans: Sequence[Span]) -> tuple[Span, bool]:
     return min(orphans or spans, key=_start), False
 
 
-def _text(value: Any, mime: Any, keys: Sequence[str]) -> Optional[str]:
+def _text(value: Any, mime: Any, keys: Sequence[str], field: str = "") -> Optional[str]:
     """A question or answer from an ``input.value`` / ``output.value``: the text, or a JSON value's
     text-like field."""
     if value is None:
         return None
-    parsed = json_value(value) if (str(mime or "").endswith("json") or not isinstance(value, str)) else value
+    parsed = (json_value(value, field) if (str(mime or "").endswith("json") or not isinstance(value, str))
+              else value)
+    return _pick_text(parsed, keys)
+
+
+def _pick_text(parsed: Any, keys: Sequence[str]) -> Optional[str]:
     if isinstance(parsed, str):
         return parsed
     if isinstance(parsed, dict):
@@ -139,54 +159,87 @@ def _text(value: Any, mime: Any, keys: Sequence[str]) -> Optional[str]:
             if isinstance(found, str) and found.strip():
                 return found
             if isinstance(found, (dict, list)):
-                inner = _text(found, "json", keys)
+                inner = _pick_text(found, keys)
                 if inner:
                     return inner
         return None
     if isinstance(parsed, list):
         for item in reversed(parsed):
-            inner = _text(item, "json", keys)
+            inner = _pick_text(item, keys)
             if inner:
                 return inner
     return None if parsed is None else str(parsed)
 
 
 def _message(span: Span, prefix: str, role: Optional[str], last: bool) -> Optional[str]:
-    messages = [m for _, m in indexed(span.attributes, prefix)
-                if role is None or m.get("message.role") == role]
+    with span.reading(prefix):
+        messages = [m for _, m in indexed(span.attributes, prefix)
+                    if role is None or m.get("message.role") == role]
     if not messages:
         return None
     content = messages[-1 if last else 0].get("message.content")
     return content if isinstance(content, str) else None
 
 
-def _documents(span: Span) -> list[dict[str, Any]]:
-    """The span's documents as ``{id?, content?, score?, metadata?}``, output of a reranker first."""
+def _span_text(span: Span, key: str, keys: Sequence[str]) -> Optional[str]:
+    """The span's ``input`` or ``output`` (``key``) as text (see `_text`)."""
+    with span.reading(f"{key}.value"):
+        return _text(span.attributes.get(f"{key}.value"), span.attributes.get(f"{key}.mime_type"), keys,
+                     f"{key}.value")
+
+
+def _documents(span: Span) -> list[tuple[dict[str, Any], str]]:
+    """The span's documents as ``{id?, content?, score?, metadata?}``, each with the attribute it was
+    read from; the output of a reranker first."""
     attrs = span.attributes
-    for prefix in ("reranker.output_documents", "retrieval.documents"):
-        docs = [_document(d) for _, d in indexed(attrs, prefix)]
-        if not docs and isinstance(attrs.get(prefix), list):
-            docs = [_document(d) for d in attrs[prefix] if isinstance(d, dict)]
-        if docs:
-            return docs
-    genai = json_value(attrs.get("gen_ai.retrieval.documents"))
-    if isinstance(genai, list):
-        return [_document(d) for d in genai if isinstance(d, dict)]
+    with span.reading():
+        for prefix in ("reranker.output_documents", "retrieval.documents"):
+            docs = [(_document(d, f"{prefix}.{i}"), f"{prefix}.{i}") for i, d in indexed(attrs, prefix)]
+            if not docs and attrs.get(prefix) is not None:
+                docs = [(_document(d, f"{prefix}.{i}"), f"{prefix}.{i}")
+                        for i, d in enumerate(_document_list(attrs[prefix], prefix))]
+            if docs:
+                return docs
+        key = "gen_ai.retrieval.documents"
+        genai = json_value(attrs.get(key), key)
+        if genai is not None:
+            return [(_document(d, f"{key}[{i}]"), f"{key}[{i}]")
+                    for i, d in enumerate(_document_list(genai, key))]
     return []
 
 
-def _document(raw: dict[str, Any]) -> dict[str, Any]:
+def _document_list(value: Any, key: str) -> list[dict[str, Any]]:
+    """An attribute that holds the documents as one list of objects; raises `SpanError` for any
+    other value (a number, a text, an object, a list of anything but objects)."""
+    if not isinstance(value, list) or any(not isinstance(d, dict) for d in value):
+        raise SpanError(f"must be a list of documents (objects), got {shown(value)}"
+                        + (f" holding {shown(next(d for d in value if not isinstance(d, dict)))}"
+                           if isinstance(value, list) else ""), field=key,
+                        hint="write the documents as retrieval.documents.N.document.* attributes")
+    return value
+
+
+def _document(raw: dict[str, Any], at: str) -> dict[str, Any]:
     if isinstance(raw.get("document"), dict):
         raw = raw["document"]
     pick = {k.removeprefix("document."): v for k, v in raw.items()}
     return {"id": pick.get("id"), "content": pick.get("content", pick.get("text")),
-            "score": pick.get("score"), "metadata": json_value(pick.get("metadata"))}
+            "score": pick.get("score"),
+            "metadata": json_value(pick.get("metadata"), f"{at}.document.metadata")}
 
 
-def _chunk(doc: dict[str, Any]) -> Chunk:
+#: the attribute each field of a chunk comes from, for errors
+_CHUNK_FIELDS = {"id": "document.id", "text": "document.content", "score": "document.score",
+                 "source": "document.metadata"}
+
+
+def _chunk(doc: dict[str, Any], span: Span, at: str) -> Chunk:
     text = doc["content"] if isinstance(doc["content"], str) else ("" if doc["content"] is None
                                                                     else json.dumps(doc["content"]))
     cid = doc["id"]
+    if isinstance(cid, bool) or not isinstance(cid, (str, int, type(None))):
+        raise span.error(f"a document id must be a string, got {shown(cid)}", f"{at}.document.id",
+                         "give each document a text id")
     cid = str(cid) if cid is not None and str(cid).strip() else chunk_id_for_text(text)
     score = doc["score"]
     try:
@@ -195,54 +248,118 @@ def _chunk(doc: dict[str, Any]) -> Chunk:
         score = None
     meta = doc["metadata"] if isinstance(doc["metadata"], dict) else {}
     source = next((str(meta[k]) for k in _SOURCE_KEYS if meta.get(k) not in (None, "")), None)
-    return Chunk(id=cid, text=text, score=score if score is None or score == score else None,
-                 source=source)
+    try:
+        return Chunk(id=cid, text=text, score=score if score is None or math.isfinite(score) else None,
+                     source=source)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        part = str(first["loc"][0]) if first.get("loc") else "id"
+        message = str(first.get("msg", exc)).removeprefix("Value error, ")
+        raise span.error(message, f"{at}.{_CHUNK_FIELDS.get(part, part)}", "fix the document in the "
+                         "application's instrumentation") from None
+
+
+def _tags(root: Span) -> list[str]:
+    tags = root.attributes.get("tag.tags")
+    if tags is None:
+        return []
+    if isinstance(tags, str):
+        return [tags]
+    if not isinstance(tags, list) or any(isinstance(t, (dict, list, bool)) or t is None for t in tags):
+        raise root.error(f"tags must be a list of texts, got {shown(tags)}", "tag.tags",
+                         'set tag.tags to a list of strings, e.g. ["billing"]')
+    return [str(t) for t in tags]
+
+
+def _seen_chunks(llm: Span, chunks: Sequence[Chunk]) -> bool:
+    """Whether an LLM span's input holds the text of one of ``chunks`` (it was given the retrieval)."""
+    attrs = llm.attributes
+    given = [v for k, v in attrs.items() if isinstance(v, str) and (
+        k == "input.value" or (k.startswith("llm.input_messages.") and k.endswith(".message.content"))
+        or k.startswith("gen_ai.prompt") or k == "gen_ai.input.messages")]
+    if not given:
+        return False
+    text = "\n".join(given)
+    return any(len(c.text.strip()) >= 20 and c.text.strip()[:200] in text for c in chunks)
+
+
+def _answer_llm(llms: Sequence[Span], retrievers: Sequence[Span], chunks: Sequence[Chunk],
+                order: dict[str, int]) -> tuple[Optional[Span], str]:
+    """The LLM span whose output is the answer when the root holds none, and how it was picked: the
+    one that was given the retrieved chunks (its input holds a chunk's text), else one that starts at
+    or after the retrieval, else any; of those the last to end (then the last in the trace's order).
+    A query rewrite before the retrieval is not taken for the answer."""
+    if not llms:
+        return None, ""
+    if len(llms) == 1:
+        return llms[0], ""
+    first = min(order[r.span_id] for r in retrievers)
+    for how, pool in ((ANSWER_SAW_CHUNKS, [s for s in llms if _seen_chunks(s, chunks)]),
+                      (ANSWER_AFTER_RETRIEVAL, [s for s in llms if order[s.span_id] > first]),
+                      (ANSWER_LAST, list(llms))):
+        if pool:
+            return max(pool, key=lambda s: (s.end or s.start or 0, order[s.span_id])), how
+    return None, ""
 
 
 def trace_case(spans: Sequence[Span], report: TraceReport,
                signals: Sequence[Signal] = ()) -> Optional[Case]:
     """One trace's spans as a case, or None with the reason counted in ``report`` (see the module
-    docstring)."""
+    docstring). Raises `DatasetError` naming where a span was read for a value that cannot be read."""
     trace_id = spans[0].trace_id
     report.traces += 1
+    about = [s for s in spans if not s.span_id]
+    notes = [n for s in spans for n in s.notes]
+    if about:
+        spans = [s for s in spans if s.span_id]
+        signals = [g for s in about for g in s.signals] + list(signals)
+    if not spans:
+        report.add(notes[0] if notes else NO_SPANS, trace_id, skipped=True)
+        return None
     spans = sorted(spans, key=_start)
+    order = {s.span_id: i for i, s in enumerate(spans)}
     root, whole = _root(spans)
     kinds = [(s, span_kind(s)) for s in spans]
     retrievers = [s for s, k in kinds if k in ("RETRIEVER", "RERANKER")]
-    rerankers = [s for s in retrievers if span_kind(s) == "RERANKER" and _documents(s)]
+    rerankers = [s for s, k in kinds if k == "RERANKER" and _documents(s)]
     llms = [s for s, k in kinds if k == "LLM"]
-    llm = max(llms, key=lambda s: (s.end or 0)) if llms else None
     if not retrievers:
         report.add(NO_RETRIEVER, trace_id, skipped=True)
         return None
-    question = _text(root.attributes.get("input.value"), root.attributes.get("input.mime_type"),
-                     _QUESTION_KEYS)
+    question, asked = _span_text(root, "input", _QUESTION_KEYS), root
     for span in retrievers:
         if question:
             break
-        question = (_text(span.attributes.get("input.value"), span.attributes.get("input.mime_type"),
-                          _QUESTION_KEYS) or span.attributes.get("gen_ai.retrieval.query.text"))
+        question, asked = (_span_text(span, "input", _QUESTION_KEYS)
+                           or span.attributes.get("gen_ai.retrieval.query.text")), span
+    used = [rerankers[-1]] if rerankers else retrievers
+    chunks = [_chunk(d, s, at) for s in used for d, at in _documents(s)]
+    root_answer = _span_text(root, "output", _ANSWER_KEYS) if root is not retrievers[0] else None
+    llm, how = _answer_llm(llms, retrievers, chunks, order)
+    if root_answer is not None:
+        same = [s for s in llms if _span_text(s, "output", _ANSWER_KEYS) == root_answer]
+        llm = same[-1] if same else llm
     if not question and llm is not None:
-        question = _message(llm, "llm.input_messages", "user", last=True)
+        question, asked = _message(llm, "llm.input_messages", "user", last=True), llm
     if not question or not str(question).strip():
         report.add(NO_QUESTION, trace_id, skipped=True)
         return None
-    answer = _text(root.attributes.get("output.value"), root.attributes.get("output.mime_type"),
-                   _ANSWER_KEYS) if root is not retrievers[0] else None
+    answer, answered = root_answer, root
     if answer is None and llm is not None:
-        answer = (_text(llm.attributes.get("output.value"), llm.attributes.get("output.mime_type"),
-                        _ANSWER_KEYS) or _message(llm, "llm.output_messages", None, last=False))
-    used = [rerankers[-1]] if rerankers else retrievers
-    documents = [d for s in used for d in _documents(s)]
+        answer, answered = (_span_text(llm, "output", _ANSWER_KEYS)
+                            or _message(llm, "llm.output_messages", None, last=False)), llm
+        if how:
+            report.add(how, trace_id, skipped=False)
     if not whole:
         report.add(NO_ROOT, trace_id, skipped=False)
     if len(used) > 1:
         report.add(SEVERAL_RETRIEVERS, trace_id, skipped=False)
-    if not documents:
+    if not chunks:
         report.add(EMPTY_RETRIEVAL, trace_id, skipped=False)
     info: dict[str, Any] = {
         "trace_id": trace_id, "span_id": root.span_id,
         "retriever_span_ids": [s.span_id for s in used],
+        "retriever_documents": [len(_documents(s)) for s in used] if len(used) > 1 else None,
         "llm_span_id": llm.span_id if llm is not None else None,
         "name": root.name, "start_time": iso_time(min((s.start for s in spans if s.start), default=None)),
         "end_time": iso_time(max((s.end for s in spans if s.end), default=None)),
@@ -252,26 +369,58 @@ def trace_case(spans: Sequence[Span], report: TraceReport,
         if value not in (None, ""):
             info[key] = value
     if root.attributes.get("metadata") not in (None, ""):
-        info["metadata"] = json_value(root.attributes["metadata"])
+        with root.reading("metadata"):
+            info["metadata"] = json_value(root.attributes["metadata"], "metadata")
     metadata: dict[str, Any] = {"trace": {k: v for k, v in info.items() if v is not None}}
     given = [g for s in spans for g in s.signals] + list(signals)
     if given:
         metadata["signals"] = [g.record() for g in given]
-    tags = root.attributes.get("tag.tags")
+    tags = _tags(root)
+    try:
+        case = Case(id=trace_id, question=str(question), answer=answer, contexts=chunks, tags=tags,
+                    metadata=metadata)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        part = str(first["loc"][0]) if first.get("loc") else ""
+        message = str(first.get("msg", exc)).removeprefix("Value error, ")
+        span, at = {"id": (root, "trace id"), "question": (asked, "input.value"),
+                    "answer": (answered, "output.value"), "tags": (root, "tag.tags")}.get(
+            part, (root, "metadata"))
+        raise span.error(message, at) from None
+    for note in dict.fromkeys(notes):
+        report.add(note, trace_id, skipped=False)
     report.cases += 1
-    return Case(id=trace_id, question=str(question), answer=answer,
-                contexts=[_chunk(d) for d in documents],
-                tags=[str(t) for t in tags] if isinstance(tags, list) else [],
-                metadata=metadata)
+    return case
+
+
+def trace_turn(spans: Sequence[Span]) -> Optional[Turn]:
+    """The turn a trace's spans make (`ragbridge.traces.sessions`): its session (the root's, else
+    the first span's that names one), start, and the root's question and answer; None outside a
+    session."""
+    real = [s for s in spans if s.span_id]
+    if not real:
+        return None
+    root, _ = _root(sorted(real, key=_start))
+    session = session_of(root) or next((session_of(s) for s in real if session_of(s)), None)
+    if session is None:
+        return None
+    start = min((s.start for s in real if s.start), default=0)
+    return Turn(session, root.trace_id, start, _span_text(root, "input", _QUESTION_KEYS),
+                _span_text(root, "output", _ANSWER_KEYS))
 
 
 def cases_from_spans(spans: Iterable[Span], signals: Optional[dict[str, list[Signal]]] = None
                      ) -> tuple[list[Case], TraceReport]:
-    """Every trace of ``spans`` as a case (in the order traces first appear), and the report."""
+    """Every trace of ``spans`` as a case (in the order traces first appear), each turn of a session
+    with its session (`ragbridge.traces.sessions`), and the report."""
     report = TraceReport()
-    cases = []
+    cases, turns = [], []
     for trace_id, members in group_traces(spans).items():
         case = trace_case(members, report, (signals or {}).get(trace_id, ()))
         if case is not None:
             cases.append(case)
+        turn = trace_turn(members)
+        if turn is not None:
+            turns.append(turn)
+    add_sessions(cases, turns)
     return cases, report
