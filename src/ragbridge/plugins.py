@@ -1,8 +1,9 @@
 """The plugin manager: ragbridge's built-in plugins, then the ``ragbridge`` entry-point group.
 
 The built-in plugins (`DEFAULT_PLUGINS`: the native backend, the canonical dataset formats, TREC, the
-trace formats and the rubric judge, with its commands) are registered from that list, by module
-path, so a source checkout without package metadata still has every backend and format. Every
+trace formats, the rubric judge and the synthetic-set generator, with their commands)
+are registered from that list, by module path, so a source checkout without package metadata still
+has every backend and format. Every
 other plugin, the bundled library backends (``plugins/ragbridge_*``) included, is found through
 the ``ragbridge`` entry-point group, like a third party's.
 
@@ -34,6 +35,7 @@ DEFAULT_PLUGINS = (
     "ragbridge.traces",
     "ragbridge.native",
     "ragbridge.rubric",
+    "ragbridge.synthetic",
 )
 
 pm = pluggy.PluginManager("ragbridge")
@@ -41,7 +43,7 @@ pm.add_hookspecs(hookspecs)
 
 #: of `DEFAULT_PLUGINS`, those that add commands: the only built-in ones the command line imports
 #: before a command needs the others (``ragbridge --help`` imports no backend, format or schema)
-COMMAND_PLUGINS = ("ragbridge.rubric",)
+COMMAND_PLUGINS = ("ragbridge.rubric", "ragbridge.synthetic")
 
 #: plugins that failed to load: name -> error message (shown by ``ragbridge backends``)
 load_errors: dict[str, str] = {}
