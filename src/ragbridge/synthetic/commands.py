@@ -48,8 +48,8 @@ def synthesize(
         ..., help="The documents: a folder of text or markdown files, one such file, or a JSONL of "
                   "{doc, text}."),
     out_path: Path = typer.Option(
-        ..., "--out", "-o", help="The golden set to write (.jsonl, .csv, ...); its work folder OUT.work/ lets "
-                                 "the same command resume."),
+        ..., "--out", "-o", help="The golden set to write (.jsonl, .csv, ...); its work folder OUT.work/ "
+                                 "lets the same command resume."),
     n: int = typer.Option(100, "--n", help="Questions to generate."),
     mix: Optional[str] = typer.Option(
         None, "--mix", help="Kinds and their shares, e.g. "
@@ -167,7 +167,8 @@ def _print(result, out_path: Path, compare_to: Optional[Path]) -> None:
     kinds = ", ".join(f"{k} {v['made']} of {v['planned']}" for k, v in c.get("by_kind", {}).items())
     verb = "would be made" if result.status == "dry-run" else "made"
     out.print(f"{c['made']} of {c['planned']} questions {verb} by {escape(result.generator)} "
-              f"({escape(kinds)}); {c['dropped']} dropped" + (f", {c['pending']} not made yet" if c.get("pending") else ""),
+              f"({escape(kinds)}); {c['dropped']} dropped"
+              + (f", {c['pending']} not made yet" if c.get("pending") else ""),
               highlight=False, soft_wrap=True)
     if c.get("dropped_by_reason"):
         print_lines(out, ["dropped: " + "; ".join(f"{_REASONS.get(k, k)} {v}"
@@ -231,13 +232,13 @@ def _exit_notes(result, json_mode: bool) -> None:
         err.print(f"... and {len(result.errors) - 5} more", highlight=False)
     if result.status == "budget":
         err.print(f"[bold yellow]judge budget spent: {result.counts.get('pending', 0)} question(s) not "
-                  f"made[/]; what was made is kept in {escape(work)}, nothing else was written; run the same command "
-                  "with a larger budget to go on", highlight=False, soft_wrap=True)
+                  f"made[/]; what was made is kept in {escape(work)}, nothing else was written; run the same "
+                  "command with a larger budget to go on", highlight=False, soft_wrap=True)
     elif result.status in ("errored", "interrupted"):
         unusable = sum(1 for e in result.errors if e.get("unusable"))
         err.print(f"[bold red]{result.counts.get('pending', 0)} question(s) not made[/] "
-                  f"({len(result.errors)} failed); what was made is kept in " + escape(work) + ", nothing else was written; run the "
-                  "same command again to retry them"
+                  f"({len(result.errors)} failed); what was made is kept in {escape(work)}, nothing else was "
+                  "written; run the same command again to retry them"
                   + (" (or add --drop-failed to drop the ones whose reply is unusable)" if unusable else ""),
                   highlight=False, soft_wrap=True)
     if not json_mode and result.status == "complete" and result.counts.get("made", 0) == 0:
