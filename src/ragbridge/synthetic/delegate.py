@@ -2,7 +2,9 @@
 
 A plugin registers a `Generator` through the ``ragbridge_register_generators`` hook. ragbridge gives
 it a `GeneratorRequest`: the corpus cut into passages (the library gets them as its chunks or
-contexts), how many questions of each kind the mix asks for (only kinds in its ``kinds``), the seed,
+contexts), how many questions of each kind the mix asks for (only kinds in its ``kinds``) and the
+plan's slots (which passages each question is to be written from, for a library that takes
+contexts rather than building its own), the seed,
 and the judge (a `~ragbridge.judge.JudgeClient`: the library's LLM and embeddings go through the
 gateway, so they are cached, counted against the budget and audited like every judge call). It
 returns `GeneratedItem` objects: the question, the reference answer, the reference contexts the
@@ -38,7 +40,12 @@ class GeneratorRequest:
     counts: dict[str, int]
     seed: int
     judge: Any
+    #: the plan's slots for the generator's kinds (`ragbridge.synthetic.plan.Slot`: a kind and the
+    #: indexes of its passages), for a library that writes from contexts it is given
+    slots: Sequence[Any] = ()
     options: dict[str, Any] = field(default_factory=dict)
+    #: what the generator has to say about the set (a kind it could not make, and why): printed
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -52,7 +52,8 @@ class Synthesis:
     ``dropped`` (by reason), ``pending``, and per kind. ``dropped`` and ``errors``: a row per question.
     ``judge``: the judge calls, cache hits, tokens and cost of this session. ``weaknesses``: the
     figures of the synthetic set and, with ``compare_to``, of the real one (`weaknesses.measure`).
-    ``written``: the files written."""
+    ``written``: the files written. ``notes``: what the generator had to say (a kind it could not
+    make)."""
 
     cases: list[Case]
     status: str
@@ -65,6 +66,7 @@ class Synthesis:
     written: dict[str, str] = field(default_factory=dict)
     work: Optional[str] = None
     stub: bool = False
+    notes: list[str] = field(default_factory=list)
 
     def rows(self) -> list[dict[str, Any]]:
         """The weaknesses as rows: synthetic beside real (`weaknesses.compare_rows`)."""
@@ -134,7 +136,7 @@ async def synthesize_async(
     try:
         shares = parse_mix(mix, kinds) if not isinstance(mix, dict) else parse_mix(
             ",".join(f"{k}={v}" for k, v in mix.items()), kinds)
-        slots = plan_slots(passages, n, shares, seed, bm25) if lib is None else []
+        slots = plan_slots(passages, n, shares, seed, bm25)
     except PlanError as exc:
         raise SynthError(str(exc)) from None
     real = _real_cases(compare_to)
@@ -166,6 +168,8 @@ async def synthesize_async(
         if work is not None:
             work.close()
     items = work.items() if work is not None else {**done, **result.counts.pop("_items", {})}
+    if "_complete" in items and not result.notes:
+        result.notes = list(items["_complete"].get("notes") or [])
     _assemble(result, items, slots, n, shares, lib is not None)
     from .weaknesses import measure
 
@@ -242,7 +246,8 @@ async def _generate(result: Synthesis, lib: Any, docs: Corpus, passages: Any, bm
             if lib is None:
                 await _builtin(result, docs, passages, bm25, slots, judge, gateway, record, done, drop_failed)
             else:
-                await _library(result, lib, docs, passages, shares, n, seed, judge, gateway, record, options)
+                await _library(result, lib, docs, passages, slots, shares, n, seed, judge, gateway, record,
+                               options)
         except (KeyboardInterrupt, asyncio.CancelledError):
             result.status = "interrupted"
             raise
@@ -283,13 +288,14 @@ async def _builtin(result: Synthesis, docs: Corpus, passages: Any, bm25: BM25, s
         result.status = "errored"
 
 
-async def _library(result: Synthesis, lib: Any, docs: Corpus, passages: Any, shares: dict[str, float], n: int,
-                   seed: int, judge: Any, gateway: Any, record: Any, options: dict[str, Any]) -> None:
+async def _library(result: Synthesis, lib: Any, docs: Corpus, passages: Any, slots: list,
+                   shares: dict[str, float], n: int, seed: int, judge: Any, gateway: Any, record: Any,
+                   options: dict[str, Any]) -> None:
     from ..run.lifecycle import applied_environment
     from .delegate import GeneratorRequest, cases_from_items
 
     request = GeneratorRequest(passages=list(passages), counts=allocate(shares, n), seed=seed, judge=gateway,
-                               options=options)
+                               slots=slots, options=options)
 
     def work() -> list:
         random.seed(seed)
@@ -298,6 +304,7 @@ async def _library(result: Synthesis, lib: Any, docs: Corpus, passages: Any, sha
 
     try:
         items = await asyncio.to_thread(work)
+        result.notes += request.notes
     except Exception as exc:  # the library failed: its error, after the gateway's retries
         if gateway.budget_spent:
             return
@@ -309,14 +316,14 @@ async def _library(result: Synthesis, lib: Any, docs: Corpus, passages: Any, sha
                                      max(4, len(str(len(items)))))
     for item in [*made, *dropped]:
         record(item)
-    record({"slot": "_complete", "status": "complete", "n": len(items)})
+    record({"slot": "_complete", "status": "complete", "n": len(items), "notes": request.notes})
 
 
 def _assemble(result: Synthesis, items: dict[str, dict[str, Any]], slots: Sequence[Any], n: int,
               shares: dict[str, float], delegated: bool) -> None:
     """The made cases in plan order (a question asked by an earlier slot dropped as ``duplicate``),
     the dropped rows and the counts."""
-    order = [s.id for s in slots] if not delegated else sorted(k for k in items if k != "_complete")
+    order = sorted(k for k in items if k != "_complete") if delegated else [s.id for s in slots]
     seen: set[str] = set()
     made, dropped = [], []
     for sid in order:
