@@ -17,9 +17,9 @@ much of the question's wording its passage holds (and how easily BM25 finds that
 have exactly one answer passage, how many are unanswerable; beside a real set with ``--compare-to``.
 A person can review the questions before they enter the golden set (`review`).
 
-The package, one concern a module:
+The package, one concern a module (the lexical measures, terms, term overlap and BM25, are
+`ragbridge.lexical`, which the report uses too):
 
-``lexical``     terms, term overlap, BM25
 ``passages``    the corpus cut into passages
 ``plan``        kinds, the mix, the slots of a generation
 ``prompts``     the generation prompts and the checks of their replies

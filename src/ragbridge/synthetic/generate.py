@@ -7,7 +7,7 @@ gateway (every call cached, counted against the budget and audited, filed under 
 * ``single``: the ``single`` prompt; its quote placed in the passage (`prompts.locate_quote`);
 * ``multi``: the ``multi`` prompt; one quote placed in each passage;
 * ``paraphrased``: the ``single`` prompt, then ``reword``: the rewording must share fewer of its
-  terms with the passage than the question it rewords (`lexical.term_overlap`);
+  terms with the passage than the question it rewords (`ragbridge.lexical.term_overlap`);
 * ``unanswerable``: the ``unanswerable`` prompt, then the check: the `CHECK_TOP` passages of the
   whole corpus that BM25 ranks first for the question, and the ``answered`` prompt on them.
 
@@ -17,8 +17,10 @@ passage (``unplaced``), a rewording no further from the passage (``not_reworded`
 question the corpus answers (``answered``), a question its group already asked (``duplicate``). A
 judge error after the gateway's retries, or a reply that is still not a usable question, leaves the
 slot *pending* (an error of this session; the next session asks again, its cached answers dropped)
-unless ``drop_failed``, which settles it as dropped (``unusable``). Once the budget is spent the
-gateway refuses new calls and every slot not settled stays pending.
+unless ``drop_failed``, which settles it as dropped (``unusable``); the unusable answers are dropped
+from the cache, the answers to the slot's earlier prompts kept. Once the budget is spent the gateway
+refuses new calls and every slot not settled stays pending (what it was answered is kept in the
+cache: the next session replays it).
 
 Slots run in groups (`Slot.group`: the same kind and passages), one after the other within a group,
 each prompt listing the questions its group already made, so a passage asked again yields another
@@ -35,7 +37,7 @@ from typing import Any, Callable, Optional, Sequence
 from ..formats.corpus import Corpus
 from ..rubric.parse import Asker, JudgeCallError, ReplyError
 from . import prompts
-from .lexical import BM25
+from ..lexical import BM25
 from .passages import Passage, Passages
 from .plan import KIND_TAGS, Slot
 
@@ -91,6 +93,7 @@ async def _ask(g: Generation, slot: Slot, step: str, messages: list, schema: dic
             return await g.asker.ask(messages, schema, f"synthetic_{step.replace(':', '_')}", checked)
         except ReplyError as exc:
             exc.problem = seen.get("problem")  # type: ignore[attr-defined]
+            exc.step = step  # type: ignore[attr-defined]
             raise
 
 
@@ -165,11 +168,6 @@ class _Dropped(Exception):
         self.reason, self.detail, self.question = reason, detail, question
 
 
-def _steps(slot: Slot) -> list[str]:
-    return {"paraphrased": ["paraphrased", "paraphrased:reword"],
-            "unanswerable": ["unanswerable", "unanswerable:check"]}.get(slot.kind, [slot.kind])
-
-
 async def _group(g: Generation, slots: list[Slot], done: dict[str, dict[str, Any]],
                  sem: asyncio.Semaphore) -> None:
     asked: list[str] = []
@@ -193,8 +191,8 @@ async def _group(g: Generation, slots: list[Slot], done: dict[str, dict[str, Any
             except _Dropped as d:
                 item.update(status="dropped", reason=d.reason, detail=d.detail, question=d.question)
             except (ReplyError, JudgeCallError) as exc:
-                for step in _steps(slot):
-                    g.gateway.forget(BACKEND, step, slot.id)
+                if isinstance(exc, ReplyError):  # its answers are asked for again, not replayed
+                    g.gateway.forget(BACKEND, getattr(exc, "step", slot.kind), slot.id)
                 if g.gateway.budget_spent:
                     g.stopped = True
                     return

@@ -26,7 +26,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .lexical import BM25
+from ..lexical import BM25
 from .passages import Passages
 
 __all__ = ["KINDS", "KIND_TAGS", "DEFAULT_MIX", "Slot", "PlanError", "parse_mix", "allocate", "plan_slots"]

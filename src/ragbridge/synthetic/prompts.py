@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from ..formats.corpus import Corpus
 from ..rubric.parse import ReplyError
-from .lexical import term_overlap, terms
+from ..lexical import term_overlap, terms
 from .passages import Passage
 
 __all__ = ["TASKS", "HEADINGS", "messages", "SCHEMAS", "check_question", "check_single", "check_multi",

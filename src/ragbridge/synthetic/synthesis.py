@@ -29,7 +29,7 @@ from .. import __version__
 from ..formats import DatasetError, load_cases, write_cases
 from ..formats.corpus import Corpus, read_corpus
 from ..schema import Case
-from .lexical import BM25
+from ..lexical import BM25
 from .passages import cut_passages
 from .plan import KINDS, PlanError, allocate, parse_mix, plan_slots
 from .work import WorkError, WorkFolder, corpus_fingerprint, work_folder_for
@@ -128,7 +128,7 @@ async def synthesize_async(
         raise SynthError("--review needs --out: the review file is written beside it")
     if combined is not None and compare_to is None:
         raise SynthError("--combined needs --compare-to: the real set it joins to the synthetic one")
-    docs = corpus if isinstance(corpus, Corpus) else read_corpus(corpus)
+    docs = corpus if isinstance(corpus, Corpus) else _read_corpus(corpus)
     passages = cut_passages(docs)
     bm25 = BM25([p.text for p in passages])
     lib = _generator(generator)
@@ -170,6 +170,7 @@ async def synthesize_async(
     items = work.items() if work is not None else {**done, **result.counts.pop("_items", {})}
     if "_complete" in items and not result.notes:
         result.notes = list(items["_complete"].get("notes") or [])
+    result.stub = result.stub or any(i.get("stub") for i in items.values())
     _assemble(result, items, slots, n, shares, lib is not None)
     from .weaknesses import measure
 
@@ -179,6 +180,15 @@ async def synthesize_async(
     if out is not None and result.status == "complete":
         _write(result, Path(out), review, real, combined)
     return result
+
+
+def _read_corpus(path: Any) -> Corpus:
+    try:
+        return read_corpus(path)
+    except DatasetError as exc:
+        if exc.hint and exc.hint.startswith("--corpus names"):
+            exc.hint = exc.hint.replace("--corpus names", "CORPUS is", 1)
+        raise
 
 
 def _generator(name: str) -> Any:
@@ -238,6 +248,8 @@ async def _generate(result: Synthesis, lib: Any, docs: Corpus, passages: Any, bm
         records: dict[str, dict[str, Any]] = {}
 
         def record(item: dict[str, Any]) -> None:
+            if gateway.stub_detected:
+                item["stub"] = True
             records[item["slot"]] = item
             if work is not None:
                 work.append(item)

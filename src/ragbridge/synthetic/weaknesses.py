@@ -6,7 +6,7 @@ easily than a real user's), have exactly one answer passage, and never ask what 
 answer. Per golden set, over the corpus cut into passages (`ragbridge.synthetic.passages`):
 
 * ``term_overlap``: the mean, over the answerable cases with span labels, of the share of the
-  question's terms found in the labelled text (`lexical.term_overlap`);
+  question's terms found in the labelled text (`ragbridge.lexical.term_overlap`);
 * ``bm25_top1`` and ``bm25_mrr``: BM25 over every passage of the corpus, the question as the query:
   the share of those cases whose labelled passage (any passage a span label overlaps) ranks first,
   and the mean of one over its rank;
@@ -24,7 +24,7 @@ from typing import Any, Optional, Sequence
 
 from ..formats.corpus import Corpus, place_cases
 from ..schema import Case
-from .lexical import BM25, term_overlap
+from ..lexical import BM25, term_overlap
 from .passages import Passages, cut_passages
 
 __all__ = ["measure", "compare_rows", "MEASURES"]

@@ -10,7 +10,8 @@ holds, and BM25 over the passages.
   go to the earlier text.
 
 Nothing here calls a model: the figures are what a lexical retriever sees, which is what the three
-known weaknesses of generated questions are about.
+known weaknesses of generated questions are about (`ragbridge.synthetic.weaknesses`, and the
+report's real-beside-synthetic view).
 """
 
 from __future__ import annotations
