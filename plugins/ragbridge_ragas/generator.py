@@ -25,7 +25,7 @@ and ``reference_contexts``: the chunks the question was written from (RAGAS pref
 a multi-hop question with ``<N-hop>``, which is removed), placed by ragbridge in the documents as
 span labels; RAGAS' persona, query style and length and synthesizer name go into
 ``metadata.synthetic.library``. RAGAS draws its scenarios with Python's ``random``, seeded with
-``--seed`` before it starts.
+``--seed`` before it starts. Its progress bars (on stderr) are RAGAS' own.
 """
 
 from __future__ import annotations
@@ -107,7 +107,11 @@ class RagasGenerator(Generator):
         llm = llm_factory(cfg.model, client=client, max_tokens=cfg.max_tokens or DEFAULT_MAX_TOKENS)
         embeddings = OpenAIEmbeddings(client=client,
                                       model=cfg.embedding_model or OpenAIEmbeddings.DEFAULT_MODEL)
-        transforms = default_transforms_for_prechunked(llm=llm, embedding_model=embeddings)
+        # RAGAS' node filter scores a chunk against its parent document's summary, and skips (with a
+        # warning each) every chunk that has none, as no pre-chunked chunk has: left out, it changes
+        # nothing but the warnings
+        transforms = [t for t in default_transforms_for_prechunked(llm=llm, embedding_model=embeddings)
+                      if type(t).__name__ != "CustomNodeFilter"]
         _set_tokenizer(transforms, word_tokenizer())
         chunks = [Document(page_content=p.text, metadata={"doc": p.doc}) for p in request.passages]
         kg = KnowledgeGraph(nodes=[Node(type=NodeType.CHUNK, properties={"page_content": c.page_content,

@@ -84,9 +84,7 @@ def _sentences(passage: str) -> list[str]:
 
 def _clause(sentence: str) -> str:
     head = re.split(r"[,;:(]", sentence.rstrip(".!?"), maxsplit=1)[0]
-    words = head.split()[:12]
-    phrase = " ".join(words)
-    return phrase[:1].lower() + phrase[1:] if phrase[:2] != phrase[:2].upper() else phrase
+    return " ".join(head.split()[:12])
 
 
 def _asked(user: str) -> list[str]:
