@@ -166,13 +166,13 @@ def _print(result, out_path: Path, compare_to: Optional[Path]) -> None:
     c = result.counts
     kinds = ", ".join(f"{k} {v['made']} of {v['planned']}" for k, v in c.get("by_kind", {}).items())
     verb = "would be made" if result.status == "dry-run" else "made"
-    out.print(f"{c['made']} of {c['planned']} questions {verb} by {escape(result.generator)} "
-              f"({escape(kinds)}); {c['dropped']} dropped"
-              + (f", {c['pending']} not made yet" if c.get("pending") else ""),
-              highlight=False, soft_wrap=True)
+    pending = f", {c['pending']} not made yet" if c.get("pending") else ""
+    print_lines(out, [f"{c['made']} of {c['planned']} questions {verb} by {result.generator} ({kinds}); "
+                      f"{c['dropped']} dropped{pending}"])
     if c.get("dropped_by_reason"):
         print_lines(out, ["dropped: " + "; ".join(f"{_REASONS.get(k, k)} {v}"
                                                   for k, v in c["dropped_by_reason"].items())])
+    print_lines(out, [f"note: {n}" for n in result.notes])
     if result.stub:
         out.print("[yellow]written by the stub judge: these questions test plumbing, not a model[/]",
                   highlight=False)
@@ -205,13 +205,11 @@ def _print(result, out_path: Path, compare_to: Optional[Path]) -> None:
     out.print(note, highlight=False)
     written = result.written
     if "review" in written:
-        out.print(f"review file written to [bold]{escape(written['review'])}[/]: set decision to drop (and "
-                  "say why) for the questions to leave out, then run the same command again",
-                  highlight=False, soft_wrap=True)
+        print_lines(out, [f"review file written to {written['review']}: set decision to drop (and say why) "
+                          "for the questions to leave out, then run the same command again"])
     elif "out" in written:
-        extra = "".join(f"; {k} {escape(v)}" for k, v in written.items() if k != "out")
-        out.print(f"written to [bold]{escape(written['out'])}[/] ({len(result.cases)} cases{extra})",
-                  highlight=False, soft_wrap=True)
+        extra = "".join(f"; {k} {v}" for k, v in written.items() if k != "out")
+        print_lines(out, [f"written to {written['out']} ({len(result.cases)} cases{extra})"])
     elif result.status == "dry-run":
         out.print("[dim]nothing was called or written; answers the cache does not hold were simulated by the "
                   "stub judge, so calls that depend on earlier answers are an estimate[/]", highlight=False)
