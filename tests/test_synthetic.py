@@ -27,6 +27,7 @@ from ragbridge.synthetic.weaknesses import measure
 from ragbridge.testing.responders import JudgeReply, register, responders, unregister
 
 from conftest import ROOT, needs_backend, ragbridge_cli, stub_judge_config
+from test_output import readme_keys
 
 CORPUS = ROOT / "examples" / "chunking" / "corpus"
 GOLDEN = ROOT / "examples" / "chunking" / "golden.jsonl"
@@ -144,6 +145,7 @@ def test_the_cli_prints_the_weaknesses_beside_the_real_set(stub_judge, tmp_path)
     r = ragbridge_cli(*args, "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
+    assert set(doc) == readme_keys()["synthesize"]  # the README's "JSON output" table
     rows = {row["measure"]: row for row in doc["weaknesses"]}
     corpus = read_corpus(CORPUS)
     real = measure(ragbridge.load_cases(GOLDEN), corpus)

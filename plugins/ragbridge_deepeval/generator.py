@@ -5,7 +5,9 @@ context per question of the plan (`ragbridge.synthetic.plan`), a passage for a `
 and two or three passages of different documents for a ``multi`` one, one golden per context.
 DeepEval then does what it always does: writes an input from the context, has its critic score it
 (and rewrite it below the quality threshold), evolves it once (one of its seven evolutions, drawn
-with Python's ``random``, seeded with ``--seed``), and writes the expected output from the context.
+with Python's ``random``, seeded with ``--seed``; the draws happen in concurrent tasks, so which
+golden gets which evolution can change from run to run), and writes the expected output from the
+context.
 DeepEval makes neither paraphrased nor unanswerable questions.
 
 The model is the backend's judge (`backend.build_judge`: DeepEval's ``OpenAIModel`` on the gateway's

@@ -12,7 +12,8 @@ words, deterministically:
 * the critic's score of an input: 1.0 (clear and answerable), so nothing is rewritten;
 * a rewrite of an input after the critic's feedback, or an evolution of it: the input as it was
   (the stub neither rewrites nor evolves);
-* the expected output: the context's sentence sharing most content words with the input.
+* the expected output: the context's sentence (headings left out) holding most of the input's
+  content words.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import json
 import re
 from typing import Optional
 
-from ragbridge.testing.responders import JudgeReply, JudgeRequest, best_sentence
+from ragbridge.testing.responders import JudgeReply, JudgeRequest, support
 
 __all__ = ["DeepEvalGeneratorResponder", "TEMPLATES"]
 
@@ -93,7 +94,8 @@ class DeepEvalGeneratorResponder:
         else:
             question = _after(prompt, "Input:", "Generated Response:")
             context = _after(prompt, "Context:", "Input:")
-            obj = {"response": best_sentence(context, question) or context.split("\n")[0]}
+            sentences = _sentences(context) or [context]
+            obj = {"response": max(sentences, key=lambda x: support(question, x)[0])}
         if req.schema is None and task in ("rewrite", "expected"):  # DeepEval asked for plain text
             text = obj.get("rewritten_input") or obj.get("response")
             return JudgeReply(text, responder=self.name)

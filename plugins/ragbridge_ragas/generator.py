@@ -25,7 +25,12 @@ and ``reference_contexts``: the chunks the question was written from (RAGAS pref
 a multi-hop question with ``<N-hop>``, which is removed), placed by ragbridge in the documents as
 span labels; RAGAS' persona, query style and length and synthesizer name go into
 ``metadata.synthetic.library``. RAGAS draws its scenarios with Python's ``random``, seeded with
-``--seed`` before it starts. Its progress bars (on stderr) are RAGAS' own.
+``--seed`` before it starts; but it draws in concurrent steps and names its graph's nodes with
+random UUIDs, so the seed does not fix its choices: run again, it replays most of its calls from the
+judge cache (its graph's) and asks part of the rest anew. Its progress bars (on stderr) are RAGAS'
+own. Its multi-hop synthesizer links two chunks by nearly equal entities, then keeps the chunks
+whose entities hold the theme exactly: a multi-hop question may come with one context, which the
+weakness measures count as one answer passage.
 """
 
 from __future__ import annotations
