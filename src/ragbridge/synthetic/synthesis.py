@@ -374,15 +374,21 @@ def _assemble(result: Synthesis, items: dict[str, dict[str, Any]], slots: Sequen
 
 def _write(result: Synthesis, out: Path, review: bool, real: Optional[list[Case]],
            combined: str | Path | None) -> None:
-    """The golden set (or the review file, or the reviewed set), and the combined set."""
+    """The golden set (or the review file, or the reviewed set), and the combined set; everything is
+    checked (the review file, the combined set's ids) before the first file is written."""
     from .review import dropped_path, read_review, review_path, write_review
 
-    records = [c.model_dump(mode="json", exclude_defaults=True) for c in result.cases]
-    kept = result.cases
+    if combined is not None and real is not None:
+        ids = {c.id for c in real}
+        clash = next((c.id for c in result.cases if c.id in ids), None)
+        if clash is not None:
+            raise DatasetError(f"case id {clash!r} is in both the real and the synthetic set", path=combined,
+                               hint="give the real cases other ids")
+    kept, gone = result.cases, []
     if review:
         path = review_path(out)
         if not path.exists():
-            write_review(path, records)
+            write_review(path, [c.model_dump(mode="json", exclude_defaults=True) for c in result.cases])
             result.status = "review"
             result.written["review"] = str(path)
             return
@@ -401,11 +407,6 @@ def _write(result: Synthesis, out: Path, review: bool, real: Optional[list[Case]
     write_cases(kept, out)
     result.written["out"] = str(out)
     if combined is not None and real is not None:
-        ids = {c.id for c in real}
-        clash = next((c.id for c in kept if c.id in ids), None)
-        if clash is not None:
-            raise DatasetError(f"case id {clash!r} is in both the real and the synthetic set", path=combined,
-                               hint="give the real cases other ids")
-        tagged = [c if "real" in c.tags else c.model_copy(update={"tags": [*c.tags, "real"]}) for c in real]
-        write_cases([*tagged, *kept], combined)
+        both = [c if "real" in c.tags else c.model_copy(update={"tags": [*c.tags, "real"]}) for c in real]
+        write_cases([*both, *kept], combined)
         result.written["combined"] = str(combined)
