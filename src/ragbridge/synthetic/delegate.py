@@ -18,8 +18,8 @@ dropped and counted (``unplaced``), never given a label that points nowhere.
 A library's generator is one call that makes the whole set: a session killed part way leaves
 nothing written, and the same command again replays from the judge cache every call the library
 asks again. Python's ``random`` is seeded first, but a library may draw in concurrent steps whose
-order varies (RAGAS and DeepEval do), or name things with random ids (RAGAS' graph nodes): then a
-second session asks part of its calls anew, and its set differs in those questions.
+order varies, or name things with random ids: then a second session asks part of its calls anew, and
+its set differs in those questions (each plugin's ``generator.py`` says what its library does).
 """
 
 from __future__ import annotations
