@@ -77,6 +77,7 @@ def synthesize(
         None, "--max-cost", min=0, help="Judge budget in money, by the judge config's price table."),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Call and write nothing: print the judge calls and cost it would make."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
     judge: JudgeOptions = JudgeOptions({}),
 ) -> None:
@@ -102,7 +103,8 @@ def synthesize(
     try:
         result = make(corpus, n, out_path, judge=cfg, mix=mix, generator=generator, seed=seed,
                       max_calls=max_calls, max_cost=max_cost, dry_run=dry_run, overwrite=overwrite,
-                      drop_failed=drop_failed, review=review, compare_to=compare_to, combined=combined)
+                      drop_failed=drop_failed, review=review, compare_to=compare_to, combined=combined,
+                      progress=not no_progress and not dry_run)
     except (SynthError, DatasetError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:

@@ -68,6 +68,19 @@ class Synthesis:
     stub: bool = False
     notes: list[str] = field(default_factory=list)
 
+    def __repr__(self) -> str:
+        c = self.counts
+        lines = [f"Synthesis({self.status}: {c.get('made', 0)} of {c.get('planned', 0)} questions made by "
+                 f"{self.generator}, {c.get('dropped', 0)} dropped"
+                 + "".join(f"; {k} {v}" for k, v in self.written.items()) + ")"]
+        real = self.weaknesses.get("real") is not None
+        for r in self.rows():
+            cells = [f"synthetic {_fmt(r['synthetic'])}"]
+            if real:
+                cells += [f"real {_fmt(r['real'])}"]
+            lines.append(f"  {r['measure']}: " + ", ".join(cells))
+        return "\n".join(lines)
+
     def rows(self) -> list[dict[str, Any]]:
         """The weaknesses as rows: synthetic beside real (`weaknesses.compare_rows`)."""
         from .weaknesses import compare_rows
@@ -75,7 +88,11 @@ class Synthesis:
         return compare_rows(self.weaknesses.get("synthetic") or {}, self.weaknesses.get("real"))
 
 
-def synthesize(corpus: Any, n: int = 200, out: str | Path | None = None, **kwargs: Any) -> Synthesis:
+def _fmt(v: Optional[float]) -> str:
+    return "—" if v is None else f"{v:.3f}"
+
+
+def synthesize(corpus: Any, n: int = 100, out: str | Path | None = None, **kwargs: Any) -> Synthesis:
     """Generate ``n`` golden cases from ``corpus`` (see `synthesize_async` for every argument). Works
     in a notebook cell as in a script (`ragbridge.run.sync.run_sync`)."""
     from ..run.sync import run_sync
@@ -85,7 +102,7 @@ def synthesize(corpus: Any, n: int = 200, out: str | Path | None = None, **kwarg
 
 async def synthesize_async(
     corpus: Any,
-    n: int = 200,
+    n: int = 100,
     out: str | Path | None = None,
     *,
     judge: Any = None,
@@ -101,6 +118,7 @@ async def synthesize_async(
     compare_to: Any = None,
     combined: str | Path | None = None,
     options: Optional[dict[str, Any]] = None,
+    progress: bool = False,
 ) -> Synthesis:
     """Generate golden cases from ``corpus`` through ``judge`` (a `~ragbridge.judge.JudgeConfig`).
 
@@ -117,7 +135,8 @@ async def synthesize_async(
     review file instead of ``out`` (then, once reviewed, ``out``). ``compare_to``: a real golden set
     (a path or cases) whose weaknesses are measured beside the synthetic set's; ``combined``: also
     write that real set (each case tagged ``real``) followed by the synthetic one, one golden set.
-    ``options``: the generator's own (``{"generate_answers": False}``, ...).
+    ``options``: the generator's own. ``progress``: show the questions settled on stderr (a bar on a
+    terminal, a line every 30 s in a log) while ragbridge's own generator works.
     """
     if judge is None:
         raise SynthError("generating questions needs a judge: pass --judge-model and --judge-base-url (or "
@@ -163,7 +182,7 @@ async def synthesize_async(
     try:
         if not settled:
             await _generate(result, lib, docs, passages, bm25, slots, shares, n, seed, judge, work, done,
-                            max_calls, max_cost, dry_run, drop_failed, options or {})
+                            max_calls, max_cost, dry_run, drop_failed, options or {}, progress)
     finally:
         if work is not None:
             work.close()
@@ -223,7 +242,7 @@ def _settled(done: dict[str, dict[str, Any]], slots: Sequence[Any]) -> bool:
 async def _generate(result: Synthesis, lib: Any, docs: Corpus, passages: Any, bm25: BM25, slots: list,
                     shares: dict[str, float], n: int, seed: int, judge: Any, work: Optional[WorkFolder],
                     done: dict, max_calls: Optional[int], max_cost: Optional[float], dry_run: bool,
-                    drop_failed: bool, options: dict[str, Any]) -> None:
+                    drop_failed: bool, options: dict[str, Any], progress: bool = False) -> None:
     from ..judge import JudgeGateway
 
     gateway = JudgeGateway(judge, audit_log=work.audit_path if work is not None else None)
@@ -246,6 +265,13 @@ async def _generate(result: Synthesis, lib: Any, docs: Corpus, passages: Any, bm
                 gateway.set_budget(max_calls, max_cost, calls, cost)
         gateway.start()
         records: dict[str, dict[str, Any]] = {}
+        if progress and lib is None:
+            from .progress import GenerationProgress
+
+            bar = GenerationProgress(len(slots), sum(1 for s in slots if s.id in done), gateway)
+            closing.callback(bar.stop)
+        else:
+            bar = None
 
         def record(item: dict[str, Any]) -> None:
             if gateway.stub_detected:
@@ -253,6 +279,8 @@ async def _generate(result: Synthesis, lib: Any, docs: Corpus, passages: Any, bm
             records[item["slot"]] = item
             if work is not None:
                 work.append(item)
+            if bar is not None:
+                bar.advance()
 
         try:
             if lib is None:
