@@ -52,8 +52,8 @@ def synthesize(
                                  "lets the same command resume."),
     n: int = typer.Option(100, "--n", help="Questions to generate."),
     mix: Optional[str] = typer.Option(
-        None, "--mix", help="Kinds and their shares, e.g. "
-                            "single=0.5,multi=0.2,paraphrased=0.2,unanswerable=0.1 (the default)."),
+        None, "--mix", help="Kinds and their shares, as KIND=SHARE joined by commas; the kinds are single, "
+                            "multi, paraphrased and unanswerable (default: 0.5, 0.2, 0.2 and 0.1)."),
     generator: str = typer.Option(
         "ragbridge", "--generator", help="Who writes the questions: ragbridge, or a library's generator its "
                                          "plugin registers."),
