@@ -225,6 +225,8 @@ def _exit_notes(result, json_mode: bool) -> None:
     from ..commands.output import err, warn
 
     work = result.work or "the work folder"
+    kept = (f"what was made is kept in {escape(work)}" if result.generator == "ragbridge" else
+            "the library's judge calls so far are kept in the judge cache")
     for e in result.errors[:5]:
         err.print(f"[red]error[/] {escape(str(e.get('slot') or ''))} {escape(e['error'])}", highlight=False,
                   soft_wrap=True)
@@ -232,13 +234,13 @@ def _exit_notes(result, json_mode: bool) -> None:
         err.print(f"... and {len(result.errors) - 5} more", highlight=False)
     if result.status == "budget":
         err.print(f"[bold yellow]judge budget spent: {result.counts.get('pending', 0)} question(s) not "
-                  f"made[/]; what was made is kept in {escape(work)}, nothing else was written; run the same "
-                  "command with a larger budget to go on", highlight=False, soft_wrap=True)
+                  f"made[/]; {kept}, nothing else was written; run the same command with a larger budget to "
+                  "go on", highlight=False, soft_wrap=True)
     elif result.status in ("errored", "interrupted"):
         unusable = sum(1 for e in result.errors if e.get("unusable"))
         err.print(f"[bold red]{result.counts.get('pending', 0)} question(s) not made[/] "
-                  f"({len(result.errors)} failed); what was made is kept in {escape(work)}, nothing else was "
-                  "written; run the same command again to retry them"
+                  f"({len(result.errors)} failed); {kept}, nothing else was written; run the same command "
+                  "again to retry them"
                   + (" (or add --drop-failed to drop the ones whose reply is unusable)" if unusable else ""),
                   highlight=False, soft_wrap=True)
     if not json_mode and result.status == "complete" and result.counts.get("made", 0) == 0:
