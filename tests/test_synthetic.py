@@ -454,6 +454,14 @@ def _library_generation(stub, tmp_path, generator: str, n: int = 8):
     audit = _lines(tmp_path / f"{generator}.work" / "judge-audit.jsonl")
     assert len(audit) == len(stub.posts()) == doc["judge"]["calls"]
     assert {a["backend"] for a in audit} == {"synthetic"}
+    # the set in the library's own dataset object, and back: the questions, answers and contexts hold
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # what the library's object cannot hold (tags) is named
+        back = ragbridge.load_cases(ragbridge.to_library(cases, generator))
+    assert [(c.question, c.reference, c.reference_contexts) for c in back] == [
+        (c.question, c.reference, c.reference_contexts) for c in cases]
     return doc, cases, stub.posts()
 
 
