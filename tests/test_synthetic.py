@@ -234,6 +234,16 @@ def test_bad_input_is_an_error_and_nothing_is_written(stub_judge, tmp_path, corp
     assert not (tmp_path / "runs").exists() and not stub_judge.posts("/chat/completions")
 
 
+def test_a_real_set_whose_quotes_are_not_in_the_corpus_is_refused_before_any_call(stub_judge, tmp_path):
+    real = tmp_path / "real.jsonl"
+    ragbridge.write_cases([ragbridge.Case(id="r1", question="Can I pay in cash?", relevant_spans=[
+        {"doc": "refunds.md", "quote": "Cash is accepted at every shop."}])], real)
+    r = ragbridge_cli("synthesize", CORPUS, "--out", tmp_path / "runs" / "s.jsonl", "--compare-to", real,
+                      *_judge_args(stub_judge, tmp_path / "c.sqlite"))
+    assert r.returncode == 2 and "real.jsonl (case 1): field 'relevant_spans[0]'" in r.stderr, r.stderr
+    assert not (tmp_path / "runs").exists() and not stub_judge.posts()
+
+
 def test_a_budget_spent_mid_way_stops_cleanly_and_the_same_command_goes_on(stub_judge, tmp_path):
     out = tmp_path / "s.jsonl"
     args = ["synthesize", CORPUS, "--n", "16", "--mix", MIX, "--out", out,

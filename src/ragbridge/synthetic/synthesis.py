@@ -27,7 +27,7 @@ from typing import Any, Optional, Sequence
 
 from .. import __version__
 from ..formats import DatasetError, load_cases, write_cases
-from ..formats.corpus import Corpus, read_corpus
+from ..formats.corpus import Corpus, place_cases, read_corpus
 from ..schema import Case
 from ..lexical import BM25
 from .passages import cut_passages
@@ -158,7 +158,7 @@ async def synthesize_async(
         slots = plan_slots(passages, n, shares, seed, bm25)
     except PlanError as exc:
         raise SynthError(str(exc)) from None
-    real = _real_cases(compare_to)
+    real = _real_cases(compare_to, docs)
     plan = {"generator": generator, "corpus": docs.path, "corpus_fingerprint": corpus_fingerprint(docs.texts),
             "n": n, "mix": {k: round(v, 6) for k, v in shares.items()}, "seed": seed,
             "judge": {"model": judge.model, "base_url": judge.public_base_url},
@@ -227,12 +227,21 @@ def _generator(name: str) -> Any:
     return gen
 
 
-def _real_cases(compare_to: Any) -> Optional[list[Case]]:
+def _real_cases(compare_to: Any, docs: Corpus) -> Optional[list[Case]]:
+    """The real set, read and its span labels placed in the corpus, before anything is called
+    (`DatasetError` for a file that cannot be read or a quote that is not in the corpus)."""
     if compare_to is None:
         return None
     if isinstance(compare_to, (list, tuple)) and all(isinstance(c, Case) for c in compare_to):
-        return list(compare_to)
-    return load_cases(compare_to)
+        cases = list(compare_to)
+    else:
+        cases = load_cases(compare_to)
+    try:
+        return place_cases(cases, docs)
+    except DatasetError as exc:
+        if exc.path is None and compare_to is not None and not isinstance(compare_to, (list, tuple)):
+            exc.path = str(compare_to)
+        raise
 
 
 def _settled(done: dict[str, dict[str, Any]], slots: Sequence[Any]) -> bool:
