@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from .. import __version__
-from ..formats import DatasetError, load_cases, write_cases
+from ..formats import DatasetError, load_cases, write_cases, writing_format
 from ..formats.corpus import Corpus, place_cases, read_corpus
 from ..schema import Case
 from ..lexical import BM25
@@ -147,6 +147,10 @@ async def synthesize_async(
         raise SynthError("--review needs --out: the review file is written beside it")
     if combined is not None and compare_to is None:
         raise SynthError("--combined needs --compare-to: the real set it joins to the synthetic one")
+    if out is not None:
+        writing_format(out)  # an output no format writes is refused before anything is called
+    if combined is not None:
+        writing_format(combined)
     docs = corpus if isinstance(corpus, Corpus) else _read_corpus(corpus)
     passages = cut_passages(docs)
     bm25 = BM25([p.text for p in passages])
