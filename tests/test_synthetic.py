@@ -494,3 +494,22 @@ def test_deepeval_synthesizer_runs_through_the_gateway(stub_judge, tmp_path):
     assert all("evolutions" in c.metadata["synthetic"]["library"] for c in cases)
     assert any(len(c.relevant_spans) > 1 for c in cases)  # multi-passage contexts, each labelled
     assert not any(math.isnan(r["synthetic"]) for r in doc["weaknesses"] if r["synthetic"] is not None)
+
+
+@pytest.mark.slow  # DeepEval's synthesizer twice: about 15 s
+@needs_backend("deepeval")
+def test_a_library_generator_stopped_by_the_budget_goes_on_from_the_judge_cache(stub_judge, tmp_path):
+    out = tmp_path / "s.jsonl"
+    args = ["synthesize", CORPUS, "--generator", "deepeval", "--n", "6", "--out", out,
+            *_judge_args(stub_judge, tmp_path / "c.sqlite"), "--json"]
+    r = ragbridge_cli(*args, "--max-calls", "10")
+    assert r.returncode == 4, r.stderr
+    assert "kept in the judge cache" in r.stderr and not out.exists()
+    first = json.loads(r.stdout)["judge"]
+    assert first["calls"] == 10 and first["refused"] > 0
+    r = ragbridge_cli(*args, "--max-calls", "100")
+    assert r.returncode == 0, r.stderr
+    again = json.loads(r.stdout)
+    # the calls of the first session are answered by the cache; the budget counts both sessions
+    assert again["judge"]["cache_hits"] >= 8 and again["judge"]["calls"] <= 90
+    assert len(_lines(out)) == again["counts"]["made"] > 0
