@@ -365,6 +365,8 @@ async def _library(result: Synthesis, lib: Any, docs: Corpus, passages: Any, slo
         result.errors = [{"slot": None, "kind": None, "error": f"the {lib.name} generator failed: "
                           f"{type(exc).__name__}: {' '.join(str(exc).split())[:500]}"}]
         return
+    if gateway.budget_spent:  # the library went on without the calls the budget refused: not a whole set
+        return
     made, dropped = cases_from_items(items, docs, passages, lib.name, judge.model,
                                      max(4, len(str(len(items)))))
     for item in [*made, *dropped]:
