@@ -152,7 +152,7 @@ def test_the_cli_prints_the_weaknesses_beside_the_real_set(stub_judge, tmp_path)
     synthetic = measure(ragbridge.load_cases(out), corpus)
     for key, row in rows.items():
         assert row["real"] == pytest.approx(real[key]) and row["synthetic"] == pytest.approx(synthetic[key])
-    # the first weakness, as the seeds describe it: the generated questions copy their passage
+    # the first known weakness: the generated questions copy their passage
     assert rows["term_overlap"]["synthetic"] > rows["term_overlap"]["real"]
     assert rows["bm25_mrr"]["synthetic"] > rows["bm25_mrr"]["real"]
     assert rows["unanswerable"]["real"] == 0 and rows["unanswerable"]["synthetic"] > 0
