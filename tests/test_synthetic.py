@@ -234,6 +234,18 @@ def test_bad_input_is_an_error_and_nothing_is_written(stub_judge, tmp_path, corp
     assert not (tmp_path / "runs").exists() and not stub_judge.posts("/chat/completions")
 
 
+def test_a_judge_that_cannot_answer_is_refused_before_anything_is_written(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = ragbridge_cli("synthesize", CORPUS, "--out", tmp_path / "runs" / "s.jsonl", "--judge-model", "m",
+                      "--judge-base-url", f"http://127.0.0.1:{port}/v1", "--cache-path", tmp_path / "c.sqlite")
+    assert r.returncode == 2 and "unreachable" in r.stderr, r.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_real_set_whose_quotes_are_not_in_the_corpus_is_refused_before_any_call(stub_judge, tmp_path):
     real = tmp_path / "real.jsonl"
     ragbridge.write_cases([ragbridge.Case(id="r1", question="Can I pay in cash?", relevant_spans=[

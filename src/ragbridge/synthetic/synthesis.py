@@ -169,20 +169,20 @@ async def synthesize_async(
             "options": options or {}, "ragbridge_version": __version__,
             **({"library_version": lib.version()} if lib is not None else {})}
     work = None
-    done: dict[str, dict[str, Any]] = {}
-    if out is not None:
-        folder = WorkFolder(work_folder_for(Path(out)))
-        try:
-            if dry_run:  # what the folder holds is not spent again; nothing is written
-                done = {} if overwrite else folder.peek(plan)
-            else:
-                done = folder.prepare(plan, overwrite)
-                work = folder
-        except WorkError as exc:
-            raise SynthError(str(exc)) from None
+    folder = WorkFolder(work_folder_for(Path(out))) if out is not None else None
+    try:
+        # what the folder holds is not made (nor, in a dry run, counted) again
+        done = {} if folder is None or overwrite else folder.peek(plan)
+        settled = _settled(done, slots) if lib is None else bool(done.get("_complete"))
+        if not settled and not dry_run:
+            _preflight(judge)  # a judge that cannot answer is refused before anything is written
+        if folder is not None and not dry_run:
+            done = folder.prepare(plan, overwrite)
+            work = folder
+    except WorkError as exc:
+        raise SynthError(str(exc)) from None
     result = Synthesis(cases=[], status="complete", generator=generator, counts={},
                        work=str(work.path) if work is not None else None)
-    settled = _settled(done, slots) if lib is None else bool(done.get("_complete"))
     try:
         if not settled:
             await _generate(result, lib, docs, passages, bm25, slots, shares, n, seed, judge, work, done,
@@ -212,6 +212,19 @@ def _read_corpus(path: Any) -> Corpus:
         if exc.hint and exc.hint.startswith("--corpus names"):
             exc.hint = exc.hint.replace("--corpus names", "CORPUS is", 1)
         raise
+
+
+def _preflight(judge: Any) -> None:
+    """`SynthError` when the judge's key or endpoint does not work (`JudgeGateway.preflight`)."""
+    from ..judge import JudgeGateway
+
+    probe = JudgeGateway(judge)  # the check needs no started gateway
+    try:
+        probe.preflight()
+    except Exception as exc:
+        raise SynthError(str(exc)) from None
+    finally:
+        probe.close()
 
 
 def _generator(name: str) -> Any:
@@ -266,10 +279,6 @@ async def _generate(result: Synthesis, lib: Any, docs: Corpus, passages: Any, bm
 
             gateway.simulate = simulate
         else:
-            try:
-                gateway.preflight()
-            except Exception as exc:
-                raise SynthError(str(exc)) from None
             if work is not None:
                 calls, cost = gateway.ledger.open_tally(work.tally_path)
             else:
