@@ -241,7 +241,8 @@ def test_a_judge_that_cannot_answer_is_refused_before_anything_is_written(tmp_pa
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     r = ragbridge_cli("synthesize", CORPUS, "--out", tmp_path / "runs" / "s.jsonl", "--judge-model", "m",
-                      "--judge-base-url", f"http://127.0.0.1:{port}/v1", "--cache-path", tmp_path / "c.sqlite")
+                      "--judge-base-url", f"http://127.0.0.1:{port}/v1",
+                      "--cache-path", tmp_path / "c.sqlite")
     assert r.returncode == 2 and "unreachable" in r.stderr, r.stderr
     assert not (tmp_path / "runs").exists()
 
