@@ -120,7 +120,10 @@ a list of ``LLMTestCase``); see ``translate.py``.
 Files: ``backend.py`` (the backend, its run lifecycle and judge), ``metrics.py`` (canonical metric
 -> DeepEval class, options, the correctness rubric), ``translate.py`` (cases -> test cases, results ->
 Scores), ``formats.py`` (the dataset formats), ``env.py`` (the environment defaults), ``stub.py`` (the
-stub judge's answers to DeepEval's prompts, registered through ``ragbridge_register_stub_responders``).
+stub judge's answers to DeepEval's prompts, registered through ``ragbridge_register_stub_responders``),
+``generator.py`` (DeepEval's ``Synthesizer`` behind ``ragbridge synthesize --generator deepeval``,
+registered through ``ragbridge_register_generators``) and ``generator_stub.py`` (the stub's answers to
+its prompts).
 """
 
 from __future__ import annotations
@@ -165,8 +168,17 @@ def ragbridge_register_libraries(register):
 
 
 @hookimpl
+def ragbridge_register_generators(register):
+    from .generator import DeepEvalGenerator
+
+    register(DeepEvalGenerator())
+
+
+@hookimpl
 def ragbridge_register_stub_responders(register):
+    from .generator_stub import DeepEvalGeneratorResponder
     from .stub import responders
 
     for responder in responders():  # in this order, ahead of the generic one
         register(responder, first=False)
+    register(DeepEvalGeneratorResponder(), first=False)

@@ -88,7 +88,9 @@ package); see :mod:`ragbridge_ragas.translate` for the field mapping and what RA
 Files: ``backend.py`` (the backend and its run lifecycle), ``metrics.py`` (canonical metric -> RAGAS
 class and inputs), ``translate.py`` (cases <-> RAGAS samples, RAGAS results -> Scores), ``formats.py``
 (the dataset formats), ``env.py`` (the environment defaults), ``stub.py`` (the stub judge's answers
-to RAGAS' prompts, registered through ``ragbridge_register_stub_responders``).
+to RAGAS' prompts, registered through ``ragbridge_register_stub_responders``), ``generator.py``
+(RAGAS' test-set generator behind ``ragbridge synthesize --generator ragas``, registered through
+``ragbridge_register_generators``) and ``generator_stub.py`` (the stub's answers to its prompts).
 """
 
 from __future__ import annotations
@@ -134,7 +136,16 @@ def ragbridge_register_libraries(register):
 
 
 @hookimpl
+def ragbridge_register_generators(register):
+    from .generator import RagasGenerator
+
+    register(RagasGenerator())
+
+
+@hookimpl
 def ragbridge_register_stub_responders(register):
+    from .generator_stub import RagasGeneratorResponder
     from .stub import RagasResponder
 
     register(RagasResponder(), first=False)  # ahead of the generic one
+    register(RagasGeneratorResponder(), first=False)

@@ -8,6 +8,7 @@ From Python::
     run.summary()              # DataFrame: backend, metric, tag, mean, n_scored, n_undefined, n_errored
     run.to_frame(wide=True)    # DataFrame: one row per case, one column per backend:metric
     ragbridge.to_library(cases, name)      # the cases as a library's own dataset object
+    ragbridge.synthesize("docs/", n=200, out="synth.jsonl", judge=...)  # a synthetic golden set
 
 ``evaluate`` works in a notebook cell or under a running event loop as in a script;
 ``await ragbridge.evaluate_async(...)`` is the same run for async code.
@@ -48,12 +49,13 @@ _EXPORTS = {
     "Chunk": "ragbridge.schema",
     "RunManifest": "ragbridge.schema",
     "Score": "ragbridge.schema",
+    "synthesize": "ragbridge.synthetic.synthesis",
 }
 
 __all__ = [
     "__version__", "Backend", "Case", "Chunk", "DatasetError", "MetricSpec", "Run", "RunError",
     "RunManifest", "RunOptions", "Score", "ScoringContext", "evaluate", "evaluate_async", "hookimpl",
-    "load_cases", "load_run", "to_library", "write_cases",
+    "load_cases", "load_run", "synthesize", "to_library", "write_cases",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors
@@ -63,6 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors
     from .hookspecs import hookimpl
     from .run import Run, RunError, evaluate, evaluate_async, load_run
     from .schema import Case, Chunk, RunManifest, Score
+    from .synthetic.synthesis import synthesize
 
 
 def __getattr__(name: str) -> Any:

@@ -93,3 +93,17 @@ def ragbridge_register_trace_stores(register):
     ``ragbridge.traces.evaluations.evaluation_rows`` and returns warning lines, and ``keys`` names the
     environment variables its key is read from. A name registered twice is an error.
     """
+
+
+@hookspec
+def ragbridge_register_generators(register):
+    """Register a library's test-set generator, for ``ragbridge synthesize --generator NAME``.
+
+    Call ``register(generator)`` once per generator, where ``generator`` is a
+    ``ragbridge.synthetic.Generator``: its ``name``, the kinds of question it makes, whether its
+    library is installed (with the install hint), the library's environment defaults, and
+    ``generate(request) -> list[GeneratedItem]``, which drives the library's generator through the judge
+    the request carries (``request.judge``: every call through the run's judge gateway) over the
+    corpus's passages. Registering must be cheap and must not import the library. A name registered
+    twice is an error.
+    """

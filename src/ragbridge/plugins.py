@@ -1,10 +1,10 @@
 """The plugin manager: ragbridge's built-in plugins, then the ``ragbridge`` entry-point group.
 
 The built-in plugins (`DEFAULT_PLUGINS`: the native backend, the canonical dataset formats, TREC, the
-trace formats and the rubric judge, with its commands) are registered from that list, by module
-path, so a source checkout without package metadata still has every backend and format. Every
-other plugin, the bundled library backends (``plugins/ragbridge_*``) included, is found through
-the ``ragbridge`` entry-point group, like a third party's.
+trace formats, the rubric judge and the synthetic-set generator, with their commands) are registered
+from that list, by module path, so a source checkout without package metadata still has every
+backend and format. Every other plugin, the bundled library backends (``plugins/ragbridge_*``)
+included, is found through the ``ragbridge`` entry-point group, like a third party's.
 
 ragbridge's own commands (run, compare, report, diff, gate, ...) are not plugins: they are the
 command line itself, ``ragbridge.commands``, and a plugin's commands join them through the
@@ -34,6 +34,7 @@ DEFAULT_PLUGINS = (
     "ragbridge.traces",
     "ragbridge.native",
     "ragbridge.rubric",
+    "ragbridge.synthetic",
 )
 
 pm = pluggy.PluginManager("ragbridge")
@@ -41,7 +42,7 @@ pm.add_hookspecs(hookspecs)
 
 #: of `DEFAULT_PLUGINS`, those that add commands: the only built-in ones the command line imports
 #: before a command needs the others (``ragbridge --help`` imports no backend, format or schema)
-COMMAND_PLUGINS = ("ragbridge.rubric",)
+COMMAND_PLUGINS = ("ragbridge.rubric", "ragbridge.synthetic")
 
 #: plugins that failed to load: name -> error message (shown by ``ragbridge backends``)
 load_errors: dict[str, str] = {}

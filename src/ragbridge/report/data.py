@@ -4,6 +4,10 @@
 - the summary, overall and per tag: metric x backend with the mean over scored cases, how many were
   scored, undefined and errored, with the retrieval half (ranking and context metrics) and the
   generation half (answer metrics) separated;
+- when the run holds cases tagged ``real`` and cases tagged ``synthetic`` (``ragbridge synthesize
+  --combined``): every metric with the two sides' means side by side and their difference, and
+  what each side's questions are like (how many are unanswerable, how many have one label, how much
+  of the question's wording its quoted passage holds), the report's first view of the results;
 - the agreement between backends (`ragbridge.analysis.compare`) and the cases they disagree on
   most, each backend's value and reason side by side; with labels, each backend against them
   (`ragbridge.analysis.validate`);
@@ -47,6 +51,7 @@ from ..analysis.validate import validate
 from ..formats.files import jsonl_lines
 from ..formats.batches import batch_from_records
 from ..formats.source import BATCH_SIZE
+from ..lexical import term_overlap
 from ..metrics import half_of
 from ..metrics import sort_key as metric_key
 from ..run import Run
@@ -132,6 +137,7 @@ def report_data(
     flips = {(d["metric"], d["case_id"]) for d in dis if d["verdicts_differ"]}
     cases = _cases(run, th, k, flips, case_texts)
     _pass_counts(cases, overall, tags, th)
+    sides = _real_vs_synthetic(overall, tags, run)
     return jsonable({
         "ragbridge_version": __version__,
         "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -153,6 +159,7 @@ def report_data(
         "thresholds": _threshold_rows(cases, th, metrics, backends),
         "summary": overall,
         "summary_by_tag": {t: tags[t] for t in sorted(tags)},
+        "real_vs_synthetic": sides,
         "agreement": records(compare(run, thresholds=th, n_resamples=n_resamples, seed=seed)),
         "disagreements": dis,
         "coverage": records(coverage(run)),
@@ -167,6 +174,56 @@ def report_data(
         "gate": _gate(run, gates, baseline, history, seed, top) if gates is not None else None,
         "statistics": {"n_resamples": n_resamples, "seed": seed, "confidence": CONFIDENCE},
     }) | {"cases": cases}  # JSON-ready as built (a score's value is a finite number or None)
+
+
+#: the tags whose cases the report sets side by side, real first
+SIDES = ("real", "synthetic")
+
+
+def _real_vs_synthetic(overall: list[dict], tags: dict[str, list[dict]],
+                       run: Run) -> Optional[dict[str, Any]]:
+    """When the run holds cases tagged ``real`` and cases tagged ``synthetic``: per metric and backend
+    (in the summary's order) each side's mean, counts and pass counts, and the difference of the
+    means (synthetic minus real); and per side what its questions are like (`_questions`). None
+    otherwise."""
+    if not all(t in tags for t in SIDES):
+        return None
+    idx = {t: {(r["metric"], r["backend"]): r for r in tags[t]} for t in SIDES}
+    rows = []
+    for r in overall:
+        key = (r["metric"], r["backend"])
+        row: dict[str, Any] = {"metric": r["metric"], "backend": r["backend"], "half": r["half"],
+                               "threshold": r["threshold"]}
+        for side in SIDES:
+            x = idx[side].get(key) or {}
+            row[side] = {k: x.get(k) for k in ("mean", "n_scored", "n_undefined", "n_errored", "n_pass",
+                                                 "n_fail")}
+        a, b = row["real"]["mean"], row["synthetic"]["mean"]
+        ok = all(isinstance(v, (int, float)) and not math.isnan(v) for v in (a, b))
+        row["difference"] = b - a if ok else None
+        rows.append(row)
+    return {"rows": rows, "questions": {side: _questions([c for c in run.cases if side in c.tags])
+                                        for side in SIDES}}
+
+
+def _questions(cases: list[Case]) -> dict[str, Any]:
+    """What a side's questions are like (two of the three weaknesses of generated questions, and the
+    first where the labels quote their passage): ``n``, ``unanswerable`` (the share marked
+    ``answerable: false``), ``one_label`` (of the answerable cases with labels, the share with
+    exactly one: one span label, or one chunk or section id) and ``term_overlap`` (of those whose span
+    labels quote their text, the mean share of the question's terms found in the quotes;
+    ``ragbridge synthesize`` measures it against the corpus)."""
+    labelled = [c for c in cases if c.answerable and (c.relevant_spans or c.relevant)]
+    overlaps = [term_overlap(c.question, " ".join(s.quote for s in c.relevant_spans if s.quote))
+                for c in labelled if c.relevant_spans and all(s.quote for s in c.relevant_spans)]
+    overlaps = [v for v in overlaps if not math.isnan(v)]
+    one = [1.0 if sum(s.grade > 0 for s in c.relevant_spans) + sum(g > 0 for g in c.relevant.values()) == 1
+           else 0.0 for c in labelled]
+    return {"n": len(cases), "unanswerable": (sum(1 for c in cases if not c.answerable) / len(cases)
+                                              if cases else None),
+            "one_label": sum(one) / len(one) if one else None,
+            "term_overlap": sum(overlaps) / len(overlaps) if overlaps else None,
+            "n_labelled": len(labelled), "n_quoted": len(overlaps)}
 
 
 def _pass_counts(cases: list[dict], overall: list[dict], tags: dict[str, list[dict]], th: Thresholds) -> None:

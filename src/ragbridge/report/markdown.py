@@ -22,8 +22,8 @@ def render_markdown(run: Union[Run, str, Path], data: Optional[dict] = None, **k
     """The report as GitHub-flavoured Markdown (all data text escaped)."""
     d = data or report_data(open_run(run), **kw)
     out: list[str] = []
-    for section in (_head, _moved, _gate, _halves, _by_tag, _diagnosis, _agreement, _validation, _usage,
-                    _noise, _trend, _thresholds, _cases):
+    for section in (_head, _moved, _gate, _sides, _halves, _by_tag, _diagnosis, _agreement, _validation,
+                    _usage, _noise, _trend, _thresholds, _cases):
         section(d, out)
     return "\n".join(out) + "\n"
 
@@ -106,6 +106,46 @@ def _gate(d: dict, out: list[str]) -> None:
         out += [f"| {r['rule']} | {md_text(r['backend'])} | {md_text(r['label'])} | {num(r['figure'])} | "
                 f"{r['n']} | {r['verdict']} | {md_text(r['detail'])} |" for r in g["results"]]
         out.append("")
+
+
+#: what each side's questions are like, as the report names it
+QUESTION_ROWS = (("n", "cases"), ("unanswerable", "share unanswerable"),
+                 ("one_label", "share with one label"),
+                 ("term_overlap", "term overlap of question and quoted passage"))
+
+
+def _share(v) -> str:
+    return "—" if v is None else f"{v:.0%}"
+
+
+def _side(x: dict) -> str:
+    extra = "".join(f", {x[c]} {lab}" for c, lab in (("n_undefined", "undef"), ("n_errored", "err"))
+                    if x.get(c))
+    return f"{num(x['mean'])} (n {x['n_scored'] or 0}{extra})"
+
+
+def _sides(d: dict, out: list[str]) -> None:
+    """Real and synthetic cases side by side: the first view of the results when the run has both."""
+    sides = d.get("real_vs_synthetic")
+    if not sides:
+        return
+    q = sides["questions"]
+    out += ["## Real and synthetic questions", "",
+            f"{q['real']['n']} cases are tagged `real` and {q['synthetic']['n']} `synthetic`. Generated "
+            "questions copy their passage's wording, have one answer passage and seldom ask what the "
+            "documents do not answer, so retrieval tends to score higher on them: read the real column "
+            "for the system, the synthetic one for what it adds.", "",
+            "| backend | metric | real | synthetic | difference |", "|---|---|---|---|---|"]
+    for r in sides["rows"]:
+        out.append(f"| {md_text(r['backend'])} | {md_text(r['metric'])} | {_side(r['real'])} | "
+                   f"{_side(r['synthetic'])} | {num(r['difference'], signed=True)} |")
+    out += ["", "What the questions are like:", "", "| | real | synthetic |", "|---|---|---|"]
+    for key, label in QUESTION_ROWS:
+        cells = [str(q[side][key]) if key == "n" else
+                 num(q[side][key]) if key == "term_overlap" else _share(q[side][key])
+                 for side in ("real", "synthetic")]
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    out.append("")
 
 
 def _halves(d: dict, out: list[str]) -> None:

@@ -356,19 +356,7 @@ def executor_for(spec: Any) -> Executor:
 
 def _stub_simulator() -> Callable[[str, Any], dict]:
     """What a dry run answers a cache miss with: the stub judge's answer, made in this process."""
-    from ..testing.stub_judge import StubJudge
-
-    stub = StubJudge()  # not started: only its answer makers are used
-
-    def simulate(endpoint: str, body: Any) -> dict:
-        body = body if isinstance(body, dict) else {}
-        if endpoint == "responses":
-            return stub.response(body)
-        if endpoint == "embeddings":
-            return stub.embeddings(body)
-        if endpoint == "completions":
-            return stub.completion(body)
-        return stub.chat_completion(body)
+    from ..testing.answers import simulate
 
     return simulate
 

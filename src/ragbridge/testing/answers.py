@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from ragbridge.testing.responders import JudgeReply, JudgeRequest, content_words, respond
 
-__all__ = ["chat_completion", "completion", "response", "embeddings", "embed", "STUB_FINGERPRINT",
+__all__ = ["chat_completion", "completion", "response", "embeddings", "embed", "simulate", "STUB_FINGERPRINT",
            "EMBED_DIM"]
 
 STUB_FINGERPRINT = "ragbridge-stub"
@@ -127,6 +127,20 @@ def embeddings(body: dict) -> dict:
     pt = sum(_tokens(t) for t in texts)
     return {"object": "list", "data": data, "model": _model(body),
             "system_fingerprint": STUB_FINGERPRINT, "usage": {"prompt_tokens": pt, "total_tokens": pt}}
+
+
+def simulate(endpoint: str, body: Any) -> dict:
+    """The stub's answer to a request for ``endpoint`` (``chat/completions``, ``responses``,
+    ``embeddings``, ``completions``), made in this process: what a dry run answers a cache miss with
+    (``JudgeGateway.simulate``)."""
+    body = body if isinstance(body, dict) else {}
+    if endpoint == "responses":
+        return response(body)
+    if endpoint == "embeddings":
+        return embeddings(body)
+    if endpoint == "completions":
+        return completion(body)
+    return chat_completion(body)
 
 
 def _break_json(content: Optional[str]) -> str:
