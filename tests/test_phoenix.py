@@ -27,7 +27,7 @@ from ragbridge.judge import JudgeGateway  # noqa: E402
 from ragbridge.plugins import get_backends  # noqa: E402
 from ragbridge.schema import Case, Score  # noqa: E402
 from ragbridge.testing import StubJudge  # noqa: E402
-from ragbridge.testing.responders import JudgeReply, JudgeRequest, register, unregister  # noqa: E402
+from ragbridge.stub.responders import JudgeReply, JudgeRequest, register, unregister  # noqa: E402
 
 from conftest import EXAMPLE, ragbridge_cli, stub_judge_config  # noqa: E402
 from test_no_egress import LOCAL, RECORDER  # noqa: E402

@@ -8,7 +8,7 @@ from conftest import ragbridge_cli
 
 PLUGIN = textwrap.dedent(
     '''
-    from ragbridge import Backend, MetricSpec, Score, hookimpl
+    from ragbridge.plugin import Backend, MetricSpec, Score, hookimpl
 
 
     class EchoBackend(Backend):
@@ -154,9 +154,7 @@ JUDGED_PLUGIN = textwrap.dedent(
     '''
     import re
 
-    from ragbridge import hookimpl
-    from ragbridge.judge.clients import async_http_client
-    from ragbridge.judged_backend import JudgedBackend, JudgedMetric
+    from ragbridge.plugin import JudgedBackend, JudgedMetric, async_http_client, hookimpl
 
     PROMPT = ("Rate from 0 to 10 how relevant the answer is to the question.\\n"
               "Question: {question}\\nAnswer: {answer}\\nReply as Score: N")

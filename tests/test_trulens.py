@@ -26,7 +26,7 @@ from ragbridge.backend import RunOptions  # noqa: E402
 from ragbridge.formats import DatasetError, load_cases, write_cases  # noqa: E402
 from ragbridge.schema import Case  # noqa: E402
 from ragbridge.testing import StubJudge  # noqa: E402
-from ragbridge.testing import responders  # noqa: E402
+from ragbridge.stub import responders  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "support-bot" / "golden.jsonl"
@@ -438,7 +438,7 @@ def test_leaderboard_layout_and_round_trip(cases, tmp_path):
 
 
 def test_stub_agreement_and_splitter_answers():
-    from ragbridge.testing.responders import JudgeRequest, respond
+    from ragbridge.stub.responders import JudgeRequest, respond
     from ragbridge_trulens.stub import agreement_score
 
     assert agreement_score("Refunds are possible within 14 days.", "Within 14 days of the charge.") > \

@@ -45,11 +45,19 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
-from ragbridge.formats import DatasetError
-from ragbridge.formats.files import jsonl_lines, parse_json, text_lines
-from ragbridge.traces import trace_format
-from ragbridge.traces.evaluations import ScoreFormat
-from ragbridge.traces.spans import Signal, Span, flatten, hex_id, nanos
+from ragbridge.plugin import (
+    DatasetError,
+    ScoreFormat,
+    Signal,
+    TraceSpan as Span,
+    flatten,
+    hex_id,
+    jsonl_lines,
+    nanos,
+    parse_json,
+    text_lines,
+    trace_format,
+)
 
 __all__ = ["FORMATS", "SCORE_FORMATS", "read_spans", "write_scores", "is_langfuse_export"]
 

@@ -36,9 +36,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from ragbridge.formats import DatasetError, Format
-from ragbridge.formats.files import jsonl_lines, read_hf_rows
-from ragbridge.schema import Case
+from ragbridge.plugin import Case, DatasetError, Format, jsonl_lines, read_hf_rows
 
 from .translate import (RAGAS_FIELDS, READ_FIELDS, SIDECAR, cases_to_rows, is_ragas_object, lost_fields,
                         object_rows, read_object_rows, rows_to_cases, to_ragas)

@@ -344,20 +344,19 @@ def executor_for(spec: Any) -> Executor:
 
 
 def _stub_simulator() -> Callable[[str, Any], dict]:
-    """What a dry run answers a cache miss with: the stub judge's answer, made in this process."""
-    from ..testing.stub_judge import StubJudge
-
-    stub = StubJudge()  # not started: only its answer makers are used
+    """What a dry run answers a cache miss with: the stub judge's answer, made in this process
+    (`ragbridge.stub.answers`: no server, nothing sent)."""
+    from ..stub import answers
 
     def simulate(endpoint: str, body: Any) -> dict:
         body = body if isinstance(body, dict) else {}
         if endpoint == "responses":
-            return stub.response(body)
+            return answers.response(body)
         if endpoint == "embeddings":
-            return stub.embeddings(body)
+            return answers.embeddings(body)
         if endpoint == "completions":
-            return stub.completion(body)
-        return stub.chat_completion(body)
+            return answers.completion(body)
+        return answers.chat_completion(body)
 
     return simulate
 

@@ -15,7 +15,7 @@ request dialect instead
 wrong request gets, as :mod:`ragbridge.testing.dialects` says. Under ``/hostile/<mode>/v1`` it is a
 judge that misbehaves on purpose: drips or floods its answer, lies about its usage, echoes the key in
 every encoding (:mod:`ragbridge.testing.hostile`). What the answers say is decided by
-:mod:`ragbridge.testing.responders` (:mod:`ragbridge.testing.answers` shapes them).
+:mod:`ragbridge.stub.responders` (:mod:`ragbridge.stub.answers` shapes them).
 
 Every answer is labelled: ``model`` is ``ragbridge-stub/<requested model>``, ``system_fingerprint``
 is ``ragbridge-stub`` and the header ``X-Ragbridge-Stub: 1`` is set, so run outputs can say their
@@ -37,7 +37,7 @@ the same faults), or queued explicitly with :meth:`StubJudge.inject`:
 measures about judge noise: each verdict flips, and each level on a scale moves to a neighbour, with
 probability ``noise``, drawn per request and per repeat (the ``X-Ragbridge-Repeat`` header the
 gateway sends), so repeats of one request differ while a replay of one repeat does not (see
-:mod:`ragbridge.testing.responders`).
+:mod:`ragbridge.stub.responders`).
 
 ``latency`` is the response time of every POST: the stub computes its answer, then sleeps for
 whatever is left of ``latency``.
@@ -71,11 +71,12 @@ from typing import Any, Optional
 
 from ragbridge.judge import FastRequestHandler
 from ragbridge.judge.server import BadRequest, LoopbackServer, stop_server
-from ragbridge.testing import answers, hostile
-from ragbridge.testing.answers import CREATED, EMBED_DIM, STUB_FINGERPRINT, embed  # noqa: F401 (re-exported)
+from ragbridge.stub import answers
+from ragbridge.stub.answers import CREATED, EMBED_DIM, STUB_FINGERPRINT, embed  # noqa: F401 (re-exported)
+from ragbridge.stub.responders import perturbed
+from ragbridge.testing import hostile
 from ragbridge.testing.dialects import DIALECTS, NO_LISTING, Rejected, listing
 from ragbridge.testing.dialects import route as route_dialect
-from ragbridge.testing.responders import perturbed
 
 __all__ = ["StubJudge", "StubJudgeProcess", "StubRequest", "serve", "FAULT_KINDS", "embed", "main"]
 
@@ -500,7 +501,7 @@ class StubJudge:
     def _sleep(self, seconds: float) -> None:
         self._closed.wait(seconds)
 
-    # -- answers (see ragbridge.testing.answers) ----------------------------------------------------
+    # -- answers (see ragbridge.stub.answers) ----------------------------------------------------
     @staticmethod
     def chat_completion(body: dict, *, malformed: bool = False) -> dict:
         return answers.chat_completion(body, malformed=malformed)

@@ -1,6 +1,6 @@
 """What the stub judge answers: OpenAI-shaped chat completions, completions, responses and
 embeddings for a request body, deterministically (the verdicts come from
-:mod:`ragbridge.testing.responders`). Every answer is labelled as the stub's (``model``
+:mod:`ragbridge.stub.responders`). Every answer is labelled as the stub's (``model``
 ``ragbridge-stub/<requested model>``, ``system_fingerprint`` ``ragbridge-stub``)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 import struct
 from typing import Any, Optional
 
-from ragbridge.testing.responders import JudgeReply, JudgeRequest, content_words, respond
+from .responders import JudgeReply, JudgeRequest, content_words, respond
 
 __all__ = ["chat_completion", "completion", "response", "embeddings", "embed", "STUB_FINGERPRINT",
            "EMBED_DIM"]
