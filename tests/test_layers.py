@@ -20,8 +20,8 @@ The floors the table makes, from the bottom (each part imports only parts of flo
    (the stub judge's answers, made in process), ``formats``;
 3. ``backend``, ``traces``;
 4. ``judged_backend``, ``native``, ``run``;
-5. ``analysis``, ``plugin`` (the plugin API), and the package root (``ragbridge.evaluate`` and the
-   other names it exports); ``testing`` (the stub judge's server) sits on floor 3;
+5. ``analysis``, ``testing`` (the stub judge's server, the backend contract kit), ``plugin`` (the
+   plugin API), and the package root (``ragbridge.evaluate`` and the other names it exports);
 6. ``report``; 7. ``commands``, ``pytest_plugin``; 8. ``rubric`` (a built-in plugin with commands).
 
 The table is the import graph as it is meant to be: an import a row does not allow fails, and so does
@@ -72,7 +72,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "commands": {"analysis", "backend", "errors", "formats", "judge", "plugins", "report", "run", "testing",
                  "traces"},
     "pytest_plugin": {"analysis", "backend", "formats", "judge", "report", "run"},
-    "testing": {"judge", "stub"},
+    "testing": {"backend", "judge", "metrics", "plugins", "run", "schema", "stub"},
     "plugin": {"backend", "formats", "hookspecs", "judge", "judged_backend", "metrics", "plugins", "run",
                "schema", "stub", "traces"},
     "rubric": {"analysis", "backend", "commands", "errors", "formats", "hookspecs", "judge", "judged_backend",

@@ -130,7 +130,12 @@ def embeddings(body: dict) -> dict:
 
 
 def _break_json(content: Optional[str]) -> str:
-    content = content or ""
+    """A reply the caller cannot read: a JSON answer cut after two thirds and left unterminated; any
+    other answer (a plain number, labelled lines) replaced by an unterminated JSON fragment, as a cut
+    plain answer may still read as one (``10`` cut to ``1``)."""
+    content = (content or "").strip()
+    if not content.startswith(("{", "[")):
+        return '{"unterminated'
     cut = max(1, len(content) * 2 // 3)
     return content[:cut].rstrip("}] ") + ', "unterminated'
 

@@ -24,7 +24,8 @@ scores came from a stub. ``GET /models`` also says what of its settings changes 
 which a stub started again does not keep (`ragbridge.judge.config.identity_url`).
 
 Faults, drawn per request from a RNG seeded with ``seed`` (so a given arrival order always gets
-the same faults), or queued explicitly with :meth:`StubJudge.inject`:
+the same faults), queued explicitly with :meth:`StubJudge.inject`, or given to every request that
+holds a text with :meth:`StubJudge.fail_when` (one case's requests):
 
 * ``429``: HTTP 429 with ``Retry-After: <retry_after>`` (default 0);
 * ``500``: HTTP 500 with an OpenAI-style error body;
@@ -225,7 +226,7 @@ class _Handler(FastRequestHandler):
     def _post(self, route: str, body: Any, raw: bytes, headers: dict, dialect: Optional[str],
               mode: Optional[str] = None) -> None:
         stub = self.stub
-        fault = mode or stub._draw_fault()
+        fault = mode or stub._draw_fault(raw)
         in_flight = stub._enter()
         stub._record(StubRequest("POST", route, body, fault, headers=headers, dialect=dialect))
         t0 = time.monotonic()
@@ -349,6 +350,7 @@ class StubJudge:
         self._posts_seen = 0  # POSTs received since the last reset (not bounded by max_recorded)
         self._rng = random.Random(seed)
         self._queued: deque[Optional[str]] = deque()
+        self._marked: dict[str, str] = {}  # text in a request's body -> its fault (`fail_when`)
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self._released = threading.Event()
@@ -428,6 +430,17 @@ class StubJudge:
         with self._lock:
             self._queued.extend(kinds)
 
+    def fail_when(self, text: str, kind: Optional[str] = "500") -> None:
+        """Give every POST whose body holds ``text`` the fault ``kind`` from now on (None: stop): the
+        requests of one case fail, by a word only that case has, whatever order they come in."""
+        if kind is not None and kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault {kind!r}; choose from {FAULT_KINDS}")
+        with self._lock:
+            if kind is None:
+                self._marked.pop(text, None)
+            else:
+                self._marked[text] = kind
+
     def hold(self) -> None:
         """Keep every POST from now on in flight, unanswered, until :meth:`release` (or close)."""
         self._released.clear()
@@ -466,8 +479,11 @@ class StubJudge:
             if len(self.requests) > self.max_recorded:
                 del self.requests[: len(self.requests) - self.max_recorded]
 
-    def _draw_fault(self) -> Optional[str]:
+    def _draw_fault(self, raw: bytes = b"") -> Optional[str]:
         with self._lock:
+            for text, kind in self._marked.items():
+                if text.encode("utf-8") in raw:
+                    return kind
             if self._queued:
                 return self._queued.popleft()
             if not any(self.rates.values()):
