@@ -21,6 +21,14 @@ def _backend_defaults() -> None:
 _backend_defaults()
 
 
+@pytest.fixture(autouse=True)
+def _work_in_a_folder_of_its_own(tmp_path_factory, monkeypatch):
+    """Every test runs in an empty folder of its own, as a user runs ragbridge in a project: what a
+    command writes beside itself by default (the judge cache under ``.ragbridge/``, a report) lands
+    there, never in the checkout, and no test sees what an earlier one left."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
 @pytest.fixture
 def example_path() -> Path:
     return EXAMPLE

@@ -2,9 +2,9 @@
 (environment defaults, prompts, field names, formats) lives in that library's plugin and reaches the
 core through hooks. And importing ragbridge changes no environment variable.
 
-The grep covers every text file of ``src/ragbridge`` (the core and ``ragbridge.testing``: code,
-docstrings, templates). It fails on a library's name, on a field name that only a library uses, and
-on a phrase of a library's prompts.
+The grep covers every text file of ``src/ragbridge`` (the core, ``ragbridge.stub`` and
+``ragbridge.testing``: code, docstrings, templates). It fails on a library's name, on a field name
+that only a library uses, and on a phrase of a library's prompts.
 
 One allowance, by design: the canonical readers accept the usual vocabulary of other tools
 (``user_input``, ``retrieved_contexts``, ``actual_output``, ... see the README's "the loader also

@@ -1,14 +1,12 @@
 """The DeepEval backend end to end: DeepEval's real metric classes, ragbridge's real judge gateway and
-the stub judge over 127.0.0.1 (no mocks inside either library)."""
+the stub judge over 127.0.0.1 (no mocks inside either library). What every backend keeps
+(registering without importing DeepEval, errors as scores, no egress, ...) is the backend contract's
+(tests/test_backend_contract.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
@@ -20,7 +18,7 @@ from ragbridge.formats.canonical import read_jsonl  # noqa: E402
 from ragbridge.schema import Case, Score  # noqa: E402
 from ragbridge.testing import StubJudge  # noqa: E402
 
-from conftest import EXAMPLE, ragbridge_cli, stub_judge_config  # noqa: E402
+from conftest import EXAMPLE, stub_judge_config  # noqa: E402
 
 from ragbridge_deepeval import metrics as deepeval_metrics  # noqa: E402
 from ragbridge_deepeval import translate  # noqa: E402
@@ -63,23 +61,8 @@ def by_key(run) -> dict[tuple[str, str], Score]:
 
 
 # ------------------------------------------------------------------------------------------------
-# Registration and translation
+# Metrics and translation
 # ------------------------------------------------------------------------------------------------
-
-
-def test_registering_does_not_import_deepeval():
-    code = textwrap.dedent("""
-        import sys
-        from ragbridge.plugins import get_backends
-        b = get_backends()["deepeval"]
-        print(b.available(), b.version(), [m.name for m in b.metrics()], "deepeval" in sys.modules)
-    """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split()[:2] == ["True", "4.3.1"]
-    assert out.stdout.strip().endswith("False"), out.stdout  # DeepEval not imported by registering
-    for m in METRICS:
-        assert m in out.stdout
 
 
 def test_metric_specs_declare_inputs():
@@ -124,7 +107,7 @@ def test_structured_outputs_follow_deepeval_registry():
 
 
 # ------------------------------------------------------------------------------------------------
-# Scoring through the judge: both wire formats (issue point 1 and 2)
+# Scoring through the judge: both wire formats
 # ------------------------------------------------------------------------------------------------
 
 
@@ -168,16 +151,6 @@ def test_scores_every_metric_through_the_gateway(stub, picked, tmp_path, model):
         assert all(scores[(GOOD, metric)].value > scores[(f, metric)].value for f in FLAWED), metric
 
 
-def test_runner_skips_cases_without_inputs(stub, tmp_path):
-    case = Case(id="no-ctx", question="How long is the refund window?", answer="14 days.")
-    run = run_deepeval([case], stub, PLAIN, tmp_path)
-    scores = by_key(run)
-    assert scores[("no-ctx", "answer_relevance")].value is not None
-    for metric in ("faithfulness", "context_precision", "answer_correctness"):
-        s = scores[("no-ctx", metric)]
-        assert s.value is None and s.error is None and s.reason.startswith("skipped")
-
-
 def test_empty_extraction_is_undefined_not_a_score(stub, tmp_path):
     # An answer with no sentence to extract: DeepEval scores faithfulness 1 "by convention".
     case = Case(id="empty", question="Refund window?", answer=" ",
@@ -205,7 +178,7 @@ def test_empty_extraction_is_undefined_not_a_score(stub, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------
-# Parity with DeepEval's own measure() (issue point 3)
+# Parity with DeepEval's own measure()
 # ------------------------------------------------------------------------------------------------
 
 
@@ -255,14 +228,6 @@ def test_parity_with_deepeval_measure(stub, picked, tmp_path, model):
             assert s.passed == direct.success and s.reason == direct.reason, (case.id, metric)
 
 
-def test_concurrency_does_not_change_scores(stub, all_cases, tmp_path):
-    cases = [all_cases[i] for i in list(all_cases)[:4]]
-    metrics = ["faithfulness", "context_relevance"]
-    serial = by_key(run_deepeval(cases, stub, PLAIN, tmp_path / "a", metrics=metrics, concurrency=1))
-    parallel = by_key(run_deepeval(cases, stub, PLAIN, tmp_path / "b", metrics=metrics, concurrency=6))
-    assert {k: s.value for k, s in serial.items()} == {k: s.value for k, s in parallel.items()}
-
-
 def test_backend_options(stub, picked, tmp_path):
     run = run_deepeval(picked[:1], stub, PLAIN, tmp_path, metrics=["faithfulness", "answer_relevance"],
                        threshold={"faithfulness": 1.01, "answer_relevance": 0.0}, include_reason=False)
@@ -275,7 +240,7 @@ def test_backend_options(stub, picked, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------
-# Failures are per score (issue point 6)
+# DeepEval's own failures
 # ------------------------------------------------------------------------------------------------
 
 
@@ -291,40 +256,9 @@ def test_malformed_answer_is_that_scores_error(picked, tmp_path, model, expected
     assert all(x.value is not None for x in scores if not x.error)
 
 
-def test_transport_faults_are_retried_by_the_gateway(picked, tmp_path):
-    with StubJudge() as s:
-        s.inject("500", "429", "garbage")
-        run = run_deepeval(picked[:2], s, PLAIN, tmp_path, metrics=["context_recall"])
-        assert s.request_count == 2 * 2 + 3  # 2 calls per case, plus the 3 faulted attempts
-    assert all(x.error is None and x.value is not None for x in run.scores)
-    assert run.manifest.counts["judge"]["retries"] == 3
-
-
-def test_every_call_failing_gives_errors_not_exceptions(picked, tmp_path):
-    with StubJudge(fault_rate_malformed=1.0) as s:
-        run = run_deepeval(picked, s, PLAIN, tmp_path, metrics=["faithfulness", "answer_correctness"])
-    assert len(run.scores) == 2 * len(picked)
-    assert all(x.error and x.value is None for x in run.scores)
-    assert run.manifest.status == "complete"
-
-
 # ------------------------------------------------------------------------------------------------
-# The command line, end to end
+# The judge settings DeepEval is given
 # ------------------------------------------------------------------------------------------------
-
-
-def test_cli_run_backend_deepeval(stub, picked, tmp_path):
-    data = tmp_path / "golden.jsonl"
-    data.write_text("".join(json.dumps(c.model_dump(mode="json")) + "\n" for c in picked[:2]))
-    res = ragbridge_cli("run", data, "--out", tmp_path / "run", "--backend", "deepeval",
-                        "--judge-model", PLAIN, "--judge-base-url", stub.base_url,
-                        "--judge-api-key-env", "RAGBRIDGE_TEST_KEY", "--cache-path", tmp_path / "c.sqlite",
-                        "--no-progress", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr[-3000:]
-    lines = [json.loads(x) for x in (tmp_path / "run" / "scores.jsonl").read_text().splitlines()]
-    assert len(lines) == 2 * len(METRICS)
-    assert all(x["backend"] == "deepeval" and x["error"] is None for x in lines)
-    assert not (tmp_path / ".deepeval").exists()
 
 
 def test_judge_settings_reach_deepeval_requests(picked, tmp_path):

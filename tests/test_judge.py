@@ -34,7 +34,7 @@ from ragbridge.judge import (
 from ragbridge.judge.upstream import parse_retry_after
 from ragbridge.testing import StubJudge
 from ragbridge.testing.pytest_fixtures import stub_judge  # noqa: F401  (the fixture under test)
-from ragbridge.testing.responders import JudgeRequest, respond, validate_schema
+from ragbridge.stub.responders import JudgeRequest, respond, validate_schema
 
 openai = pytest.importorskip(
     "openai", reason="the judge is tested with the openai SDK as its client; every library extra installs it")

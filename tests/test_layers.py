@@ -1,14 +1,34 @@
-"""One layer per folder: the imports between ragbridge's parts go one way.
+"""One layer per folder: the imports between ragbridge's parts go one way, as `MAY_IMPORT` says.
 
-Read from the source (every import, the ones inside functions included): no library module imports
-the command line (``ragbridge.commands``; a plugin's own command module, ``rubric/commands.py``, may),
-no two of ragbridge's parts (a subpackage such as ``ragbridge.run``, or a top-level module such as
-``ragbridge.metrics``) import each other, directly or through others, and within a package (ragbridge,
-its subpackages, each backend plugin) no two modules do either: a package's ``__init__`` that
-imports its modules is a module like the others, so a module importing from its own package's
-``__init__`` while it imports the module is a cycle too. Imports of the package root (``from .. import
-__version__``) are not edges; nor are those under ``if TYPE_CHECKING:``, which never run (they name
-types for annotations).
+Read from the source (every import, the ones inside functions and under ``if TYPE_CHECKING:``
+included, and the names a module imports when first used, its ``_EXPORTS`` table): each of
+ragbridge's parts (a subpackage such as ``ragbridge.run``, or a top-level module such as
+``ragbridge.metrics``) imports only the parts its row of `MAY_IMPORT` names (the plugin API and the
+package root also name `synthetic`'s generator types and ``synthesize``, imported when first used); a plugin
+(``plugins/ragbridge_*``) imports ragbridge only through the plugin API, ``ragbridge.plugin``; no
+library module imports the command line (``ragbridge.commands``; a plugin's own command module,
+``rubric/commands.py``, may), and no two of ragbridge's parts import each other, directly or through
+others. Within a package (ragbridge, its subpackages, each backend plugin) no two modules import each
+other at run time either: a package's ``__init__`` that imports its modules is a module like the
+others, so a module importing from its own package's ``__init__`` while it imports the module is a
+cycle too. Imports of the package root (``from .. import __version__``) are not edges.
+
+The floors the table makes, from the bottom (each part imports only parts of floors below it):
+
+0. ``errors``, ``limits``, ``lexical``, ``schema``, ``hookspecs``: import nothing of ragbridge;
+1. ``plugins`` (the plugin manager), ``judge``, ``verdicts``;
+2. ``metrics`` (the canonical list; the plugin manager for the metrics plugins register), ``stub``
+   (the stub judge's answers, made in process), ``formats``;
+3. ``backend``, ``traces``;
+4. ``judged_backend``, ``native``, ``run``;
+5. ``analysis``, ``testing`` (the stub judge's server, the backend contract kit), ``plugin`` (the
+   plugin API), and the package root (``ragbridge.evaluate`` and the other names it exports);
+6. ``report``; 7. ``commands``, ``pytest_plugin``; 8. ``rubric`` (a built-in plugin with commands);
+9. ``synthetic`` (``ragbridge synthesize``: a built-in plugin with commands, asking through the rubric's
+   judge client).
+
+The table is the import graph as it is meant to be: an import a row does not allow fails, and so does
+a row that allows an import no module makes (change the two together).
 """
 
 from __future__ import annotations
@@ -31,6 +51,43 @@ def _modules(root: Path) -> dict[str, Path]:
 
 MODULES = _modules(CORE.parent)
 EVERY_MODULE = {**MODULES, **_modules(PLUGINS)}
+
+#: which of ragbridge's parts each part may import (``ragbridge.`` left out; ``""`` is the package
+#: root, whose names are imported when first used)
+MAY_IMPORT: dict[str, set[str]] = {
+    "errors": set(),
+    "limits": set(),
+    "lexical": set(),
+    "schema": set(),
+    "hookspecs": set(),
+    "plugins": {"hookspecs"},
+    "judge": {"errors", "limits"},
+    "verdicts": {"schema"},
+    "metrics": {"plugins"},
+    "stub": {"plugins"},
+    "formats": {"errors", "hookspecs", "plugins", "schema"},
+    "backend": {"judge", "limits", "metrics", "schema"},
+    "judged_backend": {"backend", "schema"},
+    "native": {"backend", "hookspecs", "metrics", "schema"},
+    "traces": {"formats", "hookspecs", "metrics", "plugins", "schema"},
+    "run": {"backend", "errors", "formats", "judge", "limits", "metrics", "plugins", "schema", "stub",
+            "traces", "verdicts"},
+    "analysis": {"errors", "formats", "metrics", "native", "run", "schema", "verdicts"},
+    "report": {"analysis", "formats", "lexical", "metrics", "run", "schema", "verdicts"},
+    "commands": {"analysis", "backend", "errors", "formats", "judge", "limits", "plugins", "report", "run",
+                 "testing", "traces"},
+    "pytest_plugin": {"analysis", "backend", "formats", "judge", "report", "run"},
+    "testing": {"backend", "judge", "metrics", "plugins", "run", "schema", "stub"},
+    "plugin": {"backend", "formats", "hookspecs", "judge", "judged_backend", "metrics", "plugins", "run",
+               "schema", "stub", "synthetic", "traces"},
+    "rubric": {"analysis", "backend", "commands", "errors", "formats", "hookspecs", "judge", "judged_backend",
+               "metrics", "plugins", "report", "run", "schema", "stub", "verdicts"},
+    "synthetic": {"commands", "formats", "hookspecs", "judge", "lexical", "plugins", "report", "rubric",
+                  "run", "schema", "stub"},
+    "": {"backend", "formats", "run", "schema", "synthetic"},
+}
+#: what a plugin (``plugins/ragbridge_*``) may import of ragbridge
+PLUGIN_API = {"ragbridge.plugin"}
 
 
 def _type_checking(node: ast.AST) -> bool:
@@ -56,9 +113,12 @@ def _imports(name: str, runtime_only: bool = False) -> set[str]:
 
 
 def _imported(package: list[str], source: str, runtime_only: bool) -> set[str]:
-    """The modules of ragbridge and its plugins that ``source``, a module of ``package``, imports."""
+    """The modules of ragbridge and its plugins that ``source``, a module of ``package``, imports: by
+    its import statements, and by its ``_EXPORTS`` table (name -> the module it is imported from when
+    first used) when it has one."""
     found = set()
-    for node in _import_nodes(ast.parse(source), runtime_only):
+    tree = ast.parse(source)
+    for node in _import_nodes(tree, runtime_only):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         else:
@@ -66,7 +126,23 @@ def _imported(package: list[str], source: str, runtime_only: bool) -> set[str]:
             mod = ".".join(base + ([node.module] if node.module else []))
             subs = {f"{mod}.{a.name}" for a in node.names} & EVERY_MODULE.keys()
             found.update(subs or {mod})
+    for module in _lazy_exports(tree):
+        found.add(".".join(package) + module if module.startswith(".") else module)
     return {m for m in found if m in EVERY_MODULE}
+
+
+def _lazy_exports(tree: ast.AST) -> list[str]:
+    """The module paths of a module-level ``_EXPORTS = {name: module, ...}`` table."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.AnnAssign):
+            targets, value = [node.target], node.value
+        elif isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        else:
+            continue
+        if any(getattr(t, "id", None) == "_EXPORTS" for t in targets) and isinstance(value, ast.Dict):
+            return [v.value for v in value.values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
+    return []
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -115,6 +191,76 @@ def _part(name: str) -> str:
     return ".".join(name.split(".")[:2])
 
 
+def _short(part: str) -> str:
+    return part.removeprefix("ragbridge").removeprefix(".")
+
+
+def _part_imports() -> dict[str, set[str]]:
+    """Each part of ragbridge -> the parts it imports (short names, ``""`` the package root)."""
+    graph: dict[str, set[str]] = {}
+    for m in MODULES:
+        for t in _imports(m):
+            if _part(m) != _part(t):
+                graph.setdefault(_short(_part(m)), set()).add(_short(_part(t)))
+    return graph
+
+
+def test_each_part_imports_only_what_the_table_allows():
+    graph = _part_imports()
+    offenders = sorted(f"ragbridge.{p} imports ragbridge.{t}" for p, ts in graph.items()
+                       for t in ts - MAY_IMPORT.get(p, set()) - {""})
+    assert not offenders, "not in tests/test_layers.py's MAY_IMPORT: " + "; ".join(offenders)
+    parts = {_short(_part(m)) for m in MODULES}
+    assert sorted(parts - set(MAY_IMPORT)) == [], "parts without a row in MAY_IMPORT"
+    assert sorted(set(MAY_IMPORT) - parts) == [], "rows of MAY_IMPORT for parts that do not exist"
+    stale = sorted(f"ragbridge.{p} -> ragbridge.{t}" for p, ts in MAY_IMPORT.items()
+                   for t in ts - graph.get(p, set()))
+    assert not stale, "MAY_IMPORT allows imports no module makes: " + "; ".join(stale)
+    # the table is layered: no part may import, through others, a part that may import it
+    assert sorted(p for p in MAY_IMPORT if _reaches(MAY_IMPORT, p, p)) == []
+    # nothing of the core imports the plugin API: it is for plugins
+    assert not [p for p, ts in MAY_IMPORT.items() if "plugin" in ts]
+
+
+def _reaches(graph: dict[str, set[str]], start: str, goal: str) -> bool:
+    seen, todo = set(), list(graph.get(start, ()))
+    while todo:
+        nxt = todo.pop()
+        if nxt == goal:
+            return True
+        if nxt not in seen:
+            seen.add(nxt)
+            todo.extend(graph.get(nxt, ()))
+    return False
+
+
+def test_plugins_import_ragbridge_only_through_the_plugin_api():
+    offenders = sorted(f"{m} imports {t}" for m in EVERY_MODULE if m.startswith("ragbridge_")
+                       for t in _imports(m) if t.split(".")[0] == "ragbridge" and t not in PLUGIN_API)
+    assert not offenders
+    # the check sees an import inside a function and a lazily exported name
+    source = "def f():\n    from ragbridge.judge.clients import http_client\n"
+    assert _imported(["ragbridge_x"], source, runtime_only=False) == {"ragbridge.judge.clients"}
+    assert _imported(["ragbridge"], '_EXPORTS = {"a": "ragbridge.run", "b": ".schema"}\n',
+                     runtime_only=True) == {"ragbridge.run", "ragbridge.schema"}
+
+
+def test_the_plugin_api_lists_each_name_once_and_every_name_imports():
+    """Every name of ``ragbridge.plugin`` is importable, its table, ``__all__`` and the names its
+    ``TYPE_CHECKING`` block gives editors agree, and each name is documented in the module docstring."""
+    import ragbridge.plugin as api
+
+    path = EVERY_MODULE["ragbridge.plugin"]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for_editors = {a.asname or a.name for node in ast.walk(tree) if _type_checking(node)
+                   for imp in node.body if isinstance(imp, ast.ImportFrom) for a in imp.names}
+    assert set(api.__all__) == set(api._EXPORTS) == for_editors
+    doc = ast.get_docstring(tree)
+    assert [n for n in api.__all__ if f"`{n}`" not in doc] == []
+    for name in api.__all__:
+        assert getattr(api, name) is not None, name
+
+
 def test_no_library_module_imports_the_command_line():
     library = [m for m in MODULES if _part(m) != "ragbridge.commands" and not m.endswith(".commands")]
     offenders = sorted(f"{m} imports {t}" for m in library for t in _imports(m)
@@ -123,20 +269,9 @@ def test_no_library_module_imports_the_command_line():
 
 
 def test_no_import_cycle_between_ragbridges_parts():
-    graph: dict[str, set[str]] = {}
-    for m in MODULES:
-        for t in _imports(m):
-            if _part(m) != _part(t) and _part(t) != "ragbridge":
-                graph.setdefault(_part(m), set()).add(_part(t))
-
-    def reaches(start: str, goal: str, seen: set[str]) -> bool:
-        for nxt in graph.get(start, ()):
-            if nxt == goal or (nxt not in seen and (seen.add(nxt) or reaches(nxt, goal, seen))):
-                return True
-        return False
-
-    assert graph["ragbridge.commands"] >= {"ragbridge.analysis", "ragbridge.report", "ragbridge.run"}
-    assert sorted(p for p in graph if reaches(p, p, set())) == []
+    graph = {p: ts - {""} for p, ts in _part_imports().items()}
+    assert graph["commands"] >= {"analysis", "report", "run"}
+    assert sorted(p for p in graph if _reaches(graph, p, p)) == []
 
 
 def test_no_import_cycle_between_modules():

@@ -10,15 +10,35 @@ import pytest
 from ragbridge import metrics
 from ragbridge.metrics import default_pass_mark, half_of, resolve_metric, sort_key
 from ragbridge.native import ranking
-from ragbridge.plugins import get_backends
+from ragbridge.plugins import get_backends, load_plugins
 from ragbridge.rubric.rubrics import builtin_rubrics
 
 ROOT = Path(__file__).resolve().parents[1]
-BUNDLED = ("native", "rubric", "ragas", "deepeval", "trulens")
+
+
+def bundled() -> list[str]:
+    """The backends ragbridge ships, from the registry: those its built-in plugins and the plugins
+    under plugins/ register (not a third party's, installed beside it)."""
+    names: list[str] = []
+    for plugin in load_plugins().get_plugins():
+        path = Path(getattr(plugin, "__file__", None) or "/")
+        hook = getattr(plugin, "ragbridge_register_backends", None)
+        if hook is not None and ROOT in path.parents:
+            hook(register=lambda backend: names.append(backend.name))
+    return sorted(names)
+
+
+BUNDLED = bundled()
+
+
+def test_the_bundled_backends_are_every_one_ragbridge_ships():
+    assert {"native", "rubric", "ragas", "deepeval", "trulens", "phoenix"} <= set(BUNDLED)
 
 
 @pytest.mark.parametrize("name", BUNDLED)
 def test_every_bundled_backend_declares_only_canonical_metrics(name):
+    """Stricter than the backend contract (which allows a metric a plugin registers): what ragbridge
+    ships speaks only the canonical metrics."""
     backend = get_backends()[name]
     declared = [spec.name for spec in backend.metrics()]
     assert declared, name

@@ -8,7 +8,7 @@ from conftest import ragbridge_cli
 
 PLUGIN = textwrap.dedent(
     '''
-    from ragbridge import Backend, MetricSpec, Score, hookimpl
+    from ragbridge.plugin import Backend, MetricSpec, Score, hookimpl
 
 
     class EchoBackend(Backend):
@@ -154,9 +154,7 @@ JUDGED_PLUGIN = textwrap.dedent(
     '''
     import re
 
-    from ragbridge import hookimpl
-    from ragbridge.judge.clients import async_http_client
-    from ragbridge.judged_backend import JudgedBackend, JudgedMetric
+    from ragbridge.plugin import JudgedBackend, JudgedMetric, async_http_client, hookimpl
 
     PROMPT = ("Rate from 0 to 10 how relevant the answer is to the question.\\n"
               "Question: {question}\\nAnswer: {answer}\\nReply as Score: N")
@@ -212,7 +210,7 @@ def test_a_judged_backend_needs_only_its_metrics_client_and_one_case(tmp_path, e
     failed = [s for s in scores if s["error"]]
     scored = [s for s in scores if not s["error"]]
     assert len(failed) == 1 and failed[0]["error"].startswith("AttributeError"), failed
-    assert failed[0]["judge_calls"] == 1 and failed[0]["value"] is None
+    assert failed[0]["judge_calls"] == 1 and failed[0]["value"] is None, failed
     assert len(scored) == len(cases) - 1
     for s in scored:
         assert s["value"] == s["native_value"] / 10 and 0 <= s["value"] <= 1 and s["reason"]

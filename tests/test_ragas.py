@@ -1,5 +1,7 @@
-"""The RAGAS backend: registration, scoring through the judge gateway, parity with RAGAS called
-directly, NaN and failures per score, embeddings, and dataset translation both ways.
+"""The RAGAS backend: its metrics, scoring through the judge gateway, parity with RAGAS called
+directly, NaN and RAGAS' own failures per score, embeddings, and dataset translation both ways. What
+every backend keeps (registering without importing RAGAS, errors as scores, no egress, ...) is the
+backend contract's (tests/test_backend_contract.py).
 
 Every judge call goes to the deterministic stub judge on 127.0.0.1."""
 
@@ -38,12 +40,6 @@ FLAWED = {"notifications-sms-cost", "claims-damage-deadline", "privacy-address-b
 def extra_cases():
     ctx = [{"id": "c1", "text": "Refunds are processed within 5 business days."}]
     return [
-        # no reference: context_precision, context_recall, answer_correctness are skipped
-        Case(id="no-reference", question="How fast are refunds processed?",
-             answer="Refunds are processed within 5 business days.", contexts=ctx),
-        # no answer: faithfulness, answer_relevance, answer_correctness are skipped
-        Case(id="no-answer", question="How fast are refunds processed?", contexts=ctx,
-             reference="Within 5 business days."),
         # nothing RAGAS can split into statements: faithfulness and context_recall are NaN
         Case(id="no-statements", question="How fast are refunds processed?", answer="...",
              reference="...", contexts=ctx),
@@ -70,7 +66,7 @@ def example():
 
 @pytest.fixture(scope="module")
 def scored(example, tmp_path_factory):
-    """One run of every RAGAS metric over five example cases and three edge cases."""
+    """One run of every RAGAS metric over five example cases and an edge case."""
     cases = [c for c in example if c.id in PICK] + extra_cases()
     out = tmp_path_factory.mktemp("ragas-run") / "run"
     with StubJudge() as stub:
@@ -85,29 +81,7 @@ def by(run):
 
 
 # --------------------------------------------------------------------------------------------
-# registration
-
-
-def test_registered_without_importing_ragas():
-    code = textwrap.dedent(
-        """
-        import sys
-        from ragbridge.formats import get_formats
-        from ragbridge.plugins import get_backends
-        b = get_backends()["ragas"]
-        f = get_formats()
-        print(b.available(), b.version(), sorted(m.name for m in b.metrics()),
-              "ragas-hf" in f and "ragas" in f, "ragas" in sys.modules)
-        """
-    )
-    import subprocess
-
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.split()[:2] == ["True", "0.4.3"]
-    assert res.stdout.strip().endswith("True False")  # formats registered; ragas itself not imported
-    for m in ALL:
-        assert m in res.stdout
+# the extra, the pins and the metrics
 
 
 def test_ragas_extra_and_constraints_pin_a_working_set():
@@ -135,7 +109,7 @@ def test_metric_specs():
 
 
 # --------------------------------------------------------------------------------------------
-# scoring (issue point 1)
+# scoring
 
 
 def test_every_metric_scored_per_case(scored):
@@ -168,24 +142,6 @@ def test_faithful_beats_flawed(scored):
     assert got[("notifications-sms-cost", "faithfulness")].value < 1.0  # the invented SMS allowance
 
 
-def test_missing_inputs_are_skipped_with_reason(scored):
-    _, run, _, _ = scored
-    got = by(run)
-    for m in ("context_precision", "context_recall", "answer_correctness"):
-        s = got[("no-reference", m)]
-        assert s.value is None and s.error is None and s.judge_calls == 0
-        assert "reference" in s.reason
-    for m in ("faithfulness", "answer_relevance", "answer_correctness"):
-        s = got[("no-answer", m)]
-        assert s.value is None and s.error is None and "answer" in s.reason
-    # what the case has is still scored
-    assert got[("no-reference", "faithfulness")].value is not None
-    assert got[("no-answer", "context_recall")].value is not None
-    summary = run.summary(by_tag=False).set_index("metric")
-    assert summary.loc["answer_correctness", "n_undefined"] >= 2
-    assert summary.loc["answer_correctness", "n_errored"] == 0
-
-
 def test_no_statements_is_undefined_not_zero(scored):
     _, run, _, _ = scored
     got = by(run)
@@ -194,7 +150,7 @@ def test_no_statements_is_undefined_not_zero(scored):
         assert s.value is None and s.error is None, (m, s)
         assert s.native_value is None and "NaN" in s.reason and "statements" in s.reason
         assert s.judge_calls >= 1  # RAGAS was asked; it found nothing to judge
-    assert run.manifest.counts["undefined"] >= 2 + 6
+    assert run.manifest.counts["undefined"] >= 2
 
 
 def test_normalise():
@@ -204,7 +160,7 @@ def test_normalise():
 
 
 # --------------------------------------------------------------------------------------------
-# parity with RAGAS called directly (issue point 2)
+# parity with RAGAS called directly
 
 
 async def _direct(base_url, cases):
@@ -258,7 +214,7 @@ def test_parity_with_ragas_called_directly(scored):
 
 
 # --------------------------------------------------------------------------------------------
-# what reaches the judge (points 4 and 5)
+# what reaches the judge
 
 
 def test_requests_embeddings_and_max_tokens(scored):
@@ -289,29 +245,6 @@ def test_max_tokens_from_config():
 def _one_metric_run(stub, cases, metric, **cfg):
     return evaluate(cases, backends=["ragas"], metrics=[metric],
                     judge=stub_judge_config(stub, embedding_model="stub-embedder", **cfg))
-
-
-def test_judge_error_is_that_scores_error_and_the_run_goes_on(example):
-    cases = [c for c in example if c.id in PICK[:3]]
-    with StubJudge() as stub:
-        stub.inject("500")  # the first request fails (one case at a time: it is the first case's)
-        run = _one_metric_run(stub, cases, "context_recall", max_retries=0, max_concurrency=1)
-    got = by(run)
-    first, *rest = [got[(c.id, "context_recall")] for c in cases]
-    assert first.value is None and first.error and "500" in first.error
-    assert "InternalServerError" in first.error
-    assert all(s.value is not None and s.error is None for s in rest)
-    assert run.manifest.status == "complete" and run.manifest.counts["errored"] == 1
-
-
-def test_gateway_retries_then_scores(example):
-    cases = [c for c in example if c.id in PICK[:1]]
-    with StubJudge() as stub:
-        stub.inject("500", "429")
-        run = _one_metric_run(stub, cases, "context_recall", max_retries=2)
-        assert stub.request_count == 3
-    s = run.scores[0]
-    assert s.error is None and s.value is not None
 
 
 def test_parse_failure_after_retries_is_an_error(example):
@@ -353,45 +286,7 @@ def test_swallowed_judge_errors_are_reported(example):
 
 
 # --------------------------------------------------------------------------------------------
-# CLI, privacy (points 1 and 4)
-
-
-def test_cli_run_talks_only_to_the_judge(tmp_path, example):
-    """`ragbridge run --backend ragas` end to end in a fresh process with every socket audited:
-    only 127.0.0.1 is reached (no RAGAS analytics, no tiktoken download), even with
-    RAGAS_DO_NOT_TRACK unset by the user."""
-    data = tmp_path / "golden.jsonl"
-    write_cases([c for c in example if c.id in PICK[:2]], data)
-    out = tmp_path / "run"
-    log = tmp_path / "connections.txt"
-    boot = tmp_path / "sitecustomize.py"
-    boot.write_text(textwrap.dedent(f"""
-        import sys
-        def _hook(event, args):
-            if event in ("socket.connect", "socket.getaddrinfo"):
-                with open({str(log)!r}, "a") as f:
-                    f.write(repr(args[1] if event == "socket.connect" else args[0]) + "\\n")
-        sys.addaudithook(_hook)
-    """))
-    env = {k: v for k, v in os.environ.items() if k != "RAGAS_DO_NOT_TRACK"}
-    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env.get("PYTHONPATH", "")
-    env["HOME"] = str(tmp_path / "home")
-    with StubJudge() as stub:
-        import subprocess
-
-        res = subprocess.run(
-            [sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()", "run", str(data),
-             "--out", str(out), "--backend", "ragas", "--judge-model", "stub-judge",
-             "--judge-base-url", stub.base_url, "--embedding-model", "stub-embedder",
-             "--cache-path", str(tmp_path / "cache.sqlite"), "--no-progress"],
-            capture_output=True, text=True, env={**env, "COLUMNS": "200"}, timeout=300)
-    assert res.returncode == 0, res.stdout + res.stderr
-    scores = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
-    assert {s["metric"] for s in scores} == set(ALL) and len(scores) == 2 * len(ALL)
-    assert all(s["error"] is None and s["value"] is not None for s in scores)
-    hosts = log.read_text().splitlines() if log.exists() else []
-    assert hosts, "the audit hook saw no connection at all"
-    assert all("127.0.0.1" in h for h in hosts), sorted(set(hosts))
+# privacy outside a run
 
 
 def test_converting_before_a_run_keeps_the_runs_privacy_defaults(tmp_path):
@@ -431,7 +326,7 @@ def test_converting_before_a_run_keeps_the_runs_privacy_defaults(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------
-# datasets (point 3)
+# datasets
 
 
 def test_round_trip_is_lossless_and_ragas_reads_it(tmp_path, example):

@@ -445,7 +445,7 @@ def test_a_run_prepares_each_list_of_cases_once():
     metric the same list object, and prepares afresh for another list."""
     import asyncio
 
-    from ragbridge import RunOptions, ScoringContext
+    from ragbridge.plugin import RunOptions, ScoringContext
     from ragbridge.native import NativeBackend
 
     session = asyncio.run(NativeBackend().open(ScoringContext(options=RunOptions())))

@@ -145,7 +145,7 @@ class _Lifecycle:
     """A backend plugin that records its lifecycle: what the runner promises every backend."""
 
     def __init__(self, fail_open=False):
-        from ragbridge import Backend, MetricSpec, Score
+        from ragbridge.plugin import Backend, MetricSpec, Score
 
         events = self.events = []
 
@@ -178,7 +178,7 @@ class _Lifecycle:
 
 @pytest.fixture
 def lifecycle_plugin():
-    from ragbridge import hookimpl
+    from ragbridge.plugin import hookimpl
     from ragbridge.plugins import load_plugins, pm
 
     def make(**kw):

@@ -21,7 +21,7 @@ from conftest import EXAMPLE, stub_judge_config
 from ragbridge.backend import RunOptions
 from ragbridge.plugins import load_plugins
 from ragbridge.testing import StubJudge
-from ragbridge.testing.responders import JudgeRequest, respond
+from ragbridge.stub.responders import JudgeRequest, respond
 
 #: (backend, judge model, backend options, the module its library needs)
 SHAPES = {

@@ -24,7 +24,7 @@ from ragbridge.lexical import BM25, term_overlap, terms
 from ragbridge.synthetic.passages import cut_passages
 from ragbridge.synthetic.plan import allocate, parse_mix
 from ragbridge.synthetic.weaknesses import measure
-from ragbridge.testing.responders import JudgeReply, register, responders, unregister
+from ragbridge.stub.responders import JudgeReply, register, responders, unregister
 
 from conftest import ROOT, needs_backend, ragbridge_cli, stub_judge_config
 from test_output import readme_keys

@@ -131,7 +131,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ragbridge.hookspecs import hookimpl
+from ragbridge.plugin import hookimpl
 
 __all__ = ["DeepEvalBackend", "FORMATS"]
 
@@ -147,7 +147,7 @@ def __getattr__(name: str) -> Any:
 
 @hookimpl
 def ragbridge_register_backends(register):
-    from ragbridge.plugins import LazyBackend
+    from ragbridge.plugin import LazyBackend
 
     register(LazyBackend("deepeval", "ragbridge_deepeval.backend:DeepEvalBackend"))
 

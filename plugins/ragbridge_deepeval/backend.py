@@ -3,11 +3,11 @@
 The run's lifecycle: ``environment()`` is `env.environment` (telemetry, ``.env`` loading and the
 ``.deepeval/`` folder off, DeepEval's own retry off), applied before ``open``; ``open`` sets the
 judge-dependent `env.runtime_environment` and makes one `DeepEvalSession` (an ``httpx.AsyncClient``
-and an ``httpx.Client`` from `ragbridge.judge.clients`, shared by every metric and case of the run:
+and an ``httpx.Client`` from `ragbridge.plugin`, shared by every metric and case of the run:
 DeepEval builds a synchronous OpenAI client with every judge object, and one made without a client of
 ours would load the CA bundle each time, a blocking 0.05-0.3 s per case on the event loop); ``close``
 settles DeepEval's telemetry while its opt-out holds (`env.settle_telemetry`) and undoes both.
-The per-case template is `ragbridge.judged_backend.JudgedBackend`'s (at most the ``concurrency``
+The per-case template is `ragbridge.plugin.JudgedBackend`'s (at most the ``concurrency``
 option's cases at once); each case gets its own tagged base URL (so the gateway counts calls per
 case) and its own judge and metric objects (`build_judge`, `metrics.make_metric`), and a failure's
 text is `translate.error_message`'s.
@@ -19,9 +19,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ragbridge.backend import ScoringContext
-from ragbridge.judged_backend import JudgedBackend, ScoreFields
-from ragbridge.schema import Case
+from ragbridge.plugin import Case, JudgedBackend, ScoreFields, ScoringContext
 
 from . import env, translate
 from .metrics import BACKEND, METRICS, DeepEvalMetric, make_metric, options_for
@@ -93,8 +91,7 @@ class DeepEvalBackend(JudgedBackend):
     async def open(self, ctx: ScoringContext) -> Optional[DeepEvalSession]:
         if ctx.judge is None:
             return None  # score says so, for every case
-        from ragbridge.judge.clients import async_http_client, http_client
-        from ragbridge.run.lifecycle import applied_environment
+        from ragbridge.plugin import applied_environment, async_http_client, http_client
 
         stack = contextlib.ExitStack()
         stack.enter_context(applied_environment(env.runtime_environment(ctx.judge)))

@@ -49,12 +49,18 @@ import re
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from ragbridge.formats import DatasetError, Format
-from ragbridge.formats.files import jsonl_lines
-from ragbridge.formats.records import (case_id_for_question, cases_from_records, derived_chunk_ids,
-                                      literal_cell, pandas_index)
-from ragbridge.formats.records import is_missing as _missing
-from ragbridge.schema import Case
+from ragbridge.plugin import (
+    Case,
+    DatasetError,
+    Format,
+    case_id_for_question,
+    cases_from_records,
+    derived_chunk_ids,
+    is_missing as _missing,
+    jsonl_lines,
+    literal_cell,
+    pandas_index,
+)
 
 DELIMITER = "|"  # deepeval.dataset.utils.DELIMITER
 RAGBRIDGE_KEY = "ragbridge"

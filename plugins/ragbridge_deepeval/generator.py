@@ -30,7 +30,7 @@ import contextlib
 import io
 from typing import Any
 
-from ragbridge.synthetic import GeneratedItem, Generator, GeneratorRequest
+from ragbridge.plugin import GeneratedItem, Generator, GeneratorRequest
 
 from . import env
 
@@ -47,8 +47,7 @@ class DeepEvalGenerator(Generator):
         return env.environment()
 
     def generate(self, request: GeneratorRequest) -> list[GeneratedItem]:
-        from ragbridge.judge.clients import async_http_client, http_client
-        from ragbridge.run.lifecycle import applied_environment
+        from ragbridge.plugin import applied_environment, async_http_client, http_client
 
         judge = request.judge
         contexts = [[request.passages[i].text for i in slot.passages] for slot in request.slots]

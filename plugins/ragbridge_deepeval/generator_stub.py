@@ -23,7 +23,7 @@ import json
 import re
 from typing import Optional
 
-from ragbridge.testing.responders import JudgeReply, JudgeRequest, support
+from ragbridge.plugin import JudgeReply, JudgeRequest, support
 
 __all__ = ["DeepEvalGeneratorResponder", "TEMPLATES"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ragbridge.judged_backend import JudgedMetric
+from ragbridge.plugin import JudgedMetric
 
 __all__ = ["BACKEND", "DeepEvalMetric", "METRICS", "CORRECTNESS_NAME", "CORRECTNESS_STEPS",
            "CORRECTNESS_RUBRIC", "DEFAULT_OPTIONS", "options_for", "threshold_for", "make_metric"]

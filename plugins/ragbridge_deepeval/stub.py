@@ -1,4 +1,4 @@
-"""The stub judge's answers to DeepEval 4.3.1's prompts (``ragbridge.testing``), registered by this
+"""The stub judge's answers to DeepEval 4.3.1's prompts (``ragbridge.stub``), registered by this
 plugin.
 
 Which of DeepEval's requests this is (`KINDS`: DeepEval's own output models, by their class names) is
@@ -31,7 +31,7 @@ import dataclasses
 import re
 from typing import Optional
 
-from ragbridge.testing.responders import (
+from ragbridge.plugin import (
     SECTION_LABELS,
     Ctx,
     JudgeReply,

@@ -19,9 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ragbridge.backend import error_text
-from ragbridge.formats import DatasetError
-from ragbridge.schema import Case
+from ragbridge.plugin import Case, DatasetError, error_text
 
 __all__ = ["test_case_kwargs", "to_test_case", "Extracted", "judged_items", "score_fields", "error_message",
            "is_deepeval_object", "object_rows", "read_object_rows", "to_goldens", "to_test_cases", "library"]
@@ -113,7 +111,7 @@ def score_fields(metric: str, m: Any) -> dict[str, Any]:
 
 
 def error_message(exc: BaseException) -> str:
-    """`ragbridge.backend.error_text` of the real cause (tenacity's RetryError unwrapped)."""
+    """`ragbridge.plugin.error_text` of the real cause (tenacity's RetryError unwrapped)."""
     try:
         import tenacity
 
@@ -164,7 +162,7 @@ def object_rows(data: Any) -> list[dict[str, Any]]:
 def read_object_rows(rows: list[dict[str, Any]]) -> list[Case]:
     """Records in DeepEval's keys (lists as lists) as cases: `formats.record_to_canonical`, a case
     without a ``name`` getting the stable id of its input; an error names the item's index."""
-    from ragbridge.formats.records import case_id_for_question, cases_from_records
+    from ragbridge.plugin import case_id_for_question, cases_from_records
 
     from .formats import record_to_canonical
 
@@ -191,7 +189,7 @@ def _classes():
     import sys
 
     if "deepeval" not in sys.modules:
-        from ragbridge.run.lifecycle import applied_environment
+        from ragbridge.plugin import applied_environment
 
         from .env import environment, settle_telemetry
 
@@ -237,8 +235,8 @@ def to_test_cases(cases: Any) -> tuple[Any, list[str]]:
 
 
 def library():
-    """The ``deepeval`` `ragbridge.formats.objects.Library`."""
-    from ragbridge.formats.objects import Library
+    """The ``deepeval`` `ragbridge.plugin.Library`."""
+    from ragbridge.plugin import Library
 
     from .formats import READ_FIELDS, TABLE_CELLS
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ragbridge.hookspecs import hookimpl
+from ragbridge.plugin import hookimpl
 
 __all__ = ["FORMATS", "SCORE_FORMATS", "STORE"]
 

@@ -67,12 +67,23 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
-from ragbridge.formats import DatasetError
-from ragbridge.formats.files import jsonl_lines, parse_json, text_lines
-from ragbridge.schema import MAX_METADATA_DEPTH, deeper_than
-from ragbridge.traces import trace_format
-from ragbridge.traces.evaluations import ScoreFormat
-from ragbridge.traces.spans import Signal, Span, SpanError, flatten, hex_id, nanos, shown
+from ragbridge.plugin import (
+    MAX_METADATA_DEPTH,
+    DatasetError,
+    ScoreFormat,
+    Signal,
+    SpanError,
+    TraceSpan as Span,
+    deeper_than,
+    flatten,
+    hex_id,
+    jsonl_lines,
+    nanos,
+    parse_json,
+    shown,
+    text_lines,
+    trace_format,
+)
 
 __all__ = ["FORMATS", "SCORE_FORMATS", "read_spans", "write_scores", "is_langfuse_export", "records_spans",
            "score_bodies"]

@@ -26,9 +26,17 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from ragbridge.formats import DatasetError
-from ragbridge.traces.spans import Span, iso_time
-from ragbridge.traces.stores import Query, StoreAddress, TraceStore, http_client, key_from, request
+from ragbridge.plugin import (
+    DatasetError,
+    Query,
+    StoreAddress,
+    TraceSpan as Span,
+    TraceStore,
+    iso_time,
+    key_from,
+    store_client as http_client,
+    store_request as request,
+)
 
 __all__ = ["STORE", "pull", "push"]
 

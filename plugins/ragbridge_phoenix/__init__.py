@@ -92,7 +92,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ragbridge.hookspecs import hookimpl
+from ragbridge.plugin import hookimpl
 
 __all__ = ["PhoenixBackend", "METRICS", "FORMATS", "SCORE_FORMATS", "STORE"]
 
@@ -109,7 +109,7 @@ def __getattr__(name: str) -> Any:
 
 @hookimpl
 def ragbridge_register_backends(register):
-    from ragbridge.plugins import LazyBackend
+    from ragbridge.plugin import LazyBackend
 
     register(LazyBackend("phoenix", "ragbridge_phoenix.backend:PhoenixBackend"))
 

@@ -8,7 +8,7 @@ run:
 
 * one Phoenix ``LLM(provider="openai")``, built inside the run's event loop (an ``LLM`` used from a
   second event loop fails every other call with "Event loop is closed"). Its two OpenAI clients get
-  the judge's httpx clients (`ragbridge.judge.clients`: in-process to the gateway, the one timeout),
+  the judge's httpx clients (`ragbridge.plugin`: in-process to the gateway, the one timeout),
   the untagged in-process base URL, the gateway's own key and ``client_timeout()``: Phoenix never
   sees the real key and no socket is opened. Phoenix forces the
   SDK's own retries to 0; the gateway retries 429, 5xx and timeouts. Phoenix's adaptive rate
@@ -18,7 +18,7 @@ run:
   otherwise; Phoenix sends none by default) and the judge's ``max_tokens`` when set, its label map
   checked against the pinned one (`metrics.PhoenixMetric.labels`).
 
-The per-case template is `ragbridge.judged_backend.JudgedBackend`'s: at most ``concurrency`` cases
+The per-case template is `ragbridge.plugin.JudgedBackend`'s: at most ``concurrency`` cases
 at once, each judged (``judge_case``) inside ``tag_scope("phoenix", metric, case_id)``, so the
 gateway counts its calls and tokens for that Score (a per-chunk metric's calls run concurrently, in
 the same scope). ``close`` closes the two httpx clients.
@@ -34,9 +34,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ragbridge.backend import ScoringContext
-from ragbridge.judged_backend import JudgedBackend, ScoreFields
-from ragbridge.schema import Case
+from ragbridge.plugin import Case, JudgedBackend, ScoreFields, ScoringContext
 
 from . import env, translate
 from .metrics import BACKEND, METRICS, PhoenixMetric, PhoenixSettings
@@ -60,7 +58,7 @@ def generation_kwargs(gateway: Any, settings: PhoenixSettings) -> dict[str, Any]
 
 def make_llm(judge: Any, http: Any, async_http: Any) -> Any:
     """Phoenix's ``LLM`` on ``http`` and ``async_http`` (the judge's httpx clients,
-    `ragbridge.judge.clients`). Call it inside the running event loop."""
+    `ragbridge.plugin`). Call it inside the running event loop."""
     from phoenix.evals import LLM
 
     cfg = judge.config
@@ -115,7 +113,7 @@ class PhoenixBackend(JudgedBackend):
         judge = ctx.judge
         if judge is None:
             return None  # score says so, for every case
-        from ragbridge.judge.clients import async_http_client, http_client
+        from ragbridge.plugin import async_http_client, http_client
 
         http, async_http = http_client(judge), async_http_client(judge)
         try:

@@ -34,11 +34,16 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
-from ragbridge.formats import DatasetError
-from ragbridge.formats.files import jsonl_lines
-from ragbridge.traces import trace_format
-from ragbridge.traces.evaluations import ScoreFormat
-from ragbridge.traces.spans import Span, SpanError, hex_id, nanos
+from ragbridge.plugin import (
+    DatasetError,
+    ScoreFormat,
+    SpanError,
+    TraceSpan as Span,
+    hex_id,
+    jsonl_lines,
+    nanos,
+    trace_format,
+)
 
 __all__ = ["FORMATS", "SCORE_FORMATS", "read_spans", "write_evaluations", "left_out"]
 

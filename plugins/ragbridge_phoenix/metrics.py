@@ -65,7 +65,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ragbridge.judged_backend import JudgedMetric
+from ragbridge.plugin import JudgedMetric
 
 __all__ = ["BACKEND", "PhoenixMetric", "METRICS", "PhoenixSettings"]
 

@@ -1,4 +1,4 @@
-"""The stub judge's answers to Phoenix evals 3.9.4's classification prompts (``ragbridge.testing``),
+"""The stub judge's answers to Phoenix evals 3.9.4's classification prompts (``ragbridge.stub``),
 registered by this plugin.
 
 Phoenix sends one user message whose texts sit in XML tags inside a ``<data>`` block (``<query>``,
@@ -26,7 +26,7 @@ import json
 import re
 from typing import Callable, Optional
 
-from ragbridge.testing.responders import (
+from ragbridge.plugin import (
     JudgeReply,
     JudgeRequest,
     best_sentence,

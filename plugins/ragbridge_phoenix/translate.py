@@ -27,8 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from ragbridge.backend import error_text
-from ragbridge.schema import Case, ChunkVerdict, Evidence
+from ragbridge.plugin import Case, ChunkVerdict, Evidence, error_text
 
 from .metrics import PhoenixMetric
 
@@ -131,7 +130,7 @@ def chunk_score_fields(metric: PhoenixMetric, per_chunk: Sequence[tuple[str, Any
 
 
 def error_message(exc: BaseException) -> str:
-    """`ragbridge.backend.error_text` of a failure. Phoenix's own ``RateLimitError`` (raised after
+    """`ragbridge.plugin.error_text` of a failure. Phoenix's own ``RateLimitError`` (raised after
     the SDK's 429, whose message it drops) alone says only "throttling requests to N RPS", so its
     text says what happened."""
     text = error_text(exc)

@@ -98,7 +98,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ragbridge.hookspecs import hookimpl
+from ragbridge.plugin import hookimpl
 
 __all__ = ["RagasBackend", "METRICS", "FORMATS", "from_ragas", "to_ragas"]
 
@@ -115,7 +115,7 @@ def __getattr__(name: str) -> Any:
 
 @hookimpl
 def ragbridge_register_backends(register):
-    from ragbridge.plugins import LazyBackend
+    from ragbridge.plugin import LazyBackend
 
     register(LazyBackend("ragas", "ragbridge_ragas.backend:RagasBackend"))
 

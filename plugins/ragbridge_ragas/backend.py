@@ -8,10 +8,10 @@ runs them, over the run's lifecycle:
 * ``environment()``: `env.ENVIRONMENT` (RAGAS' tracking off, no hub downloads), applied before
   ``open``, which is where RAGAS is first imported;
 * ``open``: one `RagasSession` for the run, an ``openai.AsyncOpenAI`` client (shared by the metric
-  passes) from `ragbridge.judge.clients`: in-process to the gateway, with its key, ``max_retries=0``
+  passes) from `ragbridge.plugin`: in-process to the gateway, with its key, ``max_retries=0``
   (the gateway retries 429, 5xx and timeouts itself) and the judge clients' one timeout; ``close``
   closes it;
-* the per-case template is `ragbridge.judged_backend.JudgedBackend`'s: ``prepare`` builds RAGAS'
+* the per-case template is `ragbridge.plugin.JudgedBackend`'s: ``prepare`` builds RAGAS'
   metric object once per metric pass, ``judge_case`` runs ``ascore`` on one case (inside the case's
   ``tag_scope``, so the runner fills each Score's judge calls and tokens), at most the ``concurrency``
   option's cases at once (default: twice the judge's ``max_concurrency``);
@@ -25,7 +25,7 @@ runs them, over the run's lifecycle:
 
 Failures are per score: an exception out of ``ascore`` (judge error after the gateway's retries,
 timeout, parse failure after instructor's re-asks, RAGAS' own ValueError) becomes that Score's
-``error`` (`ragbridge.backend.error_text`); so is a reply whose verdict is outside what RAGAS' reply
+``error`` (`ragbridge.plugin.error_text`); so is a reply whose verdict is outside what RAGAS' reply
 model allows (`metrics.check_reply`: RAGAS itself takes any integer). ContextRelevance swallows judge
 errors and returns NaN; the errors it swallowed are recorded per case and reported the same way
 (`translate.score_fields`).
@@ -37,9 +37,7 @@ import contextvars
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ragbridge.backend import ScoringContext
-from ragbridge.judged_backend import JudgedBackend, ScoreFields
-from ragbridge.schema import Case
+from ragbridge.plugin import Case, JudgedBackend, ScoreFields, ScoringContext
 
 from .env import ENVIRONMENT, keep_ragas_id_out_of_home
 from .metrics import METRICS, RagasMetric, check_reply
@@ -82,7 +80,7 @@ def parse_retrying():
 @dataclass
 class RagasSession:
     """What the metric passes of one run share: the judge and one ``AsyncOpenAI`` client on its
-    in-process transport (`ragbridge.judge.clients`; the gateway bounds upstream concurrency)."""
+    in-process transport (`ragbridge.plugin`; the gateway bounds upstream concurrency)."""
 
     judge: Any
     client: Any
@@ -131,7 +129,7 @@ class RagasBackend(JudgedBackend):
     async def open(self, ctx: ScoringContext) -> Optional[RagasSession]:
         if ctx.judge is None:
             return None  # score says so, for every case
-        from ragbridge.judge.clients import async_openai_client
+        from ragbridge.plugin import async_openai_client
 
         keep_ragas_id_out_of_home()
         return RagasSession(ctx.judge, async_openai_client(ctx.judge))

@@ -37,10 +37,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from ragbridge.formats import DatasetError, Format
-from ragbridge.formats.files import jsonl_lines, read_hf_rows
-from ragbridge.formats.records import literal_cell, pandas_index
-from ragbridge.schema import Case
+from ragbridge.plugin import Case, DatasetError, Format, jsonl_lines, literal_cell, pandas_index, read_hf_rows
 
 from .translate import (LIST_COLUMNS, RAGAS_FIELDS, READ_FIELDS, SIDECAR, cases_to_rows, is_ragas_object,
                         lost_fields, object_rows, read_object_rows, rows_to_cases, to_ragas)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ragbridge.synthetic import GeneratedItem, Generator, GeneratorRequest
+from ragbridge.plugin import GeneratedItem, Generator, GeneratorRequest
 
 from .env import ENVIRONMENT, keep_ragas_id_out_of_home
 
@@ -102,7 +102,7 @@ class RagasGenerator(Generator):
         from ragas.testset.synthesizers import multi_hop, single_hop
         from ragas.testset.transforms import apply_transforms, default_transforms_for_prechunked
 
-        from ragbridge.judge.clients import async_openai_client
+        from ragbridge.plugin import async_openai_client
 
         from .backend import DEFAULT_MAX_TOKENS
 

@@ -23,7 +23,7 @@ import json
 import re
 from typing import Any, Optional
 
-from ragbridge.testing.responders import JudgeReply, JudgeRequest, json_after, schema_in_prompt
+from ragbridge.plugin import JudgeReply, JudgeRequest, json_after, schema_in_prompt
 
 __all__ = ["RagasGeneratorResponder", "OUTPUT_MODELS"]
 

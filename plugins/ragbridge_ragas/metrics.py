@@ -1,7 +1,7 @@
 """The canonical metrics the RAGAS backend offers, and the RAGAS class and inputs behind each.
 
 The formulas, ranges and normalisation are documented in the package docstring
-(:mod:`ragbridge_ragas`). Each entry (a `ragbridge.judged_backend.JudgedMetric`) names the canonical
+(:mod:`ragbridge_ragas`). Each entry (a `ragbridge.plugin.JudgedMetric`) names the canonical
 metric, the name RAGAS reports, the case inputs it needs (``MetricSpec.requires``), a class of
 ``ragas.metrics.collections`` (scored by ``await metric.ascore(**inputs(case))``), the inputs RAGAS is
 given, whether it needs embeddings, and what an undefined (NaN) result means.
@@ -17,8 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ragbridge.judged_backend import JudgedMetric
-from ragbridge.schema import Case
+from ragbridge.plugin import Case, JudgedMetric
 
 from .translate import retrieved_texts
 

@@ -1,4 +1,4 @@
-"""The stub judge's answers to RAGAS 0.4.3's prompts (``ragbridge.testing``), registered by this plugin.
+"""The stub judge's answers to RAGAS 0.4.3's prompts (``ragbridge.stub``), registered by this plugin.
 
 A request is RAGAS' when the JSON schema it asks for is one of RAGAS' own output models
 (`OUTPUT_MODELS`, the ``output_model`` of each prompt of the metrics this backend runs): instructor's
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ragbridge.testing.responders import (
+from ragbridge.plugin import (
     INPUT_KEYS,
     JudgeReply,
     JudgeRequest,

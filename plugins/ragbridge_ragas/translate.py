@@ -69,10 +69,15 @@ from typing import Any, Iterable, Optional, Sequence
 
 from pydantic import ValidationError
 
-from ragbridge.backend import error_text
-from ragbridge.formats import DatasetError
-from ragbridge.formats.records import case_id_for_question, derived_chunk_ids, is_missing, plain
-from ragbridge.schema import Case
+from ragbridge.plugin import (
+    Case,
+    DatasetError,
+    case_id_for_question,
+    derived_chunk_ids,
+    error_text,
+    is_missing,
+    plain,
+)
 
 __all__ = [
     "RAGAS_FIELDS",
@@ -489,7 +494,7 @@ def to_ragas(cases: Sequence[Case]) -> tuple[Any, list[str]]:
     import sys
 
     if "ragas" not in sys.modules:  # first imported under the plugin's defaults (tracking off)
-        from ragbridge.run.lifecycle import applied_environment
+        from ragbridge.plugin import applied_environment
 
         from .env import ENVIRONMENT, keep_ragas_id_out_of_home
 
@@ -504,8 +509,8 @@ def to_ragas(cases: Sequence[Case]) -> tuple[Any, list[str]]:
 
 
 def library():
-    """The ``ragas`` `ragbridge.formats.objects.Library`."""
-    from ragbridge.formats.objects import Library
+    """The ``ragas`` `ragbridge.plugin.Library`."""
+    from ragbridge.plugin import Library
 
     return Library("ragas", fields=READ_FIELDS, read_rows=read_object_rows, recognises=is_ragas_object,
                    rows=object_rows, kinds={"dataset": to_ragas}, table_cells=LIST_COLUMNS,

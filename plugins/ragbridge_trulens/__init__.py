@@ -98,7 +98,7 @@ from pathlib import Path
 import importlib
 from typing import Any
 
-from ragbridge.hookspecs import hookimpl
+from ragbridge.plugin import hookimpl
 
 __all__ = ["TruLensBackend", "METRICS"]
 
@@ -114,7 +114,7 @@ def __getattr__(name: str) -> Any:
 
 @hookimpl
 def ragbridge_register_backends(register):
-    from ragbridge.plugins import LazyBackend
+    from ragbridge.plugin import LazyBackend
 
     register(LazyBackend("trulens", "ragbridge_trulens.backend:TruLensBackend"))
 
@@ -156,7 +156,7 @@ def ragbridge_register_commands(cli):
                                         help="One row per case (get_records_and_feedback's columns)."),
     ) -> None:
         """Export a run's scores in the column layout of TruLens's leaderboard."""
-        from ragbridge.run import RunError, load_run
+        from ragbridge.plugin import RunError, load_run
 
         from .formats import write_leaderboard
 

@@ -4,11 +4,11 @@ The run's lifecycle: ``environment()`` is `env.ENVIRONMENT` (no tracing threads)
 ``open``, where TruLens is first imported. ``open`` reads the run's options (`metrics.TruLensSettings`),
 settles the endpoint family (``api="auto"`` probes ``/responses`` once, through the gateway, while
 TruLens is imported) and makes one `TruLensSession`: one TruLens ``OpenAI`` provider (`make_provider`,
-on `ragbridge.judge.clients.openai_client`, in-process to the gateway) and one thread pool of a
-thread per case in flight (`ragbridge.judged_backend.JudgedBackend.cases_at_once`: the
+on `ragbridge.plugin.openai_client`, in-process to the gateway) and one thread pool of a
+thread per case in flight (`ragbridge.plugin.JudgedBackend.cases_at_once`: the
 ``concurrency`` option, default twice the judge's ``max_concurrency``), shared by every metric of
 the run; ``close`` closes both. The per-case template is ``JudgedBackend``'s; the metric functions
-are synchronous (`translate`), so each case runs on a pool thread (`ragbridge.judged_backend.in_thread`)
+are synchronous (`translate`), so each case runs on a pool thread (`ragbridge.plugin.in_thread`)
 in a copy of the case's context, inside its ``tag_scope``, so every HTTP call is counted for its case
 (TruLens's own thread pool, used for the per-sentence groundedness calls, copies the context and so
 keeps the tag).
@@ -23,9 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ragbridge.backend import ScoringContext
-from ragbridge.judged_backend import JudgedBackend, ScoreFields, in_thread
-from ragbridge.schema import Case
+from ragbridge.plugin import Case, JudgedBackend, ScoreFields, ScoringContext, in_thread
 
 from .env import ENVIRONMENT, offline_sentence_splitter, quiet_import
 from .metrics import METRICS, TruLensMetric, TruLensSettings
@@ -78,7 +76,7 @@ def set_api(provider: Any, api: str) -> None:
 
 def make_provider(client: Any, model: str, *, api: str = "chat", retries: int = 0) -> Any:
     """A TruLens OpenAI provider for judge ``model`` on ``client``, an ``openai.OpenAI`` client (the
-    backend's: `ragbridge.judge.clients.openai_client`, in-process to the judge gateway).
+    backend's: `ragbridge.plugin.openai_client`, in-process to the judge gateway).
 
     ``retries`` is TruLens's own retry count (``Endpoint.run_in_pace``; 3 with 2/4/8 s sleeps by
     default); ragbridge's gateway already retries 429/5xx/timeouts, so the backend passes 0."""
@@ -126,7 +124,7 @@ class TruLensSession:
 def probe_api(judge: Any) -> str:
     """``"responses"`` when the judge answers ``POST /responses`` (one tiny request, through the
     gateway and its cache), else ``"chat"``: the path every server has."""
-    from ragbridge.judge.clients import http_client
+    from ragbridge.plugin import http_client
 
     url = judge.base_url("trulens", "responses-api-probe", None, in_process=True) + "/responses"
     body = {"model": judge.config.model, "input": PROBE_BODY_TEXT, "max_output_tokens": 16}
@@ -164,7 +162,7 @@ class TruLensBackend(JudgedBackend):
         judge = ctx.judge
         if judge is None:
             return None  # score says so, for every case
-        from ragbridge.judge.clients import openai_client
+        from ragbridge.plugin import openai_client
 
         cases_at_once = self.cases_at_once(ctx)
         # the probe (one judge call, in a thread) is made while TruLens is imported and its provider built

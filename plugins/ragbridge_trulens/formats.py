@@ -63,13 +63,22 @@ import logging
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
-from ragbridge.formats import DatasetError, Format
-from ragbridge.formats.files import atomic_path, jsonl_lines, read_hf_rows
-from ragbridge.formats.records import (cases_from_records, chunk_id_for_text, derived_chunk_ids, literal_cell,
-                                      pandas_index)
-from ragbridge.formats.records import is_missing as _missing
-from ragbridge.formats.records import plain as _plain
-from ragbridge.schema import Case, Score
+from ragbridge.plugin import (
+    Case,
+    DatasetError,
+    Format,
+    Score,
+    atomic_path,
+    cases_from_records,
+    chunk_id_for_text,
+    derived_chunk_ids,
+    is_missing as _missing,
+    jsonl_lines,
+    literal_cell,
+    pandas_index,
+    plain as _plain,
+    read_hf_rows,
+)
 
 from .parquet import PARQUET_CANNOT_HOLD, read_rows, struct_nulls, write_rows
 

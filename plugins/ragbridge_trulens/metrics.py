@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from ragbridge.judged_backend import JudgedMetric
+from ragbridge.plugin import JudgedMetric
 
 from . import translate
 

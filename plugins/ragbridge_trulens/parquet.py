@@ -18,8 +18,8 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from ragbridge.formats import DatasetError
-from ragbridge.formats.records import plain as _plain
+from ragbridge.plugin import DatasetError
+from ragbridge.plugin import plain as _plain
 
 __all__ = ["META_AS_JSON", "PARQUET_CANNOT_HOLD", "read_rows", "write_rows", "struct_nulls"]
 

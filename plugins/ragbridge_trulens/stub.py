@@ -1,4 +1,4 @@
-"""The stub judge's answers to TruLens 2.16's prompts (``ragbridge.testing``), registered by this
+"""The stub judge's answers to TruLens 2.16's prompts (``ragbridge.stub``), registered by this
 plugin.
 
 TruLens' feedback templates put each judged text after an upper-case slot label at the start of a
@@ -38,7 +38,7 @@ import json
 import re
 from typing import Optional
 
-from ragbridge.testing.responders import (
+from ragbridge.plugin import (
     Ctx,
     JudgeReply,
     JudgeRequest,

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from ragbridge.backend import error_text
-from ragbridge.schema import Case
+from ragbridge.plugin import Case, error_text
 
 from .env import offline_sentence_splitter
 
@@ -200,8 +199,7 @@ def object_rows(data: Any) -> list[dict[str, Any]]:
 
 def read_object_rows(rows: list[dict[str, Any]]) -> list[Case]:
     """Rows in TruLens's columns as cases (`formats.row_to_record`); an error names the row's index."""
-    from ragbridge.formats import DatasetError
-    from ragbridge.formats.records import cases_from_records
+    from ragbridge.plugin import DatasetError, cases_from_records
 
     from .formats import row_to_record
 
@@ -228,8 +226,8 @@ def to_frame(cases: Any) -> tuple[Any, list[str]]:
 
 
 def library():
-    """The ``trulens`` `ragbridge.formats.objects.Library`."""
-    from ragbridge.formats.objects import Library
+    """The ``trulens`` `ragbridge.plugin.Library`."""
+    from ragbridge.plugin import Library
 
     from .formats import READ_FIELDS, TABLE_CELLS
 

@@ -13,6 +13,9 @@ From Python::
 ``evaluate`` works in a notebook cell or under a running event loop as in a script;
 ``await ragbridge.evaluate_async(...)`` is the same run for async code.
 
+A plugin (a backend, a dataset format, a library's objects) imports ragbridge through
+``ragbridge.plugin``, and its tests through ``ragbridge.testing``.
+
 Importing ragbridge is cheap: each name below is imported when first used (so a notebook's
 ``import ragbridge`` loads neither pandas, the HTTP client nor any library backend), and it changes
 no environment variable: each backend's library defaults (telemetry off and the like) are applied
@@ -31,11 +34,7 @@ pytest_plugins = ["ragbridge.pytest_plugin"]
 
 #: every public name, and the module it is imported from when first used
 _EXPORTS = {
-    "Backend": "ragbridge.backend",
-    "MetricSpec": "ragbridge.backend",
     "RunOptions": "ragbridge.backend",
-    "ScoringContext": "ragbridge.backend",
-    "hookimpl": "ragbridge.hookspecs",
     "DatasetError": "ragbridge.formats",
     "load_cases": "ragbridge.formats",
     "write_cases": "ragbridge.formats",
@@ -53,16 +52,14 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "__version__", "Backend", "Case", "Chunk", "DatasetError", "MetricSpec", "Run", "RunError",
-    "RunManifest", "RunOptions", "Score", "ScoringContext", "evaluate", "evaluate_async", "hookimpl",
-    "load_cases", "load_run", "synthesize", "to_library", "write_cases",
+    "__version__", "Case", "Chunk", "DatasetError", "Run", "RunError", "RunManifest", "RunOptions", "Score",
+    "evaluate", "evaluate_async", "load_cases", "load_run", "synthesize", "to_library", "write_cases",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors
-    from .backend import Backend, MetricSpec, RunOptions, ScoringContext
+    from .backend import RunOptions
     from .formats import DatasetError, load_cases, write_cases
     from .formats.objects import to_library
-    from .hookspecs import hookimpl
     from .run import Run, RunError, evaluate, evaluate_async, load_run
     from .schema import Case, Chunk, RunManifest, Score
     from .synthetic.synthesis import synthesize

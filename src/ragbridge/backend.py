@@ -17,6 +17,11 @@ The lifecycle of one run, as the runner drives it for every backend the run uses
 Two helpers keep the backends alike: `fan_out` scores the cases of one metric concurrently and
 yields each `Score` as it is ready, and `error_text` is the one way a failure becomes a Score's
 ``error``.
+
+The cases ``score`` is handed are a sequence of `Case` (indexing or iterating it gives each case).
+The runner's sequence holds them as canonical records and makes a `Case` only when one is asked for:
+a backend that reads many cases and needs few fields reads `case_ids` and `case_record` instead,
+which work on any sequence of cases.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ from .schema import SPAN_MIN_OVERLAP, Case, Score
 if TYPE_CHECKING:  # pragma: no cover
     from .judge import JudgeGateway
 
-__all__ = ["Backend", "MetricSpec", "RunOptions", "ScoringContext", "fan_out", "error_text"]
+__all__ = ["Backend", "MetricSpec", "RunOptions", "ScoringContext", "fan_out", "error_text", "case_ids",
+           "case_record"]
 
 #: the longest ``Score.error`` text (`error_text` cuts longer messages)
 ERROR_TEXT_LIMIT = 2000
@@ -276,3 +282,17 @@ def error_text(exc: BaseException, limit: int = ERROR_TEXT_LIMIT) -> str:
         msg = f"{msg} (caused by {detail})" if msg else detail
     text = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def case_ids(cases: Sequence[Case]) -> list[str]:
+    """The ids of the cases, in order, without making a `Case` of each where the sequence holds them
+    as records (the runner's batches have ``ids``)."""
+    ids = getattr(cases, "ids", None)
+    return list(ids) if ids is not None else [case.id for case in cases]
+
+
+def case_record(cases: Sequence[Case], i: int) -> dict[str, Any]:
+    """Case ``i`` as a canonical record (JSON types, fields at their defaults left out), without
+    making a `Case` where the sequence holds it as one (the runner's batches have ``record(i)``)."""
+    record = getattr(cases, "record", None)
+    return record(i) if record is not None else cases[i].model_dump(mode="json", exclude_defaults=True)

@@ -1,6 +1,6 @@
 """The hooks a ragbridge plugin may implement.
 
-A plugin is a module (or any object) with functions decorated by ``ragbridge.hookimpl`` and named
+A plugin is a module (or any object) with functions decorated by ``ragbridge.plugin.hookimpl`` and named
 after one of the specs below. Plugins are found through the ``ragbridge`` entry-point group (the
 bundled library backends too); ragbridge's own are listed in ``ragbridge.plugins.DEFAULT_PLUGINS``.
 """
@@ -24,6 +24,21 @@ def ragbridge_register_backends(register):
     must be cheap and must not import the backend's library: ``Backend.available()`` says whether
     the library is installed, and the library is imported only when the backend scores. A name
     registered twice is an error.
+    """
+
+
+@hookspec
+def ragbridge_register_metrics(register):
+    """Register metrics with a meaning of their own, which no canonical metric has.
+
+    Call ``register(metric)`` once per metric, where ``metric`` is a ``ragbridge.plugin.Metric``: its
+    name (``tone``; ``name@k`` for one that takes a cut-off), kind (``ranking``, ``span``,
+    ``answer check`` or ``judged``), half of the report (``retrieval`` or ``generation``), one line of
+    meaning (what 1 means and how it falls) and the report's default pass mark. A backend then
+    declares it in a ``MetricSpec`` as it declares a canonical one, and the report, the gate and the
+    analyses place it by its half and pass mark. A backend's name for a canonical concept is not a new
+    metric: declare the canonical name with ``MetricSpec.native_name``. A canonical name, or a name
+    registered twice, is an error.
     """
 
 
@@ -60,9 +75,10 @@ def ragbridge_register_commands(cli):
 
 @hookspec
 def ragbridge_register_stub_responders(register):
-    """Teach ragbridge's stub judge (``ragbridge.testing``) to answer a plugin's own judge prompts.
+    """Teach ragbridge's stub judge (``ragbridge.stub``: a dry run's answers, and
+    ``ragbridge.testing.StubJudge``'s) to answer a plugin's own judge prompts.
 
-    Call ``register(responder)`` (``ragbridge.testing.responders.register``: ahead of every responder
+    Call ``register(responder)`` (``ragbridge.stub.responders.register``: ahead of every responder
     registered so far; ``first=False``: after them; always ahead of the generic one) with a callable
     that takes a ``JudgeRequest`` and returns a ``JudgeReply``, or None for a request that is not its
     own. Called once per process, when the stub first answers. A responder recognises its prompts

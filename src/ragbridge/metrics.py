@@ -3,9 +3,16 @@
 Every part that needs to know the canonical metrics reads them here: the planner (`resolve_metric`),
 the report (display order, the two halves, default pass marks), the gate (which names exist), the
 analyses (which half a metric belongs to) and the native backend (the ranking metrics and answer
-checks it computes). A backend's `ragbridge.backend.MetricSpec` names one of `NAMES`; the only
-other names are the rubric backend's custom rubrics, which are data (a test checks every built-in
-and bundled backend).
+checks it computes). A backend's `ragbridge.backend.MetricSpec` names one of `NAMES`, or a metric a
+plugin registers; the only other names are the rubric backend's custom rubrics, which are data (the
+backend contract kit, `ragbridge.testing.contract`, checks every registered backend).
+
+A metric with a meaning of its own (not the same concept as a canonical metric under another name)
+is registered by its plugin through the ``ragbridge_register_metrics`` hook, with a `Metric` of its
+own: `find`, `half_of`, `sort_key` and `default_pass_mark` then know it as they know the canonical
+ones (`registered`), and it is shown after them. `METRICS` stays the core's closed list: the
+canonical metrics are the ones every backend's number is compared on, so none of them belongs to
+one plugin, and reading them loads no plugin. A registered name that is canonical is an error.
 
 Each `Metric` says:
 
@@ -59,7 +66,8 @@ from typing import Any, Optional, Union
 
 __all__ = ["Metric", "METRICS", "NAMES", "KINDS", "RANKING", "SPAN", "NO_MARK", "ANSWER_CHECK", "JUDGED",
            "RETRIEVAL", "GENERATION", "PER_K", "DEFAULT_PASS_MARK", "find", "half_of", "sort_key",
-           "default_pass_mark", "resolve_metric", "RAGCHECKER", "CLAIM_DIAGNOSTICS", "ragchecker_figure"]
+           "default_pass_mark", "resolve_metric", "RAGCHECKER", "CLAIM_DIAGNOSTICS", "ragchecker_figure",
+           "registered"]
 
 RANKING, SPAN, ANSWER_CHECK, JUDGED = "ranking", "span", "answer check", "judged"
 KINDS = (RANKING, SPAN, ANSWER_CHECK, JUDGED)
@@ -182,10 +190,54 @@ def ragchecker_figure(score: Any) -> Optional[float]:
     return None
 
 
+_registered: tuple[Any, dict[str, Metric]] = (None, {})
+
+
+def registered() -> dict[str, Metric]:
+    """The metrics plugins register through the ``ragbridge_register_metrics`` hook, by base name
+    (``tone``, ``coverage@k`` -> ``coverage``); asked again when a plugin joins or leaves.
+    Raises ValueError for a name that is canonical, malformed or registered twice, or a `Metric`
+    whose kind, half or pass mark is not one of the conventions above."""
+    global _registered
+    from .plugins import load_plugins, registered as by_name
+
+    plugins = frozenset(load_plugins().get_plugins())
+    if _registered[0] != plugins:
+        found = {}
+        for m in by_name("ragbridge_register_metrics", "metric").values():
+            problem = _problem(m)
+            if problem:
+                raise ValueError(f"a plugin registers metric {getattr(m, 'name', m)!r}: {problem}")
+            found[m.base] = m
+        _registered = (plugins, found)
+    return _registered[1]
+
+
+def _problem(m: Any) -> Optional[str]:
+    """What is wrong with a registered metric, or None."""
+    if not isinstance(m, Metric):
+        return "register a ragbridge.plugin.Metric"
+    if not re.fullmatch(r"[a-z][a-z0-9_]*(@k)?", m.name) or m.name == CLAIM_DIAGNOSTICS:
+        return "a name is lower case letters, digits and _ (ending in @k when it takes a cut-off)"
+    if m.base in _BY_BASE:
+        return (f"{m.name!r} is a canonical metric: declare it in your backend's MetricSpec, and "
+                "register only a metric with a meaning of its own")
+    if m.kind not in KINDS or m.half not in ("retrieval", "generation"):
+        return f"kind must be one of {', '.join(KINDS)} and half retrieval or generation"
+    if not m.meaning or len(m.meaning) > 70:
+        return "meaning is one line of at most 70 characters"
+    if m.pass_mark != PER_K and not (isinstance(m.pass_mark, (int, float)) and 0 <= m.pass_mark <= 1):
+        return f"pass_mark is a number in 0..1 or {PER_K!r}"
+    return None
+
+
 def find(name: str) -> Optional[Metric]:
-    """The canonical metric a concrete name is an instance of (``recall@10`` -> ``recall@k``), or
-    None (a custom rubric). Matched by the name before ``@``, as the report groups them."""
-    return _BY_BASE.get(name.partition("@")[0])
+    """The metric a concrete name is an instance of (``recall@10`` -> ``recall@k``): a canonical one,
+    else one a plugin registers, else None (a custom rubric). Matched by the name before ``@``, as
+    the report groups them; a canonical name is found without loading any plugin."""
+    base = name.partition("@")[0]
+    m = _BY_BASE.get(base)
+    return m if m is not None else registered().get(base)
 
 
 def half_of(name: str) -> str:
@@ -196,7 +248,8 @@ def half_of(name: str) -> str:
 
 
 def sort_key(name: str) -> tuple[int, str, int]:
-    """Sorts concrete metric names in display order (a cut-off ascending; others last, by name)."""
+    """Sorts concrete metric names in display order (a cut-off ascending; the canonical metrics first,
+    then the others by name, a registered metric beside a custom rubric)."""
     base, _, cut = name.partition("@")
     m = _BY_BASE.get(base)
     return (NAMES.index(m.name) if m else len(NAMES), base, int(cut) if cut.isdigit() else 0)

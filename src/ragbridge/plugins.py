@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-from typing import TYPE_CHECKING, Any
+from typing import Any, Optional
 
 import pluggy
 
 from . import hookspecs
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .backend import Backend
+#: a `ragbridge.backend.Backend`, named and not imported: the plugin manager sits below every part it
+#: loads (``ragbridge.metrics`` asks it for the metrics plugins register)
+AnyBackend = Any
 
 ENTRY_POINT_GROUP = "ragbridge"
 
@@ -95,9 +96,9 @@ class LazyBackend:
     def __init__(self, name: str, target: str):
         self.name = name
         self._target = target
-        self._backend: "Backend | None" = None
+        self._backend: Optional[AnyBackend] = None
 
-    def load(self) -> "Backend":
+    def load(self) -> AnyBackend:
         """The backend itself (made once)."""
         if self._backend is None:
             module, _, cls = self._target.partition(":")
@@ -117,12 +118,12 @@ class LazyBackend:
         return f"LazyBackend({self.name!r}, {self._target!r})"
 
 
-def get_backends() -> dict[str, "Backend"]:
+def get_backends() -> dict[str, AnyBackend]:
     """Every registered backend by name, available or not (a `LazyBackend` stands for its backend)."""
     load_plugins()
-    found: dict[str, Backend] = {}
+    found: dict[str, AnyBackend] = {}
 
-    def register(backend: "Backend") -> None:
+    def register(backend: AnyBackend) -> None:
         if not backend.name:
             raise ValueError(f"backend {backend!r} has no name")
         if backend.name in found:

@@ -29,12 +29,11 @@ import time
 from dataclasses import replace
 from typing import AsyncIterator, Optional, Sequence
 
-from .. import metrics as canonical
-from ..backend import Backend, MetricSpec, ScoringContext
-from ..hookspecs import hookimpl
 import numpy as np
 
-from ..formats.batches import CaseBatch
+from .. import metrics as canonical
+from ..backend import Backend, MetricSpec, ScoringContext, case_ids, case_record
+from ..hookspecs import hookimpl
 from ..schema import Case, Score, ScoreBlock
 from . import answers, ranking, spans
 
@@ -79,9 +78,8 @@ def _span_reasons(metric: str, cases: Sequence[Case], values: np.ndarray, reason
     short = np.flatnonzero(values < 1).tolist()
     if not short:
         return
-    records = CaseBatch.of_cases(cases)
     for i in short:
-        record = records.record(i)
+        record = case_record(cases, i)
         if record.get("relevant_spans"):
             reasons[i] = spans.missed_reason(base, record["relevant_spans"], record.get("contexts") or [], k,
                                              min_overlap)[1]
@@ -127,14 +125,13 @@ class NativeBackend(Backend):
         undefined = np.flatnonzero(np.isnan(values)).tolist()
         reasons: list[Optional[str]] = [None] * len(values)
         if undefined:
-            records = CaseBatch.of_cases(cases)
             for i in undefined:
-                reasons[i] = _undefined_reason(metric, records.record(i), opts.chunking)
+                reasons[i] = _undefined_reason(metric, case_record(cases, i), opts.chunking)
         if opts.span_labels:
             _span_reasons(metric, cases, values, reasons, opts.span_min_overlap)
         per_case = (time.perf_counter() - start) / max(len(cases), 1)
         yield ScoreBlock(backend=self.name, metric=metric, native_metric=metric,
-                         case_ids=CaseBatch.of_cases(cases).ids, values=values, reasons=reasons,
+                         case_ids=case_ids(cases), values=values, reasons=reasons,
                          seconds=per_case)
 
 

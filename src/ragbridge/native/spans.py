@@ -41,8 +41,6 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ..formats.corpus import Chunking
-
 __all__ = ["ARITHMETICS", "SpanSets", "prepare", "recall", "precision", "iou", "precision_omega", "KERNELS",
            "placement", "grade_of", "span_lists", "unplaced", "check_arithmetic", "missed_spans",
            "describe_missed", "MISSED_BY", "missed_reason"]
@@ -278,9 +276,11 @@ def iou(s: SpanSets, k: int, arithmetic: str = "merged") -> np.ndarray:
 # --------------------------------------------------------------------------------------------- omega
 
 
-def precision_omega(s: SpanSets, chunking: Optional[Chunking], arithmetic: str = "merged") -> np.ndarray:
+def precision_omega(s: SpanSets, chunking: Optional[Any], arithmetic: str = "merged") -> np.ndarray:
     """``|C ∩ G| / |C ∪ G|`` with ``C`` the chunks of ``chunking`` that overlap a label (chroma: or
-    touch one). NaN where the case has no span label of grade >= 1, and everywhere without a chunking."""
+    touch one). NaN where the case has no span label of grade >= 1, and everywhere without a chunking.
+    ``chunking`` is what the run's options hold (`ragbridge.backend.RunOptions.chunking`, read by the
+    formats layer: ``overlapping(doc, start, end, touching)`` gives the chunks' starts and ends)."""
     check_arithmetic(arithmetic)
     if chunking is None:
         return np.full(s.n_cases, np.nan)

@@ -1,9 +1,9 @@
 """The stub judge's answers to the rubric prompts: deterministic, lexical, labelled as the stub's.
 
 Registered from this plugin through the ``ragbridge_register_stub_responders`` hook, so the stub core
-(``ragbridge.testing``) knows nothing of these prompts. A request is ours when the first line of its
+(``ragbridge.stub``) knows nothing of these prompts. A request is ours when the first line of its
 system prompt is one of `prompts.TASKS`; the texts are read back from the user message's headings
-(`prompts.HEADINGS`). Verdicts use the stub's word-overlap functions (``ragbridge.testing.responders``):
+(`prompts.HEADINGS`). Verdicts use the stub's word-overlap functions (``ragbridge.stub.responders``):
 
 * ``split``: the answer's sentences, declining ones left out;
 * ``verify``: SUPPORTED when the claim is lexically supported by the passages (half its content words
@@ -20,7 +20,7 @@ system prompt is one of `prompts.TASKS`; the texts are read back from the user m
   stub has no position bias).
 
 With the stub made noisy (``StubJudge(noise=...)``, a test device), a ``grade`` level moves to a
-neighbouring level with that probability (`ragbridge.testing.responders.noisy_level`).
+neighbouring level with that probability (`ragbridge.stub.responders.noisy_level`).
 
 The reply follows the key order the prompt asks for. None of this measures judgement: it exercises
 the plumbing (requests, parsing, evidence, reports) without a model.
@@ -32,7 +32,7 @@ import json
 import re
 from typing import Optional
 
-from ragbridge.testing.responders import (
+from ragbridge.stub.responders import (
     JudgeReply,
     JudgeRequest,
     is_noncommittal,

@@ -355,8 +355,9 @@ def executor_for(spec: Any) -> Executor:
 
 
 def _stub_simulator() -> Callable[[str, Any], dict]:
-    """What a dry run answers a cache miss with: the stub judge's answer, made in this process."""
-    from ..testing.answers import simulate
+    """What a dry run answers a cache miss with: the stub judge's answer, made in this process
+    (`ragbridge.stub.answers`: no server, nothing sent)."""
+    from ..stub.answers import simulate
 
     return simulate
 

@@ -16,7 +16,7 @@ are read back from the user message's headings (`prompts.HEADINGS`). What the st
   thing drawn by the passages and the variant from a fixed list; the documents may happen to answer
   it, which the check then finds;
 * ``answered``: true when one passage holds at least 60% of the question's content words and every
-  number in it (the stub's word-overlap judgement, `ragbridge.testing.responders`).
+  number in it (the stub's word-overlap judgement, `ragbridge.stub.responders`).
 
 None of this is judgement: it exercises the plumbing (prompts, checks, placement, resumption)
 without a model, and its questions copy the passages' wording, the first weakness the measures show.
@@ -29,7 +29,7 @@ import re
 import zlib
 from typing import Optional
 
-from ..testing.responders import JudgeReply, JudgeRequest, numbers, support
+from ..stub.responders import JudgeReply, JudgeRequest, numbers, support
 from .prompts import HEADINGS, TASKS
 
 __all__ = ["SynthResponder"]

@@ -275,7 +275,7 @@ async def _generate(result: Synthesis, lib: Any, docs: Corpus, passages: Any, bm
     with contextlib.ExitStack() as closing:
         closing.callback(gateway.close)
         if dry_run:
-            from ..testing.answers import simulate
+            from ..stub.answers import simulate
 
             gateway.simulate = simulate
         else:

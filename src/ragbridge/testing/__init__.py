@@ -1,4 +1,5 @@
-"""Test helpers shipped with ragbridge: a deterministic OpenAI-compatible stub judge.
+"""Test helpers shipped with ragbridge: a deterministic OpenAI-compatible stub judge, and the backend
+contract kit a plugin's tests run.
 
     from ragbridge.testing import StubJudge
     with StubJudge() as stub:
@@ -7,17 +8,24 @@
 For pytest, import the fixture into your ``conftest.py`` (it is not an auto-loaded plugin)::
 
     from ragbridge.testing.pytest_fixtures import stub_judge  # noqa: F401
+
+A backend plugin's tests subclass ``ragbridge.testing.contract.BackendContract`` (the contract every
+backend keeps); ``plugin_registered(module)`` registers a plugin in the test process, as if installed.
 """
 
+import importlib
 from typing import Any
 
-__all__ = ["StubJudge", "StubJudgeProcess", "StubRequest", "FAULT_KINDS", "embed", "serve"]
+#: the names, and the module each is imported from when first used (lazily, so that ``python -m
+#: ragbridge.testing.stub_judge`` does not import that module twice)
+_EXPORTS = {name: "ragbridge.testing.stub_judge"
+            for name in ("StubJudge", "StubJudgeProcess", "StubRequest", "FAULT_KINDS", "embed", "serve")}
+_EXPORTS["plugin_registered"] = "ragbridge.testing.contract"
+
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy, so that ``python -m ragbridge.testing.stub_judge`` does not import the module twice.
-    if name in __all__:
-        from ragbridge.testing import stub_judge
-
-        return getattr(stub_judge, name)
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'ragbridge.testing' has no attribute {name!r}")

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 from urllib.parse import parse_qs
 
-from .answers import CREATED
+from ..stub.answers import CREATED
 
 __all__ = ["DIALECTS", "NO_LISTING", "Routed", "Rejected", "listing", "route"]
 

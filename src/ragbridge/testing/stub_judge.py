@@ -6,26 +6,26 @@
 Endpoints: ``POST /v1/chat/completions`` (plain prompts, ``response_format`` ``json_object`` and
 ``json_schema``, ``tools``/``tool_choice``, ``logprobs``), ``POST /v1/responses`` (``output_text`` and
 ``text.format`` json_schema), ``POST /v1/embeddings`` (hashed bag-of-words vectors, L2-normalised;
-``encoding_format`` float or base64) and ``GET /v1/models``; the same paths without ``/v1`` work too.
-Any key and any model name are accepted (``GET /models`` lists ``models`` and says so with the
-header ``X-Ragbridge-Stub-Models: any``). Under a path prefix the stub speaks one real server's
-request dialect instead
-(``stub.url + "/azure"``, ``/ollama/v1``, ``/vllm/v1``, ``/llamacpp/v1``, ``/anthropic/v1``,
-``/gemini/v1beta/openai``, ``/litellm``, ``/openai/v1``): its paths, where its key goes, and what a
-wrong request gets, as :mod:`ragbridge.testing.dialects` says. Under ``/hostile/<mode>/v1`` it is a
-judge that misbehaves on purpose: drips, floods or delays its answer, lies about its usage, echoes the
-key in every encoding and charset, repeats a key of its JSON, sends a lone surrogate, compresses
-(:mod:`ragbridge.testing.hostile`). What the answers say is decided by
-:mod:`ragbridge.testing.responders` (:mod:`ragbridge.testing.answers` shapes them).
+``encoding_format`` float or base64) and ``GET /v1/models``; the same paths without ``/v1`` work too. Any
+key and any model name are accepted (``GET /models`` lists ``models`` and says so with the header
+``X-Ragbridge-Stub-Models: any``). Under a path prefix the stub speaks one real server's request dialect
+instead (``stub.url + "/azure"``, ``/ollama/v1``, ``/vllm/v1``, ``/llamacpp/v1``, ``/anthropic/v1``,
+``/gemini/v1beta/openai``, ``/litellm``, ``/openai/v1``): its paths, where its key goes, and what a wrong
+request gets, as :mod:`ragbridge.testing.dialects` says. Under ``/hostile/<mode>/v1`` it is a judge that
+misbehaves on purpose: drips, floods or delays its answer, lies about its usage, echoes the key in every
+encoding and charset, repeats a key of its JSON, sends a lone surrogate, compresses
+(:mod:`ragbridge.testing.hostile`). What the answers say is decided by :mod:`ragbridge.stub.responders`
+(:mod:`ragbridge.stub.answers` shapes them).
 
-Every answer is labelled: ``model`` is ``ragbridge-stub/<requested model>``, ``system_fingerprint``
-is ``ragbridge-stub`` and the header ``X-Ragbridge-Stub: 1`` is set, so run outputs can say their
-scores came from a stub. ``GET /models`` also says what of its settings changes its answers
-(``X-Ragbridge-Stub-Settings``, `StubJudge.settings`): a judge's identity is that and not the port,
-which a stub started again does not keep (`ragbridge.judge.config.identity_url`).
+Every answer is labelled: ``model`` is ``ragbridge-stub/<requested model>``, ``system_fingerprint`` is
+``ragbridge-stub`` and the header ``X-Ragbridge-Stub: 1`` is set, so run outputs can say their scores came
+from a stub. ``GET /models`` also says what of its settings changes its answers
+(``X-Ragbridge-Stub-Settings``, `StubJudge.settings`): a judge's identity is that and not the port, which a
+stub started again does not keep (`ragbridge.judge.config.identity_url`).
 
-Faults, drawn per request from a RNG seeded with ``seed`` (so a given arrival order always gets
-the same faults), or queued explicitly with :meth:`StubJudge.inject`:
+Faults, drawn per request from a RNG seeded with ``seed`` (so a given arrival order always gets the same
+faults), queued explicitly with :meth:`StubJudge.inject`, or given to every request that holds a text with
+:meth:`StubJudge.fail_when` (one case's requests):
 
 * ``429``: HTTP 429 with ``Retry-After: <retry_after>`` (default 0);
 * ``500``: HTTP 500 with an OpenAI-style error body;
@@ -38,7 +38,7 @@ the same faults), or queued explicitly with :meth:`StubJudge.inject`:
 measures about judge noise: each verdict flips, and each level on a scale moves to a neighbour, with
 probability ``noise``, drawn per request and per repeat (the ``X-Ragbridge-Repeat`` header the
 gateway sends), so repeats of one request differ while a replay of one repeat does not (see
-:mod:`ragbridge.testing.responders`).
+:mod:`ragbridge.stub.responders`).
 
 ``latency`` is the response time of every POST: the stub computes its answer, then sleeps for
 whatever is left of ``latency``.
@@ -73,11 +73,12 @@ from typing import Any, Optional
 
 from ragbridge.judge import FastRequestHandler
 from ragbridge.judge.server import BadRequest, LoopbackServer, stop_server
-from ragbridge.testing import answers, hostile
-from ragbridge.testing.answers import CREATED, EMBED_DIM, STUB_FINGERPRINT, embed  # noqa: F401 (re-exported)
+from ragbridge.stub import answers
+from ragbridge.stub.answers import CREATED, EMBED_DIM, STUB_FINGERPRINT, embed  # noqa: F401 (re-exported)
+from ragbridge.stub.responders import perturbed
+from ragbridge.testing import hostile
 from ragbridge.testing.dialects import DIALECTS, NO_LISTING, Rejected, listing
 from ragbridge.testing.dialects import route as route_dialect
-from ragbridge.testing.responders import perturbed
 
 __all__ = ["StubJudge", "StubJudgeProcess", "StubRequest", "serve", "FAULT_KINDS", "embed", "main"]
 
@@ -228,7 +229,7 @@ class _Handler(FastRequestHandler):
     def _post(self, route: str, body: Any, raw: bytes, headers: dict, dialect: Optional[str],
               mode: Optional[str] = None) -> None:
         stub = self.stub
-        fault = mode or stub._draw_fault()
+        fault = mode or stub._draw_fault(raw)
         in_flight = stub._enter()
         stub._record(StubRequest("POST", route, body, fault, headers=headers, dialect=dialect))
         t0 = time.monotonic()
@@ -372,6 +373,7 @@ class StubJudge:
         self._posts_seen = 0  # POSTs received since the last reset (not bounded by max_recorded)
         self._rng = random.Random(seed)
         self._queued: deque[Optional[str]] = deque()
+        self._marked: dict[str, str] = {}  # text in a request's body -> its fault (`fail_when`)
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self._released = threading.Event()
@@ -381,7 +383,6 @@ class StubJudge:
         self._server: Optional[_Server] = None
         self._thread: Optional[threading.Thread] = None
 
-    # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> "StubJudge":
         if self._server is not None:
             return self
@@ -451,6 +452,17 @@ class StubJudge:
         with self._lock:
             self._queued.extend(kinds)
 
+    def fail_when(self, text: str, kind: Optional[str] = "500") -> None:
+        """Give every POST whose body holds ``text`` the fault ``kind`` from now on (None: stop): the
+        requests of one case fail, by a word only that case has, whatever order they come in."""
+        if kind is not None and kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault {kind!r}; choose from {FAULT_KINDS}")
+        with self._lock:
+            if kind is None:
+                self._marked.pop(text, None)
+            else:
+                self._marked[text] = kind
+
     def hold(self) -> None:
         """Keep every POST from now on in flight, unanswered, until :meth:`release` (or close)."""
         self._released.clear()
@@ -489,8 +501,11 @@ class StubJudge:
             if len(self.requests) > self.max_recorded:
                 del self.requests[: len(self.requests) - self.max_recorded]
 
-    def _draw_fault(self) -> Optional[str]:
+    def _draw_fault(self, raw: bytes = b"") -> Optional[str]:
         with self._lock:
+            for text, kind in self._marked.items():
+                if text.encode("utf-8") in raw:
+                    return kind
             if self._queued:
                 return self._queued.popleft()
             if not any(self.rates.values()):
@@ -524,7 +539,7 @@ class StubJudge:
     def _sleep(self, seconds: float) -> None:
         self._closed.wait(seconds)
 
-    # -- answers (see ragbridge.testing.answers) ----------------------------------------------------
+    # -- answers (see ragbridge.stub.answers) ----------------------------------------------------
     @staticmethod
     def chat_completion(body: dict, *, malformed: bool = False) -> dict:
         return answers.chat_completion(body, malformed=malformed)

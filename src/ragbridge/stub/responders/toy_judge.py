@@ -1,5 +1,5 @@
 """The toy judge: verdicts from word overlap, deterministic (and noisy only inside
-`ragbridge.testing.responders.noise.perturbed`).
+`ragbridge.stub.responders.noise.perturbed`).
 
 Texts are reduced to content words (lowercased, stop words dropped, a light suffix stemmer), and
 

@@ -1,6 +1,6 @@
 """What the stub judge answers: OpenAI-shaped chat completions, completions, responses and
 embeddings for a request body, deterministically (the verdicts come from
-:mod:`ragbridge.testing.responders`). Every answer is labelled as the stub's (``model``
+:mod:`ragbridge.stub.responders`). Every answer is labelled as the stub's (``model``
 ``ragbridge-stub/<requested model>``, ``system_fingerprint`` ``ragbridge-stub``)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 import struct
 from typing import Any, Optional
 
-from ragbridge.testing.responders import JudgeReply, JudgeRequest, content_words, respond
+from .responders import JudgeReply, JudgeRequest, content_words, respond
 
 __all__ = ["chat_completion", "completion", "response", "embeddings", "embed", "simulate", "STUB_FINGERPRINT",
            "EMBED_DIM"]
@@ -144,7 +144,12 @@ def simulate(endpoint: str, body: Any) -> dict:
 
 
 def _break_json(content: Optional[str]) -> str:
-    content = content or ""
+    """A reply the caller cannot read: a JSON answer cut after two thirds and left unterminated; any
+    other answer (a plain number, labelled lines) replaced by an unterminated JSON fragment, as a cut
+    plain answer may still read as one (``10`` cut to ``1``)."""
+    content = (content or "").strip()
+    if not content.startswith(("{", "[")):
+        return '{"unterminated'
     cut = max(1, len(content) * 2 // 3)
     return content[:cut].rstrip("}] ") + ', "unterminated'
 
