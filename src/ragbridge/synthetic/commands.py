@@ -30,11 +30,13 @@ from ..commands import JudgeOptions, judge_options
 __all__ = ["register", "synthesize"]
 
 #: how the weaknesses are named in the table
-_LABELS = {"term_overlap": "term overlap with the passage", "bm25_top1": "passage ranked first by BM25",
+_LABELS = {"copied_terms": "passage terms the question repeats", "bm25_top1": "passage ranked first by BM25",
            "bm25_mrr": "BM25 reciprocal rank of the passage", "one_passage": "one answer passage",
            "unanswerable": "unanswerable"}
-_REASONS = {"unplaced": "the quote is not in the passage", "not_reworded": "the rewording kept the passage's "
-            "words", "answered": "the corpus answers it", "duplicate": "asked before",
+_REASONS = {"unplaced": "the quote is not in the passage", "short_quote": "the quote is too short to label "
+            "an answer", "one_passage": "the answer uses one passage", "unrelated": "no related passage in "
+            "another document", "not_a_question": "the library's question is not one",
+            "not_reworded": "the rewording kept the passage's words", "answered": "the corpus answers it", "duplicate": "asked before",
             "unusable": "the judge's reply was unusable", "review": "dropped in review"}
 
 

@@ -31,7 +31,7 @@ from ..formats.corpus import Corpus, place_cases, read_corpus
 from ..schema import Case
 from ..lexical import BM25
 from .passages import cut_passages
-from .plan import KINDS, PlanError, allocate, parse_mix, plan_slots
+from .plan import KINDS, MIN_SOURCE_CHARS, PlanError, allocate, left_out, parse_mix, plan_slots
 from .work import WorkError, WorkFolder, corpus_fingerprint, work_folder_for
 
 __all__ = ["synthesize", "synthesize_async", "Synthesis", "SynthError", "BUILTIN"]
@@ -193,6 +193,10 @@ async def synthesize_async(
     items = work.items() if work is not None else {**done, **result.counts.pop("_items", {})}
     if "_complete" in items and not result.notes:
         result.notes = list(items["_complete"].get("notes") or [])
+    gone = left_out(passages, list(docs.texts))
+    if gone:
+        result.notes.append(f"{len(gone)} document(s) have no passage of {MIN_SOURCE_CHARS} characters or more "
+                            f"to write a question from: {', '.join(gone[:5])}" + (", ..." if len(gone) > 5 else ""))
     result.stub = result.stub or any(i.get("stub") for i in items.values())
     _assemble(result, items, slots, n, shares, lib is not None)
     from .weaknesses import measure
@@ -341,7 +345,7 @@ async def _builtin(result: Synthesis, docs: Corpus, passages: Any, bm25: BM25, s
         asker = Asker(client, judge.model, retries=min(DEFAULT_RETRIES, judge.max_retries),
                       max_tokens=judge.max_tokens)
         g = Generation(docs, passages, bm25, asker, gateway, record, judge_model=judge.model,
-                       drop_failed=drop_failed)
+                       drop_failed=drop_failed, embedding_model=judge.embedding_model, client=client)
         await run_slots(g, slots, done, judge.max_concurrency)
     finally:
         await client.aclose()
