@@ -20,7 +20,7 @@ import pytest
 
 import ragbridge
 from ragbridge.formats.corpus import place_cases, read_corpus
-from ragbridge.lexical import BM25, copied_run, copied_terms, term_overlap, terms
+from ragbridge.lexical import BM25, copied_run, copied_terms, terms
 from ragbridge.synthetic.passages import cut_passages
 from ragbridge.synthetic.plan import allocate, parse_mix
 from ragbridge.synthetic.weaknesses import measure

@@ -36,7 +36,8 @@ _LABELS = {"copied_terms": "passage terms the question repeats", "bm25_top1": "p
 _REASONS = {"unplaced": "the quote is not in the passage", "short_quote": "the quote is too short to label "
             "an answer", "one_passage": "the answer uses one passage", "unrelated": "no related passage in "
             "another document", "not_a_question": "the library's question is not one",
-            "not_reworded": "the rewording kept the passage's words", "answered": "the corpus answers it", "duplicate": "asked before",
+            "not_reworded": "the rewording kept the passage's words", "answered": "the corpus answers it",
+            "duplicate": "asked before",
             "unusable": "the judge's reply was unusable", "review": "dropped in review"}
 
 

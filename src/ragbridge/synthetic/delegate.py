@@ -121,7 +121,8 @@ def cases_from_items(items: Sequence[GeneratedItem], corpus: Corpus, passages: S
         why = not_a_question(item.question, [c for c in item.contexts if isinstance(c, str)])
         if why is not None:
             dropped.append({"slot": cid, "kind": kind, "status": "dropped", "reason": "not_a_question",
-                            "detail": why, "question": item.question if isinstance(item.question, str) else None})
+                            "detail": why,
+                            "question": item.question if isinstance(item.question, str) else None})
             continue
         spans, missing = [], []
         for j, ctx in enumerate(item.contexts, 1):

@@ -144,9 +144,9 @@ def plan_slots(passages: Passages, n: int, mix: dict[str, float], seed: int,
     if counts.get("multi") and len(docs) < 2:
         gone = left_out(passages)
         raise PlanError("multi-passage questions need passages of two or more documents, and "
-                        + (f"{len(docs)} of the corpus's {len(docs) + len(gone)} documents has one long enough "
-                           f"to write from ({', '.join(gone)}: no passage of {MIN_SOURCE_CHARS} characters or "
-                           "more)" if gone else f"the corpus has {len(docs)}")
+                        + (f"{len(docs)} of the corpus's {len(docs) + len(gone)} documents has one long "
+                           f"enough to write from ({', '.join(gone)}: no passage of {MIN_SOURCE_CHARS} "
+                           "characters or more)" if gone else f"the corpus has {len(docs)}")
                         + ": leave multi out of --mix, or add documents")
     rng = random.Random(seed)
     kinds = [k for k in KINDS for _ in range(counts.get(k, 0))]

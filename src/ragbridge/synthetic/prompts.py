@@ -253,7 +253,8 @@ def _placed(corpus: Corpus, passage: Passage, quote: str, what: str, where: str)
 def check_single(corpus: Corpus, passage: Passage) -> Callable[[dict], dict]:
     def check(obj: dict) -> dict:
         q, a, quote = check_question(obj), _text(obj, "answer"), _text(obj, "quote")
-        return {"question": q, "answer": a, "spans": [_placed(corpus, passage, quote, '"quote"', "the passage")]}
+        return {"question": q, "answer": a,
+                "spans": [_placed(corpus, passage, quote, '"quote"', "the passage")]}
     return check
 
 

@@ -195,8 +195,9 @@ async def synthesize_async(
         result.notes = list(items["_complete"].get("notes") or [])
     gone = left_out(passages, list(docs.texts))
     if gone:
-        result.notes.append(f"{len(gone)} document(s) have no passage of {MIN_SOURCE_CHARS} characters or more "
-                            f"to write a question from: {', '.join(gone[:5])}" + (", ..." if len(gone) > 5 else ""))
+        result.notes.append(f"{len(gone)} document(s) have no passage of {MIN_SOURCE_CHARS} characters or "
+                            f"more to write a question from: {', '.join(gone[:5])}"
+                            + (", ..." if len(gone) > 5 else ""))
     result.stub = result.stub or any(i.get("stub") for i in items.values())
     _assemble(result, items, slots, n, shares, lib is not None)
     from .weaknesses import measure
