@@ -533,3 +533,108 @@ def test_a_library_generator_stopped_by_the_budget_goes_on_from_the_judge_cache(
     # the calls of the first session are answered by the cache; the budget counts both sessions
     assert again["judge"]["cache_hits"] >= 8 and again["judge"]["calls"] <= 90
     assert len(_lines(out)) == again["counts"]["made"] > 0
+
+
+def _passage_of(req) -> str:
+    from ragbridge.synthetic.stub import _passages
+
+    return _passages(req.user)[0]
+
+
+def test_a_rewording_that_only_adds_words_to_the_question_is_dropped(stub_judge, tmp_path, own_responder):
+    from ragbridge.synthetic.prompts import TASKS
+
+    # the question with a greeting in front: fewer of its words are the passage's, none of the passage's
+    # words it copied is gone
+    def padded(req):
+        original = req.user.split("### Question", 1)[1].strip().splitlines()[0]
+        return {"question": "Hello there, one quick and friendly question from a customer: " + original}
+
+    own_responder(TASKS["reword"], padded)
+    result = ragbridge.synthesize(CORPUS, n=2, out=tmp_path / "s.jsonl", mix="paraphrased=1",
+                                  judge=stub_judge_config(stub_judge))
+    assert result.counts["made"] == 0 and result.counts["dropped_by_reason"] == {"not_reworded": 2}
+    assert all("keeps 100% of the passage's wording" in d["detail"] for d in result.dropped)
+
+
+@pytest.mark.parametrize("cut,reason", [
+    (lambda s: s[1:-2], "unplaced"),  # a quote that starts and ends inside the passage's words
+    (lambda s: " ".join(s.split()[:2]), "short_quote"),  # two words label no answer
+])
+def test_a_quote_is_whole_words_of_the_passage_and_labels_an_answer(stub_judge, tmp_path, own_responder,
+                                                                    cut, reason):
+    from ragbridge.synthetic.prompts import TASKS
+    from ragbridge.synthetic.stub import _sentences
+
+    own_responder(TASKS["single"], lambda req: {
+        "question": "What does the passage say?", "answer": "What it says.",
+        "quote": cut(_sentences(_passage_of(req))[0])})
+    result = ragbridge.synthesize(CORPUS, n=2, out=tmp_path / "s.jsonl", mix="single=1",
+                                  judge=stub_judge_config(stub_judge))
+    assert result.counts["made"] == 0 and result.counts["dropped_by_reason"] == {reason: 2}
+
+
+def test_multi_passage_questions_are_written_only_from_related_passages(stub_judge, tmp_path):
+    from ragbridge.synthetic.prompts import TASKS
+
+    corpus = tmp_path / "docs"
+    corpus.mkdir()
+    (corpus / "bikes.md").write_text(
+        "# Bike rental\n\nA bike rented for a day must be returned before the shop closes at six in the "
+        "evening. Late returns are charged a second day.\n", encoding="utf-8")
+    (corpus / "pasta.md").write_text(
+        "# Cooking pasta\n\nBoil the water with a spoonful of salt before the pasta goes in, and stir it "
+        "in the first minute so that nothing sticks together.\n", encoding="utf-8")
+    result = ragbridge.synthesize(corpus, n=4, out=tmp_path / "s.jsonl", mix="single=1,multi=1",
+                                  judge=stub_judge_config(stub_judge))
+    assert result.status == "complete"
+    assert result.counts["dropped_by_reason"] == {"unrelated": 2}
+    assert {c.metadata["synthetic"]["kind"] for c in result.cases} == {"single"}
+    asked = [p.body["messages"][0]["content"] for p in stub_judge.posts("/chat/completions")]
+    assert not any(m.startswith(TASKS["multi"]) for m in asked)  # dropped without a judge call
+
+
+def test_library_questions_that_are_lists_or_copies_of_their_context_are_dropped():
+    from ragbridge.synthetic.delegate import GeneratedItem, cases_from_items
+
+    corpus = read_corpus(CORPUS)
+    passages = cut_passages(corpus)
+    ctx = passages[2].text
+    copied = " ".join(ctx.split()[:12])
+    items = [GeneratedItem(str([ctx[:60]]), "x", [ctx]),  # a list written out, as DeepEval may
+             GeneratedItem(copied, "x", [ctx]),
+             GeneratedItem("What does full cover cost a day?", "3 euros.", [ctx])]
+    made, dropped = cases_from_items(items, corpus, passages, "lib", "m")
+    assert [d["reason"] for d in dropped] == ["not_a_question", "not_a_question"]
+    assert "a list written out" in dropped[0]["detail"] and "copy of its context" in dropped[1]["detail"]
+    assert [m["question"] for m in made] == ["What does full cover cost a day?"]
+
+
+def test_a_corpus_file_with_a_byte_order_mark_gives_spans_without_it(stub_judge, tmp_path):
+    corpus = tmp_path / "docs"
+    corpus.mkdir()
+    text = (CORPUS / "refunds.md").read_text(encoding="utf-8")
+    (corpus / "refunds.md").write_text(text, encoding="utf-8-sig")  # as Windows editors save it
+    out = tmp_path / "s.jsonl"
+    result = ragbridge.synthesize(corpus, n=3, out=out, mix="single=1", judge=stub_judge_config(stub_judge))
+    assert result.status == "complete" and result.counts["made"] == 3
+    assert "\ufeff" not in out.read_text(encoding="utf-8")
+    docs = read_corpus(corpus)
+    for c in place_cases(ragbridge.load_cases(out), docs):  # the offsets are the file's, as a run reads it
+        s = c.relevant_spans[0]
+        assert docs.texts[s.doc][s.start:s.end].split() == s.quote.split()
+
+
+def test_a_large_corpus_checks_unanswerable_questions_by_bm25_and_the_judges_embeddings(
+        stub_judge, tmp_path, monkeypatch):
+    from ragbridge.synthetic import generate
+
+    monkeypatch.setattr(generate, "WHOLE_CORPUS", 3)
+    monkeypatch.setattr(generate, "CHECK_TOP", 2)
+    result = ragbridge.synthesize(CORPUS, n=2, out=tmp_path / "s.jsonl", mix="unanswerable=1",
+                                  judge=stub_judge_config(stub_judge, embedding_model="stub-embedder"))
+    assert result.status == "complete"
+    embedded = stub_judge.posts("/embeddings")
+    assert embedded and all(p.body["model"] == "stub-embedder" for p in embedded)
+    for c in result.cases:  # BM25's two first, then the embeddings' nearest that BM25 did not give
+        assert 2 < len(c.metadata["synthetic"]["checked_against"]) <= 4
