@@ -638,3 +638,18 @@ def test_a_large_corpus_checks_unanswerable_questions_by_bm25_and_the_judges_emb
     assert embedded and all(p.body["model"] == "stub-embedder" for p in embedded)
     for c in result.cases:  # BM25's two first, then the embeddings' nearest that BM25 did not give
         assert 2 < len(c.metadata["synthetic"]["checked_against"]) <= 4
+
+
+@pytest.mark.parametrize("flag", ["--out", "--combined"])
+def test_an_output_that_cannot_be_written_is_refused_before_the_judge_is_called(stub_judge, tmp_path, flag):
+    (tmp_path / "notes.txt").write_text("a file, not a folder\n", encoding="utf-8")
+    bad = tmp_path / "notes.txt" / "synth.jsonl"
+    out = bad if flag == "--out" else tmp_path / "s.jsonl"
+    extra = [] if flag == "--out" else ["--compare-to", GOLDEN, "--combined", bad]
+    r = ragbridge_cli("synthesize", CORPUS, "--n", "4", "--out", out, *extra,
+                      *_judge_args(stub_judge, tmp_path / "c.sqlite"))
+    assert r.returncode == 2, r.stderr
+    assert f"{flag} {bad} cannot be written" in " ".join(r.stderr.split())
+    assert "is a file, not a folder" in r.stderr
+    assert stub_judge.posts() == []  # the judge not called, not even to check it
+    assert not (tmp_path / "s.work").exists() and not (tmp_path / "s.jsonl").exists()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,10 +148,14 @@ async def synthesize_async(
         raise SynthError("--review needs --out: the review file is written beside it")
     if combined is not None and compare_to is None:
         raise SynthError("--combined needs --compare-to: the real set it joins to the synthetic one")
+    # an output no format writes, or that cannot be written where it is named, is refused before the
+    # corpus is read and the judge called
+    for path, what in ((out, "--out"), (combined, "--combined")):
+        if path is not None:
+            writing_format(path)
+            _check_writable(Path(path), what)
     if out is not None:
-        writing_format(out)  # an output no format writes is refused before anything is called
-    if combined is not None:
-        writing_format(combined)
+        _check_writable(work_folder_for(Path(out)), "--out's work folder", folder=True)
     docs = corpus if isinstance(corpus, Corpus) else _read_corpus(corpus)
     passages = cut_passages(docs)
     bm25 = BM25([p.text for p in passages])
@@ -208,6 +213,21 @@ async def synthesize_async(
     if out is not None and result.status == "complete":
         _write(result, Path(out), review, real, combined)
     return result
+
+
+def _check_writable(path: Path, what: str, folder: bool = False) -> None:
+    """`SynthError` when ``path`` cannot be written: it is a folder (a file, for ``folder``), or the
+    nearest existing folder above it is a file or not writable. Nothing is made."""
+    kind = "folder" if folder else "file"
+    if path.exists() and path.is_dir() != folder:
+        raise SynthError(f"{what} {path} is a {'file' if folder else 'folder'}, not a {kind}: name another")
+    above = path.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise SynthError(f"{what} {path} cannot be written: {above} is a file, not a folder")
+    if not os.access(above, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise SynthError(f"{what} {path} cannot be written: no permission to write in {above}")
 
 
 def _read_corpus(path: Any) -> Corpus:
