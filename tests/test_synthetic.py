@@ -653,3 +653,34 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_judge_is_called(
     assert "is a file, not a folder" in r.stderr
     assert stub_judge.posts() == []  # the judge not called, not even to check it
     assert not (tmp_path / "s.work").exists() and not (tmp_path / "s.jsonl").exists()
+
+
+def test_edits_made_in_review_are_kept_and_what_was_made_from_is_not_changed(stub_judge, tmp_path):
+    out = tmp_path / "s.jsonl"
+    args = ["synthesize", CORPUS, "--n", "4", "--mix", "single=1", "--out", out, "--review",
+            *_judge_args(stub_judge, tmp_path / "c.sqlite")]
+    assert ragbridge_cli(*args).returncode == 0
+    review = tmp_path / "s.review.csv"
+    import pandas as pd  # the reviewer's spreadsheet: read, edited, saved
+
+    sheet = pd.read_csv(review, keep_default_na=False)
+    generated = sheet.loc[1, "question"]
+    sheet.loc[1, "question"] = "How long does a refund take to reach me?"
+    sheet.loc[1, "answer"] = "About two weeks."
+    made_from = sheet.loc[2, "passages"]
+    sheet.loc[2, "passages"] = "something else"
+    sheet.to_csv(review, index=False)
+    r = ragbridge_cli(*args)  # the labelled passages are what the question was made from
+    assert r.returncode == 2 and "s.review.csv:4: field 'passages'" in r.stderr and not out.exists()
+    sheet.loc[2, "passages"] = made_from
+    sheet.to_csv(review, index=False)
+    r = ragbridge_cli(*args)
+    assert r.returncode == 0, r.stderr
+    assert "review: 0 dropped, 1 edited" in r.stdout
+    cases = {c.id: c for c in ragbridge.load_cases(out)}
+    edited = cases[sheet.loc[1, "id"]]
+    assert edited.question == "How long does a refund take to reach me?"
+    assert edited.reference == "About two weeks."
+    assert edited.metadata["review"]["edited"]["question"] == generated
+    assert edited.relevant_spans  # still labelled where it was made from
+    assert all("review" not in c.metadata for i, c in cases.items() if i != edited.id)

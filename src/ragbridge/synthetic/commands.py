@@ -215,6 +215,9 @@ def _print(result, out_path: Path, compare_to: Optional[Path]) -> None:
     elif "out" in written:
         extra = "".join(f"; {k} {v}" for k, v in written.items() if k != "out")
         print_lines(out, [f"written to {written['out']} ({len(result.cases)} cases{extra})"])
+        if "reviewed_out" in c:
+            print_lines(out, [f"review: {c['reviewed_out']} dropped, {c.get('reviewed_edited', 0)} edited "
+                              "(the generated wording kept in metadata.review.edited)"])
     elif result.status == "dry-run":
         out.print("[dim]nothing was called or written; answers the cache does not hold were simulated by the "
                   "stub judge, so calls that depend on earlier answers are an estimate[/]", highlight=False)

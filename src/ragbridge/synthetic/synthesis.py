@@ -449,6 +449,14 @@ def _assemble(result: Synthesis, items: dict[str, dict[str, Any]], slots: Sequen
         result.status = "errored" if result.errors else "interrupted"
 
 
+def _edited(case: Case, edit: Optional[dict[str, str]]) -> Case:
+    """``case`` with a reviewer's edits, the generated wording kept in ``metadata.review.edited``."""
+    if not edit:
+        return case
+    was = {k: getattr(case, k) for k in edit}
+    return case.model_copy(update={**edit, "metadata": {**case.metadata, "review": {"edited": was}}})
+
+
 def _write(result: Synthesis, out: Path, review: bool, real: Optional[list[Case]],
            combined: str | Path | None) -> None:
     """The golden set (or the review file, or the reviewed set), and the combined set; everything is
@@ -469,8 +477,10 @@ def _write(result: Synthesis, out: Path, review: bool, real: Optional[list[Case]
             result.status = "review"
             result.written["review"] = str(path)
             return
-        rejected = read_review(path, [c.id for c in result.cases])
-        kept = [c for c in result.cases if c.id not in rejected]
+        reviewed = read_review(path, [c.model_dump(mode="json", exclude_defaults=True) for c in result.cases])
+        rejected = reviewed.dropped
+        kept = [_edited(c, reviewed.edits.get(c.id)) for c in result.cases if c.id not in rejected]
+        result.counts["reviewed_edited"] = len(reviewed.edits)
         gone = [c.model_copy(update={"metadata": {**c.metadata,
                                                   "review": {"dropped": True, "why": rejected[c.id]}}})
                 for c in result.cases if c.id in rejected]
