@@ -684,3 +684,23 @@ def test_edits_made_in_review_are_kept_and_what_was_made_from_is_not_changed(stu
     assert edited.metadata["review"]["edited"]["question"] == generated
     assert edited.relevant_spans  # still labelled where it was made from
     assert all("review" not in c.metadata for i, c in cases.items() if i != edited.id)
+
+
+def test_the_stub_judge_started_again_on_another_port_goes_on_with_the_same_work_folder(stub_judge, tmp_path):
+    from ragbridge.testing import StubJudge
+
+    out = tmp_path / "s.jsonl"
+    args = ["synthesize", CORPUS, "--n", "6", "--mix", "single=1", "--out", out, "--json"]
+    r = ragbridge_cli(*args, *_judge_args(stub_judge, tmp_path / "c.sqlite"), "--max-calls", "3")
+    assert r.returncode == 4, r.stderr
+    first = json.loads(r.stdout)["counts"]["made"]
+    with StubJudge() as again:  # the same stub, started again: another port
+        assert again.base_url != stub_judge.base_url
+        r = ragbridge_cli(*args, *_judge_args(again, tmp_path / "c.sqlite"))
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["counts"]["made"] == 6 > first
+        # what the first session made is not asked again
+        assert len(again.posts("/chat/completions")) == 6 - first
+    # another judge model is another judge: refused
+    r = ragbridge_cli(*args, *_judge_args(stub_judge, tmp_path / "c.sqlite")[2:], "--judge-model", "other")
+    assert r.returncode == 2 and "other settings (judge" in r.stderr

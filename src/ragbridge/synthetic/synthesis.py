@@ -170,7 +170,7 @@ async def synthesize_async(
     real = _real_cases(compare_to, docs)
     plan = {"generator": generator, "corpus": docs.path, "corpus_fingerprint": corpus_fingerprint(docs.texts),
             "n": n, "mix": {k: round(v, 6) for k, v in shares.items()}, "seed": seed,
-            "judge": {"model": judge.model, "base_url": judge.public_base_url},
+            "judge": {"model": judge.model, "base_url": _judge_identity(judge)},
             "options": options or {}, "ragbridge_version": __version__,
             **({"library_version": lib.version()} if lib is not None else {})}
     work = None
@@ -228,6 +228,17 @@ def _check_writable(path: Path, what: str, folder: bool = False) -> None:
         raise SynthError(f"{what} {path} cannot be written: {above} is a file, not a folder")
     if not os.access(above, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise SynthError(f"{what} {path} cannot be written: no permission to write in {above}")
+
+
+def _judge_identity(judge: Any) -> str:
+    """The judge's server as the work folder compares it: ragbridge's stub judge on this machine by
+    its settings, not by the port it was given when started (`ragbridge.judge.config.identity_url`;
+    asked through its list of models, which is no judge call)."""
+    from ..judge.config import identity_url
+    from ..judge.dialect import endpoints_of
+    from ..judge.preflight import detect_stub
+
+    return identity_url(judge.base_url, detect_stub(judge, endpoints_of(judge)[0]))
 
 
 def _read_corpus(path: Any) -> Corpus:
