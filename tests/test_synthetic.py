@@ -704,3 +704,35 @@ def test_the_stub_judge_started_again_on_another_port_goes_on_with_the_same_work
     # another judge model is another judge: refused
     r = ragbridge_cli(*args, *_judge_args(stub_judge, tmp_path / "c.sqlite")[2:], "--judge-model", "other")
     assert r.returncode == 2 and "other settings (judge" in r.stderr
+
+
+def _closed_reader(stub, tmp_path, generator: str) -> tuple[int, Path]:
+    """A generation whose stdout and stderr reader goes away at once (``| head``, a log pipe closed):
+    its exit status (None: still running after a minute) and its output path."""
+    out = tmp_path / "s.jsonl"
+    p = subprocess.Popen([sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()",
+                          "synthesize", str(CORPUS), "--generator", generator, "--n", "4",
+                          "--mix", "single=1",
+                          "--out", str(out), *map(str, _judge_args(stub, tmp_path / "c.sqlite")),
+                          "--embedding-model", "stub-embedder"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()
+    p.stderr.close()
+    try:
+        return p.wait(timeout=60), out
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        return None, out
+
+
+def test_a_generation_whose_output_pipe_is_closed_still_writes_its_set(stub_judge, tmp_path):
+    status, out = _closed_reader(stub_judge, tmp_path, "ragbridge")
+    assert status == 0 and len(_lines(out)) == 4
+
+
+@pytest.mark.slow  # RAGAS' test-set pipeline: about 10 s
+@needs_backend("ragas")
+def test_the_ragas_generator_does_not_hang_when_its_output_pipe_is_closed(stub_judge, tmp_path):
+    status, out = _closed_reader(stub_judge, tmp_path, "ragas")  # its progress bars used to deadlock
+    assert status == 0 and out.exists()

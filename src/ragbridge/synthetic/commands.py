@@ -102,40 +102,76 @@ def synthesize(
     from .synthesis import SynthError, synthesize as make
 
     cfg = judge.load()
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Reader(sys.stdout), _Reader(sys.stderr)  # a reader may go away mid-way
     try:
-        result = make(corpus, n, out_path, judge=cfg, mix=mix, generator=generator, seed=seed,
-                      max_calls=max_calls, max_cost=max_cost, dry_run=dry_run, overwrite=overwrite,
-                      drop_failed=drop_failed, review=review, compare_to=compare_to, combined=combined,
-                      progress=not no_progress and not dry_run)
-    except (SynthError, DatasetError) as exc:
-        fail(str(exc))
-    except KeyboardInterrupt:
-        err.print(f"[bold red]error:[/] interrupted; what was made is kept in "
-                  f"{escape(str(out_path.with_suffix('.work')))}; run the same command again to go on",
-                  highlight=False, soft_wrap=True)
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(EXIT_INTERRUPTED)
-    except OSError as exc:
-        if storage_error(exc) is None:
-            raise
-        fail(f"cannot write {out_path}: {storage_error(exc)}; what was made is kept in its work folder")
+        previous = signal.signal(signal.SIGTERM, _terminate)
+        try:
+            result = make(corpus, n, out_path, judge=cfg, mix=mix, generator=generator, seed=seed,
+                          max_calls=max_calls, max_cost=max_cost, dry_run=dry_run, overwrite=overwrite,
+                          drop_failed=drop_failed, review=review, compare_to=compare_to, combined=combined,
+                          progress=not no_progress and not dry_run)
+        except (SynthError, DatasetError) as exc:
+            fail(str(exc))
+        except KeyboardInterrupt:
+            err.print(f"[bold red]error:[/] interrupted; what was made is kept in "
+                      f"{escape(str(out_path.with_suffix('.work')))}; run the same command again to go on",
+                      highlight=False, soft_wrap=True)
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(EXIT_INTERRUPTED)
+        except OSError as exc:
+            if storage_error(exc) is None:
+                raise
+            fail(f"cannot write {out_path}: {storage_error(exc)}; what was made is kept in its work folder")
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        if as_json:
+            _print_json(result, compare_to)
+        else:
+            _print(result, out_path, compare_to)
+        if result.status == "budget":
+            raise typer.Exit(EXIT_BUDGET_SPENT)
+        if result.status in ("errored", "interrupted"):
+            raise typer.Exit(EXIT_SCORE_ERRORS)
     finally:
-        signal.signal(signal.SIGTERM, previous)
-    if as_json:
-        _print_json(result, compare_to)
-    else:
-        _print(result, out_path, compare_to)
-    if result.status == "budget":
-        raise typer.Exit(EXIT_BUDGET_SPENT)
-    if result.status in ("errored", "interrupted"):
-        raise typer.Exit(EXIT_SCORE_ERRORS)
+        sys.stdout, sys.stderr = streams
 
 
 def _terminate(signum, frame) -> None:
     raise KeyboardInterrupt
+
+
+class _Reader:
+    """A standard stream whose reader may go away (``| head``, a closed log pipe): from the first write
+    that finds the pipe closed, what is written goes to the null device, so the generation (and a
+    library's progress bars, which can deadlock on the error) goes on and the set is written."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def _closed(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._closed()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._closed()
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 def _num(v: Optional[float]) -> str:
