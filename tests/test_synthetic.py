@@ -736,3 +736,32 @@ def test_a_generation_whose_output_pipe_is_closed_still_writes_its_set(stub_judg
 def test_the_ragas_generator_does_not_hang_when_its_output_pipe_is_closed(stub_judge, tmp_path):
     status, out = _closed_reader(stub_judge, tmp_path, "ragas")  # its progress bars used to deadlock
     assert status == 0 and out.exists()
+
+
+@pytest.mark.slow  # docs/synthetic.md's first commands, as a reader runs them: about 20 s
+def test_the_figures_of_the_synthetic_page_are_what_its_commands_print(stub_judge, tmp_path):
+    import re
+
+    from test_docs import DOC_JUDGE_URL, DOCS, _shims, bash_blocks
+
+    page = (DOCS / "synthetic.md").read_text(encoding="utf-8")
+    texts = re.findall(r"^```text\n(.*?)^```", page, re.M | re.S)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
+    _shims(tmp_path / "bin")
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", "COLUMNS": "80"}
+    printed = []
+    for block in bash_blocks(DOCS / "synthetic.md")[:3]:
+        script = block.replace(DOC_JUDGE_URL, stub_judge.base_url)
+        r = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=work, env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        printed.append([line.rstrip() for line in r.stdout.splitlines()])
+    for shown, out in zip(texts[:2], printed):  # the output the page shows, line for line
+        for line in shown.splitlines():
+            assert line == "..." or line.rstrip() in out, line
+    report = (work / "runs" / "both-report.md").read_text(encoding="utf-8").splitlines()
+    rows = [line for line in page.splitlines()
+            if line.startswith(("| native |", "| cases |", "| share ", "| term overlap"))]
+    assert len(rows) == 8 and all(line in report for line in rows)
