@@ -765,3 +765,20 @@ def test_the_figures_of_the_synthetic_page_are_what_its_commands_print(stub_judg
     rows = [line for line in page.splitlines()
             if line.startswith(("| native |", "| cases |", "| share ", "| term overlap"))]
     assert len(rows) == 8 and all(line in report for line in rows)
+
+
+def test_a_dry_run_prints_the_plan_and_the_calls_not_the_stubs_questions(tmp_path):
+    out = tmp_path / "s.jsonl"
+    # a judge that is not the stub (nothing listens there: a dry run calls nothing)
+    r = ragbridge_cli("synthesize", CORPUS, "--n", "12", "--mix", MIX, "--out", out, "--dry-run",
+                      "--judge-model", "gpt-4o-mini", "--judge-base-url", "http://127.0.0.1:9/v1",
+                      "--cache-path", tmp_path / "c.sqlite", env={"COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert text.startswith("dry run: 12 questions planned by ragbridge (single 6, multi 3, paraphrased 2, "
+                           "unanswerable 1); nothing was called or written")
+    assert "the generation would make about" in text and "an estimate" in text
+    # what the stub judge simulated is no prediction of what the judge will write
+    for said in ("written by the stub judge", "dropped", "would be made", "passage ranked first by BM25"):
+        assert said not in text
+    assert not out.exists() and not (tmp_path / "s.work").exists()

@@ -79,7 +79,8 @@ def synthesize(
     max_cost: Optional[float] = typer.Option(
         None, "--max-cost", min=0, help="Judge budget in money, by the judge config's price table."),
     dry_run: bool = typer.Option(
-        False, "--dry-run", help="Call and write nothing: print the judge calls and cost it would make."),
+        False, "--dry-run", help="Call and write nothing: print the plan and about how many judge calls (and "
+                                 "what cost) the generation would make."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
     judge: JudgeOptions = JudgeOptions({}),
@@ -205,10 +206,12 @@ def _print(result, out_path: Path, compare_to: Optional[Path]) -> None:
     from ..commands.output import out, print_lines, print_table
 
     c = result.counts
+    if result.status == "dry-run":
+        _print_dry_run(result)
+        return
     kinds = ", ".join(f"{k} {v['made']} of {v['planned']}" for k, v in c.get("by_kind", {}).items())
-    verb = "would be made" if result.status == "dry-run" else "made"
     pending = f", {c['pending']} not made yet" if c.get("pending") else ""
-    print_lines(out, [f"{c['made']} of {c['planned']} questions {verb} by {result.generator} ({kinds}); "
+    print_lines(out, [f"{c['made']} of {c['planned']} questions made by {result.generator} ({kinds}); "
                       f"{c['dropped']} dropped{pending}"])
     if c.get("dropped_by_reason"):
         print_lines(out, ["dropped: " + "; ".join(f"{_REASONS.get(k, k)} {v}"
@@ -254,10 +257,29 @@ def _print(result, out_path: Path, compare_to: Optional[Path]) -> None:
         if "reviewed_out" in c:
             print_lines(out, [f"review: {c['reviewed_out']} dropped, {c.get('reviewed_edited', 0)} edited "
                               "(the generated wording kept in metadata.review.edited)"])
-    elif result.status == "dry-run":
-        out.print("[dim]nothing was called or written; answers the cache does not hold were simulated by the "
-                  "stub judge, so calls that depend on earlier answers are an estimate[/]", highlight=False)
     _exit_notes(result, json_mode=False)
+
+
+def _print_dry_run(result) -> None:
+    """What a dry run found: the plan and the judge calls it would make. The questions the stub judge
+    simulated, their drops and their weaknesses are not shown: they are the stub's, not the judge's."""
+    from ..commands.output import out, print_lines
+
+    c, j = result.counts, result.judge
+    kinds = ", ".join(f"{k} {v['planned']}" for k, v in c.get("by_kind", {}).items())
+    lines = [f"dry run: {c['planned']} questions planned by {result.generator} ({kinds}); nothing was "
+             "called or written"]
+    if j.get("calls") or j.get("cache_hits"):
+        money = "" if j.get("cost") is None else f", about {j['cost']:.4f} {j['currency']}"
+        lines.append(f"the generation would make about {j['calls']} judge call(s) "
+                     f"({j['prompt_tokens']}+{j['completion_tokens']} tokens{money}); {j['cache_hits']} "
+                     "more request(s) answered from the judge cache")
+        lines.append("an estimate: the answers the cache does not hold were simulated by the stub judge, and "
+                     "a real judge's answers change the re-asks and checks that follow them")
+    else:
+        lines.append("every question is made already: the generation would make no judge call")
+    print_lines(out, lines)
+    print_lines(out, [f"note: {n}" for n in result.notes])
 
 
 def _exit_notes(result, json_mode: bool) -> None:
