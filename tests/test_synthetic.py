@@ -782,3 +782,24 @@ def test_a_dry_run_prints_the_plan_and_the_calls_not_the_stubs_questions(tmp_pat
     for said in ("written by the stub judge", "dropped", "would be made", "passage ranked first by BM25"):
         assert said not in text
     assert not out.exists() and not (tmp_path / "s.work").exists()
+
+
+def test_the_weaknesses_after_review_are_those_of_the_questions_kept(stub_judge, tmp_path):
+    out = tmp_path / "s.jsonl"
+    args = ["synthesize", CORPUS, "--n", "6", "--mix", "single=1", "--out", out, "--review", "--json",
+            *_judge_args(stub_judge, tmp_path / "c.sqlite")]
+    assert ragbridge_cli(*args).returncode == 0
+    review = tmp_path / "s.review.csv"
+    rows = list(csv.reader(review.open(encoding="utf-8")))
+    for row in rows[2:]:
+        row[5:7] = ["drop", "unnatural"]
+    csv.writer(review.open("w", encoding="utf-8", newline="")).writerows(rows)
+    r = ragbridge_cli(*args)
+    assert r.returncode == 0, r.stderr
+    shown = {row["measure"]: row["synthetic"] for row in json.loads(r.stdout)["weaknesses"]}
+    corpus = read_corpus(CORPUS)
+    kept = measure(ragbridge.load_cases(out), corpus)
+    everything = measure([*ragbridge.load_cases(out), *ragbridge.load_cases(tmp_path / "s.dropped.jsonl")],
+                         corpus)
+    assert kept["n"] == 1 and kept["copied_terms"] != everything["copied_terms"]
+    assert all(shown[k] == pytest.approx(kept[k]) for k in shown)

@@ -205,13 +205,14 @@ async def synthesize_async(
                             + (", ..." if len(gone) > 5 else ""))
     result.stub = result.stub or any(i.get("stub") for i in items.values())
     _assemble(result, items, slots, n, shares, lib is not None)
+    if out is not None and result.status == "complete":
+        _write(result, Path(out), review, real, combined)
     from .weaknesses import measure
 
+    # measured on the set as written: without the questions dropped in review, with their edits
     result.weaknesses["synthetic"] = measure(result.cases, docs, passages, bm25)
     if real is not None:
         result.weaknesses["real"] = measure(real, docs, passages, bm25)
-    if out is not None and result.status == "complete":
-        _write(result, Path(out), review, real, combined)
     return result
 
 
