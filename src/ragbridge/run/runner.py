@@ -157,7 +157,8 @@ async def evaluate_async(
     new ones (``manifest.counts["cases_changed"]`` says how many of each), ``"refuse"`` raises
     `RunError` (the command line's behaviour); the returned `Run` then reads its scores from the
     folder when asked for them. With ``target`` (a spec for `ragbridge.run.target.load_target`, or a
-    loaded `Target`) each case's chunks and answer come from calling the system under test first.
+    loaded `Target`) each case's chunks and answer come from calling the system under test first,
+    ``target_concurrency`` calls at once.
     ``progress``: a progress bar (`ragbridge.run.progress`); None, the default, shows one in a Jupyter
     notebook and nothing elsewhere.
     ``on_score`` is called with each score as it is recorded. Cases are scored ``batch_size`` at a
