@@ -96,9 +96,10 @@ def flag_spec(model: type[BaseModel], name: str) -> FlagSpec:
 class BackendOptions(BaseModel):
     """A backend's options: subclass it with one field per option (`option`: default, help, limits),
     and name the subclass as the backend's ``Options``. Every option has a default; an unknown key
-    is an error. The model is frozen: a run's options do not change while it runs."""
+    is an error. The model is frozen: a run's options do not change while it runs (and built when
+    first checked: a backend no run uses costs no validator)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True, defer_build=True)
 
 
 class OptionError(UserError, ValueError):

@@ -218,30 +218,37 @@ def _typer_option(spec: Any, given_only: bool) -> Any:
     return typer.Option(None if given_only else default, *spec.flags, help=text)
 
 
-def model_options(specs: typing.Sequence[FlagSpec], into: str, given_only: bool = False,
-                  wrap: Optional[Callable[[dict[str, Any]], Any]] = None) -> Callable:
-    """Give ``command`` a flag for each of ``specs`` (`ragbridge.flags.FlagSpec`: a model field's,
-    `ragbridge.options.flag_spec`, or the judge's, `ragbridge.flags.JUDGE_FLAGS`), in the place of
-    ``command``'s parameter ``into``, which receives them as one mapping (name -> value), or what
-    ``wrap`` makes of it. With ``given_only`` each flag's default is None, and the mapping holds only
-    the flags given (a flag that only switches on, when it is)."""
+def model_options(groups: dict[str, typing.Sequence[FlagSpec]], given_only: typing.Collection[str] = (),
+                  wrap: Optional[dict[str, Callable[[dict[str, Any]], Any]]] = None) -> Callable:
+    """Give ``command`` a flag for each `ragbridge.flags.FlagSpec` of ``groups`` (a model field's,
+    `ragbridge.options.flag_spec`, or the judge's, `ragbridge.flags.JUDGE_FLAGS`): each group's flags
+    in the place of ``command``'s parameter of the group's name, which receives them as one mapping
+    (name -> value), or what ``wrap[group]`` makes of it. In a group of ``given_only`` each flag's
+    default is None, and the mapping holds only the flags given (a flag that only switches on, when
+    it is)."""
+    wrap = wrap or {}
 
     def decorate(command: Callable) -> Callable:
         hints = typing.get_type_hints(command)
         signature = inspect.signature(command)
-        own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()]
-        at = [p.name for p in own].index(into)
-        added = [inspect.Parameter(f"{into}__{spec.name}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                   default=_typer_option(spec, given_only),
-                                   annotation=_cli_type(spec, given_only)) for spec in specs]
-        params = own[:at] + added + own[at + 1:]
+        params: list[inspect.Parameter] = []
+        for p in signature.parameters.values():
+            if p.name not in groups:
+                params.append(p.replace(annotation=hints.get(p.name, p.annotation)))
+                continue
+            only = p.name in given_only
+            params += [inspect.Parameter(f"{p.name}__{spec.name}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                         default=_typer_option(spec, only), annotation=_cli_type(spec, only))
+                       for spec in groups[p.name]]
 
         @functools.wraps(command)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            values = {spec.name: kwargs.pop(f"{into}__{spec.name}", None) for spec in specs}
-            if given_only:
-                values = {k: v for k, v in values.items() if v not in (None, False, [])}
-            return command(*args, **{into: wrap(values) if wrap else values}, **kwargs)
+            for group, specs in groups.items():
+                values = {spec.name: kwargs.pop(f"{group}__{spec.name}", None) for spec in specs}
+                if group in given_only:
+                    values = {k: v for k, v in values.items() if v not in (None, False, [])}
+                kwargs[group] = wrap[group](values) if group in wrap else values
+            return command(*args, **kwargs)
 
         wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {**{p.name: p.annotation for p in params},
@@ -285,7 +292,7 @@ def judge_options(command: Callable) -> Callable:
         return JudgeOptions({JUDGE_SETTING[k]: v for k, v in given.items() if JUDGE_SETTING[k]},
                             given.get("config"))
 
-    return model_options(JUDGE_FLAGS, "judge", wrap=judge)(command)
+    return model_options({"judge": JUDGE_FLAGS}, wrap={"judge": judge})(command)
 
 
 

@@ -89,11 +89,8 @@ def register(cli: typer.Typer) -> None:
 
 
 @judge_options
-@model_options(_BUDGET, "budget")
-@model_options(_RUN_ONLY, "request")
-@model_options(_NATIVE, "native", given_only=True)
-@model_options(_SHARED, "shared")
-@model_options(_WHAT, "what")
+@model_options({"what": _WHAT, "shared": _SHARED, "native": _NATIVE, "request": _RUN_ONLY, "budget": _BUDGET},
+               given_only={"native"})
 def run(
     dataset: Path = typer.Argument(..., help="Golden set: .jsonl, .csv, .parquet, or a datasets folder."),
     out_dir: Path = typer.Option(
@@ -225,10 +222,8 @@ def _executor(name: str, address: Optional[str], gateway_host: Optional[str], cp
 
 
 @judge_options
-@model_options(_BUDGET, "budget")
-@model_options(_NATIVE, "native", given_only=True)
-@model_options(_SHARED, "shared")
-@model_options(_WHAT, "what")
+@model_options({"what": _WHAT, "shared": _SHARED, "native": _NATIVE, "budget": _BUDGET},
+               given_only={"native"})
 def rescore(
     run_dir: Path = typer.Argument(
         ..., help="A run folder: its recorded cases are scored again, nothing is called but the judge."),
