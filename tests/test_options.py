@@ -270,9 +270,12 @@ def test_options(ragbridge_evaluate):
                               options={{"native": {{"gain": "linear"}}}}, batch_size=5)
     assert [s.value for s in over.scores] == [s.value for s in plain.scores]
 
-def test_unknown(ragbridge_evaluate):
-    with pytest.raises(TypeError, match="unexpected keyword argument 'gain'; it takes ragbridge.evaluate's: "
-                                        "options, dataset_path"):
+def test_keywords(ragbridge_evaluate):
+    run = ragbridge_evaluate(CASES, metrics=["recall@k"], k=3)
+    assert {{s.metric for s in run.scores}} == {{"recall@3"}}
+    with pytest.raises(TypeError, match="unexpected keyword argument 'gain'; it takes ragbridge.evaluate's "
+                                        "[(]options, dataset_path.*[)] and k, generator_model; a backend's "
+                                        "option goes in options="):
         ragbridge_evaluate(CASES, gain="exponential")
 ''')
     res = pytester.runpytest_inprocess("-p", "ragbridge", "-p", "no:cacheprovider")

@@ -36,9 +36,11 @@ Fixtures:
 ``ragbridge_evaluate(cases_or_path, backends=None, metrics=None, judge=None, name=None, **parameters)``
     Score cases into a run folder and return the `Run`. The folder is under the test's ``tmp_path``,
     or under ``--ragbridge-runs DIR`` (kept: the per-item results of a failing test, for CI artifacts).
-    ``parameters`` are `ragbridge.evaluate`'s (``options``, ``repeats``, ``target`` ...); the backends'
-    options of ``[backends.NAME]`` in ``ragbridge.toml`` (or ``--ragbridge-config``) apply under those
-    of ``options``, as on the command line. When a planned metric needs a judge and none is given,
+    ``parameters`` are `ragbridge.evaluate`'s (``options``, ``repeats``, ``target`` ...) and the
+    options every backend reads (``k``, ``generator_model``); a backend's own options go in
+    ``options={"native": {"gain": "exponential"}}``. The backends' options of ``[backends.NAME]`` in
+    ``ragbridge.toml`` (or ``--ragbridge-config``) apply under those of ``options``, as on the
+    command line. When a planned metric needs a judge and none is given,
     the ``ragbridge_judge`` fixture is used.
 ``ragbridge_judge``
     The judge configuration from the judge's options of the command line, prefixed ``--ragbridge-``
@@ -237,11 +239,13 @@ def ragbridge_evaluate(request: pytest.FixtureRequest, tmp_path: Path) -> Callab
         name: Optional[str] = None,
         **parameters: Any,
     ) -> Run:
+        shared = [n for n, f in RunOptions.model_fields.items() if f.json_schema_extra]  # k, generator_model
         takes = [n for n in RunRequest.model_fields if n not in fixed]
-        unknown = sorted(set(parameters) - set(takes))
+        unknown = sorted(set(parameters) - set(takes) - set(shared))
         if unknown:
             raise TypeError(f"ragbridge_evaluate() got an unexpected keyword argument {unknown[0]!r}; "
-                            f"it takes ragbridge.evaluate's: {', '.join(takes)}")
+                            f"it takes ragbridge.evaluate's ({', '.join(takes)}) and {', '.join(shared)}; "
+                            "a backend's option goes in options={BACKEND: {KEY: VALUE}}")
         if isinstance(cases, (str, Path)):
             cases = load_cases(cases)
         given = parameters.pop("options", None)
@@ -249,6 +253,7 @@ def ragbridge_evaluate(request: pytest.FixtureRequest, tmp_path: Path) -> Callab
             fields = {k: getattr(given, k) for k in given.model_fields_set}
         else:
             fields = {"backend_options": dict(given or {})}
+        fields.update((k, parameters.pop(k)) for k in shared if k in parameters)
         opts = RunOptions.load(config_file=request.config.getoption("ragbridge_config"),
                                cwd=Path(request.config.invocation_params.dir), **fields)
         if judge is None:

@@ -56,10 +56,7 @@ NAME = "rubric"
 
 def _options(options: Optional[RunOptions]) -> RubricOptions:
     """The rubric backend's options in a run with ``options`` (its defaults without them)."""
-    if options is None:
-        return RubricOptions()
-    given = options.backend_options.get(NAME)
-    return given if isinstance(given, RubricOptions) else options.of(RubricBackend())
+    return options.of(RubricBackend()) if options is not None else RubricOptions()
 
 
 def rubrics_for(options: Optional[RunOptions]) -> dict[str, Rubric]:
