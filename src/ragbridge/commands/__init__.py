@@ -46,8 +46,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "Score a golden set with one or more backends and write a run folder."),
     "rescore": ("run", "Score a run's recorded cases (e.g. a --target run) with more backends or metrics, "
                        "into the same folder."),
-    "backends": ("backends", "List every registered backend, whether its library is installed, and its "
-                             "metrics."),
+    "backends": ("backends", "List every registered backend, whether its library is installed, its metrics "
+                             "and its options (with NAME: each option's type, default and help)."),
     "formats": ("data", "List the dataset formats that ``convert`` and ``run`` read and write, and what each "
                         "cannot hold."),
     "convert": ("data", "Convert a dataset between formats (canonical JSONL, CSV, Parquet, datasets, TREC, "

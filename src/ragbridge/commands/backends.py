@@ -38,7 +38,8 @@ def backends(
     name: Optional[str] = typer.Argument(None, help="A backend: its metrics and options in full."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of a table."),
 ) -> None:
-    """List every registered backend, whether its library is installed, and its metrics."""
+    """List every registered backend, whether its library is installed, its metrics and its options
+    (with NAME: each option's type, default and help)."""
     registry = get_backends()
     if name is not None and name not in registry:
         fail(f"unknown backend {name!r}; registered backends: {', '.join(sorted(registry))}")
