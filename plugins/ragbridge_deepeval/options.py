@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-from ragbridge.plugin import Flag, JudgedOptions, Number, Whole, option
+from ragbridge.plugin import Bool, JudgedOptions, Number, Whole, option
 
 __all__ = ["DeepEvalOptions"]
 
@@ -17,10 +17,10 @@ class DeepEvalOptions(JudgedOptions):
     threshold: Union[Number, dict[str, Number]] = option(
         0.5, "DeepEval's pass/fail threshold: a number, or one per canonical metric as a mapping "
              "(JSON on the command line: '{\"faithfulness\": 0.7}'; 0.5 for a metric it leaves out).")
-    include_reason: Flag = option(
+    include_reason: Bool = option(
         True, "The extra reason call; false saves one judge call per case and metric.")
-    strict_mode: Flag = option(False, "DeepEval's strict mode: a score below 1 is 0.")
-    penalize_ambiguous_claims: Flag = option(
+    strict_mode: Bool = option(False, "DeepEval's strict mode: a score below 1 is 0.")
+    penalize_ambiguous_claims: Bool = option(
         False, "Faithfulness: count claims the judge calls ambiguous as unsupported.")
     truths_extraction_limit: Optional[Whole] = option(
         None, "Faithfulness: at most this many truths taken from the chunks (default: all).", ge=1)

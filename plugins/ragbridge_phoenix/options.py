@@ -3,7 +3,7 @@ ragbridge.toml, ``options={"phoenix": {...}}``). Nothing here imports Phoenix.""
 
 from __future__ import annotations
 
-from ragbridge.plugin import Flag, JudgedOptions, Number, option
+from ragbridge.plugin import Bool, JudgedOptions, Number, option
 
 __all__ = ["PhoenixOptions"]
 
@@ -13,5 +13,5 @@ class PhoenixOptions(JudgedOptions):
 
     temperature: Number = option(
         0.0, "Sampling temperature of every request (Phoenix sends none of its own).", ge=0, le=2)
-    include_explanation: Flag = option(
+    include_explanation: Bool = option(
         True, "Ask for Phoenix's explanation, the score's reason; false drops it from the schema.")

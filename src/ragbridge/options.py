@@ -45,7 +45,7 @@ from pydantic.fields import FieldInfo
 from .errors import UserError
 from .flags import FlagSpec, unwrap
 
-__all__ = ["option", "flag_of", "flag_spec", "BackendOptions", "Whole", "Number", "Flag",
+__all__ = ["option", "flag_of", "flag_spec", "BackendOptions", "Whole", "Number", "Bool",
            "OptionError", "describe", "expected", "type_text", "parse_assignment", "backend_options",
            "config_tables", "check", "field_error"]
 
@@ -54,18 +54,17 @@ Whole = typing.Annotated[int, Strict()]
 #: a finite number: an int or a float (not a bool)
 Number = typing.Annotated[float, Strict(), AllowInfNan(False)]
 #: true or false (``true``/``false``, ``yes``/``no``, ``1``/``0`` from the command line)
-Flag = typing.Annotated[bool, Strict()]
+Bool = typing.Annotated[bool, Strict()]
 
 
 def option(default: Any = ..., help: str = "", *, flag: Optional[str] = None, cli_type: Any = None,
            **field: Any) -> Any:
-    """A field of an options model: ``default`` (or ``default_factory=``), ``help`` (one or two
-    sentences, as ``ragbridge backends`` and ``--help`` show them), ``flag`` (the command line's own
-    flag, e.g. ``"--repeats"``, ``"--score-cache/--no-score-cache"``, ``"--backend -b"`` (its
-    spellings, separated by spaces): only for the options that have one; every backend option is
-    reached by ``--option`` too), ``cli_type`` (the
-    type the command line reads, where the field's is wider, e.g. ``str`` for a target) and pydantic's
-    limits (``ge=1``, ``le=...``)."""
+    """A field of an options model: ``default`` (or ``default_factory=``); ``help``, one or two
+    sentences as ``ragbridge backends`` and ``--help`` show them; ``flag``, the command line's own
+    flag for the few options that have one, its spellings separated by spaces (``"--repeats"``,
+    ``"--backend -b"``, ``"--score-cache/--no-score-cache"``; every backend option is reached by
+    ``--option`` too); ``cli_type``, the type the command line reads where the field's is wider
+    (``str`` for a target); and pydantic's limits (``ge=1``, ``le=...``)."""
     extra = {k: v for k, v in (("flag", flag), ("cli_type", cli_type)) if v is not None}
     if "default_factory" not in field:
         field["default"] = default

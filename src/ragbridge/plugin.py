@@ -24,7 +24,7 @@ Backends
     `Backend`, `MetricSpec`, `RunOptions`, `ScoringContext`; the judged-backend template
     `JudgedBackend`, `JudgedMetric`, `ScoreFields`, `in_thread`; a backend's options model:
     `BackendOptions` (`JudgedOptions` for a judged backend) with fields made by `option`, typed
-    `Whole`, `Number`, `Flag` where a plain ``int``, ``float`` or ``bool`` would take a bool, a
+    `Whole`, `Number`, `Bool` where a plain ``int``, ``float`` or ``bool`` would take a bool, a
     text or a NaN; `fan_out` (a metric's cases scored
     concurrently), `error_text` (the one way a failure becomes ``Score.error``), `case_ids` and
     `case_record` (the cases a backend is handed, read without making a `Case` of each), and
@@ -104,7 +104,7 @@ _EXPORTS = {
     "option": "ragbridge.options",
     "Whole": "ragbridge.options",
     "Number": "ragbridge.options",
-    "Flag": "ragbridge.options",
+    "Bool": "ragbridge.options",
     "JudgedBackend": "ragbridge.judged_backend",
     "JudgedMetric": "ragbridge.judged_backend",
     "JudgedOptions": "ragbridge.judged_backend",
@@ -215,7 +215,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors
     from .judge.clients import async_http_client, async_openai_client, http_client, openai_client  # noqa: F401
     from .judged_backend import JudgedBackend, JudgedMetric, JudgedOptions, ScoreFields, in_thread  # noqa: F401
     from .metrics import Metric  # noqa: F401
-    from .options import BackendOptions, Flag, Number, Whole, option  # noqa: F401
+    from .options import BackendOptions, Bool, Number, Whole, option  # noqa: F401
     from .plugins import LazyBackend  # noqa: F401
     from .run import RunError, load_run  # noqa: F401
     from .run.lifecycle import applied_environment  # noqa: F401

@@ -9,7 +9,7 @@ from typing import Literal, Optional
 from pydantic import field_validator
 
 from ..limits import not_text
-from ..options import BackendOptions, Flag, Number, option
+from ..options import BackendOptions, Bool, Number, option
 from ..schema import SPAN_MIN_OVERLAP
 
 __all__ = ["NativeOptions"]
@@ -23,7 +23,7 @@ class NativeOptions(BackendOptions):
     no_relevant: Literal["undefined", "zero"] = option(
         "undefined", "Recall, MRR, nDCG and MAP of a case whose labels all have grade 0: undefined (left out "
                      "of means) or zero (trec_eval's mean).", flag="--no-relevant")
-    case_sensitive: Flag = option(
+    case_sensitive: Bool = option(
         False, "Exact-case matching for must_contain, must_not_contain and abstention.",
         flag="--case-sensitive")
     decline_phrases: Optional[list[str]] = option(

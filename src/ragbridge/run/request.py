@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from ..backend import RunOptions
 from ..formats.source import BATCH_SIZE
 from ..limits import MAX_REPEATS, MAX_TARGET_CONCURRENCY
-from ..options import Flag, Number, Whole, field_error, flag_of, option
+from ..options import Bool, Number, Whole, field_error, flag_of, option
 from .plan import RunError
 
 __all__ = ["RunRequest"]
@@ -43,7 +43,7 @@ class RunRequest(BaseModel):
     judge: Any = None
     dataset_path: Optional[str] = None
     progress: Optional[bool] = None
-    overwrite: Flag = option(False, "Replace the run folder instead of resuming it.", flag="--overwrite")
+    overwrite: Bool = option(False, "Replace the run folder instead of resuming it.", flag="--overwrite")
     on_score: Any = None
     target: Any = option(
         None, "Call the system under test for each case first: module:callable, module:object with "
@@ -64,11 +64,11 @@ class RunRequest(BaseModel):
     max_cost: Optional[Number] = option(
         None, "Judge budget in money, by the judge config's price table (all the run's sessions).",
         flag="--max-cost", ge=0)
-    dry_run: Flag = option(
+    dry_run: Bool = option(
         False, "Call and write nothing: print the judge calls and cost the run would make, counting what "
                "the cache and the run folder hold.", flag="--dry-run")
     executor: Any = None
-    score_cache: Flag = option(
+    score_cache: Bool = option(
         True, "Reuse a judged score an earlier run made from the same inputs (beside the judge cache; off "
               "with it).", flag="--score-cache/--no-score-cache")
     corpus: Any = option(
