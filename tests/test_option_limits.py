@@ -63,7 +63,8 @@ def test_a_path_option_may_be_any_bytes(tmp_path):
     (dict(repeats=10**9), "--repeats must be a whole number from 1 to 100"),
     (dict(repeats=MAX_REPEATS + 1), "--repeats must be a whole number from 1 to 100"),
     (dict(target_concurrency=0), "--target-concurrency must be a whole number"),
-    (dict(options={"native": {"decline_phrases": ["\udcff"]}}), "native.decline_phrases b'\\xff' is not UTF-8"),
+    (dict(options={"native": {"decline_phrases": ["\udcff"]}}),
+     "native.decline_phrases b'\\xff' is not UTF-8"),
     (dict(max_cost=1.0), "--max-cost needs the judge's price table"),
 ])
 def test_evaluate_holds_the_same_limits(kwargs, words, tmp_path):

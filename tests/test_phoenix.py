@@ -149,8 +149,10 @@ def test_options_are_typed_and_a_bad_one_stops_the_run_before_it_starts(stub, pi
     assert PhoenixOptions(concurrency=2).concurrency == 2
     for bad, words in (({"concurency": 2}, "phoenix.concurency: the phoenix backend has no option "
                                            "'concurency'; its options: concurrency, temperature"),
-                       ({"concurrency": 0}, "phoenix.concurrency must be a whole number of at least 1, got 0"),
-                       ({"temperature": "hot"}, "phoenix.temperature must be a number from 0 to 2, got 'hot'"),
+                       ({"concurrency": 0},
+                        "phoenix.concurrency must be a whole number of at least 1, got 0"),
+                       ({"temperature": "hot"},
+                        "phoenix.temperature must be a number from 0 to 2, got 'hot'"),
                        ({"include_explanation": "yes"},
                         "phoenix.include_explanation must be true or false, got 'yes'")):
         with pytest.raises(ragbridge.RunError) as raised:

@@ -141,8 +141,9 @@ def run(
     from ..formats.source import open_cases
 
     parameters = _checked({**what, **request, **budget})
+    options = _run_options(shared, native, option, rubric, judge)  # checked before any file is read
     documents, chunking = _span_inputs(parameters.pop("corpus"), chunks)
-    options = _run_options(shared, native, option, rubric, judge, chunking)
+    options = options.model_copy(update={"chunking": chunking})
     batch_size = parameters.pop("batch_size")
     try:
         cases = open_cases(dataset, fmt, near=out_dir, progress=None if no_progress else _reading_bar(),
@@ -173,7 +174,7 @@ def _checked(parameters: dict) -> dict:
 
 
 def _run_options(shared: dict, native: dict, assignments: Optional[List[str]], rubric: Optional[List[Path]],
-                 judge: JudgeOptions, chunking) -> RunOptions:
+                 judge: JudgeOptions) -> RunOptions:
     """The run's options: ``k`` and ``generator_model``, and each backend's options from the config
     file's ``[backends.NAME]`` tables, then ``--option``, then a flag of its own (``--gain``,
     ``--rubric``); exit 2 naming the file or the flag, the backend and the option for what is wrong."""
@@ -189,8 +190,7 @@ def _run_options(shared: dict, native: dict, assignments: Optional[List[str]], r
                  for name, value in native.items()]
         if rubric:
             flags.append(("--rubric", {"rubric": {"files": [str(f) for f in rubric]}}))
-        return RunOptions.load(config_file=judge.config, sources=[("--option", given), *flags],
-                               chunking=chunking, **shared)
+        return RunOptions.load(config_file=judge.config, sources=[("--option", given), *flags], **shared)
     except OptionError as exc:
         fail(cli_text(exc))
 
@@ -257,8 +257,9 @@ def rescore(
     if not (run_dir / "cases.jsonl").exists():
         fail(f"{run_dir} is not a run folder with recorded cases (no cases.jsonl)")
     parameters = _checked({**what, **budget})
+    options = _run_options(shared, native, option, rubric, judge)
     _, chunking = _span_inputs(corpus, chunks)
-    options = _run_options(shared, native, option, rubric, judge, chunking)
+    options = options.model_copy(update={"chunking": chunking})
     try:
         cases = load_cases(run_dir / "cases.jsonl")
     except DatasetError as exc:
