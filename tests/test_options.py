@@ -158,7 +158,7 @@ def test_a_native_option_from_option_the_config_file_and_its_own_flag_alike(tmp_
     (["--option", "phoenix.temperature=hot"], "--option phoenix.temperature must be a number from 0 to 2, "
                                               "got 'hot'"),
     (["--option", "deepeval.threshold={0.7}"], "--option deepeval.threshold: '{0.7}' is not JSON"),
-    (["--option", "native.gain"], "--option takes BACKEND.KEY=VALUE (e.g. --option ragas.concurrency=4), "
+    (["--option", "native.gain"], "--option takes BACKEND.KEY=VALUE (e.g. --option native.gain=exponential), "
                                   "got 'native.gain'"),
     (["--gain", "cubic"], "--gain must be one of linear, exponential, got 'cubic'"),
     (["--span-min-overlap", "1.5"], "--span-min-overlap must be a number from 0 to 1, got 1.5"),

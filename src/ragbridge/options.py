@@ -19,7 +19,7 @@ option is also reached by the one generic form, from every source alike:
   a JSON object);
 * ``ragbridge.toml``: a ``[backends.NAME]`` table (``[tool.ragbridge.backends.NAME]`` in
   ``pyproject.toml``), read by `config_tables`;
-* Python: ``evaluate(..., options={"ragas": {"concurrency": 4}})``, or the backend's model itself.
+* Python: ``evaluate(..., options={"native": {"gain": "exponential"}})``, or the backend's model itself.
 
 `backend_options` checks what each source gives against the backend's model and merges the sources
 (the command line over ``ragbridge.toml`` over ``pyproject.toml``). What is wrong is an `OptionError`
@@ -196,7 +196,7 @@ def field_error(model: type[BaseModel], exc: ValidationError, where: Callable[[s
                 given: Mapping[str, Any], owner: str = "") -> str:
     """One line for the first error of ``exc``: ``{where(key)} must be {expected}, got {value!r}``
     (or the validator's own words), or, for an option ``model`` does not have, the options it has
-    (``owner``: whose options they are, e.g. ``the ragas backend``)."""
+    (``owner``: whose options they are, e.g. ``the native backend``)."""
     error = exc.errors()[0]
     loc = error.get("loc") or ()
     key = str(loc[0]) if loc else ""
@@ -256,7 +256,7 @@ def parse_assignment(text: str) -> tuple[str, str, str]:
     target, eq, value = text.partition("=")
     backend, dot, key = target.strip().partition(".")
     if not eq or not dot or not backend.strip() or not key.strip():
-        raise OptionError("--option takes BACKEND.KEY=VALUE (e.g. --option ragas.concurrency=4), "
+        raise OptionError("--option takes BACKEND.KEY=VALUE (e.g. --option native.gain=exponential), "
                           f"got {text!r}")
     return backend.strip(), key.strip(), value
 
@@ -302,8 +302,8 @@ def backend_options(registry: Mapping[str, Any], sources: Iterable[tuple[str, Ma
 
 
 def _place(where: str, backend: str, key: Optional[str] = None) -> str:
-    """Where an option was given, as an error names it: ``ragas.concurrency`` (Python), ``--option
-    ragas.concurrency``, ``--gain``, ``ragbridge.toml: [backends.ragas] concurrency``."""
+    """Where an option was given, as an error names it: ``native.gain`` (Python), ``--option
+    native.gain``, ``--gain``, ``ragbridge.toml: [backends.native] gain``."""
     if where == "python":
         return f"{backend}.{key}" if key else f"options[{backend!r}]"
     if where == "--option":
@@ -343,7 +343,7 @@ def config_tables(section: str, config_file: Optional[Path] = None, cwd: Optiona
 
 def _tables(value: Any, path: Path, where: str) -> dict[str, Any]:
     if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
-        raise OptionError(f"{path}: {where} must hold one table per backend, e.g. [backends.ragas]")
+        raise OptionError(f"{path}: {where} must hold one table per backend, e.g. [backends.native]")
     return value
 
 

@@ -73,7 +73,7 @@ _RUN_ONLY = [flag_spec(RunRequest, name)
 
 OPTION = typer.Option(
     None, "--option", metavar="BACKEND.KEY=VALUE",
-    help="A backend's option (repeatable), e.g. --option ragas.concurrency=4; `ragbridge backends NAME` "
+    help="A backend's option (repeatable), e.g. --option native.gain=exponential; `ragbridge backends NAME` "
          "lists them. Over [backends.NAME] in the config file; a flag of its own (--gain) over this.")
 RUBRIC = typer.Option(
     None, "--rubric", help="Rubric file (TOML) of the rubric backend (repeatable): --option "

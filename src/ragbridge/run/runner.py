@@ -145,7 +145,7 @@ async def evaluate_async(
     objects), or a `CaseSource`. ``metrics`` are canonical names (``recall@5``,
     ``faithfulness``; default: every metric of each backend). ``options``: a `RunOptions` (``k``,
     ``generator_model``, each backend's options), or only the backends' options by backend name,
-    ``{"native": {"gain": "exponential"}, "ragas": {"concurrency": 4}}`` (a backend's options model
+    ``{"native": {"gain": "exponential"}}`` (a backend's options model
     in place of a mapping, too; ``ragbridge backends NAME`` lists them); each is checked against its
     backend's options model before anything is read (`RunError` naming the backend and the option).
     ``judge`` is a ``ragbridge.judge.JudgeConfig``, needed only when a planned metric uses a judge.
