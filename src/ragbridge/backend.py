@@ -105,8 +105,9 @@ class RunOptions(BaseModel):
     ``metadata["generator_model"]`` says it per case): a run judged by the same model is flagged.
 
     ``backend_options``: each backend's options, by the backend's name: its options model
-    (``Backend.Options``) or a mapping of them, e.g. ``{"native": {"gain": "exponential"}}``; checked against each backend's model before a run starts (`resolved`), and
-    read by a backend as its model (`of`). `load` adds those of ``ragbridge.toml``.
+    (``Backend.Options``) or a mapping of them, e.g. ``{"native": {"gain": "exponential"}}``;
+    checked against each backend's model before a run starts (`resolved`), and read by a backend as
+    its model (`of`). `load` adds those of ``ragbridge.toml``.
 
     ``chunking`` is the chunking ``precision_omega`` measures (a `ragbridge.native.spans.Chunking`, or
     None); ``span_labels`` whether the cases hold span labels (set by the runner; the span metrics
