@@ -480,9 +480,12 @@ def _library_generation(stub, tmp_path, generator: str, n: int = 8):
         assert c.metadata["synthetic"]["generator"] == generator and c.metadata["synthetic"]["library"]
         for s, ctx in zip(c.relevant_spans, c.reference_contexts):  # each context placed where it is
             assert corpus.texts[s.doc][s.start:s.end] == ctx
-    # every call went through the gateway: one audit line per request the stub answered
+    # every call went through the gateway: one audit line per request, the stub answering those the
+    # cache did not (a library may ask the same twice: two questions of the same passages)
     audit = _lines(tmp_path / f"{generator}.work" / "judge-audit.jsonl")
-    assert len(audit) == len(stub.posts()) == doc["judge"]["calls"]
+    upstream = [a for a in audit if not a["cache_hit"]]
+    assert len(upstream) == len(stub.posts()) == doc["judge"]["calls"]
+    assert len(audit) - len(upstream) == doc["judge"]["cache_hits"]
     assert {a["backend"] for a in audit} == {"synthetic"}
     # the set in the library's own dataset object, and back: the questions, answers and contexts hold
     import warnings
