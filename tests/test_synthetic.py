@@ -806,3 +806,30 @@ def test_the_weaknesses_after_review_are_those_of_the_questions_kept(stub_judge,
                          corpus)
     assert kept["n"] == 1 and kept["copied_terms"] != everything["copied_terms"]
     assert all(shown[k] == pytest.approx(kept[k]) for k in shown)
+
+
+@pytest.mark.slow  # DeepEval's synthesizer against the stub: about 10 s
+@needs_backend("deepeval")
+def test_deepeval_questions_that_are_its_context_written_out_are_dropped(stub_judge, tmp_path):
+    from ragbridge_deepeval.generator_stub import TEMPLATES, _after
+
+    def echo(req):  # a model that answers with the context list it was given, as DeepEval shows it
+        if req.user.strip().startswith(TEMPLATES["inputs"]):
+            return JudgeReply(json.dumps({"data": [{"input": _after(req.user, "Context:", "JSON:")}]}),
+                              tool_name=req.tool_name)
+        return None
+
+    echo.name = "test"
+    responders()
+    added = register(echo, first=True)
+    try:
+        out = tmp_path / "s.jsonl"
+        r = ragbridge_cli("synthesize", CORPUS, "--generator", "deepeval", "--n", "3", "--mix", "single=1",
+                          "--out", out, *_judge_args(stub_judge, tmp_path / "c.sqlite"), "--json")
+    finally:
+        unregister(added)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["counts"]["made"] == 0 and doc["counts"]["dropped_by_reason"] == {"not_a_question": 3}
+    assert all("a list written out" in d["detail"] for d in doc["dropped"])
+    assert _lines(out) == []
