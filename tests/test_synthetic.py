@@ -294,6 +294,7 @@ def test_a_dry_run_writes_nothing_and_counts_the_calls_a_run_makes(stub_judge, t
     assert r.returncode == 0, r.stderr
     planned = json.loads(r.stdout)
     assert planned["status"] == "dry-run" and planned["written"] == {}
+    assert all(row["synthetic"] is None for row in planned["weaknesses"])  # the stub's, not measured
     assert not out.exists() and not (tmp_path / "s.work").exists() and not stub_judge.posts()
     r = ragbridge_cli(*args)
     done = json.loads(r.stdout)

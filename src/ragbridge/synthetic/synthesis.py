@@ -209,8 +209,10 @@ async def synthesize_async(
         _write(result, Path(out), review, real, combined)
     from .weaknesses import measure
 
-    # measured on the set as written: without the questions dropped in review, with their edits
-    result.weaknesses["synthetic"] = measure(result.cases, docs, passages, bm25)
+    # measured on the set as written: without the questions dropped in review, with their edits (a dry
+    # run's questions are the stub judge's simulation: not measured)
+    if result.status != "dry-run":
+        result.weaknesses["synthetic"] = measure(result.cases, docs, passages, bm25)
     if real is not None:
         result.weaknesses["real"] = measure(real, docs, passages, bm25)
     return result
