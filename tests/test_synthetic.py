@@ -97,7 +97,7 @@ def test_a_synthetic_set_has_every_kind_labelled_by_spans_placed_in_the_corpus(s
         assert c.reference
         assert c.answerable and c.relevant_spans
         for s in c.relevant_spans:  # each quote is the document's own text at its offsets
-            assert corpus.texts[s.doc][s.start:s.end].split() == s.quote.split()
+            assert corpus.texts[s.doc][s.start:s.end] == s.quote  # exactly, white space and all
         docs = [s.doc for s in c.relevant_spans]
         if kind == "multi":
             assert 2 <= len(docs) <= 3 and len(set(docs)) == len(docs) and "multi-hop" in c.tags
