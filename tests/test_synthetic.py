@@ -644,70 +644,21 @@ def test_a_large_corpus_checks_unanswerable_questions_by_bm25_and_the_judges_emb
         assert 2 < len(c.metadata["synthetic"]["checked_against"]) <= 4
 
 
-@pytest.mark.parametrize("flag", ["--out", "--combined"])
-def test_an_output_that_cannot_be_written_is_refused_before_the_judge_is_called(stub_judge, tmp_path, flag):
+@pytest.mark.parametrize("flag,named", [("--out", "--out"), ("--combined", "--combined"),
+                                        ("--cache-path", "the judge cache (--cache-path)")])
+def test_an_output_that_cannot_be_written_is_refused_before_the_judge_is_called(stub_judge, tmp_path, flag,
+                                                                                named):
     (tmp_path / "notes.txt").write_text("a file, not a folder\n", encoding="utf-8")
     bad = tmp_path / "notes.txt" / "synth.jsonl"
     out = bad if flag == "--out" else tmp_path / "s.jsonl"
-    extra = [] if flag == "--out" else ["--compare-to", GOLDEN, "--combined", bad]
-    r = ragbridge_cli("synthesize", CORPUS, "--n", "4", "--out", out, *extra,
-                      *_judge_args(stub_judge, tmp_path / "c.sqlite"))
+    judge = _judge_args(stub_judge, bad if flag == "--cache-path" else tmp_path / "c.sqlite")
+    extra = ["--compare-to", GOLDEN, "--combined", bad] if flag == "--combined" else []
+    r = ragbridge_cli("synthesize", CORPUS, "--n", "4", "--out", out, *extra, *judge)
     assert r.returncode == 2, r.stderr
-    assert f"{flag} {bad} cannot be written" in " ".join(r.stderr.split())
+    assert f"{named} {bad} cannot be written" in " ".join(r.stderr.split())
     assert "is a file, not a folder" in r.stderr
     assert stub_judge.posts() == []  # the judge not called, not even to check it
     assert not (tmp_path / "s.work").exists() and not (tmp_path / "s.jsonl").exists()
-
-
-def test_edits_made_in_review_are_kept_and_what_was_made_from_is_not_changed(stub_judge, tmp_path):
-    out = tmp_path / "s.jsonl"
-    args = ["synthesize", CORPUS, "--n", "4", "--mix", "single=1", "--out", out, "--review",
-            *_judge_args(stub_judge, tmp_path / "c.sqlite")]
-    assert ragbridge_cli(*args).returncode == 0
-    review = tmp_path / "s.review.csv"
-    import pandas as pd  # the reviewer's spreadsheet: read, edited, saved
-
-    sheet = pd.read_csv(review, keep_default_na=False)
-    generated = sheet.loc[1, "question"]
-    sheet.loc[1, "question"] = "How long does a refund take to reach me?"
-    sheet.loc[1, "answer"] = "About two weeks."
-    made_from = sheet.loc[2, "passages"]
-    sheet.loc[2, "passages"] = "something else"
-    sheet.to_csv(review, index=False)
-    r = ragbridge_cli(*args)  # the labelled passages are what the question was made from
-    assert r.returncode == 2 and "s.review.csv:4: field 'passages'" in r.stderr and not out.exists()
-    sheet.loc[2, "passages"] = made_from
-    sheet.to_csv(review, index=False)
-    r = ragbridge_cli(*args)
-    assert r.returncode == 0, r.stderr
-    assert "review: 0 dropped, 1 edited" in r.stdout
-    cases = {c.id: c for c in ragbridge.load_cases(out)}
-    edited = cases[sheet.loc[1, "id"]]
-    assert edited.question == "How long does a refund take to reach me?"
-    assert edited.reference == "About two weeks."
-    assert edited.metadata["review"]["edited"]["question"] == generated
-    assert edited.relevant_spans  # still labelled where it was made from
-    assert all("review" not in c.metadata for i, c in cases.items() if i != edited.id)
-
-
-def test_the_stub_judge_started_again_on_another_port_goes_on_with_the_same_work_folder(stub_judge, tmp_path):
-    from ragbridge.testing import StubJudge
-
-    out = tmp_path / "s.jsonl"
-    args = ["synthesize", CORPUS, "--n", "6", "--mix", "single=1", "--out", out, "--json"]
-    r = ragbridge_cli(*args, *_judge_args(stub_judge, tmp_path / "c.sqlite"), "--max-calls", "3")
-    assert r.returncode == 4, r.stderr
-    first = json.loads(r.stdout)["counts"]["made"]
-    with StubJudge() as again:  # the same stub, started again: another port
-        assert again.base_url != stub_judge.base_url
-        r = ragbridge_cli(*args, *_judge_args(again, tmp_path / "c.sqlite"))
-        assert r.returncode == 0, r.stderr
-        assert json.loads(r.stdout)["counts"]["made"] == 6 > first
-        # what the first session made is not asked again
-        assert len(again.posts("/chat/completions")) == 6 - first
-    # another judge model is another judge: refused
-    r = ragbridge_cli(*args, *_judge_args(stub_judge, tmp_path / "c.sqlite")[2:], "--judge-model", "other")
-    assert r.returncode == 2 and "other settings (judge" in r.stderr
 
 
 def _closed_reader(stub, tmp_path, generator: str) -> tuple[int, Path]:

@@ -156,6 +156,8 @@ async def synthesize_async(
             _check_writable(Path(path), what)
     if out is not None:
         _check_writable(work_folder_for(Path(out)), "--out's work folder", folder=True)
+    if judge.cache_path is not None and judge.cache_mode == "read-write" and not dry_run:
+        _check_writable(Path(judge.cache_path), "the judge cache (--cache-path)")
     docs = corpus if isinstance(corpus, Corpus) else _read_corpus(corpus)
     passages = cut_passages(docs)
     bm25 = BM25([p.text for p in passages])
