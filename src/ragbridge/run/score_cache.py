@@ -45,7 +45,6 @@ from ..backend import RunOptions
 from ..formats.batches import CaseBatch
 from ..formats.plain_records import record_line
 from ..judge.config import identity_url, redact_url
-from ..plugins import get_backends
 from ..schema import RunManifest, Score, json_of
 from .plan import Plan
 from .recorded import score_from_line
@@ -177,10 +176,10 @@ class ScoreReuse:
 
     def __init__(self, cache: ScoreCache, plan: Plan, options: RunOptions, judge: Any,
                  manifest: RunManifest):
-        registry = get_backends()
         self.cache = cache
         stub = (manifest.judge or {}).get("stub_settings")
-        self.prefixes = {(b, m): metric_prefix(b, registry[b].version(), m, spec, options, judge, stub)
+        versions = manifest.backends  # each backend's library version, as the run records it
+        self.prefixes = {(b, m): metric_prefix(b, versions.get(b), m, spec, options, judge, stub)
                          for b, chosen in plan.items() for m, spec in chosen if spec.judge}
         self.priced = bool(judge.prices)
         self.keys: dict[tuple[str, str, str, int], str] = {}  # the scores being made: repeat key -> key
