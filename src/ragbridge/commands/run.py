@@ -106,7 +106,8 @@ def run(
     out_dir: Path = typer.Option(
         ..., "--out", "-o", help="Run folder to write (resumed if it holds a run of the same cases)."),
     backend: List[str] = typer.Option(
-        None, "--backend", "-b", help="Backend to run (repeatable). Default: native."),
+        None, "--backend", "-b", help="Backend to run (repeatable). Default: native. NAME==VERSION runs "
+                                      "that version of its library in an environment of its own."),
     metric: List[str] = typer.Option(
         None, "--metric", "-m", help="Metric to score (repeatable), e.g. recall@5, mrr, faithfulness. "
                                      "Default: all of each backend's."),
@@ -307,6 +308,13 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, no_progress,
     from ..run.target import TargetError
 
     judge = judge_options.load()
+    if backend:  # the library version ragbridge.toml sets for a backend named without one
+        from ..run.isolated import configured_versions, with_versions
+
+        try:
+            backend = with_versions(backend, configured_versions(judge_options.config))
+        except RunError as exc:
+            fail(cli_text(exc))
     # A termination (a CI job cancelled, `kill` of a background job) ends the run as Ctrl-C does:
     # the run folder records it. Also when SIGINT is ignored, as for a background job of a script.
     previous = signal.signal(signal.SIGTERM, _terminate)

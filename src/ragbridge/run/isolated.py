@@ -153,6 +153,42 @@ class IsolatedBackend(Backend):
             yield score
 
 
+def configured_versions(config_file: Optional[Path] = None, cwd: Optional[Path] = None) -> dict[str, str]:
+    """The library versions a project sets for its backends: ``version`` of each ``[backends.NAME]``
+    table of ``ragbridge.toml`` (or ``config_file``) over ``[tool.ragbridge.backends.NAME]`` of
+    ``pyproject.toml``; a `RunError` naming the file for a value that is not a version."""
+    import tomllib
+
+    cwd = Path(cwd) if cwd is not None else Path.cwd()
+    found: dict[str, str] = {}
+    rb = Path(config_file) if config_file is not None else cwd / "ragbridge.toml"
+    for path, keys in ((cwd / "pyproject.toml", ("tool", "ragbridge", "backends")), (rb, ("backends",))):
+        if not path.is_file():
+            continue
+        try:
+            table: Any = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise RunError(f"{path}: cannot read it as TOML: {exc}") from None
+        for key in keys:
+            table = table.get(key) if isinstance(table, dict) else None
+        where = "[" + ".".join(keys) + ".NAME]"
+        for name, settings in (table or {}).items() if isinstance(table, dict) else ():
+            version = settings.get("version") if isinstance(settings, dict) else None
+            if version is None:
+                continue
+            if not isinstance(version, str) or not _NAME.match(f"{name}=={version.strip()}"):
+                raise RunError(f"{path}: version of {where.replace('NAME', name)} must be one exact version "
+                               f"as a string (version = \"0.3.9\"), got {version!r}")
+            found[name] = version.strip()
+    return found
+
+
+def with_versions(names: Sequence[str], versions: dict[str, str]) -> list[str]:
+    """``names`` with each name that gives no version taking the one ``versions`` sets for it
+    (``ragas`` -> ``ragas==0.3.9``); a name with its own version keeps it."""
+    return [f"{n}=={versions[n]}" if n in versions else n for n in names]
+
+
 def prepare(plan_names: Sequence[str],
             note: Optional[Callable[[str], None]] = None) -> dict[str, Environment]:
     """Make the environment of every versioned backend of a run (see
