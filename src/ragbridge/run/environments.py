@@ -237,9 +237,9 @@ def build_failure(env: Environment, uv_output: str) -> str:
                 "the index uv uses (UV_INDEX_URL, UV_DEFAULT_INDEX), or build it where the index is "
                 f"reachable with `ragbridge environments build {env.name}` (uv's cache then lets it "
                 "build offline), or run the installed version with --backend " + env.backend)
-    if any(s in lowered for s in ("no wheels", "matching python", "not available for", "--no-build",
-                                  "building source distributions is disabled", "no matching distribution",
-                                  "requires-python", "platform tag", "abi tag")):
+    if any(s in lowered for s in ("no wheels", "no usable wheels", "matching python", "not available for",
+                                  "--no-build", "building source distributions is disabled",
+                                  "no matching distribution", "requires-python", "platform tag", "abi tag")):
         return (f"{head}: a package it pins has no wheel for this Python ({platform.python_version()} on "
                 f"{platform.machine()}). uv said: {said}. Run ragbridge on a Python the lock supports "
                 "(the lock's header says which), or use the version installed here with --backend "

@@ -1,0 +1,385 @@
+"""A backend at a version of its library (``ragas==0.3.9``), in an environment uv builds from the lock
+its plugin ships, scored by a worker process over a pipe, its judge calls through the run's gateway.
+
+The slow tests build real environments with uv from the package index (uv's own cache, kept between
+runs on one machine, makes a build take seconds); each test session builds into a cache folder of its
+own (``RAGBRIDGE_CACHE_DIR``), never the user's.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLE, needs_backend, ragbridge_cli, stub_judge_config
+
+from ragbridge import evaluate, load_cases
+from ragbridge.run import RunError
+from ragbridge.testing import StubJudge
+
+SECRET = "sk-test-" + "9f3b" * 8  # the judge's key in these tests: never in a worker
+
+
+@pytest.fixture(scope="session")
+def env_cache(tmp_path_factory):
+    """One cache folder for the session's environments: built once, then reused by every test."""
+    return tmp_path_factory.mktemp("rb-cache")
+
+
+@pytest.fixture
+def cached(env_cache, monkeypatch):
+    monkeypatch.setenv("RAGBRIDGE_CACHE_DIR", str(env_cache))
+    return env_cache
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """A cache folder with no environment in it (uv's own cache is left as it is)."""
+    monkeypatch.setenv("RAGBRIDGE_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def workers_of(pid: int) -> list[int]:
+    """The worker processes (``ragbridge.run.worker``) whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == pid and b"ragbridge.run.worker" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# Names, versions and what cannot be built: errors before anything is scored (fast)
+
+
+@pytest.mark.parametrize("name, says", [
+    ("ragas>=0.3", "give one exact version, as NAME==VERSION"),
+    ("ragas==", "give one exact version"),
+    ("ragas==0.1.0", "no environment for ragas 0.1.0 (the versions its plugin ships a lock for: 0.3.9, "
+                     "0.4.3)"),
+    ("native==0.1.0", "has no library whose version could be chosen"),
+    ("nosuch==1.0", "unknown backend 'nosuch==1.0'"),
+])
+def test_a_version_ragbridge_has_no_environment_for_is_refused_before_anything_runs(name, says, tmp_path,
+                                                                                   fresh_cache):
+    with pytest.raises(RunError, match=None) as caught:
+        evaluate(load_cases(EXAMPLE)[:2], backends=[name], out=tmp_path / "run")
+    assert says in str(caught.value)
+    assert not (tmp_path / "run").exists() and not fresh_cache.exists()
+
+
+def test_the_cli_says_which_versions_there_are_and_exits_2(tmp_path, fresh_cache):
+    done = ragbridge_cli("run", EXAMPLE, "--out", tmp_path / "run", "--backend", "ragas==0.2.0")
+    assert done.returncode == 2, done.stderr
+    assert "no environment for ragas 0.2.0" in done.stderr and "0.3.9, 0.4.3" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_ragbridge_toml_sets_a_backends_version(tmp_path, fresh_cache):
+    """``[backends.ragas] version`` makes ``--backend ragas`` that version: here one with no lock, so
+    the run stops at once, naming it."""
+    (tmp_path / "ragbridge.toml").write_text('[backends.ragas]\nversion = "0.0.1"\n')
+    done = ragbridge_cli("run", EXAMPLE, "--out", tmp_path / "run", "--backend", "ragas", cwd=tmp_path)
+    assert done.returncode == 2 and "no environment for ragas 0.0.1" in done.stderr, done.stderr
+    (tmp_path / "ragbridge.toml").write_text("[backends.ragas]\nversion = 3\n")
+    done = ragbridge_cli("run", EXAMPLE, "--out", tmp_path / "run", "--backend", "ragas", cwd=tmp_path)
+    assert done.returncode == 2 and "ragbridge.toml: version of [backends.ragas] must be" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_without_uv_the_run_says_how_to_get_it(tmp_path, fresh_cache, monkeypatch):
+    import builtins
+
+    from ragbridge.run.environments import find_uv
+
+    real_import = builtins.__import__
+
+    def no_uv(name, *args, **kwargs):
+        if name == "uv":
+            raise ImportError("no uv")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delenv("RAGBRIDGE_UV", raising=False)
+    monkeypatch.setattr(builtins, "__import__", no_uv)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RunError, match="uv is not installed: pip install uv"):
+        find_uv()
+    with StubJudge() as stub:
+        done = ragbridge_cli("run", EXAMPLE, "--out", tmp_path / "run", "--backend", "ragas==0.3.9",
+                             "--judge-model", "stub-judge", "--judge-base-url", stub.base_url,
+                             env={"RAGBRIDGE_UV": str(tmp_path / "no-uv-here")})
+    assert done.returncode == 2 and "RAGBRIDGE_UV names" in done.stderr, done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_scores_of_two_versions_read_as_two_backends(tmp_path):
+    """compare's thresholds name a versioned backend as any other (the value after the last ``=``)."""
+    from ragbridge.analysis.thresholds import Thresholds
+
+    t = Thresholds.parse(["ragas==0.3.9=0.8", "ragas==0.4.3:faithfulness=0.6", "0.5"],
+                         backends=["ragas==0.3.9", "ragas==0.4.3"])
+    assert t.find("ragas==0.3.9", "faithfulness") == 0.8
+    assert t.find("ragas==0.4.3", "faithfulness") == 0.6
+
+
+def test_the_workers_judge_counts_calls_under_the_versioned_name():
+    """The worker's gateway client files every call under ``ragas==0.3.9``: the tag it sends, whether
+    it comes from the scope, the path or a header the library's client set."""
+    import httpx
+
+    from ragbridge.judge.remote import GatewayClient
+    from ragbridge.judge.tag import TAG_HEADER, CallTag
+
+    client = GatewayClient("http://127.0.0.1:9", "gw-key", {"model": "m", "base_url": "http://127.0.0.1:9/v1"},
+                           aliases={"ragas": "ragas==0.3.9"})
+    with client.tag_scope("ragas", "faithfulness", "c1"):
+        sent = client.forwarded(httpx.Request("POST", client.base_url() + "/chat/completions"), b"{}")
+    assert CallTag.from_header(sent.headers[TAG_HEADER]) == CallTag("ragas==0.3.9", "faithfulness", "c1")
+    url = client.for_repeat(2).base_url("ragas", "context_recall", "c2", in_process=True)
+    sent = client.forwarded(httpx.Request("POST", url + "/chat/completions"), b"{}")
+    assert CallTag.from_header(sent.headers[TAG_HEADER]) == CallTag("ragas==0.3.9", "context_recall", "c2", 2)
+    request = httpx.Request("POST", client.base_url() + "/chat/completions",
+                            headers={TAG_HEADER: CallTag("ragas", "faithfulness", "c3").header()})
+    sent = client.forwarded(request, b"{}")
+    assert CallTag.from_header(sent.headers[TAG_HEADER]).backend == "ragas==0.3.9"
+    assert sent.headers["authorization"] == "Bearer gw-key"
+
+
+# --------------------------------------------------------------------------------------------
+# Real environments (slow): built by uv from the package index
+
+
+def _cases(n=8):
+    return load_cases(EXAMPLE)[:n]
+
+
+@pytest.mark.slow
+@needs_backend("ragas")
+def test_isolated_ragas_scores_exactly_as_the_installed_one_and_never_sees_the_key(cached, monkeypatch):
+    """``ragas==0.4.3`` in its own environment beside the installed RAGAS 0.4.3, in one run: every
+    metric's every score the same, each with its judge calls counted under its own name; the worker's
+    arguments and environment hold neither the judge's key nor the gateway's."""
+    monkeypatch.setenv("RB_TEST_JUDGE_KEY", SECRET)
+    monkeypatch.setenv("SOME_OTHER_COPY", f"Bearer {SECRET}")
+    seen: dict[int, tuple[bytes, bytes]] = {}
+
+    def look(score):
+        for pid in workers_of(os.getpid()):
+            if pid not in seen:
+                proc = Path(f"/proc/{pid}")
+                seen[pid] = ((proc / "environ").read_bytes(), (proc / "cmdline").read_bytes())
+
+    with StubJudge() as stub:
+        judge = stub_judge_config(stub, embedding_model="stub-embedder", api_key_env="RB_TEST_JUDGE_KEY")
+        run = evaluate(_cases(), backends=["ragas", "ragas==0.4.3"], judge=judge, on_score=look)
+    assert run.manifest.backends == {"ragas": "0.4.3", "ragas==0.4.3": "0.4.3"}
+    by = {(s.backend, s.case_id, s.metric): s for s in run.scores}
+    metrics = sorted({m for _, _, m in by})
+    assert len(metrics) >= 5
+    for (backend, case_id, metric), native in by.items():
+        if backend != "ragas":
+            continue
+        isolated = by[("ragas==0.4.3", case_id, metric)]
+        assert (isolated.value, isolated.native_value, isolated.reason, bool(isolated.error)) == \
+               (native.value, native.native_value, native.reason, bool(native.error)), (case_id, metric)
+        assert isolated.judge_calls == native.judge_calls and isolated.judge_calls > 0, (case_id, metric)
+    assert sum(1 for s in run.scores if s.value is not None) > len(by) // 2
+    assert seen, "no worker process was seen during the run"
+    for environ, cmdline in seen.values():
+        assert SECRET.encode() not in environ and SECRET.encode() not in cmdline
+        assert b"RB_TEST_JUDGE_KEY" not in environ and b"SOME_OTHER_COPY" not in environ
+
+
+@pytest.mark.slow
+def test_an_older_ragas_runs_beside_the_current_one_from_the_command_line(cached, tmp_path):
+    """RAGAS 0.3.9 and 0.4.3, each in its environment: two backends of one run, compared, reported."""
+    out = tmp_path / "run"
+    picked = tmp_path / "six.jsonl"
+    picked.write_text("".join(EXAMPLE.read_text().splitlines(keepends=True)[:6]))
+    with StubJudge() as stub:
+        done = ragbridge_cli("run", picked, "--out", out, "--backend", "ragas==0.3.9", "--backend",
+                             "ragas==0.4.3", "--metric", "faithfulness", "--metric", "context_recall",
+                             "--judge-model", "stub-judge", "--judge-base-url", stub.base_url,
+                             "--cache-mode", "off", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((out / "run.json").read_text())
+    assert manifest["backends"] == {"ragas==0.3.9": "0.3.9", "ragas==0.4.3": "0.4.3"}
+    scores = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+    assert {(s["backend"], s["metric"]) for s in scores} == {
+        (b, m) for b in ("ragas==0.3.9", "ragas==0.4.3") for m in ("faithfulness", "context_recall")}
+    assert all(s["value"] is not None and s["judge_calls"] > 0 for s in scores)
+    compared = ragbridge_cli("compare", out, "--json")
+    assert compared.returncode == 0, compared.stderr
+    assert "ragas==0.3.9" in compared.stdout and "ragas==0.4.3" in compared.stdout
+    report = ragbridge_cli("report", out, "--format", "md", "-o", tmp_path / "r.md")
+    assert report.returncode == 0 and "ragas==0.3.9" in (tmp_path / "r.md").read_text()
+
+
+@pytest.mark.slow
+@needs_backend("ragas")
+def test_a_killed_worker_loses_no_score_and_the_run_resumes(cached, tmp_path):
+    from ragbridge.run.environments import envs_root  # noqa: F401 - the cache is the fixture's
+
+    out = tmp_path / "run"
+    with StubJudge(latency=0.15) as stub:
+        args = ["run", EXAMPLE, "--out", out, "--backend", "ragas==0.4.3", "--metric", "faithfulness",
+                "--judge-model", "stub-judge", "--judge-base-url", stub.base_url, "--no-progress",
+                "--max-concurrency", "2"]
+        proc = subprocess.Popen([sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()",
+                                 *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        scores = out / "scores.jsonl"
+        deadline = time.monotonic() + 240
+        killed = None
+        while time.monotonic() < deadline and killed is None:
+            if scores.exists() and len(scores.read_text().splitlines()) >= 5:
+                for pid in workers_of(proc.pid):
+                    os.kill(pid, signal.SIGKILL)
+                    killed = pid
+            time.sleep(0.05)
+        assert killed is not None, "the worker was not seen scoring"
+        stdout, stderr = proc.communicate(timeout=240)
+        assert proc.returncode == 3, stderr  # finished, with the killed worker's cases errored
+        lines = [json.loads(line) for line in scores.read_text().splitlines()]
+        kept = [s for s in lines if s["error"] is None]
+        errored = [s for s in lines if s["error"]]
+        assert len(kept) >= 5 and errored
+        assert all(f"(pid {killed}) ended: killed by signal 9" in s["error"] for s in errored)
+        again = ragbridge_cli("run", EXAMPLE, "--out", out, "--backend", "ragas==0.4.3", "--metric",
+                              "faithfulness", "--judge-model", "stub-judge", "--judge-base-url",
+                              stub.base_url, "--no-progress")
+    assert again.returncode == 0, again.stderr
+    final = {}
+    for line in scores.read_text().splitlines():
+        s = json.loads(line)
+        final[s["case_id"]] = s
+    assert len(final) == 53 and all(s["error"] is None for s in final.values())
+    for s in kept:  # what was scored before the kill is what the run keeps
+        assert final[s["case_id"]]["value"] == s["value"]
+    assert f"resumed: {len(kept)} score(s) kept" in again.stdout
+
+
+_BUILD = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from ragbridge.run.environments import ensure
+    from ragbridge.run.isolated import backend_named
+
+    go = Path(sys.argv[1])
+    while not go.exists():
+        time.sleep(0.01)
+    env = ensure(backend_named("ragas==0.3.9").environment_spec(), note=lambda t: print(t, flush=True))
+    print("READY", env.path, env.ready(), flush=True)
+""")
+
+
+@pytest.mark.slow
+def test_two_runs_building_one_environment_share_one_build(fresh_cache, tmp_path):
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", _BUILD, str(go)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=dict(os.environ)) for _ in range(2)]
+    time.sleep(1.0)  # both started (Python and ragbridge imported), waiting for the word
+    go.touch()
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
+    text = "".join(o for o, _ in outs)
+    assert text.count("building the environment of ragas==0.3.9 with uv") == 1, text
+    assert text.count("waiting for another run that is building") == 1, text
+    ready = [line for line in text.splitlines() if line.startswith("READY")]
+    assert len(ready) == 2 and len(set(ready)) == 1 and ready[0].endswith("True")
+    assert len(list((fresh_cache / "envs").glob("ragas-0.3.9-*"))) == 1
+
+
+@pytest.mark.slow
+def test_a_killed_build_leaves_no_environment_in_use(fresh_cache, tmp_path):
+    from ragbridge.run.environments import ensure
+    from ragbridge.run.isolated import backend_named
+
+    go = tmp_path / "go"
+    go.touch()
+    proc = subprocess.Popen([sys.executable, "-c", _BUILD, str(go)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    envs = fresh_cache / "envs"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # killed once the build has installed part of the lock
+        tmp = list(envs.glob(".tmp-ragas-0.3.9-*/lib/python*/site-packages/*"))
+        if len(tmp) > 20:
+            break
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # the run and the uv it started
+    proc.wait()
+    spec = backend_named("ragas==0.3.9").environment_spec()
+    assert not spec.path.exists() and not spec.ready()
+    assert list(envs.glob(".tmp-ragas-0.3.9-*")), "the kill came after the build"
+    ensure(spec)
+    assert spec.ready() and not list(envs.glob(".tmp-ragas-0.3.9-*"))
+
+
+@pytest.mark.slow
+def test_an_unreachable_index_is_said_with_what_to_do(fresh_cache, tmp_path):
+    with StubJudge() as stub:
+        done = ragbridge_cli("run", EXAMPLE, "--out", tmp_path / "run", "--backend", "ragas==0.3.9",
+                             "--judge-model", "stub-judge", "--judge-base-url", stub.base_url,
+                             env={"UV_DEFAULT_INDEX": "http://127.0.0.1:9/simple", "UV_NO_CACHE": "1"})
+    assert done.returncode == 2, done.stderr
+    assert "cannot build the environment of ragas==0.3.9" in done.stderr
+    assert "the package index could not be reached" in done.stderr and "127.0.0.1:9" in done.stderr
+    assert not (tmp_path / "run").exists()
+    envs = fresh_cache / "envs"
+    assert not list(envs.glob("ragas-*")) and not list(envs.glob(".tmp-*"))
+
+
+@pytest.mark.slow
+def test_a_lock_without_a_wheel_for_this_python_is_said_with_what_to_do(fresh_cache, tmp_path):
+    """A plugin whose lock pins a release with no wheel for this Python (numpy 1.21.0: wheels up to
+    Python 3.9): the reason, the Python, and what to do."""
+    from ragbridge.plugin import Backend, MetricSpec, hookimpl
+    from ragbridge.plugins import pm
+
+    package = tmp_path / "rb_old_numpy"
+    (package / "locks").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "locks" / "1.21.0.txt").write_text("numpy==1.21.0\n")
+    sys.path.insert(0, str(tmp_path))
+
+    import rb_old_numpy  # noqa: F401 - the package the backend class lives in
+
+    class OldNumpy(Backend):
+        name = "oldnumpy"
+        library = "numpy"
+
+        def metrics(self):
+            return [MetricSpec("must_contain")]
+
+    OldNumpy.__module__ = "rb_old_numpy"
+
+    class Plugin:
+        @hookimpl
+        def ragbridge_register_backends(self, register):
+            register(OldNumpy())
+
+    plugin = Plugin()
+    pm.register(plugin, name="oldnumpy")
+    try:
+        with pytest.raises(RunError) as caught:
+            evaluate(load_cases(EXAMPLE)[:2], backends=["oldnumpy==1.21.0"], out=tmp_path / "run")
+    finally:
+        pm.unregister(plugin)
+        sys.path.remove(str(tmp_path))
+    text = str(caught.value)
+    assert "cannot build the environment of oldnumpy==1.21.0" in text
+    assert "has no wheel for this Python" in text and "numpy" in text
+    assert not (tmp_path / "run").exists()
