@@ -383,3 +383,25 @@ def test_a_lock_without_a_wheel_for_this_python_is_said_with_what_to_do(fresh_ca
     assert "cannot build the environment of oldnumpy==1.21.0" in text
     assert "has no wheel for this Python" in text and "numpy" in text
     assert not (tmp_path / "run").exists()
+
+
+def test_environments_list_names_the_versions_each_backend_can_run_at(fresh_cache):
+    done = ragbridge_cli("environments", "list", "--json")
+    assert done.returncode == 0, done.stderr
+    listed = json.loads(done.stdout)
+    assert listed["versions"]["ragas"] == ["0.3.9", "0.4.3"]
+    assert listed["environments"] == [] and listed["folder"] == str(fresh_cache / "envs")
+
+
+@pytest.mark.slow
+def test_environments_build_then_remove(fresh_cache):
+    done = ragbridge_cli("environments", "build", "ragas==0.3.9")
+    assert done.returncode == 0, done.stderr
+    assert "building the environment of ragas==0.3.9" in done.stderr and "ready in" in done.stdout
+    listed = json.loads(ragbridge_cli("environments", "list", "--json").stdout)["environments"]
+    assert [(e["backend"], e["version"]) for e in listed] == [("ragas", "0.3.9")]
+    again = ragbridge_cli("environments", "build", "ragas==0.3.9")  # made: nothing to build
+    assert again.returncode == 0 and "building" not in again.stderr
+    gone = ragbridge_cli("environments", "remove", "ragas==0.3.9")
+    assert gone.returncode == 0 and "removed ragas==0.3.9" in gone.stdout
+    assert not list((fresh_cache / "envs").glob("ragas-*"))

@@ -151,7 +151,7 @@ def environment_for(name: str, backend: str, version: str, package: str, package
     locks = locks_of(package_dir)
     lock = locks.get(version)
     if lock is None:
-        have = ", ".join(sorted(locks, key=_version_key)) or "none"
+        have = ", ".join(sorted(locks, key=version_key)) or "none"
         raise RunError(f"backend {name!r}: ragbridge has no environment for {backend} {version} (the "
                        f"versions its plugin ships a lock for: {have}); use one of them, or {backend!r} "
                        "alone for the version installed here (see docs/environments.md)")
@@ -159,7 +159,7 @@ def environment_for(name: str, backend: str, version: str, package: str, package
     return Environment(name, backend, version, package, package_dir, lock, digest, root or envs_root())
 
 
-def _version_key(version: str) -> tuple:
+def version_key(version: str) -> tuple:
     return tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.+-]", version))
 
 

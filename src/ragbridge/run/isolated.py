@@ -41,11 +41,12 @@ from typing import Any, AsyncIterator, Callable, Optional, Sequence
 from ..backend import Backend, MetricSpec, RunOptions, ScoringContext, case_record
 from ..plugins import get_backends
 from ..schema import Case, Score
-from .environments import Environment, code_path, ensure, environment_for, locks_of
+from .environments import Environment, code_path, ensure, environment_for, locks_of, version_key
 from .errors import RunError
 from .worker import LINE_LIMIT, PROTOCOL, options_for
 
-__all__ = ["IsolatedBackend", "backend_named", "split_name", "prepare", "RESTARTS"]
+__all__ = ["IsolatedBackend", "backend_named", "split_name", "prepare", "shipped_versions",
+           "configured_versions", "with_versions", "RESTARTS"]
 
 #: how many times a run starts a worker again after one died
 RESTARTS = 3
@@ -98,6 +99,19 @@ def _package_of(backend: Backend) -> tuple[str, Path]:
     return top, Path(list(spec.submodule_search_locations)[0])
 
 
+def shipped_versions(backend: Any) -> list[str]:
+    """The versions of ``backend``'s library whose locks its plugin ships (none for a backend without a
+    library), oldest first."""
+    backend = _loaded(backend)
+    if backend.library is None:
+        return []
+    try:
+        folder = _package_of(backend)[1]
+    except RunError:
+        return []
+    return sorted(locks_of(folder), key=version_key)
+
+
 class IsolatedBackend(Backend):
     """``NAME==VERSION``: the registered backend ``NAME`` scored in a worker process, in the environment
     of its library at ``VERSION`` (see the module docstring)."""
@@ -120,7 +134,7 @@ class IsolatedBackend(Backend):
 
     def versions(self) -> list[str]:
         """The versions whose environments the plugin ships."""
-        return list(locks_of(_package_of(self.inner)[1]))
+        return shipped_versions(self.inner)
 
     def version(self) -> Optional[str]:
         return self.library_version
