@@ -405,3 +405,24 @@ def test_environments_build_then_remove(fresh_cache):
     gone = ragbridge_cli("environments", "remove", "ragas==0.3.9")
     assert gone.returncode == 0 and "removed ragas==0.3.9" in gone.stdout
     assert not list((fresh_cache / "envs").glob("ragas-*"))
+
+
+@pytest.mark.slow
+def test_on_ray_a_library_version_runs_in_rays_uv_runtime_env(cached):
+    """``ragas==0.3.9`` with the Ray executor: Ray's own uv runtime environment installs the lock for
+    the scorer actors (no worker of ragbridge's), and the scores are those of the local worker."""
+    pytest.importorskip("ray")
+    from ragbridge.run.ray_executor import RayExecutor, isolated_runtime_env
+
+    spec = isolated_runtime_env("ragas==0.3.9")["uv"]
+    assert "ragas==0.3.9" in spec["packages"] and "--no-build" in spec["uv_pip_install_options"]
+    cases = _cases(4)
+    with StubJudge() as stub:
+        judge = stub_judge_config(stub)
+        local = evaluate(cases, backends=["ragas==0.3.9"], metrics=["faithfulness"], judge=judge)
+        on_ray = evaluate(cases, backends=["ragas==0.3.9"], metrics=["faithfulness"], judge=judge,
+                          executor=RayExecutor(num_cpus=2))
+    assert on_ray.manifest.backends == {"ragas==0.3.9": "0.3.9"}
+    ours = {s.case_id: (s.backend, s.value, s.error, s.judge_calls) for s in local.scores}
+    assert {s.case_id: (s.backend, s.value, s.error, s.judge_calls) for s in on_ray.scores} == ours
+    assert all(v[1] is not None and v[3] > 0 for v in ours.values())

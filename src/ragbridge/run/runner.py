@@ -193,9 +193,10 @@ async def run(request: RunRequest) -> Run:
             options = dataclass_replace(options, span_labels=True)
         plan = plan_metrics(request.backends, request.metrics, options.k, options)
         judged, stub = _check_judge(plan, request.judge, preflight=not request.dry_run)
-        prepare(list(plan), _note if request.progress is not False else None)  # NAME==VERSION environments
         judge = request.judge if judged else None
         executor = executor_for(request.executor)
+        if isinstance(executor, LocalExecutor):  # NAME==VERSION environments (Ray makes its own)
+            prepare(list(plan), _note if request.progress is not False else None)
         target = load_target(request.target) if isinstance(request.target, str) else request.target
         golden_fp = source.fingerprint
         folder = RunFolder(Path(request.out)) if request.out is not None else None
