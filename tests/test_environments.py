@@ -412,9 +412,10 @@ def test_on_ray_a_library_version_runs_in_rays_uv_runtime_env(cached):
     """``ragas==0.3.9`` with the Ray executor: Ray's own uv runtime environment installs the lock for
     the scorer actors (no worker of ragbridge's), and the scores are those of the local worker."""
     pytest.importorskip("ray")
-    from ragbridge.run.ray_executor import RayExecutor, isolated_runtime_env
+    from ragbridge.run.isolated import ray_runtime_env
+    from ragbridge.run.ray_executor import RayExecutor
 
-    spec = isolated_runtime_env("ragas==0.3.9")["uv"]
+    spec = ray_runtime_env("ragas==0.3.9")["uv"]
     assert "ragas==0.3.9" in spec["packages"] and "--no-build" in spec["uv_pip_install_options"]
     cases = _cases(4)
     with StubJudge() as stub:

@@ -46,7 +46,7 @@ from .errors import RunError
 from .worker import LINE_LIMIT, PROTOCOL, options_for
 
 __all__ = ["IsolatedBackend", "backend_named", "split_name", "prepare", "shipped_versions",
-           "configured_versions", "with_versions", "RESTARTS"]
+           "configured_versions", "with_versions", "ray_runtime_env", "RESTARTS"]
 
 #: how many times a run starts a worker again after one died
 RESTARTS = 3
@@ -215,6 +215,29 @@ def prepare(plan_names: Sequence[str],
         if isinstance(backend, IsolatedBackend):
             made[name] = ensure(backend.environment_spec(), note)
     return made
+
+
+def ray_runtime_env(name: str) -> dict[str, Any]:
+    """Ray's runtime environment for a library version's backend (``ragas==0.3.9``) on the Ray
+    executor: Ray's own uv support (``runtime_env={"uv": ...}``) installs the lock the backend's plugin
+    ships for that version into the environment of its scorer actors (Ray makes it from the driver's,
+    once per cluster), wheels only, with the user's uv cache (Ray's default is none). No key is in it."""
+    import subprocess
+
+    from .environments import find_uv
+
+    backend = backend_named(name)
+    if not isinstance(backend, IsolatedBackend):
+        raise RunError(f"{name!r} names no library version")
+    lock = backend.environment_spec().lock.read_text(encoding="utf-8")
+    packages = [line.split(" #")[0].strip() for line in lock.splitlines()
+                if line.strip() and not line.lstrip().startswith(("#", "-"))]
+    options = ["--no-build"]
+    cache = subprocess.run([find_uv(), "cache", "dir"], capture_output=True, text=True,
+                           timeout=60).stdout.strip()
+    if cache:
+        options += ["--cache-dir", cache]
+    return {"uv": {"packages": packages, "uv_pip_install_options": options}}
 
 
 # --------------------------------------------------------------------------------------------

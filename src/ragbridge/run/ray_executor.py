@@ -364,9 +364,8 @@ class BackendScorer:
         return [queue.get_nowait() for _ in range(queue.qsize())]
 
     async def _context(self, name: str) -> tuple[Backend, ScoringContext]:
-        """The backend a block names, opened on its first block. ``NAME==VERSION``: the registered
-        backend, in the environment Ray made of that version's lock (`isolated_runtime_env`), its judge
-        calls and scores under the versioned name."""
+        """The backend a block names, opened on its first block; ``NAME==VERSION`` is NAME in the
+        actor's runtime environment of that version, its calls and scores under the versioned name."""
         from ..judge.remote import GatewayClient
         from .isolated import split_name
         from .worker import options_for
@@ -379,10 +378,8 @@ class BackendScorer:
                 judge, options = self.gateway, self.options
                 if version is not None:
                     if backend.version() != version:
-                        raise RuntimeError(f"this Ray worker has {base} {backend.version()}, not {version}: "
-                                           "its runtime environment did not install the version's lock")
-                    if self._gateway_spec is not None:
-                        judge = GatewayClient(*self._gateway_spec, aliases={base: name})
+                        raise RuntimeError(f"this Ray worker has {base} {backend.version()}, not {version}")
+                    judge = self._gateway_spec and GatewayClient(*self._gateway_spec, aliases={base: name})
                     options = options_for(options, name, base)
                 self._environment.enter_context(applied_environment(backend.environment()))
                 ctx = ScoringContext(options=options, judge=judge)  # type: ignore[arg-type]
@@ -470,7 +467,9 @@ class _Cluster(ExecutorSession):
         own runtime environment."""
         if name is not None and "==" in name:
             if name not in self.isolated:
-                self.isolated[name] = self._make_scorers(isolated_runtime_env(name))
+                from .isolated import ray_runtime_env
+
+                self.isolated[name] = self._make_scorers(ray_runtime_env(name))
             return self.isolated[name]
         if not self.actors:
             self.actors = self._make_scorers(None)
@@ -530,14 +529,11 @@ class _Cluster(ExecutorSession):
     def close(self, wait: bool = True) -> None:
         """Close the scorers' backends (``wait``: else their actors are ended as they are), then shut
         the cluster down (if this session started it)."""
+        isolated = [a for pool in self.isolated.values() for a in pool]
         try:
-            if self.actors and wait:
+            if (self.actors or isolated) and wait:
                 with contextlib.suppress(Exception):
-                    self.ray.get([a.close.remote() for a in self.actors], timeout=60)
-            isolated = [a for pool in self.isolated.values() for a in pool]
-            if isolated and wait:
-                with contextlib.suppress(Exception):
-                    self.ray.get([a.close.remote() for a in isolated], timeout=60)
+                    self.ray.get([a.close.remote() for a in [*self.actors, *isolated]], timeout=60)
             for a in [*self.actors, *isolated]:
                 with contextlib.suppress(Exception):
                     self.ray.kill(a)
@@ -563,27 +559,6 @@ class _Cluster(ExecutorSession):
         if not gateway.listening:
             gateway.host = host
         return GatewayClient.spec(gateway)
-
-
-def isolated_runtime_env(name: str) -> dict[str, Any]:
-    """Ray's runtime environment for a library version's backend (``ragas==0.3.9``): Ray's own uv
-    support (``runtime_env={"uv": ...}``) installs the lock the backend's plugin ships for that version
-    into the environment of the scorer actors (Ray makes it from the driver's, once per cluster, and
-    reuses it), with wheels only and the user's uv cache. No key is in it."""
-    import subprocess
-
-    from .environments import find_uv
-    from .isolated import backend_named
-
-    env = backend_named(name).environment_spec()
-    packages = [line.split(" #")[0].strip() for line in env.lock.read_text(encoding="utf-8").splitlines()
-                if line.strip() and not line.lstrip().startswith(("#", "-"))]
-    options = ["--no-build"]
-    uv = find_uv()
-    cache = subprocess.run([uv, "cache", "dir"], capture_output=True, text=True, timeout=60).stdout.strip()
-    if cache:
-        options += ["--cache-dir", cache]  # Ray's default is no cache at all
-    return {"uv": {"packages": packages, "uv_pip_install_options": options}}
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
