@@ -427,3 +427,101 @@ def test_on_ray_a_library_version_runs_in_rays_uv_runtime_env(cached):
     ours = {s.case_id: (s.backend, s.value, s.error, s.judge_calls) for s in local.scores}
     assert {s.case_id: (s.backend, s.value, s.error, s.judge_calls) for s in on_ray.scores} == ours
     assert all(v[1] is not None and v[3] > 0 for v in ours.values())
+
+
+def _worker(env=None):
+    return subprocess.Popen([sys.executable, "-m", "ragbridge.run.worker"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
+
+
+def _say(proc, message):
+    proc.stdin.write(json.dumps(message).encode() + b"\n")
+    proc.stdin.flush()
+
+
+def _hear(proc):
+    return json.loads(proc.stdout.readline())
+
+
+def test_the_worker_speaks_its_protocol_over_the_pipe():
+    """The worker's side of the pipe, driven as a run drives it (here with the native backend and this
+    Python): the hello, a job's scores then its end, the close; anything a backend prints goes to
+    stderr, never into the pipe; a run speaking another protocol version is refused."""
+    from ragbridge.backend import RunOptions, case_record
+
+    options = {k: v for k, v in vars(RunOptions()).items() if k != "chunking"}
+    proc = _worker()
+    _say(proc, {"ragbridge_worker": 1, "backend": "native", "name": "native", "plugin": "ragbridge.native",
+                "options": options, "judge": None})
+    ready = _hear(proc)
+    assert ready["ready"] is True and ready["pid"] == proc.pid and "must_contain" in ready["metrics"]
+    cases = load_cases(EXAMPLE)[:3]
+    _say(proc, {"op": "score", "job": 7, "metric": "must_contain", "repeat": 0,
+                "cases": [case_record(cases, i) for i in range(3)]})
+    got = [_hear(proc) for _ in range(4)]
+    assert [m["job"] for m in got] == [7] * 4 and got[-1] == {"job": 7, "done": True}
+    assert sorted(m["score"]["case_id"] for m in got[:3]) == sorted(c.id for c in cases)
+    assert all(m["score"]["metric"] == "must_contain" for m in got[:3])
+    _say(proc, {"op": "close"})
+    assert _hear(proc) == {"closed": True}
+    assert proc.wait(timeout=30) == 0
+
+    other = _worker()
+    _say(other, {"ragbridge_worker": 2, "backend": "native", "name": "native"})
+    refused = _hear(other)
+    assert refused["ready"] is False and "protocol 1" in refused["error"]
+    other.stdin.close()
+    other.wait(timeout=30)
+
+
+def test_a_worker_whose_run_is_gone_exits():
+    proc = _worker()
+    proc.stdin.close()  # the run died before it said anything
+    assert proc.wait(timeout=30) == 0
+
+
+LOUD = textwrap.dedent('''
+    import os, sys
+    from ragbridge.plugin import Backend, MetricSpec, Score, hookimpl
+
+    print("a plugin that prints as it is imported")
+
+    class Loud(Backend):
+        name = "loud"
+        library = "numpy"
+
+        def metrics(self):
+            return [MetricSpec("must_contain")]
+
+        async def score(self, metric, cases, ctx):
+            for case in cases:
+                print("scoring", case.id)
+                os.write(1, b"and straight to file descriptor 1\\n")
+                yield Score(case_id=case.id, metric=metric, backend=self.name, value=1.0)
+
+    @hookimpl
+    def ragbridge_register_backends(register):
+        register(Loud())
+''')
+
+
+def test_what_a_library_prints_never_reaches_the_pipe(tmp_path):
+    from ragbridge.backend import RunOptions, case_record
+
+    (tmp_path / "rb_loud.py").write_text(LOUD)
+    options = {k: v for k, v in vars(RunOptions()).items() if k != "chunking"}
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    proc = _worker({"PYTHONPATH": path})
+    _say(proc, {"ragbridge_worker": 1, "backend": "loud", "name": "loud==1.0", "plugin": "rb_loud",
+                "options": options, "judge": None})
+    assert _hear(proc)["ready"] is True
+    cases = load_cases(EXAMPLE)[:2]
+    _say(proc, {"op": "score", "job": 1, "metric": "must_contain", "repeat": 0,
+                "cases": [case_record(cases, i) for i in range(2)]})
+    got = [_hear(proc) for _ in range(3)]
+    assert [m.get("score", {}).get("value") for m in got[:2]] == [1.0, 1.0] and got[2]["done"]
+    _say(proc, {"op": "close"})
+    assert _hear(proc) == {"closed": True}
+    assert proc.wait(timeout=30) == 0
+    printed = proc.stderr.read().decode()
+    assert "scoring " + cases[0].id in printed and "straight to file descriptor 1" in printed

@@ -107,9 +107,11 @@ async def serve(channel: _Channel) -> None:
 
     base, name = hello["backend"], hello["name"]
     load_plugins()
-    if not pm.has_plugin(base):
+    if base not in get_backends():
         try:
-            pm.register(importlib.import_module(hello["plugin"]), name=base)
+            plugin = importlib.import_module(hello["plugin"])
+            if not pm.is_registered(plugin):
+                pm.register(plugin, name=base)
         except Exception as exc:
             channel.send({"ragbridge_worker": PROTOCOL, "ready": False,
                           "error": f"cannot load the plugin {hello['plugin']}: {type(exc).__name__}: {exc}"})
