@@ -399,7 +399,7 @@ def test_environments_build_then_remove(fresh_cache):
     assert done.returncode == 0, done.stderr
     assert "building the environment of ragas==0.3.9" in done.stderr and "ready in" in done.stdout
     listed = json.loads(ragbridge_cli("environments", "list", "--json").stdout)["environments"]
-    assert [(e["backend"], e["version"]) for e in listed] == [("ragas", "0.3.9")]
+    assert [(e["backend"], e["version"], e["current"]) for e in listed] == [("ragas", "0.3.9", True)]
     again = ragbridge_cli("environments", "build", "ragas==0.3.9")  # made: nothing to build
     assert again.returncode == 0 and "building" not in again.stderr
     gone = ragbridge_cli("environments", "remove", "ragas==0.3.9")

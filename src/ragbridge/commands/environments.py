@@ -44,30 +44,48 @@ def environments_list(
 
     versions = _versions()
     made = installed()
+    for env in made:  # made from the lock its plugin ships now, or from an older one
+        env["current"] = _current(env)
     if as_json:
         print_json({"versions": {name: v for name, v in versions}, "folder": str(envs_root()),
                     "environments": made})
         return
-    table = Table(title="Versions (--backend NAME==VERSION)", title_justify="left")
+    table = Table(title="Versions", title_justify="left")
     table.add_column("backend")
     table.add_column("versions")
     for name, v in versions:
         table.add_row(escape(name), escape(", ".join(v)))
     print_table(out, table, [f"{name}: {', '.join(v)}" for name, v in versions])
+    out.print("[dim]run one with --backend NAME==VERSION[/]", highlight=False)
     if not made:
         out.print(f"no environment made yet (they go to {escape(str(envs_root()))})", highlight=False)
         return
     table = Table(title=f"Environments in {envs_root()}", title_justify="left")
-    for col in ("backend", "version", "files", "built"):
+    for col in ("backend", "version", "lock", "files", "built"):
         table.add_column(col, justify="right" if col == "files" else "left")
     lines = []
     for env in made:
         size = f"{env['bytes'] / 2**20:,.0f} MiB"
-        table.add_row(escape(env["backend"]), escape(env["version"]), size, escape(env.get("built") or ""))
-        lines.append(f"{env['backend']}=={env['version']}: {size}, built {env.get('built')}, {env['path']}")
+        lock = "current" if env["current"] else "older"
+        table.add_row(escape(env["backend"]), escape(env["version"]), lock, size,
+                      escape(env.get("built") or ""))
+        lines.append(f"{env['backend']}=={env['version']}: {lock} lock, {size}, built {env.get('built')}, "
+                     f"{env['path']}")
     print_table(out, table, lines)
-    out.print("[dim]files: their size; uv links them from its cache, where environments share them[/]",
-              highlight=False)
+    out.print("[dim]lock: made from the lock the plugin ships now, or an older one (remove it: a run "
+              "builds the current one); files: their size, linked from uv's cache, where environments "
+              "share them[/]", highlight=False)
+
+
+def _current(env: dict) -> bool:
+    """Whether an environment was made from the lock its backend's plugin ships now."""
+    from ..run.isolated import IsolatedBackend, backend_named
+
+    try:
+        backend = backend_named(f"{env['backend']}=={env['version']}")
+        return isinstance(backend, IsolatedBackend) and backend.environment_spec().digest == env.get("digest")
+    except RunError:
+        return False
 
 
 def environments_build(
