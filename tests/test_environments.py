@@ -89,15 +89,47 @@ def test_the_cli_says_which_versions_there_are_and_exits_2(tmp_path, fresh_cache
     assert not (tmp_path / "run").exists()
 
 
-def test_ragbridge_toml_sets_a_backends_version(tmp_path, fresh_cache):
-    """``[backends.ragas] version`` makes ``--backend ragas`` that version: here one with no lock, so
-    the run stops at once, naming it."""
-    (tmp_path / "ragbridge.toml").write_text('[backends.ragas]\nversion = "0.0.1"\n')
+RAGBRIDGE_TOML = """\
+[judge]
+model = "gpt-4o-mini"
+
+[backends.ragas]
+version = "0.0.1"   # no lock ships for it: a run stops at once, naming it
+concurrency = 3
+
+[backends.native]
+gain = "exponential"
+"""
+
+
+def test_ragbridge_toml_sets_a_backends_version_beside_its_options(tmp_path, fresh_cache):
+    """``[backends.ragas] version`` makes ``--backend ragas`` that version; the table's other keys are
+    the backend's options, checked as ever (the version is no option of it), and a table holding only
+    a version is no error either."""
+    from ragbridge.backend import RunOptions
+    from ragbridge.options import OptionError
+
+    (tmp_path / "ragbridge.toml").write_text(RAGBRIDGE_TOML)
+    options = RunOptions.load(cwd=tmp_path)
+    assert options.versions == {"ragas": "0.0.1"}
+    assert options.backend_options["ragas"].concurrency == 3
+    assert options.backend_options["native"].gain == "exponential"
+    with pytest.raises(RunError, match="no environment for ragas 0.0.1"):
+        evaluate(load_cases(EXAMPLE)[:2], backends=["ragas"], options=options, out=tmp_path / "run")
     done = ragbridge_cli("run", EXAMPLE, "--out", tmp_path / "run", "--backend", "ragas", cwd=tmp_path)
     assert done.returncode == 2 and "no environment for ragas 0.0.1" in done.stderr, done.stderr
+
+    (tmp_path / "pyproject.toml").write_text('[tool.ragbridge.backends.ragas]\nversion = "0.3.9"\n')
+    (tmp_path / "ragbridge.toml").write_text('[backends.ragas]\nversion = "0.4.3"\n')
+    assert RunOptions.load(cwd=tmp_path).versions == {"ragas": "0.4.3"}  # ragbridge.toml wins
+    (tmp_path / "ragbridge.toml").unlink()
+    assert RunOptions.load(cwd=tmp_path).versions == {"ragas": "0.3.9"}
+
     (tmp_path / "ragbridge.toml").write_text("[backends.ragas]\nversion = 3\n")
+    with pytest.raises(OptionError, match=r"ragbridge.toml: \[backends.ragas\] version must be one exact"):
+        RunOptions.load(cwd=tmp_path)
     done = ragbridge_cli("run", EXAMPLE, "--out", tmp_path / "run", "--backend", "ragas", cwd=tmp_path)
-    assert done.returncode == 2 and "ragbridge.toml: version of [backends.ragas] must be" in done.stderr
+    assert done.returncode == 2 and "[backends.ragas] version must be one exact version" in done.stderr
     assert not (tmp_path / "run").exists()
 
 
@@ -443,13 +475,15 @@ def _hear(proc):
     return json.loads(proc.stdout.readline())
 
 
+@pytest.mark.slow  # spawns a worker process
 def test_the_worker_speaks_its_protocol_over_the_pipe():
     """The worker's side of the pipe, driven as a run drives it (here with the native backend and this
     Python): the hello, a job's scores then its end, the close; anything a backend prints goes to
     stderr, never into the pipe; a run speaking another protocol version is refused."""
     from ragbridge.backend import RunOptions, case_record
+    from ragbridge.run.worker import options_record
 
-    options = {k: v for k, v in vars(RunOptions()).items() if k != "chunking"}
+    options = options_record(RunOptions())
     proc = _worker()
     _say(proc, {"ragbridge_worker": 1, "backend": "native", "name": "native", "plugin": "ragbridge.native",
                 "options": options, "judge": None})
@@ -474,6 +508,7 @@ def test_the_worker_speaks_its_protocol_over_the_pipe():
     other.wait(timeout=30)
 
 
+@pytest.mark.slow  # spawns a worker process
 def test_a_worker_whose_run_is_gone_exits():
     proc = _worker()
     proc.stdin.close()  # the run died before it said anything
@@ -505,11 +540,13 @@ LOUD = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow  # spawns a worker process
 def test_what_a_library_prints_never_reaches_the_pipe(tmp_path):
     from ragbridge.backend import RunOptions, case_record
+    from ragbridge.run.worker import options_record
 
     (tmp_path / "rb_loud.py").write_text(LOUD)
-    options = {k: v for k, v in vars(RunOptions()).items() if k != "chunking"}
+    options = options_record(RunOptions())
     path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
     proc = _worker({"PYTHONPATH": path})
     _say(proc, {"ragbridge_worker": 1, "backend": "loud", "name": "loud==1.0", "plugin": "rb_loud",

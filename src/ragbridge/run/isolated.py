@@ -34,19 +34,19 @@ import importlib.util
 import json
 import os
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Optional, Sequence
 
-from ..backend import Backend, MetricSpec, RunOptions, ScoringContext, case_record
+from ..backend import EXACT_VERSION, Backend, MetricSpec, RunOptions, ScoringContext, case_record
 from ..plugins import get_backends
 from ..schema import Case, Score
 from .environments import Environment, code_path, ensure, environment_for, locks_of, version_key
 from .errors import RunError
-from .worker import LINE_LIMIT, PROTOCOL, options_for
+from .worker import LINE_LIMIT, PROTOCOL, options_record
 
 __all__ = ["IsolatedBackend", "backend_named", "split_name", "prepare", "shipped_versions",
-           "configured_versions", "with_versions", "ray_runtime_env", "RESTARTS"]
+           "with_versions", "ray_runtime_env", "RESTARTS"]
 
 #: how many times a run starts a worker again after one died
 RESTARTS = 3
@@ -56,7 +56,7 @@ STDERR_LINES = 40
 START_SECONDS = 300.0
 CLOSE_SECONDS = 60.0
 
-_NAME = re.compile(r"^(?P<base>[A-Za-z0-9_.-]+?)\s*==\s*(?P<version>\S+)$")
+_NAME = re.compile(r"^(?P<base>[A-Za-z0-9_.-]+?)\s*==\s*(?P<version>" + EXACT_VERSION.pattern + ")$")
 
 
 def split_name(name: str) -> tuple[str, Optional[str]]:
@@ -65,7 +65,7 @@ def split_name(name: str) -> tuple[str, Optional[str]]:
     if "=" not in name and not any(c in name for c in "<>~!"):
         return name, None
     m = _NAME.match(name.strip())
-    if m is None or not m["version"][0].isalnum():
+    if m is None:
         raise RunError(f"backend {name!r}: give one exact version, as NAME==VERSION (e.g. ragas==0.3.9), or "
                        "the name alone for the version installed here")
     return m["base"], m["version"]
@@ -146,7 +146,7 @@ class IsolatedBackend(Backend):
         return self.inner.metrics()
 
     def metrics_for(self, options: RunOptions) -> list[MetricSpec]:
-        return self.inner.metrics_for(options_for(options, self.name, self.base))
+        return self.inner.metrics_for(options)
 
     def needs_judge(self, metric: str) -> bool:
         return self.inner.needs_judge(metric)
@@ -167,39 +167,9 @@ class IsolatedBackend(Backend):
             yield score
 
 
-def configured_versions(config_file: Optional[Path] = None, cwd: Optional[Path] = None) -> dict[str, str]:
-    """The library versions a project sets for its backends: ``version`` of each ``[backends.NAME]``
-    table of ``ragbridge.toml`` (or ``config_file``) over ``[tool.ragbridge.backends.NAME]`` of
-    ``pyproject.toml``; a `RunError` naming the file for a value that is not a version."""
-    import tomllib
-
-    cwd = Path(cwd) if cwd is not None else Path.cwd()
-    found: dict[str, str] = {}
-    rb = Path(config_file) if config_file is not None else cwd / "ragbridge.toml"
-    for path, keys in ((cwd / "pyproject.toml", ("tool", "ragbridge", "backends")), (rb, ("backends",))):
-        if not path.is_file():
-            continue
-        try:
-            table: Any = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise RunError(f"{path}: cannot read it as TOML: {exc}") from None
-        for key in keys:
-            table = table.get(key) if isinstance(table, dict) else None
-        where = "[" + ".".join(keys) + ".NAME]"
-        for name, settings in (table or {}).items() if isinstance(table, dict) else ():
-            version = settings.get("version") if isinstance(settings, dict) else None
-            if version is None:
-                continue
-            if not isinstance(version, str) or not _NAME.match(f"{name}=={version.strip()}"):
-                raise RunError(f"{path}: version of {where.replace('NAME', name)} must be one exact version "
-                               f"as a string (version = \"0.3.9\"), got {version!r}")
-            found[name] = version.strip()
-    return found
-
-
 def with_versions(names: Sequence[str], versions: dict[str, str]) -> list[str]:
     """``names`` with each name that gives no version taking the one ``versions`` sets for it
-    (``ragas`` -> ``ragas==0.3.9``); a name with its own version keeps it."""
+    (``ragas`` -> ``ragas==0.3.9``: `RunOptions.versions`); a name with its own version keeps it."""
     return [f"{n}=={versions[n]}" if n in versions else n for n in names]
 
 
@@ -309,10 +279,9 @@ class _Worker:
             from ..judge.remote import GatewayClient
 
             judge = list(GatewayClient.spec(self.ctx.judge))
-        options = {f.name: getattr(self.ctx.options, f.name) for f in fields(RunOptions)
-                   if f.name != "chunking"}
         await self._send({"ragbridge_worker": PROTOCOL, "backend": b.base, "name": b.name,
-                          "plugin": self.env.package, "options": options, "judge": judge})
+                          "plugin": self.env.package, "options": options_record(self.ctx.options),
+                          "judge": judge})
         try:
             ready = await asyncio.wait_for(asyncio.shield(self._ready), START_SECONDS)
         except asyncio.TimeoutError:

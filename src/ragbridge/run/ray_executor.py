@@ -368,21 +368,19 @@ class BackendScorer:
         actor's runtime environment of that version, its calls and scores under the versioned name."""
         from ..judge.remote import GatewayClient
         from .isolated import split_name
-        from .worker import options_for
 
         async with self._opening.setdefault(name, asyncio.Lock()):
             if name not in self._contexts:
                 base, version = split_name(name)
                 backend = get_backends()[base]
                 backend = backend.load() if callable(getattr(backend, "load", None)) else backend
-                judge, options = self.gateway, self.options
+                judge = self.gateway
                 if version is not None:
                     if backend.version() != version:
                         raise RuntimeError(f"this Ray worker has {base} {backend.version()}, not {version}")
                     judge = self._gateway_spec and GatewayClient(*self._gateway_spec, aliases={base: name})
-                    options = options_for(options, name, base)
                 self._environment.enter_context(applied_environment(backend.environment()))
-                ctx = ScoringContext(options=options, judge=judge)  # type: ignore[arg-type]
+                ctx = ScoringContext(options=self.options, judge=judge)  # type: ignore[arg-type]
                 self._contexts[name] = await open_session(backend, ctx)
                 self._backends[name] = backend
         return self._backends[name], self._contexts[name]

@@ -7,7 +7,7 @@ print goes to stderr instead, which the run keeps the last lines of).
 
 run -> worker
     ``{"ragbridge_worker": 1, "backend": "ragas", "name": "ragas==0.3.9", "plugin": "ragbridge_ragas",
-    "options": {RunOptions' fields}, "judge": [gateway URL, gateway key, judge settings] | null}``
+    "options": `options_record`, "judge": [gateway URL, gateway key, judge settings] | null}``
     first, once; then any number of ``{"op": "score", "job": N, "metric": M, "repeat": R, "cases":
     [canonical records]}`` (jobs run concurrently), ``{"op": "cancel", "job": N}``, and last
     ``{"op": "close"}``. The end of stdin (the run is gone) closes the worker as ``close`` does.
@@ -30,24 +30,20 @@ import json
 import os
 import signal
 import sys
-from dataclasses import replace
 from typing import Any, BinaryIO
 
-__all__ = ["PROTOCOL", "LINE_LIMIT", "options_for", "main"]
+__all__ = ["PROTOCOL", "LINE_LIMIT", "options_record", "main"]
 
 PROTOCOL = 1
 #: the longest line either side reads (a job's cases are one line)
 LINE_LIMIT = 1 << 30
 
 
-def options_for(options: Any, name: str, base: str) -> Any:
-    """``options`` (a `RunOptions`) as the registered backend ``base`` reads them when it runs as
-    ``name``: the options given for ``name`` over those given for ``base``."""
-    given = options.backend_options
-    if name not in given:
-        return options
-    merged = {**given, base: {**(given.get(base) or {}), **(given.get(name) or {})}}
-    return replace(options, backend_options=merged)
+def options_record(options: Any) -> dict[str, Any]:
+    """``options`` (the run's `RunOptions`) as the hello sends them: each backend's options as a
+    mapping, checked again by the worker's backend; the chunking left out (no backend in a worker
+    scores against a corpus)."""
+    return options.model_dump(mode="json", exclude={"chunking"})
 
 
 class _Channel:
@@ -118,7 +114,7 @@ async def serve(channel: _Channel) -> None:
             return
     backend = get_backends()[base]
     backend = backend.load() if callable(getattr(backend, "load", None)) else backend
-    options = options_for(RunOptions(**hello["options"]), name, base)
+    options = RunOptions(**hello["options"])
     judge = None
     if hello.get("judge"):
         from ..judge.remote import GatewayClient
