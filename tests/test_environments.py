@@ -133,6 +133,24 @@ def test_ragbridge_toml_sets_a_backends_version_beside_its_options(tmp_path, fre
     assert not (tmp_path / "run").exists()
 
 
+def test_options_given_for_a_version_say_they_go_under_the_backends_name(tmp_path, fresh_cache):
+    """A backend's options apply to every version of its library: given under ``ragas==0.3.9`` (on
+    the command line, in ragbridge.toml, in Python) they are refused, saying where they go."""
+    done = ragbridge_cli("run", EXAMPLE, "--out", tmp_path / "run", "--backend", "ragas==0.3.9",
+                         "--option", "ragas==0.3.9.concurrency=2")
+    assert done.returncode == 2, done.stderr
+    assert "--option ragas==0.3.9.concurrency=2: a backend's options apply to every version" in done.stderr
+    assert "--option ragas.concurrency=2" in done.stderr
+    (tmp_path / "ragbridge.toml").write_text('[backends."ragas==0.3.9"]\nconcurrency = 2\n')
+    done = ragbridge_cli("run", EXAMPLE, "--out", tmp_path / "run", "--backend", "ragas==0.3.9", cwd=tmp_path)
+    assert done.returncode == 2 and "[backends.ragas==0.3.9] concurrency: a backend's options apply" \
+        in done.stderr, done.stderr
+    with pytest.raises(RunError, match="ragas==0.3.9.concurrency: a backend's options apply to every"):
+        evaluate(load_cases(EXAMPLE)[:2], backends=["ragas==0.3.9"],
+                 options={"ragas==0.3.9": {"concurrency": 2}}, out=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
 def test_without_uv_the_run_says_how_to_get_it(tmp_path, fresh_cache, monkeypatch):
     import builtins
 
