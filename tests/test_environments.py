@@ -280,6 +280,26 @@ def test_an_older_ragas_runs_beside_the_current_one_from_the_command_line(cached
 
 
 @pytest.mark.slow
+def test_a_version_in_ragbridge_toml_runs_there_with_the_tables_options(cached, tmp_path):
+    """``[backends.ragas] version = "0.3.9"`` beside ``concurrency = 2``: ``--backend ragas`` is RAGAS
+    0.3.9 in its environment, and the table's option reaches it (run.json records it)."""
+    (tmp_path / "ragbridge.toml").write_text('[backends.ragas]\nversion = "0.3.9"\nconcurrency = 2\n')
+    picked = tmp_path / "three.jsonl"
+    picked.write_text("".join(EXAMPLE.read_text().splitlines(keepends=True)[:3]))
+    with StubJudge() as stub:
+        done = ragbridge_cli("run", picked, "--out", tmp_path / "run", "--backend", "ragas", "--metric",
+                             "faithfulness", "--judge-model", "stub-judge", "--judge-base-url", stub.base_url,
+                             "--cache-mode", "off", "--no-progress", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert manifest["backends"] == {"ragas==0.3.9": "0.3.9"}
+    assert manifest["options"]["backend_options"] == {"ragas": {"concurrency": 2}}
+    scores = [json.loads(line) for line in (tmp_path / "run" / "scores.jsonl").read_text().splitlines()]
+    assert len(scores) == 3 and {s["backend"] for s in scores} == {"ragas==0.3.9"}
+    assert all(s["value"] is not None and s["judge_calls"] > 0 for s in scores)
+
+
+@pytest.mark.slow
 @needs_backend("ragas")
 def test_a_killed_worker_loses_no_score_and_the_run_resumes(cached, tmp_path):
     from ragbridge.run.environments import envs_root  # noqa: F401 - the cache is the fixture's
