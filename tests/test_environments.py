@@ -151,6 +151,13 @@ def test_options_given_for_a_version_say_they_go_under_the_backends_name(tmp_pat
     assert not (tmp_path / "run").exists()
 
 
+def test_backends_names_the_backend_of_a_version():
+    done = ragbridge_cli("backends", "ragas==0.3.9")
+    assert done.returncode == 2
+    assert "ragas==0.3.9 is the ragas backend at a version of its library" in done.stderr
+    assert "ragbridge backends ragas" in done.stderr and "ragbridge environments list" in done.stderr
+
+
 def test_without_uv_the_run_says_how_to_get_it(tmp_path, fresh_cache, monkeypatch):
     import builtins
 
