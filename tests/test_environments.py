@@ -23,6 +23,8 @@ from ragbridge import evaluate, load_cases
 from ragbridge.run import RunError
 from ragbridge.testing import StubJudge
 
+pytest_plugins = ["pytester"]
+
 SECRET = "sk-test-" + "9f3b" * 8  # the judge's key in these tests: never in a worker
 
 
@@ -156,6 +158,20 @@ def test_backends_names_the_backend_of_a_version():
     assert done.returncode == 2
     assert "ragas==0.3.9 is the ragas backend at a version of its library" in done.stderr
     assert "ragbridge backends ragas" in done.stderr and "ragbridge environments list" in done.stderr
+
+
+def test_the_pytest_plugin_reads_the_version_of_ragbridge_toml(pytester, fresh_cache):
+    (pytester.path / "ragbridge.toml").write_text('[backends.ragas]\nversion = "0.0.1"\nconcurrency = 2\n')
+    pytester.makepyfile(test_version=f'''
+import pytest
+import ragbridge
+
+def test_version(ragbridge_evaluate):
+    with pytest.raises(ragbridge.RunError, match="no environment for ragas 0.0.1"):
+        ragbridge_evaluate(ragbridge.load_cases({str(EXAMPLE)!r})[:2], backends=["ragas"])
+''')
+    res = pytester.runpytest_inprocess("-p", "ragbridge", "-p", "no:cacheprovider")
+    res.assert_outcomes(passed=1)
 
 
 def test_without_uv_the_run_says_how_to_get_it(tmp_path, fresh_cache, monkeypatch):
