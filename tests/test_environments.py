@@ -170,7 +170,8 @@ def test_version(ragbridge_evaluate):
     with pytest.raises(ragbridge.RunError, match="no environment for ragas 0.0.1"):
         ragbridge_evaluate(ragbridge.load_cases({str(EXAMPLE)!r})[:2], backends=["ragas"])
 ''')
-    res = pytester.runpytest_inprocess("-p", "ragbridge", "-p", "no:cacheprovider")
+    res = pytester.runpytest_inprocess("-p", "ragbridge", "-p", "no:cacheprovider", "-p", "no:deepeval",
+                                       "-p", "no:langsmith_plugin")
     res.assert_outcomes(passed=1)
 
 
