@@ -238,14 +238,14 @@ def test_section_labels_match_by_source():
     v = one(c, ["precision@4", "hit@1", "recall@4", "recall@3", "ndcg@4", "map", "mrr"])
     assert v["precision@4"] == pytest.approx(3 / 4)  # both secA chunks count for precision
     assert v["hit@1"] == 1.0 and v["mrr"] == 1.0
-    assert v["recall@3"] == pytest.approx(1 / 2)  # secA credited once
+    assert v["recall@3"] == pytest.approx(1 / 2)  # secA counted once
     assert v["recall@4"] == 1.0
     dcg = 2 / math.log2(2) + 1 / math.log2(5)  # c3 adds no gain
     idcg = 2 / math.log2(2) + 1 / math.log2(3)
     assert v["ndcg@4"] == pytest.approx(dcg / idcg)
     assert v["map"] == pytest.approx((1 / 1 + 2 / 4) / 2)  # c3 non-relevant for AP
     r = rk.prepare([c])
-    assert r.rank.tolist() == [1, 3, 4] and r.credited.tolist() == [True, False, True]
+    assert r.rank.tolist() == [1, 3, 4] and r.new.tolist() == [True, False, True]
 
 
 def test_recall_never_exceeds_one_with_many_chunks_of_one_section():
@@ -268,7 +268,7 @@ def test_id_match_takes_precedence_over_source():
     # c1's id has grade 1, its section grade 3: the id's grade is used.
     v = one(case([("c1", "sec")], {"c1": 1, "sec": 3}), ["ndcg@1", "recall@1", "ndcg"])
     assert v["ndcg@1"] == pytest.approx(1 / 3)  # gain 1, ideal top grade 3
-    assert v["recall@1"] == 0.5  # two labels, one credited
+    assert v["recall@1"] == 0.5  # two labels, one matched
     assert v["ndcg"] == pytest.approx(1 / (3 + 1 / math.log2(3)))
 
 
