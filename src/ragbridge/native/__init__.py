@@ -16,7 +16,10 @@ It offers every canonical metric of kind ``ranking`` and ``answer check`` (`ragb
 
 A ranking or span score is undefined (``value`` null, with the reason) where the metric is: a case
 with no relevance labels (for the span metrics: no span labels), or with no label of grade >= 1
-(precision and hit excepted), and ``precision_omega`` without a chunking.
+(precision and hit excepted), and ``precision_omega`` without a chunking. A ranking score below 1
+says why (`ranking.reasons`: the labels the top k miss, the first relevant rank, the noise above
+relevant chunks), as does a span-labelled case's ``span_recall@k`` below 1 (the spans not wholly
+covered).
 
 Lifecycle: `NativeBackend.open` returns a `RankedCache`, the run's session. The runner hands every
 metric of a backend the same list of cases when none was filtered out, so the cases are walked into
@@ -70,15 +73,10 @@ def _undefined_reason(metric: str, record: dict, chunking) -> str:
 
 def _span_reasons(metric: str, cases: Sequence[Case], values: np.ndarray, reasons: list,
                   min_overlap: float) -> None:
-    """The reason of each span-labelled case's value below 1 of ``recall@k``, ``hit@k`` and
-    ``span_recall@k``: the span labels missed (`spans.missed_reason`)."""
+    """The reason of each span-labelled case's ``span_recall@k`` below 1: the span labels the top k
+    do not wholly cover (`spans.missed_reason`)."""
     base, k = ranking.parse_metric(metric)
-    if base not in spans.MISSED_BY:
-        return
-    short = np.flatnonzero(values < 1).tolist()
-    if not short:
-        return
-    for i in short:
+    for i in np.flatnonzero(values < 1).tolist():
         record = case_record(cases, i)
         if record.get("relevant_spans"):
             reasons[i] = spans.missed_reason(base, record["relevant_spans"], record.get("contexts") or [], k,
@@ -127,7 +125,12 @@ class NativeBackend(Backend):
         if undefined:
             for i in undefined:
                 reasons[i] = _undefined_reason(metric, case_record(cases, i), opts.chunking)
-        if opts.span_labels:
+        base = ranking.parse_metric(metric)[0]
+        if base in ranking.METRICS:  # why a value is below 1: labels missed, the first relevant rank, noise
+            why = ranking.reasons(prepared.cases, prepared.ranked, metric, values, opts.span_min_overlap,
+                                   opts.gain)
+            reasons = [w if w is not None else u for w, u in zip(why, reasons)]
+        elif opts.span_labels and base == "span_recall":
             _span_reasons(metric, cases, values, reasons, opts.span_min_overlap)
         per_case = (time.perf_counter() - start) / max(len(cases), 1)
         yield ScoreBlock(backend=self.name, metric=metric, native_metric=metric,

@@ -105,6 +105,8 @@ __all__ = [
     "evaluate",
     "parse_metric",
     "Prepared",
+    "reasons",
+    "missed_labels",
 ]
 
 GAINS = ("linear", "exponential")
@@ -125,6 +127,7 @@ class Ranked:
     - ``n_relevant``: ``R``, the number of labels with grade >= 1.
     - ``n_retrieved``: length of the de-duplicated ``contexts``.
     - ``first_rank``: rank of the first relevant chunk, 0 when none was retrieved.
+    - ``by_chunk``: matched chunk by chunk (a chunk's source is a label, or the case has span labels).
 
     Per relevant retrieved chunk (grade >= 1), sorted by (case, rank): ``case_index``, ``rank``
     (1-based), ``new`` (it matches a label no chunk above it matches).
@@ -145,6 +148,7 @@ class Ranked:
     n_relevant: np.ndarray
     n_retrieved: np.ndarray
     first_rank: np.ndarray
+    by_chunk: np.ndarray
     case_index: np.ndarray
     rank: np.ndarray
     new: np.ndarray
@@ -318,6 +322,7 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
     f_case: list[int] = []  # slow path: one entry per label (grade >= 1) some chunk matches
     f_rank: list[int] = []
     f_grade: list[int] = []
+    slow: list[int] = []  # cases matched chunk by chunk
     n_ctx_append, lab_case_append, lab_n_append = n_ctx.append, lab_case.append, lab_n.append
     grades_extend, hit_case_append, hit_n_append = all_grades.extend, hit_case.append, hit_n.append
     rank_extend, grade_extend = m_rank.extend, m_grade.extend
@@ -340,6 +345,7 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
             lab_n_append(len(rel or ()) + len(spans))
             grades_extend((rel or {}).values())
             grades_extend(map(span_kernels.grade_of, spans))
+            slow.append(ci)
             next_group = _match_slow(ci, ids, ctx, rel or {}, spans, min_overlap, s_case, s_rank, s_new,
                                      f_case, f_rank, f_grade, groups, next_group)
             continue
@@ -361,6 +367,7 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
                 rank_extend(map(ids.index, hits))
                 grade_extend(map(rel.__getitem__, hits))
         else:
+            slow.append(ci)
             next_group = _match_slow(ci, ids, ctx, rel, (), min_overlap, s_case, s_rank, s_new,
                                      f_case, f_rank, f_grade, groups, next_group)
 
@@ -371,6 +378,8 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
         duplicates[np.array(dup_case, dtype=np.int64)] = dup_n
     labelled = np.zeros(n_cases, dtype=bool)
     labelled[np.array(lab_case, dtype=np.int64)] = True
+    by_chunk = np.zeros(n_cases, dtype=bool)
+    by_chunk[np.array(slow, dtype=np.int64)] = True
     n_labels_a = np.zeros(n_cases, dtype=np.int64)
     n_labels_a[np.array(lab_case, dtype=np.int64)] = lab_n
 
@@ -422,6 +431,7 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
         n_relevant=n_relevant,
         n_retrieved=n_ctx_a - duplicates,
         first_rank=first_rank,
+        by_chunk=by_chunk,
         case_index=case_index,
         rank=rank,
         new=new,
@@ -553,6 +563,133 @@ def average_precision(r: Ranked, k: Optional[int] = None) -> np.ndarray:
     mask = np.ones(r.found_case.size, dtype=bool) if k is None else r.found_rank <= k
     numer = np.bincount(r.found_case[mask], weights=r.found_ap[mask], minlength=r.n_cases)
     return _ratio_over_r(r, numer)
+
+
+# --------------------------------------------------------------------------- why a value is below 1
+
+
+def _n(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
+
+
+def missed_labels(ids: list, chunks: Optional[list], rel: Optional[dict], spans: Any, k: int,
+                  min_overlap: float = SPAN_MIN_OVERLAP, base: str = "recall", by_source: bool = True,
+                  repeats: bool = True) -> Optional[str]:
+    """The labels no top-``k`` chunk matches, as a value of ``recall@k`` or ``hit@k`` below 1 gives
+    its reason: chunk-id and section labels with the rank of their first matching chunk (``not in
+    the top 5: api.md#limits (rank 6), api.md#quota (not retrieved)``), span labels as
+    `ragbridge.native.spans.missed_reason` names them. None when every label is found. ``ids``,
+    ``chunks`` and ``rel`` as `prepare` reads a case (``by_source`` False: no chunk's source is a
+    label; ``repeats`` False: no chunk id repeats, as `Ranked` knows)."""
+    parts = []
+    if rel and base != "span_recall":
+        if repeats and len(set(ids)) != len(ids):
+            kept = _first_occurrences(ids)
+            ids = [ids[i] for i in kept]
+            chunks = None if chunks is None else [chunks[i] for i in kept]
+        sources = None if chunks is None or not by_source else _sources(chunks)
+        if sources is None or rel.keys().isdisjoint(sources):  # ids alone: look up the labels missed
+            top = set(ids[:k])
+            missed = [label for label, g in rel.items() if g >= 1 and label not in top]
+            if missed:  # the ranks of the labels named
+                rest = set(ids[k:])
+                missed = [(label, ids.index(label, k) + 1 if j < 3 and label in rest else None)
+                          for j, label in enumerate(missed)]
+        else:
+            first: dict = {}
+            for i, cid in enumerate(ids):
+                label = cid if cid in rel else (sources[i] if sources[i] in rel else None)
+                if label is not None:
+                    first.setdefault(label, i + 1)
+            missed = [(label, first.get(label)) for label, g in rel.items()
+                      if g >= 1 and not first.get(label, k + 1) <= k]
+        if missed:
+            named = [f"{label} ({f'rank {r}' if r else 'not retrieved'})" for label, r in missed[:3]]
+            more = f", and {len(missed) - 3} more" if len(missed) > 3 else ""
+            parts.append(f"not in the top {k}: " + ", ".join(named) + more)
+    if spans and chunks is not None:
+        why = span_kernels.missed_reason(base, spans, chunks, k, min_overlap)[1]
+        if why:
+            parts.append(why)
+    return "; ".join(parts) or None
+
+
+def reasons(cases: Any, r: Ranked, metric: str, values: np.ndarray,
+            min_overlap: float = SPAN_MIN_OVERLAP, gain: str = "linear") -> list[Optional[str]]:
+    """Why each value of the ranking metric ``metric`` (``recall@5``, ``mrr``, ``ndcg@10`` ...) below 1
+    is below 1, in the words the native backend gives its scores and the diagnosis repeats (None for a
+    value of 1 or undefined). ``cases`` and ``r`` (their `prepare`) as `evaluate` reads them:
+
+    - ``recall@k``, ``hit@k``: the labels no top-k chunk matches (`missed_labels`);
+    - ``mrr``, ``mrr@k``: the rank of the first relevant chunk;
+    - ``precision@k``: how many of the top k hold no relevant chunk;
+    - ``ndcg``, ``map`` (with or without k): how many labels the top k miss, how many chunks that
+      match no label rank above relevant ones (noise), how many chunks that find no new label rank
+      above ones that do; for nDCG, that a lower gain (of ``gain``) ranks above a higher one.
+    """
+    base, k = parse_metric(metric)
+    out: list[Optional[str]] = [None] * len(values)
+    short = np.flatnonzero(values < 1)
+    if not short.size:
+        return out
+    if base in ("recall", "hit"):
+        want = set(short.tolist())
+        lists = zip(_chunk_lists(cases), span_kernels.span_lists(cases))
+        for i, ((ids, chunks, rel), spans) in enumerate(lists):
+            if i in want:
+                out[i] = missed_labels(ids, chunks, rel, spans, k, min_overlap, base,
+                                       bool(r.by_chunk[i]), bool(r.duplicates[i]))
+        return out
+    idx = short.tolist()
+    if base == "mrr":
+        below = f", below the top {k}" if k else ""
+        for i, fr in zip(idx, r.first_rank[short].tolist()):
+            out[i] = (f"the first relevant chunk is at rank {fr}" + (below if k and fr > k else "")
+                      if fr else "no retrieved chunk is relevant")
+        return out
+    if base == "precision":
+        held = np.bincount(r.case_index[r.rank <= k], minlength=r.n_cases)[short].tolist()
+        for i, h, n in zip(idx, held, r.n_retrieved[short].tolist()):
+            out[i] = (f"{k - h} of the top {k} hold no relevant chunk"
+                      + (f" (the list has {_n(n, 'chunk', 'chunks')})" if n < k else ""))
+        return out
+    # ndcg, map: labels missed; chunks above the last label-finding one in the top k that find none
+    cut = np.iinfo(np.int64).max if k is None else k
+    in_k = r.found_rank <= cut
+    found = np.bincount(r.found_case[in_k], minlength=r.n_cases)
+    last = np.zeros(r.n_cases, dtype=np.int64)
+    np.maximum.at(last, r.found_case[in_k], r.found_rank[in_k])
+    above = r.rank < last[r.case_index]
+    relevant_above = np.bincount(r.case_index[above], minlength=r.n_cases)
+    new_above = np.bincount(r.case_index[above & r.new], minlength=r.n_cases)
+    unordered = np.zeros(r.n_cases, dtype=bool)
+    if base == "ndcg" and in_k.any():  # a chunk finding less gain above one finding more
+        fc, fr = r.found_case[in_k], r.found_rank[in_k]
+        order = np.lexsort((fr, fc))
+        fc, fr, fg = fc[order], fr[order], _gain(r.found_grade[in_k][order], gain)
+        head = np.r_[True, (fc[1:] != fc[:-1]) | (fr[1:] != fr[:-1])]
+        gc, gg = fc[head], np.add.reduceat(fg, np.flatnonzero(head))
+        rises = (gc[1:] == gc[:-1]) & (gg[1:] > gg[:-1])
+        unordered[gc[1:][rises]] = True
+    where = f"in the top {k}" if k else "in the list"
+    n_rel = r.n_relevant[short]
+    columns = zip(idx, n_rel.tolist(), (n_rel - found[short]).tolist(),
+                  np.maximum(last[short] - 1 - relevant_above[short], 0).tolist(),
+                  (relevant_above[short] - new_above[short]).tolist(), unordered[short].tolist())
+    for i, n, missed, noise, again, unordered_i in columns:
+        parts = []
+        if missed:
+            parts.append(f"{missed} of {n} labels not found {where}")
+        if noise:
+            parts.append(f"noise: {_n(noise, 'chunk', 'chunks')} matching no label "
+                         f"{'ranks' if noise == 1 else 'rank'} above relevant ones")
+        if again:
+            parts.append(f"{_n(again, 'chunk', 'chunks')} finding no new label "
+                         f"{'ranks' if again == 1 else 'rank'} above ones that do")
+        if unordered_i:
+            parts.append("a chunk finding less gain ranks above one finding more")
+        out[i] = "; ".join(parts) or None
+    return out
 
 
 # --------------------------------------------------------------------------- names
