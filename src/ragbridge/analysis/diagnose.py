@@ -5,21 +5,25 @@ when a human label (``labels``) says it fails. Each failing case gets one layer 
 walking the questions of `QUESTIONS` in order (the decision table, written once in
 docs/diagnose.md):
 
-1. was a relevant chunk in the top k? no: ``retrieval`` (for span labels, naming the labelled
-   spans the top k miss);
-2. is every claim of the answer supported by the chunks? no: ``generation``;
+1. was a relevant chunk in the top k? no: ``retrieval`` (naming the labels or spans the top k miss,
+   as the retrieval score's own reason does);
+2. is every claim of the answer supported by the chunks? no: ``generation`` (an answer that states
+   no claim makes none the chunks do not support: yes);
 3. is the supported answer correct? no: the claim checks decide (`_wrong_answer`, from
    `ragbridge.analysis.claim_evidence`): a human label against the judge, or an answer right by
-   the reference, is ``reference_or_judge``; a chunk the answer follows that contradicts the
-   reference is ``knowledge_base``; a reference claim a chunk states and the answer does not, or
-   an answer claim no chunk states, is ``generation``; without claim checks, or when they show
-   none of these, ``undetermined``, naming what is missing;
+   the reference, is ``reference_or_judge``; a chunk the answer follows that contradicts a claim of
+   the reference is ``knowledge_base``; a reference claim a chunk states and the answer does not, or
+   an answer claim no chunk states, is ``generation``; without claim checks, or without a
+   reference, or when they show none of these, ``undetermined``, naming what is missing (never a
+   human label the case has already);
 4. every answer yes (or only retrieval metrics fail and the first answer is yes), yet a metric
-   fails: a metric a human label overrules is ``reference_or_judge``; else a retrieval metric (the
-   top k holds noise, or misses part of the labelled text: a deterministic retrieval metric is never
-   overruled by another) is ``retrieval``; a deterministic answer check (or a human's fail) is
-   ``generation``; a metric a question's deciding evidence overrules, or a judged metric rating a
-   correct, faithful answer poorly, is ``reference_or_judge``.
+   fails: a metric a human label overrules is ``reference_or_judge``; else a retrieval metric is
+   ``retrieval`` (a deterministic retrieval metric is never overruled by another), its reason the
+   score's own (`ragbridge.native.ranking.reasons`: the labels missed, the rank of the first relevant
+   chunk, chunks matching no label above relevant ones) with the labelled text the top k miss; a
+   deterministic answer check (or a human's fail) is ``generation``; a metric a question's deciding
+   evidence overrules, or a judged metric rating a correct, faithful answer poorly, is
+   ``reference_or_judge``.
 
 An unanswerable case (``answerable`` false) asks one question first: did the system decline? (no:
 ``generation``). Each question is answered by the first source of its evidence that has a value for
@@ -45,6 +49,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from ..metrics import CLAIM_DIAGNOSTICS, JUDGED, RAGCHECKER, find, half_of
+from ..metrics import METRICS as CANONICAL
 from ..native.ranking import METRICS, NEEDS_K, missed_labels, prepare, reasons
 from ..native.spans import MISSED_BY, missed_reason
 from ..run import Run
@@ -114,9 +119,11 @@ def default_marks(run: Run) -> Thresholds:
 class CaseDiagnosis:
     """The layer of one failing case and what decided it.
 
-    ``decided_by``: the evidence that answered the deciding question (``metric``, ``backend``,
-    ``value``, ``pass_mark``, ``passed``, ``source``: ``score`` or ``label``); None for
-    ``undetermined``. ``failing``: every score below its pass mark and every human fail. ``missing``:
+    ``decided_by``: the evidence that decided the layer (``metric``, ``backend``, ``value``,
+    ``pass_mark``, ``passed``, ``source``: ``score`` or ``label``): the entry that answered the
+    deciding question no; past the questions, the human label or score that overrules a failing
+    metric (``details["overruled"]`` lists what it overrules), else the failing metric itself; None
+    for ``undetermined`` at a question nothing answers. ``failing``: every score below its pass mark and every human fail. ``missing``:
     for ``undetermined``, each source of the unanswered question and why it has no value.
     ``details``: what the evidence shows (relevant labels missing from the top k, the unsupported
     claims, the chunk that held the answer, wrong claims and the chunks stating them, the human
@@ -361,8 +368,9 @@ def _all_yes(ctx: _Context, failing: list[dict], settled: dict[str, dict], base:
     if overruled and overruled[0][1]["source"] == "label":
         return _overruled(ctx, overruled, settled, base)
     retrieval = [f for f in rest if half_of(f["metric"]) == "retrieval"]
-    if retrieval:
-        f = retrieval[0]
+    if retrieval:  # the first in the metrics' order: recall, precision, hit, mrr, ndcg, map, span, judged
+        f = min(retrieval, key=lambda f: (not _source_of(_BY_NAME["retrieval"], f["metric"]),
+                                          _ORDER.get(f["metric"].partition("@")[0], len(_ORDER))))
         why = _retrieval_shortfall(ctx, f, settled)
         return CaseDiagnosis(layer="retrieval", question=None, decided_by=f, reason=(
             f"a relevant chunk is in the top k, but {_named(f)} fails{why}"), **base)
@@ -380,6 +388,8 @@ def _all_yes(ctx: _Context, failing: list[dict], settled: dict[str, dict], base:
     return CaseDiagnosis(layer="reference_or_judge", question=None, decided_by=f, reason=(
         f"{passed}; yet {_named(f)} rates it poorly: {_check(f)}"), **base)
 
+
+_ORDER = {m.base: i for i, m in enumerate(CANONICAL)}
 
 #: the metrics that hold an answer against the golden set's reference or expected strings: when one of
 #: them rates a correct answer poorly, the reference is as suspect as the judge
