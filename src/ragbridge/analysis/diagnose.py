@@ -123,11 +123,13 @@ class CaseDiagnosis:
     ``pass_mark``, ``passed``, ``source``: ``score`` or ``label``): the entry that answered the
     deciding question no; past the questions, the human label or score that overrules a failing
     metric (``details["overruled"]`` lists what it overrules), else the failing metric itself; None
-    for ``undetermined`` at a question nothing answers. ``failing``: every score below its pass mark and every human fail. ``missing``:
-    for ``undetermined``, each source of the unanswered question and why it has no value.
+    for ``undetermined`` at a question nothing answers. ``failing``: every score below its pass mark
+    and every human fail. ``missing``: for ``undetermined``, what is missing (each source of an
+    unanswered question and why it has no value, or the evidence that would place a wrong answer).
     ``details``: what the evidence shows (relevant labels missing from the top k, the unsupported
-    claims, the chunk that held the answer, wrong claims and the chunks stating them, the human
-    labels that overturned a metric)."""
+    claims and where each stands, the judge's faithfulness beside a human label, the chunk that held
+    the answer, wrong claims and the chunks stating them, the metrics a human label or a question's
+    evidence overrules)."""
 
     case_id: str
     layer: str
