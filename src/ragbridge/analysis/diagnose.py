@@ -37,6 +37,10 @@ later questions need no evidence.
 the deciding evidence, the failing scores, the details: relevant chunks and spans missing from the
 top k, the unsupported claims, the claims and chunks that decided a wrong answer's layer, the wrong
 claims and the chunks that state them), and the counts overall and per tag.
+
+Size: the walk, each rule and the words of the reason it gives sit in one module, so that a rule
+and what it says can be read together; the findings the claim checks give are in
+`ragbridge.analysis.claim_evidence` and the ranking metrics' reasons in `ragbridge.native.ranking`.
 """
 
 from __future__ import annotations
