@@ -592,9 +592,8 @@ def missed_labels(ids: list, chunks: Optional[list], rel: Optional[dict], spans:
             top = set(ids[:k])
             missed = [label for label, g in rel.items() if g >= 1 and label not in top]
             if missed:  # the ranks of the labels named
-                rest = set(ids[k:])
-                missed = [(label, ids.index(label, k) + 1 if j < 3 and label in rest else None)
-                          for j, label in enumerate(missed)]
+                rank = dict(zip(ids[k:], range(k + 1, len(ids) + 1))).get
+                missed = [(label, rank(label)) for label in missed]
         else:
             first: dict = {}
             for i, cid in enumerate(ids):
