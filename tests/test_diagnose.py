@@ -395,6 +395,35 @@ def test_ragcheckers_mean_counts_a_case_that_retrieved_nothing(tmp_path):
     assert rows["hallucination"]["n_ragchecker_zero"] == 1
 
 
+def test_a_case_that_retrieved_nothing_says_so(tmp_path):
+    """An answerable question the retriever returned nothing for: with a relevance label, retrieval,
+    naming the label not retrieved; with neither a label nor a reference, the empty list cannot say
+    whether an article holds the answer, so the case is undetermined and says what is missing (not
+    only "cannot tell whether a relevant chunk was in the top k"). The report says the same."""
+    asked = {"question": "What does the Pro plan cost?", "answer": "The Pro plan costs 10 EUR.",
+             "contexts": [], "must_contain": ["8 EUR"]}
+    cases = [{"id": "labelled", **asked, "relevant": {"plans.md#pro": 1}}, {"id": "unlabelled", **asked}]
+    (tmp_path / "golden.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
+    res = ragbridge_cli("run", tmp_path / "golden.jsonl", "--out", tmp_path / "run", "--backend", "native",
+                        "-m", "recall@5", "-m", "must_contain", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    res = ragbridge_cli("diagnose", tmp_path / "run", "--json")
+    assert res.returncode == 0, res.stderr
+    got = {c["case_id"]: c for c in json.loads(res.stdout)["cases"]}
+    assert got["labelled"]["layer"] == "retrieval"
+    assert got["labelled"]["reason"].endswith("not in the top 5: plans.md#pro (not retrieved)")
+    d = got["unlabelled"]
+    assert (d["layer"], d["question"], d["decided_by"]) == ("undetermined", "retrieval", None)
+    assert d["missing"][0] == ("no chunk was retrieved, and nothing says whether an article holds the answer "
+                               "(then retrieval missed it) or none does (then the knowledge base lacks it)")
+    assert "recall@5 (native) undefined (no relevance labels)" in d["missing"]
+    assert d["reason"] == "cannot tell whether a relevant chunk was in the top k: " + "; ".join(d["missing"])
+    res = ragbridge_cli("report", tmp_path / "run", "--format", "json", "--out", "-", "--resamples", "0")
+    assert res.returncode == 0, res.stderr
+    assert {c["case_id"]: c["reason"] for c in json.loads(res.stdout)["diagnosis"]["cases"]} == {
+        cid: c["reason"] for cid, c in got.items()}
+
+
 def test_the_formulas_are_ragcheckers_on_random_claim_matrices():
     rng = random.Random(3)
     verdicts = ("SUPPORTED", "CONTRADICTED", "NOT_FOUND")

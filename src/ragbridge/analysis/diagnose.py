@@ -285,6 +285,8 @@ def _diagnose_case(case: Case, scores: list[Score], th: Thresholds, human: dict[
     for q in _walk(case):
         decided, missing = _answer(q, ctx)
         if decided is None:
+            if q.name == "retrieval" and not case.contexts:
+                missing = [_NOTHING_RETRIEVED, *missing]
             return CaseDiagnosis(layer="undetermined", question=q.name, decided_by=None, missing=missing,
                                  reason=f"cannot tell whether {q.whether}: " + "; ".join(missing), **base)
         if not decided["passed"]:
@@ -297,6 +299,11 @@ def _diagnose_case(case: Case, scores: list[Score], th: Thresholds, human: dict[
         if all(half_of(f["metric"]) == "retrieval" for f in failing):
             break  # only the retrieved list fails: the questions about the answer have nothing to explain
     return _all_yes(ctx, failing, settled, base)
+
+
+#: what a case that retrieved nothing lacks to be placed: which of two layers, the list cannot say
+_NOTHING_RETRIEVED = ("no chunk was retrieved, and nothing says whether an article holds the answer (then "
+                      "retrieval missed it) or none does (then the knowledge base lacks it)")
 
 
 @dataclass(frozen=True)
