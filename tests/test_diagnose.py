@@ -416,7 +416,7 @@ def test_a_case_that_retrieved_nothing_says_so(tmp_path):
     assert (d["layer"], d["question"], d["decided_by"]) == ("undetermined", "retrieval", None)
     assert d["missing"][0] == ("no chunk was retrieved, and nothing says whether an article holds the answer "
                                "(then retrieval missed it) or none does (then the knowledge base lacks it)")
-    assert "recall@5 (native) undefined (no relevance labels)" in d["missing"]
+    assert "recall@5 (native) undefined (no relevance labels; no chunk was retrieved)" in d["missing"]
     assert d["reason"] == "cannot tell whether a relevant chunk was in the top k: " + "; ".join(d["missing"])
     res = ragbridge_cli("report", tmp_path / "run", "--format", "json", "--out", "-", "--resamples", "0")
     assert res.returncode == 0, res.stderr

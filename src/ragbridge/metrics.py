@@ -68,7 +68,7 @@ from typing import Any, Optional, Union
 __all__ = ["Metric", "METRICS", "NAMES", "KINDS", "RANKING", "SPAN", "NO_MARK", "ANSWER_CHECK", "JUDGED",
            "RETRIEVAL", "GENERATION", "PER_K", "DEFAULT_PASS_MARK", "find", "half_of", "sort_key",
            "default_pass_mark", "resolve_metric", "RAGCHECKER", "CLAIM_DIAGNOSTICS", "ragchecker_figure",
-           "registered"]
+           "registered", "NOTHING_RETRIEVED"]
 
 RANKING, SPAN, ANSWER_CHECK, JUDGED = "ranking", "span", "answer check", "judged"
 KINDS = (RANKING, SPAN, ANSWER_CHECK, JUDGED)
@@ -78,6 +78,9 @@ PER_K = "1/k"
 DEFAULT_PASS_MARK = 0.5
 #: no default bar: every value passes
 NO_MARK = 0.0
+#: the words of an undefined score's reason (or part of it) where the case retrieved no chunk
+#: (``contexts: []``): what the diagnosis reads to say so, whether or not it reads the chunks
+NOTHING_RETRIEVED = "no chunk was retrieved"
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from ..metrics import CLAIM_DIAGNOSTICS, JUDGED, RAGCHECKER, find, half_of
+from ..metrics import CLAIM_DIAGNOSTICS, JUDGED, NOTHING_RETRIEVED, RAGCHECKER, find, half_of
 from ..metrics import METRICS as CANONICAL
 from ..native.ranking import METRICS, NEEDS_K, missed_labels, prepare, reasons
 from ..native.spans import MISSED_BY, missed_reason
@@ -285,7 +285,7 @@ def _diagnose_case(case: Case, scores: list[Score], th: Thresholds, human: dict[
     for q in _walk(case):
         decided, missing = _answer(q, ctx)
         if decided is None:
-            if q.name == "retrieval" and not case.contexts:
+            if q.name == "retrieval" and _nothing_retrieved(ctx):
                 missing = [_NOTHING_RETRIEVED, *missing]
             return CaseDiagnosis(layer="undetermined", question=q.name, decided_by=None, missing=missing,
                                  reason=f"cannot tell whether {q.whether}: " + "; ".join(missing), **base)
@@ -299,11 +299,6 @@ def _diagnose_case(case: Case, scores: list[Score], th: Thresholds, human: dict[
         if all(half_of(f["metric"]) == "retrieval" for f in failing):
             break  # only the retrieved list fails: the questions about the answer have nothing to explain
     return _all_yes(ctx, failing, settled, base)
-
-
-#: what a case that retrieved nothing lacks to be placed: which of two layers, the list cannot say
-_NOTHING_RETRIEVED = ("no chunk was retrieved, and nothing says whether an article holds the answer (then "
-                      "retrieval missed it) or none does (then the knowledge base lacks it)")
 
 
 @dataclass(frozen=True)
@@ -321,6 +316,18 @@ class _Context:
     k: Optional[int]
     spans: _SpanRule
     claims: Optional[ClaimEvidence]
+
+
+#: what a case that retrieved nothing lacks to be placed: which of two layers, the list cannot say
+_NOTHING_RETRIEVED = (f"{NOTHING_RETRIEVED}, and nothing says whether an article holds the answer (then "
+                      "retrieval missed it) or none does (then the knowledge base lacks it)")
+
+
+def _nothing_retrieved(ctx: _Context) -> bool:
+    """Whether the case retrieved no chunk, as its scores say it (an undefined score's reason: the
+    native ranking metrics without labels, the claim diagnostics): the same whether the cases were
+    read with their chunks or without, as the report reads them."""
+    return any(s.status == "undefined" and NOTHING_RETRIEVED in (s.reason or "") for s in ctx.scores)
 
 
 def _answer(q: Question, ctx: _Context) -> tuple[Optional[dict[str, Any]], list[str]]:

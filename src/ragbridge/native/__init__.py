@@ -20,10 +20,11 @@ flags ``--gain``, ``--no-relevant``, ``--case-sensitive``, ``--decline-phrase``,
 
 A ranking or span score is undefined (``value`` null, with the reason) where the metric is: a case
 with no relevance labels (for the span metrics: no span labels), or with no label of grade >= 1
-(precision and hit excepted), and ``precision_omega`` without a chunking. A ranking score below 1
-says why (`ranking.reasons`: the labels the top k miss, the first relevant rank, the noise above
-relevant chunks), as does a span-labelled case's ``span_recall@k`` below 1 (the spans not wholly
-covered).
+(precision and hit excepted), and ``precision_omega`` without a chunking; the reason of a case
+without labels says so when it retrieved no chunk either (`ragbridge.metrics.NOTHING_RETRIEVED`).
+A ranking score below 1 says why (`ranking.reasons`: the labels the top k miss, the first relevant
+rank, the noise above relevant chunks), as does a span-labelled case's ``span_recall@k`` below 1
+(the spans not wholly covered).
 
 Lifecycle: `NativeBackend.open` returns a `RankedCache`, the run's session. The runner hands every
 metric of a backend the same list of cases when none was filtered out, so the cases are walked into
@@ -68,12 +69,13 @@ def _undefined_reason(metric: str, record: dict, chunking) -> str:
     """Why ``metric`` is undefined for the case of canonical ``record``."""
     if metric.startswith("span_") or metric == "precision_omega":
         if not record.get("relevant_spans"):
-            return "no span labels"
+            return "no span labels" + ("" if record.get("contexts") else f"; {canonical.NOTHING_RETRIEVED}")
         if metric == "precision_omega" and chunking is None:
             return "precision_omega needs the chunking (--chunks)"
         return "no span label with grade >= 1"
-    return "no label with grade >= 1" if record.get("relevant") or record.get("relevant_spans") else \
-        "no relevance labels"
+    if record.get("relevant") or record.get("relevant_spans"):
+        return "no label with grade >= 1"
+    return "no relevance labels" + ("" if record.get("contexts") else f"; {canonical.NOTHING_RETRIEVED}")
 
 
 def _span_reasons(metric: str, cases: Sequence[Case], values: np.ndarray, reasons: list,

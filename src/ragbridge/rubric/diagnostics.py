@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from ..backend import MetricSpec
-from ..metrics import CLAIM_DIAGNOSTICS, RAGCHECKER
+from ..metrics import CLAIM_DIAGNOSTICS, NOTHING_RETRIEVED, RAGCHECKER
 from ..schema import Case, ClaimChecks, Evidence
 from .claim_checks import CRITERION, judge_claim_checks
 from .parse import Asker
@@ -153,7 +153,7 @@ def figure(name: str, checks: ClaimChecks) -> tuple[Optional[float], str]:
         if not r:
             return None, "the reference states no claim"
         if no_chunk and name != "claim_recall":
-            return None, "no chunk was retrieved"
+            return None, NOTHING_RETRIEVED
         recalled = [any(_yes(v) for v in row) for row in grid]
         if name == "claim_recall":
             return _mean(recalled), _count(sum(recalled), len(r), "reference claims in a retrieved chunk",
@@ -162,7 +162,7 @@ def figure(name: str, checks: ClaimChecks) -> tuple[Optional[float], str]:
             ids = checks.chunk_ids or []
             useful = [any(_yes(row[k]) for row in grid) for k in range(len(ids))]
             if not ids:
-                return None, "no chunk was retrieved"
+                return None, NOTHING_RETRIEVED
             idle = [i for i, u in zip(ids, useful) if not u]
             return _mean(useful), (f"{sum(useful)} of {len(ids)} chunks hold a reference claim"
                                    + (f"; none in {', '.join(idle)}" if idle else ""))
@@ -175,7 +175,7 @@ def figure(name: str, checks: ClaimChecks) -> tuple[Optional[float], str]:
     if not a:
         return None, "the answer states no claim"
     if no_chunk:
-        return None, "no chunk was retrieved"
+        return None, NOTHING_RETRIEVED
     right = [_yes(v) for v in checks.answer_in_reference or []]
     grid = checks.answer_in_chunks or []
     if name in ("hallucination", "self_knowledge"):
