@@ -325,7 +325,10 @@ def test_review_drops_questions_with_why_before_they_enter_the_set(stub_judge, t
     review = tmp_path / "s.review.csv"
     assert review.exists() and not out.exists()
     rows = list(csv.reader(review.open(encoding="utf-8")))
-    assert rows[0] == ["id", "kind", "question", "answer", "passages", "decision", "why"] and len(rows) == 7
+    assert rows[0] == ["id", "kind", "question", "answer", "passages", "decision", "why", "copies"]
+    assert len(rows) == 7
+    for row in rows[1:]:  # what of its passage each question copies, for the reviewer to see
+        assert row[7] and row[7].split(", ") == copied_terms(row[2], row[4])
     rows[2][5] = "drop"
     csv.writer(review.open("w", encoding="utf-8", newline="")).writerows(rows)
     r = ragbridge_cli(*args)  # a drop without a reason is refused: nothing written
@@ -785,3 +788,54 @@ def test_deepeval_questions_that_are_its_context_written_out_are_dropped(stub_ju
     assert doc["counts"]["made"] == 0 and doc["counts"]["dropped_by_reason"] == {"not_a_question": 3}
     assert all("a list written out" in d["detail"] for d in doc["dropped"])
     assert _lines(out) == []
+
+
+def test_edits_made_in_review_are_kept_and_what_was_made_from_is_not_changed(stub_judge, tmp_path):
+    out = tmp_path / "s.jsonl"
+    args = ["synthesize", CORPUS, "--n", "4", "--mix", "single=1", "--out", out, "--review",
+            *_judge_args(stub_judge, tmp_path / "c.sqlite")]
+    assert ragbridge_cli(*args).returncode == 0
+    review = tmp_path / "s.review.csv"
+    import pandas as pd  # the reviewer's spreadsheet: read, edited, saved
+
+    sheet = pd.read_csv(review, keep_default_na=False)
+    generated = sheet.loc[1, "question"]
+    sheet.loc[1, "question"] = "How long does a refund take to reach me?"
+    sheet.loc[1, "answer"] = "About two weeks."
+    made_from = sheet.loc[2, "passages"]
+    sheet.loc[2, "passages"] = "something else"
+    sheet.to_csv(review, index=False)
+    r = ragbridge_cli(*args)  # the labelled passages are what the question was made from
+    assert r.returncode == 2 and "s.review.csv:4: field 'passages'" in r.stderr and not out.exists()
+    sheet.loc[2, "passages"] = made_from
+    sheet.to_csv(review, index=False)
+    r = ragbridge_cli(*args)
+    assert r.returncode == 0, r.stderr
+    assert "review: 0 dropped, 1 edited" in r.stdout
+    cases = {c.id: c for c in ragbridge.load_cases(out)}
+    edited = cases[sheet.loc[1, "id"]]
+    assert edited.question == "How long does a refund take to reach me?"
+    assert edited.reference == "About two weeks."
+    assert edited.metadata["review"]["edited"]["question"] == generated
+    assert edited.relevant_spans  # still labelled where it was made from
+    assert all("review" not in c.metadata for i, c in cases.items() if i != edited.id)
+
+
+def test_the_stub_judge_started_again_on_another_port_goes_on_with_the_same_work_folder(stub_judge, tmp_path):
+    from ragbridge.testing import StubJudge
+
+    out = tmp_path / "s.jsonl"
+    args = ["synthesize", CORPUS, "--n", "6", "--mix", "single=1", "--out", out, "--json"]
+    r = ragbridge_cli(*args, *_judge_args(stub_judge, tmp_path / "c.sqlite"), "--max-calls", "3")
+    assert r.returncode == 4, r.stderr
+    first = json.loads(r.stdout)["counts"]["made"]
+    with StubJudge() as again:  # the same stub, started again: another port
+        assert again.base_url != stub_judge.base_url
+        r = ragbridge_cli(*args, *_judge_args(again, tmp_path / "c.sqlite"))
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["counts"]["made"] == 6 > first
+        # what the first session made is not asked again
+        assert len(again.posts("/chat/completions")) == 6 - first
+    # another judge model is another judge: refused
+    r = ragbridge_cli(*args, *_judge_args(stub_judge, tmp_path / "c.sqlite")[2:], "--judge-model", "other")
+    assert r.returncode == 2 and "other settings (judge" in r.stderr

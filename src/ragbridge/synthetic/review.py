@@ -2,11 +2,13 @@
 
 With review on, a complete generation writes ``OUT.review.csv`` (for ``--out synth.jsonl``:
 ``synth.review.csv``) instead of the golden set: a row per question (``id``, ``kind``, ``question``,
-``answer``, ``passages``: the labelled text, and two columns to fill, ``decision`` (``keep``, the
-default, or ``drop``) and ``why``). Open it in a spreadsheet or an editor, mark what to drop with a
-reason, save it, and run the same command again: the kept questions are written to ``OUT``, the
-dropped ones to ``OUT.dropped.jsonl`` as canonical cases whose ``metadata.review`` holds the reason
-(what reviewers reject is worth keeping: it says what the generator gets wrong).
+``answer``, ``passages``: the labelled text, two columns to fill, ``decision`` (``keep``, the
+default, or ``drop``) and ``why``, and ``copies``: the labelled text's terms the question repeats,
+`ragbridge.lexical.copied_terms`, to spot a question that copies its passage). Open it in a
+spreadsheet or an editor, mark what to drop with a reason, save it, and run the same command again:
+the kept questions are written to ``OUT``, the dropped ones to ``OUT.dropped.jsonl`` as canonical
+cases whose ``metadata.review`` holds the reason (what reviewers reject is worth keeping: it says
+what the generator gets wrong).
 
 A kept question whose ``question`` or ``answer`` cell was edited is written as edited (the answer is
 its ``reference``), the generated wording kept in ``metadata.review.edited``. The other columns are
@@ -27,10 +29,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..formats.files import DatasetError, write_atomic
+from ..lexical import copied_terms
 
 __all__ = ["review_path", "dropped_path", "write_review", "read_review", "Review", "COLUMNS"]
 
 COLUMNS = ("id", "kind", "question", "answer", "passages", "decision", "why")
+#: what the file shows besides (read back by no one: an edit there changes nothing)
+SHOWN = ("copies",)
 
 
 def review_path(out: Path) -> Path:
@@ -55,14 +60,16 @@ def _row(c: dict[str, Any]) -> list[str]:
     kind = ((c.get("metadata") or {}).get("synthetic") or {}).get("kind", "")
     labelled = (" | ".join(s.get("quote", "") for s in c.get("relevant_spans", ()))
                 or "(none: unanswerable)")
-    return [c["id"], kind, c["question"], c.get("reference") or "", labelled, "keep", ""]
+    quoted = " ".join(s.get("quote", "") for s in c.get("relevant_spans", ()))
+    return [c["id"], kind, c["question"], c.get("reference") or "", labelled, "keep", "",
+            ", ".join(copied_terms(c["question"], quoted)) if quoted else ""]
 
 
 def write_review(path: Path, cases: Sequence[dict[str, Any]]) -> None:
     """The review file of ``cases`` (canonical records), every decision ``keep``."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(COLUMNS)
+    w.writerow(COLUMNS + SHOWN)
     for c in cases:
         w.writerow(_row(c))
     write_atomic(path, buf.getvalue())
