@@ -295,6 +295,11 @@ def test_a_dry_run_writes_nothing_and_counts_the_calls_a_run_makes(stub_judge, t
     planned = json.loads(r.stdout)
     assert planned["status"] == "dry-run" and planned["written"] == {}
     assert all(row["synthetic"] is None for row in planned["weaknesses"])  # the stub's, not measured
+    shown = repr(ragbridge.synthesize(CORPUS, n=12, mix=MIX, out=out, dry_run=True,
+                                      judge=stub_judge_config(stub_judge, cache=tmp_path / "c.sqlite")))
+    calls = planned["judge"]["calls"]
+    assert shown == (f"Synthesis(dry-run: 12 questions planned by ragbridge; about {calls} judge call(s) to "
+                     "make, nothing called or written)")
     assert not out.exists() and not (tmp_path / "s.work").exists() and not stub_judge.posts()
     r = ragbridge_cli(*args)
     done = json.loads(r.stdout)

@@ -71,6 +71,9 @@ class Synthesis:
 
     def __repr__(self) -> str:
         c = self.counts
+        if self.status == "dry-run":  # the questions are the stub judge's simulation: only the plan and calls
+            return (f"Synthesis(dry-run: {c.get('planned', 0)} questions planned by {self.generator}; about "
+                    f"{self.judge.get('calls', 0)} judge call(s) to make, nothing called or written)")
         lines = [f"Synthesis({self.status}: {c.get('made', 0)} of {c.get('planned', 0)} questions made by "
                  f"{self.generator}, {c.get('dropped', 0)} dropped"
                  + "".join(f"; {k} {v}" for k, v in self.written.items()) + ")"]
