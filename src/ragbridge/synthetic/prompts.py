@@ -32,7 +32,7 @@ from .passages import Passage
 
 __all__ = ["TASKS", "HEADINGS", "messages", "SCHEMAS", "check_question", "check_single", "check_multi",
            "check_reword", "check_unanswerable", "check_answered", "locate_quote", "unused", "not_a_question",
-           "Problem", "MIN_QUOTE_TERMS", "REWORD_KEEP", "USES_TERMS"]
+           "Problem", "MIN_QUOTE_TERMS", "REWORD_KEEP", "REWORD_RUN", "USES_TERMS"]
 
 TASKS = {
     "single": "You write one test question that a passage of a document answers.",
@@ -174,6 +174,9 @@ MIN_QUOTE_TERMS = 3
 #: a rewording may keep at most this share of the passage wording the question it rewords took from
 #: the passage (idf-weighted `ragbridge.lexical.copied_terms`)
 REWORD_KEEP = 0.5
+#: a rewording may repeat no run of this many passage terms in a row (a phrase of the passage copied;
+#: two in a row are allowed: a name such as "Commuter plan" has no other wording)
+REWORD_RUN = 3
 #: a multi-passage answer uses a passage when it repeats this many of the terms of that passage's
 #: quote that no other quote holds (all of them, when the quote has fewer)
 USES_TERMS = 2
@@ -298,7 +301,7 @@ def check_reword(passage: Passage, original: str, bm25: BM25) -> Callable[[dict]
     """The rewording of ``original``, checked to carry at most `REWORD_KEEP` of the passage wording
     the original took from ``passage`` (the idf-weighted `copied_terms`: words the passage does not
     hold, such as a greeting added in front, change nothing) and to repeat no phrase of the passage
-    (two of its terms in a row, `copied_run`)."""
+    (`REWORD_RUN` of its terms in a row, `copied_run`)."""
     before = bm25.weight(copied_terms(original, passage.text))
 
     def check(obj: dict) -> str:
@@ -306,13 +309,13 @@ def check_reword(passage: Passage, original: str, bm25: BM25) -> Callable[[dict]
         kept = copied_terms(q, passage.text)
         after = bm25.weight(kept)
         run = copied_run(q, passage.text)
-        if q.lower() == original.lower() or after > REWORD_KEEP * before or run >= 2:
+        if q.lower() == original.lower() or after > REWORD_KEEP * before or run >= REWORD_RUN:
             share = after / before if before else 1.0
             raise Problem("not_reworded", f"the reworded question keeps {share:.0%} of the passage's wording "
                                           f"that the question it rewords has ({', '.join(kept) or 'none'})"
-                          + (f" and repeats {run} of its words in a row" if run >= 2 else "")
-                          + f": keep at most {REWORD_KEEP:.0%}, no two passage words in a row; use words the "
-                            "passage does not use")
+                          + (f" and repeats {run} of its words in a row" if run >= REWORD_RUN else "")
+                          + f": keep at most {REWORD_KEEP:.0%}, no {REWORD_RUN} passage words in a row; use "
+                            "words the passage does not use")
         return q
     return check
 
