@@ -42,7 +42,7 @@ import secrets
 import threading
 import time
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from .audit import AuditLog
 from .client import JudgeClient
@@ -80,9 +80,6 @@ class JudgeGateway(JudgeClient):
 
     backoff_base: float = BACKOFF_BASE
     backoff_cap: float = BACKOFF_CAP
-    #: "stdlib": forward with a keep-alive http.client pool (the fast path; httpx is still used when a
-    #: proxy applies or the URL has userinfo); "httpx": forward with an httpx.Client.
-    upstream_transport: Literal["stdlib", "httpx"] = "stdlib"
 
     def __init__(self, config: JudgeConfig, audit_log: Optional[Path] = None, *,
                  host: str = "127.0.0.1") -> None:
@@ -118,8 +115,7 @@ class JudgeGateway(JudgeClient):
         self._closing.clear()
         forwarder = Forwarder(cfg, self._closing)
         forwarder.backoff_base, forwarder.backoff_cap = self.backoff_base, self.backoff_cap
-        upstreams = {ep: Upstream(ep, cfg, transport=self.upstream_transport,
-                                  with_key=cfg.cache_mode != "read-only")
+        upstreams = {ep: Upstream(ep, cfg, with_key=cfg.cache_mode != "read-only")
                      for ep in dict.fromkeys(self._endpoints)}
         self.redactor.keys([secret for u in upstreams.values() for secret in u.secrets])
         store = None

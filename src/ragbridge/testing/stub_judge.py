@@ -204,13 +204,13 @@ class _Handler(FastRequestHandler):
                 {"id": m, "object": "model", "created": CREATED, "owned_by": STUB_FINGERPRINT}
                 for m in stub.models]}, {**settings, "X-Ragbridge-Stub-Models": "any"})
 
-    def _send_drip(self, body: bytes, interval: float) -> None:
-        def drip() -> Any:
-            for i in range(len(body)):
-                yield body[i:i + 1]
+    def _send_drip(self, body: bytes, interval: float, head: bool = False) -> None:
+        def drip(data: bytes) -> Any:
+            for i in range(len(data)):
+                yield data[i:i + 1]
                 self.stub._sleep(interval)
 
-        _hostile_send(self, drip(), len(body))
+        _hostile_send(self, drip(body), len(body), drip if head else None)
 
     def _send_huge(self, size: int) -> None:
         head = b'{"id": "huge", "object": "chat.completion", "choices": [{"index": 0, "message": ' \
@@ -291,8 +291,8 @@ class _Handler(FastRequestHandler):
                     payload = json.dumps(payload, ensure_ascii=False).encode("utf-8")
                 payload = gzip.compress(payload)
                 reply_headers = {**(reply_headers or {}), "Content-Encoding": "gzip"}
-            if fault == "drip":
-                self._send_drip(json.dumps(payload).encode(), stub.drip_interval)
+            if fault in ("drip", "drip-head"):
+                self._send_drip(json.dumps(payload).encode(), stub.drip_interval, head=fault == "drip-head")
                 return
             if stub.log is not None and not isinstance(payload, bytes):
                 payload = json.dumps(payload, ensure_ascii=False).encode("utf-8")
@@ -305,12 +305,18 @@ class _Handler(FastRequestHandler):
             stub._leave()
 
 
-def _hostile_send(handler: "_Handler", chunks: Any, size: int) -> None:
-    """Send a 200 answer of ``size`` bytes as ``chunks`` come, until the client goes away."""
+def _hostile_send(handler: "_Handler", chunks: Any, size: int, head_chunks: Any = None) -> None:
+    """Send a 200 answer of ``size`` bytes as ``chunks`` come, until the client goes away (its head
+    as ``head_chunks(head)`` gives it, else at once)."""
     handler.close_connection = True
+    head = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Ragbridge-Stub: 1\r\n"
+            f"Content-Length: {size}\r\nConnection: close\r\n\r\n".encode())
     try:
-        handler.wfile.write(f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Ragbridge-Stub: 1\r\n"
-                            f"Content-Length: {size}\r\nConnection: close\r\n\r\n".encode())
+        for part in (head_chunks(head) if head_chunks is not None else (head,)):
+            if handler.stub.closed:
+                return
+            handler.wfile.write(part)
+            handler.wfile.flush()
         for chunk in chunks:
             if handler.stub.closed:
                 return
