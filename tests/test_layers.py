@@ -67,7 +67,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "stub": {"plugins"},
     "formats": {"errors", "hookspecs", "plugins", "schema"},
     "backend": {"judge", "limits", "metrics", "schema"},
-    "judged_backend": {"backend", "schema"},
+    "judged_backend": {"backend", "judge", "schema"},
     "native": {"backend", "hookspecs", "metrics", "schema"},
     "traces": {"formats", "hookspecs", "metrics", "plugins", "schema"},
     "run": {"backend", "errors", "formats", "judge", "limits", "metrics", "plugins", "schema", "stub",

@@ -87,6 +87,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "penalize_ambiguous_claims": False,  # faithfulness: count "borderline" claims as failing
     "truths_extraction_limit": None,  # faithfulness
     "concurrency": None,  # cases in flight at once (default: twice the judge's max_concurrency)
+    "structured_output": None,  # how the judge gateway asks for JSON (`ragbridge.plugin.JudgedBackend`)
 }
 
 

@@ -114,7 +114,7 @@ METRICS: dict[str, PhoenixMetric] = {
     )
 }
 
-_OPTIONS = ("concurrency", "temperature", "include_explanation")
+_OPTIONS = ("concurrency", "temperature", "include_explanation", "structured_output")
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,7 @@ class PhoenixSettings:
         if unknown:
             raise ValueError(f"unknown phoenix backend option(s): {', '.join(unknown)}; "
                              f"known: {', '.join(_OPTIONS)}")
+        raw.pop("structured_output", None)  # the judge gateway's (`ragbridge.plugin.JudgedBackend`)
         s = cls(**raw)
         n, t = s.concurrency, s.temperature
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):

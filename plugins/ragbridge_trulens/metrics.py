@@ -65,9 +65,10 @@ class TruLensSettings:
     def from_options(cls, raw: Optional[dict]) -> "TruLensSettings":
         raw = dict(raw or {})
         unknown = set(raw) - {"api", "context_relevance_agg", "sentence_split", "max_score", "temperature",
-                              "concurrency"}
+                              "concurrency", "structured_output"}
         if unknown:
             raise ValueError(f"unknown trulens option(s): {', '.join(sorted(unknown))}")
+        raw.pop("structured_output", None)  # the judge gateway's (`ragbridge.plugin.JudgedBackend`)
         s = cls(**raw)
         if s.api not in ("auto", "responses", "chat"):
             raise ValueError(f"trulens option api must be auto, responses or chat, got {s.api!r}")

@@ -85,6 +85,18 @@ class JudgedBackend(Backend):
                              f"least 1, got {value!r}")
         return ctx.cases_in_flight(value)
 
+    def structured_output(self, options: RunOptions) -> str:
+        """How this backend's requests for a JSON object are sent (`ragbridge.judge.structured`): its
+        ``structured_output`` option (``RunOptions.backend_options[name]["structured_output"]``: auto,
+        schema, json_object, tool or prompt), None when it has none (the judge's then holds)."""
+        from .judge.structured import MODES
+
+        value = (options.backend_options.get(self.name) or {}).get("structured_output")
+        if value is not None and value not in MODES:
+            raise ValueError(f"the {self.name} backend option structured_output must be one of "
+                             f"{', '.join(MODES)}, got {value!r}")
+        return value
+
     async def prepare(self, metric: Any, ctx: ScoringContext) -> Any:
         """What every case of one `score` call shares, made once before the first case and handed to
         each `judge_case` as ``prepared`` (default: None). Raising fails every case of the call."""

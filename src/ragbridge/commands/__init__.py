@@ -210,6 +210,12 @@ _OPTIONS: list[tuple[str, Optional[str], Any, Any]] = [
     ("requests_per_minute", "requests_per_minute", Optional[float], typer.Option(
         None, "--requests-per-minute", help="Judge requests started per minute, across all backends and "
                                             "workers (default: no limit).")),
+    ("judge_timeout", "timeout", Optional[float], typer.Option(
+        None, "--judge-timeout", help="Seconds one judge call may take, the whole answer included (default "
+                                      "120; `ragbridge judge check` proposes one).")),
+    ("judge_structured_output", "structured_output", Optional[str], typer.Option(
+        None, "--judge-structured-output", help="How a request for a JSON object is sent: auto (default), "
+                                                "schema, json_object, tool or prompt.")),
     ("config", None, Optional[Path], typer.Option(
         None, "--config", help="Config file (default: ./ragbridge.toml, then [tool.ragbridge] in "
                                "./pyproject.toml).")),

@@ -19,7 +19,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Iterable, Literal, Optional
+from typing import Any, Iterable, Literal, Optional, Union
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -42,6 +42,8 @@ _CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|passw|cookie|session|sig
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 #: what run.json and every output show for a header's secret value
 SECRET = "[secret]"
+#: how a request that asks for a JSON object is sent (`ragbridge.judge.structured.MODES`)
+StructuredMode = Literal["auto", "schema", "json_object", "tool", "prompt"]
 
 
 class JudgeError(UserError):
@@ -193,6 +195,9 @@ class JudgeConfig(BaseModel):
     max_tokens: Optional[int] = Field(None, ge=1)
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
     currency: str = "USD"
+    #: how a request that asks for a JSON object is sent (`ragbridge.judge.structured`): one mode for
+    #: every backend, or a mode per backend name (the others ``auto``)
+    structured_output: Union[StructuredMode, dict[str, StructuredMode]] = "auto"
 
     @field_validator("base_url", "embedding_base_url")
     @classmethod
@@ -304,6 +309,12 @@ class JudgeConfig(BaseModel):
         return {name: value if self.is_public_header(name) else SECRET
                 for name, value in self.headers.items()}
 
+    def structured_output_for(self, backend: Optional[str]) -> str:
+        """The structured-output mode of ``backend``'s requests (`ragbridge.judge.structured.MODES`)."""
+        if isinstance(self.structured_output, str):
+            return self.structured_output
+        return self.structured_output.get(backend or "", "auto")
+
     def client_timeout(self) -> float:
         """A library-side timeout that outlasts the gateway's own retries."""
         return self.timeout * (self.max_retries + 1) + BACKOFF_CAP * self.max_retries + 5.0
@@ -332,7 +343,9 @@ class JudgeConfig(BaseModel):
                 ("embedding_api_key_env", self.embedding_api_key_env), ("embedding_api", self.embedding_api),
                 ("headers", self.public_header_values() or None),
                 ("public_headers", list(self.public_headers) or None), ("temperature", self.temperature),
-                ("seed", self.seed), ("extra_body", self.extra_body or None)) if v is not None},
+                ("seed", self.seed), ("extra_body", self.extra_body or None),
+                ("structured_output", self.structured_output if self.structured_output != "auto" else None))
+               if v is not None},
         }
 
     # -- loading --------------------------------------------------------------------------------

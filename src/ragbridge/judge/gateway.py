@@ -243,6 +243,12 @@ class JudgeGateway(JudgeClient):
     def usage_by_tag(self) -> dict[CallTag, Usage]:
         return self.ledger.by_tag()
 
+    def failure(self, backend: str, metric: Optional[str] = None, case_id: Optional[str] = None,
+                repeat: int = 0) -> Optional[tuple[str, str]]:
+        """Why the first judge call of this score that failed did: (cause, the words of the judge or
+        the gateway), or None (`ragbridge.judge.causes`)."""
+        return self.ledger.failure(CallTag(backend, metric, case_id, repeat))
+
     def forget(self, backend: str, metric: Optional[str] = None, case_id: Optional[str] = None,
                repeat: int = 0) -> int:
         """Drop from the cache every response served for this score in this run, and store none for
@@ -310,8 +316,16 @@ class JudgeGateway(JudgeClient):
             self.stub_detected = True
         if res.counted:
             tokens = res.tokens if res.cache != "hit" else (0, 0)
-            self.ledger.enter(tag, cache=res.cache, attempts=res.attempts, ok=200 <= res.status < 300,
-                              tokens=tokens, cost=res.cost)
+            ok = 200 <= res.status < 300
+            failure = None
+            if not ok:
+                from .structured import error_text
+
+                cause = res.cause or {"budget": "budget", "readonly-miss": "cache_miss"}.get(res.cache,
+                                                                                           "rejected")
+                failure = (cause, error_text(res.body)[:500])
+            self.ledger.enter(tag, cache=res.cache, attempts=res.attempts, ok=ok, tokens=tokens,
+                              cost=res.cost, failure=failure)
             if self._audit is not None and pipeline is not None:
                 self._audit.write(tag, endpoint, raw, res, time.perf_counter() - started,
                                   pipeline.request_key(endpoint, tag, raw), tokens)

@@ -37,6 +37,7 @@ from .config import BACKOFF_BASE, BACKOFF_CAP, JudgeConfig, header_values
 from .dialect import Endpoint
 from .redact import MIN_ENCODED, as_utf8
 from .strict import mend_surrogates, parse_answer
+from .structured import deterministic, rejects_structured_output
 from .server import Result, error_body
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -365,21 +366,27 @@ class Forwarder:
             headers.update(extra_headers)
         last = Result(502, error_body(f"ragbridge judge gateway: no attempt made to {public}"))
         unanswered = 0
+        waited = called = 0.0
         for attempt in range(1, cfg.max_retries + 2):
             if self.closing.is_set():
-                return Result(503, error_body("ragbridge judge gateway is shut down"), attempts=attempt - 1)
+                return Result(503, error_body("ragbridge judge gateway is shut down"), attempts=attempt - 1,
+                              wait_seconds=waited, call_seconds=called)
             retry_after: Optional[float] = None
+            queued = time.monotonic()
             with self._sem:
                 if self._limiter is not None and not self._limiter.wait(self.closing):
                     return Result(503, error_body("ragbridge judge gateway is shut down"),
-                                  attempts=attempt - 1)
+                                  attempts=attempt - 1, wait_seconds=waited, call_seconds=called)
                 if on_send is not None and not on_send(attempt):
                     last.attempts, last.cache, last.unanswered = attempt - 1, "budget", unanswered
+                    last.wait_seconds, last.call_seconds = waited, called
                     return last
+                sent = time.monotonic()
+                waited += sent - queued
                 try:
                     reply: Optional[Reply] = upstream.transport.send(
                         method, url, body if method == "POST" else None, headers,
-                        deadline=time.monotonic() + cfg.timeout)
+                        deadline=sent + cfg.timeout)
                     failure = None
                     # read as the charset it says it is in (UTF-16, EBCDIC ...): from here on UTF-8,
                     # without a lone surrogate (no file could hold one)
@@ -387,48 +394,64 @@ class Forwarder:
                     reply.body = mend_surrogates(answer)
                 except (UpstreamTimeout, UpstreamError) as exc:
                     reply, failure = None, exc
+                called += time.monotonic() - sent
             if reply is None:
                 if isinstance(failure, (ReplyTooLarge, UnreadableReply)):
                     code = "upstream_reply_too_large" if isinstance(failure, ReplyTooLarge) else \
                         "upstream_reply_unreadable"
                     return Result(502, error_body(f"ragbridge judge gateway: {public}: {failure}", code=code),
-                                  attempts=attempt, unanswered=unanswered + 1)
+                                  attempts=attempt, unanswered=unanswered + 1, wait_seconds=waited,
+                                  call_seconds=called, cause="reply_too_large" if isinstance(
+                                      failure, ReplyTooLarge) else "unreadable")
                 timed_out = isinstance(failure, UpstreamTimeout)
                 unanswered += timed_out and not isinstance(failure, ConnectTimeout)
-                kind = "timed out" if timed_out else f"failed ({type(failure).__name__}: {failure})"
+                if timed_out:
+                    what = ("did not accept a connection" if isinstance(failure, ConnectTimeout)
+                            else "sent no whole answer")
+                    message = (f"ragbridge judge gateway: the judge at {public} {what} within the judge's "
+                               f"timeout of {cfg.timeout:g} s (timed out after {attempt} attempt(s))")
+                else:
+                    message = (f"ragbridge judge gateway: request to {public} failed "
+                               f"({type(failure).__name__}: {failure}) after {attempt} attempt(s)")
                 last = Result(504 if timed_out else 502, error_body(
-                    f"ragbridge judge gateway: request to {public} {kind} after {attempt} attempt(s)",
-                    code="upstream_timeout" if timed_out else "upstream_unreachable"))
+                    message, code="upstream_timeout" if timed_out else "upstream_unreachable"),
+                    cause="timeout" if timed_out else "unreachable")
             elif 200 <= reply.status < 300:
                 ctype = reply.content_type or "application/json"
                 if stream:
                     return Result(reply.status, reply.body, content_type=ctype, attempts=attempt,
-                                  unanswered=unanswered)
+                                  unanswered=unanswered, wait_seconds=waited, call_seconds=called)
                 try:
                     parsed, repeated = parse_answer(reply.body)
                 except (ValueError, RecursionError):
                     unanswered += 1
                     last = Result(502, error_body(
                         f"ragbridge judge gateway: {public} answered HTTP {reply.status} with a body that "
-                        f"is not JSON ({attempt} attempt(s))", code="upstream_invalid_json"))
+                        f"is not JSON ({attempt} attempt(s))", code="upstream_invalid_json"),
+                        cause="invalid_json")
                 else:
                     if repeated is not None:  # ambiguous: not asked again (the judge would say it again)
                         return Result(502, error_body(
                             f"ragbridge judge gateway: {public} answered with JSON that gives the key "
                             f"{repeated!r} twice in one object; which value it meant is ambiguous, so the "
                             f"answer is refused", code="upstream_repeated_key"), attempts=attempt,
-                            parsed=parsed, unanswered=unanswered)
+                            parsed=parsed, unanswered=unanswered, wait_seconds=waited, call_seconds=called,
+                            cause="unusable_reply")
                     return Result(reply.status, reply.body, attempts=attempt, parsed=parsed,
-                                  unanswered=unanswered)
+                                  unanswered=unanswered, wait_seconds=waited, call_seconds=called)
             else:
                 last = Result(reply.status, reply.body or error_body(f"upstream HTTP {reply.status}"),
                               content_type=(reply.content_type or "application/json") if reply.body
-                              else "application/json")
-                if reply.status not in RETRY_STATUSES:
+                              else "application/json", cause=_cause_of(reply.status, reply.body))
+                # what the judge would answer the same request again (its request validation) is not
+                # asked again, whatever its status: only what can change is retried
+                if reply.status not in RETRY_STATUSES or deterministic(reply.status, reply.body):
                     last.attempts, last.unanswered = attempt, unanswered
+                    last.wait_seconds, last.call_seconds = waited, called
                     return last
                 retry_after = reply.retry_after
             last.attempts, last.unanswered = attempt, unanswered
+            last.wait_seconds, last.call_seconds = waited, called
             if attempt > cfg.max_retries or self.closing.is_set():
                 break
             delay = random.uniform(0.0, min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1)))
@@ -437,6 +460,21 @@ class Forwarder:
             if delay > 0 and self.closing.wait(delay):
                 break
         return last
+
+
+def _cause_of(status: int, body: bytes) -> str:
+    """Why the judge's error answer failed its request (`ragbridge.judge.causes`)."""
+    if rejects_structured_output(status, body):
+        return "structured_output"
+    if status == 429:
+        return "rate_limited"
+    if status in (401, 403):
+        return "key_rejected"
+    if status == 404:
+        return "not_found"
+    if deterministic(status, body) or 400 <= status < 500:
+        return "rejected"
+    return "server_error"
 
 
 def parse_retry_after(value: Optional[str]) -> Optional[float]:

@@ -16,8 +16,9 @@ Values: mode ``whole``: the level normalised to 0..1 ((level - lowest) / (highes
 relevant chunks / chunks, ``passed`` when at least half are relevant, the verdict of every chunk in
 ``Score.evidence.chunks``. The judge's reason is the score's ``reason``.
 
-Options (``backend_options["rubric"]``): ``files``, ``rubrics``; ``structured`` (``auto``,
-``json_schema`` or ``prompt``, see `parse`); ``retries`` (re-asks of an unusable reply, default 2,
+Options (``backend_options["rubric"]``): ``files``, ``rubrics``; ``structured_output`` (``auto``,
+``schema``, ``json_object``, ``tool`` or ``prompt``, see `parse`; ``structured``, its older spelling,
+takes ``auto``, ``json_schema`` or ``prompt``); ``retries`` (re-asks of an unusable reply, default 2,
 at most the gateway's ``max_retries``); ``concurrency`` (cases in flight, default twice the
 gateway's ``max_concurrency``: `ragbridge.backend.ScoringContext.cases_in_flight`).
 
@@ -51,7 +52,7 @@ __all__ = ["RubricBackend", "RubricSession", "rubrics_for", "make_asker", "http_
            "NAME"]
 
 NAME = "rubric"
-_OPTION_KEYS = {"files", "rubrics", "structured", "retries", "concurrency"}
+_OPTION_KEYS = {"files", "rubrics", "structured", "structured_output", "retries", "concurrency"}
 
 
 def _options(options: Optional[RunOptions]) -> dict[str, Any]:
@@ -63,6 +64,11 @@ def _options(options: Optional[RunOptions]) -> dict[str, Any]:
     if opts.get("structured", "auto") not in STRUCTURED:
         raise RubricError(f"rubric backend option structured must be one of {', '.join(STRUCTURED)}, "
                           f"got {opts['structured']!r}")
+    from ..judge.structured import MODES
+
+    if opts.get("structured_output", "auto") not in MODES:
+        raise RubricError(f"rubric backend option structured_output must be one of {', '.join(MODES)}, "
+                          f"got {opts['structured_output']!r}")
     for key, least in (("retries", 0), ("concurrency", 1)):
         value = opts.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
@@ -95,9 +101,14 @@ def make_asker(client: Any, gateway: Any, opts: dict[str, Any], state: Optional[
     """An `Asker` on ``client`` for the gateway's model; ``state`` holds the structured-output mode
     (shared by the askers of one run)."""
     retries = min(int(opts.get("retries", DEFAULT_RETRIES)), gateway.config.max_retries)
-    state = state if state is not None else {"mode": opts.get("structured", "auto")}
+    state = state if state is not None else {"mode": _mode(opts)}
     return Asker(client, gateway.config.model, state=state, retries=max(0, retries),
                  max_tokens=gateway.config.max_tokens)
+
+
+def _mode(opts: dict[str, Any]) -> str:
+    """The rubric's structured-output mode: ``structured_output``, else what ``structured`` stands for."""
+    return opts.get("structured_output") or STRUCTURED[opts.get("structured", "auto")]
 
 
 def http_client(judge: Any):
@@ -111,8 +122,8 @@ def http_client(judge: Any):
 
 @dataclass
 class RubricSession:
-    """What the metrics of one run share: the client the askers post to, and ``state``, one
-    structured-output mode for every metric (once json_schema is rejected, every metric prompts)."""
+    """What the metrics of one run share: the client the askers post to, and ``state``, the
+    structured-output mode of every metric (and the mode the judge gateway last asked in)."""
 
     client: Any
     state: dict[str, Any]
@@ -129,10 +140,14 @@ class RubricBackend(JudgedBackend):
     def metrics_for(self, options: RunOptions) -> list[MetricSpec]:
         return _with_diagnostics(rubrics_for(options))
 
+    def structured_output(self, options: RunOptions) -> Optional[str]:
+        opts = _options(options)
+        return _mode(opts) if ("structured_output" in opts or "structured" in opts) else None
+
     async def open(self, ctx: ScoringContext) -> Optional[RubricSession]:
         if ctx.judge is None:
             return None  # score says so, for every case
-        mode = _options(ctx.options).get("structured", "auto")
+        mode = self.structured_output(ctx.options) or ctx.judge.config.structured_output_for(NAME)
         return RubricSession(http_client(ctx.judge), {"mode": mode})
 
     async def close(self, ctx: ScoringContext) -> None:

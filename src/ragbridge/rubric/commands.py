@@ -174,6 +174,10 @@ def register(cli) -> None:
         if cfg is None:
             fail("no judge configured: pass --judge-model and --judge-base-url, or set [judge] in "
                  "ragbridge.toml")
+        if structured != "auto":  # this command's gateway asks in that mode
+            from .parse import STRUCTURED
+
+            cfg = cfg.model_copy(update={"structured_output": STRUCTURED[structured]})
         gateway = JudgeGateway(cfg)
         try:
             gateway.preflight()

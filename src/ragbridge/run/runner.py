@@ -192,7 +192,7 @@ async def run(request: RunRequest) -> Run:
             options = dataclass_replace(options, span_labels=True)
         plan = plan_metrics(request.backends, request.metrics, options.k, options)
         judged, stub = _check_judge(plan, request.judge, preflight=not request.dry_run)
-        judge = request.judge if judged else None
+        judge = _with_structured_output(request.judge, plan, options) if judged else None
         executor = executor_for(request.executor)
         target = load_target(request.target) if isinstance(request.target, str) else request.target
         golden_fp = source.fingerprint
@@ -334,6 +334,29 @@ def _gateway(request: RunRequest, judge: Any, folder: Optional[RunFolder], manif
                            float(spent.get("cost") or 0.0))
         manifest.counts["budget"] = {"max_calls": request.max_calls, "max_cost": request.max_cost}
     return gateway
+
+
+def _with_structured_output(judge: Any, plan: Plan, options: RunOptions) -> Any:
+    """``judge`` with each planned backend's ``structured_output`` option (`ragbridge.judge.structured`)
+    as its mode for that backend's requests; ``judge`` itself when no backend sets one."""
+    registry = get_backends()
+    chosen = {}
+    for name in plan:
+        if not options.backend_options.get(name):  # no option of its own: the judge's mode
+            continue
+        mode_of = getattr(registry[name], "structured_output", None)
+        try:
+            mode = mode_of(options) if mode_of is not None else None
+        except ValueError as exc:
+            raise RunError(str(exc)) from None
+        if mode is not None and mode != judge.structured_output_for(name):
+            chosen[name] = mode
+    if not chosen:
+        return judge
+    modes = {name: judge.structured_output_for(name) for name in plan} | chosen
+    if not isinstance(judge.structured_output, str):
+        modes = {**judge.structured_output, **modes}
+    return judge.model_copy(update={"structured_output": modes})
 
 
 def executor_for(spec: Any) -> Executor:

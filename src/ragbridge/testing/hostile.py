@@ -58,8 +58,8 @@ ECHO_CHARSETS = ("utf-16", "utf-16-be", "utf-32", "cp500", "utf-7")
 CONTENT_MODES = ("repeated-key", "lone-surrogate")
 #: the ways ``echo-key*`` echoes the key
 ECHO_MODES = ("echo-key", *(f"echo-key-{c}" for c in ECHO_CHARSETS), "echo-key-bom")
-MODES = ("drip", "drip-head", "huge", "late", "late-once", *ECHO_MODES, "echo-key-each", *CONTENT_MODES, "gzip",
-         *USAGE_LIES)
+MODES = ("drip", "drip-head", "huge", "late", "late-once", *ECHO_MODES, "echo-key-each", *CONTENT_MODES,
+         "gzip", *USAGE_LIES)
 
 
 def given_key(headers: Any) -> Optional[str]:

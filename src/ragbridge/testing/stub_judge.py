@@ -9,11 +9,10 @@ Endpoints: ``POST /v1/chat/completions`` (plain prompts, ``response_format`` ``j
 ``encoding_format`` float or base64) and ``GET /v1/models``; the same paths without ``/v1`` work too. Any
 key and any model name are accepted (``GET /models`` lists ``models`` and says so with the header
 ``X-Ragbridge-Stub-Models: any``). Under a path prefix the stub speaks one real server's request dialect
-instead (``stub.url + "/azure"``, ``/ollama/v1``, ``/vllm/v1``, ``/llamacpp/v1``, ``/anthropic/v1``,
-``/gemini/v1beta/openai``, ``/litellm``, ``/openai/v1``): its paths, where its key goes, and what a wrong
-request gets, as :mod:`ragbridge.testing.dialects` says. Under ``/hostile/<mode>/v1`` it is a judge that
-misbehaves on purpose: drips, floods or delays its answer, lies about its usage, echoes the key in every
-encoding and charset, repeats a key of its JSON, sends a lone surrogate, compresses
+instead (``stub.url + "/azure"``, ``/llama-cpp-python/v1``, ``/vllm/v1``...): its paths, where its key
+goes, what a wrong request gets, as :mod:`ragbridge.testing.dialects` says. Under ``/hostile/<mode>/v1``
+it is a judge that misbehaves on purpose: drips, floods or delays its answer, lies about its usage, echoes
+the key in every encoding and charset, repeats a key of its JSON, sends a lone surrogate, compresses
 (:mod:`ragbridge.testing.hostile`). What the answers say is decided by :mod:`ragbridge.stub.responders`
 (:mod:`ragbridge.stub.answers` shapes them).
 
@@ -61,6 +60,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import hashlib
+import itertools
 import json
 import random
 import sys
@@ -169,6 +169,7 @@ class _Handler(FastRequestHandler):
             if isinstance(outcome, Rejected):
                 stub._record(StubRequest(method, path, body, fault="rejected", headers=headers,
                                          dialect=first))
+                stub._sleep(stub.latency if method == "POST" else 0)  # the response time, a refusal's too
                 self._send(outcome.status, outcome.payload)
                 return
             route = outcome.route
@@ -206,9 +207,7 @@ class _Handler(FastRequestHandler):
 
     def _send_drip(self, body: bytes, interval: float, head: bool = False) -> None:
         def drip(data: bytes) -> Any:
-            for i in range(len(data)):
-                yield data[i:i + 1]
-                self.stub._sleep(interval)
+            return (self.stub._sleep(interval) or data[i:i + 1] for i in range(len(data)))
 
         _hostile_send(self, drip(body), len(body), drip if head else None)
 
@@ -306,18 +305,13 @@ class _Handler(FastRequestHandler):
 
 
 def _hostile_send(handler: "_Handler", chunks: Any, size: int, head_chunks: Any = None) -> None:
-    """Send a 200 answer of ``size`` bytes as ``chunks`` come, until the client goes away (its head
-    as ``head_chunks(head)`` gives it, else at once)."""
+    """Send a 200 answer of ``size`` bytes as ``chunks`` come (its head as ``head_chunks(head)`` gives
+    it, else at once), until the client goes away."""
     handler.close_connection = True
     head = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Ragbridge-Stub: 1\r\n"
             f"Content-Length: {size}\r\nConnection: close\r\n\r\n".encode())
     try:
-        for part in (head_chunks(head) if head_chunks is not None else (head,)):
-            if handler.stub.closed:
-                return
-            handler.wfile.write(part)
-            handler.wfile.flush()
-        for chunk in chunks:
+        for chunk in itertools.chain(head_chunks(head) if head_chunks else (head,), chunks):
             if handler.stub.closed:
                 return
             handler.wfile.write(chunk)

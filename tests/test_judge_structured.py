@@ -1,0 +1,232 @@
+"""Structured output against a server that refuses some of it, as llama-cpp-python's server does.
+
+The stub judge's ``llama-cpp-python`` dialect answers a ``json_schema`` response format with HTTP 500
+and that server's own words ("Input should be 'text' or 'json_object'"), and takes JSON mode and
+forced tool calls (`ragbridge.testing.dialects`); the backends' libraries are driven through it
+unchanged. What is checked: every request refused for its structured output is asked again in a mode
+the server takes, whenever its refusal arrives; each backend's mode can be chosen; a refusal the
+server would repeat is not retried; a run's failures say their cause and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from conftest import EXAMPLE, needs_backend, ragbridge_cli
+
+from ragbridge import evaluate, load_cases, load_run
+from ragbridge.backend import RunOptions
+from ragbridge.judge import JudgeConfig, JudgeGateway
+from ragbridge.judge.structured import ask_of, as_asked, rejects_structured_output, reshape
+from ragbridge.testing import StubJudge
+from ragbridge.testing.dialects import LLAMA_CPP_PYTHON_REJECTION
+
+
+def llama_cpp_python(stub: StubJudge) -> str:
+    return f"{stub.url}/llama-cpp-python/v1"
+
+
+def cases(n: int):
+    return load_cases(EXAMPLE)[:n]
+
+
+def kinds(stub: StubJudge) -> list[str]:
+    """How each request the stub got asked for its JSON object (``schema``, ``json_object``,
+    ``tool``, or ``prompt`` for none); the run's check of the model (one token) left out."""
+    return [(ask.kind if (ask := ask_of(r.body)) else "prompt") for r in stub.posts()
+            if r.body.get("max_tokens") != 1]
+
+
+def refused(stub: StubJudge) -> list:
+    return [r for r in stub.posts() if r.fault == "rejected"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Every request refused is asked again, whatever the timing
+
+
+def test_every_request_refused_for_its_schema_is_asked_again_whatever_the_timing(tmp_path):
+    """Eight of the rubric's schema requests are in flight (each answered after 0.3 s) when the first
+    refusal comes back: the rubric switched to prompting on the first and recorded the other seven as
+    "the judge answered HTTP 500". Now each refused request is asked again in JSON mode, and the
+    requests after them go straight to JSON mode."""
+    with StubJudge(latency=0.3) as stub:
+        cfg = JudgeConfig(model="judge-m", base_url=llama_cpp_python(stub), cache_path=tmp_path / "c.sqlite",
+                          max_concurrency=8)
+        run = evaluate(cases(12), backends=["rubric"], metrics=["faithfulness"], out=tmp_path / "run",
+                       judge=cfg)
+        sent = kinds(stub)
+        rejected = refused(stub)
+    scores = load_run(tmp_path / "run").scores
+    assert [s.error for s in scores if s.error] == []
+    assert len(scores) == 12 and all(s.value is not None for s in scores)
+    assert len(rejected) >= 2, "several schema requests were in flight when the first refusal came"
+    # each refused request came again in JSON mode (the same conversation), none was lost
+    again = [r for r in stub.posts() if r.fault != "rejected"]
+    for r in rejected:
+        assert any(a.body["messages"][0] == r.body["messages"][0] and ask_of(a.body).kind == "json_object"
+                   for a in again)
+    assert sent.count("schema") == len(rejected) and "prompt" not in sent
+    assert {s.native_value["structured"] for s in scores} == {"json_object"}
+    assert run.manifest.counts["judge"]["errors"] == 0
+
+
+# ------------------------------------------------------------------------------------------------
+# Each backend's mode, chosen; Phoenix on llama-cpp-python
+
+
+@needs_backend("phoenix")
+@pytest.mark.parametrize("mode", ["auto", "json_object", "tool", "prompt"])
+def test_phoenix_scores_on_a_server_that_answers_json_schema_with_500(mode, tmp_path):
+    """Phoenix falls back to a tool call only on a 400: on llama-cpp-python's 500 it scored nothing.
+    In ``auto`` the gateway asks again in JSON mode; with the backend's option every request is sent
+    in the mode chosen; Phoenix gets its answer as it asked for it either way."""
+    options = {"phoenix": {"structured_output": mode}} if mode != "auto" else {}
+    with StubJudge() as stub:
+        cfg = JudgeConfig(model="judge-m", base_url=llama_cpp_python(stub), cache_path=tmp_path / "c.sqlite")
+        run = evaluate(cases(6), backends=["phoenix"], metrics=["faithfulness"], out=tmp_path / "run",
+                       judge=cfg, options=RunOptions(backend_options=options))
+        sent = kinds(stub)
+    scores = load_run(tmp_path / "run").scores
+    assert [s.error for s in scores if s.error] == [] and all(s.value is not None for s in scores)
+    if mode == "auto":
+        # the schema requests in flight when the first refusal came, each asked again; then JSON mode
+        assert sent.count("schema") == len(refused(stub)) >= 1
+        assert sent.count("json_object") == 6 and set(sent) == {"schema", "json_object"}
+    else:
+        assert set(sent) == {mode} and not refused(stub)
+        assert run.manifest.judge["structured_output"] == {"phoenix": mode}
+
+
+@needs_backend("phoenix")
+def test_a_chosen_mode_is_part_of_the_cache_key(tmp_path):
+    """The same requests in another mode are other requests: not answered from the first mode's
+    cache entries."""
+    with StubJudge() as stub:
+        cfg = JudgeConfig(model="judge-m", base_url=llama_cpp_python(stub), cache_path=tmp_path / "c.sqlite")
+        for i, mode in enumerate(["tool", "json_object", "tool"]):
+            evaluate(cases(3), backends=["phoenix"], metrics=["faithfulness"], out=tmp_path / f"run{i}",
+                     judge=cfg, options=RunOptions(backend_options={"phoenix": {"structured_output": mode}}),
+                     score_cache=False)
+        assert kinds(stub) == ["tool"] * 3 + ["json_object"] * 3  # the third run: from the cache
+
+
+def test_a_mode_the_server_refuses_is_one_call_and_says_so(tmp_path):
+    """``schema`` chosen on a server that refuses it: the refusal is the server's verdict on the
+    request, so it is not sent five more times with backoff; the answer names the mode and the
+    server's words."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "Is it so?"}],
+            "response_format": {"type": "json_schema", "json_schema": {
+                "name": "verdict", "strict": True, "schema": {"type": "object", "properties": {
+                    "ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}}}}
+    with StubJudge() as stub:
+        cfg = JudgeConfig(model="m", base_url=llama_cpp_python(stub), cache_mode="off",
+                          structured_output={"b": "schema"})
+        with JudgeGateway(cfg) as gw, httpx.Client(transport=gw.transport()) as c:
+            r = c.post(gw.base_url("b", "m", "c", in_process=True) + "/chat/completions", json=body)
+            assert r.status_code == 500 and len(stub.posts()) == 1
+            error = r.json()["error"]
+            assert error["code"] == "structured_output_refused"
+            assert "mode 'schema'" in error["message"]
+            assert "Input should be 'text' or 'json_object'" in error["message"]
+            assert gw.usage().retries == 0
+            assert gw.failure("b", "m", "c")[0] == "structured_output"
+            # the same request of a backend left on auto: asked again in JSON mode, answered
+            r = c.post(gw.base_url("other", "m", "c", in_process=True) + "/chat/completions", json=body)
+            assert r.status_code == 200 and json.loads(r.json()["choices"][0]["message"]["content"])
+            assert r.json()["ragbridge_structured_output"] == "json_object"
+
+
+def test_a_transient_500_is_still_retried_and_a_deterministic_one_is_not(tmp_path):
+    with StubJudge() as stub:
+        stub.inject("500")
+        cfg = JudgeConfig(model="m", base_url=stub.base_url, cache_mode="off")
+        with JudgeGateway(cfg) as gw, httpx.Client(transport=gw.transport()) as c:
+            gw_forwarder_backoff(gw)
+            r = c.post(gw.base_url("b", "m", "c", in_process=True) + "/chat/completions",
+                       json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+            assert r.status_code == 200 and len(stub.posts()) == 2
+
+
+def gw_forwarder_backoff(gw: JudgeGateway) -> None:
+    gw._pipeline.forwarder.backoff_base = 0.01
+
+
+# ------------------------------------------------------------------------------------------------
+# The conversions, one by one
+
+
+SCHEMA = {"type": "object", "properties": {"label": {"type": "string", "enum": ["a", "b"]}},
+          "required": ["label"]}
+ASKS = {
+    "schema": {"response_format": {"type": "json_schema", "json_schema": {"name": "pick", "schema": SCHEMA,
+                                                                           "strict": True}}},
+    "json_object": {"response_format": {"type": "json_object", "schema": SCHEMA}},
+    "tool": {"tools": [{"type": "function", "function": {"name": "pick", "parameters": SCHEMA}}],
+             "tool_choice": {"type": "function", "function": {"name": "pick"}}},
+}
+
+
+@pytest.mark.parametrize("asked", sorted(ASKS))
+@pytest.mark.parametrize("mode", ["schema", "json_object", "tool", "prompt"])
+def test_a_request_sent_in_another_mode_is_answered_as_it_asked(asked, mode):
+    """Through the stub (which answers each mode as a server would), the answer to the reshaped
+    request carries the same JSON object where the library looks for it."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "Pick a or b."}], **ASKS[asked]}
+    ask = ask_of(body)
+    sent = reshape(body, ask, mode)
+    assert ask_of(sent) is None if mode == "prompt" else ask_of(sent).kind == mode
+    if mode in ("json_object", "prompt") and mode != asked:  # the schema in words too
+        assert json.dumps(SCHEMA, separators=(",", ":")) in sent["messages"][-1]["content"]
+    with StubJudge() as stub:
+        answer = httpx.post(stub.base_url + "/chat/completions", json=sent).json()
+    back = as_asked(answer, ask, mode)
+    message = back["choices"][0]["message"]
+    text = message["tool_calls"][0]["function"]["arguments"] if asked == "tool" else message["content"]
+    assert json.loads(text)["label"] in ("a", "b")
+    if asked == "tool":
+        assert message["content"] is None and message["tool_calls"][0]["function"]["name"] == "pick"
+    else:
+        assert "tool_calls" not in message
+
+
+def test_refusals_are_told_by_their_words_whatever_the_status():
+    words = LLAMA_CPP_PYTHON_REJECTION.replace("KIND", "json_schema")
+    llama = json.dumps({"error": {"message": words, "type": "internal_server_error"}}).encode()
+    assert rejects_structured_output(500, llama)
+    assert rejects_structured_output(400, b'{"error": {"message": "response_format json_schema is not '
+                                          b'supported by this model"}}')
+    assert not rejects_structured_output(500, b'{"error": {"message": "CUDA out of memory"}}')
+    assert not rejects_structured_output(429, llama)
+
+
+# ------------------------------------------------------------------------------------------------
+# What a user reads when scores fail
+
+
+def test_a_timeout_is_reported_as_a_timeout_naming_the_setting(tmp_path):
+    """The judge answers after 2 s, the timeout is 0.5 s: each score's failure says the judge did not
+    answer in time (not "the judge answered HTTP 504"); the summary, in the terminal and in --json,
+    gives per backend and cause the first reason and the setting to change."""
+    (tmp_path / "ragbridge.toml").write_text('[judge]\nmax_retries = 1\ntimeout = 0.5\n')
+    head = [json.dumps(c.model_dump(mode="json")) for c in cases(3)]
+    (tmp_path / "cases.jsonl").write_text("\n".join(head) + "\n")
+    with StubJudge(latency=2) as stub:
+        args = ["run", "cases.jsonl", "--backend", "rubric", "--metric", "answer_relevance", "--judge-model",
+                "m", "--judge-base-url", stub.base_url, "--cache-mode", "off"]
+        shown = ragbridge_cli(*args, "--out", "run", cwd=tmp_path)
+        as_json = ragbridge_cli(*args, "--out", "run2", "--json", cwd=tmp_path)
+    assert shown.returncode == 3, shown.stderr
+    text = " ".join(shown.stderr.split())
+    assert "rubric: 3 timed out" in text and "within the judge's timeout of 0.5 s" in text
+    assert ("fix: raise the judge's timeout (now 0.5 s: timeout in [judge] of ragbridge.toml, "
+            "--judge-timeout") in text
+    assert "HTTP 504" not in text
+    failures = json.loads(as_json.stdout)["counts"]["failures"]
+    assert [(f["backend"], f["cause"], f["scores"]) for f in failures] == [("rubric", "timeout", 3)]
+    assert "--judge-timeout" in failures[0]["fix"]
+    errors = {s.error for s in load_run(tmp_path / "run").scores}
+    assert all(e.startswith("rubric answer_relevance: the judge did not answer in time")
+               for e in errors), errors
