@@ -230,3 +230,51 @@ def test_a_timeout_is_reported_as_a_timeout_naming_the_setting(tmp_path):
     errors = {s.error for s in load_run(tmp_path / "run").scores}
     assert all(e.startswith("rubric answer_relevance: the judge did not answer in time")
                for e in errors), errors
+
+
+# ------------------------------------------------------------------------------------------------
+# judge check: the modes the server takes, one timed call, the settings for this machine
+
+
+def test_judge_check_says_which_modes_the_server_takes_and_which_it_will_use(tmp_path):
+    with StubJudge() as stub:
+        args = ["judge", "check", "--judge-model", "m", "--judge-base-url", llama_cpp_python(stub)]
+        shown = ragbridge_cli(*args, cwd=tmp_path)
+        as_json = ragbridge_cli(*args, "--json", cwd=tmp_path)
+        quick = ragbridge_cli(*args, "--quick", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())
+    assert "schema: refused, HTTP 500 ([{'type': 'literal_error'" in text
+    assert "json_object: taken" in text and "tool: taken" in text and "prompt: taken" in text
+    assert "when the server refuses that, in json_object" in text
+    assert "one judge-sized call took" in text and "suit this judge" in text
+    doc = json.loads(as_json.stdout)
+    modes = doc["structured_output"]["modes"]
+    assert modes["schema"]["status"] == "refused" and "Input should be 'text'" in modes["schema"]["said"]
+    assert doc["structured_output"]["auto"] == "json_object"
+    assert doc["timed_call"]["http"] == 200 and doc["timed_call"]["prompt_tokens"] > 300
+    assert (doc["proposed"]["timeout"], doc["proposed"]["max_concurrency"]) == (120.0, 8)
+    assert quick.returncode == 0 and "structured output" not in quick.stdout
+
+
+def test_a_mode_chosen_that_the_server_refuses_is_warned_by_judge_check(tmp_path):
+    with StubJudge() as stub:
+        shown = ragbridge_cli("judge", "check", "--judge-model", "m", "--judge-base-url",
+                              llama_cpp_python(stub), "--judge-structured-output", "schema", cwd=tmp_path)
+    assert "warning: every backend is set to schema, which the server did not take" in " ".join(
+        shown.stdout.split())
+
+
+@pytest.mark.parametrize("seconds, slots, local, timeout, concurrency", [
+    (1.2, None, False, 120, 8),  # a hosted judge: the defaults hold
+    (16.0, None, True, 120, 2),  # a judge on this CPU, 16 s a call: two at a time, 120 s covers 2 x 16 x 1.5
+    (90.0, None, True, 270, 2),  # 1.5 minutes a call (the 1-3): twice that, with margin
+    (90.0, 1, True, 270, 1),  # a server that runs one request at a time: one in flight, no queue
+])
+def test_the_proposal_covers_the_largest_call_behind_the_others(seconds, slots, local, timeout, concurrency):
+    from ragbridge.judge.probe import propose
+
+    url = "http://127.0.0.1:8080/v1" if local else "https://api.example.com/v1"
+    cfg = JudgeConfig(model="m", base_url=url)
+    p = propose(cfg, {"seconds": seconds, "slots": slots})
+    assert (p["timeout"], p["max_concurrency"]) == (timeout, concurrency)
