@@ -244,7 +244,7 @@ def test_judge_check_says_which_modes_the_server_takes_and_which_it_will_use(tmp
         quick = ragbridge_cli(*args, "--quick", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     text = " ".join(shown.stdout.split())
-    assert "schema: refused, HTTP 500 ([{'type': 'literal_error'" in text
+    assert "schema: refused, HTTP 500 (1 validation error: {'type': 'literal_error'" in text
     assert "json_object: taken" in text and "tool: taken" in text and "prompt: taken" in text
     assert "when the server refuses that, in json_object" in text
     assert "one judge-sized call took" in text and "suit this judge" in text
@@ -267,9 +267,10 @@ def test_a_mode_chosen_that_the_server_refuses_is_warned_by_judge_check(tmp_path
 
 @pytest.mark.parametrize("seconds, slots, local, timeout, concurrency", [
     (1.2, None, False, 120, 8),  # a hosted judge: the defaults hold
-    (16.0, None, True, 120, 2),  # a judge on this CPU, 16 s a call: two at a time, 120 s covers 2 x 16 x 1.5
-    (90.0, None, True, 270, 2),  # 1.5 minutes a call (the 1-3): twice that, with margin
-    (90.0, 1, True, 270, 1),  # a server that runs one request at a time: one in flight, no queue
+    (16.0, None, True, 120, 2),  # a judge on this CPU, 16 s a call: two at a time, one behind the other
+    (90.0, None, True, 540, 2),  # 1.5 minutes a call: the largest (x2) behind another (x2), with margin
+    (90.0, 1, True, 270, 1),  # a server that says it runs one request at a time: one in flight
+    (90.0, 4, True, 270, 4),  # ... four at a time (llama.cpp's -np 4): four in flight, none waiting
 ])
 def test_the_proposal_covers_the_largest_call_behind_the_others(seconds, slots, local, timeout, concurrency):
     from ragbridge.judge.probe import propose

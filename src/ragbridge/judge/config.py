@@ -154,6 +154,10 @@ class JudgeConfig(BaseModel):
     over what the library sent: ``extra_body`` is merged into the JSON body (e.g. Ollama's
     ``{"options": {"num_ctx": 8192}}``). They are part of the cache key.
 
+    ``structured_output`` is how a request that asks for a JSON object is sent (``auto``, ``schema``,
+    ``json_object``, ``tool`` or ``prompt``: `ragbridge.judge.structured`), for every backend or per
+    backend name (``{"phoenix": "tool"}``; a backend's option ``structured_output`` sets its own).
+
     ``max_tokens`` is for the backends to pass to their libraries (a library's own default of 1024 can
     truncate long verdict lists). ``cache_path = None`` means no cache.
 

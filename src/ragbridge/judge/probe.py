@@ -105,7 +105,7 @@ def probe_modes(cfg: JudgeConfig, timeout: float = 120.0) -> dict[str, dict[str,
                 out[mode] = {"status": "unusable" if problem else "taken", "http": status, "seconds": seconds,
                              **({"said": problem} if problem else {})}
             else:
-                said = _REFUSED.sub("", error_text(raw))  # the server's own words
+                said = _REFUSED.sub("", error_text(raw)).split(' File "')[0]  # its words, no traceback
                 out[mode] = {"status": "refused" if cause == "structured_output" else "failed",
                              "http": status, "seconds": seconds, "said": said[:300]}
     return out
@@ -156,17 +156,18 @@ def propose(cfg: JudgeConfig, timed: dict[str, Any]) -> dict[str, Any]:
     """The timeout and concurrency for this judge on this machine, from one timed call.
 
     A judge's largest prompts are about twice the timed one's (a faithfulness verdict over many
-    claims), so a call may take twice as long; a server that runs ``slots`` requests at once makes the
-    others wait, each call's attempt counting that wait: the timeout covers a call behind
-    ``max_concurrency / slots`` others, with half again as margin, rounded up to 30 s, never below
-    the current one. A judge on this machine that takes more than 5 s a call is computing on these
-    cores: more calls at once than its slots only wait (concurrency = its slots, 2 when it does not
-    say); any other keeps its concurrency."""
+    claims), so a call may take twice as long. A judge on this machine that takes more than 5 s a call
+    is computing on these cores: more calls at once than it runs (its ``slots``) only wait there, so
+    its concurrency is its slots, or 2 when it does not say (one call ready while the other runs), and
+    each call may wait for the ones ahead of it (``max_concurrency / slots``, a server that does not
+    say taken to run one at a time), its attempt counting that wait. The timeout covers the largest
+    call behind the others, with half again as margin, rounded up to 30 s, never below the current
+    one; any other judge keeps its concurrency."""
     t = float(timed["seconds"])
     slow_local = cfg.is_local and t > 5.0
     slots = timed.get("slots")
     concurrency = (slots or 2) if slow_local else cfg.max_concurrency
-    behind = math.ceil(concurrency / (slots or (2 if slow_local else concurrency)))
+    behind = math.ceil(concurrency / (slots or 1)) if slow_local else 1
     needed = t * 2 * behind * 1.5
     timeout = max(cfg.timeout, 30 * math.ceil(needed / 30))
     return {"timeout": timeout, "max_concurrency": concurrency, "call_seconds": round(t, 1),

@@ -220,12 +220,15 @@ def _llamacpp(r: Request) -> Outcome:
     return Routed("/" + endpoint)
 
 
-#: what llama-cpp-python's server (0.3.x) answers a chat request whose ``response_format`` is not ``text``
-#: or ``json_object``: its request validation fails inside its route, and its error handler answers every
-#: such exception HTTP 500 with the exception's text
+#: what llama-cpp-python's server (0.3.36, with FastAPI 0.165) answers a chat request whose
+#: ``response_format`` is not ``text`` or ``json_object``: its request validation fails inside its route,
+#: and its error handler answers every such exception HTTP 500 with the exception's text (``KIND``: the
+#: type asked for)
 LLAMA_CPP_PYTHON_REJECTION = (
-    "[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input should be 'text' "
-    "or 'json_object'\", 'input': 'KIND', 'ctx': {'expected': \"'text' or 'json_object'\"}}]")
+    "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': "
+    "\"Input should be 'text' or 'json_object'\", 'input': 'KIND', 'ctx': {'expected': \"'text' or "
+    "'json_object'\"}}\n\n  File \"/usr/lib/python3/site-packages/llama_cpp/server/app.py\", line 376, in "
+    "create_chat_completion\n    POST /v1/chat/completions")
 
 
 def _llama_cpp_python(r: Request) -> Outcome:
