@@ -12,7 +12,8 @@ The key is the SHA-256 of everything the score depends on:
 - the metric: canonical name, native name and the digest of its definition (a rubric's);
 - the options a backend reads: ``k``, ``gain``, ``case_sensitive``, ``decline_phrases`` and this
   backend's ``backend_options``;
-- the judge: model, base URL (without credentials), embedding model and ``max_tokens``;
+- the judge: model, base URL (without credentials), embedding model and ``max_tokens``, and the
+  backend's structured-output mode when it is not ``auto``;
 - the repeat index (``--repeats``: each repeat is its own score);
 - the case: its whole canonical record (id, question, answer, chunks, labels, reference, tags,
   metadata), so any edit to a case invalidates its scores and only its scores.
@@ -81,6 +82,9 @@ def metric_prefix(backend: str, version: Optional[str], metric: str, spec: Any, 
                                              if judge.embedding_base_url else {})}
     if changed:
         doc["judge"]["changed"] = changed
+    mode = judge.structured_output_for(backend)  # how its requests for a JSON object are sent
+    if mode != "auto":
+        doc["judge"]["structured_output"] = mode
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).digest()
 
 
