@@ -48,10 +48,10 @@ def refused(stub: StubJudge) -> list:
 
 
 def test_every_request_refused_for_its_schema_is_asked_again_whatever_the_timing(tmp_path):
-    """Eight of the rubric's schema requests are in flight (each answered after 0.3 s) when the first
-    refusal comes back: the rubric switched to prompting on the first and recorded the other seven as
-    "the judge answered HTTP 500". Now each refused request is asked again in JSON mode, and the
-    requests after them go straight to JSON mode."""
+    """The rubric's twelve first schema requests are in flight (each answered after 0.3 s) when the
+    first refusal comes back: the rubric switched to prompting on the first and recorded the other
+    eleven as "the judge answered HTTP 500". Now each refused request is asked again as a tool call,
+    and the requests after them go straight to a tool call."""
     with StubJudge(latency=0.3) as stub:
         cfg = JudgeConfig(model="judge-m", base_url=llama_cpp_python(stub), cache_path=tmp_path / "c.sqlite",
                           max_concurrency=8)
@@ -66,10 +66,9 @@ def test_every_request_refused_for_its_schema_is_asked_again_whatever_the_timing
     # each refused request came again in JSON mode (the same conversation), none was lost
     again = [r for r in stub.posts() if r.fault != "rejected"]
     for r in rejected:
-        assert any(a.body["messages"][0] == r.body["messages"][0] and ask_of(a.body).kind == "json_object"
-                   for a in again)
+        assert any(a.body["messages"] == r.body["messages"] and ask_of(a.body).kind == "tool" for a in again)
     assert sent.count("schema") == len(rejected) and "prompt" not in sent
-    assert {s.native_value["structured"] for s in scores} == {"json_object"}
+    assert {s.native_value["structured"] for s in scores} == {"tool"}
     assert run.manifest.counts["judge"]["errors"] == 0
 
 
@@ -81,7 +80,7 @@ def test_every_request_refused_for_its_schema_is_asked_again_whatever_the_timing
 @pytest.mark.parametrize("mode", ["auto", "json_object", "tool", "prompt"])
 def test_phoenix_scores_on_a_server_that_answers_json_schema_with_500(mode, tmp_path):
     """Phoenix falls back to a tool call only on a 400: on llama-cpp-python's 500 it scored nothing.
-    In ``auto`` the gateway asks again in JSON mode; with the backend's option every request is sent
+    In ``auto`` the gateway asks again as a tool call; with the backend's option every request is sent
     in the mode chosen; Phoenix gets its answer as it asked for it either way."""
     options = {"phoenix": {"structured_output": mode}} if mode != "auto" else {}
     with StubJudge() as stub:
@@ -94,7 +93,7 @@ def test_phoenix_scores_on_a_server_that_answers_json_schema_with_500(mode, tmp_
     if mode == "auto":
         # the schema requests in flight when the first refusal came, each asked again; then JSON mode
         assert sent.count("schema") == len(refused(stub)) >= 1
-        assert sent.count("json_object") == 6 and set(sent) == {"schema", "json_object"}
+        assert sent.count("tool") == 6 and set(sent) == {"schema", "tool"}
     else:
         assert set(sent) == {mode} and not refused(stub)
         assert run.manifest.judge["structured_output"] == {"phoenix": mode}
@@ -133,10 +132,10 @@ def test_a_mode_the_server_refuses_is_one_call_and_says_so(tmp_path):
             assert "Input should be 'text' or 'json_object'" in error["message"]
             assert gw.usage().retries == 0
             assert gw.failure("b", "m", "c")[0] == "structured_output"
-            # the same request of a backend left on auto: asked again in JSON mode, answered
+            # the same request of a backend left on auto: asked again as a tool call, answered
             r = c.post(gw.base_url("other", "m", "c", in_process=True) + "/chat/completions", json=body)
             assert r.status_code == 200 and json.loads(r.json()["choices"][0]["message"]["content"])
-            assert r.json()["ragbridge_structured_output"] == "json_object"
+            assert r.json()["ragbridge_structured_output"] == "tool"
 
 
 def test_a_transient_500_is_still_retried_and_a_deterministic_one_is_not(tmp_path):
@@ -246,12 +245,12 @@ def test_judge_check_says_which_modes_the_server_takes_and_which_it_will_use(tmp
     text = " ".join(shown.stdout.split())
     assert "schema: refused, HTTP 500 (1 validation error: {'type': 'literal_error'" in text
     assert "json_object: taken" in text and "tool: taken" in text and "prompt: taken" in text
-    assert "when the server refuses that, in json_object" in text
+    assert "when the server refuses that, in tool" in text
     assert "one judge-sized call took" in text and "suit this judge" in text
     doc = json.loads(as_json.stdout)
     modes = doc["structured_output"]["modes"]
     assert modes["schema"]["status"] == "refused" and "Input should be 'text'" in modes["schema"]["said"]
-    assert doc["structured_output"]["auto"] == "json_object"
+    assert doc["structured_output"]["auto"] == "tool"
     assert doc["timed_call"]["http"] == 200 and doc["timed_call"]["prompt_tokens"] > 300
     assert (doc["proposed"]["timeout"], doc["proposed"]["max_concurrency"]) == (120.0, 8)
     assert quick.returncode == 0 and "structured output" not in quick.stdout

@@ -88,7 +88,7 @@ def test_judge_check_finds_json_mode_and_the_judged_backends_score_through_it(se
     assert check.returncode == 0, check.stderr
     doc = json.loads(check.stdout)
     assert doc["structured_output"]["modes"]["schema"]["status"] == "refused"
-    assert doc["structured_output"]["auto"] == "json_object"
+    assert doc["structured_output"]["auto"] == "tool"
     assert doc["timed_call"]["http"] == 200 and doc["proposed"]["timeout"] >= 120
     backends = [b for b in ("rubric", "phoenix", "deepeval", "ragas", "trulens")
                 if get_backends()[b].available()]

@@ -219,18 +219,17 @@ def rejects_json_schema(body, n):
 
 def test_an_endpoint_without_json_schema_gets_asked_in_a_mode_it_takes():
     """An endpoint that refuses every response_format (400): the gateway asks the same request again
-    in JSON mode (refused too), then as a forced tool call, which it takes; the rubric gets its JSON
-    object as it asked for it and records the mode it was asked in."""
+    as a forced tool call, which it takes; the rubric gets its JSON object as it asked for it and
+    records the mode it was asked in."""
     with CannedJudge(rejects_json_schema) as canned:
         s = score(canned)
     assert s.error is None and s.value == 1.0 and s.native_value["structured"] == "tool"
-    assert [b.get("response_format", {}).get("type") for b in canned.bodies] == ["json_schema", "json_object",
-                                                                                   None]
-    assert canned.bodies[2]["tool_choice"]["function"]["name"] == canned.bodies[0]["response_format"][
+    assert [b.get("response_format", {}).get("type") for b in canned.bodies] == ["json_schema", None]
+    assert canned.bodies[1]["tool_choice"]["function"]["name"] == canned.bodies[0]["response_format"][
         "json_schema"]["name"]
     schema = canned.bodies[0]["response_format"]["json_schema"]["schema"]
     assert schema["properties"]["score"]["enum"] == [1, 2, 3, 4, 5]
-    assert canned.bodies[2]["tools"][0]["function"]["parameters"] == schema
+    assert canned.bodies[1]["tools"][0]["function"]["parameters"] == schema
     with CannedJudge(rejects_json_schema) as canned:  # asked for plain prompts: no schema is ever sent
         assert score(canned, structured="prompt").native_value["structured"] == "prompt"
     assert ["response_format" in b or "tools" in b for b in canned.bodies] == [False]

@@ -48,8 +48,10 @@ __all__ = ["MODES", "FALLBACK", "Ask", "ask_of", "reshape", "as_asked", "rejects
 
 #: every mode a backend's ``structured_output`` may name
 MODES = ("auto", "schema", "json_object", "tool", "prompt")
-#: what ``auto`` tries after a refusal, in this order (the most constrained first)
-FALLBACK = ("schema", "json_object", "tool", "prompt")
+#: what ``auto`` tries after a refusal, in this order: a forced tool call is OpenAI's own and carries the
+#: schema (what Phoenix and instructor fall back to themselves), JSON mode's schema is an extension
+#: some servers ignore, the prompt alone constrains nothing
+FALLBACK = ("schema", "tool", "json_object", "prompt")
 #: the field of an answer that says which mode the gateway asked in (only when it reshaped the request)
 USED_FIELD = "ragbridge_structured_output"
 
