@@ -278,3 +278,31 @@ def test_the_proposal_covers_the_largest_call_behind_the_others(seconds, slots, 
     cfg = JudgeConfig(model="m", base_url=url)
     p = propose(cfg, {"seconds": seconds, "slots": slots})
     assert (p["timeout"], p["max_concurrency"]) == (timeout, concurrency)
+
+
+def test_the_audit_log_separates_waiting_for_a_slot_from_the_call(tmp_path):
+    """One call in flight at a time, three asked at once, each taking 0.4 s at the judge: each line's
+    ``seconds`` is its wait for the slot plus its call, and the log says which is which."""
+    import threading
+
+    with StubJudge(latency=0.4) as stub:
+        cfg = JudgeConfig(model="m", base_url=stub.base_url, cache_mode="off", max_concurrency=1)
+        with JudgeGateway(cfg, audit_log=tmp_path / "audit.jsonl") as gw:
+            start = threading.Barrier(3)
+
+            def ask(i: int) -> None:
+                with httpx.Client(transport=gw.transport(), timeout=60) as c:
+                    start.wait()
+                    c.post(gw.base_url("b", "m", f"c{i}", in_process=True) + "/chat/completions",
+                           json={"model": "m", "messages": [{"role": "user", "content": f"question {i}"}]})
+
+            threads = [threading.Thread(target=ask, args=(i,)) for i in range(3)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+    lines = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert len(lines) == 3 and all(0.35 < x["call_seconds"] < 5 for x in lines)
+    waits = sorted(x["wait_seconds"] for x in lines)
+    assert waits[0] < 0.2 and 0.3 < waits[1] and 0.7 < waits[2]  # at once, behind one call, behind two
+    assert all(x["seconds"] >= x["wait_seconds"] + x["call_seconds"] - 0.01 for x in lines)
