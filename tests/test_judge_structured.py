@@ -149,6 +149,36 @@ def test_a_transient_500_is_still_retried_and_a_deterministic_one_is_not(tmp_pat
             assert r.status_code == 200 and len(stub.posts()) == 2
 
 
+def test_the_same_500_twice_is_not_asked_for_a_third_time():
+    """A server that fails on a request answers it the same way each time: after a second answer
+    word for word like the first, the request is not sent four more times with backoff."""
+    with StubJudge() as stub:
+        cfg = JudgeConfig(model="m", base_url=f"{stub.url}/hostile/same-500/v1", cache_mode="off",
+                          max_retries=5)
+        with JudgeGateway(cfg) as gw, httpx.Client(transport=gw.transport()) as c:
+            gw_forwarder_backoff(gw)
+            r = c.post(gw.base_url("b", "m", "c", in_process=True) + "/chat/completions",
+                       json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+            assert r.status_code == 500 and len(stub.posts()) == 2
+            assert gw.failure("b", "m", "c") == ("rejected", "ragbridge stub: this request fails")
+
+
+@needs_backend("deepeval")
+def test_deepeval_scores_on_llama_cpp_python(tmp_path):
+    """DeepEval sends its prompt as a list of text parts, which a GGUF's chat template cannot join
+    (HTTP 500, every time), and, for a model it knows, a json_schema response format (HTTP 500 too):
+    the text is sent as one string, the schema as a tool call."""
+    with StubJudge() as stub:
+        cfg = JudgeConfig(model="gpt-4o-mini", base_url=llama_cpp_python(stub),
+                          cache_path=tmp_path / "c.sqlite")
+        evaluate(cases(2), backends=["deepeval"], metrics=["faithfulness"], out=tmp_path / "run",
+                 judge=cfg)
+        answered = [p for p in stub.posts() if p.fault != "rejected" and p.body.get("max_tokens") != 1]
+    scores = load_run(tmp_path / "run").scores
+    assert [s.error for s in scores if s.error] == [] and all(s.value is not None for s in scores)
+    assert answered and all(isinstance(m["content"], str) for p in answered for m in p.body["messages"])
+
+
 def gw_forwarder_backoff(gw: JudgeGateway) -> None:
     gw._pipeline.forwarder.backoff_base = 0.01
 

@@ -35,6 +35,7 @@ CAUSES = {
 #: a score's error that says the judge's reply could not be used (not JSON, a value out of range, cut
 #: off), as ragbridge's rubric and the libraries word it
 _REPLY = re.compile(r"unusable reply|not one JSON object|JSONDecodeError|Expecting value|ValidationError"
+                    r"|invalid JSON|Unterminated string|Extra data"
                     r"|invalid label|received invalid label|not a chat completion|max_tokens|finish_reason"
                     r"|could not parse|failed to parse|OutputParserException|InstructorRetryException"
                     r"|No tool calls|returned no content|None content", re.I)

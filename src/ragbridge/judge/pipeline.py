@@ -174,7 +174,8 @@ class Pipeline:
                          model: Optional[str]) -> Result:
         """The request upstream in its backend's structured-output mode (see the module docstring):
         one or more forwards, the attempts, waits and unanswered attempts of all of them summed."""
-        ask = ask_of(body) if endpoint == "chat/completions" else None
+        streamed = isinstance(body, dict) and bool(body.get("stream"))
+        ask = ask_of(body) if endpoint == "chat/completions" and not streamed else None  # a stream: as sent
         mode = self.config.structured_output_for(tag.backend) if ask is not None else "auto"
         identity = self.endpoint(endpoint).identity
         used = mode if mode != "auto" else self._working(identity, ask)
@@ -183,9 +184,8 @@ class Pipeline:
             sending = reshape(body, ask, used) if ask is not None and used is not None else body
             shaped = shape_body(self.config, endpoint, sending)
             data = raw if shaped is body else json.dumps(shaped, ensure_ascii=False).encode("utf-8")
-            res = self._forward("POST", endpoint, data, repeat=tag.repeat, model=model,
-                                stream=isinstance(body, dict) and bool(body.get("stream")), tag=tag,
-                                again=bool(made))
+            res = self._forward("POST", endpoint, data, repeat=tag.repeat, model=model, stream=streamed,
+                                tag=tag, again=bool(made))
             made.append(res)
             if (ask is None or mode != "auto" or 200 <= res.status < 300 or res.cache == "budget"
                     or not rejects_structured_output(res.status, res.body)):

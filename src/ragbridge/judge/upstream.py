@@ -15,7 +15,9 @@ of a millisecond) is nothing beside a judge's hundreds: benchmarks/README.md.
 the dialect, key and headers) on its transport. :class:`Forwarder` is the policy, the same for every
 upstream: the bound on requests in flight, the requests-per-minute limit (:class:`RateLimiter`), and
 the retries of 429, 5xx, connection errors, timeouts and 2xx bodies that are not JSON, with
-exponential backoff and full jitter, honouring ``Retry-After`` (:func:`parse_retry_after`).
+exponential backoff and full jitter, honouring ``Retry-After`` (:func:`parse_retry_after`); not of
+what the judge would answer the same request again: a refusal by its request validation
+(`ragbridge.judge.structured.deterministic`), or a 500 whose body is the one the attempt before got.
 """
 
 from __future__ import annotations
@@ -367,6 +369,7 @@ class Forwarder:
         last = Result(502, error_body(f"ragbridge judge gateway: no attempt made to {public}"))
         unanswered = 0
         waited = called = 0.0
+        previous: Optional[bytes] = None  # the body of the attempt before, when it was a 500
         for attempt in range(1, cfg.max_retries + 2):
             if self.closing.is_set():
                 return Result(503, error_body("ragbridge judge gateway is shut down"), attempts=attempt - 1,
@@ -443,9 +446,13 @@ class Forwarder:
                 last = Result(reply.status, reply.body or error_body(f"upstream HTTP {reply.status}"),
                               content_type=(reply.content_type or "application/json") if reply.body
                               else "application/json", cause=_cause_of(reply.status, reply.body))
-                # what the judge would answer the same request again (its request validation) is not
-                # asked again, whatever its status: only what can change is retried
-                if reply.status not in RETRY_STATUSES or deterministic(reply.status, reply.body):
+                # what the judge would answer the same request again (its request validation, or the
+                # same 500 twice in a row) is not asked again: only what can change is retried
+                same = reply.status == 500 and previous == reply.body
+                previous = reply.body if reply.status == 500 else None
+                if same:
+                    last.cause = "rejected"
+                if reply.status not in RETRY_STATUSES or same or deterministic(reply.status, reply.body):
                     last.attempts, last.unanswered = attempt, unanswered
                     last.wait_seconds, last.call_seconds = waited, called
                     return last

@@ -37,7 +37,9 @@ cpp-python ``{"detail": "Not Found"}``); ``response_format``  (``--api_key``): 4
            other than ``text`` or ``json_object`` (OpenAI  embeddings: 500 (a server started
            structured outputs, ``json_schema``): HTTP 500, without ``--embedding``); lists its one
            its request validation's words as the message   model by its path
-           (`LLAMA_CPP_PYTHON_REJECTION`); a forced tool and
+           (`LLAMA_CPP_PYTHON_REJECTION`); a message whose
+           content is a list of parts: HTTP 500 (a GGUF's
+           chat template joins strings); a forced tool and
            ``json_object`` with a ``schema`` are taken
 anthropic  ``/v1/...``; no ``/v1/embeddings`` (404)       ``x-api-key`` or Bearer; Anthropic's error
                                                           shape (``authentication_error``)
@@ -239,6 +241,11 @@ def _llama_cpp_python(r: Request) -> Outcome:
         return Rejected(404, {"detail": "Not Found"})
     if endpoint == "embeddings" and r.method == "POST":
         return _llama_cpp_python_error("Llama model must be created with embedding=True to call this method")
+    messages = r.body.get("messages") if isinstance(r.body, dict) else None
+    if endpoint == "chat/completions" and any(isinstance(m, dict) and isinstance(m.get("content"), list)
+                                              for m in messages or ()):
+        # a model's own chat template (the GGUF's) joins the contents as strings
+        return _llama_cpp_python_error('can only concatenate str (not "list") to str')
     fmt = r.body.get("response_format") if isinstance(r.body, dict) else None
     if endpoint == "chat/completions" and isinstance(fmt, dict) and fmt.get("type") not in ("text",
                                                                                           "json_object"):

@@ -39,18 +39,17 @@ probability ``noise``, drawn per request and per repeat (the ``X-Ragbridge-Repea
 gateway sends), so repeats of one request differ while a replay of one repeat does not (see
 :mod:`ragbridge.stub.responders`).
 
-``latency`` is the response time of every POST: the stub computes its answer, then sleeps for
-whatever is left of ``latency``.
+``latency`` is the response time of every POST (a refusal's too): the stub computes its answer, then
+sleeps for whatever is left of ``latency``.
 
 ``log`` (a file path; ``--log`` on the command line) appends one JSON line per answered POST:
 ``route``, ``start`` and ``end`` (Unix time), ``in_flight`` (POSTs in flight when it arrived, itself
 included), ``status`` and ``response_sha256`` (of the body sent), so a benchmark can tell how many
 calls were in flight at once and which call was answered when.
 
-For tests that need a defined order of events rather than a race, :meth:`StubJudge.hold` keeps
-every POST that arrives in flight (received, recorded, counted in ``in_flight``) until
-:meth:`StubJudge.release`, and :meth:`StubJudge.wait_for_requests` waits until a number of POSTs
-have arrived.
+For tests that need a defined order of events rather than a race, :meth:`StubJudge.hold` keeps every
+POST that arrives in flight (received, recorded, counted in ``in_flight``) until :meth:`StubJudge.release`,
+and :meth:`StubJudge.wait_for_requests` waits until a number of POSTs have arrived.
 
 Run it in the foreground with ``python -m ragbridge.testing.stub_judge --port 8808 --latency 0.1``.
 """
@@ -169,7 +168,7 @@ class _Handler(FastRequestHandler):
             if isinstance(outcome, Rejected):
                 stub._record(StubRequest(method, path, body, fault="rejected", headers=headers,
                                          dialect=first))
-                stub._sleep(stub.latency if method == "POST" else 0)  # the response time, a refusal's too
+                stub._sleep(stub.latency if method == "POST" else 0)
                 self._send(outcome.status, outcome.payload)
                 return
             route = outcome.route
@@ -239,8 +238,9 @@ class _Handler(FastRequestHandler):
             if fault == "429":
                 status, payload = 429, _err("ragbridge stub: rate limited (injected)", "rate_limit_error")
                 reply_headers = {"Retry-After": _fmt_num(stub.retry_after)}
-            elif fault == "500":
-                status, payload = 500, _err("ragbridge stub: internal error (injected)", "server_error")
+            elif fault in ("500", "same-500"):  # "500": named by a request id, as a real server's
+                words = "this request fails" if fault == "same-500" else f"internal error (injected) {t0}"
+                status, payload = 500, _err(f"ragbridge stub: {words}", "server_error")
             elif fault == "garbage":
                 payload = b"<html>ragbridge stub: this is not JSON</html>"
             elif fault is not None and fault.startswith("echo-key"):
