@@ -96,7 +96,7 @@ def test_phoenix_scores_on_a_server_that_answers_json_schema_with_500(mode, tmp_
         assert sent.count("tool") == 6 and set(sent) == {"schema", "tool"}
     else:
         assert set(sent) == {mode} and not refused(stub)
-        assert run.manifest.judge["structured_output"] == {"phoenix": mode}
+        assert run.manifest.options["backend_options"]["phoenix"] == {"structured_output": mode}
 
 
 @needs_backend("phoenix")
@@ -121,9 +121,9 @@ def test_a_mode_the_server_refuses_is_one_call_and_says_so(tmp_path):
                 "name": "verdict", "strict": True, "schema": {"type": "object", "properties": {
                     "ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}}}}
     with StubJudge() as stub:
-        cfg = JudgeConfig(model="m", base_url=llama_cpp_python(stub), cache_mode="off",
-                          structured_output={"b": "schema"})
-        with JudgeGateway(cfg) as gw, httpx.Client(transport=gw.transport()) as c:
+        cfg = JudgeConfig(model="m", base_url=llama_cpp_python(stub), cache_mode="off")
+        gateway = JudgeGateway(cfg, structured_output={"b": "schema"})  # backend b's option, as a run sets it
+        with gateway as gw, httpx.Client(transport=gw.transport()) as c:
             r = c.post(gw.base_url("b", "m", "c", in_process=True) + "/chat/completions", json=body)
             assert r.status_code == 500 and len(stub.posts()) == 1
             error = r.json()["error"]
@@ -161,6 +161,73 @@ def test_the_same_500_twice_is_not_asked_for_a_third_time():
                        json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
             assert r.status_code == 500 and len(stub.posts()) == 2
             assert gw.failure("b", "m", "c") == ("rejected", "ragbridge stub: this request fails")
+
+
+def test_500s_that_change_are_retried_to_max_retries_and_the_same_one_twice_ends_it():
+    """The repeat rule, attempt by attempt: 500s whose words differ (a server that names each request,
+    as the stub's injected ones do) are retried until one is answered, or max_retries is spent; a 500
+    word for word like the one before ends the call at once, whatever retries are left."""
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    with StubJudge() as stub:
+        cfg = JudgeConfig(model="m", base_url=stub.base_url, cache_mode="off", max_retries=5)
+        with JudgeGateway(cfg) as gw, httpx.Client(transport=gw.transport()) as c:
+            gw_forwarder_backoff(gw)
+            stub.inject("500", "500", "500")
+            r = c.post(gw.base_url("b", "m", "c1", in_process=True) + "/chat/completions", json=chat)
+            assert r.status_code == 200 and len(stub.posts()) == 4  # three changing 500s, then the answer
+            stub.inject(*["500"] * 6)
+            r = c.post(gw.base_url("b", "m", "c2", in_process=True) + "/chat/completions", json=chat)
+            assert r.status_code == 500 and len(stub.posts()) == 4 + 6  # every attempt max_retries gives
+            assert gw.failure("b", "m", "c2")[0] == "server_error"
+    with StubJudge() as stub:  # the same words: two attempts, then the request is the server's to fix
+        cfg = JudgeConfig(model="m", base_url=f"{stub.url}/hostile/same-500/v1", cache_mode="off",
+                          max_retries=1)
+        with JudgeGateway(cfg) as gw, httpx.Client(transport=gw.transport()) as c:
+            r = c.post(gw.base_url("b", "m", "c", in_process=True) + "/chat/completions", json=chat)
+            assert r.status_code == 500 and len(stub.posts()) == 2  # max_retries 1: the same two
+    with StubJudge() as stub:
+        cfg = JudgeConfig(model="m", base_url=f"{stub.url}/hostile/same-500/v1", cache_mode="off",
+                          max_retries=0)
+        with JudgeGateway(cfg) as gw, httpx.Client(transport=gw.transport()) as c:
+            r = c.post(gw.base_url("b", "m", "c", in_process=True) + "/chat/completions", json=chat)
+            assert r.status_code == 500 and len(stub.posts()) == 1
+            assert gw.failure("b", "m", "c")[0] == "server_error"  # once is not yet "the same again"
+
+
+@pytest.mark.parametrize("content, sent", [
+    ([{"type": "text", "text": "Is it so?"}], "Is it so?"),
+    ([{"type": "text", "text": "Context: a."}, {"type": "text", "text": "Is it so?"}],
+     "Context: a.\nIs it so?"),
+])
+def test_a_message_of_text_parts_goes_upstream_as_one_string(content, sent):
+    """DeepEval and the OpenAI client send a prompt as a list of text parts; llama-cpp-python fills its
+    GGUF's chat template from the content and answers such a list with HTTP 500, every time. The
+    gateway sends the same text as one string; the server answers."""
+    body = {"model": "m", "messages": [{"role": "system", "content": "Judge."},
+                                       {"role": "user", "content": content}]}
+    with StubJudge() as stub:
+        cfg = JudgeConfig(model="m", base_url=llama_cpp_python(stub), cache_mode="off")
+        with JudgeGateway(cfg) as gw, httpx.Client(transport=gw.transport()) as c:
+            r = c.post(gw.base_url("b", "m", "c", in_process=True) + "/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        [post] = stub.posts()
+    assert post.body["messages"] == [{"role": "system", "content": "Judge."},
+                                     {"role": "user", "content": sent}]
+
+
+def test_a_message_with_other_parts_than_text_is_sent_as_it_is():
+    """An image part (or any part that is not text) has no string form: the list goes as the library
+    made it, and llama-cpp-python's refusal of it comes back, not retried."""
+    parts = [{"type": "text", "text": "What is in it?"},
+             {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]
+    body = {"model": "m", "messages": [{"role": "user", "content": parts}]}
+    with StubJudge() as stub:
+        cfg = JudgeConfig(model="m", base_url=llama_cpp_python(stub), cache_mode="off", max_retries=3)
+        with JudgeGateway(cfg) as gw, httpx.Client(transport=gw.transport()) as c:
+            gw_forwarder_backoff(gw)
+            r = c.post(gw.base_url("b", "m", "c", in_process=True) + "/chat/completions", json=body)
+        assert r.status_code == 500 and "can only concatenate str" in r.text
+        assert [p.body["messages"][0]["content"] for p in stub.posts()] == [parts, parts]  # the same twice
 
 
 @needs_backend("deepeval")

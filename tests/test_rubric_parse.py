@@ -231,14 +231,14 @@ def test_an_endpoint_without_json_schema_gets_asked_in_a_mode_it_takes():
     assert schema["properties"]["score"]["enum"] == [1, 2, 3, 4, 5]
     assert canned.bodies[1]["tools"][0]["function"]["parameters"] == schema
     with CannedJudge(rejects_json_schema) as canned:  # asked for plain prompts: no schema is ever sent
-        assert score(canned, structured="prompt").native_value["structured"] == "prompt"
+        assert score(canned, structured_output="prompt").native_value["structured"] == "prompt"
     assert ["response_format" in b or "tools" in b for b in canned.bodies] == [False]
     # and the system prompt alone asks for the JSON object, with the reason before the score
     system = canned.bodies[0]["messages"][0]["content"]
     assert "Reply with only a JSON object" in system
     assert system.index('"reason":') < system.index('"score":')
-    with CannedJudge(rejects_json_schema) as canned:  # insisting on json_schema: the endpoint's error, said
-        s = score(canned, structured="json_schema")
+    with CannedJudge(rejects_json_schema) as canned:  # insisting on a schema: the endpoint's error, said
+        s = score(canned, structured_output="schema")
     assert len(canned.bodies) == 1
     assert s.error == ("rubric answer_relevance: the judge answered HTTP 400: ragbridge judge gateway: the "
                        "judge refuses a JSON object asked for in mode 'schema' (the structured_output of "
@@ -246,10 +246,11 @@ def test_an_endpoint_without_json_schema_gets_asked_in_a_mode_it_takes():
 
 
 @pytest.mark.parametrize("opts, message", [
-    ({"structure": "prompt"}, "unknown rubric backend option 'structure'"),
-    ({"structured": "xml"}, "structured must be one of auto, json_schema, prompt, got 'xml'"),
-    ({"retries": -1}, "retries must be an integer of at least 0, got -1"),
-    ({"concurrency": "4"}, "concurrency must be an integer of at least 1, got '4'"),
+    ({"structure": "prompt"}, "the rubric backend has no option 'structure'"),
+    ({"structured_output": "xml"},
+     "rubric.structured_output must be one of auto, schema, json_object, tool, prompt, got 'xml'"),
+    ({"retries": -1}, "rubric.retries must be a whole number of at least 0, got -1"),
+    ({"concurrency": "4"}, "rubric.concurrency must be a whole number of at least 1, got '4'"),
 ])
 def test_a_bad_option_stops_the_run_before_it_starts(tmp_path, opts, message):
     from ragbridge import RunError

@@ -5,6 +5,7 @@ and `ragbridge.commands.JudgeOptions.load`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -93,7 +94,8 @@ def judge_check(
             timed = time_call(cfg, used or "prompt", CHECK_SECONDS)
         except Exception as exc:
             fail(f"the judge answered the check, then failed: {cli_text(exc)}")
-        result.update(structured_output={"modes": probed, "auto": used, "configured": cfg.structured_output},
+        configured = {"*": cfg.structured_output, **_backend_modes(judge.config)}
+        result.update(structured_output={"modes": probed, "auto": used, "configured": configured},
                       timed_call=timed)
         if 200 <= timed["http"] < 300:
             result["proposed"] = propose(cfg, timed)
@@ -110,6 +112,18 @@ def judge_check(
         print_lines(out, _check_lines(cfg, result))
 
 
+def _backend_modes(config_file: Optional[Path]) -> dict[str, str]:
+    """The backends whose ``structured_output`` the config files set (``[backends.NAME]``), with it."""
+    from ..options import OptionError, config_tables
+
+    try:
+        tables = config_tables("backends", config_file)
+    except OptionError:
+        return {}  # a run says what is wrong with them
+    return {name: table["structured_output"] for _, backends in tables for name, table in backends.items()
+            if isinstance(table.get("structured_output"), str)}
+
+
 def _check_lines(cfg, result: dict) -> list[str]:
     """What the probes and the timed call found, and the settings they suggest."""
     structured = result["structured_output"]
@@ -123,15 +137,15 @@ def _check_lines(cfg, result: dict) -> list[str]:
     used = structured["auto"]
     lines.append(f"  auto (the default) sends each request as its library asks and, when the server refuses "
                  f"that, in {used}" if used else "  the server refuses every mode: set structured_output")
-    configured = structured["configured"]
-    chosen = {"*": configured} if isinstance(configured, str) else configured
-    for backend, mode in chosen.items():
+    for backend, mode in structured["configured"].items():
         found = structured["modes"].get(mode)
         if found is not None and found["status"] != "taken":
             who = "every backend" if backend == "*" else backend
             lines.append(f"  warning: {who} is set to {mode}, which the server did not take: choose one "
-                         "it takes (structured_output in [judge] of ragbridge.toml, "
-                         "--judge-structured-output, or the backend option structured_output)")
+                         "it takes (" + ("structured_output in [judge] of ragbridge.toml or "
+                                         "--judge-structured-output" if backend == "*" else
+                                         f"structured_output in [backends.{backend}] of ragbridge.toml or "
+                                         f"--option {backend}.structured_output=MODE") + ")")
     timed = result["timed_call"]
     tokens = (f" ({timed['prompt_tokens']} prompt + {timed['completion_tokens']} completion tokens)"
               if timed.get("prompt_tokens") is not None else "")

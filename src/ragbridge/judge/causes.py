@@ -50,22 +50,21 @@ def cause_of(error: str, failure: Optional[tuple[str, str]]) -> tuple[str, str]:
     return ("unusable_reply" if _REPLY.search(text) else "other"), text
 
 
-def fix(cause: str, backend: str, config: Any) -> str:
+def fix(cause: str, backend: str, config: Any, mode: str = "auto") -> str:
     """What to change for a score of ``backend`` that failed for ``cause``, the judge's configuration
-    being ``config`` (its current values named)."""
+    being ``config`` and the backend's structured-output mode ``mode`` (their current values named)."""
     timeout = getattr(config, "timeout", None)
     concurrency = getattr(config, "max_concurrency", None)
-    mode = config.structured_output_for(backend) if hasattr(config, "structured_output_for") else "auto"
     if cause == "timeout":
         return (f"raise the judge's timeout (now {timeout:g} s: timeout in [judge] of ragbridge.toml, "
                 f"--judge-timeout, JudgeConfig(timeout=...)) or lower max_concurrency (now {concurrency}, "
                 "--max-concurrency): a call waits at the server for the calls ahead of it; "
                 "`ragbridge judge check` times one call and proposes both")
     if cause == "structured_output":
-        return (f"choose a structured-output mode the server takes for {backend} (now {mode!r}): the "
-                f"backend option structured_output ({backend}.structured_output), or structured_output "
-                "in [judge] of ragbridge.toml (--judge-structured-output); `ragbridge judge check` lists "
-                "the modes the server takes")
+        return (f"choose a structured-output mode the server takes for {backend} (now {mode!r}): "
+                f"--option {backend}.structured_output=MODE ([backends.{backend}] in ragbridge.toml), or "
+                "for every backend structured_output in [judge] (--judge-structured-output); `ragbridge "
+                "judge check` lists the modes the server takes")
     if cause == "rate_limited":
         return ("set requests_per_minute in [judge] of ragbridge.toml (--requests-per-minute) to the "
                 f"judge's limit, or lower max_concurrency (now {concurrency}); then run the same command "

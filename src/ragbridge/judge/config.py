@@ -19,13 +19,14 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Iterable, Literal, Optional, Union
+from typing import Any, Iterable, Literal, Optional
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import UserError
 from ..limits import MAX_CONCURRENCY, MAX_RETRIES, MAX_TIMEOUT, REQUESTS_PER_MINUTE
+from .structured import StructuredMode
 
 #: the gateway's backoff between attempts (full jitter, seconds): what client_timeout() outlasts
 BACKOFF_BASE = 0.5
@@ -42,8 +43,6 @@ _CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|passw|cookie|session|sig
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 #: what run.json and every output show for a header's secret value
 SECRET = "[secret]"
-#: how a request that asks for a JSON object is sent (`ragbridge.judge.structured.MODES`)
-StructuredMode = Literal["auto", "schema", "json_object", "tool", "prompt"]
 
 
 class JudgeError(UserError):
@@ -155,8 +154,8 @@ class JudgeConfig(BaseModel):
     ``{"options": {"num_ctx": 8192}}``). They are part of the cache key.
 
     ``structured_output`` is how a request that asks for a JSON object is sent (``auto``, ``schema``,
-    ``json_object``, ``tool`` or ``prompt``: `ragbridge.judge.structured`), for every backend or per
-    backend name (``{"phoenix": "tool"}``; a backend's option ``structured_output`` sets its own).
+    ``json_object``, ``tool`` or ``prompt``: `ragbridge.judge.structured`), for every backend but one
+    whose option ``structured_output`` sets its own (`ragbridge.judged_backend.JudgedOptions`).
 
     ``max_tokens`` is for the backends to pass to their libraries (a library's own default of 1024 can
     truncate long verdict lists). ``cache_path = None`` means no cache.
@@ -199,9 +198,9 @@ class JudgeConfig(BaseModel):
     max_tokens: Optional[int] = Field(None, ge=1)
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
     currency: str = "USD"
-    #: how a request that asks for a JSON object is sent (`ragbridge.judge.structured`): one mode for
-    #: every backend, or a mode per backend name (the others ``auto``)
-    structured_output: Union[StructuredMode, dict[str, StructuredMode]] = "auto"
+    #: how a request that asks for a JSON object is sent (`ragbridge.judge.structured`), for every
+    #: backend whose own option ``structured_output`` is unset
+    structured_output: StructuredMode = "auto"
 
     @field_validator("base_url", "embedding_base_url")
     @classmethod
@@ -312,12 +311,6 @@ class JudgeConfig(BaseModel):
         """``headers`` as they may be shown: every value not named public replaced by ``[secret]``."""
         return {name: value if self.is_public_header(name) else SECRET
                 for name, value in self.headers.items()}
-
-    def structured_output_for(self, backend: Optional[str]) -> str:
-        """The structured-output mode of ``backend``'s requests (`ragbridge.judge.structured.MODES`)."""
-        if isinstance(self.structured_output, str):
-            return self.structured_output
-        return self.structured_output.get(backend or "", "auto")
 
     def client_timeout(self) -> float:
         """A library-side timeout that outlasts the gateway's own retries."""

@@ -82,9 +82,12 @@ class JudgeGateway(JudgeClient):
     backoff_cap: float = BACKOFF_CAP
 
     def __init__(self, config: JudgeConfig, audit_log: Optional[Path] = None, *,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", structured_output: Optional[Mapping[str, str]] = None) -> None:
         super().__init__()
         self.config = config
+        #: the backends that ask for a JSON object in a mode of their own (their option
+        #: ``structured_output``), by name: the others ask as ``config.structured_output`` says
+        self.structured_output = dict(structured_output or {})
         #: the socket's address (settable until the socket opens; see the class docstring)
         self.host = host
         self.audit_log = Path(audit_log) if audit_log is not None else None
@@ -124,7 +127,8 @@ class JudgeGateway(JudgeClient):
                                   simulated=self.simulate is not None)
         self._pipeline = Pipeline(cfg, self._endpoints, store=store, ledger=self.ledger,
                                   forwarder=forwarder, upstreams=upstreams, redactor=self.redactor,
-                                  simulate=self.simulate, closing=self._closing)
+                                  simulate=self.simulate, closing=self._closing,
+                                  mode_for=self.structured_output_for)
         if self.audit_log is not None:
             self._audit = AuditLog(self.audit_log, self.redactor).open()
         # Worker threads of the async transport: enough for every request the libraries may have
@@ -242,6 +246,11 @@ class JudgeGateway(JudgeClient):
 
     def usage_by_tag(self) -> dict[CallTag, Usage]:
         return self.ledger.by_tag()
+
+    def structured_output_for(self, backend: Optional[str]) -> str:
+        """How ``backend``'s requests for a JSON object are sent (`ragbridge.judge.structured.MODES`):
+        its own mode, else the judge's."""
+        return self.structured_output.get(backend or "") or self.config.structured_output
 
     def failure(self, backend: str, metric: Optional[str] = None, case_id: Optional[str] = None,
                 repeat: int = 0) -> Optional[tuple[str, str]]:

@@ -38,8 +38,11 @@ class Pipeline:
     def __init__(self, config: JudgeConfig, endpoints: tuple[Endpoint, Endpoint], *,
                  store: Optional[ResponseStore], ledger: Ledger, forwarder: Forwarder,
                  upstreams: dict[Endpoint, Upstream], redactor: Redactor,
-                 simulate: Optional[Callable[[str, Any], Any]], closing: threading.Event) -> None:
+                 simulate: Optional[Callable[[str, Any], Any]], closing: threading.Event,
+                 mode_for: Optional[Callable[[Optional[str]], str]] = None) -> None:
         self.config = config
+        #: a backend's structured-output mode (`ragbridge.judge.JudgeGateway.structured_output_for`)
+        self.mode_for = mode_for or (lambda backend: config.structured_output)
         self.endpoints = endpoints
         self.store = store
         self.ledger = ledger
@@ -60,7 +63,7 @@ class Pipeline:
         """The path a request is filed under: with its backend's structured-output mode when that is
         not ``auto`` and the request may ask for a JSON object."""
         path = ResponseStore.path_of(endpoint, tag.repeat)
-        mode = self.config.structured_output_for(tag.backend)
+        mode = self.mode_for(tag.backend)
         if mode != "auto" and endpoint == "chat/completions" and (b'"response_format"' in raw
                                                                   or b'"tool_choice"' in raw):
             path += f"#structured={mode}"
@@ -176,7 +179,7 @@ class Pipeline:
         one or more forwards, the attempts, waits and unanswered attempts of all of them summed."""
         streamed = isinstance(body, dict) and bool(body.get("stream"))
         ask = ask_of(body) if endpoint == "chat/completions" and not streamed else None  # a stream: as sent
-        mode = self.config.structured_output_for(tag.backend) if ask is not None else "auto"
+        mode = self.mode_for(tag.backend) if ask is not None else "auto"
         identity = self.endpoint(endpoint).identity
         used = mode if mode != "auto" else self._working(identity, ask)
         made: list[Result] = []
@@ -224,7 +227,7 @@ class Pipeline:
         """What a request refused for its structured output says: the mode, the server's words, the fix."""
         from .structured import error_text
 
-        mode = self.config.structured_output_for(tag.backend)
+        mode = self.mode_for(tag.backend)
         said = error_text(res.body)[:300]
         how = ("in every mode ragbridge can ask in" if mode == "auto"
                else f"in mode {used!r} (the structured_output of backend {tag.backend or '?'})")

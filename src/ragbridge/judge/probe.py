@@ -59,8 +59,8 @@ def _gateway(cfg: JudgeConfig, modes: dict[str, str], timeout: float) -> Any:
     from .gateway import JudgeGateway
 
     probe_cfg = cfg.model_copy(update={"cache_mode": "off", "max_retries": 0, "timeout": timeout,
-                                       "structured_output": modes, "max_concurrency": 1})
-    return JudgeGateway(probe_cfg)
+                                       "max_concurrency": 1})
+    return JudgeGateway(probe_cfg, structured_output=modes)
 
 
 def _post(gw: Any, backend: str, body: dict, timeout: float) -> tuple[int, dict[str, Any], bytes]:

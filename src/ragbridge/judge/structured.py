@@ -41,13 +41,15 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Literal, Optional, get_args
 
-__all__ = ["MODES", "FALLBACK", "Ask", "ask_of", "reshape", "as_asked", "rejects_structured_output",
-           "deterministic", "USED_FIELD"]
+__all__ = ["StructuredMode", "MODES", "FALLBACK", "Ask", "ask_of", "reshape", "as_asked",
+           "rejects_structured_output", "deterministic", "USED_FIELD"]
 
-#: every mode a backend's ``structured_output`` may name
-MODES = ("auto", "schema", "json_object", "tool", "prompt")
+#: how a request that asks for a JSON object is sent: the judge's ``structured_output`` and a judged
+#: backend's option of that name (`ragbridge.judged_backend.JudgedOptions`) take one of these
+StructuredMode = Literal["auto", "schema", "json_object", "tool", "prompt"]
+MODES: tuple[str, ...] = get_args(StructuredMode)
 #: what ``auto`` tries after a refusal, in this order: a forced tool call is OpenAI's own and carries the
 #: schema (what Phoenix and instructor fall back to themselves), JSON mode's schema is an extension
 #: some servers ignore, the prompt alone constrains nothing

@@ -136,7 +136,6 @@ def register(cli) -> None:
         new_dir: Path = typer.Argument(..., help="New run folder (the same cases, other answers)."),
         metric: Optional[str] = typer.Option(None, "--metric", "-m", help="Rubric to compare by."),
         rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML); default: built-ins."),
-        structured: str = typer.Option("auto", "--structured", help="auto, json_schema or prompt."),
         seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
         resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples (at least 100)."),
         top: int = typer.Option(5, "--top", help="Cases to list on each side."),
@@ -156,8 +155,6 @@ def register(cli) -> None:
         from .pairwise import compare_runs
         from .rubrics import RubricError, load_rubrics
 
-        if structured not in ("auto", "json_schema", "prompt"):
-            fail(f"--structured must be auto, json_schema or prompt, got {structured!r}")
         if resamples < 100:
             fail(f"--resamples must be at least 100, got {resamples}")
         base, new = _run(base_dir, "base run"), _run(new_dir, "new run")
@@ -174,15 +171,11 @@ def register(cli) -> None:
         if cfg is None:
             fail("no judge configured: pass --judge-model and --judge-base-url, or set [judge] in "
                  "ragbridge.toml")
-        if structured != "auto":  # this command's gateway asks in that mode
-            from .parse import STRUCTURED
-
-            cfg = cfg.model_copy(update={"structured_output": STRUCTURED[structured]})
         gateway = JudgeGateway(cfg)
         try:
             gateway.preflight()
             gateway.start()
-            res = asyncio.run(compare_runs(base, new, rub, gateway, options={"structured": structured},
+            res = asyncio.run(compare_runs(base, new, rub, gateway,
                                            seed=seed, n_resamples=resamples))
         except Exception as exc:  # the judge cannot be used at all
             fail(str(exc))

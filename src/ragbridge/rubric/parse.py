@@ -36,10 +36,8 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only: a run without the rubr
     import httpx
 
 __all__ = ["ReplyError", "JudgeCallError", "Asker", "parse_object", "check_grade", "check_claims",
-           "check_verdicts", "check_winner", "STRUCTURED"]
+           "check_verdicts", "check_winner"]
 
-#: the values of the older option ``structured``, and the ``structured_output`` mode each stands for
-STRUCTURED = {"auto": "auto", "json_schema": "schema", "prompt": "prompt"}
 DEFAULT_RETRIES = 2
 _FENCE = re.compile(r"^```(?:json|JSON)?\s*\n(?P<body>.*)\n\s*```$", re.S)
 #: what the gateway's modes are called in a score's ``structured``
@@ -175,7 +173,6 @@ class Asker:
     def __post_init__(self) -> None:
         from ..judge.structured import MODES
 
-        self.mode = STRUCTURED.get(self.mode, self.mode)
         if self.mode not in MODES:
             raise ValueError(f"structured_output must be one of {', '.join(MODES)}, got {self.mode!r}")
 

@@ -203,9 +203,11 @@ class Recorder:
         one's case, metric and reason, and the fix (`ragbridge.judge.causes`)."""
         from ..judge.causes import CAUSES, fix
 
-        config = self.gateway.config if self.gateway is not None else None
+        gateway = self.gateway
+        config = gateway.config if gateway is not None else None
         rows = [{"backend": backend, "cause": cause, "what": CAUSES[cause], **entry,
-                 "fix": fix(cause, backend, config)}
+                 "fix": fix(cause, backend, config,
+                            gateway.structured_output_for(backend) if gateway is not None else "auto")}
                 for (backend, cause), entry in self.failures.items()]
         return sorted(rows, key=lambda r: (-r["scores"], r["backend"], r["cause"]))
 

@@ -47,9 +47,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from dataclasses import replace as dataclass_replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 from .. import __version__
 from ..backend import RunOptions, ScoringContext
@@ -64,7 +63,7 @@ from .executor import Executor
 from .folder import FINGERPRINT_OF, Run, RunFolder, now, this_process
 from .lifecycle import Job
 from .local_executor import LocalExecutor
-from .plan import Plan, RunError, plan_metrics
+from .plan import DEFAULT_BACKENDS, Plan, RunError, plan_metrics
 from .progress import progress_display
 from .recorder import Recorder
 from .request import RunRequest
@@ -83,7 +82,7 @@ def evaluate(
     backends: Sequence[str] | None = None,
     metrics: Sequence[str] | None = None,
     out: str | Path | None = None,
-    options: RunOptions | None = None,
+    options: RunOptions | Mapping[str, Any] | None = None,
     judge: Any = None,
     dataset_path: str | None = None,
     progress: Optional[bool] = None,
@@ -111,7 +110,7 @@ def evaluate(
     `evaluate_async` instead. Raises `RunError` for a run that cannot start and
     `ragbridge.formats.DatasetError` for bad cases, before anything is called or written.
     """
-    return run_sync(run(RunRequest(**locals())))
+    return run_sync(run(RunRequest.of(**locals())))
 
 
 async def evaluate_async(
@@ -119,7 +118,7 @@ async def evaluate_async(
     backends: Sequence[str] | None = None,
     metrics: Sequence[str] | None = None,
     out: str | Path | None = None,
-    options: RunOptions | None = None,
+    options: RunOptions | Mapping[str, Any] | None = None,
     judge: Any = None,
     dataset_path: str | None = None,
     progress: Optional[bool] = None,
@@ -144,15 +143,22 @@ async def evaluate_async(
     `ragbridge.formats.source.open_cases`), `Case` objects, any data `ragbridge.load_cases` reads (a
     list of dicts, a pandas DataFrame, a ``datasets.Dataset``, a library's own dataset or test-case
     objects), or a `CaseSource`. ``metrics`` are canonical names (``recall@5``,
-    ``faithfulness``; default: every metric of each backend). ``judge`` is a
-    ``ragbridge.judge.JudgeConfig``, needed only when a planned metric uses a judge. With ``out`` the
+    ``faithfulness``; default: every metric of each backend). ``options``: a `RunOptions` (``k``,
+    ``generator_model``, each backend's options), or only the backends' options by backend name,
+    ``{"native": {"gain": "exponential"}}`` (a backend's options model
+    in place of a mapping, too; ``ragbridge backends NAME`` lists them); each is checked against its
+    backend's options model before anything is read (`RunError` naming the backend and the option).
+    ``judge`` is a ``ragbridge.judge.JudgeConfig``, needed only when a planned metric uses a judge.
+    ``dataset_path``: the golden set's path that run.json records, when ``cases`` are not read from
+    it here. With ``out`` the
     run folder is written, and resumed if it already holds a run of the same cases (``overwrite``
     replaces it instead); when it holds a run of other cases (a case edited, added or removed since),
     ``changed_cases="rescore"`` keeps the scores of the unchanged cases and scores the changed and
     new ones (``manifest.counts["cases_changed"]`` says how many of each), ``"refuse"`` raises
     `RunError` (the command line's behaviour); the returned `Run` then reads its scores from the
     folder when asked for them. With ``target`` (a spec for `ragbridge.run.target.load_target`, or a
-    loaded `Target`) each case's chunks and answer come from calling the system under test first.
+    loaded `Target`) each case's chunks and answer come from calling the system under test first,
+    ``target_concurrency`` calls at once.
     ``progress``: a progress bar (`ragbridge.run.progress`); None, the default, shows one in a Jupyter
     notebook and nothing elsewhere.
     ``on_score`` is called with each score as it is recorded. Cases are scored ``batch_size`` at a
@@ -171,12 +177,17 @@ async def evaluate_async(
     that the chunks and quotes of span-labelled cases are placed against
     (`ragbridge.formats.corpus.SpanPlacer`; a `ragbridge.formats.DatasetError` for what cannot be).
     """
-    return await run(RunRequest(**locals()))
+    return await run(RunRequest.of(**locals()))
 
 
 async def run(request: RunRequest) -> Run:
     """Carry out ``request`` (the steps of the module docstring) and return the `Run`."""
-    request.check()
+    from ..options import OptionError
+
+    try:  # each backend's options as its model, checked before anything is read
+        options = request.run_options.resolved(get_backends(), request.backends or DEFAULT_BACKENDS)
+    except OptionError as exc:
+        raise RunError(str(exc), cli=exc.cli) from None
     with contextlib.ExitStack() as opened:
         corpus = request.corpus
         if corpus is not None:
@@ -187,12 +198,11 @@ async def run(request: RunRequest) -> Run:
         source = _case_source(request, corpus, opened)
         if not source.n_cases:
             raise RunError("no cases to evaluate")
-        options = request.run_options
         if source.span_cases and not options.span_labels:
-            options = dataclass_replace(options, span_labels=True)
+            options = options.model_copy(update={"span_labels": True})
         plan = plan_metrics(request.backends, request.metrics, options.k, options)
         judged, stub = _check_judge(plan, request.judge, preflight=not request.dry_run)
-        judge = _with_structured_output(request.judge, plan, options) if judged else None
+        judge = request.judge if judged else None
         executor = executor_for(request.executor)
         target = load_target(request.target) if isinstance(request.target, str) else request.target
         golden_fp = source.fingerprint
@@ -242,7 +252,7 @@ async def _score(request: RunRequest, plan: Plan, options: RunOptions, judge: An
     status, recorder, scored = "incomplete", None, False
     try:
         with contextlib.ExitStack() as closing:  # closed before the session's counts are final
-            gateway = _gateway(request, judge, folder, manifest, closing)
+            gateway = _gateway(request, judge, folder, manifest, closing, _structured_modes(plan, options))
             cache, reuse = None, None
             if judge is not None and request.score_cache:
                 from .score_cache import ScoreReuse, score_cache_for
@@ -309,15 +319,16 @@ def _case_source(request: RunRequest, corpus: Optional[Corpus], opened: contextl
 
 
 def _gateway(request: RunRequest, judge: Any, folder: Optional[RunFolder], manifest: RunManifest,
-             closing: contextlib.ExitStack) -> Any:
+             closing: contextlib.ExitStack, modes: dict[str, str]) -> Any:
     """The run's judge gateway (None when no planned metric needs a judge), closed with ``closing``:
-    its audit log in the folder, what earlier sessions spent counted, the budget or (a dry run) the
-    stub's answers set."""
+    the backends' own structured-output ``modes``, its audit log in the folder, what earlier sessions
+    spent counted, the budget or (a dry run) the stub's answers set."""
     if judge is None:
         return None
     from ..judge import JudgeGateway
 
-    gateway = JudgeGateway(judge, audit_log=folder.audit_path if folder else None)
+    gateway = JudgeGateway(judge, audit_log=folder.audit_path if folder else None,
+                           structured_output=modes)
     closing.callback(gateway.close)
     spent = dict(manifest.counts.get("judge", {}))
     retries = int(spent.get("retries") or 0)
@@ -336,27 +347,13 @@ def _gateway(request: RunRequest, judge: Any, folder: Optional[RunFolder], manif
     return gateway
 
 
-def _with_structured_output(judge: Any, plan: Plan, options: RunOptions) -> Any:
-    """``judge`` with each planned backend's ``structured_output`` option (`ragbridge.judge.structured`)
-    as its mode for that backend's requests; ``judge`` itself when no backend sets one."""
+def _structured_modes(plan: Plan, options: RunOptions) -> dict[str, str]:
+    """The planned backends that set their own ``structured_output`` (a judged backend's option,
+    `ragbridge.judged_backend.JudgedOptions`), with the mode each set: the gateway asks their requests
+    for a JSON object so, the others' as the judge's ``structured_output`` says."""
     registry = get_backends()
-    chosen = {}
-    for name in plan:
-        if not options.backend_options.get(name):  # no option of its own: the judge's mode
-            continue
-        mode_of = getattr(registry[name], "structured_output", None)
-        try:
-            mode = mode_of(options) if mode_of is not None else None
-        except ValueError as exc:
-            raise RunError(str(exc)) from None
-        if mode is not None and mode != judge.structured_output_for(name):
-            chosen[name] = mode
-    if not chosen:
-        return judge
-    modes = {name: judge.structured_output_for(name) for name in plan} | chosen
-    if not isinstance(judge.structured_output, str):
-        modes = {**judge.structured_output, **modes}
-    return judge.model_copy(update={"structured_output": modes})
+    chosen = {name: getattr(options.of(registry[name]), "structured_output", None) for name in plan}
+    return {name: mode for name, mode in chosen.items() if mode is not None}
 
 
 def executor_for(spec: Any) -> Executor:
