@@ -99,6 +99,36 @@ def test_phoenix_scores_on_a_server_that_answers_json_schema_with_500(mode, tmp_
         assert run.manifest.options["backend_options"]["phoenix"] == {"structured_output": mode}
 
 
+@pytest.mark.parametrize("where", ["--option", "ragbridge.toml", "--judge-structured-output"])
+def test_a_mode_is_chosen_from_the_command_line_and_the_config_file(where, tmp_path):
+    """A backend's mode is its option structured_output, reached as every backend option is
+    (``--option rubric.structured_output=...``, ``[backends.rubric]``); the judge's, for every backend
+    without one, is ``--judge-structured-output``. Each request goes to the server in that mode."""
+    (tmp_path / "cases.jsonl").write_text("".join(json.dumps(c.model_dump(mode="json")) + "\n"
+                                                  for c in cases(2)))
+    mode = {"--option": "json_object", "ragbridge.toml": "tool", "--judge-structured-output": "prompt"}[where]
+    chosen = {"--option": ["--option", f"rubric.structured_output={mode}"],
+              "--judge-structured-output": ["--judge-structured-output", mode]}.get(where, [])
+    if where == "ragbridge.toml":
+        (tmp_path / "ragbridge.toml").write_text(f'[backends.rubric]\nstructured_output = "{mode}"\n')
+    with StubJudge() as stub:
+        res = ragbridge_cli("run", "cases.jsonl", "--out", "run", "--backend", "rubric", "--metric",
+                            "answer_relevance", "--judge-model", "m", "--judge-base-url",
+                            llama_cpp_python(stub), "--cache-mode", "off", "--json", *chosen, cwd=tmp_path)
+        sent = kinds(stub)
+    assert res.returncode == 0, res.stderr
+    assert sent == [mode] * 2 and not refused(stub)
+    assert {s.native_value["structured"] for s in load_run(tmp_path / "run").scores} == {
+        "json_schema" if mode == "schema" else mode}
+    bad = ragbridge_cli("run", "cases.jsonl", "--out", "bad", "--backend", "rubric", "--judge-model", "m",
+                        "--judge-base-url", "http://127.0.0.1:9/v1", "--option",
+                        "rubric.structured_output=xml", cwd=tmp_path)
+    assert bad.returncode == 2
+    assert ("rubric.structured_output must be one of auto, schema, json_object, tool, prompt, got 'xml'"
+            in " ".join(bad.stderr.split()))
+    assert not (tmp_path / "bad").exists()
+
+
 @needs_backend("phoenix")
 def test_a_chosen_mode_is_part_of_the_cache_key(tmp_path):
     """The same requests in another mode are other requests: not answered from the first mode's
@@ -359,6 +389,15 @@ def test_a_mode_chosen_that_the_server_refuses_is_warned_by_judge_check(tmp_path
                               llama_cpp_python(stub), "--judge-structured-output", "schema", cwd=tmp_path)
     assert "warning: every backend is set to schema, which the server did not take" in " ".join(
         shown.stdout.split())
+    (tmp_path / "ragbridge.toml").write_text('[backends.phoenix]\nstructured_output = "schema"\n')
+    with StubJudge() as stub:
+        shown = ragbridge_cli("judge", "check", "--judge-model", "m", "--judge-base-url",
+                              llama_cpp_python(stub), cwd=tmp_path)
+    text = " ".join(shown.stdout.split())
+    assert ("warning: phoenix is set to schema, which the server did not take: choose one it takes "
+            "(structured_output in [backends.phoenix] of ragbridge.toml or --option "
+            "phoenix.structured_output=MODE)") in text
+    assert "every backend is set" not in text
 
 
 @pytest.mark.parametrize("seconds, slots, local, timeout, concurrency", [
