@@ -305,3 +305,32 @@ def test_the_report_shows_reused_scores_and_where_they_came_from(tmp_path):
     doc = json.loads(write_report(tmp_path / "warm", tmp_path / "r.json", fmt="json").read_text())
     assert doc["judge_usage"][0]["reused"] == 4
     assert doc["reused_from"]["by_backend"]["rubric"]["first_made"].endswith("UTC")
+
+
+def test_the_report_says_which_scores_were_reused_and_where_they_came_from(tmp_path):
+    """A warm re-run's judge-usage table counted 0 calls, 0 tokens, 0.0 s for scores the score cache
+    gave, without a word: the report shows them as reused, with the cache file and when they were made,
+    in Markdown, HTML and JSON alike."""
+    cases = load_cases(EXAMPLE)[:4]
+    with StubJudge() as stub:
+        judge = _config(stub, tmp_path)
+        _abstention(cases, judge, out=tmp_path / "cold")
+        _abstention(cases[:3], judge, out=tmp_path / "warm")  # three reused; a new folder
+    args = ("report", tmp_path / "warm", "--out", "-", "--format")
+    md = ragbridge_cli(*args, "md", cwd=tmp_path)
+    assert md.returncode == 0, md.stderr
+    assert "| backend | scores | reused | judge calls |" in md.stdout
+    assert "| rubric | 3 | 3 | 0 | 0 | 0 |" in md.stdout
+    said = " ".join(md.stdout.split())
+    assert "rubric: 3 of 3 scores reused from the score cache " in said
+    assert "judge.scores.sqlite, made " in said and "are not counted here" in said
+    doc = json.loads(ragbridge_cli(*args, "json", cwd=tmp_path).stdout)
+    assert [(u["backend"], u["scores"], u["reused"]) for u in doc["judge_usage"]] == [("rubric", 3, 3)]
+    assert doc["reused_from"]["path"] == str(tmp_path / "judge.scores.sqlite")
+    reused = doc["reused_from"]["by_backend"]["rubric"]
+    assert reused["reused"] == 3 and reused["first_made"].endswith(" UTC")
+    page = tmp_path / "warm.html"
+    assert ragbridge_cli("report", tmp_path / "warm", "--out", page, cwd=tmp_path).returncode == 0
+    assert "<strong>Reused</strong>: rubric: 3 of 3 scores reused" in page.read_text()
+    cold = ragbridge_cli("report", tmp_path / "cold", "--out", "-", "--format", "md", cwd=tmp_path).stdout
+    assert "| rubric | 4 | 0 |" in cold and "reused from the score cache" not in cold
