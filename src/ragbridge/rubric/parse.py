@@ -1,12 +1,13 @@
 """Structured output that is checked: asking the judge, parsing its reply strictly, re-asking.
 
-How a reply is asked for is the backend's ``structured_output`` (``backend_options["rubric"]``;
-`ragbridge.judge.structured`): with ``prompt`` the request carries no ``response_format`` and the
-system prompt alone asks for the JSON object; in every other mode it carries ``response_format =
-{"type": "json_schema", ...}`` with the task's schema, and the judge gateway sends it in the mode
-chosen (``auto``: as it is, and when the server refuses it, whatever the status, asked again in the
-mode the server takes: every request, whenever its refusal arrives). The mode an answer was asked in
-is recorded (``structured``: ``json_schema``, ``json_object``, ``tool`` or ``prompt``).
+How a reply is asked for is the backend's ``structured_output`` (`ragbridge.rubric.options.
+RubricOptions`, else the judge's; `ragbridge.judge.structured`): with ``prompt`` the request carries
+no ``response_format`` and the system prompt alone asks for the JSON object; in every other mode it
+carries ``response_format = {"type": "json_schema", ...}`` with the task's schema, and the judge
+gateway sends it in the mode chosen (``auto``: as it is, and when the server refuses it, whatever the
+status, asked again in the mode the server takes: every request, whenever its refusal arrives). The
+mode an answer was asked in is recorded (``structured``: ``json_schema``, ``json_object``, ``tool``
+or ``prompt``).
 
 Either way the reply is parsed by the same strict parser: the message content must be exactly one
 JSON object (white space, or one surrounding Markdown code fence, allowed; nothing else), and every
@@ -179,10 +180,6 @@ class Asker:
     @property
     def mode(self) -> str:
         return self.state["mode"]
-
-    @mode.setter
-    def mode(self, value: str) -> None:
-        self.state["mode"] = value
 
     @property
     def structured(self) -> str:
