@@ -129,6 +129,16 @@ def test_a_mode_is_chosen_from_the_command_line_and_the_config_file(where, tmp_p
     assert not (tmp_path / "bad").exists()
 
 
+def test_a_mode_per_backend_in_the_judge_table_says_where_it_goes(tmp_path):
+    (tmp_path / "ragbridge.toml").write_text('[judge]\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\n'
+                                              'structured_output = { phoenix = "tool" }\n')
+    res = ragbridge_cli("judge", "check", "--quick", cwd=tmp_path)
+    assert res.returncode == 2
+    assert ('ragbridge.toml: judge structured_output: the judge takes one mode for every backend; a '
+            'backend\'s own is its option structured_output: [backends.phoenix] structured_output = "tool" '
+            'in ragbridge.toml, or --option phoenix.structured_output=tool') in " ".join(res.stderr.split())
+
+
 @needs_backend("phoenix")
 def test_a_chosen_mode_is_part_of_the_cache_key(tmp_path):
     """The same requests in another mode are other requests: not answered from the first mode's

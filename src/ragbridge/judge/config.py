@@ -220,6 +220,16 @@ class JudgeConfig(BaseModel):
                 f"(e.g. https://api.openai.com/v1), got {redact_url(v)!r}")
         return v.rstrip("/")
 
+    @field_validator("structured_output", mode="before")
+    @classmethod
+    def _one_mode(cls, v: Any) -> Any:
+        if isinstance(v, dict):  # a mode per backend is each backend's own option
+            name, mode = next(iter(v.items()), ("NAME", "tool"))
+            raise ValueError(f"the judge takes one mode for every backend; a backend's own is its option "
+                             f"structured_output: [backends.{name}] structured_output = \"{mode}\" in "
+                             f"ragbridge.toml, or --option {name}.structured_output={mode}")
+        return v
+
     @field_validator("api_key_env", "embedding_api_key_env")
     @classmethod
     def _check_env_name(cls, v: Optional[str]) -> Optional[str]:
