@@ -3,13 +3,13 @@
 The libraries ask for their verdicts in one of three ways on ``/chat/completions``:
 
 * ``schema``: ``response_format = {"type": "json_schema", "json_schema": {"name", "schema", ...}}``
-  (OpenAI's structured outputs: the rubric, Phoenix, DeepEval with a model it knows);
+  (OpenAI's structured outputs: the rubric, and libraries with a model they know);
 * ``json_object``: ``response_format = {"type": "json_object"}``, optionally with ``"schema"`` (JSON
   mode; llama-cpp-python and Ollama constrain the reply to the schema given so);
 * ``tool``: one function in ``tools`` that ``tool_choice`` forces, its ``parameters`` the schema
-  (Phoenix after a 400, instructor's TOOLS mode);
+  (what some libraries fall back to after a 400);
 
-or by the prompt alone (TruLens, DeepEval with a model it does not know), which is left as it is.
+or by the prompt alone (libraries with a model they do not know), which is left as it is.
 Servers differ in what they take: llama-cpp-python answers ``json_schema`` with HTTP 500 ("Input
 should be 'text' or 'json_object'"), xllamacpp ignores a forced tool, OpenAI wants the word JSON in a
 JSON-mode conversation.
@@ -51,7 +51,7 @@ __all__ = ["StructuredMode", "MODES", "FALLBACK", "Ask", "ask_of", "reshape", "a
 StructuredMode = Literal["auto", "schema", "json_object", "tool", "prompt"]
 MODES: tuple[str, ...] = get_args(StructuredMode)
 #: what ``auto`` tries after a refusal, in this order: a forced tool call is OpenAI's own and carries the
-#: schema (what Phoenix and instructor fall back to themselves), JSON mode's schema is an extension
+#: schema (what libraries fall back to themselves), JSON mode's schema is an extension
 #: some servers ignore, the prompt alone constrains nothing
 FALLBACK = ("schema", "tool", "json_object", "prompt")
 #: the field of an answer that says which mode the gateway asked in (only when it reshaped the request)
