@@ -63,7 +63,7 @@ def test_every_request_refused_for_its_schema_is_asked_again_whatever_the_timing
     assert [s.error for s in scores if s.error] == []
     assert len(scores) == 12 and all(s.value is not None for s in scores)
     assert len(rejected) >= 2, "several schema requests were in flight when the first refusal came"
-    # each refused request came again in JSON mode (the same conversation), none was lost
+    # each refused request came again as a tool call (the same conversation), none was lost
     again = [r for r in stub.posts() if r.fault != "rejected"]
     for r in rejected:
         assert any(a.body["messages"] == r.body["messages"] and ask_of(a.body).kind == "tool" for a in again)
@@ -91,7 +91,7 @@ def test_phoenix_scores_on_a_server_that_answers_json_schema_with_500(mode, tmp_
     scores = load_run(tmp_path / "run").scores
     assert [s.error for s in scores if s.error] == [] and all(s.value is not None for s in scores)
     if mode == "auto":
-        # the schema requests in flight when the first refusal came, each asked again; then JSON mode
+        # the schema requests in flight when the first refusal came, each asked again; then a tool call
         assert sent.count("schema") == len(refused(stub)) >= 1
         assert sent.count("tool") == 6 and set(sent) == {"schema", "tool"}
     else:
