@@ -129,6 +129,24 @@ def test_a_mode_is_chosen_from_the_command_line_and_the_config_file(where, tmp_p
     assert not (tmp_path / "bad").exists()
 
 
+def test_a_run_whose_mode_the_server_refuses_says_so_and_which_option_to_change(tmp_path):
+    (tmp_path / "cases.jsonl").write_text("".join(json.dumps(c.model_dump(mode="json")) + "\n"
+                                                  for c in cases(2)))
+    with StubJudge() as stub:
+        res = ragbridge_cli("run", "cases.jsonl", "--out", "run", "--backend", "rubric", "--metric",
+                            "answer_relevance", "--judge-model", "m", "--judge-base-url",
+                            llama_cpp_python(stub), "--cache-mode", "off", "--option",
+                            "rubric.structured_output=schema", cwd=tmp_path)
+        assert len(refused(stub)) == 2  # once each: a refusal the server would repeat is not retried
+    assert res.returncode == 3, res.stderr
+    text = " ".join(res.stderr.split())
+    assert "2 of 2 score(s) errored: rubric: 2 structured output refused, e.g. answer_relevance" in text
+    assert "Input should be 'text' or 'json_object'" in text
+    assert ("fix: choose a structured-output mode the server takes for rubric (now 'schema'): --option "
+            "rubric.structured_output=MODE ([backends.rubric] in ragbridge.toml)") in text
+    assert "run the same command again" not in text
+
+
 def test_a_mode_per_backend_in_the_judge_table_says_where_it_goes(tmp_path):
     (tmp_path / "ragbridge.toml").write_text('[judge]\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\n'
                                               'structured_output = { phoenix = "tool" }\n')
