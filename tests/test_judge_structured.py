@@ -99,16 +99,20 @@ def test_phoenix_scores_on_a_server_that_answers_json_schema_with_500(mode, tmp_
         assert run.manifest.options["backend_options"]["phoenix"] == {"structured_output": mode}
 
 
-@pytest.mark.parametrize("where", ["--option", "ragbridge.toml", "--judge-structured-output"])
+@pytest.mark.parametrize("where", ["--option", "ragbridge.toml", "--judge-structured-output", "both"])
 def test_a_mode_is_chosen_from_the_command_line_and_the_config_file(where, tmp_path):
     """A backend's mode is its option structured_output, reached as every backend option is
     (``--option rubric.structured_output=...``, ``[backends.rubric]``); the judge's, for every backend
     without one, is ``--judge-structured-output``. Each request goes to the server in that mode."""
     (tmp_path / "cases.jsonl").write_text("".join(json.dumps(c.model_dump(mode="json")) + "\n"
                                                   for c in cases(2)))
-    mode = {"--option": "json_object", "ragbridge.toml": "tool", "--judge-structured-output": "prompt"}[where]
+    mode = {"--option": "json_object", "ragbridge.toml": "tool", "--judge-structured-output": "prompt",
+            "both": "tool"}[where]
     chosen = {"--option": ["--option", f"rubric.structured_output={mode}"],
-              "--judge-structured-output": ["--judge-structured-output", mode]}.get(where, [])
+              "--judge-structured-output": ["--judge-structured-output", mode],
+              # the backend's own mode wins over the judge's
+              "both": ["--judge-structured-output", "prompt", "--option", f"rubric.structured_output={mode}"],
+              }.get(where, [])
     if where == "ragbridge.toml":
         (tmp_path / "ragbridge.toml").write_text(f'[backends.rubric]\nstructured_output = "{mode}"\n')
     with StubJudge() as stub:
