@@ -151,6 +151,29 @@ def test_a_run_whose_mode_the_server_refuses_says_so_and_which_option_to_change(
     assert "run the same command again" not in text
 
 
+@pytest.mark.slow  # builds RAGAS 0.3.9's environment with uv (seconds from uv's cache)
+def test_a_library_version_takes_its_backends_structured_output(tmp_path, monkeypatch):
+    """``ragas==0.3.9`` is scored in a worker, its calls counted under that name: the mode set for
+    ``ragas`` (``[backends.ragas]``) is the one its requests are sent in."""
+    monkeypatch.setenv("RAGBRIDGE_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "ragbridge.toml").write_text('[backends.ragas]\nversion = "0.3.9"\n'
+                                              'structured_output = "tool"\n')
+    (tmp_path / "cases.jsonl").write_text("".join(json.dumps(c.model_dump(mode="json")) + "\n"
+                                                  for c in cases(2)))
+    with StubJudge() as stub:
+        done = ragbridge_cli("run", "cases.jsonl", "--out", "run", "--backend", "ragas", "--metric",
+                             "faithfulness", "--judge-model", "stub-judge", "--judge-base-url", stub.base_url,
+                             "--cache-mode", "off", "--no-progress", cwd=tmp_path)
+        sent = kinds(stub)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert manifest["backends"] == {"ragas==0.3.9": "0.3.9"}
+    assert manifest["options"]["backend_options"] == {"ragas": {"structured_output": "tool"}}
+    assert sent and set(sent) == {"tool"}  # every request for a JSON object, asked as a tool call
+    scores = load_run(tmp_path / "run").scores
+    assert len(scores) == 2 and all(s.value is not None for s in scores)
+
+
 def test_a_mode_per_backend_in_the_judge_table_says_where_it_goes(tmp_path):
     (tmp_path / "ragbridge.toml").write_text('[judge]\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\n'
                                               'structured_output = { phoenix = "tool" }\n')

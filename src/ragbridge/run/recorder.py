@@ -203,10 +203,13 @@ class Recorder:
         one's case, metric and reason, and the fix (`ragbridge.judge.causes`)."""
         from ..judge.causes import CAUSES, fix
 
+        from .isolated import split_name
+
         gateway = self.gateway
         config = gateway.config if gateway is not None else None
+        # a library version's backend (ragas==0.3.9) is set by ragas's options
         rows = [{"backend": backend, "cause": cause, "what": CAUSES[cause], **entry,
-                 "fix": fix(cause, backend, config,
+                 "fix": fix(cause, split_name(backend)[0], config,
                             gateway.structured_output_for(backend) if gateway is not None else "auto")}
                 for (backend, cause), entry in self.failures.items()]
         return sorted(rows, key=lambda r: (-r["scores"], r["backend"], r["cause"]))

@@ -61,7 +61,7 @@ from ..plugins import get_backends
 from ..schema import Case, RunManifest, Score
 from .executor import Executor
 from .folder import FINGERPRINT_OF, Run, RunFolder, now, this_process
-from .isolated import backend_named, prepare
+from .isolated import backend_named, prepare, split_name
 from .lifecycle import Job
 from .local_executor import LocalExecutor
 from .plan import DEFAULT_BACKENDS, Plan, RunError, plan_metrics
@@ -354,8 +354,9 @@ def _structured_modes(plan: Plan, options: RunOptions) -> dict[str, str]:
     """The planned backends that set their own ``structured_output`` (a judged backend's option,
     `ragbridge.judged_backend.JudgedOptions`), with the mode each set: the gateway asks their requests
     for a JSON object so, the others' as the judge's ``structured_output`` says."""
-    registry = get_backends()
-    chosen = {name: getattr(options.of(registry[name]), "structured_output", None) for name in plan}
+    registry = get_backends()  # a library version's backend (ragas==0.3.9) reads ragas's options
+    chosen = {name: getattr(options.of(registry[split_name(name)[0]]), "structured_output", None)
+              for name in plan}
     return {name: mode for name, mode in chosen.items() if mode is not None}
 
 
