@@ -207,7 +207,7 @@ class Recorder:
 
         gateway = self.gateway
         config = gateway.config if gateway is not None else None
-        # a library version's backend (ragas==0.3.9) is set by ragas's options
+        # a library version's backend (NAME==VERSION) is set by NAME's options
         rows = [{"backend": backend, "cause": cause, "what": CAUSES[cause], **entry,
                  "fix": fix(cause, split_name(backend)[0], config,
                             gateway.structured_output_for(backend) if gateway is not None else "auto")}

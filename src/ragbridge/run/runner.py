@@ -354,7 +354,7 @@ def _structured_modes(plan: Plan, options: RunOptions) -> dict[str, str]:
     """The planned backends that set their own ``structured_output`` (a judged backend's option,
     `ragbridge.judged_backend.JudgedOptions`), with the mode each set: the gateway asks their requests
     for a JSON object so, the others' as the judge's ``structured_output`` says."""
-    registry = get_backends()  # a library version's backend (ragas==0.3.9) reads ragas's options
+    registry = get_backends()  # a library version's backend (NAME==VERSION) reads NAME's options
     chosen = {name: getattr(options.of(registry[split_name(name)[0]]), "structured_output", None)
               for name in plan}
     return {name: mode for name, mode in chosen.items() if mode is not None}
