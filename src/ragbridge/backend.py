@@ -113,7 +113,7 @@ class RunOptions(BaseModel):
     its model (`of`). `load` adds those of ``ragbridge.toml``.
 
     ``versions``: the version of its library each backend named without one runs at, by the
-    backend's name (``{"ragas": "0.3.9"}``: a run's ``ragas`` is ``ragas==0.3.9``, in an environment
+    backend's name (``{"mylib": "1.2"}``: a run's ``mylib`` is ``mylib==1.2``, in an environment
     of its own: `ragbridge.run.isolated`); `load` reads them from the ``version`` key of
     ``[backends.NAME]``, which is no option of the backend.
 
