@@ -311,7 +311,7 @@ def case_to_row(case: Case) -> dict[str, Any]:
     row: dict[str, Any] = {"query_id": case.id, "query": case.question}
     if case.answer is not None:
         row["response"] = case.answer
-    if case.contexts:
+    if case.contexts_given:  # an empty list: the retriever returned nothing (no column: not given)
         row["contexts"] = [c.text for c in case.contexts]
     if case.reference is not None:
         row["expected_response"] = case.reference

@@ -277,6 +277,10 @@ class Case(BaseModel):
     ``relevant``: each is one label, matched by the span rule. ``answerable`` is a boolean
     (``False``: the right behaviour is to decline); no other value is read as one. ``metadata`` nests
     at most `MAX_METADATA_DEPTH` levels.
+
+    ``contexts`` not given (absent, or null) and ``contexts: []`` differ (`contexts_given`): the first
+    is a case without its retriever's output (a ground-truth set: labels, no retrieval), whose ranking
+    metrics are undefined; the second a retriever that returned nothing, whose ranking metrics are 0.
     """
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
@@ -305,6 +309,14 @@ class Case(BaseModel):
         if isinstance(v, str):
             return clean_id(v, "case id")
         return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _contexts_none(cls, data: Any) -> Any:
+        """``contexts: null`` is contexts not given (`contexts_given`), as an absent field is."""
+        if isinstance(data, dict) and "contexts" in data and data["contexts"] is None:
+            data = {k: v for k, v in data.items() if k != "contexts"}
+        return data
 
     @field_validator("contexts", mode="before")
     @classmethod
@@ -406,6 +418,12 @@ class Case(BaseModel):
             yield "answerable", False
         if self.tags:
             yield "tags", self.tags
+
+    @property
+    def contexts_given(self) -> bool:
+        """Whether the case gives its retriever's output: ``contexts`` set, even to an empty list (the
+        retriever found nothing); False when the field was left out (or null)."""
+        return "contexts" in self.__pydantic_fields_set__
 
     def fields_present(self) -> set[str]:
         """Names of the inputs this case actually has (used to skip metrics that need more): a blank

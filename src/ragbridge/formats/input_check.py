@@ -77,7 +77,9 @@ class InputCheck:
     labelled case matches at all. And cases whose labels all have grade 0 (their recall, MRR, nDCG
     and MAP are undefined, where trec_eval averages them as 0: ``--no-relevant zero``); chunk ids
     repeated within a case (dropped before ranking); cases whose question is empty (the judged
-    metrics skip them). A warning, not an error: the same cases are good input for other metrics.
+    metrics skip them); labelled cases that give no retrieved chunks at all (no ``contexts`` field:
+    their ranking metrics are undefined, where an empty list, a retriever that returned nothing,
+    scores 0). A warning, not an error: the same cases are good input for other metrics.
     """
 
     def __init__(self) -> None:
@@ -90,23 +92,30 @@ class InputCheck:
         self.repeated_ids = 0  # chunk ids repeated within a case
         self.repeated_cases: list[Any] = [0, []]  # cases with a repeat, the first ids
         self.blank_questions: list[Any] = [0, []]
+        self.no_contexts: list[Any] = [0, []]  # labelled cases that give no retrieved chunks
+        self.retrieved_none = 0  # labelled cases whose retriever returned nothing (contexts: [])
 
     def add_batch(self, batch: CaseBatch) -> None:
         columns = zip(batch.ids, batch.chunk_lists(), batch.chunk_texts(), batch.span_lists(),
-                      batch.questions())
-        for i, (case_id, (ids, chunks, relevant), texts, spans, question) in enumerate(columns):
+                      batch.questions(), batch.contexts_given())
+        for i, (case_id, (ids, chunks, relevant), texts, spans, question, given) in enumerate(columns):
             if (chunks and type(chunks[0]) is not dict) or (spans and type(spans[0]) is not dict):
                 record = batch.record(i)  # `Chunk` and `Span` objects: their canonical mappings
                 chunks, spans = record.get("contexts", []), record.get("relevant_spans")
-            self.add(case_id, ids, chunks, relevant, texts, spans, question)
+            self.add(case_id, ids, chunks, relevant, texts, spans, question, given)
 
     def add(self, case_id: str, ids: list[str], chunks: Optional[list[dict[str, Any]]],
             relevant: Optional[dict[str, int]], texts: Optional[list[str]] = None,
-            spans: Optional[list[dict[str, Any]]] = None, question: str = "?") -> None:
+            spans: Optional[list[dict[str, Any]]] = None, question: str = "?", given: bool = True) -> None:
         """One case: its id, chunk ids, chunk mappings (None: chunks as columns, ``texts`` their
-        texts or None), labels, span labels (mappings) and question."""
+        texts or None), labels, span labels (mappings), question, and whether it gives its retrieved
+        chunks at all (``given``: `Case.contexts_given`)."""
         if not question.strip():
             _count(self.blank_questions, case_id)
+        if not given and ((relevant and max(relevant.values()) > 0)
+                          or (spans and any(s.get("grade", 1) > 0 for s in spans))):
+            _count(self.no_contexts, case_id)
+            return
         if ids:
             repeats = len(ids) - len(set(ids))
             if repeats:
@@ -118,7 +127,10 @@ class InputCheck:
             self.no_relevant += 1
             if len(self.first_no_relevant) < SHOWN:
                 self.first_no_relevant.append(case_id)
-        if not ids or not (graded or spanned):
+        if not (graded or spanned):
+            return
+        if not ids:
+            self.retrieved_none += 1  # labelled, its retriever returned nothing: a real 0
             return
         self.labelled += 1
         if not graded:
@@ -158,6 +170,15 @@ class InputCheck:
 
     def warnings(self) -> list[InputWarning]:
         out = [w for w in (self._unmatched(c) for c in (_TEXTUAL, _NEAR, _PREFIX, _MISSED)) if w]
+        n, first = self.no_contexts
+        if n:
+            labelled = n + self.labelled + self.retrieved_none
+            out.insert(0, InputWarning(
+                f"{n} of {labelled} case(s) with relevance labels give no retrieved chunks (no "
+                f"'contexts' field: {_shown(first, n)}), so there is no ranking to measure: their "
+                "ranking metrics are undefined, not 0; give each case the chunks its retriever returned, "
+                "best first ('contexts': [] for a retriever that returned none)", concerns=RETRIEVAL,
+                data=False))  # a ground-truth set is good data: it is a run of it that lacks them
         if self.no_relevant:
             out.append(InputWarning(
                 f"{self.no_relevant} case(s) have relevance labels but none with grade >= 1 (first: "
