@@ -536,7 +536,6 @@ class RunFolder:
         for b, ms in manifest.metrics.items():
             merged[b] = list(dict.fromkeys(list(merged.get(b, [])) + ms))
         manifest.metrics = merged
-        manifest.warnings = list(dict.fromkeys([*old.warnings, *manifest.warnings]))  # the metrics of both
         manifest.backends = {**old.backends, **manifest.backends}
         manifest.judge = manifest.judge or old.judge
         if (old.judge or {}).get("stub") and manifest.judge is not None and all(

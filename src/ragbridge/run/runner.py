@@ -216,10 +216,11 @@ async def run(request: RunRequest) -> Run:
             source = opened.enter_context(CaseSource.of_cases(filled, request.batch_size, corpus))
             dataset.update(fingerprint=source.fingerprint, golden_fingerprint=golden_fp, target=target.spec)
         manifest = _new_manifest(plan, dataset, options, judge, stub)
-        manifest.warnings = _warnings(plan, source)
         if request.repeats > 1 or request.pass_repeats is not None:
             manifest.options.update(repeats=request.repeats, pass_repeats=request.pass_repeats)
         done = folder.resume(earlier, manifest, source) if earlier is not None else {}
+        # the cases as they are now, for every metric the run holds (an earlier session's too)
+        manifest.warnings = _warnings(manifest.metrics, plan, options, source)
         if request.dry_run:
             folder = None  # nothing is written
         if folder:
@@ -420,14 +421,31 @@ def _new_manifest(plan: Plan, dataset: dict[str, Any], options: RunOptions, judg
     return manifest
 
 
-def _warnings(plan: Plan, source: CaseSource) -> list[str]:
-    """The input warnings of ``source`` that bear on the metrics ``plan`` computes."""
+def _warnings(metrics: dict[str, list[str]], plan: Plan, options: RunOptions,
+              source: CaseSource) -> list[str]:
+    """The input warnings of ``source`` (the cases as they are now) that bear on ``metrics``, the
+    metrics the run holds by backend: ``plan``'s and those an earlier session of the run scored."""
     from ..formats.input_check import warnings_for
     from ..metrics import RANKING, SPAN, find
 
-    kinds = {getattr(find(m), "kind", None) for chosen in plan.values() for m, _ in chosen}
-    judged = any(spec.judge for chosen in plan.values() for _, spec in chosen)
+    kinds = {getattr(find(m), "kind", None) for ms in metrics.values() for m in ms}
+    judged = any(spec.judge for chosen in plan.values() for _, spec in chosen) or any(
+        _judged(b, m, options) for b, ms in metrics.items() for m in ms if b not in plan or m not in
+        {name for name, _ in plan[b]})
     return warnings_for(source.warnings, RANKING in kinds, SPAN in kinds, judged)
+
+
+def _judged(backend: str, metric: str, options: RunOptions) -> bool:
+    """Whether ``backend`` scores ``metric`` with a judge (a metric it no longer offers: taken as one)."""
+    from ..metrics import resolve_metric
+
+    found = get_backends().get(backend)
+    try:
+        specs = found.metrics_for(options) if found is not None else []
+    except Exception:  # noqa: BLE001 - a backend that cannot list its metrics here: as if unknown
+        specs = []
+    spec = next((s for s in specs if resolve_metric(s.name, metric, options.k)), None)
+    return spec is None or spec.judge
 
 
 def _jobs(plan: Plan, batch: CaseBatch, done: dict, repeats: int = 1,
