@@ -64,7 +64,8 @@ The judge: every call goes through ragbridge's judge gateway (``ctx.judge``): ch
 ``JudgeConfig.model`` with ``max_tokens`` = ``JudgeConfig.max_tokens`` or 4096 (RAGAS' default of
 1024 truncates long statement lists), RAGAS' sampling defaults otherwise (temperature 0.01, top_p
 0.1, JSON mode); embeddings to ``JudgeConfig.embedding_model`` (``--embedding-model``), or RAGAS'
-default ``text-embedding-3-small`` when none is set. The gateway retries 429, 5xx and timeouts;
+default ``text-embedding-3-small`` when none is set, which the run then records as the judge's
+embedding model and checks the server serves before scoring. The gateway retries 429, 5xx and timeouts;
 instructor re-asks (3 attempts) only when the judge's output does not parse.
 
 Privacy (:mod:`ragbridge_ragas.env`): while a run uses the backend, ``RAGAS_DO_NOT_TRACK=true`` is

@@ -465,7 +465,9 @@ class RunFolder:
         if not a or not b:
             return
         ia, ib = judge_identity(a), judge_identity(b)
-        changed = [k for k in JUDGE_IDENTITY if a.get(k) != b.get(k) and ia[k] != ib[k]]
+        # no embedding model named before: its library's default, or none used (a run names it now)
+        changed = [k for k in JUDGE_IDENTITY if a.get(k) != b.get(k) and ia[k] != ib[k]
+                   and not (k == "embedding_model" and a.get(k) is None)]
         if changed:
             def judge(j: dict) -> str:
                 said = ", ".join(f"{k} {j.get(k)!r}" for k in changed)

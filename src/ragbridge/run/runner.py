@@ -191,8 +191,9 @@ async def run(request: RunRequest) -> Run:
         if source.span_cases and not options.span_labels:
             options = dataclass_replace(options, span_labels=True)
         plan = plan_metrics(request.backends, request.metrics, options.k, options)
-        judged, stub = _check_judge(plan, request.judge, preflight=not request.dry_run)
-        judge = request.judge if judged else None
+        request_judge, embeds = _with_embedding_model(request.judge, plan)
+        judged, stub = _check_judge(plan, request_judge, preflight=not request.dry_run, defaulted=embeds)
+        judge = request_judge if judged else None
         executor = executor_for(request.executor)
         target = load_target(request.target) if isinstance(request.target, str) else request.target
         golden_fp = source.fingerprint
@@ -363,12 +364,41 @@ def _stub_simulator() -> Callable[[str, Any], dict]:
     return simulate
 
 
-def _check_judge(plan: Plan, judge: Any, preflight: bool = True) -> tuple[bool, Optional[str]]:
+def _with_embedding_model(judge: Any, plan: Plan) -> tuple[Any, Optional[str]]:
+    """``judge`` with the embedding model a planned metric asks for when the judge names none
+    (`MetricSpec.embedding_model`, its library's default), so the preflight checks it and run.json
+    records it; and which metrics ask for it (None when nothing was filled in). Two defaults that
+    differ are an error: the judge must name one."""
+    if judge is None or getattr(judge, "embedding_model", None):
+        return judge, None
+    wanted: dict[str, list[str]] = {}
+    for b, chosen in plan.items():
+        for m, spec in chosen:
+            if spec.embedding_model:
+                wanted.setdefault(spec.embedding_model, []).append(f"{b}:{m}")
+    if not wanted:
+        return judge, None
+    if len(wanted) > 1:
+        said = "; ".join(f"{', '.join(ms)} {model!r}" for model, ms in wanted.items())
+        raise RunError(f"the planned metrics embed with different default models ({said}): name one with "
+                       "JudgeConfig(embedding_model=...)",
+                       cli=f"the planned metrics embed with different default models ({said}): name one "
+                           "with --embedding-model (or embedding_model in [judge] of ragbridge.toml)")
+    (model, metrics), = wanted.items()
+    return judge.model_copy(update={"embedding_model": model}), (
+        f"{', '.join(metrics)} uses the embedding model {model!r} (its library's default: the judge "
+        "names none)")
+
+
+def _check_judge(plan: Plan, judge: Any, preflight: bool = True,
+                 defaulted: Optional[str] = None) -> tuple[bool, Optional[str]]:
     """Whether a planned metric needs the judge, and the settings of ragbridge's stub judge when it is
     the judge (`ragbridge.judge.preflight`); raises `RunError` when there is no judge, or (with
     ``preflight``) when its key, endpoint or model does not work (checked before anything is called
     or written). Without ``preflight`` (a dry run), and for a replayed cache, only whether a judge on
-    this machine is the stub is asked (`ragbridge.judge.preflight.detect_stub`: no key, no judge call)."""
+    this machine is the stub is asked (`ragbridge.judge.preflight.detect_stub`: no key, no judge call).
+    ``defaulted``: why the judge's embedding model is a library's default (`_with_embedding_model`),
+    said with a refusal of it."""
     if not any(spec.judge for chosen in plan.values() for _, spec in chosen):
         return False, None
     if judge is None:
@@ -385,7 +415,10 @@ def _check_judge(plan: Plan, judge: Any, preflight: bool = True) -> tuple[bool, 
         try:
             checked = probe.preflight()
         except Exception as exc:
-            raise RunError(str(exc), cli=cli_text(exc)) from None
+            said, cli = str(exc), cli_text(exc)
+            if defaulted and said.startswith(f"embedding model {judge.embedding_model!r}"):
+                said, cli = f"{defaulted}: {said}", f"{defaulted}: {cli}"
+            raise RunError(said, cli=cli) from None
         finally:
             probe.close()
         if checked.get("upstream_checked"):
