@@ -141,6 +141,26 @@ class _Shown(str):
         return str(self)
 
 
+def _listed(text: str) -> str:
+    """The JSON list a text given where a list goes most likely stands for, as advice: the list it
+    spells (``"['a', 'b']"``, a list's repr or JSON), else its parts between commas or ``|``, else
+    the text alone."""
+    import ast
+
+    items: Any = None
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            items = parse(text)
+            break
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+    if not (isinstance(items, (list, tuple)) and items and all(isinstance(x, str) for x in items)):
+        sep = "|" if "|" in text else "," if "," in text else None
+        items = [p.strip() for p in text.split(sep) if p.strip()] if sep else [text]
+    shown = json.dumps([_short(x, 40) for x in items[:5]], ensure_ascii=False)
+    return shown if len(items) <= 5 else shown[:-1] + ", ...]"
+
+
 def _short(text: Optional[str], width: int = 60) -> Optional[str]:
     if text is None:
         return None
@@ -389,8 +409,7 @@ class Case(BaseModel):
             return []
         if isinstance(v, str):  # not guessed: "a, b" is one text or two, "a" a list or a slip
             raise ValueError(f"must be a list of texts, got the text {_short(v, 40)!r}: write it as a list, "
-                             f"[{json.dumps(_short(v, 40), ensure_ascii=False)}] (in a CSV cell, texts are "
-                             "separated by '|')")
+                             f"{_listed(v)} (in a CSV cell, texts are separated by '|')")
         return v
 
     @field_validator("tags")
