@@ -57,7 +57,8 @@ ragbridge's number is RAGAS' number. A failure (judge error after the gateway's 
 output still unparseable after instructor's 3 attempts, a verdict outside the values RAGAS' own reply
 model states, e.g. ``noncommittal`` 7 or a ``verdict`` of 2, which RAGAS would take) is that Score's
 ``error``; the run goes on.
-RAGAS has no pass/fail, so ``passed`` is null, and its collections metrics give no explanation, so
+RAGAS has no pass/fail, so a score's ``passed`` is null (``Run.to_frame()``'s ``passed`` is the run's
+pass rule, as for every backend), and its collections metrics give no explanation, so
 ``reason`` is set only for undefined or partly failed scores.
 
 The judge: every call goes through ragbridge's judge gateway (``ctx.judge``): chat completions to
