@@ -67,6 +67,60 @@ def test_a_page_writes_nothing_outside_runs(page):
             assert target.startswith(("runs/", "/dev/null", '"$GITHUB_STEP_SUMMARY"', "&")), (page, target)
 
 
+#: every page a user reads commands from
+READ_PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md")),
+              *sorted((ROOT / "examples").glob("*/README.md"))]
+INLINE_COMMAND = re.compile(r"`(ragbridge [^`]+)`")
+
+
+def test_every_command_named_in_a_sentence_is_one_the_command_line_takes():
+    """A command written in a sentence or a table (`ragbridge gate runs/x --config gates.toml`) is not
+    run by the walkthroughs: each is parsed by the command line as the shell would pass it (a
+    placeholder such as ``...`` or ``RUN`` stands for a value; a command named without its arguments,
+    or an option named at the end without its value, is a mention)."""
+    import shlex
+
+    import typer
+    from typer._click.exceptions import BadOptionUsage, ClickException, MissingParameter
+
+    from ragbridge.commands import cli, register_commands
+
+    register_commands(cli)
+    group = typer.main.get_command(cli)
+    wrong = []
+    for page in READ_PAGES:
+        text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.M | re.S)
+        for line in INLINE_COMMAND.findall(text):
+            args = [a for a in shlex.split(line)[1:] if not a.startswith("[") and not a.endswith("]")]
+            if "--help" in args:
+                continue
+            ctx = group.make_context("ragbridge", [args[0]], resilient_parsing=True)
+            try:
+                name, command, rest = group.resolve_command(ctx, args)
+                command.make_context(name, rest, parent=ctx)
+            except MissingParameter:
+                pass
+            except BadOptionUsage as exc:
+                if not ("requires an argument" in str(exc) and args[-1].startswith("-")):
+                    wrong.append((page.name, line, str(exc)))
+            except ClickException as exc:
+                wrong.append((page.name, line, str(exc)))
+    assert not wrong
+
+
+def test_the_gates_files_keys_are_the_ones_gate_reads():
+    """examples/ci/README.md lists a gates file's rule keys and [defaults] keys: each one gate reads."""
+    from ragbridge.analysis.gate import config
+
+    page = (ROOT / "examples" / "ci" / "README.md").read_text(encoding="utf-8")
+    listed = page[page.index("Rule keys:"):]
+    listed = set(re.findall(r"`(\w+)`", listed[:listed.index(".", listed.index("`last`"))]))
+    assert listed == config._RULE_KEYS
+    defaults = re.search(r"^\[defaults\] +# optional; any rule key but check and name, plus (.*)$",
+                         page, re.M)
+    assert set(re.split(r",\s*", defaults.group(1))) == config._DEFAULT_KEYS - config._RULE_KEYS
+
+
 def _shims(bin_dir: Path) -> None:
     bin_dir.mkdir()
     cli = f'exec "{sys.executable}" -c "from ragbridge.commands import run_cli; run_cli()" "$@"'
