@@ -9,6 +9,7 @@ afterwards (a .json file it wrote must be JSON).
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -106,6 +107,40 @@ def test_every_command_named_in_a_sentence_is_one_the_command_line_takes():
             except ClickException as exc:
                 wrong.append((page.name, line, str(exc)))
     assert not wrong
+
+
+STUB_MODEL = re.compile(r"""(?:--judge-model|--embedding-model|model\s*=|embedding_model\s*=)\s*\\?["']?"""
+                        r"(stub[\w.-]*)")
+#: a second judge model, on purpose: a page comparing two judges names a second model, which the stub
+#: answers as it answers any name (it lists stub-judge and stub-embedder)
+SECOND_JUDGE = "stub-judge-2"
+
+
+def test_the_stub_models_the_pages_name_are_the_ones_it_serves():
+    """A page's stub judge is the one ``ragbridge judge serve --stub`` starts, on the port it says
+    (8808), serving the models its GET /models lists: a model name the stub does not list (``stub``,
+    ``stub-embed``) reads as a model of its own, which a real server would refuse."""
+    import json as json_
+    import urllib.request
+
+    from ragbridge.commands.judge import judge_serve
+    from ragbridge.testing import StubJudge
+
+    port = inspect.signature(judge_serve).parameters["port"].default.default
+    assert f"127.0.0.1:{port}/v1" == DOC_JUDGE_URL.removeprefix("http://")
+    with StubJudge() as stub, urllib.request.urlopen(f"{stub.base_url}/models") as reply:
+        served = {m["id"] for m in json_.load(reply)["data"]}
+    assert served == {"stub-judge", "stub-embedder"}
+    pages = [*READ_PAGES, *sorted((ROOT / "examples").glob("*.ipynb"))]
+    named = {(page.name, m) for page in pages for m in STUB_MODEL.findall(page.read_text(encoding="utf-8"))}
+    assert {m for _, m in named} - served - {SECOND_JUDGE} == set(), sorted(named)
+    for page, model in named:
+        if model == SECOND_JUDGE:
+            assert "answers any model name" in (ROOT / "docs" / page).read_text(encoding="utf-8"), page
+    assert {"stub-judge", "stub-embedder"} <= {m for _, m in named}
+    for page in pages:  # the stub's address, wherever a page writes one
+        for address in re.findall(r"127\.0\.0\.1:(\d+)/v1", page.read_text(encoding="utf-8")):
+            assert address == str(port), page.name
 
 
 def test_the_gates_files_keys_are_the_ones_gate_reads():
