@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ragbridge  # noqa: F401  (privacy defaults before the libraries are imported)
-from conftest import EXAMPLE, ragbridge_cli
+from conftest import EXAMPLE, ragbridge_cli, warnings_in
 from ragbridge.formats import DatasetError, get_formats, load_cases, resave_losses, write_cases
 from ragbridge.native.ranking import evaluate as rank
 from ragbridge.schema import Case, Chunk, Span
@@ -605,7 +605,7 @@ def test_trulens_expected_chunk_scores_and_titles_survive(tmp_path):
     for args in ((src, mid, "--from", "trulens"), (mid, out, "--to", "trulens")):
         res = ragbridge_cli("convert", *args)
         assert res.returncode == 0, res.stderr
-        warned = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
+        warned = warnings_in(res.stderr)
         assert warned == (["warning: " + str(src) + ": 1 expected chunk(s) in 1 row(s) have an expect_score "
                            "that is not an integer from 1 to 1000: read as grade 1 (TruLens's recall, "
                            "precision, MRR and hit count them as relevant; its nDCG weighs them by the "
@@ -803,7 +803,7 @@ def test_convert_warns_with_the_fields_it_cannot_hold(tmp_path):
     src.write_text(json.dumps({"id": "e", "question": "q", "answer": ""}) + "\n", encoding="utf-8")
     res = ragbridge_cli("convert", src, tmp_path / "out.csv", "--to", "ragas-csv")
     assert res.returncode == 0
-    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
+    warnings = warnings_in(res.stderr)
     assert len(warnings) == 2 and "cannot hold answer (empty);" in warnings[0]
     assert warnings[1].endswith("after RAGAS's EvaluationDataset.from_list (after pandas) and to_csv these "
                                 "are lost: id (see ragbridge formats)")  # apart: the file holds the id
