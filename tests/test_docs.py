@@ -175,6 +175,8 @@ def test_doc_commands_run(page, tmp_path, stub_judge):
     env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
            "COLUMNS": "80"}
     env.pop("OTEL_SDK_DISABLED", None)  # an application a page runs records its own spans
+    # the environments of --backend NAME==VERSION: built for the test (from uv's cache), not in the home
+    env["RAGBRIDGE_CACHE_DIR"] = str(tmp_path / "ragbridge-cache")
     if env.get("PYTHONPATH"):  # the commands run elsewhere: keep a relative PYTHONPATH pointing here
         env["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve())
                                             for p in env["PYTHONPATH"].split(os.pathsep) if p)

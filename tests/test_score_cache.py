@@ -179,6 +179,10 @@ def test_the_key_names_what_a_score_depends_on():
         options = RunOptions(backend_options=other).resolved(get_backends(), ["deepeval"])
         assert metric_prefix(**{**base, "options": options}) == prefix, other
     assert metric_prefix(**{**base, "judge": judge.model_copy(update={"max_concurrency": 3})}) == prefix
+    # a library version's backend (deepeval==4.3.1, in an environment of its own) reads deepeval's options
+    versioned = {**base, "backend": "deepeval==4.3.1"}
+    threshold = RunOptions(backend_options={"deepeval": {"threshold": 0.7}})
+    assert metric_prefix(**{**versioned, "options": threshold}) != metric_prefix(**versioned)
     assert case_key(prefix, 1, line) != case_key(prefix, 0, line)
     assert case_key(prefix, 0, line.replace(b'"q"', b'"q2"')) != case_key(prefix, 0, line)
 

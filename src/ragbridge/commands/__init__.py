@@ -48,6 +48,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                        "into the same folder."),
     "backends": ("backends", "List every registered backend, whether its library is installed, its metrics "
                              "and its options (with NAME: each option's type, default and help)."),
+    "environments": ("environments", "Library versions in environments of their own: list, build, "
+                                     "remove."),
     "formats": ("data", "List the dataset formats that ``convert`` and ``run`` read and write, and what each "
                         "cannot hold."),
     "convert": ("data", "Convert a dataset between formats (canonical JSONL, CSV, Parquet, datasets, TREC, "

@@ -61,6 +61,7 @@ from ..plugins import get_backends
 from ..schema import Case, RunManifest, Score
 from .executor import Executor
 from .folder import FINGERPRINT_OF, Run, RunFolder, now, this_process
+from .isolated import backend_named, prepare
 from .lifecycle import Job
 from .local_executor import LocalExecutor
 from .plan import DEFAULT_BACKENDS, Plan, RunError, plan_metrics
@@ -205,6 +206,8 @@ async def run(request: RunRequest) -> Run:
         judged, stub = _check_judge(plan, request_judge, preflight=not request.dry_run, defaulted=embeds)
         judge = request_judge if judged else None
         executor = executor_for(request.executor)
+        if isinstance(executor, LocalExecutor):  # NAME==VERSION environments (Ray makes its own)
+            prepare(list(plan), _note if request.progress is not False else None)
         target = load_target(request.target) if isinstance(request.target, str) else request.target
         golden_fp = source.fingerprint
         folder = RunFolder(Path(request.out)) if request.out is not None else None
@@ -366,6 +369,13 @@ def executor_for(spec: Any) -> Executor:
     raise RunError(f"unknown executor {spec!r}: use 'local' or 'ray'")
 
 
+def _note(text: str) -> None:
+    """A line about the run's preparation that takes time (an environment being built), on stderr."""
+    import sys
+
+    print(f"ragbridge: {text}", file=sys.stderr, flush=True)
+
+
 def _stub_simulator() -> Callable[[str, Any], dict]:
     """What a dry run answers a cache miss with: the stub judge's answer, made in this process
     (`ragbridge.stub.answers`: no server, nothing sent)."""
@@ -450,7 +460,7 @@ def _new_manifest(plan: Plan, dataset: dict[str, Any], options: RunOptions, judg
     manifest = RunManifest(
         ragbridge_version=__version__,
         dataset=dataset,
-        backends={b: registry[b].version() for b in plan},
+        backends={b: backend_named(b, registry).version() for b in plan},
         metrics={b: [m for m, _ in chosen] for b, chosen in plan.items()},
         options=options.public(),
         judge=({**judge.public_dict(), **({"stub": True, "stub_settings": stub} if stub else {})}
@@ -498,6 +508,7 @@ def _jobs(plan: Plan, batch: CaseBatch, done: dict, repeats: int = 1,
     requires (skipped) and, with ``reuse``, a judged score the score cache holds. A judged metric is
     planned ``repeats`` times, a job per repeat (the backend's judge files its calls under it)."""
     registry = get_backends()
+    backends = {b: backend_named(b, registry) for b in plan}
     jobs: list[Job] = []
     immediate: list[Score] = []
     ids = batch.ids
@@ -529,5 +540,5 @@ def _jobs(plan: Plan, batch: CaseBatch, done: dict, repeats: int = 1,
                     continue
                 # the batch itself when nothing was filtered, so backends can reuse work per batch
                 cases = batch if len(eligible) == len(batch) else batch.subset(eligible)
-                jobs.append((registry[bname], metric, cases, repeat))
+                jobs.append((backends[bname], metric, cases, repeat))
     return jobs, immediate

@@ -45,8 +45,8 @@ from ..backend import RunOptions
 from ..formats.batches import CaseBatch
 from ..formats.plain_records import record_line
 from ..judge.config import identity_url, redact_url
-from ..plugins import get_backends
 from ..schema import RunManifest, Score, json_of
+from .isolated import split_name
 from .plan import Plan
 from .recorded import score_from_line
 
@@ -62,6 +62,7 @@ def metric_prefix(backend: str, version: Optional[str], metric: str, spec: Any, 
                   judge: Any, stub: Optional[str] = None) -> bytes:
     """What a backend's metric depends on within a run, hashed: the start of each of its cases' keys
     (``stub``: the judge is ragbridge's stub judge with these settings, `identity_url`)."""
+    own = split_name(backend)[0]  # a library version's backend (ragas==0.3.9) reads ragas's options
     doc = {
         "ragbridge": __version__,
         "backend": backend,
@@ -69,7 +70,7 @@ def metric_prefix(backend: str, version: Optional[str], metric: str, spec: Any, 
         "metric": metric,
         "native_metric": spec.native_name,
         "digest": spec.digest,
-        "options": {"k": options.k, "backend_options": _own(options.backend_options.get(backend))},
+        "options": {"k": options.k, "backend_options": _own(options.backend_options.get(own))},
         "judge": {"model": judge.model, "base_url": identity_url(judge.base_url, stub),
                   "embedding_model": judge.embedding_model, "max_tokens": judge.max_tokens},
     }
@@ -182,10 +183,10 @@ class ScoreReuse:
 
     def __init__(self, cache: ScoreCache, plan: Plan, options: RunOptions, judge: Any,
                  manifest: RunManifest):
-        registry = get_backends()
         self.cache = cache
         stub = (manifest.judge or {}).get("stub_settings")
-        self.prefixes = {(b, m): metric_prefix(b, registry[b].version(), m, spec, options, judge, stub)
+        versions = manifest.backends  # each backend's library version, as the run records it
+        self.prefixes = {(b, m): metric_prefix(b, versions.get(b), m, spec, options, judge, stub)
                          for b, chosen in plan.items() for m, spec in chosen if spec.judge}
         self.priced = bool(judge.prices)
         self.keys: dict[tuple[str, str, str, int], str] = {}  # the scores being made: repeat key -> key
