@@ -270,6 +270,15 @@ def rescore(
                      **parameters)
 
 
+def failure_lines(failures: list) -> list[str]:
+    """The run's errored scores per backend and cause: the first reason and the fix (``counts.failures``)."""
+    lines = []
+    for f in failures:
+        lines += [f"  {f['backend']}: {f['scores']} {f['what']}, e.g. {f['metric']} of case {f['case_id']}: "
+                  f"{f['reason']}", f"    fix: {f['fix']}"]
+    return lines
+
+
 def _score_and_print(cases, out_dir, judge_options: JudgeOptions, as_json: bool, rescoring: bool = False,
                      **parameters) -> None:
     """Run `evaluate` with ``parameters`` (its keywords) into ``out_dir`` and print what it made."""
@@ -516,10 +525,12 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
         if isinstance(repeats, int) and repeats > 1:  # the summary's errored: a case's repeats together
             by_case = (f" ({sum(r['n_errored'] for r in overall)} of {sum(r['n'] for r in overall)} case "
                        "score(s), a case with an errored repeat being errored)")
+        failures = counts.get("failures") or []
         err.print(
             f"[bold red]{counts.get('errored', 0)} of {counts.get('scores', 0)} score(s) errored[/]{by_case}"
             + ("" if status == "complete" else f" (the run is {status})")
-            + "; run the same command again to retry them",
+            + (":" if failures else "; run the same command again to retry them"),
             highlight=False, soft_wrap=True,
         )
+        print_lines(err, failure_lines(failures))
         raise typer.Exit(EXIT_SCORE_ERRORS)

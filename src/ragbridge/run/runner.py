@@ -61,7 +61,7 @@ from ..plugins import get_backends
 from ..schema import Case, RunManifest, Score
 from .executor import Executor
 from .folder import FINGERPRINT_OF, Run, RunFolder, now, this_process
-from .isolated import backend_named, prepare
+from .isolated import backend_named, prepare, split_name
 from .lifecycle import Job
 from .local_executor import LocalExecutor
 from .plan import DEFAULT_BACKENDS, Plan, RunError, plan_metrics
@@ -257,7 +257,7 @@ async def _score(request: RunRequest, plan: Plan, options: RunOptions, judge: An
     status, recorder, scored = "incomplete", None, False
     try:
         with contextlib.ExitStack() as closing:  # closed before the session's counts are final
-            gateway = _gateway(request, judge, folder, manifest, closing)
+            gateway = _gateway(request, judge, folder, manifest, closing, _structured_modes(plan, options))
             cache, reuse = None, None
             if judge is not None and request.score_cache:
                 from .score_cache import ScoreReuse, score_cache_for
@@ -324,15 +324,16 @@ def _case_source(request: RunRequest, corpus: Optional[Corpus], opened: contextl
 
 
 def _gateway(request: RunRequest, judge: Any, folder: Optional[RunFolder], manifest: RunManifest,
-             closing: contextlib.ExitStack) -> Any:
+             closing: contextlib.ExitStack, modes: dict[str, str]) -> Any:
     """The run's judge gateway (None when no planned metric needs a judge), closed with ``closing``:
-    its audit log in the folder, what earlier sessions spent counted, the budget or (a dry run) the
-    stub's answers set."""
+    the backends' own structured-output ``modes``, its audit log in the folder, what earlier sessions
+    spent counted, the budget or (a dry run) the stub's answers set."""
     if judge is None:
         return None
     from ..judge import JudgeGateway
 
-    gateway = JudgeGateway(judge, audit_log=folder.audit_path if folder else None)
+    gateway = JudgeGateway(judge, audit_log=folder.audit_path if folder else None,
+                           structured_output=modes)
     closing.callback(gateway.close)
     spent = dict(manifest.counts.get("judge", {}))
     retries = int(spent.get("retries") or 0)
@@ -349,6 +350,16 @@ def _gateway(request: RunRequest, judge: Any, folder: Optional[RunFolder], manif
                            float(spent.get("cost") or 0.0))
         manifest.counts["budget"] = {"max_calls": request.max_calls, "max_cost": request.max_cost}
     return gateway
+
+
+def _structured_modes(plan: Plan, options: RunOptions) -> dict[str, str]:
+    """The planned backends that set their own ``structured_output`` (a judged backend's option,
+    `ragbridge.judged_backend.JudgedOptions`), with the mode each set: the gateway asks their requests
+    for a JSON object so, the others' as the judge's ``structured_output`` says."""
+    registry = get_backends()  # a library version's backend (NAME==VERSION) reads NAME's options
+    chosen = {name: getattr(options.of(registry[split_name(name)[0]]), "structured_output", None)
+              for name in plan}
+    return {name: mode for name, mode in chosen.items() if mode is not None}
 
 
 def executor_for(spec: Any) -> Executor:
