@@ -187,8 +187,8 @@ class Run:
         and ``compare`` answer without a threshold of their own): the value at or above
         ``pass_mark``, the backend's own rule recorded in run.json (``pass_marks``) else the metric's
         default (`ragbridge.metrics.default_pass_mark`); None where the score has no value.
-        ``library_passed`` is the library's own verdict where it gives one (DeepEval's ``success``,
-        Phoenix's label), which may differ."""
+        ``library_passed`` is the library's own verdict where it gives one (a test case's success, an
+        evaluation's label), which may differ."""
         import pandas as pd
 
         if wide:
