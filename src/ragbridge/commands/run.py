@@ -48,6 +48,7 @@ from .output import (
     EXIT_SCORE_ERRORS,
     err,
     fail,
+    say,
     out,
     print_json,
     print_lines,
@@ -339,7 +340,7 @@ def _interrupted(out_dir) -> None:
     the interpreter joins at exit, and the collection of every module they imported (seconds on an idle
     machine, minutes on a loaded CI runner, where a cancelled job must stop within its grace period)."""
     message = f"interrupted; what was scored is kept in {out_dir}; run the same command again to resume"
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    say("error", message)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
@@ -470,7 +471,7 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
     rows = result.summary_rows()  # a run just made: from its running totals, without pandas
     unscored = nothing_computed(result, out=str(out_dir))
     for line in result.manifest.warnings:  # the input warnings that bear on this run's metrics
-        warn(line, wrap=True)
+        warn(line)
     if as_json:
         for note in notes:
             err.print(note, markup=False, highlight=False)

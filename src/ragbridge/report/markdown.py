@@ -289,6 +289,9 @@ def _validation(d: dict, out: list[str]) -> None:
             f"{_figure(v, 'kappa')} | {_figure(v, 'balanced_accuracy')} | {_figure(v, 'agreement')} | "
             f"{claims} |")
     out.append("")
+    for metric, why in dict.fromkeys((v["metric"], v["not_random"]) for v in d["validation"]
+                                     if v.get("not_random")):
+        out.append(f"- **{md_text(metric)}: {md_text(why)}**")
     for v in d["validation"]:
         out += [f"- {md_text(line)}" for line in missed_lines(v, f"{v['metric']}, {v['backend']}")]
     out.append("")

@@ -64,7 +64,7 @@ def metric_prefix(backend: str, version: Optional[str], metric: str, spec: Any, 
                   judge: Any, stub: Optional[str] = None) -> bytes:
     """What a backend's metric depends on within a run, hashed: the start of each of its cases' keys
     (``stub``: the judge is ragbridge's stub judge with these settings, `identity_url`)."""
-    own = split_name(backend)[0]  # a library version's backend (ragas==0.3.9) reads ragas's options
+    own = split_name(backend)[0]  # a library version's backend (mylib==1.2) reads mylib's options
     doc = {
         "ragbridge": __version__,
         "backend": backend,
