@@ -16,7 +16,9 @@ A judged backend plugin says what is particular to its library, and the base doe
   `ragbridge.backend.error_text` of the exception).
 
 `JudgedBackend.score` is the one template every judged backend runs: the metric looked up
-(ValueError for one the backend does not offer), the judge required (RuntimeError), `prepare`, then
+(ValueError for one the backend does not offer), the judge required (RuntimeError) unless the
+metric is one the library computes without it (``JudgedMetric(judge=False)``: a run asking only for
+such metrics has no judge, ``ctx.judge`` is None in `open` and `judge_case`), `prepare`, then
 the cases fanned out `JudgedBackend.cases_at_once` at a time (the backend's ``concurrency`` option,
 else `ScoringContext.cases_in_flight`), each one timed and judged inside ``ctx.judge.tag_scope(
 backend, metric, case_id)`` (so the gateway counts its calls and tokens for its Score, under the
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
 import time
@@ -50,7 +53,9 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, kw_only=True)
 class JudgedMetric(MetricSpec):
-    """One entry of a judged backend's metric registry: a `MetricSpec` that needs the judge.
+    """One entry of a judged backend's metric registry: a `MetricSpec` that needs the judge, or,
+    with ``judge=False``, one its library computes without a judge (a token F1 beside a judged
+    metric), scored by the same `JudgedBackend.score` with ``ctx.judge`` None when the run has no judge.
 
     A plugin subclasses it (``@dataclass(frozen=True, kw_only=True)``) with the fields that bind the
     metric to its library; its registry holds only these, by name, and imports no library."""
@@ -113,14 +118,19 @@ class JudgedBackend(Backend):
     async def score(self, metric: str, cases: Sequence[Case], ctx: ScoringContext) -> AsyncIterator[Score]:
         spec = self.metric(metric, ctx.options)
         judge = ctx.judge
-        if judge is None:
+        if judge is None and spec.judge:
             raise RuntimeError(f"the {self.name} backend needs a judge (--judge-model, --judge-base-url)")
         prepared = await self.prepare(spec, ctx)
+
+        def scope(case: Case) -> Any:  # a metric the judge does not score (judge=False) has no judge
+            if judge is None:
+                return contextlib.nullcontext()
+            return judge.tag_scope(self.name, metric, case.id)
 
         async def one(case: Case) -> Score:
             start = time.perf_counter()
             try:
-                with judge.tag_scope(self.name, metric, case.id):
+                with scope(case):
                     fields = await self.judge_case(spec, case, ctx, prepared)
             except asyncio.CancelledError:
                 raise

@@ -58,14 +58,16 @@ Bool = typing.Annotated[bool, Strict()]
 
 
 def option(default: Any = ..., help: str = "", *, flag: Optional[str] = None, cli_type: Any = None,
-           **field: Any) -> Any:
+           pass_mark: bool = False, **field: Any) -> Any:
     """A field of an options model: ``default`` (or ``default_factory=``); ``help``, one or two
     sentences as ``ragbridge backends`` and ``--help`` show them; ``flag``, the command line's own
     flag for the few options that have one, its spellings separated by spaces (``"--repeats"``,
     ``"--backend -b"``, ``"--score-cache/--no-score-cache"``; every backend option is reached by
     ``--option`` too); ``cli_type``, the type the command line reads where the field's is wider
-    (``str`` for a target); and pydantic's limits (``ge=1``, ``le=...``)."""
-    extra = {k: v for k, v in (("flag", flag), ("cli_type", cli_type)) if v is not None}
+    (``str`` for a target); ``pass_mark``: the option is the pass mark of every metric of its backend
+    (a number in 0..1; `pass_mark_of`); and pydantic's limits (``ge=1``, ``le=...``)."""
+    extra = {k: v for k, v in (("flag", flag), ("cli_type", cli_type), ("pass_mark", pass_mark or None))
+             if v is not None}
     if "default_factory" not in field:
         field["default"] = default
     return Field(description=help, json_schema_extra=extra or None, **field)
@@ -99,6 +101,30 @@ class BackendOptions(BaseModel):
     first checked: a backend no run uses costs no validator)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True, defer_build=True)
+
+
+def pass_mark_of(options: BaseModel) -> Optional[float]:
+    """The value of the option of ``options`` declared ``option(..., pass_mark=True)``: the pass mark
+    of every metric of its backend in this run (run.json's ``pass_marks``), or None when it has none."""
+    for name, info in type(options).model_fields.items():
+        if _extra(info).get("pass_mark"):
+            value = getattr(options, name)
+            return None if value is None else float(value)
+    return None
+
+
+def model_problem(model: type[BaseModel]) -> Optional[str]:
+    """What is wrong with a backend's options model as a plugin declares it, or None: an option
+    without a default (every option has one: a run that sets none must still be valid), more than
+    one pass-mark option."""
+    for name, info in model.model_fields.items():
+        if info.is_required():
+            return (f"option {name!r} of {model.__name__} has no default: declare it with "
+                    f"option(DEFAULT, \"help\") (every option has a default)")
+    marks = [n for n, info in model.model_fields.items() if _extra(info).get("pass_mark")]
+    if len(marks) > 1:
+        return f"{model.__name__} declares {len(marks)} pass-mark options ({', '.join(marks)}): declare one"
+    return None
 
 
 def _versioned(name: str, key: Optional[str]) -> str:

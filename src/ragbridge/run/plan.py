@@ -7,10 +7,12 @@ scores. `RunError` is the error of a run that cannot start as asked.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from dataclasses import replace
+from typing import Any, Optional, Sequence
 
 from ..backend import MetricSpec, RunOptions
 from ..metrics import resolve_metric
+from ..options import pass_mark_of
 from ..plugins import get_backends
 from .errors import RunError
 from .isolated import IsolatedBackend, backend_named, with_versions
@@ -53,7 +55,8 @@ def plan_metrics(
                 f"(install it with: {backend.install_hint or 'see its documentation'})"
             )
         try:
-            specs = offers[name] = backend.metrics_for(options or RunOptions(k=k))
+            specs = offers[name] = _with_pass_mark(backend, backend.metrics_for(options or RunOptions(k=k)),
+                                                   options)
         except ValueError as exc:  # options the backend cannot use (e.g. a bad rubric file)
             raise RunError(str(exc)) from None
         chosen: list[tuple[str, MetricSpec]] = []
@@ -80,3 +83,12 @@ def plan_metrics(
                     f"metrics of {', '.join(names)}: {', '.join(all_names)}"
                 )
     return plan
+
+
+def _with_pass_mark(backend: Any, specs: list[MetricSpec], options: Optional[RunOptions]) -> list[MetricSpec]:
+    """``specs`` with the backend's pass-mark option (``option(..., pass_mark=True)``) as each one's
+    ``pass_mark`` when the backend declares one: the run's verdicts (run.json's ``pass_marks``) are
+    then the backend's own rule."""
+    own = backend.inner if isinstance(backend, IsolatedBackend) else backend  # mylib==1.2 takes mylib's
+    mark = pass_mark_of(options.of(own) if options is not None else own.Options())
+    return specs if mark is None else [replace(spec, pass_mark=mark) for spec in specs]
