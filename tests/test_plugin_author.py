@@ -67,3 +67,29 @@ def test_a_metric_computed_without_the_judge_needs_none(lexeval, stub_judge):
     assert sorted({s.metric for s in run.scores if s.error is None and s.value is not None}) == [
         "answer_correctness", "lexeval_token_f1"]
     assert sum(s.judge_calls for s in run.scores if s.metric == "answer_correctness") == len(ANSWERS)
+
+
+def test_a_new_release_of_the_plugin_scores_again(tmp_path, stub_judge):
+    """The plugin's distribution and version are in run.json and in the score cache's key: after its
+    author changes its code and its version, the judged scores are made again, not reused."""
+    judge = stub_judge_config(stub_judge, cache=tmp_path / "cache.sqlite")
+
+    def run(version: str, mark: str, out: str):
+        plugin = lexeval_plugin.install(tmp_path / f"site-{out}", version=version, mark=mark)
+        try:
+            with plugin_registered(plugin):
+                return ragbridge.evaluate(cases(), backends=["lexeval"], metrics=["answer_correctness"],
+                                          judge=judge, out=tmp_path / out)
+        finally:
+            lexeval_plugin.forget()
+
+    first = run("0.1.1", "v1", "r1")
+    assert json.loads((tmp_path / "r1" / "run.json").read_text())["plugins"] == {
+        "lexeval": "ragbridge-lexeval==0.1.1"}
+    assert all(s.reason.startswith("v1 ") and not s.cached for s in first.scores)
+    again = run("0.1.1", "v1", "r2")
+    assert all(s.cached for s in again.scores)  # the same release: the cache is used
+    changed = run("0.1.2", "v2", "r3")
+    assert changed.manifest.plugins == {"lexeval": "ragbridge-lexeval==0.1.2"}
+    assert [s.cached for s in changed.scores] == [False] * len(ANSWERS)
+    assert all(s.reason.startswith("v2 ") for s in changed.scores)

@@ -134,6 +134,32 @@ def get_backends() -> dict[str, AnyBackend]:
     return found
 
 
+def plugin_version(backend: AnyBackend) -> Optional[str]:
+    """``DISTRIBUTION==VERSION`` of the installed distribution that ships ``backend``'s code (a
+    plugin's own package, ``ragbridge-mylib==0.1.1``), or None for a backend of ragbridge's own
+    distribution or of code no distribution holds. Found by the distribution whose ``ragbridge``
+    entry point names the package, else the one named as the package (``ragbridge_mylib``)."""
+    inner = getattr(backend, "inner", backend)  # a library version's backend (mylib==1.2): mylib's plugin
+    if isinstance(inner, LazyBackend):
+        module = inner._target.partition(":")[0]
+    else:
+        module = type(inner).__module__
+    top = module.partition(".")[0]
+    if top == "ragbridge":
+        return None
+    dist = next((ep.dist for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+                 if ep.module.partition(".")[0] == top and ep.dist is not None), None)
+    if dist is None:
+        try:
+            dist = importlib.metadata.distribution(top)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+    name = dist.metadata["Name"]
+    if not name or name.replace("-", "_").lower() == "ragbridge":
+        return None
+    return f"{name}=={dist.version}"
+
+
 def registered(hook: str, kind: str) -> dict[str, Any]:
     """What the plugins register through ``hook`` (called with ``register``), by ``name``; a name
     registered twice is an error naming ``kind``."""

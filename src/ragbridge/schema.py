@@ -727,6 +727,9 @@ class RunManifest(BaseModel):
     ``pass_marks``: per backend and metric, the threshold of the backend's own pass rule where it has
     one (a rubric's pass level on the 0..1 scale), the pass mark every output uses unless one is given
     (`ragbridge.analysis.thresholds.pass_marks`).
+    ``plugins``: per backend shipped by a plugin's own distribution, that distribution and its version
+    (``{"mylib": "ragbridge-mylib==0.1.1"}``; `ragbridge.plugins.plugin_version`), beside the library's
+    version in ``backends``.
     ``judge.self_judging`` is set when the judge is the system under test's own model.
     ``warnings``: the golden set's input warnings that bear on the metrics of the run (one line per
     kind, with the number of cases and the first of them: `ragbridge.formats.input_check`).
@@ -742,6 +745,7 @@ class RunManifest(BaseModel):
     judge: Optional[dict[str, Any]] = None
     digests: dict[str, dict[str, str]] = Field(default_factory=dict)
     pass_marks: dict[str, dict[str, float]] = Field(default_factory=dict)
+    plugins: dict[str, str] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
     started_at: str
     finished_at: Optional[str] = None

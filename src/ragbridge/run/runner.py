@@ -57,7 +57,7 @@ from ..formats import load_cases
 from ..formats.batches import CaseBatch
 from ..formats.source import BATCH_SIZE, CaseSource, open_cases
 from ..limits import as_text
-from ..plugins import get_backends
+from ..plugins import get_backends, plugin_version
 from ..schema import Case, RunManifest, Score
 from .executor import Executor
 from .folder import FINGERPRINT_OF, Run, RunFolder, now, this_process
@@ -472,6 +472,7 @@ def _new_manifest(plan: Plan, dataset: dict[str, Any], options: RunOptions, judg
         ragbridge_version=__version__,
         dataset=dataset,
         backends={b: backend_named(b, registry).version() for b in plan},
+        plugins={b: v for b in plan if (v := plugin_version(backend_named(b, registry)))},
         metrics={b: [m for m, _ in chosen] for b, chosen in plan.items()},
         options=options.public(),
         judge=({**judge.public_dict(), **({"stub": True, "stub_settings": stub} if stub else {})}

@@ -8,7 +8,9 @@ a score found is recorded as it is (``Score.cached``) without calling the backen
 
 The key is the SHA-256 of everything the score depends on:
 
-- ragbridge's version, the backend's name and its library's version (``Backend.version``);
+- ragbridge's version, the backend's name and its library's version (``Backend.version``), and the
+  version of the plugin's distribution when a plugin of its own ships the backend (run.json's
+  ``plugins``: a plugin's new release scores again);
 - the metric: canonical name, native name and the digest of its definition (a rubric's);
 - the options a backend reads: ``k`` and this backend's own options (those that differ from their
   defaults: another backend's options, the native backend's included, are not in the key; a judged
@@ -61,9 +63,10 @@ _SCHEMA = ("CREATE TABLE IF NOT EXISTS scores "
 
 
 def metric_prefix(backend: str, version: Optional[str], metric: str, spec: Any, options: Any,
-                  judge: Any, stub: Optional[str] = None) -> bytes:
+                  judge: Any, stub: Optional[str] = None, plugin: Optional[str] = None) -> bytes:
     """What a backend's metric depends on within a run, hashed: the start of each of its cases' keys
-    (``stub``: the judge is ragbridge's stub judge with these settings, `identity_url`)."""
+    (``stub``: the judge is ragbridge's stub judge with these settings, `identity_url`; ``plugin``:
+    the distribution and version of the plugin that ships the backend, when not ragbridge's own)."""
     own = split_name(backend)[0]  # a library version's backend (mylib==1.2) reads mylib's options
     doc = {
         "ragbridge": __version__,
@@ -82,6 +85,8 @@ def metric_prefix(backend: str, version: Optional[str], metric: str, spec: Any, 
                                              if judge.embedding_base_url else {})}
     if changed:
         doc["judge"]["changed"] = changed
+    if plugin:  # a plugin's own distribution (absent for ragbridge's own backends: their keys stay)
+        doc["plugin"] = plugin
     if judge.structured_output != "auto":  # how requests for a JSON object are sent
         doc["judge"]["structured_output"] = judge.structured_output
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).digest()
@@ -192,7 +197,8 @@ class ScoreReuse:
         self.cache = cache
         stub = (manifest.judge or {}).get("stub_settings")
         versions = manifest.backends  # each backend's library version, as the run records it
-        self.prefixes = {(b, m): metric_prefix(b, versions.get(b), m, spec, options, judge, stub)
+        self.prefixes = {(b, m): metric_prefix(b, versions.get(b), m, spec, options, judge, stub,
+                                               manifest.plugins.get(b))
                          for b, chosen in plan.items() for m, spec in chosen if spec.judge}
         self.priced = bool(judge.prices)
         self.keys: dict[tuple[str, str, str, int], str] = {}  # the scores being made: repeat key -> key
