@@ -20,8 +20,8 @@ ANSWERS = ["Refunds are accepted within 14 days of delivery.", "You get 14 days 
 
 
 def cases() -> list[Case]:
-    return [Case(id=f"c{i}", question="How long is the refund window?", answer=a, reference=REFERENCE)
-            for i, a in enumerate(ANSWERS)]
+    return [Case(id=f"c{i}", question="How long is the refund window?", answer=a, reference=REFERENCE,
+                 must_contain=["14 days"]) for i, a in enumerate(ANSWERS)]
 
 
 @pytest.fixture
@@ -93,3 +93,92 @@ def test_a_new_release_of_the_plugin_scores_again(tmp_path, stub_judge):
     assert changed.manifest.plugins == {"lexeval": "ragbridge-lexeval==0.1.2"}
     assert [s.cached for s in changed.scores] == [False] * len(ANSWERS)
     assert all(s.reason.startswith("v2 ") for s in changed.scores)
+
+
+def cli(monkeypatch, capsys, *args) -> tuple[int, str, str]:
+    """The command line in this process: (exit status, stdout, stderr)."""
+    from ragbridge.commands import run_cli
+
+    monkeypatch.setattr("sys.argv", ["ragbridge", *map(str, args)])
+    monkeypatch.setenv("COLUMNS", "200")
+    code = 0
+    try:
+        run_cli()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def golden(tmp_path):
+    path = tmp_path / "golden.jsonl"
+    path.write_text("".join(c.model_dump_json() + "\n" for c in cases()))
+    return path
+
+
+def broken(tmp_path, **changes):
+    """The plugin with ``changes`` made to its source, registered for the block."""
+    plugin = lexeval_plugin.install(tmp_path / "site", **changes)
+    return plugin_registered(plugin)
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"meaning": "token F1 of the answer against the reference answer, as lexeval computes it (0..1)"},
+     "meaning is one line of at most 70 characters (it has 82): shorten it"),
+    ({"kind": "answer-check"}, "kind 'answer-check' is not one of ranking, span, answer check, judged"),
+])
+def test_a_metric_registered_wrong_stops_a_run_with_one_line_and_backends_says_it(
+        tmp_path, monkeypatch, capsys, golden, changes, words):
+    line = f"plugin 'ragbridge_lexeval' registers metric 'lexeval_token_f1': {words}"
+    try:
+        with broken(tmp_path, **changes):
+            code, out, err = cli(monkeypatch, capsys, "run", golden, "--out", tmp_path / "run",
+                                 "--backend", "lexeval", "--metric", "lexeval_token_f1")
+            assert code == 2 and "Traceback" not in err, err
+            assert line in " ".join(err.split()), err
+            assert not (tmp_path / "run").exists()
+            code, out, err = cli(monkeypatch, capsys, "backends")
+            assert code == 0 and "native" in out
+            assert line in " ".join(err.split()), err
+    finally:
+        lexeval_plugin.forget()
+
+
+def test_a_backend_module_that_fails_to_import_is_its_plugins_line(tmp_path, monkeypatch, capsys, golden):
+    """The plugin's backend module imports what is not installed: ``ragbridge backends`` lists the
+    others and says which plugin failed and why, as for a package that fails to import; a run of it
+    stops with the same line, exit 2."""
+    line = ("plugin 'ragbridge_lexeval' failed to load: backend 'lexeval' "
+            "(ragbridge_lexeval.backend:LexevalBackend): ModuleNotFoundError: No module named 'lexeval_extras'")
+    try:
+        with broken(tmp_path, backend_import="import lexeval_extras"):
+            code, out, err = cli(monkeypatch, capsys, "backends")
+            assert code == 0 and "Traceback" not in err, err
+            assert "native" in out and "lexeval" not in out
+            assert line in " ".join(err.split()), err
+            code, out, err = cli(monkeypatch, capsys, "run", golden, "--out", tmp_path / "run",
+                                 "--backend", "lexeval")
+            assert code == 2 and "Traceback" not in err and line in " ".join(err.split()), err
+            code, out, err = cli(monkeypatch, capsys, "run", golden, "--out", tmp_path / "native",
+                                 "--backend", "native", "--metric", "must_contain")
+            assert code == 0, err
+    finally:
+        lexeval_plugin.forget()
+
+
+def test_an_option_without_a_default_is_refused_at_registration(tmp_path, monkeypatch, capsys, golden):
+    line = ("plugin 'ragbridge_lexeval' failed to load: backend 'lexeval' "
+            "(ragbridge_lexeval.backend:LexevalBackend): ")
+    fix = ("TypeError: option 'threshold' of LexevalOptions has no default: declare it with "
+           "option(DEFAULT, \"help\") (every option has a default)")
+    try:
+        with broken(tmp_path, threshold='option(help="A score at or above this passes.", ge=0.0, le=1.0)'):
+            code, out, err = cli(monkeypatch, capsys, "backends")
+            assert code == 0 and "PydanticUndefined" not in out + err, out
+            assert line + fix in " ".join(err.split()), err
+            code, out, err = cli(monkeypatch, capsys, "run", golden, "--out", tmp_path / "run",
+                                 "--backend", "lexeval", "--metric", "lexeval_token_f1")
+            assert code == 2 and line + fix in " ".join(err.split()), err
+    finally:
+        lexeval_plugin.forget()

@@ -94,7 +94,7 @@ def test_a_metric_leaves_with_its_plugin():
 @pytest.mark.parametrize("bad, words", [
     (Metric("faithfulness", kind="judged", half="generation", meaning="mine"), "is a canonical metric"),
     (Metric("Tone", kind="judged", half="generation", meaning="how polite"), "lower case"),
-    (Metric("tone", kind="vibes", half="generation", meaning="how polite"), "kind must be one of"),
+    (Metric("tone", kind="vibes", half="generation", meaning="how polite"), "kind 'vibes' is not one of"),
     (Metric("tone", kind="judged", half="generation", meaning="how polite", pass_mark=2.0), "pass_mark"),
 ])
 def test_a_metric_registered_wrong_is_a_clear_error(bad, words):

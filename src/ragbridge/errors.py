@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-__all__ = ["UserError", "cli_text"]
+__all__ = ["UserError", "PluginError", "cli_text"]
 
 
 class UserError(Exception):
@@ -30,6 +30,16 @@ class UserError(Exception):
     def _render_traceback_(self) -> list[str]:
         """How IPython shows this error: its one line, the name in red."""
         return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
+
+
+class PluginError(UserError, ValueError):
+    """A plugin that cannot be used as it is: its module fails to import, a metric or an options
+    model it registers breaks a rule. The message names the plugin and what its author is to fix;
+    ``ragbridge backends`` shows the same line. ``plugin``: the plugin's name."""
+
+    def __init__(self, *args: Any, plugin: Optional[str] = None, cli: Optional[str] = None) -> None:
+        super().__init__(*args, cli=cli)
+        self.plugin = plugin
 
 
 def cli_text(exc: BaseException) -> str:

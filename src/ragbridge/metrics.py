@@ -201,20 +201,30 @@ _registered: tuple[Any, dict[str, Metric]] = (None, {})
 def registered() -> dict[str, Metric]:
     """The metrics plugins register through the ``ragbridge_register_metrics`` hook, by base name
     (``tone``, ``coverage@k`` -> ``coverage``); asked again when a plugin joins or leaves.
-    Raises ValueError for a name that is canonical, malformed or registered twice, or a `Metric`
-    whose kind, half or pass mark is not one of the conventions above."""
+    Raises `ragbridge.errors.PluginError` (a ValueError) naming the plugin for a name that is
+    canonical, malformed or registered twice, or a `Metric` whose kind, half, meaning or pass mark is
+    not one of the conventions above."""
     global _registered
-    from .plugins import load_plugins, registered as by_name
+    from .errors import PluginError
+    from .plugins import load_plugins
 
     # the plugins registered now, by name and object (a plugin may be any object, hashable or not)
-    plugins = [(name, id(plugin)) for name, plugin in load_plugins().list_name_plugin()]
+    pm = load_plugins()
+    plugins = [(name, id(plugin)) for name, plugin in pm.list_name_plugin()]
     if _registered[0] != plugins:
-        found = {}
-        for m in by_name("ragbridge_register_metrics", "metric").values():
-            problem = _problem(m)
-            if problem:
-                raise ValueError(f"a plugin registers metric {getattr(m, 'name', m)!r}: {problem}")
-            found[m.base] = m
+        found: dict[str, Metric] = {}
+        for impl in reversed(pm.hook.ragbridge_register_metrics.get_hookimpls()):
+            def register(m: Any, plugin: str = impl.plugin_name) -> None:
+                problem = _problem(m)
+                if problem is None and m.base in found:
+                    problem = "another plugin registers a metric of that name: choose a name of your own"
+                if problem:
+                    raise PluginError(
+                        f"plugin {plugin!r} registers metric {getattr(m, 'name', m)!r}: {problem}",
+                        plugin=plugin)
+                found[m.base] = m
+
+            impl.function(register=register)
         _registered = (plugins, found)
     return _registered[1]
 
@@ -228,10 +238,12 @@ def _problem(m: Any) -> Optional[str]:
     if m.base in _BY_BASE:
         return (f"{m.name!r} is a canonical metric: declare it in your backend's MetricSpec, and "
                 "register only a metric with a meaning of its own")
-    if m.kind not in KINDS or m.half not in ("retrieval", "generation"):
-        return f"kind must be one of {', '.join(KINDS)} and half retrieval or generation"
-    if not m.meaning or len(m.meaning) > 70:
-        return "meaning is one line of at most 70 characters"
+    if m.kind not in KINDS:
+        return f"kind {m.kind!r} is not one of {', '.join(KINDS)}"
+    if m.half not in ("retrieval", "generation"):
+        return f"half {m.half!r} is not retrieval or generation"
+    if not m.meaning or "\n" in m.meaning or len(m.meaning) > 70:
+        return f"meaning is one line of at most 70 characters (it has {len(m.meaning or '')}): shorten it"
     if m.pass_mark != PER_K and not (isinstance(m.pass_mark, (int, float)) and 0 <= m.pass_mark <= 1):
         return f"pass_mark is a number in 0..1 or {PER_K!r}"
     return None

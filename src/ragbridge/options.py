@@ -102,6 +102,15 @@ class BackendOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True, defer_build=True)
 
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """A model that breaks a rule (`model_problem`: an option without a default) is refused where it
+        is declared: the plugin's module fails to import, and its plugin is reported as failing to load."""
+        super().__pydantic_init_subclass__(**kwargs)
+        problem = model_problem(cls)
+        if problem:
+            raise TypeError(problem)
+
 
 def pass_mark_of(options: BaseModel) -> Optional[float]:
     """The value of the option of ``options`` declared ``option(..., pass_mark=True)``: the pass mark

@@ -20,6 +20,7 @@ from typing import Any, Optional
 import pluggy
 
 from . import hookspecs
+from .errors import PluginError
 
 #: a `ragbridge.backend.Backend`, named and not imported: the plugin manager sits below every part it
 #: loads (``ragbridge.metrics`` asks it for the metrics plugins register)
@@ -97,15 +98,23 @@ class LazyBackend:
         self.name = name
         self._target = target
         self._backend: Optional[AnyBackend] = None
+        #: the plugin that registered it (set by `get_backends`), named in its errors
+        self.plugin: Optional[str] = None
 
     def load(self) -> AnyBackend:
-        """The backend itself (made once)."""
+        """The backend itself (made once); a `PluginError` naming the plugin when its module fails to
+        import (an options model without a default fails there: `ragbridge.options.BackendOptions`)."""
         if self._backend is None:
             module, _, cls = self._target.partition(":")
-            backend = getattr(importlib.import_module(module), cls)()
+            plugin = self.plugin or module.partition(".")[0]
+            try:
+                backend = getattr(importlib.import_module(module), cls)()
+            except Exception as exc:  # a broken plugin is that plugin's error, not a traceback
+                raise PluginError(f"plugin {plugin!r} failed to load: backend {self.name!r} "
+                                  f"({self._target}): {type(exc).__name__}: {exc}") from exc
             if backend.name != self.name:
-                raise ValueError(
-                    f"{self._target} makes backend {backend.name!r}, registered as {self.name!r}")
+                raise PluginError(f"plugin {plugin!r}: {self._target} makes backend {backend.name!r}, "
+                                  f"registered as {self.name!r}")
             self._backend = backend
         return self._backend
 
@@ -119,18 +128,24 @@ class LazyBackend:
 
 
 def get_backends() -> dict[str, AnyBackend]:
-    """Every registered backend by name, available or not (a `LazyBackend` stands for its backend)."""
+    """Every registered backend by name, available or not (a `LazyBackend` stands for its backend; the
+    plugin that registered it is its ``plugin``)."""
     load_plugins()
     found: dict[str, AnyBackend] = {}
 
-    def register(backend: AnyBackend) -> None:
-        if not backend.name:
-            raise ValueError(f"backend {backend!r} has no name")
-        if backend.name in found:
-            raise ValueError(f"two plugins register a backend named {backend.name!r}")
-        found[backend.name] = backend
+    for impl in reversed(pm.hook.ragbridge_register_backends.get_hookimpls()):  # pluggy's call order
+        plugin = impl.plugin_name
 
-    pm.hook.ragbridge_register_backends(register=register)
+        def register(backend: AnyBackend, plugin: str = plugin) -> None:
+            if not backend.name:
+                raise ValueError(f"backend {backend!r} has no name")
+            if backend.name in found:
+                raise ValueError(f"two plugins register a backend named {backend.name!r}")
+            if isinstance(backend, LazyBackend):
+                backend.plugin = plugin
+            found[backend.name] = backend
+
+        impl.function(register=register)
     return found
 
 
@@ -158,6 +173,35 @@ def plugin_version(backend: AnyBackend) -> Optional[str]:
     if not name or name.replace("-", "_").lower() == "ragbridge":
         return None
     return f"{name}=={dist.version}"
+
+
+def usable_backends() -> dict[str, AnyBackend]:
+    """`get_backends` less the backends whose plugin cannot be used (a `LazyBackend` whose module
+    fails to import or breaks a rule: `PluginError`), each of which is put in ``load_errors`` as a
+    plugin that fails to import is: for what asks every backend (``ragbridge backends``, the hints of
+    a run that computed nothing), so that one broken plugin does not take the others down."""
+    found: dict[str, AnyBackend] = {}
+    for name, backend in get_backends().items():
+        if isinstance(backend, LazyBackend):
+            try:
+                backend.load()
+            except PluginError as exc:
+                load_errors[backend.plugin or name] = plugin_problem(exc)
+                continue
+        found[name] = backend
+    return found
+
+
+def plugin_problem(exc: PluginError) -> str:
+    """A `PluginError`'s words after the plugin's name (``plugin 'x' failed to load: ...``), as
+    ``load_errors`` holds them."""
+    text = str(exc)
+    if text.startswith("plugin "):
+        head, sep, rest = text.partition(" failed to load: ")
+        if not sep:
+            head, sep, rest = text.partition(": ")
+        return rest if sep else text
+    return text
 
 
 def registered(hook: str, kind: str) -> dict[str, Any]:

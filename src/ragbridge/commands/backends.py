@@ -11,8 +11,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from ..errors import PluginError
 from ..options import describe
-from ..plugins import get_backends, load_errors
+from ..metrics import registered
+from ..plugins import get_backends, load_errors, plugin_problem, usable_backends
 from ..report.text import MISSING
 from .output import err, fail, out, print_json, print_lines, print_table
 
@@ -47,8 +49,23 @@ def backends(
              f"{base}'s (ragbridge backends {base}); the versions it runs at: ragbridge environments list")
     if name is not None and name not in registry:
         fail(f"unknown backend {name!r}; registered backends: {', '.join(sorted(registry))}")
-    found = sorted(((n, b) for n, b in registry.items() if name in (None, n)),
+    if name is not None:
+        try:
+            registry[name].Options  # a LazyBackend loads (and checks) its backend when first asked
+        except PluginError as exc:
+            fail(str(exc))
+    usable = usable_backends() if name is None else registry
+    found = sorted(((n, b) for n, b in usable.items() if name in (None, n)),
                    key=lambda kv: (kv[0] != "native", kv[0]))
+    errors = dict(load_errors)
+    broken = {p: f"plugin {p!r} failed to load: {m}" for p, m in errors.items()}
+    if name is None:
+        try:
+            registered()
+        except PluginError as exc:  # a metric registered wrong: the line a run stops with
+            errors[exc.plugin or "?"], broken[exc.plugin or "?"] = plugin_problem(exc), str(exc)
+    else:
+        errors, broken = {}, {}
     if as_json:
         print_json({
             "backends": [
@@ -64,10 +81,10 @@ def backends(
                 }
                 for n, b in found
             ],
-            "load_errors": dict(load_errors) if name is None else {},
+            "load_errors": errors,
         })
-        for plugin, message in load_errors.items() if name is None else ():
-            err.print(f"plugin {plugin!r} failed to load: {message}", markup=False, highlight=False)
+        for line in broken.values():
+            err.print(line, markup=False, highlight=False)
         return
     if name is not None:
         _one(name, registry[name])
@@ -95,8 +112,8 @@ def backends(
     out.print("[dim]" + escape("a backend's options in full: ragbridge backends NAME; set one with --option "
                                "NAME.KEY=VALUE, in [backends.NAME] of ragbridge.toml, or options={NAME: "
                                "{...}} in Python") + "[/]", highlight=False)
-    for plugin, message in load_errors.items():
-        err.print(f"[yellow]plugin {escape(plugin)!r} failed to load:[/] {escape(message)}")
+    for line in broken.values():
+        err.print(f"[yellow]{escape(line)}[/]", highlight=False)
 
 
 def _one(name: str, b) -> None:

@@ -67,10 +67,10 @@ def _judged_backends(present: list[set[str]], unanswerable: bool) -> list[dict[s
     """Each installed backend's judged metrics that some case has every input for (``abstention``
     only with an unanswerable case: it is undefined on the others); the rubric backend (ragbridge's
     own judge) last."""
-    from ..plugins import get_backends
+    from ..plugins import usable_backends
 
     found = []
-    for name, backend in sorted(get_backends().items(), key=lambda kv: (kv[0] == "rubric", kv[0])):
+    for name, backend in sorted(usable_backends().items(), key=lambda kv: (kv[0] == "rubric", kv[0])):
         if not backend.available():
             continue
         try:
@@ -87,11 +87,11 @@ def _judged_backends(present: list[set[str]], unanswerable: bool) -> list[dict[s
 def _lacking(present: list[set[str]]) -> list[str]:
     """What the cases lack for the judged metric of an installed backend that needs the least they
     have none of (the fields of `FIELD_WORDS`, in its order): empty when there is no such metric."""
-    from ..plugins import get_backends
+    from ..plugins import usable_backends
 
     have = set().union(*present) if present else set()
     best: Optional[set[str]] = None
-    for backend in get_backends().values():
+    for backend in usable_backends().values():
         if not backend.available():
             continue
         try:
