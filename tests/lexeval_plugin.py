@@ -120,6 +120,7 @@ FILES = {
             async def judge_case(self, metric, case, ctx, prepared):
                 import lexeval
 
+                {on_case}
                 opts = ctx.options.of(self)
                 if metric.name == "lexeval_token_f1":
                     value = lexeval.token_f1(case.answer, case.reference, opts.tokenizer)
@@ -160,7 +161,7 @@ FILES = {
 DEFAULTS = {"top_import": "", "kind": "answer check",
             "meaning": "token F1 of answer vs reference (lexeval); 1 = same tokens",
             "threshold": 'option(0.5, "A score at or above this passes.", pass_mark=True, ge=0.0, le=1.0)',
-            "backend_import": "", "mark": "v1"}
+            "backend_import": "", "mark": "v1", "on_case": "pass"}
 
 
 def _dist(site: Path, name: str, version: str, top: str, package: bool = False) -> None:

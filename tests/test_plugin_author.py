@@ -150,7 +150,8 @@ def test_a_backend_module_that_fails_to_import_is_its_plugins_line(tmp_path, mon
     others and says which plugin failed and why, as for a package that fails to import; a run of it
     stops with the same line, exit 2."""
     line = ("plugin 'ragbridge_lexeval' failed to load: backend 'lexeval' "
-            "(ragbridge_lexeval.backend:LexevalBackend): ModuleNotFoundError: No module named 'lexeval_extras'")
+            "(ragbridge_lexeval.backend:LexevalBackend): ModuleNotFoundError: "
+            "No module named 'lexeval_extras'")
     try:
         with broken(tmp_path, backend_import="import lexeval_extras"):
             code, out, err = cli(monkeypatch, capsys, "backends")
@@ -182,3 +183,76 @@ def test_an_option_without_a_default_is_refused_at_registration(tmp_path, monkey
             assert code == 2 and line + fix in " ".join(err.split()), err
     finally:
         lexeval_plugin.forget()
+
+
+def test_the_contract_kit_sees_a_library_imported_at_the_top_of_the_plugin(tmp_path):
+    """``import lexeval`` at the top of the plugin's ``__init__.py`` makes every command import the
+    library: the kit's registration check names it."""
+    from ragbridge.testing.contract import BackendContract, imported_by_registering
+
+    try:
+        with broken(tmp_path, top_import="import lexeval  # noqa: F401"):
+            assert "lexeval" in imported_by_registering("lexeval")
+            from ragbridge.plugins import get_backends
+
+            with pytest.raises(AssertionError, match=r"registering lexeval imported its library \(lexeval\)"):
+                BackendContract().test_registers_without_importing_its_library(get_backends()["lexeval"])
+        with broken(tmp_path / "clean"):  # imported inside the backend's module only: nothing to say
+            assert not {"lexeval"} & imported_by_registering("lexeval")
+    finally:
+        lexeval_plugin.forget()
+
+
+CONTRACT_FILE = '''
+import pytest
+
+import lexeval_plugin
+from ragbridge.testing import plugin_registered
+from ragbridge.testing.contract import BackendContract
+
+
+class TestLexeval(BackendContract):
+    backend = "lexeval"
+
+    @pytest.fixture(scope="class", autouse=True)
+    @classmethod
+    def _registered(cls, tmp_path_factory):
+        plugin = lexeval_plugin.install(tmp_path_factory.mktemp("site"), library={library}, **{changes})
+        with plugin_registered(plugin):
+            yield
+'''
+
+
+def contract_of(tmp_path, library=True, env=None, **changes):
+    """The plugin's own contract test file, as its author writes it, run by pytest: (status, output)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    folder = tmp_path / "plugin-tests"
+    folder.mkdir(parents=True)
+    (folder / "test_contract.py").write_text(CONTRACT_FILE.format(library=library, changes=changes))
+    path = os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                          "test_contract.py", "-k", "registers or writes_nothing or scores_every"],
+                         cwd=folder, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": path, **(env or {})})
+    return res.returncode, res.stdout + res.stderr
+
+
+@pytest.mark.slow  # a plugin's own pytest run, twice
+def test_the_contract_kit_says_loudly_when_the_library_is_absent_and_fails_when_asked(tmp_path):
+    code, output = contract_of(tmp_path, library=False)
+    assert code == 0 and "3 skipped" in output, output
+    assert ("the lexeval backend's library is not installed (pip install lexeval): NONE of the backend "
+            "contract ran for it; set RAGBRIDGE_CONTRACT_STRICT=1 to fail instead of skipping") in output
+    code, output = contract_of(tmp_path / "strict", library=False, env={"RAGBRIDGE_CONTRACT_STRICT": "1"})
+    assert code == 1 and "3 errors" in output and "NONE of the backend contract ran" in output, output
+
+
+@pytest.mark.slow  # a plugin's own pytest run
+def test_the_contract_kit_names_the_file_a_run_wrote_in_the_working_folder(tmp_path):
+    code, output = contract_of(tmp_path, on_case="open('lexeval-cache.json', 'w').close()")
+    assert code == 1 and "1 failed, 2 passed" in output, output
+    assert "the run wrote in the working folder" in output and "lexeval-cache.json" in output, output

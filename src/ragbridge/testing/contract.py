@@ -40,15 +40,20 @@ The contract, one test each:
   same values and reasons.
 
 The tests that do not apply to a backend without a judged metric (the faults, the concurrency) are
-skipped for it, saying so.
+skipped for it, saying so. A backend whose library is not installed is skipped whole, the reason
+saying that none of the contract ran; with ``RAGBRIDGE_CONTRACT_STRICT=1`` in the environment (a
+plugin's CI, where the library must be there) it fails instead.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 import os
 import socket
 import sys
+import types
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, Optional
 
@@ -63,11 +68,14 @@ from ..stub import responders
 from .stub_judge import StubJudge
 
 __all__ = ["BackendContract", "every_backend", "plugin_registered", "CONTRACT_CASES", "CASE_INPUTS",
-           "imported_by_registering"]
+           "imported_by_registering", "STRICT"]
 
 #: the case inputs a `MetricSpec.requires` may name (`Case.fields_present`)
 CASE_INPUTS = frozenset({"question", "answer", "contexts", "context_text", "relevant", "relevant_spans",
                          "reference", "reference_contexts"})
+#: set (to anything but empty) in the environment, a backend whose library is not installed fails the
+#: kit instead of skipping it: a plugin's CI sets it, so that a missing library is no green run
+STRICT = "RAGBRIDGE_CONTRACT_STRICT"
 #: hosts a run may look up or connect to: the stub judge's
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -134,15 +142,30 @@ def imported_by_registering(name: str) -> set[str]:
 
     def aside(module: str) -> bool:
         return bool((library and (module == library or module.startswith(library + ".")))
-                    or (package and module.startswith(package + ".")))
+                    or (package and (module == package or module.startswith(package + "."))))
 
     with _set_aside(aside) as before:
+        registrar = _imported_again(registrar)  # what its own module imports counts too
         backend = _registered_backends(registrar)[name]
         backend.available(), backend.version(), backend.metrics()
         for hook in ("ragbridge_register_formats", "ragbridge_register_libraries"):
             if hasattr(registrar, hook):
                 getattr(registrar, hook)(register=lambda item: None)
         return set(sys.modules) - before
+
+
+def _imported_again(plugin: Any) -> Any:
+    """``plugin``'s module imported anew (it is set aside), so that what it imports at its top counts;
+    ``plugin`` itself when it is no module an import finds (an object, a module made in a test)."""
+    name = getattr(plugin, "__name__", None)
+    if not isinstance(plugin, types.ModuleType) or not name or getattr(plugin, "__spec__", None) is None:
+        return plugin
+    try:
+        if importlib.util.find_spec(name) is None:
+            return plugin
+        return importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - not importable as it stands: ask the module registered
+        return plugin
 
 
 def _registrar(name: str) -> Any:
@@ -217,7 +240,11 @@ class BackendContract:
         assert backend_name in registered, f"no backend {backend_name!r} is registered: {sorted(registered)}"
         found = registered[backend_name]
         if not found.available():
-            pytest.skip(f"the {backend_name} backend's library is not installed ({found.install_hint})")
+            why = (f"the {backend_name} backend's library is not installed ({found.install_hint}): "
+                   f"NONE of the backend contract ran for it")
+            if os.environ.get(STRICT):
+                pytest.fail(f"{why} ({STRICT} is set)")
+            pytest.skip(f"{why}; set {STRICT}=1 to fail instead of skipping")
         return found
 
     @pytest.fixture(scope="class")
@@ -361,7 +388,10 @@ class BackendContract:
         lookups = {target for kind, target in contract_run["seen"] if kind == "lookup"}
         assert connects <= {("127.0.0.1", stub_port)}, f"connected beside the judge: {sorted(connects)}"
         assert lookups <= LOOPBACK, f"looked up hosts: {sorted(lookups)}"
-        assert sorted(p.name for p in Path(contract_run["folder"]).iterdir()) == []
+        written = sorted(p.name for p in Path(contract_run["folder"]).iterdir())
+        assert not written, (f"the run wrote in the working folder {contract_run['folder']}: "
+                             f"{', '.join(written)} (a library's cache or log: point it at a temporary "
+                             "folder, or turn it off in the backend's environment())")
 
     def test_transient_judge_faults_are_retried_and_every_score_kept(self, contract_backend: Any,
                                                                      judged: list[str]) -> None:
