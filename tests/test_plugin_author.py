@@ -256,3 +256,23 @@ def test_the_contract_kit_names_the_file_a_run_wrote_in_the_working_folder(tmp_p
     code, output = contract_of(tmp_path, on_case="open('lexeval-cache.json', 'w').close()")
     assert code == 1 and "1 failed, 2 passed" in output, output
     assert "the run wrote in the working folder" in output and "lexeval-cache.json" in output, output
+
+
+def test_an_option_no_backend_of_the_run_reads_or_given_twice_is_a_warning(tmp_path, lexeval, monkeypatch,
+                                                                            capsys, golden):
+    from conftest import warnings_in
+
+    code, out, err = cli(monkeypatch, capsys, "run", golden, "--out", tmp_path / "run", "--backend", "native",
+                         "--metric", "must_contain", "--option", "lexeval.threshold=0.9")
+    assert code == 0, err
+    assert ("warning: --option lexeval.threshold: the lexeval backend is not in this run (its backends: "
+            "native), so no backend reads it; add --backend lexeval to use it") in warnings_in(err), err
+    code, out, err = cli(monkeypatch, capsys, "run", golden, "--out", tmp_path / "twice",
+                         "--backend", "lexeval", "--metric", "lexeval_token_f1",
+                         "--option", "lexeval.threshold=0.9", "--option", "lexeval.threshold=0.7",
+                         "--option", "lexeval.tokenizer=word")
+    assert code == 0, err
+    assert warnings_in(err) == [
+        "warning: --option lexeval.threshold is given 2 times (0.9, 0.7): the last, 0.7, is used"]
+    assert json.loads((tmp_path / "twice" / "run.json").read_text())["pass_marks"] == {
+        "lexeval": {"lexeval_token_f1": 0.7}}

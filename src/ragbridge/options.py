@@ -172,6 +172,12 @@ def _is_list(annotation: Any) -> bool:
     return typing.get_origin(unwrap(annotation)[0]) in _LISTS
 
 
+def is_list_option(model: type[BaseModel], key: str) -> bool:
+    """Whether option ``key`` of ``model`` is a list (given once per item on the command line)."""
+    info = model.model_fields.get(key)
+    return info is not None and _is_list(info.annotation)
+
+
 def _words(annotation: Any, metadata: list[Any], article: bool) -> str:
     """What a value of ``annotation`` is, in words (``a whole number from 1 to 100``)."""
     annotation, more, _ = unwrap(annotation)

@@ -142,7 +142,8 @@ def run(
     from ..formats.source import open_cases
 
     parameters = _checked({**what, **request, **budget})
-    options = _run_options(shared, native, option, rubric, judge)  # checked before any file is read
+    options = _run_options(shared, native, option, rubric, judge,  # checked before any file is read
+                           backends=parameters.get("backends"))
     documents, chunking = _span_inputs(parameters.pop("corpus"), chunks)
     options = options.model_copy(update={"chunking": chunking})
     batch_size = parameters.pop("batch_size")
@@ -175,10 +176,12 @@ def _checked(parameters: dict) -> dict:
 
 
 def _run_options(shared: dict, native: dict, assignments: Optional[List[str]], rubric: Optional[List[Path]],
-                 judge: JudgeOptions) -> RunOptions:
+                 judge: JudgeOptions, backends: Optional[List[str]] = None) -> RunOptions:
     """The run's options: ``k`` and ``generator_model``, and each backend's options from the config
     file's ``[backends.NAME]`` tables, then ``--option``, then a flag of its own (``--gain``,
-    ``--rubric``); exit 2 naming the file or the flag, the backend and the option for what is wrong."""
+    ``--rubric``); exit 2 naming the file or the flag, the backend and the option for what is wrong.
+    A warning for an ``--option`` given twice with different values (the last is used), and, when
+    ``backends`` names the run's, for one of a backend the run does not use (no backend reads it)."""
     from ..options import OptionError, check, flag_of, parse_assignment
 
     try:
@@ -191,9 +194,29 @@ def _run_options(shared: dict, native: dict, assignments: Optional[List[str]], r
                  for name, value in native.items()]
         if rubric:
             flags.append(("--rubric", {"rubric": {"files": [str(f) for f in rubric]}}))
-        return RunOptions.load(config_file=judge.config, sources=[("--option", given), *flags], **shared)
+        loaded = RunOptions.load(config_file=judge.config, sources=[("--option", given), *flags], **shared)
     except OptionError as exc:
         fail(cli_text(exc))
+    _option_warnings(given, backends)
+    return loaded
+
+
+def _option_warnings(given: dict[str, dict[str, list[str]]], backends: Optional[List[str]]) -> None:
+    """See `_run_options`: ``given``, the ``--option`` texts by backend and key (checked)."""
+    from ..options import is_list_option
+    from ..plugins import get_backends
+
+    registry = get_backends()
+    running = {b.partition("==")[0].strip() for b in backends or ()}
+    for name, keys in given.items():
+        if running and name not in running:
+            shown = ", ".join(f"--option {name}.{key}" for key in keys)
+            warn(f"{shown}: the {name} backend is not in this run (its backends: "
+                 f"{', '.join(sorted(running))}), so no backend reads it; add --backend {name} to use it")
+        for key, texts in keys.items():
+            if len(set(texts)) > 1 and not is_list_option(registry[name].Options, key):
+                warn(f"--option {name}.{key} is given {len(texts)} times ({', '.join(texts)}): the last, "
+                     f"{texts[-1]}, is used")
 
 
 def _span_inputs(corpus: Optional[Path], chunks: Optional[Path]):

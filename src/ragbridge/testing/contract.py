@@ -61,7 +61,7 @@ import pytest
 
 from ..backend import RunOptions
 from ..metrics import find, resolve_metric
-from ..plugins import get_backends, load_plugins
+from ..plugins import get_backends, load_errors, load_plugins
 from ..run import evaluate
 from ..schema import Case
 from ..stub import responders
@@ -118,7 +118,7 @@ def plugin_registered(plugin: Any, name: Optional[str] = None) -> Iterator[Any]:
     pm = load_plugins()
     responders.responders()  # the installed plugins' responders are asked for first, once
     added = []
-    pm.register(plugin, name=name)
+    registered_as = pm.register(plugin, name=name)
     try:
         hook = getattr(plugin, "ragbridge_register_stub_responders", None)
         if hook is not None:
@@ -128,6 +128,7 @@ def plugin_registered(plugin: Any, name: Optional[str] = None) -> Iterator[Any]:
         for r in added:
             responders.unregister(r)
         pm.unregister(plugin)
+        load_errors.pop(registered_as, None)  # what it failed with leaves with it
 
 
 def imported_by_registering(name: str) -> set[str]:
