@@ -114,3 +114,20 @@ class TestTheGuidesBackendKeepsTheContract(BackendContract):
     def _registered(cls):
         with plugin_registered(guide_plugin()):
             yield
+
+
+def test_the_guides_table_names_the_whole_plugin_api_and_no_other_module():
+    """The guide's table of ``ragbridge.plugin`` names every name it exports (the stub judge's prompt
+    helpers as a group), and the guide sends a plugin to no other module of ragbridge."""
+    from ragbridge import plugin
+
+    text = GUIDE.read_text(encoding="utf-8")
+    table = text.split("## The plugin API", 1)[1].split("## Writing a backend", 1)[0]
+    listed = set(re.findall(r"`([A-Za-z_]+)`", table))
+    missing = sorted(n for n, module in plugin._EXPORTS.items()
+                     if not module.startswith("ragbridge.stub") and n not in listed)
+    assert not missing, f"plugins/README.md's table lacks {missing}"
+    imports = set(re.findall(r"(?:from|import) (ragbridge(?:\.\w+)*)", text))
+    named = set(re.findall(r"`(ragbridge\.(?:judge|synthetic|metrics|formats|run|backend)[\w.]*)`", text))
+    assert imports <= {"ragbridge.plugin", "ragbridge.testing", "ragbridge.testing.contract"}, imports
+    assert not named, f"the guide sends a plugin to {sorted(named)}: what it needs is in ragbridge.plugin"
