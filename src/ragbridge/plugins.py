@@ -51,6 +51,8 @@ load_errors: dict[str, str] = {}
 
 _loaded = False
 _entry_points_loaded = False
+#: the distribution of each ``ragbridge`` entry point, by the top-level package it names (`plugin_version`)
+_entry_point_dists: dict[str, Any] = {}
 
 
 def load_plugins() -> pluggy.PluginManager:
@@ -77,6 +79,8 @@ def _load_entry_points() -> None:
         return
     _entry_points_loaded = True
     for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        if ep.dist is not None:
+            _entry_point_dists[ep.module.partition(".")[0]] = ep.dist
         if ep.module.split(".")[0] == "ragbridge" or pm.has_plugin(ep.name) or ep.name in load_errors:
             continue
         try:
@@ -154,7 +158,9 @@ def plugin_version(backend: AnyBackend) -> Optional[str]:
     plugin's own package, ``ragbridge-mylib==0.1.1``), or None for a backend of ragbridge's own
     distribution or of code no distribution holds. Found by the distribution whose ``ragbridge``
     entry point names the package, else the one named as the package (``ragbridge_mylib``)."""
-    inner = getattr(backend, "inner", backend)  # a library version's backend (mylib==1.2): mylib's plugin
+    # a library version's backend (mylib==1.2): mylib's plugin (asked of its own attributes: asking a
+    # LazyBackend for one it lacks would load it)
+    inner = vars(backend).get("inner", backend)
     if isinstance(inner, LazyBackend):
         module = inner._target.partition(":")[0]
     else:
@@ -162,8 +168,8 @@ def plugin_version(backend: AnyBackend) -> Optional[str]:
     top = module.partition(".")[0]
     if top == "ragbridge":
         return None
-    dist = next((ep.dist for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-                 if ep.module.partition(".")[0] == top and ep.dist is not None), None)
+    load_plugins()
+    dist = _entry_point_dists.get(top)
     if dist is None:
         try:
             dist = importlib.metadata.distribution(top)
