@@ -129,21 +129,12 @@ its prompts).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-from ragbridge.plugin import hookimpl
+from ragbridge.plugin import hookimpl, lazy_names
 
 __all__ = ["DeepEvalBackend", "FORMATS"]
 
 #: the package's names, imported when first used: registering the plugin imports none of its modules
-_EXPORTS = {"DeepEvalBackend": ".backend", "FORMATS": ".formats"}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+__getattr__ = lazy_names(__name__, {"DeepEvalBackend": ".backend", "FORMATS": ".formats"})
 
 
 @hookimpl

@@ -21,20 +21,12 @@ The field mapping and what is not kept: :mod:`ragbridge_langfuse.formats`; the A
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-from ragbridge.plugin import hookimpl
+from ragbridge.plugin import hookimpl, lazy_names
 
 __all__ = ["FORMATS", "SCORE_FORMATS", "STORE"]
 
-
-def __getattr__(name: str) -> Any:
-    """The package's names, imported when first used: registering the plugin imports none of its
-    modules."""
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(".store" if name == "STORE" else ".formats", __name__), name)
+#: the package's names, imported when first used: registering the plugin imports none of its modules
+__getattr__ = lazy_names(__name__, {"FORMATS": ".formats", "SCORE_FORMATS": ".formats", "STORE": ".store"})
 
 
 @hookimpl

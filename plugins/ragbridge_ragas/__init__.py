@@ -97,22 +97,13 @@ to RAGAS' prompts, registered through ``ragbridge_register_stub_responders``), `
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-from ragbridge.plugin import hookimpl
+from ragbridge.plugin import hookimpl, lazy_names
 
 __all__ = ["RagasBackend", "METRICS", "FORMATS", "from_ragas", "to_ragas"]
 
 #: the package's names, imported when first used: registering the plugin imports none of its modules
-_EXPORTS = {"RagasBackend": ".backend", "METRICS": ".metrics", "FORMATS": ".formats",
-            "from_ragas": ".formats", "to_ragas": ".formats"}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+__getattr__ = lazy_names(__name__, {"RagasBackend": ".backend", "METRICS": ".metrics", "FORMATS": ".formats",
+            "from_ragas": ".formats", "to_ragas": ".formats"})
 
 
 @hookimpl

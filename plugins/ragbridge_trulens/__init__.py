@@ -96,21 +96,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import importlib
-from typing import Any
-
-from ragbridge.plugin import hookimpl
+from ragbridge.plugin import hookimpl, lazy_names
 
 __all__ = ["TruLensBackend", "METRICS"]
 
 #: the package's names, imported when first used: registering the plugin imports none of its modules
-_EXPORTS = {"TruLensBackend": ".backend", "METRICS": ".metrics"}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+__getattr__ = lazy_names(__name__, {"TruLensBackend": ".backend", "METRICS": ".metrics"})
 
 
 @hookimpl

@@ -13,7 +13,8 @@ is the guide, with a worked example.
 
 Hooks and registration
     `hookimpl` marks a hook implementation; `LazyBackend` registers a backend by where its class
-    lives, so registering imports nothing of it.
+    lives, so registering imports nothing of it; `lazy_names` makes a plugin package's
+    ``__getattr__`` that imports its names when first used.
 
 The canonical schema
     `Case`, `Chunk`, `Score`, and what a judged value rests on: `Evidence`, `ClaimVerdict`,
@@ -83,6 +84,7 @@ _EXPORTS = {
     # hooks and registration
     "hookimpl": "ragbridge.hookspecs",
     "LazyBackend": "ragbridge.plugins",
+    "lazy_names": "ragbridge.plugins",
     # the canonical schema
     "Case": "ragbridge.schema",
     "Chunk": "ragbridge.schema",
@@ -216,7 +218,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors
     from .judged_backend import JudgedBackend, JudgedMetric, JudgedOptions, ScoreFields, in_thread  # noqa: F401
     from .metrics import Metric  # noqa: F401
     from .options import BackendOptions, Bool, Number, Whole, option  # noqa: F401
-    from .plugins import LazyBackend  # noqa: F401
+    from .plugins import LazyBackend, lazy_names  # noqa: F401
     from .run import RunError, load_run  # noqa: F401
     from .run.lifecycle import applied_environment  # noqa: F401
     from .schema import (MAX_METADATA_DEPTH, Case, Chunk, ChunkVerdict, ClaimVerdict, Evidence,  # noqa: F401

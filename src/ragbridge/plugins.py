@@ -131,6 +131,19 @@ class LazyBackend:
         return f"LazyBackend({self.name!r}, {self._target!r})"
 
 
+def lazy_names(package: str, names: dict[str, str]) -> Any:
+    """A package's module ``__getattr__`` that imports each of ``names`` (name -> the module it is in,
+    relative to ``package``: ``{"MyBackend": ".backend"}``) when it is first used, so that registering
+    the plugin imports none of its modules: ``__getattr__ = lazy_names(__name__, {...})``."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in names:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(names[name], package), name)
+
+    return __getattr__
+
+
 def get_backends() -> dict[str, AnyBackend]:
     """Every registered backend by name, available or not (a `LazyBackend` stands for its backend; the
     plugin that registered it is its ``plugin``)."""
