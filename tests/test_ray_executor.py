@@ -24,10 +24,12 @@ from pathlib import Path
 
 import pytest
 
-#: a Ray cluster per test session and subprocesses that start their own: a minute or more in all
-pytestmark = pytest.mark.slow
+from conftest import library, needs_library
 
-ray = pytest.importorskip("ray")
+#: a Ray cluster per test session and subprocesses that start their own: a minute or more in all
+pytestmark = [pytest.mark.slow, needs_library("ray")]
+
+ray = library("ray")
 
 from conftest import stub_judge_config  # noqa: E402
 from ragbridge import evaluate, load_run  # noqa: E402
