@@ -167,7 +167,7 @@ class library:
         self._name, self._reason = name, reason
 
     def __getattr__(self, attr: str):
-        if attr.startswith("__"):
+        if attr.startswith("_"):  # what collecting asks of a module's globals (a fixture's marker)
             raise AttributeError(attr)
         return getattr(pytest.importorskip(self._name, reason=self._reason), attr)
 
@@ -222,3 +222,22 @@ def write_run(path: Path, cases, scores, *, judge: dict | None = None, status: s
 
 
 from ragbridge.testing.pytest_fixtures import stub_judge  # noqa: E402,F401
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (the addopts in pyproject.toml): the whole suite (``python -m pytest``, ``-m slow``)
+    runs on as many workers as the machine has cores; a run of chosen files or tests runs in this one
+    process, as before (``-n N`` on the command line chooses)."""
+    chosen = config.args_source == pytest.Config.ArgsSource.ARGS
+    if chosen and not os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return 0
+    return None  # xdist's own count: the cores
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """A worker makes its temporary folders as a run without workers does (``pytest-of-USER/pytest-N``,
+    kept and rotated by pytest), not in xdist's ``pytest-N/popen-gw0``: paths of the same length, which
+    the tests that print a path at 80 columns expect."""
+    if getattr(config, "workerinput", None) is not None:
+        config.option.basetemp = None
