@@ -51,10 +51,11 @@ def ragbridge_cli(*args, cwd=None, env=None, subprocess=False, timeout=300):
     In this process (`ragbridge.testing.in_process.run_in_process`: its own arguments, environment,
     working folder, standard streams and exit code, the plugin manager and the consoles as a new
     process has them, and nothing it changes left behind), which spares each call the start-up of
-    Python and the import of the libraries. ``subprocess=True``: in a child process, for what only a
-    process shows (its signals, its start-up and imports, its connections, a crash's stderr)."""
+    Python and the import of the libraries. ``subprocess=True`` (and an ``env`` whose PYTHONPATH holds
+    a ``sitecustomize``): in a child process, for what only a process shows (its signals, its start-up
+    and imports, the connections it opens, a Ray cluster of its own, a crash's stderr)."""
     env = {"COLUMNS": "200", **(env or {})}
-    if subprocess:
+    if subprocess or _starts_with_site_code(env):
         import subprocess as sp
 
         return sp.run([sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()",
@@ -67,6 +68,13 @@ def ragbridge_cli(*args, cwd=None, env=None, subprocess=False, timeout=300):
     with _consoles_kept():
         return run_in_process(run_cli, args, cwd=cwd, env=env, timeout=timeout,
                               fresh=[plugins_as_at_start, _cli_as_at_start, _consoles_as_at_start])
+
+
+def _starts_with_site_code(env) -> bool:
+    """Whether ``env`` puts a ``sitecustomize`` on the path (a recorder of the connections a process
+    opens): code that runs when a process starts, so the call needs a process of its own."""
+    added = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return any((Path(p) / name).exists() for p in added for name in ("sitecustomize.py", "usercustomize.py"))
 
 
 def _consoles():
