@@ -1,4 +1,4 @@
-"""The stub judge answering in process (`StubJudge.transport`) answers as it does on its socket: the
+"""The stub judge answering in process (`StubTransport`) answers as it does on its socket: the
 same status, headers and body for every route, dialect and injected fault, the same requests recorded,
 to the openai SDK's clients too; what only a connection shows is refused."""
 
@@ -11,6 +11,7 @@ import pytest
 
 from conftest import library
 from ragbridge.testing import StubJudge
+from ragbridge.testing.stub_transport import StubTransport
 
 openai = library("openai")
 
@@ -41,7 +42,7 @@ def _same(a: httpx.Response, b: httpx.Response) -> None:
 @pytest.mark.parametrize("fault", [None, "429", "500", "malformed", "garbage"])
 def test_every_route_dialect_and_fault_is_answered_as_on_the_socket(fault):
     with StubJudge(retry_after=2) as stub, httpx.Client(base_url=stub.url) as net, \
-            httpx.Client(base_url=stub.url, transport=stub.transport()) as here:
+            httpx.Client(base_url=stub.url, transport=StubTransport(stub)) as here:
         for method, path, body, headers in REQUESTS:
             answers = []
             for client in (net, here):
@@ -57,12 +58,12 @@ def test_every_route_dialect_and_fault_is_answered_as_on_the_socket(fault):
 def test_the_openai_clients_work_over_it_without_a_socket():
     stub = StubJudge()  # never started: no socket at all
     client = openai.OpenAI(base_url=stub.base_url, api_key="k", max_retries=0,
-                           http_client=httpx.Client(transport=stub.transport()))
+                           http_client=httpx.Client(transport=StubTransport(stub)))
     reply = client.chat.completions.create(model="stub-judge", messages=CHAT["messages"])
     assert reply.model == "ragbridge-stub/stub-judge" and reply.choices[0].message.content
 
     async def ask():
-        async with httpx.AsyncClient(transport=stub.transport()) as http:
+        async with httpx.AsyncClient(transport=StubTransport(stub)) as http:
             aclient = openai.AsyncOpenAI(base_url=stub.base_url, api_key="k", max_retries=0, http_client=http)
             return await asyncio.gather(*(aclient.embeddings.create(model="e", input=f"text {i}")
                                           for i in range(4)))
@@ -74,5 +75,5 @@ def test_the_openai_clients_work_over_it_without_a_socket():
 
 def test_what_only_a_connection_shows_is_refused():
     stub = StubJudge()
-    with httpx.Client(transport=stub.transport()) as here, pytest.raises(httpx.UnsupportedProtocol):
+    with httpx.Client(transport=StubTransport(stub)) as here, pytest.raises(httpx.UnsupportedProtocol):
         here.post(stub.url + "/hostile/drip/v1/chat/completions", json=CHAT)

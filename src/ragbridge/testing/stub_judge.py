@@ -381,7 +381,7 @@ class StubJudge:
         self._closed = threading.Event()
         self._conns: set = set()
         self._server: Optional[_Server] = None
-        self._handler: Optional[type] = None
+        self.handler = type("StubHandler", (_Handler,), {"stub": self, "owner": self})  # its answers
         self._thread: Optional[threading.Thread] = None
 
     def start(self) -> "StubJudge":
@@ -390,25 +390,12 @@ class StubJudge:
         self._closed.clear()
         if self.log is not None:
             self._log_fh = open(self.log, "a", encoding="utf-8", buffering=1)
-        self._server = _Server((self.host, self.port), self.handler())
+        self._server = _Server((self.host, self.port), self.handler)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name=f"ragbridge-stub-{self.port}", daemon=True)
         self._thread.start()
         return self
-
-    def handler(self) -> type:
-        """The request handler class that answers for this stub (on its socket, or in process)."""
-        if self._handler is None:
-            self._handler = type("StubHandler", (_Handler,), {"stub": self, "owner": self})
-        return self._handler
-
-    def transport(self) -> Any:
-        """An ``httpx`` transport through which this stub answers in this process, without a socket
-        (`ragbridge.testing.stub_transport`): for a test about its answers, not about the network."""
-        from .stub_transport import StubTransport
-
-        return StubTransport(self)
 
     def close(self) -> None:
         self._closed.set()

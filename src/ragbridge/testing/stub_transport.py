@@ -1,11 +1,12 @@
 """The stub judge answering in the caller's process, without a socket: an ``httpx`` transport
-(`StubTransport`, from `StubJudge.transport`) for the clients of a test that is about the stub's
-answers and not about the network::
+(`StubTransport`) for the clients of a test that is about the stub's answers and not about the
+network::
 
-    with httpx.Client(transport=stub.transport(), base_url=stub.base_url) as client:
+    with httpx.Client(transport=StubTransport(stub), base_url=stub.base_url) as client:
         client.post("/chat/completions", json={...})
 
-    openai.OpenAI(base_url=stub.base_url, api_key="k", http_client=httpx.Client(transport=stub.transport()))
+    http = httpx.Client(transport=StubTransport(stub))
+    openai.OpenAI(base_url=stub.base_url, api_key="k", http_client=http)
 
 Each request is written as the bytes a client sends on a connection and read by the stub's own request
 handler, whose answer is read back as a client reads it (status, headers, a body framed by its length,
@@ -95,7 +96,7 @@ class StubTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
             head.append(f"Content-Length: {len(request.content)}")
         raw = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + request.content
         conn = _Connection(raw)
-        self.stub.handler()(conn, ("127.0.0.1", 0), _Server())
+        self.stub.handler(conn, ("127.0.0.1", 0), _Server())
         reply = http.client.HTTPResponse(_Answer(bytes(conn.written)))  # type: ignore[arg-type]
         reply.begin()
         body = reply.read()
