@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import warnings
 
 import pytest
@@ -118,5 +119,7 @@ def test_an_exception_is_its_traceback_and_exit_1_and_a_call_past_its_timeout_is
 
         time.sleep(30)
 
+    started = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired):
         run_in_process(forever, [], timeout=0.5)
+    assert time.monotonic() - started < 10  # a blocking call is ended, as a process is killed

@@ -100,9 +100,14 @@ def _call(main: Callable[[], Any], args: list[str], cwd: Any, env: dict[str, str
           out: Any, err: Any, fresh: list) -> tuple[int, bool]:
     fired = threading.Event()
 
+    main_thread = threading.main_thread().ident
+
     def interrupt() -> None:
         fired.set()
-        _thread.interrupt_main()
+        if callable(signal.getsignal(signal.SIGINT)):  # a real SIGINT: it also ends a blocking call
+            signal.pthread_kill(main_thread, signal.SIGINT)
+        else:
+            _thread.interrupt_main()
 
     watchdog = threading.Timer(timeout, interrupt) if timeout else None
     with contextlib.ExitStack() as stack:
