@@ -2,12 +2,18 @@ import contextlib
 import importlib.util
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "support-bot" / "golden.jsonl"
+
+# Hypothesis keeps what it caches (the constants it draws from, its unicode tables) in the temporary
+# folder, not in a .hypothesis/ of the checkout: a test run writes nothing beside the project's files.
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY",
+                      str(Path(tempfile.gettempdir()) / f"ragbridge-tests-hypothesis-{os.getuid()}"))
 
 
 def _backend_defaults() -> None:
