@@ -377,7 +377,7 @@ def test_bad_trulens_rows_are_reported(tmp_path):
 def test_leaderboard_layout_and_round_trip(cases, tmp_path):
     import pandas as pd
 
-    from ragbridge_trulens.formats import leaderboard, records, write_leaderboard
+    from ragbridge_trulens.leaderboard import leaderboard, records, write_leaderboard
 
     with StubJudge() as stub:
         run = ragbridge.evaluate(cases[:4], backends=["trulens", "native"],
@@ -415,7 +415,7 @@ def test_leaderboard_cost_is_the_runs_cost_or_unknown(cases, tmp_path):
     import pandas as pd
 
     from conftest import ragbridge_cli, warnings_in
-    from ragbridge_trulens.formats import leaderboard, records
+    from ragbridge_trulens.leaderboard import leaderboard, records
 
     with StubJudge() as stub:
         for name, prices in (("unpriced", {}), ("priced", {"stub-judge": {"input": 1.0, "output": 2.0}})):

@@ -82,7 +82,7 @@ Options (``--option trulens.KEY=VALUE``, ``[backends.trulens]``, ``options={"tru
 Formats: ``trulens`` reads and writes the RAG-triad table TruLens users keep (``query``,
 ``contexts``, ``response``, ``expected_response`` ... see `ragbridge_trulens.formats`;
 ``ragbridge convert golden.jsonl triad.jsonl --to trulens``), and
-``ragbridge trulens-leaderboard RUN_DIR OUT.csv`` (or `ragbridge_trulens.formats.leaderboard`)
+``ragbridge trulens-leaderboard RUN_DIR OUT.csv`` (or `ragbridge_trulens.leaderboard.leaderboard`)
 exports a run in the column layout of TruLens's leaderboard.
 
 Files: ``backend.py`` (the backend, its run lifecycle, the provider), ``metrics.py`` (canonical metric
@@ -163,7 +163,7 @@ def ragbridge_register_commands(cli):
 
         from ragbridge.plugin import RunError, load_run
 
-        from .formats import UnknownCost, write_leaderboard
+        from .leaderboard import UnknownCost, write_leaderboard
 
         try:
             run = load_run(run_dir)

@@ -14,8 +14,8 @@ library recorded, the kind, and whatever the library says about the item (``meta
 (a passage given to the library, exactly; else located in a document, exactly or with white space
 collapsed) and becomes a span label quoting it; an item with a context that cannot be placed is
 dropped and counted (``unplaced``), never given a label that points nowhere. An item whose question
-is not one (`ragbridge.synthetic.prompts.not_a_question`: empty, a list written out as DeepEval
-sometimes writes its inputs, a copy of its context) is dropped and counted (``not_a_question``).
+is not one (`ragbridge.synthetic.prompts.not_a_question`: empty, a list written out as a library's
+generator sometimes writes its inputs, a copy of its context) is dropped and counted (``not_a_question``).
 
 A library's generator is one call that makes the whole set: a session killed part way leaves
 nothing written, and the same command again replays from the judge cache every call the library

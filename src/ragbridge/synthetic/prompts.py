@@ -200,8 +200,8 @@ def not_a_question(question: Any, contexts: Sequence[str] = ()) -> Optional[str]
     """Why a library's question is not one (None when it is): empty, longer than 400 characters,
     of fewer than three words, a list or a dict written out (``['## Warranty ...']``), or a copy of
     one of its ``contexts`` (the question's words are a stretch of the context, or hold a whole
-    context). A library's question need not end with a question mark: RAGAS writes queries in the
-    style of a web search."""
+    context). A library's question need not end with a question mark: a generator may write queries
+    in the style of a web search."""
     if not isinstance(question, str) or not question.strip():
         return "the question is empty"
     q = " ".join(question.split())
