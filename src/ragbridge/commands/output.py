@@ -78,8 +78,9 @@ err = TerminalConsole(stderr=True)
 
 _WIDE = 100_000
 # wrapping never separates a name from its number or a figure from its interval
-# ("agreement 0.85", "kappa 0.91 [0.78, 0.97]")
-_TOGETHER = re.compile(r"(?:\S+ )?\S+ \[[^\[\]\s]*(?: [^\[\]\s]+){0,3}\]|\S+ [-+]?\d\S*")
+# ("agreement 0.85", "kappa 0.91 [0.78, 0.97]"); a group starts a word, so groups one after another
+# ("a [judge], b [judge], ...") stay apart
+_TOGETHER = re.compile(r"(?<!\S)(?:(?:\S+ )?\S+ \[[^\[\]\s]*(?: [^\[\]\s]+){0,3}\]|\S+ [-+]?\d\S*)")
 _GLUE = "\x00"
 
 
