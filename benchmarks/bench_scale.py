@@ -175,7 +175,8 @@ def commands(data: Path, out: Path) -> dict[str, tuple[list[str], Path | None, t
         "diagnose": (["diagnose", a, "--json"], None, (0,)),
         "trend": (["trend", a, b, "--json"], None, (0,)),
         "report-html": (["report", a, "--out", str(out / "report.html")], out / "report.html", (0,)),
-        "report-md": (["report", a, "--format", "md", "--out", str(out / "report.md")], out / "report.md", (0,)),
+        "report-md": (["report", a, "--format", "md", "--out", str(out / "report.md")], out / "report.md",
+                      (0,)),
         "report-json": (["report", a, "--format", "json", "--out", str(out / "report.json")],
                         out / "report.json", (0,)),
         "export": (["export-scores", a, "--to", "jsonl", "--out", str(out / "evals.jsonl")],
@@ -231,7 +232,8 @@ def _document(path: Path, name: str):
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=1_000_000)
-    p.add_argument("--data", default=None, help="folder of the data and runs (default /tmp/ragbridge-scale-N)")
+    p.add_argument("--data", default=None,
+                   help="folder of the data and runs (default /tmp/ragbridge-scale-N)")
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--commands", default=",".join(commands(Path("."), Path(".")).keys()))
     p.add_argument("--baseline", default=None, help="a checkout of the code before, run in the same rounds")

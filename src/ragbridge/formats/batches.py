@@ -202,6 +202,10 @@ class CaseBatch(_Sequence):
             return [r["id"] for r in self._records]
         return [c.id for c in self._cases]
 
+    def head(self, i: int) -> dict[str, Any]:
+        """Case ``i``'s canonical record, as it is held: a record whose chunks are columns without them."""
+        return self._records[i] if self._records is not None else case_record(self._cases[i])
+
     def tags(self, i: int) -> list[str]:
         return self._records[i].get("tags", []) if self._records is not None else self._cases[i].tags
 

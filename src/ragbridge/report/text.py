@@ -21,13 +21,13 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from ..metrics import RAGCHECKER
 
 __all__ = ["MISSING", "num", "interval", "ci_text", "p_text", "md_text", "plain_text", "terminal_text",
            "json_escaped", "one_line", "escape_char", "jsonable", "records", "ragchecker_text", "MISSED",
-           "missed_lines", "column_lines"]
+           "missed_lines", "column_lines", "json_chunks"]
 
 MISSING = "—"
 
@@ -136,6 +136,25 @@ def json_escaped(text: str) -> str:
     return _TERMINAL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
+def json_chunks(data: Any, size: int = 1 << 16) -> Iterator[str]:
+    """``data`` (JSON-ready: `jsonable`) as the JSON document ``json.dumps(data, indent=2,
+    ensure_ascii=False, allow_nan=False)`` writes, in pieces of about ``size`` characters, each made
+    as it is written: rows made as they are read are written one by one (`json_escaped` of the
+    pieces: nothing a terminal acts on)."""
+    import json
+
+    buffer: list[str] = []
+    held = 0
+    for chunk in json.JSONEncoder(indent=2, ensure_ascii=False, allow_nan=False).iterencode(data):
+        buffer.append(chunk)
+        held += len(chunk)
+        if held >= size:
+            yield json_escaped("".join(buffer))
+            buffer, held = [], 0
+    if buffer:
+        yield json_escaped("".join(buffer))
+
+
 def md_text(text: Any) -> str:
     """``text`` safe anywhere in Markdown, a table cell included: HTML-escaped (``&``, and ``<`` and
     ``>`` wherever they could be markup: not in ``<=``, ``>= 0.8``, ``< 1``),
@@ -185,6 +204,8 @@ def jsonable(obj: Any) -> Any:
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
         return {str(k): jsonable(v) for k, v in obj.items()}
+    if type(obj) is not list and isinstance(obj, list) and hasattr(obj, "mapped"):
+        return obj.mapped(jsonable)  # rows made as they are read (`ragbridge.analysis.rows.Rows`): kept so
     if isinstance(obj, (list, tuple)):
         return [jsonable(v) for v in obj]
     if isinstance(obj, (set, frozenset)):
