@@ -221,7 +221,7 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
     at = np.full(len(index), -1, np.int64)
     spool = Spool()
     seen: dict[str, float] = {}
-    for batch in cols.case_batches(np.flatnonzero(failing)):
+    for batch in cols.case_batches(np.flatnonzero(failing), views=True):
         for i, case, scores in batch:
             d = _diagnose_case(case, scores, th, human.get(case.id, {}), in_run, k, seen, spans)
             if d is None:  # a human label it fails names no metric in a way that fails (cannot happen)
@@ -443,14 +443,15 @@ def _details(q: Question, case: Case, scores: list[Score], decided: dict, k: Opt
              spans: _SpanRule, claims: Optional[ClaimEvidence]) -> dict[str, Any]:
     d: dict[str, Any] = {}
     if q.name == "retrieval" and spans.chunks:
-        cut = int(decided["metric"].partition("@")[2] or 0) or int(k or 0) or len(case.contexts)
+        contexts, relevant = case.contexts, case.relevant
+        cut = int(decided["metric"].partition("@")[2] or 0) or int(k or 0) or len(contexts)
         rank: dict[str, int] = {}
-        for i, ch in enumerate(case.contexts, 1):
+        for i, ch in enumerate(contexts, 1):
             for label in (ch.id, ch.source):
-                if label in case.relevant and case.relevant[label] >= 1:
+                if label in relevant and relevant[label] >= 1:
                     rank.setdefault(label, i)
                     break
-        missed = [{"label": label, "rank": rank.get(label)} for label, g in case.relevant.items()
+        missed = [{"label": label, "rank": rank.get(label)} for label, g in relevant.items()
                   if g >= 1 and not rank.get(label, cut + 1) <= cut]
         if missed:
             d["relevant_not_in_top_k"] = missed
@@ -459,7 +460,7 @@ def _details(q: Question, case: Case, scores: list[Score], decided: dict, k: Opt
             gaps, why = missed_reason(base, case.relevant_spans, case.contexts, cut, spans.min_overlap)
             if gaps:
                 d["spans_missed"], d["spans_missed_reason"] = gaps, why
-        d["top_k"] = [ch.id for ch in case.contexts[:cut]]
+        d["top_k"] = [ch.id for ch in contexts[:cut]]
     elif q.name == "faithfulness":
         s = _score_of(scores, decided)
         if s is not None and s.evidence is not None and s.evidence.claims:

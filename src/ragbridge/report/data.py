@@ -205,7 +205,7 @@ def _real_vs_synthetic(overall: list[dict], tags: dict[str, list[dict]],
         rows.append(row)
     index = run.columns.cases
     return {"rows": rows, "questions": {
-        side: _questions(c for batch in index.batches(np.flatnonzero(index.tag_mask(side)))
+        side: _questions(c for batch in index.batches(np.flatnonzero(index.tag_mask(side)), views=True)
                          for _, c in batch) for side in SIDES}}
 
 
@@ -453,7 +453,7 @@ def case_rows(run: Run, th: Thresholds, k, flips: set, texts: bool = True,
     def make(start: int, stop: int) -> list[dict]:
         part = chosen[start:stop].tolist()
         out = []
-        for (i, c), scores in zip(zip(part, index.cases(part)), cols.scores_of(part)):
+        for (i, c), scores in zip(zip(part, index.views(part)), cols.scores_of(part)):
             if c is not None:
                 entry = {"id": c.id, "question": c.question, "tags": list(c.tags), "answerable": c.answerable,
                          "relevant": dict(c.relevant)} | (case_texts(c, k) if texts else {})

@@ -85,7 +85,8 @@ class CaseIndex:
                  places: np.ndarray, golden: list[Optional[bytes]],
                  read: Callable[[Sequence[int]], list[Case]], described: Optional[int] = None,
                  contents: Optional[Callable[[], list[bytes]]] = None,
-                 heads: Optional[Callable[[Sequence[int]], list[tuple[dict[str, Any], list[str]]]]] = None):
+                 heads: Optional[Callable[[Sequence[int]], list[tuple[dict[str, Any], list[str]]]]] = None,
+                 views: Optional[Callable[[Sequence[int]], list[Any]]] = None):
         self.ids = ids
         self.position = {cid: i for i, cid in enumerate(ids)}
         self.tags = tags
@@ -98,7 +99,19 @@ class CaseIndex:
         self._masks: dict[str, np.ndarray] = {}
         self._contents = contents
         self._heads = heads
+        self._views = views
         self._rank: Optional[np.ndarray] = None
+
+    def views(self, indices: Sequence[int]) -> list[Any]:
+        """The cases ``indices`` to read (None for a case only scores name): each a
+        `ragbridge.formats.batches.CaseView` of its record (no `Case` made: what reads many cases
+        back reads), or the `Case` itself where the run holds them."""
+        if self._views is None:
+            return self.cases(indices)
+        indices = [int(i) for i in indices]
+        known = [i for i in indices if self.places[i] >= 0]
+        got = dict(zip(known, self._views([int(self.places[i]) for i in known]))) if known else {}
+        return [got.get(i) for i in indices]
 
     def heads(self, indices: Sequence[int]) -> list[Optional[tuple[dict[str, Any], list[str]]]]:
         """Per case of ``indices``: its canonical record without its chunks (its metadata, labels,
@@ -161,9 +174,18 @@ class CaseIndex:
                 out.update(zip(ps, indexes[k].heads([where[p][1] for p in ps])))
             return [out[p] for p in places]
 
+        def views(places: Sequence[int]) -> list:
+            out: dict[int, Any] = {}
+            by_run: dict[int, list[int]] = {}
+            for p in places:
+                by_run.setdefault(where[p][0], []).append(p)
+            for k, ps in by_run.items():
+                out.update(zip(ps, indexes[k].views([where[p][1] for p in ps])))
+            return [out[p] for p in places]
+
         places = np.r_[np.arange(len(held), dtype=np.int64), np.full(len(only_scored), -1, np.int64)]
         return cls(ids, tags, answerable, places, golden, read, described=len(held), contents=contents,
-                   heads=heads)
+                   heads=heads, views=views)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -221,14 +243,16 @@ class CaseIndex:
             return seen[i]
         return question
 
-    def batches(self, indices: Optional[Sequence[int]] = None, size: int = 2000
+    def batches(self, indices: Optional[Sequence[int]] = None, size: int = 2000, views: bool = False
                 ) -> Iterator[list[tuple[int, Optional[Case]]]]:
-        """``(index, Case)`` of every case (or of ``indices``), in run order, ``size`` at a time."""
+        """``(index, Case)`` of every case (or of ``indices``), in run order, ``size`` at a time (with
+        ``views``: each a `views` item, to read)."""
         order = range(len(self)) if indices is None else sorted(int(i) for i in indices)
         order = list(order)
+        read = self.views if views else self.cases
         for start in range(0, len(order), size):
             part = order[start:start + size]
-            yield list(zip(part, self.cases(part)))
+            yield list(zip(part, read(part)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -555,11 +579,11 @@ class RunColumns:
                     out[k].append(s)
         return out
 
-    def case_batches(self, indices: Optional[Sequence[int]] = None, size: int = 2000
+    def case_batches(self, indices: Optional[Sequence[int]] = None, size: int = 2000, views: bool = False
                      ) -> Iterator[list[tuple[int, Optional[Case], list[Score]]]]:
         """``(index, Case, its scores)`` of every case (or of ``indices``) in run order, ``size``
-        cases at a time: memory holds one batch."""
-        for batch in self.cases.batches(indices, size):
+        cases at a time: memory holds one batch (``views``: the cases as `CaseIndex.views`)."""
+        for batch in self.cases.batches(indices, size, views):
             scores = self.scores_of([i for i, _ in batch])
             yield [(i, c, s) for (i, c), s in zip(batch, scores)]
 

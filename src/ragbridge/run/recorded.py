@@ -469,12 +469,34 @@ class FileStore(ScoreStore):
         self.path = path
 
     def scores(self, places: Sequence[int]) -> list[Score]:
-        got: dict[int, Score] = {}
         with open(self.path, "rb") as f:
-            for at in sorted(set(places)):
-                f.seek(at)
-                got[at] = score_from_line(f.readline().rstrip(b"\n").decode("utf-8"))
+            lines = lines_at(f, places)
+        got = {at: score_from_line(raw.decode("utf-8")) for at, raw in lines.items()}
         return [got[p] for p in places]
+
+
+#: how far apart two lines may be to be read in one read (`lines_at`)
+WINDOW = 1 << 20
+
+
+def lines_at(f: Any, places: Sequence[int]) -> dict[int, bytes]:
+    """The lines of binary file ``f`` that start at byte offsets ``places`` (without their line
+    break), read in as few reads as lines near each other allow."""
+    wanted = sorted(set(int(p) for p in places))
+    out: dict[int, bytes] = {}
+    i = 0
+    while i < len(wanted):
+        start, j = wanted[i], i
+        while j + 1 < len(wanted) and wanted[j + 1] - start < WINDOW:
+            j += 1
+        f.seek(start)
+        data = f.read(wanted[j] - start) + f.readline()  # through the end of the last line
+        for k in range(i, j + 1):
+            a = wanted[k] - start
+            e = data.find(b"\n", a)
+            out[wanted[k]] = data[a:e if e >= 0 else len(data)]
+        i = j + 1
+    return out
 
 
 def read_case_index(path: Path) -> CaseIndex:
@@ -512,7 +534,7 @@ def read_case_index(path: Path) -> CaseIndex:
             raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
     return CaseIndex(ids, tags, np.array(answerable, bool), np.array(places, np.int64), golden,
                      lambda at: _cases_at(path, at), contents=lambda: _contents(path),
-                     heads=lambda at: _heads_at(path, at))
+                     heads=lambda at: _heads_at(path, at), views=lambda at: _views_at(path, at))
 
 
 def _batch_at(path: Path, places: Sequence[int]):
@@ -521,12 +543,10 @@ def _batch_at(path: Path, places: Sequence[int]):
     from ..formats.batches import batch_from_records
     from ..formats.record_lines import parse_record_line
 
-    wanted = sorted(set(places))
-    pairs = []
     with open(path, "rb") as f:
-        for at in wanted:
-            f.seek(at)
-            pairs.append((at, parse_record_line(f.readline().rstrip(b"\n").decode("utf-8"))))
+        lines = lines_at(f, places)
+    wanted = sorted(lines)
+    pairs = [(at, parse_record_line(lines[at].decode("utf-8"))) for at in wanted]
     return wanted, batch_from_records(pairs, path)
 
 
@@ -534,6 +554,13 @@ def _heads_at(path: Path, places: Sequence[int]) -> list[tuple[dict[str, Any], l
     """The canonical records (without their chunks) and chunk ids of the cases at ``places``."""
     wanted, batch = _batch_at(path, places)
     got = {at: (batch.head(k), ids) for k, (at, (ids, _, _)) in enumerate(zip(wanted, batch.chunk_lists()))}
+    return [got[p] for p in places]
+
+
+def _views_at(path: Path, places: Sequence[int]) -> list[Any]:
+    """The cases at ``places``, to read (`ragbridge.formats.batches.CaseView`)."""
+    wanted, batch = _batch_at(path, places)
+    got = {at: batch.view(k) for k, at in enumerate(wanted)}
     return [got[p] for p in places]
 
 
