@@ -187,7 +187,8 @@ CHUNKING = Path(__file__).resolve().parent.parent / "examples" / "chunking"
 COMMANDS = {
     "convert-csv": ("golden.csv", lambda golden, run, out: ["convert", golden, out, "--to", "csv"]),
     "anchor": ("golden.jsonl", lambda golden, run, out: [
-        "anchor", CHUNKING / "golden-by-chunk-id.jsonl", "--corpus", CHUNKING / "corpus", "--out", out]),
+        "anchor", CHUNKING / "golden-by-chunk-id.jsonl", "--corpus", CHUNKING / "corpus", "--out", out,
+        "--keep-unplaced"]),  # no chunking given: its labels stay as they are, and the file is written
     "export-scores": ("evals.csv", lambda golden, run, out: [
         "export-scores", run, "--to", "csv", "--out", out]),
 }

@@ -209,7 +209,7 @@ def test_an_empty_decline_phrase_is_refused(tmp_path, example_path):
 
 
 def test_a_grade_is_any_integer_up_to_1000(tmp_path):
-    from ragbridge import RunOptions, evaluate
+    from ragbridge import evaluate
 
     p = tmp_path / "graded.jsonl"
     rec = {"id": "a", "question": "q", "contexts": [{"id": "x"}, {"id": "y"}], "relevant": {"x": 1, "y": 5}}
@@ -217,7 +217,7 @@ def test_a_grade_is_any_integer_up_to_1000(tmp_path):
     p.write_text(json.dumps(rec) + "\n" + json.dumps(other) + "\n")
     cases = load_cases(p)
     assert cases[0].relevant == {"x": 1, "y": 5} and cases[1].relevant == {"x": 1000, "y": 0}
-    run = evaluate(cases, metrics=["ndcg@5"], options=RunOptions(gain="exponential"))
+    run = evaluate(cases, metrics=["ndcg@5"], options={"native": {"gain": "exponential"}})
     assert all(s.error is None and s.value is not None for s in run.scores)
 
 

@@ -235,8 +235,9 @@ def test_backend_options(stub, picked, tmp_path):
     assert s[(GOOD, "faithfulness")].passed is False  # threshold above any score
     assert s[(GOOD, "answer_relevance")].passed is True
     assert s[(GOOD, "faithfulness")].judge_calls == 3  # no reason call
-    with pytest.raises(Exception, match="unknown deepeval backend option"):
-        deepeval_metrics.options_for({"deepeval": {"treshold": 0.7}})
+    with pytest.raises(ragbridge.RunError, match="the deepeval backend has no option 'treshold'; "
+                                                 "its options: concurrency, threshold,"):
+        run_deepeval(picked[:1], stub, PLAIN, tmp_path, treshold=0.7)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -15,8 +15,10 @@ cycle too. Imports of the package root (``from .. import __version__``) are not 
 
 The floors the table makes, from the bottom (each part imports only parts of floors below it):
 
-0. ``errors``, ``limits``, ``lexical``, ``schema``, ``hookspecs``: import nothing of ragbridge;
-1. ``plugins`` (the plugin manager), ``judge``, ``verdicts``;
+0. ``errors``, ``limits``, ``lexical``, ``schema``, ``hookspecs``, ``flags`` (command-line flags as
+   data): import nothing of ragbridge;
+1. ``plugins`` (the plugin manager), ``judge``, ``verdicts``, ``options`` (how an option is declared
+   and checked);
 2. ``metrics`` (the canonical list; the plugin manager for the metrics plugins register), ``stub``
    (the stub judge's answers, made in process), ``formats``;
 3. ``backend``, ``traces``;
@@ -60,28 +62,30 @@ MAY_IMPORT: dict[str, set[str]] = {
     "lexical": set(),
     "schema": set(),
     "hookspecs": set(),
+    "flags": set(),
+    "options": {"errors", "flags"},
     "plugins": {"hookspecs"},
     "judge": {"errors", "limits"},
     "verdicts": {"schema"},
     "metrics": {"plugins"},
     "stub": {"plugins"},
     "formats": {"errors", "hookspecs", "plugins", "schema"},
-    "backend": {"judge", "limits", "metrics", "schema"},
-    "judged_backend": {"backend", "schema"},
-    "native": {"backend", "hookspecs", "metrics", "schema"},
+    "backend": {"judge", "limits", "metrics", "options", "plugins", "schema"},
+    "judged_backend": {"backend", "options", "schema"},
+    "native": {"backend", "hookspecs", "limits", "metrics", "options", "schema"},
     "traces": {"formats", "hookspecs", "metrics", "plugins", "schema"},
-    "run": {"backend", "errors", "formats", "judge", "limits", "metrics", "plugins", "schema", "stub",
-            "traces", "verdicts"},
+    "run": {"backend", "errors", "formats", "judge", "limits", "metrics", "options", "plugins", "schema",
+            "stub", "traces", "verdicts"},
     "analysis": {"errors", "formats", "metrics", "native", "run", "schema", "verdicts"},
     "report": {"analysis", "formats", "lexical", "metrics", "run", "schema", "verdicts"},
-    "commands": {"analysis", "backend", "errors", "formats", "judge", "limits", "plugins", "report", "run",
-                 "testing", "traces"},
-    "pytest_plugin": {"analysis", "backend", "formats", "judge", "report", "run"},
+    "commands": {"analysis", "backend", "errors", "flags", "formats", "judge", "limits", "native", "options",
+                 "plugins", "report", "run", "testing", "traces"},
+    "pytest_plugin": {"analysis", "backend", "flags", "formats", "judge", "report", "run"},
     "testing": {"backend", "judge", "metrics", "plugins", "run", "schema", "stub"},
-    "plugin": {"backend", "formats", "hookspecs", "judge", "judged_backend", "metrics", "plugins", "run",
-               "schema", "stub", "synthetic", "traces"},
+    "plugin": {"backend", "formats", "hookspecs", "judge", "judged_backend", "metrics", "options", "plugins",
+               "run", "schema", "stub", "synthetic", "traces"},
     "rubric": {"analysis", "backend", "commands", "errors", "formats", "hookspecs", "judge", "judged_backend",
-               "metrics", "plugins", "report", "run", "schema", "stub", "verdicts"},
+               "metrics", "options", "plugins", "report", "run", "schema", "stub", "verdicts"},
     "synthetic": {"commands", "formats", "hookspecs", "judge", "lexical", "plugins", "report", "rubric",
                   "run", "schema", "stub"},
     "": {"backend", "formats", "run", "schema", "synthetic"},

@@ -63,8 +63,8 @@ def test_a_path_option_may_be_any_bytes(tmp_path):
     (dict(repeats=10**9), "--repeats must be a whole number from 1 to 100"),
     (dict(repeats=MAX_REPEATS + 1), "--repeats must be a whole number from 1 to 100"),
     (dict(target_concurrency=0), "--target-concurrency must be a whole number"),
-    (dict(options=RunOptions(decline_phrases=["\udcff"])), "--decline-phrase b'\\xff' is not UTF-8 text"),
-    (dict(options=RunOptions(generator_model="m\ud800")), "--generator-model 'm\\ud800' is not UTF-8 text"),
+    (dict(options={"native": {"decline_phrases": ["\udcff"]}}),
+     "native.decline_phrases b'\\xff' is not UTF-8"),
     (dict(max_cost=1.0), "--max-cost needs the judge's price table"),
 ])
 def test_evaluate_holds_the_same_limits(kwargs, words, tmp_path):
@@ -76,6 +76,13 @@ def test_evaluate_holds_the_same_limits(kwargs, words, tmp_path):
 
     assert words in cli_text(raised.value)  # the command line's words; Python's name the parameter
     assert not (tmp_path / "run").exists()
+
+
+def test_run_options_hold_their_limits_when_made():
+    with pytest.raises(ValueError, match="is not UTF-8 text"):
+        RunOptions(generator_model="m\ud800")
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        RunOptions(k=0)
 
 
 @pytest.mark.parametrize("field, value, words", [

@@ -143,17 +143,22 @@ def test_records_join_chunks_with_one_separator(all_cases):
     assert translate.chunks(bare) == translate.chunks(case)[1:]
 
 
-def test_options_are_checked_and_a_bad_one_is_each_scores_error(stub, picked):
-    assert phx_metrics.PhoenixSettings.from_options({"concurrency": 2}).concurrency == 2
-    for bad, words in (({"concurency": 2}, "unknown phoenix backend option"),
-                       ({"concurrency": 0}, "concurrency must be"),
-                       ({"temperature": "hot"}, "temperature must"),
-                       ({"include_explanation": "yes"}, "include_explanation must")):
-        with pytest.raises(ValueError, match=words):
-            phx_metrics.PhoenixSettings.from_options(bad)
-    run = run_phoenix(picked[:2], stub, metrics=["faithfulness"], options={"concurency": 2})
-    assert [s.status for s in run.scores] == ["error", "error"]
-    assert all("unknown phoenix backend option(s): concurency" in s.error for s in run.scores)
+def test_options_are_typed_and_a_bad_one_stops_the_run_before_it_starts(stub, picked, tmp_path):
+    from ragbridge_phoenix.options import PhoenixOptions
+
+    assert PhoenixOptions(concurrency=2).concurrency == 2
+    for bad, words in (({"concurency": 2}, "phoenix.concurency: the phoenix backend has no option "
+                                           "'concurency'; its options: concurrency, temperature"),
+                       ({"concurrency": 0},
+                        "phoenix.concurrency must be a whole number of at least 1, got 0"),
+                       ({"temperature": "hot"},
+                        "phoenix.temperature must be a number from 0 to 2, got 'hot'"),
+                       ({"include_explanation": "yes"},
+                        "phoenix.include_explanation must be true or false, got 'yes'")):
+        with pytest.raises(ragbridge.RunError) as raised:
+            run_phoenix(picked[:2], stub, metrics=["faithfulness"], out=tmp_path / "r", options=bad)
+        assert words in str(raised.value)
+    assert not (tmp_path / "r").exists()
 
 
 def test_abstention_on_an_answerable_case_is_undefined_without_a_call(stub):

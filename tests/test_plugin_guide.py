@@ -26,7 +26,7 @@ def guide_plugin() -> types.ModuleType:
     source = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     assert source.startswith("# my_backend.py\nfrom ragbridge.plugin import ")
     module = types.ModuleType("my_backend")
-    exec(compile(source, "my_backend.py", "exec"), module.__dict__)
+    exec(compile(source, "my_backend.py", "exec", dont_inherit=True), module.__dict__)
     return module
 
 
@@ -48,11 +48,40 @@ def test_the_guides_plugin_scores_its_own_metric(registered, tmp_path):
     assert got[("none", "short_answer")].reason == "skipped: case has no answer"
     # the metric the plugin registered is known as a canonical one is: its half, its pass mark
     assert metrics.find("short_answer") == Metric("short_answer", kind="answer check", half="generation",
-                                                  meaning="1 if the answer is under 200 characters, else 0",
+                                                  meaning="1 if the answer is shorter than the length "
+                                                          "backend's limit, else 0",
                                                   pass_mark=1.0)
     assert metrics.default_pass_mark("short_answer") == 1.0
     data = report_data(ragbridge.load_run(tmp_path / "run"))
     assert "short_answer" in data["halves"]["generation"]
+
+
+def test_the_guides_options_model_is_set_from_python_and_the_config_file_and_checked(registered, tmp_path):
+    """The guide's backend declares one option; it is set as the guide says, from Python and from
+    ragbridge.toml, and a wrong one stops the run before it starts, naming it."""
+    cases = [Case(id="short", question="Refund window?", answer="14 days."),
+             Case(id="long", question="Refund window?", answer="Refunds take 14 days to reach you.")]
+
+    def values(options):
+        run = ragbridge.evaluate(cases, backends=["length"], metrics=["short_answer"], options=options)
+        return {s.case_id: s.value for s in run.scores}
+
+    assert values(None) == {"short": 1.0, "long": 1.0}  # the default limit, 200
+    assert values({"length": {"limit": 10}}) == {"short": 1.0, "long": 0.0}
+    from ragbridge.plugins import get_backends
+
+    model = get_backends()["length"].Options
+    assert values({"length": model(limit=5)}) == {"short": 0.0, "long": 0.0}
+    (tmp_path / "ragbridge.toml").write_text("[backends.length]\nlimit = 9\n")
+    assert values(ragbridge.RunOptions.load(cwd=tmp_path)) == {"short": 1.0, "long": 0.0}
+    for bad, words in (({"limit": "x"}, "length.limit must be a whole number of at least 1, got 'x'"),
+                       ({"limmit": 3}, "the length backend has no option 'limmit'; its options: limit")):
+        with pytest.raises(ragbridge.RunError, match=re.escape(words)):
+            values({"length": bad})
+    (tmp_path / "ragbridge.toml").write_text("[backends.length]\nlimit = 0\n")
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'ragbridge.toml'}: [backends.length] limit "
+                                                   "must be a whole number of at least 1, got 0")):
+        ragbridge.RunOptions.load(cwd=tmp_path)
 
 
 def test_a_metric_leaves_with_its_plugin():

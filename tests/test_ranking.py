@@ -409,7 +409,7 @@ def test_native_backend_run_matches_pytrec_eval(cases, k):
     assert len(values) == len(cases) * len(RUN_METRICS) and not any(s.error for s in run.scores)
     _assert_scores_match(cases, values, k, _pytrec(cases, k))
     exp = evaluate(cases, backends=["native"], metrics=["ndcg@k"],
-                   options=RunOptions(k=k, gain="exponential"))
+                   options=RunOptions(k=k, backend_options={"native": {"gain": "exponential"}}))
     trec_exp = _pytrec(cases, k, remap=lambda g: 2**g - 1)
     for s in exp.scores:
         if s.value is not None:

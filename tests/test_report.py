@@ -355,7 +355,7 @@ def test_screenshot(html_text, tmp_path):
     page.write_text(html_text, encoding="utf-8")
     shot = ARTIFACTS / "report-screenshot.png"
     shot.unlink(missing_ok=True)
-    width, height = 1400, 2000
+    width, height = 1400, 3200  # down to the distribution plots, below the real-and-synthetic table
     r = _browse(tmp_path, page.as_uri(), f"--window-size={width},{height}", f"--screenshot={shot}")
     assert shot.exists(), r.stderr[-2000:]
     img = Image.open(shot).convert("RGB")

@@ -138,5 +138,5 @@ def test_python_errors_name_python_parameters(tmp_path, example_cases):
     with pytest.raises(RunError, match="^repeats must be a whole number from 1 to") as err:
         evaluate(example_cases[:2], repeats=0)
     assert err.value.cli.startswith("--repeats must be")
-    with pytest.raises(RunError, match="changed_cases must be 'rescore' or 'refuse'"):
+    with pytest.raises(RunError, match="changed_cases must be one of rescore, refuse"):
         evaluate(example_cases[:2], changed_cases="yes")

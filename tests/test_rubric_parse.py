@@ -238,10 +238,10 @@ def test_an_endpoint_without_json_schema_gets_plain_prompts():
 
 
 @pytest.mark.parametrize("opts, message", [
-    ({"structure": "prompt"}, "unknown rubric backend option 'structure'"),
-    ({"structured": "xml"}, "structured must be one of auto, json_schema, prompt, got 'xml'"),
-    ({"retries": -1}, "retries must be an integer of at least 0, got -1"),
-    ({"concurrency": "4"}, "concurrency must be an integer of at least 1, got '4'"),
+    ({"structure": "prompt"}, "the rubric backend has no option 'structure'"),
+    ({"structured": "xml"}, "rubric.structured must be one of auto, json_schema, prompt, got 'xml'"),
+    ({"retries": -1}, "rubric.retries must be a whole number of at least 0, got -1"),
+    ({"concurrency": "4"}, "rubric.concurrency must be a whole number of at least 1, got '4'"),
 ])
 def test_a_bad_option_stops_the_run_before_it_starts(tmp_path, opts, message):
     from ragbridge import RunError

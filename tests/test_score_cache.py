@@ -163,15 +163,21 @@ def test_the_key_names_what_a_score_depends_on():
         dict(metric="answer_relevancy"),
         dict(spec=MetricSpec("faithfulness", native_name="Faithfulness", judge=True, digest="sha256:x")),
         dict(options=RunOptions(backend_options={"deepeval": {"threshold": 0.7}})),
-        dict(options=RunOptions(decline_phrases=["no idea"])),
+        dict(options=RunOptions(k=3)),
         dict(judge=judge.model_copy(update={"model": "n"})),
         dict(judge=judge.model_copy(update={"base_url": "http://127.0.0.1:2/v1"})),
         dict(judge=judge.model_copy(update={"max_tokens": 99})),
     ]
     for change in changed:
         assert metric_prefix(**{**base, **change}) != prefix, change
-    # what does not change a score does not change the key: another backend's options, concurrency
-    assert metric_prefix(**{**base, "options": RunOptions(backend_options={"ragas": {"x": 1}})}) == prefix
+    # what does not change a score does not change the key: another backend's options (the native
+    # backend's too), its options given at their defaults, the judge's concurrency
+    from ragbridge.plugins import get_backends
+
+    for other in ({"ragas": {"concurrency": 2}}, {"native": {"decline_phrases": ["no idea"]}},
+                  {"deepeval": {"threshold": 0.5, "strict_mode": False}}):
+        options = RunOptions(backend_options=other).resolved(get_backends(), ["deepeval"])
+        assert metric_prefix(**{**base, "options": options}) == prefix, other
     assert metric_prefix(**{**base, "judge": judge.model_copy(update={"max_concurrency": 3})}) == prefix
     assert case_key(prefix, 1, line) != case_key(prefix, 0, line)
     assert case_key(prefix, 0, line.replace(b'"q"', b'"q2"')) != case_key(prefix, 0, line)

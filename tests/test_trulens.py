@@ -182,10 +182,12 @@ def test_other_scale_and_llm_sentence_split(cases, tmp_path):
         assert s.status == "scored" and s.native_value["scale"] == [0, 10]
 
 
-def test_bad_option_is_an_error_on_each_score(cases, tmp_path):
+def test_a_bad_option_stops_the_run_before_it_starts(cases, tmp_path):
     with StubJudge() as stub:
-        run = run_trulens(cases[:2], stub, tmp_path, metrics=("answer_relevance",), api="grpc")
-    assert all(s.status == "error" and "api must be" in s.error for s in run.scores)
+        with pytest.raises(ragbridge.RunError, match="trulens.api must be one of auto, responses, chat, "
+                                                     "got 'grpc'"):
+            run_trulens(cases[:2], stub, tmp_path, metrics=("answer_relevance",), api="grpc")
+        assert not stub.requests
 
 
 def test_no_statements_is_undefined(tmp_path):

@@ -88,7 +88,8 @@ transport faults (429, 5xx, timeouts, non-JSON bodies) and anything left is that
 ``DEEPEVAL_PER_ATTEMPT_TIMEOUT_SECONDS_OVERRIDE`` (the gateway's worst-case time) are set, unless the
 user set them.
 
-Options (``RunOptions.backend_options["deepeval"]``): ``threshold`` (a number, or a mapping canonical
+Options (``--option deepeval.KEY=VALUE``, ``[backends.deepeval]``, ``options={"deepeval": {...}}``;
+:class:`ragbridge_deepeval.options.DeepEvalOptions`): ``threshold`` (a number, or a mapping canonical
 metric -> number), ``include_reason``, ``strict_mode``, ``penalize_ambiguous_claims``,
 ``truths_extraction_limit``, ``concurrency`` (cases in flight; default twice the judge's max_concurrency).
 

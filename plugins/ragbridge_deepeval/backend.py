@@ -22,7 +22,8 @@ from typing import Any, Optional
 from ragbridge.plugin import Case, JudgedBackend, ScoreFields, ScoringContext
 
 from . import env, translate
-from .metrics import BACKEND, METRICS, DeepEvalMetric, make_metric, options_for
+from .metrics import BACKEND, METRICS, DeepEvalMetric, make_metric
+from .options import DeepEvalOptions
 
 __all__ = ["DeepEvalBackend", "DeepEvalSession", "build_judge", "structured_outputs"]
 
@@ -84,6 +85,7 @@ class DeepEvalBackend(JudgedBackend):
     module = "deepeval"
     install_hint = "pip install 'ragbridge[deepeval]'"
     registry = METRICS
+    Options = DeepEvalOptions
 
     def environment(self) -> dict[str, str]:
         return env.environment()
@@ -107,12 +109,12 @@ class DeepEvalBackend(JudgedBackend):
             finally:
                 session.environment.close()
 
-    async def prepare(self, metric: DeepEvalMetric, ctx: ScoringContext) -> dict[str, Any]:
-        """The run's DeepEval options (`metrics.options_for`)."""
-        return options_for(ctx.options.backend_options)
+    async def prepare(self, metric: DeepEvalMetric, ctx: ScoringContext) -> DeepEvalOptions:
+        """The run's DeepEval options."""
+        return ctx.options.of(self)
 
     async def judge_case(self, metric: DeepEvalMetric, case: Case, ctx: ScoringContext,
-                         opts: dict[str, Any]) -> ScoreFields:
+                         opts: DeepEvalOptions) -> ScoreFields:
         """A fresh judge and metric instance, DeepEval's ``a_measure``, then the Score's fields."""
         session = ctx.session
         model = build_judge(ctx.judge, metric.name, case.id, session.http_client, session.sync_http_client)

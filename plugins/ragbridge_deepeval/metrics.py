@@ -13,8 +13,10 @@ from typing import Any, Optional
 
 from ragbridge.plugin import JudgedMetric
 
+from .options import DeepEvalOptions
+
 __all__ = ["BACKEND", "DeepEvalMetric", "METRICS", "CORRECTNESS_NAME", "CORRECTNESS_STEPS",
-           "CORRECTNESS_RUBRIC", "DEFAULT_OPTIONS", "options_for", "threshold_for", "make_metric"]
+           "CORRECTNESS_RUBRIC", "make_metric"]
 
 BACKEND = "deepeval"
 
@@ -79,47 +81,17 @@ CORRECTNESS_RUBRIC = [
               "contradicts it."),
 ]
 
-#: metric options read from ``RunOptions.backend_options["deepeval"]`` (with their defaults)
-DEFAULT_OPTIONS: dict[str, Any] = {
-    "threshold": 0.5,  # DeepEval's pass/fail threshold (per metric: {"faithfulness": 0.7, ...})
-    "include_reason": True,  # the extra reason call; False saves one judge call per case and metric
-    "strict_mode": False,
-    "penalize_ambiguous_claims": False,  # faithfulness: count "borderline" claims as failing
-    "truths_extraction_limit": None,  # faithfulness
-    "concurrency": None,  # cases in flight at once (default: twice the judge's max_concurrency)
-}
-
-
-def options_for(backend_options: dict[str, dict[str, Any]] | None) -> dict[str, Any]:
-    """The run's DeepEval options, defaults filled in; ValueError for an unknown one."""
-    opts = dict(DEFAULT_OPTIONS)
-    opts.update((backend_options or {}).get(BACKEND, {}) or {})
-    unknown = sorted(set(opts) - set(DEFAULT_OPTIONS))
-    if unknown:
-        raise ValueError(
-            f"unknown deepeval backend option(s): {', '.join(unknown)}; known: {', '.join(DEFAULT_OPTIONS)}"
-        )
-    return opts
-
-
-def threshold_for(metric: str, opts: dict[str, Any]) -> float:
-    t = opts.get("threshold", 0.5)
-    if isinstance(t, dict):
-        t = t.get(metric, 0.5)
-    return float(t)
-
-
-def make_metric(metric: str, model: Any, opts: Optional[dict[str, Any]] = None):
-    """A fresh DeepEval metric instance for ``metric`` judged by ``model`` (never shared between cases:
-    DeepEval keeps a measurement's state on the instance)."""
+def make_metric(metric: str, model: Any, opts: Optional[DeepEvalOptions] = None):
+    """A fresh DeepEval metric instance for ``metric`` judged by ``model`` with the backend's options
+    (never shared between cases: DeepEval keeps a measurement's state on the instance)."""
     import deepeval.metrics as dm
 
-    opts = opts or dict(DEFAULT_OPTIONS)
+    opts = opts or DeepEvalOptions()
     cls_name = METRICS[metric].cls
     common = dict(
-        threshold=threshold_for(metric, opts),
+        threshold=opts.threshold_for(metric),
         model=model,
-        strict_mode=bool(opts.get("strict_mode")),
+        strict_mode=opts.strict_mode,
         async_mode=True,
         verbose_mode=False,
     )
@@ -138,8 +110,8 @@ def make_metric(metric: str, model: Any, opts: Optional[dict[str, Any]] = None):
             rubric=[Rubric(score_range=r, expected_outcome=o) for r, o in CORRECTNESS_RUBRIC],
             **common,
         )
-    kw = dict(common, include_reason=bool(opts.get("include_reason", True)), eval_mode="llm")
+    kw = dict(common, include_reason=opts.include_reason, eval_mode="llm")
     if cls_name == "FaithfulnessMetric":
-        kw["penalize_ambiguous_claims"] = bool(opts.get("penalize_ambiguous_claims"))
-        kw["truths_extraction_limit"] = opts.get("truths_extraction_limit")
+        kw["penalize_ambiguous_claims"] = opts.penalize_ambiguous_claims
+        kw["truths_extraction_limit"] = opts.truths_extraction_limit
     return getattr(dm, cls_name)(**kw)

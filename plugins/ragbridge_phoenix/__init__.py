@@ -58,8 +58,9 @@ that is not JSON (``JSONDecodeError``), no content (``ValueError``), a label out
 broken answer is asked for again on the next run, not replayed. The dataframe helpers
 (``evaluate_dataframe``: tqdm bars, ten retries, "DID NOT RUN" rows) are not used.
 
-Options (``RunOptions.backend_options["phoenix"]``): ``concurrency``, ``temperature``,
-``include_explanation`` (:class:`ragbridge_phoenix.metrics.PhoenixSettings`).
+Options (``--option phoenix.KEY=VALUE``, ``[backends.phoenix]``, ``options={"phoenix": {...}}``):
+``concurrency``, ``temperature``, ``include_explanation``
+(:class:`ragbridge_phoenix.options.PhoenixOptions`).
 
 Side effects, switched off
 --------------------------

@@ -3,7 +3,7 @@
 
 The run's lifecycle: ``environment()`` is `env.environment` (spans off or redacted), applied before
 ``open``, where Phoenix is first imported. ``open`` reads the run's options
-(`metrics.PhoenixSettings`) and makes one `PhoenixSession`, shared by every metric and case of the
+(`options.PhoenixOptions`) and makes one `PhoenixSession`, shared by every metric and case of the
 run:
 
 * one Phoenix ``LLM(provider="openai")``, built inside the run's event loop (an ``LLM`` used from a
@@ -37,7 +37,8 @@ from typing import Any, Optional
 from ragbridge.plugin import Case, JudgedBackend, ScoreFields, ScoringContext
 
 from . import env, translate
-from .metrics import BACKEND, METRICS, PhoenixMetric, PhoenixSettings
+from .metrics import BACKEND, METRICS, PhoenixMetric
+from .options import PhoenixOptions
 
 __all__ = ["PhoenixBackend", "PhoenixSession", "RATE_PER_SECOND", "make_llm", "make_evaluators",
            "generation_kwargs"]
@@ -48,7 +49,7 @@ __all__ = ["PhoenixBackend", "PhoenixSession", "RATE_PER_SECOND", "make_llm", "m
 RATE_PER_SECOND = 1_000_000.0
 
 
-def generation_kwargs(gateway: Any, settings: PhoenixSettings) -> dict[str, Any]:
+def generation_kwargs(gateway: Any, settings: PhoenixOptions) -> dict[str, Any]:
     """What every Phoenix request carries besides the prompt and the schema."""
     kwargs: dict[str, Any] = {"temperature": float(settings.temperature)}
     if gateway.config.max_tokens:
@@ -68,7 +69,7 @@ def make_llm(judge: Any, http: Any, async_http: Any) -> Any:
                sync_client_kwargs={"http_client": http}, async_client_kwargs={"http_client": async_http})
 
 
-def make_evaluators(llm: Any, gateway: Any, settings: PhoenixSettings) -> dict[str, Any]:
+def make_evaluators(llm: Any, gateway: Any, settings: PhoenixOptions) -> dict[str, Any]:
     """One Phoenix evaluator per canonical metric, on ``llm``; RuntimeError when the installed
     Phoenix maps a label to another score than the pinned map (`metrics.PhoenixMetric.labels`)."""
     import phoenix.evals.metrics as pm
@@ -91,7 +92,7 @@ class PhoenixSession:
     """What the metrics of one run share: the options, Phoenix's LLM with its two httpx clients, and
     one evaluator per metric."""
 
-    settings: PhoenixSettings
+    settings: PhoenixOptions
     llm: Any
     http_client: Any
     async_http_client: Any
@@ -104,12 +105,13 @@ class PhoenixBackend(JudgedBackend):
     module = "phoenix.evals"
     install_hint = "pip install 'ragbridge[phoenix]'"
     registry = METRICS
+    Options = PhoenixOptions
 
     def environment(self) -> dict[str, str]:
         return env.environment()
 
     async def open(self, ctx: ScoringContext) -> Optional[PhoenixSession]:
-        settings = PhoenixSettings.from_options(ctx.options.backend_options.get(self.name))
+        settings: PhoenixOptions = ctx.options.of(self)
         judge = ctx.judge
         if judge is None:
             return None  # score says so, for every case

@@ -54,20 +54,16 @@ Not offered, on purpose (the other backends cover them):
 * Phoenix's code evaluators (``exact_match``, ``MatchesRegex``, ``PrecisionRecallFScore`` over class
   labels) compute nothing the canonical ranking metrics or answer checks mean.
 
-Options (``RunOptions.backend_options["phoenix"]``, `PhoenixSettings`): ``concurrency`` (cases in
-flight; default twice the judge's ``max_concurrency``), ``temperature`` (0.0; Phoenix sends none by
-default), ``include_explanation`` (True; False drops the explanation from the schema and the
-``reason``). Nothing here imports Phoenix.
+Options: `ragbridge_phoenix.options.PhoenixOptions`. Nothing here imports Phoenix.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
 
 from ragbridge.plugin import JudgedMetric
 
-__all__ = ["BACKEND", "PhoenixMetric", "METRICS", "PhoenixSettings"]
+__all__ = ["BACKEND", "PhoenixMetric", "METRICS"]
 
 BACKEND = "phoenix"
 
@@ -113,33 +109,3 @@ METRICS: dict[str, PhoenixMetric] = {
                       direction="neutral", unanswerable_only=True),
     )
 }
-
-_OPTIONS = ("concurrency", "temperature", "include_explanation")
-
-
-@dataclass(frozen=True)
-class PhoenixSettings:
-    """Per-run options (``RunOptions.backend_options["phoenix"]``), validated by `from_options`."""
-
-    concurrency: Optional[int] = None  # cases in flight (None: twice the judge's max_concurrency)
-    temperature: float = 0.0
-    include_explanation: bool = True
-
-    @classmethod
-    def from_options(cls, raw: Optional[dict[str, Any]]) -> "PhoenixSettings":
-        """The settings, or ValueError naming the option and what it takes."""
-        raw = dict(raw or {})
-        unknown = sorted(set(raw) - set(_OPTIONS))
-        if unknown:
-            raise ValueError(f"unknown phoenix backend option(s): {', '.join(unknown)}; "
-                             f"known: {', '.join(_OPTIONS)}")
-        s = cls(**raw)
-        n, t = s.concurrency, s.temperature
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-            raise ValueError(f"phoenix option concurrency must be a whole number >= 1, got {n!r}")
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t <= 2:
-            raise ValueError(f"phoenix option temperature must be a number from 0 to 2, got {t!r}")
-        if not isinstance(s.include_explanation, bool):
-            raise ValueError("phoenix option include_explanation must be true or false, "
-                             f"got {s.include_explanation!r}")
-        return s

@@ -14,7 +14,7 @@ runs them, over the run's lifecycle:
 * the per-case template is `ragbridge.plugin.JudgedBackend`'s: ``prepare`` builds RAGAS'
   metric object once per metric pass, ``judge_case`` runs ``ascore`` on one case (inside the case's
   ``tag_scope``, so the runner fills each Score's judge calls and tokens), at most the ``concurrency``
-  option's cases at once (default: twice the judge's ``max_concurrency``);
+  option's cases at once (`options.RagasOptions`; default: twice the judge's ``max_concurrency``);
 * per metric: the LLM from ``ragas.llms.llm_factory`` (instructor, JSON mode) with RAGAS' default
   sampling (temperature 0.01, top_p 0.1) and ``max_tokens`` = ``JudgeConfig.max_tokens`` or 4096
   (RAGAS' 1024 truncates long statement lists); instructor re-asks only on unparseable or
@@ -41,6 +41,7 @@ from ragbridge.plugin import Case, JudgedBackend, ScoreFields, ScoringContext
 
 from .env import ENVIRONMENT, keep_ragas_id_out_of_home
 from .metrics import METRICS, RagasMetric, check_reply
+from .options import RagasOptions
 from .translate import score_fields
 
 __all__ = ["RagasBackend", "RagasSession", "DEFAULT_MAX_TOKENS", "PARSE_ATTEMPTS", "parse_retrying"]
@@ -122,6 +123,7 @@ class RagasBackend(JudgedBackend):
     module = "ragas"
     install_hint = "pip install 'ragbridge[ragas]'"
     registry = METRICS
+    Options = RagasOptions
 
     def environment(self) -> dict[str, str]:
         return dict(ENVIRONMENT)

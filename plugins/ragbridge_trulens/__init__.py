@@ -73,7 +73,8 @@ Safe and offline
 * Process-wide effects of TruLens itself, on import or provider construction: it wraps the openai
   SDK's ``create`` methods for cost tracking and sets ``KMP_DUPLICATE_LIB_OK=TRUE``.
 
-Options (``RunOptions(backend_options={"trulens": {...}})``): ``api`` (auto|responses|chat),
+Options (``--option trulens.KEY=VALUE``, ``[backends.trulens]``, ``options={"trulens": {...}}``;
+:class:`ragbridge_trulens.options.TruLensOptions`): ``api`` (auto|responses|chat),
 ``context_relevance_agg`` (mean|max), ``sentence_split`` (nltk|llm), ``max_score`` (3|10|1),
 ``temperature`` (0.0), ``concurrency`` (cases in flight; default twice the judge's
 ``max_concurrency``).

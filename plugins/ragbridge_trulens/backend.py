@@ -1,7 +1,7 @@
 """The TruLens backend: TruLens' provider functions on each case, through ragbridge's judge gateway.
 
 The run's lifecycle: ``environment()`` is `env.ENVIRONMENT` (no tracing threads), applied before
-``open``, where TruLens is first imported. ``open`` reads the run's options (`metrics.TruLensSettings`),
+``open``, where TruLens is first imported. ``open`` reads the run's options (`options.TruLensOptions`),
 settles the endpoint family (``api="auto"`` probes ``/responses`` once, through the gateway, while
 TruLens is imported) and makes one `TruLensSession`: one TruLens ``OpenAI`` provider (`make_provider`,
 on `ragbridge.plugin.openai_client`, in-process to the gateway) and one thread pool of a
@@ -26,7 +26,8 @@ from typing import Any, Optional
 from ragbridge.plugin import Case, JudgedBackend, ScoreFields, ScoringContext, in_thread
 
 from .env import ENVIRONMENT, offline_sentence_splitter, quiet_import
-from .metrics import METRICS, TruLensMetric, TruLensSettings
+from .metrics import METRICS, TruLensMetric
+from .options import TruLensOptions
 from .translate import error_fields, score_fields
 
 __all__ = ["TruLensBackend", "TruLensSession", "make_provider", "provider_class", "set_api",
@@ -115,7 +116,7 @@ class TruLensSession:
     """What the metrics of one run share: the options, the endpoint family, the provider and the
     thread pool the cases run in."""
 
-    settings: TruLensSettings
+    settings: TruLensOptions
     api: str
     provider: Any
     executor: concurrent.futures.Executor
@@ -144,6 +145,7 @@ class TruLensBackend(JudgedBackend):
     module = "trulens.feedback"
     install_hint = "pip install 'ragbridge[trulens]'"
     registry = METRICS
+    Options = TruLensOptions
 
     def available(self) -> bool:
         """The three distributions installed (checked from their metadata: nothing is imported)."""
@@ -158,7 +160,7 @@ class TruLensBackend(JudgedBackend):
         return dict(ENVIRONMENT)
 
     async def open(self, ctx: ScoringContext) -> Optional[TruLensSession]:
-        settings = TruLensSettings.from_options(ctx.options.backend_options.get(self.name))
+        settings: TruLensOptions = ctx.options.of(self)
         judge = ctx.judge
         if judge is None:
             return None  # score says so, for every case

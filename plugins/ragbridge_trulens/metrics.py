@@ -14,7 +14,7 @@ from ragbridge.plugin import JudgedMetric
 
 from . import translate
 
-__all__ = ["TruLensMetric", "METRICS", "VALID_SCALES", "TruLensSettings"]
+__all__ = ["TruLensMetric", "METRICS"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,37 +45,3 @@ METRICS: dict[str, TruLensMetric] = {
                       scorer=translate.answer_correctness),
     )
 }
-
-#: The judge scales TruLens accepts for the triad functions (``OutputSpace``): 0-3, 0-10, 0-1.
-VALID_SCALES = (3, 10, 1)
-
-
-@dataclass(frozen=True)
-class TruLensSettings:
-    """Per-run options (``RunOptions.backend_options["trulens"]``), validated."""
-
-    api: str = "auto"  # "auto" (probe once), "responses", "chat"
-    context_relevance_agg: str = "mean"  # or "max"
-    sentence_split: str = "nltk"  # "nltk" (bundled punkt parameters, no download) or "llm"
-    max_score: int = 3  # the judge's scale is 0..max_score: 3, 10 or 1
-    temperature: float = 0.0
-    concurrency: Optional[int] = None  # cases in flight (`JudgedBackend.cases_at_once` checks it)
-
-    @classmethod
-    def from_options(cls, raw: Optional[dict]) -> "TruLensSettings":
-        raw = dict(raw or {})
-        unknown = set(raw) - {"api", "context_relevance_agg", "sentence_split", "max_score", "temperature",
-                              "concurrency"}
-        if unknown:
-            raise ValueError(f"unknown trulens option(s): {', '.join(sorted(unknown))}")
-        s = cls(**raw)
-        if s.api not in ("auto", "responses", "chat"):
-            raise ValueError(f"trulens option api must be auto, responses or chat, got {s.api!r}")
-        if s.context_relevance_agg not in ("mean", "max"):
-            raise ValueError("trulens option context_relevance_agg must be mean or max, "
-                             f"got {s.context_relevance_agg!r}")
-        if s.sentence_split not in ("nltk", "llm"):
-            raise ValueError(f"trulens option sentence_split must be nltk or llm, got {s.sentence_split!r}")
-        if s.max_score not in VALID_SCALES:
-            raise ValueError(f"trulens option max_score must be one of {VALID_SCALES}, got {s.max_score!r}")
-        return s

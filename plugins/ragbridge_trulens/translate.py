@@ -28,7 +28,7 @@ from ragbridge.plugin import Case, error_text
 from .env import offline_sentence_splitter
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .metrics import TruLensSettings
+    from .options import TruLensOptions
 
 __all__ = ["UnparsableScore", "ChunkScoreError", "groundedness_configs", "faithfulness",
            "context_relevance", "answer_relevance", "answer_correctness", "score_fields", "error_fields",
@@ -47,7 +47,7 @@ class ChunkScoreError(Exception):
         self.native = native
 
 
-def groundedness_configs(settings: TruLensSettings) -> Any:
+def groundedness_configs(settings: TruLensOptions) -> Any:
     """``use_sent_tokenize`` per ``sentence_split``; the eval()-based trivial filter always off."""
     from trulens.core.feedback.feedback import GroundednessConfigs
 
@@ -77,7 +77,7 @@ def _reason_text(meta: Any) -> Optional[str]:
     return None
 
 
-def faithfulness(provider: Any, case: Case, settings: TruLensSettings):
+def faithfulness(provider: Any, case: Case, settings: TruLensOptions):
     source = "\n\n".join(c.text for c in case.contexts if c.text)
     score, meta = provider.groundedness_measure_with_cot_reasons(
         source=source, statement=case.answer, groundedness_configs=groundedness_configs(settings),
@@ -104,7 +104,7 @@ def faithfulness(provider: Any, case: Case, settings: TruLensSettings):
     return score, native, head + "\n" + "\n".join(lines)
 
 
-def context_relevance(provider: Any, case: Case, settings: TruLensSettings):
+def context_relevance(provider: Any, case: Case, settings: TruLensOptions):
     per_chunk = []
     errors = []
     for chunk in case.contexts:
@@ -135,7 +135,7 @@ def context_relevance(provider: Any, case: Case, settings: TruLensSettings):
                            f"{len(scores)} chunk(s)\n" + "\n".join(lines))
 
 
-def answer_relevance(provider: Any, case: Case, settings: TruLensSettings):
+def answer_relevance(provider: Any, case: Case, settings: TruLensOptions):
     s, meta = provider.relevance_with_cot_reasons(
         prompt=case.question, response=case.answer, min_score_val=0, max_score_val=settings.max_score,
         temperature=settings.temperature)
@@ -143,7 +143,7 @@ def answer_relevance(provider: Any, case: Case, settings: TruLensSettings):
     return s, {"score": s, "scale": [0, settings.max_score], "reason": _reason_text(meta)}, _reason_text(meta)
 
 
-def answer_correctness(provider: Any, case: Case, settings: TruLensSettings):
+def answer_correctness(provider: Any, case: Case, settings: TruLensOptions):
     import math
 
     from trulens.feedback import GroundTruthAgreement

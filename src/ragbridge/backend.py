@@ -29,18 +29,23 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import importlib.util
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, ClassVar, Optional, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import (TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, ClassVar, Mapping, Optional,
+                    Sequence)
+
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from .limits import not_text
 from .metrics import resolve_metric
-from .schema import SPAN_MIN_OVERLAP, Case, Score
+from .options import BackendOptions, Whole, backend_options, config_tables, option
+from .schema import Case, Score
 
 if TYPE_CHECKING:  # pragma: no cover
     from .judge import JudgeGateway
 
-__all__ = ["Backend", "MetricSpec", "RunOptions", "ScoringContext", "fan_out", "error_text", "case_ids",
-           "case_record"]
+__all__ = ["Backend", "BackendOptions", "MetricSpec", "RunOptions", "ScoringContext", "fan_out", "error_text",
+           "case_ids", "case_record"]
 
 #: the longest ``Score.error`` text (`error_text` cuts longer messages)
 ERROR_TEXT_LIMIT = 2000
@@ -87,57 +92,94 @@ class MetricSpec:
             object.__setattr__(self, "requires", ("question", *self.requires))
 
 
-@dataclass
-class RunOptions:
-    """Options every backend may read. ``backend_options`` holds per-backend settings by name.
+#: the backend whose options run.json holds at the top level of ``options`` (``gain``, ``no_relevant``,
+#: ...), where every run folder has held them; every other backend's are under ``backend_options``
+FLAT_OPTIONS = "native"
 
-    ``generator_model`` names the model of the system under test (a case's
+
+class RunOptions(BaseModel):
+    """Options every backend may read, and each backend's own options by its name.
+
+    ``k`` is the cut-off of the ``@k`` metric names (``recall@k`` is scored as ``recall@5``), for
+    every backend. ``generator_model`` names the model of the system under test (a case's
     ``metadata["generator_model"]`` says it per case): a run judged by the same model is flagged.
 
-    Span labels: ``span_min_overlap`` is the span rule's (`ragbridge.schema.span_overlap_matches`),
-    ``span_arithmetic`` the character-level metrics' (``merged`` or ``chroma``:
-    `ragbridge.native.spans`), ``chunking`` the chunking ``precision_omega`` measures (a
-    `ragbridge.native.spans.Chunking`, or None), ``span_labels`` whether the cases hold span labels
-    (set by the runner; the span metrics are planned by default only then)."""
+    ``backend_options``: each backend's options, by the backend's name: its options model
+    (``Backend.Options``) or a mapping of them, e.g. ``{"native": {"gain": "exponential"}}``;
+    checked against each backend's model before a run starts (`resolved`), and read by a backend as
+    its model (`of`). `load` adds those of ``ragbridge.toml``.
 
-    k: int = 5
-    gain: str = "linear"
-    no_relevant: str = "undefined"
-    case_sensitive: bool = False
-    decline_phrases: Optional[list[str]] = None
-    backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    generator_model: Optional[str] = None
-    span_min_overlap: float = SPAN_MIN_OVERLAP
-    span_arithmetic: str = "merged"
+    ``chunking`` is the chunking ``precision_omega`` measures (a `ragbridge.native.spans.Chunking`, or
+    None); ``span_labels`` whether the cases hold span labels (set by the runner; the span metrics
+    are planned by default only then)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    k: Whole = option(5, "Cut-off for the @k ranking metrics.", flag="--k", ge=1)
+    generator_model: Optional[str] = option(None, "The system's own model.", flag="--generator-model")
+    backend_options: dict[str, Any] = option(
+        default_factory=dict, help="Each backend's options, by its name: its options model, or a mapping.")
     chunking: Any = None
     span_labels: bool = False
 
-    def problem(self) -> Optional[str]:
-        """What is wrong with these options, as an error text, or None."""
-        for phrase in self.decline_phrases or ():
-            if not isinstance(phrase, str) or not phrase.strip():
-                return (f"--decline-phrase {phrase!r} is empty: every answer contains it, so every case "
-                        "would count as declined; give the words a declined answer uses")
-        for option, text in [*(("--decline-phrase", p) for p in self.decline_phrases or ()),
-                             ("--generator-model", self.generator_model)]:
-            shown = not_text(text) if isinstance(text, str) else None
-            if shown is not None:
-                return f"{option} {shown} is not UTF-8 text: give it as UTF-8"
-        return None
+    @field_validator("generator_model")
+    @classmethod
+    def _text(cls, value: Optional[str]) -> Optional[str]:
+        shown = not_text(value) if isinstance(value, str) else None
+        if shown is not None:
+            raise ValueError(f"{shown} is not UTF-8 text: give it as UTF-8")
+        return value
+
+    def of(self, backend: "Backend") -> BackendOptions:
+        """``backend``'s options in this run, as its options model (its defaults where none were
+        given); `ragbridge.options.OptionError` for options it does not take."""
+        given = self.backend_options.get(backend.name)
+        if isinstance(given, backend.Options):
+            return given
+        name = backend.name
+        return backend_options({name: backend}, [("python", {name: given or {}})])[name]
+
+    def resolved(self, registry: Mapping[str, Any], names: Sequence[str] = ()) -> "RunOptions":
+        """These options with each backend's as its options model: those given, and the defaults of
+        the backends ``names`` (and `FLAT_OPTIONS`); `ragbridge.options.OptionError` for an unknown
+        backend or an option a backend does not take."""
+        given = self.backend_options
+        wanted = {n: {} for n in dict.fromkeys([*names, FLAT_OPTIONS]) if n in registry and n not in given}
+        checked = backend_options(registry, [("python", {**given, **wanted})])
+        return self.model_copy(update={"backend_options": checked})
+
+    @classmethod
+    def load(cls, config_file: Optional[Path] = None, cwd: Optional[Path] = None,
+             sources: Sequence[tuple[str, Mapping[str, Any]]] = (), **fields: Any) -> "RunOptions":
+        """RunOptions of ``fields``, with the backends' options of ``[backends.NAME]`` in
+        ``ragbridge.toml`` (``config_file`` instead, when given) and ``[tool.ragbridge.backends.NAME]``
+        in ``pyproject.toml`` (in ``cwd``, default the working directory), under those of ``sources``
+        (see `ragbridge.options.backend_options`) and of ``fields["backend_options"]``; an
+        `ragbridge.options.OptionError` naming the file, the backend and the option for what is
+        wrong."""
+        from .plugins import get_backends
+
+        given = fields.pop("backend_options", None) or {}
+        tables = config_tables("backends", config_file, cwd)
+        merged = backend_options(get_backends(), [*tables, *sources, ("python", given)])
+        return cls(backend_options=merged, **fields)
 
     def public(self) -> dict[str, Any]:
-        out = {
-            "k": self.k,
-            "gain": self.gain,
-            "no_relevant": self.no_relevant,
-            "case_sensitive": self.case_sensitive,
-            "decline_phrases": self.decline_phrases,
-            "backend_options": self.backend_options,
-            "generator_model": self.generator_model,
-        }
-        if self.span_labels or self.chunking is not None:
-            out.update(span_min_overlap=self.span_min_overlap, span_arithmetic=self.span_arithmetic,
-                       chunking=getattr(self.chunking, "path", None))
+        """What run.json records of these options (`FLAT_OPTIONS`'s at the top level)."""
+        out: dict[str, Any] = {"k": self.k}
+        others: dict[str, Any] = {}
+        for name, given in self.backend_options.items():
+            values = given.model_dump(exclude_defaults=name != FLAT_OPTIONS) if isinstance(given, BaseModel) \
+                else dict(given or {})
+            if name == FLAT_OPTIONS:
+                spans = ("span_min_overlap", "span_arithmetic")
+                out.update((k, v) for k, v in values.items() if k not in spans)
+                if self.span_labels or self.chunking is not None:
+                    out.update((k, values.get(k)) for k in spans)
+                    out["chunking"] = getattr(self.chunking, "path", None)
+            elif values:
+                others[name] = values
+        out.update(backend_options=others, generator_model=self.generator_model)
         return out
 
 
@@ -184,6 +226,10 @@ class Backend:
     #: the import name to probe (defaults to ``library``)
     module: ClassVar[Optional[str]] = None
     install_hint: ClassVar[str] = ""
+    #: the backend's options model (a `BackendOptions` subclass; this one takes none): what
+    #: ``--option NAME.KEY=VALUE``, ``[backends.NAME]`` in ragbridge.toml and ``options={NAME: {...}}``
+    #: set, read in a run as ``ctx.options.of(self)``
+    Options: ClassVar[type[BackendOptions]] = BackendOptions
 
     def version(self) -> Optional[str]:
         """The library's installed version, or the ragbridge version for a library-less backend."""
@@ -210,8 +256,9 @@ class Backend:
 
     def metrics_for(self, options: RunOptions) -> list[MetricSpec]:
         """The metrics offered in a run with these options (default: ``metrics()``). A backend whose
-        metrics are data named in ``options.backend_options`` overrides it, and raises ValueError
-        (naming the file, field and fix) for options it cannot use, before anything is written."""
+        metrics are data named in its options (``options.of(self)``) overrides it, and raises
+        ValueError (naming the file, field and fix) for options it cannot use, before anything is
+        written."""
         return self.metrics()
 
     def environment(self) -> dict[str, str]:

@@ -34,10 +34,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, ClassVar, Mapping, Optional, Sequence, TypeVar
 
-from .backend import Backend, MetricSpec, RunOptions, ScoringContext, error_text, fan_out
+from .backend import Backend, BackendOptions, MetricSpec, RunOptions, ScoringContext, error_text, fan_out
+from .options import Whole, option
 from .schema import Case, Score
 
-__all__ = ["JudgedBackend", "JudgedMetric", "ScoreFields", "in_thread"]
+__all__ = ["JudgedBackend", "JudgedMetric", "JudgedOptions", "ScoreFields", "in_thread"]
 
 #: the fields of a `Score` that a judged backend's library decides (``value``, ``native_value``,
 #: ``passed``, ``reason``, ``evidence``, ``error``)
@@ -56,14 +57,24 @@ class JudgedMetric(MetricSpec):
     judge: bool = True
 
 
+class JudgedOptions(BackendOptions):
+    """The options every judged backend takes; a judged backend's own options model subclasses it."""
+
+    concurrency: Optional[Whole] = option(
+        None, "Cases judged at once (default: twice the judge's max_concurrency; the judge's calls in "
+              "flight stay bounded by max_concurrency).", ge=1)
+
+
 class JudgedBackend(Backend):
     """A backend whose metrics a judge scores one case at a time (see the module docstring).
 
     Subclasses set ``registry`` (or override ``metrics_for`` when the metrics are data the run's
-    options name) and implement `judge_case`; `score` is the template and is not overridden."""
+    options name), their ``Options`` (a `JudgedOptions` subclass) and implement `judge_case`;
+    `score` is the template and is not overridden."""
 
     #: the metrics offered, by name (the plugin's ``metrics.METRICS``)
     registry: ClassVar[Mapping[str, JudgedMetric]] = {}
+    Options: ClassVar[type[BackendOptions]] = JudgedOptions
 
     def metrics(self) -> list[MetricSpec]:
         return list(self.registry.values())
@@ -76,14 +87,9 @@ class JudgedBackend(Backend):
         raise ValueError(f"the {self.name} backend has no metric {name!r}")
 
     def cases_at_once(self, ctx: ScoringContext) -> int:
-        """How many cases are judged at once: the backend's ``concurrency`` option
-        (``RunOptions.backend_options[name]["concurrency"]``, a whole number >= 1) when set, else
+        """How many cases are judged at once: the backend's ``concurrency`` option when set, else
         `ScoringContext.cases_in_flight` (twice the judge's ``max_concurrency``)."""
-        value = (ctx.options.backend_options.get(self.name) or {}).get("concurrency")
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"the {self.name} backend option concurrency must be a whole number of at "
-                             f"least 1, got {value!r}")
-        return ctx.cases_in_flight(value)
+        return ctx.cases_in_flight(getattr(ctx.options.of(self), "concurrency", None))
 
     async def prepare(self, metric: Any, ctx: ScoringContext) -> Any:
         """What every case of one `score` call shares, made once before the first case and handed to

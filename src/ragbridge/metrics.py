@@ -201,7 +201,8 @@ def registered() -> dict[str, Metric]:
     global _registered
     from .plugins import load_plugins, registered as by_name
 
-    plugins = frozenset(load_plugins().get_plugins())
+    # the plugins registered now, by name and object (a plugin may be any object, hashable or not)
+    plugins = [(name, id(plugin)) for name, plugin in load_plugins().list_name_plugin()]
     if _registered[0] != plugins:
         found = {}
         for m in by_name("ragbridge_register_metrics", "metric").values():

@@ -22,7 +22,10 @@ The canonical schema
 
 Backends
     `Backend`, `MetricSpec`, `RunOptions`, `ScoringContext`; the judged-backend template
-    `JudgedBackend`, `JudgedMetric`, `ScoreFields`, `in_thread`; `fan_out` (a metric's cases scored
+    `JudgedBackend`, `JudgedMetric`, `ScoreFields`, `in_thread`; a backend's options model:
+    `BackendOptions` (`JudgedOptions` for a judged backend) with fields made by `option`, typed
+    `Whole`, `Number`, `Bool` where a plain ``int``, ``float`` or ``bool`` would take a bool, a
+    text or a NaN; `fan_out` (a metric's cases scored
     concurrently), `error_text` (the one way a failure becomes ``Score.error``), `case_ids` and
     `case_record` (the cases a backend is handed, read without making a `Case` of each), and
     `applied_environment` (a backend's environment defaults around importing its library outside a
@@ -97,8 +100,14 @@ _EXPORTS = {
     "error_text": "ragbridge.backend",
     "case_ids": "ragbridge.backend",
     "case_record": "ragbridge.backend",
+    "BackendOptions": "ragbridge.options",
+    "option": "ragbridge.options",
+    "Whole": "ragbridge.options",
+    "Number": "ragbridge.options",
+    "Bool": "ragbridge.options",
     "JudgedBackend": "ragbridge.judged_backend",
     "JudgedMetric": "ragbridge.judged_backend",
+    "JudgedOptions": "ragbridge.judged_backend",
     "ScoreFields": "ragbridge.judged_backend",
     "in_thread": "ragbridge.judged_backend",
     "applied_environment": "ragbridge.run.lifecycle",
@@ -204,8 +213,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors
                                   derived_chunk_ids, is_missing, literal_cell, pandas_index, plain)
     from .hookspecs import hookimpl  # noqa: F401
     from .judge.clients import async_http_client, async_openai_client, http_client, openai_client  # noqa: F401
-    from .judged_backend import JudgedBackend, JudgedMetric, ScoreFields, in_thread  # noqa: F401
+    from .judged_backend import JudgedBackend, JudgedMetric, JudgedOptions, ScoreFields, in_thread  # noqa: F401
     from .metrics import Metric  # noqa: F401
+    from .options import BackendOptions, Bool, Number, Whole, option  # noqa: F401
     from .plugins import LazyBackend  # noqa: F401
     from .run import RunError, load_run  # noqa: F401
     from .run.lifecycle import applied_environment  # noqa: F401

@@ -33,16 +33,21 @@ Fixtures:
     file are relative to the ini file.
 ``ragbridge_load_golden(path, fmt=None)``
     Load any golden set (JSONL, CSV, Parquet, a datasets folder).
-``ragbridge_evaluate(cases_or_path, backends=None, metrics=None, judge=None, name=None, **options)``
+``ragbridge_evaluate(cases_or_path, backends=None, metrics=None, judge=None, name=None, **parameters)``
     Score cases into a run folder and return the `Run`. The folder is under the test's ``tmp_path``,
     or under ``--ragbridge-runs DIR`` (kept: the per-item results of a failing test, for CI artifacts).
-    ``options`` are `RunOptions` fields (``k``, ``gain``, ...). When a planned metric needs a judge and
-    none is given, the ``ragbridge_judge`` fixture is used.
+    ``parameters`` are `ragbridge.evaluate`'s (``options``, ``repeats``, ``target`` ...) and the
+    options every backend reads (``k``, ``generator_model``); a backend's own options go in
+    ``options={"native": {"gain": "exponential"}}``. The backends' options of ``[backends.NAME]`` in
+    ``ragbridge.toml`` (or ``--ragbridge-config``) apply under those of ``options``, as on the
+    command line. When a planned metric needs a judge and none is given,
+    the ``ragbridge_judge`` fixture is used.
 ``ragbridge_judge``
-    The judge configuration from ``--ragbridge-judge-model`` / ``--ragbridge-judge-base-url`` /
-    ``--ragbridge-judge-api-key-env`` / ``--ragbridge-cache-mode`` / ``--ragbridge-cache-path``, then
-    ``ragbridge.toml`` and ``[tool.ragbridge.judge]`` in ``pyproject.toml``. The test is skipped when no
-    judge is configured at all; a configuration that is wrong is an error.
+    The judge configuration from the judge's options of the command line, prefixed ``--ragbridge-``
+    (``--ragbridge-judge-model``, ``--ragbridge-judge-base-url``, ``--ragbridge-cache-mode`` ... and
+    ``--ragbridge-config``, the config file), then ``ragbridge.toml`` and ``[tool.ragbridge.judge]`` in
+    ``pyproject.toml``. The test is skipped when no judge is configured at all; a configuration that
+    is wrong is an error.
 ``ragbridge_baseline``
     The baseline run named by ``--ragbridge-baseline`` (or ini ``ragbridge_baseline``), or None.
 ``ragbridge_gate(run, gates=None, baseline=...)``
@@ -61,6 +66,7 @@ from typing import Any, Callable, Optional, Sequence
 import pytest
 
 from .analysis.gate import GateConfig, GateReport, load_gates, parse_gates, run_gates
+from .flags import JUDGE_FLAGS, JUDGE_SETTING
 from .report.ci import figure_text, item_line
 from .report.text import plain_text
 from .run import Run, load_run
@@ -131,15 +137,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     ):
         group.addoption(f"--ragbridge-{name}", dest=f"ragbridge_{name}", default=None, help=help_)
         parser.addini(f"ragbridge_{name}", help_, default=None)
-    for name, help_ in (
-        ("judge-model", "judge model name"),
-        ("judge-base-url", "OpenAI-compatible base URL of the judge"),
-        ("judge-api-key-env", "environment variable that holds the judge's key"),
-        ("cache-mode", "judge cache: read-write, read-only or off"),
-        ("cache-path", "judge cache file (SQLite)"),
-    ):
-        group.addoption(f"--ragbridge-{name}", dest=f"ragbridge_{name.replace('-', '_')}", default=None,
-                        help=help_)
+    for spec in JUDGE_FLAGS:  # the command line's judge options, each as --ragbridge-NAME
+        group.addoption(f"--ragbridge-{spec.flag.removeprefix('--')}", dest=f"ragbridge_{spec.name}",
+                        default=None, help=spec.help)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -198,15 +198,10 @@ def ragbridge_judge(request: pytest.FixtureRequest):
     from .judge import JudgeConfig, JudgeConfigError
 
     config = request.config
-    overrides = {
-        "model": config.getoption("ragbridge_judge_model"),
-        "base_url": config.getoption("ragbridge_judge_base_url"),
-        "api_key_env": config.getoption("ragbridge_judge_api_key_env"),
-        "cache_mode": config.getoption("ragbridge_cache_mode"),
-        "cache_path": config.getoption("ragbridge_cache_path"),
-    }
+    given = {spec.name: config.getoption(f"ragbridge_{spec.name}") for spec in JUDGE_FLAGS}
+    overrides = {JUDGE_SETTING[k]: v for k, v in given.items() if JUDGE_SETTING[k] and v is not None}
     try:
-        return JudgeConfig.load({k: v for k, v in overrides.items() if v is not None},
+        return JudgeConfig.load(overrides, config_file=given["config"],
                                 cwd=Path(config.invocation_params.dir))
     except JudgeConfigError as exc:
         if "is not set" in str(exc):
@@ -230,9 +225,11 @@ def ragbridge_evaluate(request: pytest.FixtureRequest, tmp_path: Path) -> Callab
     from .backend import RunOptions
     from .formats import load_cases
     from .run import evaluate, plan_metrics
+    from .run.request import RunRequest
 
     keep = _setting(request.config, "runs")
     used: set[str] = set()
+    fixed = {"cases", "backends", "metrics", "judge", "out", "overwrite"}
 
     def run(
         cases: Any,
@@ -240,13 +237,27 @@ def ragbridge_evaluate(request: pytest.FixtureRequest, tmp_path: Path) -> Callab
         metrics: Optional[Sequence[str]] = None,
         judge: Any = None,
         name: Optional[str] = None,
-        **options: Any,
+        **parameters: Any,
     ) -> Run:
+        shared = [n for n, f in RunOptions.model_fields.items() if f.json_schema_extra]  # k, generator_model
+        takes = [n for n in RunRequest.model_fields if n not in fixed]
+        unknown = sorted(set(parameters) - set(takes) - set(shared))
+        if unknown:
+            raise TypeError(f"ragbridge_evaluate() got an unexpected keyword argument {unknown[0]!r}; "
+                            f"it takes ragbridge.evaluate's ({', '.join(takes)}) and {', '.join(shared)}; "
+                            "a backend's option goes in options={BACKEND: {KEY: VALUE}}")
         if isinstance(cases, (str, Path)):
             cases = load_cases(cases)
-        opts = RunOptions(**options)
+        given = parameters.pop("options", None)
+        if isinstance(given, RunOptions):
+            fields = {k: getattr(given, k) for k in given.model_fields_set}
+        else:
+            fields = {"backend_options": dict(given or {})}
+        fields.update((k, parameters.pop(k)) for k in shared if k in parameters)
+        opts = RunOptions.load(config_file=request.config.getoption("ragbridge_config"),
+                               cwd=Path(request.config.invocation_params.dir), **fields)
         if judge is None:
-            plan = plan_metrics(backends, metrics, opts.k)
+            plan = plan_metrics(backends, metrics, opts.k, opts)
             if any(spec.judge for chosen in plan.values() for _, spec in chosen):
                 judge = request.getfixturevalue("ragbridge_judge")
         label = name or "run"
@@ -259,7 +270,7 @@ def ragbridge_evaluate(request: pytest.FixtureRequest, tmp_path: Path) -> Callab
         else:
             out = tmp_path / f"ragbridge-{label}"
         return evaluate(cases, backends=backends, metrics=metrics, out=out, options=opts, judge=judge,
-                        overwrite=True)
+                        overwrite=True, **parameters)
 
     return run
 

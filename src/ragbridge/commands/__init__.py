@@ -18,6 +18,7 @@ Only the console script and plugins' command modules import this package; no lib
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
 import functools
 import gc
@@ -34,9 +35,10 @@ from typer.core import TyperGroup
 
 from .. import __version__
 from ..errors import UserError, cli_text
+from ..flags import JUDGE_FLAGS, JUDGE_SETTING, FlagSpec, unwrap
 from ..plugins import register_commands
 
-__all__ = ["cli", "run_cli", "PlainHelpGroup", "COMMANDS", "judge_options", "JudgeOptions"]
+__all__ = ["cli", "run_cli", "PlainHelpGroup", "COMMANDS", "judge_options", "JudgeOptions", "model_options"]
 
 #: the built-in commands, in the order ``--help`` lists them: name -> (the module under
 #: ``ragbridge.commands`` whose ``register`` adds it, the first paragraph of its help)
@@ -44,8 +46,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "Score a golden set with one or more backends and write a run folder."),
     "rescore": ("run", "Score a run's recorded cases (e.g. a --target run) with more backends or metrics, "
                        "into the same folder."),
-    "backends": ("backends", "List every registered backend, whether its library is installed, and its "
-                             "metrics."),
+    "backends": ("backends", "List every registered backend, whether its library is installed, its metrics "
+                             "and its options (with NAME: each option's type, default and help)."),
     "formats": ("data", "List the dataset formats that ``convert`` and ``run`` read and write, and what each "
                         "cannot hold."),
     "convert": ("data", "Convert a dataset between formats (canonical JSONL, CSV, Parquet, datasets, TREC, "
@@ -190,30 +192,70 @@ class PlainHelpGroup(TyperGroup):
                 formatter.write_dl(rows)
 
 
-# The judge options: (parameter, JudgeConfig field, type, option). Every command that calls the judge
-# takes all of them, through `judge_options`.
-_OPTIONS: list[tuple[str, Optional[str], Any, Any]] = [
-    ("judge_model", "model", Optional[str], typer.Option(None, "--judge-model", help="Judge model name.")),
-    ("judge_base_url", "base_url", Optional[str], typer.Option(
-        None, "--judge-base-url", help="Base URL of the judge (OpenAI-compatible; see docs/judges.md).")),
-    ("judge_api_key_env", "api_key_env", Optional[str], typer.Option(
-        None, "--judge-api-key-env", help="Environment variable that holds the judge's key (default "
-                                          "OPENAI_API_KEY; none needed on this machine).")),
-    ("embedding_model", "embedding_model", Optional[str], typer.Option(
-        None, "--embedding-model", help="Embedding model name, for metrics that embed.")),
-    ("cache_mode", "cache_mode", Optional[str], typer.Option(
-        None, "--cache-mode", help="Judge cache: read-write, read-only or off.")),
-    ("cache_path", "cache_path", Optional[Path], typer.Option(
-        None, "--cache-path", help="Judge cache file (SQLite).")),
-    ("max_concurrency", "max_concurrency", Optional[int], typer.Option(
-        None, "--max-concurrency", help="Judge calls in flight at once, across all backends (default 8).")),
-    ("requests_per_minute", "requests_per_minute", Optional[float], typer.Option(
-        None, "--requests-per-minute", help="Judge requests started per minute, across all backends and "
-                                            "workers (default: no limit).")),
-    ("config", None, Optional[Path], typer.Option(
-        None, "--config", help="Config file (default: ./ragbridge.toml, then [tool.ragbridge] in "
-                               "./pyproject.toml).")),
-]
+def _cli_type(spec: Any, given_only: bool) -> Any:
+    """The type typer reads a flag as: a choice as its values' type (the model checks the value), a
+    list as a repeatable option; None allowed where the flag may be left out."""
+    base, _, optional = unwrap(spec.annotation)
+    origin = typing.get_origin(base)
+    if origin is typing.Literal:
+        base = type(typing.get_args(base)[0])
+    elif origin in (list, tuple, set, collections.abc.Sequence):
+        item = unwrap((typing.get_args(base) or (str,))[0])[0]
+        base = typing.List[item if item in (str, int, float, Path) else str]  # type: ignore[valid-type]
+    elif base not in (str, int, float, bool, Path):
+        base = str
+    return Optional[base] if optional or given_only or spec.default is None else base
+
+
+def _typer_option(spec: Any, given_only: bool) -> Any:
+    """The typer option of a flag: its spellings, its help, and its default (None with
+    ``given_only``: the default is then shown in the help)."""
+    default, text = spec.default, spec.help
+    if given_only and default not in (None, False, [], ()):
+        text += f"  [default: {default}]"
+    if isinstance(default, (list, tuple)) and not default:
+        default = None
+    return typer.Option(None if given_only else default, *spec.flags, help=text)
+
+
+def model_options(groups: dict[str, typing.Sequence[FlagSpec]], given_only: typing.Collection[str] = (),
+                  wrap: Optional[dict[str, Callable[[dict[str, Any]], Any]]] = None) -> Callable:
+    """Give ``command`` a flag for each `ragbridge.flags.FlagSpec` of ``groups`` (a model field's,
+    `ragbridge.options.flag_spec`, or the judge's, `ragbridge.flags.JUDGE_FLAGS`): each group's flags
+    in the place of ``command``'s parameter of the group's name, which receives them as one mapping
+    (name -> value), or what ``wrap[group]`` makes of it. In a group of ``given_only`` each flag's
+    default is None, and the mapping holds only the flags given (a flag that only switches on, when
+    it is)."""
+    wrap = wrap or {}
+
+    def decorate(command: Callable) -> Callable:
+        hints = typing.get_type_hints(command)
+        signature = inspect.signature(command)
+        params: list[inspect.Parameter] = []
+        for p in signature.parameters.values():
+            if p.name not in groups:
+                params.append(p.replace(annotation=hints.get(p.name, p.annotation)))
+                continue
+            only = p.name in given_only
+            params += [inspect.Parameter(f"{p.name}__{spec.name}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                         default=_typer_option(spec, only), annotation=_cli_type(spec, only))
+                       for spec in groups[p.name]]
+
+        @functools.wraps(command)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            for group, specs in groups.items():
+                values = {spec.name: kwargs.pop(f"{group}__{spec.name}", None) for spec in specs}
+                if group in given_only:
+                    values = {k: v for k, v in values.items() if v not in (None, False, [])}
+                kwargs[group] = wrap[group](values) if group in wrap else values
+            return command(*args, **kwargs)
+
+        wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {**{p.name: p.annotation for p in params},
+                                   "return": hints.get("return", None)}
+        return wrapper
+
+    return decorate
 
 
 @dataclass(frozen=True)
@@ -243,25 +285,14 @@ class JudgeOptions:
 
 
 def judge_options(command: Callable) -> Callable:
-    """Give ``command`` the judge options: its parameter ``judge`` (a `JudgeOptions`) stands for
-    them on the command line."""
-    hints = typing.get_type_hints(command)
-    signature = inspect.signature(command)
-    own = [p.replace(annotation=hints.get(p.name, p.annotation))
-           for p in signature.parameters.values() if p.name != "judge"]
-    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=typ)
-             for name, _, typ, option in _OPTIONS]
+    """Give ``command`` the judge options (`ragbridge.flags.JUDGE_FLAGS`): its parameter ``judge``
+    (a `JudgeOptions`) stands for them on the command line."""
 
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        given = {name: kwargs.pop(name, None) for name, _, _, _ in _OPTIONS}
-        overrides = {field: given[name] for name, field, _, _ in _OPTIONS if field is not None}
-        return command(*args, judge=JudgeOptions(overrides, given["config"]), **kwargs)
+    def judge(given: dict[str, Any]) -> JudgeOptions:
+        return JudgeOptions({JUDGE_SETTING[k]: v for k, v in given.items() if JUDGE_SETTING[k]},
+                            given.get("config"))
 
-    wrapper.__signature__ = signature.replace(parameters=own + added)  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {**{p.name: p.annotation for p in own + added},
-                               "return": hints.get("return", None)}
-    return wrapper
+    return model_options({"judge": JUDGE_FLAGS}, wrap={"judge": judge})(command)
 
 
 

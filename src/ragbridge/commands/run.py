@@ -33,11 +33,14 @@ from rich.table import Table
 from ..backend import RunOptions
 from ..errors import cli_text
 from ..formats import DatasetError, load_cases
+from ..native.options import NativeOptions
+from ..options import flag_spec
 from ..report.text import MISSING, jsonable
 from ..run import RunError, evaluate
+from ..run.request import RunRequest
 from ..run.summary import ALL
 from ..run.unscored import nothing_computed, unscored_lines
-from . import JudgeOptions, judge_options
+from . import JudgeOptions, judge_options, model_options
 from .output import (
     EXIT_BUDGET_SPENT,
     EXIT_INTERRUPTED,
@@ -57,42 +60,27 @@ from .summary import print_summary
 __all__ = ["register", "run", "rescore"]
 
 
-# The options `run` and `rescore` share: judge repeats, the judge budget, the dry run, the score cache.
-REPEATS = typer.Option(
-    1, "--repeats", help="Take every judged score this many times, as distinct judge calls; a case's "
-                         "score is its mean over them.")
-PASS_REPEATS = typer.Option(
-    None, "--pass-repeats", help="A case passes when at least this many of its repeats pass "
-                                 "(default: a majority).")
-MAX_CALLS = typer.Option(
-    None, "--max-calls", help="Judge budget: at most this many requests sent to the judge for the run "
-                              "(all its sessions, retries included); then stop cleanly, the rest not "
-                              "run.")
-MAX_COST = typer.Option(
-    None, "--max-cost", help="Judge budget in money, by the judge config's price table (all the run's "
-                             "sessions).")
-DRY_RUN = typer.Option(
-    False, "--dry-run", help="Call and write nothing: print the judge calls and cost the run would "
-                             "make, counting what the cache and the run folder hold.")
-SCORE_CACHE = typer.Option(
-    True, "--score-cache/--no-score-cache", help="Reuse a judged score an earlier run made from the same "
-                                                 "inputs (beside the judge cache; off with it).")
+# The flags `run` and `rescore` build from the fields that declare them (ragbridge.options.option):
+# the run's parameters (RunRequest), the options every backend reads (RunOptions) and the native
+# backend's options, whose flags are kept beside the generic --option native.KEY=VALUE.
+_WHAT = [flag_spec(RunRequest, name) for name in ("backends", "metrics")]
+_SHARED = [flag_spec(RunOptions, name) for name in ("k", "generator_model")]
+_NATIVE = [flag_spec(NativeOptions, name) for name in NativeOptions.model_fields]
+_BUDGET = [flag_spec(RunRequest, name) for name in ("repeats", "pass_repeats", "max_calls", "max_cost",
+                                                    "dry_run", "score_cache")]
+_RUN_ONLY = [flag_spec(RunRequest, name)
+             for name in ("overwrite", "batch_size", "target", "target_concurrency", "corpus")]
 
-
-# The span options `run` and `rescore` share (docs/metrics.md, "Span labels").
-CORPUS = typer.Option(
-    None, "--corpus", help="The documents span labels point into: a folder of text or markdown files, or a "
-                           "JSONL of {doc, text}. Chunks and quotes without offsets are located by their "
-                           "text.")
+OPTION = typer.Option(
+    None, "--option", metavar="BACKEND.KEY=VALUE",
+    help="A backend's option (repeatable), e.g. --option native.gain=exponential; `ragbridge backends NAME` "
+         "lists them. Over [backends.NAME] in the config file; a flag of its own (--gain) over this.")
+RUBRIC = typer.Option(
+    None, "--rubric", help="Rubric file (TOML) of the rubric backend (repeatable): --option "
+                           "rubric.files=FILE.")
 CHUNKS = typer.Option(
     None, "--chunks", help="The chunking (JSONL, one chunk a line: id, text, doc, start, end): what "
                            "precision_omega measures.")
-SPAN_MIN_OVERLAP_OPTION = typer.Option(
-    0.5, "--span-min-overlap", help="Span rule: a chunk matches a span label when they share at least this "
-                                    "share (0..1) of the shorter of the two.")
-SPAN_ARITHMETIC = typer.Option(
-    "merged", "--span-arithmetic", help="Character-level span metrics: merged (overlapping chunks counted "
-                                        "once) or chroma (Chroma's sums, not merged).")
 
 
 def register(cli: typer.Typer) -> None:
@@ -101,36 +89,23 @@ def register(cli: typer.Typer) -> None:
 
 
 @judge_options
+@model_options({"what": _WHAT, "shared": _SHARED, "native": _NATIVE, "request": _RUN_ONLY, "budget": _BUDGET},
+               given_only={"native"})
 def run(
     dataset: Path = typer.Argument(..., help="Golden set: .jsonl, .csv, .parquet, or a datasets folder."),
     out_dir: Path = typer.Option(
         ..., "--out", "-o", help="Run folder to write (resumed if it holds a run of the same cases)."),
-    backend: List[str] = typer.Option(
-        None, "--backend", "-b", help="Backend to run (repeatable). Default: native."),
-    metric: List[str] = typer.Option(
-        None, "--metric", "-m", help="Metric to score (repeatable), e.g. recall@5, mrr, faithfulness. "
-                                     "Default: all of each backend's."),
-    k: int = typer.Option(5, "--k", help="Cut-off for the @k ranking metrics."),
-    gain: str = typer.Option(
-        "linear", "--gain", help="nDCG gain: linear (the grade) or exponential (2^grade - 1)."),
-    no_relevant: str = typer.Option(
-        "undefined", "--no-relevant", help="Recall, MRR, nDCG and MAP of a case whose labels all have "
-                                           "grade 0: undefined (left out of means) or zero (trec_eval's "
-                                           "mean)."),
-    case_sensitive: bool = typer.Option(
-        False, "--case-sensitive", help="Exact-case matching for must_contain, must_not_contain and "
-                                        "abstention."),
-    decline_phrase: List[str] = typer.Option(
-        None, "--decline-phrase", help="A phrase that marks a declined answer (repeatable; replaces the "
-                                       "defaults)."),
+    what: dict = None,
+    shared: dict = None,
+    option: List[str] = OPTION,
+    native: dict = None,
+    rubric: List[Path] = RUBRIC,
     fmt: Optional[str] = typer.Option(
         None, "--format", help="Dataset format, when the suffix does not tell."),
     qrels: Optional[Path] = typer.Option(
         None, "--qrels", help="TREC qrels file of a TREC run (--format trec; default: a .qrels beside it)."),
-    batch_size: int = typer.Option(
-        2000, "--batch-size", min=1, help="Cases scored at a time (memory holds one batch)."),
-    overwrite: bool = typer.Option(
-        False, "--overwrite", help="Replace the run folder instead of resuming it."),
+    request: dict = None,
+    chunks: Optional[Path] = CHUNKS,
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     as_json: bool = typer.Option(
         False, "--json", help="Print the summary as one JSON document (notes on stderr)."
@@ -148,22 +123,7 @@ def run(
         None, "--gateway-host", help="With --executor ray: this machine's address the workers reach the "
                                      "judge gateway at (default 127.0.0.1; needed for nodes on other "
                                      "machines)."),
-    target: Optional[str] = typer.Option(
-        None, "--target", help="Call the system under test for each case first: module:callable, "
-                               "module:object with retrieve/answer, or an http(s) URL."),
-    target_concurrency: int = typer.Option(4, "--target-concurrency", help="Target calls in flight at once."),
-    rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML) of the rubric backend."),
-    generator_model: Optional[str] = typer.Option(None, "--generator-model", help="The system's own model."),
-    corpus: Optional[Path] = CORPUS,
-    chunks: Optional[Path] = CHUNKS,
-    span_min_overlap: float = SPAN_MIN_OVERLAP_OPTION,
-    span_arithmetic: str = SPAN_ARITHMETIC,
-    repeats: int = REPEATS,
-    pass_repeats: Optional[int] = PASS_REPEATS,
-    max_calls: Optional[int] = MAX_CALLS,
-    max_cost: Optional[float] = MAX_COST,
-    dry_run: bool = DRY_RUN,
-    score_cache: bool = SCORE_CACHE,
+    budget: dict = None,
     judge: JudgeOptions = JudgeOptions({}),
 ) -> None:
     """Score a golden set with one or more backends and write a run folder.
@@ -178,16 +138,13 @@ def run(
       5    nothing computed (every score undefined): the message says why
       130  interrupted: run it again to resume
     """
-    if gain not in ("linear", "exponential"):
-        fail(f"--gain must be 'linear' or 'exponential', got {gain!r}")
-    if no_relevant not in ("undefined", "zero"):
-        fail(f"--no-relevant must be 'undefined' or 'zero', got {no_relevant!r}")
-    problem = RunOptions(decline_phrases=decline_phrase or None).problem()
-    if problem:
-        fail(problem)
     from ..formats.source import open_cases
 
-    documents, chunking = _span_inputs(corpus, chunks, span_min_overlap, span_arithmetic)
+    parameters = _checked({**what, **request, **budget})
+    options = _run_options(shared, native, option, rubric, judge)  # checked before any file is read
+    documents, chunking = _span_inputs(parameters.pop("corpus"), chunks)
+    options = options.model_copy(update={"chunking": chunking})
+    batch_size = parameters.pop("batch_size")
     try:
         cases = open_cases(dataset, fmt, near=out_dir, progress=None if no_progress else _reading_bar(),
                            batch_size=batch_size, corpus=documents, qrels=qrels)
@@ -198,27 +155,50 @@ def run(
             raise
         fail(f"cannot check the golden set beside {out_dir}: {storage_error(exc)}; nothing was written")
     with cases:  # opened here, closed here (its scratch copy with it)
-        _score_and_print(
-            cases, out_dir, str(dataset), backend, metric, no_progress, overwrite,
-            RunOptions(k=k, gain=gain, no_relevant=no_relevant, case_sensitive=case_sensitive,
-                       decline_phrases=decline_phrase or None,
-                       backend_options=_rubric_options(rubric), generator_model=generator_model,
-                       span_min_overlap=span_min_overlap, span_arithmetic=span_arithmetic, chunking=chunking),
-            judge, target=target, target_concurrency=target_concurrency, as_json=as_json,
-            executor=_executor(executor, ray_address, gateway_host, ray_cpus),
-            run_kwargs=dict(repeats=repeats, pass_repeats=pass_repeats, max_calls=max_calls,
-                            max_cost=max_cost, dry_run=dry_run, score_cache=score_cache),
-        )
+        _score_and_print(cases, out_dir, judge, as_json, dataset_path=str(dataset), options=options,
+                         progress=not no_progress, batch_size=batch_size,
+                         executor=_executor(executor, ray_address, gateway_host, ray_cpus), **parameters)
 
 
-def _span_inputs(corpus: Optional[Path], chunks: Optional[Path], min_overlap: float, arithmetic: str):
+def _checked(parameters: dict) -> dict:
+    """The run's parameters given on the command line, checked as `RunRequest` checks them (exit 2,
+    naming the flag)."""
+    from ..options import OptionError, check, flag_of
+
+    try:
+        check(RunRequest, {"cases": None, **parameters}, str,
+              lambda key: flag_of(RunRequest.model_fields[key]) or key)
+    except OptionError as exc:
+        fail(cli_text(exc))
+    return parameters
+
+
+def _run_options(shared: dict, native: dict, assignments: Optional[List[str]], rubric: Optional[List[Path]],
+                 judge: JudgeOptions) -> RunOptions:
+    """The run's options: ``k`` and ``generator_model``, and each backend's options from the config
+    file's ``[backends.NAME]`` tables, then ``--option``, then a flag of its own (``--gain``,
+    ``--rubric``); exit 2 naming the file or the flag, the backend and the option for what is wrong."""
+    from ..options import OptionError, check, flag_of, parse_assignment
+
+    try:
+        check(RunOptions, shared, str, lambda key: flag_of(RunOptions.model_fields[key]) or key)
+        given: dict[str, dict[str, list[str]]] = {}
+        for text in assignments or ():
+            backend, key, value = parse_assignment(text)
+            given.setdefault(backend, {}).setdefault(key, []).append(value)
+        flags = [(flag_of(NativeOptions.model_fields[name]), {"native": {name: value}})
+                 for name, value in native.items()]
+        if rubric:
+            flags.append(("--rubric", {"rubric": {"files": [str(f) for f in rubric]}}))
+        return RunOptions.load(config_file=judge.config, sources=[("--option", given), *flags], **shared)
+    except OptionError as exc:
+        fail(cli_text(exc))
+
+
+def _span_inputs(corpus: Optional[Path], chunks: Optional[Path]):
     """The corpus and the chunking the span options name, read and checked (exit 2 for bad input)."""
     from ..formats.corpus import read_chunking, read_corpus
 
-    if not 0 <= min_overlap <= 1:
-        fail(f"--span-min-overlap must be a number from 0 to 1, got {min_overlap:g}")
-    if arithmetic not in ("merged", "chroma"):
-        fail(f"--span-arithmetic must be 'merged' or 'chroma', got {arithmetic!r}")
     try:
         documents = read_corpus(corpus) if corpus is not None else None
         chunking = read_chunking(chunks, documents) if chunks is not None else None
@@ -242,30 +222,24 @@ def _executor(name: str, address: Optional[str], gateway_host: Optional[str], cp
 
 
 @judge_options
+@model_options({"what": _WHAT, "shared": _SHARED, "native": _NATIVE, "budget": _BUDGET},
+               given_only={"native"})
 def rescore(
     run_dir: Path = typer.Argument(
         ..., help="A run folder: its recorded cases are scored again, nothing is called but the judge."),
-    backend: List[str] = typer.Option(
-        None, "--backend", "-b", help="Backend to run (repeatable). Default: native."),
-    metric: List[str] = typer.Option(None, "--metric", "-m", help="Metric to score (repeatable)."),
-    k: int = typer.Option(5, "--k", help="Cut-off for the @k ranking metrics."),
+    what: dict = None,
+    shared: dict = None,
+    option: List[str] = OPTION,
+    native: dict = None,
+    rubric: List[Path] = RUBRIC,
+    corpus: Optional[Path] = typer.Option(
+        None, "--corpus", help="The documents, to place the chunks of --chunks that give only their text."),
+    chunks: Optional[Path] = CHUNKS,
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     as_json: bool = typer.Option(
         False, "--json", help="Print the summary as one JSON document (notes on stderr)."
     ),
-    rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML) of the rubric backend."),
-    generator_model: Optional[str] = typer.Option(None, "--generator-model", help="The system's own model."),
-    corpus: Optional[Path] = typer.Option(
-        None, "--corpus", help="The documents, to place the chunks of --chunks that give only their text."),
-    chunks: Optional[Path] = CHUNKS,
-    span_min_overlap: float = SPAN_MIN_OVERLAP_OPTION,
-    span_arithmetic: str = SPAN_ARITHMETIC,
-    repeats: int = REPEATS,
-    pass_repeats: Optional[int] = PASS_REPEATS,
-    max_calls: Optional[int] = MAX_CALLS,
-    max_cost: Optional[float] = MAX_COST,
-    dry_run: bool = DRY_RUN,
-    score_cache: bool = SCORE_CACHE,
+    budget: dict = None,
     judge: JudgeOptions = JudgeOptions({}),
 ) -> None:
     """Score a run's recorded cases (e.g. a --target run) with more backends or metrics, into the same folder.
@@ -282,28 +256,22 @@ def rescore(
     """
     if not (run_dir / "cases.jsonl").exists():
         fail(f"{run_dir} is not a run folder with recorded cases (no cases.jsonl)")
-    _, chunking = _span_inputs(corpus, chunks, span_min_overlap, span_arithmetic)
+    parameters = _checked({**what, **budget})
+    options = _run_options(shared, native, option, rubric, judge)
+    _, chunking = _span_inputs(corpus, chunks)
+    options = options.model_copy(update={"chunking": chunking})
     try:
         cases = load_cases(run_dir / "cases.jsonl")
     except DatasetError as exc:
         fail(str(exc))
-    _score_and_print(
-        cases, run_dir, str(run_dir / "cases.jsonl"), backend, metric, no_progress, False,
-        RunOptions(k=k, backend_options=_rubric_options(rubric), generator_model=generator_model,
-                   span_min_overlap=span_min_overlap, span_arithmetic=span_arithmetic, chunking=chunking),
-        judge, as_json=as_json, rescoring=True,
-        run_kwargs=dict(repeats=repeats, pass_repeats=pass_repeats, max_calls=max_calls, max_cost=max_cost,
-                        dry_run=dry_run, score_cache=score_cache),
-    )
+    _score_and_print(cases, run_dir, judge, as_json, rescoring=True,
+                     dataset_path=str(run_dir / "cases.jsonl"), options=options, progress=not no_progress,
+                     **parameters)
 
 
-def _rubric_options(files: Optional[List[Path]]) -> dict:
-    return {"rubric": {"files": [str(f) for f in files]}} if files else {}
-
-
-def _score_and_print(cases, out_dir, dataset_path, backend, metric, no_progress, overwrite,
-                     options, judge_options: JudgeOptions, target=None, target_concurrency=4, as_json=False,
-                     rescoring=False, executor=None, run_kwargs=None) -> None:
+def _score_and_print(cases, out_dir, judge_options: JudgeOptions, as_json: bool, rescoring: bool = False,
+                     **parameters) -> None:
+    """Run `evaluate` with ``parameters`` (its keywords) into ``out_dir`` and print what it made."""
     from ..run.target import TargetError
 
     judge = judge_options.load()
@@ -311,12 +279,7 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, no_progress,
     # the run folder records it. Also when SIGINT is ignored, as for a background job of a script.
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        result = evaluate(
-            cases, backends=backend or None, metrics=metric or None, out=out_dir, options=options,
-            judge=judge, dataset_path=dataset_path, progress=not no_progress, overwrite=overwrite,
-            changed_cases="refuse", target=target, target_concurrency=target_concurrency, executor=executor,
-            **(run_kwargs or {}),
-        )
+        result = evaluate(cases, out=out_dir, judge=judge, changed_cases="refuse", **parameters)
     except (RunError, TargetError) as exc:
         fail(cli_text(exc))
     except KeyboardInterrupt:
@@ -345,7 +308,7 @@ def _score_and_print(cases, out_dir, dataset_path, backend, metric, no_progress,
     if result.manifest.status == "dry-run":
         _print_dry_run(result, out_dir, as_json)
         return
-    _print_run(result, out_dir, as_json, with_latency=target is not None or rescoring)
+    _print_run(result, out_dir, as_json, with_latency=parameters.get("target") is not None or rescoring)
 
 
 def _recorded(manifest: Path) -> dict:

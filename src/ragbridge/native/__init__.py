@@ -5,14 +5,18 @@ It offers every canonical metric of kind ``ranking`` and ``answer check`` (`ragb
 * ranking (``recall@k``, ``precision@k``, ``hit@k``, ``mrr``, ``ndcg@k``, ``map``): trec_eval's
   conventions with ragbridge's relevance rule, computed by `ranking.evaluate` (the one dispatcher
   over the vectorised kernels; the oracle tests and ``benchmarks/bench_ranking.py`` run it too). The
-  conventions are in `ragbridge.native.ranking` and docs/metrics.md. ``--gain`` picks nDCG's gain.
+  conventions are in `ragbridge.native.ranking` and docs/metrics.md. ``gain`` picks nDCG's gain.
 * span (``span_recall@k``, ``span_precision@k``, ``span_iou@k``, ``precision_omega``): the
   character-level metrics on span labels (`ragbridge.native.spans`), through the same dispatcher,
-  with ``--span-arithmetic`` (merged or chroma) and, for ``precision_omega``, ``--chunks`` (the
-  chunking). They are planned by default when the cases hold span labels. ``--span-min-overlap``
+  with ``span_arithmetic`` (merged or chroma) and, for ``precision_omega``, ``--chunks`` (the
+  chunking). They are planned by default when the cases hold span labels. ``span_min_overlap``
   sets the span rule the ranking metrics match span labels by.
 * answer checks (``must_contain``, ``must_not_contain``, ``abstention``): `ragbridge.native.answers`,
-  with ``--case-sensitive`` and ``--decline-phrase``.
+  with ``case_sensitive`` and ``decline_phrases``.
+
+Its options are `NativeOptions` (`ragbridge.native.options`: ``--option native.KEY=VALUE``, and the
+flags ``--gain``, ``--no-relevant``, ``--case-sensitive``, ``--decline-phrase``,
+``--span-min-overlap``, ``--span-arithmetic``); ``k`` is every backend's (`RunOptions`).
 
 A ranking or span score is undefined (``value`` null, with the reason) where the metric is: a case
 with no relevance labels (for the span metrics: no span labels), or with no label of grade >= 1
@@ -36,8 +40,9 @@ from ..backend import Backend, MetricSpec, ScoringContext, case_ids, case_record
 from ..hookspecs import hookimpl
 from ..schema import Case, Score, ScoreBlock
 from . import answers, ranking, spans
+from .options import NativeOptions
 
-__all__ = ["NativeBackend", "RankedCache"]
+__all__ = ["NativeBackend", "NativeOptions", "RankedCache"]
 
 _KINDS = {canonical.RANKING: (), canonical.SPAN: (), canonical.ANSWER_CHECK: ("answer",)}  # kind -> required
 
@@ -88,6 +93,7 @@ def _span_reasons(metric: str, cases: Sequence[Case], values: np.ndarray, reason
 class NativeBackend(Backend):
     name = "native"
     install_hint = ""
+    Options = NativeOptions
 
     def metrics(self) -> list[MetricSpec]:
         return [MetricSpec(m.name, m.name, requires=_KINDS[m.kind], judge=False, description=m.meaning,
@@ -109,7 +115,7 @@ class NativeBackend(Backend):
         return RankedCache()
 
     async def score(self, metric: str, cases: Sequence[Case], ctx: ScoringContext) -> AsyncIterator[Score]:
-        opts = ctx.options
+        opts: NativeOptions = ctx.options.of(self)
         check = answers.CHECKS.get(metric)
         if check is not None:
             for case in cases:
@@ -121,13 +127,13 @@ class NativeBackend(Backend):
         session = ctx.session if isinstance(ctx.session, RankedCache) else RankedCache()
         prepared = session.prepared(cases, opts.span_min_overlap)
         values = ranking.evaluate(prepared, [metric], gain=opts.gain, arithmetic=opts.span_arithmetic,
-                                  chunking=opts.chunking, no_relevant=opts.no_relevant)[metric]
+                                  chunking=ctx.options.chunking, no_relevant=opts.no_relevant)[metric]
         undefined = np.flatnonzero(np.isnan(values)).tolist()
         reasons: list[Optional[str]] = [None] * len(values)
         if undefined:
             for i in undefined:
-                reasons[i] = _undefined_reason(metric, case_record(cases, i), opts.chunking)
-        if opts.span_labels:
+                reasons[i] = _undefined_reason(metric, case_record(cases, i), ctx.options.chunking)
+        if ctx.options.span_labels:
             _span_reasons(metric, cases, values, reasons, opts.span_min_overlap)
         per_case = (time.perf_counter() - start) / max(len(cases), 1)
         yield ScoreBlock(backend=self.name, metric=metric, native_metric=metric,

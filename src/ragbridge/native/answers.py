@@ -7,10 +7,10 @@
 * ``abstention``: on a case with ``answerable: false``, 1.0 when the answer declines, else 0.0;
   undefined on answerable cases. An answer declines when, after lower-casing and straightening
   apostrophes, it contains one of the decline phrases (`DEFAULT_DECLINE_PHRASES`, replaced by
-  ``RunOptions.decline_phrases`` / ``--decline-phrase``), or when it is empty.
+  the native option ``decline_phrases``, ``--decline-phrase``), or when it is empty.
 
-Matching is case-insensitive by default (``RunOptions.case_sensitive``, ``--case-sensitive`` for
-exact matching); white space is collapsed and curly apostrophes straightened either way. A check
+Matching is case-insensitive by default (the native option ``case_sensitive``, ``--case-sensitive``
+for exact matching); white space is collapsed and curly apostrophes straightened either way. A check
 passes when its value is 1.
 """
 
@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-from ..backend import RunOptions
 from ..schema import Case
+from .options import NativeOptions
 
 __all__ = ["DEFAULT_DECLINE_PHRASES", "Verdict", "declines", "must_contain", "must_not_contain",
            "abstention", "CHECKS"]
@@ -91,7 +91,7 @@ def _present(case: Case, wanted: Sequence[str], case_sensitive: bool) -> list[st
     return [w for w in wanted if _norm(w, case_sensitive) in answer]
 
 
-def must_contain(case: Case, options: RunOptions) -> Verdict:
+def must_contain(case: Case, options: NativeOptions) -> Verdict:
     """Share of ``case.must_contain`` found in the answer; the missing ones are the reason."""
     wanted = case.must_contain
     if not wanted:
@@ -102,7 +102,7 @@ def must_contain(case: Case, options: RunOptions) -> Verdict:
     return Verdict(value, "all present" if not missing else "missing: " + "; ".join(missing), value)
 
 
-def must_not_contain(case: Case, options: RunOptions) -> Verdict:
+def must_not_contain(case: Case, options: NativeOptions) -> Verdict:
     """Share of ``case.must_not_contain`` absent from the answer; the present ones are the reason."""
     wanted = case.must_not_contain
     if not wanted:
@@ -112,7 +112,7 @@ def must_not_contain(case: Case, options: RunOptions) -> Verdict:
     return Verdict(value, "none present" if not present else "present: " + "; ".join(present), value)
 
 
-def abstention(case: Case, options: RunOptions) -> Verdict:
+def abstention(case: Case, options: NativeOptions) -> Verdict:
     """On an unanswerable case, 1.0 when the answer declines (`declines`), else 0.0."""
     if case.answerable:
         return Verdict(None, "case is answerable")
@@ -121,7 +121,7 @@ def abstention(case: Case, options: RunOptions) -> Verdict:
 
 
 #: canonical name -> check
-CHECKS: dict[str, Callable[[Case, RunOptions], Verdict]] = {
+CHECKS: dict[str, Callable[[Case, NativeOptions], Verdict]] = {
     "must_contain": must_contain,
     "must_not_contain": must_not_contain,
     "abstention": abstention,

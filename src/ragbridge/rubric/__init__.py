@@ -31,7 +31,7 @@ From Python::
                scale="binary", levels=[Level(value=1, label="yes", description="..."),
                                        Level(value=0, label="no", description="...")])
     ragbridge.evaluate(cases, backends=["rubric"], metrics=["helpfulness"], judge=...,
-                       options=RunOptions(backend_options={"rubric": {"rubrics": [r]}}))
+                       options={"rubric": {"rubrics": [r]}})
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Metrics: the built-in rubrics (``builtin/*.toml``: faithfulness by claims, answer_relevance,
 answer_correctness, context_relevance per chunk, abstention judged by the model), plus the rubrics of
-the files named in ``RunOptions.backend_options["rubric"]["files"]`` (``--rubric FILE`` on the command
-line) and of ``["rubrics"]`` (`Rubric` objects or mappings, from Python). A rubric named like a
+the files named in its option ``files`` (``--rubric FILE`` on the command line) and of ``rubrics``
+(`Rubric` objects or mappings, from Python). A rubric named like a
 built-in replaces it. Each metric's ``MetricSpec.digest`` is its rubric's content hash, recorded in
 run.json (``digests``), and every score's ``native_value`` carries it too. Besides the rubrics, the
 claim diagnostics (`ragbridge.rubric.diagnostics`: RAGChecker's claim recall, context precision,
@@ -16,10 +16,10 @@ Values: mode ``whole``: the level normalised to 0..1 ((level - lowest) / (highes
 relevant chunks / chunks, ``passed`` when at least half are relevant, the verdict of every chunk in
 ``Score.evidence.chunks``. The judge's reason is the score's ``reason``.
 
-Options (``backend_options["rubric"]``): ``files``, ``rubrics``; ``structured`` (``auto``,
-``json_schema`` or ``prompt``, see `parse`); ``retries`` (re-asks of an unusable reply, default 2,
-at most the gateway's ``max_retries``); ``concurrency`` (cases in flight, default twice the
-gateway's ``max_concurrency``: `ragbridge.backend.ScoringContext.cases_in_flight`).
+Options (`RubricOptions`, ``--option rubric.KEY=VALUE``): ``files``, ``rubrics``; ``structured``
+(``auto``, ``json_schema`` or ``prompt``, see `parse`); ``retries`` (re-asks of an unusable reply,
+default 2, at most the gateway's ``max_retries``); ``concurrency`` (cases in flight, default twice
+the gateway's ``max_concurrency``: `ragbridge.backend.ScoringContext.cases_in_flight`).
 
 Every request goes through ``ctx.judge``'s in-process transport (the run's one ``httpx.AsyncClient``
 from `ragbridge.judge.clients`, speaking the chat-completions wire format at ``base_url(
@@ -44,38 +44,25 @@ from .claims import claims_reason, judge_claims
 from .diagnostics import GROUP as DIAGNOSTIC_GROUP
 from .diagnostics import diagnostic_fields, diagnostic_native
 from .diagnostics import specs as diagnostic_specs
-from .parse import DEFAULT_RETRIES, STRUCTURED, Asker, JudgeCallError, ReplyError, check_grade
-from .rubrics import Rubric, RubricError, builtin_rubrics, rubric_set
+from .options import RubricOptions
+from .parse import Asker, JudgeCallError, ReplyError, check_grade
+from .rubrics import Rubric, builtin_rubrics, rubric_set
 
-__all__ = ["RubricBackend", "RubricSession", "rubrics_for", "make_asker", "http_client", "rubric_fields",
-           "NAME"]
+__all__ = ["RubricBackend", "RubricOptions", "RubricSession", "rubrics_for", "make_asker", "http_client",
+           "rubric_fields", "NAME"]
 
 NAME = "rubric"
-_OPTION_KEYS = {"files", "rubrics", "structured", "retries", "concurrency"}
 
 
-def _options(options: Optional[RunOptions]) -> dict[str, Any]:
-    opts = dict(((options.backend_options if options else None) or {}).get(NAME) or {})
-    unknown = sorted(set(opts) - _OPTION_KEYS)
-    if unknown:
-        raise RubricError(f"unknown rubric backend option {unknown[0]!r}; "
-                          f"known: {', '.join(sorted(_OPTION_KEYS))}")
-    if opts.get("structured", "auto") not in STRUCTURED:
-        raise RubricError(f"rubric backend option structured must be one of {', '.join(STRUCTURED)}, "
-                          f"got {opts['structured']!r}")
-    for key, least in (("retries", 0), ("concurrency", 1)):
-        value = opts.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
-            raise RubricError(f"rubric backend option {key} must be an integer of at least {least}, "
-                              f"got {value!r}")
-    return opts
+def _options(options: Optional[RunOptions]) -> RubricOptions:
+    """The rubric backend's options in a run with ``options`` (its defaults without them)."""
+    return options.of(RubricBackend()) if options is not None else RubricOptions()
 
 
 def rubrics_for(options: Optional[RunOptions]) -> dict[str, Rubric]:
     """The rubrics a run with ``options`` judges by, by metric name."""
     opts = _options(options)
-    files = opts.get("files") or []
-    return rubric_set([files] if isinstance(files, str) else files, opts.get("rubrics") or [])
+    return rubric_set(opts.files, opts.rubrics)
 
 
 def _spec(r: Rubric) -> MetricSpec:
@@ -91,11 +78,11 @@ def _with_diagnostics(rubrics: dict[str, Rubric]) -> list[MetricSpec]:
     return [_spec(r) for r in rubrics.values()] + [s for s in diagnostic_specs() if s.name not in rubrics]
 
 
-def make_asker(client: Any, gateway: Any, opts: dict[str, Any], state: Optional[dict] = None) -> Asker:
+def make_asker(client: Any, gateway: Any, opts: RubricOptions, state: Optional[dict] = None) -> Asker:
     """An `Asker` on ``client`` for the gateway's model; ``state`` holds the structured-output mode
     (shared by the askers of one run)."""
-    retries = min(int(opts.get("retries", DEFAULT_RETRIES)), gateway.config.max_retries)
-    state = state if state is not None else {"mode": opts.get("structured", "auto")}
+    retries = min(opts.retries, gateway.config.max_retries)
+    state = state if state is not None else {"mode": opts.structured}
     return Asker(client, gateway.config.model, state=state, retries=max(0, retries),
                  max_tokens=gateway.config.max_tokens)
 
@@ -122,6 +109,7 @@ class RubricBackend(JudgedBackend):
     name = NAME
     library = None
     install_hint = ""
+    Options = RubricOptions
 
     def metrics(self) -> list[MetricSpec]:
         return _with_diagnostics(builtin_rubrics())
@@ -132,8 +120,7 @@ class RubricBackend(JudgedBackend):
     async def open(self, ctx: ScoringContext) -> Optional[RubricSession]:
         if ctx.judge is None:
             return None  # score says so, for every case
-        mode = _options(ctx.options).get("structured", "auto")
-        return RubricSession(http_client(ctx.judge), {"mode": mode})
+        return RubricSession(http_client(ctx.judge), {"mode": _options(ctx.options).structured})
 
     async def close(self, ctx: ScoringContext) -> None:
         if isinstance(ctx.session, RubricSession):

@@ -156,7 +156,12 @@ def register(cli) -> None:
         from .pairwise import compare_runs
         from .rubrics import RubricError, load_rubrics
 
-        if structured not in ("auto", "json_schema", "prompt"):
+        from ..options import OptionError
+        from .options import RubricOptions
+
+        try:
+            options = RubricOptions(structured=structured)
+        except OptionError:
             fail(f"--structured must be auto, json_schema or prompt, got {structured!r}")
         if resamples < 100:
             fail(f"--resamples must be at least 100, got {resamples}")
@@ -178,7 +183,7 @@ def register(cli) -> None:
         try:
             gateway.preflight()
             gateway.start()
-            res = asyncio.run(compare_runs(base, new, rub, gateway, options={"structured": structured},
+            res = asyncio.run(compare_runs(base, new, rub, gateway, options=options,
                                            seed=seed, n_resamples=resamples))
         except Exception as exc:  # the judge cannot be used at all
             fail(str(exc))

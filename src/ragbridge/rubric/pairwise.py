@@ -28,6 +28,7 @@ from ..run import Run
 from ..schema import Case
 from . import prompts
 from .backend import http_client, make_asker
+from .options import RubricOptions
 from .parse import Asker, JudgeCallError, ReplyError, check_winner
 from .rubrics import Rubric
 
@@ -105,16 +106,18 @@ async def _judge_pair(asker: Asker, rubric: Rubric, base: Case, new: Case) -> di
             "reason_new_first": second[1]}
 
 
-async def compare_runs(base: Run, new: Run, rubric: Rubric, gateway: Any, *, options: Optional[dict] = None,
-                       seed: int = 0, n_resamples: int = 2000, confidence: float = 0.95) -> PairwiseResult:
-    """Compare ``new`` against ``base`` by ``rubric`` through a started ``gateway``."""
-    opts = options or {}
+async def compare_runs(base: Run, new: Run, rubric: Rubric, gateway: Any, *,
+                       options: Optional[RubricOptions] = None, seed: int = 0, n_resamples: int = 2000,
+                       confidence: float = 0.95) -> PairwiseResult:
+    """Compare ``new`` against ``base`` by ``rubric`` through a started ``gateway`` (``options``: the
+    rubric backend's: ``structured``, ``retries``, ``concurrency``)."""
+    opts = options or RubricOptions()
     pairs, skipped = pair_cases(base, new, rubric)
     res = PairwiseResult(metric=rubric.name, rubric_hash=rubric.hash, judge_model=gateway.config.model,
                          n_paired=len(pairs), skipped=skipped)
     client = http_client(gateway)
     asker = make_asker(client, gateway, opts)
-    sem = asyncio.Semaphore(max(1, int(opts.get("concurrency") or gateway.config.max_concurrency)))
+    sem = asyncio.Semaphore(max(1, opts.concurrency or gateway.config.max_concurrency))
     tag = f"pairwise:{rubric.name}"
 
     async def one(b: Case, n: Case) -> dict[str, Any]:

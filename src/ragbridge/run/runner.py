@@ -47,9 +47,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from dataclasses import replace as dataclass_replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 from .. import __version__
 from ..backend import RunOptions, ScoringContext
@@ -64,7 +63,7 @@ from .executor import Executor
 from .folder import FINGERPRINT_OF, Run, RunFolder, now, this_process
 from .lifecycle import Job
 from .local_executor import LocalExecutor
-from .plan import Plan, RunError, plan_metrics
+from .plan import DEFAULT_BACKENDS, Plan, RunError, plan_metrics
 from .progress import progress_display
 from .recorder import Recorder
 from .request import RunRequest
@@ -83,7 +82,7 @@ def evaluate(
     backends: Sequence[str] | None = None,
     metrics: Sequence[str] | None = None,
     out: str | Path | None = None,
-    options: RunOptions | None = None,
+    options: RunOptions | Mapping[str, Any] | None = None,
     judge: Any = None,
     dataset_path: str | None = None,
     progress: Optional[bool] = None,
@@ -111,7 +110,7 @@ def evaluate(
     `evaluate_async` instead. Raises `RunError` for a run that cannot start and
     `ragbridge.formats.DatasetError` for bad cases, before anything is called or written.
     """
-    return run_sync(run(RunRequest(**locals())))
+    return run_sync(run(RunRequest.of(**locals())))
 
 
 async def evaluate_async(
@@ -119,7 +118,7 @@ async def evaluate_async(
     backends: Sequence[str] | None = None,
     metrics: Sequence[str] | None = None,
     out: str | Path | None = None,
-    options: RunOptions | None = None,
+    options: RunOptions | Mapping[str, Any] | None = None,
     judge: Any = None,
     dataset_path: str | None = None,
     progress: Optional[bool] = None,
@@ -144,15 +143,22 @@ async def evaluate_async(
     `ragbridge.formats.source.open_cases`), `Case` objects, any data `ragbridge.load_cases` reads (a
     list of dicts, a pandas DataFrame, a ``datasets.Dataset``, a library's own dataset or test-case
     objects), or a `CaseSource`. ``metrics`` are canonical names (``recall@5``,
-    ``faithfulness``; default: every metric of each backend). ``judge`` is a
-    ``ragbridge.judge.JudgeConfig``, needed only when a planned metric uses a judge. With ``out`` the
+    ``faithfulness``; default: every metric of each backend). ``options``: a `RunOptions` (``k``,
+    ``generator_model``, each backend's options), or only the backends' options by backend name,
+    ``{"native": {"gain": "exponential"}}`` (a backend's options model
+    in place of a mapping, too; ``ragbridge backends NAME`` lists them); each is checked against its
+    backend's options model before anything is read (`RunError` naming the backend and the option).
+    ``judge`` is a ``ragbridge.judge.JudgeConfig``, needed only when a planned metric uses a judge.
+    ``dataset_path``: the golden set's path that run.json records, when ``cases`` are not read from
+    it here. With ``out`` the
     run folder is written, and resumed if it already holds a run of the same cases (``overwrite``
     replaces it instead); when it holds a run of other cases (a case edited, added or removed since),
     ``changed_cases="rescore"`` keeps the scores of the unchanged cases and scores the changed and
     new ones (``manifest.counts["cases_changed"]`` says how many of each), ``"refuse"`` raises
     `RunError` (the command line's behaviour); the returned `Run` then reads its scores from the
     folder when asked for them. With ``target`` (a spec for `ragbridge.run.target.load_target`, or a
-    loaded `Target`) each case's chunks and answer come from calling the system under test first.
+    loaded `Target`) each case's chunks and answer come from calling the system under test first,
+    ``target_concurrency`` calls at once.
     ``progress``: a progress bar (`ragbridge.run.progress`); None, the default, shows one in a Jupyter
     notebook and nothing elsewhere.
     ``on_score`` is called with each score as it is recorded. Cases are scored ``batch_size`` at a
@@ -171,12 +177,17 @@ async def evaluate_async(
     that the chunks and quotes of span-labelled cases are placed against
     (`ragbridge.formats.corpus.SpanPlacer`; a `ragbridge.formats.DatasetError` for what cannot be).
     """
-    return await run(RunRequest(**locals()))
+    return await run(RunRequest.of(**locals()))
 
 
 async def run(request: RunRequest) -> Run:
     """Carry out ``request`` (the steps of the module docstring) and return the `Run`."""
-    request.check()
+    from ..options import OptionError
+
+    try:  # each backend's options as its model, checked before anything is read
+        options = request.run_options.resolved(get_backends(), request.backends or DEFAULT_BACKENDS)
+    except OptionError as exc:
+        raise RunError(str(exc), cli=exc.cli) from None
     with contextlib.ExitStack() as opened:
         corpus = request.corpus
         if corpus is not None:
@@ -187,9 +198,8 @@ async def run(request: RunRequest) -> Run:
         source = _case_source(request, corpus, opened)
         if not source.n_cases:
             raise RunError("no cases to evaluate")
-        options = request.run_options
         if source.span_cases and not options.span_labels:
-            options = dataclass_replace(options, span_labels=True)
+            options = options.model_copy(update={"span_labels": True})
         plan = plan_metrics(request.backends, request.metrics, options.k, options)
         judged, stub = _check_judge(plan, request.judge, preflight=not request.dry_run)
         judge = request.judge if judged else None

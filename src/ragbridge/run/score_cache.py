@@ -10,8 +10,8 @@ The key is the SHA-256 of everything the score depends on:
 
 - ragbridge's version, the backend's name and its library's version (``Backend.version``);
 - the metric: canonical name, native name and the digest of its definition (a rubric's);
-- the options a backend reads: ``k``, ``gain``, ``case_sensitive``, ``decline_phrases`` and this
-  backend's ``backend_options``;
+- the options a backend reads: ``k`` and this backend's own options (those that differ from their
+  defaults: another backend's options, the native backend's included, are not in the key);
 - the judge: model, base URL (without credentials), embedding model and ``max_tokens``;
 - the repeat index (``--repeats``: each repeat is its own score);
 - the case: its whole canonical record (id, question, answer, chunks, labels, reference, tags,
@@ -69,9 +69,7 @@ def metric_prefix(backend: str, version: Optional[str], metric: str, spec: Any, 
         "metric": metric,
         "native_metric": spec.native_name,
         "digest": spec.digest,
-        "options": {"k": options.k, "gain": options.gain, "case_sensitive": options.case_sensitive,
-                    "decline_phrases": options.decline_phrases,
-                    "backend_options": options.backend_options.get(backend)},
+        "options": {"k": options.k, "backend_options": _own(options.backend_options.get(backend))},
         "judge": {"model": judge.model, "base_url": identity_url(judge.base_url, stub),
                   "embedding_model": judge.embedding_model, "max_tokens": judge.max_tokens},
     }
@@ -82,6 +80,13 @@ def metric_prefix(backend: str, version: Optional[str], metric: str, spec: Any, 
     if changed:
         doc["judge"]["changed"] = changed
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).digest()
+
+
+def _own(given: Any) -> Optional[dict]:
+    """A backend's options in the key: those that differ from their defaults (None when none do)."""
+    if hasattr(given, "model_dump"):
+        given = given.model_dump(exclude_defaults=True)
+    return dict(given) if given else None
 
 
 def case_key(prefix: bytes, repeat: int, record_line: bytes) -> str:

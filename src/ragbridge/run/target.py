@@ -202,7 +202,8 @@ async def fill_cases(
     cases: Sequence[Case],
     target: Target,
     record_path: Optional[Path] = None,
-    concurrency: int = 4,
+    *,
+    concurrency: int,
     progress: Optional[bool] = False,
 ) -> list[Case]:
     """Call the target for every case (at most ``concurrency`` at once) and return the filled cases.

@@ -66,8 +66,8 @@ __all__ = ["BackendContract", "every_backend", "plugin_registered", "CONTRACT_CA
            "imported_by_registering"]
 
 #: the case inputs a `MetricSpec.requires` may name (`Case.fields_present`)
-CASE_INPUTS = frozenset({"answer", "contexts", "context_text", "relevant", "relevant_spans", "reference",
-                         "reference_contexts"})
+CASE_INPUTS = frozenset({"question", "answer", "contexts", "context_text", "relevant", "relevant_spans",
+                         "reference", "reference_contexts"})
 #: hosts a run may look up or connect to: the stub judge's
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -453,6 +453,8 @@ def _without(case: Case, field: str) -> Case:
         update.update(contexts=[], relevant={})
     elif field == "context_text":
         update["contexts"] = [c.model_copy(update={"text": ""}) for c in case.contexts]
+    elif field == "question":  # a blank question is not there (`Case.fields_present`)
+        update[field] = ""
     elif field in ("answer", "reference", "reference_contexts", "relevant_spans"):
         update[field] = None if field in ("answer", "reference") else []
     elif field == "relevant":
