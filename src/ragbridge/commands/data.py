@@ -291,8 +291,9 @@ class _Export:
                      and (not backends or b in backends)]
         info, at = bytearray(), np.full(index.described, -1, np.int64)
         ends = []
-        for batch in index.batches(range(index.described)):
-            for (i, _), head in zip(batch, index.heads([i for i, _ in batch])):
+        for start in range(0, index.described, 2000):
+            part = list(range(start, min(start + 2000, index.described)))
+            for i, head in zip(part, index.heads(part)):
                 where = trace_of(head[0].get("metadata")) if head is not None else None
                 if where is not None:
                     at[i] = len(ends)

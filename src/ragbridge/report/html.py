@@ -438,7 +438,7 @@ def _compact(run: Run, data: dict[str, Any], rest: np.ndarray) -> list[dict[str,
     f = _flags(data, cols)
     keys = [(r["backend"], r["metric"]) for r in data["summary"]]
     out = []
-    for batch in cols.cases.batches(rest):
+    for batch in cols.cases.batches(rest, views=True):
         for i, c in batch:
             scores = []
             for b, m in keys:
