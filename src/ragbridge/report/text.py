@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -141,11 +142,9 @@ def json_chunks(data: Any, size: int = 1 << 16) -> Iterator[str]:
     ensure_ascii=False, allow_nan=False)`` writes, in pieces of about ``size`` characters, each made
     as it is written: rows made as they are read are written one by one (`json_escaped` of the
     pieces: nothing a terminal acts on)."""
-    import json
-
     buffer: list[str] = []
     held = 0
-    for chunk in json.JSONEncoder(indent=2, ensure_ascii=False, allow_nan=False).iterencode(data):
+    for chunk in _indented(data, 0, {}):
         buffer.append(chunk)
         held += len(chunk)
         if held >= size:
@@ -153,6 +152,77 @@ def json_chunks(data: Any, size: int = 1 << 16) -> Iterator[str]:
             buffer, held = [], 0
     if buffer:
         yield json_escaped("".join(buffer))
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _indented(o: Any, level: int, flat: dict) -> Iterator[str]:
+    """The pieces of ``json.JSONEncoder(indent=2, ensure_ascii=False, allow_nan=False).iterencode(o)``,
+    the same characters: a long list or dict (rows made as they are read among them) a member at a
+    time, anything smaller as one piece (`_text`)."""
+    if not isinstance(o, (list, tuple, dict)) or not o or (level > 1 and len(o) <= 256
+                                                            and type(o) in (dict, list, tuple)):
+        yield _text(o, level, flat)
+        return
+    is_dict = isinstance(o, dict)
+    inner = "\n" + "  " * (level + 1)
+    yield "{" if is_dict else "["
+    first = True
+    for item in (o.items() if is_dict else o):
+        yield inner if first else "," + inner
+        first = False
+        if is_dict:
+            key, item = item
+            yield _key(key) + ": "
+        yield from _indented(item, level + 1, flat)
+    yield "\n" + "  " * level + ("}" if is_dict else "]")
+
+
+def _text(o: Any, level: int, flat: dict) -> str:
+    """``o`` at ``level`` as the Python encoder indents it: a dict or list of plain values by the C
+    encoder (its item separator the line break and indent of its level), about four times faster."""
+    import json
+
+    if isinstance(o, (str, int, float)) or o is None:
+        return _scalar(o)
+    if not isinstance(o, (list, tuple, dict)):
+        return "".join(json.JSONEncoder(indent=2, ensure_ascii=False, allow_nan=False).iterencode(o))
+    is_dict = isinstance(o, dict)
+    if not o:
+        return "{}" if is_dict else "[]"
+    inner = "\n" + "  " * (level + 1)
+    values = o.values() if is_dict else o
+    if type(o) in (dict, list, tuple) and all(type(v) in _SCALARS for v in values):
+        if level not in flat:
+            flat[level] = json.JSONEncoder(ensure_ascii=False, allow_nan=False,
+                                           separators=("," + inner, ": ")).encode
+        text = flat[level](o)
+        return text[0] + inner + text[1:-1] + "\n" + "  " * level + text[-1]
+    if is_dict:
+        parts = [_key(k) + ": " + _text(v, level + 1, flat) for k, v in o.items()]
+    else:
+        parts = [_text(v, level + 1, flat) for v in o]
+    return ("{" if is_dict else "[") + inner + ("," + inner).join(parts) + "\n" + "  " * level \
+        + ("}" if is_dict else "]")
+
+
+def _key(key: Any) -> str:
+    """A dict key as the encoder writes it: a string, or a number, true, false or null in quotes."""
+    return _scalar(key) if isinstance(key, str) else '"' + _scalar(key) + '"'
+
+
+def _scalar(o: Any) -> str:
+    """A plain value as the Python encoder writes it (`_indented`)."""
+    if isinstance(o, str):
+        return encode_basestring(o)
+    if o is None or o is True or o is False:
+        return {None: "null", True: "true", False: "false"}[o]
+    if isinstance(o, int):
+        return int.__repr__(o)
+    if o != o or o in (math.inf, -math.inf):
+        raise ValueError("Out of range float values are not JSON compliant: " + repr(o))
+    return float.__repr__(o)
 
 
 def md_text(text: Any) -> str:
