@@ -84,3 +84,34 @@ def test_commands_that_read_a_run_hold_a_few_bytes_a_score(tmp_path):
     # 60,000 more scores: as Score objects (about 4 KiB each) they would take over 200 MiB more
     grown = {name: round(peaks[name, 12000] - peaks[name, 2000]) for name, _ in peaks}
     assert all(g < 60 for g in grown.values()), grown
+
+
+def test_json_outputs_are_the_indented_document_byte_for_byte():
+    import math
+
+    from ragbridge.analysis.rows import Rows
+    from ragbridge.report.text import json_chunks, json_escaped
+
+    rng = random.Random(3)
+    plain = [None, True, False, 0, -7, 10**30, 1.5, -0.0, 1e-300, 3.5e20, "", "é\n\"\\\x01\x1b\u202e", "xyz"]
+
+    def value(depth):
+        r = rng.random()
+        if depth > 4 or r < 0.45:
+            return rng.choice(plain)
+        if r < 0.75:
+            return [value(depth + 1) for _ in range(300 if rng.random() < 0.03 else rng.randint(0, 4))]
+        if r < 0.8:
+            return tuple(value(depth + 1) for _ in range(rng.randint(0, 3)))
+        return {(rng.choice([1, 2.5, True, None]) if rng.random() < 0.1 else f"k{i}"): value(depth + 1)
+                for i in range(rng.randint(0, 5))}
+
+    for t in range(500):
+        made = [value(2) for _ in range(7)]
+        doc = {"rows": Rows(7, lambda start, stop: made[start:stop], block=3), "x": value(0)} \
+            if t % 2 else value(0)
+        expected = json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False)  # Rows: a list
+        assert "".join(json_chunks(doc, size=rng.choice([1, 64, 1 << 16]))) == json_escaped(expected)
+    for bad in (math.nan, [1, math.inf], {"a": [{"b": -math.inf}]}):
+        with pytest.raises(ValueError):
+            "".join(json_chunks(bad))
