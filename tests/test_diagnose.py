@@ -6,7 +6,9 @@ installed beside ragbridge (its dependency refchecker pulls torch, CUDA wheels, 
 and litellm), so `ragchecker_figures` restates the formulas of amazon-science/RAGChecker
 ``ragchecker/computation.py`` (v0.1.9: ``evaluate_precision`` ... ``evaluate_unfaithfulness``) in
 NumPy, on the boolean matrices RAGChecker names answer2response, response2answer,
-retrieved2response and retrieved2answer, including its 0 for empty inputs.
+retrieved2response and retrieved2answer, including its 0 for empty inputs (but claim recall over an
+empty claim x chunk matrix, where its code takes NumPy's mean of an empty row, NaN, is 0 here, as
+ragbridge counts it).
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ def test_past_a_wrong_answer_the_claim_checks_name_the_claim_and_the_chunk(judge
     no_reference = by_id["courier-pickup-slots"]
     assert (no_reference["layer"], no_reference["decided_by"]["metric"]) == ("undetermined", "must_contain")
     assert no_reference["missing"] == [
-        "claim checks: answer_claim_f1 (rubric) undefined (skipped: case has no reference)"]
+        "the case has no reference to hold the answer and the chunks against"]
 
 
 def test_without_human_labels_the_evidence_decides_or_says_what_is_missing(judged):
@@ -142,7 +144,8 @@ def test_without_human_labels_the_evidence_decides_or_says_what_is_missing(judge
     got = {c.case_id: c for c in d.cases}
     for cid in ("invoice-download", "sso-plan"):
         assert got[cid].layer == "undetermined" and got[cid].question == "correctness"
-        assert got[cid].missing[-1] == "a human label on answer_correctness would settle it"
+        assert got[cid].missing[-1] == ("a human label on answer_correctness would say whether the answer or "
+                                        "the reference is wrong")
         assert got[cid].missing[0].startswith("no retrieved chunk states or contradicts the reference's")
     assert got["locker-night-pickup"].layer == "generation"
     assert "(in no retrieved chunk)" in got["locker-night-pickup"].reason
@@ -205,7 +208,8 @@ def test_rules_on_a_native_run_noise_in_the_top_k_and_a_human_fail(tmp_path):
     d = diagnose(run, Thresholds(by_metric={"precision@5": 0.5}), labels=tmp_path / "labels.jsonl")
     got = {c.case_id: c for c in d.cases}
     assert got["noisy"].layer == "retrieval" and got["noisy"].question is None
-    assert "the top k holds noise" in got["noisy"].reason
+    assert got["noisy"].reason.endswith("precision@5 (native) 0.20 < 0.5 fails: 4 of the top 5 hold no "
+                                        "relevant chunk")
     # a human fail answers the faithfulness question once retrieval passed: before the list's noise
     assert (got["labelled"].layer, got["labelled"].question) == ("generation", "faithfulness")
     assert got["labelled"].decided_by["source"] == "label"
@@ -258,8 +262,11 @@ def ragchecker_figures(cc: dict) -> dict[str, float]:
 
 def defined(name: str, cc: dict) -> bool:
     """Where ragbridge gives a value rather than undefined: something to average (module docstring
-    of ragbridge.rubric.diagnostics)."""
+    of ragbridge.rubric.diagnostics): claims, and for the figures RAGChecker takes as 0 on an empty
+    claim x chunk matrix, a chunk."""
     a, r = cc.get("answer_claims") or [], cc.get("reference_claims") or []
+    if cc.get("chunk_ids") == [] and name not in ("precision", "recall", "f1", "claim_recall"):
+        return False
     if name in ("precision",):
         return bool(a)
     if name in ("recall", "claim_recall", "context_precision"):
@@ -338,12 +345,91 @@ def test_the_run_states_ragcheckers_own_mean_beside_its_mean(judged):
     assert f"RAGChecker's mean {rows['hallucination']['ragchecker_mean']:.3f} (its hallucination" in line
 
 
+def test_ragcheckers_mean_counts_a_case_that_retrieved_nothing(tmp_path):
+    """A case whose retriever returned nothing (``contexts: []``) is in a RAGChecker run, at 0 for every
+    figure its code computes from the empty claim x chunk matrix: the run's claim checks check it (its
+    claims against the other answer, none against a chunk), its chunk figures are undefined, and
+    ``ragchecker_mean`` counts it as RAGChecker's 0. Its claim recall is 0: nothing retrieved holds
+    the reference's claim."""
+    from ragbridge.testing import StubJudge
+
+    cases = [
+        {"id": "no-contexts", "question": "What does the Pro plan cost?",
+         "answer": "The Pro plan costs 10 EUR a month.", "contexts": [],
+         "reference": "The Pro plan costs 8 EUR a month."},
+        {"id": "one-context", "question": "What does the Pro plan cost?",
+         "answer": "The Pro plan costs 10 EUR a month.",
+         "contexts": [{"id": "misc-1", "text": "Quillpad was founded in Berlin."}],
+         "reference": "The Pro plan costs 8 EUR a month."},
+        {"id": "right", "question": "What does the Pro plan cost?", "answer": PRO,
+         "contexts": [{"id": "plans.md#pro-1", "text": PRO}],
+         "reference": "The Pro plan costs 8 EUR a month."},
+    ]
+    (tmp_path / "golden.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
+    with StubJudge() as stub:
+        res = ragbridge_cli("run", tmp_path / "golden.jsonl", "--out", tmp_path / "run", "--backend",
+                            "rubric", "--metric", "claim_diagnostics", "--judge-model", "stub-judge",
+                            "--judge-base-url", stub.base_url, "--cache-path", tmp_path / "cache.sqlite",
+                            "--no-progress", "--json")
+    assert res.returncode == 0, res.stderr
+    rows = {r["metric"]: r for r in json.loads(res.stdout)["summary"]}
+    scores = scores_of(tmp_path / "run")
+    empty = {s["metric"]: s for s in scores if s["case_id"] == "no-contexts"}
+    for metric, s in empty.items():  # checked: against no chunk where the metric reads the chunks
+        assert s["evidence"] and s["evidence"]["claim_checks"], metric
+        if {"answer_in_chunks", "reference_in_chunks"} & set(DIAGNOSTICS[metric].parts):
+            assert s["evidence"]["claim_checks"]["chunk_ids"] == [], metric
+    zero_by_emptiness = {"claim_context_precision", "context_utilization", "noise_sensitivity_relevant",
+                         "noise_sensitivity_irrelevant", "hallucination", "self_knowledge"}
+    for metric in zero_by_emptiness:
+        assert empty[metric]["value"] is None and empty[metric]["reason"] == "no chunk was retrieved", metric
+    assert empty["claim_recall"]["value"] == 0.0
+    for metric, row in rows.items():  # RAGChecker's mean over the three cases, its 0 for the empty matrix
+        name = DIAGNOSTICS[metric].ragchecker
+        figures = [ragchecker_figures(s["evidence"]["claim_checks"])[name]
+                   for s in scores if s["metric"] == metric]
+        assert len(figures) == len(cases), metric
+        assert row["ragchecker_mean"] == pytest.approx(float(np.mean(figures)), abs=1e-12), metric
+        assert row["n_ragchecker_zero"] == len(cases) - row["n_scored"], metric
+    assert rows["hallucination"]["ragchecker_mean"] == pytest.approx(1 / 3)  # one-context's 1, the others 0
+    assert rows["hallucination"]["n_ragchecker_zero"] == 1
+
+
+def test_a_case_that_retrieved_nothing_says_so(tmp_path):
+    """An answerable question the retriever returned nothing for: with a relevance label, retrieval,
+    naming the label not retrieved; with neither a label nor a reference, the empty list cannot say
+    whether an article holds the answer, so the case is undetermined and says what is missing (not
+    only "cannot tell whether a relevant chunk was in the top k"). The report says the same."""
+    asked = {"question": "What does the Pro plan cost?", "answer": "The Pro plan costs 10 EUR.",
+             "contexts": [], "must_contain": ["8 EUR"]}
+    cases = [{"id": "labelled", **asked, "relevant": {"plans.md#pro": 1}}, {"id": "unlabelled", **asked}]
+    (tmp_path / "golden.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
+    res = ragbridge_cli("run", tmp_path / "golden.jsonl", "--out", tmp_path / "run", "--backend", "native",
+                        "-m", "recall@5", "-m", "must_contain", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    res = ragbridge_cli("diagnose", tmp_path / "run", "--json")
+    assert res.returncode == 0, res.stderr
+    got = {c["case_id"]: c for c in json.loads(res.stdout)["cases"]}
+    assert got["labelled"]["layer"] == "retrieval"
+    assert got["labelled"]["reason"].endswith("not in the top 5: plans.md#pro (not retrieved)")
+    d = got["unlabelled"]
+    assert (d["layer"], d["question"], d["decided_by"]) == ("undetermined", "retrieval", None)
+    assert d["missing"][0] == ("no chunk was retrieved, and nothing says whether an article holds the answer "
+                               "(then retrieval missed it) or none does (then the knowledge base lacks it)")
+    assert "recall@5 (native) undefined (no relevance labels; no chunk was retrieved)" in d["missing"]
+    assert d["reason"] == "cannot tell whether a relevant chunk was in the top k: " + "; ".join(d["missing"])
+    res = ragbridge_cli("report", tmp_path / "run", "--format", "json", "--out", "-", "--resamples", "0")
+    assert res.returncode == 0, res.stderr
+    assert {c["case_id"]: c["reason"] for c in json.loads(res.stdout)["diagnosis"]["cases"]} == {
+        cid: c["reason"] for cid, c in got.items()}
+
+
 def test_the_formulas_are_ragcheckers_on_random_claim_matrices():
     rng = random.Random(3)
     verdicts = ("SUPPORTED", "CONTRADICTED", "NOT_FOUND")
     n_defined = 0
     for _ in range(3000):
-        na, nr, nk, p = rng.randint(0, 4), rng.randint(0, 4), rng.randint(1, 5), rng.random()
+        na, nr, nk, p = rng.randint(0, 4), rng.randint(0, 4), rng.randint(0, 5), rng.random()
 
         def v():
             return "SUPPORTED" if rng.random() < p else rng.choice(verdicts[1:])
@@ -363,7 +449,7 @@ def test_the_formulas_are_ragcheckers_on_random_claim_matrices():
                 assert mine == pytest.approx(theirs[d.ragchecker], abs=1e-12), (d.name, cc)
             else:
                 assert mine is None and theirs[d.ragchecker] == 0.0, (d.name, cc)
-    assert n_defined > 20000
+    assert n_defined > 18000
 
 
 # --------------------------------------------------------------------------------------------
@@ -428,8 +514,12 @@ def test_the_report_shows_the_diagnosis_the_command_gives(judged, tmp_path):
     expected = diagnose(run, labels=LABELS)
     d = report_data(run, labels=LABELS, n_resamples=0)
     assert d["diagnosis"]["counts"] == expected.to_dict()["counts"]
-    assert [(c["case_id"], c["layer"]) for c in d["diagnosis"]["cases"]] == [
-        (c.case_id, c.layer) for c in expected.cases]
+    # the same reason, word for word, though the report reads the cases without their chunks: the
+    # rank of a chunk outside the top k comes from the native score's own reason
+    assert [(c["case_id"], c["layer"], c["reason"]) for c in d["diagnosis"]["cases"]] == [
+        (c.case_id, c.layer, c.reason) for c in expected.cases]
+    assert "not in the top 5: api.md#limits (rank 6)" in next(
+        c["reason"] for c in d["diagnosis"]["cases"] if c["case_id"] == "api-rate-limit")
     page = render_html(run, data=d)
     assert '<section id="diagnosis">' in page and 'href="#case-api-rate-limit"' in page
     md = render_markdown(run, data=d)
@@ -472,7 +562,7 @@ def test_a_gate_rule_bounds_the_share_of_a_layer(judged, tmp_path):
     undetermined = [c for c in diagnose(run).cases if c.layer == "undetermined"]
     assert len(undetermined) == 4
     assert rows[1]["verdict"] == "pass" and rows[1]["figure"] == pytest.approx(4 / len(golden()))
-    assert "not in the top k: plans.md\\#seats" in (tmp_path / "gate.md").read_text()
+    assert "not in the top 5: plans.md\\#seats (not retrieved)" in (tmp_path / "gate.md").read_text()
     gates.write_text('[[gate]]\ncheck = "diagnosed(retreival) <= 0.05"\n')
     res = ragbridge_cli("gate", run, "--config", gates)
     assert res.returncode == 2 and "'retreival' is not a layer of the diagnosis" in res.stderr
@@ -590,3 +680,295 @@ def test_the_walkthrough_quotes_what_diagnose_prints(judged):
     for case_id, quote in quoted:
         for piece in filter(None, (p.strip(" ;,") for p in " ".join(quote.split()).split("..."))):
             assert piece in printed, (case_id, piece)
+
+
+# --------------------------------------------------------------------------------------------
+# Cases a person labels: a note-taking app's help bot, each case written for one rule (the answer,
+# the chunks the retriever returned, the reference), judged by the rubric backend and the stub judge
+
+def _person(cid: str, question: str, answer: str, chunks: list[tuple[str, str]], reference=None, **more):
+    """A case as a person writes it: the chunks the retriever returned, each from the section its id
+    names (``plans.md#pro-1`` from ``plans.md#pro``), labelled by its first chunk's section."""
+    contexts = [{"id": i, "text": t, "source": i.rsplit("-", 1)[0]} for i, t in chunks]
+    case = {"id": cid, "question": question, "answer": answer, "contexts": contexts, **more}
+    if reference is not None:
+        case["reference"] = reference
+    if more.get("answerable", True):
+        case["relevant"] = {contexts[-1 if cid == "stale-duplicate" else 0]["source"]: 1}
+    return case
+
+
+PRO = "The Pro plan costs 8 EUR a month."
+DARK = "Dark mode can be turned on in Settings > Appearance."
+FONT = "The editor font size can be set from 12 to 24 points in Settings > Editor."
+PERSON_CASES = [
+    _person("declined-with-ref", "Can I lock a notebook with a PIN?", "I don't know.",
+            [("security.md#lock-1", "Notebooks can be locked with a 4-digit PIN on mobile.")],
+            "Yes, with a 4-digit PIN on mobile."),
+    _person("dup-chunks", "What does the Pro plan cost?", f"{PRO} It comes with priority support.",
+            [("plans.md#pro-1", PRO), ("mirror/plans.md#pro-1", PRO),
+             ("support.md#tiers-1", "Priority support comes with the Team plan.")], PRO),
+    _person("dark-mode-stale", "Is there a dark mode?", f"Yes, {DARK[0].lower()}{DARK[1:]}",
+            [("editor.md#appearance-1", DARK)], f"Yes, {DARK[0].lower()}{DARK[1:]}"),
+    _person("enable-2fa", "How do I turn on two-factor authentication?",
+            "Open your account settings, go to the security section and switch 2FA on there.",
+            [("security.md#2fa-1", "Two-factor authentication can be enabled under Account > Security."),
+             ("security.md#password-1", "Passwords must be at least 10 characters long.")],
+            "Enable it under Account > Security."),
+    _person("export-formats", "Which formats can I export a note to?",
+            "You can export a note as PDF or Markdown from the note menu. Exports also include a full "
+            "revision history file.",
+            [("export.md#formats-1", "A note can be exported as PDF or Markdown from the note menu."),
+             ("export.md#bulk-1", "Whole notebooks are exported as a ZIP archive of Markdown files.")],
+            "A note can be exported as PDF or Markdown from the note menu."),
+    _person("free-sync-two", "How many devices can I sync on the free plan?",
+            "The free plan syncs across at most two devices.",
+            [("sync.md#free-limit-1", "The free plan syncs across at most two devices.")],
+            "The free plan syncs across at most two devices.", must_contain=["2 devices"]),
+    _person("mixed-noise", "What are the plan prices?", f"{PRO} The Team plan costs 12 EUR a month.",
+            [("plans.md#pro-1", f"{PRO} The Team plan costs 12 EUR a month."),
+             ("old.md#team-1", "The Team plan costs 12 EUR a month.")],
+            f"{PRO} The Team plan costs 15 EUR a month."),
+    _person("stale-duplicate", "How many people can I share a notebook with?",
+            "A shared notebook can have up to 10 collaborators.",
+            [("faq-old.md#sharing-1", "A shared notebook can have up to 10 collaborators."),
+             ("sharing.md#limits-1", "A shared notebook can have up to 25 collaborators.")],
+            "A shared notebook can have up to 25 collaborators."),
+    _person("font-size", "Can I change the editor font size?",
+            "Yes, the font size can be set from 10 to 24 points in Settings > Editor.",
+            [("editor.md#font-1", FONT)], FONT),
+    _person("offline-mode", "Does Quillpad work offline?", "Yes, Quillpad works offline on the desktop app.",
+            [("sync.md#offline-1", "Quillpad works offline on the desktop and mobile apps; changes sync when "
+                                   "you reconnect.")], must_contain=["mobile"]),
+    _person("linux-declined", "Does Quillpad have a Linux app?",
+            "I couldn't find anything about a Linux app in the help centre.",
+            [("apps.md#platforms-1", "Quillpad has apps for Windows, macOS, iOS and Android.")],
+            answerable=False),
+]
+PERSON_METRICS = ["recall@5", "must_contain", "abstention", "faithfulness", "answer_correctness"]
+
+
+@pytest.fixture(scope="module")
+def person_runs(tmp_path_factory):
+    """The cases scored with the claim checks, and without them (the same judge cache)."""
+    from ragbridge.testing import StubJudge
+
+    tmp = tmp_path_factory.mktemp("person")
+    (tmp / "golden.jsonl").write_text("".join(json.dumps(c) + "\n" for c in PERSON_CASES), encoding="utf-8")
+    runs = {}
+    with StubJudge() as stub:
+        for name, extra in (("claims", ["claim_diagnostics"]), ("no-claims", [])):
+            metrics = [a for m in PERSON_METRICS + extra for a in ("--metric", m)]
+            res = ragbridge_cli("run", tmp / "golden.jsonl", "--out", tmp / name, "--backend", "native",
+                                "--backend", "rubric", *metrics, "--judge-model", "stub-judge",
+                                "--judge-base-url", stub.base_url, "--cache-path", tmp / "cache.sqlite",
+                                "--no-progress")
+            assert res.returncode == 0, res.stderr
+            runs[name] = tmp / name
+    return tmp, runs
+
+
+def diagnosed(tmp: Path, run: Path, *labels: tuple[str, str, str]) -> dict[str, dict]:
+    """``ragbridge diagnose --json`` with the human labels ``(case, metric, label)`` as a person writes
+    them (a JSONL file), by case."""
+    args = []
+    if labels:
+        path = tmp / f"labels-{abs(hash(labels))}.jsonl"
+        rows = [{"case_id": c, "metric": m, "label": v} for c, m, v in labels]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        args = ["--labels", path]
+    res = ragbridge_cli("diagnose", run, *args, "--json")
+    assert res.returncode == 0, res.stderr
+    return {c["case_id"]: c for c in json.loads(res.stdout)["cases"]}
+
+
+def test_an_answerable_question_declined_with_the_answer_at_rank_1_is_the_generators(person_runs):
+    """"I don't know." with the chunk stating the reference's claim at rank 1: the answer states no
+    claim, so none is unsupported (not "cannot tell whether every claim is supported"), and the claim
+    checks show the generator had the claim (rule 3d), with or without a person's fail."""
+    tmp, runs = person_runs
+    values = {s["metric"]: s["value"] for s in scores_of(runs["claims"])
+              if s["case_id"] == "declined-with-ref" and s["backend"] == "rubric"}
+    assert values["claim_recall"] == 1.0 and values["context_utilization"] == 0.0
+    assert values["faithfulness"] is None  # the answer states no claim
+    for labels in ((), (("declined-with-ref", "answer_correctness", "fail"),)):
+        d = diagnosed(tmp, runs["claims"], *labels)["declined-with-ref"]
+        assert (d["layer"], d["question"]) == ("generation", "correctness"), d["reason"]
+        assert d["reason"].endswith('"Yes, with a 4-digit PIN on mobile." is stated by security.md#lock-1 '
+                                    '(rank 1); the answer states no claim')
+        assert d["details"]["claims"]["omitted"][0]["chunks"] == ["security.md#lock-1"]
+
+
+def test_a_reason_asks_only_for_evidence_that_is_missing(person_runs):
+    """Unlabelled, a wrong answer the claim checks cannot place asks for a person's label on
+    correctness; with that label given (fail), it asks for what is still missing, the check of the
+    chunk the wrong claim comes from, never for the label it has."""
+    tmp, runs = person_runs
+    unlabelled = diagnosed(tmp, runs["claims"])["dup-chunks"]
+    assert unlabelled["layer"] == "undetermined"
+    assert unlabelled["missing"][-1] == ("a human label on answer_correctness would say whether the answer "
+                                         "or the reference is wrong")
+    labelled = diagnosed(tmp, runs["claims"], ("dup-chunks", "answer_correctness", "fail"))["dup-chunks"]
+    assert labelled["layer"] == "undetermined" and labelled["decided_by"]["source"] == "label"
+    assert not any("answer_correctness" in m for m in labelled["missing"])
+    assert "a human label on answer_correctness" not in labelled["reason"]
+    assert labelled["missing"][-1] == ("whether support.md#tiers-1 is right: if not, the knowledge base is "
+                                       "wrong; if it is, the generator misapplied it")
+    # the chunk stating the reference's claim is named (rank 1, and its mirror at rank 2)
+    assert ('the reference\'s "The Pro plan costs 8 EUR a month." is stated by plans.md#pro-1 (rank 1) and '
+            'mirror/plans.md#pro-1 (rank 2)') in labelled["reason"]
+
+
+def test_a_persons_fail_on_an_answer_the_judge_passes_points_to_the_reference(person_runs):
+    """Every metric passes, the answer says what the reference says, and a person fails it (the setting
+    moved): the reference is out of date, and so is the article the answer follows; the judge, which
+    passed it, is not to blame."""
+    tmp, runs = person_runs
+    assert "dark-mode-stale" not in diagnosed(tmp, runs["claims"])  # every metric passes
+    d = diagnosed(tmp, runs["claims"], ("dark-mode-stale", "answer_correctness", "fail"))["dark-mode-stale"]
+    assert d["layer"] == "reference_or_judge" and d["decided_by"]["source"] == "label"
+    assert "check the judge" not in d["reason"]
+    assert d["reason"].endswith("answer_correctness (human label: fail); answer_correctness (rubric) 1.00 "
+                                ">= 1: the reference is wrong or out of date: check it, and "
+                                "editor.md#appearance-1 (rank 1), which the answer follows and which states "
+                                "the same")
+
+
+def test_human_labels_keep_the_evidence_and_are_named(person_runs):
+    """A person's pass on correctness beside the judge's fail on faithfulness is named, with the label
+    that would settle it; a person's fail on faithfulness keeps the invented claim the judge found; a
+    person's pass on faithfulness that overrules the judge names what the judge found."""
+    tmp, runs = person_runs
+    run = runs["claims"]
+    paraphrase = '"Open your account settings, go to the security section and switch 2FA on there."'
+    d = diagnosed(tmp, run, ("enable-2fa", "answer_correctness", "pass"))["enable-2fa"]
+    assert (d["layer"], d["question"]) == ("generation", "faithfulness")
+    assert f"unsupported: {paraphrase} (in no retrieved chunk)" in d["reason"]
+    assert d["reason"].endswith("answer_correctness (human label: pass) says the answer is correct: a human "
+                                "label on faithfulness would say whether the chunks state it in other words")
+    d = diagnosed(tmp, run, ("export-formats", "faithfulness", "fail"))["export-formats"]
+    assert (d["layer"], d["decided_by"]["source"]) == ("generation", "label")
+    assert d["reason"] == ("the answer makes claims the chunks do not support: faithfulness (human label: "
+                           'fail); faithfulness (rubric) 0.50 < 1; unsupported: "Exports also include a full '
+                           'revision history file." (in no retrieved chunk)')
+    assert d["details"]["unsupported_claims"][0]["in_no_chunk"] is True
+    d = diagnosed(tmp, run, ("enable-2fa", "faithfulness", "pass"),
+                  ("enable-2fa", "answer_correctness", "pass"))["enable-2fa"]
+    assert d["layer"] == "reference_or_judge"
+    assert d["reason"].startswith(f"faithfulness (rubric) 0.00 < 1 fails (it finds {paraphrase} in no "
+                                  "retrieved chunk), but faithfulness (human label: pass) decides")
+
+
+def test_decided_by_is_the_evidence_that_decided(person_runs):
+    """Where a human label (or a question's evidence) overrules a failing score, decided_by is the
+    label (or that evidence), never the overruled score, which details.overruled lists."""
+    tmp, runs = person_runs
+    got = diagnosed(tmp, runs["claims"], ("enable-2fa", "faithfulness", "pass"),
+                    ("enable-2fa", "answer_correctness", "pass"))
+    label = got["enable-2fa"]["decided_by"]
+    assert (label["metric"], label["source"], label["passed"]) == ("faithfulness", "label", True)
+    judge = got["free-sync-two"]["decided_by"]  # the judge's correctness overrules must_contain's "2 devices"
+    assert (judge["metric"], judge["backend"], judge["passed"]) == ("answer_correctness", "rubric", True)
+    overruled = [c for c in got.values() if c["details"].get("overruled")]
+    assert len(overruled) >= 3
+    for c in overruled:
+        assert c["decided_by"] == c["details"]["overruled"][0]["decided_by"], c["case_id"]
+        assert c["decided_by"] not in c["failing"], c["case_id"]
+
+
+def test_the_chunks_behind_a_verdict_are_named(person_runs):
+    """Both chunks stating the wrong figure, the top-ranked first, and the reference's claim they
+    contradict; the chunk that states the reference's claim; a claim a chunk contradicts said so; no
+    reference asked for, not the claim checks; an unanswerable case's judge, not its reference."""
+    tmp, runs = person_runs
+    got = diagnosed(tmp, runs["claims"])
+    assert got["mixed-noise"]["layer"] == "knowledge_base"
+    assert ('"The Team plan costs 12 EUR a month." is stated by plans.md#pro-1 (rank 1) and old.md#team-1 '
+            '(rank 2), which contradict the reference\'s "The Team plan costs 15 EUR a month."'
+            ) in got["mixed-noise"]["reason"]
+    stale = got["stale-duplicate"]
+    assert stale["layer"] == "knowledge_base"
+    assert stale["reason"].endswith("is stated by faq-old.md#sharing-1 (rank 1), which contradicts the "
+                                    'reference\'s "A shared notebook can have up to 25 collaborators."; '
+                                    "sharing.md#limits-1 (rank 2) states the reference's claim")
+    font = got["font-size"]
+    assert (font["layer"], font["question"]) == ("generation", "faithfulness")
+    assert font["reason"].endswith('"Yes, the font size can be set from 10 to 24 points in Settings > '
+                                   'Editor." (contradicted by editor.md#font-1 (rank 1))')
+    assert "in no retrieved chunk" not in font["reason"]
+    assert font["details"]["unsupported_claims"][0]["contradicted_by"] == "editor.md#font-1"
+    declined = got["linux-declined"]
+    assert declined["layer"] == "reference_or_judge"
+    assert declined["reason"].endswith("decides that the system declined a question it cannot answer: "
+                                       "check the judge")
+    for run in runs.values():
+        offline = diagnosed(tmp, run)["offline-mode"]
+        assert offline["layer"] == "undetermined"
+        assert offline["missing"] == ["the case has no reference to hold the answer and the chunks against"]
+
+
+def test_a_retrieval_metric_failing_once_recall_passes_says_what_the_top_k_miss(tmp_path):
+    """examples/chunking's golden set, its handbook split by LangChain's splitter into chunks of up to
+    800 characters, BM25's top 5: where recall@5 passes its mark (0.5) with labels
+    missed, the failing metric's reason names each span missed, not "noise"; a failing mrr gives the
+    rank of the first relevant chunk; "noise" only where a chunk matching no label ranks above one
+    that finds a label. Checked against the span rule on sets of character offsets (LangChain's own
+    start index, the quotes found in the text). The report says the same, reading no chunk."""
+    splitters = pytest.importorskip("langchain_text_splitters")
+    bm25_module = pytest.importorskip("rank_bm25")
+    docs = {p.name: p.read_text(encoding="utf-8") for p in sorted((HANDBOOK / "corpus").glob("*.md"))}
+    splitter = splitters.RecursiveCharacterTextSplitter(chunk_size=800, chunk_overlap=0, add_start_index=True)
+    chunks = []  # (doc, start, end, text)
+    for name, text in docs.items():
+        for d in splitter.create_documents([text]):
+            start = d.metadata["start_index"]
+            chunks.append((name, start, start + len(d.page_content), d.page_content))
+    bm25 = bm25_module.BM25Okapi([re.findall(r"[a-z0-9]+", c[3].lower()) for c in chunks])
+    golden = [json.loads(line) for line in (HANDBOOK / "golden.jsonl").read_text().splitlines()]
+    top_of, lines = {}, []
+    for g in golden:
+        scores = bm25.get_scores(re.findall(r"[a-z0-9]+", g["question"].lower()))
+        top = sorted(range(len(chunks)), key=lambda i: (-scores[i], i))[:5]
+        top_of[g["id"]] = [chunks[i][:3] for i in top]
+        contexts = [{"id": f"{chunks[i][0]}#{i}", "text": chunks[i][3], "doc": chunks[i][0]} for i in top]
+        lines.append(json.dumps({**g, "contexts": contexts}))
+    (tmp_path / "golden.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    metrics = [a for m in ("recall@5", "mrr", "ndcg@5", "map") for a in ("-m", m)]
+    res = ragbridge_cli("run", tmp_path / "golden.jsonl", "--corpus", HANDBOOK / "corpus", "--out",
+                        tmp_path / "run", "--k", "5", *metrics, "--no-progress")
+    assert res.returncode == 0, res.stderr
+    res = ragbridge_cli("diagnose", tmp_path / "run", "--json")
+    assert res.returncode == 0, res.stderr
+    got = {c["case_id"]: c for c in json.loads(res.stdout)["cases"]}
+
+    def matches(chunk, label):
+        (cd, cs, ce), (ld, ls, le) = chunk, label
+        shared = len(set(range(cs, ce)) & set(range(ls, le))) if cd == ld else 0
+        return shared >= 1 and shared >= 0.5 * min(ce - cs, le - ls)
+
+    seen = {"missed": 0, "noise": 0, "rank": 0}
+    for g in golden:
+        d = got.get(g["id"])
+        if d is None or d["layer"] != "retrieval" or d["question"] is not None:
+            continue  # not a retrieval failure past the first question
+        top = top_of[g["id"]]
+        labels = []
+        for span in g["relevant_spans"]:
+            found = re.search(r"\s+".join(map(re.escape, span["quote"].split())), docs[span["doc"]])
+            labels.append((span["doc"], found.start(), found.end()))
+        assert "the top k holds noise" not in d["reason"]
+        missed = [lab for lab in labels if not any(matches(c, lab) for c in top)]
+        for doc, start, end in missed:  # every span missed is named
+            assert f"{doc}[{start}:{end}]" in d["reason"], (g["id"], d["reason"])
+            seen["missed"] += 1
+        finding = [r for r, c in enumerate(top, 1) if any(matches(c, lab) for lab in labels)]
+        if d["decided_by"]["metric"] == "mrr":
+            assert f"the first relevant chunk is at rank {finding[0]}" in d["reason"], d["reason"]
+            seen["rank"] += 1
+        if "noise" in d["reason"]:  # a chunk matching no label above the last chunk that finds one
+            assert any(r not in finding for r in range(1, max(finding))), (g["id"], d["reason"])
+            seen["noise"] += 1
+    assert all(seen.values()), seen  # the chunking exercises each kind
+    res = ragbridge_cli("report", tmp_path / "run", "--format", "json", "--out", "-", "--resamples", "0")
+    assert {c["case_id"]: c["reason"] for c in json.loads(res.stdout)["diagnosis"]["cases"]} == {
+        cid: c["reason"] for cid, c in got.items()}

@@ -238,14 +238,14 @@ def test_section_labels_match_by_source():
     v = one(c, ["precision@4", "hit@1", "recall@4", "recall@3", "ndcg@4", "map", "mrr"])
     assert v["precision@4"] == pytest.approx(3 / 4)  # both secA chunks count for precision
     assert v["hit@1"] == 1.0 and v["mrr"] == 1.0
-    assert v["recall@3"] == pytest.approx(1 / 2)  # secA credited once
+    assert v["recall@3"] == pytest.approx(1 / 2)  # secA counted once
     assert v["recall@4"] == 1.0
     dcg = 2 / math.log2(2) + 1 / math.log2(5)  # c3 adds no gain
     idcg = 2 / math.log2(2) + 1 / math.log2(3)
     assert v["ndcg@4"] == pytest.approx(dcg / idcg)
     assert v["map"] == pytest.approx((1 / 1 + 2 / 4) / 2)  # c3 non-relevant for AP
     r = rk.prepare([c])
-    assert r.rank.tolist() == [1, 3, 4] and r.credited.tolist() == [True, False, True]
+    assert r.rank.tolist() == [1, 3, 4] and r.new.tolist() == [True, False, True]
 
 
 def test_recall_never_exceeds_one_with_many_chunks_of_one_section():
@@ -268,7 +268,7 @@ def test_id_match_takes_precedence_over_source():
     # c1's id has grade 1, its section grade 3: the id's grade is used.
     v = one(case([("c1", "sec")], {"c1": 1, "sec": 3}), ["ndcg@1", "recall@1", "ndcg"])
     assert v["ndcg@1"] == pytest.approx(1 / 3)  # gain 1, ideal top grade 3
-    assert v["recall@1"] == 0.5  # two labels, one credited
+    assert v["recall@1"] == 0.5  # two labels, one matched
     assert v["ndcg"] == pytest.approx(1 / (3 + 1 / math.log2(3)))
 
 
@@ -476,3 +476,39 @@ def test_map_at_k_is_a_metric_the_command_line_takes(tmp_path):
     assert means["map@2"] == pytest.approx(sum(t["map_cut_2"] for t in trec.values()) / 3)
     assert means["map"] == pytest.approx(sum(t["map"] for t in trec.values()) / 3)
     assert means["map@2"] != pytest.approx(means["map"])
+
+
+def test_a_ranking_score_below_1_says_why(tmp_path):
+    """Each ranking score below 1 carries its reason, from the same matching as its value: the labels
+    the top k miss with the rank of their first chunk (a section's first chunk, a repeated id counted
+    once), the rank of the first relevant chunk, the chunks matching no label above relevant ones,
+    a chunk finding less gain above one finding more; a value of 1 carries none."""
+    import json
+
+    from conftest import ragbridge_cli
+
+    cases = [
+        case(["n1", "n2", "a", "a", "n3", ("x", "api.md#limits")], {"a": 1, "api.md#limits": 2, "gone": 1},
+             "q1"),
+        case(["low", "high"], {"low": 1, "high": 3}, "q2"),
+        case(["a"], {"a": 1}, "q3"),
+    ]
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(c.model_dump_json() + "\n" for c in cases), encoding="utf-8")
+    metrics = [a for m in ("recall@3", "hit@3", "mrr", "ndcg@3", "map", "precision@3") for a in ("-m", m)]
+    res = ragbridge_cli("run", path, "--out", tmp_path / "run", "--k", "3", "--no-progress", *metrics)
+    assert res.returncode == 0, res.stderr
+    why = {(s["case_id"], s["metric"]): s["reason"]
+           for s in map(json.loads, (tmp_path / "run" / "scores.jsonl").read_text().splitlines())}
+    # q1 ranks n1, n2, a, n3, x after the repeated a is dropped: a at 3, the section at 5
+    assert why[("q1", "recall@3")] == "not in the top 3: api.md#limits (rank 5), gone (not retrieved)"
+    assert why[("q1", "mrr")] == "the first relevant chunk is at rank 3"
+    assert why[("q1", "precision@3")] == "2 of the top 3 hold no relevant chunk"
+    assert why[("q1", "map")] == ("1 of 3 labels not found in the list; noise: 3 chunks matching no label "
+                                  "rank above relevant ones")
+    assert why[("q1", "ndcg@3")] == ("2 of 3 labels not found in the top 3; noise: 2 chunks matching no "
+                                     "label rank above relevant ones")
+    assert why[("q2", "ndcg@3")] == "a chunk finding less gain ranks above one finding more"
+    assert why[("q2", "recall@3")] is None and why[("q2", "map")] is None  # 1: nothing to explain
+    assert all(why[("q3", m)] is None for m in ("recall@3", "hit@3", "mrr", "ndcg@3", "map"))
+    assert why[("q3", "precision@3")] == "2 of the top 3 hold no relevant chunk (the list has 1 chunk)"

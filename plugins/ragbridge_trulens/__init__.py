@@ -157,15 +157,26 @@ def ragbridge_register_commands(cli):
                                         help="One row per case (get_records_and_feedback's columns)."),
     ) -> None:
         """Export a run's scores in the column layout of TruLens's leaderboard."""
+        import shutil
+        import textwrap
+        import warnings
+
         from ragbridge.plugin import RunError, load_run
 
-        from .formats import write_leaderboard
+        from .formats import UnknownCost, write_leaderboard
 
         try:
             run = load_run(run_dir)
         except RunError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2)
-        path = write_leaderboard(run, out, backend=None if backend == "all" else backend,
-                                 per_record=per_record)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            path = write_leaderboard(run, out, backend=None if backend == "all" else backend,
+                                     per_record=per_record)
+        width = max(shutil.get_terminal_size().columns, 40)
+        # ours, wrapped at the terminal's width (80 when piped), as the commands' warnings
+        for w in (w for w in said if issubclass(w.category, UnknownCost)):
+            typer.echo(textwrap.fill(f"warning: {w.message}", width, subsequent_indent="    ",
+                                     break_long_words=False, break_on_hyphens=False), err=True)
         typer.echo(f"wrote {path}")

@@ -50,7 +50,7 @@ feedback name (sorted, TruLens's display names: ``Answer Relevance``, ``Context 
 ``Ground Truth Agreement``, ``Groundedness``) holding the mean over the scored cases, then
 ``latency`` (mean seconds per case) and ``total_cost`` (the mean cost per case of the judge calls
 this run made, by the judge's price table: NaN, an empty CSV cell and JSON null, where a call's model
-has no price; 0 for a case no judge was called for).
+has no price, with an `UnknownCost` warning naming the model; 0 for a case no judge was called for).
 `records` gives the per-record frame (``record_id``, ``input``, ``output``, one column per feedback
 name, ``latency``, ``total_tokens``, ``total_cost``). `write_leaderboard` writes either as CSV/JSON.
 """
@@ -60,6 +60,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
@@ -311,7 +312,7 @@ def case_to_row(case: Case) -> dict[str, Any]:
     row: dict[str, Any] = {"query_id": case.id, "query": case.question}
     if case.answer is not None:
         row["response"] = case.answer
-    if case.contexts:
+    if case.contexts_given:  # an empty list: the retriever returned nothing (no column: not given)
         row["contexts"] = [c.text for c in case.contexts]
     if case.reference is not None:
         row["expected_response"] = case.reference
@@ -555,9 +556,34 @@ def records(run: Any, backend: Optional[str] = "trulens", app_name: str = "ragbr
     df = pd.DataFrame(list(rows.values()))
     if df.empty:
         return df
+    _say_unknown_cost(run, df)
     fixed = ["app_name", "app_version", "record_id", "input", "output"]
     feedback = sorted(c for c in df.columns if c not in fixed + ["latency", "total_tokens", "total_cost"])
     return df[fixed + feedback + ["latency", "total_tokens", "total_cost"]]
+
+
+class UnknownCost(UserWarning):
+    """``total_cost`` is unknown (NaN) in some rows: the judge model has no price."""
+
+
+def unknown_cost(run: Any, frame: Any) -> Optional[str]:
+    """Why ``total_cost`` is unknown (NaN) in rows of ``frame`` (`records`), or None when it is known
+    everywhere: the judge model has no price in the judge's price table."""
+    if "total_cost" not in frame or not frame["total_cost"].isna().any():
+        return None
+    unknown = frame[frame["total_cost"].isna()]
+    versions = sorted(set(unknown["app_version"]))
+    model = ((getattr(getattr(run, "manifest", None), "judge", None) or {}).get("model")) or "the judge model"
+    return (f"total_cost is unknown (an empty CSV cell, JSON null) for {', '.join(versions)}: "
+            f"{model!r} has no price in the judge's price table; runs judged with a price for it "
+            f'([judge.prices."{model}"] input and output per million tokens in ragbridge.toml, or '
+            f"JudgeConfig(prices=...)) know their cost")
+
+
+def _say_unknown_cost(run: Any, frame: Any) -> None:
+    note = unknown_cost(run, frame)
+    if note:
+        warnings.warn(note, UnknownCost, stacklevel=3)
 
 
 def leaderboard(run: Any, backend: Optional[str] = "trulens", app_name: str = "ragbridge"):

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import importlib.util
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import (TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, ClassVar, Mapping, Optional,
@@ -38,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from .limits import not_text
 from .metrics import resolve_metric
-from .options import BackendOptions, Whole, backend_options, config_tables, option
+from .options import BackendOptions, OptionError, Whole, backend_options, config_tables, option
 from .schema import Case, Score
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -75,6 +76,10 @@ class MetricSpec:
     ``pass_mark``: the threshold of the backend's own pass rule on the 0..1 value, when it has one
     that differs from the metric's default (a rubric's ``pass_at``), recorded in run.json
     (``pass_marks``) as the pass mark of this backend and metric.
+    ``embedding_model``: the embedding model the metric asks the judge's server for when the judge
+    names none (its library's default); None for a metric that embeds nothing. A run makes it the
+    judge's ``embedding_model``, so the preflight checks that the server serves it and run.json
+    records the model the scores came from.
     """
 
     name: str
@@ -86,6 +91,7 @@ class MetricSpec:
     default: bool = True
     group: Optional[str] = None
     pass_mark: Optional[float] = None
+    embedding_model: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.judge and "question" not in self.requires:
@@ -95,6 +101,8 @@ class MetricSpec:
 #: the backend whose options run.json holds at the top level of ``options`` (``gain``, ``no_relevant``,
 #: ...), where every run folder has held them; every other backend's are under ``backend_options``
 FLAT_OPTIONS = "native"
+#: one exact version of a library, as ``NAME==VERSION`` and ``[backends.NAME] version`` give it
+EXACT_VERSION = re.compile(r"[A-Za-z0-9][^\s=<>~!,;*]*")
 
 
 class RunOptions(BaseModel):
@@ -109,6 +117,11 @@ class RunOptions(BaseModel):
     checked against each backend's model before a run starts (`resolved`), and read by a backend as
     its model (`of`). `load` adds those of ``ragbridge.toml``.
 
+    ``versions``: the version of its library each backend named without one runs at, by the
+    backend's name (``{"mylib": "1.2"}``: a run's ``mylib`` is ``mylib==1.2``, in an environment
+    of its own: `ragbridge.run.isolated`); `load` reads them from the ``version`` key of
+    ``[backends.NAME]``, which is no option of the backend.
+
     ``chunking`` is the chunking ``precision_omega`` measures (a `ragbridge.native.spans.Chunking`, or
     None); ``span_labels`` whether the cases hold span labels (set by the runner; the span metrics
     are planned by default only then)."""
@@ -119,6 +132,8 @@ class RunOptions(BaseModel):
     generator_model: Optional[str] = option(None, "The system's own model.", flag="--generator-model")
     backend_options: dict[str, Any] = option(
         default_factory=dict, help="Each backend's options, by its name: its options model, or a mapping.")
+    versions: dict[str, str] = option(
+        default_factory=dict, help="The library version a backend named without one runs at, by its name.")
     chunking: Any = None
     span_labels: bool = False
 
@@ -128,6 +143,14 @@ class RunOptions(BaseModel):
         shown = not_text(value) if isinstance(value, str) else None
         if shown is not None:
             raise ValueError(f"{shown} is not UTF-8 text: give it as UTF-8")
+        return value
+
+    @field_validator("versions")
+    @classmethod
+    def _versions(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, version in value.items():
+            if not EXACT_VERSION.fullmatch(version):
+                raise ValueError(f"{name}: {version!r} is not one exact version (e.g. \"0.3.9\")")
         return value
 
     def of(self, backend: "Backend") -> BackendOptions:
@@ -154,15 +177,33 @@ class RunOptions(BaseModel):
         """RunOptions of ``fields``, with the backends' options of ``[backends.NAME]`` in
         ``ragbridge.toml`` (``config_file`` instead, when given) and ``[tool.ragbridge.backends.NAME]``
         in ``pyproject.toml`` (in ``cwd``, default the working directory), under those of ``sources``
-        (see `ragbridge.options.backend_options`) and of ``fields["backend_options"]``; an
+        (see `ragbridge.options.backend_options`) and of ``fields["backend_options"]``; and the
+        ``version`` of each table (``versions``, ``ragbridge.toml``'s over ``pyproject.toml``'s, under
+        ``fields["versions"]``), taken out before the table is checked as the backend's options. An
         `ragbridge.options.OptionError` naming the file, the backend and the option for what is
         wrong."""
         from .plugins import get_backends
 
+        registry = get_backends()
         given = fields.pop("backend_options", None) or {}
-        tables = config_tables("backends", config_file, cwd)
-        merged = backend_options(get_backends(), [*tables, *sources, ("python", given)])
-        return cls(backend_options=merged, **fields)
+        versions: dict[str, str] = {}
+        tables = []
+        for path, table in config_tables("backends", config_file, cwd):
+            options = {}
+            for name, settings in table.items():
+                settings = dict(settings)
+                version = settings.pop("version", None)
+                if version is not None:
+                    if not isinstance(version, str) or not EXACT_VERSION.fullmatch(version.strip()):
+                        raise OptionError(f"{path}: [backends.{name}] version must be one exact version of "
+                                          f"the backend's library as text (version = \"0.3.9\"), got "
+                                          f"{version!r}")
+                    versions[name] = version.strip()
+                if settings or name not in registry:  # an unknown backend is named as such
+                    options[name] = settings
+            tables.append((path, options))
+        merged = backend_options(registry, [*tables, *sources, ("python", given)])
+        return cls(backend_options=merged, versions={**versions, **fields.pop("versions", {})}, **fields)
 
     def public(self) -> dict[str, Any]:
         """What run.json records of these options (`FLAT_OPTIONS`'s at the top level)."""

@@ -54,8 +54,9 @@ chunk by chunk (``ragbridge.rubric.diagnostics``). RAGChecker's noise sensitivit
 self-knowledge are shares where lower is better; here, where every value is higher-is-better, each
 is one minus RAGChecker's figure (the score's ``native_value`` keeps RAGChecker's), as
 ``must_not_contain`` counts the forbidden strings absent (`RAGCHECKER` names them). Where a figure has
-nothing to average RAGChecker gives 0 and ragbridge's value is undefined, so the means differ;
-`ragchecker_figure` is RAGChecker's figure for one case, which summaries average beside the mean.
+nothing to average (no claim, or no chunk retrieved: ``ragbridge.rubric.diagnostics`` lists each)
+RAGChecker gives 0 and ragbridge's value is undefined, so the means differ; `ragchecker_figure` is
+RAGChecker's figure for one case, which summaries average beside the mean.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ from typing import Any, Optional, Union
 __all__ = ["Metric", "METRICS", "NAMES", "KINDS", "RANKING", "SPAN", "NO_MARK", "ANSWER_CHECK", "JUDGED",
            "RETRIEVAL", "GENERATION", "PER_K", "DEFAULT_PASS_MARK", "find", "half_of", "sort_key",
            "default_pass_mark", "resolve_metric", "RAGCHECKER", "CLAIM_DIAGNOSTICS", "ragchecker_figure",
-           "registered"]
+           "registered", "NOTHING_RETRIEVED"]
 
 RANKING, SPAN, ANSWER_CHECK, JUDGED = "ranking", "span", "answer check", "judged"
 KINDS = (RANKING, SPAN, ANSWER_CHECK, JUDGED)
@@ -77,6 +78,9 @@ PER_K = "1/k"
 DEFAULT_PASS_MARK = 0.5
 #: no default bar: every value passes
 NO_MARK = 0.0
+#: the words of an undefined score's reason (or part of it) where the case retrieved no chunk
+#: (``contexts: []``): what the diagnosis reads to say so, whether or not it reads the chunks
+NOTHING_RETRIEVED = "no chunk was retrieved"
 
 
 @dataclass(frozen=True)
@@ -176,9 +180,10 @@ def ragchecker_figure(score: Any) -> Optional[float]:
     """RAGChecker's own figure for one case behind a claim diagnostic's score (a `ragbridge.schema.Score`),
     as RAGChecker's mean counts it: its figure (one minus ``value`` where the value is inverted)
     where the score has a value; 0 where the score is undefined for want of anything to average
-    (its claim checks were made: RAGChecker's 0); None for any other score: not a claim diagnostic
-    (its ``native_value`` names RAGChecker's metric), errored, not run, or skipped for a missing
-    answer or reference (no claim checks: the case is in neither mean)."""
+    (its claim checks were made, against no chunk when none was retrieved: RAGChecker's 0); None for
+    any other score: not a claim diagnostic (its ``native_value`` names RAGChecker's metric), errored,
+    not run, or skipped for a missing answer or reference (no claim checks: the case is in neither
+    mean)."""
     named = RAGCHECKER.get(score.metric)
     native = score.native_value
     if named is None or not isinstance(native, dict) or native.get("ragchecker_metric") != named[0]:

@@ -101,6 +101,13 @@ class BackendOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True, defer_build=True)
 
 
+def _versioned(name: str, key: Optional[str]) -> str:
+    """What an option given for a backend's library version (``mylib==1.2``) is told: where it goes."""
+    base = name.partition("==")[0].strip() or "NAME"
+    return ("a backend's options apply to every version of its library: give them under the backend's "
+            f"name without ==VERSION (--option {base}.{key or 'KEY'}=VALUE, [backends.{base}])")
+
+
 class OptionError(UserError, ValueError):
     """An option that is unknown or has a value it cannot take; the message names where it was given."""
 
@@ -253,6 +260,10 @@ def _from_text(model: type[BaseModel], key: str, texts: list[str], where: Callab
 
 def parse_assignment(text: str) -> tuple[str, str, str]:
     """``BACKEND.KEY=VALUE`` as (backend, key, value); OptionError for anything else."""
+    head, versioned, rest = text.partition("==")
+    if versioned and "." not in head:  # mylib==1.2.concurrency=2
+        key = rest.partition("=")[0].rsplit(".", 1)[-1]
+        raise OptionError(f"--option {text}: {_versioned(head, key if key.isidentifier() else None)}")
     target, eq, value = text.partition("=")
     backend, dot, key = target.strip().partition(".")
     if not eq or not dot or not backend.strip() or not key.strip():
@@ -275,6 +286,8 @@ def backend_options(registry: Mapping[str, Any], sources: Iterable[tuple[str, Ma
             backend = registry.get(name)
             if backend is None:
                 key = next(iter(values), None) if isinstance(values, Mapping) else None
+                if "==" in name and name.partition("==")[0].strip() in registry:
+                    raise OptionError(f"{_place(where, name, key)}: {_versioned(name, key)}")
                 raise OptionError(f"{_place(where, name, key)}: unknown backend {name!r}; registered "
                                   f"backends: {', '.join(sorted(registry))}")
             model, owner = backend.Options, f"the {name} backend"

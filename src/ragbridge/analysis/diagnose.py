@@ -5,21 +5,25 @@ when a human label (``labels``) says it fails. Each failing case gets one layer 
 walking the questions of `QUESTIONS` in order (the decision table, written once in
 docs/diagnose.md):
 
-1. was a relevant chunk in the top k? no: ``retrieval`` (for span labels, naming the labelled
-   spans the top k miss);
-2. is every claim of the answer supported by the chunks? no: ``generation``;
+1. was a relevant chunk in the top k? no: ``retrieval`` (naming the labels or spans the top k miss,
+   as the retrieval score's own reason does);
+2. is every claim of the answer supported by the chunks? no: ``generation`` (an answer that states
+   no claim makes none the chunks do not support: yes);
 3. is the supported answer correct? no: the claim checks decide (`_wrong_answer`, from
    `ragbridge.analysis.claim_evidence`): a human label against the judge, or an answer right by
-   the reference, is ``reference_or_judge``; a chunk the answer follows that contradicts the
-   reference is ``knowledge_base``; a reference claim a chunk states and the answer does not, or
-   an answer claim no chunk states, is ``generation``; without claim checks, or when they show
-   none of these, ``undetermined``, naming what is missing;
+   the reference, is ``reference_or_judge``; a chunk the answer follows that contradicts a claim of
+   the reference is ``knowledge_base``; a reference claim a chunk states and the answer does not, or
+   an answer claim no chunk states, is ``generation``; without claim checks, or without a
+   reference, or when they show none of these, ``undetermined``, naming what is missing (never a
+   human label the case has already);
 4. every answer yes (or only retrieval metrics fail and the first answer is yes), yet a metric
-   fails: a metric a human label overrules is ``reference_or_judge``; else a retrieval metric (the
-   top k holds noise, or misses part of the labelled text: a deterministic retrieval metric is never
-   overruled by another) is ``retrieval``; a deterministic answer check (or a human's fail) is
-   ``generation``; a metric a question's deciding evidence overrules, or a judged metric rating a
-   correct, faithful answer poorly, is ``reference_or_judge``.
+   fails: a metric a human label overrules is ``reference_or_judge``; else a retrieval metric is
+   ``retrieval`` (a deterministic retrieval metric is never overruled by another), its reason the
+   score's own (`ragbridge.native.ranking.reasons`: the labels missed, the rank of the first relevant
+   chunk, chunks matching no label above relevant ones) with the labelled text the top k miss; a
+   deterministic answer check (or a human's fail) is ``generation``; a metric a question's deciding
+   evidence overrules, or a judged metric rating a correct, faithful answer poorly, is
+   ``reference_or_judge``.
 
 An unanswerable case (``answerable`` false) asks one question first: did the system decline? (no:
 ``generation``). Each question is answered by the first source of its evidence that has a value for
@@ -33,6 +37,10 @@ later questions need no evidence.
 the deciding evidence, the failing scores, the details: relevant chunks and spans missing from the
 top k, the unsupported claims, the claims and chunks that decided a wrong answer's layer, the wrong
 claims and the chunks that state them), and the counts overall and per tag.
+
+Size: the walk, each rule and the words of the reason it gives sit in one module, so that a rule
+and what it says can be read together; the findings the claim checks give are in
+`ragbridge.analysis.claim_evidence` and the ranking metrics' reasons in `ragbridge.native.ranking`.
 """
 
 from __future__ import annotations
@@ -43,7 +51,9 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from ..metrics import CLAIM_DIAGNOSTICS, JUDGED, RAGCHECKER, find, half_of
+from ..metrics import CLAIM_DIAGNOSTICS, JUDGED, NOTHING_RETRIEVED, RAGCHECKER, find, half_of
+from ..metrics import METRICS as CANONICAL
+from ..native.ranking import METRICS, NEEDS_K, missed_labels, prepare, reasons
 from ..native.spans import MISSED_BY, missed_reason
 from ..run import Run
 from ..run.summary import ALL
@@ -113,13 +123,17 @@ def default_marks(run: Run) -> Thresholds:
 class CaseDiagnosis:
     """The layer of one failing case and what decided it.
 
-    ``decided_by``: the evidence that answered the deciding question (``metric``, ``backend``,
-    ``value``, ``pass_mark``, ``passed``, ``source``: ``score`` or ``label``); None for
-    ``undetermined``. ``failing``: every score below its pass mark and every human fail. ``missing``:
-    for ``undetermined``, each source of the unanswered question and why it has no value.
+    ``decided_by``: the evidence that decided the layer (``metric``, ``backend``, ``value``,
+    ``pass_mark``, ``passed``, ``source``: ``score`` or ``label``): the entry that answered the
+    deciding question no; past the questions, the human label or score that overrules a failing
+    metric (``details["overruled"]`` lists what it overrules), else the failing metric itself; None
+    for ``undetermined`` at a question nothing answers. ``failing``: every score below its pass mark
+    and every human fail. ``missing``: for ``undetermined``, what is missing (each source of an
+    unanswered question and why it has no value, or the evidence that would place a wrong answer).
     ``details``: what the evidence shows (relevant labels missing from the top k, the unsupported
-    claims, the chunk that held the answer, wrong claims and the chunks stating them, the human
-    labels that overturned a metric)."""
+    claims and where each stands, the judge's faithfulness beside a human label, the chunk that held
+    the answer, wrong claims and the chunks stating them, the metrics a human label or a question's
+    evidence overrules)."""
 
     case_id: str
     layer: str
@@ -301,43 +315,79 @@ def _diagnose_case(case: Case, scores: list[Score], th: Thresholds, human: dict[
     if not failing:
         return None
     failing.sort(key=lambda f: (f["source"] != "score", f["metric"], f["backend"]))
-    tags = list(case.tags)
-    base = dict(case_id=case.id, tags=tags, failing=failing)
+    ctx = _Context(case, scores, scored, mark_of, human, in_run, k, spans, case_claims(scores))
+    base = dict(case_id=case.id, tags=list(case.tags), failing=failing)
     settled: dict[str, dict[str, Any]] = {}  # question -> the deciding entry (answered yes)
-    claims = case_claims(scores)
     for q in _walk(case):
-        decided, missing = _answer(q, scores, scored, mark_of, human, in_run, k)
+        decided, missing = _answer(q, ctx)
         if decided is None:
+            if q.name == "retrieval" and _nothing_retrieved(ctx):
+                missing = [_NOTHING_RETRIEVED, *missing]
             return CaseDiagnosis(layer="undetermined", question=q.name, decided_by=None, missing=missing,
                                  reason=f"cannot tell whether {q.whether}: " + "; ".join(missing), **base)
         if not decided["passed"]:
             if q.name == "correctness":
-                return _wrong_answer(decided, claims, settled, failing, scores, in_run, base)
-            details = _details(q, case, scores, decided, k, spans, claims)
+                return _wrong_answer(decided, ctx, settled, failing, base)
+            details = _details(q, ctx, decided)
             return CaseDiagnosis(layer=q.layer, question=q.name, decided_by=decided,
-                                 reason=_reason(q, decided, details), details=details, **base)
+                                 reason=_reason(q, ctx, decided, details), details=details, **base)
         settled[q.name] = decided
         if all(half_of(f["metric"]) == "retrieval" for f in failing):
             break  # only the retrieved list fails: the questions about the answer have nothing to explain
-    return _all_yes(case, failing, settled, base)
+    return _all_yes(ctx, failing, settled, base)
 
 
-def _answer(q: Question, case_scores: list[Score], scored: list[Score], mark_of: dict, human: dict[str, bool],
-            in_run: set[str], k: Optional[int]) -> tuple[Optional[dict[str, Any]], list[str]]:
+@dataclass(frozen=True)
+class _Context:
+    """What one case's diagnosis reads: the case, its scores (all, and those with a value), each
+    score's pass mark, its human labels, the metrics of the run, the run's cut-off, the span rule and
+    the claim checks."""
+
+    case: Case
+    scores: list[Score]
+    scored: list[Score]
+    mark_of: dict
+    human: dict[str, bool]
+    in_run: set[str]
+    k: Optional[int]
+    spans: _SpanRule
+    claims: Optional[ClaimEvidence]
+
+
+#: what a case that retrieved nothing lacks to be placed: which of two layers, the list cannot say
+_NOTHING_RETRIEVED = (f"{NOTHING_RETRIEVED}, and nothing says whether an article holds the answer (then "
+                      "retrieval missed it) or none does (then the knowledge base lacks it)")
+
+
+def _nothing_retrieved(ctx: _Context) -> bool:
+    """Whether the case retrieved no chunk, as its scores say it (an undefined score's reason: the
+    native ranking metrics without labels, the claim diagnostics): the same whether the cases were
+    read with their chunks or without, as the report reads them."""
+    return any(s.status == "undefined" and NOTHING_RETRIEVED in (s.reason or "") for s in ctx.scores)
+
+
+def _answer(q: Question, ctx: _Context) -> tuple[Optional[dict[str, Any]], list[str]]:
     """The entry that answers ``q`` for the case (None: no source has a value), and why each source
-    has none."""
-    for metric, ok in sorted(human.items()):
+    has none. An answer that states no claim (its claims split, none found) makes no unsupported
+    claim: the faithfulness question is answered yes by that score."""
+    for metric, ok in sorted(ctx.human.items()):
         if _labels_answer(q, metric):
             return {"metric": metric, "backend": "human", "value": 1.0 if ok else 0.0, "pass_mark": None,
                     "passed": ok, "source": "label", "reason": "human label"}, []
     missing = []
     for source in q.sources:
-        found = sorted(((r, s) for s in scored if (r := _matching(source, s.metric, k)) is not None),
+        found = sorted(((r, s) for s in ctx.scored if (r := _matching(source, s.metric, ctx.k)) is not None),
                        key=lambda rs: (rs[0], _backend_order(rs[1])))
         if found:
             s = found[0][1]
-            return _entry(s, mark_of[(s.backend, s.metric)]), []
-        missing.append(_why_missing(source, case_scores, in_run, k))
+            return _entry(s, ctx.mark_of[(s.backend, s.metric)]), []
+        missing.append(_why_missing(source, ctx.scores, ctx.in_run, ctx.k))
+    if q.name == "faithfulness":
+        empty = next((s for s in ctx.scores if s.status == "undefined" and _source_of(q, s.metric)
+                      and s.evidence is not None and s.evidence.claims == []), None)
+        if empty is not None:
+            return {"metric": empty.metric, "backend": empty.backend, "value": None, "pass_mark": None,
+                    "passed": True, "source": "score", "reason": "the answer states no claim"}, []
     return None, missing
 
 
@@ -354,8 +404,10 @@ def _why_missing(source: str, scores: list[Score], in_run: set[str], k: Optional
                      + (f" ({s.error or s.reason})" if s.error or s.reason else "") for s in found)
 
 
-def _all_yes(case: Case, failing: list[dict], settled: dict[str, dict], base: dict) -> CaseDiagnosis:
-    """Every question answered yes: the failing metrics say what is left."""
+def _all_yes(ctx: _Context, failing: list[dict], settled: dict[str, dict], base: dict) -> CaseDiagnosis:
+    """Every question answered yes: the failing metrics say what is left. ``decided_by`` is the
+    evidence that decides: the human label or score that overrules a failing metric, else the
+    failing metric itself."""
     deciders = {(e["metric"], e["backend"]) for e in settled.values()}
     overruled = []
     for f in failing:
@@ -370,15 +422,14 @@ def _all_yes(case: Case, failing: list[dict], settled: dict[str, dict], base: di
     overruled = [(f, by) for f, by, _ in sorted(overruled, key=lambda o: (o[1]["source"] != "label", o[2]))]
     rest = [f for f in failing if all(f is not o for o, _ in overruled)]
     if overruled and overruled[0][1]["source"] == "label":
-        return _overruled(overruled, settled, base)
+        return _overruled(ctx, overruled, settled, base)
     retrieval = [f for f in rest if half_of(f["metric"]) == "retrieval"]
-    if retrieval:
-        f = retrieval[0]
-        why = ("the top k misses part of what is relevant"
-               + (f" ({f['reason']})" if f.get("reason") else "")
-               if _source_of(_BY_NAME["retrieval"], f["metric"]) else "the top k holds noise")
+    if retrieval:  # the first in the metrics' order: recall, precision, hit, mrr, ndcg, map, span, judged
+        f = min(retrieval, key=lambda f: (not _source_of(_BY_NAME["retrieval"], f["metric"]),
+                                          _ORDER.get(f["metric"].partition("@")[0], len(_ORDER))))
+        why = _retrieval_shortfall(ctx, f, settled)
         return CaseDiagnosis(layer="retrieval", question=None, decided_by=f, reason=(
-            f"a relevant chunk is in the top k, but {_named(f)} fails: {why}"), **base)
+            f"a relevant chunk is in the top k, but {_named(f)} fails{why}"), **base)
     by_human = [f for f in rest if f["source"] == "label"]
     checks = [f for f in rest if f["source"] == "score" and (m := find(f["metric"])) is not None
               and m.kind != JUDGED]
@@ -387,11 +438,88 @@ def _all_yes(case: Case, failing: list[dict], settled: dict[str, dict], base: di
         return CaseDiagnosis(layer="generation", question=None, decided_by=f, reason=(
             f"retrieved, faithful and correct, but {_named(f)} fails"), **base)
     if overruled:
-        return _overruled(overruled, settled, base)
+        return _overruled(ctx, overruled, settled, base)
     f = rest[0]
     passed = "; ".join(_BY_NAME[n].whether for n in settled)
     return CaseDiagnosis(layer="reference_or_judge", question=None, decided_by=f, reason=(
-        f"{passed}; yet {_named(f)} rates it poorly: check the reference and the judge"), **base)
+        f"{passed}; yet {_named(f)} rates it poorly: {_check(f)}"), **base)
+
+
+_ORDER = {m.base: i for i, m in enumerate(CANONICAL)}
+
+#: the metrics that hold an answer against the golden set's reference or expected strings: when one of
+#: them rates a correct answer poorly, the reference is as suspect as the judge
+READS_REFERENCE = frozenset({
+    "answer_correctness", "must_contain", "must_not_contain", "answer_claim_precision", "answer_claim_recall",
+    "answer_claim_f1", "context_recall", "context_precision", "claim_recall", "claim_context_precision",
+    "context_utilization", "noise_sensitivity_relevant", "noise_sensitivity_irrelevant", "hallucination",
+    "self_knowledge"})
+
+
+def _check(*entries: dict) -> str:
+    """Where a correct answer rated poorly points: the judge, and the reference when a metric that
+    rated it reads one (abstention and faithfulness do not)."""
+    return ("check the reference and the judge" if any(e["metric"] in READS_REFERENCE for e in entries)
+            else "check the judge")
+
+
+def _without_reference(ctx: _Context) -> bool:
+    """Whether the case has no reference, as its scores show it (a metric skipped for want of one):
+    the same whether the cases were read with their texts or without."""
+    for s in ctx.scores:
+        why = s.reason or ""
+        if s.status == "undefined" and why.startswith(_SKIPPED) and \
+                "reference" in why[len(_SKIPPED):].split(", "):
+            return True
+    return False
+
+
+_SKIPPED = "skipped: case has no "
+
+
+def _retrieval_shortfall(ctx: _Context, f: dict, settled: dict[str, dict]) -> str:
+    """Why a retrieval metric fails once a relevant chunk is in the top k: the labelled text the top k
+    miss (``span_recall@k``, or the labels the retrieval question's evidence shows missed), the rank
+    of the first relevant chunk (``mrr``), the noise or order of the top k (``ndcg``, ``map``,
+    ``precision``), as each score's reason says it."""
+    own = _shortfall(ctx, f)
+    if _source_of(_BY_NAME["retrieval"], f["metric"]):
+        return ": the top k misses part of what is relevant" + (f" ({own})" if own else "")
+    evidence = settled.get("retrieval")
+    missed = None
+    if evidence is not None and \
+            (evidence["source"] == "label" or (evidence["value"] is not None and evidence["value"] < 1)):
+        missed = _shortfall(ctx, evidence)
+    why = "; ".join(dict.fromkeys(w for w in (own, missed) if w))
+    return f": {why}" if why else ""
+
+
+def _shortfall(ctx: _Context, e: dict) -> Optional[str]:
+    """Why the retrieval evidence ``e`` falls short, in the words of the native backend's reason (the
+    labels and spans the top k miss with their ranks, the first relevant rank, the noise): the
+    score's reason; for a human label, the reason of a score of the same question below 1; else
+    (a run written without these reasons) computed from the case's chunks."""
+    if e["source"] == "score" and e.get("reason"):
+        return e["reason"]
+    if e["source"] == "label":
+        q = next(q for q in QUESTIONS if _labels_answer(q, e["metric"]))
+        for s in sorted(ctx.scored, key=lambda s: (_rank(q, s.metric), _backend_order(s))):
+            if _source_of(q, s.metric) and s.reason and s.value is not None and s.value < 1:
+                return s.reason
+    if not ctx.spans.chunks:
+        return None
+    base, _, cut = e["metric"].partition("@")
+    if base not in METRICS and base not in MISSED_BY:
+        return None
+    k = int(cut) if cut.isdigit() else ctx.k
+    if base in MISSED_BY and k:
+        return missed_labels([c.id for c in ctx.case.contexts], ctx.case.contexts, ctx.case.relevant,
+                             ctx.case.relevant_spans, int(k), ctx.spans.min_overlap, base)
+    if e["value"] is None or base not in METRICS:
+        return None
+    name = f"{base}@{k}" if k and base in NEEDS_K else e["metric"]
+    ranked = prepare([ctx.case], ctx.spans.min_overlap)
+    return reasons([ctx.case], ranked, name, np.array([e["value"]]), ctx.spans.min_overlap)[0]
 
 
 def _measured(f: dict, by: dict) -> bool:
@@ -404,12 +532,22 @@ def _measured(f: dict, by: dict) -> bool:
             and m.kind != JUDGED)
 
 
-def _overruled(overruled: list[tuple[dict, dict]], settled: dict[str, dict], base: dict) -> CaseDiagnosis:
+def _overruled(ctx: _Context, overruled: list[tuple[dict, dict]], settled: dict[str, dict],
+               base: dict) -> CaseDiagnosis:
     f, by = overruled[0]
     more = [_named(o) for o, _ in overruled[1:]]
-    return CaseDiagnosis(layer="reference_or_judge", question=None, decided_by=f, reason=(
-        f"{_named(f)} fails, but {_named(by)} decides that {_question_of(by, settled)}: "
-        "check the reference and the judge" + (f"; also overruled: {', '.join(more)}" if more else "")),
+    said = ""  # what the overruled judge found: the claim and where it stands
+    if _source_of(_BY_NAME["faithfulness"], f["metric"]):
+        s = _score_of(ctx.scores, f)
+        bad = s.evidence.unsupported() if s is not None and s.evidence is not None else []
+        if bad:
+            where = (ctx.claims.where(bad[0].text) if ctx.claims is not None else None) or (
+                "contradicted by the chunks" if bad[0].verdict == "CONTRADICTED" else "unsupported")
+            said = f" (it finds {quoted(bad[0].text)} {where})"
+    return CaseDiagnosis(layer="reference_or_judge", question=None, decided_by=by, reason=(
+        f"{_named(f)} fails{said}, but {_named(by)} decides that {_question_of(by, settled)}: "
+        f"{_check(*(o for o, _ in overruled))}"
+        + (f"; also overruled: {', '.join(more)}" if more else "")),
         details={"overruled": [{"failing": o, "decided_by": b} for o, b in overruled]}, **base)
 
 
@@ -431,6 +569,8 @@ def _question_of(entry: dict, settled: dict[str, dict]) -> str:
 def _named(e: dict[str, Any]) -> str:
     if e["source"] == "label":
         return f"{e['metric']} (human label: {'pass' if e['passed'] else 'fail'})"
+    if e["value"] is None:
+        return f"{e['metric']} ({e['backend']}) undefined: {e['reason']}"
     return f"{e['metric']} ({e['backend']}) {e['value']:.2f} < {e['pass_mark']:g}" if not e["passed"] else (
         f"{e['metric']} ({e['backend']}) {e['value']:.2f} >= {e['pass_mark']:g}")
 
@@ -439,12 +579,12 @@ def _named(e: dict[str, Any]) -> str:
 # Details
 
 
-def _details(q: Question, case: Case, scores: list[Score], decided: dict, k: Optional[int],
-             spans: _SpanRule, claims: Optional[ClaimEvidence]) -> dict[str, Any]:
+def _details(q: Question, ctx: _Context, decided: dict) -> dict[str, Any]:
     d: dict[str, Any] = {}
-    if q.name == "retrieval" and spans.chunks:
+    case, claims = ctx.case, ctx.claims
+    if q.name == "retrieval" and ctx.spans.chunks:
         contexts, relevant = case.contexts, case.relevant
-        cut = int(decided["metric"].partition("@")[2] or 0) or int(k or 0) or len(contexts)
+        cut = int(decided["metric"].partition("@")[2] or 0) or int(ctx.k or 0) or len(contexts)
         rank: dict[str, int] = {}
         for i, ch in enumerate(contexts, 1):
             for label in (ch.id, ch.source):
@@ -457,28 +597,45 @@ def _details(q: Question, case: Case, scores: list[Score], decided: dict, k: Opt
             d["relevant_not_in_top_k"] = missed
         base = decided["metric"].partition("@")[0]
         if case.relevant_spans and base in MISSED_BY:
-            gaps, why = missed_reason(base, case.relevant_spans, case.contexts, cut, spans.min_overlap)
+            gaps, _ = missed_reason(base, case.relevant_spans, case.contexts, cut, ctx.spans.min_overlap)
             if gaps:
-                d["spans_missed"], d["spans_missed_reason"] = gaps, why
+                d["spans_missed"] = gaps
         d["top_k"] = [ch.id for ch in contexts[:cut]]
     elif q.name == "faithfulness":
-        s = _score_of(scores, decided)
+        s = _score_of(ctx.scores, decided) if decided["source"] == "score" else _claims_score(ctx.scores)
         if s is not None and s.evidence is not None and s.evidence.claims:
-            nowhere = set(claims.in_no_chunk()) if claims is not None else set()
-            d["unsupported_claims"] = [{"claim": c.text, "verdict": c.verdict, "reason": c.reason,
-                                        **({"in_no_chunk": True} if c.text in nowhere else {})}
-                                       for c in s.evidence.unsupported()]
+            rows = []
+            for c in s.evidence.unsupported():
+                row: dict[str, Any] = {"claim": c.text, "verdict": c.verdict, "reason": c.reason}
+                k = claims.contradicting(c.text) if claims is not None else None
+                if k is not None:
+                    row["contradicted_by"] = claims.chunk_ids[k]
+                elif claims is not None and c.text in claims.in_no_chunk():
+                    row["in_no_chunk"] = True
+                rows.append(row)
+            d["unsupported_claims"] = rows
+            if decided["source"] == "label":
+                d["judged_by"] = _entry(s, ctx.mark_of.get((s.backend, s.metric), 1.0)) \
+                    if s.status == "scored" else None
         d.update(claims.wrong_claims() if claims is not None else {})
     if q.name == "retrieval" and case.relevant_spans:
         d["span_labels"] = True
     return d
 
 
+def _claims_score(scores: list[Score]) -> Optional[Score]:
+    """The faithfulness score whose evidence holds the answer's claims (the judge's, beside a label)."""
+    found = [s for s in scores if _source_of(_BY_NAME["faithfulness"], s.metric) and s.evidence is not None
+             and s.evidence.claims]
+    return min(found, key=lambda s: (_rank(_BY_NAME["faithfulness"], s.metric), _backend_order(s)),
+               default=None)
+
+
 def _score_of(scores: list[Score], e: dict) -> Optional[Score]:
     return next((s for s in scores if s.metric == e["metric"] and s.backend == e["backend"]), None)
 
 
-def _reason(q: Question, decided: dict, details: dict) -> str:
+def _reason(q: Question, ctx: _Context, decided: dict, details: dict) -> str:
     value = decided["value"]
     if q.name == "retrieval":
         if details.get("span_labels"):
@@ -487,30 +644,41 @@ def _reason(q: Question, decided: dict, details: dict) -> str:
         else:
             head = ("no relevant chunk in the top k" if not value or decided["source"] == "label"
                     else "the top k misses relevant chunks")
-    else:
-        head = {"faithfulness": "the answer makes claims the chunks do not support",
-                "declined": "answered a question it should have declined"}[q.name]
-    extra = ""
-    if details.get("spans_missed"):
-        extra = details["spans_missed_reason"]
-    elif details.get("relevant_not_in_top_k"):
-        extra = "not in the top k: " + ", ".join(m["label"] + (f" (rank {m['rank']})" if m["rank"] else "")
-                                                 for m in details["relevant_not_in_top_k"])
-    elif details.get("unsupported_claims"):
-        extra = "unsupported: " + "; ".join(
-            f'"{c["claim"]}"' + (" (in no retrieved chunk)" if c.get("in_no_chunk") else "")
-            for c in details["unsupported_claims"])
+        extra = _shortfall(ctx, decided)
+        return f"{head}: {_named(decided)}" + (f"; {extra}" if extra else "")
+    if q.name == "declined":
+        extra = decided.get("reason") if decided["source"] == "score" else None
+        return (f"answered a question it should have declined: {_named(decided)}"
+                + (f"; {extra}" if extra else ""))
+    # faithfulness: the unsupported claims, where they stand, and the labels beside the judge
+    rows = details.get("unsupported_claims") or []
+    judged = details.get("judged_by")
+    parts = [f"the answer makes claims the chunks do not support: {_named(decided)}"]
+    if judged:
+        parts.append(_named(judged))
+    if rows:
+        parts.append("unsupported: " + "; ".join(
+            quoted(c["claim"], 10**6)
+            + (f" (contradicted by {ctx.claims.chunk(ctx.claims.chunk_ids.index(c['contradicted_by']))})"
+               if c.get("contradicted_by") else " (in no retrieved chunk)" if c.get("in_no_chunk")
+               else " (contradicted by the chunks)" if c.get("verdict") == "CONTRADICTED" else "")
+            for c in rows))
     elif decided["source"] == "score" and decided.get("reason"):
-        extra = decided["reason"]
-    return f"{head}: {_named(decided)}" + (f"; {extra}" if extra else "")
+        parts.append(decided["reason"])
+    right = [m for m, ok in sorted(ctx.human.items()) if ok and m in _BY_NAME["correctness"].labelled_by]
+    if right:
+        ask = ": a human label on faithfulness would say whether the chunks state it in other words"
+        parts.append(f"{right[0]} (human label: pass) says the answer is correct"
+                     + ("" if decided["source"] == "label" else ask))
+    return "; ".join(parts)
 
 
 # --------------------------------------------------------------------------------------------
 # A faithful answer that is wrong: what the claim checks say
 
 
-def _wrong_answer(decided: dict, claims: Optional[ClaimEvidence], settled: dict[str, dict],
-                  failing: list[dict], scores: list[Score], in_run: set[str], base: dict) -> CaseDiagnosis:
+def _wrong_answer(decided: dict, ctx: _Context, settled: dict[str, dict], failing: list[dict],
+                  base: dict) -> CaseDiagnosis:
     """The layer of a case whose answer follows the chunks (or a person says so) but is not correct
     by ``decided``, from the claim checks (`ragbridge.analysis.claim_evidence`), in this order:
 
@@ -518,13 +686,16 @@ def _wrong_answer(decided: dict, claims: Optional[ClaimEvidence], settled: dict[
        find a claim of the answer in no chunk: ``reference_or_judge`` (the judge's verdicts on this
        answer are in doubt);
     2. every claim of the answer is in the reference and every claim of the reference in the
-       answer: ``reference_or_judge`` (the answer is right by the reference);
-    3. a wrong claim of the answer is stated by a chunk that contradicts the reference and states
-       none of its claims: ``knowledge_base``;
+       answer: ``reference_or_judge`` (the answer is right by the reference; when a person says it
+       is wrong, the reference is);
+    3. a wrong claim of the answer is stated by a chunk that contradicts a claim of the reference:
+       ``knowledge_base``;
     4. a chunk states a claim of the reference that the answer does not: ``generation`` (the
        generator had it);
     5. a wrong claim of the answer is in no chunk: ``generation``;
-    6. else (or without claim checks): ``undetermined``, saying what is missing."""
+    6. else (or without claim checks, or without a reference): ``undetermined``, saying what is
+       missing."""
+    claims = ctx.claims
     named = _named(decided)
     row = dict(question="correctness", decided_by=decided, **base)
     label = settled.get("faithfulness")
@@ -533,7 +704,7 @@ def _wrong_answer(decided: dict, claims: Optional[ClaimEvidence], settled: dict[
         judged = [f for f in failing
                   if f["source"] == "score" and _source_of(_BY_NAME["faithfulness"], f["metric"])]
         if nowhere or judged:
-            doubt = (f"the claim checks find {quoted(nowhere[0])} in no retrieved chunk" if nowhere
+            doubt = (f"the claim checks find {quoted(nowhere[0])} {claims.where(nowhere[0])}" if nowhere
                      else f"{_named(judged[0])}")
             details: dict[str, Any] = {"overruled": [{"failing": f, "decided_by": label}
                                                      for f in [*judged, decided]]}
@@ -541,9 +712,13 @@ def _wrong_answer(decided: dict, claims: Optional[ClaimEvidence], settled: dict[
                 details["claims"] = {"in_no_chunk": nowhere}
             return CaseDiagnosis(layer="reference_or_judge", reason=(
                 f"a human label disagrees with the judge: {_named(label)}, but {doubt}; and {named}: "
-                "check the judge (and the reference)"), details=details, **{**row, "decided_by": label})
-    if claims is None:
-        missing = _claim_checks_missing(scores, in_run)
+                + ("check the judge (and the reference)" if decided["metric"] in READS_REFERENCE
+                   else "check the judge")),
+                details=details, **{**row, "decided_by": label})
+    if _without_reference(ctx):
+        missing = ["the case has no reference to hold the answer and the chunks against"]
+    elif claims is None:
+        missing = _claim_checks_missing(ctx.scores, ctx.in_run)
     elif claims.reference_claims is None or claims.lacks("reference_in_chunks"):
         missing = ["claim checks without the reference's claims checked against the chunks "
                    "(--metric claim_diagnostics)"]
@@ -555,7 +730,14 @@ def _wrong_answer(decided: dict, claims: Optional[ClaimEvidence], settled: dict[
         return CaseDiagnosis(layer="undetermined", missing=missing, reason=(
             f"{named}, but nothing says whether the chunk the answer follows or the answer is wrong: "
             + "; ".join(missing)), **row)
-    layer, reason, details, missing = claims.layer_of_wrong_answer(named)
+    person = None
+    if decided["source"] == "label":
+        judge = next((_entry(s, ctx.mark_of[(s.backend, s.metric)])
+                      for s in sorted(ctx.scored, key=lambda s: (_rank(_BY_NAME["correctness"], s.metric),
+                                                                 _backend_order(s)))
+                      if _source_of(_BY_NAME["correctness"], s.metric)), None)
+        person = _named(judge) if judge is not None else ""
+    layer, reason, details, missing = claims.layer_of_wrong_answer(named, person)
     return CaseDiagnosis(layer=layer, reason=reason, details=details, missing=missing, **row)
 
 

@@ -8,8 +8,8 @@ per backend and metric (`noise_figures`):
 * ``flip_share``: the share of cases whose pass/fail verdict (`ragbridge.verdicts.verdict` at the
   pass mark) is not the same in every repeat;
 * ``alpha``: test-retest reliability, Krippendorff's alpha (interval metric) with the repeats as the
-  raters and the cases as the units, computed by NLTK (``nltk.metrics.agreement``): 1 = the repeats
-  always agree, 0 = the cases' differences are no larger than the judge's noise;
+  raters and the cases as the units, computed as NLTK's ``nltk.metrics.agreement`` does: 1 = the
+  repeats always agree, 0 = the cases' differences are no larger than the judge's noise;
 * ``mde``: the smallest difference in the mean that this golden set can detect against judge noise
   alone, at two-sided ``alpha_level`` (0.05) and ``power`` (0.8): ``(z(1 - a/2) + z(power)) *
   within_sd * sqrt(2 / (N * n))`` for n cases and N repeats, i.e. comparing two runs of the same
@@ -120,16 +120,30 @@ def case_spread(scores: Iterable[Score],
 
 
 def _alpha(units: dict[str, list[Score]]) -> Optional[float]:
-    from nltk.metrics.agreement import AnnotationTask
-    from nltk.metrics.distance import interval_distance
-
-    data = [(str(s.repeat), case_id, float(s.value)) for case_id, group in units.items() for s in group]
-    if len({d[2] for d in data}) < 2:
+    """Krippendorff's alpha of the repeats (interval metric: squared difference), the cases as the
+    units: 1 - D_o / D_e, D_o the mean disagreement within a case (each pair of its values, weighted
+    1 / (values - 1)), D_e over every pair of values; NLTK's ``AnnotationTask.alpha`` with
+    ``interval_distance``, to rounding."""
+    groups = [[float(s.value) for s in group] for group in units.values()]
+    values = [v for g in groups for v in g]
+    if len(set(values)) < 2:
         return None  # one value everywhere: no variation to attribute
-    try:
-        value = AnnotationTask(data=data, distance=interval_distance).alpha()
-    except ZeroDivisionError:
+    pairable = [g for g in groups if len(g) >= 2]
+    every = [v for g in pairable for v in g]
+    if not every:
         return None
+    if len(set(every)) < 2:
+        return 1.0
+
+    def squared_differences(xs: list[float]) -> float:  # the sum over ordered pairs of (a - b)^2
+        return 2.0 * (len(xs) * math.fsum(v * v for v in xs) - math.fsum(xs) ** 2)
+
+    n = len(every)
+    observed = math.fsum(squared_differences(g) / (len(g) - 1) for g in pairable) / n
+    expected = squared_differences(every) / (n * (n - 1))
+    if expected <= 0:
+        return None
+    value = 1.0 - observed / expected
     return float(value) if math.isfinite(value) else None
 
 

@@ -92,7 +92,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import warnings
 import zlib
 from typing import Any, Callable, Optional, Sequence
 
@@ -504,10 +503,76 @@ def paired_permutation_pvalue(
 
 
 def normal_quantile(p: float) -> float:
-    """The standard normal quantile at ``p`` (``normal_quantile(0.975)`` = 1.96)."""
-    from scipy.stats import norm
+    """The standard normal quantile at ``p`` (``normal_quantile(0.975)`` = 1.96; scipy's ``norm.ppf``
+    to 1e-15)."""
+    from statistics import NormalDist
 
-    return float(norm.ppf(p))
+    if p <= 0.0 or p >= 1.0:
+        return -math.inf if p <= 0.0 else math.inf
+    return float(NormalDist().inv_cdf(p))
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 1000):
+        m2 = 2 * m
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)),
+                   -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-16:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x)
+                     + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_two_sided(t: float, df: float) -> float:
+    """P(|T| >= |t|) for Student's t with ``df`` degrees of freedom (scipy's ``2 * t.sf(|t|, df)``)."""
+    if math.isinf(t):
+        return 0.0
+    return _betainc(df / 2.0, 0.5, df / (df + t * t))
+
+
+def t_quantile(q: float, df: float) -> float:
+    """Student's t quantile at ``q`` with ``df`` degrees of freedom (scipy's ``t.ppf``), by bisection on
+    `t_two_sided`."""
+    if q == 0.5:
+        return 0.0
+    if q < 0.5:
+        return -t_quantile(1.0 - q, df)
+    target = 2.0 * (1.0 - q)  # the two-sided tail beyond the quantile
+    lo, hi = 0.0, 1.0
+    while t_two_sided(hi, df) > target:
+        lo, hi = hi, hi * 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if t_two_sided(mid, df) > target:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-14 * max(1.0, hi):
+            break
+    return (lo + hi) / 2.0
 
 
 def _z(confidence: float) -> float:
@@ -577,9 +642,8 @@ def ols_slope(y: Sequence[float], x: Optional[Sequence[float]] = None,
               confidence: float = CONFIDENCE) -> dict[str, Any]:
     """The least-squares line through ``(x, y)`` (``x`` default 0, 1, 2, ...): ``slope`` (per unit of
     x), ``intercept``, ``low`` and ``high`` (the t interval of the slope, NaN with fewer than three
-    points), ``se``, ``p_value`` (of slope 0, two-sided) and ``n``. Fewer than two points: NaN."""
-    from scipy import stats as sps
-
+    points), ``se``, ``p_value`` (of slope 0, two-sided) and ``n``. Fewer than two points: NaN.
+    The figures of ``scipy.stats.linregress``, computed here."""
     yy = np.asarray(y, float)
     xx = np.arange(len(yy), dtype=float) if x is None else np.asarray(x, float)
     n = len(yy)
@@ -592,15 +656,17 @@ def ols_slope(y: Sequence[float], x: Optional[Sequence[float]] = None,
         if n > 2:
             out.update(low=0.0, high=0.0, p_value=1.0)
         return out
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fit = sps.linregress(xx, yy)
-    out.update(slope=float(fit.slope), intercept=float(fit.intercept))
+    xm, ym = xx - xx.mean(), yy - yy.mean()
+    sxx, syy, sxy = float(xm @ xm), float(ym @ ym), float(xm @ ym)
+    slope = sxy / sxx
+    out.update(slope=slope, intercept=float(yy.mean()) - slope * float(xx.mean()))
     if n > 2:
-        t = float(sps.t.ppf(0.5 + confidence / 2, n - 2))
-        se = float(fit.stderr)
-        out.update(se=se, low=float(fit.slope) - t * se, high=float(fit.slope) + t * se,
-                   p_value=float(fit.pvalue))
+        df = n - 2
+        r = max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
+        se = math.sqrt(max(0.0, (1 - r * r) * syy / sxx / df))
+        t_stat = r * math.sqrt(df / ((1.0 - r + 1e-20) * (1.0 + r + 1e-20)))
+        t = t_quantile(0.5 + confidence / 2, df)
+        out.update(se=se, low=slope - t * se, high=slope + t * se, p_value=t_two_sided(t_stat, df))
     return out
 
 

@@ -48,6 +48,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                        "into the same folder."),
     "backends": ("backends", "List every registered backend, whether its library is installed, its metrics "
                              "and its options (with NAME: each option's type, default and help)."),
+    "environments": ("environments", "Library versions in environments of their own: list, build, "
+                                     "remove."),
     "formats": ("data", "List the dataset formats that ``convert`` and ``run`` read and write, and what each "
                         "cannot hold."),
     "convert": ("data", "Convert a dataset between formats (canonical JSONL, CSV, Parquet, datasets, TREC, "
@@ -359,6 +361,9 @@ def run_cli() -> None:
         gc.disable()
         _gc_paused = True
     register_commands(cli)
+    from .output import SayHandler
+
+    SayHandler.install()  # ragbridge's log notes and warnings wrapped as the commands' own
     try:
         cli(prog_name="ragbridge")
     except UserError as exc:  # bad input a command met past its own checks (a run's scores, read when used)

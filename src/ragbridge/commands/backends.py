@@ -41,6 +41,10 @@ def backends(
     """List every registered backend, whether its library is installed, its metrics and its options
     (with NAME: each option's type, default and help)."""
     registry = get_backends()
+    if name is not None and name not in registry and name.partition("==")[0].strip() in registry:
+        base = name.partition("==")[0].strip()
+        fail(f"{name} is the {base} backend at a version of its library: its metrics and options are "
+             f"{base}'s (ragbridge backends {base}); the versions it runs at: ragbridge environments list")
     if name is not None and name not in registry:
         fail(f"unknown backend {name!r}; registered backends: {', '.join(sorted(registry))}")
     found = sorted(((n, b) for n, b in registry.items() if name in (None, n)),

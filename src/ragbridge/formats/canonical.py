@@ -22,7 +22,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 from ..hookspecs import hookimpl
 from ..schema import Case
 from . import JSON_LIST_KEYS, Format
-from .files import DatasetError, jsonl_lines, parse_json, read_hf_rows, text_lines
+from .files import DatasetError, jsonl_lines, optional_module, parse_json, read_hf_rows, text_lines
 from .plain_records import case_record, record_line
 from .records import CASE_FIELDS, cases_from_records, cell_value, pandas_index, rows_to_records
 
@@ -126,7 +126,7 @@ def _other_delimiter(header: Sequence[str]) -> Optional[str]:
 
 
 def read_parquet(path: Path) -> list[Case]:
-    import pyarrow.parquet as pq
+    pq = optional_module("pyarrow.parquet", "parquet", "reading Parquet", path)
 
     try:
         table = pq.read_table(path)
@@ -167,11 +167,15 @@ _JSON_COLUMNS = ("contexts", "relevant", "relevant_spans", "reference_contexts",
 
 
 def _flat_rows(cases: Sequence[Case]) -> list[dict[str, Any]]:
+    """The cases as table rows, list and mapping cells as JSON text; ``contexts`` an empty cell where
+    the case gives none (`Case.contexts_given`), ``[]`` where its retriever returned none."""
     rows = []
     for case in cases:
         d = case.model_dump(mode="json")
         for col in _JSON_COLUMNS:
             d[col] = json.dumps(d[col], ensure_ascii=False)
+        if not case.contexts_given:
+            d["contexts"] = None
         rows.append(d)
     return rows
 
@@ -193,15 +197,15 @@ def write_csv(cases: Sequence[Case], path: Path) -> list[str]:
 
 
 def write_parquet(cases: Sequence[Case], path: Path) -> list[str]:
+    pq = optional_module("pyarrow.parquet", "parquet", "writing Parquet", path)
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     pq.write_table(pa.Table.from_pylist(_flat_rows(cases)), path)
     return []
 
 
 def write_hf(cases: Sequence[Case], path: Path) -> list[str]:
-    import datasets
+    datasets = optional_module("datasets", "datasets", "writing a datasets folder", path)
 
     datasets.Dataset.from_list(_flat_rows(cases)).save_to_disk(str(path))
     return []

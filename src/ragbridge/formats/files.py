@@ -29,7 +29,7 @@ from ..schema import MAX_METADATA_DEPTH
 
 __all__ = ["DatasetError", "atomic_path", "write_atomic", "temporary", "output_name", "sweep_temporaries",
            "no_follow", "pid_alive", "parse_json", "check_parsed", "text_lines", "jsonl_lines", "parse_line",
-           "read_hf_rows"]
+           "read_hf_rows", "optional_module"]
 
 
 class DatasetError(UserError, ValueError):
@@ -63,6 +63,19 @@ class DatasetError(UserError, ValueError):
         if self.hint:
             text += f" ({self.hint})"
         return text
+
+
+def optional_module(name: str, extra: str, what: str, path: Optional[str | Path] = None) -> Any:
+    """The module ``name`` (``pyarrow.parquet``, ``datasets``), which ``pip install ragbridge`` alone does
+    not install; a `DatasetError` saying which extra does, where it is missing."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        top = name.split(".")[0]
+        raise DatasetError(f"{what} needs {top}, which a plain `pip install ragbridge` leaves out",
+                           path=path, hint=f"pip install 'ragbridge[{extra}]'") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -377,7 +390,7 @@ def parse_line(path: Path, n: int, text: str, hint: str, parse: Callable[[str], 
 
 def read_hf_rows(path: Path) -> list[dict[str, Any]]:
     """The rows of a Hugging Face ``datasets`` folder (one split), as dicts."""
-    import datasets
+    datasets = optional_module("datasets", "datasets", "reading a datasets folder", path)
 
     try:
         ds = datasets.load_from_disk(str(path))

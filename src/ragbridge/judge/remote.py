@@ -13,7 +13,10 @@ the judge configuration without secrets (``base_url`` redacted, no cache path). 
 transports add the key to each request, strip the ``/t/<tag>`` attribution path that in-process URLs
 carry and send the call's tag (backend, metric, case_id, repeat) in the ``X-Ragbridge-Tag`` header
 instead, so the
-gateway counts each call under the score it belongs to, exactly as for an in-process call.
+gateway counts each call under the score it belongs to, exactly as for an in-process call. A worker
+that scores a backend under another name (``mylib==1.2`` for the registered ``mylib``: a library
+version in an environment of its own) gives the client ``aliases``, and its calls are counted under
+that name.
 
 ``base_url(..., in_process=True)`` (what every bundled backend uses) is a URL for these transports;
 without ``in_process`` it is the gateway's socket itself. The tag map, ``tag_scope`` and the repeat
@@ -53,11 +56,14 @@ class GatewayClient(JudgeClient):
     #: a worker never sees the answers' marker: the gateway labels the run
     stub_detected = False
 
-    def __init__(self, url: str, key: str, config: dict[str, Any] | JudgeConfig) -> None:
+    def __init__(self, url: str, key: str, config: dict[str, Any] | JudgeConfig,
+                 aliases: Optional[dict[str, str]] = None) -> None:
         super().__init__()
         self._url = url.rstrip("/")
         self._key = key
         self.config = config if isinstance(config, JudgeConfig) else JudgeConfig(**config)
+        #: backend name -> the name its calls are counted under
+        self.aliases = dict(aliases or {})
 
     @classmethod
     def spec(cls, gateway: Any) -> tuple[str, str, dict[str, Any]]:
@@ -103,12 +109,22 @@ class GatewayClient(JudgeClient):
         scope = self.current_tag()
         if scope is not None:
             tag = scope
+        tag_header = TAG_HEADER.lower().encode()
         headers = [(k, v) for k, v in request.headers.raw
                    if k.lower() not in (b"host", b"authorization", b"api-key", b"content-length")]
         headers.append((b"Authorization", f"Bearer {self._key}".encode("ascii")))
-        if tag is not None and TAG_HEADER.lower().encode() not in {k.lower() for k, _ in headers}:
+        if self.aliases:
+            headers = [(k, self._aliased(CallTag.from_header(v.decode("ascii", "replace"))).header()
+                         .encode("ascii")) if k.lower() == tag_header else (k, v) for k, v in headers]
+            tag = self._aliased(tag) if tag is not None else None
+        if tag is not None and tag_header not in {k.lower() for k, _ in headers}:
             headers.append((TAG_HEADER.encode(), tag.header().encode("ascii")))
         return httpx.Request(request.method, self._url + path, headers=headers, content=content)
+
+
+    def _aliased(self, tag: CallTag) -> CallTag:
+        name = self.aliases.get(tag.backend or "")
+        return tag if name is None else CallTag(name, tag.metric, tag.case_id, tag.repeat)
 
 
 class ForwardingTransport(httpx.BaseTransport):

@@ -20,7 +20,13 @@ flags ``--gain``, ``--no-relevant``, ``--case-sensitive``, ``--decline-phrase``,
 
 A ranking or span score is undefined (``value`` null, with the reason) where the metric is: a case
 with no relevance labels (for the span metrics: no span labels), or with no label of grade >= 1
-(precision and hit excepted), and ``precision_omega`` without a chunking.
+(precision and hit excepted), a case that does not give its retrieved chunks (no ``contexts`` field:
+a ground-truth set holds the labels but not the retrieval, so there is no ranking to measure; an
+empty list, a retriever that returned nothing, scores 0), and ``precision_omega`` without a chunking;
+the reason of a case without labels says so when it retrieved no chunk either
+(`ragbridge.metrics.NOTHING_RETRIEVED`). A ranking score below 1 says why (`ranking.reasons`: the
+labels the top k miss, the first relevant rank, the noise above relevant chunks), as does a
+span-labelled case's ``span_recall@k`` below 1 (the spans not wholly covered).
 
 Lifecycle: `NativeBackend.open` returns a `RankedCache`, the run's session. The runner hands every
 metric of a backend the same list of cases when none was filtered out, so the cases are walked into
@@ -42,7 +48,7 @@ from ..schema import Case, Score, ScoreBlock
 from . import answers, ranking, spans
 from .options import NativeOptions
 
-__all__ = ["NativeBackend", "NativeOptions", "RankedCache"]
+__all__ = ["NativeBackend", "NativeOptions", "RankedCache", "NO_CONTEXTS"]
 
 _KINDS = {canonical.RANKING: (), canonical.SPAN: (), canonical.ANSWER_CHECK: ("answer",)}  # kind -> required
 
@@ -61,29 +67,35 @@ class RankedCache:
         return self._prepared
 
 
+#: the reason of a ranking or span score of a case that gives no retrieved chunks
+NO_CONTEXTS = "no retrieved chunks given (the case has no 'contexts')"
+
+
+def _without_contexts(cases: Sequence[Case]) -> list[int]:
+    """The positions of the cases that do not give their retrieved chunks (`Case.contexts_given`)."""
+    given = cases.contexts_given() if hasattr(cases, "contexts_given") else (c.contexts_given for c in cases)
+    return [i for i, g in enumerate(given) if not g]
+
+
 def _undefined_reason(metric: str, record: dict, chunking) -> str:
     """Why ``metric`` is undefined for the case of canonical ``record``."""
     if metric.startswith("span_") or metric == "precision_omega":
         if not record.get("relevant_spans"):
-            return "no span labels"
+            return "no span labels" + ("" if record.get("contexts") else f"; {canonical.NOTHING_RETRIEVED}")
         if metric == "precision_omega" and chunking is None:
             return "precision_omega needs the chunking (--chunks)"
         return "no span label with grade >= 1"
-    return "no label with grade >= 1" if record.get("relevant") or record.get("relevant_spans") else \
-        "no relevance labels"
+    if record.get("relevant") or record.get("relevant_spans"):
+        return "no label with grade >= 1"
+    return "no relevance labels" + ("" if record.get("contexts") else f"; {canonical.NOTHING_RETRIEVED}")
 
 
 def _span_reasons(metric: str, cases: Sequence[Case], values: np.ndarray, reasons: list,
                   min_overlap: float) -> None:
-    """The reason of each span-labelled case's value below 1 of ``recall@k``, ``hit@k`` and
-    ``span_recall@k``: the span labels missed (`spans.missed_reason`)."""
+    """The reason of each span-labelled case's ``span_recall@k`` below 1: the span labels the top k
+    do not wholly cover (`spans.missed_reason`)."""
     base, k = ranking.parse_metric(metric)
-    if base not in spans.MISSED_BY:
-        return
-    short = np.flatnonzero(values < 1).tolist()
-    if not short:
-        return
-    for i in short:
+    for i in np.flatnonzero(values < 1).tolist():
         record = case_record(cases, i)
         if record.get("relevant_spans"):
             reasons[i] = spans.missed_reason(base, record["relevant_spans"], record.get("contexts") or [], k,
@@ -133,7 +145,15 @@ class NativeBackend(Backend):
         if undefined:
             for i in undefined:
                 reasons[i] = _undefined_reason(metric, case_record(cases, i), ctx.options.chunking)
-        if ctx.options.span_labels:
+        for i in _without_contexts(cases):  # nothing retrieved to rank: undefined, not 0
+            if reasons[i] is None:
+                values[i], reasons[i] = np.nan, NO_CONTEXTS
+        base = ranking.parse_metric(metric)[0]
+        if base in ranking.METRICS:  # why a value is below 1: labels missed, the first relevant rank, noise
+            why = ranking.reasons(prepared.cases, prepared.ranked, metric, values, opts.span_min_overlap,
+                                   opts.gain)
+            reasons = [w if w is not None else u for w, u in zip(why, reasons)]
+        elif ctx.options.span_labels and base == "span_recall":
             _span_reasons(metric, cases, values, reasons, opts.span_min_overlap)
         per_case = (time.perf_counter() - start) / max(len(cases), 1)
         yield ScoreBlock(backend=self.name, metric=metric, native_metric=metric,

@@ -25,10 +25,8 @@ Span rule
     one character and at least ``min_overlap`` (default 0.5, ``--span-min-overlap``) of the shorter of
     the two (`ragbridge.schema.span_overlap_matches`). A chunk can match several span labels (a
     long chunk holding two labelled sentences, or a phrase and the paragraph around it): it matches
-    every one of them, and for the graded metrics it is *credited* to one: the highest grade among
-    those not yet credited (then the largest overlap, then the first listed); when all are credited
-    already it is relevant but not credited, as a second chunk of a labelled section is.
-    ``span_recall@k`` (`ragbridge.native.spans`) measures how much of each span the top k cover.
+    every one of them. ``span_recall@k`` (`ragbridge.native.spans`) measures how much of each span the
+    top k cover.
 Duplicates
     A chunk id repeated in ``Case.contexts`` is dropped after its first occurrence *before* ranking,
     so later chunks move up; the number dropped per case is ``Ranked.duplicates``. (trec_eval rejects
@@ -37,27 +35,31 @@ Rank
     The 1-based position in the de-duplicated ``contexts`` list (best first). Chunk scores are
     ignored, so there are no ties and no float32 effects.
 Counting, per metric
-    ``recall@k`` counts the *labels* some top-k chunk matches, each label once however many chunks
-    match it and whichever label a chunk is credited to: one chunk holding two labels counts both,
-    so larger chunks never lose recall for holding more; it cannot exceed 1. ``hit@k`` is 1 when some
-    top-k chunk matches a label. ``precision@k`` counts the relevant *chunks* in the top k, so two
-    chunks of the same labelled section both count. ``ndcg`` and ``map`` rank chunks: each chunk is
-    one item with one gain, that of the label it is credited to, and each label is credited once,
-    at the first chunk credited to it; a chunk matching only labels credited already adds no gain
-    and is non-relevant for AP, so neither can exceed 1. ``mrr`` uses the first relevant chunk.
-    With chunk-id (and section) labels a chunk matches one label, so credited and matched are the
-    same and every value is trec_eval's.
+    Each label is *found* at the first chunk matching it; the labels one chunk finds form a *group*
+    (with chunk-id and section labels a chunk matches one label, so every group is one label).
+    ``recall@k`` counts the labels found in the top k, however many chunks match them: one chunk
+    holding two labels counts both, so larger chunks never lose recall for holding more; it cannot
+    exceed 1. ``hit@k`` is 1 when some top-k chunk matches a label. ``precision@k`` counts the
+    relevant *chunks* in the top k, so two chunks of the same labelled section both count. ``mrr``
+    uses the first relevant chunk. ``ndcg`` and ``map`` below credit each label once, at the chunk
+    that finds it; a chunk finding no label (a second chunk of a section found above) adds no gain
+    and is non-relevant for AP. With chunk-id labels every value is trec_eval's.
 k beyond the list
     Missing ranks are non-relevant: ``precision@k = hits / k`` (trec_eval ``P_k``).
 nDCG
     Gain is the grade (``gain="linear"``, trec_eval ``ndcg_cut``, ranx ``ndcg``) or ``2**grade - 1``
-    (``gain="exponential"``, ranx ``ndcg_burges``); discount ``1 / log2(rank + 1)``. The ideal DCG
-    uses the top ``min(k, R)`` grades of *all* labels with grade >= 1, retrieved or not. ``ndcg``
-    without k is over the whole list.
+    (``gain="exponential"``, ranx ``ndcg_burges``); discount ``1 / log2(rank + 1)``. DCG@k sums each
+    label's gain at the rank of the chunk that finds it (<= k), so a chunk finding a group carries
+    the sum of its labels' gains. The ideal DCG ranks the groups (each label no chunk finds a group
+    of its own) by their gain at ranks 1 .. min(k, groups). So DCG <= ideal (a group's gain is at a
+    rank no better than its place in the ideal), and a ranking of the groups by gain with nothing
+    between them scores 1: one chunk holding every label at rank 1 is perfect. With chunk-id labels
+    the ideal is the top ``min(k, R)`` grades. ``ndcg`` without k is over the whole list.
 AP
-    Sum, over credited relevant chunks at rank <= k, of the precision at that rank (numerator counts
-    only credited relevant chunks), divided by ``R`` (trec_eval ``map_cut``; ``map`` without k is
-    trec_eval ``map``).
+    Sum, over the labels found at rank <= k, of the precision at that rank (counting the chunks that
+    find a label), divided by ``R`` (trec_eval ``map_cut``; ``map`` without k is trec_eval
+    ``map``). Each term is at most 1, so AP is; every label found with only label-finding chunks
+    above it scores 1.
 MRR
     ``mrr`` = 1 / rank of the first relevant chunk over the whole list (trec_eval ``recip_rank``,
     which has no cut-off), 0 if there is none; ``mrr@k`` is 0 when that rank is > k.
@@ -76,7 +78,7 @@ retrieved chunks. See ``benchmarks/bench_ranking.py``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 import numpy as np
@@ -103,6 +105,8 @@ __all__ = [
     "evaluate",
     "parse_metric",
     "Prepared",
+    "reasons",
+    "missed_labels",
 ]
 
 GAINS = ("linear", "exponential")
@@ -119,23 +123,23 @@ class Ranked:
     Per case (length ``n_cases``):
 
     - ``duplicates``: repeated chunk ids dropped before ranking.
-    - ``labelled``: ``relevant`` is non-empty.
+    - ``labelled``: ``relevant`` (or ``relevant_spans``) is non-empty.
     - ``n_relevant``: ``R``, the number of labels with grade >= 1.
     - ``n_retrieved``: length of the de-duplicated ``contexts``.
     - ``first_rank``: rank of the first relevant chunk, 0 when none was retrieved.
+    - ``by_chunk``: matched chunk by chunk (a chunk's source is a label, or the case has span labels).
 
-    Per relevant retrieved chunk (grade >= 1), sorted by (case, rank):
-
-    - ``case_index``, ``rank`` (1-based), ``grade`` (of the label it matches).
-    - ``credited``: the first chunk matching its label (counts for recall, nDCG and AP).
-    - ``ap_term``: precision at this rank counting only credited chunks, 0 where not credited.
+    Per relevant retrieved chunk (grade >= 1), sorted by (case, rank): ``case_index``, ``rank``
+    (1-based), ``new`` (it matches a label no chunk above it matches).
 
     Per label with grade >= 1 that some retrieved chunk matches (unsorted): ``found_case``,
-    ``found_rank`` (the rank of the first chunk matching it, whether or not that chunk is credited
-    to it): what ``recall@k`` and ``hit@k`` count.
+    ``found_rank`` (the rank of the first chunk matching it), ``found_grade`` and ``found_ap`` (the
+    precision at that rank, counting the chunks that are ``new``): what recall, hit, nDCG's DCG and
+    AP count.
 
-    Per label with grade >= 1 (the ideal ranking), sorted by (case, grade descending):
-    ``ideal_case``, ``ideal_rank`` (1-based), ``ideal_grade``.
+    Per label with grade >= 1, retrieved or not (for the ideal DCG): ``label_case``,
+    ``label_grade``, ``label_group`` (the labels one chunk matches first share a group; every other
+    label is a group of its own).
     """
 
     n_cases: int
@@ -144,16 +148,48 @@ class Ranked:
     n_relevant: np.ndarray
     n_retrieved: np.ndarray
     first_rank: np.ndarray
+    by_chunk: np.ndarray
     case_index: np.ndarray
     rank: np.ndarray
-    grade: np.ndarray
-    credited: np.ndarray
-    ap_term: np.ndarray
+    new: np.ndarray
     found_case: np.ndarray
     found_rank: np.ndarray
-    ideal_case: np.ndarray
-    ideal_rank: np.ndarray
-    ideal_grade: np.ndarray
+    found_grade: np.ndarray
+    found_ap: np.ndarray
+    label_case: np.ndarray
+    label_grade: np.ndarray
+    label_group: np.ndarray
+    _ideal: dict = field(default_factory=dict, repr=False)
+
+    def ideal(self, gain: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The ideal ranking for ``gain``: per group, ``(case, rank, gain)``, each case's groups
+        ordered by their gain (the sum of their labels' gains), highest first."""
+        got = self._ideal.get(gain)
+        if got is None:
+            n_groups = int(self.label_group.max()) + 1 if self.label_group.size else 0
+            sizes = np.bincount(self.label_group, minlength=n_groups)
+            if bool((sizes <= 1).all()):  # every label alone (chunk-id labels): order by grade
+                cases, grades = self.label_case, self.label_grade
+                top = int(grades.max()) if grades.size else 0
+                if top < 2**20 and self.n_cases < 2**40:  # one stable sort on a combined key
+                    order = np.argsort(cases * (top + 1) + (top - grades), kind="stable")
+                else:
+                    order = np.lexsort((-grades, cases))
+                cases, gains = cases[order], _gain(grades[order], gain)
+            else:
+                present = sizes > 0
+                gains = np.bincount(self.label_group, weights=_gain(self.label_grade, gain),
+                                    minlength=n_groups)[present]
+                cases = np.zeros(n_groups, dtype=np.int64)
+                cases[self.label_group] = self.label_case
+                cases = cases[present]
+                order = np.lexsort((-gains, cases))
+                cases, gains = cases[order], gains[order]
+            per_case = np.bincount(cases, minlength=self.n_cases)
+            start = np.cumsum(per_case) - per_case
+            ranks = np.arange(1, cases.size + 1, dtype=np.int64) - start[cases]
+            got = self._ideal[gain] = (cases, ranks, gains)
+        return got
 
 
 def _to_int64(values: list, what: str) -> np.ndarray:
@@ -174,13 +210,15 @@ def _first_occurrences(ids: list) -> list[int]:
     return kept
 
 
-def _match_slow(ci, ids, chunks, rel, spans, min_overlap, m_case, m_rank, m_grade, uncredited,
-                f_case, f_rank):
+def _match_slow(ci, ids, chunks, rel, spans, min_overlap, s_case, s_rank, s_new, f_case, f_rank, f_grade,
+                groups, next_group):
     """Match one case chunk by chunk (used only when some chunk's source is a label, or the case
     has span labels): the id rule first (ids, then sources, of ``rel``), else the span rule (see
-    the module docstring). Each relevant chunk is appended to ``m_*`` (credited to one label);
-    each label of grade >= 1 some chunk matches, with the 0-based rank of the first such chunk, to
-    ``f_*``."""
+    the module docstring). Each relevant chunk is appended to ``s_*`` (``s_new``: it matches a label
+    no chunk above it matches); each label of grade >= 1 some chunk matches, with the 0-based rank of
+    the first such chunk, to ``f_*``; each label (``rel``'s, then the spans, as their grades are
+    listed) gets its group id in ``groups``: the labels a chunk matches first share one, every other
+    label has its own. Returns the next free group id."""
     labels: dict[str, list] = {}  # doc -> [(label index, start, end, grade)] of grade >= 1
     for j, span in enumerate(spans):
         grade = span_kernels.grade_of(span)
@@ -189,46 +227,52 @@ def _match_slow(ci, ids, chunks, rel, spans, min_overlap, m_case, m_rank, m_grad
             if start is None:
                 raise span_kernels.unplaced(f"span label {j} of case {ci}")
             labels.setdefault(doc, []).append((j, start, end, grade))
+    found: dict = {}  # label -> rank of the first chunk matching it
     if chunks is None:
         if ids:
             raise span_kernels.unplaced(f"chunk {ids[0]!r} of case {ci}")
-        return
-    sources = _sources(chunks)
-    seen: set = set()
-    found: dict = {}  # label -> rank of the first chunk matching it
-    for i, cid in enumerate(ids):
-        label: Any = cid if cid in rel else (sources[i] if sources[i] in rel else None)
-        if label is not None:
-            g = rel[label]
-            if g <= 0:
+    else:
+        sources = _sources(chunks)
+        for i, cid in enumerate(ids):
+            label: Any = cid if cid in rel else (sources[i] if sources[i] in rel else None)
+            if label is not None:
+                if rel[label] <= 0:
+                    continue
+                new = found.setdefault(label, i) == i
+            elif not labels:
                 continue
-            found.setdefault(label, i)
-        elif not labels:
+            else:
+                doc, start, end = span_kernels.placement(chunks[i])
+                if start is None:
+                    raise span_kernels.unplaced(f"chunk {cid!r} of case {ci}")
+                new = matched = False
+                for j, ls, le, lg in labels.get(doc, ()):
+                    overlap = min(end, le) - max(start, ls)
+                    if span_overlap_matches(overlap, le - ls, end - start, min_overlap):
+                        matched = True
+                        new = found.setdefault(("span", j), i) == i or new
+                if not matched:
+                    continue
+            s_case.append(ci)
+            s_rank.append(i)
+            s_new.append(new)
+    by_rank: dict[int, int] = {}  # rank -> the group of the labels first matched there
+    keys = [*rel, *(("span", j) for j in range(len(spans)))]
+    grades = [*rel.values(), *map(span_kernels.grade_of, spans)]
+    for key, grade in zip(keys, grades):
+        rank = found.get(key)
+        if rank is None:
+            groups.append(next_group)
+            next_group += 1
             continue
-        else:
-            doc, start, end = span_kernels.placement(chunks[i])
-            if start is None:
-                raise span_kernels.unplaced(f"chunk {cid!r} of case {ci}")
-            best = None
-            for j, ls, le, lg in labels.get(doc, ()):
-                overlap = min(end, le) - max(start, ls)
-                if span_overlap_matches(overlap, le - ls, end - start, min_overlap):
-                    found.setdefault(("span", j), i)
-                    key = (("span", j) not in seen, lg, overlap, -j)
-                    if best is None or key > best[0]:
-                        best = (key, j, lg)
-            if best is None:
-                continue
-            label, g = ("span", best[1]), best[2]
-        if label in seen:
-            uncredited.append(len(m_rank))
-        else:
-            seen.add(label)
-        m_case.append(ci)
-        m_rank.append(i)
-        m_grade.append(g)
-    f_case.extend([ci] * len(found))
-    f_rank.extend(found.values())
+        if rank not in by_rank:
+            by_rank[rank] = next_group
+            next_group += 1
+        groups.append(by_rank[rank])
+        f_case.append(ci)
+        f_rank.append(rank)
+        f_grade.append(grade)
+    return next_group
 
 
 def _chunk_lists(cases):
@@ -267,19 +311,22 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
     lab_case: list[int] = []  # labelled cases, their label count, and all their grades
     lab_n: list[int] = []
     all_grades: list[int] = []
+    groups: list[int] = []  # per label (as all_grades): its group id
     hit_case: list[int] = []  # fast path: cases with id matches and how many
     hit_n: list[int] = []
     m_rank: list[int] = []  # 0-based rank of each matched chunk (grade filtered later)
     m_grade: list[int] = []
-    s_case: list[int] = []  # slow path (source matches): one entry per relevant match
+    s_case: list[int] = []  # slow path (sources, spans): one entry per relevant chunk
     s_rank: list[int] = []
-    s_grade: list[int] = []
-    s_uncredited: list[int] = []
+    s_new: list[bool] = []
     f_case: list[int] = []  # slow path: one entry per label (grade >= 1) some chunk matches
     f_rank: list[int] = []
+    f_grade: list[int] = []
+    slow: list[int] = []  # cases matched chunk by chunk
     n_ctx_append, lab_case_append, lab_n_append = n_ctx.append, lab_case.append, lab_n.append
     grades_extend, hit_case_append, hit_n_append = all_grades.extend, hit_case.append, hit_n.append
     rank_extend, grade_extend = m_rank.extend, m_grade.extend
+    next_group = 0
 
     _check_min_overlap(min_overlap)
     ci = -1
@@ -298,8 +345,9 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
             lab_n_append(len(rel or ()) + len(spans))
             grades_extend((rel or {}).values())
             grades_extend(map(span_kernels.grade_of, spans))
-            _match_slow(ci, ids, ctx, rel or {}, spans, min_overlap, s_case, s_rank, s_grade, s_uncredited,
-                        f_case, f_rank)
+            slow.append(ci)
+            next_group = _match_slow(ci, ids, ctx, rel or {}, spans, min_overlap, s_case, s_rank, s_new,
+                                     f_case, f_rank, f_grade, groups, next_group)
             continue
         if not rel:
             continue
@@ -308,7 +356,10 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
         grades_extend(rel.values())
         sources = None if ctx is None else _sources(ctx)
         if sources is None or rel.keys().isdisjoint(sources):
-            # Id matches only: a label matches at most one chunk, so every match is credited.
+            # Id matches only: a label matches at most one chunk and a chunk one label, so every
+            # label is its own group and every relevant chunk matches a new label.
+            groups.extend(range(next_group, next_group + len(rel)))
+            next_group += len(rel)
             hits = idset.intersection(rel)
             if hits:
                 hit_case_append(ci)
@@ -316,8 +367,9 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
                 rank_extend(map(ids.index, hits))
                 grade_extend(map(rel.__getitem__, hits))
         else:
-            _match_slow(ci, ids, ctx, rel, (), min_overlap, s_case, s_rank, s_grade, s_uncredited,
-                        f_case, f_rank)
+            slow.append(ci)
+            next_group = _match_slow(ci, ids, ctx, rel, (), min_overlap, s_case, s_rank, s_new,
+                                     f_case, f_rank, f_grade, groups, next_group)
 
     n_cases = ci + 1
     n_ctx_a = np.array(n_ctx, dtype=np.int64)
@@ -326,61 +378,51 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
         duplicates[np.array(dup_case, dtype=np.int64)] = dup_n
     labelled = np.zeros(n_cases, dtype=bool)
     labelled[np.array(lab_case, dtype=np.int64)] = True
+    by_chunk = np.zeros(n_cases, dtype=bool)
+    by_chunk[np.array(slow, dtype=np.int64)] = True
     n_labels_a = np.zeros(n_cases, dtype=np.int64)
     n_labels_a[np.array(lab_case, dtype=np.int64)] = lab_n
 
-    # Ideal ranking: all labels with grade >= 1, per case by grade descending.
+    # Every label with grade >= 1, with its group (the ideal ranking is built from them per gain).
     grades = _to_int64(all_grades, "grades")
     label_case = np.repeat(np.arange(n_cases, dtype=np.int64), n_labels_a)
     keep = grades > 0
     label_case = label_case[keep]
-    grades = grades[keep]
+    label_grade = grades[keep]
+    label_group = np.array(groups, dtype=np.int64)[keep]
     n_relevant = np.bincount(label_case, minlength=n_cases).astype(np.int64)
-    top = int(grades.max()) if grades.size else 0
-    if top < 2**20 and n_cases < 2**40:  # one stable sort on a combined key (no int64 overflow)
-        order = np.argsort(label_case * (top + 1) + (top - grades), kind="stable")
-    else:
-        order = np.lexsort((-grades, label_case))
-    ideal_case = label_case[order]
-    ideal_grade = grades[order]
-    ideal_start = np.cumsum(n_relevant) - n_relevant
-    ideal_rank = np.arange(1, ideal_case.size + 1, dtype=np.int64) - ideal_start[ideal_case]
 
     # Relevant retrieved chunks (fast and slow path together), sorted by (case, rank).
-    case_index = np.concatenate([
-        np.repeat(np.array(hit_case, dtype=np.int64), np.array(hit_n, dtype=np.int64)),
-        np.array(s_case, dtype=np.int64),
-    ])
-    rank = np.concatenate([np.array(m_rank, dtype=np.int64), np.array(s_rank, dtype=np.int64)]) + 1
-    grade = np.concatenate([_to_int64(m_grade, "grades"), _to_int64(s_grade, "grades")])
-    credited = np.ones(case_index.size, dtype=bool)
-    if s_uncredited:
-        credited[len(m_rank) + np.array(s_uncredited, dtype=np.int64)] = False
+    fast_case = np.repeat(np.array(hit_case, dtype=np.int64), np.array(hit_n, dtype=np.int64))
+    fast_rank = np.array(m_rank, dtype=np.int64) + 1
+    fast_grade = _to_int64(m_grade, "grades")
+    fast = fast_grade > 0
+    fast_case, fast_rank, fast_grade = fast_case[fast], fast_rank[fast], fast_grade[fast]
+    case_index = np.concatenate([fast_case, np.array(s_case, dtype=np.int64)])
+    rank = np.concatenate([fast_rank, np.array(s_rank, dtype=np.int64) + 1])
+    new = np.concatenate([np.ones(fast_case.size, dtype=bool), np.array(s_new, dtype=bool)])
     # Labels some chunk matches: on the fast path each id match is its label's only match.
-    n_fast = len(m_rank)
-    fast = grade[:n_fast] > 0
-    found_case = np.concatenate([case_index[:n_fast][fast], np.array(f_case, dtype=np.int64)])
-    found_rank = np.concatenate([rank[:n_fast][fast], np.array(f_rank, dtype=np.int64) + 1])
-    keep = grade > 0
-    if not bool(keep.all()):
-        case_index, rank, grade, credited = case_index[keep], rank[keep], grade[keep], credited[keep]
+    found_case = np.concatenate([fast_case, np.array(f_case, dtype=np.int64)])
+    found_rank = np.concatenate([fast_rank, np.array(f_rank, dtype=np.int64) + 1])
+    found_grade = np.concatenate([fast_grade, _to_int64(f_grade, "grades")])
+    width = int(max(rank.max(initial=0), found_rank.max(initial=0))) + 1
     if case_index.size:
-        width = int(rank.max()) + 1
         key = case_index * width + rank
         if key.size > 1 and not bool(np.all(key[1:] > key[:-1])):
             order = np.argsort(key, kind="stable")
-            case_index, rank, grade, credited = (
-                case_index[order], rank[order], grade[order], credited[order])
+            case_index, rank, new = case_index[order], rank[order], new[order]
     first_rank = np.zeros(n_cases, dtype=np.int64)
-    ap_term = np.zeros(case_index.size, dtype=np.float64)
+    found_ap = np.zeros(found_case.size, dtype=np.float64)
     if case_index.size:
         starts = np.flatnonzero(np.r_[True, case_index[1:] != case_index[:-1]])
         first_rank[case_index[starts]] = rank[starts]
-        ccount = np.cumsum(credited, dtype=np.int64)
-        before = np.zeros(n_cases, dtype=np.int64)
-        before[case_index[starts]] = ccount[starts] - credited[starts]
-        within = ccount - before[case_index]
-        np.divide(within, rank, out=ap_term, where=credited)
+    if found_case.size:
+        # precision at each label's first matching chunk, counting the chunks that match a new label
+        new_key = (case_index * width + rank)[new]
+        found_key = found_case * width + found_rank
+        upto = np.searchsorted(new_key, found_key, side="right")
+        before = np.searchsorted(new_key, found_case * width, side="left")
+        found_ap = (upto - before) / found_rank
 
     return Ranked(
         n_cases=n_cases,
@@ -389,16 +431,17 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
         n_relevant=n_relevant,
         n_retrieved=n_ctx_a - duplicates,
         first_rank=first_rank,
+        by_chunk=by_chunk,
         case_index=case_index,
         rank=rank,
-        grade=grade,
-        credited=credited,
-        ap_term=ap_term,
+        new=new,
         found_case=found_case,
         found_rank=found_rank,
-        ideal_case=ideal_case,
-        ideal_rank=ideal_rank,
-        ideal_grade=ideal_grade,
+        found_grade=found_grade,
+        found_ap=found_ap,
+        label_case=label_case,
+        label_grade=label_grade,
+        label_group=label_group,
     )
 
 
@@ -484,48 +527,168 @@ def _gain(grades: np.ndarray, gain: str) -> np.ndarray:
 
 
 def ndcg(r: Ranked, k: Optional[int] = None, gain: str = "linear") -> np.ndarray:
-    """DCG@k / ideal DCG@k over credited chunks, discount 1/log2(rank+1). NaN where R = 0.
+    """DCG@k / ideal DCG@k, discount 1/log2(rank+1). NaN where R = 0.
 
-    ``gain="linear"`` (grade, trec ``ndcg_cut_k``) or ``"exponential"`` (2**grade - 1). The ideal
-    uses the top min(k, R) grades of all labels with grade >= 1. Without k: the whole list.
+    DCG: each label's gain at the rank of the first chunk matching it (<= k), so a chunk matching
+    several labels first carries the sum of their gains. Ideal: the groups of labels (those one
+    chunk matches first; every other label alone), by gain, at ranks 1..min(k, groups). With
+    chunk-id labels every group is one label: trec ``ndcg_cut_k``. ``gain="linear"`` (grade) or
+    ``"exponential"`` (2**grade - 1). Without k: the whole list.
     """
     k = _check_k(k, optional=True)
     if gain not in GAINS:
         raise ValueError(f"gain must be one of {', '.join(GAINS)}, got {gain!r}")
-    if k is None:
-        mask = r.credited
-        imask = np.ones(r.ideal_case.size, dtype=bool)
-    else:
-        mask = (r.rank <= k) & r.credited
-        imask = r.ideal_rank <= k
-    rank = r.rank[mask]
+    mask = np.ones(r.found_case.size, dtype=bool) if k is None else r.found_rank <= k
     dcg = np.bincount(
-        r.case_index[mask],
-        weights=_gain(r.grade[mask], gain) / np.log2(rank + 1.0),
+        r.found_case[mask],
+        weights=_gain(r.found_grade[mask], gain) / np.log2(r.found_rank[mask] + 1.0),
         minlength=r.n_cases,
     )
-    irank = r.ideal_rank[imask]
-    idcg = np.bincount(
-        r.ideal_case[imask],
-        weights=_gain(r.ideal_grade[imask], gain) / np.log2(irank + 1.0),
-        minlength=r.n_cases,
-    )
+    icase, irank, igain = r.ideal(gain)
+    imask = np.ones(icase.size, dtype=bool) if k is None else irank <= k
+    idcg = np.bincount(icase[imask], weights=igain[imask] / np.log2(irank[imask] + 1.0), minlength=r.n_cases)
     out = np.full(r.n_cases, np.nan)
     np.divide(dcg, idcg, out=out, where=r.n_relevant > 0)
-    return out
+    # DCG <= ideal DCG exactly; summed in another order, a perfect ranking can round to 1 + 2e-16
+    return np.minimum(out, 1.0, out=out, where=r.n_relevant > 0)
 
 
 def average_precision(r: Ranked, k: Optional[int] = None) -> np.ndarray:
-    """Sum of precision at each credited relevant rank <= k, divided by R. NaN where R = 0.
+    """(1/R) x the sum, over the labels whose first matching chunk is at rank <= k, of the precision
+    at that rank, counting the chunks that match a new label. NaN where R = 0.
 
     trec ``map_cut_k``; without k trec ``map`` (the whole list).
     """
     k = _check_k(k, optional=True)
-    if k is None:
-        numer = np.bincount(r.case_index, weights=r.ap_term, minlength=r.n_cases)
-    else:
-        numer = _per_case_sum(r, r.rank <= k, r.ap_term)
+    mask = np.ones(r.found_case.size, dtype=bool) if k is None else r.found_rank <= k
+    numer = np.bincount(r.found_case[mask], weights=r.found_ap[mask], minlength=r.n_cases)
     return _ratio_over_r(r, numer)
+
+
+# --------------------------------------------------------------------------- why a value is below 1
+
+
+def _n(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
+
+
+def missed_labels(ids: list, chunks: Optional[list], rel: Optional[dict], spans: Any, k: int,
+                  min_overlap: float = SPAN_MIN_OVERLAP, base: str = "recall", by_source: bool = True,
+                  repeats: bool = True) -> Optional[str]:
+    """The labels no top-``k`` chunk matches, as a value of ``recall@k`` or ``hit@k`` below 1 gives
+    its reason: chunk-id and section labels with the rank of their first matching chunk (``not in
+    the top 5: api.md#limits (rank 6), api.md#quota (not retrieved)``), span labels as
+    `ragbridge.native.spans.missed_reason` names them. None when every label is found. ``ids``,
+    ``chunks`` and ``rel`` as `prepare` reads a case (``by_source`` False: no chunk's source is a
+    label; ``repeats`` False: no chunk id repeats, as `Ranked` knows)."""
+    parts = []
+    if rel and base != "span_recall":
+        if repeats and len(set(ids)) != len(ids):
+            kept = _first_occurrences(ids)
+            ids = [ids[i] for i in kept]
+            chunks = None if chunks is None else [chunks[i] for i in kept]
+        sources = None if chunks is None or not by_source else _sources(chunks)
+        if sources is None or rel.keys().isdisjoint(sources):  # ids alone: look up the labels missed
+            top = set(ids[:k])
+            missed = [label for label, g in rel.items() if g >= 1 and label not in top]
+            if missed:  # the ranks of the labels named
+                rank = dict(zip(ids[k:], range(k + 1, len(ids) + 1))).get
+                missed = [(label, rank(label)) for label in missed]
+        else:
+            first: dict = {}
+            for i, cid in enumerate(ids):
+                label = cid if cid in rel else (sources[i] if sources[i] in rel else None)
+                if label is not None:
+                    first.setdefault(label, i + 1)
+            missed = [(label, first.get(label)) for label, g in rel.items()
+                      if g >= 1 and not first.get(label, k + 1) <= k]
+        if missed:
+            named = [f"{label} ({f'rank {r}' if r else 'not retrieved'})" for label, r in missed[:3]]
+            more = f", and {len(missed) - 3} more" if len(missed) > 3 else ""
+            parts.append(f"not in the top {k}: " + ", ".join(named) + more)
+    if spans and chunks is not None:
+        why = span_kernels.missed_reason(base, spans, chunks, k, min_overlap)[1]
+        if why:
+            parts.append(why)
+    return "; ".join(parts) or None
+
+
+def reasons(cases: Any, r: Ranked, metric: str, values: np.ndarray,
+            min_overlap: float = SPAN_MIN_OVERLAP, gain: str = "linear") -> list[Optional[str]]:
+    """Why each value of the ranking metric ``metric`` (``recall@5``, ``mrr``, ``ndcg@10`` ...) below 1
+    is below 1, in the words the native backend gives its scores and the diagnosis repeats (None for a
+    value of 1 or undefined). ``cases`` and ``r`` (their `prepare`) as `evaluate` reads them:
+
+    - ``recall@k``, ``hit@k``: the labels no top-k chunk matches (`missed_labels`);
+    - ``mrr``, ``mrr@k``: the rank of the first relevant chunk;
+    - ``precision@k``: how many of the top k hold no relevant chunk;
+    - ``ndcg``, ``map`` (with or without k): how many labels the top k miss, how many chunks that
+      match no label rank above relevant ones (noise), how many chunks that find no new label rank
+      above ones that do; for nDCG, that a lower gain (of ``gain``) ranks above a higher one.
+    """
+    base, k = parse_metric(metric)
+    out: list[Optional[str]] = [None] * len(values)
+    short = np.flatnonzero(values < 1)
+    if not short.size:
+        return out
+    if base in ("recall", "hit"):
+        want = set(short.tolist())
+        lists = zip(_chunk_lists(cases), span_kernels.span_lists(cases))
+        for i, ((ids, chunks, rel), spans) in enumerate(lists):
+            if i in want:
+                out[i] = missed_labels(ids, chunks, rel, spans, k, min_overlap, base,
+                                       bool(r.by_chunk[i]), bool(r.duplicates[i]))
+        return out
+    idx = short.tolist()
+    if base == "mrr":
+        below = f", below the top {k}" if k else ""
+        for i, fr in zip(idx, r.first_rank[short].tolist()):
+            out[i] = (f"the first relevant chunk is at rank {fr}" + (below if k and fr > k else "")
+                      if fr else "no retrieved chunk is relevant")
+        return out
+    if base == "precision":
+        held = np.bincount(r.case_index[r.rank <= k], minlength=r.n_cases)[short].tolist()
+        for i, h, n in zip(idx, held, r.n_retrieved[short].tolist()):
+            out[i] = (f"{k - h} of the top {k} hold no relevant chunk"
+                      + (f" (the list has {_n(n, 'chunk', 'chunks')})" if n < k else ""))
+        return out
+    # ndcg, map: labels missed; chunks above the last label-finding one in the top k that find none
+    cut = np.iinfo(np.int64).max if k is None else k
+    in_k = r.found_rank <= cut
+    found = np.bincount(r.found_case[in_k], minlength=r.n_cases)
+    last = np.zeros(r.n_cases, dtype=np.int64)
+    np.maximum.at(last, r.found_case[in_k], r.found_rank[in_k])
+    above = r.rank < last[r.case_index]
+    relevant_above = np.bincount(r.case_index[above], minlength=r.n_cases)
+    new_above = np.bincount(r.case_index[above & r.new], minlength=r.n_cases)
+    unordered = np.zeros(r.n_cases, dtype=bool)
+    if base == "ndcg" and in_k.any():  # a chunk finding less gain above one finding more
+        fc, fr = r.found_case[in_k], r.found_rank[in_k]
+        order = np.lexsort((fr, fc))
+        fc, fr, fg = fc[order], fr[order], _gain(r.found_grade[in_k][order], gain)
+        head = np.r_[True, (fc[1:] != fc[:-1]) | (fr[1:] != fr[:-1])]
+        gc, gg = fc[head], np.add.reduceat(fg, np.flatnonzero(head))
+        rises = (gc[1:] == gc[:-1]) & (gg[1:] > gg[:-1])
+        unordered[gc[1:][rises]] = True
+    where = f"in the top {k}" if k else "in the list"
+    n_rel = r.n_relevant[short]
+    columns = zip(idx, n_rel.tolist(), (n_rel - found[short]).tolist(),
+                  np.maximum(last[short] - 1 - relevant_above[short], 0).tolist(),
+                  (relevant_above[short] - new_above[short]).tolist(), unordered[short].tolist())
+    for i, n, missed, noise, again, unordered_i in columns:
+        parts = []
+        if missed:
+            parts.append(f"{missed} of {n} labels not found {where}")
+        if noise:
+            parts.append(f"noise: {_n(noise, 'chunk', 'chunks')} matching no label "
+                         f"{'ranks' if noise == 1 else 'rank'} above relevant ones")
+        if again:
+            parts.append(f"{_n(again, 'chunk', 'chunks')} finding no new label "
+                         f"{'ranks' if again == 1 else 'rank'} above ones that do")
+        if unordered_i:
+            parts.append("a chunk finding less gain ranks above one finding more")
+        out[i] = "; ".join(parts) or None
+    return out
 
 
 # --------------------------------------------------------------------------- names

@@ -38,7 +38,7 @@ from ..analysis.thresholds import Thresholds
 from ..run import Run
 from ..run.columns import ERROR, MISSING, SCORED, STATUS_NAMES, UNDEFINED
 from ..run.summary import ALL
-from .data import DIAGNOSIS_LISTED, case_rows, listed_by_layer, report_data
+from .data import DIAGNOSIS_LISTED, case_rows, listed_by_layer, report_data, reused_lines
 from .text import MISSED, num, one_line, ragchecker_text
 
 __all__ = ["render_html", "write_html", "plots", "grid", "svg_distribution", "svg_scatter", "svg_series",
@@ -607,6 +607,6 @@ def write_html(run: Union[Run, str, Path], out: TextIO, data: Optional[dict] = N
         n_lines=len(lines), sample_step=step, n_over_budget=left,
         compact=Markup(compact_pages(_compact(run, data, lines), columns)),
         grid=grid(data, shown, cols.cases.all_tags()), listed=DIAGNOSIS_LISTED, diagnosis_listed=listed,
-        missed=MISSED, chunks_shown=CHUNKS_SHOWN,
+        missed=MISSED, chunks_shown=CHUNKS_SHOWN, reused_lines=reused_lines(data.get("reused_from")),
     ):
         out.write(piece)

@@ -30,8 +30,12 @@ right_i = answer_in_reference[i] and wrong_i = not right_i.
 Two differences from RAGChecker, both in what a score says rather than in a formula:
 
 * RAGChecker gives 0 where a figure has nothing to average (no claim in the answer, none in the
-  reference, no reference claim in any chunk); here the score is undefined (null) with the reason,
-  as every ragbridge metric is, so it is never averaged as 0;
+  reference, no reference claim in any chunk) and, when no chunk was retrieved (``contexts: []``,
+  an empty claim x chunk matrix), for context precision, context utilization, both noise
+  sensitivities, hallucination and self-knowledge; here the score is undefined (null) with the
+  reason, as every ragbridge metric is, so it is never averaged as 0. Claim recall with no chunk is
+  0 here (no reference claim in a retrieved chunk), where RAGChecker's ``computation.py`` takes
+  NumPy's mean of an empty row (NaN, which makes its whole mean NaN);
 * noise sensitivity, hallucination and self-knowledge are shares where lower is better; a score's
   ``value`` is one minus RAGChecker's figure (higher is better, as every value), and its
   ``native_value`` holds RAGChecker's figure under ``ragchecker_value``.
@@ -55,14 +59,14 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from ..backend import MetricSpec
-from ..metrics import CLAIM_DIAGNOSTICS, RAGCHECKER
+from ..metrics import CLAIM_DIAGNOSTICS, NOTHING_RETRIEVED, RAGCHECKER
 from ..schema import Case, ClaimChecks, Evidence
 from .claim_checks import CRITERION, judge_claim_checks
 from .parse import Asker
 
 __all__ = ["Diagnostic", "DIAGNOSTICS", "GROUP", "specs", "figure", "diagnostic_native", "diagnostic_fields"]
 
-_ALL = ("answer", "reference", "context_text")
+_ALL = ("answer", "reference")
 #: ``--metric claim_diagnostics`` asks for all ten (none is planned unless asked for: 4 + k calls a case)
 GROUP = CLAIM_DIAGNOSTICS
 
@@ -81,10 +85,12 @@ class Diagnostic:
 
 _NOISE = ("answer_in_chunks", "reference_in_chunks", "answer_in_reference")
 #: what each claim diagnostic's formula reads, and the case inputs it needs (RAGChecker's names and the
-#: orientation: `ragbridge.metrics.RAGCHECKER`)
+#: orientation: `ragbridge.metrics.RAGCHECKER`). No metric needs a chunk: a case that retrieved none
+#: (``contexts: []``) is checked against none, as RAGChecker checks it (`diagnostic_fields` skips a case
+#: whose chunks are ids without text)
 _READS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "claim_recall": (("reference_in_chunks",), ("reference", "context_text")),
-    "claim_context_precision": (("reference_in_chunks",), ("reference", "context_text")),
+    "claim_recall": (("reference_in_chunks",), ("reference",)),
+    "claim_context_precision": (("reference_in_chunks",), ("reference",)),
     "answer_claim_precision": (("answer_in_reference",), ("answer", "reference")),
     "answer_claim_recall": (("reference_in_answer",), ("answer", "reference")),
     "answer_claim_f1": (("answer_in_reference", "reference_in_answer"), ("answer", "reference")),
@@ -141,10 +147,13 @@ def figure(name: str, checks: ClaimChecks) -> tuple[Optional[float], str]:
         if p is None or rc is None:
             return None, "the answer states no claim" if p is None else "the reference states no claim"
         return (0.0 if p + rc == 0 else 2 * p * rc / (p + rc)), f"claim precision {p:.2f}, recall {rc:.2f}"
+    no_chunk = checks.chunk_ids is not None and not checks.chunk_ids  # retrieval returned nothing
     if name in ("claim_recall", "context_precision", "context_utilization"):
         grid = checks.reference_in_chunks or []
         if not r:
             return None, "the reference states no claim"
+        if no_chunk and name != "claim_recall":
+            return None, NOTHING_RETRIEVED
         recalled = [any(_yes(v) for v in row) for row in grid]
         if name == "claim_recall":
             return _mean(recalled), _count(sum(recalled), len(r), "reference claims in a retrieved chunk",
@@ -153,7 +162,7 @@ def figure(name: str, checks: ClaimChecks) -> tuple[Optional[float], str]:
             ids = checks.chunk_ids or []
             useful = [any(_yes(row[k]) for row in grid) for k in range(len(ids))]
             if not ids:
-                return None, "no chunk was retrieved"
+                return None, NOTHING_RETRIEVED
             idle = [i for i, u in zip(ids, useful) if not u]
             return _mean(useful), (f"{sum(useful)} of {len(ids)} chunks hold a reference claim"
                                    + (f"; none in {', '.join(idle)}" if idle else ""))
@@ -165,6 +174,8 @@ def figure(name: str, checks: ClaimChecks) -> tuple[Optional[float], str]:
     # noise sensitivity, hallucination, self-knowledge: shares of the answer's claims
     if not a:
         return None, "the answer states no claim"
+    if no_chunk:
+        return None, NOTHING_RETRIEVED
     right = [_yes(v) for v in checks.answer_in_reference or []]
     grid = checks.answer_in_chunks or []
     if name in ("hallucination", "self_knowledge"):
@@ -214,6 +225,10 @@ async def diagnostic_fields(asker: Asker, metric: str, case: Case) -> dict[str, 
     """``case``'s Score fields for the claim diagnostic ``metric``; a reply the checks cannot use
     raises `ReplyError` or `JudgeCallError`."""
     d = DIAGNOSTICS[metric]
+    if case.contexts and not any(c.text for c in case.contexts) and \
+            {"answer_in_chunks", "reference_in_chunks"} & set(d.parts):
+        return dict(value=None, native_value=diagnostic_native(metric),
+                    reason="skipped: case has no context_text")
     checks = await judge_claim_checks(asker, case, d.parts)
     raw, reason = figure(d.ragchecker, checks)
     native = {**diagnostic_native(metric), "ragchecker_value": raw, "structured": asker.structured}

@@ -303,7 +303,7 @@ class Repeats:
 #: the per-score arrays a column makes only when a score has something there (else all defaults)
 _EXTRA = {"judge_calls": (np.int64, 0), "prompt_tokens": (np.int64, 0), "completion_tokens": (np.int64, 0),
           "seconds": (np.float64, 0.0), "cost": (np.float64, np.nan), "claims": (np.int32, -1),
-          "unsupported": (np.int32, 0), "ragchecker": (np.float64, np.nan)}
+          "unsupported": (np.int32, 0), "ragchecker": (np.float64, np.nan), "cached": (np.bool_, False)}
 
 
 class Column:
@@ -705,7 +705,7 @@ class ColumnsBuilder:
         if s.judge_calls:
             extra["judge_calls"] = s.judge_calls
             extra["cost"] = math.nan if s.cost is None else s.cost
-        for name in ("prompt_tokens", "completion_tokens", "seconds"):
+        for name in ("prompt_tokens", "completion_tokens", "seconds", "cached"):
             if getattr(s, name):
                 extra[name] = getattr(s, name)
         claims = claim_counts(s)
@@ -755,7 +755,7 @@ class ColumnsBuilder:
                     col.extra(name)[at[k]] = v
                     written.add(name)
         for name in ("judge_calls", "prompt_tokens", "completion_tokens", "seconds", "cost", "claims",
-                     "unsupported", "ragchecker"):
+                     "unsupported", "ragchecker", "cached"):
             if name not in written and getattr(col, name) is not None:  # a line given again, plainer
                 default = _EXTRA_DEFAULTS[name]
                 for k, extra in enumerate(extras):
@@ -854,7 +854,7 @@ class ColumnsBuilder:
             rep.pass_at_least[i] = s.repeats.pass_at_least
             col.value[i] = math.nan if s.value is None else s.value
             col.status[i] = status_code(s.status)
-            for name in ("judge_calls", "prompt_tokens", "completion_tokens", "seconds"):
+            for name in ("judge_calls", "prompt_tokens", "completion_tokens", "seconds", "cached"):
                 if getattr(s, name):
                     col.extra(name)[i] = getattr(s, name)
                 elif getattr(col, name) is not None:
@@ -870,7 +870,7 @@ class ColumnsBuilder:
 
 
 _EXTRA_DEFAULTS = {"judge_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0,
-                   "cost": math.nan, "claims": -1, "unsupported": 0, "ragchecker": math.nan}
+                   "cost": math.nan, "claims": -1, "unsupported": 0, "ragchecker": math.nan, "cached": False}
 
 
 def _line_digest(line: bytes) -> bytes:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from ..backend import MetricSpec, RunOptions
-from ..errors import UserError
 from ..metrics import resolve_metric
 from ..plugins import get_backends
+from .errors import RunError
+from .isolated import IsolatedBackend, backend_named, with_versions
 
 __all__ = ["RunError", "DEFAULT_BACKENDS", "Plan", "plan_metrics"]
 
@@ -20,10 +21,6 @@ DEFAULT_BACKENDS = ("native",)
 
 #: backend name -> the (concrete metric, spec) pairs it scores
 Plan = dict[str, list[tuple[str, MetricSpec]]]
-
-
-class RunError(UserError, ValueError):
-    """A run that cannot start as asked (unknown backend or metric, unavailable library, bad folder)."""
 
 
 def plan_metrics(
@@ -35,22 +32,22 @@ def plan_metrics(
     With no ``metrics``, every metric of each backend is planned but those that are not
     ``MetricSpec.default``; a requested metric that a backend does not offer is skipped for that
     backend, but must be offered by at least one of them. A request naming a ``MetricSpec.group``
-    asks for every metric of the group.
+    asks for every metric of the group. A backend ``options.versions`` gives a version runs at it
+    (``mylib`` is planned as ``mylib==1.2``).
     """
     if k < 1:
         raise RunError(f"k must be a positive integer (RunOptions(k=5)), got {k}",
                        cli=f"--k must be a positive integer, got {k}")
     registry = get_backends()
-    names = list(backends or DEFAULT_BACKENDS)
+    # a backend named without a version runs at the one the options set for it (ragbridge.toml's)
+    names = with_versions(list(backends or DEFAULT_BACKENDS), options.versions if options else {})
     plan: Plan = {}
     offers: dict[str, list[MetricSpec]] = {}
     for name in names:
-        if name not in registry:
-            raise RunError(
-                f"unknown backend {name!r}; registered backends: {', '.join(sorted(registry))}"
-            )
-        backend = registry[name]
-        if not backend.available():
+        backend = backend_named(name, registry)
+        if isinstance(backend, IsolatedBackend):
+            backend.environment_spec()  # a version its plugin has a lock for, or the error saying which
+        elif not backend.available():
             raise RunError(
                 f"backend {name!r} is not available: its library is not installed "
                 f"(install it with: {backend.install_hint or 'see its documentation'})"

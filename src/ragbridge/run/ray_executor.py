@@ -319,6 +319,7 @@ class BackendScorer:
         from ..judge.remote import GatewayClient
 
         self.options = options
+        self._gateway_spec = gateway
         self.gateway = GatewayClient(*gateway) if gateway is not None else None
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="ragbridge-scorer", daemon=True)
@@ -350,18 +351,36 @@ class BackendScorer:
 
         async def job(name: str, metric: str, cases: CaseBatch, repeat: int) -> None:
             backend, ctx = await self._context(name)
-            await drive_job(backend, metric, cases, ctx, queue, repeat=repeat)
+            scored: asyncio.Queue = asyncio.Queue()
+            await drive_job(backend, metric, cases, ctx, scored, repeat=repeat)
+            while not scored.empty():
+                item = scored.get_nowait()
+                if isinstance(item, Score):  # a library version's backend scores under its name
+                    item.backend = name
+                queue.put_nowait(item)
 
         await asyncio.gather(*(job(name, metric, cases, repeat)
                                for name, metrics, cases in blocks for metric, repeat in metrics))
         return [queue.get_nowait() for _ in range(queue.qsize())]
 
     async def _context(self, name: str) -> tuple[Backend, ScoringContext]:
+        """The backend a block names, opened on its first block; ``NAME==VERSION`` is NAME in the
+        actor's runtime environment of that version, its calls and scores under the versioned name."""
+        from ..judge.remote import GatewayClient
+        from .isolated import split_name
+
         async with self._opening.setdefault(name, asyncio.Lock()):
             if name not in self._contexts:
-                backend = get_backends()[name]
+                base, version = split_name(name)
+                backend = get_backends()[base]
+                backend = backend.load() if callable(getattr(backend, "load", None)) else backend
+                judge = self.gateway
+                if version is not None:
+                    if backend.version() != version:
+                        raise RuntimeError(f"this Ray worker has {base} {backend.version()}, not {version}")
+                    judge = self._gateway_spec and GatewayClient(*self._gateway_spec, aliases={base: name})
                 self._environment.enter_context(applied_environment(backend.environment()))
-                ctx = ScoringContext(options=self.options, judge=self.gateway)  # type: ignore[arg-type]
+                ctx = ScoringContext(options=self.options, judge=judge)  # type: ignore[arg-type]
                 self._contexts[name] = await open_session(backend, ctx)
                 self._backends[name] = backend
         return self._backends[name], self._contexts[name]
@@ -424,6 +443,8 @@ class _Cluster(ExecutorSession):
         self.executor, self.ctx = executor, ctx
         self.ray: Any = None
         self.actors: list[Any] = []
+        #: per library version's backend (``mylib==1.2``): its scorer actors, in its runtime environment
+        self.isolated: dict[str, list[Any]] = {}
         self._next_actor = 0
         self._cpus = 1
         self._task: Any = None
@@ -439,22 +460,37 @@ class _Cluster(ExecutorSession):
             self._task = self.ray.remote(num_cpus=1, max_retries=MAX_RESTARTS)(score_blocks)
         return self.ray
 
-    def _scorers(self) -> list[Any]:
+    def _scorers(self, name: Optional[str] = None) -> list[Any]:
+        """The scorer actors; for a library version's backend (``name``: ``mylib==1.2``), those of its
+        own runtime environment."""
+        if name is not None and "==" in name:
+            if name not in self.isolated:
+                from .isolated import ray_runtime_env
+
+                self.isolated[name] = self._make_scorers(ray_runtime_env(name))
+            return self.isolated[name]
         if not self.actors:
-            ray, ex = self.ray, self.executor
-            gateway = self._gateway_spec(ray, self.ctx.judge) if self.ctx.judge is not None else None
-            actor = ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=MAX_RESTARTS,
-                               max_concurrency=max(1, ex.calls_per_actor))(BackendScorer)
-            self.actors = [actor.remote(self.ctx.options, gateway) for _ in range(max(1, ex.actors))]
+            self.actors = self._make_scorers(None)
         return self.actors
+
+    def _make_scorers(self, runtime_env: Optional[dict]) -> list[Any]:
+        ray, ex = self.ray, self.executor
+        gateway = self._gateway_spec(ray, self.ctx.judge) if self.ctx.judge is not None else None
+        settings: dict[str, Any] = dict(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=MAX_RESTARTS,
+                                        max_concurrency=max(1, ex.calls_per_actor))
+        if runtime_env is not None:
+            settings["runtime_env"] = runtime_env
+        actor = ray.remote(**settings)(BackendScorer)
+        return [actor.remote(self.ctx.options, gateway) for _ in range(max(1, ex.actors))]
 
     async def score(self, jobs: list[Job], record: Record) -> None:
         self._connect()
-        judged = {(b.name, id(c)) for b, m, c, _ in jobs if b.needs_judge(m)}
+        # a library version's backend is scored by actors in its own environment, judged or not
+        judged = {(b.name, id(c)) for b, m, c, _ in jobs if b.needs_judge(m) or "==" in b.name}
         refs = []
         for blocks, is_judged in self._blocks(jobs, judged):
             if is_judged:
-                actors = self._scorers()
+                actors = self._scorers(blocks[0][0] if blocks else None)
                 for block in blocks:
                     actor = actors[self._next_actor % len(actors)]
                     self._next_actor += 1
@@ -491,15 +527,17 @@ class _Cluster(ExecutorSession):
     def close(self, wait: bool = True) -> None:
         """Close the scorers' backends (``wait``: else their actors are ended as they are), then shut
         the cluster down (if this session started it)."""
+        isolated = [a for pool in self.isolated.values() for a in pool]
         try:
-            if self.actors and wait:
+            if (self.actors or isolated) and wait:
                 with contextlib.suppress(Exception):
-                    self.ray.get([a.close.remote() for a in self.actors], timeout=60)
-            for a in self.actors:
+                    self.ray.get([a.close.remote() for a in [*self.actors, *isolated]], timeout=60)
+            for a in [*self.actors, *isolated]:
                 with contextlib.suppress(Exception):
                     self.ray.kill(a)
         finally:
             self.actors = []
+            self.isolated = {}
             self._stack.close()
             self.ray = None
 

@@ -357,8 +357,10 @@ def _options_problem(options: dict[str, Any]) -> Optional[tuple[str, str]]:
 
 #: the counts of ``run.json`` that are money, and so need not be whole
 _MONEY = re.compile(r"(^|\.)(cost|max_cost|total|by_backend|by_metric)(\.|$)")
-#: the counts that are text: the currency, the metrics redefined since an earlier session
-_TEXT = re.compile(r"(\.currency|^counts\.redefined\[\d+\])$")
+#: the counts that are text: the currency, the metrics redefined since an earlier session, what the
+#: errored scores of each backend and cause say (``failures``)
+_TEXT = re.compile(r"(\.currency|^counts\.redefined\[\d+\]"
+                   r"|^counts\.failures\[\d+\]\.(backend|cause|what|reason|fix|case_id|metric))$")
 #: the counts that are flags: whether the judge has prices, whether the budget was spent
 _FLAGS = re.compile(r"\.(priced|spent)$")
 
@@ -678,13 +680,14 @@ def _plain_fields(d: dict, raw: bytes, position: dict, described: int) -> Option
     ts = type(sec)
     if not ((ts is float and 0.0 <= sec < _INF) or (ts is int and sec >= 0)):
         return None
-    repeat, not_run, cost = 0, False, None
+    repeat, not_run, cost, cached = 0, False, None, False
     if len(d) > 14:
         repeat = d.get("repeat", 0)
         not_run = d.get("not_run", False)
         cost = d.get("cost")
+        cached = d.get("cached", False)
         if type(repeat) is not int or not 0 <= repeat < MAX_REPEATS or type(not_run) is not bool \
-                or d.get("repeats") is not None or type(d.get("cached", False)) is not bool:
+                or d.get("repeats") is not None or type(cached) is not bool:
             return None
         if cost is not None and not ((type(cost) is float and 0.0 <= cost < _INF)
                                      or (type(cost) is int and cost >= 0)):
@@ -706,5 +709,7 @@ def _plain_fields(d: dict, raw: bytes, position: dict, described: int) -> Option
             extra["completion_tokens"] = ct
         if sec:
             extra["seconds"] = float(sec)
+    if cached:
+        extra = {**(extra or {}), "cached": True}
     status = ERROR if error else NOT_RUN if not_run else UNDEFINED if value is None else SCORED
     return cid, metric, backend, value, status, repeat, extra

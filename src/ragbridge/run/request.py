@@ -34,7 +34,8 @@ class RunRequest(BaseModel):
 
     cases: Any
     backends: Optional[Sequence[str]] = option(
-        None, "Backend to run (repeatable). Default: native.", flag="--backend -b", cli_type=list[str])
+        None, "Backend to run (repeatable). Default: native. NAME==VERSION runs that version of its library "
+              "in an environment of its own.", flag="--backend -b", cli_type=list[str])
     metrics: Optional[Sequence[str]] = option(
         None, "Metric to score (repeatable), e.g. recall@5, mrr, faithfulness. Default: all of each "
               "backend's.", flag="--metric -m", cli_type=list[str])
