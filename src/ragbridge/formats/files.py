@@ -28,7 +28,7 @@ from ..errors import UserError
 from ..schema import MAX_METADATA_DEPTH
 
 __all__ = ["DatasetError", "atomic_path", "write_atomic", "temporary", "output_name", "sweep_temporaries",
-           "no_follow", "pid_alive", "parse_json", "check_parsed", "text_lines", "jsonl_lines",
+           "no_follow", "pid_alive", "parse_json", "check_parsed", "text_lines", "jsonl_lines", "parse_line",
            "read_hf_rows", "optional_module"]
 
 
@@ -363,7 +363,7 @@ def jsonl_lines(
         if not text.strip():
             continue
         try:
-            value = _parse_line(path, n, text, hint, parse)
+            value = parse_line(path, n, text, hint, parse)
         except DatasetError as error:
             if on_bad is None:
                 raise
@@ -372,7 +372,9 @@ def jsonl_lines(
         yield n, value
 
 
-def _parse_line(path: Path, n: int, text: str, hint: str, parse: Callable[[str], Any]) -> Any:
+def parse_line(path: Path, n: int, text: str, hint: str, parse: Callable[[str], Any]) -> Any:
+    """Line ``n`` of ``path`` (its ``text``) parsed by ``parse``, or the `DatasetError` `jsonl_lines`
+    raises for it (the file, the line, the column, ``hint``)."""
     try:
         return parse(text)
     except json.JSONDecodeError as exc:
