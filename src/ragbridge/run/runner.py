@@ -202,6 +202,7 @@ async def run(request: RunRequest) -> Run:
         if source.span_cases and not options.span_labels:
             options = options.model_copy(update={"span_labels": True})
         plan = plan_metrics(request.backends, request.metrics, options.k, options)
+        _refuse_unsafe_caches(plan, request.judge)
         judged, stub = _check_judge(plan, request.judge, preflight=not request.dry_run)
         judge = request.judge if judged else None
         executor = executor_for(request.executor)
@@ -245,6 +246,19 @@ async def run(request: RunRequest) -> Run:
         return Run(manifest=manifest, scores=recorder.ordered(source) if folder is None else None,
                    cases=source.cases if folder is None else None, path=folder.path if folder else None,
                    totals=None if repeated else recorder.totals)
+
+
+def _refuse_unsafe_caches(plan: Plan, judge: Any) -> None:
+    """`ragbridge.judge.cache.CacheRefused` for a judge cache (or its score cache) that another user
+    could change, before any call is made or anything written."""
+    if judge is None or judge.cache_path is None or judge.cache_mode == "off" \
+            or not any(spec.judge for chosen in plan.values() for _, spec in chosen):
+        return
+    from ..judge.cache import refuse_unsafe
+    from .score_cache import score_cache_path
+
+    refuse_unsafe(judge.cache_path)
+    refuse_unsafe(score_cache_path(judge.cache_path))
 
 
 async def _score(request: RunRequest, plan: Plan, options: RunOptions, judge: Any, executor: Executor,
