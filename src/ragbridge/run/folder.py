@@ -486,7 +486,9 @@ class RunFolder:
             old = json.loads(self.manifest_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return
-        process = old.get("process") if isinstance(old, dict) else None
+        if not isinstance(old, dict):
+            return  # not a manifest: `prepare` says so, with the file
+        process = old.get("process")
         if (old.get("status") == "running" and isinstance(process, dict)
                 and process.get("pid") != os.getpid() and alive(process)):
             raise RunError(
