@@ -45,9 +45,11 @@ def test_rate_limiter_stops_waiting_when_closing():
     assert limiter.wait(closing) is False
 
 
-def test_gateway_socket_host_is_explicit_never_a_wildcard():
+@pytest.mark.parametrize("wildcard", ["0.0.0.0", "0", "000.000.000.000", "0x0", "0.0", "::", "[::]", "0:0::0",
+                                      "::ffff:0.0.0.0", " "])
+def test_gateway_socket_host_is_explicit_never_a_wildcard(wildcard):
     cfg = JudgeConfig(model="m", base_url="http://127.0.0.1:9/v1", cache_mode="off")
-    with JudgeGateway(cfg, host="0.0.0.0") as gw:
+    with JudgeGateway(cfg, host=wildcard) as gw:
         with pytest.raises(JudgeConfigError, match="not a wildcard"):
             gw.url
     with JudgeGateway(cfg, host="localhost") as gw:
