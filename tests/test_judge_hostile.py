@@ -537,3 +537,22 @@ def test_a_key_in_pieces_or_base32_in_an_answer_is_written_nowhere(mode, tmp_pat
         data = path.read_bytes()
         assert not [p for p in pieces if p.encode() in data], path
     assert "KEYECHO" in (tmp_path / "run" / "scores.jsonl").read_text()  # the echo came, redacted
+
+
+def test_the_check_of_the_judges_model_is_counted_in_the_budget_and_the_log(tmp_path):
+    """A judge that lists no models gets one request of the model before the run (``Say OK.``): it
+    is one of --max-calls and a line of judge-calls.log, and once the budget is spent a run again
+    sends none."""
+    with StubJudge(lists_models=False) as stub:
+        args = ["run", EXAMPLE, "--out", tmp_path / "run", "--backend", "rubric", "--metric",
+                "answer_relevance", "--judge-model", "stub-judge", "--judge-base-url", stub.base_url,
+                "--cache-mode", "off", "--max-calls", "3", "--max-concurrency", "1", "--no-progress"]
+        first = ragbridge_cli(*args, cwd=tmp_path)
+        sent = stub.posts()
+        assert any(p.body.get("messages", [{}])[0].get("content") == "Say OK." for p in sent)  # the check
+        assert len(sent) == 3, [p.body.get("messages") for p in sent]
+        again = [ragbridge_cli(*args, cwd=tmp_path) for _ in range(2)]
+        assert len(stub.posts()) == 3  # the budget is spent: nothing more, no check either
+    assert first.returncode == 4 and all(res.returncode == 4 for res in again), first.stderr
+    assert (tmp_path / "run" / "judge-calls.log").read_text().count("c\n") == 3
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["counts"]["judge"]["calls"] == 3
