@@ -29,8 +29,8 @@ from ..errors import UserError
 from ..schema import MAX_METADATA_DEPTH
 
 __all__ = ["DatasetError", "atomic_path", "write_atomic", "temporary", "output_name", "sweep_temporaries",
-           "no_follow", "refuse_link", "OutputRefused", "pid_alive", "parse_json", "check_parsed",
-           "text_lines", "jsonl_lines", "read_hf_rows", "optional_module"]
+           "no_follow", "refuse_link", "OutputRefused", "scratch_folder", "sweep_scratch", "pid_alive",
+           "parse_json", "check_parsed", "text_lines", "jsonl_lines", "read_hf_rows", "optional_module"]
 
 
 class DatasetError(UserError, ValueError):
@@ -435,6 +435,39 @@ def no_follow(path: str, flags: int) -> int:
     """An ``opener`` for `open` that does not follow a symbolic link at ``path`` (``OSError`` ELOOP):
     a file is written where it is named, never where a link made by someone else points."""
     return os.open(path, flags | os.O_NOFOLLOW, 0o666)
+
+
+def scratch_folder(prefix: str) -> str:
+    """A private temporary folder (0700) named for this process (``<prefix><pid>-<random>``), removed
+    when the process exits; the folders of ``prefix`` that this user's processes now gone left (a
+    SIGTERM or SIGKILL runs no exit handler) are removed first (`sweep_scratch`)."""
+    import atexit
+    import tempfile
+
+    parent = tempfile.gettempdir()
+    sweep_scratch(prefix, parent)
+    path = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent)
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def sweep_scratch(prefix: str, parent: str) -> None:
+    """Remove the folders ``<prefix><pid>-...`` in ``parent`` of this user whose process is gone. Live
+    processes' folders, another user's and anything else are left alone."""
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix):].split("-", 1)[0]
+        path = os.path.join(parent, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if (pid.isdigit() and stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+                and not pid_alive(int(pid))):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def pid_alive(pid: int) -> bool:
