@@ -117,11 +117,30 @@ class Run:
         """Every score, the last per (case, metric, backend), by backend, metric and case order; in a
         run with repeats, each case's mean over its repeats (`ragbridge.run.repeats`)."""
         if self._scores is None:
-            scores = read_scores(self._file("scores.jsonl"))[0] if self.path is not None else []
+            scores = self._read_scores() if self.path is not None else []
             order = {c.id: i for i, c in enumerate(self.cases)}
+            stray = sorted({s.case_id for s in scores} - set(order)) if order else []
+            if stray:
+                more = f" and {len(stray) - 5} more" if len(stray) > 5 else ""
+                shown = ", ".join(repr(i) for i in stray[:5]) + more
+                raise DatasetError(
+                    f"holds scores of {len(stray)} case id(s) that are not cases of this run "
+                    f"({self.path / 'cases.jsonl'}): {shown}", path=self.path / "scores.jsonl",
+                    hint="the folder was changed since the run wrote it: restore it, or run the evaluation "
+                         "again into a new folder")
             scores.sort(key=lambda s: (s.backend, s.metric, order.get(s.case_id, 0), s.repeat))
             self._recorded(scores)
         return self._scores
+
+    def _read_scores(self) -> list[Score]:
+        """``scores.jsonl``'s scores; a `DatasetError` when it is gone while run.json counts scores."""
+        path = self._file("scores.jsonl")
+        counted = (self.manifest.counts or {}).get("scores")
+        if not path.exists() and isinstance(counted, int) and counted > 0:
+            raise DatasetError(f"is missing, but run.json counts {counted} score(s) in it", path=path,
+                               hint="the folder was changed since the run wrote it: restore the file, or run "
+                                    "the evaluation again into this folder with --overwrite")
+        return read_scores(path)[0]
 
     @scores.setter
     def scores(self, value: list[Score]) -> None:
