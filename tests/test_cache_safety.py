@@ -120,3 +120,9 @@ def test_a_judge_cache_reached_through_a_link_is_refused(link, tmp_path):
     assert posts == 0 and not (tmp_path / "run").exists()
     assert sorted(p.name for p in elsewhere.iterdir()) == ["target.sqlite"]
     assert (elsewhere / "target.sqlite").read_bytes() == b""
+
+
+def test_a_run_folder_a_run_makes_is_its_users_only(tmp_path):
+    with StubJudge() as stub:
+        assert run(stub, tmp_path, "deep/run").returncode == 0
+    assert stat.S_IMODE((tmp_path / "deep" / "run").stat().st_mode) == 0o700

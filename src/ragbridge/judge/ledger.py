@@ -160,7 +160,7 @@ class Ledger:
         cost) it holds from earlier sessions (calls a killed session made after its last report
         included), and ``sent`` more: requests this session sent already (the check of the judge's
         model, `ragbridge.judge.preflight.Probes`), written first."""
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._tally = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         for _ in range(sent):
             self._write_tally(b"c\n")

@@ -579,7 +579,7 @@ class RunFolder:
         """Write the cases (``source.save``) and the manifest, and open ``scores.jsonl`` to append to
         (a last line cut short by a kill is cut off first; an update's scores written anew: those it
         keeps)."""
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.path.mkdir(parents=True, exist_ok=True, mode=0o700)  # its user's only
         if self._kept is not None:
             write_atomic(self.scores_path, "".join(score_json(s) + "\n" for s in self._kept))
             self._kept = None
