@@ -56,3 +56,12 @@ def test_gateway_socket_host_is_explicit_never_a_wildcard(wildcard):
         assert gw.url.startswith("http://localhost:")
         r = httpx.get(gw.url + "/v1/models", headers={"Authorization": "Bearer wrong"})
         assert r.status_code == 401
+
+
+def test_a_wildcard_gateway_host_stops_a_ray_run_before_a_cluster_starts(tmp_path):
+    from conftest import EXAMPLE, ragbridge_cli
+
+    res = ragbridge_cli("run", EXAMPLE, "--out", tmp_path / "run", "--metric", "mrr", "--executor", "ray",
+                        "--gateway-host", "000.000.000.000")
+    assert res.returncode == 2 and "--gateway-host '000.000.000.000' listens on every address" in res.stderr
+    assert not (tmp_path / "run").exists()

@@ -409,6 +409,14 @@ class RayExecutor(Executor):
     native_block_rows: Optional[int] = None
     calls_per_actor: int = 2
 
+    def __post_init__(self) -> None:
+        from ..judge.server import is_wildcard
+
+        if self.gateway_host is not None and is_wildcard(self.gateway_host.strip("[]")):
+            said = (f"{self.gateway_host!r} listens on every address of the machine: give this machine's "
+                    "one address that the workers reach it at")
+            raise RunError(f"gateway_host {said}", cli=f"--gateway-host {said}")
+
     @contextlib.asynccontextmanager
     async def session(self, plan: Plan, ctx: ScoringContext) -> AsyncIterator["_Cluster"]:
         cluster = _Cluster(self, ctx)
