@@ -155,3 +155,38 @@ def test_a_run_json_that_is_not_an_object_is_refused_naming_it(tmp_path, example
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert f"{out / 'run.json'}" in said and "use --overwrite to replace the run" in said, said
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_a_run_again_into_its_folder_warns_of_the_cases_as_they_are_now(tmp_path):
+    """The labels of the bundled RAGAS file name sections (14 of 19 cases warned of); the chunks given
+    their sections, the same run into the same folder warns as a fresh run of the fixed cases does;
+    a question edited (its id derived from it: a case removed, one added) too."""
+    from ragas.dataset_schema import EvaluationDataset
+
+    from conftest import ROOT
+
+    dataset = EvaluationDataset.from_jsonl(str(ROOT / "examples" / "support-bot" / "ragas-dataset.jsonl"))
+
+    def with_sections(cases):
+        for case in cases:
+            for chunk in case.contexts:
+                chunk.source = chunk.id.rsplit("-", 1)[0]
+        return cases
+
+    out, ranking = tmp_path / "run", {"metrics": ["recall@5", "mrr"]}
+    first = evaluate(dataset, **ranking, out=out)
+    assert any(w.startswith("14 of 19 case(s)") for w in first.manifest.warnings)
+    cases = with_sections(load_cases(dataset))
+    again = evaluate(cases, **ranking, out=out)
+    fresh = evaluate(cases, **ranking, out=tmp_path / "fresh")
+    assert again.manifest.warnings == fresh.manifest.warnings and len(fresh.manifest.warnings) == 1
+    assert json.loads((out / "run.json").read_text())["warnings"] == fresh.manifest.warnings
+    edited = next(i for i, c in enumerate(cases) if repr(c.id) in fresh.manifest.warnings[0])
+    removed = cases[edited].id
+    dataset.samples[edited].user_input += " Thanks!"
+    cases = with_sections(load_cases(dataset))
+    again = evaluate(cases, **ranking, out=out)
+    assert again.manifest.counts["cases_changed"] == {"kept": 19, "changed": 0, "added": 1, "removed": 1}
+    fresh = evaluate(cases, **ranking, out=tmp_path / "fresh2")
+    assert again.manifest.warnings == fresh.manifest.warnings
+    assert not any(repr(removed) in w for w in again.manifest.warnings)

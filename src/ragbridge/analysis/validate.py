@@ -41,7 +41,7 @@ from .ppi import ppi_estimates
 from .table import AnalysisError, ScoreTable, open_run
 from .thresholds import pass_marks
 
-__all__ = ["validate", "VALIDATE_COLUMNS"]
+__all__ = ["validate", "VALIDATE_COLUMNS", "not_random"]
 
 VALIDATE_COLUMNS = [
     "metric", "backend", "threshold", "n_labels", "labels_unknown_case", "n_paired", "unscored",
@@ -53,7 +53,7 @@ VALIDATE_COLUMNS = [
     "unsupported_share", "unsupported_share_low", "unsupported_share_high",
     "n_judged", "judge_pass_rate", "ppi_pass_rate", "ppi_pass_rate_low", "ppi_pass_rate_high",
     "human_pass_rate_low", "human_pass_rate_high", "ppi_mean", "ppi_mean_low", "ppi_mean_high",
-    "design", "strata", "missed_fails", "missed_passes",
+    "design", "strata", "not_random", "missed_fails", "missed_passes",
 ]
 
 
@@ -117,10 +117,12 @@ def validate(
         human = {c: (g >= label_threshold) if is_graded[c] else (g >= 0.5) for c, g in grades.items()}
         graded = any(is_graded.values()) and len(set(grades.values())) > 2
         strata, drawn_by = _strata(table, metric, lab)
+        in_order = None if strata is not None else not_random(table.case_ids, grades)
         for b in table.backends_of(metric):
             if only is None or b in only:
                 row = _validate_backend(table, metric, b, th.get(b, metric), grades, human, graded,
                                         label_threshold, n_resamples, seed, confidence, strata, drawn_by)
+                row["not_random"] = in_order
                 rows.append(row)
     if rows and not any(r["n_labels"] > r["labels_unknown_case"] for r in rows):
         first = next(iter(labels["case_id"]), None)
@@ -130,6 +132,21 @@ def validate(
             "this run's "
             "golden set and spell its case ids")
     return pd.DataFrame(rows, columns=VALIDATE_COLUMNS)
+
+
+def not_random(case_ids: Sequence[str], labelled: Any) -> Optional[str]:
+    """Why labels said to be drawn uniformly are not a random sample, or None: the labelled cases of
+    the run are consecutive in its order (the first lines of a labels file, a slice of the golden
+    set), which a random draw of as many cases makes with a chance below 1%. Every interval of a
+    validation and the true pass rate (prediction-powered inference) assume a random draw."""
+    order = {c: i for i, c in enumerate(case_ids)}
+    at = sorted(order[c] for c in labelled if c in order)
+    n, total = len(at), len(order)
+    if n < 2 or n >= total or at[-1] - at[0] + 1 != n or (total - n + 1) / math.comb(total, n) >= 0.01:
+        return None
+    return (f"the {n} labelled cases are the run's cases {at[0] + 1} to {at[-1] + 1} of {total} in its "
+            "order, not a random sample: the intervals and the true pass rate assume labels drawn at "
+            "random (label a random draw, e.g. ragbridge label's, or every case)")
 
 
 def _strata(table: ScoreTable, metric: str, lab) -> tuple[Optional[dict[str, str]],

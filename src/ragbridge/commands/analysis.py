@@ -444,6 +444,8 @@ def _print_validation(console, frame) -> None:
             notes.append(f"{where}: labels drawn by the judge's verdict ("
                          + ", ".join(f"{h} {v['labels']} of {v['cases']}" for h, v in row["strata"].items())
                          + "); every figure but the counts is weighted by stratum")
+        if row["not_random"] and not any(n.startswith(f"{row['metric']}: the ") for n in notes):
+            notes.append(f"{row['metric']}: {row['not_random']}")
         notes += missed_lines(row, where)
     print_lines(console, notes)
     ppi = [row for row in frame.to_dict("records")

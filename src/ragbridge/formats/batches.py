@@ -184,6 +184,14 @@ class CaseBatch(_Sequence):
                 ctx = r.get("contexts", ())
                 yield [c["id"] for c in ctx], ctx, r.get("relevant")
 
+    def contexts_given(self) -> Iterator[bool]:
+        """Per case whether it gives its retriever's output (`Case.contexts_given`: ``contexts`` set,
+        even to an empty list)."""
+        if self._records is None:
+            return (c.contexts_given for c in self._cases)
+        id_lists = self._chunk_ids or repeat(None, len(self._records))
+        return (ids is not None or "contexts" in r for r, ids in zip(self._records, id_lists))
+
     def questions(self) -> Iterator[str]:
         """Per case its question."""
         if self._records is None:
@@ -217,11 +225,11 @@ class CaseBatch(_Sequence):
         if r.get("answer", "").strip():
             present.add("answer")
         ids, texts = self._columns(i)
-        if ids is not None:
+        if ids:
             present.add("contexts")
             if texts:  # none empty
                 present.add("context_text")
-        elif "contexts" in r:
+        elif r.get("contexts"):
             present.add("contexts")
             if any(map(dict.get, r["contexts"], repeat("text", len(r["contexts"])))):
                 present.add("context_text")

@@ -62,7 +62,7 @@ from .text import jsonable, records
 
 __all__ = ["report_data", "render_json", "backend_key", "read_cases", "case_texts", "TEXT_FIELDS"]
 
-_COUNTS = ("scores", "judge_calls", "prompt_tokens", "completion_tokens")
+_COUNTS = ("scores", "reused", "judge_calls", "prompt_tokens", "completion_tokens")
 #: the fields of a case that no analysis reads, only the drill-down (`case_texts`)
 TEXT_FIELDS = ("contexts", "answer", "reference", "reference_contexts", "metadata")
 
@@ -167,6 +167,7 @@ def report_data(
         "diagnosis": _diagnosis(run, th, labels, label_threshold),
         "judge_usage": usage,
         "judge_usage_by_metric": per_metric,
+        "reused_from": _reused_from(m, usage),
         "cost": (m.counts or {}).get("cost"),
         "noise": _noise(run, th, top),
         "trend": _trend(run, history, seed) if history else None,
@@ -316,12 +317,55 @@ def _noise(run: Run, th: Thresholds, top: int) -> dict[str, Any]:
     return section
 
 
+def _reused_from(m: Any, usage: list[dict]) -> Optional[dict[str, Any]]:
+    """Where the scores a run took from the score cache came from: the cache file, and per backend
+    when the first and the last of them were made (UTC), from ``counts.score_cache``; None when the
+    run reused none."""
+    if not any(u["reused"] for u in usage):
+        return None
+    from ..run.score_cache import score_cache_path
+
+    cache = (m.judge or {}).get("cache_path")
+    made = ((m.counts or {}).get("score_cache") or {}).get("by_backend") or {}
+
+    def when(seconds: Any) -> Optional[str]:
+        if not isinstance(seconds, (int, float)):
+            return None
+        return dt.datetime.fromtimestamp(seconds, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+    by_backend = {}
+    for u in usage:
+        if u["reused"]:
+            times = made.get(u["backend"]) or {}
+            by_backend[u["backend"]] = {"reused": u["reused"], "scores": u["scores"],
+                                        "first_made": when(times.get("first_made")),
+                                        "last_made": when(times.get("last_made"))}
+    return {"path": str(score_cache_path(Path(cache))) if cache else None, "by_backend": by_backend}
+
+
+def reused_lines(reused: Optional[dict[str, Any]]) -> list[str]:
+    """What a report says of the scores taken from the score cache, a sentence per backend."""
+    if not reused:
+        return []
+    out = []
+    for backend, r in reused["by_backend"].items():
+        made = ""
+        if r["first_made"]:
+            made = (f", made {r['first_made']}" if r["first_made"] == r["last_made"]
+                    else f", made between {r['first_made']} and {r['last_made']}")
+        out.append(f"{backend}: {r['reused']} of {r['scores']} scores reused from the score cache "
+                   f"{reused['path'] or ''}{made} by an earlier run with the same inputs; the judge calls, "
+                   "tokens and time they took were spent then, and are not counted here.")
+    return out
+
+
 def _judge_usage(run: Run) -> tuple[list[dict], list[dict]]:
     """Judge calls, tokens and time per backend, and per backend and metric."""
     acc: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for s in run.scores:
         a = acc[(s.backend, s.metric)]
         a["scores"] += 1
+        a["reused"] += s.cached
         a["judge_calls"] += s.judge_calls
         a["prompt_tokens"] += s.prompt_tokens
         a["completion_tokens"] += s.completion_tokens

@@ -27,7 +27,7 @@ from typing import Any, Optional, Sequence, Union
 from ..analysis.table import open_run
 from ..run import Run
 from ..run.summary import ALL
-from .data import DIAGNOSIS_LISTED, case_texts, read_cases, report_data
+from .data import DIAGNOSIS_LISTED, case_texts, read_cases, report_data, reused_lines
 from .text import MISSED, num, one_line, ragchecker_text
 
 __all__ = ["render_html", "plots", "grid", "svg_distribution", "svg_scatter", "svg_series", "backend_colors",
@@ -455,5 +455,5 @@ def render_html(run: Union[Run, str, Path], data: Optional[dict] = None, full: i
         d=data, plots=p, colors=p["colors"], style=Markup(style), script=Markup(script), csp=Markup(csp),
         summary_idx=summary_idx, tag_idx=tag_idx, svg=Markup, cases=shown, n_compact=len(rest),
         compact=Markup(compact_pages(rest, columns)), grid=grid(data, ids), listed=DIAGNOSIS_LISTED,
-        missed=MISSED,
+        missed=MISSED, reused_lines=reused_lines(data.get("reused_from")),
     )

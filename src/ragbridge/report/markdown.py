@@ -10,7 +10,7 @@ from typing import Optional, Union
 from ..analysis.table import open_run
 from ..run import Run
 from ..run.summary import ALL
-from .data import DIAGNOSIS_LISTED, report_data
+from .data import DIAGNOSIS_LISTED, report_data, reused_lines
 from .text import ci_text, column_lines, md_text, missed_lines, num, ragchecker_text
 
 __all__ = ["render_markdown"]
@@ -289,6 +289,9 @@ def _validation(d: dict, out: list[str]) -> None:
             f"{_figure(v, 'kappa')} | {_figure(v, 'balanced_accuracy')} | {_figure(v, 'agreement')} | "
             f"{claims} |")
     out.append("")
+    for metric, why in dict.fromkeys((v["metric"], v["not_random"]) for v in d["validation"]
+                                     if v.get("not_random")):
+        out.append(f"- **{md_text(metric)}: {md_text(why)}**")
     for v in d["validation"]:
         out += [f"- {md_text(line)}" for line in missed_lines(v, f"{v['metric']}, {v['backend']}")]
     out.append("")
@@ -299,11 +302,15 @@ def _usage(d: dict, out: list[str]) -> None:
             "Wall time: from the start of scoring to the backend's last score (backends run side by side, "
             "so these overlap). Sum of call times: each score's own time added up; a backend scores many "
             "cases at once, so the sum can be many times its wall time.", "",
-            "| backend | scores | judge calls | prompt tokens | completion tokens | wall time (s) "
-            "| sum of call times (s) |", "|---|---|---|---|---|---|---|"]
+            "| backend | scores | reused | judge calls | prompt tokens | completion tokens | wall time (s) "
+            "| sum of call times (s) |", "|---|---|---|---|---|---|---|---|"]
     for u in d["judge_usage"]:
-        out.append(f"| {md_text(u['backend'])} | {u['scores']} | {u['judge_calls']} | {u['prompt_tokens']} | "
-                   f"{u['completion_tokens']} | {num(u['wall_seconds'], 1)} | {u['call_seconds']:.1f} |")
+        out.append(f"| {md_text(u['backend'])} | {u['scores']} | {u['reused']} | {u['judge_calls']} | "
+                   f"{u['prompt_tokens']} | {u['completion_tokens']} | {num(u['wall_seconds'], 1)} | "
+                   f"{u['call_seconds']:.1f} |")
+    reused = reused_lines(d.get("reused_from"))
+    if reused:
+        out += ["", "Reused: " + " ".join(md_text(line) for line in reused)]
     j = (d["run"].get("counts") or {}).get("judge")
     if j:
         out += ["", f"Run total: {j.get('calls', 0)} call(s), {j.get('cache_hits', 0)} from cache, "

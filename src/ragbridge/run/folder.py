@@ -197,9 +197,17 @@ class Run:
 
     def to_frame(self, wide: bool = False):
         """The scores as a pandas DataFrame: one row per score (``case_id``, ``question``, ``metric``,
-        ``backend``, ``value``, ..., ``status``); with ``wide``, one row per case (``case_id``,
-        ``question``, in the cases' order) and one column per ``backend:metric`` holding the value
-        (NaN: undefined, failed or not scored), the layout evaluation libraries give their results in."""
+        ``backend``, ``value``, ..., ``passed``, ..., ``pass_mark``, ``library_passed``, ``status``);
+        with ``wide``, one row per case (``case_id``, ``question``, in the cases' order) and one
+        column per ``backend:metric`` holding the value (NaN: undefined, failed or not scored), the
+        layout evaluation libraries give their results in.
+
+        ``passed`` is the run's one pass rule (`ragbridge.verdicts.verdict`, as the report, ``gate``
+        and ``compare`` answer without a threshold of their own): the value at or above
+        ``pass_mark``, the backend's own rule recorded in run.json (``pass_marks``) else the metric's
+        default (`ragbridge.metrics.default_pass_mark`); None where the score has no value.
+        ``library_passed`` is the library's own verdict where it gives one (a test case's success, an
+        evaluation's label), which may differ."""
         import pandas as pd
 
         if wide:
@@ -210,12 +218,25 @@ class Run:
             rows = [{"case_id": c.id, "question": c.question, **values.get(c.id, {})} for c in self.cases]
             return pd.DataFrame(rows, columns=["case_id", "question", *columns]).astype(
                 {c: float for c in columns})
+        from ..metrics import default_pass_mark
+        from ..verdicts import verdict
+
         questions = {c.id: c.question for c in self.cases}
+        recorded = self.manifest.pass_marks or {}
+        k = (self.manifest.options or {}).get("k")
+        marks: dict[tuple[str, str], float] = {}
         rows = []
         for s in self.scores:
+            key = (s.backend, s.metric)
+            if key not in marks:
+                mark = (recorded.get(s.backend) or {}).get(s.metric)
+                marks[key] = float(mark) if mark is not None else default_pass_mark(
+                    s.metric, k if isinstance(k, int) else None)
             row = s.model_dump()
+            library = row["passed"]
+            row["passed"] = verdict(s, marks[key])
             rows.append({"case_id": row.pop("case_id"), "question": questions.get(s.case_id), **row,
-                         "status": s.status})
+                         "pass_mark": marks[key], "library_passed": library, "status": s.status})
         return pd.DataFrame(rows)
 
     def summary(self, by_tag: bool = True):
@@ -484,7 +505,9 @@ class RunFolder:
         if not a or not b:
             return
         ia, ib = judge_identity(a), judge_identity(b)
-        changed = [k for k in JUDGE_IDENTITY if a.get(k) != b.get(k) and ia[k] != ib[k]]
+        # no embedding model named before: its library's default, or none used (a run names it now)
+        changed = [k for k in JUDGE_IDENTITY if a.get(k) != b.get(k) and ia[k] != ib[k]
+                   and not (k == "embedding_model" and a.get(k) is None)]
         if changed:
             def judge(j: dict) -> str:
                 said = ", ".join(f"{k} {j.get(k)!r}" for k in changed)
@@ -557,7 +580,6 @@ class RunFolder:
         for b, ms in manifest.metrics.items():
             merged[b] = list(dict.fromkeys(list(merged.get(b, [])) + ms))
         manifest.metrics = merged
-        manifest.warnings = list(dict.fromkeys([*old.warnings, *manifest.warnings]))  # the metrics of both
         manifest.backends = {**old.backends, **manifest.backends}
         manifest.judge = manifest.judge or old.judge
         if (old.judge or {}).get("stub") and manifest.judge is not None and all(

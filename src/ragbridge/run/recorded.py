@@ -343,8 +343,10 @@ def _options_problem(options: dict[str, Any]) -> Optional[tuple[str, str]]:
 
 #: the counts of ``run.json`` that are money, and so need not be whole
 _MONEY = re.compile(r"(^|\.)(cost|max_cost|total|by_backend|by_metric)(\.|$)")
-#: the counts that are text: the currency, the metrics redefined since an earlier session
-_TEXT = re.compile(r"(\.currency|^counts\.redefined\[\d+\])$")
+#: the counts that are text: the currency, the metrics redefined since an earlier session, what the
+#: errored scores of each backend and cause say (``failures``)
+_TEXT = re.compile(r"(\.currency|^counts\.redefined\[\d+\]"
+                   r"|^counts\.failures\[\d+\]\.(backend|cause|what|reason|fix|case_id|metric))$")
 #: the counts that are flags: whether the judge has prices, whether the budget was spent
 _FLAGS = re.compile(r"\.(priced|spent)$")
 
