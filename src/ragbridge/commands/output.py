@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import errno
 import io
-import json
 import logging
 import re
 import sys
@@ -49,7 +48,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from ..report.text import json_escaped, jsonable, terminal_text
+from ..report.text import json_chunks, jsonable, terminal_text
 
 __all__ = ["TerminalConsole", "out", "err", "fail", "warn", "say", "SayHandler", "storage_error", "fits",
            "table_width", "print_table", "print_lines", "print_json",
@@ -78,8 +77,9 @@ err = TerminalConsole(stderr=True)
 
 _WIDE = 100_000
 # wrapping never separates a name from its number or a figure from its interval
-# ("agreement 0.85", "kappa 0.91 [0.78, 0.97]")
-_TOGETHER = re.compile(r"(?:\S+ )?\S+ \[[^\[\]\s]*(?: [^\[\]\s]+){0,3}\]|\S+ [-+]?\d\S*")
+# ("agreement 0.85", "kappa 0.91 [0.78, 0.97]"); a group starts a word, so groups one after another
+# ("a [judge], b [judge], ...") stay apart
+_TOGETHER = re.compile(r"(?<!\S)(?:(?:\S+ )?\S+ \[[^\[\]\s]*(?: [^\[\]\s]+){0,3}\]|\S+ [-+]?\d\S*)")
 _GLUE = "\x00"
 
 
@@ -265,8 +265,10 @@ def print_table(console: Console, table: Table, lines: Iterable[str]) -> bool:
 
 
 def print_json(data: Any, file: Optional[Any] = None) -> None:
-    """One JSON document on stdout (or ``file``), indented, nothing else."""
+    """One JSON document on stdout (or ``file``), indented, nothing else; written a piece at a time
+    (rows made as they are read, every case of a large run, one by one: `json_chunks`)."""
     stream = file or sys.stdout
-    text = json.dumps(jsonable(data), indent=2, ensure_ascii=False, allow_nan=False)
-    stream.write(json_escaped(text) + "\n")
+    for piece in json_chunks(jsonable(data)):
+        stream.write(piece)
+    stream.write("\n")
     stream.flush()

@@ -30,7 +30,8 @@ from ..schema import MAX_METADATA_DEPTH
 
 __all__ = ["DatasetError", "atomic_path", "write_atomic", "temporary", "output_name", "sweep_temporaries",
            "no_follow", "refuse_link", "OutputRefused", "scratch_folder", "sweep_scratch", "pid_alive",
-           "parse_json", "check_parsed", "text_lines", "jsonl_lines", "read_hf_rows", "optional_module"]
+           "parse_json", "check_parsed", "text_lines", "jsonl_lines", "parse_line", "read_hf_rows",
+           "optional_module"]
 
 
 class DatasetError(UserError, ValueError):
@@ -391,7 +392,7 @@ def jsonl_lines(
         if not text.strip():
             continue
         try:
-            value = _parse_line(path, n, text, hint, parse)
+            value = parse_line(path, n, text, hint, parse)
         except DatasetError as error:
             if on_bad is None:
                 raise
@@ -400,7 +401,9 @@ def jsonl_lines(
         yield n, value
 
 
-def _parse_line(path: Path, n: int, text: str, hint: str, parse: Callable[[str], Any]) -> Any:
+def parse_line(path: Path, n: int, text: str, hint: str, parse: Callable[[str], Any]) -> Any:
+    """Line ``n`` of ``path`` (its ``text``) parsed by ``parse``, or the `DatasetError` `jsonl_lines`
+    raises for it (the file, the line, the column, ``hint``)."""
     try:
         return parse(text)
     except json.JSONDecodeError as exc:
