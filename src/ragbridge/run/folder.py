@@ -42,7 +42,7 @@ import stat
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from ..formats import load_cases
 from ..formats.files import DatasetError, no_follow, write_atomic
@@ -127,28 +127,36 @@ class Run:
         if self._scores is None:
             scores = self._read_scores() if self.path is not None else []
             order = {c.id: i for i, c in enumerate(self.cases)}
-            stray = sorted({s.case_id for s in scores} - set(order)) if order else []
-            if stray:
-                more = f" and {len(stray) - 5} more" if len(stray) > 5 else ""
-                shown = ", ".join(repr(i) for i in stray[:5]) + more
-                raise DatasetError(
-                    f"holds scores of {len(stray)} case id(s) that are not cases of this run "
-                    f"({self.path / 'cases.jsonl'}): {shown}", path=self.path / "scores.jsonl",
-                    hint="the folder was changed since the run wrote it: restore it, or run the evaluation "
-                         "again into a new folder")
+            if order:
+                self._refuse_stray({s.case_id for s in scores} - set(order))
             scores.sort(key=lambda s: (s.backend, s.metric, order.get(s.case_id, 0), s.repeat))
             self._recorded(scores)
         return self._scores
 
-    def _read_scores(self) -> list[Score]:
-        """``scores.jsonl``'s scores; a `DatasetError` when it is gone while run.json counts scores."""
+    def _scores_file(self) -> Path:
+        """``scores.jsonl``; a `DatasetError` when it is gone while run.json counts scores in it."""
         path = self._file("scores.jsonl")
         counted = (self.manifest.counts or {}).get("scores")
         if not path.exists() and isinstance(counted, int) and counted > 0:
             raise DatasetError(f"is missing, but run.json counts {counted} score(s) in it", path=path,
                                hint="the folder was changed since the run wrote it: restore the file, or run "
                                     "the evaluation again into this folder with --overwrite")
-        return read_scores(path)[0]
+        return path
+
+    def _read_scores(self) -> list[Score]:
+        return read_scores(self._scores_file())[0]
+
+    def _refuse_stray(self, ids: "Iterable[str]") -> None:
+        """A `DatasetError` when scores name cases (``ids``) that ``cases.jsonl`` does not hold."""
+        stray = sorted(ids)
+        if stray:
+            more = f" and {len(stray) - 5} more" if len(stray) > 5 else ""
+            shown = ", ".join(repr(i) for i in stray[:5]) + more
+            raise DatasetError(
+                f"holds scores of {len(stray)} case id(s) that are not cases of this run "
+                f"({self.path / 'cases.jsonl'}): {shown}", path=self.path / "scores.jsonl",
+                hint="the folder was changed since the run wrote it: restore it, or run the evaluation "
+                     "again into a new folder")
 
     @scores.setter
     def scores(self, value: list[Score]) -> None:
@@ -185,8 +193,12 @@ class Run:
         (`ragbridge.run.recorded.read_columns`), without making a `Score` or `Case` object of each."""
         if self._columns is None:
             if self.path is not None and not self._given:
-                self._file("scores.jsonl")  # a removed folder's scores are not an empty run
-                self._columns = read_columns(self.path, pass_at_least(self.manifest))
+                self._scores_file()  # a removed folder's scores are not an empty run
+                columns = read_columns(self.path, pass_at_least(self.manifest))
+                known = columns.cases.described
+                if known:
+                    self._refuse_stray(columns.cases.ids[known:])
+                self._columns = columns
             else:
                 from .columns import RunColumns
 
