@@ -1,5 +1,5 @@
 """The commands that read a run hold a few bytes a score, not the run's scores as objects: their peak
-memory grows by little from a run of 2,000 cases to one of 12,000 (whole processes, peak RSS)."""
+memory grows by little from a run of 1,000 cases to one of 6,000 (whole processes, peak RSS)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def _runs(folder: Path, n: int) -> tuple[Path, Path]:
 @pytest.mark.slow
 def test_commands_that_read_a_run_hold_a_few_bytes_a_score(tmp_path):
     peaks = {}
-    for n in (2000, 12000):
+    for n in (1000, 6000):
         folder = tmp_path / str(n)
         folder.mkdir()
         a, b = _runs(folder, n)
@@ -81,8 +81,8 @@ def test_commands_that_read_a_run_hold_a_few_bytes_a_score(tmp_path):
         }
         for name, args in commands.items():
             peaks[name, n] = _peak_mib(*args)
-    # 60,000 more scores: as Score objects (about 4 KiB each) they would take over 200 MiB more
-    grown = {name: round(peaks[name, 12000] - peaks[name, 2000]) for name, _ in peaks}
+    # 30,000 more scores: as Score objects (about 4 KiB each) they would take over 100 MiB more
+    grown = {name: round(peaks[name, 6000] - peaks[name, 1000]) for name, _ in peaks}
     assert all(g < 60 for g in grown.values()), grown
 
 
