@@ -42,7 +42,7 @@ import stat
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from ..formats import load_cases
 from ..formats.files import DatasetError, no_follow, write_atomic
@@ -125,11 +125,38 @@ class Run:
                             for s in col.scores(range(len(self._columns.cases))) if s is not None]
             self._repeat_scores = [s for col in self._columns.columns.values() for s in col.repeat_scores()]
         if self._scores is None:
-            scores = read_scores(self._file("scores.jsonl"))[0] if self.path is not None else []
+            scores = self._read_scores() if self.path is not None else []
             order = {c.id: i for i, c in enumerate(self.cases)}
+            if order:
+                self._refuse_stray({s.case_id for s in scores} - set(order))
             scores.sort(key=lambda s: (s.backend, s.metric, order.get(s.case_id, 0), s.repeat))
             self._recorded(scores)
         return self._scores
+
+    def _scores_file(self) -> Path:
+        """``scores.jsonl``; a `DatasetError` when it is gone while run.json counts scores in it."""
+        path = self._file("scores.jsonl")
+        counted = (self.manifest.counts or {}).get("scores")
+        if not path.exists() and isinstance(counted, int) and counted > 0:
+            raise DatasetError(f"is missing, but run.json counts {counted} score(s) in it", path=path,
+                               hint="the folder was changed since the run wrote it: restore the file, or run "
+                                    "the evaluation again into this folder with --overwrite")
+        return path
+
+    def _read_scores(self) -> list[Score]:
+        return read_scores(self._scores_file())[0]
+
+    def _refuse_stray(self, ids: "Iterable[str]") -> None:
+        """A `DatasetError` when scores name cases (``ids``) that ``cases.jsonl`` does not hold."""
+        stray = sorted(ids)
+        if stray:
+            more = f" and {len(stray) - 5} more" if len(stray) > 5 else ""
+            shown = ", ".join(repr(i) for i in stray[:5]) + more
+            raise DatasetError(
+                f"holds scores of {len(stray)} case id(s) that are not cases of this run "
+                f"({self.path / 'cases.jsonl'}): {shown}", path=self.path / "scores.jsonl",
+                hint="the folder was changed since the run wrote it: restore it, or run the evaluation "
+                     "again into a new folder")
 
     @scores.setter
     def scores(self, value: list[Score]) -> None:
@@ -166,8 +193,12 @@ class Run:
         (`ragbridge.run.recorded.read_columns`), without making a `Score` or `Case` object of each."""
         if self._columns is None:
             if self.path is not None and not self._given:
-                self._file("scores.jsonl")  # a removed folder's scores are not an empty run
-                self._columns = read_columns(self.path, pass_at_least(self.manifest))
+                self._scores_file()  # a removed folder's scores are not an empty run
+                columns = read_columns(self.path, pass_at_least(self.manifest))
+                known = columns.cases.described
+                if known:
+                    self._refuse_stray(columns.cases.ids[known:])
+                self._columns = columns
             else:
                 from .columns import RunColumns
 
@@ -550,7 +581,9 @@ class RunFolder:
             old = json.loads(self.manifest_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return
-        process = old.get("process") if isinstance(old, dict) else None
+        if not isinstance(old, dict):
+            return  # not a manifest: `prepare` says so, with the file
+        process = old.get("process")
         if (old.get("status") == "running" and isinstance(process, dict)
                 and process.get("pid") != os.getpid() and alive(process)):
             raise RunError(
@@ -621,7 +654,7 @@ class RunFolder:
         """Write the cases (``source.save``) and the manifest, and open ``scores.jsonl`` to append to
         (a last line cut short by a kill is cut off first; an update's scores written anew: those it
         keeps)."""
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.path.mkdir(parents=True, exist_ok=True, mode=0o700)  # its user's only
         if self._kept is not None:
             write_atomic(self.scores_path, "".join(score_json(s) + "\n" for s in self._kept))
             self._kept = None
