@@ -37,7 +37,8 @@ The judge's clients
 
 Dataset formats and in-memory objects
     `Format`, `DatasetError`, `Library`; reading files: `jsonl_lines`, `text_lines`, `parse_json`,
-    `read_hf_rows`, `atomic_path` (write to a temporary file, renamed when whole); the record
+    `read_hf_rows`, `atomic_path` (write to a temporary file, renamed when whole), `scratch_folder` (a
+    library's temporary folder, removed at exit or by the next run when its process is gone); the record
     helpers: `cases_from_records`, `case_id_for_question`, `chunk_id_for_text`, `derived_chunk_ids`,
     `is_missing`, `plain`, `literal_cell` and `pandas_index` (cells and index columns as pandas writes
     them), `MAX_METADATA_DEPTH` and `deeper_than` (how deep metadata may nest).

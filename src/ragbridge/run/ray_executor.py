@@ -410,7 +410,7 @@ class RayExecutor(Executor):
     calls_per_actor: int = 2
 
     def __post_init__(self) -> None:
-        from ..judge.server import is_wildcard
+        from ..judge.hosts import is_wildcard
 
         if self.gateway_host is not None and is_wildcard(self.gateway_host.strip("[]")):
             said = (f"{self.gateway_host!r} listens on every address of the machine: give this machine's "

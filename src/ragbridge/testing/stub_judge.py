@@ -283,9 +283,8 @@ class _Handler(FastRequestHandler):
             if fault in hostile.USAGE_LIES:
                 payload = hostile.lie_about_usage(payload, fault)
             if fault in hostile.CONTENT_MODES and status == 200:
-                # json.dumps escapes a lone surrogate (\ud800), as a JSON text may
-                payload = json.dumps(hostile.change_content(payload, fault, hostile.given_key(self.headers)
-                                                            or "")).encode("ascii")
+                key = hostile.given_key(self.headers) or ""  # json.dumps escapes a lone surrogate (\ud800)
+                payload = json.dumps(hostile.change_content(payload, fault, key)).encode("ascii")
             if fault == "gzip":
                 if not isinstance(payload, bytes):
                     payload = json.dumps(payload, ensure_ascii=False).encode("utf-8")
