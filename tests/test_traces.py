@@ -681,3 +681,22 @@ def test_a_long_session_gives_each_turn_its_last_twenty(tmp_path):
     seed = next(s for s in range(10_000) if min((t for t, _ in made), key=lambda t: draw(t, s)) == last)
     (alone,) = sample_traces(path, 1, seed=seed).cases
     assert alone.id == last and alone.metadata["session"] == session
+
+
+def test_a_sample_counts_the_sessions_its_cases_are_turns_of(tmp_path):
+    """A drawn trace that gives no case (no retriever span) leaves its session out of the count."""
+    from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
+
+    path = tmp_path / "spans.jsonl"
+    provider = _provider(FileSpanExporter(path))
+    tracer = provider.get_tracer("support-bot")
+    questions = _questions(3)
+    cased = [traced(q, tracer, user="u0") for q in questions[:2]]
+    traced(questions[2], tracer, user="u1", drop_retriever=True)  # session-u1: small talk only
+    provider.shutdown()
+    drawn = sample_traces(path, None)
+    assert {c.id for c in drawn.cases} == {t for t, _ in cased} and drawn.drawn == 3
+    assert drawn.sessions == 1 and drawn.record()["sessions"] == 1
+    res = ragbridge_cli("sample", path, "--n", 10, "--out", tmp_path / "s.jsonl")
+    assert res.returncode == 0, res.stderr
+    assert "(3 drawn, turns of 1 session(s);" in " ".join(res.stdout.split())

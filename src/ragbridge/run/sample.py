@@ -286,8 +286,9 @@ def _sample_spans(stream: Callable[..., Iterable[Span]], n: Optional[int], rate:
                     if turn is not None:
                         turns.append(turn)
     add_sessions(cases, turns, order)
+    sessions = {c.metadata["session"]["id"] for c in cases if "session" in c.metadata}
     return Sample(cases, read=read, matched=matched, drawn=len(drawn.ids), report=report, kind="traces",
-                  by=by, sessions=len(wanted))
+                  by=by, sessions=len(sessions))
 
 
 # --------------------------------------------------------------------------------------------
