@@ -700,3 +700,26 @@ def test_a_sample_counts_the_sessions_its_cases_are_turns_of(tmp_path):
     res = ragbridge_cli("sample", path, "--n", 10, "--out", tmp_path / "s.jsonl")
     assert res.returncode == 0, res.stderr
     assert "(3 drawn, turns of 1 session(s);" in " ".join(res.stdout.split())
+
+
+def test_signals_that_disagree_on_a_trace_give_no_label_and_are_named(tmp_path, otlp):
+    """A feedback file where two traces got a thumbs-up and a thumbs-down (in either order): those
+    cases give no human label, and validate's notes count and name them; agreeing repeats are one."""
+    from ragbridge.traces.signals import human_labels, load_signals
+
+    path, kept, _ = otlp
+    thumbs = [1 if i % 3 else 0 for i in range(len(kept))]
+    with open(tmp_path / "feedback.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["trace_id", "name", "score"])
+        writer.writeheader()
+        writer.writerows({"trace_id": t, "name": "thumbs", "score": v} for (t, _, _), v in zip(kept, thumbs))
+        writer.writerows([{"trace_id": kept[0][0], "name": "thumbs", "score": 1},   # 0, then 1
+                          {"trace_id": kept[1][0], "name": "thumbs", "score": 0},   # 1, then 0
+                          {"trace_id": kept[2][0], "name": "thumbs", "score": 1}])  # 1 again: agrees
+    cases = sample_traces(path, None, signals=load_signals(tmp_path / "feedback.csv")).cases
+    frame, notes = human_labels(cases, "thumbs", ["faithfulness"])
+    labelled = dict(zip(frame["case_id"], frame["grade"]))
+    assert kept[0][0] not in labelled and kept[1][0] not in labelled
+    assert labelled == {t: float(v) for (t, _, _), v in list(zip(kept, thumbs))[2:]}
+    (warning,) = [n for n in notes if n.startswith("warning:")]
+    assert "2 case(s) carry 'thumbs' signals that disagree" in warning and "left out" in warning
