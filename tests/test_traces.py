@@ -723,3 +723,41 @@ def test_signals_that_disagree_on_a_trace_give_no_label_and_are_named(tmp_path, 
     assert labelled == {t: float(v) for (t, _, _), v in list(zip(kept, thumbs))[2:]}
     (warning,) = [n for n in notes if n.startswith("warning:")]
     assert "2 case(s) carry 'thumbs' signals that disagree" in warning and "left out" in warning
+
+
+@pytest.mark.slow
+def test_no_command_writes_over_one_of_its_inputs(tmp_path, otlp):
+    """An output that is one of the command's inputs (the same file, by another name or a link, or a run
+    folder's own file) is refused: exit 2, the input untouched."""
+    from ragbridge import evaluate
+
+    path, kept, _ = otlp
+    _feedback(tmp_path / "feedback.csv", kept, "thumbs", [1] * len(kept))
+    res = ragbridge_cli("sample", path, "--n", 100, "--signals", tmp_path / "feedback.csv",
+                        "--out", tmp_path / "s.jsonl")
+    assert res.returncode == 0, res.stderr
+    cases = [c.model_copy(update={"must_contain": ["refund"]}) for c in load_cases(tmp_path / "s.jsonl")]
+    evaluate(cases, metrics=["must_contain"], out=tmp_path / "run")
+    (tmp_path / "link.jsonl").symlink_to(path)
+    (tmp_path / "gates.toml").write_text('[[gate]]\ncheck = "must_contain >= 0.5"\n')
+    run = tmp_path / "run"
+    attempts = [
+        ("sample", path, "--n", 3, "--out", path),
+        ("sample", path, "--n", 3, "--out", tmp_path / "link.jsonl"),
+        ("sample", path, "--n", 3, "--signals", tmp_path / "feedback.csv", "--out", tmp_path / "feedback.csv"),
+        ("convert", path, tmp_path / "." / path.name),
+        ("convert", tmp_path / "s.jsonl", tmp_path / "s.jsonl"),
+        ("export-scores", run, "--to", "jsonl", "--out", run / "scores.jsonl"),
+        ("report", run, "--format", "json", "--out", run / "run.json"),
+        ("gate", run, "--config", tmp_path / "gates.toml", "--junit", tmp_path / "gates.toml"),
+        ("diff", run, run, "--items", run / "scores.jsonl"),
+    ]
+    before = {p: p.read_bytes() for p in (path, tmp_path / "feedback.csv", tmp_path / "s.jsonl",
+                                          tmp_path / "gates.toml", run / "scores.jsonl", run / "run.json")}
+    for args in attempts:
+        res = ragbridge_cli(*args)
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        assert "the output is the input" in res.stderr and "nothing was written" in res.stderr, args
+        assert {p: p.read_bytes() for p in before} == before, args
+    res = ragbridge_cli("export-scores", run, "--to", "jsonl", "--out", run / "evaluations.jsonl")
+    assert res.returncode == 0, res.stderr  # a new file beside the run's own is fine

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from ..formats import DatasetError, get_formats, load_cases, resave_losses, write_cases, writing_format
 from ..formats.input_check import input_warnings
-from .output import err, fail, out, print_json, warn
+from .output import err, fail, out, print_json, refuse_overwriting, warn
 
 __all__ = ["register", "formats", "convert", "sample", "export_scores", "anchor"]
 
@@ -87,6 +87,7 @@ def convert(
 ) -> None:
     """Convert a dataset between formats (canonical JSONL, CSV, Parquet, datasets, TREC, and the backends'
     own)."""
+    refuse_overwriting(target, source, qrels)
     try:
         cases = load_cases(source, from_format, qrels=qrels)
         for line in input_warnings(cases):
@@ -166,6 +167,7 @@ def sample(
     if source is None:
         fail("no traces: give a trace file, or --from a trace store's address (SCHEME://HOST:PORT/PROJECT; "
              f"stores: {_stores('pull')})")
+    refuse_overwriting(out_file, None if is_address(source) else source, signals, mapping)
     try:
         feedback = load_signals(signals) if signals is not None else None
         drawn = sample_traces(source, n if n is not None or rate is not None else 200, seed=seed,
@@ -211,6 +213,7 @@ def export_scores(
     from ..formats.files import atomic_path
     from ..traces import get_score_formats, get_trace_stores
     from ..traces.evaluations import evaluation_rows, written
+    from ..run.folder import run_files
     from ..traces.stores import is_address, parse_address, store_for
 
     fmts = get_score_formats()
@@ -227,6 +230,7 @@ def export_scores(
         fail(f"unknown score format {to_format!r}; known: {_score_targets()}")
     elif out_file is None:
         fail(f"--to {to_format} writes a file: give --out")
+    refuse_overwriting(out_file, *run_files(run))
     try:
         r = open_run(run)
         marks = Thresholds.parse(threshold or None, {s.backend for s in r.scores})
@@ -302,6 +306,7 @@ def anchor(
     from ..formats.anchor import anchor_cases, read_chunks
     from ..formats.corpus import read_corpus
 
+    refuse_overwriting(out_file, dataset, corpus, chunks)
     try:
         documents = read_corpus(corpus)
         known = read_chunks(chunks) if chunks is not None else []

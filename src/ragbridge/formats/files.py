@@ -27,9 +27,9 @@ from typing import Any, Callable, Iterator, Optional
 from ..errors import UserError
 from ..schema import MAX_METADATA_DEPTH
 
-__all__ = ["DatasetError", "atomic_path", "write_atomic", "temporary", "output_name", "sweep_temporaries",
-           "no_follow", "pid_alive", "parse_json", "check_parsed", "text_lines", "jsonl_lines",
-           "read_hf_rows", "optional_module"]
+__all__ = ["DatasetError", "atomic_path", "distinct_output", "write_atomic", "temporary", "output_name",
+           "sweep_temporaries", "no_follow", "pid_alive", "parse_json", "check_parsed", "text_lines",
+           "jsonl_lines", "read_hf_rows", "optional_module"]
 
 
 class DatasetError(UserError, ValueError):
@@ -168,6 +168,32 @@ def _host_tag() -> str:
     import socket
 
     return hashlib.sha1(socket.gethostname().encode()).hexdigest()[:4]
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)  # a hard link or a symbolic link to it too
+    except OSError:
+        pass
+    return a.resolve() == b.resolve()
+
+
+def distinct_output(out: Optional[str | Path], inputs: Any) -> None:
+    """Refuse an output that would replace one of a command's ``inputs`` (paths; None is skipped):
+    the same file after resolving links (and hard links), or a folder written whole that holds one.
+    Raises `DatasetError` naming both, before anything is read or written: every command that reads
+    files and writes one calls this first."""
+    if out is None:
+        return
+    out = Path(out)
+    for given in inputs:
+        if given is None:
+            continue
+        source = Path(given)
+        if _same_path(out, source) or any(_same_path(out, p) for p in source.resolve().parents):
+            raise DatasetError(f"the output is the input {str(source)!r}: writing it would replace what "
+                               "is read", path=out, hint="write to another file; nothing was written")
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
