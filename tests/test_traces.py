@@ -305,9 +305,11 @@ def test_judged_run_validated_against_user_signals_and_scores_back_out(tmp_path,
     assert res.returncode == 2 and "no case carries a signal named 'stars'" in res.stderr
     assert "thumbs" in res.stderr
 
-    # the judge's verdicts go back on the root spans, labelled at the threshold
+    # the judge's verdicts go back on the root spans, labelled by the rubric's own pass mark, as the
+    # report labels them (run.json's pass_marks: the claim rubric passes an answer whose every claim holds)
     res = ragbridge_cli("export-scores", run, "--to", "jsonl", "--out", tmp_path / "evals.jsonl",
                         "--metric", "faithfulness")
+    mark = json.loads((run / "run.json").read_text())["pass_marks"]["rubric"]["faithfulness"]
     assert res.returncode == 0, res.stderr
     roots = {t: s for t, s, _ in kept}
     scores = {s["case_id"]: s for s in map(json.loads, (run / "scores.jsonl").read_text().splitlines())
@@ -317,7 +319,7 @@ def test_judged_run_validated_against_user_signals_and_scores_back_out(tmp_path,
     for r in rows:
         assert r["span_id"] == roots[r["trace_id"]] and r["name"] == "rubric.faithfulness"
         assert r["score"] == scores[r["trace_id"]]["value"]
-        assert r["label"] == ("pass" if r["score"] >= 0.5 else "fail")
+        assert r["label"] == ("pass" if r["score"] >= mark else "fail")
         assert r["explanation"] == scores[r["trace_id"]]["reason"]
 
 
@@ -761,3 +763,29 @@ def test_no_command_writes_over_one_of_its_inputs(tmp_path, otlp):
         assert {p: p.read_bytes() for p in before} == before, args
     res = ragbridge_cli("export-scores", run, "--to", "jsonl", "--out", run / "evaluations.jsonl")
     assert res.returncode == 0, res.stderr  # a new file beside the run's own is fine
+
+
+def test_exported_labels_follow_the_runs_pass_rule_as_the_report_does(tmp_path, otlp):
+    """A precision of the retrieved list passes at 1/k (the metric's pass mark), not at 0.5: the span
+    evaluations say pass where the report does; --threshold still overrides."""
+    from ragbridge import evaluate
+    from ragbridge.analysis.thresholds import pass_marks
+    from ragbridge.report import report_data
+    from ragbridge.run.folder import load_run
+
+    path, kept, _ = otlp
+    cases = [c.model_copy(update={"relevant": {c.contexts[0].id: 1}}) for c in sample_traces(path, None).cases]
+    k = len(cases[0].contexts)
+    run = tmp_path / "run"
+    evaluate(cases, metrics=[f"precision@{k}"], out=run)
+    mark = pass_marks(load_run(run)).get("native", f"precision@{k}")
+    assert mark == pytest.approx(1 / k) and mark < 0.5
+    for extra, want in (((), lambda v: v >= mark), (("--threshold", "0.5"), lambda v: v >= 0.5)):
+        res = ragbridge_cli("export-scores", run, "--to", "jsonl", "--out", tmp_path / "evals.jsonl", *extra)
+        assert res.returncode == 0, res.stderr
+        rows = [json.loads(x) for x in (tmp_path / "evals.jsonl").read_text().splitlines()]
+        assert len(rows) == len(cases) and any(mark <= r["score"] < 0.5 for r in rows)
+        assert [r["label"] for r in rows] == ["pass" if want(r["score"]) else "fail" for r in rows]
+    (row,) = [r for r in report_data(load_run(run), n_resamples=0)["summary"]
+              if r.get("metric") == f"precision@{k}"]
+    assert row["threshold"] == pytest.approx(mark)  # the report's mark

@@ -203,18 +203,20 @@ def export_scores(
     backend: List[str] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
     threshold: List[str] = typer.Option(
         None, "--threshold", "-t", help="Pass threshold for the labels: 0.7, rubric=0.7 or "
-                                        "rubric:faithfulness=0.7 (repeatable; default 0.5)."),
+                                        "rubric:faithfulness=0.7 (repeatable; default: each metric's pass "
+                                        "mark, as the report's, docs/report.md)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Write a run's scores as span evaluations (trace id, span id, name, label, score, explanation) for
     the tracing tool the traces came from, or send them to its server."""
     from ..analysis.table import AnalysisError, open_run
-    from ..analysis.thresholds import Thresholds
+    from ..analysis.thresholds import pass_marks
     from ..formats.files import atomic_path
     from ..traces import get_score_formats, get_trace_stores
     from ..traces.evaluations import evaluation_rows, written
     from ..run.folder import run_files
     from ..traces.stores import is_address, parse_address, store_for
+    from ..verdicts import verdict
 
     fmts = get_score_formats()
     store = address = None
@@ -233,11 +235,11 @@ def export_scores(
     refuse_overwriting(out_file, *run_files(run))
     try:
         r = open_run(run)
-        marks = Thresholds.parse(threshold or None, {s.backend for s in r.scores})
+        marks = pass_marks(r, threshold or None)
         scores = [s for s in r.scores if (not metric or s.metric in metric)
                   and (not backend or s.backend in backend)]
-        rows, homeless = evaluation_rows(
-            r.cases, scores, lambda s: s.value >= marks.get(s.backend, s.metric))
+        rows, homeless = evaluation_rows(r.cases, scores,
+                                         lambda s: verdict(s, marks.get(s.backend, s.metric)))
     except AnalysisError as exc:
         fail(str(exc))
     if not rows:
