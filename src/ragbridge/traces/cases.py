@@ -51,7 +51,7 @@ from pydantic import ValidationError
 from ..formats.records import chunk_id_for_text
 from ..schema import Case, Chunk
 from .sessions import Turn, add_sessions, session_of
-from .spans import Signal, Span, SpanError, indexed, iso_time, json_value, shown
+from .spans import Signal, Span, SpanError, gathered, indexed, iso_time, json_value, shown
 
 __all__ = ["TraceReport", "group_traces", "trace_case", "cases_from_spans", "span_kind", "trace_turn"]
 
@@ -225,7 +225,7 @@ def _document(raw: dict[str, Any], at: str) -> dict[str, Any]:
     pick = {k.removeprefix("document."): v for k, v in raw.items()}
     return {"id": pick.get("id"), "content": pick.get("content", pick.get("text")),
             "score": pick.get("score"),
-            "metadata": json_value(pick.get("metadata"), f"{at}.document.metadata")}
+            "metadata": json_value(gathered(pick, "metadata"), f"{at}.document.metadata")}
 
 
 #: the attribute each field of a chunk comes from, for errors
@@ -368,9 +368,9 @@ def trace_case(spans: Sequence[Span], report: TraceReport,
         value = root.get(attr)
         if value not in (None, ""):
             info[key] = value
-    if root.attributes.get("metadata") not in (None, ""):
+    if gathered(root.attributes, "metadata") not in (None, ""):
         with root.reading("metadata"):
-            info["metadata"] = json_value(root.attributes["metadata"], "metadata")
+            info["metadata"] = json_value(gathered(root.attributes, "metadata"), "metadata")
     metadata: dict[str, Any] = {"trace": {k: v for k, v in info.items() if v is not None}}
     given = [g for s in spans for g in s.signals] + list(signals)
     if given:
