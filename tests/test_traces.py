@@ -746,7 +746,7 @@ def test_no_command_writes_over_one_of_its_inputs(tmp_path, otlp):
     attempts = [
         ("sample", path, "--n", 3, "--out", path),
         ("sample", path, "--n", 3, "--out", tmp_path / "link.jsonl"),
-        ("sample", path, "--n", 3, "--signals", tmp_path / "feedback.csv", "--out", tmp_path / "feedback.csv"),
+        ("sample", path, "--signals", tmp_path / "feedback.csv", "--out", tmp_path / "feedback.csv"),
         ("convert", path, tmp_path / "." / path.name),
         ("convert", tmp_path / "s.jsonl", tmp_path / "s.jsonl"),
         ("export-scores", run, "--to", "jsonl", "--out", run / "scores.jsonl"),
@@ -774,7 +774,8 @@ def test_exported_labels_follow_the_runs_pass_rule_as_the_report_does(tmp_path, 
     from ragbridge.run.folder import load_run
 
     path, kept, _ = otlp
-    cases = [c.model_copy(update={"relevant": {c.contexts[0].id: 1}}) for c in sample_traces(path, None).cases]
+    cases = [c.model_copy(update={"relevant": {c.contexts[0].id: 1}})
+             for c in sample_traces(path, None).cases]
     k = len(cases[0].contexts)
     run = tmp_path / "run"
     evaluate(cases, metrics=[f"precision@{k}"], out=run)

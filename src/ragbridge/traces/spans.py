@@ -34,8 +34,8 @@ from pydantic import ValidationError
 from ..formats.files import DatasetError, parse_json
 from ..schema import MAX_METADATA_DEPTH, deeper_than
 
-__all__ = ["Span", "Signal", "SpanError", "shown", "hex_id", "flatten", "list_index", "indexed", "gathered", "iso_time",
-           "nanos", "json_value", "MAX_NANOS"]
+__all__ = ["Span", "Signal", "SpanError", "shown", "hex_id", "flatten", "list_index", "indexed", "gathered",
+           "iso_time", "nanos", "json_value", "MAX_NANOS"]
 
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
 
