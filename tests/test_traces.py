@@ -790,3 +790,26 @@ def test_exported_labels_follow_the_runs_pass_rule_as_the_report_does(tmp_path, 
     (row,) = [r for r in report_data(load_run(run), n_resamples=0)["summary"]
               if r.get("metric") == f"precision@{k}"]
     assert row["threshold"] == pytest.approx(mark)  # the report's mark
+
+
+def test_a_labelled_sample_sampled_again_keeps_every_field(tmp_path, otlp):
+    """A sample of traces, labelled (relevance labels, an answer check) and sampled again: each case
+    drawn is the labelled case whole (its labels, trace, session and signals), drawn by its id."""
+    from ragbridge.formats import write_cases
+    from ragbridge.traces.signals import load_signals
+
+    path, kept, _ = otlp
+    _feedback(tmp_path / "feedback.csv", kept, "thumbs", [1] * len(kept))
+    sampled = sample_traces(path, None, signals=load_signals(tmp_path / "feedback.csv")).cases
+    labelled = [c.model_copy(update={"relevant": {c.contexts[0].id: 1}, "must_contain": ["refund"]})
+                for c in sampled]
+    write_cases(labelled, tmp_path / "labelled.jsonl")
+    res = ragbridge_cli("sample", tmp_path / "labelled.jsonl", "--n", 5, "--seed", 2, "--out",
+                        tmp_path / "again.jsonl")
+    assert res.returncode == 0, res.stderr
+    again = load_cases(tmp_path / "again.jsonl")
+    assert {c.id for c in again} == set(sorted((c.id for c in labelled), key=lambda i: draw(i, 2))[:5])
+    by_id = {c.id: c for c in labelled}
+    for case in again:
+        assert case.model_dump() == by_id[case.id].model_dump()
+        assert case.metadata["trace"] and case.metadata["session"] and case.metadata["signals"]

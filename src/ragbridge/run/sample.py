@@ -35,6 +35,10 @@ span; some exports on every record) and on the roots of traces outside sessions.
 a plugin registers: `ragbridge.traces.stores`): the same passes pull the spans page by page, the
 first the window's (its end fixed at the start: now, when not given), the next the drawn traces'.
 
+**Canonical cases** (a golden set, or an earlier sample, as JSON lines: records holding only the
+schema's fields, one of them beyond a log's: ``relevant``, ``must_contain``, ``metadata``, ...) are
+drawn the same way, by id, and keep every field.
+
 **Logs** (JSON lines, one interaction a line) are mapped onto the schema by a small TOML file
 (``--mapping``); each value is a path into the log record::
 
@@ -324,7 +328,18 @@ def _matches(record: dict, case_like: dict, where: list[tuple[str, str]]) -> boo
     return True
 
 
+#: the fields of a canonical case: a record holding only these, and one beyond a log's (`FIELD_KEYS`: a
+#: label, a check, metadata), is a golden set's case, sampled whole
+_CASE_FIELDS = frozenset(Case.model_fields)
+
+
 def _to_case_record(record: dict, mapping: dict, line: int) -> dict:
+    if (not mapping["fields"] and not mapping["chunk"] and "question" in record
+            and set(record) <= _CASE_FIELDS and set(record) - set(FIELD_KEYS)):
+        rec = dict(record)  # a canonical case (a golden set, a sample sampled again): every field kept
+        if rec.get("id") is None:
+            rec["id"] = stable_id("trace-", f"{line}\x00{rec.get('question', '')}", 12)
+        return rec
     rec: dict[str, Any] = {}
     for key in FIELD_KEYS:
         value = _field(record, key, mapping)
