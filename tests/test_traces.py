@@ -813,3 +813,37 @@ def test_a_labelled_sample_sampled_again_keeps_every_field(tmp_path, otlp):
     for case in again:
         assert case.model_dump() == by_id[case.id].model_dump()
         assert case.metadata["trace"] and case.metadata["session"] and case.metadata["signals"]
+
+
+def test_a_trace_that_records_no_question_is_counted_not_a_case_of_the_prompt(tmp_path):
+    """The root and the retriever record no input; the LLM span's message is the prompt (chunks and a
+    template): no case is made of the prompt, and the trace is counted as having no question."""
+    from openinference.semconv.trace import MessageAttributes as M
+    from openinference.semconv.trace import OpenInferenceSpanKindValues as K
+    from openinference.semconv.trace import SpanAttributes as S
+    from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
+
+    path = tmp_path / "spans.jsonl"
+    provider = _provider(FileSpanExporter(path))
+    tracer = provider.get_tracer("support-bot")
+    asked = traced(_questions(1)[0], tracer)
+    with tracer.start_as_current_span("rag") as root:
+        root.set_attribute(S.OPENINFERENCE_SPAN_KIND, K.CHAIN.value)
+        chunks = bm25.retrieve("refund")
+        with tracer.start_as_current_span("retrieve") as span:
+            span.set_attribute(S.OPENINFERENCE_SPAN_KIND, K.RETRIEVER.value)
+            for i, c in enumerate(chunks):
+                span.set_attribute(f"{S.RETRIEVAL_DOCUMENTS}.{i}.document.id", c["id"])
+                span.set_attribute(f"{S.RETRIEVAL_DOCUMENTS}.{i}.document.content", c["text"])
+        with tracer.start_as_current_span("generate") as span:
+            span.set_attribute(S.OPENINFERENCE_SPAN_KIND, K.LLM.value)
+            prompt = "Context:\n" + "\n".join(c["text"] for c in chunks) + "\nQuestion: "
+            span.set_attribute(f"{S.LLM_INPUT_MESSAGES}.0.{M.MESSAGE_ROLE}", "user")
+            span.set_attribute(f"{S.LLM_INPUT_MESSAGES}.0.{M.MESSAGE_CONTENT}", prompt)
+            span.set_attribute(S.OUTPUT_VALUE, "Within 14 days.")
+        silent = format(root.get_span_context().trace_id, "032x")
+    provider.shutdown()
+    drawn = sample_traces(path, None)
+    assert [c.id for c in drawn.cases] == [asked[0]]
+    (reason,) = drawn.report.skipped
+    assert reason.startswith("no question") and drawn.report.examples[reason] == [silent]

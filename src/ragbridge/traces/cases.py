@@ -9,7 +9,8 @@ Spans are grouped by trace id (`group_traces`); each trace becomes at most one `
   ``gen_ai.operation.name`` ``retrieval`` or a ``gen_ai.retrieval.documents`` attribute; an *LLM
   span* has kind ``LLM`` or a GenAI chat or completion operation;
 - ``question``: the root's ``input.value``, else the retriever's (its query,
-  ``gen_ai.retrieval.query.text`` too), else the last user message of the LLM span; a JSON input
+  ``gen_ai.retrieval.query.text`` too); never the LLM span's messages, which hold the prompt made
+  of the question and the chunks (a trace recording neither is no case, counted); a JSON input
   (``input.mime_type`` ``application/json``) gives its question-like field (``question``,
   ``query``, ``input``, ``prompt``, ``text``, ``content``, ``message``);
 - ``answer``: what the application returned to the user, the root's ``output.value``; without one,
@@ -57,7 +58,7 @@ __all__ = ["TraceReport", "group_traces", "trace_case", "cases_from_spans", "spa
 
 #: why a trace is not a case, as the report says it
 NO_RETRIEVER = "no retriever span"
-NO_QUESTION = "no question (no input on the root, retriever or LLM span)"
+NO_QUESTION = "no question (no input on the root or retriever span)"
 NO_SPANS = "no spans (only scores about the trace)"
 #: what a kept case is noted for
 EMPTY_RETRIEVAL = "retriever returned no documents (kept, with no contexts)"
@@ -339,8 +340,6 @@ def trace_case(spans: Sequence[Span], report: TraceReport,
     if root_answer is not None:
         same = [s for s in llms if _span_text(s, "output", _ANSWER_KEYS) == root_answer]
         llm = same[-1] if same else llm
-    if not question and llm is not None:
-        question, asked = _message(llm, "llm.input_messages", "user", last=True), llm
     if not question or not str(question).strip():
         report.add(NO_QUESTION, trace_id, skipped=True)
         return None
