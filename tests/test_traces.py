@@ -847,3 +847,48 @@ def test_a_trace_that_records_no_question_is_counted_not_a_case_of_the_prompt(tm
     assert [c.id for c in drawn.cases] == [asked[0]]
     (reason,) = drawn.report.skipped
     assert reason.startswith("no question") and drawn.report.examples[reason] == [silent]
+
+
+def test_documents_without_text_are_counted_and_a_lone_score_is_no_chunk(tmp_path):
+    """A retriever that records ids and scores but no content (content capture off): kept, with empty
+    texts, and counted. A retriever that records documents 0 and 2 and a lone score at index 1: two
+    chunks, the lone score counted, never a chunk of no id and no text."""
+    from openinference.semconv.trace import OpenInferenceSpanKindValues as K
+    from openinference.semconv.trace import SpanAttributes as S
+    from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
+
+    from ragbridge.formats.records import chunk_id_for_text
+    from ragbridge.traces.cases import NO_DOCUMENT, NO_TEXT
+
+    path = tmp_path / "spans.jsonl"
+    provider = _provider(FileSpanExporter(path))
+    tracer = provider.get_tracer("support-bot")
+    chunks = bm25.retrieve("refund")
+    made = {}
+    for name, documents in (("textless", [(i, c["id"], None, c["score"]) for i, c in enumerate(chunks)]),
+                            ("gap", [(0, chunks[0]["id"], chunks[0]["text"], 0.9),
+                                     (2, chunks[1]["id"], chunks[1]["text"], 0.5), (1, None, None, 0.7)])):
+        with tracer.start_as_current_span("rag") as root:
+            root.set_attribute(S.OPENINFERENCE_SPAN_KIND, K.CHAIN.value)
+            root.set_attribute(S.INPUT_VALUE, "How long is the refund window?")
+            root.set_attribute(S.OUTPUT_VALUE, "14 days.")
+            with tracer.start_as_current_span("retrieve") as span:
+                span.set_attribute(S.OPENINFERENCE_SPAN_KIND, K.RETRIEVER.value)
+                for i, cid, text, score in documents:
+                    prefix = f"{S.RETRIEVAL_DOCUMENTS}.{i}.document."
+                    for key, value in (("id", cid), ("content", text), ("score", score)):
+                        if value is not None:
+                            span.set_attribute(prefix + key, value)
+            made[name] = format(root.get_span_context().trace_id, "032x")
+    provider.shutdown()
+    drawn = sample_traces(path, None)
+    cases = {c.id: c for c in drawn.cases}
+    assert [(c.id, c.text) for c in cases[made["textless"]].contexts] == [(c["id"], "") for c in chunks]
+    assert [c.id for c in cases[made["gap"]].contexts] == [chunks[0]["id"], chunks[1]["id"]]
+    assert chunk_id_for_text("") not in {c.id for case in cases.values() for c in case.contexts}
+    assert drawn.report.noted[NO_TEXT] == 1 and drawn.report.examples[NO_TEXT] == [made["textless"]]
+    assert drawn.report.noted[NO_DOCUMENT] == 1 and drawn.report.examples[NO_DOCUMENT] == [made["gap"]]
+    res = ragbridge_cli("sample", path, "--n", 10, "--out", tmp_path / "s.jsonl")
+    assert res.returncode == 0, res.stderr
+    warned = " ".join(res.stderr.split())
+    assert f"1 of 2 trace(s) kept: {NO_TEXT}" in warned and f"1 of 2 trace(s) kept: {NO_DOCUMENT}" in warned

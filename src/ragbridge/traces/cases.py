@@ -26,7 +26,8 @@ Spans are grouped by trace id (`group_traces`); each trace becomes at most one `
   ``score`` and, when content capture is on, ``content``). A reranker's
   ``reranker.output_documents`` take the place of the retrieved ones (they are what the model saw);
   several retrievers' documents are joined in start order. A document without an id gets the id of
-  its text (``ctx-<sha1>``, as everywhere);
+  its text (``ctx-<sha1>``, as everywhere); one without a text is kept with an empty text, and one
+  with neither (a lone score at an index the others skip) is left out, both counted in the report;
 - ``id``: the trace id; ``tags``: the root's ``tag.tags``; ``metadata["trace"]``: ``trace_id``,
   ``span_id`` (the root's: where a score of the whole answer goes), ``retriever_span_ids`` (with
   several, ``retriever_documents``: how many documents each gave, in the contexts' order),
@@ -62,6 +63,9 @@ NO_QUESTION = "no question (no input on the root or retriever span)"
 NO_SPANS = "no spans (only scores about the trace)"
 #: what a kept case is noted for
 EMPTY_RETRIEVAL = "retriever returned no documents (kept, with no contexts)"
+NO_TEXT = "retriever documents without a text (kept, with an empty text)"
+#: a document of neither id nor text (a lone score at an index the others skip) is no chunk
+NO_DOCUMENT = "retriever documents with neither an id nor a text (left out)"
 SEVERAL_RETRIEVERS = "several retriever spans (documents joined in start order)"
 NO_ROOT = "no root span (a parent was not exported)"
 #: how the answer was picked when the root holds none and the trace has several LLM spans
@@ -334,7 +338,15 @@ def trace_case(spans: Sequence[Span], report: TraceReport,
         question, asked = (_span_text(span, "input", _QUESTION_KEYS)
                            or span.attributes.get("gen_ai.retrieval.query.text")), span
     used = [rerankers[-1]] if rerankers else retrievers
-    chunks = [_chunk(d, s, at) for s in used for d, at in _documents(s)]
+    chunks = []
+    for s in used:
+        for d, at in _documents(s):
+            if d["content"] is None:
+                if d["id"] is None or not str(d["id"]).strip():
+                    notes.append(NO_DOCUMENT)
+                    continue
+                notes.append(NO_TEXT)
+            chunks.append(_chunk(d, s, at))
     root_answer = _span_text(root, "output", _ANSWER_KEYS) if root is not retrievers[0] else None
     llm, how = _answer_llm(llms, retrievers, chunks, order)
     if root_answer is not None:
