@@ -892,3 +892,19 @@ def test_documents_without_text_are_counted_and_a_lone_score_is_no_chunk(tmp_pat
     assert res.returncode == 0, res.stderr
     warned = " ".join(res.stderr.split())
     assert f"1 of 2 trace(s) kept: {NO_TEXT}" in warned and f"1 of 2 trace(s) kept: {NO_DOCUMENT}" in warned
+
+
+def test_an_export_appended_to_itself_gives_each_span_once(tmp_path, otlp):
+    """The same OTLP file export written twice into one file (the exporter run again on it): the same
+    cases as once, chunks not doubled, and the repeated spans counted."""
+    from ragbridge.traces.cases import DUPLICATE_SPANS
+
+    path, kept, bare = otlp
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text(path.read_text() * 2)
+    once = {c.id: c for c in sample_traces(path, None).cases}
+    drawn = sample_traces(twice, None)
+    assert {c.id: c.model_dump() for c in drawn.cases} == {i: c.model_dump() for i, c in once.items()}
+    assert drawn.report.noted[DUPLICATE_SPANS] == len(kept)
+    assert any(line.startswith(f"{len(kept)} of {len(kept) + len(bare)} trace(s) kept: {DUPLICATE_SPANS}")
+               for line in drawn.report.lines())

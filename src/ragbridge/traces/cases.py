@@ -35,7 +35,8 @@ Spans are grouped by trace id (`group_traces`); each trace becomes at most one `
   ``service``, ``session_id``, ``user_id`` and the root's ``metadata``; ``metadata["signals"]``:
   the user signals the export carried for the trace (`Signal`).
 
-A trace with no retriever, or with no question, is not a case: `TraceReport` counts each reason
+A span given more than once (the same span id: an export appended to itself) is read once, and
+counted. A trace with no retriever, or with no question, is not a case: `TraceReport` counts each reason
 and says it. A retriever that returned no documents does give a case, with no contexts, and is
 counted too (an empty retrieval is a result to score, not a gap in the data).
 """
@@ -64,6 +65,7 @@ NO_SPANS = "no spans (only scores about the trace)"
 #: what a kept case is noted for
 EMPTY_RETRIEVAL = "retriever returned no documents (kept, with no contexts)"
 NO_TEXT = "retriever documents without a text (kept, with an empty text)"
+DUPLICATE_SPANS = "spans given more than once (the same span id, e.g. an export appended twice: read once)"
 #: a document of neither id nor text (a lone score at an index the others skip) is no chunk
 NO_DOCUMENT = "retriever documents with neither an id nor a text (left out)"
 SEVERAL_RETRIEVERS = "several retriever spans (documents joined in start order)"
@@ -321,6 +323,12 @@ def trace_case(spans: Sequence[Span], report: TraceReport,
     if not spans:
         report.add(notes[0] if notes else NO_SPANS, trace_id, skipped=True)
         return None
+    once: dict[str, Span] = {}
+    for span in spans:
+        once.setdefault(span.span_id, span)  # the first of each span id
+    if len(once) < len(spans):
+        notes.append(DUPLICATE_SPANS)
+        spans = list(once.values())
     spans = sorted(spans, key=_start)
     order = {s.span_id: i for i, s in enumerate(spans)}
     root, whole = _root(spans)
