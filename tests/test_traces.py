@@ -908,3 +908,22 @@ def test_an_export_appended_to_itself_gives_each_span_once(tmp_path, otlp):
     assert drawn.report.noted[DUPLICATE_SPANS] == len(kept)
     assert any(line.startswith(f"{len(kept)} of {len(kept) + len(bare)} trace(s) kept: {DUPLICATE_SPANS}")
                for line in drawn.report.lines())
+
+
+def test_a_signals_file_that_names_no_sampled_trace_is_said(tmp_path, otlp):
+    """Feedback keyed by other ids (another export's traces): the sample says none of it attached, and
+    --json counts the signals the cases carry."""
+    from ragbridge.traces.signals import load_signals
+
+    path, kept, _ = otlp
+    other = tmp_path / "other.jsonl"
+    elsewhere = record(other, _questions(3))
+    _feedback(tmp_path / "elsewhere.csv", elsewhere, "thumbs", [1, 0, 1])
+    res = ragbridge_cli("sample", path, "--n", 100, "--signals", tmp_path / "elsewhere.csv", "--json",
+                        "--out", tmp_path / "s.jsonl")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["signals"] == 0
+    assert "none of its 3 signal(s) is about a sampled trace" in " ".join(res.stderr.split())
+    _feedback(tmp_path / "feedback.csv", kept, "thumbs", [1] * 4)
+    drawn = sample_traces(path, None, signals=load_signals(tmp_path / "feedback.csv"))
+    assert drawn.signals == 4 and drawn.record()["signals"] == 4

@@ -182,6 +182,10 @@ def sample(
         fail(str(exc))
     for line in (drawn.report.lines() if drawn.report else []):
         warn(f"{source}: {line}")
+    if signals is not None and not drawn.signals:
+        given = sum(len(v) for v in (feedback or {}).values())
+        warn(f"{signals}: none of its {given} signal(s) is about a sampled trace or one of its spans: the "
+             "cases carry no signals (check that its trace_id or span_id are the trace file's ids, hex)")
     if as_json:
         typer.echo(json.dumps({"out": str(out_file), **drawn.record()}, indent=2))
         return

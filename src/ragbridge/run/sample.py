@@ -106,7 +106,8 @@ class Sample:
     a log) were ``read`` and passed the filters (``matched``); how many traces, sessions or records
     were ``drawn`` (``by``: ``trace`` or ``session``); for traces the `TraceReport` of the drawn
     traces (``report``: those that gave no case, and why) and how many ``sessions`` the cases are
-    turns of; ``source``: the store's address, when the spans were pulled from one."""
+    turns of; ``source``: the store's address, when the spans were pulled from one; ``signals``: how
+    many of the signals given apart (``--signals``) the cases carry (None when none were given)."""
 
     cases: list[Case]
     read: int
@@ -117,6 +118,7 @@ class Sample:
     by: str = "trace"
     sessions: int = 0
     source: Optional[str] = None
+    signals: Optional[int] = None
 
     def record(self) -> dict[str, Any]:
         """The sample's summary, as ``ragbridge sample --json`` prints it."""
@@ -126,6 +128,8 @@ class Sample:
             out.update(by=self.by, sessions=self.sessions, traces=self.report.record())
         if self.source is not None:
             out["from"] = self.source
+        if self.signals is not None:
+            out["signals"] = self.signals
         return out
 
 
@@ -291,8 +295,9 @@ def _sample_spans(stream: Callable[..., Iterable[Span]], n: Optional[int], rate:
                         turns.append(turn)
     add_sessions(cases, turns, order)
     sessions = {c.metadata["session"]["id"] for c in cases if "session" in c.metadata}
+    attached = sum(len(extra.get(c.id, ())) for c in cases) if signals is not None else None
     return Sample(cases, read=read, matched=matched, drawn=len(drawn.ids), report=report, kind="traces",
-                  by=by, sessions=len(sessions))
+                  by=by, sessions=len(sessions), signals=attached)
 
 
 # --------------------------------------------------------------------------------------------
