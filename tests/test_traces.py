@@ -927,3 +927,21 @@ def test_a_signals_file_that_names_no_sampled_trace_is_said(tmp_path, otlp):
     _feedback(tmp_path / "feedback.csv", kept, "thumbs", [1] * 4)
     drawn = sample_traces(path, None, signals=load_signals(tmp_path / "feedback.csv"))
     assert drawn.signals == 4 and drawn.record()["signals"] == 4
+
+
+def test_plain_http_to_another_machine_is_refused_unless_allowed(tmp_path, monkeypatch):
+    """phoenix+http:// to a host that is not this machine would carry the key in the clear: refused
+    before any request, by sample and export-scores alike; allowed when the environment says so."""
+    from ragbridge.traces.stores import PLAIN_HTTP, parse_address
+
+    monkeypatch.delenv(PLAIN_HTTP, raising=False)
+    assert parse_address("phoenix+http://127.0.0.1:6006/p").base_url == "http://127.0.0.1:6006"
+    assert parse_address("phoenix://traces.example.com/p").base_url == "https://traces.example.com"
+    with pytest.raises(DatasetError, match="plain HTTP to traces.example.com"):
+        parse_address("phoenix+http://traces.example.com:6006/p")
+    res = ragbridge_cli("sample", "--from", "phoenix+http://10.0.0.7:6006/p", "--out", tmp_path / "s.jsonl",
+                        env={"PHOENIX_API_KEY": "k", PLAIN_HTTP: ""})
+    assert res.returncode == 2 and "would send the key and the spans unencrypted" in res.stderr
+    assert f"{PLAIN_HTTP}=1" in " ".join(res.stderr.split()) and not (tmp_path / "s.jsonl").exists()
+    monkeypatch.setenv(PLAIN_HTTP, "1")
+    assert parse_address("phoenix+http://10.0.0.7:6006/p").base_url == "http://10.0.0.7:6006"
