@@ -565,6 +565,10 @@ def test_sample_pulls_from_a_phoenix_server_and_scores_go_back_to_it(tmp_path, p
     documents = next(e for e in loaded if isinstance(e, DocumentEvaluations)).dataframe
     assert len(documents) == sum(len(c.contexts) for c in cases)
 
+    # a project that does not exist is refused before anything is sent
+    res = ragbridge_cli("export-scores", run, "--to", f"phoenix://127.0.0.1:{port}/no-such-project",
+                        env={**recorded, "PHOENIX_API_KEY": KEY})
+    assert res.returncode == 2 and "the server has no project 'no-such-project'" in res.stderr
     # pushed to the server: span annotations on the root spans, document annotations on the retrievers
     res = ragbridge_cli("export-scores", run, "--to", address, env={**recorded, "PHOENIX_API_KEY": KEY})
     assert res.returncode == 0, res.stderr
