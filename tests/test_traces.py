@@ -945,3 +945,20 @@ def test_plain_http_to_another_machine_is_refused_unless_allowed(tmp_path, monke
     assert f"{PLAIN_HTTP}=1" in " ".join(res.stderr.split()) and not (tmp_path / "s.jsonl").exists()
     monkeypatch.setenv(PLAIN_HTTP, "1")
     assert parse_address("phoenix+http://10.0.0.7:6006/p").base_url == "http://10.0.0.7:6006"
+
+
+def test_a_last_line_cut_short_says_the_exporter_may_still_be_writing(tmp_path, otlp):
+    """The file exporter's output read while it writes: the last line ends mid-string. One error naming
+    the line and column (in plain words) and what to do; a bad line before others says what a line is."""
+    path, _, _ = otlp
+    lines = path.read_text().splitlines(keepends=True)
+    cut = lines[-1][: lines[-1].rindex('"spanId"') + 4]
+    (tmp_path / "writing.jsonl").write_text("".join(lines[:-1]) + cut)
+    res = ragbridge_cli("sample", tmp_path / "writing.jsonl", "--n", 5, "--out", tmp_path / "s.jsonl")
+    assert res.returncode == 2 and not (tmp_path / "s.jsonl").exists()
+    text = " ".join(res.stderr.split())
+    assert f"writing.jsonl:{len(lines)}: not valid JSON: Unterminated string starting at column" in text
+    assert "at at" not in text and "the last line is cut short: is the exporter still writing?" in text
+    (tmp_path / "middle.jsonl").write_text(lines[0] + cut + "\n" + "".join(lines))
+    with pytest.raises(DatasetError, match=r"middle.jsonl:2: .*one \{\"resourceSpans\""):
+        sample_traces(tmp_path / "middle.jsonl", None)

@@ -28,8 +28,8 @@ from ..errors import UserError
 from ..schema import MAX_METADATA_DEPTH
 
 __all__ = ["DatasetError", "atomic_path", "distinct_output", "write_atomic", "temporary", "output_name",
-           "sweep_temporaries", "no_follow", "pid_alive", "parse_json", "check_parsed", "text_lines",
-           "jsonl_lines", "read_hf_rows", "optional_module"]
+           "sweep_temporaries", "json_problem", "no_follow", "pid_alive", "parse_json", "check_parsed",
+           "text_lines", "jsonl_lines", "read_hf_rows", "optional_module"]
 
 
 class DatasetError(UserError, ValueError):
@@ -398,12 +398,17 @@ def jsonl_lines(
         yield n, value
 
 
+def json_problem(exc: json.JSONDecodeError) -> str:
+    """What is wrong with a line of JSON, in words: ``not valid JSON: Unterminated string starting at
+    column 12`` (the parser's own message ends with "at" for some errors)."""
+    return f"not valid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}"
+
+
 def _parse_line(path: Path, n: int, text: str, hint: str, parse: Callable[[str], Any]) -> Any:
     try:
         return parse(text)
     except json.JSONDecodeError as exc:
-        raise DatasetError(f"not valid JSON: {exc.msg} at column {exc.colno}", path=path, line=n,
-                           hint=hint) from None
+        raise DatasetError(json_problem(exc), path=path, line=n, hint=hint) from None
     except DatasetError as exc:
         exc.path, exc.line = str(path), n
         raise

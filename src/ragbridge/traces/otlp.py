@@ -28,7 +28,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from ..formats.files import DatasetError, parse_json, text_lines
+from ..formats.files import DatasetError, json_problem, parse_json, text_lines
 from ..schema import MAX_METADATA_DEPTH
 from .spans import Span, SpanError, hex_id, nanos, shown
 
@@ -223,9 +223,11 @@ def read_spans(path: Path) -> Iterator[Span]:
         try:
             data = parse_json(text)
         except json.JSONDecodeError as exc:
-            raise DatasetError(f"not valid JSON: {exc.msg} at column {exc.colno}", path=path, line=n,
-                               hint="each line of an OTLP JSON lines file is one {\"resourceSpans\": ...}"
-                               ) from None
+            last = next((t for _, t in lines if t.strip()), None) is None
+            hint = ("the last line is cut short: is the exporter still writing? read the file once it "
+                    "has flushed (or without its last line)" if last and not text.rstrip().endswith("}") else
+                    "each line of an OTLP JSON lines file is one {\"resourceSpans\": ...}")
+            raise DatasetError(json_problem(exc), path=path, line=n, hint=hint) from None
         except DatasetError as exc:
             exc.path, exc.line = str(path), n
             raise
