@@ -962,3 +962,33 @@ def test_a_last_line_cut_short_says_the_exporter_may_still_be_writing(tmp_path, 
     (tmp_path / "middle.jsonl").write_text(lines[0] + cut + "\n" + "".join(lines))
     with pytest.raises(DatasetError, match=r"middle.jsonl:2: .*one \{\"resourceSpans\""):
         sample_traces(tmp_path / "middle.jsonl", None)
+
+
+def test_document_scores_written_as_text_or_words_are_counted(tmp_path):
+    """An instrumentation that records scores as text: "0.7" is read as 0.7, "high" is no score; both
+    are counted, as a document without text is."""
+    from openinference.semconv.trace import OpenInferenceSpanKindValues as K
+    from openinference.semconv.trace import SpanAttributes as S
+    from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
+
+    from ragbridge.traces.cases import SCORE_TEXT, SCORE_UNREAD
+
+    path = tmp_path / "spans.jsonl"
+    provider = _provider(FileSpanExporter(path))
+    tracer = provider.get_tracer("support-bot")
+    chunks = bm25.retrieve("refund")[:3]
+    with tracer.start_as_current_span("rag") as root:
+        root.set_attribute(S.OPENINFERENCE_SPAN_KIND, K.CHAIN.value)
+        root.set_attribute(S.INPUT_VALUE, "How long is the refund window?")
+        root.set_attribute(S.OUTPUT_VALUE, "14 days.")
+        with tracer.start_as_current_span("retrieve") as span:
+            span.set_attribute(S.OPENINFERENCE_SPAN_KIND, K.RETRIEVER.value)
+            for i, (c, score) in enumerate(zip(chunks, ["0.7", "high", 0.2])):
+                span.set_attribute(f"{S.RETRIEVAL_DOCUMENTS}.{i}.document.id", c["id"])
+                span.set_attribute(f"{S.RETRIEVAL_DOCUMENTS}.{i}.document.content", c["text"])
+                span.set_attribute(f"{S.RETRIEVAL_DOCUMENTS}.{i}.document.score", score)
+    provider.shutdown()
+    drawn = sample_traces(path, None)
+    (case,) = drawn.cases
+    assert [c.score for c in case.contexts] == [0.7, None, 0.2]
+    assert drawn.report.noted[SCORE_TEXT] == 1 and drawn.report.noted[SCORE_UNREAD] == 1

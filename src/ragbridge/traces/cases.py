@@ -65,6 +65,8 @@ NO_SPANS = "no spans (only scores about the trace)"
 #: what a kept case is noted for
 EMPTY_RETRIEVAL = "retriever returned no documents (kept, with no contexts)"
 NO_TEXT = "retriever documents without a text (kept, with an empty text)"
+SCORE_TEXT = "retriever document scores written as text (read as numbers)"
+SCORE_UNREAD = "retriever document scores that are not numbers (left out)"
 DUPLICATE_SPANS = "spans given more than once (the same span id, e.g. an export appended twice: read once)"
 #: a document of neither id nor text (a lone score at an index the others skip) is no chunk
 NO_DOCUMENT = "retriever documents with neither an id nor a text (left out)"
@@ -240,6 +242,17 @@ _CHUNK_FIELDS = {"id": "document.id", "text": "document.content", "score": "docu
                  "source": "document.metadata"}
 
 
+def _score(value: Any) -> Optional[float]:
+    """A document's score as a finite number (text holding one too), else None."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        score = float(value)
+    except (TypeError, ValueError):
+        return None
+    return score if math.isfinite(score) else None
+
+
 def _chunk(doc: dict[str, Any], span: Span, at: str) -> Chunk:
     text = doc["content"] if isinstance(doc["content"], str) else ("" if doc["content"] is None
                                                                     else json.dumps(doc["content"]))
@@ -249,15 +262,10 @@ def _chunk(doc: dict[str, Any], span: Span, at: str) -> Chunk:
                          "give each document a text id")
     cid = str(cid) if cid is not None and str(cid).strip() else chunk_id_for_text(text)
     score = doc["score"]
-    try:
-        score = float(score) if score is not None and not isinstance(score, bool) else None
-    except (TypeError, ValueError):
-        score = None
     meta = doc["metadata"] if isinstance(doc["metadata"], dict) else {}
     source = next((str(meta[k]) for k in _SOURCE_KEYS if meta.get(k) not in (None, "")), None)
     try:
-        return Chunk(id=cid, text=text, score=score if score is None or math.isfinite(score) else None,
-                     source=source)
+        return Chunk(id=cid, text=text, score=score, source=source)
     except ValidationError as exc:
         first = exc.errors()[0]
         part = str(first["loc"][0]) if first.get("loc") else "id"
@@ -354,7 +362,12 @@ def trace_case(spans: Sequence[Span], report: TraceReport,
                     notes.append(NO_DOCUMENT)
                     continue
                 notes.append(NO_TEXT)
-            chunks.append(_chunk(d, s, at))
+            score = _score(d["score"])
+            if score is None and d["score"] is not None:
+                notes.append(SCORE_UNREAD)
+            elif isinstance(d["score"], str):
+                notes.append(SCORE_TEXT)
+            chunks.append(_chunk({**d, "score": score}, s, at))
     root_answer = _span_text(root, "output", _ANSWER_KEYS) if root is not retrievers[0] else None
     llm, how = _answer_llm(llms, retrievers, chunks, order)
     if root_answer is not None:
