@@ -992,3 +992,19 @@ def test_document_scores_written_as_text_or_words_are_counted(tmp_path):
     (case,) = drawn.cases
     assert [c.score for c in case.contexts] == [0.7, None, 0.2]
     assert drawn.report.noted[SCORE_TEXT] == 1 and drawn.report.noted[SCORE_UNREAD] == 1
+
+
+def test_sample_errors_name_what_sample_reads(tmp_path, otlp):
+    """A feedback CSV given as the traces, a format sample does not read, a bad option: each error
+    says what sample reads, and an option's error names no file."""
+    path, kept, _ = otlp
+    _feedback(tmp_path / "feedback.csv", kept, "thumbs", [1] * len(kept))
+    with pytest.raises(DatasetError, match="a csv file is neither a trace export nor a JSON lines") as got:
+        sample_traces(tmp_path / "feedback.csv", None)
+    assert "otlp" in str(got.value) and "ragbridge convert" in str(got.value)
+    with pytest.raises(DatasetError, match="sample reads no format 'ragas'") as got:
+        sample_traces(path, None, format="ragas")
+    assert "trace formats: " in str(got.value) and "deepeval" not in str(got.value)
+    with pytest.raises(DatasetError) as got:
+        sample_traces(path, 0)
+    assert str(got.value) == "--n must be at least 1, got 0"

@@ -53,10 +53,10 @@ class DatasetError(UserError, ValueError):
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        where = self.path or "<data>"
+        where = self.path or ("<data>" if self.line is not None else "")  # an option's error: no place
         if self.line is not None:
             where += f":{self.line}" if self.unit == "line" else f" ({self.unit} {self.line})"
-        text = f"{where}: "
+        text = f"{where}: " if where else ""
         if self.field:
             text += f"field '{self.field}': "
         text += self.message

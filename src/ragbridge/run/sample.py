@@ -478,12 +478,24 @@ def sample_traces(
     path = Path(path)
     if not path.exists():
         raise DatasetError("no such file", path=path)
+    from ..formats import get_formats
+
+    known = get_formats()
+    traces = sorted(name for name, f in known.items() if f.spans is not None)
+    if format is not None and (format not in known or known[format].spans is None and format != "jsonl"):
+        raise DatasetError(f"sample reads no format {format!r}", path=path,
+                           hint=f"trace formats: {', '.join(traces)}; jsonl for a log of interactions; "
+                                "or a trace store's address (SCHEME://HOST:PORT/PROJECT)")
     try:
         fmt = reading_format(path, format, {})
     except DatasetError:
         if format is not None:
             raise
         fmt = _sniffed(path)  # a trace format under a suffix of its own (.log, .txt), else a JSONL log
+    if fmt is not None and fmt.spans is None and path.suffix.lower() != ".jsonl" and format is None:
+        raise DatasetError(f"a {fmt.name} file is neither a trace export nor a JSON lines log", path=path,
+                           hint=f"sample reads {', '.join(traces)} and JSONL logs or cases; a golden set "
+                                "in another format: ragbridge convert it to .jsonl first")
     if fmt is not None and fmt.spans is not None:
         if mapping and (mapping["fields"] or mapping["chunk"]):
             raise DatasetError(f"--mapping is for JSON lines logs; {fmt.name!r} spans are read by their "
