@@ -1008,3 +1008,15 @@ def test_sample_errors_name_what_sample_reads(tmp_path, otlp):
     with pytest.raises(DatasetError) as got:
         sample_traces(path, 0)
     assert str(got.value) == "--n must be at least 1, got 0"
+
+
+def test_the_draw_is_the_formula_the_docs_give():
+    """docs/traces.md gives the draw as a Python expression: evaluated, it is `draw` exactly."""
+    import hashlib
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "traces.md").read_text(encoding="utf-8")
+    (formula,) = re.findall(r"`(int\.from_bytes\(hashlib\.blake2b\(.*?/ 2\*\*64)`", page)
+    for seed, trace_id in ((0, "a648a7dd06839eb905b6e6e307d4bedc"), (7, "s1-0"), (3, "é")):
+        assert eval(formula, {"hashlib": hashlib, "seed": seed, "trace_id": trace_id}) == draw(trace_id, seed)

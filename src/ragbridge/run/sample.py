@@ -134,7 +134,9 @@ class Sample:
 
 
 def draw(key: str, seed: int) -> float:
-    """The draw of an id: the first 8 bytes of BLAKE2b of ``"<seed>:<id>"``, as a number in [0, 1)."""
+    """The draw of an id, a number in [0, 1): BLAKE2b with an 8-byte digest (``digest_size=8``, which
+    is not the first 8 bytes of the 64-byte digest) of ``"<seed>:<id>"`` in UTF-8, read as a
+    big-endian integer and divided by 2**64."""
     digest = hashlib.blake2b(f"{seed}:{key}".encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2.0 ** 64
 
