@@ -1020,3 +1020,17 @@ def test_the_draw_is_the_formula_the_docs_give():
     (formula,) = re.findall(r"`(int\.from_bytes\(hashlib\.blake2b\(.*?/ 2\*\*64)`", page)
     for seed, trace_id in ((0, "a648a7dd06839eb905b6e6e307d4bedc"), (7, "s1-0"), (3, "é")):
         assert eval(formula, {"hashlib": hashlib, "seed": seed, "trace_id": trace_id}) == draw(trace_id, seed)
+
+
+def test_an_empty_trace_file_is_said_to_be_empty_not_a_golden_set(tmp_path):
+    """The file exporter's file before its first flush: empty, said so, with no word of golden sets."""
+    from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
+
+    path = tmp_path / "spans.jsonl"
+    provider = _provider(FileSpanExporter(path))
+    provider.get_tracer("support-bot")
+    provider.shutdown()  # nothing was traced: the exporter leaves the file empty (or never makes it)
+    path.touch()
+    res = ragbridge_cli("sample", path, "--out", tmp_path / "s.jsonl")
+    assert res.returncode == 2 and "file is empty: no spans or interactions to sample" in res.stderr
+    assert "golden set" not in res.stderr and not (tmp_path / "s.jsonl").exists()

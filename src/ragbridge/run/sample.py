@@ -480,6 +480,9 @@ def sample_traces(
     path = Path(path)
     if not path.exists():
         raise DatasetError("no such file", path=path)
+    if path.is_file() and path.stat().st_size < 4096 and not path.read_bytes().strip():
+        raise DatasetError("file is empty: no spans or interactions to sample", path=path,
+                           hint="has the exporter written (or flushed) to this file yet?")
     from ..formats import get_formats
 
     known = get_formats()
