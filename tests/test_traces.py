@@ -1034,3 +1034,31 @@ def test_an_empty_trace_file_is_said_to_be_empty_not_a_golden_set(tmp_path):
     res = ragbridge_cli("sample", path, "--out", tmp_path / "s.jsonl")
     assert res.returncode == 2 and "file is empty: no spans or interactions to sample" in res.stderr
     assert "golden set" not in res.stderr and not (tmp_path / "s.jsonl").exists()
+
+
+def test_console_exporter_output_among_log_lines_reads_and_otlp_says_what_it_is(tmp_path):
+    """The SDK's ConsoleSpanExporter writing to the application's own log, between its log lines: the
+    spans are read (the log lines skipped and counted); read as OTLP, the error says to read it as
+    span objects."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+
+    log = tmp_path / "app.log"
+    with open(log, "w") as f:
+        provider = TracerProvider(resource=Resource.create({"service.name": "support-bot"}))
+        provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=f)))
+        tracer = provider.get_tracer("support-bot")
+        made = []
+        for i, question in enumerate(_questions(3)):
+            f.write(f"INFO: request {i} received\n")
+            f.flush()
+            made.append(traced(question, tracer, user=f"u{i}"))
+        provider.shutdown()
+    assert log.read_text().startswith("INFO: request 0 received\n{")
+    res = ragbridge_cli("sample", log, "--out", tmp_path / "s.jsonl")
+    assert res.returncode == 0, res.stderr
+    assert {c.id for c in load_cases(tmp_path / "s.jsonl")} == {t for t, _ in made}
+    assert "3 line(s) outside the span objects skipped" in res.stderr
+    res = ragbridge_cli("sample", log, "--from", "otlp", "--out", tmp_path / "o.jsonl")
+    assert res.returncode == 2 and "--from otel-spans" in " ".join(res.stderr.split())

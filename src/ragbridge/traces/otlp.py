@@ -242,7 +242,10 @@ def _whole(path: Path) -> Iterator[Span]:
     try:
         data = parse_json(text)
     except json.JSONDecodeError as exc:
-        raise DatasetError(f"not valid JSON: {exc.msg}", path=path, line=exc.lineno) from None
+        raise DatasetError(f"not valid JSON: {exc.msg}", path=path, line=exc.lineno,
+                           hint="an OTLP JSON file is one {\"resourceSpans\": ...} a line, or one document; "
+                                "span objects one after another (the console exporter's output) are read "
+                                "with --from otel-spans") from None
     except DatasetError as exc:
         exc.path = str(path)
         raise
