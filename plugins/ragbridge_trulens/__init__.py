@@ -157,13 +157,14 @@ def ragbridge_register_commands(cli):
                                         help="One row per case (get_records_and_feedback's columns)."),
     ) -> None:
         """Export a run's scores in the column layout of TruLens's leaderboard."""
-        from ragbridge.plugin import RunError, load_run
+        from ragbridge.plugin import DatasetError, RunError, distinct_output, load_run, run_files
 
         from .formats import write_leaderboard
 
         try:
+            distinct_output(out, run_files(run_dir))
             run = load_run(run_dir)
-        except RunError as exc:
+        except (RunError, DatasetError) as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2)
         path = write_leaderboard(run, out, backend=None if backend == "all" else backend,
