@@ -753,6 +753,7 @@ def test_no_command_writes_over_one_of_its_inputs(tmp_path, otlp):
         ("report", run, "--format", "json", "--out", run / "run.json"),
         ("gate", run, "--config", tmp_path / "gates.toml", "--junit", tmp_path / "gates.toml"),
         ("diff", run, run, "--items", run / "scores.jsonl"),
+        ("trulens-leaderboard", run, run / "run.json"),
     ]
     before = {p: p.read_bytes() for p in (path, tmp_path / "feedback.csv", tmp_path / "s.jsonl",
                                           tmp_path / "gates.toml", run / "scores.jsonl", run / "run.json")}
