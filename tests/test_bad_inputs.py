@@ -64,7 +64,7 @@ WHAT_TO_DO = {
     "lone_surrogate_question.jsonl": "remove the escape",
     "lone_surrogate_metadata.jsonl": "remove the escape",
     "question_missing.jsonl": "every case needs its question",
-    "tags_as_string.jsonl": '["billing, cancel"]',
+    "tags_as_string.jsonl": '["billing", "cancel"]',
 }
 SUSPICIOUS = {"plain_text_contexts.jsonl", "ids_never_match.jsonl", "labels_other_case.jsonl",
               "labels_nfd_chunks_nfc.jsonl"}

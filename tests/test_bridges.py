@@ -386,7 +386,7 @@ def test_what_ragas_own_resave_drops_is_warned_and_nothing_else_changes(tmp_path
     path, resaved = tmp_path / "ragas.jsonl", tmp_path / "resaved.jsonl"
     res = ragbridge_cli("convert", EXAMPLE, path, "--to", "ragas")
     assert res.returncode == 0, res.stderr
-    (warned,) = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
+    (warned,) = warnings_in(res.stderr)
     assert "after RAGAS's EvaluationDataset.from_jsonl and to_jsonl these are lost:" in warned
     names = warned.split("lost: ")[1].split(" (see")[0].split(", ")
     assert set(names) == {"id", "contexts.id", "contexts.score", "contexts.source", "relevant (grades)",
@@ -460,7 +460,7 @@ def test_deepeval_csv_warns_of_every_cell_its_loader_reads_as_missing(tmp_path):
     out = tmp_path / "goldens.csv"
     res = ragbridge_cli("convert", src, out, "--to", "deepeval-csv")
     assert res.returncode == 0, res.stderr
-    (warned,) = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
+    (warned,) = warnings_in(res.stderr)
     for name in ("id", "answer", "reference", "contexts"):
         assert f"{name} (a cell pandas reads as missing, CSV)" in warned
     ds = EvaluationDataset()

@@ -10,7 +10,9 @@ import os
 
 import pytest
 
-pytest.importorskip("deepeval")
+from conftest import needs_library  # noqa: E402
+
+pytestmark = needs_library("deepeval")
 
 import ragbridge  # noqa: E402  (applies the privacy defaults before DeepEval is imported)
 from ragbridge.backend import RunOptions  # noqa: E402
@@ -236,7 +238,7 @@ def test_backend_options(stub, picked, tmp_path):
     assert s[(GOOD, "answer_relevance")].passed is True
     assert s[(GOOD, "faithfulness")].judge_calls == 3  # no reason call
     with pytest.raises(ragbridge.RunError, match="the deepeval backend has no option 'treshold'; "
-                                                 "its options: concurrency, threshold,"):
+                                                 "its options: concurrency, structured_output, threshold,"):
         run_deepeval(picked[:1], stub, PLAIN, tmp_path, treshold=0.7)
 
 

@@ -9,6 +9,7 @@ afterwards (a .json file it wrote must be JSON).
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -65,6 +66,94 @@ def test_a_page_writes_nothing_outside_runs(page):
     for block in bash_blocks(DOCS / page):
         for target in WRITES.findall(block):
             assert target.startswith(("runs/", "/dev/null", '"$GITHUB_STEP_SUMMARY"', "&")), (page, target)
+
+
+#: every page a user reads commands from
+READ_PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md")),
+              *sorted((ROOT / "examples").glob("*/README.md"))]
+INLINE_COMMAND = re.compile(r"`(ragbridge [^`]+)`")
+
+
+def test_every_command_named_in_a_sentence_is_one_the_command_line_takes():
+    """A command written in a sentence or a table (`ragbridge gate runs/x --config gates.toml`) is not
+    run by the walkthroughs: each is parsed by the command line as the shell would pass it (a
+    placeholder such as ``...`` or ``RUN`` stands for a value; a command named without its arguments,
+    or an option named at the end without its value, is a mention)."""
+    import shlex
+
+    import typer
+    from typer._click.exceptions import BadOptionUsage, ClickException, MissingParameter
+
+    from ragbridge.commands import cli, register_commands
+
+    register_commands(cli)
+    group = typer.main.get_command(cli)
+    wrong = []
+    for page in READ_PAGES:
+        text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.M | re.S)
+        for line in INLINE_COMMAND.findall(text):
+            args = [a for a in shlex.split(line)[1:] if not a.startswith("[") and not a.endswith("]")]
+            if "--help" in args:
+                continue
+            ctx = group.make_context("ragbridge", [args[0]], resilient_parsing=True)
+            try:
+                name, command, rest = group.resolve_command(ctx, args)
+                command.make_context(name, rest, parent=ctx)
+            except MissingParameter:
+                pass
+            except BadOptionUsage as exc:
+                if not ("requires an argument" in str(exc) and args[-1].startswith("-")):
+                    wrong.append((page.name, line, str(exc)))
+            except ClickException as exc:
+                wrong.append((page.name, line, str(exc)))
+    assert not wrong
+
+
+STUB_MODEL = re.compile(r"""(?:--judge-model|--embedding-model|model\s*=|embedding_model\s*=)\s*\\?["']?"""
+                        r"(stub[\w.-]*)")
+#: a second judge model, on purpose: a page comparing two judges names a second model, which the stub
+#: answers as it answers any name (it lists stub-judge and stub-embedder)
+SECOND_JUDGE = "stub-judge-2"
+
+
+def test_the_stub_models_the_pages_name_are_the_ones_it_serves():
+    """A page's stub judge is the one ``ragbridge judge serve --stub`` starts, on the port it says
+    (8808), serving the models its GET /models lists: a model name the stub does not list (``stub``,
+    ``stub-embed``) reads as a model of its own, which a real server would refuse."""
+    import json as json_
+    import urllib.request
+
+    from ragbridge.commands.judge import judge_serve
+    from ragbridge.testing import StubJudge
+
+    port = inspect.signature(judge_serve).parameters["port"].default.default
+    assert f"127.0.0.1:{port}/v1" == DOC_JUDGE_URL.removeprefix("http://")
+    with StubJudge() as stub, urllib.request.urlopen(f"{stub.base_url}/models") as reply:
+        served = {m["id"] for m in json_.load(reply)["data"]}
+    assert served == {"stub-judge", "stub-embedder"}
+    pages = [*READ_PAGES, *sorted((ROOT / "examples").glob("*.ipynb"))]
+    named = {(page.name, m) for page in pages for m in STUB_MODEL.findall(page.read_text(encoding="utf-8"))}
+    assert {m for _, m in named} - served - {SECOND_JUDGE} == set(), sorted(named)
+    for page, model in named:
+        if model == SECOND_JUDGE:
+            assert "answers any model name" in (ROOT / "docs" / page).read_text(encoding="utf-8"), page
+    assert {"stub-judge", "stub-embedder"} <= {m for _, m in named}
+    for page in pages:  # the stub's address, wherever a page writes one
+        for address in re.findall(r"127\.0\.0\.1:(\d+)/v1", page.read_text(encoding="utf-8")):
+            assert address == str(port), page.name
+
+
+def test_the_gates_files_keys_are_the_ones_gate_reads():
+    """examples/ci/README.md lists a gates file's rule keys and [defaults] keys: each one gate reads."""
+    from ragbridge.analysis.gate import config
+
+    page = (ROOT / "examples" / "ci" / "README.md").read_text(encoding="utf-8")
+    listed = page[page.index("Rule keys:"):]
+    listed = set(re.findall(r"`(\w+)`", listed[:listed.index(".", listed.index("`last`"))]))
+    assert listed == config._RULE_KEYS
+    defaults = re.search(r"^\[defaults\] +# optional; any rule key but check and name, plus (.*)$",
+                         page, re.M)
+    assert set(re.split(r",\s*", defaults.group(1))) == config._DEFAULT_KEYS - config._RULE_KEYS
 
 
 def _shims(bin_dir: Path) -> None:

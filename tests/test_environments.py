@@ -142,7 +142,7 @@ def test_options_given_for_a_version_say_they_go_under_the_backends_name(tmp_pat
                          "--option", "ragas==0.3.9.concurrency=2")
     assert done.returncode == 2, done.stderr
     assert "--option ragas==0.3.9.concurrency=2: a backend's options apply to every version" in done.stderr
-    assert "--option ragas.concurrency=2" in done.stderr
+    assert "(--option ragas.concurrency=VALUE, [backends.ragas])" in done.stderr
     (tmp_path / "ragbridge.toml").write_text('[backends."ragas==0.3.9"]\nconcurrency = 2\n')
     done = ragbridge_cli("run", EXAMPLE, "--out", tmp_path / "run", "--backend", "ragas==0.3.9", cwd=tmp_path)
     assert done.returncode == 2 and "[backends.ragas==0.3.9] concurrency: a backend's options apply" \

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ragbridge  # noqa: F401  (privacy defaults before the libraries are imported)
-from conftest import EXAMPLE, ragbridge_cli
+from conftest import EXAMPLE, ragbridge_cli, warnings_in
 from ragbridge.formats import DatasetError, get_formats, load_cases, resave_losses, write_cases
 from ragbridge.native.ranking import evaluate as rank
 from ragbridge.schema import Case, Chunk, Span
@@ -94,8 +94,9 @@ def spans(draw):
 
 @st.composite
 def one_case(draw, case_id):
-    contexts = draw(st.lists(chunks(), max_size=4))
-    known = ["a", "b", "doc#s", "doc#t"] + [c.id for c in contexts] + [c.source for c in contexts if c.source]
+    contexts = draw(st.none() | st.lists(chunks(), max_size=4))  # None: not given (a ground-truth set)
+    known = ["a", "b", "doc#s", "doc#t"] + [c.id for c in contexts or []] + [
+        c.source for c in contexts or [] if c.source]
     labels = st.sampled_from(known) | ident  # labels name chunks, their sources, or neither
     return Case(id=case_id, question=draw(word), answer=draw(st.none() | text), contexts=contexts,
                 relevant=draw(st.dictionaries(labels, st.integers(0, 3), max_size=3)),
@@ -127,6 +128,8 @@ def assert_round_trip(cases: list[Case], back: list[Case], lost: list[str], cann
         da, db = a.model_dump(), b.model_dump()
         changed = {k: (da[k], db[k]) for k in da if da[k] != db[k] and k not in allowed}
         assert not changed, f"changed without a warning (warned: {lost}): {changed}"
+        if "contexts" not in allowed:  # no retrieval given, and a retriever that returned nothing, differ
+            assert a.contexts_given == b.contexts_given, (a.id, a.contexts_given, lost)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -157,6 +160,13 @@ def check_ragas_dataset(ds, cases: list[Case], lost: list[str]):
             assert s.reference_context_ids is None
             continue
         c = c.model_copy(update={"relevant_spans": []})  # RAGAS's ids hold the id labels alone
+        if not c.contexts_given:  # no retrieval given: RAGAS refuses to score it, native leaves it undefined
+            assert s.retrieved_context_ids is None
+            with pytest.raises(AssertionError, match="retrieved_context_ids is empty"):
+                recall.single_turn_score(s)
+            run = ragbridge.evaluate([c], metrics=["recall@5"], progress=False)
+            assert run.scores[0].status == "undefined", run.scores[0]
+            continue
         n = max(1, len(c.contexts))
         native = {k: float(v[0]) for k, v in rank([c], [f"recall@{n}", f"precision@{n}"]).items()}
         with warnings.catch_warnings():
@@ -523,8 +533,10 @@ def test_ragas_ids_are_exported_in_the_labels_id_space():
     row = case_to_sample(case)
     assert row["retrieved_context_ids"] == ["r.md#w", "r.md#w", "r.md#x-1", "exact", "other", "other"]
     assert row["reference_context_ids"] == ["r.md#w", "exact", "missed"]
-    empty = case_to_sample(Case(id="e", question="q", relevant={"x": 1}))
+    empty = case_to_sample(Case(id="e", question="q", contexts=[], relevant={"x": 1}))
     assert empty["retrieved_context_ids"] == [] and "retrieved_contexts" not in empty  # recall 0, as native
+    none = case_to_sample(Case(id="e", question="q", relevant={"x": 1}))
+    assert "retrieved_context_ids" not in none and "retrieved_contexts" not in none  # undefined, as native
 
 
 @st.composite
@@ -593,7 +605,7 @@ def test_trulens_expected_chunk_scores_and_titles_survive(tmp_path):
     for args in ((src, mid, "--from", "trulens"), (mid, out, "--to", "trulens")):
         res = ragbridge_cli("convert", *args)
         assert res.returncode == 0, res.stderr
-        warned = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
+        warned = warnings_in(res.stderr)
         assert warned == (["warning: " + str(src) + ": 1 expected chunk(s) in 1 row(s) have an expect_score "
                            "that is not an integer from 1 to 1000: read as grade 1 (TruLens's recall, "
                            "precision, MRR and hit count them as relevant; its nDCG weighs them by the "
@@ -791,7 +803,7 @@ def test_convert_warns_with_the_fields_it_cannot_hold(tmp_path):
     src.write_text(json.dumps({"id": "e", "question": "q", "answer": ""}) + "\n", encoding="utf-8")
     res = ragbridge_cli("convert", src, tmp_path / "out.csv", "--to", "ragas-csv")
     assert res.returncode == 0
-    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
+    warnings = warnings_in(res.stderr)
     assert len(warnings) == 2 and "cannot hold answer (empty);" in warnings[0]
     assert warnings[1].endswith("after RAGAS's EvaluationDataset.from_list (after pandas) and to_csv these "
                                 "are lost: id (see ragbridge formats)")  # apart: the file holds the id

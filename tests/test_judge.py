@@ -35,8 +35,9 @@ from ragbridge.judge.upstream import parse_retry_after
 from ragbridge.testing import StubJudge
 from ragbridge.testing.pytest_fixtures import stub_judge  # noqa: F401  (the fixture under test)
 from ragbridge.stub.responders import JudgeRequest, respond, validate_schema
+from conftest import library
 
-openai = pytest.importorskip(
+openai = library(
     "openai", reason="the judge is tested with the openai SDK as its client; every library extra installs it")
 
 # One plain-HTTP client for every SDK client here: building an httpx client (its TLS context) costs
@@ -57,12 +58,6 @@ class FastGateway(JudgeGateway):
 
     backoff_base = 0.01
 
-
-@pytest.fixture(params=["stdlib", "httpx"])
-def transport(request, monkeypatch):
-    """Run a test with each upstream transport of the gateway."""
-    monkeypatch.setattr(JudgeGateway, "upstream_transport", request.param)
-    return request.param
 
 
 def client_for(gw: JudgeGateway, backend="b", metric="m", case_id="c", **kw) -> openai.OpenAI:
@@ -197,7 +192,7 @@ def test_concurrent_identical_requests_make_one_call(tmp_path):
 # ------------------------------------------------------------------------------------------------
 
 
-def test_429_and_500_are_retried(stub_judge, tmp_path, transport):
+def test_429_and_500_are_retried(stub_judge, tmp_path):
     stub_judge.inject("429", "500", "500")
     with FastGateway(make_config(stub_judge, tmp_path, max_retries=5)) as gw:
         out = chat(client_for(gw))
@@ -207,7 +202,7 @@ def test_429_and_500_are_retried(stub_judge, tmp_path, transport):
         assert (u.calls, u.retries, u.errors) == (1, 3, 0)
 
 
-def test_persistent_500_reaches_the_library_after_max_retries(stub_judge, tmp_path, transport):
+def test_persistent_500_reaches_the_library_after_max_retries(stub_judge, tmp_path):
     stub_judge.inject(*["500"] * 10)
     with FastGateway(make_config(stub_judge, tmp_path, max_retries=2)) as gw:
         with pytest.raises(openai.InternalServerError) as err:
@@ -222,7 +217,7 @@ def test_persistent_500_reaches_the_library_after_max_retries(stub_judge, tmp_pa
         assert stub_judge.request_count == 1
 
 
-def test_timeout_is_retried(tmp_path, transport):
+def test_timeout_is_retried(tmp_path):
     with StubJudge(timeout_seconds=60) as stub:
         stub.inject("timeout")
         # 2 s: the second attempt's answer (no fault) must never be taken for a timeout on a busy machine
@@ -257,7 +252,7 @@ def test_retry_after_forms():
     assert 25 <= d <= 31
 
 
-def test_non_json_2xx_is_retried_but_malformed_content_is_forwarded(stub_judge, tmp_path, transport):
+def test_non_json_2xx_is_retried_but_malformed_content_is_forwarded(stub_judge, tmp_path):
     stub_judge.inject("garbage")
     with FastGateway(make_config(stub_judge, tmp_path)) as gw:
         c = client_for(gw)
@@ -271,7 +266,7 @@ def test_non_json_2xx_is_retried_but_malformed_content_is_forwarded(stub_judge, 
         assert stub_judge.request_count == 3, "malformed content is the library's problem: no retry"
 
 
-def test_concurrency_is_bounded_across_clients(tmp_path, transport):
+def test_concurrency_is_bounded_across_clients(tmp_path):
     with StubJudge() as stub:
         with JudgeGateway(make_config(stub, tmp_path, max_concurrency=4, cache_mode="off")) as gw:
             by_backend = [client_for(gw, backend=f"b{i}") for i in range(3)]
@@ -370,7 +365,7 @@ def test_accounting_by_header_with_one_shared_client(stub_judge, tmp_path):
 # ------------------------------------------------------------------------------------------------
 
 
-def test_key_never_written_anywhere(tmp_path, monkeypatch, transport):
+def test_key_never_written_anywhere(tmp_path, monkeypatch):
     secret = "sk-ragbridge-TESTSECRET-" + secrets.token_hex(16)
     monkeypatch.setenv("RAGBRIDGE_TEST_KEY", secret)
     audit = tmp_path / "run" / "judge-audit.jsonl"
@@ -783,7 +778,7 @@ def test_base_url_with_query_string(stub_judge, tmp_path):
     assert [r.path for r in stub_judge.posts()] == ["/chat/completions"]
 
 
-def test_upstream_restart_between_calls(tmp_path, transport):
+def test_upstream_restart_between_calls(tmp_path):
     """A pooled keep-alive connection that the upstream closed is replaced, not reported as an error."""
     with StubJudge() as first:
         port = first.port

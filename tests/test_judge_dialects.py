@@ -25,6 +25,7 @@ HOSTS = {
     "http://localhost:8000/v1": "/vllm/v1",
     "http://localhost:8001/v1": "/vllm/v1",
     "http://localhost:8080/v1": "/llamacpp/v1",
+    "http://localhost:8011/v1": "/llama-cpp-python/v1",
     "https://YOUR-RESOURCE.openai.azure.com": "/azure",
     "https://api.anthropic.com/v1": "/anthropic/v1",
     "https://generativelanguage.googleapis.com/v1beta/openai": "/gemini/v1beta/openai",
@@ -33,7 +34,8 @@ HOSTS = {
 #: where each dialect wants the key (the header the stub must have seen, lowercase)
 KEY_HEADER = {"azure": ("api-key", KEY), "anthropic": ("authorization", f"Bearer {KEY}"),
               "gemini": ("authorization", f"Bearer {KEY}"), "litellm": ("authorization", f"Bearer {KEY}"),
-              "vllm": ("authorization", f"Bearer {KEY}"), "llamacpp": ("authorization", f"Bearer {KEY}")}
+              "vllm": ("authorization", f"Bearer {KEY}"), "llamacpp": ("authorization", f"Bearer {KEY}"),
+              "llama-cpp-python": ("authorization", f"Bearer {KEY}")}
 
 
 def recipes() -> dict[str, str]:
@@ -53,7 +55,8 @@ RECIPES = recipes()
 
 def test_the_page_has_a_recipe_for_every_judge_it_claims():
     names = " ".join(RECIPES)
-    for judge in ("Ollama", "vLLM", "llama.cpp", "Azure OpenAI", "Anthropic", "Gemini", "LiteLLM"):
+    for judge in ("Ollama", "vLLM", "llama.cpp", "llama-cpp-python", "Azure OpenAI", "Anthropic", "Gemini",
+                  "LiteLLM"):
         assert judge in names, judge
     for toml in RECIPES.values():
         cfg = tomllib.loads(toml)["judge"]
@@ -370,7 +373,7 @@ def test_a_server_that_cannot_tell_is_not_refused(tmp_path, monkeypatch):
 def test_a_name_without_a_tag_is_ollamas_latest(tmp_path, monkeypatch):
     with StubJudge(models=("llama3.1:latest", "nomic-embed-text:latest")) as stub:
         _recipe_at_stub("Ollama", stub, tmp_path, monkeypatch)
-        ok = ragbridge_cli("judge", "check", "--judge-model", "llama3.1", cwd=tmp_path)
+        ok = ragbridge_cli("judge", "check", "--quick", "--judge-model", "llama3.1", cwd=tmp_path)
         assert ok.returncode == 0 and "llama3.1 at" in ok.stdout and "(the server lists it)" in ok.stdout
         assert not stub.posts()
         r = httpx.post(f"{stub.url}/ollama/v1/chat/completions", trust_env=False,

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -297,11 +298,6 @@ def test_gateway_socket_refuses_before_reading_and_answers_bad_framing(headers, 
 # A judge that drips its answer, or floods it
 
 
-@pytest.fixture(params=["stdlib", "httpx"])
-def transport(request, monkeypatch):
-    monkeypatch.setattr(JudgeGateway, "upstream_transport", request.param)
-    return request.param
-
 
 def _post(gw: JudgeGateway) -> httpx.Response:
     with httpx.Client(transport=gw.transport(), timeout=60) as c:
@@ -309,17 +305,22 @@ def _post(gw: JudgeGateway) -> httpx.Response:
                       json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
 
 
-def test_a_dripping_judge_is_cut_at_the_calls_deadline(transport):
-    with StubJudge(drip_interval=0.25) as stub:  # a whole answer would take minutes
-        cfg = JudgeConfig(model="m", base_url=hostile(stub, "drip"), cache_mode="off", timeout=1.0,
+@pytest.mark.parametrize("mode", ["drip", "drip-head"])
+def test_a_dripping_judge_is_cut_at_the_calls_deadline(mode):
+    """The answer (or its status line and headers too) a byte every 0.25 s: each read is quick, the
+    whole would take minutes; each attempt ends at its deadline."""
+    with StubJudge(drip_interval=0.25) as stub:
+        cfg = JudgeConfig(model="m", base_url=hostile(stub, mode), cache_mode="off", timeout=1.0,
                           max_retries=1)
         with JudgeGateway(cfg) as gw:
+            t0 = time.monotonic()
             r = _post(gw)
             assert r.status_code == 504 and "timed out after 2 attempt(s)" in r.text
             assert gw.usage().calls == 1 and gw.usage().retries == 1
+            assert time.monotonic() - t0 < 10, "each attempt ends at its 1 s deadline"
 
 
-def test_a_flooding_judge_is_cut_at_the_reply_cap(transport):
+def test_a_flooding_judge_is_cut_at_the_reply_cap():
     with StubJudge(huge_bytes=8 << 20) as stub:
         cfg = JudgeConfig(model="m", base_url=hostile(stub, "huge"), cache_mode="off",
                           max_reply_bytes=1 << 20)
@@ -437,10 +438,9 @@ def test_a_budget_spent_with_errored_scores_exits_4_naming_the_budget(tmp_path):
 
 
 @pytest.mark.parametrize("userinfo", [False, True])
-def test_a_compressed_answer_is_read_on_every_transport(transport, userinfo, tmp_path):
-    """The judge gzips every answer: through the keep-alive pool, through httpx (used behind a proxy),
-    and for a base URL with user:pass@ (httpx asked for gzip and never decompressed: every call
-    failed)."""
+def test_a_compressed_answer_is_read_on_every_transport(userinfo, tmp_path):
+    """The judge gzips every answer, and for a base URL with user:pass@ too (httpx asked for gzip and
+    never decompressed: every call failed)."""
     with StubJudge() as stub:
         url = hostile(stub, "gzip")
         if userinfo:

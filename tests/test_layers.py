@@ -71,7 +71,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "stub": {"plugins"},
     "formats": {"errors", "hookspecs", "plugins", "schema"},
     "backend": {"judge", "limits", "metrics", "options", "plugins", "schema"},
-    "judged_backend": {"backend", "options", "schema"},
+    "judged_backend": {"backend", "judge", "options", "schema"},
     "native": {"backend", "hookspecs", "limits", "metrics", "options", "schema"},
     "traces": {"formats", "hookspecs", "metrics", "plugins", "schema"},
     "run": {"backend", "errors", "formats", "judge", "limits", "metrics", "options", "plugins", "schema",

@@ -425,3 +425,33 @@ def test_the_pass_rate_interval_covers_the_truth_at_its_nominal_level(design):
     assert abs(bias) < 0.01
     if design == "stratified":
         assert naive_bias < -0.1  # half the labels from the judge's fails: the plain share is far too low
+
+
+def test_labels_of_consecutive_cases_are_said_to_be_no_random_sample(tmp_path):
+    """The first 20 lines of the bundled labels (``head -n 20``, as the walkthrough once did) are the
+    run's first 20 cases: every interval and the true pass rate assume a random draw, and validate
+    says they are none, in text, the frame (and so JSON) and the report; a seeded random draw of 20
+    lines, and every line, are said nothing of."""
+    from conftest import ROOT, ragbridge_cli
+    from ragbridge.analysis import validate
+    from ragbridge.report import write_report
+
+    lines = (ROOT / "examples" / "support-bot" / "faithfulness-labels.jsonl").read_text().splitlines(True)
+    with StubJudge() as stub:
+        evaluate(load_cases(EXAMPLE), backends=["rubric"], metrics=["faithfulness"],
+                 judge=_config(stub, tmp_path), out=tmp_path / "run")
+    drawn = {"head": lines[:20], "random": random.Random(1).sample(lines, 20), "all": lines}
+    for name, chosen in drawn.items():
+        (tmp_path / f"{name}.jsonl").write_text("".join(chosen))
+        [row] = validate(tmp_path / "run", tmp_path / f"{name}.jsonl").to_dict("records")
+        assert row["n_labels"] == len(chosen)
+        if name == "head":
+            assert "the 20 labelled cases are the run's cases 1 to 20 of 53" in row["not_random"]
+        else:
+            assert row["not_random"] is None, name
+    text = ragbridge_cli("validate", tmp_path / "run", "--labels", tmp_path / "head.jsonl",
+                         env={"COLUMNS": "80"}).stdout
+    assert "faithfulness: the 20 labelled cases are the run's cases 1 to 20 of 53 in its" in text
+    assert "not a random sample" in text and max(map(len, text.splitlines())) <= 80
+    write_report(tmp_path / "run", tmp_path / "report.md", fmt="md", labels=tmp_path / "head.jsonl")
+    assert "cases 1 to 20 of 53 in its order, not a random sample" in (tmp_path / "report.md").read_text()

@@ -167,3 +167,81 @@ def test_the_notebook_loop_in_a_kernel(tmp_path):  # a kernel and a few small ju
     assert "3 score(s) errored" in failed and "retries them" in failed
     assert f"<b>{html.escape(first_question)}</b> rubric:faithfulness:" in failed
     assert "<b>q-" not in failed
+
+
+FIX_CELLS = [
+    '''
+import json, ragbridge
+from ragas.dataset_schema import EvaluationDataset
+dataset = EvaluationDataset.from_jsonl(RAGAS)
+cases = ragbridge.load_cases(dataset)
+run = ragbridge.evaluate(cases, metrics=["recall@5", "mrr"], out="runs/nb")
+run
+''',
+    # the fix the warning names: each chunk's section as its source, then the same cell again
+    '''
+def with_sections(cases):
+    for case in cases:
+        for chunk in case.contexts:
+            chunk.source = chunk.id.rsplit("-", 1)[0]
+    return cases
+cases = with_sections(cases)
+run = ragbridge.evaluate(cases, metrics=["recall@5", "mrr"], out="runs/nb")
+print(json.dumps(json.load(open("runs/nb/run.json"))["warnings"]))
+run
+''',
+    # one question edited (its id is derived from it: one case removed, one added)
+    '''
+i = next(i for i, c in enumerate(cases) if repr(c.id) in run.manifest.warnings[0])  # a case warned of
+removed = cases[i].id
+dataset.samples[i].user_input += " Thanks!"
+cases = with_sections(ragbridge.load_cases(dataset))
+run = ragbridge.evaluate(cases, metrics=["recall@5", "mrr"], out="runs/nb")
+fresh = ragbridge.evaluate(cases, metrics=["recall@5", "mrr"], out="runs/fresh")
+print(json.dumps([removed, run.manifest.warnings, fresh.manifest.warnings,
+                  json.load(open("runs/nb/run.json"))["warnings"]]))
+run
+''',
+]
+
+
+@pytest.mark.slow  # a kernel with RAGAS imported in it: about 20 s (test_rerun.py has the quick form)
+def test_a_cell_run_again_on_fixed_data_warns_of_the_data_as_it_is(tmp_path):
+    """A notebook's loop: the RAGAS file's labels name sections, so 14 of 19 labelled cases are warned
+    of; the chunks given their sections, the same cell run again into the same folder: recall 0.842,
+    and what the run says (run.json, the Markdown report, the cell's view) is of the cases as they are
+    now, not of an earlier session's."""
+    import json
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    from conftest import ragbridge_cli
+
+    ragas = ROOT / "examples" / "support-bot" / "ragas-dataset.jsonl"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src.replace("RAGAS", repr(str(ragas)))) for src in FIX_CELLS]
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+
+    def shown(i):
+        return html.unescape([o for o in nb.cells[i].outputs if o.output_type == "execute_result"][0]
+                             .data["text/html"])
+
+    def printed(i):
+        return json.loads("".join(o.text for o in nb.cells[i].outputs if o.output_type == "stream"
+                                  and o.name == "stdout"))
+
+    assert "warning: 14 of 19 case(s) with relevance labels have no retrieved chunk" in shown(0)
+    assert "<td>recall@5</td><td>0.842</td>" in shown(1) and "14 of 19" not in shown(1)
+    kept = printed(1)
+    assert kept and not any("14 of 19" in w for w in kept), kept
+    assert all(f"warning: {w}" in shown(1) for w in kept)
+    res = ragbridge_cli("report", tmp_path / "runs" / "nb", "--format", "md", "--out", tmp_path / "r.md")
+    assert res.returncode == 0, res.stderr
+    report = (tmp_path / "r.md").read_text(encoding="utf-8")
+    assert "14 of 19" not in report and "warning: 3 of 19 case(s)" in report
+    # an edited question: the warnings a fresh run of the same cases gives, none of a removed case
+    removed, after, fresh, on_disk = printed(2)
+    assert after == fresh == on_disk and len(after) == 1, after
+    assert repr(removed) not in after[0] and "3 of 19 case(s)" in after[0], (removed, after)

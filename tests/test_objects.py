@@ -51,8 +51,8 @@ def test_bad_rows_name_the_index_and_the_field():
     with pytest.raises(DatasetError) as exc:
         ragbridge.load_cases(rows)
     assert "(index 3)" in str(exc.value) and "relevant" in str(exc.value)
-    frame = pd.DataFrame([{"question": "q1", "answer": "a"}, {"answer": "no question"}])
-    with pytest.raises(DatasetError, match=r"DataFrame \(index 1\)"):
+    frame = pd.DataFrame([{"question": "q1", "answer": "a"}, {"question": 3, "answer": "a number"}])
+    with pytest.raises(DatasetError, match=r"DataFrame \(index 1\): field 'question': must be a text"):
         ragbridge.load_cases(frame)
     with pytest.raises(DatasetError, match="duplicate case id 'a' .first at index 0"):
         ragbridge.load_cases([{"id": "a", "question": "q"}, {"id": "a", "question": "q2"}])

@@ -20,7 +20,7 @@ from ragbridge.backend import RunOptions
 from ragbridge.flags import JUDGE_FLAGS
 from ragbridge.judged_backend import JudgedOptions
 from ragbridge.native.options import NativeOptions
-from ragbridge.options import describe, flag_of
+from ragbridge.options import OptionError, backend_options, describe, flag_of
 from ragbridge.plugins import get_backends
 from ragbridge.run.request import RunRequest
 
@@ -113,7 +113,11 @@ def test_every_judged_backends_options_take_what_every_judged_backend_takes():
     assert {b.name for b in judged} >= {"rubric", "ragas", "deepeval", "trulens", "phoenix"}
     for b in judged:
         assert issubclass(b.Options, JudgedOptions), b.name
-        assert "concurrency" in b.Options.model_fields
+        assert {"concurrency", "structured_output"} <= set(b.Options.model_fields)
+        with pytest.raises(OptionError, match=re.escape(
+                f"{b.name}.structured_output must be one of auto, schema, json_object, tool, prompt, "
+                "got 'xml'")):
+            backend_options({b.name: b}, [("python", {b.name: {"structured_output": "xml"}})])
 
 
 # -- from the command line ----------------------------------------------------------------------------
@@ -221,7 +225,7 @@ def test_backends_lists_each_backends_options_with_type_default_and_help(tmp_pat
     gain = doc["native"]["options"][0]
     assert gain == {"name": "gain", "type": "one of linear, exponential", "default": "linear",
                     "help": NativeOptions.model_fields["gain"].description, "flag": "--gain"}
-    assert [o["name"] for o in doc["trulens"]["options"]][:2] == ["concurrency", "api"]
+    assert [o["name"] for o in doc["trulens"]["options"]][:3] == ["concurrency", "structured_output", "api"]
     res = ragbridge_cli("backends", "nope", cwd=tmp_path)
     assert res.returncode == 2 and "unknown backend 'nope'; registered backends: deepeval," in res.stderr
 

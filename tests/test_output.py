@@ -349,3 +349,42 @@ def test_the_per_tag_tables_split_as_measuring_each_whole_table_does(runs, monke
         printed = got.file.getvalue()
         assert printed.endswith(want.file.getvalue()), (run, width)
     assert {1, 2} <= splits and max(splits) >= 3  # one table, two, and more were all exercised
+
+
+def _said(stderr: str, label: str) -> list[str]:
+    """The ``label:`` messages of stderr, each joined from its wrapped lines (continuations indented)."""
+    out: list[str] = []
+    going = False
+    for line in stderr.splitlines():
+        if line.startswith(f"{label}:"):
+            out.append(line)
+        elif going and line.startswith("    "):
+            out[-1] += " " + line.strip()
+            continue
+        going = line.startswith(f"{label}:")
+    return out
+
+
+def test_warnings_and_notes_are_wrapped_at_80_columns_piped_and_an_error_is_one_line(tmp_path):
+    """A note (the format a file was read as) and a warning (repeated chunk ids), piped at 80 columns:
+    each is wrapped at spaces with its continuation indented, no line wider than 80, nothing lost
+    (the message joined again is the whole message). An error stays one line, whole."""
+    import ragbridge
+
+    frame = ragbridge.to_library(CASES[:6], "ragas").to_pandas()  # a RAGAS team's frame, saved by pandas
+    frame.to_csv(tmp_path / "ragas.csv", index=False)
+    r = cli(80, "run", "ragas.csv", "--out", "run", "--no-progress", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    readable(r.stderr, 80)
+    [note] = _said(r.stderr, "note")
+    assert note == ("note: ragas.csv: read as format 'ragas' (its fields: reference_context_ids); name a "
+                    "format to override")
+    [warning] = _said(r.stderr, "warning")
+    assert "repeated chunk id(s) in 2 case(s)" in warning and warning.endswith("counts at its first rank")
+    (tmp_path / "tags.jsonl").write_text(json.dumps({"id": "a", "question": "Can I get a refund?",
+                                                     "tags": "billing"}) + "\n")
+    bad = cli(80, "run", "tags.jsonl", "--out", "bad", "--no-progress", cwd=tmp_path)
+    assert bad.returncode == 2 and not (tmp_path / "bad").exists()
+    assert bad.stderr.splitlines() == [
+        "error: tags.jsonl:1: field 'tags': must be a list of texts, got the text "
+        "'billing': write it as a list, [\"billing\"] (in a CSV cell, texts are separated by '|')"]

@@ -107,3 +107,37 @@ def test_a_context_column_beside_canonical_fields_is_not_taken_for_a_library(tmp
     # and a library's own words beside it still tell the library
     (case,) = ragbridge.load_cases([{"input": "q", "actual_output": "a", "context": ["gold"]}])
     assert case.reference_contexts == ["gold"]
+
+
+@needs_backend("deepeval")
+def test_ids_pandas_read_as_numbers_are_never_taken_silently(tmp_path):
+    """Ids such as ``001`` in a file pandas' ``read_csv`` reads back: as whole numbers they are warned
+    of, naming the column of that library and the fix; as floats (``1e3``) they are refused so. With
+    the fix, the ids are the file's."""
+    from deepeval.dataset import Golden
+
+    canonical = tmp_path / "canonical.csv"
+    pd.DataFrame([{"id": "001", "question": "How long is the refund window?"},
+                  {"id": "002", "question": "Do you ship to Switzerland?"}]).to_csv(canonical, index=False)
+    goldens = tmp_path / "goldens.csv"
+    pd.DataFrame([Golden(input="How long is the refund window?", actual_output="14 days.", name="001")
+                  .model_dump(), Golden(input="Do you ship abroad?", actual_output="Yes.", name="002")
+                  .model_dump()]).to_csv(goldens)
+    for path, column in ((canonical, "id"), (goldens, "name")):
+        assert [c.id for c in ragbridge.load_cases(path)] == ["001", "002"]  # the file, read by path
+        with pytest.warns(UserWarning, match=rf"DataFrame column '{column}' holds whole numbers \(int64\)"
+                          rf".*pd\.read_csv\(path, dtype=\{{'{column}': str\}}\)") as said:
+            assert [c.id for c in ragbridge.load_cases(pd.read_csv(path))] == ["1", "2"]
+        assert said[0].filename == __file__  # the user's line, not ragbridge's
+        fixed = pd.read_csv(path, dtype={column: str})
+        assert [c.id for c in ragbridge.load_cases(fixed)] == ["001", "002"]
+
+    floats = tmp_path / "floats.csv"
+    frame = pd.DataFrame([{"id": "001", "question": "q1"}, {"id": "1e3", "question": "q2"}])
+    frame.to_csv(floats, index=False)
+    with pytest.raises(DatasetError) as refused:
+        ragbridge.load_cases(pd.read_csv(floats))
+    said = str(refused.value)
+    assert said.startswith("DataFrame: field 'id': column 'id' holds numbers (float64), not texts")
+    assert "pd.read_csv(path, dtype={'id': str})" in said
+    assert [c.id for c in ragbridge.load_cases(pd.read_csv(floats, dtype={"id": str}))] == ["001", "1e3"]

@@ -19,7 +19,9 @@ from collections import Counter
 
 import pytest
 
-pytest.importorskip("phoenix.evals")
+from conftest import needs_library  # noqa: E402
+
+pytestmark = needs_library("phoenix.evals")
 
 import ragbridge  # noqa: E402
 from ragbridge.backend import RunOptions, ScoringContext  # noqa: E402
@@ -148,7 +150,8 @@ def test_options_are_typed_and_a_bad_one_stops_the_run_before_it_starts(stub, pi
 
     assert PhoenixOptions(concurrency=2).concurrency == 2
     for bad, words in (({"concurency": 2}, "phoenix.concurency: the phoenix backend has no option "
-                                           "'concurency'; its options: concurrency, temperature"),
+                                           "'concurency'; its options: concurrency, structured_output, "
+                                           "temperature"),
                        ({"concurrency": 0},
                         "phoenix.concurrency must be a whole number of at least 1, got 0"),
                        ({"temperature": "hot"},
@@ -232,15 +235,16 @@ def phoenix_direct(base_url: str) -> dict:
             "abstention": RefusalEvaluator(llm=llm, temperature=0.0)}
 
 
-def check_parity(stub: StubJudge, cases: list[Case]) -> int:
+def check_parity(stub: StubJudge, cases: list[Case], asked=bodies) -> int:
     """Our run, then Phoenix's evaluators directly: the same value, label, explanation per score (per
-    chunk for context relevance) and the very same request bodies. Returns the scores compared."""
+    chunk for context relevance) and the same requests (``asked(stub)``: the very same request
+    bodies). Returns the scores compared."""
     for case in cases:  # the records below are built by hand: no repeated or empty chunk here
         assert len({c.id for c in case.contexts}) == len(case.contexts) and all(c.text for c in case.contexts)
     stub.reset()
     ours = by_key(run_phoenix(cases, stub))
     assert len(ours) == 3 * len(cases) and not any(s.error for s in ours.values())
-    through_ragbridge = bodies(stub)
+    through_ragbridge = asked(stub)
     stub.reset()
     ev = phoenix_direct(stub.base_url)
     compared = 0
@@ -269,9 +273,9 @@ def check_parity(stub: StubJudge, cases: list[Case]) -> int:
             [r] = ev["abstention"].evaluate({"input": case.question, "output": case.answer})
             assert (s.value, s.native_value["label"], s.reason) == (r.score, r.label, r.explanation), case.id
         compared += 3
-    # the judge saw the very same requests from both, byte for byte once parsed
-    assert bodies(stub) == through_ragbridge
-    assert all(json.loads(b)["temperature"] == 0.0 for b in through_ragbridge)
+    # the judge saw the same requests from both (by default byte for byte, once parsed)
+    assert asked(stub) == through_ragbridge
+    assert all(p.body["temperature"] == 0.0 for p in stub.posts("/chat/completions"))
     return compared
 
 
@@ -298,12 +302,26 @@ def refuse_json_schema(stub: StubJudge) -> None:
     stub._server.RequestHandlerClass = type("NoJsonSchema", (base,), {"do_POST": do_POST})
 
 
+def tool_calls(stub: StubJudge) -> Counter:
+    """The conversations the judge answered as a forced tool call, with the tool's schema (less the
+    ``additionalProperties: false`` Phoenix adds to it for a json_schema request only)."""
+    def schema(p) -> dict:
+        params = p.body["tools"][0]["function"]["parameters"]
+        return {k: v for k, v in params.items() if k != "additionalProperties"}
+
+    return Counter(json.dumps([p.body["messages"], schema(p), p.body["tool_choice"]["function"]["name"]],
+                              sort_keys=True) for p in stub.posts("/chat/completions") if "tools" in p.body)
+
+
 def test_parity_on_a_server_without_structured_outputs(picked):
+    """The server answers 400 to a json_schema response format: Phoenix alone asks again with a
+    forced tool call; through ragbridge the gateway does (Phoenix never sees the 400), so the judge
+    answers the same conversations, with the same schema, as tool calls either way."""
     with StubJudge() as s:
         refuse_json_schema(s)
-        assert check_parity(s, picked[:3]) == 9
-        posts = s.posts("/chat/completions")
-    assert posts and all("tools" in p.body and "response_format" not in p.body for p in posts)
+        assert check_parity(s, picked[:3], asked=tool_calls) == 9
+        answered = [p for p in s.posts("/chat/completions") if "response_format" not in p.body]
+    assert answered and all("tools" in p.body for p in answered)
 
 
 def test_judge_settings_reach_the_requests(stub, picked, monkeypatch):

@@ -11,7 +11,7 @@ import pandas as pd
 
 import ragbridge
 
-from conftest import EXAMPLE
+from conftest import EXAMPLE, needs_backend
 
 METRICS = ["recall@5", "mrr"]
 
@@ -90,3 +90,33 @@ def test_a_run_shows_as_a_table_and_lays_out_wide(tmp_path):
     back = ragbridge.load_run(tmp_path / "r")
     pd.testing.assert_frame_equal(back.to_frame(wide=True), wide)
     assert "<table" in back.summary()._repr_html_()
+
+
+@needs_backend("deepeval")
+@needs_backend("ragas")
+def test_to_frame_passed_is_the_runs_one_pass_rule_for_every_backend(tmp_path, example_cases, stub_judge):
+    """``passed`` in ``run.to_frame()`` is filled for every scored value of every backend (RAGAS gives
+    no verdict, DeepEval its own), by the pass rule the report and gates answer with; the library's
+    own verdict is ``library_passed``."""
+    import json
+
+    from conftest import stub_judge_config
+    from ragbridge.report.data import render_json
+
+    judge = stub_judge_config(stub_judge, embedding_model="stub-embedder")
+    run = ragbridge.evaluate(example_cases[:6], backends=["native", "ragas", "deepeval"],
+                             metrics=["recall@5", "precision@5", "faithfulness", "must_contain"], judge=judge,
+                             out=tmp_path / "run")
+    frame = run.to_frame()
+    scored = frame[frame["status"] == "scored"]
+    assert set(scored["backend"]) == {"native", "ragas", "deepeval"}
+    assert scored["passed"].notna().all() and frame[frame["status"] != "scored"]["passed"].isna().all()
+    assert set(frame.loc[frame["metric"] == "precision@5", "pass_mark"]) == {0.2}  # 1/k
+    report = json.loads(render_json(ragbridge.load_run(tmp_path / "run")))  # `ragbridge report --format json`
+    theirs = {(c["id"], s["backend"], s["metric"]): s["passed"] for c in report["cases"] for s in c["scores"]}
+    ours = {(r.case_id, r.backend, r.metric): (None if r.passed is None else bool(r.passed))
+            for r in frame.itertuples()}
+    assert ours == theirs
+    deepeval = frame[frame["backend"] == "deepeval"]
+    assert deepeval["library_passed"].notna().all()  # DeepEval's own success, kept beside
+    assert frame.loc[frame["backend"] == "ragas", "library_passed"].isna().all()

@@ -140,3 +140,38 @@ def test_python_errors_name_python_parameters(tmp_path, example_cases):
     assert err.value.cli.startswith("--repeats must be")
     with pytest.raises(RunError, match="changed_cases must be one of rescore, refuse"):
         evaluate(example_cases[:2], changed_cases="yes")
+
+
+def test_a_run_again_into_its_folder_warns_of_the_cases_as_they_are_now(tmp_path):
+    """The labels of the bundled RAGAS file name sections (14 of 19 cases warned of); the chunks given
+    their sections, the same run into the same folder warns as a fresh run of the fixed cases does;
+    a question edited (its id derived from it: a case removed, one added) too."""
+    from ragas.dataset_schema import EvaluationDataset
+
+    from conftest import ROOT
+
+    dataset = EvaluationDataset.from_jsonl(str(ROOT / "examples" / "support-bot" / "ragas-dataset.jsonl"))
+
+    def with_sections(cases):
+        for case in cases:
+            for chunk in case.contexts:
+                chunk.source = chunk.id.rsplit("-", 1)[0]
+        return cases
+
+    out, ranking = tmp_path / "run", {"metrics": ["recall@5", "mrr"]}
+    first = evaluate(dataset, **ranking, out=out)
+    assert any(w.startswith("14 of 19 case(s)") for w in first.manifest.warnings)
+    cases = with_sections(load_cases(dataset))
+    again = evaluate(cases, **ranking, out=out)
+    fresh = evaluate(cases, **ranking, out=tmp_path / "fresh")
+    assert again.manifest.warnings == fresh.manifest.warnings and len(fresh.manifest.warnings) == 1
+    assert json.loads((out / "run.json").read_text())["warnings"] == fresh.manifest.warnings
+    edited = next(i for i, c in enumerate(cases) if repr(c.id) in fresh.manifest.warnings[0])
+    removed = cases[edited].id
+    dataset.samples[edited].user_input += " Thanks!"
+    cases = with_sections(load_cases(dataset))
+    again = evaluate(cases, **ranking, out=out)
+    assert again.manifest.counts["cases_changed"] == {"kept": 19, "changed": 0, "added": 1, "removed": 1}
+    fresh = evaluate(cases, **ranking, out=tmp_path / "fresh2")
+    assert again.manifest.warnings == fresh.manifest.warnings
+    assert not any(repr(removed) in w for w in again.manifest.warnings)

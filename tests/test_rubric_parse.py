@@ -217,29 +217,38 @@ def rejects_json_schema(body, n):
     return GOOD
 
 
-def test_an_endpoint_without_json_schema_gets_plain_prompts():
+def test_an_endpoint_without_json_schema_gets_asked_in_a_mode_it_takes():
+    """An endpoint that refuses every response_format (400): the gateway asks the same request again
+    as a forced tool call, which it takes; the rubric gets its JSON object as it asked for it and
+    records the mode it was asked in."""
     with CannedJudge(rejects_json_schema) as canned:
         s = score(canned)
-    assert s.error is None and s.value == 1.0 and s.native_value["structured"] == "prompt"
-    assert ["response_format" in b for b in canned.bodies] == [True, False]
+    assert s.error is None and s.value == 1.0 and s.native_value["structured"] == "tool"
+    assert [b.get("response_format", {}).get("type") for b in canned.bodies] == ["json_schema", None]
+    assert canned.bodies[1]["tool_choice"]["function"]["name"] == canned.bodies[0]["response_format"][
+        "json_schema"]["name"]
     schema = canned.bodies[0]["response_format"]["json_schema"]["schema"]
     assert schema["properties"]["score"]["enum"] == [1, 2, 3, 4, 5]
+    assert canned.bodies[1]["tools"][0]["function"]["parameters"] == schema
+    with CannedJudge(rejects_json_schema) as canned:  # asked for plain prompts: no schema is ever sent
+        assert score(canned, structured_output="prompt").native_value["structured"] == "prompt"
+    assert ["response_format" in b or "tools" in b for b in canned.bodies] == [False]
     # and the system prompt alone asks for the JSON object, with the reason before the score
-    system = canned.bodies[1]["messages"][0]["content"]
+    system = canned.bodies[0]["messages"][0]["content"]
     assert "Reply with only a JSON object" in system
     assert system.index('"reason":') < system.index('"score":')
-    with CannedJudge(rejects_json_schema) as canned:  # asked for plain prompts: no schema is ever sent
-        assert score(canned, structured="prompt").error is None
-    assert ["response_format" in b for b in canned.bodies] == [False]
-    with CannedJudge(rejects_json_schema) as canned:  # insisting on json_schema: the endpoint's error, said
-        s = score(canned, structured="json_schema")
-    assert s.error == ("rubric answer_relevance: the judge answered HTTP 400: "
-                       "response_format json_schema is not supported")
+    with CannedJudge(rejects_json_schema) as canned:  # insisting on a schema: the endpoint's error, said
+        s = score(canned, structured_output="schema")
+    assert len(canned.bodies) == 1
+    assert s.error == ("rubric answer_relevance: the judge answered HTTP 400: ragbridge judge gateway: the "
+                       "judge refuses a JSON object asked for in mode 'schema' (the structured_output of "
+                       "backend rubric): HTTP 400: response_format json_schema is not supported")
 
 
 @pytest.mark.parametrize("opts, message", [
     ({"structure": "prompt"}, "the rubric backend has no option 'structure'"),
-    ({"structured": "xml"}, "rubric.structured must be one of auto, json_schema, prompt, got 'xml'"),
+    ({"structured_output": "xml"},
+     "rubric.structured_output must be one of auto, schema, json_object, tool, prompt, got 'xml'"),
     ({"retries": -1}, "rubric.retries must be a whole number of at least 0, got -1"),
     ({"concurrency": "4"}, "rubric.concurrency must be a whole number of at least 1, got '4'"),
 ])

@@ -37,6 +37,11 @@ def _counts(folder):
     return json.loads((folder / "run.json").read_text())["counts"]
 
 
+def _reuse(counts):
+    """``counts.score_cache`` without the reused scores' origins (``by_backend``)."""
+    return {k: v for k, v in counts["score_cache"].items() if k != "by_backend"}
+
+
 def _golden(tmp_path, n):
     golden = tmp_path / "golden.jsonl"
     golden.write_text("".join(EXAMPLE.read_text().splitlines(keepends=True)[:n]))
@@ -56,7 +61,7 @@ def test_warm_rerun_into_a_new_folder_reuses_every_score_without_the_library(tmp
         cold = run("cold")
         assert cold.returncode == 0, cold.stdout + cold.stderr
         calls = len(stub.posts())
-        assert calls > 0 and _counts(tmp_path / "cold")["score_cache"] == {"reused": 0, "stored": 8}
+        assert calls > 0 and _reuse(_counts(tmp_path / "cold")) == {"reused": 0, "stored": 8}
         assert (tmp_path / ".ragbridge" / "judge-cache.scores.sqlite").is_file()
 
         warm = run("warm")
@@ -65,7 +70,7 @@ def test_warm_rerun_into_a_new_folder_reuses_every_score_without_the_library(tmp
         assert "stub judge" in warm.stdout  # still labelled: the reused scores came from the stub
         counts = _counts(tmp_path / "warm")
         assert counts["judge"]["calls"] == 0 and counts["judge"]["cache_hits"] == 0  # no request at all
-        assert counts["score_cache"] == {"reused": 8, "stored": 0}
+        assert _reuse(counts) == {"reused": 8, "stored": 0}
         assert len(stub.posts()) == calls
         a, b = _scores(tmp_path / "cold"), _scores(tmp_path / "warm")
         assert a.keys() == b.keys() and len(a) == 8
@@ -102,7 +107,7 @@ def test_an_edited_case_or_another_judge_is_scored_again_and_only_that(tmp_path)
         edited[3] = edited[3].model_copy(update={"answer": "I can't help with that."})
         before = len(stub.posts())
         warm = _abstention(edited, judge)
-        assert warm.manifest.counts["score_cache"] == {"reused": 11, "stored": 1}
+        assert _reuse(warm.manifest.counts) == {"reused": 11, "stored": 1}
         assert len(stub.posts()) == before + 1  # the edited case's one call
         changed = {s.case_id for s in warm.scores if not s.cached}
         assert changed == {edited[3].id}
@@ -126,7 +131,7 @@ def test_errors_and_unrun_scores_are_not_stored(tmp_path):
         budgeted = _abstention(cases, judge, max_calls=0)  # the budget leaves the rest unrun
         assert budgeted.manifest.counts["not_run"] == len(errored)
         healthy = _abstention(cases, judge)
-        assert healthy.manifest.counts["score_cache"] == {"reused": 6 - len(errored), "stored": len(errored)}
+        assert _reuse(healthy.manifest.counts) == {"reused": 6 - len(errored), "stored": len(errored)}
         assert all(s.error is None for s in healthy.scores)
 
 
@@ -138,14 +143,14 @@ def test_cache_modes_and_dry_run(tmp_path):
         assert "score_cache" not in off.manifest.counts
         assert not (tmp_path / "judge.scores.sqlite").exists()
         dry = _abstention(cases, judge, dry_run=True)
-        assert dry.manifest.counts["score_cache"] == {"reused": 0, "stored": 0}  # a dry run writes nothing
+        assert _reuse(dry.manifest.counts) == {"reused": 0, "stored": 0}  # a dry run writes nothing
         _abstention(cases[:3], judge)
         dry = _abstention(cases, judge, dry_run=True)
         assert dry.manifest.counts["score_cache"]["reused"] == 3
         assert dry.manifest.counts["judge"]["calls"] == 2  # only the two cases the cache lacks
         read_only = judge.model_copy(update={"cache_mode": "read-only"})
         ro = _abstention(cases, read_only)
-        assert ro.manifest.counts["score_cache"] == {"reused": 3, "stored": 0}
+        assert _reuse(ro.manifest.counts) == {"reused": 3, "stored": 0}
         db = sqlite3.connect(tmp_path / "judge.scores.sqlite")
         assert db.execute("SELECT count(*) FROM scores").fetchone() == (3,)
 
@@ -276,8 +281,60 @@ def test_warm_rerun_opens_only_the_backends_with_work(tmp_path):
 
         partly = rerun("partly", libraries)  # the last library has work: it alone is opened
         assert imported_libraries(partly.stderr) == [libraries[-1]]
-        assert _counts(tmp_path / "partly")["score_cache"] == {"reused": n_cached, "stored": 3}
+        assert _reuse(_counts(tmp_path / "partly")) == {"reused": n_cached, "stored": 3}
     values = {(s["backend"], s["case_id"]): s["value"]
               for s in map(json.loads, (tmp_path / "partly" / "scores.jsonl").read_text().splitlines())}
     assert {k: v for k, v in values.items() if k[0] != libraries[-1]} == {
         (s.backend, s.case_id): s.value for s in cold.scores}
+
+
+def test_the_report_shows_reused_scores_and_where_they_came_from(tmp_path):
+    """A re-run whose scores all come from the score cache: the judge-usage table said 0 calls, 0
+    tokens, 0.0 s for each backend without saying why; it now counts the reused scores and names the
+    score cache and when they were made, in the Markdown, HTML and JSON reports."""
+    from ragbridge.report import write_report
+
+    with StubJudge() as stub:
+        cfg = JudgeConfig(model="judge-m", base_url=stub.base_url, cache_path=tmp_path / "c.sqlite")
+        evaluate(load_cases(EXAMPLE)[:4], backends=["rubric"], metrics=["answer_relevance"],
+                 out=tmp_path / "cold", judge=cfg)
+        evaluate(load_cases(EXAMPLE)[:6], backends=["rubric"], metrics=["answer_relevance"],
+                 out=tmp_path / "warm", judge=cfg)
+    md = write_report(tmp_path / "warm", tmp_path / "r.md", fmt="md").read_text()
+    assert "| backend | scores | reused | judge calls |" in md and "| rubric | 6 | 4 | 2 |" in md
+    line = next(x for x in md.splitlines() if x.startswith("Reused:"))
+    assert "rubric: 4 of 6 scores reused from the score cache " in line and "c.scores.sqlite, made " in line
+    html = write_report(tmp_path / "warm", tmp_path / "r.html", fmt="html").read_text()
+    assert "<th>reused</th>" in html and "4 of 6 scores reused from the score cache" in html
+    doc = json.loads(write_report(tmp_path / "warm", tmp_path / "r.json", fmt="json").read_text())
+    assert doc["judge_usage"][0]["reused"] == 4
+    assert doc["reused_from"]["by_backend"]["rubric"]["first_made"].endswith("UTC")
+
+
+def test_the_report_says_which_scores_were_reused_and_where_they_came_from(tmp_path):
+    """A warm re-run's judge-usage table counted 0 calls, 0 tokens, 0.0 s for scores the score cache
+    gave, without a word: the report shows them as reused, with the cache file and when they were made,
+    in Markdown, HTML and JSON alike."""
+    cases = load_cases(EXAMPLE)[:4]
+    with StubJudge() as stub:
+        judge = _config(stub, tmp_path)
+        _abstention(cases, judge, out=tmp_path / "cold")
+        _abstention(cases[:3], judge, out=tmp_path / "warm")  # three reused; a new folder
+    args = ("report", tmp_path / "warm", "--out", "-", "--format")
+    md = ragbridge_cli(*args, "md", cwd=tmp_path)
+    assert md.returncode == 0, md.stderr
+    assert "| backend | scores | reused | judge calls |" in md.stdout
+    assert "| rubric | 3 | 3 | 0 | 0 | 0 |" in md.stdout
+    said = " ".join(md.stdout.split())
+    assert "rubric: 3 of 3 scores reused from the score cache " in said
+    assert "judge.scores.sqlite, made " in said and "are not counted here" in said
+    doc = json.loads(ragbridge_cli(*args, "json", cwd=tmp_path).stdout)
+    assert [(u["backend"], u["scores"], u["reused"]) for u in doc["judge_usage"]] == [("rubric", 3, 3)]
+    assert doc["reused_from"]["path"] == str(tmp_path / "judge.scores.sqlite")
+    reused = doc["reused_from"]["by_backend"]["rubric"]
+    assert reused["reused"] == 3 and reused["first_made"].endswith(" UTC")
+    page = tmp_path / "warm.html"
+    assert ragbridge_cli("report", tmp_path / "warm", "--out", page, cwd=tmp_path).returncode == 0
+    assert "<strong>Reused</strong>: rubric: 3 of 3 scores reused" in page.read_text()
+    cold = ragbridge_cli("report", tmp_path / "cold", "--out", "-", "--format", "md", cwd=tmp_path).stdout
+    assert "| rubric | 4 | 0 |" in cold and "reused from the score cache" not in cold

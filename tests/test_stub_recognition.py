@@ -31,8 +31,8 @@ SHAPES = {
     "trulens-chat": ("trulens", "stub-judge", {"api": "chat"}, "trulens"),
     "trulens-responses": ("trulens", "stub-judge", {"api": "responses", "sentence_split": "llm"}, "trulens"),
     "phoenix": ("phoenix", "gpt-4o-mini", {}, "phoenix.evals"),
-    "rubric-json-schema": ("rubric", "gpt-4o-mini", {"structured": "json_schema"}, None),
-    "rubric-prompt": ("rubric", "stub-judge", {"structured": "prompt"}, None),
+    "rubric-json-schema": ("rubric", "gpt-4o-mini", {"structured_output": "schema"}, None),
+    "rubric-prompt": ("rubric", "stub-judge", {"structured_output": "prompt"}, None),
 }
 
 

@@ -11,6 +11,7 @@ import math
 import subprocess
 import sys
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -376,7 +377,7 @@ def test_bad_trulens_rows_are_reported(tmp_path):
 def test_leaderboard_layout_and_round_trip(cases, tmp_path):
     import pandas as pd
 
-    from ragbridge_trulens.formats import leaderboard, records, write_leaderboard
+    from ragbridge_trulens.leaderboard import leaderboard, records, write_leaderboard
 
     with StubJudge() as stub:
         run = ragbridge.evaluate(cases[:4], backends=["trulens", "native"],
@@ -413,8 +414,8 @@ def test_leaderboard_cost_is_the_runs_cost_or_unknown(cases, tmp_path):
     CSV cell, JSON null, never 0.0. A backend that called no judge costs 0."""
     import pandas as pd
 
-    from conftest import ragbridge_cli
-    from ragbridge_trulens.formats import leaderboard, records
+    from conftest import ragbridge_cli, warnings_in
+    from ragbridge_trulens.leaderboard import leaderboard, records
 
     with StubJudge() as stub:
         for name, prices in (("unpriced", {}), ("priced", {"stub-judge": {"input": 1.0, "output": 2.0}})):
@@ -424,14 +425,23 @@ def test_leaderboard_cost_is_the_runs_cost_or_unknown(cases, tmp_path):
     assert unpriced.manifest.counts["cost"]["total"] is None
     total = priced.manifest.counts["cost"]["by_backend"]["trulens"]  # the cost of its scores
     assert total > 0
-    assert math.isnan(leaderboard(unpriced).loc[("ragbridge", "trulens"), "total_cost"])
+    with pytest.warns(UserWarning, match=r"total_cost is unknown .* for trulens: 'stub-judge' has no price "
+                                         r"in the judge's price table"):
+        assert math.isnan(leaderboard(unpriced).loc[("ragbridge", "trulens"), "total_cost"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a known cost, and a backend that called no judge: no word
+        leaderboard(priced), leaderboard(unpriced, backend="native")
     assert leaderboard(priced).loc[("ragbridge", "trulens"), "total_cost"] == pytest.approx(total / 3)
     assert records(priced)["total_cost"].sum() == pytest.approx(total)
     assert leaderboard(unpriced, backend="native").loc[("ragbridge", "native"), "total_cost"] == 0.0
     for suffix in ("csv", "json"):
         out = tmp_path / f"lb.{suffix}"
-        r = ragbridge_cli("trulens-leaderboard", tmp_path / "unpriced", out)
+        r = ragbridge_cli("trulens-leaderboard", tmp_path / "unpriced", out, env={"COLUMNS": "80"})
         assert r.returncode == 0, r.stderr
+        said = warnings_in(r.stderr)
+        assert len(said) == 1 and "'stub-judge' has no price" in said[0]
+        assert '[judge.prices."stub-judge"]' in said[0]
+        assert max(map(len, r.stderr.splitlines())) <= 80
         if suffix == "csv":
             assert math.isnan(pd.read_csv(out)["total_cost"].iloc[0])
             assert out.read_text().splitlines()[1].endswith(",")  # the cell is empty, not 0.0

@@ -212,7 +212,7 @@ def record_to_canonical(raw: Any, joined: bool) -> dict[str, Any]:
 
     empty = [k for k in _EMPTY_KEPT if _split(rec.get(k), k, joined) == []]
     rc = _split(rec.pop("retrieval_context", None), "retrieval_context", joined)
-    if rc:
+    if rc is not None:  # an empty list (or DeepEval's joined ""): the retriever returned nothing
         chunks = [_chunk(x, "retrieval_context") for x in rc]
         tagged = [i for i, c in enumerate(chunks) if "source" in c]
         if tagged:  # RetrievedContextData: written back as DeepEval's source-tagged chunks
@@ -232,6 +232,8 @@ def record_to_canonical(raw: Any, joined: bool) -> dict[str, Any]:
     if "metadata.ragbridge" in extra:  # the case's own metadata["ragbridge"]
         meta[RAGBRIDGE_KEY] = extra["metadata.ragbridge"]
     for k in empty:  # DeepEval was given an empty list (not a missing one): kept, written back as []
+        if k == "retrieval_context":
+            continue  # the case's empty contexts say it (`Case.contexts_given`), and are written back so
         rec[k] = []
     tags = rec.pop("tags", None)
     if tags:
@@ -422,12 +424,14 @@ def golden_record(case: Case, lists: bool = True, resave_joins: bool = False
     if lists:  # an empty list DeepEval was given (JSON and JSONL tell it from a missing one)
         promoted.update({k: [] for k in _EMPTY_KEPT if deepeval_fields.get(k) == []
                          and not (case.contexts if k == "retrieval_context" else case.reference_contexts)})
+    if lists and case.contexts_given and not case.contexts:
+        promoted["retrieval_context"] = []  # the retriever returned nothing (None: not given)
     if promoted:
         rest = {k: v for k, v in deepeval_fields.items() if k not in promoted}
         if rest:
             meta[DEEPEVAL_KEY] = rest
         else:
-            meta.pop(DEEPEVAL_KEY)
+            meta.pop(DEEPEVAL_KEY, None)
     if extra:
         meta[RAGBRIDGE_KEY] = extra
 
@@ -437,6 +441,8 @@ def golden_record(case: Case, lists: bool = True, resave_joins: bool = False
             lost.append("contexts (text with '|', CSV)")
         if any(DELIMITER in t for t in gold) or gold == [""]:
             lost.append("reference_contexts (text with '|', CSV)")
+        if case.contexts_given and not case.contexts:  # an empty cell is no list: not given
+            lost.append("contexts (an empty list: read back as none given, CSV)")
         lost.extend(f"{name} (empty, CSV)" for name in ("answer", "reference") if getattr(case, name) == "")
         cells = {"id": [case.id], "question": [case.question], "answer": [case.answer],
                  "reference": [case.reference], "contexts": [DELIMITER.join(texts)] if texts else [],
@@ -553,7 +559,8 @@ def resave_lost_any(cases: Sequence[Case], path: Path) -> list[str]:
 
 #: what a "|"-joined CSV cannot hold (JSON and JSONL hold everything)
 CSV_CANNOT_HOLD = ("contexts (text with '|', CSV)", "reference_contexts (text with '|', CSV)",
-                   "answer (empty, CSV)", "reference (empty, CSV)")
+                   "answer (empty, CSV)", "reference (empty, CSV)",
+                   "contexts (an empty list: read back as none given, CSV)")
 #: what DeepEval's own JSONL loader and ``save_as("jsonl")`` lose of a file that holds it
 JSONL_RESAVE_DROPS = ("contexts (text with '|', DeepEval's re-save)",
                       "reference_contexts (text with '|', DeepEval's re-save)",

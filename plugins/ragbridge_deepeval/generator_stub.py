@@ -88,9 +88,10 @@ class DeepEvalGeneratorResponder:
             obj = {"feedback": "The query is clear and answerable (stub judge).", "score": 1.0}
         elif task == "requery":
             obj = {"rewritten_input": _after(prompt, "Query:", "Feedback:") or "What is this about?"}
-        elif task == "rewrite":
+        elif task == "rewrite":  # the input, which some evolutions show before the context
             text = _after(prompt + "\nRewritten Input:", "Input:", "Rewritten Input:")
-            obj = {"rewritten_input": text.splitlines()[-1].strip() if text else "What is this about?"}
+            text = re.split(r"^\s*Context:\s*$", text, maxsplit=1, flags=re.M)[0].strip()
+            obj = {"rewritten_input": text.splitlines()[0].strip() if text else "What is this about?"}
         else:
             question = _after(prompt, "Input:", "Generated Response:")
             context = _after(prompt, "Context:", "Input:")

@@ -57,14 +57,16 @@ ragbridge's number is RAGAS' number. A failure (judge error after the gateway's 
 output still unparseable after instructor's 3 attempts, a verdict outside the values RAGAS' own reply
 model states, e.g. ``noncommittal`` 7 or a ``verdict`` of 2, which RAGAS would take) is that Score's
 ``error``; the run goes on.
-RAGAS has no pass/fail, so ``passed`` is null, and its collections metrics give no explanation, so
+RAGAS has no pass/fail, so a score's ``passed`` is null (``Run.to_frame()``'s ``passed`` is the run's
+pass rule, as for every backend), and its collections metrics give no explanation, so
 ``reason`` is set only for undefined or partly failed scores.
 
 The judge: every call goes through ragbridge's judge gateway (``ctx.judge``): chat completions to
 ``JudgeConfig.model`` with ``max_tokens`` = ``JudgeConfig.max_tokens`` or 4096 (RAGAS' default of
 1024 truncates long statement lists), RAGAS' sampling defaults otherwise (temperature 0.01, top_p
 0.1, JSON mode); embeddings to ``JudgeConfig.embedding_model`` (``--embedding-model``), or RAGAS'
-default ``text-embedding-3-small`` when none is set. The gateway retries 429, 5xx and timeouts;
+default ``text-embedding-3-small`` when none is set, which the run then records as the judge's
+embedding model and checks the server serves before scoring. The gateway retries 429, 5xx and timeouts;
 instructor re-asks (3 attempts) only when the judge's output does not parse.
 
 Privacy (:mod:`ragbridge_ragas.env`): while a run uses the backend, ``RAGAS_DO_NOT_TRACK=true`` is

@@ -20,8 +20,8 @@ runs them, over the run's lifecycle:
   (RAGAS' 1024 truncates long statement lists); instructor re-asks only on unparseable or
   schema-invalid output (3 attempts, RAGAS' default) and never re-sends a request the gateway already
   gave up on; embeddings from ``ragas.embeddings.OpenAIEmbeddings`` (RAGAS' modern provider: no
-  LangChain, no tiktoken download) on the same client, model ``JudgeConfig.embedding_model`` or RAGAS'
-  default.
+  LangChain, no tiktoken download) on the same client, model ``JudgeConfig.embedding_model``, which a
+  run sets to RAGAS' default (`metrics.EMBEDDING_MODEL`) when none is named.
 
 Failures are per score: an exception out of ``ascore`` (judge error after the gateway's retries,
 timeout, parse failure after instructor's re-asks, RAGAS' own ValueError) becomes that Score's
@@ -111,9 +111,9 @@ class RagasSession:
         # the same hook point RAGAS itself uses for its cache (an instance attribute over the method)
         llm.agenerate = recorded_agenerate  # type: ignore[method-assign]
         kwargs: dict[str, Any] = dict(spec.kwargs)
-        if spec.embeddings:
+        if spec.embedding_model:  # the run made it the judge's when none was named
             kwargs["embeddings"] = OpenAIEmbeddings(
-                client=self.client, model=cfg.embedding_model or OpenAIEmbeddings.DEFAULT_MODEL)
+                client=self.client, model=cfg.embedding_model or spec.embedding_model)
         return getattr(rc, spec.cls)(llm=llm, **kwargs)
 
 

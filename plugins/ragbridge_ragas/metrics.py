@@ -4,7 +4,8 @@ The formulas, ranges and normalisation are documented in the package docstring
 (:mod:`ragbridge_ragas`). Each entry (a `ragbridge.plugin.JudgedMetric`) names the canonical
 metric, the name RAGAS reports, the case inputs it needs (``MetricSpec.requires``), a class of
 ``ragas.metrics.collections`` (scored by ``await metric.ascore(**inputs(case))``), the inputs RAGAS is
-given, whether it needs embeddings, and what an undefined (NaN) result means.
+given, the embedding model it asks for unless the judge names one (`EMBEDDING_MODEL`), and what an
+undefined (NaN) result means.
 
 `REPLY_VALUES` and `check_reply`: RAGAS types the judge's verdicts in its reply models as plain
 ``int`` and takes any integer (``noncommittal`` 7 zeroes answer_relevance, ``verdict`` 2 or -1
@@ -21,14 +22,17 @@ from ragbridge.plugin import Case, JudgedMetric
 
 from .translate import retrieved_texts
 
-__all__ = ["RagasMetric", "METRICS", "REPLY_VALUES", "OutOfRangeReply", "check_reply"]
+__all__ = ["RagasMetric", "METRICS", "REPLY_VALUES", "OutOfRangeReply", "check_reply", "EMBEDDING_MODEL"]
+
+#: the embedding model RAGAS asks for when none is named (``ragas.embeddings.OpenAIEmbeddings``'
+#: ``DEFAULT_MODEL``): what a metric that embeds uses unless the judge sets ``embedding_model``
+EMBEDDING_MODEL = "text-embedding-3-small"
 
 
 @dataclass(frozen=True, kw_only=True)
 class RagasMetric(JudgedMetric):
     cls: str  # class name in ragas.metrics.collections
     inputs: Callable[[Case], dict[str, Any]]
-    embeddings: bool = False
     kwargs: tuple[tuple[str, Any], ...] = ()
     undefined: str = "RAGAS returned NaN"
 
@@ -55,7 +59,7 @@ METRICS: dict[str, RagasMetric] = {
             description="mean cosine of questions generated from the answer to the question; "
                         "0 if noncommittal",
             cls="AnswerRelevancy", inputs=lambda c: {"user_input": c.question, "response": c.answer},
-            embeddings=True,
+            embedding_model=EMBEDDING_MODEL,
         ),
         RagasMetric(
             name="context_precision", native_name="context_precision_with_reference",

@@ -9,5 +9,5 @@ __all__ = ["RagasOptions"]
 
 
 class RagasOptions(JudgedOptions):
-    """RAGAS's metrics are made as RAGAS makes them (its sampling, its parse retries): the one option
-    is every judged backend's ``concurrency``, cases in flight."""
+    """RAGAS's metrics are made as RAGAS makes them (its sampling, its parse retries): the options are
+    every judged backend's, ``concurrency`` (cases in flight) and ``structured_output``."""

@@ -184,7 +184,7 @@ def _sample(case: Case) -> tuple[dict[str, Any], set[str]]:
     row: dict[str, Any] = {"user_input": case.question}
     if any(c.text for c in case.contexts):
         row["retrieved_contexts"] = [c.text for c in case.contexts]
-    if _needs_ids(case):
+    if _needs_ids(case) and case.contexts_given:
         row["retrieved_context_ids"] = export_ids(case)
     if case.reference_contexts:
         row["reference_contexts"] = list(case.reference_contexts)
@@ -203,6 +203,8 @@ def _sample(case: Case) -> tuple[dict[str, Any], set[str]]:
         else:
             continue
         used.add(key)
+    if case.contexts_given and "retrieved_contexts" not in row and "retrieved_context_ids" not in row:
+        row["retrieved_context_ids"] = []  # the retriever returned nothing (no list: not given)
     return row, used
 
 
@@ -364,6 +366,7 @@ def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
     empty = [k for k in _LIST_COLUMNS if rec.get(k) == []]
     texts = rec.pop("retrieved_contexts", None)
     ids = rec.pop("retrieved_context_ids", None)
+    given = texts is not None or ids is not None
     texts = _text_list(texts, "retrieved_contexts") if texts is not None else None
     ids = _id_list(ids, "retrieved_context_ids") if ids is not None else None
     if texts is not None and ids is not None and len(ids) != len(texts):
@@ -383,7 +386,7 @@ def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
                                hint="the file was edited after ragbridge wrote it; remove the ragbridge "
                                     "column to read the RAGAS fields alone")
         chunks = [{**k, "text": c["text"]} if isinstance(k, dict) else k for k, c in zip(kept, chunks)]
-    if chunks:
+    if chunks or given:  # an empty list given: the retriever returned nothing (None: not given)
         out["contexts"] = chunks
     if "reference_contexts" in rec:
         out["reference_contexts"] = _text_list(rec.pop("reference_contexts"), "reference_contexts")
@@ -406,6 +409,8 @@ def row_to_record(row: dict[str, Any]) -> dict[str, Any]:
     metadata.update(rec)  # columns RAGAS does not know: carried through, not dropped
     # an empty list where ragbridge would write none: kept, to be written back as []
     for key in empty:
+        if key == "retrieved_context_ids":
+            continue  # the case's empty contexts say it (`Case.contexts_given`), and are written back so
         if not (key.endswith("_ids") and out.get("relevant")):  # with labels, the id lists are always written
             ragas_meta[key] = []
     if ragas_meta:

@@ -82,7 +82,7 @@ Options (``--option trulens.KEY=VALUE``, ``[backends.trulens]``, ``options={"tru
 Formats: ``trulens`` reads and writes the RAG-triad table TruLens users keep (``query``,
 ``contexts``, ``response``, ``expected_response`` ... see `ragbridge_trulens.formats`;
 ``ragbridge convert golden.jsonl triad.jsonl --to trulens``), and
-``ragbridge trulens-leaderboard RUN_DIR OUT.csv`` (or `ragbridge_trulens.formats.leaderboard`)
+``ragbridge trulens-leaderboard RUN_DIR OUT.csv`` (or `ragbridge_trulens.leaderboard.leaderboard`)
 exports a run in the column layout of TruLens's leaderboard.
 
 Files: ``backend.py`` (the backend, its run lifecycle, the provider), ``metrics.py`` (canonical metric
@@ -157,9 +157,13 @@ def ragbridge_register_commands(cli):
                                         help="One row per case (get_records_and_feedback's columns)."),
     ) -> None:
         """Export a run's scores in the column layout of TruLens's leaderboard."""
+        import shutil
+        import textwrap
+        import warnings
+
         from ragbridge.plugin import DatasetError, RunError, distinct_output, load_run, run_files
 
-        from .formats import write_leaderboard
+        from .leaderboard import UnknownCost, write_leaderboard
 
         try:
             distinct_output(out, run_files(run_dir))
@@ -167,6 +171,13 @@ def ragbridge_register_commands(cli):
         except (RunError, DatasetError) as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2)
-        path = write_leaderboard(run, out, backend=None if backend == "all" else backend,
-                                 per_record=per_record)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            path = write_leaderboard(run, out, backend=None if backend == "all" else backend,
+                                     per_record=per_record)
+        width = max(shutil.get_terminal_size().columns, 40)
+        # ours, wrapped at the terminal's width (80 when piped), as the commands' warnings
+        for w in (w for w in said if issubclass(w.category, UnknownCost)):
+            typer.echo(textwrap.fill(f"warning: {w.message}", width, subsequent_indent="    ",
+                                     break_long_words=False, break_on_hyphens=False), err=True)
         typer.echo(f"wrote {path}")

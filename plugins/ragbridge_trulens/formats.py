@@ -50,7 +50,7 @@ feedback name (sorted, TruLens's display names: ``Answer Relevance``, ``Context 
 ``Ground Truth Agreement``, ``Groundedness``) holding the mean over the scored cases, then
 ``latency`` (mean seconds per case) and ``total_cost`` (the mean cost per case of the judge calls
 this run made, by the judge's price table: NaN, an empty CSV cell and JSON null, where a call's model
-has no price; 0 for a case no judge was called for).
+has no price, with an `UnknownCost` warning naming the model; 0 for a case no judge was called for).
 `records` gives the per-record frame (``record_id``, ``input``, ``output``, one column per feedback
 name, ``latency``, ``total_tokens``, ``total_cost``). `write_leaderboard` writes either as CSV/JSON.
 """
@@ -67,8 +67,6 @@ from ragbridge.plugin import (
     Case,
     DatasetError,
     Format,
-    Score,
-    atomic_path,
     cases_from_records,
     chunk_id_for_text,
     derived_chunk_ids,
@@ -83,7 +81,6 @@ from ragbridge.plugin import (
 from .parquet import PARQUET_CANNOT_HOLD, read_rows, struct_nulls, write_rows
 
 __all__ = [
-    "FEEDBACK_NAMES",
     "FORMATS",
     "cases_from_frame",
     "cases_to_frame",
@@ -91,18 +88,7 @@ __all__ = [
     "row_to_record",
     "read_trulens",
     "write_trulens",
-    "leaderboard",
-    "records",
-    "write_leaderboard",
 ]
-
-#: canonical metric -> the feedback name TruLens's quickstarts and dashboard use
-FEEDBACK_NAMES = {
-    "faithfulness": "Groundedness",
-    "context_relevance": "Context Relevance",
-    "answer_relevance": "Answer Relevance",
-    "answer_correctness": "Ground Truth Agreement",
-}
 
 _ALIASES = {
     "id": ("query_id", "record_id", "id"),
@@ -311,7 +297,7 @@ def case_to_row(case: Case) -> dict[str, Any]:
     row: dict[str, Any] = {"query_id": case.id, "query": case.question}
     if case.answer is not None:
         row["response"] = case.answer
-    if case.contexts:
+    if case.contexts_given:  # an empty list: the retriever returned nothing (no column: not given)
         row["contexts"] = [c.text for c in case.contexts]
     if case.reference is not None:
         row["expected_response"] = case.reference
@@ -513,80 +499,3 @@ FORMATS = [
            fields=READ_FIELDS, resaved_by="TruLens's add_ground_truth_to_dataset and get_ground_truth",
            resave_drops=RESAVE_DROPS, resave_lost=resave_lost),
 ]
-
-
-# --------------------------------------------------------------------------------------------
-# Scores out, in TruLens's leaderboard layout
-
-
-def _scores_of(run_or_scores: Any) -> list[Score]:
-    scores = getattr(run_or_scores, "scores", run_or_scores)
-    return list(scores)
-
-
-def _feedback_name(metric: str) -> str:
-    return FEEDBACK_NAMES.get(metric, metric)
-
-
-def records(run: Any, backend: Optional[str] = "trulens", app_name: str = "ragbridge"):
-    """One row per case (and backend): TruLens's ``get_records_and_feedback`` columns.
-
-    ``backend=None`` keeps every backend (``app_version`` tells them apart)."""
-    import pandas as pd
-
-    cases = {c.id: c for c in getattr(run, "cases", []) or []}
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for s in _scores_of(run):
-        if backend is not None and s.backend != backend:
-            continue
-        key = (s.backend, s.case_id)
-        row = rows.get(key)
-        if row is None:
-            case = cases.get(s.case_id)
-            row = rows[key] = {"app_name": app_name, "app_version": s.backend, "record_id": s.case_id,
-                               "input": case.question if case else None,
-                               "output": case.answer if case else None,
-                               "latency": 0.0, "total_tokens": 0, "total_cost": 0.0}
-        row[_feedback_name(s.metric)] = s.value if s.status == "scored" else float("nan")
-        row["latency"] += s.seconds
-        row["total_tokens"] += s.prompt_tokens + s.completion_tokens
-        if s.judge_calls:  # a judged call without a price costs an unknown amount: NaN, never 0
-            row["total_cost"] += float("nan") if s.cost is None else s.cost
-    df = pd.DataFrame(list(rows.values()))
-    if df.empty:
-        return df
-    fixed = ["app_name", "app_version", "record_id", "input", "output"]
-    feedback = sorted(c for c in df.columns if c not in fixed + ["latency", "total_tokens", "total_cost"])
-    return df[fixed + feedback + ["latency", "total_tokens", "total_cost"]]
-
-
-def leaderboard(run: Any, backend: Optional[str] = "trulens", app_name: str = "ragbridge"):
-    """``TruSession.get_leaderboard()``'s layout: index (app_name, app_version), sorted feedback
-    columns (means over the scored cases; failed and undefined scores are left out, as NaN),
-    then ``latency`` and ``total_cost``; rows sorted by the feedback columns, best first."""
-    import pandas as pd
-
-    df = records(run, backend=backend, app_name=app_name)
-    if df.empty:
-        return pd.DataFrame()
-    fixed = ["app_name", "app_version", "record_id", "input", "output", "latency", "total_tokens",
-             "total_cost"]
-    feedback = sorted(c for c in df.columns if c not in fixed)
-    groups = df.groupby(["app_name", "app_version"])
-    board = groups[feedback + ["latency"]].mean()
-    board["total_cost"] = groups["total_cost"].agg(lambda c: c.mean(skipna=False))  # one unknown: unknown
-    return board.sort_values(by=feedback, ascending=False)
-
-
-def write_leaderboard(run: Any, path: str | Path, backend: Optional[str] = "trulens",
-                      per_record: bool = False) -> Path:
-    """Write `leaderboard` (or `records`) to ``.csv`` or ``.json`` (records orient), whole or not at
-    all (an earlier export stays as it was when the writing fails)."""
-    path = Path(path)
-    df = records(run, backend=backend) if per_record else leaderboard(run, backend=backend).reset_index()
-    with atomic_path(path) as tmp:
-        if path.suffix.lower() == ".json":
-            tmp.write_text(df.to_json(orient="records", indent=1), encoding="utf-8")
-        else:
-            df.to_csv(tmp, index=False)
-    return path

@@ -76,6 +76,10 @@ class MetricSpec:
     ``pass_mark``: the threshold of the backend's own pass rule on the 0..1 value, when it has one
     that differs from the metric's default (a rubric's ``pass_at``), recorded in run.json
     (``pass_marks``) as the pass mark of this backend and metric.
+    ``embedding_model``: the embedding model the metric asks the judge's server for when the judge
+    names none (its library's default); None for a metric that embeds nothing. A run makes it the
+    judge's ``embedding_model``, so the preflight checks that the server serves it and run.json
+    records the model the scores came from.
     """
 
     name: str
@@ -87,6 +91,7 @@ class MetricSpec:
     default: bool = True
     group: Optional[str] = None
     pass_mark: Optional[float] = None
+    embedding_model: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.judge and "question" not in self.requires:
@@ -113,7 +118,7 @@ class RunOptions(BaseModel):
     its model (`of`). `load` adds those of ``ragbridge.toml``.
 
     ``versions``: the version of its library each backend named without one runs at, by the
-    backend's name (``{"ragas": "0.3.9"}``: a run's ``ragas`` is ``ragas==0.3.9``, in an environment
+    backend's name (``{"mylib": "1.2"}``: a run's ``mylib`` is ``mylib==1.2``, in an environment
     of its own: `ragbridge.run.isolated`); `load` reads them from the ``version`` key of
     ``[backends.NAME]``, which is no option of the backend.
 

@@ -59,6 +59,12 @@ JUDGE_FLAGS: tuple[FlagSpec, ...] = (
            "Judge calls in flight at once, across all backends (default 8)."),
     _judge("requests_per_minute", Optional[float], "--requests-per-minute",
            "Judge requests started per minute, across all backends and workers (default: no limit)."),
+    _judge("judge_timeout", Optional[float], "--judge-timeout",
+           "Seconds one judge call may take, the whole answer included (default 120; `ragbridge judge "
+           "check` proposes one)."),
+    _judge("judge_structured_output", Optional[str], "--judge-structured-output",
+           "How a request for a JSON object is sent to the judge: auto (default), schema, json_object, tool "
+           "or prompt; a backend's option structured_output sets its own."),
     _judge("config", Optional[Path], "--config",
            "Config file (default: ./ragbridge.toml, then [tool.ragbridge] in ./pyproject.toml)."),
 )
@@ -66,6 +72,7 @@ JUDGE_FLAGS: tuple[FlagSpec, ...] = (
 #: a `JUDGE_FLAGS` name -> the JudgeConfig field it sets (None: ``config``, the file the others are read from)
 JUDGE_SETTING: dict[str, Optional[str]] = {
     spec.name: {"judge_model": "model", "judge_base_url": "base_url", "judge_api_key_env": "api_key_env",
+                "judge_timeout": "timeout", "judge_structured_output": "structured_output",
                 "config": None}.get(spec.name, spec.name)
     for spec in JUDGE_FLAGS
 }

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, ClassVar, Mapping, Optional, Sequence, TypeVar
 
 from .backend import Backend, BackendOptions, MetricSpec, RunOptions, ScoringContext, error_text, fan_out
+from .judge.structured import StructuredMode
 from .options import Whole, option
 from .schema import Case, Score
 
@@ -63,6 +64,9 @@ class JudgedOptions(BackendOptions):
     concurrency: Optional[Whole] = option(
         None, "Cases judged at once (default: twice the judge's max_concurrency; the judge's calls in "
               "flight stay bounded by max_concurrency).", ge=1)
+    structured_output: Optional[StructuredMode] = option(
+        None, "How this backend's requests for a JSON object are sent to the judge: auto, schema, "
+              "json_object, tool or prompt (default: the judge's structured_output, auto unless set).")
 
 
 class JudgedBackend(Backend):

@@ -101,9 +101,11 @@ class BackendOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True, defer_build=True)
 
 
-#: what an option given for a backend's library version (``ragas==0.3.9``) is told
-VERSIONED = ("a backend's options apply to every version of its library: give them under the backend's "
-             "name without ==VERSION (e.g. --option ragas.concurrency=2, [backends.ragas])")
+def _versioned(name: str, key: Optional[str]) -> str:
+    """What an option given for a backend's library version (``mylib==1.2``) is told: where it goes."""
+    base = name.partition("==")[0].strip() or "NAME"
+    return ("a backend's options apply to every version of its library: give them under the backend's "
+            f"name without ==VERSION (--option {base}.{key or 'KEY'}=VALUE, [backends.{base}])")
 
 
 class OptionError(UserError, ValueError):
@@ -258,9 +260,10 @@ def _from_text(model: type[BaseModel], key: str, texts: list[str], where: Callab
 
 def parse_assignment(text: str) -> tuple[str, str, str]:
     """``BACKEND.KEY=VALUE`` as (backend, key, value); OptionError for anything else."""
-    head, versioned, _ = text.partition("==")
-    if versioned and "." not in head:  # ragas==0.3.9.concurrency=2
-        raise OptionError(f"--option {text}: {VERSIONED}")
+    head, versioned, rest = text.partition("==")
+    if versioned and "." not in head:  # mylib==1.2.concurrency=2
+        key = rest.partition("=")[0].rsplit(".", 1)[-1]
+        raise OptionError(f"--option {text}: {_versioned(head, key if key.isidentifier() else None)}")
     target, eq, value = text.partition("=")
     backend, dot, key = target.strip().partition(".")
     if not eq or not dot or not backend.strip() or not key.strip():
@@ -284,7 +287,7 @@ def backend_options(registry: Mapping[str, Any], sources: Iterable[tuple[str, Ma
             if backend is None:
                 key = next(iter(values), None) if isinstance(values, Mapping) else None
                 if "==" in name and name.partition("==")[0].strip() in registry:
-                    raise OptionError(f"{_place(where, name, key)}: {VERSIONED}")
+                    raise OptionError(f"{_place(where, name, key)}: {_versioned(name, key)}")
                 raise OptionError(f"{_place(where, name, key)}: unknown backend {name!r}; registered "
                                   f"backends: {', '.join(sorted(registry))}")
             model, owner = backend.Options, f"the {name} backend"

@@ -141,6 +141,26 @@ class _Shown(str):
         return str(self)
 
 
+def _listed(text: str) -> str:
+    """The JSON list a text given where a list goes most likely stands for, as advice: the list it
+    spells (``"['a', 'b']"``, a list's repr or JSON), else its parts between commas or ``|``, else
+    the text alone."""
+    import ast
+
+    items: Any = None
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            items = parse(text)
+            break
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+    if not (isinstance(items, (list, tuple)) and items and all(isinstance(x, str) for x in items)):
+        sep = "|" if "|" in text else "," if "," in text else None
+        items = [p.strip() for p in text.split(sep) if p.strip()] if sep else [text]
+    shown = json.dumps([_short(x, 40) for x in items[:5]], ensure_ascii=False)
+    return shown if len(items) <= 5 else shown[:-1] + ", ...]"
+
+
 def _short(text: Optional[str], width: int = 60) -> Optional[str]:
     if text is None:
         return None
@@ -277,6 +297,10 @@ class Case(BaseModel):
     ``relevant``: each is one label, matched by the span rule. ``answerable`` is a boolean
     (``False``: the right behaviour is to decline); no other value is read as one. ``metadata`` nests
     at most `MAX_METADATA_DEPTH` levels.
+
+    ``contexts`` not given (absent, or null) and ``contexts: []`` differ (`contexts_given`): the first
+    is a case without its retriever's output (a ground-truth set: labels, no retrieval), whose ranking
+    metrics are undefined; the second a retriever that returned nothing, whose ranking metrics are 0.
     """
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
@@ -305,6 +329,14 @@ class Case(BaseModel):
         if isinstance(v, str):
             return clean_id(v, "case id")
         return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _contexts_none(cls, data: Any) -> Any:
+        """``contexts: null`` is contexts not given (`contexts_given`), as an absent field is."""
+        if isinstance(data, dict) and "contexts" in data and data["contexts"] is None:
+            data = {k: v for k, v in data.items() if k != "contexts"}
+        return data
 
     @field_validator("contexts", mode="before")
     @classmethod
@@ -377,8 +409,7 @@ class Case(BaseModel):
             return []
         if isinstance(v, str):  # not guessed: "a, b" is one text or two, "a" a list or a slip
             raise ValueError(f"must be a list of texts, got the text {_short(v, 40)!r}: write it as a list, "
-                             f"[{json.dumps(_short(v, 40), ensure_ascii=False)}] (in a CSV cell, texts are "
-                             "separated by '|')")
+                             f"{_listed(v)} (in a CSV cell, texts are separated by '|')")
         return v
 
     @field_validator("tags")
@@ -406,6 +437,12 @@ class Case(BaseModel):
             yield "answerable", False
         if self.tags:
             yield "tags", self.tags
+
+    @property
+    def contexts_given(self) -> bool:
+        """Whether the case gives its retriever's output: ``contexts`` set, even to an empty list (the
+        retriever found nothing); False when the field was left out (or null)."""
+        return "contexts" in self.__pydantic_fields_set__
 
     def fields_present(self) -> set[str]:
         """Names of the inputs this case actually has (used to skip metrics that need more): a blank

@@ -86,7 +86,7 @@ class Thresholds:
             if "=" not in text:
                 out.default = check_threshold(_to_float(text, text), text)
                 continue
-            name, _, raw = text.rpartition("=")  # a backend name may hold "=" (ragas==0.3.9)
+            name, _, raw = text.rpartition("=")  # a backend name may hold "=" (mylib==1.2)
             name = name.strip()
             value = check_threshold(_to_float(raw.strip(), text), text)
             if ":" in name:

@@ -361,6 +361,9 @@ def run_cli() -> None:
         gc.disable()
         _gc_paused = True
     register_commands(cli)
+    from .output import SayHandler
+
+    SayHandler.install()  # ragbridge's log notes and warnings wrapped as the commands' own
     try:
         cli(prog_name="ragbridge")
     except UserError as exc:  # bad input a command met past its own checks (a run's scores, read when used)

@@ -89,7 +89,7 @@ def _current(env: dict) -> bool:
 
 
 def environments_build(
-    backend: List[str] = typer.Argument(..., help="NAME==VERSION (repeatable), e.g. ragas==0.3.9."),
+    backend: List[str] = typer.Argument(..., help="NAME==VERSION (repeatable), e.g. mylib==1.2."),
 ) -> None:
     """Build the environments of these backends now (a run builds them when it first needs them)."""
     from ..run.isolated import IsolatedBackend, backend_named, prepare

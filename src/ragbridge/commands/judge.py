@@ -5,14 +5,16 @@ and `ragbridge.commands.JudgeOptions.load`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.markup import escape
 
 from ..errors import cli_text
+from ..report.text import jsonable
 from . import JudgeOptions, judge_options
-from .output import fail, out
+from .output import err, fail, out, print_json, print_lines
 
 __all__ = ["register", "judge_serve", "judge_check"]
 
@@ -51,9 +53,20 @@ def judge_serve(
           fault_rate_timeout=fault_timeout, fault_rate_malformed=fault_malformed, seed=seed)
 
 
+#: how long ``judge check``'s timed call may take (a judge on a CPU takes minutes)
+CHECK_SECONDS = 900.0
+
+
 @judge_options
-def judge_check(judge: JudgeOptions) -> None:
-    """Check the judge configuration: the key is set, the endpoint answers and serves the models."""
+def judge_check(
+    judge: JudgeOptions,
+    quick: bool = typer.Option(False, "--quick", help="Only check the key, the endpoint and the models: "
+                                                       "no structured-output probes, no timed call."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was checked as JSON."),
+) -> None:
+    """Check the judge configuration: the key is set, the endpoint answers and serves the models; then
+    which ways of asking for a JSON object the server takes, and one timed judge call, with the timeout
+    and concurrency they suggest for this machine."""
     from ..judge import JudgeGateway
 
     cfg = judge.load()
@@ -67,12 +80,93 @@ def judge_check(judge: JudgeOptions) -> None:
         fail(cli_text(exc))
     finally:
         gateway.close()
+    result: dict = {"judge": cfg.public_dict(), "preflight": checked}
+    probing = not quick and cfg.cache_mode != "read-only"
+    if probing:
+        from ..judge.probe import auto_mode, probe_modes, propose, time_call
+
+        if not as_json:
+            err.print("asking the judge in each structured-output mode, then one judge-sized call...",
+                      markup=False, highlight=False)
+        try:
+            probed = probe_modes(cfg)
+            used = auto_mode(probed)
+            timed = time_call(cfg, used or "prompt", CHECK_SECONDS)
+        except Exception as exc:
+            fail(f"the judge answered the check, then failed: {cli_text(exc)}")
+        configured = {"*": cfg.structured_output, **_backend_modes(judge.config)}
+        result.update(structured_output={"modes": probed, "auto": used, "configured": configured},
+                      timed_call=timed)
+        if 200 <= timed["http"] < 300:
+            result["proposed"] = propose(cfg, timed)
+    if as_json:
+        print_json(jsonable(result))
+        return
     out.print(escape(f"judge ok: {cfg.model} at {cfg.public_dict().get('base_url')}"
                      + _how(checked.get("model_check"), checked)), highlight=False)
     if cfg.embedding_model:
         embedded = checked.get("embeddings", checked)
         out.print(escape(f"embeddings ok: {cfg.embedding_model} at {embedded.get('endpoint')}"
                          + _how(checked.get("embedding_model_check"), embedded)), highlight=False)
+    if probing:
+        print_lines(out, _check_lines(cfg, result))
+
+
+def _backend_modes(config_file: Optional[Path]) -> dict[str, str]:
+    """The backends whose ``structured_output`` the config files set (``[backends.NAME]``), with it."""
+    from ..options import OptionError, config_tables
+
+    try:
+        tables = config_tables("backends", config_file)
+    except OptionError:
+        return {}  # a run says what is wrong with them
+    return {name: table["structured_output"] for _, backends in tables for name, table in backends.items()
+            if isinstance(table.get("structured_output"), str)}
+
+
+def _check_lines(cfg, result: dict) -> list[str]:
+    """What the probes and the timed call found, and the settings they suggest."""
+    structured = result["structured_output"]
+    lines = ["structured output (how a request for a JSON object is sent):"]
+    for mode, found in structured["modes"].items():
+        said = f" ({found['said']})" if found.get("said") else ""
+        what = {"taken": "taken", "refused": f"refused, HTTP {found['http']}",
+                "unusable": "answered, but not with the JSON object asked for",
+                "failed": f"failed, HTTP {found['http']}"}[found["status"]]
+        lines.append(f"  {mode}: {what}{said}")
+    used = structured["auto"]
+    lines.append(f"  auto (the default) sends each request as its library asks and, when the server refuses "
+                 f"that, in {used}" if used else "  the server refuses every mode: set structured_output")
+    for backend, mode in structured["configured"].items():
+        found = structured["modes"].get(mode)
+        if found is not None and found["status"] != "taken":
+            who = "every backend" if backend == "*" else backend
+            lines.append(f"  warning: {who} is set to {mode}, which the server did not take: choose one "
+                         "it takes (" + ("structured_output in [judge] of ragbridge.toml or "
+                                         "--judge-structured-output" if backend == "*" else
+                                         f"structured_output in [backends.{backend}] of ragbridge.toml or "
+                                         f"--option {backend}.structured_output=MODE") + ")")
+    timed = result["timed_call"]
+    tokens = (f" ({timed['prompt_tokens']} prompt + {timed['completion_tokens']} completion tokens)"
+              if timed.get("prompt_tokens") is not None else "")
+    if not 200 <= timed["http"] < 300:
+        lines.append(f"one judge-sized call: failed, HTTP {timed['http']}: {timed.get('said', '')}")
+        return lines
+    slots = f"; the server runs {timed['slots']} at once" if timed.get("slots") else ""
+    lines.append(f"one judge-sized call took {timed['seconds']:.1f} s{tokens}{slots}")
+    p = result["proposed"]
+    changes = []
+    if p["timeout"] != p["timeout_now"]:
+        changes.append(f"timeout = {p['timeout']:g} (now {p['timeout_now']:g})")
+    if p["max_concurrency"] != p["max_concurrency_now"]:
+        changes.append(f"max_concurrency = {p['max_concurrency']} (now {p['max_concurrency_now']})")
+    if changes:
+        lines.append("proposed for this judge on this machine, in [judge] of ragbridge.toml (or "
+                     "--judge-timeout, --max-concurrency): " + ", ".join(changes))
+    else:
+        lines.append(f"timeout {p['timeout_now']:g} s and max_concurrency {p['max_concurrency_now']} suit "
+                     "this judge")
+    return lines
 
 
 def _how(found: Optional[str], checked: dict) -> str:

@@ -11,7 +11,9 @@ Conventions every command keeps:
   stopped because the judge budget was spent, errored scores or not (`EXIT_BUDGET_SPENT`); 5
   ``run``/``rescore`` finished but computed nothing, every score undefined (`EXIT_NOTHING_COMPUTED`);
   130 interrupted (`EXIT_INTERRUPTED`).
-- Results go to `out` (stdout); errors, warnings, notes and progress to `err` (stderr).
+- Results go to `out` (stdout); errors, warnings, notes and progress to `err` (stderr); a warning or
+  a note (`say`, ragbridge's log records too) is wrapped at the width with its continuation lines
+  indented, an error is one line.
 - Width is rich's: the terminal's, else ``$COLUMNS``, else 80 (so a CI log gets 80). A table is
   printed only when it fits that width with no cell cut (`print_table`: names and numbers are never
   wrapped, prose columns may wrap at spaces); otherwise each of its rows is printed as one plain line
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import errno
 import io
-import json
+import logging
 import re
 import sys
 import textwrap
@@ -46,10 +48,10 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from ..report.text import json_escaped, jsonable, terminal_text
+from ..report.text import json_chunks, jsonable, terminal_text
 
-__all__ = ["TerminalConsole", "out", "err", "fail", "warn", "storage_error", "fits", "table_width",
-           "print_table", "print_lines", "print_json",
+__all__ = ["TerminalConsole", "out", "err", "fail", "warn", "say", "SayHandler", "storage_error", "fits",
+           "table_width", "print_table", "print_lines", "print_json",
            "EXIT_CHECK_FAILED", "EXIT_BAD_INPUT", "EXIT_SCORE_ERRORS", "EXIT_BUDGET_SPENT",
            "EXIT_NOTHING_COMPUTED", "EXIT_INTERRUPTED"]
 
@@ -75,14 +77,15 @@ err = TerminalConsole(stderr=True)
 
 _WIDE = 100_000
 # wrapping never separates a name from its number or a figure from its interval
-# ("agreement 0.85", "kappa 0.91 [0.78, 0.97]")
-_TOGETHER = re.compile(r"(?:\S+ )?\S+ \[[^\[\]\s]*(?: [^\[\]\s]+){0,3}\]|\S+ [-+]?\d\S*")
+# ("agreement 0.85", "kappa 0.91 [0.78, 0.97]"); a group starts a word, so groups one after another
+# ("a [judge], b [judge], ...") stay apart
+_TOGETHER = re.compile(r"(?<!\S)(?:(?:\S+ )?\S+ \[[^\[\]\s]*(?: [^\[\]\s]+){0,3}\]|\S+ [-+]?\d\S*)")
 _GLUE = "\x00"
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
-    """Print ``error: message`` on stderr and exit with ``code`` (2: bad input)."""
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    """Print ``error: message`` on stderr, one line (`say`), and exit with ``code`` (2: bad input)."""
+    say("error", message)
     raise typer.Exit(code)
 
 
@@ -96,6 +99,23 @@ def refuse_overwriting(out: Any, *inputs: Any) -> None:
         distinct_output(None if str(out) == "-" else out, inputs)
     except DatasetError as exc:
         fail(str(exc))
+
+
+_LABELS = {"error": "[bold red]error:[/]", "warning": "[yellow]warning:[/]", "note": "note:"}
+
+
+def say(label: str, message: str) -> None:
+    """Print ``label: message`` on stderr (``error``, ``warning`` or ``note``). A warning or a note is
+    wrapped at the console's width as `print_lines` wraps: continuation lines indented, never inside
+    a word, a path or between a name and its number (80 columns in a CI log or a pipe). An error is
+    one line, whatever its length: the one line a failed command leaves, whole for a log's search."""
+    if label == "error":
+        err.print(f"{_LABELS[label]} {escape(message)}", highlight=False, soft_wrap=True)
+        return
+    first, *rest = _wrapped(terminal_text(f"{label}: {message}"), max(err.width, 20), "    ")
+    err.print(_LABELS[label] + escape(first[len(label) + 1:]), highlight=False, soft_wrap=True)
+    for part in rest:
+        err.print(part, markup=False, highlight=False, soft_wrap=True)
 
 
 #: the errors of a file system that will not take a write (or a read)
@@ -121,16 +141,46 @@ def storage_error(exc: BaseException) -> Optional[str]:
     return f"{text}: {head}{sep}{output_name(name)}"
 
 
-def warn(message: str, wrap: bool = False) -> None:
-    """Print ``warning: message`` on stderr; with ``wrap``, wrapped at the console's width as
-    `print_lines` wraps (continuation lines indented), for a warning that names cases."""
-    if not wrap:
-        err.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
-        return
-    first, *rest = _wrapped(f"warning: {message}", max(err.width, 20), "    ")
-    err.print(f"[yellow]warning:[/]{escape(first[len('warning:'):])}", highlight=False, soft_wrap=True)
-    for part in rest:
-        err.print(part, markup=False, highlight=False, soft_wrap=True)
+class SayHandler(logging.Handler):
+    """The log records of ragbridge and its plugins (``note: ...``, ``warning: ...``) printed by `say`,
+    wrapped as the commands' own; any other library's records as Python prints them without a handler
+    (``logging.lastResort``), when nothing else handles them."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not record.name.startswith("ragbridge"):
+            last, root = logging.lastResort, logging.getLogger()
+            if last is not None and record.levelno >= last.level and root.handlers == [self] \
+                    and not _handled_below(logging.getLogger(record.name), root):
+                last.handle(record)
+            return
+        label, sep, message = record.getMessage().partition(": ")
+        if sep and label in _LABELS:
+            say(label, message)
+        else:
+            print_lines(err, [record.getMessage()])
+
+    @classmethod
+    def install(cls) -> None:
+        """On the root logger, once a process."""
+        root = logging.getLogger()
+        if not any(isinstance(h, cls) for h in root.handlers):
+            root.addHandler(cls(logging.WARNING))
+
+
+def _handled_below(logger: logging.Logger, root: logging.Logger) -> bool:
+    """Whether a logger between ``logger`` and the root has a handler of its own (as Python looks)."""
+    while logger is not None and logger is not root:
+        if logger.handlers:
+            return True
+        if not logger.propagate:
+            return True  # the record never reaches the root
+        logger = logger.parent
+    return False
+
+
+def warn(message: str) -> None:
+    """Print ``warning: message`` on stderr (`say`)."""
+    say("warning", message)
 
 
 def _render(table: Table, width: int) -> str:
@@ -227,8 +277,10 @@ def print_table(console: Console, table: Table, lines: Iterable[str]) -> bool:
 
 
 def print_json(data: Any, file: Optional[Any] = None) -> None:
-    """One JSON document on stdout (or ``file``), indented, nothing else."""
+    """One JSON document on stdout (or ``file``), indented, nothing else; written a piece at a time
+    (rows made as they are read, every case of a large run, one by one: `json_chunks`)."""
     stream = file or sys.stdout
-    text = json.dumps(jsonable(data), indent=2, ensure_ascii=False, allow_nan=False)
-    stream.write(json_escaped(text) + "\n")
+    for piece in json_chunks(jsonable(data)):
+        stream.write(piece)
+    stream.write("\n")
     stream.flush()

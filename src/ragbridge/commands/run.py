@@ -48,6 +48,7 @@ from .output import (
     EXIT_SCORE_ERRORS,
     err,
     fail,
+    say,
     out,
     print_json,
     print_lines,
@@ -269,6 +270,15 @@ def rescore(
                      **parameters)
 
 
+def failure_lines(failures: list) -> list[str]:
+    """The run's errored scores per backend and cause: the first reason and the fix (``counts.failures``)."""
+    lines = []
+    for f in failures:
+        lines += [f"  {f['backend']}: {f['scores']} {f['what']}, e.g. {f['metric']} of case {f['case_id']}: "
+                  f"{f['reason']}", f"    fix: {f['fix']}"]
+    return lines
+
+
 def _score_and_print(cases, out_dir, judge_options: JudgeOptions, as_json: bool, rescoring: bool = False,
                      **parameters) -> None:
     """Run `evaluate` with ``parameters`` (its keywords) into ``out_dir`` and print what it made."""
@@ -330,7 +340,7 @@ def _interrupted(out_dir) -> None:
     the interpreter joins at exit, and the collection of every module they imported (seconds on an idle
     machine, minutes on a loaded CI runner, where a cancelled job must stop within its grace period)."""
     message = f"interrupted; what was scored is kept in {out_dir}; run the same command again to resume"
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    say("error", message)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
@@ -461,7 +471,7 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
     rows = result.summary_rows()  # a run just made: from its running totals, without pandas
     unscored = nothing_computed(result, out=str(out_dir))
     for line in result.manifest.warnings:  # the input warnings that bear on this run's metrics
-        warn(line, wrap=True)
+        warn(line)
     if as_json:
         for note in notes:
             err.print(note, markup=False, highlight=False)
@@ -515,10 +525,12 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
         if isinstance(repeats, int) and repeats > 1:  # the summary's errored: a case's repeats together
             by_case = (f" ({sum(r['n_errored'] for r in overall)} of {sum(r['n'] for r in overall)} case "
                        "score(s), a case with an errored repeat being errored)")
+        failures = counts.get("failures") or []
         err.print(
             f"[bold red]{counts.get('errored', 0)} of {counts.get('scores', 0)} score(s) errored[/]{by_case}"
             + ("" if status == "complete" else f" (the run is {status})")
-            + "; run the same command again to retry them",
+            + (":" if failures else "; run the same command again to retry them"),
             highlight=False, soft_wrap=True,
         )
+        print_lines(err, failure_lines(failures))
         raise typer.Exit(EXIT_SCORE_ERRORS)

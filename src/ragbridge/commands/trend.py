@@ -16,7 +16,7 @@ from ..analysis.table import AnalysisError
 from ..analysis.trend import Trend, trend
 from ..report.text import interval, num, p_text, records
 from ..run.summary import ALL
-from .output import err, fail, out, print_json, print_lines, print_table
+from .output import fail, out, print_json, print_lines, print_table, warn
 
 __all__ = ["register", "trend_cmd", "trend_json", "print_trend"]
 
@@ -66,7 +66,7 @@ def trend_cmd(
     except AnalysisError as exc:
         fail(str(exc))
     for w in t.warnings:
-        err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
+        warn(w)
     if as_json:
         print_json(trend_json(t))
         return

@@ -167,11 +167,15 @@ _JSON_COLUMNS = ("contexts", "relevant", "relevant_spans", "reference_contexts",
 
 
 def _flat_rows(cases: Sequence[Case]) -> list[dict[str, Any]]:
+    """The cases as table rows, list and mapping cells as JSON text; ``contexts`` an empty cell where
+    the case gives none (`Case.contexts_given`), ``[]`` where its retriever returned none."""
     rows = []
     for case in cases:
         d = case.model_dump(mode="json")
         for col in _JSON_COLUMNS:
             d[col] = json.dumps(d[col], ensure_ascii=False)
+        if not case.contexts_given:
+            d["contexts"] = None
         rows.append(d)
     return rows
 

@@ -29,7 +29,7 @@ from ..schema import MAX_METADATA_DEPTH
 
 __all__ = ["DatasetError", "atomic_path", "distinct_output", "write_atomic", "temporary", "output_name",
            "sweep_temporaries", "json_problem", "no_follow", "pid_alive", "parse_json", "check_parsed",
-           "text_lines", "jsonl_lines", "read_hf_rows", "optional_module"]
+           "text_lines", "jsonl_lines", "parse_line", "read_hf_rows", "optional_module"]
 
 
 class DatasetError(UserError, ValueError):
@@ -389,7 +389,7 @@ def jsonl_lines(
         if not text.strip():
             continue
         try:
-            value = _parse_line(path, n, text, hint, parse)
+            value = parse_line(path, n, text, hint, parse)
         except DatasetError as error:
             if on_bad is None:
                 raise
@@ -404,7 +404,9 @@ def json_problem(exc: json.JSONDecodeError) -> str:
     return f"not valid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}"
 
 
-def _parse_line(path: Path, n: int, text: str, hint: str, parse: Callable[[str], Any]) -> Any:
+def parse_line(path: Path, n: int, text: str, hint: str, parse: Callable[[str], Any]) -> Any:
+    """Line ``n`` of ``path`` (its ``text``) parsed by ``parse``, or the `DatasetError` `jsonl_lines`
+    raises for it (the file, the line, the column, ``hint``)."""
     try:
         return parse(text)
     except json.JSONDecodeError as exc:

@@ -5,6 +5,7 @@ reports only those that bear on what it computes (`InputWarning.concerns`, `warn
 
 from __future__ import annotations
 
+import json
 import unicodedata
 from dataclasses import dataclass
 from itertools import repeat
@@ -17,16 +18,18 @@ from .records import chunk_id_for_text
 __all__ = ["input_warnings", "InputCheck", "InputWarning", "RANKING", "RETRIEVAL", "JUDGED", "warnings_for"]
 
 #: what a warning concerns: the ranking metrics (labels and chunk ids), every retrieval metric
-#: computed from labels (ranking and span metrics), or the judged metrics
+#: computed from labels (ranking and span metrics), the judged metrics, or (`EVERY`) any run
 RANKING, RETRIEVAL, JUDGED = "ranking", "retrieval", "judged"
+#: a warning that bears on every run, whatever it computes (tags: the summaries by tag)
+EVERY = "every"
 #: how many case ids a warning names
 SHOWN = 3
 
 
 @dataclass(frozen=True)
 class InputWarning:
-    """One warning line: ``text``; ``concerns`` (`RANKING`, `RETRIEVAL` or `JUDGED`): the metrics it
-    bears on; ``data``: it flags the data itself (a run of it aside), as ``convert`` reports."""
+    """One warning line: ``text``; ``concerns`` (`RANKING`, `RETRIEVAL`, `JUDGED` or `EVERY`): the
+    metrics it bears on; ``data``: it flags the data itself (a run of it aside), as ``convert`` reports."""
 
     text: str
     concerns: str = RANKING
@@ -39,7 +42,7 @@ class InputWarning:
 def warnings_for(warnings: Iterable[InputWarning], ranking: bool, spans: bool, judged: bool) -> list[str]:
     """The lines of ``warnings`` that bear on a run that computes ranking metrics (``ranking``), span
     metrics (``spans``) and judged ones (``judged``)."""
-    wanted = {RANKING: ranking, RETRIEVAL: ranking or spans, JUDGED: judged}
+    wanted = {RANKING: ranking, RETRIEVAL: ranking or spans, JUDGED: judged}  # EVERY: always
     return [w.text for w in warnings if wanted.get(w.concerns, True)]
 
 
@@ -77,7 +80,10 @@ class InputCheck:
     labelled case matches at all. And cases whose labels all have grade 0 (their recall, MRR, nDCG
     and MAP are undefined, where trec_eval averages them as 0: ``--no-relevant zero``); chunk ids
     repeated within a case (dropped before ranking); cases whose question is empty (the judged
-    metrics skip them). A warning, not an error: the same cases are good input for other metrics.
+    metrics skip them); cases with a tag holding a comma (a table's ``"billing, real"``, one tag);
+    labelled cases that give no retrieved chunks at all (no ``contexts`` field: their ranking
+    metrics are undefined, where an empty list, a retriever that returned nothing, scores 0). A
+    warning, not an error: the same cases are good input for other metrics.
     """
 
     def __init__(self) -> None:
@@ -90,23 +96,38 @@ class InputCheck:
         self.repeated_ids = 0  # chunk ids repeated within a case
         self.repeated_cases: list[Any] = [0, []]  # cases with a repeat, the first ids
         self.blank_questions: list[Any] = [0, []]
+        self.no_contexts: list[Any] = [0, []]  # labelled cases that give no retrieved chunks
+        self.retrieved_none = 0  # labelled cases whose retriever returned nothing (contexts: [])
+        self.comma_tags: list[Any] = [0, []]  # cases with a tag that holds a comma
+        self.comma_tag = ""
 
     def add_batch(self, batch: CaseBatch) -> None:
         columns = zip(batch.ids, batch.chunk_lists(), batch.chunk_texts(), batch.span_lists(),
-                      batch.questions())
-        for i, (case_id, (ids, chunks, relevant), texts, spans, question) in enumerate(columns):
+                      batch.questions(), batch.contexts_given())
+        for i, (case_id, (ids, chunks, relevant), texts, spans, question, given) in enumerate(columns):
             if (chunks and type(chunks[0]) is not dict) or (spans and type(spans[0]) is not dict):
                 record = batch.record(i)  # `Chunk` and `Span` objects: their canonical mappings
                 chunks, spans = record.get("contexts", []), record.get("relevant_spans")
-            self.add(case_id, ids, chunks, relevant, texts, spans, question)
+            self.add(case_id, ids, chunks, relevant, texts, spans, question, given)
+            for tag in batch.tags(i):
+                if "," in tag:
+                    if not self.comma_tags[0]:
+                        self.comma_tag = tag
+                    _count(self.comma_tags, case_id)
+                    break
 
     def add(self, case_id: str, ids: list[str], chunks: Optional[list[dict[str, Any]]],
             relevant: Optional[dict[str, int]], texts: Optional[list[str]] = None,
-            spans: Optional[list[dict[str, Any]]] = None, question: str = "?") -> None:
+            spans: Optional[list[dict[str, Any]]] = None, question: str = "?", given: bool = True) -> None:
         """One case: its id, chunk ids, chunk mappings (None: chunks as columns, ``texts`` their
-        texts or None), labels, span labels (mappings) and question."""
+        texts or None), labels, span labels (mappings), question, and whether it gives its retrieved
+        chunks at all (``given``: `Case.contexts_given`)."""
         if not question.strip():
             _count(self.blank_questions, case_id)
+        if not given and ((relevant and max(relevant.values()) > 0)
+                          or (spans and any(s.get("grade", 1) > 0 for s in spans))):
+            _count(self.no_contexts, case_id)
+            return
         if ids:
             repeats = len(ids) - len(set(ids))
             if repeats:
@@ -118,7 +139,10 @@ class InputCheck:
             self.no_relevant += 1
             if len(self.first_no_relevant) < SHOWN:
                 self.first_no_relevant.append(case_id)
-        if not ids or not (graded or spanned):
+        if not (graded or spanned):
+            return
+        if not ids:
+            self.retrieved_none += 1  # labelled, its retriever returned nothing: a real 0
             return
         self.labelled += 1
         if not graded:
@@ -158,6 +182,15 @@ class InputCheck:
 
     def warnings(self) -> list[InputWarning]:
         out = [w for w in (self._unmatched(c) for c in (_TEXTUAL, _NEAR, _PREFIX, _MISSED)) if w]
+        n, first = self.no_contexts
+        if n:
+            labelled = n + self.labelled + self.retrieved_none
+            out.insert(0, InputWarning(
+                f"{n} of {labelled} case(s) with relevance labels give no retrieved chunks (no "
+                f"'contexts' field: {_shown(first, n)}), so there is no ranking to measure: their "
+                "ranking metrics are undefined, not 0; give each case the chunks its retriever returned, "
+                "best first ('contexts': [] for a retriever that returned none)", concerns=RETRIEVAL,
+                data=False))  # a ground-truth set is good data: it is a run of it that lacks them
         if self.no_relevant:
             out.append(InputWarning(
                 f"{self.no_relevant} case(s) have relevance labels but none with grade >= 1 (first: "
@@ -169,11 +202,20 @@ class InputCheck:
             out.append(InputWarning(
                 f"{self.repeated_ids} repeated chunk id(s) in {n} case(s) ({_shown(first, n)}) are dropped "
                 "before ranking: a chunk counts at its first rank", data=False))
+        n, first = self.comma_tags
+        if n:
+            parts = [p.strip() for p in self.comma_tag.split(",") if p.strip()]
+            out.append(InputWarning(
+                f"{n} case(s) have a tag holding a comma ({self.comma_tag!r} in {_shown(first, n)}): a tag "
+                f"is one name, so such a case is in no slice of {' or '.join(map(repr, parts[:3]))}; give "
+                f"tags as a list ({json.dumps(parts[:3], ensure_ascii=False)}), or in a table cell "
+                f"separated by '|' ({'|'.join(parts[:3])})", concerns=EVERY))
         n, first = self.blank_questions
         if n:
             out.append(InputWarning(
                 f"{n} case(s) have an empty question ({_shown(first, n)}): the judged metrics skip them "
-                "(undefined); give each case its question", concerns=JUDGED))
+                "(undefined), the ranking metrics and answer checks do not read it; give each case its "
+                "question", concerns=EVERY))
         return out
 
     def _unmatched(self, cause: str) -> Optional[InputWarning]:

@@ -28,15 +28,17 @@ registers a `Library` through the ``ragbridge_register_libraries`` hook (`get_li
 
 from __future__ import annotations
 
+import sys
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from ..plugins import load_plugins, pm
 from ..schema import Case
 from .files import DatasetError
-from .records import (CANONICAL_FIELDS, cases_from_records, is_missing, literal_cell, pandas_index, plain,
-                      rows_to_records, shared_fields)
+from .records import (CANONICAL_FIELDS, QUESTION_COLUMNS, cases_from_records, is_missing, literal_cell,
+                      pandas_index, plain, rows_to_records, shared_fields)
 
 __all__ = ["Library", "get_libraries", "cases_from_data", "data_rows", "to_library", "INDEX"]
 
@@ -107,18 +109,59 @@ def data_rows(data: Any) -> Optional[tuple[str, list[dict[str, Any]], list[str]]
     kind = _kind(data)
     if kind == "pandas.DataFrame":
         columns = [str(c) for c in data.columns]
+        _numeric_ids(data, columns)
         # every missing cell (NaN, None, pd.NA, NaT) as None, whatever the column's dtype
         records = data.astype(object).where(data.notna(), None).to_dict(orient="records")
         index = pandas_index(columns, records)  # read_csv of a file to_csv wrote with its index
         if index is not None:
             columns = columns[1:]
             records = [{k: v for k, v in r.items() if k != index} for r in records]
-        return "DataFrame", [_plain_row(r) for r in records], columns
+        rows = [_plain_row(r) for r in records]
+        for name in set(QUESTION_COLUMNS) & set(columns):  # a blank cell is an empty question, as in CSV
+            for row in rows:
+                row.setdefault(name, "")
+        return "DataFrame", rows, columns
     if kind.startswith("datasets.") and type(data).__name__ == "Dataset":
         return "Dataset", [_plain_row(r) for r in data.to_list()], list(data.column_names)
     if isinstance(data, (list, tuple)) and data and isinstance(data[0], dict):
         return "list", [_plain_row(r) if isinstance(r, dict) else r for r in data], [str(k) for k in data[0]]
     return None
+
+
+def _numeric_ids(frame: Any, columns: list[str]) -> None:
+    """A DataFrame's id column that pandas holds as numbers (``read_csv`` of ids such as ``001`` or
+    ``1e3``): never taken silently. Floats (``1e3`` read as 1000.0, or a column with a missing id)
+    are a `DatasetError`; whole numbers (``001`` read as 1) a warning: both name the fix,
+    ``pd.read_csv(..., dtype={COLUMN: str})``. A frame built with numbers as ids is warned of too."""
+    from .records import ALIASES
+
+    for name in ("id", *ALIASES["id"]):
+        if name not in columns:
+            continue
+        dtype = frame[frame.columns[columns.index(name)]].dtype
+        if dtype.kind not in "iuf":
+            continue
+        fix = f"pd.read_csv(path, dtype={{{name!r}: str}})"
+        if dtype.kind == "f":
+            raise DatasetError(
+                f"column {name!r} holds numbers ({dtype}), not texts: pandas' read_csv reads ids such as "
+                "'1e3' or '001' as numbers (1000.0, 1.0), and a column with a missing id as floats, so the "
+                "ids as written are lost", path="DataFrame", field=name,
+                hint=f"read the file with {fix}, or give the ids as texts")
+        warnings.warn(
+            f"DataFrame column {name!r} holds whole numbers ({dtype}): read as the ids '1', '2', ...; if "
+            f"pandas read them from a file, ids such as '001' lost their zeros: read it with {fix} to keep "
+            "the ids as written", UserWarning, stacklevel=_caller_level())
+        return
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` that names the first frame outside ragbridge (the user's call)."""
+    here = str(Path(__file__).resolve().parent.parent)
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(here):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _plain_row(row: dict[str, Any]) -> dict[str, Any]:

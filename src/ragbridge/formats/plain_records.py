@@ -1,8 +1,9 @@
 """Plain records: the light form of a case, for reading and scoring in batches.
 
 A *canonical record* is a case as a plain dict: canonical field names in `CASE_FIELDS` order, every
-field that holds its default left out, chunks as ``{id, text?, score?, source?, doc?, start?, end?}``
-(a float score, no empty text), ``relevant`` as ``{id: grade}``. It is what `case_record` gives for a
+field that holds its default left out (but an empty ``contexts`` that was given, `Case.contexts_given`),
+chunks as ``{id, text?, score?, source?, doc?, start?, end?}`` (a float score, no empty text),
+``relevant`` as ``{id: grade}``. It is what `case_record` gives for a
 `Case`, what ``cases.jsonl`` holds a line (`record_line`), and what the fingerprint hashes.
 
 `plain_record` turns a parsed record that is already canonical in everything but key order and
@@ -181,8 +182,10 @@ def plain_record(raw: Any) -> Optional[dict[str, Any]]:
         if contexts is None:
             return None
         out["contexts"] = contexts
-    elif contexts is not None and type(contexts) is not list:
-        return None
+    elif contexts is not None:
+        if type(contexts) is not list:
+            return None
+        out["contexts"] = []  # given, and empty: the retriever returned nothing
     relevant = raw.get("relevant")
     if relevant:
         if type(relevant) is not dict:
@@ -271,8 +274,14 @@ def with_chunks(record: dict[str, Any], chunk_ids: Optional[list[str]],
 
 
 def case_record(case: Case) -> dict[str, Any]:
-    """The canonical record of a case (see above): ``model_dump`` without defaults, as JSON types."""
-    return case.model_dump(mode="json", exclude_defaults=True)
+    """The canonical record of a case (see above): ``model_dump`` without defaults, as JSON types; an
+    empty ``contexts`` that was given (`Case.contexts_given`: the retriever returned nothing) is
+    kept, in its place."""
+    record = case.model_dump(mode="json", exclude_defaults=True)
+    if not case.contexts and "contexts" in case.__pydantic_fields_set__:
+        head = {k: record.pop(k) for k in ("id", "question", "answer") if k in record}
+        record = {**head, "contexts": [], **record}
+    return record
 
 
 def record_line(record: dict[str, Any], chunk_ids: Optional[list[str]] = None,

@@ -52,6 +52,7 @@ def parse_record_line(text: str) -> Any:
             record = plain_record(raw)
             if record is not None:
                 check_parsed(reduced, raw, surrogates=False)
+                del record["contexts"]  # the columns' place
                 return ColumnRecord(record, ids, texts)
     try:
         value = pydantic_core.from_json(text)

@@ -54,6 +54,7 @@ __all__ = [
     "CANONICAL_FIELDS",
     "CASE_FIELDS",
     "LIST_FIELDS",
+    "QUESTION_COLUMNS",
     "stable_id",
     "chunk_id_for_text",
     "case_id_for_question",
@@ -195,8 +196,10 @@ def normalize_record(raw: dict[str, Any]) -> dict[str, Any]:
 
     if rec:
         unknown = ", ".join(sorted(rec))
+        guesses = sorted({g for f in rec for g in difflib.get_close_matches(f, CASE_FIELDS, n=1)})
         raise DatasetError(
-            f"unknown field(s): {unknown}",
+            f"unknown field(s): {unknown}" + (f" (did you mean {', '.join(map(repr, guesses))}?)"
+                                               if guesses else ""),
             field=sorted(rec)[0],
             hint="known fields: " + ", ".join(CASE_FIELDS) + "; put anything else under 'metadata'",
         )
@@ -393,17 +396,61 @@ def pandas_index(columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> Opti
     return name
 
 
+#: the names pandas writes in a cell's Python literal for a missing value (a float NaN, NaT, None)
+_MISSING_NAMES = frozenset({"nan", "NaN", "NaT", "None"})
+
+
+class _NotLiteral(ValueError):
+    """A cell's Python text holds something other than a literal: ``what`` is its source text."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+def _python_literal(text: str) -> Any:
+    """``text`` as the Python literal pandas writes for a list or dict cell: constants, lists, tuples
+    and dicts, ``True``/``False``, and ``nan`` (a float NaN, as ``repr`` writes it), ``NaT`` and
+    ``None`` as None (missing). Raises SyntaxError for text that is not Python, `_NotLiteral` for
+    anything else (a call such as ``Timestamp('2024-01-01')``)."""
+
+    def value(node: ast.AST) -> Any:
+        if isinstance(node, ast.Constant) and not isinstance(node.value, (bytes, complex)):
+            return node.value
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return [value(e) for e in node.elts]
+        if isinstance(node, ast.Dict) and None not in node.keys:
+            return {value(k): value(v) for k, v in zip(node.keys, node.values)}
+        if isinstance(node, ast.Name) and node.id in _MISSING_NAMES:
+            return None
+        if isinstance(node, ast.Name) and node.id in ("True", "False"):
+            return node.id == "True"
+        if (isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd))
+                and isinstance(node.operand, ast.Constant) and type(node.operand.value) in (int, float)):
+            return -node.operand.value if isinstance(node.op, ast.USub) else node.operand.value
+        raise _NotLiteral(ast.get_source_segment(text, node) or type(node).__name__)
+
+    return value(ast.parse(text, mode="eval").body)
+
+
 def literal_cell(text: str) -> Any:
     """A table cell's text that stands for a list or a mapping: JSON (``["a", "b"]``), else the
-    Python literal pandas writes for a list or dict cell (``['a', 'b']``, ``{'k': None}``); the text
-    as it is when it is neither. Raises `DatasetError` (without a location) for JSON-looking text that
-    is broken, with the JSON parser's message."""
+    Python literal pandas writes for a list or dict cell (``['a', 'b']``, ``{'k': None}``; a ``nan``
+    in it, pandas' missing value, is None: `_python_literal`). Raises `DatasetError` (without a
+    location) for text that is neither, naming what in it is no literal (pandas writes a
+    ``Timestamp(...)`` it cannot read back), else with the JSON parser's message."""
     try:
         return parse_json(text)
     except json.JSONDecodeError as exc:
         error = exc
     try:
-        value = ast.literal_eval(text)
+        value = _python_literal(text)
+    except _NotLiteral as exc:
+        what = exc.what if len(exc.what) <= 60 else exc.what[:57] + "..."
+        raise DatasetError(f"cell holds {what}, which is neither JSON nor a Python literal (pandas writes "
+                           "such an object's repr, which no reader takes back)",
+                           hint="turn it into a text or a number before writing the table, or write lists "
+                                "and mappings as JSON") from None
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         raise DatasetError(f"cell is neither JSON nor a Python list or dict: {error.msg}",
                            hint="write lists and mappings as JSON") from None
@@ -413,14 +460,19 @@ def literal_cell(text: str) -> Any:
                        hint="write lists and mappings as JSON")
 
 
+#: the columns that hold the question: a blank cell of one is an empty question, not a missing one
+QUESTION_COLUMNS = ("question", *ALIASES["question"])
+
+
 def cell_value(column: str, value: Any) -> Any:
     """A text cell of ``column`` as the value it stands for (see the module docstring): blank is
-    missing, JSON in a list or mapping column is parsed, other list cells are ``|``-separated."""
+    missing (but an empty question, as ``""`` is in JSON), JSON in a list or mapping column is
+    parsed, other list cells are ``|``-separated."""
     if not isinstance(value, str):
         return value
     text = value.strip()
     if text == "":
-        return None
+        return value if column in QUESTION_COLUMNS else None
     if column in ("answerable",):
         low = text.lower()
         if low in ("true", "1", "yes"):

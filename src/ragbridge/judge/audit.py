@@ -3,7 +3,10 @@
 Each line says who asked (backend, metric, case_id, and the repeat when it is not 0), the endpoint,
 ``request_key`` (the SHA-256 of the upstream, path and exact request bytes: the key the cache files
 the answer under, table ``aliases``, column ``raw``), the status, the cache outcome, attempts,
-seconds, the tokens the call spent (0 for a cache hit) and the SHA-256 and size of both bodies. The
+``seconds`` (from the request's arrival to its answer), of them ``wait_seconds`` waiting for a slot
+(the bound on calls in flight, the rate limit) and ``call_seconds`` at the judge (every attempt; the
+rest is the backoff between attempts, or a wait for the same request already in flight), the tokens
+the call spent (0 for a cache hit) and the SHA-256 and size of both bodies. The
 bodies themselves are written only for a call that did not succeed (status outside 2xx), where they
 are the evidence; a successful answer's body is in the cache under ``request_key``. Never a header or
 a key: every line passes the gateway's redaction. Lines are buffered and flushed every
@@ -64,6 +67,7 @@ class AuditLog:
                 f'"status": {res.status}, '
                 f'"cache_hit": {"true" if res.cache == "hit" else "false"}, "cache": "{res.cache}", '
                 f'"attempts": {res.attempts}, "seconds": {seconds:.6f}, '
+                f'"wait_seconds": {res.wait_seconds:.6f}, "call_seconds": {res.call_seconds:.6f}, '
                 f'"prompt_tokens": {prompt}, "completion_tokens": {completion}, {invalid}'
                 f'"request_key": "{request_key}", '
                 f'"request_bytes": {len(raw)}, "response_sha256": "{hashlib.sha256(res.body).hexdigest()}", '

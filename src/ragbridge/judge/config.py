@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..errors import UserError
 from ..limits import MAX_CONCURRENCY, MAX_RETRIES, MAX_TIMEOUT, REQUESTS_PER_MINUTE
+from .structured import StructuredMode
 
 #: the gateway's backoff between attempts (full jitter, seconds): what client_timeout() outlasts
 BACKOFF_BASE = 0.5
@@ -152,6 +153,10 @@ class JudgeConfig(BaseModel):
     over what the library sent: ``extra_body`` is merged into the JSON body (e.g. Ollama's
     ``{"options": {"num_ctx": 8192}}``). They are part of the cache key.
 
+    ``structured_output`` is how a request that asks for a JSON object is sent (``auto``, ``schema``,
+    ``json_object``, ``tool`` or ``prompt``: `ragbridge.judge.structured`), for every backend but one
+    whose option ``structured_output`` sets its own (`ragbridge.judged_backend.JudgedOptions`).
+
     ``max_tokens`` is for the backends to pass to their libraries (a library's own default of 1024 can
     truncate long verdict lists). ``cache_path = None`` means no cache.
 
@@ -193,6 +198,9 @@ class JudgeConfig(BaseModel):
     max_tokens: Optional[int] = Field(None, ge=1)
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
     currency: str = "USD"
+    #: how a request that asks for a JSON object is sent (`ragbridge.judge.structured`), for every
+    #: backend whose own option ``structured_output`` is unset
+    structured_output: StructuredMode = "auto"
 
     @field_validator("base_url", "embedding_base_url")
     @classmethod
@@ -211,6 +219,16 @@ class JudgeConfig(BaseModel):
                 f"judge base_url must be an http:// or https:// URL with a host "
                 f"(e.g. https://api.openai.com/v1), got {redact_url(v)!r}")
         return v.rstrip("/")
+
+    @field_validator("structured_output", mode="before")
+    @classmethod
+    def _one_mode(cls, v: Any) -> Any:
+        if isinstance(v, dict):  # a mode per backend is each backend's own option
+            name, mode = next(iter(v.items()), ("NAME", "tool"))
+            raise ValueError(f"the judge takes one mode for every backend; a backend's own is its option "
+                             f"structured_output: [backends.{name}] structured_output = \"{mode}\" in "
+                             f"ragbridge.toml, or --option {name}.structured_output={mode}")
+        return v
 
     @field_validator("api_key_env", "embedding_api_key_env")
     @classmethod
@@ -332,7 +350,9 @@ class JudgeConfig(BaseModel):
                 ("embedding_api_key_env", self.embedding_api_key_env), ("embedding_api", self.embedding_api),
                 ("headers", self.public_header_values() or None),
                 ("public_headers", list(self.public_headers) or None), ("temperature", self.temperature),
-                ("seed", self.seed), ("extra_body", self.extra_body or None)) if v is not None},
+                ("seed", self.seed), ("extra_body", self.extra_body or None),
+                ("structured_output", self.structured_output if self.structured_output != "auto" else None))
+               if v is not None},
         }
 
     # -- loading --------------------------------------------------------------------------------

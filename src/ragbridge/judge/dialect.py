@@ -18,7 +18,7 @@ base URL, dialect, key and extra headers); :meth:`Endpoint.target` is the URL of
   the ``api-key`` header.
 
 :func:`shape_body` sets the configuration's request fields (``temperature``, ``seed``,
-``extra_body``) on a generation request.
+``extra_body``) on a generation request, and sends a content of text parts alone as one string.
 """
 
 from __future__ import annotations
@@ -131,10 +131,16 @@ def endpoints_of(config: JudgeConfig) -> tuple[Endpoint, Endpoint]:
 def shape_body(config: JudgeConfig, endpoint: str, body: Any) -> Any:
     """``body`` with the configuration's request fields set (a new dict), or ``body`` itself when
     none applies: ``temperature`` and ``extra_body`` on every generation request, ``seed`` on chat
-    and completions (the responses API has none)."""
+    and completions (the responses API has none). A chat message whose content is a list of text
+    parts alone is sent as one string (the same text: a server that fills a chat template from the
+    content, as llama-cpp-python does, answers such a list with HTTP 500)."""
     if endpoint not in GENERATION_ENDPOINTS or not isinstance(body, dict):
         return body
     changes: dict[str, Any] = {}
+    messages = body.get("messages") if endpoint == "chat/completions" else None
+    if isinstance(messages, list) and any(_text_parts(m) is not None for m in messages):
+        changes["messages"] = [{**m, "content": _text_parts(m)} if _text_parts(m) is not None else m
+                               for m in messages]
     if config.temperature is not None:
         changes["temperature"] = config.temperature
     if config.seed is not None and endpoint != "responses":
@@ -143,3 +149,13 @@ def shape_body(config: JudgeConfig, endpoint: str, body: Any) -> Any:
     if not changes:
         return body
     return {**body, **changes}
+
+
+def _text_parts(message: Any) -> Optional[str]:
+    """The text of a message whose content is a list of text parts alone, or None."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list) or not content or not all(
+            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+            for p in content):
+        return None
+    return "\n".join(p["text"] for p in content)

@@ -42,7 +42,7 @@ import secrets
 import threading
 import time
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from .audit import AuditLog
 from .client import JudgeClient
@@ -80,14 +80,14 @@ class JudgeGateway(JudgeClient):
 
     backoff_base: float = BACKOFF_BASE
     backoff_cap: float = BACKOFF_CAP
-    #: "stdlib": forward with a keep-alive http.client pool (the fast path; httpx is still used when a
-    #: proxy applies or the URL has userinfo); "httpx": forward with an httpx.Client.
-    upstream_transport: Literal["stdlib", "httpx"] = "stdlib"
 
     def __init__(self, config: JudgeConfig, audit_log: Optional[Path] = None, *,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", structured_output: Optional[Mapping[str, str]] = None) -> None:
         super().__init__()
         self.config = config
+        #: the backends that ask for a JSON object in a mode of their own (their option
+        #: ``structured_output``), by name: the others ask as ``config.structured_output`` says
+        self.structured_output = dict(structured_output or {})
         #: the socket's address (settable until the socket opens; see the class docstring)
         self.host = host
         self.audit_log = Path(audit_log) if audit_log is not None else None
@@ -118,8 +118,7 @@ class JudgeGateway(JudgeClient):
         self._closing.clear()
         forwarder = Forwarder(cfg, self._closing)
         forwarder.backoff_base, forwarder.backoff_cap = self.backoff_base, self.backoff_cap
-        upstreams = {ep: Upstream(ep, cfg, transport=self.upstream_transport,
-                                  with_key=cfg.cache_mode != "read-only")
+        upstreams = {ep: Upstream(ep, cfg, with_key=cfg.cache_mode != "read-only")
                      for ep in dict.fromkeys(self._endpoints)}
         self.redactor.keys([secret for u in upstreams.values() for secret in u.secrets])
         store = None
@@ -128,7 +127,8 @@ class JudgeGateway(JudgeClient):
                                   simulated=self.simulate is not None)
         self._pipeline = Pipeline(cfg, self._endpoints, store=store, ledger=self.ledger,
                                   forwarder=forwarder, upstreams=upstreams, redactor=self.redactor,
-                                  simulate=self.simulate, closing=self._closing)
+                                  simulate=self.simulate, closing=self._closing,
+                                  mode_for=self.structured_output_for)
         if self.audit_log is not None:
             self._audit = AuditLog(self.audit_log, self.redactor).open()
         # Worker threads of the async transport: enough for every request the libraries may have
@@ -247,6 +247,17 @@ class JudgeGateway(JudgeClient):
     def usage_by_tag(self) -> dict[CallTag, Usage]:
         return self.ledger.by_tag()
 
+    def structured_output_for(self, backend: Optional[str]) -> str:
+        """How ``backend``'s requests for a JSON object are sent (`ragbridge.judge.structured.MODES`):
+        its own mode, else the judge's."""
+        return self.structured_output.get(backend or "") or self.config.structured_output
+
+    def failure(self, backend: str, metric: Optional[str] = None, case_id: Optional[str] = None,
+                repeat: int = 0) -> Optional[tuple[str, str]]:
+        """Why the first judge call of this score that failed did: (cause, the words of the judge or
+        the gateway), or None (`ragbridge.judge.causes`)."""
+        return self.ledger.failure(CallTag(backend, metric, case_id, repeat))
+
     def forget(self, backend: str, metric: Optional[str] = None, case_id: Optional[str] = None,
                repeat: int = 0) -> int:
         """Drop from the cache every response served for this score in this run, and store none for
@@ -314,8 +325,16 @@ class JudgeGateway(JudgeClient):
             self.stub_detected = True
         if res.counted:
             tokens = res.tokens if res.cache != "hit" else (0, 0)
-            self.ledger.enter(tag, cache=res.cache, attempts=res.attempts, ok=200 <= res.status < 300,
-                              tokens=tokens, cost=res.cost)
+            ok = 200 <= res.status < 300
+            failure = None
+            if not ok:
+                from .structured import error_text
+
+                cause = res.cause or {"budget": "budget", "readonly-miss": "cache_miss"}.get(res.cache,
+                                                                                           "rejected")
+                failure = (cause, error_text(res.body)[:500])
+            self.ledger.enter(tag, cache=res.cache, attempts=res.attempts, ok=ok, tokens=tokens,
+                              cost=res.cost, failure=failure)
             if self._audit is not None and pipeline is not None:
                 self._audit.write(tag, endpoint, raw, res, time.perf_counter() - started,
                                   pipeline.request_key(endpoint, tag, raw), tokens)

@@ -152,6 +152,7 @@ class Ledger:
         self._lock = threading.Lock()
         self._usage: dict[CallTag, dict[str, Any]] = {}
         self._refused: set[CallTag] = set()
+        self._failures: dict[CallTag, tuple[str, str]] = {}  # the first failed request's (cause, words)
         self._tally: Optional[int] = None  # the tally file's descriptor
 
     # -- the budget -------------------------------------------------------------------------------
@@ -255,10 +256,14 @@ class Ledger:
         return price.cost(*tokens) if price is not None else None
 
     def enter(self, tag: CallTag, *, cache: str, attempts: int, ok: bool,
-              tokens: Optional[tuple[int, int]], cost: Optional[float]) -> None:
+              tokens: Optional[tuple[int, int]], cost: Optional[float],
+              failure: Optional[tuple[str, str]] = None) -> None:
         """Count one answered request under ``tag``: a cache hit, a refusal, or a call with its
-        attempts, tokens (None: the answer's usage could not be true) and cost."""
+        attempts, tokens (None: the answer's usage could not be true) and cost; ``failure``: why a
+        request that failed did (its cause and the judge's or the gateway's words), the first kept."""
         with self._lock:
+            if failure is not None and not ok:
+                self._failures.setdefault(tag, failure)
             u = self._usage.get(tag)
             if u is None:
                 u = self._usage[tag] = {f.name: f.default for f in fields(Usage)}
@@ -298,6 +303,11 @@ class Ledger:
             if tag.matches(backend, metric, case_id, repeat):
                 total = total + Usage(**u)
         return total
+
+    def failure(self, tag: CallTag) -> Optional[tuple[str, str]]:
+        """Why the first request of ``tag`` that failed did: (cause, words), or None."""
+        with self._lock:
+            return self._failures.get(tag)
 
     def by_tag(self) -> dict[CallTag, Usage]:
         with self._lock:

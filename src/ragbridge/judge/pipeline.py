@@ -24,6 +24,7 @@ from .ledger import Ledger, reported_usage
 from .redact import Redactor
 from .server import Result, error_body
 from .store import ResponseStore
+from .structured import FALLBACK, Ask, as_asked, ask_of, reshape, rejects_structured_output
 from .tag import REPEAT_HEADER, CallTag
 from .upstream import Forwarder, Upstream
 
@@ -37,8 +38,11 @@ class Pipeline:
     def __init__(self, config: JudgeConfig, endpoints: tuple[Endpoint, Endpoint], *,
                  store: Optional[ResponseStore], ledger: Ledger, forwarder: Forwarder,
                  upstreams: dict[Endpoint, Upstream], redactor: Redactor,
-                 simulate: Optional[Callable[[str, Any], Any]], closing: threading.Event) -> None:
+                 simulate: Optional[Callable[[str, Any], Any]], closing: threading.Event,
+                 mode_for: Optional[Callable[[Optional[str]], str]] = None) -> None:
         self.config = config
+        #: a backend's structured-output mode (`ragbridge.judge.JudgeGateway.structured_output_for`)
+        self.mode_for = mode_for or (lambda backend: config.structured_output)
         self.endpoints = endpoints
         self.store = store
         self.ledger = ledger
@@ -47,11 +51,23 @@ class Pipeline:
         self.redactor = redactor
         self.simulate = simulate
         self.closing = closing
+        #: per server (its identity), the structured-output modes it refused (``auto`` skips them)
+        self.refused: dict[str, set[str]] = {}
+        self._lock = threading.Lock()
 
     def request_key(self, endpoint: str, tag: CallTag, raw: bytes) -> str:
         """The key of the exact request bytes (what the audit log and the cache's aliases file)."""
+        return JudgeCache.raw_key(self.endpoint(endpoint).identity, self._path(endpoint, tag, raw), raw)
+
+    def _path(self, endpoint: str, tag: CallTag, raw: bytes) -> str:
+        """The path a request is filed under: with its backend's structured-output mode when that is
+        not ``auto`` and the request may ask for a JSON object."""
         path = ResponseStore.path_of(endpoint, tag.repeat)
-        return JudgeCache.raw_key(self.endpoint(endpoint).identity, path, raw)
+        mode = self.mode_for(tag.backend)
+        if mode != "auto" and endpoint == "chat/completions" and (b'"response_format"' in raw
+                                                                  or b'"tool_choice"' in raw):
+            path += f"#structured={mode}"
+        return path
 
     def close(self) -> None:
         upstreams, self.upstreams = self.upstreams, {}
@@ -72,7 +88,7 @@ class Pipeline:
             return self._models(method, endpoint)
         store = self.store
         identity = self.endpoint(endpoint).identity
-        path = ResponseStore.path_of(endpoint, tag.repeat)
+        path = self._path(endpoint, tag, raw)
         raw_key, hit = store.by_bytes(identity, path, raw, tag) if store is not None else (None, None)
         if hit is not None:
             return Result(hit[0], hit[1], cache="hit", json_ok=True, request_json=True)
@@ -136,11 +152,7 @@ class Pipeline:
                 payload = self.simulate(endpoint, body)
                 res = Result(200, json.dumps(payload).encode(), attempts=1, parsed=payload)
             else:
-                shaped = shape_body(self.config, endpoint, body)
-                if shaped is not body:
-                    raw = json.dumps(shaped, ensure_ascii=False).encode("utf-8")
-                res = self._forward("POST", endpoint, raw, repeat=tag.repeat, model=model,
-                                    stream=isinstance(body, dict) and bool(body.get("stream")), tag=tag)
+                res = self._structured_call(endpoint, raw, body, tag, model)
                 if res.cache == "budget":
                     if res.attempts == 0:  # its reservation given back while it waited for a slot
                         sent = False
@@ -161,6 +173,67 @@ class Pipeline:
                 self.ledger.settle(res.cost)
         return res
 
+    def _structured_call(self, endpoint: str, raw: bytes, body: Any, tag: CallTag,
+                         model: Optional[str]) -> Result:
+        """The request upstream in its backend's structured-output mode (see the module docstring):
+        one or more forwards, the attempts, waits and unanswered attempts of all of them summed."""
+        streamed = isinstance(body, dict) and bool(body.get("stream"))
+        ask = ask_of(body) if endpoint == "chat/completions" and not streamed else None  # a stream: as sent
+        mode = self.mode_for(tag.backend) if ask is not None else "auto"
+        identity = self.endpoint(endpoint).identity
+        used = mode if mode != "auto" else self._working(identity, ask)
+        made: list[Result] = []
+        while True:
+            sending = reshape(body, ask, used) if ask is not None and used is not None else body
+            shaped = shape_body(self.config, endpoint, sending)
+            data = raw if shaped is body else json.dumps(shaped, ensure_ascii=False).encode("utf-8")
+            res = self._forward("POST", endpoint, data, repeat=tag.repeat, model=model, stream=streamed,
+                                tag=tag, again=bool(made))
+            made.append(res)
+            if (ask is None or mode != "auto" or 200 <= res.status < 300 or res.cache == "budget"
+                    or not rejects_structured_output(res.status, res.body)):
+                break
+            with self._lock:  # this server refuses that mode: the next one it has not refused
+                self.refused.setdefault(identity, set()).add(used or ask.kind)
+            used = self._working(identity, ask)
+            if used is None:
+                break
+        res.attempts = sum(r.attempts for r in made)
+        res.unanswered = sum(r.unanswered for r in made)
+        res.wait_seconds = sum(r.wait_seconds for r in made)
+        res.call_seconds = sum(r.call_seconds for r in made)
+        if ask is not None and used is not None and used != ask.kind and 200 <= res.status < 300 \
+                and res.parsed is not None:
+            res.parsed = as_asked(res.parsed, ask, used)
+            res.body = json.dumps(res.parsed, ensure_ascii=False).encode("utf-8")
+        elif ask is not None and res.cause == "structured_output":
+            res.body = error_body(self._refusal(res, used or ask.kind, tag), code="structured_output_refused")
+        return res
+
+    def _working(self, identity: str, ask: Optional[Ask]) -> Optional[str]:
+        """The mode ``auto`` sends ``ask`` in to the server ``identity``: as asked unless the server
+        refused that, else the first of `FALLBACK` it has not refused (None: it refused them all)."""
+        if ask is None:
+            return None
+        with self._lock:
+            refused = set(self.refused.get(identity, ()))
+        if ask.kind not in refused:
+            return ask.kind
+        usable = [m for m in FALLBACK
+                  if m not in refused and (ask.schema is not None or m not in ("schema", "tool"))]
+        return usable[0] if usable else None
+
+    def _refusal(self, res: Result, used: str, tag: CallTag) -> str:
+        """What a request refused for its structured output says: the mode, the server's words, the fix."""
+        from .structured import error_text
+
+        mode = self.mode_for(tag.backend)
+        said = error_text(res.body)[:300]
+        how = ("in every mode ragbridge can ask in" if mode == "auto"
+               else f"in mode {used!r} (the structured_output of backend {tag.backend or '?'})")
+        return (f"ragbridge judge gateway: the judge refuses a JSON object asked for {how}: "
+                f"HTTP {res.status}: {said}")
+
     def _refused(self) -> Result:
         b = self.ledger.budget
         return Result(402, error_body(
@@ -169,14 +242,16 @@ class Pipeline:
             cache="budget", attempts=0, json_ok=True)
 
     def _forward(self, method: str, endpoint: str, raw: bytes, *, repeat: int = 0,
-                 model: Optional[str] = None, stream: bool = False, tag: Optional[CallTag] = None) -> Result:
+                 model: Optional[str] = None, stream: bool = False, tag: Optional[CallTag] = None,
+                 again: bool = False) -> Result:
         if self.closing.is_set() or self.forwarder is None:
             return Result(503, error_body("ragbridge judge gateway is shut down"), attempts=0)
         upstream = self.upstreams[self.endpoint(endpoint)]
         res = self.forwarder.forward(upstream, method, endpoint, raw, model, stream=stream,
                                      extra_headers={REPEAT_HEADER: str(repeat)} if repeat else None,
-                                     on_send=(lambda attempt: self.ledger.sending(tag) if attempt == 1
-                                              else self.ledger.resending(tag)) if tag is not None else None)
+                                     on_send=(lambda attempt: self.ledger.sending(tag)
+                                              if attempt == 1 and not again else self.ledger.resending(tag))
+                                     if tag is not None else None)
         res.body, content_type, withheld = self.redactor.reply(res.body, res.content_type)
         res.content_type = content_type or res.content_type
         if withheld and 200 <= res.status < 300:

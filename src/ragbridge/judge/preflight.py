@@ -39,6 +39,8 @@ __all__ = ["preflight", "detect_stub", "ModelNotServed"]
 
 #: how long the model's request may take (a local server may load the model first)
 PROBE_SECONDS = 30.0
+#: how long a server on this machine may take to list its models
+LOCAL_LIST_SECONDS = 60.0
 #: the most listed models an error names
 SHOWN_MODELS = 12
 _UNKNOWN_MODEL = re.compile(r"invalid model|unknown model|no such model|model_not_found|deploymentnotfound"
@@ -122,14 +124,18 @@ def _reach(cfg: JudgeConfig, ep: Endpoint) -> dict[str, Any]:
     # a server elsewhere needs a key, and Azure OpenAI always does, wherever it is reached
     if not key and ep.key_env and (not ep.is_local or ep.api == "azure"):
         raise _unset(ep, url, "needs it" + (" (Azure OpenAI always does)" if ep.api == "azure" else ""))
-    timeout = min(cfg.timeout, 10.0)
+    # a server on this machine that runs one request at a time (llama-cpp-python's) answers nothing,
+    # its list of models included, while it computes an answer: it is given longer
+    timeout = min(cfg.timeout, LOCAL_LIST_SECONDS if ep.is_local else 10.0)
     try:
         with httpx_client(cfg, ep, 1) as client:
             r = client.get(ep.target("models"), headers=ep.headers(key, "GET"), timeout=timeout)
     except httpx.TimeoutException:
+        busy = (" (or busy: a server that runs one request at a time answers nothing while it computes "
+                "another)") if ep.is_local else ""
         raise JudgeUnavailable(
             f"judge endpoint {url} did not answer within {timeout:g} s: check that the server is up "
-            f"and reachable from here") from None
+            f"and reachable from here{busy}") from None
     except httpx.TransportError as exc:
         text = str(exc)
         if re.search(r"refused|Errno 111|Errno 61", text, re.I):

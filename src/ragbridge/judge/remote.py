@@ -14,7 +14,7 @@ transports add the key to each request, strip the ``/t/<tag>`` attribution path 
 carry and send the call's tag (backend, metric, case_id, repeat) in the ``X-Ragbridge-Tag`` header
 instead, so the
 gateway counts each call under the score it belongs to, exactly as for an in-process call. A worker
-that scores a backend under another name (``ragas==0.3.9`` for the registered ``ragas``: a library
+that scores a backend under another name (``mylib==1.2`` for the registered ``mylib``: a library
 version in an environment of its own) gives the client ``aliases``, and its calls are counted under
 that name.
 

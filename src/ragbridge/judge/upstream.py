@@ -6,29 +6,27 @@ reply's size: a judge that drips its answer a byte at a time cannot hold a call 
 and one that answers with hundreds of megabytes is cut off at ``max_reply_bytes``; a compressed
 answer (``Content-Encoding: gzip`` or ``deflate``, whatever was asked for) is decompressed within that
 cap (:func:`decompressed`).
-:class:`StdlibPool` is the fast one, a keep-alive pool of ``http.client`` connections (cheaper per
-request than ``httpx``: benchmarks/README.md); :class:`HttpxTransport`
-is used when an environment proxy applies to the endpoint (:func:`proxy_for`), for URLs with
-userinfo, and for the preflight check.
+:class:`HttpxTransport` is the one transport: an ``httpx.Client`` (keep-alive, TLS, environment
+proxies for a remote judge, ``user:pass@`` URLs) whose every read and write ends by the call's
+deadline, and whose ``close`` ends the requests in flight at once. Its cost per request (a fraction
+of a millisecond) is nothing beside a judge's hundreds: benchmarks/README.md.
 
 :class:`Upstream` is one server of the configuration (:class:`~ragbridge.judge.dialect.Endpoint`:
 the dialect, key and headers) on its transport. :class:`Forwarder` is the policy, the same for every
 upstream: the bound on requests in flight, the requests-per-minute limit (:class:`RateLimiter`), and
 the retries of 429, 5xx, connection errors, timeouts and 2xx bodies that are not JSON, with
-exponential backoff and full jitter, honouring ``Retry-After`` (:func:`parse_retry_after`).
+exponential backoff and full jitter, honouring ``Retry-After`` (:func:`parse_retry_after`); not of
+what the judge would answer the same request again: a refusal by its request validation
+(`ragbridge.judge.structured.deterministic`), or a 500 whose body is the one the attempt before got.
 """
 
 from __future__ import annotations
 
 import contextlib
 import email.utils
-import heapq
-import http.client
 import os
 import random
-import select
 import socket
-import ssl
 import threading
 import time
 import zlib
@@ -41,11 +39,11 @@ from .config import BACKOFF_BASE, BACKOFF_CAP, JudgeConfig, header_values
 from .dialect import Endpoint
 from .redact import MIN_ENCODED, as_utf8
 from .strict import mend_surrogates, parse_answer
+from .structured import deterministic, rejects_structured_output
 from .server import Result, error_body
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 RETRY_AFTER_CAP = 60.0
-_READ_CHUNK = 1 << 16
 
 
 class UpstreamTimeout(Exception):
@@ -119,220 +117,143 @@ class Transport(Protocol):
         ...
 
 
-class _Watchdog:
-    """Shuts down the socket of a request still running at its deadline (one thread for all)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._heap: list[tuple[float, int]] = []
-        self._armed: dict[int, Any] = {}
-        self._seq = 0
-        self._thread: Optional[threading.Thread] = None
-
-    def arm(self, deadline: float, sock: Any) -> int:
-        """Watch ``sock`` (the socket itself: http.client drops its connection's reference to it
-        once an answer says ``Connection: close``)."""
-        with self._cond:
-            self._seq += 1
-            heapq.heappush(self._heap, (deadline, self._seq))
-            self._armed[self._seq] = sock
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="ragbridge-judge-deadlines",
-                                                daemon=True)
-                self._thread.start()
-            elif self._heap[0][1] == self._seq:
-                self._cond.notify()
-            return self._seq
-
-    def disarm(self, token: int) -> bool:
-        """Stop watching; False when the deadline had already struck."""
-        with self._cond:
-            return self._armed.pop(token, None) is not None
-
-    def _run(self) -> None:
-        with self._cond:
-            while True:
-                now = time.monotonic()
-                while self._heap and self._heap[0][0] <= now:
-                    _, token = heapq.heappop(self._heap)
-                    sock = self._armed.pop(token, None)
-                    if sock is not None:
-                        with contextlib.suppress(OSError):
-                            sock.shutdown(socket.SHUT_RDWR)
-                self._cond.wait(self._heap[0][0] - now if self._heap else None)
+#: the deadline of the request this thread is sending (`HttpxTransport.send` sets it)
+_CALL = threading.local()
 
 
-_WATCHDOG = _Watchdog()
+class _DeadlineStream:
+    """A connection whose every read and write ends by the deadline of the request this thread is
+    sending (httpx's own timeouts bound one read, so a judge that drips its answer, headers
+    included, a byte at a time would hold a call for as long as it likes)."""
 
+    def __init__(self, stream: Any, backend: "_DeadlineBackend") -> None:
+        self._stream = stream
+        self._backend = backend
 
-class StdlibPool:
-    """Keep-alive HTTP/1.1 connections to one upstream host over the standard library's http.client.
+    def _left(self, timeout: Optional[float], error: type) -> Optional[float]:
+        deadline = getattr(_CALL, "deadline", None)
+        if self._backend.closed:
+            raise self._backend.ReadError("the judge gateway is shut down")
+        if deadline is None:
+            return timeout
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise error("no whole answer within the call's deadline")
+        return left if timeout is None else min(timeout, left)
 
-    The gateway's hot path (its cost per request against ``httpx``: benchmarks/README.md). At most
-    ``size`` idle connections are kept; an idle one that the server closed is dropped before reuse,
-    and a request that fails on a reused connection before any response is sent once more on a fresh
-    one (not counted as a retry). A request still running at its deadline has its socket shut down."""
+    def read(self, max_bytes: int, timeout: Optional[float] = None) -> bytes:
+        return self._stream.read(max_bytes, self._left(timeout, self._backend.ReadTimeout))
 
-    def __init__(self, base_url: str, *, timeout: float, connect_timeout: float, size: int,
-                 max_reply_bytes: int) -> None:
-        parts = urlsplit(base_url)
-        self.https = parts.scheme == "https"
-        self.host = parts.hostname or ""
-        self.port = parts.port or (443 if self.https else 80)
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
-        self.size = size
-        self.max_reply_bytes = max_reply_bytes
-        self._idle: list[http.client.HTTPConnection] = []
-        self._busy: set[http.client.HTTPConnection] = set()  # in use: shut down by close()
-        self._closed = False
-        self._lock = threading.Lock()
-        self._ssl: Optional[ssl.SSLContext] = None
-        if self.https:
-            import certifi  # a dependency of httpx: the same CA bundle httpx would use
-
-            cafile = os.environ.get("SSL_CERT_FILE") or certifi.where()
-            self._ssl = ssl.create_default_context(cafile=cafile, capath=os.environ.get("SSL_CERT_DIR"))
-
-    def _connect(self, deadline: float) -> http.client.HTTPConnection:
-        conn: http.client.HTTPConnection
-        wait = max(0.001, min(self.connect_timeout, deadline - time.monotonic()))
-        if self.https:
-            conn = http.client.HTTPSConnection(self.host, self.port, timeout=wait, context=self._ssl)
-        else:
-            conn = http.client.HTTPConnection(self.host, self.port, timeout=wait)
-        try:
-            conn.connect()
-        except TimeoutError as exc:
-            conn.close()
-            raise ConnectTimeout(f"connect timed out: {exc}") from None
-        except OSError as exc:
-            conn.close()
-            raise UpstreamError(f"{type(exc).__name__}: {exc}") from None
-        conn.sock.settimeout(self.timeout)
-        with contextlib.suppress(OSError):
-            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn
-
-    def _idle_conn(self) -> Optional[http.client.HTTPConnection]:
-        while True:
-            # Only the pop is under the lock: the liveness check is a system call, which releases the
-            # GIL; holding the lock across it would queue every other caller behind this thread
-            # getting the GIL back.
-            with self._lock:
-                if not self._idle:
-                    return None
-                conn = self._idle.pop()
-            sock = conn.sock
-            try:
-                alive = sock is not None and not select.select([sock], [], [], 0)[0]
-            except (OSError, ValueError):
-                alive = False
-            if alive:
-                return conn
-            conn.close()  # readable while idle = closed by the server (or junk): drop it
-
-    def _read(self, r: http.client.HTTPResponse) -> bytes:
-        if r.length is not None and r.length > self.max_reply_bytes:
-            raise ReplyTooLarge(f"the answer is {r.length:,} bytes, over the limit of "
-                                f"{self.max_reply_bytes:,} (max_reply_bytes)")
-        chunks, size = [], 0
-        while True:
-            chunk = r.read(_READ_CHUNK)
-            if not chunk:
-                return b"".join(chunks)
-            size += len(chunk)
-            if size > self.max_reply_bytes:
-                raise ReplyTooLarge(f"the answer is over the limit of {self.max_reply_bytes:,} bytes "
-                                    f"(max_reply_bytes)")
-            chunks.append(chunk)
-
-    def send(self, method: str, url: str, body: Optional[bytes], headers: dict[str, str], *,
-             deadline: float) -> Reply:
-        parts = urlsplit(url)
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        for fresh in (False, True):
-            conn = None if fresh else self._idle_conn()
-            reused = conn is not None
-            if conn is None:
-                conn = self._connect(deadline)
-            with self._lock:
-                if self._closed:
-                    conn.close()
-                    raise UpstreamError("the judge gateway is shut down")
-                self._busy.add(conn)
-            token = _WATCHDOG.arm(deadline, conn.sock)
-            try:
-                conn.request(method, target, body=body, headers=headers)
-                r = conn.getresponse()
-                data = self._read(r)
-            except ReplyTooLarge:
-                conn.close()
-                raise
-            except TimeoutError as exc:
-                conn.close()
-                raise UpstreamTimeout(f"read timed out after {self.timeout:g} s: {exc}") from None
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
-                conn.close()
-                if time.monotonic() >= deadline:
-                    raise UpstreamTimeout("no whole answer within the call's deadline") from None
-                if reused:
-                    continue  # a stale keep-alive connection: once more on a fresh one
-                raise UpstreamError(f"{type(exc).__name__}: {exc}") from None
-            except (OSError, http.client.HTTPException) as exc:
-                conn.close()
-                if time.monotonic() >= deadline:
-                    raise UpstreamTimeout("no whole answer within the call's deadline") from None
-                raise UpstreamError(f"{type(exc).__name__}: {exc}") from None
-            finally:
-                struck = not _WATCHDOG.disarm(token)
-                with self._lock:
-                    self._busy.discard(conn)
-            if struck:  # the deadline shut the socket: what was read may be cut short
-                conn.close()
-                raise UpstreamTimeout("no whole answer within the call's deadline")
-            if r.will_close:
-                conn.close()
-            else:
-                with self._lock:
-                    if len(self._idle) < self.size and not self._closed:
-                        self._idle.append(conn)
-                        conn = None
-                if conn is not None:
-                    conn.close()
-            return Reply(r.status, r.getheader("content-type"), parse_retry_after(r.getheader("retry-after")),
-                         decompressed(data, r.getheader("content-encoding"), self.max_reply_bytes))
-        raise UpstreamError("connection closed by the server")  # pragma: no cover - loop always returns
+    def write(self, buffer: bytes, timeout: Optional[float] = None) -> None:
+        self._stream.write(buffer, self._left(timeout, self._backend.WriteTimeout))
 
     def close(self) -> None:
-        """Close idle connections, and end requests in flight (their threads get an error at once)."""
+        self._backend.forget(self)
+        self._stream.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: Optional[str] = None,
+                  timeout: Optional[float] = None) -> Any:
+        stream = self._stream.start_tls(ssl_context, server_hostname,
+                                        self._left(timeout, self._backend.ConnectTimeout))
+        self._backend.forget(self)
+        return self._backend.track(stream)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+    def shut(self) -> None:
+        sock = self._stream.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+class _DeadlineBackend:
+    """httpcore's network backend with `_DeadlineStream` connections, which `close` ends at once
+    (shutting a socket down wakes the thread blocked reading it; closing it would not)."""
+
+    def __init__(self, backend: Any) -> None:
+        import httpcore
+
+        self._backend = backend
+        self.ReadTimeout, self.WriteTimeout = httpcore.ReadTimeout, httpcore.WriteTimeout
+        self.ConnectTimeout, self.ReadError = httpcore.ConnectTimeout, httpcore.ReadError
+        self._streams: set[_DeadlineStream] = set()
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def track(self, stream: Any) -> _DeadlineStream:
+        wrapped = _DeadlineStream(stream, self)
         with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-            busy = list(self._busy)
-        for conn in idle:
-            conn.close()
-        for conn in busy:
-            sock = conn.sock
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
+            self._streams.add(wrapped)
+            closed = self.closed
+        if closed:
+            wrapped.shut()
+        return wrapped
+
+    def forget(self, stream: _DeadlineStream) -> None:
+        with self._lock:
+            self._streams.discard(stream)
+
+    def connect_tcp(self, host: str, port: int, timeout: Optional[float] = None,
+                    local_address: Optional[str] = None, socket_options: Any = None) -> _DeadlineStream:
+        deadline = getattr(_CALL, "deadline", None)
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self.ConnectTimeout("no connection within the call's deadline")
+            timeout = left if timeout is None else min(timeout, left)
+        return self.track(self._backend.connect_tcp(host, port, timeout, local_address, socket_options))
+
+    def connect_unix_socket(self, path: str, timeout: Optional[float] = None,
+                            socket_options: Any = None) -> _DeadlineStream:  # pragma: no cover - no uds
+        return self.track(self._backend.connect_unix_socket(path, timeout, socket_options))
+
+    def sleep(self, seconds: float) -> None:  # pragma: no cover - httpcore's connect retries are off
+        self._backend.sleep(seconds)
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            streams = list(self._streams)
+        for stream in streams:
+            stream.shut()
+
+
+def _with_deadlines(client: Any) -> _DeadlineBackend:
+    """Give every transport of ``client`` (its own, and a proxy's) one `_DeadlineBackend`.
+
+    httpx takes no network backend, so it is set on each transport's connection pool (httpcore's
+    ``_network_backend``, the attribute its pools and proxies have had since httpcore 0.17)."""
+    transports = [client._transport, *(t for t in client._mounts.values() if t is not None)]
+    backend: Optional[_DeadlineBackend] = None
+    for transport in transports:
+        pool = getattr(transport, "_pool", None)
+        if pool is None or not hasattr(pool, "_network_backend"):
+            raise RuntimeError("this httpx / httpcore version keeps no network backend on its pool: "
+                               "install the versions in constraints.txt")
+        backend = backend or _DeadlineBackend(pool._network_backend)
+        pool._network_backend = backend
+    assert backend is not None
+    return backend
 
 
 class HttpxTransport:
-    """The transport over an ``httpx.Client`` (proxies, userinfo URLs): the reply is streamed, so the
-    deadline and the size cap are checked between chunks (a reply's headers are bounded by the read
-    timeout only)."""
+    """The transport over an ``httpx.Client``: every read and write of a request ends by its deadline
+    (`_DeadlineStream`), the reply is streamed so the size cap is checked as it comes, and `close`
+    ends the requests in flight at once."""
 
     def __init__(self, client: Any, *, timeout: float, max_reply_bytes: int) -> None:
         self.client = client
         self.timeout = timeout
         self.max_reply_bytes = max_reply_bytes
+        self._network = _with_deadlines(client)
 
     def send(self, method: str, url: str, body: Optional[bytes], headers: dict[str, str], *,
              deadline: float) -> Reply:
         import httpx
 
+        _CALL.deadline = deadline
         try:
             # only what `decompressed` reads (httpx would also ask for br and zstd where installed)
             headers = {**headers, "Accept-Encoding": "gzip, deflate"}
@@ -342,15 +263,12 @@ class HttpxTransport:
                     raise ReplyTooLarge(f"the answer is {int(length):,} bytes, over the limit of "
                                         f"{self.max_reply_bytes:,} (max_reply_bytes)")
                 chunks, size = [], 0
-                for chunk in r.iter_raw():  # as the network gives it: the deadline is checked often
+                for chunk in r.iter_raw():  # as the network gives it, compressed or not
                     size += len(chunk)
                     if size > self.max_reply_bytes:
                         raise ReplyTooLarge(f"the answer is over the limit of {self.max_reply_bytes:,} "
                                             f"bytes (max_reply_bytes)")
-                    if time.monotonic() > deadline:
-                        raise UpstreamTimeout("no whole answer within the call's deadline")
                     chunks.append(chunk)
-                # iter_raw gives the bytes as sent, compressed or not: decompressed here, within the cap
                 return Reply(r.status_code, r.headers.get("content-type"),
                              parse_retry_after(r.headers.get("retry-after")),
                              decompressed(b"".join(chunks), r.headers.get("content-encoding"),
@@ -360,9 +278,15 @@ class HttpxTransport:
         except httpx.TimeoutException as exc:
             raise UpstreamTimeout(f"{type(exc).__name__}: {exc}") from None
         except httpx.TransportError as exc:
+            if self._network.closed:
+                raise UpstreamError("the judge gateway is shut down") from None
             raise UpstreamError(f"{type(exc).__name__}: {exc}") from None
+        finally:
+            _CALL.deadline = None
 
     def close(self) -> None:
+        """End the requests in flight (their sockets shut down) and close the connections."""
+        self._network.close()
         self.client.close()
 
 
@@ -382,10 +306,7 @@ class Upstream:
     """One server of the configuration on its transport: the key read from the environment when it
     opens (``None`` for a replayed cache), the dialect's URLs and headers for each request."""
 
-    #: "stdlib": the keep-alive http.client pool (httpx still when a proxy applies or the URL has
-    #: userinfo); "httpx": always the httpx client
-    def __init__(self, endpoint: Endpoint, config: JudgeConfig, *, transport: str = "stdlib",
-                 with_key: bool = True) -> None:
+    def __init__(self, endpoint: Endpoint, config: JudgeConfig, *, with_key: bool = True) -> None:
         self.endpoint = endpoint
         self.key = (os.environ.get(endpoint.key_env) or None) if with_key and endpoint.key_env else None
         #: the configured headers, their ``${NAME}`` references read (JudgeConfigError when one is unset)
@@ -399,16 +320,9 @@ class Upstream:
         self.secrets = [s for s in dict.fromkeys([self.key or "", *values, *(v.split()[-1] for v in values
                                                                              if v.split())])
                         if s and (s == self.key or len(s) >= MIN_ENCODED)]
-        size = config.max_concurrency + 2
-        parts = urlsplit(endpoint.base_url)
-        if transport == "stdlib" and not (parts.username or parts.password) and not (
-                not endpoint.is_local and proxy_for(endpoint.base_url)):
-            self.transport: Any = StdlibPool(endpoint.base_url, timeout=config.timeout,
-                                             connect_timeout=min(config.timeout, 10.0), size=size,
-                                             max_reply_bytes=config.max_reply_bytes)
-        else:
-            self.transport = HttpxTransport(httpx_client(config, endpoint, size), timeout=config.timeout,
-                                            max_reply_bytes=config.max_reply_bytes)
+        self.transport: Transport = HttpxTransport(
+            httpx_client(config, endpoint, config.max_concurrency + 2), timeout=config.timeout,
+            max_reply_bytes=config.max_reply_bytes)
 
     def close(self) -> None:
         self.transport.close()
@@ -454,21 +368,28 @@ class Forwarder:
             headers.update(extra_headers)
         last = Result(502, error_body(f"ragbridge judge gateway: no attempt made to {public}"))
         unanswered = 0
+        waited = called = 0.0
+        previous: Optional[bytes] = None  # the body of the attempt before, when it was a 500
         for attempt in range(1, cfg.max_retries + 2):
             if self.closing.is_set():
-                return Result(503, error_body("ragbridge judge gateway is shut down"), attempts=attempt - 1)
+                return Result(503, error_body("ragbridge judge gateway is shut down"), attempts=attempt - 1,
+                              wait_seconds=waited, call_seconds=called)
             retry_after: Optional[float] = None
+            queued = time.monotonic()
             with self._sem:
                 if self._limiter is not None and not self._limiter.wait(self.closing):
                     return Result(503, error_body("ragbridge judge gateway is shut down"),
-                                  attempts=attempt - 1)
+                                  attempts=attempt - 1, wait_seconds=waited, call_seconds=called)
                 if on_send is not None and not on_send(attempt):
                     last.attempts, last.cache, last.unanswered = attempt - 1, "budget", unanswered
+                    last.wait_seconds, last.call_seconds = waited, called
                     return last
+                sent = time.monotonic()
+                waited += sent - queued
                 try:
                     reply: Optional[Reply] = upstream.transport.send(
                         method, url, body if method == "POST" else None, headers,
-                        deadline=time.monotonic() + cfg.timeout)
+                        deadline=sent + cfg.timeout)
                     failure = None
                     # read as the charset it says it is in (UTF-16, EBCDIC ...): from here on UTF-8,
                     # without a lone surrogate (no file could hold one)
@@ -476,48 +397,68 @@ class Forwarder:
                     reply.body = mend_surrogates(answer)
                 except (UpstreamTimeout, UpstreamError) as exc:
                     reply, failure = None, exc
+                called += time.monotonic() - sent
             if reply is None:
                 if isinstance(failure, (ReplyTooLarge, UnreadableReply)):
                     code = "upstream_reply_too_large" if isinstance(failure, ReplyTooLarge) else \
                         "upstream_reply_unreadable"
                     return Result(502, error_body(f"ragbridge judge gateway: {public}: {failure}", code=code),
-                                  attempts=attempt, unanswered=unanswered + 1)
+                                  attempts=attempt, unanswered=unanswered + 1, wait_seconds=waited,
+                                  call_seconds=called, cause="reply_too_large" if isinstance(
+                                      failure, ReplyTooLarge) else "unreadable")
                 timed_out = isinstance(failure, UpstreamTimeout)
                 unanswered += timed_out and not isinstance(failure, ConnectTimeout)
-                kind = "timed out" if timed_out else f"failed ({type(failure).__name__}: {failure})"
+                if timed_out:
+                    what = ("did not accept a connection" if isinstance(failure, ConnectTimeout)
+                            else "sent no whole answer")
+                    message = (f"ragbridge judge gateway: the judge at {public} {what} within the judge's "
+                               f"timeout of {cfg.timeout:g} s (timed out after {attempt} attempt(s))")
+                else:
+                    message = (f"ragbridge judge gateway: request to {public} failed "
+                               f"({type(failure).__name__}: {failure}) after {attempt} attempt(s)")
                 last = Result(504 if timed_out else 502, error_body(
-                    f"ragbridge judge gateway: request to {public} {kind} after {attempt} attempt(s)",
-                    code="upstream_timeout" if timed_out else "upstream_unreachable"))
+                    message, code="upstream_timeout" if timed_out else "upstream_unreachable"),
+                    cause="timeout" if timed_out else "unreachable")
             elif 200 <= reply.status < 300:
                 ctype = reply.content_type or "application/json"
                 if stream:
                     return Result(reply.status, reply.body, content_type=ctype, attempts=attempt,
-                                  unanswered=unanswered)
+                                  unanswered=unanswered, wait_seconds=waited, call_seconds=called)
                 try:
                     parsed, repeated = parse_answer(reply.body)
                 except (ValueError, RecursionError):
                     unanswered += 1
                     last = Result(502, error_body(
                         f"ragbridge judge gateway: {public} answered HTTP {reply.status} with a body that "
-                        f"is not JSON ({attempt} attempt(s))", code="upstream_invalid_json"))
+                        f"is not JSON ({attempt} attempt(s))", code="upstream_invalid_json"),
+                        cause="invalid_json")
                 else:
                     if repeated is not None:  # ambiguous: not asked again (the judge would say it again)
                         return Result(502, error_body(
                             f"ragbridge judge gateway: {public} answered with JSON that gives the key "
                             f"{repeated!r} twice in one object; which value it meant is ambiguous, so the "
                             f"answer is refused", code="upstream_repeated_key"), attempts=attempt,
-                            parsed=parsed, unanswered=unanswered)
+                            parsed=parsed, unanswered=unanswered, wait_seconds=waited, call_seconds=called,
+                            cause="unusable_reply")
                     return Result(reply.status, reply.body, attempts=attempt, parsed=parsed,
-                                  unanswered=unanswered)
+                                  unanswered=unanswered, wait_seconds=waited, call_seconds=called)
             else:
                 last = Result(reply.status, reply.body or error_body(f"upstream HTTP {reply.status}"),
                               content_type=(reply.content_type or "application/json") if reply.body
-                              else "application/json")
-                if reply.status not in RETRY_STATUSES:
+                              else "application/json", cause=_cause_of(reply.status, reply.body))
+                # what the judge would answer the same request again (its request validation, or the
+                # same 500 twice in a row) is not asked again: only what can change is retried
+                same = reply.status == 500 and previous == reply.body
+                previous = reply.body if reply.status == 500 else None
+                if same:
+                    last.cause = "rejected"
+                if reply.status not in RETRY_STATUSES or same or deterministic(reply.status, reply.body):
                     last.attempts, last.unanswered = attempt, unanswered
+                    last.wait_seconds, last.call_seconds = waited, called
                     return last
                 retry_after = reply.retry_after
             last.attempts, last.unanswered = attempt, unanswered
+            last.wait_seconds, last.call_seconds = waited, called
             if attempt > cfg.max_retries or self.closing.is_set():
                 break
             delay = random.uniform(0.0, min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1)))
@@ -528,15 +469,19 @@ class Forwarder:
         return last
 
 
-def proxy_for(url: str) -> bool:
-    """True when the environment configures a proxy that applies to ``url`` (then httpx is used)."""
-    import urllib.request
-
-    parts = urlsplit(url)
-    proxies = urllib.request.getproxies_environment()
-    if not (proxies.get(parts.scheme) or proxies.get("all")):
-        return False
-    return not urllib.request.proxy_bypass_environment(parts.hostname or "")
+def _cause_of(status: int, body: bytes) -> str:
+    """Why the judge's error answer failed its request (`ragbridge.judge.causes`)."""
+    if rejects_structured_output(status, body):
+        return "structured_output"
+    if status == 429:
+        return "rate_limited"
+    if status in (401, 403):
+        return "key_rejected"
+    if status == 404:
+        return "not_found"
+    if deterministic(status, body) or 400 <= status < 500:
+        return "rejected"
+    return "server_error"
 
 
 def parse_retry_after(value: Optional[str]) -> Optional[float]:

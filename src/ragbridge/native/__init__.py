@@ -20,11 +20,13 @@ flags ``--gain``, ``--no-relevant``, ``--case-sensitive``, ``--decline-phrase``,
 
 A ranking or span score is undefined (``value`` null, with the reason) where the metric is: a case
 with no relevance labels (for the span metrics: no span labels), or with no label of grade >= 1
-(precision and hit excepted), and ``precision_omega`` without a chunking; the reason of a case
-without labels says so when it retrieved no chunk either (`ragbridge.metrics.NOTHING_RETRIEVED`).
-A ranking score below 1 says why (`ranking.reasons`: the labels the top k miss, the first relevant
-rank, the noise above relevant chunks), as does a span-labelled case's ``span_recall@k`` below 1
-(the spans not wholly covered).
+(precision and hit excepted), a case that does not give its retrieved chunks (no ``contexts`` field:
+a ground-truth set holds the labels but not the retrieval, so there is no ranking to measure; an
+empty list, a retriever that returned nothing, scores 0), and ``precision_omega`` without a chunking;
+the reason of a case without labels says so when it retrieved no chunk either
+(`ragbridge.metrics.NOTHING_RETRIEVED`). A ranking score below 1 says why (`ranking.reasons`: the
+labels the top k miss, the first relevant rank, the noise above relevant chunks), as does a
+span-labelled case's ``span_recall@k`` below 1 (the spans not wholly covered).
 
 Lifecycle: `NativeBackend.open` returns a `RankedCache`, the run's session. The runner hands every
 metric of a backend the same list of cases when none was filtered out, so the cases are walked into
@@ -46,7 +48,7 @@ from ..schema import Case, Score, ScoreBlock
 from . import answers, ranking, spans
 from .options import NativeOptions
 
-__all__ = ["NativeBackend", "NativeOptions", "RankedCache"]
+__all__ = ["NativeBackend", "NativeOptions", "RankedCache", "NO_CONTEXTS"]
 
 _KINDS = {canonical.RANKING: (), canonical.SPAN: (), canonical.ANSWER_CHECK: ("answer",)}  # kind -> required
 
@@ -63,6 +65,16 @@ class RankedCache:
         if self._prepared is None or self._cases is not cases or self._prepared.min_overlap != min_overlap:
             self._prepared, self._cases = ranking.Prepared(cases, min_overlap), cases
         return self._prepared
+
+
+#: the reason of a ranking or span score of a case that gives no retrieved chunks
+NO_CONTEXTS = "no retrieved chunks given (the case has no 'contexts')"
+
+
+def _without_contexts(cases: Sequence[Case]) -> list[int]:
+    """The positions of the cases that do not give their retrieved chunks (`Case.contexts_given`)."""
+    given = cases.contexts_given() if hasattr(cases, "contexts_given") else (c.contexts_given for c in cases)
+    return [i for i, g in enumerate(given) if not g]
 
 
 def _undefined_reason(metric: str, record: dict, chunking) -> str:
@@ -133,6 +145,9 @@ class NativeBackend(Backend):
         if undefined:
             for i in undefined:
                 reasons[i] = _undefined_reason(metric, case_record(cases, i), ctx.options.chunking)
+        for i in _without_contexts(cases):  # nothing retrieved to rank: undefined, not 0
+            if reasons[i] is None:
+                values[i], reasons[i] = np.nan, NO_CONTEXTS
         base = ranking.parse_metric(metric)[0]
         if base in ranking.METRICS:  # why a value is below 1: labels missed, the first relevant rank, noise
             why = ranking.reasons(prepared.cases, prepared.ranked, metric, values, opts.span_min_overlap,

@@ -5,27 +5,50 @@ from the data escaped (`ragbridge.report.text.md_text`), so none can format, lin
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Union
+from typing import Iterable, Optional, TextIO, Union
 
 from ..analysis.table import open_run
 from ..run import Run
 from ..run.summary import ALL
-from .data import DIAGNOSIS_LISTED, report_data
+from .data import DIAGNOSIS_LISTED, listed_by_layer, report_data, reused_lines
 from .text import ci_text, column_lines, md_text, missed_lines, num, ragchecker_text
 
-__all__ = ["render_markdown"]
+__all__ = ["render_markdown", "write_markdown"]
 
 _UNSCORED = ("undefined", "errored", "missing")
 
 
 def render_markdown(run: Union[Run, str, Path], data: Optional[dict] = None, **kw) -> str:
     """The report as GitHub-flavoured Markdown (all data text escaped)."""
+    import io
+
+    buffer = io.StringIO()
+    write_markdown(run, buffer, data, **kw)
+    return buffer.getvalue()
+
+
+class _Lines:
+    """Lines written out as they are added (``out += [...]``, ``out.append(...)``), each with its line
+    break: the report is written a section, and a case, at a time."""
+
+    def __init__(self, out: TextIO):
+        self._write = out.write
+
+    def append(self, line: str) -> None:
+        self._write(line + "\n")
+
+    def __iadd__(self, lines: Iterable[str]) -> "_Lines":
+        self._write("".join(line + "\n" for line in lines))
+        return self
+
+
+def write_markdown(run: Union[Run, str, Path], out: TextIO, data: Optional[dict] = None, **kw) -> None:
+    """Write the report as GitHub-flavoured Markdown to ``out``, a section (and a case) at a time."""
     d = data or report_data(open_run(run), **kw)
-    out: list[str] = []
+    lines = _Lines(out)
     for section in (_head, _moved, _gate, _sides, _halves, _by_tag, _diagnosis, _agreement, _validation,
                     _usage, _noise, _trend, _thresholds, _cases):
-        section(d, out)
-    return "\n".join(out) + "\n"
+        section(d, lines)
 
 
 def _head(d: dict, out: list[str]) -> None:
@@ -261,11 +284,10 @@ def _diagnosis(d: dict, out: list[str]) -> None:
             + " | ".join(str(r[x]) for x in layers) + " |" for r in g["by_tag"]]
     out += ["", "| case | layer | why |", "|---|---|---|"]
     n = DIAGNOSIS_LISTED
-    for x in layers:
-        group = [c for c in g["cases"] if c["layer"] == x]
-        out += [f"| {md_text(c['case_id'])} | {x} | {md_text(c['reason'])} |" for c in group[:n]]
-        if len(group) > n:
-            out.append(f"| … | {x} | and {len(group) - n} more: `ragbridge diagnose` on the run "
+    for x, (group, count) in listed_by_layer(g, n).items():
+        out += [f"| {md_text(c['case_id'])} | {x} | {md_text(c['reason'])} |" for c in group]
+        if count > n:
+            out.append(f"| … | {x} | and {count - n} more: `ragbridge diagnose` on the run "
                        "lists every case |")
     out.append("")
 
@@ -289,6 +311,9 @@ def _validation(d: dict, out: list[str]) -> None:
             f"{_figure(v, 'kappa')} | {_figure(v, 'balanced_accuracy')} | {_figure(v, 'agreement')} | "
             f"{claims} |")
     out.append("")
+    for metric, why in dict.fromkeys((v["metric"], v["not_random"]) for v in d["validation"]
+                                     if v.get("not_random")):
+        out.append(f"- **{md_text(metric)}: {md_text(why)}**")
     for v in d["validation"]:
         out += [f"- {md_text(line)}" for line in missed_lines(v, f"{v['metric']}, {v['backend']}")]
     out.append("")
@@ -299,11 +324,15 @@ def _usage(d: dict, out: list[str]) -> None:
             "Wall time: from the start of scoring to the backend's last score (backends run side by side, "
             "so these overlap). Sum of call times: each score's own time added up; a backend scores many "
             "cases at once, so the sum can be many times its wall time.", "",
-            "| backend | scores | judge calls | prompt tokens | completion tokens | wall time (s) "
-            "| sum of call times (s) |", "|---|---|---|---|---|---|---|"]
+            "| backend | scores | reused | judge calls | prompt tokens | completion tokens | wall time (s) "
+            "| sum of call times (s) |", "|---|---|---|---|---|---|---|---|"]
     for u in d["judge_usage"]:
-        out.append(f"| {md_text(u['backend'])} | {u['scores']} | {u['judge_calls']} | {u['prompt_tokens']} | "
-                   f"{u['completion_tokens']} | {num(u['wall_seconds'], 1)} | {u['call_seconds']:.1f} |")
+        out.append(f"| {md_text(u['backend'])} | {u['scores']} | {u['reused']} | {u['judge_calls']} | "
+                   f"{u['prompt_tokens']} | {u['completion_tokens']} | {num(u['wall_seconds'], 1)} | "
+                   f"{u['call_seconds']:.1f} |")
+    reused = reused_lines(d.get("reused_from"))
+    if reused:
+        out += ["", "Reused: " + " ".join(md_text(line) for line in reused)]
     j = (d["run"].get("counts") or {}).get("judge")
     if j:
         out += ["", f"Run total: {j.get('calls', 0)} call(s), {j.get('cache_hits', 0)} from cache, "

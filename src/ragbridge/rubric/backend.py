@@ -16,10 +16,11 @@ Values: mode ``whole``: the level normalised to 0..1 ((level - lowest) / (highes
 relevant chunks / chunks, ``passed`` when at least half are relevant, the verdict of every chunk in
 ``Score.evidence.chunks``. The judge's reason is the score's ``reason``.
 
-Options (`RubricOptions`, ``--option rubric.KEY=VALUE``): ``files``, ``rubrics``; ``structured``
-(``auto``, ``json_schema`` or ``prompt``, see `parse`); ``retries`` (re-asks of an unusable reply,
-default 2, at most the gateway's ``max_retries``); ``concurrency`` (cases in flight, default twice
-the gateway's ``max_concurrency``: `ragbridge.backend.ScoringContext.cases_in_flight`).
+Options (`RubricOptions`, ``--option rubric.KEY=VALUE``): ``files``, ``rubrics``;
+``structured_output`` (``auto``, ``schema``, ``json_object``, ``tool`` or ``prompt``, every judged
+backend's: see `parse`; unset, the judge's); ``retries`` (re-asks of an unusable reply, default 2, at
+most the gateway's ``max_retries``); ``concurrency`` (cases in flight, default twice the gateway's
+``max_concurrency``: `ragbridge.backend.ScoringContext.cases_in_flight`).
 
 Every request goes through ``ctx.judge``'s in-process transport (the run's one ``httpx.AsyncClient``
 from `ragbridge.judge.clients`, speaking the chat-completions wire format at ``base_url(
@@ -78,11 +79,16 @@ def _with_diagnostics(rubrics: dict[str, Rubric]) -> list[MetricSpec]:
     return [_spec(r) for r in rubrics.values()] + [s for s in diagnostic_specs() if s.name not in rubrics]
 
 
+def mode_of(opts: RubricOptions, judge: Any) -> str:
+    """The rubric's structured-output mode: its option ``structured_output``, else the judge's."""
+    return opts.structured_output or judge.config.structured_output
+
+
 def make_asker(client: Any, gateway: Any, opts: RubricOptions, state: Optional[dict] = None) -> Asker:
     """An `Asker` on ``client`` for the gateway's model; ``state`` holds the structured-output mode
     (shared by the askers of one run)."""
     retries = min(opts.retries, gateway.config.max_retries)
-    state = state if state is not None else {"mode": opts.structured}
+    state = state if state is not None else {"mode": mode_of(opts, gateway)}
     return Asker(client, gateway.config.model, state=state, retries=max(0, retries),
                  max_tokens=gateway.config.max_tokens)
 
@@ -98,8 +104,8 @@ def http_client(judge: Any):
 
 @dataclass
 class RubricSession:
-    """What the metrics of one run share: the client the askers post to, and ``state``, one
-    structured-output mode for every metric (once json_schema is rejected, every metric prompts)."""
+    """What the metrics of one run share: the client the askers post to, and ``state``, the
+    structured-output mode of every metric (and the mode the judge gateway last asked in)."""
 
     client: Any
     state: dict[str, Any]
@@ -120,7 +126,7 @@ class RubricBackend(JudgedBackend):
     async def open(self, ctx: ScoringContext) -> Optional[RubricSession]:
         if ctx.judge is None:
             return None  # score says so, for every case
-        return RubricSession(http_client(ctx.judge), {"mode": _options(ctx.options).structured})
+        return RubricSession(http_client(ctx.judge), {"mode": mode_of(_options(ctx.options), ctx.judge)})
 
     async def close(self, ctx: ScoringContext) -> None:
         if isinstance(ctx.session, RubricSession):

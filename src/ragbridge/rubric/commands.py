@@ -138,7 +138,6 @@ def register(cli) -> None:
         new_dir: Path = typer.Argument(..., help="New run folder (the same cases, other answers)."),
         metric: Optional[str] = typer.Option(None, "--metric", "-m", help="Rubric to compare by."),
         rubric: List[Path] = typer.Option(None, "--rubric", help="Rubric file (TOML); default: built-ins."),
-        structured: str = typer.Option("auto", "--structured", help="auto, json_schema or prompt."),
         seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
         resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples (at least 100)."),
         top: int = typer.Option(5, "--top", help="Cases to list on each side."),
@@ -159,13 +158,6 @@ def register(cli) -> None:
         from .pairwise import compare_runs
         from .rubrics import RubricError, load_rubrics
 
-        from ..options import OptionError
-        from .options import RubricOptions
-
-        try:
-            options = RubricOptions(structured=structured)
-        except OptionError:
-            fail(f"--structured must be auto, json_schema or prompt, got {structured!r}")
         if resamples < 100:
             fail(f"--resamples must be at least 100, got {resamples}")
         refuse_overwriting(out_json, *run_files(base_dir), *run_files(new_dir), *(rubric or ()))
@@ -187,7 +179,7 @@ def register(cli) -> None:
         try:
             gateway.preflight()
             gateway.start()
-            res = asyncio.run(compare_runs(base, new, rub, gateway, options=options,
+            res = asyncio.run(compare_runs(base, new, rub, gateway,
                                            seed=seed, n_resamples=resamples))
         except Exception as exc:  # the judge cannot be used at all
             fail(str(exc))

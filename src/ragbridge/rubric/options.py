@@ -4,28 +4,27 @@ is ``files``)."""
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import field_validator
 
 from ..judged_backend import JudgedOptions
 from ..options import Whole, option
-from .parse import DEFAULT_RETRIES, STRUCTURED
+from .parse import DEFAULT_RETRIES
 
 __all__ = ["RubricOptions"]
 
 
 class RubricOptions(JudgedOptions):
-    """Which rubrics the run judges by, and how a reply is asked for (`ragbridge.rubric.parse`)."""
+    """Which rubrics the run judges by, and how often an unusable reply is asked again
+    (`ragbridge.rubric.parse`; how a reply is asked for is every judged backend's
+    ``structured_output``)."""
 
     files: list[str] = option(
         default_factory=list, help="Rubric files (TOML) to judge by, beside the built-in rubrics (one of the "
                                    "same name replaces it).", flag="--rubric")
     rubrics: list[Any] = option(
         default_factory=list, help="Rubrics to judge by, from Python: Rubric objects or mappings.")
-    structured: Literal[STRUCTURED] = option(  # type: ignore[valid-type]
-        "auto", "How a reply is asked for: json_schema, prompt, or auto (json_schema until the judge "
-                "rejects it).")
     retries: Whole = option(
         DEFAULT_RETRIES, "Re-asks of a reply the rubric cannot use (at most the judge's max_retries).", ge=0)
 

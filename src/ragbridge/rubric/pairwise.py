@@ -110,7 +110,7 @@ async def compare_runs(base: Run, new: Run, rubric: Rubric, gateway: Any, *,
                        options: Optional[RubricOptions] = None, seed: int = 0, n_resamples: int = 2000,
                        confidence: float = 0.95) -> PairwiseResult:
     """Compare ``new`` against ``base`` by ``rubric`` through a started ``gateway`` (``options``: the
-    rubric backend's: ``structured``, ``retries``, ``concurrency``)."""
+    rubric backend's: ``structured_output``, ``retries``, ``concurrency``)."""
     opts = options or RubricOptions()
     pairs, skipped = pair_cases(base, new, rubric)
     res = PairwiseResult(metric=rubric.name, rubric_hash=rubric.hash, judge_model=gateway.config.model,

@@ -1,14 +1,13 @@
 """Structured output that is checked: asking the judge, parsing its reply strictly, re-asking.
 
-How a reply is asked for (``backend_options["rubric"]["structured"]``):
-
-* ``"json_schema"``: the request carries ``response_format = {"type": "json_schema", ...}`` with the
-  task's schema (OpenAI structured outputs; vLLM and LiteLLM take it too);
-* ``"prompt"``: no ``response_format``; the system prompt alone asks for the JSON object (for
-  endpoints that reject ``json_schema``, e.g. llama.cpp's server);
-* ``"auto"`` (default): ``json_schema`` until the endpoint rejects it (HTTP 400, 422, 500 or 501 to a
-  request that carries it), then ``prompt`` for the rest of the run; the rejected request is asked
-  again in the prompt form.
+How a reply is asked for is the backend's ``structured_output`` (`ragbridge.rubric.options.
+RubricOptions`, else the judge's; `ragbridge.judge.structured`): with ``prompt`` the request carries
+no ``response_format`` and the system prompt alone asks for the JSON object; in every other mode it
+carries ``response_format = {"type": "json_schema", ...}`` with the task's schema, and the judge
+gateway sends it in the mode chosen (``auto``: as it is, and when the server refuses it, whatever the
+status, asked again in the mode the server takes: every request, whenever its refusal arrives). The
+mode an answer was asked in is recorded (``structured``: ``json_schema``, ``json_object``, ``tool``
+or ``prompt``).
 
 Either way the reply is parsed by the same strict parser: the message content must be exactly one
 JSON object (white space, or one surrounding Markdown code fence, allowed; nothing else), and every
@@ -38,13 +37,12 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only: a run without the rubr
     import httpx
 
 __all__ = ["ReplyError", "JudgeCallError", "Asker", "parse_object", "check_grade", "check_claims",
-           "check_verdicts", "check_winner", "STRUCTURED"]
+           "check_verdicts", "check_winner"]
 
-STRUCTURED = ("auto", "json_schema", "prompt")
 DEFAULT_RETRIES = 2
 _FENCE = re.compile(r"^```(?:json|JSON)?\s*\n(?P<body>.*)\n\s*```$", re.S)
-#: statuses that, on a request carrying a json_schema response_format, mean "not supported here"
-_UNSUPPORTED = frozenset({400, 422, 500, 501})
+#: what the gateway's modes are called in a score's ``structured``
+_RECORDED = {"schema": "json_schema", "json_object": "json_object", "tool": "tool", "prompt": "prompt"}
 T = TypeVar("T")
 
 
@@ -162,8 +160,9 @@ def check_winner(obj: dict) -> tuple[str, str]:
 @dataclass
 class Asker:
     """Sends chat-completions requests through one httpx client (the gateway's transport) and returns
-    checked replies. ``state["mode"]`` may be shared by every asker of a run: ``auto`` becomes
-    ``prompt`` for all of them once the endpoint rejects ``json_schema``."""
+    checked replies. ``state["mode"]`` is the backend's ``structured_output`` (``prompt``: no schema
+    is sent); ``state["used"]`` the mode the last answer was asked in (shared by the askers of a
+    run)."""
 
     client: httpx.AsyncClient
     model: str
@@ -173,21 +172,21 @@ class Asker:
     temperature: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.mode not in STRUCTURED:
-            raise ValueError(f"structured must be one of {', '.join(STRUCTURED)}, got {self.mode!r}")
+        from ..judge.structured import MODES
+
+        if self.mode not in MODES:
+            raise ValueError(f"structured_output must be one of {', '.join(MODES)}, got {self.mode!r}")
 
     @property
     def mode(self) -> str:
         return self.state["mode"]
 
-    @mode.setter
-    def mode(self, value: str) -> None:
-        self.state["mode"] = value
-
     @property
     def structured(self) -> str:
-        """How replies are asked for now: ``json_schema`` or ``prompt``."""
-        return "prompt" if self.mode == "prompt" else "json_schema"
+        """How the last reply was asked for: ``json_schema``, ``json_object``, ``tool`` or ``prompt``."""
+        if self.mode == "prompt":
+            return "prompt"
+        return self.state.get("used") or _RECORDED.get(self.mode, "json_schema")
 
     def _body(self, messages: list[dict], schema: dict, name: str, use_schema: bool) -> dict:
         body: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": self.temperature}
@@ -207,14 +206,10 @@ class Asker:
         problem = ""
         content: Optional[str] = None
         for attempt in range(self.retries + 1):
-            use_schema = self.structured == "json_schema"
-            r = await self._post(self._body(convo, schema, name, use_schema))
-            if use_schema and self.mode == "auto" and r.status_code in _UNSUPPORTED:
-                self.mode = "prompt"  # this endpoint does not take json_schema: plain prompting from now on
-                r = await self._post(self._body(convo, schema, name, False))
+            r = await self._post(self._body(convo, schema, name, self.mode != "prompt"))
             if r.status_code != 200:
-                raise JudgeCallError(f"the judge answered HTTP {r.status_code}: {_error_text(r)}")
-            content, finish = _content(r)
+                raise JudgeCallError(_failure_text(r))
+            content, finish = _content(r, self.state)
             try:
                 if finish == "length":
                     raise ReplyError("the reply was cut off at max_tokens (finish_reason \"length\")")
@@ -228,17 +223,33 @@ class Asker:
                          f"last reply: {_snippet(content)}")
 
 
-def _content(r: httpx.Response) -> tuple[Optional[str], Optional[str]]:
+def _content(r: httpx.Response, state: Optional[dict] = None) -> tuple[Optional[str], Optional[str]]:
     try:
         data = r.json()
         choice = data["choices"][0]
         message = choice.get("message") or {}
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         raise ReplyError(f"the endpoint's answer is not a chat completion: {_snippet(r.text)}") from None
+    used = data.get("ragbridge_structured_output") if isinstance(data, dict) else None
+    if state is not None and used in _RECORDED:  # the gateway asked in another mode than the request
+        state["used"] = _RECORDED[used]
     content = message.get("content")
     if content is None and message.get("refusal"):
         content = ""
     return (content if isinstance(content, str) else None), choice.get("finish_reason")
+
+
+def _failure_text(r: httpx.Response) -> str:
+    """What a failed call says: the judge's answer, or (the gateway's words) that it never came."""
+    try:
+        code = (r.json().get("error") or {}).get("code")
+    except (ValueError, AttributeError):
+        code = None
+    if code == "upstream_timeout":
+        return f"the judge did not answer in time: {_error_text(r)}"
+    if code == "upstream_unreachable":
+        return f"the judge could not be reached: {_error_text(r)}"
+    return f"the judge answered HTTP {r.status_code}: {_error_text(r)}"
 
 
 def _error_text(r: httpx.Response) -> str:

@@ -1,6 +1,6 @@
 """A backend's library at a chosen version, in an environment of its own, built with uv from a lock.
 
-``--backend ragas==0.3.9`` runs the RAGAS backend with RAGAS 0.3.9, whatever this process has
+``--backend mylib==1.2`` runs the backend of a library at 1.2 of it, whatever this process has
 installed. Each backend plugin ships one lock per version it supports, ``locks/<version>.txt`` in
 its package (every package the version needs, pinned: ``uv pip compile``'s output, the command in its
 header); `locks_of` lists them. `ensure` turns a lock into a virtual environment:
@@ -117,8 +117,8 @@ def _python_tag() -> str:
 @dataclass(frozen=True)
 class Environment:
     """One library version's environment (made or not): ``name`` is the backend's as a run names it
-    (``ragas==0.3.9``), ``backend`` the registered backend (``ragas``), ``package`` its plugin package's
-    top-level module (``ragbridge_ragas``), ``lock`` the lock file."""
+    (``mylib==1.2``), ``backend`` the registered backend (``mylib``), ``package`` its plugin package's
+    top-level module (``ragbridge_mylib``), ``lock`` the lock file."""
 
     name: str
     backend: str

@@ -48,7 +48,7 @@ from ..formats import load_cases
 from ..formats.files import DatasetError, no_follow, write_atomic
 from ..schema import Case, RunManifest, Score, json_of
 from .plan import RunError
-from .recorded import read_manifest, read_scores
+from .recorded import read_columns, read_manifest, read_scores
 
 #: how ``run.json``'s ``dataset.fingerprint`` is computed; a folder without it is from before
 #: (`ragbridge.formats.batches.Fingerprint`) and cannot be resumed
@@ -56,6 +56,7 @@ FINGERPRINT_OF = "canonical-lines"
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..formats.source import CaseSource
+    from .columns import RunColumns
 
 __all__ = ["FINGERPRINT_OF", "JUDGE_IDENTITY", "RUN_FILES", "HEARTBEAT_SECONDS", "JUDGE_COUNTS", "Run",
            "RunFolder", "load_run", "read_scores", "run_files", "now", "this_process", "process_start",
@@ -99,11 +100,14 @@ class Run:
 
     def __init__(self, manifest: RunManifest, scores: Optional[list[Score]] = None,
                  cases: Optional[list[Case]] = None, path: Optional[Path] = None, totals: Any = None,
-                 repeat_scores: Optional[list[Score]] = None):
+                 repeat_scores: Optional[list[Score]] = None, columns: Optional["RunColumns"] = None):
         self.manifest, self.path, self.totals = manifest, Path(path) if path is not None else None, totals
         self._scores: Optional[list[Score]] = None
         self._repeat_scores = repeat_scores
         self._cases = cases
+        self._columns: Any = columns
+        #: whether the scores or cases were given (a run in memory, or changed), not read from the folder
+        self._given = scores is not None or cases is not None
         if scores is not None:
             if repeat_scores is None:
                 self._recorded(scores)
@@ -124,6 +128,10 @@ class Run:
     def scores(self) -> list[Score]:
         """Every score, the last per (case, metric, backend), by backend, metric and case order; in a
         run with repeats, each case's mean over its repeats (`ragbridge.run.repeats`)."""
+        if self._scores is None and self._columns is not None and self.path is None:
+            self._scores = [s for col in self._columns.columns.values()
+                            for s in col.scores(range(len(self._columns.cases))) if s is not None]
+            self._repeat_scores = [s for col in self._columns.columns.values() for s in col.repeat_scores()]
         if self._scores is None:
             scores = read_scores(self._file("scores.jsonl"))[0] if self.path is not None else []
             order = {c.id: i for i, c in enumerate(self.cases)}
@@ -134,6 +142,7 @@ class Run:
     @scores.setter
     def scores(self, value: list[Score]) -> None:
         self._scores = value
+        self._given, self._columns = True, None
         if self._repeat_scores is None:
             self._repeat_scores = value
 
@@ -148,6 +157,7 @@ class Run:
     @repeat_scores.setter
     def repeat_scores(self, value: list[Score]) -> None:
         self._repeat_scores = value
+        self._given, self._columns = True, None
 
     def _file(self, name: str) -> Path:
         """A file of the run's folder, read when first asked for; `RunError` when the folder is gone
@@ -158,7 +168,29 @@ class Run:
         return self.path / name
 
     @property
+    def columns(self) -> "RunColumns":
+        """The run's cases and scores in columns (`ragbridge.run.columns`): what every analysis and
+        report reads. A run read from a folder is read a block at a time, checked
+        (`ragbridge.run.recorded.read_columns`), without making a `Score` or `Case` object of each."""
+        if self._columns is None:
+            if self.path is not None and not self._given:
+                self._file("scores.jsonl")  # a removed folder's scores are not an empty run
+                self._columns = read_columns(self.path, pass_at_least(self.manifest))
+            else:
+                from .columns import RunColumns
+
+                self._columns = RunColumns.of(self.repeat_scores, self.cases, pass_at_least(self.manifest))
+        return self._columns
+
+    @columns.setter
+    def columns(self, value: "RunColumns") -> None:
+        self._columns = value
+
+    @property
     def cases(self) -> list[Case]:
+        if self._cases is None and self._columns is not None and self.path is None:
+            index = self._columns.cases
+            self._cases = [c for c in index.cases(range(index.described)) if c is not None]
         if self._cases is None:
             path = self._file("cases.jsonl") if self.path is not None else None
             self._cases = load_cases(path) if path is not None and path.exists() else []
@@ -167,6 +199,12 @@ class Run:
     @cases.setter
     def cases(self, value: list[Case]) -> None:
         self._cases = value
+        self._given, self._columns = True, None
+
+    @property
+    def n_cases(self) -> int:
+        """How many cases the run holds (its ``cases.jsonl``; not the ids only its scores name)."""
+        return len(self._cases) if self._cases is not None else self.columns.cases.described
 
     def __repr__(self) -> str:  # one line: a run holds thousands of scores
         where = repr(str(self.path)) if self.path is not None else "in memory"
@@ -186,9 +224,17 @@ class Run:
 
     def to_frame(self, wide: bool = False):
         """The scores as a pandas DataFrame: one row per score (``case_id``, ``question``, ``metric``,
-        ``backend``, ``value``, ..., ``status``); with ``wide``, one row per case (``case_id``,
-        ``question``, in the cases' order) and one column per ``backend:metric`` holding the value
-        (NaN: undefined, failed or not scored), the layout evaluation libraries give their results in."""
+        ``backend``, ``value``, ..., ``passed``, ..., ``pass_mark``, ``library_passed``, ``status``);
+        with ``wide``, one row per case (``case_id``, ``question``, in the cases' order) and one
+        column per ``backend:metric`` holding the value (NaN: undefined, failed or not scored), the
+        layout evaluation libraries give their results in.
+
+        ``passed`` is the run's one pass rule (`ragbridge.verdicts.verdict`, as the report, ``gate``
+        and ``compare`` answer without a threshold of their own): the value at or above
+        ``pass_mark``, the backend's own rule recorded in run.json (``pass_marks``) else the metric's
+        default (`ragbridge.metrics.default_pass_mark`); None where the score has no value.
+        ``library_passed`` is the library's own verdict where it gives one (a test case's success, an
+        evaluation's label), which may differ."""
         import pandas as pd
 
         if wide:
@@ -199,26 +245,42 @@ class Run:
             rows = [{"case_id": c.id, "question": c.question, **values.get(c.id, {})} for c in self.cases]
             return pd.DataFrame(rows, columns=["case_id", "question", *columns]).astype(
                 {c: float for c in columns})
+        from ..metrics import default_pass_mark
+        from ..verdicts import verdict
+
         questions = {c.id: c.question for c in self.cases}
+        recorded = self.manifest.pass_marks or {}
+        k = (self.manifest.options or {}).get("k")
+        marks: dict[tuple[str, str], float] = {}
         rows = []
         for s in self.scores:
+            key = (s.backend, s.metric)
+            if key not in marks:
+                mark = (recorded.get(s.backend) or {}).get(s.metric)
+                marks[key] = float(mark) if mark is not None else default_pass_mark(
+                    s.metric, k if isinstance(k, int) else None)
             row = s.model_dump()
+            library = row["passed"]
+            row["passed"] = verdict(s, marks[key])
             rows.append({"case_id": row.pop("case_id"), "question": questions.get(s.case_id), **row,
-                         "status": s.status})
+                         "pass_mark": marks[key], "library_passed": library, "status": s.status})
         return pd.DataFrame(rows)
 
     def summary(self, by_tag: bool = True):
-        if self.totals is not None:
-            return self.totals.frame(by_tag)
-        from .summary import summarize
+        """Per backend, metric and tag (``(all)`` for every case): the mean over scored cases and the
+        counts (`ragbridge.run.summary.summarize`), as a DataFrame."""
+        import pandas as pd
 
-        return summarize(self.scores, self.cases, by_tag=by_tag)
+        from .summary import COLUMNS
+
+        return pd.DataFrame(self.summary_rows(by_tag), columns=COLUMNS)
 
     def summary_rows(self, by_tag: bool = True) -> list[dict[str, Any]]:
-        """`summary` as a list of plain dicts; for a run just made, without importing pandas."""
+        """`summary` as a list of plain dicts; for a run just made, from the totals kept while it ran
+        (without importing pandas), else from the run's columns."""
         if self.totals is not None:
             return self.totals.rows(by_tag)
-        return self.summary(by_tag).to_dict("records")
+        return self.columns.summary_rows(by_tag)
 
     def costs(self):
         """Judge calls, tokens and cost per backend and metric, over the scores kept (a DataFrame:
@@ -473,7 +535,9 @@ class RunFolder:
         if not a or not b:
             return
         ia, ib = judge_identity(a), judge_identity(b)
-        changed = [k for k in JUDGE_IDENTITY if a.get(k) != b.get(k) and ia[k] != ib[k]]
+        # no embedding model named before: its library's default, or none used (a run names it now)
+        changed = [k for k in JUDGE_IDENTITY if a.get(k) != b.get(k) and ia[k] != ib[k]
+                   and not (k == "embedding_model" and a.get(k) is None)]
         if changed:
             def judge(j: dict) -> str:
                 said = ", ".join(f"{k} {j.get(k)!r}" for k in changed)
@@ -544,7 +608,6 @@ class RunFolder:
         for b, ms in manifest.metrics.items():
             merged[b] = list(dict.fromkeys(list(merged.get(b, [])) + ms))
         manifest.metrics = merged
-        manifest.warnings = list(dict.fromkeys([*old.warnings, *manifest.warnings]))  # the metrics of both
         manifest.backends = {**old.backends, **manifest.backends}
         manifest.judge = manifest.judge or old.judge
         if (old.judge or {}).get("stub") and manifest.judge is not None and all(

@@ -1,10 +1,10 @@
-"""A backend at a version of its library (``ragas==0.3.9``): scored by a worker process in the
+"""A backend at a version of its library (``mylib==1.2``): scored by a worker process in the
 environment of that version (`ragbridge.run.environments`), as one more backend of the run.
 
 `backend_named` is how the runner finds a backend by the name a run gives: a registered name
-(``ragas``) is the backend in this process, with the library installed here; ``NAME==VERSION`` is an
+(``mylib``) is the backend in this process, with the library installed here; ``NAME==VERSION`` is an
 `IsolatedBackend`, whose scores carry that name, so two versions of one library are two backends
-of one run (``ragas==0.3.9`` beside ``ragas==0.4.3`` or beside ``ragas``), side by side in every
+of one run (``mylib==1.2`` beside ``mylib==1.3`` or beside ``mylib``), side by side in every
 analysis.
 
 An `IsolatedBackend` offers the metrics of the registered backend (the same plugin code runs in the
@@ -60,13 +60,13 @@ _NAME = re.compile(r"^(?P<base>[A-Za-z0-9_.-]+?)\s*==\s*(?P<version>" + EXACT_VE
 
 
 def split_name(name: str) -> tuple[str, Optional[str]]:
-    """``("ragas", "0.3.9")`` for ``ragas==0.3.9``, ``("ragas", None)`` for ``ragas``; a `RunError` for a
-    name that asks for a version any other way (``ragas>=0.3``, ``ragas==``)."""
+    """``("mylib", "1.2")`` for ``mylib==1.2``, ``("mylib", None)`` for ``mylib``; a `RunError` for a
+    name that asks for a version any other way (``mylib>=1.2``, ``mylib==``)."""
     if "=" not in name and not any(c in name for c in "<>~!"):
         return name, None
     m = _NAME.match(name.strip())
     if m is None:
-        raise RunError(f"backend {name!r}: give one exact version, as NAME==VERSION (e.g. ragas==0.3.9), or "
+        raise RunError(f"backend {name!r}: give one exact version, as NAME==VERSION (e.g. mylib==1.2), or "
                        "the name alone for the version installed here")
     return m["base"], m["version"]
 
@@ -169,7 +169,7 @@ class IsolatedBackend(Backend):
 
 def with_versions(names: Sequence[str], versions: dict[str, str]) -> list[str]:
     """``names`` with each name that gives no version taking the one ``versions`` sets for it
-    (``ragas`` -> ``ragas==0.3.9``: `RunOptions.versions`); a name with its own version keeps it."""
+    (``mylib`` -> ``mylib==1.2``: `RunOptions.versions`); a name with its own version keeps it."""
     return [f"{n}=={versions[n]}" if n in versions else n for n in names]
 
 
@@ -188,7 +188,7 @@ def prepare(plan_names: Sequence[str],
 
 
 def ray_runtime_env(name: str) -> dict[str, Any]:
-    """Ray's runtime environment for a library version's backend (``ragas==0.3.9``) on the Ray
+    """Ray's runtime environment for a library version's backend (``mylib==1.2``) on the Ray
     executor: Ray's own uv support (``runtime_env={"uv": ...}``) installs the lock the backend's plugin
     ships for that version into the environment of its scorer actors (Ray makes it from the driver's,
     once per cluster), wheels only, with the user's uv cache (Ray's default is none). No key is in it."""

@@ -33,7 +33,7 @@ def plan_metrics(
     ``MetricSpec.default``; a requested metric that a backend does not offer is skipped for that
     backend, but must be offered by at least one of them. A request naming a ``MetricSpec.group``
     asks for every metric of the group. A backend ``options.versions`` gives a version runs at it
-    (``ragas`` is planned as ``ragas==0.3.9``).
+    (``mylib`` is planned as ``mylib==1.2``).
     """
     if k < 1:
         raise RunError(f"k must be a positive integer (RunOptions(k=5)), got {k}",

@@ -443,7 +443,7 @@ class _Cluster(ExecutorSession):
         self.executor, self.ctx = executor, ctx
         self.ray: Any = None
         self.actors: list[Any] = []
-        #: per library version's backend (``ragas==0.3.9``): its scorer actors, in its runtime environment
+        #: per library version's backend (``mylib==1.2``): its scorer actors, in its runtime environment
         self.isolated: dict[str, list[Any]] = {}
         self._next_actor = 0
         self._cpus = 1
@@ -461,7 +461,7 @@ class _Cluster(ExecutorSession):
         return self.ray
 
     def _scorers(self, name: Optional[str] = None) -> list[Any]:
-        """The scorer actors; for a library version's backend (``name``: ``ragas==0.3.9``), those of its
+        """The scorer actors; for a library version's backend (``name``: ``mylib==1.2``), those of its
         own runtime environment."""
         if name is not None and "==" in name:
             if name not in self.isolated:

@@ -59,6 +59,8 @@ class Recorder:
         self.judge_model, self.generator_model = judge_model, options.generator_model
         self.self_judged: list[str] = []  # the generator models of the cases judged by their own model
         self.tags_of: dict[str, list[str]] = {}
+        #: this session's errored scores by (backend, cause): how many, and the first one's reason
+        self.failures: dict[tuple[str, str], dict[str, Any]] = {}
         self._flushed_at = time.monotonic()
 
     def start_batch(self, batch: CaseBatch) -> None:
@@ -123,9 +125,22 @@ class Recorder:
                           reason=f"not run: the run's judge budget ({gateway.budget.describe()}) was spent",
                           judge_calls=score.judge_calls, prompt_tokens=score.prompt_tokens,
                           completion_tokens=score.completion_tokens, cost=score.cost, seconds=score.seconds)
-        elif gateway is not None and score.error:
-            gateway.forget(*tag)
+        elif score.error:
+            self._failed(score, gateway.failure(*tag) if gateway is not None else None)
+            if gateway is not None:
+                gateway.forget(*tag)
         return score
+
+    def _failed(self, score: Score, failure: Optional[tuple[str, str]]) -> None:
+        """Count an errored score under its backend and cause (`ragbridge.judge.causes`)."""
+        from ..judge.causes import cause_of
+
+        cause, reason = cause_of(score.error or "", failure)
+        entry = self.failures.get((score.backend, cause))
+        if entry is None:
+            entry = self.failures[(score.backend, cause)] = {"scores": 0, "reason": reason[:500],
+                                                             "case_id": score.case_id, "metric": score.metric}
+        entry["scores"] += 1
 
     def _hand_on(self, score: Score) -> None:
         if self.kept is not None:
@@ -172,12 +187,32 @@ class Recorder:
             manifest.counts["judge"] = judge
         if self.reuse is not None:
             manifest.counts["score_cache"] = self.reuse.counts()
+        if self.failures:
+            manifest.counts["failures"] = self.failure_rows()
+        else:
+            manifest.counts.pop("failures", None)
         if self.self_judged and manifest.judge is not None:
             manifest.judge["self_judging"] = {"generator_model": self.self_judged[0],
                                               "cases": len(self.self_judged)}
         spans = {b: round(self.earlier_wall.get(b, 0.0) + self.last_score_at.get(b, 0.0), 3)
                  for b in {**self.earlier_wall, **self.last_score_at}}
         manifest.timing = {**manifest.timing, "wall_seconds": spans}
+
+    def failure_rows(self) -> list[dict[str, Any]]:
+        """This session's errored scores per backend and cause, the most first: how many, the first
+        one's case, metric and reason, and the fix (`ragbridge.judge.causes`)."""
+        from ..judge.causes import CAUSES, fix
+
+        from .isolated import split_name
+
+        gateway = self.gateway
+        config = gateway.config if gateway is not None else None
+        # a library version's backend (NAME==VERSION) is set by NAME's options
+        rows = [{"backend": backend, "cause": cause, "what": CAUSES[cause], **entry,
+                 "fix": fix(cause, split_name(backend)[0], config,
+                            gateway.structured_output_for(backend) if gateway is not None else "auto")}
+                for (backend, cause), entry in self.failures.items()]
+        return sorted(rows, key=lambda r: (-r["scores"], r["backend"], r["cause"]))
 
     def finish(self, status: str) -> RunManifest:
         """The session's end: the manifest with its status and final counts (``status``:

@@ -61,7 +61,7 @@ from ..plugins import get_backends
 from ..schema import Case, RunManifest, Score
 from .executor import Executor
 from .folder import FINGERPRINT_OF, Run, RunFolder, now, this_process
-from .isolated import backend_named, prepare
+from .isolated import backend_named, prepare, split_name
 from .lifecycle import Job
 from .local_executor import LocalExecutor
 from .plan import DEFAULT_BACKENDS, Plan, RunError, plan_metrics
@@ -202,8 +202,9 @@ async def run(request: RunRequest) -> Run:
         if source.span_cases and not options.span_labels:
             options = options.model_copy(update={"span_labels": True})
         plan = plan_metrics(request.backends, request.metrics, options.k, options)
-        judged, stub = _check_judge(plan, request.judge, preflight=not request.dry_run)
-        judge = request.judge if judged else None
+        request_judge, embeds = _with_embedding_model(request.judge, plan)
+        judged, stub = _check_judge(plan, request_judge, preflight=not request.dry_run, defaulted=embeds)
+        judge = request_judge if judged else None
         executor = executor_for(request.executor)
         if isinstance(executor, LocalExecutor):  # NAME==VERSION environments (Ray makes its own)
             prepare(list(plan), _note if request.progress is not False else None)
@@ -229,10 +230,11 @@ async def run(request: RunRequest) -> Run:
             source = opened.enter_context(CaseSource.of_cases(filled, request.batch_size, corpus))
             dataset.update(fingerprint=source.fingerprint, golden_fingerprint=golden_fp, target=target.spec)
         manifest = _new_manifest(plan, dataset, options, judge, stub)
-        manifest.warnings = _warnings(plan, source)
         if request.repeats > 1 or request.pass_repeats is not None:
             manifest.options.update(repeats=request.repeats, pass_repeats=request.pass_repeats)
         done = folder.resume(earlier, manifest, source) if earlier is not None else {}
+        # the cases as they are now, for every metric the run holds (an earlier session's too)
+        manifest.warnings = _warnings(manifest.metrics, plan, options, source)
         if request.dry_run:
             folder = None  # nothing is written
         if folder:
@@ -255,7 +257,7 @@ async def _score(request: RunRequest, plan: Plan, options: RunOptions, judge: An
     status, recorder, scored = "incomplete", None, False
     try:
         with contextlib.ExitStack() as closing:  # closed before the session's counts are final
-            gateway = _gateway(request, judge, folder, manifest, closing)
+            gateway = _gateway(request, judge, folder, manifest, closing, _structured_modes(plan, options))
             cache, reuse = None, None
             if judge is not None and request.score_cache:
                 from .score_cache import ScoreReuse, score_cache_for
@@ -322,15 +324,16 @@ def _case_source(request: RunRequest, corpus: Optional[Corpus], opened: contextl
 
 
 def _gateway(request: RunRequest, judge: Any, folder: Optional[RunFolder], manifest: RunManifest,
-             closing: contextlib.ExitStack) -> Any:
+             closing: contextlib.ExitStack, modes: dict[str, str]) -> Any:
     """The run's judge gateway (None when no planned metric needs a judge), closed with ``closing``:
-    its audit log in the folder, what earlier sessions spent counted, the budget or (a dry run) the
-    stub's answers set."""
+    the backends' own structured-output ``modes``, its audit log in the folder, what earlier sessions
+    spent counted, the budget or (a dry run) the stub's answers set."""
     if judge is None:
         return None
     from ..judge import JudgeGateway
 
-    gateway = JudgeGateway(judge, audit_log=folder.audit_path if folder else None)
+    gateway = JudgeGateway(judge, audit_log=folder.audit_path if folder else None,
+                           structured_output=modes)
     closing.callback(gateway.close)
     spent = dict(manifest.counts.get("judge", {}))
     retries = int(spent.get("retries") or 0)
@@ -347,6 +350,16 @@ def _gateway(request: RunRequest, judge: Any, folder: Optional[RunFolder], manif
                            float(spent.get("cost") or 0.0))
         manifest.counts["budget"] = {"max_calls": request.max_calls, "max_cost": request.max_cost}
     return gateway
+
+
+def _structured_modes(plan: Plan, options: RunOptions) -> dict[str, str]:
+    """The planned backends that set their own ``structured_output`` (a judged backend's option,
+    `ragbridge.judged_backend.JudgedOptions`), with the mode each set: the gateway asks their requests
+    for a JSON object so, the others' as the judge's ``structured_output`` says."""
+    registry = get_backends()  # a library version's backend (NAME==VERSION) reads NAME's options
+    chosen = {name: getattr(options.of(registry[split_name(name)[0]]), "structured_output", None)
+              for name in plan}
+    return {name: mode for name, mode in chosen.items() if mode is not None}
 
 
 def executor_for(spec: Any) -> Executor:
@@ -382,12 +395,41 @@ def _stub_simulator() -> Callable[[str, Any], dict]:
     return simulate
 
 
-def _check_judge(plan: Plan, judge: Any, preflight: bool = True) -> tuple[bool, Optional[str]]:
+def _with_embedding_model(judge: Any, plan: Plan) -> tuple[Any, Optional[str]]:
+    """``judge`` with the embedding model a planned metric asks for when the judge names none
+    (`MetricSpec.embedding_model`, its library's default), so the preflight checks it and run.json
+    records it; and which metrics ask for it (None when nothing was filled in). Two defaults that
+    differ are an error: the judge must name one."""
+    if judge is None or getattr(judge, "embedding_model", None):
+        return judge, None
+    wanted: dict[str, list[str]] = {}
+    for b, chosen in plan.items():
+        for m, spec in chosen:
+            if spec.embedding_model:
+                wanted.setdefault(spec.embedding_model, []).append(f"{b}:{m}")
+    if not wanted:
+        return judge, None
+    if len(wanted) > 1:
+        said = "; ".join(f"{', '.join(ms)} {model!r}" for model, ms in wanted.items())
+        raise RunError(f"the planned metrics embed with different default models ({said}): name one with "
+                       "JudgeConfig(embedding_model=...)",
+                       cli=f"the planned metrics embed with different default models ({said}): name one "
+                           "with --embedding-model (or embedding_model in [judge] of ragbridge.toml)")
+    (model, metrics), = wanted.items()
+    return judge.model_copy(update={"embedding_model": model}), (
+        f"{', '.join(metrics)} uses the embedding model {model!r} (its library's default: the judge "
+        "names none)")
+
+
+def _check_judge(plan: Plan, judge: Any, preflight: bool = True,
+                 defaulted: Optional[str] = None) -> tuple[bool, Optional[str]]:
     """Whether a planned metric needs the judge, and the settings of ragbridge's stub judge when it is
     the judge (`ragbridge.judge.preflight`); raises `RunError` when there is no judge, or (with
     ``preflight``) when its key, endpoint or model does not work (checked before anything is called
     or written). Without ``preflight`` (a dry run), and for a replayed cache, only whether a judge on
-    this machine is the stub is asked (`ragbridge.judge.preflight.detect_stub`: no key, no judge call)."""
+    this machine is the stub is asked (`ragbridge.judge.preflight.detect_stub`: no key, no judge call).
+    ``defaulted``: why the judge's embedding model is a library's default (`_with_embedding_model`),
+    said with a refusal of it."""
     if not any(spec.judge for chosen in plan.values() for _, spec in chosen):
         return False, None
     if judge is None:
@@ -404,7 +446,10 @@ def _check_judge(plan: Plan, judge: Any, preflight: bool = True) -> tuple[bool, 
         try:
             checked = probe.preflight()
         except Exception as exc:
-            raise RunError(str(exc), cli=cli_text(exc)) from None
+            said, cli = str(exc), cli_text(exc)
+            if defaulted and said.startswith(f"embedding model {judge.embedding_model!r}"):
+                said, cli = f"{defaulted}: {said}", f"{defaulted}: {cli}"
+            raise RunError(said, cli=cli) from None
         finally:
             probe.close()
         if checked.get("upstream_checked"):
@@ -440,14 +485,31 @@ def _new_manifest(plan: Plan, dataset: dict[str, Any], options: RunOptions, judg
     return manifest
 
 
-def _warnings(plan: Plan, source: CaseSource) -> list[str]:
-    """The input warnings of ``source`` that bear on the metrics ``plan`` computes."""
+def _warnings(metrics: dict[str, list[str]], plan: Plan, options: RunOptions,
+              source: CaseSource) -> list[str]:
+    """The input warnings of ``source`` (the cases as they are now) that bear on ``metrics``, the
+    metrics the run holds by backend: ``plan``'s and those an earlier session of the run scored."""
     from ..formats.input_check import warnings_for
     from ..metrics import RANKING, SPAN, find
 
-    kinds = {getattr(find(m), "kind", None) for chosen in plan.values() for m, _ in chosen}
-    judged = any(spec.judge for chosen in plan.values() for _, spec in chosen)
+    kinds = {getattr(find(m), "kind", None) for ms in metrics.values() for m in ms}
+    judged = any(spec.judge for chosen in plan.values() for _, spec in chosen) or any(
+        _judged(b, m, options) for b, ms in metrics.items() for m in ms if b not in plan or m not in
+        {name for name, _ in plan[b]})
     return warnings_for(source.warnings, RANKING in kinds, SPAN in kinds, judged)
+
+
+def _judged(backend: str, metric: str, options: RunOptions) -> bool:
+    """Whether ``backend`` scores ``metric`` with a judge (a metric it no longer offers: taken as one)."""
+    from ..metrics import resolve_metric
+
+    found = get_backends().get(backend)
+    try:
+        specs = found.metrics_for(options) if found is not None else []
+    except Exception:  # noqa: BLE001 - a backend that cannot list its metrics here: as if unknown
+        specs = []
+    spec = next((s for s in specs if resolve_metric(s.name, metric, options.k)), None)
+    return spec is None or spec.judge
 
 
 def _jobs(plan: Plan, batch: CaseBatch, done: dict, repeats: int = 1,

@@ -11,8 +11,10 @@ The key is the SHA-256 of everything the score depends on:
 - ragbridge's version, the backend's name and its library's version (``Backend.version``);
 - the metric: canonical name, native name and the digest of its definition (a rubric's);
 - the options a backend reads: ``k`` and this backend's own options (those that differ from their
-  defaults: another backend's options, the native backend's included, are not in the key);
-- the judge: model, base URL (without credentials), embedding model and ``max_tokens``;
+  defaults: another backend's options, the native backend's included, are not in the key; a judged
+  backend's ``structured_output`` among them);
+- the judge: model, base URL (without credentials), embedding model and ``max_tokens``, and its
+  ``structured_output`` when it is not ``auto``;
 - the repeat index (``--repeats``: each repeat is its own score);
 - the case: its whole canonical record (id, question, answer, chunks, labels, reference, tags,
   metadata), so any edit to a case invalidates its scores and only its scores.
@@ -62,7 +64,7 @@ def metric_prefix(backend: str, version: Optional[str], metric: str, spec: Any, 
                   judge: Any, stub: Optional[str] = None) -> bytes:
     """What a backend's metric depends on within a run, hashed: the start of each of its cases' keys
     (``stub``: the judge is ragbridge's stub judge with these settings, `identity_url`)."""
-    own = split_name(backend)[0]  # a library version's backend (ragas==0.3.9) reads ragas's options
+    own = split_name(backend)[0]  # a library version's backend (mylib==1.2) reads mylib's options
     doc = {
         "ragbridge": __version__,
         "backend": backend,
@@ -80,6 +82,8 @@ def metric_prefix(backend: str, version: Optional[str], metric: str, spec: Any, 
                                              if judge.embedding_base_url else {})}
     if changed:
         doc["judge"]["changed"] = changed
+    if judge.structured_output != "auto":  # how requests for a JSON object are sent
+        doc["judge"]["structured_output"] = judge.structured_output
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).digest()
 
 
@@ -111,28 +115,29 @@ class ScoreCache:
             with contextlib.suppress(sqlite3.Error):  # an unusable cache is a cold cache
                 self._conn = open_database(self.path, "scores", read_only=read_only, schema=(_SCHEMA,))
 
-    def get_many(self, keys: Iterable[str]) -> dict[str, tuple[Score, bool]]:
-        """The stored scores of ``keys`` that are present: key -> (score, made by the stub judge)."""
+    def get_many(self, keys: Iterable[str]) -> dict[str, tuple[Score, bool, float]]:
+        """The stored scores of ``keys`` that are present: key -> (score, made by the stub judge, when
+        it was stored: Unix seconds)."""
         keys = list(keys)
-        found: dict[str, tuple[Score, bool]] = {}
+        found: dict[str, tuple[Score, bool, float]] = {}
         for key in keys:
             if key in self._pending:
-                line, stub, _ = self._pending[key]
-                found[key] = (Score.model_validate_json(line), bool(stub))
+                line, stub, created = self._pending[key]
+                found[key] = (Score.model_validate_json(line), bool(stub), created)
         if self._conn is None:
             return found
         rest = [k for k in keys if k not in found]
         for start in range(0, len(rest), 500):
             chunk = rest[start:start + 500]
             try:
+                marks = ",".join("?" * len(chunk))
                 rows = self._conn.execute(
-                    f"SELECT key, score, stub FROM scores WHERE key IN ({','.join('?' * len(chunk))})",
-                    chunk).fetchall()
+                    f"SELECT key, score, stub, created FROM scores WHERE key IN ({marks})", chunk).fetchall()
             except sqlite3.Error:
                 return found  # an unreadable cache is a cold cache
-            for key, line, stub in rows:
-                with contextlib.suppress(ValueError):  # a score a run never makes is a miss
-                    found[key] = (score_from_line(line), bool(stub))
+            for key, line, stub, created in rows:
+                with contextlib.suppress(ValueError, TypeError):  # a score a run never makes is a miss
+                    found[key] = (score_from_line(line), bool(stub), float(created))
         return found
 
     def put(self, key: str, score: Score, stub: bool) -> bool:
@@ -179,7 +184,8 @@ def score_cache_for(judge: Any, dry_run: bool = False) -> Optional[ScoreCache]:
 class ScoreReuse:
     """The score cache as a run uses it: `lookup` takes out of a job the cases whose score it holds
     (recorded as they are, `Score.cached`) and files the keys of the others; `store` keeps a score
-    made this run under its key. ``reused`` and ``stored`` count this run's, all sessions included."""
+    made this run under its key. ``reused`` and ``stored`` count this run's, all sessions included;
+    ``by_backend`` the reused per backend, with when the first and the last of them were made."""
 
     def __init__(self, cache: ScoreCache, plan: Plan, options: RunOptions, judge: Any,
                  manifest: RunManifest):
@@ -193,6 +199,8 @@ class ScoreReuse:
         self._lines: tuple[Optional[CaseBatch], list[Optional[bytes]]] = (None, [])
         earlier = manifest.counts.get("score_cache") or {}
         self.reused, self.stored = int(earlier.get("reused", 0)), int(earlier.get("stored", 0))
+        self.by_backend: dict[str, dict[str, int]] = {b: dict(v) for b, v in
+                                                      (earlier.get("by_backend") or {}).items()}
         self.stub = False  # a reused score was made by the stub judge
 
     def _line(self, batch: CaseBatch, i: int) -> bytes:
@@ -218,8 +226,12 @@ class ScoreReuse:
                 self.keys[(ids[i], metric, backend, repeat)] = keys[i]
                 left.append(i)
                 continue
-            score, stub = hit
+            score, stub, created = hit
             self.stub = self.stub or stub
+            made = self.by_backend.setdefault(backend, {"reused": 0, "first_made": int(created),
+                                                        "last_made": int(created)})
+            made["first_made"] = min(made["first_made"], int(created))
+            made["last_made"] = max(made["last_made"], int(created))
             # the key holds the case (its id), metric, backend and repeat: only this run's usage differs
             immediate.append(score.model_copy(update={
                 "cached": True, "judge_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0,
@@ -230,10 +242,12 @@ class ScoreReuse:
         """Count a recorded score, and store it when it was made this run (not an error, not unrun)."""
         if score.cached:
             self.reused += 1
+            self.by_backend[score.backend]["reused"] += 1
             return
         key = self.keys.pop(score.repeat_key, None)
         if key is not None and not score.error and not score.not_run and self.cache.put(key, score, stub):
             self.stored += 1
 
-    def counts(self) -> dict[str, int]:
-        return {"reused": self.reused, "stored": self.stored}
+    def counts(self) -> dict[str, Any]:
+        return {"reused": self.reused, "stored": self.stored,
+                **({"by_backend": self.by_backend} if self.by_backend else {})}

@@ -49,6 +49,7 @@ def nothing_computed(run: "Run", dataset: Optional[str] = None, out: Optional[st
     present = [c.fields_present() for c in run.cases]
     fields = {f: sum(f in p for p in present) for f in FIELD_WORDS}
     judged = _judged_backends(present, unanswerable=any(not c.answerable for c in run.cases))
+    lacking = [] if judged else _lacking(present)
     command = python = None  # the first backend's: its metrics whose inputs are missing are skipped
     if judged:
         dataset = dataset or run.manifest.dataset.get("path") or "GOLDEN.jsonl"
@@ -58,7 +59,8 @@ def nothing_computed(run: "Run", dataset: Optional[str] = None, out: Optional[st
                             "URL"])
         python = (f"ragbridge.evaluate(cases, backends=[{judged[0]['backend']!r}], "
                   f"judge=JudgeConfig(model=\"MODEL\", base_url=\"URL\"), out={str(out)!r})")
-    return {"metrics": metrics, "fields": fields, "judged": judged, "command": command, "python": python}
+    return {"metrics": metrics, "fields": fields, "judged": judged, "command": command, "python": python,
+            "lacking": lacking}
 
 
 def _judged_backends(present: list[set[str]], unanswerable: bool) -> list[dict[str, Any]]:
@@ -80,6 +82,28 @@ def _judged_backends(present: list[set[str]], unanswerable: bool) -> list[dict[s
         if usable:
             found.append({"backend": name, "metrics": usable})
     return found
+
+
+def _lacking(present: list[set[str]]) -> list[str]:
+    """What the cases lack for the judged metric of an installed backend that needs the least they
+    have none of (the fields of `FIELD_WORDS`, in its order): empty when there is no such metric."""
+    from ..plugins import get_backends
+
+    have = set().union(*present) if present else set()
+    best: Optional[set[str]] = None
+    for backend in get_backends().values():
+        if not backend.available():
+            continue
+        try:
+            specs = backend.metrics()
+        except Exception:  # noqa: BLE001 - a backend that cannot list its metrics offers none here
+            continue
+        for spec in specs:
+            if spec.judge and spec.name != "abstention":
+                missing = set(spec.requires) - have
+                if best is None or len(missing) < len(best):
+                    best = missing
+    return [f for f in FIELD_WORDS if f in (best or ())]
 
 
 def unscored_lines(info: dict, python: bool = False) -> list[str]:
@@ -113,7 +137,9 @@ def unscored_lines(info: dict, python: bool = False) -> list[str]:
                          "and `ragbridge judge serve --stub` runs a stub judge to try the plumbing without "
                          "a key)")
     else:
-        lines.append("no installed backend has a judged metric these inputs allow: give the cases an "
-                     "answer (and the retrieved chunks' text); `ragbridge backends` lists the backends, "
-                     "their metrics and how to install them")
+        lacking = info.get("lacking") or []
+        give = (f"give the cases their {' and '.join(FIELD_WORDS[f] for f in lacking)} (the least a judged "
+                "metric needs)" if lacking else "install a judged backend")
+        lines.append(f"no installed backend has a judged metric these inputs allow: {give}; `ragbridge "
+                     "backends` lists the backends, their metrics and how to install them")
     return lines

@@ -6,7 +6,7 @@ run writes to the worker's stdin, the worker writes to what was its stdout (anyt
 print goes to stderr instead, which the run keeps the last lines of).
 
 run -> worker
-    ``{"ragbridge_worker": 1, "backend": "ragas", "name": "ragas==0.3.9", "plugin": "ragbridge_ragas",
+    ``{"ragbridge_worker": 1, "backend": "mylib", "name": "mylib==1.2", "plugin": "ragbridge_mylib",
     "options": `options_record`, "judge": [gateway URL, gateway key, judge settings] | null}``
     first, once; then any number of ``{"op": "score", "job": N, "metric": M, "repeat": R, "cases":
     [canonical records]}`` (jobs run concurrently), ``{"op": "cancel", "job": N}``, and last
@@ -166,7 +166,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run ends the worker (its pipe), not a Ctrl-C
     asyncio.run(serve(_Channel(out)))
     # every session is closed and said so: leave without the interpreter's teardown of the library's
-    # modules (seconds with RAGAS's LangChain loaded), as the command line does
+    # modules (seconds with a library's dependencies loaded), as the command line does
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     os._exit(0)

@@ -30,11 +30,14 @@ from ..commands import JudgeOptions, judge_options
 __all__ = ["register", "synthesize"]
 
 #: how the weaknesses are named in the table
-_LABELS = {"term_overlap": "term overlap with the passage", "bm25_top1": "passage ranked first by BM25",
+_LABELS = {"copied_terms": "passage terms the question repeats", "bm25_top1": "passage ranked first by BM25",
            "bm25_mrr": "BM25 reciprocal rank of the passage", "one_passage": "one answer passage",
            "unanswerable": "unanswerable"}
-_REASONS = {"unplaced": "the quote is not in the passage", "not_reworded": "the rewording kept the passage's "
-            "words", "answered": "the corpus answers it", "duplicate": "asked before",
+_REASONS = {"unplaced": "the quote is not in the passage", "short_quote": "the quote is too short to label "
+            "an answer", "one_passage": "the answer uses one passage", "unrelated": "no related passage in "
+            "another document", "not_a_question": "the library's question is not one",
+            "not_reworded": "the rewording kept the passage's words", "answered": "the corpus answers it",
+            "duplicate": "asked before",
             "unusable": "the judge's reply was unusable", "review": "dropped in review"}
 
 
@@ -76,7 +79,8 @@ def synthesize(
     max_cost: Optional[float] = typer.Option(
         None, "--max-cost", min=0, help="Judge budget in money, by the judge config's price table."),
     dry_run: bool = typer.Option(
-        False, "--dry-run", help="Call and write nothing: print the judge calls and cost it would make."),
+        False, "--dry-run", help="Call and write nothing: print the plan and about how many judge calls (and "
+                                 "what cost) the generation would make."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
     judge: JudgeOptions = JudgeOptions({}),
@@ -101,40 +105,76 @@ def synthesize(
     for output in (out_path, combined):
         refuse_overwriting(output, corpus, compare_to)
     cfg = judge.load()
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Reader(sys.stdout), _Reader(sys.stderr)  # a reader may go away mid-way
     try:
-        result = make(corpus, n, out_path, judge=cfg, mix=mix, generator=generator, seed=seed,
-                      max_calls=max_calls, max_cost=max_cost, dry_run=dry_run, overwrite=overwrite,
-                      drop_failed=drop_failed, review=review, compare_to=compare_to, combined=combined,
-                      progress=not no_progress and not dry_run)
-    except (SynthError, DatasetError) as exc:
-        fail(str(exc))
-    except KeyboardInterrupt:
-        err.print(f"[bold red]error:[/] interrupted; what was made is kept in "
-                  f"{escape(str(out_path.with_suffix('.work')))}; run the same command again to go on",
-                  highlight=False, soft_wrap=True)
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(EXIT_INTERRUPTED)
-    except OSError as exc:
-        if storage_error(exc) is None:
-            raise
-        fail(f"cannot write {out_path}: {storage_error(exc)}; what was made is kept in its work folder")
+        previous = signal.signal(signal.SIGTERM, _terminate)
+        try:
+            result = make(corpus, n, out_path, judge=cfg, mix=mix, generator=generator, seed=seed,
+                          max_calls=max_calls, max_cost=max_cost, dry_run=dry_run, overwrite=overwrite,
+                          drop_failed=drop_failed, review=review, compare_to=compare_to, combined=combined,
+                          progress=not no_progress and not dry_run)
+        except (SynthError, DatasetError) as exc:
+            fail(str(exc))
+        except KeyboardInterrupt:
+            err.print(f"[bold red]error:[/] interrupted; what was made is kept in "
+                      f"{escape(str(out_path.with_suffix('.work')))}; run the same command again to go on",
+                      highlight=False, soft_wrap=True)
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(EXIT_INTERRUPTED)
+        except OSError as exc:
+            if storage_error(exc) is None:
+                raise
+            fail(f"cannot write {out_path}: {storage_error(exc)}; what was made is kept in its work folder")
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        if as_json:
+            _print_json(result, compare_to)
+        else:
+            _print(result, out_path, compare_to)
+        if result.status == "budget":
+            raise typer.Exit(EXIT_BUDGET_SPENT)
+        if result.status in ("errored", "interrupted"):
+            raise typer.Exit(EXIT_SCORE_ERRORS)
     finally:
-        signal.signal(signal.SIGTERM, previous)
-    if as_json:
-        _print_json(result, compare_to)
-    else:
-        _print(result, out_path, compare_to)
-    if result.status == "budget":
-        raise typer.Exit(EXIT_BUDGET_SPENT)
-    if result.status in ("errored", "interrupted"):
-        raise typer.Exit(EXIT_SCORE_ERRORS)
+        sys.stdout, sys.stderr = streams
 
 
 def _terminate(signum, frame) -> None:
     raise KeyboardInterrupt
+
+
+class _Reader:
+    """A standard stream whose reader may go away (``| head``, a closed log pipe): from the first write
+    that finds the pipe closed, what is written goes to the null device, so the generation (and a
+    library's progress bars, which can deadlock on the error) goes on and the set is written."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def _closed(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._closed()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._closed()
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 def _num(v: Optional[float]) -> str:
@@ -168,10 +208,12 @@ def _print(result, out_path: Path, compare_to: Optional[Path]) -> None:
     from ..commands.output import out, print_lines, print_table
 
     c = result.counts
+    if result.status == "dry-run":
+        _print_dry_run(result)
+        return
     kinds = ", ".join(f"{k} {v['made']} of {v['planned']}" for k, v in c.get("by_kind", {}).items())
-    verb = "would be made" if result.status == "dry-run" else "made"
     pending = f", {c['pending']} not made yet" if c.get("pending") else ""
-    print_lines(out, [f"{c['made']} of {c['planned']} questions {verb} by {result.generator} ({kinds}); "
+    print_lines(out, [f"{c['made']} of {c['planned']} questions made by {result.generator} ({kinds}); "
                       f"{c['dropped']} dropped{pending}"])
     if c.get("dropped_by_reason"):
         print_lines(out, ["dropped: " + "; ".join(f"{_REASONS.get(k, k)} {v}"
@@ -214,10 +256,32 @@ def _print(result, out_path: Path, compare_to: Optional[Path]) -> None:
     elif "out" in written:
         extra = "".join(f"; {k} {v}" for k, v in written.items() if k != "out")
         print_lines(out, [f"written to {written['out']} ({len(result.cases)} cases{extra})"])
-    elif result.status == "dry-run":
-        out.print("[dim]nothing was called or written; answers the cache does not hold were simulated by the "
-                  "stub judge, so calls that depend on earlier answers are an estimate[/]", highlight=False)
+        if "reviewed_out" in c:
+            print_lines(out, [f"review: {c['reviewed_out']} dropped, {c.get('reviewed_edited', 0)} edited "
+                              "(the generated wording kept in metadata.review.edited)"])
     _exit_notes(result, json_mode=False)
+
+
+def _print_dry_run(result) -> None:
+    """What a dry run found: the plan and the judge calls it would make. The questions the stub judge
+    simulated, their drops and their weaknesses are not shown: they are the stub's, not the judge's."""
+    from ..commands.output import out, print_lines
+
+    c, j = result.counts, result.judge
+    kinds = ", ".join(f"{k} {v['planned']}" for k, v in c.get("by_kind", {}).items())
+    lines = [f"dry run: {c['planned']} questions planned by {result.generator} ({kinds}); nothing was "
+             "called or written"]
+    if j.get("calls") or j.get("cache_hits"):
+        money = "" if j.get("cost") is None else f", about {j['cost']:.4f} {j['currency']}"
+        lines.append(f"the generation would make about {j['calls']} judge call(s) "
+                     f"({j['prompt_tokens']}+{j['completion_tokens']} tokens{money}); {j['cache_hits']} "
+                     "more request(s) answered from the judge cache")
+        lines.append("an estimate: the answers the cache does not hold were simulated by the stub judge, and "
+                     "a real judge's answers change the re-asks and checks that follow them")
+    else:
+        lines.append("every question is made already: the generation would make no judge call")
+    print_lines(out, lines)
+    print_lines(out, [f"note: {n}" for n in result.notes])
 
 
 def _exit_notes(result, json_mode: bool) -> None:

@@ -13,7 +13,9 @@ library recorded, the kind, and whatever the library says about the item (``meta
 `cases_from_items` turns them into canonical cases: each reference context is placed in the corpus
 (a passage given to the library, exactly; else located in a document, exactly or with white space
 collapsed) and becomes a span label quoting it; an item with a context that cannot be placed is
-dropped and counted (``unplaced``), never given a label that points nowhere.
+dropped and counted (``unplaced``), never given a label that points nowhere. An item whose question
+is not one (`ragbridge.synthetic.prompts.not_a_question`: empty, a list written out as a library's
+generator sometimes writes its inputs, a copy of its context) is dropped and counted (``not_a_question``).
 
 A library's generator is one call that makes the whole set: a session killed part way leaves
 nothing written, and the same command again replays from the judge cache every call the library
@@ -109,10 +111,19 @@ def cases_from_items(items: Sequence[GeneratedItem], corpus: Corpus, passages: S
                      generator: str, judge_model: str, width: int = 4) -> tuple[list[dict], list[dict]]:
     """The canonical records of the items that can be placed, and a record per dropped item
     (``slot``, ``kind``, ``reason``, ``detail``, ``question``)."""
+    from .prompts import not_a_question
+
     by_text = {p.text: p for p in passages}
     made, dropped = [], []
     for i, item in enumerate(items, 1):
         cid = f"synth-{generator}-{i:0{width}d}"
+        kind = item.kind if item.kind in KIND_TAGS else "single"
+        why = not_a_question(item.question, [c for c in item.contexts if isinstance(c, str)])
+        if why is not None:
+            dropped.append({"slot": cid, "kind": kind, "status": "dropped", "reason": "not_a_question",
+                            "detail": why,
+                            "question": item.question if isinstance(item.question, str) else None})
+            continue
         spans, missing = [], []
         for j, ctx in enumerate(item.contexts, 1):
             where = _place(ctx, corpus, by_text) if isinstance(ctx, str) and ctx.strip() else None
@@ -120,7 +131,6 @@ def cases_from_items(items: Sequence[GeneratedItem], corpus: Corpus, passages: S
                 missing.append(j)
             else:
                 spans.append({"doc": where[0], "start": where[1], "end": where[2], "quote": ctx})
-        kind = item.kind if item.kind in KIND_TAGS else "single"
         if missing or not spans:
             what = (f"reference context(s) {', '.join(map(str, missing))} of {len(item.contexts)} are not in "
                     "the corpus" if item.contexts else "the library recorded no reference context")

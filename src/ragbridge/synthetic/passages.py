@@ -5,7 +5,9 @@
 the next one of its document, and a paragraph longer than `MAX_CHARS` is cut after the sentence end
 that keeps it under that length. A passage is a stretch of its document as stored (``doc``,
 ``start``, ``end``, ``end`` exclusive; its ``text`` is ``document[start:end]``), so a quote found in
-it is placed in the document by adding ``start``.
+it is placed in the document by adding ``start``. A byte-order mark that a file starts with (`BOM`)
+is in no passage: the document keeps it, so offsets count the characters of the file as stored, as
+``ragbridge run --corpus`` counts them.
 
 The same passages serve the weakness measures (`ragbridge.synthetic.weaknesses`): the BM25 rank of
 a question's labelled passage is its rank among them, and a span label's passages are those it
@@ -25,6 +27,8 @@ __all__ = ["Passage", "Passages", "cut_passages", "MIN_CHARS", "MAX_CHARS"]
 
 MIN_CHARS = 120
 MAX_CHARS = 1500
+#: the byte-order mark a file may start with: not part of any passage
+BOM = "\ufeff"
 
 _BLANK = re.compile(r"\n[ \t\r\f\v]*\n\s*")
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]?\s+")
@@ -51,8 +55,8 @@ def _blocks(text: str) -> list[tuple[int, int]]:
     for m in [*_BLANK.finditer(text), None]:
         end = m.start() if m is not None else len(text)
         chunk = text[at:end]
-        lead = len(chunk) - len(chunk.lstrip())
-        body = chunk.strip()
+        lead = len(chunk) - len(chunk.lstrip().lstrip(BOM).lstrip())
+        body = chunk.strip().lstrip(BOM).lstrip()
         if body:
             out.append((at + lead, at + lead + len(body)))
         if m is not None:

@@ -14,22 +14,29 @@ each of ``n`` slots its kind (counts by largest remainder, so ``n=10`` at ``sing
 5 singles; the order shuffled by the seed) and its passages: singles, paraphrased and unanswerable
 questions go round the passages in an order shuffled by the seed (``variant`` counts how many times
 a passage came round before, so a passage asked twice is asked for another question); a multi slot
-pairs its passage with the passages of other documents that share most terms with it (BM25), the
-``variant``-th best, so related passages make one question. The plan depends only on the corpus, the
-mix, ``n`` and the seed: the same command plans the same slots, which is what lets a generation
-resume.
+pairs its passage with related passages of other documents: those whose tf-idf cosine with it
+(`ragbridge.lexical.BM25.similarity`) is at least `RELATED_MIN`, the most similar first, the
+``variant``-th best; multi slots go round only the passages that have such a partner. When no
+passage has one, the multi slots keep their one passage and are dropped as ``unrelated`` (counted)
+without a judge call: two unrelated passages make two questions glued together, not one that needs
+both. The plan depends only on the corpus, the mix, ``n`` and the seed: the same command plans the
+same slots, which is what lets a generation resume.
+
+Passages shorter than `MIN_SOURCE_CHARS` are not written from; a document with no longer passage is
+left out of the plan, and `left_out` names it.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Sequence
 
 from ..lexical import BM25
 from .passages import Passages
 
-__all__ = ["KINDS", "KIND_TAGS", "DEFAULT_MIX", "Slot", "PlanError", "parse_mix", "allocate", "plan_slots"]
+__all__ = ["KINDS", "KIND_TAGS", "DEFAULT_MIX", "Slot", "PlanError", "parse_mix", "allocate", "plan_slots",
+           "left_out", "related", "MIN_SOURCE_CHARS", "RELATED_MIN"]
 
 KINDS = ("single", "multi", "paraphrased", "unanswerable")
 #: the tag each kind's cases carry, besides ``synthetic``
@@ -38,6 +45,10 @@ KIND_TAGS = {"single": "single-passage", "multi": "multi-hop", "paraphrased": "p
 DEFAULT_MIX = {"single": 0.5, "multi": 0.2, "paraphrased": 0.2, "unanswerable": 0.1}
 #: passages shorter than this are not written from (a title line and a sentence)
 MIN_SOURCE_CHARS = 80
+#: the tf-idf cosine from which two passages are related enough to make one multi-passage question
+#: (measured on the bundled examples: a passage and the one on the same subject in another document
+#: score 0.15 to 0.3, two passages on different subjects below 0.13)
+RELATED_MIN = 0.15
 
 
 class PlanError(ValueError):
@@ -106,43 +117,62 @@ def _width(n: int) -> int:
     return max(4, len(str(n)))
 
 
+def _usable(passages: Passages) -> list[int]:
+    return [i for i, p in enumerate(passages) if len(p.text.strip()) >= MIN_SOURCE_CHARS]
+
+
+def left_out(passages: Passages, docs: Optional[Sequence[str]] = None) -> list[str]:
+    """The documents no question is written from (no passage of `MIN_SOURCE_CHARS` characters or
+    more), in name order: of ``docs`` (every document of the corpus) when given."""
+    usable = {passages[i].doc for i in _usable(passages)}
+    names = sorted(docs) if docs is not None else sorted({p.doc for p in passages})
+    return [d for d in names if d not in usable]
+
+
 def plan_slots(passages: Passages, n: int, mix: dict[str, float], seed: int,
                bm25: Optional[BM25] = None) -> list[Slot]:
     """The ``n`` slots of a generation (see the module docstring); `PlanError` when the corpus cannot
     give what the mix asks (a multi-passage question needs two documents)."""
     if n < 1:
         raise PlanError(f"--n must be at least 1, got {n}")
-    usable = [i for i, p in enumerate(passages) if len(p.text.strip()) >= MIN_SOURCE_CHARS]
+    usable = _usable(passages)
     if not usable:
         raise PlanError("the corpus has no passage long enough to write a question from "
                         f"(at least {MIN_SOURCE_CHARS} characters)")
     counts = allocate(mix, n)
     docs = {passages[i].doc for i in usable}
     if counts.get("multi") and len(docs) < 2:
-        raise PlanError("multi-passage questions need passages of two or more documents, and the corpus has "
-                        f"{len(docs)}: leave multi out of --mix, or add documents")
+        gone = left_out(passages)
+        raise PlanError("multi-passage questions need passages of two or more documents, and "
+                        + (f"{len(docs)} of the corpus's {len(docs) + len(gone)} documents has one long "
+                           f"enough to write from ({', '.join(gone)}: no passage of {MIN_SOURCE_CHARS} "
+                           "characters or more)" if gone else f"the corpus has {len(docs)}")
+                        + ": leave multi out of --mix, or add documents")
     rng = random.Random(seed)
     kinds = [k for k in KINDS for _ in range(counts.get(k, 0))]
     rng.shuffle(kinds)
-    order = {k: rng.sample(usable, len(usable)) for k in KINDS}
-    used: dict[str, int] = {k: 0 for k in KINDS}
     bm25 = bm25 or BM25([p.text for p in passages])
     partners: dict[int, list[int]] = {}
+    if counts.get("multi"):
+        partners = {i: related(i, passages, usable, bm25) for i in usable}
+    paired = [i for i in usable if partners.get(i)]
+    order = {k: rng.sample(usable, len(usable)) for k in KINDS}
+    if paired:
+        order["multi"] = rng.sample(paired, len(paired))
+    used: dict[str, int] = {k: 0 for k in KINDS}
     width = _width(n)
     slots = []
     for i, kind in enumerate(kinds):
         k = used[kind]
         used[kind] += 1
-        seed_passage = order[kind][k % len(usable)]
-        variant = k // len(usable)
+        pool = order[kind]
+        seed_passage = pool[k % len(pool)]
+        variant = k // len(pool)
         chosen: tuple[int, ...] = (seed_passage,)
         if kind == "multi":
-            if seed_passage not in partners:
-                partners[seed_passage] = _partners(seed_passage, passages, usable, bm25)
-            others = partners[seed_passage]
-            size = 3 if k % 3 == 2 and len(docs) >= 3 else 2
-            picked = _pick(others, variant, size - 1, passages)
-            chosen = (seed_passage, *picked)
+            others = partners.get(seed_passage, [])
+            size = 3 if k % 3 == 2 else 2
+            chosen = (seed_passage, *_pick(others, variant, size - 1, passages))
         elif kind == "unanswerable":
             near = [j for j in bm25.ranking(passages[seed_passage].text) if j != seed_passage and j in usable]
             chosen = (seed_passage, *near[:2])
@@ -151,14 +181,17 @@ def plan_slots(passages: Passages, n: int, mix: dict[str, float], seed: int,
     return slots
 
 
-def _partners(seed: int, passages: Passages, usable: list[int], bm25: BM25) -> list[int]:
-    """The usable passages of other documents, most similar to passage ``seed`` first."""
+def related(seed: int, passages: Passages, usable: Sequence[int], bm25: BM25) -> list[int]:
+    """The usable passages of other documents related to passage ``seed`` (tf-idf cosine at least
+    `RELATED_MIN`), most similar first."""
     doc = passages[seed].doc
-    return [j for j in bm25.ranking(passages[seed].text) if j in usable and passages[j].doc != doc]
+    scored = [(bm25.similarity(seed, j), j) for j in usable if passages[j].doc != doc]
+    return [j for s, j in sorted(scored, key=lambda x: (-x[0], x[1])) if s >= RELATED_MIN]
 
 
 def _pick(others: list[int], variant: int, count: int, passages: Passages) -> list[int]:
-    """``count`` partners of distinct documents, starting at the ``variant``-th best."""
+    """``count`` partners of distinct documents (fewer when there are not as many), starting at the
+    ``variant``-th best."""
     picked: list[int] = []
     docs: set[str] = set()
     for j in others[variant % max(1, len(others)):] + others:

@@ -21,15 +21,18 @@ again (`ragbridge.rubric.parse.Asker`), naming the problem.
 
 from __future__ import annotations
 
+import ast
+import re
 from typing import Any, Callable, Optional, Sequence
 
 from ..formats.corpus import Corpus
+from ..lexical import BM25, copied_run, copied_terms, terms
 from ..rubric.parse import ReplyError
-from ..lexical import term_overlap, terms
 from .passages import Passage
 
 __all__ = ["TASKS", "HEADINGS", "messages", "SCHEMAS", "check_question", "check_single", "check_multi",
-           "check_reword", "check_unanswerable", "check_answered", "locate_quote", "Problem"]
+           "check_reword", "check_unanswerable", "check_answered", "locate_quote", "unused", "not_a_question",
+           "Problem", "MIN_QUOTE_TERMS", "REWORD_KEEP", "REWORD_RUN", "USES_TERMS"]
 
 TASKS = {
     "single": "You write one test question that a passage of a document answers.",
@@ -137,7 +140,9 @@ SCHEMAS = {
 
 class Problem(ReplyError):
     """A reply that parses but fails a check that re-asking may not mend (``kind``: ``unplaced``, a
-    quote not in its passage; ``not_reworded``, a rewording no further from the passage)."""
+    quote not in its passage; ``short_quote``, a quote of fewer than `MIN_QUOTE_TERMS` content words;
+    ``one_passage``, a multi-passage answer that does not use every passage; ``not_reworded``, a
+    rewording that keeps the passage's wording)."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
@@ -164,25 +169,111 @@ def check_question(obj: dict) -> str:
     return q
 
 
+#: the fewest content words (`ragbridge.lexical.terms`) a quote labelling an answer may have
+MIN_QUOTE_TERMS = 3
+#: a rewording may keep at most this share of the passage wording the question it rewords took from
+#: the passage (idf-weighted `ragbridge.lexical.copied_terms`)
+REWORD_KEEP = 0.5
+#: a rewording may repeat no run of this many passage terms in a row (a phrase of the passage copied;
+#: two in a row are allowed: a name such as "Commuter plan" has no other wording)
+REWORD_RUN = 3
+#: a multi-passage answer uses a passage when it repeats this many of the terms of that passage's
+#: quote that no other quote holds (all of them, when the quote has fewer)
+USES_TERMS = 2
+
+_WORD_CHAR = re.compile(r"\w")
+
+
+def _pattern(quote: str) -> Optional[re.Pattern]:
+    """``quote``'s words with any white space between them, at word boundaries (a quote starting
+    or ending with a letter or digit matches only where the document's word starts or ends too)."""
+    words = quote.split()
+    if not words:
+        return None
+    body = r"\s+".join(map(re.escape, words))
+    head = r"(?<!\w)" if _WORD_CHAR.match(words[0][0]) else ""
+    tail = r"(?!\w)" if _WORD_CHAR.match(words[-1][-1]) else ""
+    return re.compile(head + body + tail)
+
+
+def not_a_question(question: Any, contexts: Sequence[str] = ()) -> Optional[str]:
+    """Why a library's question is not one (None when it is): empty, longer than 400 characters,
+    of fewer than three words, a list or a dict written out (``['## Warranty ...']``), or a copy of
+    one of its ``contexts`` (the question's words are a stretch of the context, or hold a whole
+    context). A library's question need not end with a question mark: a generator may write queries
+    in the style of a web search."""
+    if not isinstance(question, str) or not question.strip():
+        return "the question is empty"
+    q = " ".join(question.split())
+    if q[0] in "[{(" and q[-1] in "]})":
+        try:
+            value = ast.literal_eval(q)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            value = None
+        if isinstance(value, (list, tuple, dict)) or q[0] != "(":
+            return f"the question is a list written out, not a question: {q[:80]!r}"
+    if len(q) > 400:
+        return f"the question is {len(q)} characters long, not one question"
+    if len(q.split()) < 3 or not terms(q):
+        return f"the question is not a question of three words or more: {q!r}"
+    plain = " ".join(q.lower().rstrip("?.!").split())
+    for ctx in contexts:
+        text = " ".join(ctx.lower().split()) if isinstance(ctx, str) else ""
+        if len(plain.split()) >= 4 and plain in text:
+            return f"the question is a copy of its context's words: {q[:80]!r}"
+        if text and len(text.split()) >= 4 and text.rstrip(".!?") in plain:
+            return f"the question holds its whole context: {q[:80]!r}"
+    return None
+
+
 def locate_quote(corpus: Corpus, passage: Passage, quote: str) -> Optional[tuple[int, int]]:
-    """Where ``quote`` is in the document, inside ``passage`` first (exactly, else with white space
-    collapsed), else anywhere in the document; None when it is not there."""
-    inner = Corpus({passage.doc: passage.text}).locate(passage.doc, quote)
-    if inner is not None:
-        return passage.start + inner[0], passage.start + inner[1]
-    found = corpus.locate(passage.doc, quote)
-    return (found[0], found[1]) if found is not None else None
+    """Where ``quote`` is in the document: inside ``passage`` first, else anywhere in the document;
+    its words in order with any white space between them, starting and ending at word boundaries
+    ("the" is not found inside "thermostat"); None when it is not there."""
+    pattern = _pattern(quote)
+    if pattern is None:
+        return None
+    found = pattern.search(passage.text)
+    if found is not None:
+        return passage.start + found.start(), passage.start + found.end()
+    found = pattern.search(corpus.texts[passage.doc])
+    return (found.start(), found.end()) if found is not None else None
+
+
+def _placed(corpus: Corpus, passage: Passage, quote: str, what: str, where: str) -> tuple[str, int, int, str]:
+    """(doc, start, end, the document's text there) of a quote, checked: `Problem` ``short_quote``
+    for one of fewer than `MIN_QUOTE_TERMS` content words, ``unplaced`` for one not in the passage."""
+    if len(terms(quote)) < MIN_QUOTE_TERMS:
+        raise Problem("short_quote", f"{what} must be the sentence or sentences that answer it, of "
+                                     f"{MIN_QUOTE_TERMS} content words or more (got {quote[:120]!r})")
+    at = locate_quote(corpus, passage, quote)
+    if at is None:
+        raise Problem("unplaced", f"{what} is not in {where}: copy the sentence or sentences exactly as "
+                                  f"the passage has them, whole words (got {quote[:120]!r})")
+    return passage.doc, at[0], at[1], corpus.texts[passage.doc][at[0]:at[1]]
 
 
 def check_single(corpus: Corpus, passage: Passage) -> Callable[[dict], dict]:
     def check(obj: dict) -> dict:
         q, a, quote = check_question(obj), _text(obj, "answer"), _text(obj, "quote")
-        where = locate_quote(corpus, passage, quote)
-        if where is None:
-            raise Problem("unplaced", '"quote" is not in the passage: copy the sentence or sentences '
-                                      f"exactly as the passage has them (got {quote[:120]!r})")
-        return {"question": q, "answer": a, "spans": [(passage.doc, *where, quote)]}
+        return {"question": q, "answer": a,
+                "spans": [_placed(corpus, passage, quote, '"quote"', "the passage")]}
     return check
+
+
+def unused(answer: str, quotes: Sequence[str]) -> list[int]:
+    """The indexes of the quotes ``answer`` does not use: it repeats fewer than `USES_TERMS` of the
+    terms of that quote which no other quote holds (or, of a quote with fewer, not all of them)."""
+    said = set(terms(answer))
+    held = [set(terms(q)) for q in quotes]
+    out = []
+    for i, own in enumerate(held):
+        others = set().union(*(h for j, h in enumerate(held) if j != i))
+        distinct = own - others
+        need = min(USES_TERMS, len(distinct))
+        if need == 0 or len(distinct & said) < need:
+            out.append(i)
+    return out
 
 
 def check_multi(corpus: Corpus, passages: Sequence[Passage]) -> Callable[[dict], dict]:
@@ -196,25 +287,35 @@ def check_multi(corpus: Corpus, passages: Sequence[Passage]) -> Callable[[dict],
         for i, (p, quote) in enumerate(zip(passages, quotes), 1):
             if not isinstance(quote, str) or not quote.strip():
                 raise ReplyError(f'"quotes" item {i} must be a non-empty string, got {quote!r}'[:200])
-            where = locate_quote(corpus, p, quote)
-            if where is None:
-                raise Problem("unplaced", f'"quotes" item {i} is not in passage {i}: copy the sentence or '
-                                          f"sentences exactly as the passage has them (got {quote[:120]!r})")
-            spans.append((p.doc, *where, " ".join(quote.split())))
+            spans.append(_placed(corpus, p, quote, f'"quotes" item {i}', f"passage {i}"))
+        idle = unused(a, [s[3] for s in spans])
+        if idle:
+            raise Problem("one_passage", "the answer does not use passage "
+                          + " or ".join(str(i + 1) for i in idle) + ": write one question whose answer needs "
+                          "a fact of every passage, and an answer that states each")
         return {"question": q, "answer": a, "spans": spans}
     return check
 
 
-def check_reword(passage: Passage, original: str) -> Callable[[dict], str]:
-    before = term_overlap(original, passage.text)
+def check_reword(passage: Passage, original: str, bm25: BM25) -> Callable[[dict], str]:
+    """The rewording of ``original``, checked to carry at most `REWORD_KEEP` of the passage wording
+    the original took from ``passage`` (the idf-weighted `copied_terms`: words the passage does not
+    hold, such as a greeting added in front, change nothing) and to repeat no phrase of the passage
+    (`REWORD_RUN` of its terms in a row, `copied_run`)."""
+    before = bm25.weight(copied_terms(original, passage.text))
 
     def check(obj: dict) -> str:
         q = check_question(obj)
-        after = term_overlap(q, passage.text)
-        if q.lower() == original.lower() or not after < before:
-            raise Problem("not_reworded", f"the reworded question shares {after:.0%} of its terms with the "
-                                          f"passage, the question it rewords {before:.0%}: use words the "
-                                          "passage does not use")
+        kept = copied_terms(q, passage.text)
+        after = bm25.weight(kept)
+        run = copied_run(q, passage.text)
+        if q.lower() == original.lower() or after > REWORD_KEEP * before or run >= REWORD_RUN:
+            share = after / before if before else 1.0
+            raise Problem("not_reworded", f"the reworded question keeps {share:.0%} of the passage's wording "
+                                          f"that the question it rewords has ({', '.join(kept) or 'none'})"
+                          + (f" and repeats {run} of its words in a row" if run >= REWORD_RUN else "")
+                          + f": keep at most {REWORD_KEEP:.0%}, no {REWORD_RUN} passage words in a row; use "
+                            "words the passage does not use")
         return q
     return check
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ from ..formats.corpus import Corpus, place_cases, read_corpus
 from ..schema import Case
 from ..lexical import BM25
 from .passages import cut_passages
-from .plan import KINDS, PlanError, allocate, parse_mix, plan_slots
+from .plan import KINDS, MIN_SOURCE_CHARS, PlanError, allocate, left_out, parse_mix, plan_slots
 from .work import WorkError, WorkFolder, corpus_fingerprint, work_folder_for
 
 __all__ = ["synthesize", "synthesize_async", "Synthesis", "SynthError", "BUILTIN"]
@@ -70,6 +71,9 @@ class Synthesis:
 
     def __repr__(self) -> str:
         c = self.counts
+        if self.status == "dry-run":  # the questions are the stub judge's simulation: only the plan and calls
+            return (f"Synthesis(dry-run: {c.get('planned', 0)} questions planned by {self.generator}; about "
+                    f"{self.judge.get('calls', 0)} judge call(s) to make, nothing called or written)")
         lines = [f"Synthesis({self.status}: {c.get('made', 0)} of {c.get('planned', 0)} questions made by "
                  f"{self.generator}, {c.get('dropped', 0)} dropped"
                  + "".join(f"; {k} {v}" for k, v in self.written.items()) + ")"]
@@ -147,10 +151,16 @@ async def synthesize_async(
         raise SynthError("--review needs --out: the review file is written beside it")
     if combined is not None and compare_to is None:
         raise SynthError("--combined needs --compare-to: the real set it joins to the synthetic one")
+    # an output no format writes, or that cannot be written where it is named, is refused before the
+    # corpus is read and the judge called
+    for path, what in ((out, "--out"), (combined, "--combined")):
+        if path is not None:
+            writing_format(path)
+            _check_writable(Path(path), what)
     if out is not None:
-        writing_format(out)  # an output no format writes is refused before anything is called
-    if combined is not None:
-        writing_format(combined)
+        _check_writable(work_folder_for(Path(out)), "--out's work folder", folder=True)
+    if judge.cache_path is not None and judge.cache_mode == "read-write" and not dry_run:
+        _check_writable(Path(judge.cache_path), "the judge cache (--cache-path)")
     docs = corpus if isinstance(corpus, Corpus) else _read_corpus(corpus)
     passages = cut_passages(docs)
     bm25 = BM25([p.text for p in passages])
@@ -165,7 +175,7 @@ async def synthesize_async(
     real = _real_cases(compare_to, docs)
     plan = {"generator": generator, "corpus": docs.path, "corpus_fingerprint": corpus_fingerprint(docs.texts),
             "n": n, "mix": {k: round(v, 6) for k, v in shares.items()}, "seed": seed,
-            "judge": {"model": judge.model, "base_url": judge.public_base_url},
+            "judge": {"model": judge.model, "base_url": _judge_identity(judge)},
             "options": options or {}, "ragbridge_version": __version__,
             **({"library_version": lib.version()} if lib is not None else {})}
     work = None
@@ -193,16 +203,50 @@ async def synthesize_async(
     items = work.items() if work is not None else {**done, **result.counts.pop("_items", {})}
     if "_complete" in items and not result.notes:
         result.notes = list(items["_complete"].get("notes") or [])
+    gone = left_out(passages, list(docs.texts))
+    if gone:
+        result.notes.append(f"{len(gone)} document(s) have no passage of {MIN_SOURCE_CHARS} characters or "
+                            f"more to write a question from: {', '.join(gone[:5])}"
+                            + (", ..." if len(gone) > 5 else ""))
     result.stub = result.stub or any(i.get("stub") for i in items.values())
     _assemble(result, items, slots, n, shares, lib is not None)
-    from .weaknesses import measure
-
-    result.weaknesses["synthetic"] = measure(result.cases, docs, passages, bm25)
-    if real is not None:
-        result.weaknesses["real"] = measure(real, docs, passages, bm25)
     if out is not None and result.status == "complete":
         _write(result, Path(out), review, real, combined)
+    from .weaknesses import measure
+
+    # measured on the set as written: without the questions dropped in review, with their edits (a dry
+    # run's questions are the stub judge's simulation: not measured)
+    if result.status != "dry-run":
+        result.weaknesses["synthetic"] = measure(result.cases, docs, passages, bm25)
+    if real is not None:
+        result.weaknesses["real"] = measure(real, docs, passages, bm25)
     return result
+
+
+def _check_writable(path: Path, what: str, folder: bool = False) -> None:
+    """`SynthError` when ``path`` cannot be written: it is a folder (a file, for ``folder``), or the
+    nearest existing folder above it is a file or not writable. Nothing is made."""
+    kind = "folder" if folder else "file"
+    if path.exists() and path.is_dir() != folder:
+        raise SynthError(f"{what} {path} is a {'file' if folder else 'folder'}, not a {kind}: name another")
+    above = path.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise SynthError(f"{what} {path} cannot be written: {above} is a file, not a folder")
+    if not os.access(above, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise SynthError(f"{what} {path} cannot be written: no permission to write in {above}")
+
+
+def _judge_identity(judge: Any) -> str:
+    """The judge's server as the work folder compares it: ragbridge's stub judge on this machine by
+    its settings, not by the port it was given when started (`ragbridge.judge.config.identity_url`;
+    asked through its list of models, which is no judge call)."""
+    from ..judge.config import identity_url
+    from ..judge.dialect import endpoints_of
+    from ..judge.preflight import detect_stub
+
+    return identity_url(judge.base_url, detect_stub(judge, endpoints_of(judge)[0]))
 
 
 def _read_corpus(path: Any) -> Corpus:
@@ -341,7 +385,7 @@ async def _builtin(result: Synthesis, docs: Corpus, passages: Any, bm25: BM25, s
         asker = Asker(client, judge.model, retries=min(DEFAULT_RETRIES, judge.max_retries),
                       max_tokens=judge.max_tokens)
         g = Generation(docs, passages, bm25, asker, gateway, record, judge_model=judge.model,
-                       drop_failed=drop_failed)
+                       drop_failed=drop_failed, embedding_model=judge.embedding_model, client=client)
         await run_slots(g, slots, done, judge.max_concurrency)
     finally:
         await client.aclose()
@@ -424,6 +468,14 @@ def _assemble(result: Synthesis, items: dict[str, dict[str, Any]], slots: Sequen
         result.status = "errored" if result.errors else "interrupted"
 
 
+def _edited(case: Case, edit: Optional[dict[str, str]]) -> Case:
+    """``case`` with a reviewer's edits, the generated wording kept in ``metadata.review.edited``."""
+    if not edit:
+        return case
+    was = {k: getattr(case, k) for k in edit}
+    return case.model_copy(update={**edit, "metadata": {**case.metadata, "review": {"edited": was}}})
+
+
 def _write(result: Synthesis, out: Path, review: bool, real: Optional[list[Case]],
            combined: str | Path | None) -> None:
     """The golden set (or the review file, or the reviewed set), and the combined set; everything is
@@ -444,8 +496,10 @@ def _write(result: Synthesis, out: Path, review: bool, real: Optional[list[Case]
             result.status = "review"
             result.written["review"] = str(path)
             return
-        rejected = read_review(path, [c.id for c in result.cases])
-        kept = [c for c in result.cases if c.id not in rejected]
+        reviewed = read_review(path, [c.model_dump(mode="json", exclude_defaults=True) for c in result.cases])
+        rejected = reviewed.dropped
+        kept = [_edited(c, reviewed.edits.get(c.id)) for c in result.cases if c.id not in rejected]
+        result.counts["reviewed_edited"] = len(reviewed.edits)
         gone = [c.model_copy(update={"metadata": {**c.metadata,
                                                   "review": {"dropped": True, "why": rejected[c.id]}}})
                 for c in result.cases if c.id in rejected]

@@ -5,8 +5,11 @@ Generated questions copy the passage's wording (so a lexical retriever finds the
 easily than a real user's), have exactly one answer passage, and never ask what the documents do not
 answer. Per golden set, over the corpus cut into passages (`ragbridge.synthetic.passages`):
 
-* ``term_overlap``: the mean, over the answerable cases with span labels, of the share of the
-  question's terms found in the labelled text (`ragbridge.lexical.term_overlap`);
+* ``copied_terms``: the mean, over the answerable cases with span labels, of the number of the
+  labelled text's terms the question repeats (`ragbridge.lexical.copied_terms`: content words,
+  lower-cased, lightly stemmed). What the passage's wording gives the question: words added to the
+  question (a greeting, filler) do not lower it, as they would lower a share of the question's
+  words;
 * ``bm25_top1`` and ``bm25_mrr``: BM25 over every passage of the corpus, the question as the query:
   the share of those cases whose labelled passage (any passage a span label overlaps) ranks first,
   and the mean of one over its rank;
@@ -24,14 +27,14 @@ from typing import Any, Optional, Sequence
 
 from ..formats.corpus import Corpus, place_cases
 from ..schema import Case
-from ..lexical import BM25, term_overlap
+from ..lexical import BM25, copied_terms
 from .passages import Passages, cut_passages
 
 __all__ = ["measure", "compare_rows", "MEASURES"]
 
 #: the measures, in the order they are shown, with what a higher figure says
 MEASURES = (
-    ("term_overlap", "share of the question's terms found in its labelled passage"),
+    ("copied_terms", "terms of its labelled text the question repeats (mean count)"),
     ("bm25_top1", "share whose labelled passage BM25 ranks first"),
     ("bm25_mrr", "mean reciprocal BM25 rank of the labelled passage"),
     ("one_passage", "share with exactly one answer passage"),
@@ -50,7 +53,7 @@ def measure(cases: Sequence[Case], corpus: Corpus, passages: Optional[Passages] 
     passages = passages if passages is not None else cut_passages(corpus)
     bm25 = bm25 or BM25([p.text for p in passages])
     placed = place_cases(list(cases), corpus)
-    overlaps: list[float] = []
+    copied: list[float] = []
     reciprocal: list[float] = []
     single: list[float] = []
     n_labelled = 0
@@ -64,7 +67,7 @@ def measure(cases: Sequence[Case], corpus: Corpus, passages: Optional[Passages] 
                 continue
             texts.append(corpus.texts[s.doc][s.start:s.end])
             labelled.update(passages.covering(s.doc, s.start, s.end))
-        overlaps.append(term_overlap(case.question, " ".join(texts)))
+        copied.append(float(len(copied_terms(case.question, " ".join(texts)))))
         single.append(1.0 if len(labelled) == 1 else 0.0)
         rank = next((r for r, i in enumerate(bm25.ranking(case.question), 1) if i in labelled), None)
         reciprocal.append(1.0 / rank if rank else 0.0)
@@ -72,7 +75,7 @@ def measure(cases: Sequence[Case], corpus: Corpus, passages: Optional[Passages] 
     return {
         "n": n,
         "n_labelled": n_labelled,
-        "term_overlap": _mean(overlaps),
+        "copied_terms": _mean(copied),
         "bm25_top1": _mean([1.0 if r == 1.0 else 0.0 for r in reciprocal]),
         "bm25_mrr": _mean(reciprocal),
         "one_passage": _mean(single),

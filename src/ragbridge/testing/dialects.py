@@ -32,6 +32,15 @@ llamacpp   ``/v1/...`` or ``/...``                        Bearer or ``X-Api-Key`
                                                           (a server started without
                                                           ``--embeddings``); any model name: it
                                                           lists its one model by its file
+llama-     ``/v1/...``; no ``/v1/responses`` (404         Bearer when the stub has ``api_key``
+cpp-python ``{"detail": "Not Found"}``); ``response_format``  (``--api_key``): 401; any model name;
+           other than ``text`` or ``json_object`` (OpenAI  embeddings: 500 (a server started
+           structured outputs, ``json_schema``): HTTP 500, without ``--embedding``); lists its one
+           its request validation's words as the message   model by its path
+           (`LLAMA_CPP_PYTHON_REJECTION`); a message whose
+           content is a list of parts: HTTP 500 (a GGUF's
+           chat template joins strings); a forced tool and
+           ``json_object`` with a ``schema`` are taken
 anthropic  ``/v1/...``; no ``/v1/embeddings`` (404)       ``x-api-key`` or Bearer; Anthropic's error
                                                           shape (``authentication_error``)
 gemini     ``/v1beta/openai/...``                         Bearer; none: 403 ``PERMISSION_DENIED``;
@@ -213,6 +222,42 @@ def _llamacpp(r: Request) -> Outcome:
     return Routed("/" + endpoint)
 
 
+#: what llama-cpp-python's server (0.3.36, with FastAPI 0.165) answers a chat request whose
+#: ``response_format`` is not ``text`` or ``json_object``: its request validation fails inside its route,
+#: and its error handler answers every such exception HTTP 500 with the exception's text (``KIND``: the
+#: type asked for)
+LLAMA_CPP_PYTHON_REJECTION = (
+    "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': "
+    "\"Input should be 'text' or 'json_object'\", 'input': 'KIND', 'ctx': {'expected': \"'text' or "
+    "'json_object'\"}}\n\n  File \"/usr/lib/python3/site-packages/llama_cpp/server/app.py\", line 376, in "
+    "create_chat_completion\n    POST /v1/chat/completions")
+
+
+def _llama_cpp_python(r: Request) -> Outcome:
+    endpoint = _endpoint(r.path)
+    if r.api_key is not None and not r.key_ok(r.bearer()):
+        return Rejected(401, {"detail": "Invalid API key"})
+    if endpoint is None or endpoint == "responses":
+        return Rejected(404, {"detail": "Not Found"})
+    if endpoint == "embeddings" and r.method == "POST":
+        return _llama_cpp_python_error("Llama model must be created with embedding=True to call this method")
+    messages = r.body.get("messages") if isinstance(r.body, dict) else None
+    if endpoint == "chat/completions" and any(isinstance(m, dict) and isinstance(m.get("content"), list)
+                                              for m in messages or ()):
+        # a model's own chat template (the GGUF's) joins the contents as strings
+        return _llama_cpp_python_error('can only concatenate str (not "list") to str')
+    fmt = r.body.get("response_format") if isinstance(r.body, dict) else None
+    if endpoint == "chat/completions" and isinstance(fmt, dict) and fmt.get("type") not in ("text",
+                                                                                          "json_object"):
+        return _llama_cpp_python_error(LLAMA_CPP_PYTHON_REJECTION.replace("KIND", str(fmt.get("type"))))
+    return Routed("/" + endpoint)
+
+
+def _llama_cpp_python_error(message: str) -> Rejected:
+    return Rejected(500, {"error": {"message": message, "type": "internal_server_error", "param": None,
+                                    "code": None}})
+
+
 def _anthropic_error(status: int, etype: str, message: str) -> Rejected:
     return Rejected(status, {"type": "error", "error": {"type": etype, "message": message}})
 
@@ -304,6 +349,9 @@ def listing(dialect: Optional[str], models: list[str]) -> Any:
         return {"models": [{"name": LLAMACPP_FILE, "model": LLAMACPP_FILE, "type": "model"}],
                 "object": "list", "data": [{"id": LLAMACPP_FILE, "object": "model", "created": CREATED,
                                             "owned_by": "llamacpp", "meta": {"n_ctx_train": 32768}}]}
+    if dialect == "llama-cpp-python":
+        return {"object": "list", "data": [{"id": LLAMACPP_FILE, "object": "model", "owned_by": "me",
+                                            "permissions": []}]}
     if dialect == "anthropic":
         dated = [m if m[-8:].isdigit() else f"{m}-{ANTHROPIC_DATE}" for m in models]
         return {"data": [{"type": "model", "id": m, "display_name": m, "created_at": "2025-09-29T00:00:00Z"}
@@ -331,6 +379,7 @@ NO_LISTING: dict[Optional[str], tuple[int, Any]] = {
     "ollama": (404, "404 page not found"),
     "vllm": (404, {"detail": "Not Found"}),
     "llamacpp": (404, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}),
+    "llama-cpp-python": (404, {"detail": "Not Found"}),
     "anthropic": (404, {"type": "error", "error": {"type": "not_found_error", "message": "Not Found"}}),
     "gemini": (404, [{"error": {"code": 404, "message": "Not Found", "status": "NOT_FOUND"}}]),
     "litellm": (404, {"detail": "Not Found"}),
@@ -339,6 +388,7 @@ NO_LISTING: dict[Optional[str], tuple[int, Any]] = {
 
 DIALECTS: dict[str, Callable[[Request], Outcome]] = {
     "openai": _openai, "azure": _azure, "ollama": _ollama, "vllm": _vllm, "llamacpp": _llamacpp,
+    "llama-cpp-python": _llama_cpp_python,
     "anthropic": _anthropic, "gemini": _gemini, "litellm": _litellm,
 }
 

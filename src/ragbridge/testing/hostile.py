@@ -5,7 +5,9 @@ selected in the request's path: ``stub.url + "/hostile/<mode>/v1"`` (then the pl
 mode                what the judge does
 =================== ========================================================================
 drip                sends its (normal) answer one byte every ``stub.drip_interval`` seconds (0.5)
+drip-head           ... its status line and headers too, one byte at a time
 huge                answers 200 with a JSON body of ``stub.huge_bytes`` (64 MiB), made as it is sent
+same-500            answers HTTP 500 with the same body every time (a server that fails on the request)
 late                answers normally, but only after ``stub.late_seconds`` (2): after the deadline of
                     a gateway whose ``timeout`` is shorter
 late-once           ... late the first time it gets a request (the same body), at once after that
@@ -57,8 +59,8 @@ ECHO_CHARSETS = ("utf-16", "utf-16-be", "utf-32", "cp500", "utf-7")
 CONTENT_MODES = ("repeated-key", "lone-surrogate")
 #: the ways ``echo-key*`` echoes the key
 ECHO_MODES = ("echo-key", *(f"echo-key-{c}" for c in ECHO_CHARSETS), "echo-key-bom")
-MODES = ("drip", "huge", "late", "late-once", *ECHO_MODES, "echo-key-each", *CONTENT_MODES, "gzip",
-         *USAGE_LIES)
+MODES = ("drip", "drip-head", "same-500", "huge", "late", "late-once", *ECHO_MODES, "echo-key-each",
+         *CONTENT_MODES, "gzip", *USAGE_LIES)
 
 
 def given_key(headers: Any) -> Optional[str]:

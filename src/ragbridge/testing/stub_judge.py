@@ -9,11 +9,10 @@ Endpoints: ``POST /v1/chat/completions`` (plain prompts, ``response_format`` ``j
 ``encoding_format`` float or base64) and ``GET /v1/models``; the same paths without ``/v1`` work too. Any
 key and any model name are accepted (``GET /models`` lists ``models`` and says so with the header
 ``X-Ragbridge-Stub-Models: any``). Under a path prefix the stub speaks one real server's request dialect
-instead (``stub.url + "/azure"``, ``/ollama/v1``, ``/vllm/v1``, ``/llamacpp/v1``, ``/anthropic/v1``,
-``/gemini/v1beta/openai``, ``/litellm``, ``/openai/v1``): its paths, where its key goes, and what a wrong
-request gets, as :mod:`ragbridge.testing.dialects` says. Under ``/hostile/<mode>/v1`` it is a judge that
-misbehaves on purpose: drips, floods or delays its answer, lies about its usage, echoes the key in every
-encoding and charset, repeats a key of its JSON, sends a lone surrogate, compresses
+instead (``stub.url + "/azure"``, ``/llama-cpp-python/v1``, ``/vllm/v1``...): its paths, where its key
+goes, what a wrong request gets, as :mod:`ragbridge.testing.dialects` says. Under ``/hostile/<mode>/v1``
+it is a judge that misbehaves on purpose: drips, floods or delays its answer, lies about its usage, echoes
+the key in every encoding and charset, repeats a key of its JSON, sends a lone surrogate, compresses
 (:mod:`ragbridge.testing.hostile`). What the answers say is decided by :mod:`ragbridge.stub.responders`
 (:mod:`ragbridge.stub.answers` shapes them).
 
@@ -40,18 +39,17 @@ probability ``noise``, drawn per request and per repeat (the ``X-Ragbridge-Repea
 gateway sends), so repeats of one request differ while a replay of one repeat does not (see
 :mod:`ragbridge.stub.responders`).
 
-``latency`` is the response time of every POST: the stub computes its answer, then sleeps for
-whatever is left of ``latency``.
+``latency`` is the response time of every POST (a refusal's too): the stub computes its answer, then
+sleeps for whatever is left of ``latency``.
 
 ``log`` (a file path; ``--log`` on the command line) appends one JSON line per answered POST:
 ``route``, ``start`` and ``end`` (Unix time), ``in_flight`` (POSTs in flight when it arrived, itself
 included), ``status`` and ``response_sha256`` (of the body sent), so a benchmark can tell how many
 calls were in flight at once and which call was answered when.
 
-For tests that need a defined order of events rather than a race, :meth:`StubJudge.hold` keeps
-every POST that arrives in flight (received, recorded, counted in ``in_flight``) until
-:meth:`StubJudge.release`, and :meth:`StubJudge.wait_for_requests` waits until a number of POSTs
-have arrived.
+For tests that need a defined order of events rather than a race, :meth:`StubJudge.hold` keeps every
+POST that arrives in flight (received, recorded, counted in ``in_flight``) until :meth:`StubJudge.release`,
+and :meth:`StubJudge.wait_for_requests` waits until a number of POSTs have arrived.
 
 Run it in the foreground with ``python -m ragbridge.testing.stub_judge --port 8808 --latency 0.1``.
 """
@@ -61,6 +59,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import hashlib
+import itertools
 import json
 import random
 import sys
@@ -169,6 +168,7 @@ class _Handler(FastRequestHandler):
             if isinstance(outcome, Rejected):
                 stub._record(StubRequest(method, path, body, fault="rejected", headers=headers,
                                          dialect=first))
+                stub._sleep(stub.latency if method == "POST" else 0)
                 self._send(outcome.status, outcome.payload)
                 return
             route = outcome.route
@@ -204,13 +204,11 @@ class _Handler(FastRequestHandler):
                 {"id": m, "object": "model", "created": CREATED, "owned_by": STUB_FINGERPRINT}
                 for m in stub.models]}, {**settings, "X-Ragbridge-Stub-Models": "any"})
 
-    def _send_drip(self, body: bytes, interval: float) -> None:
-        def drip() -> Any:
-            for i in range(len(body)):
-                yield body[i:i + 1]
-                self.stub._sleep(interval)
+    def _send_drip(self, body: bytes, interval: float, head: bool = False) -> None:
+        def drip(data: bytes) -> Any:
+            return (self.stub._sleep(interval) or data[i:i + 1] for i in range(len(data)))
 
-        _hostile_send(self, drip(), len(body))
+        _hostile_send(self, drip(body), len(body), drip if head else None)
 
     def _send_huge(self, size: int) -> None:
         head = b'{"id": "huge", "object": "chat.completion", "choices": [{"index": 0, "message": ' \
@@ -240,8 +238,9 @@ class _Handler(FastRequestHandler):
             if fault == "429":
                 status, payload = 429, _err("ragbridge stub: rate limited (injected)", "rate_limit_error")
                 reply_headers = {"Retry-After": _fmt_num(stub.retry_after)}
-            elif fault == "500":
-                status, payload = 500, _err("ragbridge stub: internal error (injected)", "server_error")
+            elif fault in ("500", "same-500"):  # "500": named by a request id, as a real server's
+                words = "this request fails" if fault == "same-500" else f"internal error (injected) {t0}"
+                status, payload = 500, _err(f"ragbridge stub: {words}", "server_error")
             elif fault == "garbage":
                 payload = b"<html>ragbridge stub: this is not JSON</html>"
             elif fault is not None and fault.startswith("echo-key"):
@@ -291,8 +290,8 @@ class _Handler(FastRequestHandler):
                     payload = json.dumps(payload, ensure_ascii=False).encode("utf-8")
                 payload = gzip.compress(payload)
                 reply_headers = {**(reply_headers or {}), "Content-Encoding": "gzip"}
-            if fault == "drip":
-                self._send_drip(json.dumps(payload).encode(), stub.drip_interval)
+            if fault in ("drip", "drip-head"):
+                self._send_drip(json.dumps(payload).encode(), stub.drip_interval, head=fault == "drip-head")
                 return
             if stub.log is not None and not isinstance(payload, bytes):
                 payload = json.dumps(payload, ensure_ascii=False).encode("utf-8")
@@ -305,13 +304,14 @@ class _Handler(FastRequestHandler):
             stub._leave()
 
 
-def _hostile_send(handler: "_Handler", chunks: Any, size: int) -> None:
-    """Send a 200 answer of ``size`` bytes as ``chunks`` come, until the client goes away."""
+def _hostile_send(handler: "_Handler", chunks: Any, size: int, head_chunks: Any = None) -> None:
+    """Send a 200 answer of ``size`` bytes as ``chunks`` come (its head as ``head_chunks(head)`` gives
+    it, else at once), until the client goes away."""
     handler.close_connection = True
+    head = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Ragbridge-Stub: 1\r\n"
+            f"Content-Length: {size}\r\nConnection: close\r\n\r\n".encode())
     try:
-        handler.wfile.write(f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Ragbridge-Stub: 1\r\n"
-                            f"Content-Length: {size}\r\nConnection: close\r\n\r\n".encode())
-        for chunk in chunks:
+        for chunk in itertools.chain(head_chunks(head) if head_chunks else (head,), chunks):
             if handler.stub.closed:
                 return
             handler.wfile.write(chunk)
@@ -381,16 +381,16 @@ class StubJudge:
         self._closed = threading.Event()
         self._conns: set = set()
         self._server: Optional[_Server] = None
+        self.handler = type("StubHandler", (_Handler,), {"stub": self, "owner": self})  # its answers
         self._thread: Optional[threading.Thread] = None
 
     def start(self) -> "StubJudge":
         if self._server is not None:
             return self
-        handler = type("StubHandler", (_Handler,), {"stub": self, "owner": self})
         self._closed.clear()
         if self.log is not None:
             self._log_fh = open(self.log, "a", encoding="utf-8", buffering=1)
-        self._server = _Server((self.host, self.port), handler)
+        self._server = _Server((self.host, self.port), self.handler)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name=f"ragbridge-stub-{self.port}", daemon=True)

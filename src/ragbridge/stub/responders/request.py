@@ -3,6 +3,9 @@ body, normalised) and what a responder answers (`JudgeReply`)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -28,6 +31,12 @@ def _part_text(content: Any) -> str:
     if isinstance(content, dict) and isinstance(content.get("text"), str):
         return content["text"]
     return str(content)
+
+
+#: the paragraph the judge gateway adds to the last user message when it asks for a JSON object in
+#: words (``ragbridge.judge.structured.instruction``: JSON mode, or the prompt alone)
+_ASKED = re.compile(r"\n\nReply with only one JSON object(?:, named (?P<name>[\w-]+), that follows this JSON "
+                    r"schema:\n(?P<schema>\{.*\})|, with no other text\.)\s*$", re.S)
 
 
 @dataclass
@@ -64,7 +73,18 @@ class JudgeRequest:
     def from_chat(cls, body: dict) -> "JudgeRequest":
         msgs = [(str(m.get("role", "user")), _part_text(m.get("content"))) for m in body.get("messages") or []
                 if isinstance(m, dict)]
+        asked = None
+        for i, (role, text) in enumerate(msgs):  # the paragraph the judge gateway adds, taken out
+            m = _ASKED.search(text) if role == "user" else None
+            if m is not None:
+                msgs[i], asked = (role, text[:m.start()]), m
         req = cls(endpoint="chat", model=str(body.get("model", "")), messages=msgs, body=body)
+        if asked is not None:
+            req.json_mode, req.schema_name = True, asked.group("name")
+            with contextlib.suppress(ValueError):
+                schema = json.loads(asked.group("schema") or "null")
+                if isinstance(schema, dict):
+                    req.schema, req.schema_origin = schema, "json_schema"
         rf = body.get("response_format") or {}
         tools = body.get("tools") or []
         tool_choice = body.get("tool_choice")
