@@ -35,7 +35,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from ..formats.files import DatasetError, jsonl_lines
 from ..schema import Case
@@ -213,16 +213,18 @@ def signal_verdict(signal: dict[str, Any], polarity: str = "positive", table: Op
 class SignalLabels:
     """What `labels_from_signals` made: the labels ``frame``, the ``polarity`` used, the signals
     that were not labels: ``unread`` (how many) and their ``labels`` (the values, for the message),
-    and the ids of the cases left out because their signals disagree (``conflicting``)."""
+    the ids of the cases left out because their signals disagree (``conflicting``), and the names of
+    every signal the cases carry (``names``)."""
 
     frame: Any
     polarity: str
     unread: int = 0
     labels: list[str] = field(default_factory=list)
     conflicting: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
 
 
-def labels_from_signals(cases: Sequence[Case], name: str, metrics: Sequence[str],
+def labels_from_signals(cases: Iterable[Case], name: str, metrics: Sequence[str],
                         polarity: Optional[str] = None, table: Optional[LabelTable] = None,
                         threshold: float = 0.5) -> SignalLabels:
     """Human labels (``case_id, metric, grade, graded``) from the signal ``name`` on each case, one
@@ -232,10 +234,11 @@ def labels_from_signals(cases: Sequence[Case], name: str, metrics: Sequence[str]
     its name), ``table`` and ``threshold`` as `signal_verdict` takes them."""
     import pandas as pd
 
-    rows, unread, labels, conflicting, used = [], 0, [], [], None
-    for case in cases:
-        found = [s for s in case.metadata.get("signals", []) or []
-                 if isinstance(s, dict) and s.get("name") == name]
+    rows, unread, labels, conflicting, used, names = [], 0, [], [], None, set()
+    for case in cases:  # once: the cases may be a stream
+        carried = [s for s in case.metadata.get("signals", []) or [] if isinstance(s, dict)]
+        names.update(str(s.get("name")) for s in carried)
+        found = [s for s in carried if s.get("name") == name]
         if not found:
             continue
         verdicts = []
@@ -256,10 +259,11 @@ def labels_from_signals(cases: Sequence[Case], name: str, metrics: Sequence[str]
         grade, graded = verdicts[-1]
         rows.extend({"case_id": case.id, "metric": m, "grade": grade, "graded": graded} for m in metrics)
     frame = pd.DataFrame(rows, columns=["case_id", "metric", "grade", "graded"])
-    return SignalLabels(frame, used or polarity_of(name, polarity), unread, sorted(set(labels)), conflicting)
+    return SignalLabels(frame, used or polarity_of(name, polarity), unread, sorted(set(labels)), conflicting,
+                        sorted(names))
 
 
-def human_labels(cases: Sequence[Case], name: str, metrics: Sequence[str], polarity: Optional[str] = None,
+def human_labels(cases: Iterable[Case], name: str, metrics: Sequence[str], polarity: Optional[str] = None,
                  table: Optional[str | Path] = None, threshold: float = 0.5) -> tuple[Any, list[str]]:
     """``validate --labels signal:NAME``: the labels frame of `labels_from_signals` and the lines to
     print (the polarity read, the signals that are not labels). Raises `DatasetError` when no signal
@@ -281,8 +285,7 @@ def human_labels(cases: Sequence[Case], name: str, metrics: Sequence[str], polar
         if got.unread:
             raise DatasetError(f"none of the {got.unread} {name!r} signal(s) reads as a pass or a fail"
                                + (f": {unknown}" if unknown else " (no score and no label)"))
-        names = sorted({str(s.get("name")) for c in cases for s in c.metadata.get("signals", []) or []
-                        if isinstance(s, dict)})
+        names = got.names
         raise DatasetError(f"no case carries a signal named {name!r}"
                            + (f" (the cases carry: {', '.join(names)})" if names else
                               " (the cases carry no signals: sample the traces with their feedback, "
