@@ -17,7 +17,7 @@ from rich.table import Table
 
 from ..formats import DatasetError, get_formats, load_cases, resave_losses, write_cases, writing_format
 from ..formats.input_check import input_warnings
-from .output import err, fail, out, print_json, warn
+from .output import err, fail, out, print_json, refuse_overwriting, warn
 
 __all__ = ["register", "formats", "convert", "sample", "export_scores", "anchor"]
 
@@ -87,6 +87,7 @@ def convert(
 ) -> None:
     """Convert a dataset between formats (canonical JSONL, CSV, Parquet, datasets, TREC, and the backends'
     own)."""
+    refuse_overwriting(target, source, qrels)
     try:
         cases = load_cases(source, from_format, qrels=qrels)
         for line in input_warnings(cases):
@@ -166,6 +167,7 @@ def sample(
     if source is None:
         fail("no traces: give a trace file, or --from a trace store's address (SCHEME://HOST:PORT/PROJECT; "
              f"stores: {_stores('pull')})")
+    refuse_overwriting(out_file, None if is_address(source) else source, signals, mapping)
     try:
         feedback = load_signals(signals) if signals is not None else None
         drawn = sample_traces(source, n if n is not None or rate is not None else 200, seed=seed,
@@ -180,6 +182,10 @@ def sample(
         fail(str(exc))
     for line in (drawn.report.lines() if drawn.report else []):
         warn(f"{source}: {line}")
+    if signals is not None and not drawn.signals:
+        given = sum(len(v) for v in (feedback or {}).values())
+        warn(f"{signals}: none of its {given} signal(s) is about a sampled trace or one of its spans: the "
+             "cases carry no signals (check that its trace_id or span_id are the trace file's ids, hex)")
     if as_json:
         typer.echo(json.dumps({"out": str(out_file), **drawn.record()}, indent=2))
         return
@@ -201,16 +207,19 @@ def export_scores(
     backend: List[str] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
     threshold: List[str] = typer.Option(
         None, "--threshold", "-t", help="Pass threshold for the labels: 0.7, rubric=0.7 or "
-                                        "rubric:faithfulness=0.7 (repeatable; default 0.5)."),
+                                        "rubric:faithfulness=0.7 (repeatable; default: each metric's pass "
+                                        "mark, as the report's, docs/report.md)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Write a run's scores as span evaluations (trace id, span id, name, label, score, explanation) for
     the tracing tool the traces came from, or send them to its server."""
     from ..analysis.table import AnalysisError, open_run
-    from ..analysis.thresholds import Thresholds
+    from ..analysis.thresholds import pass_marks
     from ..formats.files import atomic_path
     from ..traces import get_score_formats, get_trace_stores
+    from ..run.folder import run_files
     from ..traces.stores import is_address, parse_address, store_for
+    from ..verdicts import verdict
 
     fmts = get_score_formats()
     store = address = None
@@ -226,10 +235,11 @@ def export_scores(
         fail(f"unknown score format {to_format!r}; known: {_score_targets()}")
     elif out_file is None:
         fail(f"--to {to_format} writes a file: give --out")
+    refuse_overwriting(out_file, *run_files(run))
     try:
         r = open_run(run)
-        marks = Thresholds.parse(threshold or None, set(r.columns.backends()))
-        export = _Export(r, metric, backend, lambda s: s.value >= marks.get(s.backend, s.metric))
+        marks = pass_marks(r, threshold or None, backends=sorted(r.columns.backends()))
+        export = _Export(r, metric, backend, lambda s: verdict(s, marks.get(s.backend, s.metric)))
         first = export.first()
     except (AnalysisError, DatasetError) as exc:
         fail(str(exc))
@@ -383,6 +393,7 @@ def anchor(
     from ..formats.anchor import anchor_cases, read_chunks
     from ..formats.corpus import read_corpus
 
+    refuse_overwriting(out_file, dataset, corpus, chunks)
     try:
         documents = read_corpus(corpus)
         known = read_chunks(chunks) if chunks is not None else []

@@ -88,6 +88,18 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
     raise typer.Exit(code)
 
 
+def refuse_overwriting(out: Any, *inputs: Any) -> None:
+    """Fail (exit 2, nothing written) when the output ``out`` would replace one of ``inputs``: the
+    one check of every command that reads files and writes one (`ragbridge.formats.files.distinct_output`;
+    a run folder's inputs are its files, `ragbridge.run.folder.run_files`)."""
+    from ..formats.files import DatasetError, distinct_output
+
+    try:
+        distinct_output(None if str(out) == "-" else out, inputs)
+    except DatasetError as exc:
+        fail(str(exc))
+
+
 _LABELS = {"error": "[bold red]error:[/]", "warning": "[yellow]warning:[/]", "note": "note:"}
 
 

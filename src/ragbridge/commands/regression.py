@@ -23,8 +23,10 @@ from ..analysis.stats import DEFAULT_PERMUTATIONS, DEFAULT_RESAMPLES
 from ..formats.files import atomic_path, write_atomic
 from ..report import ci
 from ..report.text import MISSING, interval, num, p_text
+from ..run.folder import run_files
 from ..run.summary import ALL
-from .output import EXIT_CHECK_FAILED, TerminalConsole, err, fail, out, print_json, print_lines, print_table
+from .output import (EXIT_CHECK_FAILED, TerminalConsole, err, fail, out, print_json, print_lines, print_table,
+                     refuse_overwriting)
 
 __all__ = ["register", "diff_command", "gate_command", "print_diff", "print_gate"]
 
@@ -270,6 +272,7 @@ def diff_command(
         fail(f"--top must be zero or more, got {top}")
     if items is not None and items.suffix not in (".csv", ".jsonl"):
         fail(f"--items must name a .csv or .jsonl file, got {items}")
+    refuse_overwriting(items, *run_files(base_run), *run_files(new_run))
     try:
         d = diff_runs(
             base_run, new_run, backends=backend or None, metrics=metric or None, tags=tag or None,
@@ -311,6 +314,9 @@ def gate_command(
     """Check a run against thresholds: exit 0 when every rule holds, 1 when one fails, 2 for bad input."""
     if top < 0:
         fail(f"--top must be zero or more, got {top}")
+    for output in (junit, markdown):
+        refuse_overwriting(output, config, *(f for r in (run, baseline, *(history or ())) if r
+                                             for f in run_files(r)))
     for opt, value in (("--resamples", resamples), ("--permutations", permutations)):
         if value is not None and value < 100:
             fail(f"{opt} must be at least 100, got {value}")

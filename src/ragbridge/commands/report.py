@@ -14,7 +14,8 @@ from ..formats.files import atomic_path
 from ..report import FORMATS, report_data, write
 from ..report.html import FULL_CASES
 from ..report.text import json_escaped, terminal_text
-from .output import err, fail, out
+from ..run.folder import run_files
+from .output import err, fail, out, refuse_overwriting
 
 __all__ = ["register", "report_cmd"]
 
@@ -72,6 +73,8 @@ def report_cmd(
     """Write one report (HTML, Markdown or JSON) of a run: summary, agreement, judge usage, every case."""
     if fmt not in FORMATS:
         fail(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    refuse_overwriting(out_file, *(f for r in (run, *(with_runs or ()), baseline, *(history or ())) if r
+                                   for f in run_files(r)), labels, gates)
     try:
         r = open_run([run, *with_runs] if with_runs else run)
         data = report_data(r, thresholds=threshold or None, n_resamples=resamples, seed=seed, top=top,

@@ -28,10 +28,10 @@ from typing import Any, Callable, Iterator, Optional
 from ..errors import UserError
 from ..schema import MAX_METADATA_DEPTH
 
-__all__ = ["DatasetError", "atomic_path", "write_atomic", "temporary", "output_name", "sweep_temporaries",
-           "no_follow", "refuse_link", "OutputRefused", "scratch_folder", "sweep_scratch", "pid_alive",
-           "parse_json", "check_parsed", "text_lines", "jsonl_lines", "parse_line", "read_hf_rows",
-           "optional_module"]
+__all__ = ["DatasetError", "atomic_path", "distinct_output", "write_atomic", "temporary", "output_name",
+           "sweep_temporaries", "json_problem", "no_follow", "refuse_link", "OutputRefused", "scratch_folder",
+           "sweep_scratch", "pid_alive", "parse_json", "check_parsed", "text_lines", "jsonl_lines",
+           "parse_line", "read_hf_rows", "optional_module"]
 
 
 class DatasetError(UserError, ValueError):
@@ -55,10 +55,10 @@ class DatasetError(UserError, ValueError):
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        where = self.path or "<data>"
+        where = self.path or ("<data>" if self.line is not None else "")  # an option's error: no place
         if self.line is not None:
             where += f":{self.line}" if self.unit == "line" else f" ({self.unit} {self.line})"
-        text = f"{where}: "
+        text = f"{where}: " if where else ""
         if self.field:
             text += f"field '{self.field}': "
         text += self.message
@@ -197,6 +197,32 @@ def _host_tag() -> str:
     import socket
 
     return hashlib.sha1(socket.gethostname().encode()).hexdigest()[:4]
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)  # a hard link or a symbolic link to it too
+    except OSError:
+        pass
+    return a.resolve() == b.resolve()
+
+
+def distinct_output(out: Optional[str | Path], inputs: Any) -> None:
+    """Refuse an output that would replace one of a command's ``inputs`` (paths; None is skipped):
+    the same file after resolving links (and hard links), or a folder written whole that holds one.
+    Raises `DatasetError` naming both, before anything is read or written: every command that reads
+    files and writes one calls this first."""
+    if out is None:
+        return
+    out = Path(out)
+    for given in inputs:
+        if given is None:
+            continue
+        source = Path(given)
+        if _same_path(out, source) or any(_same_path(out, p) for p in source.resolve().parents):
+            raise DatasetError(f"the output is the input {str(source)!r}: writing it would replace what "
+                               "is read", path=out, hint="write to another file; nothing was written")
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
@@ -401,14 +427,19 @@ def jsonl_lines(
         yield n, value
 
 
+def json_problem(exc: json.JSONDecodeError) -> str:
+    """What is wrong with a line of JSON, in words: ``not valid JSON: Unterminated string starting at
+    column 12`` (the parser's own message ends with "at" for some errors)."""
+    return f"not valid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}"
+
+
 def parse_line(path: Path, n: int, text: str, hint: str, parse: Callable[[str], Any]) -> Any:
     """Line ``n`` of ``path`` (its ``text``) parsed by ``parse``, or the `DatasetError` `jsonl_lines`
     raises for it (the file, the line, the column, ``hint``)."""
     try:
         return parse(text)
     except json.JSONDecodeError as exc:
-        raise DatasetError(f"not valid JSON: {exc.msg} at column {exc.colno}", path=path, line=n,
-                           hint=hint) from None
+        raise DatasetError(json_problem(exc), path=path, line=n, hint=hint) from None
     except DatasetError as exc:
         exc.path, exc.line = str(path), n
         raise

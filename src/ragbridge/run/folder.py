@@ -59,11 +59,19 @@ if TYPE_CHECKING:  # pragma: no cover
     from .columns import RunColumns
 
 __all__ = ["FINGERPRINT_OF", "JUDGE_IDENTITY", "RUN_FILES", "HEARTBEAT_SECONDS", "JUDGE_COUNTS", "Run",
-           "RunFolder", "load_run", "read_scores", "now", "this_process", "process_start", "alive"]
+           "RunFolder", "load_run", "read_scores", "run_files", "now", "this_process", "process_start",
+           "alive"]
 
 RUN_FILES = ("run.json", "scores.jsonl", "cases.jsonl", "judge-audit.jsonl", "judge-calls.log",
              "target.jsonl")
 HEARTBEAT_SECONDS = 2.0
+
+
+def run_files(path: Any) -> list[Path]:
+    """A run folder and the files of it that a reader reads (`RUN_FILES`): what an output must not
+    replace."""
+    return [Path(path), *(Path(path) / name for name in RUN_FILES)]
+
 #: of `RUN_FILES`, those appended to (the others are replaced whole)
 APPENDED = ("scores.jsonl", "judge-audit.jsonl", "judge-calls.log", "target.jsonl")
 #: the judge's counters kept in ``run.json``'s ``counts.judge``, added up over the sessions of a run
