@@ -79,7 +79,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "analysis": {"errors", "formats", "metrics", "native", "run", "schema", "verdicts"},
     "report": {"analysis", "formats", "lexical", "metrics", "run", "schema", "verdicts"},
     "commands": {"analysis", "backend", "errors", "flags", "formats", "judge", "limits", "metrics", "native",
-                 "options", "plugins", "report", "run", "testing", "traces"},
+                 "options", "plugins", "report", "run", "testing", "traces", "verdicts"},
     "pytest_plugin": {"analysis", "backend", "flags", "formats", "judge", "report", "run"},
     "testing": {"backend", "judge", "metrics", "plugins", "run", "schema", "stub"},
     "plugin": {"backend", "formats", "hookspecs", "judge", "judged_backend", "metrics", "options", "plugins",

@@ -46,7 +46,8 @@ def phoenix(tmp_path, monkeypatch):
     (site / "sitecustomize.py").write_text(RECORDER + "\n_write('start', [os.getpid()])\n")
     log = tmp_path / "egress.jsonl"
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(site), "RAGBRIDGE_EGRESS_LOG": str(log),
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "RAGBRIDGE_EGRESS_LOG": str(log),
            # authentication on: every request needs the key (the admin secret, a bearer token)
            "PHOENIX_ENABLE_AUTH": "true", "PHOENIX_SECRET": "server-secret-0123456789abcdefghijklmnop",
            "PHOENIX_ADMIN_SECRET": KEY,
@@ -507,6 +508,10 @@ def test_sample_pulls_from_a_phoenix_server_and_scores_go_back_to_it(tmp_path, p
         assert case.question == question and case.metadata["trace"]["span_id"] == span_id
         assert [c.id for c in case.contexts] == [c["id"] for c in bm25.retrieve(question)]
         assert case.metadata["session"]["id"] == case.metadata["trace"]["session_id"]
+        # the documents' metadata (their source) and the root's, which the API answers flattened
+        assert [c.source for c in case.contexts] == [c["source"] for c in bm25.retrieve(question)]
+        user = case.metadata["trace"]["user_id"]
+        assert case.metadata["trace"]["metadata"] == {"plan": "pro" if user.endswith("1") else "free"}
 
     # page by page (four spans a page here): one request before the first span, then one a page;
     # the window keeps the later traces; a filter and a draw as from a file
@@ -560,6 +565,10 @@ def test_sample_pulls_from_a_phoenix_server_and_scores_go_back_to_it(tmp_path, p
     documents = next(e for e in loaded if isinstance(e, DocumentEvaluations)).dataframe
     assert len(documents) == sum(len(c.contexts) for c in cases)
 
+    # a project that does not exist is refused before anything is sent
+    res = ragbridge_cli("export-scores", run, "--to", f"phoenix://127.0.0.1:{port}/no-such-project",
+                        env={**recorded, "PHOENIX_API_KEY": KEY})
+    assert res.returncode == 2 and "the server has no project 'no-such-project'" in res.stderr
     # pushed to the server: span annotations on the root spans, document annotations on the retrievers
     res = ragbridge_cli("export-scores", run, "--to", address, env={**recorded, "PHOENIX_API_KEY": KEY})
     assert res.returncode == 0, res.stderr

@@ -305,9 +305,11 @@ def test_judged_run_validated_against_user_signals_and_scores_back_out(tmp_path,
     assert res.returncode == 2 and "no case carries a signal named 'stars'" in res.stderr
     assert "thumbs" in res.stderr
 
-    # the judge's verdicts go back on the root spans, labelled at the threshold
+    # the judge's verdicts go back on the root spans, labelled by the rubric's own pass mark, as the
+    # report labels them (run.json's pass_marks: the claim rubric passes an answer whose every claim holds)
     res = ragbridge_cli("export-scores", run, "--to", "jsonl", "--out", tmp_path / "evals.jsonl",
                         "--metric", "faithfulness")
+    mark = json.loads((run / "run.json").read_text())["pass_marks"]["rubric"]["faithfulness"]
     assert res.returncode == 0, res.stderr
     roots = {t: s for t, s, _ in kept}
     scores = {s["case_id"]: s for s in map(json.loads, (run / "scores.jsonl").read_text().splitlines())
@@ -317,7 +319,7 @@ def test_judged_run_validated_against_user_signals_and_scores_back_out(tmp_path,
     for r in rows:
         assert r["span_id"] == roots[r["trace_id"]] and r["name"] == "rubric.faithfulness"
         assert r["score"] == scores[r["trace_id"]]["value"]
-        assert r["label"] == ("pass" if r["score"] >= 0.5 else "fail")
+        assert r["label"] == ("pass" if r["score"] >= mark else "fail")
         assert r["explanation"] == scores[r["trace_id"]]["reason"]
 
 
@@ -681,3 +683,383 @@ def test_a_long_session_gives_each_turn_its_last_twenty(tmp_path):
     seed = next(s for s in range(10_000) if min((t for t, _ in made), key=lambda t: draw(t, s)) == last)
     (alone,) = sample_traces(path, 1, seed=seed).cases
     assert alone.id == last and alone.metadata["session"] == session
+
+
+def test_a_sample_counts_the_sessions_its_cases_are_turns_of(tmp_path):
+    """A drawn trace that gives no case (no retriever span) leaves its session out of the count."""
+    from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
+
+    path = tmp_path / "spans.jsonl"
+    provider = _provider(FileSpanExporter(path))
+    tracer = provider.get_tracer("support-bot")
+    questions = _questions(3)
+    cased = [traced(q, tracer, user="u0") for q in questions[:2]]
+    traced(questions[2], tracer, user="u1", drop_retriever=True)  # session-u1: small talk only
+    provider.shutdown()
+    drawn = sample_traces(path, None)
+    assert {c.id for c in drawn.cases} == {t for t, _ in cased} and drawn.drawn == 3
+    assert drawn.sessions == 1 and drawn.record()["sessions"] == 1
+    res = ragbridge_cli("sample", path, "--n", 10, "--out", tmp_path / "s.jsonl")
+    assert res.returncode == 0, res.stderr
+    assert "(3 drawn, turns of 1 session(s);" in " ".join(res.stdout.split())
+
+
+def test_signals_that_disagree_on_a_trace_give_no_label_and_are_named(tmp_path, otlp):
+    """A feedback file where two traces got a thumbs-up and a thumbs-down (in either order): those
+    cases give no human label, and validate's notes count and name them; agreeing repeats are one."""
+    from ragbridge.traces.signals import human_labels, load_signals
+
+    path, kept, _ = otlp
+    thumbs = [1 if i % 3 else 0 for i in range(len(kept))]
+    with open(tmp_path / "feedback.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["trace_id", "name", "score"])
+        writer.writeheader()
+        writer.writerows({"trace_id": t, "name": "thumbs", "score": v} for (t, _, _), v in zip(kept, thumbs))
+        writer.writerows([{"trace_id": kept[0][0], "name": "thumbs", "score": 1},   # 0, then 1
+                          {"trace_id": kept[1][0], "name": "thumbs", "score": 0},   # 1, then 0
+                          {"trace_id": kept[2][0], "name": "thumbs", "score": 1}])  # 1 again: agrees
+    cases = sample_traces(path, None, signals=load_signals(tmp_path / "feedback.csv")).cases
+    frame, notes = human_labels(cases, "thumbs", ["faithfulness"])
+    labelled = dict(zip(frame["case_id"], frame["grade"]))
+    assert kept[0][0] not in labelled and kept[1][0] not in labelled
+    assert labelled == {t: float(v) for (t, _, _), v in list(zip(kept, thumbs))[2:]}
+    (warning,) = [n for n in notes if n.startswith("warning:")]
+    assert "2 case(s) carry 'thumbs' signals that disagree" in warning and "left out" in warning
+
+
+@pytest.mark.slow
+def test_no_command_writes_over_one_of_its_inputs(tmp_path, otlp):
+    """An output that is one of the command's inputs (the same file, by another name or a link, or a run
+    folder's own file) is refused: exit 2, the input untouched."""
+    from ragbridge import evaluate
+
+    path, kept, _ = otlp
+    _feedback(tmp_path / "feedback.csv", kept, "thumbs", [1] * len(kept))
+    res = ragbridge_cli("sample", path, "--n", 100, "--signals", tmp_path / "feedback.csv",
+                        "--out", tmp_path / "s.jsonl")
+    assert res.returncode == 0, res.stderr
+    cases = [c.model_copy(update={"must_contain": ["refund"]}) for c in load_cases(tmp_path / "s.jsonl")]
+    evaluate(cases, metrics=["must_contain"], out=tmp_path / "run")
+    (tmp_path / "link.jsonl").symlink_to(path)
+    (tmp_path / "gates.toml").write_text('[[gate]]\ncheck = "must_contain >= 0.5"\n')
+    run = tmp_path / "run"
+    attempts = [
+        ("sample", path, "--n", 3, "--out", path),
+        ("sample", path, "--n", 3, "--out", tmp_path / "link.jsonl"),
+        ("sample", path, "--signals", tmp_path / "feedback.csv", "--out", tmp_path / "feedback.csv"),
+        ("convert", path, tmp_path / "." / path.name),
+        ("convert", tmp_path / "s.jsonl", tmp_path / "s.jsonl"),
+        ("export-scores", run, "--to", "jsonl", "--out", run / "scores.jsonl"),
+        ("report", run, "--format", "json", "--out", run / "run.json"),
+        ("gate", run, "--config", tmp_path / "gates.toml", "--junit", tmp_path / "gates.toml"),
+        ("diff", run, run, "--items", run / "scores.jsonl"),
+        ("trulens-leaderboard", run, run / "run.json"),
+    ]
+    before = {p: p.read_bytes() for p in (path, tmp_path / "feedback.csv", tmp_path / "s.jsonl",
+                                          tmp_path / "gates.toml", run / "scores.jsonl", run / "run.json")}
+    for args in attempts:
+        res = ragbridge_cli(*args)
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        assert "the output is the input" in res.stderr and "nothing was written" in res.stderr, args
+        assert {p: p.read_bytes() for p in before} == before, args
+    res = ragbridge_cli("export-scores", run, "--to", "jsonl", "--out", run / "evaluations.jsonl")
+    assert res.returncode == 0, res.stderr  # a new file beside the run's own is fine
+
+
+def test_exported_labels_follow_the_runs_pass_rule_as_the_report_does(tmp_path, otlp):
+    """A precision of the retrieved list passes at 1/k (the metric's pass mark), not at 0.5: the span
+    evaluations say pass where the report does; --threshold still overrides."""
+    from ragbridge import evaluate
+    from ragbridge.analysis.thresholds import pass_marks
+    from ragbridge.report import report_data
+    from ragbridge.run.folder import load_run
+
+    path, kept, _ = otlp
+    cases = [c.model_copy(update={"relevant": {c.contexts[0].id: 1}})
+             for c in sample_traces(path, None).cases]
+    k = len(cases[0].contexts)
+    run = tmp_path / "run"
+    evaluate(cases, metrics=[f"precision@{k}"], out=run)
+    mark = pass_marks(load_run(run)).get("native", f"precision@{k}")
+    assert mark == pytest.approx(1 / k) and mark < 0.5
+    for extra, want in (((), lambda v: v >= mark), (("--threshold", "0.5"), lambda v: v >= 0.5)):
+        res = ragbridge_cli("export-scores", run, "--to", "jsonl", "--out", tmp_path / "evals.jsonl", *extra)
+        assert res.returncode == 0, res.stderr
+        rows = [json.loads(x) for x in (tmp_path / "evals.jsonl").read_text().splitlines()]
+        assert len(rows) == len(cases) and any(mark <= r["score"] < 0.5 for r in rows)
+        assert [r["label"] for r in rows] == ["pass" if want(r["score"]) else "fail" for r in rows]
+    (row,) = [r for r in report_data(load_run(run), n_resamples=0)["summary"]
+              if r.get("metric") == f"precision@{k}"]
+    assert row["threshold"] == pytest.approx(mark)  # the report's mark
+
+
+def test_a_labelled_sample_sampled_again_keeps_every_field(tmp_path, otlp):
+    """A sample of traces, labelled (relevance labels, an answer check) and sampled again: each case
+    drawn is the labelled case whole (its labels, trace, session and signals), drawn by its id."""
+    from ragbridge.formats import write_cases
+    from ragbridge.traces.signals import load_signals
+
+    path, kept, _ = otlp
+    _feedback(tmp_path / "feedback.csv", kept, "thumbs", [1] * len(kept))
+    sampled = sample_traces(path, None, signals=load_signals(tmp_path / "feedback.csv")).cases
+    labelled = [c.model_copy(update={"relevant": {c.contexts[0].id: 1}, "must_contain": ["refund"]})
+                for c in sampled]
+    write_cases(labelled, tmp_path / "labelled.jsonl")
+    res = ragbridge_cli("sample", tmp_path / "labelled.jsonl", "--n", 5, "--seed", 2, "--out",
+                        tmp_path / "again.jsonl")
+    assert res.returncode == 0, res.stderr
+    again = load_cases(tmp_path / "again.jsonl")
+    assert {c.id for c in again} == set(sorted((c.id for c in labelled), key=lambda i: draw(i, 2))[:5])
+    by_id = {c.id: c for c in labelled}
+    for case in again:
+        assert case.model_dump() == by_id[case.id].model_dump()
+        assert case.metadata["trace"] and case.metadata["session"] and case.metadata["signals"]
+
+
+def test_a_trace_that_records_no_question_is_counted_not_a_case_of_the_prompt(tmp_path):
+    """The root and the retriever record no input; the LLM span's message is the prompt (chunks and a
+    template): no case is made of the prompt, and the trace is counted as having no question."""
+    from openinference.semconv.trace import MessageAttributes as M
+    from openinference.semconv.trace import OpenInferenceSpanKindValues as K
+    from openinference.semconv.trace import SpanAttributes as S
+    from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
+
+    path = tmp_path / "spans.jsonl"
+    provider = _provider(FileSpanExporter(path))
+    tracer = provider.get_tracer("support-bot")
+    asked = traced(_questions(1)[0], tracer)
+    with tracer.start_as_current_span("rag") as root:
+        root.set_attribute(S.OPENINFERENCE_SPAN_KIND, K.CHAIN.value)
+        chunks = bm25.retrieve("refund")
+        with tracer.start_as_current_span("retrieve") as span:
+            span.set_attribute(S.OPENINFERENCE_SPAN_KIND, K.RETRIEVER.value)
+            for i, c in enumerate(chunks):
+                span.set_attribute(f"{S.RETRIEVAL_DOCUMENTS}.{i}.document.id", c["id"])
+                span.set_attribute(f"{S.RETRIEVAL_DOCUMENTS}.{i}.document.content", c["text"])
+        with tracer.start_as_current_span("generate") as span:
+            span.set_attribute(S.OPENINFERENCE_SPAN_KIND, K.LLM.value)
+            prompt = "Context:\n" + "\n".join(c["text"] for c in chunks) + "\nQuestion: "
+            span.set_attribute(f"{S.LLM_INPUT_MESSAGES}.0.{M.MESSAGE_ROLE}", "user")
+            span.set_attribute(f"{S.LLM_INPUT_MESSAGES}.0.{M.MESSAGE_CONTENT}", prompt)
+            span.set_attribute(S.OUTPUT_VALUE, "Within 14 days.")
+        silent = format(root.get_span_context().trace_id, "032x")
+    provider.shutdown()
+    drawn = sample_traces(path, None)
+    assert [c.id for c in drawn.cases] == [asked[0]]
+    (reason,) = drawn.report.skipped
+    assert reason.startswith("no question") and drawn.report.examples[reason] == [silent]
+
+
+def test_documents_without_text_are_counted_and_a_lone_score_is_no_chunk(tmp_path):
+    """A retriever that records ids and scores but no content (content capture off): kept, with empty
+    texts, and counted. A retriever that records documents 0 and 2 and a lone score at index 1: two
+    chunks, the lone score counted, never a chunk of no id and no text."""
+    from openinference.semconv.trace import OpenInferenceSpanKindValues as K
+    from openinference.semconv.trace import SpanAttributes as S
+    from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
+
+    from ragbridge.formats.records import chunk_id_for_text
+    from ragbridge.traces.cases import NO_DOCUMENT, NO_TEXT
+
+    path = tmp_path / "spans.jsonl"
+    provider = _provider(FileSpanExporter(path))
+    tracer = provider.get_tracer("support-bot")
+    chunks = bm25.retrieve("refund")
+    made = {}
+    for name, documents in (("textless", [(i, c["id"], None, c["score"]) for i, c in enumerate(chunks)]),
+                            ("gap", [(0, chunks[0]["id"], chunks[0]["text"], 0.9),
+                                     (2, chunks[1]["id"], chunks[1]["text"], 0.5), (1, None, None, 0.7)])):
+        with tracer.start_as_current_span("rag") as root:
+            root.set_attribute(S.OPENINFERENCE_SPAN_KIND, K.CHAIN.value)
+            root.set_attribute(S.INPUT_VALUE, "How long is the refund window?")
+            root.set_attribute(S.OUTPUT_VALUE, "14 days.")
+            with tracer.start_as_current_span("retrieve") as span:
+                span.set_attribute(S.OPENINFERENCE_SPAN_KIND, K.RETRIEVER.value)
+                for i, cid, text, score in documents:
+                    prefix = f"{S.RETRIEVAL_DOCUMENTS}.{i}.document."
+                    for key, value in (("id", cid), ("content", text), ("score", score)):
+                        if value is not None:
+                            span.set_attribute(prefix + key, value)
+            made[name] = format(root.get_span_context().trace_id, "032x")
+    provider.shutdown()
+    drawn = sample_traces(path, None)
+    cases = {c.id: c for c in drawn.cases}
+    assert [(c.id, c.text) for c in cases[made["textless"]].contexts] == [(c["id"], "") for c in chunks]
+    assert [c.id for c in cases[made["gap"]].contexts] == [chunks[0]["id"], chunks[1]["id"]]
+    assert chunk_id_for_text("") not in {c.id for case in cases.values() for c in case.contexts}
+    assert drawn.report.noted[NO_TEXT] == 1 and drawn.report.examples[NO_TEXT] == [made["textless"]]
+    assert drawn.report.noted[NO_DOCUMENT] == 1 and drawn.report.examples[NO_DOCUMENT] == [made["gap"]]
+    res = ragbridge_cli("sample", path, "--n", 10, "--out", tmp_path / "s.jsonl")
+    assert res.returncode == 0, res.stderr
+    warned = " ".join(res.stderr.split())
+    assert f"1 of 2 trace(s) kept: {NO_TEXT}" in warned and f"1 of 2 trace(s) kept: {NO_DOCUMENT}" in warned
+
+
+def test_an_export_appended_to_itself_gives_each_span_once(tmp_path, otlp):
+    """The same OTLP file export written twice into one file (the exporter run again on it): the same
+    cases as once, chunks not doubled, and the repeated spans counted."""
+    from ragbridge.traces.cases import DUPLICATE_SPANS
+
+    path, kept, bare = otlp
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text(path.read_text() * 2)
+    once = {c.id: c for c in sample_traces(path, None).cases}
+    drawn = sample_traces(twice, None)
+    assert {c.id: c.model_dump() for c in drawn.cases} == {i: c.model_dump() for i, c in once.items()}
+    assert drawn.report.noted[DUPLICATE_SPANS] == len(kept)
+    assert any(line.startswith(f"{len(kept)} of {len(kept) + len(bare)} trace(s) kept: {DUPLICATE_SPANS}")
+               for line in drawn.report.lines())
+
+
+def test_a_signals_file_that_names_no_sampled_trace_is_said(tmp_path, otlp):
+    """Feedback keyed by other ids (another export's traces): the sample says none of it attached, and
+    --json counts the signals the cases carry."""
+    from ragbridge.traces.signals import load_signals
+
+    path, kept, _ = otlp
+    other = tmp_path / "other.jsonl"
+    elsewhere = record(other, _questions(3))
+    _feedback(tmp_path / "elsewhere.csv", elsewhere, "thumbs", [1, 0, 1])
+    res = ragbridge_cli("sample", path, "--n", 100, "--signals", tmp_path / "elsewhere.csv", "--json",
+                        "--out", tmp_path / "s.jsonl")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["signals"] == 0
+    assert "none of its 3 signal(s) is about a sampled trace" in " ".join(res.stderr.split())
+    _feedback(tmp_path / "feedback.csv", kept, "thumbs", [1] * 4)
+    drawn = sample_traces(path, None, signals=load_signals(tmp_path / "feedback.csv"))
+    assert drawn.signals == 4 and drawn.record()["signals"] == 4
+
+
+def test_plain_http_to_another_machine_is_refused_unless_allowed(tmp_path, monkeypatch):
+    """phoenix+http:// to a host that is not this machine would carry the key in the clear: refused
+    before any request, by sample and export-scores alike; allowed when the environment says so."""
+    from ragbridge.traces.stores import PLAIN_HTTP, parse_address
+
+    monkeypatch.delenv(PLAIN_HTTP, raising=False)
+    assert parse_address("phoenix+http://127.0.0.1:6006/p").base_url == "http://127.0.0.1:6006"
+    assert parse_address("phoenix://traces.example.com/p").base_url == "https://traces.example.com"
+    with pytest.raises(DatasetError, match="plain HTTP to traces.example.com"):
+        parse_address("phoenix+http://traces.example.com:6006/p")
+    res = ragbridge_cli("sample", "--from", "phoenix+http://10.0.0.7:6006/p", "--out", tmp_path / "s.jsonl",
+                        env={"PHOENIX_API_KEY": "k", PLAIN_HTTP: ""})
+    assert res.returncode == 2 and "would send the key and the spans unencrypted" in res.stderr
+    assert f"{PLAIN_HTTP}=1" in " ".join(res.stderr.split()) and not (tmp_path / "s.jsonl").exists()
+    monkeypatch.setenv(PLAIN_HTTP, "1")
+    assert parse_address("phoenix+http://10.0.0.7:6006/p").base_url == "http://10.0.0.7:6006"
+
+
+def test_a_last_line_cut_short_says_the_exporter_may_still_be_writing(tmp_path, otlp):
+    """The file exporter's output read while it writes: the last line ends mid-string. One error naming
+    the line and column (in plain words) and what to do; a bad line before others says what a line is."""
+    path, _, _ = otlp
+    lines = path.read_text().splitlines(keepends=True)
+    cut = lines[-1][: lines[-1].rindex('"spanId"') + 4]
+    (tmp_path / "writing.jsonl").write_text("".join(lines[:-1]) + cut)
+    res = ragbridge_cli("sample", tmp_path / "writing.jsonl", "--n", 5, "--out", tmp_path / "s.jsonl")
+    assert res.returncode == 2 and not (tmp_path / "s.jsonl").exists()
+    text = " ".join(res.stderr.split())
+    assert f"writing.jsonl:{len(lines)}: not valid JSON: Unterminated string starting at column" in text
+    assert "at at" not in text and "the last line is cut short: is the exporter still writing?" in text
+    (tmp_path / "middle.jsonl").write_text(lines[0] + cut + "\n" + "".join(lines))
+    with pytest.raises(DatasetError, match=r"middle.jsonl:2: .*one \{\"resourceSpans\""):
+        sample_traces(tmp_path / "middle.jsonl", None)
+
+
+def test_document_scores_written_as_text_or_words_are_counted(tmp_path):
+    """An instrumentation that records scores as text: "0.7" is read as 0.7, "high" is no score; both
+    are counted, as a document without text is."""
+    from openinference.semconv.trace import OpenInferenceSpanKindValues as K
+    from openinference.semconv.trace import SpanAttributes as S
+    from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
+
+    from ragbridge.traces.cases import SCORE_TEXT, SCORE_UNREAD
+
+    path = tmp_path / "spans.jsonl"
+    provider = _provider(FileSpanExporter(path))
+    tracer = provider.get_tracer("support-bot")
+    chunks = bm25.retrieve("refund")[:3]
+    with tracer.start_as_current_span("rag") as root:
+        root.set_attribute(S.OPENINFERENCE_SPAN_KIND, K.CHAIN.value)
+        root.set_attribute(S.INPUT_VALUE, "How long is the refund window?")
+        root.set_attribute(S.OUTPUT_VALUE, "14 days.")
+        with tracer.start_as_current_span("retrieve") as span:
+            span.set_attribute(S.OPENINFERENCE_SPAN_KIND, K.RETRIEVER.value)
+            for i, (c, score) in enumerate(zip(chunks, ["0.7", "high", 0.2])):
+                span.set_attribute(f"{S.RETRIEVAL_DOCUMENTS}.{i}.document.id", c["id"])
+                span.set_attribute(f"{S.RETRIEVAL_DOCUMENTS}.{i}.document.content", c["text"])
+                span.set_attribute(f"{S.RETRIEVAL_DOCUMENTS}.{i}.document.score", score)
+    provider.shutdown()
+    drawn = sample_traces(path, None)
+    (case,) = drawn.cases
+    assert [c.score for c in case.contexts] == [0.7, None, 0.2]
+    assert drawn.report.noted[SCORE_TEXT] == 1 and drawn.report.noted[SCORE_UNREAD] == 1
+
+
+def test_sample_errors_name_what_sample_reads(tmp_path, otlp):
+    """A feedback CSV given as the traces, a format sample does not read, a bad option: each error
+    says what sample reads, and an option's error names no file."""
+    path, kept, _ = otlp
+    _feedback(tmp_path / "feedback.csv", kept, "thumbs", [1] * len(kept))
+    with pytest.raises(DatasetError, match="a csv file is neither a trace export nor a JSON lines") as got:
+        sample_traces(tmp_path / "feedback.csv", None)
+    assert "otlp" in str(got.value) and "ragbridge convert" in str(got.value)
+    with pytest.raises(DatasetError, match="sample reads no format 'ragas'") as got:
+        sample_traces(path, None, format="ragas")
+    assert "trace formats: " in str(got.value) and "deepeval" not in str(got.value)
+    with pytest.raises(DatasetError) as got:
+        sample_traces(path, 0)
+    assert str(got.value) == "--n must be at least 1, got 0"
+
+
+def test_the_draw_is_the_formula_the_docs_give():
+    """docs/traces.md gives the draw as a Python expression: evaluated, it is `draw` exactly."""
+    import hashlib
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "traces.md").read_text(encoding="utf-8")
+    (formula,) = re.findall(r"`(int\.from_bytes\(hashlib\.blake2b\(.*?/ 2\*\*64)`", page)
+    for seed, trace_id in ((0, "a648a7dd06839eb905b6e6e307d4bedc"), (7, "s1-0"), (3, "é")):
+        assert eval(formula, {"hashlib": hashlib, "seed": seed, "trace_id": trace_id}) == draw(trace_id, seed)
+
+
+def test_an_empty_trace_file_is_said_to_be_empty_not_a_golden_set(tmp_path):
+    """The file exporter's file before its first flush: empty, said so, with no word of golden sets."""
+    from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
+
+    path = tmp_path / "spans.jsonl"
+    provider = _provider(FileSpanExporter(path))
+    provider.get_tracer("support-bot")
+    provider.shutdown()  # nothing was traced: the exporter leaves the file empty (or never makes it)
+    path.touch()
+    res = ragbridge_cli("sample", path, "--out", tmp_path / "s.jsonl")
+    assert res.returncode == 2 and "file is empty: no spans or interactions to sample" in res.stderr
+    assert "golden set" not in res.stderr and not (tmp_path / "s.jsonl").exists()
+
+
+def test_console_exporter_output_among_log_lines_reads_and_otlp_says_what_it_is(tmp_path):
+    """The SDK's ConsoleSpanExporter writing to the application's own log, between its log lines: the
+    spans are read (the log lines skipped and counted); read as OTLP, the error says to read it as
+    span objects."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+
+    log = tmp_path / "app.log"
+    with open(log, "w") as f:
+        provider = TracerProvider(resource=Resource.create({"service.name": "support-bot"}))
+        provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=f)))
+        tracer = provider.get_tracer("support-bot")
+        made = []
+        for i, question in enumerate(_questions(3)):
+            f.write(f"INFO: request {i} received\n")
+            f.flush()
+            made.append(traced(question, tracer, user=f"u{i}"))
+        provider.shutdown()
+    assert log.read_text().startswith("INFO: request 0 received\n{")
+    res = ragbridge_cli("sample", log, "--out", tmp_path / "s.jsonl")
+    assert res.returncode == 0, res.stderr
+    assert {c.id for c in load_cases(tmp_path / "s.jsonl")} == {t for t, _ in made}
+    assert "3 line(s) outside the span objects skipped" in res.stderr
+    res = ragbridge_cli("sample", log, "--from", "otlp", "--out", tmp_path / "o.jsonl")
+    assert res.returncode == 2 and "--from otel-spans" in " ".join(res.stderr.split())

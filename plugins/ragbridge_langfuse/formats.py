@@ -114,7 +114,6 @@ _LANGCHAIN_TEXT = ("page_content", "pageContent")
 SPAN_RETRIEVER = ("a retriever logged as another type (SPAN, as Langfuse's older LangChain handler logs it): "
                   "read as the retriever by the documents in its output")
 NO_OBSERVATIONS = "the trace has no observations"
-NO_TEXT = "retriever documents without a text (kept, with an empty text)"
 IDS_ONLY = ("the trace names its observations by id only (the traces list): fetch the trace, or its "
             "observations, to read it")
 SCORE_UNREAD = "scores with neither a value nor a name (not read)"
@@ -182,33 +181,32 @@ def _holds_documents(name: str, output: Any) -> bool:
         isinstance(i, str) or (isinstance(i, dict) and any(k in i for k in _TEXT_KEYS)) for i in items)
 
 
-def _documents(output: Any) -> tuple[list[dict[str, Any]], int]:
-    """A retriever observation's output as OpenInference documents, and how many had no text."""
+def _documents(output: Any) -> list[dict[str, Any]]:
+    """A retriever observation's output as OpenInference documents (one without a text has no
+    ``document.content``: the trace's report counts it, as for every trace format)."""
     items = _document_items(output)
     if items is None:
         if output is not None and not isinstance(output, (dict, str)):
             raise SpanError(f"a retriever's output must hold its documents (a list, or an object with "
                             f"documents), got {shown(output)}", field="output", hint=_HINT)
         items = [output] if isinstance(output, (dict, str)) and output != "" else []
-    docs, textless = [], 0
+    docs = []
     for item in items:
         if isinstance(item, str):
             docs.append({"document.content": item})
             continue
         if not isinstance(item, dict):
-            textless += 1
             docs.append({"document.content": json.dumps(item)})
             continue
         meta = item.get("metadata") if isinstance(item.get("metadata"), dict) else {}
         text = next((item[k] for k in _TEXT_KEYS if isinstance(item.get(k), str)), None)
-        textless += text is None
         doc = {"document.id": next((item[k] for k in ("id", "document_id", "doc_id", "chunk_id")
                                     if item.get(k) not in (None, "")), meta.get("id")),
                "document.content": text,
                "document.score": item.get("score", meta.get("score")),
                "document.metadata": json.dumps(meta, ensure_ascii=False, default=str) if meta else None}
         docs.append({k: v for k, v in doc.items() if v is not None})
-    return docs, textless
+    return docs
 
 
 def _signal(score: dict[str, Any]) -> Optional[Signal]:
@@ -320,9 +318,7 @@ def _span(obs: dict[str, Any], origin: Origin, where: str, trace: Optional[dict]
                     attributes[f"{key}.mime_type"] = "application/json"
         if attributes["openinference.span.kind"] == "RETRIEVER" and not any(
                 k.startswith("retrieval.documents.") for k in attributes):
-            docs, textless = _documents(outputs)
-            if textless:
-                notes.append(NO_TEXT)
+            docs = _documents(outputs)
             for i, doc in enumerate(docs):
                 for key, value in doc.items():
                     attributes[f"retrieval.documents.{i}.{key}"] = value

@@ -17,7 +17,9 @@ Push (``ragbridge export-scores RUN --to phoenix://...``): the span evaluations 
 ``annotator_kind`` (``CODE`` for the native backend's scores, ``LLM`` for a judge's), ``result``
 (``label``, ``score``, ``explanation``) and ``metadata`` (``case_id``, ``metric``, ``backend``).
 Phoenix keeps one annotation per name and span (and document), so pushing again updates them. A
-score without a value is left out and counted, as in the file (`ragbridge_phoenix.formats`).
+score without a value is left out and counted, as in the file (`ragbridge_phoenix.formats`). The
+project is looked up first (``GET /v1/projects/{project}``): Phoenix files an annotation by its
+span id alone, so a push to a project that does not exist would otherwise report success.
 """
 
 from __future__ import annotations
@@ -104,7 +106,15 @@ def push(address: StoreAddress, rows: list[dict[str, Any]]) -> list[str]:
     documents = [_annotation(r) for r in sendable if r.get("document_position") is not None]
     client, key = _client(address)
     sent = 0
+    project = address.project or "default"
     with client:
+        try:
+            request(client, address, "GET", f"/v1/projects/{quote(project, safe='')}", KEYS, key)
+        except DatasetError as exc:
+            if " answered 404" in exc.message:
+                raise DatasetError(f"{address.text}: the server has no project {project!r}; nothing was sent",
+                                   hint="name the project the traces were sampled from") from None
+            raise
         for path, items in (("/v1/span_annotations", spans), ("/v1/document_annotations", documents)):
             for i in range(0, len(items), ANNOTATIONS_A_REQUEST):
                 chunk = items[i:i + ANNOTATIONS_A_REQUEST]

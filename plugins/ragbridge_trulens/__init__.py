@@ -152,13 +152,14 @@ def ragbridge_register_commands(cli):
         import textwrap
         import warnings
 
-        from ragbridge.plugin import RunError, load_run
+        from ragbridge.plugin import DatasetError, RunError, distinct_output, load_run, run_files
 
         from .leaderboard import UnknownCost, write_leaderboard
 
         try:
+            distinct_output(out, run_files(run_dir))
             run = load_run(run_dir)
-        except RunError as exc:
+        except (RunError, DatasetError) as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2)
         with warnings.catch_warnings(record=True) as said:

@@ -78,7 +78,7 @@ from ragbridge.plugin import (
     read_hf_rows,
 )
 
-from .parquet import PARQUET_CANNOT_HOLD, read_rows, struct_nulls, write_rows
+from .parquet import PARQUET_CANNOT_HOLD, read_rows, struct_nulls, struct_texts, write_rows
 
 __all__ = [
     "FORMATS",
@@ -452,7 +452,8 @@ def read_trulens(path: Path) -> list[Case]:
 #: and, from a ``.parquet`` file, the nulls its ``meta`` struct gives a row for the keys other rows have
 #: (TruLens keeps them as they come)
 PARQUET_NULLS = "metadata (another row's keys, as null: Parquet)"
-RESAVE_DROPS = ("answer", "contexts", PARQUET_NULLS)
+PARQUET_TEXTS = "metadata (an object a Parquet struct cannot hold, {} or mixed types: JSON text to TruLens)"
+RESAVE_DROPS = ("answer", "contexts", PARQUET_NULLS, PARQUET_TEXTS)
 
 
 def write_trulens(cases: Sequence[Case], path: Path) -> list[str]:
@@ -486,8 +487,11 @@ def resave_lost(cases: Sequence[Case], path: Path) -> list[str]:
     lost = [name for name in ("answer", "contexts")
             if any(c.answer is not None if name == "answer" else c.contexts for c in cases)]
     parquet = Path(path).suffix.lower() in (".parquet", ".pq")
-    if parquet and struct_nulls([case_to_row(c)["meta"] for c in cases], as_text=(_EXTRA_KEY,)):
+    metas = [case_to_row(c)["meta"] for c in cases] if parquet else []
+    if parquet and struct_nulls(metas, as_text=(_EXTRA_KEY,)):
         lost.append(PARQUET_NULLS)
+    if parquet and set(struct_texts(metas, as_text=(_EXTRA_KEY,))) - {_EXTRA_KEY}:
+        lost.append(PARQUET_TEXTS)
     return lost
 
 

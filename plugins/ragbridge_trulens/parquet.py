@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from ragbridge.plugin import DatasetError
 from ragbridge.plugin import plain as _plain
 
-__all__ = ["META_AS_JSON", "PARQUET_CANNOT_HOLD", "read_rows", "write_rows", "struct_nulls"]
+__all__ = ["META_AS_JSON", "PARQUET_CANNOT_HOLD", "read_rows", "write_rows", "struct_nulls", "struct_texts"]
 
 
 #: the Parquet file's key-value metadata that names the keys of ``meta`` held as JSON text
@@ -157,3 +157,9 @@ def struct_nulls(metas: list[dict[str, Any]], as_text: Sequence[str] = ()) -> bo
         if json.dumps(back, sort_keys=True, default=repr) != json.dumps(meta, sort_keys=True, default=repr):
             return True
     return False
+
+
+def struct_texts(metas: list[dict[str, Any]], as_text: Sequence[str] = ()) -> list[str]:
+    """The keys of ``meta`` that `_meta_array` holds as JSON text (`read_rows` parses them back; another
+    reader, TruLens among them, gets the text)."""
+    return _meta_array(metas, as_text)[1] if metas else []

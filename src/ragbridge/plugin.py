@@ -38,7 +38,9 @@ The judge's clients
 
 Dataset formats and in-memory objects
     `Format`, `DatasetError`, `Library`; reading files: `jsonl_lines`, `text_lines`, `parse_json`,
-    `read_hf_rows`, `atomic_path` (write to a temporary file, renamed when whole); the record
+    `read_hf_rows`, `atomic_path` (write to a temporary file, renamed when whole), `distinct_output`
+    (refuse an output that is one of the inputs; a run folder's inputs are `run_files`), `scratch_folder`
+    (a library's temporary folder, removed at exit or by the next run when its process is gone); the record
     helpers: `cases_from_records`, `case_id_for_question`, `chunk_id_for_text`, `derived_chunk_ids`,
     `is_missing`, `plain`, `literal_cell` and `pandas_index` (cells and index columns as pandas writes
     them), `MAX_METADATA_DEPTH` and `deeper_than` (how deep metadata may nest).
@@ -127,6 +129,9 @@ _EXPORTS = {
     "parse_json": "ragbridge.formats.files",
     "read_hf_rows": "ragbridge.formats.files",
     "atomic_path": "ragbridge.formats.files",
+    "scratch_folder": "ragbridge.formats.files",
+    "distinct_output": "ragbridge.formats.files",
+    "run_files": "ragbridge.run.folder",
     "cases_from_records": "ragbridge.formats.records",
     "case_id_for_question": "ragbridge.formats.records",
     "chunk_id_for_text": "ragbridge.formats.records",
@@ -209,7 +214,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors
     from .backend import (Backend, MetricSpec, RunOptions, ScoringContext, case_ids,  # noqa: F401
                           case_record, error_text, fan_out)
     from .formats import DatasetError, Format  # noqa: F401
-    from .formats.files import atomic_path, jsonl_lines, parse_json, read_hf_rows, text_lines  # noqa: F401
+    from .formats.files import (atomic_path, distinct_output, jsonl_lines, parse_json,  # noqa: F401
+                                read_hf_rows, scratch_folder, text_lines)
+    from .run.folder import run_files  # noqa: F401
     from .formats.objects import Library  # noqa: F401
     from .formats.records import (case_id_for_question, cases_from_records, chunk_id_for_text,  # noqa: F401
                                   derived_chunk_ids, is_missing, literal_cell, pandas_index, plain)

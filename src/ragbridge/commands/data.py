@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich import box
@@ -17,7 +17,7 @@ from rich.table import Table
 
 from ..formats import DatasetError, get_formats, load_cases, resave_losses, write_cases, writing_format
 from ..formats.input_check import input_warnings
-from .output import err, fail, out, print_json, warn
+from .output import err, fail, out, print_json, refuse_overwriting, warn
 
 __all__ = ["register", "formats", "convert", "sample", "export_scores", "anchor"]
 
@@ -87,6 +87,7 @@ def convert(
 ) -> None:
     """Convert a dataset between formats (canonical JSONL, CSV, Parquet, datasets, TREC, and the backends'
     own)."""
+    refuse_overwriting(target, source, qrels)
     try:
         cases = load_cases(source, from_format, qrels=qrels)
         for line in input_warnings(cases):
@@ -166,6 +167,7 @@ def sample(
     if source is None:
         fail("no traces: give a trace file, or --from a trace store's address (SCHEME://HOST:PORT/PROJECT; "
              f"stores: {_stores('pull')})")
+    refuse_overwriting(out_file, None if is_address(source) else source, signals, mapping)
     try:
         feedback = load_signals(signals) if signals is not None else None
         drawn = sample_traces(source, n if n is not None or rate is not None else 200, seed=seed,
@@ -180,6 +182,10 @@ def sample(
         fail(str(exc))
     for line in (drawn.report.lines() if drawn.report else []):
         warn(f"{source}: {line}")
+    if signals is not None and not drawn.signals:
+        given = sum(len(v) for v in (feedback or {}).values())
+        warn(f"{signals}: none of its {given} signal(s) is about a sampled trace or one of its spans: the "
+             "cases carry no signals (check that its trace_id or span_id are the trace file's ids, hex)")
     if as_json:
         typer.echo(json.dumps({"out": str(out_file), **drawn.record()}, indent=2))
         return
@@ -201,17 +207,19 @@ def export_scores(
     backend: List[str] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
     threshold: List[str] = typer.Option(
         None, "--threshold", "-t", help="Pass threshold for the labels: 0.7, rubric=0.7 or "
-                                        "rubric:faithfulness=0.7 (repeatable; default 0.5)."),
+                                        "rubric:faithfulness=0.7 (repeatable; default: each metric's pass "
+                                        "mark, as the report's, docs/report.md)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Write a run's scores as span evaluations (trace id, span id, name, label, score, explanation) for
     the tracing tool the traces came from, or send them to its server."""
     from ..analysis.table import AnalysisError, open_run
-    from ..analysis.thresholds import Thresholds
+    from ..analysis.thresholds import pass_marks
     from ..formats.files import atomic_path
     from ..traces import get_score_formats, get_trace_stores
-    from ..traces.evaluations import evaluation_rows, written
+    from ..run.folder import run_files
     from ..traces.stores import is_address, parse_address, store_for
+    from ..verdicts import verdict
 
     fmts = get_score_formats()
     store = address = None
@@ -227,53 +235,136 @@ def export_scores(
         fail(f"unknown score format {to_format!r}; known: {_score_targets()}")
     elif out_file is None:
         fail(f"--to {to_format} writes a file: give --out")
+    refuse_overwriting(out_file, *run_files(run))
     try:
         r = open_run(run)
-        marks = Thresholds.parse(threshold or None, {s.backend for s in r.scores})
-        scores = [s for s in r.scores if (not metric or s.metric in metric)
-                  and (not backend or s.backend in backend)]
-        rows, homeless = evaluation_rows(
-            r.cases, scores, lambda s: s.value >= marks.get(s.backend, s.metric))
-    except AnalysisError as exc:
+        marks = pass_marks(r, threshold or None, backends=sorted(r.columns.backends()))
+        export = _Export(r, metric, backend, lambda s: verdict(s, marks.get(s.backend, s.metric)))
+        first = export.first()
+    except (AnalysisError, DatasetError) as exc:
         fail(str(exc))
-    if not rows:
+    if first is None:
         fail(f"{run}: no score of a case read from a trace" + (
-            f" ({homeless} score(s) of cases with no trace id: sample traces with ragbridge sample)"
-            if homeless else ""))
+            f" ({export.homeless} score(s) of cases with no trace id: sample traces with ragbridge sample)"
+            if export.homeless else ""))
     try:
         if store is not None:
-            notes = store.push(address, rows)
+            notes = store.push(address, export.rows(first))
         else:
             fmt = fmts[to_format]
             with atomic_path(out_file) as tmp:
                 if fmt.is_dir:
                     tmp.mkdir()
-                notes = fmt.write(rows, tmp)
+                notes = fmt.write(export.rows(first), tmp)
     except DatasetError as exc:
         fail(str(exc))
     except OSError as exc:
         fail(f"{out_file}: cannot be written: {exc}")
-    if homeless:
-        notes = [*notes, f"{homeless} score(s) of cases that did not come from a trace were left out"]
+    if export.homeless:
+        notes = [*notes, f"{export.homeless} score(s) of cases that did not come from a trace were left out"]
     for line in notes:
         warn(line)
     if store is not None:
-        spans, documents = written(rows, True, store.documents)
+        spans, documents = export.written(True, store.documents)
     else:
-        spans, documents = written(rows, fmts[to_format].needs_value, fmts[to_format].documents)
+        spans, documents = export.written(fmts[to_format].needs_value, fmts[to_format].documents)
     where = to_format if store is not None else str(out_file)
     if as_json:
         typer.echo(json.dumps({"out": None if store is not None else str(out_file), "to": to_format,
                                "format": None if store is not None else to_format, "evaluations": spans,
-                               "document_evaluations": documents, "left_out": homeless, "warnings": notes},
-                              indent=2))
+                               "document_evaluations": documents, "left_out": export.homeless,
+                               "warnings": notes}, indent=2))
         return
-    names = sorted({row["name"] for row in rows})
+    names = export.names
     verb = "sent" if store is not None else "wrote"
     out.print(f"{verb} {spans} span evaluation(s)" + (f" and {documents} document evaluation(s)"
                                                            if documents else "")
               + f" ({len(names)} name(s): {escape(', '.join(names[:4]))}{', ...' if len(names) > 4 else ''}) "
               f"to {escape(where)}", highlight=False)
+
+
+class _Export:
+    """A run's scores as span evaluations (`ragbridge.traces.evaluations`), made as they are written:
+    the cases' trace ids are read once (kept as a compact block of bytes), then each (backend, metric)
+    of the run in turn, its scores a block at a time, in score order. ``homeless`` counts the scores
+    of cases that did not come from a trace; `written` counts what a format wrote."""
+
+    def __init__(self, run: Any, metrics: Optional[List[str]], backends: Optional[List[str]], passed: Any):
+        import numpy as np
+
+        from ..traces.evaluations import trace_of
+
+        self.run, self.passed = run, passed
+        cols = run.columns
+        index = cols.cases
+        self.keys = [(b, m) for b, m in cols.columns if (not metrics or m in metrics)
+                     and (not backends or b in backends)]
+        info, at = bytearray(), np.full(index.described, -1, np.int64)
+        ends = []
+        for start in range(0, index.described, 2000):
+            part = list(range(start, min(start + 2000, index.described)))
+            for i, head in zip(part, index.heads(part)):
+                where = trace_of(head[0].get("metadata")) if head is not None else None
+                if where is not None:
+                    at[i] = len(ends)
+                    info += json.dumps(where, ensure_ascii=False).encode("utf-8")
+                    ends.append(len(info))
+        self._info, self._at = bytes(info), at
+        self._ends = np.array(ends, np.int64)
+        self.homeless = sum(int(cols.column(*k).present.sum()) - int(self._traced(cols.column(*k)).sum())
+                            for k in self.keys)
+        self.names = sorted(f"{b}.{m}" for b, m in self.keys if self._traced(cols.column(b, m)).any())
+        self._counts = {"spans": 0, "spans_valued": 0, "documents": 0, "documents_valued": 0}
+
+    def _traced(self, col: Any) -> Any:
+        import numpy as np
+
+        n = len(self._at)
+        traced = np.zeros(len(col.present), bool)
+        traced[:n] = self._at >= 0
+        return col.present & traced
+
+    def _where(self, i: int) -> dict[str, Any]:
+        k = int(self._at[i])
+        start = int(self._ends[k - 1]) if k else 0
+        return json.loads(self._info[start:int(self._ends[k])])
+
+    def first(self) -> Optional[dict[str, Any]]:
+        """The first row, or None when no score is of a case from a trace."""
+        return next(iter(self._rows()), None)
+
+    def rows(self, first: Optional[dict[str, Any]] = None):
+        """Every row, counted as it is made (``first``: what `first` gave, made again)."""
+        for row in self._rows():
+            key = "documents" if row["document_position"] is not None else "spans"
+            self._counts[key] += 1
+            self._counts[key + "_valued"] += row["score"] is not None
+            yield row
+
+    def _rows(self):
+        import numpy as np
+
+        from ..traces.evaluations import score_rows
+
+        cols, index = self.run.columns, self.run.columns.cases
+        for key in self.keys:
+            col = cols.column(*key)
+            traced = np.flatnonzero(self._traced(col))
+            for start in range(0, len(traced), 2000):
+                part = traced[start:start + 2000].tolist()
+                for i, score in zip(part, col.scores(part)):
+                    chunks = score.evidence.chunks if score.evidence is not None and not score.error else None
+                    position = (dict(reversed([(cid, k) for k, cid in enumerate(index.heads([i])[0][1])])).get
+                                if chunks else dict().get)
+                    yield from score_rows(score, self._where(i), position, self.passed)
+
+    def written(self, needs_value: bool, documents: bool) -> tuple[int, int]:
+        """How many span and document evaluations a format or store that ``needs_value`` (and takes
+        ``documents``, or not) wrote of the rows made."""
+        c = self._counts
+        spans = c["spans_valued"] if needs_value else c["spans"]
+        docs = c["documents_valued"] if needs_value else c["documents"]
+        return spans, docs if documents else 0
 
 
 def anchor(
@@ -302,6 +393,7 @@ def anchor(
     from ..formats.anchor import anchor_cases, read_chunks
     from ..formats.corpus import read_corpus
 
+    refuse_overwriting(out_file, dataset, corpus, chunks)
     try:
         documents = read_corpus(corpus)
         known = read_chunks(chunks) if chunks is not None else []

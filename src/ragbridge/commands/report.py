@@ -10,13 +10,24 @@ import typer
 
 from ..analysis.stats import DEFAULT_RESAMPLES
 from ..analysis.table import AnalysisError, open_run
-from ..formats.files import write_atomic
-from ..report import FORMATS, render, report_data
+from ..formats.files import atomic_path
+from ..report import FORMATS, report_data, write
 from ..report.html import FULL_CASES
 from ..report.text import json_escaped, terminal_text
-from .output import err, fail, out
+from ..run.folder import run_files
+from .output import err, fail, out, refuse_overwriting
 
 __all__ = ["register", "report_cmd"]
+
+
+class _Escaped:
+    """A text stream that writes through ``escape`` (a report on a terminal: nothing it acts on)."""
+
+    def __init__(self, stream, escape) -> None:
+        self._stream, self._escape = stream, escape
+
+    def write(self, text: str) -> int:
+        return self._stream.write(self._escape(text))
 
 
 def register(cli: typer.Typer) -> None:
@@ -62,23 +73,27 @@ def report_cmd(
     """Write one report (HTML, Markdown or JSON) of a run: summary, agreement, judge usage, every case."""
     if fmt not in FORMATS:
         fail(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    refuse_overwriting(out_file, *(f for r in (run, *(with_runs or ()), baseline, *(history or ())) if r
+                                   for f in run_files(r)), labels, gates)
     try:
         r = open_run([run, *with_runs] if with_runs else run)
         data = report_data(r, thresholds=threshold or None, n_resamples=resamples, seed=seed, top=top,
                            labels=labels, label_threshold=label_threshold, gates=gates,
                            history=history or None, case_texts=fmt != "html", baseline=baseline)
-        text = render(r, data, fmt, full)
+        if str(out_file) == "-":  # the document on stdout, nothing in it a terminal acts on (JSON: exactly)
+            write(r, data, fmt, _Escaped(sys.stdout, json_escaped if fmt == "json" else terminal_text), full)
+            return
+        target = out_file or (Path(run) / f"report{FORMATS[fmt]}")
+        try:
+            with atomic_path(target) as tmp:
+                with open(tmp, "w", encoding="utf-8") as f:
+                    write(r, data, fmt, f, full)
+                size = tmp.stat().st_size
+        except OSError as exc:
+            fail(f"cannot write {target}: {exc.strerror or exc}")
     except AnalysisError as exc:  # a gates file's errors are analysis errors too
         fail(str(exc))
-    if str(out_file) == "-":  # the document on stdout, nothing in it a terminal acts on (JSON: exactly)
-        sys.stdout.write(json_escaped(text) if fmt == "json" else terminal_text(text))
-        return
-    target = out_file or (Path(run) / f"report{FORMATS[fmt]}")
-    try:
-        write_atomic(target, text)
-    except OSError as exc:
-        fail(f"cannot write {target}: {exc.strerror or exc}")
-    out.print(f"report written to [bold]{target}[/] ({len(text.encode('utf-8')) // 1024 + 1} KiB, "
+    out.print(f"report written to [bold]{target}[/] ({size // 1024 + 1} KiB, "
               f"{len(data['cases'])} cases, {len(data['backends'])} backend(s))", highlight=False)
     if r.manifest.status != "complete":
         err.print(f"[yellow]the run is {r.manifest.status}: the report shows what was scored[/]")

@@ -19,6 +19,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 from contextlib import contextmanager
 from itertools import chain
 from pathlib import Path
@@ -27,9 +28,10 @@ from typing import Any, Callable, Iterator, Optional
 from ..errors import UserError
 from ..schema import MAX_METADATA_DEPTH
 
-__all__ = ["DatasetError", "atomic_path", "write_atomic", "temporary", "output_name", "sweep_temporaries",
-           "no_follow", "pid_alive", "parse_json", "check_parsed", "text_lines", "jsonl_lines",
-           "read_hf_rows", "optional_module"]
+__all__ = ["DatasetError", "atomic_path", "distinct_output", "write_atomic", "temporary", "output_name",
+           "sweep_temporaries", "json_problem", "no_follow", "refuse_link", "OutputRefused", "scratch_folder",
+           "sweep_scratch", "pid_alive", "parse_json", "check_parsed", "text_lines", "jsonl_lines",
+           "parse_line", "read_hf_rows", "optional_module"]
 
 
 class DatasetError(UserError, ValueError):
@@ -53,10 +55,10 @@ class DatasetError(UserError, ValueError):
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        where = self.path or "<data>"
+        where = self.path or ("<data>" if self.line is not None else "")  # an option's error: no place
         if self.line is not None:
             where += f":{self.line}" if self.unit == "line" else f" ({self.unit} {self.line})"
-        text = f"{where}: "
+        text = f"{where}: " if where else ""
         if self.field:
             text += f"field '{self.field}': "
         text += self.message
@@ -92,8 +94,10 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     suffix, for writers that choose by it. A file is synced and renamed over ``path``; a folder is
     renamed into place after the old one is moved aside (a kill between the two renames leaves no
     output, not a partial one). On an exception the temporary is removed and nothing is replaced.
+    An output that is a symbolic link or not a file (``/dev/stdout``) is refused (`refuse_link`).
     """
     path = Path(path)
+    refuse_link(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     sweep_temporaries(path.parent)
     tmp = temporary(path)
@@ -115,6 +119,31 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     except BaseException:
         _remove(tmp)
         raise
+
+
+class OutputRefused(DatasetError):
+    """An output path that is a symbolic link or not a file (a device, a pipe): writing it would
+    replace the link (or the device) with a file, or write through it to somewhere else."""
+
+
+def refuse_link(path: str | Path) -> None:
+    """Raise `OutputRefused` when ``path`` is a symbolic link, or is there and is neither a file nor
+    a folder: every file the project writes is written where it is named, whole, never through a
+    link."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        what = f"is a symbolic link (to {os.readlink(path)})"
+    elif stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return
+    else:
+        what = "is not a file (a device, a pipe or a socket)"
+    raise OutputRefused(f"{what}: an output is written whole where it is named, never over or through a "
+                        "link or a device", path=path,
+                        hint="give another path; to print to standard output, `--out -` where the "
+                             "command takes it (report)")
 
 
 def _remove(path: Path) -> None:
@@ -168,6 +197,32 @@ def _host_tag() -> str:
     import socket
 
     return hashlib.sha1(socket.gethostname().encode()).hexdigest()[:4]
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)  # a hard link or a symbolic link to it too
+    except OSError:
+        pass
+    return a.resolve() == b.resolve()
+
+
+def distinct_output(out: Optional[str | Path], inputs: Any) -> None:
+    """Refuse an output that would replace one of a command's ``inputs`` (paths; None is skipped):
+    the same file after resolving links (and hard links), or a folder written whole that holds one.
+    Raises `DatasetError` naming both, before anything is read or written: every command that reads
+    files and writes one calls this first."""
+    if out is None:
+        return
+    out = Path(out)
+    for given in inputs:
+        if given is None:
+            continue
+        source = Path(given)
+        if _same_path(out, source) or any(_same_path(out, p) for p in source.resolve().parents):
+            raise DatasetError(f"the output is the input {str(source)!r}: writing it would replace what "
+                               "is read", path=out, hint="write to another file; nothing was written")
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
@@ -363,7 +418,7 @@ def jsonl_lines(
         if not text.strip():
             continue
         try:
-            value = _parse_line(path, n, text, hint, parse)
+            value = parse_line(path, n, text, hint, parse)
         except DatasetError as error:
             if on_bad is None:
                 raise
@@ -372,12 +427,19 @@ def jsonl_lines(
         yield n, value
 
 
-def _parse_line(path: Path, n: int, text: str, hint: str, parse: Callable[[str], Any]) -> Any:
+def json_problem(exc: json.JSONDecodeError) -> str:
+    """What is wrong with a line of JSON, in words: ``not valid JSON: Unterminated string starting at
+    column 12`` (the parser's own message ends with "at" for some errors)."""
+    return f"not valid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}"
+
+
+def parse_line(path: Path, n: int, text: str, hint: str, parse: Callable[[str], Any]) -> Any:
+    """Line ``n`` of ``path`` (its ``text``) parsed by ``parse``, or the `DatasetError` `jsonl_lines`
+    raises for it (the file, the line, the column, ``hint``)."""
     try:
         return parse(text)
     except json.JSONDecodeError as exc:
-        raise DatasetError(f"not valid JSON: {exc.msg} at column {exc.colno}", path=path, line=n,
-                           hint=hint) from None
+        raise DatasetError(json_problem(exc), path=path, line=n, hint=hint) from None
     except DatasetError as exc:
         exc.path, exc.line = str(path), n
         raise
@@ -407,6 +469,39 @@ def no_follow(path: str, flags: int) -> int:
     """An ``opener`` for `open` that does not follow a symbolic link at ``path`` (``OSError`` ELOOP):
     a file is written where it is named, never where a link made by someone else points."""
     return os.open(path, flags | os.O_NOFOLLOW, 0o666)
+
+
+def scratch_folder(prefix: str) -> str:
+    """A private temporary folder (0700) named for this process (``<prefix><pid>-<random>``), removed
+    when the process exits; the folders of ``prefix`` that this user's processes now gone left (a
+    SIGTERM or SIGKILL runs no exit handler) are removed first (`sweep_scratch`)."""
+    import atexit
+    import tempfile
+
+    parent = tempfile.gettempdir()
+    sweep_scratch(prefix, parent)
+    path = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent)
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def sweep_scratch(prefix: str, parent: str) -> None:
+    """Remove the folders ``<prefix><pid>-...`` in ``parent`` of this user whose process is gone. Live
+    processes' folders, another user's and anything else are left alone."""
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix):].split("-", 1)[0]
+        path = os.path.join(parent, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if (pid.isdigit() and stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+                and not pid_alive(int(pid))):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def pid_alive(pid: int) -> bool:

@@ -527,7 +527,9 @@ class LoopbackSocket:
         if self._server is not None:
             return self.port  # type: ignore[return-value]
         host = host.strip("[]")
-        if host in ("", "0.0.0.0", "::"):
+        from .hosts import is_wildcard
+
+        if is_wildcard(host):
             from .config import JudgeConfigError
 
             raise JudgeConfigError(

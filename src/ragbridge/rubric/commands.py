@@ -86,13 +86,15 @@ def register(cli) -> None:
         """Write an offline page to grade a stratified sample of a run by a rubric (labels for validate)."""
         from rich.markup import escape
 
-        from ..commands.output import fail, out, print_json
+        from ..commands.output import fail, out, print_json, refuse_overwriting
         from ..formats.files import write_atomic
+        from ..run.folder import run_files
         from .label import label_summary, render_page, sample_for_labels, strata_of
         from .rubrics import RubricError
 
         if n < 1:
             fail(f"--n must be at least 1, got {n}")
+        refuse_overwriting(out_file, *run_files(run_dir), *(rubric or ()))
         r = _run(run_dir, "run")
         try:
             rub = rubric_of_run(r, metric, rubric)
@@ -148,15 +150,17 @@ def register(cli) -> None:
 
         from rich.markup import escape
 
-        from ..commands.output import err, fail, out, print_json
+        from ..commands.output import err, fail, out, print_json, refuse_overwriting
         from ..formats.files import write_atomic
         from ..judge import JudgeGateway
+        from ..run.folder import run_files
         from ..report.text import jsonable
         from .pairwise import compare_runs
         from .rubrics import RubricError, load_rubrics
 
         if resamples < 100:
             fail(f"--resamples must be at least 100, got {resamples}")
+        refuse_overwriting(out_json, *run_files(base_dir), *run_files(new_dir), *(rubric or ()))
         base, new = _run(base_dir, "base run"), _run(new_dir, "new run")
         try:
             if metric is None:  # the one rubric of the one file given

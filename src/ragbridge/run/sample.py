@@ -35,6 +35,10 @@ span; some exports on every record) and on the roots of traces outside sessions.
 a plugin registers: `ragbridge.traces.stores`): the same passes pull the spans page by page, the
 first the window's (its end fixed at the start: now, when not given), the next the drawn traces'.
 
+**Canonical cases** (a golden set, or an earlier sample, as JSON lines: records holding only the
+schema's fields, one of them beyond a log's: ``relevant``, ``must_contain``, ``metadata``, ...) are
+drawn the same way, by id, and keep every field.
+
 **Logs** (JSON lines, one interaction a line) are mapped onto the schema by a small TOML file
 (``--mapping``); each value is a path into the log record::
 
@@ -102,7 +106,8 @@ class Sample:
     a log) were ``read`` and passed the filters (``matched``); how many traces, sessions or records
     were ``drawn`` (``by``: ``trace`` or ``session``); for traces the `TraceReport` of the drawn
     traces (``report``: those that gave no case, and why) and how many ``sessions`` the cases are
-    turns of; ``source``: the store's address, when the spans were pulled from one."""
+    turns of; ``source``: the store's address, when the spans were pulled from one; ``signals``: how
+    many of the signals given apart (``--signals``) the cases carry (None when none were given)."""
 
     cases: list[Case]
     read: int
@@ -113,6 +118,7 @@ class Sample:
     by: str = "trace"
     sessions: int = 0
     source: Optional[str] = None
+    signals: Optional[int] = None
 
     def record(self) -> dict[str, Any]:
         """The sample's summary, as ``ragbridge sample --json`` prints it."""
@@ -122,11 +128,15 @@ class Sample:
             out.update(by=self.by, sessions=self.sessions, traces=self.report.record())
         if self.source is not None:
             out["from"] = self.source
+        if self.signals is not None:
+            out["signals"] = self.signals
         return out
 
 
 def draw(key: str, seed: int) -> float:
-    """The draw of an id: the first 8 bytes of BLAKE2b of ``"<seed>:<id>"``, as a number in [0, 1)."""
+    """The draw of an id, a number in [0, 1): BLAKE2b with an 8-byte digest (``digest_size=8``, which
+    is not the first 8 bytes of the 64-byte digest) of ``"<seed>:<id>"`` in UTF-8, read as a
+    big-endian integer and divided by 2**64."""
     digest = hashlib.blake2b(f"{seed}:{key}".encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2.0 ** 64
 
@@ -286,8 +296,10 @@ def _sample_spans(stream: Callable[..., Iterable[Span]], n: Optional[int], rate:
                     if turn is not None:
                         turns.append(turn)
     add_sessions(cases, turns, order)
+    sessions = {c.metadata["session"]["id"] for c in cases if "session" in c.metadata}
+    attached = sum(len(extra.get(c.id, ())) for c in cases) if signals is not None else None
     return Sample(cases, read=read, matched=matched, drawn=len(drawn.ids), report=report, kind="traces",
-                  by=by, sessions=len(wanted))
+                  by=by, sessions=len(sessions), signals=attached)
 
 
 # --------------------------------------------------------------------------------------------
@@ -323,7 +335,18 @@ def _matches(record: dict, case_like: dict, where: list[tuple[str, str]]) -> boo
     return True
 
 
+#: the fields of a canonical case: a record holding only these, and one beyond a log's (`FIELD_KEYS`: a
+#: label, a check, metadata), is a golden set's case, sampled whole
+_CASE_FIELDS = frozenset(Case.model_fields)
+
+
 def _to_case_record(record: dict, mapping: dict, line: int) -> dict:
+    if (not mapping["fields"] and not mapping["chunk"] and "question" in record
+            and set(record) <= _CASE_FIELDS and set(record) - set(FIELD_KEYS)):
+        rec = dict(record)  # a canonical case (a golden set, a sample sampled again): every field kept
+        if rec.get("id") is None:
+            rec["id"] = stable_id("trace-", f"{line}\x00{rec.get('question', '')}", 12)
+        return rec
     rec: dict[str, Any] = {}
     for key in FIELD_KEYS:
         value = _field(record, key, mapping)
@@ -457,12 +480,27 @@ def sample_traces(
     path = Path(path)
     if not path.exists():
         raise DatasetError("no such file", path=path)
+    if path.is_file() and path.stat().st_size < 4096 and not path.read_bytes().strip():
+        raise DatasetError("file is empty: no spans or interactions to sample", path=path,
+                           hint="has the exporter written (or flushed) to this file yet?")
+    from ..formats import get_formats
+
+    known = get_formats()
+    traces = sorted(name for name, f in known.items() if f.spans is not None)
+    if format is not None and (format not in known or known[format].spans is None and format != "jsonl"):
+        raise DatasetError(f"sample reads no format {format!r}", path=path,
+                           hint=f"trace formats: {', '.join(traces)}; jsonl for a log of interactions; "
+                                "or a trace store's address (SCHEME://HOST:PORT/PROJECT)")
     try:
         fmt = reading_format(path, format, {})
     except DatasetError:
         if format is not None:
             raise
         fmt = _sniffed(path)  # a trace format under a suffix of its own (.log, .txt), else a JSONL log
+    if fmt is not None and fmt.spans is None and path.suffix.lower() != ".jsonl" and format is None:
+        raise DatasetError(f"a {fmt.name} file is neither a trace export nor a JSON lines log", path=path,
+                           hint=f"sample reads {', '.join(traces)} and JSONL logs or cases; a golden set "
+                                "in another format: ragbridge convert it to .jsonl first")
     if fmt is not None and fmt.spans is not None:
         if mapping and (mapping["fields"] or mapping["chunk"]):
             raise DatasetError(f"--mapping is for JSON lines logs; {fmt.name!r} spans are read by their "

@@ -98,10 +98,12 @@ def synthesize(
     from rich.markup import escape
 
     from ..commands.output import (EXIT_BUDGET_SPENT, EXIT_INTERRUPTED, EXIT_SCORE_ERRORS, err, fail,
-                                   storage_error)
+                                   refuse_overwriting, storage_error)
     from ..formats import DatasetError
     from .synthesis import SynthError, synthesize as make
 
+    for output in (out_path, combined):
+        refuse_overwriting(output, corpus, compare_to)
     cfg = judge.load()
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _Reader(sys.stdout), _Reader(sys.stderr)  # a reader may go away mid-way

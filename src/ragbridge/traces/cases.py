@@ -9,7 +9,8 @@ Spans are grouped by trace id (`group_traces`); each trace becomes at most one `
   ``gen_ai.operation.name`` ``retrieval`` or a ``gen_ai.retrieval.documents`` attribute; an *LLM
   span* has kind ``LLM`` or a GenAI chat or completion operation;
 - ``question``: the root's ``input.value``, else the retriever's (its query,
-  ``gen_ai.retrieval.query.text`` too), else the last user message of the LLM span; a JSON input
+  ``gen_ai.retrieval.query.text`` too); never the LLM span's messages, which hold the prompt made
+  of the question and the chunks (a trace recording neither is no case, counted); a JSON input
   (``input.mime_type`` ``application/json``) gives its question-like field (``question``,
   ``query``, ``input``, ``prompt``, ``text``, ``content``, ``message``);
 - ``answer``: what the application returned to the user, the root's ``output.value``; without one,
@@ -25,7 +26,8 @@ Spans are grouped by trace id (`group_traces`); each trace becomes at most one `
   ``score`` and, when content capture is on, ``content``). A reranker's
   ``reranker.output_documents`` take the place of the retrieved ones (they are what the model saw);
   several retrievers' documents are joined in start order. A document without an id gets the id of
-  its text (``ctx-<sha1>``, as everywhere);
+  its text (``ctx-<sha1>``, as everywhere); one without a text is kept with an empty text, and one
+  with neither (a lone score at an index the others skip) is left out, both counted in the report;
 - ``id``: the trace id; ``tags``: the root's ``tag.tags``; ``metadata["trace"]``: ``trace_id``,
   ``span_id`` (the root's: where a score of the whole answer goes), ``retriever_span_ids`` (with
   several, ``retriever_documents``: how many documents each gave, in the contexts' order),
@@ -33,7 +35,8 @@ Spans are grouped by trace id (`group_traces`); each trace becomes at most one `
   ``service``, ``session_id``, ``user_id`` and the root's ``metadata``; ``metadata["signals"]``:
   the user signals the export carried for the trace (`Signal`).
 
-A trace with no retriever, or with no question, is not a case: `TraceReport` counts each reason
+A span given more than once (the same span id: an export appended to itself) is read once, and
+counted. A trace with no retriever, or with no question, is not a case: `TraceReport` counts each reason
 and says it. A retriever that returned no documents does give a case, with no contexts, and is
 counted too (an empty retrieval is a result to score, not a gap in the data).
 """
@@ -51,16 +54,22 @@ from pydantic import ValidationError
 from ..formats.records import chunk_id_for_text
 from ..schema import Case, Chunk
 from .sessions import Turn, add_sessions, session_of
-from .spans import Signal, Span, SpanError, indexed, iso_time, json_value, shown
+from .spans import Signal, Span, SpanError, gathered, indexed, iso_time, json_value, shown
 
 __all__ = ["TraceReport", "group_traces", "trace_case", "cases_from_spans", "span_kind", "trace_turn"]
 
 #: why a trace is not a case, as the report says it
 NO_RETRIEVER = "no retriever span"
-NO_QUESTION = "no question (no input on the root, retriever or LLM span)"
+NO_QUESTION = "no question (no input on the root or retriever span)"
 NO_SPANS = "no spans (only scores about the trace)"
 #: what a kept case is noted for
 EMPTY_RETRIEVAL = "retriever returned no documents (kept, with no contexts)"
+NO_TEXT = "retriever documents without a text (kept, with an empty text)"
+SCORE_TEXT = "retriever document scores written as text (read as numbers)"
+SCORE_UNREAD = "retriever document scores that are not numbers (left out)"
+DUPLICATE_SPANS = "spans given more than once (the same span id, e.g. an export appended twice: read once)"
+#: a document of neither id nor text (a lone score at an index the others skip) is no chunk
+NO_DOCUMENT = "retriever documents with neither an id nor a text (left out)"
 SEVERAL_RETRIEVERS = "several retriever spans (documents joined in start order)"
 NO_ROOT = "no root span (a parent was not exported)"
 #: how the answer was picked when the root holds none and the trace has several LLM spans
@@ -225,12 +234,23 @@ def _document(raw: dict[str, Any], at: str) -> dict[str, Any]:
     pick = {k.removeprefix("document."): v for k, v in raw.items()}
     return {"id": pick.get("id"), "content": pick.get("content", pick.get("text")),
             "score": pick.get("score"),
-            "metadata": json_value(pick.get("metadata"), f"{at}.document.metadata")}
+            "metadata": json_value(gathered(pick, "metadata"), f"{at}.document.metadata")}
 
 
 #: the attribute each field of a chunk comes from, for errors
 _CHUNK_FIELDS = {"id": "document.id", "text": "document.content", "score": "document.score",
                  "source": "document.metadata"}
+
+
+def _score(value: Any) -> Optional[float]:
+    """A document's score as a finite number (text holding one too), else None."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        score = float(value)
+    except (TypeError, ValueError):
+        return None
+    return score if math.isfinite(score) else None
 
 
 def _chunk(doc: dict[str, Any], span: Span, at: str) -> Chunk:
@@ -242,15 +262,10 @@ def _chunk(doc: dict[str, Any], span: Span, at: str) -> Chunk:
                          "give each document a text id")
     cid = str(cid) if cid is not None and str(cid).strip() else chunk_id_for_text(text)
     score = doc["score"]
-    try:
-        score = float(score) if score is not None and not isinstance(score, bool) else None
-    except (TypeError, ValueError):
-        score = None
     meta = doc["metadata"] if isinstance(doc["metadata"], dict) else {}
     source = next((str(meta[k]) for k in _SOURCE_KEYS if meta.get(k) not in (None, "")), None)
     try:
-        return Chunk(id=cid, text=text, score=score if score is None or math.isfinite(score) else None,
-                     source=source)
+        return Chunk(id=cid, text=text, score=score, source=source)
     except ValidationError as exc:
         first = exc.errors()[0]
         part = str(first["loc"][0]) if first.get("loc") else "id"
@@ -316,6 +331,12 @@ def trace_case(spans: Sequence[Span], report: TraceReport,
     if not spans:
         report.add(notes[0] if notes else NO_SPANS, trace_id, skipped=True)
         return None
+    once: dict[str, Span] = {}
+    for span in spans:
+        once.setdefault(span.span_id, span)  # the first of each span id
+    if len(once) < len(spans):
+        notes.append(DUPLICATE_SPANS)
+        spans = list(once.values())
     spans = sorted(spans, key=_start)
     order = {s.span_id: i for i, s in enumerate(spans)}
     root, whole = _root(spans)
@@ -333,14 +354,25 @@ def trace_case(spans: Sequence[Span], report: TraceReport,
         question, asked = (_span_text(span, "input", _QUESTION_KEYS)
                            or span.attributes.get("gen_ai.retrieval.query.text")), span
     used = [rerankers[-1]] if rerankers else retrievers
-    chunks = [_chunk(d, s, at) for s in used for d, at in _documents(s)]
+    chunks = []
+    for s in used:
+        for d, at in _documents(s):
+            if d["content"] is None:
+                if d["id"] is None or not str(d["id"]).strip():
+                    notes.append(NO_DOCUMENT)
+                    continue
+                notes.append(NO_TEXT)
+            score = _score(d["score"])
+            if score is None and d["score"] is not None:
+                notes.append(SCORE_UNREAD)
+            elif isinstance(d["score"], str):
+                notes.append(SCORE_TEXT)
+            chunks.append(_chunk({**d, "score": score}, s, at))
     root_answer = _span_text(root, "output", _ANSWER_KEYS) if root is not retrievers[0] else None
     llm, how = _answer_llm(llms, retrievers, chunks, order)
     if root_answer is not None:
         same = [s for s in llms if _span_text(s, "output", _ANSWER_KEYS) == root_answer]
         llm = same[-1] if same else llm
-    if not question and llm is not None:
-        question, asked = _message(llm, "llm.input_messages", "user", last=True), llm
     if not question or not str(question).strip():
         report.add(NO_QUESTION, trace_id, skipped=True)
         return None
@@ -368,9 +400,9 @@ def trace_case(spans: Sequence[Span], report: TraceReport,
         value = root.get(attr)
         if value not in (None, ""):
             info[key] = value
-    if root.attributes.get("metadata") not in (None, ""):
+    if gathered(root.attributes, "metadata") not in (None, ""):
         with root.reading("metadata"):
-            info["metadata"] = json_value(root.attributes["metadata"], "metadata")
+            info["metadata"] = json_value(gathered(root.attributes, "metadata"), "metadata")
     metadata: dict[str, Any] = {"trace": {k: v for k, v in info.items() if v is not None}}
     given = [g for s in spans for g in s.signals] + list(signals)
     if given:

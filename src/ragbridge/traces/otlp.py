@@ -28,7 +28,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from ..formats.files import DatasetError, parse_json, text_lines
+from ..formats.files import DatasetError, json_problem, parse_json, text_lines
 from ..schema import MAX_METADATA_DEPTH
 from .spans import Span, SpanError, hex_id, nanos, shown
 
@@ -223,9 +223,11 @@ def read_spans(path: Path) -> Iterator[Span]:
         try:
             data = parse_json(text)
         except json.JSONDecodeError as exc:
-            raise DatasetError(f"not valid JSON: {exc.msg} at column {exc.colno}", path=path, line=n,
-                               hint="each line of an OTLP JSON lines file is one {\"resourceSpans\": ...}"
-                               ) from None
+            last = next((t for _, t in lines if t.strip()), None) is None
+            hint = ("the last line is cut short: is the exporter still writing? read the file once it "
+                    "has flushed (or without its last line)" if last and not text.rstrip().endswith("}") else
+                    "each line of an OTLP JSON lines file is one {\"resourceSpans\": ...}")
+            raise DatasetError(json_problem(exc), path=path, line=n, hint=hint) from None
         except DatasetError as exc:
             exc.path, exc.line = str(path), n
             raise
@@ -240,7 +242,10 @@ def _whole(path: Path) -> Iterator[Span]:
     try:
         data = parse_json(text)
     except json.JSONDecodeError as exc:
-        raise DatasetError(f"not valid JSON: {exc.msg}", path=path, line=exc.lineno) from None
+        raise DatasetError(f"not valid JSON: {exc.msg}", path=path, line=exc.lineno,
+                           hint="an OTLP JSON file is one {\"resourceSpans\": ...} a line, or one document; "
+                                "span objects one after another (the console exporter's output) are read "
+                                "with --from otel-spans") from None
     except DatasetError as exc:
         exc.path = str(path)
         raise

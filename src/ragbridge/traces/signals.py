@@ -23,7 +23,9 @@ for), then by the words known here (`PASS_LABELS`, `FAIL_LABELS`, and the yes/no
 polarity). A label neither knows is not a label, and is counted with its values named.
 
 `labels_from_signals` turns the signals that a run's cases carry (``metadata["signals"]``) into
-human labels for ``validate``: one signal name is the human side.
+human labels for ``validate``: one signal name is the human side. A case with several signals of that
+name whose verdicts disagree (a thumbs-up and a thumbs-down) gives no label: it is counted and named
+(``conflicting``), never settled by the order of the file.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from ..formats.files import DatasetError, jsonl_lines
 from ..schema import Case
@@ -209,44 +211,59 @@ def signal_verdict(signal: dict[str, Any], polarity: str = "positive", table: Op
 
 @dataclass
 class SignalLabels:
-    """What `labels_from_signals` made: the labels ``frame``, the ``polarity`` used, and the signals
-    that were not labels: ``unread`` (how many) and their ``labels`` (the values, for the message)."""
+    """What `labels_from_signals` made: the labels ``frame``, the ``polarity`` used, the signals
+    that were not labels: ``unread`` (how many) and their ``labels`` (the values, for the message),
+    the ids of the cases left out because their signals disagree (``conflicting``), and the names of
+    every signal the cases carry (``names``)."""
 
     frame: Any
     polarity: str
     unread: int = 0
     labels: list[str] = field(default_factory=list)
+    conflicting: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
 
 
-def labels_from_signals(cases: Sequence[Case], name: str, metrics: Sequence[str],
+def labels_from_signals(cases: Iterable[Case], name: str, metrics: Sequence[str],
                         polarity: Optional[str] = None, table: Optional[LabelTable] = None,
                         threshold: float = 0.5) -> SignalLabels:
     """Human labels (``case_id, metric, grade, graded``) from the signal ``name`` on each case, one
     row per metric of ``metrics``: the same user judgement stands for every metric. A case with
-    several such signals takes the last; ``polarity`` (None: the signal's own, else by its name),
-    ``table`` and ``threshold`` as `signal_verdict` takes them."""
+    several such signals takes the last when they agree (a pass, or a fail, at ``threshold``), and
+    none when they do not (counted in ``conflicting``); ``polarity`` (None: the signal's own, else by
+    its name), ``table`` and ``threshold`` as `signal_verdict` takes them."""
     import pandas as pd
 
-    rows, unread, labels, used = [], 0, [], None
-    for case in cases:
-        found = [s for s in case.metadata.get("signals", []) or []
-                 if isinstance(s, dict) and s.get("name") == name]
+    rows, unread, labels, conflicting, used, names = [], 0, [], [], None, set()
+    for case in cases:  # once: the cases may be a stream
+        carried = [s for s in case.metadata.get("signals", []) or [] if isinstance(s, dict)]
+        names.update(str(s.get("name")) for s in carried)
+        found = [s for s in carried if s.get("name") == name]
         if not found:
             continue
-        used = polarity_of(name, polarity, found[-1].get("polarity"))
-        verdict = signal_verdict(found[-1], used, table, threshold)
-        if verdict is None:
-            unread += 1
-            if found[-1].get("label") not in (None, ""):
-                labels.append(str(found[-1]["label"]))
+        verdicts = []
+        for signal in found:
+            used = polarity_of(name, polarity, signal.get("polarity"))
+            verdict = signal_verdict(signal, used, table, threshold)
+            if verdict is None:
+                unread += 1
+                if signal.get("label") not in (None, ""):
+                    labels.append(str(signal["label"]))
+            else:
+                verdicts.append(verdict)
+        if not verdicts:
             continue
-        grade, graded = verdict
+        if len({grade >= (threshold if graded else 0.5) for grade, graded in verdicts}) > 1:  # validate
+            conflicting.append(case.id)
+            continue
+        grade, graded = verdicts[-1]
         rows.extend({"case_id": case.id, "metric": m, "grade": grade, "graded": graded} for m in metrics)
     frame = pd.DataFrame(rows, columns=["case_id", "metric", "grade", "graded"])
-    return SignalLabels(frame, used or polarity_of(name, polarity), unread, sorted(set(labels)))
+    return SignalLabels(frame, used or polarity_of(name, polarity), unread, sorted(set(labels)), conflicting,
+                        sorted(names))
 
 
-def human_labels(cases: Sequence[Case], name: str, metrics: Sequence[str], polarity: Optional[str] = None,
+def human_labels(cases: Iterable[Case], name: str, metrics: Sequence[str], polarity: Optional[str] = None,
                  table: Optional[str | Path] = None, threshold: float = 0.5) -> tuple[Any, list[str]]:
     """``validate --labels signal:NAME``: the labels frame of `labels_from_signals` and the lines to
     print (the polarity read, the signals that are not labels). Raises `DatasetError` when no signal
@@ -259,18 +276,24 @@ def human_labels(cases: Sequence[Case], name: str, metrics: Sequence[str], polar
     got = labels_from_signals(cases, name, metrics, polarity, mapping, threshold)
     unknown = (f"its labels {', '.join(map(repr, got.labels[:6]))} are neither a pass nor a fail: say what "
                "they mean with --signal-labels (a table of label, verdict)") if got.labels else ""
+    disagree = (f"{len(got.conflicting)} case(s) carry {name!r} signals that disagree (a pass and a fail, "
+                f"e.g. {got.conflicting[0]}) and are left out: keep the one signal that stands for each "
+                "in the signals file") if got.conflicting else ""
     if got.frame.empty:
+        if disagree:
+            raise DatasetError(f"no {name!r} signal gives a label: {disagree}")
         if got.unread:
             raise DatasetError(f"none of the {got.unread} {name!r} signal(s) reads as a pass or a fail"
                                + (f": {unknown}" if unknown else " (no score and no label)"))
-        names = sorted({str(s.get("name")) for c in cases for s in c.metadata.get("signals", []) or []
-                        if isinstance(s, dict)})
+        names = got.names
         raise DatasetError(f"no case carries a signal named {name!r}"
                            + (f" (the cases carry: {', '.join(names)})" if names else
                               " (the cases carry no signals: sample the traces with their feedback, "
                               "ragbridge sample --signals)"))
     notes = [f"note: the {name!r} signal read as {got.polarity} (a high score or a yes is "
              f"{'good' if got.polarity == 'positive' else 'bad'}; --signal-polarity to say otherwise)"]
+    if disagree:
+        notes.append(f"warning: {disagree}")
     if got.unread:
         notes.append(f"warning: {got.unread} {name!r} signal(s) are not labels: "
                      + (unknown or "neither a score nor a label"))

@@ -28,6 +28,7 @@ span kind. Ids may be hex, ``0x``-prefixed hex or base64 (`ragbridge.traces.span
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -51,6 +52,10 @@ _NAMES = {
 }
 _STATUS = {"OK": "OK", "ERROR": "ERROR", "STATUS_CODE_OK": "OK", "STATUS_CODE_ERROR": "ERROR", "1": "OK",
            "2": "ERROR"}
+logger = logging.getLogger("ragbridge")
+#: the files whose skipped lines were warned about (a sample reads a file more than once)
+_WARNED: set[tuple[str, int, int]] = set()
+
 _HINT = ("one span a JSON object: the OpenTelemetry SDK's span.to_json() (ConsoleSpanExporter), or traceId, "
          "spanId and attributes")
 
@@ -165,14 +170,19 @@ def span_from_object(record: Any, origin: tuple[str, Optional[int], str]) -> Spa
 
 def values(path: Path) -> Iterator[tuple[int, Any]]:
     """Each top-level JSON value of the file with the line it starts on: one a line, or several lines
-    each (a pretty-printed object ends with a line holding ``}`` alone)."""
+    each (a pretty-printed object ends with a line holding ``}`` alone). Lines between the values
+    that start no JSON value (an application's log lines around the console exporter's output) are
+    skipped, and counted in a warning."""
     held: list[str] = []
-    start = 0
+    start = skipped = 0
     for n, text in text_lines(path):
         if not held:
             if not text.strip():
                 continue
             stripped = text.strip()
+            if stripped[0] not in "{[":
+                skipped += 1
+                continue
             if stripped[0] in "{[" and stripped[-1] in "}]":
                 try:
                     yield n, parse_json(stripped)
@@ -200,6 +210,11 @@ def values(path: Path) -> Iterator[tuple[int, Any]]:
         except json.JSONDecodeError as exc:
             raise DatasetError(f"not valid JSON: {exc.msg} (line {start + exc.lineno - 1})", path=path,
                                line=start, hint=_HINT) from None
+    stat = path.stat()
+    if skipped and (str(path), stat.st_mtime_ns, stat.st_size) not in _WARNED:
+        _WARNED.add((str(path), stat.st_mtime_ns, stat.st_size))
+        logger.warning("warning: %s: %d line(s) outside the span objects skipped (an application's log "
+                       "lines?)", path, skipped)
 
 
 def read_spans(path: Path) -> Iterator[Span]:

@@ -34,8 +34,8 @@ from pydantic import ValidationError
 from ..formats.files import DatasetError, parse_json
 from ..schema import MAX_METADATA_DEPTH, deeper_than
 
-__all__ = ["Span", "Signal", "SpanError", "shown", "hex_id", "flatten", "list_index", "indexed", "iso_time",
-           "nanos", "json_value", "MAX_NANOS"]
+__all__ = ["Span", "Signal", "SpanError", "shown", "hex_id", "flatten", "list_index", "indexed", "gathered",
+           "iso_time", "nanos", "json_value", "MAX_NANOS"]
 
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
 
@@ -246,6 +246,18 @@ def indexed(attributes: dict[str, Any], prefix: str) -> Iterator[tuple[int, dict
                 items.setdefault(index, {})[rest] = value
     for index in sorted(items):
         yield index, items[index]
+
+
+def gathered(attributes: dict[str, Any], key: str) -> Any:
+    """The attribute ``key`` (``metadata``, ``document.metadata``: a JSON string, or an object), or,
+    when a store has flattened its object into dotted keys (Phoenix's REST API writes
+    ``document.metadata.source``), those keys gathered back into one object; None when neither."""
+    value = attributes.get(key)
+    if value is not None:
+        return value
+    start = key + "."
+    found = {k[len(start):]: v for k, v in attributes.items() if k.startswith(start)}
+    return found or None
 
 
 _TIME_HINT = "write times as Unix nanoseconds (OTLP) or ISO 8601 text with a time zone"

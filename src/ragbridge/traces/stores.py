@@ -6,7 +6,9 @@ export-scores RUN --to SCHEME://HOST[:PORT]/PROJECT`` pushes the run's span eval
 
 The address (`StoreAddress`): the scheme names the store; the server is reached over HTTPS, or plain
 HTTP on the loopback interface (``127.0.0.1``, ``::1``, ``localhost``); ``SCHEME+http://`` and
-``SCHEME+https://`` say which. The path is the project (the store's default when empty). An address
+``SCHEME+https://`` say which. Plain HTTP to another host would carry the key and the spans in the
+clear: it is refused unless the environment says so (`PLAIN_HTTP`: ``RAGBRIDGE_ALLOW_PLAIN_HTTP=1``,
+for a server on a private network). The path is the project (the store's default when empty). An address
 never holds a key (``user:password@`` is refused): the store reads its key from the environment,
 names the variables in its description, and sends it only to the server it was given. Nothing
 ragbridge writes holds the key or the address's credentials.
@@ -30,7 +32,11 @@ from urllib.parse import urlsplit
 from ..formats.files import DatasetError
 from .spans import Span
 
-__all__ = ["TraceStore", "StoreAddress", "Query", "parse_address", "is_address", "store_for", "key_from"]
+__all__ = ["TraceStore", "StoreAddress", "Query", "parse_address", "is_address", "store_for", "key_from",
+           "PLAIN_HTTP"]
+
+#: the environment variable that allows plain HTTP to a host other than this machine
+PLAIN_HTTP = "RAGBRIDGE_ALLOW_PLAIN_HTTP"
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,10 @@ def parse_address(text: str) -> StoreAddress:
     except ValueError:
         raise DatasetError(f"the port of {text!r} is not a number from 0 to 65535") from None
     host = parts.hostname
+    if transport == "http" and not _loopback(host) and os.environ.get(PLAIN_HTTP) != "1":
+        raise DatasetError(f"{text}: plain HTTP to {host}, which is not this machine, would send the key and "
+                           "the spans unencrypted", hint=f"use {scheme}:// (HTTPS), or set {PLAIN_HTTP}=1 "
+                           "to send them in the clear anyway")
     transport = transport or ("http" if _loopback(host) else "https")
     netloc = f"[{host}]" if ":" in host else host
     base = f"{transport}://{netloc}" + (f":{port}" if port is not None else "")
