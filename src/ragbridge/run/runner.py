@@ -341,10 +341,9 @@ def _case_source(request: RunRequest, corpus: Optional[Corpus], opened: contextl
 
 
 def _probes(request: RunRequest) -> Any:
-    """The requests the check of the judge's model may send (`ragbridge.judge.preflight.Probes`):
+    """The requests the check of the judge's model may send (`ragbridge.judge.ledger.Probes`):
     what ``max_calls`` leaves after the earlier sessions' calls (their ``judge-calls.log``)."""
-    from ..judge.ledger import read_tally
-    from ..judge.preflight import Probes
+    from ..judge.ledger import Probes, read_tally
 
     if request.max_calls is None:
         return Probes()
