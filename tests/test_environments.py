@@ -366,6 +366,66 @@ def test_a_killed_worker_loses_no_score_and_the_run_resumes(cached, tmp_path):
     assert f"resumed: {len(kept)} score(s) kept" in again.stdout
 
 
+_RAGAS_OWN = textwrap.dedent("""
+    import json, math, os, sys, warnings
+    warnings.filterwarnings("ignore")
+    os.environ["RAGAS_DO_NOT_TRACK"] = "true"
+    import ragas
+    from langchain_openai import ChatOpenAI, OpenAIEmbeddings
+    from ragas import EvaluationDataset, evaluate
+    from ragas.embeddings import LangchainEmbeddingsWrapper
+    from ragas.llms import LangchainLLMWrapper
+    from ragas.metrics import Faithfulness, ResponseRelevancy
+
+    path, base = sys.argv[1:3]
+    llm = LangchainLLMWrapper(ChatOpenAI(model="stub-judge", base_url=base, api_key="x", max_tokens=4096))
+    emb = LangchainEmbeddingsWrapper(OpenAIEmbeddings(model="text-embedding-3-small", base_url=base,
+                                                      api_key="x", check_embedding_ctx_length=False))
+    frame = evaluate(EvaluationDataset.from_jsonl(path), metrics=[Faithfulness(), ResponseRelevancy()],
+                     llm=llm, embeddings=emb, show_progress=False).to_pandas()
+    print(json.dumps({"version": ragas.__version__, "faithfulness": frame["faithfulness"].tolist(),
+                      "answer_relevance": frame["answer_relevancy"].tolist()}))
+""")
+
+
+@pytest.mark.slow
+@needs_backend("ragas")
+def test_ragas_0_3_answer_relevance_beside_faithfulness_scores_as_ragas_own_evaluate(cached, tmp_path):
+    """RAGAS 0.3.9's AnswerRelevancy embeds with its synchronous ``embed_text`` inside ``ascore``: in
+    the worker, beside faithfulness, every case is scored (none errored, no hang), each score what
+    RAGAS 0.3.9's own ``ragas.evaluate`` gives in that environment."""
+    from ragas import EvaluationDataset, SingleTurnSample
+
+    from ragbridge.run.isolated import prepare
+
+    rows = [json.loads(line) for line in EXAMPLE.read_text().splitlines()[:6]]
+    samples = [SingleTurnSample(user_input=r["question"], response=r["answer"],
+                                retrieved_contexts=[c["text"] if isinstance(c, dict) else c for c in r["contexts"]],
+                                reference=r.get("reference") or r.get("ground_truth"))
+               for r in rows]
+    golden = tmp_path / "golden.ragas.jsonl"
+    EvaluationDataset(samples=samples).to_jsonl(str(golden))
+    env = prepare(["ragas==0.3.9"])["ragas==0.3.9"]
+    out = tmp_path / "run"
+    with StubJudge() as stub:
+        done = ragbridge_cli("run", golden, "--out", out, "--backend", "ragas==0.3.9", "--metric", "faithfulness",
+                             "--metric", "answer_relevance", "--judge-model", "stub-judge", "--judge-base-url",
+                             stub.base_url, "--no-progress", "--cache-mode", "off")
+        own = subprocess.run([str(env.python), "-c", _RAGAS_OWN, str(golden), stub.base_url],
+                             capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert own.returncode == 0, own.stderr[-2000:]
+    theirs = json.loads(own.stdout.splitlines()[-1])
+    assert theirs["version"] == "0.3.9"
+    order = [json.loads(line)["id"] for line in (out / "cases.jsonl").read_text().splitlines()]
+    scores = {(s["metric"], s["case_id"]): s for s in map(json.loads, (out / "scores.jsonl").read_text().splitlines())}
+    assert len(scores) == 12 and all(s["error"] is None for s in scores.values())
+    for metric in ("faithfulness", "answer_relevance"):
+        ours = [scores[(metric, cid)]["value"] for cid in order]
+        assert ours == pytest.approx(theirs[metric], abs=1e-6), metric
+    assert len(set(theirs["answer_relevance"])) > 2  # the embeddings mattered
+
+
 _BUILD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
