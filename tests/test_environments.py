@@ -684,3 +684,79 @@ def test_what_a_library_prints_never_reaches_the_pipe(tmp_path):
     assert proc.wait(timeout=30) == 0
     printed = proc.stderr.read().decode()
     assert "scoring " + cases[0].id in printed and "straight to file descriptor 1" in printed
+
+
+STUCK = textwrap.dedent('''
+    import time
+    from ragbridge.plugin import Backend, MetricSpec, Score, hookimpl
+
+    class Stuck(Backend):
+        name = "stuck"
+        library = "numpy"
+
+        def metrics(self):
+            return [MetricSpec("must_contain")]
+
+        async def score(self, metric, cases, ctx):
+            yield Score(case_id=cases[0].id, metric=metric, backend=self.name, value=1.0)
+            time.sleep(120)  # a library's blocking call: the worker's event loop is held
+
+    @hookimpl
+    def ragbridge_register_backends(register):
+        register(Stuck())
+''')
+
+_RUN_OF_A_WORKER = textwrap.dedent('''
+    import json, subprocess, sys, time
+    from ragbridge import load_cases
+    from ragbridge.backend import RunOptions, case_record
+    from ragbridge.run.worker import options_record
+
+    worker = subprocess.Popen([sys.executable, "-m", "ragbridge.run.worker"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, start_new_session=True)
+    def say(message):
+        worker.stdin.write(json.dumps(message).encode() + b"\\n")
+        worker.stdin.flush()
+    say({"ragbridge_worker": 1, "backend": "stuck", "name": "stuck==1.0", "plugin": "rb_stuck",
+         "options": options_record(RunOptions()), "judge": None})
+    assert json.loads(worker.stdout.readline())["ready"] is True
+    cases = load_cases(sys.argv[1])[:2]
+    say({"op": "score", "job": 1, "metric": "must_contain", "repeat": 0,
+         "cases": [case_record(cases, i) for i in range(2)]})
+    assert "score" in json.loads(worker.stdout.readline())
+    print(worker.pid, flush=True)
+    time.sleep(600)
+''')
+
+
+@pytest.mark.slow  # spawns a worker process
+def test_a_worker_whose_run_is_killed_while_a_library_holds_its_loop_exits():
+    """The run is killed outright (two Ctrl-Cs, ``kill -9``) while a library's blocking call holds the
+    worker's event loop (it cannot read the end of its pipe): the worker ends all the same, within
+    seconds, and is never left running without its run."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "rb_stuck.py").write_text(STUCK)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([tmp, os.environ.get("PYTHONPATH", "")])}
+        run = subprocess.Popen([sys.executable, "-c", _RUN_OF_A_WORKER, str(EXAMPLE)], stdout=subprocess.PIPE,
+                               env=env, text=True)
+        worker = int(run.stdout.readline())
+        assert Path(f"/proc/{worker}").exists()
+        run.kill()
+        run.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _alive(worker):
+            time.sleep(0.1)
+        alive = _alive(worker)
+        if alive:
+            os.kill(worker, signal.SIGKILL)
+        assert not alive, "the worker outlived its run"
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not ended (a zombie has)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
