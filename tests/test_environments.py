@@ -760,3 +760,33 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_run_ends_its_worker(cached, tmp_path, how):
+    """Ctrl-C (or SIGTERM) of a run while its worker scores: the run exits 130 within seconds, every
+    score it recorded kept, and no worker process is left."""
+    out = tmp_path / "run"
+    with StubJudge(latency=0.3) as stub:
+        args = ["run", EXAMPLE, "--out", out, "--backend", "ragas==0.3.9", "--metric", "faithfulness",
+                "--judge-model", "stub-judge", "--judge-base-url", stub.base_url, "--no-progress",
+                "--cache-mode", "off"]
+        proc = subprocess.Popen([sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()",
+                                 *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        scores = out / "scores.jsonl"
+        deadline = time.monotonic() + 240
+        seen: list[int] = []
+        while time.monotonic() < deadline and not (seen and scores.exists() and scores.read_text().strip()):
+            seen = seen or workers_of(proc.pid)
+            time.sleep(0.05)
+        assert seen, "no worker was seen scoring"
+        os.kill(proc.pid, getattr(signal, how))
+        started = time.monotonic()
+        _, stderr = proc.communicate(timeout=60)
+        took = time.monotonic() - started
+    assert proc.returncode == 130, stderr
+    assert took < 15, took
+    time.sleep(1)
+    assert not [pid for pid in seen if _alive(pid)], "a worker outlived its run"
+    assert all(json.loads(line)["error"] is None for line in scores.read_text().splitlines())

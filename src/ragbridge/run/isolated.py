@@ -55,6 +55,8 @@ STDERR_LINES = 40
 #: how long a worker may take to start (its library's import included) and to close
 START_SECONDS = 300.0
 CLOSE_SECONDS = 60.0
+#: how long an interrupted run waits for a worker to close before it kills it
+INTERRUPT_SECONDS = 2.0
 
 _NAME = re.compile(r"^(?P<base>[A-Za-z0-9_.-]+?)\s*==\s*(?P<version>" + EXACT_VERSION.pattern + ")$")
 
@@ -238,6 +240,12 @@ def worker_environ(judge: Any, code: Path) -> dict[str, str]:
     return env
 
 
+def _interrupted() -> bool:
+    """Whether the task running is being cancelled (the run was interrupted)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 @dataclass
 class _Job:
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
@@ -387,21 +395,24 @@ class _Worker:
             await asyncio.wait_for(asyncio.gather(*self._tasks[1:]), 2)
 
     async def close(self) -> None:
+        """Close the worker's backend and end it: at most `CLOSE_SECONDS` for the close, or
+        `INTERRUPT_SECONDS` when the run is interrupted (Ctrl-C, SIGTERM): then it is killed."""
         if self.proc is None:
             return
+        grace = INTERRUPT_SECONDS if _interrupted() else CLOSE_SECONDS
         if self.ended is None:
             with contextlib.suppress(Exception):
                 await self._send({"op": "close"})
-                await asyncio.wait_for(asyncio.shield(self._closed), CLOSE_SECONDS)
-        await self.kill()
+                await asyncio.wait_for(asyncio.shield(self._closed), grace)
+        await self.kill(min(grace, 10))
 
-    async def kill(self) -> None:
+    async def kill(self, grace: float = 10) -> None:
         proc = self.proc
         if proc is not None and proc.returncode is None:
             with contextlib.suppress(Exception):
                 proc.stdin.close()
             try:
-                await asyncio.wait_for(proc.wait(), 10)
+                await asyncio.wait_for(proc.wait(), grace)
             except asyncio.TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
