@@ -399,18 +399,17 @@ def test_ragas_0_3_answer_relevance_beside_faithfulness_scores_as_ragas_own_eval
     from ragbridge.run.isolated import prepare
 
     rows = [json.loads(line) for line in EXAMPLE.read_text().splitlines()[:6]]
-    samples = [SingleTurnSample(user_input=r["question"], response=r["answer"],
-                                retrieved_contexts=[c["text"] if isinstance(c, dict) else c for c in r["contexts"]],
-                                reference=r.get("reference") or r.get("ground_truth"))
+    samples = [SingleTurnSample(user_input=r["question"], response=r["answer"], reference=r["reference"],
+                                retrieved_contexts=[c["text"] for c in r["contexts"]])
                for r in rows]
     golden = tmp_path / "golden.ragas.jsonl"
     EvaluationDataset(samples=samples).to_jsonl(str(golden))
     env = prepare(["ragas==0.3.9"])["ragas==0.3.9"]
     out = tmp_path / "run"
     with StubJudge() as stub:
-        done = ragbridge_cli("run", golden, "--out", out, "--backend", "ragas==0.3.9", "--metric", "faithfulness",
-                             "--metric", "answer_relevance", "--judge-model", "stub-judge", "--judge-base-url",
-                             stub.base_url, "--no-progress", "--cache-mode", "off")
+        done = ragbridge_cli("run", golden, "--out", out, "--backend", "ragas==0.3.9", "--metric",
+                             "faithfulness", "--metric", "answer_relevance", "--judge-model", "stub-judge",
+                             "--judge-base-url", stub.base_url, "--no-progress", "--cache-mode", "off")
         own = subprocess.run([str(env.python), "-c", _RAGAS_OWN, str(golden), stub.base_url],
                              capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -418,7 +417,8 @@ def test_ragas_0_3_answer_relevance_beside_faithfulness_scores_as_ragas_own_eval
     theirs = json.loads(own.stdout.splitlines()[-1])
     assert theirs["version"] == "0.3.9"
     order = [json.loads(line)["id"] for line in (out / "cases.jsonl").read_text().splitlines()]
-    scores = {(s["metric"], s["case_id"]): s for s in map(json.loads, (out / "scores.jsonl").read_text().splitlines())}
+    lines = (out / "scores.jsonl").read_text().splitlines()
+    scores = {(s["metric"], s["case_id"]): s for s in map(json.loads, lines)}
     assert len(scores) == 12 and all(s["error"] is None for s in scores.values())
     for metric in ("faithfulness", "answer_relevance"):
         ours = [scores[(metric, cid)]["value"] for cid in order]
@@ -694,6 +694,9 @@ STUCK = textwrap.dedent('''
         name = "stuck"
         library = "numpy"
 
+        def version(self):
+            return "1.0"
+
         def metrics(self):
             return [MetricSpec("must_contain")]
 
@@ -790,3 +793,44 @@ def test_an_interrupted_run_ends_its_worker(cached, tmp_path, how):
     time.sleep(1)
     assert not [pid for pid in seen if _alive(pid)], "a worker outlived its run"
     assert all(json.loads(line)["error"] is None for line in scores.read_text().splitlines())
+
+
+@pytest.mark.slow  # spawns a worker process
+def test_a_worker_whose_loop_a_library_holds_errors_its_cases_as_timed_out(tmp_path, fresh_cache,
+                                                                          monkeypatch):
+    """A library call that holds the worker's event loop far past the judge's timeout: the score the
+    worker sent before is recorded, the case it held errors as timed out, the run ends (no hang) and
+    the worker with it."""
+    import ragbridge.run.isolated as isolated
+    from ragbridge.plugins import pm
+    from ragbridge.run.environments import MARKER
+    from ragbridge.run.isolated import backend_named
+
+    package = tmp_path / "rb_stuck"
+    (package / "locks").mkdir(parents=True)
+    (package / "__init__.py").write_text(STUCK)
+    (package / "locks" / "1.0.txt").write_text("numpy\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import rb_stuck
+
+    monkeypatch.setattr(isolated, "STALL_SECONDS", 4.0, raising=False)
+    pm.register(rb_stuck, name="rb_stuck")
+    try:
+        env = backend_named("stuck==1.0").environment_spec()  # made by hand: this Python, no uv
+        (env.path / "bin").mkdir(parents=True)
+        env.python.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+        env.python.chmod(0o755)
+        (env.path / MARKER).write_text("{}")
+        started = time.monotonic()
+        run = evaluate(load_cases(EXAMPLE)[:2], backends=["stuck==1.0"], metrics=["must_contain"],
+                       out=tmp_path / "run")
+        took = time.monotonic() - started
+    finally:
+        pm.unregister(rb_stuck)
+    by = {s.case_id: s for s in run.scores}
+    first, second = (c.id for c in load_cases(EXAMPLE)[:2])
+    assert by[first].value == 1.0 and by[first].error is None
+    assert by[second].error and "timed out" in by[second].error and "held its event loop" in by[second].error
+    assert took < 60, took
+    pid = int(by[second].error.split("(pid ")[1].split(")")[0])
+    assert not _alive(pid)

@@ -16,7 +16,9 @@ worker -> run
     ``{"ragbridge_worker": 1, "ready": true, "version": the library's version, "metrics": [...],
     "pid": N, "python": "3.11.7"}`` (or ``"ready": false, "error": ...``) once the backend is open;
     per job, one ``{"job": N, "score": {a Score}}`` per case, then ``{"job": N, "done": true}``;
-    ``{"closed": true}`` once every backend session is closed.
+    ``{"closed": true}`` once every backend session is closed; ``{"alive": true}`` every
+    `ALIVE_SECONDS` from the worker's event loop, so the run sees a loop that a library's blocking
+    call holds (it ends such a worker: `ragbridge.run.isolated`).
 
 The backend runs through the lifecycle every executor uses (`ragbridge.run.lifecycle`): its
 environment defaults, ``open``, one score per case whatever it does, ``close``. Its judge is a
@@ -33,9 +35,11 @@ import signal
 import sys
 from typing import Any, BinaryIO
 
-__all__ = ["PROTOCOL", "LINE_LIMIT", "options_record", "main"]
+__all__ = ["PROTOCOL", "LINE_LIMIT", "ALIVE_SECONDS", "options_record", "main"]
 
 PROTOCOL = 1
+#: how often the worker's event loop says it is alive
+ALIVE_SECONDS = 1.0
 #: the longest line either side reads (a job's cases are one line)
 LINE_LIMIT = 1 << 30
 
@@ -130,6 +134,13 @@ async def serve(channel: _Channel) -> None:
                       "python": platform.python_version()})
         tasks: dict[int, asyncio.Task] = {}
 
+        async def alive() -> None:
+            while True:
+                await asyncio.sleep(ALIVE_SECONDS)
+                channel.send({"alive": True})
+
+        beat = asyncio.create_task(alive())
+
         async def job(msg: dict) -> None:
             jid = int(msg["job"])
             try:
@@ -153,6 +164,7 @@ async def serve(channel: _Channel) -> None:
                 elif op == "close":
                     break
         finally:
+            beat.cancel()
             for task in list(tasks.values()):
                 task.cancel()
             await asyncio.gather(*tasks.values(), return_exceptions=True)
