@@ -288,7 +288,11 @@ async def _score(request: RunRequest, plan: Plan, options: RunOptions, judge: An
                     for score in immediate:
                         recorder.record(score)
                     if jobs:
-                        await session.score(jobs, recorder.record)
+                        flusher = asyncio.create_task(recorder.flushing())
+                        try:
+                            await session.score(jobs, recorder.record)
+                        finally:
+                            flusher.cancel()
                     recorder.end_batch()
             scored = True
         status = "complete"
