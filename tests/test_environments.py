@@ -210,6 +210,55 @@ def test_scores_of_two_versions_read_as_two_backends(tmp_path):
     assert t.find("ragas==0.4.3", "faithfulness") == 0.6
 
 
+def test_compare_says_how_many_cases_it_compared_when_one_backend_scored_none(tmp_path):
+    """A run whose one backend errored on every case of a metric (as RAGAS 0.3.9's answer_relevance
+    did): compare's answer says 0 cases were compared and that backend scored none, never that the
+    verdicts differ on 0 cases as if they agreed."""
+    import types
+
+    from ragbridge.plugin import Backend, MetricSpec, Score, hookimpl
+    from ragbridge.plugins import load_plugins, pm
+
+    class Scores(Backend):
+        name = "mylib"
+
+        def metrics(self):
+            return [MetricSpec("relevance"), MetricSpec("recall")]
+
+        async def score(self, metric, cases, ctx):
+            for i, c in enumerate(cases):
+                yield Score(case_id=c.id, metric=metric, backend=self.name, value=0.25 * (i % 4))
+
+    class Fails(Scores):
+        name = "mylib==1.2"
+
+        async def score(self, metric, cases, ctx):
+            for i, c in enumerate(cases):
+                if metric == "relevance":
+                    yield Score(case_id=c.id, metric=metric, backend=self.name,
+                                error="APIConnectionError: Connection error.")
+                else:
+                    yield Score(case_id=c.id, metric=metric, backend=self.name, value=0.25 * (i % 4))
+
+    @hookimpl
+    def ragbridge_register_backends(register):
+        register(Scores())
+        register(Fails())
+
+    load_plugins()
+    plugin = types.SimpleNamespace(ragbridge_register_backends=ragbridge_register_backends)
+    pm.register(plugin, name="compare-none-test")
+    try:
+        evaluate(load_cases(EXAMPLE)[:6], backends=["mylib", "mylib==1.2"], out=tmp_path / "run")
+    finally:
+        pm.unregister(name="compare-none-test")
+    done = ragbridge_cli("compare", tmp_path / "run")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "relevance: 2 backends, 0 of 6 cases compared: mylib==1.2 scored none (6 errored)" in text
+    assert "recall: 2 backends, 6 of 6 cases compared; their verdicts differ on 0" in text
+
+
 def test_the_workers_judge_counts_calls_under_the_versioned_name():
     """The worker's gateway client files every call under ``ragas==0.3.9``: the tag it sends, whether
     it comes from the scope, the path or a header the library's client set."""
