@@ -507,6 +507,40 @@ def test_two_runs_building_one_environment_share_one_build(fresh_cache, tmp_path
 
 
 @pytest.mark.slow
+def test_kill_9_of_a_build_ends_the_uv_it_started(fresh_cache, tmp_path):
+    """``kill -9`` of the process building an environment (its process alone, not its group): the uv
+    it started ends with it, leaving nothing that writes into the folder the next build removes."""
+    go = tmp_path / "go"
+    go.touch()
+    proc = subprocess.Popen([sys.executable, "-c", _BUILD, str(go)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    uv: list[int] = []
+    while time.monotonic() < deadline and not uv:
+        uv = [pid for pid in _children(proc.pid) if b"sync" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        time.sleep(0.01)
+    assert uv, "uv pip sync was not seen"
+    proc.kill()
+    proc.wait()
+    time.sleep(0.5)
+    left = [pid for pid in uv if _alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "uv outlived the build that started it"
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+@pytest.mark.slow
 def test_a_killed_build_leaves_no_environment_in_use(fresh_cache, tmp_path):
     from ragbridge.run.environments import ensure
     from ragbridge.run.isolated import backend_named
@@ -536,13 +570,16 @@ def test_an_unreachable_index_is_said_with_what_to_do(fresh_cache, tmp_path):
     with StubJudge() as stub:
         done = ragbridge_cli("run", EXAMPLE, "--out", tmp_path / "run", "--backend", "ragas==0.3.9",
                              "--judge-model", "stub-judge", "--judge-base-url", stub.base_url,
+                             "--no-progress",
                              env={"UV_DEFAULT_INDEX": "http://127.0.0.1:9/simple", "UV_NO_CACHE": "1"})
     assert done.returncode == 2, done.stderr
+    assert "building the environment of ragas==0.3.9" in done.stderr  # a note, not a progress display
     assert "cannot build the environment of ragas==0.3.9" in done.stderr
     assert "the package index could not be reached" in done.stderr and "127.0.0.1:9" in done.stderr
     assert not (tmp_path / "run").exists()
     envs = fresh_cache / "envs"
     assert not list(envs.glob("ragas-*")) and not list(envs.glob(".tmp-*"))
+    assert not list(envs.glob(".*.lock")), "the failed build left its lock file"
 
 
 @pytest.mark.slow
@@ -603,6 +640,12 @@ def test_environments_build_then_remove(fresh_cache):
     assert "building the environment of ragas==0.3.9" in done.stderr and "ready in" in done.stdout
     listed = json.loads(ragbridge_cli("environments", "list", "--json").stdout)["environments"]
     assert [(e["backend"], e["version"], e["current"]) for e in listed] == [("ragas", "0.3.9", True)]
+    python = listed[0]["executable"]
+    ran = subprocess.run([python, "-c", "import ragas; print(ragas.__version__)"], capture_output=True,
+                         text=True)
+    assert ran.stdout.strip() == "0.3.9"
+    shown = ragbridge_cli("environments", "list", env={"COLUMNS": "80"}).stdout
+    assert f"ragas==0.3.9: python {python}" in shown
     again = ragbridge_cli("environments", "build", "ragas==0.3.9")  # made: nothing to build
     assert again.returncode == 0 and "building" not in again.stderr
     gone = ragbridge_cli("environments", "remove", "ragas==0.3.9")
