@@ -686,7 +686,11 @@ def _say(proc, message):
 
 
 def _hear(proc):
-    return json.loads(proc.stdout.readline())
+    """The worker's next message, past the ``alive`` ones it sends every second."""
+    while True:
+        message = json.loads(proc.stdout.readline())
+        if message != {"alive": True}:
+            return message
 
 
 @pytest.mark.slow  # spawns a worker process
