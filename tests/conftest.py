@@ -1,11 +1,19 @@
+import contextlib
+import importlib.util
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "support-bot" / "golden.jsonl"
+
+# Hypothesis keeps what it caches (the constants it draws from, its unicode tables) in the temporary
+# folder, not in a .hypothesis/ of the checkout: a test run writes nothing beside the project's files.
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY",
+                      str(Path(tempfile.gettempdir()) / f"ragbridge-tests-hypothesis-{os.getuid()}"))
 
 
 def _backend_defaults() -> None:
@@ -41,18 +49,86 @@ def example_cases():
     return load_cases(EXAMPLE)
 
 
-def ragbridge_cli(*args, cwd=None, env=None):
-    """Run the real console entry point in a subprocess; returns CompletedProcess."""
-    import subprocess
+def ragbridge_cli(*args, cwd=None, env=None, subprocess=False, timeout=300):
+    """Run the real console entry point (``run_cli``) with ``args``, as a user's shell runs it with
+    ``COLUMNS=200`` and ``env`` over the environment, in ``cwd``; returns a ``CompletedProcess``
+    (``returncode``, ``stdout``, ``stderr``).
 
-    return subprocess.run(
-        [sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-        timeout=300,
-    )
+    In this process (`ragbridge.testing.in_process.run_in_process`: its own arguments, environment,
+    working folder, standard streams and exit code, the plugin manager and the consoles as a new
+    process has them, and nothing it changes left behind), which spares each call the start-up of
+    Python and the import of the libraries. ``subprocess=True`` (and an ``env`` whose PYTHONPATH holds
+    a ``sitecustomize``): in a child process, for what only a process shows (its signals, its start-up
+    and imports, the connections it opens, a Ray cluster of its own, a crash's stderr)."""
+    env = {"COLUMNS": "200", **(env or {})}
+    if subprocess or _starts_with_site_code(env):
+        import subprocess as sp
+
+        return sp.run([sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()",
+                       *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                      env={**os.environ, **env}, timeout=timeout)
+    from ragbridge.commands import run_cli
+    from ragbridge.testing.contract import plugins_as_at_start
+    from ragbridge.testing.in_process import run_in_process
+
+    with _consoles_kept():
+        return run_in_process(run_cli, args, cwd=cwd, env=env, timeout=timeout,
+                              fresh=[plugins_as_at_start, _cli_as_at_start, _consoles_as_at_start])
+
+
+def _starts_with_site_code(env) -> bool:
+    """Whether ``env`` puts a ``sitecustomize`` on the path (a recorder of the connections a process
+    opens): code that runs when a process starts, so the call needs a process of its own."""
+    added = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return any((Path(p) / name).exists() for p in added for name in ("sitecustomize.py", "usercustomize.py"))
+
+
+def _consoles():
+    output = sys.modules.get("ragbridge.commands.output")
+    return [output.out, output.err] if output is not None else []
+
+
+@contextlib.contextmanager
+def _consoles_as_at_start():
+    """The command line's consoles made again, as a new process makes them (the width from
+    ``COLUMNS``, no terminal)."""
+    for console in _consoles():
+        console.__init__(stderr=console.stderr)
+    yield
+
+
+@contextlib.contextmanager
+def _consoles_kept():
+    """The command line's consoles as they were before a call; made again, in this process's
+    environment, when the call made them."""
+    saved = {id(c): dict(c.__dict__) for c in _consoles()}
+    try:
+        yield
+    finally:
+        for console in _consoles():
+            if id(console) in saved:
+                console.__dict__.clear()
+                console.__dict__.update(saved[id(console)])
+            else:
+                console.__init__(stderr=console.stderr)
+
+
+@contextlib.contextmanager
+def _cli_as_at_start():
+    """The command line's application as a new process has it: the commands plugins add when
+    ``run_cli`` starts are added again, and removed after; the garbage collector's start-up pause
+    and freeze as in a new process."""
+    from ragbridge import commands
+
+    app = commands.cli
+    saved = (list(app.registered_commands), list(app.registered_groups), commands._gc_paused,
+             commands._gc_frozen)
+    commands._gc_paused = commands._gc_frozen = False
+    try:
+        yield
+    finally:
+        app.registered_commands[:], app.registered_groups[:] = saved[:2]
+        commands._gc_paused, commands._gc_frozen = saved[2:]
 
 
 def warnings_in(stderr: str) -> list[str]:
@@ -80,6 +156,34 @@ def needs_backend(name: str):
     missing = backend is None or not backend.available()
     hint = backend.install_hint if backend is not None else ""
     return pytest.mark.skipif(missing, reason=f"the {name} backend's library is not installed ({hint})")
+
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:  # a parent package is missing
+        return False
+
+
+def needs_library(name: str, reason: str | None = None):
+    """A test module's ``pytestmark`` for the tests of library ``name``: skipped when it is not
+    installed, which is found without importing it, so that collecting the tests imports no library
+    (the first test that uses it does)."""
+    return pytest.mark.skipif(not _installed(name), reason=reason or f"{name} is not installed")
+
+
+class library:
+    """Module ``name`` as a test module's global, imported when a test first asks it for anything
+    (``pytest.importorskip`` then: the test is skipped when it is not installed), so that collecting
+    the tests does not import it."""
+
+    def __init__(self, name: str, reason: str | None = None):
+        self._name, self._reason = name, reason
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("_"):  # what collecting asks of a module's globals (a fixture's marker)
+            raise AttributeError(attr)
+        return getattr(pytest.importorskip(self._name, reason=self._reason), attr)
 
 
 def stub_judge_config(stub, model: str = "stub-judge", cache: Path | None = None, **kw):
@@ -132,3 +236,22 @@ def write_run(path: Path, cases, scores, *, judge: dict | None = None, status: s
 
 
 from ragbridge.testing.pytest_fixtures import stub_judge  # noqa: E402,F401
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (the addopts in pyproject.toml): the whole suite (``python -m pytest``, ``-m slow``)
+    runs on as many workers as the machine has cores; a run of chosen files or tests runs in this one
+    process, as before (``-n N`` on the command line chooses)."""
+    chosen = config.args_source == pytest.Config.ArgsSource.ARGS
+    if chosen and not os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return 0
+    return None  # xdist's own count: the cores
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """A worker makes its temporary folders as a run without workers does (``pytest-of-USER/pytest-N``,
+    kept and rotated by pytest), not in xdist's ``pytest-N/popen-gw0``: paths of the same length, which
+    the tests that print a path at 80 columns expect."""
+    if getattr(config, "workerinput", None) is not None:
+        config.option.basetemp = None

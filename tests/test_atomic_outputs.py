@@ -7,6 +7,7 @@ it has written part of its output, so the point of the kill is chosen, not raced
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -249,3 +250,46 @@ def test_only_temporaries_of_processes_that_are_gone_are_removed(tmp_path):
     finally:
         live.kill()
         live.wait()
+
+
+# --------------------------------------------------------------------------------------------
+# An output that is a link or a device is refused, never replaced nor written through
+
+WRITERS = {**COMMANDS, "report": ("report.md", lambda golden, run, out: [
+    "report", run, "--format", "md", "--out", out])}
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+@pytest.mark.parametrize("command", sorted(WRITERS))
+def test_an_output_that_is_a_link_or_a_device_is_refused(tmp_path, example_path, traced_run, command, kind):
+    """``--out`` names a symbolic link (as ``/dev/stdout`` is one, to the terminal) or a FIFO: each
+    command that writes a file refuses it (exit 2, saying what to do), and the link, what it points to
+    and the FIFO are as they were."""
+    from conftest import ragbridge_cli
+
+    out = tmp_path / "out"
+    out.mkdir()
+    name, make_args = WRITERS[command]
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("someone else's\n")
+    if kind == "link":
+        (out / name).symlink_to(target)
+    else:
+        os.mkfifo(out / name)
+    res = ragbridge_cli(*make_args(example_path, traced_run, out / name))
+    said = " ".join(res.stderr.split())
+    assert res.returncode == 2, res.stderr
+    what = f"is a symbolic link (to {target})" if kind == "link" else "is not a file"
+    assert f"{out / name}: {what}" in said and "give another path" in said, said
+    if kind == "link":
+        assert (out / name).is_symlink() and os.readlink(out / name) == str(target)
+    else:
+        assert stat.S_ISFIFO(os.lstat(out / name).st_mode)
+    assert target.read_text() == "someone else's\n" and sorted(p.name for p in out.iterdir()) == [name]
+
+
+def test_report_writes_to_standard_output_with_out_dash(traced_run):
+    from conftest import ragbridge_cli
+
+    res = ragbridge_cli("report", traced_run, "--format", "md", "--out", "-")
+    assert res.returncode == 0 and res.stdout.startswith("# ragbridge report")

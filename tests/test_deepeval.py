@@ -10,7 +10,9 @@ import os
 
 import pytest
 
-pytest.importorskip("deepeval")
+from conftest import needs_library  # noqa: E402
+
+pytestmark = needs_library("deepeval")
 
 import ragbridge  # noqa: E402  (applies the privacy defaults before DeepEval is imported)
 from ragbridge.backend import RunOptions  # noqa: E402

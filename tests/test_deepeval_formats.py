@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("deepeval")
+from conftest import needs_library  # noqa: E402
+
+pytestmark = needs_library("deepeval")
 
 import ragbridge  # noqa: E402,F401  (privacy defaults before DeepEval)
 from ragbridge.formats import DatasetError  # noqa: E402

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("deepeval")
+from conftest import needs_library  # noqa: E402
+
+pytestmark = needs_library("deepeval")
 
 from conftest import ROOT  # noqa: E402
 

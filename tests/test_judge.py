@@ -35,8 +35,9 @@ from ragbridge.judge.upstream import parse_retry_after
 from ragbridge.testing import StubJudge
 from ragbridge.testing.pytest_fixtures import stub_judge  # noqa: F401  (the fixture under test)
 from ragbridge.stub.responders import JudgeRequest, respond, validate_schema
+from conftest import library
 
-openai = pytest.importorskip(
+openai = library(
     "openai", reason="the judge is tested with the openai SDK as its client; every library extra installs it")
 
 # One plain-HTTP client for every SDK client here: building an httpx client (its TLS context) costs

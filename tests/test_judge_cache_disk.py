@@ -38,7 +38,7 @@ def test_a_judge_cache_that_fills_the_disk_mid_run_is_one_error_and_every_score_
         if mode == "tmpfs":
             if not _can_mount():
                 pytest.skip("mounting a tmpfs needs root")
-            with _tmpfs(folder, "size=128k"):
+            with _tmpfs(folder, "size=128k,mode=0700"):
                 res = _run(stub, tmp_path / "run", folder / "c.sqlite")
             reason = "No space left on device"
         else:
@@ -64,7 +64,7 @@ def test_a_judge_cache_in_a_read_only_folder_is_one_error_before_any_score(tmp_p
             res, reason = _run(stub, tmp_path / "run", folder / "c.sqlite"), "Permission denied"
             folder.chmod(0o755)
         elif _can_mount():
-            with _tmpfs(folder, "ro,size=64k"):
+            with _tmpfs(folder, "ro,size=64k,mode=0700"):
                 res, reason = _run(stub, tmp_path / "run", folder / "c.sqlite"), "Read-only file system"
         else:
             pytest.skip("root without mount: no folder is read-only to it")

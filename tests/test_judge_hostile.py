@@ -204,7 +204,8 @@ def test_redaction_leaves_text_that_only_looks_like_an_encoding():
 
     redactor = Redactor()
     redactor.keys([CANARY])
-    text = (b'{"a": "Q&amp;A &#x41; &sol; 736b2d63 \\x41 %2F sk-canary/RB", "b": "0123456789abcdef", '
+    # pieces of the key shorter than FRAGMENT (8) characters, and a one-case word of eight
+    text = (b'{"a": "Q&amp;A &#x41; &sol; 736b2d63 \\x41 %2F sk-cana", "b": "0123456 canaryxx", '
             b'"c": "\\u0073k-c"}')
     assert redactor(text) == text and redactor.reply(text, "application/json")[0] == text
 
@@ -506,3 +507,52 @@ def test_max_calls_holds_across_kill_9_and_run_json_counts_every_call(tmp_path):
     assert made <= 20
     counts = json.loads((out / "run.json").read_text())["counts"]
     assert counts["judge"]["calls"] + counts["judge"]["retries"] >= made and counts["budget"]["spent"] is True
+
+
+# ------------------------------------------------------------------------------------------------
+# The key in pieces, and in base32
+
+
+@pytest.mark.parametrize("mode", ["key-split", "key-b32"])
+def test_a_key_in_pieces_or_base32_in_an_answer_is_written_nowhere(mode, tmp_path, monkeypatch):
+    """The judge ends every reason of its (otherwise good) answers with the key it was given, cut in
+    two halves or in base32: the run, the caches and the reports hold no piece of it."""
+    import base64
+
+    monkeypatch.setenv("RB_CANARY_KEY", CANARY)
+    with StubJudge() as stub:
+        cfg = JudgeConfig(model="judge-m", base_url=hostile(stub, mode), api_key_env="RB_CANARY_KEY",
+                          cache_path=tmp_path / "cache.sqlite", max_retries=0)
+        evaluate(cases(4), backends=["rubric"], metrics=["faithfulness"], out=tmp_path / "run", judge=cfg)
+    from ragbridge.report import render_markdown
+
+    report = load_run(tmp_path / "run")
+    (tmp_path / "run" / "report.md").write_text(render_markdown(report))
+    assert [s for s in report.scores if s.status == "scored"]  # the answers were read, their reasons kept
+    half = len(CANARY) // 2
+    pieces = [CANARY[:half], CANARY[half:], base64.b32encode(CANARY.encode()).decode()[:24]]
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert {p.name for p in files} >= {"scores.jsonl", "cache.sqlite", "cache.scores.sqlite", "report.md"}
+    for path in files:
+        data = path.read_bytes()
+        assert not [p for p in pieces if p.encode() in data], path
+    assert "KEYECHO" in (tmp_path / "run" / "scores.jsonl").read_text()  # the echo came, redacted
+
+
+def test_the_check_of_the_judges_model_is_counted_in_the_budget_and_the_log(tmp_path):
+    """A judge that lists no models gets one request of the model before the run (``Say OK.``): it
+    is one of --max-calls and a line of judge-calls.log, and once the budget is spent a run again
+    sends none."""
+    with StubJudge(lists_models=False) as stub:
+        args = ["run", EXAMPLE, "--out", tmp_path / "run", "--backend", "rubric", "--metric",
+                "answer_relevance", "--judge-model", "stub-judge", "--judge-base-url", stub.base_url,
+                "--cache-mode", "off", "--max-calls", "3", "--max-concurrency", "1", "--no-progress"]
+        first = ragbridge_cli(*args, cwd=tmp_path)
+        sent = stub.posts()
+        assert any(p.body.get("messages", [{}])[0].get("content") == "Say OK." for p in sent)  # the check
+        assert len(sent) == 3, [p.body.get("messages") for p in sent]
+        again = [ragbridge_cli(*args, cwd=tmp_path) for _ in range(2)]
+        assert len(stub.posts()) == 3  # the budget is spent: nothing more, no check either
+    assert first.returncode == 4 and all(res.returncode == 4 for res in again), first.stderr
+    assert (tmp_path / "run" / "judge-calls.log").read_text().count("c\n") == 3
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["counts"]["judge"]["calls"] == 3

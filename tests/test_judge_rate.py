@@ -45,12 +45,23 @@ def test_rate_limiter_stops_waiting_when_closing():
     assert limiter.wait(closing) is False
 
 
-def test_gateway_socket_host_is_explicit_never_a_wildcard():
+@pytest.mark.parametrize("wildcard", ["0.0.0.0", "0", "000.000.000.000", "0x0", "0.0", "::", "[::]", "0:0::0",
+                                      "::ffff:0.0.0.0", " "])
+def test_gateway_socket_host_is_explicit_never_a_wildcard(wildcard):
     cfg = JudgeConfig(model="m", base_url="http://127.0.0.1:9/v1", cache_mode="off")
-    with JudgeGateway(cfg, host="0.0.0.0") as gw:
+    with JudgeGateway(cfg, host=wildcard) as gw:
         with pytest.raises(JudgeConfigError, match="not a wildcard"):
             gw.url
     with JudgeGateway(cfg, host="localhost") as gw:
         assert gw.url.startswith("http://localhost:")
         r = httpx.get(gw.url + "/v1/models", headers={"Authorization": "Bearer wrong"})
         assert r.status_code == 401
+
+
+def test_a_wildcard_gateway_host_stops_a_ray_run_before_a_cluster_starts(tmp_path):
+    from conftest import EXAMPLE, ragbridge_cli
+
+    res = ragbridge_cli("run", EXAMPLE, "--out", tmp_path / "run", "--metric", "mrr", "--executor", "ray",
+                        "--gateway-host", "000.000.000.000")
+    assert res.returncode == 2 and "--gateway-host '000.000.000.000' listens on every address" in res.stderr
+    assert not (tmp_path / "run").exists()

@@ -19,8 +19,9 @@ from ragbridge.judge import JudgeError, JudgeGateway, Usage
 from ragbridge.testing import StubJudge
 from ragbridge.testing.pytest_fixtures import stub_judge  # noqa: F401
 from test_judge import FastGateway, make_config
+from conftest import library
 
-openai = pytest.importorskip(
+openai = library(
     "openai", reason="the judge is tested with the openai SDK as its client; every library extra installs it")
 
 MSG = [{"role": "user", "content": "Rate the answer from 0 to 3. Answer: refunds take 30 days."}]

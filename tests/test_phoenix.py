@@ -19,7 +19,9 @@ from collections import Counter
 
 import pytest
 
-pytest.importorskip("phoenix.evals")
+from conftest import needs_library  # noqa: E402
+
+pytestmark = needs_library("phoenix.evals")
 
 import ragbridge  # noqa: E402
 from ragbridge.backend import RunOptions, ScoringContext  # noqa: E402

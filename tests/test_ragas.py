@@ -15,7 +15,9 @@ import textwrap
 
 import pytest
 
-pytest.importorskip("ragas")
+from conftest import needs_library  # noqa: E402
+
+pytestmark = needs_library("ragas")
 
 from conftest import EXAMPLE, ragbridge_cli, stub_judge_config  # noqa: E402
 from ragbridge import Case, evaluate, load_cases  # noqa: E402

@@ -24,10 +24,12 @@ from pathlib import Path
 
 import pytest
 
-#: a Ray cluster per test session and subprocesses that start their own: a minute or more in all
-pytestmark = pytest.mark.slow
+from conftest import library, needs_library
 
-ray = pytest.importorskip("ray")
+#: a Ray cluster per test session and subprocesses that start their own: a minute or more in all
+pytestmark = [pytest.mark.slow, needs_library("ray")]
+
+ray = library("ray")
 
 from conftest import stub_judge_config  # noqa: E402
 from ragbridge import evaluate, load_run  # noqa: E402
@@ -390,7 +392,7 @@ def test_cli_executor_ray_writes_the_local_run_folder(tmp_path, example_path):
         local = ragbridge_cli(*common, "--out", tmp_path / "local", "--cache-path", tmp_path / "a.sqlite",
                               cwd=tmp_path)
         remote = ragbridge_cli(*common, "--out", tmp_path / "ray", "--cache-path", tmp_path / "b.sqlite",
-                               "--executor", "ray", cwd=tmp_path)
+                               "--executor", "ray", cwd=tmp_path, subprocess=True)  # its own cluster
     assert local.returncode == 0, local.stderr
     assert remote.returncode == 0, remote.stderr[-3000:]
     assert json.loads(remote.stdout)["summary"] == json.loads(local.stdout)["summary"]
@@ -560,7 +562,7 @@ def test_sigterm_ends_the_run_as_ctrl_c_and_leaves_no_cluster(tmp_path, example_
         time.sleep(1)
         left = [p.pid for p in _cluster_processes(str(folders[0]), driver=False)]
         assert left == []
-        again = ragbridge_cli(*args[3:], cwd=tmp_path)
+        again = ragbridge_cli(*args[3:], cwd=tmp_path, subprocess=True)  # its own cluster
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads((tmp_path / "run" / "run.json").read_text())["counts"]["scores"] == 16
 

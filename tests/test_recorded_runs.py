@@ -305,3 +305,34 @@ def test_a_gate_no_longer_passes_on_scores_set_to_50(runs, tmp_path):
     assert res.returncode == 2, res.stdout + res.stderr
     assert f"{run_dir / 'scores.jsonl'}:1: field 'value': must be null or a number from 0 to 1, got 50.0" \
         in res.stderr
+
+
+def test_report_refuses_a_run_whose_scores_file_is_gone(tmp_path, example_path):
+    """run.json counts scores but scores.jsonl was deleted: not a run of no scores (exit 0, "scores: 3
+    (3 scored)") but one error naming the file (exit 2)."""
+    from conftest import ragbridge_cli
+
+    out = tmp_path / "run"
+    assert ragbridge_cli("run", example_path, "--out", out, "--metric", "mrr").returncode == 0
+    (out / "scores.jsonl").unlink()
+    for args in (["report", out, "--format", "md", "--out", "-"], ["diagnose", out]):
+        res = ragbridge_cli(*args)
+        said = " ".join(res.stderr.split())
+        assert res.returncode == 2, (args, res.stdout[-500:], res.stderr)
+        assert f"{out / 'scores.jsonl'}: is missing, but run.json counts 53 score(s) in it" in said
+
+
+def test_a_score_of_a_case_the_run_does_not_hold_is_refused(tmp_path, example_path):
+    from conftest import ragbridge_cli
+
+    out = tmp_path / "run"
+    assert ragbridge_cli("run", example_path, "--out", out, "--metric", "mrr").returncode == 0
+    line = (out / "scores.jsonl").read_text().splitlines()[0]
+    stray = json.loads(line)
+    stray["case_id"] = "no-such-case"
+    with open(out / "scores.jsonl", "a") as f:
+        f.write(json.dumps(stray) + "\n")
+    res = ragbridge_cli("report", out, "--format", "md", "--out", "-")
+    said = " ".join(res.stderr.split())
+    assert res.returncode == 2 and "holds scores of 1 case id(s) that are not cases of this run" in said, said
+    assert "'no-such-case'" in said

@@ -521,3 +521,49 @@ def test_large_judged_run_report_bins_its_scatter_and_opens(tmp_path, stub_judge
     root = re.search(r"<html[^>]*>", b.stdout).group(0)
     assert 'data-report-ready="1"' in root and 'data-stub-notice-drawn="1"' in root
     assert int(re.search(r'data-plots-drawn="(\d+)"', root).group(1)) == h.count('class="plot ')
+
+
+def test_past_the_line_budget_the_page_holds_a_uniform_sample_of_lines_and_says_so(large_run, monkeypatch):
+    from ragbridge.report import html as page_module
+
+    # a run past the page's line budget (as a million cases are past 20,000): a smaller budget here
+    monkeypatch.setattr(page_module, "COMPACT_ROWS", 500, raising=False)
+    h = rep.render_html(large_run["run"], n_resamples=0)
+    badged = large_run["missed"] | large_run["lacking"]
+    rest = [f"case-{q:05d}" for q in range(N_LARGE) if f"case-{q:05d}" not in badged]
+    step = math.ceil(len(rest) / 500)
+    lines = [ln for text in re.findall(r'<pre class="crows"[^>]*>(.*?)</pre>', h, re.S)
+             for ln in text.split("\n")[2:]]
+    assert [re.search(r" (case-\d+) · ", ln).group(1) for ln in lines] == rest[::step]
+    assert f"A uniform sample of the other {len(rest)} follows" in h
+    assert f"{len(lines)} cases, one in {step} in run order" in h
+    # the figures above the lines are still over every case
+    assert f"{len(badged)} of the {N_LARGE} cases are shown in full" in h
+
+
+def test_a_case_of_ten_thousand_chunks_shows_its_first_and_its_relevant_ones(tmp_path):
+    from ragbridge.formats import write_cases
+    from ragbridge.report.html import CHUNKS_SHOWN
+
+    n_chunks = 10_000
+    cases = [Case(id=f"wide-{q}", question=f"question {q}", answer="an answer",
+                  contexts=[Chunk(id=f"w{q}-{i}", text=f"w{q}-{i} " + "word " * 40) for i in range(n_chunks)],
+                  relevant={f"w{q}-3": 2, f"w{q}-9000": 1})
+             for q in range(3)]
+    write_cases(cases, tmp_path / "golden.jsonl")
+    run, page = tmp_path / "run", tmp_path / "report.html"
+    r = ragbridge_cli("run", tmp_path / "golden.jsonl", "--out", run, "--backend", "native", "--metric",
+                      "recall@10", "--metric", "mrr", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    r = ragbridge_cli("report", run, "--out", page, "--resamples", "0")
+    assert r.returncode == 0, r.stderr
+    h = page.read_text(encoding="utf-8")
+    assert os.path.getsize(page) < 0.1 * os.path.getsize(run / "cases.jsonl")
+    for q in range(3):
+        shown = re.findall(rf">(w{q}-\d+) word ", h)
+        assert shown == [f"w{q}-{i}" for i in range(CHUNKS_SHOWN)] + [f"w{q}-9000"]
+    hidden = n_chunks - CHUNKS_SHOWN - 1
+    assert h.count(f"{hidden} more chunk(s) not shown") == 3
+    b = _browse(tmp_path, page.as_uri(), "--dump-dom")
+    assert b.returncode == 0, b.stderr[-2000:]
+    assert 'data-report-ready="1"' in re.search(r"<html[^>]*>", b.stdout).group(0)

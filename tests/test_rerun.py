@@ -142,6 +142,21 @@ def test_python_errors_name_python_parameters(tmp_path, example_cases):
         evaluate(example_cases[:2], changed_cases="yes")
 
 
+@pytest.mark.parametrize("text", ["[1, 2]", '"a run"'])
+def test_a_run_json_that_is_not_an_object_is_refused_naming_it(tmp_path, example_path, text):
+    """Resuming into a folder whose run.json is JSON but not an object: one error naming the file and
+    what to do (exit 2), no traceback, nothing written."""
+    out = tmp_path / "run"
+    assert ragbridge_cli("run", example_path, "--out", out, "--metric", "mrr").returncode == 0
+    (out / "run.json").write_text(text)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    res = ragbridge_cli("run", example_path, "--out", out, "--metric", "mrr")
+    said = " ".join(res.stderr.split())
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert f"{out / 'run.json'}" in said and "use --overwrite to replace the run" in said, said
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
 def test_a_run_again_into_its_folder_warns_of_the_cases_as_they_are_now(tmp_path):
     """The labels of the bundled RAGAS file name sections (14 of 19 cases warned of); the chunks given
     their sections, the same run into the same folder warns as a fresh run of the fixed cases does;

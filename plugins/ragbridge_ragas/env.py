@@ -25,10 +25,7 @@ and ``datasets`` only to read or write a folder on disk.
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
-import tempfile
 import threading
 from typing import Optional
 
@@ -52,14 +49,16 @@ def keep_ragas_id_out_of_home() -> None:
     """RAGAS writes an anonymous id file (``~/.local/share/ragas/uuid.json``) the first time it builds
     an analytics event or formats a log line, even with its tracking off. With tracking off (the
     default while a run uses the backend), RAGAS is pointed at a private temporary folder for it
-    instead, removed at exit. A user who turned RAGAS' tracking on keeps RAGAS' own behaviour."""
+    instead, removed at exit (or, after a kill, by the next run). A user who turned RAGAS' tracking
+    on keeps RAGAS' own behaviour."""
     global _ID_DIR
     import ragas._analytics as analytics
 
     with _ID_LOCK:
         if _ID_DIR is not None or not analytics.do_not_track():
             return
-        _ID_DIR = tempfile.mkdtemp(prefix="ragbridge-ragas-")
-        atexit.register(shutil.rmtree, _ID_DIR, True)
+        from ragbridge.plugin import scratch_folder
+
+        _ID_DIR = scratch_folder("ragbridge-ragas-")
         folder = _ID_DIR
         analytics.user_data_dir = lambda *args, **kwargs: os.path.join(folder, "ragas")

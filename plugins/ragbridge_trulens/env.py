@@ -17,11 +17,8 @@ packages of its own requirements list, which means nothing to a ragbridge user.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
-import shutil
-import tempfile
 import threading
 from typing import Any, Optional
 
@@ -68,17 +65,19 @@ class _NltkWithoutDownload:
 def offline_sentence_splitter() -> str:
     """Make TruLens's nltk sentence split work offline; returns the punkt_tab folder added.
 
-    Idempotent. Writes the minimal model above into a private temporary folder (removed at exit),
-    appends it to ``nltk.data.path`` (an installed model is found first), and replaces the
-    ``nltk`` seen by TruLens's groundedness code with one whose ``download`` does nothing."""
+    Idempotent. Writes the minimal model above into a private temporary folder (removed at exit, or
+    after a kill by the next run), appends it to ``nltk.data.path`` (an installed model is found
+    first), and replaces the ``nltk`` seen by TruLens's groundedness code with one whose
+    ``download`` does nothing."""
     global _nltk_dir
     with _nltk_lock:
         import nltk
         from trulens.feedback import llm_provider
 
         if _nltk_dir is None:
-            root = tempfile.mkdtemp(prefix="ragbridge-nltk-")
-            atexit.register(shutil.rmtree, root, True)
+            from ragbridge.plugin import scratch_folder
+
+            root = scratch_folder("ragbridge-nltk-")
             model = os.path.join(root, "tokenizers", "punkt_tab", "english")
             os.makedirs(model)
             for name, text in (("collocations.tab", ""), ("sent_starters.txt", ""),

@@ -125,6 +125,7 @@ _EXPORTS = {
     "parse_json": "ragbridge.formats.files",
     "read_hf_rows": "ragbridge.formats.files",
     "atomic_path": "ragbridge.formats.files",
+    "scratch_folder": "ragbridge.formats.files",
     "cases_from_records": "ragbridge.formats.records",
     "case_id_for_question": "ragbridge.formats.records",
     "chunk_id_for_text": "ragbridge.formats.records",
@@ -207,7 +208,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors
     from .backend import (Backend, MetricSpec, RunOptions, ScoringContext, case_ids,  # noqa: F401
                           case_record, error_text, fan_out)
     from .formats import DatasetError, Format  # noqa: F401
-    from .formats.files import atomic_path, jsonl_lines, parse_json, read_hf_rows, text_lines  # noqa: F401
+    from .formats.files import (atomic_path, jsonl_lines, parse_json, read_hf_rows,  # noqa: F401
+                                scratch_folder, text_lines)
     from .formats.objects import Library  # noqa: F401
     from .formats.records import (case_id_for_question, cases_from_records, chunk_id_for_text,  # noqa: F401
                                   derived_chunk_ids, is_missing, literal_cell, pandas_index, plain)

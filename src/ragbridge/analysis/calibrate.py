@@ -14,44 +14,39 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 
 from ..run import Run
-from ..verdicts import verdict
 from . import stats
+from .rows import Rows
 from .table import AnalysisError, ScoreTable, open_run
 from .thresholds import check_threshold, pass_marks
 
-__all__ = ["calibrate", "calibration_flips", "interval_text"]
+__all__ = ["calibrate", "calibration_flips", "flip_rows", "interval_text", "FLIP_COLUMNS"]
 
 _CURVE_COLUMNS = ["threshold", "threshold_low", "threshold_high", "kappa", "agreement", "flips",
                   "source_pass_target_fail", "source_fail_target_pass", "target_pass_rate"]
 
 
-def _paired_values(table: ScoreTable, metric: str, source: str, target: str):
+def _paired(table: ScoreTable, metric: str, source: str, target: str) -> np.ndarray:
+    """Which cases both backends scored (raises `AnalysisError` when one did not score the metric)."""
     for name in (source, target):
-        if (metric, name) not in table.by_mb:
+        if not table.has(metric, name):
             have = table.backends_of(metric)
             raise AnalysisError(
                 f"backend {name!r} did not score {metric!r} in this run; "
                 f"backends that did: {', '.join(have) or 'none'}"
             )
-    vs, vt = table.values(metric, source), table.values(metric, target)
-    ids = [c for c in table.case_ids if c in vs and c in vt]
-    return ids, np.array([vs[c] for c in ids], float), np.array([vt[c] for c in ids], float)
+    return table.column(metric, source).scored & table.column(metric, target).scored
 
 
-def _cuts(scores: list) -> list[tuple[float, float]]:
+def _cuts(values: list[float]) -> list[tuple[float, float]]:
     """``(low exclusive, high inclusive)`` for every distinct set of verdicts a threshold can give
-    ``scores``: up to the lowest value (every case passes), between each two values the scores (or
-    their repeats) take, and above the highest (none passes)."""
-    seen = {s.value for s in scores}
-    for s in scores:
-        if s.repeats is not None:
-            seen.update(v for v in s.repeats.values if v is not None)
-    uniq = sorted(float(v) for v in seen if v is not None)
+    cases whose values (or their repeats' values) are ``values``: up to the lowest value (every case
+    passes), between each two values, and above the highest (none passes)."""
+    uniq = sorted(set(float(v) for v in values))
     if not uniq:
         return []
     return ([(-math.inf, uniq[0])] + [(lo, hi) for lo, hi in zip(uniq[:-1], uniq[1:])]
@@ -107,26 +102,24 @@ def calibrate(
     metric = table.select_metrics([metric])[0]
     if source == target:
         raise AnalysisError("--from and --to name the same backend")
-    ids, xs, xt = _paired_values(table, metric, source, target)
+    both = _paired(table, metric, source, target)
     if threshold is None:
         threshold = pass_marks(table.run).get(source, metric)
     threshold = check_threshold(float(threshold), str(threshold))
-    src = [table.by_mb[(metric, source)][c] for c in ids]
-    tgt = [table.by_mb[(metric, target)][c] for c in ids]
-    src_pass = np.array([bool(verdict(s, threshold)) for s in src], bool)
+    src, tgt = table.column(metric, source), table.column(metric, target)
+    src_pass = src.verdicts(threshold)[both]
+    n = len(src_pass)
     rows = []
-    for lo, hi in _cuts(tgt):
-        rep = _representative(lo, hi)
-        tgt_pass = np.array([bool(verdict(s, rep)) for s in tgt], bool)
-        spass_tfail = int(np.sum(src_pass & ~tgt_pass))
-        sfail_tpass = int(np.sum(~src_pass & tgt_pass))
-        point = stats.rater_figures(["kappa", "agreement"], src_pass, tgt_pass, n_draws=0)
+    n_src = int(src_pass.sum())
+    for (lo, hi), tp, spass_tfail, sfail_tpass in _curve(tgt, both, src_pass):
+        point = stats.counted_figures(["kappa", "agreement"], n_src - spass_tfail, spass_tfail, sfail_tpass,
+                                      n - n_src - sfail_tpass)
         rows.append({
-            "threshold": rep, "threshold_low": lo, "threshold_high": hi,
-            "kappa": point["kappa"][0], "agreement": point["agreement"][0],
+            "threshold": _representative(lo, hi), "threshold_low": lo, "threshold_high": hi,
+            "kappa": point["kappa"], "agreement": point["agreement"],
             "flips": spass_tfail + sfail_tpass, "source_pass_target_fail": spass_tfail,
             "source_fail_target_pass": sfail_tpass,
-            "target_pass_rate": float(np.mean(tgt_pass)) if len(tgt_pass) else float("nan"),
+            "target_pass_rate": tp / n if n else float("nan"),
         })
     frame = pd.DataFrame(rows, columns=_CURVE_COLUMNS)
     frame["best"] = False
@@ -139,7 +132,7 @@ def calibrate(
         ).sort_values(["_k", "agreement", "_d"], ascending=False)
         best = key.index[0]
         frame.loc[best, "best"] = True
-        tgt_pass = np.array([bool(verdict(s, frame.loc[best, "threshold"])) for s in tgt], bool)
+        tgt_pass = tgt.verdicts(frame.loc[best, "threshold"])[both]
         got = stats.rater_figures(["kappa", "agreement"], src_pass, tgt_pass, n_draws=n_resamples, seed=seed,
                                   confidence=confidence)
         for name, (_, low, high) in got.items():
@@ -148,10 +141,33 @@ def calibrate(
                 for name in (source, target)}
     frame.attrs.update({
         "source": source, "target": target, "metric": metric, "source_threshold": threshold,
-        "n_paired": len(ids), "source_pass": int(src_pass.sum()),
+        "n_paired": n, "source_pass": int(src_pass.sum()),
         "source_unscored": unscored[source], "target_unscored": unscored[target],
     })
     return frame
+
+
+def _curve(tgt, both: np.ndarray, src_pass: np.ndarray):
+    """Per cut of the target's values (`_cuts`): the cut, how many cases the target passes there,
+    and the flips each way against ``src_pass``. Counted from the sorted values (a case passes every
+    cut up to its value), or, where the target has repeats, at each cut's threshold."""
+    cuts = _cuts(tgt.repeat_values(both))
+    n_src = int(src_pass.sum())
+    if tgt.repeats is not None and tgt.repeats.collapsed.any():
+        for lo, hi in cuts:
+            tgt_pass = tgt.verdicts(_representative(lo, hi))[both]
+            yield ((lo, hi), int(tgt_pass.sum()), int(np.sum(src_pass & ~tgt_pass)),
+                   int(np.sum(~src_pass & tgt_pass)))
+        return
+    values = tgt.value[both]
+    his = np.array([hi for _, hi in cuts], float)
+    # cases the target passes at a cut (lo, hi]: those valued hi or more (no value lies inside a cut)
+    order = np.sort(values)
+    passing = len(values) - np.searchsorted(order, his, side="left")
+    src_values = np.sort(values[src_pass])
+    both_pass = len(src_values) - np.searchsorted(src_values, his, side="left")
+    for cut, tp, bp in zip(cuts, passing.tolist(), both_pass.tolist()):
+        yield cut, tp, n_src - bp, tp - bp
 
 
 def calibration_flips(
@@ -164,24 +180,36 @@ def calibration_flips(
     threshold (the clearest flips first)."""
     import pandas as pd
 
+    return pd.DataFrame(list(flip_rows(run, source, target, metric, source_threshold, target_threshold)),
+                        columns=FLIP_COLUMNS)
+
+
+FLIP_COLUMNS = ["case_id", "question", "source_value", "target_value", "source_passed", "target_passed",
+                "source_reason", "target_reason"]
+
+
+def flip_rows(run: Union[Run, str, Path], source: str, target: str, metric: str, source_threshold: float,
+              target_threshold: float) -> Rows:
+    """The rows of `calibration_flips`, each made as it is read (`ragbridge.analysis.rows.Rows`: the
+    case's question and the reasons read then), so that every flip of a large run can be written out
+    without holding them."""
     table = ScoreTable.of(open_run(run))
     metric = table.select_metrics([metric])[0]
-    ids, xs, xt = _paired_values(table, metric, source, target)
-    gs = table.by_mb[(metric, source)]
-    gt = table.by_mb[(metric, target)]
-    rows = []
-    for cid, a, b in zip(ids, xs, xt):
-        sp, tp = bool(verdict(gs[cid], source_threshold)), bool(verdict(gt[cid], target_threshold))
-        if sp == tp:
-            continue
-        rows.append({
-            "case_id": cid, "question": table.questions.get(cid, ""),
-            "source_value": float(a), "target_value": float(b),
-            "source_passed": sp, "target_passed": tp,
-            "source_reason": gs[cid].reason, "target_reason": gt[cid].reason,
-            "distance": abs(b - target_threshold),
-        })
-    rows.sort(key=lambda r: -r["distance"])
-    columns = ["case_id", "question", "source_value", "target_value", "source_passed",
-               "target_passed", "source_reason", "target_reason", "distance"]
-    return pd.DataFrame(rows, columns=columns).drop(columns="distance")
+    both = _paired(table, metric, source, target)
+    gs, gt = table.column(metric, source), table.column(metric, target)
+    sp, tp = gs.verdicts(source_threshold), gt.verdicts(target_threshold)
+    found = np.flatnonzero(both & (sp != tp))
+    distance = np.abs(gt.value[found] - target_threshold)
+    found = found[np.argsort(-distance, kind="stable")]
+    question = table.cases.question_of()
+
+    def make(start: int, stop: int) -> list[dict[str, Any]]:
+        part = found[start:stop]
+        a, b = gs.scores(part), gt.scores(part)
+        return [{"case_id": table.case_ids[i], "question": question(i),
+                 "source_value": float(gs.value[i]), "target_value": float(gt.value[i]),
+                 "source_passed": bool(sp[i]), "target_passed": bool(tp[i]),
+                 "source_reason": x.reason, "target_reason": y.reason}
+                for i, x, y in zip(part.tolist(), a, b)]
+
+    return Rows(len(found), make)

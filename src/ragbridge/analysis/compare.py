@@ -26,12 +26,12 @@ import numpy as np
 
 from ..metrics import half_of
 from ..run import Run
-from ..verdicts import verdict
 from . import stats
 from .table import AnalysisError, ScoreTable, judge_of, open_run
 from .thresholds import Thresholds, pass_marks
 
-__all__ = ["compare", "compare_runs", "run_shifts", "coverage", "disagreements", "FIGURES", "FIGURE_NAMES",
+__all__ = ["compare", "compare_runs", "run_shifts", "coverage", "disagreements", "flip_counts", "FIGURES",
+           "FIGURE_NAMES",
            "COMPARE_COLUMNS", "COMPARE_RUNS_COLUMNS", "MIN_SPREAD"]
 
 #: the smallest spread between backends' values that counts as a disagreement (half the last digit
@@ -104,25 +104,19 @@ def compare(
 
 def _compare_pair(table: ScoreTable, metric: str, a: str, b: str, th: Thresholds, n_resamples: int,
                   seed: int, confidence: float) -> dict[str, Any]:
-    va, vb = table.values(metric, a), table.values(metric, b)
-    ids = [cid for cid in table.case_ids if cid in va and cid in vb]
-    x = np.array([va[c] for c in ids], float)
-    y = np.array([vb[c] for c in ids], float)
+    ca, cb = table.column(metric, a), table.column(metric, b)
+    both = ca.scored & cb.scored
     row: dict[str, Any] = {
         "metric": metric, "half": half_of(metric), "backend_a": a, "backend_b": b,
-        "n_cases": len(table.case_ids), "n_paired": len(ids),
+        "n_cases": len(table.case_ids), "n_paired": int(both.sum()),
     }
     for side, name in (("a", a), ("b", b)):
         for k, v in table.status_counts(metric, name).items():
             row[f"{side}_{k}"] = v
     ta, tb = th.get(a, metric), th.get(b, metric)
-    pa, pb = table.verdicts(metric, a, ta), table.verdicts(metric, b, tb)
-    row.update(_figures(x, y, _in(pa, ids), _in(pb, ids), ta, tb, n_resamples, seed, confidence))
+    row.update(_figures(ca.value[both], cb.value[both], ca.verdicts(ta)[both], cb.verdicts(tb)[both], ta, tb,
+                        n_resamples, seed, confidence))
     return row
-
-
-def _in(verdicts: dict[str, bool], ids: Sequence[str]) -> np.ndarray:
-    return np.array([verdicts[c] for c in ids], bool)
 
 
 def _figures(x: np.ndarray, y: np.ndarray, pa: np.ndarray, pb: np.ndarray, ta: float, tb: float,
@@ -171,19 +165,20 @@ def compare_runs(
 
     ra, rb = open_run(run_a, "run A"), open_run(run_b, "run B")
     ta, tb = ScoreTable.of(ra), ScoreTable.of(rb)
-    in_b = set(tb.case_ids)
-    shared = [c for c in ta.case_ids if c in in_b]
-    if not shared:
+    at_b = _places(ta, tb)
+    shared = at_b >= 0
+    n_shared = int(shared.sum())
+    if not n_shared:
         raise AnalysisError(
             f"the two runs share no case: {_run_label(ra)} holds {len(ta.case_ids)} case id(s), "
             f"{_run_label(rb)} {len(tb.case_ids)}, none in common (compare runs made on the same golden set)")
-    keys_b = set(tb.by_mb)
-    common = [k for k in ta.by_mb if k in keys_b]
+    keys_b = set(tb.keys())
+    common = [k for k in ta.keys() if k in keys_b]
     if not common:
         raise AnalysisError(
             "no backend scored the same metric in both runs: "
-            f"{_run_label(ra)} has {', '.join(sorted(f'{b}:{m}' for m, b in ta.by_mb)) or 'none'}; "
-            f"{_run_label(rb)} has {', '.join(sorted(f'{b}:{m}' for m, b in tb.by_mb)) or 'none'}")
+            f"{_run_label(ra)} has {', '.join(sorted(f'{b}:{m}' for m, b in ta.keys())) or 'none'}; "
+            f"{_run_label(rb)} has {', '.join(sorted(f'{b}:{m}' for m, b in tb.keys())) or 'none'}")
     wanted = ta.select_metrics(metrics)
     only = ta.check_backends(backends)
     names = sorted(ta.backends() | tb.backends())
@@ -192,37 +187,30 @@ def compare_runs(
     for metric in wanted:
         names = [b for b in ta.backends_of(metric) if (metric, b) in keys_b and (only is None or b in only)]
         for b in names:
-            va, vb = ta.values(metric, b), tb.values(metric, b)
-            ids = [c for c in shared if c in va and c in vb]
-            x = np.array([va[c] for c in ids], float)
-            y = np.array([vb[c] for c in ids], float)
+            ca, cb = ta.column(metric, b), tb.column(metric, b).on(at_b)
+            both = shared & ca.scored & cb.scored
+            x, y = ca.value[both], cb.value[both]
+            n = int(both.sum())
             row: dict[str, Any] = {
                 "metric": metric, "half": half_of(metric), "backend": b,
                 "run_a": str(ra.path), "run_b": str(rb.path),
                 "judge_a": (judge_of(ra, b, metric) or {}).get("model"),
                 "judge_b": (judge_of(rb, b, metric) or {}).get("model"),
                 "version_a": ra.manifest.backends.get(b), "version_b": rb.manifest.backends.get(b),
-                "n_cases": len(shared), "n_paired": len(ids),
+                "n_cases": n_shared, "n_paired": n,
             }
-            for side, table in (("a", ta), ("b", tb)):
-                got = table.by_mb.get((metric, b), {})
-                counts = {"scored": 0, "undefined": 0, "errored": 0, "missing": 0}
-                for cid in shared:
-                    s = got.get(cid)
-                    key = "missing" if s is None else {"scored": "scored", "undefined": "undefined",
-                                                       "error": "errored"}[s.status]
-                    counts[key] += 1
-                row.update({f"{side}_{k}": v for k, v in counts.items()})
+            for side, col in (("a", ca), ("b", cb)):
+                row.update({f"{side}_{k}": v for k, v in col.counts(shared).items()})
             gseed = stats.group_seed(seed, metric, b)
             t_a, t_b = th_a.get(b, metric), th_b.get(b, metric)
-            pa, pb = _in(ta.verdicts(metric, b, t_a), ids), _in(tb.verdicts(metric, b, t_b), ids)
+            pa, pb = ca.verdicts(t_a)[both], cb.verdicts(t_b)[both]
             row.update(_figures(x, y, pa, pb, t_a, t_b, n_resamples, gseed, confidence))
-            row["shift"] = float((y - x).mean()) if len(ids) else math.nan
+            row["shift"] = float((y - x).mean()) if n else math.nan
             row["shift_low"], row["shift_high"] = (
-                stats.paired_bootstrap_ci(x, y, confidence, n_resamples, gseed) if len(ids) >= 2
+                stats.paired_bootstrap_ci(x, y, confidence, n_resamples, gseed) if n >= 2
                 else (math.nan, math.nan))
             row["shift_p"] = (stats.paired_permutation_pvalue(x, y, "two-sided", 0.0, n_permutations, gseed)
-                              if len(ids) and n_permutations > 0 else math.nan)
+                              if n and n_permutations > 0 else math.nan)
             rows.append(row)
     frame = pd.DataFrame(rows, columns=COMPARE_RUNS_COLUMNS)
     if frame.empty:
@@ -231,9 +219,15 @@ def compare_runs(
             f"(in both: {', '.join(sorted(f'{b}:{m}' for m, b in common))})")
     frame.attrs.update(
         run_a=str(ra.path), run_b=str(rb.path), label_a=_side_label(ra), label_b=_side_label(rb),
-        n_shared=len(shared), only_in_a=len(ta.case_ids) - len(shared),
-        only_in_b=len(tb.case_ids) - len(shared))
+        n_shared=n_shared, only_in_a=len(ta.case_ids) - n_shared,
+        only_in_b=len(tb.case_ids) - n_shared)
     return frame
+
+
+def _places(ta: ScoreTable, tb: ScoreTable) -> np.ndarray:
+    """For each case of ``ta``, its place among ``tb``'s cases (-1: not there)."""
+    position = tb.cases.position
+    return np.fromiter((position.get(cid, -1) for cid in ta.case_ids), np.int64, len(ta.case_ids))
 
 
 def _side_label(run: Run) -> str:
@@ -256,28 +250,31 @@ def run_shifts(
 
     ra, rb = open_run(run_a, "run A"), open_run(run_b, "run B")
     ta, tb = ScoreTable.of(ra), ScoreTable.of(rb)
-    in_b = set(tb.case_ids)
-    shared = [c for c in ta.case_ids if c in in_b]
+    at_b = _places(ta, tb)
     only = ta.check_backends(backends)
+    rank = None
+    question = ta.cases.question_of()
     rows = []
     for metric in ta.select_metrics(metrics):
         for b in ta.backends_of(metric):
-            if (metric, b) not in tb.by_mb or (only is not None and b not in only):
+            if not tb.has(metric, b) or (only is not None and b not in only):
                 continue
-            sa, sb = ta.by_mb[metric, b], tb.by_mb[metric, b]
-            found = []
-            for cid in shared:
-                x, y = sa.get(cid), sb.get(cid)
-                if x is None or y is None or x.status != "scored" or y.status != "scored":
-                    continue
-                if x.value == y.value:
-                    continue
-                found.append({"metric": metric, "backend": b, "case_id": cid,
-                              "question": ta.questions.get(cid, tb.questions.get(cid, "")),
-                              "value_a": x.value, "value_b": y.value, "delta": y.value - x.value,
-                              "reason_a": x.reason, "reason_b": y.reason})
-            found.sort(key=lambda r: (-abs(r["delta"]), r["case_id"]))
-            rows.extend(found[:top] if top is not None else found)
+            ca, cb = ta.column(metric, b), tb.column(metric, b).on(at_b)
+            moved = (at_b >= 0) & ca.scored & cb.scored
+            moved[moved] = ca.value[moved] != cb.value[moved]
+            found = np.flatnonzero(moved)
+            delta = cb.value[found] - ca.value[found]
+            rank = ta.cases.id_rank() if rank is None else rank
+            found = found[np.lexsort((rank[found], -np.abs(delta)))]
+            if top is not None:
+                found = found[:top]
+            sa, sb = ca.scores(found), cb.scores(found)
+            for i, x, y in zip(found.tolist(), sa, sb):
+                cid = ta.case_ids[i]
+                q = question(i) or (tb.cases.questions([int(at_b[i])])[0] if at_b[i] >= 0 else "")
+                rows.append({"metric": metric, "backend": b, "case_id": cid, "question": q,
+                             "value_a": x.value, "value_b": y.value, "delta": y.value - x.value,
+                             "reason_a": x.reason, "reason_b": y.reason})
     return pd.DataFrame(rows, columns=["metric", "backend", "case_id", "question", "value_a", "value_b",
                                        "delta", "reason_a", "reason_b"])
 
@@ -318,40 +315,73 @@ def disagreements(
     th = pass_marks(table.run, thresholds, backends=sorted(table.backends()))
     rows = []
     all_backends: list[str] = []
+    question = table.cases.question_of()
     for metric in wanted:
         names = [b for b in table.backends_of(metric) if only is None or b in only]
         if len(names) < 2:
             continue
         all_backends.extend(n for n in names if n not in all_backends)
-        found = [r for cid in table.case_ids
-                 if (r := _disagreement(table, metric, cid, names, th)) is not None]
-        found.sort(key=lambda r: (-round(r["spread"], 3), not r["verdicts_differ"], r["case_id"]))
-        rows.extend(found[:top] if top is not None else found)
+        cols = [table.column(metric, n) for n in names]
+        found, spread, differ, n_scored, passed = _disagreeing(cols, [th.get(n, metric) for n in names])
+        rounded = _rounded(spread[found])
+        found = found[np.lexsort((table.cases.id_rank()[found], ~differ[found], -rounded))]
+        if top is not None:
+            found = found[:top]
+        got = [c.scores(found) for c in cols]
+        for k, i in enumerate(found.tolist()):
+            row: dict[str, Any] = {
+                "metric": metric, "case_id": table.case_ids[i], "question": question(i),
+                "spread": float(spread[i]), "verdicts_differ": bool(differ[i]),
+                "n_backends": int(n_scored[i]),
+            }
+            for j, n in enumerate(names):
+                s = got[j][k]
+                ok = s is not None and s.status == "scored"
+                row[f"{n}.value"] = s.value if s is not None else None
+                row[f"{n}.status"] = s.status if s is not None else "missing"
+                row[f"{n}.passed"] = bool(passed[j, i]) if ok else None
+                row[f"{n}.reason"] = (s.error or s.reason) if s is not None else None
+            rows.append(row)
     base = ["metric", "case_id", "question", "spread", "verdicts_differ", "n_backends"]
     per = [f"{n}.{k}" for n in all_backends for k in ("value", "status", "passed", "reason")]
     return pd.DataFrame(rows, columns=base + per)
 
 
-def _disagreement(table: ScoreTable, metric: str, cid: str, names: list[str],
-                  th: Thresholds) -> Optional[dict[str, Any]]:
-    """The row of one case, or None when fewer than two backends scored it or they agree."""
-    got = {n: table.by_mb.get((metric, n), {}).get(cid) for n in names}
-    values = {n: s.value for n, s in got.items() if s is not None and s.status == "scored"}
-    if len(values) < 2:
-        return None
-    spread = max(values.values()) - min(values.values())
-    passed = {n: verdict(got[n], th.get(n, metric)) for n in values}
-    differ = len(set(passed.values())) > 1
-    if spread < MIN_SPREAD and not differ:
-        return None
-    row: dict[str, Any] = {
-        "metric": metric, "case_id": cid, "question": table.questions.get(cid, ""),
-        "spread": spread, "verdicts_differ": differ, "n_backends": len(values),
-    }
-    for n, s in got.items():
-        scored = s is not None and s.status == "scored"
-        row[f"{n}.value"] = s.value if s is not None else None
-        row[f"{n}.status"] = s.status if s is not None else "missing"
-        row[f"{n}.passed"] = passed[n] if scored else None
-        row[f"{n}.reason"] = (s.error or s.reason) if s is not None else None
-    return row
+def _disagreeing(cols: list, marks: list[float]) -> tuple:
+    """Over the cases two or more of the columns ``cols`` (one metric, several backends) scored:
+    ``(the places of the cases that disagree, each case's spread, whether its verdicts differ, how many
+    scored it, each column's verdicts)``."""
+    scored = np.array([c.scored for c in cols])
+    values = np.array([c.value for c in cols])
+    passed = np.array([c.verdicts(t) for c, t in zip(cols, marks)])
+    n_scored = scored.sum(axis=0)
+    with np.errstate(invalid="ignore"):
+        spread = (np.where(scored, values, -np.inf).max(axis=0)
+                  - np.where(scored, values, np.inf).min(axis=0))
+    differ = (passed & scored).any(axis=0) & (~passed & scored).any(axis=0)
+    keep = (n_scored >= 2) & ((spread >= MIN_SPREAD) | differ)
+    return np.flatnonzero(keep), np.where(keep, spread, 0.0), differ, n_scored, passed
+
+
+def flip_counts(run: Union[Run, str, Path], metrics: Optional[Sequence[str]] = None,
+                backends: Optional[Sequence[str]] = None, thresholds: Any = None) -> dict[str, int]:
+    """Per metric scored by two or more backends: how many cases the backends' verdicts differ on (the
+    rows of `disagreements` with ``verdicts_differ``, counted without making them)."""
+    table = ScoreTable.of(open_run(run))
+    only = table.check_backends(backends)
+    th = pass_marks(table.run, thresholds, backends=sorted(table.backends()))
+    out = {}
+    for metric in table.select_metrics(metrics):
+        names = [b for b in table.backends_of(metric) if only is None or b in only]
+        if len(names) >= 2:
+            found, _, differ, _, _ = _disagreeing([table.column(metric, n) for n in names],
+                                                  [th.get(n, metric) for n in names])
+            if differ[found].any():
+                out[metric] = int(differ[found].sum())
+    return out
+
+
+def _rounded(values: np.ndarray) -> np.ndarray:
+    """Python's ``round(v, 3)`` of each value (NumPy's rounding can differ at a tie)."""
+    uniq, inverse = np.unique(values, return_inverse=True)
+    return np.array([round(float(v), 3) for v in uniq], float)[inverse.ravel()] if len(values) else values

@@ -45,7 +45,6 @@ and what it says can be read together; the findings the claim checks give are in
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
@@ -60,6 +59,7 @@ from ..run import Run
 from ..run.summary import ALL
 from ..schema import SPAN_MIN_OVERLAP, Case, Score
 from .claim_evidence import ClaimEvidence, case_claims, quoted
+from .rows import Rows, Spool
 from .table import AnalysisError, open_run
 from ..verdicts import verdict
 from .thresholds import Thresholds, pass_marks
@@ -154,15 +154,20 @@ class CaseDiagnosis:
 @dataclass
 class Diagnosis:
     """Every failing case's diagnosis, and the counts: ``counts`` (per layer, over all cases) and
-    ``by_tag`` (per tag: ``n_cases``, ``n_failing`` and per layer)."""
+    ``by_tag`` (per tag: ``n_cases``, ``n_failing`` and per layer). ``cases`` lists the failing cases
+    in run order; in a large run they are kept on disk (a scratch file that goes with the object) and
+    read back as they are listed; ``layer_codes`` gives each case of the run (by its place in
+    `ragbridge.run.Run.columns`) its layer's index in `LAYERS`, -1 for a case that does not fail."""
 
     run: str
     n_cases: int
-    cases: list[CaseDiagnosis]
+    cases: Sequence[CaseDiagnosis]
     by_tag: dict[str, dict[str, int]]
     thresholds: dict[str, float]
     #: human labels naming a case that is not in the run
     unknown_labels: int = 0
+    layer_codes: Any = None
+    _at: Any = None  # each failing case's place among ``cases``, by its place in the run
 
     @property
     def counts(self) -> dict[str, int]:
@@ -173,11 +178,22 @@ class Diagnosis:
         row = self.by_tag.get(tag or ALL)
         return row[layer] / row["n_cases"] if row and row["n_cases"] else None
 
+    def of_cases(self, places: Sequence[int]) -> list[CaseDiagnosis]:
+        """The diagnoses of the failing cases at ``places`` in the run (see ``layer_codes``)."""
+        return [self.cases[int(self._at[p])] for p in places]
+
+    def in_layer(self, layer: str) -> "Rows":
+        """The failing cases diagnosed ``layer``, in run order, read as they are listed."""
+        at = self._at[np.flatnonzero(self.layer_codes == LAYERS.index(layer))]
+        return Rows(len(at), lambda start, stop: [self.cases[int(k)] for k in at[start:stop]])
+
     def to_dict(self) -> dict[str, Any]:
         rows = [{"tag": t, **c} for t, c in self.by_tag.items() if t != ALL]
+        cases = (self.cases.mapped(CaseDiagnosis.to_dict) if isinstance(self.cases, Rows)
+                 else [c.to_dict() for c in self.cases])
         return {"run": self.run, "n_cases": self.n_cases, "n_failing": self.counts["n_failing"],
                 "counts": {layer: self.counts[layer] for layer in LAYERS}, "by_tag": rows,
-                "thresholds": self.thresholds, "cases": [c.to_dict() for c in self.cases]}
+                "thresholds": self.thresholds, "cases": cases}
 
 
 def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None,
@@ -187,32 +203,52 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
     ``thresholds``: the pass marks (default: each metric's default pass mark, `default_marks`).
     ``labels``: human labels (a file or the frame of `ragbridge.analysis.load_labels`); a graded
     label passes at ``label_threshold``. ``chunk_details=False`` for cases read without their
-    chunks: the details read from them (the top k, the relevant chunks) are left out."""
+    chunks: the details read from them (the top k, the relevant chunks) are left out.
+
+    The failing cases are found over the run's columns at once; each is then read with its scores,
+    a batch at a time, and diagnosed: memory holds a batch, whatever the run's size."""
     run = open_run(run)
     th = thresholds if thresholds is not None else default_marks(run)
     human = _human(labels, label_threshold)
-    cases = run.cases
-    if not cases:
+    cols = run.columns
+    index = cols.cases
+    n = index.described
+    if not n:
         raise AnalysisError(f"{run.path}: the run folder holds no cases.jsonl: diagnosis needs the cases")
-    scores: dict[str, list[Score]] = {}
-    for s in run.scores:
-        scores.setdefault(s.case_id, []).append(s)
-    in_run = {s.metric for s in run.scores}
+    failing = np.zeros(n, bool)
+    marks: dict[str, float] = {}
+    answerable = index.answerable[:n]
+    for (b, m), col in cols.columns.items():
+        counted = col.scored[:n] & (answerable if half_of(m) == "retrieval" else True)
+        if counted.any():
+            mark = marks[f"{b}:{m}"] = th.get(b, m)
+            failing |= counted & ~col.verdicts(mark)[:n]
+    for cid, verdicts in human.items():
+        i = index.position.get(cid)
+        if i is not None and i < n and not all(verdicts.values()):
+            failing[i] = True
+    in_run = set(cols.metrics())
     options = run.manifest.options or {}
     k = options.get("k")
     spans = _SpanRule(options.get("span_min_overlap", SPAN_MIN_OVERLAP), chunk_details)
-    out: list[CaseDiagnosis] = []
-    marks: dict[str, float] = {}
-    for case in cases:
-        d = _diagnose_case(case, scores.get(case.id, []), th, human.get(case.id, {}), in_run, k, marks,
-                           spans)
-        if d is not None:
-            out.append(d)
-    by_tag = _counts(cases, out)
-    ids = {c.id for c in cases}
-    return Diagnosis(run=str(run.path) if run.path else "", n_cases=len(cases), cases=out, by_tag=by_tag,
+    codes = np.full(len(index), -1, np.int8)
+    at = np.full(len(index), -1, np.int64)
+    spool = Spool()
+    seen: dict[str, float] = {}
+    for batch in cols.case_batches(np.flatnonzero(failing), views=True):
+        for i, case, scores in batch:
+            d = _diagnose_case(case, scores, th, human.get(case.id, {}), in_run, k, seen, spans)
+            if d is None:  # a human label it fails names no metric in a way that fails (cannot happen)
+                continue
+            codes[i] = LAYERS.index(d.layer)
+            at[i] = len(spool)
+            spool.add(d)
+    by_tag = _counts(index, codes)
+    return Diagnosis(run=str(run.path) if run.path else "", n_cases=n, cases=spool.rows(), by_tag=by_tag,
                      thresholds=dict(sorted(marks.items())),
-                     unknown_labels=sum(len(v) for cid, v in human.items() if cid not in ids))
+                     unknown_labels=sum(len(v) for cid, v in human.items()
+                                        if index.position.get(cid, n) >= n),
+                     layer_codes=codes, _at=at)
 
 
 # --------------------------------------------------------------------------------------------
@@ -547,14 +583,15 @@ def _details(q: Question, ctx: _Context, decided: dict) -> dict[str, Any]:
     d: dict[str, Any] = {}
     case, claims = ctx.case, ctx.claims
     if q.name == "retrieval" and ctx.spans.chunks:
-        cut = int(decided["metric"].partition("@")[2] or 0) or int(ctx.k or 0) or len(case.contexts)
+        contexts, relevant = case.contexts, case.relevant
+        cut = int(decided["metric"].partition("@")[2] or 0) or int(ctx.k or 0) or len(contexts)
         rank: dict[str, int] = {}
-        for i, ch in enumerate(case.contexts, 1):
+        for i, ch in enumerate(contexts, 1):
             for label in (ch.id, ch.source):
-                if label in case.relevant and case.relevant[label] >= 1:
+                if label in relevant and relevant[label] >= 1:
                     rank.setdefault(label, i)
                     break
-        missed = [{"label": label, "rank": rank.get(label)} for label, g in case.relevant.items()
+        missed = [{"label": label, "rank": rank.get(label)} for label, g in relevant.items()
                   if g >= 1 and not rank.get(label, cut + 1) <= cut]
         if missed:
             d["relevant_not_in_top_k"] = missed
@@ -563,7 +600,7 @@ def _details(q: Question, ctx: _Context, decided: dict) -> dict[str, Any]:
             gaps, _ = missed_reason(base, case.relevant_spans, case.contexts, cut, ctx.spans.min_overlap)
             if gaps:
                 d["spans_missed"] = gaps
-        d["top_k"] = [ch.id for ch in case.contexts[:cut]]
+        d["top_k"] = [ch.id for ch in contexts[:cut]]
     elif q.name == "faithfulness":
         s = _score_of(ctx.scores, decided) if decided["source"] == "score" else _claims_score(ctx.scores)
         if s is not None and s.evidence is not None and s.evidence.claims:
@@ -722,17 +759,17 @@ def _claim_checks_missing(scores: list[Score], in_run: set[str]) -> list[str]:
 # Counts
 
 
-def _counts(cases: Sequence[Case], found: list[CaseDiagnosis]) -> dict[str, dict[str, int]]:
-    layer_of = {d.case_id: d.layer for d in found}
-    rows: dict[str, Counter] = {}
-    for case in cases:
-        for tag in (ALL, *case.tags):
-            row = rows.setdefault(tag, Counter())
-            row["n_cases"] += 1
-            layer = layer_of.get(case.id)
-            if layer is not None:
-                row["n_failing"] += 1
-                row[layer] += 1
-    order = [ALL, *sorted(t for t in rows if t != ALL)]
-    return {t: {"n_cases": rows[t]["n_cases"], "n_failing": rows[t]["n_failing"],
-                **{layer: rows[t][layer] for layer in LAYERS}} for t in order}
+def _counts(index: Any, codes: np.ndarray) -> dict[str, dict[str, int]]:
+    """Per tag (and over all cases, `ALL`): the cases, the failing ones and each layer's."""
+    n = index.described
+    codes = codes[:n]
+
+    def row(mask: np.ndarray) -> dict[str, int]:
+        got = np.bincount(codes[mask] + 1, minlength=len(LAYERS) + 1)
+        return {"n_cases": int(mask.sum()), "n_failing": int(got[1:].sum()),
+                **{layer: int(got[j + 1]) for j, layer in enumerate(LAYERS)}}
+
+    out = {ALL: row(np.ones(n, bool))}
+    for tag in index.all_tags():
+        out[tag] = row(index.tag_mask(tag)[:n])
+    return out

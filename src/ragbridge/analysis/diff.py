@@ -26,16 +26,16 @@ From Python::
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
 from ..run import Run
+from ..run.columns import ERROR, GOLDEN_FIELDS, MISSING, SCORED, STATUS_NAMES, CaseIndex
 from ..run.summary import ALL
-from ..schema import Case, Score, clean_tags
+from ..schema import clean_tags
 from .stats import (
     DEFAULT_PERMUTATIONS,
     DEFAULT_RESAMPLES,
@@ -44,7 +44,8 @@ from .stats import (
     paired_bootstrap_ci,
     paired_permutation_pvalue,
 )
-from .noise import mde, noise_band, noise_figures, repeats_of, within_judge_noise
+from .noise import mde, noise_band, noise_figures, repeat_scores, repeats_of, within_judge_noise
+from .rows import Rows
 from .table import AnalysisError, open_run
 
 __all__ = [
@@ -61,11 +62,6 @@ __all__ = [
     "GOLDEN_FIELDS", "noise_of",
 ]
 
-#: Case fields that define the test itself (as opposed to the system's output: answer, contexts).
-GOLDEN_FIELDS = (
-    "question", "relevant", "relevant_spans", "reference", "reference_contexts", "must_contain",
-    "must_not_contain", "answerable",
-)
 SUMMARY_COLUMNS = [
     "backend", "metric", "tag", "n_paired", "base_mean", "new_mean", "delta", "ci_low", "ci_high",
     "p_value", "n_worse", "n_better", "n_same", "n_status_changed", "noise_band", "within_noise", "mde",
@@ -106,19 +102,18 @@ def run_problems(run: Run) -> list[str]:
     status = run.manifest.status
     if status != "complete":
         problems.append(f"status {status!r}: {_STATUS_MEANING.get(status, 'not complete')}")
-    case_ids = [c.id for c in run.cases] or sorted({s.case_id for s in run.scores})
+    cols = run.columns
+    described = cols.cases.described
+    n = described or len(cols.cases)
     n_cases = run.manifest.dataset.get("n_cases")
-    if run.cases and isinstance(n_cases, int) and n_cases != len(run.cases):
-        problems.append(f"run.json says {n_cases} cases but cases.jsonl holds {len(run.cases)}")
-    have = {s.key for s in run.scores}
-    expected = sum(len(ms) for ms in run.manifest.metrics.values()) * len(case_ids)
-    missing = sum(
-        1
-        for backend, metrics in run.manifest.metrics.items()
-        for metric in metrics
-        for cid in case_ids
-        if (cid, metric, backend) not in have
-    )
+    if described and isinstance(n_cases, int) and n_cases != described:
+        problems.append(f"run.json says {n_cases} cases but cases.jsonl holds {described}")
+    planned = [(b, m) for b, ms in run.manifest.metrics.items() for m in ms]
+    expected = len(planned) * n
+    missing = 0
+    for b, m in planned:
+        col = cols.column(b, m)
+        missing += n if col is None else int((col.status[:n] == MISSING).sum())
     if missing:
         problems.append(f"{missing} of {expected} planned scores are missing from scores.jsonl")
     return problems
@@ -135,10 +130,6 @@ def require_complete(run: Run, what: str = "run", hint: str = "") -> None:
             run=run,
             problems=problems,
         )
-
-
-def _golden(case: Case) -> dict:
-    return case.model_dump(mode="json", include=set(GOLDEN_FIELDS))
 
 
 def dataset_change_message(golden_changed: Sequence[str], added: int, removed: int) -> str:
@@ -176,93 +167,196 @@ def definition_change_message(backend: str, metric: str, digests: tuple[str, str
 def dataset_changes(base: Run, new: Run) -> tuple[bool, list[str], int, int]:
     """(fingerprints differ, ids of paired cases whose golden items differ, cases added, cases removed)."""
     fb, fn = base.manifest.dataset.get("fingerprint"), new.manifest.dataset.get("fingerprint")
-    bc = {c.id: c for c in base.cases}
-    nc = {c.id: c for c in new.cases}
-    changed = [cid for cid in nc if cid in bc and _golden(nc[cid]) != _golden(bc[cid])]
-    added = sum(cid not in bc for cid in nc)
-    removed = sum(cid not in nc for cid in bc)
+    bc, nc = base.columns.cases, new.columns.cases
+    changed = _golden_changed(bc, nc, range(nc.described))
+    added = sum(1 for cid in nc.ids[:nc.described] if bc.position.get(cid, bc.described) >= bc.described)
+    removed = sum(1 for cid in bc.ids[:bc.described] if nc.position.get(cid, nc.described) >= nc.described)
     return bool(fb and fn and fb != fn), changed, added, removed
+
+
+def _golden_changed(bc: CaseIndex, nc: CaseIndex, where: Iterable[int]) -> list[str]:
+    """The ids of the cases at ``where`` in ``nc`` that ``bc`` describes too, with other golden items."""
+    out = []
+    for i in where:
+        cid = nc.ids[i]
+        j = bc.position.get(cid)
+        if i < nc.described and j is not None and j < bc.described and nc.golden[i] != bc.golden[j]:
+            out.append(cid)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
 # The diff
 
 
-@dataclass
-class RunDiff:
-    """The diff of two runs. ``summary`` and ``items`` are pandas DataFrames."""
+#: the change of a paired score, as a code: the same value, worse, better, or another status
+_SAME, _WORSE, _BETTER, _STATUS = 0, 1, 2, 3
 
-    base: Run
-    new: Run
-    summary: "object"
-    items: "object"
-    only_in_base: list[str] = field(default_factory=list)
-    only_in_new: list[str] = field(default_factory=list)
-    metrics_only_in_base: list[tuple[str, str]] = field(default_factory=list)
-    metrics_only_in_new: list[tuple[str, str]] = field(default_factory=list)
-    fingerprint_differs: bool = False
-    golden_changed: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    confidence: float = 0.95
-    n_resamples: int = DEFAULT_RESAMPLES
-    n_permutations: int = DEFAULT_PERMUTATIONS
-    seed: int = 0
+
+@dataclass
+class _Paired:
+    """The paired scores of one (backend, metric): per paired case (in the new run's order) its place
+    in each run, both statuses and values, the change (`_SAME` ...) and the value's delta."""
+
+    backend: str
+    metric: str
+    new_at: np.ndarray
+    base_at: np.ndarray
+    base_status: np.ndarray
+    new_status: np.ndarray
+    base_value: np.ndarray
+    new_value: np.ndarray
+    change: np.ndarray
+    delta: np.ndarray
+    base_col: Any
+    new_col: Any
+
+
+class RunDiff:
+    """The diff of two runs. ``summary`` and ``items`` are pandas DataFrames (``items``, a row per
+    paired score, is made when first asked for: `item_rows` gives the same rows one at a time)."""
+
+    def __init__(self, base: Run, new: Run, summary: Any, paired: list[_Paired],
+                 tags_of: Callable[[int], list[str]],
+                 only_in_base: Optional[list[str]] = None, only_in_new: Optional[list[str]] = None,
+                 metrics_only_in_base: Optional[list[tuple[str, str]]] = None,
+                 metrics_only_in_new: Optional[list[tuple[str, str]]] = None,
+                 fingerprint_differs: bool = False,
+                 golden_changed: Optional[list[str]] = None, warnings: Optional[list[str]] = None,
+                 confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES,
+                 n_permutations: int = DEFAULT_PERMUTATIONS, seed: int = 0):
+        self.base, self.new, self.summary = base, new, summary
+        self._paired, self._tags_of = paired, tags_of
+        self.only_in_base, self.only_in_new = only_in_base or [], only_in_new or []
+        self.metrics_only_in_base = metrics_only_in_base or []
+        self.metrics_only_in_new = metrics_only_in_new or []
+        self.fingerprint_differs = fingerprint_differs
+        self.golden_changed = golden_changed or []
+        self.warnings = warnings or []
+        self.confidence, self.n_resamples, self.n_permutations, self.seed = (
+            confidence, n_resamples, n_permutations, seed)
+        self._items = None
 
     def __repr__(self) -> str:  # one line: the frames hold a row per paired score
-        change = self.items["change"]
+        t = self.totals()
         return (
-            f"RunDiff({str(self.base.path)!r} -> {str(self.new.path)!r}, {len(self.items)} paired scores: "
-            f"{int((change == 'worse').sum())} worse, {int((change == 'better').sum())} better, "
-            f"{int((~change.isin(['worse', 'better', 'same'])).sum())} changed status)"
+            f"RunDiff({str(self.base.path)!r} -> {str(self.new.path)!r}, {t['paired_scores']} paired scores: "
+            f"{t['worse']} worse, {t['better']} better, {t['status_changed']} changed status)"
         )
 
-    def _select(self, change: Sequence[str], backend: Optional[str], metric: Optional[str]):
-        items = self.items
-        mask = items["change"].isin(list(change))
-        if backend is not None:
-            mask &= items["backend"] == backend
-        if metric is not None:
-            mask &= items["metric"] == metric
-        return items[mask]
+    def totals(self) -> dict[str, int]:
+        """How many paired scores there are, and how many got worse, better or changed status."""
+        counts = np.zeros(4, np.int64)
+        for p in self._paired:
+            counts += np.bincount(p.change, minlength=4)
+        return {"paired_scores": int(counts.sum()), "worse": int(counts[_WORSE]),
+                "better": int(counts[_BETTER]),
+                "status_changed": int(counts[_STATUS])}
+
+    @property
+    def items(self):
+        """Every paired score: one row per (backend, metric, paired case), ``ITEM_COLUMNS``."""
+        import pandas as pd
+
+        if self._items is None:
+            self._items = pd.DataFrame(list(self.item_rows()), columns=ITEM_COLUMNS)
+        return self._items
+
+    def item_rows(self, change: Optional[Sequence[int]] = None, backend: Optional[str] = None,
+                  metric: Optional[str] = None, order: Optional[str] = None,
+                  top: Optional[int] = None) -> Rows:
+        """The rows of `items` (those whose change is one of ``change``, of ``backend`` and ``metric``),
+        made as they are read; ``order``: ``"worse"`` (the largest drop first) or ``"better"`` (the
+        largest gain first), else the items' order; ``top``: the first so many."""
+        parts, picks = [], []
+        for p in self._paired:
+            if (backend is not None and p.backend != backend) or (metric is not None and p.metric != metric):
+                continue
+            pick = (np.flatnonzero(np.isin(p.change, change)) if change is not None
+                    else np.arange(len(p.change)))
+            parts.append(p)
+            picks.append(pick)
+        part_of = np.concatenate([np.full(len(k), j, np.int64) for j, k in enumerate(picks)]
+                                 or [np.empty(0, np.int64)])
+        row_of = np.concatenate(picks or [np.empty(0, np.int64)])
+        if order is not None and len(row_of):
+            delta = np.array([parts[j].delta[k] for j, k in zip(part_of.tolist(), row_of.tolist())], float)
+            names = sorted({(p.backend, p.metric) for p in parts})
+            key_rank = {k: r for r, k in enumerate(names)}
+            pair_rank = np.array([key_rank[(parts[j].backend, parts[j].metric)] for j in part_of.tolist()],
+                                 np.int64)
+            ranks = self.new.columns.cases.id_rank()
+            id_rank = np.array([ranks[parts[j].new_at[k]] for j, k in zip(part_of.tolist(), row_of.tolist())],
+                               np.int64)
+            at = np.lexsort((id_rank, pair_rank, delta if order == "worse" else -delta))
+            part_of, row_of = part_of[at], row_of[at]
+        if top is not None:
+            part_of, row_of = part_of[:top], row_of[:top]
+        ids = self.new.columns.cases.ids
+
+        def make(start: int, stop: int) -> list[dict]:
+            where = [(parts[j], k) for j, k in zip(part_of[start:stop].tolist(), row_of[start:stop].tolist())]
+            rows = [_item(p, k, ids, self._tags_of) for p, k in where]
+            _errors(rows, where)
+            return rows
+        return Rows(len(row_of), make)
+
+    def rows(self, kind: str, backend: Optional[str] = None, metric: Optional[str] = None,
+             top: Optional[int] = None) -> Rows:
+        """The rows of `worse` (``kind`` ``"worse"``), `better` or `status_changes` (``"status"``),
+        made as they are read."""
+        change, order = {"worse": ([_WORSE], "worse"), "better": ([_BETTER], "better"),
+                         "status": ([_STATUS], None)}[kind]
+        return self.item_rows(change, backend, metric, order, top)
 
     def worse(self, backend: Optional[str] = None, metric: Optional[str] = None, top: Optional[int] = None):
         """Cases scored in both runs whose value went down, the largest drop first."""
-        rows = self._select(["worse"], backend, metric).sort_values(
-            ["delta", "backend", "metric", "case_id"], kind="stable"
-        )
-        return (rows.head(top) if top else rows).reset_index(drop=True)
+        return self._frame(self.item_rows([_WORSE], backend, metric, "worse", top))
 
     def better(self, backend: Optional[str] = None, metric: Optional[str] = None, top: Optional[int] = None):
         """Cases scored in both runs whose value went up, the largest gain first."""
-        rows = self._select(["better"], backend, metric).sort_values(
-            ["delta", "backend", "metric", "case_id"], ascending=[False, True, True, True], kind="stable"
-        )
-        return (rows.head(top) if top else rows).reset_index(drop=True)
+        return self._frame(self.item_rows([_BETTER], backend, metric, "better", top))
 
     def status_changes(self, backend: Optional[str] = None, metric: Optional[str] = None):
         """Cases whose score changed kind: a number that became an error or undefined, or the reverse."""
-        items = self.items
-        mask = ~items["change"].isin(["worse", "better", "same"])
-        if backend is not None:
-            mask &= items["backend"] == backend
-        if metric is not None:
-            mask &= items["metric"] == metric
-        return items[mask].reset_index(drop=True)
+        return self._frame(self.item_rows([_STATUS], backend, metric))
+
+    @staticmethod
+    def _frame(rows: Rows):
+        import pandas as pd
+
+        return pd.DataFrame(list(rows), columns=ITEM_COLUMNS)
 
 
-def _status(score: Optional[Score]) -> str:
-    return "missing" if score is None else score.status
+def _item(p: _Paired, k: int, ids: list[str], tags_of: Callable[[int], list[str]]) -> dict:
+    """One row of a diff's items."""
+    sb, sn = int(p.base_status[k]), int(p.new_status[k])
+    st_b, st_n = STATUS_NAMES[sb], STATUS_NAMES[sn]
+    code = int(p.change[k])
+    change = ("same", "worse", "better")[code] if code != _STATUS else f"{st_b} -> {st_n}"
+    i = int(p.new_at[k])
+    return {
+        "backend": p.backend, "metric": p.metric, "case_id": ids[i], "tags": tags_of(i),
+        "base_value": None if np.isnan(p.base_value[k]) else float(p.base_value[k]),
+        "new_value": None if np.isnan(p.new_value[k]) else float(p.new_value[k]),
+        "delta": float(p.delta[k]), "base_status": st_b, "new_status": st_n, "change": change,
+        "base_error": None, "new_error": None,
+    }
 
 
-def _index(run: Run) -> dict[tuple[str, str], dict[str, Score]]:
-    out: dict[tuple[str, str], dict[str, Score]] = defaultdict(dict)
-    for s in run.scores:
-        out[(s.backend, s.metric)][s.case_id] = s
-    return out
-
-
-def _case_ids(run: Run) -> list[str]:
-    return [c.id for c in run.cases] if run.cases else list(dict.fromkeys(s.case_id for s in run.scores))
+def _errors(rows: list[dict], where: list[tuple[_Paired, int]]) -> None:
+    """Fill the rows' ``base_error`` and ``new_error`` from their scores (read for errored ones only)."""
+    for side, status, col_of, at_of in (("base", "base_status", "base_col", "base_at"),
+                                        ("new", "new_status", "new_col", "new_at")):
+        want = [(n, p, k) for n, (p, k) in enumerate(where) if getattr(p, status)[k] == ERROR]
+        by_col: dict[int, list] = {}
+        for n, p, k in want:
+            by_col.setdefault(id(p), []).append((n, p, k))
+        for group in by_col.values():
+            p = group[0][1]
+            got = getattr(p, col_of).scores([int(getattr(p, at_of)[k]) for _, _, k in group])
+            for (n, _, _), s in zip(group, got):
+                rows[n][f"{side}_error"] = s.error if s is not None else None
 
 
 def diff_runs(
@@ -302,22 +396,26 @@ def diff_runs(
         if problems:
             note = f"{what} {run.path or ''} is incomplete: {'; '.join(problems)}"
             warnings.append(note.replace("  ", " "))
-    b_idx, n_idx = _index(base_run), _index(new_run)
-    common, only_base, only_new = _keys(base_run, b_idx, new_run, n_idx, backends, metrics)
-
-    base_ids, new_ids = _case_ids(base_run), _case_ids(new_run)
-    base_set, new_set = set(base_ids), set(new_ids)
-    paired_ids = [cid for cid in new_ids if cid in base_set]
+    bcols, ncols = base_run.columns, new_run.columns
+    common, only_base, only_new = _keys(base_run, bcols, new_run, ncols, backends, metrics)
+    bc, nc = bcols.cases, ncols.cases
+    base_ids, new_ids = _case_ids(bc), _case_ids(nc)
+    b_at = np.fromiter((bc.position.get(cid, -1) for cid in new_ids), np.int64, len(new_ids))
+    paired = np.flatnonzero(b_at >= 0)
+    base_at = b_at[paired]
+    new_set = set(new_ids)
     only_in_base = [cid for cid in base_ids if cid not in new_set]
-    only_in_new = [cid for cid in new_ids if cid not in base_set]
-    b_cases = {c.id: c for c in base_run.cases}
-    n_cases = {c.id: c for c in new_run.cases}
-    tags_of = {cid: list((n_cases.get(cid) or b_cases[cid]).tags) if (cid in n_cases or cid in b_cases)
-               else [] for cid in paired_ids}
+    only_in_new = [new_ids[i] for i in np.flatnonzero(b_at < 0).tolist()]
+
+    def tags_of(i: int) -> list[str]:
+        if i < nc.described:
+            return list(nc.tags[i])
+        j = bc.position.get(nc.ids[i])
+        return list(bc.tags[j]) if j is not None and j < bc.described else []
+
     fp_b, fp_n = (r.manifest.dataset.get("fingerprint") for r in (base_run, new_run))
     fingerprint_differs = bool(fp_b and fp_n and fp_b != fp_n)
-    golden_changed = [cid for cid in paired_ids if cid in b_cases and cid in n_cases
-                      and _golden(b_cases[cid]) != _golden(n_cases[cid])]
+    golden_changed = _golden_changed(bc, nc, paired.tolist())
     if fingerprint_differs:
         warnings.append(dataset_change_message(golden_changed, len(only_in_new), len(only_in_base)))
     warnings += _setup_changes(base_run, new_run, common)
@@ -326,30 +424,33 @@ def diff_runs(
         wanted_tags = set(clean_tags(tags)) if tags else None
     except ValueError as exc:
         raise RegressionError(str(exc)) from None
+    tag_sets = [tuple(tags_of(i)) for i in paired.tolist()]
+    known_tags = {t for ts in set(tag_sets) for t in ts}
     if wanted_tags:
-        known_tags = {t for ts in tags_of.values() for t in ts}
         unknown = sorted(wanted_tags - known_tags)
         if unknown:
             raise RegressionError(
                 f"no paired case carries tag {', '.join(map(repr, unknown))}; "
                 f"tags: {', '.join(sorted(known_tags)) or 'none'}"
             )
-    item_rows, summary_rows = [], []
+    groups = {ALL: np.ones(len(paired), bool)}
+    if by_tag:
+        for t in sorted(known_tags):
+            if wanted_tags is None or t in wanted_tags:
+                having = {ts for ts in set(tag_sets) if t in ts}
+                groups[t] = np.fromiter((ts in having for ts in tag_sets), bool, len(tag_sets))
+    parts, summary_rows = [], []
     noise = noise_of(base_run, new_run)
     for backend, metric in common:
-        rows = _item_rows(backend, metric, b_idx.get((backend, metric), {}),
-                          n_idx.get((backend, metric), {}), paired_ids, tags_of)
-        item_rows.extend(rows)
-        groups: dict[str, list[dict]] = defaultdict(list)
-        for row in rows:
-            groups[ALL].append(row)
-            for t in row["tags"] if by_tag else ():
-                if wanted_tags is None or t in wanted_tags:
-                    groups[t].append(row)
-        for tag in [ALL] + sorted(t for t in groups if t != ALL):
+        p = _pair(backend, metric, bcols.column(backend, metric), ncols.column(backend, metric), paired,
+                  base_at)
+        parts.append(p)
+        for tag, members in groups.items():
+            if tag != ALL and not members.any():
+                continue
             gseed = group_seed(seed, backend, metric, tag)
-            row = _summary_row(backend, metric, tag, groups[tag], confidence, n_resamples,
-                               n_permutations, gseed)
+            row = _summary_row(backend, metric, tag, p, members, confidence, n_resamples, n_permutations,
+                               gseed)
             row.update(_within_noise(row, noise.get((backend, metric))))
             summary_rows.append(row)
     summary = pd.DataFrame(summary_rows, columns=SUMMARY_COLUMNS)
@@ -358,7 +459,7 @@ def diff_runs(
         summary = summary.sort_values(["_tagged", "tag", "backend", "metric"], kind="stable")
         summary = summary.drop(columns="_tagged").reset_index(drop=True)
     return RunDiff(
-        base=base_run, new=new_run, summary=summary, items=pd.DataFrame(item_rows, columns=ITEM_COLUMNS),
+        base=base_run, new=new_run, summary=summary, paired=parts, tags_of=tags_of,
         only_in_base=only_in_base, only_in_new=only_in_new, metrics_only_in_base=only_base,
         metrics_only_in_new=only_new, fingerprint_differs=fingerprint_differs,
         golden_changed=golden_changed, warnings=warnings, confidence=confidence,
@@ -366,12 +467,37 @@ def diff_runs(
     )
 
 
-def _keys(base_run: Run, b_idx, new_run: Run, n_idx, backends, metrics):
-    """The (backend, metric) keys selected in both runs, in the base only and in the new run only."""
-    def planned(run: Run, idx) -> set[tuple[str, str]]:
-        return {(b, m) for b, ms in run.manifest.metrics.items() for m in ms} | set(idx)
+def _case_ids(cases: CaseIndex) -> list[str]:
+    """A run's case ids: those of its cases, or every id its scores name when it has no cases.jsonl."""
+    return cases.ids[:cases.described] if cases.described else cases.ids
 
-    b_keys, n_keys = planned(base_run, b_idx), planned(new_run, n_idx)
+
+def _pair(backend: str, metric: str, bcol: Any, ncol: Any, paired: np.ndarray,
+          base_at: np.ndarray) -> _Paired:
+    """The paired scores of one (backend, metric) (a run without the column: every score missing)."""
+    def side(col: Any, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if col is None:
+            return np.zeros(len(at), np.int8), np.full(len(at), np.nan)
+        return col.status[at], col.value[at]
+
+    st_b, v_b = side(bcol, base_at)
+    st_n, v_n = side(ncol, paired)
+    both = (st_b == SCORED) & (st_n == SCORED)
+    delta = np.where(both, v_n - v_b, np.nan)
+    change = np.where(st_b == st_n, _SAME, _STATUS).astype(np.int8)
+    with np.errstate(invalid="ignore"):
+        change[both & (delta < -EPS)] = _WORSE
+        change[both & (delta > EPS)] = _BETTER
+    change[both & (np.abs(delta) <= EPS)] = _SAME
+    return _Paired(backend, metric, paired, base_at, st_b, st_n, v_b, v_n, change, delta, bcol, ncol)
+
+
+def _keys(base_run: Run, bcols: Any, new_run: Run, ncols: Any, backends, metrics):
+    """The (backend, metric) keys selected in both runs, in the base only and in the new run only."""
+    def planned(run: Run, cols: Any) -> set[tuple[str, str]]:
+        return {(b, m) for b, ms in run.manifest.metrics.items() for m in ms} | set(cols.columns)
+
+    b_keys, n_keys = planned(base_run, bcols), planned(new_run, ncols)
     want_b = set(backends) if backends else None
     want_m = set(metrics) if metrics else None
     for label, wanted, have in (
@@ -420,36 +546,12 @@ def _setup_changes(base_run: Run, new_run: Run, common) -> list[str]:
     return out
 
 
-def _item_rows(backend: str, metric: str, bs: dict[str, Score], ns: dict[str, Score],
-               paired_ids: list[str], tags_of: dict[str, list[str]]) -> list[dict]:
-    """One row per paired case: both values, the change and both statuses."""
-    rows = []
-    for cid in paired_ids:
-        sb, sn = bs.get(cid), ns.get(cid)
-        st_b, st_n = _status(sb), _status(sn)
-        if st_b == "scored" and st_n == "scored":
-            delta = sn.value - sb.value
-            change = "worse" if delta < -EPS else ("better" if delta > EPS else "same")
-        else:
-            delta = math.nan
-            change = "same" if st_b == st_n else f"{st_b} -> {st_n}"
-        rows.append({
-            "backend": backend, "metric": metric, "case_id": cid, "tags": tags_of[cid],
-            "base_value": sb.value if sb is not None else None,
-            "new_value": sn.value if sn is not None else None,
-            "delta": delta, "base_status": st_b, "new_status": st_n, "change": change,
-            "base_error": sb.error if sb is not None else None,
-            "new_error": sn.error if sn is not None else None,
-        })
-    return rows
-
-
 def noise_of(base: Run, new: Run) -> dict[tuple[str, str], tuple]:
     """Per (backend, metric): each run's within-case standard deviation (None: not measured, no
     repeats) and repeats, for the judge-noise band of the diff."""
     ra, rb = repeats_of(base), repeats_of(new)
-    sd_a = {(r["backend"], r["metric"]): r["within_sd"] for r in noise_figures(base.repeat_scores or [])}
-    sd_b = {(r["backend"], r["metric"]): r["within_sd"] for r in noise_figures(new.repeat_scores or [])}
+    sd_a = {(r["backend"], r["metric"]): r["within_sd"] for r in noise_figures(repeat_scores(base))}
+    sd_b = {(r["backend"], r["metric"]): r["within_sd"] for r in noise_figures(repeat_scores(new))}
     return {key: (sd_a.get(key), ra, sd_b.get(key), rb) for key in set(sd_a) | set(sd_b)}
 
 
@@ -469,23 +571,22 @@ def _within_noise(row: dict, noise: Optional[tuple]) -> dict:
             "mde": found if found is not None else math.nan}
 
 
-def _summary_row(backend: str, metric: str, tag: str, members: list[dict], confidence: float,
+def _summary_row(backend: str, metric: str, tag: str, p: _Paired, members: np.ndarray, confidence: float,
                  n_resamples: int, n_permutations: int, seed: int) -> dict:
-    """The change in mean of one group of item rows, its interval and p-value, and the counts."""
-    pairs = [(r["base_value"], r["new_value"]) for r in members
-             if r["base_status"] == "scored" and r["new_status"] == "scored"]
-    bv = np.array([p[0] for p in pairs], dtype=float)
-    nv = np.array([p[1] for p in pairs], dtype=float)
+    """The change in mean of one group of paired scores (``members``), its interval and p-value, and
+    the counts."""
+    both = members & (p.base_status == SCORED) & (p.new_status == SCORED)
+    bv, nv = p.base_value[both], p.new_value[both]
+    n = len(bv)
     lo, hi = paired_bootstrap_ci(bv, nv, confidence, n_resamples, seed)
+    change = np.bincount(p.change[members], minlength=4)
     return {
-        "backend": backend, "metric": metric, "tag": tag, "n_paired": len(pairs),
-        "base_mean": float(bv.mean()) if len(pairs) else math.nan,
-        "new_mean": float(nv.mean()) if len(pairs) else math.nan,
-        "delta": float((nv - bv).mean()) if len(pairs) else math.nan,
+        "backend": backend, "metric": metric, "tag": tag, "n_paired": n,
+        "base_mean": float(bv.mean()) if n else math.nan,
+        "new_mean": float(nv.mean()) if n else math.nan,
+        "delta": float((nv - bv).mean()) if n else math.nan,
         "ci_low": lo, "ci_high": hi,
         "p_value": paired_permutation_pvalue(bv, nv, "two-sided", 0.0, n_permutations, seed),
-        "n_worse": sum(r["change"] == "worse" for r in members),
-        "n_better": sum(r["change"] == "better" for r in members),
-        "n_same": sum(r["change"] == "same" for r in members),
-        "n_status_changed": sum(r["change"] not in ("worse", "better", "same") for r in members),
+        "n_worse": int(change[_WORSE]), "n_better": int(change[_BETTER]), "n_same": int(change[_SAME]),
+        "n_status_changed": int(change[_STATUS]),
     }

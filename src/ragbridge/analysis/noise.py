@@ -28,11 +28,14 @@ import math
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
+import numpy as np
+
 from ..schema import Score
 from ..verdicts import verdict
 from .stats import EPS, normal_quantile
 
-__all__ = ["noise_figures", "case_spread", "noise_band", "mde", "repeats_of", "within_noise", "check_repeats",
+__all__ = ["noise_figures", "case_spread", "noise_band", "mde", "repeats_of", "repeat_scores", "within_noise",
+           "check_repeats",
            "within_judge_noise",
            "noise_section", "noise_table", "POWER", "ALPHA_LEVEL"]
 
@@ -179,8 +182,14 @@ def noise_figures(scores: Iterable[Score], *, power: float = POWER, alpha_level:
 def repeats_of(run: Any) -> int:
     """How many repeats a run's judged scores were taken (``--repeats``; 1 for a run without)."""
     planned = (run.manifest.options or {}).get("repeats")
-    seen = max((s.repeat for s in run.repeat_scores or run.scores), default=0) + 1
+    seen = run.columns.repeats
     return max(planned if isinstance(planned, int) and not isinstance(planned, bool) else 1, seen)
+
+
+def repeat_scores(run: Any) -> list[Score]:
+    """Every repeat of the scores of ``run`` taken more than once (the columns with repeats: a run
+    without repeats has none), as recorded: what the noise figures read."""
+    return [s for col in run.columns.columns.values() if col.repeats is not None for s in col.repeat_scores()]
 
 
 def within_noise(base: Any, new: Any, *, alpha_level: float = ALPHA_LEVEL,
@@ -189,26 +198,27 @@ def within_noise(base: Any, new: Any, *, alpha_level: float = ALPHA_LEVEL,
     ``delta`` (new mean - base mean), each run's ``within_sd`` and ``repeats``, ``band`` (`noise_band`:
     how far apart judge noise alone puts the means), ``within_noise`` (``|delta| < band``; None when
     neither run measured its noise) and ``mde`` (the smallest difference the pair can detect)."""
-    noise_a = {(r["backend"], r["metric"]): r for r in noise_figures(base.repeat_scores)}
-    noise_b = {(r["backend"], r["metric"]): r for r in noise_figures(new.repeat_scores)}
+    noise_a = {(r["backend"], r["metric"]): r for r in noise_figures(repeat_scores(base))}
+    noise_b = {(r["backend"], r["metric"]): r for r in noise_figures(repeat_scores(new))}
     ra, rb = repeats_of(base), repeats_of(new)
 
-    def values(run: Any) -> dict[tuple[str, str], dict[str, float]]:
-        out: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
-        for s in run.scores:
-            if s.status == "scored":
-                out[(s.backend, s.metric)][s.case_id] = s.value
-        return out
+    def values(run: Any, key: tuple[str, str]) -> dict[str, float]:
+        col = run.columns.column(*key)
+        if col is None:
+            return {}
+        at = np.flatnonzero(col.scored)
+        ids = run.columns.cases.ids
+        return dict(zip((ids[i] for i in at.tolist()), col.value[at].tolist()))
 
-    va, vb = values(base), values(new)
     rows = []
     for key in sorted(set(noise_a) | set(noise_b)):
-        common = sorted(set(va.get(key, {})) & set(vb.get(key, {})))
+        va, vb = values(base, key), values(new, key)
+        common = sorted(set(va) & set(vb))
         if not common:
             continue
         sd_a = noise_a.get(key, {}).get("within_sd")
         sd_b = noise_b.get(key, {}).get("within_sd")
-        delta = (sum(vb[key][c] for c in common) - sum(va[key][c] for c in common)) / len(common)
+        delta = (sum(vb[c] for c in common) - sum(va[c] for c in common)) / len(common)
         band = noise_band(sd_a, ra, sd_b, rb, len(common), alpha_level)
         sd_known = sd_a if sd_a is not None else sd_b
         rows.append({
@@ -236,13 +246,13 @@ def noise_table(run: Any, threshold: Optional[Threshold] = None):
     threshold = pass_marks(run).get if threshold is None else threshold
     columns = ["backend", "metric", "n_cases", "repeats", "within_sd", "mean_sd", "flip_share", "alpha",
                "mde", "power", "alpha_level"]
-    return pd.DataFrame(noise_figures(run.repeat_scores or [], threshold=threshold), columns=columns)
+    return pd.DataFrame(noise_figures(repeat_scores(run), threshold=threshold), columns=columns)
 
 
 def check_repeats(run: Any, min_repeats: int) -> Optional[str]:
     """A gate rule's check: None when the run's judged scores were taken at least ``min_repeats``
     times, else what failed (``"judged 1 time, the gate requires at least 3 repeats"``)."""
-    judged = any(s.judge_calls for s in (run.repeat_scores or run.scores))
+    judged = any(col.judged for col in run.columns.columns.values())
     n = repeats_of(run)
     if not judged or n >= min_repeats:
         return None
@@ -258,12 +268,13 @@ def noise_section(run: Any, threshold: Optional[Threshold] = None) -> dict[str, 
     from .thresholds import pass_marks
 
     threshold = pass_marks(run).get if threshold is None else threshold
-    spread = case_spread(run.repeat_scores or [], threshold)
+    scores = repeat_scores(run)
+    spread = case_spread(scores, threshold)
     cases: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for (backend, metric, case_id), row in spread.items():
         cases[f"{backend}:{metric}"].append({"case_id": case_id, **row})
     for rows in cases.values():
         rows.sort(key=lambda r: (-r["sd"], r["case_id"]))
     return {"repeats": repeats_of(run),
-            "figures": noise_figures(run.repeat_scores or [], threshold=threshold),
+            "figures": noise_figures(scores, threshold=threshold),
             "cases": dict(cases)}

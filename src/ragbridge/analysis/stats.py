@@ -99,7 +99,7 @@ import numpy as np
 
 __all__ = [
     "CONFIDENCE", "DEFAULT_RESAMPLES", "DEFAULT_DRAWS", "DEFAULT_PERMUTATIONS", "PRIOR", "group_seed",
-    "FIGURE_FORMS", "rater_figures", "confusion", "mean_rows",
+    "FIGURE_FORMS", "rater_figures", "counted_figures", "confusion", "mean_rows",
     "bootstrap_interval", "mean_interval", "paired_bootstrap_ci", "paired_permutation_pvalue",
     "normal_quantile", "ppi_mean", "classical_mean", "ols_slope", "change_points",
 ]
@@ -349,6 +349,18 @@ def rater_figures(
             lo, hi = np.quantile(ok, [tail, 1.0 - tail])
             out[f] = (points[f], min(float(lo), points[f]), max(float(hi), points[f]))
     return out
+
+
+def counted_figures(figures: Sequence[str], pp: int, pf: int, fp: int, ff: int) -> dict[str, float]:
+    """The verdict figures of `FIGURE_FORMS` (``kappa``, ``agreement``, ``tpr``, ...) of two raters from
+    their confusion counts (``pp`` both pass, ``pf`` a passes and b fails, ``fp`` the reverse, ``ff``
+    both fail): the figure on the cases, each cell weighed by its exact share (no interval)."""
+    n = pp + pf + fp + ff
+    cells = {"a": np.array([True, True, False, False]), "b": np.array([True, False, True, False])}
+    if not n:
+        return {f: math.nan for f in figures}
+    weights = np.array([[pp / n, pf / n, fp / n, ff / n]])
+    return {f: float(FIGURE_FORMS[f](cells)(weights)[0]) for f in figures}
 
 
 def _corners(cases: dict[str, np.ndarray], strata: list[str], fixed_b: dict[str, bool],

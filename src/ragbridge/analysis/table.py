@@ -9,15 +9,15 @@ sides scored enter a figure.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
+import numpy as np
+
 from ..errors import UserError
 from ..run import Run, RunError, load_run
-from ..schema import Case, Score
-from ..verdicts import verdict
+from ..run.columns import ERROR, CaseIndex, Column, RunColumns
 
 __all__ = ["AnalysisError", "ScoreTable", "open_run", "join_runs", "judge_of"]
 
@@ -51,55 +51,52 @@ def open_run(run: Union[Run, str, Path, Sequence[Union[Run, str, Path]]], what: 
 
 @dataclass
 class ScoreTable:
-    """Scores indexed by (metric, backend) -> case_id -> Score, with the run's case order."""
+    """A run's scores as the analyses read them: its columns (`ragbridge.run.columns`), one per
+    (backend, metric), each a slot per case in the run's case order."""
 
     run: Run
-    by_mb: dict[tuple[str, str], dict[str, Score]]
-    case_ids: list[str]
-    questions: dict[str, str]
+    cols: RunColumns
 
     @classmethod
     def of(cls, run: Run) -> "ScoreTable":
-        by_mb: dict[tuple[str, str], dict[str, Score]] = defaultdict(dict)
-        for s in run.scores:
-            by_mb[(s.metric, s.backend)][s.case_id] = s
-        case_ids = [c.id for c in run.cases]
-        seen = set(case_ids)
-        for s in run.scores:
-            if s.case_id not in seen:
-                seen.add(s.case_id)
-                case_ids.append(s.case_id)
-        return cls(run, dict(by_mb), case_ids, {c.id: c.question for c in run.cases})
+        return cls(run, run.columns)
+
+    @property
+    def cases(self) -> CaseIndex:
+        return self.cols.cases
+
+    @property
+    def case_ids(self) -> list[str]:
+        return self.cols.cases.ids
+
+    def column(self, metric: str, backend: str) -> Optional[Column]:
+        return self.cols.column(backend, metric)
+
+    def has(self, metric: str, backend: str) -> bool:
+        return (backend, metric) in self.cols.columns
+
+    def keys(self) -> list[tuple[str, str]]:
+        """(metric, backend) of every column, in the columns' order."""
+        return [(m, b) for b, m in self.cols.columns]
 
     def metrics(self) -> list[str]:
-        return list(dict.fromkeys(m for m, _ in self.by_mb))
+        return self.cols.metrics()
 
     def backends(self) -> set[str]:
-        return {b for _, b in self.by_mb}
+        return set(self.cols.backends())
 
     def backends_of(self, metric: str) -> list[str]:
-        names = [b for m, b in self.by_mb if m == metric]
+        names = [b for b, m in self.cols.columns if m == metric]
         return sorted(names, key=lambda b: (b != "native", b))
 
-    def status_counts(self, metric: str, backend: str) -> dict[str, int]:
-        got = self.by_mb.get((metric, backend), {})
-        counts = {"scored": 0, "undefined": 0, "errored": 0, "missing": 0}
-        for cid in self.case_ids:
-            s = got.get(cid)
-            if s is None:
-                counts["missing"] += 1
-            else:
-                counts[{"scored": "scored", "undefined": "undefined", "error": "errored"}[s.status]] += 1
-        return counts
-
-    def values(self, metric: str, backend: str) -> dict[str, float]:
-        return {cid: s.value for cid, s in self.by_mb.get((metric, backend), {}).items()
-                if s.status == "scored"}
-
-    def verdicts(self, metric: str, backend: str, threshold: float) -> dict[str, bool]:
-        """Each scored case's pass/fail at ``threshold`` (`ragbridge.verdicts.verdict`)."""
-        return {cid: bool(verdict(s, threshold)) for cid, s in self.by_mb.get((metric, backend), {}).items()
-                if s.status == "scored"}
+    def status_counts(self, metric: str, backend: str, mask: Optional[np.ndarray] = None) -> dict[str, int]:
+        """How many cases (of ``mask``) ``backend`` scored, left undefined, errored or is missing on
+        ``metric``."""
+        col = self.column(metric, backend)
+        if col is None:
+            n = len(self.case_ids) if mask is None else int(mask.sum())
+            return {"scored": 0, "undefined": 0, "errored": 0, "missing": n}
+        return col.counts(mask)
 
     def select_metrics(self, metrics: Optional[Sequence[str]]) -> list[str]:
         """The metrics asked for (``recall`` names every ``recall@k``); all when none are."""
@@ -137,16 +134,18 @@ def judge_of(run: Run, backend: str, metric: Optional[str] = None) -> Optional[d
     """The judge ``backend`` (on ``metric``, or on any) was judged by in ``run`` (``model``,
     ``base_url``, ``stub``), or None for a backend no judge scored (native metrics)."""
     judge = run.manifest.judge or {}
-    scores = (s for s in run.scores if s.backend == backend and (metric is None or s.metric == metric))
-    if not judge or (backend == "native" and not any(s.judge_calls for s in scores)):
+    if not judge:
+        return None
+    if backend == "native" and not any(col.judged for (b, m), col in run.columns.columns.items()
+                                       if b == backend and (metric is None or m == metric)):
         return None
     return {k: judge.get(k) for k in ("model", "base_url", "stub") if judge.get(k) is not None}
 
 
 def join_runs(runs: Sequence[Union[Run, str, Path]]) -> Run:
     """Runs of the same golden set scored apart (two judge servers, two days, two judges), as one run
-    in memory whose backends are every run's backends, side by side: what ``compare``, ``validate``
-    and the report read with ``--with``.
+    whose backends are every run's backends, side by side: what ``compare``, ``validate`` and the
+    report read with ``--with``.
 
     A backend scored in one run keeps its name; one scored in several runs is a column per run,
     named ``BACKEND@FOLDER`` (the run folder's name), unless it was judged by the same judge (or none)
@@ -156,84 +155,97 @@ def join_runs(runs: Sequence[Union[Run, str, Path]]) -> Run:
     ``judge`` is the one judge of every column, or None when they differ. Cases are joined by id: a
     case whose content differs between runs is left out (counted in ``joined.differing``, the first
     ids in ``joined.differing_ids``); one that only some runs hold is missing in the others' columns.
-    Raises `AnalysisError` when the runs share no case."""
+    Raises `AnalysisError` when the runs share no case.
+
+    The runs are joined in columns (`ragbridge.run.columns`): no score or case is held as an object;
+    the joined run's ``scores`` and ``cases`` are read from the runs when asked for."""
     opened = [open_run(r, f"run {i + 1}") for i, r in enumerate(runs)]
     if len(opened) < 2:
         raise AnalysisError("joining runs takes two or more run folders")
     labels = _run_labels(opened)
+    cols = [r.columns for r in opened]
     # the cases: one per id, the same in every run that holds it
-    cases: dict[str, Case] = {}
+    first: dict[str, tuple[int, int]] = {}
     seen_in: dict[str, int] = {}
     differing: list[str] = []
-    for r in opened:
-        for c in r.cases:
-            if c.id not in cases:
-                cases[c.id] = c
-            elif c != cases[c.id] and c.id not in differing:
-                differing.append(c.id)
-            seen_in[c.id] = seen_in.get(c.id, 0) + 1
+    contents = [c.cases.contents() for c in cols]
+    for k, c in enumerate(cols):
+        ids = c.cases.ids
+        for i in range(c.cases.described):
+            cid = ids[i]
+            held = first.get(cid)
+            if held is None:
+                first[cid] = (k, i)
+            elif contents[k][i] != contents[held[0]][held[1]] and cid not in differing:
+                differing.append(cid)
+            seen_in[cid] = seen_in.get(cid, 0) + 1
     shared = [cid for cid, n in seen_in.items() if n == len(opened) and cid not in differing]
     if not shared:
         raise AnalysisError(
             "the runs share no case: "
-            + "; ".join(f"{labels[i]} holds {len(r.cases)}" for i, r in enumerate(opened))
+            + "; ".join(f"{labels[i]} holds {c.cases.described}" for i, c in enumerate(cols))
             + (f"; {len(differing)} case id(s) are in several runs with different content (first: "
                f"{differing[0]!r})" if differing else "")
             + ": join runs made on the same golden set")
+    left_out = set(differing)
+    kept = [cid for cid in first if cid not in left_out]
+    only_scored = [cid for c in cols for cid in c.cases.ids[c.cases.described:]
+                   if cid not in first and cid not in left_out]
+    index = CaseIndex.joined([c.cases for c in cols], [first[cid] for cid in kept],
+                             list(dict.fromkeys(only_scored)))
     # the columns: a backend per run, renamed where several runs scored it differently
     runs_of: dict[str, list[int]] = {}
-    for i, r in enumerate(opened):
-        for b in dict.fromkeys(s.backend for s in r.scores):
+    for i, c in enumerate(cols):
+        for b in c.backends():
             runs_of.setdefault(b, []).append(i)
     names = {}
     for b, where in runs_of.items():
         same = _same_everywhere([opened[i] for i in where], b)
         names.update({(i, b): b if same else f"{b}@{labels[i]}" for i in where})
-    left_out = set(differing)
-    scores, repeats, columns = [], [], {}
-    m0 = opened[0].manifest
-    backends, metrics, pass_marks, digests, wall = {}, {}, {}, {}, {}
-    taken: set[tuple[str, str, str]] = set()
+    joined: dict[tuple[str, str], Column] = {}
+    sources = [np.array([c.cases.position.get(cid, -1) for cid in index.ids], np.int64) for c in cols]
+    columns, backends, metrics, pass_marks, digests, wall = {}, {}, {}, {}, {}, {}
     for (i, b), col in names.items():
-        r = opened[i]
-        m = r.manifest
-        new = {(s.case_id, s.metric) for s in r.scores if s.backend == b and s.case_id not in left_out
-               and (col, s.case_id, s.metric) not in taken}  # a backend the same in several: once a case
-        taken.update((col, *k) for k in new)
-        scores += [s.model_copy(update={"backend": col}) for s in r.scores
-                   if s.backend == b and (s.case_id, s.metric) in new]
-        repeats += [s.model_copy(update={"backend": col}) for s in r.repeat_scores
-                    if s.backend == b and (s.case_id, s.metric) in new]
+        r, m = opened[i], opened[i].manifest
+        for (bb, metric), column in cols[i].columns.items():
+            if bb == b:
+                target = joined.get((col, metric))
+                joined[(col, metric)] = column.moved(sources[i], col, target, i, len(opened))
         if col in columns:
             continue
         columns[col] = {"run": str(r.path) if r.path is not None else labels[i], "backend": b,
                         "version": m.backends.get(b), "judge": judge_of(r, b)}
         backends[col] = m.backends.get(b)
-        metrics[col] = list(dict.fromkeys(s.metric for s in r.scores if s.backend == b))
+        metrics[col] = [metric for bb, metric in cols[i].columns if bb == b]
         for target, source in ((pass_marks, m.pass_marks), (digests, m.digests),
                                (wall, (m.timing or {}).get("wall_seconds") or {})):
             if b in source:
                 target[col] = source[b]
     judges = {repr(sorted(j.items())) for j in (c["judge"] for c in columns.values()) if j}
     judge = next((c["judge"] for c in columns.values() if c["judge"]), None) if len(judges) == 1 else None
-    kept = [c for cid, c in cases.items() if cid not in left_out]
+    both = RunColumns(index, joined, repeats=max(c.repeats for c in cols))
+    counts = {"scores": 0, "scored": 0, "undefined": 0, "errored": 0}
+    for column in joined.values():
+        got = column.counts()
+        counts["scores"] += len(index) - got["missing"]
+        counts["scored"] += got["scored"]
+        counts["undefined"] += got["undefined"]
+        counts["errored"] += int((column.status == ERROR).sum())
+    m0 = opened[0].manifest
     manifest = m0.model_copy(update={
         "dataset": {**m0.dataset, "n_cases": len(kept)}, "backends": backends, "metrics": metrics,
         "judge": judge, "digests": digests, "pass_marks": pass_marks,
         "started_at": min(r.manifest.started_at for r in opened),
         "finished_at": max((r.manifest.finished_at or "" for r in opened), default="") or None,
         "status": next((r.manifest.status for r in opened if r.manifest.status != "complete"), "complete"),
-        "counts": {"scores": len(scores), "scored": sum(s.status == "scored" for s in scores),
-                   "undefined": sum(s.status == "undefined" for s in scores),
-                   "errored": sum(s.status == "error" for s in scores)},
-        "timing": {"wall_seconds": wall}, "process": None,
+        "counts": counts, "timing": {"wall_seconds": wall}, "process": None,
     }, deep=True)
     manifest.columns = columns
     manifest.joined = {"runs": [str(r.path) if r.path is not None else labels[i]
                                 for i, r in enumerate(opened)],
                        "shared": len(shared), "only_in_some": len(kept) - len(shared),
                        "differing": len(differing), "differing_ids": differing[:5]}
-    return Run(manifest=manifest, scores=scores, cases=kept, repeat_scores=repeats)
+    return Run(manifest=manifest, columns=both)
 
 
 def _run_labels(runs: list[Run]) -> list[str]:
@@ -246,10 +258,21 @@ def _same_everywhere(runs: list[Run], backend: str) -> bool:
     """Whether ``backend`` was judged by the same judge (or none) in every one of ``runs``, and scored
     each case the runs share the same (a deterministic backend run again): then it is one column."""
     judges = {tuple(sorted((judge_of(r, backend) or {}).items())) for r in runs}
-    said: dict[tuple[str, str], tuple] = {}
-    for r in runs:
-        for s in r.scores:
-            if s.backend == backend and said.setdefault((s.case_id, s.metric), (s.value, s.status)) != (
-                    s.value, s.status):
-                return False
-    return len(judges) == 1
+    if len(judges) != 1:
+        return False
+    cols = [r.columns for r in runs]
+    for k in range(1, len(cols)):
+        for j in range(k):
+            here, there = cols[k], cols[j]
+            at = np.array([there.cases.position.get(cid, -1) for cid in here.cases.ids], np.int64)
+            for (b, metric), col in here.columns.items():
+                other = there.column(b, metric) if b == backend else None
+                if other is None:
+                    continue
+                both = (at >= 0) & col.present
+                both[both] &= other.present[at[both]]
+                a, o = col.value[both], other.value[at[both]]
+                same = (col.status[both] == other.status[at[both]]) & ((a == o) | (np.isnan(a) & np.isnan(o)))
+                if not same.all():
+                    return False
+    return True

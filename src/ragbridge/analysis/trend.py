@@ -27,6 +27,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from ..run import Run
+from ..run.columns import ERROR, UNDEFINED
 from ..run.summary import ALL
 from ..schema import clean_tags
 from . import stats
@@ -95,14 +96,17 @@ def series_means(runs: Sequence[Run], backend: str, metric: str, tags: Sequence[
     return out
 
 
-def _values(run: Run, backend: str, metric: str, need: set[str],
-            table: Optional[ScoreTable] = None) -> list[float]:
-    table = table or ScoreTable.of(run)
-    vals = table.values(metric, backend)
+def _values(run: Run, backend: str, metric: str, need: set[str]) -> np.ndarray:
+    """The values of the cases ``backend`` scored on ``metric`` in ``run`` (those carrying every tag of
+    ``need``), in the run's case order."""
+    cols = run.columns
+    col = cols.column(backend, metric)
+    if col is None:
+        return np.empty(0)
+    mask = col.scored
     if need:
-        tagged = {c.id for c in run.cases if need <= set(c.tags)}
-        return [v for cid, v in vals.items() if cid in tagged]
-    return list(vals.values())
+        mask = mask & cols.cases.slice_mask(need) & (np.arange(len(mask)) < cols.cases.described)
+    return col.value[mask]
 
 
 @dataclass
@@ -146,7 +150,7 @@ def trend(
     tables = [ScoreTable.of(r) for r in ordered]
     keys: list[tuple[str, str]] = []
     for t in tables:
-        keys += [(b, m) for m, b in t.by_mb if (b, m) not in keys]
+        keys += [(b, m) for m, b in t.keys() if (b, m) not in keys]
     have_m = list(dict.fromkeys(m for _, m in keys))
     if metrics:
         wanted = []
@@ -165,7 +169,8 @@ def trend(
                                     f"{', '.join(have_b) or 'none'}")
         keys = [k for k in keys if k[0] in backends]
     keys.sort(key=lambda k: (k[0] != "native", k[0], have_m.index(k[1])))
-    all_tags = list(dict.fromkeys(t for r in ordered for c in r.cases for t in c.tags))
+    all_tags = list(dict.fromkeys(t for r in ordered for ts in dict.fromkeys(r.columns.cases.tags)
+                                  for t in ts))
     if tags:
         try:
             tags = clean_tags(tags)
@@ -185,19 +190,23 @@ def trend(
             need = set() if tag == ALL else {tag}
             points = []
             for i, (run, table) in enumerate(zip(ordered, tables)):
-                got = table.by_mb.get((metric, backend), {})
-                ids = ({c.id for c in run.cases if tag in c.tags} if need else None)
-                here = [s for cid, s in got.items() if ids is None or cid in ids]
-                vals = [s.value for s in here if s.status == "scored"]
-                if not vals:
+                col = table.column(metric, backend)
+                if col is None:
+                    continue
+                here = col.status
+                if need:
+                    cases = table.cases
+                    here = here[cases.tag_mask(tag) & (np.arange(len(here)) < cases.described)]
+                vals = col.value[col.scored] if not need else _values(run, backend, metric, need)
+                if not len(vals):
                     continue
                 points.append((i, float(np.mean(vals))))
                 series_rows.append({
                     "backend": backend, "metric": metric, "tag": tag, "position": i, "run": str(run.path),
                     "started_at": run.manifest.started_at, "judge": (run.manifest.judge or {}).get("model"),
                     "mean": float(np.mean(vals)), "n": len(vals),
-                    "n_undefined": sum(s.status == "undefined" for s in here),
-                    "n_errored": sum(s.status == "error" for s in here),
+                    "n_undefined": int((here == UNDEFINED).sum()),
+                    "n_errored": int((here == ERROR).sum()),
                 })
             if not points:
                 continue

@@ -32,9 +32,8 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from ..run import Run
-from ..run.summary import claim_counts
+from ..run.columns import MISSING, UNDEFINED
 from ..schema import clean_id
-from ..verdicts import verdict
 from . import stats
 from .labels import load_labels
 from .ppi import ppi_estimates
@@ -160,13 +159,17 @@ def _strata(table: ScoreTable, metric: str, lab) -> tuple[Optional[dict[str, str
         return None, None
     first = lab.iloc[0]
     backend, t = str(first["stratum_backend"]), float(first["stratum_threshold"])
-    got = table.by_mb.get((metric, backend))
-    if not got:
+    col = table.column(metric, backend)
+    if col is None or not col.present.any():
         raise AnalysisError(f"the labels of {metric!r} were drawn by {backend}'s verdicts, but {backend} "
                             f"did not score {metric} in this run")
-    strata = {c: "pass" if verdict(s, t) else "fail" for c, s in got.items() if s.status == "scored"}
+    scored = np.flatnonzero(col.scored)
+    passed = col.verdicts(t)[scored]
+    ids = table.case_ids
+    strata = {ids[i]: "pass" if p else "fail" for i, p in zip(scored.tolist(), passed.tolist())}
     recorded = dict(zip(lab["stratum"], lab["stratum_size"].astype(int)))
-    have = {h: sum(v == h for v in strata.values()) for h in recorded}
+    sizes = {"pass": int(passed.sum()), "fail": int((~passed).sum())}
+    have = {h: sizes.get(h, 0) for h in recorded}
     if have != recorded:
         raise AnalysisError(
             f"the labels of {metric!r} were drawn from {backend}'s verdicts at {t:g} with strata of "
@@ -184,23 +187,29 @@ def _validate_backend(table: ScoreTable, metric: str, backend: str, t: float, gr
     """One row of `validate`: ``backend`` at threshold ``t`` against the labels of ``metric``
     (``strata``: each case's stratum in a stratified draw, made by the verdicts of ``stratified_by``,
     a (backend, threshold); or None)."""
-    got = table.by_mb.get((metric, backend), {})
+    col = table.column(metric, backend)
+    position = table.cases.position
+    present = col.present.copy()
     if strata is not None:  # the population: the cases the draw could pick
-        got = {c: s for c, s in got.items() if c in strata}
-    known = set(table.case_ids)
-    ids = [c for c in grades if c in got and got[c].status == "scored"]
+        present &= np.fromiter((cid in strata for cid in table.case_ids), bool, len(table.case_ids))
+    scored = present & col.scored
+    passed = col.verdicts(t)
+    at = {c: position.get(c) for c in grades}
+    ids = [c for c in grades if at[c] is not None and scored[at[c]]]
+    where = np.array([at[c] for c in ids], np.int64)
     truth = np.array([human[c] for c in ids], bool)
-    value = np.array([got[c].value for c in ids], float)
-    pred = np.array([bool(verdict(got[c], t)) for c in ids], bool)
+    value = col.value[where]
+    pred = passed[where]
     st = {"undefined": 0, "errored": 0, "missing": 0}
     for c in grades:
-        s = got.get(c)
-        if c in known and (s is None or s.status != "scored"):
-            st["missing" if s is None else {"undefined": "undefined", "error": "errored"}[s.status]] += 1
+        i = at[c]
+        if i is not None and not scored[i]:
+            code = int(col.status[i]) if present[i] else MISSING
+            st["missing" if code == MISSING else "undefined" if code == UNDEFINED else "errored"] += 1
     tp, fn, fp, tn = stats.confusion(truth, pred)
     row: dict[str, Any] = {
         "metric": metric, "backend": backend, "threshold": t, "n_labels": len(grades),
-        "labels_unknown_case": sum(1 for c in grades if c not in known), "n_paired": len(ids),
+        "labels_unknown_case": sum(1 for c in grades if at[c] is None), "n_paired": len(ids),
         "unscored": sum(st.values()), **st,
         "human_pass": int(truth.sum()), "human_fail": int((~truth).sum()),
         "tp": tp, "fn": fn, "fp": fp, "tn": tn,
@@ -208,7 +217,8 @@ def _validate_backend(table: ScoreTable, metric: str, backend: str, t: float, gr
     design: dict[str, Any] = {}
     row["design"], row["strata"] = "uniform", None
     if strata is not None:  # each label stands for its stratum's share of the run
-        sizes = {h: sum(1 for c, s in got.items() if s.status == "scored" and strata[c] == h)
+        of_case = [strata.get(cid) for cid in table.case_ids]
+        sizes = {h: sum(1 for i in np.flatnonzero(scored).tolist() if of_case[i] == h)
                  for h in sorted(set(strata.values()))}
         total = sum(sizes.values())
         design = {"strata": [strata[c] for c in ids], "shares": {h: n / total for h, n in sizes.items()}}
@@ -228,25 +238,30 @@ def _validate_backend(table: ScoreTable, metric: str, backend: str, t: float, gr
         row["spearman"], row["spearman_low"], row["spearman_high"] = math.nan, math.nan, math.nan
     row["missed_fails"] = [c for c, y, p in zip(ids, truth, pred) if p and not y]
     row["missed_passes"] = [c for c, y, p in zip(ids, truth, pred) if y and not p]
-    found = [f for c in grades if (s := got.get(c)) is not None and (f := claim_counts(s)) is not None]
+    claims, unsupported = col.get("claims"), col.get("unsupported")
+    found = [(int(claims[i]), int(unsupported[i])) for c in grades
+             if (i := at[c]) is not None and present[i] and claims[i] >= 0]
     n_claims, n_unsup = len(found), sum(1 for _, bad in found if bad > 0)
     row["claims_answers"], row["unsupported_answers"] = n_claims, n_unsup
     share = stats.rater_figures(["share"], [bad > 0 for _, bad in found], n_draws=n_resamples, seed=seed,
                                 confidence=confidence)["share"]
     row["unsupported_share"], row["unsupported_share_low"], row["unsupported_share_high"] = share
-    row.update(_ppi_columns(got, human, grades, graded, t, confidence, strata))
+    row.update(_ppi_columns(table, col, scored, passed, human, grades, graded, t, confidence, strata))
     return row
 
 
-def _ppi_columns(got: dict[str, Any], human: dict[str, bool], grades: dict[str, float], graded: bool,
-                 t: float, confidence: float, strata: Optional[dict[str, str]]) -> dict[str, Any]:
+def _ppi_columns(table: ScoreTable, col, scored: np.ndarray, passed: np.ndarray, human: dict[str, bool],
+                 grades: dict[str, float], graded: bool, t: float, confidence: float,
+                 strata: Optional[dict[str, str]]) -> dict[str, Any]:
     """The golden set's true pass rate (and mean, for grades on the 0..1 scale) by prediction-powered
     inference: the backend's verdict on every case it scored, corrected by its errors on the labelled
     ones, following the draw (`ppi_estimates`); with the judge's own pass rate and the labels-alone
     interval beside it."""
-    judge = {c: s.value for c, s in got.items() if s.status == "scored"}
+    where = np.flatnonzero(scored)
+    ids = [table.case_ids[i] for i in where.tolist()]
+    judge = dict(zip(ids, col.value[where].tolist()))
     est = ppi_estimates(judge, human, t, human_grade=grades if graded else None, confidence=confidence,
-                        verdicts={c: bool(verdict(got[c], t)) for c in judge}, strata=strata)
+                        verdicts=dict(zip(ids, passed[where].tolist())), strata=strata)
     p, m = est["pass_rate"], est["mean"] or {}
     nan = math.nan
     return {

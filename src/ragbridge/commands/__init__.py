@@ -23,6 +23,7 @@ import contextlib
 import functools
 import gc
 import inspect
+import logging
 import os
 import sys
 import typing
@@ -67,7 +68,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("analysis", "Each backend's verdicts against human labels: TPR, TNR, kappa, balanced "
                              "accuracy."),
     "calibrate": ("analysis", "The threshold in one backend that best reproduces another's pass/fail "
-                              "(maximum kappa)."),
+                              "(maximum kappa); with --with, a backend of another run of the same cases "
+                              "(BACKEND@FOLDER where both runs scored it)."),
     "trend": ("trend", "The mean of each metric over dated runs: the series, its slope per run with a "
                        "95% interval, and the change points."),
     "diagnose": ("diagnose", "Each failing case to one layer: retrieval, generation, knowledge_base, "
@@ -347,6 +349,41 @@ _gc_paused = False
 _gc_frozen = False
 
 
+class SayHandler(logging.Handler):
+    """The log records of ragbridge and its plugins (``note: ...``, ``warning: ...``) printed by `say`,
+    wrapped as the commands' own; any other library's records as Python prints them without a handler
+    (``logging.lastResort``), when nothing else handles them."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not record.name.startswith("ragbridge"):
+            last, root = logging.lastResort, logging.getLogger()
+            if last is not None and record.levelno >= last.level and root.handlers == [self] \
+                    and not _handled_below(logging.getLogger(record.name), root):
+                last.handle(record)
+            return
+        from .output import say_record
+
+        say_record(record.getMessage())
+
+    @classmethod
+    def install(cls) -> None:
+        """On the root logger, once a process."""
+        root = logging.getLogger()
+        if not any(isinstance(h, cls) for h in root.handlers):
+            root.addHandler(cls(logging.WARNING))
+
+
+def _handled_below(logger: logging.Logger, root: logging.Logger) -> bool:
+    """Whether a logger between ``logger`` and the root has a handler of its own (as Python looks)."""
+    while logger is not None and logger is not root:
+        if logger.handlers:
+            return True
+        if not logger.propagate:
+            return True  # the record never reaches the root
+        logger = logger.parent
+    return False
+
+
 def run_cli() -> None:
     """The console script: the built-in commands, then the plugins' commands, then the command line.
     An output that cannot be written (a read-only folder, a full disk) and bad input (`UserError`: a
@@ -361,8 +398,6 @@ def run_cli() -> None:
         gc.disable()
         _gc_paused = True
     register_commands(cli)
-    from .output import SayHandler
-
     SayHandler.install()  # ragbridge's log notes and warnings wrapped as the commands' own
     try:
         cli(prog_name="ragbridge")

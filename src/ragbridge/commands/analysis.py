@@ -17,12 +17,13 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..analysis.calibrate import calibrate, calibration_flips, interval_text
-from ..analysis.compare import FIGURE_NAMES, FIGURES, compare, compare_runs, disagreements, run_shifts
+from ..analysis.calibrate import calibrate, flip_rows, interval_text
+from ..analysis.compare import (FIGURE_NAMES, FIGURES, compare, compare_runs, disagreements, flip_counts,
+                                run_shifts)
 from ..analysis.stats import DEFAULT_PERMUTATIONS, DEFAULT_RESAMPLES
 from ..analysis.table import AnalysisError, ScoreTable, open_run
 from ..analysis.validate import validate
-from ..report.text import (MISSING, ci_text, column_lines, missed_lines, num, one_line, p_text,
+from ..report.text import (MISSING, ci_text, column_lines, jsonable, missed_lines, num, one_line, p_text,
                            records)
 from ..run import Run
 from .output import err, fail, out, print_json, print_lines, print_table
@@ -136,8 +137,7 @@ def compare_cmd(
         print_json({"run": str(r.path) if not with_runs else None, **_joined_json(r),
                     "agreement": records(frame), "disagreements": records(dis)})
         return
-    every = disagreements(r, metric or None, backend or None, threshold or None, None)
-    flips = every[every["verdicts_differ"]].groupby("metric").size().to_dict() if not every.empty else {}
+    flips = flip_counts(r, metric or None, backend or None, threshold or None)
     _print_columns(out, r)
     _print_agreement(out, r, frame, flips)
     if not dis.empty:
@@ -369,9 +369,10 @@ def _signal_labels(r, name: str, metrics: Optional[List[str]], polarity: Optiona
     from ..formats import DatasetError
     from ..traces.signals import human_labels
 
-    wanted = list(metrics) if metrics else sorted({s.metric for s in r.scores})
+    wanted = list(metrics) if metrics else sorted(r.columns.metrics())
+    cases = (c for batch in r.columns.cases.batches(range(r.columns.cases.described)) for _, c in batch)
     try:
-        frame, notes = human_labels(r.cases, name, wanted, polarity, table, threshold)
+        frame, notes = human_labels(cases, name, wanted, polarity, table, threshold)
     except DatasetError as exc:
         fail(f"{r.path}: {exc}")
     for line in notes:
@@ -469,6 +470,7 @@ def _print_validation(console, frame) -> None:
 
 def calibrate_cmd(
     run: Path = typer.Argument(..., help="Run folder."),
+    with_runs: List[Path] = typer.Option(None, "--with", metavar="RUN", help=WITH_HELP),
     source: str = typer.Option(..., "--from", help="Backend whose pass/fail to reproduce."),
     target: str = typer.Option(..., "--to", help="Backend whose threshold to choose."),
     metric: str = typer.Option(..., "--metric", "-m", help="Canonical metric both backends scored."),
@@ -481,8 +483,9 @@ def calibrate_cmd(
     seed: int = typer.Option(0, "--seed", help="Seed of the intervals' draws."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
 ) -> None:
-    """The threshold in one backend that best reproduces another's pass/fail (maximum kappa)."""
-    r = _run_or_fail(run)
+    """The threshold in one backend that best reproduces another's pass/fail (maximum kappa); with
+    --with, a backend of another run of the same cases (BACKEND@FOLDER where both runs scored it)."""
+    r = _run_or_fail(run, with_runs)
     try:
         curve = calibrate(r, source, target, metric, threshold, resamples, seed)
     except AnalysisError as exc:
@@ -491,10 +494,10 @@ def calibrate_cmd(
     if curve.empty:
         fail(f"no case was scored by both {source} and {target} on {a['metric']}")
     best = curve[curve["best"]].iloc[0]
-    flips = calibration_flips(r, source, target, a["metric"], a["source_threshold"], float(best["threshold"]))
+    flips = flip_rows(r, source, target, a["metric"], a["source_threshold"], float(best["threshold"]))
     if as_json:
-        print_json({"run": str(r.path), **a, "best": best.to_dict(), "curve": records(curve),
-                    "flips": records(flips)})
+        print_json({"run": str(r.path) if not with_runs else None, **_joined_json(r), **a,
+                    "best": best.to_dict(), "curve": records(curve), "flips": flips.mapped(jsonable)})
         return
     lines = [
         f"{a['metric']}: {source} at {a['source_threshold']:g} ≈ {target} at {_cut(best)} "
@@ -523,10 +526,10 @@ def calibrate_cmd(
                     f"{num(row['agreement'])}, {row['flips']} flips, target pass rate "
                     f"{num(row['target_pass_rate'], 2)}" + (" (best)" if row["best"] else ""))
     print_table(out, t, rows)
-    if not flips.empty:
+    if flips:
         lines = [f"Cases that still flip ({len(flips)}"
                  + (f"; the first {top})" if len(flips) > top else ")")]
-        for row in flips.head(top).to_dict("records"):
+        for row in flips[:top]:
             lines += _case_lines(row["case_id"], "", row["question"], [
                 (name, f"{row[f'{side}_value']:.3f} {'pass' if row[f'{side}_passed'] else 'fail'}",
                  row[f"{side}_reason"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich import box
@@ -210,7 +210,6 @@ def export_scores(
     from ..analysis.thresholds import Thresholds
     from ..formats.files import atomic_path
     from ..traces import get_score_formats, get_trace_stores
-    from ..traces.evaluations import evaluation_rows, written
     from ..traces.stores import is_address, parse_address, store_for
 
     fmts = get_score_formats()
@@ -229,51 +228,133 @@ def export_scores(
         fail(f"--to {to_format} writes a file: give --out")
     try:
         r = open_run(run)
-        marks = Thresholds.parse(threshold or None, {s.backend for s in r.scores})
-        scores = [s for s in r.scores if (not metric or s.metric in metric)
-                  and (not backend or s.backend in backend)]
-        rows, homeless = evaluation_rows(
-            r.cases, scores, lambda s: s.value >= marks.get(s.backend, s.metric))
-    except AnalysisError as exc:
+        marks = Thresholds.parse(threshold or None, set(r.columns.backends()))
+        export = _Export(r, metric, backend, lambda s: s.value >= marks.get(s.backend, s.metric))
+        first = export.first()
+    except (AnalysisError, DatasetError) as exc:
         fail(str(exc))
-    if not rows:
+    if first is None:
         fail(f"{run}: no score of a case read from a trace" + (
-            f" ({homeless} score(s) of cases with no trace id: sample traces with ragbridge sample)"
-            if homeless else ""))
+            f" ({export.homeless} score(s) of cases with no trace id: sample traces with ragbridge sample)"
+            if export.homeless else ""))
     try:
         if store is not None:
-            notes = store.push(address, rows)
+            notes = store.push(address, export.rows(first))
         else:
             fmt = fmts[to_format]
             with atomic_path(out_file) as tmp:
                 if fmt.is_dir:
                     tmp.mkdir()
-                notes = fmt.write(rows, tmp)
+                notes = fmt.write(export.rows(first), tmp)
     except DatasetError as exc:
         fail(str(exc))
     except OSError as exc:
         fail(f"{out_file}: cannot be written: {exc}")
-    if homeless:
-        notes = [*notes, f"{homeless} score(s) of cases that did not come from a trace were left out"]
+    if export.homeless:
+        notes = [*notes, f"{export.homeless} score(s) of cases that did not come from a trace were left out"]
     for line in notes:
         warn(line)
     if store is not None:
-        spans, documents = written(rows, True, store.documents)
+        spans, documents = export.written(True, store.documents)
     else:
-        spans, documents = written(rows, fmts[to_format].needs_value, fmts[to_format].documents)
+        spans, documents = export.written(fmts[to_format].needs_value, fmts[to_format].documents)
     where = to_format if store is not None else str(out_file)
     if as_json:
         typer.echo(json.dumps({"out": None if store is not None else str(out_file), "to": to_format,
                                "format": None if store is not None else to_format, "evaluations": spans,
-                               "document_evaluations": documents, "left_out": homeless, "warnings": notes},
-                              indent=2))
+                               "document_evaluations": documents, "left_out": export.homeless,
+                               "warnings": notes}, indent=2))
         return
-    names = sorted({row["name"] for row in rows})
+    names = export.names
     verb = "sent" if store is not None else "wrote"
     out.print(f"{verb} {spans} span evaluation(s)" + (f" and {documents} document evaluation(s)"
                                                            if documents else "")
               + f" ({len(names)} name(s): {escape(', '.join(names[:4]))}{', ...' if len(names) > 4 else ''}) "
               f"to {escape(where)}", highlight=False)
+
+
+class _Export:
+    """A run's scores as span evaluations (`ragbridge.traces.evaluations`), made as they are written:
+    the cases' trace ids are read once (kept as a compact block of bytes), then each (backend, metric)
+    of the run in turn, its scores a block at a time, in score order. ``homeless`` counts the scores
+    of cases that did not come from a trace; `written` counts what a format wrote."""
+
+    def __init__(self, run: Any, metrics: Optional[List[str]], backends: Optional[List[str]], passed: Any):
+        import numpy as np
+
+        from ..traces.evaluations import trace_of
+
+        self.run, self.passed = run, passed
+        cols = run.columns
+        index = cols.cases
+        self.keys = [(b, m) for b, m in cols.columns if (not metrics or m in metrics)
+                     and (not backends or b in backends)]
+        info, at = bytearray(), np.full(index.described, -1, np.int64)
+        ends = []
+        for start in range(0, index.described, 2000):
+            part = list(range(start, min(start + 2000, index.described)))
+            for i, head in zip(part, index.heads(part)):
+                where = trace_of(head[0].get("metadata")) if head is not None else None
+                if where is not None:
+                    at[i] = len(ends)
+                    info += json.dumps(where, ensure_ascii=False).encode("utf-8")
+                    ends.append(len(info))
+        self._info, self._at = bytes(info), at
+        self._ends = np.array(ends, np.int64)
+        self.homeless = sum(int(cols.column(*k).present.sum()) - int(self._traced(cols.column(*k)).sum())
+                            for k in self.keys)
+        self.names = sorted(f"{b}.{m}" for b, m in self.keys if self._traced(cols.column(b, m)).any())
+        self._counts = {"spans": 0, "spans_valued": 0, "documents": 0, "documents_valued": 0}
+
+    def _traced(self, col: Any) -> Any:
+        import numpy as np
+
+        n = len(self._at)
+        traced = np.zeros(len(col.present), bool)
+        traced[:n] = self._at >= 0
+        return col.present & traced
+
+    def _where(self, i: int) -> dict[str, Any]:
+        k = int(self._at[i])
+        start = int(self._ends[k - 1]) if k else 0
+        return json.loads(self._info[start:int(self._ends[k])])
+
+    def first(self) -> Optional[dict[str, Any]]:
+        """The first row, or None when no score is of a case from a trace."""
+        return next(iter(self._rows()), None)
+
+    def rows(self, first: Optional[dict[str, Any]] = None):
+        """Every row, counted as it is made (``first``: what `first` gave, made again)."""
+        for row in self._rows():
+            key = "documents" if row["document_position"] is not None else "spans"
+            self._counts[key] += 1
+            self._counts[key + "_valued"] += row["score"] is not None
+            yield row
+
+    def _rows(self):
+        import numpy as np
+
+        from ..traces.evaluations import score_rows
+
+        cols, index = self.run.columns, self.run.columns.cases
+        for key in self.keys:
+            col = cols.column(*key)
+            traced = np.flatnonzero(self._traced(col))
+            for start in range(0, len(traced), 2000):
+                part = traced[start:start + 2000].tolist()
+                for i, score in zip(part, col.scores(part)):
+                    chunks = score.evidence.chunks if score.evidence is not None and not score.error else None
+                    position = (dict(reversed([(cid, k) for k, cid in enumerate(index.heads([i])[0][1])])).get
+                                if chunks else dict().get)
+                    yield from score_rows(score, self._where(i), position, self.passed)
+
+    def written(self, needs_value: bool, documents: bool) -> tuple[int, int]:
+        """How many span and document evaluations a format or store that ``needs_value`` (and takes
+        ``documents``, or not) wrote of the rows made."""
+        c = self._counts
+        spans = c["spans_valued"] if needs_value else c["spans"]
+        docs = c["documents_valued"] if needs_value else c["documents"]
+        return spans, docs if documents else 0
 
 
 def anchor(

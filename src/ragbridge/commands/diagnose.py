@@ -84,13 +84,13 @@ def _print(d: Diagnosis, by_tag: bool) -> None:
     if by_tag:
         _print_by_tag(d)
     for layer in LAYERS:
-        group = [c for c in d.cases if c.layer == layer]
+        group = d.in_layer(layer)
         if not group:
             continue
-        rows = [f"{layer} ({len(group)})"]
-        for c in group:
-            rows.append(f"  {c.case_id}" + (f" [{', '.join(c.tags)}]" if c.tags else "") + f": {c.reason}")
-        print_lines(out, rows)
+        print_lines(out, [f"{layer} ({len(group)})"])
+        for start in range(0, len(group), 1000):  # a block of cases at a time: a large run lists many
+            print_lines(out, [f"  {c.case_id}" + (f" [{', '.join(c.tags)}]" if c.tags else "")
+                              + f": {c.reason}" for c in group[start:start + 1000]])
 
 
 def _print_by_tag(d: Diagnosis) -> None:

@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import errno
 import io
-import json
-import logging
 import re
 import sys
 import textwrap
@@ -49,9 +47,9 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from ..report.text import json_escaped, jsonable, terminal_text
+from ..report.text import json_chunks, jsonable, terminal_text
 
-__all__ = ["TerminalConsole", "out", "err", "fail", "warn", "say", "SayHandler", "storage_error", "fits",
+__all__ = ["TerminalConsole", "out", "err", "fail", "warn", "say", "storage_error", "fits",
            "table_width", "print_table", "print_lines", "print_json",
            "EXIT_CHECK_FAILED", "EXIT_BAD_INPUT", "EXIT_SCORE_ERRORS", "EXIT_BUDGET_SPENT",
            "EXIT_NOTHING_COMPUTED", "EXIT_INTERRUPTED"]
@@ -78,8 +76,9 @@ err = TerminalConsole(stderr=True)
 
 _WIDE = 100_000
 # wrapping never separates a name from its number or a figure from its interval
-# ("agreement 0.85", "kappa 0.91 [0.78, 0.97]")
-_TOGETHER = re.compile(r"(?:\S+ )?\S+ \[[^\[\]\s]*(?: [^\[\]\s]+){0,3}\]|\S+ [-+]?\d\S*")
+# ("agreement 0.85", "kappa 0.91 [0.78, 0.97]"); a group starts a word, so groups one after another
+# ("a [judge], b [judge], ...") stay apart
+_TOGETHER = re.compile(r"(?<!\S)(?:(?:\S+ )?\S+ \[[^\[\]\s]*(?: [^\[\]\s]+){0,3}\]|\S+ [-+]?\d\S*)")
 _GLUE = "\x00"
 
 
@@ -111,6 +110,16 @@ _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.E
                    errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST}
 
 
+def say_record(message: str) -> None:
+    """A log record of ragbridge's on stderr: ``note: ...``/``warning: ...`` as `say` prints them, any
+    other as a wrapped line."""
+    label, sep, rest = message.partition(": ")
+    if sep and label in _LABELS:
+        say(label, rest)
+    else:
+        print_lines(err, [message])
+
+
 def storage_error(exc: BaseException) -> Optional[str]:
     """The text of an error of the file system (``No space left on device: /runs/x/scores.jsonl``), or
     None for any other exception."""
@@ -127,43 +136,6 @@ def storage_error(exc: BaseException) -> Optional[str]:
     path = str(exc.filename)
     head, sep, name = path.rpartition("/")
     return f"{text}: {head}{sep}{output_name(name)}"
-
-
-class SayHandler(logging.Handler):
-    """The log records of ragbridge and its plugins (``note: ...``, ``warning: ...``) printed by `say`,
-    wrapped as the commands' own; any other library's records as Python prints them without a handler
-    (``logging.lastResort``), when nothing else handles them."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if not record.name.startswith("ragbridge"):
-            last, root = logging.lastResort, logging.getLogger()
-            if last is not None and record.levelno >= last.level and root.handlers == [self] \
-                    and not _handled_below(logging.getLogger(record.name), root):
-                last.handle(record)
-            return
-        label, sep, message = record.getMessage().partition(": ")
-        if sep and label in _LABELS:
-            say(label, message)
-        else:
-            print_lines(err, [record.getMessage()])
-
-    @classmethod
-    def install(cls) -> None:
-        """On the root logger, once a process."""
-        root = logging.getLogger()
-        if not any(isinstance(h, cls) for h in root.handlers):
-            root.addHandler(cls(logging.WARNING))
-
-
-def _handled_below(logger: logging.Logger, root: logging.Logger) -> bool:
-    """Whether a logger between ``logger`` and the root has a handler of its own (as Python looks)."""
-    while logger is not None and logger is not root:
-        if logger.handlers:
-            return True
-        if not logger.propagate:
-            return True  # the record never reaches the root
-        logger = logger.parent
-    return False
 
 
 def warn(message: str) -> None:
@@ -265,8 +237,10 @@ def print_table(console: Console, table: Table, lines: Iterable[str]) -> bool:
 
 
 def print_json(data: Any, file: Optional[Any] = None) -> None:
-    """One JSON document on stdout (or ``file``), indented, nothing else."""
+    """One JSON document on stdout (or ``file``), indented, nothing else; written a piece at a time
+    (rows made as they are read, every case of a large run, one by one: `json_chunks`)."""
     stream = file or sys.stdout
-    text = json.dumps(jsonable(data), indent=2, ensure_ascii=False, allow_nan=False)
-    stream.write(json_escaped(text) + "\n")
+    for piece in json_chunks(jsonable(data)):
+        stream.write(piece)
+    stream.write("\n")
     stream.flush()

@@ -17,7 +17,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..analysis.diff import IncompleteRunError, RegressionError, RunDiff, diff_runs
+from ..analysis.diff import ITEM_COLUMNS, IncompleteRunError, RegressionError, RunDiff, diff_runs
 from ..analysis.gate import GateReport, load_gates, run_gates
 from ..analysis.stats import DEFAULT_PERMUTATIONS, DEFAULT_RESAMPLES
 from ..formats.files import atomic_path, write_atomic
@@ -27,6 +27,10 @@ from ..run.summary import ALL
 from .output import EXIT_CHECK_FAILED, TerminalConsole, err, fail, out, print_json, print_lines, print_table
 
 __all__ = ["register", "diff_command", "gate_command", "print_diff", "print_gate"]
+
+
+#: the paired scores written to an --items file at a time
+ITEMS_BLOCK = 50_000
 
 
 def register(cli: typer.Typer) -> None:
@@ -80,10 +84,9 @@ def _significant(frame):
 def _answer(d: RunDiff) -> list[str]:
     """What moved, first: the paired scores that got worse, better or changed status, and the metrics
     (and tags) whose mean changed significantly."""
-    items = d.items
-    n_worse, n_better = int((items["change"] == "worse").sum()), int((items["change"] == "better").sum())
-    lines = [f"what moved: of {len(items)} paired scores, {n_worse} got worse, {n_better} better, "
-             f"{len(d.status_changes())} changed status"]
+    t = d.totals()
+    lines = [f"what moved: of {t['paired_scores']} paired scores, {t['worse']} got worse, "
+             f"{t['better']} better, {t['status_changed']} changed status"]
     sig = _significant(d.summary)
     if sig.empty:
         lines.append("  no metric's mean changed significantly (paired permutation p < 0.05), overall or "
@@ -103,8 +106,8 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
     """
     console = console or TerminalConsole()
     print_lines(console, [
-        f"base: {d.base.path}  ({len(d.base.cases)} cases, status {d.base.manifest.status})",
-        f"new:  {d.new.path}  ({len(d.new.cases)} cases, status {d.new.manifest.status})",
+        f"base: {d.base.path}  ({d.base.n_cases} cases, status {d.base.manifest.status})",
+        f"new:  {d.new.path}  ({d.new.n_cases} cases, status {d.new.manifest.status})",
     ])
     print_lines(console, _answer(d))
     notes = [f"warning: {w}" for w in d.warnings]
@@ -152,12 +155,14 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
     noisy = [r for r in d.summary[d.summary["tag"] == ALL].itertuples() if r.within_noise is not None]
     if noisy:
         print_lines(console, [_noise_line(r) for r in noisy])
-    for label, frame in (("got worse", d.worse()), ("got better", d.better())):
-        if frame.empty:
+    import pandas as pd
+
+    for label, rows in (("got worse", d.rows("worse")), ("got better", d.rows("better"))):
+        if not rows:
             continue
-        shown = frame.head(top)
-        more = f"; the {len(shown)} largest" if len(shown) < len(frame) else ""
-        t = Table(title=f"Cases that {label} ({len(frame)}{more})", title_justify="left")
+        shown = pd.DataFrame(rows[:top], columns=ITEM_COLUMNS)
+        more = f"; the {len(shown)} largest" if len(shown) < len(rows) else ""
+        t = Table(title=f"Cases that {label} ({len(rows)}{more})", title_justify="left")
         for c in (["backend"] if multi else []) + ["metric", "case", "base", "new", "change"]:
             t.add_column(c, justify="right" if c in ("base", "new", "change") else "left", no_wrap=True)
         lines = []
@@ -167,9 +172,9 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
             lines.append(f"{r.case_id}, {r.backend} {r.metric}: {num(r.base_value)} -> {num(r.new_value)} "
                          f"({num(r.delta, signed=True)})")
         print_table(console, t, lines)
-    changes = d.status_changes()
-    if not changes.empty:
-        shown = changes if show_all else changes.head(max(top, 20))
+    changes = d.rows("status")
+    if changes:
+        shown = pd.DataFrame(list(changes) if show_all else changes[:max(top, 20)], columns=ITEM_COLUMNS)
         more = f"; the first {len(shown)}" if len(shown) < len(changes) else ""
         t = Table(title=f"Cases whose score changed status ({len(changes)}{more})", title_justify="left")
         for c in (["backend"] if multi else []) + ["metric", "case", "base", "new", "error"]:
@@ -221,13 +226,19 @@ def print_gate(report: GateReport, console=None, top: int = ci.TOP_CASES) -> Non
 
 
 def _write_items(d: RunDiff, path: Path) -> None:
-    frame = d.items.copy()
-    frame["tags"] = frame["tags"].map(lambda ts: "|".join(ts))
-    with atomic_path(path) as tmp:
-        if path.suffix == ".jsonl":
-            frame.to_json(tmp, orient="records", lines=True, force_ascii=False)
-        else:
-            frame.to_csv(tmp, index=False)
+    """Every paired score, a block of rows at a time, to a CSV or JSON Lines file."""
+    import pandas as pd
+
+    rows = d.item_rows()
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as f:
+        for start in range(0, max(len(rows), 1), ITEMS_BLOCK):
+            frame = pd.DataFrame(rows[start:start + ITEMS_BLOCK], columns=ITEM_COLUMNS)
+            frame["tags"] = frame["tags"].map(lambda ts: "|".join(ts))
+            if path.suffix == ".jsonl":
+                if len(frame):
+                    f.write(frame.to_json(orient="records", lines=True, force_ascii=False))
+            else:
+                frame.to_csv(f, index=False, header=start == 0)
 
 
 def diff_command(

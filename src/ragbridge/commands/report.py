@@ -10,13 +10,23 @@ import typer
 
 from ..analysis.stats import DEFAULT_RESAMPLES
 from ..analysis.table import AnalysisError, open_run
-from ..formats.files import write_atomic
-from ..report import FORMATS, render, report_data
+from ..formats.files import atomic_path
+from ..report import FORMATS, report_data, write
 from ..report.html import FULL_CASES
 from ..report.text import json_escaped, terminal_text
 from .output import err, fail, out
 
 __all__ = ["register", "report_cmd"]
+
+
+class _Escaped:
+    """A text stream that writes through ``escape`` (a report on a terminal: nothing it acts on)."""
+
+    def __init__(self, stream, escape) -> None:
+        self._stream, self._escape = stream, escape
+
+    def write(self, text: str) -> int:
+        return self._stream.write(self._escape(text))
 
 
 def register(cli: typer.Typer) -> None:
@@ -67,18 +77,20 @@ def report_cmd(
         data = report_data(r, thresholds=threshold or None, n_resamples=resamples, seed=seed, top=top,
                            labels=labels, label_threshold=label_threshold, gates=gates,
                            history=history or None, case_texts=fmt != "html", baseline=baseline)
-        text = render(r, data, fmt, full)
+        if str(out_file) == "-":  # the document on stdout, nothing in it a terminal acts on (JSON: exactly)
+            write(r, data, fmt, _Escaped(sys.stdout, json_escaped if fmt == "json" else terminal_text), full)
+            return
+        target = out_file or (Path(run) / f"report{FORMATS[fmt]}")
+        try:
+            with atomic_path(target) as tmp:
+                with open(tmp, "w", encoding="utf-8") as f:
+                    write(r, data, fmt, f, full)
+                size = tmp.stat().st_size
+        except OSError as exc:
+            fail(f"cannot write {target}: {exc.strerror or exc}")
     except AnalysisError as exc:  # a gates file's errors are analysis errors too
         fail(str(exc))
-    if str(out_file) == "-":  # the document on stdout, nothing in it a terminal acts on (JSON: exactly)
-        sys.stdout.write(json_escaped(text) if fmt == "json" else terminal_text(text))
-        return
-    target = out_file or (Path(run) / f"report{FORMATS[fmt]}")
-    try:
-        write_atomic(target, text)
-    except OSError as exc:
-        fail(f"cannot write {target}: {exc.strerror or exc}")
-    out.print(f"report written to [bold]{target}[/] ({len(text.encode('utf-8')) // 1024 + 1} KiB, "
+    out.print(f"report written to [bold]{target}[/] ({size // 1024 + 1} KiB, "
               f"{len(data['cases'])} cases, {len(data['backends'])} backend(s))", highlight=False)
     if r.manifest.status != "complete":
         err.print(f"[yellow]the run is {r.manifest.status}: the report shows what was scored[/]")

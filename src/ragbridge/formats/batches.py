@@ -14,13 +14,14 @@ import marshal
 from collections.abc import Sequence as _Sequence
 from itertools import repeat
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 from ..schema import Case
 from .plain_records import ColumnRecord, case_record, plain_record, record_line, with_chunks
 from .records import duplicate_case_id, validated_case
 
-__all__ = ["Fingerprint", "fingerprint", "CaseBatch", "batch_from_records", "SeenCaseIds"]
+__all__ = ["Fingerprint", "fingerprint", "CaseBatch", "batch_from_records", "SeenCaseIds", "CaseView",
+           "ChunkView"]
 
 
 class Fingerprint:
@@ -210,6 +211,17 @@ class CaseBatch(_Sequence):
             return [r["id"] for r in self._records]
         return [c.id for c in self._cases]
 
+    def view(self, i: int) -> Any:
+        """Case ``i`` to read: a `CaseView` of its canonical record (no `Case` made), or the `Case`
+        itself where the batch holds one."""
+        if self._records is None or self._cases[i] is not None:
+            return self[i]
+        return CaseView(self._records[i], *self._columns(i))
+
+    def head(self, i: int) -> dict[str, Any]:
+        """Case ``i``'s canonical record, as it is held: a record whose chunks are columns without them."""
+        return self._records[i] if self._records is not None else case_record(self._cases[i])
+
     def tags(self, i: int) -> list[str]:
         return self._records[i].get("tags", []) if self._records is not None else self._cases[i].tags
 
@@ -243,6 +255,70 @@ class CaseBatch(_Sequence):
     def duplicate_chunk_ids(self) -> int:
         """Chunk ids repeated within a case, over the batch (dropped before ranking)."""
         return sum(len(ids) - len(set(ids)) for ids, _, _ in self.chunk_lists())
+
+
+class ChunkView(NamedTuple):
+    """A chunk of a `CaseView`: `ragbridge.schema.Chunk`'s fields, read only."""
+
+    id: str
+    text: str = ""
+    score: Optional[float] = None
+    source: Optional[str] = None
+    doc: Optional[str] = None
+    start: Optional[int] = None
+    end: Optional[int] = None
+
+
+class CaseView:
+    """A case to read, from its canonical record (checked as it was read, `plain_record`): the fields
+    of `ragbridge.schema.Case`, read only, its chunks as `ChunkView` (made when first asked for), its
+    span labels as `ragbridge.schema.Span`. About a tenth of the cost of making the `Case` (whose
+    chunks are models validated one by one): what reads many cases back (a diagnosis, a report of
+    every case) reads. ``case()`` gives the `Case`."""
+
+    def __init__(self, record: dict[str, Any], chunk_ids: Optional[list[str]] = None,
+                 texts: Optional[list[str]] = None):
+        self._record, self._ids, self._texts = record, chunk_ids, texts
+        self._contexts: Optional[list[ChunkView]] = None
+        self._spans: Optional[list] = None
+
+    def __getattr__(self, name: str) -> Any:
+        default = _VIEW_DEFAULTS.get(name, _NO_FIELD)
+        if default is _NO_FIELD:
+            raise AttributeError(name)
+        got = self._record.get(name, _NO_FIELD)
+        value = (default() if callable(default) else default) if got is _NO_FIELD else got
+        self.__dict__[name] = value  # read once: the next read is a plain attribute's
+        return value
+
+    @property
+    def contexts(self) -> list[ChunkView]:
+        if self._contexts is None:
+            if self._ids is not None:
+                texts = self._texts if self._texts is not None else repeat("", len(self._ids))
+                self._contexts = [ChunkView(cid, text) for cid, text in zip(self._ids, texts)]
+            else:
+                self._contexts = [ChunkView(**c) for c in self._record.get("contexts", ())]
+        return self._contexts
+
+    @property
+    def relevant_spans(self) -> list:
+        if self._spans is None:
+            from ..schema import Span
+
+            self._spans = [Span.model_validate(s) for s in self._record.get("relevant_spans", ())]
+        return self._spans
+
+    def case(self) -> Case:
+        return Case.model_validate(with_chunks(self._record, self._ids, self._texts))
+
+
+#: the fields of a `CaseView` read from its record, with their defaults (a type: a new empty one)
+_VIEW_DEFAULTS: dict[str, Any] = {"id": None, "question": None, "answer": None, "relevant": dict,
+                                  "reference": None, "reference_contexts": list, "must_contain": list,
+                                  "must_not_contain": list, "answerable": True, "tags": list,
+                                  "metadata": dict}
+_NO_FIELD = object()
 
 
 def batch_from_records(

@@ -19,6 +19,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 from contextlib import contextmanager
 from itertools import chain
 from pathlib import Path
@@ -28,8 +29,9 @@ from ..errors import UserError
 from ..schema import MAX_METADATA_DEPTH
 
 __all__ = ["DatasetError", "atomic_path", "write_atomic", "temporary", "output_name", "sweep_temporaries",
-           "no_follow", "pid_alive", "parse_json", "check_parsed", "text_lines", "jsonl_lines",
-           "read_hf_rows", "optional_module"]
+           "no_follow", "refuse_link", "OutputRefused", "scratch_folder", "sweep_scratch", "pid_alive",
+           "parse_json", "check_parsed", "text_lines", "jsonl_lines", "parse_line", "read_hf_rows",
+           "optional_module"]
 
 
 class DatasetError(UserError, ValueError):
@@ -92,8 +94,10 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     suffix, for writers that choose by it. A file is synced and renamed over ``path``; a folder is
     renamed into place after the old one is moved aside (a kill between the two renames leaves no
     output, not a partial one). On an exception the temporary is removed and nothing is replaced.
+    An output that is a symbolic link or not a file (``/dev/stdout``) is refused (`refuse_link`).
     """
     path = Path(path)
+    refuse_link(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     sweep_temporaries(path.parent)
     tmp = temporary(path)
@@ -115,6 +119,31 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     except BaseException:
         _remove(tmp)
         raise
+
+
+class OutputRefused(DatasetError):
+    """An output path that is a symbolic link or not a file (a device, a pipe): writing it would
+    replace the link (or the device) with a file, or write through it to somewhere else."""
+
+
+def refuse_link(path: str | Path) -> None:
+    """Raise `OutputRefused` when ``path`` is a symbolic link, or is there and is neither a file nor
+    a folder: every file the project writes is written where it is named, whole, never through a
+    link."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        what = f"is a symbolic link (to {os.readlink(path)})"
+    elif stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return
+    else:
+        what = "is not a file (a device, a pipe or a socket)"
+    raise OutputRefused(f"{what}: an output is written whole where it is named, never over or through a "
+                        "link or a device", path=path,
+                        hint="give another path; to print to standard output, `--out -` where the "
+                             "command takes it (report)")
 
 
 def _remove(path: Path) -> None:
@@ -363,7 +392,7 @@ def jsonl_lines(
         if not text.strip():
             continue
         try:
-            value = _parse_line(path, n, text, hint, parse)
+            value = parse_line(path, n, text, hint, parse)
         except DatasetError as error:
             if on_bad is None:
                 raise
@@ -372,7 +401,9 @@ def jsonl_lines(
         yield n, value
 
 
-def _parse_line(path: Path, n: int, text: str, hint: str, parse: Callable[[str], Any]) -> Any:
+def parse_line(path: Path, n: int, text: str, hint: str, parse: Callable[[str], Any]) -> Any:
+    """Line ``n`` of ``path`` (its ``text``) parsed by ``parse``, or the `DatasetError` `jsonl_lines`
+    raises for it (the file, the line, the column, ``hint``)."""
     try:
         return parse(text)
     except json.JSONDecodeError as exc:
@@ -407,6 +438,39 @@ def no_follow(path: str, flags: int) -> int:
     """An ``opener`` for `open` that does not follow a symbolic link at ``path`` (``OSError`` ELOOP):
     a file is written where it is named, never where a link made by someone else points."""
     return os.open(path, flags | os.O_NOFOLLOW, 0o666)
+
+
+def scratch_folder(prefix: str) -> str:
+    """A private temporary folder (0700) named for this process (``<prefix><pid>-<random>``), removed
+    when the process exits; the folders of ``prefix`` that this user's processes now gone left (a
+    SIGTERM or SIGKILL runs no exit handler) are removed first (`sweep_scratch`)."""
+    import atexit
+    import tempfile
+
+    parent = tempfile.gettempdir()
+    sweep_scratch(prefix, parent)
+    path = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent)
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def sweep_scratch(prefix: str, parent: str) -> None:
+    """Remove the folders ``<prefix><pid>-...`` in ``parent`` of this user whose process is gone. Live
+    processes' folders, another user's and anything else are left alone."""
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix):].split("-", 1)[0]
+        path = os.path.join(parent, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if (pid.isdigit() and stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+                and not pid_alive(int(pid))):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def pid_alive(pid: int) -> bool:

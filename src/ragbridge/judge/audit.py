@@ -43,7 +43,7 @@ class AuditLog:
         self._flusher: Optional[threading.Thread] = None
 
     def open(self) -> "AuditLog":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         # never through a symbolic link put in its place
         self._fh = open(self.path, "ab", buffering=1 << 20,
                         opener=lambda path, flags: os.open(path, flags | os.O_NOFOLLOW, 0o666))

@@ -3,7 +3,11 @@
 Answers are filed by the full request (upstream URL without credentials, path and the whole JSON
 body: model, messages, every parameter), so a re-run of an unchanged suite makes no calls, and CI
 can replay a recorded cache with no key (``cache_mode = "read-only"``, opened read-only and, in a
-read-only directory, as immutable). A file that will not take a write (a full disk, a read-only or
+read-only directory, as immutable). What the cache holds is taken as the judge's word, so a cache
+another user could change is refused, as ssh refuses such a key file (`refuse_unsafe`, a
+`CacheRefused`): a folder or file that is a symbolic link, or not owned by this user (or root), or
+writable by group or others. A folder and file the cache makes are this user's only (0700, 0600).
+A file that will not take a write (a full disk, a read-only or
 unwritable folder) is a :class:`CacheUnwritable` naming it, at open or at close, never a traceback.
 :meth:`JudgeCache.delete` is what
 :meth:`ragbridge.judge.JudgeGateway.forget` uses to drop the answers of a score that failed.
@@ -19,9 +23,48 @@ import os
 import shutil
 import sqlite3
 import threading
+import stat
 import time
 from pathlib import Path
 from typing import Any, Optional
+
+from ..errors import UserError
+
+
+class CacheRefused(UserError):
+    """A judge or score cache another user could change, or that is reached through a link: what
+    it holds would be taken as the judge's word (`refuse_unsafe`)."""
+
+
+def refuse_unsafe(path: Path) -> None:
+    """Raise `CacheRefused` when the cache at ``path`` (its folder, the file and SQLite's files beside
+    it) is a symbolic link, is not owned by this user (or root), or is writable by group or others."""
+    path = Path(path)
+    me = os.geteuid() if hasattr(os, "geteuid") else None
+    for item in (path.parent, path, *(Path(f"{path}{end}") for end in ("-wal", "-shm", "-journal"))):
+        try:
+            st = item.lstat()
+        except OSError:
+            continue
+        folder = item == path.parent
+        if stat.S_ISLNK(st.st_mode):
+            what = f"is a symbolic link (to {os.readlink(item)})"
+            fix = "remove the link: the cache is written where it is named, never through a link"
+        elif not (stat.S_ISDIR(st.st_mode) if folder else stat.S_ISREG(st.st_mode)):
+            what, fix = ("is not a folder" if folder else "is not a file"), "remove it"
+        elif me is not None and st.st_uid not in (me, 0):
+            what = f"belongs to another user (uid {st.st_uid})"
+            fix = "remove it (its owner or root can), or keep the cache in a folder of your own"
+        elif me is not None and st.st_mode & 0o022:
+            what = f"can be written by {'group and others' if st.st_mode & 0o002 else 'its group'}"
+            fix = f"chmod go-w {item}" + (" (and check what it holds)" if not folder else "")
+        else:
+            continue
+        kind = "the judge cache's folder" if folder else "the judge cache"
+        head = (f"{item}: {kind} {what}, so another user could change the answers (and scores) it "
+                f"holds, which a run takes as the judge's; {fix}")
+        raise CacheRefused(f"{head}, pass cache_path= another file, or cache_mode='off'",
+                           cli=f"{head}, pass --cache-path another file, or --cache-mode off")
 
 
 class CacheUnwritable(OSError):
@@ -71,8 +114,13 @@ def open_database(path: Path, table: str, *, read_only: bool, schema: tuple[str,
     Read-write: WAL, its folder made, ``schema`` (``CREATE TABLE IF NOT EXISTS ...``) applied.
     Read-only (an existing file): opened with ``mode=ro`` and checked by reading ``table``; a WAL
     database in a read-only directory (a CI checkout) cannot be opened so and is opened immutable."""
+    refuse_unsafe(path)
     if not read_only:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not path.exists():  # this user's only (SQLite makes its -wal and -shm files alike)
+            with contextlib.suppress(OSError):  # a folder that takes no file: SQLite's error says so
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+        refuse_unsafe(path)
         conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")

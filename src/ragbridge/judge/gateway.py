@@ -270,11 +270,12 @@ class JudgeGateway(JudgeClient):
         store = self._pipeline.store if self._pipeline is not None else None
         return store.forget(CallTag(backend, metric, case_id, repeat)) if store is not None else 0
 
-    def preflight(self) -> dict[str, Any]:
-        """Check, before any case is scored, that the judge can answer (`ragbridge.judge.preflight`)."""
+    def preflight(self, probes: Any = None) -> dict[str, Any]:
+        """Check, before any case is scored, that the judge can answer (`ragbridge.judge.preflight`;
+        ``probes``: the model requests it may send, a `ragbridge.judge.preflight.Probes`)."""
         from .preflight import preflight
 
-        checked = preflight(self.config, self._endpoints)
+        checked = preflight(self.config, self._endpoints, probes)
         if checked.get("stub"):
             self.stub_detected = True
         return checked

@@ -156,14 +156,16 @@ class Ledger:
         self._tally: Optional[int] = None  # the tally file's descriptor
 
     # -- the budget -------------------------------------------------------------------------------
-    def open_tally(self, path: Path) -> tuple[int, float]:
+    def open_tally(self, path: Path, sent: int = 0) -> tuple[int, float]:
         """Write every call to ``path`` from now on, before it goes upstream; returns the (calls,
         cost) it holds from earlier sessions (calls a killed session made after its last report
-        included)."""
-        spent = read_tally(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        included), and ``sent`` more: requests this session sent already (the check of the judge's
+        model, `ragbridge.judge.preflight.Probes`), written first."""
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._tally = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        return spent
+        for _ in range(sent):
+            self._write_tally(b"c\n")
+        return read_tally(path)
 
     def set_budget(self, max_calls: Optional[int] = None, max_cost: Optional[float] = None,
                    spent_calls: int = 0, spent_cost: float = 0.0) -> Budget:

@@ -17,6 +17,10 @@ endpoint):
 
 ragbridge's stub judge answers any model name unless it speaks a server's dialect; it says so with
 the header ``X-Ragbridge-Stub-Models: any`` on its list, and is not asked.
+
+A model's request is a judge call the upstream may charge for: a run passes its budget
+(:class:`Probes`), so a request is sent only while the budget has room, and the run counts each one
+sent in its budget and its ``judge-calls.log``.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from .dialect import Endpoint, shape_body
 from .redact import Redactor
 from .upstream import httpx_client
 
-__all__ = ["preflight", "detect_stub", "ModelNotServed"]
+__all__ = ["preflight", "detect_stub", "ModelNotServed", "Probes"]
 
 #: how long the model's request may take (a local server may load the model first)
 PROBE_SECONDS = 30.0
@@ -51,11 +55,27 @@ _UNKNOWN_MODEL = re.compile(r"invalid model|unknown model|no such model|model_no
 WHERE = "\x00setting\x00"
 
 
+class Probes:
+    """The model requests a check may send: ``left`` (None: any number), and how many it ``sent``."""
+
+    def __init__(self, left: Optional[int] = None) -> None:
+        self.left = left
+        self.sent = 0
+
+    def take(self) -> bool:
+        """Whether one more request may go; counted as sent when it may."""
+        if self.left is not None and self.sent >= self.left:
+            return False
+        self.sent += 1
+        return True
+
+
 class ModelNotServed(JudgeUnavailable):
     """The judge's server does not serve a model the configuration names."""
 
 
-def preflight(cfg: JudgeConfig, endpoints: tuple[Endpoint, Endpoint]) -> dict[str, Any]:
+def preflight(cfg: JudgeConfig, endpoints: tuple[Endpoint, Endpoint],
+              probes: Optional[Probes] = None) -> dict[str, Any]:
     """Check, before any case is scored, that the judge can answer with the models it is configured
     with. Raises JudgeUnavailable (`ModelNotServed` for a model the server does not serve) /
     JudgeConfigError with a one-line message; returns what was checked: ``endpoint``, ``stub``,
@@ -63,7 +83,9 @@ def preflight(cfg: JudgeConfig, endpoints: tuple[Endpoint, Endpoint]) -> dict[st
     ``models_status`` (of ``GET /models``), ``models`` (the names the server lists, or None),
     ``model_check`` (how the model was found: ``listed``, ``answered``, ``any name``, or why it
     could not be told), ``model_listed``; with a separate embeddings server, the same under
-    ``embeddings``; with ``embedding_model``, ``embedding_model_check``."""
+    ``embeddings``; with ``embedding_model``, ``embedding_model_check``. ``probes``: the model
+    requests it may send, and counts those it sends (none is sent when it has no room)."""
+    probes = probes if probes is not None else Probes()
     url = endpoints[0].public_url
     if cfg.cache_mode == "read-only":
         if cfg.cache_path is None or not Path(cfg.cache_path).is_file():
@@ -74,13 +96,14 @@ def preflight(cfg: JudgeConfig, endpoints: tuple[Endpoint, Endpoint]) -> dict[st
                     f"record one with cache_mode = \"read-write\" first (or set cache_path)")
         return {"mode": "read-only", "endpoint": url, "upstream_checked": False}
     checked = _reach(cfg, endpoints[0])
-    checked["model_check"] = _check_model(cfg, endpoints[0], checked, cfg.model, "chat/completions")
+    checked["model_check"] = _check_model(cfg, endpoints[0], checked, cfg.model, "chat/completions",
+                                          probes)
     checked["model_listed"] = checked["model_check"] == "listed" if checked["models"] is not None else None
     embedded = checked
     if endpoints[1] != endpoints[0]:
         embedded = checked["embeddings"] = _reach(cfg, endpoints[1])
     if cfg.embedding_model:
-        found = _check_model(cfg, endpoints[1], embedded, cfg.embedding_model, "embeddings")
+        found = _check_model(cfg, endpoints[1], embedded, cfg.embedding_model, "embeddings", probes)
         checked["embedding_model_check"] = found
     return _public(checked)
 
@@ -197,7 +220,8 @@ def _names(name: str) -> set[str]:
     return found
 
 
-def _check_model(cfg: JudgeConfig, ep: Endpoint, reached: dict[str, Any], model: str, endpoint: str) -> str:
+def _check_model(cfg: JudgeConfig, ep: Endpoint, reached: dict[str, Any], model: str, endpoint: str,
+                 probes: Probes) -> str:
     """How ``model`` was found served at ``ep`` (``listed``, ``any name``, ``answered``), or why it could
     not be told; raises `ModelNotServed` when the server says it does not serve it."""
     listed = reached["models"]
@@ -205,6 +229,8 @@ def _check_model(cfg: JudgeConfig, ep: Endpoint, reached: dict[str, Any], model:
         return "any name"
     if listed is not None and ep.api != "azure" and _names(model) & set(listed):
         return "listed"
+    if not probes.take():
+        return "not checked: the run's budget of judge calls is spent, so no request of it was sent"
     try:
         r = _probe(cfg, ep, model, endpoint, reached["_key"])
     except httpx.TimeoutException:

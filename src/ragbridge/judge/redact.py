@@ -20,8 +20,15 @@ the backslash doubled when the JSON was escaped again), as ``\\/`` for ``/``, as
 ``\\xXX``, as its two hex digits, or as an HTML character reference (hexadecimal or decimal, leading
 zeros and the semicolon optional, or its HTML name); any mix is recognised. The base64 forms are
 found by the part of the encoding that the key alone decides, at each of the three alignments, in the
-standard and the URL-safe alphabet; the whole base64 run that holds it is replaced. A key shorter than
-:data:`MIN_ENCODED` characters is redacted only as itself (its encodings would match ordinary text).
+standard and the URL-safe alphabet; the whole base64 run that holds it is replaced; so are base32
+forms (either case), found the same way. A key shorter than :data:`MIN_ENCODED` characters is redacted
+only as itself (its encodings would match ordinary text).
+
+A judge may also echo the key in pieces (two halves in two strings of one answer): every run of at
+least :data:`FRAGMENT` characters of a key is redacted too, as itself, with its characters escaped or
+referenced in any mix of the forms above, or as hexadecimal (a run that begins with letters of one
+case only is found from its next character on: ``required`` of a placeholder key such as
+``sk-no-key-required`` is an ordinary word, and no secret).
 """
 
 from __future__ import annotations
@@ -33,11 +40,21 @@ import json
 import re
 from typing import Iterable, Optional
 
-__all__ = ["Redactor", "MASK", "MIN_ENCODED", "VIEWS", "as_utf8"]
+__all__ = ["Redactor", "MASK", "MIN_ENCODED", "FRAGMENT", "VIEWS", "as_utf8"]
 
 MASK = b"[REDACTED]"
 MIN_ENCODED = 8
+#: the shortest run of a key's characters redacted on its own (a piece of a key split up)
+FRAGMENT = 8
+_BLOCK = (FRAGMENT + 1) // 2  # a run of FRAGMENT characters holds one aligned block of these whole
 _B64_RUN = re.compile(rb"[A-Za-z0-9+/_-]*")
+_B32_RUN = re.compile(rb"[A-Za-z2-7]*")
+#: one character written as an escape or reference (the forms of `_char_pattern` but two hex digits)
+_TOKEN = re.compile(rb"\\{1,2}u00([0-9a-fA-F]{2})|%([0-9a-fA-F]{2})|\\{1,2}[xX]([0-9a-fA-F]{2})"
+                    rb"|&#[xX]0*([0-9a-fA-F]{1,6});?|&#0*([0-9]{1,7})(?![0-9]);?|&([A-Za-z][A-Za-z0-9]*;)"
+                    rb"|\\{1,2}(/)")
+_TOKEN_START = (b"\\", b"%", b"&")
+_HEX_RUN = re.compile(rb"[0-9a-fA-F]{%d,}" % (2 * FRAGMENT))
 #: the other charsets an answer is read in, to find a key it holds that its own charset hides
 VIEWS = ("utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be", "cp500", "utf-7")
 _PRINTABLE = bytes(range(0x20, 0x7F))
@@ -85,6 +102,66 @@ def _base64_cores(key: bytes) -> list[bytes]:
             encoded = base64.b64encode(body)
             cores += [encoded, encoded.replace(b"+", b"-").replace(b"/", b"_")]
     return list(dict.fromkeys(cores))
+
+
+def _base32_cores(key: bytes) -> list[bytes]:
+    """The parts of base32 text that only ``key`` decides (upper and lower case), wherever it sits."""
+    cores = []
+    for offset in range(5):
+        start = (5 - offset) % 5
+        body = key[start:]
+        body = body[: len(body) // 5 * 5]
+        if len(body) >= 5:
+            encoded = base64.b32encode(body)
+            cores += [encoded, encoded.lower()]
+    return list(dict.fromkeys(cores))
+
+
+def _secret_like(run: bytes) -> bool:
+    """Whether a run of a key's characters is redacted: not letters of one case only (a word)."""
+    return not (run.isalpha() and (run.islower() or run.isupper()))
+
+
+def _decoded_view(data: bytes) -> Optional[tuple[bytes, list[int], list[int]]]:
+    """``data`` with every escaped or referenced character (`_TOKEN`) as itself, and where each byte
+    of that view starts and ends in ``data``; None when nothing is escaped."""
+    view, starts, ends, at = bytearray(), [], [], 0
+    for m in _TOKEN.finditer(data):
+        digits = m.group(1) or m.group(2) or m.group(3) or m.group(4)
+        if digits is not None:
+            code = int(digits, 16)
+        elif m.group(5) is not None:
+            code = int(m.group(5))
+        elif m.group(6) is not None:
+            char = html.entities.html5.get(m.group(6).decode())
+            code = ord(char) if char is not None and len(char) == 1 else 0x100
+        else:
+            code = ord("/")
+        if code >= 0x80:
+            continue
+        view += data[at:m.start()]
+        starts += range(at, m.start())
+        ends += range(at + 1, m.start() + 1)
+        view.append(code)
+        starts.append(m.start())
+        ends.append(m.end())
+        at = m.end()
+    if not starts:
+        return None
+    view += data[at:]
+    starts += range(at, len(data))
+    ends += range(at + 1, len(data) + 1)
+    return bytes(view), starts, ends
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return [(a, b) for a, b in out]
 
 
 def _charset(content_type: Optional[str]) -> Optional[str]:
@@ -136,6 +213,8 @@ class Redactor:
         self._raw: tuple[bytes, ...] = ()
         self._pattern: re.Pattern[bytes] | None = None
         self._cores: tuple[bytes, ...] = ()
+        self._b32: tuple[bytes, ...] = ()
+        self._keys: tuple[bytes, ...] = ()
         self._starts: tuple[bytes, ...] = ()
 
     def keys(self, keys: Iterable[str]) -> None:
@@ -146,6 +225,8 @@ class Redactor:
         self._pattern = (re.compile(b"|".join(b"".join(_char_pattern(c) for c in k) for k in encoded))
                          if encoded else None)
         self._cores = tuple(core for k in encoded for core in _base64_cores(k))
+        self._b32 = tuple(core for k in encoded for core in _base32_cores(k))
+        self._keys = tuple(encoded)
         starts = ({a + b for k in encoded for a in _forms(k[0]) for b in _forms(k[1])} | {b"&#", b"\\x"}
                   | {b"&" + name.lower() for k in encoded for name in _HTML_NAMES.get(k[0], ())})
         self._starts = tuple(starts)
@@ -168,17 +249,66 @@ class Redactor:
             low = data.lower()
             if any(start in low for start in self._starts):
                 data = self._pattern.sub(MASK, data)
-        for core in self._cores:
-            while core in data:
-                at = data.index(core)
-                start = at
-                while start > 0 and _B64_RUN.fullmatch(data[start - 1:start]):
-                    start -= 1
-                end = _B64_RUN.match(data, at).end()
-                while end < len(data) and data[end:end + 1] == b"=":
-                    end += 1
-                data = data[:start] + MASK + data[end:]
-        return data
+        for cores, run in ((self._cores, _B64_RUN), (self._b32, _B32_RUN)):
+            for core in cores:
+                while core in data:
+                    at = data.index(core)
+                    start = at
+                    while start > 0 and run.fullmatch(data[start - 1:start]):
+                        start -= 1
+                    end = run.match(data, at).end()
+                    while end < len(data) and data[end:end + 1] == b"=":
+                        end += 1
+                    data = data[:start] + MASK + data[end:]
+        return self._without_pieces(data)
+
+    def _runs(self, text: bytes) -> list[tuple[int, int]]:
+        """Where ``text`` holds a run of at least `FRAGMENT` characters of a key, each as long as it goes
+        on matching the key on either side. Every such run holds one of the key's aligned blocks of
+        `_BLOCK` characters whole, so those are looked for (a search for a string, in C) and each
+        place found is grown along the key."""
+        found = []
+        for key in self._keys:
+            for i in range(0, len(key) - _BLOCK + 1, _BLOCK):
+                block = key[i:i + _BLOCK]
+                at = text.find(block)
+                while at >= 0:
+                    start, end, j, k = at, at + _BLOCK, i + _BLOCK, i
+                    while end < len(text) and j < len(key) and text[end] == key[j]:
+                        end, j = end + 1, j + 1
+                    while start > 0 and k > 0 and text[start - 1] == key[k - 1]:
+                        start, k = start - 1, k - 1
+                    if end - start >= FRAGMENT and any(_secret_like(text[a:a + FRAGMENT])
+                                                       for a in range(start, end - FRAGMENT + 1)):
+                        found.append((start, end))
+                    at = text.find(block, at + 1)
+        return found
+
+    def _without_pieces(self, data: bytes) -> bytes:
+        """``data`` with each run of a key's characters (`FRAGMENT` or more) replaced: as it is, with
+        its characters escaped or referenced, or in hexadecimal."""
+        if not self._keys:
+            return data
+        spans = self._runs(data)
+        if any(start in data for start in _TOKEN_START):
+            view = _decoded_view(data)
+            if view is not None:
+                text, starts, ends = view
+                spans += [(starts[a], ends[b - 1]) for a, b in self._runs(text)]
+        for m in _HEX_RUN.finditer(data):
+            for align in (0, 1):
+                digits = m.group()[align:]
+                decoded = bytes.fromhex(digits[: len(digits) // 2 * 2].decode())
+                base = m.start() + align
+                spans += [(base + 2 * a, base + 2 * b) for a, b in self._runs(decoded)]
+        if not spans:
+            return data
+        out, at = [], 0
+        for start, end in _merged(spans):
+            out += [data[at:start], MASK]
+            at = end
+        out.append(data[at:])
+        return b"".join(out)
 
     def hidden_in(self, data: bytes) -> Optional[str]:
         """The charset of :data:`VIEWS` in which ``data`` holds a key, or None."""

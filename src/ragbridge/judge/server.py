@@ -504,6 +504,30 @@ class GatewayHandler(FastRequestHandler):
         self._reply(gw.answer(method, endpoint, raw, tag, started=t0))
 
 
+def is_wildcard(host: str) -> bool:
+    """Whether binding ``host`` listens on every address of the machine: empty, or an address (in any
+    spelling the system takes: ``0``, ``000.000.000.000``, ``0x0``, ``::``, ``::ffff:0.0.0.0``) or a
+    name that stands for the unspecified address."""
+    import ipaddress
+
+    if not host.strip():
+        return True
+    found: list[str] = []
+    with contextlib.suppress(OSError):
+        found.append(socket.inet_ntoa(socket.inet_aton(host)))  # the forms inet_aton takes (0, 0x0 ...)
+    with contextlib.suppress(OSError, UnicodeError, ValueError):
+        found += [info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)]
+    for text in found or [host]:
+        try:
+            address = ipaddress.ip_address(text.partition("%")[0])
+        except ValueError:
+            continue
+        mapped = getattr(address, "ipv4_mapped", None)
+        if address.is_unspecified or (mapped is not None and mapped.is_unspecified):
+            return True
+    return False
+
+
 class LoopbackSocket:
     """The gateway's socket: opened on the first request for a socket URL (:meth:`open`), on one
     address of this machine (never a wildcard), answering only requests that carry ``key`` and name
@@ -527,7 +551,7 @@ class LoopbackSocket:
         if self._server is not None:
             return self.port  # type: ignore[return-value]
         host = host.strip("[]")
-        if host in ("", "0.0.0.0", "::"):
+        if is_wildcard(host):
             from .config import JudgeConfigError
 
             raise JudgeConfigError(

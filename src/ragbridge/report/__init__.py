@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, TextIO, Union
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..run import Run
 
-__all__ = ["write_report", "render", "report_data", "render_html", "render_markdown", "render_json",
+__all__ = ["write_report", "render", "write", "report_data", "render_html", "render_markdown", "render_json",
            "FORMATS"]
 
 #: report format -> the suffix of its file
@@ -42,13 +42,23 @@ def render(run: Run, data: dict, fmt: str, full: Optional[int] = None) -> str:
     """The report of ``run`` with content ``data`` (`report_data`; for HTML, ``case_texts=False``
     will do) in format ``fmt``, a key of `FORMATS`; the HTML shows at most ``full`` cases in full
     (default `ragbridge.report.html.FULL_CASES`; `ragbridge.report.html.cases_in_full`)."""
-    from .data import render_json
-    from .html import FULL_CASES, render_html
-    from .markdown import render_markdown
+    import io
+
+    buffer = io.StringIO()
+    write(run, data, fmt, buffer, full)
+    return buffer.getvalue()
+
+
+def write(run: Run, data: dict, fmt: str, out: TextIO, full: Optional[int] = None) -> None:
+    """`render`, written to ``out`` a piece at a time (a large run's cases one by one)."""
+    from .data import write_json
+    from .html import FULL_CASES, write_html
+    from .markdown import write_markdown
 
     if fmt == "html":
-        return render_html(run, data, full=FULL_CASES if full is None else full)
-    return {"md": render_markdown, "json": render_json}[fmt](run, data)
+        write_html(run, out, data, full=FULL_CASES if full is None else full)
+    else:
+        {"md": write_markdown, "json": write_json}[fmt](run, out, data)
 
 
 def write_report(run: Union[Run, str, Path], out: Union[str, Path], fmt: str = "html",
@@ -56,10 +66,13 @@ def write_report(run: Union[Run, str, Path], out: Union[str, Path], fmt: str = "
     """Render and write the report (whole or not at all); returns the path written. ``kw``: the
     options of `report_data`."""
     from ..analysis.table import AnalysisError, open_run
-    from ..formats.files import write_atomic
+    from ..formats.files import atomic_path
     from .data import report_data
 
     if fmt not in FORMATS:
         raise AnalysisError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")
     run = open_run(run)
-    return write_atomic(out, render(run, report_data(run, case_texts=fmt != "html", **kw), fmt, full))
+    data = report_data(run, case_texts=fmt != "html", **kw)
+    with atomic_path(out) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        write(run, data, fmt, f, full)
+    return Path(out)

@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 from ..analysis.diff import RunDiff
 from ..analysis.gate import GateReport, GateResult
 from ..run import Run
-from .text import escape_char, interval, md_text, num, plain_text, records
+from .text import escape_char, interval, jsonable, md_text, num, plain_text, records
 
 __all__ = ["junit_xml", "markdown", "incomplete_junit_xml", "incomplete_markdown", "figure_text",
            "item_line", "TOP_CASES", "diff_json", "gate_json", "moved"]
@@ -62,7 +62,8 @@ def item_line(item: dict[str, Any]) -> str:
 def _run_line(run: Run) -> str:
     m = run.manifest
     return (
-        f"{run.path or '(in memory)'}: {m.dataset.get('n_cases', len(run.cases))} cases, "
+        f"{run.path or '(in memory)'}: "
+        f"{m.dataset['n_cases'] if 'n_cases' in m.dataset else run.n_cases} cases, "
         f"backends {', '.join((b + ' ' + (v or '')).strip() for b, v in m.backends.items())}, "
         f"status {m.status}, dataset {str(m.dataset.get('fingerprint') or '')[:19]}"
     )
@@ -187,10 +188,10 @@ def diff_json(d: RunDiff, top: Optional[int] = None) -> dict:
     worse, better or changed status: ``top`` of each, None for every one)."""
     summary = d.summary.copy()
     summary["moved"] = moved(summary)
-    items = d.items
+    totals = d.totals()
     return {
-        "base": {"path": str(d.base.path), "n_cases": len(d.base.cases), "status": d.base.manifest.status},
-        "new": {"path": str(d.new.path), "n_cases": len(d.new.cases), "status": d.new.manifest.status},
+        "base": {"path": str(d.base.path), "n_cases": d.base.n_cases, "status": d.base.manifest.status},
+        "new": {"path": str(d.new.path), "n_cases": d.new.n_cases, "status": d.new.manifest.status},
         "warnings": list(d.warnings),
         "only_in_base": list(d.only_in_base),
         "only_in_new": list(d.only_in_new),
@@ -198,14 +199,10 @@ def diff_json(d: RunDiff, top: Optional[int] = None) -> dict:
         "metrics_only_in_new": [list(k) for k in d.metrics_only_in_new],
         "confidence": d.confidence,
         "summary": records(summary),
-        "worse": records(d.worse(top=top)),
-        "better": records(d.better(top=top)),
-        "status_changes": records(d.status_changes() if top is None else d.status_changes().head(top)),
-        "totals": {
-            "paired_scores": len(items), "worse": int((items["change"] == "worse").sum()),
-            "better": int((items["change"] == "better").sum()),
-            "status_changed": len(d.status_changes()),
-        },
+        "worse": d.rows("worse", top=top).mapped(jsonable),
+        "better": d.rows("better", top=top).mapped(jsonable),
+        "status_changes": d.rows("status", top=top).mapped(jsonable),
+        "totals": totals,
     }
 
 

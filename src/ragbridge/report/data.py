@@ -22,11 +22,11 @@
   rule of ``ragbridge.schema``), answer, reference, and every backend's score and reason; a case
   with a score below its pass mark carries a badge naming the metrics.
 
-Memory: a run read from its folder is analysed with its cases read without their texts (chunks,
-answer, reference, reference contexts, metadata: no analysis reads them), a batch at a time; the
-texts are read again, one case at a time, where they are written out (`read_cases`, `case_texts`).
-With ``case_texts=False`` the cases hold no texts at all: the HTML report reads those of the cases
-it shows in full from the run folder itself.
+Memory: every figure is computed over the run's columns (`ragbridge.run.columns`: a few bytes a
+score, no `Score` or `Case` object per case); ``cases``, a row per case, is made as it is read
+(`ragbridge.analysis.rows.Rows`, a batch of cases and their scores read back at a time), so the JSON
+and Markdown reports are written case by case and the HTML report reads only the cases it shows.
+With ``case_texts=False`` the rows hold no texts (chunks, answer, reference).
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ import json
 import math
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Iterable, Iterator, Optional, Sequence, TextIO, Union
 
-import pydantic_core
+import numpy as np
 
 from .. import __version__
 from ..analysis.compare import compare, coverage, disagreements
@@ -48,8 +48,7 @@ from ..analysis.stats import CONFIDENCE, DEFAULT_RESAMPLES
 from ..analysis.table import open_run
 from ..analysis.thresholds import PassMarks, Thresholds, pass_marks
 from ..analysis.validate import validate
-from ..formats.files import jsonl_lines
-from ..formats.batches import batch_from_records
+from ..analysis.rows import Rows
 from ..formats.source import BATCH_SIZE
 from ..lexical import term_overlap
 from ..metrics import half_of
@@ -60,7 +59,8 @@ from ..schema import Case, Score
 from ..verdicts import verdict, why
 from .text import jsonable, records
 
-__all__ = ["report_data", "render_json", "backend_key", "read_cases", "case_texts", "TEXT_FIELDS"]
+__all__ = ["report_data", "render_json", "write_json", "backend_key", "read_cases", "case_texts", "case_rows",
+           "TEXT_FIELDS"]
 
 _COUNTS = ("scores", "reused", "judge_calls", "prompt_tokens", "completion_tokens")
 #: the fields of a case that no analysis reads, only the drill-down (`case_texts`)
@@ -110,17 +110,18 @@ def report_data(
     cases of each kind) and, with ``gates``, the gate's verdicts on this run against that baseline
     (``gate``, as ``ragbridge gate --json``); with ``gates`` and no baseline, ``gate`` holds the
     verdicts of the rules that need none."""
-    run = _without_texts(open_run(run))
+    run = open_run(run)
     m = run.manifest
-    backends = sorted({s.backend for s in run.scores} | set(m.backends), key=backend_key)
-    metrics = sorted({s.metric for s in run.scores}, key=metric_key)
+    cols = run.columns
+    backends = sorted(set(cols.backends()) | set(m.backends), key=backend_key)
+    metrics = sorted(set(cols.metrics()), key=metric_key)
     k = (m.options or {}).get("k")
     if gates is not None:
         from ..analysis.gate import GateConfig, load_gates
 
         gates = gates if isinstance(gates, GateConfig) else load_gates(gates)
     th = pass_marks(run, thresholds, gates, backends)
-    rows = records(run.summary(by_tag=True))
+    rows = jsonable(run.summary_rows(by_tag=True))
     overall = sorted((r for r in rows if r["tag"] == ALL),
                      key=lambda r: (metric_key(r["metric"]), backend_key(r["backend"])))
     for r in overall:
@@ -135,8 +136,8 @@ def report_data(
                   if labels is not None else None)
     usage, per_metric = _judge_usage(run)
     flips = {(d["metric"], d["case_id"]) for d in dis if d["verdicts_differ"]}
-    cases = _cases(run, th, k, flips, case_texts)
-    _pass_counts(cases, overall, tags, th)
+    cases = case_rows(run, th, k, flips, case_texts)
+    _pass_counts(cols, overall, tags, th)
     sides = _real_vs_synthetic(overall, tags, run)
     return jsonable({
         "ragbridge_version": __version__,
@@ -156,7 +157,7 @@ def report_data(
         "metrics": metrics,
         "halves": {"retrieval": [x for x in metrics if half_of(x) == "retrieval"],
                    "generation": [x for x in metrics if half_of(x) == "generation"]},
-        "thresholds": _threshold_rows(cases, th, metrics, backends),
+        "thresholds": _threshold_rows(cols, th, metrics, backends),
         "summary": overall,
         "summary_by_tag": {t: tags[t] for t in sorted(tags)},
         "real_vs_synthetic": sides,
@@ -203,43 +204,51 @@ def _real_vs_synthetic(overall: list[dict], tags: dict[str, list[dict]],
         ok = all(isinstance(v, (int, float)) and not math.isnan(v) for v in (a, b))
         row["difference"] = b - a if ok else None
         rows.append(row)
-    return {"rows": rows, "questions": {side: _questions([c for c in run.cases if side in c.tags])
-                                        for side in SIDES}}
+    index = run.columns.cases
+    return {"rows": rows, "questions": {
+        side: _questions(c for batch in index.batches(np.flatnonzero(index.tag_mask(side)), views=True)
+                         for _, c in batch) for side in SIDES}}
 
 
-def _questions(cases: list[Case]) -> dict[str, Any]:
+def _questions(cases: Iterable[Case]) -> dict[str, Any]:
     """What a side's questions are like (two of the three weaknesses of generated questions, and the
     first where the labels quote their passage): ``n``, ``unanswerable`` (the share marked
     ``answerable: false``), ``one_label`` (of the answerable cases with labels, the share with
     exactly one: one span label, or one chunk or section id) and ``term_overlap`` (of those whose span
     labels quote their text, the mean share of the question's terms found in the quotes;
     ``ragbridge synthesize`` measures it against the corpus)."""
-    labelled = [c for c in cases if c.answerable and (c.relevant_spans or c.relevant)]
-    overlaps = [term_overlap(c.question, " ".join(s.quote for s in c.relevant_spans if s.quote))
-                for c in labelled if c.relevant_spans and all(s.quote for s in c.relevant_spans)]
-    overlaps = [v for v in overlaps if not math.isnan(v)]
-    one = [1.0 if sum(s.grade > 0 for s in c.relevant_spans) + sum(g > 0 for g in c.relevant.values()) == 1
-           else 0.0 for c in labelled]
-    return {"n": len(cases), "unanswerable": (sum(1 for c in cases if not c.answerable) / len(cases)
-                                              if cases else None),
+    n = unanswerable = 0
+    overlaps: list[float] = []
+    one: list[float] = []
+    for c in cases:
+        n += 1
+        unanswerable += not c.answerable
+        if not (c.answerable and (c.relevant_spans or c.relevant)):
+            continue
+        if c.relevant_spans and all(s.quote for s in c.relevant_spans):
+            v = term_overlap(c.question, " ".join(s.quote for s in c.relevant_spans if s.quote))
+            if not math.isnan(v):
+                overlaps.append(v)
+        labels = sum(s.grade > 0 for s in c.relevant_spans) + sum(g > 0 for g in c.relevant.values())
+        one.append(1.0 if labels == 1 else 0.0)
+    return {"n": n, "unanswerable": unanswerable / n if n else None,
             "one_label": sum(one) / len(one) if one else None,
             "term_overlap": sum(overlaps) / len(overlaps) if overlaps else None,
-            "n_labelled": len(labelled), "n_quoted": len(overlaps)}
+            "n_labelled": len(one), "n_quoted": len(overlaps)}
 
 
-def _pass_counts(cases: list[dict], overall: list[dict], tags: dict[str, list[dict]], th: Thresholds) -> None:
+def _pass_counts(cols: Any, overall: list[dict], tags: dict[str, list[dict]], th: Thresholds) -> None:
     """Give every summary row (overall, and per tag) its ``threshold``, ``n_pass`` and ``n_fail``:
     the verdicts of the cases' scores."""
-    counts: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
-    for c in cases:
-        for s in c["scores"]:
-            if s["passed"] is not None:
-                for tag in (ALL, *c["tags"]):
-                    counts[(tag, s["metric"], s["backend"])][0 if s["passed"] else 1] += 1
+    index = cols.cases
     for tag, rows in [(ALL, overall), *tags.items()]:
+        mask = None if tag == ALL else index.tag_mask(tag)
         for r in rows:
             r["threshold"] = th.get(r["backend"], r["metric"])
-            r["n_pass"], r["n_fail"] = counts.get((tag, r["metric"], r["backend"]), (0, 0))
+            col = cols.column(r["backend"], r["metric"])
+            scored = col.scored if mask is None else col.scored & mask
+            passed = col.verdicts(r["threshold"]) & scored
+            r["n_pass"], r["n_fail"] = int(passed.sum()), int(scored.sum() - passed.sum())
 
 
 def _moved(run: Run, baseline: Any, n_resamples: int, seed: int, top: int) -> dict[str, Any]:
@@ -291,8 +300,20 @@ def _trend(run: Run, history: Any, seed: int) -> Optional[dict]:
 
 def render_json(run: Union[Run, str, Path], data: Optional[dict] = None, **kw) -> str:
     """The report as one JSON document (`report_data`)."""
+    import io
+
+    buffer = io.StringIO()
+    write_json(run, buffer, data, **kw)
+    return buffer.getvalue()
+
+
+def write_json(run: Union[Run, str, Path], out: TextIO, data: Optional[dict] = None, **kw) -> None:
+    """Write the report as one JSON document (`report_data`) to ``out``, a piece at a time (its
+    ``cases`` one by one, as they are read)."""
     d = data or report_data(open_run(run), **kw)
-    return json.dumps(d, indent=2, ensure_ascii=False, allow_nan=False)
+    encoder = json.JSONEncoder(indent=2, ensure_ascii=False, allow_nan=False)
+    for chunk in encoder.iterencode(d):
+        out.write(chunk)
 
 
 def _disagreements(run: Run, th: Thresholds, top: int, backends: list[str]) -> list[dict]:
@@ -361,17 +382,18 @@ def reused_lines(reused: Optional[dict[str, Any]]) -> list[str]:
 
 def _judge_usage(run: Run) -> tuple[list[dict], list[dict]]:
     """Judge calls, tokens and time per backend, and per backend and metric."""
-    acc: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for s in run.scores:
-        a = acc[(s.backend, s.metric)]
-        a["scores"] += 1
-        a["reused"] += s.cached
-        a["judge_calls"] += s.judge_calls
-        a["prompt_tokens"] += s.prompt_tokens
-        a["completion_tokens"] += s.completion_tokens
-        a["call_seconds"] += s.seconds or 0.0
-        if s.judge_calls:  # NaN once a score's cost is unknown (no price for its model)
-            a["cost"] = a.get("cost", 0.0) + (math.nan if s.cost is None else s.cost)
+    acc: dict[tuple[str, str], dict[str, float]] = {}
+    for (b, met), col in run.columns.columns.items():
+        present = col.present
+        a = acc[(b, met)] = {
+            "scores": int(present.sum()), "reused": int(col.get("cached")[present].sum()),
+            "judge_calls": int(col.get("judge_calls")[present].sum()),
+            "prompt_tokens": int(col.get("prompt_tokens")[present].sum()),
+            "completion_tokens": int(col.get("completion_tokens")[present].sum()),
+            "call_seconds": math.fsum(col.get("seconds")[present].tolist())}
+        judged = present & (col.get("judge_calls") > 0)
+        if judged.any():  # NaN once a score's cost is unknown (no price for its model)
+            a["cost"] = math.fsum(col.get("cost")[judged].tolist())
     wall = run.manifest.timing.get("wall_seconds") or {}
     usage: dict[str, dict[str, Any]] = {}
     per_metric: list[dict[str, Any]] = []
@@ -379,32 +401,29 @@ def _judge_usage(run: Run) -> tuple[list[dict], list[dict]]:
         per_metric.append({"backend": b, "metric": met, **a})
         u = usage.setdefault(b, {"backend": b, **{c: 0 for c in _COUNTS}, "wall_seconds": wall.get(b),
                                  "call_seconds": 0.0})
-        for k, v in a.items():
-            u[k] = u.get(k, 0.0) + v
+        for key, v in a.items():
+            u[key] = u.get(key, 0.0) + v
     for row in [*usage.values(), *per_metric]:
-        for k in _COUNTS:
-            row[k] = int(row[k])
+        for key in _COUNTS:
+            row[key] = int(row[key])
         row["call_seconds"] = round(row["call_seconds"], 3)
     return [usage[b] for b in sorted(usage, key=backend_key)], per_metric
 
 
-def _threshold_rows(cases: list[dict], th: Thresholds, metrics, backends) -> list[dict]:
+def _threshold_rows(cols: Any, th: Thresholds, metrics, backends) -> list[dict]:
     """Per metric and backend that scored it: the pass mark, its source and the cases below it."""
-    scored: dict[tuple[str, str], int] = defaultdict(int)
-    below: dict[tuple[str, str], int] = defaultdict(int)
-    for c in cases:
-        for s in c["scores"]:
-            if s["passed"] is not None:
-                scored[(s["metric"], s["backend"])] += 1
-                below[(s["metric"], s["backend"])] += not s["passed"]
     rows = []
     for met in metrics:
         for b in backends:
-            if (met, b) in scored:
-                value, source = (th.lookup(b, met) if isinstance(th, PassMarks)
-                                 else (th.get(b, met), "--threshold"))
-                rows.append({"metric": met, "backend": b, "threshold": value, "source": source,
-                             "n_scored": scored[(met, b)], "n_below": below[(met, b)]})
+            col = cols.column(b, met)
+            if col is None or not col.scored.any():
+                continue
+            value, source = (th.lookup(b, met) if isinstance(th, PassMarks)
+                             else (th.get(b, met), "--threshold"))
+            scored = col.scored
+            rows.append({"metric": met, "backend": b, "threshold": value, "source": source,
+                         "n_scored": int(scored.sum()),
+                         "n_below": int((scored & ~col.verdicts(th.get(b, met))).sum())})
     return rows
 
 
@@ -412,53 +431,34 @@ def _threshold_rows(cases: list[dict], th: Thresholds, metrics, backends) -> lis
 DIAGNOSIS_LISTED = 50
 
 
+def listed_by_layer(diagnosis: dict[str, Any], n: int = DIAGNOSIS_LISTED) -> dict[str, tuple[list, int]]:
+    """Per layer of a report's diagnosis (in its ``counts``' order, those with cases): its first ``n``
+    cases and how many it has, in one pass over the cases."""
+    got: dict[str, tuple[list, int]] = {x: ([], 0) for x in diagnosis["counts"]}
+    for c in diagnosis["cases"]:
+        first, count = got[c["layer"]]
+        if count < n:
+            first.append(c)
+        got[c["layer"]] = (first, count + 1)
+    return {x: v for x, v in got.items() if v[1]}
+
+
 def _diagnosis(run: Run, th: Thresholds, labels: Any, label_threshold: float) -> Optional[dict[str, Any]]:
-    """Each failing case's layer (`ragbridge.analysis.diagnose`), by the report's pass marks; the
-    cases are read without their chunks, so the details that read chunks are left out."""
-    if not run.cases:
+    """Each failing case's layer (`ragbridge.analysis.diagnose`), by the report's pass marks."""
+    if not run.columns.cases.described:
         return None
     return diagnose(run, th, labels, label_threshold, chunk_details=False).to_dict()
 
 
-def _without_texts(run: Run) -> Run:
-    """A run read from a folder, as a new `Run` whose cases are read without `TEXT_FIELDS` (a batch
-    at a time); any other run as it is."""
-    if run.path is None or not (run.path / "cases.jsonl").exists():
-        return run
-    heads = [case for batch in _case_batches(run.path / "cases.jsonl", TEXT_FIELDS) for case in batch]
-    return Run(manifest=run.manifest, cases=heads, path=run.path, totals=run.totals)
-
-
-def _case_batches(path: Path, drop: tuple[str, ...] = (), keep: Optional[set[str]] = None):
-    """A ``cases.jsonl``'s cases, `BATCH_SIZE` at a time, each record read as the canonical reader
-    reads it (`ragbridge.formats.batches.batch_from_records`), with the fields ``drop`` left out; with
-    ``keep``, a record whose ``id`` is a string not in it is skipped unread."""
-    lines: list[tuple[int, Any]] = []
-    first_seen: dict[str, int] = {}
-    for n, raw in jsonl_lines(path, parse=pydantic_core.from_json):
-        if keep is not None and isinstance(raw, dict) and isinstance(raw.get("id"), str) \
-                and raw["id"] not in keep:
-            continue
-        if drop and isinstance(raw, dict):
-            raw = {k: v for k, v in raw.items() if k not in drop}
-        lines.append((n, raw))
-        if len(lines) == BATCH_SIZE:
-            yield batch_from_records(lines, path, first_seen=first_seen)
-            lines = []
-    if lines:
-        yield batch_from_records(lines, path, first_seen=first_seen)
-
-
 def read_cases(run: Run, ids: Optional[set[str]] = None) -> Iterator[Case]:
-    """The run's cases with every field (only those of ``ids``, when given), one at a time: read from
-    its folder's ``cases.jsonl`` a batch at a time (memory holds one batch), or the cases a run in
-    memory holds."""
-    path = run.path / "cases.jsonl" if run.path is not None else None
-    if path is None or not path.exists():
-        yield from (c for c in run.cases if ids is None or c.id in ids)
-        return
-    for batch in _case_batches(path, keep=ids):
-        yield from (c for c in batch if ids is None or c.id in ids)
+    """The run's cases with every field (only those of ``ids``, when given), a batch at a time: memory
+    holds one batch."""
+    index = run.columns.cases
+    where = None if ids is None else [index.position[c] for c in ids if index.position.get(c, -1) >= 0]
+    if where is not None:
+        where = [i for i in where if i < index.described]
+    for batch in index.batches(where if where is not None else range(index.described)):
+        yield from (c for _, c in batch if c is not None)
 
 
 def case_texts(case: Case, k: Any = None) -> dict[str, Any]:
@@ -482,29 +482,32 @@ def case_texts(case: Case, k: Any = None) -> dict[str, Any]:
     return {"answer": case.answer, "reference": case.reference, "contexts": chunks}
 
 
-def _cases(run: Run, th: Thresholds, k, flips: set, texts: bool = True) -> list[dict]:
-    """Every case of the run, then every case only its scores name, as the drill-down shows them
-    (with their `case_texts` when ``texts``)."""
-    by_case: dict[str, list] = defaultdict(list)
-    for s in run.scores:
-        by_case[s.case_id].append(s)
-    pairs = {(s.backend, s.metric) for scores in by_case.values() for s in scores}
+def case_rows(run: Run, th: Thresholds, k, flips: set, texts: bool = True,
+              indices: Optional[Sequence[int]] = None) -> Rows:
+    """Every case of the run (or those at ``indices``, in run order), then every case only its
+    scores name, as the drill-down shows it (with its `case_texts` when ``texts``), made as the rows
+    are read: each batch's cases and scores read back then (`ragbridge.run.columns`)."""
+    cols = run.columns
+    index = cols.cases
+    pairs = list(cols.columns)
     order = {p: i for i, p in enumerate(sorted(pairs, key=lambda p: (metric_key(p[1]), backend_key(p[0]))))}
     marks = {p: th.get(*p) for p in pairs}
-    out = []
-    known = set()
-    for c in (read_cases(run) if texts else run.cases):
-        known.add(c.id)
-        entry = {"id": c.id, "question": c.question, "tags": list(c.tags), "answerable": c.answerable,
-                 "relevant": dict(c.relevant)} | (case_texts(c, k) if texts else {})
-        out.append(entry | _case_scores(c.id, by_case.get(c.id, []), marks, order, flips))
-    for cid in by_case:  # scores for cases the run folder does not describe: still shown
-        if cid not in known:
-            entry = {"id": cid, "question": "", "tags": [], "answerable": True, "relevant": {}}
-            if texts:
-                entry |= {"answer": None, "reference": None, "contexts": []}
-            out.append(entry | _case_scores(cid, by_case[cid], marks, order, flips))
-    return out
+    chosen = np.arange(len(index)) if indices is None else np.sort(np.asarray(indices, np.int64))
+
+    def make(start: int, stop: int) -> list[dict]:
+        part = chosen[start:stop].tolist()
+        out = []
+        for (i, c), scores in zip(zip(part, index.views(part)), cols.scores_of(part)):
+            if c is not None:
+                entry = {"id": c.id, "question": c.question, "tags": list(c.tags), "answerable": c.answerable,
+                         "relevant": dict(c.relevant)} | (case_texts(c, k) if texts else {})
+            else:  # scores for a case the run folder does not describe: still shown
+                entry = {"id": index.ids[i], "question": "", "tags": [], "answerable": True, "relevant": {}}
+                if texts:
+                    entry |= {"answer": None, "reference": None, "contexts": []}
+            out.append(entry | _case_scores(entry["id"], scores, marks, order, flips))
+        return out
+    return Rows(len(chosen), make, block=BATCH_SIZE)
 
 
 def _case_scores(cid: str, scores: list[Score], marks: dict[tuple[str, str], float],

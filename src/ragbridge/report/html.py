@@ -8,9 +8,17 @@ every string, the score lines too), and a Content-Security-Policy allows only th
 script, by its hash, so even markup that slipped through could not run. The report's script only
 filters and expands the case list; the page reads fully without it.
 
-A large run stays a small page: at most `FULL_CASES` cases in full (`cases_in_full`: the ones that
-matter), read back from the run folder one at a time; every other case one line of plain text in
-closed pages of `PAGE_ROWS` (`compact_pages`); scatter plots binned past `SCATTER_POINTS` cases.
+A large run stays a page a browser opens (about `SIZE_BUDGET` at most, whatever the number of cases
+or of chunks a case): the summary, grid columns, thresholds, distributions, agreement and
+disagreements are computed over every case (the run's columns, `ragbridge.run.columns`); at most
+`FULL_CASES` cases are shown in full (`cases_in_full`: the ones that matter), each with its first
+`CHUNKS_SHOWN` chunks and the relevant ones after them, within `FULL_BUDGET`; the other cases one line
+of plain text each in closed pages of `PAGE_ROWS` (`compact_pages`), at most `COMPACT_ROWS` of them:
+past that, a uniform sample (one case in so many, in run order), and the page says so; scatter plots
+binned past `SCATTER_POINTS` cases.
+
+Size: the page's parts (its plots, the cases it shows and how, the template's values) are one
+layout, read together when the page changes.
 """
 
 from __future__ import annotations
@@ -20,19 +28,23 @@ import hashlib
 import html
 import json
 import math
-from collections import defaultdict
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, NamedTuple, Optional, Sequence, TextIO, Union
+
+import numpy as np
 
 from ..analysis.table import open_run
+from ..analysis.thresholds import Thresholds
 from ..run import Run
+from ..run.columns import ERROR, MISSING, SCORED, STATUS_NAMES, UNDEFINED
 from ..run.summary import ALL
-from .data import DIAGNOSIS_LISTED, case_texts, read_cases, report_data, reused_lines
+from .data import DIAGNOSIS_LISTED, case_rows, listed_by_layer, report_data, reused_lines
 from .text import MISSED, num, one_line, ragchecker_text
 
-__all__ = ["render_html", "plots", "grid", "svg_distribution", "svg_scatter", "svg_series", "backend_colors",
-           "cases_in_full", "compact_pages", "PALETTE", "ASSETS", "FULL_CASES", "PAGE_ROWS",
-           "SCATTER_POINTS", "SCATTER_BINS", "BELOW"]
+__all__ = ["render_html", "write_html", "plots", "grid", "svg_distribution", "svg_scatter", "svg_series",
+           "backend_colors", "cases_in_full", "compact_pages", "PALETTE", "ASSETS", "FULL_CASES", "PAGE_ROWS",
+           "SCATTER_POINTS", "SCATTER_BINS", "BELOW", "CHUNKS_SHOWN", "FULL_BUDGET", "COMPACT_ROWS",
+           "SIZE_BUDGET"]
 
 ASSETS = Path(__file__).with_name("assets")
 #: a scatter plot draws every case up to this many, then bins them (`svg_scatter`)
@@ -40,6 +52,14 @@ SCATTER_POINTS = 1000
 SCATTER_BINS = 20
 #: a run of more cases than this shows this many in full (`cases_in_full`), the rest as score rows
 FULL_CASES = 250
+#: the chunks a case shown in full lists (then the relevant ones after them, as many again at most)
+CHUNKS_SHOWN = 50
+#: the text the cases shown in full may take (their chunks, answers, references, reasons), in bytes
+FULL_BUDGET = 8 << 20
+#: the one-line cases a page holds at most; past that, a uniform sample of them
+COMPACT_ROWS = 20_000
+#: the size the page is kept to, about (the cases in full, the lines and the rest of the page)
+SIZE_BUDGET = 20 << 20
 #: score lines per page, the characters of a question a score line shows, the below-threshold mark
 PAGE_ROWS = 1000
 QUESTION_CHARS = 120
@@ -64,7 +84,7 @@ def svg_distribution(metric: str, values: dict[str, list[float]], colors: dict[s
     left, width, row_h, top = 92, 300, 34, 22
     height = top + row_h * len(rows) + 24
     total_w = left + width + 170
-    hist = {b: np.histogram(np.clip(values[b], 0, 1), bins=10, range=(0, 1))[0] if values[b]
+    hist = {b: np.histogram(np.clip(values[b], 0, 1), bins=10, range=(0, 1))[0] if len(values[b])
             else np.zeros(10, int) for b in rows}
     peak = max([int(h.max()) for h in hist.values()] + [1])
     parts = [f'<svg class="plot dist" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {total_w} {height}" '
@@ -90,7 +110,7 @@ def svg_distribution(metric: str, values: dict[str, list[float]], colors: dict[s
             parts.append(
                 f'<rect x="{left + j * bw + 1:.1f}" y="{y0 + row_h - 4 - h:.1f}" width="{bw - 2:.1f}" '
                 f'height="{h:.1f}" fill="{color}"><title>{_e(tip)}</title></rect>')
-        if values[b]:
+        if len(values[b]):
             mean = float(np.mean(values[b]))
             x = left + width * mean
             parts.append(f'<path d="M{x:.1f},{y0 + row_h - 2} l-4,6 h8 z" class="mean-mark">'
@@ -100,7 +120,7 @@ def svg_distribution(metric: str, values: dict[str, list[float]], colors: dict[s
         extra = [f"{c[k]} {k[:5]}." for k in ("undefined", "errored") if c.get(k)]
         if extra:
             note += " · " + ", ".join(extra)
-        if values[b]:
+        if len(values[b]):
             note = f"mean {float(np.mean(values[b])):.2f} · " + note
         parts.append(f'<text x="{left + width + 8}" y="{y0 + row_h / 2 + 4}" class="plot-note">'
                      f'{_e(note)}</text>')
@@ -112,7 +132,7 @@ def svg_distribution(metric: str, values: dict[str, list[float]], colors: dict[s
     return "".join(parts)
 
 
-def svg_scatter(metric: str, a: str, b: str, points: list[tuple[str, float, float]], ta: float, tb: float,
+def svg_scatter(metric: str, a: str, b: str, points: Any, ta: float, tb: float,
                 colors: dict[str, str]) -> str:
     """Backend A (x) against backend B (y) on the cases both scored; disagreeing verdicts highlighted.
 
@@ -146,21 +166,11 @@ def svg_scatter(metric: str, a: str, b: str, points: list[tuple[str, float, floa
     def cell(v: float) -> int:
         return min(max(int(v * SCATTER_BINS), 0), SCATTER_BINS - 1)
 
-    groups: dict[tuple, list[tuple[str, float, float]]] = {}
-    for cid, x, y in points:  # identical pairs (binned: pairs in one cell) drawn once, larger
-        differ = (x >= ta) != (y >= tb)
-        key = (cell(x), cell(y), differ) if binned else (round(x, 4), round(y, 4), differ)
-        groups.setdefault(key, []).append((cid, x, y))
-    most = max((len(g) for g in groups.values()), default=1)
-    for (gx, gy, differ), members in groups.items():
-        n = len(members)
-        x = sum(m[1] for m in members) / n
-        y = sum(m[2] for m in members) / n
-        ids = [m[0] for m in members]
+    for (gx, gy, differ), n, x, y, ids in _groups(points, binned, ta, tb, cell):
         few = 3 if binned else 8
         shown = ", ".join(ids[:few]) + (f" and {n - few} more" if n > few else "")
         if binned:
-            r = 1.4 + 5.6 * math.sqrt(n / most)
+            r = 1.4 + 5.6 * math.sqrt(n / most[0])
             lo_a, lo_b = gx / SCATTER_BINS, gy / SCATTER_BINS
             tip = (f"{n} case(s) with {a} in [{lo_a:.2f}, {lo_a + 1 / SCATTER_BINS:.2f}] and {b} in "
                    f"[{lo_b:.2f}, {lo_b + 1 / SCATTER_BINS:.2f}]: {shown}")
@@ -185,6 +195,63 @@ def svg_scatter(metric: str, a: str, b: str, points: list[tuple[str, float, floa
                      'area ∝ cases</text>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+class _Points(NamedTuple):
+    """The cases of a scatter plot as columns: their ids (a function from a place), and values."""
+
+    ids: Any
+    x: Any
+    y: Any
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+
+most = [1]  # the largest group of the plot being drawn (set by `_groups`)
+
+
+def _groups(points: Any, binned: bool, ta: float, tb: float, cell: Any):
+    """The dots of a scatter plot: ``((x cell or value, y cell or value, verdicts differ), cases,
+    mean x, mean y, the first ids)``, in the order their first case comes. Identical pairs (binned:
+    pairs in one cell) are drawn once, larger."""
+    if not binned:
+        groups: dict[tuple, list[tuple[str, float, float]]] = {}
+        items = points if not isinstance(points, _Points) else [
+            (points.ids(i), float(points.x[i]), float(points.y[i])) for i in range(len(points))]
+        for cid, x, y in items:
+            differ = (x >= ta) != (y >= tb)
+            key = (round(x, 4), round(y, 4), differ)
+            groups.setdefault(key, []).append((cid, x, y))
+        most[0] = max((len(g) for g in groups.values()), default=1)
+        for key, members in groups.items():
+            n = len(members)
+            yield (key, n, sum(m[1] for m in members) / n, sum(m[2] for m in members) / n,
+                   [m[0] for m in members[:8]])
+        return
+    import numpy as np
+
+    if not isinstance(points, _Points):
+        ids = [p[0] for p in points]
+        points = _Points(ids.__getitem__, np.array([p[1] for p in points], float),
+                         np.array([p[2] for p in points], float))
+    x, y = points.x, points.y
+    gx = np.minimum(np.maximum((x * SCATTER_BINS).astype(np.int64), 0), SCATTER_BINS - 1)
+    gy = np.minimum(np.maximum((y * SCATTER_BINS).astype(np.int64), 0), SCATTER_BINS - 1)
+    differ = (x >= ta) != (y >= tb)
+    key = (gx * SCATTER_BINS + gy) * 2 + differ
+    uniq, first, inverse, counts = np.unique(key, return_index=True, return_inverse=True, return_counts=True)
+    inverse = inverse.ravel()
+    sx = np.bincount(inverse, weights=x, minlength=len(uniq))  # in the cases' order, as a sum of them
+    sy = np.bincount(inverse, weights=y, minlength=len(uniq))
+    order = np.argsort(inverse, kind="stable")
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
+    most[0] = int(counts.max()) if len(counts) else 1
+    for g in np.argsort(first, kind="stable").tolist():
+        members = order[starts[g]:starts[g] + 3].tolist()
+        k = int(uniq[g])
+        yield ((k // 2) // SCATTER_BINS, (k // 2) % SCATTER_BINS, bool(k % 2)), int(counts[g]), \
+            float(sx[g]) / int(counts[g]), float(sy[g]) / int(counts[g]), [points.ids(i) for i in members]
 
 
 def svg_series(title: str, points: list[tuple[int, float, str]], n_runs: int, fit: dict[str, Any],
@@ -257,69 +324,137 @@ def _series_plots(trend: Optional[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def plots(data: dict[str, Any]) -> dict[str, Any]:
-    """The SVG plots of `report_data`'s content: ``distributions`` per metric, ``scatter`` per pair of
-    backends of the agreement table, ``trend`` per metric and backend."""
+def plots(data: dict[str, Any], cols: Any) -> dict[str, Any]:
+    """The SVG plots of `report_data`'s content, over the run's columns ``cols`` (every case):
+    ``distributions`` per metric, ``scatter`` per pair of backends of the agreement table, ``trend``
+    per metric and backend."""
     colors = backend_colors(data["backends"])
-    values: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
-    for c in data["cases"]:
-        for s in c["scores"]:
-            if s["status"] == "scored":
-                values[(s["metric"], s["backend"])][c["id"]] = s["value"]
     cov = {(r["metric"], r["backend"]): r for r in data["coverage"]}
     dist = {}
     for metric in data["metrics"]:
         bs = [b for b in data["backends"] if (metric, b) in cov]
-        if not any(values.get((metric, b)) for b in bs):
+        values = {b: (col.value[col.scored] if (col := cols.column(b, metric)) is not None else [])
+                  for b in bs}
+        if not any(len(v) for v in values.values()):
             continue
-        dist[metric] = svg_distribution(
-            metric, {b: list(values.get((metric, b), {}).values()) for b in bs}, colors,
-            {b: cov[(metric, b)] for b in bs})
+        dist[metric] = svg_distribution(metric, values, colors, {b: cov[(metric, b)] for b in bs})
     scatter = []
-    order = [c["id"] for c in data["cases"]]
+    ids = cols.cases.ids
     for row in data["agreement"]:
         m, a, b = row["metric"], row["backend_a"], row["backend_b"]
-        va, vb = values.get((m, a), {}), values.get((m, b), {})
-        pts = [(cid, va[cid], vb[cid]) for cid in order if cid in va and cid in vb]
+        ca, cb = cols.column(a, m), cols.column(b, m)
+        both = ca.scored & cb.scored
+        pts = _Points(ids.__getitem__, ca.value[both], cb.value[both])
+        if len(pts) <= SCATTER_POINTS:
+            at = np.flatnonzero(both)
+            pts = [(ids[i], float(x), float(y)) for i, x, y in zip(at.tolist(), pts.x, pts.y)]
+        else:
+            pts = _Points((lambda at: lambda k: ids[at[k]])(np.flatnonzero(both)), pts.x, pts.y)
         scatter.append({"metric": m, "a": a, "b": b,
                         "svg": svg_scatter(m, a, b, pts, row["threshold_a"], row["threshold_b"], colors)})
     return {"colors": colors, "distributions": dist, "scatter": scatter,
             "trend": _series_plots(data.get("trend"))}
 
 
-def cases_in_full(data: dict[str, Any], limit: int = FULL_CASES) -> set[str]:
-    """The ids of the cases the report shows in full: every case of a run of at most ``limit``;
-    else the ``limit`` cases that matter most: errored first, then those in the disagreement list,
-    then those whose verdicts differ between backends, then those below a threshold (most badges
-    first), in run order within each."""
-    cases = data["cases"]
-    if len(cases) <= limit:
-        return {c["id"] for c in cases}
-    listed = {d["case_id"] for d in data["disagreements"]}
-
-    def rank(c: dict) -> tuple:
-        f = c["flags"]
-        return (not f["error"], c["id"] not in listed, not f["disagree"], not f["fail"], -len(c["below"]))
-
-    matter = [c for c in cases if c["flags"]["error"] or c["flags"]["fail"] or c["flags"]["disagree"]
-              or c["id"] in listed]
-    return {c["id"] for c in sorted(matter, key=rank)[:limit]}
+def _marks(data: dict[str, Any]) -> dict[tuple[str, str], float]:
+    """The pass mark of every (backend, metric) of the report (its summary's)."""
+    return {(r["backend"], r["metric"]): r["threshold"] for r in data["summary"]}
 
 
-def _with_texts(run: Run, data: dict[str, Any], ids: set[str]) -> list[dict[str, Any]]:
-    """The cases ``ids`` in run order, each with its texts (`case_texts`): from ``data`` when it holds
-    them, else read from the run (its folder, one case at a time)."""
-    chosen = [c for c in data["cases"] if c["id"] in ids]
-    if all("contexts" in c for c in chosen):
-        return chosen
+def _flags(data: dict[str, Any], cols: Any) -> dict[str, Any]:
+    """Per case of the run, as arrays: errored, undefined, below a threshold (and on how many
+    metrics), verdicts differing (listed under disagreements), listed under disagreements."""
+    n = len(cols.cases)
+    error, undefined, fail = np.zeros(n, bool), np.zeros(n, bool), np.zeros(n, bool)
+    below: dict[str, np.ndarray] = {}
+    for (b, m), t in _marks(data).items():
+        col = cols.column(b, m)
+        error |= col.status == ERROR
+        undefined |= col.status == UNDEFINED
+        low = col.scored & ~col.verdicts(t)
+        fail |= low
+        below[m] = below[m] | low if m in below else low
+    position = cols.cases.position
+    disagree, listed = np.zeros(n, bool), np.zeros(n, bool)
+    for d in data["disagreements"]:
+        i = position.get(d["case_id"])
+        if i is not None:
+            listed[i] = True
+            disagree[i] |= bool(d["verdicts_differ"])
+    n_below = sum((v.astype(np.int64) for v in below.values()), np.zeros(n, np.int64))
+    return {"error": error, "undefined": undefined, "fail": fail, "disagree": disagree, "listed": listed,
+            "n_below": n_below}
+
+
+def cases_in_full(data: dict[str, Any], cols: Any, limit: int = FULL_CASES) -> np.ndarray:
+    """The places (in run order) of the cases the report shows in full: every case of a run of at most
+    ``limit``; else the ``limit`` cases that matter most: errored first, then those in the
+    disagreement list, then those whose verdicts differ between backends, then those below a
+    threshold (most badges first), in run order within each."""
+    n = len(cols.cases)
+    if n <= limit:
+        return np.arange(n)
+    f = _flags(data, cols)
+    matter = np.flatnonzero(f["error"] | f["fail"] | f["disagree"] | f["listed"])
+    rank = np.lexsort((-f["n_below"][matter], ~f["fail"][matter], ~f["disagree"][matter],
+                       ~f["listed"][matter], ~f["error"][matter]))
+    return np.sort(matter[rank[:limit]])
+
+
+def _shown(run: Run, data: dict[str, Any], full: np.ndarray) -> tuple[list[dict[str, Any]], int]:
+    """The cases ``full`` with their texts, each with at most `CHUNKS_SHOWN` chunks (and the relevant
+    ones after them), as many as fit `FULL_BUDGET`; and how many of ``full`` did not fit."""
     k = (data["run"].get("options") or {}).get("k")
-    texts: dict[str, dict[str, Any]] = {}
-    for case in read_cases(run, ids):
-        texts.setdefault(case.id, case_texts(case, k))
-        if len(texts) == len(ids):
+    flips = {(d["metric"], d["case_id"]) for d in data["disagreements"] if d["verdicts_differ"]}
+    th = Thresholds(by_pair=dict(_marks(data)))
+    out, spent = [], 0
+    for c in case_rows(run, th, k, flips, texts=True, indices=full):
+        c = _capped(c)
+        size = sum(len(str(ch.get("text") or "")) + len(ch["id"]) + 60 for ch in c["contexts"]) \
+            + sum(len(str(c.get(x) or "")) for x in ("question", "answer", "reference")) \
+            + sum(len(str(s.get("reason") or s.get("error") or "")) + 80 for s in c["scores"])
+        if out and spent + size > FULL_BUDGET:
             break
-    none = {"answer": None, "reference": None, "contexts": []}
-    return [c | texts.get(c["id"], none) for c in chosen]
+        spent += size
+        out.append(c)
+    return out, len(full) - len(out)
+
+
+def _capped(case: dict[str, Any]) -> dict[str, Any]:
+    """A case's drill-down with its first `CHUNKS_SHOWN` chunks and, after them, the relevant ones (as
+    many again at most); ``chunks_hidden``: how many are left out."""
+    chunks = case["contexts"]
+    if len(chunks) <= CHUNKS_SHOWN:
+        return case
+    kept = chunks[:CHUNKS_SHOWN] + [ch for ch in chunks[CHUNKS_SHOWN:] if ch["relevant"]][:CHUNKS_SHOWN]
+    return case | {"contexts": kept, "chunks_hidden": len(chunks) - len(kept)}
+
+
+def _compact(run: Run, data: dict[str, Any], rest: np.ndarray) -> list[dict[str, Any]]:
+    """The one-line view of the cases ``rest``: flags, each score's value, status and verdict, id,
+    tags and question (read back a batch at a time; no score is read back: the columns hold these)."""
+    cols = run.columns
+    marks = _marks(data)
+    f = _flags(data, cols)
+    keys = [(r["backend"], r["metric"]) for r in data["summary"]]
+    out = []
+    for batch in cols.cases.batches(rest, views=True):
+        for i, c in batch:
+            scores = []
+            for b, m in keys:
+                col = cols.column(b, m)
+                code = int(col.status[i])
+                if code == MISSING:
+                    continue
+                scored = code == SCORED
+                scores.append({"metric": m, "backend": b, "status": STATUS_NAMES[code],
+                               "value": float(col.value[i]) if scored else None,
+                               "passed": bool(col.verdicts(marks[(b, m)])[i]) if scored else None})
+            out.append({"id": cols.cases.ids[i], "question": c.question if c is not None else "",
+                        "tags": list(c.tags) if c is not None else [], "scores": scores,
+                        "flags": {"error": bool(f["error"][i]), "undefined": bool(f["undefined"][i]),
+                                  "fail": bool(f["fail"][i]), "disagree": bool(f["disagree"][i])}})
+    return out
 
 
 def _cell(s: Optional[dict[str, Any]], width: int) -> str:
@@ -380,16 +515,15 @@ def _tone(row: dict[str, Any]) -> str:
     return "hi" if not n_fail else ("mid" if n_pass >= n_fail else "lo")
 
 
-def grid(data: dict[str, Any], ids: set[str]) -> dict[str, Any]:
-    """The cases at a glance: a row per case of ``ids``, a column per backend:metric of the summary,
-    each cell the case's verdict at that column's pass mark (``pass``, ``fail``, ``undef``, ``error``,
-    or empty); rows worst first: the most failed cells, then the furthest below a mark."""
+def grid(data: dict[str, Any], shown: list[dict[str, Any]], tags: Sequence[str] = ()) -> dict[str, Any]:
+    """The cases at a glance: a row per case of ``shown`` (the cases in full), a column per
+    backend:metric of the summary, each cell the case's verdict at that column's pass mark (``pass``,
+    ``fail``, ``undef``, ``error``, or empty); rows worst first: the most failed cells, then the
+    furthest below a mark. ``tags``: every tag of the run."""
     columns = [{"metric": r["metric"], "backend": r["backend"], "threshold": r["threshold"],
                 "key": f"{r['backend']}:{r['metric']}"} for r in data["summary"]]
     rows = []
-    for c in data["cases"]:
-        if c["id"] not in ids:
-            continue
+    for c in shown:
         by = {(s["metric"], s["backend"]): s for s in c["scores"]}
         cells, fails, margin = [], 0, math.inf
         for col in columns:
@@ -412,8 +546,7 @@ def grid(data: dict[str, Any], ids: set[str]) -> dict[str, Any]:
         rows.append({"id": c["id"], "tags": c["tags"], "cells": cells, "fails": fails,
                      "margin": margin if math.isfinite(margin) else 0.0})
     rows.sort(key=lambda r: (-r["fails"], r["margin"]))
-    tags = sorted({t for c in data["cases"] for t in c["tags"]})
-    return {"columns": columns, "rows": rows, "tags": tags, "n_cases": len(data["cases"])}
+    return {"columns": columns, "rows": rows, "tags": list(tags), "n_cases": len(data["cases"])}
 
 
 def _script_hash(script: str) -> str:
@@ -424,11 +557,22 @@ def render_html(run: Union[Run, str, Path], data: Optional[dict] = None, full: i
                 **kw) -> str:
     """The self-contained HTML report: ``full`` cases at most in full (`cases_in_full`), the others
     one score row each (`compact_pages`). ``kw``: the options of `report_data`."""
+    import io
+
+    buffer = io.StringIO()
+    write_html(run, buffer, data, full, **kw)
+    return buffer.getvalue()
+
+
+def write_html(run: Union[Run, str, Path], out: TextIO, data: Optional[dict] = None, full: int = FULL_CASES,
+               **kw) -> None:
+    """Write the self-contained HTML report (`render_html`) to ``out``."""
     import jinja2
     from markupsafe import Markup
 
     run = open_run(run)
     data = data or report_data(run, case_texts=False, **kw)
+    cols = run.columns
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(ASSETS)),
         autoescape=True,
@@ -441,19 +585,28 @@ def render_html(run: Union[Run, str, Path], data: Optional[dict] = None, full: i
     env.filters["ragchecker"] = ragchecker_text
     style = (ASSETS / "report.css").read_text(encoding="utf-8")
     script = (ASSETS / "report.js").read_text(encoding="utf-8")
-    p = plots(data)
+    p = plots(data, cols)
     summary_idx = {(r["metric"], r["backend"]): r for r in data["summary"]}
     tag_idx = {t: {(r["metric"], r["backend"]): r for r in rows}
                for t, rows in data["summary_by_tag"].items()}
-    ids = cases_in_full(data, full)
-    shown = _with_texts(run, data, ids)
-    rest = [c for c in data["cases"] if c["id"] not in ids]
+    chosen = cases_in_full(data, cols, full)
+    shown, left = _shown(run, data, chosen)
+    if left:  # past the budget: the cases that did not fit are one line each, like the rest
+        chosen = chosen[:len(shown)]
+    rest = np.setdiff1d(np.arange(len(cols.cases)), chosen, assume_unique=True)
+    step = max(1, math.ceil(len(rest) / COMPACT_ROWS))
+    lines = rest[::step]
     columns = [(r["metric"], r["backend"]) for r in data["summary"]]
     csp = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
            f"script-src '{_script_hash(script)}'; base-uri 'none'; form-action 'none'")
-    return env.get_template("report.html").render(
+    diagnosis = data.get("diagnosis")
+    listed = listed_by_layer(diagnosis, DIAGNOSIS_LISTED) if diagnosis and diagnosis["n_failing"] else {}
+    for piece in env.get_template("report.html").generate(
         d=data, plots=p, colors=p["colors"], style=Markup(style), script=Markup(script), csp=Markup(csp),
         summary_idx=summary_idx, tag_idx=tag_idx, svg=Markup, cases=shown, n_compact=len(rest),
-        compact=Markup(compact_pages(rest, columns)), grid=grid(data, ids), listed=DIAGNOSIS_LISTED,
-        missed=MISSED, reused_lines=reused_lines(data.get("reused_from")),
-    )
+        n_lines=len(lines), sample_step=step, n_over_budget=left,
+        compact=Markup(compact_pages(_compact(run, data, lines), columns)),
+        grid=grid(data, shown, cols.cases.all_tags()), listed=DIAGNOSIS_LISTED, diagnosis_listed=listed,
+        missed=MISSED, chunks_shown=CHUNKS_SHOWN, reused_lines=reused_lines(data.get("reused_from")),
+    ):
+        out.write(piece)

@@ -5,27 +5,50 @@ from the data escaped (`ragbridge.report.text.md_text`), so none can format, lin
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Union
+from typing import Iterable, Optional, TextIO, Union
 
 from ..analysis.table import open_run
 from ..run import Run
 from ..run.summary import ALL
-from .data import DIAGNOSIS_LISTED, report_data, reused_lines
+from .data import DIAGNOSIS_LISTED, listed_by_layer, report_data, reused_lines
 from .text import ci_text, column_lines, md_text, missed_lines, num, ragchecker_text
 
-__all__ = ["render_markdown"]
+__all__ = ["render_markdown", "write_markdown"]
 
 _UNSCORED = ("undefined", "errored", "missing")
 
 
 def render_markdown(run: Union[Run, str, Path], data: Optional[dict] = None, **kw) -> str:
     """The report as GitHub-flavoured Markdown (all data text escaped)."""
+    import io
+
+    buffer = io.StringIO()
+    write_markdown(run, buffer, data, **kw)
+    return buffer.getvalue()
+
+
+class _Lines:
+    """Lines written out as they are added (``out += [...]``, ``out.append(...)``), each with its line
+    break: the report is written a section, and a case, at a time."""
+
+    def __init__(self, out: TextIO):
+        self._write = out.write
+
+    def append(self, line: str) -> None:
+        self._write(line + "\n")
+
+    def __iadd__(self, lines: Iterable[str]) -> "_Lines":
+        self._write("".join(line + "\n" for line in lines))
+        return self
+
+
+def write_markdown(run: Union[Run, str, Path], out: TextIO, data: Optional[dict] = None, **kw) -> None:
+    """Write the report as GitHub-flavoured Markdown to ``out``, a section (and a case) at a time."""
     d = data or report_data(open_run(run), **kw)
-    out: list[str] = []
+    lines = _Lines(out)
     for section in (_head, _moved, _gate, _sides, _halves, _by_tag, _diagnosis, _agreement, _validation,
                     _usage, _noise, _trend, _thresholds, _cases):
-        section(d, out)
-    return "\n".join(out) + "\n"
+        section(d, lines)
 
 
 def _head(d: dict, out: list[str]) -> None:
@@ -261,11 +284,10 @@ def _diagnosis(d: dict, out: list[str]) -> None:
             + " | ".join(str(r[x]) for x in layers) + " |" for r in g["by_tag"]]
     out += ["", "| case | layer | why |", "|---|---|---|"]
     n = DIAGNOSIS_LISTED
-    for x in layers:
-        group = [c for c in g["cases"] if c["layer"] == x]
-        out += [f"| {md_text(c['case_id'])} | {x} | {md_text(c['reason'])} |" for c in group[:n]]
-        if len(group) > n:
-            out.append(f"| … | {x} | and {len(group) - n} more: `ragbridge diagnose` on the run "
+    for x, (group, count) in listed_by_layer(g, n).items():
+        out += [f"| {md_text(c['case_id'])} | {x} | {md_text(c['reason'])} |" for c in group]
+        if count > n:
+            out.append(f"| … | {x} | and {count - n} more: `ragbridge diagnose` on the run "
                        "lists every case |")
     out.append("")
 

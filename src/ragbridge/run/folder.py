@@ -42,13 +42,13 @@ import stat
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from ..formats import load_cases
 from ..formats.files import DatasetError, no_follow, write_atomic
 from ..schema import Case, RunManifest, Score, json_of
 from .plan import RunError
-from .recorded import read_manifest, read_scores
+from .recorded import read_columns, read_manifest, read_scores
 
 #: how ``run.json``'s ``dataset.fingerprint`` is computed; a folder without it is from before
 #: (`ragbridge.formats.batches.Fingerprint`) and cannot be resumed
@@ -56,6 +56,7 @@ FINGERPRINT_OF = "canonical-lines"
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..formats.source import CaseSource
+    from .columns import RunColumns
 
 __all__ = ["FINGERPRINT_OF", "JUDGE_IDENTITY", "RUN_FILES", "HEARTBEAT_SECONDS", "JUDGE_COUNTS", "Run",
            "RunFolder", "load_run", "read_scores", "now", "this_process", "process_start", "alive"]
@@ -91,11 +92,14 @@ class Run:
 
     def __init__(self, manifest: RunManifest, scores: Optional[list[Score]] = None,
                  cases: Optional[list[Case]] = None, path: Optional[Path] = None, totals: Any = None,
-                 repeat_scores: Optional[list[Score]] = None):
+                 repeat_scores: Optional[list[Score]] = None, columns: Optional["RunColumns"] = None):
         self.manifest, self.path, self.totals = manifest, Path(path) if path is not None else None, totals
         self._scores: Optional[list[Score]] = None
         self._repeat_scores = repeat_scores
         self._cases = cases
+        self._columns: Any = columns
+        #: whether the scores or cases were given (a run in memory, or changed), not read from the folder
+        self._given = scores is not None or cases is not None
         if scores is not None:
             if repeat_scores is None:
                 self._recorded(scores)
@@ -116,16 +120,48 @@ class Run:
     def scores(self) -> list[Score]:
         """Every score, the last per (case, metric, backend), by backend, metric and case order; in a
         run with repeats, each case's mean over its repeats (`ragbridge.run.repeats`)."""
+        if self._scores is None and self._columns is not None and self.path is None:
+            self._scores = [s for col in self._columns.columns.values()
+                            for s in col.scores(range(len(self._columns.cases))) if s is not None]
+            self._repeat_scores = [s for col in self._columns.columns.values() for s in col.repeat_scores()]
         if self._scores is None:
-            scores = read_scores(self._file("scores.jsonl"))[0] if self.path is not None else []
+            scores = self._read_scores() if self.path is not None else []
             order = {c.id: i for i, c in enumerate(self.cases)}
+            if order:
+                self._refuse_stray({s.case_id for s in scores} - set(order))
             scores.sort(key=lambda s: (s.backend, s.metric, order.get(s.case_id, 0), s.repeat))
             self._recorded(scores)
         return self._scores
 
+    def _scores_file(self) -> Path:
+        """``scores.jsonl``; a `DatasetError` when it is gone while run.json counts scores in it."""
+        path = self._file("scores.jsonl")
+        counted = (self.manifest.counts or {}).get("scores")
+        if not path.exists() and isinstance(counted, int) and counted > 0:
+            raise DatasetError(f"is missing, but run.json counts {counted} score(s) in it", path=path,
+                               hint="the folder was changed since the run wrote it: restore the file, or run "
+                                    "the evaluation again into this folder with --overwrite")
+        return path
+
+    def _read_scores(self) -> list[Score]:
+        return read_scores(self._scores_file())[0]
+
+    def _refuse_stray(self, ids: "Iterable[str]") -> None:
+        """A `DatasetError` when scores name cases (``ids``) that ``cases.jsonl`` does not hold."""
+        stray = sorted(ids)
+        if stray:
+            more = f" and {len(stray) - 5} more" if len(stray) > 5 else ""
+            shown = ", ".join(repr(i) for i in stray[:5]) + more
+            raise DatasetError(
+                f"holds scores of {len(stray)} case id(s) that are not cases of this run "
+                f"({self.path / 'cases.jsonl'}): {shown}", path=self.path / "scores.jsonl",
+                hint="the folder was changed since the run wrote it: restore it, or run the evaluation "
+                     "again into a new folder")
+
     @scores.setter
     def scores(self, value: list[Score]) -> None:
         self._scores = value
+        self._given, self._columns = True, None
         if self._repeat_scores is None:
             self._repeat_scores = value
 
@@ -140,6 +176,7 @@ class Run:
     @repeat_scores.setter
     def repeat_scores(self, value: list[Score]) -> None:
         self._repeat_scores = value
+        self._given, self._columns = True, None
 
     def _file(self, name: str) -> Path:
         """A file of the run's folder, read when first asked for; `RunError` when the folder is gone
@@ -150,7 +187,33 @@ class Run:
         return self.path / name
 
     @property
+    def columns(self) -> "RunColumns":
+        """The run's cases and scores in columns (`ragbridge.run.columns`): what every analysis and
+        report reads. A run read from a folder is read a block at a time, checked
+        (`ragbridge.run.recorded.read_columns`), without making a `Score` or `Case` object of each."""
+        if self._columns is None:
+            if self.path is not None and not self._given:
+                self._scores_file()  # a removed folder's scores are not an empty run
+                columns = read_columns(self.path, pass_at_least(self.manifest))
+                known = columns.cases.described
+                if known:
+                    self._refuse_stray(columns.cases.ids[known:])
+                self._columns = columns
+            else:
+                from .columns import RunColumns
+
+                self._columns = RunColumns.of(self.repeat_scores, self.cases, pass_at_least(self.manifest))
+        return self._columns
+
+    @columns.setter
+    def columns(self, value: "RunColumns") -> None:
+        self._columns = value
+
+    @property
     def cases(self) -> list[Case]:
+        if self._cases is None and self._columns is not None and self.path is None:
+            index = self._columns.cases
+            self._cases = [c for c in index.cases(range(index.described)) if c is not None]
         if self._cases is None:
             path = self._file("cases.jsonl") if self.path is not None else None
             self._cases = load_cases(path) if path is not None and path.exists() else []
@@ -159,6 +222,12 @@ class Run:
     @cases.setter
     def cases(self, value: list[Case]) -> None:
         self._cases = value
+        self._given, self._columns = True, None
+
+    @property
+    def n_cases(self) -> int:
+        """How many cases the run holds (its ``cases.jsonl``; not the ids only its scores name)."""
+        return len(self._cases) if self._cases is not None else self.columns.cases.described
 
     def __repr__(self) -> str:  # one line: a run holds thousands of scores
         where = repr(str(self.path)) if self.path is not None else "in memory"
@@ -221,17 +290,20 @@ class Run:
         return pd.DataFrame(rows)
 
     def summary(self, by_tag: bool = True):
-        if self.totals is not None:
-            return self.totals.frame(by_tag)
-        from .summary import summarize
+        """Per backend, metric and tag (``(all)`` for every case): the mean over scored cases and the
+        counts (`ragbridge.run.summary.summarize`), as a DataFrame."""
+        import pandas as pd
 
-        return summarize(self.scores, self.cases, by_tag=by_tag)
+        from .summary import COLUMNS
+
+        return pd.DataFrame(self.summary_rows(by_tag), columns=COLUMNS)
 
     def summary_rows(self, by_tag: bool = True) -> list[dict[str, Any]]:
-        """`summary` as a list of plain dicts; for a run just made, without importing pandas."""
+        """`summary` as a list of plain dicts; for a run just made, from the totals kept while it ran
+        (without importing pandas), else from the run's columns."""
         if self.totals is not None:
             return self.totals.rows(by_tag)
-        return self.summary(by_tag).to_dict("records")
+        return self.columns.summary_rows(by_tag)
 
     def costs(self):
         """Judge calls, tokens and cost per backend and metric, over the scores kept (a DataFrame:
@@ -509,7 +581,9 @@ class RunFolder:
             old = json.loads(self.manifest_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return
-        process = old.get("process") if isinstance(old, dict) else None
+        if not isinstance(old, dict):
+            return  # not a manifest: `prepare` says so, with the file
+        process = old.get("process")
         if (old.get("status") == "running" and isinstance(process, dict)
                 and process.get("pid") != os.getpid() and alive(process)):
             raise RunError(
@@ -580,7 +654,7 @@ class RunFolder:
         """Write the cases (``source.save``) and the manifest, and open ``scores.jsonl`` to append to
         (a last line cut short by a kill is cut off first; an update's scores written anew: those it
         keeps)."""
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.path.mkdir(parents=True, exist_ok=True, mode=0o700)  # its user's only
         if self._kept is not None:
             write_atomic(self.scores_path, "".join(score_json(s) + "\n" for s in self._kept))
             self._kept = None

@@ -59,7 +59,6 @@ import secrets
 import re
 import shutil
 import signal
-import stat
 import sys
 import tempfile
 import threading
@@ -72,7 +71,7 @@ from ..plugins import get_backends
 from ..schema import Score, ScoreBlock
 from .executor import Executor, ExecutorSession
 from .lifecycle import Job, Record, applied_environment, close_session, drive_job, open_session
-from ..formats.files import pid_alive
+from ..formats.files import sweep_scratch
 from .plan import Plan, RunError
 
 __all__ = ["RayExecutor", "BackendScorer", "ray_session", "LOCAL_ENVIRONMENT"]
@@ -277,21 +276,7 @@ def sweep_folders(parent: Optional[str] = None) -> None:
     """Remove the private folders (`FOLDER_PREFIX`) that local clusters of this user left in the
     temporary folder when their process was killed (``kill -9``: no clean-up ran): those whose
     process (the pid in the name) is gone. Another user's folders, and live ones, are left alone."""
-    parent = parent or ("/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir())
-    try:
-        names = [n for n in os.listdir(parent) if n.startswith(FOLDER_PREFIX)]
-    except OSError:
-        return
-    for name in names:
-        pid = name[len(FOLDER_PREFIX):].split("-", 1)[0]
-        path = os.path.join(parent, name)
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if (pid.isdigit() and stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
-                and not pid_alive(int(pid))):
-            shutil.rmtree(path, ignore_errors=True)
+    sweep_scratch(FOLDER_PREFIX, parent or ("/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()))
 
 
 def _restore(saved: dict[str, Optional[str]]) -> None:
@@ -423,6 +408,14 @@ class RayExecutor(Executor):
     batch_size: Optional[int] = None
     native_block_rows: Optional[int] = None
     calls_per_actor: int = 2
+
+    def __post_init__(self) -> None:
+        from ..judge.server import is_wildcard
+
+        if self.gateway_host is not None and is_wildcard(self.gateway_host.strip("[]")):
+            said = (f"{self.gateway_host!r} listens on every address of the machine: give this machine's "
+                    "one address that the workers reach it at")
+            raise RunError(f"gateway_host {said}", cli=f"--gateway-host {said}")
 
     @contextlib.asynccontextmanager
     async def session(self, plan: Plan, ctx: ScoringContext) -> AsyncIterator["_Cluster"]:

@@ -20,26 +20,40 @@ line), never a value an analysis takes as it stands:
   own checks.
 
 The score cache's entries are read by `score_from_line` too (one that fails is a miss).
+
+In columns (`read_columns`: what every analysis and report reads, `ragbridge.run.columns`): the
+same files a block of lines at a time, nothing held but the columns; a score line as a run writes it
+is checked by `_plain_fields` (the checks of `score_from_line`'s quick path, on the parsed line), any
+other line by `score_from_line` itself, so both readings accept and refuse exactly the same lines.
+
+Size: the two readings of a run folder (a line at a time into objects, a block at a time into
+columns) are kept in one module with the checks they share, so that neither can accept what the
+other refuses.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional, Sequence
 
+import numpy as np
 import pydantic_core
 from pydantic import ValidationError
 
 from ..formats.files import DatasetError, check_parsed, jsonl_lines, parse_json
 from ..formats.plain_records import good_id
-from ..schema import RunManifest, Score, clean_id
+from ..schema import Case, RunManifest, Score, clean_id
 from ..limits import MAX_REPEATS  # a recorded repeat index is below it
+from .columns import (ERROR, NOT_RUN, SCORED, UNDEFINED, CaseIndex, ColumnsBuilder, RunColumns, ScoreStore,
+                      golden_digest)
 
-__all__ = ["STATUSES", "score_from_line", "read_scores", "read_manifest"]
+__all__ = ["STATUSES", "score_from_line", "read_scores", "read_manifest", "read_columns", "read_case_index",
+           "FileStore"]
 
 #: what ``run.json``'s ``status`` may say
 STATUSES = ("running", "complete", "interrupted", "incomplete", "dry-run")
@@ -399,3 +413,303 @@ def _line_of(text: str, field: Optional[str]) -> Optional[int]:
             return None
         at = found.start()
     return text.count("\n", 0, at) + 1
+
+
+# --------------------------------------------------------------------------------------------
+# A run folder in columns: what the analyses read (`ragbridge.run.columns`)
+
+#: lines of ``scores.jsonl`` (and of ``cases.jsonl``) read and checked at once
+READ_BLOCK = 8192
+_SCORE_FIELDS = ("case_id", "metric", "backend", "value", "native_metric", "native_value", "passed",
+                 "reason", "error", "judge_calls", "prompt_tokens", "completion_tokens", "seconds",
+                 "evidence")
+_OPTIONAL_FIELDS = ("repeat", "not_run", "cost", "repeats", "cached")
+#: the keys of a score line as a run writes it (`ragbridge.run.folder.score_json`: the optional
+#: fields only where they are not at their default), in order
+_PLAIN_KEYS = frozenset(
+    _SCORE_FIELDS + tuple(k for bit, k in enumerate(_OPTIONAL_FIELDS) if mask >> bit & 1)
+    for mask in range(1 << len(_OPTIONAL_FIELDS)))
+_INF = math.inf
+
+
+def _file_lines(path: Path) -> Iterator[list[tuple[int, int, bytes]]]:
+    """The non-blank lines of a file as ``(number from 1, byte offset, bytes without the line
+    break)``, `READ_BLOCK` at a time (a leading BOM left out of the first)."""
+    block: list[tuple[int, int, bytes]] = []
+    at = 0
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, start=1):
+            start, at = at, at + len(raw)
+            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw, start = raw[3:], start + 3
+            if raw.endswith(b"\n"):
+                raw = raw[:-1]
+            if not raw or raw.isspace():
+                continue
+            block.append((n, start, raw))
+            if len(block) == READ_BLOCK:
+                yield block
+                block = []
+    if block:
+        yield block
+
+
+def _text(path: Path, n: int, raw: bytes) -> str:
+    """A line's text (`ragbridge.formats.files.text_lines`' decoding and its error)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})",
+                           path=path, line=n, hint="save the file as UTF-8") from None
+
+
+class FileStore(ScoreStore):
+    """The scores of a run folder: a place is a line's byte offset in ``scores.jsonl``, read back and
+    checked (`score_from_line`) when asked for."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def scores(self, places: Sequence[int]) -> list[Score]:
+        with open(self.path, "rb") as f:
+            lines = lines_at(f, places)
+        got = {at: score_from_line(raw.decode("utf-8")) for at, raw in lines.items()}
+        return [got[p] for p in places]
+
+
+#: how far apart two lines may be to be read in one read (`lines_at`)
+WINDOW = 1 << 20
+
+
+def lines_at(f: Any, places: Sequence[int]) -> dict[int, bytes]:
+    """The lines of binary file ``f`` that start at byte offsets ``places`` (without their line
+    break), read in as few reads as lines near each other allow."""
+    wanted = sorted(set(int(p) for p in places))
+    out: dict[int, bytes] = {}
+    i = 0
+    while i < len(wanted):
+        start, j = wanted[i], i
+        while j + 1 < len(wanted) and wanted[j + 1] - start < WINDOW:
+            j += 1
+        f.seek(start)
+        data = f.read(wanted[j] - start) + f.readline()  # through the end of the last line
+        for k in range(i, j + 1):
+            a = wanted[k] - start
+            e = data.find(b"\n", a)
+            out[wanted[k]] = data[a:e if e >= 0 else len(data)]
+        i = j + 1
+    return out
+
+
+def read_case_index(path: Path) -> CaseIndex:
+    """The cases of a run folder's ``cases.jsonl`` as a `CaseIndex` (ids, tags, ``answerable``, the
+    golden fields' digest and each line's offset), read and checked as `ragbridge.formats.load_cases`
+    reads a golden set, a block at a time (an empty index for a folder without it)."""
+    from ..formats.batches import SeenCaseIds, batch_from_records
+    from ..formats.record_lines import parse_record_line
+    from ..formats.files import parse_line
+
+    ids: list[str] = []
+    tags: list[tuple[str, ...]] = []
+    answerable: list[bool] = []
+    places: list[int] = []
+    golden: list[Optional[bytes]] = []
+    if path.exists():
+        seen = SeenCaseIds()
+        shared: dict[tuple[str, ...], tuple[str, ...]] = {}
+        blank = True
+        for block in _file_lines(path):
+            blank = False
+            pairs = [(n, parse_line(path, n, _text(path, n, raw), "each line must be one JSON object",
+                                     parse_record_line)) for n, _, raw in block]
+            batch = batch_from_records(pairs, path, first_seen=seen)
+            seen.end_batch()
+            ids += batch.ids
+            for k, (_, at, _) in enumerate(block):
+                head = batch.head(k)
+                t = tuple(head.get("tags", ()))
+                tags.append(shared.setdefault(t, t))
+                answerable.append(head.get("answerable", True))
+                golden.append(golden_digest(head))
+                places.append(at)
+        if blank:
+            raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
+    return CaseIndex(ids, tags, np.array(answerable, bool), np.array(places, np.int64), golden,
+                     lambda at: _cases_at(path, at), contents=lambda: _contents(path),
+                     heads=lambda at: _heads_at(path, at), views=lambda at: _views_at(path, at))
+
+
+def _batch_at(path: Path, places: Sequence[int]):
+    """The lines of ``path`` that start at byte offsets ``places`` (sorted, once each), read as a golden
+    set's lines are read: ``(the sorted offsets, their CaseBatch)``."""
+    from ..formats.batches import batch_from_records
+    from ..formats.record_lines import parse_record_line
+
+    with open(path, "rb") as f:
+        lines = lines_at(f, places)
+    wanted = sorted(lines)
+    pairs = [(at, parse_record_line(lines[at].decode("utf-8"))) for at in wanted]
+    return wanted, batch_from_records(pairs, path)
+
+
+def _heads_at(path: Path, places: Sequence[int]) -> list[tuple[dict[str, Any], list[str]]]:
+    """The canonical records (without their chunks) and chunk ids of the cases at ``places``."""
+    wanted, batch = _batch_at(path, places)
+    got = {at: (batch.head(k), ids) for k, (at, (ids, _, _)) in enumerate(zip(wanted, batch.chunk_lists()))}
+    return [got[p] for p in places]
+
+
+def _views_at(path: Path, places: Sequence[int]) -> list[Any]:
+    """The cases at ``places``, to read (`ragbridge.formats.batches.CaseView`)."""
+    wanted, batch = _batch_at(path, places)
+    got = {at: batch.view(k) for k, at in enumerate(wanted)}
+    return [got[p] for p in places]
+
+
+def _contents(path: Path) -> list[bytes]:
+    """A digest of each case's canonical line in ``cases.jsonl`` (`CaseIndex.contents`), read again."""
+    from ..formats.batches import batch_from_records
+    from ..formats.record_lines import parse_record_line
+
+    out: list[bytes] = []
+    if path.exists():
+        for block in _file_lines(path):
+            batch = batch_from_records([(n, parse_record_line(raw.decode("utf-8"))) for n, _, raw in block],
+                                       path)
+            out += [hashlib.blake2b(batch.line(k), digest_size=16).digest() for k in range(len(batch))]
+    return out
+
+
+def _cases_at(path: Path, places: Sequence[int]) -> list[Case]:
+    """The cases whose lines start at byte offsets ``places`` of ``path``, read back as a golden set's
+    lines are read."""
+    wanted, batch = _batch_at(path, places)
+    got = {at: batch[k] for k, at in enumerate(wanted)}
+    return [got[p] for p in places]
+
+
+def read_columns(folder: Path, pass_at_least: Optional[int] = None) -> RunColumns:
+    """A run folder's cases and scores in columns (`ragbridge.run.columns`), read a block at a time:
+    ``cases.jsonl`` checked as a golden set is, every line of ``scores.jsonl`` checked as
+    `score_from_line` checks it (the line as a run writes it at once, any other field by field), the
+    last per (case, metric, backend, repeat) winning and a last line cut short by a killed run dropped
+    (``dropped``), as `read_scores` reads them. ``pass_at_least``: the run's ``--pass-repeats``."""
+    cases = read_case_index(folder / "cases.jsonl")
+    path = folder / "scores.jsonl"
+    builder = ColumnsBuilder(cases, FileStore(path))
+    dropped = 0
+    if path.exists():
+        bad: list[DatasetError] = []
+        for block in _file_lines(path):
+            if bad:
+                raise bad[0]  # a line that cannot be read, with scores after it: not a cut last line
+            _read_block(block, path, builder, bad)
+            builder.flush()
+        if bad:
+            if len(bad) > 1 or not _cut_short(path, bad[0]):
+                raise bad[0]
+            dropped = 1
+    got = builder.finish(pass_at_least)
+    got.dropped = dropped
+    return got
+
+
+def _read_block(block: list[tuple[int, int, bytes]], path: Path, builder: ColumnsBuilder,
+                bad: list[DatasetError]) -> None:
+    """Put a block of score lines in columns: parsed at once and each checked as a run writes it, any
+    other line (or a block that does not parse) field by field (`score_from_line`)."""
+    try:
+        parsed = pydantic_core.from_json(b"[" + b",".join(raw for _, _, raw in block) + b"]")
+    except ValueError:
+        parsed = None
+    if type(parsed) is not list or len(parsed) != len(block):
+        parsed = [None] * len(block)
+    position = builder.cases.position
+    described = builder.cases.described
+    add = builder.add_fast
+    for (n, at, raw), d in zip(block, parsed):
+        if bad:
+            raise bad[0]
+        fields = _plain_fields(d, raw, position, described) if type(d) is dict else None
+        if fields is None:
+            try:
+                score = score_from_line(_text(path, n, raw))
+            except DatasetError as exc:
+                exc.path, exc.line = str(path), n
+                bad.append(exc)
+                continue
+            builder.add_score(score, at, n)
+            continue
+        cid, metric, backend, value, status, repeat, extra = fields
+        key = (backend, metric)
+        i = position.get(cid)
+        if i is None or i >= described:
+            i = builder.index(cid, key, n)
+        add(key, i, value, status, at, repeat, extra)
+
+
+def _plain_fields(d: dict, raw: bytes, position: dict, described: int) -> Optional[tuple]:
+    """A parsed score line's fields when it is a line as a run writes it (the checks of
+    `score_from_line`'s quick path: `_plain_score`, each key once, every value of its type, no
+    evidence, repeats summary or mapping as native value to read); else None."""
+    if tuple(d) not in _PLAIN_KEYS or raw.count(b'":') != len(d):
+        return None
+    cid, metric, backend = d["case_id"], d["metric"], d["backend"]
+    if type(cid) is not str or type(metric) is not str or type(backend) is not str:
+        return None
+    value = d["value"]
+    tv = type(value)
+    if tv is float:
+        if not 0.0 <= value <= 1.0:
+            return None
+    elif tv is int:
+        if not 0 <= value <= 1:
+            return None
+        value = float(value)
+    elif value is not None:
+        return None
+    nm, passed, reason, error = d["native_metric"], d["passed"], d["reason"], d["error"]
+    if (nm is not None and type(nm) is not str) or (passed is not None and type(passed) is not bool) \
+            or (reason is not None and type(reason) is not str) \
+            or (error is not None and type(error) is not str) \
+            or d["evidence"] is not None or type(d["native_value"]) is dict:
+        return None
+    jc, pt, ct, sec = d["judge_calls"], d["prompt_tokens"], d["completion_tokens"], d["seconds"]
+    if type(jc) is not int or type(pt) is not int or type(ct) is not int or jc < 0 or pt < 0 or ct < 0:
+        return None
+    ts = type(sec)
+    if not ((ts is float and 0.0 <= sec < _INF) or (ts is int and sec >= 0)):
+        return None
+    repeat, not_run, cost, cached = 0, False, None, False
+    if len(d) > 14:
+        repeat = d.get("repeat", 0)
+        not_run = d.get("not_run", False)
+        cost = d.get("cost")
+        cached = d.get("cached", False)
+        if type(repeat) is not int or not 0 <= repeat < MAX_REPEATS or type(not_run) is not bool \
+                or d.get("repeats") is not None or type(cached) is not bool:
+            return None
+        if cost is not None and not ((type(cost) is float and 0.0 <= cost < _INF)
+                                     or (type(cost) is int and cost >= 0)):
+            return None
+    i = position.get(cid)
+    if (i is None or i >= described) and not good_id(cid):
+        return None
+    if not _good_name(metric) or not _good_name(backend):
+        return None
+    extra = None
+    if jc or pt or ct or sec:
+        extra = {}
+        if jc:
+            extra["judge_calls"] = jc
+            extra["cost"] = math.nan if cost is None else float(cost)
+        if pt:
+            extra["prompt_tokens"] = pt
+        if ct:
+            extra["completion_tokens"] = ct
+        if sec:
+            extra["seconds"] = float(sec)
+    if cached:
+        extra = {**(extra or {}), "cached": True}
+    status = ERROR if error else NOT_RUN if not_run else UNDEFINED if value is None else SCORED
+    return cid, metric, backend, value, status, repeat, extra

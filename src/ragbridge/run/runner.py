@@ -203,7 +203,10 @@ async def run(request: RunRequest) -> Run:
             options = options.model_copy(update={"span_labels": True})
         plan = plan_metrics(request.backends, request.metrics, options.k, options)
         request_judge, embeds = _with_embedding_model(request.judge, plan)
-        judged, stub = _check_judge(plan, request_judge, preflight=not request.dry_run, defaulted=embeds)
+        _refuse_unsafe_caches(plan, request_judge)
+        probes = _probes(request)
+        judged, stub = _check_judge(plan, request_judge, preflight=not request.dry_run, defaulted=embeds,
+                                    probes=probes)
         judge = request_judge if judged else None
         executor = executor_for(request.executor)
         if isinstance(executor, LocalExecutor):  # NAME==VERSION environments (Ray makes its own)
@@ -240,7 +243,7 @@ async def run(request: RunRequest) -> Run:
         if folder:
             folder.start(source, manifest)
         recorder = await _score(request, plan, options, judge, executor, source, folder, manifest, done,
-                                n_target_errors)
+                                n_target_errors, probes.sent)
         specs = [spec for chosen in plan.values() for _, spec in chosen]
         repeated = (request.repeats > 1 and any(spec.judge for spec in specs)) or any(key[3] for key in done)
         # a run with repeats summarises each case's mean over them: from its scores, not the running totals
@@ -249,15 +252,29 @@ async def run(request: RunRequest) -> Run:
                    totals=None if repeated else recorder.totals)
 
 
+def _refuse_unsafe_caches(plan: Plan, judge: Any) -> None:
+    """`ragbridge.judge.cache.CacheRefused` for a judge cache (or its score cache) that another user
+    could change, before any call is made or anything written."""
+    if judge is None or judge.cache_path is None or judge.cache_mode == "off" \
+            or not any(spec.judge for chosen in plan.values() for _, spec in chosen):
+        return
+    from ..judge.cache import refuse_unsafe
+    from .score_cache import score_cache_path
+
+    refuse_unsafe(judge.cache_path)
+    refuse_unsafe(score_cache_path(judge.cache_path))
+
+
 async def _score(request: RunRequest, plan: Plan, options: RunOptions, judge: Any, executor: Executor,
                  source: CaseSource, folder: Optional[RunFolder], manifest: RunManifest, done: dict,
-                 n_target_errors: int) -> Recorder:
+                 n_target_errors: int, probed: int = 0) -> Recorder:
     """Score every batch of ``source`` with ``executor``, recording into ``folder`` (step 5 to 7);
     the session's end is recorded in the manifest (and the folder) whatever happens."""
     status, recorder, scored = "incomplete", None, False
     try:
         with contextlib.ExitStack() as closing:  # closed before the session's counts are final
-            gateway = _gateway(request, judge, folder, manifest, closing, _structured_modes(plan, options))
+            gateway = _gateway(request, judge, folder, manifest, closing, _structured_modes(plan, options),
+                               probed)
             cache, reuse = None, None
             if judge is not None and request.score_cache:
                 from .score_cache import ScoreReuse, score_cache_for
@@ -327,11 +344,26 @@ def _case_source(request: RunRequest, corpus: Optional[Corpus], opened: contextl
     return opened.enter_context(CaseSource.of_cases(cases, request.batch_size, corpus))
 
 
+def _probes(request: RunRequest) -> Any:
+    """The requests the check of the judge's model may send (`ragbridge.judge.preflight.Probes`):
+    what ``max_calls`` leaves after the earlier sessions' calls (their ``judge-calls.log``)."""
+    from ..judge.ledger import read_tally
+    from ..judge.preflight import Probes
+
+    if request.max_calls is None:
+        return Probes()
+    spent = 0
+    if request.out is not None and not request.overwrite:
+        spent = read_tally(Path(request.out) / "judge-calls.log")[0]
+    return Probes(max(0, request.max_calls - spent))
+
+
 def _gateway(request: RunRequest, judge: Any, folder: Optional[RunFolder], manifest: RunManifest,
-             closing: contextlib.ExitStack, modes: dict[str, str]) -> Any:
+             closing: contextlib.ExitStack, modes: dict[str, str], probed: int = 0) -> Any:
     """The run's judge gateway (None when no planned metric needs a judge), closed with ``closing``:
     the backends' own structured-output ``modes``, its audit log in the folder, what earlier sessions
-    spent counted, the budget or (a dry run) the stub's answers set."""
+    spent counted (and ``probed``: the requests the check of the judge's model sent), the budget or (a
+    dry run) the stub's answers set."""
     if judge is None:
         return None
     from ..judge import JudgeGateway
@@ -342,11 +374,13 @@ def _gateway(request: RunRequest, judge: Any, folder: Optional[RunFolder], manif
     spent = dict(manifest.counts.get("judge", {}))
     retries = int(spent.get("retries") or 0)
     if folder:  # every request counted before it is sent: what a killed session spent is known
-        attempts, cost = gateway.ledger.open_tally(folder.tally_path)
+        attempts, cost = gateway.ledger.open_tally(folder.tally_path, probed)
         # the requests a killed session sent that no report of it counted: counted as calls
         spent.update(calls=max(int(spent.get("calls") or 0), attempts - retries),
                      cost=max(float(spent.get("cost") or 0.0), cost))
         manifest.counts["judge"] = spent
+    elif probed:
+        spent["calls"] = int(spent.get("calls") or 0) + probed
     if request.dry_run:
         gateway.simulate = _stub_simulator()
     elif request.budget:  # the budget counts every request sent upstream, retries included
@@ -425,8 +459,8 @@ def _with_embedding_model(judge: Any, plan: Plan) -> tuple[Any, Optional[str]]:
         "names none)")
 
 
-def _check_judge(plan: Plan, judge: Any, preflight: bool = True,
-                 defaulted: Optional[str] = None) -> tuple[bool, Optional[str]]:
+def _check_judge(plan: Plan, judge: Any, preflight: bool = True, defaulted: Optional[str] = None,
+                 probes: Any = None) -> tuple[bool, Optional[str]]:
     """Whether a planned metric needs the judge, and the settings of ragbridge's stub judge when it is
     the judge (`ragbridge.judge.preflight`); raises `RunError` when there is no judge, or (with
     ``preflight``) when its key, endpoint or model does not work (checked before anything is called
@@ -448,7 +482,7 @@ def _check_judge(plan: Plan, judge: Any, preflight: bool = True,
 
         probe = JudgeGateway(judge)  # preflight needs no started gateway: nothing is served yet
         try:
-            checked = probe.preflight()
+            checked = probe.preflight(probes)
         except Exception as exc:
             said, cli = str(exc), cli_text(exc)
             if defaulted and said.startswith(f"embedding model {judge.embedding_model!r}"):

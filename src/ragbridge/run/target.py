@@ -224,7 +224,7 @@ async def fill_cases(
     }
     todo = [c for c in cases if c.id not in results]
     if record_path is not None:
-        record_path.parent.mkdir(parents=True, exist_ok=True)
+        record_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fh = open(record_path, "a", encoding="utf-8", opener=no_follow) if record_path is not None else None
     sem = asyncio.Semaphore(max(1, concurrency))
     bar = progress_display(progress, len(todo), label="calling target", noun="target calls")

@@ -62,8 +62,8 @@ from ..schema import Case
 from ..stub import responders
 from .stub_judge import StubJudge
 
-__all__ = ["BackendContract", "every_backend", "plugin_registered", "CONTRACT_CASES", "CASE_INPUTS",
-           "imported_by_registering"]
+__all__ = ["BackendContract", "every_backend", "plugin_registered", "plugins_as_at_start", "CONTRACT_CASES",
+           "CASE_INPUTS", "imported_by_registering"]
 
 #: the case inputs a `MetricSpec.requires` may name (`Case.fields_present`)
 CASE_INPUTS = frozenset({"question", "answer", "contexts", "context_text", "relevant", "relevant_spans",
@@ -120,6 +120,37 @@ def plugin_registered(plugin: Any, name: Optional[str] = None) -> Iterator[Any]:
         for r in added:
             responders.unregister(r)
         pm.unregister(plugin)
+
+
+@contextlib.contextmanager
+def plugins_as_at_start() -> Iterator[None]:
+    """The plugin manager as a new process starts with it, for the block: no plugin registered, the
+    entry points not read yet; as it was after. What a command run in the test process registers and
+    finds (a plugin a test put on the path) is forgotten when the block ends, as when its process exits,
+    and a plugin the test registered (`plugin_registered`) is not seen in the block, as a child process
+    would not see it. The stub judge's responders are the stub's, which answers in the test process:
+    they are asked of the plugins registered here now (if not yet), as the stub asks at its first
+    answer, and left as they are."""
+    from .. import plugins
+
+    responders.responders()
+    pm = plugins.pm
+    saved = pm.list_name_plugin()
+    flags = plugins._loaded, plugins._entry_points_loaded, dict(plugins.load_errors)
+    for _, plugin in saved:
+        pm.unregister(plugin)
+    plugins._loaded = plugins._entry_points_loaded = False
+    plugins.load_errors.clear()
+    try:
+        yield
+    finally:
+        for _, plugin in pm.list_name_plugin():
+            pm.unregister(plugin)
+        for name, plugin in saved:
+            pm.register(plugin, name=name)
+        plugins._loaded, plugins._entry_points_loaded = flags[:2]
+        plugins.load_errors.clear()
+        plugins.load_errors.update(flags[2])
 
 
 def imported_by_registering(name: str) -> set[str]:

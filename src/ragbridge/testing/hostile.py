@@ -31,6 +31,9 @@ repeated-key        a normal answer whose every ``"verdict"`` is given twice, th
                     contradicting the first (``"verdict": 1, "verdict": 0``)
 lone-surrogate      a normal answer whose every ``"reason"`` begins with a lone surrogate (``\\ud800``,
                     escaped as JSON allows)
+key-split           a normal answer whose every ``"reason"`` ends with the key it was given cut in
+                    two halves (``KEYECHO-A <first half> KEYECHO-B <second half>``)
+key-b32             ... ends with the key in base32
 gzip                a normal answer compressed with gzip (``Content-Encoding: gzip``), whatever the
                     request accepts
 =================== ========================================================================
@@ -56,7 +59,7 @@ USAGE_LIES: dict[str, dict[str, Any]] = {
 #: the charsets ``echo-key-<charset>`` answers in (declared in the answer's Content-Type)
 ECHO_CHARSETS = ("utf-16", "utf-16-be", "utf-32", "cp500", "utf-7")
 #: the modes that change a normal answer's message text
-CONTENT_MODES = ("repeated-key", "lone-surrogate")
+CONTENT_MODES = ("repeated-key", "lone-surrogate", "key-split", "key-b32")
 #: the ways ``echo-key*`` echoes the key
 ECHO_MODES = ("echo-key", *(f"echo-key-{c}" for c in ECHO_CHARSETS), "echo-key-bom")
 MODES = ("drip", "drip-head", "same-500", "huge", "late", "late-once", *ECHO_MODES, "echo-key-each",
@@ -158,10 +161,21 @@ def lone_surrogates(content: str) -> str:
     return re.sub(r'("reason"\s*:\s*")', lambda m: m.group(1) + "\ud800", content)
 
 
-def change_content(payload: Any, mode: str) -> Any:
+def key_in_reasons(content: str, mode: str, key: str) -> str:
+    """Every ``"reason"`` string in ``content`` (a JSON text) ended with ``key`` in two halves
+    (``key-split``) or in base32 (``key-b32``)."""
+    half = len(key) // 2
+    echo = (f" KEYECHO-A {key[:half]} KEYECHO-B {key[half:]}" if mode == "key-split"
+            else f" KEYECHO {base64.b32encode(key.encode()).decode()}")
+    tail = json.dumps(echo)[1:-1]
+    return re.sub(r'("reason"\s*:\s*"(?:[^"\\]|\\.)*)"', lambda m: m.group(1) + tail + '"', content)
+
+
+def change_content(payload: Any, mode: str, key: str = "") -> Any:
     """``payload`` (an answer) with its message text (or tool-call arguments) changed by ``mode``
-    (one of `CONTENT_MODES`)."""
-    change = repeat_verdicts if mode == "repeated-key" else lone_surrogates
+    (one of `CONTENT_MODES`; ``key``: the key the request presented)."""
+    change = {"repeated-key": repeat_verdicts, "lone-surrogate": lone_surrogates}.get(
+        mode, lambda content: key_in_reasons(content, mode, key))
     for choice in payload.get("choices") or () if isinstance(payload, dict) else ():
         message = choice.get("message") or {}
         if isinstance(message.get("content"), str):

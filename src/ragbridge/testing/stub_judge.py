@@ -284,7 +284,8 @@ class _Handler(FastRequestHandler):
                 payload = hostile.lie_about_usage(payload, fault)
             if fault in hostile.CONTENT_MODES and status == 200:
                 # json.dumps escapes a lone surrogate (\ud800), as a JSON text may
-                payload = json.dumps(hostile.change_content(payload, fault)).encode("ascii")
+                payload = json.dumps(hostile.change_content(payload, fault, hostile.given_key(self.headers)
+                                                            or "")).encode("ascii")
             if fault == "gzip":
                 if not isinstance(payload, bytes):
                     payload = json.dumps(payload, ensure_ascii=False).encode("utf-8")
@@ -381,16 +382,16 @@ class StubJudge:
         self._closed = threading.Event()
         self._conns: set = set()
         self._server: Optional[_Server] = None
+        self.handler = type("StubHandler", (_Handler,), {"stub": self, "owner": self})  # its answers
         self._thread: Optional[threading.Thread] = None
 
     def start(self) -> "StubJudge":
         if self._server is not None:
             return self
-        handler = type("StubHandler", (_Handler,), {"stub": self, "owner": self})
         self._closed.clear()
         if self.log is not None:
             self._log_fh = open(self.log, "a", encoding="utf-8", buffering=1)
-        self._server = _Server((self.host, self.port), handler)
+        self._server = _Server((self.host, self.port), self.handler)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name=f"ragbridge-stub-{self.port}", daemon=True)

@@ -32,7 +32,8 @@ from typing import Any, Callable, Iterable, Optional
 from ..metrics import half_of
 from ..schema import Case, Score
 
-__all__ = ["ScoreFormat", "evaluation_rows", "span_rows", "written", "EVALUATION_COLUMNS", "SCORE_FORMATS"]
+__all__ = ["ScoreFormat", "evaluation_rows", "score_rows", "trace_of", "span_rows", "written",
+           "EVALUATION_COLUMNS", "SCORE_FORMATS"]
 
 EVALUATION_COLUMNS = ("trace_id", "span_id", "document_position", "name", "label", "score", "explanation",
                       "case_id", "metric", "backend")
@@ -42,7 +43,9 @@ EVALUATION_COLUMNS = ("trace_id", "span_id", "document_position", "name", "label
 class ScoreFormat:
     """A file of span evaluations, as a plugin registers it: ``write(rows, path)`` writes the rows
     of `evaluation_rows` to ``path`` (a file, or a folder when ``is_dir``) and returns warning lines
-    (what it could not write, counted). ``needs_value``: rows without a score are left out;
+    (what it could not write, counted). ``rows`` is an iterable read once, a row at a time (a run
+    of a million cases is not held: ``export-scores`` makes the rows as they are written).
+    ``needs_value``: rows without a score are left out;
     ``documents``: the document evaluations are written (see `written`)."""
 
     name: str
@@ -62,8 +65,8 @@ def evaluation_rows(cases: Iterable[Case], scores: Iterable[Score],
     where: dict[str, dict[str, Any]] = {}
     positions: dict[str, dict[str, int]] = {}
     for case in cases:
-        info = case.metadata.get("trace") if isinstance(case.metadata, dict) else None
-        if isinstance(info, dict) and info.get("span_id"):
+        info = trace_of(case.metadata)
+        if info is not None:
             where[case.id] = info
             positions[case.id] = {}
             for k, chunk in enumerate(case.contexts):
@@ -74,33 +77,48 @@ def evaluation_rows(cases: Iterable[Case], scores: Iterable[Score],
         if info is None:
             homeless += 1
             continue
-        span = info["span_id"]
-        retrievers = info.get("retriever_span_ids") or []
-        if retrievers and half_of(score.metric) == "retrieval":
-            span = retrievers[0]
-        value = score.value if score.value is not None and math.isfinite(score.value) else None
-        if score.error:
-            label, explanation = "error", score.error
-        elif value is None:
-            label, explanation = "undefined", score.reason
-        else:
-            verdict = passed(score)
-            label = None if verdict is None else ("pass" if verdict else "fail")
-            explanation = score.reason
-        base = {"trace_id": info.get("trace_id"), "name": f"{score.backend}.{score.metric}",
-                "case_id": score.case_id, "metric": score.metric, "backend": score.backend}
-        rows.append({**base, "span_id": span, "document_position": None, "label": label, "score": value,
-                     "explanation": explanation})
-        chunks = score.evidence.chunks if score.evidence is not None and not score.error else None
-        for verdict in chunks or []:
-            at = positions[score.case_id].get(verdict.id)
-            if at is None or not retrievers:
-                continue
-            doc_span, doc_position = _document_place(info, at)
-            rows.append({**base, "span_id": doc_span, "document_position": doc_position,
-                         "label": "relevant" if verdict.relevant else "irrelevant",
-                         "score": 1.0 if verdict.relevant else 0.0, "explanation": verdict.reason})
+        rows += score_rows(score, info, positions[score.case_id].get, passed)
     return rows, homeless
+
+
+def trace_of(metadata: Any) -> Optional[dict[str, Any]]:
+    """Where a case came from in its traces (its ``metadata["trace"]``, with a ``span_id``), or None."""
+    info = metadata.get("trace") if isinstance(metadata, dict) else None
+    return info if isinstance(info, dict) and info.get("span_id") else None
+
+
+def score_rows(score: Score, info: dict[str, Any], position: Callable[[str], Optional[int]],
+               passed: Callable[[Score], Optional[bool]]) -> list[dict[str, Any]]:
+    """The span evaluation of one score of a case that came from a trace (``info``: its
+    `trace_of`), and its document evaluations (``position``: a chunk id's place among the case's
+    chunks, or None)."""
+    span = info["span_id"]
+    retrievers = info.get("retriever_span_ids") or []
+    if retrievers and half_of(score.metric) == "retrieval":
+        span = retrievers[0]
+    value = score.value if score.value is not None and math.isfinite(score.value) else None
+    if score.error:
+        label, explanation = "error", score.error
+    elif value is None:
+        label, explanation = "undefined", score.reason
+    else:
+        verdict = passed(score)
+        label = None if verdict is None else ("pass" if verdict else "fail")
+        explanation = score.reason
+    base = {"trace_id": info.get("trace_id"), "name": f"{score.backend}.{score.metric}",
+            "case_id": score.case_id, "metric": score.metric, "backend": score.backend}
+    rows = [{**base, "span_id": span, "document_position": None, "label": label, "score": value,
+             "explanation": explanation}]
+    chunks = score.evidence.chunks if score.evidence is not None and not score.error else None
+    for verdict in chunks or []:
+        at = position(verdict.id)
+        if at is None or not retrievers:
+            continue
+        doc_span, doc_position = _document_place(info, at)
+        rows.append({**base, "span_id": doc_span, "document_position": doc_position,
+                     "label": "relevant" if verdict.relevant else "irrelevant",
+                     "score": 1.0 if verdict.relevant else 0.0, "explanation": verdict.reason})
+    return rows
 
 
 def _document_place(info: dict[str, Any], position: int) -> tuple[str, int]:
@@ -130,14 +148,14 @@ def written(rows: Iterable[dict[str, Any]], needs_value: bool, documents: bool) 
     return spans, (len(kept) - spans) if documents else 0
 
 
-def _write_jsonl(rows: list[dict[str, Any]], path: Path) -> list[str]:
+def _write_jsonl(rows: Iterable[dict[str, Any]], path: Path) -> list[str]:
     with open(path, "w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     return []
 
 
-def _write_csv(rows: list[dict[str, Any]], path: Path) -> list[str]:
+def _write_csv(rows: Iterable[dict[str, Any]], path: Path) -> list[str]:
     with open(path, "w", encoding="utf-8", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(EVALUATION_COLUMNS))
         writer.writeheader()

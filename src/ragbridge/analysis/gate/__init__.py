@@ -84,6 +84,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+import numpy as np
+
 from ...metrics import NAMES, resolve_metric
 from ...run import Run
 from ..diff import (
@@ -199,12 +201,14 @@ def gate_thresholds(config: Any) -> Thresholds:
     return (config if isinstance(config, GateConfig) else load_gates(config)).pass_marks()
 
 
-def _slice(run: Run, tags: Sequence[str]) -> list[str]:
-    ids = [c.id for c in run.cases] or list(dict.fromkeys(s.case_id for s in run.scores))
+def _slice(run: Run, tags: Sequence[str]) -> np.ndarray:
+    """The places of the cases a rule reads, in run order: the run's cases (every case its scores name
+    when it has no cases.jsonl) carrying every tag of ``tags``."""
+    cases = run.columns.cases
+    known = cases.described or len(cases)
     if not tags:
-        return ids
-    need = set(tags)
-    return [c.id for c in run.cases if need <= set(c.tags)]
+        return np.arange(known)
+    return np.flatnonzero(cases.slice_mask(tags)[:cases.described])
 
 
 def _known_metric(name: str, registry_metrics: set[str]) -> bool:
@@ -322,15 +326,15 @@ def run_gates(
     scored_by: dict[str, set[str]] = {}
     for b, ms in run.manifest.metrics.items():
         scored_by.setdefault(b, set()).update(ms)
-    by_key: dict[tuple[str, str], dict[str, Any]] = {}
-    for s in run.scores:
-        scored_by.setdefault(s.backend, set()).add(s.metric)
-        by_key.setdefault((s.backend, s.metric), {})[s.case_id] = s
-    base_key: dict[tuple[str, str], dict[str, Any]] = {}
-    if base is not None:
-        for s in base.scores:
-            base_key.setdefault((s.backend, s.metric), {})[s.case_id] = s
-    all_tags = sorted({t for c in run.cases for t in c.tags})
+    cols = run.columns
+    for b, m in cols.columns:
+        scored_by.setdefault(b, set()).add(m)
+    base_cols = base.columns if base is not None else None
+    base_at = None
+    if base_cols is not None:
+        position = base_cols.cases.position
+        base_at = np.fromiter((position.get(cid, -1) for cid in cols.cases.ids), np.int64, len(cols.cases))
+    all_tags = cols.cases.all_tags()
 
     warnings: list[str] = [f"history: {h.path} did not finish (status {h.manifest.status}); its means "
                            "are of what it scored" for h in series[:-1] if h.manifest.status != "complete"]
@@ -368,7 +372,8 @@ def run_gates(
         backends = _bind(rule, run, scored_by, at)
         if needs == "baseline":
             for b in backends:
-                if (b, rule.metric) not in base_key and rule.metric not in base.manifest.metrics.get(b, []):
+                if base_cols.column(b, rule.metric) is None \
+                        and rule.metric not in base.manifest.metrics.get(b, []):
                     raise GateConfigError(
                         f"{at}: the baseline run has no {b}:{rule.metric} scores to compare with"
                     )
@@ -383,13 +388,13 @@ def run_gates(
     for rule, backends in bound:
         ids = _slice(run, rule.tags)
         for backend in backends:
-            ctx = GateContext(run, by_key, base_key, ids, series, noise,
+            ctx = GateContext(run, cols, base_cols, base_at, ids, series, noise,
                               group_seed(seed, str(rule.index), backend), resamples, permutations, config,
                               diagnosis)
             kind = KINDS[rule.kind]
             m = kind.measure(rule, backend, ctx)
             diagnosis = ctx._diagnosis if diagnosis is None else diagnosis
-            verdict, detail = decide(rule, m, _unmet(rule, run, by_key.get((backend, rule.metric), {})))
+            verdict, detail = decide(rule, m, _unmet(rule, run, cols.column(backend, rule.metric)))
             items = m.items if verdict != "pass" or kind.items_on_pass else []
             results.append(GateResult(rule, backend, verdict, m.figure, m.n, detail, m.ci[0], m.ci[1], m.p,
                                       items))
@@ -398,9 +403,9 @@ def run_gates(
 
 
 
-def _unmet(rule: Rule, run: Run, scores: dict[str, Any]) -> list[str]:
+def _unmet(rule: Rule, run: Run, column: Any) -> list[str]:
     """The requirements of ``rule`` the run does not meet: ``min_repeats`` on a judged metric."""
-    if rule.min_repeats <= 1 or not any(s.judge_calls for s in scores.values()):
+    if rule.min_repeats <= 1 or column is None or not column.judged:
         return []
     problem = check_repeats(run, rule.min_repeats)
     return [problem] if problem else []

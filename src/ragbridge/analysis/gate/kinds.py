@@ -16,8 +16,10 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ...run import Run
-from ...verdicts import COMPARE, verdict
+from ...run.columns import ERROR, SCORED, UNDEFINED
+from ...verdicts import COMPARE
 from ..noise import noise_band, within_judge_noise
+from ..rows import Rows
 from ..stats import mean_interval, paired_bootstrap_ci, paired_permutation_pvalue
 from ..trend import slope_of
 
@@ -46,14 +48,16 @@ class Measurement:
 
 @dataclass
 class GateContext:
-    """What a rule is measured on: the run, its scores by (backend, metric) -> case, the baseline's,
-    the case ids of the rule's slice, the ordered history (slope rules), the judge noise per
-    (backend, metric) of baseline and run, and the statistics settings."""
+    """What a rule is measured on: the run's columns (`ragbridge.run.columns`), the baseline's (with
+    ``base_at``: each of the run's cases' place among the baseline's, -1 where it has none), the
+    cases of the rule's slice (their places, in run order), the ordered history (slope rules), the
+    judge noise per (backend, metric) of baseline and run, and the statistics settings."""
 
     run: Run
-    by_key: dict[tuple[str, str], dict[str, Any]]
-    base_key: dict[tuple[str, str], dict[str, Any]]
-    ids: list[str]
+    cols: Any
+    base_cols: Any
+    base_at: Optional[np.ndarray]
+    ids: np.ndarray
     series: list[Run]
     noise: dict[tuple[str, str], tuple]
     seed: int
@@ -71,6 +75,9 @@ class GateContext:
 
             self._diagnosis = diagnose(self.run, pass_marks(self.run, gates=self.config))
         return self._diagnosis
+
+    def case_id(self, i: int) -> str:
+        return self.cols.cases.ids[i]
 
 
 @dataclass(frozen=True)
@@ -132,79 +139,103 @@ def grammar() -> str:
 # The kinds
 
 
-def _scores(rule, backend: str, ctx: GateContext) -> list:
-    got = ctx.by_key.get((backend, rule.metric), {})
-    return [got[c] for c in ctx.ids if c in got]
+def _here(col: Any, ctx: GateContext) -> np.ndarray:
+    """The cases of the rule's slice that ``col`` has a score for, in run order."""
+    return ctx.ids[col.present[ctx.ids]]
 
 
-def _not_counted(here: list) -> list[str]:
-    n_und = sum(s.status == "undefined" for s in here)
-    n_err = sum(s.status == "error" for s in here)
+def _not_counted(col: Any, here: np.ndarray) -> list[str]:
+    st = col.status[here]
+    n_und, n_err = int((st == UNDEFINED).sum()), int((st == ERROR).sum())
     return [f"not counted: {n_und} undefined, {n_err} errored"] if n_und or n_err else []
 
 
-def _behind(scored: list, threshold: float, op: str) -> list[dict[str, Any]]:
-    """The cases on the wrong side of a per-case bar (by `ragbridge.verdicts.verdict`), lowest first."""
-    rows = [{"case_id": s.case_id, "value": s.value, "reason": s.reason}
-            for s in scored if verdict(s, threshold, op) is False]
-    return sorted(rows, key=lambda r: (r["value"], r["case_id"]))
+def _behind(col: Any, scored: np.ndarray, threshold: float, op: str, ctx: GateContext) -> Rows:
+    """The cases on the wrong side of a per-case bar (by `ragbridge.verdicts.verdict`), lowest first:
+    each with its value and reason, read as the rows are."""
+    below = scored[~col.verdicts(threshold, op)[scored]]
+    below = below[np.lexsort((ctx.cols.cases.id_rank()[below], col.value[below]))]
+
+    def make(start: int, stop: int) -> list[dict[str, Any]]:
+        part = below[start:stop]
+        return [{"case_id": ctx.case_id(i), "value": float(col.value[i]), "reason": s.reason}
+                for i, s in zip(part.tolist(), col.scores(part))]
+    return Rows(len(below), make)
 
 
 def _mean(rule, backend: str, ctx: GateContext) -> Measurement:
-    here = _scores(rule, backend, ctx)
-    scored = [s for s in here if s.status == "scored"]
-    vals = np.array([s.value for s in scored], dtype=float)
+    col = ctx.cols.column(backend, rule.metric)
+    here = _here(col, ctx)
+    scored = here[col.status[here] == SCORED]
+    vals = col.value[scored]
     n = len(vals)
     return Measurement(
-        math.fsum(vals) / n if n else math.nan, n, "mean",
+        math.fsum(vals.tolist()) / n if n else math.nan, n, "mean",
         ci=mean_interval(vals, rule.confidence, ctx.resamples, ctx.seed) if n else (math.nan, math.nan),
-        items=_behind(scored, rule.threshold, rule.op), notes=_not_counted(here))
+        items=_behind(col, scored, rule.threshold, rule.op, ctx), notes=_not_counted(col, here))
 
 
 def _share(rule, backend: str, ctx: GateContext) -> Measurement:
-    here = _scores(rule, backend, ctx)
-    scored = [s for s in here if s.status == "scored"]
-    vals = np.array([verdict(s, rule.cut, rule.cut_op) for s in scored], dtype=float)
+    col = ctx.cols.column(backend, rule.metric)
+    here = _here(col, ctx)
+    scored = here[col.status[here] == SCORED]
+    vals = col.verdicts(rule.cut, rule.cut_op)[scored].astype(float)
     n = len(vals)
     return Measurement(
-        math.fsum(vals) / n if n else math.nan, n, "share",
+        math.fsum(vals.tolist()) / n if n else math.nan, n, "share",
         ci=mean_interval(vals, rule.confidence, ctx.resamples, ctx.seed) if n else (math.nan, math.nan),
-        items=_behind(scored, rule.cut, rule.cut_op), notes=_not_counted(here))
+        items=_behind(col, scored, rule.cut, rule.cut_op, ctx), notes=_not_counted(col, here))
 
 
-def _rate(want: str) -> Callable[[Any, str, GateContext], Measurement]:
+def _rate(want: int) -> Callable[[Any, str, GateContext], Measurement]:
     def measure(rule, backend: str, ctx: GateContext) -> Measurement:
-        keys = [(backend, rule.metric)] if rule.metric else [k for k in ctx.by_key if k[0] == backend]
-        per_case: dict[str, list] = {}
-        for key in keys:
-            for cid, s in ctx.by_key.get(key, {}).items():
-                per_case.setdefault(cid, []).append(s)
-        cases = [c for c in ctx.ids if c in per_case]
-        bad = [(c, [s for s in per_case[c] if s.status == want]) for c in cases]
-        bad = [(c, ss) for c, ss in bad if ss]
-        n = len(cases)
-        items = [{"case_id": c, "metrics": ", ".join(sorted(s.metric for s in ss)),
-                  "reason": ss[0].error or ss[0].reason} for c, ss in bad]
-        what = "share of cases with an error" if want == "error" else "share of cases undefined"
-        return Measurement(len(bad) / n if n else math.nan, n, what, items=items)
+        keys = ([(backend, rule.metric)] if rule.metric
+                else [k for k in ctx.cols.columns if k[0] == backend])
+        cols = [ctx.cols.column(*k) for k in keys if ctx.cols.column(*k) is not None]
+        ids = ctx.ids
+        present = np.zeros(len(ids), bool)
+        bad = np.zeros((len(cols), len(ids)), bool)
+        for k, col in enumerate(cols):
+            present |= col.present[ids]
+            bad[k] = col.status[ids] == want
+        n = int(present.sum())
+        found = ids[bad.any(axis=0)]
+        where = {int(i): k for k, i in enumerate(ids.tolist())} if len(found) else {}
+
+        def make(start: int, stop: int) -> list[dict[str, Any]]:
+            out = []
+            for i in found[start:stop].tolist():
+                which = [k for k in range(len(cols)) if bad[k, where[i]]]
+                s = cols[which[0]].scores([i])[0]
+                out.append({"case_id": ctx.case_id(i),
+                            "metrics": ", ".join(sorted(cols[k].metric for k in which)),
+                            "reason": s.error or s.reason})
+            return out
+        what = "share of cases with an error" if want == ERROR else "share of cases undefined"
+        return Measurement(len(found) / n if n else math.nan, n, what, items=Rows(len(found), make))
     return measure
 
 
 def _drop(rule, backend: str, ctx: GateContext) -> Measurement:
-    new_s = ctx.by_key.get((backend, rule.metric), {})
-    old_s = ctx.base_key.get((backend, rule.metric), {})
-    pairs = [(c, old_s[c].value, new_s[c].value) for c in ctx.ids
-             if c in new_s and c in old_s and new_s[c].status == "scored" and old_s[c].status == "scored"]
-    n = len(pairs)
-    b = np.array([x[1] for x in pairs], dtype=float)
-    v = np.array([x[2] for x in pairs], dtype=float)
-    m = Measurement(math.fsum(b - v) / n if n else math.nan, n, "drop (baseline - run)")
+    new_s = ctx.cols.column(backend, rule.metric)
+    old_s = ctx.base_cols.column(backend, rule.metric)
+    ids = ctx.ids
+    if old_s is None:
+        both = ids[:0]
+        became = 0
+    else:
+        old_s = old_s.on(ctx.base_at)
+        present = ids[new_s.present[ids] & old_s.present[ids]]
+        both = present[(new_s.status[present] == SCORED) & (old_s.status[present] == SCORED)]
+        became = int(((old_s.status[present] == SCORED) & (new_s.status[present] != SCORED)).sum())
+    n = len(both)
+    b = old_s.value[both] if n else np.empty(0)
+    v = new_s.value[both]
+    m = Measurement(math.fsum((b - v).tolist()) / n if n else math.nan, n, "drop (baseline - run)")
     if n:
         m.ci = paired_bootstrap_ci(v, b, rule.confidence, ctx.resamples, ctx.seed)  # CI of base - new
         # H0: the drop is at most the allowance; H1: new < base - allowance.
         m.p = paired_permutation_pvalue(b, v, "less", rule.threshold, ctx.permutations, ctx.seed)
-    became = sum(1 for c in ctx.ids if c in new_s and c in old_s and old_s[c].status == "scored"
-                 and new_s[c].status != "scored")
     if became:
         m.notes.append(f"{became} case(s) scored in the baseline are not scored now (see error_rate)")
     noise = ctx.noise.get((backend, rule.metric))
@@ -213,8 +244,17 @@ def _drop(rule, backend: str, ctx: GateContext) -> Measurement:
         within = within_judge_noise(m.figure, band)
         if within is not None:
             m.notes.append(f"{'within' if within else 'beyond'} judge noise (band {band:.3f})")
-    m.items = sorted(({"case_id": c, "base": x, "new": y, "delta": y - x} for c, x, y in pairs if y < x),
-                     key=lambda r: (r["delta"], r["case_id"]))
+    worse = v < b
+    down, base_v, new_v = both[worse], b[worse], v[worse]
+    delta = new_v - base_v
+    order = np.lexsort((ctx.cols.cases.id_rank()[down], delta))
+    down, base_v, new_v, delta = down[order], base_v[order], new_v[order], delta[order]
+
+    def make(start: int, stop: int) -> list[dict[str, Any]]:
+        return [{"case_id": ctx.case_id(i), "base": x, "new": y, "delta": d}
+                for i, x, y, d in zip(down[start:stop].tolist(), base_v[start:stop].tolist(),
+                                      new_v[start:stop].tolist(), delta[start:stop].tolist())]
+    m.items = Rows(len(down), make)
     return m
 
 
@@ -237,11 +277,18 @@ def _slope(rule, backend: str, ctx: GateContext) -> Measurement:
 
 def _diagnosed(rule, backend: str, ctx: GateContext) -> Measurement:
     """The share of the rule's cases (all of them, failing or not) the diagnosis gives the layer."""
-    layer_of = {c.case_id: c for c in ctx.diagnosis().cases}
-    behind = [layer_of[c] for c in ctx.ids if c in layer_of and layer_of[c].layer == rule.layer]
-    n = len(ctx.ids)
+    from ..diagnose import LAYERS
+
+    d = ctx.diagnosis()
+    ids = ctx.ids
+    behind = ids[d.layer_codes[ids] == LAYERS.index(rule.layer)]
+    n = len(ids)
+
+    def make(start: int, stop: int) -> list[dict[str, Any]]:
+        return [{"case_id": c.case_id, "layer": c.layer, "reason": c.reason}
+                for c in d.of_cases(behind[start:stop].tolist())]
     return Measurement(len(behind) / n if n else math.nan, n, f"share of cases diagnosed {rule.layer}",
-                       items=[{"case_id": c.case_id, "layer": c.layer, "reason": c.reason} for c in behind])
+                       items=Rows(len(behind), make))
 
 
 def _a_layer(groups: dict) -> Optional[str]:
@@ -262,9 +309,9 @@ for _kind in (
         rf"^share\(\s*(?P<metric>{_METRIC})\s*(?P<cop>>=|<=|>|<)\s*(?P<cut>{_NUM})\s*\)$"),
         "share(METRIC >= 0.7) >= 0.9", _share, significance="ci"),
     RuleKind("error_rate", re.compile(rf"^error_rate(?:\(\s*(?P<metric>{_METRIC})\s*\))?$"),
-             "error_rate(METRIC) <= 0.05", _rate("error")),
+             "error_rate(METRIC) <= 0.05", _rate(ERROR)),
     RuleKind("undefined_rate", re.compile(rf"^undefined_rate\(\s*(?P<metric>{_METRIC})\s*\)$"),
-             "undefined_rate(METRIC) <= 0.1", _rate("undefined")),
+             "undefined_rate(METRIC) <= 0.1", _rate(UNDEFINED)),
     RuleKind("diagnosed", re.compile(r"^diagnosed\(\s*(?P<layer>[a-z_]+)\s*\)$"),
              "diagnosed(retrieval) <= 0.05", _diagnosed, scope="diagnosis", items_on_pass=False,
              check_args=_a_layer),

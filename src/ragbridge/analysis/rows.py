@@ -1,0 +1,98 @@
+"""Rows made as they are read: every case of a large run, listed without holding them.
+
+An output that lists every case (a diff's cases that got worse, the cases behind a gate's rule, the
+flips of a calibration, a report's cases) would hold a dict per case; at a million cases that is
+more than memory. `Rows` is a list whose rows are made when read, a block at a time, from what the
+analysis keeps (the cases' places in NumPy arrays): its length, slices and iteration behave as a
+list's, and `ragbridge.commands.output.print_json` and `ragbridge.report.text.jsonable` write it
+row by row. Anything that needs a real list (pandas) gets ``list(rows)``.
+"""
+
+from __future__ import annotations
+
+import pickle
+import tempfile
+from typing import Any, Callable, Iterator
+
+__all__ = ["Rows", "Spool", "BLOCK"]
+
+#: rows made at a time
+BLOCK = 2000
+
+
+class Rows(list):
+    """``n`` rows, row ``i`` being ``make(i, i + 1)[0]``; ``make(start, stop)`` makes a block."""
+
+    def __init__(self, n: int, make: Callable[[int, int], list], block: int = BLOCK):
+        super().__init__()
+        self._n, self._make, self._block = n, make, block
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __bool__(self) -> bool:
+        return self._n > 0
+
+    def __iter__(self) -> Iterator[Any]:
+        for start in range(0, self._n, self._block):
+            yield from self._make(start, min(self._n, start + self._block))
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            start, stop, step = i.indices(self._n)
+            if step != 1:
+                return list(self)[i]
+            return self._make(start, stop) if stop > start else []
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError("row index out of range")
+        return self._make(i, i + 1)[0]
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, list) and len(self) == len(other)
+                and all(a == b for a, b in zip(self, other)))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Rows({self._n} rows)"
+
+    def mapped(self, f: Callable[[Any], Any]) -> "Rows":
+        """These rows, each passed through ``f`` as it is made."""
+        return Rows(self._n, lambda start, stop: [f(r) for r in self._make(start, stop)], self._block)
+
+    def head(self, k: int) -> list:
+        return self[:k]
+
+
+class Spool:
+    """Records kept on disk in order (a nameless scratch file that goes with the object), added one at
+    a time and read back as `Rows`: results made one by one that are too many to hold (a diagnosis
+    of every failing case of a large run)."""
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile()
+        self._at: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def add(self, record: Any) -> None:
+        self._file.seek(0, 2)
+        self._at.append(self._file.tell())
+        self._file.write(pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def rows(self) -> Rows:
+        """The records, in the order they were added."""
+        self._file.seek(0, 2)
+        at = self._at + [self._file.tell()]
+
+        def make(start: int, stop: int) -> list:
+            if stop <= start:
+                return []
+            self._file.seek(at[start])
+            data = memoryview(self._file.read(at[stop] - at[start]))
+            base = at[start]
+            return [pickle.loads(data[at[k] - base:at[k + 1] - base]) for k in range(start, stop)]
+        return Rows(len(self._at), make)

@@ -1,0 +1,117 @@
+"""The commands that read a run hold a few bytes a score, not the run's scores as objects: their peak
+memory grows by little from a run of 1,000 cases to one of 6,000 (whole processes, peak RSS)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+METRICS = ["recall@10", "precision@10", "hit@10", "mrr", "ndcg@10", "map"]
+GATES = """\
+[defaults]
+backend = "native"
+
+[[gate]]
+check = "ndcg@10 >= 0.2"
+
+[[gate]]
+check = "recall@10 drop <= 0.01"
+"""
+
+
+def _golden(path: Path, n: int, p: float, seed: int = 11) -> Path:
+    rng = random.Random(seed)
+    with open(path, "w") as f:
+        for q in range(n):
+            ids = [f"d{j}" for j in rng.sample(range(400), 40)]
+            rel = {d: rng.randint(1, 3) for d in ids[:rng.randint(1, 6)]}
+            ranked = sorted(ids, key=lambda d: (d not in rel or rng.random() > p, rng.random()))
+            trace = {"trace_id": f"{q:032x}", "span_id": f"{q:016x}"}
+            f.write(json.dumps({"id": f"q{q}", "question": f"question {q}",
+                                "contexts": [{"id": d} for d in ranked], "relevant": rel,
+                                "tags": [f"topic{q % 4}"], "metadata": {"trace": trace}}) + "\n")
+    return path
+
+
+def _peak_mib(*args: object) -> float:
+    """Run the command line in its own process; its peak RSS in MiB."""
+    env = {**os.environ, "COLUMNS": "100"}
+    proc = subprocess.Popen([sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()",
+                             *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    _, status, usage = os.wait4(proc.pid, 0)
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode in (0, 1), err
+    return usage.ru_maxrss / 1024
+
+
+def _runs(folder: Path, n: int) -> tuple[Path, Path]:
+    out = []
+    for name, p in (("A", 0.5), ("B", 0.55)):
+        cmd = ["run", _golden(folder / f"{name}.jsonl", n, p), "--out", folder / name, "--backend", "native",
+               "--no-progress"]
+        for m in METRICS:
+            cmd += ["--metric", m]
+        _peak_mib(*cmd)
+        out.append(folder / name)
+    (folder / "gates.toml").write_text(GATES)
+    return out[0], out[1]
+
+
+@pytest.mark.slow
+def test_commands_that_read_a_run_hold_a_few_bytes_a_score(tmp_path):
+    peaks = {}
+    for n in (1000, 6000):
+        folder = tmp_path / str(n)
+        folder.mkdir()
+        a, b = _runs(folder, n)
+        commands = {
+            "gate": ["gate", b, "--config", folder / "gates.toml", "--baseline", a, "--json"],
+            "diff": ["diff", a, b, "--json"],
+            "report-md": ["report", a, "--format", "md", "--out", folder / "r.md"],
+            "report-html": ["report", a, "--out", folder / "r.html"],
+            "export-scores": ["export-scores", a, "--to", "jsonl", "--out", folder / "e.jsonl"],
+        }
+        for name, args in commands.items():
+            peaks[name, n] = _peak_mib(*args)
+    # 30,000 more scores: as Score objects (about 4 KiB each) they would take over 100 MiB more
+    grown = {name: round(peaks[name, 6000] - peaks[name, 1000]) for name, _ in peaks}
+    assert all(g < 60 for g in grown.values()), grown
+
+
+def test_json_outputs_are_the_indented_document_byte_for_byte():
+    import math
+
+    from ragbridge.analysis.rows import Rows
+    from ragbridge.report.text import json_chunks, json_escaped
+
+    rng = random.Random(3)
+    plain = [None, True, False, 0, -7, 10**30, 1.5, -0.0, 1e-300, 3.5e20, "", "é\n\"\\\x01\x1b\u202e", "xyz"]
+
+    def value(depth):
+        r = rng.random()
+        if depth > 4 or r < 0.45:
+            return rng.choice(plain)
+        if r < 0.75:
+            return [value(depth + 1) for _ in range(300 if rng.random() < 0.03 else rng.randint(0, 4))]
+        if r < 0.8:
+            return tuple(value(depth + 1) for _ in range(rng.randint(0, 3)))
+        return {(rng.choice([1, 2.5, True, None]) if rng.random() < 0.1 else f"k{i}"): value(depth + 1)
+                for i in range(rng.randint(0, 5))}
+
+    for t in range(500):
+        made = [value(2) for _ in range(7)]
+        doc = {"rows": Rows(7, lambda start, stop: made[start:stop], block=3), "x": value(0)} \
+            if t % 2 else value(0)
+        expected = json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False)  # Rows: a list
+        assert "".join(json_chunks(doc, size=rng.choice([1, 64, 1 << 16]))) == json_escaped(expected)
+    for bad in (math.nan, [1, math.inf], {"a": [{"b": -math.inf}]}):
+        with pytest.raises(ValueError):
+            "".join(json_chunks(bad))
