@@ -379,7 +379,7 @@ def test_cli_compare(mixed_run):
     r = ragbridge_cli("compare", mixed_run, "--metric", "faithfulness", "--resamples", "200", "--top", "3")
     assert r.returncode == 0, r.stderr
     assert "ragas vs trulens" in r.stdout and "Where the backends disagree most: faithfulness" in r.stdout
-    assert r.stdout.startswith("faithfulness: 3 backends on")  # the answer first
+    assert r.stdout.startswith("faithfulness: 3 backends, ")  # the answer first
     assert "1 errored" in r.stdout and "1 undefined" in r.stdout and "1 missing" in r.stdout
     j = ragbridge_cli("compare", mixed_run, "--resamples", "0", "--json")
     data = json.loads(j.stdout)

@@ -210,6 +210,55 @@ def test_scores_of_two_versions_read_as_two_backends(tmp_path):
     assert t.find("ragas==0.4.3", "faithfulness") == 0.6
 
 
+def test_compare_says_how_many_cases_it_compared_when_one_backend_scored_none(tmp_path):
+    """A run whose one backend errored on every case of a metric (as RAGAS 0.3.9's answer_relevance
+    did): compare's answer says 0 cases were compared and that backend scored none, never that the
+    verdicts differ on 0 cases as if they agreed."""
+    import types
+
+    from ragbridge.plugin import Backend, MetricSpec, Score, hookimpl
+    from ragbridge.plugins import load_plugins, pm
+
+    class Scores(Backend):
+        name = "mylib"
+
+        def metrics(self):
+            return [MetricSpec("relevance"), MetricSpec("recall")]
+
+        async def score(self, metric, cases, ctx):
+            for i, c in enumerate(cases):
+                yield Score(case_id=c.id, metric=metric, backend=self.name, value=0.25 * (i % 4))
+
+    class Fails(Scores):
+        name = "mylib==1.2"
+
+        async def score(self, metric, cases, ctx):
+            for i, c in enumerate(cases):
+                if metric == "relevance":
+                    yield Score(case_id=c.id, metric=metric, backend=self.name,
+                                error="APIConnectionError: Connection error.")
+                else:
+                    yield Score(case_id=c.id, metric=metric, backend=self.name, value=0.25 * (i % 4))
+
+    @hookimpl
+    def ragbridge_register_backends(register):
+        register(Scores())
+        register(Fails())
+
+    load_plugins()
+    plugin = types.SimpleNamespace(ragbridge_register_backends=ragbridge_register_backends)
+    pm.register(plugin, name="compare-none-test")
+    try:
+        evaluate(load_cases(EXAMPLE)[:6], backends=["mylib", "mylib==1.2"], out=tmp_path / "run")
+    finally:
+        pm.unregister(name="compare-none-test")
+    done = ragbridge_cli("compare", tmp_path / "run")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "relevance: 2 backends, 0 of 6 cases compared: mylib==1.2 scored none (6 errored)" in text
+    assert "recall: 2 backends, 6 of 6 cases compared; their verdicts differ on 0" in text
+
+
 def test_the_workers_judge_counts_calls_under_the_versioned_name():
     """The worker's gateway client files every call under ``ragas==0.3.9``: the tag it sends, whether
     it comes from the scope, the path or a header the library's client set."""
@@ -366,6 +415,66 @@ def test_a_killed_worker_loses_no_score_and_the_run_resumes(cached, tmp_path):
     assert f"resumed: {len(kept)} score(s) kept" in again.stdout
 
 
+_RAGAS_OWN = textwrap.dedent("""
+    import json, math, os, sys, warnings
+    warnings.filterwarnings("ignore")
+    os.environ["RAGAS_DO_NOT_TRACK"] = "true"
+    import ragas
+    from langchain_openai import ChatOpenAI, OpenAIEmbeddings
+    from ragas import EvaluationDataset, evaluate
+    from ragas.embeddings import LangchainEmbeddingsWrapper
+    from ragas.llms import LangchainLLMWrapper
+    from ragas.metrics import Faithfulness, ResponseRelevancy
+
+    path, base = sys.argv[1:3]
+    llm = LangchainLLMWrapper(ChatOpenAI(model="stub-judge", base_url=base, api_key="x", max_tokens=4096))
+    emb = LangchainEmbeddingsWrapper(OpenAIEmbeddings(model="text-embedding-3-small", base_url=base,
+                                                      api_key="x", check_embedding_ctx_length=False))
+    frame = evaluate(EvaluationDataset.from_jsonl(path), metrics=[Faithfulness(), ResponseRelevancy()],
+                     llm=llm, embeddings=emb, show_progress=False).to_pandas()
+    print(json.dumps({"version": ragas.__version__, "faithfulness": frame["faithfulness"].tolist(),
+                      "answer_relevance": frame["answer_relevancy"].tolist()}))
+""")
+
+
+@pytest.mark.slow
+@needs_backend("ragas")
+def test_ragas_0_3_answer_relevance_beside_faithfulness_scores_as_ragas_own_evaluate(cached, tmp_path):
+    """RAGAS 0.3.9's AnswerRelevancy embeds with its synchronous ``embed_text`` inside ``ascore``: in
+    the worker, beside faithfulness, every case is scored (none errored, no hang), each score what
+    RAGAS 0.3.9's own ``ragas.evaluate`` gives in that environment."""
+    from ragas import EvaluationDataset, SingleTurnSample
+
+    from ragbridge.run.isolated import prepare
+
+    rows = [json.loads(line) for line in EXAMPLE.read_text().splitlines()[:6]]
+    samples = [SingleTurnSample(user_input=r["question"], response=r["answer"], reference=r["reference"],
+                                retrieved_contexts=[c["text"] for c in r["contexts"]])
+               for r in rows]
+    golden = tmp_path / "golden.ragas.jsonl"
+    EvaluationDataset(samples=samples).to_jsonl(str(golden))
+    env = prepare(["ragas==0.3.9"])["ragas==0.3.9"]
+    out = tmp_path / "run"
+    with StubJudge() as stub:
+        done = ragbridge_cli("run", golden, "--out", out, "--backend", "ragas==0.3.9", "--metric",
+                             "faithfulness", "--metric", "answer_relevance", "--judge-model", "stub-judge",
+                             "--judge-base-url", stub.base_url, "--no-progress", "--cache-mode", "off")
+        own = subprocess.run([str(env.python), "-c", _RAGAS_OWN, str(golden), stub.base_url],
+                             capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert own.returncode == 0, own.stderr[-2000:]
+    theirs = json.loads(own.stdout.splitlines()[-1])
+    assert theirs["version"] == "0.3.9"
+    order = [json.loads(line)["id"] for line in (out / "cases.jsonl").read_text().splitlines()]
+    lines = (out / "scores.jsonl").read_text().splitlines()
+    scores = {(s["metric"], s["case_id"]): s for s in map(json.loads, lines)}
+    assert len(scores) == 12 and all(s["error"] is None for s in scores.values())
+    for metric in ("faithfulness", "answer_relevance"):
+        ours = [scores[(metric, cid)]["value"] for cid in order]
+        assert ours == pytest.approx(theirs[metric], abs=1e-6), metric
+    assert len(set(theirs["answer_relevance"])) > 2  # the embeddings mattered
+
+
 _BUILD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
@@ -398,6 +507,40 @@ def test_two_runs_building_one_environment_share_one_build(fresh_cache, tmp_path
 
 
 @pytest.mark.slow
+def test_kill_9_of_a_build_ends_the_uv_it_started(fresh_cache, tmp_path):
+    """``kill -9`` of the process building an environment (its process alone, not its group): the uv
+    it started ends with it, leaving nothing that writes into the folder the next build removes."""
+    go = tmp_path / "go"
+    go.touch()
+    proc = subprocess.Popen([sys.executable, "-c", _BUILD, str(go)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    uv: list[int] = []
+    while time.monotonic() < deadline and not uv:
+        uv = [pid for pid in _children(proc.pid) if b"sync" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        time.sleep(0.01)
+    assert uv, "uv pip sync was not seen"
+    proc.kill()
+    proc.wait()
+    time.sleep(0.5)
+    left = [pid for pid in uv if _alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "uv outlived the build that started it"
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+@pytest.mark.slow
 def test_a_killed_build_leaves_no_environment_in_use(fresh_cache, tmp_path):
     from ragbridge.run.environments import ensure
     from ragbridge.run.isolated import backend_named
@@ -427,13 +570,16 @@ def test_an_unreachable_index_is_said_with_what_to_do(fresh_cache, tmp_path):
     with StubJudge() as stub:
         done = ragbridge_cli("run", EXAMPLE, "--out", tmp_path / "run", "--backend", "ragas==0.3.9",
                              "--judge-model", "stub-judge", "--judge-base-url", stub.base_url,
+                             "--no-progress",
                              env={"UV_DEFAULT_INDEX": "http://127.0.0.1:9/simple", "UV_NO_CACHE": "1"})
     assert done.returncode == 2, done.stderr
+    assert "building the environment of ragas==0.3.9" in done.stderr  # a note, not a progress display
     assert "cannot build the environment of ragas==0.3.9" in done.stderr
     assert "the package index could not be reached" in done.stderr and "127.0.0.1:9" in done.stderr
     assert not (tmp_path / "run").exists()
     envs = fresh_cache / "envs"
     assert not list(envs.glob("ragas-*")) and not list(envs.glob(".tmp-*"))
+    assert not list(envs.glob(".*.lock")), "the failed build left its lock file"
 
 
 @pytest.mark.slow
@@ -494,6 +640,12 @@ def test_environments_build_then_remove(fresh_cache):
     assert "building the environment of ragas==0.3.9" in done.stderr and "ready in" in done.stdout
     listed = json.loads(ragbridge_cli("environments", "list", "--json").stdout)["environments"]
     assert [(e["backend"], e["version"], e["current"]) for e in listed] == [("ragas", "0.3.9", True)]
+    python = listed[0]["executable"]
+    ran = subprocess.run([python, "-c", "import ragas; print(ragas.__version__)"], capture_output=True,
+                         text=True)
+    assert ran.stdout.strip() == "0.3.9"
+    shown = ragbridge_cli("environments", "list", env={"COLUMNS": "80"}).stdout
+    assert f"ragas==0.3.9: python {python}" in shown
     again = ragbridge_cli("environments", "build", "ragas==0.3.9")  # made: nothing to build
     assert again.returncode == 0 and "building" not in again.stderr
     gone = ragbridge_cli("environments", "remove", "ragas==0.3.9")
@@ -534,7 +686,11 @@ def _say(proc, message):
 
 
 def _hear(proc):
-    return json.loads(proc.stdout.readline())
+    """The worker's next message, past the ``alive`` ones it sends every second."""
+    while True:
+        message = json.loads(proc.stdout.readline())
+        if message != {"alive": True}:
+            return message
 
 
 @pytest.mark.slow  # spawns a worker process
@@ -624,3 +780,153 @@ def test_what_a_library_prints_never_reaches_the_pipe(tmp_path):
     assert proc.wait(timeout=30) == 0
     printed = proc.stderr.read().decode()
     assert "scoring " + cases[0].id in printed and "straight to file descriptor 1" in printed
+
+
+STUCK = textwrap.dedent('''
+    import time
+    from ragbridge.plugin import Backend, MetricSpec, Score, hookimpl
+
+    class Stuck(Backend):
+        name = "stuck"
+        library = "numpy"
+
+        def version(self):
+            return "1.0"
+
+        def metrics(self):
+            return [MetricSpec("must_contain")]
+
+        async def score(self, metric, cases, ctx):
+            yield Score(case_id=cases[0].id, metric=metric, backend=self.name, value=1.0)
+            time.sleep(120)  # a library's blocking call: the worker's event loop is held
+
+    @hookimpl
+    def ragbridge_register_backends(register):
+        register(Stuck())
+''')
+
+_RUN_OF_A_WORKER = textwrap.dedent('''
+    import json, subprocess, sys, time
+    from ragbridge import load_cases
+    from ragbridge.backend import RunOptions, case_record
+    from ragbridge.run.worker import options_record
+
+    worker = subprocess.Popen([sys.executable, "-m", "ragbridge.run.worker"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, start_new_session=True)
+    def say(message):
+        worker.stdin.write(json.dumps(message).encode() + b"\\n")
+        worker.stdin.flush()
+    say({"ragbridge_worker": 1, "backend": "stuck", "name": "stuck==1.0", "plugin": "rb_stuck",
+         "options": options_record(RunOptions()), "judge": None})
+    assert json.loads(worker.stdout.readline())["ready"] is True
+    cases = load_cases(sys.argv[1])[:2]
+    say({"op": "score", "job": 1, "metric": "must_contain", "repeat": 0,
+         "cases": [case_record(cases, i) for i in range(2)]})
+    assert "score" in json.loads(worker.stdout.readline())
+    print(worker.pid, flush=True)
+    time.sleep(600)
+''')
+
+
+@pytest.mark.slow  # spawns a worker process
+def test_a_worker_whose_run_is_killed_while_a_library_holds_its_loop_exits():
+    """The run is killed outright (two Ctrl-Cs, ``kill -9``) while a library's blocking call holds the
+    worker's event loop (it cannot read the end of its pipe): the worker ends all the same, within
+    seconds, and is never left running without its run."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "rb_stuck.py").write_text(STUCK)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([tmp, os.environ.get("PYTHONPATH", "")])}
+        run = subprocess.Popen([sys.executable, "-c", _RUN_OF_A_WORKER, str(EXAMPLE)], stdout=subprocess.PIPE,
+                               env=env, text=True)
+        worker = int(run.stdout.readline())
+        assert Path(f"/proc/{worker}").exists()
+        run.kill()
+        run.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _alive(worker):
+            time.sleep(0.1)
+        alive = _alive(worker)
+        if alive:
+            os.kill(worker, signal.SIGKILL)
+        assert not alive, "the worker outlived its run"
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not ended (a zombie has)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_run_ends_its_worker(cached, tmp_path, how):
+    """Ctrl-C (or SIGTERM) of a run while its worker scores: the run exits 130 within seconds, every
+    score it recorded kept, and no worker process is left."""
+    out = tmp_path / "run"
+    with StubJudge(latency=0.3) as stub:
+        args = ["run", EXAMPLE, "--out", out, "--backend", "ragas==0.3.9", "--metric", "faithfulness",
+                "--judge-model", "stub-judge", "--judge-base-url", stub.base_url, "--no-progress",
+                "--cache-mode", "off"]
+        proc = subprocess.Popen([sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()",
+                                 *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        scores = out / "scores.jsonl"
+        deadline = time.monotonic() + 240
+        seen: list[int] = []
+        while time.monotonic() < deadline and not (seen and scores.exists() and scores.read_text().strip()):
+            seen = seen or workers_of(proc.pid)
+            time.sleep(0.05)
+        assert seen, "no worker was seen scoring"
+        os.kill(proc.pid, getattr(signal, how))
+        started = time.monotonic()
+        _, stderr = proc.communicate(timeout=60)
+        took = time.monotonic() - started
+    assert proc.returncode == 130, stderr
+    assert took < 15, took
+    time.sleep(1)
+    assert not [pid for pid in seen if _alive(pid)], "a worker outlived its run"
+    assert all(json.loads(line)["error"] is None for line in scores.read_text().splitlines())
+
+
+@pytest.mark.slow  # spawns a worker process
+def test_a_worker_whose_loop_a_library_holds_errors_its_cases_as_timed_out(tmp_path, fresh_cache,
+                                                                          monkeypatch):
+    """A library call that holds the worker's event loop far past the judge's timeout: the score the
+    worker sent before is recorded, the case it held errors as timed out, the run ends (no hang) and
+    the worker with it."""
+    import ragbridge.run.isolated as isolated
+    from ragbridge.plugins import pm
+    from ragbridge.run.environments import MARKER
+    from ragbridge.run.isolated import backend_named
+
+    package = tmp_path / "rb_stuck"
+    (package / "locks").mkdir(parents=True)
+    (package / "__init__.py").write_text(STUCK)
+    (package / "locks" / "1.0.txt").write_text("numpy\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import rb_stuck
+
+    monkeypatch.setattr(isolated, "STALL_SECONDS", 4.0, raising=False)
+    pm.register(rb_stuck, name="rb_stuck")
+    try:
+        env = backend_named("stuck==1.0").environment_spec()  # made by hand: this Python, no uv
+        (env.path / "bin").mkdir(parents=True)
+        env.python.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+        env.python.chmod(0o755)
+        (env.path / MARKER).write_text("{}")
+        started = time.monotonic()
+        run = evaluate(load_cases(EXAMPLE)[:2], backends=["stuck==1.0"], metrics=["must_contain"],
+                       out=tmp_path / "run")
+        took = time.monotonic() - started
+    finally:
+        pm.unregister(rb_stuck)
+    by = {s.case_id: s for s in run.scores}
+    first, second = (c.id for c in load_cases(EXAMPLE)[:2])
+    assert by[first].value == 1.0 and by[first].error is None
+    assert by[second].error and "timed out" in by[second].error and "held its event loop" in by[second].error
+    assert took < 60, took
+    pid = int(by[second].error.split("(pid ")[1].split(")")[0])
+    assert not _alive(pid)

@@ -289,3 +289,52 @@ def test_a_summary_does_not_depend_on_the_order_scores_arrive_in():
         block_means.add(in_blocks.rows()[0]["mean"])
     assert len(means) == 1 and len(block_means) == 1
     assert block_means == {means.pop()[0]}
+
+
+def test_scores_reach_the_folder_while_another_backend_is_still_at_work(tmp_path, example_cases):
+    """One backend scores its cases at once, another takes seconds: the first one's scores are in
+    scores.jsonl within a second or two, not held back until the other sends one."""
+    import asyncio
+    import types
+
+    from ragbridge.plugin import Backend, MetricSpec, Score, hookimpl
+    from ragbridge.plugins import load_plugins, pm
+
+    out = tmp_path / "run"
+    seen: list[int] = []
+
+    class Quick(Backend):
+        name = "quick"
+
+        def metrics(self):
+            return [MetricSpec("q1")]
+
+        async def score(self, metric, cases, ctx):
+            for c in cases:
+                yield Score(case_id=c.id, metric=metric, backend=self.name, value=1.0)
+
+    class Slow(Backend):
+        name = "slow"
+
+        def metrics(self):
+            return [MetricSpec("s1")]
+
+        async def score(self, metric, cases, ctx):
+            await asyncio.sleep(3)
+            seen.append(len((out / "scores.jsonl").read_text().splitlines()))
+            for c in cases:
+                yield Score(case_id=c.id, metric=metric, backend=self.name, value=0.0)
+
+    @hookimpl
+    def ragbridge_register_backends(register):
+        register(Quick())
+        register(Slow())
+
+    load_plugins()
+    plugin = types.SimpleNamespace(ragbridge_register_backends=ragbridge_register_backends)
+    pm.register(plugin, name="flush-test")
+    try:
+        run = evaluate(example_cases[:3], backends=["quick", "slow"], out=out)
+    finally:
+        pm.unregister(name="flush-test")
+    assert run.complete and seen == [3]

@@ -21,7 +21,12 @@ runs them, over the run's lifecycle:
   schema-invalid output (3 attempts, RAGAS' default) and never re-sends a request the gateway already
   gave up on; embeddings from ``ragas.embeddings.OpenAIEmbeddings`` (RAGAS' modern provider: no
   LangChain, no tiktoken download) on the same client, model ``JudgeConfig.embedding_model``, which a
-  run sets to RAGAS' default (`metrics.EMBEDDING_MODEL`) when none is named.
+  run sets to RAGAS' default (`metrics.EMBEDDING_MODEL`) when none is named. Their synchronous
+  methods go through a synchronous ``openai.OpenAI`` client of the same judge (`RagasSession.sync_client`):
+  RAGAS 0.3's AnswerRelevancy calls ``embed_text`` from inside ``ascore``, which on an async client runs
+  the request on a new event loop in a thread the caller joins (the shared client's connections belong
+  to the caller's loop: an error, or a hang with the loop blocked); a synchronous client makes the
+  request itself, bounded by the judge clients' timeout.
 
 Failures are per score: an exception out of ``ascore`` (judge error after the gateway's retries,
 timeout, parse failure after instructor's re-asks, RAGAS' own ValueError) becomes that Score's
@@ -85,6 +90,7 @@ class RagasSession:
 
     judge: Any
     client: Any
+    sync_client: Any
 
     def metric(self, spec: RagasMetric) -> Any:
         """RAGAS' metric object for ``spec``, with its LLM (and embeddings) on the session's client."""
@@ -112,9 +118,25 @@ class RagasSession:
         llm.agenerate = recorded_agenerate  # type: ignore[method-assign]
         kwargs: dict[str, Any] = dict(spec.kwargs)
         if spec.embedding_model:  # the run made it the judge's when none was named
-            kwargs["embeddings"] = OpenAIEmbeddings(
-                client=self.client, model=cfg.embedding_model or spec.embedding_model)
+            kwargs["embeddings"] = embeddings_of(OpenAIEmbeddings, self.client, self.sync_client,
+                                                 cfg.embedding_model or spec.embedding_model)
         return getattr(rc, spec.cls)(llm=llm, **kwargs)
+
+
+def embeddings_of(cls: Any, client: Any, sync_client: Any, model: str) -> Any:
+    """RAGAS' ``OpenAIEmbeddings`` (``cls``) on the async ``client``, whose synchronous ``embed_text``
+    and ``embed_texts`` are RAGAS' own on ``sync_client`` (see the module docstring)."""
+    sync = cls(client=sync_client, model=model)
+
+    class Embeddings(cls):
+        def embed_text(self, text: str, **kwargs: Any) -> Any:
+            return sync.embed_text(text, **kwargs)
+
+        def embed_texts(self, texts: Any, **kwargs: Any) -> Any:
+            return sync.embed_texts(texts, **kwargs)
+
+    Embeddings.__name__ = Embeddings.__qualname__ = cls.__name__
+    return Embeddings(client=client, model=model)
 
 
 class RagasBackend(JudgedBackend):
@@ -131,14 +153,15 @@ class RagasBackend(JudgedBackend):
     async def open(self, ctx: ScoringContext) -> Optional[RagasSession]:
         if ctx.judge is None:
             return None  # score says so, for every case
-        from ragbridge.plugin import async_openai_client
+        from ragbridge.plugin import async_openai_client, openai_client
 
         keep_ragas_id_out_of_home()
-        return RagasSession(ctx.judge, async_openai_client(ctx.judge))
+        return RagasSession(ctx.judge, async_openai_client(ctx.judge), openai_client(ctx.judge))
 
     async def close(self, ctx: ScoringContext) -> None:
         if isinstance(ctx.session, RagasSession):
             await ctx.session.client.close()
+            ctx.session.sync_client.close()
 
     async def prepare(self, spec: RagasMetric, ctx: ScoringContext) -> Any:
         """RAGAS' metric object, shared by the cases of the pass."""

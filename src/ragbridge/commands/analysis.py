@@ -152,15 +152,25 @@ def _joined_json(r: Run) -> dict[str, Any]:
 
 
 def _answer_lines(frame, flips: dict[str, int]) -> list[str]:
-    """The answer first, per metric: on how many cases the backends' verdicts differ (``flips``), and
-    how far they agree at their thresholds (the pair that agrees least and the one that agrees most)."""
+    """The answer first, per metric: on how many cases the backends were compared (both scored), on
+    how many of those their verdicts differ (``flips``), each backend that scored none, and how far
+    they agree at their thresholds (the pair that agrees least and the one that agrees most)."""
     lines = []
     for metric, group in frame.groupby("metric", sort=False):
         rows = group.to_dict("records")
         names = sorted({r["backend_a"] for r in rows} | {r["backend_b"] for r in rows})
+        sides = {r[f"backend_{s}"]: (r, s) for r in rows for s in "ab"}
+        none = [f"{name} scored none" + (f" ({note.split(': ', 1)[1]})" if note else "")
+                for name in names for row, side in [sides[name]] if not row[f"{side}_scored"]
+                for note in [_unscored_note(row, side, name)]]
+        compared = max(r["n_paired"] for r in rows)
+        head = f"{metric}: {len(names)} backends, {compared} of {rows[0]['n_cases']} cases compared"
+        if not compared:
+            lines.append(f"{head}: " + "; ".join(none or ["no case was scored by two of them"]))
+            continue
+        lines.append(f"{head}; their verdicts differ on {flips.get(metric, 0)}")
+        lines += [f"  {text}" for text in none]
         ranked = sorted(rows, key=lambda r: (math.inf if math.isnan(r["kappa"]) else r["kappa"]))
-        lines.append(f"{metric}: {len(names)} backends on {rows[0]['n_cases']} cases; their verdicts "
-                     f"differ on {flips.get(metric, 0)} case(s)")
         for label, row in (("least agreement", ranked[0]), ("most agreement", ranked[-1]))[:len(ranked)]:
             differ = row["a_pass_b_fail"] + row["a_fail_b_pass"]
             lines.append(f"  {label}: {row['backend_a']} vs {row['backend_b']}, kappa "

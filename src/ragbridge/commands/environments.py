@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ..errors import cli_text
 from ..run import RunError
-from .output import err, fail, out, print_json, print_table
+from .output import err, fail, out, print_json, print_lines, print_table
 
 __all__ = ["register"]
 
@@ -72,6 +72,9 @@ def environments_list(
         lines.append(f"{env['backend']}=={env['version']}: {lock} lock, {size}, built {env.get('built')}, "
                      f"{env['path']}")
     print_table(out, table, lines)
+    for env in made:  # what a user runs the library's own code with, in full (a table would cut it)
+        out.print(f"{escape(env['backend'])}=={escape(env['version'])}: python {escape(env['executable'])}",
+                  highlight=False, soft_wrap=True)
     out.print("[dim]lock: made from the lock the plugin ships now, or an older one (remove it: a run "
               "builds the current one); files: their size, linked from uv's cache, where environments "
               "share them[/]", highlight=False)
@@ -99,10 +102,10 @@ def environments_build(
             if not isinstance(backend_named(name), IsolatedBackend):
                 fail(f"{name!r} names no version: give NAME==VERSION (ragbridge environments list shows "
                      "them)")
-            env = prepare([name], note=lambda text: err.print(text, markup=False, highlight=False))[name]
+            env = prepare([name], note=lambda text: print_lines(err, [text]))[name]
         except RunError as exc:
             fail(cli_text(exc))
-        out.print(f"{escape(name)}: ready in {escape(str(env.path))}", highlight=False)
+        print_lines(out, [f"{name}: ready in {env.path}"])
 
 
 def environments_remove(

@@ -272,7 +272,7 @@ class JudgeGateway(JudgeClient):
 
     def preflight(self, probes: Any = None) -> dict[str, Any]:
         """Check, before any case is scored, that the judge can answer (`ragbridge.judge.preflight`;
-        ``probes``: the model requests it may send, a `ragbridge.judge.preflight.Probes`)."""
+        ``probes``: the model requests it may send, a `ragbridge.judge.ledger.Probes`)."""
         from .preflight import preflight
 
         checked = preflight(self.config, self._endpoints, probes)

@@ -160,7 +160,7 @@ class Ledger:
         """Write every call to ``path`` from now on, before it goes upstream; returns the (calls,
         cost) it holds from earlier sessions (calls a killed session made after its last report
         included), and ``sent`` more: requests this session sent already (the check of the judge's
-        model, `ragbridge.judge.preflight.Probes`), written first."""
+        model, `ragbridge.judge.ledger.Probes`), written first."""
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._tally = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         for _ in range(sent):
@@ -333,3 +333,18 @@ def read_tally(path: Path) -> tuple[int, float]:
             except ValueError:
                 pass
     return calls, cost
+
+
+class Probes:
+    """The model requests a check may send: ``left`` (None: any number), and how many it ``sent``."""
+
+    def __init__(self, left: Optional[int] = None) -> None:
+        self.left = left
+        self.sent = 0
+
+    def take(self) -> bool:
+        """Whether one more request may go; counted as sent when it may."""
+        if self.left is not None and self.sent >= self.left:
+            return False
+        self.sent += 1
+        return True

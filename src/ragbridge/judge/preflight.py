@@ -36,6 +36,7 @@ import httpx
 
 from .config import JudgeConfig, JudgeConfigError, JudgeUnavailable
 from .dialect import Endpoint, shape_body
+from .ledger import Probes
 from .redact import Redactor
 from .upstream import httpx_client
 
@@ -53,21 +54,6 @@ _UNKNOWN_MODEL = re.compile(r"invalid model|unknown model|no such model|model_no
 
 #: where a fix names the setting (Python's or the command line's words for it)
 WHERE = "\x00setting\x00"
-
-
-class Probes:
-    """The model requests a check may send: ``left`` (None: any number), and how many it ``sent``."""
-
-    def __init__(self, left: Optional[int] = None) -> None:
-        self.left = left
-        self.sent = 0
-
-    def take(self) -> bool:
-        """Whether one more request may go; counted as sent when it may."""
-        if self.left is not None and self.sent >= self.left:
-            return False
-        self.sent += 1
-        return True
 
 
 class ModelNotServed(JudgeUnavailable):

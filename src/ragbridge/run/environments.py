@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterator, Optional
 from .errors import RunError
 
 __all__ = ["Environment", "cache_root", "envs_root", "find_uv", "locks_of", "environment_for", "ensure",
-           "code_path", "installed", "remove", "MARKER"]
+           "code_path", "installed", "remove", "python_in", "MARKER"]
 
 #: the file that marks an environment as complete (written last, before the rename)
 MARKER = "ragbridge-environment.json"
@@ -114,6 +114,11 @@ def _python_tag() -> str:
     return f"{impl.name}-{version}-{platform.machine().lower()}-{sys.platform}"
 
 
+def python_in(folder: Path) -> Path:
+    """The Python of the virtual environment in ``folder``."""
+    return folder / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
+
+
 @dataclass(frozen=True)
 class Environment:
     """One library version's environment (made or not): ``name`` is the backend's as a run names it
@@ -135,9 +140,7 @@ class Environment:
 
     @property
     def python(self) -> Path:
-        if sys.platform == "win32":
-            return self.path / "Scripts" / "python.exe"
-        return self.path / "bin" / "python"
+        return python_in(self.path)
 
     def ready(self) -> bool:
         """Whether the environment is complete (its marker written) and its Python is there."""
@@ -200,7 +203,7 @@ def ensure(env: Environment, note: Optional[Callable[[str], None]] = None) -> En
 
 
 def _build(uv: str, env: Environment, into: Path) -> None:
-    python = into / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
+    python = python_in(into)
     base = getattr(sys, "_base_executable", None) or sys.executable
     _uv(uv, env, ["venv", "--quiet", "--relocatable", "--python", base, str(into)])
     _uv(uv, env, ["pip", "sync", "--quiet", "--no-build", "--python", str(python), str(env.lock)])
@@ -214,7 +217,7 @@ def _uv(uv: str, env: Environment, args: list[str]) -> None:
     environ.setdefault("UV_NO_PROGRESS", "1")
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, env=environ, timeout=BUILD_SECONDS,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, preexec_fn=_dies_with_parent(os.getpid()))
     except FileNotFoundError:
         raise RunError(f"uv ({uv}) could not be started: reinstall ragbridge (it installs uv), or put uv on "
                        "PATH") from None
@@ -223,6 +226,24 @@ def _uv(uv: str, env: Environment, args: list[str]) -> None:
                        "stopped: check the network to the package index, and try again") from None
     if done.returncode != 0:
         raise RunError(build_failure(env, done.stderr or done.stdout or ""))
+
+
+def _dies_with_parent(parent: int) -> Optional[Callable[[], None]]:
+    """On Linux, what makes uv's process end when the build's process dies, even by ``kill -9``
+    (the kernel's parent-death signal): no uv is left writing into a folder the next build removes.
+    Elsewhere None: a build killed outright leaves uv to finish (or fail) on its own."""
+    if not sys.platform.startswith("linux"):
+        return None
+
+    def set_signal() -> None:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # it died before the signal was set
+            os._exit(1)
+
+    return set_signal
 
 
 def build_failure(env: Environment, uv_output: str) -> str:
@@ -262,29 +283,47 @@ def _sweep(env: Environment) -> None:
 
 @contextlib.contextmanager
 def _locked(path: Path, env: Environment, note: Optional[Callable[[str], None]]) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` (released by the system if this process dies)."""
-    fh = open(path, "a+b")
-    try:
-        if sys.platform == "win32":  # pragma: no cover - locked byte by byte on Windows
-            import msvcrt
+    """Hold an exclusive lock on ``path`` (released by the system if this process dies). The file is
+    removed when the lock is released (a build, made or failed, leaves no lock file behind); a run
+    that locked a file removed meanwhile locks the one there now instead."""
+    if sys.platform == "win32":  # pragma: no cover - locked byte by byte on Windows, the file kept
+        import msvcrt
 
+        fh = open(path, "a+b")
+        try:
             while True:
                 try:
                     msvcrt.locking(fh.fileno(), msvcrt.LK_NBLCK, 1)
                     break
                 except OSError:
                     time.sleep(0.5)
-        else:
-            import fcntl
+            yield
+        finally:
+            fh.close()
+        return
+    import fcntl
 
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if note:
-                    note(f"waiting for another run that is building the environment of {env.name}")
-                fcntl.flock(fh, fcntl.LOCK_EX)
+    waited = False
+    while True:
+        fh = open(path, "a+b")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if note and not waited:
+                note(f"waiting for another run that is building the environment of {env.name}")
+            waited = True
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            if os.stat(path).st_ino == os.fstat(fh.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        fh.close()  # the run that held it removed it: lock the file there now
+    try:
         yield
     finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
         fh.close()
 
 
@@ -332,7 +371,8 @@ def installed(root: Optional[Path] = None) -> list[dict[str, Any]]:
             doc = json.loads(marker.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        doc.update(path=str(marker.parent), bytes=_size(marker.parent))
+        doc.update(path=str(marker.parent), executable=str(python_in(marker.parent)),
+                   bytes=_size(marker.parent))
         out.append(doc)
     return out
 

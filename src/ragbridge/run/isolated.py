@@ -19,6 +19,12 @@ the cache, the budget, the concurrency bound, the audit log and redaction hold f
 as for any other, and the judge's real key never enters the worker (the variables that hold it are
 left out of its environment). Each call is counted under the versioned name, like the scores.
 
+Deadlines: the worker says it is alive every second from its event loop; a worker silent for
+`stalled_after` (twice the judge clients' timeout, which already outlasts the gateway's retries) has
+its loop held by a library's blocking call: it is killed and the cases its jobs had not scored error
+as timed out. A job that gets no score for as long (a call that never returns) is cancelled, its
+cases not scored erroring the same way. Scores the worker sent before are kept.
+
 Faults: a worker that dies (a crash, ``kill``) fails the cases of the jobs it had not finished, each
 with the reason and the last lines it wrote to stderr; every score recorded before stays, and the
 next job starts a new worker (at most `RESTARTS` times a run). A run ends the worker when it closes
@@ -55,6 +61,10 @@ STDERR_LINES = 40
 #: how long a worker may take to start (its library's import included) and to close
 START_SECONDS = 300.0
 CLOSE_SECONDS = 60.0
+#: how long a worker may stay silent when the run has no judge (`stalled_after`)
+STALL_SECONDS = 600.0
+#: how long an interrupted run waits for a worker to close before it kills it
+INTERRUPT_SECONDS = 2.0
 
 _NAME = re.compile(r"^(?P<base>[A-Za-z0-9_.-]+?)\s*==\s*(?P<version>" + EXACT_VERSION.pattern + ")$")
 
@@ -238,9 +248,26 @@ def worker_environ(judge: Any, code: Path) -> dict[str, str]:
     return env
 
 
+def _interrupted() -> bool:
+    """Whether the task running is being cancelled (the run was interrupted)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 @dataclass
 class _Job:
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+
+
+def stalled_after(judge: Any) -> float:
+    """How long a worker may send nothing (or a job no score) before its cases error as timed out:
+    twice the judge clients' timeout (`JudgeConfig.client_timeout`), `STALL_SECONDS` without a judge."""
+    config = getattr(judge, "config", None)
+    return 2 * config.client_timeout() if config is not None else STALL_SECONDS
+
+
+class ScoringTimeout(TimeoutError):
+    """No score came from the worker for far longer than the judge's timeout."""
 
 
 class WorkerDied(RuntimeError):
@@ -258,6 +285,8 @@ class _Worker:
         self.ended: Optional[str] = None
         self._tasks: list[asyncio.Task] = []
         self._next = 0
+        self.heard = asyncio.get_running_loop().time()  # when the worker last wrote a line
+        self.stall = stalled_after(ctx.judge)
         self._ready: asyncio.Future = asyncio.get_running_loop().create_future()
         self._closed: asyncio.Future = asyncio.get_running_loop().create_future()
 
@@ -313,6 +342,7 @@ class _Worker:
                 line = await self.proc.stdout.readline()
                 if not line:
                     break
+                self.heard = asyncio.get_running_loop().time()
                 msg = json.loads(line)
                 if "job" in msg:
                     job = self.jobs.get(msg["job"])
@@ -365,8 +395,15 @@ class _Worker:
         try:
             await self._send({"op": "score", "job": jid, "metric": metric, "repeat": repeat,
                               "cases": [case_record(cases, i) for i in range(len(cases))]})
+            loop = asyncio.get_running_loop()
+            progress = loop.time()
             while True:
-                msg = await job.queue.get()
+                try:
+                    msg = await asyncio.wait_for(job.queue.get(), 1.0)
+                except asyncio.TimeoutError:
+                    await self._check_deadline(jid, loop.time() - progress)
+                    continue
+                progress = loop.time()
                 if "score" in msg:
                     score = Score.model_validate(msg["score"])
                     score.backend = self.backend.name
@@ -382,26 +419,45 @@ class _Worker:
                 with contextlib.suppress(Exception):  # stopped early (an interrupt): the worker stops too
                     await self._send({"op": "cancel", "job": jid})
 
+    async def _check_deadline(self, jid: int, waited: float) -> None:
+        """A `ScoringTimeout` when the worker has been silent, or this job without a score, for
+        longer than `stalled_after` (a silent worker is killed: its loop is held)."""
+        silent = asyncio.get_running_loop().time() - self.heard
+        if self.ended is None and silent > self.stall:
+            self.ended = (f"timed out: the worker of {self.backend.name} (pid {self.pid}) sent nothing for "
+                          f"{silent:.0f} s, over twice the judge's timeout: a library call held its event "
+                          "loop; the worker was ended")
+            await self.kill(0)
+            raise ScoringTimeout(self.death()) from None
+        if waited > self.stall:
+            with contextlib.suppress(Exception):
+                await self._send({"op": "cancel", "job": jid})
+            raise ScoringTimeout(f"timed out: no score for {waited:.0f} s, over twice the judge's timeout; "
+                                 "the case was given up") from None
+
     async def _drain_rest(self) -> None:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(asyncio.gather(*self._tasks[1:]), 2)
 
     async def close(self) -> None:
+        """Close the worker's backend and end it: at most `CLOSE_SECONDS` for the close, or
+        `INTERRUPT_SECONDS` when the run is interrupted (Ctrl-C, SIGTERM): then it is killed."""
         if self.proc is None:
             return
+        grace = INTERRUPT_SECONDS if _interrupted() else CLOSE_SECONDS
         if self.ended is None:
             with contextlib.suppress(Exception):
                 await self._send({"op": "close"})
-                await asyncio.wait_for(asyncio.shield(self._closed), CLOSE_SECONDS)
-        await self.kill()
+                await asyncio.wait_for(asyncio.shield(self._closed), grace)
+        await self.kill(min(grace, 10))
 
-    async def kill(self) -> None:
+    async def kill(self, grace: float = 10) -> None:
         proc = self.proc
         if proc is not None and proc.returncode is None:
             with contextlib.suppress(Exception):
                 proc.stdin.close()
             try:
-                await asyncio.wait_for(proc.wait(), 10)
+                await asyncio.wait_for(proc.wait(), grace)
             except asyncio.TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()

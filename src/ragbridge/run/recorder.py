@@ -4,7 +4,8 @@ The runner makes one `Recorder` per session and hands its ``record`` to the exec
 fills in each score's judge usage (from the gateway, which it reads but does not own), adds it to the
 running totals, appends it to the run folder's buffer, passes it to ``on_score`` and advances the
 progress display. It flushes the folder's buffer at the end of each batch and at least every
-`FLUSH_SECONDS` (so a run killed outright loses at most what it scored since), and rewrites the
+`FLUSH_SECONDS` (so a run killed outright loses at most what it scored since), also while no score
+comes (`Recorder.flushing`: a backend still at work holds back none of the others'), and rewrites the
 manifest with the counts so far at the folder's heartbeat. `Recorder.finish` sets the session's
 status and counts on the manifest; the runner, which opened the folder, the gateway and the caches,
 closes them.
@@ -12,6 +13,7 @@ closes them.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -62,6 +64,15 @@ class Recorder:
         #: this session's errored scores by (backend, cause): how many, and the first one's reason
         self.failures: dict[tuple[str, str], dict[str, Any]] = {}
         self._flushed_at = time.monotonic()
+        self._unflushed = False
+
+    async def flushing(self) -> None:
+        """Flush what was recorded every `FLUSH_SECONDS` until cancelled (run beside a batch's
+        scoring: the scores that came stay no longer in the buffer when no other follows)."""
+        while True:
+            await asyncio.sleep(FLUSH_SECONDS)
+            if self.folder and self._unflushed:
+                self._flush(time.monotonic())
 
     def start_batch(self, batch: CaseBatch) -> None:
         """A batch begins: its cases' tags, its kept scores into the totals, its self-judged cases."""
@@ -101,6 +112,7 @@ class Recorder:
             n = 1
         if self.bar:
             self.bar.advance(n, int(not isinstance(item, ScoreBlock) and item.status == "error"))
+        self._unflushed = True
         if self.folder and now_s - self._flushed_at >= FLUSH_SECONDS:
             self._flush(now_s)
         return n
@@ -155,6 +167,7 @@ class Recorder:
             self.reuse.cache.commit()
 
     def _flush(self, now_s: float) -> None:
+        self._unflushed = False
         self.folder.flush()
         if self.reuse is not None:
             self.reuse.cache.commit()  # after the scores: a stored score is one the folder holds

@@ -210,7 +210,7 @@ async def run(request: RunRequest) -> Run:
         judge = request_judge if judged else None
         executor = executor_for(request.executor)
         if isinstance(executor, LocalExecutor):  # NAME==VERSION environments (Ray makes its own)
-            prepare(list(plan), _note if request.progress is not False else None)
+            prepare(list(plan), _note)  # a build takes seconds: said even without a progress display
         target = load_target(request.target) if isinstance(request.target, str) else request.target
         golden_fp = source.fingerprint
         folder = RunFolder(Path(request.out)) if request.out is not None else None
@@ -305,7 +305,11 @@ async def _score(request: RunRequest, plan: Plan, options: RunOptions, judge: An
                     for score in immediate:
                         recorder.record(score)
                     if jobs:
-                        await session.score(jobs, recorder.record)
+                        flusher = asyncio.create_task(recorder.flushing())
+                        try:
+                            await session.score(jobs, recorder.record)
+                        finally:
+                            flusher.cancel()
                     recorder.end_batch()
             scored = True
         status = "complete"
@@ -341,10 +345,9 @@ def _case_source(request: RunRequest, corpus: Optional[Corpus], opened: contextl
 
 
 def _probes(request: RunRequest) -> Any:
-    """The requests the check of the judge's model may send (`ragbridge.judge.preflight.Probes`):
+    """The requests the check of the judge's model may send (`ragbridge.judge.ledger.Probes`):
     what ``max_calls`` leaves after the earlier sessions' calls (their ``judge-calls.log``)."""
-    from ..judge.ledger import read_tally
-    from ..judge.preflight import Probes
+    from ..judge.ledger import Probes, read_tally
 
     if request.max_calls is None:
         return Probes()

@@ -10,12 +10,15 @@ run -> worker
     "options": `options_record`, "judge": [gateway URL, gateway key, judge settings] | null}``
     first, once; then any number of ``{"op": "score", "job": N, "metric": M, "repeat": R, "cases":
     [canonical records]}`` (jobs run concurrently), ``{"op": "cancel", "job": N}``, and last
-    ``{"op": "close"}``. The end of stdin (the run is gone) closes the worker as ``close`` does.
+    ``{"op": "close"}``. The end of stdin (the run is gone) closes the worker as ``close`` does; a run
+    that is gone ends it within a second even while a library holds its event loop (`watch_parent`).
 worker -> run
     ``{"ragbridge_worker": 1, "ready": true, "version": the library's version, "metrics": [...],
     "pid": N, "python": "3.11.7"}`` (or ``"ready": false, "error": ...``) once the backend is open;
     per job, one ``{"job": N, "score": {a Score}}`` per case, then ``{"job": N, "done": true}``;
-    ``{"closed": true}`` once every backend session is closed.
+    ``{"closed": true}`` once every backend session is closed; ``{"alive": true}`` every
+    `ALIVE_SECONDS` from the worker's event loop, so the run sees a loop that a library's blocking
+    call holds (it ends such a worker: `ragbridge.run.isolated`).
 
 The backend runs through the lifecycle every executor uses (`ragbridge.run.lifecycle`): its
 environment defaults, ``open``, one score per case whatever it does, ``close``. Its judge is a
@@ -32,9 +35,11 @@ import signal
 import sys
 from typing import Any, BinaryIO
 
-__all__ = ["PROTOCOL", "LINE_LIMIT", "options_record", "main"]
+__all__ = ["PROTOCOL", "LINE_LIMIT", "ALIVE_SECONDS", "options_record", "main"]
 
 PROTOCOL = 1
+#: how often the worker's event loop says it is alive
+ALIVE_SECONDS = 1.0
 #: the longest line either side reads (a job's cases are one line)
 LINE_LIMIT = 1 << 30
 
@@ -129,6 +134,13 @@ async def serve(channel: _Channel) -> None:
                       "python": platform.python_version()})
         tasks: dict[int, asyncio.Task] = {}
 
+        async def alive() -> None:
+            while True:
+                await asyncio.sleep(ALIVE_SECONDS)
+                channel.send({"alive": True})
+
+        beat = asyncio.create_task(alive())
+
         async def job(msg: dict) -> None:
             jid = int(msg["job"])
             try:
@@ -152,6 +164,7 @@ async def serve(channel: _Channel) -> None:
                 elif op == "close":
                     break
         finally:
+            beat.cancel()
             for task in list(tasks.values()):
                 task.cancel()
             await asyncio.gather(*tasks.values(), return_exceptions=True)
@@ -159,11 +172,35 @@ async def serve(channel: _Channel) -> None:
     channel.send({"closed": True})
 
 
+#: how often the worker checks that its run is alive (`watch_parent`)
+PARENT_SECONDS = 0.5
+
+
+def watch_parent(interval: float = PARENT_SECONDS) -> None:
+    """End this process as soon as its parent (the run) is gone, whatever its event loop is doing: a
+    thread that looks every ``interval`` seconds. The end of stdin says the same, but only to a loop
+    that reads it, and a library's blocking call can hold the loop; a run killed outright (two
+    Ctrl-Cs, ``kill -9``) leaves no worker behind this way."""
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        os._exit(1)
+
+    if parent != 1:
+        threading.Thread(target=watch, name="ragbridge-parent-watch", daemon=True).start()
+
+
 def main() -> None:
     """The worker's process: the protocol on what was stdout, every other output on stderr."""
     out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)  # a library's print() goes to stderr, never into the pipe
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run ends the worker (its pipe), not a Ctrl-C
+    watch_parent()
     asyncio.run(serve(_Channel(out)))
     # every session is closed and said so: leave without the interpreter's teardown of the library's
     # modules (seconds with a library's dependencies loaded), as the command line does

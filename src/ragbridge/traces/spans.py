@@ -250,7 +250,7 @@ def indexed(attributes: dict[str, Any], prefix: str) -> Iterator[tuple[int, dict
 
 def gathered(attributes: dict[str, Any], key: str) -> Any:
     """The attribute ``key`` (``metadata``, ``document.metadata``: a JSON string, or an object), or,
-    when a store has flattened its object into dotted keys (Phoenix's REST API writes
+    when a store has flattened its object into dotted keys (a trace store's REST API may write
     ``document.metadata.source``), those keys gathered back into one object; None when neither."""
     value = attributes.get(key)
     if value is not None:
