@@ -510,8 +510,21 @@ def resave_lost_jsonl(cases: Sequence[Case], path: Path) -> list[str]:
 
 
 def resave_lost_csv(cases: Sequence[Case], path: Path) -> list[str]:
-    """What DeepEval's own CSV loader loses of ``cases`` that the file holds (`CSV_RESAVE_DROPS`)."""
-    return [name for name in _write_all(cases, False)[1] if name in CSV_RESAVE_DROPS]
+    """What DeepEval's own CSV loader loses of ``cases`` that the file holds (`CSV_RESAVE_DROPS`), and
+    the text columns it cannot load at all (`CSV_NUMBERS`)."""
+    lost = [name for name in _write_all(cases, False)[1] if name in CSV_RESAVE_DROPS]
+    return lost + [note for note, field in zip(CSV_NUMBERS, _TEXT_COLUMNS) if _numbers_to_pandas(
+        [getattr(c, field) for c in cases])]
+
+
+def _numbers_to_pandas(cells: Sequence[Optional[str]]) -> bool:
+    """Whether pandas' ``read_csv`` types a column of these cells as numbers (DeepEval's loader)."""
+    import pandas as pd
+
+    buf = io.StringIO()
+    csv.writer(buf).writerows([["c"], *([cell if cell is not None else ""] for cell in cells)])
+    column = pd.read_csv(io.StringIO(buf.getvalue()))["c"]
+    return len(column) > 0 and column.dtype.kind in "biuf" and bool(column.notna().any())
 
 
 def write_csv(cases: Sequence[Case], path: Path) -> list[str]:
@@ -569,6 +582,11 @@ JSONL_RESAVE_DROPS = ("contexts (text with '|', DeepEval's re-save)",
 #: ``NA``, ``null``, ``NaN`` and ``None``) loses of a file that holds it
 CSV_RESAVE_DROPS = tuple(f"{name} (a cell pandas reads as missing, CSV)" for name in (
     "id", "question", "answer", "reference", "contexts", "reference_contexts"))
+#: the text columns that pandas' ``read_csv`` types as numbers when every cell of one reads as a number
+#: (DeepEval's CSV loader then refuses the file: a Golden's texts must be strings)
+_TEXT_COLUMNS = {"id": "name", "question": "input", "answer": "actual_output", "reference": "expected_output"}
+CSV_NUMBERS = tuple(f"{name} (every cell a number to pandas: DeepEval's CSV loader refuses the file)"
+                    for name in _TEXT_COLUMNS)
 _RESAVED_BY = "DeepEval's add_goldens_from_{0}_file and save_as('{0}')"
 
 # No suffixes are claimed: .json/.jsonl/.csv stay ragbridge's own formats unless --from/--to names these
@@ -578,7 +596,7 @@ FORMATS = [
            "DeepEval goldens / test cases; .json, .jsonl or .csv by suffix (as EvaluationDataset.save_as "
            "writes them)", cannot_hold=CSV_CANNOT_HOLD, fields=READ_FIELDS,
            resaved_by="DeepEval's add_goldens_from_*_file and save_as, by suffix",
-           resave_drops=JSONL_RESAVE_DROPS + CSV_RESAVE_DROPS, resave_lost=resave_lost_any),
+           resave_drops=JSONL_RESAVE_DROPS + CSV_RESAVE_DROPS + CSV_NUMBERS, resave_lost=resave_lost_any),
     Format("deepeval-json", (), read_json, write_json, "DeepEval goldens / test cases, a JSON list",
            resaved_by=_RESAVED_BY.format("json"), resave_lost=resave_lost_json),
     Format("deepeval-jsonl", (), read_jsonl, write_jsonl, "DeepEval goldens, one JSON object a line",
@@ -586,6 +604,7 @@ FORMATS = [
            resave_lost=resave_lost_jsonl),
     Format("deepeval-csv", (), read_csv, write_csv,
            "DeepEval goldens / test cases, CSV with '|'-joined lists",
-           cannot_hold=CSV_CANNOT_HOLD, resaved_by=_RESAVED_BY.format("csv"), resave_drops=CSV_RESAVE_DROPS,
+           cannot_hold=CSV_CANNOT_HOLD, resaved_by=_RESAVED_BY.format("csv"),
+           resave_drops=CSV_RESAVE_DROPS + CSV_NUMBERS,
            resave_lost=resave_lost_csv),
 ]
