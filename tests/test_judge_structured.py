@@ -19,7 +19,7 @@ from conftest import EXAMPLE, needs_backend, ragbridge_cli
 from ragbridge import evaluate, load_cases, load_run
 from ragbridge.backend import RunOptions
 from ragbridge.judge import JudgeConfig, JudgeGateway
-from ragbridge.judge.structured import ask_of, as_asked, rejects_structured_output, reshape
+from ragbridge.judge.structured import ask_of, as_asked, deterministic, rejects_structured_output, reshape
 from ragbridge.testing import StubJudge
 from ragbridge.testing.dialects import LLAMA_CPP_PYTHON_REJECTION
 
@@ -141,7 +141,8 @@ def test_a_run_whose_mode_the_server_refuses_says_so_and_which_option_to_change(
                             "answer_relevance", "--judge-model", "m", "--judge-base-url",
                             llama_cpp_python(stub), "--cache-mode", "off", "--option",
                             "rubric.structured_output=schema", cwd=tmp_path)
-        assert len(refused(stub)) == 2  # once each: a refusal the server would repeat is not retried
+        # twice each: a 500 is asked again once; the same body twice ends it (not five more times)
+        assert len(refused(stub)) == 4
     assert res.returncode == 3, res.stderr
     text = " ".join(res.stderr.split())
     assert "2 of 2 score(s) errored: rubric: 2 structured output refused, e.g. answer_relevance" in text
@@ -198,9 +199,9 @@ def test_a_chosen_mode_is_part_of_the_cache_key(tmp_path):
 
 
 def test_a_mode_the_server_refuses_is_one_call_and_says_so(tmp_path):
-    """``schema`` chosen on a server that refuses it: the refusal is the server's verdict on the
-    request, so it is not sent five more times with backoff; the answer names the mode and the
-    server's words."""
+    """``schema`` chosen on a server that refuses it with a 500: the same refusal twice is the
+    server's verdict on the request, so it is not sent four more times with backoff; the answer names
+    the mode and the server's words."""
     body = {"model": "m", "messages": [{"role": "user", "content": "Is it so?"}],
             "response_format": {"type": "json_schema", "json_schema": {
                 "name": "verdict", "strict": True, "schema": {"type": "object", "properties": {
@@ -210,12 +211,12 @@ def test_a_mode_the_server_refuses_is_one_call_and_says_so(tmp_path):
         gateway = JudgeGateway(cfg, structured_output={"b": "schema"})  # backend b's option, as a run sets it
         with gateway as gw, httpx.Client(transport=gw.transport()) as c:
             r = c.post(gw.base_url("b", "m", "c", in_process=True) + "/chat/completions", json=body)
-            assert r.status_code == 500 and len(stub.posts()) == 1
+            assert r.status_code == 500 and len(stub.posts()) == 2
             error = r.json()["error"]
             assert error["code"] == "structured_output_refused"
             assert "mode 'schema'" in error["message"]
             assert "Input should be 'text' or 'json_object'" in error["message"]
-            assert gw.usage().retries == 0
+            assert gw.usage().retries == 1
             assert gw.failure("b", "m", "c")[0] == "structured_output"
             # the same request of a backend left on auto: asked again as a tool call, answered
             r = c.post(gw.base_url("other", "m", "c", in_process=True) + "/chat/completions", json=body)
@@ -232,6 +233,24 @@ def test_a_transient_500_is_still_retried_and_a_deterministic_one_is_not(tmp_pat
             r = c.post(gw.base_url("b", "m", "c", in_process=True) + "/chat/completions",
                        json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
             assert r.status_code == 200 and len(stub.posts()) == 2
+
+
+def test_a_500_that_says_not_supported_is_retried_as_a_busy_server_asks():
+    """llama.cpp answers a request it cannot take while it computes another with HTTP 500 "context
+    shift is not supported while another request is processing, try again": a 5xx's words never end
+    its retries on its first occurrence; asked again, it is answered, and no fix is printed."""
+    with StubJudge() as stub:
+        stub.inject("busy-500")
+        cfg = JudgeConfig(model="m", base_url=stub.base_url, cache_mode="off", max_retries=5)
+        with JudgeGateway(cfg) as gw, httpx.Client(transport=gw.transport()) as c:
+            gw_forwarder_backoff(gw)
+            r = c.post(gw.base_url("b", "m", "c", in_process=True) + "/chat/completions",
+                       json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+            assert r.status_code == 200 and len(stub.posts()) == 2
+            assert gw.usage().retries == 1 and gw.failure("b", "m", "c") is None
+    assert not deterministic(500, b'{"error": {"message": "context shift is not supported while another '
+                                  b'request is processing, try again"}}')
+    assert deterministic(400, b'{"error": {"message": "unsupported parameter: logit_bias"}}')
 
 
 def test_the_same_500_twice_is_not_asked_for_a_third_time():

@@ -183,12 +183,14 @@ class Pipeline:
         identity = self.endpoint(endpoint).identity
         used = mode if mode != "auto" else self._working(identity, ask)
         made: list[Result] = []
+        final = rejects_structured_output if ask is not None and mode == "auto" else None
         while True:
             sending = reshape(body, ask, used) if ask is not None and used is not None else body
             shaped = shape_body(self.config, endpoint, sending)
             data = raw if shaped is body else json.dumps(shaped, ensure_ascii=False).encode("utf-8")
             res = self._forward("POST", endpoint, data, repeat=tag.repeat, model=model, stream=streamed,
-                                tag=tag, again=bool(made))
+                                tag=tag, again=bool(made),
+                                final=final)
             made.append(res)
             if (ask is None or mode != "auto" or 200 <= res.status < 300 or res.cache == "budget"
                     or not rejects_structured_output(res.status, res.body)):
@@ -243,7 +245,7 @@ class Pipeline:
 
     def _forward(self, method: str, endpoint: str, raw: bytes, *, repeat: int = 0,
                  model: Optional[str] = None, stream: bool = False, tag: Optional[CallTag] = None,
-                 again: bool = False) -> Result:
+                 again: bool = False, final: Optional[Callable[[int, bytes], bool]] = None) -> Result:
         if self.closing.is_set() or self.forwarder is None:
             return Result(503, error_body("ragbridge judge gateway is shut down"), attempts=0)
         upstream = self.upstreams[self.endpoint(endpoint)]
@@ -251,7 +253,7 @@ class Pipeline:
                                      extra_headers={REPEAT_HEADER: str(repeat)} if repeat else None,
                                      on_send=(lambda attempt: self.ledger.sending(tag)
                                               if attempt == 1 and not again else self.ledger.resending(tag))
-                                     if tag is not None else None)
+                                     if tag is not None else None, final=final)
         res.body, content_type, withheld = self.redactor.reply(res.body, res.content_type)
         res.content_type = content_type or res.content_type
         if withheld and 200 <= res.status < 300:

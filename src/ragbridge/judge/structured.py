@@ -29,9 +29,10 @@ An answer to a reshaped request is given back in the shape the library asked for
 JSON object as the message's content, or as the forced tool's arguments), with the mode that was
 used in the answer's ``ragbridge_structured_output``.
 
-`deterministic` tells an error a server would answer the same request with again (its request
+`deterministic` tells a 4xx a server would answer the same request with again (its request
 validation: a structured-output refusal, a field it does not take, a prompt over its context), which
-the gateway does not retry, whatever its status.
+the gateway does not retry; a 5xx is retried until the same body comes back twice, whatever its words
+(only ``auto``'s fallback takes a 5xx refusal of a structured-output mode at once).
 """
 
 from __future__ import annotations
@@ -250,8 +251,11 @@ def rejects_structured_output(status: int, body: bytes) -> bool:
 
 def deterministic(status: int, body: bytes) -> bool:
     """Whether an error answer is the server's verdict on the request itself (its validation), which
-    the same request would get again: not worth a retry, whatever its status."""
-    if status in (429, 502, 503, 504):
+    the same request would get again: a 4xx (not 429) whose words say so. A 5xx is never judged by its
+    words on its first occurrence (llama.cpp's "context shift is not supported while another request is
+    processing, try again" is busy, not a refusal): the forwarder stops retrying one only when the same
+    body comes back for the same request twice."""
+    if not 400 <= status < 500 or status == 429:
         return False
     words = error_text(body)
     return bool(_REQUEST_FAULT.search(words)) or (status in _REFUSALS and bool(_STRUCTURED.search(words)))

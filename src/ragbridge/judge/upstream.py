@@ -16,8 +16,9 @@ the dialect, key and headers) on its transport. :class:`Forwarder` is the policy
 upstream: the bound on requests in flight, the requests-per-minute limit (:class:`RateLimiter`), and
 the retries of 429, 5xx, connection errors, timeouts and 2xx bodies that are not JSON, with
 exponential backoff and full jitter, honouring ``Retry-After`` (:func:`parse_retry_after`); not of
-what the judge would answer the same request again: a refusal by its request validation
-(`ragbridge.judge.structured.deterministic`), or a 500 whose body is the one the attempt before got.
+what the judge would answer the same request again: a 4xx refusal by its request validation
+(`ragbridge.judge.structured.deterministic`), or a 500 whose body is the one the attempt before got
+(a 5xx's words alone never end its retries: "not supported ... try again" may be a busy server).
 """
 
 from __future__ import annotations
@@ -347,7 +348,8 @@ class Forwarder:
     def forward(self, upstream: Upstream, method: str, endpoint: str, body: Optional[bytes],
                 model: Optional[str] = None, *, stream: bool = False,
                 extra_headers: Optional[dict[str, str]] = None,
-                on_send: Optional[Callable[[int], bool]] = None) -> Result:
+                on_send: Optional[Callable[[int], bool]] = None,
+                final: Optional[Callable[[int, bytes], bool]] = None) -> Result:
         """One call: the attempts it takes, and the last answer as the library gets it. ``on_send``
         is called with the attempt's number before each attempt is sent (every attempt is a request
         the upstream may charge for); when it answers False that attempt is not sent, and the call
@@ -450,9 +452,10 @@ class Forwarder:
                 # same 500 twice in a row) is not asked again: only what can change is retried
                 same = reply.status == 500 and previous == reply.body
                 previous = reply.body if reply.status == 500 else None
-                if same:
+                if same and last.cause == "server_error":
                     last.cause = "rejected"
-                if reply.status not in RETRY_STATUSES or same or deterministic(reply.status, reply.body):
+                if (reply.status not in RETRY_STATUSES or same or deterministic(reply.status, reply.body)
+                        or (final is not None and final(reply.status, reply.body))):
                     last.attempts, last.unanswered = attempt, unanswered
                     last.wait_seconds, last.call_seconds = waited, called
                     return last

@@ -83,7 +83,9 @@ __all__ = ["StubJudge", "StubJudgeProcess", "StubRequest", "serve", "FAULT_KINDS
 
 from ragbridge.testing.process import StubJudgeProcess  # noqa: E402  (kept importable from here)
 
-FAULT_KINDS = ("429", "500", "timeout", "malformed", "garbage")
+FAULT_KINDS = ("429", "500", "timeout", "malformed", "garbage", "busy-500")
+#: what llama.cpp's server answers a request it cannot take while it computes another (HTTP 500)
+BUSY_500 = "context shift is not supported while another request is processing, try again"
 #: the request headers a StubRequest keeps (where each dialect's key travels, the repeat)
 _KEPT_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "x-litellm-api-key", "x-goog-api-key",
                            "x-ragbridge-repeat", "helicone-auth", "cf-aig-authorization", "x-authorization",
@@ -241,6 +243,8 @@ class _Handler(FastRequestHandler):
             elif fault in ("500", "same-500"):  # "500": named by a request id, as a real server's
                 words = "this request fails" if fault == "same-500" else f"internal error (injected) {t0}"
                 status, payload = 500, _err(f"ragbridge stub: {words}", "server_error")
+            elif fault == "busy-500":
+                status, payload = 500, _err(BUSY_500, "server_error")
             elif fault == "garbage":
                 payload = b"<html>ragbridge stub: this is not JSON</html>"
             elif fault is not None and fault.startswith("echo-key"):
@@ -513,7 +517,7 @@ class StubJudge:
             r = self._rng.random()
         acc = 0.0
         for kind in FAULT_KINDS:
-            acc += self.rates[kind]
+            acc += self.rates.get(kind, 0.0)
             if r < acc:
                 return kind
         return None
