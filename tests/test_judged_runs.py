@@ -201,3 +201,43 @@ def test_a_case_with_an_empty_question_is_skipped_by_judged_metrics_and_warned_o
         assert s["value"] is None and s["error"] is None and s["reason"] == "skipped: case has no question"
     assert blank[("native", "must_contain")]["value"] is not None  # not a judged metric: scored
     assert all(s["value"] is not None for s in scores if s["case_id"] != cases[1].id)
+
+
+@pytest.mark.slow  # two runs through the CLI, one of them with 500s retried (some 14 s on 2 cores)
+def test_judge_calls_said_are_what_the_judge_received_over_every_session(tmp_path, example_cases,
+                                                                           monkeypatch):
+    """Retries are requests the judge received: the terminal and the report say them beside the calls
+    ("N calls, M requests with R retries"), and the report's per-backend table counts what the run
+    total counts, over every session: a score that errored and was resumed keeps its failed calls."""
+    from conftest import ragbridge_cli
+    from ragbridge.judge.upstream import Forwarder
+    from ragbridge.report import render_json, render_markdown
+    from ragbridge.testing import StubJudge
+
+    monkeypatch.setattr(Forwarder, "backoff_base", 0.01)
+    cases = example_cases[:3]
+    (tmp_path / "cases.jsonl").write_text("".join(json.dumps(c.model_dump(mode="json")) + "\n"
+                                                  for c in cases))
+    others = " ".join(c.question for c in cases[1:]).lower()
+    word = next(w for w in cases[0].question.split() if len(w) > 4 and w.lower() not in others)
+    args = ("run", "cases.jsonl", "--out", "run", "--backend", "rubric", "--metric", "answer_relevance",
+            "--cache-mode", "off")
+    with StubJudge() as stub:
+        args += ("--judge-model", stub.models[0], "--judge-base-url", stub.base_url)
+        stub.fail_when(word, "500")  # the first case's calls fail, each 500 in other words: retried
+        first = ragbridge_cli(*args, cwd=tmp_path)
+        assert first.returncode == 3, first.stderr
+        stub.fail_when(word, None)
+        stub.inject("500")  # the resumed score's call: one transient 500, then answered
+        second = ragbridge_cli(*args, cwd=tmp_path)
+        assert second.returncode == 0, second.stderr
+        received = len(stub.posts())
+    j = json.loads((tmp_path / "run" / "run.json").read_text())["counts"]["judge"]
+    assert j["retries"] >= 6 and j["calls"] + j["retries"] == received
+    said = f"{j['calls']} calls, {received} requests with {j['retries']} retries, 0 from cache"
+    assert said in " ".join(second.stdout.split() + second.stderr.split())
+    run = load_run(tmp_path / "run")
+    assert f"Run total: {said}" in render_markdown(run)
+    (rubric,) = json.loads(render_json(run))["judge_usage"]
+    assert (rubric["judge_calls"], rubric["requests"], rubric["retries"]) == (j["calls"], received,
+                                                                             j["retries"])

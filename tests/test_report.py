@@ -145,7 +145,7 @@ def test_html_is_self_contained_and_escaped(html_text):
 def test_markdown_and_json(report_run, data):
     md = rep.render_markdown(report_run, data)
     assert md.splitlines()[2].startswith("> **Stub judge.**")
-    assert re.search(r"\| deepeval \| \d+ \| 0 \| \d+ \| \d+ \| \d+ \| 1\.5 \| 2\.5 \|", md)
+    assert re.search(r"\| deepeval \| \d+ \| 0 \| \d+ \| \d+ \| \d+ \| \d+ \| \d+ \| 1\.5 \| 2\.5 \|", md)
     assert "## Retrieval" in md and "## Generation" in md and "## Agreement between backends" in md
     assert "## Judge calls, tokens and time" in md and "### billing-refund-window" in md
     assert "<script>" not in md and "&lt;script&gt;" in md

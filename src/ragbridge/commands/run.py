@@ -452,10 +452,11 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
     if counts.get("resumed_from"):
         notes.append(f"resumed: {counts['resumed_from']} score(s) kept from the earlier run")
     if counts.get("judge"):
+        from ..judge.audit import calls_phrase
+
         j = counts["judge"]
         notes.append(
-            f"judge: {j['calls']} call(s), {j['cache_hits']} from cache, "
-            f"{j['prompt_tokens']}+{j['completion_tokens']} tokens"
+            f"judge: {calls_phrase(j)}, {j['prompt_tokens']}+{j['completion_tokens']} tokens"
         )
         if j.get("invalid_usage"):
             warn(f"{j['invalid_usage']} judge call(s) reported token usage that cannot be true (negative, "

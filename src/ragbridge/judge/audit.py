@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional
 from .server import Result
 from .tag import CallTag
 
-__all__ = ["AuditLog", "FLUSH_SECONDS"]
+__all__ = ["AuditLog", "FLUSH_SECONDS", "usage_of", "calls_phrase"]
 
 FLUSH_SECONDS = 0.2  # the audit log is written in the background at most this late
 
@@ -96,6 +96,49 @@ class AuditLog:
             if self._fh is not None:
                 self._fh.close()
                 self._fh = None
+
+
+def usage_of(path: Path) -> dict[tuple[Optional[str], Optional[str]], dict[str, int]]:
+    """What the audit log at ``path`` counts, per (backend, metric), over every session of the run
+    (a resumed one's calls too): ``calls`` sent upstream (cache hits not among them), ``requests``
+    (their attempts, retries included), ``retries``, ``cache_hits`` and the tokens. Empty when there is
+    no such file; a line that is not JSON (a session killed mid-write) is skipped."""
+    out: dict[tuple[Optional[str], Optional[str]], dict[str, int]] = {}
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        return out
+    with fh:
+        for line in fh:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(rec, dict):
+                continue
+            u = out.setdefault((rec.get("backend"), rec.get("metric")), dict.fromkeys(
+                ("calls", "requests", "retries", "cache_hits", "prompt_tokens", "completion_tokens"), 0))
+            attempts = int(rec.get("attempts") or 0)
+            if rec.get("cache_hit"):
+                u["cache_hits"] += 1
+            elif attempts > 0:
+                u["calls"] += 1
+                u["requests"] += attempts
+                u["retries"] += attempts - 1
+            u["prompt_tokens"] += int(rec.get("prompt_tokens") or 0)
+            u["completion_tokens"] += int(rec.get("completion_tokens") or 0)
+    return out
+
+
+def calls_phrase(counts: dict) -> str:
+    """A run's judge calls in words, as the terminal and the report say them: the calls sent upstream,
+    the requests they took (retries included) and the answers from the cache, e.g. "51 calls, 153
+    requests with 102 retries, 3 from cache"."""
+    calls, retries = int(counts.get("calls") or 0), int(counts.get("retries") or 0)
+    words = f"{calls} call{'' if calls == 1 else 's'}"
+    if retries:
+        words += f", {calls + retries} requests with {retries} retr{'y' if retries == 1 else 'ies'}"
+    return words + f", {int(counts.get('cache_hits') or 0)} from cache"
 
 
 def _js(value: Optional[str]) -> str:

@@ -62,7 +62,8 @@ from .text import jsonable, records
 __all__ = ["report_data", "render_json", "write_json", "backend_key", "read_cases", "case_texts", "case_rows",
            "TEXT_FIELDS"]
 
-_COUNTS = ("scores", "reused", "judge_calls", "prompt_tokens", "completion_tokens")
+_COUNTS = ("scores", "reused", "judge_calls", "requests", "retries", "cache_hits", "prompt_tokens",
+           "completion_tokens")
 #: the fields of a case that no analysis reads, only the drill-down (`case_texts`)
 TEXT_FIELDS = ("contexts", "answer", "reference", "reference_contexts", "metadata")
 
@@ -381,16 +382,29 @@ def reused_lines(reused: Optional[dict[str, Any]]) -> list[str]:
 
 
 def _judge_usage(run: Run) -> tuple[list[dict], list[dict]]:
-    """Judge calls, tokens and time per backend, and per backend and metric."""
+    """Judge calls, tokens and time per backend, and per backend and metric.
+
+    The calls, the requests they took (retries included), the cache hits and the tokens are the
+    audit log's when the run has one: every session's calls, a resumed score's failed ones too,
+    counted as the run's total is (`ragbridge.judge.audit.usage_of`); else the scores' own."""
+    from ..judge.audit import usage_of
+
+    audit = usage_of(Path(run.path) / "judge-audit.jsonl") if run.path else {}
     acc: dict[tuple[str, str], dict[str, float]] = {}
     for (b, met), col in run.columns.columns.items():
         present = col.present
         a = acc[(b, met)] = {
             "scores": int(present.sum()), "reused": int(col.get("cached")[present].sum()),
             "judge_calls": int(col.get("judge_calls")[present].sum()),
+            "requests": int(col.get("judge_calls")[present].sum()), "retries": 0, "cache_hits": 0,
             "prompt_tokens": int(col.get("prompt_tokens")[present].sum()),
             "completion_tokens": int(col.get("completion_tokens")[present].sum()),
             "call_seconds": math.fsum(col.get("seconds")[present].tolist())}
+        if audit:
+            logged = audit.get((b, met)) or dict.fromkeys(_COUNTS, 0)
+            a.update(judge_calls=logged["calls"], requests=logged["requests"], retries=logged["retries"],
+                     cache_hits=logged["cache_hits"], prompt_tokens=logged["prompt_tokens"],
+                     completion_tokens=logged["completion_tokens"])
         judged = present & (col.get("judge_calls") > 0)
         if judged.any():  # NaN once a score's cost is unknown (no price for its model)
             a["cost"] = math.fsum(col.get("cost")[judged].tolist())

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Iterable, Optional, TextIO, Union
 
 from ..analysis.table import open_run
+from ..judge.audit import calls_phrase
 from ..run import Run
 from ..run.summary import ALL
 from .data import DIAGNOSIS_LISTED, listed_by_layer, report_data, reused_lines
@@ -324,10 +325,15 @@ def _usage(d: dict, out: list[str]) -> None:
             "Wall time: from the start of scoring to the backend's last score (backends run side by side, "
             "so these overlap). Sum of call times: each score's own time added up; a backend scores many "
             "cases at once, so the sum can be many times its wall time.", "",
-            "| backend | scores | reused | judge calls | prompt tokens | completion tokens | wall time (s) "
-            "| sum of call times (s) |", "|---|---|---|---|---|---|---|---|"]
+            "Judge calls: calls sent to the judge (every session's, as the run total counts them); "
+            "requests: what the judge received, retries included; cached: answered from the judge cache.",
+            "",
+            "| backend | scores | reused | judge calls | requests | cached | prompt tokens "
+            "| completion tokens | wall time (s) | sum of call times (s) |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for u in d["judge_usage"]:
         out.append(f"| {md_text(u['backend'])} | {u['scores']} | {u['reused']} | {u['judge_calls']} | "
+                   f"{u.get('requests', u['judge_calls'])} | {u.get('cache_hits', 0)} | "
                    f"{u['prompt_tokens']} | {u['completion_tokens']} | {num(u['wall_seconds'], 1)} | "
                    f"{u['call_seconds']:.1f} |")
     reused = reused_lines(d.get("reused_from"))
@@ -335,7 +341,7 @@ def _usage(d: dict, out: list[str]) -> None:
         out += ["", "Reused: " + " ".join(md_text(line) for line in reused)]
     j = (d["run"].get("counts") or {}).get("judge")
     if j:
-        out += ["", f"Run total: {j.get('calls', 0)} call(s), {j.get('cache_hits', 0)} from cache, "
+        out += ["", f"Run total: {calls_phrase(j)}, "
                 f"{j.get('prompt_tokens', 0)} prompt + {j.get('completion_tokens', 0)} completion tokens."]
     cost = d.get("cost") or {}
     if cost.get("priced"):
