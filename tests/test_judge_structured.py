@@ -516,3 +516,25 @@ def test_the_audit_log_separates_waiting_for_a_slot_from_the_call(tmp_path):
     waits = sorted(x["wait_seconds"] for x in lines)
     assert waits[0] < 0.2 and 0.3 < waits[1] and 0.7 < waits[2]  # at once, behind one call, behind two
     assert all(x["seconds"] >= x["wait_seconds"] + x["call_seconds"] - 0.01 for x in lines)
+
+
+def test_judge_check_measures_a_one_slot_server_and_proposes_one_call_at_a_time(tmp_path):
+    """A server with one slot answering in a few seconds: the old rule (concurrency limited only for
+    calls over 5 s, or when /props says slots) proposed 8, and every call then timed out behind the
+    others. Two identical calls sent at once take twice one alone: max_concurrency 1, said how."""
+    with StubJudge(late_seconds=0.3) as stub:
+        shown = ragbridge_cli("judge", "check", "--judge-model", "m", "--judge-base-url",
+                              f"{stub.url}/hostile/one-slot/v1", "--json", cwd=tmp_path)
+        side_by_side = ragbridge_cli("judge", "check", "--judge-model", "m", "--judge-base-url",
+                                     f"{stub.url}/hostile/late/v1", cwd=tmp_path)
+        text = ragbridge_cli("judge", "check", "--judge-model", "m", "--judge-base-url",
+                             f"{stub.url}/hostile/one-slot/v1", cwd=tmp_path).stdout
+    doc = json.loads(shown.stdout)
+    pair = doc["timed_call"]["pair"]
+    assert pair["one_at_a_time"] is True and pair["together"] >= 1.7 * pair["alone"], pair
+    assert doc["proposed"]["max_concurrency"] == 1
+    text = " ".join(text.split())
+    assert "max_concurrency = 1 (now 8)" in text
+    assert "the server runs one request at a time (the second waited for the first)" in text
+    said = " ".join(side_by_side.stdout.split())  # a server that takes both at once keeps its 8
+    assert "the server runs them side by side" in said and "max_concurrency = 1" not in said

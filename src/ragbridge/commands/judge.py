@@ -83,7 +83,7 @@ def judge_check(
     result: dict = {"judge": cfg.public_dict(), "preflight": checked}
     probing = not quick and cfg.cache_mode != "read-only"
     if probing:
-        from ..judge.probe import auto_mode, probe_modes, propose, time_call
+        from ..judge.probe import auto_mode, probe_modes, propose, time_call, time_two_at_once
 
         if not as_json:
             err.print("asking the judge in each structured-output mode, then one judge-sized call...",
@@ -92,6 +92,8 @@ def judge_check(
             probed = probe_modes(cfg)
             used = auto_mode(probed)
             timed = time_call(cfg, used or "prompt", CHECK_SECONDS)
+            if 200 <= timed["http"] < 300:
+                timed["pair"] = time_two_at_once(cfg, used or "prompt", CHECK_SECONDS)
         except Exception as exc:
             fail(f"the judge answered the check, then failed: {cli_text(exc)}")
         configured = {"*": cfg.structured_output, **_backend_modes(judge.config)}
@@ -154,6 +156,12 @@ def _check_lines(cfg, result: dict) -> list[str]:
         return lines
     slots = f"; the server runs {timed['slots']} at once" if timed.get("slots") else ""
     lines.append(f"one judge-sized call took {timed['seconds']:.1f} s{tokens}{slots}")
+    pair = timed.get("pair") or {}
+    if pair.get("one_at_a_time") is not None:
+        lines.append(f"two identical small calls sent at once took {pair['together']:.1f} s, one alone "
+                     f"{pair['alone']:.1f} s: the server runs "
+                     + ("one request at a time (the second waited for the first)" if pair["one_at_a_time"]
+                        else "them side by side"))
     p = result["proposed"]
     changes = []
     if p["timeout"] != p["timeout_now"]:

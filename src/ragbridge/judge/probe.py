@@ -1,6 +1,7 @@
 """What ``ragbridge judge check`` asks the judge beyond `ragbridge.judge.preflight`: which ways of
 asking for a JSON object the server takes (`probe_modes`), how long one judge-sized call takes
-(`time_call`), and the timeout and concurrency that follow for this machine (`propose`).
+(`time_call`), whether it runs two at once (`time_two_at_once`), and the timeout and concurrency that
+follow for this machine (`propose`).
 
 Every request goes through a gateway of its own (no cache, no retry), so a mode is reshaped exactly
 as a run's requests are (`ragbridge.judge.structured`). A mode is *taken* when the server answers it
@@ -20,7 +21,12 @@ from typing import Any, Optional
 from .config import JudgeConfig
 from .structured import FALLBACK, error_text
 
-__all__ = ["probe_modes", "time_call", "propose", "auto_mode"]
+__all__ = ["probe_modes", "time_call", "time_two_at_once", "propose", "auto_mode"]
+
+#: two calls at once that take this many times one alone: the server ran them one after the other
+SERIAL_RATIO = 1.7
+#: a call shorter than this is too short to tell waiting from noise
+MIN_TIMED_SECONDS = 0.25
 
 #: the schema of every probe: a verdict and its reason
 _SCHEMA = {"type": "object", "properties": {"reason": {"type": "string", "maxLength": 200},
@@ -55,11 +61,11 @@ def _probe_body(model: str, max_tokens: int, big: bool = False) -> dict[str, Any
                           "Is every claim of the answer supported by the context?"}]}
 
 
-def _gateway(cfg: JudgeConfig, modes: dict[str, str], timeout: float) -> Any:
+def _gateway(cfg: JudgeConfig, modes: dict[str, str], timeout: float, concurrency: int = 1) -> Any:
     from .gateway import JudgeGateway
 
     probe_cfg = cfg.model_copy(update={"cache_mode": "off", "max_retries": 0, "timeout": timeout,
-                                       "max_concurrency": 1})
+                                       "max_concurrency": concurrency})
     return JudgeGateway(probe_cfg, structured_output=modes)
 
 
@@ -133,6 +139,33 @@ def time_call(cfg: JudgeConfig, mode: str, timeout: float) -> dict[str, Any]:
     return out
 
 
+def time_two_at_once(cfg: JudgeConfig, mode: str, timeout: float) -> dict[str, Any]:
+    """Whether the server runs two requests at once: one small request alone, then two identical ones
+    sent together. ``alone`` and ``together`` (the later of the two) in seconds, and ``one_at_a_time``:
+    the pair took `SERIAL_RATIO` times one alone or more (the second waited for the first), None when
+    a call failed or was too short to tell."""
+    import threading
+
+    body = _probe_body(cfg.model, max(cfg.max_tokens or 0, 120))
+    with _gateway(cfg, {"check-pair": mode}, timeout, concurrency=2) as gw:
+        t0 = time.monotonic()
+        alone = _post(gw, "check-pair", body, timeout)[0]
+        alone_s = time.monotonic() - t0
+        statuses: list[int] = []
+        t0 = time.monotonic()
+        pair = [threading.Thread(target=lambda: statuses.append(_post(gw, "check-pair", body, timeout)[0]))
+                for _ in range(2)]
+        for t in pair:
+            t.start()
+        for t in pair:
+            t.join()
+        together_s = time.monotonic() - t0
+    answered = 200 <= alone < 300 and len(statuses) == 2 and all(200 <= x < 300 for x in statuses)
+    told = answered and alone_s >= MIN_TIMED_SECONDS
+    return {"alone": round(alone_s, 3), "together": round(together_s, 3),
+            "one_at_a_time": (together_s >= SERIAL_RATIO * alone_s) if told else None}
+
+
 def _slots(cfg: JudgeConfig) -> Optional[int]:
     """How many requests the server runs at once, when it says (llama.cpp's ``/props``:
     ``total_slots``); None when it does not."""
@@ -156,8 +189,11 @@ def propose(cfg: JudgeConfig, timed: dict[str, Any]) -> dict[str, Any]:
     """The timeout and concurrency for this judge on this machine, from one timed call.
 
     A judge's largest prompts are about twice the timed one's (a faithfulness verdict over many
-    claims), so a call may take twice as long. A judge on this machine that takes more than 5 s a call
-    is computing on these cores: more calls at once than it runs (its ``slots``) only wait there, so
+    claims), so a call may take twice as long. A server that ran two identical calls at once one after
+    the other (``timed["pair"]``, `time_two_at_once`) runs one request at a time: its concurrency is 1,
+    since a call sent beside another only waits there, and one abandoned at its timeout is still
+    computed, delaying every later one. A judge on this machine that takes more than 5 s a call is
+    computing on these cores: more calls at once than it runs (its ``slots``) only wait there, so
     its concurrency is its slots, or 2 when it does not say (one call ready while the other runs), and
     each call may wait for the ones ahead of it (``max_concurrency / slots``, a server that does not
     say taken to run one at a time), its attempt counting that wait. The timeout covers the largest
@@ -166,9 +202,11 @@ def propose(cfg: JudgeConfig, timed: dict[str, Any]) -> dict[str, Any]:
     t = float(timed["seconds"])
     slow_local = cfg.is_local and t > 5.0
     slots = timed.get("slots")
-    concurrency = (slots or 2) if slow_local else cfg.max_concurrency
-    behind = math.ceil(concurrency / (slots or 1)) if slow_local else 1
+    serial = bool((timed.get("pair") or {}).get("one_at_a_time"))
+    concurrency = 1 if serial else (slots or 2) if slow_local else cfg.max_concurrency
+    behind = 1 if serial else math.ceil(concurrency / (slots or 1)) if slow_local else 1
     needed = t * 2 * behind * 1.5
     timeout = max(cfg.timeout, 30 * math.ceil(needed / 30))
     return {"timeout": timeout, "max_concurrency": concurrency, "call_seconds": round(t, 1),
+            "one_at_a_time": serial,
             "timeout_now": cfg.timeout, "max_concurrency_now": cfg.max_concurrency}

@@ -11,6 +11,8 @@ same-500            answers HTTP 500 with the same body every time (a server tha
 late                answers normally, but only after ``stub.late_seconds`` (2): after the deadline of
                     a gateway whose ``timeout`` is shorter
 late-once           ... late the first time it gets a request (the same body), at once after that
+one-slot            answers one request at a time, each after ``stub.late_seconds``: a server started
+                    with one slot, the others waiting for it
 usage-negative      a normal answer whose usage says ``prompt_tokens: -1000000``
 usage-float         ... ``completion_tokens: 12.5``
 usage-string        ... ``prompt_tokens: "many"``
@@ -62,8 +64,8 @@ ECHO_CHARSETS = ("utf-16", "utf-16-be", "utf-32", "cp500", "utf-7")
 CONTENT_MODES = ("repeated-key", "lone-surrogate", "key-split", "key-b32")
 #: the ways ``echo-key*`` echoes the key
 ECHO_MODES = ("echo-key", *(f"echo-key-{c}" for c in ECHO_CHARSETS), "echo-key-bom")
-MODES = ("drip", "drip-head", "same-500", "huge", "late", "late-once", *ECHO_MODES, "echo-key-each",
-         *CONTENT_MODES, "gzip", *USAGE_LIES)
+MODES = ("drip", "drip-head", "same-500", "huge", "late", "late-once", "one-slot", *ECHO_MODES,
+         "echo-key-each", *CONTENT_MODES, "gzip", *USAGE_LIES)
 
 
 def given_key(headers: Any) -> Optional[str]:

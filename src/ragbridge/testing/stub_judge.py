@@ -236,6 +236,10 @@ class _Handler(FastRequestHandler):
         started = time.time()
         try:
             stub._released.wait()
+            if fault == "one-slot":  # one request at a time, as a server started with one slot
+                with stub.slot:
+                    stub._sleep(stub.late_seconds)
+                fault = None
             status, payload, reply_headers, content_type = 200, None, None, "application/json"
             if fault == "429":
                 status, payload = 429, _err("ragbridge stub: rate limited (injected)", "rate_limit_error")
@@ -369,6 +373,7 @@ class StubJudge:
         self.late_seconds = float(late_seconds)
         self.echo_turn = 0  # answers given in echo-key-each mode
         self.answered: set[bytes] = set()  # the request bodies late-once mode has seen
+        self.slot = threading.Lock()  # the one slot of one-slot mode
         self.requests: list[StubRequest] = []
         self.max_recorded = max_recorded
         self.last_authorization: Optional[str] = None
