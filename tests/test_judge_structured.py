@@ -538,3 +538,36 @@ def test_judge_check_measures_a_one_slot_server_and_proposes_one_call_at_a_time(
     assert "the server runs one request at a time (the second waited for the first)" in text
     said = " ".join(side_by_side.stdout.split())  # a server that takes both at once keeps its 8
     assert "the server runs them side by side" in said and "max_concurrency = 1" not in said
+
+
+@needs_backend("ragas")
+def test_ragas_json_mode_requests_take_the_chosen_mode_on_a_server_that_takes_only_tools(tmp_path):
+    """RAGAS asks in JSON mode without a schema. A server that takes only a forced tool call refuses
+    JSON mode in its own words ("JSON mode not available for this model"): with structured_output
+    ``tool`` every request goes as a tool of any object; left on ``auto`` the refusal is asked again as
+    a tool; with ``json_object`` chosen the run says to choose another mode, not to change the model."""
+    (tmp_path / "cases.jsonl").write_text("".join(json.dumps(c.model_dump(mode="json")) + "\n"
+                                                  for c in cases(2)))
+
+    def run(stub, mode, out):
+        return ragbridge_cli("run", "cases.jsonl", "--out", out, "-b", "ragas", "-m", "faithfulness",
+                             "--judge-model", stub.models[0], "--judge-base-url",
+                             f"{stub.url}/hostile/tool-only/v1", "--cache-mode", "off", "--no-progress",
+                             "--option", f"ragas.structured_output={mode}", cwd=tmp_path,
+                             env={"OPENAI_API_KEY": "sk-test"})
+
+    with StubJudge() as stub:
+        res = run(stub, "tool", "tool")
+        assert res.returncode == 0, res.stderr
+        assert set(kinds(stub)) == {"tool"}  # none sent in JSON mode, so none refused
+    with StubJudge() as stub:
+        res = run(stub, "auto", "auto")
+        assert res.returncode == 0, res.stderr
+        assert set(kinds(stub)) == {"json_object", "tool"}  # refused in JSON mode, asked as a tool
+    with StubJudge() as stub:
+        res = run(stub, "json_object", "json_object")
+    text = " ".join(res.stderr.split())
+    assert res.returncode == 3 and "structured output refused" in text, text
+    assert "JSON mode not available for this model" in text
+    assert "fix: choose a structured-output mode the server takes for ragas (now 'json_object')" in text
+    assert "context size" not in text

@@ -221,8 +221,8 @@ class Pipeline:
             refused = set(self.refused.get(identity, ()))
         if ask.kind not in refused:
             return ask.kind
-        usable = [m for m in FALLBACK
-                  if m not in refused and (ask.schema is not None or m not in ("schema", "tool"))]
+        usable = [m for m in FALLBACK  # JSON mode without a schema: a tool of any object, not a schema
+                  if m not in refused and (ask.schema is not None or m != "schema")]
         return usable[0] if usable else None
 
     def _refusal(self, res: Result, used: str, tag: CallTag) -> str:

@@ -23,7 +23,8 @@ The judge's ``structured_output`` (`ragbridge.judge.JudgeConfig`, per backend: t
   kind goes straight to the mode that worked. Each request refused is asked again, whenever its
   refusal comes back: requests in flight when the first refusal arrives are not lost;
 * ``schema``, ``json_object``, ``tool``, ``prompt``: every such request is sent in that mode
-  (`reshape`; ``prompt`` sends no ``response_format`` and puts the schema in the last user message).
+  (`reshape`; ``prompt`` sends no ``response_format`` and puts the schema in the last user message;
+  a JSON-mode request without a schema is asked for any object, `ANY_OBJECT`).
 
 An answer to a reshaped request is given back in the shape the library asked for (`as_asked`: the
 JSON object as the message's content, or as the forced tool's arguments), with the mode that was
@@ -44,7 +45,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, get_args
 
-__all__ = ["StructuredMode", "MODES", "FALLBACK", "Ask", "ask_of", "reshape", "as_asked",
+__all__ = ["StructuredMode", "MODES", "FALLBACK", "ANY_OBJECT", "Ask", "ask_of", "reshape", "as_asked",
            "rejects_structured_output", "deterministic", "USED_FIELD"]
 
 #: how a request that asks for a JSON object is sent: the judge's ``structured_output`` and a judged
@@ -55,13 +56,15 @@ MODES: tuple[str, ...] = get_args(StructuredMode)
 #: schema (what libraries fall back to themselves), JSON mode's schema is an extension
 #: some servers ignore, the prompt alone constrains nothing
 FALLBACK = ("schema", "tool", "json_object", "prompt")
+#: the schema of a request in JSON mode that gives none: any JSON object
+ANY_OBJECT: dict = {"type": "object"}
 #: the field of an answer that says which mode the gateway asked in (only when it reshaped the request)
 USED_FIELD = "ragbridge_structured_output"
 
 #: an error that names the request's structured output (``response_format``, a schema, tools)
 _STRUCTURED = re.compile(
     r"response_format|json_schema|json_object|structured[ _-]?output|tool_choice|\btools?\b|function[ _]call"
-    r"|grammar|guided_(json|decoding)|input should be 'text'", re.I)
+    r"|grammar|guided_(json|decoding)|input should be 'text'|json[ _-]?mode", re.I)
 #: an error that says the request itself cannot be served (its validation): the same again would fail
 _REQUEST_FAULT = re.compile(
     r"input should be|validation error|field required|extra inputs are not permitted|extra_forbidden"
@@ -121,23 +124,25 @@ def _forced_tool(body: dict) -> Optional[dict]:
 
 def reshape(body: dict, ask: Ask, mode: str) -> dict:
     """``body`` asking for its JSON object in ``mode`` (a new dict; ``body`` itself when it already
-    does, or when ``mode`` needs a schema the request has none of)."""
-    if mode == ask.kind or mode == "auto" or (ask.schema is None and mode in ("schema", "tool")):
+    does). A request in JSON mode without a schema (``ask.schema`` None) is asked for any object:
+    ``schema`` and ``tool`` take ``{"type": "object"}`` as theirs."""
+    if mode == ask.kind or mode == "auto":
         return body
+    schema = ask.schema if ask.schema is not None else ANY_OBJECT
     out = {k: v for k, v in body.items() if k not in ("response_format", "tools", "tool_choice",
                                                       "parallel_tool_calls")}
     if ask.kind != "tool" and "tools" in body:  # tools the library offered besides its JSON: kept
         out.update({k: body[k] for k in ("tools", "tool_choice", "parallel_tool_calls") if k in body})
     if mode == "schema":
         out["response_format"] = {"type": "json_schema", "json_schema": {
-            "name": _name(ask.name), "schema": ask.schema, "strict": ask.strict}}
+            "name": _name(ask.name), "schema": schema, "strict": ask.strict and ask.schema is not None}}
     elif mode == "json_object":
         out["response_format"] = {"type": "json_object", **({"schema": ask.schema} if ask.schema else {})}
         out["messages"] = _with_instruction(body.get("messages"), ask)
     elif mode == "tool":
         out["tools"] = [{"type": "function", "function": {
             "name": _name(ask.name), "description": "Give the answer as this function's arguments.",
-            "parameters": ask.schema}}]
+            "parameters": schema}}]
         out["tool_choice"] = {"type": "function", "function": {"name": _name(ask.name)}}
     elif mode == "prompt":
         out["messages"] = _with_instruction(body.get("messages"), ask)

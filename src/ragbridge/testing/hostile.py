@@ -11,6 +11,9 @@ same-500            answers HTTP 500 with the same body every time (a server tha
 late                answers normally, but only after ``stub.late_seconds`` (2): after the deadline of
                     a gateway whose ``timeout`` is shorter
 late-once           ... late the first time it gets a request (the same body), at once after that
+tool-only           takes a forced tool call only: answers ``json_schema`` with HTTP 400 "response_format.type
+                    json_schema is not supported; use grammar", ``json_object`` with HTTP 400 "JSON mode
+                    not available for this model"
 one-slot            answers one request at a time, each after ``stub.late_seconds``: a server started
                     with one slot, the others waiting for it
 usage-negative      a normal answer whose usage says ``prompt_tokens: -1000000``
@@ -49,8 +52,9 @@ import re
 from typing import Any, Optional
 from urllib.parse import quote
 
-__all__ = ["MODES", "USAGE_LIES", "ECHO_CHARSETS", "echo_key_body", "key_forms", "given_key", "given_secrets",
-           "ECHO_MODES", "key_leaks", "lie_about_usage", "repeat_verdicts", "lone_surrogates"]
+__all__ = ["MODES", "tool_only_refusal", "USAGE_LIES", "ECHO_CHARSETS", "echo_key_body", "key_forms",
+           "given_key", "given_secrets", "ECHO_MODES", "key_leaks", "lie_about_usage",
+           "repeat_verdicts", "lone_surrogates"]
 
 USAGE_LIES: dict[str, dict[str, Any]] = {
     "usage-negative": {"prompt_tokens": -1_000_000},
@@ -64,8 +68,20 @@ ECHO_CHARSETS = ("utf-16", "utf-16-be", "utf-32", "cp500", "utf-7")
 CONTENT_MODES = ("repeated-key", "lone-surrogate", "key-split", "key-b32")
 #: the ways ``echo-key*`` echoes the key
 ECHO_MODES = ("echo-key", *(f"echo-key-{c}" for c in ECHO_CHARSETS), "echo-key-bom")
-MODES = ("drip", "drip-head", "same-500", "huge", "late", "late-once", "one-slot", *ECHO_MODES,
-         "echo-key-each", *CONTENT_MODES, "gzip", *USAGE_LIES)
+MODES = ("drip", "drip-head", "same-500", "huge", "late", "late-once", "one-slot", "tool-only",
+         *ECHO_MODES, "echo-key-each", *CONTENT_MODES, "gzip", *USAGE_LIES)
+
+
+def tool_only_refusal(body: Any) -> Optional[str]:
+    """What the ``tool-only`` judge says to a request for a JSON object by ``response_format`` (None:
+    it takes the request)."""
+    fmt = body.get("response_format") if isinstance(body, dict) else None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "json_schema":
+        return "response_format.type json_schema is not supported; use grammar"
+    if kind == "json_object":
+        return "JSON mode not available for this model"
+    return None
 
 
 def given_key(headers: Any) -> Optional[str]:

@@ -247,6 +247,8 @@ class _Handler(FastRequestHandler):
             elif fault in ("500", "same-500"):  # "500": named by a request id, as a real server's
                 words = "this request fails" if fault == "same-500" else f"internal error (injected) {t0}"
                 status, payload = 500, _err(f"ragbridge stub: {words}", "server_error")
+            elif fault == "tool-only" and (refusal := hostile.tool_only_refusal(body)) is not None:
+                status, payload = 400, _err(refusal)
             elif fault == "busy-500":
                 status, payload = 500, _err(BUSY_500, "server_error")
             elif fault == "garbage":

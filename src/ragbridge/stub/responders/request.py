@@ -100,9 +100,12 @@ class JudgeRequest:
             fns = [t.get("function", t) for t in tools if isinstance(t, dict)]
             fn = next((f for f in fns if f.get("name") == chosen), fns[0] if fns else None)
             if fn is not None:
-                req.schema = fn.get("parameters") or {"type": "object", "properties": {}}
+                params = fn.get("parameters")
+                # any object (a JSON-mode request given as a tool): the prompt says what, as in JSON mode
+                if params != {"type": "object"}:
+                    req.schema = params or {"type": "object", "properties": {}}
+                    req.schema_origin = "tool"
                 req.schema_name = fn.get("name")
-                req.schema_origin = "tool"
                 req.tool_name = fn.get("name")
                 req.json_mode = True
         elif isinstance(rf, dict) and rf.get("type") == "json_object":
