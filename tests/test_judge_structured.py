@@ -571,3 +571,30 @@ def test_ragas_json_mode_requests_take_the_chosen_mode_on_a_server_that_takes_on
     assert "JSON mode not available for this model" in text
     assert "fix: choose a structured-output mode the server takes for ragas (now 'json_object')" in text
     assert "context size" not in text
+
+
+def test_a_failure_summary_quotes_a_multi_line_exception_as_one_line():
+    """Instructor (RAGAS's) gives up with a dump of every attempt, its exception and the completion,
+    over many lines: the summary quotes its exception's name and the first attempt's reason on one
+    line; a traceback is quoted by its last line."""
+    instructor = pytest.importorskip("instructor.core.exceptions")
+    from pydantic import BaseModel, ValidationError
+
+    from ragbridge.judge.causes import cause_of
+
+    class StatementGeneratorOutput(BaseModel):
+        statements: list[str]
+
+    try:
+        StatementGeneratorOutput.model_validate({})
+    except ValidationError as exc:
+        invalid = exc
+    gave_up = instructor.InstructorRetryException(
+        str(invalid), n_attempts=1, total_usage=0,
+        failed_attempts=[instructor.FailedAttempt(1, invalid, "ChatCompletion(content='{}')")])
+    cause, reason = cause_of(f"{type(gave_up).__name__}: {gave_up}", None)
+    assert (cause, reason) == ("unusable_reply", "InstructorRetryException: 1 validation error for "
+                               "StatementGeneratorOutput statements Field required [type=missing, "
+                               "input_value={}, input_type=dict]")
+    assert cause_of('Traceback (most recent call last):\n  File "x.py", line 1\nValueError: bad', None) == (
+        "other", "ValueError: bad")

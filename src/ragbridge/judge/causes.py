@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-__all__ = ["CAUSES", "cause_of", "fix"]
+__all__ = ["CAUSES", "cause_of", "fix", "one_line"]
 
 #: each cause, as the summary names it
 CAUSES = {
@@ -47,7 +47,34 @@ def cause_of(error: str, failure: Optional[tuple[str, str]]) -> tuple[str, str]:
     if failure is not None and failure[0] in CAUSES:
         return failure[0], failure[1].removeprefix("ragbridge judge gateway: ")
     text = " ".join(str(error).split())
-    return ("unusable_reply" if _REPLY.search(text) else "other"), text
+    return ("unusable_reply" if _REPLY.search(text) else "other"), one_line(str(error))
+
+
+#: the words of the first attempt's exception in a retrying library's dump (instructor's)
+_INNER = re.compile(r"<exception>(?P<words>.*?)</exception>", re.S)
+#: pydantic's pointer to its documentation, a line of its own in every validation error
+_DOCS_LINK = re.compile(r"\s*For further information visit \S+")
+#: the longest reason a summary quotes
+REASON_CHARS = 300
+
+
+def one_line(error: str) -> str:
+    """A score's error as one line of a summary: its exception's name and first line, the words of
+    the first attempt in a retrying library's dump (not the dump of every attempt and completion),
+    pydantic's validation error on one line without its documentation link; at most `REASON_CHARS`."""
+    text = str(error).strip()
+    inner = _INNER.search(text)
+    name = re.match(r"^(\w+(?:Error|Exception)):", text)
+    prefix = f"{name.group(1)}: " if inner is not None and name is not None else ""
+    body = _DOCS_LINK.sub("", inner.group("words") if inner is not None else text)
+    lines = [line.strip() for line in body.splitlines() if line.strip()]
+    if lines and lines[0].startswith("Traceback (most recent call last)"):
+        lines = lines[-1:]  # the exception itself, not the frames
+    head = lines[0] if lines else ""
+    if re.search(r"\d+ validation errors? for ", head):  # pydantic's: the field and why, on the lines after
+        head = " ".join(lines[:3])
+    head = prefix + head
+    return head if len(head) <= REASON_CHARS else head[:REASON_CHARS - 1] + "…"
 
 
 def fix(cause: str, backend: str, config: Any, mode: str = "auto") -> str:
