@@ -518,6 +518,24 @@ def test_the_audit_log_separates_waiting_for_a_slot_from_the_call(tmp_path):
     assert all(x["seconds"] >= x["wait_seconds"] + x["call_seconds"] - 0.01 for x in lines)
 
 
+def test_the_audit_log_gives_the_backoff_between_attempts(tmp_path):
+    """A call answered after two 500s: its ``seconds`` are its wait for a slot, its attempts at the
+    judge and the backoff between them, each given."""
+    with StubJudge() as stub:
+        stub.inject("500", "500")
+        cfg = JudgeConfig(model="m", base_url=stub.base_url, cache_mode="off")
+        with JudgeGateway(cfg, audit_log=tmp_path / "audit.jsonl") as gw, \
+                httpx.Client(transport=gw.transport()) as c:
+            gw._pipeline.forwarder.backoff_base = 0.3
+            r = c.post(gw.base_url("b", "m", "c", in_process=True) + "/chat/completions",
+                       json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+            assert r.status_code == 200
+    (line,) = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert line["attempts"] == 3 and line["backoff_seconds"] > 0
+    parts = line["wait_seconds"] + line["call_seconds"] + line["backoff_seconds"]
+    assert parts <= line["seconds"] < parts + 0.05, line
+
+
 def test_judge_check_measures_a_one_slot_server_and_proposes_one_call_at_a_time(tmp_path):
     """A server with one slot answering in a few seconds: the old rule (concurrency limited only for
     calls over 5 s, or when /props says slots) proposed 8, and every call then timed out behind the

@@ -4,8 +4,9 @@ Each line says who asked (backend, metric, case_id, and the repeat when it is no
 ``request_key`` (the SHA-256 of the upstream, path and exact request bytes: the key the cache files
 the answer under, table ``aliases``, column ``raw``), the status, the cache outcome, attempts,
 ``seconds`` (from the request's arrival to its answer), of them ``wait_seconds`` waiting for a slot
-(the bound on calls in flight, the rate limit) and ``call_seconds`` at the judge (every attempt; the
-rest is the backoff between attempts, or a wait for the same request already in flight), the tokens
+(the bound on calls in flight, the rate limit), ``call_seconds`` at the judge (every attempt) and
+``backoff_seconds`` between attempts (the rest: a wait for the same request already in flight, the
+gateway's own work), the tokens
 the call spent (0 for a cache hit) and the SHA-256 and size of both bodies. The
 bodies themselves are written only for a call that did not succeed (status outside 2xx), where they
 are the evidence; a successful answer's body is in the cache under ``request_key``. Never a header or
@@ -68,6 +69,7 @@ class AuditLog:
                 f'"cache_hit": {"true" if res.cache == "hit" else "false"}, "cache": "{res.cache}", '
                 f'"attempts": {res.attempts}, "seconds": {seconds:.6f}, '
                 f'"wait_seconds": {res.wait_seconds:.6f}, "call_seconds": {res.call_seconds:.6f}, '
+                f'"backoff_seconds": {res.backoff_seconds:.6f}, '
                 f'"prompt_tokens": {prompt}, "completion_tokens": {completion}, {invalid}'
                 f'"request_key": "{request_key}", '
                 f'"request_bytes": {len(raw)}, "response_sha256": "{hashlib.sha256(res.body).hexdigest()}", '

@@ -204,6 +204,7 @@ class Pipeline:
         res.unanswered = sum(r.unanswered for r in made)
         res.wait_seconds = sum(r.wait_seconds for r in made)
         res.call_seconds = sum(r.call_seconds for r in made)
+        res.backoff_seconds = sum(r.backoff_seconds for r in made)
         if ask is not None and used is not None and used != ask.kind and 200 <= res.status < 300 \
                 and res.parsed is not None:
             res.parsed = as_asked(res.parsed, ask, used)

@@ -98,10 +98,11 @@ class Result:
     unanswered: int = 0
     #: why a request failed, for the run's summary (`ragbridge.judge.causes`); None: it did not
     cause: Optional[str] = None
-    #: seconds the request waited for a slot (the bound on calls in flight, the rate limit), and
-    #: spent in its attempts at the judge (backoff between them not included)
+    #: seconds the request waited for a slot (the bound on calls in flight, the rate limit), spent in
+    #: its attempts at the judge, and in backoff between them
     wait_seconds: float = 0.0
     call_seconds: float = 0.0
+    backoff_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.parsed is not None or isinstance(self.body, _JsonBytes):

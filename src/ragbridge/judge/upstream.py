@@ -350,6 +350,18 @@ class Forwarder:
                 extra_headers: Optional[dict[str, str]] = None,
                 on_send: Optional[Callable[[int], bool]] = None,
                 final: Optional[Callable[[int, bytes], bool]] = None) -> Result:
+        """One call (`_attempts`), with the seconds it spent in backoff between its attempts."""
+        slept = [0.0]
+        res = self._attempts(upstream, method, endpoint, body, model, stream=stream,
+                             extra_headers=extra_headers, on_send=on_send, final=final, slept=slept)
+        res.backoff_seconds = slept[0]
+        return res
+
+    def _attempts(self, upstream: Upstream, method: str, endpoint: str, body: Optional[bytes],
+                  model: Optional[str] = None, *, stream: bool = False,
+                  extra_headers: Optional[dict[str, str]] = None,
+                  on_send: Optional[Callable[[int], bool]] = None,
+                  final: Optional[Callable[[int, bytes], bool]] = None, slept: list[float]) -> Result:
         """One call: the attempts it takes, and the last answer as the library gets it. ``on_send``
         is called with the attempt's number before each attempt is sent (every attempt is a request
         the upstream may charge for); when it answers False that attempt is not sent, and the call
@@ -467,7 +479,10 @@ class Forwarder:
             delay = random.uniform(0.0, min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1)))
             if retry_after is not None:
                 delay = min(retry_after, RETRY_AFTER_CAP)
-            if delay > 0 and self.closing.wait(delay):
+            backoff = time.monotonic()
+            closed = delay > 0 and self.closing.wait(delay)
+            slept[0] += time.monotonic() - backoff
+            if closed:
                 break
         return last
 
