@@ -446,7 +446,7 @@ def test_judge_check_says_which_modes_the_server_takes_and_which_it_will_use(tmp
     text = " ".join(shown.stdout.split())
     assert "schema: refused, HTTP 500 (1 validation error: {'type': 'literal_error'" in text
     assert "json_object: taken" in text and "tool: taken" in text and "prompt: taken" in text
-    assert "when the server refuses that, in tool" in text
+    assert "when the server refuses that (schema), in tool" in text
     assert "one judge-sized call took" in text and "suit this judge" in text
     doc = json.loads(as_json.stdout)
     modes = doc["structured_output"]["modes"]
@@ -455,6 +455,18 @@ def test_judge_check_says_which_modes_the_server_takes_and_which_it_will_use(tmp
     assert doc["timed_call"]["http"] == 200 and doc["timed_call"]["prompt_tokens"] > 300
     assert (doc["proposed"]["timeout"], doc["proposed"]["max_concurrency"]) == (120.0, 8)
     assert quick.returncode == 0 and "structured output" not in quick.stdout
+
+
+def test_judge_check_says_when_the_server_refuses_nothing_and_which_mode_is_set(tmp_path):
+    """A server that takes every mode: no "when the server refuses that, in schema"; a mode set for
+    every backend is said to be taken, and used."""
+    with StubJudge() as stub:
+        shown = ragbridge_cli("judge", "check", "--judge-model", "m", "--judge-base-url", stub.base_url,
+                              "--judge-structured-output", "tool", cwd=tmp_path)
+    text = " ".join(shown.stdout.split())
+    assert "the server refuses none: auto (the default) sends each request as its library asks" in text
+    assert "when the server refuses" not in text
+    assert "every backend is set to tool, which the server takes: requests go as tool" in text
 
 
 def test_a_mode_chosen_that_the_server_refuses_is_warned_by_judge_check(tmp_path):

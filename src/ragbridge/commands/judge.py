@@ -137,12 +137,21 @@ def _check_lines(cfg, result: dict) -> list[str]:
                 "failed": f"failed, HTTP {found['http']}"}[found["status"]]
         lines.append(f"  {mode}: {what}{said}")
     used = structured["auto"]
-    lines.append(f"  auto (the default) sends each request as its library asks and, when the server refuses "
-                 f"that, in {used}" if used else "  the server refuses every mode: set structured_output")
+    refused = [m for m, found in structured["modes"].items() if found["status"] == "refused"]
+    if not used:
+        lines.append("  the server refuses every mode: set structured_output")
+    elif not refused:
+        lines.append("  the server refuses none: auto (the default) sends each request as its library asks")
+    else:
+        lines.append(f"  auto (the default) sends each request as its library asks and, when the server "
+                     f"refuses that ({', '.join(refused)}), in {used}")
     for backend, mode in structured["configured"].items():
         found = structured["modes"].get(mode)
+        who = "every backend" if backend == "*" else backend
+        if found is not None and found["status"] == "taken":
+            lines.append(f"  {who} is set to {mode}, which the server takes: "
+                         + ("its requests go" if backend != "*" else "requests go") + f" as {mode}")
         if found is not None and found["status"] != "taken":
-            who = "every backend" if backend == "*" else backend
             lines.append(f"  warning: {who} is set to {mode}, which the server did not take: choose one "
                          "it takes (" + ("structured_output in [judge] of ragbridge.toml or "
                                          "--judge-structured-output" if backend == "*" else
