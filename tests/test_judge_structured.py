@@ -251,6 +251,11 @@ def test_a_500_that_says_not_supported_is_retried_as_a_busy_server_asks():
     assert not deterministic(500, b'{"error": {"message": "context shift is not supported while another '
                                   b'request is processing, try again"}}')
     assert deterministic(400, b'{"error": {"message": "unsupported parameter: logit_bias"}}')
+    # the same busy answer twice ends the call; its fix names the concurrency, not only the request
+    from ragbridge.judge.causes import fix
+
+    said = fix("rejected", "b", JudgeConfig(model="m", base_url="http://127.0.0.1:8080/v1"))
+    assert "lower max_concurrency (now 8" in said
 
 
 def test_the_same_500_twice_is_not_asked_for_a_third_time():

@@ -107,8 +107,11 @@ def fix(cause: str, backend: str, config: Any, mode: str = "auto") -> str:
     if cause == "not_found":
         return "check base_url and the model (`ragbridge judge check` says what the server serves)"
     if cause == "rejected":
-        return ("the server refuses this request every time: change what its reason names (the context "
-                "size the server was started with, max_tokens in [judge], the model)")
+        return ("the server refuses this request every time (or gave the same error twice): change what "
+                "its reason names (the context size the server was started with, max_tokens in [judge], "
+                f"the model); a reason that says the server is busy (\"try again\") asks for fewer calls at "
+                f"once: lower max_concurrency (now {concurrency}, --max-concurrency; `ragbridge judge "
+                "check` measures what the server runs at once)")
     if cause == "reply_too_large":
         return "raise max_reply_bytes in [judge] of ragbridge.toml if such answers are expected"
     if cause in ("invalid_json", "unreadable"):
