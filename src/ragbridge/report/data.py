@@ -401,7 +401,8 @@ def _judge_usage(run: Run) -> tuple[list[dict], list[dict]]:
             "completion_tokens": int(col.get("completion_tokens")[present].sum()),
             "call_seconds": math.fsum(col.get("seconds")[present].tolist())}
         if audit:
-            logged = audit.get((b, met)) or dict.fromkeys(_COUNTS, 0)
+            logged = audit.get((b, met)) or dict.fromkeys(
+                ("calls", "requests", "retries", "cache_hits", "prompt_tokens", "completion_tokens"), 0)
             a.update(judge_calls=logged["calls"], requests=logged["requests"], retries=logged["retries"],
                      cache_hits=logged["cache_hits"], prompt_tokens=logged["prompt_tokens"],
                      completion_tokens=logged["completion_tokens"])
