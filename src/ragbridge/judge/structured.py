@@ -128,7 +128,7 @@ def reshape(body: dict, ask: Ask, mode: str) -> dict:
     ``schema`` and ``tool`` take ``{"type": "object"}`` as theirs."""
     if mode == ask.kind or mode == "auto":
         return body
-    schema = ask.schema if ask.schema is not None else ANY_OBJECT
+    schema = ask.schema if ask.schema is not None else dict(ANY_OBJECT)
     out = {k: v for k, v in body.items() if k not in ("response_format", "tools", "tool_choice",
                                                       "parallel_tool_calls")}
     if ask.kind != "tool" and "tools" in body:  # tools the library offered besides its JSON: kept
