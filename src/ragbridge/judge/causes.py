@@ -86,7 +86,8 @@ def fix(cause: str, backend: str, config: Any, mode: str = "auto") -> str:
         return (f"raise the judge's timeout (now {timeout:g} s: timeout in [judge] of ragbridge.toml, "
                 f"--judge-timeout, JudgeConfig(timeout=...)) or lower max_concurrency (now {concurrency}, "
                 "--max-concurrency): a call waits at the server for the calls ahead of it; "
-                "`ragbridge judge check` times one call and proposes both")
+                "`ragbridge judge check` times one call, measures how many the server runs at once and "
+                "proposes both")
     if cause == "structured_output":
         return (f"choose a structured-output mode the server takes for {backend} (now {mode!r}): "
                 f"--option {backend}.structured_output=MODE ([backends.{backend}] in ragbridge.toml), or "
