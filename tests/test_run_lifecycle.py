@@ -38,7 +38,8 @@ def test_a_run_whose_judge_calls_all_failed_exits_3_then_resumes_to_0(tmp_path, 
     out = tmp_path / "run"
     res = ragbridge_cli("run", data, "--out", out, *judge_args(stub_judge, tmp_path, config), cwd=tmp_path)
     assert res.returncode == 3, res.stdout + res.stderr
-    assert "2 of 4 score(s) errored; run the same command again to retry them" in res.stderr
+    assert "2 of 4 score(s) errored:" in res.stderr  # then each cause, with its fix
+    assert "run the same command again to retry them" in res.stderr
     manifest = json.loads((out / "run.json").read_text())
     assert manifest["status"] == "complete" and manifest["counts"]["errored"] == 2
     stub_judge.rates["500"] = 0.0
