@@ -77,7 +77,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "run": {"backend", "errors", "formats", "judge", "limits", "metrics", "options", "plugins", "schema",
             "stub", "traces", "verdicts"},
     "analysis": {"errors", "formats", "metrics", "native", "run", "schema", "verdicts"},
-    "report": {"analysis", "formats", "lexical", "metrics", "run", "schema", "verdicts"},
+    "report": {"analysis", "formats", "judge", "lexical", "metrics", "run", "schema", "verdicts"},
     "commands": {"analysis", "backend", "errors", "flags", "formats", "judge", "limits", "metrics", "native",
                  "options", "plugins", "report", "run", "testing", "traces", "verdicts"},
     "pytest_plugin": {"analysis", "backend", "flags", "formats", "judge", "report", "run"},

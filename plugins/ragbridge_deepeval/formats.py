@@ -37,6 +37,9 @@ restores, so a round trip loses nothing. The losses, all in CSV (`CSV_CANNOT_HOL
 of one empty text comes back empty (DeepEval's own format cannot escape them); an empty answer or
 reference reads back as missing. JSONL is written with lists, which DeepEval's JSONL loader also
 reads, so JSONL has no such loss. ``docs/formats.md`` has the user's view.
+
+Size: DeepEval keeps the same goldens in three files (JSON, JSON lines, a CSV with joined lists),
+each read by its own loader; what each holds and what each loader loses are said side by side.
 """
 
 from __future__ import annotations

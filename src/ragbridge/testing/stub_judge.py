@@ -52,6 +52,10 @@ POST that arrives in flight (received, recorded, counted in ``in_flight``) until
 and :meth:`StubJudge.wait_for_requests` waits until a number of POSTs have arrived.
 
 Run it in the foreground with ``python -m ragbridge.testing.stub_judge --port 8808 --latency 0.1``.
+
+Size: one request handler answers as every dialect and hostile mode of a real server does (a busy
+slot, a refused mode, an echoed key), so that a test names the behaviour it needs by a mode and
+never starts a server of its own.
 """
 
 from __future__ import annotations
