@@ -58,14 +58,15 @@ EVERY_MODULE = {**MODULES, **_modules(PLUGINS)}
 #: root, whose names are imported when first used)
 MAY_IMPORT: dict[str, set[str]] = {
     "errors": set(),
+    "config_files": {"errors"},
     "limits": set(),
     "lexical": set(),
     "schema": set(),
     "hookspecs": set(),
     "flags": set(),
-    "options": {"errors", "flags"},
+    "options": {"config_files", "errors", "flags"},
     "plugins": {"errors", "hookspecs"},
-    "judge": {"errors", "limits"},
+    "judge": {"config_files", "errors", "limits"},
     "verdicts": {"schema"},
     "metrics": {"errors", "plugins"},
     "stub": {"plugins"},

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import collections.abc
 import json
-import tomllib
 import types
 import typing
 from pathlib import Path
@@ -376,36 +375,13 @@ def config_tables(section: str, config_file: Optional[Path] = None, cwd: Optiona
     (``config_file`` instead when given: an error when it does not exist), lowest first, each as
     (the file's path, the table). OptionError for a file that is not TOML or a section that is not a
     table of tables."""
-    cwd = Path(cwd) if cwd is not None else Path.cwd()
-    out = []
-    pyproject = cwd / "pyproject.toml"
-    if pyproject.is_file():
-        tool = _read_toml(pyproject).get("tool")
-        ours = tool.get("ragbridge") if isinstance(tool, dict) else None
-        if isinstance(ours, dict) and section in ours:
-            out.append((str(pyproject), _tables(ours[section], pyproject, f"[tool.ragbridge.{section}]")))
-    rb = Path(config_file) if config_file is not None else cwd / "ragbridge.toml"
-    rb = rb if rb.is_absolute() else cwd / rb
-    if config_file is not None and not rb.is_file():
-        raise OptionError(f"{rb}: config file not found")
-    if rb.is_file():
-        data = _read_toml(rb)
-        if section in data:
-            out.append((str(rb), _tables(data[section], rb, f"[{section}]")))
-    return out
+    from .config_files import config_sections
+
+    return [(str(path), _tables(value, path, where))
+            for path, where, value in config_sections(section, config_file, cwd, OptionError)]
 
 
 def _tables(value: Any, path: Path, where: str) -> dict[str, Any]:
     if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
         raise OptionError(f"{path}: {where} must hold one table per backend, e.g. [backends.native]")
     return value
-
-
-def _read_toml(path: Path) -> dict:
-    try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise OptionError(f"{path}: invalid TOML: {exc}") from None
-    except OSError as exc:
-        raise OptionError(f"{path}: cannot read: {exc.strerror}") from None

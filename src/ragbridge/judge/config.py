@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from pathlib import Path
 from typing import Any, Iterable, Literal, Optional
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -378,29 +377,12 @@ class JudgeConfig(BaseModel):
                 merged[key] = value
                 source_of[key] = source
 
-        pyproject = cwd / "pyproject.toml"
-        if pyproject.is_file():
-            data = _read_toml(pyproject)
-            tool = data.get("tool")
-            ours = tool.get("ragbridge") if isinstance(tool, dict) else None
-            table = ours.get("judge") if isinstance(ours, dict) else None
-            if table is not None:
-                if not isinstance(table, dict):
-                    raise JudgeConfigError(f"{pyproject}: [tool.ragbridge.judge] must be a table")
-                take(table, str(pyproject), pyproject.parent, "[tool.ragbridge.judge]")
+        from ..config_files import config_sections
 
-        rb = Path(config_file) if config_file is not None else cwd / "ragbridge.toml"
-        if not rb.is_absolute():
-            rb = cwd / rb
-        if config_file is not None and not rb.is_file():
-            raise JudgeConfigError(f"{rb}: config file not found")
-        if rb.is_file():
-            data = _read_toml(rb)
-            table = data.get("judge")
-            if table is not None:
-                if not isinstance(table, dict):
-                    raise JudgeConfigError(f"{rb}: [judge] must be a table")
-                take(table, str(rb), rb.parent, "[judge]")
+        for path, where, table in config_sections("judge", config_file, cwd, JudgeConfigError):
+            if not isinstance(table, dict):
+                raise JudgeConfigError(f"{path}: {where} must be a table")
+            take(table, str(path), path.parent, where)
 
         cli = {k: v for k, v in (cli_overrides or {}).items() if v is not None}
         take(cli, "command line", cwd, "the judge options")
@@ -410,7 +392,8 @@ class JudgeConfig(BaseModel):
         for required in ("model", "base_url"):
             if required not in merged:
                 raise JudgeConfigError(
-                    f"judge {required} is not set: set `{required}` in [judge] of {rb.name}, in "
+                    f"judge {required} is not set: set `{required}` in [judge] of "
+                    f"{Path(config_file).name if config_file is not None else 'ragbridge.toml'}, in "
                     f"[tool.ragbridge.judge] of pyproject.toml, or pass --judge-{required.replace('_', '-')}")
         try:
             return cls(**merged)
@@ -439,14 +422,4 @@ def header_values(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
 
         out[name] = _ENV_REFERENCE.sub(read, value)
     return out
-
-
-def _read_toml(path: Path) -> dict:
-    try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise JudgeConfigError(f"{path}: invalid TOML: {exc}") from None
-    except OSError as exc:
-        raise JudgeConfigError(f"{path}: cannot read: {exc.strerror}") from None
 
