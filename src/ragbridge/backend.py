@@ -271,6 +271,42 @@ class Backend:
     #: ``--option NAME.KEY=VALUE``, ``[backends.NAME]`` in ragbridge.toml and ``options={NAME: {...}}``
     #: set, read in a run as ``ctx.options.of(self)``
     Options: ClassVar[type[BackendOptions]] = BackendOptions
+    #: the versions of its library the backend supports, a PEP 440 specifier (``">=1.2,<3"``; None:
+    #: any). An installed version outside it is refused before a run scores (`supported`); another
+    #: supported version runs in an environment of its own (``NAME==VERSION``, from a lock its plugin
+    #: ships)
+    supports: ClassVar[Optional[str]] = None
+    #: per version it is tested at (oldest first): what changes for a user from the version before it
+    #: (a metric's meaning or formula, its prompts, metrics added or removed), a sentence or two naming
+    #: the metric by its canonical name; shown by ``ragbridge backends NAME`` and named by compare and
+    #: the report when a run holds two versions of the library (`changes_between`)
+    changes: ClassVar[Mapping[str, str]] = {}
+
+    def supported(self, version: Optional[str] = None) -> Optional[bool]:
+        """Whether ``version`` (default: the installed one) is one `supports` takes; None when the
+        backend declares no range or the version is unknown."""
+        version = self.version() if version is None else version
+        if self.supports is None or version is None or self.library is None:
+            return None
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            return Version(version) in SpecifierSet(self.supports)
+        except (InvalidSpecifier, InvalidVersion):
+            return None
+
+    def changes_between(self, old: str, new: str) -> list[tuple[str, str]]:
+        """The `changes` a user meets going from version ``old`` of the library to ``new`` (either
+        order): those of the versions after the older one up to the newer one, oldest first."""
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            low, high = sorted((Version(old), Version(new)))
+            found = [(Version(v), v, text) for v, text in self.changes.items()]
+        except InvalidVersion:
+            return []
+        return [(v, text) for at, v, text in sorted(found) if low < at <= high]
 
     def version(self) -> Optional[str]:
         """The library's installed version, or the ragbridge version for a library-less backend."""

@@ -730,6 +730,9 @@ class RunManifest(BaseModel):
     ``plugins``: per backend shipped by a plugin's own distribution, that distribution and its version
     (``{"mylib": "ragbridge-mylib==0.1.1"}``; `ragbridge.plugins.plugin_version`), beside the library's
     version in ``backends``.
+    ``version_changes``: per library the run holds at two or more versions (``mylib`` beside
+    ``mylib==1.2``), each backend's version and what its plugin says changes between the oldest and
+    the newest (`ragbridge.run.isolated.version_changes`), named by compare and the report.
     ``judge.self_judging`` is set when the judge is the system under test's own model.
     ``warnings``: the golden set's input warnings that bear on the metrics of the run (one line per
     kind, with the number of cases and the first of them: `ragbridge.formats.input_check`).
@@ -746,6 +749,7 @@ class RunManifest(BaseModel):
     digests: dict[str, dict[str, str]] = Field(default_factory=dict)
     pass_marks: dict[str, dict[str, float]] = Field(default_factory=dict)
     plugins: dict[str, str] = Field(default_factory=dict)
+    version_changes: dict[str, Any] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
     started_at: str
     finished_at: Optional[str] = None

@@ -24,7 +24,7 @@ from ..analysis.stats import DEFAULT_PERMUTATIONS, DEFAULT_RESAMPLES
 from ..analysis.table import AnalysisError, ScoreTable, open_run
 from ..analysis.validate import validate
 from ..report.text import (MISSING, ci_text, column_lines, jsonable, missed_lines, num, one_line, p_text,
-                           records)
+                           records, version_change_lines)
 from ..run import Run
 from .output import err, fail, out, print_json, print_lines, print_table
 
@@ -135,11 +135,15 @@ def compare_cmd(
              + "; ".join(f"{m}: {', '.join(table.backends_of(m))}" for m in table.metrics()) + ")")
     if as_json:
         print_json({"run": str(r.path) if not with_runs else None, **_joined_json(r),
-                    "agreement": records(frame), "disagreements": records(dis)})
+                    "agreement": records(frame), "disagreements": records(dis),
+                    "version_changes": r.manifest.version_changes})
         return
     flips = flip_counts(r, metric or None, backend or None, threshold or None)
     _print_columns(out, r)
     _print_agreement(out, r, frame, flips)
+    if r.manifest.version_changes:
+        print_lines(out, ["Library versions compared in this run"]
+                    + version_change_lines(r.manifest.version_changes))
     if not dis.empty:
         _print_disagreements(out, dis)
 

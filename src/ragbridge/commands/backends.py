@@ -36,6 +36,25 @@ def _shown(value) -> str:
     return str(value)
 
 
+def _versions(b) -> dict:
+    """What ``backends`` says of a backend's library versions: the range it supports, whether the
+    installed one is in it, the versions its plugin ships environments for, and what changes at each."""
+    from ..run.isolated import shipped_versions
+
+    return {"supports": b.supports, "supported": b.supported() if b.available() else None,
+            "versions": shipped_versions(b), "changes": dict(b.changes)}
+
+
+def _version_text(b, version: str) -> str:
+    """The installed version, and whether the backend supports it."""
+    v = _versions(b)
+    if v["supported"] is False:
+        return f"{version} (not supported: {b.library}{v['supports']})"
+    if v["versions"]:
+        return f"{version} (also runs at {', '.join(x for x in v['versions'] if x != version) or MISSING})"
+    return version
+
+
 def backends(
     name: Optional[str] = typer.Argument(None, help="A backend: its metrics and options in full."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of a table."),
@@ -72,6 +91,7 @@ def backends(
                 {
                     "name": n, "available": b.available(),
                     "version": b.version() if b.available() else None, "install_hint": b.install_hint,
+                    **_versions(b),
                     "metrics": [
                         {"name": s.name, "native_name": s.native_name, "judge": s.judge,
                          "requires": list(s.requires), "description": s.description}
@@ -101,7 +121,7 @@ def backends(
             for s in b.metrics()
         )
         options = ", ".join(b.Options.model_fields) or MISSING
-        version = (b.version() or MISSING) if ok else MISSING
+        version = _version_text(b, b.version() or MISSING) if ok else MISSING
         table.add_row(
             escape(n), "[green]yes[/]" if ok else f"[yellow]no[/]: {escape(b.install_hint)}",
             escape(version), escape(metrics), escape(options),
@@ -121,6 +141,7 @@ def _one(name: str, b) -> None:
     ok = b.available()
     version = (b.version() or MISSING) if ok else MISSING
     print_lines(out, [f"{name} {version}: " + ("available" if ok else f"not installed: {b.install_hint}")])
+    _one_versions(name, b, version if ok else None)
     metrics = Table(title="Metrics", title_justify="left")
     for col in ("metric", "native name", "judge", "requires"):
         metrics.add_column(col)
@@ -148,3 +169,35 @@ def _one(name: str, b) -> None:
         lines.append(f"{name}.{row['name']}{flag}: {row['type']}; default {_shown(row['default'])}; "
                      f"{row['help']}")
     print_table(out, options, lines)
+
+
+def _one_versions(name: str, b, installed: Optional[str]) -> None:
+    """The versions of one backend's library: the range it supports, and per version it is tested at
+    whether it is installed or runs in an environment of its own, and what changes there."""
+    v = _versions(b)
+    if v["supports"] is None and not v["versions"] and not v["changes"]:
+        return
+    if v["supports"]:
+        said = {True: "supported", False: "NOT supported", None: "not installed"}[v["supported"]]
+        print_lines(out, [f"supports {b.library}{v['supports']}; installed: "
+                          + (f"{installed} ({said})" if installed else "none")])
+    table = Table(title="Versions", title_justify="left", show_lines=True)
+    for col in ("version", "runs", "what changes from the version before"):
+        table.add_column(col)
+    lines = []
+    for version in sorted(set(v["changes"]) | set(v["versions"]), key=_order):
+        runs = ", ".join((["in process (installed)"] if version == installed else [])
+                         + ([f"--backend {name}=={version}"] if version in v["versions"] else [])) or MISSING
+        change = v["changes"].get(version) or MISSING
+        table.add_row(escape(version), escape(runs), escape(change))
+        lines.append(f"{version}: {runs}; {change}")
+    print_table(out, table, lines)
+
+
+def _order(version: str):
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return (0, Version(version))
+    except InvalidVersion:
+        return (1, version)

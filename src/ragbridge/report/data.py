@@ -150,7 +150,7 @@ def report_data(
             "status": m.status, "counts": m.counts, "ragbridge_version": m.ragbridge_version,
             "stub_judge": bool((m.judge or {}).get("stub"))
             or any((c["judge"] or {}).get("stub") for c in (getattr(m, "columns", None) or {}).values()),
-            "timing": m.timing, "warnings": m.warnings,
+            "timing": m.timing, "warnings": m.warnings, "version_changes": m.version_changes,
             # runs read side by side (`ragbridge.analysis.join_runs`): where each column comes from
             "columns": getattr(m, "columns", None), "joined": getattr(m, "joined", None),
         },

@@ -12,7 +12,7 @@ from ..judge.audit import calls_phrase
 from ..run import Run
 from ..run.summary import ALL
 from .data import DIAGNOSIS_LISTED, listed_by_layer, report_data, reused_lines
-from .text import ci_text, column_lines, md_text, missed_lines, num, ragchecker_text
+from .text import ci_text, column_lines, md_text, missed_lines, num, ragchecker_text, version_change_lines
 
 __all__ = ["render_markdown", "write_markdown"]
 
@@ -81,6 +81,11 @@ def _head(d: dict, out: list[str]) -> None:
             f"{counts.get('undefined', 0)} undefined, {counts.get('errored', 0)} errored)", ""]
     for w in r.get("warnings") or []:
         out += [f"> ⚠️ warning: {md_text(w)}", ""]
+    changes = version_change_lines(r.get("version_changes"))
+    if changes:
+        out += ["**Library versions in this run**", ""]
+        out += [f"  - {md_text(ln.strip())}" if ln.startswith("  ") else f"- {md_text(ln)}" for ln in changes]
+        out.append("")
 
 
 def _moved(d: dict, out: list[str]) -> None:

@@ -28,7 +28,7 @@ from ..metrics import RAGCHECKER
 
 __all__ = ["MISSING", "num", "interval", "ci_text", "p_text", "md_text", "plain_text", "terminal_text",
            "json_escaped", "one_line", "escape_char", "jsonable", "records", "ragchecker_text", "MISSED",
-           "missed_lines", "column_lines", "json_chunks"]
+           "missed_lines", "column_lines", "json_chunks", "version_change_lines"]
 
 MISSING = "—"
 
@@ -109,6 +109,21 @@ def column_lines(columns: dict, joined: dict) -> list[str]:
     if joined.get("only_in_some"):
         lines.append(f"  {joined['only_in_some']} case(s) are in only some of the runs: missing in the "
                      "others' columns")
+    return lines
+
+
+def version_change_lines(version_changes: dict) -> list[str]:
+    """What run.json's ``version_changes`` says, as lines: per library held at two or more versions,
+    its backends and versions, then what its plugin says changes at each version between them."""
+    lines = []
+    for library, held in (version_changes or {}).items():
+        versions = held.get("versions") or {}
+        ordered = list(versions.values())
+        lines.append(f"{library} {ordered[0]} to {ordered[-1]} ("
+                     + ", ".join(f"{name}: {v}" for name, v in versions.items()) + "): "
+                     + ("what changes, by its plugin:" if held.get("changes") else
+                        "its plugin names no change between them"))
+        lines += [f"  {v}: {text}" for v, text in (held.get("changes") or {}).items()]
     return lines
 
 

@@ -52,7 +52,7 @@ from .errors import RunError
 from .worker import LINE_LIMIT, PROTOCOL, options_record
 
 __all__ = ["IsolatedBackend", "backend_named", "split_name", "prepare", "shipped_versions",
-           "with_versions", "ray_runtime_env", "RESTARTS"]
+           "version_changes", "with_versions", "ray_runtime_env", "RESTARTS"]
 
 #: how many times a run starts a worker again after one died
 RESTARTS = 3
@@ -107,6 +107,27 @@ def _package_of(backend: Backend) -> tuple[str, Path]:
         raise RunError(f"backend {backend.name!r} is not part of a package: it cannot run in an environment "
                        "of its own")
     return top, Path(list(spec.submodule_search_locations)[0])
+
+
+def version_changes(names: Sequence[str], registry: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """Per library a run holds at two or more versions (``mylib`` installed beside ``mylib==1.2``,
+    or two ``NAME==VERSION``): ``{"versions": {backend name: version}, "changes": {version: text}}``,
+    the changes its plugin declares between the oldest and the newest of them (`Backend.changes`),
+    recorded in run.json so compare and the report name them without the plugin."""
+    registry = get_backends() if registry is None else registry
+    found: dict[str, dict[str, str]] = {}
+    for name in names:
+        version = backend_named(name, registry).version()
+        if version:
+            found.setdefault(split_name(name)[0], {})[name] = version
+    out: dict[str, Any] = {}
+    for base, versions in found.items():
+        if len(set(versions.values())) < 2:
+            continue
+        ordered = sorted(versions.items(), key=lambda kv: version_key(kv[1]))
+        changes = _loaded(registry[base]).changes_between(ordered[0][1], ordered[-1][1])
+        out[base] = {"versions": dict(ordered), "changes": dict(changes)}
+    return out
 
 
 def shipped_versions(backend: Any) -> list[str]:

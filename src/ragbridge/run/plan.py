@@ -15,7 +15,7 @@ from ..metrics import resolve_metric
 from ..options import pass_mark_of
 from ..plugins import get_backends
 from .errors import RunError
-from .isolated import IsolatedBackend, backend_named, with_versions
+from .isolated import IsolatedBackend, backend_named, shipped_versions, with_versions
 
 __all__ = ["RunError", "DEFAULT_BACKENDS", "Plan", "plan_metrics"]
 
@@ -23,6 +23,16 @@ DEFAULT_BACKENDS = ("native",)
 
 #: backend name -> the (concrete metric, spec) pairs it scores
 Plan = dict[str, list[tuple[str, MetricSpec]]]
+
+
+def unsupported(name: str, backend: Any) -> str:
+    """What a run says of a backend whose installed library is outside the versions it supports."""
+    shipped = shipped_versions(backend)
+    isolated = (f", or run a version its plugin ships in an environment of its own: --backend "
+                f"{name}=={shipped[-1]} (ragbridge environments list)") if shipped else ""
+    return (f"backend {name!r}: {backend.library} {backend.version()} is installed, and the {name} backend "
+            f"supports {backend.library}{backend.supports}: install a supported version "
+            f"({backend.install_hint or 'see its documentation'}){isolated}")
 
 
 def plan_metrics(
@@ -54,6 +64,8 @@ def plan_metrics(
                 f"backend {name!r} is not available: its library is not installed "
                 f"(install it with: {backend.install_hint or 'see its documentation'})"
             )
+        elif backend.supported() is False:
+            raise RunError(unsupported(name, backend))
         try:
             specs = offers[name] = _with_pass_mark(backend, backend.metrics_for(options or RunOptions(k=k)),
                                                    options)

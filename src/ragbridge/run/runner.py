@@ -61,7 +61,7 @@ from ..plugins import get_backends, plugin_version
 from ..schema import Case, RunManifest, Score
 from .executor import Executor
 from .folder import FINGERPRINT_OF, Run, RunFolder, now, this_process
-from .isolated import backend_named, prepare, split_name
+from .isolated import backend_named, prepare, split_name, version_changes
 from .lifecycle import Job
 from .local_executor import LocalExecutor
 from .plan import DEFAULT_BACKENDS, Plan, RunError, plan_metrics
@@ -510,6 +510,7 @@ def _new_manifest(plan: Plan, dataset: dict[str, Any], options: RunOptions, judg
         dataset=dataset,
         backends={b: backend_named(b, registry).version() for b in plan},
         plugins={b: v for b in plan if (v := plugin_version(backend_named(b, registry)))},
+        version_changes=version_changes(list(plan), registry),
         metrics={b: [m for m, _ in chosen] for b, chosen in plan.items()},
         options=options.public(),
         judge=({**judge.public_dict(), **({"stub": True, "stub_settings": stub} if stub else {})}

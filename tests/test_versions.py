@@ -1,0 +1,157 @@
+"""The versions of its library a backend supports (``Backend.supports``) and what changes between
+them (``Backend.changes``): shown by ``ragbridge backends``, an installed version outside the range
+refused before a run scores, and a run holding two versions of one library naming the changes in
+run.json, compare and the report.
+"""
+
+import json
+import types
+
+import pytest
+
+from conftest import EXAMPLE, needs_backend, ragbridge_cli
+
+from ragbridge import evaluate, load_cases
+from ragbridge.plugin import Backend, MetricSpec, Score, hookimpl
+from ragbridge.run import RunError
+
+CHANGES = {"1.2": "the oldest version tested.",
+           "1.3": "recall counts each label of a chunk, where 1.2 counted the chunk once.",
+           "1.4": "relevance asks the judge for a 0-3 grade, where 1.3 asked yes or no."}
+
+
+class MyLib(Backend):
+    """A library-like backend at a version of its own, with the versions it supports declared."""
+
+    name = "mylib"
+    library = "mylib"
+    supports = ">=1.2,<2"
+    changes = CHANGES
+    at = "1.4"
+
+    def version(self):
+        return self.at
+
+    def available(self):
+        return True
+
+    def metrics(self):
+        return [MetricSpec("relevance"), MetricSpec("recall")]
+
+    async def score(self, metric, cases, ctx):
+        for i, c in enumerate(cases):
+            yield Score(case_id=c.id, metric=metric, backend=self.name, value=0.25 * (i % 4))
+
+
+class MyLibOld(MyLib):
+    name = "mylib==1.2"
+    at = "1.2"
+
+    async def score(self, metric, cases, ctx):
+        for i, c in enumerate(cases):
+            yield Score(case_id=c.id, metric=metric, backend=self.name, value=0.25 * ((i + 1) % 4))
+
+
+@pytest.fixture
+def mylib():
+    from ragbridge.plugins import load_plugins, pm
+
+    @hookimpl
+    def ragbridge_register_backends(register):
+        register(MyLib())
+        register(MyLibOld())
+
+    load_plugins()
+    pm.register(types.SimpleNamespace(ragbridge_register_backends=ragbridge_register_backends),
+                name="versions-test")
+    yield
+    pm.unregister(name="versions-test")
+
+
+def test_supported_reads_the_range_and_changes_between_takes_the_versions_after_the_older():
+    lib = MyLib()
+    assert lib.supported() is True and lib.supported("1.2") is True
+    assert lib.supported("1.1.9") is False and lib.supported("2.0") is False
+    assert lib.changes_between("1.2", "1.4") == [("1.3", CHANGES["1.3"]), ("1.4", CHANGES["1.4"])]
+    assert lib.changes_between("1.4", "1.3") == [("1.4", CHANGES["1.4"])]
+    assert lib.changes_between("1.3", "1.3") == []
+    assert Backend().supported("1.0") is None  # no library, no range: nothing to say
+
+
+def test_a_run_of_two_versions_names_what_changes_between_them(mylib, tmp_path):
+    """run.json records each backend's version and the plugin's changes between the oldest and the
+    newest; compare (text and JSON) and the report (Markdown, HTML, JSON) name them."""
+    out = tmp_path / "run"
+    evaluate(load_cases(EXAMPLE)[:6], backends=["mylib==1.2", "mylib"], out=out)
+    manifest = json.loads((out / "run.json").read_text())
+    assert manifest["version_changes"] == {
+        "mylib": {"versions": {"mylib==1.2": "1.2", "mylib": "1.4"},
+                  "changes": {"1.3": CHANGES["1.3"], "1.4": CHANGES["1.4"]}}}
+    done = ragbridge_cli("compare", out)
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "mylib 1.2 to 1.4 (mylib==1.2: 1.2, mylib: 1.4): what changes, by its plugin:" in text
+    assert f"1.3: {CHANGES['1.3']}" in text and f"1.4: {CHANGES['1.4']}" in text
+    assert "the oldest version tested" not in text  # what changed before the older version is not news
+    data = json.loads(ragbridge_cli("compare", out, "--json").stdout)
+    assert data["version_changes"] == manifest["version_changes"]
+    for fmt, name in (("md", "r.md"), ("html", "r.html"), ("json", "r.json")):
+        done = ragbridge_cli("report", out, "--format", fmt, "-o", tmp_path / name)
+        assert done.returncode == 0, done.stderr
+    md = (tmp_path / "r.md").read_text()
+    assert "**Library versions in this run**" in md and "recall counts each label of a chunk" in md
+    html = (tmp_path / "r.html").read_text()
+    assert 'class="note version-changes"' in html and "relevance asks the judge for a 0-3 grade" in html
+    reported = json.loads((tmp_path / "r.json").read_text())["run"]
+    assert reported["version_changes"] == manifest["version_changes"]
+
+
+def test_one_version_of_a_library_names_no_changes(mylib, tmp_path):
+    evaluate(load_cases(EXAMPLE)[:3], backends=["mylib"], out=tmp_path / "run")
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["version_changes"] == {}
+    done = ragbridge_cli("report", tmp_path / "run", "--format", "md", "-o", tmp_path / "r.md")
+    assert done.returncode == 0 and "Library versions" not in (tmp_path / "r.md").read_text()
+
+
+def test_an_installed_version_outside_the_range_is_refused_before_anything_is_written(mylib, tmp_path,
+                                                                                      monkeypatch):
+    monkeypatch.setattr(MyLib, "at", "0.9")
+    said = r"backend 'mylib': mylib 0.9 is installed, and the mylib backend supports mylib>=1.2,<2: install"
+    with pytest.raises(RunError, match=said):
+        evaluate(load_cases(EXAMPLE)[:3], backends=["mylib"], out=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+@needs_backend("ragas")
+def test_the_cli_refuses_an_unsupported_installed_library_with_what_to_do(tmp_path, monkeypatch):
+    from ragbridge_ragas.backend import RagasBackend
+
+    monkeypatch.setattr(RagasBackend, "supports", ">=9")
+    done = ragbridge_cli("run", EXAMPLE, "--out", tmp_path / "run", "--backend", "ragas", "--dry-run")
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    installed = RagasBackend().version()
+    assert f"ragas {installed} is installed, and the ragas backend supports ragas>=9" in said
+    assert "--backend ragas==" in said and "ragbridge environments list" in said
+    assert not (tmp_path / "run").exists()
+
+
+@needs_backend("ragas")
+def test_backends_shows_the_range_whether_the_installed_version_is_in_it_and_the_changes(monkeypatch):
+    from ragbridge_ragas.backend import RagasBackend
+
+    installed = RagasBackend().version()
+    monkeypatch.setattr(RagasBackend, "supports", ">=0.1,<1")
+    monkeypatch.setattr(RagasBackend, "changes", {"0.1.0": "the first.", installed: "the installed one."})
+    done = ragbridge_cli("backends", "ragas", env={"COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert f"supports ragas>=0.1,<1; installed: {installed} (supported)" in text
+    assert "the installed one." in text and "in process (installed)" in text
+    data = json.loads(ragbridge_cli("backends", "--json").stdout)
+    ragas = next(b for b in data["backends"] if b["name"] == "ragas")
+    assert ragas["supports"] == ">=0.1,<1" and ragas["supported"] is True
+    assert ragas["changes"]["0.1.0"] == "the first." and installed in ragas["versions"] + [installed]
+    monkeypatch.setattr(RagasBackend, "supports", ">=9")
+    listed = " ".join(ragbridge_cli("backends", env={"COLUMNS": "80"}).stdout.split())
+    assert f"ragas {installed} (not supported: ragas>=9)" in listed
