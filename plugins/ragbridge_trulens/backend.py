@@ -28,7 +28,7 @@ from ragbridge.plugin import Case, JudgedBackend, ScoreFields, ScoringContext, i
 from .env import ENVIRONMENT, offline_sentence_splitter, quiet_import
 from .metrics import METRICS, TruLensMetric
 from .options import TruLensOptions
-from .translate import error_fields, score_fields
+from .translate import error_fields, score_fields, trulens_major
 
 __all__ = ["TruLensBackend", "TruLensSession", "make_provider", "provider_class", "set_api",
            "undo_openai_instrumentation", "probe_api", "PROBE_BODY_TEXT"]
@@ -52,9 +52,13 @@ def provider_class():
     global _provider_cls
     with _provider_lock:
         if _provider_cls is None:
+            import pydantic
             from trulens.providers.openai import OpenAI
 
             class RagbridgeOpenAI(OpenAI):
+                #: TruLens 1.x: the endpoint family ragbridge chose (`set_api`); None leaves TruLens's rule
+                _ragbridge_api: Optional[str] = pydantic.PrivateAttr(default=None)
+
                 def _capabilities_key(self) -> str:
                     try:
                         url = str(self.endpoint.client.client.base_url)
@@ -62,12 +66,31 @@ def provider_class():
                         url = ""
                     return f"{self.model_engine}@{url}"
 
+                if not has_capability_cache():
+                    def _structured_output_supported(self) -> bool:
+                        if self._ragbridge_api is None:
+                            return super()._structured_output_supported()
+                        return self._ragbridge_api == "responses"
+
             _provider_cls = RagbridgeOpenAI
     return _provider_cls
 
 
-def set_api(provider: Any, api: str) -> None:
-    """Pre-seed TruLens's capability cache: ``chat`` never tries ``/responses``."""
+def has_capability_cache() -> bool:
+    """Whether the installed TruLens probes and caches the judge's endpoint family (2.x); TruLens 1.x
+    decides by the model's name alone (``_structured_output_supported``: every name but gpt-3.5 and
+    the gpt-4 models before gpt-4o goes to ``/responses``, with no fallback to chat completions)."""
+    return trulens_major() >= 2
+
+
+def set_api(provider: Any, api: str, *, probed: bool = False) -> None:
+    """Pre-seed TruLens's capability cache: ``chat`` never tries ``/responses``.
+
+    TruLens 1.x has no such cache: ``chat`` and ``responses`` replace its model-name rule, and a
+    ``/responses`` found by the probe (``probed``) leaves the rule to TruLens, as its own call does."""
+    if not has_capability_cache():
+        provider._ragbridge_api = None if probed and api == "responses" else api
+        return
     provider.clear_capabilities_cache()
     if api == "chat":
         provider._set_capabilities({"responses_api": False, "structured_outputs": False, "cfg": False})
@@ -176,7 +199,7 @@ class TruLensBackend(JudgedBackend):
                                   api="chat" if probe is not None else settings.api))
         api = settings.api if probe is None else await probe
         if api != "chat":
-            set_api(provider, api)
+            set_api(provider, api, probed=probe is not None)
         # The standard library's pool: importing TruLens replaces concurrent.futures'
         # ThreadPoolExecutor process-wide with one that captures inspect.stack() on every submit.
         try:
