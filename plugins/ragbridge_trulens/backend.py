@@ -21,14 +21,14 @@ import concurrent.futures
 import importlib.metadata
 import threading
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from ragbridge.plugin import Case, JudgedBackend, ScoreFields, ScoringContext, in_thread
 
 from .env import ENVIRONMENT, offline_sentence_splitter, quiet_import
 from .metrics import METRICS, TruLensMetric
 from .options import TruLensOptions
-from .translate import error_fields, score_fields, trulens_major
+from .translate import error_fields, score_fields
 
 __all__ = ["TruLensBackend", "TruLensSession", "make_provider", "provider_class", "set_api",
            "undo_openai_instrumentation", "probe_api", "PROBE_BODY_TEXT"]
@@ -77,10 +77,12 @@ def provider_class():
 
 
 def has_capability_cache() -> bool:
-    """Whether the installed TruLens probes and caches the judge's endpoint family (2.x); TruLens 1.x
+    """Whether the installed TruLens probes and caches the judge's endpoint family (2.16); TruLens 1.5
     decides by the model's name alone (``_structured_output_supported``: every name but gpt-3.5 and
     the gpt-4 models before gpt-4o goes to ``/responses``, with no fallback to chat completions)."""
-    return trulens_major() >= 2
+    from trulens.feedback.llm_provider import LLMProvider
+
+    return hasattr(LLMProvider, "clear_capabilities_cache")
 
 
 def set_api(provider: Any, api: str, *, probed: bool = False) -> None:
@@ -169,6 +171,23 @@ class TruLensBackend(JudgedBackend):
     install_hint = "pip install 'ragbridge[trulens]'"
     registry = METRICS
     Options = TruLensOptions
+    #: the versions of TruLens (trulens-feedback, with trulens-core and trulens-providers-openai of
+    #: the same version) the backend supports; a lock ships for 1.5.3 and 2.16.0
+    supports: ClassVar[str] = ">=1.5.3,<3"
+    #: what changes for a user from one shipped version to the next (from TruLens's own source:
+    #: feedback/v2/feedback.py, feedback/prompts.py and feedback/llm_provider.py at 1.5.3,
+    #: feedback/templates/rag.py, templates/quality.py and feedback/llm_provider.py at 2.16.0)
+    changes: ClassVar[dict[str, str]] = {
+        "1.5.3": (
+            "faithfulness keeps no per-sentence grade (its reasons are one text) and grades a bare "
+            "list marker such as '1.' as a sentence; context_relevance runs only with max_score 3 "
+            "(TruLens 1.5 asks the judge on 0-3 whatever the scale)."),
+        "2.16.0": (
+            "faithfulness and answer_relevance ask for a one-line JSON object instead of the "
+            "Criteria / Supporting Evidence / Score text, and answer_correctness's prompt labels the "
+            "response it grades. faithfulness keeps each sentence's grade, leaves unparsable ones out "
+            "of the mean and skips bare list markers; context_relevance asks on the max_score scale."),
+    }
 
     def available(self) -> bool:
         """The three distributions installed (checked from their metadata: nothing is imported)."""

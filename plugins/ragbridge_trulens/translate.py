@@ -144,7 +144,7 @@ def context_relevance(provider: Any, case: Case, settings: TruLensOptions):
     if settings.max_score != 3 and trulens_major() < 2:
         raise ValueError(f"TruLens {importlib.metadata.version('trulens-feedback')} asks the judge for "
                          f"context relevance on 0-3 whatever the scale, then divides by max_score "
-                         f"{settings.max_score}: use max_score=3 with it (TruLens 2 asks on the scale)")
+                         f"{settings.max_score}: use max_score=3 with it (TruLens 2.16 asks on the scale)")
     per_chunk = []
     errors = []
     for chunk in case.contexts:
