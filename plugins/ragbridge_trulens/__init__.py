@@ -2,10 +2,12 @@
 
 Installed with ``pip install 'ragbridge[trulens]'`` (trulens-core, trulens-feedback and
 trulens-providers-openai 2.16.0 only; not the ``trulens`` metapackage, which pulls in Jupyter and
-Streamlit). No ``TruSession``, no sqlite file, no instrumented app: each metric is one call of a
-TruLens provider function on one case, with TruLens's ``OpenAI`` provider pointed at ragbridge's
-judge gateway (its key, one httpx client on the gateway's in-process transport, calls attributed
-to their case by ``tag_scope``).
+Streamlit). TruLens 1.5.3 and 2.16.0 also run in environments of their own (``--backend
+trulens==1.5.3``, from ``locks/``); where 1.5 differs, the code chooses by the installed version
+(``TruLensBackend.changes`` says what a user sees change). No ``TruSession``, no sqlite file, no
+instrumented app: each metric is one call of a TruLens provider function on one case, with TruLens's
+``OpenAI`` provider pointed at ragbridge's judge gateway (its key, one httpx client on the gateway's
+in-process transport, calls attributed to their case by ``tag_scope``).
 
 Metrics, formulas and normalisation
 -----------------------------------
@@ -20,7 +22,8 @@ library's full result in ``native_value`` with the scale.
     The answer is split into sentences, each sentence is graded 0..N against the source (one
     judge call each, with reasons), and the score is the mean of the normalised sentence grades.
     A sentence whose reply could not be parsed (-1) is left out of the mean, as TruLens does.
-    ``native_value``: ``{score, scale, statements: [{criteria, supporting_evidence, score}]}``.
+    ``native_value``: ``{score, scale, statements: [{criteria, supporting_evidence, score}]}``
+    (TruLens 1.5 gives no per-sentence ``score``: its reasons are one text, split per sentence).
     Abstentions ("I don't know") are graded at the maximum by TruLens's prompt.
 ``context_relevance`` <- ``context_relevance_with_cot_reasons(question, context)``
     once per retrieved chunk (0..N each, normalised), aggregated by the **mean** over the chunks
@@ -48,10 +51,13 @@ Endpoints: Responses API or chat completions
 --------------------------------------------
 TruLens 2.16 sends structured scoring calls to ``POST /v1/responses`` and falls back to chat
 completions only when the error text says "not supported"; a plain 404 makes it retry for 14 s and
-fail. The backend option ``api`` chooses: ``"auto"`` (default) probes ``/responses`` once per run
-through the gateway (one tiny request, cached) and uses chat completions when it does not answer
-2xx; ``"chat"`` and ``"responses"`` force a path. The choice is pre-seeded into TruLens's capability
-cache, which ragbridge keys by model *and* endpoint (TruLens keys it by model name only).
+fail. TruLens 1.5 sends them there for every model name but gpt-3.5 and the gpt-4 models before
+gpt-4o, with no fallback at all. The backend option ``api`` chooses: ``"auto"`` (default) probes
+``/responses`` once per run through the gateway (one tiny request, cached) and uses chat completions
+when it does not answer 2xx; ``"chat"`` and ``"responses"`` force a path. The choice is pre-seeded
+into TruLens's capability cache, which ragbridge keys by model *and* endpoint (TruLens keys it by
+model name only); on TruLens 1.5 it replaces the model-name rule (a probe that finds ``/responses``
+leaves the rule).
 On the chat path TruLens sends no ``response_format``; its prompts ask for JSON or for the
 ``Criteria / Supporting Evidence / Score`` template, and a text reply may cost TruLens one more
 "convert to JSON" call.

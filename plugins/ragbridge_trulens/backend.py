@@ -21,7 +21,7 @@ import concurrent.futures
 import importlib.metadata
 import threading
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from ragbridge.plugin import Case, JudgedBackend, ScoreFields, ScoringContext, in_thread
 
@@ -52,9 +52,13 @@ def provider_class():
     global _provider_cls
     with _provider_lock:
         if _provider_cls is None:
+            import pydantic
             from trulens.providers.openai import OpenAI
 
             class RagbridgeOpenAI(OpenAI):
+                #: TruLens 1.x: the endpoint family ragbridge chose (`set_api`); None leaves TruLens's rule
+                _ragbridge_api: Optional[str] = pydantic.PrivateAttr(default=None)
+
                 def _capabilities_key(self) -> str:
                     try:
                         url = str(self.endpoint.client.client.base_url)
@@ -62,12 +66,33 @@ def provider_class():
                         url = ""
                     return f"{self.model_engine}@{url}"
 
+                if not has_capability_cache():
+                    def _structured_output_supported(self) -> bool:
+                        if self._ragbridge_api is None:
+                            return super()._structured_output_supported()
+                        return self._ragbridge_api == "responses"
+
             _provider_cls = RagbridgeOpenAI
     return _provider_cls
 
 
-def set_api(provider: Any, api: str) -> None:
-    """Pre-seed TruLens's capability cache: ``chat`` never tries ``/responses``."""
+def has_capability_cache() -> bool:
+    """Whether the installed TruLens probes and caches the judge's endpoint family (2.16); TruLens 1.5
+    decides by the model's name alone (``_structured_output_supported``: every name but gpt-3.5 and
+    the gpt-4 models before gpt-4o goes to ``/responses``, with no fallback to chat completions)."""
+    from trulens.feedback.llm_provider import LLMProvider
+
+    return hasattr(LLMProvider, "clear_capabilities_cache")
+
+
+def set_api(provider: Any, api: str, *, probed: bool = False) -> None:
+    """Pre-seed TruLens's capability cache: ``chat`` never tries ``/responses``.
+
+    TruLens 1.x has no such cache: ``chat`` and ``responses`` replace its model-name rule, and a
+    ``/responses`` found by the probe (``probed``) leaves the rule to TruLens, as its own call does."""
+    if not has_capability_cache():
+        provider._ragbridge_api = None if probed and api == "responses" else api
+        return
     provider.clear_capabilities_cache()
     if api == "chat":
         provider._set_capabilities({"responses_api": False, "structured_outputs": False, "cfg": False})
@@ -146,6 +171,23 @@ class TruLensBackend(JudgedBackend):
     install_hint = "pip install 'ragbridge[trulens]'"
     registry = METRICS
     Options = TruLensOptions
+    #: the versions of TruLens (trulens-feedback, with trulens-core and trulens-providers-openai of
+    #: the same version) the backend supports; a lock ships for 1.5.3 and 2.16.0
+    supports: ClassVar[str] = ">=1.5.3,<3"
+    #: what changes for a user from one shipped version to the next (from TruLens's own source:
+    #: feedback/v2/feedback.py, feedback/prompts.py and feedback/llm_provider.py at 1.5.3,
+    #: feedback/templates/rag.py, templates/quality.py and feedback/llm_provider.py at 2.16.0)
+    changes: ClassVar[dict[str, str]] = {
+        "1.5.3": (
+            "faithfulness keeps no per-sentence grade (its reasons are one text) and grades a bare "
+            "list marker such as '1.' as a sentence; context_relevance runs only with max_score 3 "
+            "(TruLens 1.5 asks the judge on 0-3 whatever the scale)."),
+        "2.16.0": (
+            "faithfulness and answer_relevance ask for a one-line JSON object instead of the "
+            "Criteria / Supporting Evidence / Score text, and answer_correctness's prompt labels the "
+            "response it grades. faithfulness keeps each sentence's grade, leaves unparsable ones out "
+            "of the mean and skips bare list markers; context_relevance asks on the max_score scale."),
+    }
 
     def available(self) -> bool:
         """The three distributions installed (checked from their metadata: nothing is imported)."""
@@ -176,7 +218,7 @@ class TruLensBackend(JudgedBackend):
                                   api="chat" if probe is not None else settings.api))
         api = settings.api if probe is None else await probe
         if api != "chat":
-            set_api(provider, api)
+            set_api(provider, api, probed=probe is not None)
         # The standard library's pool: importing TruLens replaces concurrent.futures'
         # ThreadPoolExecutor process-wide with one that captures inspect.stack() on every submit.
         try:

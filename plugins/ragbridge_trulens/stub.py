@@ -1,5 +1,5 @@
-"""The stub judge's answers to TruLens 2.16's prompts (``ragbridge.stub``), registered by this
-plugin.
+"""The stub judge's answers to TruLens's prompts, 2.16's and 1.5's (``ragbridge.stub``), registered by
+this plugin.
 
 TruLens' feedback templates put each judged text after an upper-case slot label at the start of a
 line (`SLOTS`: ``SOURCE:`` / ``STATEMENT:`` for groundedness, ``USER QUERY:`` / ``SEARCH RESULT:`` for
@@ -9,7 +9,10 @@ context relevance, ``PROMPT:`` / ``RESPONSE:`` for answer relevance, ``QUESTION:
 the set of slots it fills, never by the wording of its instructions. A slot's text runs to the next
 slot, or to the instructions after it: the first paragraph that names a field of TruLens' answer
 model ``ChainOfThoughtResponse`` (``criteria``, ``supporting_evidence``, ``score``), with the
-paragraph that introduces them.
+paragraph that introduces them. TruLens 1.5 differs in three places, each recognised beside 2.16's
+form: its groundedness prompt labels the statement ``Statement:`` (`SLOT_ALIASES`), its
+chain-of-thought template is introduced by "Please answer using the entire template below.", and
+its agreement prompt appends the response bare, without "The response to grade is:".
 
 The answer takes the shape the request asks for: the ``ChainOfThoughtResponse`` JSON schema (the
 Responses API, as a strict ``json_schema``), a JSON object when the prompt names the model's fields
@@ -57,18 +60,27 @@ from ragbridge.plugin import (
     support,
 )
 
-__all__ = ["TruLensResponder", "SLOTS", "ANSWER_FIELDS", "agreement_score", "responders", "slots"]
+__all__ = ["TruLensResponder", "SLOTS", "SLOT_ALIASES", "ANSWER_FIELDS", "agreement_score", "responders",
+           "slots"]
 
 #: the slot labels of TruLens' feedback templates
 SLOTS = ("SOURCE", "STATEMENT", "USER QUERY", "SEARCH RESULT", "PROMPT", "RESPONSE", "QUESTION",
          "ANSWERABILITY", "ABSTENTION", "ALL STATEMENTS", "IMPORTANT STATEMENTS", "RELEVANCE")
 #: the fields of TruLens' answer model, ``ChainOfThoughtResponse``
 ANSWER_FIELDS = ("criteria", "supporting_evidence", "score")
-_SLOT = re.compile(rf"^({'|'.join(sorted(SLOTS, key=len, reverse=True))}):[ \t]*", re.M)
+#: slot labels of older TruLens versions, by the label they stand for: 1.x's groundedness prompt
+#: says ``Statement:`` (a slot only beside ``SOURCE:``)
+SLOT_ALIASES = {"Statement": "STATEMENT"}
+_SLOT = re.compile(rf"^({'|'.join(sorted((*SLOTS, *SLOT_ALIASES), key=len, reverse=True))}):[ \t]*", re.M)
 _INSTRUCTIONS = re.compile(r'"criteria"|supporting_evidence|^Criteria:|^Supporting Evidence:|^Score:', re.M)
+#: the paragraph that introduces the instructions: "... the following template:" (2.x), "Please answer
+#: using the entire template below." (1.x's chain-of-thought template)
+_INTRO = re.compile(r"(:|the entire template below\.)\Z")
+#: ground-truth agreement: 2.x labels the response ("The response to grade is:"), 1.x appends it bare
+#: after the instruction's last line
 _AGREE = re.compile(
     r"responses to the prompt:\s*(.*?)\n\s*The expected answer is:\s*(.*?)\n\s*\n.*?"
-    r"The response to grade is:\n(.*)\Z", re.S)
+    r"give the integer score and nothing more\.\n(?:\s*The response to grade is:\n)?(.*)\Z", re.S)
 
 
 def responders() -> list:
@@ -84,7 +96,7 @@ def _judged_text(value: str) -> str:
         if _INSTRUCTIONS.search(p.strip()):
             break
         kept.append(p)
-    while len(kept) > 1 and kept[-1].strip().endswith(":"):  # "... the following template:"
+    while len(kept) > 1 and _INTRO.search(kept[-1].strip()):  # "... the following template:"
         kept.pop()
     return "\n\n".join(kept).strip()
 
@@ -92,10 +104,12 @@ def _judged_text(value: str) -> str:
 def slots(text: str) -> dict[str, str]:
     """``{slot label: judged text}`` of the TruLens slots filled in ``text``."""
     marks = list(_SLOT.finditer(text))
+    labels = {m.group(1) for m in marks}
+    marks = [m for m in marks if m.group(1) not in SLOT_ALIASES or "SOURCE" in labels]
     out = {}
     for i, m in enumerate(marks):
         end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
-        out[m.group(1)] = _judged_text(text[m.end():end])
+        out[SLOT_ALIASES.get(m.group(1), m.group(1))] = _judged_text(text[m.end():end])
     return out
 
 

@@ -21,6 +21,9 @@ which ``TruSession.add_ground_truth_to_dataset`` takes.
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
+import math
 from typing import TYPE_CHECKING, Any, Optional
 
 from ragbridge.plugin import Case, error_text
@@ -30,9 +33,15 @@ from .env import offline_sentence_splitter
 if TYPE_CHECKING:  # pragma: no cover
     from .options import TruLensOptions
 
-__all__ = ["UnparsableScore", "ChunkScoreError", "groundedness_configs", "faithfulness",
+__all__ = ["trulens_major", "UnparsableScore", "ChunkScoreError", "groundedness_configs", "faithfulness",
            "context_relevance", "answer_relevance", "answer_correctness", "score_fields", "error_fields",
            "is_trulens_object", "object_rows", "read_object_rows", "to_frame", "library"]
+
+
+@functools.cache
+def trulens_major() -> int:
+    """The major version of the TruLens installed in this process (its trulens-feedback): 1 or 2."""
+    return int(importlib.metadata.version("trulens-feedback").split(".")[0])
 
 
 class UnparsableScore(Exception):
@@ -61,12 +70,32 @@ def groundedness_configs(settings: TruLensOptions) -> Any:
 # One metric on one case. Each returns (value, native_value, reason) or raises.
 
 
-def _check(score: float, what: str) -> float:
-    from trulens.core.utils.constants import is_unparsable_score
+def _unparsable(score: float) -> bool:
+    try:
+        from trulens.core.utils.constants import is_unparsable_score
+    except ImportError:  # TruLens 1.x has no sentinel: a text reply without a score is -1 normalised
+        return score < 0
+    return is_unparsable_score(score)
 
-    if is_unparsable_score(score):
+
+def _check(score: float, what: str) -> float:
+    if _unparsable(score):
         raise UnparsableScore(f"{what}: TruLens could not parse a score from the judge's reply (-1)")
     return float(score)
+
+
+def _statements_1x(text: str) -> list[dict[str, Any]]:
+    """TruLens 1.x's groundedness reasons, one text of ``STATEMENT i:`` blocks, as 2.x's list of
+    ``{criteria, supporting_evidence}`` (the evidence the whole block, as 2.x keeps it; 1.x gives no
+    per-sentence score)."""
+    import re
+
+    out = []
+    for block in re.split(r"^STATEMENT \d+:\n", text, flags=re.M)[1:]:
+        block = block.strip()
+        m = re.match(r"Criteria:\s*(.*?)\nSupporting Evidence:", block, re.S)
+        out.append({"criteria": m.group(1).strip() if m else "", "supporting_evidence": block})
+    return out
 
 
 def _reason_text(meta: Any) -> Optional[str]:
@@ -83,6 +112,10 @@ def faithfulness(provider: Any, case: Case, settings: TruLensOptions):
         source=source, statement=case.answer, groundedness_configs=groundedness_configs(settings),
         min_score_val=0, max_score_val=settings.max_score, temperature=settings.temperature)
     statements = (meta or {}).get("reasons") if isinstance(meta, dict) else None
+    if isinstance(statements, str):  # TruLens 1.x
+        statements = _statements_1x(statements)
+    if isinstance(score, float) and math.isnan(score):  # TruLens 1.x's mean of no sentence
+        score = None
     native = {"score": score, "scale": [0, settings.max_score], "statements": statements or []}
     if not statements:
         return None, native, (_reason_text(meta) or "no statements to evaluate in the answer")
@@ -96,7 +129,10 @@ def faithfulness(provider: Any, case: Case, settings: TruLensOptions):
         evidence = str(st.get("supporting_evidence") or "")
         if not evidence.startswith("Criteria:"):
             evidence = f"Criteria: {st.get('criteria', '')}\n{evidence}"
-        grade = "unparsable" if isinstance(s, (int, float)) and s < 0 else format(s, ".2f")
+        if not isinstance(s, (int, float)):  # TruLens 1.x: no per-sentence score
+            lines.append(evidence)
+            continue
+        grade = "unparsable" if s < 0 else format(s, ".2f")
         lines.append(f"[{grade}] {evidence}")
     head = f"groundedness {score:.3f}: mean over {len(statements) - failed} sentence(s)"
     if failed:
@@ -105,6 +141,10 @@ def faithfulness(provider: Any, case: Case, settings: TruLensOptions):
 
 
 def context_relevance(provider: Any, case: Case, settings: TruLensOptions):
+    if settings.max_score != 3 and trulens_major() < 2:
+        raise ValueError(f"TruLens {importlib.metadata.version('trulens-feedback')} asks the judge for "
+                         f"context relevance on 0-3 whatever the scale, then divides by max_score "
+                         f"{settings.max_score}: use max_score=3 with it (TruLens 2.16 asks on the scale)")
     per_chunk = []
     errors = []
     for chunk in case.contexts:
@@ -144,8 +184,6 @@ def answer_relevance(provider: Any, case: Case, settings: TruLensOptions):
 
 
 def answer_correctness(provider: Any, case: Case, settings: TruLensOptions):
-    import math
-
     from trulens.feedback import GroundTruthAgreement
 
     gta = GroundTruthAgreement([{"query": case.question, "expected_response": case.reference}],
