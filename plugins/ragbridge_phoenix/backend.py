@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, ClassVar, Mapping, Optional
 
 from ragbridge.plugin import Case, JudgedBackend, ScoreFields, ScoringContext
 
 from . import env, translate
-from .metrics import BACKEND, METRICS, PhoenixMetric
+from .metrics import BACKEND, METRICS, PhoenixMetric, metrics_at
 from .options import PhoenixOptions
 
 __all__ = ["PhoenixBackend", "PhoenixSession", "RATE_PER_SECOND", "make_llm", "make_evaluators",
@@ -69,20 +69,22 @@ def make_llm(judge: Any, http: Any, async_http: Any) -> Any:
                sync_client_kwargs={"http_client": http}, async_client_kwargs={"http_client": async_http})
 
 
-def make_evaluators(llm: Any, gateway: Any, settings: PhoenixOptions) -> dict[str, Any]:
-    """One Phoenix evaluator per canonical metric, on ``llm``; RuntimeError when the installed
-    Phoenix maps a label to another score than the pinned map (`metrics.PhoenixMetric.labels`)."""
+def make_evaluators(llm: Any, gateway: Any, settings: PhoenixOptions,
+                    metrics: Optional[Mapping[str, PhoenixMetric]] = None) -> dict[str, Any]:
+    """One Phoenix evaluator per canonical metric (``metrics``, default `METRICS`), on ``llm``;
+    RuntimeError when the installed Phoenix maps a label to another score than the pinned map
+    (`metrics.PhoenixMetric.labels`)."""
     import phoenix.evals.metrics as pm
 
     out = {}
-    for name, metric in METRICS.items():
+    for name, metric in (METRICS if metrics is None else metrics).items():
         ev = getattr(pm, metric.evaluator)(llm=llm, include_explanation=settings.include_explanation,
                                            **generation_kwargs(gateway, settings))
         if ev.label_score_map != metric.label_scores or ev.name != metric.native_name:
             raise RuntimeError(
                 f"Phoenix's {metric.evaluator} ({ev.name!r}) maps labels to {ev.label_score_map}, "
                 f"ragbridge expects {metric.native_name!r} with {metric.label_scores}: install the version "
-                "in constraints.txt")
+                "in constraints.txt, or run phoenix==VERSION (ragbridge environments list)")
         out[name] = ev
     return out
 
@@ -106,9 +108,31 @@ class PhoenixBackend(JudgedBackend):
     install_hint = "pip install 'ragbridge[phoenix]'"
     registry = METRICS
     Options = PhoenixOptions
+    #: the versions of the library this backend supports (a PEP 440 specifier)
+    supports: ClassVar[str] = ">=2.13,<4"
+    #: per supported version (each one a lock is shipped for, oldest first): what changes for a user
+    #: from the previous supported version
+    changes: ClassVar[dict[str, str]] = {
+        "2.13.0": "context_relevance is DocumentRelevanceEvaluator per chunk (relevant/unrelated: the chunk "
+                  "contains an answer to the question), a stricter question than 3.5's retrieval relevance; "
+                  "faithfulness and abstention send the same prompts as 3.9.4. Phoenix's own "
+                  "HallucinationEvaluator is still the context-grounded check (factual/hallucinated), and "
+                  "llm_classify with QA_PROMPT_TEMPLATE still exists; ragbridge uses neither.",
+        "3.9.4": "context_relevance becomes RetrievalRelevanceEvaluator (3.5: relevant/irrelevant, relevant "
+                 "when any meaningful part bears on the request): more chunks pass than with 2.13's document "
+                 "relevance. Removed in 3.0: llm_classify, OpenAIModel and the *_PROMPT_TEMPLATE templates "
+                 "(QA_PROMPT_TEMPLATE was Phoenix's reference-based correctness); since 3.4 "
+                 "HallucinationEvaluator judges the answer against the conversation, not the retrieved "
+                 "context (hallucinated/grounded). Models other than gpt-4o get a JSON-schema request "
+                 "first (2.13 sent them a forced tool call).",
+    }
 
     def environment(self) -> dict[str, str]:
         return env.environment()
+
+    def metrics(self) -> list:
+        """The metrics at the installed Phoenix evals (`metrics.metrics_at`)."""
+        return list(metrics_at(self.version()).values())
 
     async def open(self, ctx: ScoringContext) -> Optional[PhoenixSession]:
         settings: PhoenixOptions = ctx.options.of(self)
@@ -120,7 +144,7 @@ class PhoenixBackend(JudgedBackend):
         http, async_http = http_client(judge), async_http_client(judge)
         try:
             llm = make_llm(judge, http, async_http)
-            evaluators = make_evaluators(llm, judge, settings)
+            evaluators = make_evaluators(llm, judge, settings, metrics_at(self.version()))
         except BaseException:
             await async_http.aclose()
             http.close()
@@ -142,7 +166,7 @@ class PhoenixBackend(JudgedBackend):
             return {"reason": "case is answerable"}
         evaluator = ctx.session.evaluators[metric.name]
         if metric.per_chunk:
-            pairs = translate.chunk_records(case)
+            pairs = translate.chunk_records(case, metric.chunk_field)
             results = await asyncio.gather(*(evaluator.async_evaluate(r) for _, r in pairs),
                                            return_exceptions=True)
             for r in results:  # an interrupt is not a chunk's failure

@@ -54,16 +54,27 @@ Not offered, on purpose (the other backends cover them):
 * Phoenix's code evaluators (``exact_match``, ``MatchesRegex``, ``PrecisionRecallFScore`` over class
   labels) compute nothing the canonical ranking metrics or answer checks mean.
 
+Versions (`metrics_at`): the table above is Phoenix evals 3.5 and later (tested: 3.9.4). Before
+3.5 (tested: 2.13.0, the last 2.x) Phoenix has no ``RetrievalRelevanceEvaluator``, and
+``context_relevance`` is its ``DocumentRelevanceEvaluator`` (``document_relevance``; record
+``{"input", "document_text"}``; ``relevant`` -> 1.0, ``unrelated`` -> 0.0), still once per chunk: a
+stricter question, whether the chunk *contains an answer* to the question, where 3.5's asks whether
+any meaningful part of it bears on the request. ``faithfulness`` and ``abstention`` send the same
+prompt and labels at both (their generated configs are identical in 2.13.0 and 3.9.4).
+
 Options: `ragbridge_phoenix.options.PhoenixOptions`. Nothing here imports Phoenix.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import re
+from dataclasses import dataclass, replace
+from typing import Optional
 
 from ragbridge.plugin import JudgedMetric
 
-__all__ = ["BACKEND", "PhoenixMetric", "METRICS"]
+__all__ = ["BACKEND", "PhoenixMetric", "METRICS", "BEFORE_3_5", "metrics_at"]
 
 BACKEND = "phoenix"
 
@@ -78,6 +89,7 @@ class PhoenixMetric(JudgedMetric):
     labels: tuple[tuple[str, float], ...]
     direction: str  # Phoenix's optimization direction
     per_chunk: bool = False  # one call per retrieved chunk; value = share of chunks with the passing label
+    chunk_field: str = "context"  # the record's field a per-chunk metric puts the chunk's text in
     unanswerable_only: bool = False  # defined on cases with answerable: false only
 
     @property
@@ -109,3 +121,22 @@ METRICS: dict[str, PhoenixMetric] = {
                       direction="neutral", unanswerable_only=True),
     )
 }
+
+
+#: what differs in a metric before Phoenix evals 3.5 (no RetrievalRelevanceEvaluator there)
+BEFORE_3_5: dict[str, dict] = {
+    "context_relevance": dict(
+        native_name="document_relevance", evaluator="DocumentRelevanceEvaluator", chunk_field="document_text",
+        labels=(("relevant", 1.0), ("unrelated", 0.0)),
+        description="DocumentRelevanceEvaluator per chunk (Phoenix evals before 3.5): share of retrieved "
+                    "chunks judged to contain an answer to the question"),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def metrics_at(version: Optional[str]) -> dict[str, PhoenixMetric]:
+    """The metrics at Phoenix evals ``version`` (`METRICS` from 3.5, and when it is not known)."""
+    parts = re.match(r"(\d+)\.(\d+)", version or "")
+    if parts is None or (int(parts[1]), int(parts[2])) >= (3, 5):
+        return METRICS
+    return {name: replace(m, **BEFORE_3_5.get(name, {})) for name, m in METRICS.items()}

@@ -1,5 +1,5 @@
-"""The stub judge's answers to Phoenix evals 3.9.4's classification prompts (``ragbridge.stub``),
-registered by this plugin.
+"""The stub judge's answers to Phoenix evals' classification prompts, 3.9.4's and 2.13.0's
+(``ragbridge.stub``), registered by this plugin.
 
 Phoenix sends one user message whose texts sit in XML tags inside a ``<data>`` block (``<query>``,
 ``<context>``, ``<response>`` for faithfulness; ``<request>``, ``<retrieved_information>`` for
@@ -14,6 +14,8 @@ time, so `PhoenixResponder` decides with the stub's lexical toy judge (word over
   (``is_supported``: half of a statement's content words occur in it); a sentence that declines, or
   has fewer than two content words ("No.", "Yes!"), makes no claim;
 * relevant / irrelevant: ``is_relevant(retrieved information, request)``;
+* relevant / unrelated (2.x's document relevance, ``<question>`` and ``<document_text>``):
+  ``is_relevant(document text, question)``;
 * refused / answered: refused when the output declines (``is_noncommittal``, or one of the
   lack-of-information phrasings Phoenix's refusal rubric names, e.g. "I don't have information").
 
@@ -105,6 +107,17 @@ def retrieval_relevance(sec: dict[str, str]) -> Optional[Verdict]:
                           + (f"; it shares only {', '.join(shared)}." if shared else "."))
 
 
+def document_relevance(sec: dict[str, str]) -> Optional[Verdict]:
+    if not {"question", "document_text"} <= sec.keys():
+        return None
+    question, text = sec["question"], sec["document_text"]
+    shared = sorted(set(content_words(question)) & set(content_words(text)))
+    if is_relevant(text, question):
+        return "relevant", f"The document text can answer the question ({', '.join(shared[:6])})."
+    return "unrelated", ("The document text does not contain an answer to the question"
+                         + (f"; it shares only {', '.join(shared)}." if shared else "."))
+
+
 def refusal(sec: dict[str, str]) -> Optional[Verdict]:
     if "output" not in sec:
         return None
@@ -117,12 +130,14 @@ def refusal(sec: dict[str, str]) -> Optional[Verdict]:
 JUDGES: dict[frozenset[str], Callable[[dict[str, str]], Optional[Verdict]]] = {
     frozenset({"faithful", "unfaithful"}): faithfulness,
     frozenset({"relevant", "irrelevant"}): retrieval_relevance,
+    frozenset({"relevant", "unrelated"}): document_relevance,
     frozenset({"refused", "answered"}): refusal,
 }
 
 
 class PhoenixResponder:
-    """Phoenix's faithfulness, retrieval relevance and refusal prompts (json_schema or forced tool)."""
+    """Phoenix's faithfulness, retrieval (document) relevance and refusal prompts (json_schema or
+    forced tool)."""
 
     name = "phoenix"
 

@@ -8,6 +8,7 @@ metric                 record
 ``faithfulness``       ``{"input": question, "context": chunk texts joined by SEPARATOR,
                        "output": answer}``
 ``context_relevance``  one record per chunk: ``{"input": question, "context": that chunk's text}``
+                       (before Phoenix evals 3.5 ``"document_text"``, not ``"context"``)
 ``abstention``         ``{"input": question, "output": answer}``
 =====================  ===========================================================================
 
@@ -64,9 +65,10 @@ def record(metric: PhoenixMetric, case: Case) -> dict[str, str]:
     raise ValueError(f"{metric.name} is judged per chunk: use chunk_records")
 
 
-def chunk_records(case: Case) -> list[tuple[str, dict[str, str]]]:
-    """``(chunk id, record)`` for each chunk of a per-chunk metric, in rank order."""
-    return [(cid, {"input": case.question, "context": text}) for cid, text in chunks(case)]
+def chunk_records(case: Case, field: str = "context") -> list[tuple[str, dict[str, str]]]:
+    """``(chunk id, record)`` for each chunk of a per-chunk metric, in rank order, the chunk's text
+    under ``field`` (the metric's ``chunk_field``)."""
+    return [(cid, {"input": case.question, field: text}) for cid, text in chunks(case)]
 
 
 def verdict(metric: PhoenixMetric, result: Sequence[Any]) -> tuple[str, float, Optional[str]]:
