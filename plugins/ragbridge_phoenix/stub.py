@@ -14,8 +14,9 @@ time, so `PhoenixResponder` decides with the stub's lexical toy judge (word over
   (``is_supported``: half of a statement's content words occur in it); a sentence that declines, or
   has fewer than two content words ("No.", "Yes!"), makes no claim;
 * relevant / irrelevant: ``is_relevant(retrieved information, request)``;
-* relevant / unrelated (2.x's document relevance, ``<question>`` and ``<document_text>``):
-  ``is_relevant(document text, question)``;
+* relevant / unrelated (document relevance, before 3.5: ``<question>``, ``<document_text>``; "the
+  document text contains an answer to the question"): stricter than retrieval relevance, half the
+  question's content words occur in the document text (``relevance >= 0.5``);
 * refused / answered: refused when the output declines (``is_noncommittal``, or one of the
   lack-of-information phrasings Phoenix's refusal rubric names, e.g. "I don't have information").
 
@@ -36,7 +37,9 @@ from ragbridge.plugin import (
     is_noncommittal,
     is_relevant,
     is_supported,
+    noisy,
     numbers,
+    relevance,
     short,
     split_sentences,
 )
@@ -112,7 +115,7 @@ def document_relevance(sec: dict[str, str]) -> Optional[Verdict]:
         return None
     question, text = sec["question"], sec["document_text"]
     shared = sorted(set(content_words(question)) & set(content_words(text)))
-    if is_relevant(text, question):
+    if noisy(relevance(text, question) >= 0.5):
         return "relevant", f"The document text can answer the question ({', '.join(shared[:6])})."
     return "unrelated", ("The document text does not contain an answer to the question"
                          + (f"; it shares only {', '.join(shared)}." if shared else "."))
