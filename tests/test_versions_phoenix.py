@@ -1,7 +1,8 @@
 """Phoenix evals at each version its plugin supports: 2.13.0 in an environment of its own
 (``phoenix==2.13.0``), 3.9.4 installed. Parity: every metric's every score equals what Phoenix's
 own API gives at that version, called by hand in the same environment (``evaluate_dataframe`` over
-pandas frames, its evaluator classes, its ``LLM``) against the stub judge.
+pandas frames, its evaluator classes, its ``LLM``; at 2.13.0 ``llm_classify`` for QA correctness)
+against the stub judge.
 
 The slow tests build environments with uv from the package index into the session's cache folder
 (`test_environments.env_cache`): built once, from uv's cache in seconds.
@@ -21,11 +22,15 @@ from ragbridge.testing import StubJudge
 
 #: the versions the plugin ships a lock for, oldest first
 VERSIONS = ("2.13.0", "3.9.4")
+#: the metrics the backend offers at each
+OFFERED = {"2.13.0": {"faithfulness", "context_relevance", "abstention", "answer_correctness"},
+           "3.9.4": {"faithfulness", "context_relevance", "abstention"}}
 
 
 def test_every_shipped_version_is_supported_and_says_what_changes():
     """Each lock the plugin ships is a version inside ``supports`` with its entry in ``changes``,
-    in the same order, and the metrics before 3.5 name the evaluator that exists there."""
+    in the same order; ``phoenix==VERSION`` offers the metrics of that version (answer correctness
+    only before 3.0), and before 3.5 context relevance names the evaluator that exists there."""
     from packaging.specifiers import SpecifierSet
 
     from ragbridge.run.isolated import backend_named
@@ -35,8 +40,11 @@ def test_every_shipped_version_is_supported_and_says_what_changes():
     shipped = backend_named("phoenix==3.9.4").versions()
     assert tuple(shipped) == VERSIONS == tuple(PhoenixBackend.changes)
     assert all(v in SpecifierSet(PhoenixBackend.supports) for v in shipped)
+    for version in VERSIONS:  # what a run plans for phoenix==VERSION, from the installed plugin
+        assert {m.name for m in backend_named(f"phoenix=={version}").metrics()} == OFFERED[version]
     old = metrics_at("2.13.0")
-    assert set(old) == set(METRICS) and metrics_at("3.9.4") is METRICS and metrics_at("3.5.0") is METRICS
+    assert metrics_at("3.9.4") is METRICS and metrics_at("3.5.0") is METRICS
+    assert set(metrics_at("3.0.0")) == set(METRICS) and "answer_correctness" in old
     assert (old["context_relevance"].evaluator, old["context_relevance"].chunk_field) == \
         ("DocumentRelevanceEvaluator", "document_text")
     assert metrics_at("3.4.0")["context_relevance"].label_scores == {"relevant": 1.0, "unrelated": 0.0}
@@ -74,6 +82,15 @@ _PHOENIX_OWN = textwrap.dedent("""
                                  exit_on_error=True, max_retries=0)
         return [json.loads(s) if isinstance(s, str) else s for s in out[f"{evaluator.name}_score"]]
 
+    correctness = {}
+    if major < 3:  # QA correctness against a reference: llm_classify and its template, gone in 3.0
+        from phoenix.evals import QA_PROMPT_RAILS_MAP, QA_PROMPT_TEMPLATE, OpenAIModel, llm_classify
+        qa = llm_classify(data=cases.assign(reference=rows["reference"]),
+                          model=OpenAIModel(model="stub-judge", api_key="x", base_url=base),
+                          template=QA_PROMPT_TEMPLATE, rails=list(QA_PROMPT_RAILS_MAP.values()),
+                          provide_explanation=True, progress_bar_format=None)
+        correctness = {c: QA_PROMPT_TEMPLATE.score(label) for c, label in zip(cases["case_id"], qa["label"])}
+        assert set(qa["label"]) <= set(QA_PROMPT_RAILS_MAP.values()), set(qa["label"])
     faith = scores(cases, FaithfulnessEvaluator(llm=llm, temperature=0.0))
     relevance = Relevance(llm=llm, temperature=0.0)
     rel = scores(chunks, relevance)
@@ -88,6 +105,7 @@ _PHOENIX_OWN = textwrap.dedent("""
         "context_relevance": {c: sum(v) / len(v) for c, v in values.items()},
         "chunk_labels": labels,
         "abstention": dict(zip(unanswerable["case_id"], (s["score"] for s in refusal))),
+        "answer_correctness": correctness,
     }))
 """)
 
@@ -110,7 +128,8 @@ def _golden(tmp_path):
 def test_phoenix_scores_as_phoenix_own_evaluate_dataframe(version, cached, tmp_path):
     """ragbridge at Phoenix evals ``version`` (2.13.0 isolated, 3.9.4 the installed one, in process)
     scores every metric of every case exactly as Phoenix's own ``evaluate_dataframe`` does in the same
-    environment; at 2.13.0 context relevance is Phoenix's document relevance, judged per chunk."""
+    environment, and at 2.13.0 answer correctness as its ``llm_classify`` with ``QA_PROMPT_TEMPLATE``;
+    at 2.13.0 context relevance is Phoenix's document relevance, judged per chunk."""
     from ragbridge.run.isolated import prepare
 
     installed = version == VERSIONS[-1]
@@ -131,7 +150,8 @@ def test_phoenix_scores_as_phoenix_own_evaluate_dataframe(version, cached, tmp_p
     scores = {(s["metric"], s["case_id"]): s for s in map(json.loads, (out / "scores.jsonl").read_text()
                                                          .splitlines())}
     assert all(s["error"] is None for s in scores.values())
-    for metric in ("faithfulness", "context_relevance", "abstention"):
+    assert {m for m, _ in scores} == OFFERED[version]
+    for metric in OFFERED[version]:
         ours = {cid: s["value"] for (m, cid), s in scores.items() if m == metric and s["value"] is not None}
         assert set(ours) == set(theirs[metric]), metric
         assert ours == pytest.approx(theirs[metric], abs=1e-6), metric

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, Optional
+from typing import Any, Callable, ClassVar, Mapping, Optional
 
 from ragbridge.plugin import Case, JudgedBackend, ScoreFields, ScoringContext
 
@@ -40,8 +40,8 @@ from . import env, translate
 from .metrics import BACKEND, METRICS, PhoenixMetric, metrics_at
 from .options import PhoenixOptions
 
-__all__ = ["PhoenixBackend", "PhoenixSession", "RATE_PER_SECOND", "make_llm", "make_evaluators",
-           "generation_kwargs"]
+__all__ = ["PhoenixBackend", "PhoenixSession", "RATE_PER_SECOND", "make_llm", "make_legacy_model",
+           "make_evaluators", "generation_kwargs"]
 
 #: where Phoenix's adaptive rate limiter starts (its default is 5 per second): out of the way, the
 #: gateway bounds the run. After a 429 that outlasts the gateway's retries Phoenix halves it and
@@ -69,15 +69,51 @@ def make_llm(judge: Any, http: Any, async_http: Any) -> Any:
                sync_client_kwargs={"http_client": http}, async_client_kwargs={"http_client": async_http})
 
 
+def make_legacy_model(judge: Any, http: Any, async_http: Any, settings: PhoenixOptions) -> Any:
+    """Phoenix evals 2.x's legacy ``OpenAIModel`` (what ``llm_classify`` and the legacy evaluators
+    call), its two OpenAI clients on ``http`` and ``async_http``. ``OpenAIModel`` takes no HTTP
+    client, so the clients it made are replaced (its ``_client`` and ``_async_client``: 2.x is
+    frozen, 3.0 removed the class); ``reload_client``, which ``llm_classify`` calls and the legacy
+    evaluators do not, would undo that. Generation as the other metrics': ``temperature`` and the
+    judge's ``max_tokens``; the request timeout the judge clients'."""
+    from openai import AsyncOpenAI, OpenAI
+    from phoenix.evals.legacy import OpenAIModel
+
+    cfg = judge.config
+    base_url = judge.base_url(in_process=True)
+    model = OpenAIModel(model=cfg.model, api_key=judge.api_key, base_url=base_url,
+                        temperature=float(settings.temperature), max_tokens=cfg.max_tokens or None,
+                        request_timeout=cfg.client_timeout(), initial_rate_limit=int(RATE_PER_SECOND))
+    model._client = OpenAI(api_key=judge.api_key, base_url=base_url, max_retries=0, http_client=http)
+    model._async_client = AsyncOpenAI(api_key=judge.api_key, base_url=base_url, max_retries=0,
+                                      http_client=async_http)
+    return model
+
+
 def make_evaluators(llm: Any, gateway: Any, settings: PhoenixOptions,
-                    metrics: Optional[Mapping[str, PhoenixMetric]] = None) -> dict[str, Any]:
-    """One Phoenix evaluator per canonical metric (``metrics``, default `METRICS`), on ``llm``;
-    RuntimeError when the installed Phoenix maps a label to another score than the pinned map
-    (`metrics.PhoenixMetric.labels`)."""
+                    metrics: Optional[Mapping[str, PhoenixMetric]] = None,
+                    legacy_model: Optional[Callable[[], Any]] = None) -> dict[str, Any]:
+    """One Phoenix evaluator per canonical metric (``metrics``, default `METRICS`), on ``llm``
+    (a legacy one on ``legacy_model()``); RuntimeError when the installed Phoenix maps a label to
+    another score than the pinned map (`metrics.PhoenixMetric.labels`)."""
     import phoenix.evals.metrics as pm
 
     out = {}
+    model = None
     for name, metric in (METRICS if metrics is None else metrics).items():
+        if metric.legacy:
+            import phoenix.evals.legacy as legacy
+
+            if model is None and legacy_model is not None:
+                model = legacy_model()
+            ev = getattr(legacy, metric.evaluator)(model)
+            template = ev._template
+            scores = {rail: float(template.score(rail)) for rail in template.rails}
+            if scores != metric.label_scores:
+                raise RuntimeError(f"Phoenix's {metric.evaluator} maps labels to {scores}, ragbridge expects "
+                                   f"{metric.label_scores}")
+            out[name] = ev
+            continue
         ev = getattr(pm, metric.evaluator)(llm=llm, include_explanation=settings.include_explanation,
                                            **generation_kwargs(gateway, settings))
         if ev.label_score_map != metric.label_scores or ev.name != metric.native_name:
@@ -131,8 +167,12 @@ class PhoenixBackend(JudgedBackend):
         return env.environment()
 
     def metrics(self) -> list:
-        """The metrics at the installed Phoenix evals (`metrics.metrics_at`)."""
-        return list(metrics_at(self.version()).values())
+        """The metrics at the installed Phoenix evals (`metrics_at`)."""
+        return self.metrics_at(self.version())
+
+    def metrics_at(self, version: Optional[str]) -> list:
+        """The metrics at Phoenix evals ``version`` (`metrics.metrics_at`)."""
+        return list(metrics_at(version).values())
 
     async def open(self, ctx: ScoringContext) -> Optional[PhoenixSession]:
         settings: PhoenixOptions = ctx.options.of(self)
@@ -144,7 +184,8 @@ class PhoenixBackend(JudgedBackend):
         http, async_http = http_client(judge), async_http_client(judge)
         try:
             llm = make_llm(judge, http, async_http)
-            evaluators = make_evaluators(llm, judge, settings, metrics_at(self.version()))
+            evaluators = make_evaluators(llm, judge, settings, metrics_at(self.version()),
+                                         lambda: make_legacy_model(judge, http, async_http, settings))
         except BaseException:
             await async_http.aclose()
             http.close()
@@ -173,7 +214,12 @@ class PhoenixBackend(JudgedBackend):
                 if isinstance(r, asyncio.CancelledError):
                     raise r
             return translate.chunk_score_fields(metric, list(zip((c for c, _ in pairs), results)))
-        return translate.score_fields(metric, await evaluator.async_evaluate(translate.record(metric, case)))
+        record = translate.record(metric, case)
+        if metric.legacy:
+            label, score, explanation = await evaluator.aevaluate(
+                record, provide_explanation=ctx.session.settings.include_explanation)
+            return translate.score_fields(metric, [translate.LegacyScore(label, score, explanation)])
+        return translate.score_fields(metric, await evaluator.async_evaluate(record))
 
     def failure(self, metric: PhoenixMetric, case: Case, exc: Exception, ctx: ScoringContext) -> ScoreFields:
         return {"error": translate.error_message(exc)}

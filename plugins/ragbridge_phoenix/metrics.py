@@ -74,7 +74,7 @@ from typing import Optional
 
 from ragbridge.plugin import JudgedMetric
 
-__all__ = ["BACKEND", "PhoenixMetric", "METRICS", "BEFORE_3_5", "metrics_at"]
+__all__ = ["BACKEND", "PhoenixMetric", "METRICS", "BEFORE_3_5", "BEFORE_3", "metrics_at"]
 
 BACKEND = "phoenix"
 
@@ -90,6 +90,7 @@ class PhoenixMetric(JudgedMetric):
     direction: str  # Phoenix's optimization direction
     per_chunk: bool = False  # one call per retrieved chunk; value = share of chunks with the passing label
     chunk_field: str = "context"  # the record's field a per-chunk metric puts the chunk's text in
+    legacy: bool = False  # a ``phoenix.evals.legacy`` evaluator (Phoenix evals before 3.0) on an OpenAIModel
     unanswerable_only: bool = False  # defined on cases with answerable: false only
 
     @property
@@ -133,10 +134,27 @@ BEFORE_3_5: dict[str, dict] = {
 }
 
 
+#: the metrics only Phoenix evals before 3.0 has (its ``phoenix.evals.legacy``, removed in 3.0)
+BEFORE_3: dict[str, PhoenixMetric] = {
+    m.name: m
+    for m in (
+        PhoenixMetric(name="answer_correctness", native_name="qa_correctness",
+                      requires=("answer", "reference"),
+                      description="QAEvaluator, llm_classify's QA_PROMPT_TEMPLATE (Phoenix evals before "
+                                  "3.0): the answer correctly and fully answers the question, judged "
+                                  "against the reference (1 call)",
+                      evaluator="QAEvaluator", labels=(("correct", 1.0), ("incorrect", 0.0)),
+                      direction="maximize", legacy=True),
+    )
+}
+
+
 @functools.lru_cache(maxsize=None)
 def metrics_at(version: Optional[str]) -> dict[str, PhoenixMetric]:
     """The metrics at Phoenix evals ``version`` (`METRICS` from 3.5, and when it is not known)."""
     parts = re.match(r"(\d+)\.(\d+)", version or "")
-    if parts is None or (int(parts[1]), int(parts[2])) >= (3, 5):
+    at = (int(parts[1]), int(parts[2])) if parts is not None else None
+    if at is None or at >= (3, 5):
         return METRICS
-    return {name: replace(m, **BEFORE_3_5.get(name, {})) for name, m in METRICS.items()}
+    out = {name: replace(m, **BEFORE_3_5.get(name, {})) for name, m in METRICS.items()}
+    return {**out, **BEFORE_3} if at < (3, 0) else out
