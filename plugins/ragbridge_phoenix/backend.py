@@ -149,18 +149,14 @@ class PhoenixBackend(JudgedBackend):
     #: per supported version (each one a lock is shipped for, oldest first): what changes for a user
     #: from the previous supported version
     changes: ClassVar[dict[str, str]] = {
-        "2.13.0": "context_relevance is DocumentRelevanceEvaluator per chunk (relevant/unrelated: the chunk "
-                  "contains an answer to the question), a stricter question than 3.5's retrieval relevance; "
-                  "faithfulness and abstention send the same prompts as 3.9.4. Phoenix's own "
-                  "HallucinationEvaluator is still the context-grounded check (factual/hallucinated), and "
-                  "llm_classify with QA_PROMPT_TEMPLATE still exists; ragbridge uses neither.",
-        "3.9.4": "context_relevance becomes RetrievalRelevanceEvaluator (3.5: relevant/irrelevant, relevant "
-                 "when any meaningful part bears on the request): more chunks pass than with 2.13's document "
-                 "relevance. Removed in 3.0: llm_classify, OpenAIModel and the *_PROMPT_TEMPLATE templates "
-                 "(QA_PROMPT_TEMPLATE was Phoenix's reference-based correctness); since 3.4 "
-                 "HallucinationEvaluator judges the answer against the conversation, not the retrieved "
-                 "context (hallucinated/grounded). Models other than gpt-4o get a JSON-schema request "
-                 "first (2.13 sent them a forced tool call).",
+        "2.13.0": "answer_correctness is offered: Phoenix's QA_PROMPT_TEMPLATE (llm_classify's, through its "
+                  "legacy QAEvaluator), correct/incorrect against the reference. context_relevance is "
+                  "DocumentRelevanceEvaluator per chunk (relevant when the chunk contains an answer to the "
+                  "question), a stricter question than 3.9's.",
+        "3.9.4": "answer_correctness is gone (3.0 removed llm_classify and its templates). "
+                 "context_relevance is RetrievalRelevanceEvaluator per chunk (3.5: relevant when any "
+                 "meaningful part bears on the request), so more chunks pass; faithfulness and abstention "
+                 "send the same prompts as 2.13.",
     }
 
     def environment(self) -> dict[str, str]:

@@ -43,7 +43,8 @@ default: Phoenix raises (``ValueError`` naming the valid labels) and it is that 
 
 Not offered, on purpose (the other backends cover them):
 
-* ``answer_correctness``: Phoenix 3.x has no reference-based correctness. ``CorrectnessEvaluator``
+* ``answer_correctness`` (from 3.0; before, see Versions): Phoenix 3.x has no reference-based
+  correctness. ``CorrectnessEvaluator``
   sees only the question and the answer (general correctness, not agreement with a reference), and
   the reference-based ``QA_PROMPT_TEMPLATE`` went with ``phoenix.evals.legacy`` in 3.0.
 * ``answer_relevance``: Phoenix 3.9 has no answer-relevance evaluator.
@@ -60,7 +61,16 @@ Versions (`metrics_at`): the table above is Phoenix evals 3.5 and later (tested:
 ``{"input", "document_text"}``; ``relevant`` -> 1.0, ``unrelated`` -> 0.0), still once per chunk: a
 stricter question, whether the chunk *contains an answer* to the question, where 3.5's asks whether
 any meaningful part of it bears on the request. ``faithfulness`` and ``abstention`` send the same
-prompt and labels at both (their generated configs are identical in 2.13.0 and 3.9.4).
+prompt and labels at both (their generated configs are identical in 2.13.0 and 3.9.4). Before 3.0
+(`BEFORE_3`) ``answer_correctness`` is offered too: ``phoenix.evals.legacy``'s ``QAEvaluator``, whose
+template is ``QA_PROMPT_TEMPLATE``, the one ``llm_classify`` is called with for QA correctness
+(``{input}``, ``{reference}``, ``{output}``; ``correct`` -> 1.0, ``incorrect`` -> 0.0, the template's
+own scores). Phoenix's examples put the retrieved text in ``{reference}``; ragbridge puts the case's
+reference answer there, so the metric is agreement with the reference, as ``answer_correctness`` is
+in every backend. Its requests are the legacy ``OpenAIModel``'s: the template as one system message,
+the label asked for through OpenAI's older ``functions``/``function_call`` (``record_response``),
+and Phoenix snaps the answer to a label (``NOT_PARSABLE`` when it cannot, which is that Score's
+error here, never a default).
 
 Options: `ragbridge_phoenix.options.PhoenixOptions`. Nothing here imports Phoenix.
 """

@@ -9,10 +9,11 @@ analysis.
 
 An `IsolatedBackend` offers the metrics of the registered backend (the same plugin code runs in the
 worker), at its version when the backend says what they are at a version of its library
-(``metrics_at(version)``: a metric the library added or removed). Its ``open`` starts the worker (``python -m ragbridge.run.worker`` with the environment's
-Python; the environment is made before the run scores anything: `prepare`), its ``score`` sends the
-cases of one job down the pipe and yields each `Score` the worker sends back, its ``close`` ends
-the worker. The pipe's protocol is `ragbridge.run.worker`'s.
+(``metrics_at(version)``: a metric the library added or removed). Its ``open`` starts the worker
+(``python -m ragbridge.run.worker`` with the environment's Python; the environment is made before
+the run scores anything: `prepare`), its ``score`` sends the cases of one job down the pipe and
+yields each `Score` the worker sends back, its ``close`` ends the worker. The pipe's protocol is
+`ragbridge.run.worker`'s.
 
 The worker's judge is the run's gateway, over its loopback socket, with the gateway's own per-run
 key (sent down the pipe, never in the worker's arguments or environment), as Ray's workers reach it:
