@@ -140,12 +140,16 @@ def test_phoenix_scores_as_phoenix_own_evaluate_dataframe(version, cached, tmp_p
     with StubJudge() as stub:
         done = ragbridge_cli("run", golden, "--out", out, "--backend", backend, "--judge-model", "stub-judge",
                              "--judge-base-url", stub.base_url, "--no-progress", "--cache-mode", "off")
+        sent = sorted(json.dumps(r.body, sort_keys=True) for r in stub.posts())
+        stub.requests.clear()
         own = subprocess.run([python, "-c", _PHOENIX_OWN, str(golden), stub.base_url],
                              capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        theirs_sent = sorted(json.dumps(r.body, sort_keys=True) for r in stub.posts())
     assert done.returncode == 0, done.stderr
     assert own.returncode == 0, own.stderr[-2000:]
     theirs = json.loads(own.stdout.splitlines()[-1])
     assert theirs["version"] == version
+    assert sent == theirs_sent  # byte for byte the requests Phoenix's own calls send
     assert json.loads((out / "run.json").read_text())["backends"] == {backend: version}
     scores = {(s["metric"], s["case_id"]): s for s in map(json.loads, (out / "scores.jsonl").read_text()
                                                          .splitlines())}
