@@ -192,3 +192,24 @@ def test_two_phoenix_versions_run_side_by_side_and_compare_names_both(cached, tm
     assert "context_relevance: 2 backends, 12 of 12 cases compared" in text, compared.stdout
     report = ragbridge_cli("report", out, "--format", "md", "-o", tmp_path / "r.md")
     assert report.returncode == 0 and "phoenix==2.13.0" in (tmp_path / "r.md").read_text()
+
+
+@pytest.mark.slow
+def test_an_answer_phoenix_2_cannot_snap_to_a_label_is_an_error_not_incorrect(cached, tmp_path):
+    """Phoenix 2.13's legacy QA classification snaps the judge's answer to a label and, when it
+    cannot, labels it NOT_PARSABLE with score 0.0 (what ``llm_classify`` returns): ragbridge makes
+    that case's answer_correctness an error, never a 0; the other cases score."""
+    rows = [json.loads(line) for line in EXAMPLE.read_text().splitlines()[:3]]
+    golden = tmp_path / "three.jsonl"
+    golden.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run"
+    with StubJudge() as stub:
+        stub.fail_when(rows[1]["question"], "malformed")
+        done = ragbridge_cli("run", golden, "--out", out, "--backend", "phoenix==2.13.0", "--metric",
+                             "answer_correctness", "--judge-model", "stub-judge", "--judge-base-url",
+                             stub.base_url, "--no-progress", "--cache-mode", "off")
+    assert done.returncode == 3, done.stderr  # finished, with an errored score
+    scores = {s["case_id"]: s for s in map(json.loads, (out / "scores.jsonl").read_text().splitlines())}
+    bad = scores.pop(rows[1]["id"])
+    assert bad["value"] is None and "NOT_PARSABLE" in bad["error"], bad
+    assert all(s["value"] in (0.0, 1.0) and s["error"] is None for s in scores.values())
