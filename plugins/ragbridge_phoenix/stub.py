@@ -193,7 +193,7 @@ class LegacyResponder:
     """Phoenix evals 2.x's legacy classification templates asked through ``functions`` (see the
     module docstring)."""
 
-    name = "phoenix-legacy"
+    name = "phoenix"
 
     def __call__(self, req: JudgeRequest) -> Optional[JudgeReply]:
         functions = req.body.get("functions")
