@@ -30,13 +30,16 @@ canonical              Phoenix evaluator                 label -> value         
 
 Why each label maps so, the records sent, and what is not offered (no reference-based correctness
 and no answer relevance in Phoenix 3.x; its hallucination check is conversation-grounded) are in
-:mod:`ragbridge_phoenix.metrics`. Context relevance fills ``Score.evidence.chunks`` with each
-chunk's verdict and Phoenix's explanation; a case fails (``error``) when any of its chunks fails,
-and the chunks that were judged stay in ``native_value``.
+:mod:`ragbridge_phoenix.metrics`, with what differs at older versions (``phoenix==2.13.0``, in an
+environment of its own: ``context_relevance`` is Phoenix's document relevance, and
+``answer_correctness`` its ``llm_classify`` QA template, removed in 3.0). Context relevance fills
+``Score.evidence.chunks`` with each chunk's verdict and Phoenix's explanation; a case fails
+(``error``) when any of its chunks fails, and the chunks that were judged stay in ``native_value``.
 
 Inputs (``MetricSpec.requires``): faithfulness needs the answer and chunk text; context relevance
-chunk text; abstention the answer. Chunks without text are not sent, and a chunk id repeated in
-``contexts`` is judged once, at its first rank.
+chunk text; abstention the answer; answer correctness (before 3.0) the answer and the reference.
+Chunks without text are not sent, and a chunk id repeated in ``contexts`` is judged once, at its
+first rank.
 
 The judge
 ---------
@@ -85,7 +88,8 @@ Files: ``backend.py`` (the backend, its run lifecycle, Phoenix's LLM and evaluat
 span export and span evaluations), ``store.py`` (a Phoenix server: spans pulled, annotations pushed),
 ``env.py`` (the
 environment defaults), ``stub.py`` (the stub judge's answers to Phoenix's prompts, registered
-through ``ragbridge_register_stub_responders``).
+through ``ragbridge_register_stub_responders``), ``locks/`` (one lock per Phoenix evals version a
+``phoenix==VERSION`` backend runs at).
 """
 
 from __future__ import annotations

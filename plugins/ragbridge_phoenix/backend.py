@@ -32,16 +32,16 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, ClassVar, Mapping, Optional
 
 from ragbridge.plugin import Case, JudgedBackend, ScoreFields, ScoringContext
 
 from . import env, translate
-from .metrics import BACKEND, METRICS, PhoenixMetric
+from .metrics import BACKEND, METRICS, PhoenixMetric, metrics_at
 from .options import PhoenixOptions
 
-__all__ = ["PhoenixBackend", "PhoenixSession", "RATE_PER_SECOND", "make_llm", "make_evaluators",
-           "generation_kwargs"]
+__all__ = ["PhoenixBackend", "PhoenixSession", "RATE_PER_SECOND", "make_llm", "make_legacy_model",
+           "make_evaluators", "generation_kwargs"]
 
 #: where Phoenix's adaptive rate limiter starts (its default is 5 per second): out of the way, the
 #: gateway bounds the run. After a 429 that outlasts the gateway's retries Phoenix halves it and
@@ -69,20 +69,58 @@ def make_llm(judge: Any, http: Any, async_http: Any) -> Any:
                sync_client_kwargs={"http_client": http}, async_client_kwargs={"http_client": async_http})
 
 
-def make_evaluators(llm: Any, gateway: Any, settings: PhoenixOptions) -> dict[str, Any]:
-    """One Phoenix evaluator per canonical metric, on ``llm``; RuntimeError when the installed
-    Phoenix maps a label to another score than the pinned map (`metrics.PhoenixMetric.labels`)."""
+def make_legacy_model(judge: Any, http: Any, async_http: Any, settings: PhoenixOptions) -> Any:
+    """Phoenix evals 2.x's legacy ``OpenAIModel`` (what ``llm_classify`` and the legacy evaluators
+    call), its two OpenAI clients on ``http`` and ``async_http``. ``OpenAIModel`` takes no HTTP
+    client, so the clients it made are replaced (its ``_client`` and ``_async_client``: 2.x is
+    frozen, 3.0 removed the class); ``reload_client``, which ``llm_classify`` calls and the legacy
+    evaluators do not, would undo that. Generation as the other metrics': ``temperature`` and the
+    judge's ``max_tokens``; the request timeout the judge clients'."""
+    from openai import AsyncOpenAI, OpenAI
+    from phoenix.evals.legacy import OpenAIModel
+
+    cfg = judge.config
+    base_url = judge.base_url(in_process=True)
+    model = OpenAIModel(model=cfg.model, api_key=judge.api_key, base_url=base_url,
+                        temperature=float(settings.temperature), max_tokens=cfg.max_tokens or None,
+                        request_timeout=cfg.client_timeout(), initial_rate_limit=int(RATE_PER_SECOND))
+    model._client = OpenAI(api_key=judge.api_key, base_url=base_url, max_retries=0, http_client=http)
+    model._async_client = AsyncOpenAI(api_key=judge.api_key, base_url=base_url, max_retries=0,
+                                      http_client=async_http)
+    return model
+
+
+def make_evaluators(llm: Any, gateway: Any, settings: PhoenixOptions,
+                    metrics: Optional[Mapping[str, PhoenixMetric]] = None,
+                    legacy_model: Optional[Callable[[], Any]] = None) -> dict[str, Any]:
+    """One Phoenix evaluator per canonical metric (``metrics``, default `METRICS`), on ``llm``
+    (a legacy one on ``legacy_model()``); RuntimeError when the installed Phoenix maps a label to
+    another score than the pinned map (`metrics.PhoenixMetric.labels`)."""
     import phoenix.evals.metrics as pm
 
     out = {}
-    for name, metric in METRICS.items():
+    model = None
+    for name, metric in (METRICS if metrics is None else metrics).items():
+        if metric.legacy:
+            import phoenix.evals.legacy as legacy
+
+            if model is None and legacy_model is not None:
+                model = legacy_model()
+            ev = getattr(legacy, metric.evaluator)(model)
+            template = ev._template
+            scores = {rail: float(template.score(rail)) for rail in template.rails}
+            if scores != metric.label_scores:
+                raise RuntimeError(f"Phoenix's {metric.evaluator} maps labels to {scores}, ragbridge expects "
+                                   f"{metric.label_scores}")
+            out[name] = ev
+            continue
         ev = getattr(pm, metric.evaluator)(llm=llm, include_explanation=settings.include_explanation,
                                            **generation_kwargs(gateway, settings))
         if ev.label_score_map != metric.label_scores or ev.name != metric.native_name:
             raise RuntimeError(
                 f"Phoenix's {metric.evaluator} ({ev.name!r}) maps labels to {ev.label_score_map}, "
                 f"ragbridge expects {metric.native_name!r} with {metric.label_scores}: install the version "
-                "in constraints.txt")
+                "in constraints.txt, or run phoenix==VERSION (ragbridge environments list)")
         out[name] = ev
     return out
 
@@ -106,9 +144,31 @@ class PhoenixBackend(JudgedBackend):
     install_hint = "pip install 'ragbridge[phoenix]'"
     registry = METRICS
     Options = PhoenixOptions
+    #: the versions of the library this backend supports (a PEP 440 specifier)
+    supports: ClassVar[str] = ">=2.13,<4"
+    #: per supported version (each one a lock is shipped for, oldest first): what changes for a user
+    #: from the previous supported version
+    changes: ClassVar[dict[str, str]] = {
+        "2.13.0": "answer_correctness is offered: Phoenix's QA_PROMPT_TEMPLATE (llm_classify's, through its "
+                  "legacy QAEvaluator), correct/incorrect against the reference. context_relevance is "
+                  "DocumentRelevanceEvaluator per chunk (relevant when the chunk contains an answer to the "
+                  "question), a stricter question than 3.9's.",
+        "3.9.4": "answer_correctness is gone (3.0 removed llm_classify and its templates). "
+                 "context_relevance is RetrievalRelevanceEvaluator per chunk (3.5: relevant when any "
+                 "meaningful part bears on the request), so more chunks pass; faithfulness and abstention "
+                 "send the same prompts as 2.13.",
+    }
 
     def environment(self) -> dict[str, str]:
         return env.environment()
+
+    def metrics(self) -> list:
+        """The metrics at the installed Phoenix evals (`metrics_at`)."""
+        return self.metrics_at(self.version())
+
+    def metrics_at(self, version: Optional[str]) -> list:
+        """The metrics at Phoenix evals ``version`` (`metrics.metrics_at`)."""
+        return list(metrics_at(version).values())
 
     async def open(self, ctx: ScoringContext) -> Optional[PhoenixSession]:
         settings: PhoenixOptions = ctx.options.of(self)
@@ -120,7 +180,8 @@ class PhoenixBackend(JudgedBackend):
         http, async_http = http_client(judge), async_http_client(judge)
         try:
             llm = make_llm(judge, http, async_http)
-            evaluators = make_evaluators(llm, judge, settings)
+            evaluators = make_evaluators(llm, judge, settings, metrics_at(self.version()),
+                                         lambda: make_legacy_model(judge, http, async_http, settings))
         except BaseException:
             await async_http.aclose()
             http.close()
@@ -142,14 +203,19 @@ class PhoenixBackend(JudgedBackend):
             return {"reason": "case is answerable"}
         evaluator = ctx.session.evaluators[metric.name]
         if metric.per_chunk:
-            pairs = translate.chunk_records(case)
+            pairs = translate.chunk_records(case, metric.chunk_field)
             results = await asyncio.gather(*(evaluator.async_evaluate(r) for _, r in pairs),
                                            return_exceptions=True)
             for r in results:  # an interrupt is not a chunk's failure
                 if isinstance(r, asyncio.CancelledError):
                     raise r
             return translate.chunk_score_fields(metric, list(zip((c for c, _ in pairs), results)))
-        return translate.score_fields(metric, await evaluator.async_evaluate(translate.record(metric, case)))
+        record = translate.record(metric, case)
+        if metric.legacy:
+            label, score, explanation = await evaluator.aevaluate(
+                record, provide_explanation=ctx.session.settings.include_explanation)
+            return translate.score_fields(metric, [translate.LegacyScore(label, score, explanation)])
+        return translate.score_fields(metric, await evaluator.async_evaluate(record))
 
     def failure(self, metric: PhoenixMetric, case: Case, exc: Exception, ctx: ScoringContext) -> ScoreFields:
         return {"error": translate.error_message(exc)}

@@ -43,7 +43,8 @@ default: Phoenix raises (``ValueError`` naming the valid labels) and it is that 
 
 Not offered, on purpose (the other backends cover them):
 
-* ``answer_correctness``: Phoenix 3.x has no reference-based correctness. ``CorrectnessEvaluator``
+* ``answer_correctness`` (from 3.0; before, see Versions): Phoenix 3.x has no reference-based
+  correctness. ``CorrectnessEvaluator``
   sees only the question and the answer (general correctness, not agreement with a reference), and
   the reference-based ``QA_PROMPT_TEMPLATE`` went with ``phoenix.evals.legacy`` in 3.0.
 * ``answer_relevance``: Phoenix 3.9 has no answer-relevance evaluator.
@@ -54,16 +55,36 @@ Not offered, on purpose (the other backends cover them):
 * Phoenix's code evaluators (``exact_match``, ``MatchesRegex``, ``PrecisionRecallFScore`` over class
   labels) compute nothing the canonical ranking metrics or answer checks mean.
 
+Versions (`metrics_at`): the table above is Phoenix evals 3.5 and later (tested: 3.9.4). Before
+3.5 (tested: 2.13.0, the last 2.x) Phoenix has no ``RetrievalRelevanceEvaluator``, and
+``context_relevance`` is its ``DocumentRelevanceEvaluator`` (``document_relevance``; record
+``{"input", "document_text"}``; ``relevant`` -> 1.0, ``unrelated`` -> 0.0), still once per chunk: a
+stricter question, whether the chunk *contains an answer* to the question, where 3.5's asks whether
+any meaningful part of it bears on the request. ``faithfulness`` and ``abstention`` send the same
+prompt and labels at both (their generated configs are identical in 2.13.0 and 3.9.4). Before 3.0
+(`BEFORE_3`) ``answer_correctness`` is offered too: ``phoenix.evals.legacy``'s ``QAEvaluator``, whose
+template is ``QA_PROMPT_TEMPLATE``, the one ``llm_classify`` is called with for QA correctness
+(``{input}``, ``{reference}``, ``{output}``; ``correct`` -> 1.0, ``incorrect`` -> 0.0, the template's
+own scores). Phoenix's examples put the retrieved text in ``{reference}``; ragbridge puts the case's
+reference answer there, so the metric is agreement with the reference, as ``answer_correctness`` is
+in every backend. Its requests are the legacy ``OpenAIModel``'s: the template as one system message,
+the label asked for through OpenAI's older ``functions``/``function_call`` (``record_response``),
+and Phoenix snaps the answer to a label (``NOT_PARSABLE`` when it cannot, which is that Score's
+error here, never a default).
+
 Options: `ragbridge_phoenix.options.PhoenixOptions`. Nothing here imports Phoenix.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import re
+from dataclasses import dataclass, replace
+from typing import Optional
 
 from ragbridge.plugin import JudgedMetric
 
-__all__ = ["BACKEND", "PhoenixMetric", "METRICS"]
+__all__ = ["BACKEND", "PhoenixMetric", "METRICS", "BEFORE_3_5", "BEFORE_3", "metrics_at"]
 
 BACKEND = "phoenix"
 
@@ -78,6 +99,8 @@ class PhoenixMetric(JudgedMetric):
     labels: tuple[tuple[str, float], ...]
     direction: str  # Phoenix's optimization direction
     per_chunk: bool = False  # one call per retrieved chunk; value = share of chunks with the passing label
+    chunk_field: str = "context"  # the record's field a per-chunk metric puts the chunk's text in
+    legacy: bool = False  # a ``phoenix.evals.legacy`` evaluator (Phoenix evals before 3.0) on an OpenAIModel
     unanswerable_only: bool = False  # defined on cases with answerable: false only
 
     @property
@@ -109,3 +132,39 @@ METRICS: dict[str, PhoenixMetric] = {
                       direction="neutral", unanswerable_only=True),
     )
 }
+
+
+#: what differs in a metric before Phoenix evals 3.5 (no RetrievalRelevanceEvaluator there)
+BEFORE_3_5: dict[str, dict] = {
+    "context_relevance": dict(
+        native_name="document_relevance", evaluator="DocumentRelevanceEvaluator", chunk_field="document_text",
+        labels=(("relevant", 1.0), ("unrelated", 0.0)),
+        description="DocumentRelevanceEvaluator per chunk (Phoenix evals before 3.5): share of retrieved "
+                    "chunks judged to contain an answer to the question"),
+}
+
+
+#: the metrics only Phoenix evals before 3.0 has (its ``phoenix.evals.legacy``, removed in 3.0)
+BEFORE_3: dict[str, PhoenixMetric] = {
+    m.name: m
+    for m in (
+        PhoenixMetric(name="answer_correctness", native_name="qa_correctness",
+                      requires=("answer", "reference"),
+                      description="QAEvaluator, llm_classify's QA_PROMPT_TEMPLATE (Phoenix evals before "
+                                  "3.0): the answer correctly and fully answers the question, judged "
+                                  "against the reference (1 call)",
+                      evaluator="QAEvaluator", labels=(("correct", 1.0), ("incorrect", 0.0)),
+                      direction="maximize", legacy=True),
+    )
+}
+
+
+@functools.lru_cache(maxsize=None)
+def metrics_at(version: Optional[str]) -> dict[str, PhoenixMetric]:
+    """The metrics at Phoenix evals ``version`` (`METRICS` from 3.5, and when it is not known)."""
+    parts = re.match(r"(\d+)\.(\d+)", version or "")
+    at = (int(parts[1]), int(parts[2])) if parts is not None else None
+    if at is None or at >= (3, 5):
+        return METRICS
+    out = {name: replace(m, **BEFORE_3_5.get(name, {})) for name, m in METRICS.items()}
+    return {**out, **BEFORE_3} if at < (3, 0) else out

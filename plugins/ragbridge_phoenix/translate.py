@@ -2,14 +2,18 @@
 
 A Phoenix record is a plain dict of strings named after the evaluator's prompt fields:
 
-=====================  ===========================================================================
-metric                 record
-=====================  ===========================================================================
-``faithfulness``       ``{"input": question, "context": chunk texts joined by SEPARATOR,
-                       "output": answer}``
-``context_relevance``  one record per chunk: ``{"input": question, "context": that chunk's text}``
-``abstention``         ``{"input": question, "output": answer}``
-=====================  ===========================================================================
+======================  ==========================================================================
+metric                  record
+======================  ==========================================================================
+``faithfulness``        ``{"input": question, "context": chunk texts joined by SEPARATOR,
+                        "output": answer}``
+``context_relevance``   one record per chunk: ``{"input": question, "context": that chunk's text}``
+                        (before Phoenix evals 3.5 ``"document_text"``, not ``"context"``)
+``abstention``          ``{"input": question, "output": answer}``
+``answer_correctness``  ``{"input": question, "reference": the case's reference, "output":
+                        answer}``
+                        (Phoenix evals before 3.0 only: QA_PROMPT_TEMPLATE's variables)
+======================  ==========================================================================
 
 The chunks are the case's retrieved chunks that have text, in rank order, a repeated chunk id
 counted once at its first rank (ragbridge's ranking convention). Phoenix's ``context`` must be one
@@ -25,14 +29,15 @@ and `chunk_score_fields` make the ragbridge Score's fields: ``value`` Phoenix's 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from ragbridge.plugin import Case, ChunkVerdict, Evidence, error_text
 
 from .metrics import PhoenixMetric
 
-__all__ = ["SEPARATOR", "ChunkError", "chunks", "record", "chunk_records", "verdict", "score_fields",
-           "chunk_score_fields", "error_message"]
+__all__ = ["SEPARATOR", "ChunkError", "LegacyScore", "chunks", "record", "chunk_records", "verdict",
+           "score_fields", "chunk_score_fields", "error_message"]
 
 SEPARATOR = "\n\n"
 
@@ -61,12 +66,24 @@ def record(metric: PhoenixMetric, case: Case) -> dict[str, str]:
                 "output": case.answer or ""}
     if metric.name == "abstention":
         return {"input": case.question, "output": case.answer or ""}
+    if metric.name == "answer_correctness":
+        return {"input": case.question, "reference": case.reference or "", "output": case.answer or ""}
     raise ValueError(f"{metric.name} is judged per chunk: use chunk_records")
 
 
-def chunk_records(case: Case) -> list[tuple[str, dict[str, str]]]:
-    """``(chunk id, record)`` for each chunk of a per-chunk metric, in rank order."""
-    return [(cid, {"input": case.question, "context": text}) for cid, text in chunks(case)]
+def chunk_records(case: Case, field: str = "context") -> list[tuple[str, dict[str, str]]]:
+    """``(chunk id, record)`` for each chunk of a per-chunk metric, in rank order, the chunk's text
+    under ``field`` (the metric's ``chunk_field``)."""
+    return [(cid, {"input": case.question, field: text}) for cid, text in chunks(case)]
+
+
+@dataclass(frozen=True)
+class LegacyScore:
+    """A ``phoenix.evals.legacy`` evaluator's ``(label, score, explanation)``, as a 2.x+ ``Score``."""
+
+    label: str
+    score: Optional[float]
+    explanation: Optional[str]
 
 
 def verdict(metric: PhoenixMetric, result: Sequence[Any]) -> tuple[str, float, Optional[str]]:

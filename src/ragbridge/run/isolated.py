@@ -8,10 +8,12 @@ of one run (``mylib==1.2`` beside ``mylib==1.3`` or beside ``mylib``), side by s
 analysis.
 
 An `IsolatedBackend` offers the metrics of the registered backend (the same plugin code runs in the
-worker). Its ``open`` starts the worker (``python -m ragbridge.run.worker`` with the environment's
-Python; the environment is made before the run scores anything: `prepare`), its ``score`` sends the
-cases of one job down the pipe and yields each `Score` the worker sends back, its ``close`` ends
-the worker. The pipe's protocol is `ragbridge.run.worker`'s.
+worker), at its version when the backend says what they are at a version of its library
+(``metrics_at(version)``: a metric the library added or removed). Its ``open`` starts the worker
+(``python -m ragbridge.run.worker`` with the environment's Python; the environment is made before
+the run scores anything: `prepare`), its ``score`` sends the cases of one job down the pipe and
+yields each `Score` the worker sends back, its ``close`` ends the worker. The pipe's protocol is
+`ragbridge.run.worker`'s.
 
 The worker's judge is the run's gateway, over its loopback socket, with the gateway's own per-run
 key (sent down the pipe, never in the worker's arguments or environment), as Ray's workers reach it:
@@ -174,13 +176,15 @@ class IsolatedBackend(Backend):
         return True  # planned by `prepare`, which says what is missing
 
     def metrics(self) -> list[MetricSpec]:
-        return self.inner.metrics()
+        at = getattr(self.inner, "metrics_at", None)  # metrics that depend on the library's version
+        return at(self.library_version) if at is not None else self.inner.metrics()
 
     def metrics_for(self, options: RunOptions) -> list[MetricSpec]:
-        return self.inner.metrics_for(options)
+        at = getattr(self.inner, "metrics_at", None)
+        return at(self.library_version) if at is not None else self.inner.metrics_for(options)
 
     def needs_judge(self, metric: str) -> bool:
-        return self.inner.needs_judge(metric)
+        return Backend.needs_judge(self, metric)
 
     async def open(self, ctx: ScoringContext) -> "_Workers":
         workers = _Workers(self, ctx)
