@@ -331,6 +331,13 @@ class Backend:
     def metrics(self) -> list[MetricSpec]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def metrics_at(self, version: Optional[str]) -> list[MetricSpec]:
+        """The metrics offered at ``version`` of the library (default: `metrics`, the same at every
+        version). A backend whose library added, removed or redefined a metric between the versions it
+        `supports` overrides it, and its `metrics` returns ``self.metrics_at(self.version())``; a run of
+        ``NAME==VERSION`` plans that version's metrics."""
+        return self.metrics()
+
     def metrics_for(self, options: RunOptions) -> list[MetricSpec]:
         """The metrics offered in a run with these options (default: ``metrics()``). A backend whose
         metrics are data named in its options (``options.of(self)``) overrides it, and raises

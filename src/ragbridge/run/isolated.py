@@ -176,12 +176,12 @@ class IsolatedBackend(Backend):
         return True  # planned by `prepare`, which says what is missing
 
     def metrics(self) -> list[MetricSpec]:
-        at = getattr(self.inner, "metrics_at", None)  # metrics that depend on the library's version
-        return at(self.library_version) if at is not None else self.inner.metrics()
+        return self.inner.metrics_at(self.library_version)
 
     def metrics_for(self, options: RunOptions) -> list[MetricSpec]:
-        at = getattr(self.inner, "metrics_at", None)
-        return at(self.library_version) if at is not None else self.inner.metrics_for(options)
+        if type(self.inner).metrics_for is Backend.metrics_for:  # the metrics depend on no option
+            return self.metrics()
+        return self.inner.metrics_for(options)
 
     def needs_judge(self, metric: str) -> bool:
         return Backend.needs_judge(self, metric)
