@@ -22,10 +22,14 @@ from typing import Any, Optional
 from ragbridge.plugin import Case, JudgedBackend, ScoreFields, ScoringContext
 
 from . import env, translate
-from .metrics import BACKEND, METRICS, DeepEvalMetric, make_metric
+from .metrics import BACKEND, METRICS, DeepEvalMetric, library_major, make_metric
 from .options import DeepEvalOptions
 
-__all__ = ["DeepEvalBackend", "DeepEvalSession", "build_judge", "structured_outputs"]
+__all__ = ["DeepEvalBackend", "DeepEvalSession", "build_judge", "structured_outputs", "JUDGE_CLASS"]
+
+#: DeepEval's OpenAI judge class in ``deepeval.models``, by DeepEval's major version (4.0 renamed
+#: ``GPTModel`` to ``OpenAIModel``; its arguments are the same)
+JUDGE_CLASS: dict[int, str] = {3: "GPTModel", 4: "OpenAIModel"}
 
 
 def structured_outputs(model_name: str) -> bool:
@@ -42,7 +46,7 @@ def structured_outputs(model_name: str) -> bool:
 
 def build_judge(gateway: Any, metric: str, case_id: str, http_client: Any = None,
                 sync_http_client: Any = None):
-    """DeepEval's ``OpenAIModel`` pointed at the gateway, counted under (deepeval, metric, case_id).
+    """DeepEval's ``OpenAIModel`` (``GPTModel`` before 4.0) pointed at the gateway, counted under (deepeval, metric, case_id).
 
     The model name is ragbridge's judge model, so DeepEval's own registry decides the wire format (see
     ``structured_outputs``). The key is the gateway's own key; temperature 0; the judge's
@@ -50,8 +54,9 @@ def build_judge(gateway: Any, metric: str, case_id: str, http_client: Any = None
     an ``httpx.AsyncClient`` on the gateway's in-process transport; without one, DeepEval's own
     client goes through the gateway's loopback socket. ``sync_http_client``: the ``httpx.Client`` for
     the synchronous OpenAI client DeepEval builds with the model (made anew without one)."""
-    from deepeval.models import OpenAIModel
+    import deepeval.models
 
+    OpenAIModel = getattr(deepeval.models, JUDGE_CLASS[library_major()])
     cfg = gateway.config
     generation_kwargs = {"max_tokens": cfg.max_tokens} if cfg.max_tokens else {}
     kwargs: dict[str, Any] = {"timeout": cfg.client_timeout()}

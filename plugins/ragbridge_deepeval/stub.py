@@ -181,7 +181,9 @@ class DeepEvalResponder:
 
 
 def _raw_section(prompt: str, label: str) -> str:
-    m = re.search(rf"^{re.escape(label)}[^\n:]*:\s*\n(.*?)(?:\n\s*\nJSON:|\nJSON:|\Z)", prompt, re.M | re.S)
+    """The text under ``label`` up to ``JSON:``; DeepEval 3.x's prompts keep their template's
+    indentation (its ``textwrap.dedent`` finds no common indent), so labels may be indented."""
+    m = re.search(rf"^[ \t]*{re.escape(label)}[^\n:]*:\s*\n(.*?)(?:\n\s*JSON:|\Z)", prompt, re.M | re.S)
     return m.group(1).strip() if m else ""
 
 
