@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from ragbridge.plugin import Case, JudgedBackend, ScoreFields, ScoringContext
 
@@ -27,8 +27,8 @@ from .options import DeepEvalOptions
 
 __all__ = ["DeepEvalBackend", "DeepEvalSession", "build_judge", "structured_outputs", "JUDGE_CLASS"]
 
-#: DeepEval's OpenAI judge class in ``deepeval.models``, by DeepEval's major version (4.0 renamed
-#: ``GPTModel`` to ``OpenAIModel``; its arguments are the same)
+#: DeepEval's OpenAI judge class in ``deepeval.models``, by DeepEval's major version among the
+#: supported ones (4.x renamed ``GPTModel`` to ``OpenAIModel``; its arguments are the same)
 JUDGE_CLASS: dict[int, str] = {3: "GPTModel", 4: "OpenAIModel"}
 
 
@@ -46,7 +46,8 @@ def structured_outputs(model_name: str) -> bool:
 
 def build_judge(gateway: Any, metric: str, case_id: str, http_client: Any = None,
                 sync_http_client: Any = None):
-    """DeepEval's ``OpenAIModel`` (``GPTModel`` before 4.0) pointed at the gateway, counted under (deepeval, metric, case_id).
+    """DeepEval's ``OpenAIModel`` (3.x: ``GPTModel``) pointed at the gateway, counted under (deepeval,
+    metric, case_id).
 
     The model name is ragbridge's judge model, so DeepEval's own registry decides the wire format (see
     ``structured_outputs``). The key is the gateway's own key; temperature 0; the judge's
@@ -91,6 +92,21 @@ class DeepEvalBackend(JudgedBackend):
     install_hint = "pip install 'ragbridge[deepeval]'"
     registry = METRICS
     Options = DeepEvalOptions
+    #: the versions of DeepEval this backend supports: the last 3.x and 4.3.1 on (a lock is shipped
+    #: for 3.9.9 and 4.3.1); 4.0 to 4.3.0 are left out, untested: 4.0.0 has neither ``OpenAIModel``
+    #: nor the metrics' ``eval_mode`` that the 4.x rows of the tables here assume
+    supports: ClassVar[str] = ">=3.9.9,<5,!=4.0.*,!=4.1.*,!=4.2.*,!=4.3.0"
+    #: per supported version (oldest first): what changes for a user from the previous one
+    changes: ClassVar[dict[str, str]] = {
+        "3.9.9": "faithfulness and answer_relevance ask the judge for yes / no / idk verdicts ('idk': "
+                 "not backed by the context, or ambiguous), counted as passing as 4.x counts "
+                 "'borderline'; any verdict but 'no' passes. The judge is DeepEval's GPTModel.",
+        "4.3.1": "faithfulness and answer_relevance say 'borderline' where 3.x said 'idk', and a "
+                 "verdict outside yes / no / borderline is dropped from the count instead of passing; "
+                 "the prompts are reworded (the same instructions, no longer indented). "
+                 "context_precision's formula is unchanged (mean precision@k over the useful chunks); "
+                 "it now groups chunks of one source, which ragbridge's plain chunk texts never are.",
+    }
 
     def environment(self) -> dict[str, str]:
         return env.environment()
