@@ -98,14 +98,14 @@ class DeepEvalBackend(JudgedBackend):
     supports: ClassVar[str] = ">=3.9.9,<5,!=4.0.*,!=4.1.*,!=4.2.*,!=4.3.0"
     #: per supported version (oldest first): what changes for a user from the previous one
     changes: ClassVar[dict[str, str]] = {
-        "3.9.9": "faithfulness and answer_relevance ask the judge for yes / no / idk verdicts ('idk': "
-                 "not backed by the context, or ambiguous), counted as passing as 4.x counts "
-                 "'borderline'; any verdict but 'no' passes. The judge is DeepEval's GPTModel.",
-        "4.3.1": "faithfulness and answer_relevance say 'borderline' where 3.x said 'idk', and a "
-                 "verdict outside yes / no / borderline is dropped from the count instead of passing; "
-                 "the prompts are reworded (the same instructions, no longer indented). "
-                 "context_precision's formula is unchanged (mean precision@k over the useful chunks); "
-                 "it now groups chunks of one source, which ragbridge's plain chunk texts never are.",
+        "3.9.9": "faithfulness and answer_relevance take exactly yes / no / idk as a verdict ('idk' where "
+                 "4.x says 'borderline', passing alike; any other word errors the score); "
+                 "context_precision, context_recall and context_relevance count a verdict as yes only "
+                 "when it is exactly 'yes'. The judge is DeepEval's GPTModel.",
+        "4.3.1": "faithfulness's and answer_relevance's prompts say 'borderline' for 3.x's 'idk'; a "
+                 "verdict is read by its first word ('Yes, it helps' is yes, which 3.9.9's contextual "
+                 "metrics counted as no) and one outside the metric's words is left out of the count. "
+                 "context_precision's formula is unchanged from 3.9.9.",
     }
 
     def environment(self) -> dict[str, str]:
