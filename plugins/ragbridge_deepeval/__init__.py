@@ -10,7 +10,7 @@ Versions
 The backend supports DeepEval 3.9.9 and 4.3.1 on (``DeepEvalBackend.supports``); ``locks/`` holds a
 lock for each, so ``--backend deepeval==3.9.9`` runs it in an environment of its own
 (docs/environments.md) and ``--backend deepeval`` the installed one. Where 3.x differs, the plugin
-chooses by the installed major version (`metrics.library_major`): the judge class (``GPTModel``,
+chooses by the installed major version (`metrics.by_version`): the judge class (``GPTModel``,
 ``backend.JUDGE_CLASS``) and the metrics' arguments (no ``eval_mode``, ``metrics.METRIC_KWARGS``).
 The canonical metrics and formulas below hold at both; what changes between them (how a verdict is
 read, ``idk`` where 4.x says ``borderline``) is ``DeepEvalBackend.changes`` and

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Optional
 from ragbridge.plugin import Case, JudgedBackend, ScoreFields, ScoringContext
 
 from . import env, translate
-from .metrics import BACKEND, METRICS, DeepEvalMetric, library_major, make_metric
+from .metrics import BACKEND, METRICS, DeepEvalMetric, by_version, make_metric
 from .options import DeepEvalOptions
 
 __all__ = ["DeepEvalBackend", "DeepEvalSession", "build_judge", "structured_outputs", "JUDGE_CLASS"]
@@ -57,7 +57,7 @@ def build_judge(gateway: Any, metric: str, case_id: str, http_client: Any = None
     the synchronous OpenAI client DeepEval builds with the model (made anew without one)."""
     import deepeval.models
 
-    OpenAIModel = getattr(deepeval.models, JUDGE_CLASS[library_major()])
+    OpenAIModel = getattr(deepeval.models, by_version(JUDGE_CLASS))
     cfg = gateway.config
     generation_kwargs = {"max_tokens": cfg.max_tokens} if cfg.max_tokens else {}
     kwargs: dict[str, Any] = {"timeout": cfg.client_timeout()}
