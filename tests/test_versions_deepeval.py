@@ -104,7 +104,8 @@ def _run(golden, out, backends, stub, model, *extra):
 @pytest.mark.parametrize("version, model", [("3.9.9", "stub-judge"), ("3.9.9", "gpt-4o-mini")])
 def test_every_metric_scores_as_deepevals_own_a_measure_at_that_version(cached, tmp_path, version, model):
     """``--backend deepeval==V`` against DeepEval V's own ``a_measure`` of its own metric classes, in
-    the same environment: every metric's every case the same score (1e-6), verdict and reason. A
+    the same environment: every metric's every case the same score (1e-6), verdict and reason (an
+    empty extraction's is undefined, DeepEval's reason said after ragbridge's). A
     judge model DeepEval knows (``gpt-4o-mini``) gets its json_schema requests, any other plain
     prompts; 3.9.9's prompts differ from 4.3.1's, and the stub answers both."""
     pytest.importorskip("deepeval")
@@ -127,10 +128,11 @@ def test_every_metric_scores_as_deepevals_own_a_measure_at_that_version(cached, 
         score, success, reason, error = theirs["scores"][s["metric"]][s["question"]]
         assert error is None
         assert s["native_value"] == pytest.approx(score, abs=1e-6), (s["metric"], s["case_id"])
-        assert (s["passed"], s["reason"]) == (success, reason), (s["metric"], s["case_id"])
-    # the cases tell apart: not one score for everything
+        assert s["passed"] == success and reason in s["reason"], (s["metric"], s["case_id"])
+    # the cases tell apart (not one score for everything), and each metric judged something: a prompt
+    # the stub misread gets no verdicts, which DeepEval scores by convention on both sides
     assert len({s["native_value"] for s in ours}) > 3
-    assert any(s["metric"] == "context_precision" and s["value"] is not None for s in ours)
+    assert all(s["value"] is not None for s in ours)
 
 
 @pytest.mark.slow
