@@ -12,6 +12,7 @@ built from uv's cache into the session's cache folder).
 import json
 import subprocess
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -75,6 +76,23 @@ OWN = textwrap.dedent("""
         out.setdefault(name, {})[question] = result
     print(json.dumps({"version": version("deepeval"), "scores": out}))
 """)
+
+
+def test_each_shipped_lock_is_a_supported_version_with_its_changes_said():
+    """The versions a lock is shipped for are the ones ``supports`` takes and ``changes`` speaks of,
+    oldest first; the lock pins that DeepEval."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    from ragbridge.run.environments import locks_of, version_key
+    from ragbridge_deepeval import backend
+
+    locks = locks_of(Path(backend.__file__).parent)
+    assert sorted(locks, key=version_key) == list(backend.DeepEvalBackend.changes) == ["3.9.9", "4.3.1"]
+    for version, lock in locks.items():
+        assert Version(version) in SpecifierSet(backend.DeepEvalBackend.supports)
+        assert f"\ndeepeval=={version}\n" in lock.read_text()
+    assert Version("4.0.0") not in SpecifierSet(backend.DeepEvalBackend.supports)  # no OpenAIModel there
 
 
 def _golden(folder):
