@@ -107,11 +107,11 @@ def _golden(folder):
                                                       file_name="golden", include_test_cases=False)
 
 
-def _run(golden, out, backends, stub, model, *extra):
+def _run(golden, out, backends, stub, model, *extra, exit_code=0):
     args = [a for b in backends for a in ("--backend", b)]
     done = ragbridge_cli("run", golden, "--out", out, *args, "--judge-model", model, "--judge-base-url",
                          stub.base_url, "--no-progress", "--cache-mode", "off", *extra)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == exit_code, done.stderr
     cases = map(json.loads, (out / "cases.jsonl").read_text().splitlines())
     questions = {c["id"]: c["question"] for c in cases}
     return [dict(s, question=questions[s["case_id"]])
@@ -153,58 +153,95 @@ def test_every_metric_scores_as_deepevals_own_a_measure_at_that_version(cached, 
     assert all(s["value"] is not None for s in ours)
 
 
+class ExplainingJudge:
+    """A judge that explains inside its context-precision verdicts (``"Yes, it states what the
+    expected output needs"``), as chat models do: the stub's answer, reworded."""
+
+    def __call__(self, req):
+        from ragbridge_deepeval.stub import DeepEvalResponder, kind_of
+
+        found = kind_of(req)
+        if found is None or found[0] != "ContextualPrecisionVerdict":
+            return None
+        reply = DeepEvalResponder()(req)
+        answer = json.loads(reply.content)
+        for v in answer["verdicts"]:
+            v["verdict"] = "Yes, it states what the expected output needs" if v["verdict"] == "yes" else "No."
+        reply.content = json.dumps(answer)
+        return reply
+
+
 @pytest.mark.slow
 @needs_backend("deepeval")
 def test_two_deepeval_versions_in_one_run_are_two_backends_to_compare_diff_validate_and_report(
         cached, tmp_path):
     """``--backend deepeval==3.9.9 --backend deepeval==4.3.1`` beside the installed DeepEval 4.3.1:
-    all score every case, the isolated 4.3.1 exactly as the installed one; compare pairs the two
-    versions (its counts of changed verdicts what the scores give at the thresholds asked), diff of
-    two such runs pairs each version with itself, validate and the report name both."""
+    all score every case, the isolated 4.3.1 exactly as the installed one. Against a judge that
+    explains inside its context-precision verdicts, 3.9.9 counts every such chunk as not useful
+    (score 0, silently: it takes a verdict as yes only when it is exactly "yes") where 4.3.1 refuses
+    the reply (the score errors, and the run says so). compare pairs the two versions (its counts of
+    changed verdicts what the scores give at the thresholds asked), diff of two such runs pairs each
+    version with itself, validate and the report name both."""
+    from ragbridge.stub.responders import register, unregister
+
     picked = tmp_path / "five.jsonl"
     picked.write_text("".join(EXAMPLE.read_text().splitlines(keepends=True)[:5]))
     both = ["deepeval==3.9.9", "deepeval==4.3.1"]
     metrics = ("--metric", "faithfulness", "--metric", "context_precision")
-    with StubJudge() as stub:
-        scores = _run(picked, tmp_path / "run", ["deepeval", *both], stub, "stub-judge", *metrics)
-        _run(picked, tmp_path / "again", both, stub, "stub-judge", *metrics)
+    judge = register(ExplainingJudge())
+    try:
+        with StubJudge() as stub:
+            scores = _run(picked, tmp_path / "run", ["deepeval", *both], stub, "stub-judge", *metrics,
+                          exit_code=3)
+            _run(picked, tmp_path / "again", both, stub, "stub-judge", *metrics, exit_code=3)
+    finally:
+        unregister(judge)
     manifest = json.loads((tmp_path / "run" / "run.json").read_text())
     assert manifest["backends"] == {"deepeval": "4.3.1", "deepeval==3.9.9": "3.9.9",
                                     "deepeval==4.3.1": "4.3.1"}
     assert {(s["backend"], s["metric"]) for s in scores} == {
         (b, m) for b in ["deepeval", *both] for m in ("faithfulness", "context_precision")}
-    assert all(s["value"] is not None and s["judge_calls"] > 0 for s in scores)
     by = {(s["backend"], s["metric"], s["case_id"]): s for s in scores}
     for (backend, metric, case_id), installed in by.items():
         if backend == "deepeval":
             isolated = by[("deepeval==4.3.1", metric, case_id)]
-            assert (isolated["native_value"], isolated["passed"], isolated["reason"]) == \
-                   (installed["native_value"], installed["passed"], installed["reason"]), (metric, case_id)
+            assert (isolated["native_value"], isolated["passed"], isolated["reason"], isolated["error"]) == \
+                   (installed["native_value"], installed["passed"], installed["reason"], installed["error"])
+    for s in scores:
+        if s["metric"] == "faithfulness" or s["backend"] == both[0]:
+            assert s["error"] is None and s["value"] is not None and s["judge_calls"] > 0, s
+        if s["metric"] == "context_precision":
+            if s["backend"] == both[0]:
+                assert s["value"] == 0, s
+            else:
+                assert s["value"] is None and s["error"].startswith("ValidationError"), s
 
     # compare at 0.5 for 3.9.9 and 0.9 for 4.3.1: the verdicts that change are the values between
     thresholds = {"deepeval==3.9.9": 0.5, "deepeval==4.3.1": 0.9}
     compared = ragbridge_cli("compare", tmp_path / "run", "--json", "--threshold", "deepeval==3.9.9=0.5",
                              "--threshold", "deepeval==4.3.1=0.9")
     assert compared.returncode == 0, compared.stderr
-    rows = {r["metric"]: r for r in json.loads(compared.stdout)["agreement"]
-            if (r["backend_a"], r["backend_b"]) == tuple(both)}
-    for metric in ("faithfulness", "context_precision"):
-        row = rows[metric]
-        assert row["n_paired"] == 5
-        value = {(s["backend"], s["case_id"]): s["value"] for s in scores if s["metric"] == metric}
-        cases = {c for b, c in value if b == both[0]}
-        passes = {b: {c for c in cases if value[(b, c)] >= thresholds[b]} for b in both}
-        assert row["a_pass_b_fail"] == len(passes[both[0]] - passes[both[1]]), metric
-        assert row["a_fail_b_pass"] == len(passes[both[1]] - passes[both[0]]), metric
-        assert row["mean_a"] == pytest.approx(sum(value[(both[0], c)] for c in cases) / 5)
-    assert any(r["a_pass_b_fail"] for r in rows.values())  # the thresholds moved some verdicts
-    text = ragbridge_cli("compare", tmp_path / "run").stdout
-    assert "deepeval==3.9.9 vs deepeval==4.3.1" in " ".join(text.split())
+    answer = json.loads(compared.stdout)
+    rows = {r["metric"]: r for r in answer["agreement"] if (r["backend_a"], r["backend_b"]) == tuple(both)}
+    assert (rows["context_precision"]["n_paired"], rows["context_precision"]["b_errored"]) == (0, 5)
+    row = rows["faithfulness"]
+    value = {(s["backend"], s["case_id"]): s["value"] for s in scores if s["metric"] == "faithfulness"}
+    cases = {c for _, c in value}
+    passes_a, passes_b = ({c for c in cases if value[(b, c)] >= thresholds[b]} for b in both)
+    assert row["n_paired"] == 5 and row["a_pass_b_fail"] == len(passes_a - passes_b) > 0
+    assert row["a_fail_b_pass"] == len(passes_b - passes_a)
+    assert row["mean_a"] == pytest.approx(sum(value[(both[0], c)] for c in cases) / 5)
+    changed = {d["case_id"] for d in answer["disagreements"]
+               if d["metric"] == "faithfulness" and d.get(f"{both[0]}.passed") != d.get(f"{both[1]}.passed")}
+    assert changed == passes_a ^ passes_b
+    text = " ".join(ragbridge_cli("compare", tmp_path / "run").stdout.split())
+    assert "deepeval==3.9.9 vs deepeval==4.3.1" in text
+    assert "deepeval==4.3.1 scored none (5 errored)" in text
 
     diffed = ragbridge_cli("diff", tmp_path / "run", tmp_path / "again")
     assert diffed.returncode == 0, diffed.stderr
     said = " ".join(diffed.stdout.split())
-    assert "of 20 paired scores, 0 got worse, 0 better" in said
+    assert "0 got worse, 0 better" in said
     assert "scored only in the base run" in said and "deepeval:faithfulness" in said
 
     labels = EXAMPLE.parent / "faithfulness-labels.jsonl"
