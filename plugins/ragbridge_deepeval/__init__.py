@@ -12,8 +12,8 @@ lock for each, so ``--backend deepeval==3.9.9`` runs it in an environment of its
 (docs/environments.md) and ``--backend deepeval`` the installed one. Where 3.x differs, the plugin
 chooses by the installed major version (`metrics.by_version`): the judge class (``GPTModel``,
 ``backend.JUDGE_CLASS``) and the metrics' arguments (no ``eval_mode``, ``metrics.METRIC_KWARGS``).
-The canonical metrics and formulas below hold at both; what changes between them (how a verdict is
-read, ``idk`` where 4.x says ``borderline``) is ``DeepEvalBackend.changes`` and
+The canonical metrics and formulas below hold at both; what changes between them (which verdicts a
+reply may hold, ``idk`` where 4.x says ``borderline``) is ``DeepEvalBackend.changes`` and
 docs/migrate-deepeval-versions.md.
 
 Metrics

@@ -99,13 +99,14 @@ class DeepEvalBackend(JudgedBackend):
     #: per supported version (oldest first): what changes for a user from the previous one
     changes: ClassVar[dict[str, str]] = {
         "3.9.9": "faithfulness and answer_relevance take exactly yes / no / idk as a verdict ('idk' where "
-                 "4.x says 'borderline', passing alike; any other word errors the score); "
-                 "context_precision, context_recall and context_relevance count a verdict as yes only "
-                 "when it is exactly 'yes'. The judge is DeepEval's GPTModel.",
-        "4.3.1": "faithfulness's and answer_relevance's prompts say 'borderline' for 3.x's 'idk'; a "
-                 "verdict is read by its first word ('Yes, it helps' is yes, which 3.9.9's contextual "
-                 "metrics counted as no) and one outside the metric's words is left out of the count. "
-                 "context_precision's formula is unchanged from 3.9.9.",
+                 "4.x says 'borderline', passing alike; any other reply errors the score); "
+                 "context_precision, context_recall and context_relevance take any verdict text and "
+                 "count it as yes only when it reads 'yes' ('Yes, it helps' counts as no). The judge is "
+                 "DeepEval's GPTModel.",
+        "4.3.1": "faithfulness's and answer_relevance's prompts say 'borderline' for 3.x's 'idk' (a reply "
+                 "of 'idk' now errors the score); context_precision, context_recall and "
+                 "context_relevance refuse a verdict other than exactly 'yes' or 'no', so a score 3.9.9 "
+                 "lowered silently now errors. The formulas, context_precision's too, are 3.9.9's.",
     }
 
     def environment(self) -> dict[str, str]:
