@@ -81,6 +81,7 @@ CORRECTNESS_RUBRIC = [
               "contradicts it."),
 ]
 
+
 def library_major() -> int:
     """The installed DeepEval's major version (3 or 4): what the version tables here are keyed by."""
     from importlib.metadata import version
