@@ -1,9 +1,20 @@
-"""ragbridge's DeepEval backend: DeepEval 4.3.1's RAG metrics through ragbridge's judge, and its datasets.
+"""ragbridge's DeepEval backend: DeepEval's RAG metrics through ragbridge's judge, and its datasets.
 
 Install with ``pip install 'ragbridge[deepeval]' -c constraints.txt``; run with
 ``ragbridge run DATASET --backend deepeval --judge-model M --judge-base-url U``.
 Registering this plugin does not import DeepEval; it is imported when the backend first scores or
 never (the dataset formats do not need it).
+
+Versions
+--------
+The backend supports DeepEval 3.9.9 and 4.3.1 on (``DeepEvalBackend.supports``); ``locks/`` holds a
+lock for each, so ``--backend deepeval==3.9.9`` runs it in an environment of its own
+(docs/environments.md) and ``--backend deepeval`` the installed one. Where 3.x differs, the plugin
+chooses by the installed major version (`metrics.by_version`): the judge class (``GPTModel``,
+``backend.JUDGE_CLASS``) and the metrics' arguments (no ``eval_mode``, ``metrics.METRIC_KWARGS``).
+The canonical metrics and formulas below hold at both; what changes between them (which verdicts a
+reply may hold, ``idk`` where 4.x says ``borderline``) is ``DeepEvalBackend.changes`` and
+docs/migrate-deepeval-versions.md.
 
 Metrics
 -------

@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from ragbridge.plugin import Case, JudgedBackend, ScoreFields, ScoringContext
 
 from . import env, translate
-from .metrics import BACKEND, METRICS, DeepEvalMetric, make_metric
+from .metrics import BACKEND, METRICS, DeepEvalMetric, by_version, make_metric
 from .options import DeepEvalOptions
 
-__all__ = ["DeepEvalBackend", "DeepEvalSession", "build_judge", "structured_outputs"]
+__all__ = ["DeepEvalBackend", "DeepEvalSession", "build_judge", "structured_outputs", "JUDGE_CLASS"]
+
+#: DeepEval's OpenAI judge class in ``deepeval.models``, by DeepEval's major version among the
+#: supported ones (4.x renamed ``GPTModel`` to ``OpenAIModel``; its arguments are the same)
+JUDGE_CLASS: dict[int, str] = {3: "GPTModel", 4: "OpenAIModel"}
 
 
 def structured_outputs(model_name: str) -> bool:
@@ -42,7 +46,8 @@ def structured_outputs(model_name: str) -> bool:
 
 def build_judge(gateway: Any, metric: str, case_id: str, http_client: Any = None,
                 sync_http_client: Any = None):
-    """DeepEval's ``OpenAIModel`` pointed at the gateway, counted under (deepeval, metric, case_id).
+    """DeepEval's ``OpenAIModel`` (3.x: ``GPTModel``) pointed at the gateway, counted under (deepeval,
+    metric, case_id).
 
     The model name is ragbridge's judge model, so DeepEval's own registry decides the wire format (see
     ``structured_outputs``). The key is the gateway's own key; temperature 0; the judge's
@@ -50,8 +55,9 @@ def build_judge(gateway: Any, metric: str, case_id: str, http_client: Any = None
     an ``httpx.AsyncClient`` on the gateway's in-process transport; without one, DeepEval's own
     client goes through the gateway's loopback socket. ``sync_http_client``: the ``httpx.Client`` for
     the synchronous OpenAI client DeepEval builds with the model (made anew without one)."""
-    from deepeval.models import OpenAIModel
+    import deepeval.models
 
+    OpenAIModel = getattr(deepeval.models, by_version(JUDGE_CLASS))
     cfg = gateway.config
     generation_kwargs = {"max_tokens": cfg.max_tokens} if cfg.max_tokens else {}
     kwargs: dict[str, Any] = {"timeout": cfg.client_timeout()}
@@ -86,6 +92,22 @@ class DeepEvalBackend(JudgedBackend):
     install_hint = "pip install 'ragbridge[deepeval]'"
     registry = METRICS
     Options = DeepEvalOptions
+    #: the versions of DeepEval this backend supports: the last 3.x and 4.3.1 on (a lock is shipped
+    #: for 3.9.9 and 4.3.1); 4.0 to 4.3.0 are left out, untested: 4.0.0 has neither ``OpenAIModel``
+    #: nor the metrics' ``eval_mode`` that the 4.x rows of the tables here assume
+    supports: ClassVar[str] = ">=3.9.9,<5,!=4.0.*,!=4.1.*,!=4.2.*,!=4.3.0"
+    #: per supported version (oldest first): what changes for a user from the previous one
+    changes: ClassVar[dict[str, str]] = {
+        "3.9.9": "faithfulness and answer_relevance take exactly yes / no / idk as a verdict ('idk' where "
+                 "4.x says 'borderline', passing alike; any other reply errors the score); "
+                 "context_precision, context_recall and context_relevance take any verdict text and "
+                 "count it as yes only when it reads 'yes' ('Yes, it helps' counts as no). The judge is "
+                 "DeepEval's GPTModel.",
+        "4.3.1": "faithfulness's and answer_relevance's prompts say 'borderline' for 3.x's 'idk' (a reply "
+                 "of 'idk' now errors the score); context_precision, context_recall and "
+                 "context_relevance refuse a verdict other than exactly 'yes' or 'no', so a score 3.9.9 "
+                 "lowered silently now errors. The formulas, context_precision's too, are 3.9.9's.",
+    }
 
     def environment(self) -> dict[str, str]:
         return env.environment()

@@ -70,10 +70,14 @@ def runtime_environment(gateway: Any) -> dict[str, str]:
 def settle_telemetry() -> None:
     """Flush DeepEval's buffered measurement counts now (dropped while telemetry is off) and let it
     choose its telemetry backend now (the no-op one while telemetry is off); see the module
-    docstring. Nothing to do when DeepEval was never imported."""
+    docstring. Nothing to do when DeepEval was never imported, nor before DeepEval 4.0, whose
+    telemetry buffers nothing: it reads the opt-out at each measurement and sends at once."""
     if "deepeval" not in sys.modules:
         return
-    from deepeval.telemetry.client import get_backend
+    try:
+        from deepeval.telemetry.client import get_backend
+    except ImportError:  # DeepEval 3.x: one ``deepeval.telemetry`` module, nothing buffered
+        return
     from deepeval.telemetry.context import flush_standalone_metrics
 
     flush_standalone_metrics()

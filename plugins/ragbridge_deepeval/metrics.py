@@ -16,7 +16,7 @@ from ragbridge.plugin import JudgedMetric
 from .options import DeepEvalOptions
 
 __all__ = ["BACKEND", "DeepEvalMetric", "METRICS", "CORRECTNESS_NAME", "CORRECTNESS_STEPS",
-           "CORRECTNESS_RUBRIC", "make_metric"]
+           "CORRECTNESS_RUBRIC", "make_metric", "library_major", "by_version", "METRIC_KWARGS"]
 
 BACKEND = "deepeval"
 
@@ -81,6 +81,26 @@ CORRECTNESS_RUBRIC = [
               "contradicts it."),
 ]
 
+
+def library_major() -> int:
+    """The installed DeepEval's major version (3 or 4): what the version tables here are keyed by."""
+    from importlib.metadata import version
+
+    return int(version("deepeval").split(".")[0])
+
+
+def by_version(table: dict[int, Any]) -> Any:
+    """The row of a table keyed by DeepEval's major version for the installed DeepEval (a version
+    outside the table, unsupported, gets its nearest row)."""
+    major = library_major()
+    return table[min(max(major, min(table)), max(table))]
+
+
+#: what the metric classes (all but GEval) take besides the common arguments, by DeepEval's major
+#: version: 4.x chooses an evaluation mode (``"llm"``: the judge model, as 3.x always does)
+METRIC_KWARGS: dict[int, dict[str, Any]] = {3: {}, 4: {"eval_mode": "llm"}}
+
+
 def make_metric(metric: str, model: Any, opts: Optional[DeepEvalOptions] = None):
     """A fresh DeepEval metric instance for ``metric`` judged by ``model`` with the backend's options
     (never shared between cases: DeepEval keeps a measurement's state on the instance)."""
@@ -110,7 +130,7 @@ def make_metric(metric: str, model: Any, opts: Optional[DeepEvalOptions] = None)
             rubric=[Rubric(score_range=r, expected_outcome=o) for r, o in CORRECTNESS_RUBRIC],
             **common,
         )
-    kw = dict(common, include_reason=opts.include_reason, eval_mode="llm")
+    kw = dict(common, include_reason=opts.include_reason, **by_version(METRIC_KWARGS))
     if cls_name == "FaithfulnessMetric":
         kw["penalize_ambiguous_claims"] = opts.penalize_ambiguous_claims
         kw["truths_extraction_limit"] = opts.truths_extraction_limit

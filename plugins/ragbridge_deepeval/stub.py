@@ -1,5 +1,5 @@
-"""The stub judge's answers to DeepEval 4.3.1's prompts (``ragbridge.stub``), registered by this
-plugin.
+"""The stub judge's answers to DeepEval's prompts, 4.3.1's and 3.9.9's (``ragbridge.stub``), registered
+by this plugin.
 
 Which of DeepEval's requests this is (`KINDS`: DeepEval's own output models, by their class names) is
 read from what DeepEval puts in the request, never from its instructions' wording:
@@ -13,6 +13,10 @@ read from what DeepEval puts in the request, never from its instructions' wordin
   ..., `LABELS`) and the field the answer must hold (``truths`` or ``statements`` for a ``Text:``).
   The answer then follows `KINDS`' copy of the model's fields (checked against the installed DeepEval
   by the tests).
+
+3.9.9's prompts have the same slots and output models (its faithfulness and answer-relevancy verdicts
+are yes / no / idk, which the lexical judge's yes / no fit); they keep their template's indentation,
+which the sections' reader and `_raw_section` allow.
 
 `DeepEvalResponder` works out which text is judged against which for each kind (truths, claims,
 verdicts per node or statement, GEval's score) and leaves the verdicts to the stub's lexical judge.
@@ -181,7 +185,9 @@ class DeepEvalResponder:
 
 
 def _raw_section(prompt: str, label: str) -> str:
-    m = re.search(rf"^{re.escape(label)}[^\n:]*:\s*\n(.*?)(?:\n\s*\nJSON:|\nJSON:|\Z)", prompt, re.M | re.S)
+    """The text under ``label`` up to ``JSON:``; DeepEval 3.x's prompts keep their template's
+    indentation (its ``textwrap.dedent`` finds no common indent), so labels may be indented."""
+    m = re.search(rf"^[ \t]*{re.escape(label)}[^\n:]*:\s*\n(.*?)(?:\n\s*JSON:|\Z)", prompt, re.M | re.S)
     return m.group(1).strip() if m else ""
 
 
