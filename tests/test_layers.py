@@ -17,11 +17,11 @@ The floors the table makes, from the bottom (each part imports only parts of flo
 
 0. ``errors``, ``limits``, ``lexical``, ``schema``, ``hookspecs``, ``flags`` (command-line flags as
    data): import nothing of ragbridge;
-1. ``plugins`` (the plugin manager), ``judge``, ``verdicts``, ``options`` (how an option is declared
-   and checked);
+1. ``plugins`` (the plugin manager), ``judge``, ``options`` (how an option is declared and checked);
 2. ``metrics`` (the canonical list; the plugin manager for the metrics plugins register), ``stub``
    (the stub judge's answers, made in process), ``formats``;
-3. ``backend``, ``traces``;
+3. ``backend``, ``traces``, ``verdicts`` (the pass rule and the run's own pass marks, which are the
+   metrics' defaults where a backend records none);
 4. ``judged_backend``, ``native``, ``run``;
 5. ``analysis``, ``testing`` (the stub judge's server, the backend contract kit), ``plugin`` (the
    plugin API), and the package root (``ragbridge.evaluate`` and the other names it exports);
@@ -67,7 +67,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "options": {"config_files", "errors", "flags"},
     "plugins": {"errors", "hookspecs"},
     "judge": {"config_files", "errors", "limits"},
-    "verdicts": {"schema"},
+    "verdicts": {"metrics", "schema"},
     "metrics": {"errors", "plugins"},
     "stub": {"plugins"},
     "formats": {"errors", "hookspecs", "plugins", "schema"},

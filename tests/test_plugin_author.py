@@ -276,3 +276,38 @@ def test_an_option_no_backend_of_the_run_reads_or_given_twice_is_a_warning(tmp_p
         "warning: --option lexeval.threshold is given 2 times (0.9, 0.7): the last, 0.7, is used"]
     assert json.loads((tmp_path / "twice" / "run.json").read_text())["pass_marks"] == {
         "lexeval": {"lexeval_token_f1": 0.7}}
+
+
+def test_a_plugins_responders_register_at_once_and_answer_in_the_order_given(stub_judge):
+    """A plugin registers its stub responders in one call (``register(*responders(), first=False)``,
+    as plugins/README.md shows): the stub judge on 127.0.0.1 asks them in the order given."""
+    import types
+
+    import httpx
+
+    from ragbridge.plugin import JudgeReply, hookimpl
+
+    class Says:
+        def __init__(self, name: str, word: str):
+            self.name, self.word = name, word
+
+        def __call__(self, req):
+            return JudgeReply(f"{self.name} answers") if self.word in req.prompt else None
+
+    plugin = types.ModuleType("ragbridge_echo_responders")
+
+    @hookimpl
+    def ragbridge_register_stub_responders(register):
+        register(Says("echo-claims", "ECHO-CLAIM"), Says("echo-any", "ECHO"), first=False)
+
+    plugin.ragbridge_register_stub_responders = ragbridge_register_stub_responders
+
+    def answer(prompt: str) -> str:
+        r = httpx.post(f"{stub_judge.base_url}/chat/completions", json={
+            "model": "stub-judge", "messages": [{"role": "user", "content": prompt}]}, timeout=30)
+        return r.json()["choices"][0]["message"]["content"]
+
+    with plugin_registered(plugin):
+        assert answer("ECHO-CLAIM: the sky is blue") == "echo-claims answers"  # the first one given first
+        assert answer("ECHO: anything else") == "echo-any answers"
+    assert answer("ECHO: anything else") != "echo-any answers"  # gone with the plugin

@@ -284,8 +284,9 @@ def test_a_summary_does_not_depend_on_the_order_scores_arrive_in():
         in_blocks = Totals()
         for start in range(0, len(order), 17):
             part = order[start:start + 17]
-            in_blocks.add_block(ScoreBlock("native", "recall@5", None, [f"c{i}" for i in part],
-                                           [values[i] for i in part], [None] * len(part)))
+            in_blocks.add_block(ScoreBlock(backend="native", metric="recall@5",
+                                           case_ids=[f"c{i}" for i in part],
+                                           values=[values[i] for i in part], reasons=[None] * len(part)))
         block_means.add(in_blocks.rows()[0]["mean"])
     assert len(means) == 1 and len(block_means) == 1
     assert block_means == {means.pop()[0]}

@@ -53,7 +53,7 @@ def plugin_responders() -> dict[str, list]:
         if hook is None:
             continue
         mine: list = []
-        hook(register=lambda responder, first=True: mine.append(responder))
+        hook(register=lambda *responders, first=True: mine.extend(responders))
         for responder in mine:
             found.setdefault(responder.name, []).append(responder)
     return found

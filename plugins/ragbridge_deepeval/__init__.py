@@ -182,6 +182,5 @@ def ragbridge_register_stub_responders(register):
     from .generator_stub import DeepEvalGeneratorResponder
     from .stub import responders
 
-    for responder in responders():  # in this order, ahead of the generic one
-        register(responder, first=False)
-    register(DeepEvalGeneratorResponder(), first=False)
+    # in this order, ahead of the generic one
+    register(*responders(), DeepEvalGeneratorResponder(), first=False)

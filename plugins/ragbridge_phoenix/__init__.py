@@ -137,5 +137,4 @@ def ragbridge_register_trace_stores(register):
 def ragbridge_register_stub_responders(register):
     from .stub import responders
 
-    for responder in responders():  # in this order, ahead of the generic one
-        register(responder, first=False)
+    register(*responders(), first=False)  # in this order, ahead of the generic one

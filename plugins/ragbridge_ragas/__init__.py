@@ -140,5 +140,4 @@ def ragbridge_register_stub_responders(register):
     from .generator_stub import RagasGeneratorResponder
     from .stub import RagasResponder
 
-    register(RagasResponder(), first=False)  # ahead of the generic one
-    register(RagasGeneratorResponder(), first=False)
+    register(RagasResponder(), RagasGeneratorResponder(), first=False)  # ahead of the generic one

@@ -136,8 +136,7 @@ def ragbridge_register_libraries(register):
 def ragbridge_register_stub_responders(register):
     from .stub import responders
 
-    for responder in responders():  # in this order, ahead of the generic one
-        register(responder, first=False)
+    register(*responders(), first=False)  # in this order, ahead of the generic one
 
 
 @hookimpl

@@ -14,8 +14,12 @@ The lifecycle of one run, as the runner drives it for every backend the run uses
 4. ``await backend.close(ctx)`` once every metric is done (also after a failure or an interrupt), then
    the environment is restored.
 
+A backend answers each case with a `Result` (``ragbridge.schema``): the value, the library's own
+name and number, the reason, the error, the evidence. The run records it as a `Score`, adding the
+backend and metric it answered for and its own bookkeeping (the repeat, judge calls, tokens, cost).
+
 Two helpers keep the backends alike: `fan_out` scores the cases of one metric concurrently and
-yields each `Score` as it is ready, and `error_text` is the one way a failure becomes a Score's
+yields each `Result` as it is ready, and `error_text` is the one way a failure becomes a result's
 ``error``.
 
 The cases ``score`` is handed are a sequence of `Case` (indexing or iterating it gives each case).
@@ -40,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from .limits import not_text
 from .metrics import resolve_metric
 from .options import BackendOptions, OptionError, Whole, backend_options, config_tables, option
-from .schema import Case, Score
+from .schema import Case, Result
 
 if TYPE_CHECKING:  # pragma: no cover
     from .judge import JudgeGateway
@@ -254,10 +258,11 @@ class ScoringContext:
 class Backend:
     """Base class for a backend. Subclasses set the class attributes and implement ``metrics`` and ``score``.
 
-    ``score`` is an async generator: it yields one ``Score`` per case it was given, for the one metric
-    asked, as soon as each is ready (the runner writes each to disk on arrival, so a killed run loses
-    nothing already scored). A failure on one case is that Score's ``error``; ``score`` raises only
-    for a fault that makes every case fail (and the runner records it for each case).
+    ``score`` is an async generator: it yields one `Result` per case it was given (or a
+    `ResultBlock` for many), for the one metric asked, as soon as each is ready (the runner records
+    each as a `Score` and writes it to disk on arrival, so a killed run loses nothing already
+    scored). A failure on one case is that result's ``error``; ``score`` raises only for a fault
+    that makes every case fail (and the runner records it for each case).
     A backend reaches the network only through ``ctx.judge``.
     """
 
@@ -368,24 +373,24 @@ class Backend:
 
     async def score(
         self, metric: str, cases: Sequence[Case], ctx: ScoringContext
-    ) -> AsyncIterator[Score]:  # pragma: no cover - abstract
+    ) -> AsyncIterator[Result]:  # pragma: no cover - abstract
         raise NotImplementedError
         yield  # makes this an async generator
 
 
 async def fan_out(
-    cases: Sequence[Case], score_one: Callable[[Case], Awaitable[Score]], concurrency: Optional[int] = None
-) -> AsyncIterator[Score]:
+    cases: Sequence[Case], score_one: Callable[[Case], Awaitable[Result]], concurrency: Optional[int] = None
+) -> AsyncIterator[Result]:
     """Score every case with ``score_one(case)``, at most ``concurrency`` at once (None: no bound of its
-    own, e.g. when a thread pool or the judge gateway bounds it), yielding each `Score` as soon as it
+    own, e.g. when a thread pool or the judge gateway bounds it), yielding each `Result` as soon as it
     is ready. When the consumer stops early (an interrupt), the cases still running are cancelled.
 
-    ``score_one`` turns a failure on its case into that Score's ``error`` (with `error_text`); an
+    ``score_one`` turns a failure on its case into that result's ``error`` (with `error_text`); an
     exception it lets through ends the fan-out, and the runner records it for every case not scored.
     """
     sem = asyncio.Semaphore(concurrency) if concurrency else None
 
-    async def one(case: Case) -> Score:
+    async def one(case: Case) -> Result:
         if sem is None:
             return await score_one(case)
         async with sem:
@@ -404,7 +409,7 @@ async def fan_out(
 
 
 def error_text(exc: BaseException, limit: int = ERROR_TEXT_LIMIT) -> str:
-    """``Type: message`` of a failure, for ``Score.error``: white space collapsed, the cause that a
+    """``Type: message`` of a failure, for ``Result.error``: white space collapsed, the cause that a
     retry wrapper hides named, and cut at ``limit`` characters."""
     msg = " ".join(str(exc).split())
     inner = exc.__cause__ or (exc.args[0] if exc.args and isinstance(exc.args[0], BaseException) else None)

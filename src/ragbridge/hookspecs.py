@@ -78,11 +78,12 @@ def ragbridge_register_stub_responders(register):
     """Teach ragbridge's stub judge (``ragbridge.stub``: a dry run's answers, and
     ``ragbridge.testing.StubJudge``'s) to answer a plugin's own judge prompts.
 
-    Call ``register(responder)`` (``ragbridge.stub.responders.register``: ahead of every responder
-    registered so far; ``first=False``: after them; always ahead of the generic one) with a callable
-    that takes a ``JudgeRequest`` and returns a ``JudgeReply``, or None for a request that is not its
-    own. Called once per process, when the stub first answers. A responder recognises its prompts
-    by what only they contain: the order between plugins is not part of the contract.
+    Call ``register(responder, ...)`` (``ragbridge.stub.responders.register``: ahead of every
+    responder registered so far; ``first=False``: after them; always ahead of the generic one) with
+    one or more callables, tried in the order given, each taking a ``JudgeRequest`` and returning a
+    ``JudgeReply``, or None for a request that is not its own. Called once per process, when the
+    stub first answers. A responder recognises its prompts by what only they contain: the order
+    between plugins is not part of the contract.
     """
 
 

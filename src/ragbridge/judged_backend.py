@@ -9,8 +9,8 @@ A judged backend plugin says what is particular to its library, and the base doe
   clients made by `ragbridge.judge.clients`;
 * `JudgedBackend.prepare`: what the cases of one metric share (a library metric object, the parsed
   options), once per `score` call;
-* `JudgedBackend.judge_case`: one case through the library, returned as the `Score`'s fields that
-  the library decides (``value``, ``native_value``, ``passed``, ``reason``, ``evidence``, or an
+* `JudgedBackend.judge_case`: one case through the library, returned as the fields of its `Result`
+  that the library decides (``value``, ``native_value``, ``passed``, ``reason``, ``evidence``, or an
   ``error`` it reports itself);
 * `JudgedBackend.failure`: the fields of a case whose `judge_case` raised (default: ``error`` is
   `ragbridge.backend.error_text` of the exception).
@@ -21,9 +21,10 @@ metric is one the library computes without it (``JudgedMetric(judge=False)``: a 
 such metrics has no judge, ``ctx.judge`` is None in `open` and `judge_case`), `prepare`, then
 the cases fanned out `JudgedBackend.cases_at_once` at a time (the backend's ``concurrency`` option,
 else `ScoringContext.cases_in_flight`), each one timed and judged inside ``ctx.judge.tag_scope(
-backend, metric, case_id)`` (so the gateway counts its calls and tokens for its Score, under the
-job's repeat), and each Score stamped with the case, the metric, the backend, the library's metric
-name (``MetricSpec.native_name``) and the seconds it took. An interrupt is never a case's failure.
+backend, metric, case_id)`` (so the gateway counts its calls and tokens for its score, under the
+job's repeat), and each `Result` given the case, the library's metric name
+(``MetricSpec.native_name``) and the seconds it took. An interrupt is never a case's failure. The
+run records each result as a `Score` with its judge calls, tokens and cost (`ragbridge.run`).
 """
 
 from __future__ import annotations
@@ -40,12 +41,12 @@ from typing import Any, AsyncIterator, Callable, ClassVar, Mapping, Optional, Se
 from .backend import Backend, BackendOptions, MetricSpec, RunOptions, ScoringContext, error_text, fan_out
 from .judge.structured import StructuredMode
 from .options import Whole, option
-from .schema import Case, Score
+from .schema import Case, Result
 
 __all__ = ["JudgedBackend", "JudgedMetric", "JudgedOptions", "ScoreFields", "in_thread"]
 
-#: the fields of a `Score` that a judged backend's library decides (``value``, ``native_value``,
-#: ``passed``, ``reason``, ``evidence``, ``error``)
+#: the fields of a case's `Result` that a judged backend's library decides (``value``,
+#: ``native_value``, ``passed``, ``reason``, ``evidence``, ``error``)
 ScoreFields = dict[str, Any]
 
 T = TypeVar("T")
@@ -107,15 +108,16 @@ class JudgedBackend(Backend):
 
     async def judge_case(self, metric: Any, case: Case, ctx: ScoringContext,
                          prepared: Any) -> ScoreFields:  # pragma: no cover - abstract
-        """One case of ``metric`` (its registry entry) through the library: the fields of its Score
-        (see `ScoreFields`). Runs inside the case's ``tag_scope``; an exception is the case's failure."""
+        """One case of ``metric`` (its registry entry) through the library: the fields of its
+        `Result` (see `ScoreFields`). Runs inside the case's ``tag_scope``; an exception is the
+        case's failure."""
         raise NotImplementedError
 
     def failure(self, metric: Any, case: Case, exc: Exception, ctx: ScoringContext) -> ScoreFields:
         """The fields of a case whose `judge_case` raised ``exc``: its `error_text`."""
         return {"error": error_text(exc)}
 
-    async def score(self, metric: str, cases: Sequence[Case], ctx: ScoringContext) -> AsyncIterator[Score]:
+    async def score(self, metric: str, cases: Sequence[Case], ctx: ScoringContext) -> AsyncIterator[Result]:
         spec = self.metric(metric, ctx.options)
         judge = ctx.judge
         if judge is None and spec.judge:
@@ -127,18 +129,17 @@ class JudgedBackend(Backend):
                 return contextlib.nullcontext()
             return judge.tag_scope(self.name, metric, case.id)
 
-        async def one(case: Case) -> Score:
+        async def one(case: Case) -> Result:
             start = time.perf_counter()
             try:
                 with scope(case):
                     fields = await self.judge_case(spec, case, ctx, prepared)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - one case's failure is that Score's error
+            except Exception as exc:  # noqa: BLE001 - one case's failure is that Result's error
                 fields = self.failure(spec, case, exc, ctx)
             fields.setdefault("native_metric", spec.native_name)
-            return Score(case_id=case.id, metric=metric, backend=self.name,
-                         seconds=time.perf_counter() - start, **fields)
+            return Result(case_id=case.id, seconds=time.perf_counter() - start, **fields)
 
         async for score in fan_out(cases, one, self.cases_at_once(ctx)):
             yield score

@@ -17,9 +17,11 @@ Hooks and registration
     ``__getattr__`` that imports its names when first used.
 
 The canonical schema
-    `Case`, `Chunk`, `Score`, and what a judged value rests on: `Evidence`, `ClaimVerdict`,
-    `ChunkVerdict`. `Metric` describes a metric with a meaning of its own, which a plugin registers
-    through ``ragbridge_register_metrics`` (the canonical ones are in ``ragbridge.metrics``).
+    `Case`, `Chunk`, `Result` (what a backend returns for one case) and `ResultBlock` (for many at
+    once), `Score` (a result as a run recorded it), and what a judged value rests on: `Evidence`,
+    `ClaimVerdict`, `ChunkVerdict`. `Metric` describes a metric with a meaning of its own, which a
+    plugin registers through ``ragbridge_register_metrics`` (the canonical ones are in
+    ``ragbridge.metrics``).
 
 Backends
     `Backend`, `MetricSpec`, `RunOptions`, `ScoringContext`; the judged-backend template
@@ -27,7 +29,7 @@ Backends
     `BackendOptions` (`JudgedOptions` for a judged backend) with fields made by `option`, typed
     `Whole`, `Number`, `Bool` where a plain ``int``, ``float`` or ``bool`` would take a bool, a
     text or a NaN; `fan_out` (a metric's cases scored
-    concurrently), `error_text` (the one way a failure becomes ``Score.error``), `case_ids` and
+    concurrently), `error_text` (the one way a failure becomes ``Result.error``), `case_ids` and
     `case_record` (the cases a backend is handed, read without making a `Case` of each), and
     `applied_environment` (a backend's environment defaults around importing its library outside a
     run).
@@ -90,6 +92,8 @@ _EXPORTS = {
     # the canonical schema
     "Case": "ragbridge.schema",
     "Chunk": "ragbridge.schema",
+    "Result": "ragbridge.schema",
+    "ResultBlock": "ragbridge.schema",
     "Score": "ragbridge.schema",
     "Evidence": "ragbridge.schema",
     "ClaimVerdict": "ragbridge.schema",
@@ -229,7 +233,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors
     from .run import RunError, load_run  # noqa: F401
     from .run.lifecycle import applied_environment  # noqa: F401
     from .schema import (MAX_METADATA_DEPTH, Case, Chunk, ChunkVerdict, ClaimVerdict, Evidence,  # noqa: F401
-                         Score, deeper_than)
+                         Result, ResultBlock, Score, deeper_than)
     from .stub.responders import (INPUT_KEYS, SECTION_LABELS, Ctx, JudgeReply, JudgeRequest,  # noqa: F401
                                   Labels, SchemaError, best_sentence, content_words, ctx_from_inputs,
                                   ctx_from_sections, example_json, fill_schema, find_range, is_noncommittal,

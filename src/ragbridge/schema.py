@@ -1,7 +1,10 @@
-"""The canonical schema: one golden case, one score, one run manifest.
+"""The canonical schema: one golden case, one result, one score, one run manifest.
 
-Everything in ragbridge speaks these three types. Backends translate a `Case` into their library's
-own record and translate the library's result back into a `Score`.
+Everything in ragbridge speaks these types. Backends translate a `Case` into their library's own
+record and the library's answer back into a `Result` (or, for many cases at once, a `ResultBlock`):
+what the backend decides about one case. The run records each result as a `Score`, the result with
+the run's bookkeeping around it (which backend and metric, the repeat, the judge calls, tokens and
+cost, whether it came from the score cache or was not run): ``scores.jsonl`` holds one `Score` a line.
 
 Relevance rule (used by every ranking metric and by the report): a retrieved chunk matches a label
 when its ``id`` is a key of ``Case.relevant``, or else when its ``source`` (the document or section it
@@ -39,9 +42,10 @@ from typing import Any, Iterable, Iterator, Literal, Optional, Sequence
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticSerializationError
 
-__all__ = ["Chunk", "Span", "Case", "Score", "ScoreBlock", "Evidence", "ClaimVerdict", "ChunkVerdict",
-           "ClaimChecks", "Verdict", "Repeats", "RunManifest", "MAX_GRADE", "MAX_METADATA_DEPTH",
-           "SPAN_MIN_OVERLAP", "span_overlap_matches", "check_where", "clean_id", "clean_tags"]
+__all__ = ["Chunk", "Span", "Case", "Result", "ResultBlock", "Score", "ScoreBlock", "Evidence",
+           "ClaimVerdict", "ChunkVerdict", "ClaimChecks", "Verdict", "Repeats", "RunManifest", "MAX_GRADE",
+           "MAX_METADATA_DEPTH", "SPAN_MIN_OVERLAP", "span_overlap_matches", "check_where", "clean_id",
+           "clean_tags"]
 
 MAX_GRADE = 1000
 """Grades are integers 0..MAX_GRADE. trec_eval takes any integer; a larger grade is almost surely a
@@ -563,20 +567,59 @@ class Repeats(BaseModel):
     pass_at_least: Optional[int] = None
 
 
-class Score(BaseModel):
-    """One number for one case, metric and backend (and, for a judged metric taken ``--repeats N``
-    times, one repeat: ``repeat`` is its index, 0..N-1).
+def _finite(value: Optional[float]) -> Optional[float]:
+    """NaN from a library means "could not be computed": None, kept out of every mean."""
+    return None if value is not None and not math.isfinite(value) else value
+
+
+class Result(BaseModel):
+    """What a backend returns for one case of the metric it was asked for (`Backend.score` yields
+    one per case; the run adds the rest of the `Score`).
 
     ``value`` is in 0..1 with higher better, or null. Null with no ``error`` means the metric is
     undefined for this case (e.g. recall with no labels, or an input the metric needs is missing, said
     in ``reason``); null with an ``error`` means it failed. Neither is ever averaged as 0.
-    ``not_run``: the run's budget (``max_calls`` / ``max_cost``) was spent before this score could be
-    made; not an error, it is scored when the run resumes with a larger budget.
-    ``evidence`` is optional structured support for the value (claims, per-chunk verdicts).
-    ``cost`` is what its judge calls cost by the judge's price table (None: no price for the model).
-    ``cached``: taken from the score cache (`ragbridge.run.score_cache`), made by an earlier run
-    with the same inputs, so this run spent no judge call, token or cost on it.
-    A score read back from a run with repeats is the case's mean over them, with ``repeats`` set.
+    ``native_metric`` and ``native_value``: the library's own name and number (or structure).
+    ``passed``: the library's own verdict where it gives one (the run's verdict is
+    `ragbridge.verdicts`'). ``evidence`` is optional structured support for the value (claims,
+    per-chunk verdicts). ``seconds``: how long the backend took over the case, where it measures it
+    (the judged backends' template does: the cases of a metric are scored concurrently, so only the
+    backend can time one).
+    """
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    case_id: str
+    value: Optional[float] = None
+    native_metric: Optional[str] = None
+    native_value: Any = None
+    passed: Optional[bool] = None
+    reason: Optional[str] = None
+    error: Optional[str] = None
+    evidence: Optional[Evidence] = None
+    seconds: float = 0.0
+
+    @field_validator("value")
+    @classmethod
+    def _finite_value(cls, value: Optional[float]) -> Optional[float]:
+        return _finite(value)
+
+
+class Score(BaseModel):
+    """One recorded score: a backend's `Result` for one case, and what the run adds around it. One
+    line of ``scores.jsonl``, flat.
+
+    The result's fields (`Result`): ``case_id``, ``value``, ``native_metric``, ``native_value``,
+    ``passed``, ``reason``, ``error``, ``evidence``, ``seconds``. The run's: ``metric`` and
+    ``backend`` (the job the result answered); ``repeat``, for a judged metric taken ``--repeats N``
+    times, the repeat's index 0..N-1; ``judge_calls``, ``prompt_tokens``, ``completion_tokens`` and
+    ``cost``, what the case's judge calls took by the gateway's count (``cost`` by the judge's price
+    table; None: no price for the model); ``not_run``: the run's budget (``max_calls`` /
+    ``max_cost``) was spent before this score could be made, not an error, it is scored when the run
+    resumes with a larger budget; ``cached``: taken from the score cache
+    (`ragbridge.run.score_cache`), made by an earlier run with the same inputs, so this run spent no
+    judge call, token or cost on it; ``repeats``: a score read back from a run with repeats is the
+    case's mean over them, with what each repeat gave. The run layer alone makes a Score (`of`).
     """
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
@@ -601,12 +644,18 @@ class Score(BaseModel):
     repeats: Optional[Repeats] = None
     cached: bool = False
 
-    @model_validator(mode="after")
-    def _clean_value(self) -> "Score":
-        if self.value is not None and not math.isfinite(self.value):
-            # NaN from a library means "could not be computed": keep it out of every mean.
-            self.value = None
-        return self
+    @field_validator("value")
+    @classmethod
+    def _finite_value(cls, value: Optional[float]) -> Optional[float]:
+        return _finite(value)
+
+    @classmethod
+    def of(cls, result: Result, backend: str, metric: str, repeat: int = 0) -> "Score":
+        """The score that records ``result`` as the answer of ``backend`` for ``metric`` (and
+        ``repeat``); the run's counts at their defaults, for the recorder to fill. ``result`` may
+        be a Score too (a backend written before `Result`): its result's fields are taken."""
+        return cls(backend=backend, metric=metric, repeat=repeat,
+                   **{name: getattr(result, name) for name in Result.model_fields})
 
     def __repr_args__(self):
         yield "case_id", self.case_id
@@ -669,22 +718,20 @@ _json_string = json.encoder.encode_basestring_ascii  # json.dumps of a str, with
 
 
 @dataclass(frozen=True, eq=False)
-class ScoreBlock:
-    """The scores of one metric over many cases at once, for a backend that computes them together.
+class ResultBlock:
+    """The results of one metric over many cases at once, for a backend that computes them together
+    (`Backend.score` yields it in place of one `Result` per case).
 
     ``values`` holds one float per case of ``case_ids`` (a NumPy array or a list), NaN where the metric
     is undefined (``value`` null); ``native_value`` is the same number. ``reasons`` gives per case the
-    reason of an undefined value (None elsewhere), ``seconds`` the time per case. No score of a block
-    has an error or judge calls. The runner records a block as the `Score` objects it stands for
-    (`scores`), writing them as JSON lines without building each (`json_lines`).
+    reason of an undefined value (None elsewhere), ``seconds`` the time per case. No result of a block
+    has an error. The run records it as a `ScoreBlock`.
     """
 
-    backend: str
-    metric: str
-    native_metric: Optional[str]
     case_ids: Sequence[str]
     values: Any
     reasons: Sequence[Optional[str]]
+    native_metric: Optional[str] = None
     seconds: float = 0.0
 
     def __len__(self) -> int:
@@ -694,13 +741,29 @@ class ScoreBlock:
         values = self.values.tolist() if hasattr(self.values, "tolist") else list(self.values)
         return [None if v is None or not math.isfinite(v) else float(v) for v in values]
 
+    def n_undefined(self) -> int:
+        return sum(1 for v in self._values() if v is None)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class ScoreBlock(ResultBlock):
+    """A `ResultBlock` recorded as the answer of ``backend`` for ``metric``: the `Score` objects it
+    stands for (`scores`), written as JSON lines without building each (`json_lines`). No score of a
+    block has judge calls."""
+
+    backend: str
+    metric: str
+
+    @classmethod
+    def of(cls, block: ResultBlock, backend: str, metric: str) -> "ScoreBlock":
+        """``block`` recorded as the answer of ``backend`` for ``metric``."""
+        return cls(case_ids=block.case_ids, values=block.values, reasons=block.reasons,
+                   native_metric=block.native_metric, seconds=block.seconds, backend=backend, metric=metric)
+
     def scores(self) -> Iterator[Score]:
         for cid, v, reason in zip(self.case_ids, self._values(), self.reasons):
             yield Score(case_id=cid, metric=self.metric, backend=self.backend, value=v,
                         native_metric=self.native_metric, native_value=v, reason=reason, seconds=self.seconds)
-
-    def n_undefined(self) -> int:
-        return sum(1 for v in self._values() if v is None)
 
     def json_lines(self) -> str:
         """The block as ``scores.jsonl`` lines: each one what ``Score.model_dump_json`` gives."""

@@ -1,6 +1,7 @@
-"""Pass or fail: the one rule every output of a run answers with.
+"""Pass or fail: the one rule every output of a run answers with, and the run's own pass marks.
 
-A score passes at a threshold when its value is at or above it (`passes`). A judged score taken
+A score passes at a threshold when its value is at or above it (`passes`, on one value or on a
+column of them). A judged score taken
 ``--repeats N`` times passes when at least ``pass_at_least`` of its repeats pass at that threshold
 (`repeats_pass`; by default a majority of the N planned, `ragbridge.run.repeats.majority`): the
 run's summary, the report (its badges, grid, threshold table and agreement), ``compare``,
@@ -9,28 +10,46 @@ noise figures and ``label``'s strata all ask `verdict`, so one case has one verd
 score that is undefined, errored or not run has no verdict (None): it is counted apart, never as a
 fail.
 
-Which threshold applies to a (backend, metric) is decided in one place too:
-`ragbridge.analysis.thresholds.pass_marks`.
+Which threshold applies to a (backend, metric) is decided in one place too: where no
+``--threshold`` or gates file sets one (`ragbridge.analysis.thresholds.pass_marks`), the run's own
+(`pass_mark`): the backend's rule recorded in run.json (``pass_marks``), else the metric's default
+(`ragbridge.metrics.default_pass_mark`). ``Run.to_frame``'s ``passed``, the report, ``gate``,
+``compare``, ``export-scores``, ``diagnose`` and the rubric's own verdicts all read them here.
 """
 
 from __future__ import annotations
 
 import operator
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
+from .metrics import default_pass_mark
 from .schema import Score
 
-__all__ = ["passes", "repeats_pass", "verdict", "verdicts_at", "why", "COMPARE"]
+__all__ = ["passes", "pass_mark", "repeats_pass", "verdict", "verdicts_at", "why", "COMPARE"]
 
 #: the comparisons a threshold may be read with (a gate's ``share(METRIC > 0.7)``); ``>=`` is the pass rule
 COMPARE: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 
 
-def passes(value: float, threshold: float, op: str = ">=") -> bool:
+def passes(value: Any, threshold: float, op: str = ">=") -> Any:
     """Whether ``value`` passes ``threshold`` (``op``: the comparison, ``>=`` unless a gate rule
-    says otherwise)."""
-    return bool(COMPARE[op](value, threshold))
+    says otherwise): a bool; for a NumPy array of values, an array of them (NaN never passes)."""
+    got = COMPARE[op](value, threshold)
+    return bool(got) if getattr(got, "ndim", 0) == 0 else got
+
+
+def pass_mark(manifest: Any, backend: str, metric: str) -> tuple[float, str]:
+    """The pass mark of ``backend``'s ``metric`` in a run (``manifest``: its `RunManifest`, or None)
+    where no ``--threshold`` or gates file sets one, and where it comes from: ``backend``, the
+    backend's own rule recorded in run.json's ``pass_marks``; else ``default``, the metric's
+    (`ragbridge.metrics.default_pass_mark`, with the run's cut-off ``k`` for a ``1/k`` mark)."""
+    recorded = getattr(manifest, "pass_marks", None) or {}
+    mark = (recorded.get(backend) or {}).get(metric)
+    if mark is not None:
+        return float(mark), "backend"
+    k = (getattr(manifest, "options", None) or {}).get("k")
+    return default_pass_mark(metric, k if isinstance(k, int) else None), "default"
 
 
 def repeats_pass(passed: Sequence[Optional[bool]], pass_at_least: int) -> Optional[bool]:

@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 import numpy as np
 
 from ..schema import Score
+from ..metrics import DEFAULT_PASS_MARK
 from ..verdicts import verdict
 from .stats import EPS, normal_quantile
 
@@ -41,7 +42,6 @@ __all__ = ["noise_figures", "case_spread", "noise_band", "mde", "repeats_of", "r
 
 POWER = 0.8
 ALPHA_LEVEL = 0.05
-DEFAULT_THRESHOLD = 0.5
 
 #: a pass threshold: one number, or ``(backend, metric) -> threshold`` (``Thresholds.get``)
 Threshold = Union[float, Callable[[str, str], float]]
@@ -102,7 +102,7 @@ def _var(values: Sequence[float]) -> float:
 
 
 def case_spread(scores: Iterable[Score],
-                threshold: Threshold = DEFAULT_THRESHOLD) -> dict[tuple[str, str, str], dict[str, Any]]:
+                threshold: Threshold = DEFAULT_PASS_MARK) -> dict[tuple[str, str, str], dict[str, Any]]:
     """Per (backend, metric, case_id) with at least two scored repeats: ``values`` (in repeat order),
     ``mean``, ``sd`` (ddof 1), ``flips`` (the pass/fail verdict differs between repeats)."""
     out = {}
@@ -148,7 +148,7 @@ def _alpha(units: dict[str, list[Score]]) -> Optional[float]:
 
 
 def noise_figures(scores: Iterable[Score], *, power: float = POWER, alpha_level: float = ALPHA_LEVEL,
-                  threshold: Threshold = DEFAULT_THRESHOLD) -> list[dict[str, Any]]:
+                  threshold: Threshold = DEFAULT_PASS_MARK) -> list[dict[str, Any]]:
     """One row per (backend, metric) with repeats: ``backend``, ``metric``, ``n_cases`` (with two or
     more scored repeats), ``repeats`` (the most any case has), ``within_sd``, ``mean_sd``,
     ``flip_share``, ``alpha``, ``mde``, ``power``, ``alpha_level`` (see the module docstring)."""

@@ -27,6 +27,7 @@ import math
 from collections import defaultdict
 from typing import Any, Mapping, Optional
 
+from ..verdicts import passes
 from .stats import CONFIDENCE, normal_quantile, ppi_mean
 
 __all__ = ["ppi_estimates", "pass_rate"]
@@ -120,15 +121,16 @@ def ppi_estimates(judge: dict[str, Optional[float]], human_pass: dict[str, bool]
     mean) from one backend's values on every case and human labels on some.
 
     ``judge``: case id -> the backend's value (None: not scored, left out); a case passes by the
-    judge at ``value >= threshold``, or by ``verdicts`` when given (`ragbridge.verdicts.verdict`).
+    judge at ``threshold`` (`ragbridge.verdicts.passes`), or by ``verdicts`` when given
+    (`ragbridge.verdicts.verdict`).
     ``human_pass``: case id -> the human verdict. ``strata``: case id -> the stratum the labels were
     drawn from (None: uniformly). Returns ``{"pass_rate": pass_rate(...), "mean": ... or None}``;
     ``pass_rate["classical"]`` is the labels alone (`pass_rate` without the judge's cells)."""
     scored = {c: v for c, v in judge.items() if v is not None}
-    passes = {c: bool(verdicts[c]) if verdicts is not None else scored[c] >= threshold for c in scored}
-    rate = pass_rate(passes, human_pass, strata, confidence=confidence)
+    judged = {c: bool(verdicts[c]) if verdicts is not None else passes(scored[c], threshold) for c in scored}
+    rate = pass_rate(judged, human_pass, strata, confidence=confidence)
     labelled = [c for c in scored if c in human_pass]
-    alone = pass_rate(passes, human_pass, strata, use_judge=False, confidence=confidence)
+    alone = pass_rate(judged, human_pass, strata, use_judge=False, confidence=confidence)
     rate["classical"] = {k: alone[k] for k in ("estimate", "low", "high")}
     out: dict[str, Any] = {"pass_rate": rate, "mean": None}
     if human_grade:

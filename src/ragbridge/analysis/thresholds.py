@@ -13,6 +13,9 @@ majority of repeats for a run made with ``--repeats``). The first that sets a ma
    the 0..1 scale; its claim rubric passes an answer whose every claim is supported, 1.0);
 5. the metric's default (`ragbridge.metrics.default_pass_mark`: 0.5; ``1/k`` for the precisions of
    the retrieved list; 1 for the answer checks).
+
+The last two are the run's own marks, `ragbridge.verdicts.pass_mark`, which ``Run.to_frame`` reads
+too.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
-from ..metrics import DEFAULT_PASS_MARK, GENERATION, RETRIEVAL, default_pass_mark
+from ..metrics import DEFAULT_PASS_MARK, GENERATION, RETRIEVAL
+from ..verdicts import pass_mark
 from .table import AnalysisError
 
 __all__ = ["Thresholds", "PassMarks", "pass_marks", "DEFAULT_THRESHOLD",
@@ -105,11 +109,12 @@ class Thresholds:
 @dataclass
 class PassMarks(Thresholds):
     """Thresholds in layers ``(source, thresholds, its default applies)``; the first layer that sets
-    a mark for a (backend, metric) wins, then the metric's default with the run's cut-off ``k``.
-    `lookup` also says which layer it was (one of `SOURCES`)."""
+    a mark for a (backend, metric) wins, then the run's own (`ragbridge.verdicts.pass_mark`: the
+    backend's rule recorded in ``manifest``, else the metric's default). `lookup` also says which
+    layer it was (one of `SOURCES`)."""
 
     layers: list[tuple[str, Thresholds, bool]] = field(default_factory=list)
-    k: Optional[int] = None
+    manifest: Any = None
 
     def lookup(self, backend: str, metric: str) -> tuple[float, str]:
         for source, t, with_default in self.layers:
@@ -118,7 +123,7 @@ class PassMarks(Thresholds):
                 return found, source
             if with_default:
                 return t.default, source
-        return default_pass_mark(metric, self.k), "default"
+        return pass_mark(self.manifest, backend, metric)
 
     def get(self, backend: str, metric: str) -> float:
         return self.lookup(backend, metric)[0]
@@ -133,12 +138,6 @@ def _bare(specs: Any) -> bool:
     if isinstance(specs, (list, tuple)):
         return any("=" not in str(x) for x in specs)
     return False
-
-
-def recorded_marks(run: Any) -> Thresholds:
-    """The backends' own pass rules a run recorded (``run.json`` ``pass_marks``)."""
-    marks = getattr(getattr(run, "manifest", None), "pass_marks", None) or {}
-    return Thresholds(by_pair={(b, m): float(v) for b, ms in marks.items() for m, v in ms.items()})
 
 
 def pass_marks(run: Any = None, thresholds: Any = None, gates: Any = None,
@@ -157,10 +156,7 @@ def pass_marks(run: Any = None, thresholds: Any = None, gates: Any = None,
         layers.append(("gates", gates.pass_marks(), False))
     if _bare(thresholds):
         layers.append(("--threshold", given, True))
-    if run is not None:
-        layers.append(("backend", recorded_marks(run), False))
-    k = (run.manifest.options or {}).get("k") if run is not None else None
-    return PassMarks(layers=layers, k=k if isinstance(k, int) else None)
+    return PassMarks(layers=layers, manifest=run.manifest if run is not None else None)
 
 
 def _to_float(raw: str, spec: str) -> float:

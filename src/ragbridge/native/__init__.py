@@ -44,7 +44,7 @@ import numpy as np
 from .. import metrics as canonical
 from ..backend import Backend, MetricSpec, ScoringContext, case_ids, case_record
 from ..hookspecs import hookimpl
-from ..schema import Case, Score, ScoreBlock
+from ..schema import Case, Result, ResultBlock
 from . import answers, ranking, spans
 from .options import NativeOptions
 
@@ -126,14 +126,14 @@ class NativeBackend(Backend):
     async def open(self, ctx: ScoringContext) -> RankedCache:
         return RankedCache()
 
-    async def score(self, metric: str, cases: Sequence[Case], ctx: ScoringContext) -> AsyncIterator[Score]:
+    async def score(self, metric: str, cases: Sequence[Case], ctx: ScoringContext) -> AsyncIterator[Result]:
         opts: NativeOptions = ctx.options.of(self)
         check = answers.CHECKS.get(metric)
         if check is not None:
             for case in cases:
                 v = check(case, opts)
-                yield Score(case_id=case.id, metric=metric, backend=self.name, native_metric=metric,
-                            value=v.value, native_value=v.native_value, passed=v.passed, reason=v.reason)
+                yield Result(case_id=case.id, native_metric=metric, value=v.value,
+                             native_value=v.native_value, passed=v.passed, reason=v.reason)
             return
         start = time.perf_counter()
         session = ctx.session if isinstance(ctx.session, RankedCache) else RankedCache()
@@ -156,9 +156,8 @@ class NativeBackend(Backend):
         elif ctx.options.span_labels and base == "span_recall":
             _span_reasons(metric, cases, values, reasons, opts.span_min_overlap)
         per_case = (time.perf_counter() - start) / max(len(cases), 1)
-        yield ScoreBlock(backend=self.name, metric=metric, native_metric=metric,
-                         case_ids=case_ids(cases), values=values, reasons=reasons,
-                         seconds=per_case)
+        yield ResultBlock(case_ids=case_ids(cases), values=values, reasons=reasons, native_metric=metric,
+                          seconds=per_case)
 
 
 @hookimpl

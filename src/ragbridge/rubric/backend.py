@@ -13,8 +13,10 @@ of the same name replaces one.
 
 Values: mode ``whole``: the level normalised to 0..1 ((level - lowest) / (highest - lowest)),
 ``passed`` by the rubric's ``pass_at``; ``claims``: supported / claims (see `claims`); ``per_chunk``:
-relevant chunks / chunks, ``passed`` when at least half are relevant, the verdict of every chunk in
-``Score.evidence.chunks``. The judge's reason is the score's ``reason``.
+relevant chunks / chunks, the verdict of every chunk in ``Score.evidence.chunks``. ``passed``, in
+claims and per_chunk modes, is the value at the rubric's pass mark (`Rubric.threshold`, what run.json
+records in ``pass_marks``) by the run's pass rule (`ragbridge.verdicts.passes`). The judge's reason
+is the score's ``reason``.
 
 Options (`RubricOptions`, ``--option rubric.KEY=VALUE``): ``files``, ``rubrics``;
 ``structured_output`` (``auto``, ``schema``, ``json_object``, ``tool`` or ``prompt``, every judged
@@ -40,6 +42,7 @@ from typing import Any, Optional
 from ..backend import MetricSpec, RunOptions, ScoringContext
 from ..judged_backend import JudgedBackend, ScoreFields
 from ..schema import Case, ChunkVerdict, Evidence
+from ..verdicts import passes
 from . import prompts
 from .claims import claims_reason, judge_claims
 from .diagnostics import GROUP as DIAGNOSTIC_GROUP
@@ -165,7 +168,8 @@ async def rubric_fields(asker: Asker, rubric: Rubric, case: Case) -> ScoreFields
         if not judged:
             return dict(native_value=native, evidence=evidence, reason="the answer states no claim")
         value = native["supported"] / len(judged)
-        fields = dict(value=value, passed=value == 1.0, reason=claims_reason(judged), evidence=evidence)
+        fields = dict(value=value, passed=passes(value, rubric.threshold), reason=claims_reason(judged),
+                      evidence=evidence)
     elif rubric.mode == "per_chunk":
         graded = await asyncio.gather(*(_grade(asker, rubric, case, ch) for ch in case.contexts))
         chunks = [ChunkVerdict(id=ch.id, relevant=rubric.passes(lv), reason=why)
@@ -173,7 +177,7 @@ async def rubric_fields(asker: Asker, rubric: Rubric, case: Case) -> ScoreFields
         relevant = sum(c.relevant for c in chunks)
         value = relevant / len(chunks)
         native.update(levels=[lv for lv, _ in graded], relevant=relevant, chunks=len(chunks))
-        fields = dict(value=value, passed=value >= 0.5, evidence=Evidence(chunks=chunks),
+        fields = dict(value=value, passed=passes(value, rubric.threshold), evidence=Evidence(chunks=chunks),
                       reason=f"{relevant} of {len(chunks)} chunks relevant"
                       + "".join(f"; {c.id}: {'relevant' if c.relevant else 'not relevant'} ({c.reason})"
                                 for c in chunks))

@@ -93,13 +93,14 @@ _SCRIPT = r"""
     var got = answered(sec);
     if (got === null) { return null; }
     var mode = sec.dataset.mode, passAt = parseInt(sec.dataset.passAt, 10);
+    var passMark = parseFloat(sec.dataset.passMark);
     var lo = parseInt(sec.dataset.lo, 10), hi = parseInt(sec.dataset.hi, 10);
     var rec = {case_id: sec.dataset.caseId, metric: sec.dataset.metric};
     var value, level = null;
     if (mode === "per_chunk") {
       var rel = got.filter(function (v) { return v >= passAt; }).length;
       value = got.length ? rel / got.length : 0;
-      rec.label = value >= 0.5 ? "pass" : "fail";
+      rec.label = value >= passMark ? "pass" : "fail";
       rec.chunks = got.map(function (v) { return v >= passAt; });
     } else if (mode === "claims") {
       value = got; rec.label = got === 1 ? "pass" : "fail";
@@ -187,6 +188,7 @@ relevant; a case passes when at least half its passages are.
 {% for case in items %}{% set i = loop.index %}
 <section class="case" data-case-id="{{ case.id }}" data-metric="{{ rubric.name }}"
   data-mode="{{ rubric.mode }}" data-pass-at="{{ rubric.pass_at if rubric.pass_at is not none else 1 }}"
+  data-pass-mark="{{ rubric.threshold }}"
   data-lo="{{ lo }}" data-hi="{{ hi }}" data-rubric="{{ rubric.name }}" data-rubric-hash="{{ rubric.hash }}"
   data-stratum="{{ strata[case.id] }}" data-stratum-size="{{ sizes[strata[case.id]] }}">
 <h2>{{ i }}. {{ case.id }}

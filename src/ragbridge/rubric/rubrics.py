@@ -41,6 +41,7 @@ from typing import Any, Literal, Optional, Sequence
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import UserError
+from ..metrics import DEFAULT_PASS_MARK
 
 __all__ = ["Level", "Rubric", "RubricError", "FIELDS", "SCALES", "load_rubrics", "builtin_rubrics",
            "PROMPT_VERSION"]
@@ -154,9 +155,11 @@ class Rubric(BaseModel):
 
     @property
     def threshold(self) -> float:
-        """The value threshold equivalent to the pass rule (for ``validate --threshold``)."""
+        """The pass mark on the 0..1 value (recorded in run.json's ``pass_marks``): the value of the
+        ``pass_at`` level; for claims, 1 (every claim supported); per chunk, the metrics' default
+        pass mark (`ragbridge.metrics.DEFAULT_PASS_MARK`: half the chunks relevant)."""
         if self.mode != "whole":
-            return 1.0 if self.mode == "claims" else 0.5
+            return 1.0 if self.mode == "claims" else DEFAULT_PASS_MARK
         return self.normalise(self.pass_at)
 
     @property

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..formats.plain_records import case_record, record_line
 from ..schema import Case, Score
-from ..verdicts import COMPARE
+from ..verdicts import passes
 
 __all__ = ["MISSING", "SCORED", "UNDEFINED", "ERROR", "NOT_RUN", "STATUS_NAMES", "status_code",
            "CaseIndex", "Column", "RunColumns", "golden_digest", "GOLDEN_FIELDS"]
@@ -381,12 +381,11 @@ class Column:
         """Each case's verdict at ``threshold`` (`ragbridge.verdicts.verdict`): True or False where it
         is scored (a case with repeats: at least ``pass_at_least`` of them pass), False elsewhere (no
         verdict: ask `scored` which cases have one)."""
-        compare = COMPARE[op]
         with np.errstate(invalid="ignore"):
-            passed = compare(self.value, threshold) & self.scored
+            passed = passes(self.value, threshold, op) & self.scored
             rep = self.repeats
             if rep is not None and rep.collapsed.any():
-                hits = np.count_nonzero(compare(rep.values, threshold) & ~np.isnan(rep.values), axis=1)
+                hits = np.count_nonzero(passes(rep.values, threshold, op) & ~np.isnan(rep.values), axis=1)
                 passed = np.where(rep.collapsed, (hits >= rep.pass_at_least) & self.scored, passed)
         return passed
 

@@ -262,8 +262,8 @@ class Run:
 
         ``passed`` is the run's one pass rule (`ragbridge.verdicts.verdict`, as the report, ``gate``
         and ``compare`` answer without a threshold of their own): the value at or above
-        ``pass_mark``, the backend's own rule recorded in run.json (``pass_marks``) else the metric's
-        default (`ragbridge.metrics.default_pass_mark`); None where the score has no value.
+        ``pass_mark``, the run's own (`ragbridge.verdicts.pass_mark`: the backend's rule recorded in
+        run.json's ``pass_marks``, else the metric's default); None where the score has no value.
         ``library_passed`` is the library's own verdict where it gives one (a test case's success, an
         evaluation's label), which may differ."""
         import pandas as pd
@@ -276,20 +276,15 @@ class Run:
             rows = [{"case_id": c.id, "question": c.question, **values.get(c.id, {})} for c in self.cases]
             return pd.DataFrame(rows, columns=["case_id", "question", *columns]).astype(
                 {c: float for c in columns})
-        from ..metrics import default_pass_mark
-        from ..verdicts import verdict
+        from ..verdicts import pass_mark, verdict
 
         questions = {c.id: c.question for c in self.cases}
-        recorded = self.manifest.pass_marks or {}
-        k = (self.manifest.options or {}).get("k")
         marks: dict[tuple[str, str], float] = {}
         rows = []
         for s in self.scores:
             key = (s.backend, s.metric)
             if key not in marks:
-                mark = (recorded.get(s.backend) or {}).get(s.metric)
-                marks[key] = float(mark) if mark is not None else default_pass_mark(
-                    s.metric, k if isinstance(k, int) else None)
+                marks[key] = pass_mark(self.manifest, s.backend, s.metric)[0]
             row = s.model_dump()
             library = row["passed"]
             row["passed"] = verdict(s, marks[key])

@@ -12,8 +12,8 @@ worker), at its version when the backend says what they are at a version of its 
 (``metrics_at(version)``: a metric the library added or removed). Its ``open`` starts the worker
 (``python -m ragbridge.run.worker`` with the environment's Python; the environment is made before
 the run scores anything: `prepare`), its ``score`` sends the cases of one job down the pipe and
-yields each `Score` the worker sends back, its ``close`` ends the worker. The pipe's protocol is
-`ragbridge.run.worker`'s.
+yields the `Result` of each score the worker sends back, its ``close`` ends the worker. The pipe's
+protocol is `ragbridge.run.worker`'s.
 
 The worker's judge is the run's gateway, over its loopback socket, with the gateway's own per-run
 key (sent down the pipe, never in the worker's arguments or environment), as Ray's workers reach it:
@@ -48,7 +48,7 @@ from typing import Any, AsyncIterator, Callable, Optional, Sequence
 
 from ..backend import EXACT_VERSION, Backend, MetricSpec, RunOptions, ScoringContext, case_record
 from ..plugins import get_backends
-from ..schema import Case, Score
+from ..schema import Case, Result
 from .environments import Environment, code_path, ensure, environment_for, locks_of, version_key
 from .errors import RunError
 from .worker import LINE_LIMIT, PROTOCOL, options_record
@@ -195,7 +195,7 @@ class IsolatedBackend(Backend):
         if isinstance(ctx.session, _Workers):
             await ctx.session.close()
 
-    async def score(self, metric: str, cases: Sequence[Case], ctx: ScoringContext) -> AsyncIterator[Score]:
+    async def score(self, metric: str, cases: Sequence[Case], ctx: ScoringContext) -> AsyncIterator[Result]:
         workers: _Workers = ctx.session
         repeat = int(getattr(ctx.judge, "repeat", 0) or 0)
         async for score in workers.score(metric, cases, repeat):
@@ -413,7 +413,7 @@ class _Worker:
         tail = [line for line in self.stderr if line.strip()][-6:]
         return (self.ended or "the worker ended") + ("; its last words: " + " | ".join(tail) if tail else "")
 
-    async def score(self, metric: str, cases: Sequence[Case], repeat: int) -> AsyncIterator[Score]:
+    async def score(self, metric: str, cases: Sequence[Case], repeat: int) -> AsyncIterator[Result]:
         self._next += 1
         jid = self._next
         job = self.jobs[jid] = _Job()
@@ -430,9 +430,8 @@ class _Worker:
                     continue
                 progress = loop.time()
                 if "score" in msg:
-                    score = Score.model_validate(msg["score"])
-                    score.backend = self.backend.name
-                    yield score
+                    # the worker recorded it as its job's Score: the result is what this backend returns
+                    yield Result(**{k: v for k, v in msg["score"].items() if k in Result.model_fields})
                 elif msg.get("done"):
                     return
                 elif msg.get("died"):
@@ -526,7 +525,7 @@ class _Workers:
             assert self.worker is not None
             return self.worker
 
-    async def score(self, metric: str, cases: Sequence[Case], repeat: int) -> AsyncIterator[Score]:
+    async def score(self, metric: str, cases: Sequence[Case], repeat: int) -> AsyncIterator[Result]:
         worker = await self.current()
         async for score in worker.score(metric, cases, repeat):
             yield score

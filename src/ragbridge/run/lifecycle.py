@@ -4,6 +4,10 @@ For each backend a run uses: its environment defaults applied (`applied_environm
 (`open_session`: a failing ``open`` becomes the error of every case the backend is given), its jobs
 (`drive_job`: one score per case, whatever the backend does), and ``close`` (`close_session`). A
 `Job` is one backend's metric on a batch of cases, for one repeat of a judged metric.
+
+A backend answers with results (`ragbridge.schema.Result`, `ResultBlock`); `drive_job` is where
+each becomes the `Score` (or `ScoreBlock`) of its job: the backend, metric and repeat it answered.
+The recorder adds the rest of the run's bookkeeping (`ragbridge.run.recorder`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Callable, Iterator, Sequence, Union
 
 from ..backend import Backend, ScoringContext, error_text
 from ..formats.batches import CaseBatch
-from ..schema import Case, Score, ScoreBlock
+from ..schema import Case, ResultBlock, Score, ScoreBlock
 
 __all__ = ["Job", "Record", "applied_environment", "open_session", "close_session", "drive_job"]
 
@@ -76,8 +80,8 @@ async def drive_job(
 ) -> None:
     """Put every score of one job on ``queue`` (a `Score` or a `ScoreBlock` of them): one per case,
     whatever the backend does (a fault is the error of each case it did not score; a case it forgot
-    is an error too). For repeat r > 0 the backend's judge is the one of that repeat, and each
-    score is marked with it."""
+    is an error too). Each result the backend yields is recorded as the job's: its backend, metric
+    and repeat. For repeat r > 0 the backend's judge is the one of that repeat."""
     ids = CaseBatch.of_cases(cases).ids
     pending = set(ids)
     error = "backend returned no score for this case"
@@ -87,14 +91,14 @@ async def drive_job(
         if isinstance(ctx.session, _OpenFailed):
             raise _BackendFault(ctx.session.error)
         async for item in backend.score(metric, cases, ctx):
-            if isinstance(item, ScoreBlock):
+            if isinstance(item, ResultBlock):
                 if not pending.issuperset(item.case_ids):
                     raise RuntimeError("backend returned a score block for cases it was not given, or twice")
                 pending.difference_update(item.case_ids)
+                await queue.put(ScoreBlock.of(item, backend.name, metric))
             else:
                 pending.discard(item.case_id)
-                item.repeat = repeat
-            await queue.put(item)
+                await queue.put(Score.of(item, backend.name, metric, repeat))
     except Exception as exc:  # a backend fault: every case it did not score gets the error
         error = str(exc) if isinstance(exc, _BackendFault) else error_text(exc)
     for cid in ids:

@@ -122,7 +122,11 @@ def plugin_registered(plugin: Any, name: Optional[str] = None) -> Iterator[Any]:
     try:
         hook = getattr(plugin, "ragbridge_register_stub_responders", None)
         if hook is not None:
-            hook(register=lambda r, first=True: added.append(responders.register(r, first=first)))
+            def register(*rs: Any, first: bool = True) -> Any:
+                added.extend(rs)
+                return responders.register(*rs, first=first)
+
+            hook(register=register)
         yield plugin
     finally:
         for r in added:

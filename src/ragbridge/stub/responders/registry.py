@@ -25,13 +25,15 @@ class Responder(Protocol):
 _REGISTRY: list[Responder] = []
 
 
-def register(responder: Responder, *, first: bool = True) -> Responder:
-    """Add a responder: ``first=True`` ahead of every registered one, else after them (always ahead
-    of `generic`). Returns it (for `unregister`)."""
+def register(responder: Responder, *more: Responder, first: bool = True) -> Responder:
+    """Add one responder or several, tried in the order given: ``first=True`` ahead of every
+    registered one, else after them (always ahead of `generic`). A plugin registers its responders
+    at once: ``register(*responders(), first=False)``. Returns ``responder`` (for `unregister`)."""
+    added = [responder, *more]
     if first:
-        _REGISTRY.insert(0, responder)
+        _REGISTRY[:0] = added
     else:
-        _REGISTRY.append(responder)
+        _REGISTRY.extend(added)
     return responder
 
 

@@ -1,0 +1,120 @@
+"""A backend returns results; the run records each as a score with its own bookkeeping."""
+
+import json
+import types
+
+import pytest
+from pydantic import ValidationError
+
+import ragbridge
+from ragbridge.plugin import Backend, MetricSpec, Result, ResultBlock, Score, hookimpl
+from ragbridge.run.folder import score_json
+from ragbridge.testing import plugin_registered
+
+CASES = [{"id": "a", "question": "q", "answer": "x" * 50},
+         {"id": "b", "question": "q", "answer": "boom"},
+         {"id": "c", "question": "q", "answer": "yy"}]
+
+
+def _plugin(backend: Backend) -> types.ModuleType:
+    plugin = types.ModuleType(f"ragbridge_{backend.name}_results")
+
+    @hookimpl
+    def ragbridge_register_backends(register):
+        register(backend)
+
+    plugin.ragbridge_register_backends = ragbridge_register_backends
+    return plugin
+
+
+class Length(Backend):
+    """A backend as the plugin guide writes one: a `Result` per case, a `ResultBlock` for many."""
+
+    name = "length"
+
+    def metrics(self):
+        return [MetricSpec("answer_length", native_name="chars", requires=("answer",)),
+                MetricSpec("answer_words", native_name="words", requires=("answer",))]
+
+    async def score(self, metric, cases, ctx):
+        if metric == "answer_words":
+            yield ResultBlock(case_ids=[c.id for c in cases], native_metric="words",
+                              values=[float(len(c.answer.split())) / 10 for c in cases],
+                              reasons=[None] * len(cases), seconds=0.5)
+            return
+        for case in cases:
+            if "boom" in case.answer:
+                yield Result(case_id=case.id, error="ValueError: boom")
+                continue
+            yield Result(case_id=case.id, native_metric="chars", value=min(len(case.answer) / 100, 1.0),
+                         native_value=len(case.answer), seconds=0.25)
+
+
+def test_a_backend_returns_results_and_the_run_records_them_as_scores(tmp_path):
+    with plugin_registered(_plugin(Length())):
+        run = ragbridge.evaluate(CASES, backends=["length"], metrics=["answer_length", "answer_words"],
+                                 out=tmp_path / "run", progress=False)
+    scores = {(s.metric, s.case_id): s for s in run.scores}
+    a = scores["answer_length", "a"]
+    assert (a.backend, a.value, a.native_metric, a.native_value, a.seconds) == ("length", 0.5, "chars", 50,
+                                                                                0.25)
+    assert scores["answer_length", "b"].status == "error" and scores["answer_length", "b"].backend == "length"
+    words = scores["answer_words", "c"]
+    assert (words.backend, words.value, words.native_metric, words.seconds) == ("length", 0.1, "words", 0.5)
+    # the scores file is as it was: one flat score a line, the run's fields beside the result's
+    lines = [json.loads(line) for line in (tmp_path / "run" / "scores.jsonl").read_text().splitlines()]
+    assert len(lines) == 6
+    for line in lines:
+        assert list(line) == ["case_id", "metric", "backend", "value", "native_metric", "native_value",
+                              "passed", "reason", "error", "judge_calls", "prompt_tokens",
+                              "completion_tokens", "seconds", "evidence"]
+    reread = ragbridge.load_run(tmp_path / "run")
+    assert sorted(map(score_json, reread.scores)) == sorted(map(score_json, run.scores))
+
+
+def test_a_result_holds_only_what_a_backend_decides():
+    for bookkeeping in ({"metric": "m"}, {"backend": "b"}, {"judge_calls": 3}, {"prompt_tokens": 1},
+                        {"cost": 0.1}, {"cached": True}, {"not_run": True}, {"repeat": 1}):
+        with pytest.raises(ValidationError):
+            Result(case_id="c", value=0.5, **bookkeeping)
+    assert Result(case_id="c", value=float("nan")).value is None  # NaN: could not be computed
+    # every field of a result is a field of the score that records it, alike
+    assert set(Result.model_fields) < set(Score.model_fields)
+    for name, field in Result.model_fields.items():
+        assert (field.annotation, field.default) == (Score.model_fields[name].annotation,
+                                                     Score.model_fields[name].default), name
+
+
+class Claims(Backend):
+    """An older backend that yields whole Scores, filling in what is the run's to say."""
+
+    name = "claims"
+
+    def metrics(self):
+        return [MetricSpec("answer_length")]
+
+    async def score(self, metric, cases, ctx):
+        for case in cases:
+            yield Score(case_id=case.id, metric="other_metric", backend="another", value=0.5, repeat=3,
+                        judge_calls=7, prompt_tokens=9, cost=1.0, cached=True, not_run=False)
+
+
+def test_the_run_not_the_backend_says_what_a_score_answered_and_what_it_took(tmp_path):
+    with plugin_registered(_plugin(Claims())):
+        run = ragbridge.evaluate(CASES, backends=["claims"], metrics=["answer_length"],
+                                 out=tmp_path / "run", progress=False)
+    assert len(run.scores) == 3
+    for s in run.scores:
+        assert (s.backend, s.metric, s.value, s.repeat) == ("claims", "answer_length", 0.5, 0)
+        assert (s.judge_calls, s.prompt_tokens, s.cost, s.cached) == (0, 0, None, False)
+    assert run.manifest.counts["scores"] == 3 and "another" not in run.manifest.backends
+
+
+def test_a_block_is_written_as_its_scores_would_be(tmp_path):
+    with plugin_registered(_plugin(Length())):
+        run = ragbridge.evaluate(CASES, backends=["length", "native"],
+                                 metrics=["answer_words", "must_contain", "mrr"],
+                                 out=tmp_path / "run", progress=False)
+    lines = (tmp_path / "run" / "scores.jsonl").read_text().splitlines()
+    assert sorted(lines) == sorted(score_json(s) for s in run.scores)
+    assert {s.backend for s in run.scores} == {"length", "native"}
