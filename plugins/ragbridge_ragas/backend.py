@@ -39,11 +39,13 @@ errors and returns NaN; the errors it swallowed are recorded per case and report
 from __future__ import annotations
 
 import contextvars
+from importlib.metadata import version
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from ragbridge.plugin import Case, JudgedBackend, ScoreFields, ScoringContext
 
+from . import ragas02
 from .env import ENVIRONMENT, keep_ragas_id_out_of_home
 from .metrics import METRICS, RagasMetric, check_reply
 from .options import RagasOptions
@@ -83,6 +85,12 @@ def parse_retrying():
     )
 
 
+def _record_swallowed(exc: BaseException) -> None:
+    errors = _SWALLOWED.get()
+    if errors is not None:
+        errors.append(exc)
+
+
 @dataclass
 class RagasSession:
     """What the metric passes of one run share: the judge and one ``AsyncOpenAI`` client on its
@@ -91,14 +99,21 @@ class RagasSession:
     judge: Any
     client: Any
     sync_client: Any
+    #: the installed RAGAS is a 0.2 release: its metrics are `ragas02`'s
+    legacy: bool = False
 
     def metric(self, spec: RagasMetric) -> Any:
         """RAGAS' metric object for ``spec``, with its LLM (and embeddings) on the session's client."""
+        cfg = self.judge.config
+        if self.legacy:
+            return ragas02.metric(spec.name, cfg.model, self.client, self.sync_client,
+                                  cfg.max_tokens or DEFAULT_MAX_TOKENS,
+                                  spec.embedding_model and (cfg.embedding_model or spec.embedding_model),
+                                  _record_swallowed, check_reply)
         from ragas.embeddings import OpenAIEmbeddings
         from ragas.llms import llm_factory
         from ragas.metrics import collections as rc
 
-        cfg = self.judge.config
         llm = llm_factory(cfg.model, client=self.client, max_tokens=cfg.max_tokens or DEFAULT_MAX_TOKENS,
                           max_retries=parse_retrying())
         agenerate = llm.agenerate
@@ -109,9 +124,7 @@ class RagasSession:
                 check_reply(reply)  # RAGAS would take any integer as a verdict
                 return reply
             except Exception as exc:
-                errors = _SWALLOWED.get()
-                if errors is not None:
-                    errors.append(exc)
+                _record_swallowed(exc)
                 raise
 
         # the same hook point RAGAS itself uses for its cache (an instance attribute over the method)
@@ -156,7 +169,8 @@ class RagasBackend(JudgedBackend):
         from ragbridge.plugin import async_openai_client, openai_client
 
         keep_ragas_id_out_of_home()
-        return RagasSession(ctx.judge, async_openai_client(ctx.judge), openai_client(ctx.judge))
+        return RagasSession(ctx.judge, async_openai_client(ctx.judge), openai_client(ctx.judge),
+                            legacy=ragas02.is_legacy(version("ragas")))
 
     async def close(self, ctx: ScoringContext) -> None:
         if isinstance(ctx.session, RagasSession):
@@ -172,7 +186,10 @@ class RagasBackend(JudgedBackend):
         errors: list = []
         token = _SWALLOWED.set(errors)
         try:
-            result = await m.ascore(**spec.inputs(case))
+            if ctx.session.legacy:
+                result = await ragas02.ascore(m, spec.inputs(case))
+            else:
+                result = await m.ascore(**spec.inputs(case))
         finally:
             _SWALLOWED.reset(token)
         return score_fields(spec, result, errors)

@@ -13,15 +13,18 @@ overlap with the answer or reference.
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from ragbridge.plugin import (
     INPUT_KEYS,
+    Ctx,
     JudgeReply,
     JudgeRequest,
     ctx_from_inputs,
     json_after,
     reply_json,
+    scaled,
     schema_in_prompt,
     usefulness,
 )
@@ -37,6 +40,19 @@ OUTPUT_MODELS = frozenset({
     "ContextRelevanceOutput",  # context_relevance
     "ClaimDecompositionOutput",  # factual_correctness (then NLIStatementOutput)
 })
+#: RAGAS 0.2's output models where they differ from 0.4's (its ``PydanticPrompt`` writes the schema
+#: into the one user message: "Please return the output in a JSON format that complies with the
+#: following schema as specified in JSON Schema: ...")
+OUTPUT_MODELS_0_2 = frozenset({
+    "ResponseRelevanceOutput",  # answer_relevancy
+    "Verification",  # llm_context_precision_with_reference
+    "ContextRecallClassifications",  # context_recall
+})
+#: RAGAS 0.2's context relevance (``nv_context_relevance``) asks for a bare rating in plain text
+NV_RELEVANCE = "the Relevance score is"
+NV_SECTIONS = re.compile(r"### Question: (?P<query>.*?)\n\n### Context: (?P<context>.*?)\n\nDo not try to explain",
+                         re.S)
+_PYDANTIC_PROMPT = "Please return the output in a JSON format that complies with the following schema"
 #: RAGAS' names for the judged texts, besides the generic ones
 INPUTS = INPUT_KEYS.extend(query=("user_input",), context=("retrieved_contexts",), subject=("ground_truth",))
 
@@ -47,7 +63,19 @@ def output_model(req: JudgeRequest) -> Optional[tuple[str, dict]]:
     if not isinstance(schema, dict):
         return None
     name = schema.get("title") or req.schema_name
-    return (name, schema) if name in OUTPUT_MODELS else None
+    if name in OUTPUT_MODELS or (name in OUTPUT_MODELS_0_2 and _PYDANTIC_PROMPT in req.user):
+        return name, schema
+    return None
+
+
+def nv_relevance(req: JudgeRequest) -> Optional[JudgeReply]:
+    """RAGAS 0.2's context relevance prompt, answered with a rating 0, 1 or 2 (the lexical judge's
+    fraction on that scale), or None for any other request."""
+    m = NV_SECTIONS.search(req.user) if NV_RELEVANCE in req.user[-60:] else None
+    if m is None:
+        return None
+    ctx = Ctx(prompt=req.prompt, query=m["query"], context=m["context"])
+    return JudgeReply(str(int(scaled(ctx.fraction(), 0, 2, True))), responder="ragas")
 
 
 class RagasResponder:
@@ -58,13 +86,13 @@ class RagasResponder:
     def __call__(self, req: JudgeRequest) -> Optional[JudgeReply]:
         model = output_model(req)
         if model is None:
-            return None
+            return nv_relevance(req)
         name, schema = model
         inputs = json_after(req.user, "input:", last=True)
         if not isinstance(inputs, dict):
             return None
         ctx = ctx_from_inputs(inputs, req.prompt, INPUTS)
-        if name == "ContextPrecisionOutput" and ctx.context:
+        if name in ("ContextPrecisionOutput", "Verification") and ctx.context:
             # context precision: is this one context useful for the answer / reference?
             target = ctx.subject
             ctx.judge = lambda _t, c=ctx.context, a=target: usefulness(c, a) >= 0.3
