@@ -1,4 +1,5 @@
-"""The stub judge's answers to RAGAS 0.4.3's prompts (``ragbridge.stub``), registered by this plugin.
+"""The stub judge's answers to RAGAS' prompts (``ragbridge.stub``) at every version the backend
+supports (0.2.15, 0.3.9, 0.4.3), registered by this plugin.
 
 A request is RAGAS' when the JSON schema it asks for is one of RAGAS' own output models
 (`OUTPUT_MODELS`, the ``output_model`` of each prompt of the metrics this backend runs): instructor's
@@ -9,10 +10,15 @@ field names (`INPUTS`); the verdicts are left to the stub's shared lexical judge
 score to the schema's own field description ("Relevance rating (0, 1, or 2)"). For context
 precision (``ContextPrecisionOutput``: "was this context useful") the verdict is the context's
 overlap with the answer or reference.
+
+RAGAS 0.2 asks with its ``PydanticPrompt``: one user message holding the schema and ``input: {...}``,
+some output models of other names (`OUTPUT_MODELS_0_2`), recognised only in that prompt. RAGAS 0.2's
+and 0.3's context relevance use NVIDIA's two templates instead (`nv_relevance`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Optional
 
@@ -48,10 +54,13 @@ OUTPUT_MODELS_0_2 = frozenset({
     "Verification",  # llm_context_precision_with_reference
     "ContextRecallClassifications",  # context_recall
 })
-#: RAGAS 0.2's context relevance (``nv_context_relevance``) asks for a bare rating in plain text
+#: RAGAS 0.2's and 0.3's context relevance (NVIDIA's two judge templates) asks for a rating 0, 1 or 2
+#: after "### Question: ...  ### Context: ..." (0.3: JSON-quoted texts, a ``RelevanceRating`` reply
+#: through instructor; 0.2: the bare digit in plain text)
 NV_RELEVANCE = "the Relevance score is"
-NV_SECTIONS = re.compile(r"### Question: (?P<query>.*?)\n\n### Context: (?P<context>.*?)\n\nDo not try to explain",
-                         re.S)
+NV_SECTIONS = re.compile(
+    r"### Question: (?P<query>.*?)\n\n### Context: (?P<context>.*?)\n\nDo not try to explain", re.S)
+NV_REPLY_MODEL = "RelevanceRating"
 _PYDANTIC_PROMPT = "Please return the output in a JSON format that complies with the following schema"
 #: RAGAS' names for the judged texts, besides the generic ones
 INPUTS = INPUT_KEYS.extend(query=("user_input",), context=("retrieved_contexts",), subject=("ground_truth",))
@@ -69,12 +78,24 @@ def output_model(req: JudgeRequest) -> Optional[tuple[str, dict]]:
 
 
 def nv_relevance(req: JudgeRequest) -> Optional[JudgeReply]:
-    """RAGAS 0.2's context relevance prompt, answered with a rating 0, 1 or 2 (the lexical judge's
-    fraction on that scale), or None for any other request."""
+    """RAGAS 0.2's and 0.3's context relevance prompt, answered with a rating 0, 1 or 2 (the lexical
+    judge's fraction on that scale, as 0.4's ``ContextRelevanceOutput`` gets), or None for any other
+    request."""
     m = NV_SECTIONS.search(req.user) if NV_RELEVANCE in req.user[-60:] else None
     if m is None:
         return None
-    ctx = Ctx(prompt=req.prompt, query=m["query"], context=m["context"])
+
+    def text(raw: str) -> str:
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return raw
+        return value if isinstance(value, str) else raw
+
+    ctx = Ctx(prompt=req.prompt, query=text(m["query"]), context=text(m["context"]), score_range=(0, 2))
+    schema = req.schema or schema_in_prompt(req.system)
+    if isinstance(schema, dict) and (schema.get("title") or req.schema_name) == NV_REPLY_MODEL:
+        return reply_json(req, schema, ctx, "ragas")
     return JudgeReply(str(int(scaled(ctx.fraction(), 0, 2, True))), responder="ragas")
 
 
