@@ -39,9 +39,8 @@ errors and returns NaN; the errors it swallowed are recorded per case and report
 from __future__ import annotations
 
 import contextvars
-from importlib.metadata import version
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from ragbridge.plugin import Case, JudgedBackend, ScoreFields, ScoringContext
 
@@ -159,6 +158,31 @@ class RagasBackend(JudgedBackend):
     install_hint = "pip install 'ragbridge[ragas]'"
     registry = METRICS
     Options = RagasOptions
+    #: the RAGAS versions the backend supports; each one a lock is shipped for is tested for parity
+    #: with that version's own call (0.2.15, 0.3.9, 0.4.3). A RAGAS without ``ragas.metrics.collections``
+    #: is scored through its ``ragas.metrics`` classes (`ragas02`)
+    supports: ClassVar[str] = ">=0.2.15,<0.5"
+    #: what a user meets at each version, from the libraries' own source (the metric modules named)
+    changes: ClassVar[dict[str, str]] = {
+        "0.2.15": (
+            "No ragas.metrics.collections: the ragas.metrics classes score each case "
+            "(single_turn_ascore), their prompts each one user message with the JSON schema and examples. "
+            "answer_relevance is 0 when any of its 3 generated questions is judged noncommittal (not only "
+            "when all are); context_relevance (nv_context_relevance) sends the first of its two judge "
+            "prompts twice and reads a bare digit from the reply; context_precision is "
+            "llm_context_precision_with_reference."
+        ),
+        "0.3.9": (
+            "Metrics from ragas.metrics.collections, replies parsed by instructor into RAGAS' reply "
+            "models: answer_relevance is 0 only when all 3 questions are judged noncommittal; "
+            "context_relevance sends both judge prompts, each asking for {\"rating\": 0, 1 or 2}."
+        ),
+        "0.4.3": (
+            "Prompts rewritten as prompt classes with input and output models, formulas unchanged: "
+            "context_recall's prompt classifies each statement of the reference (0.3.9: each sentence), "
+            "context_relevance's asks for a ContextRelevanceOutput rating."
+        ),
+    }
 
     def environment(self) -> dict[str, str]:
         return dict(ENVIRONMENT)
@@ -170,7 +194,7 @@ class RagasBackend(JudgedBackend):
 
         keep_ragas_id_out_of_home()
         return RagasSession(ctx.judge, async_openai_client(ctx.judge), openai_client(ctx.judge),
-                            legacy=ragas02.is_legacy(version("ragas")))
+                            legacy=ragas02.is_legacy())
 
     async def close(self, ctx: ScoringContext) -> None:
         if isinstance(ctx.session, RagasSession):

@@ -38,11 +38,12 @@ CLASSES: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def is_legacy(version: str) -> bool:
-    """Whether RAGAS ``version`` is a 0.2 release (scored by this module)."""
-    from packaging.version import Version
+def is_legacy() -> bool:
+    """Whether the installed RAGAS has no ``ragas.metrics.collections`` (0.2 has none, nor has
+    0.3.0): its metrics are then this module's."""
+    import importlib.util
 
-    return Version(version) < Version("0.3")
+    return importlib.util.find_spec("ragas.metrics.collections") is None
 
 
 def metric(name: str, model: str, client: Any, sync_client: Any, max_tokens: int,
