@@ -28,6 +28,9 @@ runs them, over the run's lifecycle:
   to the caller's loop: an error, or a hang with the loop blocked); a synchronous client makes the
   request itself, bounded by the judge clients' timeout.
 
+At a RAGAS without ``ragas.metrics.collections`` (0.2.15, in its environment) the session builds and
+scores the metrics with `ragas02` instead, on the same clients, with the same checks and records.
+
 Failures are per score: an exception out of ``ascore`` (judge error after the gateway's retries,
 timeout, parse failure after instructor's re-asks, RAGAS' own ValueError) becomes that Score's
 ``error`` (`ragbridge.plugin.error_text`); so is a reply whose verdict is outside what RAGAS' reply
