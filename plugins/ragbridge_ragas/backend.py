@@ -168,22 +168,21 @@ class RagasBackend(JudgedBackend):
     #: what a user meets at each version, from the libraries' own source (the metric modules named)
     changes: ClassVar[dict[str, str]] = {
         "0.2.15": (
-            "No ragas.metrics.collections: the ragas.metrics classes score each case "
-            "(single_turn_ascore), their prompts each one user message with the JSON schema and examples. "
-            "answer_relevance is 0 when any of its 3 generated questions is judged noncommittal (not only "
-            "when all are); context_relevance (nv_context_relevance) sends the first of its two judge "
-            "prompts twice and reads a bare digit from the reply; context_precision is "
-            "llm_context_precision_with_reference."
+            "RAGAS' ragas.metrics classes (no collections), each prompt one user message without JSON "
+            "mode. answer_relevance is 0 when any of its 3 generated questions is judged noncommittal "
+            "(not only when all are); context_relevance sends the first of its two judge prompts twice, "
+            "reads a bare digit from the reply, and loses both ratings when one call fails; context_recall "
+            "classifies each sentence of the reference."
         ),
         "0.3.9": (
-            "Metrics from ragas.metrics.collections, replies parsed by instructor into RAGAS' reply "
-            "models: answer_relevance is 0 only when all 3 questions are judged noncommittal; "
-            "context_relevance sends both judge prompts, each asking for {\"rating\": 0, 1 or 2}."
+            "Metrics from ragas.metrics.collections, replies in JSON mode parsed into RAGAS' reply models: "
+            "answer_relevance is 0 only when all 3 questions are judged noncommittal; context_relevance "
+            "sends both judge prompts, each asking for {\"rating\": 0, 1 or 2}, and keeps one rating "
+            "when the other failed."
         ),
         "0.4.3": (
-            "Prompts rewritten as prompt classes with input and output models, formulas unchanged: "
-            "context_recall's prompt classifies each statement of the reference (0.3.9: each sentence), "
-            "context_relevance's asks for a ContextRelevanceOutput rating."
+            "Prompts rewritten as prompt classes, formulas unchanged: context_recall's prompt classifies "
+            "each statement of the reference (0.3.9: each sentence), with three examples (0.3.9: one)."
         ),
     }
 
