@@ -133,6 +133,7 @@ def test_every_metric_scores_as_the_versions_own_call(version, golden, cached, t
     for metric in METRICS:
         ours = [scores[(metric, cid)] for cid in order]
         assert all(s["error"] is None for s in ours), (metric, [s["error"] for s in ours])
+        assert all(s["judge_calls"] >= 1 for s in ours), metric  # each through the run's gateway
         raw = [s["native_value"] for s in ours]
         for cid, mine, their in zip(order, raw, theirs[metric]):
             if their is None or (isinstance(their, float) and math.isnan(their)):
