@@ -19,7 +19,9 @@ import pytest
 
 from conftest import EXAMPLE, needs_backend, ragbridge_cli
 from test_environments import cached, env_cache  # noqa: F401  (the session's environments)
+from test_stub_recognition import plugin_responders
 
+from ragbridge.stub.responders import JudgeRequest, respond
 from ragbridge.testing import StubJudge
 
 METRICS = ("faithfulness", "answer_relevance", "context_precision", "context_recall", "context_relevance",
@@ -120,6 +122,7 @@ def test_every_metric_scores_as_the_versions_own_call(version, golden, cached, t
                              "--no-progress", "--cache-mode", "off")
         own = subprocess.run([python, "-", str(golden), stub.base_url], input=OWN, capture_output=True,
                              text=True, timeout=600, cwd=tmp_path)
+        asked = [JudgeRequest.from_chat(p.body) for p in stub.posts() if p.path == "/chat/completions"]
     assert done.returncode == 0, done.stderr
     assert own.returncode == 0, own.stderr[-3000:]
     theirs = json.loads(own.stdout.splitlines()[-1])
@@ -140,5 +143,11 @@ def test_every_metric_scores_as_the_versions_own_call(version, golden, cached, t
                 assert mine is None, (metric, cid, mine)
             else:
                 assert mine == pytest.approx(their, abs=1e-6), (metric, cid, mine, their)
+    # the stub spoke this version's prompts: every one answered by RAGAS' responder, claimed by no other
+    others = [r for name, rs in plugin_responders().items() if name != "ragas" for r in rs]
+    assert asked
+    for req in asked:
+        assert respond(req).responder == "ragas", req.prompt[:300]
+        assert not [r for r in others if r(req) is not None], req.prompt[:300]
     defined = [v for m in METRICS for v in theirs[m] if v is not None]
     assert len(set(defined)) > 5  # the judge's answers mattered: not one constant everywhere

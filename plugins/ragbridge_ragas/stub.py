@@ -11,9 +11,10 @@ score to the schema's own field description ("Relevance rating (0, 1, or 2)"). F
 precision (``ContextPrecisionOutput``: "was this context useful") the verdict is the context's
 overlap with the answer or reference.
 
-RAGAS 0.2 asks with its ``PydanticPrompt``: one user message holding the schema and ``input: {...}``,
-some output models of other names (`OUTPUT_MODELS_0_2`), recognised only in that prompt. RAGAS 0.2's
-and 0.3's context relevance use NVIDIA's two templates instead (`nv_relevance`).
+RAGAS 0.3.9's context_recall prompt writes ``Input: {...}``. RAGAS 0.2 asks with its
+``PydanticPrompt``: one user message holding the schema and ``input: {...}``, some output models of
+other names (`OUTPUT_MODELS_0_2`), recognised only in that prompt. RAGAS 0.2's and 0.3's context
+relevance use NVIDIA's two templates instead (`nv_relevance`).
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ class RagasResponder:
         if model is None:
             return nv_relevance(req)
         name, schema = model
-        inputs = json_after(req.user, "input:", last=True)
+        # 0.3.9's context_recall prompt writes "Input: {...}"
+        inputs = json_after(req.user, "input:", last=True) or json_after(req.user, "Input:", last=True)
         if not isinstance(inputs, dict):
             return None
         ctx = ctx_from_inputs(inputs, req.prompt, INPUTS)
