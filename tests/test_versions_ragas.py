@@ -151,3 +151,25 @@ def test_every_metric_scores_as_the_versions_own_call(version, golden, cached, t
         assert not [r for r in others if r(req) is not None], req.prompt[:300]
     defined = [v for m in METRICS for v in theirs[m] if v is not None]
     assert len(set(defined)) > 5  # the judge's answers mattered: not one constant everywhere
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("metric, field, value", [
+    ("answer_relevance", "noncommittal", 7),  # RAGAS 0.2.15's ResponseRelevanceOutput
+    ("context_precision", "verdict", 2),  # its Verification
+])
+def test_ragas_0_2_out_of_range_verdicts_are_errors(golden, cached, tmp_path, metric, field, value):  # noqa: F811
+    """RAGAS 0.2.15 takes any integer where its prompt states 0/1, as 0.4 does: the reply of each of its
+    prompts is checked, and the score is an error saying what the judge replied."""
+    from test_silent_values import _OutOfRange
+
+    out = tmp_path / "run"
+    with _OutOfRange(field, value) as stub:
+        done = ragbridge_cli("run", golden, "--out", out, "--backend", "ragas==0.2.15", "--metric", metric,
+                             "--judge-model", "stub-judge", "--embedding-model", "stub-embedder",
+                             "--judge-base-url", stub.base_url, "--no-progress", "--cache-mode", "off")
+    assert done.returncode == 3, done.stdout + done.stderr
+    scores = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+    assert len(scores) == 6
+    for s in scores:
+        assert s["value"] is None and f"the judge replied {field} = {value}" in s["error"], s

@@ -101,7 +101,7 @@ class RagasSession:
     judge: Any
     client: Any
     sync_client: Any
-    #: the installed RAGAS is a 0.2 release: its metrics are `ragas02`'s
+    #: the installed RAGAS has no ragas.metrics.collections (0.2.15): its metrics are `ragas02`'s
     legacy: bool = False
 
     def metric(self, spec: RagasMetric) -> Any:
