@@ -71,8 +71,8 @@ def workers_of(pid: int) -> list[int]:
 @pytest.mark.parametrize("name, says", [
     ("ragas>=0.3", "give one exact version, as NAME==VERSION"),
     ("ragas==", "give one exact version"),
-    ("ragas==0.1.0", "no environment for ragas 0.1.0 (the versions its plugin ships a lock for: 0.3.9, "
-                     "0.4.3)"),
+    ("ragas==0.1.0", "no environment for ragas 0.1.0 (the versions its plugin ships a lock for: 0.2.15, "
+                     "0.3.9, 0.4.3)"),
     ("native==0.1.0", "has no library whose version could be chosen"),
     ("nosuch==1.0", "unknown backend 'nosuch==1.0'"),
 ])
@@ -87,7 +87,7 @@ def test_a_version_ragbridge_has_no_environment_for_is_refused_before_anything_r
 def test_the_cli_says_which_versions_there_are_and_exits_2(tmp_path, fresh_cache):
     done = ragbridge_cli("run", EXAMPLE, "--out", tmp_path / "run", "--backend", "ragas==0.2.0")
     assert done.returncode == 2, done.stderr
-    assert "no environment for ragas 0.2.0" in done.stderr and "0.3.9, 0.4.3" in done.stderr
+    assert "no environment for ragas 0.2.0" in done.stderr and "0.2.15, 0.3.9, 0.4.3" in done.stderr
     assert not (tmp_path / "run").exists()
 
 
@@ -629,7 +629,7 @@ def test_environments_list_names_the_versions_each_backend_can_run_at(fresh_cach
     done = ragbridge_cli("environments", "list", "--json")
     assert done.returncode == 0, done.stderr
     listed = json.loads(done.stdout)
-    assert listed["versions"]["ragas"] == ["0.3.9", "0.4.3"]
+    assert listed["versions"]["ragas"] == ["0.2.15", "0.3.9", "0.4.3"]
     assert listed["environments"] == [] and listed["folder"] == str(fresh_cache / "envs")
 
 

@@ -87,12 +87,20 @@ dicts), and ``ragbridge.to_library(cases, "ragas")`` gives an ``EvaluationDatase
 ``ragbridge_register_libraries`` hook; :func:`from_ragas` / :func:`to_ragas` do the same from this
 package); see :mod:`ragbridge_ragas.translate` for the field mapping and what RAGAS cannot hold.
 
+Versions (``RagasBackend.supports``, ``changes``): the formulas above are RAGAS 0.4.3's; RAGAS 0.3.9
+and 0.2.15 run in their own environments (``--backend ragas==0.2.15``, from ``locks/``). RAGAS 0.2.15
+has no ``ragas.metrics.collections``: its ``ragas.metrics`` classes score each case there
+(:mod:`ragbridge_ragas.ragas02`), through its LangChain wrapper on the same judge; where a metric
+means something else at a version (answer_relevance's noncommittal rule, context_relevance's
+prompts), ``RagasBackend.changes`` says so.
+
 Files: ``backend.py`` (the backend and its run lifecycle), ``metrics.py`` (canonical metric -> RAGAS
-class and inputs), ``translate.py`` (cases <-> RAGAS samples, RAGAS results -> Scores), ``formats.py``
-(the dataset formats), ``env.py`` (the environment defaults), ``stub.py`` (the stub judge's answers
-to RAGAS' prompts, registered through ``ragbridge_register_stub_responders``), ``generator.py``
-(RAGAS' test-set generator behind ``ragbridge synthesize --generator ragas``, registered through
-``ragbridge_register_generators``) and ``generator_stub.py`` (the stub's answers to its prompts).
+class and inputs), ``ragas02.py`` (the same metrics at RAGAS 0.2), ``translate.py`` (cases <-> RAGAS
+samples, RAGAS results -> Scores), ``formats.py`` (the dataset formats), ``env.py`` (the environment
+defaults), ``stub.py`` (the stub judge's answers to RAGAS' prompts, registered through
+``ragbridge_register_stub_responders``), ``generator.py`` (RAGAS' test-set generator behind ``ragbridge
+synthesize --generator ragas``, registered through ``ragbridge_register_generators``) and
+``generator_stub.py`` (the stub's answers to its prompts).
 """
 
 from __future__ import annotations

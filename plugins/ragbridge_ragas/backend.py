@@ -28,6 +28,9 @@ runs them, over the run's lifecycle:
   to the caller's loop: an error, or a hang with the loop blocked); a synchronous client makes the
   request itself, bounded by the judge clients' timeout.
 
+At a RAGAS without ``ragas.metrics.collections`` (0.2.15, in its environment) the session builds and
+scores the metrics with `ragas02` instead, on the same clients, with the same checks and records.
+
 Failures are per score: an exception out of ``ascore`` (judge error after the gateway's retries,
 timeout, parse failure after instructor's re-asks, RAGAS' own ValueError) becomes that Score's
 ``error`` (`ragbridge.plugin.error_text`); so is a reply whose verdict is outside what RAGAS' reply
@@ -40,10 +43,11 @@ from __future__ import annotations
 
 import contextvars
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from ragbridge.plugin import Case, JudgedBackend, ScoreFields, ScoringContext
 
+from . import ragas02
 from .env import ENVIRONMENT, keep_ragas_id_out_of_home
 from .metrics import METRICS, RagasMetric, check_reply
 from .options import RagasOptions
@@ -83,6 +87,12 @@ def parse_retrying():
     )
 
 
+def _record_swallowed(exc: BaseException) -> None:
+    errors = _SWALLOWED.get()
+    if errors is not None:
+        errors.append(exc)
+
+
 @dataclass
 class RagasSession:
     """What the metric passes of one run share: the judge and one ``AsyncOpenAI`` client on its
@@ -91,14 +101,21 @@ class RagasSession:
     judge: Any
     client: Any
     sync_client: Any
+    #: the installed RAGAS has no ragas.metrics.collections (0.2.15): its metrics are `ragas02`'s
+    legacy: bool = False
 
     def metric(self, spec: RagasMetric) -> Any:
         """RAGAS' metric object for ``spec``, with its LLM (and embeddings) on the session's client."""
+        cfg = self.judge.config
+        if self.legacy:
+            return ragas02.metric(spec.name, cfg.model, self.client, self.sync_client,
+                                  cfg.max_tokens or DEFAULT_MAX_TOKENS,
+                                  spec.embedding_model and (cfg.embedding_model or spec.embedding_model),
+                                  _record_swallowed, check_reply)
         from ragas.embeddings import OpenAIEmbeddings
         from ragas.llms import llm_factory
         from ragas.metrics import collections as rc
 
-        cfg = self.judge.config
         llm = llm_factory(cfg.model, client=self.client, max_tokens=cfg.max_tokens or DEFAULT_MAX_TOKENS,
                           max_retries=parse_retrying())
         agenerate = llm.agenerate
@@ -109,9 +126,7 @@ class RagasSession:
                 check_reply(reply)  # RAGAS would take any integer as a verdict
                 return reply
             except Exception as exc:
-                errors = _SWALLOWED.get()
-                if errors is not None:
-                    errors.append(exc)
+                _record_swallowed(exc)
                 raise
 
         # the same hook point RAGAS itself uses for its cache (an instance attribute over the method)
@@ -146,6 +161,30 @@ class RagasBackend(JudgedBackend):
     install_hint = "pip install 'ragbridge[ragas]'"
     registry = METRICS
     Options = RagasOptions
+    #: the RAGAS versions the backend supports; each one a lock is shipped for is tested for parity
+    #: with that version's own call (0.2.15, 0.3.9, 0.4.3). A RAGAS without ``ragas.metrics.collections``
+    #: is scored through its ``ragas.metrics`` classes (`ragas02`)
+    supports: ClassVar[str] = ">=0.2.15,<0.5"
+    #: what a user meets at each version, from the libraries' own source (the metric modules named)
+    changes: ClassVar[dict[str, str]] = {
+        "0.2.15": (
+            "RAGAS' ragas.metrics classes (no collections), each prompt one user message without JSON "
+            "mode. answer_relevance is 0 when any of its 3 generated questions is judged noncommittal "
+            "(not only when all are); context_relevance sends the first of its two judge prompts twice, "
+            "reads a bare digit from the reply, and loses both ratings when one call fails; context_recall "
+            "classifies each sentence of the reference."
+        ),
+        "0.3.9": (
+            "Metrics from ragas.metrics.collections, replies in JSON mode parsed into RAGAS' reply models: "
+            "answer_relevance is 0 only when all 3 questions are judged noncommittal; context_relevance "
+            "sends both judge prompts, each asking for {\"rating\": 0, 1 or 2}, and keeps one rating "
+            "when the other failed."
+        ),
+        "0.4.3": (
+            "Prompts rewritten as prompt classes, formulas unchanged: context_recall's prompt classifies "
+            "each statement of the reference (0.3.9: each sentence), with three examples (0.3.9: one)."
+        ),
+    }
 
     def environment(self) -> dict[str, str]:
         return dict(ENVIRONMENT)
@@ -156,7 +195,8 @@ class RagasBackend(JudgedBackend):
         from ragbridge.plugin import async_openai_client, openai_client
 
         keep_ragas_id_out_of_home()
-        return RagasSession(ctx.judge, async_openai_client(ctx.judge), openai_client(ctx.judge))
+        return RagasSession(ctx.judge, async_openai_client(ctx.judge), openai_client(ctx.judge),
+                            legacy=ragas02.is_legacy())
 
     async def close(self, ctx: ScoringContext) -> None:
         if isinstance(ctx.session, RagasSession):
@@ -172,7 +212,10 @@ class RagasBackend(JudgedBackend):
         errors: list = []
         token = _SWALLOWED.set(errors)
         try:
-            result = await m.ascore(**spec.inputs(case))
+            if ctx.session.legacy:
+                result = await ragas02.ascore(m, spec.inputs(case))
+            else:
+                result = await m.ascore(**spec.inputs(case))
         finally:
             _SWALLOWED.reset(token)
         return score_fields(spec, result, errors)

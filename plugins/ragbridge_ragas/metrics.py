@@ -22,7 +22,8 @@ from ragbridge.plugin import Case, JudgedMetric
 
 from .translate import retrieved_texts
 
-__all__ = ["RagasMetric", "METRICS", "REPLY_VALUES", "OutOfRangeReply", "check_reply", "EMBEDDING_MODEL"]
+__all__ = ["RagasMetric", "METRICS", "REPLY_VALUES", "REPLY_VALUES_0_2", "OutOfRangeReply", "check_reply",
+           "EMBEDDING_MODEL"]
 
 #: the embedding model RAGAS asks for when none is named (``ragas.embeddings.OpenAIEmbeddings``'
 #: ``DEFAULT_MODEL``): what a metric that embeds uses unless the judge sets ``embedding_model``
@@ -101,6 +102,11 @@ REPLY_VALUES: dict[tuple[str, str], tuple[int, ...]] = {
     ("ContextRecallClassification", "attributed"): (0, 1),  # context_recall
     ("ContextRelevanceOutput", "rating"): (0, 1, 2),  # context_relevance
 }
+#: the same for RAGAS 0.2.15's reply models of other names (`ragas02`), as its prompts state them
+REPLY_VALUES_0_2: dict[tuple[str, str], tuple[int, ...]] = {
+    ("ResponseRelevanceOutput", "noncommittal"): (0, 1),  # "Give noncommittal as 1 ... and 0 ..."
+    ("Verification", "verdict"): (0, 1),  # "Binary (0/1) verdict of verification"
+}
 
 
 class OutOfRangeReply(ValueError):
@@ -118,7 +124,7 @@ def check_reply(reply: Any) -> None:
         if isinstance(item, BaseModel):
             model = type(item).__name__
             for name, value in item:
-                allowed = REPLY_VALUES.get((model, name))
+                allowed = REPLY_VALUES.get((model, name)) or REPLY_VALUES_0_2.get((model, name))
                 if allowed is not None and not (type(value) is int and value in allowed):
                     raise OutOfRangeReply(
                         f"the judge replied {name} = {value!r}, where RAGAS' {model} allows "
