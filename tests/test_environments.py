@@ -348,6 +348,14 @@ def test_an_older_ragas_runs_beside_the_current_one_from_the_command_line(cached
     compared = ragbridge_cli("compare", out, "--json")
     assert compared.returncode == 0, compared.stderr
     assert "ragas==0.3.9" in compared.stdout and "ragas==0.4.3" in compared.stdout
+    from ragbridge_ragas.backend import RagasBackend  # what the plugin says changed from 0.3.9 to 0.4.3
+
+    changes = dict(RagasBackend().changes_between("0.3.9", "0.4.3"))
+    assert changes and manifest["version_changes"] == {
+        "ragas": {"versions": {"ragas==0.3.9": "0.3.9", "ragas==0.4.3": "0.4.3"}, "changes": changes}}
+    said = " ".join(ragbridge_cli("compare", out).stdout.split())
+    assert "ragas 0.3.9 to 0.4.3 (ragas==0.3.9: 0.3.9, ragas==0.4.3: 0.4.3)" in said
+    assert " ".join(changes["0.4.3"].split())[:60] in said
     report = ragbridge_cli("report", out, "--format", "md", "-o", tmp_path / "r.md")
     assert report.returncode == 0 and "ragas==0.3.9" in (tmp_path / "r.md").read_text()
 
