@@ -364,8 +364,11 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
             if hits:
                 hit_case_append(ci)
                 hit_n_append(len(hits))
-                rank_extend(map(ids.index, hits))
-                grade_extend(map(rel.__getitem__, hits))
+                # in rank order: a set's order follows the process's string hashing, and the sums
+                # over a case's labels (nDCG's DCG) must not change in their last bit between runs
+                at = sorted(map(ids.index, hits))
+                rank_extend(at)
+                grade_extend([rel[ids[i]] for i in at])
         else:
             slow.append(ci)
             next_group = _match_slow(ci, ids, ctx, rel, (), min_overlap, s_case, s_rank, s_new,
