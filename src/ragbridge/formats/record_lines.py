@@ -21,14 +21,14 @@ import pydantic_core
 from .files import check_parsed, parse_json
 from .plain_records import ColumnRecord, good_ids, plain_record
 
-try:  # built with the package where a C compiler was found: `_id_text_columns` and `_id_column` of
-    # an ASCII body, in C (a module built before `split_ids` was added lacks it: built again, it has it)
-    from . import _columns
-
-    _split_pairs = _columns.split_pairs
-    _split_ids = getattr(_columns, "split_ids", None)
+try:  # built with the package where a C compiler was found: `_id_text_columns` of an ASCII body, in C
+    from ._columns import split_pairs as _split_pairs
 except ImportError:  # pragma: no cover - the package built without it
-    _split_ids = _split_pairs = None
+    _split_pairs = None
+try:  # `_id_column` of an ASCII body, in C (not in a module built before it was added)
+    from ._columns import split_ids as _split_ids
+except ImportError:  # pragma: no cover - the package built without it
+    _split_ids = None
 
 __all__ = ["parse_record_line"]
 
