@@ -31,6 +31,13 @@ RSS from ``wait4``):
 - ``ranx``: ``Qrels.from_file``, ``Run.from_file`` (kind ``trec``), ``evaluate(...,
   return_mean=False)``, per-query results written with ``json.dump``.
 
+- ``parse:<parser>`` (``--parsers``): ``cases.jsonl`` read line by line and each line parsed by a
+  JSON parser, nothing else: ``orjson.loads``, ``msgspec.json.decode``, ``simdjson`` (pysimdjson's
+  ``Parser.parse``, lazy: the document is parsed, no Python object is built for its values: the
+  floor of reading JSON), ``pydantic_core.from_json`` and ``json.loads``, each where it imports in
+  ``--parser-python`` (default this interpreter; a venv that has them installed). Their MB/s (file
+  size / CPU time) against ragbridge's say how close the whole run is to parsing the file alone.
+
 The metrics: recall@10, precision@10, hit@10, reciprocal rank (uncut), nDCG@10, MAP (uncut).
 Processes alternate within each round (ragbridge, then each peer), so load on the machine falls on
 all of them alike. Printed: the load average before and after, each process's median wall time, CPU
@@ -76,6 +83,22 @@ PYTREC_SCRIPT = textwrap.dedent(
         json.dump(results, f)
     """
 )
+
+#: JSON parsers timed on cases.jsonl: name -> (import, the call that parses one line's bytes)
+PARSERS = {
+    "orjson": ("from orjson import loads as parse", "parse(line)"),
+    "msgspec": ("from msgspec.json import decode as parse", "parse(line)"),
+    "simdjson": ("from simdjson import Parser; parse = Parser().parse", "parse(line)"),
+    "pydantic_core": ("from pydantic_core import from_json as parse", "parse(line)"),
+    "json": ("from json import loads as parse", "parse(line)"),
+}
+PARSE_SCRIPT = """
+import sys
+{imports}
+with open(sys.argv[1], "rb") as f:
+    for line in f:
+        {call}
+"""
 
 RANX_SCRIPT = textwrap.dedent(
     """
@@ -179,6 +202,19 @@ def ragbridge_cmd(data: Path, out: Path) -> list[str]:
     return cmd
 
 
+def parser_cmds(names: list[str], python: str, data: Path) -> dict[str, list[str]]:
+    """``parse:<name>``'s command for each parser of ``names`` that ``python`` imports."""
+    out = {}
+    for name in names:
+        imports, call = PARSERS[name]
+        if subprocess.run([python, "-c", imports], capture_output=True).returncode == 0:
+            script = PARSE_SCRIPT.format(imports=imports, call=call)
+            out[f"parse:{name}"] = [python, "-c", script, str(data / "cases.jsonl")]
+        else:
+            print(f"{name}: not importable in {python}, left out")
+    return out
+
+
 def peer_cmd(peer: str, data: Path, out: Path) -> list[str]:
     script, names = (PYTREC_SCRIPT, PYTREC) if peer == "pytrec_eval" else (RANX_SCRIPT, RANX)
     return [sys.executable, "-c", script, str(data / "qrels.trec"), str(data / "run.trec"), str(out),
@@ -209,7 +245,8 @@ def agreement(run_dir: Path, peer: str, out: Path) -> float:
 def measure(data: Path, a: argparse.Namespace, peers: list[str], work: Path, env: dict) -> tuple[dict, bool]:
     """Time ragbridge and the peers on ``data``, interleaved, ``a.rounds`` times; print the medians and
     the ratios. Returns ``{process: (wall, peak, CPU)}`` (medians) and whether the targets are met."""
-    times: dict[str, list[float]] = {k: [] for k in ["ragbridge", *peers]}
+    parsers = parser_cmds(a.parsers, a.parser_python, data)
+    times: dict[str, list[float]] = {k: [] for k in ["ragbridge", *peers, *parsers]}
     cpus: dict[str, list[float]] = {k: [] for k in times}
     peaks: dict[str, list[float]] = {k: [] for k in times}
     print("load average (1, 5, 15 min) at the start: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
@@ -217,6 +254,8 @@ def measure(data: Path, a: argparse.Namespace, peers: list[str], work: Path, env
         for who in times:
             if who == "ragbridge":
                 wall, cpu, peak = timed(ragbridge_cmd(data, work / "run"), env)
+            elif who in parsers:
+                wall, cpu, peak = timed(parsers[who], env)
             else:
                 wall, cpu, peak = timed(peer_cmd(who, data, work / f"{who}.json"), env)
             times[who].append(wall)
@@ -225,11 +264,12 @@ def measure(data: Path, a: argparse.Namespace, peers: list[str], work: Path, env
             print(f"round {r + 1}: {who:<12} {wall:8.2f} s  {cpu:8.2f} s CPU  {peak:8,.0f} MiB", flush=True)
     print("load average (1, 5, 15 min) at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     print(f"\n{a.n:,} queries x {a.docs} docs, {a.rounds} round(s), medians:")
-    print(f"{'process':<12} {'wall s':>9} {'CPU s':>9} {'peak MiB':>10}")
+    mb = (data / "cases.jsonl").stat().st_size / 1e6
+    print(f"{'process':<16} {'wall s':>9} {'CPU s':>9} {'peak MiB':>10} {'MB/s':>8}")
     med = {k: (statistics.median(times[k]), statistics.median(peaks[k]), statistics.median(cpus[k]))
            for k in times}
     for k, (w, m, c) in med.items():
-        print(f"{k:<12} {w:9.2f} {c:9.2f} {m:10,.0f}")
+        print(f"{k:<16} {w:9.2f} {c:9.2f} {m:10,.0f} {mb / c:8.1f}")
     ok = True
     for peer in peers:
         diff = agreement(work / "run", peer, work / f"{peer}.json")
@@ -242,6 +282,11 @@ def measure(data: Path, a: argparse.Namespace, peers: list[str], work: Path, env
             ok = False
         if diff > 1e-9:
             ok = False
+    if parsers:
+        fastest = min(parsers, key=lambda k: med[k][2])
+        print(f"ragbridge / fastest parser ({fastest.removeprefix('parse:')}): MB/s "
+              f"{med[fastest][2] / med['ragbridge'][2]:.3f} ({mb / med['ragbridge'][2]:.1f} against "
+              f"{mb / med[fastest][2]:.1f} MB/s, {mb:,.0f} MB)")
     return med, ok
 
 
@@ -262,8 +307,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-ratio", type=float, default=1.0,
                    help="wall-time and peak-memory target, ragbridge / pytrec_eval")
     p.add_argument("--no-check", action="store_true", help="report only; exit 0 whatever the ratios")
+    p.add_argument("--parsers", default=",".join(PARSERS),
+                   help="comma-separated JSON parsers timed on cases.jsonl ('' for none): "
+                   + ", ".join(PARSERS))
+    p.add_argument("--parser-python", default=sys.executable,
+                   help="the interpreter the parsers run in (e.g. a venv with orjson, msgspec, pysimdjson)")
     a = p.parse_args(argv)
     peers = [x for x in a.peers.split(",") if x]
+    a.parsers = [x for x in a.parsers.split(",") if x]
+    if sorted(set(a.parsers) - set(PARSERS)):
+        raise SystemExit(f"unknown parser(s) {', '.join(sorted(set(a.parsers) - set(PARSERS)))}; "
+                         f"known: {', '.join(PARSERS)}")
     shapes = [x for x in a.shapes.split(",") if x]
     unknown = sorted(set(shapes) - set(SHAPES))
     if unknown:

@@ -15,11 +15,19 @@ rounds, for recall@10, precision@10, hit@10, mrr, ndcg@10 and map:
 - ``ray x1``: ``--executor ray --ray-cpus 1``, a private local Ray cluster with one worker;
 - ``ray x2``: ``--executor ray --ray-cpus 2``, two workers.
 
-Each process is timed from its start to its exit (Ray's start and shutdown included); the driver's
-peak RSS is read from its ``/proc/PID/status`` (``VmHWM``) while it runs: the driver holds one batch
-of cases (``--batch-size``), whatever ``--n``. Printed: the median wall time of each, the speed-up of
-two workers over one and over the local executor, and a check that every run's values are the
-local run's (an order-free digest of case, metric and value of every score).
+``--kinds`` picks some of them (``ray x2`` alone: ``--kinds 'ray x2'``). Each process is timed from
+its start to its exit (Ray's start and shutdown included); the driver's peak RSS is read from its
+``/proc/PID/status`` (``VmHWM``) while it runs: the driver streams one batch of cases
+(``--batch-size``) to the workers and their scores back to the run folder, whatever ``--n``, so its
+peak must not grow with ``--n``. Printed: the median wall time of each, the speed-up of two workers
+over one and over the local executor, and a check that every run's values are the first kind's (an
+order-free digest of case, metric and value of every score).
+
+``--analyses`` (comma-separated, default none): commands run where the last Ray run's folder is,
+as a user runs them after ``--executor ray`` (no gathering from the workers: the folder holds every
+score), each timed with its peak RSS: ``gate`` (``--config`` of a few ranking rules, the local run
+as ``--baseline`` when it was made, ``--json``), ``diff`` (the local run against the Ray run: every
+difference 0), ``report-json`` (``report --format json``).
 
 **judged**: ``--cases`` cases (the bundled example's, repeated with new ids), the rubric backend's
 ``answer_relevance`` (one judge call per case), the stub judge in its own process at ``--latency``
@@ -48,10 +56,11 @@ ROOT = Path(__file__).resolve().parent.parent
 METRICS = ["recall@10", "precision@10", "hit@10", "mrr", "ndcg@10", "map"]
 
 
-def timed(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds and the driver's peak RSS (MiB) of one whole process."""
+def timed(cmd: list[str], stdout: "Path | None" = None) -> tuple[float, float]:
+    """Wall seconds and the driver's peak RSS (MiB) of one whole process (its output to ``stdout``)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    sink = open(stdout, "w") if stdout else subprocess.DEVNULL
+    proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.PIPE, text=True)
     peak = 0
     while proc.poll() is None:
         try:
@@ -63,6 +72,8 @@ def timed(cmd: list[str]) -> tuple[float, float]:
         time.sleep(0.2)
     wall = time.perf_counter() - t0
     err = proc.stderr.read()
+    if stdout:
+        sink.close()
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[:6])} ... failed ({proc.returncode}):\n{err[-3000:]}")
     return wall, peak / 1024
@@ -92,10 +103,19 @@ def part_native(args) -> bool:
         raise SystemExit("the ragbridge console script is not installed (pip install -e '.[ray]')")
     kinds = {"local": [], "ray x1": ["--executor", "ray", "--ray-cpus", "1"],
              "ray x2": ["--executor", "ray", "--ray-cpus", "2"]}
+    wanted = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    unknown = sorted(set(wanted) - set(kinds))
+    if unknown or not wanted:
+        raise SystemExit(f"--kinds: unknown {', '.join(unknown) or '(none given)'}; "
+                         f"known: {', '.join(kinds)}")
+    kinds = {k: v for k, v in kinds.items() if k in wanted}
+    analyses = [a.strip() for a in args.analyses.split(",") if a.strip()]
     work = Path(tempfile.mkdtemp(prefix="rb-bench-ray-"))
     times: dict[str, list[float]] = {k: [] for k in kinds}
     peaks: dict[str, list[float]] = {k: [] for k in kinds}
     digests = {}
+    kept: dict[str, Path] = {}
+    analysed: dict[str, dict] = {}
     try:
         for r in range(args.rounds):
             for kind, extra in kinds.items():
@@ -108,21 +128,73 @@ def part_native(args) -> bool:
                 times[kind].append(wall)
                 peaks[kind].append(peak)
                 digests[(kind, r)] = digest(out)
-                shutil.rmtree(out, ignore_errors=True)
+                if kind in kept:
+                    shutil.rmtree(kept[kind], ignore_errors=True)
+                kept[kind] = out
                 print(f"round {r + 1}: {kind}: {wall:.1f} s, driver peak {peak:.0f} MiB", flush=True)
+        ray_run = next((kept[k] for k in ("ray x2", "ray x1") if k in kept), None)
+        if analyses and ray_run is None:
+            raise SystemExit("--analyses needs a Ray run (--kinds with ray x1 or ray x2)")
+        for name in analyses:
+            analysed[name] = analyse(exe, name, ray_run, kept.get("local"), work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in times.items()}
     same = len(set(digests.values())) == 1 and next(iter(digests.values()))[0] == args.n * len(METRICS)
+    speedups = {f"speedup_{a}_over_{b}".replace(" ", ""): round(med[b] / med[a], 3)
+                for a, b in (("ray x2", "ray x1"), ("ray x2", "local")) if a in med and b in med}
     print(json.dumps({"part": "native", "queries": args.n, "docs": args.docs, "rounds": args.rounds,
                       "batch_size": args.batch_size, "load": os.getloadavg(),
                       "wall_s": {k: round(v, 2) for k, v in med.items()},
                       "walls": {k: [round(x, 1) for x in v] for k, v in times.items()},
                       "driver_peak_mib": {k: round(max(v)) for k, v in peaks.items()},
-                      "speedup_2_over_1": round(med["ray x1"] / med["ray x2"], 3),
-                      "speedup_2_over_local": round(med["local"] / med["ray x2"], 3),
-                      "same_values": same}))
-    return same
+                      **speedups, "same_values": same, "analyses": analysed}))
+    return same and all(a["ok"] for a in analysed.values())
+
+
+GATES = """\
+[defaults]
+backend = "native"
+
+[[gate]]
+check = "ndcg@10 >= 0.1"
+
+[[gate]]
+check = "share(mrr >= 0.5) >= 0.1"
+"""
+
+
+def analyse(exe: str, name: str, run: Path, local: "Path | None", work: Path) -> dict:
+    """One analysis command over a Ray run's folder: wall seconds, peak RSS and whether it did what it
+    should (``gate``: every rule held, exit 0, the local run its baseline when there is one; ``diff``:
+    the local run and the Ray run the same, every mean difference 0)."""
+    if name == "gate":
+        drop = '\n[[gate]]\ncheck = "recall@10 drop <= 0"\n' if local else ""
+        (work / "gates.toml").write_text(GATES + drop)
+        cmd = [exe, "gate", str(run), "--config", str(work / "gates.toml"), "--json"]
+        cmd += ["--baseline", str(local)] if local else []
+    elif name == "diff":
+        if local is None:
+            raise SystemExit("--analyses diff needs the local run (--kinds with local)")
+        cmd = [exe, "diff", str(local), str(run), "--json"]
+    elif name == "report-json":
+        cmd = [exe, "report", str(run), "--format", "json", "--out", str(work / "report.json")]
+    else:
+        raise SystemExit(f"--analyses: unknown {name!r}; known: gate, diff, report-json")
+    out = work / f"{name}.out"
+    wall, peak = timed(cmd, stdout=out)
+    ok = True
+    if name == "diff":
+        ok = _all_zero(json.loads(out.read_text()))
+    print(f"{name} on the Ray run's folder: {wall:.1f} s, peak {peak:.0f} MiB, ok {ok}", flush=True)
+    return {"wall_s": round(wall, 2), "peak_mib": round(peak), "ok": ok}
+
+
+def _all_zero(diff: dict) -> bool:
+    """Whether ``diff --json`` found the two runs the same: no case worse or better, every mean
+    difference 0."""
+    totals = diff["totals"]
+    return totals["worse"] == 0 and totals["better"] == 0 and all(s["delta"] == 0 for s in diff["summary"])
 
 
 def part_judged(args) -> bool:
@@ -172,6 +244,8 @@ def main() -> int:
     p.add_argument("--cases", type=int, default=400)
     p.add_argument("--latency", type=float, default=0.2)
     p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--kinds", default="local,ray x1,ray x2", help="native: executors to run, comma-separated")
+    p.add_argument("--analyses", default="", help="native: gate, diff, report-json over the Ray run's folder")
     p.add_argument("--no-check", action="store_true")
     args = p.parse_args()
     ok = True

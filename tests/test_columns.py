@@ -5,7 +5,7 @@ import random
 import pytest
 
 from ragbridge.formats.plain_records import _joined_pairs
-from ragbridge.formats.record_lines import _SPELLINGS, _id_text_columns
+from ragbridge.formats.record_lines import _SPELLINGS, _id_column, _id_text_columns
 
 _columns = pytest.importorskip("ragbridge.formats._columns", reason="the package was built without it")
 
@@ -45,6 +45,21 @@ def test_split_pairs_gives_the_python_columns_of_every_ascii_body():
         assert got == _id_text_columns(body, between, middle), repr(body)
         taken, refused = taken + (got is not None), refused + (got is None)
     assert taken > 3000 and refused > 3000
+
+
+def test_split_ids_gives_the_python_ids_of_every_ascii_body():
+    """Bodies of chunks given as ids alone, right and wrong in every way `_id_column` looks for (a
+    separator of the other spelling, cut short or twice; an id empty, with a quote, a backslash, a
+    control character, DEL or a space at an end): the same ids, or the same refusal."""
+    taken = refused = 0
+    for body, between, middle in _bodies(30000, 5):
+        body = body.replace(middle, between) if random.Random(len(body)).random() < 0.8 else body
+        got = _columns.split_ids(body, between)
+        assert got == _id_column(body, between), repr(body)
+        taken, refused = taken + (got is not None), refused + (got is None)
+    assert taken > 3000 and refused > 3000
+    with pytest.raises(ValueError, match="ASCII"):
+        _columns.split_ids('é"}, {"id": "b', _SPELLINGS[0][1])
 
 
 def test_split_pairs_takes_ascii_text_alone():

@@ -512,3 +512,48 @@ def test_a_ranking_score_below_1_says_why(tmp_path):
     assert why[("q2", "recall@3")] is None and why[("q2", "map")] is None  # 1: nothing to explain
     assert all(why[("q3", m)] is None for m in ("recall@3", "hit@3", "mrr", "ndcg@3", "map"))
     assert why[("q3", "precision@3")] == "2 of the top 3 hold no relevant chunk (the list has 1 chunk)"
+
+
+# --------------------------------------------------------------------------- the same bits in every process
+
+_HASHED_RUN = """
+import json, random, sys
+from ragbridge.native import ranking as rk
+from ragbridge.schema import Case
+rng = random.Random(7)
+cases = []
+for q in range(300):
+    ids = [f"d{j}" for j in rng.sample(range(2000), 100)]
+    rel = {d: rng.randint(1, 3) for d in rng.sample(ids[:30], rng.randint(2, 12))}
+    cases.append(Case(id=f"q{q}", question="?", contexts=[{"id": d} for d in ids], relevant=rel))
+out = rk.evaluate(cases, ["ndcg@10", "ndcg", "map"])
+print(json.dumps({k: [float(x).hex() for x in v] for k, v in out.items()}))
+"""
+
+
+def test_values_are_the_same_bits_whatever_the_processs_string_hashing():
+    """Two processes (a run and its re-run, or the driver and a Ray worker) give the same values to
+    the last bit: a case's labels are summed in rank order, not in the order of a set, which follows
+    the process's string hashing (``PYTHONHASHSEED``)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    got = []
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        proc = subprocess.run([sys.executable, "-c", _HASHED_RUN], env=env, capture_output=True, text=True,
+                              check=True)
+        got.append(proc.stdout)
+    assert got[0] == got[1] == got[2]
+    # and they are the sums in rank order, as trec_eval makes them
+    ndcg = [float.fromhex(x) for x in json.loads(got[0])["ndcg@10"]]
+    scope: dict = {}
+    exec(_HASHED_RUN.split("out = ")[0], scope)
+    for c, value in zip(scope["cases"], ndcg):
+        ids = [x.id for x in c.contexts]
+        dcg = sum(c.relevant[d] / math.log2(r + 2) for r, d in enumerate(ids[:10]) if d in c.relevant)
+        best = sorted(c.relevant.values(), reverse=True)[:10]
+        ideal = sum(g / math.log2(r + 2) for r, g in enumerate(best))
+        assert value == min(dcg / ideal, 1.0)

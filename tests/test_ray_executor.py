@@ -107,6 +107,17 @@ def test_native_blocks_equal_local(tmp_path, ray_local):
     evaluate(cases, metrics=metrics, out=tmp_path / "local")
     evaluate(cases, metrics=metrics, out=tmp_path / "ray", executor=RayExecutor(native_block_rows=7))
     assert comparable(tmp_path / "local") == comparable(tmp_path / "ray")
+    # chunk ids alone, many graded labels: the sums of a case's labels are the same bits in the
+    # driver and in a worker (another process, its own string hashing)
+    cases = []
+    for i in range(200):
+        ids = [f"d{j}" for j in rng.sample(range(500), 50)]
+        rel = {d: rng.randint(1, 3) for d in rng.sample(ids[:20], rng.randint(3, 12))}
+        cases.append(Case(id=f"p{i}", question="q", contexts=[{"id": d} for d in ids], relevant=rel))
+    metrics = ["ndcg@10", "ndcg", "map"]
+    evaluate(cases, metrics=metrics, out=tmp_path / "local-ids")
+    evaluate(cases, metrics=metrics, out=tmp_path / "ray-ids", executor=RayExecutor(native_block_rows=64))
+    assert comparable(tmp_path / "local-ids") == comparable(tmp_path / "ray-ids")
 
 
 def test_one_judge_budget_and_rate_for_every_worker(tmp_path, example_cases, ray_local):

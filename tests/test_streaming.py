@@ -209,9 +209,11 @@ def column_steps(request, monkeypatch):
 
     if request.param == "python":
         monkeypatch.setattr(record_lines, "_split_pairs", None)
+        monkeypatch.setattr(record_lines, "_split_ids", None)
         monkeypatch.setattr(plain, "_interleave", plain._joined_pairs)
     else:
         assert record_lines._split_pairs is not None and plain._interleave is not plain._joined_pairs
+        assert record_lines._split_ids is not None
     return request.param
 
 

@@ -773,7 +773,7 @@ class ScoreBlock(ResultBlock):
         tail = (',"error":null,"judge_calls":0,"prompt_tokens":0,"completion_tokens":0,'
                 f'"seconds":{float(self.seconds)!r},"evidence":null}}\n')
         nums = ["null" if v is None else repr(v) for v in self._values()]
-        whys = ["null" if r is None else dumps(r) for r in self.reasons]
+        whys = ["null" if r is None else _json_string(r) for r in self.reasons]
         return "".join([f'{{"case_id":{cid}{head}{num}{native}{num},"passed":null,"reason":{why}{tail}'
                         for cid, num, why in zip(map(_json_string, self.case_ids), nums, whys)])
 

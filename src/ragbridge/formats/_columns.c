@@ -6,6 +6,9 @@
  * split_pairs(body, between, middle): an ASCII body of chunks, `id middle text between id middle
  *   text ...`, as (ids, texts), or None where it is not exactly that with ids that print (no space at
  *   either end) and texts not empty, neither holding a quote, a backslash or a control character.
+ * split_ids(body, between): an ASCII body of chunks given as ids alone, `id between id ...`, as the
+ *   list of ids, or None where it is not exactly that with ids that print, not empty, with no space at
+ *   either end and no quote or backslash.
  * interleave(ids, texts, middle, between): between.join(map(middle.join, zip(ids, texts))).
  */
 #define PY_SSIZE_T_CLEAN
@@ -110,6 +113,52 @@ error:
 }
 
 static PyObject *
+split_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t n, nb;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "split_ids(body, between) takes 2 arguments");
+        return NULL;
+    }
+    const char *s = ascii_data(args[0], &n, "body");
+    const char *b = s ? ascii_data(args[1], &nb, "between") : NULL;
+    if (b == NULL)
+        return NULL;
+    if (nb == 0 || b[0] != '"') {
+        PyErr_SetString(PyExc_ValueError, "between begins with a quote");
+        return NULL;
+    }
+    PyObject *ids = PyList_New(0);
+    if (ids == NULL)
+        return NULL;
+    Py_ssize_t pos = 0;
+    for (;;) {
+        /* an id: not empty, printing, no space at either end, up to the quote that opens `between` */
+        const char *q = memchr(s + pos, '"', n - pos);
+        Py_ssize_t end = q == NULL ? n : q - s;
+        if (end == pos || s[pos] == ' ' || s[end - 1] == ' ')
+            goto refuse;
+        for (Py_ssize_t i = pos; i < end; i++) {
+            unsigned char c = (unsigned char)s[i];
+            if (c < 0x20 || c == 0x7f || c == '\\')
+                goto refuse;
+        }
+        if (append_ascii(ids, s + pos, end - pos) < 0) {
+            Py_DECREF(ids);
+            return NULL;
+        }
+        if (q == NULL)
+            return ids;
+        if (n - end < nb || memcmp(s + end, b, nb) != 0)
+            goto refuse;
+        pos = end + nb;
+    }
+refuse:
+    Py_DECREF(ids);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
 interleave(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4) {
@@ -176,6 +225,8 @@ interleave(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef methods[] = {
     {"split_pairs", (PyCFunction)(void (*)(void))split_pairs, METH_FASTCALL,
      "split_pairs(body, between, middle): (ids, texts) of an ASCII body of chunks, or None."},
+    {"split_ids", (PyCFunction)(void (*)(void))split_ids, METH_FASTCALL,
+     "split_ids(body, between): the ids of an ASCII body of chunks given as ids alone, or None."},
     {"interleave", (PyCFunction)(void (*)(void))interleave, METH_FASTCALL,
      "interleave(ids, texts, middle, between): between.join(map(middle.join, zip(ids, texts)))."},
     {NULL, NULL, 0, NULL},

@@ -128,8 +128,9 @@ class InputCheck:
                           or (spans and any(s.get("grade", 1) > 0 for s in spans))):
             _count(self.no_contexts, case_id)
             return
+        idset = set(ids)
         if ids:
-            repeats = len(ids) - len(set(ids))
+            repeats = len(ids) - len(idset)
             if repeats:
                 self.repeated_ids += repeats
                 _count(self.repeated_cases, case_id)
@@ -152,7 +153,7 @@ class InputCheck:
         else:
             labels = {k for k, g in relevant.items() if g > 0}
         sources = () if chunks is None else map(dict.get, chunks, repeat("source"))
-        if (labels and (not labels.isdisjoint(ids) or not labels.isdisjoint(sources))) or (
+        if (labels and (not labels.isdisjoint(idset) or not labels.isdisjoint(sources))) or (
                 spanned and chunks is not None and _span_overlap(spans, chunks)):
             self.matching += 1
             return

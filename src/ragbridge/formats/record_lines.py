@@ -25,6 +25,10 @@ try:  # built with the package where a C compiler was found: `_id_text_columns` 
     from ._columns import split_pairs as _split_pairs
 except ImportError:  # pragma: no cover - the package built without it
     _split_pairs = None
+try:  # `_id_column` of an ASCII body, in C (not in a module built before it was added)
+    from ._columns import split_ids as _split_ids
+except ImportError:  # pragma: no cover - the package built without it
+    _split_ids = None
 
 __all__ = ["parse_record_line"]
 
@@ -92,7 +96,11 @@ def _cut_chunks(text: str) -> Optional[tuple[str, list[str], Optional[list[str]]
             return None
         ids, texts = columns
     else:
-        ids, texts = _id_column(body, between), None
+        if _split_ids is not None and body.isascii():
+            ids = _split_ids(body, between)
+        else:
+            ids = _id_column(body, between)
+        texts = None
         if ids is None:
             return None
     prefix, suffix = text[:start], text[end + 3:]
@@ -127,7 +135,8 @@ def _closing(text: str, at: str) -> int:
 
 def _id_column(body: str, between: str) -> Optional[list[str]]:
     """The ids of chunks given as ids alone (``body``: the text between the first chunk's opening
-    quote and the last one's closing quote), or None."""
+    quote and the last one's closing quote), or None. The compiled ``split_ids`` gives the same for
+    an ASCII ``body``, walking it once."""
     ids = body.split(between)
     # 4 quotes in `between` and none in an id; no escape or control character (nor any other
     # character that does not print: a stricter test than JSON's, and a C loop); no id blank (empty:
@@ -135,9 +144,10 @@ def _id_column(body: str, between: str) -> Optional[list[str]]:
     if body.count('"') != 4 * (len(ids) - 1) or "\\" in body or not body.isprintable():
         return None
     # an id empty (two quotes side by side, or a quote at an end) or with a space at its start or end
-    # (`between` holds no quote before a space and no space before its '"}'), or not in NFC: the
-    # line takes the normalising path, which says what is wrong
-    if not body or '""' in body or body[0] in '" ' or body[-1] in '" ' or '" ' in body or ' "}' in body:
+    # (a space beside `between`), or not in NFC: the line takes the normalising path, which says what
+    # is wrong
+    if not body or '""' in body or body[0] in '" ' or body[-1] in '" ' or between + " " in body \
+            or " " + between in body:
         return None
     if not body.isascii() and not unicodedata.is_normalized("NFC", body):
         return None

@@ -364,8 +364,11 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
             if hits:
                 hit_case_append(ci)
                 hit_n_append(len(hits))
-                rank_extend(map(ids.index, hits))
-                grade_extend(map(rel.__getitem__, hits))
+                # in rank order: a set's order follows the process's string hashing, and the sums
+                # over a case's labels (nDCG's DCG) must not change in their last bit between runs
+                at = sorted(map(ids.index, hits))
+                rank_extend(at)
+                grade_extend([rel[ids[i]] for i in at])
         else:
             slow.append(ci)
             next_group = _match_slow(ci, ids, ctx, rel, (), min_overlap, s_case, s_rank, s_new,
@@ -591,9 +594,8 @@ def missed_labels(ids: list, chunks: Optional[list], rel: Optional[dict], spans:
         if sources is None or rel.keys().isdisjoint(sources):  # ids alone: look up the labels missed
             top = set(ids[:k])
             missed = [label for label, g in rel.items() if g >= 1 and label not in top]
-            if missed:  # the ranks of the labels named
-                rank = dict(zip(ids[k:], range(k + 1, len(ids) + 1))).get
-                missed = [(label, rank(label)) for label in missed]
+            # the ranks of the labels named (three at most: the others are counted)
+            missed[:3] = [(label, _rank_after(ids, label, k)) for label in missed[:3]]
         else:
             first: dict = {}
             for i, cid in enumerate(ids):
@@ -611,6 +613,14 @@ def missed_labels(ids: list, chunks: Optional[list], rel: Optional[dict], spans:
         if why:
             parts.append(why)
     return "; ".join(parts) or None
+
+
+def _rank_after(ids: list, label: str, k: int) -> Optional[int]:
+    """The rank of ``label`` among ``ids`` below the top ``k`` (it is not in them), None if absent."""
+    try:
+        return ids.index(label, k) + 1
+    except ValueError:
+        return None
 
 
 def reasons(cases: Any, r: Ranked, metric: str, values: np.ndarray,
