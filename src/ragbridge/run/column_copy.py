@@ -29,7 +29,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .columns import _EXTRA, CaseIndex, Column, RunColumns, ScoreStore
+from .columns import EXTRA_FIELDS, CaseIndex, Column, RunColumns, ScoreStore
 
 __all__ = ["COPY_NAME", "file_keys", "load_copy", "save_copy"]
 
@@ -81,7 +81,7 @@ def save_copy(folder: Path, columns: RunColumns, keys: list, pass_at_least: Opti
     }
     described_columns = []
     for k, ((backend, metric), col) in enumerate(columns.columns.items()):
-        extras = [name for name in _EXTRA if getattr(col, name) is not None]
+        extras = [name for name in EXTRA_FIELDS if getattr(col, name) is not None]
         described_columns.append([backend, metric, extras])
         for name in ("value", "status", "places", *extras):
             arrays[f"c{k}_{name}"] = getattr(col, name)
