@@ -567,3 +567,46 @@ def test_a_case_of_ten_thousand_chunks_shows_its_first_and_its_relevant_ones(tmp
     b = _browse(tmp_path, page.as_uri(), "--dump-dom")
     assert b.returncode == 0, b.stderr[-2000:]
     assert 'data-report-ready="1"' in re.search(r"<html[^>]*>", b.stdout).group(0)
+
+
+@pytest.mark.slow
+def test_the_page_keeps_to_its_size_budget_and_chromium_opens_it(large_run, tmp_path):
+    from ragbridge.formats import write_cases
+    from ragbridge.report.html import SIZE_BUDGET
+
+    # a run past the page's budget (as a million cases, or cases of 10,000 chunks, are past 20 MB):
+    # the same page under a budget a small run exceeds
+    budget = 200_000
+    default = rep.render_html(large_run["run"], n_resamples=0)
+    assert len(default.encode("utf-8")) > budget and len(large_run["html"].encode("utf-8")) < SIZE_BUDGET
+    h = rep.render_html(large_run["run"], n_resamples=0, budget=budget)
+    assert len(h.encode("utf-8")) <= budget
+    pages = re.findall(r'<pre class="crows"[^>]*>(.*?)</pre>', h, re.S)
+    n_lines = sum(text.count("\n") - 1 for text in pages)
+    shown = re.search(r"(\d+) of the (\d+) cases are shown in full", h)
+    rest = N_LARGE - int(shown.group(1))
+    assert 0 < n_lines < rest and f"A uniform sample of the other {rest} follows" in h
+    assert f"{n_lines} cases, one in " in h
+    # the figures above the lines are still over every case
+    assert f"over all {N_LARGE} cases" in h
+    page = tmp_path / "budget.html"
+    page.write_text(h, encoding="utf-8")
+    b = _browse(tmp_path, page.as_uri(), "--dump-dom")
+    assert b.returncode == 0, b.stderr[-2000:]
+    assert 'data-report-ready="1"' in re.search(r"<html[^>]*>", b.stdout).group(0)
+
+    # cases of 10,000 chunks each, of long texts: the cases in full keep to two fifths of the budget
+    cases = [Case(id=f"wide-{q}", question=f"question {q}", answer="an answer",
+                  contexts=[Chunk(id=f"w{q}-{i}", text=f"w{q}-{i} " + "word " * 200) for i in range(10_000)],
+                  relevant={f"w{q}-3": 2, f"w{q}-9000": 1})
+             for q in range(4)]
+    write_cases(cases, tmp_path / "wide.jsonl")
+    run = tmp_path / "wide-run"
+    r = ragbridge_cli("run", tmp_path / "wide.jsonl", "--out", run, "--backend", "native", "--metric",
+                      "recall@10", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    h = rep.render_html(run, n_resamples=0, budget=budget)
+    assert len(h.encode("utf-8")) <= budget and "would make the page too large to open" in h
+    page.write_text(h, encoding="utf-8")
+    b = _browse(tmp_path, page.as_uri(), "--dump-dom")
+    assert 'data-report-ready="1"' in re.search(r"<html[^>]*>", b.stdout).group(0)

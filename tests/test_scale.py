@@ -93,7 +93,8 @@ def test_json_outputs_are_the_indented_document_byte_for_byte():
     from ragbridge.report.text import json_chunks, json_escaped
 
     rng = random.Random(3)
-    plain = [None, True, False, 0, -7, 10**30, 1.5, -0.0, 1e-300, 3.5e20, "", "é\n\"\\\x01\x1b\u202e", "xyz"]
+    plain = [None, True, False, 0, -7, 10**30, 1.5, -0.0, 1e-300, 3.5e20, "", "é\n\"\\\x01\x1b\u202e", "xyz",
+             "a\x000\x00"]
 
     def value(depth):
         r = rng.random()
@@ -103,8 +104,8 @@ def test_json_outputs_are_the_indented_document_byte_for_byte():
             return [value(depth + 1) for _ in range(300 if rng.random() < 0.03 else rng.randint(0, 4))]
         if r < 0.8:
             return tuple(value(depth + 1) for _ in range(rng.randint(0, 3)))
-        return {(rng.choice([1, 2.5, True, None]) if rng.random() < 0.1 else f"k{i}"): value(depth + 1)
-                for i in range(rng.randint(0, 5))}
+        return {(rng.choice([1, 2.5, True, None, "\x000\x00"]) if rng.random() < 0.1 else f"k{i}"):
+                value(depth + 1) for i in range(rng.randint(0, 5))}
 
     for t in range(500):
         made = [value(2) for _ in range(7)]

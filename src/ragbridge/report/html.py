@@ -401,9 +401,10 @@ def cases_in_full(data: dict[str, Any], cols: Any, limit: int = FULL_CASES) -> n
     return np.sort(matter[rank[:limit]])
 
 
-def _shown(run: Run, data: dict[str, Any], full: np.ndarray) -> tuple[list[dict[str, Any]], int]:
+def _shown(run: Run, data: dict[str, Any], full: np.ndarray, budget: int = FULL_BUDGET
+           ) -> tuple[list[dict[str, Any]], int]:
     """The cases ``full`` with their texts, each with at most `CHUNKS_SHOWN` chunks (and the relevant
-    ones after them), as many as fit `FULL_BUDGET`; and how many of ``full`` did not fit."""
+    ones after them), as many as fit ``budget`` bytes; and how many of ``full`` did not fit."""
     k = (data["run"].get("options") or {}).get("k")
     flips = {(d["metric"], d["case_id"]) for d in data["disagreements"] if d["verdicts_differ"]}
     th = Thresholds(by_pair=dict(_marks(data)))
@@ -413,7 +414,7 @@ def _shown(run: Run, data: dict[str, Any], full: np.ndarray) -> tuple[list[dict[
         size = sum(len(str(ch.get("text") or "")) + len(ch["id"]) + 60 for ch in c["contexts"]) \
             + sum(len(str(c.get(x) or "")) for x in ("question", "answer", "reference")) \
             + sum(len(str(s.get("reason") or s.get("error") or "")) + 80 for s in c["scores"])
-        if out and spent + size > FULL_BUDGET:
+        if out and spent + size > budget:
             break
         spent += size
         out.append(c)
@@ -437,6 +438,7 @@ def _compact(run: Run, data: dict[str, Any], rest: np.ndarray) -> list[dict[str,
     marks = _marks(data)
     f = _flags(data, cols)
     keys = [(r["backend"], r["metric"]) for r in data["summary"]]
+    passed = {(b, m): cols.column(b, m).verdicts(marks[(b, m)]) for b, m in keys}  # once a column
     out = []
     for batch in cols.cases.batches(rest, views=True):
         for i, c in batch:
@@ -449,7 +451,7 @@ def _compact(run: Run, data: dict[str, Any], rest: np.ndarray) -> list[dict[str,
                 scored = code == SCORED
                 scores.append({"metric": m, "backend": b, "status": STATUS_NAMES[code],
                                "value": float(col.value[i]) if scored else None,
-                               "passed": bool(col.verdicts(marks[(b, m)])[i]) if scored else None})
+                               "passed": bool(passed[(b, m)][i]) if scored else None})
             out.append({"id": cols.cases.ids[i], "question": c.question if c is not None else "",
                         "tags": list(c.tags) if c is not None else [], "scores": scores,
                         "flags": {"error": bool(f["error"][i]), "undefined": bool(f["undefined"][i]),
@@ -554,19 +556,22 @@ def _script_hash(script: str) -> str:
 
 
 def render_html(run: Union[Run, str, Path], data: Optional[dict] = None, full: int = FULL_CASES,
-                **kw) -> str:
+                budget: int = SIZE_BUDGET, **kw) -> str:
     """The self-contained HTML report: ``full`` cases at most in full (`cases_in_full`), the others
-    one score row each (`compact_pages`). ``kw``: the options of `report_data`."""
+    one score row each (`compact_pages`), the page within ``budget`` bytes (UTF-8). ``kw``: the
+    options of `report_data`."""
     import io
 
     buffer = io.StringIO()
-    write_html(run, buffer, data, full, **kw)
+    write_html(run, buffer, data, full, budget, **kw)
     return buffer.getvalue()
 
 
 def write_html(run: Union[Run, str, Path], out: TextIO, data: Optional[dict] = None, full: int = FULL_CASES,
-               **kw) -> None:
-    """Write the self-contained HTML report (`render_html`) to ``out``."""
+               budget: int = SIZE_BUDGET, **kw) -> None:
+    """Write the self-contained HTML report (`render_html`) to ``out``: the cases in full within
+    `FULL_BUDGET` (or two fifths of ``budget``, the less), the one-line cases sampled more sparsely
+    until the page fits ``budget`` bytes."""
     import jinja2
     from markupsafe import Markup
 
@@ -590,23 +595,34 @@ def write_html(run: Union[Run, str, Path], out: TextIO, data: Optional[dict] = N
     tag_idx = {t: {(r["metric"], r["backend"]): r for r in rows}
                for t, rows in data["summary_by_tag"].items()}
     chosen = cases_in_full(data, cols, full)
-    shown, left = _shown(run, data, chosen)
+    shown, left = _shown(run, data, chosen, min(FULL_BUDGET, budget * 2 // 5))
     if left:  # past the budget: the cases that did not fit are one line each, like the rest
         chosen = chosen[:len(shown)]
     rest = np.setdiff1d(np.arange(len(cols.cases)), chosen, assume_unique=True)
     step = max(1, math.ceil(len(rest) / COMPACT_ROWS))
-    lines = rest[::step]
     columns = [(r["metric"], r["backend"]) for r in data["summary"]]
     csp = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
            f"script-src '{_script_hash(script)}'; base-uri 'none'; form-action 'none'")
     diagnosis = data.get("diagnosis")
     listed = listed_by_layer(diagnosis, DIAGNOSIS_LISTED) if diagnosis and diagnosis["n_failing"] else {}
-    for piece in env.get_template("report.html").generate(
-        d=data, plots=p, colors=p["colors"], style=Markup(style), script=Markup(script), csp=Markup(csp),
-        summary_idx=summary_idx, tag_idx=tag_idx, svg=Markup, cases=shown, n_compact=len(rest),
-        n_lines=len(lines), sample_step=step, n_over_budget=left,
-        compact=Markup(compact_pages(_compact(run, data, lines), columns)),
-        grid=grid(data, shown, cols.cases.all_tags()), listed=DIAGNOSIS_LISTED, diagnosis_listed=listed,
-        missed=MISSED, chunks_shown=CHUNKS_SHOWN, reused_lines=reused_lines(data.get("reused_from")),
-    ):
+    template = env.get_template("report.html")
+    the_grid = grid(data, shown, cols.cases.all_tags())
+    while True:
+        lines = rest[::step] if step <= len(rest) else rest[:0]
+        compact = compact_pages(_compact(run, data, lines), columns)
+        pieces = list(template.generate(
+            d=data, plots=p, colors=p["colors"], style=Markup(style), script=Markup(script), csp=Markup(csp),
+            summary_idx=summary_idx, tag_idx=tag_idx, svg=Markup, cases=shown, n_compact=len(rest),
+            n_lines=len(lines), sample_step=step, n_over_budget=left, compact=Markup(compact),
+            grid=the_grid, listed=DIAGNOSIS_LISTED, diagnosis_listed=listed, missed=MISSED,
+            chunks_shown=CHUNKS_SHOWN, reused_lines=reused_lines(data.get("reused_from")),
+        ))
+        size = sum(len(piece.encode("utf-8")) for piece in pieces)
+        if size <= budget or not len(lines):
+            break
+        # over: the lines sampled more sparsely, so that they take what is left of the budget
+        lines_size = len(compact.encode("utf-8"))
+        room = lines_size - (size - budget) - 4096
+        step = step * math.ceil(lines_size / room) if room > 0 else len(rest) + 1
+    for piece in pieces:
         out.write(piece)

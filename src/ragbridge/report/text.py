@@ -214,12 +214,45 @@ def _text(o: Any, level: int, flat: dict) -> str:
                                            separators=("," + inner, ": ")).encode
         text = flat[level](o)
         return text[0] + inner + text[1:-1] + "\n" + "  " * level + text[-1]
+    if is_dict and type(o) is dict:
+        got = _row_text(o, level, flat, inner)
+        if got is not None:
+            return got
     if is_dict:
         parts = [_key(k) + ": " + _text(v, level + 1, flat) for k, v in o.items()]
     else:
         parts = [_text(v, level + 1, flat) for v in o]
     return ("{" if is_dict else "[") + inner + ("," + inner).join(parts) + "\n" + "  " * level \
         + ("}" if is_dict else "]")
+
+
+def _row_text(o: dict, level: int, flat: dict, inner: str) -> Any:
+    """A dict of plain values and lists of plain values (a row: a case's tags among its fields) by the C
+    encoder, each list written in its place at the level below; None for any other dict."""
+    lists = {}
+    for k, v in o.items():
+        t = type(v)
+        if t is list or t is tuple:
+            if not all(type(x) in _SCALARS for x in v):
+                return None
+            lists[k] = v
+        elif t not in _SCALARS or (t is str and "\x00" in v):
+            return None
+        if type(k) is not str or "\x00" in k:
+            return None
+    if not lists:
+        return None
+    marks = {k: f"\x00{n}\x00" for n, k in enumerate(lists)}
+    if level not in flat:
+        import json
+
+        flat[level] = json.JSONEncoder(ensure_ascii=False, allow_nan=False,
+                                       separators=("," + inner, ": ")).encode
+    text = flat[level]({k: marks.get(k, v) for k, v in o.items()})
+    for k, v in lists.items():
+        mark = marks[k]
+        text = text.replace(f'"\\u0000{mark[1:-1]}\\u0000"', _text(v, level + 1, flat), 1)
+    return text[0] + inner + text[1:-1] + "\n" + "  " * level + text[-1]
 
 
 def _key(key: Any) -> str:
@@ -281,12 +314,27 @@ def records(frame) -> list[dict[str, Any]]:
     return jsonable(frame.to_dict("records"))
 
 
+def _plain(v: Any) -> bool:
+    """Whether ``v`` is JSON-ready as it is: a plain value (a finite float) or a list of them."""
+    t = type(v)
+    if t is float:
+        return math.isfinite(v)
+    if t is list:
+        return all(type(x) in _PLAIN or (type(x) is float and math.isfinite(x)) for x in v)
+    return t in _PLAIN
+
+
+_PLAIN = (str, int, bool, type(None))
+
+
 def jsonable(obj: Any) -> Any:
     """``obj`` with DataFrames as row lists, NaN and infinities as None, numpy and paths as plain types."""
     if obj is None or isinstance(obj, (bool, str, int)):
         return obj
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
+    if type(obj) is dict and all(type(k) is str and _plain(v) for k, v in obj.items()):
+        return obj  # JSON-ready as it is (a row of a large output: no copy)
     if isinstance(obj, dict):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if type(obj) is not list and isinstance(obj, list) and hasattr(obj, "mapped"):

@@ -304,6 +304,8 @@ class Repeats:
 _EXTRA = {"judge_calls": (np.int64, 0), "prompt_tokens": (np.int64, 0), "completion_tokens": (np.int64, 0),
           "seconds": (np.float64, 0.0), "cost": (np.float64, np.nan), "claims": (np.int32, -1),
           "unsupported": (np.int32, 0), "ragchecker": (np.float64, np.nan), "cached": (np.bool_, False)}
+#: the names of those arrays (a `Column`'s attributes, None until written)
+EXTRA_FIELDS = tuple(_EXTRA)
 
 
 class Column:

@@ -63,7 +63,7 @@ __all__ = ["FINGERPRINT_OF", "JUDGE_IDENTITY", "RUN_FILES", "HEARTBEAT_SECONDS",
            "alive"]
 
 RUN_FILES = ("run.json", "scores.jsonl", "cases.jsonl", "judge-audit.jsonl", "judge-calls.log",
-             "target.jsonl")
+             "target.jsonl", "columns.npz")
 HEARTBEAT_SECONDS = 2.0
 
 

@@ -49,6 +49,7 @@ from ..formats.files import DatasetError, check_parsed, jsonl_lines, parse_json
 from ..formats.plain_records import good_id
 from ..schema import Case, RunManifest, Score, clean_id
 from ..limits import MAX_REPEATS  # a recorded repeat index is below it
+from .column_copy import file_keys, load_copy, save_copy
 from .columns import (ERROR, NOT_RUN, SCORED, UNDEFINED, CaseIndex, ColumnsBuilder, RunColumns, ScoreStore,
                       golden_digest)
 
@@ -534,8 +535,15 @@ def read_case_index(path: Path) -> CaseIndex:
                 places.append(at)
         if blank:
             raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
-    return CaseIndex(ids, tags, np.array(answerable, bool), np.array(places, np.int64), golden,
-                     lambda at: _cases_at(path, at), contents=lambda: _contents(path),
+    return _index_over(path, ids, tags, np.array(answerable, bool), np.array(places, np.int64), golden)
+
+
+def _index_over(path: Path, ids: list[str], tags: list[tuple[str, ...]], answerable: np.ndarray,
+                places: np.ndarray, golden: list[Optional[bytes]], described: Optional[int] = None
+                ) -> CaseIndex:
+    """A `CaseIndex` of these cases whose lines are in ``path`` (a run folder's ``cases.jsonl``)."""
+    return CaseIndex(ids, tags, answerable, places, golden, lambda at: _cases_at(path, at),
+                     described=described, contents=lambda: _contents(path),
                      heads=lambda at: _heads_at(path, at), views=lambda at: _views_at(path, at))
 
 
@@ -594,8 +602,13 @@ def read_columns(folder: Path, pass_at_least: Optional[int] = None) -> RunColumn
     `score_from_line` checks it (the line as a run writes it at once, any other field by field), the
     last per (case, metric, backend, repeat) winning and a last line cut short by a killed run dropped
     (``dropped``), as `read_scores` reads them. ``pass_at_least``: the run's ``--pass-repeats``."""
-    cases = read_case_index(folder / "cases.jsonl")
     path = folder / "scores.jsonl"
+    keys = file_keys(folder)
+    copied = load_copy(folder, pass_at_least, FileStore(path),
+                       lambda *index: _index_over(folder / "cases.jsonl", *index))
+    if copied is not None:
+        return copied
+    cases = read_case_index(folder / "cases.jsonl")
     builder = ColumnsBuilder(cases, FileStore(path))
     dropped = 0
     if path.exists():
@@ -611,6 +624,7 @@ def read_columns(folder: Path, pass_at_least: Optional[int] = None) -> RunColumn
             dropped = 1
     got = builder.finish(pass_at_least)
     got.dropped = dropped
+    save_copy(folder, got, keys, pass_at_least)
     return got
 
 

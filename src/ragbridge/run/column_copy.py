@@ -1,0 +1,145 @@
+"""A compact copy of a run folder's columns (``columns.npz``): what every later reader reads instead of
+parsing ``cases.jsonl`` and ``scores.jsonl`` again.
+
+Reading a run's columns (`ragbridge.run.recorded.read_columns`) parses and checks every line of both
+files: about as much work as the run's own reading of its golden set, and every command that reads
+the run (gate, diff, compare, report...) paid it again, twice for the commands that read two runs.
+The first reading of a finished run's folder writes what it found beside them, as NumPy arrays in
+one uncompressed ``.npz`` (no pickles): the case index (ids, tags, ``answerable``, each case's line
+offset and golden digest) and every column's values, statuses, places and per-score arrays (a few
+bytes a score: about 130 MB for a million cases of six metrics). Later readings load it in a
+fraction of a second.
+
+The copy names the two files it was made from by size, modification time (nanoseconds) and inode;
+it is used only while both are exactly those (a run resumed, a score line edited or a file restored
+changes them, and the files are read and checked again). A run still being written is not copied:
+the files are checked unchanged from before to after the reading. A folder that cannot be written
+(read-only, another owner) is read as before, without a copy. A run with repeats (``--repeats``) is
+not copied (its collapsed slots read their scores back when its columns are made). ``--overwrite``
+removes the copy with the run's other files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from .columns import EXTRA_FIELDS, CaseIndex, Column, RunColumns, ScoreStore
+
+__all__ = ["COPY_NAME", "file_keys", "load_copy", "save_copy"]
+
+COPY_NAME = "columns.npz"
+#: the layout of the copy; a copy of another layout is read as absent
+VERSION = 1
+_SOURCES = ("cases.jsonl", "scores.jsonl")
+
+
+def file_keys(folder: Path) -> list[Optional[list[int]]]:
+    """Size, modification time (ns) and inode of each of the run's files the copy is made from (None
+    for a file that is not there)."""
+    out: list[Optional[list[int]]] = []
+    for name in _SOURCES:
+        try:
+            st = os.stat(folder / name)
+        except OSError:
+            out.append(None)
+        else:
+            out.append([st.st_size, st.st_mtime_ns, st.st_ino])
+    return out
+
+
+def save_copy(folder: Path, columns: RunColumns, keys: list, pass_at_least: Optional[int]) -> bool:
+    """Write ``columns`` (read from ``folder`` when its files were ``keys``) as the folder's copy, if
+    the files are still ``keys`` and the folder can be written; whether it was written. Nothing but a
+    copy in place or none: a failure leaves no file."""
+    from ..formats.files import DatasetError, atomic_path
+
+    if keys != file_keys(folder) or columns.repeats > 1 or any(
+            c.repeats is not None for c in columns.columns.values()):
+        return False
+    index = columns.cases
+    n = len(index)
+    table: dict[tuple[str, ...], int] = {}
+    tag_codes = np.fromiter((table.setdefault(t, len(table)) for t in index.tags), np.int32, n)
+    golden = np.zeros((n, 16), np.uint8)
+    has_golden = np.zeros(n, bool)
+    for i, g in enumerate(index.golden):
+        if g is not None:
+            golden[i] = np.frombuffer(g, np.uint8)
+            has_golden[i] = True
+    encoded = [cid.encode("utf-8") for cid in index.ids]
+    id_ends = np.cumsum(np.fromiter(map(len, encoded), np.int64, n), dtype=np.int64)
+    arrays: dict[str, np.ndarray] = {
+        "ids": np.frombuffer(b"".join(encoded), np.uint8), "id_ends": id_ends, "tags": tag_codes,
+        "answerable": np.asarray(index.answerable, bool), "places": np.asarray(index.places, np.int64),
+        "golden": golden, "has_golden": has_golden,
+    }
+    described_columns = []
+    for k, ((backend, metric), col) in enumerate(columns.columns.items()):
+        extras = [name for name in EXTRA_FIELDS if getattr(col, name) is not None]
+        described_columns.append([backend, metric, extras])
+        for name in ("value", "status", "places", *extras):
+            arrays[f"c{k}_{name}"] = getattr(col, name)
+    meta = {"version": VERSION, "files": keys, "pass_at_least": pass_at_least, "cases": n,
+            "described": index.described, "dropped": columns.dropped, "tag_table": [list(t) for t in table],
+            "columns": described_columns}
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), np.uint8)
+    try:
+        with atomic_path(folder / COPY_NAME) as tmp:
+            with open(tmp, "wb") as f:
+                np.savez(f, **arrays)
+            if keys != file_keys(folder):  # written to while it was read: no copy
+                raise OSError("changed")
+    except (OSError, DatasetError):  # not writable, or not a file there (refused): no copy
+        return False
+    return True
+
+
+def load_copy(folder: Path, pass_at_least: Optional[int], store: ScoreStore,
+              index_of: Callable[..., CaseIndex]) -> Optional[RunColumns]:
+    """The folder's columns from its copy, or None when there is none or it is not of the files as
+    they are now (or of another ``pass_at_least``, or unreadable). ``index_of(ids, tags, answerable,
+    places, golden, described)``: the `CaseIndex` over the folder's ``cases.jsonl``."""
+    path = folder / COPY_NAME
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as got:
+            meta = json.loads(bytes(got["meta"]).decode("utf-8"))
+            if meta.get("version") != VERSION or meta.get("files") != file_keys(folder) \
+                    or meta.get("pass_at_least") != pass_at_least:
+                return None
+            n = int(meta["cases"])
+            blob = got["ids"].tobytes()
+            ends = got["id_ends"].tolist()
+            starts = [0, *ends[:-1]]
+            ids = [blob[a:b].decode("utf-8") for a, b in zip(starts, ends)]
+            table = [tuple(t) for t in meta["tag_table"]]
+            tags = [table[c] for c in got["tags"].tolist()]
+            golden_arr, has = got["golden"], got["has_golden"]
+            golden_bytes = golden_arr.tobytes()
+            golden: list[Optional[bytes]] = [golden_bytes[16 * i:16 * i + 16] if h else None
+                                             for i, h in enumerate(has.tolist())]
+            index = index_of(ids, tags, got["answerable"].astype(bool), got["places"].astype(np.int64),
+                             golden, int(meta["described"]))
+            columns: dict[tuple[str, str], Column] = {}
+            for k, (backend, metric, extras) in enumerate(meta["columns"]):
+                col = Column(backend, metric, 0, store)
+                for name in ("value", "status", "places", *extras):
+                    arr = got[f"c{k}_{name}"]
+                    if len(arr) != n:
+                        return None
+                    setattr(col, name, arr)
+                columns[(backend, metric)] = col
+    except (OSError, ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, zipfile.BadZipFile,
+            EOFError):
+        return None
+    if len(ids) != n or len(tags) != n:
+        return None
+    return RunColumns(index, columns, repeats=1, dropped=int(meta["dropped"]))
+
