@@ -155,3 +155,44 @@ def test_backends_shows_the_range_whether_the_installed_version_is_in_it_and_the
     monkeypatch.setattr(RagasBackend, "supports", ">=9")
     listed = " ".join(ragbridge_cli("backends", env={"COLUMNS": "80"}).stdout.split())
     assert f"ragas {installed} (not supported: ragas>=9)" in listed
+
+
+class MyLibStrict(MyLib):
+    """The newer version, refusing the judge's reply on every case but the first (as DeepEval 4.3.1
+    refuses an explained verdict 3.9.9 reads as no)."""
+
+    async def score(self, metric, cases, ctx):
+        for i, c in enumerate(cases):
+            if i == 0:
+                yield Score(case_id=c.id, metric=metric, backend=self.name, value=1.0)
+            else:
+                yield Score(case_id=c.id, metric=metric, backend=self.name,
+                            error="reply unusable: verdict 'Yes, it states this' is not yes or no")
+
+
+def test_compare_and_the_report_name_the_cases_one_version_scored_and_the_other_errored_on(
+        mylib, tmp_path, monkeypatch):
+    """No figure counts a case only one version scored; compare's answer line, its JSON and the
+    report's disagreement table list them, each side's value or error."""
+    monkeypatch.setattr(MyLib, "score", MyLibStrict.score)
+    out = tmp_path / "run"
+    evaluate(load_cases(EXAMPLE)[:6], backends=["mylib==1.2", "mylib"], metrics=["relevance"], out=out)
+    done = ragbridge_cli("compare", out, env={"COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "1 of 6 cases compared" in text and "5 scored by one, errored at another" in text
+    assert "Scored by one backend, errored at another: relevance, 5 case(s)" in text
+    assert "scored by mylib==1.2, errored at mylib" in text and "mylib error: reply unusable" in text
+    data = json.loads(ragbridge_cli("compare", out, "--json").stdout)
+    one = data["scored_by_one"]
+    assert len(one) == 5 and {r["scored"] for r in one} == {"mylib==1.2"}
+    assert {r["errored"] for r in one} == {"mylib"} and all(r["mylib.status"] == "error" for r in one)
+    assert all(r["mylib.reason"].startswith("reply unusable") for r in one)
+    assert all(isinstance(r["mylib==1.2.value"], float) for r in one)
+    for fmt, name in (("md", "r.md"), ("json", "r.json"), ("html", "r.html")):
+        done = ragbridge_cli("report", out, "--format", fmt, "-o", tmp_path / name)
+        assert done.returncode == 0, done.stderr
+    listed = [d for d in json.loads((tmp_path / "r.json").read_text())["disagreements"] if d["scored_by_one"]]
+    assert {d["case_id"] for d in listed} == {r["case_id"] for r in one}
+    assert (tmp_path / "r.md").read_text().count("scored by one, errored at another") == 5
+    assert "scored by one, errored at another" in (tmp_path / "r.html").read_text()
