@@ -196,3 +196,31 @@ def test_compare_and_the_report_name_the_cases_one_version_scored_and_the_other_
     assert {d["case_id"] for d in listed} == {r["case_id"] for r in one}
     assert (tmp_path / "r.md").read_text().count("scored by one, errored at another") == 5
     assert "scored by one, errored at another" in (tmp_path / "r.html").read_text()
+
+
+def test_trend_and_gate_warn_when_a_backends_library_version_changed_between_the_runs(
+        mylib, tmp_path, monkeypatch):
+    """diff, trend and gate --baseline say the same thing when mylib moved from 1.3 to 1.4 (runs made
+    in one second are ordered by folder name)."""
+    cases = load_cases(EXAMPLE)[:6]
+    monkeypatch.setattr(MyLib, "at", "1.3")
+    evaluate(cases, backends=["mylib"], out=tmp_path / "r1-old")
+    monkeypatch.setattr(MyLib, "at", "1.4")
+    evaluate(cases, backends=["mylib"], out=tmp_path / "r2-new")
+    said = "backend mylib version changed: 1.3 -> 1.4"
+    done = ragbridge_cli("diff", tmp_path / "r1-old", tmp_path / "r2-new")
+    assert said in " ".join(done.stdout.split()), done.stdout + done.stderr
+    data = json.loads(ragbridge_cli("trend", tmp_path / "r1-old", tmp_path / "r2-new", "--json").stdout)
+    assert any(said in w for w in data["warnings"]), data["warnings"]
+    done = ragbridge_cli("trend", tmp_path / "r1-old", tmp_path / "r2-new", env={"COLUMNS": "80"})
+    assert done.returncode == 0 and said in " ".join(done.stderr.split()), done.stdout + done.stderr
+    (tmp_path / "gates.toml").write_text('[[gate]]\ncheck = "relevance drop <= 0.5"\n')
+    done = ragbridge_cli("gate", tmp_path / "r2-new", "--baseline", tmp_path / "r1-old",
+                         "--config", tmp_path / "gates.toml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"warning: baseline: {said}" in " ".join(done.stdout.split())
+    monkeypatch.setattr(MyLib, "at", "1.3")
+    evaluate(cases, backends=["mylib"], out=tmp_path / "r3-same")
+    quiet = json.loads(ragbridge_cli("trend", tmp_path / "r1-old", tmp_path / "r3-same",
+                                      "--json").stdout)
+    assert not any("version changed" in w for w in quiet["warnings"])

@@ -525,6 +525,17 @@ def _keys(base_run: Run, bcols: Any, new_run: Run, ncols: Any, backends, metrics
     return common, only_base, sorted(k for k in n_keys - b_keys if keep(k))
 
 
+def version_change_warnings(base_run: Run, new_run: Run, backends: Iterable[str]) -> list[str]:
+    """``backend B version changed: OLD -> NEW`` for each of ``backends`` whose library version (in
+    the runs' ``run.json``) differs between the runs: diff, trend and gate warn with it."""
+    out = []
+    for b in sorted(backends):
+        vb, vn = base_run.manifest.backends.get(b), new_run.manifest.backends.get(b)
+        if vb != vn:
+            out.append(f"backend {b} version changed: {vb} -> {vn}")
+    return out
+
+
 def _setup_changes(base_run: Run, new_run: Run, common) -> list[str]:
     """Warnings for what changed between the runs besides the system: options, backend versions,
     rubrics, the judge model."""
@@ -533,10 +544,7 @@ def _setup_changes(base_run: Run, new_run: Run, common) -> list[str]:
     for opt in sorted(set(b_opts) | set(n_opts)):
         if opt != "backend_options" and b_opts.get(opt) != n_opts.get(opt):
             out.append(f"the runs used different option {opt}: {b_opts.get(opt)!r} vs {n_opts.get(opt)!r}")
-    for b in sorted({k[0] for k in common}):
-        vb, vn = base_run.manifest.backends.get(b), new_run.manifest.backends.get(b)
-        if vb != vn:
-            out.append(f"backend {b} version changed: {vb} -> {vn}")
+    out += version_change_warnings(base_run, new_run, {k[0] for k in common})
     for (b, m), digests in sorted(definition_changes(base_run, new_run).items()):
         if (b, m) in common:
             out.append(definition_change_message(b, m, digests))

@@ -96,12 +96,13 @@ from ..diff import (
     definition_changes,
     noise_of,
     require_complete,
+    version_change_warnings,
 )
 from ..noise import check_repeats
 from ..thresholds import Thresholds
 from ..stats import group_seed
 from ..table import open_run
-from ..trend import expand_runs, order_runs, started_at
+from ..trend import expand_runs, order_runs, started_at, version_steps
 from .config import GateConfig, GateConfigError, Rule, load_gates, parse_gates, where
 from .kinds import KINDS, GateContext, Measurement, RuleKind, register
 from .verdict import decide
@@ -338,7 +339,11 @@ def run_gates(
 
     warnings: list[str] = [f"history: {h.path} did not finish (status {h.manifest.status}); its means "
                            "are of what it scored" for h in series[:-1] if h.manifest.status != "complete"]
+    warnings += [f"history: {w}" for w in version_steps(series, set(scored_by))]
     redefined = definition_changes(base, run) if base is not None else {}
+    if base is not None:
+        warnings += [f"baseline: {w}" for w in version_change_warnings(
+            base, run, set(scored_by) & set(base.manifest.backends))]
     if base is not None:
         differs, changed, added, removed = dataset_changes(base, run)
         if differs:
