@@ -12,6 +12,7 @@ import pytest
 from conftest import EXAMPLE, needs_backend, ragbridge_cli
 
 from ragbridge import evaluate, load_cases
+from ragbridge.analysis import join_runs
 from ragbridge.plugin import Backend, MetricSpec, Score, hookimpl
 from ragbridge.run import RunError
 
@@ -224,3 +225,27 @@ def test_trend_and_gate_warn_when_a_backends_library_version_changed_between_the
     quiet = json.loads(ragbridge_cli("trend", tmp_path / "r1-old", tmp_path / "r3-same",
                                       "--json").stdout)
     assert not any("version changed" in w for w in quiet["warnings"])
+
+
+def test_versions_scored_in_different_runs_point_from_diff_to_compare_with_and_name_the_changes(
+        mylib, tmp_path):
+    """A mylib==1.2 run and a mylib (1.4) run share no backend: diff says which each has and points to
+    compare --with, which names what changes between the two versions, as for one run holding both."""
+    cases = load_cases(EXAMPLE)[:6]
+    evaluate(cases, backends=["mylib==1.2"], out=tmp_path / "old")
+    evaluate(cases, backends=["mylib"], out=tmp_path / "new")
+    done = ragbridge_cli("diff", tmp_path / "old", tmp_path / "new")
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    assert "base has backend(s) mylib==1.2; new has mylib (1.4)" in said
+    assert f"ragbridge compare {tmp_path / 'old'} --with {tmp_path / 'new'}" in said
+    done = ragbridge_cli("compare", tmp_path / "old", "--with", tmp_path / "new")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "Library versions compared in this run mylib 1.2 to 1.4 (mylib==1.2: 1.2, mylib: 1.4)" in text
+    data = json.loads(ragbridge_cli("compare", tmp_path / "old", "--with", tmp_path / "new", "--json").stdout)
+    assert data["version_changes"]["mylib"]["versions"] == {"mylib==1.2": "1.2", "mylib": "1.4"}
+    # what changes is the plugin's (the command line above runs without this test's plugin)
+    joined = join_runs([tmp_path / "old", tmp_path / "new"])
+    assert joined.manifest.version_changes["mylib"]["changes"] == {"1.3": CHANGES["1.3"],
+                                                                   "1.4": CHANGES["1.4"]}

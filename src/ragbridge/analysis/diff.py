@@ -47,6 +47,7 @@ from .stats import (
 from .noise import mde, noise_band, noise_figures, repeat_scores, repeats_of, within_judge_noise
 from .rows import Rows
 from .table import AnalysisError, open_run
+from .versions import nothing_in_common, version_change_warnings
 
 __all__ = [
     "RegressionError",
@@ -515,25 +516,9 @@ def _keys(base_run: Run, bcols: Any, new_run: Run, ncols: Any, backends, metrics
 
     common = sorted(k for k in b_keys & n_keys if keep(k))
     if not common:
-        raise RegressionError(
-            "the two runs have no (backend, metric) in common"
-            + (" among those selected" if (want_b or want_m) else "")
-            + f": base has {', '.join(f'{b}:{m}' for b, m in sorted(b_keys)) or 'none'}; "
-            f"new has {', '.join(f'{b}:{m}' for b, m in sorted(n_keys)) or 'none'}"
-        )
+        raise RegressionError(nothing_in_common(base_run, b_keys, new_run, n_keys, bool(want_b or want_m)))
     only_base = sorted(k for k in b_keys - n_keys if keep(k))
     return common, only_base, sorted(k for k in n_keys - b_keys if keep(k))
-
-
-def version_change_warnings(base_run: Run, new_run: Run, backends: Iterable[str]) -> list[str]:
-    """``backend B version changed: OLD -> NEW`` for each of ``backends`` whose library version (in
-    the runs' ``run.json``) differs between the runs: diff, trend and gate warn with it."""
-    out = []
-    for b in sorted(backends):
-        vb, vn = base_run.manifest.backends.get(b), new_run.manifest.backends.get(b)
-        if vb != vn:
-            out.append(f"backend {b} version changed: {vb} -> {vn}")
-    return out
 
 
 def _setup_changes(base_run: Run, new_run: Run, common) -> list[str]:

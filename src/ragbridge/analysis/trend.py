@@ -31,11 +31,10 @@ from ..run.columns import ERROR, UNDEFINED
 from ..run.summary import ALL
 from ..schema import clean_tags
 from . import stats
-from .diff import version_change_warnings
+from .versions import version_steps
 from .table import AnalysisError, ScoreTable, open_run
 
 __all__ = ["Trend", "trend", "order_runs", "expand_runs", "series_means", "started_at", "slope_of",
-           "version_steps",
            "SERIES_COLUMNS", "SUMMARY_COLUMNS", "CHANGE_COLUMNS"]
 
 SERIES_COLUMNS = ["backend", "metric", "tag", "position", "run", "started_at", "judge", "mean", "n",
@@ -234,19 +233,6 @@ def trend(
                             "undefined or errored, or there are none)")
     return Trend(ordered, pd.DataFrame(series_rows, columns=SERIES_COLUMNS), summary,
                  pd.DataFrame(change_rows, columns=CHANGE_COLUMNS), confidence, alpha, warnings)
-
-
-def version_steps(ordered: Sequence[Run], backends: set[str]) -> list[str]:
-    """Where a backend's library version changes along ``ordered`` (each run against the run before
-    it that ran the backend): ``RUN: backend B version changed: OLD -> NEW`` (a step of the series
-    that may be the library's, not the system's)."""
-    out, last = [], {}
-    for r in ordered:
-        for b in sorted(backends & set(r.manifest.backends)):
-            if b in last:
-                out += [f"{r.path}: {w}" for w in version_change_warnings(last[b], r, [b])]
-            last[b] = r
-    return out
 
 
 def slope_of(runs: Sequence[Run], backend: str, metric: str, tags: Sequence[str] = (), last: int = 0,

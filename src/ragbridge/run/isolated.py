@@ -54,7 +54,7 @@ from .errors import RunError
 from .worker import LINE_LIMIT, PROTOCOL, options_record
 
 __all__ = ["IsolatedBackend", "backend_named", "split_name", "prepare", "shipped_versions",
-           "version_changes", "with_versions", "ray_runtime_env", "RESTARTS"]
+           "version_changes", "changes_of_versions", "with_versions", "ray_runtime_env", "RESTARTS"]
 
 #: how many times a run starts a worker again after one died
 RESTARTS = 3
@@ -117,18 +117,39 @@ def version_changes(names: Sequence[str], registry: Optional[dict[str, Any]] = N
     the changes its plugin declares between the oldest and the newest of them (`Backend.changes`),
     recorded in run.json so compare and the report name them without the plugin."""
     registry = get_backends() if registry is None else registry
-    found: dict[str, dict[str, str]] = {}
+    versions: dict[str, str] = {}
     for name in names:
         version = backend_named(name, registry).version()
         if version:
-            found.setdefault(split_name(name)[0], {})[name] = version
+            versions[name] = version
+    return changes_of_versions(versions, registry)
+
+
+def changes_of_versions(versions: dict[str, str], registry: Optional[dict[str, Any]] = None,
+                        library_of: Optional[dict[str, str]] = None,
+                        recorded: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """`version_changes` of columns whose versions are known (``{column: version}``; runs read side
+    by side): the library of a column is ``library_of[column]`` (default: its name before ``==``);
+    the changes its plugin declares, or when its plugin is not here, those the runs recorded
+    (``recorded``: their run.json ``version_changes``) between the oldest and the newest."""
+    registry = get_backends() if registry is None else registry
+    found: dict[str, dict[str, str]] = {}
+    for name, version in versions.items():
+        if version:
+            base = (library_of or {}).get(name) or name.split("==")[0]
+            found.setdefault(split_name(base)[0], {})[name] = version
     out: dict[str, Any] = {}
-    for base, versions in found.items():
-        if len(set(versions.values())) < 2:
+    for base, held in found.items():
+        if len(set(held.values())) < 2:
             continue
-        ordered = sorted(versions.items(), key=lambda kv: version_key(kv[1]))
-        changes = _loaded(registry[base]).changes_between(ordered[0][1], ordered[-1][1])
-        out[base] = {"versions": dict(ordered), "changes": dict(changes)}
+        ordered = sorted(held.items(), key=lambda kv: version_key(kv[1]))
+        low, high = version_key(ordered[0][1]), version_key(ordered[-1][1])
+        if base in registry:
+            changes = dict(_loaded(registry[base]).changes_between(ordered[0][1], ordered[-1][1]))
+        else:
+            said = {v: t for r in recorded for v, t in ((r or {}).get(base) or {}).get("changes", {}).items()}
+            changes = {v: said[v] for v in sorted(said, key=version_key) if low < version_key(v) <= high}
+        out[base] = {"versions": dict(ordered), "changes": changes}
     return out
 
 

@@ -96,13 +96,13 @@ from ..diff import (
     definition_changes,
     noise_of,
     require_complete,
-    version_change_warnings,
 )
 from ..noise import check_repeats
 from ..thresholds import Thresholds
 from ..stats import group_seed
 from ..table import open_run
-from ..trend import expand_runs, order_runs, started_at, version_steps
+from ..trend import expand_runs, order_runs, started_at
+from ..versions import version_change_warnings, version_steps
 from .config import GateConfig, GateConfigError, Rule, load_gates, parse_gates, where
 from .kinds import KINDS, GateContext, Measurement, RuleKind, register
 from .verdict import decide
