@@ -78,9 +78,20 @@ def split_name(name: str) -> tuple[str, Optional[str]]:
         return name, None
     m = _NAME.match(name.strip())
     if m is None:
-        raise RunError(f"backend {name!r}: give one exact version, as NAME==VERSION (e.g. mylib==1.2), or "
-                       "the name alone for the version installed here")
+        raise RunError(f"backend {name!r}: give one exact version, as NAME==VERSION, or the name alone for "
+                       "the version installed here" + _versions_of(name))
     return m["base"], m["version"]
+
+
+def _versions_of(name: str) -> str:
+    """What a name that asks for a version another way (``mylib>=1.2``) is told: the versions its
+    backend runs at, or an example where it names no backend that ships any."""
+    base = re.match(r"[A-Za-z0-9_.-]*[A-Za-z0-9]", name.strip())
+    registry = get_backends()
+    versions = shipped_versions(registry[base[0]]) if base and base[0] in registry else []
+    if not versions:
+        return " (e.g. mylib==1.2; ragbridge environments list shows the versions there are)"
+    return f"; {base[0]} runs at {', '.join(versions)} (e.g. --backend {base[0]}=={versions[-1]})"
 
 
 def backend_named(name: str, registry: Optional[dict[str, Any]] = None) -> Any:
