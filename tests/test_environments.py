@@ -570,8 +570,13 @@ def test_a_killed_build_leaves_no_environment_in_use(fresh_cache, tmp_path):
     spec = backend_named("ragas==0.3.9").environment_spec()
     assert not spec.path.exists() and not spec.ready()
     assert list(envs.glob(".tmp-ragas-0.3.9-*")), "the kill came after the build"
+    import fcntl
+
+    left = envs / f".{spec.path.name}.lock"  # as docs/environments.md says: left, held by no one
+    with open(left, "a+b") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     ensure(spec)
-    assert spec.ready() and not list(envs.glob(".tmp-ragas-0.3.9-*"))
+    assert spec.ready() and not list(envs.glob(".tmp-ragas-0.3.9-*")) and not left.exists()
 
 
 @pytest.mark.slow
