@@ -249,3 +249,27 @@ def test_versions_scored_in_different_runs_point_from_diff_to_compare_with_and_n
     joined = join_runs([tmp_path / "old", tmp_path / "new"])
     assert joined.manifest.version_changes["mylib"]["changes"] == {"1.3": CHANGES["1.3"],
                                                                    "1.4": CHANGES["1.4"]}
+
+
+@needs_backend("phoenix")
+def test_backends_says_which_metrics_differ_at_each_shipped_version():
+    """Phoenix evals 2.13 offers answer_correctness, which 3.x removed: ``backends phoenix`` says so in
+    its Versions table (and --json per version), whose changes column is true of every row."""
+    from ragbridge_phoenix.backend import PhoenixBackend
+
+    backend = PhoenixBackend()
+    listed = {s.name for s in backend.metrics()}
+    at = {v: {s.name for s in backend.metrics_at(v)} for v in ("2.13.0", "3.9.4")}
+    assert at["2.13.0"] - at["3.9.4"] == {"answer_correctness"}
+    done = ragbridge_cli("backends", "phoenix")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "what changes at this version" in text and "from the version before" not in text
+    extra = sorted(at["2.13.0"] - listed)
+    gone = sorted(listed - at["2.13.0"])
+    said = "; ".join(([f"does not offer {', '.join(gone)}"] if gone else [])
+                     + ([f"also offers {', '.join(extra)}"] if extra else []))
+    narrow = ragbridge_cli("backends", "phoenix", env={"COLUMNS": "80"}).stdout
+    assert said and said in " ".join(narrow.split())
+    data = json.loads(ragbridge_cli("backends", "phoenix", "--json").stdout)["backends"][0]
+    assert {v: set(names) for v, names in data["metrics_at"].items()} == at
