@@ -239,6 +239,13 @@ def test_versions_scored_in_different_runs_point_from_diff_to_compare_with_and_n
     said = " ".join(done.stderr.split())
     assert "base has backend(s) mylib==1.2; new has mylib (1.4)" in said
     assert f"ragbridge compare {tmp_path / 'old'} --with {tmp_path / 'new'}" in said
+    (tmp_path / "gates.toml").write_text('[[gate]]\ncheck = "relevance drop <= 0.5"\n')
+    done = ragbridge_cli("gate", tmp_path / "new", "--baseline", tmp_path / "old",
+                         "--config", tmp_path / "gates.toml")
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    assert "it scored mylib==1.2, the same library at another version" in said
+    assert f"ragbridge compare {tmp_path / 'old'} --with {tmp_path / 'new'}" in said
     done = ragbridge_cli("compare", tmp_path / "old", "--with", tmp_path / "new")
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())

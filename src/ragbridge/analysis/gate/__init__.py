@@ -379,8 +379,13 @@ def run_gates(
             for b in backends:
                 if base_cols.column(b, rule.metric) is None \
                         and rule.metric not in base.manifest.metrics.get(b, []):
+                    same = sorted(x for x in base.manifest.backends
+                                  if x != b and x.split("==")[0] == b.split("==")[0])
                     raise GateConfigError(
                         f"{at}: the baseline run has no {b}:{rule.metric} scores to compare with"
+                        + (f"; it scored {', '.join(same)}, the same library at another version: a drop "
+                           "rule compares a backend with itself; to compare the versions, run ragbridge "
+                           f"compare {base.path} --with {run.path}" if same else "")
                     )
                 if (b, rule.metric) in redefined:  # a change between two rubrics is no regression test
                     raise GateConfigError(
