@@ -133,7 +133,8 @@ def environments_remove(
             fail(f"{name!r} names no version: give NAME==VERSION")
         if version not in shipped.get(base, []) and not any(
                 (e["backend"], e["version"]) == (base, version) for e in made):
-            there = "; ".join(f"{b}: {', '.join(v)}" for b, v in shipped.items()) or "none"
+            there = "; ".join(f"{b}: {', '.join(v)}" for b, v in shipped.items()
+                              if base not in shipped or b == base) or "none"
             fail(f"{name!r}: no such version to remove (no lock, no environment); the versions there are: "
                  f"{there}")
         wanted.add((base, version))
