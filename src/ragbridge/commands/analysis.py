@@ -125,7 +125,8 @@ def compare_cmd(
     try:
         frame = compare(r, metric or None, backend or None, threshold or None, resamples, seed)
         dis = disagreements(r, metric or None, backend or None, threshold or None, top)
-        one = scored_by_one(r, metric or None, backend or None, threshold or None)
+        one = scored_by_one(r, metric or None, backend or None, threshold or None,
+                            top=None if as_json else top)  # the text shows top, with the count of all
     except AnalysisError as exc:
         fail(str(exc))
     if frame.empty:
