@@ -6,6 +6,7 @@ the stub judge over 127.0.0.1 (no mocks inside either library). What every backe
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 
 import pytest
@@ -20,7 +21,7 @@ from ragbridge.formats.canonical import read_jsonl  # noqa: E402
 from ragbridge.schema import Case, Score  # noqa: E402
 from ragbridge.testing import StubJudge  # noqa: E402
 
-from conftest import EXAMPLE, stub_judge_config  # noqa: E402
+from conftest import EXAMPLE, ragbridge_cli, stub_judge_config  # noqa: E402
 
 from ragbridge_deepeval import metrics as deepeval_metrics  # noqa: E402
 from ragbridge_deepeval import translate  # noqa: E402
@@ -231,11 +232,12 @@ def test_parity_with_deepeval_measure(stub, picked, tmp_path, model):
 
 
 def test_backend_options(stub, picked, tmp_path):
-    run = run_deepeval(picked[:1], stub, PLAIN, tmp_path, metrics=["faithfulness", "answer_relevance"],
-                       threshold={"faithfulness": 1.01, "answer_relevance": 0.0}, include_reason=False)
+    run = run_deepeval(picked, stub, PLAIN, tmp_path, metrics=["faithfulness", "answer_relevance"],
+                       threshold={"faithfulness": 1.0, "answer_relevance": 0.0}, include_reason=False)
     s = by_key(run)
-    assert s[(GOOD, "faithfulness")].passed is False  # threshold above any score
-    assert s[(GOOD, "answer_relevance")].passed is True
+    faith = [s[(c.id, "faithfulness")] for c in picked]
+    assert [x.passed for x in faith] == [x.value >= 1.0 for x in faith] and not all(x.passed for x in faith)
+    assert all(s[(c.id, "answer_relevance")].passed is True for c in picked)
     assert s[(GOOD, "faithfulness")].judge_calls == 3  # no reason call
     with pytest.raises(ragbridge.RunError, match="the deepeval backend has no option 'treshold'; "
                                                  "its options: concurrency, structured_output, threshold,"):
@@ -303,3 +305,34 @@ def test_stub_reads_texts_that_start_like_an_instruction(stub, all_cases, tmp_pa
     assert case.reference.startswith("Return ")
     s = run_deepeval([case], stub, model, tmp_path, metrics=["context_recall"]).scores[0]
     assert s.error is None and s.value == 1.0, s.reason
+
+
+def test_the_threshold_option_is_the_runs_pass_mark(stub, picked, tmp_path):
+    """deepeval.threshold=0.7 is DeepEval's success and the run's pass mark: run.json's pass_marks,
+    to_frame, the report and compare judge at 0.7, where DeepEval does; a run without it keeps the
+    metric's default pass mark."""
+    from ragbridge.verdicts import pass_mark
+
+    judge = stub_judge_config(stub, PLAIN, api_key_env="RAGBRIDGE_TEST_KEY")
+    runs = []
+    for name in ("a", "b"):
+        runs.append(ragbridge.evaluate(
+            picked, backends=["deepeval"], metrics=["context_relevance"], judge=judge, out=tmp_path / name,
+            options=RunOptions(backend_options={"deepeval": {"threshold": 0.7}})))
+    manifest = json.loads((tmp_path / "a" / "run.json").read_text())
+    assert manifest["pass_marks"] == {"deepeval": {"context_relevance": 0.7}}
+    frame = runs[0].to_frame()
+    assert set(frame["pass_mark"]) == {0.7}
+    assert list(frame["passed"]) == list(frame["library_passed"]) == list(frame["value"] >= 0.7)
+    done = ragbridge_cli("compare", tmp_path / "a", tmp_path / "b", "--json")
+    assert done.returncode == 0, done.stderr
+    row = json.loads(done.stdout)["agreement"][0]
+    assert row["threshold_a"] == row["threshold_b"] == 0.7
+    done = ragbridge_cli("report", tmp_path / "a", "--format", "json", "-o", tmp_path / "r.json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "r.json").read_text())["summary"]
+    assert [r["threshold"] for r in summary if r["backend"] == "deepeval"] == [0.7]
+    plain = ragbridge.evaluate(picked[:1], backends=["deepeval"], metrics=["context_relevance"], judge=judge,
+                               out=tmp_path / "plain")
+    assert json.loads((tmp_path / "plain" / "run.json").read_text())["pass_marks"] == {}
+    assert pass_mark(plain.manifest, "deepeval", "context_relevance")[0] != 0.7

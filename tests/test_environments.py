@@ -255,7 +255,8 @@ def test_compare_says_how_many_cases_it_compared_when_one_backend_scored_none(tm
     done = ragbridge_cli("compare", tmp_path / "run")
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
-    assert "relevance: 2 backends, 0 of 6 cases compared: mylib==1.2 scored none (6 errored)" in text
+    assert ("relevance: 2 backends, 0 of 6 cases compared; 6 scored by one, errored at another (listed "
+            "below): mylib==1.2 scored none (6 errored)") in text
     assert "recall: 2 backends, 6 of 6 cases compared; their verdicts differ on 0" in text
 
 
@@ -569,8 +570,13 @@ def test_a_killed_build_leaves_no_environment_in_use(fresh_cache, tmp_path):
     spec = backend_named("ragas==0.3.9").environment_spec()
     assert not spec.path.exists() and not spec.ready()
     assert list(envs.glob(".tmp-ragas-0.3.9-*")), "the kill came after the build"
+    import fcntl
+
+    left = envs / f".{spec.path.name}.lock"  # as docs/environments.md says: left, held by no one
+    with open(left, "a+b") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     ensure(spec)
-    assert spec.ready() and not list(envs.glob(".tmp-ragas-0.3.9-*"))
+    assert spec.ready() and not list(envs.glob(".tmp-ragas-0.3.9-*")) and not left.exists()
 
 
 @pytest.mark.slow
@@ -631,6 +637,24 @@ def test_a_lock_without_a_wheel_for_this_python_is_said_with_what_to_do(fresh_ca
     assert "cannot build the environment of oldnumpy==1.21.0" in text
     assert "has no wheel for this Python" in text and "numpy" in text
     assert not (tmp_path / "run").exists()
+
+
+def test_a_range_for_a_version_names_the_versions_there_are(tmp_path, fresh_cache):
+    done = ragbridge_cli("run", EXAMPLE, "--out", tmp_path / "run", "--backend", "ragas>=0.3")
+    assert done.returncode == 2, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "give one exact version, as NAME==VERSION" in said and "mylib" not in said
+    assert "ragas runs at 0.2.15, 0.3.9, 0.4.3 (e.g. --backend ragas==0.4.3)" in said
+    assert not (tmp_path / "run").exists()
+
+
+def test_removing_a_version_there_is_no_lock_or_environment_for_exits_2_naming_the_versions(fresh_cache):
+    done = ragbridge_cli("environments", "remove", "ragas==0.3.8")
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    assert "'ragas==0.3.8': no such version to remove" in said and "ragas: 0.2.15, 0.3.9, 0.4.3" in said
+    done = ragbridge_cli("environments", "remove", "ragas==0.3.9")  # shipped, not built: nothing to do
+    assert done.returncode == 0 and "no environment to remove" in done.stdout, done.stdout + done.stderr
 
 
 def test_environments_list_names_the_versions_each_backend_can_run_at(fresh_cache):

@@ -204,11 +204,13 @@ def test_a_library_backends_option_reaches_the_library_from_the_command_line(tmp
 
     with StubJudge() as stub:
         (tmp_path / "ragbridge.toml").write_text("[backends.deepeval]\n"
-                                                 "threshold = {answer_relevance = 1.01}\n")
+                                                 "threshold = {answer_relevance = 0.6}\n")
         assert passed("a", "--option", "deepeval.threshold=0.01") == {True}
-        assert passed("b") == {False}  # no relevancy reaches 1.01
-        recorded = json.loads((tmp_path / "b" / "run.json").read_text())["options"]["backend_options"]
-        assert recorded == {"deepeval": {"threshold": {"answer_relevance": 1.01}}}
+        assert passed("b") == {False}  # its relevancy is 0.5
+        recorded = json.loads((tmp_path / "b" / "run.json").read_text())
+        assert recorded["options"]["backend_options"] == {
+            "deepeval": {"threshold": {"answer_relevance": 0.6}}}
+        assert recorded["pass_marks"] == {"deepeval": {"answer_relevance": 0.6}}
 
 
 def test_backends_lists_each_backends_options_with_type_default_and_help(tmp_path):
@@ -217,7 +219,8 @@ def test_backends_lists_each_backends_options_with_type_default_and_help(tmp_pat
     text = " ".join(res.stdout.split())
     for row in describe(get_backends()["deepeval"].Options):
         assert f"deepeval.{row['name']}: {row['type']}; default " in text, row
-    assert "deepeval.threshold: number, or mapping of text to number; default 0.5; DeepEval's" in text
+    assert ("deepeval.threshold: number, or mapping of text to number; default none; DeepEval's pass/fail "
+            "threshold and the run's pass mark") in text
     assert all(len(line) <= 80 for line in res.stdout.splitlines())
     res = ragbridge_cli("backends", "--json", cwd=tmp_path)
     doc = {b["name"]: b for b in json.loads(res.stdout)["backends"]}

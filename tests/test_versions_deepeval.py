@@ -237,6 +237,12 @@ def test_two_deepeval_versions_in_one_run_are_two_backends_to_compare_diff_valid
     text = " ".join(ragbridge_cli("compare", tmp_path / "run").stdout.split())
     assert "deepeval==3.9.9 vs deepeval==4.3.1" in text
     assert "deepeval==4.3.1 scored none (5 errored)" in text
+    # the cases 3.9.9 scored 0 and 4.3.1 refused: counted in the answer and listed, each side's value
+    assert "context_precision: 3 backends, 0 of 5 cases compared; 5 scored by one, errored at another" in text
+    assert "(scored by deepeval==3.9.9, errored at deepeval, deepeval==4.3.1)" in text
+    one = [r for r in answer["scored_by_one"] if r["metric"] == "context_precision"]
+    assert len(one) == 5 and all(r["deepeval==3.9.9.value"] == 0 for r in one)
+    assert all(r["deepeval==4.3.1.reason"].startswith("ValidationError") for r in one)
 
     diffed = ragbridge_cli("diff", tmp_path / "run", tmp_path / "again")
     assert diffed.returncode == 0, diffed.stderr
@@ -254,3 +260,4 @@ def test_two_deepeval_versions_in_one_run_are_two_backends_to_compare_diff_valid
     assert report.returncode == 0, report.stderr
     md = (tmp_path / "r.md").read_text()
     assert all(b in md for b in both) and "deepeval==3.9.9 vs deepeval==4.3.1" in md
+    assert md.count("scored by one, errored at another") == 5

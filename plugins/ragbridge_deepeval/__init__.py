@@ -101,8 +101,9 @@ user set them.
 
 Options (``--option deepeval.KEY=VALUE``, ``[backends.deepeval]``, ``options={"deepeval": {...}}``;
 :class:`ragbridge_deepeval.options.DeepEvalOptions`): ``threshold`` (a number, or a mapping canonical
-metric -> number), ``include_reason``, ``strict_mode``, ``penalize_ambiguous_claims``,
-``truths_extraction_limit``, ``concurrency`` (cases in flight; default twice the judge's max_concurrency).
+metric -> number; the run's pass mark too, run.json's ``pass_marks``), ``include_reason``,
+``strict_mode``, ``penalize_ambiguous_claims``, ``truths_extraction_limit``, ``concurrency`` (cases
+in flight; default twice the judge's max_concurrency).
 
 Side effects, switched off
 --------------------------

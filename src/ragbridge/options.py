@@ -64,7 +64,8 @@ def option(default: Any = ..., help: str = "", *, flag: Optional[str] = None, cl
     ``"--backend -b"``, ``"--score-cache/--no-score-cache"``; every backend option is reached by
     ``--option`` too); ``cli_type``, the type the command line reads where the field's is wider
     (``str`` for a target); ``pass_mark``: the option is the pass mark of every metric of its backend
-    (a number in 0..1; `pass_mark_of`); and pydantic's limits (``ge=1``, ``le=...``)."""
+    (a number in 0..1, or a mapping of metric to number; `pass_mark_of`); and pydantic's limits
+    (``ge=1``, ``le=...``)."""
     extra = {k: v for k, v in (("flag", flag), ("cli_type", cli_type), ("pass_mark", pass_mark or None))
              if v is not None}
     if "default_factory" not in field:
@@ -111,12 +112,16 @@ class BackendOptions(BaseModel):
             raise TypeError(problem)
 
 
-def pass_mark_of(options: BaseModel) -> Optional[float]:
+def pass_mark_of(options: BaseModel, metric: Optional[str] = None) -> Optional[float]:
     """The value of the option of ``options`` declared ``option(..., pass_mark=True)``: the pass mark
-    of every metric of its backend in this run (run.json's ``pass_marks``), or None when it has none."""
+    of ``metric`` of its backend in this run (run.json's ``pass_marks``), or None when it has none.
+    The option holds a number (every metric's pass mark) or a mapping of metric to number (None for a
+    metric it leaves out: that metric keeps its default pass mark)."""
     for name, info in type(options).model_fields.items():
         if _extra(info).get("pass_mark"):
             value = getattr(options, name)
+            if isinstance(value, dict):
+                value = value.get(metric) if metric is not None else None
             return None if value is None else float(value)
     return None
 

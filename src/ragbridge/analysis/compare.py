@@ -6,8 +6,10 @@ absolute difference, and at each backend's pass mark (`ragbridge.analysis.thresh
 case passes by `ragbridge.verdicts.verdict`) Cohen's kappa, percent agreement and the 2x2 confusion
 table, each figure with its posterior interval (`ragbridge.analysis.stats.rater_figures`).
 `disagreements` lists the cases where the backends differ most, with every backend's value and
-reason; `coverage` counts what each backend scored. Runs of the same cases scored apart are compared
-as one (`ragbridge.analysis.table.join_runs`: a list of runs for ``run``).
+reason; `scored_by_one` the cases one backend scored and another errored on (a library version that
+refuses a judge's reply another version reads); `coverage` counts what each backend scored. Runs of
+the same cases scored apart are compared as one (`ragbridge.analysis.table.join_runs`: a list of
+runs for ``run``).
 
 `compare_runs` compares two runs rater against rater: the same (backend, metric) in each run, on the
 case ids both runs hold, with the same figures, plus the shift of the mean (run B - run A) with its
@@ -27,10 +29,12 @@ import numpy as np
 from ..metrics import half_of
 from ..run import Run
 from . import stats
+from ..run.columns import ERROR
 from .table import AnalysisError, ScoreTable, judge_of, open_run
 from .thresholds import Thresholds, pass_marks
 
-__all__ = ["compare", "compare_runs", "run_shifts", "coverage", "disagreements", "flip_counts", "FIGURES",
+__all__ = ["compare", "compare_runs", "run_shifts", "coverage", "disagreements", "scored_by_one",
+           "flip_counts", "FIGURES",
            "FIGURE_NAMES",
            "COMPARE_COLUMNS", "COMPARE_RUNS_COLUMNS", "MIN_SPREAD"]
 
@@ -345,6 +349,66 @@ def disagreements(
     base = ["metric", "case_id", "question", "spread", "verdicts_differ", "n_backends"]
     per = [f"{n}.{k}" for n in all_backends for k in ("value", "status", "passed", "reason")]
     return pd.DataFrame(rows, columns=base + per)
+
+
+def scored_by_one(
+    run: Union[Run, str, Path],
+    metrics: Optional[Sequence[str]] = None,
+    backends: Optional[Sequence[str]] = None,
+    thresholds: Any = None,
+    top: Optional[int] = None,
+):
+    """The cases of each metric scored by two or more backends that one backend scored and another
+    errored on: no figure of `compare` counts them (only cases both scored enter a figure) and
+    `disagreements` needs two values, yet they are where two versions of a library differ most (one
+    refuses a judge's reply the other reads).
+
+    One row per (metric, case), in case order: ``scored`` and ``errored`` (the backends' names, joined
+    by ", "), and for every backend of the metric ``<backend>.value``, ``<backend>.status``,
+    ``<backend>.passed`` (at its pass mark, as `disagreements`), ``<backend>.reason`` (the error
+    message when it errored); ``top`` cases per metric (None: all).
+    The frame's ``attrs["counts"]`` holds how many such cases each metric has, whatever ``top``.
+    """
+    import pandas as pd
+
+    table = ScoreTable.of(open_run(run))
+    only = table.check_backends(backends)
+    th = pass_marks(table.run, thresholds, backends=sorted(table.backends()))
+    question = table.cases.question_of()
+    rows, all_backends, counts = [], [], {}
+    for metric in table.select_metrics(metrics):
+        names = [b for b in table.backends_of(metric) if only is None or b in only]
+        if len(names) < 2:
+            continue
+        cols = [table.column(metric, n) for n in names]
+        scored = np.array([c.scored for c in cols])
+        errored = np.array([c.status == ERROR for c in cols])
+        found = np.flatnonzero(scored.any(axis=0) & errored.any(axis=0))
+        if not len(found):
+            continue
+        counts[metric] = len(found)
+        all_backends.extend(n for n in names if n not in all_backends)
+        found = found[np.argsort(table.cases.id_rank()[found], kind="stable")]
+        if top is not None:
+            found = found[:top]
+        got = [c.scores(found) for c in cols]
+        for k, i in enumerate(found.tolist()):
+            row: dict[str, Any] = {
+                "metric": metric, "case_id": table.case_ids[i], "question": question(i),
+                "scored": ", ".join(n for j, n in enumerate(names) if scored[j, i]),
+                "errored": ", ".join(n for j, n in enumerate(names) if errored[j, i]),
+            }
+            for j, n in enumerate(names):
+                s = got[j][k]
+                row[f"{n}.value"] = s.value if s is not None else None
+                row[f"{n}.status"] = s.status if s is not None else "missing"
+                row[f"{n}.passed"] = bool(cols[j].verdicts(th.get(n, metric))[i]) if scored[j, i] else None
+                row[f"{n}.reason"] = (s.error or s.reason) if s is not None else None
+            rows.append(row)
+    per = [f"{n}.{k}" for n in all_backends for k in ("value", "status", "passed", "reason")]
+    frame = pd.DataFrame(rows, columns=["metric", "case_id", "question", "scored", "errored"] + per)
+    frame.attrs["counts"] = counts
+    return frame
 
 
 def _disagreeing(cols: list, marks: list[float]) -> tuple:

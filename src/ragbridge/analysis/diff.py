@@ -47,6 +47,7 @@ from .stats import (
 from .noise import mde, noise_band, noise_figures, repeat_scores, repeats_of, within_judge_noise
 from .rows import Rows
 from .table import AnalysisError, open_run
+from .versions import nothing_in_common, version_change_warnings
 
 __all__ = [
     "RegressionError",
@@ -515,12 +516,7 @@ def _keys(base_run: Run, bcols: Any, new_run: Run, ncols: Any, backends, metrics
 
     common = sorted(k for k in b_keys & n_keys if keep(k))
     if not common:
-        raise RegressionError(
-            "the two runs have no (backend, metric) in common"
-            + (" among those selected" if (want_b or want_m) else "")
-            + f": base has {', '.join(f'{b}:{m}' for b, m in sorted(b_keys)) or 'none'}; "
-            f"new has {', '.join(f'{b}:{m}' for b, m in sorted(n_keys)) or 'none'}"
-        )
+        raise RegressionError(nothing_in_common(base_run, b_keys, new_run, n_keys, bool(want_b or want_m)))
     only_base = sorted(k for k in b_keys - n_keys if keep(k))
     return common, only_base, sorted(k for k in n_keys - b_keys if keep(k))
 
@@ -533,10 +529,7 @@ def _setup_changes(base_run: Run, new_run: Run, common) -> list[str]:
     for opt in sorted(set(b_opts) | set(n_opts)):
         if opt != "backend_options" and b_opts.get(opt) != n_opts.get(opt):
             out.append(f"the runs used different option {opt}: {b_opts.get(opt)!r} vs {n_opts.get(opt)!r}")
-    for b in sorted({k[0] for k in common}):
-        vb, vn = base_run.manifest.backends.get(b), new_run.manifest.backends.get(b)
-        if vb != vn:
-            out.append(f"backend {b} version changed: {vb} -> {vn}")
+    out += version_change_warnings(base_run, new_run, {k[0] for k in common})
     for (b, m), digests in sorted(definition_changes(base_run, new_run).items()):
         if (b, m) in common:
             out.append(definition_change_message(b, m, digests))

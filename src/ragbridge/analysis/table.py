@@ -240,6 +240,11 @@ def join_runs(runs: Sequence[Union[Run, str, Path]]) -> Run:
         "status": next((r.manifest.status for r in opened if r.manifest.status != "complete"), "complete"),
         "counts": counts, "timing": {"wall_seconds": wall}, "process": None,
     }, deep=True)
+    from ..run.isolated import changes_of_versions
+
+    manifest.version_changes = changes_of_versions(
+        backends, library_of={c: v["backend"] for c, v in columns.items()},
+        recorded=[r.manifest.version_changes for r in opened])
     manifest.columns = columns
     manifest.joined = {"runs": [str(r.path) if r.path is not None else labels[i]
                                 for i, r in enumerate(opened)],

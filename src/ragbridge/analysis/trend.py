@@ -31,6 +31,7 @@ from ..run.columns import ERROR, UNDEFINED
 from ..run.summary import ALL
 from ..schema import clean_tags
 from . import stats
+from .versions import version_steps
 from .table import AnalysisError, ScoreTable, open_run
 
 __all__ = ["Trend", "trend", "order_runs", "expand_runs", "series_means", "started_at", "slope_of",
@@ -183,6 +184,7 @@ def trend(
     groups = [ALL] + ([t for t in all_tags if not tags or t in tags] if by_tag else [])
     warnings = [f"{r.path} did not finish (status {r.manifest.status}): its means are of what it scored"
                 for r in ordered if r.manifest.status != "complete"]
+    warnings += version_steps(ordered, {b for b, _ in keys})
 
     series_rows, summary_rows, change_rows = [], [], []
     for backend, metric in keys:

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from ..analysis.calibrate import calibrate, flip_rows, interval_text
 from ..analysis.compare import (FIGURE_NAMES, FIGURES, compare, compare_runs, disagreements, flip_counts,
-                                run_shifts)
+                                run_shifts, scored_by_one)
 from ..analysis.stats import DEFAULT_PERMUTATIONS, DEFAULT_RESAMPLES
 from ..analysis.table import AnalysisError, ScoreTable, open_run
 from ..analysis.validate import validate
@@ -125,6 +125,8 @@ def compare_cmd(
     try:
         frame = compare(r, metric or None, backend or None, threshold or None, resamples, seed)
         dis = disagreements(r, metric or None, backend or None, threshold or None, top)
+        one = scored_by_one(r, metric or None, backend or None, threshold or None,
+                            top=None if as_json else top)  # the text shows top, with the count of all
     except AnalysisError as exc:
         fail(str(exc))
     if frame.empty:
@@ -136,16 +138,33 @@ def compare_cmd(
     if as_json:
         print_json({"run": str(r.path) if not with_runs else None, **_joined_json(r),
                     "agreement": records(frame), "disagreements": records(dis),
-                    "version_changes": r.manifest.version_changes})
+                    "scored_by_one": records(one), "version_changes": r.manifest.version_changes})
         return
     flips = flip_counts(r, metric or None, backend or None, threshold or None)
     _print_columns(out, r)
-    _print_agreement(out, r, frame, flips)
+    _print_agreement(out, r, frame, flips, one.attrs["counts"])
     if r.manifest.version_changes:
         print_lines(out, ["Library versions compared in this run"]
                     + version_change_lines(r.manifest.version_changes))
     if not dis.empty:
         _print_disagreements(out, dis)
+    _print_scored_by_one(out, one, top)
+
+
+def _print_scored_by_one(console, one, top: int) -> None:
+    """The cases one backend scored and another errored on, per metric (the first ``top``)."""
+    backends_in = [c[:-6] for c in one.columns if c.endswith(".value")]
+    for m, group in one.groupby("metric", sort=False):
+        n = one.attrs["counts"][m]
+        shown = group.head(top)
+        lines = [f"Scored by one backend, errored at another: {m}, {n} case(s)"
+                 + (f" ({len(shown)} shown; --json has every one)" if len(shown) < n else "")]
+        for row in shown.to_dict("records"):
+            sides = [(b, num(row[f"{b}.value"]) if row[f"{b}.status"] == "scored" else row[f"{b}.status"],
+                      row[f"{b}.reason"]) for b in backends_in if isinstance(row[f"{b}.status"], str)]
+            lines += _case_lines(row["case_id"], f"scored by {row['scored']}, errored at {row['errored']}",
+                                 row["question"], sides)
+        print_lines(console, lines)
 
 
 def _joined_json(r: Run) -> dict[str, Any]:
@@ -155,10 +174,12 @@ def _joined_json(r: Run) -> dict[str, Any]:
         if columns else {}
 
 
-def _answer_lines(frame, flips: dict[str, int]) -> list[str]:
+def _answer_lines(frame, flips: dict[str, int], one_sided: Optional[dict[str, int]] = None) -> list[str]:
     """The answer first, per metric: on how many cases the backends were compared (both scored), on
-    how many of those their verdicts differ (``flips``), each backend that scored none, and how far
-    they agree at their thresholds (the pair that agrees least and the one that agrees most)."""
+    how many of those their verdicts differ (``flips``), on how many one backend scored and another
+    errored (``one_sided``, `scored_by_one`), each backend that scored none, and how far they agree at
+    their thresholds (the pair that agrees least and the one that agrees most)."""
+    one_sided = one_sided or {}
     lines = []
     for metric, group in frame.groupby("metric", sort=False):
         rows = group.to_dict("records")
@@ -169,10 +190,12 @@ def _answer_lines(frame, flips: dict[str, int]) -> list[str]:
                 for note in [_unscored_note(row, side, name)]]
         compared = max(r["n_paired"] for r in rows)
         head = f"{metric}: {len(names)} backends, {compared} of {rows[0]['n_cases']} cases compared"
+        one = (f"; {one_sided[metric]} scored by one, errored at another (listed below)"
+               if one_sided.get(metric) else "")
         if not compared:
-            lines.append(f"{head}: " + "; ".join(none or ["no case was scored by two of them"]))
+            lines.append(f"{head}{one}: " + "; ".join(none or ["no case was scored by two of them"]))
             continue
-        lines.append(f"{head}; their verdicts differ on {flips.get(metric, 0)}")
+        lines.append(f"{head}; their verdicts differ on {flips.get(metric, 0)}{one}")
         lines += [f"  {text}" for text in none]
         ranked = sorted(rows, key=lambda r: (math.inf if math.isnan(r["kappa"]) else r["kappa"]))
         for label, row in (("least agreement", ranked[0]), ("most agreement", ranked[-1]))[:len(ranked)]:
@@ -185,8 +208,9 @@ def _answer_lines(frame, flips: dict[str, int]) -> list[str]:
     return lines
 
 
-def _print_agreement(console, r: Run, frame, flips: dict[str, int]) -> None:
-    print_lines(console, _answer_lines(frame, flips))
+def _print_agreement(console, r: Run, frame, flips: dict[str, int],
+                     one_sided: Optional[dict[str, int]] = None) -> None:
+    print_lines(console, _answer_lines(frame, flips, one_sided))
     where = str(r.path) if r.path is not None else " + ".join(r.manifest.joined["runs"])
     t = Table(title=f"Agreement between backends ({escape(where)})", title_justify="left",
               show_lines=True)

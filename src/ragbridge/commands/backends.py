@@ -91,7 +91,7 @@ def backends(
                 {
                     "name": n, "available": b.available(),
                     "version": b.version() if b.available() else None, "install_hint": b.install_hint,
-                    **_versions(b),
+                    **_versions(b), "metrics_at": _metrics_at(b) if name is not None else None,
                     "metrics": [
                         {"name": s.name, "native_name": s.native_name, "judge": s.judge,
                          "requires": list(s.requires), "description": s.description}
@@ -181,17 +181,36 @@ def _one_versions(name: str, b, installed: Optional[str]) -> None:
         said = {True: "supported", False: "NOT supported", None: "not installed"}[v["supported"]]
         print_lines(out, [f"supports {b.library}{v['supports']}; installed: "
                           + (f"{installed} ({said})" if installed else "none")])
+    listed = [s.name for s in b.metrics()]
+    differ = {version: _metrics_differ(listed, names) for version, names in _metrics_at(b).items()}
     table = Table(title="Versions", title_justify="left", show_lines=True)
-    for col in ("version", "runs", "what changes from the version before"):
+    cols = ("version", "runs", "what changes at this version")
+    cols += ("metrics",) if any(differ.values()) else ()
+    for col in cols:
         table.add_column(col)
     lines = []
     for version in sorted(set(v["changes"]) | set(v["versions"]), key=_order):
         runs = ", ".join((["in process (installed)"] if version == installed else [])
                          + ([f"--backend {name}=={version}"] if version in v["versions"] else [])) or MISSING
         change = v["changes"].get(version) or MISSING
-        table.add_row(escape(version), escape(runs), escape(change))
-        lines.append(f"{version}: {runs}; {change}")
+        metrics = [differ.get(version) or "as listed below"] if len(cols) == 4 else []
+        table.add_row(escape(version), escape(runs), escape(change), *map(escape, metrics))
+        lines.append(f"{version}: {runs}; {change}" + "".join(f"; metrics {m}" for m in metrics))
     print_table(out, table, lines)
+
+
+def _metrics_at(b) -> dict[str, list[str]]:
+    """The metrics the backend offers at each version its plugin ships an environment for."""
+    from ..run.isolated import shipped_versions
+
+    return {version: [s.name for s in b.metrics_at(version)] for version in shipped_versions(b)}
+
+
+def _metrics_differ(listed: list[str], names: list[str]) -> str:
+    """How the metrics of a version differ from those listed (the installed version's), or ""."""
+    gone, added = [n for n in listed if n not in names], [n for n in names if n not in listed]
+    return "; ".join(([f"does not offer {', '.join(gone)}"] if gone else [])
+                     + ([f"also offers {', '.join(added)}"] if added else []))
 
 
 def _order(version: str):

@@ -122,6 +122,8 @@ def environments_remove(
     if not backend and not every:
         fail("name the environments to remove (NAME==VERSION), or pass --all")
     wanted = set()
+    shipped = dict(_versions())
+    made = installed()
     for name in backend or ():
         try:
             base, version = split_name(name)
@@ -129,9 +131,15 @@ def environments_remove(
             fail(cli_text(exc))
         if version is None:
             fail(f"{name!r} names no version: give NAME==VERSION")
+        if version not in shipped.get(base, []) and not any(
+                (e["backend"], e["version"]) == (base, version) for e in made):
+            there = "; ".join(f"{b}: {', '.join(v)}" for b, v in shipped.items()
+                              if base not in shipped or b == base) or "none"
+            fail(f"{name!r}: no such version to remove (no lock, no environment); the versions there are: "
+                 f"{there}")
         wanted.add((base, version))
     removed = 0
-    for env in installed():
+    for env in made:
         if every or (env["backend"], env["version"]) in wanted:
             remove(Path(env["path"]))
             removed += 1

@@ -41,7 +41,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, TextIO, Union
 import numpy as np
 
 from .. import __version__
-from ..analysis.compare import compare, coverage, disagreements
+from ..analysis.compare import compare, coverage, disagreements, scored_by_one
 from ..analysis.diagnose import diagnose
 from ..analysis.noise import noise_section, repeats_of
 from ..analysis.stats import CONFIDENCE, DEFAULT_RESAMPLES
@@ -318,14 +318,23 @@ def write_json(run: Union[Run, str, Path], out: TextIO, data: Optional[dict] = N
 
 
 def _disagreements(run: Run, th: Thresholds, top: int, backends: list[str]) -> list[dict]:
-    """The most disagreeing cases per metric, each with its backends' value, verdict and reason."""
+    """The most disagreeing cases per metric, each with its backends' value, verdict and reason; then
+    the cases one backend scored and another errored on (``scored_by_one``, no spread)."""
     out = []
     for r in records(disagreements(run, thresholds=th, top=top)):
         per = [{"backend": b, "value": r[f"{b}.value"], "status": r[f"{b}.status"],
                 "passed": r[f"{b}.passed"], "reason": r[f"{b}.reason"], "threshold": th.get(b, r["metric"])}
                for b in backends if r.get(f"{b}.status") is not None]
         keys = ("metric", "case_id", "question", "spread", "verdicts_differ")
-        out.append({k: r[k] for k in keys} | {"backends": per})
+        out.append({k: r[k] for k in keys} | {"scored_by_one": False, "backends": per})
+    # the cases one backend scored and another errored on have no spread, and matter most to a
+    # team moving between library versions (one version refuses a reply the other reads)
+    for r in records(scored_by_one(run, thresholds=th, top=top)):
+        per = [{"backend": b, "value": r[f"{b}.value"], "status": r[f"{b}.status"],
+                "passed": r[f"{b}.passed"], "reason": r[f"{b}.reason"], "threshold": th.get(b, r["metric"])}
+               for b in backends if r.get(f"{b}.status") is not None]
+        out.append({"metric": r["metric"], "case_id": r["case_id"], "question": r["question"],
+                    "spread": None, "verdicts_differ": False, "scored_by_one": True, "backends": per})
     return out
 
 

@@ -270,7 +270,9 @@ def _agreement(d: dict, out: list[str]) -> None:
             val = num(p["value"]) if p["status"] == "scored" else p["status"]
             cells.append(md_text(val) + (f"<br>{md_text(p['reason'])}" if p.get("reason") else ""))
         out.append(f"| {md_text(x['metric'])} | {md_text(x['case_id'])}<br>{md_text(x['question'])} | "
-                   f"{num(x['spread'])}{' ≠' if x['verdicts_differ'] else ''} | " + " | ".join(cells) + " |")
+                   + ("scored by one, errored at another" if x.get("scored_by_one")
+                      else f"{num(x['spread'])}{' ≠' if x['verdicts_differ'] else ''}")
+                   + " | " + " | ".join(cells) + " |")
     out.append("")
 
 

@@ -13,8 +13,9 @@ header); `locks_of` lists them. `ensure` turns a lock into a virtual environment
 * how: ``uv venv`` and ``uv pip sync`` of the lock (wheels only: nothing is compiled on the user's
   machine), into a temporary folder beside it, renamed into place once complete with a
   ``ragbridge-environment.json`` that says so. A build that is killed leaves a temporary folder no run
-  uses (the next build removes it); two runs that need the same environment at once share one build
-  (a file lock: the second waits, then finds it made);
+  uses and its lock file, empty and held by no one (the next build removes both); two runs that
+  need the same environment at once share one build (a file lock: the second waits, then finds it
+  made);
 * reused: an environment that is complete is used as it is (a check of one file).
 
 ragbridge itself is not installed into the environment: the worker runs this installation's code
@@ -284,8 +285,10 @@ def _sweep(env: Environment) -> None:
 @contextlib.contextmanager
 def _locked(path: Path, env: Environment, note: Optional[Callable[[str], None]]) -> Iterator[None]:
     """Hold an exclusive lock on ``path`` (released by the system if this process dies). The file is
-    removed when the lock is released (a build, made or failed, leaves no lock file behind); a run
-    that locked a file removed meanwhile locks the one there now instead."""
+    removed when the lock is released (a build, made or failed, leaves no lock file behind; one
+    killed leaves it, unlocked, for the next build to remove: removing a file another process may
+    hold would let two builds run at once); a run that locked a file removed meanwhile locks the one
+    there now instead."""
     if sys.platform == "win32":  # pragma: no cover - locked byte by byte on Windows, the file kept
         import msvcrt
 

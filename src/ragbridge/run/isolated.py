@@ -54,7 +54,7 @@ from .errors import RunError
 from .worker import LINE_LIMIT, PROTOCOL, options_record
 
 __all__ = ["IsolatedBackend", "backend_named", "split_name", "prepare", "shipped_versions",
-           "version_changes", "with_versions", "ray_runtime_env", "RESTARTS"]
+           "version_changes", "changes_of_versions", "with_versions", "ray_runtime_env", "RESTARTS"]
 
 #: how many times a run starts a worker again after one died
 RESTARTS = 3
@@ -78,9 +78,20 @@ def split_name(name: str) -> tuple[str, Optional[str]]:
         return name, None
     m = _NAME.match(name.strip())
     if m is None:
-        raise RunError(f"backend {name!r}: give one exact version, as NAME==VERSION (e.g. mylib==1.2), or "
-                       "the name alone for the version installed here")
+        raise RunError(f"backend {name!r}: give one exact version, as NAME==VERSION, or the name alone for "
+                       "the version installed here" + _versions_of(name))
     return m["base"], m["version"]
+
+
+def _versions_of(name: str) -> str:
+    """What a name that asks for a version another way (``mylib>=1.2``) is told: the versions its
+    backend runs at, or an example where it names no backend that ships any."""
+    base = re.match(r"[A-Za-z0-9_.-]*[A-Za-z0-9]", name.strip())
+    registry = get_backends()
+    versions = shipped_versions(registry[base[0]]) if base and base[0] in registry else []
+    if not versions:
+        return " (e.g. mylib==1.2; ragbridge environments list shows the versions there are)"
+    return f"; {base[0]} runs at {', '.join(versions)} (e.g. --backend {base[0]}=={versions[-1]})"
 
 
 def backend_named(name: str, registry: Optional[dict[str, Any]] = None) -> Any:
@@ -117,18 +128,39 @@ def version_changes(names: Sequence[str], registry: Optional[dict[str, Any]] = N
     the changes its plugin declares between the oldest and the newest of them (`Backend.changes`),
     recorded in run.json so compare and the report name them without the plugin."""
     registry = get_backends() if registry is None else registry
-    found: dict[str, dict[str, str]] = {}
+    versions: dict[str, str] = {}
     for name in names:
         version = backend_named(name, registry).version()
         if version:
-            found.setdefault(split_name(name)[0], {})[name] = version
+            versions[name] = version
+    return changes_of_versions(versions, registry)
+
+
+def changes_of_versions(versions: dict[str, str], registry: Optional[dict[str, Any]] = None,
+                        library_of: Optional[dict[str, str]] = None,
+                        recorded: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """`version_changes` of columns whose versions are known (``{column: version}``; runs read side
+    by side): the library of a column is ``library_of[column]`` (default: its name before ``==``);
+    the changes its plugin declares, or when its plugin is not here, those the runs recorded
+    (``recorded``: their run.json ``version_changes``) between the oldest and the newest."""
+    registry = get_backends() if registry is None else registry
+    found: dict[str, dict[str, str]] = {}
+    for name, version in versions.items():
+        if version:
+            base = (library_of or {}).get(name) or name.split("==")[0]
+            found.setdefault(split_name(base)[0], {})[name] = version
     out: dict[str, Any] = {}
-    for base, versions in found.items():
-        if len(set(versions.values())) < 2:
+    for base, held in found.items():
+        if len(set(held.values())) < 2:
             continue
-        ordered = sorted(versions.items(), key=lambda kv: version_key(kv[1]))
-        changes = _loaded(registry[base]).changes_between(ordered[0][1], ordered[-1][1])
-        out[base] = {"versions": dict(ordered), "changes": dict(changes)}
+        ordered = sorted(held.items(), key=lambda kv: version_key(kv[1]))
+        low, high = version_key(ordered[0][1]), version_key(ordered[-1][1])
+        if base in registry:
+            changes = dict(_loaded(registry[base]).changes_between(ordered[0][1], ordered[-1][1]))
+        else:
+            said = {v: t for r in recorded for v, t in ((r or {}).get(base) or {}).get("changes", {}).items()}
+            changes = {v: said[v] for v in sorted(said, key=version_key) if low < version_key(v) <= high}
+        out[base] = {"versions": dict(ordered), "changes": changes}
     return out
 
 

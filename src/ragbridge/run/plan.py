@@ -102,5 +102,6 @@ def _with_pass_mark(backend: Any, specs: list[MetricSpec], options: Optional[Run
     ``pass_mark`` when the backend declares one: the run's verdicts (run.json's ``pass_marks``) are
     then the backend's own rule."""
     own = backend.inner if isinstance(backend, IsolatedBackend) else backend  # mylib==1.2 takes mylib's
-    mark = pass_mark_of(options.of(own) if options is not None else own.Options())
-    return specs if mark is None else [replace(spec, pass_mark=mark) for spec in specs]
+    opts = options.of(own) if options is not None else own.Options()
+    marks = [pass_mark_of(opts, spec.name) for spec in specs]
+    return [spec if mark is None else replace(spec, pass_mark=mark) for spec, mark in zip(specs, marks)]

@@ -102,6 +102,7 @@ from ..thresholds import Thresholds
 from ..stats import group_seed
 from ..table import open_run
 from ..trend import expand_runs, order_runs, started_at
+from ..versions import version_change_warnings, version_steps
 from .config import GateConfig, GateConfigError, Rule, load_gates, parse_gates, where
 from .kinds import KINDS, GateContext, Measurement, RuleKind, register
 from .verdict import decide
@@ -338,7 +339,11 @@ def run_gates(
 
     warnings: list[str] = [f"history: {h.path} did not finish (status {h.manifest.status}); its means "
                            "are of what it scored" for h in series[:-1] if h.manifest.status != "complete"]
+    warnings += [f"history: {w}" for w in version_steps(series, set(scored_by))]
     redefined = definition_changes(base, run) if base is not None else {}
+    if base is not None:
+        warnings += [f"baseline: {w}" for w in version_change_warnings(
+            base, run, set(scored_by) & set(base.manifest.backends))]
     if base is not None:
         differs, changed, added, removed = dataset_changes(base, run)
         if differs:
@@ -374,8 +379,13 @@ def run_gates(
             for b in backends:
                 if base_cols.column(b, rule.metric) is None \
                         and rule.metric not in base.manifest.metrics.get(b, []):
+                    same = sorted(x for x in base.manifest.backends
+                                  if x != b and x.split("==")[0] == b.split("==")[0])
                     raise GateConfigError(
                         f"{at}: the baseline run has no {b}:{rule.metric} scores to compare with"
+                        + (f"; it scored {', '.join(same)}, the same library at another version: a drop "
+                           "rule compares a backend with itself; to compare the versions, run ragbridge "
+                           f"compare {base.path} --with {run.path}" if same else "")
                     )
                 if (b, rule.metric) in redefined:  # a change between two rubrics is no regression test
                     raise GateConfigError(
