@@ -311,3 +311,40 @@ def test_a_plugins_responders_register_at_once_and_answer_in_the_order_given(stu
         assert answer("ECHO-CLAIM: the sky is blue") == "echo-claims answers"  # the first one given first
         assert answer("ECHO: anything else") == "echo-any answers"
     assert answer("ECHO: anything else") != "echo-any answers"  # gone with the plugin
+
+
+def test_a_stub_responder_registered_wrong_is_the_plugins_error(stub_judge):
+    """``register(responders())`` (a list, not its responders) is refused at registration, naming the
+    plugin; a responder that returns a text is refused when it answers, and the stub judge's reply says
+    which plugin's responder it was (not an error the judge's context size could explain)."""
+    import types
+
+    import httpx
+
+    from ragbridge.errors import PluginError
+    from ragbridge.plugin import hookimpl
+
+    def plugin_registering(*responders):
+        plugin = types.ModuleType("ragbridge_wrong_responders")
+
+        @hookimpl
+        def ragbridge_register_stub_responders(register):
+            register(*responders, first=False)
+
+        plugin.ragbridge_register_stub_responders = ragbridge_register_stub_responders
+        return plugin
+
+    def says_yes(req):
+        return "yes" if "WRONG-RESPONDER" in req.prompt else None
+
+    with pytest.raises(PluginError, match=r"plugin ragbridge_wrong_responders registered a stub responder "
+                                          r"that is not callable: a list \(register\(\*responders\(\)\)"):
+        with plugin_registered(plugin_registering([says_yes])):
+            pass
+    with plugin_registered(plugin_registering(says_yes)):
+        r = httpx.post(f"{stub_judge.base_url}/chat/completions", json={
+            "model": "stub-judge", "messages": [{"role": "user", "content": "WRONG-RESPONDER: is it?"}]},
+            timeout=30)
+        assert r.status_code == 500
+        assert ("PluginError: the stub responder 'says_yes' of plugin ragbridge_wrong_responders returned a "
+                "str, not a JudgeReply or None: fix the plugin") in r.text

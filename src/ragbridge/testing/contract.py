@@ -123,8 +123,9 @@ def plugin_registered(plugin: Any, name: Optional[str] = None) -> Iterator[Any]:
         hook = getattr(plugin, "ragbridge_register_stub_responders", None)
         if hook is not None:
             def register(*rs: Any, first: bool = True) -> Any:
+                registered = responders.register(*rs, first=first, plugin=registered_as)
                 added.extend(rs)
-                return responders.register(*rs, first=first)
+                return registered
 
             hook(register=register)
         yield plugin
