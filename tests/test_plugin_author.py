@@ -348,3 +348,31 @@ def test_a_stub_responder_registered_wrong_is_the_plugins_error(stub_judge):
         assert r.status_code == 500
         assert ("PluginError: the stub responder 'says_yes' of plugin ragbridge_wrong_responders returned a "
                 "str, not a JudgeReply or None: fix the plugin") in r.text
+
+
+def test_a_supports_that_is_not_a_version_range_is_refused_at_registration(tmp_path, monkeypatch, capsys,
+                                                                          golden):
+    """``supports = "1.0"`` (a version, not a PEP 440 range) is the plugin's error with the fix, in
+    ``backends`` and in a run (exit 2), not "supports lexeval1.0"; a range ``backends`` cannot check the
+    installed version against says why, not that the library is not installed."""
+    line = ("plugin 'ragbridge_lexeval' failed to load: backend 'lexeval' "
+            "(ragbridge_lexeval.backend:LexevalBackend): TypeError: LexevalBackend.supports = '1.0' is not a "
+            "PEP 440 version range: write the versions the backend supports as one, e.g. '>=1.0,<3' "
+            "('==1.0' for that one version alone)")
+    try:
+        with broken(tmp_path, supports='supports = "1.0"'):
+            code, out, err = cli(monkeypatch, capsys, "backends")
+            assert code == 0 and "lexeval1.0" not in out and line in " ".join(err.split()), err
+            code, out, err = cli(monkeypatch, capsys, "run", golden, "--out", tmp_path / "run",
+                                 "--backend", "lexeval", "--metric", "lexeval_token_f1")
+            assert code == 2 and line in " ".join(err.split()) and not (tmp_path / "run").exists(), err
+        with broken(tmp_path / "nightly", supports='supports = ">=0.1"'):
+            metadata = tmp_path / "nightly" / "site" / "lexeval-0.2.0.dist-info" / "METADATA"
+            metadata.write_text(metadata.read_text().replace("Version: 0.2.0", "Version: nightly"))
+            code, out, err = cli(monkeypatch, capsys, "backends", "lexeval")
+            assert "not installed)" not in out, out
+            said = ("supports lexeval>=0.1; installed: nightly (not checked: its version is not a PEP 440 "
+                    "version)")
+            assert said in " ".join(out.split()), out
+    finally:
+        lexeval_plugin.forget()
