@@ -376,3 +376,23 @@ def test_a_supports_that_is_not_a_version_range_is_refused_at_registration(tmp_p
             assert said in " ".join(out.split()), out
     finally:
         lexeval_plugin.forget()
+
+
+def test_the_contract_kit_sees_an_import_of_ragbridge_outside_the_plugin_api(tmp_path):
+    """``from ragbridge.backend import MetricSpec`` in the plugin's backend module (under an ``if``,
+    as a plugin toggles it): the kit's check names the file, the line and the module, and the fix."""
+    from ragbridge.plugins import get_backends
+    from ragbridge.testing.contract import BackendContract
+
+    kit = BackendContract()
+    try:
+        toggled = "if True:\n    from ragbridge.backend import MetricSpec  # noqa"
+        with broken(tmp_path, backend_import=toggled):
+            with pytest.raises(AssertionError, match=r"the lexeval plugin imports ragbridge outside the "
+                               r"plugin API \(ragbridge.plugin\): \S+ragbridge_lexeval/backend.py:\d+ "
+                               r"imports ragbridge.backend: import those names from ragbridge.plugin"):
+                kit.test_imports_ragbridge_only_through_the_plugin_api(get_backends()["lexeval"])
+        with broken(tmp_path / "clean"):  # ragbridge.plugin and ragbridge.testing only: nothing to say
+            kit.test_imports_ragbridge_only_through_the_plugin_api(get_backends()["lexeval"])
+    finally:
+        lexeval_plugin.forget()
