@@ -567,3 +567,22 @@ def test_a_case_of_ten_thousand_chunks_shows_its_first_and_its_relevant_ones(tmp
     b = _browse(tmp_path, page.as_uri(), "--dump-dom")
     assert b.returncode == 0, b.stderr[-2000:]
     assert 'data-report-ready="1"' in re.search(r"<html[^>]*>", b.stdout).group(0)
+
+
+def test_report_takes_its_format_from_the_out_files_suffix(native_run, tmp_path):
+    """``--out report.md`` without ``--format`` writes Markdown (not HTML under a .md name), .json JSON;
+    a suffix that contradicts ``--format``, or .xml, is refused, exit 2, nothing written."""
+    r = ragbridge_cli("report", native_run, "--out", tmp_path / "report.md", "--resamples", "0")
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "report.md").read_text()
+    assert text.startswith("# ") and "<html" not in text.lower()
+    r = ragbridge_cli("report", native_run, "--out", tmp_path / "report.json", "--resamples", "0")
+    assert r.returncode == 0 and "cases" in json.loads((tmp_path / "report.json").read_text()), r.stderr
+    r = ragbridge_cli("report", native_run, "--out", tmp_path / "page.htm", "--resamples", "0")
+    assert r.returncode == 0 and "<html" in (tmp_path / "page.htm").read_text().lower()
+    r = ragbridge_cli("report", native_run, "--out", tmp_path / "other.md", "--format", "html")
+    assert r.returncode == 2 and not (tmp_path / "other.md").exists()
+    assert "names a md file but --format is html" in " ".join(r.stderr.split()), r.stderr
+    r = ragbridge_cli("report", native_run, "--out", tmp_path / "report.xml")
+    assert r.returncode == 2 and not (tmp_path / "report.xml").exists()
+    assert "JUnit XML is what `ragbridge gate RUN --junit" in " ".join(r.stderr.split()), r.stderr

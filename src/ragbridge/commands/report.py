@@ -30,6 +30,28 @@ class _Escaped:
         return self._stream.write(self._escape(text))
 
 
+#: what a file's suffix says of its format
+SUFFIXES = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}
+
+
+def _format(fmt: Optional[str], out_file: Optional[Path]) -> str:
+    """The report's format: ``--format``, else the one the ``--out`` file's suffix names, else html;
+    exit 2 for a format that is none of `FORMATS`, or one the file's suffix contradicts."""
+    if fmt is not None and fmt not in FORMATS:
+        fail(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    suffix = out_file.suffix.lower() if out_file is not None and str(out_file) != "-" else ""
+    said = SUFFIXES.get(suffix)
+    if suffix == ".xml":
+        fail(f"--out {out_file}: a report is html, md or json; JUnit XML is what `ragbridge gate RUN --junit "
+             f"{out_file}` writes")
+    if fmt is None:
+        return said or "html"
+    if said is not None and said != fmt:
+        fail(f"--out {out_file} names a {said} file but --format is {fmt}: give --out a {FORMATS[fmt]} "
+             f"name, or --format {said} (or leave --format out: the suffix chooses it)")
+    return fmt
+
+
 def register(cli: typer.Typer) -> None:
     cli.command("report")(report_cmd)
 
@@ -41,7 +63,9 @@ def report_cmd(
         help="Another run folder of the same cases, scored apart (another judge server, day or judge): its "
              "backends join this run's as columns, BACKEND@FOLDER where two runs scored the same backend "
              "(repeatable)."),
-    fmt: str = typer.Option("html", "--format", "-f", help="html (one self-contained file), md or json."),
+    fmt: Optional[str] = typer.Option(
+        None, "--format", "-f", help="html (one self-contained file), md or json (default: what the --out "
+                                     "file's suffix says, .html, .md or .json; else html)."),
     out_file: Optional[Path] = typer.Option(
         None, "--out", "-o", help="File to write (default: RUN/report.<format>; '-' for standard output)."),
     threshold: Optional[List[str]] = typer.Option(
@@ -71,8 +95,7 @@ def report_cmd(
                                           "the others one line of scores each."),
 ) -> None:
     """Write one report (HTML, Markdown or JSON) of a run: summary, agreement, judge usage, every case."""
-    if fmt not in FORMATS:
-        fail(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    fmt = _format(fmt, out_file)
     refuse_overwriting(out_file, *(f for r in (run, *(with_runs or ()), baseline, *(history or ())) if r
                                    for f in run_files(r)), labels, gates)
     try:
