@@ -180,8 +180,13 @@ def test_a_block_with_a_value_outside_0_1_or_nan_without_reason(tmp_path):
 
 def test_a_result_twice_is_refused_and_a_case_not_yielded_is_an_error(tmp_path):
     with plugin_registered(_plugin(Careless("twice"))):
-        with pytest.warns(RuntimeWarning, match="backend careless yielded a second result for case 'a'"):
+        with pytest.warns(RuntimeWarning) as warned:
             run = ragbridge.evaluate(CASES, backends=["careless"], out=tmp_path / "run", progress=False)
+    assert [str(w.message) for w in warned] == [
+        "backend careless yielded a second result for case 'a' of answer_length: refused (a backend yields "
+        "one result per case); fix the plugin",
+        "backend careless yielded a result for case 'elsewhere' of answer_length, which it was not given: "
+        "refused (a backend yields one result per case); fix the plugin"]
     lines = (tmp_path / "run" / "scores.jsonl").read_text().splitlines()
     assert len(lines) == 3 and len(run.scores) == 3
     scores = {s.case_id: s for s in run.scores}
