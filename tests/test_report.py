@@ -586,3 +586,13 @@ def test_report_takes_its_format_from_the_out_files_suffix(native_run, tmp_path)
     r = ragbridge_cli("report", native_run, "--out", tmp_path / "report.xml")
     assert r.returncode == 2 and not (tmp_path / "report.xml").exists()
     assert "JUnit XML is what `ragbridge gate RUN --junit" in " ".join(r.stderr.split()), r.stderr
+
+
+def test_write_report_takes_its_format_from_the_files_suffix(native_run, tmp_path):
+    from ragbridge.analysis.table import AnalysisError
+
+    md = rep.write_report(native_run, tmp_path / "r.md", n_resamples=0)
+    assert md.read_text().startswith("# ") and "<html" not in md.read_text().lower()
+    with pytest.raises(AnalysisError, match="names a md file but the format is html"):
+        rep.write_report(native_run, tmp_path / "x.md", fmt="html", n_resamples=0)
+    assert not (tmp_path / "x.md").exists()

@@ -11,7 +11,8 @@ import typer
 from ..analysis.stats import DEFAULT_RESAMPLES
 from ..analysis.table import AnalysisError, open_run
 from ..formats.files import atomic_path
-from ..report import FORMATS, report_data, write
+from ..errors import cli_text
+from ..report import FORMATS, format_for, report_data, write
 from ..report.html import FULL_CASES
 from ..report.text import json_escaped, terminal_text
 from ..run.folder import run_files
@@ -30,26 +31,12 @@ class _Escaped:
         return self._stream.write(self._escape(text))
 
 
-#: what a file's suffix says of its format
-SUFFIXES = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}
-
-
 def _format(fmt: Optional[str], out_file: Optional[Path]) -> str:
-    """The report's format: ``--format``, else the one the ``--out`` file's suffix names, else html;
-    exit 2 for a format that is none of `FORMATS`, or one the file's suffix contradicts."""
-    if fmt is not None and fmt not in FORMATS:
-        fail(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    suffix = out_file.suffix.lower() if out_file is not None and str(out_file) != "-" else ""
-    said = SUFFIXES.get(suffix)
-    if suffix == ".xml":
-        fail(f"--out {out_file}: a report is html, md or json; JUnit XML is what `ragbridge gate RUN --junit "
-             f"{out_file}` writes")
-    if fmt is None:
-        return said or "html"
-    if said is not None and said != fmt:
-        fail(f"--out {out_file} names a {said} file but --format is {fmt}: give --out a {FORMATS[fmt]} "
-             f"name, or --format {said} (or leave --format out: the suffix chooses it)")
-    return fmt
+    """The report's format (`ragbridge.report.format_for`); exit 2 for one it refuses."""
+    try:
+        return format_for(fmt, out_file)
+    except AnalysisError as exc:
+        fail(cli_text(exc))
 
 
 def register(cli: typer.Typer) -> None:
