@@ -10,8 +10,9 @@ A judged backend plugin says what is particular to its library, and the base doe
 * `JudgedBackend.prepare`: what the cases of one metric share (a library metric object, the parsed
   options), once per `score` call;
 * `JudgedBackend.judge_case`: one case through the library, returned as the fields of its `Result`
-  that the library decides (``value``, ``native_value``, ``passed``, ``reason``, ``evidence``, or an
-  ``error`` it reports itself);
+  that the library decides (`ScoreFields`: ``value``, ``native_value``, ``passed``, ``reason``,
+  ``evidence``, or an ``error`` it reports itself), or as a `Result`; a field outside them is the
+  case's error, naming the backend (a plugin error: the run's bookkeeping is the run's);
 * `JudgedBackend.failure`: the fields of a case whose `judge_case` raised (default: ``error`` is
   `ragbridge.backend.error_text` of the exception).
 
@@ -119,8 +120,8 @@ class JudgedBackend(Backend):
     async def judge_case(self, metric: Any, case: Case, ctx: ScoringContext,
                          prepared: Any) -> ScoreFields:  # pragma: no cover - abstract
         """One case of ``metric`` (its registry entry) through the library: the fields of its
-        `Result` (see `ScoreFields`). Runs inside the case's ``tag_scope``; an exception is the
-        case's failure."""
+        `Result` (see `ScoreFields`), or the `Result` itself. Runs inside the case's ``tag_scope``; an
+        exception is the case's failure."""
         raise NotImplementedError
 
     def failure(self, metric: Any, case: Case, exc: Exception, ctx: ScoringContext) -> ScoreFields:
