@@ -107,6 +107,7 @@ FILES = {
             install_hint = "pip install lexeval"
             Options = LexevalOptions
             registry = METRICS
+            {supports}
 
             async def open(self, ctx):
                 judge = ctx.judge
@@ -161,7 +162,7 @@ FILES = {
 DEFAULTS = {"top_import": "", "kind": "answer check",
             "meaning": "token F1 of answer vs reference (lexeval); 1 = same tokens",
             "threshold": 'option(0.5, "A score at or above this passes.", pass_mark=True, ge=0.0, le=1.0)',
-            "backend_import": "", "mark": "v1", "on_case": "pass"}
+            "backend_import": "", "mark": "v1", "on_case": "pass", "supports": ""}
 
 
 def _dist(site: Path, name: str, version: str, top: str, package: bool = False) -> None:

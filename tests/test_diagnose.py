@@ -972,3 +972,18 @@ def test_a_retrieval_metric_failing_once_recall_passes_says_what_the_top_k_miss(
     res = ragbridge_cli("report", tmp_path / "run", "--format", "json", "--out", "-", "--resamples", "0")
     assert {c["case_id"]: c["reason"] for c in json.loads(res.stdout)["diagnosis"]["cases"]} == {
         cid: c["reason"] for cid, c in got.items()}
+
+
+def test_an_unanswerable_case_that_declined_is_not_said_retrieved_faithful_and_correct(tmp_path):
+    """An unanswerable case is asked only whether it declined: a failing answer check beside it is
+    said after that, not after "retrieved, faithful and correct", which nothing measured (no relevance
+    labels, no faithfulness score that passes)."""
+    case = Case(id="unanswerable-app", question="Is there an app for the store?",
+                answer="I don't know: the documentation does not say.", answerable=False,
+                must_contain=["app store"], contexts=[{"id": "c0", "text": "Refunds take 14 days."}])
+    run = evaluate([case], backends=["native"], metrics=["abstention", "must_contain", "recall@5"],
+                   out=tmp_path / "run")
+    (d,) = diagnose(run).cases
+    assert d.layer == "generation"
+    assert d.reason.startswith("declined a question it cannot answer, but must_contain (native)"), d.reason
+    assert "retrieved" not in d.reason and "faithful" not in d.reason

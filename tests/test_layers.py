@@ -69,7 +69,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "judge": {"config_files", "errors", "limits"},
     "verdicts": {"metrics", "schema"},
     "metrics": {"errors", "plugins"},
-    "stub": {"plugins"},
+    "stub": {"errors", "plugins"},
     "formats": {"errors", "hookspecs", "plugins", "schema"},
     "backend": {"judge", "limits", "metrics", "options", "plugins", "schema"},
     "judged_backend": {"backend", "judge", "options", "schema"},

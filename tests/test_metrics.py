@@ -119,3 +119,15 @@ def test_readme_and_metrics_doc_name_every_canonical_metric():
     for m in metrics.METRICS:
         if m.kind in (metrics.RANKING, metrics.SPAN):
             assert f"`{m.name}`" in doc, m.name
+
+
+def test_docs_metrics_lists_every_canonical_metric_as_ragbridge_metrics_defines_it():
+    """plugins/README.md sends an author to docs/metrics.md for the canonical metrics: its table is
+    ``ragbridge.metrics.METRICS``, row for row (name, kind, half, meaning, pass mark)."""
+    page = (Path(__file__).parent.parent / "docs" / "metrics.md").read_text(encoding="utf-8")
+    section = page.split("## Every canonical metric", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| `")]
+    assert rows == [[f"`{m.name}`", m.kind, m.half, m.meaning, str(m.pass_mark)] for m in metrics.METRICS]
+    guide = (Path(__file__).parent.parent / "plugins" / "README.md").read_text(encoding="utf-8")
+    assert "[docs/metrics.md](../docs/metrics.md#every-canonical-metric)" in guide

@@ -311,3 +311,88 @@ def test_a_plugins_responders_register_at_once_and_answer_in_the_order_given(stu
         assert answer("ECHO-CLAIM: the sky is blue") == "echo-claims answers"  # the first one given first
         assert answer("ECHO: anything else") == "echo-any answers"
     assert answer("ECHO: anything else") != "echo-any answers"  # gone with the plugin
+
+
+def test_a_stub_responder_registered_wrong_is_the_plugins_error(stub_judge):
+    """``register(responders())`` (a list, not its responders) is refused at registration, naming the
+    plugin; a responder that returns a text is refused when it answers, and the stub judge's reply says
+    which plugin's responder it was (not an error the judge's context size could explain)."""
+    import types
+
+    import httpx
+
+    from ragbridge.errors import PluginError
+    from ragbridge.plugin import hookimpl
+
+    def plugin_registering(*responders):
+        plugin = types.ModuleType("ragbridge_wrong_responders")
+
+        @hookimpl
+        def ragbridge_register_stub_responders(register):
+            register(*responders, first=False)
+
+        plugin.ragbridge_register_stub_responders = ragbridge_register_stub_responders
+        return plugin
+
+    def says_yes(req):
+        return "yes" if "WRONG-RESPONDER" in req.prompt else None
+
+    with pytest.raises(PluginError, match=r"plugin ragbridge_wrong_responders registered a stub responder "
+                                          r"that is not callable: a list \(register\(\*responders\(\)\)"):
+        with plugin_registered(plugin_registering([says_yes])):
+            pass
+    with plugin_registered(plugin_registering(says_yes)):
+        r = httpx.post(f"{stub_judge.base_url}/chat/completions", json={
+            "model": "stub-judge", "messages": [{"role": "user", "content": "WRONG-RESPONDER: is it?"}]},
+            timeout=30)
+        assert r.status_code == 500
+        assert ("PluginError: the stub responder 'says_yes' of plugin ragbridge_wrong_responders returned a "
+                "str, not a JudgeReply or None: fix the plugin") in r.text
+
+
+def test_a_supports_that_is_not_a_version_range_is_refused_at_registration(tmp_path, monkeypatch, capsys,
+                                                                          golden):
+    """``supports = "1.0"`` (a version, not a PEP 440 range) is the plugin's error with the fix, in
+    ``backends`` and in a run (exit 2), not "supports lexeval1.0"; a range ``backends`` cannot check the
+    installed version against says why, not that the library is not installed."""
+    line = ("plugin 'ragbridge_lexeval' failed to load: backend 'lexeval' "
+            "(ragbridge_lexeval.backend:LexevalBackend): TypeError: LexevalBackend.supports = '1.0' is not a "
+            "PEP 440 version range: write the versions the backend supports as one, e.g. '>=1.0,<3' "
+            "('==1.0' for that one version alone)")
+    try:
+        with broken(tmp_path, supports='supports = "1.0"'):
+            code, out, err = cli(monkeypatch, capsys, "backends")
+            assert code == 0 and "lexeval1.0" not in out and line in " ".join(err.split()), err
+            code, out, err = cli(monkeypatch, capsys, "run", golden, "--out", tmp_path / "run",
+                                 "--backend", "lexeval", "--metric", "lexeval_token_f1")
+            assert code == 2 and line in " ".join(err.split()) and not (tmp_path / "run").exists(), err
+        with broken(tmp_path / "nightly", supports='supports = ">=0.1"'):
+            metadata = tmp_path / "nightly" / "site" / "lexeval-0.2.0.dist-info" / "METADATA"
+            metadata.write_text(metadata.read_text().replace("Version: 0.2.0", "Version: nightly"))
+            code, out, err = cli(monkeypatch, capsys, "backends", "lexeval")
+            assert "not installed)" not in out, out
+            said = ("supports lexeval>=0.1; installed: nightly (not checked: its version is not a PEP 440 "
+                    "version)")
+            assert said in " ".join(out.split()), out
+    finally:
+        lexeval_plugin.forget()
+
+
+def test_the_contract_kit_sees_an_import_of_ragbridge_outside_the_plugin_api(tmp_path):
+    """``from ragbridge.backend import MetricSpec`` in the plugin's backend module (under an ``if``,
+    as a plugin toggles it): the kit's check names the file, the line and the module, and the fix."""
+    from ragbridge.plugins import get_backends
+    from ragbridge.testing.contract import BackendContract
+
+    kit = BackendContract()
+    try:
+        toggled = "if True:\n    from ragbridge.backend import MetricSpec  # noqa"
+        with broken(tmp_path, backend_import=toggled):
+            with pytest.raises(AssertionError, match=r"the lexeval plugin imports ragbridge outside the "
+                               r"plugin API \(ragbridge.plugin\): \S+ragbridge_lexeval/backend.py:\d+ "
+                               r"imports ragbridge.backend: import those names from ragbridge.plugin"):
+                kit.test_imports_ragbridge_only_through_the_plugin_api(get_backends()["lexeval"])
+        with broken(tmp_path / "clean"):  # ragbridge.plugin and ragbridge.testing only: nothing to say
+            kit.test_imports_ragbridge_only_through_the_plugin_api(get_backends()["lexeval"])
+    finally:
+        lexeval_plugin.forget()

@@ -249,7 +249,8 @@ def test_every_command_that_reads_a_run_refuses_a_tampered_score(runs, tmp_path,
     before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
     gates = tmp_path / "gates.toml"
     gates.write_text(GATES)
-    out = tmp_path / "out.csv" if args[0] in ("trulens-leaderboard", "diff") else tmp_path / "out.html"
+    out = tmp_path / ("out.csv" if args[0] in ("trulens-leaderboard", "diff") else
+                      "out.md" if "md" in args else "out.html")
     names = {"RUN": run_dir, "GOOD": src, "GATES": gates, "OUT": out, "LABELS": LABELS, "EXAMPLE": EXAMPLE}
     res = ragbridge_cli(*[names.get(a, a) for a in args], cwd=tmp_path)
     assert res.returncode == 2, res.stdout + res.stderr

@@ -610,3 +610,32 @@ def test_the_page_keeps_to_its_size_budget_and_chromium_opens_it(large_run, tmp_
     page.write_text(h, encoding="utf-8")
     b = _browse(tmp_path, page.as_uri(), "--dump-dom")
     assert 'data-report-ready="1"' in re.search(r"<html[^>]*>", b.stdout).group(0)
+
+
+def test_report_takes_its_format_from_the_out_files_suffix(native_run, tmp_path):
+    """``--out report.md`` without ``--format`` writes Markdown (not HTML under a .md name), .json JSON;
+    a suffix that contradicts ``--format``, or .xml, is refused, exit 2, nothing written."""
+    r = ragbridge_cli("report", native_run, "--out", tmp_path / "report.md", "--resamples", "0")
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "report.md").read_text()
+    assert text.startswith("# ") and "<html" not in text.lower()
+    r = ragbridge_cli("report", native_run, "--out", tmp_path / "report.json", "--resamples", "0")
+    assert r.returncode == 0 and "cases" in json.loads((tmp_path / "report.json").read_text()), r.stderr
+    r = ragbridge_cli("report", native_run, "--out", tmp_path / "page.htm", "--resamples", "0")
+    assert r.returncode == 0 and "<html" in (tmp_path / "page.htm").read_text().lower()
+    r = ragbridge_cli("report", native_run, "--out", tmp_path / "other.md", "--format", "html")
+    assert r.returncode == 2 and not (tmp_path / "other.md").exists()
+    assert "names a md file but --format is html" in " ".join(r.stderr.split()), r.stderr
+    r = ragbridge_cli("report", native_run, "--out", tmp_path / "report.xml")
+    assert r.returncode == 2 and not (tmp_path / "report.xml").exists()
+    assert "JUnit XML is what `ragbridge gate RUN --junit" in " ".join(r.stderr.split()), r.stderr
+
+
+def test_write_report_takes_its_format_from_the_files_suffix(native_run, tmp_path):
+    from ragbridge.analysis.table import AnalysisError
+
+    md = rep.write_report(native_run, tmp_path / "r.md", n_resamples=0)
+    assert md.read_text().startswith("# ") and "<html" not in md.read_text().lower()
+    with pytest.raises(AnalysisError, match="names a md file but the format is html"):
+        rep.write_report(native_run, tmp_path / "x.md", fmt="html", n_resamples=0)
+    assert not (tmp_path / "x.md").exists()

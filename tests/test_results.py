@@ -7,7 +7,8 @@ import pytest
 from pydantic import ValidationError
 
 import ragbridge
-from ragbridge.plugin import Backend, MetricSpec, Result, ResultBlock, Score, hookimpl
+from ragbridge.plugin import (Backend, JudgedBackend, JudgedMetric, MetricSpec, Result, ResultBlock, Score,
+                              hookimpl)
 from ragbridge.run.folder import score_json
 from ragbridge.testing import plugin_registered
 
@@ -118,3 +119,131 @@ def test_a_block_is_written_as_its_scores_would_be(tmp_path):
     lines = (tmp_path / "run" / "scores.jsonl").read_text().splitlines()
     assert sorted(lines) == sorted(score_json(s) for s in run.scores)
     assert {s.backend for s in run.scores} == {"length", "native"}
+
+
+class Careless(Backend):
+    """A backend that gets the plugin API wrong as ``mistake`` says."""
+
+    name = "careless"
+
+    def __init__(self, mistake):
+        self.mistake = mistake
+
+    def metrics(self):
+        return [MetricSpec("answer_length", requires=("answer",))]
+
+    async def score(self, metric, cases, ctx):
+        if self.mistake == "block":
+            yield ResultBlock(case_ids=[c.id for c in cases], values=[0.5, 2.0, float("nan")],
+                              reasons=[None] * len(cases))
+            return
+        for case in cases:
+            if self.mistake == "range":
+                yield Result(case_id=case.id, value=len(case.answer) / 25, native_value=len(case.answer))
+            elif self.mistake == "twice":
+                if case.id == "a":
+                    yield Result(case_id="a", value=0.5)
+                    yield Result(case_id="a", value=0.75)
+                    yield Result(case_id="elsewhere", value=0.75)
+            elif self.mistake == "nan":
+                yield Result(case_id=case.id, value=float("nan"))
+
+
+def test_a_value_outside_0_1_is_the_plugins_error_and_the_run_stays_readable(tmp_path):
+    with plugin_registered(_plugin(Careless("range"))):
+        run = ragbridge.evaluate(CASES, backends=["careless"], out=tmp_path / "run", progress=False)
+    scores = {s.case_id: s for s in run.scores}
+    assert scores["c"].value == 0.08 and scores["c"].error is None  # in range: recorded as it is
+    s = scores["a"]
+    assert s.value is None and s.status == "error" and s.native_value == 50
+    assert s.error == ("PluginError: backend careless returned answer_length 2.0 for case a: a value must "
+                       "be in 0..1 (or null); fix the plugin")
+    assert scores["b"].value == 0.16
+    reread = ragbridge.load_run(tmp_path / "run")  # the folder reads back: nothing out of range was written
+    assert {s.case_id: s.error for s in reread.scores} == {s.case_id: s.error for s in run.scores}
+    assert run.manifest.counts["errored"] == 1
+    (row,) = run.manifest.counts["failures"]
+    assert (row["backend"], row["cause"], row["what"]) == ("careless", "plugin", "plugin error")
+    assert "fix the plugin" in row["fix"] and "judge" not in row["fix"].split(";")[0]
+
+
+def test_a_block_with_a_value_outside_0_1_or_nan_without_reason(tmp_path):
+    with plugin_registered(_plugin(Careless("block"))):
+        run = ragbridge.evaluate(CASES, backends=["careless"], out=tmp_path / "run", progress=False)
+    scores = {s.case_id: s for s in run.scores}
+    assert scores["a"].value == 0.5
+    assert scores["b"].status == "error" and "returned answer_length 2.0 for case b" in scores["b"].error
+    assert scores["c"].status == "undefined"
+    assert scores["c"].reason == "backend careless returned no value (null or NaN) and gave no reason"
+    assert len(ragbridge.load_run(tmp_path / "run").scores) == 3
+
+
+def test_a_result_twice_is_refused_and_a_case_not_yielded_is_an_error(tmp_path):
+    with plugin_registered(_plugin(Careless("twice"))):
+        with pytest.warns(RuntimeWarning) as warned:
+            run = ragbridge.evaluate(CASES, backends=["careless"], out=tmp_path / "run", progress=False)
+    assert [str(w.message) for w in warned] == [
+        "backend careless yielded a second result for case 'a' of answer_length: refused (a backend yields "
+        "one result per case); fix the plugin",
+        "backend careless yielded a result for case 'elsewhere' of answer_length, which it was not given: "
+        "refused (a backend yields one result per case); fix the plugin"]
+    lines = (tmp_path / "run" / "scores.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and len(run.scores) == 3
+    scores = {s.case_id: s for s in run.scores}
+    assert scores["a"].value == 0.5  # the first result stands
+    for cid in "bc":
+        assert scores[cid].error == ("PluginError: backend careless yielded no result for this case; "
+                                     "fix the plugin")
+    counts = run.manifest.counts
+    assert (counts["scores"], counts["scored"], counts["errored"]) == (3, 1, 2)
+
+
+def test_nan_without_reason_names_the_backend_not_the_cases(tmp_path):
+    from ragbridge.run.unscored import nothing_computed, unscored_lines
+
+    with plugin_registered(_plugin(Careless("nan"))):
+        run = ragbridge.evaluate(CASES, backends=["careless"], out=tmp_path / "run", progress=False)
+        info = nothing_computed(run)
+    why = "backend careless returned no value (null or NaN) and gave no reason"
+    assert {s.reason for s in run.scores} == {why}
+    text = "\n".join(unscored_lines(info))
+    assert "lack what the metrics need" not in text and "give the cases" not in text
+    assert "their backends gave no reason" in text and "careless answer_length: 3 case(s)" in text
+
+
+class Fields(JudgedBackend):
+    """A judged backend whose judge_case returns ``mistake``'s fields (no judge: judge=False)."""
+
+    name = "fields"
+    registry = {"answer_length": JudgedMetric(name="answer_length", native_name="chars", requires=("answer",),
+                                              judge=False)}
+
+    def __init__(self, mistake):
+        self.mistake = mistake
+
+    async def judge_case(self, metric, case, ctx, prepared):
+        value = len(case.answer) / 100
+        if self.mistake == "result":
+            return Result(case_id="ignored", value=value, reason="counted")
+        return {"value": value, self.mistake: 0}
+
+
+def test_a_field_a_backend_may_not_set_is_the_plugins_error_naming_it(tmp_path):
+    for field in ("judge_calls", "cached"):
+        with plugin_registered(_plugin(Fields(field))):
+            run = ragbridge.evaluate(CASES, backends=["fields"], out=tmp_path / field, progress=False)
+        for s in run.scores:
+            assert s.status == "error" and s.native_metric == "chars"
+            assert s.error.startswith(f"PluginError: backend fields set '{field}' in what judge_case "
+                                      f"returned for case {s.case_id}: a backend returns only value")
+        (row,) = run.manifest.counts["failures"]
+        assert (row["cause"], row["scores"]) == ("plugin", 3)
+        assert row["fix"].startswith("fix the plugin of the fields backend")
+
+
+def test_judge_case_may_return_a_result(tmp_path):
+    with plugin_registered(_plugin(Fields("result"))):
+        run = ragbridge.evaluate(CASES, backends=["fields"], out=tmp_path / "run", progress=False)
+    scores = {s.case_id: s for s in run.scores}
+    assert (scores["a"].value, scores["a"].reason, scores["a"].native_metric) == (0.5, "counted", "chars")
+    assert {s.status for s in run.scores} == {"scored"}

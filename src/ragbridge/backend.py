@@ -287,6 +287,15 @@ class Backend:
     #: the report when a run holds two versions of the library (`changes_between`)
     changes: ClassVar[Mapping[str, str]] = {}
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A `supports` that is not a PEP 440 range, or a version of `changes` that is not a version, is
+        refused where the backend is declared: its plugin's module fails to import, and the plugin is
+        reported as failing to load, with the fix."""
+        super().__init_subclass__(**kwargs)
+        problem = _versions_problem(cls)
+        if problem:
+            raise TypeError(problem)
+
     def supported(self, version: Optional[str] = None) -> Optional[bool]:
         """Whether ``version`` (default: the installed one) is one `supports` takes; None when the
         backend declares no range or the version is unknown."""
@@ -406,6 +415,30 @@ async def fan_out(
                 t.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _versions_problem(cls: type) -> Optional[str]:
+    """What is wrong with the `Backend.supports` and `Backend.changes` a backend class declares, or None."""
+    supports, changes = cls.__dict__.get("supports"), cls.__dict__.get("changes")
+    if supports is None and not changes:
+        return None
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    if supports is not None:
+        try:
+            SpecifierSet(str(supports))
+        except InvalidSpecifier:
+            return (f"{cls.__name__}.supports = {supports!r} is not a PEP 440 version range: write the "
+                    f"versions the backend supports as one, e.g. '>=1.0,<3' ('=={supports}' for that one "
+                    "version alone)")
+    for version in changes or {}:
+        try:
+            Version(str(version))
+        except InvalidVersion:
+            return (f"{cls.__name__}.changes has {version!r}, which is not a version: its keys are the "
+                    "versions of the library the backend is tested at, e.g. '2.0'")
+    return None
 
 
 def error_text(exc: BaseException, limit: int = ERROR_TEXT_LIMIT) -> str:

@@ -81,9 +81,11 @@ def ragbridge_register_stub_responders(register):
     Call ``register(responder, ...)`` (``ragbridge.stub.responders.register``: ahead of every
     responder registered so far; ``first=False``: after them; always ahead of the generic one) with
     one or more callables, tried in the order given, each taking a ``JudgeRequest`` and returning a
-    ``JudgeReply``, or None for a request that is not its own. Called once per process, when the
-    stub first answers. A responder recognises its prompts by what only they contain: the order
-    between plugins is not part of the contract.
+    ``JudgeReply``, or None for a request that is not its own (a responder that is not callable is
+    refused at registration, and one that returns anything else when it answers, each a
+    ``PluginError`` naming the plugin). Called once per process, when the stub first answers. A
+    responder recognises its prompts by what only they contain: the order between plugins is not part of
+    the contract.
     """
 
 

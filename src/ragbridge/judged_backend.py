@@ -10,8 +10,9 @@ A judged backend plugin says what is particular to its library, and the base doe
 * `JudgedBackend.prepare`: what the cases of one metric share (a library metric object, the parsed
   options), once per `score` call;
 * `JudgedBackend.judge_case`: one case through the library, returned as the fields of its `Result`
-  that the library decides (``value``, ``native_value``, ``passed``, ``reason``, ``evidence``, or an
-  ``error`` it reports itself);
+  that the library decides (`ScoreFields`: ``value``, ``native_value``, ``passed``, ``reason``,
+  ``evidence``, or an ``error`` it reports itself), or as a `Result`; a field outside them is the
+  case's error, naming the backend (a plugin error: the run's bookkeeping is the run's);
 * `JudgedBackend.failure`: the fields of a case whose `judge_case` raised (default: ``error`` is
   `ragbridge.backend.error_text` of the exception).
 
@@ -36,18 +37,28 @@ import contextvars
 import functools
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, ClassVar, Mapping, Optional, Sequence, TypeVar
+from typing import Any, AsyncIterator, Callable, ClassVar, Mapping, Optional, Sequence, TypedDict, TypeVar
 
 from .backend import Backend, BackendOptions, MetricSpec, RunOptions, ScoringContext, error_text, fan_out
 from .judge.structured import StructuredMode
 from .options import Whole, option
-from .schema import Case, Result
+from .schema import Case, Evidence, Result
 
 __all__ = ["JudgedBackend", "JudgedMetric", "JudgedOptions", "ScoreFields", "in_thread"]
 
-#: the fields of a case's `Result` that a judged backend's library decides (``value``,
-#: ``native_value``, ``passed``, ``reason``, ``evidence``, ``error``)
-ScoreFields = dict[str, Any]
+class ScoreFields(TypedDict, total=False):
+    """What `JudgedBackend.judge_case` returns for one case: the fields of its `Result` that the
+    library decides, each optional, none other (a key outside these is the plugin's error, naming it:
+    the run's bookkeeping, ``judge_calls``, ``cached``, ``cost`` ..., is the run's to fill). A
+    `Result` is taken as well (its ``case_id`` and ``seconds`` are the template's)."""
+
+    value: Optional[float]
+    native_metric: Optional[str]
+    native_value: Any
+    passed: Optional[bool]
+    reason: Optional[str]
+    error: Optional[str]
+    evidence: Optional[Evidence]
 
 T = TypeVar("T")
 
@@ -109,8 +120,8 @@ class JudgedBackend(Backend):
     async def judge_case(self, metric: Any, case: Case, ctx: ScoringContext,
                          prepared: Any) -> ScoreFields:  # pragma: no cover - abstract
         """One case of ``metric`` (its registry entry) through the library: the fields of its
-        `Result` (see `ScoreFields`). Runs inside the case's ``tag_scope``; an exception is the
-        case's failure."""
+        `Result` (see `ScoreFields`), or the `Result` itself. Runs inside the case's ``tag_scope``; an
+        exception is the case's failure."""
         raise NotImplementedError
 
     def failure(self, metric: Any, case: Case, exc: Exception, ctx: ScoringContext) -> ScoreFields:
@@ -138,11 +149,38 @@ class JudgedBackend(Backend):
                 raise
             except Exception as exc:  # noqa: BLE001 - one case's failure is that Result's error
                 fields = self.failure(spec, case, exc, ctx)
-            fields.setdefault("native_metric", spec.native_name)
-            return Result(case_id=case.id, seconds=time.perf_counter() - start, **fields)
+            return self._result(fields, spec, case, time.perf_counter() - start)
 
         async for score in fan_out(cases, one, self.cases_at_once(ctx)):
             yield score
+
+
+    def _result(self, fields: Any, spec: MetricSpec, case: Case, seconds: float) -> Result:
+        """The `Result` of ``fields`` (`ScoreFields`, or a `Result`) for ``case``; a field the plugin may
+        not set, or a value of the wrong type, is the case's error naming the backend (a plugin error,
+        which the run's summary tells to fix the plugin)."""
+        if isinstance(fields, Result):
+            fields = fields.model_dump(exclude={"case_id", "seconds"}, exclude_unset=True)
+        if not isinstance(fields, Mapping):
+            return Result(case_id=case.id, seconds=seconds, native_metric=spec.native_name,
+                          error=f"PluginError: backend {self.name}'s judge_case returned a "
+                                f"{type(fields).__name__}, not its ScoreFields (a dict) or a Result; "
+                                "fix the plugin")
+        fields = {"native_metric": spec.native_name, **fields}
+        extra = sorted(set(fields) - set(ScoreFields.__annotations__))
+        if extra:
+            return Result(case_id=case.id, seconds=seconds, native_metric=fields["native_metric"],
+                          error=f"PluginError: backend {self.name} set {', '.join(map(repr, extra))} in what "
+                                f"judge_case returned for case {case.id}: a backend returns only "
+                                f"{', '.join(ScoreFields.__annotations__)} (the run counts the rest); "
+                                "fix the plugin")
+        try:
+            return Result(case_id=case.id, seconds=seconds, **fields)
+        except ValueError as exc:  # pydantic's: a field of the wrong type
+            why = " ".join(str(exc).split("For further information")[0].split())
+            return Result(case_id=case.id, seconds=seconds, native_metric=spec.native_name,
+                          error=f"PluginError: backend {self.name} returned fields a Result cannot hold for "
+                                f"case {case.id}: {why}; fix the plugin")
 
 
 async def in_thread(executor: Optional[concurrent.futures.Executor], fn: Callable[..., T], *args: Any) -> T:

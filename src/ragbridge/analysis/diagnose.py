@@ -404,6 +404,18 @@ def _why_missing(source: str, scores: list[Score], in_run: set[str], k: Optional
                      + (f" ({s.error or s.reason})" if s.error or s.reason else "") for s in found)
 
 
+#: what a question answered yes says of the case, in the words of a diagnosis
+_YES_WORDS = {"declined": "declined a question it cannot answer", "retrieval": "retrieved",
+              "faithfulness": "faithful", "correctness": "correct"}
+
+
+def _settled_words(settled: dict[str, dict]) -> str:
+    """The questions answered yes, as a diagnosis says them ("retrieved, faithful and correct"): only
+    those that were asked (an unanswerable case is asked whether it declined, nothing else)."""
+    words = [_YES_WORDS[q.name] for q in QUESTIONS if q.name in settled]
+    return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else "".join(words)
+
+
 def _all_yes(ctx: _Context, failing: list[dict], settled: dict[str, dict], base: dict) -> CaseDiagnosis:
     """Every question answered yes: the failing metrics say what is left. ``decided_by`` is the
     evidence that decides: the human label or score that overrules a failing metric, else the
@@ -436,7 +448,7 @@ def _all_yes(ctx: _Context, failing: list[dict], settled: dict[str, dict], base:
     if by_human or checks:
         f = (by_human or checks)[0]
         return CaseDiagnosis(layer="generation", question=None, decided_by=f, reason=(
-            f"retrieved, faithful and correct, but {_named(f)} fails"), **base)
+            f"{_settled_words(settled)}, but {_named(f)} fails"), **base)
     if overruled:
         return _overruled(ctx, overruled, settled, base)
     f = rest[0]

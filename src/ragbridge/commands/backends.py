@@ -178,7 +178,9 @@ def _one_versions(name: str, b, installed: Optional[str]) -> None:
     if v["supports"] is None and not v["versions"] and not v["changes"]:
         return
     if v["supports"]:
-        said = {True: "supported", False: "NOT supported", None: "not installed"}[v["supported"]]
+        said = {True: "supported", False: "NOT supported",
+                None: "not checked: " + ("its version is not a PEP 440 version" if b.available()
+                                         else f"{b.library} is not importable")}[v["supported"]]
         print_lines(out, [f"supports {b.library}{v['supports']}; installed: "
                           + (f"{installed} ({said})" if installed else "none")])
     listed = [s.name for s in b.metrics()]

@@ -11,7 +11,8 @@ import typer
 from ..analysis.stats import DEFAULT_RESAMPLES
 from ..analysis.table import AnalysisError, open_run
 from ..formats.files import atomic_path
-from ..report import FORMATS, report_data, write
+from ..errors import cli_text
+from ..report import FORMATS, format_for, report_data, write
 from ..report.html import FULL_CASES
 from ..report.text import json_escaped, terminal_text
 from ..run.folder import run_files
@@ -30,6 +31,14 @@ class _Escaped:
         return self._stream.write(self._escape(text))
 
 
+def _format(fmt: Optional[str], out_file: Optional[Path]) -> str:
+    """The report's format (`ragbridge.report.format_for`); exit 2 for one it refuses."""
+    try:
+        return format_for(fmt, out_file)
+    except AnalysisError as exc:
+        fail(cli_text(exc))
+
+
 def register(cli: typer.Typer) -> None:
     cli.command("report")(report_cmd)
 
@@ -41,7 +50,9 @@ def report_cmd(
         help="Another run folder of the same cases, scored apart (another judge server, day or judge): its "
              "backends join this run's as columns, BACKEND@FOLDER where two runs scored the same backend "
              "(repeatable)."),
-    fmt: str = typer.Option("html", "--format", "-f", help="html (one self-contained file), md or json."),
+    fmt: Optional[str] = typer.Option(
+        None, "--format", "-f", help="html (one self-contained file), md or json (default: what the --out "
+                                     "file's suffix says, .html, .md or .json; else html)."),
     out_file: Optional[Path] = typer.Option(
         None, "--out", "-o", help="File to write (default: RUN/report.<format>; '-' for standard output)."),
     threshold: Optional[List[str]] = typer.Option(
@@ -71,8 +82,7 @@ def report_cmd(
                                           "the others one line of scores each."),
 ) -> None:
     """Write one report (HTML, Markdown or JSON) of a run: summary, agreement, judge usage, every case."""
-    if fmt not in FORMATS:
-        fail(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    fmt = _format(fmt, out_file)
     refuse_overwriting(out_file, *(f for r in (run, *(with_runs or ()), baseline, *(history or ())) if r
                                    for f in run_files(r)), labels, gates)
     try:

@@ -29,6 +29,7 @@ CAUSES = {
     "unreadable": "answer unreadable",
     "unusable_reply": "reply unusable",
     "cache_miss": "not in the recorded cache",
+    "plugin": "plugin error",
     "other": "backend error",
 }
 
@@ -46,6 +47,8 @@ def cause_of(error: str, failure: Optional[tuple[str, str]]) -> tuple[str, str]:
     first judge call that failed, if one did."""
     if failure is not None and failure[0] in CAUSES:
         return failure[0], failure[1].removeprefix("ragbridge judge gateway: ")
+    if str(error).startswith("PluginError: "):  # what a backend returned breaks the plugin API
+        return "plugin", one_line(str(error).removeprefix("PluginError: "))
     text = " ".join(str(error).split())
     return ("unusable_reply" if _REPLY.search(text) else "other"), one_line(str(error))
 
@@ -124,4 +127,7 @@ def fix(cause: str, backend: str, config: Any, mode: str = "auto") -> str:
     if cause == "cache_miss":
         return ("record the judge cache again (cache_mode = \"read-write\" with a key), or check that the "
                 "judge settings match the recording")
+    if cause == "plugin":
+        return (f"fix the plugin of the {backend} backend (the reason says what it returned), or tell its "
+                "author; the judge and the cases are not at fault")
     return "run the same command again to retry them; if they fail again, the reason says why"

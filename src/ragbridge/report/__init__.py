@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Optional, TextIO, Union
 if TYPE_CHECKING:  # pragma: no cover
     from ..run import Run
 
-__all__ = ["write_report", "render", "write", "report_data", "render_html", "render_markdown", "render_json",
-           "FORMATS"]
+__all__ = ["write_report", "format_for", "render", "write", "report_data", "render_html", "render_markdown",
+           "render_json", "FORMATS"]
 
 #: report format -> the suffix of its file
 FORMATS = {"html": ".html", "md": ".md", "json": ".json"}
@@ -61,16 +61,45 @@ def write(run: Run, data: dict, fmt: str, out: TextIO, full: Optional[int] = Non
         {"md": write_markdown, "json": write_json}[fmt](run, out, data)
 
 
-def write_report(run: Union[Run, str, Path], out: Union[str, Path], fmt: str = "html",
+#: what a file's suffix says of a report's format
+SUFFIXES = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}
+
+
+def format_for(fmt: Optional[str], out: Union[str, Path, None]) -> str:
+    """The format of a report written to ``out``: ``fmt``, else the one ``out``'s suffix names (`SUFFIXES`),
+    else html. `AnalysisError` for a format that is none of `FORMATS`, a suffix that contradicts ``fmt``,
+    or ``.xml`` (JUnit XML is the gate's)."""
+    from ..analysis.table import AnalysisError
+
+    if fmt is not None and fmt not in FORMATS:
+        raise AnalysisError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}",
+                            cli=f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    suffix = Path(out).suffix.lower() if out is not None and str(out) != "-" else ""
+    if suffix == ".xml":
+        raise AnalysisError(f"{out}: a report is html, md or json; JUnit XML is what `ragbridge gate RUN "
+                            f"--junit {out}` writes")
+    said = SUFFIXES.get(suffix)
+    if fmt is None:
+        return said or "html"
+    if said is not None and said != fmt:
+        raise AnalysisError(f"{out} names a {said} file but the format is {fmt}: give it a {FORMATS[fmt]} "
+                            f"name, or fmt={said!r} (or leave the format out: the suffix chooses it)",
+                            cli=f"--out {out} names a {said} file but --format is {fmt}: give --out a "
+                                f"{FORMATS[fmt]} name, or --format {said} (or leave --format out: the "
+                                "suffix chooses it)")
+    return fmt
+
+
+def write_report(run: Union[Run, str, Path], out: Union[str, Path], fmt: Optional[str] = None,
                  full: Optional[int] = None, **kw) -> Path:
-    """Render and write the report (whole or not at all); returns the path written. ``kw``: the
-    options of `report_data`."""
-    from ..analysis.table import AnalysisError, open_run
+    """Render and write the report (whole or not at all); returns the path written. ``fmt``: html, md
+    or json (default: what ``out``'s suffix says, else html; `format_for`). ``kw``: the options of
+    `report_data`."""
+    from ..analysis.table import open_run
     from ..formats.files import atomic_path
     from .data import report_data
 
-    if fmt not in FORMATS:
-        raise AnalysisError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+    fmt = format_for(fmt, out)
     run = open_run(run)
     data = report_data(run, case_texts=fmt != "html", **kw)
     with atomic_path(out) as tmp, open(tmp, "w", encoding="utf-8") as f:

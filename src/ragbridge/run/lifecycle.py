@@ -79,12 +79,15 @@ async def drive_job(
     queue: asyncio.Queue, repeat: int = 0,
 ) -> None:
     """Put every score of one job on ``queue`` (a `Score` or a `ScoreBlock` of them): one per case,
-    whatever the backend does (a fault is the error of each case it did not score; a case it forgot
-    is an error too). Each result the backend yields is recorded as the job's: its backend, metric
-    and repeat. For repeat r > 0 the backend's judge is the one of that repeat."""
+    whatever the backend does (a fault is the error of each case it did not score; a case it did not
+    yield gets an error that says so). Each result the backend yields is recorded as the job's: its
+    backend, metric and repeat. What the backend got wrong is its plugin's error, naming it
+    (`checked`): a value outside 0..1 is that case's error, never recorded; a second result for a case,
+    or one for a case it was not given, is refused (a warning; the case keeps its first result). For
+    repeat r > 0 the backend's judge is the one of that repeat."""
     ids = CaseBatch.of_cases(cases).ids
     pending = set(ids)
-    error = "backend returned no score for this case"
+    error = f"PluginError: backend {backend.name} yielded no result for this case; fix the plugin"
     if repeat and ctx.judge is not None:
         ctx = dataclass_replace(ctx, judge=ctx.judge.for_repeat(repeat))
     try:
@@ -93,15 +96,61 @@ async def drive_job(
         async for item in backend.score(metric, cases, ctx):
             if isinstance(item, ResultBlock):
                 if not pending.issuperset(item.case_ids):
-                    raise RuntimeError("backend returned a score block for cases it was not given, or twice")
+                    raise _BackendFault(
+                        f"PluginError: backend {backend.name} returned a result block for cases it was not "
+                        "given, or scored already (a backend yields one result per case); fix the plugin")
                 pending.difference_update(item.case_ids)
-                await queue.put(ScoreBlock.of(item, backend.name, metric))
+                for score in checked_block(item, backend.name, metric):
+                    await queue.put(score)
+            elif item.case_id not in pending:
+                again = "a second result" if item.case_id in ids else "a result"
+                warnings.warn(f"backend {backend.name} yielded {again} for case {item.case_id!r} of {metric}"
+                              f"{'' if item.case_id in ids else ', which it was not given'}: refused (a "
+                              "backend yields one result per case); fix the plugin", RuntimeWarning)
             else:
                 pending.discard(item.case_id)
-                await queue.put(Score.of(item, backend.name, metric, repeat))
+                await queue.put(checked(Score.of(item, backend.name, metric, repeat)))
     except Exception as exc:  # a backend fault: every case it did not score gets the error
         error = str(exc) if isinstance(exc, _BackendFault) else error_text(exc)
     for cid in ids:
         if cid in pending:
             await queue.put(Score(case_id=cid, metric=metric, backend=backend.name, repeat=repeat,
                                   error=error))
+
+
+def checked(score: Score) -> Score:
+    """``score`` as its backend returned it, or what the backend got wrong as the score's error: a
+    value outside 0..1 is refused (the error names the backend, the metric, the value and the case);
+    an undefined value the backend gave no reason for gets one that says so."""
+    value = score.value
+    if value is not None and not 0.0 <= value <= 1.0:
+        return score.model_copy(update={
+            "value": None, "passed": None,
+            "error": f"PluginError: backend {score.backend} returned {score.metric} {value!r} for case "
+                     f"{score.case_id}: a value must be in 0..1 (or null); fix the plugin"})
+    if value is None and not score.error and not score.reason:
+        return score.model_copy(update={"reason": no_reason(score.backend)})
+    return score
+
+
+#: how the reason of an undefined value its backend gave no reason for ends (`no_reason`)
+NO_REASON_END = "returned no value (null or NaN) and gave no reason"
+
+
+def no_reason(backend: str) -> str:
+    """The reason of an undefined value its backend gave none for."""
+    return f"backend {backend} {NO_REASON_END}"
+
+
+def checked_block(block: ResultBlock, backend: str, metric: str) -> list[Union[Score, ScoreBlock]]:
+    """``block`` recorded as the answer of ``backend`` for ``metric``: one `ScoreBlock`, or one
+    `Score` a case (`checked`) when a value is outside 0..1; an undefined value without a reason gets
+    one (`no_reason`)."""
+    values = block._values()
+    if all(v is None or 0.0 <= v <= 1.0 for v in values):
+        reasons = list(block.reasons)
+        if any(v is None and not reasons[i] for i, v in enumerate(values)):
+            block = dataclass_replace(block, reasons=[r if r or values[i] is not None else no_reason(backend)
+                                                      for i, r in enumerate(reasons)])
+        return [ScoreBlock.of(block, backend, metric)]
+    return [checked(s) for s in ScoreBlock.of(block, backend, metric).scores()]

@@ -14,15 +14,23 @@ import shlex
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Optional
 
+from .lifecycle import NO_REASON_END
+
 if TYPE_CHECKING:  # pragma: no cover
     from .folder import Run
 
-__all__ = ["nothing_computed", "unscored_lines"]
+__all__ = ["nothing_computed", "unscored_lines", "gave_no_reason"]
 
 #: the inputs `Case.fields_present` names, as a person reads them
 FIELD_WORDS = {"question": "question", "answer": "answer", "contexts": "contexts",
                "context_text": "contexts with text", "relevant": "relevance labels (relevant)",
                "reference": "reference answer", "reference_contexts": "reference_contexts"}
+
+
+def gave_no_reason(reason: str) -> bool:
+    """Whether ``reason`` is the one the run gives an undefined value its backend gave no reason for
+    (`ragbridge.run.lifecycle.no_reason`)."""
+    return reason.startswith("backend ") and reason.endswith(NO_REASON_END)
 
 
 def nothing_computed(run: "Run", dataset: Optional[str] = None, out: Optional[str] = None) -> Optional[dict]:
@@ -48,6 +56,10 @@ def nothing_computed(run: "Run", dataset: Optional[str] = None, out: Optional[st
                for (b, m), c in reasons.items()]
     present = [c.fields_present() for c in run.cases]
     fields = {f: sum(f in p for p in present) for f in FIELD_WORDS}
+    if all(gave_no_reason(r["reason"]) for m in metrics for r in m["reasons"]):
+        # the backends returned nothing, for no reason they gave: the cases are not to blame
+        return {"metrics": metrics, "fields": fields, "judged": [], "command": None, "python": None,
+                "lacking": [], "blame": "backends"}
     judged = _judged_backends(present, unanswerable=any(not c.answerable for c in run.cases))
     lacking = [] if judged else _lacking(present)
     command = python = None  # the first backend's: its metrics whose inputs are missing are skipped
@@ -60,7 +72,7 @@ def nothing_computed(run: "Run", dataset: Optional[str] = None, out: Optional[st
         python = (f"ragbridge.evaluate(cases, backends=[{judged[0]['backend']!r}], "
                   f"judge=JudgeConfig(model=\"MODEL\", base_url=\"URL\"), out={str(out)!r})")
     return {"metrics": metrics, "fields": fields, "judged": judged, "command": command, "python": python,
-            "lacking": lacking}
+            "lacking": lacking, "blame": "cases"}
 
 
 def _judged_backends(present: list[set[str]], unanswerable: bool) -> list[dict[str, Any]]:
@@ -110,6 +122,11 @@ def unscored_lines(info: dict, python: bool = False) -> list[str]:
     """`nothing_computed`'s answer as lines of plain text; ``python``: what to run as Python (for a
     notebook), else as a command line."""
     n = sum(m["n"] for m in info["metrics"])
+    if info.get("blame") == "backends":
+        return [f"nothing was computed: all {n} scores are undefined, and their backends gave no reason:"] + [
+            f"  {m['backend']} {m['metric']}: {m['n']} case(s)" for m in info["metrics"]] + [
+            "the cases have the inputs; the backend returned no value (null or NaN) for each: its plugin is "
+            "to say why (a reason), or to fix what it computes"]
     lines = [f"nothing was computed: all {n} scores are undefined, because the cases lack what the "
              "metrics need:"]
     by_reasons: dict[tuple, list[str]] = {}

@@ -20,6 +20,8 @@ its library.
 
 The contract, one test each:
 
+* the plugin's package imports ragbridge only through ``ragbridge.plugin`` (and ``ragbridge.testing``,
+  for its stub and tests): every ``import`` of its modules is read, also one inside a function;
 * registering the backend, and asking whether it is available, its version and its metrics, imports
   none of its library (the library's modules and the plugin's own are set aside while it is asked,
   then put back);
@@ -123,8 +125,9 @@ def plugin_registered(plugin: Any, name: Optional[str] = None) -> Iterator[Any]:
         hook = getattr(plugin, "ragbridge_register_stub_responders", None)
         if hook is not None:
             def register(*rs: Any, first: bool = True) -> Any:
+                registered = responders.register(*rs, first=first, plugin=registered_as)
                 added.extend(rs)
-                return responders.register(*rs, first=first)
+                return registered
 
             hook(register=register)
         yield plugin
@@ -242,6 +245,53 @@ def _set_aside(aside: Callable[[str], bool]) -> Iterator[set[str]]:
         sys.modules.update(hidden)
         for (parent, child), value in attributes.items():
             setattr(sys.modules[parent], child, value)
+
+
+#: what a plugin's package may import of ragbridge (the plugin API, and the test kit)
+PLUGIN_API = ("ragbridge.plugin", "ragbridge.testing")
+
+
+def outside_the_plugin_api(package: str) -> list[str]:
+    """Each import of ragbridge other than the plugin API (`PLUGIN_API`) in the modules of ``package``
+    (a plugin's top-level package or module), read with ``ast`` (an import inside a function or under
+    an ``if`` counts; ``if TYPE_CHECKING:`` too, an editor's import is a reader's API), as
+    ``FILE:LINE imports NAME``; empty for ragbridge's own backends and for a package no file holds."""
+    import ast
+
+    if package == "ragbridge" or package.startswith("ragbridge."):
+        return []
+    spec = importlib.util.find_spec(package)
+    if spec is None:
+        return []
+    if spec.submodule_search_locations:
+        files = sorted(f for folder in spec.submodule_search_locations for f in Path(folder).rglob("*.py"))
+    else:
+        files = [Path(spec.origin)] if spec.origin and spec.origin.endswith(".py") else []
+    found = []
+    for path in files:
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = ([f"{node.module}.{a.name}" for a in node.names] if node.module == "ragbridge"
+                         else [node.module])
+            else:
+                continue
+            found += [f"{path}:{node.lineno} imports {n}" for n in names
+                      if n.split(".")[0] == "ragbridge" and not n.startswith(PLUGIN_API)]
+    return found
+
+
+def _plugin_packages(backend: Any) -> set[str]:
+    """The top-level packages of the plugin that registers ``backend`` and of the backend's class."""
+    load = getattr(backend, "load", None)
+    made = load() if callable(load) else backend
+    names = {type(made).__module__, getattr(_registrar(backend.name), "__name__", "") or ""}
+    return {n.partition(".")[0] for n in names if n}
 
 
 def _is_library_module(module: str, library: str) -> bool:
@@ -362,6 +412,14 @@ class BackendContract:
         shown = ", ".join(imported[:3]) + (", ..." if len(imported) > 3 else "")
         assert not imported, (f"registering {contract_backend.name} imported its library ({shown}): "
                               "import it inside open or score")
+
+    def test_imports_ragbridge_only_through_the_plugin_api(self, contract_backend: Any) -> None:
+        offenders = [line for package in sorted(_plugin_packages(contract_backend))
+                     for line in outside_the_plugin_api(package)]
+        assert not offenders, (f"the {contract_backend.name} plugin imports ragbridge outside the plugin API "
+                               f"(ragbridge.plugin): {'; '.join(offenders[:5])}"
+                               f"{' ...' if len(offenders) > 5 else ''}: import those names from "
+                               "ragbridge.plugin (its __all__ lists them; ragbridge.testing for tests)")
 
     def test_declares_known_metrics_and_case_inputs(self, contract_backend: Any) -> None:
         specs = contract_backend.metrics()
