@@ -180,7 +180,7 @@ def test_the_key_names_what_a_score_depends_on():
     from ragbridge.plugins import get_backends
 
     for other in ({"ragas": {"concurrency": 2}}, {"native": {"decline_phrases": ["no idea"]}},
-                  {"deepeval": {"threshold": 0.5, "strict_mode": False}}):
+                  {"deepeval": {"strict_mode": False}}):
         options = RunOptions(backend_options=other).resolved(get_backends(), ["deepeval"])
         assert metric_prefix(**{**base, "options": options}) == prefix, other
     assert metric_prefix(**{**base, "judge": judge.model_copy(update={"max_concurrency": 3})}) == prefix
