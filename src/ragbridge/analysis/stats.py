@@ -212,10 +212,13 @@ def _groups(v: np.ndarray):
 def _mid_ranks(w, grouping):
     """Each case's weighted mid-rank: the weight of the cases below it, plus half of its tie group's."""
     order, starts, group = grouping
-    sums = np.add.reduceat(w[..., order], starts, axis=-1)
+    sums = np.take(w, order, axis=-1)
+    if len(starts) < len(order):  # (every group of one: the sums are the weights)
+        sums = np.add.reduceat(sums, starts, axis=-1)
     below = np.cumsum(sums, axis=-1) - sums
+    mid = below + sums / 2
     out = np.empty_like(w)
-    out[..., order] = (below + sums / 2)[..., group]
+    out[..., order] = mid if len(starts) == len(order) else np.take(mid, group, axis=-1)
     return out
 
 
@@ -233,7 +236,11 @@ def _kendall(c):
     At each level only the left halves are summed (each block's left cases by y, highest first) and
     each right case reads the sum of the left cases strictly above it: the same additions in the same
     order as a running sum over the whole merged block (a right case adds an exact zero there), so
-    the draws are the same to the last bit, at about half the passes over the weights."""
+    the draws are the same to the last bit, at about half the passes over the weights. Short blocks
+    are summed place by place over every block at once (a running sum a block costs a call's
+    overhead per few cases). The single-precision dot product of each level is NumPy's ``einsum``,
+    whose last bits depend on where its operands start in memory; its operands are allocated as
+    they always were."""
     x, y = c["x"], c["y"]
     m = len(x)
     order = np.lexsort((y, x))  # by x, then y: an earlier case with the same x is never above
@@ -249,19 +256,26 @@ def _kendall(c):
         # right case counts only the left cases strictly above it
         perm = np.lexsort((left, -ys, pos // (2 * half)))
         is_left = left[perm]
-        # each right case: 1 + the place of the last left case before it in the left cases' running
-        # sums (1 + block * half + count - 1), or 0 (a zero in front) when none is before it
+        # each right case: how many left cases of its block are before it, and its block
         before = (np.cumsum(is_left) - pos // (2 * half) * half)[~is_left]
-        at = np.where(before > 0, 1 + pos[: size // 2] // half * half + before - 1, 0)
-        levels.append((perm[is_left], perm[~is_left], at, half))
+        block = pos[: size // 2] // half
+        lefts = perm[is_left]
+        if half <= _BY_PLACE:  # the running sums laid out place by place, each block's side by side
+            blocks = size // 2 // half
+            lefts = lefts.reshape(blocks, half).T.ravel()
+            at = np.where(before > 0, 1 + (before - 1) * blocks + block, 0)
+        else:  # block by block
+            at = np.where(before > 0, 1 + block * half + before - 1, 0)
+        levels.append((lefts, perm[~is_left], at, half))
         half *= 2
     tie_x, tie_y = _groups(x), _groups(y)
+    # the cases in order of (x, y) are in ``order`` already: the pairs' groups are runs of it
     pair = np.unique(np.c_[x, y], axis=0, return_inverse=True)[1].ravel()
-    tie_xy = _groups(pair.astype(float))
+    pair_starts = _groups(pair.astype(float))[1]
 
-    def tied(w, grouping):
+    def tied(w, grouping, in_order=None):
         order_, starts, _ = grouping
-        sums = np.take(w, order_, axis=-1)
+        sums = np.take(w, order_, axis=-1) if in_order is None else in_order
         if len(starts) < len(order_):  # (every group of one: the sums are the weights)
             sums = np.add.reduceat(sums, starts, axis=-1)
         return (sums ** 2).sum(-1)
@@ -269,25 +283,33 @@ def _kendall(c):
     def f(w):
         rows = w.shape[0]
         total = w.sum(-1) ** 2
+        by_xy = np.take(w, order, axis=-1)
         in_y = tied(w, tie_y)
         untied_x, untied_y = total - tied(w, tie_x), total - in_y
-        same_y = in_y - tied(w, tie_xy)
+        same_y = in_y - tied(w, (order, pair_starts, None), by_xy)
         dtype = np.float32 if rows > 1 else float  # draws: single precision
-        padded = np.zeros((rows, size), dtype)
-        padded[:, :m] = w[:, order]
+        padded = np.empty((rows, size), dtype)
+        padded[:, :m] = by_xy
+        padded[:, m:] = 0
         sums = np.zeros((rows, 1 + size // 2), dtype)  # a zero, then the left cases' running sums
         discordant = np.zeros(rows)
         for lefts, rights, at, half in levels:
-            run = sums[:, 1:].reshape(rows, -1, half)
             np.take(padded, lefts, axis=1, out=sums[:, 1:])
-            if half <= 32:  # short blocks: one addition a place beats a cumsum call per block
+            if half <= _BY_PLACE:  # one addition a place, over every block at once
+                run = sums[:, 1:].reshape(rows, half, -1)
                 for k in range(1, half):
-                    np.add(run[..., k - 1], run[..., k], out=run[..., k])
+                    np.add(run[:, k - 1], run[:, k], out=run[:, k])
             else:
+                run = sums[:, 1:].reshape(rows, -1, half)
                 np.cumsum(run, axis=-1, out=run)
-            discordant += np.einsum("ij,ij->i", sums[:, at], padded[:, rights])
+            discordant += np.einsum("ij,ij->i", sums[:, at], np.take(padded, rights, axis=1))
         return np.clip(_ratio(untied_x - same_y - 4 * discordant, np.sqrt(untied_x * untied_y)), -1, 1)
     return f
+
+
+#: merge blocks of at most this many cases a side are summed place by place (one addition over every
+#: block at once), longer ones block by block (NumPy's running sum)
+_BY_PLACE = 128
 
 
 #: figure -> its form on weighted cases, built from the cases' columns: ``a``, ``b`` (verdicts of
