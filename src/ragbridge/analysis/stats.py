@@ -239,8 +239,8 @@ def _kendall(c):
     the draws are the same to the last bit, at about half the passes over the weights. Short blocks
     are summed place by place over every block at once (a running sum a block costs a call's
     overhead per few cases). The single-precision dot product of each level is NumPy's ``einsum``,
-    whose last bits depend on where its operands start in memory; its operands are allocated as
-    they always were."""
+    whose order of additions follows its operands' memory layout: the running sums are picked by
+    indexing (column-major, each draw summed in order) as they always were."""
     x, y = c["x"], c["y"]
     m = len(x)
     order = np.lexsort((y, x))  # by x, then y: an earlier case with the same x is never above
