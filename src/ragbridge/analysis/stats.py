@@ -240,7 +240,7 @@ def _kendall(c):
     are summed place by place over every block at once (a running sum a block costs a call's
     overhead per few cases). The single-precision dot product of each level is NumPy's ``einsum``,
     whose order of additions follows its operands' memory layout: the running sums are picked by
-    indexing (column-major, each draw summed in order) as they always were."""
+    column-major (each draw summed in order), as they always were."""
     x, y = c["x"], c["y"]
     m = len(x)
     order = np.lexsort((y, x))  # by x, then y: an earlier case with the same x is never above
@@ -302,7 +302,9 @@ def _kendall(c):
             else:
                 run = sums[:, 1:].reshape(rows, -1, half)
                 np.cumsum(run, axis=-1, out=run)
-            discordant += np.einsum("ij,ij->i", sums[:, at], np.take(padded, rights, axis=1))
+            # (the sums picked column-major, as indexing ``sums[:, at]`` does, but faster)
+            picked = np.take(sums.T, at, axis=0).T
+            discordant += np.einsum("ij,ij->i", picked, np.take(padded, rights, axis=1))
         return np.clip(_ratio(untied_x - same_y - 4 * discordant, np.sqrt(untied_x * untied_y)), -1, 1)
     return f
 
