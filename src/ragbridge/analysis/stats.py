@@ -239,7 +239,7 @@ def _kendall(c):
     the draws are the same to the last bit, at about half the passes over the weights. Short blocks
     are summed place by place over every block at once (a running sum a block costs a call's
     overhead per few cases). The single-precision dot product of each level is NumPy's ``einsum``,
-    whose order of additions follows its operands' memory layout: the running sums are picked by
+    whose order of additions follows its operands' memory layout: the running sums are picked
     column-major (each draw summed in order), as they always were."""
     x, y = c["x"], c["y"]
     m = len(x)
