@@ -383,7 +383,10 @@ def rater_figures(
         for start in range(0, n_draws, block):
             g = rng.standard_gamma(shape, size=(min(n_draws, start + block) - start, len(shape)))
             for part, idx in members:
-                g[:, idx] *= part / g[:, idx].sum(-1, keepdims=True)
+                if len(idx) == len(shape):  # one stratum: every column in place, summed column-major
+                    g *= part / np.asfortranarray(g).sum(-1, keepdims=True)  # as ``g[:, idx]`` is
+                else:
+                    g[:, idx] *= part / g[:, idx].sum(-1, keepdims=True)
             for f, form in forms.items():
                 dist[f][start:start + len(g)] = form(g)
     tail = (1.0 - confidence) / 2.0
