@@ -457,7 +457,7 @@ def bootstrap_interval(
     for start in range(0, n_resamples, block):
         stop = min(n_resamples, start + block)
         idx = rng.integers(0, n, size=(stop - start, n), dtype=itype)
-        dist[start:stop] = statistic(*(np.take(a, idx) for a in arrays))
+        dist[start:stop] = statistic(*(a[idx] for a in arrays))
     ok = dist[np.isfinite(dist)]
     if ok.size == 0 or ok.size < 0.5 * n_resamples:
         return (math.nan, math.nan)
