@@ -186,6 +186,29 @@ def test_figures_on_weighted_cases_equal_the_libraries():
         assert math.isnan(v) and math.isnan(lo) and math.isnan(hi), figure
 
 
+def test_kendall_of_many_draws_at_once_equals_scipy_on_the_cases_repeated():
+    """Kendall's tau of a block of draws (the single-precision merge over every draw at once) is, for
+    each draw of whole-number weights, scipy's tau-b of the cases repeated that often: ties in x, in
+    y and in both, cases weighing 0, and sizes that run the merge's short and long blocks."""
+    rng = np.random.default_rng(7)
+    for m in [2, 5, 33, 130, 1000]:  # 1000: blocks of up to 512 cases (the running-sum branch)
+        x = np.round(rng.random(m), 1)
+        y = np.round(0.6 * x + 0.4 * rng.random(m), 1)
+        kendall = st.FIGURE_FORMS["kendall"]({"x": x, "y": y})
+        w = rng.integers(0, 4, size=(6, m)).astype(float)
+        w[:, :2] += 1  # never all zero
+        got = kendall(w)
+        for row, value in zip(w, got):
+            reps = row.astype(int)
+            want = stats.kendalltau(np.repeat(x, reps), np.repeat(y, reps)).statistic
+            assert value == pytest.approx(want, abs=2e-6), (m, value, want)
+        # one draw alone (the figure itself) is summed in double precision
+        assert kendall(w[:1])[0] == pytest.approx(got[0], abs=2e-6)
+        reps = w[0].astype(int)
+        assert kendall(w[:1])[0] == pytest.approx(
+            stats.kendalltau(np.repeat(x, reps), np.repeat(y, reps)).statistic, abs=1e-12)
+
+
 def test_disagreements_show_every_backend_value_and_reason(mixed_run):
     dis = an.disagreements(mixed_run, metrics=["faithfulness"], top=5)
     assert len(dis) == 5

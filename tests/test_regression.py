@@ -139,6 +139,34 @@ def test_permutation_matches_scipy_permutation_test():
         assert abs(ours - theirs) < 0.02 + 0.1 * theirs
 
 
+def test_randomized_permutation_counts_the_seeds_sign_patterns():
+    """The randomized test counts, for the seed's random bytes (one bit a changed case, the highest
+    bit first), the sign patterns as extreme as the observed one: the same count as multiplying
+    the bits out, for sizes that end within a byte and ones that do not, ties included."""
+    rng = np.random.default_rng(21)
+    for m, n_resamples in ((14, 999), (61, 2000), (800, 9999), (4003, 300)):
+        base = rng.uniform(0, 1, m)
+        new = np.round(np.clip(base + rng.normal(-0.01, 0.1, m), 0, 1), 2)
+        base = np.round(base, 2)
+        for alt, shift in (("two-sided", 0.0), ("less", 0.01), ("greater", 0.0)):
+            d = new - base + shift
+            d = d[np.abs(d) > 1e-12]
+            total = d.sum()
+            gamma = abs(total) * 1e-12 + 1e-12
+            draws = np.random.default_rng(3)
+            less = greater = 0
+            block = max(1, 4_000_000 // len(d))
+            for start in range(0, n_resamples, block):
+                k = min(n_resamples, start + block) - start
+                raw = draws.integers(0, 256, size=(k, (len(d) + 7) // 8), dtype=np.uint8)
+                null = 2.0 * (np.unpackbits(raw, axis=1, count=len(d)) @ d) - total
+                less += int(np.count_nonzero(null <= total + gamma))
+                greater += int(np.count_nonzero(null >= total - gamma))
+            p = {"less": (less + 1) / (n_resamples + 1), "greater": (greater + 1) / (n_resamples + 1)}
+            p["two-sided"] = min(1.0, 2 * min(p.values()))
+            assert paired_permutation_pvalue(base, new, alt, shift, n_resamples, seed=3) == p[alt], (m, alt)
+
+
 def test_permutation_shift_tests_a_drop_beyond_an_allowance():
     rng = np.random.default_rng(3)
     base = rng.uniform(0.5, 1, 300)

@@ -212,10 +212,13 @@ def _groups(v: np.ndarray):
 def _mid_ranks(w, grouping):
     """Each case's weighted mid-rank: the weight of the cases below it, plus half of its tie group's."""
     order, starts, group = grouping
-    sums = np.add.reduceat(w[..., order], starts, axis=-1)
+    sums = np.take(w, order, axis=-1)
+    if len(starts) < len(order):  # (every group of one: the sums are the weights)
+        sums = np.add.reduceat(sums, starts, axis=-1)
     below = np.cumsum(sums, axis=-1) - sums
+    mid = below + sums / 2
     out = np.empty_like(w)
-    out[..., order] = (below + sums / 2)[..., group]
+    out[..., order] = mid if len(starts) == len(order) else np.take(mid, group, axis=-1)
     return out
 
 
@@ -228,7 +231,16 @@ def _kendall(c):
     """Kendall's tau-b of weighted cases: sum_ij w_i w_j sign(x_i - x_j) sign(y_i - y_j), over the
     weight of the pairs untied in x times that untied in y, square-rooted. The strictly discordant
     weight is counted by merging halves level by level (a merge sort's inversion count, on every
-    row of ``w`` at once), so the cost is m log m per row, not m^2."""
+    row of ``w`` at once), so the cost is m log m per row, not m^2.
+
+    At each level only the left halves are summed (each block's left cases by y, highest first) and
+    each right case reads the sum of the left cases strictly above it: the same additions in the same
+    order as a running sum over the whole merged block (a right case adds an exact zero there), so
+    the draws are the same to the last bit, at about half the passes over the weights. Short blocks
+    are summed place by place over every block at once (a running sum a block costs a call's
+    overhead per few cases). The single-precision dot product of each level is NumPy's ``einsum``,
+    whose order of additions follows its operands' memory layout: the running sums are picked
+    column-major (each draw summed in order), as they always were."""
     x, y = c["x"], c["y"]
     m = len(x)
     order = np.lexsort((y, x))  # by x, then y: an earlier case with the same x is never above
@@ -243,31 +255,63 @@ def _kendall(c):
         # within each merged block: by y, highest first; among equal y the right half first, so a
         # right case counts only the left cases strictly above it
         perm = np.lexsort((left, -ys, pos // (2 * half)))
-        levels.append((perm, left[perm].astype(np.float32), np.flatnonzero(~left[perm]), half))
+        is_left = left[perm]
+        # each right case: how many left cases of its block are before it, and its block
+        before = (np.cumsum(is_left) - pos // (2 * half) * half)[~is_left]
+        block = pos[: size // 2] // half
+        lefts = perm[is_left]
+        if half <= _BY_PLACE:  # the running sums laid out place by place, each block's side by side
+            blocks = size // 2 // half
+            lefts = lefts.reshape(blocks, half).T.ravel()
+            at = np.where(before > 0, 1 + (before - 1) * blocks + block, 0)
+        else:  # block by block
+            at = np.where(before > 0, 1 + block * half + before - 1, 0)
+        levels.append((lefts, perm[~is_left], at, half))
         half *= 2
     tie_x, tie_y = _groups(x), _groups(y)
+    # the cases in order of (x, y) are in ``order`` already: the pairs' groups are runs of it
     pair = np.unique(np.c_[x, y], axis=0, return_inverse=True)[1].ravel()
-    tie_xy = _groups(pair.astype(float))
+    pair_starts = _groups(pair.astype(float))[1]
 
-    def tied(w, grouping):
+    def tied(w, grouping, in_order=None):
         order_, starts, _ = grouping
-        return (np.add.reduceat(w[..., order_], starts, axis=-1) ** 2).sum(-1)
+        sums = np.take(w, order_, axis=-1) if in_order is None else in_order
+        if len(starts) < len(order_):  # (every group of one: the sums are the weights)
+            sums = np.add.reduceat(sums, starts, axis=-1)
+        return (sums ** 2).sum(-1)
 
     def f(w):
         rows = w.shape[0]
         total = w.sum(-1) ** 2
-        untied_x, untied_y = total - tied(w, tie_x), total - tied(w, tie_y)
-        same_y = tied(w, tie_y) - tied(w, tie_xy)
-        padded = np.zeros((rows, size), np.float32 if rows > 1 else float)  # draws: single precision
-        padded[:, :m] = w[:, order]
+        by_xy = np.take(w, order, axis=-1)
+        in_y = tied(w, tie_y)
+        untied_x, untied_y = total - tied(w, tie_x), total - in_y
+        same_y = in_y - tied(w, (order, pair_starts, None), by_xy)
+        dtype = np.float32 if rows > 1 else float  # draws: single precision
+        padded = np.empty((rows, size), dtype)
+        padded[:, :m] = by_xy
+        padded[:, m:] = 0
+        sums = np.zeros((rows, 1 + size // 2), dtype)  # a zero, then the left cases' running sums
         discordant = np.zeros(rows)
-        for perm, left, right, half in levels:
-            g = padded[:, perm]
-            above = (g * left).reshape(rows, -1, 2 * half)
-            np.cumsum(above, axis=-1, out=above)
-            discordant += np.einsum("ij,ij->i", above.reshape(rows, size)[:, right], g[:, right])
+        for lefts, rights, at, half in levels:
+            np.take(padded, lefts, axis=1, out=sums[:, 1:])
+            if half <= _BY_PLACE:  # one addition a place, over every block at once
+                run = sums[:, 1:].reshape(rows, half, -1)
+                for k in range(1, half):
+                    np.add(run[:, k - 1], run[:, k], out=run[:, k])
+            else:
+                run = sums[:, 1:].reshape(rows, -1, half)
+                np.cumsum(run, axis=-1, out=run)
+            # (the sums picked column-major, as indexing ``sums[:, at]`` does, but faster)
+            picked = np.take(sums.T, at, axis=0).T
+            discordant += np.einsum("ij,ij->i", picked, np.take(padded, rights, axis=1))
         return np.clip(_ratio(untied_x - same_y - 4 * discordant, np.sqrt(untied_x * untied_y)), -1, 1)
     return f
+
+
+#: merge blocks of at most this many cases a side are summed place by place (one addition over every
+#: block at once), longer ones block by block (NumPy's running sum)
+_BY_PLACE = 128
 
 
 #: figure -> its form on weighted cases, built from the cases' columns: ``a``, ``b`` (verdicts of
@@ -339,7 +383,10 @@ def rater_figures(
         for start in range(0, n_draws, block):
             g = rng.standard_gamma(shape, size=(min(n_draws, start + block) - start, len(shape)))
             for part, idx in members:
-                g[:, idx] *= part / g[:, idx].sum(-1, keepdims=True)
+                if len(idx) == len(shape):  # one stratum: every column in place, summed column-major
+                    g *= part / np.asfortranarray(g).sum(-1, keepdims=True)  # as ``g[:, idx]`` is
+                else:
+                    g[:, idx] *= part / g[:, idx].sum(-1, keepdims=True)
             for f, form in forms.items():
                 dist[f][start:start + len(g)] = form(g)
     tail = (1.0 - confidence) / 2.0
@@ -452,7 +499,8 @@ def paired_permutation_pvalue(
 
     The same test as ``scipy.stats.permutation_test(..., permutation_type="samples")`` (exact when the
     sign patterns are at most ``n_resamples``; otherwise ``(hits + 1) / (n_resamples + 1)``), computed
-    with random bits and a matrix product. Cases
+    with random bits: the sum each half byte of them selects is looked up in a table of its 16
+    sums, not multiplied out. Cases
     with no difference cannot change the statistic and are left out.
 
     ``alternative``: ``"two-sided"``, ``"less"`` (new is lower) or ``"greater"``. ``shift`` moves the
@@ -482,12 +530,22 @@ def paired_permutation_pvalue(
     else:
         rng = np.random.default_rng(seed)
         n_less = n_greater = 0
+        # each random byte flips eight cases, its highest bit the first: the sum of the differences
+        # each half byte selects is looked up in a table of its 16 values (a row of 32 a byte)
+        nbytes = (m + 7) // 8
+        padded = np.zeros(nbytes * 8)
+        padded[:m] = d
+        nibbles = np.unpackbits(np.arange(16, dtype=np.uint8)[:, None], axis=1)[:, 4:].astype(float)
+        halves = padded.reshape(nbytes, 8)
+        table = np.concatenate([halves[:, :4] @ nibbles.T, halves[:, 4:] @ nibbles.T], axis=1).ravel()
+        offsets = np.arange(nbytes, dtype=np.intp) * 32
         block = max(1, BLOCK // m)
         for start in range(0, n_resamples, block):
             k = min(n_resamples, start + block) - start
-            raw = rng.integers(0, 256, size=(k, (m + 7) // 8), dtype=np.uint8)
-            bits = np.unpackbits(raw, axis=1, count=m)
-            null = 2.0 * (bits @ d) - total
+            raw = rng.integers(0, 256, size=(k, nbytes), dtype=np.uint8).astype(np.intp)
+            picked = np.take(table, (raw >> 4) + offsets).sum(-1)
+            picked += np.take(table, (raw & 15) + (offsets + 16)).sum(-1)
+            null = 2.0 * picked - total
             n_less += int(np.count_nonzero(null <= observed + gamma))
             n_greater += int(np.count_nonzero(null >= observed - gamma))
         p_less, p_greater = (n_less + 1) / (n_resamples + 1), (n_greater + 1) / (n_resamples + 1)
