@@ -339,15 +339,10 @@ def disagreements(
                 "n_backends": int(n_scored[i]),
             }
             for j, n in enumerate(names):
-                s = got[j][k]
-                ok = s is not None and s.status == "scored"
-                row[f"{n}.value"] = s.value if s is not None else None
-                row[f"{n}.status"] = s.status if s is not None else "missing"
-                row[f"{n}.passed"] = bool(passed[j, i]) if ok else None
-                row[f"{n}.reason"] = (s.error or s.reason) if s is not None else None
+                row.update(_cells(n, got[j][k], passed[j, i]))
             rows.append(row)
     base = ["metric", "case_id", "question", "spread", "verdicts_differ", "n_backends"]
-    per = [f"{n}.{k}" for n in all_backends for k in ("value", "status", "passed", "reason")]
+    per = [f"{n}.{k}" for n in all_backends for k in CELLS]
     return pd.DataFrame(rows, columns=base + per)
 
 
@@ -383,6 +378,7 @@ def scored_by_one(
         cols = [table.column(metric, n) for n in names]
         scored = np.array([c.scored for c in cols])
         errored = np.array([c.status == ERROR for c in cols])
+        passed = np.array([c.verdicts(th.get(n, metric)) for c, n in zip(cols, names)])
         found = np.flatnonzero(scored.any(axis=0) & errored.any(axis=0))
         if not len(found):
             continue
@@ -399,16 +395,27 @@ def scored_by_one(
                 "errored": ", ".join(n for j, n in enumerate(names) if errored[j, i]),
             }
             for j, n in enumerate(names):
-                s = got[j][k]
-                row[f"{n}.value"] = s.value if s is not None else None
-                row[f"{n}.status"] = s.status if s is not None else "missing"
-                row[f"{n}.passed"] = bool(cols[j].verdicts(th.get(n, metric))[i]) if scored[j, i] else None
-                row[f"{n}.reason"] = (s.error or s.reason) if s is not None else None
+                row.update(_cells(n, got[j][k], passed[j, i]))
             rows.append(row)
-    per = [f"{n}.{k}" for n in all_backends for k in ("value", "status", "passed", "reason")]
+    per = [f"{n}.{k}" for n in all_backends for k in CELLS]
     frame = pd.DataFrame(rows, columns=["metric", "case_id", "question", "scored", "errored"] + per)
     frame.attrs["counts"] = counts
     return frame
+
+
+#: what `disagreements` and `scored_by_one` show of each backend on a case
+CELLS = ("value", "status", "passed", "reason")
+
+
+def _cells(name: str, s: Any, passed: bool) -> dict[str, Any]:
+    """One backend's cells of a case's row: its value, status, verdict at its pass mark (``passed``,
+    shown only for a scored case) and reason (the error message when it errored)."""
+    if s is None:
+        return {f"{name}.value": None, f"{name}.status": "missing", f"{name}.passed": None,
+                f"{name}.reason": None}
+    return {f"{name}.value": s.value, f"{name}.status": s.status,
+            f"{name}.passed": bool(passed) if s.status == "scored" else None,
+            f"{name}.reason": s.error or s.reason}
 
 
 def _disagreeing(cols: list, marks: list[float]) -> tuple:
