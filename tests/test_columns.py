@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from ragbridge.formats.plain_records import _joined_pairs
-from ragbridge.formats.record_lines import _SPELLINGS, _id_column, _id_text_columns
+from ragbridge.formats.plain_records import _joined_pairs, _ranked_ids
+from ragbridge.formats.record_lines import _SPELLINGS, _id_column, _id_text_columns, _joined_ids
 
 _columns = pytest.importorskip("ragbridge.formats._columns", reason="the package was built without it")
 
@@ -47,19 +47,46 @@ def test_split_pairs_gives_the_python_columns_of_every_ascii_body():
     assert taken > 3000 and refused > 3000
 
 
-def test_split_ids_gives_the_python_ids_of_every_ascii_body():
+def test_join_ids_gives_the_python_ids_of_every_ascii_body():
     """Bodies of chunks given as ids alone, right and wrong in every way `_id_column` looks for (a
     separator of the other spelling, cut short or twice; an id empty, with a quote, a backslash, a
-    control character, DEL or a space at an end): the same ids, or the same refusal."""
+    control character, DEL or a space at an end): the same ids joined by line breaks, or the same
+    refusal."""
     taken = refused = 0
     for body, between, middle in _bodies(30000, 5):
         body = body.replace(middle, between) if random.Random(len(body)).random() < 0.8 else body
-        got = _columns.split_ids(body, between)
-        assert got == _id_column(body, between), repr(body)
+        got = _columns.join_ids(body, between)
+        ids = _id_column(body, between)
+        assert got == _joined_ids(body, between) == (None if ids is None else "\n".join(ids)), repr(body)
         taken, refused = taken + (got is not None), refused + (got is None)
     assert taken > 3000 and refused > 3000
     with pytest.raises(ValueError, match="ASCII"):
-        _columns.split_ids('é"}, {"id": "b', _SPELLINGS[0][1])
+        _columns.join_ids('é"}, {"id": "b', _SPELLINGS[0][1])
+    with pytest.raises(ValueError, match="begins with a quote"):
+        _columns.join_ids("a", "x")
+
+
+def test_rank_ids_ranks_as_the_python_version_ranks():
+    """Chunk ids joined by line breaks, with repeats (next to each other or not), and labels among
+    them, beside them (a prefix, a longer id, another case's id), not ASCII or empty: the same count,
+    repeats and ranks (with repeats dropped) as the Python version; a str not ASCII is left to it."""
+    rng = random.Random(6)
+    pool = ["d1", "d2", "d10", "d", "x y", "a#1", "a#10", "~", "d01", "é"]
+    seen_repeats = seen_ranked = 0
+    for _ in range(20000):
+        ids = [rng.choice(pool[:9]) + (str(rng.randint(0, 300)) if rng.random() < 0.6 else "")
+               for _ in range(rng.randint(1, 60))]
+        joined = "\n".join(ids)
+        labels = rng.sample(ids, rng.randint(0, min(3, len(ids)))) + rng.sample(pool, rng.randint(0, 4))
+        got = _columns.rank_ids(joined, labels)
+        assert got == _ranked_ids(joined, labels), (joined, labels)
+        seen_repeats += got[1] > 0
+        seen_ranked += any(got[2])
+    assert seen_repeats > 1000 and seen_ranked > 1000
+    assert _columns.rank_ids("", ["d1"]) == _ranked_ids("", ["d1"]) == (0, 0, [0])
+    assert _columns.rank_ids("é\nd1", ["d1"]) is None
+    with pytest.raises(TypeError):
+        _columns.rank_ids("d1", ["d1", 2])
 
 
 def test_split_pairs_takes_ascii_text_alone():

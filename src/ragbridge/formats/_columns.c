@@ -1,18 +1,23 @@
-/* Chunk columns cut from and joined into a golden set's JSON text, in C: the two steps of reading a
- * large golden set that make a Python object per chunk (ragbridge.formats.record_lines and
- * ragbridge.formats.plain_records call these where the package was built with them; their Python
- * versions, beside the calls, give the same results and are used otherwise).
+/* Chunk columns cut from and joined into a golden set's JSON text, and chunk ids ranked, in C: the
+ * steps of reading and ranking a large golden set that made a Python object per chunk
+ * (ragbridge.formats.record_lines and ragbridge.formats.plain_records call these where the package
+ * was built with them; their Python versions, beside the calls, give the same results and are used
+ * otherwise).
  *
  * split_pairs(body, between, middle): an ASCII body of chunks, `id middle text between id middle
  *   text ...`, as (ids, texts), or None where it is not exactly that with ids that print (no space at
  *   either end) and texts not empty, neither holding a quote, a backslash or a control character.
- * split_ids(body, between): an ASCII body of chunks given as ids alone, `id between id ...`, as the
- *   list of ids, or None where it is not exactly that with ids that print, not empty, with no space at
- *   either end and no quote or backslash.
+ * join_ids(body, between): an ASCII body of chunks given as ids alone, `id between id ...`, as the
+ *   ids joined by line breaks ("\n".join(ids), no str made an id), or None where it is not exactly
+ *   that with ids that print, not empty, with no space at either end and no quote or backslash.
+ * rank_ids(joined, labels): for ids joined by line breaks (join_ids'), (the number of ids, how many
+ *   repeat an id before them, and per label of the list `labels` its 1-based rank among the ids with
+ *   each repeat dropped, 0 where it is not among them); None where `joined` is not ASCII.
  * interleave(ids, texts, middle, between): between.join(map(middle.join, zip(ids, texts))).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
 /* The ASCII text of `s`, or NULL with a ValueError. */
@@ -113,11 +118,11 @@ error:
 }
 
 static PyObject *
-split_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+join_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_ssize_t n, nb;
     if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "split_ids(body, between) takes 2 arguments");
+        PyErr_SetString(PyExc_TypeError, "join_ids(body, between) takes 2 arguments");
         return NULL;
     }
     const char *s = ascii_data(args[0], &n, "body");
@@ -128,34 +133,148 @@ split_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "between begins with a quote");
         return NULL;
     }
-    PyObject *ids = PyList_New(0);
-    if (ids == NULL)
-        return NULL;
-    Py_ssize_t pos = 0;
+    /* an id: not empty, printing, no space at either end, up to the quote that opens `between` */
+    Py_ssize_t pos = 0, k = 0;
     for (;;) {
-        /* an id: not empty, printing, no space at either end, up to the quote that opens `between` */
         const char *q = memchr(s + pos, '"', n - pos);
         Py_ssize_t end = q == NULL ? n : q - s;
         if (end == pos || s[pos] == ' ' || s[end - 1] == ' ')
-            goto refuse;
+            Py_RETURN_NONE;
         for (Py_ssize_t i = pos; i < end; i++) {
             unsigned char c = (unsigned char)s[i];
             if (c < 0x20 || c == 0x7f || c == '\\')
-                goto refuse;
+                Py_RETURN_NONE;
         }
-        if (append_ascii(ids, s + pos, end - pos) < 0) {
-            Py_DECREF(ids);
-            return NULL;
-        }
+        k++;
         if (q == NULL)
-            return ids;
+            break;
         if (n - end < nb || memcmp(s + end, b, nb) != 0)
-            goto refuse;
+            Py_RETURN_NONE;
         pos = end + nb;
     }
-refuse:
-    Py_DECREF(ids);
-    Py_RETURN_NONE;
+    PyObject *out = PyUnicode_New(n - (k - 1) * (nb - 1), 127);
+    if (out == NULL)
+        return NULL;
+    char *o = (char *)PyUnicode_1BYTE_DATA(out);
+    pos = 0;
+    for (;;) {
+        const char *q = memchr(s + pos, '"', n - pos);
+        Py_ssize_t end = q == NULL ? n : q - s;
+        memcpy(o, s + pos, end - pos);
+        o += end - pos;
+        if (q == NULL)
+            break;
+        *o++ = '\n';
+        pos = end + nb;
+    }
+    return out;
+}
+
+static inline uint64_t
+hash_bytes(const char *p, Py_ssize_t len)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (Py_ssize_t i = 0; i < len; i++) {
+        h ^= (unsigned char)p[i];
+        h *= 1099511628211ULL;
+    }
+    return h ^ (h >> 29);
+}
+
+/* One id of `joined` held by a table slot: where it starts, its length and its rank (from 0) among
+ * the ids with repeats dropped. */
+typedef struct {
+    Py_ssize_t start, len, rank;
+} id_slot;
+
+static Py_ssize_t
+find_slot(const id_slot *ids, const Py_ssize_t *table, size_t mask, const char *s, const char *p,
+          Py_ssize_t len, uint64_t h)
+{
+    for (size_t at = (size_t)h & mask;; at = (at + 1) & mask) {
+        Py_ssize_t j = table[at];
+        if (j < 0)
+            return -1 - (Py_ssize_t)at; /* empty: where it would go */
+        if (ids[j].len == len && memcmp(s + ids[j].start, p, len) == 0)
+            return j;
+    }
+}
+
+static PyObject *
+rank_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "rank_ids(joined, labels) takes 2 arguments");
+        return NULL;
+    }
+    PyObject *joined = args[0], *labels = args[1];
+    if (!PyUnicode_Check(joined) || !PyList_Check(labels)) {
+        PyErr_SetString(PyExc_TypeError, "rank_ids takes a str and a list of str");
+        return NULL;
+    }
+    if (!PyUnicode_IS_ASCII(joined))
+        Py_RETURN_NONE;
+    const char *s = (const char *)PyUnicode_1BYTE_DATA(joined);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(joined), k = 0;
+    if (n) {
+        k = 1;
+        for (const char *q = s; (q = memchr(q, '\n', n - (q - s))) != NULL; q++)
+            k++;
+    }
+    size_t size = 16;
+    while (size < (size_t)k * 2)
+        size <<= 1;
+    id_slot *ids = PyMem_Malloc(sizeof(id_slot) * (k ? k : 1));
+    Py_ssize_t *table = PyMem_Malloc(sizeof(Py_ssize_t) * size);
+    PyObject *ranks = NULL, *out = NULL;
+    if (ids == NULL || table == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memset(table, 0xff, sizeof(Py_ssize_t) * size); /* every slot -1: empty */
+    size_t mask = size - 1;
+    Py_ssize_t unique = 0, pos = 0;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        const char *q = memchr(s + pos, '\n', n - pos);
+        Py_ssize_t end = q == NULL ? n : q - s;
+        Py_ssize_t got = find_slot(ids, table, mask, s, s + pos, end - pos, hash_bytes(s + pos, end - pos));
+        if (got < 0) {
+            ids[unique].start = pos;
+            ids[unique].len = end - pos;
+            ids[unique].rank = unique;
+            table[-1 - got] = unique++;
+        }
+        pos = end + 1;
+    }
+    Py_ssize_t m = PyList_GET_SIZE(labels);
+    ranks = PyList_New(m);
+    if (ranks == NULL)
+        goto done;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        PyObject *label = PyList_GET_ITEM(labels, j);
+        if (!PyUnicode_Check(label)) {
+            PyErr_SetString(PyExc_TypeError, "rank_ids takes a list of str");
+            goto done;
+        }
+        Py_ssize_t rank = 0;
+        if (PyUnicode_IS_ASCII(label) && unique) {
+            /* a label that is not ASCII equals no ASCII id */
+            const char *p = (const char *)PyUnicode_1BYTE_DATA(label);
+            Py_ssize_t len = PyUnicode_GET_LENGTH(label);
+            Py_ssize_t got = find_slot(ids, table, mask, s, p, len, hash_bytes(p, len));
+            rank = got < 0 ? 0 : ids[got].rank + 1;
+        }
+        PyObject *r = PyLong_FromSsize_t(rank);
+        if (r == NULL)
+            goto done;
+        PyList_SET_ITEM(ranks, j, r);
+    }
+    out = Py_BuildValue("(nnO)", k, k - unique, ranks);
+done:
+    Py_XDECREF(ranks);
+    PyMem_Free(ids);
+    PyMem_Free(table);
+    return out;
 }
 
 static PyObject *
@@ -225,8 +344,12 @@ interleave(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef methods[] = {
     {"split_pairs", (PyCFunction)(void (*)(void))split_pairs, METH_FASTCALL,
      "split_pairs(body, between, middle): (ids, texts) of an ASCII body of chunks, or None."},
-    {"split_ids", (PyCFunction)(void (*)(void))split_ids, METH_FASTCALL,
-     "split_ids(body, between): the ids of an ASCII body of chunks given as ids alone, or None."},
+    {"join_ids", (PyCFunction)(void (*)(void))join_ids, METH_FASTCALL,
+     "join_ids(body, between): the ids of an ASCII body of chunks given as ids alone, joined by line "
+     "breaks, or None."},
+    {"rank_ids", (PyCFunction)(void (*)(void))rank_ids, METH_FASTCALL,
+     "rank_ids(joined, labels): (ids, repeats, each label's rank among the ids) of ids joined by line "
+     "breaks, or None."},
     {"interleave", (PyCFunction)(void (*)(void))interleave, METH_FASTCALL,
      "interleave(ids, texts, middle, between): between.join(map(middle.join, zip(ids, texts)))."},
     {NULL, NULL, 0, NULL},

@@ -14,6 +14,8 @@ way (`ragbridge.formats.records`), which accepts or reports it exactly as always
 A `ColumnRecord` holds a record's chunks as columns (their ids, and their texts where they have
 them) instead of a mapping per chunk: what `ragbridge.formats.record_lines` cuts out of the common
 line of a large golden set. `with_chunks` and `record_line` give its canonical record and line.
+Chunks given as ids alone are held as one string, the ids joined by line breaks (no id holds one:
+ids print): no string a chunk is made to read, check, write or rank them (`rank_ids`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ..schema import MAX_GRADE, MAX_METADATA_DEPTH, Case, Span, check_where, dee
 from .records import CASE_FIELDS
 
 __all__ = ["good_id", "good_ids", "plain_record", "ColumnRecord", "with_chunks", "case_record",
-           "record_line"]
+           "record_line", "id_list", "rank_ids"]
 
 _STR_LISTS = ("reference_contexts", "must_contain", "must_not_contain", "tags")
 _CHUNK_KEYS = frozenset({"id", "text", "score", "source", "doc", "start", "end"})
@@ -46,10 +48,39 @@ def _joined_pairs(ids: list[str], texts: list[str], middle: str, between: str) -
     return between.join(map(middle.join, zip(ids, texts)))
 
 
+def _ranked_ids(joined: str, labels: list[str]) -> tuple[int, int, list[int]]:
+    """`rank_ids` in Python."""
+    ids = joined.split("\n") if joined else []
+    first: dict[str, int] = {}
+    for cid in ids:
+        first.setdefault(cid, len(first) + 1)
+    return len(ids), len(ids) - len(first), [first.get(label, 0) for label in labels]
+
+
 try:  # built with the package where a C compiler was found: `_joined_pairs` in one pass, in C
     from ._columns import interleave as _interleave
 except ImportError:  # pragma: no cover - the package built without it
     _interleave = _joined_pairs
+try:  # `_ranked_ids` of ASCII ids, in C, a table of the ids' places in the string (no str per id)
+    from ._columns import rank_ids as _rank_ids
+except ImportError:  # pragma: no cover - the package built without it
+    _rank_ids = None
+
+
+def rank_ids(joined: str, labels: list[str]) -> tuple[int, int, list[int]]:
+    """For a case's chunk ids joined by line breaks (a `ColumnRecord`'s): how many ids there are, how
+    many repeat an id before them, and per label of ``labels`` its 1-based rank among the ids with
+    each repeat dropped (0: not among them). What ranking, the input check and the reasons of the
+    values below 1 need of a case whose chunks are ids alone."""
+    got = _rank_ids(joined, labels) if _rank_ids is not None else None
+    return got if got is not None else _ranked_ids(joined, labels)
+
+
+def id_list(ids: Any) -> Any:
+    """A case's chunk ids as a list: ``ids`` itself, or ids held joined by line breaks split."""
+    if type(ids) is str:
+        return ids.split("\n") if ids else []
+    return ids
 
 
 def _plain_text(text: str) -> bool:
@@ -250,11 +281,12 @@ def _str_list_into(raw: dict[str, Any], name: str, out: dict[str, Any]) -> bool:
 class ColumnRecord(NamedTuple):
     """A canonical record whose chunks are held as columns, without a mapping per chunk: ``record``
     (`plain_record`'s result, without ``contexts``), ``chunk_ids`` (its chunks' ids, in order, each a
-    `good_id` without quote or backslash) and ``texts`` (their texts, none empty; None when the chunks
-    are ids alone)."""
+    `good_id` without quote or backslash: a list, or chunks given as ids alone one string of them
+    joined by line breaks) and ``texts`` (their texts, none empty; None when the chunks are ids
+    alone)."""
 
     record: dict[str, Any]
-    chunk_ids: list[str]
+    chunk_ids: Any
     texts: Optional[list[str]] = None
 
 
@@ -264,6 +296,7 @@ def with_chunks(record: dict[str, Any], chunk_ids: Optional[list[str]],
     itself when ``chunk_ids`` is None."""
     if chunk_ids is None:
         return record
+    chunk_ids = id_list(chunk_ids)
     out = {k: record[k] for k in ("id", "question", "answer") if k in record}
     if texts is None:
         out["contexts"] = [{"id": cid} for cid in chunk_ids]
@@ -292,10 +325,12 @@ def record_line(record: dict[str, Any], chunk_ids: Optional[list[str]] = None,
     character a JSON writer escapes)."""
     if chunk_ids is None:
         return pydantic_core.to_json(record)
-    if texts is None:
+    if type(chunk_ids) is str and texts is None:  # ids alone, joined by line breaks
+        chunks = chunk_ids.replace("\n", '"},{"id":"')
+    elif texts is None:
         chunks = '"},{"id":"'.join(chunk_ids)
     elif _plain_text("".join(texts)):
-        chunks = _interleave(chunk_ids, texts, '","text":"', '"},{"id":"')
+        chunks = _interleave(id_list(chunk_ids), texts, '","text":"', '"},{"id":"')
     else:
         return pydantic_core.to_json(with_chunks(record, chunk_ids, texts))
     head = {k: record[k] for k in ("id", "question", "answer") if k in record}

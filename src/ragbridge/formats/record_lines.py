@@ -4,8 +4,9 @@ The common line of a large golden set gives its chunks as ids alone, ``{"id": "d
 texts, ``{"id": "d1", "text": "..."}``, in the two spellings JSON writers use (Python's
 ``json.dumps`` and compact JSON). `parse_record_line` cuts such chunks out of the line's text as
 columns (a `~ragbridge.formats.plain_records.ColumnRecord`: a C split, no object per chunk but its
-strings) and parses the small rest; it reads any other line as its JSON value, for the normalising
-path. Both readings accept and refuse exactly what parsing the whole line does, with the checks of
+strings; ids alone one string, joined by line breaks) and parses the small rest; it reads any other
+line as its JSON value, for the normalising path. Both readings accept and refuse exactly what
+parsing the whole line does, with the checks of
 `ragbridge.formats.files.check_parsed` (a key given twice, a lone surrogate escape) and of
 `ragbridge.formats.plain_records.plain_record` (ids as the one id rule leaves them) alike.
 """
@@ -25,10 +26,10 @@ try:  # built with the package where a C compiler was found: `_id_text_columns` 
     from ._columns import split_pairs as _split_pairs
 except ImportError:  # pragma: no cover - the package built without it
     _split_pairs = None
-try:  # `_id_column` of an ASCII body, in C (not in a module built before it was added)
-    from ._columns import split_ids as _split_ids
+try:  # `_joined_ids` of an ASCII body, in C (not in a module built before it was added)
+    from ._columns import join_ids as _join_ids
 except ImportError:  # pragma: no cover - the package built without it
-    _split_ids = None
+    _join_ids = None
 
 __all__ = ["parse_record_line"]
 
@@ -67,7 +68,8 @@ def parse_record_line(text: str) -> Any:
 
 
 def _cut_chunks(text: str) -> Optional[tuple[str, list[str], Optional[list[str]]]]:
-    """``text`` with its chunks written as ``[]``, the chunks' ids and their texts (None: ids alone),
+    """``text`` with its chunks written as ``[]``, the chunks' ids (ids alone: one string, joined by
+    line breaks) and their texts (None: ids alone),
     when the line's top-level ``contexts`` is a list of chunks as `_SPELLINGS` spell them and nothing
     can make that reading wrong: the chunks are the top-level object's (before them, escapes
     aside, one ``{`` outside strings), no ``contexts`` key besides (a key spelled with escapes makes
@@ -96,10 +98,10 @@ def _cut_chunks(text: str) -> Optional[tuple[str, list[str], Optional[list[str]]
             return None
         ids, texts = columns
     else:
-        if _split_ids is not None and body.isascii():
-            ids = _split_ids(body, between)
+        if _join_ids is not None and body.isascii():
+            ids = _join_ids(body, between)
         else:
-            ids = _id_column(body, between)
+            ids = _joined_ids(body, between)
         texts = None
         if ids is None:
             return None
@@ -133,10 +135,16 @@ def _closing(text: str, at: str) -> int:
     return end
 
 
+def _joined_ids(body: str, between: str) -> Optional[str]:
+    """`_id_column`'s ids joined by line breaks, or None. The compiled ``join_ids`` gives the same for
+    an ASCII ``body``, walking it twice and making no string an id."""
+    ids = _id_column(body, between)
+    return None if ids is None else "\n".join(ids)
+
+
 def _id_column(body: str, between: str) -> Optional[list[str]]:
     """The ids of chunks given as ids alone (``body``: the text between the first chunk's opening
-    quote and the last one's closing quote), or None. The compiled ``split_ids`` gives the same for
-    an ASCII ``body``, walking it once."""
+    quote and the last one's closing quote), or None."""
     ids = body.split(between)
     # 4 quotes in `between` and none in an id; no escape or control character (nor any other
     # character that does not print: a stricter test than JSON's, and a C loop); no id blank (empty:

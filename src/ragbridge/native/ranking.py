@@ -275,14 +275,15 @@ def _match_slow(ci, ids, chunks, rel, spans, min_overlap, s_case, s_rank, s_new,
     return next_group
 
 
-def _chunk_lists(cases):
-    """Per case ``(chunk ids, chunks, relevant)``: from a `~ragbridge.formats.batches.CaseBatch`
+def _chunk_rows(cases):
+    """Per case ``(chunk ids, chunks, relevant, ranked)``: from a `~ragbridge.formats.batches.CaseBatch`
     (what a run scores: its records read as they are, ``chunks`` None where every chunk is an id
-    alone), else from `Case` objects."""
-    chunk_lists = getattr(cases, "chunk_lists", None)
-    if chunk_lists is not None:
-        return chunk_lists()
-    return (([c.id for c in case.contexts], case.contexts, case.relevant) for case in cases)
+    alone; ``ranked``, where not None, the number of chunk ids, of repeated ones and each label's rank
+    among them, in place of the ids: `CaseBatch.chunk_rows`), else from `Case` objects."""
+    chunk_rows = getattr(cases, "chunk_rows", None)
+    if chunk_rows is not None:
+        return chunk_rows()
+    return (([c.id for c in case.contexts], case.contexts, case.relevant, None) for case in cases)
 
 
 def _sources(chunks: list) -> list:
@@ -330,7 +331,28 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
 
     _check_min_overlap(min_overlap)
     ci = -1
-    for ci, ((ids, ctx, rel), spans) in enumerate(zip(_chunk_lists(cases), span_kernels.span_lists(cases))):
+    rows = zip(_chunk_rows(cases), span_kernels.span_lists(cases))
+    for ci, ((ids, ctx, rel, ranked), spans) in enumerate(rows):
+        if ranked is not None:  # chunk ids alone, ranked as they were read (no spans)
+            n_ids, repeats, ranks = ranked
+            n_ctx_append(n_ids)
+            if repeats:
+                dup_case.append(ci)
+                dup_n.append(repeats)
+            if not rel:
+                continue
+            lab_case_append(ci)
+            lab_n_append(len(rel))
+            grades_extend(rel.values())
+            groups.extend(range(next_group, next_group + len(rel)))
+            next_group += len(rel)
+            hits = sorted((r - 1, g) for r, g in zip(ranks, rel.values()) if r)
+            if hits:
+                hit_case_append(ci)
+                hit_n_append(len(hits))
+                rank_extend([r for r, _ in hits])
+                grade_extend([g for _, g in hits])
+            continue
         idset = set(ids)
         n_ctx_append(len(ids))
         if len(idset) != len(ids):  # repeated ids: keep each id's first chunk
@@ -605,14 +627,27 @@ def missed_labels(ids: list, chunks: Optional[list], rel: Optional[dict], spans:
             missed = [(label, first.get(label)) for label, g in rel.items()
                       if g >= 1 and not first.get(label, k + 1) <= k]
         if missed:
-            named = [f"{label} ({f'rank {r}' if r else 'not retrieved'})" for label, r in missed[:3]]
-            more = f", and {len(missed) - 3} more" if len(missed) > 3 else ""
-            parts.append(f"not in the top {k}: " + ", ".join(named) + more)
+            parts.append(_missed_text(missed, k))
     if spans and chunks is not None:
         why = span_kernels.missed_reason(base, spans, chunks, k, min_overlap)[1]
         if why:
             parts.append(why)
     return "; ".join(parts) or None
+
+
+def _missed_text(missed: list, k: int) -> str:
+    """``not in the top k: a (rank 6), b (not retrieved), and 2 more``: the first three of ``missed``,
+    (label, rank or None) pairs, named."""
+    named = [f"{label} ({f'rank {r}' if r else 'not retrieved'})" for label, r in missed[:3]]
+    more = f", and {len(missed) - 3} more" if len(missed) > 3 else ""
+    return f"not in the top {k}: " + ", ".join(named) + more
+
+
+def _missed_ranked(rel: dict, ranks: list, k: int) -> Optional[str]:
+    """`missed_labels` of a case whose chunks are ids alone, from each label's rank among them (0:
+    not retrieved)."""
+    missed = [(label, r) for (label, g), r in zip(rel.items(), ranks) if g >= 1 and not 0 < r <= k]
+    return _missed_text(missed, k) if missed else None
 
 
 def _rank_after(ids: list, label: str, k: int) -> Optional[int]:
@@ -643,11 +678,16 @@ def reasons(cases: Any, r: Ranked, metric: str, values: np.ndarray,
         return out
     if base in ("recall", "hit"):
         want = set(short.tolist())
-        lists = zip(_chunk_lists(cases), span_kernels.span_lists(cases))
-        for i, ((ids, chunks, rel), spans) in enumerate(lists):
-            if i in want:
-                out[i] = missed_labels(ids, chunks, rel, spans, k, min_overlap, base,
-                                       bool(r.by_chunk[i]), bool(r.duplicates[i]))
+        lists = zip(_chunk_rows(cases), span_kernels.span_lists(cases))
+        for i, ((ids, chunks, rel, ranked), spans) in enumerate(lists):
+            if i not in want:
+                continue
+            if ranked is not None:  # chunk ids alone: each label's rank is known
+                if rel:
+                    out[i] = _missed_ranked(rel, ranked[2], k)
+                continue
+            out[i] = missed_labels(ids, chunks, rel, spans, k, min_overlap, base,
+                                   bool(r.by_chunk[i]), bool(r.duplicates[i]))
         return out
     idx = short.tolist()
     if base == "mrr":
