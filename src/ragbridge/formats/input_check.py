@@ -106,10 +106,11 @@ class InputCheck:
                       batch.questions(), batch.contexts_given())
         for i, (case_id, (ids, chunks, relevant, ranked), texts, spans, question, given) in \
                 enumerate(columns):
-            if (chunks and type(chunks[0]) is not dict) or (spans and type(spans[0]) is not dict):
-                record = batch.record(i)  # `Chunk` and `Span` objects: their canonical mappings
-                chunks, spans = record.get("contexts", []), record.get("relevant_spans")
-            self.add(case_id, ids, chunks, relevant, texts, spans, question, given, ranked)
+            if ranked is None or not self._ranked(case_id, relevant, ranked, question):
+                if (chunks and type(chunks[0]) is not dict) or (spans and type(spans[0]) is not dict):
+                    record = batch.record(i)  # `Chunk` and `Span` objects: their canonical mappings
+                    chunks, spans = record.get("contexts", []), record.get("relevant_spans")
+                self.add(case_id, ids, chunks, relevant, texts, spans, question, given, ranked)
             for tag in batch.tags(i):
                 if "," in tag:
                     if not self.comma_tags[0]:
@@ -184,6 +185,24 @@ class InputCheck:
                 cause = _PREFIX if pair is not None else _MISSED
         entry = self.missed.setdefault(cause, [0, [], pair])
         _count(entry, case_id)
+
+    def _ranked(self, case_id: str, relevant: Optional[dict[str, int]], ranked: tuple[int, int, list[int]],
+                question: str) -> bool:
+        """`add` of a case whose chunks are ids alone (``ranked``: `CaseBatch.chunk_rows`'), in the
+        common outcomes (no labels, or a label matched); False, having counted nothing, for the
+        others, which `add` counts."""
+        n_ids, repeats, ranks = ranked
+        if not n_ids or not question.strip():
+            return False
+        if relevant:
+            if max(relevant.values()) <= 0 or not any(r and g > 0 for r, g in zip(ranks, relevant.values())):
+                return False
+            self.labelled += 1
+            self.matching += 1
+        if repeats:
+            self.repeated_ids += repeats
+            _count(self.repeated_cases, case_id)
+        return True
 
     @staticmethod
     def _derived(ids: list[str], chunks: Optional[list[dict[str, Any]]], texts: Optional[list[str]]) -> bool:

@@ -324,6 +324,11 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
     f_rank: list[int] = []
     f_grade: list[int] = []
     slow: list[int] = []  # cases matched chunk by chunk
+    ranked_case: list[int] = []  # cases whose chunk ids were ranked as they were read, their label
+    ranked_n: list[int] = []  # count, and each label's rank (0: not retrieved)
+    ranked_rank: list[int] = []
+    ranked_case_append, ranked_n_append, ranked_rank_extend = \
+        ranked_case.append, ranked_n.append, ranked_rank.extend
     n_ctx_append, lab_case_append, lab_n_append = n_ctx.append, lab_case.append, lab_n.append
     grades_extend, hit_case_append, hit_n_append = all_grades.extend, hit_case.append, hit_n.append
     rank_extend, grade_extend = m_rank.extend, m_grade.extend
@@ -346,12 +351,9 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
             grades_extend(rel.values())
             groups.extend(range(next_group, next_group + len(rel)))
             next_group += len(rel)
-            hits = sorted((r - 1, g) for r, g in zip(ranks, rel.values()) if r)
-            if hits:
-                hit_case_append(ci)
-                hit_n_append(len(hits))
-                rank_extend([r for r, _ in hits])
-                grade_extend([g for _, g in hits])
+            ranked_case_append(ci)  # every label's rank: the matches are picked out below, at once
+            ranked_n_append(len(rel))
+            ranked_rank_extend(ranks)
             continue
         idset = set(ids)
         n_ctx_append(len(ids))
@@ -410,9 +412,9 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
 
     # Every label with grade >= 1, with its group (the ideal ranking is built from them per gain).
     grades = _to_int64(all_grades, "grades")
-    label_case = np.repeat(np.arange(n_cases, dtype=np.int64), n_labels_a)
+    owner = np.repeat(np.arange(n_cases, dtype=np.int64), n_labels_a)  # each label's case
     keep = grades > 0
-    label_case = label_case[keep]
+    label_case = owner[keep]
     label_grade = grades[keep]
     label_group = np.array(groups, dtype=np.int64)[keep]
     n_relevant = np.bincount(label_case, minlength=n_cases).astype(np.int64)
@@ -421,6 +423,18 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
     fast_case = np.repeat(np.array(hit_case, dtype=np.int64), np.array(hit_n, dtype=np.int64))
     fast_rank = np.array(m_rank, dtype=np.int64) + 1
     fast_grade = _to_int64(m_grade, "grades")
+    if ranked_case:  # the ranked cases' matches, each case's in rank order (as the loop appends them)
+        r_case = np.repeat(np.array(ranked_case, dtype=np.int64), np.array(ranked_n, dtype=np.int64))
+        r_rank = np.array(ranked_rank, dtype=np.int64)
+        is_ranked = np.zeros(n_cases, dtype=bool)
+        is_ranked[ranked_case] = True
+        r_grade = grades[is_ranked[owner]]  # their labels' grades, in the same order
+        hit = r_rank > 0
+        r_case, r_rank, r_grade = r_case[hit], r_rank[hit], r_grade[hit]
+        order = np.argsort(r_case * (int(r_rank.max(initial=0)) + 1) + r_rank, kind="stable")
+        fast_case = np.concatenate([fast_case, r_case[order]])
+        fast_rank = np.concatenate([fast_rank, r_rank[order]])
+        fast_grade = np.concatenate([fast_grade, r_grade[order]])
     fast = fast_grade > 0
     fast_case, fast_rank, fast_grade = fast_case[fast], fast_rank[fast], fast_grade[fast]
     case_index = np.concatenate([fast_case, np.array(s_case, dtype=np.int64)])
