@@ -4,6 +4,7 @@ import random
 
 import pytest
 
+from ragbridge.formats import record_lines
 from ragbridge.formats.plain_records import _joined_pairs, _ranked_ids
 from ragbridge.formats.record_lines import _SPELLINGS, _id_column, _id_text_columns, _joined_ids
 
@@ -64,6 +65,37 @@ def test_join_ids_gives_the_python_ids_of_every_ascii_body():
         _columns.join_ids('é"}, {"id": "b', _SPELLINGS[0][1])
     with pytest.raises(ValueError, match="begins with a quote"):
         _columns.join_ids("a", "x")
+
+
+def test_cut_ids_cuts_a_line_as_the_python_steps_cut_it(monkeypatch):
+    """Lines whose chunks are the bodies above (ids alone, ids and texts, refused in every way), in
+    either spelling, around them heads and tails with escapes, a second ``contexts``, non-ASCII text
+    and a chunks' closing cut off: where the C cut answers, the Python steps give the same cut; where
+    it leaves the line to them (None), they decide."""
+    rng = random.Random(8)
+    heads = ['{"id": "q", "question": "w", ', '{"id":"q","question":"w",', '{"question": "é\\"", ',
+             '{"a": "\\"", ', '{"metadata": {', '{"x": "\u2028", ', '{"q": "\\\\", ', '[', '']
+    tails = ['}', ', "relevant": {"d1": 1}}', ', "contexts": []}', ', "tags": ["é"]}', '']
+    lines = []
+    for body, between, middle in _bodies(30000, 9):
+        opening = _SPELLINGS[0][0] if between == _SPELLINGS[0][1] else _SPELLINGS[1][0]
+        if rng.random() < 0.8:
+            body = body.replace(middle, between)
+        close = '"}]' if rng.random() < 0.95 else '"}'
+        lines.append(rng.choice(heads) + opening + body + close + rng.choice(tails))
+    got = [_columns.cut_ids(line) for line in lines]
+    monkeypatch.setattr(record_lines, "_cut_ids", None)
+    taken = left = 0
+    for line, cut in zip(lines, got):
+        python = record_lines._cut_chunks(line)
+        if cut is not None:
+            taken += python is not None
+            assert record_lines._around(line, *cut, None) == python, line
+        else:
+            left += python is not None  # ids and texts: the Python steps' (their C split's)
+    assert taken > 3000 and left > 1000
+    with pytest.raises(TypeError):
+        _columns.cut_ids(b"{}")
 
 
 def test_rank_ids_ranks_as_the_python_version_ranks():

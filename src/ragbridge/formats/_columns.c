@@ -10,11 +10,16 @@
  * join_ids(body, between): an ASCII body of chunks given as ids alone, `id between id ...`, as the
  *   ids joined by line breaks ("\n".join(ids), no str made an id), or None where it is not exactly
  *   that with ids that print, not empty, with no space at either end and no quote or backslash.
+ * cut_ids(text): for a line whose top-level chunks may be ids alone (the opening of either spelling
+ *   found first, the first "}] after it): (where the opening starts, where "}] is, the ids joined as
+ *   join_ids joins them) where the chunks between are ASCII ids alone, as join_ids takes them; else
+ *   None (the Python steps decide).
  * rank_ids(joined, labels): for ids joined by line breaks (join_ids'), (the number of ids, how many
  *   repeat an id before them, and per label of the list `labels` its 1-based rank among the ids with
  *   each repeat dropped, 0 where it is not among them); None where `joined` is not ASCII.
  * interleave(ids, texts, middle, between): between.join(map(middle.join, zip(ids, texts))).
  */
+#define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -117,32 +122,22 @@ error:
     return NULL;
 }
 
+/* The ids of the ASCII body s[0:n] of chunks given as ids alone (`id between id ...`), joined by line
+ * breaks, or None where it is not exactly that with ids that print, not empty, with no space at either
+ * end and no quote or backslash (and, with `ascii`, where the body holds a character that is not ASCII). */
 static PyObject *
-join_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+joined_ids(const char *s, Py_ssize_t n, const char *b, Py_ssize_t nb, int ascii)
 {
-    Py_ssize_t n, nb;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "join_ids(body, between) takes 2 arguments");
-        return NULL;
-    }
-    const char *s = ascii_data(args[0], &n, "body");
-    const char *b = s ? ascii_data(args[1], &nb, "between") : NULL;
-    if (b == NULL)
-        return NULL;
-    if (nb == 0 || b[0] != '"') {
-        PyErr_SetString(PyExc_ValueError, "between begins with a quote");
-        return NULL;
-    }
-    /* an id: not empty, printing, no space at either end, up to the quote that opens `between` */
     Py_ssize_t pos = 0, k = 0;
     for (;;) {
+        /* an id: not empty, printing, no space at either end, up to the quote that opens `between` */
         const char *q = memchr(s + pos, '"', n - pos);
         Py_ssize_t end = q == NULL ? n : q - s;
         if (end == pos || s[pos] == ' ' || s[end - 1] == ' ')
             Py_RETURN_NONE;
         for (Py_ssize_t i = pos; i < end; i++) {
             unsigned char c = (unsigned char)s[i];
-            if (c < 0x20 || c == 0x7f || c == '\\')
+            if (c < 0x20 || c == 0x7f || c == '\\' || (ascii && c >= 0x80))
                 Py_RETURN_NONE;
         }
         k++;
@@ -167,6 +162,60 @@ join_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         *o++ = '\n';
         pos = end + nb;
     }
+    return out;
+}
+
+static PyObject *
+join_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t n, nb;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "join_ids(body, between) takes 2 arguments");
+        return NULL;
+    }
+    const char *s = ascii_data(args[0], &n, "body");
+    const char *b = s ? ascii_data(args[1], &nb, "between") : NULL;
+    if (b == NULL)
+        return NULL;
+    if (nb == 0 || b[0] != '"') {
+        PyErr_SetString(PyExc_ValueError, "between begins with a quote");
+        return NULL;
+    }
+    return joined_ids(s, n, b, nb, 0);
+}
+
+/* The two spellings of chunks given as ids alone: the opening of the chunks, and between two. */
+static const char *const OPENINGS[2] = {"\"contexts\": [{\"id\": \"", "\"contexts\":[{\"id\":\""};
+static const char *const BETWEENS[2] = {"\"}, {\"id\": \"", "\"},{\"id\":\""};
+
+static PyObject *
+cut_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1 || !PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "cut_ids(text) takes a str");
+        return NULL;
+    }
+    PyObject *text = args[0];
+    if (PyUnicode_KIND(text) != PyUnicode_1BYTE_KIND)
+        Py_RETURN_NONE;
+    const char *s = (const char *)PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    const char *open = NULL;
+    int spelling;
+    for (spelling = 0; spelling < 2 && open == NULL; spelling++)
+        open = memmem(s, n, OPENINGS[spelling], strlen(OPENINGS[spelling]));
+    if (open == NULL)
+        Py_RETURN_NONE;
+    spelling--;
+    Py_ssize_t start = open - s, first = start + strlen(OPENINGS[spelling]);
+    const char *close = memmem(s + first, n - first, "\"}]", 3);
+    if (close == NULL)
+        Py_RETURN_NONE;
+    Py_ssize_t end = close - s;
+    PyObject *ids = joined_ids(s + first, end - first, BETWEENS[spelling], strlen(BETWEENS[spelling]), 1);
+    if (ids == NULL || ids == Py_None)
+        return ids;
+    PyObject *out = Py_BuildValue("(nnN)", start, end, ids);
     return out;
 }
 
@@ -347,6 +396,8 @@ static PyMethodDef methods[] = {
     {"join_ids", (PyCFunction)(void (*)(void))join_ids, METH_FASTCALL,
      "join_ids(body, between): the ids of an ASCII body of chunks given as ids alone, joined by line "
      "breaks, or None."},
+    {"cut_ids", (PyCFunction)(void (*)(void))cut_ids, METH_FASTCALL,
+     "cut_ids(text): (start, end, ids joined) of a line whose chunks are ids alone, or None."},
     {"rank_ids", (PyCFunction)(void (*)(void))rank_ids, METH_FASTCALL,
      "rank_ids(joined, labels): (ids, repeats, each label's rank among the ids) of ids joined by line "
      "breaks, or None."},

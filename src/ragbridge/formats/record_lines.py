@@ -26,10 +26,10 @@ try:  # built with the package where a C compiler was found: `_id_text_columns` 
     from ._columns import split_pairs as _split_pairs
 except ImportError:  # pragma: no cover - the package built without it
     _split_pairs = None
-try:  # `_joined_ids` of an ASCII body, in C (not in a module built before it was added)
-    from ._columns import join_ids as _join_ids
+try:  # `_joined_ids` of an ASCII body, in C; and the whole cut of a line of ids alone
+    from ._columns import cut_ids as _cut_ids, join_ids as _join_ids
 except ImportError:  # pragma: no cover - the package built without it
-    _join_ids = None
+    _cut_ids = _join_ids = None
 
 __all__ = ["parse_record_line"]
 
@@ -69,13 +69,16 @@ def parse_record_line(text: str) -> Any:
 
 def _cut_chunks(text: str) -> Optional[tuple[str, list[str], Optional[list[str]]]]:
     """``text`` with its chunks written as ``[]``, the chunks' ids (ids alone: one string, joined by
-    line breaks) and their texts (None: ids alone),
-    when the line's top-level ``contexts`` is a list of chunks as `_SPELLINGS` spell them and nothing
-    can make that reading wrong: the chunks are the top-level object's (before them, escapes
-    aside, one ``{`` outside strings), no ``contexts`` key besides (a key spelled with escapes makes
-    the rest's parse differ or fail `check_parsed`), ids without quote, backslash or character that
-    does not print (so each id is its JSON text), texts not empty. Else None: the line is parsed as
-    it is."""
+    line breaks) and their texts (None: ids alone), when the line's top-level ``contexts`` is a list
+    of chunks as `_SPELLINGS` spell them and nothing can make that reading wrong: the chunks are the
+    top-level object's (before them, escapes aside, one ``{`` outside strings), no ``contexts`` key
+    besides (a key spelled with escapes makes the rest's parse differ or fail `check_parsed`), ids
+    without quote, backslash or character that does not print (so each id is its JSON text), texts
+    not empty. Else None: the line is parsed as it is."""
+    if _cut_ids is not None:  # chunks of ASCII ids alone, found, checked and joined in one C call
+        got = _cut_ids(text)
+        if got is not None:
+            return _around(text, *got, None)
     for opening, between, middle in _SPELLINGS:
         start = text.find(opening)
         if start >= 0:
@@ -105,6 +108,12 @@ def _cut_chunks(text: str) -> Optional[tuple[str, list[str], Optional[list[str]]
         texts = None
         if ids is None:
             return None
+    return _around(text, start, end, ids, texts)
+
+
+def _around(text: str, start: int, end: int, ids: Any, texts: Optional[list[str]]) -> Optional[tuple]:
+    """`_cut_chunks`' answer for chunks found from ``start`` (their opening) to ``end`` (their closing
+    ``"}]``): the checks of what is around them."""
     prefix, suffix = text[:start], text[end + 3:]
     unescaped = _unescaped(prefix)
     if unescaped is None or '"contexts"' in unescaped or not _top_level(unescaped) or '"contexts"' in suffix:

@@ -160,6 +160,9 @@ class Ranked:
     label_grade: np.ndarray
     label_group: np.ndarray
     _ideal: dict = field(default_factory=dict, repr=False)
+    #: per cut-off k, the reasons `reasons` gave of recall@k or hit@k below 1 for cases whose chunk ids
+    #: were ranked as read (the same words for both metrics: the labels the top k miss)
+    _missed: dict = field(default_factory=dict, repr=False)
 
     def ideal(self, gain: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The ideal ranking for ``gain``: per group, ``(case, rank, gain)``, each case's groups
@@ -691,14 +694,21 @@ def reasons(cases: Any, r: Ranked, metric: str, values: np.ndarray,
     if not short.size:
         return out
     if base in ("recall", "hit"):
-        want = set(short.tolist())
+        said = r._missed.setdefault(k, {})
+        want = set()
+        for i in short.tolist():
+            if i in said:
+                out[i] = said[i]
+            else:
+                want.add(i)
+        if not want:
+            return out
         lists = zip(_chunk_rows(cases), span_kernels.span_lists(cases))
         for i, ((ids, chunks, rel, ranked), spans) in enumerate(lists):
             if i not in want:
                 continue
             if ranked is not None:  # chunk ids alone: each label's rank is known
-                if rel:
-                    out[i] = _missed_ranked(rel, ranked[2], k)
+                out[i] = said[i] = _missed_ranked(rel, ranked[2], k) if rel else None
                 continue
             out[i] = missed_labels(ids, chunks, rel, spans, k, min_overlap, base,
                                    bool(r.by_chunk[i]), bool(r.duplicates[i]))
