@@ -739,6 +739,8 @@ class ResultBlock:
 
     def _values(self) -> list[Optional[float]]:
         values = self.values.tolist() if hasattr(self.values, "tolist") else list(self.values)
+        if set(map(type, values)) == {float} and all(map(math.isfinite, values)):
+            return values  # floats, every one finite: as they are (a NumPy array's, most often)
         return [None if v is None or not math.isfinite(v) else float(v) for v in values]
 
     def n_undefined(self) -> int:
@@ -772,7 +774,9 @@ class ScoreBlock(ResultBlock):
         native = f',"native_metric":{dumps(self.native_metric)},"native_value":'
         tail = (',"error":null,"judge_calls":0,"prompt_tokens":0,"completion_tokens":0,'
                 f'"seconds":{float(self.seconds)!r},"evidence":null}}\n')
-        nums = ["null" if v is None else repr(v) for v in self._values()]
+        values = self._values()
+        nums = list(map(repr, values)) if None not in values else [
+            "null" if v is None else repr(v) for v in values]
         whys = ["null" if r is None else _json_string(r) for r in self.reasons]
         return "".join([f'{{"case_id":{cid}{head}{num}{native}{num},"passed":null,"reason":{why}{tail}'
                         for cid, num, why in zip(map(_json_string, self.case_ids), nums, whys)])

@@ -293,17 +293,19 @@ def _key_count(value: Any) -> int:
         item = stack.pop()
         if type(item) is dict:
             n += len(item)
-            stack.extend(v for v in item.values() if type(v) in (dict, list))
+            if not _NESTED.isdisjoint(map(type, item.values())):
+                stack += [v for v in item.values() if type(v) is dict or type(v) is list]
         elif type(item) is list:
             if item and set(map(type, item)) == {dict} and _FLAT.issuperset(
                     map(type, chain.from_iterable(map(dict.values, item)))):
                 n += sum(map(len, item))
-            else:
-                stack.extend(v for v in item if type(v) in (dict, list))
+            elif not _NESTED.isdisjoint(map(type, item)):
+                stack += [v for v in item if type(v) is dict or type(v) is list]
     return n
 
 
 _FLAT = frozenset({str, int, float, bool, type(None)})
+_NESTED = frozenset({dict, list})
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

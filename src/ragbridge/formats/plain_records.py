@@ -221,9 +221,9 @@ def plain_record(raw: Any) -> Optional[dict[str, Any]]:
     if relevant:
         if type(relevant) is not dict:
             return None
-        for grade in relevant.values():
-            if type(grade) is not int or not 0 <= grade <= MAX_GRADE:
-                return None
+        grades = relevant.values()
+        if set(map(type, grades)) != {int} or min(grades) < 0 or max(grades) > MAX_GRADE:
+            return None
         if not good_ids(list(relevant)):
             return None
         out["relevant"] = relevant
