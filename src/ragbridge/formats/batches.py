@@ -229,7 +229,7 @@ class CaseBatch(_Sequence):
 
     def chunk_texts(self) -> Iterator[Optional[list[str]]]:
         """Per case the texts of its chunks where they are a column, else None (see `chunk_lists`)."""
-        if self._texts is None:
+        if self._texts is None or self._texts.count(None) == len(self._texts):
             return repeat(None, len(self))
         return map(self._text_column, range(len(self)))
 
