@@ -714,17 +714,25 @@ def reasons(cases: Any, r: Ranked, metric: str, values: np.ndarray,
                                    bool(r.by_chunk[i]), bool(r.duplicates[i]))
         return out
     idx = short.tolist()
+    said: dict = {}  # each reason written once, for the cases that share it
     if base == "mrr":
         below = f", below the top {k}" if k else ""
         for i, fr in zip(idx, r.first_rank[short].tolist()):
-            out[i] = (f"the first relevant chunk is at rank {fr}" + (below if k and fr > k else "")
-                      if fr else "no retrieved chunk is relevant")
+            why = said.get(fr)
+            if why is None:
+                at = f"the first relevant chunk is at rank {fr}" + (below if k and fr > k else "")
+                why = said[fr] = at if fr else "no retrieved chunk is relevant"
+            out[i] = why
         return out
     if base == "precision":
         held = np.bincount(r.case_index[r.rank <= k], minlength=r.n_cases)[short].tolist()
         for i, h, n in zip(idx, held, r.n_retrieved[short].tolist()):
-            out[i] = (f"{k - h} of the top {k} hold no relevant chunk"
-                      + (f" (the list has {_n(n, 'chunk', 'chunks')})" if n < k else ""))
+            key = (h, n if n < k else k)
+            why = said.get(key)
+            if why is None:
+                why = said[key] = (f"{k - h} of the top {k} hold no relevant chunk"
+                                   + (f" (the list has {_n(n, 'chunk', 'chunks')})" if n < k else ""))
+            out[i] = why
         return out
     # ndcg, map: labels missed; chunks above the last label-finding one in the top k that find none
     cut = np.iinfo(np.int64).max if k is None else k
@@ -746,10 +754,14 @@ def reasons(cases: Any, r: Ranked, metric: str, values: np.ndarray,
         unordered[gc[1:][rises]] = True
     where = f"in the top {k}" if k else "in the list"
     n_rel = r.n_relevant[short]
-    columns = zip(idx, n_rel.tolist(), (n_rel - found[short]).tolist(),
-                  np.maximum(last[short] - 1 - relevant_above[short], 0).tolist(),
-                  (relevant_above[short] - new_above[short]).tolist(), unordered[short].tolist())
-    for i, n, missed, noise, again, unordered_i in columns:
+    columns = zip(idx, zip(n_rel.tolist(), (n_rel - found[short]).tolist(),
+                           np.maximum(last[short] - 1 - relevant_above[short], 0).tolist(),
+                           (relevant_above[short] - new_above[short]).tolist(), unordered[short].tolist()))
+    for i, key in columns:
+        if key in said:
+            out[i] = said[key]
+            continue
+        n, missed, noise, again, unordered_i = key
         parts = []
         if missed:
             parts.append(f"{missed} of {n} labels not found {where}")
@@ -761,7 +773,7 @@ def reasons(cases: Any, r: Ranked, metric: str, values: np.ndarray,
                          f"{'ranks' if again == 1 else 'rank'} above ones that do")
         if unordered_i:
             parts.append("a chunk finding less gain ranks above one finding more")
-        out[i] = "; ".join(parts) or None
+        out[i] = said[tuple(key)] = "; ".join(parts) or None
     return out
 
 
