@@ -116,6 +116,8 @@ def test_rank_ids_ranks_as_the_python_version_ranks():
         seen_ranked += any(got[2])
     assert seen_repeats > 1000 and seen_ranked > 1000
     assert _columns.rank_ids("", ["d1"]) == _ranked_ids("", ["d1"]) == (0, 0, [0])
+    for joined in ("\n", "\n\n\n", "a\n\nb\n", "\n" * 1000):  # empty ids: not a column's, still right
+        assert _columns.rank_ids(joined, ["", "a"]) == _ranked_ids(joined, ["", "a"])
     assert _columns.rank_ids("é\nd1", ["d1"]) is None
     with pytest.raises(TypeError):
         _columns.rank_ids("d1", ["d1", 2])

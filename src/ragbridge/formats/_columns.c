@@ -122,47 +122,42 @@ error:
     return NULL;
 }
 
-/* The ids of the ASCII body s[0:n] of chunks given as ids alone (`id between id ...`), joined by line
- * breaks, or None where it is not exactly that with ids that print, not empty, with no space at either
- * end and no quote or backslash (and, with `ascii`, where the body holds a character that is not ASCII). */
+/* What may not be copied as it is from an id: a quote (an id's end), a backslash, a control
+ * character, DEL or a byte that is not ASCII (set up when the module is made). */
+static unsigned char NOT_ID[256];
+
+/* The ids of the body s[0:n] of chunks given as ids alone (`id between id ...`), joined by line
+ * breaks, or None where it is not exactly that with ASCII ids that print, not empty, with no space at
+ * either end and no quote or backslash: one walk, each id checked as it is copied. */
 static PyObject *
-joined_ids(const char *s, Py_ssize_t n, const char *b, Py_ssize_t nb, int ascii)
+joined_ids(const char *s, Py_ssize_t n, const char *b, Py_ssize_t nb)
 {
-    Py_ssize_t pos = 0, k = 0;
-    for (;;) {
-        /* an id: not empty, printing, no space at either end, up to the quote that opens `between` */
-        const char *q = memchr(s + pos, '"', n - pos);
-        Py_ssize_t end = q == NULL ? n : q - s;
-        if (end == pos || s[pos] == ' ' || s[end - 1] == ' ')
-            Py_RETURN_NONE;
-        for (Py_ssize_t i = pos; i < end; i++) {
-            unsigned char c = (unsigned char)s[i];
-            if (c < 0x20 || c == 0x7f || c == '\\' || (ascii && c >= 0x80))
-                Py_RETURN_NONE;
-        }
-        k++;
-        if (q == NULL)
-            break;
-        if (n - end < nb || memcmp(s + end, b, nb) != 0)
-            Py_RETURN_NONE;
-        pos = end + nb;
-    }
-    PyObject *out = PyUnicode_New(n - (k - 1) * (nb - 1), 127);
+    PyObject *out = PyUnicode_New(n, 127); /* at most the body's length */
     if (out == NULL)
         return NULL;
-    char *o = (char *)PyUnicode_1BYTE_DATA(out);
-    pos = 0;
+    char *o0 = (char *)PyUnicode_1BYTE_DATA(out), *o = o0;
+    Py_ssize_t pos = 0;
     for (;;) {
-        const char *q = memchr(s + pos, '"', n - pos);
-        Py_ssize_t end = q == NULL ? n : q - s;
-        memcpy(o, s + pos, end - pos);
-        o += end - pos;
-        if (q == NULL)
+        Py_ssize_t end = pos;
+        while (end < n && !NOT_ID[(unsigned char)s[end]])
+            *o++ = s[end++];
+        if (end < n && s[end] != '"')
+            goto refuse;
+        if (end == pos || s[pos] == ' ' || s[end - 1] == ' ')
+            goto refuse;
+        if (end == n)
             break;
+        if (n - end < nb || memcmp(s + end, b, nb) != 0)
+            goto refuse;
         *o++ = '\n';
         pos = end + nb;
     }
+    if (o - o0 < n && PyUnicode_Resize(&out, o - o0) < 0)
+        return NULL;
     return out;
+refuse:
+    Py_DECREF(out);
+    Py_RETURN_NONE;
 }
 
 static PyObject *
@@ -181,7 +176,7 @@ join_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "between begins with a quote");
         return NULL;
     }
-    return joined_ids(s, n, b, nb, 0);
+    return joined_ids(s, n, b, nb);
 }
 
 /* The two spellings of chunks given as ids alone: the opening of the chunks, and between two. */
@@ -208,43 +203,43 @@ cut_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     spelling--;
     Py_ssize_t start = open - s, first = start + strlen(OPENINGS[spelling]);
-    const char *close = memmem(s + first, n - first, "\"}]", 3);
-    if (close == NULL)
+    /* the first "}] after the opening: the first ] with "} before it (a ] is rare among ids) */
+    Py_ssize_t end = -1;
+    for (const char *q = s + first; (q = memchr(q, ']', n - (q - s))) != NULL; q++) {
+        if (q - s >= first + 2 && q[-1] == '}' && q[-2] == '"') {
+            end = q - 2 - s;
+            break;
+        }
+    }
+    if (end < 0)
         Py_RETURN_NONE;
-    Py_ssize_t end = close - s;
-    PyObject *ids = joined_ids(s + first, end - first, BETWEENS[spelling], strlen(BETWEENS[spelling]), 1);
+    PyObject *ids = joined_ids(s + first, end - first, BETWEENS[spelling], strlen(BETWEENS[spelling]));
     if (ids == NULL || ids == Py_None)
         return ids;
     PyObject *out = Py_BuildValue("(nnN)", start, end, ids);
     return out;
 }
 
-static inline uint64_t
-hash_bytes(const char *p, Py_ssize_t len)
-{
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (Py_ssize_t i = 0; i < len; i++) {
-        h ^= (unsigned char)p[i];
-        h *= 1099511628211ULL;
-    }
-    return h ^ (h >> 29);
-}
-
 /* One id of `joined` held by a table slot: where it starts, its length and its rank (from 0) among
  * the ids with repeats dropped. */
 typedef struct {
-    Py_ssize_t start, len, rank;
+    Py_ssize_t start, len;
+    uint64_t hash;
 } id_slot;
 
+#define FNV_START 1469598103934665603ULL
+#define FNV_STEP(h, c) (((h) ^ (unsigned char)(c)) * 1099511628211ULL)
+
+/* The slot of the id p[0:len] (hash h) in `table`, or -1 - (where it would go) when it is not there. */
 static Py_ssize_t
-find_slot(const id_slot *ids, const Py_ssize_t *table, size_t mask, const char *s, const char *p,
+find_slot(const id_slot *ids, const int32_t *table, size_t mask, const char *s, const char *p,
           Py_ssize_t len, uint64_t h)
 {
-    for (size_t at = (size_t)h & mask;; at = (at + 1) & mask) {
-        Py_ssize_t j = table[at];
+    for (size_t at = (size_t)(h ^ (h >> 29)) & mask;; at = (at + 1) & mask) {
+        int32_t j = table[at];
         if (j < 0)
-            return -1 - (Py_ssize_t)at; /* empty: where it would go */
-        if (ids[j].len == len && memcmp(s + ids[j].start, p, len) == 0)
+            return -1 - (Py_ssize_t)at;
+        if (ids[j].hash == h && ids[j].len == len && memcmp(s + ids[j].start, p, len) == 0)
             return j;
     }
 }
@@ -264,35 +259,41 @@ rank_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (!PyUnicode_IS_ASCII(joined))
         Py_RETURN_NONE;
     const char *s = (const char *)PyUnicode_1BYTE_DATA(joined);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(joined), k = 0;
-    if (n) {
-        k = 1;
-        for (const char *q = s; (q = memchr(q, '\n', n - (q - s))) != NULL; q++)
-            k++;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(joined), most = n + 1; /* ids: at most a line break each, and one */
+    if (most > INT32_MAX / 2) {
+        PyErr_SetString(PyExc_OverflowError, "rank_ids: too many ids");
+        return NULL;
     }
     size_t size = 16;
-    while (size < (size_t)k * 2)
+    while (size < (size_t)most * 2)
         size <<= 1;
-    id_slot *ids = PyMem_Malloc(sizeof(id_slot) * (k ? k : 1));
-    Py_ssize_t *table = PyMem_Malloc(sizeof(Py_ssize_t) * size);
+    id_slot *ids = PyMem_Malloc(sizeof(id_slot) * most);
+    int32_t *table = PyMem_Malloc(sizeof(int32_t) * size);
     PyObject *ranks = NULL, *out = NULL;
     if (ids == NULL || table == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    memset(table, 0xff, sizeof(Py_ssize_t) * size); /* every slot -1: empty */
+    memset(table, 0xff, sizeof(int32_t) * size); /* every slot -1: empty */
     size_t mask = size - 1;
-    Py_ssize_t unique = 0, pos = 0;
-    for (Py_ssize_t i = 0; i < k; i++) {
-        const char *q = memchr(s + pos, '\n', n - pos);
-        Py_ssize_t end = q == NULL ? n : q - s;
-        Py_ssize_t got = find_slot(ids, table, mask, s, s + pos, end - pos, hash_bytes(s + pos, end - pos));
+    Py_ssize_t k = 0, unique = 0, pos = 0;
+    while (n) { /* each id hashed as it is walked to its line break */
+        uint64_t h = FNV_START;
+        Py_ssize_t end = pos;
+        while (end < n && s[end] != '\n') {
+            h = FNV_STEP(h, s[end]);
+            end++;
+        }
+        k++;
+        Py_ssize_t got = find_slot(ids, table, mask, s, s + pos, end - pos, h);
         if (got < 0) {
             ids[unique].start = pos;
             ids[unique].len = end - pos;
-            ids[unique].rank = unique;
-            table[-1 - got] = unique++;
+            ids[unique].hash = h;
+            table[-1 - got] = (int32_t)unique++;
         }
+        if (end == n)
+            break;
         pos = end + 1;
     }
     Py_ssize_t m = PyList_GET_SIZE(labels);
@@ -306,12 +307,14 @@ rank_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         }
         Py_ssize_t rank = 0;
-        if (PyUnicode_IS_ASCII(label) && unique) {
-            /* a label that is not ASCII equals no ASCII id */
+        if (PyUnicode_IS_ASCII(label) && unique) { /* a label that is not ASCII equals no ASCII id */
             const char *p = (const char *)PyUnicode_1BYTE_DATA(label);
             Py_ssize_t len = PyUnicode_GET_LENGTH(label);
-            Py_ssize_t got = find_slot(ids, table, mask, s, p, len, hash_bytes(p, len));
-            rank = got < 0 ? 0 : ids[got].rank + 1;
+            uint64_t h = FNV_START;
+            for (Py_ssize_t i = 0; i < len; i++)
+                h = FNV_STEP(h, p[i]);
+            Py_ssize_t got = find_slot(ids, table, mask, s, p, len, h);
+            rank = got < 0 ? 0 : got + 1; /* slots are taken in rank order */
         }
         PyObject *r = PyLong_FromSsize_t(rank);
         if (r == NULL)
@@ -414,5 +417,7 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__columns(void)
 {
+    for (int c = 0; c < 256; c++)
+        NOT_ID[c] = c < 0x20 || c >= 0x7f || c == '"' || c == '\\';
     return PyModule_Create(&module);
 }
