@@ -102,11 +102,13 @@ class InputCheck:
         self.comma_tag = ""
 
     def add_batch(self, batch: CaseBatch) -> None:
-        columns = zip(batch.ids, batch.chunk_rows(), batch.chunk_texts(), batch.span_lists(),
-                      batch.questions(), batch.contexts_given())
-        for i, (case_id, (ids, chunks, relevant, ranked), texts, spans, question, given) in \
-                enumerate(columns):
+        rest = None  # each case's chunk texts, span labels and whether it gives chunks, once needed
+        columns = zip(batch.ids, batch.chunk_rows(), batch.questions())
+        for i, (case_id, (ids, chunks, relevant, ranked), question) in enumerate(columns):
             if ranked is None or not self._ranked(case_id, relevant, ranked, question):
+                if rest is None:
+                    rest = list(zip(batch.chunk_texts(), batch.span_lists(), batch.contexts_given()))
+                texts, spans, given = rest[i]
                 if (chunks and type(chunks[0]) is not dict) or (spans and type(spans[0]) is not dict):
                     record = batch.record(i)  # `Chunk` and `Span` objects: their canonical mappings
                     chunks, spans = record.get("contexts", []), record.get("relevant_spans")
