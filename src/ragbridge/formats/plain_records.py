@@ -31,14 +31,14 @@ from ..schema import MAX_GRADE, MAX_METADATA_DEPTH, Case, Span, check_where, dee
 from .records import CASE_FIELDS
 
 __all__ = ["good_id", "good_ids", "plain_record", "ColumnRecord", "with_chunks", "case_record",
-           "record_line", "id_list", "rank_ids"]
+           "record_line", "id_list", "rank_ids", "RANKING_FIELDS"]
 
 _STR_LISTS = ("reference_contexts", "must_contain", "must_not_contain", "tags")
 _CHUNK_KEYS = frozenset({"id", "text", "score", "source", "doc", "start", "end"})
 _SPAN_KEYS = frozenset(Span.model_fields)
 _CASE_KEYS = frozenset(CASE_FIELDS)
 #: the fields of a record that a ranking needs (a golden set's common line holds no other)
-_RANKING_KEYS = frozenset({"id", "question", "answer", "contexts", "relevant"})
+RANKING_FIELDS = frozenset({"id", "question", "answer", "contexts", "relevant"})
 #: the chunk shapes checked a column at a time: ``id`` and any of these, in the canonical key order
 _SHAPES = frozenset(("id",) + tuple(k for k, bit in zip(("text", "score", "source"), (1, 2, 4)) if mask & bit)
                     for mask in range(8))
@@ -231,7 +231,7 @@ def plain_record(raw: Any) -> Optional[dict[str, Any]]:
         out["relevant"] = relevant
     elif relevant is not None and type(relevant) is not dict:
         return None
-    if raw.keys() <= _RANKING_KEYS:
+    if raw.keys() <= RANKING_FIELDS:
         return out  # none of the fields below: each at its default
     spans = raw.get("relevant_spans")
     if spans:

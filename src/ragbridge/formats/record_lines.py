@@ -20,7 +20,7 @@ from typing import Any, Optional
 import pydantic_core
 
 from .files import check_parsed, parse_json
-from .plain_records import _RANKING_KEYS, ColumnRecord, good_ids, plain_record
+from .plain_records import RANKING_FIELDS, ColumnRecord, good_ids, plain_record
 
 try:  # built with the package where a C compiler was found: `_id_text_columns` of an ASCII body, in C
     from ._columns import split_pairs as _split_pairs
@@ -57,7 +57,7 @@ def parse_record_line(text: str) -> Any:
             record = plain_record(raw)
             if record is not None:
                 # a record of the ranking fields alone: its keys and its labels' (grades, no nesting)
-                keys = len(raw) + len(raw.get("relevant") or ()) if raw.keys() <= _RANKING_KEYS else None
+                keys = len(raw) + len(raw.get("relevant") or ()) if raw.keys() <= RANKING_FIELDS else None
                 check_parsed(reduced, raw, surrogates=False, keys=keys)
                 del record["contexts"]  # the columns' place
                 return ColumnRecord(record, ids, texts)
