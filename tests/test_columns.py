@@ -98,6 +98,42 @@ def test_cut_ids_cuts_a_line_as_the_python_steps_cut_it(monkeypatch):
         _columns.cut_ids(b"{}")
 
 
+def test_plain_labels_takes_only_what_the_python_checks_take():
+    """Labels and grades right and wrong in every way the Python checks of a record look for (a
+    label empty, with a space at an end, a control character, DEL, not ASCII, not a str; a grade
+    negative, past the largest, a bool, a float, past 64 bits): where the C check takes them, the
+    Python checks take them; it leaves to them only labels that are not ASCII."""
+    from ragbridge.formats.plain_records import good_ids
+    from ragbridge.schema import MAX_GRADE
+
+    class Label(str):
+        pass
+
+    keys = ["d1", "a b", "x/y#2", " d", "d ", "", "\t", "a\x7fb", "é", "\u2028", Label("d9"), "~", "q" * 40]
+    grades = [0, 1, 3, MAX_GRADE, MAX_GRADE + 1, -1, True, 1.0, 2**70, -(2**70)]
+    rng = random.Random(12)
+    taken = left = 0
+    for _ in range(20000):
+        pool = keys[:3] if rng.random() < 0.5 else keys
+        relevant = {rng.choice(pool): rng.choice(grades[:4] if rng.random() < 0.5 else grades)
+                    for _ in range(rng.randint(1, 5))}
+        values = relevant.values()
+        python = (set(map(type, values)) == {int} and min(values) >= 0 and max(values) <= MAX_GRADE
+                  and good_ids(list(relevant)))
+        got = _columns.plain_labels(relevant, MAX_GRADE)
+        assert got in (True, None)
+        if got:
+            taken += 1
+            assert python, relevant
+        elif python:
+            left += 1
+            assert not all(map(str.isascii, relevant)), relevant
+    assert taken > 5000
+    assert _columns.plain_labels([], MAX_GRADE) is None
+    with pytest.raises(TypeError):
+        _columns.plain_labels({}, "3")
+
+
 def test_rank_ids_ranks_as_the_python_version_ranks():
     """Chunk ids joined by line breaks, with repeats (next to each other or not), and labels among
     them, beside them (a prefix, a longer id, another case's id), not ASCII or empty: the same count,

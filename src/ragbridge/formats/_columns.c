@@ -17,6 +17,9 @@
  * rank_ids(joined, labels): for ids joined by line breaks (join_ids'), (the number of ids, how many
  *   repeat an id before them, and per label of the list `labels` its 1-based rank among the ids with
  *   each repeat dropped, 0 where it is not among them); None where `joined` is not ASCII.
+ * plain_labels(relevant, top): True where the dict `relevant` holds labels that are ids as the id rule
+ *   leaves them, in ASCII (printing, not empty, no space at either end), each with a grade that is an
+ *   int from 0 to `top`; else None (the Python checks decide).
  * interleave(ids, texts, middle, between): between.join(map(middle.join, zip(ids, texts))).
  */
 #define _GNU_SOURCE /* memmem */
@@ -330,6 +333,38 @@ done:
 }
 
 static PyObject *
+plain_labels(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long top;
+    if (nargs != 2 || !PyLong_Check(args[1]) || ((top = PyLong_AsLongLong(args[1])) == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "plain_labels(relevant, top) takes a dict and an int");
+        return NULL;
+    }
+    PyObject *labels = args[0], *key, *grade;
+    if (!PyDict_CheckExact(labels))
+        Py_RETURN_NONE;
+    Py_ssize_t at = 0;
+    while (PyDict_Next(labels, &at, &key, &grade)) {
+        if (!PyUnicode_CheckExact(key) || !PyUnicode_IS_ASCII(key) || !PyLong_CheckExact(grade))
+            Py_RETURN_NONE;
+        Py_ssize_t n = PyUnicode_GET_LENGTH(key);
+        const unsigned char *p = PyUnicode_1BYTE_DATA(key);
+        if (n == 0 || p[0] == ' ' || p[n - 1] == ' ')
+            Py_RETURN_NONE;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (p[i] < 0x20 || p[i] == 0x7f)
+                Py_RETURN_NONE;
+        }
+        int overflow;
+        long long g = PyLong_AsLongLongAndOverflow(grade, &overflow);
+        if (overflow || g < 0 || g > top)
+            Py_RETURN_NONE;
+    }
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
 interleave(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4) {
@@ -404,6 +439,9 @@ static PyMethodDef methods[] = {
     {"rank_ids", (PyCFunction)(void (*)(void))rank_ids, METH_FASTCALL,
      "rank_ids(joined, labels): (ids, repeats, each label's rank among the ids) of ids joined by line "
      "breaks, or None."},
+    {"plain_labels", (PyCFunction)(void (*)(void))plain_labels, METH_FASTCALL,
+     "plain_labels(relevant, top): True where every label is an ASCII id and every grade an int in "
+     "0..top, else None."},
     {"interleave", (PyCFunction)(void (*)(void))interleave, METH_FASTCALL,
      "interleave(ids, texts, middle, between): between.join(map(middle.join, zip(ids, texts)))."},
     {NULL, NULL, 0, NULL},

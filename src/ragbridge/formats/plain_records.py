@@ -63,6 +63,10 @@ try:  # built with the package where a C compiler was found: `_joined_pairs` in 
     from ._columns import interleave as _interleave
 except ImportError:  # pragma: no cover - the package built without it
     _interleave = _joined_pairs
+try:  # the checks of a record's labels and grades where they are ASCII, in C
+    from ._columns import plain_labels as _plain_labels
+except ImportError:  # pragma: no cover - the package built without it
+    _plain_labels = None
 try:  # `_ranked_ids` of ASCII ids, in C, a table of the ids' places in the string (no str per id)
     from ._columns import rank_ids as _rank_ids
 except ImportError:  # pragma: no cover - the package built without it
@@ -223,11 +227,12 @@ def plain_record(raw: Any) -> Optional[dict[str, Any]]:
     if relevant:
         if type(relevant) is not dict:
             return None
-        grades = relevant.values()
-        if set(map(type, grades)) != {int} or min(grades) < 0 or max(grades) > MAX_GRADE:
-            return None
-        if not good_ids(list(relevant)):
-            return None
+        if _plain_labels is None or _plain_labels(relevant, MAX_GRADE) is None:  # else checked in C
+            grades = relevant.values()
+            if set(map(type, grades)) != {int} or min(grades) < 0 or max(grades) > MAX_GRADE:
+                return None
+            if not good_ids(list(relevant)):
+                return None
         out["relevant"] = relevant
     elif relevant is not None and type(relevant) is not dict:
         return None
