@@ -58,7 +58,7 @@ class CaseBatch(_Sequence):
 
     A batch is what the runner hands a backend: a sequence of cases like any other, so a backend that
     needs `Case` objects indexes or iterates it; the native backend reads the records' chunk ids and
-    labels directly (`chunk_lists`), so a ranking metric builds no object per chunk. A record read as
+    labels directly (`chunk_rows`), so a ranking metric builds no object per chunk. A record read as
     a `ColumnRecord` keeps its chunks as columns (``chunk_ids``, ``texts``) until its chunks are asked
     for (``records``, `record`); ids as one string joined by line breaks stay one (`chunk_rows`).
     `of_cases` wraps cases that exist already.
