@@ -4,8 +4,9 @@ import random
 
 import pytest
 
-from ragbridge.formats.plain_records import _joined_pairs
-from ragbridge.formats.record_lines import _SPELLINGS, _id_column, _id_text_columns
+from ragbridge.formats import record_lines
+from ragbridge.formats.plain_records import _joined_pairs, _ranked_ids
+from ragbridge.formats.record_lines import _SPELLINGS, _id_column, _id_text_columns, _joined_ids
 
 _columns = pytest.importorskip("ragbridge.formats._columns", reason="the package was built without it")
 
@@ -47,19 +48,115 @@ def test_split_pairs_gives_the_python_columns_of_every_ascii_body():
     assert taken > 3000 and refused > 3000
 
 
-def test_split_ids_gives_the_python_ids_of_every_ascii_body():
+def test_join_ids_gives_the_python_ids_of_every_ascii_body():
     """Bodies of chunks given as ids alone, right and wrong in every way `_id_column` looks for (a
     separator of the other spelling, cut short or twice; an id empty, with a quote, a backslash, a
-    control character, DEL or a space at an end): the same ids, or the same refusal."""
+    control character, DEL or a space at an end): the same ids joined by line breaks, or the same
+    refusal."""
     taken = refused = 0
     for body, between, middle in _bodies(30000, 5):
         body = body.replace(middle, between) if random.Random(len(body)).random() < 0.8 else body
-        got = _columns.split_ids(body, between)
-        assert got == _id_column(body, between), repr(body)
+        got = _columns.join_ids(body, between)
+        ids = _id_column(body, between)
+        assert got == _joined_ids(body, between) == (None if ids is None else "\n".join(ids)), repr(body)
         taken, refused = taken + (got is not None), refused + (got is None)
     assert taken > 3000 and refused > 3000
     with pytest.raises(ValueError, match="ASCII"):
-        _columns.split_ids('é"}, {"id": "b', _SPELLINGS[0][1])
+        _columns.join_ids('é"}, {"id": "b', _SPELLINGS[0][1])
+    with pytest.raises(ValueError, match="begins with a quote"):
+        _columns.join_ids("a", "x")
+
+
+def test_cut_ids_cuts_a_line_as_the_python_steps_cut_it(monkeypatch):
+    """Lines whose chunks are the bodies above (ids alone, ids and texts, refused in every way), in
+    either spelling, around them heads and tails with escapes, a second ``contexts``, non-ASCII text
+    and a chunks' closing cut off: where the C cut answers, the Python steps give the same cut; where
+    it leaves the line to them (None), they decide."""
+    rng = random.Random(8)
+    heads = ['{"id": "q", "question": "w", ', '{"id":"q","question":"w",', '{"question": "é\\"", ',
+             '{"a": "\\"", ', '{"metadata": {', '{"x": "\u2028", ', '{"q": "\\\\", ', '[', '']
+    tails = ['}', ', "relevant": {"d1": 1}}', ', "contexts": []}', ', "tags": ["é"]}', '']
+    lines = []
+    for body, between, middle in _bodies(30000, 9):
+        opening = _SPELLINGS[0][0] if between == _SPELLINGS[0][1] else _SPELLINGS[1][0]
+        if rng.random() < 0.8:
+            body = body.replace(middle, between)
+        close = '"}]' if rng.random() < 0.95 else '"}'
+        lines.append(rng.choice(heads) + opening + body + close + rng.choice(tails))
+    got = [_columns.cut_ids(line) for line in lines]
+    monkeypatch.setattr(record_lines, "_cut_ids", None)
+    taken = left = 0
+    for line, cut in zip(lines, got):
+        python = record_lines._cut_chunks(line)
+        if cut is not None:
+            taken += python is not None
+            assert record_lines._around(line, *cut, None) == python, line
+        else:
+            left += python is not None  # ids and texts: the Python steps' (their C split's)
+    assert taken > 3000 and left > 1000
+    with pytest.raises(TypeError):
+        _columns.cut_ids(b"{}")
+
+
+def test_plain_labels_takes_only_what_the_python_checks_take():
+    """Labels and grades right and wrong in every way the Python checks of a record look for (a
+    label empty, with a space at an end, a control character, DEL, not ASCII, not a str; a grade
+    negative, past the largest, a bool, a float, past 64 bits): where the C check takes them, the
+    Python checks take them; it leaves to them only labels that are not ASCII."""
+    from ragbridge.formats.plain_records import good_ids
+    from ragbridge.schema import MAX_GRADE
+
+    class Label(str):
+        pass
+
+    keys = ["d1", "a b", "x/y#2", " d", "d ", "", "\t", "a\x7fb", "é", "\u2028", Label("d9"), "~", "q" * 40]
+    grades = [0, 1, 3, MAX_GRADE, MAX_GRADE + 1, -1, True, 1.0, 2**70, -(2**70)]
+    rng = random.Random(12)
+    taken = left = 0
+    for _ in range(20000):
+        pool = keys[:3] if rng.random() < 0.5 else keys
+        relevant = {rng.choice(pool): rng.choice(grades[:4] if rng.random() < 0.5 else grades)
+                    for _ in range(rng.randint(1, 5))}
+        values = relevant.values()
+        python = (set(map(type, values)) == {int} and min(values) >= 0 and max(values) <= MAX_GRADE
+                  and good_ids(list(relevant)))
+        got = _columns.plain_labels(relevant, MAX_GRADE)
+        assert got in (True, None)
+        if got:
+            taken += 1
+            assert python, relevant
+        elif python:
+            left += 1
+            assert not all(map(str.isascii, relevant)), relevant
+    assert taken > 5000
+    assert _columns.plain_labels([], MAX_GRADE) is None
+    with pytest.raises(TypeError):
+        _columns.plain_labels({}, "3")
+
+
+def test_rank_ids_ranks_as_the_python_version_ranks():
+    """Chunk ids joined by line breaks, with repeats (next to each other or not), and labels among
+    them, beside them (a prefix, a longer id, another case's id), not ASCII or empty: the same count,
+    repeats and ranks (with repeats dropped) as the Python version; a str not ASCII is left to it."""
+    rng = random.Random(6)
+    pool = ["d1", "d2", "d10", "d", "x y", "a#1", "a#10", "~", "d01", "é"]
+    seen_repeats = seen_ranked = 0
+    for _ in range(20000):
+        ids = [rng.choice(pool[:9]) + (str(rng.randint(0, 300)) if rng.random() < 0.6 else "")
+               for _ in range(rng.randint(1, 60))]
+        joined = "\n".join(ids)
+        labels = rng.sample(ids, rng.randint(0, min(3, len(ids)))) + rng.sample(pool, rng.randint(0, 4))
+        got = _columns.rank_ids(joined, labels)
+        assert got == _ranked_ids(joined, labels), (joined, labels)
+        seen_repeats += got[1] > 0
+        seen_ranked += any(got[2])
+    assert seen_repeats > 1000 and seen_ranked > 1000
+    assert _columns.rank_ids("", ["d1"]) == _ranked_ids("", ["d1"]) == (0, 0, [0])
+    for joined in ("\n", "\n\n\n", "a\n\nb\n", "\n" * 1000):  # empty ids: not a column's, still right
+        assert _columns.rank_ids(joined, ["", "a"]) == _ranked_ids(joined, ["", "a"])
+    assert _columns.rank_ids("é\nd1", ["d1"]) is None
+    with pytest.raises(TypeError):
+        _columns.rank_ids("d1", ["d1", 2])
 
 
 def test_split_pairs_takes_ascii_text_alone():

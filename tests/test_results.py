@@ -124,6 +124,24 @@ def test_a_block_is_written_as_its_scores_would_be(tmp_path):
     assert {s.backend for s in run.scores} == {"length", "native"}
 
 
+def test_a_block_of_repeated_values_writes_each_one_as_given():
+    """A block writes a value that many cases share once (recall, hit, precision): each line still
+    holds its own case's value as Python writes it, a zero with its sign, an undefined one null."""
+    import numpy as np
+
+    from ragbridge.schema import ScoreBlock
+
+    values = [0.0, -0.0, 0.5, 0.5, float("nan"), 1.0, 1.0, 1 / 3, 1 / 3, 1 / 3, 0.5, -0.0, 2.5e-7, 0.0]
+    for given in (np.array(values), values, values[::-1]):
+        block = ScoreBlock(case_ids=[f"q{i}" for i in range(len(given))], values=given,
+                           reasons=[None] * len(given), native_metric="recall@5", seconds=1e-05,
+                           backend="native", metric="recall@5")
+        lines = [json.loads(line) for line in block.json_lines().splitlines()]
+        assert [repr(line["value"]) for line in lines] == [
+            repr(None if v != v else float(v)) for v in list(given)]
+        assert [line["native_value"] for line in lines] == [line["value"] for line in lines]
+
+
 class Careless(Backend):
     """A backend that gets the plugin API wrong as ``mistake`` says."""
 

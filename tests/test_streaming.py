@@ -209,11 +209,15 @@ def column_steps(request, monkeypatch):
 
     if request.param == "python":
         monkeypatch.setattr(record_lines, "_split_pairs", None)
-        monkeypatch.setattr(record_lines, "_split_ids", None)
+        monkeypatch.setattr(record_lines, "_join_ids", None)
+        monkeypatch.setattr(record_lines, "_cut_ids", None)
         monkeypatch.setattr(plain, "_interleave", plain._joined_pairs)
+        monkeypatch.setattr(plain, "_rank_ids", None)
+        monkeypatch.setattr(plain, "_plain_labels", None)
     else:
         assert record_lines._split_pairs is not None and plain._interleave is not plain._joined_pairs
-        assert record_lines._split_ids is not None
+        assert record_lines._join_ids is not None and plain._rank_ids is not None
+        assert record_lines._cut_ids is not None and plain._plain_labels is not None
     return request.param
 
 

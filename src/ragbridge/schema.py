@@ -739,6 +739,8 @@ class ResultBlock:
 
     def _values(self) -> list[Optional[float]]:
         values = self.values.tolist() if hasattr(self.values, "tolist") else list(self.values)
+        if set(map(type, values)) == {float} and all(map(math.isfinite, values)):
+            return values  # floats, every one finite: as they are (a NumPy array's, most often)
         return [None if v is None or not math.isfinite(v) else float(v) for v in values]
 
     def n_undefined(self) -> int:
@@ -772,10 +774,21 @@ class ScoreBlock(ResultBlock):
         native = f',"native_metric":{dumps(self.native_metric)},"native_value":'
         tail = (',"error":null,"judge_calls":0,"prompt_tokens":0,"completion_tokens":0,'
                 f'"seconds":{float(self.seconds)!r},"evidence":null}}\n')
-        nums = ["null" if v is None else repr(v) for v in self._values()]
+        values = self._values()
+        distinct = set(values)
+        if len(distinct) * 2 < len(values):  # few values (recall, hit, precision...): each written once
+            said = {v: repr(v) for v in distinct if v}  # a zero, 0.0 or -0.0 (one key), written as it is
+            nums = [said.get(v) or ("null" if v is None else repr(v)) for v in values]
+        else:
+            nums = list(map(repr, values)) if None not in distinct else [
+                "null" if v is None else repr(v) for v in values]
         whys = ["null" if r is None else _json_string(r) for r in self.reasons]
-        return "".join([f'{{"case_id":{cid}{head}{num}{native}{num},"passed":null,"reason":{why}{tail}'
-                        for cid, num, why in zip(map(_json_string, self.case_ids), nums, whys)])
+        line = ['{"case_id":', None, head, None, native, None, ',"passed":null,"reason":', None, tail]
+        parts = line * len(nums)
+        parts[1::9] = map(_json_string, self.case_ids)  # each line's pieces in place, then joined at once
+        parts[3::9] = parts[5::9] = nums
+        parts[7::9] = whys
+        return "".join(parts)
 
 
 class RunManifest(BaseModel):

@@ -1,18 +1,31 @@
-/* Chunk columns cut from and joined into a golden set's JSON text, in C: the two steps of reading a
- * large golden set that make a Python object per chunk (ragbridge.formats.record_lines and
- * ragbridge.formats.plain_records call these where the package was built with them; their Python
- * versions, beside the calls, give the same results and are used otherwise).
+/* Chunk columns cut from and joined into a golden set's JSON text, and chunk ids ranked, in C: the
+ * steps of reading and ranking a large golden set that made a Python object per chunk
+ * (ragbridge.formats.record_lines and ragbridge.formats.plain_records call these where the package
+ * was built with them; their Python versions, beside the calls, give the same results and are used
+ * otherwise).
  *
  * split_pairs(body, between, middle): an ASCII body of chunks, `id middle text between id middle
  *   text ...`, as (ids, texts), or None where it is not exactly that with ids that print (no space at
  *   either end) and texts not empty, neither holding a quote, a backslash or a control character.
- * split_ids(body, between): an ASCII body of chunks given as ids alone, `id between id ...`, as the
- *   list of ids, or None where it is not exactly that with ids that print, not empty, with no space at
- *   either end and no quote or backslash.
+ * join_ids(body, between): an ASCII body of chunks given as ids alone, `id between id ...`, as the
+ *   ids joined by line breaks ("\n".join(ids), no str made an id), or None where it is not exactly
+ *   that with ids that print, not empty, with no space at either end and no quote or backslash.
+ * cut_ids(text): for a line whose top-level chunks may be ids alone (the opening of either spelling
+ *   found first, the first "}] after it): (where the opening starts, where "}] is, the ids joined as
+ *   join_ids joins them) where the chunks between are ASCII ids alone, as join_ids takes them; else
+ *   None (the Python steps decide).
+ * rank_ids(joined, labels): for ids joined by line breaks (join_ids'), (the number of ids, how many
+ *   repeat an id before them, and per label of the list `labels` its 1-based rank among the ids with
+ *   each repeat dropped, 0 where it is not among them); None where `joined` is not ASCII.
+ * plain_labels(relevant, top): True where the dict `relevant` holds labels that are ids as the id rule
+ *   leaves them, in ASCII (printing, not empty, no space at either end), each with a grade that is an
+ *   int from 0 to `top`; else None (the Python checks decide).
  * interleave(ids, texts, middle, between): between.join(map(middle.join, zip(ids, texts))).
  */
+#define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
 /* The ASCII text of `s`, or NULL with a ValueError. */
@@ -112,12 +125,50 @@ error:
     return NULL;
 }
 
+/* What may not be copied as it is from an id: a quote (an id's end), a backslash, a control
+ * character, DEL or a byte that is not ASCII (set up when the module is made). */
+static unsigned char NOT_ID[256];
+
+/* The ids of the body s[0:n] of chunks given as ids alone (`id between id ...`), joined by line
+ * breaks, or None where it is not exactly that with ASCII ids that print, not empty, with no space at
+ * either end and no quote or backslash: one walk, each id checked as it is copied. */
 static PyObject *
-split_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+joined_ids(const char *s, Py_ssize_t n, const char *b, Py_ssize_t nb)
+{
+    PyObject *out = PyUnicode_New(n, 127); /* at most the body's length */
+    if (out == NULL)
+        return NULL;
+    char *o0 = (char *)PyUnicode_1BYTE_DATA(out), *o = o0;
+    Py_ssize_t pos = 0;
+    for (;;) {
+        Py_ssize_t end = pos;
+        while (end < n && !NOT_ID[(unsigned char)s[end]])
+            *o++ = s[end++];
+        if (end < n && s[end] != '"')
+            goto refuse;
+        if (end == pos || s[pos] == ' ' || s[end - 1] == ' ')
+            goto refuse;
+        if (end == n)
+            break;
+        if (n - end < nb || memcmp(s + end, b, nb) != 0)
+            goto refuse;
+        *o++ = '\n';
+        pos = end + nb;
+    }
+    if (o - o0 < n && PyUnicode_Resize(&out, o - o0) < 0)
+        return NULL;
+    return out;
+refuse:
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+join_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_ssize_t n, nb;
     if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "split_ids(body, between) takes 2 arguments");
+        PyErr_SetString(PyExc_TypeError, "join_ids(body, between) takes 2 arguments");
         return NULL;
     }
     const char *s = ascii_data(args[0], &n, "body");
@@ -128,34 +179,189 @@ split_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "between begins with a quote");
         return NULL;
     }
-    PyObject *ids = PyList_New(0);
-    if (ids == NULL)
+    return joined_ids(s, n, b, nb);
+}
+
+/* The two spellings of chunks given as ids alone: the opening of the chunks, and between two. */
+static const char *const OPENINGS[2] = {"\"contexts\": [{\"id\": \"", "\"contexts\":[{\"id\":\""};
+static const char *const BETWEENS[2] = {"\"}, {\"id\": \"", "\"},{\"id\":\""};
+
+static PyObject *
+cut_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1 || !PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "cut_ids(text) takes a str");
         return NULL;
-    Py_ssize_t pos = 0;
-    for (;;) {
-        /* an id: not empty, printing, no space at either end, up to the quote that opens `between` */
-        const char *q = memchr(s + pos, '"', n - pos);
-        Py_ssize_t end = q == NULL ? n : q - s;
-        if (end == pos || s[pos] == ' ' || s[end - 1] == ' ')
-            goto refuse;
-        for (Py_ssize_t i = pos; i < end; i++) {
-            unsigned char c = (unsigned char)s[i];
-            if (c < 0x20 || c == 0x7f || c == '\\')
-                goto refuse;
-        }
-        if (append_ascii(ids, s + pos, end - pos) < 0) {
-            Py_DECREF(ids);
-            return NULL;
-        }
-        if (q == NULL)
-            return ids;
-        if (n - end < nb || memcmp(s + end, b, nb) != 0)
-            goto refuse;
-        pos = end + nb;
     }
-refuse:
-    Py_DECREF(ids);
-    Py_RETURN_NONE;
+    PyObject *text = args[0];
+    if (PyUnicode_KIND(text) != PyUnicode_1BYTE_KIND)
+        Py_RETURN_NONE;
+    const char *s = (const char *)PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    const char *open = NULL;
+    int spelling;
+    for (spelling = 0; spelling < 2 && open == NULL; spelling++)
+        open = memmem(s, n, OPENINGS[spelling], strlen(OPENINGS[spelling]));
+    if (open == NULL)
+        Py_RETURN_NONE;
+    spelling--;
+    Py_ssize_t start = open - s, first = start + strlen(OPENINGS[spelling]);
+    /* the first "}] after the opening: the first ] with "} before it (a ] is rare among ids) */
+    Py_ssize_t end = -1;
+    for (const char *q = s + first; (q = memchr(q, ']', n - (q - s))) != NULL; q++) {
+        if (q - s >= first + 2 && q[-1] == '}' && q[-2] == '"') {
+            end = q - 2 - s;
+            break;
+        }
+    }
+    if (end < 0)
+        Py_RETURN_NONE;
+    PyObject *ids = joined_ids(s + first, end - first, BETWEENS[spelling], strlen(BETWEENS[spelling]));
+    if (ids == NULL || ids == Py_None)
+        return ids;
+    PyObject *out = Py_BuildValue("(nnN)", start, end, ids);
+    return out;
+}
+
+/* One id of `joined` held by a table slot: where it starts, its length and its rank (from 0) among
+ * the ids with repeats dropped. */
+typedef struct {
+    Py_ssize_t start, len;
+    uint64_t hash;
+} id_slot;
+
+#define FNV_START 1469598103934665603ULL
+#define FNV_STEP(h, c) (((h) ^ (unsigned char)(c)) * 1099511628211ULL)
+
+/* The slot of the id p[0:len] (hash h) in `table`, or -1 - (where it would go) when it is not there. */
+static Py_ssize_t
+find_slot(const id_slot *ids, const int32_t *table, size_t mask, const char *s, const char *p,
+          Py_ssize_t len, uint64_t h)
+{
+    for (size_t at = (size_t)(h ^ (h >> 29)) & mask;; at = (at + 1) & mask) {
+        int32_t j = table[at];
+        if (j < 0)
+            return -1 - (Py_ssize_t)at;
+        if (ids[j].hash == h && ids[j].len == len && memcmp(s + ids[j].start, p, len) == 0)
+            return j;
+    }
+}
+
+static PyObject *
+rank_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "rank_ids(joined, labels) takes 2 arguments");
+        return NULL;
+    }
+    PyObject *joined = args[0], *labels = args[1];
+    if (!PyUnicode_Check(joined) || !PyList_Check(labels)) {
+        PyErr_SetString(PyExc_TypeError, "rank_ids takes a str and a list of str");
+        return NULL;
+    }
+    if (!PyUnicode_IS_ASCII(joined))
+        Py_RETURN_NONE;
+    const char *s = (const char *)PyUnicode_1BYTE_DATA(joined);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(joined), most = n + 1; /* ids: at most a line break each, and one */
+    if (most > INT32_MAX / 2) {
+        PyErr_SetString(PyExc_OverflowError, "rank_ids: too many ids");
+        return NULL;
+    }
+    size_t size = 16;
+    while (size < (size_t)most * 2)
+        size <<= 1;
+    id_slot *ids = PyMem_Malloc(sizeof(id_slot) * most);
+    int32_t *table = PyMem_Malloc(sizeof(int32_t) * size);
+    PyObject *ranks = NULL, *out = NULL;
+    if (ids == NULL || table == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memset(table, 0xff, sizeof(int32_t) * size); /* every slot -1: empty */
+    size_t mask = size - 1;
+    Py_ssize_t k = 0, unique = 0, pos = 0;
+    while (n) { /* each id hashed as it is walked to its line break */
+        uint64_t h = FNV_START;
+        Py_ssize_t end = pos;
+        while (end < n && s[end] != '\n') {
+            h = FNV_STEP(h, s[end]);
+            end++;
+        }
+        k++;
+        Py_ssize_t got = find_slot(ids, table, mask, s, s + pos, end - pos, h);
+        if (got < 0) {
+            ids[unique].start = pos;
+            ids[unique].len = end - pos;
+            ids[unique].hash = h;
+            table[-1 - got] = (int32_t)unique++;
+        }
+        if (end == n)
+            break;
+        pos = end + 1;
+    }
+    Py_ssize_t m = PyList_GET_SIZE(labels);
+    ranks = PyList_New(m);
+    if (ranks == NULL)
+        goto done;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        PyObject *label = PyList_GET_ITEM(labels, j);
+        if (!PyUnicode_Check(label)) {
+            PyErr_SetString(PyExc_TypeError, "rank_ids takes a list of str");
+            goto done;
+        }
+        Py_ssize_t rank = 0;
+        if (PyUnicode_IS_ASCII(label) && unique) { /* a label that is not ASCII equals no ASCII id */
+            const char *p = (const char *)PyUnicode_1BYTE_DATA(label);
+            Py_ssize_t len = PyUnicode_GET_LENGTH(label);
+            uint64_t h = FNV_START;
+            for (Py_ssize_t i = 0; i < len; i++)
+                h = FNV_STEP(h, p[i]);
+            Py_ssize_t got = find_slot(ids, table, mask, s, p, len, h);
+            rank = got < 0 ? 0 : got + 1; /* slots are taken in rank order */
+        }
+        PyObject *r = PyLong_FromSsize_t(rank);
+        if (r == NULL)
+            goto done;
+        PyList_SET_ITEM(ranks, j, r);
+    }
+    out = Py_BuildValue("(nnO)", k, k - unique, ranks);
+done:
+    Py_XDECREF(ranks);
+    PyMem_Free(ids);
+    PyMem_Free(table);
+    return out;
+}
+
+static PyObject *
+plain_labels(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long top;
+    if (nargs != 2 || !PyLong_Check(args[1]) || ((top = PyLong_AsLongLong(args[1])) == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "plain_labels(relevant, top) takes a dict and an int");
+        return NULL;
+    }
+    PyObject *labels = args[0], *key, *grade;
+    if (!PyDict_CheckExact(labels))
+        Py_RETURN_NONE;
+    Py_ssize_t at = 0;
+    while (PyDict_Next(labels, &at, &key, &grade)) {
+        if (!PyUnicode_CheckExact(key) || !PyUnicode_IS_ASCII(key) || !PyLong_CheckExact(grade))
+            Py_RETURN_NONE;
+        Py_ssize_t n = PyUnicode_GET_LENGTH(key);
+        const unsigned char *p = PyUnicode_1BYTE_DATA(key);
+        if (n == 0 || p[0] == ' ' || p[n - 1] == ' ')
+            Py_RETURN_NONE;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (p[i] < 0x20 || p[i] == 0x7f)
+                Py_RETURN_NONE;
+        }
+        int overflow;
+        long long g = PyLong_AsLongLongAndOverflow(grade, &overflow);
+        if (overflow || g < 0 || g > top)
+            Py_RETURN_NONE;
+    }
+    Py_RETURN_TRUE;
 }
 
 static PyObject *
@@ -225,8 +431,17 @@ interleave(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef methods[] = {
     {"split_pairs", (PyCFunction)(void (*)(void))split_pairs, METH_FASTCALL,
      "split_pairs(body, between, middle): (ids, texts) of an ASCII body of chunks, or None."},
-    {"split_ids", (PyCFunction)(void (*)(void))split_ids, METH_FASTCALL,
-     "split_ids(body, between): the ids of an ASCII body of chunks given as ids alone, or None."},
+    {"join_ids", (PyCFunction)(void (*)(void))join_ids, METH_FASTCALL,
+     "join_ids(body, between): the ids of an ASCII body of chunks given as ids alone, joined by line "
+     "breaks, or None."},
+    {"cut_ids", (PyCFunction)(void (*)(void))cut_ids, METH_FASTCALL,
+     "cut_ids(text): (start, end, ids joined) of a line whose chunks are ids alone, or None."},
+    {"rank_ids", (PyCFunction)(void (*)(void))rank_ids, METH_FASTCALL,
+     "rank_ids(joined, labels): (ids, repeats, each label's rank among the ids) of ids joined by line "
+     "breaks, or None."},
+    {"plain_labels", (PyCFunction)(void (*)(void))plain_labels, METH_FASTCALL,
+     "plain_labels(relevant, top): True where every label is an ASCII id and every grade an int in "
+     "0..top, else None."},
     {"interleave", (PyCFunction)(void (*)(void))interleave, METH_FASTCALL,
      "interleave(ids, texts, middle, between): between.join(map(middle.join, zip(ids, texts)))."},
     {NULL, NULL, 0, NULL},
@@ -240,5 +455,7 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__columns(void)
 {
+    for (int c = 0; c < 256; c++)
+        NOT_ID[c] = c < 0x20 || c >= 0x7f || c == '"' || c == '\\';
     return PyModule_Create(&module);
 }

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 from ..schema import Case
-from .plain_records import ColumnRecord, case_record, plain_record, record_line, with_chunks
+from .plain_records import (ColumnRecord, case_record, id_list, plain_record, rank_ids, record_line,
+                            with_chunks)
 from .records import duplicate_case_id, validated_case
 
 __all__ = ["Fingerprint", "fingerprint", "CaseBatch", "batch_from_records", "SeenCaseIds", "CaseView",
@@ -57,17 +58,18 @@ class CaseBatch(_Sequence):
 
     A batch is what the runner hands a backend: a sequence of cases like any other, so a backend that
     needs `Case` objects indexes or iterates it; the native backend reads the records' chunk ids and
-    labels directly (`chunk_lists`), so a ranking metric builds no object per chunk. A record read as
+    labels directly (`chunk_rows`), so a ranking metric builds no object per chunk. A record read as
     a `ColumnRecord` keeps its chunks as columns (``chunk_ids``, ``texts``) until its chunks are asked
-    for (``records``, `record`). `of_cases` wraps cases that exist already.
+    for (``records``, `record`); ids as one string joined by line breaks stay one (`chunk_rows`).
+    `of_cases` wraps cases that exist already.
     """
 
-    # a case's texts: a list, or the string `to_bytes` wrote
-    __slots__ = ("_records", "_cases", "_chunk_ids", "_texts")
+    # a case's ids and texts: lists, or strings joined by line breaks (as `to_bytes` writes them)
+    __slots__ = ("_records", "_cases", "_chunk_ids", "_texts", "_ranked")
 
     def __init__(self, records: Optional[list[dict[str, Any]]], cases: Optional[list[Optional[Case]]] = None,
                  chunk_ids: Optional[list[Optional[list[str]]]] = None,
-                 texts: Optional[list[Optional[list[str]]]] = None):
+                 texts: Optional[list[Optional[list[str]]]] = None, ranked: Optional[list] = None):
         if records is None and cases is None:
             raise ValueError("a batch needs records or cases")
         self._records = records
@@ -75,6 +77,7 @@ class CaseBatch(_Sequence):
         # per record: its chunks' ids (and texts, where they have them) when its chunks are not in it
         self._chunk_ids = chunk_ids
         self._texts = texts if texts is not None or chunk_ids is None else [None] * len(chunk_ids)
+        self._ranked = ranked  # `chunk_rows`' ``ranked`` of each case, once made
 
     @classmethod
     def of_cases(cls, cases: Sequence[Case]) -> "CaseBatch":
@@ -85,26 +88,24 @@ class CaseBatch(_Sequence):
         and chunk columns, the quickest way to read a batch again (no `Case` object is kept). A case's
         chunk ids, and its texts, are one string joined by line breaks (a column's ids and texts hold
         none: they print, or are plain JSON text): a string a case to write and read, not one a chunk.
-        The ids are split again as a batch is read; the texts when they are asked for."""
+        Each is split again when a list of them is asked for. The rows `chunk_rows` ranked go too."""
         chunk_ids = texts = None
         if self._chunk_ids is not None:
-            chunk_ids = [None if ids is None else "\n".join(ids) for ids in self._chunk_ids]
+            chunk_ids = [i if i is None or type(i) is str else "\n".join(i) for i in self._chunk_ids]
             texts = [t if t is None or type(t) is str else "\n".join(t) for t in self._texts]
-        return marshal.dumps((self._records, chunk_ids, texts))
+        return marshal.dumps((self._records, chunk_ids, texts, self._ranked))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "CaseBatch":
-        records, chunk_ids, texts = marshal.loads(data)
-        if chunk_ids is not None:
-            chunk_ids = [None if ids is None else ids.split("\n") for ids in chunk_ids]
-        return cls(records, chunk_ids=chunk_ids, texts=texts)
+        records, chunk_ids, texts, ranked = marshal.loads(data)
+        return cls(records, chunk_ids=chunk_ids, texts=texts, ranked=ranked)
 
     @property
     def records(self) -> Optional[list[dict[str, Any]]]:
         """The canonical records (None for a batch of `Case` objects)."""
         if self._chunk_ids is not None:
             self._records = [with_chunks(r, *self._columns(i)) for i, r in enumerate(self._records)]
-            self._chunk_ids = self._texts = None
+            self._chunk_ids = self._texts = self._ranked = None
         return self._records
 
     def __len__(self) -> int:
@@ -129,12 +130,13 @@ class CaseBatch(_Sequence):
         if self._chunk_ids is None:
             return CaseBatch([self._records[i] for i in indices], [self._cases[i] for i in indices])
         return CaseBatch([self._records[i] for i in indices], [self._cases[i] for i in indices],
-                         [self._chunk_ids[i] for i in indices], [self._texts[i] for i in indices])
+                         [self._chunk_ids[i] for i in indices], [self._texts[i] for i in indices],
+                         None if self._ranked is None else [self._ranked[i] for i in indices])
 
     def _columns(self, i: int) -> tuple[Optional[list[str]], Optional[list[str]]]:
         if self._chunk_ids is None:
             return None, None
-        return self._chunk_ids[i], self._text_column(i)
+        return id_list(self._chunk_ids[i]), self._text_column(i)
 
     def _text_column(self, i: int) -> Optional[list[str]]:
         texts = self._texts[i]
@@ -152,6 +154,7 @@ class CaseBatch(_Sequence):
         """Hold ``record`` (a canonical record, chunks in it) as case ``i``."""
         if self._chunk_ids is not None:
             self._chunk_ids[i] = self._texts[i] = None
+            self._ranked = None
         self._records[i] = record
         self._cases[i] = None  # made again from the new record when asked for
 
@@ -159,7 +162,9 @@ class CaseBatch(_Sequence):
         """Case ``i``'s canonical line (`record_line`)."""
         if self._records is None:
             return record_line(case_record(self._cases[i]))
-        return record_line(self._records[i], *self._columns(i))
+        if self._chunk_ids is None:
+            return record_line(self._records[i])
+        return record_line(self._records[i], self._chunk_ids[i], self._text_column(i))
 
     def span_lists(self) -> Iterator[Optional[list]]:
         """Per case its span labels (records' mappings or `Span` objects), None where it has none."""
@@ -180,10 +185,33 @@ class CaseBatch(_Sequence):
         id_lists = self._chunk_ids or repeat(None, len(self._records))
         for r, ids in zip(self._records, id_lists):
             if ids is not None:
-                yield ids, None, r.get("relevant")
+                yield id_list(ids), None, r.get("relevant")
             else:
                 ctx = r.get("contexts", ())
                 yield [c["id"] for c in ctx], ctx, r.get("relevant")
+
+    def chunk_rows(self) -> Iterator[tuple[Any, Optional[list], Optional[dict[str, int]], Optional[tuple]]]:
+        """Per case ``(chunk ids, chunks, relevant, ranked)``: `chunk_lists`' row and None, but for a
+        case whose chunk ids are held as one string (chunks as columns, no span labels): that string,
+        and ``ranked`` = `rank_ids` of it for ``relevant``'s labels (how many ids, how many repeats,
+        each label's rank): what ranking and the input check read of the case, no string a chunk.
+        Each case is ranked once a batch (and the ranks are written with it, `to_bytes`)."""
+        if self._chunk_ids is None:
+            for ids, chunks, rel in self.chunk_lists():
+                yield ids, chunks, rel, None
+            return
+        if self._ranked is None:
+            self._ranked = [rank_ids(ids, list(r["relevant"]) if r.get("relevant") else [])
+                            if type(ids) is str and "relevant_spans" not in r else None
+                            for r, ids in zip(self._records, self._chunk_ids)]
+        for r, ids, ranked in zip(self._records, self._chunk_ids, self._ranked):
+            if ranked is not None:
+                yield ids, None, r.get("relevant"), ranked
+            elif ids is None:
+                ctx = r.get("contexts", ())
+                yield [c["id"] for c in ctx], ctx, r.get("relevant"), None
+            else:
+                yield id_list(ids), None, r.get("relevant"), None
 
     def contexts_given(self) -> Iterator[bool]:
         """Per case whether it gives its retriever's output (`Case.contexts_given`: ``contexts`` set,
@@ -201,7 +229,7 @@ class CaseBatch(_Sequence):
 
     def chunk_texts(self) -> Iterator[Optional[list[str]]]:
         """Per case the texts of its chunks where they are a column, else None (see `chunk_lists`)."""
-        if self._texts is None:
+        if self._texts is None or self._texts.count(None) == len(self._texts):
             return repeat(None, len(self))
         return map(self._text_column, range(len(self)))
 
@@ -236,7 +264,7 @@ class CaseBatch(_Sequence):
         present = {"question"} if r["question"].strip() else set()
         if r.get("answer", "").strip():
             present.add("answer")
-        ids, texts = self._columns(i)
+        ids, texts = (self._chunk_ids[i], self._texts[i]) if self._chunk_ids is not None else (None, None)
         if ids:
             present.add("contexts")
             if texts:  # none empty

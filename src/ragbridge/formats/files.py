@@ -257,15 +257,16 @@ def parse_json(text: str) -> Any:
     return value
 
 
-def check_parsed(text: str, value: Any, surrogates: bool = True) -> None:
+def check_parsed(text: str, value: Any, surrogates: bool = True, keys: Optional[int] = None) -> None:
     """Raise a `DatasetError` (without a location) for what JSON parsers take silently in ``text``,
     parsed as ``value``: a key given twice in one object (they keep the last value) and a lone
     surrogate escape such as ``\\udce9`` (half of a UTF-16 pair: no character, it cannot be written
     as UTF-8; ``surrogates=False`` for a value ``pydantic_core.from_json`` parsed, which refuses
     one). Each is looked for only where a cheap count of ``text`` says it may be there: every key
     has a colon of its own, so where there are no more colons than keys in ``value``, none was
-    given twice (a search for a character is many times quicker than for two)."""
-    keys = _key_count(value)
+    given twice (a search for a character is many times quicker than for two). ``keys``: the keys in
+    ``value``, where the caller knows them."""
+    keys = _key_count(value) if keys is None else keys
     if text.count(":") > keys and _key_bound(text) > keys:
         json.loads(text, object_pairs_hook=_unique_keys)
     if surrogates and ("\\ud" in text or "\\uD" in text):
@@ -293,17 +294,19 @@ def _key_count(value: Any) -> int:
         item = stack.pop()
         if type(item) is dict:
             n += len(item)
-            stack.extend(v for v in item.values() if type(v) in (dict, list))
+            if not _NESTED.isdisjoint(map(type, item.values())):
+                stack += [v for v in item.values() if type(v) is dict or type(v) is list]
         elif type(item) is list:
             if item and set(map(type, item)) == {dict} and _FLAT.issuperset(
                     map(type, chain.from_iterable(map(dict.values, item)))):
                 n += sum(map(len, item))
-            else:
-                stack.extend(v for v in item if type(v) in (dict, list))
+            elif not _NESTED.isdisjoint(map(type, item)):
+                stack += [v for v in item if type(v) is dict or type(v) is list]
     return n
 
 
 _FLAT = frozenset({str, int, float, bool, type(None)})
+_NESTED = frozenset({dict, list})
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -102,13 +102,17 @@ class InputCheck:
         self.comma_tag = ""
 
     def add_batch(self, batch: CaseBatch) -> None:
-        columns = zip(batch.ids, batch.chunk_lists(), batch.chunk_texts(), batch.span_lists(),
-                      batch.questions(), batch.contexts_given())
-        for i, (case_id, (ids, chunks, relevant), texts, spans, question, given) in enumerate(columns):
-            if (chunks and type(chunks[0]) is not dict) or (spans and type(spans[0]) is not dict):
-                record = batch.record(i)  # `Chunk` and `Span` objects: their canonical mappings
-                chunks, spans = record.get("contexts", []), record.get("relevant_spans")
-            self.add(case_id, ids, chunks, relevant, texts, spans, question, given)
+        rest = None  # each case's chunk texts, span labels and whether it gives chunks, once needed
+        columns = zip(batch.ids, batch.chunk_rows(), batch.questions())
+        for i, (case_id, (ids, chunks, relevant, ranked), question) in enumerate(columns):
+            if ranked is None or not self._ranked(case_id, relevant, ranked, question):
+                if rest is None:
+                    rest = list(zip(batch.chunk_texts(), batch.span_lists(), batch.contexts_given()))
+                texts, spans, given = rest[i]
+                if (chunks and type(chunks[0]) is not dict) or (spans and type(spans[0]) is not dict):
+                    record = batch.record(i)  # `Chunk` and `Span` objects: their canonical mappings
+                    chunks, spans = record.get("contexts", []), record.get("relevant_spans")
+                self.add(case_id, ids, chunks, relevant, texts, spans, question, given, ranked)
             for tag in batch.tags(i):
                 if "," in tag:
                     if not self.comma_tags[0]:
@@ -118,19 +122,26 @@ class InputCheck:
 
     def add(self, case_id: str, ids: list[str], chunks: Optional[list[dict[str, Any]]],
             relevant: Optional[dict[str, int]], texts: Optional[list[str]] = None,
-            spans: Optional[list[dict[str, Any]]] = None, question: str = "?", given: bool = True) -> None:
+            spans: Optional[list[dict[str, Any]]] = None, question: str = "?", given: bool = True,
+            ranked: Optional[tuple[int, int, list[int]]] = None) -> None:
         """One case: its id, chunk ids, chunk mappings (None: chunks as columns, ``texts`` their
         texts or None), labels, span labels (mappings), question, and whether it gives its retrieved
-        chunks at all (``given``: `Case.contexts_given`)."""
+        chunks at all (``given``: `Case.contexts_given`). With ``ranked`` (`CaseBatch.chunk_rows`'),
+        ``ids`` is a string of them joined by line breaks, read through ``ranked`` (split only for a
+        labelled case no chunk matches)."""
         if not question.strip():
             _count(self.blank_questions, case_id)
         if not given and ((relevant and max(relevant.values()) > 0)
                           or (spans and any(s.get("grade", 1) > 0 for s in spans))):
             _count(self.no_contexts, case_id)
             return
-        idset = set(ids)
-        if ids:
-            repeats = len(ids) - len(idset)
+        if ranked is not None:
+            n_ids, repeats, ranks = ranked
+            idset = None
+        else:
+            idset = set(ids)
+            n_ids, repeats = len(ids), len(ids) - len(idset)
+        if n_ids:
             if repeats:
                 self.repeated_ids += repeats
                 _count(self.repeated_cases, case_id)
@@ -142,7 +153,7 @@ class InputCheck:
                 self.first_no_relevant.append(case_id)
         if not (graded or spanned):
             return
-        if not ids:
+        if not n_ids:
             self.retrieved_none += 1  # labelled, its retriever returned nothing: a real 0
             return
         self.labelled += 1
@@ -152,11 +163,17 @@ class InputCheck:
             labels = relevant.keys()
         else:
             labels = {k for k, g in relevant.items() if g > 0}
-        sources = () if chunks is None else map(dict.get, chunks, repeat("source"))
-        if (labels and (not labels.isdisjoint(idset) or not labels.isdisjoint(sources))) or (
-                spanned and chunks is not None and _span_overlap(spans, chunks)):
-            self.matching += 1
-            return
+        if ranked is not None:  # ids joined: a label of grade >= 1 ranked among them matches
+            if any(r and g > 0 for r, g in zip(ranks, relevant.values())):
+                self.matching += 1
+                return
+            ids = ids.split("\n")
+        else:
+            sources = () if chunks is None else map(dict.get, chunks, repeat("source"))
+            if (labels and (not labels.isdisjoint(idset) or not labels.isdisjoint(sources))) or (
+                    spanned and chunks is not None and _span_overlap(spans, chunks)):
+                self.matching += 1
+                return
         cause, pair = _MISSED, None
         if self._derived(ids, chunks, texts):
             cause = _TEXTUAL
@@ -170,6 +187,24 @@ class InputCheck:
                 cause = _PREFIX if pair is not None else _MISSED
         entry = self.missed.setdefault(cause, [0, [], pair])
         _count(entry, case_id)
+
+    def _ranked(self, case_id: str, relevant: Optional[dict[str, int]], ranked: tuple[int, int, list[int]],
+                question: str) -> bool:
+        """`add` of a case whose chunks are ids alone (``ranked``: `CaseBatch.chunk_rows`'), in the
+        common outcomes (no labels, or a label matched); False, having counted nothing, for the
+        others, which `add` counts."""
+        n_ids, repeats, ranks = ranked
+        if not n_ids or not question.strip():
+            return False
+        if relevant:
+            if max(relevant.values()) <= 0 or not any(r and g > 0 for r, g in zip(ranks, relevant.values())):
+                return False
+            self.labelled += 1
+            self.matching += 1
+        if repeats:
+            self.repeated_ids += repeats
+            _count(self.repeated_cases, case_id)
+        return True
 
     @staticmethod
     def _derived(ids: list[str], chunks: Optional[list[dict[str, Any]]], texts: Optional[list[str]]) -> bool:
@@ -280,9 +315,14 @@ def _near_miss(labels: set[str], names: list[str]) -> Optional[tuple[str, str]]:
 def _prefix(labels: set[str], ids: list[str]) -> Optional[tuple[str, str]]:
     """A label and a chunk id that begins with it and goes on after a separator (``-``, ``#``, ``/``,
     ...), if any: ``refunds.md#window`` and ``refunds.md#window-1``."""
+    joined = "\n" + "\n".join(ids) + "\n"  # no id holds a line break: each id after one
     for label in sorted(labels):
-        n = len(label)
-        for cid in ids:
-            if len(cid) > n and cid[n] in _SEPARATORS and cid.startswith(label):
-                return label, cid
+        if "\n" in label:
+            continue
+        at = joined.find("\n" + label)
+        while at >= 0:
+            after = at + 1 + len(label)
+            if joined[after:after + 1] in _SEPARATORS:
+                return label, joined[at + 1:joined.index("\n", after)]
+            at = joined.find("\n" + label, at + 1)
     return None

@@ -14,6 +14,8 @@ way (`ragbridge.formats.records`), which accepts or reports it exactly as always
 A `ColumnRecord` holds a record's chunks as columns (their ids, and their texts where they have
 them) instead of a mapping per chunk: what `ragbridge.formats.record_lines` cuts out of the common
 line of a large golden set. `with_chunks` and `record_line` give its canonical record and line.
+Chunks given as ids alone are held as one string, the ids joined by line breaks (no id holds one:
+ids print): no string a chunk is made to read, check, write or rank them (`rank_ids`).
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ from ..schema import MAX_GRADE, MAX_METADATA_DEPTH, Case, Span, check_where, dee
 from .records import CASE_FIELDS
 
 __all__ = ["good_id", "good_ids", "plain_record", "ColumnRecord", "with_chunks", "case_record",
-           "record_line"]
+           "record_line", "id_list", "rank_ids", "RANKING_FIELDS"]
 
 _STR_LISTS = ("reference_contexts", "must_contain", "must_not_contain", "tags")
 _CHUNK_KEYS = frozenset({"id", "text", "score", "source", "doc", "start", "end"})
 _SPAN_KEYS = frozenset(Span.model_fields)
 _CASE_KEYS = frozenset(CASE_FIELDS)
+#: the fields of a record that a ranking needs (a golden set's common line holds no other)
+RANKING_FIELDS = frozenset({"id", "question", "answer", "contexts", "relevant"})
 #: the chunk shapes checked a column at a time: ``id`` and any of these, in the canonical key order
 _SHAPES = frozenset(("id",) + tuple(k for k, bit in zip(("text", "score", "source"), (1, 2, 4)) if mask & bit)
                     for mask in range(8))
@@ -46,10 +50,43 @@ def _joined_pairs(ids: list[str], texts: list[str], middle: str, between: str) -
     return between.join(map(middle.join, zip(ids, texts)))
 
 
+def _ranked_ids(joined: str, labels: list[str]) -> tuple[int, int, list[int]]:
+    """`rank_ids` in Python."""
+    ids = joined.split("\n") if joined else []
+    first: dict[str, int] = {}
+    for cid in ids:
+        first.setdefault(cid, len(first) + 1)
+    return len(ids), len(ids) - len(first), [first.get(label, 0) for label in labels]
+
+
 try:  # built with the package where a C compiler was found: `_joined_pairs` in one pass, in C
     from ._columns import interleave as _interleave
 except ImportError:  # pragma: no cover - the package built without it
     _interleave = _joined_pairs
+try:  # the checks of a record's labels and grades where they are ASCII, in C
+    from ._columns import plain_labels as _plain_labels
+except ImportError:  # pragma: no cover - the package built without it
+    _plain_labels = None
+try:  # `_ranked_ids` of ASCII ids, in C, a table of the ids' places in the string (no str per id)
+    from ._columns import rank_ids as _rank_ids
+except ImportError:  # pragma: no cover - the package built without it
+    _rank_ids = None
+
+
+def rank_ids(joined: str, labels: list[str]) -> tuple[int, int, list[int]]:
+    """For a case's chunk ids joined by line breaks (a `ColumnRecord`'s): how many ids there are, how
+    many repeat an id before them, and per label of ``labels`` its 1-based rank among the ids with
+    each repeat dropped (0: not among them). What ranking, the input check and the reasons of the
+    values below 1 need of a case whose chunks are ids alone."""
+    got = _rank_ids(joined, labels) if _rank_ids is not None else None
+    return got if got is not None else _ranked_ids(joined, labels)
+
+
+def id_list(ids: Any) -> Any:
+    """A case's chunk ids as a list: ``ids`` itself, or ids held joined by line breaks split."""
+    if type(ids) is str:
+        return ids.split("\n") if ids else []
+    return ids
 
 
 def _plain_text(text: str) -> bool:
@@ -190,14 +227,17 @@ def plain_record(raw: Any) -> Optional[dict[str, Any]]:
     if relevant:
         if type(relevant) is not dict:
             return None
-        for grade in relevant.values():
-            if type(grade) is not int or not 0 <= grade <= MAX_GRADE:
+        if _plain_labels is None or _plain_labels(relevant, MAX_GRADE) is None:  # else checked in C
+            grades = relevant.values()
+            if set(map(type, grades)) != {int} or min(grades) < 0 or max(grades) > MAX_GRADE:
                 return None
-        if not good_ids(list(relevant)):
-            return None
+            if not good_ids(list(relevant)):
+                return None
         out["relevant"] = relevant
     elif relevant is not None and type(relevant) is not dict:
         return None
+    if raw.keys() <= RANKING_FIELDS:
+        return out  # none of the fields below: each at its default
     spans = raw.get("relevant_spans")
     if spans:
         spans = _plain_spans(spans)
@@ -250,11 +290,12 @@ def _str_list_into(raw: dict[str, Any], name: str, out: dict[str, Any]) -> bool:
 class ColumnRecord(NamedTuple):
     """A canonical record whose chunks are held as columns, without a mapping per chunk: ``record``
     (`plain_record`'s result, without ``contexts``), ``chunk_ids`` (its chunks' ids, in order, each a
-    `good_id` without quote or backslash) and ``texts`` (their texts, none empty; None when the chunks
-    are ids alone)."""
+    `good_id` without quote or backslash: a list, or chunks given as ids alone one string of them
+    joined by line breaks) and ``texts`` (their texts, none empty; None when the chunks are ids
+    alone)."""
 
     record: dict[str, Any]
-    chunk_ids: list[str]
+    chunk_ids: Any
     texts: Optional[list[str]] = None
 
 
@@ -264,6 +305,7 @@ def with_chunks(record: dict[str, Any], chunk_ids: Optional[list[str]],
     itself when ``chunk_ids`` is None."""
     if chunk_ids is None:
         return record
+    chunk_ids = id_list(chunk_ids)
     out = {k: record[k] for k in ("id", "question", "answer") if k in record}
     if texts is None:
         out["contexts"] = [{"id": cid} for cid in chunk_ids]
@@ -292,10 +334,12 @@ def record_line(record: dict[str, Any], chunk_ids: Optional[list[str]] = None,
     character a JSON writer escapes)."""
     if chunk_ids is None:
         return pydantic_core.to_json(record)
-    if texts is None:
+    if type(chunk_ids) is str and texts is None:  # ids alone, joined by line breaks
+        chunks = chunk_ids.replace("\n", '"},{"id":"')
+    elif texts is None:
         chunks = '"},{"id":"'.join(chunk_ids)
     elif _plain_text("".join(texts)):
-        chunks = _interleave(chunk_ids, texts, '","text":"', '"},{"id":"')
+        chunks = _interleave(id_list(chunk_ids), texts, '","text":"', '"},{"id":"')
     else:
         return pydantic_core.to_json(with_chunks(record, chunk_ids, texts))
     head = {k: record[k] for k in ("id", "question", "answer") if k in record}

@@ -4,8 +4,9 @@ The common line of a large golden set gives its chunks as ids alone, ``{"id": "d
 texts, ``{"id": "d1", "text": "..."}``, in the two spellings JSON writers use (Python's
 ``json.dumps`` and compact JSON). `parse_record_line` cuts such chunks out of the line's text as
 columns (a `~ragbridge.formats.plain_records.ColumnRecord`: a C split, no object per chunk but its
-strings) and parses the small rest; it reads any other line as its JSON value, for the normalising
-path. Both readings accept and refuse exactly what parsing the whole line does, with the checks of
+strings; ids alone one string, joined by line breaks) and parses the small rest; it reads any other
+line as its JSON value, for the normalising path. Both readings accept and refuse exactly what
+parsing the whole line does, with the checks of
 `ragbridge.formats.files.check_parsed` (a key given twice, a lone surrogate escape) and of
 `ragbridge.formats.plain_records.plain_record` (ids as the one id rule leaves them) alike.
 """
@@ -19,16 +20,16 @@ from typing import Any, Optional
 import pydantic_core
 
 from .files import check_parsed, parse_json
-from .plain_records import ColumnRecord, good_ids, plain_record
+from .plain_records import RANKING_FIELDS, ColumnRecord, good_ids, plain_record
 
 try:  # built with the package where a C compiler was found: `_id_text_columns` of an ASCII body, in C
     from ._columns import split_pairs as _split_pairs
 except ImportError:  # pragma: no cover - the package built without it
     _split_pairs = None
-try:  # `_id_column` of an ASCII body, in C (not in a module built before it was added)
-    from ._columns import split_ids as _split_ids
+try:  # `_joined_ids` of an ASCII body, in C; and the whole cut of a line of ids alone
+    from ._columns import cut_ids as _cut_ids, join_ids as _join_ids
 except ImportError:  # pragma: no cover - the package built without it
-    _split_ids = None
+    _cut_ids = _join_ids = None
 
 __all__ = ["parse_record_line"]
 
@@ -55,7 +56,9 @@ def parse_record_line(text: str) -> Any:
         if type(raw) is dict and raw.get("contexts") == []:
             record = plain_record(raw)
             if record is not None:
-                check_parsed(reduced, raw, surrogates=False)
+                # a record of the ranking fields alone: its keys and its labels' (grades, no nesting)
+                keys = len(raw) + len(raw.get("relevant") or ()) if raw.keys() <= RANKING_FIELDS else None
+                check_parsed(reduced, raw, surrogates=False, keys=keys)
                 del record["contexts"]  # the columns' place
                 return ColumnRecord(record, ids, texts)
     try:
@@ -67,13 +70,17 @@ def parse_record_line(text: str) -> Any:
 
 
 def _cut_chunks(text: str) -> Optional[tuple[str, list[str], Optional[list[str]]]]:
-    """``text`` with its chunks written as ``[]``, the chunks' ids and their texts (None: ids alone),
-    when the line's top-level ``contexts`` is a list of chunks as `_SPELLINGS` spell them and nothing
-    can make that reading wrong: the chunks are the top-level object's (before them, escapes
-    aside, one ``{`` outside strings), no ``contexts`` key besides (a key spelled with escapes makes
-    the rest's parse differ or fail `check_parsed`), ids without quote, backslash or character that
-    does not print (so each id is its JSON text), texts not empty. Else None: the line is parsed as
-    it is."""
+    """``text`` with its chunks written as ``[]``, the chunks' ids (ids alone: one string, joined by
+    line breaks) and their texts (None: ids alone), when the line's top-level ``contexts`` is a list
+    of chunks as `_SPELLINGS` spell them and nothing can make that reading wrong: the chunks are the
+    top-level object's (before them, escapes aside, one ``{`` outside strings), no ``contexts`` key
+    besides (a key spelled with escapes makes the rest's parse differ or fail `check_parsed`), ids
+    without quote, backslash or character that does not print (so each id is its JSON text), texts
+    not empty. Else None: the line is parsed as it is."""
+    if _cut_ids is not None:  # chunks of ASCII ids alone, found, checked and joined in one C call
+        got = _cut_ids(text)
+        if got is not None:
+            return _around(text, *got, None)
     for opening, between, middle in _SPELLINGS:
         start = text.find(opening)
         if start >= 0:
@@ -96,13 +103,19 @@ def _cut_chunks(text: str) -> Optional[tuple[str, list[str], Optional[list[str]]
             return None
         ids, texts = columns
     else:
-        if _split_ids is not None and body.isascii():
-            ids = _split_ids(body, between)
+        if _join_ids is not None and body.isascii():
+            ids = _join_ids(body, between)
         else:
-            ids = _id_column(body, between)
+            ids = _joined_ids(body, between)
         texts = None
         if ids is None:
             return None
+    return _around(text, start, end, ids, texts)
+
+
+def _around(text: str, start: int, end: int, ids: Any, texts: Optional[list[str]]) -> Optional[tuple]:
+    """`_cut_chunks`' answer for chunks found from ``start`` (their opening) to ``end`` (their closing
+    ``"}]``): the checks of what is around them."""
     prefix, suffix = text[:start], text[end + 3:]
     unescaped = _unescaped(prefix)
     if unescaped is None or '"contexts"' in unescaped or not _top_level(unescaped) or '"contexts"' in suffix:
@@ -133,10 +146,16 @@ def _closing(text: str, at: str) -> int:
     return end
 
 
+def _joined_ids(body: str, between: str) -> Optional[str]:
+    """`_id_column`'s ids joined by line breaks, or None. The compiled ``join_ids`` gives the same for
+    an ASCII ``body``, walking it twice and making no string an id."""
+    ids = _id_column(body, between)
+    return None if ids is None else "\n".join(ids)
+
+
 def _id_column(body: str, between: str) -> Optional[list[str]]:
     """The ids of chunks given as ids alone (``body``: the text between the first chunk's opening
-    quote and the last one's closing quote), or None. The compiled ``split_ids`` gives the same for
-    an ASCII ``body``, walking it once."""
+    quote and the last one's closing quote), or None."""
     ids = body.split(between)
     # 4 quotes in `between` and none in an id; no escape or control character (nor any other
     # character that does not print: a stricter test than JSON's, and a C loop); no id blank (empty:

@@ -134,6 +134,8 @@ class CaseSource:
 
 def _place_batch(batch: CaseBatch, placer: SpanPlacer, lines: list[int], path: Path) -> None:
     """Place the span-labelled records of ``batch`` (read from ``path`` at ``lines``) in place."""
+    if not any(batch.span_lists()):
+        return  # nothing to place (and no chunk ids split into lists for nothing)
     rows = zip(batch.span_lists(), batch.chunk_lists(), batch.chunk_texts())
     for i, (spans, (ids, chunks, _), texts) in enumerate(rows):
         if spans:

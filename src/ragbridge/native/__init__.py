@@ -59,6 +59,13 @@ class RankedCache:
     def __init__(self) -> None:
         self._cases: Optional[Sequence[Case]] = None
         self._prepared: Optional[ranking.Prepared] = None
+        self._without: Optional[tuple[Sequence[Case], list[int]]] = None
+
+    def without_contexts(self, cases: Sequence[Case]) -> list[int]:
+        """`_without_contexts` of ``cases``, reused while the same list object is asked for."""
+        if self._without is None or self._without[0] is not cases:
+            self._without = (cases, _without_contexts(cases))
+        return self._without[1]
 
     def prepared(self, cases: Sequence[Case], min_overlap: float) -> ranking.Prepared:
         """``ranking.Prepared(cases)``, reused while the same list object is asked for."""
@@ -145,7 +152,7 @@ class NativeBackend(Backend):
         if undefined:
             for i in undefined:
                 reasons[i] = _undefined_reason(metric, case_record(cases, i), ctx.options.chunking)
-        for i in _without_contexts(cases):  # nothing retrieved to rank: undefined, not 0
+        for i in session.without_contexts(cases):  # nothing retrieved to rank: undefined, not 0
             if reasons[i] is None:
                 values[i], reasons[i] = np.nan, NO_CONTEXTS
         base = ranking.parse_metric(metric)[0]

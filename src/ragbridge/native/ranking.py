@@ -160,6 +160,9 @@ class Ranked:
     label_grade: np.ndarray
     label_group: np.ndarray
     _ideal: dict = field(default_factory=dict, repr=False)
+    #: per cut-off k, the reasons `reasons` gave of recall@k or hit@k below 1 for cases whose chunk ids
+    #: were ranked as read (the same words for both metrics: the labels the top k miss)
+    _missed: dict = field(default_factory=dict, repr=False)
 
     def ideal(self, gain: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The ideal ranking for ``gain``: per group, ``(case, rank, gain)``, each case's groups
@@ -275,14 +278,15 @@ def _match_slow(ci, ids, chunks, rel, spans, min_overlap, s_case, s_rank, s_new,
     return next_group
 
 
-def _chunk_lists(cases):
-    """Per case ``(chunk ids, chunks, relevant)``: from a `~ragbridge.formats.batches.CaseBatch`
+def _chunk_rows(cases):
+    """Per case ``(chunk ids, chunks, relevant, ranked)``: from a `~ragbridge.formats.batches.CaseBatch`
     (what a run scores: its records read as they are, ``chunks`` None where every chunk is an id
-    alone), else from `Case` objects."""
-    chunk_lists = getattr(cases, "chunk_lists", None)
-    if chunk_lists is not None:
-        return chunk_lists()
-    return (([c.id for c in case.contexts], case.contexts, case.relevant) for case in cases)
+    alone; ``ranked``, where not None, the number of chunk ids, of repeated ones and each label's rank
+    among them, in place of the ids: `CaseBatch.chunk_rows`), else from `Case` objects."""
+    chunk_rows = getattr(cases, "chunk_rows", None)
+    if chunk_rows is not None:
+        return chunk_rows()
+    return (([c.id for c in case.contexts], case.contexts, case.relevant, None) for case in cases)
 
 
 def _sources(chunks: list) -> list:
@@ -323,6 +327,11 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
     f_rank: list[int] = []
     f_grade: list[int] = []
     slow: list[int] = []  # cases matched chunk by chunk
+    ranked_case: list[int] = []  # cases whose chunk ids were ranked as they were read, their label
+    ranked_n: list[int] = []  # count, and each label's rank (0: not retrieved)
+    ranked_rank: list[int] = []
+    ranked_case_append, ranked_n_append, ranked_rank_extend = \
+        ranked_case.append, ranked_n.append, ranked_rank.extend
     n_ctx_append, lab_case_append, lab_n_append = n_ctx.append, lab_case.append, lab_n.append
     grades_extend, hit_case_append, hit_n_append = all_grades.extend, hit_case.append, hit_n.append
     rank_extend, grade_extend = m_rank.extend, m_grade.extend
@@ -330,7 +339,25 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
 
     _check_min_overlap(min_overlap)
     ci = -1
-    for ci, ((ids, ctx, rel), spans) in enumerate(zip(_chunk_lists(cases), span_kernels.span_lists(cases))):
+    rows = zip(_chunk_rows(cases), span_kernels.span_lists(cases))
+    for ci, ((ids, ctx, rel, ranked), spans) in enumerate(rows):
+        if ranked is not None:  # chunk ids alone, ranked as they were read (no spans)
+            n_ids, repeats, ranks = ranked
+            n_ctx_append(n_ids)
+            if repeats:
+                dup_case.append(ci)
+                dup_n.append(repeats)
+            if not rel:
+                continue
+            lab_case_append(ci)
+            lab_n_append(len(rel))
+            grades_extend(rel.values())
+            groups.extend(range(next_group, next_group + len(rel)))
+            next_group += len(rel)
+            ranked_case_append(ci)  # every label's rank: the matches are picked out below, at once
+            ranked_n_append(len(rel))
+            ranked_rank_extend(ranks)
+            continue
         idset = set(ids)
         n_ctx_append(len(ids))
         if len(idset) != len(ids):  # repeated ids: keep each id's first chunk
@@ -388,9 +415,9 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
 
     # Every label with grade >= 1, with its group (the ideal ranking is built from them per gain).
     grades = _to_int64(all_grades, "grades")
-    label_case = np.repeat(np.arange(n_cases, dtype=np.int64), n_labels_a)
+    owner = np.repeat(np.arange(n_cases, dtype=np.int64), n_labels_a)  # each label's case
     keep = grades > 0
-    label_case = label_case[keep]
+    label_case = owner[keep]
     label_grade = grades[keep]
     label_group = np.array(groups, dtype=np.int64)[keep]
     n_relevant = np.bincount(label_case, minlength=n_cases).astype(np.int64)
@@ -399,6 +426,18 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
     fast_case = np.repeat(np.array(hit_case, dtype=np.int64), np.array(hit_n, dtype=np.int64))
     fast_rank = np.array(m_rank, dtype=np.int64) + 1
     fast_grade = _to_int64(m_grade, "grades")
+    if ranked_case:  # the ranked cases' matches, each case's in rank order (as the loop appends them)
+        r_case = np.repeat(np.array(ranked_case, dtype=np.int64), np.array(ranked_n, dtype=np.int64))
+        r_rank = np.array(ranked_rank, dtype=np.int64)
+        is_ranked = np.zeros(n_cases, dtype=bool)
+        is_ranked[ranked_case] = True
+        r_grade = grades[is_ranked[owner]]  # their labels' grades, in the same order
+        hit = r_rank > 0
+        r_case, r_rank, r_grade = r_case[hit], r_rank[hit], r_grade[hit]
+        order = np.argsort(r_case * (int(r_rank.max(initial=0)) + 1) + r_rank, kind="stable")
+        fast_case = np.concatenate([fast_case, r_case[order]])
+        fast_rank = np.concatenate([fast_rank, r_rank[order]])
+        fast_grade = np.concatenate([fast_grade, r_grade[order]])
     fast = fast_grade > 0
     fast_case, fast_rank, fast_grade = fast_case[fast], fast_rank[fast], fast_grade[fast]
     case_index = np.concatenate([fast_case, np.array(s_case, dtype=np.int64)])
@@ -605,14 +644,27 @@ def missed_labels(ids: list, chunks: Optional[list], rel: Optional[dict], spans:
             missed = [(label, first.get(label)) for label, g in rel.items()
                       if g >= 1 and not first.get(label, k + 1) <= k]
         if missed:
-            named = [f"{label} ({f'rank {r}' if r else 'not retrieved'})" for label, r in missed[:3]]
-            more = f", and {len(missed) - 3} more" if len(missed) > 3 else ""
-            parts.append(f"not in the top {k}: " + ", ".join(named) + more)
+            parts.append(_missed_text(missed, k))
     if spans and chunks is not None:
         why = span_kernels.missed_reason(base, spans, chunks, k, min_overlap)[1]
         if why:
             parts.append(why)
     return "; ".join(parts) or None
+
+
+def _missed_text(missed: list, k: int) -> str:
+    """``not in the top k: a (rank 6), b (not retrieved), and 2 more``: the first three of ``missed``,
+    (label, rank or None) pairs, named."""
+    named = [f"{label} ({f'rank {r}' if r else 'not retrieved'})" for label, r in missed[:3]]
+    more = f", and {len(missed) - 3} more" if len(missed) > 3 else ""
+    return f"not in the top {k}: " + ", ".join(named) + more
+
+
+def _missed_ranked(rel: dict, ranks: list, k: int) -> Optional[str]:
+    """`missed_labels` of a case whose chunks are ids alone, from each label's rank among them (0:
+    not retrieved)."""
+    missed = [(label, r) for (label, g), r in zip(rel.items(), ranks) if g >= 1 and not 0 < r <= k]
+    return _missed_text(missed, k) if missed else None
 
 
 def _rank_after(ids: list, label: str, k: int) -> Optional[int]:
@@ -642,25 +694,45 @@ def reasons(cases: Any, r: Ranked, metric: str, values: np.ndarray,
     if not short.size:
         return out
     if base in ("recall", "hit"):
-        want = set(short.tolist())
-        lists = zip(_chunk_lists(cases), span_kernels.span_lists(cases))
-        for i, ((ids, chunks, rel), spans) in enumerate(lists):
-            if i in want:
-                out[i] = missed_labels(ids, chunks, rel, spans, k, min_overlap, base,
-                                       bool(r.by_chunk[i]), bool(r.duplicates[i]))
+        said = r._missed.setdefault(k, {})
+        want = set()
+        for i in short.tolist():
+            if i in said:
+                out[i] = said[i]
+            else:
+                want.add(i)
+        if not want:
+            return out
+        lists = zip(_chunk_rows(cases), span_kernels.span_lists(cases))
+        for i, ((ids, chunks, rel, ranked), spans) in enumerate(lists):
+            if i not in want:
+                continue
+            if ranked is not None:  # chunk ids alone: each label's rank is known
+                out[i] = said[i] = _missed_ranked(rel, ranked[2], k) if rel else None
+                continue
+            out[i] = missed_labels(ids, chunks, rel, spans, k, min_overlap, base,
+                                   bool(r.by_chunk[i]), bool(r.duplicates[i]))
         return out
     idx = short.tolist()
+    said: dict = {}  # each reason written once, for the cases that share it
     if base == "mrr":
         below = f", below the top {k}" if k else ""
         for i, fr in zip(idx, r.first_rank[short].tolist()):
-            out[i] = (f"the first relevant chunk is at rank {fr}" + (below if k and fr > k else "")
-                      if fr else "no retrieved chunk is relevant")
+            why = said.get(fr)
+            if why is None:
+                at = f"the first relevant chunk is at rank {fr}" + (below if k and fr > k else "")
+                why = said[fr] = at if fr else "no retrieved chunk is relevant"
+            out[i] = why
         return out
     if base == "precision":
         held = np.bincount(r.case_index[r.rank <= k], minlength=r.n_cases)[short].tolist()
         for i, h, n in zip(idx, held, r.n_retrieved[short].tolist()):
-            out[i] = (f"{k - h} of the top {k} hold no relevant chunk"
-                      + (f" (the list has {_n(n, 'chunk', 'chunks')})" if n < k else ""))
+            key = (h, n if n < k else k)
+            why = said.get(key)
+            if why is None:
+                why = said[key] = (f"{k - h} of the top {k} hold no relevant chunk"
+                                   + (f" (the list has {_n(n, 'chunk', 'chunks')})" if n < k else ""))
+            out[i] = why
         return out
     # ndcg, map: labels missed; chunks above the last label-finding one in the top k that find none
     cut = np.iinfo(np.int64).max if k is None else k
@@ -682,10 +754,14 @@ def reasons(cases: Any, r: Ranked, metric: str, values: np.ndarray,
         unordered[gc[1:][rises]] = True
     where = f"in the top {k}" if k else "in the list"
     n_rel = r.n_relevant[short]
-    columns = zip(idx, n_rel.tolist(), (n_rel - found[short]).tolist(),
-                  np.maximum(last[short] - 1 - relevant_above[short], 0).tolist(),
-                  (relevant_above[short] - new_above[short]).tolist(), unordered[short].tolist())
-    for i, n, missed, noise, again, unordered_i in columns:
+    columns = zip(idx, zip(n_rel.tolist(), (n_rel - found[short]).tolist(),
+                           np.maximum(last[short] - 1 - relevant_above[short], 0).tolist(),
+                           (relevant_above[short] - new_above[short]).tolist(), unordered[short].tolist()))
+    for i, key in columns:
+        if key in said:
+            out[i] = said[key]
+            continue
+        n, missed, noise, again, unordered_i = key
         parts = []
         if missed:
             parts.append(f"{missed} of {n} labels not found {where}")
@@ -697,7 +773,7 @@ def reasons(cases: Any, r: Ranked, metric: str, values: np.ndarray,
                          f"{'ranks' if again == 1 else 'rank'} above ones that do")
         if unordered_i:
             parts.append("a chunk finding less gain ranks above one finding more")
-        out[i] = "; ".join(parts) or None
+        out[i] = said[tuple(key)] = "; ".join(parts) or None
     return out
 
 

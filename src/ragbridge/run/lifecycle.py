@@ -147,9 +147,10 @@ def checked_block(block: ResultBlock, backend: str, metric: str) -> list[Union[S
     `Score` a case (`checked`) when a value is outside 0..1; an undefined value without a reason gets
     one (`no_reason`)."""
     values = block._values()
-    if all(v is None or 0.0 <= v <= 1.0 for v in values):
+    defined = [v for v in values if v is not None] if None in values else values
+    if not defined or (min(defined) >= 0.0 and max(defined) <= 1.0):
         reasons = list(block.reasons)
-        if any(v is None and not reasons[i] for i, v in enumerate(values)):
+        if None in values and any(v is None and not reasons[i] for i, v in enumerate(values)):
             block = dataclass_replace(block, reasons=[r if r or values[i] is not None else no_reason(backend)
                                                       for i, r in enumerate(reasons)])
         return [ScoreBlock.of(block, backend, metric)]

@@ -116,7 +116,7 @@ class Totals:
 
     def _add_values(self, backend: str, metric: str, tag: str, values: list) -> None:
         g = self._group(backend, metric, tag)
-        scored = [v for v in values if v is not None]
+        scored = [v for v in values if v is not None] if None in values else values
         g[_N] += len(values)
         g[_SCORED] += len(scored)
         g[_SUM] = exact_sum(g[_SUM], scored)
