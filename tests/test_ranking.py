@@ -557,3 +557,34 @@ def test_values_are_the_same_bits_whatever_the_processs_string_hashing():
         best = sorted(c.relevant.values(), reverse=True)[:10]
         ideal = sum(g / math.log2(r + 2) for r, g in enumerate(best))
         assert value == min(dcg / ideal, 1.0)
+
+
+@pytest.mark.parametrize("k", [1, 3, 10])
+def test_recall_reasons_of_chunk_ids_alone_are_those_of_cases(tmp_path, k):
+    """The reason of recall@k and hit@k below 1 read from the ranks of chunk ids held as one string
+    (a golden set of ids alone, read as a run reads it) is the one `missed_labels` gives the same
+    cases as `Case` objects: labels of grade 0 left out, the first three missed named with their rank,
+    how many more, repeated ids counted at their first rank."""
+    import json
+
+    from ragbridge.formats.batches import batch_from_records
+    from ragbridge.formats.record_lines import parse_record_line
+
+    rng = random.Random(k)
+    lines = []
+    for q in range(400):
+        pool = [f"d{j}" for j in range(40)]
+        ids = [rng.choice(pool) for _ in range(rng.randint(1, 15))]
+        labels = rng.sample(pool, rng.randint(1, 8))
+        grades = {d: rng.choice([0, 1, 1, 2, 3]) if q % 3 else rng.randint(1, 3) for d in labels}
+        lines.append(json.dumps({"id": f"q{q}", "question": "?", "contexts": [{"id": d} for d in ids],
+                                 "relevant": grades}))
+    path = tmp_path / "cases.jsonl"
+    batch = batch_from_records([(n + 1, parse_record_line(x)) for n, x in enumerate(lines)], path)
+    assert all(ranked is not None for *_, ranked in batch.chunk_rows())  # read through the ranks
+    cases = [Case.model_validate_json(x) for x in lines]
+    for metric in (f"recall@{k}", f"hit@{k}"):
+        got = rk.reasons(batch, rk.prepare(batch), metric, rk.evaluate(batch, [metric])[metric])
+        want = rk.reasons(cases, rk.prepare(cases), metric, rk.evaluate(cases, [metric])[metric])
+        assert got == want
+        assert sum(w is not None for w in want) > 100 and any("more" in w for w in want if w)
