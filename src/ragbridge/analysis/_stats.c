@@ -9,7 +9,7 @@
  *   level, the level's half blocks 1, 2, 4, ...): the places of each merged block's left cases, by y
  *   highest first, block after block; the places of the right cases; and for each right case where
  *   its block's running sum of left weights strictly above it is (1 + block * half + k for the sum of
- *   the first k + 1), or 0 for none.
+ *   the first k + 1), or 0 for none. No level (one case): every draw's weight is 0.
  *
  * The additions are those of the NumPy steps, in their order and precision: each block's running sum
  * in single precision, one addition after the other; the level's dot product of the right cases'
@@ -92,8 +92,8 @@ kendall_discordant(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t levels = bl.shape[0], n = bl.shape[1], size = 2 * n;
     const double *w = bw.buf;
     const int32_t *order = bo.buf, *lefts = bl.buf, *rights = br.buf, *at = ba.buf;
-    int bad = m > size || br.shape[0] != levels || br.shape[1] != n || ba.shape[0] != levels
-              || ba.shape[1] != n || (n & (n - 1)) != 0
+    int bad = (levels > 0 && m > size) || br.shape[0] != levels || br.shape[1] != n
+              || ba.shape[0] != levels || ba.shape[1] != n || (n & (n - 1)) != 0
               || (levels > 0 && ((Py_ssize_t)1 << (levels - 1)) > n);
     for (Py_ssize_t i = 0; !bad && i < m; i++)
         bad = order[i] < 0 || order[i] >= cols;
@@ -119,7 +119,7 @@ kendall_discordant(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         v[i] = 0.0f;
     for (Py_ssize_t row = 0; row < rows; row++) {
         const double *wr = w + row * cols;
-        for (Py_ssize_t i = 0; i < m; i++)
+        for (Py_ssize_t i = 0; i < m && levels > 0; i++)
             v[i] = (float)wr[order[i]];
         discordant[row] = merge(v, v + size, lefts, rights, at, levels, n);
     }
