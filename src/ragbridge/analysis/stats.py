@@ -193,7 +193,8 @@ def _pearson_of(w, x, y):
     s = w.sum(-1)
     mx, my = _ratio((w * x).sum(-1), s), _ratio((w * y).sum(-1), s)
     dx, dy = x - np.expand_dims(mx, -1), y - np.expand_dims(my, -1)
-    cov, vx, vy = (w * dx * dy).sum(-1), (w * dx * dx).sum(-1), (w * dy * dy).sum(-1)
+    wdx = w * dx  # (as ``w * dx * dy`` multiplies: w by dx first)
+    cov, vx, vy = (wdx * dy).sum(-1), (wdx * dx).sum(-1), (w * dy * dy).sum(-1)
     den = np.sqrt(vx * vy)
     with np.errstate(invalid="ignore", divide="ignore"):
         # a side whose spread is rounding error only is constant: no correlation
@@ -214,22 +215,53 @@ def _groups(v: np.ndarray):
     return order, np.flatnonzero(new), np.cumsum(new) - 1
 
 
-def _mid_ranks(w, grouping):
-    """Each case's weighted mid-rank: the weight of the cases below it, plus half of its tie group's."""
-    order, starts, group = grouping
-    sums = np.take(w, order, axis=-1)
-    if len(starts) < len(order):  # (every group of one: the sums are the weights)
-        sums = np.add.reduceat(sums, starts, axis=-1)
+def _summing(order: np.ndarray, starts: np.ndarray):
+    """How `_group_sums` sums the weights of each run of ``order`` (runs from ``starts``): the runs of
+    one case picked (``(cases, runs)``), the longer ones' cases picked together and summed by
+    ``add.reduceat`` (``(cases, their starts among them, runs)``); None where every run is of one."""
+    if len(starts) == len(order):
+        return None
+    sizes = np.diff(np.r_[starts, len(order)])
+    one, longer = np.flatnonzero(sizes == 1), np.flatnonzero(sizes > 1)
+    cases = order[np.flatnonzero(np.repeat(sizes > 1, sizes))]
+    return (order[starts[one]], one), (cases, np.r_[0, np.cumsum(sizes[longer])[:-1]], longer)
+
+
+def _group_sums(w, order, summing):
+    """The sum of each run's weights, in the runs' order: each run's the same additions as
+    ``np.add.reduceat(np.take(w, order, axis=-1), starts, axis=-1)`` (a run's cases side by side, as
+    there), without its call per run, most of whose runs are one case."""
+    if summing is None:  # (every group of one: the sums are the weights)
+        return np.take(w, order, axis=-1)
+    (one, one_at), (cases, starts, longer_at) = summing
+    sums = np.empty(w.shape[:-1] + (len(one_at) + len(longer_at),))
+    sums[..., one_at] = np.take(w, one, axis=-1)
+    if len(longer_at):
+        sums[..., longer_at] = np.add.reduceat(np.take(w, cases, axis=-1), starts, axis=-1)
+    return sums
+
+
+def _ranking(v: np.ndarray):
+    """``(order, summing, at)``: ``v``'s stable sort, how `_group_sums` sums its runs of equal values,
+    and each case's run (in the case's own place)."""
+    order, starts, group = _groups(v)
+    at = np.empty_like(order)
+    at[order] = group
+    return order, _summing(order, starts), at
+
+
+def _mid_ranks(w, ranking):
+    """Each case's weighted mid-rank: the weight of the cases below it, plus half of its tie group's
+    (``ranking`` from `_ranking`; each case's picked from its group's, not written through the sort)."""
+    order, summing, at = ranking
+    sums = _group_sums(w, order, summing)
     below = np.cumsum(sums, axis=-1) - sums
-    mid = below + sums / 2
-    out = np.empty_like(w)
-    out[..., order] = mid if len(starts) == len(order) else np.take(mid, group, axis=-1)
-    return out
+    return np.take(below + sums / 2, at, axis=-1)
 
 
 def _spearman(c):
-    gx, gy = _groups(c["x"]), _groups(c["y"])
-    return lambda w: _pearson_of(w, _mid_ranks(w, gx), _mid_ranks(w, gy))
+    rx, ry = _ranking(c["x"]), _ranking(c["y"])
+    return lambda w: _pearson_of(w, _mid_ranks(w, rx), _mid_ranks(w, ry))
 
 
 def _kendall(c):
@@ -266,34 +298,29 @@ def _kendall(c):
         before = (np.cumsum(is_left) - pos // (2 * half) * half)[~is_left]
         lefts[level], rights[level] = perm[is_left], perm[~is_left]
         at[level] = np.where(before > 0, pos[: size // 2] // half * half + before, 0)
-    tie_x, tie_y = _groups(x), _groups(y)
+    tie_x, tie_y = (_groups(v)[:2] for v in (x, y))
     # the cases in order of (x, y) are in ``order`` already: the pairs' groups are runs of it
     pair = np.unique(np.c_[x, y], axis=0, return_inverse=True)[1].ravel()
-    pair_starts = _groups(pair.astype(float))[1]
+    ties = [(o, _summing(o, starts)) for o, starts in (tie_x, tie_y, (order, _groups(pair.astype(float))[1]))]
     order32 = order.astype(np.int32)
     by_place: list = []  # `_merge`'s layout of the levels, made when first needed
 
-    def tied(w, grouping, in_order=None):
-        order_, starts, _ = grouping
-        sums = np.take(w, order_, axis=-1) if in_order is None else in_order
-        if len(starts) < len(order_):  # (every group of one: the sums are the weights)
-            sums = np.add.reduceat(sums, starts, axis=-1)
-        return (sums ** 2).sum(-1)
+    def tied(w, order_, summing):
+        return (_group_sums(w, order_, summing) ** 2).sum(-1)
 
     def f(w):
         rows = w.shape[0]
         total = w.sum(-1) ** 2
-        by_xy = np.take(w, order, axis=-1)
-        in_y = tied(w, tie_y)
-        untied_x, untied_y = total - tied(w, tie_x), total - in_y
-        same_y = in_y - tied(w, (order, pair_starts, None), by_xy)
+        in_x, in_y, in_xy = (tied(w, *t) for t in ties)
+        untied_x, untied_y = total - in_x, total - in_y
+        same_y = in_y - in_xy
         if rows > 1 and len(lefts) and _compiled is not None:  # draws: single precision, in C
             discordant = np.array(_compiled.kendall_discordant(
                 np.ascontiguousarray(w, float), order32, lefts, rights, at))
         else:
             if not by_place and len(lefts):
                 by_place.extend(_by_place(lefts, rights, at))
-            discordant = _merge(by_xy, size, by_place)
+            discordant = _merge(np.take(w, order, axis=-1), size, by_place)
         return np.clip(_ratio(untied_x - same_y - 4 * discordant, np.sqrt(untied_x * untied_y)), -1, 1)
     return f
 
