@@ -278,6 +278,24 @@ def test_rater_figures_are_the_same_with_and_without_the_compiled_merge(monkeypa
     assert float(p.stdout) == pytest.approx(stats.kendalltau([.9, .2, .6, .1], [.8, .7, .3, .2]).statistic)
 
 
+def test_tie_groups_are_summed_as_reduceat_sums_them():
+    """The sums of the tie groups (of Spearman's mid-ranks and Kendall's ties), made from the groups of
+    one case picked and the others summed together, are NumPy's ``add.reduceat`` over every group to
+    the last bit: groups of one, of several (up to thousands, over its pairwise sum's blocks), all of
+    one, all in one, and mixes."""
+    rng = np.random.default_rng(2)
+    for m, distinct in [(1, 1), (9, 9), (9, 1), (500, 450), (20000, 15000), (20000, 40), (6000, 3)]:
+        v = rng.integers(0, distinct, m).astype(float) if distinct < m else rng.permutation(m) / m
+        if distinct == 3:  # one group of thousands beside two small ones
+            v = np.where(rng.random(m) < 0.999, 1.0, v)
+        order, starts, _ = st._groups(v)
+        w = rng.standard_gamma(0.5, size=(3, m))
+        w /= w.sum(-1, keepdims=True)
+        want = np.add.reduceat(np.take(w, order, axis=-1), starts, axis=-1)
+        got = st._group_sums(w, order, st._summing(order, starts))
+        assert got.shape == want.shape and got.tobytes() == want.tobytes(), (m, distinct)
+
+
 def test_the_compiled_merge_refuses_places_outside_its_arrays():
     if st._compiled is None:
         pytest.skip("the package was built without its compiled modules")
