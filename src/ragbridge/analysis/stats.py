@@ -39,7 +39,9 @@ covered as rarely as 85%.
 Identical cases are merged before drawing (a Gamma(k) weight is the sum of k Gamma(1) weights), so
 verdict figures cost a few cells per draw whatever the run's size; the draws are evaluated a block
 at a time, with at most ``BLOCK`` weights in memory. Kendall's tau on weighted cases counts the
-discordant weight by merging halves level by level, m log m per draw.
+discordant weight by merging halves level by level, m log m per draw: in C where the package was
+built with its compiled module (``ragbridge.analysis._stats``), else in NumPy, with the same single-
+precision additions in the same order either way, so the same draws to the last bit.
 
 **Means** (``diff``, ``gate``, the shift of ``compare RUN_A RUN_B``): `bootstrap_interval`, a paired
 percentile bootstrap. Cases are resampled with replacement (PCG64, seeded), ``DEFAULT_RESAMPLES`` =
