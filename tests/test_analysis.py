@@ -228,7 +228,7 @@ def test_kendall_merged_in_c_is_the_numpy_merge_to_the_last_bit(ties, monkeypatc
     order, so a change of its order of additions, or a fused multiply-add, fails here. Sizes from 1
     to 40,000 (the short blocks summed place by place and the long ones by running sums), blocks of
     1, 3 and 7 draws of posterior weights (Gamma draws of each merged case's count, scaled to 1)."""
-    if st._compiled is None:
+    if st._kendall_discordant is None:
         pytest.skip("the package was built without its compiled modules")
     rng = np.random.default_rng(11)
     for m in [1, 2, 3, 7, 64, 129, 300, 1025, 5000, 40000]:
@@ -239,13 +239,13 @@ def test_kendall_merged_in_c_is_the_numpy_merge_to_the_last_bit(ties, monkeypatc
             w /= w.sum(-1, keepdims=True)
             in_c = st._kendall(c)(w)
             with monkeypatch.context() as p:
-                p.setattr(st, "_compiled", None)
+                p.setattr(st, "_kendall_discordant", None)
                 in_numpy = st._kendall(c)(w)
             assert in_c.tobytes() == in_numpy.tobytes(), (m, rows, in_c - in_numpy)
             # each draw of a block is merged alone: the same bits as a block of one
             places = _kendall_places(st._kendall(c))
-            block = st._compiled.kendall_discordant(w, *places)
-            assert block == [st._compiled.kendall_discordant(w[i:i + 1], *places)[0] for i in range(rows)]
+            block = st._kendall_discordant(w, *places)
+            assert block == [st._kendall_discordant(w[i:i + 1], *places)[0] for i in range(rows)]
 
 
 def _kendall_places(kendall):
@@ -262,7 +262,7 @@ def test_rater_figures_are_the_same_with_and_without_the_compiled_merge(monkeypa
     y = np.clip(x + rng.normal(0, 0.2, 3000), 0, 1)
     args = (["kendall", "spearman"], x >= 0.5, y >= 0.5, x, y)
     with_c = st.rater_figures(*args, n_draws=200, seed=4)
-    monkeypatch.setattr(st, "_compiled", None)
+    monkeypatch.setattr(st, "_kendall_discordant", None)
     assert st.rater_figures(*args, n_draws=200, seed=4) == with_c
     probe = ("import sys\n"
              "class Refuse:\n"
@@ -270,7 +270,7 @@ def test_rater_figures_are_the_same_with_and_without_the_compiled_merge(monkeypa
              "        if name == 'ragbridge.analysis._stats': raise ImportError(name)\n"
              "sys.meta_path.insert(0, Refuse())\n"
              "from ragbridge.analysis import stats\n"
-             "assert stats._compiled is None\n"
+             "assert stats._kendall_discordant is None\n"
              "print(stats.rater_figures(['kendall'], [1, 0, 1, 0], [1, 1, 0, 0], [.9, .2, .6, .1],"
              " [.8, .7, .3, .2], n_draws=20)['kendall'][0])\n")
     p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
@@ -297,18 +297,18 @@ def test_tie_groups_are_summed_as_reduceat_sums_them():
 
 
 def test_the_compiled_merge_refuses_places_outside_its_arrays():
-    if st._compiled is None:
+    if st._kendall_discordant is None:
         pytest.skip("the package was built without its compiled modules")
     order, lefts, rights, at = _kendall_places(st._kendall({"x": np.arange(5.0), "y": np.arange(5.0)}))
     w = np.ones((2, 5))
-    assert len(st._compiled.kendall_discordant(w, order, lefts, rights, at)) == 2
+    assert len(st._kendall_discordant(w, order, lefts, rights, at)) == 2
     for i, bad in ((2, lefts + 8), (3, -1 - rights), (4, at + 5), (1, order + 5)):
         args = [w, order, lefts, rights, at]
         args[i] = bad
         with pytest.raises(ValueError, match="do not fit"):
-            st._compiled.kendall_discordant(*args)
+            st._kendall_discordant(*args)
     with pytest.raises(ValueError, match="format 'd'"):
-        st._compiled.kendall_discordant(w.astype(np.float32), order, lefts, rights, at)
+        st._kendall_discordant(w.astype(np.float32), order, lefts, rights, at)
 
 
 def test_disagreements_show_every_backend_value_and_reason(mixed_run):

@@ -100,9 +100,9 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 try:  # built with the package where a C compiler was found: Kendall's merge over draws in C
-    from . import _stats as _compiled
+    from ._stats import kendall_discordant as _kendall_discordant
 except ImportError:  # pragma: no cover - the package built without it
-    _compiled = None
+    _kendall_discordant = None
 
 __all__ = [
     "CONFIDENCE", "DEFAULT_RESAMPLES", "DEFAULT_DRAWS", "DEFAULT_PERMUTATIONS", "PRIOR", "group_seed",
@@ -316,8 +316,8 @@ def _kendall(c):
         in_x, in_y, in_xy = (tied(w, *t) for t in ties)
         untied_x, untied_y = total - in_x, total - in_y
         same_y = in_y - in_xy
-        if rows > 1 and len(lefts) and _compiled is not None:  # draws: single precision, in C
-            discordant = np.array(_compiled.kendall_discordant(
+        if rows > 1 and len(lefts) and _kendall_discordant is not None:  # draws: single precision, in C
+            discordant = np.array(_kendall_discordant(
                 np.ascontiguousarray(w, float), order32, lefts, rights, at))
         else:
             if not by_place and len(lefts):
