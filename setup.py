@@ -1,8 +1,11 @@
-"""The package's one compiled module (the rest is in pyproject.toml): chunk columns cut and joined in
-C (`ragbridge.formats.record_lines`, `ragbridge.formats.plain_records`). Optional: where no C compiler
-is found the package installs without it and those modules use the same steps written in Python."""
+"""The package's compiled modules (the rest is in pyproject.toml): chunk columns cut and joined in C
+(`ragbridge.formats.record_lines`, `ragbridge.formats.plain_records`) and Kendall's merge over
+posterior draws (`ragbridge.analysis.stats`). Optional: where no C compiler is found the package
+installs without them and those modules use the same steps written in Python and NumPy."""
 
 from setuptools import Extension, setup
 
 columns = Extension("ragbridge.formats._columns", ["src/ragbridge/formats/_columns.c"], optional=True)
-setup(ext_modules=[columns])
+stats = Extension("ragbridge.analysis._stats", ["src/ragbridge/analysis/_stats.c"], optional=True,
+                  extra_compile_args=["-ffp-contract=off"])  # Kendall's merge: no fused multiply-add
+setup(ext_modules=[columns, stats])

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 import random
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -207,6 +209,106 @@ def test_kendall_of_many_draws_at_once_equals_scipy_on_the_cases_repeated():
         reps = w[0].astype(int)
         assert kendall(w[:1])[0] == pytest.approx(
             stats.kendalltau(np.repeat(x, reps), np.repeat(y, reps)).statistic, abs=1e-12)
+
+
+def _kendall_columns(rng, m, ties):
+    """x and y of ``m`` cases: distinct values, or a handful of values in x, in y or in both."""
+    x, y = rng.random(m), rng.random(m)
+    if ties in ("x", "both"):
+        x = np.round(x * 4) / 4
+    if ties in ("y", "both"):
+        y = np.round(0.5 * y + 0.5 * x, 1)
+    return {"x": x, "y": y}
+
+
+@pytest.mark.parametrize("ties", ["none", "x", "y", "both"])
+def test_kendall_merged_in_c_is_the_numpy_merge_to_the_last_bit(ties, monkeypatch):
+    """The compiled merge of a block of draws (single precision, a draw at a time) gives each draw's
+    tau with the same bits as the NumPy steps (every draw at once): the same additions in the same
+    order, so a change of its order of additions, or a fused multiply-add, fails here. Sizes from 1
+    to 40,000 (the short blocks summed place by place and the long ones by running sums), blocks of
+    1, 3 and 7 draws of posterior weights (Gamma draws of each merged case's count, scaled to 1)."""
+    if st._kendall_discordant is None:
+        pytest.skip("the package was built without its compiled modules")
+    rng = np.random.default_rng(11)
+    for m in [1, 2, 3, 7, 64, 129, 300, 1025, 5000, 40000]:
+        c = _kendall_columns(rng, m, ties)
+        shape = rng.integers(1, 4, m) + np.where(rng.random(m) < 0.1, -0.5, 0.0)
+        for rows in (1, 3, 7):
+            w = rng.standard_gamma(shape, size=(rows, m))
+            w /= w.sum(-1, keepdims=True)
+            in_c = st._kendall(c)(w)
+            with monkeypatch.context() as p:
+                p.setattr(st, "_kendall_discordant", None)
+                in_numpy = st._kendall(c)(w)
+            assert in_c.tobytes() == in_numpy.tobytes(), (m, rows, in_c - in_numpy)
+            # each draw of a block is merged alone: the same bits as a block of one
+            places = _kendall_places(st._kendall(c))
+            block = st._kendall_discordant(w, *places)
+            assert block == [st._kendall_discordant(w[i:i + 1], *places)[0] for i in range(rows)]
+
+
+def _kendall_places(kendall):
+    """The order and levels `_kendall`'s figure hands the compiled merge."""
+    env = dict(zip(kendall.__code__.co_freevars, (cell.cell_contents for cell in kendall.__closure__)))
+    return env["order32"], env["lefts"], env["rights"], env["at"]
+
+
+def test_rater_figures_are_the_same_with_and_without_the_compiled_merge(monkeypatch):
+    """Every figure and interval of two raters is the same, to the last bit, whether the package was
+    built with its compiled merge or not (and the module imports without it)."""
+    rng = np.random.default_rng(3)
+    x = np.round(rng.random(3000), 2)
+    y = np.clip(x + rng.normal(0, 0.2, 3000), 0, 1)
+    args = (["kendall", "spearman"], x >= 0.5, y >= 0.5, x, y)
+    with_c = st.rater_figures(*args, n_draws=200, seed=4)
+    monkeypatch.setattr(st, "_kendall_discordant", None)
+    assert st.rater_figures(*args, n_draws=200, seed=4) == with_c
+    probe = ("import sys\n"
+             "class Refuse:\n"
+             "    def find_spec(self, name, path=None, target=None):\n"
+             "        if name == 'ragbridge.analysis._stats': raise ImportError(name)\n"
+             "sys.meta_path.insert(0, Refuse())\n"
+             "from ragbridge.analysis import stats\n"
+             "assert stats._kendall_discordant is None\n"
+             "print(stats.rater_figures(['kendall'], [1, 0, 1, 0], [1, 1, 0, 0], [.9, .2, .6, .1],"
+             " [.8, .7, .3, .2], n_draws=20)['kendall'][0])\n")
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert float(p.stdout) == pytest.approx(stats.kendalltau([.9, .2, .6, .1], [.8, .7, .3, .2]).statistic)
+
+
+def test_tie_groups_are_summed_as_reduceat_sums_them():
+    """The sums of the tie groups (of Spearman's mid-ranks and Kendall's ties), made from the groups of
+    one case picked and the others summed together, are NumPy's ``add.reduceat`` over every group to
+    the last bit: groups of one, of several (up to thousands, over its pairwise sum's blocks), all of
+    one, all in one, and mixes."""
+    rng = np.random.default_rng(2)
+    for m, distinct in [(1, 1), (9, 9), (9, 1), (500, 450), (20000, 15000), (20000, 40), (6000, 3)]:
+        v = rng.integers(0, distinct, m).astype(float) if distinct < m else rng.permutation(m) / m
+        if distinct == 3:  # one group of thousands beside two small ones
+            v = np.where(rng.random(m) < 0.999, 1.0, v)
+        order, starts, _ = st._groups(v)
+        w = rng.standard_gamma(0.5, size=(3, m))
+        w /= w.sum(-1, keepdims=True)
+        want = np.add.reduceat(np.take(w, order, axis=-1), starts, axis=-1)
+        got = st._group_sums(w, order, st._summing(order, starts))
+        assert got.shape == want.shape and got.tobytes() == want.tobytes(), (m, distinct)
+
+
+def test_the_compiled_merge_refuses_places_outside_its_arrays():
+    if st._kendall_discordant is None:
+        pytest.skip("the package was built without its compiled modules")
+    order, lefts, rights, at = _kendall_places(st._kendall({"x": np.arange(5.0), "y": np.arange(5.0)}))
+    w = np.ones((2, 5))
+    assert len(st._kendall_discordant(w, order, lefts, rights, at)) == 2
+    for i, bad in ((2, lefts + 8), (3, -1 - rights), (4, at + 5), (1, order + 5)):
+        args = [w, order, lefts, rights, at]
+        args[i] = bad
+        with pytest.raises(ValueError, match="do not fit"):
+            st._kendall_discordant(*args)
+    with pytest.raises(ValueError, match="format 'd'"):
+        st._kendall_discordant(w.astype(np.float32), order, lefts, rights, at)
 
 
 def test_disagreements_show_every_backend_value_and_reason(mixed_run):

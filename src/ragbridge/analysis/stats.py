@@ -39,7 +39,9 @@ covered as rarely as 85%.
 Identical cases are merged before drawing (a Gamma(k) weight is the sum of k Gamma(1) weights), so
 verdict figures cost a few cells per draw whatever the run's size; the draws are evaluated a block
 at a time, with at most ``BLOCK`` weights in memory. Kendall's tau on weighted cases counts the
-discordant weight by merging halves level by level, m log m per draw.
+discordant weight by merging halves level by level, m log m per draw: in C where the package was
+built with its compiled module (``ragbridge.analysis._stats``), else in NumPy, with the same single-
+precision additions in the same order either way, so the same draws to the last bit.
 
 **Means** (``diff``, ``gate``, the shift of ``compare RUN_A RUN_B``): `bootstrap_interval`, a paired
 percentile bootstrap. Cases are resampled with replacement (PCG64, seeded), ``DEFAULT_RESAMPLES`` =
@@ -96,6 +98,11 @@ import zlib
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
+
+try:  # built with the package where a C compiler was found: Kendall's merge over draws in C
+    from ._stats import kendall_discordant as _kendall_discordant
+except ImportError:  # pragma: no cover - the package built without it
+    _kendall_discordant = None
 
 __all__ = [
     "CONFIDENCE", "DEFAULT_RESAMPLES", "DEFAULT_DRAWS", "DEFAULT_PERMUTATIONS", "PRIOR", "group_seed",
@@ -188,7 +195,8 @@ def _pearson_of(w, x, y):
     s = w.sum(-1)
     mx, my = _ratio((w * x).sum(-1), s), _ratio((w * y).sum(-1), s)
     dx, dy = x - np.expand_dims(mx, -1), y - np.expand_dims(my, -1)
-    cov, vx, vy = (w * dx * dy).sum(-1), (w * dx * dx).sum(-1), (w * dy * dy).sum(-1)
+    wdx = w * dx  # (as ``w * dx * dy`` multiplies: w by dx first)
+    cov, vx, vy = (wdx * dy).sum(-1), (wdx * dx).sum(-1), (w * dy * dy).sum(-1)
     den = np.sqrt(vx * vy)
     with np.errstate(invalid="ignore", divide="ignore"):
         # a side whose spread is rounding error only is constant: no correlation
@@ -209,22 +217,53 @@ def _groups(v: np.ndarray):
     return order, np.flatnonzero(new), np.cumsum(new) - 1
 
 
-def _mid_ranks(w, grouping):
-    """Each case's weighted mid-rank: the weight of the cases below it, plus half of its tie group's."""
-    order, starts, group = grouping
-    sums = np.take(w, order, axis=-1)
-    if len(starts) < len(order):  # (every group of one: the sums are the weights)
-        sums = np.add.reduceat(sums, starts, axis=-1)
+def _summing(order: np.ndarray, starts: np.ndarray):
+    """How `_group_sums` sums the weights of each run of ``order`` (runs from ``starts``): the runs of
+    one case picked (``(cases, runs)``), the longer ones' cases picked together and summed by
+    ``add.reduceat`` (``(cases, their starts among them, runs)``); None where every run is of one."""
+    if len(starts) == len(order):
+        return None
+    sizes = np.diff(np.r_[starts, len(order)])
+    one, longer = np.flatnonzero(sizes == 1), np.flatnonzero(sizes > 1)
+    cases = order[np.flatnonzero(np.repeat(sizes > 1, sizes))]
+    return (order[starts[one]], one), (cases, np.r_[0, np.cumsum(sizes[longer])[:-1]], longer)
+
+
+def _group_sums(w, order, summing):
+    """The sum of each run's weights, in the runs' order: each run's the same additions as
+    ``np.add.reduceat(np.take(w, order, axis=-1), starts, axis=-1)`` (a run's cases side by side, as
+    there), without its call per run, most of whose runs are one case."""
+    if summing is None:  # (every group of one: the sums are the weights)
+        return np.take(w, order, axis=-1)
+    (one, one_at), (cases, starts, longer_at) = summing
+    sums = np.empty(w.shape[:-1] + (len(one_at) + len(longer_at),))
+    sums[..., one_at] = np.take(w, one, axis=-1)
+    if len(longer_at):
+        sums[..., longer_at] = np.add.reduceat(np.take(w, cases, axis=-1), starts, axis=-1)
+    return sums
+
+
+def _ranking(v: np.ndarray):
+    """``(order, summing, at)``: ``v``'s stable sort, how `_group_sums` sums its runs of equal values,
+    and each case's run (in the case's own place)."""
+    order, starts, group = _groups(v)
+    at = np.empty_like(order)
+    at[order] = group
+    return order, _summing(order, starts), at
+
+
+def _mid_ranks(w, ranking):
+    """Each case's weighted mid-rank: the weight of the cases below it, plus half of its tie group's
+    (``ranking`` from `_ranking`; each case's picked from its group's, not written through the sort)."""
+    order, summing, at = ranking
+    sums = _group_sums(w, order, summing)
     below = np.cumsum(sums, axis=-1) - sums
-    mid = below + sums / 2
-    out = np.empty_like(w)
-    out[..., order] = mid if len(starts) == len(order) else np.take(mid, group, axis=-1)
-    return out
+    return np.take(below + sums / 2, at, axis=-1)
 
 
 def _spearman(c):
-    gx, gy = _groups(c["x"]), _groups(c["y"])
-    return lambda w: _pearson_of(w, _mid_ranks(w, gx), _mid_ranks(w, gy))
+    rx, ry = _ranking(c["x"]), _ranking(c["y"])
+    return lambda w: _pearson_of(w, _mid_ranks(w, rx), _mid_ranks(w, ry))
 
 
 def _kendall(c):
@@ -236,11 +275,9 @@ def _kendall(c):
     At each level only the left halves are summed (each block's left cases by y, highest first) and
     each right case reads the sum of the left cases strictly above it: the same additions in the same
     order as a running sum over the whole merged block (a right case adds an exact zero there), so
-    the draws are the same to the last bit, at about half the passes over the weights. Short blocks
-    are summed place by place over every block at once (a running sum a block costs a call's
-    overhead per few cases). The single-precision dot product of each level is NumPy's ``einsum``,
-    whose order of additions follows its operands' memory layout: the running sums are picked
-    column-major (each draw summed in order), as they always were."""
+    the draws are the same to the last bit, at about half the passes over the weights. A block of
+    draws is merged in C where the package was built with ``ragbridge.analysis._stats`` (a draw at a
+    time, the same additions in the same order and precision), else by `_merge`."""
     x, y = c["x"], c["y"]
     m = len(x)
     order = np.lexsort((y, x))  # by x, then y: an earlier case with the same x is never above
@@ -248,65 +285,94 @@ def _kendall(c):
     ys = np.full(size, -np.inf)
     ys[:m] = y[order]
     pos = np.arange(size)
-    levels = []
-    half = 1
-    while half < size:
+    # each level's places (one row a level): the left cases, by y highest first block after block;
+    # the right cases; where each right case's running sum is (1 + block * half + k: the sum of its
+    # block's first k + 1 left cases), 0 for none
+    lefts, rights, at = (np.empty((size.bit_length() - 1, size // 2), np.int32) for _ in range(3))
+    for level in range(len(lefts)):
+        half = 1 << level
         left = pos % (2 * half) < half
         # within each merged block: by y, highest first; among equal y the right half first, so a
         # right case counts only the left cases strictly above it
         perm = np.lexsort((left, -ys, pos // (2 * half)))
         is_left = left[perm]
-        # each right case: how many left cases of its block are before it, and its block
+        # each right case: how many left cases of its block are before it
         before = (np.cumsum(is_left) - pos // (2 * half) * half)[~is_left]
-        block = pos[: size // 2] // half
-        lefts = perm[is_left]
-        if half <= _BY_PLACE:  # the running sums laid out place by place, each block's side by side
-            blocks = size // 2 // half
-            lefts = lefts.reshape(blocks, half).T.ravel()
-            at = np.where(before > 0, 1 + (before - 1) * blocks + block, 0)
-        else:  # block by block
-            at = np.where(before > 0, 1 + block * half + before - 1, 0)
-        levels.append((lefts, perm[~is_left], at, half))
-        half *= 2
-    tie_x, tie_y = _groups(x), _groups(y)
+        lefts[level], rights[level] = perm[is_left], perm[~is_left]
+        at[level] = np.where(before > 0, pos[: size // 2] // half * half + before, 0)
+    tie_x, tie_y = (_groups(v)[:2] for v in (x, y))
     # the cases in order of (x, y) are in ``order`` already: the pairs' groups are runs of it
     pair = np.unique(np.c_[x, y], axis=0, return_inverse=True)[1].ravel()
-    pair_starts = _groups(pair.astype(float))[1]
+    ties = [(o, _summing(o, starts)) for o, starts in (tie_x, tie_y, (order, _groups(pair.astype(float))[1]))]
+    order32 = order.astype(np.int32)
+    by_place: list = []  # `_merge`'s layout of the levels, made when first needed
 
-    def tied(w, grouping, in_order=None):
-        order_, starts, _ = grouping
-        sums = np.take(w, order_, axis=-1) if in_order is None else in_order
-        if len(starts) < len(order_):  # (every group of one: the sums are the weights)
-            sums = np.add.reduceat(sums, starts, axis=-1)
-        return (sums ** 2).sum(-1)
+    def tied(w, order_, summing):
+        return (_group_sums(w, order_, summing) ** 2).sum(-1)
 
     def f(w):
         rows = w.shape[0]
         total = w.sum(-1) ** 2
-        by_xy = np.take(w, order, axis=-1)
-        in_y = tied(w, tie_y)
-        untied_x, untied_y = total - tied(w, tie_x), total - in_y
-        same_y = in_y - tied(w, (order, pair_starts, None), by_xy)
-        dtype = np.float32 if rows > 1 else float  # draws: single precision
-        padded = np.empty((rows, size), dtype)
-        padded[:, :m] = by_xy
-        padded[:, m:] = 0
-        sums = np.zeros((rows, 1 + size // 2), dtype)  # a zero, then the left cases' running sums
-        discordant = np.zeros(rows)
-        for lefts, rights, at, half in levels:
-            np.take(padded, lefts, axis=1, out=sums[:, 1:])
-            if half <= _BY_PLACE:  # one addition a place, over every block at once
-                run = sums[:, 1:].reshape(rows, half, -1)
-                for k in range(1, half):
-                    np.add(run[:, k - 1], run[:, k], out=run[:, k])
-            else:
-                run = sums[:, 1:].reshape(rows, -1, half)
-                np.cumsum(run, axis=-1, out=run)
-            # (the sums picked column-major, as indexing ``sums[:, at]`` does, but faster)
-            picked = np.take(sums.T, at, axis=0).T
-            discordant += np.einsum("ij,ij->i", picked, np.take(padded, rights, axis=1))
+        in_x, in_y, in_xy = (tied(w, *t) for t in ties)
+        untied_x, untied_y = total - in_x, total - in_y
+        same_y = in_y - in_xy
+        if rows > 1 and len(lefts) and _kendall_discordant is not None:  # draws: single precision, in C
+            discordant = np.array(_kendall_discordant(
+                np.ascontiguousarray(w, float), order32, lefts, rights, at))
+        else:
+            if not by_place and len(lefts):
+                by_place.extend(_by_place(lefts, rights, at))
+            discordant = _merge(np.take(w, order, axis=-1), size, by_place)
         return np.clip(_ratio(untied_x - same_y - 4 * discordant, np.sqrt(untied_x * untied_y)), -1, 1)
     return f
+
+
+def _by_place(lefts, rights, at):
+    """`_merge`'s levels, ``(lefts, rights, at, half)``, from `_kendall`'s: the left cases of blocks of
+    at most `_BY_PLACE` cases a side laid out place by place (each block's side by side) and ``at``
+    pointing into that layout."""
+    size = 2 * lefts.shape[1]
+    levels = []
+    for level in range(len(lefts)):
+        half = 1 << level
+        lefts_, at_ = lefts[level], at[level]
+        if half <= _BY_PLACE:
+            blocks = size // 2 // half
+            block = np.arange(size // 2) // half
+            lefts_ = lefts_.reshape(blocks, half).T.ravel()
+            at_ = np.where(at_ > 0, 1 + (at_ - 1 - block * half) * blocks + block, 0)
+        levels.append((lefts_, rights[level], at_, half))
+    return levels
+
+
+def _merge(by_xy, size, levels):
+    """The strictly discordant weight of each row of ``by_xy`` (the weights in order of (x, y)), in
+    NumPy: at each level the left cases' running sums of every row (single precision where there are
+    several rows, the draws), then the dot product of the right cases' sums and weights. Short blocks
+    are summed place by place over every block at once (a running sum a block costs a call's overhead
+    per few cases). The single-precision dot product of each level is NumPy's ``einsum``, whose order
+    of additions follows its operands' memory layout: the running sums are picked column-major (each
+    draw's products added one after the other, as in C), as they always were."""
+    rows, m = by_xy.shape
+    dtype = np.float32 if rows > 1 else float  # draws: single precision
+    padded = np.empty((rows, size), dtype)
+    padded[:, :m] = by_xy
+    padded[:, m:] = 0
+    sums = np.zeros((rows, 1 + size // 2), dtype)  # a zero, then the left cases' running sums
+    discordant = np.zeros(rows)
+    for lefts, rights, at, half in levels:
+        np.take(padded, lefts, axis=1, out=sums[:, 1:])
+        if half <= _BY_PLACE:  # one addition a place, over every block at once
+            run = sums[:, 1:].reshape(rows, half, -1)
+            for k in range(1, half):
+                np.add(run[:, k - 1], run[:, k], out=run[:, k])
+        else:
+            run = sums[:, 1:].reshape(rows, -1, half)
+            np.cumsum(run, axis=-1, out=run)
+        # (the sums picked column-major, as indexing ``sums[:, at]`` does, but faster)
+        picked = np.take(sums.T, at, axis=0).T
+        discordant += np.einsum("ij,ij->i", picked, np.take(padded, rights, axis=1))
+    return discordant
 
 
 #: merge blocks of at most this many cases a side are summed place by place (one addition over every
