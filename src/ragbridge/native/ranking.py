@@ -652,26 +652,19 @@ def missed_labels(ids: list, chunks: Optional[list], rel: Optional[dict], spans:
     return "; ".join(parts) or None
 
 
-def _missed_text(missed: list, k: int, n: Optional[int] = None) -> str:
+def _missed_text(missed: list, k: int) -> str:
     """``not in the top k: a (rank 6), b (not retrieved), and 2 more``: the first three of ``missed``,
-    (label, rank or None) pairs, named; ``n``: how many are missed (default: ``missed``'s length)."""
+    (label, rank or None) pairs, named."""
     named = [f"{label} ({f'rank {r}' if r else 'not retrieved'})" for label, r in missed[:3]]
-    n = len(missed) if n is None else n
-    more = f", and {n - 3} more" if n > 3 else ""
+    more = f", and {len(missed) - 3} more" if len(missed) > 3 else ""
     return f"not in the top {k}: " + ", ".join(named) + more
 
 
 def _missed_ranked(rel: dict, ranks: list, k: int) -> Optional[str]:
     """`missed_labels` of a case whose chunks are ids alone, from each label's rank among them (0:
     not retrieved)."""
-    missed = [i for i, r in enumerate(ranks) if not 0 < r <= k]
-    if missed and min(rel.values()) < 1:  # a label of grade 0 is not missed
-        grades = list(rel.values())
-        missed = [i for i in missed if grades[i] >= 1]
-    if not missed:
-        return None
-    labels = list(rel)
-    return _missed_text([(labels[i], ranks[i]) for i in missed[:3]], k, len(missed))
+    missed = [(label, r) for (label, g), r in zip(rel.items(), ranks) if g >= 1 and not 0 < r <= k]
+    return _missed_text(missed, k) if missed else None
 
 
 def _rank_after(ids: list, label: str, k: int) -> Optional[int]:
@@ -710,16 +703,14 @@ def reasons(cases: Any, r: Ranked, metric: str, values: np.ndarray,
                 want.add(i)
         if not want:
             return out
-        span_rows = None  # each case's span labels, read once a case needs them
-        for i, (ids, chunks, rel, ranked) in enumerate(_chunk_rows(cases)):
+        lists = zip(_chunk_rows(cases), span_kernels.span_lists(cases))
+        for i, ((ids, chunks, rel, ranked), spans) in enumerate(lists):
             if i not in want:
                 continue
             if ranked is not None:  # chunk ids alone: each label's rank is known
                 out[i] = said[i] = _missed_ranked(rel, ranked[2], k) if rel else None
                 continue
-            if span_rows is None:
-                span_rows = list(span_kernels.span_lists(cases))
-            out[i] = missed_labels(ids, chunks, rel, span_rows[i], k, min_overlap, base,
+            out[i] = missed_labels(ids, chunks, rel, spans, k, min_overlap, base,
                                    bool(r.by_chunk[i]), bool(r.duplicates[i]))
         return out
     idx = short.tolist()
