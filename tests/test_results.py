@@ -142,6 +142,34 @@ def test_a_block_of_repeated_values_writes_each_one_as_given():
         assert [line["native_value"] for line in lines] == [line["value"] for line in lines]
 
 
+def test_a_blocks_reasons_are_written_as_a_score_writes_them():
+    """A block's reasons, shared by many cases or not, are each `Score`'s reason, written as
+    ``json.dumps`` writes it: quotes, backslashes, line breaks and other control characters, DEL,
+    non-ASCII letters and emoji, an empty reason and none."""
+    import random
+
+    from ragbridge.schema import ScoreBlock
+
+    rng = random.Random(7)
+    pieces = ["a", "not in the top 5: ", "d1 (rank 6)", '"', "\\", "\n", "\t", "\x00", "\x1f", "\x7f", " ",
+              "é", "中", "\U0001f600", "~", "/"]
+    shared = "2 of the top 5 hold no relevant chunk"
+    reasons = [None, "", shared, shared]
+    reasons += ["".join(rng.choices(pieces, k=rng.randint(1, 6))) for _ in range(400)]
+    reasons += [shared] * 50
+    block = ScoreBlock(case_ids=[f"q{i}" for i in range(len(reasons))], values=[0.5] * len(reasons),
+                       reasons=reasons, native_metric="recall@5", seconds=0.25, backend="native",
+                       metric="recall@5")
+    lines = block.json_lines().splitlines()
+    scores = list(block.scores())
+    assert len(lines) == len(scores) == len(reasons)
+    for line, score, reason in zip(lines, scores, reasons):
+        as_score = json.loads(score_json(score), object_pairs_hook=list)
+        assert json.loads(line, object_pairs_hook=list) == as_score
+        assert json.loads(line)["reason"] == reason
+        assert (',"reason":' + json.dumps(reason) + ",") in line  # escapes as json.dumps writes them
+
+
 class Careless(Backend):
     """A backend that gets the plugin API wrong as ``mistake`` says."""
 

@@ -782,7 +782,9 @@ class ScoreBlock(ResultBlock):
         else:
             nums = list(map(repr, values)) if None not in distinct else [
                 "null" if v is None else repr(v) for v in values]
-        whys = ["null" if r is None else _json_string(r) for r in self.reasons]
+        # a reason many cases share (the same words for MRR, precision, nDCG, MAP) is written once
+        said_json: dict[Optional[str], str] = {None: "null"}
+        whys = [said_json.get(r) or said_json.setdefault(r, _json_string(r)) for r in self.reasons]
         line = ['{"case_id":', None, head, None, native, None, ',"passed":null,"reason":', None, tail]
         parts = line * len(nums)
         parts[1::9] = map(_json_string, self.case_ids)  # each line's pieces in place, then joined at once
