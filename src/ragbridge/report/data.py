@@ -478,9 +478,10 @@ def read_cases(run: Run, ids: Optional[set[str]] = None) -> Iterator[Case]:
     """The run's cases with every field (only those of ``ids``, when given), a batch at a time: memory
     holds one batch."""
     index = run.columns.cases
-    where = None if ids is None else [index.position[c] for c in ids if index.position.get(c, -1) >= 0]
-    if where is not None:
-        where = [i for i in where if i < index.described]
+    where = None
+    if ids is not None:
+        found = index.find(list(ids))
+        where = found[(found >= 0) & (found < index.described)].tolist()
     for batch in index.batches(where if where is not None else range(index.described)):
         yield from (c for _, c in batch if c is not None)
 
