@@ -513,9 +513,9 @@ def read_case_index(path: Path) -> CaseIndex:
 
     ids: list[CaseIds] = []
     tags: list[tuple[str, ...]] = []
-    answerable: list[bool] = []
-    places: list[int] = []
-    golden: list[bytes] = []
+    answerable: list[np.ndarray] = []  # a block's at a time, as arrays: no Python object a case is kept
+    places: list[np.ndarray] = []
+    golden: list[np.ndarray] = []
     if path.exists():
         seen = SeenCaseIds()
         shared: dict[tuple[str, ...], tuple[str, ...]] = {}
@@ -527,17 +527,18 @@ def read_case_index(path: Path) -> CaseIndex:
             batch = batch_from_records(pairs, path, first_seen=seen)
             seen.end_batch()
             ids.append(CaseIds.of(batch.ids))
-            for k, (_, at, _) in enumerate(block):
-                head = batch.head(k)
+            heads = [batch.head(k) for k in range(len(block))]
+            for head in heads:
                 t = tuple(head.get("tags", ()))
                 tags.append(shared.setdefault(t, t))
-                answerable.append(head.get("answerable", True))
-                golden.append(golden_digest(head))
-                places.append(at)
+            answerable.append(np.fromiter((head.get("answerable", True) for head in heads), bool, len(heads)))
+            golden.append(digests(map(golden_digest, heads)))
+            places.append(np.fromiter((at for _, at, _ in block), np.int64, len(block)))
         if blank:
             raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
-    return _index_over(path, CaseIds.joined(ids), tags, np.array(answerable, bool),
-                       np.array(places, np.int64), digests(golden))
+    return _index_over(path, CaseIds.joined(ids), tags, np.concatenate(answerable or [np.zeros(0, bool)]),
+                       np.concatenate(places or [np.zeros(0, np.int64)]),
+                       np.concatenate(golden or [np.zeros((0, 16), np.uint8)]))
 
 
 def _index_over(path: Path, ids: CaseIds, tags: list[tuple[str, ...]], answerable: np.ndarray,
