@@ -32,7 +32,6 @@ With ``case_texts=False`` the rows hold no texts (chunks, answer, reference).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -57,7 +56,7 @@ from ..run import Run
 from ..run.summary import ALL
 from ..schema import Case, Score
 from ..verdicts import verdict, why
-from .text import jsonable, records
+from .text import json_chunks, jsonable, records
 
 __all__ = ["report_data", "render_json", "write_json", "backend_key", "read_cases", "case_texts", "case_rows",
            "TEXT_FIELDS"]
@@ -312,8 +311,7 @@ def write_json(run: Union[Run, str, Path], out: TextIO, data: Optional[dict] = N
     """Write the report as one JSON document (`report_data`) to ``out``, a piece at a time (its
     ``cases`` one by one, as they are read)."""
     d = data or report_data(open_run(run), **kw)
-    encoder = json.JSONEncoder(indent=2, ensure_ascii=False, allow_nan=False)
-    for chunk in encoder.iterencode(d):
+    for chunk in json_chunks(d, escaped=False):  # json.dumps(d, indent=2, ensure_ascii=False)'s text
         out.write(chunk)
 
 

@@ -152,21 +152,23 @@ def json_escaped(text: str) -> str:
     return _TERMINAL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
-def json_chunks(data: Any, size: int = 1 << 16) -> Iterator[str]:
+def json_chunks(data: Any, size: int = 1 << 16, escaped: bool = True) -> Iterator[str]:
     """``data`` (JSON-ready: `jsonable`) as the JSON document ``json.dumps(data, indent=2,
     ensure_ascii=False, allow_nan=False)`` writes, in pieces of about ``size`` characters, each made
-    as it is written: rows made as they are read are written one by one (`json_escaped` of the
-    pieces: nothing a terminal acts on)."""
+    as it is written: rows made as they are read are written one by one (with ``escaped``,
+    `json_escaped` of the pieces: nothing a terminal acts on; without, that document's characters
+    exactly, for a file)."""
     buffer: list[str] = []
     held = 0
+    done = json_escaped if escaped else (lambda text: text)
     for chunk in _indented(data, 0, {}):
         buffer.append(chunk)
         held += len(chunk)
         if held >= size:
-            yield json_escaped("".join(buffer))
+            yield done("".join(buffer))
             buffer, held = [], 0
     if buffer:
-        yield json_escaped("".join(buffer))
+        yield done("".join(buffer))
 
 
 _SCALARS = (str, int, float, bool, type(None))
