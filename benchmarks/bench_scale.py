@@ -287,9 +287,14 @@ def main() -> int:
                 got = timed([*prefix, *argv], env, stdout=stdout, ok=ok)
                 results.setdefault((name, side), []).append(got)
                 print(f"round {r + 1} {name} ({side}): {got['cpu']:.1f} s CPU, {got['wall']:.1f} s wall, "
-                      f"{got['peak_mib']:.0f} MiB", flush=True)
+                      f"{got['peak_mib']:.0f} MiB, output {os.path.getsize(written or stdout):,} bytes",
+                      flush=True)
                 if written is None:
                     written = stdout
+                got["output_bytes"] = os.path.getsize(written)
+                if "before" not in sides:  # nothing to compare with: not kept (30 GB of JSON at 1,000,000)
+                    os.remove(written)
+                    continue
                 os.replace(written, outs[side] / f"{name}.result")
             if "before" in sides and r == 0:
                 try:
