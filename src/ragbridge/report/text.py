@@ -45,6 +45,8 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~#])")  # what can format, link or end a 
 # (``<`` before a space or a digit; ``>`` between spaces or before a digit, not at the start, where
 # it would begin a quote)
 _ANGLE = re.compile(r"^>|<(?![=\s\d])|(?<!\s)>(?!=)|>(?![=\s\d])")
+#: a character `md_text` may change (a text without one is written as it is)
+_MD_CHANGED = re.compile(f"[&<>\\\\`*_\\[\\]|~#\r\n\t{_ACTING}]")
 
 
 def num(value: Any, digits: int = 3, signed: bool = False) -> str:
@@ -282,7 +284,9 @@ def md_text(text: Any) -> str:
     characters as escapes."""
     if text is None:
         return ""
-    s = _ANGLE.sub(lambda m: "&lt;" if m.group() == "<" else "&gt;", str(text).replace("&", "&amp;"))
+    if _MD_CHANGED.search(text := str(text)) is None:
+        return text
+    s = _ANGLE.sub(lambda m: "&lt;" if m.group() == "<" else "&gt;", text.replace("&", "&amp;"))
     s = _MD_SPECIAL.sub(r"\\\1", s)
     s = s.replace("\r\n", "<br>").replace("\r", "<br>").replace("\n", "<br>")
     return plain_text(s)
