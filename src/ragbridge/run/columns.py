@@ -190,36 +190,20 @@ class CaseIndex:
                 if mine.any():
                     out[mine] = index.contents()[at[mine]]
             return out
-        where = list(held)
+        def gathered(how: str) -> Callable[[Sequence[int]], list]:
+            """Read cases of the joined index from the runs that hold them (``how``: `cases`, `heads`
+            or `views`)."""
+            def get(places: Sequence[int]) -> list:
+                out: dict[int, Any] = {}
+                wanted = np.asarray(places, np.int64)
+                for k, index in enumerate(indexes):
+                    mine = wanted[runs[wanted] == k]
+                    if len(mine):
+                        out.update(zip(mine.tolist(), getattr(index, how)(at[mine].tolist())))
+                return [out[p] for p in places]
+            return get
 
-        def read(places: Sequence[int]) -> list[Case]:
-            out: dict[int, Case] = {}
-            by_run: dict[int, list[int]] = {}
-            for p in places:
-                by_run.setdefault(where[p][0], []).append(p)
-            for k, ps in by_run.items():
-                for p, case in zip(ps, indexes[k].cases([where[p][1] for p in ps])):
-                    out[p] = case
-            return [out[p] for p in places]
-
-        def heads(places: Sequence[int]) -> list:
-            out: dict[int, Any] = {}
-            by_run: dict[int, list[int]] = {}
-            for p in places:
-                by_run.setdefault(where[p][0], []).append(p)
-            for k, ps in by_run.items():
-                out.update(zip(ps, indexes[k].heads([where[p][1] for p in ps])))
-            return [out[p] for p in places]
-
-        def views(places: Sequence[int]) -> list:
-            out: dict[int, Any] = {}
-            by_run: dict[int, list[int]] = {}
-            for p in places:
-                by_run.setdefault(where[p][0], []).append(p)
-            for k, ps in by_run.items():
-                out.update(zip(ps, indexes[k].views([where[p][1] for p in ps])))
-            return [out[p] for p in places]
-
+        read, heads, views = gathered("cases"), gathered("heads"), gathered("views")
         places = np.r_[np.arange(len(held), dtype=np.int64), np.full(len(only_scored), -1, np.int64)]
         return cls(ids, tags, answerable, places, golden, read, described=len(held), contents=contents,
                    heads=heads, views=views)
