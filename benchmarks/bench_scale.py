@@ -19,13 +19,14 @@ Each command is one whole process, timed by ``/usr/bin/time -v`` (user + system 
 time, maximum resident set size), ``--rounds`` times, this checkout and the baseline (when given)
 alternating; its JSON output (``--json``, or the report's file) is kept per side, and the two sides'
 outputs are compared (every number, to the last bit but for the ``generated_at`` stamp, the paths
-and, where the computation's order changed, 1e-9 relative: see ``TOLERANT``). Printed: the load
+and, where the computation's order changed, 1e-9 relative: see ``TOLERANT``; gate's JUnit XML and
+Markdown files too, as text). Printed: the load
 average before and after, then a table of each command's median CPU time and peak RSS per side,
 its CPU time over the ``run``'s and whether the outputs agree.
 
 The commands (``--commands``, comma-separated, default all):
 
-``gate``      gate B --config gates.toml --baseline A --junit --markdown --json
+``gate``      gate B --config gates.toml --baseline A --junit FILE --markdown FILE --json
 ``diff``      diff A B --json
 ``compare``   compare A B --json (each backend against itself across the runs)
 ``compare-with``  compare A --with B --json (native@A against native@B in one run)
@@ -218,9 +219,13 @@ def differences(x, y, where: str = "$", found: list | None = None, tolerance: fl
     return found
 
 
+#: files a command writes besides its main output, compared as text too
+ALSO_WRITTEN = {"gate": ("gate.xml", "gate.md")}
+
+
 def _document(path: Path, name: str):
     """The output of a command as something to compare: JSON parsed; HTML and Markdown as text."""
-    if name in ("report-html", "report-md"):
+    if name in ("report-html", "report-md") or name in sum(ALSO_WRITTEN.values(), ()):
         text = path.read_text(encoding="utf-8")
         # the stamp of the report's making, and the one place a checkout's version may differ
         return re.sub(r"20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", "TIME", text)
@@ -240,6 +245,8 @@ def main() -> int:
     p.add_argument("--compare-only", action="store_true", help="with --baseline: compare the outputs "
                    "of one round, do not time")
     p.add_argument("--clean", action="store_true", help="remove the data and runs at the end")
+    p.add_argument("--out", default=None, help="folder of the outputs (default: in --data; give each of "
+                   "two processes timing different commands over the same data its own)")
     args = p.parse_args()
     data = Path(args.data or f"/tmp/ragbridge-scale-{args.n}")
     if not (data / "meta.json").exists() or json.loads((data / "meta.json").read_text())["n"] != args.n:
@@ -267,10 +274,10 @@ def main() -> int:
     chosen = [c for c in args.commands.split(",") if c]
     results: dict[tuple[str, str], list[dict]] = {}
     agree: dict[str, str] = {}
-    outs = {side: data / f"out-{side}" for side in sides}
+    outs = {side: Path(args.out or data) / f"out-{side}" for side in sides}
     for folder in outs.values():
         shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir()
+        folder.mkdir(parents=True)
     for r in range(1 if args.compare_only else args.rounds):
         for name in chosen:
             for side, checkout in sides.items():
@@ -280,15 +287,23 @@ def main() -> int:
                 got = timed([*prefix, *argv], env, stdout=stdout, ok=ok)
                 results.setdefault((name, side), []).append(got)
                 print(f"round {r + 1} {name} ({side}): {got['cpu']:.1f} s CPU, {got['wall']:.1f} s wall, "
-                      f"{got['peak_mib']:.0f} MiB", flush=True)
+                      f"{got['peak_mib']:.0f} MiB, output {os.path.getsize(written or stdout):,} bytes",
+                      flush=True)
                 if written is None:
                     written = stdout
+                got["output_bytes"] = os.path.getsize(written)
+                if "before" not in sides:  # nothing to compare with: not kept (30 GB of JSON at 1,000,000)
+                    os.remove(written)
+                    continue
                 os.replace(written, outs[side] / f"{name}.result")
             if "before" in sides and r == 0:
                 try:
                     old = _document(outs["before"] / f"{name}.result", name)
                     new = _document(outs["this"] / f"{name}.result", name)
                     diff = differences(old, new, tolerance=TOLERANT)
+                    for also in ALSO_WRITTEN.get(name, ()):
+                        diff += [f"{also}: {d}" for d in differences(
+                            _document(outs["before"] / also, also), _document(outs["this"] / also, also))]
                     agree[name] = "same" if not diff else "DIFFER: " + "; ".join(diff[:5])
                 except (OSError, ValueError) as exc:
                     agree[name] = f"not compared ({exc})"

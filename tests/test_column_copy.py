@@ -46,7 +46,7 @@ def run_folder(made_run: Path, tmp_path: Path) -> Path:
 
 def _same(a, b) -> None:
     assert a.cases.ids == b.cases.ids and a.cases.tags == b.cases.tags
-    assert a.cases.golden == b.cases.golden and a.cases.described == b.cases.described
+    assert np.array_equal(a.cases.golden, b.cases.golden) and a.cases.described == b.cases.described
     assert np.array_equal(a.cases.places, b.cases.places)
     assert np.array_equal(a.cases.answerable, b.cases.answerable)
     assert list(a.columns) == list(b.columns)
@@ -85,7 +85,7 @@ def test_a_changed_scores_file_is_read_again_not_the_copy(run_folder):
     with open(run_folder / "scores.jsonl", "a") as f:
         f.write(json.dumps(changed) + "\n")
     got = read_columns(run_folder)
-    i = got.cases.position[changed["case_id"]]
+    i = got.cases.place(changed["case_id"])
     assert got.column(changed["backend"], changed["metric"]).value[i] == changed["value"]
 
 

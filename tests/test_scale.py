@@ -116,3 +116,31 @@ def test_json_outputs_are_the_indented_document_byte_for_byte():
     for bad in (math.nan, [1, math.inf], {"a": [{"b": -math.inf}]}):
         with pytest.raises(ValueError):
             "".join(json_chunks(bad))
+
+
+def test_a_run_read_back_holds_under_a_hundred_bytes_a_case_besides_its_scores(tmp_path):
+    """What grows with the cases once a run is read (the copy's second reading, as every command
+    reads it) and its cases have been looked up by id (a diff's pairing): the case index and the
+    score columns. As Python strings, a dict of the ids and a digest object per case it took about
+    200 bytes a case besides the columns (about 370 MB for two runs of a million cases)."""
+    import tracemalloc
+
+    from ragbridge.analysis.diff import dataset_changes
+    from ragbridge.run import load_run
+
+    n = 4_000
+    _peak_mib("run", _golden(tmp_path / "cases.jsonl", n, 0.5), "--out", tmp_path / "A", "--backend",
+              "native", "--metric", "ndcg@10", "--no-progress")
+    load_run(tmp_path / "A").columns  # the first reading: writes the copy
+    tracemalloc.start()
+    try:
+        a, b = load_run(tmp_path / "A"), load_run(tmp_path / "A")  # read twice, as a diff of two runs
+        changes = dataset_changes(a, b)
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert changes == (False, [], 0, 0)
+    assert len(a.columns.cases) == len(b.columns.cases) == n
+    column = 8 + 1 + 8  # a score's value, status and line offset
+    per_case = held / (2 * n) - column
+    assert per_case < 100, f"{per_case:.0f} bytes a case"

@@ -230,8 +230,7 @@ def compare_runs(
 
 def _places(ta: ScoreTable, tb: ScoreTable) -> np.ndarray:
     """For each case of ``ta``, its place among ``tb``'s cases (-1: not there)."""
-    position = tb.cases.position
-    return np.fromiter((position.get(cid, -1) for cid in ta.case_ids), np.int64, len(ta.case_ids))
+    return tb.cases.find(ta.case_ids)
 
 
 def _side_label(run: Run) -> str:

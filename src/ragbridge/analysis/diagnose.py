@@ -224,7 +224,7 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
             mark = marks[f"{b}:{m}"] = th.get(b, m)
             failing |= counted & ~col.verdicts(mark)[:n]
     for cid, verdicts in human.items():
-        i = index.position.get(cid)
+        i = index.place(cid)
         if i is not None and i < n and not all(verdicts.values()):
             failing[i] = True
     in_run = set(cols.metrics())
@@ -246,8 +246,8 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
     by_tag = _counts(index, codes)
     return Diagnosis(run=str(run.path) if run.path else "", n_cases=n, cases=spool.rows(), by_tag=by_tag,
                      thresholds=dict(sorted(marks.items())),
-                     unknown_labels=sum(len(v) for cid, v in human.items()
-                                        if index.position.get(cid, n) >= n),
+                     unknown_labels=sum(len(v) for (cid, v), i in zip(human.items(), index.find(list(human)))
+                                        if not 0 <= i < n),
                      layer_codes=codes, _at=at)
 
 

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 import numpy as np
 
 from ..run import Run
+from ..run.case_ids import CaseIds
 from ..run.columns import ERROR, GOLDEN_FIELDS, MISSING, SCORED, STATUS_NAMES, CaseIndex
 from ..run.summary import ALL
 from ..schema import clean_tags
@@ -169,21 +170,22 @@ def dataset_changes(base: Run, new: Run) -> tuple[bool, list[str], int, int]:
     """(fingerprints differ, ids of paired cases whose golden items differ, cases added, cases removed)."""
     fb, fn = base.manifest.dataset.get("fingerprint"), new.manifest.dataset.get("fingerprint")
     bc, nc = base.columns.cases, new.columns.cases
-    changed = _golden_changed(bc, nc, range(nc.described))
-    added = sum(1 for cid in nc.ids[:nc.described] if bc.position.get(cid, bc.described) >= bc.described)
-    removed = sum(1 for cid in bc.ids[:bc.described] if nc.position.get(cid, nc.described) >= nc.described)
+    changed = _golden_changed(bc, nc, np.arange(nc.described))
+    in_base = bc.find(nc.ids.taken(np.arange(nc.described)))
+    in_new = nc.find(bc.ids.taken(np.arange(bc.described)))
+    added = int(((in_base < 0) | (in_base >= bc.described)).sum())
+    removed = int(((in_new < 0) | (in_new >= nc.described)).sum())
     return bool(fb and fn and fb != fn), changed, added, removed
 
 
-def _golden_changed(bc: CaseIndex, nc: CaseIndex, where: Iterable[int]) -> list[str]:
-    """The ids of the cases at ``where`` in ``nc`` that ``bc`` describes too, with other golden items."""
-    out = []
-    for i in where:
-        cid = nc.ids[i]
-        j = bc.position.get(cid)
-        if i < nc.described and j is not None and j < bc.described and nc.golden[i] != bc.golden[j]:
-            out.append(cid)
-    return out
+def _golden_changed(bc: CaseIndex, nc: CaseIndex, where: np.ndarray) -> list[str]:
+    """The ids of the cases at ``where`` (in order) in ``nc`` that ``bc`` describes too, with other
+    golden items."""
+    where = where[where < nc.described]
+    j = bc.find(nc.ids.taken(where))
+    both = (j >= 0) & (j < bc.described)
+    where, j = where[both], j[both]
+    return nc.ids.take(where[nc.golden_differs(where, bc, j)])
 
 
 # --------------------------------------------------------------------------------------------
@@ -401,22 +403,22 @@ def diff_runs(
     common, only_base, only_new = _keys(base_run, bcols, new_run, ncols, backends, metrics)
     bc, nc = bcols.cases, ncols.cases
     base_ids, new_ids = _case_ids(bc), _case_ids(nc)
-    b_at = np.fromiter((bc.position.get(cid, -1) for cid in new_ids), np.int64, len(new_ids))
+    b_at = bc.find(new_ids)
     paired = np.flatnonzero(b_at >= 0)
     base_at = b_at[paired]
-    new_set = set(new_ids)
-    only_in_base = [cid for cid in base_ids if cid not in new_set]
-    only_in_new = [new_ids[i] for i in np.flatnonzero(b_at < 0).tolist()]
+    in_new = nc.find(base_ids)  # new_ids are the first of nc's ids
+    only_in_base = base_ids.take(np.flatnonzero((in_new < 0) | (in_new >= len(new_ids))))
+    only_in_new = new_ids.take(np.flatnonzero(b_at < 0))
 
     def tags_of(i: int) -> list[str]:
         if i < nc.described:
             return list(nc.tags[i])
-        j = bc.position.get(nc.ids[i])
+        j = bc.place(nc.ids[i])
         return list(bc.tags[j]) if j is not None and j < bc.described else []
 
     fp_b, fp_n = (r.manifest.dataset.get("fingerprint") for r in (base_run, new_run))
     fingerprint_differs = bool(fp_b and fp_n and fp_b != fp_n)
-    golden_changed = _golden_changed(bc, nc, paired.tolist())
+    golden_changed = _golden_changed(bc, nc, paired)
     if fingerprint_differs:
         warnings.append(dataset_change_message(golden_changed, len(only_in_new), len(only_in_base)))
     warnings += _setup_changes(base_run, new_run, common)
@@ -468,9 +470,9 @@ def diff_runs(
     )
 
 
-def _case_ids(cases: CaseIndex) -> list[str]:
+def _case_ids(cases: CaseIndex) -> CaseIds:
     """A run's case ids: those of its cases, or every id its scores name when it has no cases.jsonl."""
-    return cases.ids[:cases.described] if cases.described else cases.ids
+    return cases.ids.taken(np.arange(cases.described)) if cases.described else cases.ids
 
 
 def _pair(backend: str, metric: str, bcol: Any, ncol: Any, paired: np.ndarray,

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..run import Run, RunError, load_run
+from ..run.case_ids import CaseIds
 from ..run.columns import ERROR, CaseIndex, Column, RunColumns
 
 __all__ = ["AnalysisError", "ScoreTable", "open_run", "join_runs", "judge_of"]
@@ -66,7 +67,7 @@ class ScoreTable:
         return self.cols.cases
 
     @property
-    def case_ids(self) -> list[str]:
+    def case_ids(self) -> CaseIds:
         return self.cols.cases.ids
 
     def column(self, metric: str, backend: str) -> Optional[Column]:
@@ -164,22 +165,30 @@ def join_runs(runs: Sequence[Union[Run, str, Path]]) -> Run:
         raise AnalysisError("joining runs takes two or more run folders")
     labels = _run_labels(opened)
     cols = [r.columns for r in opened]
-    # the cases: one per id, the same in every run that holds it
-    first: dict[str, tuple[int, int]] = {}
-    seen_in: dict[str, int] = {}
-    differing: list[str] = []
+    # the cases: one per id, the same in every run that holds it (from the first run that holds it)
     contents = [c.cases.contents() for c in cols]
+    described = [c.cases.ids.taken(np.arange(c.cases.described)) for c in cols]
+    firsts: list[np.ndarray] = []  # per run, its cases no run before it holds
+    holders = [np.ones(c.cases.described, np.int64) for c in cols]  # per first case, the runs holding it
+    differing: list[str] = []
     for k, c in enumerate(cols):
-        ids = c.cases.ids
-        for i in range(c.cases.described):
-            cid = ids[i]
-            held = first.get(cid)
-            if held is None:
-                first[cid] = (k, i)
-            elif contents[k][i] != contents[held[0]][held[1]] and cid not in differing:
-                differing.append(cid)
-            seen_in[cid] = seen_in.get(cid, 0) + 1
-    shared = [cid for cid, n in seen_in.items() if n == len(opened) and cid not in differing]
+        first_run = np.full(c.cases.described, -1, np.int64)
+        first_at = np.full(c.cases.described, -1, np.int64)
+        for j in range(k):
+            at = cols[j].cases.find(described[k])
+            new = (first_run < 0) & (at >= 0) & (at < cols[j].cases.described)
+            first_run[new], first_at[new] = j, at[new]
+        firsts.append(np.flatnonzero(first_run < 0))
+        other = []  # its cases whose content differs from the first run's
+        for j in range(k):
+            mine = np.flatnonzero(first_run == j)
+            np.add.at(holders[j], first_at[mine], 1)
+            other.append(mine[(contents[k][mine] != contents[j][first_at[mine]]).any(axis=1)])
+        if other:
+            differing = list(dict.fromkeys(differing + described[k].take(np.sort(np.concatenate(other)))))
+    left_out = set(differing)
+    shared = sum(1 for cid in described[0].take(np.flatnonzero(holders[0] == len(opened)))
+                 if cid not in left_out)
     if not shared:
         raise AnalysisError(
             "the runs share no case: "
@@ -187,12 +196,11 @@ def join_runs(runs: Sequence[Union[Run, str, Path]]) -> Run:
             + (f"; {len(differing)} case id(s) are in several runs with different content (first: "
                f"{differing[0]!r})" if differing else "")
             + ": join runs made on the same golden set")
-    left_out = set(differing)
-    kept = [cid for cid in first if cid not in left_out]
+    held = [(k, i) for k in range(len(cols))
+            for i, cid in zip(firsts[k].tolist(), described[k].take(firsts[k])) if cid not in left_out]
     only_scored = [cid for c in cols for cid in c.cases.ids[c.cases.described:]
-                   if cid not in first and cid not in left_out]
-    index = CaseIndex.joined([c.cases for c in cols], [first[cid] for cid in kept],
-                             list(dict.fromkeys(only_scored)))
+                   if not any(_describes(o.cases, cid) for o in cols)]
+    index = CaseIndex.joined([c.cases for c in cols], held, list(dict.fromkeys(only_scored)))
     # the columns: a backend per run, renamed where several runs scored it differently
     runs_of: dict[str, list[int]] = {}
     for i, c in enumerate(cols):
@@ -203,7 +211,7 @@ def join_runs(runs: Sequence[Union[Run, str, Path]]) -> Run:
         same = _same_everywhere([opened[i] for i in where], b)
         names.update({(i, b): b if same else f"{b}@{labels[i]}" for i in where})
     joined: dict[tuple[str, str], Column] = {}
-    sources = [np.array([c.cases.position.get(cid, -1) for cid in index.ids], np.int64) for c in cols]
+    sources = [c.cases.find(index.ids) for c in cols]
     columns, backends, metrics, pass_marks, digests, wall = {}, {}, {}, {}, {}, {}
     for (i, b), col in names.items():
         r, m = opened[i], opened[i].manifest
@@ -233,7 +241,7 @@ def join_runs(runs: Sequence[Union[Run, str, Path]]) -> Run:
         counts["errored"] += int((column.status == ERROR).sum())
     m0 = opened[0].manifest
     manifest = m0.model_copy(update={
-        "dataset": {**m0.dataset, "n_cases": len(kept)}, "backends": backends, "metrics": metrics,
+        "dataset": {**m0.dataset, "n_cases": len(held)}, "backends": backends, "metrics": metrics,
         "judge": judge, "digests": digests, "pass_marks": pass_marks,
         "started_at": min(r.manifest.started_at for r in opened),
         "finished_at": max((r.manifest.finished_at or "" for r in opened), default="") or None,
@@ -248,9 +256,14 @@ def join_runs(runs: Sequence[Union[Run, str, Path]]) -> Run:
     manifest.columns = columns
     manifest.joined = {"runs": [str(r.path) if r.path is not None else labels[i]
                                 for i, r in enumerate(opened)],
-                       "shared": len(shared), "only_in_some": len(kept) - len(shared),
+                       "shared": shared, "only_in_some": len(held) - shared,
                        "differing": len(differing), "differing_ids": differing[:5]}
     return Run(manifest=manifest, columns=both)
+
+
+def _describes(index: CaseIndex, cid: str) -> bool:
+    i = index.place(cid)
+    return i is not None and i < index.described
 
 
 def _run_labels(runs: list[Run]) -> list[str]:
@@ -269,7 +282,7 @@ def _same_everywhere(runs: list[Run], backend: str) -> bool:
     for k in range(1, len(cols)):
         for j in range(k):
             here, there = cols[k], cols[j]
-            at = np.array([there.cases.position.get(cid, -1) for cid in here.cases.ids], np.int64)
+            at = there.cases.find(here.cases.ids)
             for (b, metric), col in here.columns.items():
                 other = there.column(b, metric) if b == backend else None
                 if other is None:

@@ -32,6 +32,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from ..run import Run
+from ..run.case_ids import CaseIds
 from ..run.columns import MISSING, UNDEFINED
 from ..schema import clean_id
 from . import stats
@@ -133,14 +134,14 @@ def validate(
     return pd.DataFrame(rows, columns=VALIDATE_COLUMNS)
 
 
-def not_random(case_ids: Sequence[str], labelled: Any) -> Optional[str]:
+def not_random(case_ids: CaseIds, labelled: Any) -> Optional[str]:
     """Why labels said to be drawn uniformly are not a random sample, or None: the labelled cases of
     the run are consecutive in its order (the first lines of a labels file, a slice of the golden
     set), which a random draw of as many cases makes with a chance below 1%. Every interval of a
     validation and the true pass rate (prediction-powered inference) assume a random draw."""
-    order = {c: i for i, c in enumerate(case_ids)}
-    at = sorted(order[c] for c in labelled if c in order)
-    n, total = len(at), len(order)
+    found = case_ids.find(list(labelled))
+    at = sorted(found[found >= 0].tolist())
+    n, total = len(at), len(case_ids)
     if n < 2 or n >= total or at[-1] - at[0] + 1 != n or (total - n + 1) / math.comb(total, n) >= 0.01:
         return None
     return (f"the {n} labelled cases are the run's cases {at[0] + 1} to {at[-1] + 1} of {total} in its "
@@ -188,13 +189,15 @@ def _validate_backend(table: ScoreTable, metric: str, backend: str, t: float, gr
     (``strata``: each case's stratum in a stratified draw, made by the verdicts of ``stratified_by``,
     a (backend, threshold); or None)."""
     col = table.column(metric, backend)
-    position = table.cases.position
     present = col.present.copy()
     if strata is not None:  # the population: the cases the draw could pick
-        present &= np.fromiter((cid in strata for cid in table.case_ids), bool, len(table.case_ids))
+        drawable = np.zeros(len(present), bool)
+        at = table.cases.find(list(strata))
+        drawable[at[at >= 0]] = True
+        present &= drawable
     scored = present & col.scored
     passed = col.verdicts(t)
-    at = {c: position.get(c) for c in grades}
+    at = {c: (i if i >= 0 else None) for c, i in zip(grades, table.cases.find(list(grades)).tolist())}
     ids = [c for c in grades if at[c] is not None and scored[at[c]]]
     where = np.array([at[c] for c in ids], np.int64)
     truth = np.array([human[c] for c in ids], bool)

@@ -32,7 +32,6 @@ With ``case_texts=False`` the rows hold no texts (chunks, answer, reference).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -57,7 +56,7 @@ from ..run import Run
 from ..run.summary import ALL
 from ..schema import Case, Score
 from ..verdicts import verdict, why
-from .text import jsonable, records
+from .text import json_chunks, jsonable, records
 
 __all__ = ["report_data", "render_json", "write_json", "backend_key", "read_cases", "case_texts", "case_rows",
            "TEXT_FIELDS"]
@@ -312,8 +311,7 @@ def write_json(run: Union[Run, str, Path], out: TextIO, data: Optional[dict] = N
     """Write the report as one JSON document (`report_data`) to ``out``, a piece at a time (its
     ``cases`` one by one, as they are read)."""
     d = data or report_data(open_run(run), **kw)
-    encoder = json.JSONEncoder(indent=2, ensure_ascii=False, allow_nan=False)
-    for chunk in encoder.iterencode(d):
+    for chunk in json_chunks(d, escaped=False):  # json.dumps(d, indent=2, ensure_ascii=False)'s text
         out.write(chunk)
 
 
@@ -478,9 +476,10 @@ def read_cases(run: Run, ids: Optional[set[str]] = None) -> Iterator[Case]:
     """The run's cases with every field (only those of ``ids``, when given), a batch at a time: memory
     holds one batch."""
     index = run.columns.cases
-    where = None if ids is None else [index.position[c] for c in ids if index.position.get(c, -1) >= 0]
-    if where is not None:
-        where = [i for i in where if i < index.described]
+    where = None
+    if ids is not None:
+        found = index.find(list(ids))
+        where = found[(found >= 0) & (found < index.described)].tolist()
     for batch in index.batches(where if where is not None else range(index.described)):
         yield from (c for _, c in batch if c is not None)
 

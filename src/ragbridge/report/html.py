@@ -374,11 +374,10 @@ def _flags(data: dict[str, Any], cols: Any) -> dict[str, Any]:
         low = col.scored & ~col.verdicts(t)
         fail |= low
         below[m] = below[m] | low if m in below else low
-    position = cols.cases.position
     disagree, listed = np.zeros(n, bool), np.zeros(n, bool)
-    for d in data["disagreements"]:
-        i = position.get(d["case_id"])
-        if i is not None:
+    found = cols.cases.find([d["case_id"] for d in data["disagreements"]])
+    for d, i in zip(data["disagreements"], found.tolist()):
+        if i >= 0:
             listed[i] = True
             disagree[i] |= bool(d["verdicts_differ"])
     n_below = sum((v.astype(np.int64) for v in below.values()), np.zeros(n, np.int64))

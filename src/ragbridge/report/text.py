@@ -45,6 +45,8 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~#])")  # what can format, link or end a 
 # (``<`` before a space or a digit; ``>`` between spaces or before a digit, not at the start, where
 # it would begin a quote)
 _ANGLE = re.compile(r"^>|<(?![=\s\d])|(?<!\s)>(?!=)|>(?![=\s\d])")
+#: a character `md_text` may change (a text without one is written as it is)
+_MD_CHANGED = re.compile(f"[&<>\\\\`*_\\[\\]|~#\r\n\t{_ACTING}]")
 
 
 def num(value: Any, digits: int = 3, signed: bool = False) -> str:
@@ -152,21 +154,23 @@ def json_escaped(text: str) -> str:
     return _TERMINAL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
-def json_chunks(data: Any, size: int = 1 << 16) -> Iterator[str]:
+def json_chunks(data: Any, size: int = 1 << 16, escaped: bool = True) -> Iterator[str]:
     """``data`` (JSON-ready: `jsonable`) as the JSON document ``json.dumps(data, indent=2,
     ensure_ascii=False, allow_nan=False)`` writes, in pieces of about ``size`` characters, each made
-    as it is written: rows made as they are read are written one by one (`json_escaped` of the
-    pieces: nothing a terminal acts on)."""
+    as it is written: rows made as they are read are written one by one (with ``escaped``,
+    `json_escaped` of the pieces: nothing a terminal acts on; without, that document's characters
+    exactly, for a file)."""
     buffer: list[str] = []
     held = 0
+    done = json_escaped if escaped else (lambda text: text)
     for chunk in _indented(data, 0, {}):
         buffer.append(chunk)
         held += len(chunk)
         if held >= size:
-            yield json_escaped("".join(buffer))
+            yield done("".join(buffer))
             buffer, held = [], 0
     if buffer:
-        yield json_escaped("".join(buffer))
+        yield done("".join(buffer))
 
 
 _SCALARS = (str, int, float, bool, type(None))
@@ -280,7 +284,9 @@ def md_text(text: Any) -> str:
     characters as escapes."""
     if text is None:
         return ""
-    s = _ANGLE.sub(lambda m: "&lt;" if m.group() == "<" else "&gt;", str(text).replace("&", "&amp;"))
+    if _MD_CHANGED.search(text := str(text)) is None:
+        return text
+    s = _ANGLE.sub(lambda m: "&lt;" if m.group() == "<" else "&gt;", text.replace("&", "&amp;"))
     s = _MD_SPECIAL.sub(r"\\\1", s)
     s = s.replace("\r\n", "<br>").replace("\r", "<br>").replace("\n", "<br>")
     return plain_text(s)

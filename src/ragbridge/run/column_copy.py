@@ -29,6 +29,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from .case_ids import CaseIds
 from .columns import EXTRA_FIELDS, CaseIndex, Column, RunColumns, ScoreStore
 
 __all__ = ["COPY_NAME", "file_keys", "load_copy", "save_copy"]
@@ -67,17 +68,11 @@ def save_copy(folder: Path, columns: RunColumns, keys: list, pass_at_least: Opti
     table: dict[tuple[str, ...], int] = {}
     tag_codes = np.fromiter((table.setdefault(t, len(table)) for t in index.tags), np.int32, n)
     golden = np.zeros((n, 16), np.uint8)
-    has_golden = np.zeros(n, bool)
-    for i, g in enumerate(index.golden):
-        if g is not None:
-            golden[i] = np.frombuffer(g, np.uint8)
-            has_golden[i] = True
-    encoded = [cid.encode("utf-8") for cid in index.ids]
-    id_ends = np.cumsum(np.fromiter(map(len, encoded), np.int64, n), dtype=np.int64)
+    golden[:index.described] = index.golden
     arrays: dict[str, np.ndarray] = {
-        "ids": np.frombuffer(b"".join(encoded), np.uint8), "id_ends": id_ends, "tags": tag_codes,
+        "ids": np.frombuffer(index.ids.blob, np.uint8), "id_ends": index.ids.ends, "tags": tag_codes,
         "answerable": np.asarray(index.answerable, bool), "places": np.asarray(index.places, np.int64),
-        "golden": golden, "has_golden": has_golden,
+        "golden": golden, "has_golden": np.arange(n) < index.described,
     }
     described_columns = []
     for k, ((backend, metric), col) in enumerate(columns.columns.items()):
@@ -115,18 +110,21 @@ def load_copy(folder: Path, pass_at_least: Optional[int], store: ScoreStore,
                     or meta.get("pass_at_least") != pass_at_least:
                 return None
             n = int(meta["cases"])
+            described = int(meta["described"])
+            ends = got["id_ends"].astype(np.int64)
             blob = got["ids"].tobytes()
-            ends = got["id_ends"].tolist()
-            starts = [0, *ends[:-1]]
-            ids = [blob[a:b].decode("utf-8") for a, b in zip(starts, ends)]
+            if len(ends) != n or (n and (int(ends[-1]) != len(blob)
+                                         or (np.diff(ends, prepend=0) <= 0).any())):
+                return None
+            blob.decode("utf-8")  # raises on bytes that are not text
+            ids = CaseIds(blob, ends)
             table = [tuple(t) for t in meta["tag_table"]]
             tags = [table[c] for c in got["tags"].tolist()]
-            golden_arr, has = got["golden"], got["has_golden"]
-            golden_bytes = golden_arr.tobytes()
-            golden: list[Optional[bytes]] = [golden_bytes[16 * i:16 * i + 16] if h else None
-                                             for i, h in enumerate(has.tolist())]
+            golden = got["golden"]
+            if golden.shape != (n, 16) or not got["has_golden"][:described].all():
+                return None
             index = index_of(ids, tags, got["answerable"].astype(bool), got["places"].astype(np.int64),
-                             golden, int(meta["described"]))
+                             golden[:described], described)
             columns: dict[tuple[str, str], Column] = {}
             for k, (backend, metric, extras) in enumerate(meta["columns"]):
                 col = Column(backend, metric, 0, store)

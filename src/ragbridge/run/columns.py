@@ -31,13 +31,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
 from ..formats.plain_records import case_record, record_line
 from ..schema import Case, Score
 from ..verdicts import passes
+from .case_ids import CaseIds
 
 __all__ = ["MISSING", "SCORED", "UNDEFINED", "ERROR", "NOT_RUN", "STATUS_NAMES", "status_code",
            "CaseIndex", "Column", "RunColumns", "golden_digest", "GOLDEN_FIELDS"]
@@ -77,30 +78,45 @@ def golden_digest(record: dict[str, Any]) -> bytes:
 
 
 class CaseIndex:
-    """The cases of a run in run order (see the module docstring). ``read``: how to read cases back,
-    given their places (``places``: each case's line offset in ``cases.jsonl``, or its place in the
-    run's list of cases in memory; -1 for a case only scores name)."""
+    """The cases of a run in run order (see the module docstring). ``ids``: each case's id (a
+    `ragbridge.run.case_ids.CaseIds`, or the ids as strings); ``golden``: the golden fields' digest of
+    each case the run's cases describe (the first ``described``), a row of 16 bytes each; ``read``:
+    how to read cases back, given their places (``places``: each case's line offset in
+    ``cases.jsonl``, or its place in the run's list of cases in memory; -1 for a case only scores
+    name). Places among the cases are found with `find` (no dict of the ids)."""
 
-    def __init__(self, ids: list[str], tags: list[tuple[str, ...]], answerable: np.ndarray,
-                 places: np.ndarray, golden: list[Optional[bytes]],
+    def __init__(self, ids: Union[Sequence[str], CaseIds], tags: list[tuple[str, ...]],
+                 answerable: np.ndarray, places: np.ndarray, golden: np.ndarray,
                  read: Callable[[Sequence[int]], list[Case]], described: Optional[int] = None,
-                 contents: Optional[Callable[[], list[bytes]]] = None,
+                 contents: Optional[Callable[[], np.ndarray]] = None,
                  heads: Optional[Callable[[Sequence[int]], list[tuple[dict[str, Any], list[str]]]]] = None,
                  views: Optional[Callable[[Sequence[int]], list[Any]]] = None):
-        self.ids = ids
-        self.position = {cid: i for i, cid in enumerate(ids)}
+        self.ids = ids if isinstance(ids, CaseIds) else CaseIds.of(ids)
         self.tags = tags
         self.answerable = answerable
         self.places = places
-        self.golden = golden
-        self._read = read
         #: how many cases the run's cases describe (the rest only its scores name)
-        self.described = len(ids) if described is None else described
+        self.described = len(self.ids) if described is None else described
+        self.golden = np.asarray(golden, np.uint8).reshape(-1, 16)[:self.described]
+        self._read = read
         self._masks: dict[str, np.ndarray] = {}
         self._contents = contents
         self._heads = heads
         self._views = views
         self._rank: Optional[np.ndarray] = None
+
+    def find(self, ids: Union[Sequence[str], CaseIds]) -> np.ndarray:
+        """Each of ``ids``'s place among the cases (-1: not one of them)."""
+        return self.ids.find(ids)
+
+    def place(self, cid: str) -> Optional[int]:
+        """The place of case ``cid`` (None: not one of the cases)."""
+        return self.ids.get(cid)
+
+    def golden_differs(self, at: np.ndarray, other: "CaseIndex", other_at: np.ndarray) -> np.ndarray:
+        """Whether the golden fields of the cases ``at`` differ from those of ``other``'s cases
+        ``other_at`` (pairs of described cases)."""
+        return (self.golden[at] != other.golden[other_at]).any(axis=1)
 
     def views(self, indices: Sequence[int]) -> list[Any]:
         """The cases ``indices`` to read (None for a case only scores name): each a
@@ -126,20 +142,17 @@ class CaseIndex:
             got = dict(zip(known, self._heads([int(self.places[i]) for i in known]))) if known else {}
         return [got.get(i) for i in indices]
 
-    def contents(self) -> list[bytes]:
-        """A digest of each described case's whole content (its canonical line), in order: two cases
-        are the same exactly when their digests are."""
+    def contents(self) -> np.ndarray:
+        """A digest of each described case's whole content (its canonical line), in order, a row of 16
+        bytes each: two cases are the same exactly when their digests are."""
         if callable(self._contents):
             self._contents = self._contents()
-        return self._contents or []
+        return np.zeros((0, 16), np.uint8) if self._contents is None else self._contents
 
     def id_rank(self) -> np.ndarray:
         """Each case's place among the ids sorted (as Python sorts strings), for sorting by id."""
         if self._rank is None:
-            order = sorted(range(len(self.ids)), key=self.ids.__getitem__)
-            rank = np.empty(len(self.ids), np.int64)
-            rank[order] = np.arange(len(self.ids))
-            self._rank = rank
+            self._rank = self.ids.rank()
         return self._rank
 
     @classmethod
@@ -147,42 +160,50 @@ class CaseIndex:
                only_scored: Sequence[str]) -> "CaseIndex":
         """The cases of several runs' indexes as one: ``held`` gives, per case, the index and the place
         in it of the run it is read from; ``only_scored``: ids that only scores name, after them."""
-        ids = [indexes[k].ids[i] for k, i in held] + list(only_scored)
+        runs = np.fromiter((k for k, _ in held), np.int64, len(held))
+        at = np.fromiter((i for _, i in held), np.int64, len(held))
+        parts, placed = [], []
+        for k, index in enumerate(indexes):
+            mine = np.flatnonzero(runs == k)
+            if len(mine):
+                parts.append(index.ids.taken(at[mine]))
+                placed.append(mine)
+        parts.append(CaseIds.of(only_scored))
+        order = np.concatenate(placed) if placed else np.zeros(0, np.int64)
+        ids = CaseIds.joined(parts)
+        if not np.array_equal(order, np.arange(len(order))):
+            back = np.empty(len(order), np.int64)
+            back[order] = np.arange(len(order))
+            ids = ids.taken(np.r_[back, np.arange(len(order), len(ids))])
         tags = [indexes[k].tags[i] for k, i in held] + [()] * len(only_scored)
         answerable = np.array([bool(indexes[k].answerable[i]) for k, i in held] + [True] * len(only_scored),
                               bool)
-        golden = [indexes[k].golden[i] for k, i in held] + [None] * len(only_scored)
-        contents = lambda: [indexes[k].contents()[i] for k, i in held]  # noqa: E731
-        where = list(held)
+        golden = np.zeros((len(held), 16), np.uint8)
+        for k, index in enumerate(indexes):
+            mine = runs == k
+            golden[mine] = index.golden[at[mine]]
 
-        def read(places: Sequence[int]) -> list[Case]:
-            out: dict[int, Case] = {}
-            by_run: dict[int, list[int]] = {}
-            for p in places:
-                by_run.setdefault(where[p][0], []).append(p)
-            for k, ps in by_run.items():
-                for p, case in zip(ps, indexes[k].cases([where[p][1] for p in ps])):
-                    out[p] = case
-            return [out[p] for p in places]
+        def contents() -> np.ndarray:
+            out = np.zeros((len(held), 16), np.uint8)
+            for k, index in enumerate(indexes):
+                mine = runs == k
+                if mine.any():
+                    out[mine] = index.contents()[at[mine]]
+            return out
+        def gathered(how: str) -> Callable[[Sequence[int]], list]:
+            """Read cases of the joined index from the runs that hold them (``how``: `cases`, `heads`
+            or `views`)."""
+            def get(places: Sequence[int]) -> list:
+                out: dict[int, Any] = {}
+                wanted = np.asarray(places, np.int64)
+                for k, index in enumerate(indexes):
+                    mine = wanted[runs[wanted] == k]
+                    if len(mine):
+                        out.update(zip(mine.tolist(), getattr(index, how)(at[mine].tolist())))
+                return [out[p] for p in places]
+            return get
 
-        def heads(places: Sequence[int]) -> list:
-            out: dict[int, Any] = {}
-            by_run: dict[int, list[int]] = {}
-            for p in places:
-                by_run.setdefault(where[p][0], []).append(p)
-            for k, ps in by_run.items():
-                out.update(zip(ps, indexes[k].heads([where[p][1] for p in ps])))
-            return [out[p] for p in places]
-
-        def views(places: Sequence[int]) -> list:
-            out: dict[int, Any] = {}
-            by_run: dict[int, list[int]] = {}
-            for p in places:
-                by_run.setdefault(where[p][0], []).append(p)
-            for k, ps in by_run.items():
-                out.update(zip(ps, indexes[k].views([where[p][1] for p in ps])))
-            return [out[p] for p in places]
-
+        read, heads, views = gathered("cases"), gathered("heads"), gathered("views")
         places = np.r_[np.arange(len(held), dtype=np.int64), np.full(len(only_scored), -1, np.int64)]
         return cls(ids, tags, answerable, places, golden, read, described=len(held), contents=contents,
                    heads=heads, views=views)
@@ -192,15 +213,13 @@ class CaseIndex:
 
     def extend(self, ids: Sequence[str]) -> None:
         """Add cases that only scores name (no tags, answerable, nothing to read back)."""
-        for cid in ids:
-            self.position[cid] = len(self.ids)
-            self.ids.append(cid)
-            self.tags.append(())
-            self.golden.append(None)
+        self.ids = self.ids.extended(ids)
+        self.tags.extend([()] * len(ids))
         k = len(ids)
         self.answerable = np.concatenate([self.answerable, np.ones(k, bool)])
         self.places = np.concatenate([self.places, np.full(k, -1, np.int64)])
         self._masks.clear()
+        self._rank = None
 
     def all_tags(self) -> list[str]:
         """Every tag of the cases, sorted."""
@@ -638,13 +657,14 @@ class RunColumns:
         index = CaseIndex([c.id for c in cases], [tuple(c.tags) for c in cases],
                           np.fromiter((c.answerable for c in cases), bool, len(cases)),
                           np.arange(len(cases), dtype=np.int64),
-                          [golden_digest(c.model_dump(mode="json", include=set(GOLDEN_FIELDS)))
-                           for c in cases],
+                          digests(golden_digest(c.model_dump(mode="json", include=set(GOLDEN_FIELDS)))
+                                  for c in cases),
                           lambda places: [cases[p] for p in places],
-                          contents=lambda: [_line_digest(record_line(case_record(c))) for c in cases])
+                          contents=lambda: digests(_line_digest(record_line(case_record(c))) for c in cases))
         builder = ColumnsBuilder(index, ListStore(scores))
-        for place, s in enumerate(scores):
-            builder.add_score(s, place, place)
+        found = index.find([s.case_id for s in scores]).tolist()
+        for place, (s, i) in enumerate(zip(scores, found)):
+            builder.add_score(s, place, place, i)
         return builder.finish(pass_at_least)
 
 
@@ -659,6 +679,8 @@ class ColumnsBuilder:
         self.max_repeat = 0
         # cases only scores name: their first column and order there, to place them as a run does
         self.unknown: dict[int, tuple[tuple[str, str], int]] = {}
+        #: the ids only scores name, each with its place (added to the cases at `finish`)
+        self.only_scored: dict[str, int] = {}
         self._pending: dict[tuple[str, str], list[list]] = {}
 
     def _column(self, key: tuple[str, str]) -> Column:
@@ -667,15 +689,18 @@ class ColumnsBuilder:
             col = self.columns[key] = Column(key[0], key[1], self.size, self.store)
         return col
 
-    def index(self, case_id: str, key: tuple[str, str], order: int) -> int:
-        i = self.cases.position.get(case_id)
-        if i is None:
-            i = len(self.cases)
-            self.cases.extend([case_id])
-            if len(self.cases) > self.size:
-                self.size = max(len(self.cases), 2 * self.size, 1024)
-                for col in self.columns.values():
-                    col.grow(self.size)
+    def index(self, case_id: str, key: tuple[str, str], order: int, found: Optional[int] = None) -> int:
+        """The place of case ``case_id`` (``found``: its place among the cases, -1 for none, when
+        already looked up), a new one for an id only scores name."""
+        i = self.cases.place(case_id) if found is None else found
+        if i is None or i < 0:
+            i = self.only_scored.get(case_id)
+            if i is None:
+                i = self.only_scored[case_id] = len(self.cases) + len(self.only_scored)
+                if i >= self.size:
+                    self.size = max(i + 1, 2 * self.size, 1024)
+                    for col in self.columns.values():
+                        col.grow(self.size)
         if i >= self.cases.described:
             first = self.unknown.get(i)
             if first is None or key < first[0]:
@@ -695,13 +720,14 @@ class ColumnsBuilder:
         pending[4].append(repeat)
         pending[5].append(extra)
 
-    def add_score(self, s: Score, place: int, order: int) -> None:
-        """One `Score` (a line read field by field, or a run's score in memory)."""
+    def add_score(self, s: Score, place: int, order: int, found: Optional[int] = None) -> None:
+        """One `Score` (a line read field by field, or a run's score in memory; ``found``: as `index`
+        takes it)."""
         from .summary import claim_counts
         from ..metrics import ragchecker_figure
 
         key = (s.backend, s.metric)
-        i = self.index(s.case_id, key, order)
+        i = self.index(s.case_id, key, order, found)
         extra: dict[str, Any] = {}
         if s.judge_calls:
             extra["judge_calls"] = s.judge_calls
@@ -783,6 +809,9 @@ class ColumnsBuilder:
 
     def finish(self, pass_at_least: Optional[int] = None) -> RunColumns:
         self.flush()
+        if self.only_scored:
+            self.cases.extend(list(self.only_scored))
+            self.only_scored = {}
         n = len(self.cases)
         self._place_unknown()
         columns = {}
@@ -812,11 +841,8 @@ class ColumnsBuilder:
             return
         perm = np.arange(n)
         perm[start:] = order
-        ids = [self.cases.ids[i] for i in perm]
-        self.cases.ids[:] = ids
-        self.cases.position = {cid: i for i, cid in enumerate(ids)}
+        self.cases.ids = self.cases.ids.taken(perm)
         self.cases.tags[:] = [self.cases.tags[i] for i in perm]
-        self.cases.golden[:] = [self.cases.golden[i] for i in perm]
         self.cases.answerable = self.cases.answerable[perm]
         self.cases.places = self.cases.places[perm]
         self.cases._masks.clear()
@@ -872,6 +898,11 @@ class ColumnsBuilder:
 
 _EXTRA_DEFAULTS = {"judge_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0,
                    "cost": math.nan, "claims": -1, "unsupported": 0, "ragchecker": math.nan, "cached": False}
+
+
+def digests(each: Iterable[bytes]) -> np.ndarray:
+    """Digests of 16 bytes as the rows of an array."""
+    return np.frombuffer(b"".join(each), np.uint8).reshape(-1, 16).copy()
 
 
 def _line_digest(line: bytes) -> bytes:

@@ -50,8 +50,9 @@ from ..formats.plain_records import good_id
 from ..schema import Case, RunManifest, Score, clean_id
 from ..limits import MAX_REPEATS  # a recorded repeat index is below it
 from .column_copy import file_keys, load_copy, save_copy
+from .case_ids import CaseIds
 from .columns import (ERROR, NOT_RUN, SCORED, UNDEFINED, CaseIndex, ColumnsBuilder, RunColumns, ScoreStore,
-                      golden_digest)
+                      digests, golden_digest)
 
 __all__ = ["STATUSES", "score_from_line", "read_scores", "read_manifest", "read_columns", "read_case_index",
            "FileStore"]
@@ -510,11 +511,11 @@ def read_case_index(path: Path) -> CaseIndex:
     from ..formats.record_lines import parse_record_line
     from ..formats.files import parse_line
 
-    ids: list[str] = []
+    ids: list[CaseIds] = []
     tags: list[tuple[str, ...]] = []
-    answerable: list[bool] = []
-    places: list[int] = []
-    golden: list[Optional[bytes]] = []
+    answerable: list[np.ndarray] = []  # a block's at a time, as arrays: no Python object a case is kept
+    places: list[np.ndarray] = []
+    golden: list[np.ndarray] = []
     if path.exists():
         seen = SeenCaseIds()
         shared: dict[tuple[str, ...], tuple[str, ...]] = {}
@@ -525,22 +526,23 @@ def read_case_index(path: Path) -> CaseIndex:
                                      parse_record_line)) for n, _, raw in block]
             batch = batch_from_records(pairs, path, first_seen=seen)
             seen.end_batch()
-            ids += batch.ids
-            for k, (_, at, _) in enumerate(block):
-                head = batch.head(k)
+            ids.append(CaseIds.of(batch.ids))
+            heads = [batch.head(k) for k in range(len(block))]
+            for head in heads:
                 t = tuple(head.get("tags", ()))
                 tags.append(shared.setdefault(t, t))
-                answerable.append(head.get("answerable", True))
-                golden.append(golden_digest(head))
-                places.append(at)
+            answerable.append(np.fromiter((head.get("answerable", True) for head in heads), bool, len(heads)))
+            golden.append(digests(map(golden_digest, heads)))
+            places.append(np.fromiter((at for _, at, _ in block), np.int64, len(block)))
         if blank:
             raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
-    return _index_over(path, ids, tags, np.array(answerable, bool), np.array(places, np.int64), golden)
+    return _index_over(path, CaseIds.joined(ids), tags, np.concatenate(answerable or [np.zeros(0, bool)]),
+                       np.concatenate(places or [np.zeros(0, np.int64)]),
+                       np.concatenate(golden or [np.zeros((0, 16), np.uint8)]))
 
 
-def _index_over(path: Path, ids: list[str], tags: list[tuple[str, ...]], answerable: np.ndarray,
-                places: np.ndarray, golden: list[Optional[bytes]], described: Optional[int] = None
-                ) -> CaseIndex:
+def _index_over(path: Path, ids: CaseIds, tags: list[tuple[str, ...]], answerable: np.ndarray,
+                places: np.ndarray, golden: np.ndarray, described: Optional[int] = None) -> CaseIndex:
     """A `CaseIndex` of these cases whose lines are in ``path`` (a run folder's ``cases.jsonl``)."""
     return CaseIndex(ids, tags, answerable, places, golden, lambda at: _cases_at(path, at),
                      described=described, contents=lambda: _contents(path),
@@ -574,7 +576,7 @@ def _views_at(path: Path, places: Sequence[int]) -> list[Any]:
     return [got[p] for p in places]
 
 
-def _contents(path: Path) -> list[bytes]:
+def _contents(path: Path) -> np.ndarray:
     """A digest of each case's canonical line in ``cases.jsonl`` (`CaseIndex.contents`), read again."""
     from ..formats.batches import batch_from_records
     from ..formats.record_lines import parse_record_line
@@ -585,7 +587,7 @@ def _contents(path: Path) -> list[bytes]:
             batch = batch_from_records([(n, parse_record_line(raw.decode("utf-8"))) for n, _, raw in block],
                                        path)
             out += [hashlib.blake2b(batch.line(k), digest_size=16).digest() for k in range(len(batch))]
-    return out
+    return digests(out)
 
 
 def _cases_at(path: Path, places: Sequence[int]) -> list[Case]:
@@ -638,13 +640,13 @@ def _read_block(block: list[tuple[int, int, bytes]], path: Path, builder: Column
         parsed = None
     if type(parsed) is not list or len(parsed) != len(block):
         parsed = [None] * len(block)
-    position = builder.cases.position
-    described = builder.cases.described
+    named = [d.get("case_id") if type(d) is dict else None for d in parsed]
+    found = builder.cases.find([c if type(c) is str else "" for c in named]).tolist()
     add = builder.add_fast
-    for (n, at, raw), d in zip(block, parsed):
+    for (n, at, raw), d, i in zip(block, parsed, found):
         if bad:
             raise bad[0]
-        fields = _plain_fields(d, raw, position, described) if type(d) is dict else None
+        fields = _plain_fields(d, raw, i >= 0) if type(d) is dict else None
         if fields is None:
             try:
                 score = score_from_line(_text(path, n, raw))
@@ -656,13 +658,12 @@ def _read_block(block: list[tuple[int, int, bytes]], path: Path, builder: Column
             continue
         cid, metric, backend, value, status, repeat, extra = fields
         key = (backend, metric)
-        i = position.get(cid)
-        if i is None or i >= described:
-            i = builder.index(cid, key, n)
+        if i < 0:
+            i = builder.index(cid, key, n, i)
         add(key, i, value, status, at, repeat, extra)
 
 
-def _plain_fields(d: dict, raw: bytes, position: dict, described: int) -> Optional[tuple]:
+def _plain_fields(d: dict, raw: bytes, known: bool) -> Optional[tuple]:
     """A parsed score line's fields when it is a line as a run writes it (the checks of
     `score_from_line`'s quick path: `_plain_score`, each key once, every value of its type, no
     evidence, repeats summary or mapping as native value to read); else None."""
@@ -706,8 +707,7 @@ def _plain_fields(d: dict, raw: bytes, position: dict, described: int) -> Option
         if cost is not None and not ((type(cost) is float and 0.0 <= cost < _INF)
                                      or (type(cost) is int and cost >= 0)):
             return None
-    i = position.get(cid)
-    if (i is None or i >= described) and not good_id(cid):
+    if not known and not good_id(cid):
         return None
     if not _good_name(metric) or not _good_name(backend):
         return None

@@ -333,8 +333,7 @@ def run_gates(
     base_cols = base.columns if base is not None else None
     base_at = None
     if base_cols is not None:
-        position = base_cols.cases.position
-        base_at = np.fromiter((position.get(cid, -1) for cid in cols.cases.ids), np.int64, len(cols.cases))
+        base_at = base_cols.cases.find(cols.cases.ids)
     all_tags = cols.cases.all_tags()
 
     warnings: list[str] = [f"history: {h.path} did not finish (status {h.manifest.status}); its means "
