@@ -11,6 +11,8 @@ import json
 import math
 import types
 
+import pytest
+
 import ragbridge
 from conftest import ragbridge_cli
 from ragbridge.plugin import Backend, MetricSpec, Result, hookimpl
@@ -122,3 +124,14 @@ def test_every_output_gives_a_case_one_verdict_at_one_mark(tmp_path):
         failing = sorted(k[2] for k, v in verdicts.items() if k[:2] == key and v is False)
         assert sorted(c["case_id"] for c in results[key[0], check]["cases_behind"]) == failing, key
         assert results[key[0], check]["verdict"] == ("fail" if failing else "pass")
+
+
+@pytest.mark.parametrize("value, threshold, op, shown", [
+    (0.84962, 0.85, ">=", "0.8496"), (0.8504, 0.85, ">=", "0.8504"), (0.85, 0.85, ">=", "0.850"),
+    (0.851, 0.85, ">=", "0.851"), (0.85004, 0.85, ">", "0.85004"), (0.0100004, 0.01, "<=", "0.0100004"),
+    (0.5, 0.85, ">=", "0.500"), (-0.00004, 0.0, ">=", "-0.00004")])
+def test_a_value_beside_its_cut_reads_as_it_compares(value, threshold, op, shown):
+    from ragbridge.verdicts import COMPARE, against
+
+    assert against(value, threshold, op) == shown
+    assert COMPARE[op](float(shown), threshold) == COMPARE[op](value, threshold)
