@@ -181,12 +181,7 @@ def join_runs(runs: Sequence[Union[Run, str, Path]]) -> Run:
             seen_in[cid] = seen_in.get(cid, 0) + 1
     shared = [cid for cid, n in seen_in.items() if n == len(opened) and cid not in differing]
     if not shared:
-        raise AnalysisError(
-            "the runs share no case: "
-            + "; ".join(f"{labels[i]} holds {c.cases.described}" for i, c in enumerate(cols))
-            + (f"; {len(differing)} case id(s) are in several runs with different content (first: "
-               f"{differing[0]!r})" if differing else "")
-            + ": join runs made on the same golden set")
+        raise AnalysisError(_nothing_shared(opened, labels, differing, first))
     left_out = set(differing)
     kept = [cid for cid in first if cid not in left_out]
     only_scored = [cid for c in cols for cid in c.cases.ids[c.cases.described:]
@@ -251,6 +246,26 @@ def join_runs(runs: Sequence[Union[Run, str, Path]]) -> Run:
                        "shared": len(shared), "only_in_some": len(kept) - len(shared),
                        "differing": len(differing), "differing_ids": differing[:5]}
     return Run(manifest=manifest, columns=both)
+
+
+def _nothing_shared(runs: list[Run], labels: list[str], differing: list[str], first: dict) -> str:
+    """Why runs cannot be joined, and what to run instead: above all, runs of the same case ids whose
+    cases differ (two systems' runs of the same questions) are compared, not joined."""
+    cols = [r.columns for r in runs]
+    held = "; ".join(f"{labels[i]} holds {c.cases.described}" for i, c in enumerate(cols))
+    if not differing:
+        return f"the runs share no case id ({held}): join runs made on the same golden set"
+    k0, i0 = first[differing[0]]
+    golden_same = all(cols[k].cases.golden[cols[k].cases.position[differing[0]]] == cols[k0].cases.golden[i0]
+                      for k in range(len(cols)) if differing[0] in cols[k].cases.position)
+    what = ("the same questions, labels and references with other answers or retrieved chunks"
+            if golden_same else "other questions, labels or references")
+    return (f"the runs hold the same case ids with different content ({held}; {len(differing)} id(s) "
+            f"differ, first {differing[0]!r}: {what}): --with joins runs of the same cases scored "
+            "apart (other backends or judges), so no case is left to join. To compare two systems' "
+            "runs of the same questions, give both runs: ragbridge compare "
+            + " ".join(str(r.path or label) for r, label in zip(runs[:2], labels))
+            + " (or ragbridge diff BASE NEW)")
 
 
 def _run_labels(runs: list[Run]) -> list[str]:
