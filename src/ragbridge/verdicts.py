@@ -19,6 +19,7 @@ Which threshold applies to a (backend, metric) is decided in one place too: wher
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from typing import Any, Callable, Optional, Sequence
@@ -26,7 +27,8 @@ from typing import Any, Callable, Optional, Sequence
 from .metrics import default_pass_mark
 from .schema import Score
 
-__all__ = ["passes", "pass_mark", "repeats_pass", "verdict", "verdicts_at", "why", "COMPARE", "against"]
+__all__ = ["passes", "pass_mark", "repeats_pass", "verdict", "verdicts_at", "why", "COMPARE", "against",
+           "p_text"]
 
 #: the comparisons a threshold may be read with (a gate's ``share(METRIC > 0.7)``); ``>=`` is the pass rule
 COMPARE: dict[str, Callable[[float, float], bool]] = {
@@ -57,6 +59,14 @@ def against(value: float, threshold: float, op: str = ">=", spec: str = ".3f") -
         if COMPARE[op](shown, threshold) == holds and (shown != threshold or value == threshold):
             return text
     return repr(value)
+
+
+def p_text(p: Any) -> str:
+    """A p-value to three significant digits, ``<0.001`` below that, ``—`` when missing: the one way
+    every output (the commands, the reports, gate's figures and details) prints one."""
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return "—"
+    return f"{p:.3g}" if p >= 0.001 else "<0.001"
 
 
 def pass_mark(manifest: Any, backend: str, metric: str) -> tuple[float, str]:

@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 from ..analysis.diff import RunDiff
 from ..analysis.gate import GateReport, GateResult
 from ..run import Run
-from ..verdicts import against
+from ..verdicts import against, p_text
 from .text import escape_char, interval, jsonable, md_text, num, plain_text, records
 
 __all__ = ["junit_xml", "markdown", "incomplete_junit_xml", "incomplete_markdown", "figure_text",
@@ -39,7 +39,7 @@ def figure_text(result: GateResult) -> str:
     brackets = interval(result.ci_low, result.ci_high, 3)
     text += f" {brackets}" if brackets else ""
     if not math.isnan(result.p_value):
-        text += f" p={result.p_value:.3g}"
+        text += f" p {p_text(result.p_value)}"
     return text
 
 

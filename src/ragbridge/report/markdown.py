@@ -12,7 +12,8 @@ from ..judge.audit import calls_phrase
 from ..run import Run
 from ..run.summary import ALL
 from .data import DIAGNOSIS_LISTED, listed_by_layer, report_data, reused_lines
-from .text import ci_text, column_lines, md_text, missed_lines, num, ragchecker_text, version_change_lines
+from .text import (ci_text, column_lines, md_text, missed_lines, num, p_text, ragchecker_text,
+                   version_change_lines)
 
 __all__ = ["render_markdown", "write_markdown"]
 
@@ -107,7 +108,7 @@ def _moved(d: dict, out: list[str]) -> None:
             out.append(f"| {md_text(r['tag'])} | {md_text(r['backend'])} | {md_text(r['metric'])} | "
                        f"{r['n_paired']} | {num(r['base_mean'])} | {num(r['new_mean'])} | "
                        f"{ci_text(r['delta'], r['ci_low'], r['ci_high'], 3, signed=True)} | "
-                       f"{num(r['p_value'])} | {r['n_worse']} | {r['n_better']} | {noise} |")
+                       f"{p_text(r['p_value'])} | {r['n_worse']} | {r['n_better']} | {noise} |")
         out.append("")
     for label, items in (("got worse", mv["worse"]), ("got better", mv["better"])):
         if items:
@@ -403,7 +404,7 @@ def _trend(d: dict, out: list[str]) -> None:
         key = (row["backend"], row["metric"], row["tag"])
         means = ", ".join(f"#{s['position']} {num(s['mean'])}" for s in t["series"]
                           if (s["backend"], s["metric"], s["tag"]) == key)
-        cps = ", ".join(f"before #{c['position']} ({num(c['shift'], signed=True)}, p {num(c['p_value'], 3)})"
+        cps = ", ".join(f"before #{c['position']} ({num(c['shift'], signed=True)}, p {p_text(c['p_value'])})"
                         for c in t["changes"] if (c["backend"], c["metric"], c["tag"]) == key)
         ci = (f" [{num(row['slope_low'], 4, True)}, {num(row['slope_high'], 4, True)}]"
               if row["slope_low"] is not None else "")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ...verdicts import COMPARE, against
+from ...verdicts import COMPARE, against, p_text
 from .kinds import KINDS, Measurement
 
 __all__ = ["decide"]
@@ -32,7 +32,7 @@ def _significant_miss(rule, m: Measurement) -> tuple[bool, str]:
         if math.isnan(m.p):
             return True, "no p-value"
         sig = m.p < rule.alpha
-        return sig, f"p={m.p:.3g} {'<' if sig else '>='} {rule.alpha:g}"
+        return sig, f"p {p_text(m.p)}, {'below' if sig else 'not below'} alpha {rule.alpha:g}"
     if how == "ci":
         lo, hi = m.ci
         if math.isnan(lo) or math.isnan(hi):
