@@ -639,3 +639,29 @@ def test_write_report_takes_its_format_from_the_files_suffix(native_run, tmp_pat
     with pytest.raises(AnalysisError, match="names a md file but the format is html"):
         rep.write_report(native_run, tmp_path / "x.md", fmt="html", n_resamples=0)
     assert not (tmp_path / "x.md").exists()
+
+
+def test_a_chunk_judged_not_relevant_is_not_listed_as_relevant_in_the_html(tmp_path):
+    """Grade 0 says a person judged the chunk not relevant: the case's drill-down lists it so."""
+    import json
+
+    from conftest import ragbridge_cli
+    from ragbridge.report.html import render_html
+
+    path = tmp_path / "cases.jsonl"
+    path.write_text(json.dumps({"id": "q1", "question": "what?", "contexts": [{"id": "a"}, {"id": "b"}],
+                                "relevant": {"a": 2, "b": 0}}) + "\n", encoding="utf-8")
+    res = ragbridge_cli("run", path, "--out", tmp_path / "run", "-m", "mrr", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    page = render_html(tmp_path / "run")
+    assert "labelled relevant: <code>a</code> (2)</p>" in page
+    assert "judged not relevant: <code>b</code></p>" in page and "(0)" not in page
+
+
+def test_python_dash_m_runs_the_command_line():
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "ragbridge", "--help"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "diagnose" in res.stdout and "report" in res.stdout
