@@ -665,3 +665,23 @@ def test_python_dash_m_runs_the_command_line():
     res = subprocess.run([sys.executable, "-m", "ragbridge", "--help"], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert "diagnose" in res.stdout and "report" in res.stdout
+
+
+def test_export_scores_of_a_run_not_from_traces_says_where_its_scores_are(tmp_path):
+    """``export-scores`` writes span evaluations for runs sampled from traces; on another run it says
+    so and where every score is as data (the report's JSON, which the test reads back)."""
+    import json
+
+    from conftest import ragbridge_cli
+
+    path = tmp_path / "cases.jsonl"
+    path.write_text(json.dumps({"id": "q1", "question": "what?", "contexts": [{"id": "a"}],
+                                "relevant": {"a": 1}}) + "\n", encoding="utf-8")
+    assert ragbridge_cli("run", path, "--out", tmp_path / "run", "-m", "mrr", "--no-progress").returncode == 0
+    res = ragbridge_cli("export-scores", tmp_path / "run", "--to", "jsonl", "--out", tmp_path / "e.jsonl")
+    err = " ".join(res.stderr.split())
+    assert res.returncode == 2 and not (tmp_path / "e.jsonl").exists()
+    assert f"ragbridge report {tmp_path / 'run'} --format json --out FILE" in err
+    res = ragbridge_cli("report", tmp_path / "run", "--format", "json", "--out", tmp_path / "r.json")
+    assert res.returncode == 0, res.stderr
+    assert "mrr" in (tmp_path / "r.json").read_text(encoding="utf-8")
