@@ -401,7 +401,7 @@ def cases_in_full(data: dict[str, Any], cols: Any, limit: int = FULL_CASES) -> n
     return np.sort(matter[rank[:limit]])
 
 
-def _shown(run: Run, data: dict[str, Any], full: np.ndarray, budget: int = FULL_BUDGET
+def shown_cases(run: Run, data: dict[str, Any], full: np.ndarray, budget: int = FULL_BUDGET
            ) -> tuple[list[dict[str, Any]], int]:
     """The cases ``full`` with their texts, each with at most `CHUNKS_SHOWN` chunks (and the relevant
     ones after them), as many as fit ``budget`` bytes; and how many of ``full`` did not fit."""
@@ -596,7 +596,7 @@ def write_html(run: Union[Run, str, Path], out: TextIO, data: Optional[dict] = N
     tag_idx = {t: {(r["metric"], r["backend"]): r for r in rows}
                for t, rows in data["summary_by_tag"].items()}
     chosen = cases_in_full(data, cols, full)
-    shown, left = _shown(run, data, chosen, min(FULL_BUDGET, budget * 2 // 5))
+    shown, left = shown_cases(run, data, chosen, min(FULL_BUDGET, budget * 2 // 5))
     if left:  # past the budget: the cases that did not fit are one line each, like the rest
         chosen = chosen[:len(shown)]
     rest = np.setdiff1d(np.arange(len(cols.cases)), chosen, assume_unique=True)
