@@ -685,3 +685,30 @@ def test_export_scores_of_a_run_not_from_traces_says_where_its_scores_are(tmp_pa
     res = ragbridge_cli("report", tmp_path / "run", "--format", "json", "--out", tmp_path / "r.json")
     assert res.returncode == 0, res.stderr
     assert "mrr" in (tmp_path / "r.json").read_text(encoding="utf-8")
+
+
+def test_the_markdown_report_of_a_large_run_keeps_to_the_htmls_cases_in_full(tmp_path):
+    """The Markdown shows the cases the HTML shows in full (``--full``, the ones that matter first),
+    each with its first chunks, and says what it left out and where every case is."""
+    import json
+
+    from conftest import ragbridge_cli
+    from ragbridge.report.html import CHUNKS_SHOWN
+
+    rows = [{"id": f"q{q}", "question": f"question {q}",
+             "contexts": [{"id": f"d{q}-{i}", "text": f"chunk {i}"} for i in range(CHUNKS_SHOWN + 10)],
+             "relevant": {f"d{q}-{1 if q % 4 else CHUNKS_SHOWN + 5}": 1}} for q in range(40)]
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert ragbridge_cli("run", path, "--out", tmp_path / "run", "-m", "mrr", "--no-progress").returncode == 0
+    res = ragbridge_cli("report", tmp_path / "run", "--format", "md", "--out", tmp_path / "r.md", "--full", "5",
+                        "--resamples", "0")
+    assert res.returncode == 0, res.stderr
+    md = (tmp_path / "r.md").read_text(encoding="utf-8")
+    assert md.count("\n### q") == 5 and "5 of 40 cases in full" in md
+    assert "`ragbridge report RUN --format json`" in md
+    assert [f"q{q}" for q in range(0, 20, 4)] == [ln[4:] for ln in md.splitlines() if ln.startswith("### q")]
+    assert md.count("more chunk(s) not shown") == 5 and f"| chunk {CHUNKS_SHOWN + 5} |" in md
+    assert f"| chunk {CHUNKS_SHOWN + 6} |" not in md
+    small = ragbridge_cli("report", tmp_path / "run", "--format", "md", "--out", "-", "--resamples", "0").stdout
+    assert small.count("\n### q") == 40 and "cases in full" not in small  # under --full's 250: every case
