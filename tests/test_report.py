@@ -701,7 +701,8 @@ def test_the_markdown_report_of_a_large_run_keeps_to_the_htmls_cases_in_full(tmp
     path = tmp_path / "cases.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     assert ragbridge_cli("run", path, "--out", tmp_path / "run", "-m", "mrr", "--no-progress").returncode == 0
-    res = ragbridge_cli("report", tmp_path / "run", "--format", "md", "--out", tmp_path / "r.md", "--full", "5",
+    res = ragbridge_cli("report", tmp_path / "run", "--format", "md", "--out", tmp_path / "r.md",
+                        "--full", "5",
                         "--resamples", "0")
     assert res.returncode == 0, res.stderr
     md = (tmp_path / "r.md").read_text(encoding="utf-8")
@@ -710,5 +711,6 @@ def test_the_markdown_report_of_a_large_run_keeps_to_the_htmls_cases_in_full(tmp
     assert [f"q{q}" for q in range(0, 20, 4)] == [ln[4:] for ln in md.splitlines() if ln.startswith("### q")]
     assert md.count("more chunk(s) not shown") == 5 and f"| chunk {CHUNKS_SHOWN + 5} |" in md
     assert f"| chunk {CHUNKS_SHOWN + 6} |" not in md
-    small = ragbridge_cli("report", tmp_path / "run", "--format", "md", "--out", "-", "--resamples", "0").stdout
+    small = ragbridge_cli("report", tmp_path / "run", "--format", "md", "--out", "-",
+                          "--resamples", "0").stdout
     assert small.count("\n### q") == 40 and "cases in full" not in small  # under --full's 250: every case
