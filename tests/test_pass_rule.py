@@ -135,3 +135,19 @@ def test_a_value_beside_its_cut_reads_as_it_compares(value, threshold, op, shown
 
     assert against(value, threshold, op) == shown
     assert COMPARE[op](float(shown), threshold) == COMPARE[op](value, threshold)
+
+
+def test_a_case_just_below_its_pass_mark_reads_below_it(tmp_path):
+    """A case's recall of 0.4996 fails a pass mark of 0.5: the report's reason and diagnose's both show
+    it below the mark, not rounded onto it."""
+    rows = [{"id": "q1", "question": "q", "contexts": [{"id": f"r{i}"} for i in range(2498)],
+             "relevant": {f"r{i}": 1 for i in range(5000)}}]
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    res = ragbridge_cli("run", path, "--out", tmp_path / "run", "-m", "recall@2500", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    out = " ".join(ragbridge_cli("diagnose", tmp_path / "run").stdout.split())
+    assert "recall@2500 (native) 0.4996 < 0.5" in out
+    doc = json.loads(ragbridge_cli("report", tmp_path / "run", "--format", "json", "--out", "-",
+                                   "--resamples", "0").stdout)
+    assert "0.4996 < 0.5" in json.dumps(doc["cases"])

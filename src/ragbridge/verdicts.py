@@ -116,4 +116,5 @@ def why(score: Score, threshold: float) -> str:
     if rep is not None and rep.pass_at_least is not None and any(v is not None for v in rep.values):
         k = sum(1 for v in rep.values if v is not None and passes(v, threshold))
         return f"{score.value:.3f}: {k} of {rep.n} repeats >= {threshold:.3g}, {rep.pass_at_least} needed"
-    return f"{score.value:.3f} {'>=' if passes(score.value, threshold) else '<'} {threshold:.3g}"
+    op = ">=" if passes(score.value, threshold) else "<"
+    return f"{against(score.value, threshold)} {op} {threshold:.3g}"

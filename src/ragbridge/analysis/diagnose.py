@@ -61,7 +61,7 @@ from ..schema import SPAN_MIN_OVERLAP, Case, Score
 from .claim_evidence import ClaimEvidence, case_claims, quoted
 from .rows import Rows, Spool
 from .table import AnalysisError, open_run
-from ..verdicts import verdict
+from ..verdicts import against, verdict
 from .thresholds import Thresholds, pass_marks
 
 __all__ = ["LAYERS", "QUESTIONS", "Question", "CaseDiagnosis", "Diagnosis", "diagnose", "default_marks",
@@ -592,8 +592,9 @@ def _named(e: dict[str, Any]) -> str:
         return f"{e['metric']} (human label: {'pass' if e['passed'] else 'fail'})"
     if e["value"] is None:
         return f"{e['metric']} ({e['backend']}) undefined: {e['reason']}"
-    return f"{e['metric']} ({e['backend']}) {e['value']:.2f} < {e['pass_mark']:g}" if not e["passed"] else (
-        f"{e['metric']} ({e['backend']}) {e['value']:.2f} >= {e['pass_mark']:g}")
+    shown = against(e["value"], e["pass_mark"], ">=", ".2f")  # 0.4996 < 0.5, not 0.50 < 0.5
+    return f"{e['metric']} ({e['backend']}) {shown} < {e['pass_mark']:g}" if not e["passed"] else (
+        f"{e['metric']} ({e['backend']}) {shown} >= {e['pass_mark']:g}")
 
 
 # --------------------------------------------------------------------------------------------
