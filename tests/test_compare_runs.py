@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import EXAMPLE, ragbridge_cli
@@ -110,3 +111,37 @@ def test_runs_sharing_no_case_are_refused(judged_runs, tmp_path):
 def test_the_one_run_form_is_unchanged(judged_runs):
     r = ragbridge_cli("compare", judged_runs / "old")
     assert r.returncode == 2 and "two or more backends" in r.stderr  # one backend: nothing to compare
+
+
+def test_diff_compare_and_the_report_give_one_interval_and_p_value_for_a_pair_of_runs(tmp_path):
+    """The shift of a mean between two runs is one computation: ``diff``, ``compare A B`` and the
+    report with ``--baseline`` print the same interval and p-value, and print a p-value one way."""
+    from ragbridge.analysis.compare import compare_runs
+    from ragbridge.analysis.diff import diff_runs
+    from ragbridge.report.html import render_html
+    from ragbridge.report.markdown import render_markdown
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for q in range(300):
+        ranked = [f"d{q}-{i}" for i in rng.permutation(8)]
+        rows.append({"id": f"q{q}", "question": f"question {q}", "contexts": [{"id": c} for c in ranked],
+                     "relevant": {f"d{q}-0": 1, f"d{q}-1": 2}})
+    for name, shift in (("a", 0), ("b", 1)):
+        path = tmp_path / f"{name}.jsonl"
+        moved = [{**r, "contexts": sorted(r["contexts"], key=lambda c: c["id"], reverse=True)}
+                 if shift and i % 2 == 0 else r for i, r in enumerate(rows)]  # b ranks them last
+        path.write_text("".join(json.dumps(r) + "\n" for r in moved), encoding="utf-8")
+        res = ragbridge_cli("run", path, "--out", tmp_path / name, "-m", "mrr", "-m", "ndcg@3",
+                            "--no-progress")
+        assert res.returncode == 0, res.stderr
+    d = diff_runs(tmp_path / "a", tmp_path / "b", by_tag=False).summary.set_index(["backend", "metric"])
+    c = compare_runs(tmp_path / "a", tmp_path / "b").set_index(["backend", "metric"])
+    for key in c.index:
+        assert (c.loc[key, "shift_low"], c.loc[key, "shift_high"], c.loc[key, "shift_p"]) == (
+            d.loc[key, "ci_low"], d.loc[key, "ci_high"], d.loc[key, "p_value"]), key
+    assert (d["p_value"] < 0.001).any()
+    page = render_html(tmp_path / "b", baseline=tmp_path / "a")
+    md = render_markdown(tmp_path / "b", baseline=tmp_path / "a")
+    assert '<td class="num">&lt;0.001</td>' in page  # the shift's p-value, as the commands print it
+    assert "<0.001 |" in md.replace("\\<", "<")

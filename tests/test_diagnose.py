@@ -987,3 +987,38 @@ def test_an_unanswerable_case_that_declined_is_not_said_retrieved_faithful_and_c
     assert d.layer == "generation"
     assert d.reason.startswith("declined a question it cannot answer, but must_contain (native)"), d.reason
     assert "retrieved" not in d.reason and "faithful" not in d.reason
+
+
+def test_the_command_lists_as_many_cases_per_layer_as_the_report_and_says_a_missing_metric_once(tmp_path):
+    """``diagnose`` of a large run lists the report's number of failing cases per layer, then how many
+    more there are and how to see them; a metric the run did not score is named once, not per case."""
+    from ragbridge.analysis.diagnose import DIAGNOSIS_LISTED
+    from ragbridge.report import data, html, markdown
+
+    assert html.DIAGNOSIS_LISTED is markdown.DIAGNOSIS_LISTED is data.DIAGNOSIS_LISTED is DIAGNOSIS_LISTED
+    rows = [{"id": f"q{q:03d}", "question": f"question {q}", "contexts": [{"id": f"d{q}"}, {"id": "x"}],
+             # the first 60 find no relevant chunk (retrieval); the last 5 have none judged relevant
+             # (undetermined: precision fails, recall is undefined)
+             "relevant": {f"r{q}": 1} if q < 60 else {f"d{q}": 0} if q >= 65 else {f"d{q}": 1}}
+            for q in range(70)]
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    res = ragbridge_cli("run", path, "--out", tmp_path / "run", "-m", "recall@10", "-m", "precision@10",
+                        "--no-progress")
+    assert res.returncode == 0, res.stderr
+    res = ragbridge_cli("diagnose", tmp_path / "run")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert f"retrieval (60, the first {DIAGNOSIS_LISTED})" in out and "undetermined (5)" in out
+    listed = [ln.split(":")[0].strip() for ln in out.splitlines() if re.match(r"  q\d{3}:", ln)]
+    assert listed == [f"q{q:03d}" for q in [*range(DIAGNOSIS_LISTED), *range(65, 70)]]
+    assert f"{60 - DIAGNOSIS_LISTED} more failing case(s) not listed: --all" in " ".join(out.split())
+    assert " ".join(out.split()).lower().count("not scored in this run") == 1 and "hit@k" in out
+    every = ragbridge_cli("diagnose", tmp_path / "run", "--all").stdout
+    assert len([ln for ln in every.splitlines() if re.match(r"  q\d{3}:", ln)]) == 65
+    assert "more failing case" not in every
+    three = ragbridge_cli("diagnose", tmp_path / "run", "--top", "3").stdout
+    assert len([ln for ln in three.splitlines() if re.match(r"  q\d{3}:", ln)]) == 6
+    # the JSON keeps every case and its reasons as they are
+    cases = json.loads(ragbridge_cli("diagnose", tmp_path / "run", "--json").stdout)["cases"]
+    assert len(cases) == 65 and "hit@k not scored in this run" in cases[-1]["reason"]

@@ -153,7 +153,9 @@ def test_compare_of_two_runs_keeps_its_meaning_and_the_two_forms_do_not_mix(apar
     (other / "cases.jsonl").write_text("\n".join(json.dumps({**json.loads(x), "question": "changed?"})
                                                  for x in lines) + "\n", encoding="utf-8")
     res = ragbridge_cli("compare", root / "ragas-run", "--with", other)
-    assert res.returncode == 2 and "share no case" in res.stderr and "different content" in res.stderr
+    err = " ".join(res.stderr.split())
+    assert res.returncode == 2 and "same case ids with different content" in err
+    assert "other questions, labels or references" in err
     # a case whose content differs is left out, and said so
     (other / "cases.jsonl").write_text("\n".join(
         [json.dumps({**json.loads(lines[0]), "answer": "another answer"})] + lines[1:]) + "\n",
@@ -164,3 +166,28 @@ def test_compare_of_two_runs_keeps_its_meaning_and_the_two_forms_do_not_mix(apar
     assert all(s.case_id != first for s in joined.scores)
     text = ragbridge_cli("compare", root / "ragas-run", "--with", other, "--resamples", "0").stdout
     assert f"1 case(s) differ between the runs and are left out (first: {first})" in " ".join(text.split())
+
+
+def test_with_on_two_systems_runs_of_the_same_cases_says_to_compare_them(tmp_path):
+    """``--with`` joins runs of the same cases; two systems' runs of the same questions (other
+    retrieved chunks) hold the same ids with other content: the refusal says so and what to run."""
+    rows = [{"id": f"q{q}", "question": f"question {q}", "contexts": [{"id": f"d{q}"}, {"id": f"e{q}"}],
+             "relevant": {f"d{q}": 1}} for q in range(6)]
+    for name, order in (("a", 1), ("b", -1)):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps({**r, "contexts": r["contexts"][::order]}) + "\n" for r in rows),
+                        encoding="utf-8")
+        res = ragbridge_cli("run", path, "--out", tmp_path / name, "-m", "mrr", "-m", "ndcg@10",
+                            "--no-progress")
+        assert res.returncode == 0, res.stderr
+    for cmd in (("compare", tmp_path / "a", "--with", tmp_path / "b"),
+                ("calibrate", tmp_path / "a", "--with", tmp_path / "b", "--from", f"native@{tmp_path / 'a'}",
+                 "--to", f"native@{tmp_path / 'b'}", "--metric", "mrr")):
+        res = ragbridge_cli(*cmd)
+        err = " ".join(res.stderr.split())
+        assert res.returncode == 2 and res.stdout == "", res.stdout + res.stderr
+        assert "the runs hold the same case ids with different content" in err, err
+        assert "other answers or retrieved chunks" in err
+        assert f"ragbridge compare {tmp_path / 'a'} {tmp_path / 'b'}" in err
+    res = ragbridge_cli("compare", tmp_path / "a", tmp_path / "b")  # what the message says to run
+    assert res.returncode == 0, res.stderr

@@ -11,6 +11,8 @@ import json
 import math
 import types
 
+import pytest
+
 import ragbridge
 from conftest import ragbridge_cli
 from ragbridge.plugin import Backend, MetricSpec, Result, hookimpl
@@ -122,3 +124,30 @@ def test_every_output_gives_a_case_one_verdict_at_one_mark(tmp_path):
         failing = sorted(k[2] for k, v in verdicts.items() if k[:2] == key and v is False)
         assert sorted(c["case_id"] for c in results[key[0], check]["cases_behind"]) == failing, key
         assert results[key[0], check]["verdict"] == ("fail" if failing else "pass")
+
+
+@pytest.mark.parametrize("value, threshold, op, shown", [
+    (0.84962, 0.85, ">=", "0.8496"), (0.8504, 0.85, ">=", "0.8504"), (0.85, 0.85, ">=", "0.850"),
+    (0.851, 0.85, ">=", "0.851"), (0.85004, 0.85, ">", "0.85004"), (0.0100004, 0.01, "<=", "0.0100004"),
+    (0.5, 0.85, ">=", "0.500"), (-0.00004, 0.0, ">=", "-0.00004")])
+def test_a_value_beside_its_cut_reads_as_it_compares(value, threshold, op, shown):
+    from ragbridge.verdicts import COMPARE, against
+
+    assert against(value, threshold, op) == shown
+    assert COMPARE[op](float(shown), threshold) == COMPARE[op](value, threshold)
+
+
+def test_a_case_just_below_its_pass_mark_reads_below_it(tmp_path):
+    """A case's recall of 0.4996 fails a pass mark of 0.5: the report's reason and diagnose's both show
+    it below the mark, not rounded onto it."""
+    rows = [{"id": "q1", "question": "q", "contexts": [{"id": f"r{i}"} for i in range(2498)],
+             "relevant": {f"r{i}": 1 for i in range(5000)}}]
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    res = ragbridge_cli("run", path, "--out", tmp_path / "run", "-m", "recall@2500", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    out = " ".join(ragbridge_cli("diagnose", tmp_path / "run").stdout.split())
+    assert "recall@2500 (native) 0.4996 < 0.5" in out
+    doc = json.loads(ragbridge_cli("report", tmp_path / "run", "--format", "json", "--out", "-",
+                                   "--resamples", "0").stdout)
+    assert "0.4996 < 0.5" in json.dumps(doc["cases"])

@@ -435,7 +435,8 @@ def test_significance_keeps_judge_noise_from_failing(tmp_path):
     assert sig.verdict == "pass" and "not significant" in sig.detail and sig.p_value >= 0.05
     hard = run_gates(write_values(tmp_path / "real", real), {"gate": [{**rule, "significant": True}]},
                      baseline=b).results[0]
-    assert hard.verdict == "fail" and hard.p_value < 0.05 and "significant (p=" in hard.detail
+    assert hard.verdict == "fail" and hard.p_value < 0.05
+    assert "significant (p <0.001, below alpha 0.05)" in hard.detail  # p printed as everywhere
     again = run_gates(tmp_path / "noisy", {"gate": [{**rule, "significant": True}]}, baseline=b).results[0]
     assert (again.p_value, again.ci_low) == (sig.p_value, sig.ci_low)  # seeded
 
@@ -704,3 +705,29 @@ def test_gate_at_80_columns_shows_every_rules_detail(tmp_path, example_path, col
                    "mean 0.844 >= 0.99: does not hold; not counted: 4 undefined, 0 errored"):
         assert all(word in flat for word in detail.split()), (detail, res.stdout)
     assert all(len(line) <= columns for line in res.stdout.splitlines())
+
+
+def test_a_mean_just_below_the_bound_is_not_shown_rounded_onto_it(tmp_path):
+    """A recall mean of 0.8496 against ``>= 0.85`` fails; three decimals would print 0.850, which
+    reads as a pass: the terminal, the Markdown and the JUnit XML show 0.8496 instead."""
+    rows = []
+    for q in range(25):  # 21 cases find all 4 relevant chunks, one 6 of 25, three none: mean 21.24/25
+        found, n_rel = (4, 4) if q < 21 else (6, 25) if q == 21 else (0, 2)
+        rows.append({"id": f"q{q}", "question": f"question {q}",
+                     "contexts": [{"id": f"d{q}-{i}"} for i in range(found)] + [{"id": "other"}],
+                     "relevant": {f"d{q}-{i}": 1 for i in range(n_rel)}})
+    data = tmp_path / "cases.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    res = ragbridge_cli("run", data, "--out", tmp_path / "run", "-m", "recall@100", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    gates = tmp_path / "gates.toml"
+    gates.write_text('[[gate]]\ncheck = "recall@100 >= 0.85"\n')
+    junit, md = tmp_path / "gate.xml", tmp_path / "gate.md"
+    res = ragbridge_cli("gate", tmp_path / "run", "--config", gates, "--junit", junit, "--markdown", md)
+    assert res.returncode == 1, res.stdout + res.stderr
+    out = " ".join(res.stdout.split())
+    assert "mean 0.8496 >= 0.85: does not hold" in out and "0.850" not in out
+    assert "0.8496 [0.699, 0.970]" in out  # the figure column too; its interval in three decimals
+    assert "0.8496 >= 0.85: does not hold" in md.read_text() and "0.850 >=" not in md.read_text()
+    failure = ET.parse(junit).getroot().find("testsuite").find("testcase").find("failure")
+    assert "0.8496" in failure.get("message") + (failure.text or "") and "0.850 " not in failure.text

@@ -639,3 +639,78 @@ def test_write_report_takes_its_format_from_the_files_suffix(native_run, tmp_pat
     with pytest.raises(AnalysisError, match="names a md file but the format is html"):
         rep.write_report(native_run, tmp_path / "x.md", fmt="html", n_resamples=0)
     assert not (tmp_path / "x.md").exists()
+
+
+def test_a_chunk_judged_not_relevant_is_not_listed_as_relevant_in_the_html(tmp_path):
+    """Grade 0 says a person judged the chunk not relevant: the case's drill-down lists it so."""
+    import json
+
+    from conftest import ragbridge_cli
+    from ragbridge.report.html import render_html
+
+    path = tmp_path / "cases.jsonl"
+    path.write_text(json.dumps({"id": "q1", "question": "what?", "contexts": [{"id": "a"}, {"id": "b"}],
+                                "relevant": {"a": 2, "b": 0}}) + "\n", encoding="utf-8")
+    res = ragbridge_cli("run", path, "--out", tmp_path / "run", "-m", "mrr", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    page = render_html(tmp_path / "run")
+    assert "labelled relevant: <code>a</code> (2)</p>" in page
+    assert "judged not relevant: <code>b</code></p>" in page and "(0)" not in page
+
+
+def test_python_dash_m_runs_the_command_line():
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "ragbridge", "--help"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "diagnose" in res.stdout and "report" in res.stdout
+
+
+def test_export_scores_of_a_run_not_from_traces_says_where_its_scores_are(tmp_path):
+    """``export-scores`` writes span evaluations for runs sampled from traces; on another run it says
+    so and where every score is as data (the report's JSON, which the test reads back)."""
+    import json
+
+    from conftest import ragbridge_cli
+
+    path = tmp_path / "cases.jsonl"
+    path.write_text(json.dumps({"id": "q1", "question": "what?", "contexts": [{"id": "a"}],
+                                "relevant": {"a": 1}}) + "\n", encoding="utf-8")
+    assert ragbridge_cli("run", path, "--out", tmp_path / "run", "-m", "mrr", "--no-progress").returncode == 0
+    res = ragbridge_cli("export-scores", tmp_path / "run", "--to", "jsonl", "--out", tmp_path / "e.jsonl")
+    err = " ".join(res.stderr.split())
+    assert res.returncode == 2 and not (tmp_path / "e.jsonl").exists()
+    assert f"ragbridge report {tmp_path / 'run'} --format json --out FILE" in err
+    res = ragbridge_cli("report", tmp_path / "run", "--format", "json", "--out", tmp_path / "r.json")
+    assert res.returncode == 0, res.stderr
+    assert "mrr" in (tmp_path / "r.json").read_text(encoding="utf-8")
+
+
+def test_the_markdown_report_of_a_large_run_keeps_to_the_htmls_cases_in_full(tmp_path):
+    """The Markdown shows the cases the HTML shows in full (``--full``, the ones that matter first),
+    each with its first chunks, and says what it left out and where every case is."""
+    import json
+
+    from conftest import ragbridge_cli
+    from ragbridge.report.html import CHUNKS_SHOWN
+
+    rows = [{"id": f"q{q}", "question": f"question {q}",
+             "contexts": [{"id": f"d{q}-{i}", "text": f"chunk {i}"} for i in range(CHUNKS_SHOWN + 10)],
+             "relevant": {f"d{q}-{1 if q % 4 else CHUNKS_SHOWN + 5}": 1}} for q in range(40)]
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert ragbridge_cli("run", path, "--out", tmp_path / "run", "-m", "mrr", "--no-progress").returncode == 0
+    res = ragbridge_cli("report", tmp_path / "run", "--format", "md", "--out", tmp_path / "r.md",
+                        "--full", "5",
+                        "--resamples", "0")
+    assert res.returncode == 0, res.stderr
+    md = (tmp_path / "r.md").read_text(encoding="utf-8")
+    assert md.count("\n### q") == 5 and "5 of 40 cases in full" in md
+    assert "`ragbridge report RUN --format json`" in md
+    assert [f"q{q}" for q in range(0, 20, 4)] == [ln[4:] for ln in md.splitlines() if ln.startswith("### q")]
+    assert md.count("more chunk(s) not shown") == 5 and f"| chunk {CHUNKS_SHOWN + 5} |" in md
+    assert f"| chunk {CHUNKS_SHOWN + 6} |" not in md
+    small = ragbridge_cli("report", tmp_path / "run", "--format", "md", "--out", "-",
+                          "--resamples", "0").stdout
+    assert small.count("\n### q") == 40 and "cases in full" not in small  # under --full's 250: every case

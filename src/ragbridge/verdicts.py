@@ -19,13 +19,16 @@ Which threshold applies to a (backend, metric) is decided in one place too: wher
 
 from __future__ import annotations
 
+import math
 import operator
+import re
 from typing import Any, Callable, Optional, Sequence
 
 from .metrics import default_pass_mark
 from .schema import Score
 
-__all__ = ["passes", "pass_mark", "repeats_pass", "verdict", "verdicts_at", "why", "COMPARE"]
+__all__ = ["passes", "pass_mark", "repeats_pass", "verdict", "verdicts_at", "why", "COMPARE", "against",
+           "p_text"]
 
 #: the comparisons a threshold may be read with (a gate's ``share(METRIC > 0.7)``); ``>=`` is the pass rule
 COMPARE: dict[str, Callable[[float, float], bool]] = {
@@ -37,6 +40,33 @@ def passes(value: Any, threshold: float, op: str = ">=") -> Any:
     says otherwise): a bool; for a NumPy array of values, an array of them (NaN never passes)."""
     got = COMPARE[op](value, threshold)
     return bool(got) if getattr(got, "ndim", 0) == 0 else got
+
+
+def against(value: float, threshold: float, op: str = ">=", spec: str = ".3f") -> str:
+    """``value`` as text beside the cut ``threshold`` it is compared with (``value op threshold``),
+    formatted by ``spec`` (``.3f``, ``+.4f``), with more decimals where rounding to those would make
+    the comparison read the other way or the value read equal to the cut: a mean of 0.84962 against
+    ``>= 0.85`` shows as ``0.8496``, not ``0.850``. Every output that prints a value against a cut
+    (gate's figures and details) formats it here."""
+    m = re.fullmatch(r"([+]?)\.(\d+)f", spec)
+    if m is None or value != value or threshold != threshold:
+        return format(value, spec)
+    sign, digits = m.group(1), int(m.group(2))
+    holds = COMPARE[op](value, threshold)
+    for d in range(digits, 18):
+        text = f"{value:{sign}.{d}f}"
+        shown = float(text)
+        if COMPARE[op](shown, threshold) == holds and (shown != threshold or value == threshold):
+            return text
+    return repr(value)
+
+
+def p_text(p: Any) -> str:
+    """A p-value to three significant digits, ``<0.001`` below that, ``—`` when missing: the one way
+    every output (the commands, the reports, gate's figures and details) prints one."""
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return "—"
+    return f"{p:.3g}" if p >= 0.001 else "<0.001"
 
 
 def pass_mark(manifest: Any, backend: str, metric: str) -> tuple[float, str]:
@@ -86,4 +116,5 @@ def why(score: Score, threshold: float) -> str:
     if rep is not None and rep.pass_at_least is not None and any(v is not None for v in rep.values):
         k = sum(1 for v in rep.values if v is not None and passes(v, threshold))
         return f"{score.value:.3f}: {k} of {rep.n} repeats >= {threshold:.3g}, {rep.pass_at_least} needed"
-    return f"{score.value:.3f} {'>=' if passes(score.value, threshold) else '<'} {threshold:.3g}"
+    op = ">=" if passes(score.value, threshold) else "<"
+    return f"{against(score.value, threshold)} {op} {threshold:.3g}"

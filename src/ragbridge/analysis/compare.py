@@ -30,6 +30,7 @@ from ..metrics import half_of
 from ..run import Run
 from . import stats
 from ..run.columns import ERROR
+from ..run.summary import ALL
 from .table import AnalysisError, ScoreTable, judge_of, open_run
 from .thresholds import Thresholds, pass_marks
 
@@ -210,11 +211,8 @@ def compare_runs(
             pa, pb = ca.verdicts(t_a)[both], cb.verdicts(t_b)[both]
             row.update(_figures(x, y, pa, pb, t_a, t_b, n_resamples, gseed, confidence))
             row["shift"] = float((y - x).mean()) if n else math.nan
-            row["shift_low"], row["shift_high"] = (
-                stats.paired_bootstrap_ci(x, y, confidence, n_resamples, gseed) if n >= 2
-                else (math.nan, math.nan))
-            row["shift_p"] = (stats.paired_permutation_pvalue(x, y, "two-sided", 0.0, n_permutations, gseed)
-                              if n and n_permutations > 0 else math.nan)
+            row["shift_low"], row["shift_high"], row["shift_p"] = stats.mean_shift(
+                x, y, seed, b, metric, ALL, confidence, n_resamples, n_permutations)  # as diff's
             rows.append(row)
     frame = pd.DataFrame(rows, columns=COMPARE_RUNS_COLUMNS)
     if frame.empty:

@@ -61,10 +61,19 @@ from ..schema import SPAN_MIN_OVERLAP, Case, Score
 from .claim_evidence import ClaimEvidence, case_claims, quoted
 from .rows import Rows, Spool
 from .table import AnalysisError, open_run
-from ..verdicts import verdict
+from ..verdicts import against, verdict
 from .thresholds import Thresholds, pass_marks
 
-__all__ = ["LAYERS", "QUESTIONS", "Question", "CaseDiagnosis", "Diagnosis", "diagnose", "default_marks"]
+__all__ = ["LAYERS", "QUESTIONS", "Question", "CaseDiagnosis", "Diagnosis", "diagnose", "default_marks",
+           "DIAGNOSIS_LISTED", "NOT_IN_RUN"]
+
+#: the failing cases listed by name per layer (``diagnose``'s lines, the HTML and Markdown reports;
+#: the JSON holds them all)
+DIAGNOSIS_LISTED = 50
+
+#: how a case's missing evidence ends when its metric was not scored in the run at all (the same for
+#: every case)
+NOT_IN_RUN = " not scored in this run"
 
 LAYERS = ("retrieval", "generation", "knowledge_base", "reference_or_judge", "undetermined")
 
@@ -396,7 +405,7 @@ def _why_missing(source: str, scores: list[Score], in_run: set[str], k: Optional
     reason."""
     names = sorted(m for m in in_run if _matching(source, m, k) is not None)
     if not names:
-        return f"{source} not scored in this run"
+        return f"{source}{NOT_IN_RUN}"
     found = [s for s in scores if s.metric in names]
     if not found:
         return f"{', '.join(names)} not scored for this case"
@@ -583,8 +592,9 @@ def _named(e: dict[str, Any]) -> str:
         return f"{e['metric']} (human label: {'pass' if e['passed'] else 'fail'})"
     if e["value"] is None:
         return f"{e['metric']} ({e['backend']}) undefined: {e['reason']}"
-    return f"{e['metric']} ({e['backend']}) {e['value']:.2f} < {e['pass_mark']:g}" if not e["passed"] else (
-        f"{e['metric']} ({e['backend']}) {e['value']:.2f} >= {e['pass_mark']:g}")
+    shown = against(e["value"], e["pass_mark"], ">=", ".2f")  # 0.4996 < 0.5, not 0.50 < 0.5
+    return f"{e['metric']} ({e['backend']}) {shown} < {e['pass_mark']:g}" if not e["passed"] else (
+        f"{e['metric']} ({e['backend']}) {shown} >= {e['pass_mark']:g}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -758,7 +768,7 @@ def _claim_checks_missing(scores: list[Score], in_run: set[str]) -> list[str]:
     theirs with its status."""
     names = sorted(set(RAGCHECKER) & in_run)
     if not names:
-        return [f"claim checks not scored in this run (--metric {CLAIM_DIAGNOSTICS})"]
+        return [f"claim checks{NOT_IN_RUN} (--metric {CLAIM_DIAGNOSTICS})"]
     found = [s for s in scores if s.metric in names]
     if not found:
         return [f"claim checks ({', '.join(names)}) not scored for this case"]

@@ -9,7 +9,7 @@ that are not numbers in one of the runs are all listed.
 
 Statistics (`ragbridge.analysis.stats`; both seeded and reproducible; the seed of each group is
 derived from ``seed`` and the group's name, so filtering metrics or tags does not change the other
-groups' numbers):
+groups' numbers; both from `stats.mean_shift`, as ``compare A B`` and the report compute them):
 
 - the interval is the paired bootstrap interval of the mean difference (`stats.paired_bootstrap_ci`,
   ``n_resamples`` times, default 2000);
@@ -41,9 +41,7 @@ from .stats import (
     DEFAULT_PERMUTATIONS,
     DEFAULT_RESAMPLES,
     EPS,
-    group_seed,
-    paired_bootstrap_ci,
-    paired_permutation_pvalue,
+    mean_shift,
 )
 from .noise import mde, noise_band, noise_figures, repeat_scores, repeats_of, within_judge_noise
 from .rows import Rows
@@ -451,9 +449,8 @@ def diff_runs(
         for tag, members in groups.items():
             if tag != ALL and not members.any():
                 continue
-            gseed = group_seed(seed, backend, metric, tag)
             row = _summary_row(backend, metric, tag, p, members, confidence, n_resamples, n_permutations,
-                               gseed)
+                               seed)
             row.update(_within_noise(row, noise.get((backend, metric))))
             summary_rows.append(row)
     summary = pd.DataFrame(summary_rows, columns=SUMMARY_COLUMNS)
@@ -573,7 +570,8 @@ def _summary_row(backend: str, metric: str, tag: str, p: _Paired, members: np.nd
     both = members & (p.base_status == SCORED) & (p.new_status == SCORED)
     bv, nv = p.base_value[both], p.new_value[both]
     n = len(bv)
-    lo, hi = paired_bootstrap_ci(bv, nv, confidence, n_resamples, seed)
+    lo, hi, p_value = mean_shift(bv, nv, seed, backend, metric, tag, confidence, n_resamples,
+                                 n_permutations)
     change = np.bincount(p.change[members], minlength=4)
     return {
         "backend": backend, "metric": metric, "tag": tag, "n_paired": n,
@@ -581,7 +579,7 @@ def _summary_row(backend: str, metric: str, tag: str, p: _Paired, members: np.nd
         "new_mean": float(nv.mean()) if n else math.nan,
         "delta": float((nv - bv).mean()) if n else math.nan,
         "ci_low": lo, "ci_high": hi,
-        "p_value": paired_permutation_pvalue(bv, nv, "two-sided", 0.0, n_permutations, seed),
+        "p_value": p_value,
         "n_worse": int(change[_WORSE]), "n_better": int(change[_BETTER]), "n_same": int(change[_SAME]),
         "n_status_changed": int(change[_STATUS]),
     }

@@ -107,7 +107,7 @@ except ImportError:  # pragma: no cover - the package built without it
 __all__ = [
     "CONFIDENCE", "DEFAULT_RESAMPLES", "DEFAULT_DRAWS", "DEFAULT_PERMUTATIONS", "PRIOR", "group_seed",
     "FIGURE_FORMS", "rater_figures", "counted_figures", "confusion", "mean_rows",
-    "bootstrap_interval", "mean_interval", "paired_bootstrap_ci", "paired_permutation_pvalue",
+    "bootstrap_interval", "mean_interval", "paired_bootstrap_ci", "paired_permutation_pvalue", "mean_shift",
     "normal_quantile", "ppi_mean", "classical_mean", "ols_slope", "change_points",
 ]
 
@@ -539,6 +539,25 @@ def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE,
     if d.size >= 2 and np.all(np.abs(d - d[0]) <= EPS):
         return (float(d[0]), float(d[0]))
     return bootstrap_interval(mean_rows, (d,), n_resamples, seed, confidence)
+
+
+def mean_shift(base: np.ndarray, new: np.ndarray, seed: int, backend: str, metric: str, tag: str,
+               confidence: float = CONFIDENCE, n_resamples: int = DEFAULT_RESAMPLES,
+               n_permutations: int = DEFAULT_PERMUTATIONS) -> tuple[float, float, float]:
+    """The shift of a mean between two runs' paired scores of ``backend``'s ``metric`` over the cases
+    of ``tag`` (``"(all)"`` for every case): ``(low, high, p)``, its paired bootstrap interval
+    (`paired_bootstrap_ci`) and two-sided paired permutation p-value (`paired_permutation_pvalue`),
+    both seeded by ``group_seed(seed, backend, metric, tag)``. ``diff``, ``compare A B`` and the
+    report's comparison with a baseline all ask here, so one pair of runs has one interval and one
+    p-value everywhere. NaN where there are too few pairs (an interval needs 2) or no resample is
+    asked for (0)."""
+    gseed = group_seed(seed, backend, metric, tag)
+    n = len(base)
+    lo, hi = (paired_bootstrap_ci(base, new, confidence, n_resamples, gseed) if n >= 2 and n_resamples > 0
+              else (math.nan, math.nan))
+    p = (paired_permutation_pvalue(base, new, "two-sided", 0.0, n_permutations, gseed)
+         if n and n_permutations > 0 else math.nan)
+    return lo, hi, p
 
 
 def paired_bootstrap_ci(

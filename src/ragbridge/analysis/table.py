@@ -190,12 +190,7 @@ def join_runs(runs: Sequence[Union[Run, str, Path]]) -> Run:
     shared = sum(1 for cid in described[0].take(np.flatnonzero(holders[0] == len(opened)))
                  if cid not in left_out)
     if not shared:
-        raise AnalysisError(
-            "the runs share no case: "
-            + "; ".join(f"{labels[i]} holds {c.cases.described}" for i, c in enumerate(cols))
-            + (f"; {len(differing)} case id(s) are in several runs with different content (first: "
-               f"{differing[0]!r})" if differing else "")
-            + ": join runs made on the same golden set")
+        raise AnalysisError(_nothing_shared(opened, labels, differing))
     held = [(k, i) for k in range(len(cols))
             for i, cid in zip(firsts[k].tolist(), described[k].take(firsts[k])) if cid not in left_out]
     only_scored = [cid for c in cols for cid in c.cases.ids[c.cases.described:]
@@ -264,6 +259,26 @@ def join_runs(runs: Sequence[Union[Run, str, Path]]) -> Run:
 def _describes(index: CaseIndex, cid: str) -> bool:
     i = index.place(cid)
     return i is not None and i < index.described
+
+
+def _nothing_shared(runs: list[Run], labels: list[str], differing: list[str]) -> str:
+    """Why runs cannot be joined, and what to run instead: above all, runs of the same case ids whose
+    cases differ (two systems' runs of the same questions) are compared, not joined."""
+    cols = [r.columns for r in runs]
+    held = "; ".join(f"{labels[i]} holds {c.cases.described}" for i, c in enumerate(cols))
+    if not differing:
+        return f"the runs share no case id ({held}): join runs made on the same golden set"
+    digests = [c.cases.golden[i] for c in cols
+               if (i := c.cases.place(differing[0])) is not None and i < c.cases.described]
+    golden_same = all(bytes(d) == bytes(digests[0]) for d in digests)
+    what = ("the same questions, labels and references with other answers or retrieved chunks"
+            if golden_same else "other questions, labels or references")
+    return (f"the runs hold the same case ids with different content ({held}; {len(differing)} id(s) "
+            f"differ, first {differing[0]!r}: {what}): --with joins runs of the same cases scored "
+            "apart (other backends or judges), so no case is left to join. To compare two systems' "
+            "runs of the same questions, give both runs: ragbridge compare "
+            + " ".join(str(r.path or label) for r, label in zip(runs[:2], labels))
+            + " (or ragbridge diff BASE NEW)")
 
 
 def _run_labels(runs: list[Run]) -> list[str]:

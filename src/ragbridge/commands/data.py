@@ -246,7 +246,9 @@ def export_scores(
     if first is None:
         fail(f"{run}: no score of a case read from a trace" + (
             f" ({export.homeless} score(s) of cases with no trace id: sample traces with ragbridge sample)"
-            if export.homeless else ""))
+            if export.homeless else "")
+            + f"; export-scores writes span evaluations for traced runs; every score of any run as data: "
+              f"its scores.jsonl, or ragbridge report {run} --format json --out FILE")
     try:
         if store is not None:
             notes = store.push(address, export.rows(first))

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..analysis.diagnose import LAYERS, Diagnosis, diagnose
+from ..analysis.diagnose import DIAGNOSIS_LISTED, LAYERS, NOT_IN_RUN, CaseDiagnosis, Diagnosis, diagnose
 from ..analysis.table import AnalysisError, open_run
 from ..analysis.thresholds import pass_marks
 from ..run.summary import ALL
@@ -40,6 +40,8 @@ def diagnose_cmd(
     label_threshold: float = typer.Option(
         0.5, "--label-threshold", help="A human grade at or above this is a pass."),
     by_tag: bool = typer.Option(False, "--by-tag", help="Also count the layers per tag."),
+    top: int = typer.Option(DIAGNOSIS_LISTED, "--top", help="Cases to list per layer, as the report."),
+    every: bool = typer.Option(False, "--all", help="List every failing case (--json holds them all too)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
 ) -> None:
     """Each failing case to one layer: retrieval, generation, knowledge_base, reference_or_judge or
@@ -57,15 +59,29 @@ def diagnose_cmd(
         fail(str(exc))
     except (OSError, ValueError) as exc:  # a gates file that cannot be read
         fail(str(exc))
+    if top < 0:
+        fail(f"--top must be zero or more, got {top}")
     if d.unknown_labels:
         warn(f"{d.unknown_labels} label(s) name a case that is not in this run")
     if as_json:
         print_json(d.to_dict())
         return
-    _print(d, by_tag)
+    _print(d, by_tag, None if every else top)
 
 
-def _print(d: Diagnosis, by_tag: bool) -> None:
+def _without_run_notes(c: CaseDiagnosis, notes: dict[str, None]) -> str:
+    """``c``'s reason without the missing evidence of a metric the run did not score at all (the same
+    for every case: collected in ``notes``, said once)."""
+    reason = c.reason
+    for m in c.missing:
+        if NOT_IN_RUN in m:
+            notes[m] = None
+            reason = reason.replace(f"; {m}", "").replace(f"{m}; ", "").replace(f": {m}", ": ")
+    return reason.rstrip(": ")
+
+
+def _print(d: Diagnosis, by_tag: bool, top: Optional[int] = DIAGNOSIS_LISTED) -> None:
+    """The counts, then per layer its first ``top`` failing cases (every one when None)."""
     n_failing = d.counts["n_failing"]
     print_lines(out, [f"Diagnosis of {d.run}: {n_failing} of {d.n_cases} case(s) fail a metric"], indent="")
     if not n_failing:
@@ -83,14 +99,26 @@ def _print(d: Diagnosis, by_tag: bool) -> None:
     print_table(out, t, lines)
     if by_tag:
         _print_by_tag(d)
+    notes: dict[str, None] = {}
+    more = 0
     for layer in LAYERS:
         group = d.in_layer(layer)
         if not group:
             continue
-        print_lines(out, [f"{layer} ({len(group)})"])
-        for start in range(0, len(group), 1000):  # a block of cases at a time: a large run lists many
+        shown = len(group) if top is None else min(top, len(group))
+        more += len(group) - shown
+        print_lines(out, [f"{layer} ({len(group)}" + (f", the first {shown}" if shown < len(group) else "")
+                          + ")"])
+        for start in range(0, shown, 1000):  # a block of cases at a time: a large run lists many
             print_lines(out, [f"  {c.case_id}" + (f" [{', '.join(c.tags)}]" if c.tags else "")
-                              + f": {c.reason}" for c in group[start:start + 1000]])
+                              + f": {_without_run_notes(c, notes)}"
+                              for c in group[start:min(start + 1000, shown)]])
+    if notes:
+        print_lines(out, ["Not scored in this run, so no case above could use it: "
+                          + "; ".join(n.replace(NOT_IN_RUN, "") for n in notes)], indent="")
+    if more:
+        print_lines(out, [f"{more} more failing case(s) not listed: --all lists every one, "
+                          "--json gives them all as data"], indent="")
 
 
 def _print_by_tag(d: Diagnosis) -> None:

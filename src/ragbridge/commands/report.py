@@ -78,8 +78,8 @@ def report_cmd(
         None, "--history", help="Earlier run folders, or a folder of them: the report plots each metric's "
                                 "trend over them and this run (repeatable)."),
     full: int = typer.Option(
-        FULL_CASES, "--full", min=0, help="HTML: cases shown in full at most (the ones that matter first); "
-                                          "the others one line of scores each."),
+        FULL_CASES, "--full", min=0, help="HTML and Markdown: cases shown in full at most (the ones that "
+                                          "matter first); in the HTML the others one line of scores each."),
 ) -> None:
     """Write one report (HTML, Markdown or JSON) of a run: summary, agreement, judge usage, every case."""
     fmt = _format(fmt, out_file)
@@ -89,7 +89,7 @@ def report_cmd(
         r = open_run([run, *with_runs] if with_runs else run)
         data = report_data(r, thresholds=threshold or None, n_resamples=resamples, seed=seed, top=top,
                            labels=labels, label_threshold=label_threshold, gates=gates,
-                           history=history or None, case_texts=fmt != "html", baseline=baseline)
+                           history=history or None, case_texts=fmt == "json", baseline=baseline)
         if str(out_file) == "-":  # the document on stdout, nothing in it a terminal acts on (JSON: exactly)
             write(r, data, fmt, _Escaped(sys.stdout, json_escaped if fmt == "json" else terminal_text), full)
             return

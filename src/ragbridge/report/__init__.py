@@ -55,10 +55,11 @@ def write(run: Run, data: dict, fmt: str, out: TextIO, full: Optional[int] = Non
     from .html import FULL_CASES, write_html
     from .markdown import write_markdown
 
-    if fmt == "html":
-        write_html(run, out, data, full=FULL_CASES if full is None else full)
-    else:
-        {"md": write_markdown, "json": write_json}[fmt](run, out, data)
+    if fmt == "json":
+        write_json(run, out, data)
+    else:  # the HTML and the Markdown show the same cases in full
+        (write_html if fmt == "html" else write_markdown)(run, out, data,
+                                                         full=FULL_CASES if full is None else full)
 
 
 #: what a file's suffix says of a report's format

@@ -17,6 +17,7 @@ from typing import Any, Optional, Sequence
 from ..analysis.diff import RunDiff
 from ..analysis.gate import GateReport, GateResult
 from ..run import Run
+from ..verdicts import against, p_text
 from .text import escape_char, interval, jsonable, md_text, num, plain_text, records
 
 __all__ = ["junit_xml", "markdown", "incomplete_junit_xml", "incomplete_markdown", "figure_text",
@@ -30,14 +31,15 @@ _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def figure_text(result: GateResult) -> str:
-    """The figure of a rule, with its interval and p-value when it has them: ``0.812 [0.770, 0.851]``."""
-    text = num(result.figure)
+    """The figure of a rule, with its interval and p-value when it has them: ``0.812 [0.770, 0.851]``;
+    with more decimals where three would read the other way against the rule's bound (`against`)."""
     if math.isnan(result.figure):
-        return text
+        return num(result.figure)
+    text = against(result.figure, result.rule.threshold, result.rule.op)
     brackets = interval(result.ci_low, result.ci_high, 3)
     text += f" {brackets}" if brackets else ""
     if not math.isnan(result.p_value):
-        text += f" p={result.p_value:.3g}"
+        text += f" p {p_text(result.p_value)}"
     return text
 
 

@@ -41,7 +41,7 @@ import numpy as np
 
 from .. import __version__
 from ..analysis.compare import compare, coverage, disagreements, scored_by_one
-from ..analysis.diagnose import diagnose
+from ..analysis.diagnose import DIAGNOSIS_LISTED, diagnose
 from ..analysis.noise import noise_section, repeats_of
 from ..analysis.stats import CONFIDENCE, DEFAULT_RESAMPLES
 from ..analysis.table import open_run
@@ -447,10 +447,6 @@ def _threshold_rows(cols: Any, th: Thresholds, metrics, backends) -> list[dict]:
                          "n_scored": int(scored.sum()),
                          "n_below": int((scored & ~col.verdicts(th.get(b, met))).sum())})
     return rows
-
-
-#: the failing cases a report lists by name per layer (the HTML and Markdown; JSON holds them all)
-DIAGNOSIS_LISTED = 50
 
 
 def listed_by_layer(diagnosis: dict[str, Any], n: int = DIAGNOSIS_LISTED) -> dict[str, tuple[list, int]]:

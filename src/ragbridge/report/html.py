@@ -39,7 +39,7 @@ from ..run import Run
 from ..run.columns import ERROR, MISSING, SCORED, STATUS_NAMES, UNDEFINED
 from ..run.summary import ALL
 from .data import DIAGNOSIS_LISTED, case_rows, listed_by_layer, report_data, reused_lines
-from .text import MISSED, num, one_line, ragchecker_text
+from .text import MISSED, num, one_line, p_text, ragchecker_text
 
 __all__ = ["render_html", "write_html", "plots", "grid", "svg_distribution", "svg_scatter", "svg_series",
            "backend_colors", "cases_in_full", "compact_pages", "PALETTE", "ASSETS", "FULL_CASES", "PAGE_ROWS",
@@ -400,7 +400,7 @@ def cases_in_full(data: dict[str, Any], cols: Any, limit: int = FULL_CASES) -> n
     return np.sort(matter[rank[:limit]])
 
 
-def _shown(run: Run, data: dict[str, Any], full: np.ndarray, budget: int = FULL_BUDGET
+def shown_cases(run: Run, data: dict[str, Any], full: np.ndarray, budget: int = FULL_BUDGET
            ) -> tuple[list[dict[str, Any]], int]:
     """The cases ``full`` with their texts, each with at most `CHUNKS_SHOWN` chunks (and the relevant
     ones after them), as many as fit ``budget`` bytes; and how many of ``full`` did not fit."""
@@ -585,6 +585,7 @@ def write_html(run: Union[Run, str, Path], out: TextIO, data: Optional[dict] = N
         lstrip_blocks=True,
     )
     env.filters["num"] = num
+    env.filters["p"] = p_text
     env.filters["tone"] = _tone
     env.filters["ragchecker"] = ragchecker_text
     style = (ASSETS / "report.css").read_text(encoding="utf-8")
@@ -594,7 +595,7 @@ def write_html(run: Union[Run, str, Path], out: TextIO, data: Optional[dict] = N
     tag_idx = {t: {(r["metric"], r["backend"]): r for r in rows}
                for t, rows in data["summary_by_tag"].items()}
     chosen = cases_in_full(data, cols, full)
-    shown, left = _shown(run, data, chosen, min(FULL_BUDGET, budget * 2 // 5))
+    shown, left = shown_cases(run, data, chosen, min(FULL_BUDGET, budget * 2 // 5))
     if left:  # past the budget: the cases that did not fit are one line each, like the rest
         chosen = chosen[:len(shown)]
     rest = np.setdiff1d(np.arange(len(cols.cases)), chosen, assume_unique=True)

@@ -11,8 +11,10 @@ from ..analysis.table import open_run
 from ..judge.audit import calls_phrase
 from ..run import Run
 from ..run.summary import ALL
+from .html import CHUNKS_SHOWN, FULL_BUDGET, FULL_CASES, cases_in_full, shown_cases
 from .data import DIAGNOSIS_LISTED, listed_by_layer, report_data, reused_lines
-from .text import ci_text, column_lines, md_text, missed_lines, num, ragchecker_text, version_change_lines
+from .text import (ci_text, column_lines, md_text, missed_lines, num, p_text, ragchecker_text,
+                   version_change_lines)
 
 __all__ = ["render_markdown", "write_markdown"]
 
@@ -43,13 +45,18 @@ class _Lines:
         return self
 
 
-def write_markdown(run: Union[Run, str, Path], out: TextIO, data: Optional[dict] = None, **kw) -> None:
-    """Write the report as GitHub-flavoured Markdown to ``out``, a section (and a case) at a time."""
-    d = data or report_data(open_run(run), **kw)
+def write_markdown(run: Union[Run, str, Path], out: TextIO, data: Optional[dict] = None,
+                   full: int = FULL_CASES, **kw) -> None:
+    """Write the report as GitHub-flavoured Markdown to ``out``, a section (and a case) at a time; the
+    cases in full are those of the HTML report (at most ``full``, the ones that matter first, each with
+    its first chunks, within `FULL_BUDGET`), and the file says how many it leaves out."""
+    run = open_run(run)
+    d = data or report_data(run, **kw)
     lines = _Lines(out)
     for section in (_head, _moved, _gate, _sides, _halves, _by_tag, _diagnosis, _agreement, _validation,
-                    _usage, _noise, _trend, _thresholds, _cases):
+                    _usage, _noise, _trend, _thresholds):
         section(d, lines)
+    _cases(run, d, lines, full)
 
 
 def _head(d: dict, out: list[str]) -> None:
@@ -107,7 +114,7 @@ def _moved(d: dict, out: list[str]) -> None:
             out.append(f"| {md_text(r['tag'])} | {md_text(r['backend'])} | {md_text(r['metric'])} | "
                        f"{r['n_paired']} | {num(r['base_mean'])} | {num(r['new_mean'])} | "
                        f"{ci_text(r['delta'], r['ci_low'], r['ci_high'], 3, signed=True)} | "
-                       f"{num(r['p_value'])} | {r['n_worse']} | {r['n_better']} | {noise} |")
+                       f"{p_text(r['p_value'])} | {r['n_worse']} | {r['n_better']} | {noise} |")
         out.append("")
     for label, items in (("got worse", mv["worse"]), ("got better", mv["better"])):
         if items:
@@ -403,7 +410,7 @@ def _trend(d: dict, out: list[str]) -> None:
         key = (row["backend"], row["metric"], row["tag"])
         means = ", ".join(f"#{s['position']} {num(s['mean'])}" for s in t["series"]
                           if (s["backend"], s["metric"], s["tag"]) == key)
-        cps = ", ".join(f"before #{c['position']} ({num(c['shift'], signed=True)}, p {num(c['p_value'], 3)})"
+        cps = ", ".join(f"before #{c['position']} ({num(c['shift'], signed=True)}, p {p_text(c['p_value'])})"
                         for c in t["changes"] if (c["backend"], c["metric"], c["tag"]) == key)
         ci = (f" [{num(row['slope_low'], 4, True)}, {num(row['slope_high'], 4, True)}]"
               if row["slope_low"] is not None else "")
@@ -426,9 +433,17 @@ def _thresholds(d: dict, out: list[str]) -> None:
     out.append("")
 
 
-def _cases(d: dict, out: list[str]) -> None:
+def _cases(run: Run, d: dict, out: list[str], full: int = FULL_CASES) -> None:
     out += ["## Cases", ""]
-    for c in d["cases"]:
+    n = len(run.columns.cases)
+    shown, _ = shown_cases(run, d, cases_in_full(d, run.columns, full), FULL_BUDGET)
+    if len(shown) < n:
+        out += [f"{len(shown)} of {n} cases in full: the ones that matter first (errored, most disagreeing, "
+                f"verdicts differing between backends, below a threshold), as the HTML report shows them "
+                f"(`--full N` sets how many, within {FULL_BUDGET >> 20} MB of text). Every case with its "
+                "chunks, answer and scores: `ragbridge report RUN --format json`, or the run folder's "
+                "`cases.jsonl` and `scores.jsonl`.", ""]
+    for c in shown:
         out += [f"### {md_text(c['id'])}", ""]
         if c["tags"]:
             out += ["tags: " + ", ".join(md_text(t) for t in c["tags"])
@@ -448,6 +463,9 @@ def _cases(d: dict, out: list[str]) -> None:
                        else "judged not relevant" if ch["grade"] == 0 else "")
                 out.append(f"| {ch['rank'] or ''} | {md_text(ch['id'])} | {rel} | {md_text(ch['text'])} |")
             out.append("")
+            if c.get("chunks_hidden"):
+                out += [f"{c['chunks_hidden']} more chunk(s) not shown (the first {CHUNKS_SHOWN} and the "
+                        "relevant ones after them are).", ""]
         if c["scores"]:
             out += ["| metric | backend | value | reason |", "|---|---|---|---|"]
             for s in c["scores"]:

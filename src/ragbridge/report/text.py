@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..metrics import RAGCHECKER
+from ..verdicts import p_text
 
 __all__ = ["MISSING", "num", "interval", "ci_text", "p_text", "md_text", "plain_text", "terminal_text",
            "json_escaped", "one_line", "escape_char", "jsonable", "records", "ragchecker_text", "MISSED",
@@ -74,13 +75,6 @@ def ci_text(value: Any, low: Any, high: Any, digits: int = 2, signed: bool = Fal
     text = num(value, digits, signed)
     brackets = interval(low, high, digits, signed)
     return f"{text} {brackets}" if text != MISSING and brackets else text
-
-
-def p_text(p: Any) -> str:
-    """A p-value to three significant digits, ``<0.001`` below that, ``—`` when missing."""
-    if p is None or (isinstance(p, float) and math.isnan(p)):
-        return MISSING
-    return f"{p:.3g}" if p >= 0.001 else "<0.001"
 
 
 #: the two ways a backend and the human labels disagree: the key of a validation row, in words

@@ -35,8 +35,9 @@ whose worker died, `MAX_RESTARTS` times each (then the run fails, saying so: an 
 dies as it starts is not started for ever); a retried block asks the gateway again and is served
 from its cache (a block's scores reach the driver only once the block is done, so a block is
 recorded once). A scorer the workers cannot import fails the run at once, naming what is missing
-(`ray_failure`). A killed driver ends the cluster it started (its workers with it); the run folder
-then holds every score recorded so far and a re-run resumes it. SIGTERM ends the run as Ctrl-C does
+(`ray_failure`). A killed driver ends the cluster it started (its workers with it; after ``kill -9`` the
+raylet's two agent processes run on for about a minute, then exit); the run folder then holds every
+score recorded so far and a re-run resumes it. SIGTERM ends the run as Ctrl-C does
 (``ray.init`` replaces the process's handler with one that exits at once: it is put back).
 
 Ray's defaults reach outside the machine (cloud-metadata probes, a node address found by a UDP

@@ -15,14 +15,14 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ...verdicts import COMPARE
+from ...verdicts import COMPARE, against, p_text
 from .kinds import KINDS, Measurement
 
 __all__ = ["decide"]
 
 
-def _figure(m: Measurement) -> str:
-    return format(m.figure, m.digits)
+def _figure(rule, m: Measurement) -> str:
+    return against(m.figure, rule.threshold, rule.op, m.digits)
 
 
 def _significant_miss(rule, m: Measurement) -> tuple[bool, str]:
@@ -32,7 +32,7 @@ def _significant_miss(rule, m: Measurement) -> tuple[bool, str]:
         if math.isnan(m.p):
             return True, "no p-value"
         sig = m.p < rule.alpha
-        return sig, f"p={m.p:.3g} {'<' if sig else '>='} {rule.alpha:g}"
+        return sig, f"p {p_text(m.p)}, {'below' if sig else 'not below'} alpha {rule.alpha:g}"
     if how == "ci":
         lo, hi = m.ci
         if math.isnan(lo) or math.isnan(hi):
@@ -52,7 +52,7 @@ def decide(rule, m: Measurement, problems: Sequence[str] = ()) -> tuple[str, str
         why = m.too_few or ("no case to measure" if m.n == 0 else f"n={m.n} is below min_n={rule.min_n}")
         verdict, detail = rule.below_min_n, why
     else:
-        claim = f"{m.what} {_figure(m)} {rule.op} {rule.threshold:g}"
+        claim = f"{m.what} {_figure(rule, m)} {rule.op} {rule.threshold:g}"
         if COMPARE[rule.op](m.figure, rule.threshold):
             verdict, detail = "pass", f"{claim}: holds"
         elif not rule.significant:
@@ -65,7 +65,7 @@ def decide(rule, m: Measurement, problems: Sequence[str] = ()) -> tuple[str, str
                 detail += f" ({evidence})" if evidence else ""
             else:
                 verdict = "pass"  # the figure misses the bar: the detail must not state the bar as met
-                detail = (f"{m.what} {_figure(m)} misses {rule.op} {rule.threshold:g} within its "
+                detail = (f"{m.what} {_figure(rule, m)} misses {rule.op} {rule.threshold:g} within its "
                           f"uncertainty: the miss is not significant ({evidence})")
     if problems:
         verdict = "fail"
