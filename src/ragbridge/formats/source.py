@@ -89,6 +89,14 @@ class CaseSource:
         """Every case, in memory (for what needs them all at once, e.g. a target run)."""
         return [case for batch in self.batches() for case in batch]
 
+    def __len__(self) -> int:
+        return self.n_cases
+
+    def __iter__(self) -> Iterator[Case]:
+        """The cases in order, a batch in memory at a time (for a writer that goes through them)."""
+        for batch in self.batches():
+            yield from batch
+
     def batches(self) -> Iterator[CaseBatch]:
         """The cases in order, `batch_size` at a time."""
         if self._held is not None:
