@@ -93,9 +93,13 @@ class CaseSource:
         return self.n_cases
 
     def __iter__(self) -> Iterator[Case]:
-        """The cases in order, a batch in memory at a time (for a writer that goes through them)."""
+        """The cases in order (for a writer that goes through them): a batch's records in memory at a
+        time, and each `Case` made as it is asked for, not kept."""
         for batch in self.batches():
-            yield from batch
+            if self._held is not None:
+                yield from batch
+            else:
+                yield from (Case.model_validate(batch.record(i)) for i in range(len(batch)))
 
     def batches(self) -> Iterator[CaseBatch]:
         """The cases in order, `batch_size` at a time."""
