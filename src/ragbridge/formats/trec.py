@@ -13,7 +13,11 @@ Reading (``--format trec`` / ``--from trec``, or a ``.trec`` / ``.run`` suffix; 
 there is one):
 each query of the run becomes one case, in the order the run first names it, with ``id`` the query
 id, ``question`` empty (a run holds no query text), ``contexts`` the query's documents ranked as
-trec_eval ranks them, and ``relevant`` the query's judgements from the qrels.
+trec_eval ranks them, and ``relevant`` the query's judgements from the qrels. The run is read a query
+at a time (`records`): every line is checked first, keeping where each query's lines are (`index_run`),
+then each query's lines are read back and ranked, so a run read in batches
+(`ragbridge.formats.source.open_cases`) holds one batch, the qrels and that index, grouped by query
+or not.
 
 Ranking, as trec_eval does it (and pytrec_eval and ranx after it): the rank column is ignored;
 documents are sorted by score, highest first, and documents with equal scores by docno in
