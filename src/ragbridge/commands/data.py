@@ -6,6 +6,7 @@ evaluations) and ``ragbridge anchor`` (chunk-id and section labels as span label
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any, List, Optional
@@ -15,7 +16,9 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from ..formats import DatasetError, get_formats, load_cases, resave_losses, write_cases, writing_format
+from ..formats import (DatasetError, get_formats, load_cases, reading_format, resave_losses, write_cases,
+                       writing_format)
+from ..formats.source import open_cases
 from ..formats.input_check import input_warnings
 from .output import err, fail, out, print_json, refuse_overwriting, warn
 
@@ -74,6 +77,21 @@ def formats(
     out.print("Each format's field mapping and losses: docs/formats.md.", highlight=False)
 
 
+#: target formats whose writers go through the cases once, in order: a TREC run converted to one is
+#: read a batch at a time (`ragbridge.formats.source.open_cases`), not whole
+STREAMED = ("jsonl", "trec")
+
+
+def _streamed(source: Path, from_format: Optional[str], qrels: Optional[Path], target: Path,
+              to_format: Optional[str]) -> bool:
+    """Whether ``convert`` reads ``source`` a batch at a time (else whole: the errors are load_cases')."""
+    try:
+        return (source.is_file() and reading_format(source, from_format, {"qrels": qrels}).name == "trec"
+                and writing_format(target, to_format).name in STREAMED)
+    except DatasetError:
+        return False
+
+
 def convert(
     source: Path = typer.Argument(..., help="Dataset to read."),
     target: Path = typer.Argument(..., help="Where to write."),
@@ -88,15 +106,21 @@ def convert(
     """Convert a dataset between formats (canonical JSONL, CSV, Parquet, datasets, TREC, and the backends'
     own)."""
     refuse_overwriting(target, source, qrels)
-    try:
-        cases = load_cases(source, from_format, qrels=qrels)
-        for line in input_warnings(cases):
-            warn(line)
-        lost = write_cases(cases, target, to_format)
-        fmt = writing_format(target, to_format)
-        dropped = resave_losses(cases, target, to_format)
-    except DatasetError as exc:
-        fail(str(exc))
+    with contextlib.ExitStack() as opened:
+        try:
+            if _streamed(source, from_format, qrels, target, to_format):
+                cases = opened.enter_context(open_cases(source, from_format, near=target, qrels=qrels))
+                warnings = [w.text for w in cases.warnings if w.data]
+            else:
+                cases = load_cases(source, from_format, qrels=qrels)
+                warnings = input_warnings(cases)
+            for line in warnings:
+                warn(line)
+            lost = write_cases(cases, target, to_format)
+            fmt = writing_format(target, to_format)
+            dropped = resave_losses(cases, target, to_format)
+        except DatasetError as exc:
+            fail(str(exc))
     out.print(f"wrote {len(cases)} case(s) to {target}")
     if lost:
         warn(f"the target format cannot hold {', '.join(lost)}; those values were not kept "

@@ -17,8 +17,10 @@ scoring needs no corpus; what cannot be placed is a `DatasetError` naming the ca
 
 A canonical JSONL golden set is streamed (one line at a time, the common record taking the light
 path of `ragbridge.formats.plain_records.plain_record`, and a record whose chunks are ids, or ids and
-texts, that of `ragbridge.formats.record_lines.parse_record_line`: no mapping per chunk); every other
-format is read whole by its reader, then batched. A dataset that fits in one batch is kept in memory
+texts, that of `ragbridge.formats.record_lines.parse_record_line`: no mapping per chunk); a
+TREC run is checked whole and read a query at a time (`ragbridge.formats.trec.records`: memory holds
+its qrels, a few numbers a query and one batch), then goes the same way; every other format is read
+whole by its reader, then batched. A dataset that fits in one batch is kept in memory
 from the first read.
 """
 
@@ -30,7 +32,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator, Optional, Sequence
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Optional, Sequence
 
 from ..schema import Case
 from . import load_cases, reading_format
@@ -86,6 +88,18 @@ class CaseSource:
     def cases(self) -> list[Case]:
         """Every case, in memory (for what needs them all at once, e.g. a target run)."""
         return [case for batch in self.batches() for case in batch]
+
+    def __len__(self) -> int:
+        return self.n_cases
+
+    def __iter__(self) -> Iterator[Case]:
+        """The cases in order (for a writer that goes through them): a batch's records in memory at a
+        time, and each `Case` made as it is asked for, not kept."""
+        for batch in self.batches():
+            if self._held is not None:
+                yield from batch
+            else:
+                yield from (Case.model_validate(batch.record(i)) for i in range(len(batch)))
 
     def batches(self) -> Iterator[CaseBatch]:
         """The cases in order, `batch_size` at a time."""
@@ -173,7 +187,13 @@ def open_cases(
     if not path.exists():
         raise DatasetError("no such file or folder", path=path)
     fmt = reading_format(path, format, options)
-    if fmt.name != "jsonl":
+    if fmt.name == "trec":  # checked whole, then read a query at a time
+        from .trec import records
+
+        lines = records(path, options.get("qrels"))
+    elif fmt.name == "jsonl":
+        lines = jsonl_lines(path, parse=parse_record_line)
+    else:
         source = CaseSource.of_cases(load_cases(path, fmt.name, options.get("qrels")), batch_size, corpus)
         source.path = path
         return source
@@ -184,7 +204,7 @@ def open_cases(
     frames = tempfile.TemporaryFile(prefix=".tmp-batches-", dir=here)
     try:
         with os.fdopen(fd, "wb") as out, _no_cycle_collection():
-            source = _check_jsonl(path, out, frames, batch_size, progress, SpanPlacer(corpus))
+            source = _check_records(lines, path, out, frames, batch_size, progress, SpanPlacer(corpus))
     except BaseException:
         scratch.unlink(missing_ok=True)
         frames.close()
@@ -214,7 +234,10 @@ def _no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-def _check_jsonl(path: Path, out, frames, batch_size: int, progress, placer: SpanPlacer) -> CaseSource:
+def _check_records(records: Iterable[tuple[int, Any]], path: Path, out, frames, batch_size: int, progress,
+                   placer: SpanPlacer) -> CaseSource:
+    """Check ``(line, record)`` pairs batch by batch, writing the lines to ``out`` and the batches to
+    ``frames``; the `CaseSource` of them (holding the batches when they are one)."""
     fp, check = Fingerprint(), InputCheck()
     first_seen = SeenCaseIds()  # memory: 25 bytes a case, not the ids
     held: Optional[list[CaseBatch]] = []
@@ -244,7 +267,7 @@ def _check_jsonl(path: Path, out, frames, batch_size: int, progress, placer: Spa
         if progress is not None:
             progress(n)
 
-    for line, raw in jsonl_lines(path, parse=parse_record_line):
+    for line, raw in records:
         pending.append((line, raw))
         if len(pending) == batch_size:
             flush()

@@ -13,7 +13,11 @@ Reading (``--format trec`` / ``--from trec``, or a ``.trec`` / ``.run`` suffix; 
 there is one):
 each query of the run becomes one case, in the order the run first names it, with ``id`` the query
 id, ``question`` empty (a run holds no query text), ``contexts`` the query's documents ranked as
-trec_eval ranks them, and ``relevant`` the query's judgements from the qrels.
+trec_eval ranks them, and ``relevant`` the query's judgements from the qrels. The run is read a query
+at a time (`records`): every line is checked first, keeping where each query's lines are (`index_run`),
+then each query's lines are read back and ranked, so a run read in batches
+(`ragbridge.formats.source.open_cases`) holds one batch, the qrels and that index, grouped by query
+or not.
 
 Ranking, as trec_eval does it (and pytrec_eval and ranx after it): the rank column is ignored;
 documents are sorted by score, highest first, and documents with equal scores by docno in
@@ -47,7 +51,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import BinaryIO, Iterator, Optional, Sequence
 
 import logging
 
@@ -63,15 +67,18 @@ logger = logging.getLogger("ragbridge")
 SUFFIXES = (".trec", ".run")
 
 
+def _decode(path: Path, n: int, raw: bytes) -> list[str]:
+    try:
+        return raw.decode("utf-8").split()
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})",
+                           path=path, line=n, hint="save the file as UTF-8") from None
+
+
 def _lines(path: Path) -> Iterator[tuple[int, list[str]]]:
     with open(path, "rb") as fh:
         for n, raw in enumerate(fh, start=1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DatasetError(f"invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})",
-                                   path=path, line=n, hint="save the file as UTF-8") from None
-            parts = text.split()
+            parts = _decode(path, n, raw)
             if parts:
                 yield n, parts
 
@@ -98,30 +105,65 @@ def read_qrels(path: Path) -> tuple[dict[str, dict[str, int]], int]:
     return dict(qrels), negative
 
 
-def read_run(path: Path) -> dict[str, list[tuple[str, float]]]:
-    """``{query id: [(docno, score), ...]}`` in trec_eval's order (score desc, then docno desc)."""
-    run: dict[str, list[tuple[str, float]]] = {}
-    for n, parts in _lines(path):
-        if len(parts) != 6:
-            raise DatasetError(
-                f"has {len(parts)} columns, a run line has 6: query id, Q0, docno, rank, score, run tag",
-                path=path, line=n, hint="is this a qrels file? pass it with --qrels")
-        qid, _, docno, _, score_text, _ = parts
-        try:
-            score = float(score_text)
-        except ValueError:
-            raise DatasetError(f"score {score_text!r} is not a number", path=path, line=n,
-                               field="score") from None
-        if not math.isfinite(score):
-            raise DatasetError(f"score {score_text!r} is not a finite number", path=path, line=n,
-                               field="score")
-        run.setdefault(qid, []).append((docno, score))
-    if not run:
+def _run_line(path: Path, n: int, parts: list[str]) -> tuple[str, str, float]:
+    """A run line's query id, docno and score, or the `DatasetError` saying what is wrong with it."""
+    if len(parts) != 6:
+        raise DatasetError(
+            f"has {len(parts)} columns, a run line has 6: query id, Q0, docno, rank, score, run tag",
+            path=path, line=n, hint="is this a qrels file? pass it with --qrels")
+    qid, _, docno, _, score_text, _ = parts
+    try:
+        score = float(score_text)
+    except ValueError:
+        raise DatasetError(f"score {score_text!r} is not a number", path=path, line=n,
+                           field="score") from None
+    if not math.isfinite(score):
+        raise DatasetError(f"score {score_text!r} is not a finite number", path=path, line=n,
+                           field="score")
+    return qid, docno, score
+
+
+def index_run(path: Path) -> dict[str, list[int]]:
+    """Check every line of the run, in order, and return where each query's lines are: ``{query id:
+    [first line, start byte, end byte, ...]}``, one triple per stretch of consecutive lines of the
+    query (one for a run grouped by query, as trec_eval's, ranx's and pytrec_eval's users write
+    them), the queries in the order the run first names them. A few numbers a query, not its lines."""
+    index: dict[str, list[int]] = {}
+    last, ranges, at = None, None, 0
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, start=1):
+            parts = _decode(path, n, raw)
+            if parts:
+                qid = _run_line(path, n, parts)[0]
+                if qid != last:
+                    ranges = index.get(qid)
+                    if ranges is None:
+                        ranges = index[qid] = []
+                    ranges += (n, at, at + len(raw))
+                    last = qid
+                else:
+                    ranges[-1] = at + len(raw)
+            at += len(raw)
+    if not index:
         raise DatasetError("holds no ranked documents", path=path, hint="a run needs at least one line")
-    for docs in run.values():
-        docs.sort(key=lambda d: d[0], reverse=True)  # stable sorts: docno descending breaks score ties
-        docs.sort(key=lambda d: single(d[1]), reverse=True)
-    return run
+    return index
+
+
+def ranked(path: Path, fh: BinaryIO, ranges: list[int]) -> list[tuple[str, float]]:
+    """A query's ``[(docno, score), ...]`` read from its ``ranges`` (`index_run`) of the open run, in
+    trec_eval's order (score desc as single precision, then docno desc)."""
+    docs: list[tuple[str, float]] = []
+    for k in range(0, len(ranges), 3):
+        line, start, end = ranges[k:k + 3]
+        fh.seek(start)
+        for n, raw in enumerate(fh.read(end - start).split(b"\n"), start=line):
+            parts = _decode(path, n, raw)
+            if parts:
+                _, docno, score = _run_line(path, n, parts)
+                docs.append((docno, score))
+    docs.sort(key=lambda d: d[0], reverse=True)  # stable sorts: docno descending breaks score ties
+    docs.sort(key=lambda d: single(d[1]), reverse=True)
+    return docs
 
 
 def single(score: float) -> float:
@@ -132,41 +174,51 @@ def single(score: float) -> float:
 
 def read(path: Path, qrels: Optional[Path] = None) -> list[Case]:
     """The run (and its judgements) as cases; the warnings go to the ``ragbridge`` logger."""
+    return [Case.model_construct(
+        id=r["id"], question="", answer=None,
+        contexts=[Chunk.model_construct(id=c["id"], text="", score=c["score"], source=None)
+                  for c in r["contexts"]],
+        relevant=r.get("relevant", {}), reference=None, reference_contexts=[],
+        must_contain=[], must_not_contain=[], answerable=True, tags=[], metadata={},
+    ) for _, r in records(path, qrels)]
+
+
+def records(path: Path, qrels: Optional[Path] = None) -> Iterator[tuple[int, dict]]:
+    """The run (and its judgements) as canonical records, a query at a time: ``(line, record)``, the
+    line where the run first names the query. The whole run is checked (`index_run`) and the qrels read
+    before the first record, and the warnings go to the ``ragbridge`` logger then; memory holds the
+    qrels, the index and one query's documents."""
     if qrels is None and qrels_path(path).exists() and qrels_path(path) != path:
         qrels = qrels_path(path)
-    cases, warnings = read_with_warnings(path, qrels)
-    for line in warnings:
-        logger.warning("warning: %s", line)
-    return cases
-
-
-def read_with_warnings(path: Path, qrels: Optional[Path] = None) -> tuple[list[Case], list[str]]:
-    """The run (and its judgements) as cases, and the warnings to print."""
-    run = read_run(path)
+    index = index_run(path)
     judged: dict[str, dict[str, int]] = {}
     warnings: list[str] = []
     if qrels is None:
-        warnings.append(f"{path}: no --qrels given: the {len(run)} queries have no relevance labels, "
+        warnings.append(f"{path}: no --qrels given: the {len(index)} queries have no relevance labels, "
                         "so every ranking metric is undefined")
     else:
         judged, negative = read_qrels(Path(qrels))
         if negative:
             warnings.append(f"{qrels}: {negative} negative grade(s) read as 0 (judged not relevant), "
                             "as trec_eval counts them")
-        unranked = len(set(judged) - set(run))
+        unranked = sum(qid not in index for qid in judged)
         if unranked:
             warnings.append(f"{qrels}: {unranked} judged quer(ies) have no ranking in {path} and are not "
                             "cases (trec_eval averages over the run's queries; -c would count them as 0)")
-    cases = [
-        Case.model_construct(
-            id=qid, question="", answer=None,
-            contexts=[Chunk.model_construct(id=d, text="", score=s, source=None) for d, s in docs],
-            relevant=dict(judged.get(qid, {})), reference=None, reference_contexts=[],
-            must_contain=[], must_not_contain=[], answerable=True, tags=[], metadata={},
-        )
-        for qid, docs in run.items()
-    ]
-    return cases, warnings
+    for line in warnings:
+        logger.warning("warning: %s", line)
+    return _records(path, index, judged)
+
+
+def _records(path: Path, index: dict[str, list[int]], judged: dict[str, dict[str, int]]
+             ) -> Iterator[tuple[int, dict]]:
+    with open(path, "rb") as fh:
+        for qid, ranges in index.items():
+            record = {"id": qid, "question": "",
+                      "contexts": [{"id": d, "score": s} for d, s in ranked(path, fh, ranges)]}
+            if judged.get(qid):
+                record["relevant"] = dict(judged[qid])
+            yield ranges[0], record
 
 
 def _scores(chunks: Sequence[Chunk]) -> tuple[list[float], bool]:
