@@ -131,6 +131,29 @@ def _cli_as_at_start():
         commands._gc_paused, commands._gc_frozen = saved[2:]
 
 
+#: runs a command and prints its exit code and peak RSS (KiB): the command is started from this small
+#: process, not from the test's, because Linux counts the memory of the process that forks it in the
+#: peak of a child until it executes (a test that made large inputs would read its own size)
+_PEAK = ("import os, subprocess, sys\n"
+         "p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)\n"
+         "_, status, usage = os.wait4(p.pid, 0)\n"
+         "print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)")
+
+
+def peak_mib(*args) -> float:
+    """Run the command line ``args`` in a process of its own (``COLUMNS=100``, output dropped); its
+    peak RSS in MiB (``ru_maxrss``). Exit status 0 or 1 (a gate that fails) is expected."""
+    import subprocess as sp
+
+    env = {**os.environ, "COLUMNS": "100"}
+    done = sp.run([sys.executable, "-c", _PEAK, sys.executable, "-c",
+                   "from ragbridge.commands import run_cli; run_cli()", *map(str, args)],
+                  capture_output=True, text=True, env=env)
+    code, kib = done.stdout.split()
+    assert int(code) in (0, 1), done.stderr
+    return int(kib) / 1024
+
+
 def warnings_in(stderr: str) -> list[str]:
     """The ``warning:`` lines of a command's stderr, each joined with its continuation lines (a
     warning wrapped at the width goes on indented)."""

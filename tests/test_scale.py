@@ -4,13 +4,12 @@ memory grows by little from a run of 1,000 cases to one of 6,000 (whole processe
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import peak_mib
 
 METRICS = ["recall@10", "precision@10", "hit@10", "mrr", "ndcg@10", "map"]
 GATES = """\
@@ -39,18 +38,6 @@ def _golden(path: Path, n: int, p: float, seed: int = 11) -> Path:
     return path
 
 
-def _peak_mib(*args: object) -> float:
-    """Run the command line in its own process; its peak RSS in MiB."""
-    env = {**os.environ, "COLUMNS": "100"}
-    proc = subprocess.Popen([sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()",
-                             *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    _, status, usage = os.wait4(proc.pid, 0)
-    err = proc.stderr.read().decode()
-    proc.stderr.close()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    assert proc.returncode in (0, 1), err
-    return usage.ru_maxrss / 1024
-
 
 def _runs(folder: Path, n: int) -> tuple[Path, Path]:
     out = []
@@ -59,7 +46,7 @@ def _runs(folder: Path, n: int) -> tuple[Path, Path]:
                "--no-progress"]
         for m in METRICS:
             cmd += ["--metric", m]
-        _peak_mib(*cmd)
+        peak_mib(*cmd)
         out.append(folder / name)
     (folder / "gates.toml").write_text(GATES)
     return out[0], out[1]
@@ -80,7 +67,7 @@ def test_commands_that_read_a_run_hold_a_few_bytes_a_score(tmp_path):
             "export-scores": ["export-scores", a, "--to", "jsonl", "--out", folder / "e.jsonl"],
         }
         for name, args in commands.items():
-            peaks[name, n] = _peak_mib(*args)
+            peaks[name, n] = peak_mib(*args)
     # 30,000 more scores: as Score objects (about 4 KiB each) they would take over 100 MiB more
     grown = {name: round(peaks[name, 6000] - peaks[name, 1000]) for name, _ in peaks}
     assert all(g < 60 for g in grown.values()), grown
@@ -129,7 +116,7 @@ def test_a_run_read_back_holds_under_a_hundred_bytes_a_case_besides_its_scores(t
     from ragbridge.run import load_run
 
     n = 4_000
-    _peak_mib("run", _golden(tmp_path / "cases.jsonl", n, 0.5), "--out", tmp_path / "A", "--backend",
+    peak_mib("run", _golden(tmp_path / "cases.jsonl", n, 0.5), "--out", tmp_path / "A", "--backend",
               "native", "--metric", "ndcg@10", "--no-progress")
     load_run(tmp_path / "A").columns  # the first reading: writes the copy
     tracemalloc.start()

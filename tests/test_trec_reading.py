@@ -5,35 +5,19 @@ and the scores are those of the format's whole reader (`ragbridge.load_cases`) a
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import peak_mib, ragbridge_cli
 from ragbridge.formats import load_cases, write_cases
 
 METRICS = ["map", "ndcg@10", "recall@10", "mrr"]
 
 
-def _cli(*args: object) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "100"}
-    return subprocess.run([sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()",
-                           *map(str, args)], capture_output=True, text=True, env=env)
-
-
-def _peak_mib(*args: object) -> float:
-    """Run the command line in its own process; its peak RSS in MiB."""
-    env = {**os.environ, "COLUMNS": "100"}
-    proc = subprocess.Popen([sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()",
-                             *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    _, status, usage = os.wait4(proc.pid, 0)
-    err = proc.stderr.read().decode()
-    proc.stderr.close()
-    assert os.waitstatus_to_exitcode(status) in (0, 1), err
-    return usage.ru_maxrss / 1024
+def _cli(*args: object):
+    return ragbridge_cli(*map(str, args))
 
 
 def _run_and_qrels(folder: Path, n: int, docs: int, *, grouped: bool, repeats: bool, seed: int = 5
@@ -144,10 +128,10 @@ def test_reading_a_trec_run_holds_a_batch_not_the_run(tmp_path, command):
         folder.mkdir()
         run, qrels = _run_and_qrels(folder, n, 100, grouped=True, repeats=False)
         if command == "run":
-            peaks.append(_peak_mib("run", run, "--qrels", qrels, "--out", folder / "out", "--backend",
+            peaks.append(peak_mib("run", run, "--qrels", qrels, "--out", folder / "out", "--backend",
                                    "native", "--no-progress", "--metric", "ndcg@10", "--metric", "map"))
             assert len((folder / "out" / "cases.jsonl").read_text().splitlines()) == n
         else:
-            peaks.append(_peak_mib("convert", run, folder / "cases.jsonl", "--qrels", qrels))
+            peaks.append(peak_mib("convert", run, folder / "cases.jsonl", "--qrels", qrels))
             assert len((folder / "cases.jsonl").read_text().splitlines()) == n
     assert peaks[1] - peaks[0] < 120, peaks
