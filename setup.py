@@ -1,6 +1,7 @@
 """The package's compiled modules (the rest is in pyproject.toml): chunk columns cut and joined in C
-(`ragbridge.formats.record_lines`, `ragbridge.formats.plain_records`) and Kendall's merge over
-posterior draws (`ragbridge.analysis.stats`). Optional: where no C compiler is found the package
+(`ragbridge.formats.record_lines`, `ragbridge.formats.plain_records`) and the resampling loops of
+`ragbridge.analysis.stats` (Kendall's merge over posterior draws, the bootstrap of a mean, the
+permutation test's sign flips). Optional: where no C compiler is found the package
 installs without them and those modules use the same steps written in Python and NumPy."""
 
 from setuptools import Extension, setup

@@ -1,6 +1,7 @@
-/* The merge of Kendall's tau over a block of posterior draws, in C (ragbridge.analysis.stats._kendall
- * calls it where the package was built with it; the same steps in NumPy, beside the call, give the
- * same numbers to the last bit and are used otherwise).
+/* The resampling loops of ragbridge.analysis.stats in C: Kendall's merge over posterior draws, the
+ * bootstrap of a mean and the sign flips of the paired permutation test. Each gives the numbers of
+ * the NumPy steps beside its call in stats.py to the last bit (those steps are used where the package
+ * was built without this module), so a seed gives the same interval and p-value either way.
  *
  * kendall_discordant(w, order, lefts, rights, at): the strictly discordant weight of each draw (a row
  *   of `w`, float64, C order), as a list of floats. `order` (int32) puts the columns of `w` in order
@@ -17,6 +18,25 @@
  * from zero (what numpy's einsum does for those operands: one of them strided); the level's sum added
  * to the draw's double-precision total. No multiply-add may be fused (setup.py builds this file with
  * -ffp-contract=off; the products are rounded before each addition).
+ *
+ * bootstrap_means(values, state, n_resamples, block, dist): `dist[r]`, the mean of resample r of
+ *   `values` (float64, n >= 2 of them), for r < n_resamples, as bootstrap_interval's NumPy steps
+ *   compute it: for each block of `block` resamples, `rng.integers(0, n, size=(k, n), dtype=int16 if
+ *   n < 2**15 else int32)`, the values gathered and `np.mean(..., axis=-1)`. `state`: the generator's
+ *   PCG64 state (state high and low 64 bits, increment high and low, has_uint32, uinteger); returns
+ *   the state NumPy's calls would have left, for the caller to set.
+ * sign_flip_counts(table, state, n_resamples, block, total, observed, gamma): `(n_less, n_greater,
+ *   state)` of paired_permutation_pvalue's random sign flips: for each block, `rng.integers(0, 256,
+ *   size=(k, nbytes), dtype=uint8)`; a resample's sum is the pairwise sum of the table's entries its
+ *   high half bytes select plus that of its low half bytes (`table`: 32 float64 a byte), its
+ *   statistic `2 * sum - total`, counted where `<= observed + gamma` and where `>= observed - gamma`.
+ *
+ * NumPy's draws (numpy/random/src/distributions/distributions.c): a bounded integer below 2**16 takes
+ * 16 bits of a 32-bit draw at a time, low half first (one buffer a call); below 2**32, a 32-bit draw;
+ * either is scaled by Lemire's multiply with rejection; a byte of 0..255 is 8 bits of a 32-bit draw,
+ * lowest first. Its sums along a row (numpy/_core/src/umath/loops_utils.h.src) are pairwise: under 8
+ * values one after the other; up to 128 in 8 running sums added as ((0+1)+(2+3))+((4+5)+(6+7)), then
+ * the rest one by one; above, split at the half rounded down to a multiple of 8.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -147,15 +167,291 @@ free_w:
     return out;
 }
 
+/* NumPy's PCG64 (numpy/random/src/pcg64/pcg64.h): a 128-bit LCG whose new state gives 64 bits by
+ * XSL-RR; a 32-bit draw is the low half of a 64-bit one, then its high half. The state comes from and
+ * goes back to the generator's `bit_generator.state` (set by the caller). */
+typedef struct {
+    __uint128_t state, inc;
+    int has_uint32;
+    uint32_t uinteger;
+} pcg64_t;
+
+#define PCG_MULT (((__uint128_t)2549297995355413924ULL << 64) | 4865540595714422341ULL)
+
+static inline uint64_t
+pcg64_next64(pcg64_t *g)
+{
+    g->state = g->state * PCG_MULT + g->inc;
+    uint64_t x = (uint64_t)(g->state >> 64) ^ (uint64_t)g->state;
+    unsigned rot = (unsigned)(g->state >> 122);
+    return (x >> rot) | (x << ((-rot) & 63));
+}
+
+static inline uint32_t
+pcg64_next32(pcg64_t *g)
+{
+    if (g->has_uint32) {
+        g->has_uint32 = 0;
+        return g->uinteger;
+    }
+    uint64_t next = pcg64_next64(g);
+    g->has_uint32 = 1;
+    g->uinteger = (uint32_t)(next >> 32);
+    return (uint32_t)next;
+}
+
+/* (state_high, state_low, inc_high, inc_low, has_uint32, uinteger) <-> pcg64_t */
+static int
+get_pcg(PyObject *t, pcg64_t *g)
+{
+    unsigned long long v[6];
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 6) {
+        PyErr_SetString(PyExc_TypeError, "a PCG64 state of 6 integers is needed");
+        return -1;
+    }
+    for (int i = 0; i < 6; i++) {
+        v[i] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(t, i));
+        if (PyErr_Occurred())
+            return -1;
+    }
+    g->state = ((__uint128_t)v[0] << 64) | v[1];
+    g->inc = ((__uint128_t)v[2] << 64) | v[3];
+    g->has_uint32 = v[4] != 0;
+    g->uinteger = (uint32_t)v[5];
+    return 0;
+}
+
+static PyObject *
+pcg_tuple(const pcg64_t *g)
+{
+    return Py_BuildValue("(KKKKiI)", (unsigned long long)(g->state >> 64), (unsigned long long)g->state,
+                         (unsigned long long)(g->inc >> 64), (unsigned long long)g->inc, g->has_uint32,
+                         (unsigned int)g->uinteger);
+}
+
+/* NumPy's pairwise sum of a contiguous row. */
+static double
+pairwise_sum(const double *a, Py_ssize_t n)
+{
+    if (n < 8) {
+        double res = 0.;
+        for (Py_ssize_t i = 0; i < n; i++)
+            res += a[i];
+        return res;
+    }
+    if (n <= 128) {
+        double r[8], res;
+        Py_ssize_t i;
+        for (int j = 0; j < 8; j++)
+            r[j] = a[j];
+        for (i = 8; i < n - (n % 8); i += 8)
+            for (int j = 0; j < 8; j++)
+                r[j] += a[i + j];
+        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++)
+            res += a[i];
+        return res;
+    }
+    Py_ssize_t n2 = n / 2;
+    n2 -= n2 % 8;
+    return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
+}
+
+#define AHEAD 64  /* values fetched ahead of their use */
+
+/* A bounded integer in [0, rng], rng < 0xFFFF: Lemire's method on 16-bit draws, low half first. */
+static inline uint32_t
+bounded16(pcg64_t *g, uint16_t rng, int *bcnt, uint32_t *buf)
+{
+    const uint16_t rng_excl = rng + 1;
+    uint32_t m;
+    uint16_t leftover;
+#define NEXT16() (*bcnt ? (*buf >>= 16, (*bcnt)--, (uint16_t)*buf) \
+                        : (*buf = pcg64_next32(g), *bcnt = 1, (uint16_t)*buf))
+    m = (uint32_t)NEXT16() * rng_excl;
+    leftover = m & 0xFFFFUL;
+    if (leftover < rng_excl) {
+        const uint16_t threshold = (uint16_t)(UINT16_MAX - rng) % rng_excl;
+        while (leftover < threshold) {
+            m = (uint32_t)NEXT16() * rng_excl;
+            leftover = m & 0xFFFFUL;
+        }
+    }
+#undef NEXT16
+    return m >> 16;
+}
+
+/* A bounded integer in [0, rng], rng < 0xFFFFFFFF: Lemire's method on 32-bit draws. */
+static inline uint32_t
+bounded32(pcg64_t *g, uint32_t rng)
+{
+    const uint32_t rng_excl = rng + 1;
+    uint64_t m = (uint64_t)pcg64_next32(g) * rng_excl;
+    uint32_t leftover = m & 0xFFFFFFFFUL;
+    if (leftover < rng_excl) {
+        const uint32_t threshold = (UINT32_MAX - rng) % rng_excl;
+        while (leftover < threshold) {
+            m = (uint64_t)pcg64_next32(g) * rng_excl;
+            leftover = m & 0xFFFFFFFFUL;
+        }
+    }
+    return m >> 32;
+}
+
+static PyObject *
+bootstrap_means(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "bootstrap_means(values, state, n_resamples, block, dist) takes 5 arguments");
+        return NULL;
+    }
+    pcg64_t gen, *g = &gen;
+    Py_ssize_t resamples = PyLong_AsSsize_t(args[2]), block = PyLong_AsSsize_t(args[3]);
+    if (get_pcg(args[1], g) < 0 || PyErr_Occurred())
+        return NULL;
+    Py_buffer bv, bd;
+    if (get_buffer(args[0], &bv, "values", "d", 1) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[4], &bd, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&bv);
+        return NULL;
+    }
+    Py_ssize_t n = bv.shape[0];
+    PyObject *out = NULL;
+    if (bd.ndim != 1 || strcmp(bd.format, "d") != 0 || bd.shape[0] < resamples || n < 2 || n > UINT32_MAX
+        || block < 1 || resamples < 0) {
+        PyErr_SetString(PyExc_ValueError, "bootstrap_means: 2 or more float64 values, a float64 row of "
+                        "n_resamples and a block of 1 or more are needed");
+        goto done;
+    }
+    double *tmp = PyMem_Malloc(sizeof(double) * n);
+    uint32_t *idx = PyMem_Malloc(sizeof(uint32_t) * n);
+    if (tmp == NULL || idx == NULL) {
+        PyMem_Free(tmp);
+        PyMem_Free(idx);
+        PyErr_NoMemory();
+        goto done;
+    }
+    const double *v = bv.buf;
+    double *dist = bd.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t start = 0; start < resamples; start += block) {
+        Py_ssize_t stop = start + block < resamples ? start + block : resamples;
+        int bcnt = 0;
+        uint32_t buf = 0;  /* one buffer of 16-bit halves a call of rng.integers */
+        for (Py_ssize_t r = start; r < stop; r++) {
+            if (n < 32768) {
+                for (Py_ssize_t i = 0; i < n; i++)
+                    tmp[i] = v[bounded16(g, (uint16_t)(n - 1), &bcnt, &buf)];
+            } else {  /* the draws first, then the values, fetched ahead (the values outgrow the caches) */
+                Py_ssize_t i = 0;
+                for (; i < n && i < AHEAD; i++) {
+                    idx[i] = bounded32(g, (uint32_t)(n - 1));
+                    __builtin_prefetch(v + idx[i]);
+                }
+                for (; i < n; i++) {
+                    idx[i] = bounded32(g, (uint32_t)(n - 1));
+                    __builtin_prefetch(v + idx[i]);
+                    tmp[i - AHEAD] = v[idx[i - AHEAD]];
+                }
+                for (i = n > AHEAD ? n - AHEAD : 0; i < n; i++)
+                    tmp[i] = v[idx[i]];
+            }
+            dist[r] = pairwise_sum(tmp, n) / (double)n;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_Free(tmp);
+    PyMem_Free(idx);
+    out = pcg_tuple(g);
+done:
+    PyBuffer_Release(&bd);
+    PyBuffer_Release(&bv);
+    return out;
+}
+
+static PyObject *
+sign_flip_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "sign_flip_counts(table, state, n_resamples, block, total, observed, "
+                        "gamma) takes 7 arguments");
+        return NULL;
+    }
+    pcg64_t gen, *g = &gen;
+    Py_ssize_t resamples = PyLong_AsSsize_t(args[2]), block = PyLong_AsSsize_t(args[3]);
+    if (get_pcg(args[1], g) < 0)
+        return NULL;
+    double total = PyFloat_AsDouble(args[4]), observed = PyFloat_AsDouble(args[5]);
+    double gamma = PyFloat_AsDouble(args[6]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer bt;
+    if (get_buffer(args[0], &bt, "table", "d", 1) < 0)
+        return NULL;
+    Py_ssize_t nbytes = bt.shape[0] / 32;
+    PyObject *out = NULL;
+    if (bt.shape[0] % 32 != 0 || nbytes < 1 || block < 1 || resamples < 0) {
+        PyErr_SetString(PyExc_ValueError, "sign_flip_counts: a table of 32 values a byte and a block of 1 "
+                        "or more are needed");
+        goto done;
+    }
+    double *hi = PyMem_Malloc(sizeof(double) * 2 * nbytes);
+    if (hi == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    double *lo = hi + nbytes;
+    const double *table = bt.buf;
+    long long n_less = 0, n_greater = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t start = 0; start < resamples; start += block) {
+        Py_ssize_t stop = start + block < resamples ? start + block : resamples;
+        int bcnt = 0;
+        uint32_t buf = 0;  /* one buffer of bytes a call of rng.integers */
+        for (Py_ssize_t r = start; r < stop; r++) {
+            for (Py_ssize_t i = 0; i < nbytes; i++) {
+                uint8_t raw;
+                if (bcnt) {
+                    buf >>= 8;
+                    bcnt--;
+                } else {
+                    buf = pcg64_next32(g);
+                    bcnt = 3;
+                }
+                raw = (uint8_t)buf;
+                hi[i] = table[32 * i + (raw >> 4)];
+                lo[i] = table[32 * i + 16 + (raw & 15)];
+            }
+            double picked = pairwise_sum(hi, nbytes);
+            picked += pairwise_sum(lo, nbytes);
+            double null = 2.0 * picked - total;
+            n_less += null <= observed + gamma;
+            n_greater += null >= observed - gamma;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_Free(hi);
+    PyObject *state = pcg_tuple(g);
+    out = state ? Py_BuildValue("(LLN)", n_less, n_greater, state) : NULL;
+done:
+    PyBuffer_Release(&bt);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"kendall_discordant", (PyCFunction)(void (*)(void))kendall_discordant, METH_FASTCALL,
      "kendall_discordant(w, order, lefts, rights, at): each draw's strictly discordant weight."},
+    {"bootstrap_means", (PyCFunction)(void (*)(void))bootstrap_means, METH_FASTCALL,
+     "bootstrap_means(values, state, n_resamples, block, dist): each resample's mean into dist; the new state."},
+    {"sign_flip_counts", (PyCFunction)(void (*)(void))sign_flip_counts, METH_FASTCALL,
+     "sign_flip_counts(table, state, n_resamples, block, total, observed, gamma): (n_less, n_greater, state)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "ragbridge.analysis._stats",
-    "The merge of Kendall's tau over posterior draws, in C.", -1, methods,
+    "The resampling loops of ragbridge.analysis.stats, in C.", -1, methods,
 };
 
 PyMODINIT_FUNC
