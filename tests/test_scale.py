@@ -105,6 +105,48 @@ def test_json_outputs_are_the_indented_document_byte_for_byte():
             "".join(json_chunks(bad))
 
 
+@pytest.mark.parametrize("batch", [1, 2, 3, 1000])
+def test_rows_written_together_are_the_indented_document_byte_for_byte(batch, monkeypatch):
+    """A list's rows (dicts of plain values and lists of them: a diff's or gate's cases) are written by
+    one call of the C encoder a batch, its separators' marks then replaced by line breaks and indents:
+    the same characters as ``json.dumps(indent=2)``, with strings that hold brackets, braces, commas,
+    colons and the marks' own characters where a row's list or the next row could seem to begin or
+    end, rows of every kind side by side and batches cut anywhere."""
+    from ragbridge.report import text
+
+    monkeypatch.setattr(text, "_ROWS", batch)
+    rng = random.Random(batch)
+    pieces = ["a", "é", '"', "\\", "\n", "\x00", "\x01", "\x02", "\x03", "\x1b", "\u202e", "{", "}", "[", "]",
+              ",", ":", "😀", " ", "]}", "}\x01{", "]\x01", "\x02["]
+
+    def word():
+        return "".join(rng.choice(pieces) for _ in range(rng.randint(0, 6)))
+
+    def value(depth=0):
+        r = rng.randint(0, 9)
+        if r == 0:
+            return word()
+        if r == 1:
+            return rng.random() * 10 ** rng.randint(-5, 20)
+        if r == 2:
+            return rng.randint(-10**20, 10**20)
+        if r == 3:
+            return rng.choice([True, False, None])
+        if r in (4, 5) and depth < 2:
+            items = [value(depth + 1) for _ in range(rng.randint(0, 4))]
+            return items if r == 4 else tuple(items)
+        if r == 6 and depth < 1:
+            return {word(): value(depth + 1) for _ in range(rng.randint(0, 3))}
+        return rng.choice([1.0, -0.0, "x", "]", "}", [], ["]"], ["a", "]}"]])
+
+    for _ in range(400):
+        rows = [{(word() or "k"): value() for _ in range(rng.randint(0, 8))} if rng.random() < 0.9
+                else value() for _ in range(rng.randint(0, 7))]
+        doc = {"cases": rows, "deep": {"rows": rows, "lists": [rows, rows]}}
+        expected = json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False)
+        assert "".join(text.json_chunks(doc, escaped=False)) == expected
+
+
 def test_a_run_read_back_holds_under_a_hundred_bytes_a_case_besides_its_scores(tmp_path):
     """What grows with the cases once a run is read (the copy's second reading, as every command
     reads it) and its cases have been looked up by id (a diff's pairing): the case index and the

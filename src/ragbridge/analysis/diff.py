@@ -297,7 +297,7 @@ class RunDiff:
 
         def make(start: int, stop: int) -> list[dict]:
             where = [(parts[j], k) for j, k in zip(part_of[start:stop].tolist(), row_of[start:stop].tolist())]
-            rows = [_item(p, k, ids, self._tags_of) for p, k in where]
+            rows = _items(parts, part_of[start:stop], row_of[start:stop], ids, self._tags_of)
             _errors(rows, where)
             return rows
         return Rows(len(row_of), make)
@@ -329,20 +329,26 @@ class RunDiff:
         return pd.DataFrame(list(rows), columns=ITEM_COLUMNS)
 
 
-def _item(p: _Paired, k: int, ids: list[str], tags_of: Callable[[int], list[str]]) -> dict:
-    """One row of a diff's items."""
-    sb, sn = int(p.base_status[k]), int(p.new_status[k])
-    st_b, st_n = STATUS_NAMES[sb], STATUS_NAMES[sn]
-    code = int(p.change[k])
-    change = ("same", "worse", "better")[code] if code != _STATUS else f"{st_b} -> {st_n}"
-    i = int(p.new_at[k])
-    return {
-        "backend": p.backend, "metric": p.metric, "case_id": ids[i], "tags": tags_of(i),
-        "base_value": None if np.isnan(p.base_value[k]) else float(p.base_value[k]),
-        "new_value": None if np.isnan(p.new_value[k]) else float(p.new_value[k]),
-        "delta": float(p.delta[k]), "base_status": st_b, "new_status": st_n, "change": change,
-        "base_error": None, "new_error": None,
-    }
+def _items(parts: list[_Paired], part_of: np.ndarray, row_of: np.ndarray, ids: Any,
+           tags_of: Callable[[int], list[str]]) -> list[dict]:
+    """The rows of a diff's items for the paired scores ``row_of`` of ``parts[part_of]``, a part's
+    columns read at once."""
+    rows: list = [None] * len(row_of)
+    for j in np.unique(part_of).tolist():
+        sel = np.flatnonzero(part_of == j)
+        p, k = parts[j], row_of[sel]
+        codes = zip(p.base_status[k].tolist(), p.new_status[k].tolist(), p.change[k].tolist())
+        values = (p.base_value[k].tolist(), p.new_value[k].tolist(), p.delta[k].tolist())
+        for n, i, (sb, sn, code), bv, nv, delta in zip(sel.tolist(), p.new_at[k].tolist(), codes, *values):
+            st_b, st_n = STATUS_NAMES[sb], STATUS_NAMES[sn]
+            rows[n] = {
+                "backend": p.backend, "metric": p.metric, "case_id": ids[i], "tags": tags_of(i),
+                "base_value": None if bv != bv else bv, "new_value": None if nv != nv else nv,
+                "delta": delta, "base_status": st_b, "new_status": st_n,
+                "change": ("same", "worse", "better")[code] if code != _STATUS else f"{st_b} -> {st_n}",
+                "base_error": None, "new_error": None,
+            }
+    return rows
 
 
 def _errors(rows: list[dict], where: list[tuple[_Paired, int]]) -> None:

@@ -181,15 +181,74 @@ def _indented(o: Any, level: int, flat: dict) -> Iterator[str]:
     is_dict = isinstance(o, dict)
     inner = "\n" + "  " * (level + 1)
     yield "{" if is_dict else "["
-    first = True
+    first, sub, containers = True, level + 1, (list, tuple, dict)
+    rows: list = []  # a list's rows (`_is_row`) written together
     for item in (o.items() if is_dict else o):
-        yield inner if first else "," + inner
+        row = not is_dict and _is_row(item)
+        if row:
+            rows.append(item)
+            if len(rows) < _ROWS:
+                continue
+        if rows:
+            yield (inner if first else "," + inner) + _rows_text(rows, sub, flat)
+            first, rows = False, []
+        if row:
+            continue
+        lead = inner if first else "," + inner
         first = False
         if is_dict:
             key, item = item
-            yield _key(key) + ": "
-        yield from _indented(item, level + 1, flat)
+            lead += _key(key) + ": "
+        if not isinstance(item, containers) or not item or (sub > 1 and len(item) <= 256
+                                                             and type(item) in containers):
+            yield lead + _text(item, sub, flat)  # (as the call below would: one piece)
+        else:
+            yield lead
+            yield from _indented(item, sub, flat)
+    if rows:
+        yield (inner if first else "," + inner) + _rows_text(rows, sub, flat)
     yield "\n" + "  " * level + ("}" if is_dict else "]")
+
+
+_ROWS = 1000  # rows written by one call of the C encoder
+
+
+def _is_row(o: Any) -> bool:
+    """Whether ``o`` is a row `_rows_text` writes: a dict of string keys and plain values or lists of
+    them."""
+    if type(o) is not dict or not o:
+        return False
+    for k, v in o.items():
+        t = type(v)
+        if type(k) is not str or (t not in _SCALARS and not ((t is list or t is tuple)
+                                                              and all(type(x) in _SCALARS for x in v))):
+            return False
+    return True
+
+
+# in the encoder's text of rows without its first and last brace (items apart by \x01, keys by \x02:
+# neither is ever in a string, whose control characters are escaped), a list in a row: from its key's
+# \x02 to the bracket that closes it, the only "]" followed by the next field, the next row or the end
+_ROW_LIST = re.compile(r"\x02\[(.*?)\](?=\x01|\}\x01\{|$)")
+
+
+def _rows_text(rows: list, level: int, flat: dict) -> str:
+    """Rows (`_is_row`) at ``level`` as the Python encoder indents them, one after the other with the
+    separator of their list: the C encoder writes them all with marks for the separators, which are
+    then replaced by the line breaks and indents of their level."""
+    if "rows" not in flat:
+        import json
+
+        flat["rows"] = json.JSONEncoder(ensure_ascii=False, allow_nan=False,
+                                        separators=("\x01", "\x02")).encode
+    text = flat["rows"](rows)[2:-2]  # without the list's brackets and the first and last row's braces
+    ind = "  " * level
+    fields = "\n" + ind + "  "
+    deeper = fields + "  "
+    text = _ROW_LIST.sub(lambda m: "\x02[" + deeper + m.group(1).replace("\x01", "," + deeper) + fields + "]"
+                         if m.group(1) else "\x02[]", text)
+    text = text.replace("}\x01{", "\x03").replace("\x01", "," + fields).replace("\x02", ": ")
+    return "{" + fields + text.replace("\x03", "\n" + ind + "},\n" + ind + "{" + fields) + "\n" + ind + "}"
 
 
 def _text(o: Any, level: int, flat: dict) -> str:
@@ -225,37 +284,48 @@ def _text(o: Any, level: int, flat: dict) -> str:
 
 
 def _row_text(o: dict, level: int, flat: dict, inner: str) -> Any:
-    """A dict of plain values and lists of plain values (a row: a case's tags among its fields) by the C
-    encoder, each list written in its place at the level below; None for any other dict."""
-    lists = {}
+    """A dict of plain values and lists of plain values (a row: a case's tags among its fields) as the
+    encoder indents it, each value written by `_scalar`'s steps; None for any other dict."""
+    parts = []
     for k, v in o.items():
+        if type(k) is not str:
+            return None
         t = type(v)
         if t is list or t is tuple:
-            if not all(type(x) in _SCALARS for x in v):
+            if not v:
+                text = "[]"
+            else:
+                items = []
+                for x in v:
+                    write = _WRITE.get(type(x))
+                    if write is None:
+                        return None
+                    items.append(write(x))
+                deeper = inner + "  "
+                text = "[" + deeper + ("," + deeper).join(items) + inner + "]"
+        else:
+            write = _WRITE.get(t)
+            if write is None:
                 return None
-            lists[k] = v
-        elif t not in _SCALARS or (t is str and "\x00" in v):
-            return None
-        if type(k) is not str or "\x00" in k:
-            return None
-    if not lists:
-        return None
-    marks = {k: f"\x00{n}\x00" for n, k in enumerate(lists)}
-    if level not in flat:
-        import json
-
-        flat[level] = json.JSONEncoder(ensure_ascii=False, allow_nan=False,
-                                       separators=("," + inner, ": ")).encode
-    text = flat[level]({k: marks.get(k, v) for k, v in o.items()})
-    for k, v in lists.items():
-        mark = marks[k]
-        text = text.replace(f'"\\u0000{mark[1:-1]}\\u0000"', _text(v, level + 1, flat), 1)
-    return text[0] + inner + text[1:-1] + "\n" + "  " * level + text[-1]
+            text = write(v)
+        parts.append(encode_basestring(k) + ": " + text)
+    return "{" + inner + ("," + inner).join(parts) + "\n" + "  " * level + "}"
 
 
 def _key(key: Any) -> str:
     """A dict key as the encoder writes it: a string, or a number, true, false or null in quotes."""
     return _scalar(key) if isinstance(key, str) else '"' + _scalar(key) + '"'
+
+
+def _float_text(o: float) -> str:
+    if o != o or o in (math.inf, -math.inf):
+        raise ValueError("Out of range float values are not JSON compliant: " + repr(o))
+    return float.__repr__(o)
+
+
+#: how `_scalar` writes a value of each plain type
+_WRITE: dict = {str: encode_basestring, int: int.__repr__, float: _float_text,
+                bool: lambda o: "true" if o else "false", type(None): lambda o: "null"}
 
 
 def _scalar(o: Any) -> str:
