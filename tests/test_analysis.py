@@ -248,6 +248,31 @@ def test_kendall_merged_in_c_is_the_numpy_merge_to_the_last_bit(ties, monkeypatc
             assert block == [st._kendall_discordant(w[i:i + 1], *places)[0] for i in range(rows)]
 
 
+@pytest.mark.parametrize("ties", ["none", "x", "y", "both"])
+def test_correlations_in_c_are_the_numpy_steps_to_the_last_bit(ties, monkeypatch):
+    """Weighted mid-ranks (runs summed as ``add.reduceat`` sums them, a running sum, half a run), the
+    tied weight of Kendall's tau (runs' sums squared, summed pairwise) and the weighted Pearson
+    correlation (each product rounded, each sum pairwise) made a row at a time in C have the bits of
+    the NumPy steps on blocks of Gamma weights, from 1 case to 20,000, runs of one to thousands."""
+    if st._weighted_pearson is None:
+        pytest.skip("the package was built without its compiled modules")
+    rng = np.random.default_rng(17)
+    for m in [1, 2, 3, 9, 130, 1025, 20000]:
+        c = _kendall_columns(rng, m, ties)
+        w = rng.standard_gamma(rng.integers(1, 4, m).astype(float), size=(5, m))
+        w /= w.sum(-1, keepdims=True)
+        rx, ry = st._ranking(c["x"]), st._ranking(c["y"])
+        got = [st._mid_ranks(w, rx), st._mid_ranks(w, ry), st._pearson_of(w, c["x"], c["y"]),
+               st._spearman(c)(w), st._kendall(c)(w)]
+        with monkeypatch.context() as p:
+            for name in ("_weighted_pearson", "_c_mid_ranks", "_run_square_sums"):
+                p.setattr(st, name, None)
+            want = [st._mid_ranks(w, rx), st._mid_ranks(w, ry), st._pearson_of(w, c["x"], c["y"]),
+                    st._spearman(c)(w), st._kendall(c)(w)]
+        for name, a, b in zip(["mid-ranks x", "mid-ranks y", "pearson", "spearman", "kendall"], got, want):
+            assert a.shape == b.shape and a.tobytes() == b.tobytes(), (m, name, np.nanmax(np.abs(a - b)))
+
+
 def _kendall_places(kendall):
     """The order and levels `_kendall`'s figure hands the compiled merge."""
     env = dict(zip(kendall.__code__.co_freevars, (cell.cell_contents for cell in kendall.__closure__)))
@@ -262,15 +287,19 @@ def test_rater_figures_are_the_same_with_and_without_the_compiled_merge(monkeypa
     y = np.clip(x + rng.normal(0, 0.2, 3000), 0, 1)
     args = (["kendall", "spearman"], x >= 0.5, y >= 0.5, x, y)
     with_c = st.rater_figures(*args, n_draws=200, seed=4)
-    monkeypatch.setattr(st, "_kendall_discordant", None)
+    strata = np.arange(3000) % 3
+    with_c_strata = st.rater_figures(*args, strata=strata, n_draws=100, seed=4)
+    for name in ("_kendall_discordant", "_weighted_pearson", "_c_mid_ranks", "_run_square_sums"):
+        monkeypatch.setattr(st, name, None)
     assert st.rater_figures(*args, n_draws=200, seed=4) == with_c
+    assert st.rater_figures(*args, strata=strata, n_draws=100, seed=4) == with_c_strata
     probe = ("import sys\n"
              "class Refuse:\n"
              "    def find_spec(self, name, path=None, target=None):\n"
              "        if name == 'ragbridge.analysis._stats': raise ImportError(name)\n"
              "sys.meta_path.insert(0, Refuse())\n"
              "from ragbridge.analysis import stats\n"
-             "assert stats._kendall_discordant is stats._bootstrap_means is stats._sign_flip_counts is None\n"
+             "assert stats._kendall_discordant is stats._bootstrap_means is stats._weighted_pearson is None\n"
              "print(repr(stats.mean_shift(*[[i * i % 7 / 7 for i in range(k, k + 40)] for k in (0, 3)],"
              " 0, 'native', 'mrr', '(all)')))\n"
              "print(stats.rater_figures(['kendall'], [1, 0, 1, 0], [1, 1, 0, 0], [.9, .2, .6, .1],"

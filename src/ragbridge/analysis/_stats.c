@@ -31,17 +31,25 @@
  *   high half bytes select plus that of its low half bytes (`table`: 32 float64 a byte), its
  *   statistic `2 * sum - total`, counted where `<= observed + gamma` and where `>= observed - gamma`.
  *
+ * run_square_sums, mid_ranks, weighted_pearson: the agreement figures' steps on a block of posterior
+ *   weights, a row at a time (`_kendall`'s tied weight, `_mid_ranks`, `_pearson_of`; see each).
+ *
  * NumPy's draws (numpy/random/src/distributions/distributions.c): a bounded integer below 2**16 takes
  * 16 bits of a 32-bit draw at a time, low half first (one buffer a call); below 2**32, a 32-bit draw;
  * either is scaled by Lemire's multiply with rejection; a byte of 0..255 is 8 bits of a 32-bit draw,
  * lowest first. Its sums along a row (numpy/_core/src/umath/loops_utils.h.src) are pairwise: under 8
  * values one after the other; up to 128 in 8 running sums added as ((0+1)+(2+3))+((4+5)+(6+7)), then
- * the rest one by one; above, split at the half rounded down to a multiple of 8.
+ * the rest one by one; above, split at the half rounded down to a multiple of 8. Its add.reduceat of
+ * a run is the run's first value plus the pairwise sum of the others; its cumsum one addition after
+ * the other.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <math.h>
+
+#define EPS_ 1e-12  /* stats.EPS: a sum of weights at most this is none */
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -439,6 +447,252 @@ done:
     return out;
 }
 
+/* A row of int64 places, as the caller hands them (NumPy's intp on 64-bit machines). */
+static int
+get_places(PyObject *obj, Py_buffer *view, const char *what, Py_ssize_t limit)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return -1;
+    if (view->ndim != 1 || view->itemsize != 8 || (strcmp(view->format, "l") != 0 && strcmp(view->format, "q") != 0)) {
+        PyErr_Format(PyExc_ValueError, "%s: a row of int64 is needed", what);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    const int64_t *p = view->buf;
+    for (Py_ssize_t i = 0; i < view->shape[0]; i++)
+        if (p[i] < 0 || p[i] >= limit) {
+            PyErr_Format(PyExc_ValueError, "%s: a place outside 0..%zd", what, limit - 1);
+            PyBuffer_Release(view);
+            return -1;
+        }
+    return 0;
+}
+
+/* The sum of each run of `order` (runs from `starts`, g of them, the first at 0) of a row of weights,
+ * as NumPy's add.reduceat sums a run: its first value plus the pairwise sum of the others. */
+static void
+run_sums(const double *w, const int64_t *order, const int64_t *starts, Py_ssize_t g, Py_ssize_t m,
+         double *sums, double *tmp)
+{
+    for (Py_ssize_t j = 0; j < g; j++) {
+        Py_ssize_t s = starts[j], e = j + 1 < g ? starts[j + 1] : m;
+        if (e - s == 1) {
+            sums[j] = w[order[s]];
+            continue;
+        }
+        for (Py_ssize_t k = s + 1; k < e; k++)
+            tmp[k - s - 1] = w[order[k]];
+        sums[j] = w[order[s]] + pairwise_sum(tmp, e - s - 1);
+    }
+}
+
+/* run_square_sums(w, order, starts, out): per row of `w`, the pairwise sum of its runs' sums squared
+ * (Kendall's tied weight: `(_group_sums(w, ...) ** 2).sum(-1)`). */
+static PyObject *
+run_square_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "run_square_sums(w, order, starts, out) takes 4 arguments");
+        return NULL;
+    }
+    Py_buffer bw, bo, bs, bout;
+    PyObject *res = NULL;
+    if (get_buffer(args[0], &bw, "w", "d", 2) < 0)
+        return NULL;
+    Py_ssize_t rows = bw.shape[0], m = bw.shape[1];
+    if (get_places(args[1], &bo, "order", m) < 0)
+        goto free_w;
+    if (get_places(args[2], &bs, "starts", m) < 0)
+        goto free_o;
+    if (PyObject_GetBuffer(args[3], &bout, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0)
+        goto free_s;
+    Py_ssize_t g = bs.shape[0];
+    const int64_t *starts = bs.buf;
+    int bad = bo.shape[0] != m || bout.ndim != 1 || strcmp(bout.format, "d") != 0 || bout.shape[0] != rows
+              || (g > 0) != (m > 0) || (g > 0 && starts[0] != 0);
+    for (Py_ssize_t j = 1; !bad && j < g; j++)
+        bad = starts[j] <= starts[j - 1];
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "run_square_sums: the runs do not fit the weights");
+        goto free_out;
+    }
+    double *sums = PyMem_Malloc(sizeof(double) * (2 * m + 1));
+    if (sums == NULL) {
+        PyErr_NoMemory();
+        goto free_out;
+    }
+    double *tmp = sums + m, *out = bout.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        run_sums((const double *)bw.buf + r * m, bo.buf, starts, g, m, sums, tmp);
+        for (Py_ssize_t j = 0; j < g; j++)
+            sums[j] = sums[j] * sums[j];
+        out[r] = pairwise_sum(sums, g);
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_Free(sums);
+    res = Py_NewRef(Py_None);
+free_out:
+    PyBuffer_Release(&bout);
+free_s:
+    PyBuffer_Release(&bs);
+free_o:
+    PyBuffer_Release(&bo);
+free_w:
+    PyBuffer_Release(&bw);
+    return res;
+}
+
+/* mid_ranks(w, order, starts, at, out): each case's weighted mid-rank a row of `w` (`_mid_ranks`): the
+ * runs' sums (`run_sums`), their running sum one addition after the other (NumPy's cumsum), the
+ * weight below a run `running - sum` plus half its sum, picked for each case by its run `at`. */
+static PyObject *
+mid_ranks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "mid_ranks(w, order, starts, at, out) takes 5 arguments");
+        return NULL;
+    }
+    Py_buffer bw, bo, bs, ba, bout;
+    PyObject *res = NULL;
+    if (get_buffer(args[0], &bw, "w", "d", 2) < 0)
+        return NULL;
+    Py_ssize_t rows = bw.shape[0], m = bw.shape[1];
+    if (get_places(args[1], &bo, "order", m) < 0)
+        goto free_w;
+    if (get_places(args[2], &bs, "starts", m) < 0)
+        goto free_o;
+    Py_ssize_t g = bs.shape[0];
+    if (get_places(args[3], &ba, "at", g) < 0)
+        goto free_s;
+    if (get_buffer(args[4], &bout, "out", "d", 2) < 0)
+        goto free_a;
+    const int64_t *starts = bs.buf;
+    int bad = bo.shape[0] != m || ba.shape[0] != m || bout.shape[0] != rows || bout.shape[1] != m
+              || bout.readonly || (g > 0) != (m > 0) || (g > 0 && starts[0] != 0);
+    for (Py_ssize_t j = 1; !bad && j < g; j++)
+        bad = starts[j] <= starts[j - 1];
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "mid_ranks: the runs do not fit the weights");
+        goto free_out;
+    }
+    double *sums = PyMem_Malloc(sizeof(double) * (2 * m + 1));
+    if (sums == NULL) {
+        PyErr_NoMemory();
+        goto free_out;
+    }
+    double *tmp = sums + m;
+    const int64_t *at = ba.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        double *out = (double *)bout.buf + r * m;
+        run_sums((const double *)bw.buf + r * m, bo.buf, starts, g, m, sums, tmp);
+        double running = 0.0;
+        for (Py_ssize_t j = 0; j < g; j++) {
+            running = j ? running + sums[j] : sums[j];
+            tmp[j] = (running - sums[j]) + sums[j] / 2;
+        }
+        for (Py_ssize_t i = 0; i < m; i++)
+            out[i] = tmp[at[i]];
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_Free(sums);
+    res = Py_NewRef(Py_None);
+free_out:
+    PyBuffer_Release(&bout);
+free_a:
+    PyBuffer_Release(&ba);
+free_s:
+    PyBuffer_Release(&bs);
+free_o:
+    PyBuffer_Release(&bo);
+free_w:
+    PyBuffer_Release(&bw);
+    return res;
+}
+
+/* weighted_pearson(w, x, y, out, eps): per row of `w`, `_pearson_of`'s weighted Pearson correlation
+ * of `x` and `y` (each a row of the columns' m values, or one row a row of `w`): every product
+ * rounded, every sum pairwise, in the NumPy steps' order. */
+static PyObject *
+weighted_pearson(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "weighted_pearson(w, x, y, out, eps) takes 5 arguments");
+        return NULL;
+    }
+    double eps = PyFloat_AsDouble(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer bw, bx, by, bout;
+    PyObject *res = NULL;
+    if (get_buffer(args[0], &bw, "w", "d", 2) < 0)
+        return NULL;
+    Py_ssize_t rows = bw.shape[0], m = bw.shape[1];
+    if (PyObject_GetBuffer(args[1], &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        goto free_w;
+    if (PyObject_GetBuffer(args[2], &by, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        goto free_x;
+    if (PyObject_GetBuffer(args[3], &bout, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0)
+        goto free_y;
+    int x2 = bx.ndim == 2, y2 = by.ndim == 2;
+    int bad = strcmp(bx.format, "d") != 0 || strcmp(by.format, "d") != 0 || strcmp(bout.format, "d") != 0
+              || bout.ndim != 1 || bout.shape[0] != rows;
+    bad = bad || (x2 ? bx.shape[0] != rows || bx.shape[1] != m : bx.ndim != 1 || bx.shape[0] != m);
+    bad = bad || (y2 ? by.shape[0] != rows || by.shape[1] != m : by.ndim != 1 || by.shape[0] != m);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "weighted_pearson: x and y must be float64 rows of the weights' width");
+        goto free_out;
+    }
+    double *t = PyMem_Malloc(sizeof(double) * (3 * m + 1));
+    if (t == NULL) {
+        PyErr_NoMemory();
+        goto free_out;
+    }
+    double *dx = t + m, *dy = dx + m, *out = bout.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const double *w = (const double *)bw.buf + r * m;
+        const double *x = (const double *)bx.buf + (x2 ? r * m : 0);
+        const double *y = (const double *)by.buf + (y2 ? r * m : 0);
+        double s = pairwise_sum(w, m);
+        for (Py_ssize_t i = 0; i < m; i++)
+            t[i] = w[i] * x[i];
+        double mx = s > EPS_ ? pairwise_sum(t, m) / s : NAN;
+        for (Py_ssize_t i = 0; i < m; i++)
+            t[i] = w[i] * y[i];
+        double my = s > EPS_ ? pairwise_sum(t, m) / s : NAN;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            dx[i] = x[i] - mx;
+            dy[i] = y[i] - my;
+        }
+        for (Py_ssize_t i = 0; i < m; i++)
+            t[i] = (w[i] * dx[i]) * dy[i];
+        double cov = pairwise_sum(t, m);
+        for (Py_ssize_t i = 0; i < m; i++)
+            t[i] = (w[i] * dx[i]) * dx[i];
+        double vx = pairwise_sum(t, m);
+        for (Py_ssize_t i = 0; i < m; i++)
+            t[i] = (w[i] * dy[i]) * dy[i];
+        double vy = pairwise_sum(t, m);
+        double den = sqrt(vx * vy), floor = eps * s;
+        double v = (vx > floor && vy > floor) ? cov / den : NAN;
+        out[r] = v < -1.0 ? -1.0 : (v > 1.0 ? 1.0 : v);
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_Free(t);
+    res = Py_NewRef(Py_None);
+free_out:
+    PyBuffer_Release(&bout);
+free_y:
+    PyBuffer_Release(&by);
+free_x:
+    PyBuffer_Release(&bx);
+free_w:
+    PyBuffer_Release(&bw);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"kendall_discordant", (PyCFunction)(void (*)(void))kendall_discordant, METH_FASTCALL,
      "kendall_discordant(w, order, lefts, rights, at): each draw's strictly discordant weight."},
@@ -446,6 +700,12 @@ static PyMethodDef methods[] = {
      "bootstrap_means(values, state, n_resamples, block, dist): each resample's mean into dist; the new state."},
     {"sign_flip_counts", (PyCFunction)(void (*)(void))sign_flip_counts, METH_FASTCALL,
      "sign_flip_counts(table, state, n_resamples, block, total, observed, gamma): (n_less, n_greater, state)."},
+    {"run_square_sums", (PyCFunction)(void (*)(void))run_square_sums, METH_FASTCALL,
+     "run_square_sums(w, order, starts, out): per row, the pairwise sum of its runs' sums squared."},
+    {"mid_ranks", (PyCFunction)(void (*)(void))mid_ranks, METH_FASTCALL,
+     "mid_ranks(w, order, starts, at, out): each case's weighted mid-rank, a row of w at a time."},
+    {"weighted_pearson", (PyCFunction)(void (*)(void))weighted_pearson, METH_FASTCALL,
+     "weighted_pearson(w, x, y, out, eps): per row of w, the weighted Pearson correlation of x and y."},
     {NULL, NULL, 0, NULL},
 };
 

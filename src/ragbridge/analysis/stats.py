@@ -41,7 +41,9 @@ verdict figures cost a few cells per draw whatever the run's size; the draws are
 at a time, with at most ``BLOCK`` weights in memory. Kendall's tau on weighted cases counts the
 discordant weight by merging halves level by level, m log m per draw: in C where the package was
 built with its compiled module (``ragbridge.analysis._stats``), else in NumPy, with the same single-
-precision additions in the same order either way, so the same draws to the last bit.
+precision additions in the same order either way, so the same draws to the last bit. The weighted
+mid-ranks, Pearson's correlation and Kendall's tied weights run a draw at a time in C there too, with
+NumPy's products and pairwise sums in NumPy's order (the NumPy steps stay as the fallback).
 
 **Means** (``diff``, ``gate``, the shift of ``compare RUN_A RUN_B``): `bootstrap_interval`, a paired
 percentile bootstrap. Cases are resampled with replacement (PCG64, seeded), ``DEFAULT_RESAMPLES`` =
@@ -107,9 +109,13 @@ import numpy as np
 try:  # built with the package where a C compiler was found: the resampling loops in C
     from ._stats import bootstrap_means as _bootstrap_means
     from ._stats import kendall_discordant as _kendall_discordant
+    from ._stats import mid_ranks as _c_mid_ranks
+    from ._stats import run_square_sums as _run_square_sums
     from ._stats import sign_flip_counts as _sign_flip_counts
+    from ._stats import weighted_pearson as _weighted_pearson
 except ImportError:  # pragma: no cover - the package built without it
     _kendall_discordant = _bootstrap_means = _sign_flip_counts = None
+    _c_mid_ranks = _run_square_sums = _weighted_pearson = None
 
 _U64 = (1 << 64) - 1
 
@@ -214,8 +220,18 @@ def _mae(c):
     return lambda w: _ratio(w @ d, w.sum(-1))
 
 
+def _compiled(w) -> bool:
+    """Whether the compiled loops take the weights ``w`` (a C-ordered float64 block of rows)."""
+    return _weighted_pearson is not None and w.ndim == 2 and w.dtype == np.float64 and w.flags.c_contiguous
+
+
 def _pearson_of(w, x, y):
     """Weighted Pearson correlation of ``x`` and ``y`` (each a column, or one row per row of ``w``)."""
+    if _compiled(w):  # the same steps a row at a time, in C
+        out = np.empty(len(w))
+        _weighted_pearson(w, np.ascontiguousarray(x, np.float64), np.ascontiguousarray(y, np.float64), out,
+                          EPS * EPS)
+        return out
     s = w.sum(-1)
     mx, my = _ratio((w * x).sum(-1), s), _ratio((w * y).sum(-1), s)
     dx, dy = x - np.expand_dims(mx, -1), y - np.expand_dims(my, -1)
@@ -268,18 +284,22 @@ def _group_sums(w, order, summing):
 
 
 def _ranking(v: np.ndarray):
-    """``(order, summing, at)``: ``v``'s stable sort, how `_group_sums` sums its runs of equal values,
-    and each case's run (in the case's own place)."""
+    """``(order, summing, at, starts)``: ``v``'s stable sort, how `_group_sums` sums its runs of equal
+    values, each case's run (in the case's own place) and where each run starts."""
     order, starts, group = _groups(v)
     at = np.empty_like(order)
     at[order] = group
-    return order, _summing(order, starts), at
+    return order, _summing(order, starts), at, starts
 
 
 def _mid_ranks(w, ranking):
     """Each case's weighted mid-rank: the weight of the cases below it, plus half of its tie group's
     (``ranking`` from `_ranking`; each case's picked from its group's, not written through the sort)."""
-    order, summing, at = ranking
+    order, summing, at, starts = ranking
+    if _compiled(w):  # the same steps a row at a time, in C
+        out = np.empty(w.shape)
+        _c_mid_ranks(w, order, starts, at, out)
+        return out
     sums = _group_sums(w, order, summing)
     below = np.cumsum(sums, axis=-1) - sums
     return np.take(below + sums / 2, at, axis=-1)
@@ -327,11 +347,16 @@ def _kendall(c):
     tie_x, tie_y = (_groups(v)[:2] for v in (x, y))
     # the cases in order of (x, y) are in ``order`` already: the pairs' groups are runs of it
     pair = np.unique(np.c_[x, y], axis=0, return_inverse=True)[1].ravel()
-    ties = [(o, _summing(o, starts)) for o, starts in (tie_x, tie_y, (order, _groups(pair.astype(float))[1]))]
+    ties = [(o, _summing(o, starts), starts)
+            for o, starts in (tie_x, tie_y, (order, _groups(pair.astype(float))[1]))]
     order32 = order.astype(np.int32)
     by_place: list = []  # `_merge`'s layout of the levels, made when first needed
 
-    def tied(w, order_, summing):
+    def tied(w, order_, summing, starts):
+        if _compiled(w):  # the same steps a row at a time, in C
+            out = np.empty(len(w))
+            _run_square_sums(w, order_, starts, out)
+            return out
         return (_group_sums(w, order_, summing) ** 2).sum(-1)
 
     def f(w):
