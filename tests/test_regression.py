@@ -731,3 +731,37 @@ def test_a_mean_just_below_the_bound_is_not_shown_rounded_onto_it(tmp_path):
     assert "0.8496 >= 0.85: does not hold" in md.read_text() and "0.850 >=" not in md.read_text()
     failure = ET.parse(junit).getroot().find("testsuite").find("testcase").find("failure")
     assert "0.8496" in failure.get("message") + (failure.text or "") and "0.850 " not in failure.text
+
+
+def test_diff_tag_groups_are_each_paired_case_s_tags():
+    """diff's groups by tag (masks over the paired cases, no tuple a case) are each paired case's tags:
+    the new run's, or the base run's for a case the new run holds only scores of."""
+    import random
+
+    from ragbridge.analysis.diff import _tag_masks
+    from ragbridge.run.columns import CaseIndex
+
+    rng = random.Random(4)
+
+    def index(n, described, pool):
+        ids = [f"c{i}" for i in rng.sample(range(3 * n), n)]
+        tags = [tuple(sorted(rng.sample(pool, rng.randint(0, 2)))) for _ in range(described)]
+        return CaseIndex(ids, tags + [()] * (n - described), np.ones(n, bool), np.zeros(n, np.int64),
+                         np.zeros((n, 16), np.uint8), lambda i: [], described=described)
+
+    for _ in range(200):
+        n = rng.randint(1, 40)
+        bc, nc = index(n, rng.randint(0, n), ["a", "b", "c"]), index(n, rng.randint(0, n), ["a", "b", "d"])
+        paired = np.array([i for i in range(n) if bc.place(nc.ids[i]) is not None], np.int64)
+
+        def tags_of(i):
+            if i < nc.described:
+                return nc.tags[i]
+            j = bc.place(nc.ids[i])
+            return bc.tags[j] if j < bc.described else ()
+
+        tag_sets = [tags_of(i) for i in paired.tolist()]
+        masks = _tag_masks(bc, nc, paired)
+        assert {t for t, m in masks.items() if m.any()} == {t for ts in tag_sets for t in ts}
+        for t, m in masks.items():
+            assert m.tolist() == [t in ts for ts in tag_sets]

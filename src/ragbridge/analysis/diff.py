@@ -329,6 +329,29 @@ class RunDiff:
         return pd.DataFrame(list(rows), columns=ITEM_COLUMNS)
 
 
+def _tag_masks(bc: Any, nc: Any, paired: np.ndarray) -> dict[str, np.ndarray]:
+    """For each tag, which paired cases (the new run's cases ``paired``) carry it: the new run's tags,
+    or the base run's for a case the new run only scored (no Python object a case)."""
+    described = paired < nc.described
+    new_tags = set(nc.all_tags())
+    tags = set(new_tags)
+    rest = paired[~described]
+    base_tags = {}
+    if len(rest):  # cases the new run holds only scores of: their tags from the base run, if it has them
+        places = [bc.place(nc.ids[int(i)]) for i in rest]
+        base_tags = {k: tuple(bc.tags[j]) for k, j in enumerate(places) if j is not None and j < bc.described}
+        tags |= {t for ts in base_tags.values() for t in ts}
+    masks = {}
+    for t in sorted(tags):
+        mask = np.zeros(len(paired), bool)
+        if t in new_tags:
+            mask[described] = nc.tag_mask(t)[paired[described]]
+        if len(rest):
+            mask[np.flatnonzero(~described)] = [t in base_tags.get(k, ()) for k in range(len(rest))]
+        masks[t] = mask
+    return masks
+
+
 def _items(parts: list[_Paired], part_of: np.ndarray, row_of: np.ndarray, ids: Any,
            tags_of: Callable[[int], list[str]]) -> list[dict]:
     """The rows of a diff's items for the paired scores ``row_of`` of ``parts[part_of]``, a part's
@@ -431,8 +454,8 @@ def diff_runs(
         wanted_tags = set(clean_tags(tags)) if tags else None
     except ValueError as exc:
         raise RegressionError(str(exc)) from None
-    tag_sets = [tuple(tags_of(i)) for i in paired.tolist()]
-    known_tags = {t for ts in set(tag_sets) for t in ts}
+    masks = _tag_masks(bc, nc, paired)
+    known_tags = {t for t, mask in masks.items() if mask.any()}
     if wanted_tags:
         unknown = sorted(wanted_tags - known_tags)
         if unknown:
@@ -444,8 +467,7 @@ def diff_runs(
     if by_tag:
         for t in sorted(known_tags):
             if wanted_tags is None or t in wanted_tags:
-                having = {ts for ts in set(tag_sets) if t in ts}
-                groups[t] = np.fromiter((ts in having for ts in tag_sets), bool, len(tag_sets))
+                groups[t] = masks[t]
     parts, summary_rows = [], []
     noise = noise_of(base_run, new_run)
     for backend, metric in common:
