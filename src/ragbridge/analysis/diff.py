@@ -280,15 +280,14 @@ class RunDiff:
         part_of = np.concatenate([np.full(len(k), j, np.int64) for j, k in enumerate(picks)]
                                  or [np.empty(0, np.int64)])
         row_of = np.concatenate(picks or [np.empty(0, np.int64)])
-        if order is not None and len(row_of):
-            delta = np.array([parts[j].delta[k] for j, k in zip(part_of.tolist(), row_of.tolist())], float)
+        if order is not None and len(row_of):  # (each part's columns picked at once)
+            delta = np.concatenate([p.delta[k] for p, k in zip(parts, picks)]).astype(float)
             names = sorted({(p.backend, p.metric) for p in parts})
             key_rank = {k: r for r, k in enumerate(names)}
-            pair_rank = np.array([key_rank[(parts[j].backend, parts[j].metric)] for j in part_of.tolist()],
-                                 np.int64)
-            ranks = self.new.columns.cases.id_rank()
-            id_rank = np.array([ranks[parts[j].new_at[k]] for j, k in zip(part_of.tolist(), row_of.tolist())],
-                               np.int64)
+            pair_rank = np.concatenate([np.full(len(k), key_rank[(p.backend, p.metric)], np.int64)
+                                        for p, k in zip(parts, picks)])
+            ranks = np.asarray(self.new.columns.cases.id_rank())
+            id_rank = np.concatenate([ranks[p.new_at[k]] for p, k in zip(parts, picks)]).astype(np.int64)
             at = np.lexsort((id_rank, pair_rank, delta if order == "worse" else -delta))
             part_of, row_of = part_of[at], row_of[at]
         if top is not None:
