@@ -276,19 +276,28 @@ class RunDiff:
             pick = (np.flatnonzero(np.isin(p.change, change)) if change is not None
                     else np.arange(len(p.change)))
             parts.append(p)
-            picks.append(pick)
-        part_of = np.concatenate([np.full(len(k), j, np.int64) for j, k in enumerate(picks)]
-                                 or [np.empty(0, np.int64)])
+            picks.append(pick.astype(np.int32) if len(p.change) < 2**31 else pick)
+        # (the narrowest integers that hold them: a million cases' changed scores are millions of rows)
+        part_type = np.int16 if len(parts) < 2**15 else np.int64
+        part_of = np.concatenate([np.full(len(k), j, part_type) for j, k in enumerate(picks)]
+                                 or [np.empty(0, part_type)])
         row_of = np.concatenate(picks or [np.empty(0, np.int64)])
+        del picks
         if order is not None and len(row_of):  # (each part's columns picked at once)
-            delta = np.concatenate([p.delta[k] for p, k in zip(parts, picks)]).astype(float)
+            delta = np.empty(len(row_of))
             names = sorted({(p.backend, p.metric) for p in parts})
             key_rank = {k: r for r, k in enumerate(names)}
-            pair_rank = np.concatenate([np.full(len(k), key_rank[(p.backend, p.metric)], np.int64)
-                                        for p, k in zip(parts, picks)])
+            pair_rank = np.empty(len(row_of), part_type)
             ranks = np.asarray(self.new.columns.cases.id_rank())
-            id_rank = np.concatenate([ranks[p.new_at[k]] for p, k in zip(parts, picks)]).astype(np.int64)
+            id_rank = np.empty(len(row_of), np.int32 if len(ranks) < 2**31 else np.int64)
+            for j, p in enumerate(parts):
+                mine = np.flatnonzero(part_of == j)
+                k = row_of[mine]
+                delta[mine] = p.delta[k]
+                pair_rank[mine] = key_rank[(p.backend, p.metric)]
+                id_rank[mine] = ranks[p.new_at[k]]
             at = np.lexsort((id_rank, pair_rank, delta if order == "worse" else -delta))
+            del delta, pair_rank, id_rank
             part_of, row_of = part_of[at], row_of[at]
         if top is not None:
             part_of, row_of = part_of[:top], row_of[:top]
