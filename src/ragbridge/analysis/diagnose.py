@@ -243,7 +243,7 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
     codes = np.full(len(index), -1, np.int8)
     at = np.full(len(index), -1, np.int64)
     spool = Spool()
-    seen: dict[str, float] = {}
+    seen: dict[tuple[str, str], float] = {}  # each (backend, metric)'s pass mark, looked up once
     for batch in cols.case_batches(np.flatnonzero(failing), views=True):
         for i, case, scores in batch:
             d = _diagnose_case(case, scores, th, human.get(case.id, {}), in_run, k, seen, spans)
@@ -309,13 +309,18 @@ class _SpanRule:
 
 
 def _diagnose_case(case: Case, scores: list[Score], th: Thresholds, human: dict[str, bool], in_run: set[str],
-                   k: Optional[int], marks: dict[str, float], spans: _SpanRule) -> Optional[CaseDiagnosis]:
+                   k: Optional[int], marks: dict[tuple[str, str], float], spans: _SpanRule
+                   ) -> Optional[CaseDiagnosis]:
     scored = [s for s in scores if s.status == "scored"]
     if not case.answerable:  # nothing relevant exists to retrieve: its retrieval scores fail nothing
         scored = [s for s in scored if half_of(s.metric) != "retrieval"]
     mark_of = {}
     for s in scored:
-        mark_of[(s.backend, s.metric)] = marks[f"{s.backend}:{s.metric}"] = th.get(s.backend, s.metric)
+        key = (s.backend, s.metric)
+        mark = marks.get(key)
+        if mark is None:  # the pass marks are the same for every case: looked up once a column
+            mark = marks[key] = th.get(s.backend, s.metric)
+        mark_of[key] = mark
     failing = [_entry(s, mark_of[(s.backend, s.metric)]) for s in scored
                if verdict(s, mark_of[(s.backend, s.metric)]) is False]
     failing += [{"metric": m, "backend": "human", "value": 0.0, "pass_mark": None, "passed": False,
@@ -605,14 +610,11 @@ def _details(q: Question, ctx: _Context, decided: dict) -> dict[str, Any]:
     d: dict[str, Any] = {}
     case, claims = ctx.case, ctx.claims
     if q.name == "retrieval" and ctx.spans.chunks:
-        contexts, relevant = case.contexts, case.relevant
-        cut = int(decided["metric"].partition("@")[2] or 0) or int(ctx.k or 0) or len(contexts)
-        rank: dict[str, int] = {}
-        for i, ch in enumerate(contexts, 1):
-            for label in (ch.id, ch.source):
-                if label in relevant and relevant[label] >= 1:
-                    rank.setdefault(label, i)
-                    break
+        relevant = case.relevant
+        ids = getattr(case, "chunk_ids", None)  # chunks held as ids (and texts): no source to match
+        n_chunks = len(ids) if ids is not None else len(case.contexts)
+        cut = int(decided["metric"].partition("@")[2] or 0) or int(ctx.k or 0) or n_chunks
+        rank = _first_ranks(case, ids, relevant)
         missed = [{"label": label, "rank": rank.get(label)} for label, g in relevant.items()
                   if g >= 1 and not rank.get(label, cut + 1) <= cut]
         if missed:
@@ -622,7 +624,7 @@ def _details(q: Question, ctx: _Context, decided: dict) -> dict[str, Any]:
             gaps, _ = missed_reason(base, case.relevant_spans, case.contexts, cut, ctx.spans.min_overlap)
             if gaps:
                 d["spans_missed"] = gaps
-        d["top_k"] = [ch.id for ch in contexts[:cut]]
+        d["top_k"] = ids[:cut] if ids is not None else [ch.id for ch in case.contexts[:cut]]
     elif q.name == "faithfulness":
         s = _score_of(ctx.scores, decided) if decided["source"] == "score" else _claims_score(ctx.scores)
         if s is not None and s.evidence is not None and s.evidence.claims:
@@ -643,6 +645,22 @@ def _details(q: Question, ctx: _Context, decided: dict) -> dict[str, Any]:
     if q.name == "retrieval" and case.relevant_spans:
         d["span_labels"] = True
     return d
+
+
+def _first_ranks(case: Any, ids: Optional[list[str]], relevant: dict[str, float]) -> dict[str, int]:
+    """The rank (from 1) of the first chunk each relevant label (grade 1 or more) names, by its id or
+    else its source; a label no chunk names is left out. ``ids``: the chunks' ids where the chunks
+    have no source (each label's first place among them, found at once)."""
+    if ids is not None:
+        first = dict(zip(reversed(ids), range(len(ids), 0, -1)))  # the first place wins: written last
+        return {label: first[label] for label, g in relevant.items() if g >= 1 and label in first}
+    rank: dict[str, int] = {}
+    for i, ch in enumerate(case.contexts, 1):
+        for label in (ch.id, ch.source):
+            if label in relevant and relevant[label] >= 1:
+                rank.setdefault(label, i)
+                break
+    return rank
 
 
 def _claims_score(scores: list[Score]) -> Optional[Score]:
