@@ -177,6 +177,7 @@ class Diagnosis:
     unknown_labels: int = 0
     layer_codes: Any = None
     _at: Any = None  # each failing case's place among ``cases``, by its place in the run
+    _texts: Any = None  # each failing case's JSON text where the cases are kept on disk (`case_texts`)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -196,6 +197,12 @@ class Diagnosis:
         at = self._at[np.flatnonzero(self.layer_codes == LAYERS.index(layer))]
         return Rows(len(at), lambda start, stop: [self.cases[int(k)] for k in at[start:stop]])
 
+    def case_texts(self) -> Sequence[Union[str, CaseDiagnosis]]:
+        """Per failing case, in run order: ``to_dict()``'s case as the JSON text `json.dumps(indent=2)`
+        writes (`ragbridge.analysis.rows.plain_json`) where the case holds plain JSON values and is
+        kept as that text, else its `CaseDiagnosis` (what writes every case as JSON reads)."""
+        return self._texts if self._texts is not None else self.cases
+
     def to_dict(self) -> dict[str, Any]:
         rows = [{"tag": t, **c} for t, c in self.by_tag.items() if t != ALL]
         cases = (self.cases.mapped(CaseDiagnosis.to_dict) if isinstance(self.cases, Rows)
@@ -206,13 +213,16 @@ class Diagnosis:
 
 
 def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None,
-             labels: Any = None, label_threshold: float = 0.5, chunk_details: bool = True) -> Diagnosis:
+             labels: Any = None, label_threshold: float = 0.5, chunk_details: bool = True,
+             as_text: bool = False) -> Diagnosis:
     """Diagnose every failing case of ``run`` (see the module docstring).
 
     ``thresholds``: the pass marks (default: each metric's default pass mark, `default_marks`).
     ``labels``: human labels (a file or the frame of `ragbridge.analysis.load_labels`); a graded
     label passes at ``label_threshold``. ``chunk_details=False`` for cases read without their
-    chunks: the details read from them (the top k, the relevant chunks) are left out.
+    chunks: the details read from them (the top k, the relevant chunks) are left out. ``as_text``:
+    keep each case as its JSON text (`Diagnosis.case_texts`: what writes every case as JSON reads;
+    reading the cases back as objects then costs a parse each).
 
     The failing cases are found over the run's columns at once; each is then read with its scores,
     a batch at a time, and diagnosed: memory holds a batch, whatever the run's size."""
@@ -242,7 +252,7 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
     spans = _SpanRule(options.get("span_min_overlap", SPAN_MIN_OVERLAP), chunk_details)
     codes = np.full(len(index), -1, np.int8)
     at = np.full(len(index), -1, np.int64)
-    spool = Spool()
+    spool = Spool(CaseDiagnosis.to_dict, _from_dict) if as_text else Spool()
     seen: dict[tuple[str, str], float] = {}  # each (backend, metric)'s pass mark, looked up once
     for batch in cols.case_batches(np.flatnonzero(failing), views=True):
         for i, case, scores in batch:
@@ -254,10 +264,15 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
             spool.add(d)
     by_tag = _counts(index, codes)
     return Diagnosis(run=str(run.path) if run.path else "", n_cases=n, cases=spool.rows(), by_tag=by_tag,
+                     _texts=spool.texts() if as_text else None,
                      thresholds=dict(sorted(marks.items())),
                      unknown_labels=sum(len(v) for (cid, v), i in zip(human.items(), index.find(list(human)))
                                         if not 0 <= i < n),
                      layer_codes=codes, _at=at)
+
+
+def _from_dict(row: dict[str, Any]) -> CaseDiagnosis:
+    return CaseDiagnosis(**row)
 
 
 # --------------------------------------------------------------------------------------------

@@ -4,12 +4,9 @@ document."""
 
 from __future__ import annotations
 
-import json
-import math
 import sys
-from json.encoder import c_make_encoder, encode_basestring
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich.markup import escape
@@ -60,7 +57,7 @@ def diagnose_cmd(
 
             config = load_gates(gates)
         th = pass_marks(r, threshold or None, config)
-        d = diagnose(r, th, labels, label_threshold)
+        d = diagnose(r, th, labels, label_threshold, as_text=as_json)
     except AnalysisError as exc:
         fail(str(exc))
     except (OSError, ValueError) as exc:  # a gates file that cannot be read
@@ -77,95 +74,24 @@ def diagnose_cmd(
 
 def print_diagnosis_json(d: Diagnosis, file: Optional[Any] = None) -> None:
     """``print_json(d.to_dict())``, the same characters: the counts as `print_json` writes them, then
-    every case, a block at a time, each case's JSON made by `case_json` (the C encoder for every dict
-    and list of plain values: a diagnosis of every failing case of a large run is most of the text)."""
+    the cases a block at a time, each as the JSON text the diagnosis kept it as (`Diagnosis.case_texts`;
+    a case that is not plain JSON values as `json_chunks` writes it), indented in its place."""
     stream = file or sys.stdout
     data = d.to_dict()
-    cases = data.pop("cases")
-    head = "".join(json_chunks(jsonable(data), escaped=False))
-    if not cases:
-        stream.write(json_escaped(head[:-2] + ',\n  "cases": []\n}') + "\n")
+    del data["cases"]  # the last member: written below
+    head = "".join(json_chunks(jsonable(data), escaped=False))[:-2] + ',\n  "cases": ['
+    texts = d.case_texts()
+    if not texts:
+        stream.write(json_escaped(head + "]\n}") + "\n")
         stream.flush()
         return
-    stream.write(json_escaped(head[:-2] + ',\n  "cases": ['))
-    rows = d.cases
-    for start in range(0, len(rows), BLOCK):
-        block = rows[start:start + BLOCK]
-        stream.write(json_escaped(("," if start else "") + "\n    "
-                                  + ",\n    ".join(case_json(c, 2) for c in block)))
+    stream.write(json_escaped(head))
+    for start in range(0, len(texts), BLOCK):
+        block = ",\n".join(t if type(t) is str else "".join(json_chunks(jsonable(t.to_dict()), escaped=False))
+                           for t in texts[start:start + BLOCK])
+        stream.write(json_escaped(("," if start else "") + "\n    " + block.replace("\n", "\n    ")))
     stream.write("\n  ]\n}\n")
     stream.flush()
-
-
-def case_json(c: CaseDiagnosis, level: int = 0) -> str:
-    """``c.to_dict()`` as ``json.dumps(jsonable(...), indent=2, ensure_ascii=False, allow_nan=False)``
-    writes it at ``level`` (its members indented ``level + 1`` steps): each dict or list of plain values
-    by one call of the C encoder; anything else (a NaN, a NumPy number) as `json_chunks` writes it."""
-    row = c.to_dict()
-    try:
-        return _json_at(row, level)
-    except (ValueError, TypeError):  # what `jsonable` changes first, or what the C encoder refuses
-        return "".join(json_chunks(jsonable(row), escaped=False)).replace("\n", "\n" + "  " * level)
-
-
-#: the types the C encoder writes as `jsonable` leaves them (a float only when finite: it refuses others)
-_PLAIN = frozenset((str, int, float, bool, type(None)))
-_FLAT: dict[int, Callable[[Any], str]] = {}
-
-
-def _refused(o: Any) -> Any:
-    raise TypeError(type(o).__name__)
-
-
-def _flat(level: int) -> Callable[[Any], str]:
-    """The C encoder of a dict or list of plain values at ``level``: its item separator the line break
-    and indent of its members (made once: `json.JSONEncoder.encode` makes it again at every call)."""
-    got = _FLAT.get(level)
-    if got is None:
-        separator = ",\n" + "  " * (level + 1)
-        if c_make_encoder is None:  # pragma: no cover - a Python built without the C encoder
-            got = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=_refused,
-                                   separators=(separator, ": ")).encode
-        else:  # JSONEncoder's own arguments for ensure_ascii=False, allow_nan=False, no indent
-            encode = c_make_encoder(None, _refused, encode_basestring, None, ": ", separator, False, False,
-                                    False)
-
-            def got(o: Any) -> str:
-                return "".join(encode(o, 0))
-        _FLAT[level] = got
-    return got
-
-
-def _json_at(o: Any, level: int) -> str:
-    t = type(o)
-    if t is str:
-        return encode_basestring(o)
-    if t is dict or t is list:
-        if not o:
-            return "{}" if t is dict else "[]"
-        inner = "\n" + "  " * (level + 1)
-        if t is dict:
-            if not all(type(k) is str for k in o):  # `jsonable` writes other keys as str() does
-                raise TypeError("key")
-            values: Any = o.values()
-        else:
-            values = o
-        if all(type(v) in _PLAIN for v in values):
-            text = _flat(level)(o)
-            return text[0] + inner + text[1:-1] + "\n" + "  " * level + text[-1]
-        if t is dict:
-            parts = [encode_basestring(k) + ": " + _json_at(v, level + 1) for k, v in o.items()]
-        else:
-            parts = [_json_at(v, level + 1) for v in o]
-        return ("{" if t is dict else "[") + inner + ("," + inner).join(parts) + "\n" + "  " * level \
-            + ("}" if t is dict else "]")
-    if o is None or o is True or o is False:
-        return "null" if o is None else "true" if o else "false"
-    if t is int:
-        return int.__repr__(o)
-    if t is float and math.isfinite(o):
-        return float.__repr__(o)
-    raise TypeError(t.__name__)
 
 
 def _without_run_notes(c: CaseDiagnosis, notes: dict[str, None]) -> str:
