@@ -667,8 +667,9 @@ def _first_ranks(case: Any, ids: Optional[list[str]], relevant: dict[str, float]
     else its source; a label no chunk names is left out. ``ids``: the chunks' ids where the chunks
     have no source (each label's first place among them, found at once)."""
     if ids is not None:
-        first = dict(zip(reversed(ids), range(len(ids), 0, -1)))  # the first place wins: written last
-        return {label: first[label] for label, g in relevant.items() if g >= 1 and label in first}
+        wanted = [label for label, g in relevant.items() if g >= 1]
+        found = set(wanted).intersection(ids)
+        return {label: ids.index(label) + 1 for label in wanted if label in found}
     rank: dict[str, int] = {}
     for i, ch in enumerate(case.contexts, 1):
         for label in (ch.id, ch.source):
