@@ -1130,7 +1130,14 @@ def test_plain_json_writes_what_json_dumps_writes_and_refuses_what_would_not_rea
         level = rng.randrange(4)
         assert plain_json(o, level) == json.dumps(o, indent=2, ensure_ascii=False).replace(
             "\n", "\n" + "  " * level)
+    rows = [{"metric": m, "value": v, "reason": r} for m in ("a", "},\u0001{", "{") for v in (0.5, None, 2)
+            for r in ("}", "x},", "", "\x01,\x01")]  # a list of dicts of plain values: one encoder call
+    for level in range(3):
+        for o in (rows, {"failing": rows, "more": [{"k": "}"}]}, [rows[:1], {"k": []}]):
+            assert plain_json(o, level) == json.dumps(o, indent=2, ensure_ascii=False).replace(
+                "\n", "\n" + "  " * level)
     for bad in ({"x": float("nan")}, [1, (2, 3)], {"x": np.float64(0.5)}, {1: "a"}, [float("inf")],
+                [{"x": 1}, {2: 1}], [{"x": np.int64(1)}], [{"x": float("nan")}],
                 {"x": [np.int64(1)]}):
         with pytest.raises((TypeError, ValueError)):
             plain_json(bad)

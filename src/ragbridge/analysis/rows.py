@@ -15,6 +15,7 @@ import math
 import pickle
 import tempfile
 from array import array
+from itertools import chain
 from json.encoder import c_make_encoder, encode_basestring
 from typing import Any, Callable, Iterator, Optional
 
@@ -148,14 +149,18 @@ def plain_json(o: Any, level: int = 0) -> str:
             return "{}" if t is dict else "[]"
         inner = "\n" + "  " * (level + 1)
         if t is dict:
-            if not all(type(k) is str for k in o):
+            if not _STR.issuperset(map(type, o)):
                 raise TypeError("a key that is not a string")
             values: Any = o.values()
         else:
             values = o
-        if all(type(v) in _PLAIN for v in values):
+        if _PLAIN.issuperset(map(type, values)):
             text = _flat(level)(o)
             return text[0] + inner + text[1:-1] + "\n" + "  " * level + text[-1]
+        if t is list and _FLAT_DICTS.issuperset(map(type, o)) and all(o) and \
+                _STR.issuperset(map(type, chain.from_iterable(o))) and \
+                _PLAIN.issuperset(map(type, chain.from_iterable(map(dict.values, o)))):
+            return _dicts(o, level)
         if t is dict:
             parts = [encode_basestring(k) + ": " + plain_json(v, level + 1) for k, v in o.items()]
         else:
@@ -173,7 +178,27 @@ def plain_json(o: Any, level: int = 0) -> str:
 
 #: the types the C encoder writes as they read back (a float only when finite: it refuses others)
 _PLAIN = frozenset((str, int, float, bool, type(None)))
+_STR = frozenset((str,))
 _FLAT: dict[int, Callable[[Any], str]] = {}
+
+
+_FLAT_DICTS = frozenset((dict,))
+#: between the members of a list of dicts written by one call of the C encoder (`_dicts`): a control
+#: character, which it writes inside a string only as an escape
+_MARK = ",\x01"
+
+
+def _dicts(o: list, level: int) -> str:
+    """A list at ``level`` of dicts (none empty) of plain values, by one call of the C encoder: every
+    member of every dict separated by `_MARK`, which follows a dict's closing brace only between two
+    of the dicts (a plain value ends otherwise), then each separator given its line break and indent."""
+    got = _FLAT.get(-1)
+    if got is None:
+        got = _FLAT[-1] = _encoder(_MARK)
+    text = got(o)
+    inner, member = "\n" + "  " * (level + 1), "\n" + "  " * (level + 2)
+    text = text[2:-2].replace("}" + _MARK + "{", inner + "}," + inner + "{" + member)
+    return "[" + inner + "{" + member + text.replace(_MARK, "," + member) + inner + "}\n" + "  " * level + "]"
 
 
 def _refused(o: Any) -> Any:
@@ -185,15 +210,19 @@ def _flat(level: int) -> Callable[[Any], str]:
     and indent of its members (made once: `json.JSONEncoder.encode` makes it again at every call)."""
     got = _FLAT.get(level)
     if got is None:
-        separator = ",\n" + "  " * (level + 1)
-        if c_make_encoder is None:  # pragma: no cover - a Python built without the C encoder
-            got = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=_refused,
-                                   separators=(separator, ": ")).encode
-        else:  # JSONEncoder's own arguments for ensure_ascii=False, allow_nan=False, no indent
-            encode = c_make_encoder(None, _refused, encode_basestring, None, ": ", separator, False, False,
-                                    False)
+        got = _FLAT[level] = _encoder(",\n" + "  " * (level + 1))
+    return got
 
-            def got(o: Any) -> str:
-                return "".join(encode(o, 0))
-        _FLAT[level] = got
+
+def _encoder(separator: str) -> Callable[[Any], str]:
+    """The C encoder with ``separator`` between members (made once: `json.JSONEncoder.encode` makes it
+    again at every call)."""
+    if c_make_encoder is None:  # pragma: no cover - a Python built without the C encoder
+        return json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=_refused,
+                                separators=(separator, ": ")).encode
+    # JSONEncoder's own arguments for ensure_ascii=False, allow_nan=False, no indent
+    encode = c_make_encoder(None, _refused, encode_basestring, None, ": ", separator, False, False, False)
+
+    def got(o: Any) -> str:
+        return "".join(encode(o, 0))
     return got
