@@ -1100,6 +1100,12 @@ def test_the_json_of_every_case_kept_as_text_is_print_jsons(judged):
     assert [c.to_dict() for c in as_text.cases] == [c.to_dict() for c in as_objects.cases]
     res = ragbridge_cli("diagnose", run, "--labels", LABELS, "--json")
     assert res.returncode == 0 and res.stdout == expected.getvalue()
+    none = diagnose(run, Thresholds(default=0.0), as_text=True)  # every score passes: no case listed
+    assert none.counts["n_failing"] == 0
+    expected, got = io.StringIO(), io.StringIO()
+    print_json(none.to_dict(), file=expected)
+    print_diagnosis_json(none, file=got)
+    assert got.getvalue() == expected.getvalue() and '"cases": []' in got.getvalue()
 
 
 def test_plain_json_writes_what_json_dumps_writes_and_refuses_what_would_not_read_back():
