@@ -1039,7 +1039,7 @@ def test_a_case_read_as_its_chunk_ids_is_diagnosed_as_the_case_itself(tmp_path, 
     cases = []
     for q in range(60):
         ids = [f"d{j}" for j in rng.sample(range(40), 12)]
-        relevant = {d: rng.choice([0, 1, 2, 3]) for d in rng.sample(range(40), 5) for d in [f"d{d}"]}
+        relevant = {f"d{j}": rng.choice([0, 1, 2, 3]) for j in rng.sample(range(40), 5)}
         if q % 3 == 0:  # chunks with a source each, labelled by source
             contexts = [{"id": d, "text": f"text of {d}", "source": f"doc{j % 4}"} for j, d in enumerate(ids)]
             relevant[f"doc{q % 5}"] = 1
