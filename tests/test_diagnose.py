@@ -1022,3 +1022,135 @@ def test_the_command_lists_as_many_cases_per_layer_as_the_report_and_says_a_miss
     # the JSON keeps every case and its reasons as they are
     cases = json.loads(ragbridge_cli("diagnose", tmp_path / "run", "--json").stdout)["cases"]
     assert len(cases) == 65 and "hit@k not scored in this run" in cases[-1]["reason"]
+
+
+# --------------------------------------------------------------------------------------------
+# Large runs: cases read as their chunk ids, and every case's JSON kept as its text
+
+
+def test_a_case_read_as_its_chunk_ids_is_diagnosed_as_the_case_itself(tmp_path, monkeypatch):
+    """The cases a run holds as chunk ids (read back without a chunk object each) get the details the
+    same cases read as `Case` objects get, chunk by chunk: the first rank of each relevant label, a
+    label found past the cut-off or not at all, a grade-0 label ignored, and a label that names a
+    chunk's source (a case whose chunks carry one is read as chunks)."""
+    from ragbridge.run import columns
+
+    rng = random.Random(7)
+    cases = []
+    for q in range(60):
+        ids = [f"d{j}" for j in rng.sample(range(40), 12)]
+        relevant = {f"d{j}": rng.choice([0, 1, 2, 3]) for j in rng.sample(range(40), 5)}
+        if q % 3 == 0:  # chunks with a source each, labelled by source
+            contexts = [{"id": d, "text": f"text of {d}", "source": f"doc{j % 4}"} for j, d in enumerate(ids)]
+            relevant[f"doc{q % 5}"] = 1
+        else:
+            contexts = [{"id": d} if q % 2 else {"id": d, "text": f"text of {d}"} for d in ids]
+        cases.append(Case(id=f"q{q}", question=f"question {q}", contexts=contexts, relevant=relevant,
+                          tags=["sourced" if q % 3 == 0 else "ids"]))
+    run = evaluate(cases, backends=["native"], metrics=["recall@5", "hit@5", "mrr", "ndcg@5"],
+                   out=tmp_path / "run")
+    views = diagnose(run)
+    read = run.columns.cases.views(range(len(cases)))
+    assert sum(v.chunk_ids is not None for v in read) == 40  # the cases without sources: as ids
+    monkeypatch.setattr(columns.CaseIndex, "views", columns.CaseIndex.cases)  # every case a `Case`
+    objects = diagnose(evaluate(cases, backends=["native"], metrics=["recall@5", "hit@5", "mrr", "ndcg@5"],
+                                out=tmp_path / "again"))
+    got, expected = [c.to_dict() for c in views.cases], [c.to_dict() for c in objects.cases]
+    assert got == expected
+    details = [c["details"] for c in got if c["layer"] == "retrieval" and c["question"] == "retrieval"]
+    assert sum("relevant_not_in_top_k" in d for d in details) > 20
+    assert any(m["rank"] is not None for d in details for m in d.get("relevant_not_in_top_k", []))
+    by_id = {c.id: c for c in cases}
+    for c in got:  # independently: each relevant label's first place in the list, by id or source
+        case = by_id[c["case_id"]]
+        if c["question"] != "retrieval" or c["layer"] != "retrieval":
+            continue
+        first = {}
+        for i, ch in enumerate(case.contexts, 1):
+            label = ch.id if case.relevant.get(ch.id, 0) >= 1 else ch.source
+            if case.relevant.get(label, 0) >= 1:
+                first.setdefault(label, i)
+        assert c["details"].get("relevant_not_in_top_k", []) == [
+            {"label": label, "rank": first.get(label)} for label, g in case.relevant.items()
+            if g >= 1 and first.get(label, 6) > 5]
+        assert c["details"]["top_k"] == [ch.id for ch in case.contexts[:5]]
+
+
+def test_the_json_of_every_case_kept_as_text_is_print_jsons(judged):
+    """``diagnose --json`` writes each case from the JSON text the diagnosis kept it as: the same
+    characters as `print_json` of the diagnosis made of objects, on the judged run's every layer."""
+    import io
+
+    from ragbridge.commands.diagnose import print_diagnosis_json
+    from ragbridge.commands.output import print_json
+
+    _, run, _, _ = judged
+    as_objects = diagnose(run, labels=LABELS)
+    as_text = diagnose(run, labels=LABELS, as_text=True)
+    assert {c.layer for c in as_objects.cases} >= {"retrieval", "generation", "knowledge_base",
+                                                    "reference_or_judge", "undetermined"}
+    expected = io.StringIO()
+    print_json(as_objects.to_dict(), file=expected)
+    for d in (as_text, as_objects):  # the cases' texts, and objects written one by one
+        got = io.StringIO()
+        print_diagnosis_json(d, file=got)
+        assert got.getvalue() == expected.getvalue()
+    assert all(type(t) is str for t in as_text.case_texts())
+    # read back from their texts, the cases are the same values
+    assert [c.to_dict() for c in as_text.cases] == [c.to_dict() for c in as_objects.cases]
+    res = ragbridge_cli("diagnose", run, "--labels", LABELS, "--json")
+    assert res.returncode == 0 and res.stdout == expected.getvalue()
+    none = diagnose(run, Thresholds(default=0.0), as_text=True)  # every score passes: no case listed
+    assert none.counts["n_failing"] == 0
+    expected, got = io.StringIO(), io.StringIO()
+    print_json(none.to_dict(), file=expected)
+    print_diagnosis_json(none, file=got)
+    assert got.getvalue() == expected.getvalue() and '"cases": []' in got.getvalue()
+
+
+def test_plain_json_writes_what_json_dumps_writes_and_refuses_what_would_not_read_back():
+    """`plain_json` at any level is ``json.dumps(indent=2, ensure_ascii=False)`` indented in place;
+    whatever would not read back as it was (a NaN, a tuple, a NumPy number, a key that is not a
+    string) is refused, and the spool keeps such a record pickled."""
+    from ragbridge.analysis.rows import Spool, plain_json
+
+    rng = random.Random(3)
+    words = ["", "plain", "é ü 中文", "quote \" and \\ back", "line\nbreak\ttab", "\x1b[31m", "\u202e"]
+
+    def value(depth: int):
+        kind = rng.randrange(8 if depth < 4 else 5)
+        if kind == 0:
+            return rng.choice(words)
+        if kind == 1:
+            return rng.choice([0, -3, 10**20, True, False, None])
+        if kind == 2:
+            return rng.choice([0.0, -0.0, 0.1, 1e-300, 2.5e300, 1 / 3])
+        if kind in (3, 4):
+            return rng.choice(words)
+        if kind in (5, 6):
+            return {rng.choice(words) + str(i): value(depth + 1) for i in range(rng.randrange(4))}
+        return [value(depth + 1) for _ in range(rng.randrange(5))]
+
+    for _ in range(300):
+        o = {"a": value(0), "b": [value(0) for _ in range(3)]}
+        level = rng.randrange(4)
+        assert plain_json(o, level) == json.dumps(o, indent=2, ensure_ascii=False).replace(
+            "\n", "\n" + "  " * level)
+    rows = [{"metric": m, "value": v, "reason": r} for m in ("a", "},\u0001{", "{") for v in (0.5, None, 2)
+            for r in ("}", "x},", "", "\x01,\x01")]  # a list of dicts of plain values: one encoder call
+    for level in range(3):
+        for o in (rows, {"failing": rows, "more": [{"k": "}"}]}, [rows[:1], {"k": []}]):
+            assert plain_json(o, level) == json.dumps(o, indent=2, ensure_ascii=False).replace(
+                "\n", "\n" + "  " * level)
+    for bad in ({"x": float("nan")}, [1, (2, 3)], {"x": np.float64(0.5)}, {1: "a"}, [float("inf")],
+                [{"x": 1}, {2: 1}], [{"x": np.int64(1)}], [{"x": float("nan")}],
+                {"x": [np.int64(1)]}):
+        with pytest.raises((TypeError, ValueError)):
+            plain_json(bad)
+    spool = Spool(lambda r: r, lambda r: r)
+    records = [{"x": 1.5, "y": ["a"]}, {"x": np.float64(0.5)}, [1, (2, 3)], {"x": "\ud800"}, {"z": None}]
+    for r in records:
+        spool.add(r)
+    back = list(spool.rows())
+    assert back == records and type(back[1]["x"]) is np.float64 and back[2][1] == (2, 3)
+    assert [type(t) is str for t in spool.texts()] == [True, False, False, False, True]

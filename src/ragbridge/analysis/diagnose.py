@@ -177,6 +177,7 @@ class Diagnosis:
     unknown_labels: int = 0
     layer_codes: Any = None
     _at: Any = None  # each failing case's place among ``cases``, by its place in the run
+    _texts: Any = None  # each failing case's JSON text where the cases are kept on disk (`case_texts`)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -196,6 +197,12 @@ class Diagnosis:
         at = self._at[np.flatnonzero(self.layer_codes == LAYERS.index(layer))]
         return Rows(len(at), lambda start, stop: [self.cases[int(k)] for k in at[start:stop]])
 
+    def case_texts(self) -> Sequence[Union[str, CaseDiagnosis]]:
+        """Per failing case, in run order: ``to_dict()``'s case as the JSON text `json.dumps(indent=2)`
+        writes (`ragbridge.analysis.rows.plain_json`) where the case holds plain JSON values and is
+        kept as that text, else its `CaseDiagnosis` (what writes every case as JSON reads)."""
+        return self._texts if self._texts is not None else self.cases
+
     def to_dict(self) -> dict[str, Any]:
         rows = [{"tag": t, **c} for t, c in self.by_tag.items() if t != ALL]
         cases = (self.cases.mapped(CaseDiagnosis.to_dict) if isinstance(self.cases, Rows)
@@ -206,13 +213,16 @@ class Diagnosis:
 
 
 def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None,
-             labels: Any = None, label_threshold: float = 0.5, chunk_details: bool = True) -> Diagnosis:
+             labels: Any = None, label_threshold: float = 0.5, chunk_details: bool = True,
+             as_text: bool = False) -> Diagnosis:
     """Diagnose every failing case of ``run`` (see the module docstring).
 
     ``thresholds``: the pass marks (default: each metric's default pass mark, `default_marks`).
     ``labels``: human labels (a file or the frame of `ragbridge.analysis.load_labels`); a graded
     label passes at ``label_threshold``. ``chunk_details=False`` for cases read without their
-    chunks: the details read from them (the top k, the relevant chunks) are left out.
+    chunks: the details read from them (the top k, the relevant chunks) are left out. ``as_text``:
+    keep each case as its JSON text (`Diagnosis.case_texts`: what writes every case as JSON reads;
+    reading the cases back as objects then costs a parse each).
 
     The failing cases are found over the run's columns at once; each is then read with its scores,
     a batch at a time, and diagnosed: memory holds a batch, whatever the run's size."""
@@ -242,8 +252,8 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
     spans = _SpanRule(options.get("span_min_overlap", SPAN_MIN_OVERLAP), chunk_details)
     codes = np.full(len(index), -1, np.int8)
     at = np.full(len(index), -1, np.int64)
-    spool = Spool()
-    seen: dict[str, float] = {}
+    spool = Spool(CaseDiagnosis.to_dict, _from_dict) if as_text else Spool()
+    seen: dict[tuple[str, str], float] = {}  # each (backend, metric)'s pass mark, looked up once
     for batch in cols.case_batches(np.flatnonzero(failing), views=True):
         for i, case, scores in batch:
             d = _diagnose_case(case, scores, th, human.get(case.id, {}), in_run, k, seen, spans)
@@ -254,10 +264,15 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
             spool.add(d)
     by_tag = _counts(index, codes)
     return Diagnosis(run=str(run.path) if run.path else "", n_cases=n, cases=spool.rows(), by_tag=by_tag,
+                     _texts=spool.texts() if as_text else None,
                      thresholds=dict(sorted(marks.items())),
                      unknown_labels=sum(len(v) for (cid, v), i in zip(human.items(), index.find(list(human)))
                                         if not 0 <= i < n),
                      layer_codes=codes, _at=at)
+
+
+def _from_dict(row: dict[str, Any]) -> CaseDiagnosis:
+    return CaseDiagnosis(**row)
 
 
 # --------------------------------------------------------------------------------------------
@@ -309,13 +324,18 @@ class _SpanRule:
 
 
 def _diagnose_case(case: Case, scores: list[Score], th: Thresholds, human: dict[str, bool], in_run: set[str],
-                   k: Optional[int], marks: dict[str, float], spans: _SpanRule) -> Optional[CaseDiagnosis]:
+                   k: Optional[int], marks: dict[tuple[str, str], float], spans: _SpanRule
+                   ) -> Optional[CaseDiagnosis]:
     scored = [s for s in scores if s.status == "scored"]
     if not case.answerable:  # nothing relevant exists to retrieve: its retrieval scores fail nothing
         scored = [s for s in scored if half_of(s.metric) != "retrieval"]
     mark_of = {}
     for s in scored:
-        mark_of[(s.backend, s.metric)] = marks[f"{s.backend}:{s.metric}"] = th.get(s.backend, s.metric)
+        key = (s.backend, s.metric)
+        mark = marks.get(key)
+        if mark is None:  # the pass marks are the same for every case: looked up once a column
+            mark = marks[key] = th.get(s.backend, s.metric)
+        mark_of[key] = mark
     failing = [_entry(s, mark_of[(s.backend, s.metric)]) for s in scored
                if verdict(s, mark_of[(s.backend, s.metric)]) is False]
     failing += [{"metric": m, "backend": "human", "value": 0.0, "pass_mark": None, "passed": False,
@@ -605,14 +625,11 @@ def _details(q: Question, ctx: _Context, decided: dict) -> dict[str, Any]:
     d: dict[str, Any] = {}
     case, claims = ctx.case, ctx.claims
     if q.name == "retrieval" and ctx.spans.chunks:
-        contexts, relevant = case.contexts, case.relevant
-        cut = int(decided["metric"].partition("@")[2] or 0) or int(ctx.k or 0) or len(contexts)
-        rank: dict[str, int] = {}
-        for i, ch in enumerate(contexts, 1):
-            for label in (ch.id, ch.source):
-                if label in relevant and relevant[label] >= 1:
-                    rank.setdefault(label, i)
-                    break
+        relevant = case.relevant
+        ids = getattr(case, "chunk_ids", None)  # chunks held as ids (and texts): no source to match
+        n_chunks = len(ids) if ids is not None else len(case.contexts)
+        cut = int(decided["metric"].partition("@")[2] or 0) or int(ctx.k or 0) or n_chunks
+        rank = _first_ranks(case, ids, relevant)
         missed = [{"label": label, "rank": rank.get(label)} for label, g in relevant.items()
                   if g >= 1 and not rank.get(label, cut + 1) <= cut]
         if missed:
@@ -622,7 +639,7 @@ def _details(q: Question, ctx: _Context, decided: dict) -> dict[str, Any]:
             gaps, _ = missed_reason(base, case.relevant_spans, case.contexts, cut, ctx.spans.min_overlap)
             if gaps:
                 d["spans_missed"] = gaps
-        d["top_k"] = [ch.id for ch in contexts[:cut]]
+        d["top_k"] = ids[:cut] if ids is not None else [ch.id for ch in case.contexts[:cut]]
     elif q.name == "faithfulness":
         s = _score_of(ctx.scores, decided) if decided["source"] == "score" else _claims_score(ctx.scores)
         if s is not None and s.evidence is not None and s.evidence.claims:
@@ -643,6 +660,23 @@ def _details(q: Question, ctx: _Context, decided: dict) -> dict[str, Any]:
     if q.name == "retrieval" and case.relevant_spans:
         d["span_labels"] = True
     return d
+
+
+def _first_ranks(case: Any, ids: Optional[list[str]], relevant: dict[str, float]) -> dict[str, int]:
+    """The rank (from 1) of the first chunk each relevant label (grade 1 or more) names, by its id or
+    else its source; a label no chunk names is left out. ``ids``: the chunks' ids where the chunks
+    have no source (each label's first place among them, found at once)."""
+    if ids is not None:
+        wanted = [label for label, g in relevant.items() if g >= 1]
+        found = set(wanted).intersection(ids)
+        return {label: ids.index(label) + 1 for label in wanted if label in found}
+    rank: dict[str, int] = {}
+    for i, ch in enumerate(case.contexts, 1):
+        for label in (ch.id, ch.source):
+            if label in relevant and relevant[label] >= 1:
+                rank.setdefault(label, i)
+                break
+    return rank
 
 
 def _claims_score(scores: list[Score]) -> Optional[Score]:

@@ -10,11 +10,16 @@ row by row. Anything that needs a real list (pandas) gets ``list(rows)``.
 
 from __future__ import annotations
 
+import json
+import math
 import pickle
 import tempfile
-from typing import Any, Callable, Iterator
+from array import array
+from itertools import chain
+from json.encoder import c_make_encoder, encode_basestring
+from typing import Any, Callable, Iterator, Optional
 
-__all__ = ["Rows", "Spool", "BLOCK"]
+__all__ = ["Rows", "Spool", "BLOCK", "plain_json"]
 
 #: rows made at a time
 BLOCK = 2000
@@ -69,30 +74,155 @@ class Rows(list):
 class Spool:
     """Records kept on disk in order (a nameless scratch file that goes with the object), added one at
     a time and read back as `Rows`: results made one by one that are too many to hold (a diagnosis
-    of every failing case of a large run)."""
+    of every failing case of a large run).
 
-    def __init__(self) -> None:
+    With ``plain`` (a record as JSON values) and ``back`` (the record again from them), a record whose
+    ``plain`` holds only plain JSON values is kept as their JSON text (`plain_json`), which reads back
+    to the same values, and `texts` gives that text as it is (what writes the records as JSON needs
+    nothing else); any other record is pickled."""
+
+    def __init__(self, plain: Optional[Callable[[Any], Any]] = None,
+                 back: Optional[Callable[[Any], Any]] = None) -> None:
         self._file = tempfile.TemporaryFile()
-        self._at: list[int] = []
+        self._plain, self._back = plain, back
+        self._at = array("q")  # where each record starts
+        self._json = bytearray()  # whether each is JSON text (1) or a pickle (0)
+        self._end = 0  # where the next one goes
+        self._read = False  # the file was read since the last record was added: seek its end first
 
     def __len__(self) -> int:
         return len(self._at)
 
     def add(self, record: Any) -> None:
-        self._file.seek(0, 2)
-        self._at.append(self._file.tell())
-        self._file.write(pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
+        data = None
+        if self._plain is not None:
+            try:
+                data = plain_json(self._plain(record)).encode("utf-8")
+            except (TypeError, ValueError):  # not plain JSON values (or half a surrogate pair)
+                pass
+        self._json.append(data is not None)
+        if data is None:
+            data = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+        if self._read:
+            self._file.seek(self._end)
+            self._read = False
+        self._at.append(self._end)
+        self._file.write(data)
+        self._end += len(data)
 
     def rows(self) -> Rows:
         """The records, in the order they were added."""
-        self._file.seek(0, 2)
-        at = self._at + [self._file.tell()]
+        return self._kept(lambda text: self._back(json.loads(text)))
+
+    def texts(self) -> Rows:
+        """Per record, in order: its JSON text (`plain_json` at level 0) where it is kept as one, else
+        the record."""
+        return self._kept(lambda text: text)
+
+    def _kept(self, from_text: Callable[[str], Any]) -> Rows:
+        at = array("q", self._at)
+        at.append(self._end)
+        kinds = bytes(self._json)
 
         def make(start: int, stop: int) -> list:
             if stop <= start:
                 return []
+            self._read = True
             self._file.seek(at[start])
             data = memoryview(self._file.read(at[stop] - at[start]))
             base = at[start]
-            return [pickle.loads(data[at[k] - base:at[k + 1] - base]) for k in range(start, stop)]
-        return Rows(len(self._at), make)
+            return [from_text(str(data[at[k] - base:at[k + 1] - base], "utf-8")) if kinds[k]
+                    else pickle.loads(data[at[k] - base:at[k + 1] - base]) for k in range(start, stop)]
+        return Rows(len(at) - 1, make)
+
+
+def plain_json(o: Any, level: int = 0) -> str:
+    """``o`` as ``json.dumps(o, indent=2, ensure_ascii=False, allow_nan=False)`` writes it at ``level``
+    (its members indented ``level + 1`` steps), the same characters, each dict or list of plain values
+    by one call of the C encoder; TypeError or ValueError for anything but dicts with string keys,
+    lists, strings, whole numbers, finite floats, booleans and None (what reads back as it was)."""
+    t = type(o)
+    if t is str:
+        return encode_basestring(o)
+    if t is dict or t is list:
+        if not o:
+            return "{}" if t is dict else "[]"
+        inner = "\n" + "  " * (level + 1)
+        if t is dict:
+            if not _STR.issuperset(map(type, o)):
+                raise TypeError("a key that is not a string")
+            values: Any = o.values()
+        else:
+            values = o
+        if _PLAIN.issuperset(map(type, values)):
+            text = _flat(level)(o)
+            return text[0] + inner + text[1:-1] + "\n" + "  " * level + text[-1]
+        if t is list and _FLAT_DICTS.issuperset(map(type, o)) and all(o) and \
+                _STR.issuperset(map(type, chain.from_iterable(o))) and \
+                _PLAIN.issuperset(map(type, chain.from_iterable(map(dict.values, o)))):
+            return _dicts(o, level)
+        if t is dict:
+            parts = [encode_basestring(k) + ": " + plain_json(v, level + 1) for k, v in o.items()]
+        else:
+            parts = [plain_json(v, level + 1) for v in o]
+        return ("{" if t is dict else "[") + inner + ("," + inner).join(parts) + "\n" + "  " * level \
+            + ("}" if t is dict else "]")
+    if o is None or o is True or o is False:
+        return "null" if o is None else "true" if o else "false"
+    if t is int:
+        return int.__repr__(o)
+    if t is float and math.isfinite(o):
+        return float.__repr__(o)
+    raise TypeError(f"{t.__name__} is not a plain JSON value")
+
+
+#: the types the C encoder writes as they read back (a float only when finite: it refuses others)
+_PLAIN = frozenset((str, int, float, bool, type(None)))
+_STR = frozenset((str,))
+_FLAT: dict[int, Callable[[Any], str]] = {}
+
+
+_FLAT_DICTS = frozenset((dict,))
+#: between the members of a list of dicts written by one call of the C encoder (`_dicts`): a control
+#: character, which it writes inside a string only as an escape
+_MARK = ",\x01"
+
+
+def _dicts(o: list, level: int) -> str:
+    """A list at ``level`` of dicts (none empty) of plain values, by one call of the C encoder: every
+    member of every dict separated by `_MARK`, which follows a dict's closing brace only between two
+    of the dicts (a plain value ends otherwise), then each separator given its line break and indent."""
+    got = _FLAT.get(-1)
+    if got is None:
+        got = _FLAT[-1] = _encoder(_MARK)
+    text = got(o)
+    inner, member = "\n" + "  " * (level + 1), "\n" + "  " * (level + 2)
+    text = text[2:-2].replace("}" + _MARK + "{", inner + "}," + inner + "{" + member)
+    return "[" + inner + "{" + member + text.replace(_MARK, "," + member) + inner + "}\n" + "  " * level + "]"
+
+
+def _refused(o: Any) -> Any:
+    raise TypeError(f"{type(o).__name__} is not a plain JSON value")
+
+
+def _flat(level: int) -> Callable[[Any], str]:
+    """The C encoder of a dict or list of plain values at ``level``: its item separator the line break
+    and indent of its members (made once: `json.JSONEncoder.encode` makes it again at every call)."""
+    got = _FLAT.get(level)
+    if got is None:
+        got = _FLAT[level] = _encoder(",\n" + "  " * (level + 1))
+    return got
+
+
+def _encoder(separator: str) -> Callable[[Any], str]:
+    """The C encoder with ``separator`` between members (made once: `json.JSONEncoder.encode` makes it
+    again at every call)."""
+    if c_make_encoder is None:  # pragma: no cover - a Python built without the C encoder
+        return json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=_refused,
+                                separators=(separator, ": ")).encode
+    # JSONEncoder's own arguments for ensure_ascii=False, allow_nan=False, no indent
+    encode = c_make_encoder(None, _refused, encode_basestring, None, ": ", separator, False, False, False)
+
+    def got(o: Any) -> str:
+        return "".join(encode(o, 0))
+    return got

@@ -4,18 +4,21 @@ document."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from ..analysis.diagnose import DIAGNOSIS_LISTED, LAYERS, NOT_IN_RUN, CaseDiagnosis, Diagnosis, diagnose
+from ..analysis.rows import BLOCK
 from ..analysis.table import AnalysisError, open_run
 from ..analysis.thresholds import pass_marks
+from ..report.text import json_chunks, json_escaped, jsonable
 from ..run.summary import ALL
-from .output import fail, out, print_json, print_lines, print_table, warn
+from .output import fail, out, print_lines, print_table, warn
 
 __all__ = ["register", "diagnose_cmd"]
 
@@ -54,7 +57,7 @@ def diagnose_cmd(
 
             config = load_gates(gates)
         th = pass_marks(r, threshold or None, config)
-        d = diagnose(r, th, labels, label_threshold)
+        d = diagnose(r, th, labels, label_threshold, as_text=as_json)
     except AnalysisError as exc:
         fail(str(exc))
     except (OSError, ValueError) as exc:  # a gates file that cannot be read
@@ -64,9 +67,31 @@ def diagnose_cmd(
     if d.unknown_labels:
         warn(f"{d.unknown_labels} label(s) name a case that is not in this run")
     if as_json:
-        print_json(d.to_dict())
+        print_diagnosis_json(d)
         return
     _print(d, by_tag, None if every else top)
+
+
+def print_diagnosis_json(d: Diagnosis, file: Optional[Any] = None) -> None:
+    """``print_json(d.to_dict())``, the same characters: the counts as `print_json` writes them, then
+    the cases a block at a time, each as the JSON text the diagnosis kept it as (`Diagnosis.case_texts`;
+    a case that is not plain JSON values as `json_chunks` writes it), indented in its place."""
+    stream = file or sys.stdout
+    data = d.to_dict()
+    del data["cases"]  # the last member: written below
+    head = "".join(json_chunks(jsonable(data), escaped=False))[:-2] + ',\n  "cases": ['
+    texts = d.case_texts()
+    if not texts:
+        stream.write(json_escaped(head + "]\n}") + "\n")
+        stream.flush()
+        return
+    stream.write(json_escaped(head))
+    for start in range(0, len(texts), BLOCK):
+        block = ",\n".join(t if type(t) is str else "".join(json_chunks(jsonable(t.to_dict()), escaped=False))
+                           for t in texts[start:start + BLOCK])
+        stream.write(json_escaped(("," if start else "") + "\n    " + block.replace("\n", "\n    ")))
+    stream.write("\n  ]\n}\n")
+    stream.flush()
 
 
 def _without_run_notes(c: CaseDiagnosis, notes: dict[str, None]) -> str:

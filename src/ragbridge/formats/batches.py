@@ -330,6 +330,12 @@ class CaseView:
         return self._contexts
 
     @property
+    def chunk_ids(self) -> Optional[list[str]]:
+        """The chunks' ids where the case holds its chunks as columns (ids, texts: no other field of a
+        chunk), without a `ChunkView` made a chunk; None otherwise (read `contexts`)."""
+        return self._ids
+
+    @property
     def relevant_spans(self) -> list:
         if self._spans is None:
             from ..schema import Span
