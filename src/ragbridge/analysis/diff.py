@@ -21,6 +21,10 @@ From Python::
 
     from ragbridge.analysis import diff_runs
     d = diff_runs("runs/main", "runs/pr")      # RunDiff: .summary, .items (DataFrames), .worse(), .better()
+
+Size: the pairing, the groups by tag, the summary and the case rows are one computation over the
+same paired columns (a million cases' rows are made from them a block at a time, never held), so they
+stay in one module.
 """
 
 from __future__ import annotations
