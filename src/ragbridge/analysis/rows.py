@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 import math
 import pickle
+import re
 import tempfile
 from array import array
-from itertools import chain
 from json.encoder import c_make_encoder, encode_basestring
 from typing import Any, Callable, Iterator, Optional
 
@@ -157,10 +157,8 @@ def plain_json(o: Any, level: int = 0) -> str:
         if _PLAIN.issuperset(map(type, values)):
             text = _flat(level)(o)
             return text[0] + inner + text[1:-1] + "\n" + "  " * level + text[-1]
-        if t is list and _FLAT_DICTS.issuperset(map(type, o)) and all(o) and \
-                _STR.issuperset(map(type, chain.from_iterable(o))) and \
-                _PLAIN.issuperset(map(type, chain.from_iterable(map(dict.values, o)))):
-            return _dicts(o, level)
+        if t is list and all(is_row(r, tuples=False) for r in o):
+            return "[" + inner + rows_text(o, level + 1) + "\n" + "  " * level + "]"
         if t is dict:
             parts = [encode_basestring(k) + ": " + plain_json(v, level + 1) for k, v in o.items()]
         else:
@@ -182,23 +180,41 @@ _STR = frozenset((str,))
 _FLAT: dict[int, Callable[[Any], str]] = {}
 
 
-_FLAT_DICTS = frozenset((dict,))
-#: between the members of a list of dicts written by one call of the C encoder (`_dicts`): a control
-#: character, which it writes inside a string only as an escape
-_MARK = ",\x01"
+def is_row(o: Any, tuples: bool = True) -> bool:
+    """Whether ``o`` is a row `rows_text` writes: a dict (not empty) of string keys and plain values or
+    lists of them (or tuples, with ``tuples``)."""
+    if type(o) is not dict or not o:
+        return False
+    for k, v in o.items():
+        t = type(v)
+        if type(k) is not str or (t not in _PLAIN and not ((t is list or (tuples and t is tuple))
+                                                          and _PLAIN.issuperset(map(type, v)))):
+            return False
+    return True
 
 
-def _dicts(o: list, level: int) -> str:
-    """A list at ``level`` of dicts (none empty) of plain values, by one call of the C encoder: every
-    member of every dict separated by `_MARK`, which follows a dict's closing brace only between two
-    of the dicts (a plain value ends otherwise), then each separator given its line break and indent."""
+# in the C encoder's text of rows without its first and last brace (members apart by \x01, keys by
+# \x02: neither is ever in a string, whose control characters it escapes), a list in a row: from its
+# key's \x02 to the bracket that closes it, the only "]" followed by the next member, the next row or
+# the end
+_ROW_LIST = re.compile(r"\x02\[(.*?)\](?=\x01|\}\x01\{|$)")
+
+
+def rows_text(rows: list, level: int) -> str:
+    """Rows (`is_row`) at ``level`` as ``json.dumps(indent=2)`` writes them, one after the other with
+    the separator of their list: one call of the C encoder with marks for its separators, then each
+    mark given the line break and indent of its level. TypeError or ValueError as `plain_json`."""
     got = _FLAT.get(-1)
     if got is None:
-        got = _FLAT[-1] = _encoder(_MARK)
-    text = got(o)
-    inner, member = "\n" + "  " * (level + 1), "\n" + "  " * (level + 2)
-    text = text[2:-2].replace("}" + _MARK + "{", inner + "}," + inner + "{" + member)
-    return "[" + inner + "{" + member + text.replace(_MARK, "," + member) + inner + "}\n" + "  " * level + "]"
+        got = _FLAT[-1] = _encoder("\x01", "\x02")
+    text = got(rows)[2:-2]  # without the list's brackets and the first and last row's braces
+    ind = "  " * level
+    fields = "\n" + ind + "  "
+    deeper = fields + "  "
+    text = _ROW_LIST.sub(lambda m: "\x02[" + deeper + m.group(1).replace("\x01", "," + deeper) + fields + "]"
+                         if m.group(1) else "\x02[]", text)
+    text = text.replace("}\x01{", "\x03").replace("\x01", "," + fields).replace("\x02", ": ")
+    return "{" + fields + text.replace("\x03", "\n" + ind + "},\n" + ind + "{" + fields) + "\n" + ind + "}"
 
 
 def _refused(o: Any) -> Any:
@@ -214,14 +230,15 @@ def _flat(level: int) -> Callable[[Any], str]:
     return got
 
 
-def _encoder(separator: str) -> Callable[[Any], str]:
+def _encoder(separator: str, key_separator: str = ": ") -> Callable[[Any], str]:
     """The C encoder with ``separator`` between members (made once: `json.JSONEncoder.encode` makes it
     again at every call)."""
     if c_make_encoder is None:  # pragma: no cover - a Python built without the C encoder
         return json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=_refused,
-                                separators=(separator, ": ")).encode
+                                separators=(separator, key_separator)).encode
     # JSONEncoder's own arguments for ensure_ascii=False, allow_nan=False, no indent
-    encode = c_make_encoder(None, _refused, encode_basestring, None, ": ", separator, False, False, False)
+    encode = c_make_encoder(None, _refused, encode_basestring, None, key_separator, separator, False, False,
+                            False)
 
     def got(o: Any) -> str:
         return "".join(encode(o, 0))

@@ -24,6 +24,7 @@ from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..analysis.rows import is_row, rows_text
 from ..metrics import RAGCHECKER
 from ..verdicts import p_text
 
@@ -182,15 +183,15 @@ def _indented(o: Any, level: int, flat: dict) -> Iterator[str]:
     inner = "\n" + "  " * (level + 1)
     yield "{" if is_dict else "["
     first, sub, containers = True, level + 1, (list, tuple, dict)
-    rows: list = []  # a list's rows (`_is_row`) written together
+    rows: list = []  # a list's rows (`is_row`) written together
     for item in (o.items() if is_dict else o):
-        row = not is_dict and _is_row(item)
+        row = not is_dict and is_row(item)
         if row:
             rows.append(item)
             if len(rows) < _ROWS:
                 continue
         if rows:
-            yield (inner if first else "," + inner) + _rows_text(rows, sub, flat)
+            yield (inner if first else "," + inner) + rows_text(rows, sub)
             first, rows = False, []
         if row:
             continue
@@ -206,49 +207,11 @@ def _indented(o: Any, level: int, flat: dict) -> Iterator[str]:
             yield lead
             yield from _indented(item, sub, flat)
     if rows:
-        yield (inner if first else "," + inner) + _rows_text(rows, sub, flat)
+        yield (inner if first else "," + inner) + rows_text(rows, sub)
     yield "\n" + "  " * level + ("}" if is_dict else "]")
 
 
-_ROWS = 1000  # rows written by one call of the C encoder
-
-
-def _is_row(o: Any) -> bool:
-    """Whether ``o`` is a row `_rows_text` writes: a dict of string keys and plain values or lists of
-    them."""
-    if type(o) is not dict or not o:
-        return False
-    for k, v in o.items():
-        t = type(v)
-        if type(k) is not str or (t not in _SCALARS and not ((t is list or t is tuple)
-                                                              and all(type(x) in _SCALARS for x in v))):
-            return False
-    return True
-
-
-# in the encoder's text of rows without its first and last brace (items apart by \x01, keys by \x02:
-# neither is ever in a string, whose control characters are escaped), a list in a row: from its key's
-# \x02 to the bracket that closes it, the only "]" followed by the next field, the next row or the end
-_ROW_LIST = re.compile(r"\x02\[(.*?)\](?=\x01|\}\x01\{|$)")
-
-
-def _rows_text(rows: list, level: int, flat: dict) -> str:
-    """Rows (`_is_row`) at ``level`` as the Python encoder indents them, one after the other with the
-    separator of their list: the C encoder writes them all with marks for the separators, which are
-    then replaced by the line breaks and indents of their level."""
-    if "rows" not in flat:
-        import json
-
-        flat["rows"] = json.JSONEncoder(ensure_ascii=False, allow_nan=False,
-                                        separators=("\x01", "\x02")).encode
-    text = flat["rows"](rows)[2:-2]  # without the list's brackets and the first and last row's braces
-    ind = "  " * level
-    fields = "\n" + ind + "  "
-    deeper = fields + "  "
-    text = _ROW_LIST.sub(lambda m: "\x02[" + deeper + m.group(1).replace("\x01", "," + deeper) + fields + "]"
-                         if m.group(1) else "\x02[]", text)
-    text = text.replace("}\x01{", "\x03").replace("\x01", "," + fields).replace("\x02", ": ")
-    return "{" + fields + text.replace("\x03", "\n" + ind + "},\n" + ind + "{" + fields) + "\n" + ind + "}"
+_ROWS = 1000  # rows written by one call of the C encoder (`rows_text`)
 
 
 def _text(o: Any, level: int, flat: dict) -> str:
@@ -271,10 +234,8 @@ def _text(o: Any, level: int, flat: dict) -> str:
                                            separators=("," + inner, ": ")).encode
         text = flat[level](o)
         return text[0] + inner + text[1:-1] + "\n" + "  " * level + text[-1]
-    if is_dict and type(o) is dict:
-        got = _row_text(o, level, flat, inner)
-        if got is not None:
-            return got
+    if is_row(o):  # a dict of plain values and lists of them (a case's tags among its fields)
+        return rows_text([o], level)
     if is_dict:
         parts = [_key(k) + ": " + _text(v, level + 1, flat) for k, v in o.items()]
     else:
@@ -283,49 +244,9 @@ def _text(o: Any, level: int, flat: dict) -> str:
         + ("}" if is_dict else "]")
 
 
-def _row_text(o: dict, level: int, flat: dict, inner: str) -> Any:
-    """A dict of plain values and lists of plain values (a row: a case's tags among its fields) as the
-    encoder indents it, each value written by `_scalar`'s steps; None for any other dict."""
-    parts = []
-    for k, v in o.items():
-        if type(k) is not str:
-            return None
-        t = type(v)
-        if t is list or t is tuple:
-            if not v:
-                text = "[]"
-            else:
-                items = []
-                for x in v:
-                    write = _WRITE.get(type(x))
-                    if write is None:
-                        return None
-                    items.append(write(x))
-                deeper = inner + "  "
-                text = "[" + deeper + ("," + deeper).join(items) + inner + "]"
-        else:
-            write = _WRITE.get(t)
-            if write is None:
-                return None
-            text = write(v)
-        parts.append(encode_basestring(k) + ": " + text)
-    return "{" + inner + ("," + inner).join(parts) + "\n" + "  " * level + "}"
-
-
 def _key(key: Any) -> str:
     """A dict key as the encoder writes it: a string, or a number, true, false or null in quotes."""
     return _scalar(key) if isinstance(key, str) else '"' + _scalar(key) + '"'
-
-
-def _float_text(o: float) -> str:
-    if o != o or o in (math.inf, -math.inf):
-        raise ValueError("Out of range float values are not JSON compliant: " + repr(o))
-    return float.__repr__(o)
-
-
-#: how `_scalar` writes a value of each plain type
-_WRITE: dict = {str: encode_basestring, int: int.__repr__, float: _float_text,
-                bool: lambda o: "true" if o else "false", type(None): lambda o: "null"}
 
 
 def _scalar(o: Any) -> str:
