@@ -13,6 +13,7 @@ import hashlib
 import marshal
 from collections.abc import Sequence as _Sequence
 from itertools import repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Iterable, Iterator, NamedTuple, Optional, Sequence
 
@@ -218,6 +219,8 @@ class CaseBatch(_Sequence):
         even to an empty list)."""
         if self._records is None:
             return (c.contexts_given for c in self._cases)
+        if self._chunk_ids is not None and None not in self._chunk_ids:
+            return repeat(True, len(self._records))  # every case's chunks are columns: given
         id_lists = self._chunk_ids or repeat(None, len(self._records))
         return (ids is not None or "contexts" in r for r, ids in zip(self._records, id_lists))
 
@@ -225,7 +228,7 @@ class CaseBatch(_Sequence):
         """Per case its question."""
         if self._records is None:
             return (c.question for c in self._cases)
-        return (r["question"] for r in self._records)
+        return map(_QUESTION, self._records)
 
     def chunk_texts(self) -> Iterator[Optional[list[str]]]:
         """Per case the texts of its chunks where they are a column, else None (see `chunk_lists`)."""
@@ -236,7 +239,7 @@ class CaseBatch(_Sequence):
     @property
     def ids(self) -> list[str]:
         if self._records is not None:
-            return [r["id"] for r in self._records]
+            return list(map(_ID, self._records))
         return [c.id for c in self._cases]
 
     def view(self, i: int) -> Any:
@@ -340,6 +343,8 @@ class CaseView:
     def case(self) -> Case:
         return Case.model_validate(with_chunks(self._record, self._ids, self._texts))
 
+
+_ID, _QUESTION = itemgetter("id"), itemgetter("question")
 
 #: the fields of a `CaseView` read from its record, with their defaults (a type: a new empty one)
 _VIEW_DEFAULTS: dict[str, Any] = {"id": None, "question": None, "answer": None, "relevant": dict,

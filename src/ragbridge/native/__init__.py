@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from itertools import compress, count
+from operator import not_
 from typing import AsyncIterator, Optional, Sequence
 
 import numpy as np
@@ -81,7 +83,7 @@ NO_CONTEXTS = "no retrieved chunks given (the case has no 'contexts')"
 def _without_contexts(cases: Sequence[Case]) -> list[int]:
     """The positions of the cases that do not give their retrieved chunks (`Case.contexts_given`)."""
     given = cases.contexts_given() if hasattr(cases, "contexts_given") else (c.contexts_given for c in cases)
-    return [i for i, g in enumerate(given) if not g]
+    return list(compress(count(), map(not_, given)))
 
 
 def _undefined_reason(metric: str, record: dict, chunking) -> str:
