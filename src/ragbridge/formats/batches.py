@@ -13,7 +13,7 @@ import hashlib
 import marshal
 from collections.abc import Sequence as _Sequence
 from itertools import repeat
-from operator import itemgetter
+from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Any, Iterable, Iterator, NamedTuple, Optional, Sequence
 
@@ -201,11 +201,7 @@ class CaseBatch(_Sequence):
             for ids, chunks, rel in self.chunk_lists():
                 yield ids, chunks, rel, None
             return
-        if self._ranked is None:
-            self._ranked = [rank_ids(ids, list(r["relevant"]) if r.get("relevant") else [])
-                            if type(ids) is str and "relevant_spans" not in r else None
-                            for r, ids in zip(self._records, self._chunk_ids)]
-        for r, ids, ranked in zip(self._records, self._chunk_ids, self._ranked):
+        for r, ids, ranked in zip(self._records, self._chunk_ids, self._ranks()):
             if ranked is not None:
                 yield ids, None, r.get("relevant"), ranked
             elif ids is None:
@@ -213,6 +209,25 @@ class CaseBatch(_Sequence):
                 yield [c["id"] for c in ctx], ctx, r.get("relevant"), None
             else:
                 yield id_list(ids), None, r.get("relevant"), None
+
+    def _ranks(self) -> list:
+        """`chunk_rows`' ``ranked`` of each case (None where it has none), made once."""
+        if self._ranked is None:
+            self._ranked = [rank_ids(ids, list(r["relevant"]) if r.get("relevant") else [])
+                            if type(ids) is str and "relevant_spans" not in r else None
+                            for r, ids in zip(self._records, self._chunk_ids)]
+        return self._ranked
+
+    def ranked_rows(self) -> Optional[tuple[list, list]]:
+        """Where every case's chunk ids are held as one string and ranked (`chunk_rows`' ``ranked`` not
+        None for any): each case's labels (None where it has none) and its ``ranked``, as two lists,
+        for a reader that takes a batch at once; else None."""
+        if self._chunk_ids is None:
+            return None
+        ranked = self._ranks()
+        if None in ranked:
+            return None
+        return list(map(_RELEVANT, self._records)), ranked
 
     def contexts_given(self) -> Iterator[bool]:
         """Per case whether it gives its retriever's output (`Case.contexts_given`: ``contexts`` set,
@@ -344,7 +359,7 @@ class CaseView:
         return Case.model_validate(with_chunks(self._record, self._ids, self._texts))
 
 
-_ID, _QUESTION = itemgetter("id"), itemgetter("question")
+_ID, _QUESTION, _RELEVANT = itemgetter("id"), itemgetter("question"), methodcaller("get", "relevant")
 
 #: the fields of a `CaseView` read from its record, with their defaults (a type: a new empty one)
 _VIEW_DEFAULTS: dict[str, Any] = {"id": None, "question": None, "answer": None, "relevant": dict,

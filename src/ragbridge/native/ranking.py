@@ -78,6 +78,8 @@ retrieved chunks. See ``benchmarks/bench_ranking.py``.
 from __future__ import annotations
 
 import re
+from itertools import chain, compress, count
+from operator import itemgetter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
@@ -339,7 +341,22 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
 
     _check_min_overlap(min_overlap)
     ci = -1
-    rows = zip(_chunk_rows(cases), span_kernels.span_lists(cases))
+    whole = getattr(cases, "ranked_rows", None)
+    whole = whole() if whole is not None else None
+    if whole is not None:  # every case's chunk ids ranked as they were read: the loop's lists at once
+        rels, ranks = whole
+        ci = len(ranks) - 1
+        n_ctx = list(map(itemgetter(0), ranks))
+        repeats = list(map(itemgetter(1), ranks))
+        dup_case = list(compress(count(), repeats))
+        dup_n = list(filter(None, repeats))
+        lab_case = ranked_case = list(compress(count(), rels))
+        labelled_rels = list(filter(None, rels))
+        lab_n = ranked_n = list(map(len, labelled_rels))
+        all_grades = list(chain.from_iterable(map(dict.values, labelled_rels)))
+        groups = list(range(len(all_grades)))
+        ranked_rank = list(chain.from_iterable(compress(map(itemgetter(2), ranks), rels)))
+    rows = zip(_chunk_rows(cases), span_kernels.span_lists(cases)) if whole is None else ()
     for ci, ((ids, ctx, rel, ranked), spans) in enumerate(rows):
         if ranked is not None:  # chunk ids alone, ranked as they were read (no spans)
             n_ids, repeats, ranks = ranked
@@ -702,6 +719,14 @@ def reasons(cases: Any, r: Ranked, metric: str, values: np.ndarray,
             else:
                 want.add(i)
         if not want:
+            return out
+        whole = getattr(cases, "ranked_rows", None)
+        whole = whole() if whole is not None else None
+        if whole is not None:  # every case's chunk ids ranked as they were read: each label's rank
+            rels, ranks = whole
+            for i in sorted(want):
+                rel = rels[i]
+                out[i] = said[i] = _missed_ranked(rel, ranks[i][2], k) if rel else None
             return out
         lists = zip(_chunk_rows(cases), span_kernels.span_lists(cases))
         for i, ((ids, chunks, rel, ranked), spans) in enumerate(lists):
