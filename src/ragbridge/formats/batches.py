@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import marshal
 from collections.abc import Sequence as _Sequence
-from itertools import repeat
+from itertools import compress, count, repeat
 from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Any, Iterable, Iterator, NamedTuple, Optional, Sequence
@@ -268,6 +268,12 @@ class CaseBatch(_Sequence):
         """Case ``i``'s canonical record, as it is held: a record whose chunks are columns without them."""
         return self._records[i] if self._records is not None else case_record(self._cases[i])
 
+    def tagged(self) -> list[int]:
+        """The positions of the cases that have tags."""
+        if self._records is None:
+            return [i for i, c in enumerate(self._cases) if c.tags]
+        return list(compress(count(), map(_HAS_TAGS, self._records)))
+
     def tags(self, i: int) -> list[str]:
         return self._records[i].get("tags", []) if self._records is not None else self._cases[i].tags
 
@@ -360,6 +366,7 @@ class CaseView:
 
 
 _ID, _QUESTION, _RELEVANT = itemgetter("id"), itemgetter("question"), methodcaller("get", "relevant")
+_HAS_TAGS = methodcaller("__contains__", "tags")
 
 #: the fields of a `CaseView` read from its record, with their defaults (a type: a new empty one)
 _VIEW_DEFAULTS: dict[str, Any] = {"id": None, "question": None, "answer": None, "relevant": dict,

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import unicodedata
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import chain, compress, repeat
+from operator import itemgetter
 from typing import Any, Iterable, Optional, Sequence
 
 from ..schema import Case
@@ -102,6 +103,10 @@ class InputCheck:
         self.comma_tag = ""
 
     def add_batch(self, batch: CaseBatch) -> None:
+        whole = batch.ranked_rows()
+        if whole is not None and self._all_ranked(batch, *whole):
+            self._tags(batch)
+            return
         rest = None  # each case's chunk texts, span labels and whether it gives chunks, once needed
         columns = zip(batch.ids, batch.chunk_rows(), batch.questions())
         for i, (case_id, (ids, chunks, relevant, ranked), question) in enumerate(columns):
@@ -113,12 +118,49 @@ class InputCheck:
                     record = batch.record(i)  # `Chunk` and `Span` objects: their canonical mappings
                     chunks, spans = record.get("contexts", []), record.get("relevant_spans")
                 self.add(case_id, ids, chunks, relevant, texts, spans, question, given, ranked)
+        self._tags(batch)
+
+    def _tags(self, batch: CaseBatch) -> None:
+        """Count the cases of ``batch`` with a tag that holds a comma."""
+        ids = None
+        for i in batch.tagged():
             for tag in batch.tags(i):
                 if "," in tag:
                     if not self.comma_tags[0]:
                         self.comma_tag = tag
-                    _count(self.comma_tags, case_id)
+                    ids = batch.ids if ids is None else ids
+                    _count(self.comma_tags, ids[i])
                     break
+
+    def _all_ranked(self, batch: CaseBatch, rels: list, ranked: list) -> bool:
+        """`add_batch` of a batch whose every case is ranked (``rels`` and ``ranked``:
+        `CaseBatch.ranked_rows`) when `_ranked` takes every one of them (chunks given, a question, no
+        labels or a label of grade >= 1 matched), counted at once, in the order `_ranked` counts them;
+        False, having counted nothing, for any other batch. Tags are not counted here."""
+        import numpy as np
+
+        n = len(ranked)
+        if not all(map(itemgetter(0), ranked)) or not all(map(str.strip, batch.questions())):
+            return False
+        ranks = list(map(itemgetter(2), ranked))
+        sizes = np.fromiter(map(len, ranks), dtype=np.int64, count=n)
+        labelled = sizes > 0
+        if labelled.any():
+            grades = np.fromiter(chain.from_iterable(map(dict.values, filter(None, rels))), dtype=np.int64)
+            at = np.fromiter(chain.from_iterable(ranks), dtype=np.int64)
+            owner = np.repeat(np.arange(n), sizes)
+            matched = np.bincount(owner[(grades > 0) & (at > 0)], minlength=n) > 0
+            if not matched[labelled].all():
+                return False
+        k = int(labelled.sum())
+        self.labelled += k
+        self.matching += k
+        repeats = list(map(itemgetter(1), ranked))
+        if any(repeats):
+            for case_id, r in zip(compress(batch.ids, repeats), filter(None, repeats)):
+                self.repeated_ids += r
+                _count(self.repeated_cases, case_id)
+        return True
 
     def add(self, case_id: str, ids: list[str], chunks: Optional[list[dict[str, Any]]],
             relevant: Optional[dict[str, int]], texts: Optional[list[str]] = None,
