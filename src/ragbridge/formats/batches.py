@@ -367,6 +367,7 @@ class CaseView:
 
 _ID, _QUESTION, _RELEVANT = itemgetter("id"), itemgetter("question"), methodcaller("get", "relevant")
 _HAS_TAGS = methodcaller("__contains__", "tags")
+_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 
 #: the fields of a `CaseView` read from its record, with their defaults (a type: a new empty one)
 _VIEW_DEFAULTS: dict[str, Any] = {"id": None, "question": None, "answer": None, "relevant": dict,
@@ -386,6 +387,13 @@ def batch_from_records(
     exactly). Duplicate ids are errors, also against ``first_seen`` (id -> line of the earlier
     batches, updated)."""
     first_seen = {} if first_seen is None else first_seen
+    if type(first_seen) is SeenCaseIds:
+        records = records if type(records) is list else list(records)
+        raws = list(map(_SECOND, records))
+        if set(map(type, raws)) == {ColumnRecord}:  # nothing to validate: the ids at once
+            out = list(map(_FIRST, raws))
+            if first_seen.add_new(list(map(_ID, out)), list(map(_FIRST, records))):
+                return CaseBatch(out, [None] * len(out), list(map(_SECOND, raws)), list(map(_THIRD, raws)))
     out: list[dict[str, Any]] = []
     cases: list[Optional[Case]] = []
     chunk_ids: list[Optional[list[str]]] = []
@@ -459,6 +467,22 @@ class SeenCaseIds:
 
     def __setitem__(self, case_id: str, line: int) -> None:
         self._batch[case_id] = line
+
+    def add_new(self, case_ids: list[str], lines: list[int]) -> bool:
+        """``seen[cid] = line`` for each of ``case_ids`` and ``lines`` where none of them was seen
+        before and none is given twice; False, having added nothing, otherwise (the caller adds them one
+        by one, finding the first one seen)."""
+        batch = dict(zip(case_ids, lines))
+        if len(batch) != len(case_ids) or not self._batch.keys().isdisjoint(batch):
+            return False
+        if self._runs:
+            np = self._np
+            at = np.fromiter(map(hash, batch), dtype=np.int64, count=len(batch)) & (self._BITS - 1)
+            bits = np.frombuffer(self._seen_bits, dtype=np.uint8)[at >> 3] & (1 << (at & 7))
+            if bits.any() and any(self._earlier(cid) is not None for cid in compress(batch, bits.tolist())):
+                return False
+        self._batch.update(batch)
+        return True
 
     def end_batch(self) -> None:
         np = self._np
