@@ -167,6 +167,15 @@ class CaseBatch(_Sequence):
             return record_line(self._records[i])
         return record_line(self._records[i], self._chunk_ids[i], self._text_column(i))
 
+    def lines(self) -> list[bytes]:
+        """Every case's canonical line (`line` of each)."""
+        if self._records is None or self._chunk_ids is None:
+            return list(map(self.line, range(len(self))))
+        texts = self._texts
+        if texts.count(None) != len(texts):  # texts of some: lists, as `_text_column` gives them
+            texts = map(self._text_column, range(len(self)))
+        return list(map(record_line, self._records, self._chunk_ids, texts))
+
     def span_lists(self) -> Iterator[Optional[list]]:
         """Per case its span labels (records' mappings or `Span` objects), None where it has none."""
         if self._records is None:

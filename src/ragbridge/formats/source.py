@@ -250,7 +250,7 @@ def _check_records(records: Iterable[tuple[int, Any]], path: Path, out, frames, 
         first_seen.end_batch()
         _place_batch(batch, placer, [line for line, _ in pending], path)
         pending.clear()
-        lines = [batch.line(i) for i in range(len(batch))]
+        lines = batch.lines()
         lines.append(b"")
         block = b"\n".join(lines)
         fp.add_lines(block)
