@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from dataclasses import dataclass
-from itertools import chain, compress, repeat
+from itertools import chain, compress, count, repeat
 from operator import itemgetter
 from typing import Any, Iterable, Optional, Sequence
 
@@ -104,12 +104,12 @@ class InputCheck:
 
     def add_batch(self, batch: CaseBatch) -> None:
         whole = batch.ranked_rows()
-        if whole is not None and self._all_ranked(batch, *whole):
-            self._tags(batch)
-            return
+        left = self._ranked_at_once(batch, *whole) if whole is not None else None
         rest = None  # each case's chunk texts, span labels and whether it gives chunks, once needed
-        columns = zip(batch.ids, batch.chunk_rows(), batch.questions())
-        for i, (case_id, (ids, chunks, relevant, ranked), question) in enumerate(columns):
+        columns = zip(count(), batch.ids, batch.chunk_rows(), batch.questions())
+        if left is not None:  # the cases counted at once left out
+            columns = compress(columns, left)
+        for i, case_id, (ids, chunks, relevant, ranked), question in columns:
             if ranked is None or not self._ranked(case_id, relevant, ranked, question):
                 if rest is None:
                     rest = list(zip(batch.chunk_texts(), batch.span_lists(), batch.contexts_given()))
@@ -132,35 +132,32 @@ class InputCheck:
                     _count(self.comma_tags, ids[i])
                     break
 
-    def _all_ranked(self, batch: CaseBatch, rels: list, ranked: list) -> bool:
-        """`add_batch` of a batch whose every case is ranked (``rels`` and ``ranked``:
-        `CaseBatch.ranked_rows`) when `_ranked` takes every one of them (chunks given, a question, no
-        labels or a label of grade >= 1 matched), counted at once, in the order `_ranked` counts them;
-        False, having counted nothing, for any other batch. Tags are not counted here."""
+    def _ranked_at_once(self, batch: CaseBatch, rels: list, ranked: list) -> Optional[list[bool]]:
+        """`_ranked` of the cases of a batch whose every case is ranked (``rels`` and ``ranked``:
+        `CaseBatch.ranked_rows`) and no chunk id repeats, at once: the cases it takes (chunks given, a
+        question, no labels or a label of grade >= 1 matched) counted, and per case whether it is left
+        to count (True: one it does not take); None, having counted nothing, where an id repeats
+        (the repeats are counted case by case, in order)."""
         import numpy as np
 
+        if any(map(itemgetter(1), ranked)):
+            return None
         n = len(ranked)
-        if not all(map(itemgetter(0), ranked)) or not all(map(str.strip, batch.questions())):
-            return False
         ranks = list(map(itemgetter(2), ranked))
         sizes = np.fromiter(map(len, ranks), dtype=np.int64, count=n)
+        taken = np.fromiter(map(itemgetter(0), ranked), dtype=bool, count=n)
+        taken &= np.fromiter(map(bool, map(str.strip, batch.questions())), dtype=bool, count=n)
         labelled = sizes > 0
         if labelled.any():
             grades = np.fromiter(chain.from_iterable(map(dict.values, filter(None, rels))), dtype=np.int64)
             at = np.fromiter(chain.from_iterable(ranks), dtype=np.int64)
             owner = np.repeat(np.arange(n), sizes)
             matched = np.bincount(owner[(grades > 0) & (at > 0)], minlength=n) > 0
-            if not matched[labelled].all():
-                return False
-        k = int(labelled.sum())
+            taken &= matched | ~labelled
+        k = int((taken & labelled).sum())
         self.labelled += k
         self.matching += k
-        repeats = list(map(itemgetter(1), ranked))
-        if any(repeats):
-            for case_id, r in zip(compress(batch.ids, repeats), filter(None, repeats)):
-                self.repeated_ids += r
-                _count(self.repeated_cases, case_id)
-        return True
+        return (~taken).tolist()
 
     def add(self, case_id: str, ids: list[str], chunks: Optional[list[dict[str, Any]]],
             relevant: Optional[dict[str, int]], texts: Optional[list[str]] = None,
