@@ -66,7 +66,7 @@ class CaseBatch(_Sequence):
     """
 
     # a case's ids and texts: lists, or strings joined by line breaks (as `to_bytes` writes them)
-    __slots__ = ("_records", "_cases", "_chunk_ids", "_texts", "_ranked")
+    __slots__ = ("_records", "_cases", "_chunk_ids", "_texts", "_ranked", "_ids")
 
     def __init__(self, records: Optional[list[dict[str, Any]]], cases: Optional[list[Optional[Case]]] = None,
                  chunk_ids: Optional[list[Optional[list[str]]]] = None,
@@ -79,6 +79,7 @@ class CaseBatch(_Sequence):
         self._chunk_ids = chunk_ids
         self._texts = texts if texts is not None or chunk_ids is None else [None] * len(chunk_ids)
         self._ranked = ranked  # `chunk_rows`' ``ranked`` of each case, once made
+        self._ids: Optional[list[str]] = None  # the case ids, once asked for
 
     @classmethod
     def of_cases(cls, cases: Sequence[Case]) -> "CaseBatch":
@@ -157,6 +158,7 @@ class CaseBatch(_Sequence):
             self._chunk_ids[i] = self._texts[i] = None
             self._ranked = None
         self._records[i] = record
+        self._ids = None
         self._cases[i] = None  # made again from the new record when asked for
 
     def line(self, i: int) -> bytes:
@@ -262,9 +264,10 @@ class CaseBatch(_Sequence):
 
     @property
     def ids(self) -> list[str]:
-        if self._records is not None:
-            return list(map(_ID, self._records))
-        return [c.id for c in self._cases]
+        if self._ids is None:
+            records = self._records
+            self._ids = list(map(_ID, records)) if records is not None else [c.id for c in self._cases]
+        return list(self._ids)
 
     def view(self, i: int) -> Any:
         """Case ``i`` to read: a `CaseView` of its canonical record (no `Case` made), or the `Case`
@@ -277,11 +280,11 @@ class CaseBatch(_Sequence):
         """Case ``i``'s canonical record, as it is held: a record whose chunks are columns without them."""
         return self._records[i] if self._records is not None else case_record(self._cases[i])
 
-    def tagged(self) -> list[int]:
-        """The positions of the cases that have tags."""
+    def having(self, field: str) -> list[int]:
+        """The positions of the cases that give ``field`` (``tags``, ``metadata``: not empty)."""
         if self._records is None:
-            return [i for i, c in enumerate(self._cases) if c.tags]
-        return list(compress(count(), map(_HAS_TAGS, self._records)))
+            return [i for i, c in enumerate(self._cases) if getattr(c, field)]
+        return list(compress(count(), map(methodcaller("get", field), self._records)))
 
     def tags(self, i: int) -> list[str]:
         return self._records[i].get("tags", []) if self._records is not None else self._cases[i].tags
@@ -375,7 +378,6 @@ class CaseView:
 
 
 _ID, _QUESTION, _RELEVANT = itemgetter("id"), itemgetter("question"), methodcaller("get", "relevant")
-_HAS_TAGS = methodcaller("__contains__", "tags")
 _FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 
 #: the fields of a `CaseView` read from its record, with their defaults (a type: a new empty one)

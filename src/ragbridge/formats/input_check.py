@@ -123,7 +123,7 @@ class InputCheck:
     def _tags(self, batch: CaseBatch) -> None:
         """Count the cases of ``batch`` with a tag that holds a comma."""
         ids = None
-        for i in batch.tagged():
+        for i in batch.having("tags"):
             for tag in batch.tags(i):
                 if "," in tag:
                     if not self.comma_tags[0]:
