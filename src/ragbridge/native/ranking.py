@@ -684,6 +684,40 @@ def _missed_ranked(rel: dict, ranks: list, k: int) -> Optional[str]:
     return _missed_text(missed, k) if missed else None
 
 
+def _missed_ranked_at_once(rels: list, ranked: list, k: int) -> list[Optional[str]]:
+    """`_missed_ranked` of many cases (``rels``: their labels, None where they have none; ``ranked``:
+    `CaseBatch.chunk_rows`' ranks of them), the labels missed found with NumPy: each case's reason,
+    or None."""
+    ranks = list(map(itemgetter(2), ranked))  # each label's rank, 0: not retrieved
+    sizes = np.fromiter(map(len, ranks), dtype=np.int64, count=len(ranks))
+    grades = np.fromiter(chain.from_iterable(map(dict.values, filter(None, rels))), dtype=np.int64)
+    at = np.fromiter(chain.from_iterable(ranks), dtype=np.int64, count=int(sizes.sum()))
+    missed = np.flatnonzero((grades >= 1) & ~((at > 0) & (at <= k)))
+    owner = np.repeat(np.arange(len(ranks)), sizes)[missed]
+    counts = np.bincount(owner, minlength=len(ranks))
+    # the first three missed labels of each case are named, the others counted
+    named = missed[np.arange(missed.size) - (np.cumsum(counts) - counts)[owner] < 3]
+    labels = list(chain.from_iterable(filter(None, rels)))
+    names = [f"{label} ({f'rank {r}' if r else 'not retrieved'})"
+             for label, r in zip(map(labels.__getitem__, named.tolist()), at[named].tolist())]
+    out: list[Optional[str]] = [None] * len(ranks)
+    head, start = f"not in the top {k}: ", 0
+    for i, n in zip(np.flatnonzero(counts).tolist(), counts[counts > 0].tolist()):
+        shown = n if n < 3 else 3
+        out[i] = head + ", ".join(names[start:start + shown]) + (f", and {n - 3} more" if n > 3 else "")
+        start += shown
+    return out
+
+
+def _placed(out: list, idx: list[int], values: list) -> list:
+    """``out`` with ``values`` at the places ``idx``, in C loops."""
+    if not idx:
+        return out
+    placed = np.array(out, dtype=object)
+    placed[idx] = np.array(values + [None], dtype=object)[:-1]  # a list of str, never a 2-D array
+    return placed.tolist()
+
+
 def _rank_after(ids: list, label: str, k: int) -> Optional[int]:
     """The rank of ``label`` among ``ids`` below the top ``k`` (it is not in them), None if absent."""
     try:
@@ -723,11 +757,11 @@ def reasons(cases: Any, r: Ranked, metric: str, values: np.ndarray,
         whole = getattr(cases, "ranked_rows", None)
         whole = whole() if whole is not None else None
         if whole is not None:  # every case's chunk ids ranked as they were read: each label's rank
-            rels, ranks = whole
-            for i in sorted(want):
-                rel = rels[i]
-                out[i] = said[i] = _missed_ranked(rel, ranks[i][2], k) if rel else None
-            return out
+            idx = sorted(want)
+            whys = _missed_ranked_at_once(list(map(whole[0].__getitem__, idx)),
+                                          list(map(whole[1].__getitem__, idx)), k)
+            said.update(zip(idx, whys))
+            return _placed(out, idx, whys)
         lists = zip(_chunk_rows(cases), span_kernels.span_lists(cases))
         for i, ((ids, chunks, rel, ranked), spans) in enumerate(lists):
             if i not in want:
