@@ -773,26 +773,20 @@ def reasons(cases: Any, r: Ranked, metric: str, values: np.ndarray,
                                    bool(r.by_chunk[i]), bool(r.duplicates[i]))
         return out
     idx = short.tolist()
-    said: dict = {}  # each reason written once, for the cases that share it
+    # each reason written once, for the cases that share it (their key), and put in place at once
     if base == "mrr":
         below = f", below the top {k}" if k else ""
-        for i, fr in zip(idx, r.first_rank[short].tolist()):
-            why = said.get(fr)
-            if why is None:
-                at = f"the first relevant chunk is at rank {fr}" + (below if k and fr > k else "")
-                why = said[fr] = at if fr else "no retrieved chunk is relevant"
-            out[i] = why
-        return out
+        keys = r.first_rank[short].tolist()
+        said = {fr: (f"the first relevant chunk is at rank {fr}" + (below if k and fr > k else "")
+                     if fr else "no retrieved chunk is relevant") for fr in set(keys)}
+        return _placed(out, idx, list(map(said.__getitem__, keys)))
     if base == "precision":
         held = np.bincount(r.case_index[r.rank <= k], minlength=r.n_cases)[short].tolist()
-        for i, h, n in zip(idx, held, r.n_retrieved[short].tolist()):
-            key = (h, n if n < k else k)
-            why = said.get(key)
-            if why is None:
-                why = said[key] = (f"{k - h} of the top {k} hold no relevant chunk"
-                                   + (f" (the list has {_n(n, 'chunk', 'chunks')})" if n < k else ""))
-            out[i] = why
-        return out
+        keys = list(zip(held, np.minimum(r.n_retrieved[short], k).tolist()))
+        said = {(h, n): (f"{k - h} of the top {k} hold no relevant chunk"
+                         + (f" (the list has {_n(n, 'chunk', 'chunks')})" if n < k else ""))
+                for h, n in set(keys)}
+        return _placed(out, idx, list(map(said.__getitem__, keys)))
     # ndcg, map: labels missed; chunks above the last label-finding one in the top k that find none
     cut = np.iinfo(np.int64).max if k is None else k
     in_k = r.found_rank <= cut
@@ -813,27 +807,29 @@ def reasons(cases: Any, r: Ranked, metric: str, values: np.ndarray,
         unordered[gc[1:][rises]] = True
     where = f"in the top {k}" if k else "in the list"
     n_rel = r.n_relevant[short]
-    columns = zip(idx, zip(n_rel.tolist(), (n_rel - found[short]).tolist(),
-                           np.maximum(last[short] - 1 - relevant_above[short], 0).tolist(),
-                           (relevant_above[short] - new_above[short]).tolist(), unordered[short].tolist()))
-    for i, key in columns:
-        if key in said:
-            out[i] = said[key]
-            continue
-        n, missed, noise, again, unordered_i = key
-        parts = []
-        if missed:
-            parts.append(f"{missed} of {n} labels not found {where}")
-        if noise:
-            parts.append(f"noise: {_n(noise, 'chunk', 'chunks')} matching no label "
-                         f"{'ranks' if noise == 1 else 'rank'} above relevant ones")
-        if again:
-            parts.append(f"{_n(again, 'chunk', 'chunks')} finding no new label "
-                         f"{'ranks' if again == 1 else 'rank'} above ones that do")
-        if unordered_i:
-            parts.append("a chunk finding less gain ranks above one finding more")
-        out[i] = said[tuple(key)] = "; ".join(parts) or None
-    return out
+    keys = list(zip(n_rel.tolist(), (n_rel - found[short]).tolist(),
+                    np.maximum(last[short] - 1 - relevant_above[short], 0).tolist(),
+                    (relevant_above[short] - new_above[short]).tolist(), unordered[short].tolist()))
+    said = {key: _order_reason(key, where) for key in set(keys)}
+    return _placed(out, idx, list(map(said.__getitem__, keys)))
+
+
+def _order_reason(key: tuple, where: str) -> Optional[str]:
+    """The reason of an nDCG or MAP value below 1 from its case's (labels, labels missed, chunks of
+    noise above, chunks finding no new label above, a lower gain above a higher)."""
+    n, missed, noise, again, unordered_i = key
+    parts = []
+    if missed:
+        parts.append(f"{missed} of {n} labels not found {where}")
+    if noise:
+        parts.append(f"noise: {_n(noise, 'chunk', 'chunks')} matching no label "
+                     f"{'ranks' if noise == 1 else 'rank'} above relevant ones")
+    if again:
+        parts.append(f"{_n(again, 'chunk', 'chunks')} finding no new label "
+                     f"{'ranks' if again == 1 else 'rank'} above ones that do")
+    if unordered_i:
+        parts.append("a chunk finding less gain ranks above one finding more")
+    return "; ".join(parts) or None
 
 
 # --------------------------------------------------------------------------- names
