@@ -38,6 +38,8 @@ except ImportError:  # pragma: no cover - the package built without it
 
 __all__ = ["parse_record_line"]
 
+_column_record = tuple.__new__  # a `ColumnRecord` of its three fields, without a Python call
+
 # Each spelling: the opening of the chunks, the text between two chunks, and between an id and a text.
 _SPELLINGS = (('"contexts": [{"id": "', '"}, {"id": "', '", "text": "'),
               ('"contexts":[{"id":"', '"},{"id":"', '","text":"'))
@@ -55,7 +57,7 @@ def parse_record_line(text: str) -> Any:
     if _plain_line is not None:
         got = _plain_line(text, MAX_GRADE)
         if got is not None:
-            return ColumnRecord(*got)
+            return _column_record(ColumnRecord, (*got, None))
     cut = _cut_chunks(text)
     if cut is not None:
         reduced, ids, texts = cut

@@ -161,7 +161,10 @@ class NativeBackend(Backend):
         if base in ranking.METRICS:  # why a value is below 1: labels missed, the first relevant rank, noise
             why = ranking.reasons(prepared.cases, prepared.ranked, metric, values, opts.span_min_overlap,
                                    opts.gain)
-            reasons = [w if w is not None else u for w, u in zip(why, reasons)]
+            if reasons.count(None) == len(reasons):  # no value undefined: the reasons below 1 alone
+                reasons = why
+            else:
+                reasons = [w if w is not None else u for w, u in zip(why, reasons)]
         elif ctx.options.span_labels and base == "span_recall":
             _span_reasons(metric, cases, values, reasons, opts.span_min_overlap)
         per_case = (time.perf_counter() - start) / max(len(cases), 1)
