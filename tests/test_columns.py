@@ -265,7 +265,9 @@ def test_ids_line_writes_the_canonical_line_record_line_writes(monkeypatch):
               ({"question": "w", "id": "q"}, "d1"),
               ({"id": "q", "question": "w", "relevant": {"d\x00": 1}}, "d1"),
               ({"id": "q", "question": "w", "relevant": {"d1": 2 ** 70}}, "d1"),
-              ({"id": "q", "question": "w", "relevant": {"d1": -3, "d2": 10 ** 15}}, "d1\nd2")]
+              ({"id": "q", "question": "w",
+                "relevant": {"d1": -3, "d2": 10 ** 15, "d3": -2 ** 63, "d4": 2 ** 63 - 1, "d5": 0}},
+               "d1\nd2")]
     written = [_columns.ids_line(record, joined) for record, joined in taken + others]
     monkeypatch.setattr(plain_records, "_ids_line", None)
     for (record, joined), line in zip(taken + others, written):

@@ -623,6 +623,24 @@ put_str(char *o, PyObject *s)
     return o;
 }
 
+/* `g` in decimal, as JSON writes an integer (sprintf's "%lld", without its cost). */
+static char *
+put_int(char *o, long long g)
+{
+    char digits[24];
+    int n = 0;
+    unsigned long long u = g < 0 ? 0ULL - (unsigned long long)g : (unsigned long long)g;
+    do {
+        digits[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (g < 0)
+        *o++ = '-';
+    while (n)
+        *o++ = digits[--n];
+    return o;
+}
+
 static PyObject *
 ids_line(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -697,7 +715,7 @@ ids_line(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 Py_DECREF(out);
                 Py_RETURN_NONE;
             }
-            o += sprintf(o, "%lld", g);
+            o = put_int(o, g);
         }
         *o++ = '}';
     }

@@ -344,18 +344,19 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
     whole = getattr(cases, "ranked_rows", None)
     whole = whole() if whole is not None else None
     if whole is not None:  # every case's chunk ids ranked as they were read: the loop's lists at once
-        rels, ranks = whole
+        rels, ranks = whole  # (arrays where the loop's lists go to NumPy: no list of a value a label)
         ci = len(ranks) - 1
-        n_ctx = list(map(itemgetter(0), ranks))
+        n_ctx = np.fromiter(map(itemgetter(0), ranks), dtype=np.int64, count=len(ranks))
         repeats = list(map(itemgetter(1), ranks))
         dup_case = list(compress(count(), repeats))
         dup_n = list(filter(None, repeats))
         lab_case = ranked_case = list(compress(count(), rels))
         labelled_rels = list(filter(None, rels))
         lab_n = ranked_n = list(map(len, labelled_rels))
-        all_grades = list(chain.from_iterable(map(dict.values, labelled_rels)))
-        groups = list(range(len(all_grades)))
-        ranked_rank = list(chain.from_iterable(compress(map(itemgetter(2), ranks), rels)))
+        all_grades = np.fromiter(chain.from_iterable(map(dict.values, labelled_rels)), dtype=np.int64)
+        groups = np.arange(all_grades.size, dtype=np.int64)
+        ranked_rank = np.fromiter(chain.from_iterable(compress(map(itemgetter(2), ranks), rels)),
+                                  dtype=np.int64, count=all_grades.size)
     rows = zip(_chunk_rows(cases), span_kernels.span_lists(cases)) if whole is None else ()
     for ci, ((ids, ctx, rel, ranked), spans) in enumerate(rows):
         if ranked is not None:  # chunk ids alone, ranked as they were read (no spans)
