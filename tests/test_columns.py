@@ -4,9 +4,10 @@ import random
 
 import pytest
 
-from ragbridge.formats import record_lines
-from ragbridge.formats.plain_records import _joined_pairs, _ranked_ids
+from ragbridge.formats import plain_records, record_lines
+from ragbridge.formats.plain_records import ColumnRecord, _joined_pairs, _ranked_ids, with_chunks
 from ragbridge.formats.record_lines import _SPELLINGS, _id_column, _id_text_columns, _joined_ids
+from ragbridge.schema import MAX_GRADE
 
 _columns = pytest.importorskip("ragbridge.formats._columns", reason="the package was built without it")
 
@@ -179,3 +180,98 @@ def test_interleave_joins_as_the_python_expression_joins():
         _columns.interleave(["a"], [], "m", "b")
     with pytest.raises(TypeError):
         _columns.interleave(["a"], [1], "m", "b")
+
+
+def _ranking_lines(n: int, seed: int) -> list[str]:
+    """Lines of the ranking fields, in either spelling (or both mixed), with heads, chunk bodies (those
+    above) and labels right and wrong in every way `plain_line` looks for."""
+    rng = random.Random(seed)
+    ids = ["q1", "q 2", " q", "q ", "", 'q\\"', "é", "q\x7f", "\\u0041"]
+    questions = ["w", "", "a b, c: d", 'say \\"x\\"', "tab\\t", "é", "}", '"contexts": [']
+    labels = ["d1", "a", "b c", " a", "a ", "", "é", 'q\\"t', "contexts", "d1"]
+    grades = ["0", "1", "3", "01", "-1", "1.0", "99", "true", "2 ", "1e0"]
+    lines = []
+    for body, between, middle in _bodies(n, seed):
+        if rng.random() < 0.9:
+            body = body.replace(middle, between)
+        spelling = 0 if between == _SPELLINGS[0][1] else 1
+        colon, comma = (": ", ", ") if spelling == 0 else (":", ",")
+        if rng.random() < 0.05:  # the other spelling's colons or commas here and there
+            colon = rng.choice([": ", ":"])
+        clean = rng.random() < 0.6
+        cid = "q" + str(rng.randrange(100)) if clean else rng.choice(ids)
+        question = "question" if clean else rng.choice(questions)
+        pairs = [f'"{rng.choice(labels[:2] if clean else labels)}"{colon}'
+                 f'{rng.choice(grades[:3] if clean else grades)}' for _ in range(rng.randint(0, 4))]
+        relevant = "{" + comma.join(pairs) + "}"
+        labelled = f'{comma}"relevant"{colon}{relevant}'
+        tail = rng.choice([labelled + "}", "}", labelled, labelled + "} ", f'{comma}"tags"{colon}[]}}'])
+        if clean and rng.random() < 0.7:
+            tail = labelled + "}" if pairs else "}"
+        head = f'{{"id"{colon}"{cid}"{comma}"question"{colon}"{question}"{comma}'
+        lines.append(head + _SPELLINGS[spelling][0].replace('"contexts": ', f'"contexts"{colon}')
+                     .replace('"contexts":', f'"contexts"{colon}') + body + '"}]' + tail)
+    return lines
+
+
+def _python_reading(line: str):
+    try:
+        return record_lines.parse_record_line(line)
+    except ValueError as error:  # a `DatasetError` among them
+        return type(error)
+
+
+def test_plain_line_reads_a_line_as_the_python_steps_read_it(monkeypatch):
+    """Lines of the ranking fields (ids, questions, chunks and labels right and wrong in every way: a
+    space at an end, empty, escapes, non-ASCII, DEL, a label twice, grades out of range or not written
+    as a JSON integer, a tail cut off or with a key after it, spellings mixed): where the C reading
+    answers, the Python steps give the same record, keys in the same order, and the same chunk ids;
+    where it leaves the line to them (None), they decide (and take the plain ones all the same)."""
+    lines = _ranking_lines(30000, 11) + ['{"id": "q", "question": "w", "contexts": [{"id": "a"}], '
+                                         '"relevant": {"contexts": 1}}']
+    got = [_columns.plain_line(line, MAX_GRADE) for line in lines]
+    monkeypatch.setattr(record_lines, "_plain_line", None)
+    taken = left = 0
+    for line, answer in zip(lines, got):
+        python = _python_reading(line)
+        if answer is None:
+            left += 1
+            continue
+        taken += 1
+        record, joined = answer
+        if type(python) is ColumnRecord:
+            assert (list(record.items()), joined, None) == (list(python.record.items()), python.chunk_ids,
+                                                            python.texts), line
+        else:  # a label named "contexts": parsed whole, the same record
+            assert list(with_chunks(record, joined.split("\n")).items()) == list(python.items()), line
+    assert taken > 1000 and left > 10000
+    with pytest.raises(TypeError):
+        _columns.plain_line(b"{}", MAX_GRADE)
+
+
+def test_ids_line_writes_the_canonical_line_record_line_writes(monkeypatch):
+    """The records read above, and records it leaves to the Python writer (an answer, a quote or a
+    backslash or a non-ASCII character in a string, labels empty, a grade that is a bool, keys in
+    another order): where `ids_line` answers, the line is `record_line`'s byte for byte."""
+    taken = []
+    for line in _ranking_lines(20000, 12):
+        answer = _columns.plain_line(line, MAX_GRADE)
+        if answer is not None:
+            taken.append(answer)
+    others = [({"id": "q", "question": "w", "answer": "a"}, "d1"), ({"id": "q", "question": 'a "b"'}, "d1"),
+              ({"id": "q", "question": "a\\b"}, "d1"), ({"id": "é", "question": "w"}, "d1"),
+              ({"id": "q", "question": "w"}, "é\nd1"), ({"id": "q", "question": "w", "relevant": {}}, "d1"),
+              ({"id": "q", "question": "w", "relevant": {"d1": True}}, "d1"),
+              ({"question": "w", "id": "q"}, "d1"),
+              ({"id": "q", "question": "w", "relevant": {"d\x00": 1}}, "d1"),
+              ({"id": "q", "question": "w", "relevant": {"d1": 2 ** 70}}, "d1"),
+              ({"id": "q", "question": "w",
+                "relevant": {"d1": -3, "d2": 10 ** 15, "d3": -2 ** 63, "d4": 2 ** 63 - 1, "d5": 0}},
+               "d1\nd2")]
+    written = [_columns.ids_line(record, joined) for record, joined in taken + others]
+    monkeypatch.setattr(plain_records, "_ids_line", None)
+    for (record, joined), line in zip(taken + others, written):
+        if line is not None:
+            assert line == plain_records.record_line(record, joined), (record, joined)
+    assert None not in written[:len(taken)] and len(taken) > 1000
+    assert written[len(taken):] == [None] * 10 + [written[-1]] and written[-1] is not None

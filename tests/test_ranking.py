@@ -588,3 +588,26 @@ def test_recall_reasons_of_chunk_ids_alone_are_those_of_cases(tmp_path, k):
         want = rk.reasons(cases, rk.prepare(cases), metric, rk.evaluate(cases, [metric])[metric])
         assert got == want
         assert sum(w is not None for w in want) > 100 and any("more" in w for w in want if w)
+
+
+def test_missed_labels_named_at_once_as_case_by_case():
+    """The reasons of recall@k and hit@k below 1 of a batch whose chunk ids were ranked as they were
+    read, made at once with NumPy, are each case's own (`_missed_ranked`): cases without labels or
+    with empty ones, grades 0, labels retrieved in and below the top k or not at all, fewer and more
+    than three missed, labels that are not ASCII."""
+    from ragbridge.native.ranking import _missed_ranked, _missed_ranked_at_once
+
+    rng = random.Random(5)
+    rels, ranked = [], []
+    for _ in range(3000):
+        kind = rng.random()
+        rel = None if kind < 0.05 else {} if kind < 0.1 else {
+            rng.choice(["d", "é", "sec#"]) + str(i): rng.randint(0, 3) for i in range(rng.randint(1, 9))}
+        ranks = [rng.choice([0, 0, 1, 2, 5, 10, 11, 40]) for _ in (rel or ())]
+        rels.append(rel)
+        ranked.append((rng.randint(1, 50), 0, ranks))
+    for k in (1, 5, 10):
+        want = [_missed_ranked(rel, r[2], k) if rel else None for rel, r in zip(rels, ranked)]
+        assert _missed_ranked_at_once(rels, ranked, k) == want
+        assert sum(w is None for w in want) > 100 and sum("more" in (w or "") for w in want) > 100
+    assert _missed_ranked_at_once([], [], 5) == []

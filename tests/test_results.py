@@ -132,7 +132,8 @@ def test_a_block_of_repeated_values_writes_each_one_as_given():
     from ragbridge.schema import ScoreBlock
 
     values = [0.0, -0.0, 0.5, 0.5, float("nan"), 1.0, 1.0, 1 / 3, 1 / 3, 1 / 3, 0.5, -0.0, 2.5e-7, 0.0]
-    for given in (np.array(values), values, values[::-1]):
+    defined = [v for v in values if v == v]  # every value defined: with and without a negative zero
+    for given in (np.array(values), values, values[::-1], defined, [v for v in defined if repr(v) != "-0.0"]):
         block = ScoreBlock(case_ids=[f"q{i}" for i in range(len(given))], values=given,
                            reasons=[None] * len(given), native_metric="recall@5", seconds=1e-05,
                            backend="native", metric="recall@5")

@@ -35,7 +35,9 @@ from __future__ import annotations
 import json
 import math
 import re
+import struct
 import unicodedata
+from array import array
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Literal, Optional, Sequence
 
@@ -715,6 +717,12 @@ def _mend(value: Any) -> Any:
 
 
 _json_string = json.encoder.encode_basestring_ascii  # json.dumps of a str, without its overhead
+_NEGATIVE_ZERO = struct.unpack("<Q", struct.pack("<d", -0.0))[0]
+
+
+def _negative_zero(values: list[float]) -> bool:
+    """Whether ``values`` (floats) hold -0.0 (equal to 0.0, written otherwise), in C loops."""
+    return _NEGATIVE_ZERO in array("Q", array("d", values).tobytes())
 
 
 @dataclass(frozen=True, eq=False)
@@ -776,15 +784,22 @@ class ScoreBlock(ResultBlock):
                 f'"seconds":{float(self.seconds)!r},"evidence":null}}\n')
         values = self._values()
         distinct = set(values)
-        if len(distinct) * 2 < len(values):  # few values (recall, hit, precision...): each written once
+        if len(distinct) * 2 < len(values) and None not in distinct and not _negative_zero(values):
+            # few values (recall, hit, precision...), every zero 0.0: each written once
+            said = dict(zip(distinct, map(repr, distinct)))
+            nums = list(map(said.__getitem__, values))
+        elif len(distinct) * 2 < len(values):
             said = {v: repr(v) for v in distinct if v}  # a zero, 0.0 or -0.0 (one key), written as it is
             nums = [said.get(v) or ("null" if v is None else repr(v)) for v in values]
         else:
             nums = list(map(repr, values)) if None not in distinct else [
                 "null" if v is None else repr(v) for v in values]
         # a reason many cases share (the same words for MRR, precision, nDCG, MAP) is written once
-        said_json: dict[Optional[str], str] = {None: "null"}
-        whys = [said_json.get(r) or said_json.setdefault(r, _json_string(r)) for r in self.reasons]
+        distinct_reasons = set(self.reasons)
+        distinct_reasons.discard(None)
+        said_json = dict(zip(distinct_reasons, map(_json_string, distinct_reasons)))
+        said_json[None] = "null"
+        whys = list(map(said_json.__getitem__, self.reasons))
         line = ['{"case_id":', None, head, None, native, None, ',"passed":null,"reason":', None, tail]
         parts = line * len(nums)
         parts[1::9] = map(_json_string, self.case_ids)  # each line's pieces in place, then joined at once

@@ -21,6 +21,17 @@
  *   leaves them, in ASCII (printing, not empty, no space at either end), each with a grade that is an
  *   int from 0 to `top`; else None (the Python checks decide).
  * interleave(ids, texts, middle, between): between.join(map(middle.join, zip(ids, texts))).
+ * plain_line(text, top): for a line that is exactly `{"id": "I", "question": "Q", "contexts": [{"id":
+ *   "C"}, ...], "relevant": {"L": G, ...}}` in one of the two spellings (``relevant`` may be left out),
+ *   every string ASCII that prints with no quote or backslash (so each is its own JSON text), the
+ *   ids and labels not empty with no space at either end, each grade an int from 0 to `top` written
+ *   as JSON writes it and no label given twice: (the record {"id": I, "question": Q[, "relevant":
+ *   {L: G, ...}]}, the chunk ids joined by line breaks as join_ids joins them); else None (the
+ *   Python steps decide, and give the same for a line this takes).
+ * ids_line(record, joined): the canonical line (UTF-8 bytes, compact JSON) of a record {"id": I,
+ *   "question": Q[, "relevant": {L: G, ...}]} (those keys, in that order) whose chunks are the ids
+ *   `joined` by line breaks, where I, Q and each L are ASCII str that print with no quote or
+ *   backslash and each G an int; else None (record_line writes it).
  */
 #define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
@@ -428,6 +439,292 @@ interleave(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* The pieces of a plain line, per spelling: after the id's opening, between the id and the question,
+ * between the question and the chunks, after the chunks when labels follow, between two labels,
+ * between a label and its grade, and the end with or without labels. */
+static const char *const LINE_OPEN[2] = {"{\"id\": \"", "{\"id\":\""};
+static const char *const LINE_QUESTION[2] = {"\", \"question\": \"", "\",\"question\":\""};
+static const char *const LINE_CHUNKS[2] = {"\", \"contexts\": [{\"id\": \"", "\",\"contexts\":[{\"id\":\""};
+static const char *const LINE_LABELS[2] = {"\"}], \"relevant\": {\"", "\"}],\"relevant\":{\""};
+static const char *const LINE_NEXT_LABEL[2] = {", \"", ",\""};
+static const char *const LINE_GRADE[2] = {"\": ", "\":"};
+
+/* Whether s[*at:n] starts with `piece`; past it when it does. */
+static int
+take(const char *s, Py_ssize_t n, Py_ssize_t *at, const char *piece)
+{
+    size_t k = strlen(piece);
+    if ((size_t)(n - *at) < k || memcmp(s + *at, piece, k) != 0)
+        return 0;
+    *at += k;
+    return 1;
+}
+
+/* The end of the string that starts at s[at] (where its closing quote is): every character one that
+ * an id may hold (NOT_ID), or -1. */
+static Py_ssize_t
+plain_string(const char *s, Py_ssize_t n, Py_ssize_t at)
+{
+    while (at < n && !NOT_ID[(unsigned char)s[at]])
+        at++;
+    return at < n && s[at] == '"' ? at : -1;
+}
+
+static PyObject *
+ascii_str(const char *p, Py_ssize_t size)
+{
+    PyObject *out = PyUnicode_New(size, 127);
+    if (out != NULL)
+        memcpy(PyUnicode_1BYTE_DATA(out), p, size);
+    return out;
+}
+
+static PyObject *
+plain_line(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long top;
+    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyLong_Check(args[1])
+        || ((top = PyLong_AsLongLong(args[1])) == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "plain_line(text, top) takes a str and an int");
+        return NULL;
+    }
+    PyObject *text = args[0];
+    if (!PyUnicode_IS_ASCII(text))
+        Py_RETURN_NONE;
+    const char *s = (const char *)PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), at = 0;
+    int sp = n > 6 && s[6] == ' ' ? 0 : 1; /* `{"id": ` or `{"id":"` */
+    if (!take(s, n, &at, LINE_OPEN[sp]))
+        Py_RETURN_NONE;
+    Py_ssize_t id0 = at, id1 = plain_string(s, n, at);
+    if (id1 <= id0 || s[id0] == ' ' || s[id1 - 1] == ' ')
+        Py_RETURN_NONE;
+    at = id1;
+    if (!take(s, n, &at, LINE_QUESTION[sp]))
+        Py_RETURN_NONE;
+    Py_ssize_t q0 = at, q1 = plain_string(s, n, at);
+    if (q1 < 0)
+        Py_RETURN_NONE;
+    at = q1;
+    if (!take(s, n, &at, LINE_CHUNKS[sp]))
+        Py_RETURN_NONE;
+    /* the chunks end at the first "}] (no id holds a quote) */
+    Py_ssize_t c0 = at, c1 = -1;
+    for (const char *q = s + c0; (q = memchr(q, ']', n - (q - s))) != NULL; q++) {
+        if (q - s >= c0 + 2 && q[-1] == '}' && q[-2] == '"') {
+            c1 = q - 2 - s;
+            break;
+        }
+    }
+    if (c1 < 0)
+        Py_RETURN_NONE;
+    int labelled = 0;
+    at = c1;
+    if (take(s, n, &at, LINE_LABELS[sp]))
+        labelled = 1;
+    else if (!(n - c1 == 4 && memcmp(s + c1, "\"}]}", 4) == 0))
+        Py_RETURN_NONE;
+    PyObject *relevant = NULL, *record = NULL, *ids = NULL, *value = NULL;
+    if (labelled) {
+        relevant = PyDict_New();
+        if (relevant == NULL)
+            return NULL;
+        Py_ssize_t pairs = 0;
+        for (;;) {
+            Py_ssize_t l0 = at, l1 = plain_string(s, n, at);
+            if (l1 <= l0 || s[l0] == ' ' || s[l1 - 1] == ' ')
+                goto refuse;
+            at = l1;
+            if (!take(s, n, &at, LINE_GRADE[sp]))
+                goto refuse;
+            /* a JSON integer without sign: 0, or digits not starting with 0 */
+            Py_ssize_t g0 = at;
+            long long grade = 0;
+            while (at < n && s[at] >= '0' && s[at] <= '9' && at - g0 < 18)
+                grade = grade * 10 + (s[at++] - '0');
+            if (at == g0 || (s[g0] == '0' && at - g0 > 1) || grade > top)
+                goto refuse;
+            PyObject *label = ascii_str(s + l0, l1 - l0);
+            PyObject *g = label ? PyLong_FromLongLong(grade) : NULL;
+            int failed = g == NULL || PyDict_SetItem(relevant, label, g) < 0;
+            Py_XDECREF(label);
+            Py_XDECREF(g);
+            if (failed)
+                goto fail;
+            pairs++;
+            if (take(s, n, &at, LINE_NEXT_LABEL[sp]))
+                continue;
+            if (n - at == 2 && s[at] == '}' && s[at + 1] == '}')
+                break;
+            goto refuse;
+        }
+        if (PyDict_GET_SIZE(relevant) != pairs) /* a label given twice: the Python steps report it */
+            goto refuse;
+    }
+    ids = joined_ids(s + c0, c1 - c0, BETWEENS[sp], strlen(BETWEENS[sp]));
+    if (ids == NULL)
+        goto fail;
+    if (ids == Py_None)
+        goto refuse;
+    record = PyDict_New();
+    if (record == NULL)
+        goto fail;
+    if ((value = ascii_str(s + id0, id1 - id0)) == NULL || PyDict_SetItemString(record, "id", value) < 0)
+        goto fail;
+    Py_CLEAR(value);
+    if ((value = ascii_str(s + q0, q1 - q0)) == NULL
+        || PyDict_SetItemString(record, "question", value) < 0)
+        goto fail;
+    Py_CLEAR(value);
+    if (relevant != NULL && PyDict_SetItemString(record, "relevant", relevant) < 0)
+        goto fail;
+    Py_XDECREF(relevant);
+    return Py_BuildValue("(NN)", record, ids);
+refuse:
+    Py_XDECREF(relevant);
+    Py_XDECREF(ids);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(relevant);
+    Py_XDECREF(ids);
+    Py_XDECREF(record);
+    Py_XDECREF(value);
+    return NULL;
+}
+
+/* Whether `o` is an ASCII str that is its own JSON text (no character NOT_ID refuses). */
+static int
+plain_ascii(PyObject *o)
+{
+    if (!PyUnicode_CheckExact(o) || !PyUnicode_IS_ASCII(o))
+        return 0;
+    const unsigned char *p = PyUnicode_1BYTE_DATA(o);
+    for (Py_ssize_t i = 0, n = PyUnicode_GET_LENGTH(o); i < n; i++) {
+        if (NOT_ID[p[i]])
+            return 0;
+    }
+    return 1;
+}
+
+static char *
+put(char *o, const char *p, Py_ssize_t n)
+{
+    memcpy(o, p, n);
+    return o + n;
+}
+
+static char *
+put_str(char *o, PyObject *s)
+{
+    *o++ = '"';
+    o = put(o, (const char *)PyUnicode_1BYTE_DATA(s), PyUnicode_GET_LENGTH(s));
+    *o++ = '"';
+    return o;
+}
+
+/* `g` in decimal, as JSON writes an integer (sprintf's "%lld", without its cost). */
+static char *
+put_int(char *o, long long g)
+{
+    char digits[24];
+    int n = 0;
+    unsigned long long u = g < 0 ? 0ULL - (unsigned long long)g : (unsigned long long)g;
+    do {
+        digits[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (g < 0)
+        *o++ = '-';
+    while (n)
+        *o++ = digits[--n];
+    return o;
+}
+
+static PyObject *
+ids_line(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyUnicode_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "ids_line(record, joined) takes a dict and a str");
+        return NULL;
+    }
+    PyObject *record = args[0], *joined = args[1];
+    if (!PyDict_CheckExact(record) || !PyUnicode_IS_ASCII(joined))
+        Py_RETURN_NONE;
+    Py_ssize_t size = PyDict_GET_SIZE(record), at = 0;
+    if (size < 2 || size > 3)
+        Py_RETURN_NONE;
+    PyObject *key, *value, *values[3] = {NULL, NULL, NULL};
+    static const char *const KEYS[3] = {"id", "question", "relevant"};
+    for (int i = 0; PyDict_Next(record, &at, &key, &value); i++) {
+        if (!PyUnicode_CheckExact(key) || PyUnicode_CompareWithASCIIString(key, KEYS[i]) != 0)
+            Py_RETURN_NONE;
+        values[i] = value;
+    }
+    if (!plain_ascii(values[0]) || !plain_ascii(values[1]))
+        Py_RETURN_NONE;
+    PyObject *relevant = values[2];
+    Py_ssize_t nj = PyUnicode_GET_LENGTH(joined);
+    const char *j = (const char *)PyUnicode_1BYTE_DATA(joined);
+    Py_ssize_t breaks = 0;
+    for (const char *q = j; (q = memchr(q, '\n', nj - (q - j))) != NULL; q++)
+        breaks++;
+    /* {"id":"I","question":"Q","contexts":[{"id":"C"},{"id":"C"}],"relevant":{"L":G,...}} */
+    Py_ssize_t total = 8 + PyUnicode_GET_LENGTH(values[0]) + 14 + PyUnicode_GET_LENGTH(values[1]) + 20 + nj
+                       + breaks * 9 + 4;
+    if (relevant != NULL) {
+        if (!PyDict_CheckExact(relevant) || PyDict_GET_SIZE(relevant) == 0)
+            Py_RETURN_NONE;
+        total += 12;
+        at = 0;
+        while (PyDict_Next(relevant, &at, &key, &value)) {
+            if (!plain_ascii(key) || !PyLong_CheckExact(value))
+                Py_RETURN_NONE;
+            total += PyUnicode_GET_LENGTH(key) + 4 + 21;
+        }
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        return NULL;
+    char *o0 = PyBytes_AS_STRING(out), *o = o0;
+    o = put(o, "{\"id\":", 6);
+    o = put_str(o, values[0]);
+    o = put(o, ",\"question\":", 12);
+    o = put_str(o, values[1]);
+    o = put(o, ",\"contexts\":[{\"id\":\"", 20);
+    for (Py_ssize_t i = 0; i < nj; i++) {
+        if (j[i] == '\n')
+            o = put(o, "\"},{\"id\":\"", 10);
+        else
+            *o++ = j[i];
+    }
+    o = put(o, "\"}]", 3);
+    if (relevant != NULL) {
+        o = put(o, ",\"relevant\":{", 13);
+        at = 0;
+        int first = 1;
+        while (PyDict_Next(relevant, &at, &key, &value)) {
+            if (!first)
+                *o++ = ',';
+            first = 0;
+            o = put_str(o, key);
+            *o++ = ':';
+            int overflow;
+            long long g = PyLong_AsLongLongAndOverflow(value, &overflow);
+            if (overflow) {
+                Py_DECREF(out);
+                Py_RETURN_NONE;
+            }
+            o = put_int(o, g);
+        }
+        *o++ = '}';
+    }
+    *o++ = '}';
+    if (_PyBytes_Resize(&out, o - o0) < 0)
+        return NULL;
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"split_pairs", (PyCFunction)(void (*)(void))split_pairs, METH_FASTCALL,
      "split_pairs(body, between, middle): (ids, texts) of an ASCII body of chunks, or None."},
@@ -444,6 +741,12 @@ static PyMethodDef methods[] = {
      "0..top, else None."},
     {"interleave", (PyCFunction)(void (*)(void))interleave, METH_FASTCALL,
      "interleave(ids, texts, middle, between): between.join(map(middle.join, zip(ids, texts)))."},
+    {"plain_line", (PyCFunction)(void (*)(void))plain_line, METH_FASTCALL,
+     "plain_line(text, top): (record, chunk ids joined) of a line of the ranking fields alone in a "
+     "plain spelling, or None."},
+    {"ids_line", (PyCFunction)(void (*)(void))ids_line, METH_FASTCALL,
+     "ids_line(record, joined): the canonical line of a record of plain ranking fields whose chunk ids "
+     "are `joined`, or None."},
     {NULL, NULL, 0, NULL},
 };
 

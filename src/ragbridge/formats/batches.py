@@ -12,7 +12,8 @@ from __future__ import annotations
 import hashlib
 import marshal
 from collections.abc import Sequence as _Sequence
-from itertools import repeat
+from itertools import compress, count, repeat
+from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Any, Iterable, Iterator, NamedTuple, Optional, Sequence
 
@@ -65,7 +66,7 @@ class CaseBatch(_Sequence):
     """
 
     # a case's ids and texts: lists, or strings joined by line breaks (as `to_bytes` writes them)
-    __slots__ = ("_records", "_cases", "_chunk_ids", "_texts", "_ranked")
+    __slots__ = ("_records", "_cases", "_chunk_ids", "_texts", "_ranked", "_ids")
 
     def __init__(self, records: Optional[list[dict[str, Any]]], cases: Optional[list[Optional[Case]]] = None,
                  chunk_ids: Optional[list[Optional[list[str]]]] = None,
@@ -78,6 +79,7 @@ class CaseBatch(_Sequence):
         self._chunk_ids = chunk_ids
         self._texts = texts if texts is not None or chunk_ids is None else [None] * len(chunk_ids)
         self._ranked = ranked  # `chunk_rows`' ``ranked`` of each case, once made
+        self._ids: Optional[list[str]] = None  # the case ids, once asked for
 
     @classmethod
     def of_cases(cls, cases: Sequence[Case]) -> "CaseBatch":
@@ -91,8 +93,11 @@ class CaseBatch(_Sequence):
         Each is split again when a list of them is asked for. The rows `chunk_rows` ranked go too."""
         chunk_ids = texts = None
         if self._chunk_ids is not None:
-            chunk_ids = [i if i is None or type(i) is str else "\n".join(i) for i in self._chunk_ids]
-            texts = [t if t is None or type(t) is str else "\n".join(t) for t in self._texts]
+            chunk_ids, texts = self._chunk_ids, self._texts
+            if not _STR_OR_NONE.issuperset(map(type, chunk_ids)):
+                chunk_ids = [i if i is None or type(i) is str else "\n".join(i) for i in chunk_ids]
+            if texts.count(None) != len(texts):
+                texts = [t if t is None or type(t) is str else "\n".join(t) for t in texts]
         return marshal.dumps((self._records, chunk_ids, texts, self._ranked))
 
     @classmethod
@@ -156,6 +161,7 @@ class CaseBatch(_Sequence):
             self._chunk_ids[i] = self._texts[i] = None
             self._ranked = None
         self._records[i] = record
+        self._ids = None
         self._cases[i] = None  # made again from the new record when asked for
 
     def line(self, i: int) -> bytes:
@@ -165,6 +171,15 @@ class CaseBatch(_Sequence):
         if self._chunk_ids is None:
             return record_line(self._records[i])
         return record_line(self._records[i], self._chunk_ids[i], self._text_column(i))
+
+    def lines(self) -> list[bytes]:
+        """Every case's canonical line (`line` of each)."""
+        if self._records is None or self._chunk_ids is None:
+            return list(map(self.line, range(len(self))))
+        texts = self._texts
+        if texts.count(None) != len(texts):  # texts of some: lists, as `_text_column` gives them
+            texts = map(self._text_column, range(len(self)))
+        return list(map(record_line, self._records, self._chunk_ids, texts))
 
     def span_lists(self) -> Iterator[Optional[list]]:
         """Per case its span labels (records' mappings or `Span` objects), None where it has none."""
@@ -200,11 +215,7 @@ class CaseBatch(_Sequence):
             for ids, chunks, rel in self.chunk_lists():
                 yield ids, chunks, rel, None
             return
-        if self._ranked is None:
-            self._ranked = [rank_ids(ids, list(r["relevant"]) if r.get("relevant") else [])
-                            if type(ids) is str and "relevant_spans" not in r else None
-                            for r, ids in zip(self._records, self._chunk_ids)]
-        for r, ids, ranked in zip(self._records, self._chunk_ids, self._ranked):
+        for r, ids, ranked in zip(self._records, self._chunk_ids, self._ranks()):
             if ranked is not None:
                 yield ids, None, r.get("relevant"), ranked
             elif ids is None:
@@ -213,11 +224,32 @@ class CaseBatch(_Sequence):
             else:
                 yield id_list(ids), None, r.get("relevant"), None
 
+    def _ranks(self) -> list:
+        """`chunk_rows`' ``ranked`` of each case (None where it has none), made once."""
+        if self._ranked is None:
+            self._ranked = [rank_ids(ids, list(r["relevant"]) if r.get("relevant") else [])
+                            if type(ids) is str and "relevant_spans" not in r else None
+                            for r, ids in zip(self._records, self._chunk_ids)]
+        return self._ranked
+
+    def ranked_rows(self) -> Optional[tuple[list, list]]:
+        """Where every case's chunk ids are held as one string and ranked (`chunk_rows`' ``ranked`` not
+        None for any): each case's labels (None where it has none) and its ``ranked``, as two lists,
+        for a reader that takes a batch at once; else None."""
+        if self._chunk_ids is None:
+            return None
+        ranked = self._ranks()
+        if None in ranked:
+            return None
+        return list(map(_RELEVANT, self._records)), ranked
+
     def contexts_given(self) -> Iterator[bool]:
         """Per case whether it gives its retriever's output (`Case.contexts_given`: ``contexts`` set,
         even to an empty list)."""
         if self._records is None:
             return (c.contexts_given for c in self._cases)
+        if self._chunk_ids is not None and None not in self._chunk_ids:
+            return repeat(True, len(self._records))  # every case's chunks are columns: given
         id_lists = self._chunk_ids or repeat(None, len(self._records))
         return (ids is not None or "contexts" in r for r, ids in zip(self._records, id_lists))
 
@@ -225,7 +257,7 @@ class CaseBatch(_Sequence):
         """Per case its question."""
         if self._records is None:
             return (c.question for c in self._cases)
-        return (r["question"] for r in self._records)
+        return map(_QUESTION, self._records)
 
     def chunk_texts(self) -> Iterator[Optional[list[str]]]:
         """Per case the texts of its chunks where they are a column, else None (see `chunk_lists`)."""
@@ -235,9 +267,10 @@ class CaseBatch(_Sequence):
 
     @property
     def ids(self) -> list[str]:
-        if self._records is not None:
-            return [r["id"] for r in self._records]
-        return [c.id for c in self._cases]
+        if self._ids is None:
+            records = self._records
+            self._ids = list(map(_ID, records)) if records is not None else [c.id for c in self._cases]
+        return list(self._ids)
 
     def view(self, i: int) -> Any:
         """Case ``i`` to read: a `CaseView` of its canonical record (no `Case` made), or the `Case`
@@ -249,6 +282,12 @@ class CaseBatch(_Sequence):
     def head(self, i: int) -> dict[str, Any]:
         """Case ``i``'s canonical record, as it is held: a record whose chunks are columns without them."""
         return self._records[i] if self._records is not None else case_record(self._cases[i])
+
+    def having(self, field: str) -> list[int]:
+        """The positions of the cases that give ``field`` (``tags``, ``metadata``: not empty)."""
+        if self._records is None:
+            return [i for i, c in enumerate(self._cases) if getattr(c, field)]
+        return list(compress(count(), map(methodcaller("get", field), self._records)))
 
     def tags(self, i: int) -> list[str]:
         return self._records[i].get("tags", []) if self._records is not None else self._cases[i].tags
@@ -347,6 +386,10 @@ class CaseView:
         return Case.model_validate(with_chunks(self._record, self._ids, self._texts))
 
 
+_ID, _QUESTION, _RELEVANT = itemgetter("id"), itemgetter("question"), methodcaller("get", "relevant")
+_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
+_STR_OR_NONE = frozenset({str, type(None)})
+
 #: the fields of a `CaseView` read from its record, with their defaults (a type: a new empty one)
 _VIEW_DEFAULTS: dict[str, Any] = {"id": None, "question": None, "answer": None, "relevant": dict,
                                   "reference": None, "reference_contexts": list, "must_contain": list,
@@ -365,6 +408,13 @@ def batch_from_records(
     exactly). Duplicate ids are errors, also against ``first_seen`` (id -> line of the earlier
     batches, updated)."""
     first_seen = {} if first_seen is None else first_seen
+    if type(first_seen) is SeenCaseIds:
+        records = records if type(records) is list else list(records)
+        raws = list(map(_SECOND, records))
+        if set(map(type, raws)) == {ColumnRecord}:  # nothing to validate: the ids at once
+            out = list(map(_FIRST, raws))
+            if first_seen.add_new(list(map(_ID, out)), list(map(_FIRST, records))):
+                return CaseBatch(out, [None] * len(out), list(map(_SECOND, raws)), list(map(_THIRD, raws)))
     out: list[dict[str, Any]] = []
     cases: list[Optional[Case]] = []
     chunk_ids: list[Optional[list[str]]] = []
@@ -438,6 +488,22 @@ class SeenCaseIds:
 
     def __setitem__(self, case_id: str, line: int) -> None:
         self._batch[case_id] = line
+
+    def add_new(self, case_ids: list[str], lines: list[int]) -> bool:
+        """``seen[cid] = line`` for each of ``case_ids`` and ``lines`` where none of them was seen
+        before and none is given twice; False, having added nothing, otherwise (the caller adds them one
+        by one, finding the first one seen)."""
+        batch = dict(zip(case_ids, lines))
+        if len(batch) != len(case_ids) or not self._batch.keys().isdisjoint(batch):
+            return False
+        if self._runs:
+            np = self._np
+            at = np.fromiter(map(hash, batch), dtype=np.int64, count=len(batch)) & (self._BITS - 1)
+            bits = np.frombuffer(self._seen_bits, dtype=np.uint8)[at >> 3] & (1 << (at & 7))
+            if bits.any() and any(self._earlier(cid) is not None for cid in compress(batch, bits.tolist())):
+                return False
+        self._batch.update(batch)
+        return True
 
     def end_batch(self) -> None:
         np = self._np

@@ -383,12 +383,15 @@ def text_lines(path: Path, allow_empty: bool = False, on_bad: OnBad = None) -> I
             if raw.endswith(b"\n"):
                 raw = raw[:-1]
             try:
-                text = _decoded(path, n, raw)
-            except DatasetError as error:
-                if on_bad is None:
-                    raise
-                on_bad(error)
-                continue
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                try:
+                    text = _decoded(path, n, raw)
+                except DatasetError as error:
+                    if on_bad is None:
+                        raise
+                    on_bad(error)
+                    continue
             blank = blank and not text.strip()
             yield n, text
     if blank and not allow_empty:
@@ -421,12 +424,15 @@ def jsonl_lines(
         if not text.strip():
             continue
         try:
-            value = parse_line(path, n, text, hint, parse)
-        except DatasetError as error:
-            if on_bad is None:
-                raise
-            on_bad(error)
-            continue
+            value = parse(text)
+        except Exception:  # parsed again by `parse_line`, which says what is wrong
+            try:
+                value = parse_line(path, n, text, hint, parse)
+            except DatasetError as error:
+                if on_bad is None:
+                    raise
+                on_bad(error)
+                continue
         yield n, value
 
 

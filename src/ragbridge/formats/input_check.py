@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import unicodedata
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import chain, compress, count, repeat
+from operator import itemgetter
 from typing import Any, Iterable, Optional, Sequence
 
 from ..schema import Case
@@ -102,9 +103,13 @@ class InputCheck:
         self.comma_tag = ""
 
     def add_batch(self, batch: CaseBatch) -> None:
+        whole = batch.ranked_rows()
+        left = self._ranked_at_once(batch, *whole) if whole is not None else None
         rest = None  # each case's chunk texts, span labels and whether it gives chunks, once needed
-        columns = zip(batch.ids, batch.chunk_rows(), batch.questions())
-        for i, (case_id, (ids, chunks, relevant, ranked), question) in enumerate(columns):
+        columns = zip(count(), batch.ids, batch.chunk_rows(), batch.questions())
+        if left is not None:  # the cases counted at once left out
+            columns = compress(columns, left)
+        for i, case_id, (ids, chunks, relevant, ranked), question in columns:
             if ranked is None or not self._ranked(case_id, relevant, ranked, question):
                 if rest is None:
                     rest = list(zip(batch.chunk_texts(), batch.span_lists(), batch.contexts_given()))
@@ -113,12 +118,46 @@ class InputCheck:
                     record = batch.record(i)  # `Chunk` and `Span` objects: their canonical mappings
                     chunks, spans = record.get("contexts", []), record.get("relevant_spans")
                 self.add(case_id, ids, chunks, relevant, texts, spans, question, given, ranked)
+        self._tags(batch)
+
+    def _tags(self, batch: CaseBatch) -> None:
+        """Count the cases of ``batch`` with a tag that holds a comma."""
+        ids = None
+        for i in batch.having("tags"):
             for tag in batch.tags(i):
                 if "," in tag:
                     if not self.comma_tags[0]:
                         self.comma_tag = tag
-                    _count(self.comma_tags, case_id)
+                    ids = batch.ids if ids is None else ids
+                    _count(self.comma_tags, ids[i])
                     break
+
+    def _ranked_at_once(self, batch: CaseBatch, rels: list, ranked: list) -> Optional[list[bool]]:
+        """`_ranked` of the cases of a batch whose every case is ranked (``rels`` and ``ranked``:
+        `CaseBatch.ranked_rows`) and no chunk id repeats, at once: the cases it takes (chunks given, a
+        question, no labels or a label of grade >= 1 matched) counted, and per case whether it is left
+        to count (True: one it does not take); None, having counted nothing, where an id repeats
+        (the repeats are counted case by case, in order)."""
+        import numpy as np
+
+        if any(map(itemgetter(1), ranked)):
+            return None
+        n = len(ranked)
+        ranks = list(map(itemgetter(2), ranked))
+        sizes = np.fromiter(map(len, ranks), dtype=np.int64, count=n)
+        taken = np.fromiter(map(itemgetter(0), ranked), dtype=bool, count=n)
+        taken &= np.fromiter(map(bool, map(str.strip, batch.questions())), dtype=bool, count=n)
+        labelled = sizes > 0
+        if labelled.any():
+            grades = np.fromiter(chain.from_iterable(map(dict.values, filter(None, rels))), dtype=np.int64)
+            at = np.fromiter(chain.from_iterable(ranks), dtype=np.int64)
+            owner = np.repeat(np.arange(n), sizes)
+            matched = np.bincount(owner[(grades > 0) & (at > 0)], minlength=n) > 0
+            taken &= matched | ~labelled
+        k = int((taken & labelled).sum())
+        self.labelled += k
+        self.matching += k
+        return (~taken).tolist()
 
     def add(self, case_id: str, ids: list[str], chunks: Optional[list[dict[str, Any]]],
             relevant: Optional[dict[str, int]], texts: Optional[list[str]] = None,

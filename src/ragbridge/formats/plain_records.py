@@ -71,6 +71,10 @@ try:  # `_ranked_ids` of ASCII ids, in C, a table of the ids' places in the stri
     from ._columns import rank_ids as _rank_ids
 except ImportError:  # pragma: no cover - the package built without it
     _rank_ids = None
+try:  # `record_line` of a record of plain ranking fields whose chunk ids are one string, in C
+    from ._columns import ids_line as _ids_line
+except ImportError:  # pragma: no cover - the package built without it
+    _ids_line = None
 
 
 def rank_ids(joined: str, labels: list[str]) -> tuple[int, int, list[int]]:
@@ -335,6 +339,10 @@ def record_line(record: dict[str, Any], chunk_ids: Optional[list[str]] = None,
     if chunk_ids is None:
         return pydantic_core.to_json(record)
     if type(chunk_ids) is str and texts is None:  # ids alone, joined by line breaks
+        if _ids_line is not None:
+            line = _ids_line(record, chunk_ids)
+            if line is not None:
+                return line
         chunks = chunk_ids.replace("\n", '"},{"id":"')
     elif texts is None:
         chunks = '"},{"id":"'.join(chunk_ids)

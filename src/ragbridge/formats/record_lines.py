@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 import pydantic_core
 
+from ..schema import MAX_GRADE
 from .files import check_parsed, parse_json
 from .plain_records import RANKING_FIELDS, ColumnRecord, good_ids, plain_record
 
@@ -30,8 +31,14 @@ try:  # `_joined_ids` of an ASCII body, in C; and the whole cut of a line of ids
     from ._columns import cut_ids as _cut_ids, join_ids as _join_ids
 except ImportError:  # pragma: no cover - the package built without it
     _cut_ids = _join_ids = None
+try:  # the whole of a line of the ranking fields alone in a plain spelling, in C
+    from ._columns import plain_line as _plain_line
+except ImportError:  # pragma: no cover - the package built without it
+    _plain_line = None
 
 __all__ = ["parse_record_line"]
+
+_column_record = tuple.__new__  # a `ColumnRecord` of its three fields, without a Python call
 
 # Each spelling: the opening of the chunks, the text between two chunks, and between an id and a text.
 _SPELLINGS = (('"contexts": [{"id": "', '"}, {"id": "', '", "text": "'),
@@ -45,7 +52,12 @@ def parse_record_line(text: str) -> Any:
     """One line of a JSONL golden set: a `ColumnRecord` when it is a canonical record whose chunks
     are ids alone or ids and texts (`plain_record`'s checks, the chunks' too, without a mapping per
     chunk), else the parsed JSON value (the fast parser's; for anything it refuses,
-    `ragbridge.formats.files.parse_json` and its errors)."""
+    `ragbridge.formats.files.parse_json` and its errors). A line of the ranking fields alone in a
+    plain spelling (``plain_line``, C) is read in one call; the steps below give it the same record."""
+    if _plain_line is not None:
+        got = _plain_line(text, MAX_GRADE)
+        if got is not None:
+            return _column_record(ColumnRecord, (*got, None))
     cut = _cut_chunks(text)
     if cut is not None:
         reduced, ids, texts = cut

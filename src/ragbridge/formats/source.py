@@ -31,6 +31,7 @@ import gc
 import os
 import shutil
 import tempfile
+from itertools import islice
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Optional, Sequence
 
@@ -250,7 +251,7 @@ def _check_records(records: Iterable[tuple[int, Any]], path: Path, out, frames, 
         first_seen.end_batch()
         _place_batch(batch, placer, [line for line, _ in pending], path)
         pending.clear()
-        lines = [batch.line(i) for i in range(len(batch))]
+        lines = batch.lines()
         lines.append(b"")
         block = b"\n".join(lines)
         fp.add_lines(block)
@@ -267,11 +268,11 @@ def _check_records(records: Iterable[tuple[int, Any]], path: Path, out, frames, 
         if progress is not None:
             progress(n)
 
-    for line, raw in records:
-        pending.append((line, raw))
-        if len(pending) == batch_size:
-            flush()
-    if pending:
+    records = iter(records)
+    while True:
+        pending.extend(islice(records, batch_size))  # a batch's pairs, taken in a C loop
+        if not pending:
+            break
         flush()
     if n == 0:
         raise DatasetError("holds no cases", path=path, hint="a golden set needs at least one case")

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from itertools import compress, count
+from operator import not_
 from typing import AsyncIterator, Optional, Sequence
 
 import numpy as np
@@ -81,7 +83,7 @@ NO_CONTEXTS = "no retrieved chunks given (the case has no 'contexts')"
 def _without_contexts(cases: Sequence[Case]) -> list[int]:
     """The positions of the cases that do not give their retrieved chunks (`Case.contexts_given`)."""
     given = cases.contexts_given() if hasattr(cases, "contexts_given") else (c.contexts_given for c in cases)
-    return [i for i, g in enumerate(given) if not g]
+    return list(compress(count(), map(not_, given)))
 
 
 def _undefined_reason(metric: str, record: dict, chunking) -> str:
@@ -159,7 +161,10 @@ class NativeBackend(Backend):
         if base in ranking.METRICS:  # why a value is below 1: labels missed, the first relevant rank, noise
             why = ranking.reasons(prepared.cases, prepared.ranked, metric, values, opts.span_min_overlap,
                                    opts.gain)
-            reasons = [w if w is not None else u for w, u in zip(why, reasons)]
+            if reasons.count(None) == len(reasons):  # no value undefined: the reasons below 1 alone
+                reasons = why
+            else:
+                reasons = [w if w is not None else u for w, u in zip(why, reasons)]
         elif ctx.options.span_labels and base == "span_recall":
             _span_reasons(metric, cases, values, reasons, opts.span_min_overlap)
         per_case = (time.perf_counter() - start) / max(len(cases), 1)

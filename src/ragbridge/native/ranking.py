@@ -78,6 +78,8 @@ retrieved chunks. See ``benchmarks/bench_ranking.py``.
 from __future__ import annotations
 
 import re
+from itertools import chain, compress, count
+from operator import itemgetter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
@@ -339,7 +341,23 @@ def prepare(cases: Sequence["Case"], min_overlap: float = SPAN_MIN_OVERLAP) -> R
 
     _check_min_overlap(min_overlap)
     ci = -1
-    rows = zip(_chunk_rows(cases), span_kernels.span_lists(cases))
+    whole = getattr(cases, "ranked_rows", None)
+    whole = whole() if whole is not None else None
+    if whole is not None:  # every case's chunk ids ranked as they were read: the loop's lists at once
+        rels, ranks = whole  # (arrays where the loop's lists go to NumPy: no list of a value a label)
+        ci = len(ranks) - 1
+        n_ctx = np.fromiter(map(itemgetter(0), ranks), dtype=np.int64, count=len(ranks))
+        repeats = list(map(itemgetter(1), ranks))
+        dup_case = list(compress(count(), repeats))
+        dup_n = list(filter(None, repeats))
+        lab_case = ranked_case = list(compress(count(), rels))
+        labelled_rels = list(filter(None, rels))
+        lab_n = ranked_n = list(map(len, labelled_rels))
+        all_grades = np.fromiter(chain.from_iterable(map(dict.values, labelled_rels)), dtype=np.int64)
+        groups = np.arange(all_grades.size, dtype=np.int64)
+        ranked_rank = np.fromiter(chain.from_iterable(compress(map(itemgetter(2), ranks), rels)),
+                                  dtype=np.int64, count=all_grades.size)
+    rows = zip(_chunk_rows(cases), span_kernels.span_lists(cases)) if whole is None else ()
     for ci, ((ids, ctx, rel, ranked), spans) in enumerate(rows):
         if ranked is not None:  # chunk ids alone, ranked as they were read (no spans)
             n_ids, repeats, ranks = ranked
@@ -667,6 +685,40 @@ def _missed_ranked(rel: dict, ranks: list, k: int) -> Optional[str]:
     return _missed_text(missed, k) if missed else None
 
 
+def _missed_ranked_at_once(rels: list, ranked: list, k: int) -> list[Optional[str]]:
+    """`_missed_ranked` of many cases (``rels``: their labels, None where they have none; ``ranked``:
+    `CaseBatch.chunk_rows`' ranks of them), the labels missed found with NumPy: each case's reason,
+    or None."""
+    ranks = list(map(itemgetter(2), ranked))  # each label's rank, 0: not retrieved
+    sizes = np.fromiter(map(len, ranks), dtype=np.int64, count=len(ranks))
+    grades = np.fromiter(chain.from_iterable(map(dict.values, filter(None, rels))), dtype=np.int64)
+    at = np.fromiter(chain.from_iterable(ranks), dtype=np.int64, count=int(sizes.sum()))
+    missed = np.flatnonzero((grades >= 1) & ~((at > 0) & (at <= k)))
+    owner = np.repeat(np.arange(len(ranks)), sizes)[missed]
+    counts = np.bincount(owner, minlength=len(ranks))
+    # the first three missed labels of each case are named, the others counted
+    named = missed[np.arange(missed.size) - (np.cumsum(counts) - counts)[owner] < 3]
+    labels = list(chain.from_iterable(filter(None, rels)))
+    names = [f"{label} ({f'rank {r}' if r else 'not retrieved'})"
+             for label, r in zip(map(labels.__getitem__, named.tolist()), at[named].tolist())]
+    out: list[Optional[str]] = [None] * len(ranks)
+    head, start = f"not in the top {k}: ", 0
+    for i, n in zip(np.flatnonzero(counts).tolist(), counts[counts > 0].tolist()):
+        shown = n if n < 3 else 3
+        out[i] = head + ", ".join(names[start:start + shown]) + (f", and {n - 3} more" if n > 3 else "")
+        start += shown
+    return out
+
+
+def _placed(out: list, idx: list[int], values: list) -> list:
+    """``out`` with ``values`` at the places ``idx``, in C loops."""
+    if not idx:
+        return out
+    placed = np.array(out, dtype=object)
+    placed[idx] = np.array(values + [None], dtype=object)[:-1]  # a list of str, never a 2-D array
+    return placed.tolist()
+
+
 def _rank_after(ids: list, label: str, k: int) -> Optional[int]:
     """The rank of ``label`` among ``ids`` below the top ``k`` (it is not in them), None if absent."""
     try:
@@ -703,6 +755,14 @@ def reasons(cases: Any, r: Ranked, metric: str, values: np.ndarray,
                 want.add(i)
         if not want:
             return out
+        whole = getattr(cases, "ranked_rows", None)
+        whole = whole() if whole is not None else None
+        if whole is not None:  # every case's chunk ids ranked as they were read: each label's rank
+            idx = sorted(want)
+            whys = _missed_ranked_at_once(list(map(whole[0].__getitem__, idx)),
+                                          list(map(whole[1].__getitem__, idx)), k)
+            said.update(zip(idx, whys))
+            return _placed(out, idx, whys)
         lists = zip(_chunk_rows(cases), span_kernels.span_lists(cases))
         for i, ((ids, chunks, rel, ranked), spans) in enumerate(lists):
             if i not in want:
@@ -714,26 +774,20 @@ def reasons(cases: Any, r: Ranked, metric: str, values: np.ndarray,
                                    bool(r.by_chunk[i]), bool(r.duplicates[i]))
         return out
     idx = short.tolist()
-    said: dict = {}  # each reason written once, for the cases that share it
+    # each reason written once, for the cases that share it (their key), and put in place at once
     if base == "mrr":
         below = f", below the top {k}" if k else ""
-        for i, fr in zip(idx, r.first_rank[short].tolist()):
-            why = said.get(fr)
-            if why is None:
-                at = f"the first relevant chunk is at rank {fr}" + (below if k and fr > k else "")
-                why = said[fr] = at if fr else "no retrieved chunk is relevant"
-            out[i] = why
-        return out
+        keys = r.first_rank[short].tolist()
+        said = {fr: (f"the first relevant chunk is at rank {fr}" + (below if k and fr > k else "")
+                     if fr else "no retrieved chunk is relevant") for fr in set(keys)}
+        return _placed(out, idx, list(map(said.__getitem__, keys)))
     if base == "precision":
         held = np.bincount(r.case_index[r.rank <= k], minlength=r.n_cases)[short].tolist()
-        for i, h, n in zip(idx, held, r.n_retrieved[short].tolist()):
-            key = (h, n if n < k else k)
-            why = said.get(key)
-            if why is None:
-                why = said[key] = (f"{k - h} of the top {k} hold no relevant chunk"
-                                   + (f" (the list has {_n(n, 'chunk', 'chunks')})" if n < k else ""))
-            out[i] = why
-        return out
+        keys = list(zip(held, np.minimum(r.n_retrieved[short], k).tolist()))
+        said = {(h, n): (f"{k - h} of the top {k} hold no relevant chunk"
+                         + (f" (the list has {_n(n, 'chunk', 'chunks')})" if n < k else ""))
+                for h, n in set(keys)}
+        return _placed(out, idx, list(map(said.__getitem__, keys)))
     # ndcg, map: labels missed; chunks above the last label-finding one in the top k that find none
     cut = np.iinfo(np.int64).max if k is None else k
     in_k = r.found_rank <= cut
@@ -754,27 +808,29 @@ def reasons(cases: Any, r: Ranked, metric: str, values: np.ndarray,
         unordered[gc[1:][rises]] = True
     where = f"in the top {k}" if k else "in the list"
     n_rel = r.n_relevant[short]
-    columns = zip(idx, zip(n_rel.tolist(), (n_rel - found[short]).tolist(),
-                           np.maximum(last[short] - 1 - relevant_above[short], 0).tolist(),
-                           (relevant_above[short] - new_above[short]).tolist(), unordered[short].tolist()))
-    for i, key in columns:
-        if key in said:
-            out[i] = said[key]
-            continue
-        n, missed, noise, again, unordered_i = key
-        parts = []
-        if missed:
-            parts.append(f"{missed} of {n} labels not found {where}")
-        if noise:
-            parts.append(f"noise: {_n(noise, 'chunk', 'chunks')} matching no label "
-                         f"{'ranks' if noise == 1 else 'rank'} above relevant ones")
-        if again:
-            parts.append(f"{_n(again, 'chunk', 'chunks')} finding no new label "
-                         f"{'ranks' if again == 1 else 'rank'} above ones that do")
-        if unordered_i:
-            parts.append("a chunk finding less gain ranks above one finding more")
-        out[i] = said[tuple(key)] = "; ".join(parts) or None
-    return out
+    keys = list(zip(n_rel.tolist(), (n_rel - found[short]).tolist(),
+                    np.maximum(last[short] - 1 - relevant_above[short], 0).tolist(),
+                    (relevant_above[short] - new_above[short]).tolist(), unordered[short].tolist()))
+    said = {key: _order_reason(key, where) for key in set(keys)}
+    return _placed(out, idx, list(map(said.__getitem__, keys)))
+
+
+def _order_reason(key: tuple, where: str) -> Optional[str]:
+    """The reason of an nDCG or MAP value below 1 from its case's (labels, labels missed, chunks of
+    noise above, chunks finding no new label above, a lower gain above a higher)."""
+    n, missed, noise, again, unordered_i = key
+    parts = []
+    if missed:
+        parts.append(f"{missed} of {n} labels not found {where}")
+    if noise:
+        parts.append(f"noise: {_n(noise, 'chunk', 'chunks')} matching no label "
+                     f"{'ranks' if noise == 1 else 'rank'} above relevant ones")
+    if again:
+        parts.append(f"{_n(again, 'chunk', 'chunks')} finding no new label "
+                     f"{'ranks' if again == 1 else 'rank'} above ones that do")
+    if unordered_i:
+        parts.append("a chunk finding less gain ranks above one finding more")
+    return "; ".join(parts) or None
 
 
 # --------------------------------------------------------------------------- names

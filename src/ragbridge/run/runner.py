@@ -564,7 +564,9 @@ def _jobs(plan: Plan, batch: CaseBatch, done: dict, repeats: int = 1,
     ids = batch.ids
     requires = any(spec.requires for chosen in plan.values() for _, spec in chosen)
     present = [batch.fields_present(i) for i in range(len(batch))] if requires else [()] * len(batch)
-    failed = [target_error_of(batch.metadata(i)) for i in range(len(batch))]
+    failed: list[Optional[str]] = [None] * len(batch)
+    for i in batch.having("metadata"):  # a target's error is in a case's metadata
+        failed[i] = target_error_of(batch.metadata(i))
     every = list(range(len(ids))) if not done and not any(failed) else None
     for bname, chosen in plan.items():
         for metric, spec in chosen:
