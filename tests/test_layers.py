@@ -16,7 +16,7 @@ cycle too. Imports of the package root (``from .. import __version__``) are not 
 The floors the table makes, from the bottom (each part imports only parts of floors below it):
 
 0. ``errors``, ``limits``, ``lexical``, ``schema``, ``hookspecs``, ``flags`` (command-line flags as
-   data): import nothing of ragbridge;
+   data), ``json_text`` (plain values as indented JSON): import nothing of ragbridge;
 1. ``plugins`` (the plugin manager), ``judge``, ``options`` (how an option is declared and checked);
 2. ``metrics`` (the canonical list; the plugin manager for the metrics plugins register), ``stub``
    (the stub judge's answers, made in process), ``formats``;
@@ -64,6 +64,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "schema": set(),
     "hookspecs": set(),
     "flags": set(),
+    "json_text": set(),
     "options": {"config_files", "errors", "flags"},
     "plugins": {"errors", "hookspecs"},
     "judge": {"config_files", "errors", "limits"},
@@ -78,8 +79,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "traces": {"formats", "hookspecs", "metrics", "plugins", "schema"},
     "run": {"backend", "errors", "formats", "judge", "limits", "metrics", "options", "plugins", "schema",
             "stub", "traces", "verdicts"},
-    "analysis": {"errors", "formats", "metrics", "native", "run", "schema", "verdicts"},
-    "report": {"analysis", "formats", "judge", "lexical", "metrics", "run", "schema", "verdicts"},
+    "analysis": {"errors", "formats", "json_text", "metrics", "native", "run", "schema", "verdicts"},
+    "report": {"analysis", "formats", "json_text", "judge", "lexical", "metrics", "run", "schema",
+               "verdicts"},
     "commands": {"analysis", "backend", "errors", "flags", "formats", "judge", "limits", "metrics", "native",
                  "options", "plugins", "report", "run", "testing", "traces", "verdicts"},
     "pytest_plugin": {"analysis", "backend", "flags", "formats", "judge", "report", "run"},

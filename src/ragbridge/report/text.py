@@ -24,7 +24,7 @@ from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..analysis.rows import is_row, rows_text
+from ..json_text import is_row, rows_text
 from ..metrics import RAGCHECKER
 from ..verdicts import p_text
 
