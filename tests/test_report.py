@@ -156,7 +156,25 @@ def test_markdown_and_json(report_run, data):
     assert len(re.findall(r"(?<!\\)\|", reason_line)) == 5   # metric | backend | value | reason
     text = rep.render_json(report_run, data)
     back = json.loads(text)
-    assert "NaN" not in text and back["cases"][-1]["question"] == SCRIPT_Q
+    assert "NaN" not in text and back["cases_in_full"][-1]["question"] == SCRIPT_Q
+    # every case, one line each, its scores read from the run's columns: the same values, statuses,
+    # verdicts and flags as the rows made from each score read back
+    lines = text.split('\n  "cases": [\n', 1)[1].splitlines()[:-2]
+    assert len(lines) == len(back["cases"]) == len(data["cases"])
+    fields = ("metric", "backend", "value", "status", "passed", "threshold")
+    for line, case, full in zip(lines, back["cases"], data["cases"]):
+        assert json.loads(line.rstrip(",")) == case
+        assert (case["id"], case["tags"], case["answerable"], case["flags"]) == (
+            full["id"], full["tags"], full["answerable"], full["flags"])
+        assert [{k: s[k] for k in fields} for s in case["scores"]] == [
+            {k: s[k] for k in fields} for s in full["scores"]]
+    assert back["cases_file"] == str(report_run / "cases.jsonl") and "cases_file" in back["cases_note"]
+    # the cases in full are the HTML report's; one case in full: the others' texts are not in the file
+    one = json.loads(rep.render_json(report_run, data, full=1))
+    assert len(one["cases_in_full"]) == 1 and len(one["cases"]) == len(data["cases"])
+    shown = one["cases_in_full"][0]["id"]
+    others = [c for c in data["cases"] if c["id"] != shown and c["answer"]]
+    assert others and not any(c["answer"] in json.dumps(one, ensure_ascii=False) for c in others)
     assert back["agreement"][0]["metric"] in ("faithfulness", "answer_relevance")
 
 

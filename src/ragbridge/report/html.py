@@ -361,7 +361,7 @@ def _marks(data: dict[str, Any]) -> dict[tuple[str, str], float]:
     return {(r["backend"], r["metric"]): r["threshold"] for r in data["summary"]}
 
 
-def _flags(data: dict[str, Any], cols: Any) -> dict[str, Any]:
+def case_flags(data: dict[str, Any], cols: Any) -> dict[str, Any]:
     """Per case of the run, as arrays: errored, undefined, below a threshold (and on how many
     metrics), verdicts differing (listed under disagreements), listed under disagreements."""
     n = len(cols.cases)
@@ -393,7 +393,7 @@ def cases_in_full(data: dict[str, Any], cols: Any, limit: int = FULL_CASES) -> n
     n = len(cols.cases)
     if n <= limit:
         return np.arange(n)
-    f = _flags(data, cols)
+    f = case_flags(data, cols)
     matter = np.flatnonzero(f["error"] | f["fail"] | f["disagree"] | f["listed"])
     rank = np.lexsort((-f["n_below"][matter], ~f["fail"][matter], ~f["disagree"][matter],
                        ~f["listed"][matter], ~f["error"][matter]))
@@ -435,7 +435,7 @@ def _compact(run: Run, data: dict[str, Any], rest: np.ndarray) -> list[dict[str,
     tags and question (read back a batch at a time; no score is read back: the columns hold these)."""
     cols = run.columns
     marks = _marks(data)
-    f = _flags(data, cols)
+    f = case_flags(data, cols)
     keys = [(r["backend"], r["metric"]) for r in data["summary"]]
     passed = {(b, m): cols.column(b, m).verdicts(marks[(b, m)]) for b, m in keys}  # once a column
     out = []
