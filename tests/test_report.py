@@ -732,3 +732,21 @@ def test_the_markdown_report_of_a_large_run_keeps_to_the_htmls_cases_in_full(tmp
     small = ragbridge_cli("report", tmp_path / "run", "--format", "md", "--out", "-",
                           "--resamples", "0").stdout
     assert small.count("\n### q") == 40 and "cases in full" not in small  # under --full's 250: every case
+
+
+def test_the_one_line_cases_questions_are_the_cases_own(tmp_path):
+    """The one-line cases of a large run take their questions from the start of each case's line
+    (its id, then its question) without reading its chunks: the same strings as the cases read in
+    full, whatever characters the ids and questions hold."""
+    import ragbridge
+    from ragbridge import load_run
+
+    odd = ['plain', 'with "quotes" and \\ backslash', 'tab\tand\nnewline', 'ünïcödé 日本 🙂', '', '\u2028x']
+    cases = [Case(id=f'c-{i}-"q"\\é', question=q or "?", contexts=[Chunk(id=f"d{i}", text="t")],
+                  relevant={f"d{i}": 1}) for i, q in enumerate(odd)]
+    ragbridge.evaluate(cases, backends=["native"], metrics=["recall@5"], out=tmp_path / "run")
+    index = load_run(tmp_path / "run").columns.cases
+    places = list(range(len(index)))
+    assert index.questions(places) == [c.question for c in cases]
+    assert index.questions(places) == [v.question for v in index.views(places)]
+    assert index.questions(places[::-1]) == [c.question for c in cases][::-1]

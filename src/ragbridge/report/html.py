@@ -439,8 +439,11 @@ def _compact(run: Run, data: dict[str, Any], rest: np.ndarray) -> list[dict[str,
     keys = [(r["backend"], r["metric"]) for r in data["summary"]]
     passed = {(b, m): cols.column(b, m).verdicts(marks[(b, m)]) for b, m in keys}  # once a column
     out = []
-    for batch in cols.cases.batches(rest, views=True):
-        for i, c in batch:
+    index = cols.cases
+    order = np.sort(np.asarray(rest, np.int64)).tolist()
+    for start in range(0, len(order), 2000):
+        part = order[start:start + 2000]
+        for i, question in zip(part, index.questions(part)):
             scores = []
             for b, m in keys:
                 col = cols.column(b, m)
@@ -451,8 +454,8 @@ def _compact(run: Run, data: dict[str, Any], rest: np.ndarray) -> list[dict[str,
                 scores.append({"metric": m, "backend": b, "status": STATUS_NAMES[code],
                                "value": float(col.value[i]) if scored else None,
                                "passed": bool(passed[(b, m)][i]) if scored else None})
-            out.append({"id": cols.cases.ids[i], "question": c.question if c is not None else "",
-                        "tags": list(c.tags) if c is not None else [], "scores": scores,
+            out.append({"id": index.ids[i], "question": question,
+                        "tags": list(index.tags[i]) if index.places[i] >= 0 else [], "scores": scores,
                         "flags": {"error": bool(f["error"][i]), "undefined": bool(f["undefined"][i]),
                                   "fail": bool(f["fail"][i]), "disagree": bool(f["disagree"][i])}})
     return out
