@@ -466,13 +466,25 @@ def test_large_run_shows_the_cases_that_matter_in_full_and_the_rest_one_line_eac
 
 
 @pytest.mark.slow
-def test_large_run_json_report_still_holds_every_case_in_full(large_run, tmp_path):
+def test_large_run_json_report_holds_every_case_and_the_html_reports_cases_in_full(large_run, tmp_path):
+    run = large_run["run"]
     out = tmp_path / "r.json"
-    r = ragbridge_cli("report", large_run["run"], "--format", "json", "--out", out, "--resamples", "0")
+    r = ragbridge_cli("report", run, "--format", "json", "--out", out, "--resamples", "0")
     assert r.returncode == 0, r.stderr
-    cases = json.loads(out.read_text())["cases"]
-    assert len(cases) == N_LARGE and all(len(c["contexts"]) == 20 for c in cases)
-    assert cases[17]["contexts"][19]["text"].startswith("case-00017 chunk 19: ")
+    doc = json.loads(out.read_text())
+    cases, full = doc["cases"], doc["cases_in_full"]
+    # every case with every score, as scores.jsonl has them; the chunks only of the cases in full
+    assert [c["id"] for c in cases] == [f"case-{i:05d}" for i in range(N_LARGE)]
+    scores = {(s["case_id"], s["metric"]): s["value"] for s in map(json.loads, (run / "scores.jsonl").open())}
+    assert {(c["id"], s["metric"]): s["value"] for c in cases for s in c["scores"]} == scores
+    badged = large_run["missed"] | large_run["lacking"]
+    assert {c["id"] for c in full} == badged == set(re.findall(r'<details class="case" id="case-([^"]+)"',
+                                                                large_run["html"]))
+    assert all(len(c["contexts"]) == 20 and c["contexts"][19]["text"].startswith(f"{c['id']} chunk 19: ")
+               for c in full)
+    assert {c["id"] for c in cases if c["flags"]["fail"]} == badged
+    assert os.path.getsize(out) < 0.15 * os.path.getsize(run / "cases.jsonl")
+    assert doc["cases_file"] == str(run / "cases.jsonl")
 
 
 def test_full_option_and_a_small_limit(large_run, tmp_path):
