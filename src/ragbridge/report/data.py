@@ -1,4 +1,5 @@
-"""Everything the report shows, as plain JSON-ready data (`report_data`; ``--format json`` writes it).
+"""Everything the report shows, as plain JSON-ready data (`report_data`; ``--format json`` writes it
+with its cases bounded: `ragbridge.report.json_file`).
 
 - what was run (dataset, backends and versions, judge, status, counts);
 - the summary, overall and per tag: metric x backend with the mean over scored cases, how many were
@@ -24,8 +25,8 @@
 
 Memory: every figure is computed over the run's columns (`ragbridge.run.columns`: a few bytes a
 score, no `Score` or `Case` object per case); ``cases``, a row per case, is made as it is read
-(`ragbridge.analysis.rows.Rows`, a batch of cases and their scores read back at a time), so the JSON
-and Markdown reports are written case by case and the HTML report reads only the cases it shows.
+(`ragbridge.analysis.rows.Rows`, a batch of cases and their scores read back at a time): the reports
+read only the cases they show in full (the JSON report lists every case from the columns).
 With ``case_texts=False`` the rows hold no texts (chunks, answer, reference).
 """
 
