@@ -53,7 +53,8 @@ def test_every_output_counts_the_same_passes(noisy_run, tmp_path):
     assert (row["n_scored"] - row["n_below"], row["n_below"]) == (passed, failed)
     [summary] = data["summary"]
     assert (summary["n_pass"], summary["n_fail"]) == (passed, failed)
-    assert sum(bool(c["below"]) for c in data["cases"]) == failed
+    assert sum(c["flags"]["fail"] for c in data["cases"]) == failed
+    assert sum(bool(c["below"]) for c in data["cases_in_full"]) == failed
     # Markdown
     md = ragbridge_cli("report", noisy_run, "--format", "md", "--out", "-").stdout
     assert f"{passed} of {passed + failed} pass" in md and f"| {failed} of {passed + failed} |" in md

@@ -150,4 +150,4 @@ def test_a_case_just_below_its_pass_mark_reads_below_it(tmp_path):
     assert "recall@2500 (native) 0.4996 < 0.5" in out
     doc = json.loads(ragbridge_cli("report", tmp_path / "run", "--format", "json", "--out", "-",
                                    "--resamples", "0").stdout)
-    assert "0.4996 < 0.5" in json.dumps(doc["cases"])
+    assert "0.4996 < 0.5" in json.dumps(doc["cases_in_full"])

@@ -101,7 +101,7 @@ def test_to_frame_passed_is_the_runs_one_pass_rule_for_every_backend(tmp_path, e
     import json
 
     from conftest import stub_judge_config
-    from ragbridge.report.data import render_json
+    from ragbridge.report import render_json
 
     judge = stub_judge_config(stub_judge, embedding_model="stub-embedder")
     run = ragbridge.evaluate(example_cases[:6], backends=["native", "ragas", "deepeval"],

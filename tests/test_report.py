@@ -156,7 +156,25 @@ def test_markdown_and_json(report_run, data):
     assert len(re.findall(r"(?<!\\)\|", reason_line)) == 5   # metric | backend | value | reason
     text = rep.render_json(report_run, data)
     back = json.loads(text)
-    assert "NaN" not in text and back["cases"][-1]["question"] == SCRIPT_Q
+    assert "NaN" not in text and back["cases_in_full"][-1]["question"] == SCRIPT_Q
+    # every case, one line each, its scores read from the run's columns: the same values, statuses,
+    # verdicts and flags as the rows made from each score read back
+    lines = text.split('\n  "cases": [\n', 1)[1].splitlines()[:-2]
+    assert len(lines) == len(back["cases"]) == len(data["cases"])
+    fields = ("metric", "backend", "value", "status", "passed", "threshold")
+    for line, case, full in zip(lines, back["cases"], data["cases"]):
+        assert json.loads(line.rstrip(",")) == case
+        assert (case["id"], case["tags"], case["answerable"], case["flags"]) == (
+            full["id"], full["tags"], full["answerable"], full["flags"])
+        assert [{k: s[k] for k in fields} for s in case["scores"]] == [
+            {k: s[k] for k in fields} for s in full["scores"]]
+    assert back["cases_file"] == str(report_run / "cases.jsonl") and "cases_file" in back["cases_note"]
+    # the cases in full are the HTML report's; one case in full: the others' texts are not in the file
+    one = json.loads(rep.render_json(report_run, data, full=1))
+    assert len(one["cases_in_full"]) == 1 and len(one["cases"]) == len(data["cases"])
+    shown = one["cases_in_full"][0]["id"]
+    others = [c for c in data["cases"] if c["id"] != shown and c["answer"]]
+    assert others and not any(c["answer"] in json.dumps(one, ensure_ascii=False) for c in others)
     assert back["agreement"][0]["metric"] in ("faithfulness", "answer_relevance")
 
 
@@ -448,13 +466,25 @@ def test_large_run_shows_the_cases_that_matter_in_full_and_the_rest_one_line_eac
 
 
 @pytest.mark.slow
-def test_large_run_json_report_still_holds_every_case_in_full(large_run, tmp_path):
+def test_large_run_json_report_holds_every_case_and_the_html_reports_cases_in_full(large_run, tmp_path):
+    run = large_run["run"]
     out = tmp_path / "r.json"
-    r = ragbridge_cli("report", large_run["run"], "--format", "json", "--out", out, "--resamples", "0")
+    r = ragbridge_cli("report", run, "--format", "json", "--out", out, "--resamples", "0")
     assert r.returncode == 0, r.stderr
-    cases = json.loads(out.read_text())["cases"]
-    assert len(cases) == N_LARGE and all(len(c["contexts"]) == 20 for c in cases)
-    assert cases[17]["contexts"][19]["text"].startswith("case-00017 chunk 19: ")
+    doc = json.loads(out.read_text())
+    cases, full = doc["cases"], doc["cases_in_full"]
+    # every case with every score, as scores.jsonl has them; the chunks only of the cases in full
+    assert [c["id"] for c in cases] == [f"case-{i:05d}" for i in range(N_LARGE)]
+    scores = {(s["case_id"], s["metric"]): s["value"] for s in map(json.loads, (run / "scores.jsonl").open())}
+    assert {(c["id"], s["metric"]): s["value"] for c in cases for s in c["scores"]} == scores
+    badged = large_run["missed"] | large_run["lacking"]
+    assert {c["id"] for c in full} == badged == set(re.findall(r'<details class="case" id="case-([^"]+)"',
+                                                                large_run["html"]))
+    assert all(len(c["contexts"]) == 20 and c["contexts"][19]["text"].startswith(f"{c['id']} chunk 19: ")
+               for c in full)
+    assert {c["id"] for c in cases if c["flags"]["fail"]} == badged
+    assert os.path.getsize(out) < 0.15 * os.path.getsize(run / "cases.jsonl")
+    assert doc["cases_file"] == str(run / "cases.jsonl")
 
 
 def test_full_option_and_a_small_limit(large_run, tmp_path):
@@ -714,3 +744,21 @@ def test_the_markdown_report_of_a_large_run_keeps_to_the_htmls_cases_in_full(tmp
     small = ragbridge_cli("report", tmp_path / "run", "--format", "md", "--out", "-",
                           "--resamples", "0").stdout
     assert small.count("\n### q") == 40 and "cases in full" not in small  # under --full's 250: every case
+
+
+def test_the_one_line_cases_questions_are_the_cases_own(tmp_path):
+    """The one-line cases of a large run take their questions from the start of each case's line
+    (its id, then its question) without reading its chunks: the same strings as the cases read in
+    full, whatever characters the ids and questions hold."""
+    import ragbridge
+    from ragbridge import load_run
+
+    odd = ['plain', 'with "quotes" and \\ backslash', 'tab\tand\nnewline', 'ünïcödé 日本 🙂', '', '\u2028x']
+    cases = [Case(id=f'c-{i}-"q"\\é', question=q or "?", contexts=[Chunk(id=f"d{i}", text="t")],
+                  relevant={f"d{i}": 1}) for i, q in enumerate(odd)]
+    ragbridge.evaluate(cases, backends=["native"], metrics=["recall@5"], out=tmp_path / "run")
+    index = load_run(tmp_path / "run").columns.cases
+    places = list(range(len(index)))
+    assert index.questions(places) == [c.question for c in cases]
+    assert index.questions(places) == [v.question for v in index.views(places)]
+    assert index.questions(places[::-1]) == [c.question for c in cases][::-1]

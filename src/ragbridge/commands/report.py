@@ -89,7 +89,7 @@ def report_cmd(
         r = open_run([run, *with_runs] if with_runs else run)
         data = report_data(r, thresholds=threshold or None, n_resamples=resamples, seed=seed, top=top,
                            labels=labels, label_threshold=label_threshold, gates=gates,
-                           history=history or None, case_texts=fmt == "json", baseline=baseline)
+                           history=history or None, case_texts=False, baseline=baseline)
         if str(out_file) == "-":  # the document on stdout, nothing in it a terminal acts on (JSON: exactly)
             write(r, data, fmt, _Escaped(sys.stdout, json_escaped if fmt == "json" else terminal_text), full)
             return

@@ -28,7 +28,7 @@ FORMATS = {"html": ".html", "md": ".md", "json": ".json"}
 
 #: the names of the parts, imported when first used (``ragbridge.report.text``, which every command
 #: prints with, does not import the analysis the reports need)
-_PARTS = {"report_data": ".data", "render_json": ".data", "render_html": ".html",
+_PARTS = {"report_data": ".data", "render_json": ".json_file", "render_html": ".html",
           "render_markdown": ".markdown"}
 
 
@@ -51,15 +51,13 @@ def render(run: Run, data: dict, fmt: str, full: Optional[int] = None) -> str:
 
 def write(run: Run, data: dict, fmt: str, out: TextIO, full: Optional[int] = None) -> None:
     """`render`, written to ``out`` a piece at a time (a large run's cases one by one)."""
-    from .data import write_json
     from .html import FULL_CASES, write_html
+    from .json_file import write_json
     from .markdown import write_markdown
 
-    if fmt == "json":
-        write_json(run, out, data)
-    else:  # the HTML and the Markdown show the same cases in full
-        (write_html if fmt == "html" else write_markdown)(run, out, data,
-                                                         full=FULL_CASES if full is None else full)
+    # the three show the same cases in full
+    write = {"json": write_json, "html": write_html, "md": write_markdown}[fmt]
+    write(run, out, data, full=FULL_CASES if full is None else full)
 
 
 #: what a file's suffix says of a report's format
@@ -102,7 +100,7 @@ def write_report(run: Union[Run, str, Path], out: Union[str, Path], fmt: Optiona
 
     fmt = format_for(fmt, out)
     run = open_run(run)
-    data = report_data(run, case_texts=fmt != "html", **kw)
+    data = report_data(run, case_texts=False, **kw)
     with atomic_path(out) as tmp, open(tmp, "w", encoding="utf-8") as f:
         write(run, data, fmt, f, full)
     return Path(out)

@@ -1,4 +1,5 @@
-"""Everything the report shows, as plain JSON-ready data (`report_data`; ``--format json`` writes it).
+"""Everything the report shows, as plain JSON-ready data (`report_data`; ``--format json`` writes it
+with its cases bounded: `ragbridge.report.json_file`).
 
 - what was run (dataset, backends and versions, judge, status, counts);
 - the summary, overall and per tag: metric x backend with the mean over scored cases, how many were
@@ -24,8 +25,8 @@
 
 Memory: every figure is computed over the run's columns (`ragbridge.run.columns`: a few bytes a
 score, no `Score` or `Case` object per case); ``cases``, a row per case, is made as it is read
-(`ragbridge.analysis.rows.Rows`, a batch of cases and their scores read back at a time), so the JSON
-and Markdown reports are written case by case and the HTML report reads only the cases it shows.
+(`ragbridge.analysis.rows.Rows`, a batch of cases and their scores read back at a time): the reports
+read only the cases they show in full (the JSON report lists every case from the columns).
 With ``case_texts=False`` the rows hold no texts (chunks, answer, reference).
 """
 
@@ -35,7 +36,7 @@ import datetime as dt
 import math
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional, Sequence, TextIO, Union
+from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -56,9 +57,9 @@ from ..run import Run
 from ..run.summary import ALL
 from ..schema import Case, Score
 from ..verdicts import verdict, why
-from .text import json_chunks, jsonable, records
+from .text import jsonable, records
 
-__all__ = ["report_data", "render_json", "write_json", "backend_key", "read_cases", "case_texts", "case_rows",
+__all__ = ["report_data", "backend_key", "read_cases", "case_texts", "case_rows",
            "TEXT_FIELDS"]
 
 _COUNTS = ("scores", "reused", "judge_calls", "requests", "retries", "cache_hits", "prompt_tokens",
@@ -298,23 +299,6 @@ def _trend(run: Run, history: Any, seed: int) -> Optional[dict]:
             "summary": records(t.summary), "series": records(t.series), "changes": records(t.changes)}
 
 
-def render_json(run: Union[Run, str, Path], data: Optional[dict] = None, **kw) -> str:
-    """The report as one JSON document (`report_data`)."""
-    import io
-
-    buffer = io.StringIO()
-    write_json(run, buffer, data, **kw)
-    return buffer.getvalue()
-
-
-def write_json(run: Union[Run, str, Path], out: TextIO, data: Optional[dict] = None, **kw) -> None:
-    """Write the report as one JSON document (`report_data`) to ``out``, a piece at a time (its
-    ``cases`` one by one, as they are read)."""
-    d = data or report_data(open_run(run), **kw)
-    for chunk in json_chunks(d, escaped=False):  # json.dumps(d, indent=2, ensure_ascii=False)'s text
-        out.write(chunk)
-
-
 def _disagreements(run: Run, th: Thresholds, top: int, backends: list[str]) -> list[dict]:
     """The most disagreeing cases per metric, each with its backends' value, verdict and reason; then
     the cases one backend scored and another errored on (``scored_by_one``, no spread)."""
@@ -452,13 +436,17 @@ def _threshold_rows(cols: Any, th: Thresholds, metrics, backends) -> list[dict]:
 def listed_by_layer(diagnosis: dict[str, Any], n: int = DIAGNOSIS_LISTED) -> dict[str, tuple[list, int]]:
     """Per layer of a report's diagnosis (in its ``counts``' order, those with cases): its first ``n``
     cases and how many it has, in one pass over the cases."""
-    got: dict[str, tuple[list, int]] = {x: ([], 0) for x in diagnosis["counts"]}
-    for c in diagnosis["cases"]:
-        first, count = got[c["layer"]]
-        if count < n:
-            first.append(c)
-        got[c["layer"]] = (first, count + 1)
-    return {x: v for x, v in got.items() if v[1]}
+    counts = diagnosis["counts"]
+    first: dict[str, list] = {x: [] for x in counts}
+    wanted = sum(min(n, c) for c in counts.values())  # read no further once each layer has its first n
+    for c in (diagnosis["cases"] if wanted else ()):
+        listed = first[c["layer"]]
+        if len(listed) < n:
+            listed.append(c)
+            wanted -= 1
+            if not wanted:
+                break
+    return {x: (first[x], counts[x]) for x in counts if counts[x]}
 
 
 def _diagnosis(run: Run, th: Thresholds, labels: Any, label_threshold: float) -> Optional[dict[str, Any]]:

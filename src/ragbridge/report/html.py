@@ -361,7 +361,7 @@ def _marks(data: dict[str, Any]) -> dict[tuple[str, str], float]:
     return {(r["backend"], r["metric"]): r["threshold"] for r in data["summary"]}
 
 
-def _flags(data: dict[str, Any], cols: Any) -> dict[str, Any]:
+def case_flags(data: dict[str, Any], cols: Any) -> dict[str, Any]:
     """Per case of the run, as arrays: errored, undefined, below a threshold (and on how many
     metrics), verdicts differing (listed under disagreements), listed under disagreements."""
     n = len(cols.cases)
@@ -393,7 +393,7 @@ def cases_in_full(data: dict[str, Any], cols: Any, limit: int = FULL_CASES) -> n
     n = len(cols.cases)
     if n <= limit:
         return np.arange(n)
-    f = _flags(data, cols)
+    f = case_flags(data, cols)
     matter = np.flatnonzero(f["error"] | f["fail"] | f["disagree"] | f["listed"])
     rank = np.lexsort((-f["n_below"][matter], ~f["fail"][matter], ~f["disagree"][matter],
                        ~f["listed"][matter], ~f["error"][matter]))
@@ -435,12 +435,15 @@ def _compact(run: Run, data: dict[str, Any], rest: np.ndarray) -> list[dict[str,
     tags and question (read back a batch at a time; no score is read back: the columns hold these)."""
     cols = run.columns
     marks = _marks(data)
-    f = _flags(data, cols)
+    f = case_flags(data, cols)
     keys = [(r["backend"], r["metric"]) for r in data["summary"]]
     passed = {(b, m): cols.column(b, m).verdicts(marks[(b, m)]) for b, m in keys}  # once a column
     out = []
-    for batch in cols.cases.batches(rest, views=True):
-        for i, c in batch:
+    index = cols.cases
+    order = np.sort(np.asarray(rest, np.int64)).tolist()
+    for start in range(0, len(order), 2000):
+        part = order[start:start + 2000]
+        for i, question in zip(part, index.questions(part)):
             scores = []
             for b, m in keys:
                 col = cols.column(b, m)
@@ -451,8 +454,8 @@ def _compact(run: Run, data: dict[str, Any], rest: np.ndarray) -> list[dict[str,
                 scores.append({"metric": m, "backend": b, "status": STATUS_NAMES[code],
                                "value": float(col.value[i]) if scored else None,
                                "passed": bool(passed[(b, m)][i]) if scored else None})
-            out.append({"id": cols.cases.ids[i], "question": c.question if c is not None else "",
-                        "tags": list(c.tags) if c is not None else [], "scores": scores,
+            out.append({"id": index.ids[i], "question": question,
+                        "tags": list(index.tags[i]) if index.places[i] >= 0 else [], "scores": scores,
                         "flags": {"error": bool(f["error"][i]), "undefined": bool(f["undefined"][i]),
                                   "fail": bool(f["fail"][i]), "disagree": bool(f["disagree"][i])}})
     return out

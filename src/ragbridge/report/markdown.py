@@ -440,8 +440,8 @@ def _cases(run: Run, d: dict, out: list[str], full: int = FULL_CASES) -> None:
     if len(shown) < n:
         out += [f"{len(shown)} of {n} cases in full: the ones that matter first (errored, most disagreeing, "
                 f"verdicts differing between backends, below a threshold), as the HTML report shows them "
-                f"(`--full N` sets how many, within {FULL_BUDGET >> 20} MB of text). Every case with its "
-                "chunks, answer and scores: `ragbridge report RUN --format json`, or the run folder's "
+                f"(`--full N` sets how many, within {FULL_BUDGET >> 20} MB of text). Every case's scores: "
+                "`ragbridge report RUN --format json`; its chunks, answer and reasons: the run folder's "
                 "`cases.jsonl` and `scores.jsonl`.", ""]
     for c in shown:
         out += [f"### {md_text(c['id'])}", ""]

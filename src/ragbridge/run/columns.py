@@ -90,7 +90,8 @@ class CaseIndex:
                  read: Callable[[Sequence[int]], list[Case]], described: Optional[int] = None,
                  contents: Optional[Callable[[], np.ndarray]] = None,
                  heads: Optional[Callable[[Sequence[int]], list[tuple[dict[str, Any], list[str]]]]] = None,
-                 views: Optional[Callable[[Sequence[int]], list[Any]]] = None):
+                 views: Optional[Callable[[Sequence[int]], list[Any]]] = None,
+                 questions: Optional[Callable[[Sequence[int]], list[str]]] = None):
         self.ids = ids if isinstance(ids, CaseIds) else CaseIds.of(ids)
         self.tags = tags
         self.answerable = answerable
@@ -103,6 +104,7 @@ class CaseIndex:
         self._contents = contents
         self._heads = heads
         self._views = views
+        self._questions = questions
         self._rank: Optional[np.ndarray] = None
 
     def find(self, ids: Union[Sequence[str], CaseIds]) -> np.ndarray:
@@ -249,7 +251,12 @@ class CaseIndex:
 
     def questions(self, indices: Sequence[int]) -> list[str]:
         """The questions of cases ``indices`` ("" for a case only scores name)."""
-        return [c.question if c is not None else "" for c in self.cases(indices)]
+        if self._questions is None:
+            return [c.question if c is not None else "" for c in self.views(indices)]
+        indices = [int(i) for i in indices]
+        known = [i for i in indices if self.places[i] >= 0]
+        got = dict(zip(known, self._questions([int(self.places[i]) for i in known]))) if known else {}
+        return [got.get(i, "") for i in indices]
 
     def question_of(self) -> Callable[[int], str]:
         """A function from a case's index to its question, reading each once (for the few cases an

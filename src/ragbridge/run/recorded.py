@@ -546,7 +546,36 @@ def _index_over(path: Path, ids: CaseIds, tags: list[tuple[str, ...]], answerabl
     """A `CaseIndex` of these cases whose lines are in ``path`` (a run folder's ``cases.jsonl``)."""
     return CaseIndex(ids, tags, answerable, places, golden, lambda at: _cases_at(path, at),
                      described=described, contents=lambda: _contents(path),
-                     heads=lambda at: _heads_at(path, at), views=lambda at: _views_at(path, at))
+                     heads=lambda at: _heads_at(path, at), views=lambda at: _views_at(path, at),
+                     questions=lambda at: _questions_at(path, at))
+
+
+_QUESTION = ',"question":'
+_decode = json.JSONDecoder().raw_decode
+
+
+def _questions_at(path: Path, places: Sequence[int]) -> list[str]:
+    """The questions of the cases at ``places``: where a line starts as the run writes it (its id,
+    then its question) only those two strings are decoded, not its chunks; any other line is read as
+    a case (`_views_at`)."""
+    with open(path, "rb") as f:
+        lines = lines_at(f, places)
+    got: dict[int, str] = {}
+    for at, raw in lines.items():
+        if raw.startswith(b'{"id":"'):
+            text = raw.decode("utf-8")
+            try:
+                _, end = _decode(text, 6)
+                if text.startswith(_QUESTION, end):
+                    q, _ = _decode(text, end + len(_QUESTION))
+                    if type(q) is str:
+                        got[at] = q
+            except ValueError:
+                pass
+    rest = [p for p in lines if p not in got]
+    if rest:
+        got.update((p, v.question) for p, v in zip(rest, _views_at(path, rest)))
+    return [got[p] for p in places]
 
 
 def _batch_at(path: Path, places: Sequence[int]):
