@@ -67,8 +67,8 @@ from .thresholds import Thresholds, pass_marks
 __all__ = ["LAYERS", "QUESTIONS", "Question", "CaseDiagnosis", "Diagnosis", "diagnose", "default_marks",
            "DIAGNOSIS_LISTED", "NOT_IN_RUN"]
 
-#: the failing cases listed by name per layer (``diagnose``'s lines, the HTML and Markdown reports;
-#: the JSON holds them all)
+#: the failing cases listed by name per layer (``diagnose``'s lines and every report, its JSON too;
+#: ``diagnose --json`` and ``diagnose --all`` list them all)
 DIAGNOSIS_LISTED = 50
 
 #: how a case's missing evidence ends when its metric was not scored in the run at all (the same for
