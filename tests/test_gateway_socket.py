@@ -95,6 +95,7 @@ def test_endless_headers_hold_no_memory_and_the_runs_calls_pass(gateway, names):
     assert gw.usage().calls == calls  # the run's own, and only those
 
 
+@pytest.mark.slow
 def test_idle_connections_hold_no_thread_and_are_closed(gateway, monkeypatch):
     """2,000 connections that send nothing: no thread for any (it was one each), the oldest closed
     past 512 at once and the rest after the head's time limit; meanwhile the run's calls pass on new

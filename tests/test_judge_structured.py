@@ -553,6 +553,7 @@ def test_the_audit_log_gives_the_backoff_between_attempts(tmp_path):
     assert parts <= line["seconds"] < parts + 0.05, line
 
 
+@pytest.mark.slow
 def test_judge_check_measures_a_one_slot_server_and_proposes_one_call_at_a_time(tmp_path):
     """A server with one slot answering in a few seconds: the old rule (concurrency limited only for
     calls over 5 s, or when /props says slots) proposed 8, and every call then timed out behind the

@@ -82,6 +82,7 @@ def test_pass_in_at_least_m_of_n(tmp_path, cases):
         assert s.passed == (passes == 4) and t.passed == (passes >= 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p", [0.1, 0.25])
 def test_noise_figures_recover_the_injected_spread(tmp_path, cases, p):
     n = 8

@@ -458,6 +458,7 @@ def test_judge_500_is_that_scores_error_in_one_request(picked):
     assert score.error.startswith("InternalServerError: ") and "injected" in score.error
 
 
+@pytest.mark.slow
 def test_rate_limit_outlasting_the_gateway_names_the_judges_429(picked):
     with StubJudge() as s:
         s.inject("429")
