@@ -123,3 +123,15 @@ def test_an_exception_is_its_traceback_and_exit_1_and_a_call_past_its_timeout_is
     with pytest.raises(subprocess.TimeoutExpired):
         run_in_process(forever, [], timeout=0.5)
     assert time.monotonic() - started < 10  # a blocking call is ended, as a process is killed
+
+    # and so where this process ignores SIGINT (as something earlier in a test worker may leave it):
+    # the call has Python's own handler, as a new process has, and this process's is kept
+    saved = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        started = time.monotonic()
+        with pytest.raises(subprocess.TimeoutExpired):
+            run_in_process(forever, [], timeout=0.5)
+        assert time.monotonic() - started < 10
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, saved)

@@ -33,7 +33,6 @@ the connections it opens (``subprocess=True`` in the tests' ``ragbridge_cli``).
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import gc
 import io
@@ -104,13 +103,11 @@ def _call(main: Callable[[], Any], args: list[str], cwd: Any, env: dict[str, str
 
     def interrupt() -> None:
         fired.set()
-        if callable(signal.getsignal(signal.SIGINT)):  # a real SIGINT: it also ends a blocking call
-            signal.pthread_kill(main_thread, signal.SIGINT)
-        else:
-            _thread.interrupt_main()
+        signal.pthread_kill(main_thread, signal.SIGINT)  # a real SIGINT: it also ends a blocking call
 
     watchdog = threading.Timer(timeout, interrupt) if timeout else None
     with contextlib.ExitStack() as stack:
+        stack.enter_context(_interrupt_handler())
         stack.enter_context(_environment(env))
         stack.enter_context(_folder(cwd))
         stack.enter_context(_interpreter_defaults())
@@ -149,6 +146,19 @@ def _call(main: Callable[[], Any], args: list[str], cwd: Any, env: dict[str, str
             with contextlib.suppress(Exception):
                 stream.flush()
         return code, False
+
+
+@contextlib.contextmanager
+def _interrupt_handler() -> Iterator[None]:
+    """Python's own SIGINT handler for the call, as a new process starts with (whatever this process
+    had: a SIGINT ignored or handled outside Python would leave the timeout's interrupt unheard);
+    this process's handler after it."""
+    saved = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, saved if saved is not None else signal.SIG_DFL)
 
 
 def _exit_status(code: Any) -> int:
