@@ -468,6 +468,18 @@ get_places(PyObject *obj, Py_buffer *view, const char *what, Py_ssize_t limit)
     return 0;
 }
 
+/* Whether `g` runs starting at `starts` (the first at 0, each after the one before) cut m cases. */
+static int
+runs_fit(const int64_t *starts, Py_ssize_t g, Py_ssize_t m)
+{
+    if ((g > 0) != (m > 0) || (g > 0 && starts[0] != 0))
+        return 0;
+    for (Py_ssize_t j = 1; j < g; j++)
+        if (starts[j] <= starts[j - 1])
+            return 0;
+    return 1;
+}
+
 /* The sum of each run of `order` (runs from `starts`, g of them, the first at 0) of a row of weights,
  * as NumPy's add.reduceat sums a run: its first value plus the pairwise sum of the others. */
 static void
@@ -509,9 +521,7 @@ run_square_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t g = bs.shape[0];
     const int64_t *starts = bs.buf;
     int bad = bo.shape[0] != m || bout.ndim != 1 || strcmp(bout.format, "d") != 0 || bout.shape[0] != rows
-              || (g > 0) != (m > 0) || (g > 0 && starts[0] != 0);
-    for (Py_ssize_t j = 1; !bad && j < g; j++)
-        bad = starts[j] <= starts[j - 1];
+              || !runs_fit(starts, g, m);
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "run_square_sums: the runs do not fit the weights");
         goto free_out;
@@ -569,9 +579,7 @@ mid_ranks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto free_a;
     const int64_t *starts = bs.buf;
     int bad = bo.shape[0] != m || ba.shape[0] != m || bout.shape[0] != rows || bout.shape[1] != m
-              || bout.readonly || (g > 0) != (m > 0) || (g > 0 && starts[0] != 0);
-    for (Py_ssize_t j = 1; !bad && j < g; j++)
-        bad = starts[j] <= starts[j - 1];
+              || bout.readonly || !runs_fit(starts, g, m);
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "mid_ranks: the runs do not fit the weights");
         goto free_out;
