@@ -899,7 +899,7 @@ def test_an_interrupted_run_ends_its_worker(cached, tmp_path, how):
     """Ctrl-C (or SIGTERM) of a run while its worker scores: the run exits 130 within seconds, every
     score it recorded kept, and no worker process is left."""
     out = tmp_path / "run"
-    with StubJudge(latency=0.3) as stub:
+    with StubJudge(latency=1.0) as stub:
         args = ["run", EXAMPLE, "--out", out, "--backend", "ragas==0.3.9", "--metric", "faithfulness",
                 "--judge-model", "stub-judge", "--judge-base-url", stub.base_url, "--no-progress",
                 "--cache-mode", "off"]
