@@ -150,6 +150,7 @@ class Ledger:
         self.config = config
         self.budget: Optional[Budget] = None
         self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)  # notified when no reserved call is in flight
         self._usage: dict[CallTag, dict[str, Any]] = {}
         self._refused: set[CallTag] = set()
         self._failures: dict[CallTag, tuple[str, str]] = {}  # the first failed request's (cause, words)
@@ -201,6 +202,8 @@ class Ledger:
                     b.calls -= 1
                     b.in_flight -= 1
                     self._refused.add(tag)
+                    if not b.in_flight:
+                        self._settled.notify_all()
                     return False
         self._write_tally(b"c\n")
         return True
@@ -235,6 +238,14 @@ class Ledger:
                 b.cost_unknown = True
             else:
                 b.cost += cost
+            if not b.in_flight:
+                self._settled.notify_all()
+
+    def wait_settled(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` seconds) until no reserved call is in flight: the calls a library
+        left running when it stopped are answered (and cached) rather than cut. False on timeout."""
+        with self._settled:
+            return self._settled.wait_for(lambda: self.budget is None or self.budget.in_flight <= 0, timeout)
 
     def _write_tally(self, record: bytes) -> None:
         if self._tally is not None:

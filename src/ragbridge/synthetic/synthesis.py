@@ -316,7 +316,19 @@ async def _generate(result: Synthesis, lib: Any, docs: Corpus, passages: Any, bm
     from ..judge import JudgeGateway
 
     gateway = JudgeGateway(judge, audit_log=work.audit_path if work is not None else None)
+
+    def summarize() -> None:
+        # once the gateway is closed: a call the library left in flight when it stopped (a sibling of
+        # the call the budget refused) has ended and is counted, as the budget's tally counts it
+        usage = gateway.usage()
+        result.judge = {"calls": usage.calls, "cache_hits": usage.cache_hits,
+                        "prompt_tokens": usage.prompt_tokens,
+                        "completion_tokens": usage.completion_tokens,
+                        "cost": usage.known_cost if judge.prices else None, "currency": judge.currency,
+                        "refused": usage.refused}
+
     with contextlib.ExitStack() as closing:
+        closing.callback(summarize)
         closing.callback(gateway.close)
         if dry_run:
             from ..stub.answers import simulate
@@ -358,15 +370,11 @@ async def _generate(result: Synthesis, lib: Any, docs: Corpus, passages: Any, bm
             result.status = "interrupted"
             raise
         finally:
-            usage = gateway.usage()
-            result.judge = {"calls": usage.calls, "cache_hits": usage.cache_hits,
-                            "prompt_tokens": usage.prompt_tokens,
-                            "completion_tokens": usage.completion_tokens,
-                            "cost": usage.known_cost if judge.prices else None, "currency": judge.currency,
-                            "refused": usage.refused}
             result.stub = bool(gateway.stub_detected)
             if gateway.budget_spent and result.status != "interrupted":
                 result.status = "budget"
+                # the calls paid for and still in flight are answered and kept for the next session
+                gateway.ledger.wait_settled(judge.client_timeout())
             if work is None:
                 result.counts["_items"] = records
     if dry_run:
