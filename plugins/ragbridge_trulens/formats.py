@@ -484,8 +484,9 @@ def write_trulens(cases: Sequence[Case], path: Path) -> list[str]:
 def resave_lost(cases: Sequence[Case], path: Path) -> list[str]:
     """What TruLens's ground-truth store (`RESAVE_DROPS`) does not keep of ``cases`` (written to
     ``path``)."""
+    # contexts given (an empty list too: the retriever returned nothing) come back as not given
     lost = [name for name in ("answer", "contexts")
-            if any(c.answer is not None if name == "answer" else c.contexts for c in cases)]
+            if any(c.answer is not None if name == "answer" else c.contexts_given for c in cases)]
     parquet = Path(path).suffix.lower() in (".parquet", ".pq")
     metas = [case_to_row(c)["meta"] for c in cases] if parquet else []
     if parquet and struct_nulls(metas, as_text=(_EXTRA_KEY,)):
