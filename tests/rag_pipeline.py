@@ -127,3 +127,11 @@ def traced(question, tracer, convention="openinference", user="u1", drop_retriev
         root.set_attribute(S.OUTPUT_VALUE, answer)
         ctx = root.get_span_context()
     return format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
+
+
+def slow(question):
+    """`pipeline` a tenth of a second a call, as a real system's answers take time."""
+    import time
+
+    time.sleep(0.1)
+    return pipeline(question)

@@ -825,3 +825,33 @@ def test_readme_and_docs_name_every_format():
         for lost in f.cannot_hold:
             assert lost in docs, (name, lost)
     assert "`ragbridge trulens-leaderboard RUN OUT.csv`" in readme
+
+
+def test_a_parquet_column_of_dicts_as_pandas_writes_it_is_read_small_and_refused_with_the_fix_large(tmp_path):
+    """pandas' to_parquet writes a column of dicts as a struct with a field per key of any row: labels
+    keyed by chunk id make it rows x distinct ids cells (2,000 cases: 12 million, about 900 MB read)."""
+    import pandas as pd
+
+    def frame(n):
+        return pd.DataFrame([{"id": f"q{i}", "question": f"question {i}",
+                              "retrieved": [f"d{i}-{j}" for j in range(20)],
+                              "relevant": {f"d{i}-{j}": 1 + j % 3 for j in (1, 7, 30)}} for i in range(n)])
+
+    small = tmp_path / "small.parquet"
+    frame(50).to_parquet(small)  # 150 fields: read as it is
+    cases = load_cases(small)
+    assert cases[3].relevant == {"d3-1": 2, "d3-7": 2, "d3-30": 1}
+    big = frame(2000)
+    big.to_parquet(tmp_path / "big.parquet")
+    with pytest.raises(DatasetError) as err:
+        load_cases(tmp_path / "big.parquet")
+    message = str(err.value)
+    assert "'relevant'" in message and "6,000 fields" in message and "json.dumps" in message
+    # the fix the error gives, as a user applies it, reads the same labels
+    big["relevant"] = big["relevant"].map(json.dumps)
+    big.to_parquet(tmp_path / "fixed.parquet")
+    fixed = load_cases(tmp_path / "fixed.parquet")
+    assert len(fixed) == 2000 and fixed[1999].relevant == {"d1999-1": 2, "d1999-7": 2, "d1999-30": 1}
+    res = ragbridge_cli("run", tmp_path / "big.parquet", "--backend", "native", "--out", tmp_path / "run")
+    assert res.returncode == 2 and "big.parquet" in res.stderr and "relevant" in res.stderr
+    assert not (tmp_path / "run").exists()

@@ -226,3 +226,16 @@ def test_sample_bad_input(tmp_path, traces):
     res = ragbridge_cli("sample", path, "--mapping", mapping, "--where", "nonsense",
                         "--out", tmp_path / "s.jsonl")
     assert res.returncode == 2 and "field=value" in res.stderr
+
+
+def test_the_run_starts_when_its_session_does_the_target_calls_and_reading_included(tmp_path, golden):
+    from datetime import datetime, timezone
+
+    before = datetime.now(timezone.utc).replace(microsecond=0)  # run.json's times are to the second
+    run = evaluate(golden[:10], metrics=["recall@5"], out=tmp_path / "r",
+                   target=load_target("rag_pipeline:slow"), target_concurrency=1)
+    after = datetime.now(timezone.utc)
+    started = datetime.fromisoformat(load_run(tmp_path / "r").manifest.started_at)
+    finished = datetime.fromisoformat(run.manifest.finished_at)
+    # the ten calls (at least a second) happen between the start the run records and its end
+    assert before <= started <= after and (finished - started).total_seconds() >= 1.0

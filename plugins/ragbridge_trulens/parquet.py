@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from ragbridge.plugin import DatasetError
+from ragbridge.plugin import DatasetError, read_parquet_table
 from ragbridge.plugin import plain as _plain
 
 __all__ = ["META_AS_JSON", "PARQUET_CANNOT_HOLD", "read_rows", "write_rows", "struct_nulls", "struct_texts"]
@@ -32,12 +32,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     """The rows of a Parquet file; ``meta``, a struct (as TruLens's own tables hold it, and as
     `write_rows` writes it), without the nulls a struct gives the keys a row lacks, its keys held
     as JSON text parsed (`META_AS_JSON`)."""
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-    except Exception as exc:  # noqa: BLE001
-        raise DatasetError(f"cannot be read as parquet: {exc}", path=path) from None
+    table = read_parquet_table(path)
     as_json = json.loads((table.schema.metadata or {}).get(META_AS_JSON, b"[]"))
     rows = table.to_pylist()
     for row in rows:

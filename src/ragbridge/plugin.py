@@ -40,7 +40,8 @@ The judge's clients
 
 Dataset formats and in-memory objects
     `Format`, `DatasetError`, `Library`; reading files: `jsonl_lines`, `text_lines`, `parse_json`,
-    `read_hf_rows`, `atomic_path` (write to a temporary file, renamed when whole), `distinct_output`
+    `read_hf_rows`, `read_parquet_table` (its struct columns' width checked first), `atomic_path`
+    (write to a temporary file, renamed when whole), `distinct_output`
     (refuse an output that is one of the inputs; a run folder's inputs are `run_files`), `scratch_folder`
     (a library's temporary folder, removed at exit or by the next run when its process is gone); the record
     helpers: `cases_from_records`, `case_id_for_question`, `chunk_id_for_text`, `derived_chunk_ids`,
@@ -132,6 +133,7 @@ _EXPORTS = {
     "text_lines": "ragbridge.formats.files",
     "parse_json": "ragbridge.formats.files",
     "read_hf_rows": "ragbridge.formats.files",
+    "read_parquet_table": "ragbridge.formats.files",
     "atomic_path": "ragbridge.formats.files",
     "scratch_folder": "ragbridge.formats.files",
     "distinct_output": "ragbridge.formats.files",
@@ -219,7 +221,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors
                           case_record, error_text, fan_out)
     from .formats import DatasetError, Format  # noqa: F401
     from .formats.files import (atomic_path, distinct_output, jsonl_lines, parse_json,  # noqa: F401
-                                read_hf_rows, scratch_folder, text_lines)
+                                read_hf_rows, read_parquet_table, scratch_folder, text_lines)
     from .run.folder import run_files  # noqa: F401
     from .formats.objects import Library  # noqa: F401
     from .formats.records import (case_id_for_question, cases_from_records, chunk_id_for_text,  # noqa: F401

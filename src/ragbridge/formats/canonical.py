@@ -22,7 +22,8 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 from ..hookspecs import hookimpl
 from ..schema import Case
 from . import JSON_LIST_KEYS, Format
-from .files import DatasetError, jsonl_lines, optional_module, parse_json, read_hf_rows, text_lines
+from .files import (DatasetError, jsonl_lines, optional_module, parse_json, read_hf_rows, read_parquet_table,
+                    text_lines)
 from .plain_records import case_record, record_line
 from .records import CASE_FIELDS, cases_from_records, cell_value, pandas_index, rows_to_records
 
@@ -126,12 +127,7 @@ def _other_delimiter(header: Sequence[str]) -> Optional[str]:
 
 
 def read_parquet(path: Path) -> list[Case]:
-    pq = optional_module("pyarrow.parquet", "parquet", "reading Parquet", path)
-
-    try:
-        table = pq.read_table(path)
-    except Exception as exc:
-        raise DatasetError(f"cannot be read as Parquet: {exc}", path=path) from None
+    table = read_parquet_table(path)
     if table.num_rows == 0:
         raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
     _columns_once(table.column_names, path, "the schema")

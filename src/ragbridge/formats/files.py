@@ -31,7 +31,7 @@ from ..schema import MAX_METADATA_DEPTH
 __all__ = ["DatasetError", "atomic_path", "distinct_output", "write_atomic", "temporary", "output_name",
            "sweep_temporaries", "json_problem", "no_follow", "refuse_link", "OutputRefused", "scratch_folder",
            "sweep_scratch", "pid_alive", "parse_json", "check_parsed", "text_lines", "jsonl_lines",
-           "parse_line", "read_hf_rows", "optional_module"]
+           "parse_line", "read_hf_rows", "read_parquet_table", "optional_module"]
 
 
 class DatasetError(UserError, ValueError):
@@ -472,6 +472,50 @@ def read_hf_rows(path: Path) -> list[dict[str, Any]]:
     if len(ds) == 0:
         raise DatasetError("dataset is empty", path=path, hint="a golden set needs at least one case")
     return ds.to_list()
+
+
+#: a Parquet table whose structs would give more (row, field) cells than this is refused before it is read
+MAX_STRUCT_CELLS = 5_000_000
+
+
+def _struct_fields(kind: Any) -> int:
+    """How many fields a row holds for a column of Arrow type ``kind`` (a struct's, nested ones too)."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(kind):
+        return sum(max(1, _struct_fields(kind.field(i).type)) for i in range(kind.num_fields))
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _struct_fields(kind.value_type)
+    return 0
+
+
+def read_parquet_table(path: Path) -> Any:
+    """A Parquet file as an Arrow table, after a look at its schema: a struct column whose every row
+    holds every one of very many fields (pandas' ``to_parquet`` writes a column of dicts so, a field
+    per key that any row has: labels keyed by chunk id give rows x distinct ids cells, gigabytes at a
+    few thousand cases) is refused with what to write instead, before it is read."""
+    pq = optional_module("pyarrow.parquet", "parquet", "reading Parquet", path)
+
+    try:
+        meta = pq.ParquetFile(path).metadata
+        schema = meta.schema.to_arrow_schema()
+    except Exception as exc:
+        raise DatasetError(f"cannot be read as Parquet: {exc}", path=path) from None
+    for field in schema:
+        width = _struct_fields(field.type)
+        if width > 1 and meta.num_rows * width > MAX_STRUCT_CELLS:
+            raise DatasetError(
+                f"column {field.name!r} is a struct of {width:,} fields that every one of the "
+                f"{meta.num_rows:,} rows holds ({meta.num_rows * width:,} cells, most of them null): "
+                "pandas' to_parquet writes a column of dicts so, one field per key that any row has, "
+                "and reading it takes memory as rows times keys", path=path, field=field.name,
+                hint=f"write the column as JSON text (df[{field.name!r}] = "
+                     f"df[{field.name!r}].map(json.dumps)) before to_parquet, or save the set as JSON "
+                     "lines (df.to_json(path, orient='records', lines=True))")
+    try:
+        return pq.read_table(path)
+    except Exception as exc:
+        raise DatasetError(f"cannot be read as Parquet: {exc}", path=path) from None
 
 
 def no_follow(path: str, flags: int) -> int:

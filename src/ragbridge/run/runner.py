@@ -185,6 +185,7 @@ async def run(request: RunRequest) -> Run:
     """Carry out ``request`` (the steps of the module docstring) and return the `Run`."""
     from ..options import OptionError
 
+    started = now()  # the session's start: reading and checking the cases is part of the run's time
     try:  # each backend's options as its model, checked before anything is read
         options = request.run_options.resolved(get_backends(), request.backends or DEFAULT_BACKENDS)
     except OptionError as exc:
@@ -232,7 +233,7 @@ async def run(request: RunRequest) -> Run:
             n_target_errors = sum(1 for c in filled if target_error(c))
             source = opened.enter_context(CaseSource.of_cases(filled, request.batch_size, corpus))
             dataset.update(fingerprint=source.fingerprint, golden_fingerprint=golden_fp, target=target.spec)
-        manifest = _new_manifest(plan, dataset, options, judge, stub)
+        manifest = _new_manifest(plan, dataset, options, judge, stub, started)
         if request.repeats > 1 or request.pass_repeats is not None:
             manifest.options.update(repeats=request.repeats, pass_repeats=request.pass_repeats)
         done = folder.resume(earlier, manifest, source) if earlier is not None else {}
@@ -500,10 +501,11 @@ def _check_judge(plan: Plan, judge: Any, preflight: bool = True, defaulted: Opti
 
 
 def _new_manifest(plan: Plan, dataset: dict[str, Any], options: RunOptions, judge: Any,
-                  stub: Optional[str] = None) -> RunManifest:
+                  stub: Optional[str], started_at: str) -> RunManifest:
     """This session's manifest (``judge``: the config when a planned metric uses it, else None;
     ``stub``: the judge is ragbridge's stub judge with these settings, so its scores are labelled and
-    its identity is not its port: `ragbridge.judge.config.identity_url`)."""
+    its identity is not its port: `ragbridge.judge.config.identity_url`; ``started_at``: when the
+    session began, before its cases were read)."""
     registry = get_backends()
     manifest = RunManifest(
         ragbridge_version=__version__,
@@ -518,7 +520,7 @@ def _new_manifest(plan: Plan, dataset: dict[str, Any], options: RunOptions, judg
         digests={b: d for b, chosen in plan.items() if (d := {m: s.digest for m, s in chosen if s.digest})},
         pass_marks={b: d for b, chosen in plan.items()
                     if (d := {m: s.pass_mark for m, s in chosen if s.pass_mark is not None})},
-        started_at=now(),
+        started_at=started_at,
         process=this_process(),
     )
     return manifest
