@@ -320,6 +320,27 @@ def test_a_judged_run_in_a_log_prints_progress_at_a_steady_interval(tmp_path):
     assert lines[-1].startswith("progress: 4 of 4 scores (100%), no error, 4 judge calls")
 
 
+def test_reading_a_large_golden_set_in_a_log_prints_a_line_at_the_progress_interval(monkeypatch, capsys):
+    """Piped, the reading's count of cases comes at the scoring's interval (30 s by default), not a line a
+    batch (a golden set of 250,000 cases gave 125 lines of a CI log)."""
+    import time
+
+    from ragbridge.commands import run as run_command
+
+    monkeypatch.setenv("RAGBRIDGE_PROGRESS_SECONDS", "30")
+    show = run_command._reading_bar()
+    for n in (2000, 4000, 6000):
+        show(n)
+        time.sleep(0.6)  # longer than a terminal's half second
+    monkeypatch.setenv("RAGBRIDGE_PROGRESS_SECONDS", "0.1")
+    again = run_command._reading_bar()
+    for n in (2000, 4000):
+        again(n)
+        time.sleep(0.2)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("reading: ")]
+    assert lines == ["reading: 2,000 cases", "reading: 2,000 cases", "reading: 4,000 cases"]
+
+
 def test_the_gate_states_the_mean_the_summary_states(tmp_path):
     """The same scores give the same mean, to the last bit, in `run --json`'s summary and the gate."""
     golden = tmp_path / "golden.jsonl"

@@ -381,15 +381,21 @@ def _terminate(signum, frame) -> None:
 
 
 def _reading_bar():
-    """A ``progress`` callback for `open_cases`: the cases read so far, on stderr."""
-    state = {"last": 0.0}
+    """A ``progress`` callback for `open_cases`: the cases read so far, on stderr: on a terminal twice
+    a second at most, in a log (a CI job's) as often as the scoring's progress lines
+    (`ragbridge.run.progress.progress_seconds`), the first at once."""
+    import time
+
+    from ..run.progress import progress_seconds
+
+    every = 0.5 if err.is_terminal else progress_seconds()
+    state = {"last": None}
 
     def show(n: int) -> None:
-        import time
-
-        if time.monotonic() - state["last"] > 0.5:
+        at = time.monotonic()
+        if state["last"] is None or at - state["last"] >= every:
             err.print(f"reading: {n:,} cases", highlight=False)
-            state["last"] = time.monotonic()
+            state["last"] = at
 
     return show
 
