@@ -17,6 +17,7 @@ import ast
 import json
 import math
 import re
+import sys
 import tempfile
 import unicodedata
 from pathlib import Path
@@ -297,7 +298,11 @@ def load_trulens(path, cases, lost, out):
     elif suffix == ".parquet":
         frame = pd.DataFrame(pq.read_table(path).to_pylist())  # meta a struct: a dict per row
     else:
-        frame = pd.read_json(path, lines=suffix == ".jsonl", dtype=False, precise_float=True)
+        try:
+            frame = pd.read_json(path, lines=suffix == ".jsonl", dtype=False, precise_float=True)
+        except ValueError as exc:  # pandas' JSON reader refuses subnormal numbers (5e-324), valid JSON
+            assert "Range error" in str(exc) and _subnormal(cases), exc
+            return None
     frame = frame.astype(object).where(frame.notna(), None)
     assert len(frame) == len(cases)
     stored = []
@@ -312,6 +317,17 @@ def load_trulens(path, cases, lost, out):
                        if k in ("query", "query_id", "expected_response", "expected_chunks", "meta")})
     (out / "resaved.jsonl").write_text("".join(json.dumps(r) + "\n" for r in stored), encoding="utf-8")
     return out / "resaved.jsonl"
+
+
+def _subnormal(value) -> bool:
+    """Whether ``value`` (cases, or anything in one) holds a float below the normal range."""
+    if isinstance(value, list):
+        return any(_subnormal(v) for v in value)
+    if isinstance(value, dict):
+        return any(_subnormal(v) for v in value.values())
+    if isinstance(value, Case):
+        return _subnormal(value.model_dump())
+    return isinstance(value, float) and value != 0 and abs(value) < sys.float_info.min
 
 
 def _trulens_labels(case):
