@@ -424,6 +424,37 @@ def test_a_case_that_retrieved_nothing_says_so(tmp_path):
         cid: c["reason"] for cid, c in got.items()}
 
 
+def test_a_case_whose_labels_are_all_grade_0_is_not_sent_to_the_retriever(tmp_path):
+    """Labels that name no relevant chunk (every grade 0): hit@k and precision@k are 0 (trec's
+    convention) but say nothing of the retriever, so the case is undetermined, saying to label it,
+    not a retrieval failure; its failing metrics are still listed. The report says the same."""
+    chunks = [{"id": "faq.md#1"}, {"id": "faq.md#2"}]
+    cases = [{"id": "graded-0", "question": "Can I pause my plan?", "contexts": chunks,
+              "relevant": {"faq.md#9": 0}},
+             {"id": "graded-0-wrong", "question": "What does Pro cost?", "contexts": chunks,
+              "relevant": {"faq.md#9": 0}, "answer": "10 EUR.", "must_contain": ["8 EUR"]},
+             {"id": "missed", "question": "Can I cancel?", "contexts": chunks, "relevant": {"faq.md#7": 1}}]
+    (tmp_path / "golden.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
+    res = ragbridge_cli("run", tmp_path / "golden.jsonl", "--out", tmp_path / "run", "--backend", "native",
+                        "-m", "hit@5", "-m", "precision@5", "-m", "recall@5", "-m", "must_contain",
+                        "--no-progress")
+    assert res.returncode == 0, res.stderr
+    res = ragbridge_cli("diagnose", tmp_path / "run", "--json")
+    assert res.returncode == 0, res.stderr
+    got = {c["case_id"]: c for c in json.loads(res.stdout)["cases"]}
+    assert got["missed"]["layer"] == "retrieval"
+    for cid in ("graded-0", "graded-0-wrong"):
+        d = got[cid]
+        assert (d["layer"], d["question"], d["decided_by"]) == ("undetermined", "retrieval", None), d
+        assert d["missing"][0].startswith("its relevance labels name no relevant chunk (every grade is 0)")
+        assert "label the chunk that answers it" in d["reason"]
+        assert {"hit@5", "precision@5"} <= {f["metric"] for f in d["failing"]}
+    res = ragbridge_cli("report", tmp_path / "run", "--format", "json", "--out", "-", "--resamples", "0")
+    assert res.returncode == 0, res.stderr
+    assert {c["case_id"]: c["reason"] for c in json.loads(res.stdout)["diagnosis"]["cases"]} == {
+        cid: c["reason"] for cid, c in got.items()}
+
+
 def test_the_formulas_are_ragcheckers_on_random_claim_matrices():
     rng = random.Random(3)
     verdicts = ("SUPPORTED", "CONTRADICTED", "NOT_FOUND")

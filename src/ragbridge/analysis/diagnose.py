@@ -26,7 +26,10 @@ docs/diagnose.md):
    ``reference_or_judge``.
 
 An unanswerable case (``answerable`` false) asks one question first: did the system decline? (no:
-``generation``). Each question is answered by the first source of its evidence that has a value for
+``generation``). A case whose relevance labels all have grade 0 has nothing labelled to find: its
+ranking metrics (recall, precision, hit, MRR, nDCG, MAP) are no evidence and fail nothing, and
+question 1 without other evidence leaves it ``undetermined``, saying to label it.
+Each question is answered by the first source of its evidence that has a value for
 the case: a human label on a metric of the question, then the question's metrics in order (of
 several backends scoring one metric, one whose score carries claims first, then native, then by
 name). A question no source answers makes the case ``undetermined``, and the diagnosis names every
@@ -344,14 +347,20 @@ def _diagnose_case(case: Case, scores: list[Score], th: Thresholds, human: dict[
     if not failing:
         return None
     failing.sort(key=lambda f: (f["source"] != "score", f["metric"], f["backend"]))
-    ctx = _Context(case, scores, scored, mark_of, human, in_run, k, spans, case_claims(scores))
     base = dict(case_id=case.id, tags=list(case.tags), failing=failing)
+    unlabelled = _no_relevant_label(case)
+    if unlabelled:  # the ranking metrics' zeros say nothing of the retriever: not evidence, not a failure
+        scored = [s for s in scored if not _ranked_by_labels(s.metric)]
+        failing = [f for f in failing if f["source"] != "score" or not _ranked_by_labels(f["metric"])]
+    ctx = _Context(case, scores, scored, mark_of, human, in_run, k, spans, case_claims(scores))
     settled: dict[str, dict[str, Any]] = {}  # question -> the deciding entry (answered yes)
     for q in _walk(case):
         decided, missing = _answer(q, ctx)
         if decided is None:
             if q.name == "retrieval" and _nothing_retrieved(ctx):
                 missing = [_NOTHING_RETRIEVED, *missing]
+            if q.name == "retrieval" and unlabelled:
+                missing = [_NO_RELEVANT_LABEL, *missing]
             return CaseDiagnosis(layer="undetermined", question=q.name, decided_by=None, missing=missing,
                                  reason=f"cannot tell whether {q.whether}: " + "; ".join(missing), **base)
         if not decided["passed"]:
@@ -363,6 +372,10 @@ def _diagnose_case(case: Case, scores: list[Score], th: Thresholds, human: dict[
         settled[q.name] = decided
         if all(half_of(f["metric"]) == "retrieval" for f in failing):
             break  # only the retrieved list fails: the questions about the answer have nothing to explain
+    if not failing:  # only the labels' zeros failed, and other evidence says the retrieval is fine
+        return CaseDiagnosis(layer="undetermined", question="retrieval", decided_by=None,
+                             missing=[_NO_RELEVANT_LABEL], reason="cannot tell whether "
+                             f"{_BY_NAME['retrieval'].whether}: {_NO_RELEVANT_LABEL}", **base)
     return _all_yes(ctx, failing, settled, base)
 
 
@@ -386,6 +399,25 @@ class _Context:
 #: what a case that retrieved nothing lacks to be placed: which of two layers, the list cannot say
 _NOTHING_RETRIEVED = (f"{NOTHING_RETRIEVED}, and nothing says whether an article holds the answer (then "
                       "retrieval missed it) or none does (then the knowledge base lacks it)")
+
+
+#: what a case whose relevance labels all have grade 0 lacks: its ranking metrics (hit@k and precision@k
+#: 0, the others undefined) find nothing because nothing is labelled relevant, not because the retriever
+#: missed it
+_NO_RELEVANT_LABEL = ("its relevance labels name no relevant chunk (every grade is 0), so the ranking "
+                      "metrics have nothing to find: label the chunk that answers it (grade 1 or more), "
+                      "or mark the case unanswerable")
+
+
+def _no_relevant_label(case: Any) -> bool:
+    """Whether the case has relevance labels (no span labels) and none of grade 1 or more."""
+    relevant = case.relevant
+    return bool(relevant) and not case.relevant_spans and all(g < 1 for g in relevant.values())
+
+
+def _ranked_by_labels(metric: str) -> bool:
+    """recall, precision, hit, MRR, nDCG and MAP: what the relevance labels decide."""
+    return metric.partition("@")[0] in METRICS
 
 
 def _nothing_retrieved(ctx: _Context) -> bool:
