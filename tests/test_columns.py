@@ -275,3 +275,27 @@ def test_ids_line_writes_the_canonical_line_record_line_writes(monkeypatch):
             assert line == plain_records.record_line(record, joined), (record, joined)
     assert None not in written[:len(taken)] and len(taken) > 1000
     assert written[len(taken):] == [None] * 10 + [written[-1]] and written[-1] is not None
+
+
+def test_a_line_as_pandas_writes_it_slashes_escaped_is_read_as_its_value_on_the_fast_path(tmp_path):
+    """pandas' to_json writes every "/" as "\\/" (ids are paths): such a line is read on the C path as
+    the same record as the line json.dumps writes; a backslash that escapes anything else leaves
+    the line to the whole parse, with the same value as json.loads."""
+    import json
+
+    import pandas as pd
+
+    rows = [{"id": f"q/{i}", "question": f"How do I fix issue {i}?",
+             "contexts": [{"id": f"kb/billing/doc{j}.md#c{j % 7}"} for j in range(i, i + 30)],
+             "relevant": {f"kb/billing/doc{i + 3}.md#c{(i + 3) % 7}": 1 + i % 3}} for i in range(200)]
+    pd.DataFrame(rows).to_json(tmp_path / "p.jsonl", orient="records", lines=True)
+    written = (tmp_path / "p.jsonl").read_text(encoding="utf-8").splitlines()
+    assert all("\\/" in line for line in written)
+    for line, row in zip(written, rows):
+        got = record_lines.parse_record_line(line)
+        plain = record_lines.parse_record_line(json.dumps(row))
+        assert type(got) is ColumnRecord and got == plain
+    for line in ['{"id": "a\\\\/b", "question": "q", "contexts": [{"id": "x\\/y"}]}',
+                 '{"id": "a\\/b", "question": "q\\n", "contexts": [{"id": "x\\/y"}]}']:
+        got = record_lines.parse_record_line(line)
+        assert type(got) is not ColumnRecord and got == json.loads(line)

@@ -53,7 +53,12 @@ def parse_record_line(text: str) -> Any:
     are ids alone or ids and texts (`plain_record`'s checks, the chunks' too, without a mapping per
     chunk), else the parsed JSON value (the fast parser's; for anything it refuses,
     `ragbridge.formats.files.parse_json` and its errors). A line of the ranking fields alone in a
-    plain spelling (``plain_line``, C) is read in one call; the steps below give it the same record."""
+    plain spelling (``plain_line``, C) is read in one call; the steps below give it the same record.
+    A line whose every backslash escapes a slash (``\\/``, as pandas' ``to_json`` writes every ``/``)
+    is read so with each ``\\/`` as the ``/`` it stands for."""
+    whole = text
+    if "\\/" in text and text.count("\\") == text.count("\\/"):
+        text = text.replace("\\/", "/")  # the same JSON value (a \/ stands in strings)
     if _plain_line is not None:
         got = _plain_line(text, MAX_GRADE)
         if got is not None:
@@ -73,6 +78,7 @@ def parse_record_line(text: str) -> Any:
                 check_parsed(reduced, raw, surrogates=False, keys=keys)
                 del record["contexts"]  # the columns' place
                 return ColumnRecord(record, ids, texts)
+    text = whole  # parsed as it is written: an error's column is the line's
     try:
         value = pydantic_core.from_json(text)
     except ValueError:  # a lone surrogate escape among what it refuses: `parse_json` reports it
