@@ -65,6 +65,7 @@ def test_commands_that_read_a_run_hold_a_few_bytes_a_score(tmp_path):
             "report-md": ["report", a, "--format", "md", "--out", folder / "r.md"],
             "report-html": ["report", a, "--out", folder / "r.html"],
             "export-scores": ["export-scores", a, "--to", "jsonl", "--out", folder / "e.jsonl"],
+            "convert": ["convert", folder / "A.jsonl", folder / "c.jsonl"],  # a golden set, a batch at a time
         }
         for name, args in commands.items():
             peaks[name, n] = peak_mib(*args)

@@ -77,8 +77,8 @@ def formats(
     out.print("Each format's field mapping and losses: docs/formats.md.", highlight=False)
 
 
-#: target formats whose writers go through the cases once, in order: a TREC run converted to one is
-#: read a batch at a time (`ragbridge.formats.source.open_cases`), not whole
+#: formats read a batch at a time (`ragbridge.formats.source.open_cases`, not whole) and written so:
+#: a JSONL golden set or a TREC run converted to one of them holds a batch in memory, not every case
 STREAMED = ("jsonl", "trec")
 
 
@@ -86,7 +86,7 @@ def _streamed(source: Path, from_format: Optional[str], qrels: Optional[Path], t
               to_format: Optional[str]) -> bool:
     """Whether ``convert`` reads ``source`` a batch at a time (else whole: the errors are load_cases')."""
     try:
-        return (source.is_file() and reading_format(source, from_format, {"qrels": qrels}).name == "trec"
+        return (source.is_file() and reading_format(source, from_format, {"qrels": qrels}).name in STREAMED
                 and writing_format(target, to_format).name in STREAMED)
     except DatasetError:
         return False
