@@ -45,7 +45,8 @@ import numpy as np
 import pydantic_core
 from pydantic import ValidationError
 
-from ..formats.files import DatasetError, check_parsed, jsonl_lines, no_cycle_collection, parse_json
+from ..formats.files import (DatasetError, check_parsed, jsonl_lines, no_cycle_collection, parse_json,
+                             parse_line)
 from ..formats.plain_records import good_id
 from ..schema import Case, RunManifest, Score, clean_id
 from ..limits import MAX_REPEATS  # a recorded repeat index is below it
@@ -65,6 +66,7 @@ __all__ = ["STATUSES", "score_from_line", "scores_from_lines", "read_scores", "r
 #: what ``run.json``'s ``status`` may say
 STATUSES = ("running", "complete", "interrupted", "incomplete", "dry-run")
 
+_LINE_HINT = "each line must be one JSON object"  # `jsonl_lines`' (what `read_scores` reads with)
 _SCORES_HINT = ("a run writes every score so: restore the file, or score the cases again into a "
                 "fresh run folder")
 _MANIFEST_HINT = ("a run writes its run.json so: restore the file, or score the cases again into a "
@@ -720,10 +722,9 @@ def _read_block(block: list[tuple[int, int, bytes]], path: Path, builder: Column
         else:
             fields = _plain_fields(d, raw, i >= 0) if type(d) is dict else None
         if fields is None:
-            try:
-                score = score_from_line(_text(path, n, raw))
+            try:  # the errors `read_scores` gives (a line that is not JSON one too: a cut last line)
+                score = parse_line(path, n, _text(path, n, raw), _LINE_HINT, score_from_line)
             except DatasetError as exc:
-                exc.path, exc.line = str(path), n
                 bad.append(exc)
                 continue
             builder.add_score(score, at, n)
