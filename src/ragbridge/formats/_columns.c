@@ -32,6 +32,18 @@
  *   "question": Q[, "relevant": {L: G, ...}]} (those keys, in that order) whose chunks are the ids
  *   `joined` by line breaks, where I, Q and each L are ASCII str that print with no quote or
  *   backslash and each G an int; else None (record_line writes it).
+ * score_lines(lines, max_repeat[, cls, fields_sets]): per line of scores.jsonl (bytes, no line
+ *   break) written as a run writes it (ragbridge.run.folder.score_json: the fields of
+ *   ragbridge.schema.Score in their order, compact, the optional repeat, not_run, cost and cached
+ *   after evidence), with ids that are ASCII, print and have no space at either end, strings without
+ *   escape or control character (UTF-8 beyond ASCII), numbers without a sign (value at most 1,
+ *   every float finite, counts and repeat whole, repeat below max_repeat), evidence null, no repeats
+ *   summary and a native_value that is null, a boolean, a string or a number: the dict of its fields
+ *   (every field, the defaults of those left out), or with `cls` the model made of it
+ *   (model_construct's steps, its fields set fields_sets[mask]); None for any other line (the
+ *   Python steps read it, and give the same for a line this takes). Also, a byte a line, which
+ *   optional fields it gives (mask bits 0 to 3). Numbers are read as Python reads them, correctly
+ *   rounded (Clinger's exact case, else PyOS_string_to_double).
  */
 #define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN

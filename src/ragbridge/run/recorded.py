@@ -23,8 +23,10 @@ The score cache's entries are read by `score_from_line` too (one that fails is a
 
 In columns (`read_columns`: what every analysis and report reads, `ragbridge.run.columns`): the
 same files a block of lines at a time, nothing held but the columns; a score line as a run writes it
-is checked by `_plain_fields` (the checks of `score_from_line`'s quick path, on the parsed line), any
-other line by `score_from_line` itself, so both readings accept and refuse exactly the same lines.
+is checked by the C reader (`ragbridge.formats._columns.score_lines`, where the package was built
+with it) or by `_plain_fields` (the checks of `score_from_line`'s quick path, on the parsed line),
+any other line by `score_from_line` itself, so the readings accept and refuse exactly the same
+lines; the scores an output names are read back the same way (`scores_from_lines`).
 
 Size: the two readings of a run folder (a line at a time into objects, a block at a time into
 columns) are kept in one module with the checks they share, so that neither can accept what the
