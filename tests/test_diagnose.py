@@ -1140,10 +1140,12 @@ def test_the_json_of_every_case_kept_as_text_is_print_jsons(judged):
 
 
 def test_plain_json_writes_what_json_dumps_writes_and_refuses_what_would_not_read_back():
-    """`plain_json` at any level is ``json.dumps(indent=2, ensure_ascii=False)`` indented in place;
-    whatever would not read back as it was (a NaN, a tuple, a NumPy number, a key that is not a
-    string) is refused, and the spool keeps such a record pickled."""
+    """`plain_json` at any level is ``json.dumps(indent=2, ensure_ascii=False)`` indented in place, and
+    `plain_json_utf8` (one C call where the package is built with it) its UTF-8 bytes; whatever would
+    not read back as it was (a NaN, a tuple, a NumPy number, a key that is not a string) is refused by
+    both, and the spool keeps such a record pickled."""
     from ragbridge.analysis.rows import Spool, plain_json
+    from ragbridge.json_text import plain_json_utf8
 
     rng = random.Random(3)
     words = ["", "plain", "é ü 中文", "quote \" and \\ back", "line\nbreak\ttab", "\x1b[31m", "\u202e"]
@@ -1167,6 +1169,8 @@ def test_plain_json_writes_what_json_dumps_writes_and_refuses_what_would_not_rea
         level = rng.randrange(4)
         assert plain_json(o, level) == json.dumps(o, indent=2, ensure_ascii=False).replace(
             "\n", "\n" + "  " * level)
+        assert plain_json_utf8(o) == json.dumps(o, indent=2, ensure_ascii=False).encode("utf-8")
+        assert plain_json_utf8(o["b"]) == json.dumps(o["b"], indent=2, ensure_ascii=False).encode("utf-8")
     rows = [{"metric": m, "value": v, "reason": r} for m in ("a", "},\u0001{", "{") for v in (0.5, None, 2)
             for r in ("}", "x},", "", "\x01,\x01")]  # a list of dicts of plain values: one encoder call
     for level in range(3):
@@ -1178,6 +1182,10 @@ def test_plain_json_writes_what_json_dumps_writes_and_refuses_what_would_not_rea
                 {"x": [np.int64(1)]}):
         with pytest.raises((TypeError, ValueError)):
             plain_json(bad)
+        with pytest.raises((TypeError, ValueError)):
+            plain_json_utf8(bad)
+    with pytest.raises(UnicodeEncodeError):
+        plain_json_utf8({"x": ["\ud800"]})
     spool = Spool(lambda r: r, lambda r: r)
     records = [{"x": 1.5, "y": ["a"]}, {"x": np.float64(0.5)}, [1, (2, 3)], {"x": "\ud800"}, {"z": None}]
     for r in records:

@@ -337,3 +337,199 @@ def test_a_score_of_a_case_the_run_does_not_hold_is_refused(tmp_path, example_pa
     said = " ".join(res.stderr.split())
     assert res.returncode == 2 and "holds scores of 1 case id(s) that are not cases of this run" in said, said
     assert "'no-such-case'" in said
+
+
+# ------------------------------------------------------------------------------------------------
+# The C reader of score lines (`scores_from_lines`, the first reading's columns): the same scores and
+# the same errors as `score_from_line`, line for line
+
+#: JSON texts put in place of a field's value: what a run writes and what it never does
+VARIANTS = ["null", "true", "false", "0", "1", "2", "-1", "0.5", "1.0", "-0.0", "0.0", "1e-7", "1E-2",
+            "5e-324", "1.0000000000000002", "0.99999999999999999999", "0.1000000000000000055511151231257827",
+            "01", "1.", ".5", "1e999", "NaN", "12345678901234567890", "99", "100", '""', '"x"', '" x"',
+            '"x "', '"q1"',
+            '"caf\u00e9"', '"cafe\u0301"', '"a\\"b"', '"\\u0041"', '"tab\there"', '"\u2028"', "[]", "{}",
+            '{"claims": []}', '[0.5]']
+
+
+def _outcome(read):
+    """What reading a line gives: its Score's fields exactly (types, -0.0, the order) and fields set, or
+    the error's type, text and field."""
+    try:
+        s = read()
+    except (ValueError, UnicodeDecodeError) as exc:
+        return ("error", type(exc).__name__, str(exc), getattr(exc, "field", None))
+    return ("score", repr(list(s.__dict__.items())), sorted(s.model_fields_set), type(s).__name__)
+
+
+def _variant_lines(runs) -> list[bytes]:
+    """Lines of the two runs (native, and judged with repeats, judge calls and claims), each field of a
+    line of each shape set to each of `VARIANTS`, keys left out, given twice, reordered or spaced,
+    the optional fields added, and texts with escapes, control characters and bytes that are not
+    UTF-8."""
+    seen, bases = set(), []
+    for name in ("native", "judged"):
+        for line in _lines(runs[name]):
+            d = json.loads(line)
+            shape = (tuple(d), d["backend"], d.get("error") is not None)
+            if shape not in seen:
+                seen.add(shape)
+                bases.append(line)
+    out = []
+    for line in bases:
+        d = json.loads(line)
+        out.append(line.encode())
+        for key in [*d, "repeat", "not_run", "cost", "cached", "repeats", "unknown"]:
+            for raw in VARIANTS:
+                e = {**d, key: MARK}
+                out.append(json.dumps(e, separators=(",", ":"), ensure_ascii=False)
+                           .replace(json.dumps(MARK), raw).encode())
+            out.append(json.dumps({k: v for k, v in d.items() if k != key}, separators=(",", ":")).encode())
+        keys = list(d)
+        out += [line.replace('":', '": ').encode(), line.replace(",", ", ").encode(), (line + " ").encode(),
+                (line + "\r").encode(), (" " + line).encode(), line[:-1].encode() + b',"value":0.5}',
+                json.dumps({keys[1]: d[keys[1]], keys[0]: d[keys[0]], **d}, separators=(",", ":")).encode(),
+                line.replace('"reason":null', '"reason":"a\\nb"')
+                .replace('"reason":"', '"reason":"\\u00e9').encode(),
+                line.replace('"error":null', '"error":"\x01"').encode(),
+                line.replace('"error":null', '"error":"\xe9"').encode("latin-1", "replace"),
+                line.replace('"error":null', '"error":"\U0001f600 \u00e9"').encode(),
+                line.encode()[:-1], line.encode() + b"x"]
+    return out
+
+
+def test_a_score_line_read_by_the_c_reader_is_what_score_from_line_reads(runs):
+    """Every variant line (`_variant_lines`: a few thousand), through `scores_from_lines` alone and in
+    one batch: the same `Score` as `score_from_line` gives (every field's value and type, the fields
+    set) or the same error. The C reader takes the lines as a run writes them and refuses the others
+    (both sides are exercised)."""
+    from ragbridge.formats._columns import score_lines
+    from ragbridge.limits import MAX_REPEATS
+    from ragbridge.run.recorded import score_from_line, scores_from_lines
+
+    lines = _variant_lines(runs)
+    taken = score_lines(lines, MAX_REPEATS)[0]
+    assert sum(t is not None for t in taken) > 100 and taken.count(None) > 1000, len(lines)
+    native = [line.encode() for line in _lines(runs["native"])]
+    assert None not in score_lines(native, MAX_REPEATS)[0]  # a run's own lines: every one taken
+    good = []
+    for line in lines:
+        want = _outcome(lambda: score_from_line(line.decode("utf-8")))
+        assert _outcome(lambda: scores_from_lines([line])[0]) == want, line
+        if want[0] == "score":
+            good.append((line, want))
+    got = scores_from_lines([line for line, _ in good])
+    assert [_outcome(lambda: s) for s in got] == [want for _, want in good]
+
+
+def _columns_of(folder: Path):
+    """The run folder read in columns from its files (its copy removed first): every array, or the error."""
+    import numpy as np
+
+    from ragbridge.run.recorded import read_columns
+
+    (folder / "columns.npz").unlink(missing_ok=True)
+    try:
+        cols = read_columns(folder)
+    except DatasetError as exc:
+        return ("error", str(exc), exc.line, exc.field)
+    arrays = []
+    for key, col in cols.columns.items():
+        for name in ("value", "status", "places", "judge_calls", "prompt_tokens", "completion_tokens",
+                     "seconds", "cost", "cached", "claims", "unsupported", "ragchecker"):
+            arr = getattr(col, name)
+            arrays.append((key, name, None if arr is None else (arr.dtype.str, np.asarray(arr).tobytes())))
+        if col.repeats is not None:
+            arrays.append((key, "repeats", col.repeats.values.tobytes(), col.repeats.status.tobytes(),
+                           col.repeats.places.tobytes()))
+    return ("columns", list(cols.cases.ids), cols.dropped, arrays)
+
+
+def test_a_run_read_in_columns_by_the_c_reader_is_what_the_python_steps_read(runs, tmp_path, monkeypatch):
+    """Run folders whose scores hold a variant line (a field of a native and of a judged score set to
+    what a run writes and what it never does, or the line spaced, cut or given again) read in columns
+    with the C reader and without it: the same columns, to the byte, or the same error (text, line,
+    field)."""
+    from ragbridge.run import recorded
+
+    cases = []
+    for name, raws in (("native", ["0.25", "1", "-0.0", "1.5", '"0.5"', "null", "true"]),
+                       ("judged", ["2", "0", "1.0", "-1", "null", '"x"', "99", "100"])):
+        src = runs[name]
+        lines = _lines(src)
+        for field in ("value", "seconds", "repeat", "judge_calls", "cost", "cached", "case_id", "metric"):
+            for raw in raws:
+                cases.append((src, lambda ls, k=3, f=field, r=raw: ls[:k] + [
+                    json.dumps({**json.loads(ls[k]), f: MARK}, separators=(",", ":"))
+                    .replace(json.dumps(MARK), r)] + ls[k + 1:]))
+        cases += [(src, lambda ls: ls + [ls[2]]),
+                  (src, lambda ls: ls[:4] + [ls[4].replace(",", ", ")] + ls[5:]),
+                  (src, lambda ls: ls[:-1] + [ls[-1][:40]]),
+                  (src, lambda ls: ls[:3] + [ls[3][:40]] + ls[4:])]
+        assert len(lines) > 10
+    for k, (src, edit) in enumerate(cases):
+        folder = tmp_path / str(k)
+        shutil.copytree(src, folder)
+        lines = edit(_lines(folder))
+        (folder / "scores.jsonl").write_text("\n".join(lines) + ("\n" if lines[-1].endswith("}") else ""),
+                                             encoding="utf-8")
+        with_c = _columns_of(folder)
+        with monkeypatch.context() as m:
+            m.setattr(recorded, "_score_lines", None)
+            assert _columns_of(folder) == with_c, k
+
+
+def test_the_reports_and_the_diagnosis_are_the_same_bytes_without_the_c_readers(runs, tmp_path, monkeypatch):
+    """``diagnose --json``, the Markdown and the HTML reports of a native and a judged run (read from
+    their files each time, the copy removed): the same bytes with the C readers of score lines and of
+    indented JSON as with the Python steps beside them (but for the time stamps of the report's
+    making)."""
+    import re
+
+    from ragbridge import json_text
+    from ragbridge.run import recorded
+
+    def outputs() -> list[str]:
+        got = []
+        for name in ("native", "judged"):
+            folder = tmp_path / name  # the same place on both sides: the outputs name it
+            shutil.rmtree(folder, ignore_errors=True)
+            shutil.copytree(runs[name], folder)
+            html = tmp_path / f"{name}.html"
+            for args in (["diagnose", folder, "--json"], ["report", folder, "--format", "md", "--out", "-"],
+                         ["report", folder, "--out", html]):
+                (folder / "columns.npz").unlink(missing_ok=True)
+                res = ragbridge_cli(*args)
+                assert res.returncode == 0, res.stderr
+                text = html.read_text(encoding="utf-8") if args[-1] == html else res.stdout
+                got.append(re.sub(r"generated \S+ by", "", text))
+        return got
+
+    fast = outputs()
+    with monkeypatch.context() as m:
+        m.setattr(recorded, "_score_lines", None)
+        m.setattr(json_text, "_indented", None)
+        assert outputs() == fast
+    assert '"layer": "retrieval"' in fast[0] and "retrieval" in fast[1] and "<html" in fast[2]
+
+
+def test_a_report_of_a_run_killed_mid_line_drops_it_and_a_line_cut_before_others_is_an_error(runs, tmp_path):
+    """The commands read a run in columns as `load_run(...).scores` reads it: a last line cut short by a
+    killed run is dropped (the report is the one of the lines before it), a line cut short with others
+    after it is an error naming the file and the line (exit 2); before, both were a traceback."""
+    src = runs["native"]
+    lines = _lines(src)
+    whole = ragbridge_cli("report", src, "--format", "md", "--out", "-")
+    cut, middle = tmp_path / "cut", tmp_path / "middle"
+    for folder, text in ((cut, "\n".join(lines[:-1]) + "\n" + lines[-1][:37]),
+                         (middle, "\n".join(lines[:5] + [lines[5][:37]] + lines[6:]) + "\n")):
+        shutil.copytree(src, folder)
+        (folder / "columns.npz").unlink(missing_ok=True)
+        (folder / "scores.jsonl").write_text(text, encoding="utf-8")
+    res = ragbridge_cli("report", cut, "--format", "md", "--out", "-")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.replace(str(cut), "R") != whole.stdout.replace(str(src), "R")  # one score fewer
+    assert len(load_run(cut).scores) == len(lines) - 1
+    res = ragbridge_cli("report", middle, "--format", "md", "--out", "-")
+    said = " ".join(res.stderr.split())
+    assert res.returncode == 2 and f"{middle / 'scores.jsonl'}:6: not valid JSON" in said, res.stderr[-2000:]

@@ -2,8 +2,11 @@
 writes, the same characters, by the C encoder: `plain_json` for a value (each dict or list of plain
 values in one call) and `rows_text` for a list's rows (dicts of plain values and lists of them, a
 thousand cases' rows in one call: marks for the encoder's separators, then the line breaks and
-indents of their level). The JSON outputs (`ragbridge.report.text.json_chunks`) and the scratch copies
-of diagnoses (`ragbridge.analysis.rows.Spool`) write through them; nothing of ragbridge is imported.
+indents of their level). `plain_json_utf8` writes `plain_json`'s text as UTF-8 in one C call
+(``ragbridge._json_text``, where the package was built with it) for a value however nested. The JSON
+outputs (`ragbridge.report.text.json_chunks`) and the scratch copies of diagnoses
+(`ragbridge.analysis.rows.Spool`) write through them; nothing of ragbridge is imported but that C
+module.
 """
 
 from __future__ import annotations
@@ -14,7 +17,23 @@ import re
 from json.encoder import c_make_encoder, encode_basestring
 from typing import Any, Callable
 
-__all__ = ["plain_json", "is_row", "rows_text"]
+try:  # built with the package where a C compiler was found: plain_json's text, in one call
+    from ._json_text import indented as _indented
+except ImportError:  # pragma: no cover - the package built without it
+    _indented = None
+
+__all__ = ["plain_json", "plain_json_utf8", "is_row", "rows_text"]
+
+
+def plain_json_utf8(o: Any) -> bytes:
+    """``plain_json(o).encode("utf-8")``: the same bytes and the same errors (TypeError or ValueError
+    for a value that is not plain, UnicodeEncodeError for half a surrogate pair), written in one C
+    call where the package was built with it."""
+    if _indented is not None:
+        got = _indented(o, 0, encode_basestring)
+        if got is not None:
+            return got
+    return plain_json(o).encode("utf-8")
 
 
 def plain_json(o: Any, level: int = 0) -> str:

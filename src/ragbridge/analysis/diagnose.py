@@ -54,6 +54,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
+from ..formats.files import no_cycle_collection
 from ..metrics import CLAIM_DIAGNOSTICS, JUDGED, NOTHING_RETRIEVED, RAGCHECKER, find, half_of
 from ..metrics import METRICS as CANONICAL
 from ..native.ranking import METRICS, NEEDS_K, missed_labels, prepare, reasons
@@ -257,14 +258,15 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
     at = np.full(len(index), -1, np.int64)
     spool = Spool(CaseDiagnosis.to_dict, _from_dict) if as_text else Spool()
     seen: dict[tuple[str, str], float] = {}  # each (backend, metric)'s pass mark, looked up once
-    for batch in cols.case_batches(np.flatnonzero(failing), views=True):
-        for i, case, scores in batch:
-            d = _diagnose_case(case, scores, th, human.get(case.id, {}), in_run, k, seen, spans)
-            if d is None:  # a human label it fails names no metric in a way that fails (cannot happen)
-                continue
-            codes[i] = LAYERS.index(d.layer)
-            at[i] = len(spool)
-            spool.add(d)
+    with no_cycle_collection():  # a batch's cases, scores and diagnoses: many objects, no cycle
+        for batch in cols.case_batches(np.flatnonzero(failing), views=True):
+            for i, case, scores in batch:
+                d = _diagnose_case(case, scores, th, human.get(case.id, {}), in_run, k, seen, spans)
+                if d is None:  # a human label it fails names no metric in a way that fails (cannot happen)
+                    continue
+                codes[i] = LAYERS.index(d.layer)
+                at[i] = len(spool)
+                spool.add(d)
     by_tag = _counts(index, codes)
     return Diagnosis(run=str(run.path) if run.path else "", n_cases=n, cases=spool.rows(), by_tag=by_tag,
                      _texts=spool.texts() if as_text else None,

@@ -16,7 +16,7 @@ import tempfile
 from array import array
 from typing import Any, Callable, Iterator, Optional
 
-from ..json_text import plain_json
+from ..json_text import plain_json, plain_json_utf8
 
 __all__ = ["Rows", "Spool", "BLOCK", "plain_json"]
 
@@ -96,7 +96,7 @@ class Spool:
         data = None
         if self._plain is not None:
             try:
-                data = plain_json(self._plain(record)).encode("utf-8")
+                data = plain_json_utf8(self._plain(record))
             except (TypeError, ValueError):  # not plain JSON values (or half a surrogate pair)
                 pass
         self._json.append(data is not None)

@@ -32,11 +32,24 @@
  *   "question": Q[, "relevant": {L: G, ...}]} (those keys, in that order) whose chunks are the ids
  *   `joined` by line breaks, where I, Q and each L are ASCII str that print with no quote or
  *   backslash and each G an int; else None (record_line writes it).
+ * score_lines(lines, max_repeat[, cls, fields_sets]): per line of scores.jsonl (bytes, no line
+ *   break) written as a run writes it (ragbridge.run.folder.score_json: the fields of
+ *   ragbridge.schema.Score in their order, compact, the optional repeat, not_run, cost and cached
+ *   after evidence), with ids that are ASCII, print and have no space at either end, strings without
+ *   escape or control character (UTF-8 beyond ASCII), numbers without a sign (value at most 1,
+ *   every float finite, counts and repeat whole, repeat below max_repeat), evidence null, no repeats
+ *   summary and a native_value that is null, a boolean, a string or a number: the dict of its fields
+ *   (every field, the defaults of those left out), or with `cls` the model made of it
+ *   (model_construct's steps, its fields set fields_sets[mask]); None for any other line (the
+ *   Python steps read it, and give the same for a line this takes). Also, a byte a line, which
+ *   optional fields it gives (mask bits 0 to 3). Numbers are read as Python reads them, correctly
+ *   rounded (Clinger's exact case, else PyOS_string_to_double).
  */
 #define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 
 /* The ASCII text of `s`, or NULL with a ValueError. */
@@ -725,6 +738,403 @@ ids_line(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+
+/* ---- score lines: a line of scores.jsonl as a run writes it ---------------------------------- */
+
+/* The fields of a score in the order of ragbridge.schema.Score (its dict's keys, made once). */
+#define N_SCORE_FIELDS 19
+static const char *const SCORE_FIELDS[N_SCORE_FIELDS] = {
+    "case_id", "metric", "backend", "value", "native_metric", "native_value", "passed", "reason", "error",
+    "judge_calls", "prompt_tokens", "completion_tokens", "seconds", "evidence", "repeat", "not_run", "cost",
+    "repeats", "cached"};
+static PyObject *SCORE_KEYS[N_SCORE_FIELDS], *ZERO, *EMPTY_TUPLE, *NAME_DICT, *NAME_FIELDS_SET, *NAME_EXTRA,
+    *NAME_PRIVATE;
+enum { F_CASE, F_METRIC, F_BACKEND, F_VALUE, F_NATIVE_METRIC, F_NATIVE_VALUE, F_PASSED, F_REASON, F_ERROR,
+       F_JUDGE_CALLS, F_PROMPT, F_COMPLETION, F_SECONDS, F_EVIDENCE, F_REPEAT, F_NOT_RUN, F_COST, F_REPEATS,
+       F_CACHED };
+
+/* A value read, or why not: REFUSED (the line is not one this reader takes: the Python steps read it),
+ * FAILED (an exception is set). */
+static PyObject REFUSED_, FAILED_;
+#define REFUSED (&REFUSED_)
+#define FAILED (&FAILED_)
+
+/* A JSON string at s[*at] (its opening quote): every byte from 0x20 up but the quote and the backslash
+ * (no escape), as a str (UTF-8 beyond ASCII, decoded strictly); `id`: an id as the id rule leaves it
+ * in ASCII (printing, not empty, no space at either end). */
+static PyObject *
+score_str(const char *s, Py_ssize_t n, Py_ssize_t *at, int id)
+{
+    Py_ssize_t p = *at;
+    if (p >= n || s[p] != '"')
+        return REFUSED;
+    Py_ssize_t a = ++p;
+    int ascii = 1;
+    while (p < n) {
+        unsigned char c = (unsigned char)s[p];
+        if (c == '"')
+            break;
+        if (c < 0x20 || c == '\\')
+            return REFUSED;
+        if (c >= 0x7f) {
+            if (id)
+                return REFUSED;
+            ascii &= c < 0x80;
+        }
+        p++;
+    }
+    if (p >= n)
+        return REFUSED;
+    if (id && (p == a || s[a] == ' ' || s[p - 1] == ' '))
+        return REFUSED;
+    *at = p + 1;
+    PyObject *out;
+    if (ascii) {
+        out = ascii_str(s + a, p - a);
+    } else {
+        out = PyUnicode_DecodeUTF8(s + a, p - a, NULL);
+        if (out == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+            PyErr_Clear();
+            return REFUSED;
+        }
+    }
+    return out == NULL ? FAILED : out;
+}
+
+/* The powers of ten a double holds exactly. */
+static const double POW10[23] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12,
+                                 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* A JSON number without a sign at s[*at], `0` or digits not starting with 0, then a fraction and an
+ * exponent if any, at most 40 characters: its double (finite, else REFUSED) in *value, and whether it
+ * is an integer (digits alone) in *integer. */
+static int
+score_number(const char *s, Py_ssize_t n, Py_ssize_t *at, double *value, int *integer)
+{
+    Py_ssize_t p = *at, a = p;
+    if (p >= n || s[p] < '0' || s[p] > '9')
+        return 0;
+    if (s[p] == '0')
+        p++;
+    else
+        while (p < n && s[p] >= '0' && s[p] <= '9')
+            p++;
+    *integer = 1;
+    if (p < n && s[p] == '.') {
+        Py_ssize_t d = ++p;
+        while (p < n && s[p] >= '0' && s[p] <= '9')
+            p++;
+        if (p == d)
+            return 0;
+        *integer = 0;
+    }
+    if (p < n && (s[p] == 'e' || s[p] == 'E')) {
+        p++;
+        if (p < n && (s[p] == '+' || s[p] == '-'))
+            p++;
+        Py_ssize_t d = p;
+        while (p < n && s[p] >= '0' && s[p] <= '9')
+            p++;
+        if (p == d)
+            return 0;
+        *integer = 0;
+    }
+    /* Clinger's fast path: a significand of at most 19 digits below 2**53 and a power of ten of at
+     * most 22 either way make the double in one correctly rounded multiplication or division; any
+     * other number goes through Python's own correctly rounded reading */
+    uint64_t m = 0;
+    int digits = 0, e10 = 0, slow = 0;
+    Py_ssize_t q = a;
+    for (; q < p && s[q] != '.' && s[q] != 'e' && s[q] != 'E'; q++) {
+        if (m == 0 && s[q] == '0')
+            continue;
+        if (digits++ < 19)
+            m = m * 10 + (uint64_t)(s[q] - '0');
+        else
+            slow = 1;
+    }
+    if (q < p && s[q] == '.') {
+        for (q++; q < p && s[q] != 'e' && s[q] != 'E'; q++) {
+            if (m == 0 && s[q] == '0') {
+                e10--;
+                continue;
+            }
+            if (digits++ < 19) {
+                m = m * 10 + (uint64_t)(s[q] - '0');
+                e10--;
+            } else
+                slow = 1;
+        }
+    }
+    if (q < p) { /* the exponent */
+        int sign = 1, e = 0;
+        q++;
+        if (s[q] == '+' || s[q] == '-')
+            sign = s[q++] == '-' ? -1 : 1;
+        for (; q < p; q++) {
+            if (e < 10000)
+                e = e * 10 + (s[q] - '0');
+        }
+        e10 += sign * e;
+    }
+    if (!slow && m <= (1ULL << 53) && e10 >= -22 && e10 <= 22) {
+        *value = m == 0 ? 0.0 : e10 >= 0 ? (double)m * POW10[e10] : (double)m / POW10[-e10];
+        *at = p;
+        return 1;
+    }
+    char buf[48];
+    if (p - a > 40)
+        return 0;
+    memcpy(buf, s + a, p - a);
+    buf[p - a] = '\0';
+    char *end;
+    double v = PyOS_string_to_double(buf, &end, NULL);
+    if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (end != buf + (p - a) || !isfinite(v))
+        return 0;
+    *value = v;
+    *at = p;
+    return 1;
+}
+
+/* A float field: a number (an integer taken as its float, as a strict float field takes it). */
+static PyObject *
+score_float(const char *s, Py_ssize_t n, Py_ssize_t *at, int nullable, double top)
+{
+    if (nullable && take(s, n, at, "null"))
+        return Py_NewRef(Py_None);
+    double v;
+    int integer;
+    if (!score_number(s, n, at, &v, &integer) || v > top)
+        return REFUSED;
+    PyObject *out = PyFloat_FromDouble(v);
+    return out == NULL ? FAILED : out;
+}
+
+/* A count: a JSON integer from 0, at most 18 digits, below `top`. */
+static PyObject *
+score_count(const char *s, Py_ssize_t n, Py_ssize_t *at, long long top)
+{
+    Py_ssize_t p = *at, a = p;
+    long long v = 0;
+    while (p < n && s[p] >= '0' && s[p] <= '9' && p - a < 18)
+        v = v * 10 + (s[p++] - '0');
+    if (p == a || (s[a] == '0' && p - a > 1) || (p < n && s[p] >= '0' && s[p] <= '9') || v >= top)
+        return REFUSED;
+    *at = p;
+    PyObject *out = PyLong_FromLongLong(v);
+    return out == NULL ? FAILED : out;
+}
+
+static PyObject *
+score_bool(const char *s, Py_ssize_t n, Py_ssize_t *at, int nullable)
+{
+    if (take(s, n, at, "true"))
+        return Py_NewRef(Py_True);
+    if (take(s, n, at, "false"))
+        return Py_NewRef(Py_False);
+    if (nullable && take(s, n, at, "null"))
+        return Py_NewRef(Py_None);
+    return REFUSED;
+}
+
+static PyObject *
+score_text(const char *s, Py_ssize_t n, Py_ssize_t *at)
+{
+    if (take(s, n, at, "null"))
+        return Py_NewRef(Py_None);
+    return score_str(s, n, at, 0);
+}
+
+/* native_value: null, a boolean, a string or a number without a sign (an int for digits alone, at
+ * most 18 of them, as JSON reads them into Python). */
+static PyObject *
+score_any(const char *s, Py_ssize_t n, Py_ssize_t *at)
+{
+    if (*at < n && s[*at] == '"')
+        return score_str(s, n, at, 0);
+    if (*at < n && (s[*at] == 't' || s[*at] == 'f' || s[*at] == 'n'))
+        return score_bool(s, n, at, 1);
+    Py_ssize_t a = *at;
+    double v;
+    int integer;
+    if (!score_number(s, n, at, &v, &integer))
+        return REFUSED;
+    PyObject *out;
+    if (integer) {
+        if (*at - a > 18)
+            return REFUSED;
+        long long k = 0;
+        for (Py_ssize_t p = a; p < *at; p++)
+            k = k * 10 + (s[p] - '0');
+        out = PyLong_FromLongLong(k);
+    } else {
+        out = PyFloat_FromDouble(v);
+    }
+    return out == NULL ? FAILED : out;
+}
+
+/* The dict of a score line s[0:n] as a run writes it, its fields in `Score`'s order with the
+ * defaults of those left out, and in *mask which of repeat, not_run, cost and cached it gives (bits 0
+ * to 3); REFUSED for any other line, FAILED on an error. */
+static PyObject *
+score_line(const char *s, Py_ssize_t n, long long max_repeat, int *mask)
+{
+    static const char *const HEADS[13] = {
+        "{\"case_id\":", ",\"metric\":", ",\"backend\":", ",\"value\":", ",\"native_metric\":",
+        ",\"native_value\":", ",\"passed\":", ",\"reason\":", ",\"error\":", ",\"judge_calls\":",
+        ",\"prompt_tokens\":", ",\"completion_tokens\":", ",\"seconds\":"};
+    static const char *const OPTIONAL[4] = {",\"repeat\":", ",\"not_run\":", ",\"cost\":", ",\"cached\":"};
+    static const int OPTIONAL_FIELD[4] = {F_REPEAT, F_NOT_RUN, F_COST, F_CACHED};
+    PyObject *v[N_SCORE_FIELDS] = {NULL};
+    PyObject *out = REFUSED;
+    Py_ssize_t at = 0;
+    for (int f = 0; f <= F_SECONDS; f++) {
+        if (!take(s, n, &at, HEADS[f]))
+            goto done;
+        PyObject *got;
+        switch (f) {
+        case F_CASE: case F_METRIC: case F_BACKEND:
+            got = score_str(s, n, &at, 1);
+            break;
+        case F_VALUE:
+            got = score_float(s, n, &at, 1, 1.0);
+            break;
+        case F_NATIVE_VALUE:
+            got = score_any(s, n, &at);
+            break;
+        case F_PASSED:
+            got = score_bool(s, n, &at, 1);
+            break;
+        case F_JUDGE_CALLS: case F_PROMPT: case F_COMPLETION:
+            got = score_count(s, n, &at, 1000000000000000000LL);
+            break;
+        case F_SECONDS:
+            got = score_float(s, n, &at, 0, INFINITY);
+            break;
+        default: /* native_metric, reason, error */
+            got = score_text(s, n, &at);
+        }
+        if (got == REFUSED || got == FAILED) {
+            out = got;
+            goto done;
+        }
+        v[f] = got;
+    }
+    if (!take(s, n, &at, ",\"evidence\":null"))
+        goto done;
+    *mask = 0;
+    for (int k = 0; k < 4; k++) {
+        if (!take(s, n, &at, OPTIONAL[k]))
+            continue;
+        PyObject *got;
+        if (k == 0)
+            got = score_count(s, n, &at, max_repeat);
+        else if (k == 2)
+            got = score_float(s, n, &at, 1, INFINITY);
+        else
+            got = score_bool(s, n, &at, 0);
+        if (got == REFUSED || got == FAILED) {
+            out = got;
+            goto done;
+        }
+        v[OPTIONAL_FIELD[k]] = got;
+        *mask |= 1 << k;
+    }
+    if (at != n - 1 || s[at] != '}')
+        goto done;
+    PyObject *d = _PyDict_NewPresized(N_SCORE_FIELDS);
+    if (d == NULL) {
+        out = FAILED;
+        goto done;
+    }
+    for (int f = 0; f < N_SCORE_FIELDS; f++) {
+        /* the defaults of those left out: repeat 0, not_run and cached False, the rest None */
+        PyObject *value = v[f] != NULL ? v[f] : f == F_REPEAT ? ZERO : f == F_NOT_RUN || f == F_CACHED
+                          ? Py_False : Py_None;
+        if (PyDict_SetItem(d, SCORE_KEYS[f], value) < 0) {
+            Py_DECREF(d);
+            out = FAILED;
+            goto done;
+        }
+    }
+    out = d;
+done:
+    for (int f = 0; f < N_SCORE_FIELDS; f++)
+        Py_XDECREF(v[f]);
+    return out;
+}
+
+/* An instance of `cls` (a pydantic model) holding the fields `d` (every field, checked), with
+ * `given` (a frozenset) as the fields set: the steps of pydantic's `model_construct`, each attribute
+ * set as `object.__setattr__` sets it. */
+static PyObject *
+made_model(PyObject *cls, PyObject *d, PyObject *given)
+{
+    PyObject *obj = PyBaseObject_Type.tp_new((PyTypeObject *)cls, EMPTY_TUPLE, NULL);
+    PyObject *fields_set = obj != NULL ? PySet_New(given) : NULL;
+    if (fields_set == NULL || PyObject_GenericSetAttr(obj, NAME_DICT, d) < 0
+        || PyObject_GenericSetAttr(obj, NAME_FIELDS_SET, fields_set) < 0
+        || PyObject_GenericSetAttr(obj, NAME_EXTRA, Py_None) < 0
+        || PyObject_GenericSetAttr(obj, NAME_PRIVATE, Py_None) < 0) {
+        Py_XDECREF(obj);
+        obj = NULL;
+    }
+    Py_XDECREF(fields_set);
+    return obj;
+}
+
+static PyObject *
+score_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long max_repeat;
+    if ((nargs != 2 && nargs != 4) || !PyList_Check(args[0]) || !PyLong_Check(args[1])
+        || ((max_repeat = PyLong_AsLongLong(args[1])) == -1 && PyErr_Occurred())
+        || (nargs == 4 && (!PyType_Check(args[2]) || !PyTuple_Check(args[3]) || PyTuple_GET_SIZE(args[3]) != 16))) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "score_lines(lines, max_repeat[, cls, fields_sets]) takes a list, "
+                        "an int, a class and a tuple of 16 frozensets");
+        return NULL;
+    }
+    PyObject *lines = args[0], *cls = nargs == 4 ? args[2] : NULL;
+    Py_ssize_t count = PyList_GET_SIZE(lines);
+    PyObject *out = PyList_New(count);
+    PyObject *masks = PyBytes_FromStringAndSize(NULL, count);
+    if (out == NULL || masks == NULL)
+        goto fail;
+    char *m = PyBytes_AS_STRING(masks);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *line = PyList_GET_ITEM(lines, i);
+        if (!PyBytes_Check(line)) {
+            PyErr_SetString(PyExc_TypeError, "score_lines: each line is bytes");
+            goto fail;
+        }
+        int mask = 0;
+        PyObject *got = score_line(PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line), max_repeat, &mask);
+        if (got == FAILED)
+            goto fail;
+        if (got == REFUSED) {
+            got = Py_NewRef(Py_None);
+        } else if (cls != NULL) {
+            PyObject *obj = made_model(cls, got, PyTuple_GET_ITEM(args[3], mask));
+            Py_DECREF(got);
+            if (obj == NULL)
+                goto fail;
+            got = obj;
+        }
+        PyList_SET_ITEM(out, i, got);
+        m[i] = (char)mask;
+    }
+    return Py_BuildValue("(NN)", out, masks);
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(masks);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"split_pairs", (PyCFunction)(void (*)(void))split_pairs, METH_FASTCALL,
      "split_pairs(body, between, middle): (ids, texts) of an ASCII body of chunks, or None."},
@@ -747,6 +1157,10 @@ static PyMethodDef methods[] = {
     {"ids_line", (PyCFunction)(void (*)(void))ids_line, METH_FASTCALL,
      "ids_line(record, joined): the canonical line of a record of plain ranking fields whose chunk ids "
      "are `joined`, or None."},
+    {"score_lines", (PyCFunction)(void (*)(void))score_lines, METH_FASTCALL,
+     "score_lines(lines, max_repeat[, cls, fields_sets]): per line of scores.jsonl (bytes) as a run "
+     "writes it its fields' dict (with cls: the model made of them), else None; and which optional "
+     "fields each gives, a byte a line."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -760,5 +1174,15 @@ PyInit__columns(void)
 {
     for (int c = 0; c < 256; c++)
         NOT_ID[c] = c < 0x20 || c >= 0x7f || c == '"' || c == '\\';
+    for (int f = 0; f < N_SCORE_FIELDS; f++) {
+        if ((SCORE_KEYS[f] = PyUnicode_InternFromString(SCORE_FIELDS[f])) == NULL)
+            return NULL;
+    }
+    if ((ZERO = PyLong_FromLong(0)) == NULL || (EMPTY_TUPLE = PyTuple_New(0)) == NULL
+        || (NAME_DICT = PyUnicode_InternFromString("__dict__")) == NULL
+        || (NAME_FIELDS_SET = PyUnicode_InternFromString("__pydantic_fields_set__")) == NULL
+        || (NAME_EXTRA = PyUnicode_InternFromString("__pydantic_extra__")) == NULL
+        || (NAME_PRIVATE = PyUnicode_InternFromString("__pydantic_private__")) == NULL)
+        return NULL;
     return PyModule_Create(&module);
 }

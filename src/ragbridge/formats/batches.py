@@ -277,7 +277,9 @@ class CaseBatch(_Sequence):
         itself where the batch holds one."""
         if self._records is None or self._cases[i] is not None:
             return self[i]
-        return CaseView(self._records[i], *self._columns(i))
+        if self._chunk_ids is None:
+            return CaseView(self._records[i])
+        return CaseView(self._records[i], self._chunk_ids[i], self._text_column(i))
 
     def head(self, i: int) -> dict[str, Any]:
         """Case ``i``'s canonical record, as it is held: a record whose chunks are columns without them."""
@@ -343,8 +345,8 @@ class CaseView:
     chunks are models validated one by one): what reads many cases back (a diagnosis, a report of
     every case) reads. ``case()`` gives the `Case`."""
 
-    def __init__(self, record: dict[str, Any], chunk_ids: Optional[list[str]] = None,
-                 texts: Optional[list[str]] = None):
+    def __init__(self, record: dict[str, Any], chunk_ids: Any = None, texts: Optional[list[str]] = None):
+        # the chunk ids as a list, or joined by line breaks (split when first read: `id_list`)
         self._record, self._ids, self._texts = record, chunk_ids, texts
         self._contexts: Optional[list[ChunkView]] = None
         self._spans: Optional[list] = None
@@ -361,9 +363,10 @@ class CaseView:
     @property
     def contexts(self) -> list[ChunkView]:
         if self._contexts is None:
-            if self._ids is not None:
-                texts = self._texts if self._texts is not None else repeat("", len(self._ids))
-                self._contexts = [ChunkView(cid, text) for cid, text in zip(self._ids, texts)]
+            ids = self.chunk_ids
+            if ids is not None:
+                texts = self._texts if self._texts is not None else repeat("", len(ids))
+                self._contexts = [ChunkView(cid, text) for cid, text in zip(ids, texts)]
             else:
                 self._contexts = [ChunkView(**c) for c in self._record.get("contexts", ())]
         return self._contexts
@@ -372,6 +375,8 @@ class CaseView:
     def chunk_ids(self) -> Optional[list[str]]:
         """The chunks' ids where the case holds its chunks as columns (ids, texts: no other field of a
         chunk), without a `ChunkView` made a chunk; None otherwise (read `contexts`)."""
+        if type(self._ids) is str:
+            self._ids = id_list(self._ids)
         return self._ids
 
     @property
@@ -383,7 +388,7 @@ class CaseView:
         return self._spans
 
     def case(self) -> Case:
-        return Case.model_validate(with_chunks(self._record, self._ids, self._texts))
+        return Case.model_validate(with_chunks(self._record, self.chunk_ids, self._texts))
 
 
 _ID, _QUESTION, _RELEVANT = itemgetter("id"), itemgetter("question"), methodcaller("get", "relevant")

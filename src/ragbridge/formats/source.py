@@ -26,8 +26,6 @@ from the first read.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 import shutil
 import tempfile
@@ -37,7 +35,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Optional, Sequen
 
 from ..schema import Case
 from . import load_cases, reading_format
-from .files import DatasetError, jsonl_lines, sweep_temporaries, temporary
+from .files import DatasetError, jsonl_lines, no_cycle_collection, sweep_temporaries, temporary
 from .corpus import Corpus, SpanPlacer, place_cases
 from .batches import CaseBatch, Fingerprint, SeenCaseIds, batch_from_records
 from .input_check import RETRIEVAL, InputCheck, InputWarning
@@ -204,7 +202,7 @@ def open_cases(
     fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     frames = tempfile.TemporaryFile(prefix=".tmp-batches-", dir=here)
     try:
-        with os.fdopen(fd, "wb") as out, _no_cycle_collection():
+        with os.fdopen(fd, "wb") as out, no_cycle_collection():
             source = _check_records(lines, path, out, frames, batch_size, progress, SpanPlacer(corpus))
     except BaseException:
         scratch.unlink(missing_ok=True)
@@ -219,20 +217,6 @@ def open_cases(
         source._frames = frames
     source.path = path
     return source
-
-
-@contextlib.contextmanager
-def _no_cycle_collection() -> Iterator[None]:
-    """The cyclic garbage collector held off while a golden set is read: reading makes lists, dicts
-    and strings by the million and no reference cycle, so the collector's passes over a batch in
-    memory find nothing (about a tenth of the reading's time on a large set); on as before after."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _check_records(records: Iterable[tuple[int, Any]], path: Path, out, frames, batch_size: int, progress,

@@ -429,15 +429,20 @@ class Column:
     def scores(self, indices: Sequence[int]) -> list[Optional[Score]]:
         """The `Score` of cases ``indices`` (None where missing), read back: a case with repeats as
         its mean over them (`ragbridge.run.repeats.collapse_repeats`)."""
-        indices = [int(i) for i in indices]
+        at = np.asarray(indices, np.int64).reshape(-1)
         rep = self.repeats
-        plain = [i for i in indices if self.status[i] != MISSING and (rep is None or not rep.collapsed[i])]
-        got: dict[int, Optional[Score]] = dict(zip(plain, self._store.scores(
-            [int(self.places[i]) for i in plain])))
-        for i in indices:
-            if i not in got and self.status[i] != MISSING and rep is not None and rep.collapsed[i]:
-                got[i] = self._collapsed(i)
-        return [self._named(got.get(i)) for i in indices]
+        present = self.status[at] != MISSING
+        plain = present & ~rep.collapsed[at] if rep is not None else present
+        out: list[Optional[Score]] = [None] * len(at)
+        where = np.flatnonzero(plain).tolist()
+        for k, s in zip(where, self._store.scores(self.places[at[plain]].tolist())):
+            out[k] = s
+        if rep is not None:
+            for k in np.flatnonzero(present & ~plain).tolist():
+                out[k] = self._collapsed(int(at[k]))
+        if self.backend is not None and any(s is not None and s.backend != self.backend for s in out):
+            out = [self._named(s) for s in out]
+        return out
 
     def _named(self, s: Optional[Score]) -> Optional[Score]:
         """``s`` under this column's backend name (runs joined side by side rename a backend)."""

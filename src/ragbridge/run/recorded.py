@@ -23,8 +23,10 @@ The score cache's entries are read by `score_from_line` too (one that fails is a
 
 In columns (`read_columns`: what every analysis and report reads, `ragbridge.run.columns`): the
 same files a block of lines at a time, nothing held but the columns; a score line as a run writes it
-is checked by `_plain_fields` (the checks of `score_from_line`'s quick path, on the parsed line), any
-other line by `score_from_line` itself, so both readings accept and refuse exactly the same lines.
+is checked by the C reader (`ragbridge.formats._columns.score_lines`, where the package was built
+with it) or by `_plain_fields` (the checks of `score_from_line`'s quick path, on the parsed line),
+any other line by `score_from_line` itself, so the readings accept and refuse exactly the same
+lines; the scores an output names are read back the same way (`scores_from_lines`).
 
 Size: the two readings of a run folder (a line at a time into objects, a block at a time into
 columns) are kept in one module with the checks they share, so that neither can accept what the
@@ -45,7 +47,8 @@ import numpy as np
 import pydantic_core
 from pydantic import ValidationError
 
-from ..formats.files import DatasetError, check_parsed, jsonl_lines, parse_json
+from ..formats.files import (DatasetError, check_parsed, jsonl_lines, no_cycle_collection, parse_json,
+                             parse_line)
 from ..formats.plain_records import good_id
 from ..schema import Case, RunManifest, Score, clean_id
 from ..limits import MAX_REPEATS  # a recorded repeat index is below it
@@ -54,12 +57,18 @@ from .case_ids import CaseIds
 from .columns import (ERROR, NOT_RUN, SCORED, UNDEFINED, CaseIndex, ColumnsBuilder, RunColumns, ScoreStore,
                       digests, golden_digest)
 
-__all__ = ["STATUSES", "score_from_line", "read_scores", "read_manifest", "read_columns", "read_case_index",
-           "FileStore"]
+try:  # built with the package where a C compiler was found: score lines as a run writes them, in C
+    from ..formats._columns import score_lines as _score_lines
+except ImportError:  # pragma: no cover - the package built without it
+    _score_lines = None
+
+__all__ = ["STATUSES", "score_from_line", "scores_from_lines", "read_scores", "read_manifest", "read_columns",
+           "read_case_index", "FileStore"]
 
 #: what ``run.json``'s ``status`` may say
 STATUSES = ("running", "complete", "interrupted", "incomplete", "dry-run")
 
+_LINE_HINT = "each line must be one JSON object"  # `jsonl_lines`' (what `read_scores` reads with)
 _SCORES_HINT = ("a run writes every score so: restore the file, or score the cases again into a "
                 "fresh run folder")
 _MANIFEST_HINT = ("a run writes its run.json so: restore the file, or score the cases again into a "
@@ -204,6 +213,29 @@ def _good_name(name: str) -> bool:
             _NAMES.add(name)
         return True
     return False
+
+
+def scores_from_lines(lines: list[bytes]) -> list[Score]:
+    """`score_from_line` of each of ``lines`` (UTF-8 bytes without their line break): the same scores
+    and the same errors. A line as a run writes it is read by the C reader (`_columns.score_lines`,
+    whose checks are the quick path's) and its `Score` made of the fields it checked, without
+    pydantic's reading of them (``model_construct``'s steps, the fields set those the line gives); any
+    other line is read by `score_from_line`."""
+    if _score_lines is None:  # pragma: no cover - the package built without the C reader
+        return [score_from_line(raw.decode("utf-8")) for raw in lines]
+    made, _ = _score_lines(lines, MAX_REPEATS, Score, _FIELDS_SET)
+    if None in made:
+        made = [s if s is not None else score_from_line(raw.decode("utf-8")) for s, raw in zip(made, lines)]
+    return made
+
+
+#: the fields a line as a run writes it gives (`Score.model_fields_set`), by which of the optional
+#: ones it gives (bits 0 to 3: repeat, not_run, cost, cached; `_columns.score_lines`)
+_FIELDS_SET = tuple(frozenset(("case_id", "metric", "backend", "value", "native_metric", "native_value",
+                               "passed", "reason", "error", "judge_calls", "prompt_tokens",
+                               "completion_tokens", "seconds", "evidence"))
+                    | {k for bit, k in enumerate(("repeat", "not_run", "cost", "cached")) if mask >> bit & 1}
+                    for mask in range(16))
 
 
 def _score_checked(text: str) -> Score:
@@ -475,7 +507,7 @@ class FileStore(ScoreStore):
     def scores(self, places: Sequence[int]) -> list[Score]:
         with open(self.path, "rb") as f:
             lines = lines_at(f, places)
-        got = {at: score_from_line(raw.decode("utf-8")) for at, raw in lines.items()}
+        got = dict(zip(lines, scores_from_lines(list(lines.values()))))
         return [got[p] for p in places]
 
 
@@ -639,21 +671,22 @@ def read_columns(folder: Path, pass_at_least: Optional[int] = None) -> RunColumn
                        lambda *index: _index_over(folder / "cases.jsonl", *index))
     if copied is not None:
         return copied
-    cases = read_case_index(folder / "cases.jsonl")
-    builder = ColumnsBuilder(cases, FileStore(path))
-    dropped = 0
-    if path.exists():
-        bad: list[DatasetError] = []
-        for block in _file_lines(path):
+    with no_cycle_collection():  # millions of small objects, no cycle: the collector's passes find nothing
+        cases = read_case_index(folder / "cases.jsonl")
+        builder = ColumnsBuilder(cases, FileStore(path))
+        dropped = 0
+        if path.exists():
+            bad: list[DatasetError] = []
+            for block in _file_lines(path):
+                if bad:
+                    raise bad[0]  # a line that cannot be read, with scores after it: not a cut last line
+                _read_block(block, path, builder, bad)
+                builder.flush()
             if bad:
-                raise bad[0]  # a line that cannot be read, with scores after it: not a cut last line
-            _read_block(block, path, builder, bad)
-            builder.flush()
-        if bad:
-            if len(bad) > 1 or not _cut_short(path, bad[0]):
-                raise bad[0]
-            dropped = 1
-    got = builder.finish(pass_at_least)
+                if len(bad) > 1 or not _cut_short(path, bad[0]):
+                    raise bad[0]
+                dropped = 1
+        got = builder.finish(pass_at_least)
     got.dropped = dropped
     save_copy(folder, got, keys, pass_at_least)
     return got
@@ -661,26 +694,39 @@ def read_columns(folder: Path, pass_at_least: Optional[int] = None) -> RunColumn
 
 def _read_block(block: list[tuple[int, int, bytes]], path: Path, builder: ColumnsBuilder,
                 bad: list[DatasetError]) -> None:
-    """Put a block of score lines in columns: parsed at once and each checked as a run writes it, any
-    other line (or a block that does not parse) field by field (`score_from_line`)."""
-    try:
-        parsed = pydantic_core.from_json(b"[" + b",".join(raw for _, _, raw in block) + b"]")
-    except ValueError:
-        parsed = None
-    if type(parsed) is not list or len(parsed) != len(block):
-        parsed = [None] * len(block)
-    named = [d.get("case_id") if type(d) is dict else None for d in parsed]
+    """Put a block of score lines in columns: each line as a run writes it read by the C reader
+    (`_columns.score_lines`: the checks of `score_from_line`'s quick path), the others parsed at once
+    and checked as a run writes them (`_plain_fields`), any other line (or lines that do not parse)
+    field by field (`score_from_line`)."""
+    raws = [raw for _, _, raw in block]
+    written = _score_lines(raws, MAX_REPEATS)[0] if _score_lines is not None else [None] * len(block)
+    parsed: list = [None] * len(block)
+    rest = [k for k, w in enumerate(written) if w is None]
+    if rest:
+        try:
+            got = pydantic_core.from_json(b"[" + b",".join(raws[k] for k in rest) + b"]")
+        except ValueError:
+            got = None
+        if type(got) is list and len(got) == len(rest):
+            for k, d in zip(rest, got):
+                parsed[k] = d
+    named = [w["case_id"] if w is not None else d.get("case_id") if type(d) is dict else None
+             for w, d in zip(written, parsed)]
     found = builder.cases.find([c if type(c) is str else "" for c in named]).tolist()
     add = builder.add_fast
-    for (n, at, raw), d, i in zip(block, parsed, found):
+    for (n, at, raw), w, d, i in zip(block, written, parsed, found):
         if bad:
             raise bad[0]
-        fields = _plain_fields(d, raw, i >= 0) if type(d) is dict else None
+        if w is not None:
+            fields = _column_fields(w["case_id"], w["metric"], w["backend"], w["value"], w["error"],
+                                    w["not_run"], w["repeat"], w["judge_calls"], w["prompt_tokens"],
+                                    w["completion_tokens"], w["seconds"], w["cost"], w["cached"])
+        else:
+            fields = _plain_fields(d, raw, i >= 0) if type(d) is dict else None
         if fields is None:
-            try:
-                score = score_from_line(_text(path, n, raw))
+            try:  # the errors `read_scores` gives (a line that is not JSON one too: a cut last line)
+                score = parse_line(path, n, _text(path, n, raw), _LINE_HINT, score_from_line)
             except DatasetError as exc:
-                exc.path, exc.line = str(path), n
                 bad.append(exc)
                 continue
             builder.add_score(score, at, n)
@@ -740,6 +786,14 @@ def _plain_fields(d: dict, raw: bytes, known: bool) -> Optional[tuple]:
         return None
     if not _good_name(metric) or not _good_name(backend):
         return None
+    return _column_fields(cid, metric, backend, value, error, not_run, repeat, jc, pt, ct, sec, cost, cached)
+
+
+def _column_fields(cid: str, metric: str, backend: str, value: Optional[float], error: Optional[str],
+                   not_run: bool, repeat: int, jc: int, pt: int, ct: int, sec: Any, cost: Any,
+                   cached: bool) -> tuple:
+    """What a checked score line puts in its column: ``(case id, metric, backend, value, status,
+    repeat, the per-score arrays' values that are not defaults)``."""
     extra = None
     if jc or pt or ct or sec:
         extra = {}
