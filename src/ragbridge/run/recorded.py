@@ -45,7 +45,7 @@ import numpy as np
 import pydantic_core
 from pydantic import ValidationError
 
-from ..formats.files import DatasetError, check_parsed, jsonl_lines, parse_json
+from ..formats.files import DatasetError, check_parsed, json_problem, jsonl_lines, parse_json
 from ..formats.plain_records import good_id
 from ..schema import Case, RunManifest, Score, clean_id
 from ..limits import MAX_REPEATS  # a recorded repeat index is below it
@@ -682,6 +682,9 @@ def _read_block(block: list[tuple[int, int, bytes]], path: Path, builder: Column
             except DatasetError as exc:
                 exc.path, exc.line = str(path), n
                 bad.append(exc)
+                continue
+            except json.JSONDecodeError as exc:  # a line cut short by a kill, as `read_scores` says it
+                bad.append(DatasetError(json_problem(exc), path=path, line=n, hint=_SCORES_HINT))
                 continue
             builder.add_score(score, at, n)
             continue
