@@ -30,10 +30,13 @@ from ..verdicts import pass_mark, verdict
 from .columns import RunColumns
 from .recorded import _plain_fields, lines_at, score_from_line
 
-__all__ = ["wide_frame", "long_frame", "costs_frame", "frames_apply", "questions", "Unusual", "BLOCK"]
+__all__ = ["wide_frame", "long_frame", "costs_frame", "frames_apply", "questions", "Unusual", "BLOCK",
+           "QUESTIONS_BLOCK"]
 
-#: cases (or scores) read back at a time
+#: scores read back at a time
 BLOCK = 10_000
+#: cases whose question is read back at a time (a case's line holds its chunks: it may be long)
+QUESTIONS_BLOCK = 256
 
 #: the columns of `long_frame`: a `Score`'s fields (its ``passed`` the run's verdict), then these
 LONG_COLUMNS = ("case_id", "question", "metric", "backend", "value", "native_metric", "native_value",
@@ -50,8 +53,8 @@ def questions(columns: RunColumns) -> np.ndarray:
     """The question of each case the run's cases describe, in order (an object array)."""
     index = columns.cases
     out = np.empty(index.described, object)
-    for start in range(0, index.described, BLOCK):
-        part = range(start, min(start + BLOCK, index.described))
+    for start in range(0, index.described, QUESTIONS_BLOCK):
+        part = range(start, min(start + QUESTIONS_BLOCK, index.described))
         out[start:part.stop] = index.questions(part)
     return out
 
