@@ -31,7 +31,8 @@ def frame_of_scores(run, wide: bool = False) -> pd.DataFrame:
         for s in scores:
             values.setdefault(s.case_id, {})[f"{s.backend}:{s.metric}"] = s.value
         rows = [{"case_id": c.id, "question": c.question, **values.get(c.id, {})} for c in cases]
-        return pd.DataFrame(rows, columns=["case_id", "question", *columns]).astype({c: float for c in columns})
+        frame = pd.DataFrame(rows, columns=["case_id", "question", *columns])
+        return frame.astype({c: float for c in columns})
     questions = {c.id: c.question for c in cases}
     rows = []
     for s in scores:
@@ -49,8 +50,9 @@ def costs_of_scores(run) -> pd.DataFrame:
     for s in run.scores:
         if not s.judge_calls:
             continue
-        row = rows.setdefault((s.backend, s.metric), {"backend": s.backend, "metric": s.metric, "judge_calls": 0,
-                                                      "prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0})
+        row = rows.setdefault((s.backend, s.metric), {
+            "backend": s.backend, "metric": s.metric, "judge_calls": 0, "prompt_tokens": 0,
+            "completion_tokens": 0, "cost": 0.0})
         row["judge_calls"] += s.judge_calls
         row["prompt_tokens"] += s.prompt_tokens
         row["completion_tokens"] += s.completion_tokens
@@ -64,7 +66,8 @@ def same_frames(folder) -> None:
     for wide in (False, True):
         got = load_run(folder).to_frame(wide=wide)
         pd.testing.assert_frame_equal(got, frame_of_scores(load_run(folder), wide), check_exact=True)
-    pd.testing.assert_frame_equal(load_run(folder).costs(), costs_of_scores(load_run(folder)), check_exact=True)
+    pd.testing.assert_frame_equal(load_run(folder).costs(), costs_of_scores(load_run(folder)),
+                                  check_exact=True)
 
 
 def test_a_native_run_reads_back_the_frames_its_scores_give(tmp_path):
@@ -98,8 +101,9 @@ def test_a_judged_run_with_repeats_errors_and_a_spent_budget_then_resumed(tmp_pa
         long = load_run(out).to_frame()
         assert long["repeats"].notna().any() and long["reason"].notna().any()
         assert load_run(out).costs()["judge_calls"].sum() > 0
-        resumed = evaluate(cases, backends=["native", "rubric"], metrics=["mrr", "faithfulness", "abstention"],
-                           judge=judge, out=out, repeats=3, progress=False)
+        resumed = evaluate(cases, backends=["native", "rubric"],
+                           metrics=["mrr", "faithfulness", "abstention"], judge=judge, out=out, repeats=3,
+                           progress=False)
     assert resumed.manifest.counts.get("resumed_from")
     same_frames(out)
 
@@ -128,8 +132,9 @@ def _golden(path, n: int, seed: int = 3):
         for q in range(n):
             ids = [f"d{j}" for j in rng.sample(range(400), 40)]
             rel = {d: rng.randint(1, 3) for d in ids[:rng.randint(0, 5)]}
-            f.write(json.dumps({"id": f"q{q}", "question": f"question {q}", "contexts": [{"id": d} for d in ids],
-                                "relevant": rel, "tags": [f"topic{q % 4}"]}) + "\n")
+            f.write(json.dumps({"id": f"q{q}", "question": f"question {q}",
+                                "contexts": [{"id": d} for d in ids], "relevant": rel,
+                                "tags": [f"topic{q % 4}"]}) + "\n")
     return path
 
 
