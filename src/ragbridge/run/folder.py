@@ -225,7 +225,7 @@ class Run:
         from .frames import frames_apply
 
         columns = self.columns
-        return columns if frames_apply(columns) else None
+        return columns if frames_apply(columns, self._scores_file()) else None
 
     @property
     def cases(self) -> list[Case]:

@@ -28,7 +28,7 @@ import pydantic_core
 
 from ..verdicts import pass_mark, verdict
 from .columns import RunColumns
-from .recorded import _plain_fields, lines_at, score_from_line
+from .recorded import FileStore, _plain_fields, lines_at, score_from_line
 
 __all__ = ["wide_frame", "long_frame", "costs_frame", "frames_apply", "questions", "Unusual", "BLOCK",
            "QUESTIONS_BLOCK"]
@@ -227,8 +227,11 @@ def costs_frame(columns: RunColumns):
     return pd.DataFrame(rows, columns=names)
 
 
-def frames_apply(columns: RunColumns) -> bool:
-    """Whether the run's frames are built from its columns: every case it scores is one of its cases
-    (a folder without ``cases.jsonl`` names cases only by its scores: its frames come from them)."""
-    return len(columns.cases) == columns.cases.described
+def frames_apply(columns: RunColumns, scores_path: Path) -> bool:
+    """Whether the run's frames are built from ``columns``: read from the folder's ``scores.jsonl``
+    (``scores_path``), and every case it scores one of its cases (a folder without ``cases.jsonl``
+    names cases only by its scores: its frames come from its `Score` objects)."""
+    return len(columns.cases) == columns.cases.described and all(
+        isinstance(col._store, FileStore) and col._store.path == scores_path
+        for col in columns.columns.values())
 
