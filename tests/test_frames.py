@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import ragbridge
-from conftest import EXAMPLE
+from conftest import EXAMPLE, needs_backend, stub_judge_config
 from ragbridge import evaluate, load_cases, load_run
 from ragbridge.judge import JudgeConfig
 from ragbridge.testing import StubJudge
@@ -106,6 +106,21 @@ def test_a_judged_run_with_repeats_errors_and_a_spent_budget_then_resumed(tmp_pa
                            progress=False)
     assert resumed.manifest.counts.get("resumed_from")
     same_frames(out)
+
+
+@pytest.mark.slow
+@needs_backend("deepeval")
+@needs_backend("ragas")
+def test_a_run_of_the_libraries_backends_reads_back_the_frames_its_scores_give(tmp_path, example_cases,
+                                                                               stub_judge):
+    """RAGAS's and DeepEval's scores (their own verdicts, reasons, native values) beside native ones."""
+    judge = stub_judge_config(stub_judge, embedding_model="stub-embedder")
+    evaluate(example_cases[:6], backends=["native", "ragas", "deepeval"],
+             metrics=["recall@5", "precision@5", "faithfulness", "must_contain"], judge=judge,
+             out=tmp_path / "run", progress=False)
+    long = load_run(tmp_path / "run").to_frame()
+    assert long["library_passed"].notna().any() and set(long["backend"]) == {"native", "ragas", "deepeval"}
+    same_frames(tmp_path / "run")
 
 
 def test_an_interrupted_run_reads_back_what_it_recorded(tmp_path):

@@ -95,7 +95,8 @@ class Run:
 
     A run read from (or written to) a folder reads its scores and cases from the folder when they
     are first asked for, so a run of a million cases costs nothing until then; ``summary`` of a run
-    just made comes from the totals kept while it ran (``totals``), without reading either.
+    just made comes from the totals kept while it ran (``totals``), without reading either; its
+    frames (`to_frame`, `costs`) come from its columns (`ragbridge.run.frames`), without either.
     """
 
     def __init__(self, manifest: RunManifest, scores: Optional[list[Score]] = None,
