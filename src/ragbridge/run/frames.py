@@ -104,8 +104,8 @@ class _Rows:
 
     def add(self, rows: list[dict[str, Any]]) -> None:
         a, b = self.at, self.at + len(rows)
-        for name, arr in self.objects.items():
-            arr[a:b] = [r[name] for r in rows]
+        for name, arr in self.objects.items():  # each value as it is (a list is not made an array)
+            arr[a:b] = np.fromiter((r[name] for r in rows), object, len(rows))
         for name, arr in self.ints.items():
             got = [r[name] for r in rows]
             if any(v >= 1 << 63 for v in got):
