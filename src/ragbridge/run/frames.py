@@ -28,7 +28,7 @@ import pydantic_core
 
 from ..verdicts import pass_mark, verdict
 from .columns import RunColumns
-from .recorded import FileStore, _plain_fields, lines_at, score_from_line
+from .recorded import FileStore, plain_fields, lines_at, score_from_line
 
 __all__ = ["wide_frame", "long_frame", "costs_frame", "frames_apply", "questions", "Unusual", "BLOCK",
            "QUESTIONS_BLOCK"]
@@ -180,7 +180,7 @@ def _block_rows(f: Any, col: Any, part: np.ndarray, asked: np.ndarray, mark: flo
     out = []
     for i, place, is_folded in zip(part.tolist(), places.tolist(), collapsed.tolist()):
         d = None if is_folded else plain.get(place)
-        fields = _plain_fields(d, lines[place], True) if type(d) is dict else None
+        fields = plain_fields(d, lines[place], True) if type(d) is dict else None
         if fields is None:
             s = folded[i] if is_folded else score_from_line(lines[place].decode("utf-8"))
             row = s.model_dump()

@@ -23,7 +23,7 @@ The score cache's entries are read by `score_from_line` too (one that fails is a
 
 In columns (`read_columns`: what every analysis and report reads, `ragbridge.run.columns`): the
 same files a block of lines at a time, nothing held but the columns; a score line as a run writes it
-is checked by `_plain_fields` (the checks of `score_from_line`'s quick path, on the parsed line), any
+is checked by `plain_fields` (the checks of `score_from_line`'s quick path, on the parsed line), any
 other line by `score_from_line` itself, so both readings accept and refuse exactly the same lines.
 
 Size: the two readings of a run folder (a line at a time into objects, a block at a time into
@@ -55,6 +55,7 @@ from .columns import (ERROR, NOT_RUN, SCORED, UNDEFINED, CaseIndex, ColumnsBuild
                       digests, golden_digest)
 
 __all__ = ["STATUSES", "score_from_line", "read_scores", "read_manifest", "read_columns", "read_case_index",
+           "plain_fields",
            "FileStore"]
 
 #: what ``run.json``'s ``status`` may say
@@ -675,7 +676,7 @@ def _read_block(block: list[tuple[int, int, bytes]], path: Path, builder: Column
     for (n, at, raw), d, i in zip(block, parsed, found):
         if bad:
             raise bad[0]
-        fields = _plain_fields(d, raw, i >= 0) if type(d) is dict else None
+        fields = plain_fields(d, raw, i >= 0) if type(d) is dict else None
         if fields is None:
             try:
                 score = score_from_line(_text(path, n, raw))
@@ -695,7 +696,7 @@ def _read_block(block: list[tuple[int, int, bytes]], path: Path, builder: Column
         add(key, i, value, status, at, repeat, extra)
 
 
-def _plain_fields(d: dict, raw: bytes, known: bool) -> Optional[tuple]:
+def plain_fields(d: dict, raw: bytes, known: bool) -> Optional[tuple]:
     """A parsed score line's fields when it is a line as a run writes it (the checks of
     `score_from_line`'s quick path: `_plain_score`, each key once, every value of its type, no
     evidence, repeats summary or mapping as native value to read); else None."""
