@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import ragbridge
-from conftest import EXAMPLE, needs_backend, stub_judge_config
+from conftest import EXAMPLE, needs_backend, ragbridge_cli, stub_judge_config
 from ragbridge import evaluate, load_cases, load_run
 from ragbridge.judge import JudgeConfig
 from ragbridge.testing import StubJudge
@@ -123,21 +123,32 @@ def test_a_run_of_the_libraries_backends_reads_back_the_frames_its_scores_give(t
     same_frames(tmp_path / "run")
 
 
-def test_an_interrupted_run_reads_back_what_it_recorded(tmp_path):
-    """A run whose process died mid-way (run.json still says running, the last score line cut short):
-    its frames hold what it recorded, as its scores read."""
-    import os
+@pytest.mark.parametrize("stub_judge", [{"latency": 0.3}], indirect=True)
+@pytest.mark.slow
+@needs_backend("trulens")
+def test_a_run_killed_mid_way_reads_back_what_it_recorded(tmp_path, example_path, stub_judge):
+    """A run killed while judging (run.json still says running, the last score line maybe cut short):
+    its frames hold what it recorded, as its scores read; then resumed to its end."""
+    import subprocess
+    import sys
+
+    from test_run_lifecycle import _wait_for, judge_args
 
     out = tmp_path / "run"
-    evaluate(load_cases(EXAMPLE), metrics=NATIVE, out=out, progress=False)
-    manifest = json.loads((out / "run.json").read_text())
-    manifest["status"] = "running"
-    manifest["process"] = {"pid": 2 ** 22 + 7, "host": os.uname().nodename, "start": 1}
-    (out / "run.json").write_text(json.dumps(manifest))
-    data = (out / "scores.jsonl").read_bytes()
-    (out / "scores.jsonl").write_bytes(data[:-40])  # the last line, cut short by the kill
-    run = load_run(out)
-    assert run.manifest.status == "interrupted"
+    args = ["run", example_path, "--out", out, *judge_args(stub_judge, tmp_path), "--max-concurrency", "1"]
+    proc = subprocess.Popen([sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()",
+                             *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: '"trulens"' in (out / "scores.jsonl").read_text()
+                  if (out / "scores.jsonl").exists() else False, proc, "a judged score")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert load_run(out).manifest.status == "interrupted"
+    same_frames(out)
+    stub_judge.latency = 0.0
+    assert ragbridge_cli("run", example_path, "--out", out, *judge_args(stub_judge, tmp_path)).returncode == 0
+    assert load_run(out).manifest.counts["resumed_from"] > 0
     same_frames(out)
 
 
