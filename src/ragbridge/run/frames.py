@@ -135,7 +135,7 @@ class _Rows:
                 data[name] = _object_column(np.full(self.n, None, object))  # every row None
             else:
                 data[name] = self.floats.pop(name)
-        return pd.DataFrame(data)
+        return pd.DataFrame(data, copy=False)
 
 
 def long_frame(columns: RunColumns, manifest: Any, scores_path: Path):
