@@ -75,6 +75,9 @@ def test_a_native_run_reads_back_the_frames_its_scores_give(tmp_path):
     run = evaluate(cases, metrics=NATIVE, out=tmp_path / "run", progress=False)
     same_frames(tmp_path / "run")
     back = load_run(tmp_path / "run")
+    from ragbridge.run.frames import frames_apply
+
+    assert frames_apply(back.columns, tmp_path / "run" / "scores.jsonl")  # built from the columns
     long = back.to_frame()
     assert (long["status"] == "undefined").sum() > 0 and long["passed"].isna().sum() > 0  # unanswerable
     assert long["question"].notna().all() and len(long) == len(run.scores)
