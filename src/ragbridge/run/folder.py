@@ -95,7 +95,8 @@ class Run:
 
     A run read from (or written to) a folder reads its scores and cases from the folder when they
     are first asked for, so a run of a million cases costs nothing until then; ``summary`` of a run
-    just made comes from the totals kept while it ran (``totals``), without reading either.
+    just made comes from the totals kept while it ran (``totals``), without reading either; its
+    frames (`to_frame`, `costs`) come from its columns (`ragbridge.run.frames`), without either.
     """
 
     def __init__(self, manifest: RunManifest, scores: Optional[list[Score]] = None,
@@ -217,6 +218,16 @@ class Run:
     def columns(self, value: "RunColumns") -> None:
         self._columns = value
 
+    def _folder_columns(self) -> Optional["RunColumns"]:
+        """The columns of a run read from a folder (its scores and cases not replaced in memory)
+        whose every scored case is one of its cases: what its frames are built from; else None."""
+        if self.path is None or self._given:
+            return None
+        from .frames import frames_apply
+
+        columns = self.columns
+        return columns if frames_apply(columns, self._scores_file()) else None
+
     @property
     def cases(self) -> list[Case]:
         if self._cases is None and self._columns is not None and self.path is None:
@@ -265,9 +276,23 @@ class Run:
         ``pass_mark``, the run's own (`ragbridge.verdicts.pass_mark`: the backend's rule recorded in
         run.json's ``pass_marks``, else the metric's default); None where the score has no value.
         ``library_passed`` is the library's own verdict where it gives one (a test case's success, an
-        evaluation's label), which may differ."""
+        evaluation's label), which may differ.
+
+        A run read from a folder builds the frame from its columns and its score lines read a block
+        at a time (`ragbridge.run.frames`): memory holds the frame and a block, not a `Score` or
+        `Case` object per case."""
         import pandas as pd
 
+        columns = self._folder_columns()
+        if columns is not None:
+            from . import frames
+
+            if wide:
+                return frames.wide_frame(columns)
+            try:
+                return frames.long_frame(columns, self.manifest, self._scores_file())
+            except frames.Unusual:
+                pass
         if wide:
             columns = list(dict.fromkeys(f"{s.backend}:{s.metric}" for s in self.scores))
             values: dict[str, dict[str, Any]] = {}
@@ -314,6 +339,12 @@ class Run:
         score's was unknown, no price for its model). The run's total, failed scores' calls
         included, is ``manifest.counts["cost"]["total"]``."""
         import pandas as pd
+
+        columns = self._folder_columns()
+        if columns is not None:
+            from .frames import costs_frame
+
+            return costs_frame(columns)
 
         rows: dict[tuple[str, str], dict] = {}
         for s in self.scores:

@@ -24,7 +24,7 @@ The score cache's entries are read by `score_from_line` too (one that fails is a
 In columns (`read_columns`: what every analysis and report reads, `ragbridge.run.columns`): the
 same files a block of lines at a time, nothing held but the columns; a score line as a run writes it
 is checked by the C reader (`ragbridge.formats._columns.score_lines`, where the package was built
-with it) or by `_plain_fields` (the checks of `score_from_line`'s quick path, on the parsed line),
+with it) or by `plain_fields` (the checks of `score_from_line`'s quick path, on the parsed line),
 any other line by `score_from_line` itself, so the readings accept and refuse exactly the same
 lines; the scores an output names are read back the same way (`scores_from_lines`).
 
@@ -63,7 +63,7 @@ except ImportError:  # pragma: no cover - the package built without it
     _score_lines = None
 
 __all__ = ["STATUSES", "score_from_line", "scores_from_lines", "read_scores", "read_manifest", "read_columns",
-           "read_case_index", "FileStore"]
+           "read_case_index", "plain_fields", "FileStore"]
 
 #: what ``run.json``'s ``status`` may say
 STATUSES = ("running", "complete", "interrupted", "incomplete", "dry-run")
@@ -696,7 +696,7 @@ def _read_block(block: list[tuple[int, int, bytes]], path: Path, builder: Column
                 bad: list[DatasetError]) -> None:
     """Put a block of score lines in columns: each line as a run writes it read by the C reader
     (`_columns.score_lines`: the checks of `score_from_line`'s quick path), the others parsed at once
-    and checked as a run writes them (`_plain_fields`), any other line (or lines that do not parse)
+    and checked as a run writes them (`plain_fields`), any other line (or lines that do not parse)
     field by field (`score_from_line`)."""
     raws = [raw for _, _, raw in block]
     written = _score_lines(raws, MAX_REPEATS)[0] if _score_lines is not None else [None] * len(block)
@@ -722,7 +722,7 @@ def _read_block(block: list[tuple[int, int, bytes]], path: Path, builder: Column
                                     w["not_run"], w["repeat"], w["judge_calls"], w["prompt_tokens"],
                                     w["completion_tokens"], w["seconds"], w["cost"], w["cached"])
         else:
-            fields = _plain_fields(d, raw, i >= 0) if type(d) is dict else None
+            fields = plain_fields(d, raw, i >= 0) if type(d) is dict else None
         if fields is None:
             try:  # the errors `read_scores` gives (a line that is not JSON one too: a cut last line)
                 score = parse_line(path, n, _text(path, n, raw), _LINE_HINT, score_from_line)
@@ -738,7 +738,7 @@ def _read_block(block: list[tuple[int, int, bytes]], path: Path, builder: Column
         add(key, i, value, status, at, repeat, extra)
 
 
-def _plain_fields(d: dict, raw: bytes, known: bool) -> Optional[tuple]:
+def plain_fields(d: dict, raw: bytes, known: bool) -> Optional[tuple]:
     """A parsed score line's fields when it is a line as a run writes it (the checks of
     `score_from_line`'s quick path: `_plain_score`, each key once, every value of its type, no
     evidence, repeats summary or mapping as native value to read); else None."""
