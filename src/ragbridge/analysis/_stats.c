@@ -49,6 +49,7 @@
 #include <string.h>
 #include <math.h>
 
+#define AHEAD 64  /* values fetched ahead of their use */
 #define EPS_ 1e-12  /* stats.EPS: a sum of weights at most this is none */
 
 #if defined(__clang__)
@@ -97,6 +98,26 @@ merge(const float *v, float *sums, const int32_t *lefts, const int32_t *rights, 
     return discordant;
 }
 
+/* Whether the merge's places fit: `order` (m places among `cols` columns) and the levels' `lefts`,
+ * `rights` (levels x n places among 2n) and `at` (levels x n places among its block's running sums). */
+static int
+places_fit(const int32_t *order, Py_ssize_t m, Py_ssize_t cols, const int32_t *lefts, Py_ssize_t levels,
+           Py_ssize_t n, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t a0, Py_ssize_t a1, const int32_t *rights,
+           const int32_t *at)
+{
+    Py_ssize_t size = 2 * n;
+    int bad = (levels > 0 && m > size) || r0 != levels || r1 != n || a0 != levels || a1 != n
+              || (n & (n - 1)) != 0 || (levels > 0 && ((Py_ssize_t)1 << (levels - 1)) > n);
+    for (Py_ssize_t i = 0; !bad && i < m; i++)
+        bad = order[i] < 0 || order[i] >= cols;
+    for (Py_ssize_t i = 0; !bad && i < levels * n; i++) {
+        Py_ssize_t half = (Py_ssize_t)1 << (i / n);
+        bad = lefts[i] < 0 || lefts[i] >= size || rights[i] < 0 || rights[i] >= size || at[i] < 0
+              || at[i] > n || (at[i] > 0 && (at[i] - 1) / half != (i % n) / half);
+    }
+    return !bad;
+}
+
 static PyObject *
 kendall_discordant(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -120,16 +141,8 @@ kendall_discordant(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t levels = bl.shape[0], n = bl.shape[1], size = 2 * n;
     const double *w = bw.buf;
     const int32_t *order = bo.buf, *lefts = bl.buf, *rights = br.buf, *at = ba.buf;
-    int bad = (levels > 0 && m > size) || br.shape[0] != levels || br.shape[1] != n
-              || ba.shape[0] != levels || ba.shape[1] != n || (n & (n - 1)) != 0
-              || (levels > 0 && ((Py_ssize_t)1 << (levels - 1)) > n);
-    for (Py_ssize_t i = 0; !bad && i < m; i++)
-        bad = order[i] < 0 || order[i] >= cols;
-    for (Py_ssize_t i = 0; !bad && i < levels * n; i++) {
-        Py_ssize_t half = (Py_ssize_t)1 << (i / n);
-        bad = lefts[i] < 0 || lefts[i] >= size || rights[i] < 0 || rights[i] >= size || at[i] < 0
-              || at[i] > n || (at[i] > 0 && (at[i] - 1) / half != (i % n) / half);
-    }
+    int bad = !places_fit(order, m, cols, lefts, levels, n, br.shape[0], br.shape[1], ba.shape[0],
+                          ba.shape[1], rights, at);
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "kendall_discordant: the merge's places do not fit its arrays");
         goto free_a;
@@ -173,6 +186,134 @@ free_o:
 free_w:
     PyBuffer_Release(&bw);
     return out;
+}
+
+#define EINSUM_CHUNK 8192  /* the products einsum sums in one call of its inner loop (NumPy's buffer) */
+
+/* The merge of one draw alone, in double precision: its weights `v` (by (x, y), `size` of them padded
+ * with zeros), `sums` room for 1 + size / 2 running sums. The additions of `merge` in double precision,
+ * but the level's dot product, which is that of numpy's einsum of two contiguous rows: in calls of
+ * EINSUM_CHUNK products, each summed in two lanes (the even and the odd products) eight products a
+ * step (the lane's fourth, third, second and first product of the step added in that order to its
+ * sum), the rest two at a time, the two lanes added, then the call's sum added to the level's. */
+static double
+merge_alone(const double *v, double *sums, const int32_t *lefts, const int32_t *rights, const int32_t *at,
+            Py_ssize_t levels, Py_ssize_t n)
+{
+    double discordant = 0.0;
+    sums[0] = 0.0;
+    for (Py_ssize_t level = 0, half = 1; level < levels; level++, half *= 2) {
+        const int32_t *l = lefts + level * n, *r = rights + level * n, *a = at + level * n;
+        int far = half >= 4096;  /* blocks beyond the near caches: the weights fetched ahead */
+        for (Py_ssize_t start = 0; start < n; start += half) {
+            double s = v[l[start]];
+            sums[1 + start] = s;
+            for (Py_ssize_t k = start + 1; k < start + half; k++) {
+                if (far && k + AHEAD < n)
+                    __builtin_prefetch(v + l[k + AHEAD]);
+                s = s + v[l[k]];
+                sums[1 + k] = s;
+            }
+        }
+        double dot = 0.0;
+        for (Py_ssize_t c0 = 0; c0 < n; c0 += EINSUM_CHUNK) {
+            Py_ssize_t end = c0 + EINSUM_CHUNK < n ? c0 + EINSUM_CHUNK : n, k = c0;
+            double acc0 = 0.0, acc1 = 0.0, t;
+            for (; end - k >= 8; k += 8) {
+                if (far && k + AHEAD + 8 <= n)
+                    for (int j = 0; j < 8; j++) {
+                        __builtin_prefetch(v + r[k + AHEAD + j]);
+                        __builtin_prefetch(sums + a[k + AHEAD + j]);
+                    }
+                double p[8];
+                for (int j = 0; j < 8; j++)
+                    p[j] = sums[a[k + j]] * v[r[k + j]];
+                t = p[6] + acc0;
+                t = p[4] + t;
+                t = p[2] + t;
+                acc0 = p[0] + t;
+                t = p[7] + acc1;
+                t = p[5] + t;
+                t = p[3] + t;
+                acc1 = p[1] + t;
+            }
+            for (; k < end; k += 2) {
+                acc0 = sums[a[k]] * v[r[k]] + acc0;
+                if (k + 1 < end)
+                    acc1 = sums[a[k + 1]] * v[r[k + 1]] + acc1;
+            }
+            dot = dot + (acc0 + acc1);
+        }
+        discordant = discordant + dot;
+    }
+    return discordant;
+}
+
+/* kendall_alone(w, order, lefts, rights, at, out): `kendall_discordant` of each row of `w` merged as a
+ * block of one draw (`_merge` of a single row: double precision, the dot products as numpy's einsum
+ * sums them; `merge_alone`), into `out` (float64, a value a row). */
+static PyObject *
+kendall_alone(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "kendall_alone(w, order, lefts, rights, at, out) takes 6 arguments");
+        return NULL;
+    }
+    Py_buffer bw, bo, bl, br, ba, bout;
+    PyObject *res = NULL;
+    if (get_buffer(args[0], &bw, "w", "d", 2) < 0)
+        return NULL;
+    if (get_buffer(args[1], &bo, "order", "i", 1) < 0)
+        goto free_w;
+    if (get_buffer(args[2], &bl, "lefts", "i", 2) < 0)
+        goto free_o;
+    if (get_buffer(args[3], &br, "rights", "i", 2) < 0)
+        goto free_l;
+    if (get_buffer(args[4], &ba, "at", "i", 2) < 0)
+        goto free_r;
+    if (PyObject_GetBuffer(args[5], &bout, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0)
+        goto free_a;
+    Py_ssize_t rows = bw.shape[0], cols = bw.shape[1], m = bo.shape[0];
+    Py_ssize_t levels = bl.shape[0], n = bl.shape[1], size = 2 * n;
+    const double *w = bw.buf;
+    const int32_t *order = bo.buf, *lefts = bl.buf, *rights = br.buf, *at = ba.buf;
+    double *out = bout.buf;
+    int bad = bout.ndim != 1 || strcmp(bout.format, "d") != 0 || bout.shape[0] != rows || !places_fit(
+        order, m, cols, lefts, levels, n, br.shape[0], br.shape[1], ba.shape[0], ba.shape[1], rights, at);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "kendall_alone: the merge's places do not fit its arrays");
+        goto free_out;
+    }
+    double *v = PyMem_Malloc(sizeof(double) * (size + 1 + n));
+    if (v == NULL) {
+        PyErr_NoMemory();
+        goto free_out;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = m; i < size; i++)
+        v[i] = 0.0;
+    for (Py_ssize_t row = 0; row < rows; row++) {
+        const double *wr = w + row * cols;
+        for (Py_ssize_t i = 0; i < m && levels > 0; i++)
+            v[i] = wr[order[i]];
+        out[row] = levels > 0 ? merge_alone(v, v + size, lefts, rights, at, levels, n) : 0.0;
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_Free(v);
+    res = Py_NewRef(Py_None);
+free_out:
+    PyBuffer_Release(&bout);
+free_a:
+    PyBuffer_Release(&ba);
+free_r:
+    PyBuffer_Release(&br);
+free_l:
+    PyBuffer_Release(&bl);
+free_o:
+    PyBuffer_Release(&bo);
+free_w:
+    PyBuffer_Release(&bw);
+    return res;
 }
 
 /* NumPy's PCG64 (numpy/random/src/pcg64/pcg64.h): a 128-bit LCG whose new state gives 64 bits by
@@ -265,7 +406,6 @@ pairwise_sum(const double *a, Py_ssize_t n)
     return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
 }
 
-#define AHEAD 64  /* values fetched ahead of their use */
 
 /* A bounded integer in [0, rng], rng < 0xFFFF: Lemire's method on 16-bit draws, low half first. */
 static inline uint32_t
@@ -704,6 +844,8 @@ free_w:
 static PyMethodDef methods[] = {
     {"kendall_discordant", (PyCFunction)(void (*)(void))kendall_discordant, METH_FASTCALL,
      "kendall_discordant(w, order, lefts, rights, at): each draw's strictly discordant weight."},
+    {"kendall_alone", (PyCFunction)(void (*)(void))kendall_alone, METH_FASTCALL,
+     "kendall_alone(w, order, lefts, rights, at, out): each row's discordant weight, merged as a draw alone."},
     {"bootstrap_means", (PyCFunction)(void (*)(void))bootstrap_means, METH_FASTCALL,
      "bootstrap_means(values, state, n_resamples, block, dist): each resample's mean into dist; the new state."},
     {"sign_flip_counts", (PyCFunction)(void (*)(void))sign_flip_counts, METH_FASTCALL,

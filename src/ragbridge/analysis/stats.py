@@ -108,13 +108,14 @@ import numpy as np
 
 try:  # built with the package where a C compiler was found: the resampling loops in C
     from ._stats import bootstrap_means as _bootstrap_means
+    from ._stats import kendall_alone as _kendall_alone
     from ._stats import kendall_discordant as _kendall_discordant
     from ._stats import mid_ranks as _c_mid_ranks
     from ._stats import run_square_sums as _run_square_sums
     from ._stats import sign_flip_counts as _sign_flip_counts
     from ._stats import weighted_pearson as _weighted_pearson
 except ImportError:  # pragma: no cover - the package built without it
-    _kendall_discordant = _bootstrap_means = _sign_flip_counts = None
+    _kendall_discordant = _kendall_alone = _bootstrap_means = _sign_flip_counts = None
     _c_mid_ranks = _run_square_sums = _weighted_pearson = None
 
 _U64 = (1 << 64) - 1
@@ -368,6 +369,9 @@ def _kendall(c):
         if rows > 1 and len(lefts) and _kendall_discordant is not None:  # draws: single precision, in C
             discordant = np.array(_kendall_discordant(
                 np.ascontiguousarray(w, float), order32, lefts, rights, at))
+        elif rows == 1 and len(lefts) and _kendall_alone is not None:  # a draw alone: double, in C
+            discordant = np.empty(1)
+            _kendall_alone(np.ascontiguousarray(w, float), order32, lefts, rights, at, discordant)
         else:
             if not by_place and len(lefts):
                 by_place.extend(_by_place(lefts, rights, at))
