@@ -240,6 +240,7 @@ def test_kendall_merged_in_c_is_the_numpy_merge_to_the_last_bit(ties, monkeypatc
             in_c = st._kendall(c)(w)
             with monkeypatch.context() as p:
                 p.setattr(st, "_kendall_discordant", None)
+                p.setattr(st, "_kendall_alone", None)
                 in_numpy = st._kendall(c)(w)
             assert in_c.tobytes() == in_numpy.tobytes(), (m, rows, in_c - in_numpy)
             # each draw of a block is merged alone: the same bits as a block of one
@@ -289,7 +290,8 @@ def test_rater_figures_are_the_same_with_and_without_the_compiled_merge(monkeypa
     with_c = st.rater_figures(*args, n_draws=200, seed=4)
     strata = np.arange(3000) % 3
     with_c_strata = st.rater_figures(*args, strata=strata, n_draws=100, seed=4)
-    for name in ("_kendall_discordant", "_weighted_pearson", "_c_mid_ranks", "_run_square_sums"):
+    for name in ("_kendall_discordant", "_kendall_alone", "_weighted_pearson", "_c_mid_ranks",
+                 "_run_square_sums"):
         monkeypatch.setattr(st, name, None)
     assert st.rater_figures(*args, n_draws=200, seed=4) == with_c
     assert st.rater_figures(*args, strata=strata, n_draws=100, seed=4) == with_c_strata
@@ -299,7 +301,7 @@ def test_rater_figures_are_the_same_with_and_without_the_compiled_merge(monkeypa
              "        if name == 'ragbridge.analysis._stats': raise ImportError(name)\n"
              "sys.meta_path.insert(0, Refuse())\n"
              "from ragbridge.analysis import stats\n"
-             "assert stats._kendall_discordant is stats._bootstrap_means is stats._weighted_pearson is None\n"
+             "assert stats._kendall_discordant is stats._kendall_alone is stats._bootstrap_means is None\n"
              "print(repr(stats.mean_shift(*[[i * i % 7 / 7 for i in range(k, k + 40)] for k in (0, 3)],"
              " 0, 'native', 'mrr', '(all)')))\n"
              "print(stats.rater_figures(['kendall'], [1, 0, 1, 0], [1, 1, 0, 0], [.9, .2, .6, .1],"
@@ -388,6 +390,53 @@ def test_intervals_and_p_values_are_the_same_with_and_without_the_compiled_loops
         assert repr(in_c) == repr(in_numpy), n  # floats' repr is exact
 
 
+@pytest.mark.parametrize("ties", ["none", "x", "y", "both"])
+def test_a_draw_merged_alone_in_c_is_the_numpy_merge_to_the_last_bit(ties, monkeypatch):
+    """A draw merged alone (the figure itself, and every draw of a run of more than 524,288 distinct
+    pairs, whose blocks hold one draw) is summed in double precision, each level's dot product as
+    NumPy's einsum of one row sums it (two lanes, eight products a step, calls of 8,192 products):
+    the compiled merge gives the NumPy merge's bits, on sizes from 1 to 70,001 (levels of more than
+    8,192 products: several calls of einsum's loop), and the same bits for a row whichever rows are
+    merged with it. A change of that order (one lane, another call length) fails here."""
+    if st._kendall_alone is None:
+        pytest.skip("the package was built without its compiled modules")
+    rng = np.random.default_rng(23)
+    for m in [1, 2, 3, 9, 17, 130, 1025, 8193, 16385, 20000, 70001]:
+        c = _kendall_columns(rng, m, ties)
+        w = rng.standard_gamma(rng.integers(1, 3, m).astype(float), size=(4, m))
+        w /= w.sum(-1, keepdims=True)
+        in_c = np.concatenate([st._kendall(c)(w[i:i + 1]) for i in range(4)])
+        order, lefts, rights, at = _kendall_places(st._kendall(c))
+        together = np.empty(4)
+        st._kendall_alone(w, order, lefts, rights, at, together)
+        with monkeypatch.context() as p:
+            p.setattr(st, "_kendall_alone", None)
+            in_numpy = np.concatenate([st._kendall(c)(w[i:i + 1]) for i in range(4)])
+            if len(lefts):
+                kendall = st._kendall(c)
+                env = dict(zip(kendall.__code__.co_freevars, (x.cell_contents for x in kendall.__closure__)))
+                alone = [st._merge(np.take(w[i:i + 1], env["order"], axis=-1), env["size"],
+                                   st._by_place(lefts, rights, at))[0] for i in range(4)]
+                assert together.tobytes() == np.array(alone).tobytes(), (m, together - alone)
+        assert in_c.tobytes() == in_numpy.tobytes(), (m, in_c - in_numpy)
+
+
+def test_rater_figures_of_blocks_of_one_draw_are_the_same_in_c_and_numpy(monkeypatch):
+    """Where a block holds one draw (at more than 524,288 distinct pairs; here ``BLOCK`` made small so
+    that 3,000 cases do), every figure and interval is the same with the compiled merge and without."""
+    rng = np.random.default_rng(8)
+    x = rng.random(3000)
+    y = np.clip(x + rng.normal(0, 0.2, 3000), 0, 1)
+    args = (["kendall", "spearman", "pearson", "mae"], x >= 0.5, y >= 0.5, x, y)
+    monkeypatch.setattr(st, "BLOCK", 64)
+    with_c = st.rater_figures(*args, n_draws=60, seed=9)
+    for name in ("_kendall_discordant", "_kendall_alone", "_weighted_pearson", "_c_mid_ranks",
+                 "_run_square_sums"):
+        monkeypatch.setattr(st, name, None)
+    assert st.rater_figures(*args, n_draws=60, seed=9) == with_c
+    assert all(np.isfinite(v).all() for v in with_c.values())
+
+
 def test_the_compiled_merge_refuses_places_outside_its_arrays():
     if st._kendall_discordant is None:
         pytest.skip("the package was built without its compiled modules")
@@ -401,6 +450,15 @@ def test_the_compiled_merge_refuses_places_outside_its_arrays():
             st._kendall_discordant(*args)
     with pytest.raises(ValueError, match="format 'd'"):
         st._kendall_discordant(w.astype(np.float32), order, lefts, rights, at)
+    out = np.empty(2)
+    st._kendall_alone(w, order, lefts, rights, at, out)
+    for i, bad in ((2, lefts + 8), (3, -1 - rights), (4, at + 5), (1, order + 5)):
+        args = [w, order, lefts, rights, at, out]
+        args[i] = bad
+        with pytest.raises(ValueError, match="do not fit"):
+            st._kendall_alone(*args)
+    with pytest.raises(ValueError, match="do not fit"):
+        st._kendall_alone(w, order, lefts, rights, at, np.empty(3))
 
 
 def test_disagreements_show_every_backend_value_and_reason(mixed_run):

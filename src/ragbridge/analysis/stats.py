@@ -493,6 +493,7 @@ def rater_figures(
         key = np.column_stack([stratum] + [np.r_[cases[k], corners[k]].astype(float) for k in reads])
         rows, inverse = np.unique(key, axis=0, return_inverse=True)
         shape = np.bincount(inverse.ravel(), weights=prior, minlength=len(rows))
+        del key, inverse  # (not held through the draws)
         cols = {k: rows[:, i + 1].astype(cases[k].dtype) for i, k in enumerate(reads)}
         forms = {f: FIGURE_FORMS[f](cols) for f in wanted if _READS[f] == reads}
         members = [(share[h], np.flatnonzero(rows[:, 0] == i)) for h, i in index.items()]
