@@ -437,6 +437,44 @@ def test_rater_figures_of_blocks_of_one_draw_are_the_same_in_c_and_numpy(monkeyp
     assert all(np.isfinite(v).all() for v in with_c.values())
 
 
+def _lexsorted_levels(x, y):
+    """`_kendall`'s levels as first written: each level's blocks sorted by ``np.lexsort``."""
+    order = np.lexsort((y, x))
+    size = 1 << max(0, (len(x) - 1).bit_length())
+    ys = np.full(size, -np.inf)
+    ys[:len(x)] = y[order]
+    pos = np.arange(size)
+    lefts, rights, at = (np.empty((size.bit_length() - 1, size // 2), np.int32) for _ in range(3))
+    for level in range(len(lefts)):
+        half = 1 << level
+        left = pos % (2 * half) < half
+        perm = np.lexsort((left, -ys, pos // (2 * half)))
+        is_left = left[perm]
+        before = (np.cumsum(is_left) - pos // (2 * half) * half)[~is_left]
+        lefts[level], rights[level] = perm[is_left], perm[~is_left]
+        at[level] = np.where(before > 0, pos[: size // 2] // half * half + before, 0)
+    return order.astype(np.int32), lefts, rights, at
+
+
+@pytest.mark.parametrize("ties", ["none", "x", "y", "both"])
+def test_kendall_levels_and_distinct_rows_are_those_of_the_record_sorts(ties):
+    """The merge's levels (each level's blocks sorted by one stable key) are those of ``np.lexsort``
+    over the block, y and the side; the distinct rows of the posterior's merged cases and their
+    places are ``np.unique(axis=0)``'s (also with a NaN or a negative zero, left to it)."""
+    rng = np.random.default_rng(29)
+    for m in [1, 2, 3, 5, 64, 129, 1000, 5001]:
+        c = _kendall_columns(rng, m, ties)
+        got = _kendall_places(st._kendall(c))
+        want = _lexsorted_levels(c["x"], c["y"])
+        for a, b in zip(got, want):
+            assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), m
+        key = np.column_stack([rng.integers(0, 3, m), c["x"], c["y"], rng.random(m) < 0.5]).astype(float)
+        for k in (key, key[:, 1:3], np.where(key == 0, -0.0, key), np.where(key > 0.9, np.nan, key)):
+            rows, inverse = st._unique_rows(k)
+            want_rows, want_inverse = np.unique(k, axis=0, return_inverse=True)
+            assert rows.tobytes() == want_rows.tobytes() and inverse.tolist() == want_inverse.ravel().tolist()
+
+
 def test_the_compiled_merge_refuses_places_outside_its_arrays():
     if st._kendall_discordant is None:
         pytest.skip("the package was built without its compiled modules")
