@@ -628,6 +628,8 @@ run_sums(const double *w, const int64_t *order, const int64_t *starts, Py_ssize_
 {
     for (Py_ssize_t j = 0; j < g; j++) {
         Py_ssize_t s = starts[j], e = j + 1 < g ? starts[j + 1] : m;
+        if (s + AHEAD < m)  /* (the weights are gathered: fetched ahead) */
+            __builtin_prefetch(w + order[s + AHEAD]);
         if (e - s == 1) {
             sums[j] = w[order[s]];
             continue;
@@ -740,8 +742,11 @@ mid_ranks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             running = j ? running + sums[j] : sums[j];
             tmp[j] = (running - sums[j]) + sums[j] / 2;
         }
-        for (Py_ssize_t i = 0; i < m; i++)
+        for (Py_ssize_t i = 0; i < m; i++) {
+            if (i + AHEAD < m)
+                __builtin_prefetch(tmp + at[i + AHEAD]);
             out[i] = tmp[at[i]];
+        }
     }
     Py_END_ALLOW_THREADS
     PyMem_Free(sums);
