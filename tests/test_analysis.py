@@ -245,8 +245,8 @@ def test_kendall_merged_in_c_is_the_numpy_merge_to_the_last_bit(ties, monkeypatc
             assert in_c.tobytes() == in_numpy.tobytes(), (m, rows, in_c - in_numpy)
             # each draw of a block is merged alone: the same bits as a block of one
             places = _kendall_places(st._kendall(c))
-            block = st._kendall_discordant(w, *places)
-            assert block == [st._kendall_discordant(w[i:i + 1], *places)[0] for i in range(rows)]
+            block = st._kendall_discordant(w, places)
+            assert block == [st._kendall_discordant(w[i:i + 1], places)[0] for i in range(rows)]
 
 
 @pytest.mark.parametrize("ties", ["none", "x", "y", "both"])
@@ -274,10 +274,31 @@ def test_correlations_in_c_are_the_numpy_steps_to_the_last_bit(ties, monkeypatch
             assert a.shape == b.shape and a.tobytes() == b.tobytes(), (m, name, np.nanmax(np.abs(a - b)))
 
 
+def _closure(kendall) -> dict:
+    return dict(zip(kendall.__code__.co_freevars, (cell.cell_contents for cell in kendall.__closure__)))
+
+
 def _kendall_places(kendall):
-    """The order and levels `_kendall`'s figure hands the compiled merge."""
-    env = dict(zip(kendall.__code__.co_freevars, (cell.cell_contents for cell in kendall.__closure__)))
-    return env["order32"], env["lefts"], env["rights"], env["at"]
+    """The places (checked and kept in C) `_kendall`'s figure hands the compiled merge."""
+    return _closure(kendall)["places"]
+
+
+def _kendall_tables(c):
+    """`_kendall`'s order and levels as NumPy arrays (its figure made without the compiled merge)."""
+    saved, st._merge_places = st._merge_places, None
+    try:
+        env = _closure(st._kendall(c))
+    finally:
+        st._merge_places = saved
+    return env["order"].astype(np.int32), env["lefts"], env["rights"], env["at"]
+
+
+def _places(order, lefts, rights, at):
+    """The compiled merge's places of these levels."""
+    places = st._merge_places(order, len(lefts), lefts.shape[1])
+    for level in range(len(lefts)):
+        st._set_level(places, level, lefts[level], rights[level], at[level])
+    return places
 
 
 def test_rater_figures_are_the_same_with_and_without_the_compiled_merge(monkeypatch):
@@ -406,18 +427,15 @@ def test_a_draw_merged_alone_in_c_is_the_numpy_merge_to_the_last_bit(ties, monke
         w = rng.standard_gamma(rng.integers(1, 3, m).astype(float), size=(4, m))
         w /= w.sum(-1, keepdims=True)
         in_c = np.concatenate([st._kendall(c)(w[i:i + 1]) for i in range(4)])
-        order, lefts, rights, at = _kendall_places(st._kendall(c))
         together = np.empty(4)
-        st._kendall_alone(w, order, lefts, rights, at, together)
+        st._kendall_alone(w, _kendall_places(st._kendall(c)), together)
         with monkeypatch.context() as p:
             p.setattr(st, "_kendall_alone", None)
             in_numpy = np.concatenate([st._kendall(c)(w[i:i + 1]) for i in range(4)])
-            if len(lefts):
-                kendall = st._kendall(c)
-                env = dict(zip(kendall.__code__.co_freevars, (x.cell_contents for x in kendall.__closure__)))
-                alone = [st._merge(np.take(w[i:i + 1], env["order"], axis=-1), env["size"],
-                                   st._by_place(lefts, rights, at))[0] for i in range(4)]
-                assert together.tobytes() == np.array(alone).tobytes(), (m, together - alone)
+            env = _closure(st._kendall(c))
+            alone = [st._merge(np.take(w[i:i + 1], env["order"], axis=-1), env["size"],
+                               st._by_place(env["lefts"], env["rights"], env["at"]))[0] for i in range(4)]
+        assert together.tobytes() == np.array(alone).tobytes(), (m, together - alone)
         assert in_c.tobytes() == in_numpy.tobytes(), (m, in_c - in_numpy)
 
 
@@ -464,7 +482,7 @@ def test_kendall_levels_and_distinct_rows_are_those_of_the_record_sorts(ties):
     rng = np.random.default_rng(29)
     for m in [1, 2, 3, 5, 64, 129, 1000, 5001]:
         c = _kendall_columns(rng, m, ties)
-        got = _kendall_places(st._kendall(c))
+        got = _kendall_tables(c)
         want = _lexsorted_levels(c["x"], c["y"])
         for a, b in zip(got, want):
             assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), m
@@ -476,27 +494,33 @@ def test_kendall_levels_and_distinct_rows_are_those_of_the_record_sorts(ties):
 
 
 def test_the_compiled_merge_refuses_places_outside_its_arrays():
+    """The merge's places are checked once, level by level, when kept; a merge asked for before every
+    level is set, or of weights with fewer columns than its order names, is refused."""
     if st._kendall_discordant is None:
         pytest.skip("the package was built without its compiled modules")
-    order, lefts, rights, at = _kendall_places(st._kendall({"x": np.arange(5.0), "y": np.arange(5.0)}))
+    order, lefts, rights, at = _kendall_tables({"x": np.arange(5.0), "y": np.arange(5.0)})
     w = np.ones((2, 5))
-    assert len(st._kendall_discordant(w, order, lefts, rights, at)) == 2
-    for i, bad in ((2, lefts + 8), (3, -1 - rights), (4, at + 5), (1, order + 5)):
-        args = [w, order, lefts, rights, at]
+    assert len(st._kendall_discordant(w, _places(order, lefts, rights, at))) == 2
+    for i, bad in ((1, lefts + 8), (2, -1 - rights), (3, at + 5)):
+        args = [order, lefts, rights, at]
         args[i] = bad
         with pytest.raises(ValueError, match="do not fit"):
-            st._kendall_discordant(*args)
-    with pytest.raises(ValueError, match="format 'd'"):
-        st._kendall_discordant(w.astype(np.float32), order, lefts, rights, at)
-    out = np.empty(2)
-    st._kendall_alone(w, order, lefts, rights, at, out)
-    for i, bad in ((2, lefts + 8), (3, -1 - rights), (4, at + 5), (1, order + 5)):
-        args = [w, order, lefts, rights, at, out]
-        args[i] = bad
-        with pytest.raises(ValueError, match="do not fit"):
-            st._kendall_alone(*args)
+            _places(*args)
     with pytest.raises(ValueError, match="do not fit"):
-        st._kendall_alone(w, order, lefts, rights, at, np.empty(3))
+        st._merge_places(order - 1, len(lefts), lefts.shape[1])
+    unfinished = st._merge_places(order, len(lefts), lefts.shape[1])
+    st._set_level(unfinished, 0, lefts[0], rights[0], at[0])
+    places = _places(order, lefts, rights, at)
+    out = np.empty(2)
+    for call in (lambda: st._kendall_discordant(w, unfinished), lambda: st._kendall_alone(w, unfinished, out),
+                 lambda: st._kendall_discordant(w[:, :4].copy(), places),
+                 lambda: st._kendall_alone(w[:, :4].copy(), places, out)):
+        with pytest.raises(ValueError, match="do not fit"):
+            call()
+    with pytest.raises(ValueError, match="format 'd'"):
+        st._kendall_discordant(w.astype(np.float32), places)
+    with pytest.raises(ValueError, match="a value a row"):
+        st._kendall_alone(w, places, np.empty(3))
 
 
 def test_disagreements_show_every_backend_value_and_reason(mixed_run):

@@ -3,14 +3,18 @@
  * the NumPy steps beside its call in stats.py to the last bit (those steps are used where the package
  * was built without this module), so a seed gives the same interval and p-value either way.
  *
- * kendall_discordant(w, order, lefts, rights, at): the strictly discordant weight of each draw (a row
- *   of `w`, float64, C order), as a list of floats. `order` (int32) puts the columns of `w` in order
- *   of (x, y); the draw's weights in that order, rounded to single precision and padded with zeros to
- *   `size` = 2 * lefts.shape[1], are merged level by level. `lefts`, `rights`, `at` (int32, one row a
- *   level, the level's half blocks 1, 2, 4, ...): the places of each merged block's left cases, by y
- *   highest first, block after block; the places of the right cases; and for each right case where
- *   its block's running sum of left weights strictly above it is (1 + block * half + k for the sum of
- *   the first k + 1), or 0 for none. No level (one case): every draw's weight is 0.
+ * merge_places(order, levels, n), set_level(places, level, lefts, rights, at): the places of Kendall's
+ *   merge, checked once and kept in C (a capsule), for every block of draws of a figure. `order`
+ *   (int32) puts the columns of the weights in order of (x, y); `lefts`, `rights`, `at` (int32 rows of
+ *   n = size / 2, one a level, the level's half blocks 1, 2, 4, ...): the places of each merged
+ *   block's left cases, by y highest first, block after block; the places of the right cases; and for
+ *   each right case where its block's running sum of left weights strictly above it is (1 + block *
+ *   half + k for the sum of the first k + 1), or 0 for none.
+ * kendall_discordant(w, places): the strictly discordant weight of each draw (a row of `w`, float64,
+ *   C order), as a list of floats: the draw's weights in order of (x, y), rounded to single precision
+ *   and padded with zeros to `size`, merged level by level. No level (one case): every weight is 0.
+ * kendall_alone(w, places, out): the same of each row merged as a block of one draw (in double
+ *   precision, each level's dot product as numpy's einsum of one row sums it; see `merge_alone`).
  *
  * The additions are those of the NumPy steps, in their order and precision: each block's running sum
  * in single precision, one addition after the other; the level's dot product of the right cases'
@@ -98,62 +102,160 @@ merge(const float *v, float *sums, const int32_t *lefts, const int32_t *rights, 
     return discordant;
 }
 
-/* Whether the merge's places fit: `order` (m places among `cols` columns) and the levels' `lefts`,
- * `rights` (levels x n places among 2n) and `at` (levels x n places among its block's running sums). */
-static int
-places_fit(const int32_t *order, Py_ssize_t m, Py_ssize_t cols, const int32_t *lefts, Py_ssize_t levels,
-           Py_ssize_t n, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t a0, Py_ssize_t a1, const int32_t *rights,
-           const int32_t *at)
+/* The merge's places, checked once and kept (a capsule of `merge_places`, each level set by
+ * `set_level`): `order`, m places among the weights' columns (`widest` - 1 the largest); each level's
+ * `lefts` and `rights` (n places among size = 2n each) and `at` (n places among its running sums).
+ * The draws' calls (one a draw where a block holds one) check only that every level is set and that
+ * the weights have the columns `order` names. */
+typedef struct {
+    Py_ssize_t m, levels, n, widest, unset;
+    int32_t *order, *lefts, *rights, *at;
+    unsigned char *set;
+} places_t;
+
+#define PLACES "ragbridge.analysis._stats.places"
+
+static void
+places_free(PyObject *capsule)
 {
-    Py_ssize_t size = 2 * n;
-    int bad = (levels > 0 && m > size) || r0 != levels || r1 != n || a0 != levels || a1 != n
-              || (n & (n - 1)) != 0 || (levels > 0 && ((Py_ssize_t)1 << (levels - 1)) > n);
-    for (Py_ssize_t i = 0; !bad && i < m; i++)
-        bad = order[i] < 0 || order[i] >= cols;
-    for (Py_ssize_t i = 0; !bad && i < levels * n; i++) {
-        Py_ssize_t half = (Py_ssize_t)1 << (i / n);
-        bad = lefts[i] < 0 || lefts[i] >= size || rights[i] < 0 || rights[i] >= size || at[i] < 0
-              || at[i] > n || (at[i] > 0 && (at[i] - 1) / half != (i % n) / half);
+    PyMem_Free(PyCapsule_GetPointer(capsule, PLACES));
+}
+
+/* merge_places(order, levels, n): the places of a merge of `levels` levels of n right cases each, its
+ * weights put in order of (x, y) by `order` (int32); every level to be set by `set_level`. */
+static PyObject *
+merge_places(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "merge_places(order, levels, n) takes 3 arguments");
+        return NULL;
     }
-    return !bad;
+    Py_ssize_t levels = PyLong_AsSsize_t(args[1]), n = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer bo;
+    if (get_buffer(args[0], &bo, "order", "i", 1) < 0)
+        return NULL;
+    Py_ssize_t m = bo.shape[0];
+    const int32_t *order = bo.buf;
+    int bad = levels < 0 || levels > 40 || n < 0 || (n & (n - 1)) != 0 || (levels > 0 && m > 2 * n)
+              || (levels > 0 && ((Py_ssize_t)1 << (levels - 1)) > n);
+    Py_ssize_t widest = 0;
+    for (Py_ssize_t i = 0; !bad && i < m; i++) {
+        bad = order[i] < 0;
+        widest = order[i] >= widest ? (Py_ssize_t)order[i] + 1 : widest;
+    }
+    if (bad) {
+        PyBuffer_Release(&bo);
+        PyErr_SetString(PyExc_ValueError, "merge_places: the merge's places do not fit its arrays");
+        return NULL;
+    }
+    size_t head = (sizeof(places_t) + 15) / 16 * 16;
+    places_t *p = PyMem_Malloc(head + sizeof(int32_t) * (m + 3 * levels * n) + levels + 1);
+    if (p == NULL) {
+        PyBuffer_Release(&bo);
+        return PyErr_NoMemory();
+    }
+    p->m = m;
+    p->levels = levels;
+    p->n = n;
+    p->widest = widest;
+    p->unset = levels;
+    p->order = (int32_t *)((char *)p + head);
+    p->lefts = p->order + m;
+    p->rights = p->lefts + levels * n;
+    p->at = p->rights + levels * n;
+    p->set = (unsigned char *)(p->at + levels * n);
+    memcpy(p->order, order, sizeof(int32_t) * m);
+    memset(p->set, 0, levels + 1);
+    PyBuffer_Release(&bo);
+    PyObject *capsule = PyCapsule_New(p, PLACES, places_free);
+    if (capsule == NULL)
+        PyMem_Free(p);
+    return capsule;
+}
+
+/* set_level(places, level, lefts, rights, at): the level's places (int32 rows of n), checked and kept. */
+static PyObject *
+set_level(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "set_level(places, level, lefts, rights, at) takes 5 arguments");
+        return NULL;
+    }
+    places_t *p = PyCapsule_GetPointer(args[0], PLACES);
+    Py_ssize_t level = PyLong_AsSsize_t(args[1]);
+    if (p == NULL || PyErr_Occurred())
+        return NULL;
+    Py_buffer b[3];
+    const char *names[3] = {"lefts", "rights", "at"};
+    int got = 0;
+    for (; got < 3; got++)
+        if (get_buffer(args[2 + got], &b[got], names[got], "i", 1) < 0)
+            break;
+    PyObject *res = NULL;
+    if (got == 3) {
+        Py_ssize_t n = p->n, size = 2 * n, half = level >= 0 && level < 40 ? (Py_ssize_t)1 << level : 0;
+        const int32_t *l = b[0].buf, *r = b[1].buf, *a = b[2].buf;
+        int bad = level < 0 || level >= p->levels || b[0].shape[0] != n || b[1].shape[0] != n
+                  || b[2].shape[0] != n;
+        for (Py_ssize_t k = 0; !bad && k < n; k++)
+            bad = l[k] < 0 || l[k] >= size || r[k] < 0 || r[k] >= size || a[k] < 0 || a[k] > n
+                  || (a[k] > 0 && (a[k] - 1) / half != k / half);
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, "set_level: the merge's places do not fit its arrays");
+        } else {
+            memcpy(p->lefts + level * n, l, sizeof(int32_t) * n);
+            memcpy(p->rights + level * n, r, sizeof(int32_t) * n);
+            memcpy(p->at + level * n, a, sizeof(int32_t) * n);
+            p->unset -= !p->set[level];
+            p->set[level] = 1;
+            res = Py_NewRef(Py_None);
+        }
+    }
+    for (int i = 0; i < got; i++)
+        PyBuffer_Release(&b[i]);
+    return res;
+}
+
+/* The places of a capsule whose every level is set, for weights of `cols` columns; NULL (an error
+ * set) where not. */
+static places_t *
+places_of(PyObject *capsule, Py_ssize_t cols, const char *who)
+{
+    places_t *p = PyCapsule_GetPointer(capsule, PLACES);
+    if (p != NULL && (p->unset != 0 || p->widest > cols)) {
+        PyErr_Format(PyExc_ValueError, "%s: the merge's places do not fit its arrays", who);
+        return NULL;
+    }
+    return p;
 }
 
 static PyObject *
 kendall_discordant(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "kendall_discordant(w, order, lefts, rights, at) takes 5 arguments");
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "kendall_discordant(w, places) takes 2 arguments");
         return NULL;
     }
-    Py_buffer bw, bo, bl, br, ba;
+    Py_buffer bw;
     PyObject *out = NULL;
     if (get_buffer(args[0], &bw, "w", "d", 2) < 0)
         return NULL;
-    if (get_buffer(args[1], &bo, "order", "i", 1) < 0)
+    Py_ssize_t rows = bw.shape[0], cols = bw.shape[1];
+    places_t *p = places_of(args[1], cols, "kendall_discordant");
+    if (p == NULL)
         goto free_w;
-    if (get_buffer(args[2], &bl, "lefts", "i", 2) < 0)
-        goto free_o;
-    if (get_buffer(args[3], &br, "rights", "i", 2) < 0)
-        goto free_l;
-    if (get_buffer(args[4], &ba, "at", "i", 2) < 0)
-        goto free_r;
-    Py_ssize_t rows = bw.shape[0], cols = bw.shape[1], m = bo.shape[0];
-    Py_ssize_t levels = bl.shape[0], n = bl.shape[1], size = 2 * n;
+    Py_ssize_t m = p->m, levels = p->levels, n = p->n, size = 2 * n;
     const double *w = bw.buf;
-    const int32_t *order = bo.buf, *lefts = bl.buf, *rights = br.buf, *at = ba.buf;
-    int bad = !places_fit(order, m, cols, lefts, levels, n, br.shape[0], br.shape[1], ba.shape[0],
-                          ba.shape[1], rights, at);
-    if (bad) {
-        PyErr_SetString(PyExc_ValueError, "kendall_discordant: the merge's places do not fit its arrays");
-        goto free_a;
-    }
+    const int32_t *order = p->order;
     float *v = PyMem_Malloc(sizeof(float) * (size + 1 + n));
     double *discordant = PyMem_Malloc(sizeof(double) * (rows ? rows : 1));
     if (v == NULL || discordant == NULL) {
         PyMem_Free(v);
         PyMem_Free(discordant);
         PyErr_NoMemory();
-        goto free_a;
+        goto free_w;
     }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = m; i < size; i++)
@@ -162,7 +264,7 @@ kendall_discordant(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         const double *wr = w + row * cols;
         for (Py_ssize_t i = 0; i < m && levels > 0; i++)
             v[i] = (float)wr[order[i]];
-        discordant[row] = merge(v, v + size, lefts, rights, at, levels, n);
+        discordant[row] = merge(v, v + size, p->lefts, p->rights, p->at, levels, n);
     }
     Py_END_ALLOW_THREADS
     out = PyList_New(rows);
@@ -175,14 +277,6 @@ kendall_discordant(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyMem_Free(v);
     PyMem_Free(discordant);
-free_a:
-    PyBuffer_Release(&ba);
-free_r:
-    PyBuffer_Release(&br);
-free_l:
-    PyBuffer_Release(&bl);
-free_o:
-    PyBuffer_Release(&bo);
 free_w:
     PyBuffer_Release(&bw);
     return out;
@@ -249,41 +343,34 @@ merge_alone(const double *v, double *sums, const int32_t *lefts, const int32_t *
     return discordant;
 }
 
-/* kendall_alone(w, order, lefts, rights, at, out): `kendall_discordant` of each row of `w` merged as a
- * block of one draw (`_merge` of a single row: double precision, the dot products as numpy's einsum
- * sums them; `merge_alone`), into `out` (float64, a value a row). */
+/* kendall_alone(w, places, out): `kendall_discordant` of each row of `w` merged as a block of one
+ * draw (`_merge` of a single row: double precision, the dot products as numpy's einsum sums them;
+ * `merge_alone`), into `out` (float64, a value a row). */
 static PyObject *
 kendall_alone(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "kendall_alone(w, order, lefts, rights, at, out) takes 6 arguments");
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "kendall_alone(w, places, out) takes 3 arguments");
         return NULL;
     }
-    Py_buffer bw, bo, bl, br, ba, bout;
+    Py_buffer bw, bout;
     PyObject *res = NULL;
     if (get_buffer(args[0], &bw, "w", "d", 2) < 0)
         return NULL;
-    if (get_buffer(args[1], &bo, "order", "i", 1) < 0)
+    if (PyObject_GetBuffer(args[2], &bout, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0)
         goto free_w;
-    if (get_buffer(args[2], &bl, "lefts", "i", 2) < 0)
-        goto free_o;
-    if (get_buffer(args[3], &br, "rights", "i", 2) < 0)
-        goto free_l;
-    if (get_buffer(args[4], &ba, "at", "i", 2) < 0)
-        goto free_r;
-    if (PyObject_GetBuffer(args[5], &bout, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0)
-        goto free_a;
-    Py_ssize_t rows = bw.shape[0], cols = bw.shape[1], m = bo.shape[0];
-    Py_ssize_t levels = bl.shape[0], n = bl.shape[1], size = 2 * n;
-    const double *w = bw.buf;
-    const int32_t *order = bo.buf, *lefts = bl.buf, *rights = br.buf, *at = ba.buf;
-    double *out = bout.buf;
-    int bad = bout.ndim != 1 || strcmp(bout.format, "d") != 0 || bout.shape[0] != rows || !places_fit(
-        order, m, cols, lefts, levels, n, br.shape[0], br.shape[1], ba.shape[0], ba.shape[1], rights, at);
-    if (bad) {
-        PyErr_SetString(PyExc_ValueError, "kendall_alone: the merge's places do not fit its arrays");
+    Py_ssize_t rows = bw.shape[0], cols = bw.shape[1];
+    places_t *p = places_of(args[1], cols, "kendall_alone");
+    if (p == NULL)
+        goto free_out;
+    if (bout.ndim != 1 || strcmp(bout.format, "d") != 0 || bout.shape[0] != rows) {
+        PyErr_SetString(PyExc_ValueError, "kendall_alone: out must be a float64 row of a value a row of w");
         goto free_out;
     }
+    Py_ssize_t m = p->m, levels = p->levels, n = p->n, size = 2 * n;
+    const double *w = bw.buf;
+    const int32_t *order = p->order;
+    double *out = bout.buf;
     double *v = PyMem_Malloc(sizeof(double) * (size + 1 + n));
     if (v == NULL) {
         PyErr_NoMemory();
@@ -296,21 +383,13 @@ kendall_alone(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         const double *wr = w + row * cols;
         for (Py_ssize_t i = 0; i < m && levels > 0; i++)
             v[i] = wr[order[i]];
-        out[row] = levels > 0 ? merge_alone(v, v + size, lefts, rights, at, levels, n) : 0.0;
+        out[row] = levels > 0 ? merge_alone(v, v + size, p->lefts, p->rights, p->at, levels, n) : 0.0;
     }
     Py_END_ALLOW_THREADS
     PyMem_Free(v);
     res = Py_NewRef(Py_None);
 free_out:
     PyBuffer_Release(&bout);
-free_a:
-    PyBuffer_Release(&ba);
-free_r:
-    PyBuffer_Release(&br);
-free_l:
-    PyBuffer_Release(&bl);
-free_o:
-    PyBuffer_Release(&bo);
 free_w:
     PyBuffer_Release(&bw);
     return res;
@@ -847,10 +926,14 @@ free_w:
 }
 
 static PyMethodDef methods[] = {
+    {"merge_places", (PyCFunction)(void (*)(void))merge_places, METH_FASTCALL,
+     "merge_places(order, levels, n): the places of a merge, each level to be set by set_level."},
+    {"set_level", (PyCFunction)(void (*)(void))set_level, METH_FASTCALL,
+     "set_level(places, level, lefts, rights, at): a level's places, checked and kept."},
     {"kendall_discordant", (PyCFunction)(void (*)(void))kendall_discordant, METH_FASTCALL,
-     "kendall_discordant(w, order, lefts, rights, at): each draw's strictly discordant weight."},
+     "kendall_discordant(w, places): each draw's strictly discordant weight."},
     {"kendall_alone", (PyCFunction)(void (*)(void))kendall_alone, METH_FASTCALL,
-     "kendall_alone(w, order, lefts, rights, at, out): each row's discordant weight, merged as a draw alone."},
+     "kendall_alone(w, places, out): each row's discordant weight, merged as a draw alone."},
     {"bootstrap_means", (PyCFunction)(void (*)(void))bootstrap_means, METH_FASTCALL,
      "bootstrap_means(values, state, n_resamples, block, dist): each resample's mean into dist; the new state."},
     {"sign_flip_counts", (PyCFunction)(void (*)(void))sign_flip_counts, METH_FASTCALL,

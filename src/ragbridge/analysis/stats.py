@@ -110,12 +110,15 @@ try:  # built with the package where a C compiler was found: the resampling loop
     from ._stats import bootstrap_means as _bootstrap_means
     from ._stats import kendall_alone as _kendall_alone
     from ._stats import kendall_discordant as _kendall_discordant
+    from ._stats import merge_places as _merge_places
+    from ._stats import set_level as _set_level
     from ._stats import mid_ranks as _c_mid_ranks
     from ._stats import run_square_sums as _run_square_sums
     from ._stats import sign_flip_counts as _sign_flip_counts
     from ._stats import weighted_pearson as _weighted_pearson
 except ImportError:  # pragma: no cover - the package built without it
-    _kendall_discordant = _kendall_alone = _bootstrap_means = _sign_flip_counts = None
+    _kendall_discordant = _kendall_alone = _merge_places = _set_level = None
+    _bootstrap_means = _sign_flip_counts = None
     _c_mid_ranks = _run_square_sums = _weighted_pearson = None
 
 _U64 = (1 << 64) - 1
@@ -332,11 +335,16 @@ def _kendall(c):
     pos = np.arange(size)
     # each level's places (one row a level): the left cases, by y highest first block after block;
     # the right cases; where each right case's running sum is (1 + block * half + k: the sum of its
-    # block's first k + 1 left cases), 0 for none
-    lefts, rights, at = (np.empty((size.bit_length() - 1, size // 2), np.int32) for _ in range(3))
+    # block's first k + 1 left cases), 0 for none. Kept in C where it merges (checked once there,
+    # not at every block of draws), else in NumPy arrays.
+    levels = size.bit_length() - 1
+    order32 = order.astype(np.int32)
+    compiled = None not in (_merge_places, _set_level, _kendall_discordant, _kendall_alone)
+    places = _merge_places(order32, levels, size // 2) if compiled else None
+    lefts, rights, at = (np.empty((0 if compiled else levels, size // 2), np.int32) for _ in range(3))
     rank = np.unique(ys, return_inverse=True)[1].ravel()  # y's rank among its distinct values
     below = 2 * (int(rank.max()) - rank)  # (twice) how many distinct values of y are above
-    for level in range(len(lefts)):
+    for level in range(levels):
         half = 1 << level
         left = pos % (2 * half) < half
         # within each merged block: by y, highest first; among equal y the right half first, so a
@@ -346,14 +354,17 @@ def _kendall(c):
         is_left = left[perm]
         # each right case: how many left cases of its block are before it
         before = (np.cumsum(is_left) - pos // (2 * half) * half)[~is_left]
-        lefts[level], rights[level] = perm[is_left], perm[~is_left]
-        at[level] = np.where(before > 0, pos[: size // 2] // half * half + before, 0)
+        row = (perm[is_left].astype(np.int32), perm[~is_left].astype(np.int32),
+               np.where(before > 0, pos[: size // 2] // half * half + before, 0).astype(np.int32))
+        if compiled:
+            _set_level(places, level, *row)
+        else:
+            lefts[level], rights[level], at[level] = row
     tie_x, tie_y = (_groups(v)[:2] for v in (x, y))
     # the cases in order of (x, y) are in ``order`` already: the pairs' groups are runs of it
     pair = _unique_rows(np.c_[x, y])[1]
     ties = [(o, _summing(o, starts), starts)
             for o, starts in (tie_x, tie_y, (order, _groups(pair.astype(float))[1]))]
-    order32 = order.astype(np.int32)
     by_place: list = []  # `_merge`'s layout of the levels, made when first needed
 
     def tied(w, order_, summing, starts):
@@ -369,12 +380,11 @@ def _kendall(c):
         in_x, in_y, in_xy = (tied(w, *t) for t in ties)
         untied_x, untied_y = total - in_x, total - in_y
         same_y = in_y - in_xy
-        if rows > 1 and len(lefts) and _kendall_discordant is not None:  # draws: single precision, in C
-            discordant = np.array(_kendall_discordant(
-                np.ascontiguousarray(w, float), order32, lefts, rights, at))
-        elif rows == 1 and len(lefts) and _kendall_alone is not None:  # a draw alone: double, in C
-            discordant = np.empty(1)
-            _kendall_alone(np.ascontiguousarray(w, float), order32, lefts, rights, at, discordant)
+        if compiled and rows > 1:  # draws: single precision, in C
+            discordant = np.array(_kendall_discordant(np.ascontiguousarray(w, float), places))
+        elif compiled:  # a draw alone (the figure, or a block of one draw): double precision, in C
+            discordant = np.empty(rows)
+            _kendall_alone(np.ascontiguousarray(w, float), places, discordant)
         else:
             if not by_place and len(lefts):
                 by_place.extend(_by_place(lefts, rights, at))
