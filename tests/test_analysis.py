@@ -521,6 +521,11 @@ def test_the_compiled_merge_refuses_places_outside_its_arrays():
         st._kendall_discordant(w.astype(np.float32), places)
     with pytest.raises(ValueError, match="a value a row"):
         st._kendall_alone(w, places, np.empty(3))
+    order, _, at, starts = st._ranking(np.arange(5.0))
+    st._c_mid_ranks(w, order, starts, at, np.empty((2, 5)))
+    for bad in (order - 1, order + 1):  # a place of -1, a place of 5
+        with pytest.raises(ValueError, match="a place outside"):
+            st._c_mid_ranks(w, bad, starts, at, np.empty((2, 5)))
 
 
 def test_disagreements_show_every_backend_value_and_reason(mixed_run):

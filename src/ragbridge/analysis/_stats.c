@@ -677,13 +677,15 @@ get_places(PyObject *obj, Py_buffer *view, const char *what, Py_ssize_t limit)
         PyBuffer_Release(view);
         return -1;
     }
-    const int64_t *p = view->buf;
+    const uint64_t *p = view->buf;
+    uint64_t outside = 0;  /* (a negative place is a large unsigned one: one comparison, no branch) */
     for (Py_ssize_t i = 0; i < view->shape[0]; i++)
-        if (p[i] < 0 || p[i] >= limit) {
-            PyErr_Format(PyExc_ValueError, "%s: a place outside 0..%zd", what, limit - 1);
-            PyBuffer_Release(view);
-            return -1;
-        }
+        outside |= p[i] >= (uint64_t)limit;
+    if (outside || limit < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: a place outside 0..%zd", what, limit - 1);
+        PyBuffer_Release(view);
+        return -1;
+    }
     return 0;
 }
 
