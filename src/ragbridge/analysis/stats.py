@@ -41,7 +41,10 @@ verdict figures cost a few cells per draw whatever the run's size; the draws are
 at a time, with at most ``BLOCK`` weights in memory. Kendall's tau on weighted cases counts the
 discordant weight by merging halves level by level, m log m per draw: in C where the package was
 built with its compiled module (``ragbridge.analysis._stats``), else in NumPy, with the same single-
-precision additions in the same order either way, so the same draws to the last bit. The weighted
+precision additions in the same order either way, so the same draws to the last bit. A block of one
+draw (the figure itself, and every draw where the distinct pairs are more than 524,288, so that a
+block holds one) is merged in double precision, each level's sum of products as NumPy's ``einsum``
+of one row adds them, in C and in NumPy alike. The weighted
 mid-ranks, Pearson's correlation and Kendall's tied weights run a draw at a time in C there too, with
 NumPy's products and pairwise sums in NumPy's order (the NumPy steps stay as the fallback).
 

@@ -8,7 +8,9 @@ The first reading of a finished run's folder writes what it found beside them, a
 one uncompressed ``.npz`` (no pickles): the case index (ids, tags, ``answerable``, each case's line
 offset and golden digest) and every column's values, statuses, places and per-score arrays (a few
 bytes a score: about 130 MB for a million cases of six metrics). Later readings load it in a
-fraction of a second.
+fraction of a second: the case index and each column's values and statuses at once, its line places
+and per-score arrays (seconds, tokens, ...) when first asked for (most readers never ask: 183 MiB for
+two runs of a million cases), from the same copy or not at all.
 
 The copy names the two files it was made from by size, modification time (nanoseconds) and inode;
 it is used only while both are exactly those (a run resumed, a score line edited or a file restored
