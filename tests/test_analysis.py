@@ -240,12 +240,13 @@ def test_kendall_merged_in_c_is_the_numpy_merge_to_the_last_bit(ties, monkeypatc
             in_c = st._kendall(c)(w)
             with monkeypatch.context() as p:
                 p.setattr(st, "_kendall_discordant", None)
+                p.setattr(st, "_kendall_alone", None)
                 in_numpy = st._kendall(c)(w)
             assert in_c.tobytes() == in_numpy.tobytes(), (m, rows, in_c - in_numpy)
             # each draw of a block is merged alone: the same bits as a block of one
             places = _kendall_places(st._kendall(c))
-            block = st._kendall_discordant(w, *places)
-            assert block == [st._kendall_discordant(w[i:i + 1], *places)[0] for i in range(rows)]
+            block = st._kendall_discordant(w, places)
+            assert block == [st._kendall_discordant(w[i:i + 1], places)[0] for i in range(rows)]
 
 
 @pytest.mark.parametrize("ties", ["none", "x", "y", "both"])
@@ -273,10 +274,31 @@ def test_correlations_in_c_are_the_numpy_steps_to_the_last_bit(ties, monkeypatch
             assert a.shape == b.shape and a.tobytes() == b.tobytes(), (m, name, np.nanmax(np.abs(a - b)))
 
 
+def _closure(kendall) -> dict:
+    return dict(zip(kendall.__code__.co_freevars, (cell.cell_contents for cell in kendall.__closure__)))
+
+
 def _kendall_places(kendall):
-    """The order and levels `_kendall`'s figure hands the compiled merge."""
-    env = dict(zip(kendall.__code__.co_freevars, (cell.cell_contents for cell in kendall.__closure__)))
-    return env["order32"], env["lefts"], env["rights"], env["at"]
+    """The places (checked and kept in C) `_kendall`'s figure hands the compiled merge."""
+    return _closure(kendall)["places"]
+
+
+def _kendall_tables(c):
+    """`_kendall`'s order and levels as NumPy arrays (its figure made without the compiled merge)."""
+    saved, st._merge_places = st._merge_places, None
+    try:
+        env = _closure(st._kendall(c))
+    finally:
+        st._merge_places = saved
+    return env["order"].astype(np.int32), env["lefts"], env["rights"], env["at"]
+
+
+def _places(order, lefts, rights, at):
+    """The compiled merge's places of these levels."""
+    places = st._merge_places(order, len(lefts), lefts.shape[1])
+    for level in range(len(lefts)):
+        st._set_level(places, level, lefts[level], rights[level], at[level])
+    return places
 
 
 def test_rater_figures_are_the_same_with_and_without_the_compiled_merge(monkeypatch):
@@ -289,7 +311,8 @@ def test_rater_figures_are_the_same_with_and_without_the_compiled_merge(monkeypa
     with_c = st.rater_figures(*args, n_draws=200, seed=4)
     strata = np.arange(3000) % 3
     with_c_strata = st.rater_figures(*args, strata=strata, n_draws=100, seed=4)
-    for name in ("_kendall_discordant", "_weighted_pearson", "_c_mid_ranks", "_run_square_sums"):
+    for name in ("_kendall_discordant", "_kendall_alone", "_weighted_pearson", "_c_mid_ranks",
+                 "_run_square_sums"):
         monkeypatch.setattr(st, name, None)
     assert st.rater_figures(*args, n_draws=200, seed=4) == with_c
     assert st.rater_figures(*args, strata=strata, n_draws=100, seed=4) == with_c_strata
@@ -299,7 +322,7 @@ def test_rater_figures_are_the_same_with_and_without_the_compiled_merge(monkeypa
              "        if name == 'ragbridge.analysis._stats': raise ImportError(name)\n"
              "sys.meta_path.insert(0, Refuse())\n"
              "from ragbridge.analysis import stats\n"
-             "assert stats._kendall_discordant is stats._bootstrap_means is stats._weighted_pearson is None\n"
+             "assert stats._kendall_discordant is stats._kendall_alone is stats._bootstrap_means is None\n"
              "print(repr(stats.mean_shift(*[[i * i % 7 / 7 for i in range(k, k + 40)] for k in (0, 3)],"
              " 0, 'native', 'mrr', '(all)')))\n"
              "print(stats.rater_figures(['kendall'], [1, 0, 1, 0], [1, 1, 0, 0], [.9, .2, .6, .1],"
@@ -388,19 +411,121 @@ def test_intervals_and_p_values_are_the_same_with_and_without_the_compiled_loops
         assert repr(in_c) == repr(in_numpy), n  # floats' repr is exact
 
 
+@pytest.mark.parametrize("ties", ["none", "x", "y", "both"])
+def test_a_draw_merged_alone_in_c_is_the_numpy_merge_to_the_last_bit(ties, monkeypatch):
+    """A draw merged alone (the figure itself, and every draw of a run of more than 524,288 distinct
+    pairs, whose blocks hold one draw) is summed in double precision, each level's dot product as
+    NumPy's einsum of one row sums it (two lanes, eight products a step, calls of 8,192 products):
+    the compiled merge gives the NumPy merge's bits, on sizes from 1 to 70,001 (levels of more than
+    8,192 products: several calls of einsum's loop), and the same bits for a row whichever rows are
+    merged with it. A change of that order (one lane, another call length) fails here."""
+    if st._kendall_alone is None:
+        pytest.skip("the package was built without its compiled modules")
+    rng = np.random.default_rng(23)
+    for m in [1, 2, 3, 9, 17, 130, 1025, 8193, 16385, 20000, 70001]:
+        c = _kendall_columns(rng, m, ties)
+        w = rng.standard_gamma(rng.integers(1, 3, m).astype(float), size=(4, m))
+        w /= w.sum(-1, keepdims=True)
+        in_c = np.concatenate([st._kendall(c)(w[i:i + 1]) for i in range(4)])
+        together = np.empty(4)
+        st._kendall_alone(w, _kendall_places(st._kendall(c)), together)
+        with monkeypatch.context() as p:
+            p.setattr(st, "_kendall_alone", None)
+            in_numpy = np.concatenate([st._kendall(c)(w[i:i + 1]) for i in range(4)])
+            env = _closure(st._kendall(c))
+            alone = [st._merge(np.take(w[i:i + 1], env["order"], axis=-1), env["size"],
+                               st._by_place(env["lefts"], env["rights"], env["at"]))[0] for i in range(4)]
+        assert together.tobytes() == np.array(alone).tobytes(), (m, together - alone)
+        assert in_c.tobytes() == in_numpy.tobytes(), (m, in_c - in_numpy)
+
+
+def test_rater_figures_of_blocks_of_one_draw_are_the_same_in_c_and_numpy(monkeypatch):
+    """Where a block holds one draw (at more than 524,288 distinct pairs; here ``BLOCK`` made small so
+    that 3,000 cases do), every figure and interval is the same with the compiled merge and without."""
+    rng = np.random.default_rng(8)
+    x = rng.random(3000)
+    y = np.clip(x + rng.normal(0, 0.2, 3000), 0, 1)
+    args = (["kendall", "spearman", "pearson", "mae"], x >= 0.5, y >= 0.5, x, y)
+    monkeypatch.setattr(st, "BLOCK", 64)
+    with_c = st.rater_figures(*args, n_draws=60, seed=9)
+    for name in ("_kendall_discordant", "_kendall_alone", "_weighted_pearson", "_c_mid_ranks",
+                 "_run_square_sums"):
+        monkeypatch.setattr(st, name, None)
+    assert st.rater_figures(*args, n_draws=60, seed=9) == with_c
+    assert all(np.isfinite(v).all() for v in with_c.values())
+
+
+def _lexsorted_levels(x, y):
+    """`_kendall`'s levels as first written: each level's blocks sorted by ``np.lexsort``."""
+    order = np.lexsort((y, x))
+    size = 1 << max(0, (len(x) - 1).bit_length())
+    ys = np.full(size, -np.inf)
+    ys[:len(x)] = y[order]
+    pos = np.arange(size)
+    lefts, rights, at = (np.empty((size.bit_length() - 1, size // 2), np.int32) for _ in range(3))
+    for level in range(len(lefts)):
+        half = 1 << level
+        left = pos % (2 * half) < half
+        perm = np.lexsort((left, -ys, pos // (2 * half)))
+        is_left = left[perm]
+        before = (np.cumsum(is_left) - pos // (2 * half) * half)[~is_left]
+        lefts[level], rights[level] = perm[is_left], perm[~is_left]
+        at[level] = np.where(before > 0, pos[: size // 2] // half * half + before, 0)
+    return order.astype(np.int32), lefts, rights, at
+
+
+@pytest.mark.parametrize("ties", ["none", "x", "y", "both"])
+def test_kendall_levels_and_distinct_rows_are_those_of_the_record_sorts(ties):
+    """The merge's levels (each level's blocks sorted by one stable key) are those of ``np.lexsort``
+    over the block, y and the side; the distinct rows of the posterior's merged cases and their
+    places are ``np.unique(axis=0)``'s (also with a NaN or a negative zero, left to it)."""
+    rng = np.random.default_rng(29)
+    for m in [1, 2, 3, 5, 64, 129, 1000, 5001]:
+        c = _kendall_columns(rng, m, ties)
+        got = _kendall_tables(c)
+        want = _lexsorted_levels(c["x"], c["y"])
+        for a, b in zip(got, want):
+            assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), m
+        key = np.column_stack([rng.integers(0, 3, m), c["x"], c["y"], rng.random(m) < 0.5]).astype(float)
+        for k in (key, key[:, 1:3], np.where(key == 0, -0.0, key), np.where(key > 0.9, np.nan, key)):
+            rows, inverse = st._unique_rows(k)
+            want_rows, want_inverse = np.unique(k, axis=0, return_inverse=True)
+            assert rows.tobytes() == want_rows.tobytes() and inverse.tolist() == want_inverse.ravel().tolist()
+
+
 def test_the_compiled_merge_refuses_places_outside_its_arrays():
+    """The merge's places are checked once, level by level, when kept; a merge asked for before every
+    level is set, or of weights with fewer columns than its order names, is refused."""
     if st._kendall_discordant is None:
         pytest.skip("the package was built without its compiled modules")
-    order, lefts, rights, at = _kendall_places(st._kendall({"x": np.arange(5.0), "y": np.arange(5.0)}))
+    order, lefts, rights, at = _kendall_tables({"x": np.arange(5.0), "y": np.arange(5.0)})
     w = np.ones((2, 5))
-    assert len(st._kendall_discordant(w, order, lefts, rights, at)) == 2
-    for i, bad in ((2, lefts + 8), (3, -1 - rights), (4, at + 5), (1, order + 5)):
-        args = [w, order, lefts, rights, at]
+    assert len(st._kendall_discordant(w, _places(order, lefts, rights, at))) == 2
+    for i, bad in ((1, lefts + 8), (2, -1 - rights), (3, at + 5)):
+        args = [order, lefts, rights, at]
         args[i] = bad
         with pytest.raises(ValueError, match="do not fit"):
-            st._kendall_discordant(*args)
+            _places(*args)
+    with pytest.raises(ValueError, match="do not fit"):
+        st._merge_places(order - 1, len(lefts), lefts.shape[1])
+    unfinished = st._merge_places(order, len(lefts), lefts.shape[1])
+    st._set_level(unfinished, 0, lefts[0], rights[0], at[0])
+    places = _places(order, lefts, rights, at)
+    out = np.empty(2)
+    for call in (lambda: st._kendall_discordant(w, unfinished), lambda: st._kendall_alone(w, unfinished, out),
+                 lambda: st._kendall_discordant(w[:, :4].copy(), places),
+                 lambda: st._kendall_alone(w[:, :4].copy(), places, out)):
+        with pytest.raises(ValueError, match="do not fit"):
+            call()
     with pytest.raises(ValueError, match="format 'd'"):
-        st._kendall_discordant(w.astype(np.float32), order, lefts, rights, at)
+        st._kendall_discordant(w.astype(np.float32), places)
+    with pytest.raises(ValueError, match="a value a row"):
+        st._kendall_alone(w, places, np.empty(3))
+    order, _, at, starts = st._ranking(np.arange(5.0))
+    st._c_mid_ranks(w, order, starts, at, np.empty((2, 5)))
+    for bad in (order - 1, order + 1):  # a place of -1, a place of 5
+        with pytest.raises(ValueError, match="a place outside"):
+            st._c_mid_ranks(w, bad, starts, at, np.empty((2, 5)))
 
 
 def test_disagreements_show_every_backend_value_and_reason(mixed_run):

@@ -116,3 +116,23 @@ def test_overwrite_removes_the_copy_and_a_damaged_copy_is_not_used(run_folder, t
          "--no-progress", "--overwrite")
     assert not (run_folder / "columns.npz").exists()
     assert list(read_columns(run_folder).columns) == [("native", "mrr")]
+
+
+def test_places_and_per_score_arrays_are_read_from_the_copy_when_first_asked_for(run_folder):
+    """A reading from the copy loads each column's values and statuses; its line places and per-score
+    arrays (a third of a million-case copy's bytes each) are read when first asked for, the same
+    arrays; a copy made again of changed files in between is not mixed in."""
+    from ragbridge.run.recorded import read_columns
+
+    first = read_columns(run_folder)  # the files parsed; the copy written
+    second = read_columns(run_folder)
+    col, was = second.column("native", "hit@10"), first.column("native", "hit@10")
+    assert {"places", "seconds"}.isdisjoint(vars(col)) and "value" in vars(col)
+    assert np.array_equal(col.places, was.places) and np.array_equal(col.seconds, was.seconds)
+    assert col.seconds.dtype == np.float64 and {"places", "seconds"} <= set(vars(col))
+    third = read_columns(run_folder)
+    with open(run_folder / "scores.jsonl", "a") as f:
+        f.write((run_folder / "scores.jsonl").read_text().splitlines()[0] + "\n")
+    read_columns(run_folder)  # the files read again: a new copy
+    with pytest.raises(RuntimeError, match="changed while the run was read"):
+        third.column("native", "mrr").places

@@ -3,14 +3,18 @@
  * the NumPy steps beside its call in stats.py to the last bit (those steps are used where the package
  * was built without this module), so a seed gives the same interval and p-value either way.
  *
- * kendall_discordant(w, order, lefts, rights, at): the strictly discordant weight of each draw (a row
- *   of `w`, float64, C order), as a list of floats. `order` (int32) puts the columns of `w` in order
- *   of (x, y); the draw's weights in that order, rounded to single precision and padded with zeros to
- *   `size` = 2 * lefts.shape[1], are merged level by level. `lefts`, `rights`, `at` (int32, one row a
- *   level, the level's half blocks 1, 2, 4, ...): the places of each merged block's left cases, by y
- *   highest first, block after block; the places of the right cases; and for each right case where
- *   its block's running sum of left weights strictly above it is (1 + block * half + k for the sum of
- *   the first k + 1), or 0 for none. No level (one case): every draw's weight is 0.
+ * merge_places(order, levels, n), set_level(places, level, lefts, rights, at): the places of Kendall's
+ *   merge, checked once and kept in C (a capsule), for every block of draws of a figure. `order`
+ *   (int32) puts the columns of the weights in order of (x, y); `lefts`, `rights`, `at` (int32 rows of
+ *   n = size / 2, one a level, the level's half blocks 1, 2, 4, ...): the places of each merged
+ *   block's left cases, by y highest first, block after block; the places of the right cases; and for
+ *   each right case where its block's running sum of left weights strictly above it is (1 + block *
+ *   half + k for the sum of the first k + 1), or 0 for none.
+ * kendall_discordant(w, places): the strictly discordant weight of each draw (a row of `w`, float64,
+ *   C order), as a list of floats: the draw's weights in order of (x, y), rounded to single precision
+ *   and padded with zeros to `size`, merged level by level. No level (one case): every weight is 0.
+ * kendall_alone(w, places, out): the same of each row merged as a block of one draw (in double
+ *   precision, each level's dot product as numpy's einsum of one row sums it; see `merge_alone`).
  *
  * The additions are those of the NumPy steps, in their order and precision: each block's running sum
  * in single precision, one addition after the other; the level's dot product of the right cases'
@@ -49,6 +53,7 @@
 #include <string.h>
 #include <math.h>
 
+#define AHEAD 64  /* values fetched ahead of their use */
 #define EPS_ 1e-12  /* stats.EPS: a sum of weights at most this is none */
 
 #if defined(__clang__)
@@ -97,50 +102,160 @@ merge(const float *v, float *sums, const int32_t *lefts, const int32_t *rights, 
     return discordant;
 }
 
+/* The merge's places, checked once and kept (a capsule of `merge_places`, each level set by
+ * `set_level`): `order`, m places among the weights' columns (`widest` - 1 the largest); each level's
+ * `lefts` and `rights` (n places among size = 2n each) and `at` (n places among its running sums).
+ * The draws' calls (one a draw where a block holds one) check only that every level is set and that
+ * the weights have the columns `order` names. */
+typedef struct {
+    Py_ssize_t m, levels, n, widest, unset;
+    int32_t *order, *lefts, *rights, *at;
+    unsigned char *set;
+} places_t;
+
+#define PLACES "ragbridge.analysis._stats.places"
+
+static void
+places_free(PyObject *capsule)
+{
+    PyMem_Free(PyCapsule_GetPointer(capsule, PLACES));
+}
+
+/* merge_places(order, levels, n): the places of a merge of `levels` levels of n right cases each, its
+ * weights put in order of (x, y) by `order` (int32); every level to be set by `set_level`. */
+static PyObject *
+merge_places(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "merge_places(order, levels, n) takes 3 arguments");
+        return NULL;
+    }
+    Py_ssize_t levels = PyLong_AsSsize_t(args[1]), n = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer bo;
+    if (get_buffer(args[0], &bo, "order", "i", 1) < 0)
+        return NULL;
+    Py_ssize_t m = bo.shape[0];
+    const int32_t *order = bo.buf;
+    int bad = levels < 0 || levels > 40 || n < 0 || (n & (n - 1)) != 0 || (levels > 0 && m > 2 * n)
+              || (levels > 0 && ((Py_ssize_t)1 << (levels - 1)) > n);
+    Py_ssize_t widest = 0;
+    for (Py_ssize_t i = 0; !bad && i < m; i++) {
+        bad = order[i] < 0;
+        widest = order[i] >= widest ? (Py_ssize_t)order[i] + 1 : widest;
+    }
+    if (bad) {
+        PyBuffer_Release(&bo);
+        PyErr_SetString(PyExc_ValueError, "merge_places: the merge's places do not fit its arrays");
+        return NULL;
+    }
+    size_t head = (sizeof(places_t) + 15) / 16 * 16;
+    places_t *p = PyMem_Malloc(head + sizeof(int32_t) * (m + 3 * levels * n) + levels + 1);
+    if (p == NULL) {
+        PyBuffer_Release(&bo);
+        return PyErr_NoMemory();
+    }
+    p->m = m;
+    p->levels = levels;
+    p->n = n;
+    p->widest = widest;
+    p->unset = levels;
+    p->order = (int32_t *)((char *)p + head);
+    p->lefts = p->order + m;
+    p->rights = p->lefts + levels * n;
+    p->at = p->rights + levels * n;
+    p->set = (unsigned char *)(p->at + levels * n);
+    memcpy(p->order, order, sizeof(int32_t) * m);
+    memset(p->set, 0, levels + 1);
+    PyBuffer_Release(&bo);
+    PyObject *capsule = PyCapsule_New(p, PLACES, places_free);
+    if (capsule == NULL)
+        PyMem_Free(p);
+    return capsule;
+}
+
+/* set_level(places, level, lefts, rights, at): the level's places (int32 rows of n), checked and kept. */
+static PyObject *
+set_level(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "set_level(places, level, lefts, rights, at) takes 5 arguments");
+        return NULL;
+    }
+    places_t *p = PyCapsule_GetPointer(args[0], PLACES);
+    Py_ssize_t level = PyLong_AsSsize_t(args[1]);
+    if (p == NULL || PyErr_Occurred())
+        return NULL;
+    Py_buffer b[3];
+    const char *names[3] = {"lefts", "rights", "at"};
+    int got = 0;
+    for (; got < 3; got++)
+        if (get_buffer(args[2 + got], &b[got], names[got], "i", 1) < 0)
+            break;
+    PyObject *res = NULL;
+    if (got == 3) {
+        Py_ssize_t n = p->n, size = 2 * n, half = level >= 0 && level < 40 ? (Py_ssize_t)1 << level : 0;
+        const int32_t *l = b[0].buf, *r = b[1].buf, *a = b[2].buf;
+        int bad = level < 0 || level >= p->levels || b[0].shape[0] != n || b[1].shape[0] != n
+                  || b[2].shape[0] != n;
+        for (Py_ssize_t k = 0; !bad && k < n; k++)
+            bad = l[k] < 0 || l[k] >= size || r[k] < 0 || r[k] >= size || a[k] < 0 || a[k] > n
+                  || (a[k] > 0 && (a[k] - 1) / half != k / half);
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, "set_level: the merge's places do not fit its arrays");
+        } else {
+            memcpy(p->lefts + level * n, l, sizeof(int32_t) * n);
+            memcpy(p->rights + level * n, r, sizeof(int32_t) * n);
+            memcpy(p->at + level * n, a, sizeof(int32_t) * n);
+            p->unset -= !p->set[level];
+            p->set[level] = 1;
+            res = Py_NewRef(Py_None);
+        }
+    }
+    for (int i = 0; i < got; i++)
+        PyBuffer_Release(&b[i]);
+    return res;
+}
+
+/* The places of a capsule whose every level is set, for weights of `cols` columns; NULL (an error
+ * set) where not. */
+static places_t *
+places_of(PyObject *capsule, Py_ssize_t cols, const char *who)
+{
+    places_t *p = PyCapsule_GetPointer(capsule, PLACES);
+    if (p != NULL && (p->unset != 0 || p->widest > cols)) {
+        PyErr_Format(PyExc_ValueError, "%s: the merge's places do not fit its arrays", who);
+        return NULL;
+    }
+    return p;
+}
+
 static PyObject *
 kendall_discordant(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "kendall_discordant(w, order, lefts, rights, at) takes 5 arguments");
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "kendall_discordant(w, places) takes 2 arguments");
         return NULL;
     }
-    Py_buffer bw, bo, bl, br, ba;
+    Py_buffer bw;
     PyObject *out = NULL;
     if (get_buffer(args[0], &bw, "w", "d", 2) < 0)
         return NULL;
-    if (get_buffer(args[1], &bo, "order", "i", 1) < 0)
+    Py_ssize_t rows = bw.shape[0], cols = bw.shape[1];
+    places_t *p = places_of(args[1], cols, "kendall_discordant");
+    if (p == NULL)
         goto free_w;
-    if (get_buffer(args[2], &bl, "lefts", "i", 2) < 0)
-        goto free_o;
-    if (get_buffer(args[3], &br, "rights", "i", 2) < 0)
-        goto free_l;
-    if (get_buffer(args[4], &ba, "at", "i", 2) < 0)
-        goto free_r;
-    Py_ssize_t rows = bw.shape[0], cols = bw.shape[1], m = bo.shape[0];
-    Py_ssize_t levels = bl.shape[0], n = bl.shape[1], size = 2 * n;
+    Py_ssize_t m = p->m, levels = p->levels, n = p->n, size = 2 * n;
     const double *w = bw.buf;
-    const int32_t *order = bo.buf, *lefts = bl.buf, *rights = br.buf, *at = ba.buf;
-    int bad = (levels > 0 && m > size) || br.shape[0] != levels || br.shape[1] != n
-              || ba.shape[0] != levels || ba.shape[1] != n || (n & (n - 1)) != 0
-              || (levels > 0 && ((Py_ssize_t)1 << (levels - 1)) > n);
-    for (Py_ssize_t i = 0; !bad && i < m; i++)
-        bad = order[i] < 0 || order[i] >= cols;
-    for (Py_ssize_t i = 0; !bad && i < levels * n; i++) {
-        Py_ssize_t half = (Py_ssize_t)1 << (i / n);
-        bad = lefts[i] < 0 || lefts[i] >= size || rights[i] < 0 || rights[i] >= size || at[i] < 0
-              || at[i] > n || (at[i] > 0 && (at[i] - 1) / half != (i % n) / half);
-    }
-    if (bad) {
-        PyErr_SetString(PyExc_ValueError, "kendall_discordant: the merge's places do not fit its arrays");
-        goto free_a;
-    }
+    const int32_t *order = p->order;
     float *v = PyMem_Malloc(sizeof(float) * (size + 1 + n));
     double *discordant = PyMem_Malloc(sizeof(double) * (rows ? rows : 1));
     if (v == NULL || discordant == NULL) {
         PyMem_Free(v);
         PyMem_Free(discordant);
         PyErr_NoMemory();
-        goto free_a;
+        goto free_w;
     }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = m; i < size; i++)
@@ -149,7 +264,7 @@ kendall_discordant(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         const double *wr = w + row * cols;
         for (Py_ssize_t i = 0; i < m && levels > 0; i++)
             v[i] = (float)wr[order[i]];
-        discordant[row] = merge(v, v + size, lefts, rights, at, levels, n);
+        discordant[row] = merge(v, v + size, p->lefts, p->rights, p->at, levels, n);
     }
     Py_END_ALLOW_THREADS
     out = PyList_New(rows);
@@ -162,17 +277,122 @@ kendall_discordant(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyMem_Free(v);
     PyMem_Free(discordant);
-free_a:
-    PyBuffer_Release(&ba);
-free_r:
-    PyBuffer_Release(&br);
-free_l:
-    PyBuffer_Release(&bl);
-free_o:
-    PyBuffer_Release(&bo);
 free_w:
     PyBuffer_Release(&bw);
     return out;
+}
+
+#define EINSUM_CHUNK 8192  /* the products einsum sums in one call of its inner loop (NumPy's buffer) */
+
+/* The merge of one draw alone, in double precision: its weights `v` (by (x, y), `size` of them padded
+ * with zeros), `sums` room for 1 + size / 2 running sums. The additions of `merge` in double precision,
+ * but the level's dot product, which is that of numpy's einsum of two contiguous rows: in calls of
+ * EINSUM_CHUNK products, each summed in two lanes (the even and the odd products) eight products a
+ * step (the lane's fourth, third, second and first product of the step added in that order to its
+ * sum), the rest two at a time, the two lanes added, then the call's sum added to the level's. */
+static double
+merge_alone(const double *v, double *sums, const int32_t *lefts, const int32_t *rights, const int32_t *at,
+            Py_ssize_t levels, Py_ssize_t n)
+{
+    double discordant = 0.0;
+    sums[0] = 0.0;
+    for (Py_ssize_t level = 0, half = 1; level < levels; level++, half *= 2) {
+        const int32_t *l = lefts + level * n, *r = rights + level * n, *a = at + level * n;
+        int far = half >= 4096;  /* blocks beyond the near caches: the weights fetched ahead */
+        for (Py_ssize_t start = 0; start < n; start += half) {
+            double s = v[l[start]];
+            sums[1 + start] = s;
+            for (Py_ssize_t k = start + 1; k < start + half; k++) {
+                if (far && k + AHEAD < n)
+                    __builtin_prefetch(v + l[k + AHEAD]);
+                s = s + v[l[k]];
+                sums[1 + k] = s;
+            }
+        }
+        double dot = 0.0;
+        for (Py_ssize_t c0 = 0; c0 < n; c0 += EINSUM_CHUNK) {
+            Py_ssize_t end = c0 + EINSUM_CHUNK < n ? c0 + EINSUM_CHUNK : n, k = c0;
+            double acc0 = 0.0, acc1 = 0.0, t;
+            for (; end - k >= 8; k += 8) {
+                if (far && k + AHEAD + 8 <= n)
+                    for (int j = 0; j < 8; j++) {
+                        __builtin_prefetch(v + r[k + AHEAD + j]);
+                        __builtin_prefetch(sums + a[k + AHEAD + j]);
+                    }
+                double p[8];
+                for (int j = 0; j < 8; j++)
+                    p[j] = sums[a[k + j]] * v[r[k + j]];
+                t = p[6] + acc0;
+                t = p[4] + t;
+                t = p[2] + t;
+                acc0 = p[0] + t;
+                t = p[7] + acc1;
+                t = p[5] + t;
+                t = p[3] + t;
+                acc1 = p[1] + t;
+            }
+            for (; k < end; k += 2) {
+                acc0 = sums[a[k]] * v[r[k]] + acc0;
+                if (k + 1 < end)
+                    acc1 = sums[a[k + 1]] * v[r[k + 1]] + acc1;
+            }
+            dot = dot + (acc0 + acc1);
+        }
+        discordant = discordant + dot;
+    }
+    return discordant;
+}
+
+/* kendall_alone(w, places, out): `kendall_discordant` of each row of `w` merged as a block of one
+ * draw (`_merge` of a single row: double precision, the dot products as numpy's einsum sums them;
+ * `merge_alone`), into `out` (float64, a value a row). */
+static PyObject *
+kendall_alone(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "kendall_alone(w, places, out) takes 3 arguments");
+        return NULL;
+    }
+    Py_buffer bw, bout;
+    PyObject *res = NULL;
+    if (get_buffer(args[0], &bw, "w", "d", 2) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[2], &bout, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0)
+        goto free_w;
+    Py_ssize_t rows = bw.shape[0], cols = bw.shape[1];
+    places_t *p = places_of(args[1], cols, "kendall_alone");
+    if (p == NULL)
+        goto free_out;
+    if (bout.ndim != 1 || strcmp(bout.format, "d") != 0 || bout.shape[0] != rows) {
+        PyErr_SetString(PyExc_ValueError, "kendall_alone: out must be a float64 row of a value a row of w");
+        goto free_out;
+    }
+    Py_ssize_t m = p->m, levels = p->levels, n = p->n, size = 2 * n;
+    const double *w = bw.buf;
+    const int32_t *order = p->order;
+    double *out = bout.buf;
+    double *v = PyMem_Malloc(sizeof(double) * (size + 1 + n));
+    if (v == NULL) {
+        PyErr_NoMemory();
+        goto free_out;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = m; i < size; i++)
+        v[i] = 0.0;
+    for (Py_ssize_t row = 0; row < rows; row++) {
+        const double *wr = w + row * cols;
+        for (Py_ssize_t i = 0; i < m && levels > 0; i++)
+            v[i] = wr[order[i]];
+        out[row] = levels > 0 ? merge_alone(v, v + size, p->lefts, p->rights, p->at, levels, n) : 0.0;
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_Free(v);
+    res = Py_NewRef(Py_None);
+free_out:
+    PyBuffer_Release(&bout);
+free_w:
+    PyBuffer_Release(&bw);
+    return res;
 }
 
 /* NumPy's PCG64 (numpy/random/src/pcg64/pcg64.h): a 128-bit LCG whose new state gives 64 bits by
@@ -265,7 +485,6 @@ pairwise_sum(const double *a, Py_ssize_t n)
     return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
 }
 
-#define AHEAD 64  /* values fetched ahead of their use */
 
 /* A bounded integer in [0, rng], rng < 0xFFFF: Lemire's method on 16-bit draws, low half first. */
 static inline uint32_t
@@ -458,13 +677,15 @@ get_places(PyObject *obj, Py_buffer *view, const char *what, Py_ssize_t limit)
         PyBuffer_Release(view);
         return -1;
     }
-    const int64_t *p = view->buf;
+    const uint64_t *p = view->buf;
+    uint64_t outside = 0;  /* (a negative place is a large unsigned one: one comparison, no branch) */
     for (Py_ssize_t i = 0; i < view->shape[0]; i++)
-        if (p[i] < 0 || p[i] >= limit) {
-            PyErr_Format(PyExc_ValueError, "%s: a place outside 0..%zd", what, limit - 1);
-            PyBuffer_Release(view);
-            return -1;
-        }
+        outside |= p[i] >= (uint64_t)limit;
+    if (outside || limit < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: a place outside 0..%zd", what, limit - 1);
+        PyBuffer_Release(view);
+        return -1;
+    }
     return 0;
 }
 
@@ -488,6 +709,8 @@ run_sums(const double *w, const int64_t *order, const int64_t *starts, Py_ssize_
 {
     for (Py_ssize_t j = 0; j < g; j++) {
         Py_ssize_t s = starts[j], e = j + 1 < g ? starts[j + 1] : m;
+        if (s + AHEAD < m)  /* (the weights are gathered: fetched ahead) */
+            __builtin_prefetch(w + order[s + AHEAD]);
         if (e - s == 1) {
             sums[j] = w[order[s]];
             continue;
@@ -600,8 +823,11 @@ mid_ranks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             running = j ? running + sums[j] : sums[j];
             tmp[j] = (running - sums[j]) + sums[j] / 2;
         }
-        for (Py_ssize_t i = 0; i < m; i++)
+        for (Py_ssize_t i = 0; i < m; i++) {
+            if (i + AHEAD < m)
+                __builtin_prefetch(tmp + at[i + AHEAD]);
             out[i] = tmp[at[i]];
+        }
     }
     Py_END_ALLOW_THREADS
     PyMem_Free(sums);
@@ -702,8 +928,14 @@ free_w:
 }
 
 static PyMethodDef methods[] = {
+    {"merge_places", (PyCFunction)(void (*)(void))merge_places, METH_FASTCALL,
+     "merge_places(order, levels, n): the places of a merge, each level to be set by set_level."},
+    {"set_level", (PyCFunction)(void (*)(void))set_level, METH_FASTCALL,
+     "set_level(places, level, lefts, rights, at): a level's places, checked and kept."},
     {"kendall_discordant", (PyCFunction)(void (*)(void))kendall_discordant, METH_FASTCALL,
-     "kendall_discordant(w, order, lefts, rights, at): each draw's strictly discordant weight."},
+     "kendall_discordant(w, places): each draw's strictly discordant weight."},
+    {"kendall_alone", (PyCFunction)(void (*)(void))kendall_alone, METH_FASTCALL,
+     "kendall_alone(w, places, out): each row's discordant weight, merged as a draw alone."},
     {"bootstrap_means", (PyCFunction)(void (*)(void))bootstrap_means, METH_FASTCALL,
      "bootstrap_means(values, state, n_resamples, block, dist): each resample's mean into dist; the new state."},
     {"sign_flip_counts", (PyCFunction)(void (*)(void))sign_flip_counts, METH_FASTCALL,

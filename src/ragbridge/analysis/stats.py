@@ -41,7 +41,10 @@ verdict figures cost a few cells per draw whatever the run's size; the draws are
 at a time, with at most ``BLOCK`` weights in memory. Kendall's tau on weighted cases counts the
 discordant weight by merging halves level by level, m log m per draw: in C where the package was
 built with its compiled module (``ragbridge.analysis._stats``), else in NumPy, with the same single-
-precision additions in the same order either way, so the same draws to the last bit. The weighted
+precision additions in the same order either way, so the same draws to the last bit. A block of one
+draw (the figure itself, and every draw where the distinct pairs are more than 524,288, so that a
+block holds one) is merged in double precision, each level's sum of products as NumPy's ``einsum``
+of one row adds them, in C and in NumPy alike. The weighted
 mid-ranks, Pearson's correlation and Kendall's tied weights run a draw at a time in C there too, with
 NumPy's products and pairwise sums in NumPy's order (the NumPy steps stay as the fallback).
 
@@ -108,13 +111,17 @@ import numpy as np
 
 try:  # built with the package where a C compiler was found: the resampling loops in C
     from ._stats import bootstrap_means as _bootstrap_means
+    from ._stats import kendall_alone as _kendall_alone
     from ._stats import kendall_discordant as _kendall_discordant
+    from ._stats import merge_places as _merge_places
+    from ._stats import set_level as _set_level
     from ._stats import mid_ranks as _c_mid_ranks
     from ._stats import run_square_sums as _run_square_sums
     from ._stats import sign_flip_counts as _sign_flip_counts
     from ._stats import weighted_pearson as _weighted_pearson
 except ImportError:  # pragma: no cover - the package built without it
-    _kendall_discordant = _bootstrap_means = _sign_flip_counts = None
+    _kendall_discordant = _kendall_alone = _merge_places = _set_level = None
+    _bootstrap_means = _sign_flip_counts = None
     _c_mid_ranks = _run_square_sums = _weighted_pearson = None
 
 _U64 = (1 << 64) - 1
@@ -331,25 +338,36 @@ def _kendall(c):
     pos = np.arange(size)
     # each level's places (one row a level): the left cases, by y highest first block after block;
     # the right cases; where each right case's running sum is (1 + block * half + k: the sum of its
-    # block's first k + 1 left cases), 0 for none
-    lefts, rights, at = (np.empty((size.bit_length() - 1, size // 2), np.int32) for _ in range(3))
-    for level in range(len(lefts)):
+    # block's first k + 1 left cases), 0 for none. Kept in C where it merges (checked once there,
+    # not at every block of draws), else in NumPy arrays.
+    levels = size.bit_length() - 1
+    order32 = order.astype(np.int32)
+    compiled = None not in (_merge_places, _set_level, _kendall_discordant, _kendall_alone)
+    places = _merge_places(order32, levels, size // 2) if compiled else None
+    lefts, rights, at = (np.empty((0 if compiled else levels, size // 2), np.int32) for _ in range(3))
+    rank = np.unique(ys, return_inverse=True)[1].ravel()  # y's rank among its distinct values
+    below = 2 * (int(rank.max()) - rank)  # (twice) how many distinct values of y are above
+    for level in range(levels):
         half = 1 << level
         left = pos % (2 * half) < half
         # within each merged block: by y, highest first; among equal y the right half first, so a
-        # right case counts only the left cases strictly above it
-        perm = np.lexsort((left, -ys, pos // (2 * half)))
+        # right case counts only the left cases strictly above it (the order of
+        # ``np.lexsort((left, -ys, block))``, as one key sorted stably)
+        perm = np.argsort(pos // (2 * half) * (2 * len(pos) + 2) + below + left, kind="stable")
         is_left = left[perm]
         # each right case: how many left cases of its block are before it
         before = (np.cumsum(is_left) - pos // (2 * half) * half)[~is_left]
-        lefts[level], rights[level] = perm[is_left], perm[~is_left]
-        at[level] = np.where(before > 0, pos[: size // 2] // half * half + before, 0)
+        row = (perm[is_left].astype(np.int32), perm[~is_left].astype(np.int32),
+               np.where(before > 0, pos[: size // 2] // half * half + before, 0).astype(np.int32))
+        if compiled:
+            _set_level(places, level, *row)
+        else:
+            lefts[level], rights[level], at[level] = row
     tie_x, tie_y = (_groups(v)[:2] for v in (x, y))
     # the cases in order of (x, y) are in ``order`` already: the pairs' groups are runs of it
-    pair = np.unique(np.c_[x, y], axis=0, return_inverse=True)[1].ravel()
+    pair = _unique_rows(np.c_[x, y])[1]
     ties = [(o, _summing(o, starts), starts)
             for o, starts in (tie_x, tie_y, (order, _groups(pair.astype(float))[1]))]
-    order32 = order.astype(np.int32)
     by_place: list = []  # `_merge`'s layout of the levels, made when first needed
 
     def tied(w, order_, summing, starts):
@@ -365,15 +383,33 @@ def _kendall(c):
         in_x, in_y, in_xy = (tied(w, *t) for t in ties)
         untied_x, untied_y = total - in_x, total - in_y
         same_y = in_y - in_xy
-        if rows > 1 and len(lefts) and _kendall_discordant is not None:  # draws: single precision, in C
-            discordant = np.array(_kendall_discordant(
-                np.ascontiguousarray(w, float), order32, lefts, rights, at))
+        if compiled and rows > 1:  # draws: single precision, in C
+            discordant = np.array(_kendall_discordant(np.ascontiguousarray(w, float), places))
+        elif compiled:  # a draw alone (the figure, or a block of one draw): double precision, in C
+            discordant = np.empty(rows)
+            _kendall_alone(np.ascontiguousarray(w, float), places, discordant)
         else:
             if not by_place and len(lefts):
                 by_place.extend(_by_place(lefts, rights, at))
             discordant = _merge(np.take(w, order, axis=-1), size, by_place)
         return np.clip(_ratio(untied_x - same_y - 4 * discordant, np.sqrt(untied_x * untied_y)), -1, 1)
     return f
+
+
+def _unique_rows(a: np.ndarray):
+    """``np.unique(a, axis=0, return_inverse=True)`` of a 2-D float array (the distinct rows in order,
+    and each row's place among them), by sorting its columns together: ``np.unique`` compares the
+    rows as records, several times slower. A NaN or a negative zero (which ``np.unique`` tells
+    apart by its own rules) sends the array to ``np.unique``."""
+    if not a.size or np.isnan(a).any() or (np.signbit(a) & (a == 0)).any():
+        rows, inverse = np.unique(a, axis=0, return_inverse=True)
+        return rows, inverse.ravel()
+    order = np.lexsort(a.T[::-1])
+    ordered = a[order]
+    new = np.r_[True, (ordered[1:] != ordered[:-1]).any(axis=1)]
+    inverse = np.empty(len(a), np.intp)
+    inverse[order] = np.cumsum(new) - 1
+    return ordered[new], inverse
 
 
 def _by_place(lefts, rights, at):
@@ -487,8 +523,9 @@ def rater_figures(
     for reads in dict.fromkeys(_READS[f] for f in wanted):  # the verdict figures, then the value figures
         # identical rows (stratum and the columns read) merged: k Gamma(1) weights add up to a Gamma(k)
         key = np.column_stack([stratum] + [np.r_[cases[k], corners[k]].astype(float) for k in reads])
-        rows, inverse = np.unique(key, axis=0, return_inverse=True)
+        rows, inverse = _unique_rows(key)
         shape = np.bincount(inverse.ravel(), weights=prior, minlength=len(rows))
+        del key, inverse  # (not held through the draws)
         cols = {k: rows[:, i + 1].astype(cases[k].dtype) for i, k in enumerate(reads)}
         forms = {f: FIGURE_FORMS[f](cols) for f in wanted if _READS[f] == reads}
         members = [(share[h], np.flatnonzero(rows[:, 0] == i)) for h, i in index.items()]

@@ -8,7 +8,9 @@ The first reading of a finished run's folder writes what it found beside them, a
 one uncompressed ``.npz`` (no pickles): the case index (ids, tags, ``answerable``, each case's line
 offset and golden digest) and every column's values, statuses, places and per-score arrays (a few
 bytes a score: about 130 MB for a million cases of six metrics). Later readings load it in a
-fraction of a second.
+fraction of a second: the case index and each column's values and statuses at once, its line places
+and per-score arrays (seconds, tokens, ...) when first asked for (most readers never ask: 183 MiB for
+two runs of a million cases), from the same copy or not at all.
 
 The copy names the two files it was made from by size, modification time (nanoseconds) and inode;
 it is used only while both are exactly those (a run resumed, a score line edited or a file restored
@@ -24,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import zipfile
+from functools import partial
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -95,6 +98,17 @@ def save_copy(folder: Path, columns: RunColumns, keys: list, pass_at_least: Opti
     return True
 
 
+def _member(path: Path, name: str, n: int, files) -> np.ndarray:
+    """The array ``name`` of the copy at ``path``, of ``n`` values, the copy still that of ``files``."""
+    with np.load(path, allow_pickle=False) as got:
+        if json.loads(bytes(got["meta"]).decode("utf-8")).get("files") != files:
+            raise RuntimeError(f"{path} changed while the run was read: read the run again")
+        arr = got[name]
+    if len(arr) != n:
+        raise RuntimeError(f"{path}: {name} holds {len(arr)} values, not {n}: read the run again")
+    return arr
+
+
 def load_copy(folder: Path, pass_at_least: Optional[int], store: ScoreStore,
               index_of: Callable[..., CaseIndex]) -> Optional[RunColumns]:
     """The folder's columns from its copy, or None when there is none or it is not of the files as
@@ -128,11 +142,14 @@ def load_copy(folder: Path, pass_at_least: Optional[int], store: ScoreStore,
             columns: dict[tuple[str, str], Column] = {}
             for k, (backend, metric, extras) in enumerate(meta["columns"]):
                 col = Column(backend, metric, 0, store)
-                for name in ("value", "status", "places", *extras):
+                for name in ("value", "status"):
                     arr = got[f"c{k}_{name}"]
                     if len(arr) != n:
                         return None
                     setattr(col, name, arr)
+                for name in ("places", *extras):  # read when first asked for (most readers do not)
+                    got.zip.getinfo(f"c{k}_{name}.npy")  # (there: a KeyError where not)
+                    col.leave_unread(name, partial(_member, path, f"c{k}_{name}", n, meta["files"]))
                 columns[(backend, metric)] = col
     except (OSError, ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, zipfile.BadZipFile,
             EOFError):

@@ -350,6 +350,21 @@ class Column:
     def __repr__(self) -> str:
         return f"Column({self.backend}:{self.metric}, {int((self.status != MISSING).sum())} scores)"
 
+    def __getattr__(self, name: str):
+        # (only for an attribute not set: ``places`` or a per-score array a column copy left unread,
+        # read when first asked for; most readers ask for the values and statuses alone)
+        unread = self.__dict__.get("unread")
+        if unread is None or name not in unread:
+            raise AttributeError(name)
+        value = unread.pop(name)()
+        setattr(self, name, value)
+        return value
+
+    def leave_unread(self, name: str, read: Callable[[], Any]) -> None:
+        """``places`` or a per-score array of `EXTRA_FIELDS` to be made by ``read()`` when first asked for."""
+        self.__dict__.pop(name, None)
+        self.__dict__.setdefault("unread", {})[name] = read
+
     def grow(self, size: int) -> None:
         """Room for ``size`` cases (cases only scores name, added as they are read)."""
         have = len(self.value)
