@@ -16,8 +16,8 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from ..formats import (DatasetError, get_formats, load_cases, reading_format, resave_losses, write_cases,
-                       writing_format)
+from ..formats import (DatasetError, format_hinted, get_formats, load_cases, reading_format, resave_losses,
+                       write_cases, writing_format)
 from ..formats.source import open_cases
 from ..formats.input_check import input_warnings
 from .output import err, fail, out, print_json, refuse_overwriting, warn
@@ -120,7 +120,7 @@ def convert(
             fmt = writing_format(target, to_format)
             dropped = resave_losses(cases, target, to_format)
         except DatasetError as exc:
-            fail(str(exc))
+            fail(str(format_hinted(exc, from_format)))
     out.print(f"wrote {len(cases)} case(s) to {target}")
     if lost:
         warn(f"the target format cannot hold {', '.join(lost)}; those values were not kept "

@@ -33,7 +33,7 @@ from .files import DatasetError, atomic_path, jsonl_lines
 from .records import CANONICAL_FIELDS, CASE_FIELDS, shared_fields
 
 __all__ = ["DatasetError", "Format", "get_formats", "load_cases", "write_cases", "writing_format",
-           "resave_losses", "JSON_LIST_KEYS"]
+           "resave_losses", "format_hinted", "JSON_LIST_KEYS"]
 
 logger = logging.getLogger("ragbridge")
 
@@ -233,10 +233,16 @@ def load_cases(data: Any, format: Optional[str] = None, qrels: str | Path | None
     try:
         return fmt.read(path, **{k: v for k, v in options.items() if v is not None})
     except DatasetError as exc:
-        if format is None and exc.message.startswith("unknown field(s)"):
-            exc.hint = (exc.hint + "; " if exc.hint else "") + (
-                "if another tool wrote the file, name its format (see ragbridge formats)")
-        raise
+        raise format_hinted(exc, format)
+
+
+def format_hinted(exc: DatasetError, format: Optional[str]) -> DatasetError:
+    """``exc``, for a file read without a named format, with the hint to name one where its fields are
+    unknown (another tool's file)."""
+    if format is None and exc.message.startswith("unknown field(s)"):
+        exc.hint = (exc.hint + "; " if exc.hint else "") + (
+            "if another tool wrote the file, name its format (see ragbridge formats)")
+    return exc
 
 
 def reading_format(path: Path, format: Optional[str], options: dict[str, Any]) -> Format:
