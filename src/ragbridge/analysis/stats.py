@@ -223,8 +223,10 @@ def _kappa(c):
 
 
 def _mae(c):
+    # each draw's products summed pairwise as its own row: the same bits in a block of any size and
+    # on any number of threads (a matrix product's do not: BLAS splits it by threads and by shape)
     d = np.abs(c["x"] - c["y"])
-    return lambda w: _ratio(w @ d, w.sum(-1))
+    return lambda w: _ratio((w * d).sum(-1), w.sum(-1))
 
 
 def _compiled(w) -> bool:
