@@ -871,3 +871,31 @@ def test_a_parquet_column_of_dicts_as_pandas_writes_it_is_read_small_and_refused
     res = ragbridge_cli("run", tmp_path / "big.parquet", "--backend", "native", "--out", tmp_path / "run")
     assert res.returncode == 2 and "big.parquet" in res.stderr and "relevant" in res.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_csv_of_numpy_arrays_as_pandas_prints_them_is_refused_not_read_as_one_joined_id(tmp_path):
+    """pd.read_parquet gives a NumPy array for each list cell, and to_csv prints it with no commas
+    (['a' 'b'\\n 'c']), which Python reads as one string: a silent wrong chunk list (hit@10 0 on every
+    case). It is an error naming the cell's field and the fix; the fix reads the same cases."""
+    import pandas as pd
+
+    frame = pd.DataFrame([{"id": f"q{i}", "question": f"question {i}",
+                           "retrieved": [f"kb/doc{j}.md#c{j}" for j in range(i, i + 12)],
+                           "relevant": json.dumps({f"kb/doc{i + 1}.md#c{i + 1}": 1}), "tags": ["billing"]}
+                          for i in range(30)])
+    frame.to_parquet(tmp_path / "set.parquet")
+    back = pd.read_parquet(tmp_path / "set.parquet")
+    back.to_csv(tmp_path / "set.csv", index=False)
+    assert "' '" in (tmp_path / "set.csv").read_text()  # the arrays as pandas prints them
+    with pytest.raises(DatasetError) as err:
+        load_cases(tmp_path / "set.csv")
+    assert "side by side" in str(err.value) and ".map(list)" in str(err.value)
+    assert err.value.field in ("retrieved", "tags")
+    res = ragbridge_cli("run", tmp_path / "set.csv", "--backend", "native", "--out", tmp_path / "run")
+    assert res.returncode == 2 and "side by side" in res.stderr and not (tmp_path / "run").exists()
+    for col in ("retrieved", "tags"):  # the fix the error gives
+        back[col] = back[col].map(list)
+    back.to_csv(tmp_path / "fixed.csv", index=False)
+    fixed = load_cases(tmp_path / "fixed.csv")
+    assert [c.id for c in fixed[3].contexts][:2] == ["kb/doc3.md#c3", "kb/doc4.md#c4"]
+    assert fixed[3].tags == ["billing"]

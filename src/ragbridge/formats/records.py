@@ -408,6 +408,26 @@ class _NotLiteral(ValueError):
         self.what = what
 
 
+class _SideBySide(ValueError):
+    """A cell's Python text writes strings side by side with no comma between (``['a' 'b']``, a NumPy
+    array as pandas prints it), which Python reads as one string joined."""
+
+
+def _side_by_side(source: str) -> bool:
+    """Whether the source text of one string constant is several string literals (joined by Python)."""
+    import io
+    import tokenize
+
+    quote = source[:1]
+    if quote in ("'", '"') and source.count(quote) == 2 and source.endswith(quote):
+        return False  # one literal with no quote inside: the common case, without tokenizing
+    try:
+        kinds = [t.type for t in tokenize.generate_tokens(io.StringIO(source).readline)]
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    return kinds.count(tokenize.STRING) > 1
+
+
 def _python_literal(text: str) -> Any:
     """``text`` as the Python literal pandas writes for a list or dict cell: constants, lists, tuples
     and dicts, ``True``/``False``, and ``nan`` (a float NaN, as ``repr`` writes it), ``NaT`` and
@@ -415,6 +435,9 @@ def _python_literal(text: str) -> Any:
     anything else (a call such as ``Timestamp('2024-01-01')``)."""
 
     def value(node: ast.AST) -> Any:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and _side_by_side(
+                ast.get_source_segment(text, node) or ""):
+            raise _SideBySide()
         if isinstance(node, ast.Constant) and not isinstance(node.value, (bytes, complex)):
             return node.value
         if isinstance(node, (ast.List, ast.Tuple)):
@@ -445,6 +468,11 @@ def literal_cell(text: str) -> Any:
         error = exc
     try:
         value = _python_literal(text)
+    except _SideBySide:
+        raise DatasetError("cell holds strings side by side with no comma between them, as pandas prints "
+                           "a NumPy array (pd.read_parquet gives one for each list cell): Python would read "
+                           "them as one string joined", hint="turn the arrays into lists before to_csv "
+                           "(df[col] = df[col].map(list)), or write lists as JSON") from None
     except _NotLiteral as exc:
         what = exc.what if len(exc.what) <= 60 else exc.what[:57] + "..."
         raise DatasetError(f"cell holds {what}, which is neither JSON nor a Python literal (pandas writes "
