@@ -66,7 +66,15 @@ def test_commands_that_read_a_run_hold_a_few_bytes_a_score(tmp_path):
             "report-html": ["report", a, "--out", folder / "r.html"],
             "export-scores": ["export-scores", a, "--to", "jsonl", "--out", folder / "e.jsonl"],
             "convert": ["convert", folder / "A.jsonl", folder / "c.jsonl"],  # a golden set, a batch at a time
+            # golden sets as tables, read a batch of rows at a time (whole, they took about 100 KB a
+            # case); batches smaller than either size, so that both read several
+            "run-csv": ["run", folder / "A.csv", "--out", folder / "rc", "--backend", "native",
+                        "--batch-size", "500", "--no-progress"],
+            "run-parquet": ["run", folder / "A.parquet", "--out", folder / "rp", "--backend", "native",
+                            "--batch-size", "500", "--no-progress"],
         }
+        for suffix in ("csv", "parquet"):
+            peak_mib("convert", folder / "A.jsonl", folder / f"A.{suffix}")
         for name, args in commands.items():
             peaks[name, n] = peak_mib(*args)
     # 30,000 more scores: as Score objects (about 4 KiB each) they would take over 100 MiB more

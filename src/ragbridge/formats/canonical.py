@@ -13,7 +13,6 @@ blank text from a missing one: writing such an ``answer`` or ``reference`` names
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
 from pathlib import Path
@@ -22,12 +21,13 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 from ..hookspecs import hookimpl
 from ..schema import Case
 from . import JSON_LIST_KEYS, Format
-from .files import (DatasetError, jsonl_lines, optional_module, parse_json, read_hf_rows, read_parquet_table,
+from .files import (DatasetError, jsonl_lines, optional_module, parquet_file, parse_json, read_hf_rows,
                     text_lines)
 from .plain_records import case_record, record_line
 from .records import CASE_FIELDS, cases_from_records, cell_value, pandas_index, rows_to_records
 
-__all__ = ["BUILTIN_FORMATS", "read_jsonl", "write_jsonl", "write_records", "blank_text_losses"]
+__all__ = ["BUILTIN_FORMATS", "read_jsonl", "write_jsonl", "write_records", "blank_text_losses",
+           "csv_records", "parquet_records"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -55,26 +55,38 @@ def read_json(path: Path) -> list[Case]:
 
 
 def read_csv(path: Path) -> list[Case]:
+    return cases_from_records(csv_records(path), path)
+
+
+def csv_records(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line, record)`` of each row of a CSV golden set, read a row at a time (its header checked
+    first), cells read as the module docstring of `ragbridge.formats.records` says."""
     for _ in text_lines(path):  # checks emptiness and UTF-8, with line numbers
         pass
-    text = path.read_bytes().decode("utf-8-sig")
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    if not reader.fieldnames:
-        raise DatasetError("has no header row", path=path)
-    _columns_once(reader.fieldnames, path, "the header")
-    delimiter = _other_delimiter(reader.fieldnames)
-    if delimiter:
-        raise DatasetError(
-            f"the header is one column, {reader.fieldnames[0][:60]!r}: the file seems to be "
-            f"separated by {delimiter}, not commas",
-            path=path, line=1, hint="save it as comma-separated CSV, quoting the cells that hold a comma",
-        )
+    f = open(path, encoding="utf-8-sig", newline="")  # closed when the rows end
+    try:
+        reader = csv.DictReader(f)
+        if not reader.fieldnames:
+            raise DatasetError("has no header row", path=path)
+        _columns_once(reader.fieldnames, path, "the header")
+        delimiter = _other_delimiter(reader.fieldnames)
+        if delimiter:
+            raise DatasetError(
+                f"the header is one column, {reader.fieldnames[0][:60]!r}: the file seems to be "
+                f"separated by {delimiter}, not commas",
+                path=path, line=1, hint="save it as comma-separated CSV, quoting the cells that hold a comma",
+            )
+    except BaseException:
+        f.close()
+        raise
 
     def rows() -> Iterator[dict[str, Any]]:
         try:
             yield from reader
         except csv.Error as exc:
             raise DatasetError(f"is not valid CSV: {exc}", path=path, line=reader.line_num) from None
+        finally:
+            f.close()
 
     index = reader.fieldnames[0] if reader.fieldnames[0] == "" else None  # pandas' to_csv index
 
@@ -101,7 +113,7 @@ def read_csv(path: Path) -> list[Case]:
                 raise
             yield line, rec
 
-    return cases_from_records(records(), path)
+    return records()
 
 
 def _columns_once(names: Sequence[str], path: Path, where: str) -> None:
@@ -127,15 +139,31 @@ def _other_delimiter(header: Sequence[str]) -> Optional[str]:
 
 
 def read_parquet(path: Path) -> list[Case]:
-    table = read_parquet_table(path)
-    if table.num_rows == 0:
+    return cases_from_records(parquet_records(path), path, unit="row")
+
+
+def parquet_records(path: Path, batch_size: int = 2000) -> Iterator[tuple[int, Any]]:
+    """``(row, record)`` of each row of a Parquet golden set, read ``batch_size`` rows at a time
+    (`ragbridge.formats.files.parquet_file` checks its schema first); a first column that is pandas'
+    index (every cell of it a whole number: `pandas_index`, read alone first) is left out."""
+    source = parquet_file(path)
+    if source.metadata.num_rows == 0:
         raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
-    _columns_once(table.column_names, path, "the schema")
-    rows = table.to_pylist()
-    index = pandas_index(table.column_names, rows)
-    if index is not None:
-        rows = [{k: v for k, v in r.items() if k != index} for r in rows]
-    return cases_from_records(rows_to_records(rows, path), path, unit="row")
+    names = source.schema_arrow.names
+    _columns_once(names, path, "the schema")
+    index = None
+    if names and pandas_index(names[:1], ({names[0]: v} for v in
+                                          source.read(columns=[names[0]]).column(0).to_pylist())):
+        index = names[0]
+
+    def rows() -> Iterator[dict[str, Any]]:
+        for batch in source.iter_batches(batch_size=batch_size):
+            for row in batch.to_pylist():
+                if index is not None:
+                    del row[index]
+                yield row
+
+    return rows_to_records(rows(), path)
 
 
 def read_hf(path: Path) -> list[Case]:

@@ -32,7 +32,8 @@ from ..schema import MAX_METADATA_DEPTH
 __all__ = ["DatasetError", "atomic_path", "distinct_output", "write_atomic", "temporary", "output_name",
            "sweep_temporaries", "json_problem", "no_follow", "refuse_link", "OutputRefused", "scratch_folder",
            "sweep_scratch", "pid_alive", "parse_json", "check_parsed", "text_lines", "jsonl_lines",
-           "parse_line", "read_hf_rows", "read_parquet_table", "optional_module", "no_cycle_collection"]
+           "parse_line", "read_hf_rows", "read_parquet_table", "parquet_file", "optional_module",
+           "no_cycle_collection"]
 
 
 class DatasetError(UserError, ValueError):
@@ -491,14 +492,26 @@ def _struct_fields(kind: Any) -> int:
 
 
 def read_parquet_table(path: Path) -> Any:
-    """A Parquet file as an Arrow table, after a look at its schema: a struct column whose every row
-    holds every one of very many fields (pandas' ``to_parquet`` writes a column of dicts so, a field
-    per key that any row has: labels keyed by chunk id give rows x distinct ids cells, gigabytes at a
-    few thousand cases) is refused with what to write instead, before it is read."""
+    """A Parquet file as an Arrow table, its schema checked first (`parquet_file`)."""
+    try:
+        return parquet_file(path).read()
+    except DatasetError:
+        raise
+    except Exception as exc:
+        raise DatasetError(f"cannot be read as Parquet: {exc}", path=path) from None
+
+
+def parquet_file(path: Path) -> Any:
+    """A Parquet file opened (a ``pyarrow.parquet.ParquetFile``, nothing read but its footer), after
+    a look at its schema: a struct column whose every row holds every one of very many fields
+    (pandas' ``to_parquet`` writes a column of dicts so, a field per key that any row has: labels
+    keyed by chunk id give rows x distinct ids cells, gigabytes at a few thousand cases) is refused
+    with what to write instead, before it is read."""
     pq = optional_module("pyarrow.parquet", "parquet", "reading Parquet", path)
 
     try:
-        meta = pq.ParquetFile(path).metadata
+        source = pq.ParquetFile(path)
+        meta = source.metadata
         schema = meta.schema.to_arrow_schema()
     except Exception as exc:
         raise DatasetError(f"cannot be read as Parquet: {exc}", path=path) from None
@@ -513,10 +526,7 @@ def read_parquet_table(path: Path) -> Any:
                 hint=f"write the column as JSON text (df[{field.name!r}] = "
                      f"df[{field.name!r}].map(json.dumps)) before to_parquet, or save the set as JSON "
                      "lines (df.to_json(path, orient='records', lines=True))")
-    try:
-        return pq.read_table(path)
-    except Exception as exc:
-        raise DatasetError(f"cannot be read as Parquet: {exc}", path=path) from None
+    return source
 
 
 def no_follow(path: str, flags: int) -> int:

@@ -41,6 +41,7 @@ import hashlib
 import json
 import math
 import numbers
+import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
@@ -413,19 +414,28 @@ class _SideBySide(ValueError):
     array as pandas prints it), which Python reads as one string joined."""
 
 
+#: a quote, then only white space, then a quote: where two string literals may stand side by side
+_QUOTES_CLOSE = re.compile(r"""['"]\s*['"]""")
+
+
 def _side_by_side(source: str) -> bool:
-    """Whether the source text of one string constant is several string literals (joined by Python)."""
+    """Whether Python text (that parses) holds two string literals one right after the other (which
+    Python reads as one string joined): one pass of the tokenizer."""
     import io
     import tokenize
 
-    quote = source[:1]
-    if quote in ("'", '"') and source.count(quote) == 2 and source.endswith(quote):
-        return False  # one literal with no quote inside: the common case, without tokenizing
+    skip = (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT)
+    last = None
     try:
-        kinds = [t.type for t in tokenize.generate_tokens(io.StringIO(source).readline)]
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type in skip:
+                continue
+            if token.type == tokenize.STRING and last == tokenize.STRING:
+                return True
+            last = token.type
     except (tokenize.TokenError, SyntaxError):
         return False
-    return kinds.count(tokenize.STRING) > 1
+    return False
 
 
 def _python_literal(text: str) -> Any:
@@ -435,9 +445,6 @@ def _python_literal(text: str) -> Any:
     anything else (a call such as ``Timestamp('2024-01-01')``)."""
 
     def value(node: ast.AST) -> Any:
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and _side_by_side(
-                ast.get_source_segment(text, node) or ""):
-            raise _SideBySide()
         if isinstance(node, ast.Constant) and not isinstance(node.value, (bytes, complex)):
             return node.value
         if isinstance(node, (ast.List, ast.Tuple)):
@@ -453,7 +460,10 @@ def _python_literal(text: str) -> Any:
             return -node.operand.value if isinstance(node.op, ast.USub) else node.operand.value
         raise _NotLiteral(ast.get_source_segment(text, node) or type(node).__name__)
 
-    return value(ast.parse(text, mode="eval").body)
+    tree = ast.parse(text, mode="eval").body
+    if _QUOTES_CLOSE.search(text) and _side_by_side(text):
+        raise _SideBySide()
+    return value(tree)
 
 
 def literal_cell(text: str) -> Any:

@@ -186,12 +186,18 @@ def open_cases(
     if not path.exists():
         raise DatasetError("no such file or folder", path=path)
     fmt = reading_format(path, format, options)
+    unit = "line"
     if fmt.name == "trec":  # checked whole, then read a query at a time
         from .trec import records
 
         lines = records(path, options.get("qrels"))
     elif fmt.name == "jsonl":
         lines = jsonl_lines(path, parse=parse_record_line)
+    elif fmt.name in ("csv", "parquet"):  # a row at a time too
+        from .canonical import csv_records, parquet_records
+
+        lines = csv_records(path) if fmt.name == "csv" else parquet_records(path, batch_size)
+        unit = "line" if fmt.name == "csv" else "row"
     else:
         source = CaseSource.of_cases(load_cases(path, fmt.name, options.get("qrels")), batch_size, corpus)
         source.path = path
@@ -203,7 +209,7 @@ def open_cases(
     frames = tempfile.TemporaryFile(prefix=".tmp-batches-", dir=here)
     try:
         with os.fdopen(fd, "wb") as out, no_cycle_collection():
-            source = _check_records(lines, path, out, frames, batch_size, progress, SpanPlacer(corpus))
+            source = _check_records(lines, path, out, frames, batch_size, progress, SpanPlacer(corpus), unit)
     except BaseException:
         scratch.unlink(missing_ok=True)
         frames.close()
@@ -220,7 +226,7 @@ def open_cases(
 
 
 def _check_records(records: Iterable[tuple[int, Any]], path: Path, out, frames, batch_size: int, progress,
-                   placer: SpanPlacer) -> CaseSource:
+                   placer: SpanPlacer, unit: str = "line") -> CaseSource:
     """Check ``(line, record)`` pairs batch by batch, writing the lines to ``out`` and the batches to
     ``frames``; the `CaseSource` of them (holding the batches when they are one)."""
     fp, check = Fingerprint(), InputCheck()
@@ -231,7 +237,7 @@ def _check_records(records: Iterable[tuple[int, Any]], path: Path, out, frames, 
 
     def flush() -> None:
         nonlocal held, n
-        batch = batch_from_records(pending, path, first_seen=first_seen)
+        batch = batch_from_records(pending, path, unit, first_seen=first_seen)
         first_seen.end_batch()
         _place_batch(batch, placer, [line for line, _ in pending], path)
         pending.clear()
