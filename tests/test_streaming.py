@@ -532,3 +532,21 @@ def test_reading_a_golden_set_gives_the_garbage_collector_back(tmp_path):
     with pytest.raises(DatasetError):
         open_cases(bad, near=tmp_path)
     assert gc.isenabled()
+
+
+def test_a_run_of_cases_opened_before_it_starts_when_their_reading_began(tmp_path):
+    """The command line reads the golden set before the run is called: run.json's started_at is when
+    that reading began, so a run's start and end span its reading too."""
+    from datetime import datetime, timezone
+
+    from conftest import EXAMPLE
+    from ragbridge import evaluate, load_run
+    from ragbridge.formats.source import open_cases
+
+    before = datetime.now(timezone.utc).replace(microsecond=0)  # run.json's times are to the second
+    with open_cases(EXAMPLE, near=tmp_path) as source:
+        time.sleep(1.2)  # as a large set takes to read
+        evaluate(source, metrics=["recall@5"], out=tmp_path / "r")
+    manifest = load_run(tmp_path / "r").manifest
+    started = datetime.fromisoformat(manifest.started_at)
+    assert before <= started and (datetime.fromisoformat(manifest.finished_at) - started).total_seconds() >= 1

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from itertools import islice
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Optional, Sequence
@@ -66,6 +67,7 @@ class CaseSource:
         self._copy = copy  # else the scratch copy of canonical lines (then the run folder's cases.jsonl)
         self._own_copy = copy is not None
         self._frames = frames  # and the batches, each a length (8 bytes) and `CaseBatch.to_bytes`
+        self.opened_at: Optional[float] = None  # when reading began (Unix time), where it was read here
 
     @classmethod
     def of_cases(cls, cases: Sequence[Case], batch_size: int = BATCH_SIZE,
@@ -182,6 +184,7 @@ def open_cases(
     copy is made beside it). ``progress(n)`` is called with the cases read so far, batch by batch.
     ``corpus``: the documents span-labelled cases are placed against. ``options``: the format's read
     options (`ragbridge.formats.load_cases`)."""
+    opened_at = time.time()
     path = Path(path)
     if not path.exists():
         raise DatasetError("no such file or folder", path=path)
@@ -200,7 +203,7 @@ def open_cases(
         unit = "line" if fmt.name == "csv" else "row"
     else:
         source = CaseSource.of_cases(load_cases(path, fmt.name, options.get("qrels")), batch_size, corpus)
-        source.path = path
+        source.path, source.opened_at = path, opened_at
         return source
     here = _scratch_dir(near)
     sweep_temporaries(here)  # the scratch copies of checks killed half way
@@ -221,7 +224,7 @@ def open_cases(
         source._copy, source._own_copy = scratch, True
         frames.flush()
         source._frames = frames
-    source.path = path
+    source.path, source.opened_at = path, opened_at
     return source
 
 
