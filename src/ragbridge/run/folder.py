@@ -86,6 +86,11 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def utc(at: float) -> str:
+    """A Unix time as the manifest records times."""
+    return dt.datetime.fromtimestamp(at, dt.timezone.utc).isoformat(timespec="seconds")
+
+
 # --------------------------------------------------------------------------------------------
 # Reading a run folder
 

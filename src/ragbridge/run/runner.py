@@ -60,7 +60,7 @@ from ..limits import as_text
 from ..plugins import get_backends, plugin_version
 from ..schema import Case, RunManifest, Score
 from .executor import Executor
-from .folder import FINGERPRINT_OF, Run, RunFolder, now, this_process
+from .folder import FINGERPRINT_OF, Run, RunFolder, now, this_process, utc
 from .isolated import backend_named, prepare, split_name, version_changes
 from .lifecycle import Job
 from .local_executor import LocalExecutor
@@ -198,8 +198,7 @@ async def run(request: RunRequest) -> Run:
             if not isinstance(corpus, Corpus):
                 corpus = read_corpus(corpus)
         source = _case_source(request, corpus, opened)
-        if source.opened_at is not None:  # read before this call (the command line opens it first)
-            started = min(started, _utc(source.opened_at))
+        started = min(started, utc(source.opened_at)) if source.opened_at else started  # opened before
         if not source.n_cases:
             raise RunError("no cases to evaluate")
         if source.span_cases and not options.span_labels:
@@ -500,13 +499,6 @@ def _check_judge(plan: Plan, judge: Any, preflight: bool = True, defaulted: Opti
     from ..judge.preflight import detect_stub
 
     return True, detect_stub(judge, endpoints_of(judge)[0])
-
-
-def _utc(at: float) -> str:
-    """A Unix time as the manifest records times (`ragbridge.run.folder.now`)."""
-    import datetime as dt
-
-    return dt.datetime.fromtimestamp(at, dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _new_manifest(plan: Plan, dataset: dict[str, Any], options: RunOptions, judge: Any,
