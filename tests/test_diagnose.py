@@ -447,6 +447,7 @@ def test_a_case_whose_labels_are_all_grade_0_is_not_sent_to_the_retriever(tmp_pa
         d = got[cid]
         assert (d["layer"], d["question"], d["decided_by"]) == ("undetermined", "retrieval", None), d
         assert d["missing"][0].startswith("its relevance labels name no relevant chunk (every grade is 0)")
+        assert not [m for m in d["missing"] if m.startswith(("hit@", "recall@"))], d["missing"]
         assert "label the chunk that answers it" in d["reason"]
         assert {"hit@5", "precision@5"} <= {f["metric"] for f in d["failing"]}
     res = ragbridge_cli("report", tmp_path / "run", "--format", "json", "--out", "-", "--resamples", "0")
@@ -1044,7 +1045,7 @@ def test_the_command_lists_as_many_cases_per_layer_as_the_report_and_says_a_miss
     listed = [ln.split(":")[0].strip() for ln in out.splitlines() if re.match(r"  q\d{3}:", ln)]
     assert listed == [f"q{q:03d}" for q in [*range(DIAGNOSIS_LISTED), *range(65, 70)]]
     assert f"{60 - DIAGNOSIS_LISTED} more failing case(s) not listed: --all" in " ".join(out.split())
-    assert " ".join(out.split()).lower().count("not scored in this run") == 1 and "hit@k" in out
+    assert " ".join(out.split()).lower().count("not scored in this run") == 1 and "context_recall" in out
     every = ragbridge_cli("diagnose", tmp_path / "run", "--all").stdout
     assert len([ln for ln in every.splitlines() if re.match(r"  q\d{3}:", ln)]) == 65
     assert "more failing case" not in every
@@ -1052,7 +1053,7 @@ def test_the_command_lists_as_many_cases_per_layer_as_the_report_and_says_a_miss
     assert len([ln for ln in three.splitlines() if re.match(r"  q\d{3}:", ln)]) == 6
     # the JSON keeps every case and its reasons as they are
     cases = json.loads(ragbridge_cli("diagnose", tmp_path / "run", "--json").stdout)["cases"]
-    assert len(cases) == 65 and "hit@k not scored in this run" in cases[-1]["reason"]
+    assert len(cases) == 65 and "context_recall not scored in this run" in cases[-1]["reason"]
 
 
 # --------------------------------------------------------------------------------------------

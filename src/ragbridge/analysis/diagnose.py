@@ -361,8 +361,9 @@ def _diagnose_case(case: Case, scores: list[Score], th: Thresholds, human: dict[
         if decided is None:
             if q.name == "retrieval" and _nothing_retrieved(ctx):
                 missing = [_NOTHING_RETRIEVED, *missing]
-            if q.name == "retrieval" and unlabelled:
-                missing = [_NO_RELEVANT_LABEL, *missing]
+            if q.name == "retrieval" and unlabelled:  # the ranking metrics are no evidence here
+                missing = [_NO_RELEVANT_LABEL,
+                           *(m for m in missing if not _ranked_by_labels(m.split(" ", 1)[0]))]
             return CaseDiagnosis(layer="undetermined", question=q.name, decided_by=None, missing=missing,
                                  reason=f"cannot tell whether {q.whether}: " + "; ".join(missing), **base)
         if not decided["passed"]:
