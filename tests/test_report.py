@@ -762,3 +762,27 @@ def test_the_one_line_cases_questions_are_the_cases_own(tmp_path):
     assert index.questions(places) == [c.question for c in cases]
     assert index.questions(places) == [v.question for v in index.views(places)]
     assert index.questions(places[::-1]) == [c.question for c in cases][::-1]
+
+
+def test_a_report_of_a_killed_run_counts_the_scores_it_recorded(tmp_path):
+    """A run killed with SIGKILL leaves run.json as its session began it (running, no counts): the
+    report says interrupted and counts the scores scores.jsonl holds, not 0."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    res = ragbridge_cli("run", EXAMPLE, "--out", out, "--backend", "native", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    manifest = json.loads((out / "run.json").read_text())
+    done = manifest["counts"]
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()  # a process that has ended
+    manifest.update(status="running", counts={}, finished_at=None,
+                    process={**manifest["process"], "pid": int(gone)})
+    (out / "run.json").write_text(json.dumps(manifest))
+    res = ragbridge_cli("report", out, "--format", "json", "--out", "-", "--resamples", "0")
+    assert res.returncode == 0, res.stderr
+    run = json.loads(res.stdout)["run"]
+    assert run["status"] == "interrupted"
+    assert {k: run["counts"][k] for k in ("scores", "scored", "undefined", "errored")} == {
+        k: done[k] for k in ("scores", "scored", "undefined", "errored")}

@@ -140,6 +140,10 @@ def report_data(
     cases = case_rows(run, th, k, flips, case_texts)
     _pass_counts(cols, overall, tags, th)
     sides = _real_vs_synthetic(overall, tags, run)
+    counts = dict(m.counts or {})
+    if m.status in ("interrupted", "running"):  # run.json's counts are a killed session's last, or none
+        counts.update({name: sum(r[key] for r in overall) for name, key in (
+            ("scores", "n"), ("scored", "n_scored"), ("undefined", "n_undefined"), ("errored", "n_errored"))})
     return jsonable({
         "ragbridge_version": __version__,
         "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -147,7 +151,7 @@ def report_data(
             "path": str(run.path) if run.path else None,
             "dataset": m.dataset, "backends": m.backends, "metrics": m.metrics, "options": m.options,
             "judge": m.judge, "started_at": m.started_at, "finished_at": m.finished_at,
-            "status": m.status, "counts": m.counts, "ragbridge_version": m.ragbridge_version,
+            "status": m.status, "counts": counts, "ragbridge_version": m.ragbridge_version,
             "stub_judge": bool((m.judge or {}).get("stub"))
             or any((c["judge"] or {}).get("stub") for c in (getattr(m, "columns", None) or {}).values()),
             "timing": m.timing, "warnings": m.warnings, "version_changes": m.version_changes,
