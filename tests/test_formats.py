@@ -847,6 +847,7 @@ def test_readme_and_docs_name_every_format():
     assert "`ragbridge trulens-leaderboard RUN OUT.csv`" in readme
 
 
+@pytest.mark.slow  # pandas writes and reads a struct of 6,000 fields: about 6 s
 def test_a_parquet_column_of_dicts_as_pandas_writes_it_is_read_small_and_refused_with_the_fix_large(tmp_path):
     """pandas' to_parquet writes a column of dicts as a struct with a field per key of any row: labels
     keyed by chunk id make it rows x distinct ids cells (2,000 cases: 12 million, about 900 MB read)."""
