@@ -899,12 +899,16 @@ def test_an_interrupted_run_ends_its_worker(cached, tmp_path, how):
     """Ctrl-C (or SIGTERM) of a run while its worker scores: the run exits 130 within seconds, every
     score it recorded kept, and no worker process is left."""
     out = tmp_path / "run"
-    # one judge call at a time, a second each: the cases are scored one after the other, so the run is
-    # still scoring when its first score is recorded (all at once, they could all end together)
+    # the example's cases four times over, a judge answering in a second: the cases are scored in
+    # several waves, so the run is still scoring when its first score is recorded (the example alone
+    # could be scored in one wave, all its scores recorded together)
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text("".join(c.model_copy(update={"id": f"{c.id}-{k}"}).model_dump_json() + "\n"
+                              for k in range(4) for c in load_cases(EXAMPLE)), encoding="utf-8")
     with StubJudge(latency=1.0) as stub:
-        args = ["run", EXAMPLE, "--out", out, "--backend", "ragas==0.3.9", "--metric", "faithfulness",
+        args = ["run", golden, "--out", out, "--backend", "ragas==0.3.9", "--metric", "faithfulness",
                 "--judge-model", "stub-judge", "--judge-base-url", stub.base_url, "--no-progress",
-                "--cache-mode", "off", "--max-concurrency", "1"]
+                "--cache-mode", "off"]
         proc = subprocess.Popen([sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()",
                                  *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         scores = out / "scores.jsonl"
