@@ -786,3 +786,9 @@ def test_a_report_of_a_killed_run_counts_the_scores_it_recorded(tmp_path):
     assert run["status"] == "interrupted"
     assert {k: run["counts"][k] for k in ("scores", "scored", "undefined", "errored")} == {
         k: done[k] for k in ("scores", "scored", "undefined", "errored")}
+    # the Python view says the same
+    from ragbridge import load_run
+
+    loaded = load_run(out)
+    assert f"{done['scores']} scores, interrupted" in repr(loaded)
+    assert f"{done['scores']} scores, interrupted" in loaded._repr_html_()

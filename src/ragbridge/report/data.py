@@ -140,10 +140,7 @@ def report_data(
     cases = case_rows(run, th, k, flips, case_texts)
     _pass_counts(cols, overall, tags, th)
     sides = _real_vs_synthetic(overall, tags, run)
-    counts = dict(m.counts or {})
-    if m.status in ("interrupted", "running"):  # run.json's counts are a killed session's last, or none
-        counts.update({name: sum(r[key] for r in overall) for name, key in (
-            ("scores", "n"), ("scored", "n_scored"), ("undefined", "n_undefined"), ("errored", "n_errored"))})
+    counts = run.counts if isinstance(run, Run) else dict(m.counts or {})  # a killed run's as recorded
     return jsonable({
         "ragbridge_version": __version__,
         "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

@@ -256,8 +256,22 @@ class Run:
     def __repr__(self) -> str:  # one line: a run holds thousands of scores
         where = repr(str(self.path)) if self.path is not None else "in memory"
         n_cases = self.manifest.dataset.get("n_cases", len(self.cases) if self._cases is not None else "?")
-        n_scores = self.manifest.counts.get("scores", len(self._scores) if self._scores is not None else "?")
+        n_scores = self.counts.get("scores", len(self._scores) if self._scores is not None else "?")
         return f"Run({where}, {n_cases} cases, {n_scores} scores, {self.manifest.status})"
+
+    @property
+    def counts(self) -> dict[str, Any]:
+        """``run.json``'s counts; for a run killed mid-way (they are its session's last, or none) the
+        scores, scored, undefined and errored as its ``scores.jsonl`` holds them (its columns)."""
+        counts = dict(self.manifest.counts or {})
+        if self.manifest.status in ("interrupted", "running") and self.path is not None:
+            from .summary import ALL
+
+            overall = [r for r in self.summary_rows(by_tag=False) if r["tag"] == ALL]
+            counts.update({name: sum(r[key] for r in overall) for name, key in (
+                ("scores", "n"), ("scored", "n_scored"), ("undefined", "n_undefined"),
+                ("errored", "n_errored"))})
+        return counts
 
     def _repr_html_(self) -> str:
         """A notebook's view of the run (`ragbridge.run.view`)."""

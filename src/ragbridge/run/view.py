@@ -35,7 +35,7 @@ def run_html(run: "Run") -> str:
 
     m = run.manifest
     where = html.escape(str(run.path)) if run.path is not None else "in memory"
-    counts = m.counts or {}
+    counts = run.counts
     head = (f"<b>Run</b> {where}: {m.dataset.get('n_cases', '?')} cases, "
             f"{counts.get('scores', 0)} scores, {html.escape(m.status)}")
     if (m.judge or {}).get("stub"):
