@@ -147,7 +147,11 @@ def test_a_run_killed_mid_way_reads_back_what_it_recorded(tmp_path, example_path
     finally:
         proc.kill()
         proc.wait()
-    assert load_run(out).manifest.status == "interrupted"
+    killed = load_run(out)
+    assert killed.manifest.status == "interrupted"
+    # what it recorded is counted where a killed run says how many scores it holds
+    recorded = len(killed.to_frame())
+    assert killed.counts["scores"] == recorded > 0 and f"{recorded} scores, interrupted" in repr(killed)
     same_frames(out)
     stub_judge.latency = 0.0
     assert ragbridge_cli("run", example_path, "--out", out, *judge_args(stub_judge, tmp_path)).returncode == 0
