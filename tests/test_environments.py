@@ -910,7 +910,11 @@ def test_an_interrupted_run_ends_its_worker(cached, tmp_path, how):
                 "--judge-model", "stub-judge", "--judge-base-url", stub.base_url, "--no-progress",
                 "--cache-mode", "off"]
         proc = subprocess.Popen([sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()",
-                                 *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                # Ctrl-C reaches a command in a terminal's foreground: SIGINT as the
+                                # system leaves it (a test run in a script's background inherits it
+                                # ignored, and a run that ignores it is not interrupted)
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         scores = out / "scores.jsonl"
         deadline = time.monotonic() + 240
         seen: list[int] = []
