@@ -262,14 +262,15 @@ def test_correlations_in_c_are_the_numpy_steps_to_the_last_bit(ties, monkeypatch
         c = _kendall_columns(rng, m, ties)
         w = rng.standard_gamma(rng.integers(1, 4, m).astype(float), size=(5, m))
         w /= w.sum(-1, keepdims=True)
-        rx, ry = st._ranking(c["x"]), st._ranking(c["y"])
-        got = [st._mid_ranks(w, rx), st._mid_ranks(w, ry), st._pearson_of(w, c["x"], c["y"]),
-               st._spearman(c)(w), st._kendall(c)(w)]
-        with monkeypatch.context() as p:
-            for name in ("_weighted_pearson", "_c_mid_ranks", "_run_square_sums"):
-                p.setattr(st, name, None)
-            want = [st._mid_ranks(w, rx), st._mid_ranks(w, ry), st._pearson_of(w, c["x"], c["y"]),
+        def figures():  # (new runs each time: a block's run sums are kept by its runs)
+            rx, ry = st._Runs.of(c["x"]), st._Runs.of(c["y"])
+            return [st._mid_ranks(w, rx), st._mid_ranks(w, ry), st._pearson_of(w, c["x"], c["y"]),
                     st._spearman(c)(w), st._kendall(c)(w)]
+        got = figures()
+        with monkeypatch.context() as p:
+            for name in ("_weighted_pearson", "_c_mid_ranks", "_run_sums"):
+                p.setattr(st, name, None)
+            want = figures()
         for name, a, b in zip(["mid-ranks x", "mid-ranks y", "pearson", "spearman", "kendall"], got, want):
             assert a.shape == b.shape and a.tobytes() == b.tobytes(), (m, name, np.nanmax(np.abs(a - b)))
 
@@ -312,7 +313,7 @@ def test_rater_figures_are_the_same_with_and_without_the_compiled_merge(monkeypa
     strata = np.arange(3000) % 3
     with_c_strata = st.rater_figures(*args, strata=strata, n_draws=100, seed=4)
     for name in ("_kendall_discordant", "_kendall_alone", "_weighted_pearson", "_c_mid_ranks",
-                 "_run_square_sums"):
+                 "_run_sums"):
         monkeypatch.setattr(st, name, None)
     assert st.rater_figures(*args, n_draws=200, seed=4) == with_c
     assert st.rater_figures(*args, strata=strata, n_draws=100, seed=4) == with_c_strata
@@ -449,10 +450,34 @@ def test_rater_figures_of_blocks_of_one_draw_are_the_same_in_c_and_numpy(monkeyp
     monkeypatch.setattr(st, "BLOCK", 64)
     with_c = st.rater_figures(*args, n_draws=60, seed=9)
     for name in ("_kendall_discordant", "_kendall_alone", "_weighted_pearson", "_c_mid_ranks",
-                 "_run_square_sums"):
+                 "_run_sums"):
         monkeypatch.setattr(st, name, None)
     assert st.rater_figures(*args, n_draws=60, seed=9) == with_c
     assert all(np.isfinite(v).all() for v in with_c.values())
+
+
+@pytest.mark.parametrize("block", [64, st.BLOCK])
+def test_figures_asked_together_are_the_figures_asked_alone(block, monkeypatch):
+    """Spearman's mid-ranks and Kendall's tied weights read the same runs' weights of each block of
+    draws, summed once for both: each figure is the same, to the last bit, asked with the others or
+    alone (a run's sums kept from another block, or another column's, would change them), in blocks of
+    one draw and of several."""
+    rng = np.random.default_rng(12)
+    x = np.round(rng.random(2000), 2)
+    y = np.clip(np.round(x + rng.normal(0, 0.2, 2000), 1), 0, 1)
+    monkeypatch.setattr(st, "BLOCK", block)
+    figures = ["spearman", "kendall", "pearson", "mae"]
+    together = st.rater_figures(figures, x >= 0.5, y >= 0.5, x, y, n_draws=40, seed=5)
+    for f in figures:
+        assert st.rater_figures([f], x >= 0.5, y >= 0.5, x, y, n_draws=40, seed=5) == {f: together[f]}
+    assert together["spearman"] != together["kendall"]
+    # block after block, figures sharing their columns' runs give each block's own figures
+    c = st._Columns(_kendall_columns(rng, 500, "both"))
+    shared = [(st._spearman(c), st._spearman), (st._kendall(c), st._kendall)]
+    blocks = [rng.standard_gamma(1.0, size=(k, 500)) for k in (1, 3, 1)]
+    for w in blocks + [blocks[0].copy()]:
+        for form, make in shared:
+            assert form(w).tobytes() == make(dict(c))(w).tobytes()
 
 
 def test_the_mean_absolute_difference_is_the_same_on_any_number_of_blas_threads():
@@ -537,11 +562,14 @@ def test_the_compiled_merge_refuses_places_outside_its_arrays():
         st._kendall_discordant(w.astype(np.float32), places)
     with pytest.raises(ValueError, match="a value a row"):
         st._kendall_alone(w, places, np.empty(3))
-    order, _, at, starts = st._ranking(np.arange(5.0))
-    st._c_mid_ranks(w, order, starts, at, np.empty((2, 5)))
-    for bad in (order - 1, order + 1):  # a place of -1, a place of 5
+    runs, sums = st._Runs.of(np.arange(5.0)), np.empty((2, 5))
+    st._run_sums(w, runs.order, runs.starts, sums)
+    st._c_mid_ranks(sums, runs.at, np.empty((2, 5)))
+    for bad in (runs.order - 1, runs.order + 1):  # a place of -1, a place of 5
         with pytest.raises(ValueError, match="a place outside"):
-            st._c_mid_ranks(w, bad, starts, at, np.empty((2, 5)))
+            st._run_sums(w, bad, runs.starts, sums)
+        with pytest.raises(ValueError, match="a place outside"):
+            st._c_mid_ranks(sums, bad, np.empty((2, 5)))
 
 
 def test_disagreements_show_every_backend_value_and_reason(mixed_run):

@@ -35,8 +35,8 @@
  *   high half bytes select plus that of its low half bytes (`table`: 32 float64 a byte), its
  *   statistic `2 * sum - total`, counted where `<= observed + gamma` and where `>= observed - gamma`.
  *
- * run_square_sums, mid_ranks, weighted_pearson: the agreement figures' steps on a block of posterior
- *   weights, a row at a time (`_kendall`'s tied weight, `_mid_ranks`, `_pearson_of`; see each).
+ * run_sums, mid_ranks, weighted_pearson: the agreement figures' steps on a block of posterior weights,
+ *   a row at a time (`_Runs.sums`, `_mid_ranks`, `_pearson_of`; see each).
  *
  * NumPy's draws (numpy/random/src/distributions/distributions.c): a bounded integer below 2**16 takes
  * 16 bits of a 32-bit draw at a time, low half first (one buffer a call); below 2**32, a 32-bit draw;
@@ -284,6 +284,12 @@ free_w:
 
 #define EINSUM_CHUNK 8192  /* the products einsum sums in one call of its inner loop (NumPy's buffer) */
 
+/* The merge of one draw alone, in double precision: its weights `v` (by (x, y), `size` of them padded
+ * with zeros), `sums` room for 1 + size / 2 running sums. The additions of `merge` in double precision,
+ * but the level's dot product, which is that of numpy's einsum of two contiguous rows: in calls of
+ * EINSUM_CHUNK products, each summed in two lanes (the even and the odd products) eight products a
+ * step (the lane's fourth, third, second and first product of the step added in that order to its
+ * sum), the rest two at a time, the two lanes added, then the call's sum added to the level's. */
 /* The merge of one draw alone, in double precision: its weights `v` (by (x, y), `size` of them padded
  * with zeros), `sums` room for 1 + size / 2 running sums. The additions of `merge` in double precision,
  * but the level's dot product, which is that of numpy's einsum of two contiguous rows: in calls of
@@ -721,13 +727,14 @@ run_sums(const double *w, const int64_t *order, const int64_t *starts, Py_ssize_
     }
 }
 
-/* run_square_sums(w, order, starts, out): per row of `w`, the pairwise sum of its runs' sums squared
- * (Kendall's tied weight: `(_group_sums(w, ...) ** 2).sum(-1)`). */
+/* run_sums(w, order, starts, out): per row of `w`, the sum of each run of `order` (runs from `starts`)
+ * as `add.reduceat` sums it (`run_sums` above; `_group_sums`), into `out` (float64, a row of g runs a
+ * row of `w`). */
 static PyObject *
-run_square_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+run_sums_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "run_square_sums(w, order, starts, out) takes 4 arguments");
+        PyErr_SetString(PyExc_TypeError, "run_sums(w, order, starts, out) takes 4 arguments");
         return NULL;
     }
     Py_buffer bw, bo, bs, bout;
@@ -739,31 +746,24 @@ run_square_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto free_w;
     if (get_places(args[2], &bs, "starts", m) < 0)
         goto free_o;
-    if (PyObject_GetBuffer(args[3], &bout, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0)
+    if (get_buffer(args[3], &bout, "out", "d", 2) < 0)
         goto free_s;
     Py_ssize_t g = bs.shape[0];
     const int64_t *starts = bs.buf;
-    int bad = bo.shape[0] != m || bout.ndim != 1 || strcmp(bout.format, "d") != 0 || bout.shape[0] != rows
-              || !runs_fit(starts, g, m);
-    if (bad) {
-        PyErr_SetString(PyExc_ValueError, "run_square_sums: the runs do not fit the weights");
+    if (bo.shape[0] != m || bout.shape[0] != rows || bout.shape[1] != g || bout.readonly || !runs_fit(starts, g, m)) {
+        PyErr_SetString(PyExc_ValueError, "run_sums: the runs do not fit the weights");
         goto free_out;
     }
-    double *sums = PyMem_Malloc(sizeof(double) * (2 * m + 1));
-    if (sums == NULL) {
+    double *tmp = PyMem_Malloc(sizeof(double) * (m + 1));
+    if (tmp == NULL) {
         PyErr_NoMemory();
         goto free_out;
     }
-    double *tmp = sums + m, *out = bout.buf;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t r = 0; r < rows; r++) {
-        run_sums((const double *)bw.buf + r * m, bo.buf, starts, g, m, sums, tmp);
-        for (Py_ssize_t j = 0; j < g; j++)
-            sums[j] = sums[j] * sums[j];
-        out[r] = pairwise_sum(sums, g);
-    }
+    for (Py_ssize_t r = 0; r < rows; r++)
+        run_sums((const double *)bw.buf + r * m, bo.buf, starts, g, m, (double *)bout.buf + r * g, tmp);
     Py_END_ALLOW_THREADS
-    PyMem_Free(sums);
+    PyMem_Free(tmp);
     res = Py_NewRef(Py_None);
 free_out:
     PyBuffer_Release(&bout);
@@ -776,48 +776,41 @@ free_w:
     return res;
 }
 
-/* mid_ranks(w, order, starts, at, out): each case's weighted mid-rank a row of `w` (`_mid_ranks`): the
- * runs' sums (`run_sums`), their running sum one addition after the other (NumPy's cumsum), the
- * weight below a run `running - sum` plus half its sum, picked for each case by its run `at`. */
+/* mid_ranks(sums, at, out): each case's weighted mid-rank a row of runs' sums (`_mid_ranks`; `sums`
+ * from `run_sums`): their running sum one addition after the other (NumPy's cumsum), the weight below
+ * a run `running - sum` plus half its sum, picked for each case by its run `at` (m cases, `out` a row
+ * of m a row of `sums`). */
 static PyObject *
 mid_ranks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "mid_ranks(w, order, starts, at, out) takes 5 arguments");
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "mid_ranks(sums, at, out) takes 3 arguments");
         return NULL;
     }
-    Py_buffer bw, bo, bs, ba, bout;
+    Py_buffer bs, ba, bout;
     PyObject *res = NULL;
-    if (get_buffer(args[0], &bw, "w", "d", 2) < 0)
+    if (get_buffer(args[0], &bs, "sums", "d", 2) < 0)
         return NULL;
-    Py_ssize_t rows = bw.shape[0], m = bw.shape[1];
-    if (get_places(args[1], &bo, "order", m) < 0)
-        goto free_w;
-    if (get_places(args[2], &bs, "starts", m) < 0)
-        goto free_o;
-    Py_ssize_t g = bs.shape[0];
-    if (get_places(args[3], &ba, "at", g) < 0)
+    Py_ssize_t rows = bs.shape[0], g = bs.shape[1];
+    if (get_places(args[1], &ba, "at", g) < 0)
         goto free_s;
-    if (get_buffer(args[4], &bout, "out", "d", 2) < 0)
+    if (get_buffer(args[2], &bout, "out", "d", 2) < 0)
         goto free_a;
-    const int64_t *starts = bs.buf;
-    int bad = bo.shape[0] != m || ba.shape[0] != m || bout.shape[0] != rows || bout.shape[1] != m
-              || bout.readonly || !runs_fit(starts, g, m);
-    if (bad) {
-        PyErr_SetString(PyExc_ValueError, "mid_ranks: the runs do not fit the weights");
+    Py_ssize_t m = ba.shape[0];
+    if (bout.shape[0] != rows || bout.shape[1] != m || bout.readonly) {
+        PyErr_SetString(PyExc_ValueError, "mid_ranks: out must be a row of m cases a row of sums");
         goto free_out;
     }
-    double *sums = PyMem_Malloc(sizeof(double) * (2 * m + 1));
-    if (sums == NULL) {
+    double *tmp = PyMem_Malloc(sizeof(double) * (g + 1));
+    if (tmp == NULL) {
         PyErr_NoMemory();
         goto free_out;
     }
-    double *tmp = sums + m;
     const int64_t *at = ba.buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t r = 0; r < rows; r++) {
+        const double *sums = (const double *)bs.buf + r * g;
         double *out = (double *)bout.buf + r * m;
-        run_sums((const double *)bw.buf + r * m, bo.buf, starts, g, m, sums, tmp);
         double running = 0.0;
         for (Py_ssize_t j = 0; j < g; j++) {
             running = j ? running + sums[j] : sums[j];
@@ -830,7 +823,7 @@ mid_ranks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     Py_END_ALLOW_THREADS
-    PyMem_Free(sums);
+    PyMem_Free(tmp);
     res = Py_NewRef(Py_None);
 free_out:
     PyBuffer_Release(&bout);
@@ -838,12 +831,70 @@ free_a:
     PyBuffer_Release(&ba);
 free_s:
     PyBuffer_Release(&bs);
-free_o:
-    PyBuffer_Release(&bo);
-free_w:
-    PyBuffer_Release(&bw);
     return res;
 }
+
+/* Three of NumPy's pairwise sums at once (`pairwise_sum`'s splits and additions for each), of terms
+ * made as they are summed, so the weights and values are read once a pass: `first_moments`' are w,
+ * w * x, w * y; `second_moments`' (w * dx) * dy, (w * dx) * dx, (w * dy) * dy, with dx = x - mx and
+ * dy = y - my (each term rounded as the NumPy steps round it, in their order). */
+typedef struct {
+    const double *w, *x, *y;
+    double mx, my;
+} moments_t;
+
+#define FIRST_TERMS(i) \
+    (ta = q->w[i], tb = q->w[i] * q->x[i], tc = q->w[i] * q->y[i])
+#define SECOND_TERMS(i) \
+    (dx = q->x[i] - q->mx, dy = q->y[i] - q->my, wdx = q->w[i] * dx, \
+     ta = wdx * dy, tb = wdx * dx, tc = (q->w[i] * dy) * dy)
+#define LANES(r) (((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7])))
+
+#define MOMENTS(NAME, TERMS)                                                                        \
+static void                                                                                         \
+NAME(const moments_t *q, Py_ssize_t i0, Py_ssize_t n, double out[3])                                \
+{                                                                                                   \
+    double ta, tb, tc, dx, dy, wdx;                                                                 \
+    (void)dx, (void)dy, (void)wdx;                                                                  \
+    if (n < 8) {                                                                                    \
+        double ra = 0., rb = 0., rc = 0.;                                                           \
+        for (Py_ssize_t i = i0; i < i0 + n; i++) {                                                  \
+            TERMS(i);                                                                               \
+            ra += ta, rb += tb, rc += tc;                                                           \
+        }                                                                                           \
+        out[0] = ra, out[1] = rb, out[2] = rc;                                                      \
+        return;                                                                                     \
+    }                                                                                               \
+    if (n <= 128) {                                                                                 \
+        double ra[8], rb[8], rc[8];                                                                 \
+        Py_ssize_t i;                                                                               \
+        for (int j = 0; j < 8; j++) {                                                               \
+            TERMS(i0 + j);                                                                          \
+            ra[j] = ta, rb[j] = tb, rc[j] = tc;                                                     \
+        }                                                                                           \
+        for (i = 8; i < n - (n % 8); i += 8)                                                        \
+            for (int j = 0; j < 8; j++) {                                                           \
+                TERMS(i0 + i + j);                                                                  \
+                ra[j] += ta, rb[j] += tb, rc[j] += tc;                                              \
+            }                                                                                       \
+        out[0] = LANES(ra), out[1] = LANES(rb), out[2] = LANES(rc);                                 \
+        for (; i < n; i++) {                                                                        \
+            TERMS(i0 + i);                                                                          \
+            out[0] += ta, out[1] += tb, out[2] += tc;                                               \
+        }                                                                                           \
+        return;                                                                                     \
+    }                                                                                               \
+    Py_ssize_t n2 = n / 2;                                                                          \
+    n2 -= n2 % 8;                                                                                   \
+    double left[3], right[3];                                                                       \
+    NAME(q, i0, n2, left);                                                                          \
+    NAME(q, i0 + n2, n - n2, right);                                                                \
+    for (int j = 0; j < 3; j++)                                                                     \
+        out[j] = left[j] + right[j];                                                                \
+}
+
+MOMENTS(first_moments, FIRST_TERMS)
+MOMENTS(second_moments, SECOND_TERMS)
 
 /* weighted_pearson(w, x, y, out, eps): per row of `w`, `_pearson_of`'s weighted Pearson correlation
  * of `x` and `y` (each a row of the columns' m values, or one row a row of `w`): every product
@@ -878,43 +929,23 @@ weighted_pearson(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "weighted_pearson: x and y must be float64 rows of the weights' width");
         goto free_out;
     }
-    double *t = PyMem_Malloc(sizeof(double) * (3 * m + 1));
-    if (t == NULL) {
-        PyErr_NoMemory();
-        goto free_out;
-    }
-    double *dx = t + m, *dy = dx + m, *out = bout.buf;
+    double *out = bout.buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t r = 0; r < rows; r++) {
-        const double *w = (const double *)bw.buf + r * m;
-        const double *x = (const double *)bx.buf + (x2 ? r * m : 0);
-        const double *y = (const double *)by.buf + (y2 ? r * m : 0);
-        double s = pairwise_sum(w, m);
-        for (Py_ssize_t i = 0; i < m; i++)
-            t[i] = w[i] * x[i];
-        double mx = s > EPS_ ? pairwise_sum(t, m) / s : NAN;
-        for (Py_ssize_t i = 0; i < m; i++)
-            t[i] = w[i] * y[i];
-        double my = s > EPS_ ? pairwise_sum(t, m) / s : NAN;
-        for (Py_ssize_t i = 0; i < m; i++) {
-            dx[i] = x[i] - mx;
-            dy[i] = y[i] - my;
-        }
-        for (Py_ssize_t i = 0; i < m; i++)
-            t[i] = (w[i] * dx[i]) * dy[i];
-        double cov = pairwise_sum(t, m);
-        for (Py_ssize_t i = 0; i < m; i++)
-            t[i] = (w[i] * dx[i]) * dx[i];
-        double vx = pairwise_sum(t, m);
-        for (Py_ssize_t i = 0; i < m; i++)
-            t[i] = (w[i] * dy[i]) * dy[i];
-        double vy = pairwise_sum(t, m);
+        moments_t q = {(const double *)bw.buf + r * m, (const double *)bx.buf + (x2 ? r * m : 0),
+                       (const double *)by.buf + (y2 ? r * m : 0), 0.0, 0.0};
+        double first[3], second[3];
+        first_moments(&q, 0, m, first);
+        double s = first[0];
+        q.mx = s > EPS_ ? first[1] / s : NAN;
+        q.my = s > EPS_ ? first[2] / s : NAN;
+        second_moments(&q, 0, m, second);
+        double cov = second[0], vx = second[1], vy = second[2];
         double den = sqrt(vx * vy), floor = eps * s;
         double v = (vx > floor && vy > floor) ? cov / den : NAN;
         out[r] = v < -1.0 ? -1.0 : (v > 1.0 ? 1.0 : v);
     }
     Py_END_ALLOW_THREADS
-    PyMem_Free(t);
     res = Py_NewRef(Py_None);
 free_out:
     PyBuffer_Release(&bout);
@@ -940,10 +971,10 @@ static PyMethodDef methods[] = {
      "bootstrap_means(values, state, n_resamples, block, dist): each resample's mean into dist; the new state."},
     {"sign_flip_counts", (PyCFunction)(void (*)(void))sign_flip_counts, METH_FASTCALL,
      "sign_flip_counts(table, state, n_resamples, block, total, observed, gamma): (n_less, n_greater, state)."},
-    {"run_square_sums", (PyCFunction)(void (*)(void))run_square_sums, METH_FASTCALL,
-     "run_square_sums(w, order, starts, out): per row, the pairwise sum of its runs' sums squared."},
+    {"run_sums", (PyCFunction)(void (*)(void))run_sums_of, METH_FASTCALL,
+     "run_sums(w, order, starts, out): per row of w, the sum of each run of order."},
     {"mid_ranks", (PyCFunction)(void (*)(void))mid_ranks, METH_FASTCALL,
-     "mid_ranks(w, order, starts, at, out): each case's weighted mid-rank, a row of w at a time."},
+     "mid_ranks(sums, at, out): each case's weighted mid-rank, a row of runs' sums at a time."},
     {"weighted_pearson", (PyCFunction)(void (*)(void))weighted_pearson, METH_FASTCALL,
      "weighted_pearson(w, x, y, out, eps): per row of w, the weighted Pearson correlation of x and y."},
     {NULL, NULL, 0, NULL},

@@ -46,7 +46,8 @@ draw (the figure itself, and every draw where the distinct pairs are more than 5
 block holds one) is merged in double precision, each level's sum of products as NumPy's ``einsum``
 of one row adds them, in C and in NumPy alike. The weighted
 mid-ranks, Pearson's correlation and Kendall's tied weights run a draw at a time in C there too, with
-NumPy's products and pairwise sums in NumPy's order (the NumPy steps stay as the fallback).
+NumPy's products and pairwise sums in NumPy's order (the NumPy steps stay as the fallback); the
+weights of each column's tie groups are summed once a block for the figures that read them.
 
 **Means** (``diff``, ``gate``, the shift of ``compare RUN_A RUN_B``): `bootstrap_interval`, a paired
 percentile bootstrap. Cases are resampled with replacement (PCG64, seeded), ``DEFAULT_RESAMPLES`` =
@@ -116,13 +117,13 @@ try:  # built with the package where a C compiler was found: the resampling loop
     from ._stats import merge_places as _merge_places
     from ._stats import set_level as _set_level
     from ._stats import mid_ranks as _c_mid_ranks
-    from ._stats import run_square_sums as _run_square_sums
+    from ._stats import run_sums as _run_sums
     from ._stats import sign_flip_counts as _sign_flip_counts
     from ._stats import weighted_pearson as _weighted_pearson
 except ImportError:  # pragma: no cover - the package built without it
     _kendall_discordant = _kendall_alone = _merge_places = _set_level = None
     _bootstrap_means = _sign_flip_counts = None
-    _c_mid_ranks = _run_square_sums = _weighted_pearson = None
+    _c_mid_ranks = _run_sums = _weighted_pearson = None
 
 _U64 = (1 << 64) - 1
 
@@ -292,30 +293,71 @@ def _group_sums(w, order, summing):
     return sums
 
 
-def _ranking(v: np.ndarray):
-    """``(order, summing, at, starts)``: ``v``'s stable sort, how `_group_sums` sums its runs of equal
-    values, each case's run (in the case's own place) and where each run starts."""
-    order, starts, group = _groups(v)
-    at = np.empty_like(order)
-    at[order] = group
-    return order, _summing(order, starts), at, starts
+class _Runs:
+    """Runs of equal values of a column, for the figures that weigh them (Spearman's mid-ranks, Kendall's
+    tied weights): the column's stable sort ``order``, where each run starts (``starts``), each case's
+    run in its own place (``at``), and `sums`, each run's weight in a block of draws."""
+
+    def __init__(self, order: np.ndarray, starts: np.ndarray, at: Optional[np.ndarray] = None):
+        self.order, self.starts, self.at = order, starts, at
+        self.summing = _summing(order, starts)
+        self._last: Optional[tuple] = None  # (a block of weights, its runs' sums)
+
+    @classmethod
+    def of(cls, v: np.ndarray) -> "_Runs":
+        order, starts, group = _groups(v)
+        at = np.empty_like(order)
+        at[order] = group
+        return cls(order, starts, at)
+
+    def sums(self, w):
+        """The sum of each run's weights a row of ``w``, in the runs' order (`_group_sums`). The last
+        block's are kept: the figures of a block ask for the same column's in turn (the block is not
+        changed between; a new block is a new array)."""
+        last = self._last
+        if last is None or last[0] is not w:
+            if _compiled(w):  # the same steps a row at a time, in C
+                sums = np.empty(w.shape[:-1] + (len(self.starts),))
+                _run_sums(w, self.order, self.starts, sums)
+            else:
+                sums = _group_sums(w, self.order, self.summing)
+            last = self._last = (w, sums)
+        return last[1]
 
 
-def _mid_ranks(w, ranking):
+class _Columns(dict):
+    """The cases' columns (name -> values), with each column's `_Runs` made once for every figure built
+    from them (`_runs`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.runs: dict[str, _Runs] = {}
+
+
+def _runs(c, k: str) -> _Runs:
+    """The `_Runs` of column ``k`` of ``c`` (made once where ``c`` is `_Columns`)."""
+    made = getattr(c, "runs", None)
+    if made is None:
+        return _Runs.of(c[k])
+    if k not in made:
+        made[k] = _Runs.of(c[k])
+    return made[k]
+
+
+def _mid_ranks(w, runs: _Runs):
     """Each case's weighted mid-rank: the weight of the cases below it, plus half of its tie group's
-    (``ranking`` from `_ranking`; each case's picked from its group's, not written through the sort)."""
-    order, summing, at, starts = ranking
+    (each case's picked from its group's, not written through the sort)."""
+    sums = runs.sums(w)
     if _compiled(w):  # the same steps a row at a time, in C
         out = np.empty(w.shape)
-        _c_mid_ranks(w, order, starts, at, out)
+        _c_mid_ranks(sums, runs.at, out)
         return out
-    sums = _group_sums(w, order, summing)
     below = np.cumsum(sums, axis=-1) - sums
-    return np.take(below + sums / 2, at, axis=-1)
+    return np.take(below + sums / 2, runs.at, axis=-1)
 
 
 def _spearman(c):
-    rx, ry = _ranking(c["x"]), _ranking(c["y"])
+    rx, ry = _runs(c, "x"), _runs(c, "y")
     return lambda w: _pearson_of(w, _mid_ranks(w, rx), _mid_ranks(w, ry))
 
 
@@ -365,24 +407,15 @@ def _kendall(c):
             _set_level(places, level, *row)
         else:
             lefts[level], rights[level], at[level] = row
-    tie_x, tie_y = (_groups(v)[:2] for v in (x, y))
     # the cases in order of (x, y) are in ``order`` already: the pairs' groups are runs of it
     pair = _unique_rows(np.c_[x, y])[1]
-    ties = [(o, _summing(o, starts), starts)
-            for o, starts in (tie_x, tie_y, (order, _groups(pair.astype(float))[1]))]
+    ties = (_runs(c, "x"), _runs(c, "y"), _Runs(order, _groups(pair.astype(float))[1]))
     by_place: list = []  # `_merge`'s layout of the levels, made when first needed
-
-    def tied(w, order_, summing, starts):
-        if _compiled(w):  # the same steps a row at a time, in C
-            out = np.empty(len(w))
-            _run_square_sums(w, order_, starts, out)
-            return out
-        return (_group_sums(w, order_, summing) ** 2).sum(-1)
 
     def f(w):
         rows = w.shape[0]
         total = w.sum(-1) ** 2
-        in_x, in_y, in_xy = (tied(w, *t) for t in ties)
+        in_x, in_y, in_xy = ((t.sums(w) ** 2).sum(-1) for t in ties)
         untied_x, untied_y = total - in_x, total - in_y
         same_y = in_y - in_xy
         if compiled and rows > 1:  # draws: single precision, in C
@@ -499,7 +532,7 @@ def rater_figures(
     ``fixed_b``: stratum -> the verdict b gives every case of that stratum (b's verdicts made the
     strata): the corners of b's other verdict are left out there. A figure undefined on the cases
     is NaN with no interval; with ``n_draws`` 0 every interval is NaN."""
-    cases = {"a": np.asarray(a, bool)}
+    cases = _Columns(a=np.asarray(a, bool))
     for k, v in (("b", b), ("x", x), ("y", y)):
         if v is not None:
             cases[k] = np.asarray(v, bool if k == "b" else float)
@@ -528,7 +561,7 @@ def rater_figures(
         rows, inverse = _unique_rows(key)
         shape = np.bincount(inverse.ravel(), weights=prior, minlength=len(rows))
         del key, inverse  # (not held through the draws)
-        cols = {k: rows[:, i + 1].astype(cases[k].dtype) for i, k in enumerate(reads)}
+        cols = _Columns({k: rows[:, i + 1].astype(cases[k].dtype) for i, k in enumerate(reads)})
         forms = {f: FIGURE_FORMS[f](cols) for f in wanted if _READS[f] == reads}
         members = [(share[h], np.flatnonzero(rows[:, 0] == i)) for h, i in index.items()]
         rng = np.random.default_rng(seed)
