@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import re
@@ -16,6 +17,7 @@ from ragbridge import Score, load_cases
 from ragbridge.analysis.diff import IncompleteRunError, RegressionError, diff_runs, run_problems
 from ragbridge.analysis.gate import GateConfigError, load_gates, run_gates
 from ragbridge.analysis.stats import paired_bootstrap_ci, paired_permutation_pvalue
+from ragbridge.commands.output import print_json
 from ragbridge.report import ci
 
 CASES = load_cases(EXAMPLE)
@@ -203,6 +205,17 @@ def test_diff_pairs_cases_and_lists_what_moved(runs):
     assert list(changes["case_id"]) == [info["errored"]] and changes["change"].iloc[0] == "scored -> error"
     assert "TimeoutError" in changes["new_error"].iloc[0]
     assert list(d.better()["case_id"]) == [info["better"]]
+    # the JSON document: the rows as the frames hold them, a value that is no number null (written
+    # as made, not passed through jsonable: what json.dumps writes of them, the same characters)
+    doc = ci.diff_json(d)
+    out = io.StringIO()
+    print_json(doc, out)
+    got = json.loads(out.getvalue())
+    assert out.getvalue() == json.dumps(got, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    changed = got["status_changes"][0]
+    assert changed["case_id"] == info["errored"] and changed["delta"] is None and changed["new_value"] is None
+    assert [r["case_id"] for r in got["worse"]] == list(d.worse()["case_id"])
+    assert [r["delta"] for r in got["worse"]] == list(d.worse()["delta"])
     # undefined in both runs (abstention on answerable cases) is "same", never a 0
     ab = overall.loc[("native", "abstention")]
     assert ab["n_paired"] == len(UNANSWERABLE) and ab["delta"] == 0

@@ -312,7 +312,7 @@ class RunDiff:
             rows = _items(parts, part_of[start:stop], row_of[start:stop], ids, self._tags_of)
             _errors(rows, where)
             return rows
-        return Rows(len(row_of), make)
+        return Rows(len(row_of), make, plain=True)
 
     def rows(self, kind: str, backend: Optional[str] = None, metric: Optional[str] = None,
              top: Optional[int] = None) -> Rows:
@@ -367,7 +367,8 @@ def _tag_masks(bc: Any, nc: Any, paired: np.ndarray) -> dict[str, np.ndarray]:
 def _items(parts: list[_Paired], part_of: np.ndarray, row_of: np.ndarray, ids: Any,
            tags_of: Callable[[int], list[str]]) -> list[dict]:
     """The rows of a diff's items for the paired scores ``row_of`` of ``parts[part_of]``, a part's
-    columns read at once."""
+    columns read at once: JSON-ready as made (plain values, None for a value or delta that is not a
+    finite number)."""
     rows: list = [None] * len(row_of)
     for j in np.unique(part_of).tolist():
         sel = np.flatnonzero(part_of == j)
@@ -378,8 +379,8 @@ def _items(parts: list[_Paired], part_of: np.ndarray, row_of: np.ndarray, ids: A
             st_b, st_n = STATUS_NAMES[sb], STATUS_NAMES[sn]
             rows[n] = {
                 "backend": p.backend, "metric": p.metric, "case_id": ids[i], "tags": tags_of(i),
-                "base_value": None if bv != bv else bv, "new_value": None if nv != nv else nv,
-                "delta": delta, "base_status": st_b, "new_status": st_n,
+                "base_value": bv if bv - bv == 0 else None, "new_value": nv if nv - nv == 0 else None,
+                "delta": delta if delta - delta == 0 else None, "base_status": st_b, "new_status": st_n,
                 "change": ("same", "worse", "better")[code] if code != _STATUS else f"{st_b} -> {st_n}",
                 "base_error": None, "new_error": None,
             }

@@ -25,11 +25,12 @@ BLOCK = 2000
 
 
 class Rows(list):
-    """``n`` rows, row ``i`` being ``make(i, i + 1)[0]``; ``make(start, stop)`` makes a block."""
+    """``n`` rows, row ``i`` being ``make(i, i + 1)[0]``; ``make(start, stop)`` makes a block. ``plain``:
+    the rows are JSON-ready as made (dicts of plain values: `jsonable` passes them as they are)."""
 
-    def __init__(self, n: int, make: Callable[[int, int], list], block: int = BLOCK):
+    def __init__(self, n: int, make: Callable[[int, int], list], block: int = BLOCK, plain: bool = False):
         super().__init__()
-        self._n, self._make, self._block = n, make, block
+        self._n, self._make, self._block, self.plain = n, make, block, plain
 
     def __len__(self) -> int:
         return self._n

@@ -329,7 +329,8 @@ def jsonable(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if type(obj) is not list and isinstance(obj, list) and hasattr(obj, "mapped"):
-        return obj.mapped(jsonable)  # rows made as they are read (`ragbridge.analysis.rows.Rows`): kept so
+        # rows made as they are read (`ragbridge.analysis.rows.Rows`): kept so
+        return obj if getattr(obj, "plain", False) else obj.mapped(jsonable)
     if isinstance(obj, (list, tuple)):
         return [jsonable(v) for v in obj]
     if isinstance(obj, (set, frozenset)):
