@@ -563,13 +563,21 @@ def test_the_compiled_merge_refuses_places_outside_its_arrays():
     with pytest.raises(ValueError, match="a value a row"):
         st._kendall_alone(w, places, np.empty(3))
     runs, sums = st._Runs.of(np.arange(5.0)), np.empty((2, 5))
-    st._run_sums(w, runs.order, runs.starts, sums)
-    st._c_mid_ranks(sums, runs.at, np.empty((2, 5)))
+    st._run_sums(w, runs.kept, sums)
+    st._c_mid_ranks(sums, runs.kept, np.empty((2, 5)))
     for bad in (runs.order - 1, runs.order + 1):  # a place of -1, a place of 5
         with pytest.raises(ValueError, match="a place outside"):
-            st._run_sums(w, bad, runs.starts, sums)
+            st._c_runs(bad, runs.starts, runs.at)
         with pytest.raises(ValueError, match="a place outside"):
-            st._c_mid_ranks(sums, bad, np.empty((2, 5)))
+            st._c_runs(runs.order, runs.starts, bad)
+    with pytest.raises(ValueError, match="do not fit"):
+        st._c_runs(runs.order, runs.starts[::-1].copy(), runs.at)  # runs out of order
+    with pytest.raises(ValueError, match="do not fit"):  # the runs of other weights, sums or no case's run
+        st._run_sums(w[:, :4].copy(), runs.kept, sums)
+    with pytest.raises(ValueError, match="do not fit"):
+        st._c_mid_ranks(sums[:, :4].copy(), runs.kept, np.empty((2, 5)))
+    with pytest.raises(ValueError, match="do not fit"):
+        st._c_mid_ranks(sums, st._Runs(runs.order, runs.starts).kept, np.empty((2, 5)))
 
 
 def test_disagreements_show_every_backend_value_and_reason(mixed_run):

@@ -35,8 +35,9 @@
  *   high half bytes select plus that of its low half bytes (`table`: 32 float64 a byte), its
  *   statistic `2 * sum - total`, counted where `<= observed + gamma` and where `>= observed - gamma`.
  *
- * run_sums, mid_ranks, weighted_pearson: the agreement figures' steps on a block of posterior weights,
- *   a row at a time (`_Runs.sums`, `_mid_ranks`, `_pearson_of`; see each).
+ * runs, run_sums, mid_ranks, weighted_pearson: the agreement figures' steps on a block of posterior
+ *   weights, a row at a time (`_Runs.sums`, `_mid_ranks`, `_pearson_of`; see each), a column's runs
+ *   checked once and kept (`runs`), as the merge's places are.
  *
  * NumPy's draws (numpy/random/src/distributions/distributions.c): a bounded integer below 2**16 takes
  * 16 bits of a 32-bit draw at a time, low half first (one buffer a call); below 2**32, a 32-bit draw;
@@ -707,12 +708,87 @@ runs_fit(const int64_t *starts, Py_ssize_t g, Py_ssize_t m)
     return 1;
 }
 
-/* The sum of each run of `order` (runs from `starts`, g of them, the first at 0) of a row of weights,
- * as NumPy's add.reduceat sums a run: its first value plus the pairwise sum of the others. */
+/* A column's runs of equal values, checked once and kept (a capsule of `runs`): the m cases' stable
+ * order, where each of the g runs starts in it, and each case's run (`at`, NULL where not given). */
+typedef struct {
+    Py_ssize_t m, g;
+    int32_t *order, *starts, *at;
+} runs_t;
+
+#define RUNS "ragbridge.analysis._stats.runs"
+
 static void
-run_sums(const double *w, const int64_t *order, const int64_t *starts, Py_ssize_t g, Py_ssize_t m,
-         double *sums, double *tmp)
+runs_free(PyObject *capsule)
 {
+    PyMem_Free(PyCapsule_GetPointer(capsule, RUNS));
+}
+
+/* runs(order, starts, at): a column's runs, kept for `run_sums` and `mid_ranks`: `order` (int64, m
+ * places among m), `starts` (int64, where each run starts in it: the first at 0, each after the one
+ * before), `at` (int64, each case's run, or None). */
+static PyObject *
+runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "runs(order, starts, at) takes 3 arguments");
+        return NULL;
+    }
+    Py_buffer bo, bs, ba;
+    PyObject *capsule = NULL;
+    int has_at = args[2] != Py_None;
+    Py_ssize_t m = PyObject_Length(args[0]);
+    if (m < 0 || get_places(args[0], &bo, "order", m) < 0)
+        return NULL;
+    if (get_places(args[1], &bs, "starts", m) < 0)
+        goto free_o;
+    Py_ssize_t g = bs.shape[0];
+    if (has_at && get_places(args[2], &ba, "at", g) < 0)
+        goto free_s;
+    if (m >= INT32_MAX || !runs_fit(bs.buf, g, m) || (has_at && ba.shape[0] != m)) {
+        PyErr_SetString(PyExc_ValueError, "runs: the runs do not fit the cases");
+        goto free_a;
+    }
+    size_t head = (sizeof(runs_t) + 15) / 16 * 16;
+    runs_t *r = PyMem_Malloc(head + sizeof(int32_t) * (2 * m + g + 1));
+    if (r == NULL) {
+        PyErr_NoMemory();
+        goto free_a;
+    }
+    r->m = m;
+    r->g = g;
+    r->order = (int32_t *)((char *)r + head);
+    r->starts = r->order + m;
+    r->at = has_at ? r->starts + g : NULL;
+    const int64_t *o = bo.buf, *st = bs.buf;
+    for (Py_ssize_t i = 0; i < m; i++)
+        r->order[i] = (int32_t)o[i];
+    for (Py_ssize_t j = 0; j < g; j++)
+        r->starts[j] = (int32_t)st[j];
+    if (has_at) {
+        const int64_t *at = ba.buf;
+        for (Py_ssize_t i = 0; i < m; i++)
+            r->at[i] = (int32_t)at[i];
+    }
+    capsule = PyCapsule_New(r, RUNS, runs_free);
+    if (capsule == NULL)
+        PyMem_Free(r);
+free_a:
+    if (has_at)
+        PyBuffer_Release(&ba);
+free_s:
+    PyBuffer_Release(&bs);
+free_o:
+    PyBuffer_Release(&bo);
+    return capsule;
+}
+
+/* The sum of each run of a row of weights `w` (`r`'s runs), as NumPy's add.reduceat sums a run: its
+ * first value plus the pairwise sum of the others. */
+static void
+run_sums(const double *w, const runs_t *r, double *sums, double *tmp)
+{
+    const int32_t *order = r->order, *starts = r->starts;
+    Py_ssize_t g = r->g, m = r->m;
     for (Py_ssize_t j = 0; j < g; j++) {
         Py_ssize_t s = starts[j], e = j + 1 < g ? starts[j + 1] : m;
         if (s + AHEAD < m)  /* (the weights are gathered: fetched ahead) */
@@ -727,30 +803,26 @@ run_sums(const double *w, const int64_t *order, const int64_t *starts, Py_ssize_
     }
 }
 
-/* run_sums(w, order, starts, out): per row of `w`, the sum of each run of `order` (runs from `starts`)
- * as `add.reduceat` sums it (`run_sums` above; `_group_sums`), into `out` (float64, a row of g runs a
- * row of `w`). */
+/* run_sums(w, runs, out): per row of `w` (float64, m columns), the sum of each of the g runs (`runs`,
+ * a capsule of `runs`) as `add.reduceat` sums it (`_group_sums`), into `out` (float64, rows of g). */
 static PyObject *
 run_sums_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "run_sums(w, order, starts, out) takes 4 arguments");
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "run_sums(w, runs, out) takes 3 arguments");
         return NULL;
     }
-    Py_buffer bw, bo, bs, bout;
+    const runs_t *r = PyCapsule_GetPointer(args[1], RUNS);
+    if (r == NULL)
+        return NULL;
+    Py_buffer bw, bout;
     PyObject *res = NULL;
     if (get_buffer(args[0], &bw, "w", "d", 2) < 0)
         return NULL;
-    Py_ssize_t rows = bw.shape[0], m = bw.shape[1];
-    if (get_places(args[1], &bo, "order", m) < 0)
+    Py_ssize_t rows = bw.shape[0], m = bw.shape[1], g = r->g;
+    if (get_buffer(args[2], &bout, "out", "d", 2) < 0)
         goto free_w;
-    if (get_places(args[2], &bs, "starts", m) < 0)
-        goto free_o;
-    if (get_buffer(args[3], &bout, "out", "d", 2) < 0)
-        goto free_s;
-    Py_ssize_t g = bs.shape[0];
-    const int64_t *starts = bs.buf;
-    if (bo.shape[0] != m || bout.shape[0] != rows || bout.shape[1] != g || bout.readonly || !runs_fit(starts, g, m)) {
+    if (m != r->m || bout.shape[0] != rows || bout.shape[1] != g || bout.readonly) {
         PyErr_SetString(PyExc_ValueError, "run_sums: the runs do not fit the weights");
         goto free_out;
     }
@@ -760,45 +832,41 @@ run_sums_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto free_out;
     }
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t r = 0; r < rows; r++)
-        run_sums((const double *)bw.buf + r * m, bo.buf, starts, g, m, (double *)bout.buf + r * g, tmp);
+    for (Py_ssize_t row = 0; row < rows; row++)
+        run_sums((const double *)bw.buf + row * m, r, (double *)bout.buf + row * g, tmp);
     Py_END_ALLOW_THREADS
     PyMem_Free(tmp);
     res = Py_NewRef(Py_None);
 free_out:
     PyBuffer_Release(&bout);
-free_s:
-    PyBuffer_Release(&bs);
-free_o:
-    PyBuffer_Release(&bo);
 free_w:
     PyBuffer_Release(&bw);
     return res;
 }
 
-/* mid_ranks(sums, at, out): each case's weighted mid-rank a row of runs' sums (`_mid_ranks`; `sums`
- * from `run_sums`): their running sum one addition after the other (NumPy's cumsum), the weight below
- * a run `running - sum` plus half its sum, picked for each case by its run `at` (m cases, `out` a row
- * of m a row of `sums`). */
+/* mid_ranks(sums, runs, out): each case's weighted mid-rank a row of runs' sums (`_mid_ranks`; `sums`
+ * from `run_sums`, `runs` a capsule of `runs` with each case's run): their running sum one addition
+ * after the other (NumPy's cumsum), the weight below a run `running - sum` plus half its sum, picked
+ * for each case by its run (`out` a row of m a row of `sums`). */
 static PyObject *
 mid_ranks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "mid_ranks(sums, at, out) takes 3 arguments");
+        PyErr_SetString(PyExc_TypeError, "mid_ranks(sums, runs, out) takes 3 arguments");
         return NULL;
     }
-    Py_buffer bs, ba, bout;
+    const runs_t *r = PyCapsule_GetPointer(args[1], RUNS);
+    if (r == NULL)
+        return NULL;
+    Py_buffer bs, bout;
     PyObject *res = NULL;
     if (get_buffer(args[0], &bs, "sums", "d", 2) < 0)
         return NULL;
-    Py_ssize_t rows = bs.shape[0], g = bs.shape[1];
-    if (get_places(args[1], &ba, "at", g) < 0)
-        goto free_s;
+    Py_ssize_t rows = bs.shape[0], g = bs.shape[1], m = r->m;
     if (get_buffer(args[2], &bout, "out", "d", 2) < 0)
-        goto free_a;
-    Py_ssize_t m = ba.shape[0];
-    if (bout.shape[0] != rows || bout.shape[1] != m || bout.readonly) {
-        PyErr_SetString(PyExc_ValueError, "mid_ranks: out must be a row of m cases a row of sums");
+        goto free_s;
+    if (r->at == NULL || g != r->g || bout.shape[0] != rows || bout.shape[1] != m || bout.readonly) {
+        PyErr_SetString(PyExc_ValueError, "mid_ranks: the runs do not fit the sums");
         goto free_out;
     }
     double *tmp = PyMem_Malloc(sizeof(double) * (g + 1));
@@ -806,11 +874,11 @@ mid_ranks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_NoMemory();
         goto free_out;
     }
-    const int64_t *at = ba.buf;
+    const int32_t *at = r->at;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t r = 0; r < rows; r++) {
-        const double *sums = (const double *)bs.buf + r * g;
-        double *out = (double *)bout.buf + r * m;
+    for (Py_ssize_t row = 0; row < rows; row++) {
+        const double *sums = (const double *)bs.buf + row * g;
+        double *out = (double *)bout.buf + row * m;
         double running = 0.0;
         for (Py_ssize_t j = 0; j < g; j++) {
             running = j ? running + sums[j] : sums[j];
@@ -827,8 +895,6 @@ mid_ranks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     res = Py_NewRef(Py_None);
 free_out:
     PyBuffer_Release(&bout);
-free_a:
-    PyBuffer_Release(&ba);
 free_s:
     PyBuffer_Release(&bs);
     return res;
@@ -971,10 +1037,12 @@ static PyMethodDef methods[] = {
      "bootstrap_means(values, state, n_resamples, block, dist): each resample's mean into dist; the new state."},
     {"sign_flip_counts", (PyCFunction)(void (*)(void))sign_flip_counts, METH_FASTCALL,
      "sign_flip_counts(table, state, n_resamples, block, total, observed, gamma): (n_less, n_greater, state)."},
+    {"runs", (PyCFunction)(void (*)(void))runs, METH_FASTCALL,
+     "runs(order, starts, at): a column's runs, checked once and kept for run_sums and mid_ranks."},
     {"run_sums", (PyCFunction)(void (*)(void))run_sums_of, METH_FASTCALL,
-     "run_sums(w, order, starts, out): per row of w, the sum of each run of order."},
+     "run_sums(w, runs, out): per row of w, the sum of each run."},
     {"mid_ranks", (PyCFunction)(void (*)(void))mid_ranks, METH_FASTCALL,
-     "mid_ranks(sums, at, out): each case's weighted mid-rank, a row of runs' sums at a time."},
+     "mid_ranks(sums, runs, out): each case's weighted mid-rank, a row of runs' sums at a time."},
     {"weighted_pearson", (PyCFunction)(void (*)(void))weighted_pearson, METH_FASTCALL,
      "weighted_pearson(w, x, y, out, eps): per row of w, the weighted Pearson correlation of x and y."},
     {NULL, NULL, 0, NULL},

@@ -118,12 +118,13 @@ try:  # built with the package where a C compiler was found: the resampling loop
     from ._stats import set_level as _set_level
     from ._stats import mid_ranks as _c_mid_ranks
     from ._stats import run_sums as _run_sums
+    from ._stats import runs as _c_runs
     from ._stats import sign_flip_counts as _sign_flip_counts
     from ._stats import weighted_pearson as _weighted_pearson
 except ImportError:  # pragma: no cover - the package built without it
     _kendall_discordant = _kendall_alone = _merge_places = _set_level = None
     _bootstrap_means = _sign_flip_counts = None
-    _c_mid_ranks = _run_sums = _weighted_pearson = None
+    _c_mid_ranks = _run_sums = _c_runs = _weighted_pearson = None
 
 _U64 = (1 << 64) - 1
 
@@ -300,8 +301,16 @@ class _Runs:
 
     def __init__(self, order: np.ndarray, starts: np.ndarray, at: Optional[np.ndarray] = None):
         self.order, self.starts, self.at = order, starts, at
-        self.summing = _summing(order, starts)
+        # checked once and kept in C where the loops are compiled (not at every block of draws)
+        self.kept = _c_runs(order, starts, at) if _c_runs is not None else None
+        self._summing: Any = False  # (`_summing`'s, made when first needed)
         self._last: Optional[tuple] = None  # (a block of weights, its runs' sums)
+
+    @property
+    def summing(self):
+        if self._summing is False:
+            self._summing = _summing(self.order, self.starts)
+        return self._summing
 
     @classmethod
     def of(cls, v: np.ndarray) -> "_Runs":
@@ -316,9 +325,9 @@ class _Runs:
         changed between; a new block is a new array)."""
         last = self._last
         if last is None or last[0] is not w:
-            if _compiled(w):  # the same steps a row at a time, in C
+            if _compiled(w) and _run_sums is not None and self.kept is not None:  # a row at a time, in C
                 sums = np.empty(w.shape[:-1] + (len(self.starts),))
-                _run_sums(w, self.order, self.starts, sums)
+                _run_sums(w, self.kept, sums)
             else:
                 sums = _group_sums(w, self.order, self.summing)
             last = self._last = (w, sums)
@@ -348,9 +357,9 @@ def _mid_ranks(w, runs: _Runs):
     """Each case's weighted mid-rank: the weight of the cases below it, plus half of its tie group's
     (each case's picked from its group's, not written through the sort)."""
     sums = runs.sums(w)
-    if _compiled(w):  # the same steps a row at a time, in C
-        out = np.empty(w.shape)
-        _c_mid_ranks(sums, runs.at, out)
+    if _compiled(w) and _c_mid_ranks is not None and runs.kept is not None and sums.flags.c_contiguous:
+        out = np.empty(w.shape)  # the same steps a row at a time, in C
+        _c_mid_ranks(sums, runs.kept, out)
         return out
     below = np.cumsum(sums, axis=-1) - sums
     return np.take(below + sums / 2, runs.at, axis=-1)
