@@ -553,6 +553,7 @@ def rater_figures(
     # the figure: each case stands for its stratum's share over the cases drawn from it
     weights = np.array([[share[h] / drawn[h] for h in groups]])
     points = {f: float(FIGURE_FORMS[f](cases)(weights)[0]) if n else math.nan for f in figures}
+    cases.runs.clear()  # (the cases' runs: not held through the draws)
     out = {f: (points[f], math.nan, math.nan) for f in figures}
     wanted = [f for f in figures if math.isfinite(points[f])]
     if n_draws <= 0 or not wanted:
