@@ -414,10 +414,10 @@ def test_intervals_and_p_values_are_the_same_with_and_without_the_compiled_loops
 
 def test_each_sign_flip_resample_sums_to_the_numpy_steps_last_bit():
     """The compiled permutation loop sums each resample's looked-up values with the NumPy steps'
-    bits (the table read once for several resamples of a block, each sum's pairwise splits kept):
-    asked where each resample's own statistic (from the NumPy steps) stands, with no tolerance, it
-    counts what NumPy's statistics count, for every resample, for rows of 2 to 1,125 bytes (leaves of
-    the pairwise sum and splits) and blocks of resamples cut short and not."""
+    bits (each sum's pairwise splits): asked where each resample's own statistic (from the NumPy
+    steps) stands, with no tolerance, it counts what NumPy's statistics count, for every resample,
+    for rows of 2 to 1,125 bytes (leaves of the pairwise sum and splits) and blocks of resamples cut
+    short and not (the p-values alone can stay the same where a sum is off by its last bit)."""
     if st._sign_flip_counts is None:
         pytest.skip("the package was built without its compiled modules")
     rng = np.random.default_rng(40)

@@ -604,41 +604,6 @@ done:
     return out;
 }
 
-#define FLIPS 16  /* resamples of a block whose lookups are made together (the table read once for them) */
-
-/* The sums of the values `k` resamples' bytes (`raw`, nbytes a resample) pick from the table over
- * bytes a..a+n: each resample's high half bytes' values and low half bytes' values summed as
- * `pairwise_sum` sums them (its splits, each leaf of at most 128 values by `pairwise_sum` itself), a
- * leaf's part of the table read once for the k resamples (at a million cases it is 32 MB). */
-static void
-flip_sums(const double *table, const uint8_t *raw, Py_ssize_t nbytes, Py_ssize_t k, Py_ssize_t a,
-          Py_ssize_t n, double *hi, double *lo)
-{
-    if (n <= 128) {
-        double hv[128], lv[128];
-        const double *t = table + 32 * a;
-        for (Py_ssize_t q = 0; q < k; q++) {
-            const uint8_t *bytes = raw + q * nbytes + a;
-            for (Py_ssize_t i = 0; i < n; i++) {
-                hv[i] = t[32 * i + (bytes[i] >> 4)];
-                lv[i] = t[32 * i + 16 + (bytes[i] & 15)];
-            }
-            hi[q] = pairwise_sum(hv, n);
-            lo[q] = pairwise_sum(lv, n);
-        }
-        return;
-    }
-    Py_ssize_t n2 = n / 2;
-    n2 -= n2 % 8;
-    double hl[FLIPS], ll[FLIPS], hr[FLIPS], lr[FLIPS];
-    flip_sums(table, raw, nbytes, k, a, n2, hl, ll);
-    flip_sums(table, raw, nbytes, k, a + n2, n - n2, hr, lr);
-    for (Py_ssize_t q = 0; q < k; q++) {
-        hi[q] = hl[q] + hr[q];
-        lo[q] = ll[q] + lr[q];
-    }
-}
-
 static PyObject *
 sign_flip_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -665,11 +630,12 @@ sign_flip_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                         "or more are needed");
         goto done;
     }
-    uint8_t *raw = PyMem_Malloc((size_t)FLIPS * nbytes);
-    if (raw == NULL) {
+    double *hi = PyMem_Malloc(sizeof(double) * 2 * nbytes);
+    if (hi == NULL) {
         PyErr_NoMemory();
         goto done;
     }
+    double *lo = hi + nbytes;
     const double *table = bt.buf;
     long long n_less = 0, n_greater = 0;
     Py_BEGIN_ALLOW_THREADS
@@ -677,9 +643,9 @@ sign_flip_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_ssize_t stop = start + block < resamples ? start + block : resamples;
         int bcnt = 0;
         uint32_t buf = 0;  /* one buffer of bytes a call of rng.integers */
-        for (Py_ssize_t r = start; r < stop; r += FLIPS) {
-            Py_ssize_t k = stop - r < FLIPS ? stop - r : FLIPS;
-            for (Py_ssize_t q = 0; q < k * nbytes; q++) {  /* the resamples' bytes, one after the other */
+        for (Py_ssize_t r = start; r < stop; r++) {
+            for (Py_ssize_t i = 0; i < nbytes; i++) {
+                uint8_t raw;
                 if (bcnt) {
                     buf >>= 8;
                     bcnt--;
@@ -687,21 +653,19 @@ sign_flip_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                     buf = pcg64_next32(g);
                     bcnt = 3;
                 }
-                raw[q] = (uint8_t)buf;
+                raw = (uint8_t)buf;
+                hi[i] = table[32 * i + (raw >> 4)];
+                lo[i] = table[32 * i + 16 + (raw & 15)];
             }
-            double hi[FLIPS], lo[FLIPS];
-            flip_sums(table, raw, nbytes, k, 0, nbytes, hi, lo);
-            for (Py_ssize_t q = 0; q < k; q++) {
-                double picked = hi[q];
-                picked += lo[q];
-                double null = 2.0 * picked - total;
-                n_less += null <= observed + gamma;
-                n_greater += null >= observed - gamma;
-            }
+            double picked = pairwise_sum(hi, nbytes);
+            picked += pairwise_sum(lo, nbytes);
+            double null = 2.0 * picked - total;
+            n_less += null <= observed + gamma;
+            n_greater += null >= observed - gamma;
         }
     }
     Py_END_ALLOW_THREADS
-    PyMem_Free(raw);
+    PyMem_Free(hi);
     PyObject *state = pcg_tuple(g);
     out = state ? Py_BuildValue("(LLN)", n_less, n_greater, state) : NULL;
 done:
