@@ -373,6 +373,9 @@ below_min_n = "skip"
         ('[defaults]\nbackend = "native"', "no rules"),
         ('[gates]\ncheck = "mrr >= 0.8"', "unknown top-level key"),
         ('[[gate]\ncheck = "mrr >= 0.8"', "not valid TOML"),
+        ('[[gate]]\ncheck = "undefined_rate <= 0.1"',
+         "needs what it counts, as in 'undefined_rate\\(METRIC\\)"),
+        ('[[gate]]\ncheck = "diagnosed <= 0.1"', "needs what it counts, as in 'diagnosed\\(retrieval\\)"),
     ],
 )
 def test_malformed_gates_are_reported(tmp_path, body, message):
@@ -490,6 +493,24 @@ def test_rules_naming_what_the_run_lacks_are_bad_input(runs, rule, message):
     _, n, _ = runs
     with pytest.raises(GateConfigError, match=message):
         run_gates(n, {"gate": [{"check": "recall@5 >= 0"}, rule]})
+
+
+def test_a_backend_from_defaults_is_named_as_such_and_not_forced_on_a_whole_run_rule(runs):
+    """A ``backend`` of ``[defaults]`` the run lacks is named as set there (the rule names none);
+    a rule over the whole run (``diagnosed``) reads every backend whatever ``[defaults]`` says, and
+    refuses only a ``backend`` of its own."""
+    _, n, _ = runs
+    for backend, message in (
+            ("natve", "gate #1: unknown backend 'natve' \\(set in \\[defaults\\]\\)"),
+            ("ragas", "backend 'ragas' \\(set in \\[defaults\\]\\) did not score 'recall@5'")):
+        with pytest.raises(GateConfigError, match=message):
+            run_gates(n, {"defaults": {"backend": backend}, "gate": [{"check": "recall@5 >= 0"}]})
+    report = run_gates(n, {"defaults": {"backend": "native"},
+                           "gate": [{"check": "recall@5 >= 0"}, {"check": "diagnosed(retrieval) <= 1"}]})
+    assert [r.verdict for r in report.results] == ["pass", "pass"]
+    assert report.results[0].backend == "native" and report.results[1].backend == "diagnosis"
+    with pytest.raises(GateConfigError, match="reads every backend of the run: remove 'backend'"):
+        run_gates(n, {"gate": [{"check": "diagnosed(retrieval) <= 1", "backend": "native"}]})
 
 
 def test_an_incomplete_run_is_not_gated(tmp_path):

@@ -54,7 +54,8 @@ Rule keys: ``check`` (required), ``name``, ``backend``, ``tags`` (or ``tag``), `
 ``confidence`` (default 0.95), ``min_repeats`` (a judged metric must have been taken at least this
 many times, ``run --repeats``, or the rule fails); every key but ``check`` and ``name`` may also be
 set in ``[defaults]``, with ``seed``, ``resamples`` (bootstrap, default 2000) and ``permutations``
-(default 9999).
+(default 9999). A ``backend`` of ``[defaults]`` is for the rules over one backend's scores: a rule
+over the whole run (``diagnosed``) reads every backend whatever it says.
 
 ``significant = true``: a ``drop`` rule fails only when the drop exceeds the allowance AND a
 one-sided paired permutation test of "the drop is larger than the allowance" gives p < ``alpha``;
@@ -240,21 +241,22 @@ def _bind(rule: Rule, run: Run, scored_by: dict[str, set[str]], at: str) -> list
     run_backends = set(run.manifest.backends) | set(scored_by)
     scope = KINDS[rule.kind].scope
     if scope is not None:  # a rule over the whole run, whatever scored it
-        if rule.backends:
+        if rule.backends and not rule.backends_from_defaults:  # ([defaults]' backend is not for it)
             raise GateConfigError(f"{at}: the {scope} reads every backend of the run: remove 'backend'")
         return [scope]
     if rule.backends:
+        named = " (set in [defaults])" if rule.backends_from_defaults else ""
         for b in rule.backends:
             if b not in run_backends:
                 known, _ = _registry()
                 if b in known:
                     raise GateConfigError(
-                        f"{at}: backend {b!r} is not in this run "
+                        f"{at}: backend {b!r}{named} is not in this run "
                         f"(it ran: {', '.join(sorted(run_backends))})"
                     )
                 hint = difflib.get_close_matches(b, sorted(run_backends | known), n=1)
                 raise GateConfigError(
-                    f"{at}: unknown backend {b!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                    f"{at}: unknown backend {b!r}{named}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
                     + f"; this run has: {', '.join(sorted(run_backends))}"
                 )
     if rule.metric is None:  # error_rate over every metric
@@ -273,10 +275,11 @@ def _bind(rule: Rule, run: Run, scored_by: dict[str, set[str]], at: str) -> list
             f"{at}: metric {rule.metric!r} was not scored in this run (it scored: {', '.join(all_in_run)})"
         )
     if rule.backends:
+        named = " (set in [defaults])" if rule.backends_from_defaults else ""
         missing = [b for b in rule.backends if rule.metric not in scored_by.get(b, set())]
         if missing:
             raise GateConfigError(
-                f"{at}: backend {missing[0]!r} did not score {rule.metric!r} in this run "
+                f"{at}: backend {missing[0]!r}{named} did not score {rule.metric!r} in this run "
                 f"(backends that did: "
                 f"{', '.join(sorted(b for b, ms in scored_by.items() if rule.metric in ms))})"
             )

@@ -44,6 +44,7 @@ class Rule:
     cut: Optional[float] = None
     name: Optional[str] = None
     backends: Optional[list[str]] = None
+    backends_from_defaults: bool = False  # the rule's backends are [defaults]' (it names none)
     tags: list[str] = field(default_factory=list)
     min_n: int = 1
     below_min_n: str = "fail"
@@ -110,6 +111,10 @@ def _parse_check(check: str, at: str) -> dict[str, Any]:
             break
     else:
         raise GateConfigError(f"{at}: cannot read {lhs!r} in check {check!r}: {grammar()}")
+    bare = KINDS.get(lhs)
+    if kind.name == "mean" and bare is not None and bare.name != "mean":  # e.g. undefined_rate alone
+        raise GateConfigError(f"{at}: {lhs!r} in check {check!r} needs what it counts, as in "
+                              f"{bare.syntax!r}")
     out: dict[str, Any] = {"kind": kind.name, "metric": lm.groupdict().get("metric"), "op": m.group("op"),
                            "threshold": float(m.group("value"))}
     if lm.groupdict().get("cut") is not None:
@@ -225,7 +230,9 @@ def parse_gates(data: dict[str, Any], source: Optional[str] = None) -> GateConfi
             merged["tags"] = merged.pop("tag")
         parsed = _parse_check(merged.pop("check"), at)
         backends = merged.pop("backend", None)
-        rules.append(Rule(index=i, check=raw["check"].strip(), backends=backends, **parsed, **merged))
+        rules.append(Rule(index=i, check=raw["check"].strip(), backends=backends,
+                          backends_from_defaults=backends is not None and "backend" not in raw,
+                          **parsed, **merged))
     return GateConfig(
         rules=rules,
         seed=defaults.get("seed", 0),
