@@ -482,7 +482,8 @@ def test_a_ranking_score_below_1_says_why(tmp_path):
     """Each ranking score below 1 carries its reason, from the same matching as its value: the labels
     the top k miss with the rank of their first chunk (a section's first chunk, a repeated id counted
     once), the rank of the first relevant chunk, the chunks matching no label above relevant ones,
-    a chunk finding less gain above one finding more; a value of 1 carries none."""
+    a chunk finding less gain above one finding more; no label to find (grades of 0 alone); a value
+    of 1 carries none."""
     import json
 
     from conftest import ragbridge_cli
@@ -492,6 +493,7 @@ def test_a_ranking_score_below_1_says_why(tmp_path):
              "q1"),
         case(["low", "high"], {"low": 1, "high": 3}, "q2"),
         case(["a"], {"a": 1}, "q3"),
+        case(["a", "n"], {"a": 0}, "q4"),  # labels of grade 0 alone: nothing to find
     ]
     path = tmp_path / "cases.jsonl"
     path.write_text("".join(c.model_dump_json() + "\n" for c in cases), encoding="utf-8")
@@ -512,6 +514,8 @@ def test_a_ranking_score_below_1_says_why(tmp_path):
     assert why[("q2", "recall@3")] is None and why[("q2", "map")] is None  # 1: nothing to explain
     assert all(why[("q3", m)] is None for m in ("recall@3", "hit@3", "mrr", "ndcg@3", "map"))
     assert why[("q3", "precision@3")] == "2 of the top 3 hold no relevant chunk (the list has 1 chunk)"
+    # hit@3 is a defined 0 there, recall@3 undefined: both say why
+    assert why[("q4", "hit@3")] == why[("q4", "recall@3")] == "no label with grade >= 1"
 
 
 # --------------------------------------------------------------------------- the same bits in every process

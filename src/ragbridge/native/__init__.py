@@ -95,7 +95,7 @@ def _undefined_reason(metric: str, record: dict, chunking) -> str:
             return "precision_omega needs the chunking (--chunks)"
         return "no span label with grade >= 1"
     if record.get("relevant") or record.get("relevant_spans"):
-        return "no label with grade >= 1"
+        return ranking.NOTHING_TO_FIND
     return "no relevance labels" + ("" if record.get("contexts") else f"; {canonical.NOTHING_RETRIEVED}")
 
 

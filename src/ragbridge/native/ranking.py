@@ -112,6 +112,8 @@ __all__ = [
 ]
 
 GAINS = ("linear", "exponential")
+#: the reason of a ranking score of a case whose labels all have grade 0 (R = 0), where it is a number
+NOTHING_TO_FIND = "no label with grade >= 1"
 #: what recall, MRR, nDCG and MAP are for a case whose labels all have grade 0 (R = 0): undefined
 #: (ragbridge's default, left out of means) or 0 (trec_eval, which averages such a query as 0)
 NO_RELEVANT = ("undefined", "zero")
@@ -733,7 +735,8 @@ def reasons(cases: Any, r: Ranked, metric: str, values: np.ndarray,
     is below 1, in the words the native backend gives its scores and the diagnosis repeats (None for a
     value of 1 or undefined). ``cases`` and ``r`` (their `prepare`) as `evaluate` reads them:
 
-    - ``recall@k``, ``hit@k``: the labels no top-k chunk matches (`missed_labels`);
+    - ``recall@k``, ``hit@k``: the labels no top-k chunk matches (`missed_labels`); no label with a
+      grade above 0, where a case has none;
     - ``mrr``, ``mrr@k``: the rank of the first relevant chunk;
     - ``precision@k``: how many of the top k hold no relevant chunk;
     - ``ndcg``, ``map`` (with or without k): how many labels the top k miss, how many chunks that
@@ -746,6 +749,13 @@ def reasons(cases: Any, r: Ranked, metric: str, values: np.ndarray,
     if not short.size:
         return out
     if base in ("recall", "hit"):
+        # a case whose labels all have grade 0 (R = 0): hit@k a defined 0 (recall too with
+        # no_relevant="zero"), nothing there to find
+        for i in short[r.n_relevant[short] == 0].tolist():
+            out[i] = NOTHING_TO_FIND
+        short = short[r.n_relevant[short] > 0]
+        if not short.size:
+            return out
         said = r._missed.setdefault(k, {})
         want = set()
         for i in short.tolist():
