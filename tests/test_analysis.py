@@ -413,21 +413,20 @@ def test_intervals_and_p_values_are_the_same_with_and_without_the_compiled_loops
 
 
 def test_each_sign_flip_resample_sums_to_the_numpy_steps_last_bit():
-    """The compiled permutation loop sums each resample's looked-up values with the NumPy steps'
-    bits (each sum's pairwise splits): asked where each resample's own statistic (from the NumPy
-    steps) stands, with no tolerance, it counts what NumPy's statistics count, for every resample,
-    for rows of 2 to 1,125 bytes (leaves of the pairwise sum and splits) and blocks of resamples cut
-    short and not (the p-values alone can stay the same where a sum is off by its last bit)."""
+    """The compiled permutation loop adds each resample's half-byte sums (the table's entries, made
+    as read) with the NumPy steps' bits (each sum's pairwise splits): asked where each resample's own
+    statistic (from the NumPy steps) stands, with no tolerance, it counts what NumPy's statistics
+    count, for every resample, for rows of 2 to 1,125 bytes (leaves of the pairwise sum and splits)
+    and blocks of resamples cut short and not (the p-values alone can stay the same where a sum is off
+    by its last bit)."""
     if st._sign_flip_counts is None:
         pytest.skip("the package was built without its compiled modules")
     rng = np.random.default_rng(40)
-    nibbles = np.unpackbits(np.arange(16, dtype=np.uint8)[:, None], axis=1)[:, 4:].astype(float)
     for m in [9, 1030, 3000, 9000]:
         nbytes = (m + 7) // 8
         padded = np.zeros(nbytes * 8)
         padded[:m] = rng.normal(0, 0.1, m)
-        halves = padded.reshape(nbytes, 8)
-        table = np.concatenate([halves[:, :4] @ nibbles.T, halves[:, 4:] @ nibbles.T], axis=1).ravel()
+        table = st._half_byte_table(padded)
         offsets = np.arange(nbytes, dtype=np.intp) * 32
         total = float(padded.sum())
         for resamples, block in [(37, 37), (37, 20), (5, 2)]:
@@ -441,7 +440,7 @@ def test_each_sign_flip_resample_sums_to_the_numpy_steps_last_bit():
             nulls = np.array(nulls)
             for r in range(resamples):
                 state = st._pcg_state(np.random.default_rng(m))
-                less, greater, _ = st._sign_flip_counts(table, state, resamples, block, total, nulls[r], 0.0)
+                less, greater, _ = st._sign_flip_counts(padded, state, resamples, block, total, nulls[r], 0.0)
                 assert (less, greater) == ((nulls <= nulls[r]).sum(), (nulls >= nulls[r]).sum()), (m, r)
 
 

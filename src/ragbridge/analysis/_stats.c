@@ -29,11 +29,14 @@
  *   n < 2**15 else int32)`, the values gathered and `np.mean(..., axis=-1)`. `state`: the generator's
  *   PCG64 state (state high and low 64 bits, increment high and low, has_uint32, uinteger); returns
  *   the state NumPy's calls would have left, for the caller to set.
- * sign_flip_counts(table, state, n_resamples, block, total, observed, gamma): `(n_less, n_greater,
- *   state)` of paired_permutation_pvalue's random sign flips: for each block, `rng.integers(0, 256,
- *   size=(k, nbytes), dtype=uint8)`; a resample's sum is the pairwise sum of the table's entries its
- *   high half bytes select plus that of its low half bytes (`table`: 32 float64 a byte), its
- *   statistic `2 * sum - total`, counted where `<= observed + gamma` and where `>= observed - gamma`.
+ * sign_flip_counts(d, state, n_resamples, block, total, observed, gamma): `(n_less, n_greater,
+ *   state)` of paired_permutation_pvalue's random sign flips of the differences `d` (float64, 8 a
+ *   byte, padded with zeros): for each block, `rng.integers(0, 256, size=(k, nbytes), dtype=uint8)`; a
+ *   resample's sum is the pairwise sum of the sums its high half bytes select plus that of its low
+ *   half bytes' (a half byte's four differences, its highest bit the first, added one after the other
+ *   where selected: the entries of the NumPy steps' table, made here as they are read, so the 32
+ *   values a byte are never stored), its statistic `2 * sum - total`, counted where `<= observed +
+ *   gamma` and where `>= observed - gamma`.
  *
  * runs, run_sums, mid_ranks, weighted_pearson: the agreement figures' steps on a block of posterior
  *   weights, a row at a time (`_Runs.sums`, `_mid_ranks`, `_pearson_of`; see each), a column's runs
@@ -604,11 +607,29 @@ done:
     return out;
 }
 
+/* The sum of the differences `d` (four) that the half byte `bits` selects, its highest bit the first:
+ * the table's entry, one addition after the other (an unselected difference adds an exact zero, its
+ * bits masked away: no branch on random bits). */
+static inline double
+half_byte_sum(const double *d, unsigned bits)
+{
+    double s = 0.0;
+    for (int j = 0; j < 4; j++) {
+        uint64_t u, mask = (uint64_t)0 - ((bits >> (3 - j)) & 1u);
+        double picked;
+        memcpy(&u, d + j, sizeof u);
+        u &= mask;
+        memcpy(&picked, &u, sizeof picked);
+        s = j ? s + picked : picked;
+    }
+    return s;
+}
+
 static PyObject *
 sign_flip_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "sign_flip_counts(table, state, n_resamples, block, total, observed, "
+        PyErr_SetString(PyExc_TypeError, "sign_flip_counts(d, state, n_resamples, block, total, observed, "
                         "gamma) takes 7 arguments");
         return NULL;
     }
@@ -620,13 +641,13 @@ sign_flip_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     double gamma = PyFloat_AsDouble(args[6]);
     if (PyErr_Occurred())
         return NULL;
-    Py_buffer bt;
-    if (get_buffer(args[0], &bt, "table", "d", 1) < 0)
+    Py_buffer bd;
+    if (get_buffer(args[0], &bd, "d", "d", 1) < 0)
         return NULL;
-    Py_ssize_t nbytes = bt.shape[0] / 32;
+    Py_ssize_t nbytes = bd.shape[0] / 8;
     PyObject *out = NULL;
-    if (bt.shape[0] % 32 != 0 || nbytes < 1 || block < 1 || resamples < 0) {
-        PyErr_SetString(PyExc_ValueError, "sign_flip_counts: a table of 32 values a byte and a block of 1 "
+    if (bd.shape[0] % 8 != 0 || nbytes < 1 || block < 1 || resamples < 0) {
+        PyErr_SetString(PyExc_ValueError, "sign_flip_counts: differences padded to 8 a byte and a block of 1 "
                         "or more are needed");
         goto done;
     }
@@ -636,7 +657,7 @@ sign_flip_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     double *lo = hi + nbytes;
-    const double *table = bt.buf;
+    const double *d = bd.buf;
     long long n_less = 0, n_greater = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t start = 0; start < resamples; start += block) {
@@ -654,8 +675,8 @@ sign_flip_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                     bcnt = 3;
                 }
                 raw = (uint8_t)buf;
-                hi[i] = table[32 * i + (raw >> 4)];
-                lo[i] = table[32 * i + 16 + (raw & 15)];
+                hi[i] = half_byte_sum(d + 8 * i, raw >> 4);
+                lo[i] = half_byte_sum(d + 8 * i + 4, raw & 15);
             }
             double picked = pairwise_sum(hi, nbytes);
             picked += pairwise_sum(lo, nbytes);
@@ -669,7 +690,7 @@ sign_flip_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *state = pcg_tuple(g);
     out = state ? Py_BuildValue("(LLN)", n_less, n_greater, state) : NULL;
 done:
-    PyBuffer_Release(&bt);
+    PyBuffer_Release(&bd);
     return out;
 }
 
@@ -1036,7 +1057,7 @@ static PyMethodDef methods[] = {
     {"bootstrap_means", (PyCFunction)(void (*)(void))bootstrap_means, METH_FASTCALL,
      "bootstrap_means(values, state, n_resamples, block, dist): each resample's mean into dist; the new state."},
     {"sign_flip_counts", (PyCFunction)(void (*)(void))sign_flip_counts, METH_FASTCALL,
-     "sign_flip_counts(table, state, n_resamples, block, total, observed, gamma): (n_less, n_greater, state)."},
+     "sign_flip_counts(d, state, n_resamples, block, total, observed, gamma): (n_less, n_greater, state)."},
     {"runs", (PyCFunction)(void (*)(void))runs, METH_FASTCALL,
      "runs(order, starts, at): a column's runs, checked once and kept for run_sums and mid_ranks."},
     {"run_sums", (PyCFunction)(void (*)(void))run_sums_of, METH_FASTCALL,

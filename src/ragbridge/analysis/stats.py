@@ -756,16 +756,15 @@ def paired_permutation_pvalue(
         nbytes = (m + 7) // 8
         padded = np.zeros(nbytes * 8)
         padded[:m] = d
-        nibbles = np.unpackbits(np.arange(16, dtype=np.uint8)[:, None], axis=1)[:, 4:].astype(float)
-        halves = padded.reshape(nbytes, 8)
-        table = np.concatenate([halves[:, :4] @ nibbles.T, halves[:, 4:] @ nibbles.T], axis=1).ravel()
-        offsets = np.arange(nbytes, dtype=np.intp) * 32
         block = max(1, BLOCK // m)
         state = _pcg_state(rng) if _sign_flip_counts is not None else None
-        if state is not None:  # the same bytes, lookups and sums as the loop below, in C
-            n_less, n_greater, state = _sign_flip_counts(table, state, n_resamples, block, total, observed,
+        if state is not None:  # the same bytes and sums as the loop below, in C (the table's, made as read)
+            n_less, n_greater, state = _sign_flip_counts(padded, state, n_resamples, block, total, observed,
                                                          gamma)
             _set_pcg_state(rng, state)
+        else:
+            table = _half_byte_table(padded)
+            offsets = np.arange(nbytes, dtype=np.intp) * 32
         for start in range(0, n_resamples if state is None else 0, block):
             k = min(n_resamples, start + block) - start
             raw = rng.integers(0, 256, size=(k, nbytes), dtype=np.uint8).astype(np.intp)
@@ -780,6 +779,20 @@ def paired_permutation_pvalue(
     if alternative == "greater":
         return float(p_greater)
     return float(min(1.0, 2.0 * min(p_less, p_greater)))
+
+
+def _half_byte_table(padded: np.ndarray) -> np.ndarray:
+    """The permutation test's table: for each byte of 8 differences (``padded``, zeros after the last),
+    the sums its high half byte's 16 values select from its first four differences, then those its low
+    half byte's select from the last four (32 a byte, flat); a half byte's highest bit selects the
+    first difference, and the selected ones are added one after the other (an unselected one adds an
+    exact zero), the order of a matrix product's running sum."""
+    halves = padded.reshape(-1, 2, 4)
+    bits = np.unpackbits(np.arange(16, dtype=np.uint8)[:, None], axis=1)[:, 4:].astype(bool)
+    table = np.zeros((len(halves), 2, 16))
+    for j in range(4):
+        table += np.where(bits[:, j], halves[:, :, j:j + 1], 0.0)
+    return table.ravel()
 
 
 # --------------------------------------------------------------------------------------------
