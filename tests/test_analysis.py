@@ -294,14 +294,6 @@ def _kendall_tables(c):
     return env["order"].astype(np.int32), env["lefts"], env["rights"], env["at"]
 
 
-def _places(order, lefts, rights, at):
-    """The compiled merge's places of these levels."""
-    places = st._merge_places(order, len(lefts), lefts.shape[1])
-    for level in range(len(lefts)):
-        st._set_level(places, level, lefts[level], rights[level], at[level])
-    return places
-
-
 def test_rater_figures_are_the_same_with_and_without_the_compiled_merge(monkeypatch):
     """Every figure and interval of two raters is the same, to the last bit, whether the package was
     built with its compiled merge or not (and the module imports without it)."""
@@ -567,26 +559,22 @@ def test_kendall_levels_and_distinct_rows_are_those_of_the_record_sorts(ties):
 
 
 def test_the_compiled_merge_refuses_places_outside_its_arrays():
-    """The merge's places are checked once, level by level, when kept; a merge asked for before every
-    level is set, or of weights with fewer columns than its order names, is refused."""
+    """The merge's places are made and checked once, when kept: an order naming a negative column, or
+    keys that are not a power of 2 of places at least as many as the order's, are refused, and so is a
+    merge of weights with fewer columns than its order names."""
     if st._kendall_discordant is None:
         pytest.skip("the package was built without its compiled modules")
-    order, lefts, rights, at = _kendall_tables({"x": np.arange(5.0), "y": np.arange(5.0)})
+    order, key = np.arange(5, dtype=np.int32), np.r_[4:-1:-1, 5, 5, 5].astype(np.int32)
     w = np.ones((2, 5))
-    assert len(st._kendall_discordant(w, _places(order, lefts, rights, at))) == 2
-    for i, bad in ((1, lefts + 8), (2, -1 - rights), (3, at + 5)):
-        args = [order, lefts, rights, at]
-        args[i] = bad
-        with pytest.raises(ValueError, match="do not fit"):
-            _places(*args)
-    with pytest.raises(ValueError, match="do not fit"):
-        st._merge_places(order - 1, len(lefts), lefts.shape[1])
-    unfinished = st._merge_places(order, len(lefts), lefts.shape[1])
-    st._set_level(unfinished, 0, lefts[0], rights[0], at[0])
-    places = _places(order, lefts, rights, at)
+    places = st._merge_places(order, key)
+    assert st._kendall_discordant(w, places) == [0.0, 0.0]  # y rises with x: no pair discordant
+    falling = st._merge_places(order, np.r_[0:5, 5, 5, 5].astype(np.int32))
+    assert st._kendall_discordant(w, falling) == [10.0, 10.0]  # every pair of the five
+    for bad in ((order - 1, key), (order, key[:7]), (order, key[:4]), (order, key.astype(np.int64))):
+        with pytest.raises(ValueError, match="do not fit|format 'i'"):
+            st._merge_places(*bad)
     out = np.empty(2)
-    for call in (lambda: st._kendall_discordant(w, unfinished), lambda: st._kendall_alone(w, unfinished, out),
-                 lambda: st._kendall_discordant(w[:, :4].copy(), places),
+    for call in (lambda: st._kendall_discordant(w[:, :4].copy(), places),
                  lambda: st._kendall_alone(w[:, :4].copy(), places, out)):
         with pytest.raises(ValueError, match="do not fit"):
             call()

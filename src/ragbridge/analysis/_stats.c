@@ -3,13 +3,14 @@
  * the NumPy steps beside its call in stats.py to the last bit (those steps are used where the package
  * was built without this module), so a seed gives the same interval and p-value either way.
  *
- * merge_places(order, levels, n), set_level(places, level, lefts, rights, at): the places of Kendall's
- *   merge, checked once and kept in C (a capsule), for every block of draws of a figure. `order`
- *   (int32) puts the columns of the weights in order of (x, y); `lefts`, `rights`, `at` (int32 rows of
- *   n = size / 2, one a level, the level's half blocks 1, 2, 4, ...): the places of each merged
- *   block's left cases, by y highest first, block after block; the places of the right cases; and for
- *   each right case where its block's running sum of left weights strictly above it is (1 + block *
- *   half + k for the sum of the first k + 1), or 0 for none.
+ * merge_places(order, key): the places of Kendall's merge, made and checked once and kept in C (a
+ *   capsule), for every block of draws of a figure. `order` (int32) puts the columns of the weights in
+ *   order of (x, y); `key` (int32, size of them, a power of 2) each such place's rank of y, highest y
+ *   smallest. Each level (half blocks 1, 2, 4, ...) keeps n = size / 2 places of each merged block's
+ *   left cases, by y highest first (then by place), block after block (`lefts`); the places of the
+ *   right cases likewise (`rights`); and for each right case where its block's running sum of left
+ *   weights strictly above it is (1 + block * half + k for the sum of the first k + 1), or 0 for none
+ *   (`at`): the levels of `_kendall`'s NumPy steps, made by a merge sort instead of a sort a level.
  * kendall_discordant(w, places): the strictly discordant weight of each draw (a row of `w`, float64,
  *   C order), as a list of floats: the draw's weights in order of (x, y), rounded to single precision
  *   and padded with zeros to `size`, merged level by level. No level (one case): every weight is 0.
@@ -106,15 +107,13 @@ merge(const float *v, float *sums, const int32_t *lefts, const int32_t *rights, 
     return discordant;
 }
 
-/* The merge's places, checked once and kept (a capsule of `merge_places`, each level set by
- * `set_level`): `order`, m places among the weights' columns (`widest` - 1 the largest); each level's
- * `lefts` and `rights` (n places among size = 2n each) and `at` (n places among its running sums).
- * The draws' calls (one a draw where a block holds one) check only that every level is set and that
- * the weights have the columns `order` names. */
+/* The merge's places, made and checked once and kept (a capsule of `merge_places`): `order`, m places
+ * among the weights' columns (`widest` - 1 the largest); each level's `lefts` and `rights` (n places
+ * among size = 2n each) and `at` (n places among its running sums). The draws' calls (one a draw
+ * where a block holds one) check only that the weights have the columns `order` names. */
 typedef struct {
-    Py_ssize_t m, levels, n, widest, unset;
+    Py_ssize_t m, levels, n, widest;
     int32_t *order, *lefts, *rights, *at;
-    unsigned char *set;
 } places_t;
 
 #define PLACES "ragbridge.analysis._stats.places"
@@ -125,110 +124,118 @@ places_free(PyObject *capsule)
     PyMem_Free(PyCapsule_GetPointer(capsule, PLACES));
 }
 
-/* merge_places(order, levels, n): the places of a merge of `levels` levels of n right cases each, its
- * weights put in order of (x, y) by `order` (int32); every level to be set by `set_level`. */
+/* Every level of the merge of `size` = 2n places whose keys are `key` (smaller first), into `p`: a merge
+ * sort bottom up. Before level L, `sorted` holds each block of 2**L places by key, then place (so a
+ * block's left half precedes its right half among equal keys); the level's lefts and rights are the
+ * halves of each block of 2**(L + 1) as they stand, and a right case's `at` counts the left cases of
+ * strictly smaller key (those before it when equal keys put the right half first); the halves merged by
+ * key, then place, make the next level's blocks. */
+static void
+make_levels(places_t *p, const int32_t *key, int32_t *sorted, int32_t *next)
+{
+    Py_ssize_t n = p->n, size = 2 * n;
+    for (Py_ssize_t i = 0; i < size; i++)
+        sorted[i] = (int32_t)i;
+    for (Py_ssize_t level = 0, half = 1; level < p->levels; level++, half *= 2) {
+        int32_t *lefts = p->lefts + level * n, *rights = p->rights + level * n, *at = p->at + level * n;
+        for (Py_ssize_t start = 0; start < size; start += 2 * half) {
+            const int32_t *l = sorted + start, *r = sorted + start + half;
+            Py_ssize_t base = start / 2, i = 0;
+            memcpy(lefts + base, l, sizeof(int32_t) * half);
+            memcpy(rights + base, r, sizeof(int32_t) * half);
+            for (Py_ssize_t j = 0; j < half; j++) {
+                while (i < half && key[l[i]] < key[r[j]])
+                    i++;
+                at[base + j] = i > 0 ? (int32_t)(base + i) : 0;
+            }
+            Py_ssize_t k = start;
+            i = 0;
+            for (Py_ssize_t j = 0; j < half; j++) {
+                while (i < half && key[l[i]] <= key[r[j]])
+                    next[k++] = l[i++];
+                next[k++] = r[j];
+            }
+            while (i < half)
+                next[k++] = l[i++];
+        }
+        int32_t *t = sorted;
+        sorted = next;
+        next = t;
+    }
+}
+
+/* merge_places(order, key): the places of the merge of weights put in order of (x, y) by `order`
+ * (int32, m places among the weights' columns), padded to size = len(key) places, a power of 2 of at
+ * least m, each place's `key` (int32: smaller y first) saying where it goes: log2(size) levels of
+ * size / 2 right cases each, made here. */
 static PyObject *
 merge_places(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "merge_places(order, levels, n) takes 3 arguments");
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "merge_places(order, key) takes 2 arguments");
         return NULL;
     }
-    Py_ssize_t levels = PyLong_AsSsize_t(args[1]), n = PyLong_AsSsize_t(args[2]);
-    if (PyErr_Occurred())
-        return NULL;
-    Py_buffer bo;
+    Py_buffer bo, bk;
     if (get_buffer(args[0], &bo, "order", "i", 1) < 0)
         return NULL;
-    Py_ssize_t m = bo.shape[0];
+    if (get_buffer(args[1], &bk, "key", "i", 1) < 0) {
+        PyBuffer_Release(&bo);
+        return NULL;
+    }
+    Py_ssize_t m = bo.shape[0], size = bk.shape[0], levels = 0;
+    while (((Py_ssize_t)1 << levels) < size && levels < 40)
+        levels++;
+    Py_ssize_t n = size / 2;
     const int32_t *order = bo.buf;
-    int bad = levels < 0 || levels > 40 || n < 0 || (n & (n - 1)) != 0 || (levels > 0 && m > 2 * n)
-              || (levels > 0 && ((Py_ssize_t)1 << (levels - 1)) > n);
+    int bad = size < 1 || ((Py_ssize_t)1 << levels) != size || m > size || size > INT32_MAX;
     Py_ssize_t widest = 0;
     for (Py_ssize_t i = 0; !bad && i < m; i++) {
         bad = order[i] < 0;
         widest = order[i] >= widest ? (Py_ssize_t)order[i] + 1 : widest;
     }
+    PyObject *capsule = NULL;
+    places_t *p = NULL;
+    int32_t *work = NULL;
     if (bad) {
-        PyBuffer_Release(&bo);
         PyErr_SetString(PyExc_ValueError, "merge_places: the merge's places do not fit its arrays");
-        return NULL;
+        goto done;
     }
     size_t head = (sizeof(places_t) + 15) / 16 * 16;
-    places_t *p = PyMem_Malloc(head + sizeof(int32_t) * (m + 3 * levels * n) + levels + 1);
-    if (p == NULL) {
-        PyBuffer_Release(&bo);
-        return PyErr_NoMemory();
+    p = PyMem_Malloc(head + sizeof(int32_t) * (m + 3 * levels * n));
+    work = PyMem_Malloc(sizeof(int32_t) * 2 * size);
+    if (p == NULL || work == NULL) {
+        PyMem_Free(p);
+        PyErr_NoMemory();
+        goto done;
     }
     p->m = m;
     p->levels = levels;
     p->n = n;
     p->widest = widest;
-    p->unset = levels;
     p->order = (int32_t *)((char *)p + head);
     p->lefts = p->order + m;
     p->rights = p->lefts + levels * n;
     p->at = p->rights + levels * n;
-    p->set = (unsigned char *)(p->at + levels * n);
     memcpy(p->order, order, sizeof(int32_t) * m);
-    memset(p->set, 0, levels + 1);
-    PyBuffer_Release(&bo);
-    PyObject *capsule = PyCapsule_New(p, PLACES, places_free);
+    Py_BEGIN_ALLOW_THREADS
+    make_levels(p, bk.buf, work, work + size);
+    Py_END_ALLOW_THREADS
+    capsule = PyCapsule_New(p, PLACES, places_free);
     if (capsule == NULL)
         PyMem_Free(p);
+done:
+    PyMem_Free(work);
+    PyBuffer_Release(&bk);
+    PyBuffer_Release(&bo);
     return capsule;
 }
 
-/* set_level(places, level, lefts, rights, at): the level's places (int32 rows of n), checked and kept. */
-static PyObject *
-set_level(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "set_level(places, level, lefts, rights, at) takes 5 arguments");
-        return NULL;
-    }
-    places_t *p = PyCapsule_GetPointer(args[0], PLACES);
-    Py_ssize_t level = PyLong_AsSsize_t(args[1]);
-    if (p == NULL || PyErr_Occurred())
-        return NULL;
-    Py_buffer b[3];
-    const char *names[3] = {"lefts", "rights", "at"};
-    int got = 0;
-    for (; got < 3; got++)
-        if (get_buffer(args[2 + got], &b[got], names[got], "i", 1) < 0)
-            break;
-    PyObject *res = NULL;
-    if (got == 3) {
-        Py_ssize_t n = p->n, size = 2 * n, half = level >= 0 && level < 40 ? (Py_ssize_t)1 << level : 0;
-        const int32_t *l = b[0].buf, *r = b[1].buf, *a = b[2].buf;
-        int bad = level < 0 || level >= p->levels || b[0].shape[0] != n || b[1].shape[0] != n
-                  || b[2].shape[0] != n;
-        for (Py_ssize_t k = 0; !bad && k < n; k++)
-            bad = l[k] < 0 || l[k] >= size || r[k] < 0 || r[k] >= size || a[k] < 0 || a[k] > n
-                  || (a[k] > 0 && (a[k] - 1) / half != k / half);
-        if (bad) {
-            PyErr_SetString(PyExc_ValueError, "set_level: the merge's places do not fit its arrays");
-        } else {
-            memcpy(p->lefts + level * n, l, sizeof(int32_t) * n);
-            memcpy(p->rights + level * n, r, sizeof(int32_t) * n);
-            memcpy(p->at + level * n, a, sizeof(int32_t) * n);
-            p->unset -= !p->set[level];
-            p->set[level] = 1;
-            res = Py_NewRef(Py_None);
-        }
-    }
-    for (int i = 0; i < got; i++)
-        PyBuffer_Release(&b[i]);
-    return res;
-}
-
-/* The places of a capsule whose every level is set, for weights of `cols` columns; NULL (an error
- * set) where not. */
+/* The places of a capsule, for weights of `cols` columns; NULL (an error set) where they do not fit. */
 static places_t *
 places_of(PyObject *capsule, Py_ssize_t cols, const char *who)
 {
     places_t *p = PyCapsule_GetPointer(capsule, PLACES);
-    if (p != NULL && (p->unset != 0 || p->widest > cols)) {
+    if (p != NULL && p->widest > cols) {
         PyErr_Format(PyExc_ValueError, "%s: the merge's places do not fit its arrays", who);
         return NULL;
     }
@@ -1047,9 +1054,7 @@ free_w:
 
 static PyMethodDef methods[] = {
     {"merge_places", (PyCFunction)(void (*)(void))merge_places, METH_FASTCALL,
-     "merge_places(order, levels, n): the places of a merge, each level to be set by set_level."},
-    {"set_level", (PyCFunction)(void (*)(void))set_level, METH_FASTCALL,
-     "set_level(places, level, lefts, rights, at): a level's places, checked and kept."},
+     "merge_places(order, key): the places of a merge, every level made and kept."},
     {"kendall_discordant", (PyCFunction)(void (*)(void))kendall_discordant, METH_FASTCALL,
      "kendall_discordant(w, places): each draw's strictly discordant weight."},
     {"kendall_alone", (PyCFunction)(void (*)(void))kendall_alone, METH_FASTCALL,

@@ -115,14 +115,13 @@ try:  # built with the package where a C compiler was found: the resampling loop
     from ._stats import kendall_alone as _kendall_alone
     from ._stats import kendall_discordant as _kendall_discordant
     from ._stats import merge_places as _merge_places
-    from ._stats import set_level as _set_level
     from ._stats import mid_ranks as _c_mid_ranks
     from ._stats import run_sums as _run_sums
     from ._stats import runs as _c_runs
     from ._stats import sign_flip_counts as _sign_flip_counts
     from ._stats import weighted_pearson as _weighted_pearson
 except ImportError:  # pragma: no cover - the package built without it
-    _kendall_discordant = _kendall_alone = _merge_places = _set_level = None
+    _kendall_discordant = _kendall_alone = _merge_places = None
     _bootstrap_means = _sign_flip_counts = None
     _c_mid_ranks = _run_sums = _c_runs = _weighted_pearson = None
 
@@ -391,31 +390,26 @@ def _kendall(c):
     pos = np.arange(size)
     # each level's places (one row a level): the left cases, by y highest first block after block;
     # the right cases; where each right case's running sum is (1 + block * half + k: the sum of its
-    # block's first k + 1 left cases), 0 for none. Kept in C where it merges (checked once there,
-    # not at every block of draws), else in NumPy arrays.
+    # block's first k + 1 left cases), 0 for none. Made and kept in C where it merges (by a merge
+    # sort, not a sort a level), else in NumPy arrays.
     levels = size.bit_length() - 1
-    order32 = order.astype(np.int32)
-    compiled = None not in (_merge_places, _set_level, _kendall_discordant, _kendall_alone)
-    places = _merge_places(order32, levels, size // 2) if compiled else None
-    lefts, rights, at = (np.empty((0 if compiled else levels, size // 2), np.int32) for _ in range(3))
+    compiled = None not in (_merge_places, _kendall_discordant, _kendall_alone)
     rank = np.unique(ys, return_inverse=True)[1].ravel()  # y's rank among its distinct values
-    below = 2 * (int(rank.max()) - rank)  # (twice) how many distinct values of y are above
-    for level in range(levels):
+    key = int(rank.max()) - rank  # how many distinct values of y are above
+    places = _merge_places(order.astype(np.int32), key.astype(np.int32)) if compiled else None
+    lefts, rights, at = (np.empty((0 if compiled else levels, size // 2), np.int32) for _ in range(3))
+    for level in range(0 if compiled else levels):
         half = 1 << level
         left = pos % (2 * half) < half
         # within each merged block: by y, highest first; among equal y the right half first, so a
         # right case counts only the left cases strictly above it (the order of
         # ``np.lexsort((left, -ys, block))``, as one key sorted stably)
-        perm = np.argsort(pos // (2 * half) * (2 * len(pos) + 2) + below + left, kind="stable")
+        perm = np.argsort(pos // (2 * half) * (2 * len(pos) + 2) + 2 * key + left, kind="stable")
         is_left = left[perm]
         # each right case: how many left cases of its block are before it
         before = (np.cumsum(is_left) - pos // (2 * half) * half)[~is_left]
-        row = (perm[is_left].astype(np.int32), perm[~is_left].astype(np.int32),
-               np.where(before > 0, pos[: size // 2] // half * half + before, 0).astype(np.int32))
-        if compiled:
-            _set_level(places, level, *row)
-        else:
-            lefts[level], rights[level], at[level] = row
+        lefts[level], rights[level] = perm[is_left], perm[~is_left]
+        at[level] = np.where(before > 0, pos[: size // 2] // half * half + before, 0)
     # the cases in order of (x, y) are in ``order`` already: the pairs' groups are runs of it
     pair = _unique_rows(np.c_[x, y])[1]
     ties = (_runs(c, "x"), _runs(c, "y"), _Runs(order, _groups(pair.astype(float))[1]))
