@@ -300,6 +300,8 @@ class _Runs:
 
     def __init__(self, order: np.ndarray, starts: np.ndarray, at: Optional[np.ndarray] = None):
         self.order, self.starts, self.at = order, starts, at
+        # every run one case, in place (a column of distinct values in order): the sums are the weights
+        self.plain = len(starts) == len(order) and bool((order == np.arange(len(order))).all())
         # checked once and kept in C where the loops are compiled (not at every block of draws)
         self.kept = _c_runs(order, starts, at) if _c_runs is not None else None
         self._summing: Any = False  # (`_summing`'s, made when first needed)
@@ -322,6 +324,8 @@ class _Runs:
         """The sum of each run's weights a row of ``w``, in the runs' order (`_group_sums`). The last
         block's are kept: the figures of a block ask for the same column's in turn (the block is not
         changed between; a new block is a new array)."""
+        if self.plain:
+            return w
         last = self._last
         if last is None or last[0] is not w:
             if _compiled(w) and _run_sums is not None and self.kept is not None:  # a row at a time, in C
