@@ -443,7 +443,8 @@ def test_a_draw_merged_alone_in_c_is_the_numpy_merge_to_the_last_bit(ties, monke
     NumPy's einsum of one row sums it (two lanes, eight products a step, calls of 8,192 products):
     the compiled merge gives the NumPy merge's bits, on sizes from 1 to 70,001 (levels of more than
     8,192 products: several calls of einsum's loop), and the same bits for a row whichever rows are
-    merged with it. A change of that order (one lane, another call length) fails here."""
+    merged with it, or with its levels shared by two threads. A change of that order (one lane,
+    another call length) fails here."""
     if st._kendall_alone is None:
         pytest.skip("the package was built without its compiled modules")
     rng = np.random.default_rng(23)
@@ -452,8 +453,10 @@ def test_a_draw_merged_alone_in_c_is_the_numpy_merge_to_the_last_bit(ties, monke
         w = rng.standard_gamma(rng.integers(1, 3, m).astype(float), size=(4, m))
         w /= w.sum(-1, keepdims=True)
         in_c = np.concatenate([st._kendall(c)(w[i:i + 1]) for i in range(4)])
-        together = np.empty(4)
+        together, shared = np.empty(4), np.empty(4)
         st._kendall_alone(w, _kendall_places(st._kendall(c)), together)
+        st._kendall_alone(w, _kendall_places(st._kendall(c)), shared, 2)  # the levels shared by two threads
+        assert shared.tobytes() == together.tobytes(), m
         with monkeypatch.context() as p:
             p.setattr(st, "_kendall_alone", None)
             in_numpy = np.concatenate([st._kendall(c)(w[i:i + 1]) for i in range(4)])

@@ -145,3 +145,45 @@ def test_diff_compare_and_the_report_give_one_interval_and_p_value_for_a_pair_of
     md = render_markdown(tmp_path / "b", baseline=tmp_path / "a")
     assert '<td class="num">&lt;0.001</td>' in page  # the shift's p-value, as the commands print it
     assert "<0.001 |" in md.replace("\\<", "<")
+
+
+def test_shifts_drawn_in_threads_are_those_drawn_one_at_a_time(tmp_path, monkeypatch):
+    """``diff`` and ``compare A B`` draw each shift (bootstrap and permutation test) in a thread of a
+    pool (`stats.threads` of them, compare's beside its figures): every row is the same, to the last
+    bit, with one thread, two or four, and the shifts run in the pool's threads."""
+    import threading
+
+    from ragbridge.analysis import stats
+    from ragbridge.analysis.compare import compare_runs
+    from ragbridge.analysis.diff import diff_runs
+
+    rng = np.random.default_rng(8)
+    for name in ("a", "b"):
+        rows = []
+        for q in range(400):
+            ranked = [f"d{q}-{i}" for i in rng.permutation(6)]
+            rows.append({"id": f"q{q}", "question": f"question {q}", "tags": [f"t{q % 3}"],
+                         "contexts": [{"id": c} for c in ranked], "relevant": {f"d{q}-0": 1, f"d{q}-1": 1}})
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        res = ragbridge_cli("run", tmp_path / f"{name}.jsonl", "--out", tmp_path / name, "-m", "mrr",
+                            "-m", "recall@3", "-m", "ndcg@3", "--no-progress")
+        assert res.returncode == 0, res.stderr
+    ran_in: set[str] = set()
+    shift = stats.mean_shift
+
+    def watched(*args, **kwargs):
+        ran_in.add(threading.current_thread().name)
+        return shift(*args, **kwargs)
+
+    got = []
+    for n in (1, 2, 4):
+        monkeypatch.setattr(stats, "threads", lambda n=n: n)
+        monkeypatch.setattr(stats, "mean_shift", watched)
+        monkeypatch.setattr("ragbridge.analysis.diff.threads", lambda n=n: n)
+        monkeypatch.setattr("ragbridge.analysis.diff.mean_shift", watched)
+        d = diff_runs(tmp_path / "a", tmp_path / "b", n_resamples=300, n_permutations=300).summary
+        c = compare_runs(tmp_path / "a", tmp_path / "b", n_resamples=300, n_permutations=300)
+        got.append(repr((d.to_dict("records"), c.to_dict("records"))))  # (floats' repr: every bit)
+    assert len(d) == 3 * 4 and len(c) == 3  # (every metric, all cases and each of three tags)
+    assert got[0] == got[1] == got[2]
+    assert ran_in and all(name.startswith("ragbridge-shift") for name in ran_in), ran_in

@@ -14,8 +14,9 @@
  * kendall_discordant(w, places): the strictly discordant weight of each draw (a row of `w`, float64,
  *   C order), as a list of floats: the draw's weights in order of (x, y), rounded to single precision
  *   and padded with zeros to `size`, merged level by level. No level (one case): every weight is 0.
- * kendall_alone(w, places, out): the same of each row merged as a block of one draw (in double
- *   precision, each level's dot product as numpy's einsum of one row sums it; see `merge_alone`).
+ * kendall_alone(w, places, out[, threads]): the same of each row merged as a block of one draw (in
+ *   double precision, each level's dot product as numpy's einsum of one row sums it; see
+ *   `level_alone`); with threads 2 or more the levels are independent and shared by two threads.
  *
  * The additions are those of the NumPy steps, in their order and precision: each block's running sum
  * in single precision, one addition after the other; the level's dot product of the right cases'
@@ -57,6 +58,10 @@
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#define RAGBRIDGE_THREADS  /* a draw merged alone may share its levels between two threads */
+#endif
 
 #define AHEAD 64  /* values fetched ahead of their use */
 #define EPS_ 1e-12  /* stats.EPS: a sum of weights at most this is none */
@@ -295,81 +300,118 @@ free_w:
 
 #define EINSUM_CHUNK 8192  /* the products einsum sums in one call of its inner loop (NumPy's buffer) */
 
-/* The merge of one draw alone, in double precision: its weights `v` (by (x, y), `size` of them padded
- * with zeros), `sums` room for 1 + size / 2 running sums. The additions of `merge` in double precision,
- * but the level's dot product, which is that of numpy's einsum of two contiguous rows: in calls of
- * EINSUM_CHUNK products, each summed in two lanes (the even and the odd products) eight products a
- * step (the lane's fourth, third, second and first product of the step added in that order to its
- * sum), the rest two at a time, the two lanes added, then the call's sum added to the level's. */
-/* The merge of one draw alone, in double precision: its weights `v` (by (x, y), `size` of them padded
- * with zeros), `sums` room for 1 + size / 2 running sums. The additions of `merge` in double precision,
- * but the level's dot product, which is that of numpy's einsum of two contiguous rows: in calls of
- * EINSUM_CHUNK products, each summed in two lanes (the even and the odd products) eight products a
- * step (the lane's fourth, third, second and first product of the step added in that order to its
- * sum), the rest two at a time, the two lanes added, then the call's sum added to the level's. */
+/* One level's dot product of a draw merged alone, in double precision: its weights `v` (by (x, y),
+ * `size` of them padded with zeros), `sums` room for 1 + size / 2 running sums. The additions of
+ * `merge` in double precision, but the level's dot product, which is that of numpy's einsum of two
+ * contiguous rows: in calls of EINSUM_CHUNK products, each summed in two lanes (the even and the odd
+ * products) eight products a step (the lane's fourth, third, second and first product of the step
+ * added in that order to its sum), the rest two at a time, the two lanes added, then the call's sum
+ * added to the level's. */
 static double
-merge_alone(const double *v, double *sums, const int32_t *lefts, const int32_t *rights, const int32_t *at,
-            Py_ssize_t levels, Py_ssize_t n)
+level_alone(const double *v, double *sums, const places_t *p, Py_ssize_t level)
 {
-    double discordant = 0.0;
+    Py_ssize_t n = p->n, half = (Py_ssize_t)1 << level;
+    const int32_t *l = p->lefts + level * n, *r = p->rights + level * n, *a = p->at + level * n;
+    int far = half >= 4096;  /* blocks beyond the near caches: the weights fetched ahead */
     sums[0] = 0.0;
-    for (Py_ssize_t level = 0, half = 1; level < levels; level++, half *= 2) {
-        const int32_t *l = lefts + level * n, *r = rights + level * n, *a = at + level * n;
-        int far = half >= 4096;  /* blocks beyond the near caches: the weights fetched ahead */
-        for (Py_ssize_t start = 0; start < n; start += half) {
-            double s = v[l[start]];
-            sums[1 + start] = s;
-            for (Py_ssize_t k = start + 1; k < start + half; k++) {
-                if (far && k + AHEAD < n)
-                    __builtin_prefetch(v + l[k + AHEAD]);
-                s = s + v[l[k]];
-                sums[1 + k] = s;
-            }
+    for (Py_ssize_t start = 0; start < n; start += half) {
+        double s = v[l[start]];
+        sums[1 + start] = s;
+        for (Py_ssize_t k = start + 1; k < start + half; k++) {
+            if (far && k + AHEAD < n)
+                __builtin_prefetch(v + l[k + AHEAD]);
+            s = s + v[l[k]];
+            sums[1 + k] = s;
         }
-        double dot = 0.0;
-        for (Py_ssize_t c0 = 0; c0 < n; c0 += EINSUM_CHUNK) {
-            Py_ssize_t end = c0 + EINSUM_CHUNK < n ? c0 + EINSUM_CHUNK : n, k = c0;
-            double acc0 = 0.0, acc1 = 0.0, t;
-            for (; end - k >= 8; k += 8) {
-                if (far && k + AHEAD + 8 <= n)
-                    for (int j = 0; j < 8; j++) {
-                        __builtin_prefetch(v + r[k + AHEAD + j]);
-                        __builtin_prefetch(sums + a[k + AHEAD + j]);
-                    }
-                double p[8];
-                for (int j = 0; j < 8; j++)
-                    p[j] = sums[a[k + j]] * v[r[k + j]];
-                t = p[6] + acc0;
-                t = p[4] + t;
-                t = p[2] + t;
-                acc0 = p[0] + t;
-                t = p[7] + acc1;
-                t = p[5] + t;
-                t = p[3] + t;
-                acc1 = p[1] + t;
-            }
-            for (; k < end; k += 2) {
-                acc0 = sums[a[k]] * v[r[k]] + acc0;
-                if (k + 1 < end)
-                    acc1 = sums[a[k + 1]] * v[r[k + 1]] + acc1;
-            }
-            dot = dot + (acc0 + acc1);
-        }
-        discordant = discordant + dot;
     }
+    double dot = 0.0;
+    for (Py_ssize_t c0 = 0; c0 < n; c0 += EINSUM_CHUNK) {
+        Py_ssize_t end = c0 + EINSUM_CHUNK < n ? c0 + EINSUM_CHUNK : n, k = c0;
+        double acc0 = 0.0, acc1 = 0.0, t;
+        for (; end - k >= 8; k += 8) {
+            if (far && k + AHEAD + 8 <= n)
+                for (int j = 0; j < 8; j++) {
+                    __builtin_prefetch(v + r[k + AHEAD + j]);
+                    __builtin_prefetch(sums + a[k + AHEAD + j]);
+                }
+            double p8[8];
+            for (int j = 0; j < 8; j++)
+                p8[j] = sums[a[k + j]] * v[r[k + j]];
+            t = p8[6] + acc0;
+            t = p8[4] + t;
+            t = p8[2] + t;
+            acc0 = p8[0] + t;
+            t = p8[7] + acc1;
+            t = p8[5] + t;
+            t = p8[3] + t;
+            acc1 = p8[1] + t;
+        }
+        for (; k < end; k += 2) {
+            acc0 = sums[a[k]] * v[r[k]] + acc0;
+            if (k + 1 < end)
+                acc1 = sums[a[k + 1]] * v[r[k + 1]] + acc1;
+        }
+        dot = dot + (acc0 + acc1);
+    }
+    return dot;
+}
+
+/* Every `step`-th level's dot product from `first` (`level_alone`), into `dots`. */
+typedef struct {
+    const double *v;
+    double *sums, *dots;
+    const places_t *p;
+    Py_ssize_t first, step;
+} levels_t;
+
+static void *
+levels_alone(void *arg)
+{
+    const levels_t *job = arg;
+    for (Py_ssize_t level = job->first; level < job->p->levels; level += job->step)
+        job->dots[level] = level_alone(job->v, job->sums, job->p, level);
+    return NULL;
+}
+
+/* The merge of one draw alone: each level's dot product (`level_alone`; the levels are independent:
+ * with `two` the odd ones in a second thread, with sums of its own in `sums2`), added to the draw's
+ * total level after level. */
+static double
+merge_alone(const double *v, double *sums, double *sums2, double *dots, const places_t *p, int two)
+{
+    levels_t even = {v, sums, dots, p, 0, 1}, odd = {v, sums2, dots, p, 1, 2};
+#ifdef RAGBRIDGE_THREADS
+    pthread_t helper;
+    if (two && p->levels > 1 && pthread_create(&helper, NULL, levels_alone, &odd) == 0) {
+        even.step = 2;
+        levels_alone(&even);
+        pthread_join(helper, NULL);
+    } else
+#endif
+        levels_alone(&even);
+    double discordant = 0.0;
+    for (Py_ssize_t level = 0; level < p->levels; level++)
+        discordant = discordant + dots[level];
+    (void)odd;
+    (void)sums2;
+    (void)two;
     return discordant;
 }
 
-/* kendall_alone(w, places, out): `kendall_discordant` of each row of `w` merged as a block of one
- * draw (`_merge` of a single row: double precision, the dot products as numpy's einsum sums them;
- * `merge_alone`), into `out` (float64, a value a row). */
+/* kendall_alone(w, places, out[, threads]): `kendall_discordant` of each row of `w` merged as a block of
+ * one draw (`_merge` of a single row: double precision, the dot products as numpy's einsum sums them;
+ * `merge_alone`), into `out` (float64, a value a row); with `threads` 2 or more, each row's levels
+ * shared by two threads (the same additions, the levels' sums added in order). */
 static PyObject *
 kendall_alone(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "kendall_alone(w, places, out) takes 3 arguments");
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "kendall_alone(w, places, out[, threads]) takes 3 or 4 arguments");
         return NULL;
     }
+    long threads = nargs == 4 ? PyLong_AsLong(args[3]) : 1;
+    if (threads == -1 && PyErr_Occurred())
+        return NULL;
     Py_buffer bw, bout;
     PyObject *res = NULL;
     if (get_buffer(args[0], &bw, "w", "d", 2) < 0)
@@ -388,11 +430,13 @@ kendall_alone(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     const double *w = bw.buf;
     const int32_t *order = p->order;
     double *out = bout.buf;
-    double *v = PyMem_Malloc(sizeof(double) * (size + 1 + n));
+    int two = threads > 1;
+    double *v = PyMem_Malloc(sizeof(double) * (size + (1 + two) * (1 + n) + levels + 1));
     if (v == NULL) {
         PyErr_NoMemory();
         goto free_out;
     }
+    double *sums = v + size, *sums2 = sums + 1 + n, *dots = sums2 + two * (1 + n);
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = m; i < size; i++)
         v[i] = 0.0;
@@ -400,7 +444,7 @@ kendall_alone(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         const double *wr = w + row * cols;
         for (Py_ssize_t i = 0; i < m && levels > 0; i++)
             v[i] = wr[order[i]];
-        out[row] = levels > 0 ? merge_alone(v, v + size, p->lefts, p->rights, p->at, levels, n) : 0.0;
+        out[row] = merge_alone(v, sums, sums2, dots, p, two);
     }
     Py_END_ALLOW_THREADS
     PyMem_Free(v);
@@ -1058,7 +1102,7 @@ static PyMethodDef methods[] = {
     {"kendall_discordant", (PyCFunction)(void (*)(void))kendall_discordant, METH_FASTCALL,
      "kendall_discordant(w, places): each draw's strictly discordant weight."},
     {"kendall_alone", (PyCFunction)(void (*)(void))kendall_alone, METH_FASTCALL,
-     "kendall_alone(w, places, out): each row's discordant weight, merged as a draw alone."},
+     "kendall_alone(w, places, out[, threads]): each row's discordant weight, merged as a draw alone."},
     {"bootstrap_means", (PyCFunction)(void (*)(void))bootstrap_means, METH_FASTCALL,
      "bootstrap_means(values, state, n_resamples, block, dist): each resample's mean into dist; the new state."},
     {"sign_flip_counts", (PyCFunction)(void (*)(void))sign_flip_counts, METH_FASTCALL,

@@ -21,6 +21,7 @@ by its run folder and the judge model of its ``run.json``.
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
@@ -188,14 +189,19 @@ def compare_runs(
     only = ta.check_backends(backends)
     names = sorted(ta.backends() | tb.backends())
     th_a, th_b = pass_marks(ra, thresholds, backends=names), pass_marks(rb, thresholds, backends=names)
-    rows = []
-    for metric in wanted:
-        names = [b for b in ta.backends_of(metric) if (metric, b) in keys_b and (only is None or b in only)]
-        for b in names:
+    pairs = [(metric, b) for metric in wanted for b in ta.backends_of(metric)
+             if (metric, b) in keys_b and (only is None or b in only)]
+    rows, shifts = [], []
+    # each pair's shift (its bootstrap and permutation test) is drawn in a thread beside its figures
+    pool = ThreadPoolExecutor(max(1, stats.threads() - 1), thread_name_prefix="ragbridge-shift")
+    try:
+        for metric, b in pairs:
             ca, cb = ta.column(metric, b), tb.column(metric, b).on(at_b)
             both = shared & ca.scored & cb.scored
             x, y = ca.value[both], cb.value[both]
             n = int(both.sum())
+            shifts.append(pool.submit(stats.mean_shift, x, y, seed, b, metric, ALL, confidence, n_resamples,
+                                      n_permutations))  # as diff's
             row: dict[str, Any] = {
                 "metric": metric, "half": half_of(metric), "backend": b,
                 "run_a": str(ra.path), "run_b": str(rb.path),
@@ -211,9 +217,11 @@ def compare_runs(
             pa, pb = ca.verdicts(t_a)[both], cb.verdicts(t_b)[both]
             row.update(_figures(x, y, pa, pb, t_a, t_b, n_resamples, gseed, confidence))
             row["shift"] = float((y - x).mean()) if n else math.nan
-            row["shift_low"], row["shift_high"], row["shift_p"] = stats.mean_shift(
-                x, y, seed, b, metric, ALL, confidence, n_resamples, n_permutations)  # as diff's
             rows.append(row)
+        for row, shift in zip(rows, shifts):
+            row["shift_low"], row["shift_high"], row["shift_p"] = shift.result()
+    finally:
+        pool.shutdown(cancel_futures=True)
     frame = pd.DataFrame(rows, columns=COMPARE_RUNS_COLUMNS)
     if frame.empty:
         raise AnalysisError(

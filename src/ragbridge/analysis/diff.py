@@ -30,6 +30,7 @@ stay in one module.
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
@@ -46,6 +47,7 @@ from .stats import (
     DEFAULT_RESAMPLES,
     EPS,
     mean_shift,
+    threads,
 )
 from .noise import mde, noise_band, noise_figures, repeat_scores, repeats_of, within_judge_noise
 from .rows import Rows
@@ -481,19 +483,23 @@ def diff_runs(
         for t in sorted(known_tags):
             if wanted_tags is None or t in wanted_tags:
                 groups[t] = masks[t]
-    parts, summary_rows = [], []
+    parts, groups_of = [], []
     noise = noise_of(base_run, new_run)
     for backend, metric in common:
         p = _pair(backend, metric, bcols.column(backend, metric), ncols.column(backend, metric), paired,
                   base_at)
         parts.append(p)
-        for tag, members in groups.items():
-            if tag != ALL and not members.any():
-                continue
-            row = _summary_row(backend, metric, tag, p, members, confidence, n_resamples, n_permutations,
-                               seed)
-            row.update(_within_noise(row, noise.get((backend, metric))))
-            summary_rows.append(row)
+        groups_of += [(backend, metric, tag, p, members) for tag, members in groups.items()
+                      if tag == ALL or members.any()]
+    # each group's shift (its bootstrap and permutation test) in a thread of its own, rows in order
+    pool = ThreadPoolExecutor(threads(), thread_name_prefix="ragbridge-shift")
+    try:
+        summary_rows = list(pool.map(
+            lambda g: _summary_row(*g, confidence, n_resamples, n_permutations, seed), groups_of))
+    finally:
+        pool.shutdown(cancel_futures=True)
+    for row, (backend, metric, *_) in zip(summary_rows, groups_of):
+        row.update(_within_noise(row, noise.get((backend, metric))))
     summary = pd.DataFrame(summary_rows, columns=SUMMARY_COLUMNS)
     if not summary.empty:
         summary["_tagged"] = summary["tag"] != ALL

@@ -105,6 +105,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import zlib
 from typing import Any, Callable, Optional, Sequence
 
@@ -428,8 +429,9 @@ def _kendall(c):
         if compiled and rows > 1:  # draws: single precision, in C
             discordant = np.array(_kendall_discordant(np.ascontiguousarray(w, float), places))
         elif compiled:  # a draw alone (the figure, or a block of one draw): double precision, in C
-            discordant = np.empty(rows)
-            _kendall_alone(np.ascontiguousarray(w, float), places, discordant)
+            discordant = np.empty(rows)  # (a large merge's levels shared by two threads)
+            two = threads() if size >= 1 << 16 else 1
+            _kendall_alone(np.ascontiguousarray(w, float), places, discordant, two)
         else:
             if not by_place and len(lefts):
                 by_place.extend(_by_place(lefts, rights, at))
@@ -692,6 +694,17 @@ def mean_shift(base: np.ndarray, new: np.ndarray, seed: int, backend: str, metri
     p = (paired_permutation_pvalue(base, new, "two-sided", 0.0, n_permutations, gseed)
          if n and n_permutations > 0 else math.nan)
     return lo, hi, p
+
+
+def threads() -> int:
+    """How many shifts (`mean_shift`) ``diff`` and ``compare`` compute at once, each in a thread of its own
+    (its resampling loops release the GIL): the processors this process may run on, at most 4. Each
+    shift is drawn from its own seed, so its numbers do not depend on how many run at once."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        n = os.cpu_count() or 1
+    return max(1, min(4, n))
 
 
 def paired_bootstrap_ci(
