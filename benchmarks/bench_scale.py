@@ -21,8 +21,10 @@ alternating; its JSON output (``--json``, or the report's file) is kept per side
 outputs are compared (every number, to the last bit but for the ``generated_at`` stamp, the paths
 and, where the computation's order changed, 1e-9 relative: see ``TOLERANT``; gate's JUnit XML and
 Markdown files too, as text). Printed: the load
-average before and after, then a table of each command's median CPU time and peak RSS per side,
-its CPU time over the ``run``'s and whether the outputs agree.
+average before and after, then a table of each command's median CPU and wall time and peak RSS per
+side, its CPU and wall time over the ``run``'s (``diff`` and ``compare`` draw their shifts, and a
+large Kendall merge its levels, in threads beside the main one: their wall time is less than their
+CPU time on a machine of two processors or more) and whether the outputs agree.
 
 The commands (``--commands``, comma-separated, default all):
 
@@ -271,6 +273,7 @@ def main() -> int:
         (data / "runs.json").write_text(json.dumps(runs))
     runs = json.loads((data / "runs.json").read_text())
     run_cpu = statistics.mean(r["cpu"] for r in runs.values())
+    run_wall = statistics.mean(r["wall"] for r in runs.values())
     chosen = [c for c in args.commands.split(",") if c]
     results: dict[tuple[str, str], list[dict]] = {}
     agree: dict[str, str] = {}
@@ -311,9 +314,10 @@ def main() -> int:
     load_after = os.getloadavg()
     peaks = ", ".join(f"{k} {v['peak_mib']:.0f} MiB" for k, v in runs.items())
     print(f"\nload average before {load_before[0]:.1f}, after {load_after[0]:.1f}; "
-          f"{args.n:,} cases; run (the reference): {run_cpu:.1f} s CPU "
+          f"{args.n:,} cases; run (the reference): {run_cpu:.1f} s CPU, {run_wall:.1f} s wall "
           f"(peaks {peaks})")
-    head = "| command | " + " | ".join(f"{s}: CPU s, peak MiB, CPU / run" for s in sides) + " | outputs |"
+    head = ("| command | " + " | ".join(f"{s}: CPU s, wall s, peak MiB, CPU / run, wall / run" for s in sides)
+            + " | outputs |")
     print(head)
     print("|---" * (len(sides) + 2) + "|")
     for name in chosen:
@@ -324,11 +328,13 @@ def main() -> int:
                 cells.append("—")
                 continue
             cpu = statistics.median(g["cpu"] for g in got)
+            wall = statistics.median(g["wall"] for g in got)
             peak = max(g["peak_mib"] for g in got)
-            cells.append(f"{cpu:.1f}, {peak:,.0f}, {cpu / run_cpu:.2f}")
+            cells.append(f"{cpu:.1f}, {wall:.1f}, {peak:,.0f}, {cpu / run_cpu:.2f}, {wall / run_wall:.2f}")
         print(f"| {name} | " + " | ".join(cells) + f" | {agree.get(name, '')} |")
     print(json.dumps({"n": args.n, "load": [load_before, load_after], "run_cpu": run_cpu,
-                      "results": {f"{k[0]}/{k[1]}": v for k, v in results.items()}, "agree": agree}))
+                      "run_wall": run_wall, "results": {f"{k[0]}/{k[1]}": v for k, v in results.items()},
+                      "agree": agree}))
     if args.clean:
         shutil.rmtree(data, ignore_errors=True)
     return 0 if all(v in ("same", "") for v in agree.values()) else 1
