@@ -697,9 +697,11 @@ def mean_shift(base: np.ndarray, new: np.ndarray, seed: int, backend: str, metri
 
 
 def threads() -> int:
-    """How many shifts (`mean_shift`) ``diff`` and ``compare`` compute at once, each in a thread of its own
-    (its resampling loops release the GIL): the processors this process may run on, at most 4. Each
-    shift is drawn from its own seed, so its numbers do not depend on how many run at once."""
+    """How many shifts (`mean_shift`) ``diff`` (and the report beside a baseline) and ``compare`` compute
+    at once, each in a thread of its own (its resampling loops release the GIL), and whether a large
+    Kendall merge shares its levels between two threads: the processors this process may run on, at
+    most 4. Each shift is drawn from its own seed, so its numbers do not depend on how many run at
+    once."""
     try:
         n = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
