@@ -44,7 +44,8 @@ built with its compiled module (``ragbridge.analysis._stats``), else in NumPy, w
 precision additions in the same order either way, so the same draws to the last bit. A block of one
 draw (the figure itself, and every draw where the distinct pairs are more than 524,288, so that a
 block holds one) is merged in double precision, each level's sum of products as NumPy's ``einsum``
-of one row adds them, in C and in NumPy alike. The weighted
+of one row adds them, in C and in NumPy alike (in C a large merge's levels, independent of each other,
+are shared by two threads where `threads` allows, and their sums added in order). The weighted
 mid-ranks, Pearson's correlation and Kendall's tied weights run a draw at a time in C there too, with
 NumPy's products and pairwise sums in NumPy's order (the NumPy steps stay as the fallback); the
 weights of each column's tie groups are summed once a block for the figures that read them.
