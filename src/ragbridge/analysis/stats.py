@@ -108,6 +108,7 @@ import itertools
 import math
 import os
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -578,15 +579,24 @@ def rater_figures(
         rng = np.random.default_rng(seed)
         dist |= {f: np.empty(n_draws) for f in forms}
         block = max(1, BLOCK // (4 << max(0, (len(shape) - 1).bit_length())))
-        for start in range(0, n_draws, block):
-            g = rng.standard_gamma(shape, size=(min(n_draws, start + block) - start, len(shape)))
-            for part, idx in members:
-                if len(idx) == len(shape):  # one stratum: every column in place, summed column-major
-                    g *= part / np.asfortranarray(g).sum(-1, keepdims=True)  # as ``g[:, idx]`` is
-                else:
-                    g[:, idx] *= part / g[:, idx].sum(-1, keepdims=True)
-            for f, form in forms.items():
-                dist[f][start:start + len(g)] = form(g)
+
+        def draw(start: int) -> np.ndarray:  # a block's Gamma draws (the blocks' one after the other)
+            return rng.standard_gamma(shape, size=(min(n_draws, start + block) - start, len(shape)))
+
+        # the next block's draws are made in a thread while this block's figures are
+        with ThreadPoolExecutor(1, thread_name_prefix="ragbridge-draws") as pool:
+            ahead = pool.submit(draw, 0)
+            for start in range(0, n_draws, block):
+                g = ahead.result()
+                if start + block < n_draws:
+                    ahead = pool.submit(draw, start + block)
+                for part, idx in members:
+                    if len(idx) == len(shape):  # one stratum: every column in place, summed column-major
+                        g *= part / np.asfortranarray(g).sum(-1, keepdims=True)  # as ``g[:, idx]`` is
+                    else:
+                        g[:, idx] *= part / g[:, idx].sum(-1, keepdims=True)
+                for f, form in forms.items():
+                    dist[f][start:start + len(g)] = form(g)
     tail = (1.0 - confidence) / 2.0
     for f in wanted:
         ok = dist[f][np.isfinite(dist[f])]
