@@ -187,3 +187,35 @@ def test_shifts_drawn_in_threads_are_those_drawn_one_at_a_time(tmp_path, monkeyp
     assert len(d) == 3 * 4 and len(c) == 3  # (every metric, all cases and each of three tags)
     assert got[0] == got[1] == got[2]
     assert ran_in and all(name.startswith("ragbridge-shift") for name in ran_in), ran_in
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_diff_and_compare_with_one_line_and_exit_130(tmp_path):
+    """Ctrl-C in the middle of ``diff`` or ``compare`` (their shifts drawing in threads) stops the
+    process with exit 130 and says so in one line on stderr (it was silent), with nothing on stdout."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    rng = np.random.default_rng(5)
+    for name in ("a", "b"):
+        rows = [{"id": f"q{q}", "question": f"question {q}", "tags": [f"t{q % 4}"],
+                 "contexts": [{"id": f"d{q}-{i}"} for i in rng.permutation(10)],
+                 "relevant": {f"d{q}-0": 1, f"d{q}-1": 2}} for q in range(3000)]
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        res = ragbridge_cli("run", tmp_path / f"{name}.jsonl", "--out", tmp_path / name, "-m", "mrr",
+                            "-m", "ndcg@5", "-m", "map", "--no-progress")
+        assert res.returncode == 0, res.stderr
+    for command in ("diff", "compare"):  # many resamples: minutes, stopped after a second or two
+        child = subprocess.Popen(
+            [sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()", command,
+             str(tmp_path / "a"), str(tmp_path / "b"), "--resamples", "400000", "--permutations", "400000"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(4)
+        assert child.poll() is None, child.communicate()
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+        assert child.returncode == 130, (command, err)
+        assert err.strip().splitlines()[-1] == "error: interrupted; no output file was left half written"
+        assert out == "", (command, out)

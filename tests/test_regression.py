@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import EXAMPLE, ragbridge_cli, write_run
-from ragbridge import Score, load_cases
+from ragbridge import Score, load_cases, load_run
 from ragbridge.analysis.diff import IncompleteRunError, RegressionError, diff_runs, run_problems
 from ragbridge.analysis.gate import GateConfigError, load_gates, run_gates
 from ragbridge.analysis.stats import paired_bootstrap_ci, paired_permutation_pvalue
@@ -799,3 +799,32 @@ def test_diff_tag_groups_are_each_paired_case_s_tags():
         assert {t for t, m in masks.items() if m.any()} == {t for ts in tag_sets for t in ts}
         for t, m in masks.items():
             assert m.tolist() == [t in ts for ts in tag_sets]
+
+
+def test_a_drop_rule_and_diff_count_the_same_cases_worse(tmp_path):
+    """A score lower by rounding alone (map 0.5 against 0.49999999999999994: the same precisions summed
+    at other ranks) is not a case behind a drop rule, as it is not worse in ``diff``: both count the
+    cases lower by more than rounding (``EPS``). Runs made by the runner from two golden sets."""
+    def golden(ranks_of):  # case id -> the ranks (1-based) of its three relevant chunks among 15
+        rows = []
+        for cid, ranks in ranks_of.items():
+            ids = [f"{cid}-x{i}" for i in range(1, 16)]
+            for k, r in enumerate(ranks):
+                ids[r - 1] = f"{cid}-rel{k}"
+            rows.append({"id": cid, "question": f"question {cid}", "contexts": [{"id": i} for i in ids],
+                         "relevant": {f"{cid}-rel{k}": 1 for k in range(3)}})
+        return rows
+
+    for name, ranks in (("base", {"q0": (2, 4, 6), "q1": (1, 2, 3)}),
+                        ("new", {"q0": (1, 7, 14), "q1": (10, 11, 12)})):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in golden(ranks)))
+        res = ragbridge_cli("run", tmp_path / f"{name}.jsonl", "--out", tmp_path / name, "-m", "map",
+                            "--no-progress")
+        assert res.returncode == 0, res.stderr
+    values = {s.case_id: s.value for s in load_run(tmp_path / "new").scores}
+    assert values["q0"] == 0.49999999999999994  # (the base's q0 is 0.5)
+    rule = {"gate": [{"check": "map drop <= 0.5", "backend": "native"}]}
+    behind = run_gates(tmp_path / "new", rule, baseline=tmp_path / "base").results[0]
+    assert [i["case_id"] for i in behind.items] == ["q1"]
+    d = diff_runs(tmp_path / "base", tmp_path / "new", n_resamples=100, n_permutations=100)
+    assert d.summary.loc[d.summary["tag"] == "(all)", "n_worse"].tolist() == [1]

@@ -401,6 +401,10 @@ def run_cli() -> None:
     SayHandler.install()  # ragbridge's log notes and warnings wrapped as the commands' own
     try:
         cli(prog_name="ragbridge")
+    except SystemExit as exc:  # Ctrl-C: the command line's exit 130 (run's says more, and exits itself)
+        if exc.code == 130:
+            _say_interrupted()
+        raise
     except UserError as exc:  # bad input a command met past its own checks (a run's scores, read when used)
         _exit_with(cli_text(exc))
     except OSError as exc:
@@ -412,6 +416,16 @@ def run_cli() -> None:
         _exit_with(f"cannot write (or read) a file: {text}")
     finally:
         _started()
+
+
+def _say_interrupted() -> None:
+    """One line on stderr for a command stopped by Ctrl-C (exit 130): an output file is written whole
+    or not at all, so none is left half written."""
+    try:
+        sys.stderr.write("error: interrupted; no output file was left half written\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def _exit_with(message: str) -> None:

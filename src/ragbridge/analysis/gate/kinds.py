@@ -20,7 +20,7 @@ from ...run.columns import ERROR, SCORED, UNDEFINED
 from ...verdicts import COMPARE
 from ..noise import noise_band, within_judge_noise
 from ..rows import Rows
-from ..stats import mean_interval, paired_bootstrap_ci, paired_permutation_pvalue
+from ..stats import EPS, mean_interval, paired_bootstrap_ci, paired_permutation_pvalue
 from ..trend import slope_of
 
 __all__ = ["RuleKind", "Measurement", "GateContext", "KINDS", "register", "grammar"]
@@ -244,7 +244,7 @@ def _drop(rule, backend: str, ctx: GateContext) -> Measurement:
         within = within_judge_noise(m.figure, band)
         if within is not None:
             m.notes.append(f"{'within' if within else 'beyond'} judge noise (band {band:.3f})")
-    worse = v < b
+    worse = v - b < -EPS  # lower by more than rounding: what diff counts as worse
     down, base_v, new_v = both[worse], b[worse], v[worse]
     delta = new_v - base_v
     order = np.lexsort((ctx.cols.cases.id_rank()[down], delta))
