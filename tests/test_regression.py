@@ -296,7 +296,7 @@ def test_diff_bad_input(tmp_path, runs):
     (tmp_path / "empty").mkdir()
     with pytest.raises(RegressionError, match="no run.json"):
         diff_runs(tmp_path / "empty", n)
-    with pytest.raises(RegressionError, match="unknown metric 'recal@5'"):
+    with pytest.raises(RegressionError, match="unknown metric 'recal@5' \\(did you mean 'recall@5'\\?\\)"):
         diff_runs(b, n, metrics=["recal@5"])
     with pytest.raises(RegressionError, match="no paired case carries tag 'rael'"):
         diff_runs(b, n, tags=["rael"])

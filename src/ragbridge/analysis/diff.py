@@ -29,6 +29,7 @@ stay in one module.
 
 from __future__ import annotations
 
+import difflib
 import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -553,9 +554,10 @@ def _keys(base_run: Run, bcols: Any, new_run: Run, ncols: Any, backends, metrics
     ):
         unknown = sorted(wanted - have) if wanted else []
         if unknown:
-            raise RegressionError(
-                f"unknown {label} {', '.join(map(repr, unknown))}: the runs have {', '.join(sorted(have))}"
-            )
+            hint = difflib.get_close_matches(unknown[0], sorted(have), n=1)
+            guess = f" (did you mean {hint[0]!r}?)" if hint else ""
+            names = ", ".join(map(repr, unknown))
+            raise RegressionError(f"unknown {label} {names}{guess}: the runs have {', '.join(sorted(have))}")
 
     def keep(key: tuple[str, str]) -> bool:
         return (want_b is None or key[0] in want_b) and (want_m is None or key[1] in want_m)
