@@ -583,12 +583,13 @@ def rater_figures(
         def draw(start: int) -> np.ndarray:  # a block's Gamma draws (the blocks' one after the other)
             return rng.standard_gamma(shape, size=(min(n_draws, start + block) - start, len(shape)))
 
-        # the next block's draws are made in a thread while this block's figures are
-        with ThreadPoolExecutor(1, thread_name_prefix="ragbridge-draws") as pool:
-            ahead = pool.submit(draw, 0)
+        # many cases: the next block's draws are made in a thread while this block's figures are
+        pool = ThreadPoolExecutor(1, thread_name_prefix="ragbridge-draws") if len(shape) >= 1 << 16 else None
+        try:
+            ahead = pool.submit(draw, 0) if pool else None
             for start in range(0, n_draws, block):
-                g = ahead.result()
-                if start + block < n_draws:
+                g = ahead.result() if ahead else draw(start)
+                if pool and start + block < n_draws:
                     ahead = pool.submit(draw, start + block)
                 for part, idx in members:
                     if len(idx) == len(shape):  # one stratum: every column in place, summed column-major
@@ -597,6 +598,9 @@ def rater_figures(
                         g[:, idx] *= part / g[:, idx].sum(-1, keepdims=True)
                 for f, form in forms.items():
                     dist[f][start:start + len(g)] = form(g)
+        finally:
+            if pool:
+                pool.shutdown(cancel_futures=True)
     tail = (1.0 - confidence) / 2.0
     for f in wanted:
         ok = dist[f][np.isfinite(dist[f])]
