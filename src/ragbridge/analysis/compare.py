@@ -21,7 +21,6 @@ by its run folder and the judge model of its ``run.json``.
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
@@ -193,8 +192,7 @@ def compare_runs(
              if (metric, b) in keys_b and (only is None or b in only)]
     rows, shifts = [], []
     # each pair's shift (its bootstrap and permutation test) is drawn in a thread beside its figures
-    pool = ThreadPoolExecutor(max(1, stats.threads() - 1), thread_name_prefix="ragbridge-shift")
-    try:
+    with stats.thread_pool(max(1, stats.threads() - 1), "shift") as pool:
         for metric, b in pairs:
             ca, cb = ta.column(metric, b), tb.column(metric, b).on(at_b)
             both = shared & ca.scored & cb.scored
@@ -220,8 +218,6 @@ def compare_runs(
             rows.append(row)
         for row, shift in zip(rows, shifts):
             row["shift_low"], row["shift_high"], row["shift_p"] = shift.result()
-    finally:
-        pool.shutdown(cancel_futures=True)
     frame = pd.DataFrame(rows, columns=COMPARE_RUNS_COLUMNS)
     if frame.empty:
         raise AnalysisError(

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import difflib
 import math
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
@@ -48,6 +47,7 @@ from .stats import (
     DEFAULT_RESAMPLES,
     EPS,
     mean_shift,
+    thread_pool,
     threads,
 )
 from .noise import mde, noise_band, noise_figures, repeat_scores, repeats_of, within_judge_noise
@@ -493,12 +493,9 @@ def diff_runs(
         groups_of += [(backend, metric, tag, p, members) for tag, members in groups.items()
                       if tag == ALL or members.any()]
     # each group's shift (its bootstrap and permutation test) in a thread of its own, rows in order
-    pool = ThreadPoolExecutor(threads(), thread_name_prefix="ragbridge-shift")
-    try:
+    with thread_pool(threads(), "shift") as pool:
         summary_rows = list(pool.map(
             lambda g: _summary_row(*g, confidence, n_resamples, n_permutations, seed), groups_of))
-    finally:
-        pool.shutdown(cancel_futures=True)
     for row, (backend, metric, *_) in zip(summary_rows, groups_of):
         row.update(_within_noise(row, noise.get((backend, metric))))
     summary = pd.DataFrame(summary_rows, columns=SUMMARY_COLUMNS)

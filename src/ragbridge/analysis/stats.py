@@ -104,6 +104,7 @@ point near its middle: read change points with the slope.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -584,8 +585,8 @@ def rater_figures(
             return rng.standard_gamma(shape, size=(min(n_draws, start + block) - start, len(shape)))
 
         # many cases: the next block's draws are made in a thread while this block's figures are
-        pool = ThreadPoolExecutor(1, thread_name_prefix="ragbridge-draws") if len(shape) >= 1 << 16 else None
-        try:
+        many = len(shape) >= 1 << 16
+        with thread_pool(1, "draws") if many else contextlib.nullcontext() as pool:
             ahead = pool.submit(draw, 0) if pool else None
             for start in range(0, n_draws, block):
                 g = ahead.result() if ahead else draw(start)
@@ -598,9 +599,6 @@ def rater_figures(
                         g[:, idx] *= part / g[:, idx].sum(-1, keepdims=True)
                 for f, form in forms.items():
                     dist[f][start:start + len(g)] = form(g)
-        finally:
-            if pool:
-                pool.shutdown(cancel_futures=True)
     tail = (1.0 - confidence) / 2.0
     for f in wanted:
         ok = dist[f][np.isfinite(dist[f])]
@@ -722,6 +720,17 @@ def threads() -> int:
     except AttributeError:  # pragma: no cover - not on Linux
         n = os.cpu_count() or 1
     return max(1, min(4, n))
+
+
+@contextlib.contextmanager
+def thread_pool(workers: int, name: str):
+    """A pool of ``workers`` threads named ``ragbridge-NAME``: when the block ends (Ctrl-C too) the work
+    still queued is dropped and only the running calls are waited for."""
+    pool = ThreadPoolExecutor(workers, thread_name_prefix=f"ragbridge-{name}")
+    try:
+        yield pool
+    finally:
+        pool.shutdown(cancel_futures=True)
 
 
 def paired_bootstrap_ci(
