@@ -38,6 +38,7 @@ The commands (``--commands``, comma-separated, default all):
 ``trend``     trend A B --json
 ``report-html``, ``report-md``, ``report-json``: report A --format ... --out FILE
 ``export``    export-scores A --to jsonl --out FILE
+``report-gates``  report B --baseline A --gates gates.toml --out FILE (HTML: what moved and the gates)
 """
 
 from __future__ import annotations
@@ -184,6 +185,8 @@ def commands(data: Path, out: Path) -> dict[str, tuple[list[str], Path | None, t
                         out / "report.json", (0,)),
         "export": (["export-scores", a, "--to", "jsonl", "--out", str(out / "evals.jsonl")],
                    out / "evals.jsonl", (0,)),
+        "report-gates": (["report", b, "--baseline", a, "--gates", str(data / "gates.toml"), "--out",
+                          str(out / "report-gates.html")], out / "report-gates.html", (0,)),
     }
 
 
@@ -227,7 +230,7 @@ ALSO_WRITTEN = {"gate": ("gate.xml", "gate.md")}
 
 def _document(path: Path, name: str):
     """The output of a command as something to compare: JSON parsed; HTML and Markdown as text."""
-    if name in ("report-html", "report-md") or name in sum(ALSO_WRITTEN.values(), ()):
+    if name in ("report-html", "report-md", "report-gates") or name in sum(ALSO_WRITTEN.values(), ()):
         text = path.read_text(encoding="utf-8")
         # the stamp of the report's making, and the one place a checkout's version may differ
         return re.sub(r"20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", "TIME", text)

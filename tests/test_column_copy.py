@@ -1,5 +1,6 @@
-"""The compact copy of a run's columns (``columns.npz``): written by the first reading of a finished
-run, read by the next ones instead of both JSONL files, and never used for files it was not made of."""
+"""The compact copy of a run's columns (``columns.npz``): written by a run that completes in one session
+(or else by the first reading of the finished run), read by every reading after instead of both JSONL
+files, and never used for files it was not made of."""
 
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ def test_the_second_reading_reads_the_copy_and_gets_the_same_columns(run_folder,
     from ragbridge.run import recorded
     from ragbridge.run.recorded import read_columns
 
+    (run_folder / "columns.npz").unlink()  # the run's
     first = read_columns(run_folder)
     assert (run_folder / "columns.npz").is_file()
 
@@ -99,6 +101,7 @@ def test_diff_of_copied_runs_says_the_same_as_of_the_files(run_folder, tmp_path)
 def test_a_copy_that_cannot_be_written_leaves_the_reading_as_it_was(run_folder):
     from ragbridge.run.recorded import read_columns
 
+    (run_folder / "columns.npz").unlink()  # the run's
     (run_folder / "columns.npz").mkdir()  # not a file: neither read nor replaced
     got = read_columns(run_folder)
     assert len(got.cases) == 40 and (run_folder / "columns.npz").is_dir()
@@ -112,10 +115,13 @@ def test_overwrite_removes_the_copy_and_a_damaged_copy_is_not_used(run_folder, t
     (run_folder / "columns.npz").write_bytes(b"not a zip")
     _same(first, read_columns(run_folder))  # read from the files (and the copy written again)
     assert (run_folder / "columns.npz").stat().st_size > 100
+    (run_folder / "columns.npz").chmod(0o400)
     _cli("run", tmp_path / "golden.csv", "--out", run_folder, "--backend", "native", "--metric", "mrr",
          "--no-progress", "--overwrite")
-    assert not (run_folder / "columns.npz").exists()
+    # the old copy removed, the new run's own written
     assert list(read_columns(run_folder).columns) == [("native", "mrr")]
+    meta = json.loads(bytes(np.load(run_folder / "columns.npz")["meta"]))
+    assert [c[:2] for c in meta["columns"]] == [["native", "mrr"]]
 
 
 def test_places_and_per_score_arrays_are_read_from_the_copy_when_first_asked_for(run_folder):
@@ -124,6 +130,7 @@ def test_places_and_per_score_arrays_are_read_from_the_copy_when_first_asked_for
     arrays; a copy made again of changed files in between is not mixed in."""
     from ragbridge.run.recorded import read_columns
 
+    (run_folder / "columns.npz").unlink()  # the run's
     first = read_columns(run_folder)  # the files parsed; the copy written
     second = read_columns(run_folder)
     col, was = second.column("native", "hit@10"), first.column("native", "hit@10")
@@ -136,3 +143,110 @@ def test_places_and_per_score_arrays_are_read_from_the_copy_when_first_asked_for
     read_columns(run_folder)  # the files read again: a new copy
     with pytest.raises(RuntimeError, match="changed while the run was read"):
         third.column("native", "mrr").places
+
+
+# ------------------------------------------------------------------------------------------------
+# The copy a run writes
+
+
+def _made_again(folder: Path) -> tuple[dict, dict]:
+    """The arrays of the run's own copy, and of the copy its first reading makes of its files."""
+    from ragbridge import load_run
+    from ragbridge.run.folder import pass_at_least
+    from ragbridge.run.recorded import read_columns
+
+    path = folder / "columns.npz"
+    with np.load(path) as got:
+        by_run = dict(got)
+    path.unlink()
+    read_columns(folder, pass_at_least(load_run(folder).manifest))
+    with np.load(path) as got:
+        return by_run, dict(got)
+
+
+def _assert_same_arrays(by_run: dict, by_reading: dict) -> None:
+    assert sorted(by_run) == sorted(by_reading)
+    for name, arr in by_reading.items():
+        assert by_run[name].dtype == arr.dtype and by_run[name].shape == arr.shape, name
+        assert np.array_equal(by_run[name], arr, equal_nan=arr.dtype.kind == "f"), name
+
+
+def test_a_run_writes_the_copy_its_first_reading_would_make(tmp_path):
+    """Native and judged scores in batches of 7 cases (the judge's answers a fifth of them errors, its
+    budget spent before the end: scored, undefined, errored and not-run scores, judge usage and costs
+    from some batch on), cases with tags, non-ASCII text and unanswerable ones: the copy the run
+    writes as it goes is, array by array, the copy a first reading of its files makes."""
+    from ragbridge.testing import StubJudge
+
+    golden = Path(__file__).resolve().parent.parent / "examples" / "support-bot" / "golden.jsonl"
+    rows = [json.loads(line) for line in golden.read_text().splitlines() if line.strip()]
+    rows[1]["id"] = "réponse-été-2"
+    rows[2]["answerable"] = False
+    rows[3]["tags"] = ["ünïcode", "billing"]
+    (tmp_path / "golden.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+                                           encoding="utf-8")
+    (tmp_path / "ragbridge.toml").write_text('[judge]\nmodel = "judge-m"\nmax_retries = 0\n'
+                                             'cache_mode = "off"\n[judge.prices."judge-m"]\n'
+                                             'input = 1.0\noutput = 2.0\n')
+    with StubJudge(fault_rate_500=0.2, seed=5) as stub:
+        proc = subprocess.run(
+            [sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()", "run",
+             tmp_path / "golden.jsonl", "--out", tmp_path / "run", "--backend", "native",
+             "--backend", "rubric", "--metric", "mrr", "--metric", "ndcg@10", "--metric", "faithfulness",
+             "--metric", "answer_relevance", "--judge-base-url", stub.base_url, "--max-calls",
+             str(len(rows) + 4), "--no-progress", "--batch-size", "7"], capture_output=True, text=True,
+            cwd=tmp_path,
+            env={**os.environ, "COLUMNS": "100"})
+    assert proc.returncode == 4, proc.stderr  # the budget spent
+    by_run, by_reading = _made_again(tmp_path / "run")
+    meta = json.loads(bytes(by_reading["meta"]))
+    kinds = set()
+    for k in range(len(meta["columns"])):
+        kinds |= set(np.unique(by_reading[f"c{k}_status"]).tolist())
+    assert kinds >= {1, 3, 4}, kinds  # scored, errored and not run among them
+    assert any("judge_calls" in c[2] and "cost" in c[2] for c in meta["columns"])
+    _assert_same_arrays(by_run, by_reading)
+    assert json.loads(bytes(by_run["meta"])) == meta
+
+
+def test_a_run_with_repeats_or_killed_or_resumed_writes_no_copy_of_its_own(tmp_path):
+    """A run with repeats writes no copy (its first reading collapses them); a run killed before its
+    end leaves none; the session that resumes it writes none (the first reading of the whole run
+    does, the same as of a run made in one session)."""
+    import signal
+    import time
+
+    from ragbridge.testing import StubJudge
+
+    rows = [{"id": f"q{i}", "question": f"question {i}", "answer": "an answer",
+             "contexts": [{"id": f"d{i}", "text": "a passage"}], "relevant": {f"d{i}": 1}} for i in range(40)]
+    (tmp_path / "golden.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "ragbridge.toml").write_text('[judge]\nmodel = "judge-m"\ncache_mode = "off"\n')
+    with StubJudge(latency=0.15) as stub:
+        base = [sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()", "run",
+                tmp_path / "golden.jsonl", "--backend", "native", "--backend", "rubric", "--metric", "mrr",
+                "--metric", "faithfulness", "--judge-base-url", stub.base_url, "--no-progress",
+                "--batch-size", "5"]
+        _ = subprocess.run([*base, "--out", tmp_path / "repeats", "--repeats", "2"], capture_output=True,
+                           cwd=tmp_path, check=True)
+        assert not (tmp_path / "repeats" / "columns.npz").exists()
+        proc = subprocess.Popen([*base, "--out", tmp_path / "killed"], cwd=tmp_path,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        scores = tmp_path / "killed" / "scores.jsonl"
+        deadline = time.monotonic() + 60
+        while not (scores.exists() and scores.stat().st_size > 2000) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert not (tmp_path / "killed" / "columns.npz").exists()
+        subprocess.run([*base, "--out", tmp_path / "killed"], capture_output=True, cwd=tmp_path, check=True)
+        assert not (tmp_path / "killed" / "columns.npz").exists()
+        subprocess.run([*base, "--out", tmp_path / "whole"], capture_output=True, cwd=tmp_path, check=True)
+    from ragbridge.run.recorded import read_columns
+
+    resumed = read_columns(tmp_path / "killed")
+    assert (tmp_path / "killed" / "columns.npz").exists()
+    whole = read_columns(tmp_path / "whole")
+    for key, col in whole.columns.items():
+        assert np.array_equal(col.value, resumed.columns[key].value, equal_nan=True), key
+        assert np.array_equal(col.status, resumed.columns[key].status), key

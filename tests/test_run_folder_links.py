@@ -20,7 +20,8 @@ from ragbridge.testing import StubJudge
 
 TESTS = str(Path(__file__).resolve().parent)
 ENV = {"PYTHONPATH": os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)}
-FILES = ["scores.jsonl", "judge-audit.jsonl", "judge-calls.log", "target.jsonl", "run.json", "cases.jsonl"]
+FILES = ["scores.jsonl", "judge-audit.jsonl", "judge-calls.log", "target.jsonl", "run.json", "cases.jsonl",
+         "columns.npz"]
 
 
 def golden():

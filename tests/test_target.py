@@ -122,7 +122,7 @@ def test_one_decision_for_the_folder_target_or_not(tmp_path, golden, example_cas
     evaluate(golden[:6], metrics=["mrr"], out=out, target=load_target("rag_pipeline:bm25"))
     # a plain run replacing a target run leaves none of the earlier run's files behind
     evaluate(example_cases[:6], metrics=["mrr"], out=out, overwrite=True)
-    assert sorted(p.name for p in out.iterdir()) == ["cases.jsonl", "run.json", "scores.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == ["cases.jsonl", "columns.npz", "run.json", "scores.jsonl"]
     # an unreadable manifest is refused the same way with a target as without, before any call
     (out / "run.json").write_text("{not json")
     before = rag_pipeline.CALLS["n"]

@@ -41,7 +41,8 @@ from ..verdicts import passes
 from .case_ids import CaseIds
 
 __all__ = ["MISSING", "SCORED", "UNDEFINED", "ERROR", "NOT_RUN", "STATUS_NAMES", "status_code",
-           "CaseIndex", "Column", "RunColumns", "golden_digest", "GOLDEN_FIELDS"]
+           "CaseIndex", "Column", "RunColumns", "golden_digest", "index_part", "GOLDEN_FIELDS",
+           "EXTRA_ARRAYS"]
 
 MISSING, SCORED, UNDEFINED, ERROR, NOT_RUN = 0, 1, 2, 3, 4
 #: a status code's name, as `Score.status` says it (``missing``: no score line at all)
@@ -64,13 +65,29 @@ _GOLDEN_DEFAULTS = {"relevant": {}, "relevant_spans": [], "reference": None, "re
                     "must_contain": [], "must_not_contain": [], "answerable": True}
 
 
+_golden_json = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
+
+
 def golden_digest(record: dict[str, Any]) -> bytes:
     """A digest of a case's golden fields (`GOLDEN_FIELDS`) from its canonical record (or any record
     of JSON values): two cases' golden fields are equal exactly when their digests are."""
-    golden = {k: record[k] for k in GOLDEN_FIELDS
-              if k in record and not (k in _GOLDEN_DEFAULTS and record[k] == _GOLDEN_DEFAULTS[k])}
-    return hashlib.blake2b(json.dumps(golden, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-                           .encode(), digest_size=16).digest()
+    golden = {}
+    for k in GOLDEN_FIELDS:
+        if k in record:
+            v = record[k]
+            if k not in _GOLDEN_DEFAULTS or v != _GOLDEN_DEFAULTS[k]:
+                golden[k] = v
+    return hashlib.blake2b(_golden_json(golden).encode(), digest_size=16).digest()
+
+
+def index_part(batch: Any) -> tuple[CaseIds, list[tuple[str, ...]], np.ndarray, np.ndarray]:
+    """A batch of cases' part of a `CaseIndex`: their ids, tags, ``answerable`` and golden fields'
+    digests; what a reading of ``cases.jsonl`` and a run writing it (`ragbridge.run.column_copy`)
+    both take from each batch."""
+    heads = [batch.head(k) for k in range(len(batch))]
+    return (CaseIds.of(batch.ids), [tuple(head.get("tags", ())) for head in heads],
+            np.fromiter((head.get("answerable", True) for head in heads), bool, len(heads)),
+            digests(map(golden_digest, heads)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -327,11 +344,12 @@ class Repeats:
 
 
 #: the per-score arrays a column makes only when a score has something there (else all defaults)
-_EXTRA = {"judge_calls": (np.int64, 0), "prompt_tokens": (np.int64, 0), "completion_tokens": (np.int64, 0),
-          "seconds": (np.float64, 0.0), "cost": (np.float64, np.nan), "claims": (np.int32, -1),
-          "unsupported": (np.int32, 0), "ragchecker": (np.float64, np.nan), "cached": (np.bool_, False)}
+EXTRA_ARRAYS = {"judge_calls": (np.int64, 0), "prompt_tokens": (np.int64, 0),
+                "completion_tokens": (np.int64, 0),
+                "seconds": (np.float64, 0.0), "cost": (np.float64, np.nan), "claims": (np.int32, -1),
+                "unsupported": (np.int32, 0), "ragchecker": (np.float64, np.nan), "cached": (np.bool_, False)}
 #: the names of those arrays (a `Column`'s attributes, None until written)
-EXTRA_FIELDS = tuple(_EXTRA)
+EXTRA_FIELDS = tuple(EXTRA_ARRAYS)
 
 
 class Column:
@@ -344,7 +362,7 @@ class Column:
         self.places = np.full(size, -1, np.int64)
         self.repeats: Optional[Repeats] = None
         self._store = store
-        for name in _EXTRA:
+        for name in EXTRA_ARRAYS:
             setattr(self, name, None)
 
     def __repr__(self) -> str:
@@ -371,7 +389,7 @@ class Column:
         if size <= have:
             return
         for name, fill in (("value", np.nan), ("status", 0), ("places", -1),
-                           *((n, f) for n, (_, f) in _EXTRA.items())):
+                           *((n, f) for n, (_, f) in EXTRA_ARRAYS.items())):
             old = getattr(self, name)
             if old is None:
                 continue
@@ -382,10 +400,10 @@ class Column:
             self.repeats.grow(size)
 
     def extra(self, name: str) -> np.ndarray:
-        """The per-score array ``name`` of `_EXTRA`, made (at its default) when first written."""
+        """The per-score array ``name`` of `EXTRA_ARRAYS`, made (at its default) when first written."""
         got = getattr(self, name)
         if got is None:
-            dtype, fill = _EXTRA[name]
+            dtype, fill = EXTRA_ARRAYS[name]
             got = np.full(len(self.value), fill, dtype)
             setattr(self, name, got)
         return got
@@ -394,7 +412,7 @@ class Column:
         """The per-score array ``name``: its default everywhere when no score set it."""
         got = getattr(self, name)
         if got is None:
-            dtype, fill = _EXTRA[name]
+            dtype, fill = EXTRA_ARRAYS[name]
             return np.full(len(self.value), fill, dtype)
         return got
 
@@ -486,7 +504,7 @@ class Column:
 
         out.value, out.status = take(self.value, np.nan), take(self.status, 0)
         out.places = take(self.places, -1)
-        for name, (_, fill) in _EXTRA.items():
+        for name, (_, fill) in EXTRA_ARRAYS.items():
             got = getattr(self, name)
             if got is not None:
                 setattr(out, name, take(got, fill))
@@ -517,7 +535,7 @@ class Column:
         into.value[take] = self.value[at]
         into.status[take] = self.status[at]
         into.places[take] = self.places[at] * parts + part
-        for extra in _EXTRA:
+        for extra in EXTRA_ARRAYS:
             got = getattr(self, extra)
             if got is not None:
                 into.extra(extra)[take] = got[at]
@@ -746,6 +764,25 @@ class ColumnsBuilder:
         pending[3].append(place)
         pending[4].append(repeat)
         pending[5].append(extra)
+
+    def add_block(self, key: tuple[str, str], at: np.ndarray, value: np.ndarray, status: np.ndarray,
+                  places: np.ndarray, extras: dict[str, Any]) -> None:
+        """Scores of one column at once, each case once (``at``: their places among the cases; a run's
+        `ScoreBlock`): after the scores added before them, as `add_fast` would put them (``extras``:
+        each per-score array's value for all, where it is not the default)."""
+        if key in self._pending:
+            self.flush()
+        col = self._column(key)
+        if col.value.shape[0] < self.size:
+            col.grow(self.size)
+        col.value[at] = value
+        col.status[at] = status
+        col.places[at] = places
+        for name, default in _EXTRA_DEFAULTS.items():
+            if name in extras:
+                col.extra(name)[at] = extras[name]
+            elif getattr(col, name) is not None:
+                getattr(col, name)[at] = default
 
     def add_score(self, s: Score, place: int, order: int, found: Optional[int] = None) -> None:
         """One `Score` (a line read field by field, or a run's score in memory; ``found``: as `index`

@@ -46,7 +46,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from ..formats import load_cases
 from ..formats.files import DatasetError, no_follow, write_atomic
-from ..schema import Case, RunManifest, Score, json_of
+from ..schema import Case, RunManifest, Score, ScoreBlock, json_of
+from .column_copy import CopyMaker
 from .plan import RunError
 from .recorded import read_columns, read_manifest, read_scores
 
@@ -55,6 +56,7 @@ from .recorded import read_columns, read_manifest, read_scores
 FINGERPRINT_OF = "canonical-lines"
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..formats.batches import CaseBatch
     from ..formats.source import CaseSource
     from .columns import RunColumns
 
@@ -485,7 +487,14 @@ def judge_identity(judge: dict[str, Any]) -> dict[str, Any]:
 
 class RunFolder:
     """A run folder being written: `prepare`, then `resume` (if it resumes), `start`, `append` each
-    score, `heartbeat` while it goes, `finish` at the end."""
+    score, `heartbeat` while it goes, `finish` at the end. A session that writes every score of the
+    run (not resumed or updated, without repeats) makes the column copy as it goes (``copy``) and
+    writes it at `finish`, unless it was interrupted.
+
+    Size: the folder's whole life as a run writes it, each of its files in one place (the decision
+    to start afresh, resume or update, the refusal of links, the score lines, the heartbeat and the
+    last manifest on a full disk), so that the order in which a run touches its files reads in one
+    class."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -497,6 +506,9 @@ class RunFolder:
         self.tally_path = self.path / "judge-calls.log"
         self.target_path = self.path / "target.jsonl"
         self._fh = None
+        self._size = 0  # the bytes of scores.jsonl, this session's buffered lines too
+        #: the column copy made as this session writes (`ragbridge.run.column_copy.CopyMaker`)
+        self.copy: Optional[CopyMaker] = None
         self._last_beat = time.monotonic()
         self._beat: Optional[threading.Thread] = None  # the heartbeat being written
         self._beat_error: Optional[OSError] = None
@@ -714,19 +726,38 @@ class RunFolder:
         source.save(self.cases_path)
         self.write_manifest(manifest)
         truncate_partial_line(self.scores_path)
-        self._fh = open(self.scores_path, "a", encoding="utf-8", buffering=1 << 20, opener=no_follow)
+        self._fh = open(self.scores_path, "ab", buffering=1 << 20, opener=no_follow)
+        self._size = self._fh.seek(0, os.SEEK_END)
+        if not self._size and manifest.options.get("repeats", 1) == 1:  # this session writes every score
+            self.copy = CopyMaker(self.path, source.n_cases)
         self._last_beat = time.monotonic()
 
     def write_manifest(self, manifest: RunManifest) -> None:
         write_atomic(self.manifest_path, manifest.model_dump_json(indent=2))
 
+    def start_batch(self, batch: "CaseBatch") -> None:
+        """The scores of ``batch``'s cases come next."""
+        if self.copy is not None:
+            self.copy.start_batch(batch)
+
     def append(self, score: Score) -> None:
         """Add a score to the write buffer (on disk at the next `flush`)."""
-        self._fh.write(score_json(score) + "\n")
+        at = self._write((score_json(score) + "\n").encode("utf-8"))
+        if self.copy is not None:
+            self.copy.score(score, at)
 
-    def append_lines(self, lines: str) -> None:
-        """Add whole ``scores.jsonl`` lines to the write buffer (`ScoreBlock.json_lines`)."""
-        self._fh.write(lines)
+    def append_block(self, block: ScoreBlock) -> None:
+        """Add a block's scores to the write buffer, as lines (`ScoreBlock.json_lines`)."""
+        data = block.json_lines().encode("utf-8")
+        at = self._write(data)
+        if self.copy is not None:
+            self.copy.block(block, at, data)
+
+    def _write(self, data: bytes) -> int:
+        at = self._size
+        self._fh.write(data)
+        self._size += len(data)
+        return at
 
     def flush(self) -> None:
         """Hand the buffered scores to the operating system: a kill from now on loses none of them."""
@@ -783,6 +814,9 @@ class RunFolder:
             _rewrite_in_place(self.manifest_path, manifest)
         if error is not None:
             raise error
+        copy, self.copy = self.copy, None
+        if copy is not None:  # its readers read the copy, not its files (unless it was stopped: no wait)
+            copy.save(pass_at_least(manifest)) if manifest.status != "interrupted" else copy.close()
 
 
 def _rewrite_in_place(path: Path, manifest: RunManifest) -> None:

@@ -55,7 +55,7 @@ from ..limits import MAX_REPEATS  # a recorded repeat index is below it
 from .column_copy import file_keys, load_copy, save_copy
 from .case_ids import CaseIds
 from .columns import (ERROR, NOT_RUN, SCORED, UNDEFINED, CaseIndex, ColumnsBuilder, RunColumns, ScoreStore,
-                      digests, golden_digest)
+                      digests, index_part)
 
 try:  # built with the package where a C compiler was found: score lines as a run writes them, in C
     from ..formats._columns import score_lines as _score_lines
@@ -558,22 +558,20 @@ def read_case_index(path: Path) -> CaseIndex:
                                      parse_record_line)) for n, _, raw in block]
             batch = batch_from_records(pairs, path, first_seen=seen)
             seen.end_batch()
-            ids.append(CaseIds.of(batch.ids))
-            heads = [batch.head(k) for k in range(len(block))]
-            for head in heads:
-                t = tuple(head.get("tags", ()))
-                tags.append(shared.setdefault(t, t))
-            answerable.append(np.fromiter((head.get("answerable", True) for head in heads), bool, len(heads)))
-            golden.append(digests(map(golden_digest, heads)))
+            part = index_part(batch)
+            ids.append(part[0])
+            tags += [shared.setdefault(t, t) for t in part[1]]
+            answerable.append(part[2])
+            golden.append(part[3])
             places.append(np.fromiter((at for _, at, _ in block), np.int64, len(block)))
         if blank:
             raise DatasetError("file is empty", path=path, hint="a golden set needs at least one case")
-    return _index_over(path, CaseIds.joined(ids), tags, np.concatenate(answerable or [np.zeros(0, bool)]),
+    return index_over(path, CaseIds.joined(ids), tags, np.concatenate(answerable or [np.zeros(0, bool)]),
                        np.concatenate(places or [np.zeros(0, np.int64)]),
                        np.concatenate(golden or [np.zeros((0, 16), np.uint8)]))
 
 
-def _index_over(path: Path, ids: CaseIds, tags: list[tuple[str, ...]], answerable: np.ndarray,
+def index_over(path: Path, ids: CaseIds, tags: list[tuple[str, ...]], answerable: np.ndarray,
                 places: np.ndarray, golden: np.ndarray, described: Optional[int] = None) -> CaseIndex:
     """A `CaseIndex` of these cases whose lines are in ``path`` (a run folder's ``cases.jsonl``)."""
     return CaseIndex(ids, tags, answerable, places, golden, lambda at: _cases_at(path, at),
@@ -668,7 +666,7 @@ def read_columns(folder: Path, pass_at_least: Optional[int] = None) -> RunColumn
     path = folder / "scores.jsonl"
     keys = file_keys(folder)
     copied = load_copy(folder, pass_at_least, FileStore(path),
-                       lambda *index: _index_over(folder / "cases.jsonl", *index))
+                       lambda *index: index_over(folder / "cases.jsonl", *index))
     if copied is not None:
         return copied
     with no_cycle_collection():  # millions of small objects, no cycle: the collector's passes find nothing

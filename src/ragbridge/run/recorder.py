@@ -77,6 +77,8 @@ class Recorder:
     def start_batch(self, batch: CaseBatch) -> None:
         """A batch begins: its cases' tags, its kept scores into the totals, its self-judged cases."""
         ids = batch.ids
+        if self.folder:
+            self.folder.start_batch(batch)
         self.tags_of = {cid: tags for i, cid in enumerate(ids) if (tags := batch.tags(i))}
         if self.done_by_case:
             for cid in ids:
@@ -95,7 +97,7 @@ class Recorder:
             self.last_score_at[item.backend] = now_s - self.started
             self.totals.add_block(item, self.tags_of)
             if self.folder:
-                self.folder.append_lines(item.json_lines())
+                self.folder.append_block(item)
             if self.on_score or self.kept is not None:
                 for score in item.scores():
                     self._hand_on(score)
