@@ -219,3 +219,34 @@ def test_ctrl_c_stops_diff_and_compare_with_one_line_and_exit_130(tmp_path):
         assert child.returncode == 130, (command, err)
         assert err.strip().splitlines()[-1] == "error: interrupted; no output file was left half written"
         assert out == "", (command, out)
+
+
+def test_long_diffs_and_compares_say_how_far_they_are_on_stderr(tmp_path):
+    """In a log (stderr not a terminal), diff, compare and the report beside a baseline print a
+    progress line once they have taken a progress interval (``RAGBRIDGE_PROGRESS_SECONDS``, here 0),
+    then one at the end with every step done; their JSON on stdout is whole and the same as without
+    the lines."""
+    rng = np.random.default_rng(5)
+    for name in ("a", "b"):
+        rows = [{"id": f"q{q}", "question": f"question {q}", "tags": [f"t{q % 9}"],
+                 "contexts": [{"id": f"d{q}-{i}"} for i in rng.permutation(6)], "relevant": {f"d{q}-0": 1}}
+                for q in range(2000)]
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        res = ragbridge_cli("run", path, "--out", tmp_path / name, "-m", "mrr", "-m", "ndcg@3", "-m", "hit@1",
+                            "--no-progress")
+        assert res.returncode == 0, res.stderr
+    for command, noun, steps in (("diff", "shifts", 30), ("compare", "metrics", 3)):
+        res = ragbridge_cli(command, tmp_path / "a", tmp_path / "b", "--json", "--resamples", "4000",
+                            env={"RAGBRIDGE_PROGRESS_SECONDS": "0", "COLUMNS": "80"}, subprocess=True)
+        assert res.returncode == 0, res.stderr
+        lines = [line for line in res.stderr.splitlines() if "progress:" in line]
+        assert lines and lines[-1].startswith(f"{command} progress: {steps} of {steps} {noun} (100%), ")
+        assert all(len(line) <= 80 for line in lines), lines
+        again = json.loads(ragbridge_cli(command, tmp_path / "a", tmp_path / "b", "--json",
+                                         "--resamples", "4000").stdout)
+        assert json.loads(res.stdout) == again
+    res = ragbridge_cli("report", tmp_path / "b", "--baseline", tmp_path / "a", "--format", "md", "--out",
+                        tmp_path / "r.md", "--resamples", "4000", env={"RAGBRIDGE_PROGRESS_SECONDS": "0"},
+                        subprocess=True)
+    assert res.returncode == 0 and "report progress: 30 of 30 shifts (100%)" in res.stderr, res.stderr

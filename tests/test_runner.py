@@ -112,7 +112,8 @@ def test_resume_refuses_other_dataset_when_asked_to(tmp_path, example_cases):
     "kwargs, message",
     [
         (dict(backends=["nope"]), "unknown backend 'nope'"),
-        (dict(metrics=["recal@5"]), "no selected backend offers metric 'recal@5'"),
+        (dict(metrics=["recal@5"]),
+         r"no selected backend offers metric 'recal@5' \(did you mean 'recall@5'\?\)"),
     ],
 )
 def test_bad_plan(example_cases, kwargs, message):
@@ -133,6 +134,21 @@ def test_cli_run_prints_summary(tmp_path, example_path):
 def test_cli_bad_metric_exits_2(tmp_path, example_path):
     res = ragbridge_cli("run", example_path, "--out", tmp_path / "r", "--metric", "bogus")
     assert res.returncode == 2 and "bogus" in res.stderr
+
+
+def test_cli_refuses_a_misspelt_metric_before_it_reads_the_golden_set(tmp_path, example_path):
+    """The metric is checked first: a golden set that would take minutes to read (here one whose third
+    line is broken) is not read at all; the message names the metric meant, at the cut asked for."""
+    lines = example_path.read_text().splitlines()
+    (tmp_path / "golden.jsonl").write_text("\n".join([*lines[:2], "{not json", *lines[2:]]) + "\n")
+    res = ragbridge_cli("run", tmp_path / "golden.jsonl", "--out", tmp_path / "r", "--metric", "recal@10")
+    assert res.returncode == 2
+    assert "no selected backend offers metric 'recal@10' (did you mean 'recall@10'?)" in res.stderr
+    assert "reading" not in res.stderr and "golden.jsonl:3" not in res.stderr
+    assert not (tmp_path / "r").exists()
+    # the metric meant: the golden set is read, and its broken line named
+    res = ragbridge_cli("run", tmp_path / "golden.jsonl", "--out", tmp_path / "r", "--metric", "recall@10")
+    assert res.returncode == 2 and "golden.jsonl:3: not valid JSON" in res.stderr, res.stderr
 
 
 def test_cli_backends_lists_native():

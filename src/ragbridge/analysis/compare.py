@@ -30,6 +30,7 @@ from ..metrics import half_of
 from ..run import Run
 from . import stats
 from ..run.columns import ERROR
+from ..run.progress import Steps
 from ..run.summary import ALL
 from .table import AnalysisError, ScoreTable, judge_of, open_run
 from .thresholds import Thresholds, pass_marks
@@ -154,6 +155,7 @@ def compare_runs(
     seed: int = 0,
     confidence: float = stats.CONFIDENCE,
     n_permutations: int = stats.DEFAULT_PERMUTATIONS,
+    progress: Optional[Steps] = None,
 ):
     """Two runs compared rater against rater: one row per (metric, backend) scored in both runs.
 
@@ -192,7 +194,8 @@ def compare_runs(
              if (metric, b) in keys_b and (only is None or b in only)]
     rows, shifts = [], []
     # each pair's shift (its bootstrap and permutation test) is drawn in a thread beside its figures
-    with stats.thread_pool(max(1, stats.threads() - 1), "shift") as pool:
+    with stats.thread_pool(max(1, stats.threads() - 1), "shift") as pool, \
+            (progress or Steps.quiet()).start(len(pairs)) as steps:
         for metric, b in pairs:
             ca, cb = ta.column(metric, b), tb.column(metric, b).on(at_b)
             both = shared & ca.scored & cb.scored
@@ -216,6 +219,7 @@ def compare_runs(
             row.update(_figures(x, y, pa, pb, t_a, t_b, n_resamples, gseed, confidence))
             row["shift"] = float((y - x).mean()) if n else math.nan
             rows.append(row)
+            steps.advance()
         for row, shift in zip(rows, shifts):
             row["shift_low"], row["shift_high"], row["shift_p"] = shift.result()
     frame = pd.DataFrame(rows, columns=COMPARE_RUNS_COLUMNS)

@@ -39,6 +39,7 @@ import numpy as np
 
 from ..run import Run
 from ..run.case_ids import CaseIds
+from ..run.progress import Steps
 from ..run.columns import ERROR, GOLDEN_FIELDS, MISSING, SCORED, STATUS_NAMES, CaseIndex
 from ..run.summary import ALL
 from ..schema import clean_tags
@@ -418,6 +419,7 @@ def diff_runs(
     n_permutations: int = DEFAULT_PERMUTATIONS,
     seed: int = 0,
     allow_incomplete: bool = False,
+    progress: Optional[Steps] = None,
 ) -> RunDiff:
     """Diff two run folders (or `Run` objects) case by case.
 
@@ -493,9 +495,12 @@ def diff_runs(
         groups_of += [(backend, metric, tag, p, members) for tag, members in groups.items()
                       if tag == ALL or members.any()]
     # each group's shift (its bootstrap and permutation test) in a thread of its own, rows in order
-    with thread_pool(threads(), "shift") as pool:
-        summary_rows = list(pool.map(
-            lambda g: _summary_row(*g, confidence, n_resamples, n_permutations, seed), groups_of))
+    summary_rows = []
+    with thread_pool(threads(), "shift") as pool, (progress or Steps.quiet()).start(len(groups_of)) as steps:
+        for row in pool.map(lambda g: _summary_row(*g, confidence, n_resamples, n_permutations, seed),
+                            groups_of):
+            summary_rows.append(row)
+            steps.advance()
     for row, (backend, metric, *_) in zip(summary_rows, groups_of):
         row.update(_within_noise(row, noise.get((backend, metric))))
     summary = pd.DataFrame(summary_rows, columns=SUMMARY_COLUMNS)

@@ -26,6 +26,7 @@ from ..analysis.validate import validate
 from ..report.text import (MISSING, ci_text, column_lines, jsonable, missed_lines, num, one_line, p_text,
                            records, version_change_lines)
 from ..run import Run
+from ..run.progress import Steps
 from .output import err, fail, out, print_json, print_lines, print_table
 
 __all__ = ["register", "compare_cmd", "validate_cmd", "calibrate_cmd"]
@@ -258,7 +259,7 @@ def _compare_two_runs(path_a: Path, path_b: Path, metric, backend, threshold, to
     ra, rb = _run_or_fail(path_a), _run_or_fail(path_b)
     try:
         frame = compare_runs(ra, rb, metric or None, backend or None, threshold or None, resamples, seed,
-                             n_permutations=permutations)
+                             n_permutations=permutations, progress=Steps("compare", "metrics"))
         moved = run_shifts(ra, rb, metric or None, backend or None, top)
     except AnalysisError as exc:
         fail(str(exc))

@@ -24,6 +24,7 @@ from ..formats.files import atomic_path, write_atomic
 from ..report import ci
 from ..report.text import MISSING, interval, num, p_text
 from ..run.folder import run_files
+from ..run.progress import Steps
 from ..run.summary import ALL
 from .output import (EXIT_CHECK_FAILED, TerminalConsole, err, fail, out, print_json, print_lines, print_table,
                      refuse_overwriting)
@@ -277,7 +278,7 @@ def diff_command(
         d = diff_runs(
             base_run, new_run, backends=backend or None, metrics=metric or None, tags=tag or None,
             by_tag=not no_tags, confidence=confidence, n_resamples=resamples, n_permutations=permutations,
-            seed=seed, allow_incomplete=allow_incomplete,
+            seed=seed, allow_incomplete=allow_incomplete, progress=Steps("diff", "shifts"),
         )
     except RegressionError as exc:
         fail(str(exc))

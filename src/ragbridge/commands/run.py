@@ -24,7 +24,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich.markup import escape
@@ -146,6 +146,7 @@ def run(
                            backends=parameters.get("backends"))
     documents, chunking = _span_inputs(parameters.pop("corpus"), chunks)
     options = options.model_copy(update={"chunking": chunking})
+    _offered(parameters.get("backends"), parameters.get("metrics"), options)
     batch_size = parameters.pop("batch_size")
     try:
         cases = open_cases(dataset, fmt, near=out_dir, progress=None if no_progress else _reading_bar(),
@@ -160,6 +161,22 @@ def run(
         _score_and_print(cases, out_dir, judge, as_json, dataset_path=str(dataset), options=options,
                          progress=not no_progress, batch_size=batch_size,
                          executor=_executor(executor, ray_address, gateway_host, ray_cpus), **parameters)
+
+
+def _offered(backends: Optional[list], metrics: Optional[list], options: Any) -> None:
+    """Refuse a metric that no selected backend offers (or a backend not available) before the golden
+    set is read (exit 2): with span labels or without, as the golden set may have them."""
+    from ..run.plan import RunError, plan_metrics
+
+    if not metrics:
+        return
+    try:
+        plan_metrics(backends, metrics, options.k, options)
+    except RunError as exc:
+        try:
+            plan_metrics(backends, metrics, options.k, options.model_copy(update={"span_labels": True}))
+        except RunError:
+            fail(cli_text(exc))
 
 
 def _checked(parameters: dict) -> dict:

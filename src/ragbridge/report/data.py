@@ -85,6 +85,7 @@ def report_data(
     history: Any = None,
     case_texts: bool = True,
     baseline: Any = None,
+    progress: Any = None,
 ) -> dict[str, Any]:
     """Everything the report shows, as plain JSON-ready data.
 
@@ -110,7 +111,7 @@ def report_data(
     the two runs (`ragbridge.analysis.diff_runs`, as ``ragbridge diff --json`` prints it, the ``top``
     cases of each kind) and, with ``gates``, the gate's verdicts on this run against that baseline
     (``gate``, as ``ragbridge gate --json``); with ``gates`` and no baseline, ``gate`` holds the
-    verdicts of the rules that need none."""
+    verdicts of the rules that need none. ``progress``: the diff's `ragbridge.run.progress.Steps`."""
     run = open_run(run)
     m = run.manifest
     cols = run.columns
@@ -174,7 +175,7 @@ def report_data(
         "cost": (m.counts or {}).get("cost"),
         "noise": _noise(run, th, top),
         "trend": _trend(run, history, seed) if history else None,
-        "moved": _moved(run, baseline, n_resamples, seed, top) if baseline is not None else None,
+        "moved": _moved(run, baseline, n_resamples, seed, top, progress) if baseline is not None else None,
         "gate": _gate(run, gates, baseline, history, seed, top) if gates is not None else None,
         "statistics": {"n_resamples": n_resamples, "seed": seed, "confidence": CONFIDENCE},
     }) | {"cases": cases}  # JSON-ready as built (a score's value is a finite number or None)
@@ -253,13 +254,13 @@ def _pass_counts(cols: Any, overall: list[dict], tags: dict[str, list[dict]], th
             r["n_pass"], r["n_fail"] = int(passed.sum()), int(scored.sum() - passed.sum())
 
 
-def _moved(run: Run, baseline: Any, n_resamples: int, seed: int, top: int) -> dict[str, Any]:
+def _moved(run: Run, baseline: Any, n_resamples: int, seed: int, top: int, progress: Any) -> dict[str, Any]:
     """What moved since ``baseline``: the diff, as ``ragbridge diff --json`` (the ``top`` cases of each
     kind), and which cases of this run it names."""
     from ..analysis.diff import diff_runs
     from .ci import diff_json
 
-    d = diff_runs(baseline, run, n_resamples=n_resamples, seed=seed, allow_incomplete=True)
+    d = diff_runs(baseline, run, n_resamples=n_resamples, seed=seed, allow_incomplete=True, progress=progress)
     return diff_json(d, top=top)
 
 

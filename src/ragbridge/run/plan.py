@@ -35,6 +35,22 @@ def unsupported(name: str, backend: Any) -> str:
             f"({backend.install_hint or 'see its documentation'}){isolated}")
 
 
+def _guess(requested: str, names: Sequence[str]) -> str:
+    """`` (did you mean 'recall@10'?)`` for a metric name close to one of ``names`` (``recall@k`` given
+    the requested cut), else nothing."""
+    import difflib
+
+    base, at, cut = requested.partition("@")
+    by_base = {n.partition("@")[0]: n for n in names}
+    hint = difflib.get_close_matches(base, list(by_base), 1)
+    if not hint:
+        return ""
+    name = by_base[hint[0]]
+    if at and name.endswith("@k"):
+        name = f"{name[:-2]}@{cut}"
+    return f" (did you mean {name!r}?)"
+
+
 def plan_metrics(
     backends: Sequence[str] | None, metrics: Sequence[str] | None, k: int,
     options: Optional[RunOptions] = None,
@@ -91,7 +107,7 @@ def plan_metrics(
                 all_names = sorted({s.name for n in names for s in offers[n]}
                                    | {s.group for n in names for s in offers[n] if s.group})
                 raise RunError(
-                    f"no selected backend offers metric {req!r}; "
+                    f"no selected backend offers metric {req!r}{_guess(req, all_names)}; "
                     f"metrics of {', '.join(names)}: {', '.join(all_names)}"
                 )
     return plan

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any, Optional, Union
 
-__all__ = ["PROGRESS_SECONDS", "Bar", "NotebookBar", "Lines", "in_notebook", "progress_seconds",
+__all__ = ["PROGRESS_SECONDS", "Bar", "NotebookBar", "Lines", "Steps", "in_notebook", "progress_seconds",
            "progress_display"]
 
 #: how often a run whose stderr is not a terminal prints a progress line (`progress_seconds`)
@@ -110,8 +110,9 @@ class Lines:
     `progress_seconds`, however long the wait for the judge, then one at the end: the scores done of
     those planned, how many errored, the judge calls (and answers from its cache) and their cost."""
 
-    def __init__(self, total: int, gateway: Any, every: float, noun: str = "scores"):
+    def __init__(self, total: int, gateway: Any, every: float, noun: str = "scores", label: str = ""):
         self.total, self.done, self.errors, self.gateway, self.noun = total, 0, 0, gateway, noun
+        self.label = label
         self.started = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, args=(every,), name="ragbridge-progress",
@@ -124,8 +125,10 @@ class Lines:
 
     def line(self) -> str:
         elapsed = int(time.monotonic() - self.started)
-        text = (f"progress: {self.done:,} of {self.total:,} {self.noun} ({self.done / self.total:.0%}), "
-                + (f"{self.errors:,} error(s)" if self.errors else "no error"))
+        text = f"progress: {self.done:,} of {self.total:,} {self.noun} ({self.done / self.total:.0%}), "
+        if self.label:  # an analysis: its steps, no errors or judge to count
+            return f"{self.label} {text}{elapsed // 60}m{elapsed % 60:02d}s"
+        text += f"{self.errors:,} error(s)" if self.errors else "no error"
         if self.gateway is not None:
             u = self.gateway.usage()
             cost = u.known_cost
@@ -154,11 +157,11 @@ def in_notebook() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
-def progress_seconds() -> float:
-    """How often a run in a log prints its progress line: ``RAGBRIDGE_PROGRESS_SECONDS``, else 30 s
-    (CI services stop a job that prints nothing for 10 minutes)."""
+def progress_seconds(floor: float = 0.05) -> float:
+    """How often a run in a log prints its progress line: ``RAGBRIDGE_PROGRESS_SECONDS`` (at least
+    ``floor``), else 30 s (CI services stop a job that prints nothing for 10 minutes)."""
     try:
-        return max(0.05, float(os.environ.get("RAGBRIDGE_PROGRESS_SECONDS", PROGRESS_SECONDS)))
+        return max(floor, float(os.environ.get("RAGBRIDGE_PROGRESS_SECONDS", PROGRESS_SECONDS)))
     except ValueError:
         return PROGRESS_SECONDS
 
@@ -173,3 +176,45 @@ def progress_display(enabled: Optional[bool], total: int, gateway: Any = None, l
     if notebook:
         return NotebookBar(total, label)
     return Bar(total, label) if sys.stderr.isatty() else Lines(total, gateway, progress_seconds(), noun)
+
+
+class Steps:
+    """The progress of a long analysis (``diff``, ``compare``): `start` with its number of steps (in a
+    ``with`` block), one `advance` a step, `stop` at the end; shown (a bar on a terminal, a line every
+    `progress_seconds` in a log) only once it has taken `after` seconds (default 2 s, or the progress
+    interval when shorter): a quick one prints nothing."""
+
+    def __init__(self, label: str, noun: str, after: Optional[float] = None):
+        self.label, self.noun = label, noun
+        self.after = min(2.0, progress_seconds(floor=0.0)) if after is None else after
+        self.total, self.done, self._shown = 0, 0, None
+        self._started = time.monotonic()
+
+    def start(self, total: int) -> "Steps":
+        self.total, self.done, self._started = total, 0, time.monotonic()
+        return self
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        if self._shown is None and self.done < self.total and time.monotonic() - self._started >= self.after:
+            self._shown = Bar(self.total, self.label) if sys.stderr.isatty() else \
+                Lines(self.total, None, progress_seconds(), self.noun, self.label)
+            self._shown.advance(self.done)
+        elif self._shown is not None:
+            self._shown.advance(n)
+
+    def stop(self) -> None:
+        if self._shown is not None:
+            self._shown.stop()
+            self._shown = None
+
+    def __enter__(self) -> "Steps":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    @classmethod
+    def quiet(cls) -> "Steps":
+        """Steps never shown (an analysis called without ``progress``)."""
+        return cls("", "", after=float("inf"))
