@@ -250,3 +250,19 @@ def test_a_run_with_repeats_or_killed_or_resumed_writes_no_copy_of_its_own(tmp_p
     for key, col in whole.columns.items():
         assert np.array_equal(col.value, resumed.columns[key].value, equal_nan=True), key
         assert np.array_equal(col.status, resumed.columns[key].status), key
+
+
+def test_a_run_of_cases_in_memory_writes_the_copy_its_first_reading_would_make(tmp_path):
+    """The Python API, cases in memory (a batch of 6 at a time) and a target filling their outputs:
+    the copy the run writes is the copy a first reading of its files makes."""
+    from conftest import EXAMPLE
+
+    from ragbridge import evaluate, load_cases
+    from ragbridge.run.target import load_target
+
+    cases = [c.model_copy(update={"contexts": [], "answer": None}) for c in load_cases(EXAMPLE)[:20]]
+    evaluate(cases, backends=["native"], metrics=["mrr", "recall@3", "abstention"], out=tmp_path / "run",
+             target=load_target("rag_pipeline:bm25"), batch_size=6, progress=False)
+    by_run, by_reading = _made_again(tmp_path / "run")
+    _assert_same_arrays(by_run, by_reading)
+    assert json.loads(bytes(by_run["meta"])) == json.loads(bytes(by_reading["meta"]))
