@@ -322,7 +322,8 @@ def test_a_judged_run_in_a_log_prints_progress_at_a_steady_interval(tmp_path):
 
 def test_reading_a_large_golden_set_in_a_log_prints_a_line_at_the_progress_interval(monkeypatch, capsys):
     """Piped, the reading's count of cases comes at the scoring's interval (30 s by default), not a line a
-    batch (a golden set of 250,000 cases gave 125 lines of a CI log)."""
+    batch (a golden set of 250,000 cases gave 125 lines of a CI log), and the whole count at the end
+    (the first line alone read as if 2,000 of 300,000 cases were loaded)."""
     import time
 
     from ragbridge.commands import run as run_command
@@ -337,8 +338,11 @@ def test_reading_a_large_golden_set_in_a_log_prints_a_line_at_the_progress_inter
     for n in (2000, 4000):
         again(n)
         time.sleep(0.2)
-    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("reading: ")]
-    assert lines == ["reading: 2,000 cases", "reading: 2,000 cases", "reading: 4,000 cases"]
+    show(6000, done=True)  # the whole count, where the last line gave less
+    again(4000, done=True)  # (not twice)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("read")]
+    assert lines == ["reading: 2,000 cases", "reading: 2,000 cases", "reading: 4,000 cases",
+                     "read: 6,000 cases"]
 
 
 def test_the_gate_states_the_mean_the_summary_states(tmp_path):

@@ -169,7 +169,7 @@ def test_a_run_read_back_holds_under_a_hundred_bytes_a_case_besides_its_scores(t
     n = 4_000
     peak_mib("run", _golden(tmp_path / "cases.jsonl", n, 0.5), "--out", tmp_path / "A", "--backend",
               "native", "--metric", "ndcg@10", "--no-progress")
-    load_run(tmp_path / "A").columns  # the first reading: writes the copy
+    load_run(tmp_path / "A").columns  # (the run wrote its copy)
     tracemalloc.start()
     try:
         a, b = load_run(tmp_path / "A"), load_run(tmp_path / "A")  # read twice, as a diff of two runs

@@ -155,7 +155,7 @@ __all__ = [
 
 CONFIDENCE = 0.95
 DEFAULT_RESAMPLES = 2000  # bootstrap resamples (interval end points)
-DEFAULT_PERMUTATIONS = 9999  # permutation test resamples (p-value resolution 1e-4)
+DEFAULT_PERMUTATIONS = 9999  # permutation test resamples (p-value resolution 1e-4; two-sided at least 2e-4)
 BLOCK = 4_000_000  # resampled values held in memory at once
 EPS = 1e-12  # differences smaller than this are no difference
 

@@ -112,7 +112,7 @@ class Lines:
 
     def __init__(self, total: int, gateway: Any, every: float, noun: str = "scores", label: str = ""):
         self.total, self.done, self.errors, self.gateway, self.noun = total, 0, 0, gateway, noun
-        self.label = label
+        self.label, self._said = label, None
         self.started = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, args=(every,), name="ragbridge-progress",
@@ -139,14 +139,21 @@ class Lines:
                 text += ", no judge call yet"
         return text + f", {elapsed // 60}m{elapsed % 60:02d}s"
 
+    def say(self) -> None:
+        """Print the line, unless it is the one printed last."""
+        text = self.line()
+        if text != self._said:
+            print(text, file=sys.stderr, flush=True)
+            self._said = text
+
     def _beat(self, every: float) -> None:
         while not self._stop.wait(every):
-            print(self.line(), file=sys.stderr, flush=True)
+            self.say()
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
-        print(self.line(), file=sys.stderr, flush=True)
+        self.say()
 
 
 def in_notebook() -> bool:
@@ -197,8 +204,13 @@ class Steps:
     def advance(self, n: int = 1) -> None:
         self.done += n
         if self._shown is None and self.done < self.total and time.monotonic() - self._started >= self.after:
-            self._shown = Bar(self.total, self.label) if sys.stderr.isatty() else \
-                Lines(self.total, None, progress_seconds(), self.noun, self.label)
+            if sys.stderr.isatty():
+                self._shown = Bar(self.total, self.label)
+            else:  # a line at once, then at the interval, its time counted from the start
+                self._shown = Lines(self.total, None, progress_seconds(), self.noun, self.label)
+                self._shown.started, self._shown.done = self._started, self.done
+                self._shown.say()
+                return
             self._shown.advance(self.done)
         elif self._shown is not None:
             self._shown.advance(n)
