@@ -355,3 +355,36 @@ def test_scores_reach_the_folder_while_another_backend_is_still_at_work(tmp_path
     finally:
         pm.unregister(name="flush-test")
     assert run.complete and seen == [3]
+
+
+def test_a_resumed_run_reads_its_kept_scores_a_batch_at_a_time(tmp_path, example_cases, monkeypatch):
+    """A session that resumes a run reads the earlier scores as columns and makes `Score` objects of
+    one batch's kept scores at a time, never of every score (a resumed run of 300,000 cases held 1.6
+    GB, one run again once complete 3 GB): the run resumed after half its scores were cut off, and
+    the complete run run again, have the first run's scores and summary."""
+    from ragbridge.run import folder as run_folder
+    from ragbridge.run import recorded
+
+    out = tmp_path / "run"
+    first = evaluate(example_cases, out=out, metrics=RANKING, batch_size=8)
+    whole = (out / "scores.jsonl").read_text().splitlines(keepends=True)
+
+    def no_whole_reading(*args, **kwargs):
+        raise AssertionError("every earlier score read as an object")
+    monkeypatch.setattr(run_folder, "read_scores", no_whole_reading)
+    made = []
+    real = recorded.scores_from_lines
+    monkeypatch.setattr(recorded, "scores_from_lines", lambda lines: made.append(len(lines)) or real(lines))
+    for cut in (len(whole), len(whole) // 2):
+        (out / "scores.jsonl").write_text("".join(whole[:cut]))
+        (out / "columns.npz").unlink(missing_ok=True)
+        made.clear()
+        again = evaluate(example_cases, out=out, metrics=RANKING, batch_size=8)
+        assert again.manifest.counts["resumed_from"] == cut
+        assert made and max(made) <= 8 * len(RANKING), made  # a batch's kept scores at a time
+        monkeypatch.undo()
+        assert sorted((s.repeat_key, s.value) for s in load_run(out).scores) == sorted(
+            (s.repeat_key, s.value) for s in first.scores)
+        assert again.summary().equals(first.summary())
+        monkeypatch.setattr(run_folder, "read_scores", no_whole_reading)
+        monkeypatch.setattr(recorded, "scores_from_lines", lambda ls: made.append(len(ls)) or real(ls))

@@ -45,9 +45,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from ..formats import load_cases
-from ..formats.files import DatasetError, no_follow, write_atomic
+from ..formats.files import DatasetError, atomic_path, no_follow, write_atomic
 from ..schema import Case, RunManifest, Score, ScoreBlock, json_of
 from .column_copy import CopyMaker
+from .kept import Kept
 from .plan import RunError
 from .recorded import read_columns, read_manifest, read_scores
 
@@ -514,7 +515,8 @@ class RunFolder:
         self._beat_error: Optional[OSError] = None
         #: the cases differ from the earlier sessions' and only the changed ones are scored (`prepare`)
         self.updating = False
-        self._kept: Optional[list[Score]] = None  # an update's scores kept, written by `start`
+        self._kept: Optional[Kept] = None  # an update's scores kept, written by `start`
+        self.kept: Optional[Kept] = None  # the earlier sessions' scores kept (`resume`)
 
     def prepare(self, overwrite: bool, fingerprint: str, target: bool = False,
                 changed_cases: str = "refuse") -> Optional[RunManifest]:
@@ -658,11 +660,11 @@ class RunFolder:
             )
 
     def resume(self, old: RunManifest, manifest: RunManifest,
-               source: Optional["CaseSource"] = None) -> dict[tuple[str, str, str, int], Score]:
+               source: Optional["CaseSource"] = None) -> Kept:
         """Merge the earlier sessions' manifest ``old`` into this session's ``manifest`` and return
-        the scores to keep, by `Score.repeat_key`: every one that did not fail and was not left unrun
-        by a spent budget, unless its metric was redefined
-        since (its rubric's digest changed: ``counts.redefined``, scored again). A judge that
+        the scores to keep (`Kept`, read back a batch of cases at a time): every one that did not fail
+        and was not left unrun by a spent budget, unless its metric was redefined since (its rubric's
+        digest changed: ``counts.redefined``, scored again). A judge that
         differs in `JUDGE_IDENTITY` is refused (`RunError`). The judge counts and the backends'
         wall times carry over, to be added to. Raises `RunError` when the cases differ from those
         the earlier sessions scored (a target run whose outputs were not all kept in target.jsonl).
@@ -676,16 +678,15 @@ class RunFolder:
         else:
             self._check_same_cases(old, "fingerprint", manifest.dataset["fingerprint"])
         self._check_same_judge(old, manifest)
-        previous, _ = read_scores(self.scores_path)
         redefined = sorted(f"{b}:{m}" for b, ds in manifest.digests.items() for m, d in ds.items()
                            if old.digests.get(b, {}).get(m, d) != d)
-        done = {s.repeat_key: s for s in previous
-                if s.status not in ("error", "not_run") and f"{s.backend}:{s.metric}" not in redefined}
+        planned = {(b, m) for b, ms in manifest.metrics.items() for m in ms}
+        done = self.kept = Kept(
+            self.scores_path, read_columns(self.path, pass_at_least(old), copy=False),
+            lambda b, m: f"{b}:{m}" not in redefined and (not self.updating or (b, m) in planned),
+            kept_cases if self.updating else None)
         if self.updating:
-            planned = {(b, m) for b, ms in manifest.metrics.items() for m in ms}
-            done = {k: s for k, s in done.items()
-                    if s.case_id in kept_cases and (s.backend, s.metric) in planned}
-            self._kept = list(done.values())
+            self._kept = done
             old = old.model_copy(update={"metrics": {}, "backends": {}})  # this session's plan is the run's
         manifest.digests = {b: {**old.digests.get(b, {}), **manifest.digests.get(b, {})}
                             for b in {**old.digests, **manifest.digests}}
@@ -720,8 +721,12 @@ class RunFolder:
         (a last line cut short by a kill is cut off first; an update's scores written anew: those it
         keeps)."""
         self.path.mkdir(parents=True, exist_ok=True, mode=0o700)  # its user's only
-        if self._kept is not None:
-            write_atomic(self.scores_path, "".join(score_json(s) + "\n" for s in self._kept))
+        if self._kept is not None:  # the kept lines as they were, in their order, a block at a time
+            places = self._kept.places().tolist()
+            with atomic_path(self.scores_path) as tmp:
+                with open(tmp, "wb") as f:
+                    for i in range(0, len(places), 65536):
+                        f.write(b"".join(line + b"\n" for line in self._kept.lines(places[i:i + 65536])))
             self._kept = None
         source.save(self.cases_path)
         self.write_manifest(manifest)
@@ -814,6 +819,8 @@ class RunFolder:
             _rewrite_in_place(self.manifest_path, manifest)
         if error is not None:
             raise error
+        if self.kept is not None:
+            self.kept.close()
         copy, self.copy = self.copy, None
         if copy is not None:  # its readers read the copy, not its files (unless it was stopped: no wait)
             copy.save(pass_at_least(manifest)) if manifest.status != "interrupted" else copy.close()

@@ -657,12 +657,13 @@ def _cases_at(path: Path, places: Sequence[int]) -> list[Case]:
     return [got[p] for p in places]
 
 
-def read_columns(folder: Path, pass_at_least: Optional[int] = None) -> RunColumns:
+def read_columns(folder: Path, pass_at_least: Optional[int] = None, copy: bool = True) -> RunColumns:
     """A run folder's cases and scores in columns (`ragbridge.run.columns`), read a block at a time:
     ``cases.jsonl`` checked as a golden set is, every line of ``scores.jsonl`` checked as
     `score_from_line` checks it (the line as a run writes it at once, any other field by field), the
     last per (case, metric, backend, repeat) winning and a last line cut short by a killed run dropped
-    (``dropped``), as `read_scores` reads them. ``pass_at_least``: the run's ``--pass-repeats``."""
+    (``dropped``), as `read_scores` reads them. ``pass_at_least``: the run's ``--pass-repeats``.
+    ``copy=False``: no column copy is written (a run about to be resumed: its files change at once)."""
     path = folder / "scores.jsonl"
     keys = file_keys(folder)
     copied = load_copy(folder, pass_at_least, FileStore(path),
@@ -686,7 +687,8 @@ def read_columns(folder: Path, pass_at_least: Optional[int] = None) -> RunColumn
                 dropped = 1
         got = builder.finish(pass_at_least)
     got.dropped = dropped
-    save_copy(folder, got, keys, pass_at_least)
+    if copy:
+        save_copy(folder, got, keys, pass_at_least)
     return got
 
 

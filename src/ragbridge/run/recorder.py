@@ -38,10 +38,10 @@ class Recorder:
     totals, appended to the folder's buffer, passed to ``on_score`` and counted by the progress bar
     (and, for a run without a folder, kept: the last per key wins); the buffer is flushed at the end
     of each batch and every `FLUSH_SECONDS`, and every `HEARTBEAT_SECONDS` the manifest is rewritten
-    with the counts so far. The scores an earlier session kept (``done``) join the totals batch by
-    batch, with their case's tags."""
+    with the counts so far. The scores an earlier session kept join the totals batch by batch
+    (`start_batch`), with their case's tags."""
 
-    def __init__(self, manifest: RunManifest, done: dict, folder: Optional[RunFolder], gateway: Any,
+    def __init__(self, manifest: RunManifest, folder: Optional[RunFolder], gateway: Any,
                  on_score: Optional[Callable[[Score], None]], bar: Any, *, keep: bool,
                  duplicates: int, target_errors: int, judge_model: Optional[str], options: RunOptions,
                  reuse: Optional[ScoreReuse] = None):
@@ -49,9 +49,6 @@ class Recorder:
         self.on_score, self.bar = on_score, bar
         self.totals = Totals()
         self.kept: Optional[dict[tuple[str, str, str, int], Score]] = {} if keep else None
-        self.done_by_case: dict[str, list[Score]] = {}
-        for s in done.values():
-            self.done_by_case.setdefault(s.case_id, []).append(s)
         # what the run's earlier sessions counted (a resumed run), to add this session's to
         self.earlier_judge = dict(manifest.counts.get("judge", {}))
         self.earlier_wall = dict(manifest.timing.get("wall_seconds", {}))
@@ -74,16 +71,15 @@ class Recorder:
             if self.folder and self._unflushed:
                 self._flush(time.monotonic())
 
-    def start_batch(self, batch: CaseBatch) -> None:
-        """A batch begins: its cases' tags, its kept scores into the totals, its self-judged cases."""
+    def start_batch(self, batch: CaseBatch, kept: dict) -> None:
+        """A batch begins: its cases' tags, its scores an earlier session kept (``kept``) into the
+        totals, its self-judged cases."""
         ids = batch.ids
         if self.folder:
             self.folder.start_batch(batch)
         self.tags_of = {cid: tags for i, cid in enumerate(ids) if (tags := batch.tags(i))}
-        if self.done_by_case:
-            for cid in ids:
-                for s in self.done_by_case.pop(cid, ()):
-                    self.totals.add(s, self.tags_of.get(cid, ()))
+        for s in kept.values():
+            self.totals.add(s, self.tags_of.get(s.case_id, ()))
         if self.judge_model is not None:
             for i in range(len(batch)):
                 model = self.generator_model or batch.metadata(i).get("generator_model")
@@ -233,10 +229,6 @@ class Recorder:
         """The session's end: the manifest with its status and final counts (``status``:
         ``complete``, ``interrupted``, ``incomplete`` or ``dry-run``; a run with scores left unrun by
         the budget is ``incomplete``). Called once scoring has stopped; writes nothing."""
-        for scores in self.done_by_case.values():  # kept scores of cases this session did not reach
-            for s in scores:
-                self.totals.add(s)
-        self.done_by_case = {}
         manifest = self.manifest
         manifest.finished_at = now()
         manifest.status = status

@@ -62,6 +62,7 @@ from ..schema import Case, RunManifest, Score
 from .executor import Executor
 from .folder import FINGERPRINT_OF, Run, RunFolder, now, this_process, utc
 from .isolated import backend_named, prepare, split_name, version_changes
+from .kept import Kept
 from .lifecycle import Job
 from .local_executor import LocalExecutor
 from .plan import DEFAULT_BACKENDS, Plan, RunError, plan_metrics
@@ -109,8 +110,7 @@ def evaluate(
     run then goes on in a worker thread with a loop of its own while this call waits
     (`ragbridge.run.sync`); an async application that wants its loop free meanwhile awaits
     `evaluate_async` instead. Raises `RunError` for a run that cannot start and
-    `ragbridge.formats.DatasetError` for bad cases, before anything is called or written.
-    """
+    `ragbridge.formats.DatasetError` for bad cases, before anything is called or written."""
     return run_sync(run(RunRequest.of(**locals())))
 
 
@@ -237,7 +237,7 @@ async def run(request: RunRequest) -> Run:
         manifest = _new_manifest(plan, dataset, options, judge, stub, started)
         if request.repeats > 1 or request.pass_repeats is not None:
             manifest.options.update(repeats=request.repeats, pass_repeats=request.pass_repeats)
-        done = folder.resume(earlier, manifest, source) if earlier is not None else {}
+        done = folder.resume(earlier, manifest, source) if earlier is not None else None
         # the cases as they are now, for every metric the run holds (an earlier session's too)
         manifest.warnings = _warnings(manifest.metrics, plan, options, source)
         if request.dry_run:
@@ -247,7 +247,7 @@ async def run(request: RunRequest) -> Run:
         recorder = await _score(request, plan, options, judge, executor, source, folder, manifest, done,
                                 n_target_errors, probes.sent)
         specs = [spec for chosen in plan.values() for _, spec in chosen]
-        repeated = (request.repeats > 1 and any(spec.judge for spec in specs)) or any(key[3] for key in done)
+        repeated = (request.repeats > 1 and any(spec.judge for spec in specs)) or bool(done and done.repeated)
         # a run with repeats summarises each case's mean over them: from its scores, not the running totals
         return Run(manifest=manifest, scores=recorder.ordered(source) if folder is None else None,
                    cases=source.cases if folder is None else None, path=folder.path if folder else None,
@@ -268,7 +268,7 @@ def _refuse_unsafe_caches(plan: Plan, judge: Any) -> None:
 
 
 async def _score(request: RunRequest, plan: Plan, options: RunOptions, judge: Any, executor: Executor,
-                 source: CaseSource, folder: Optional[RunFolder], manifest: RunManifest, done: dict,
+                 source: CaseSource, folder: Optional[RunFolder], manifest: RunManifest, done: Optional[Kept],
                  n_target_errors: int, probed: int = 0) -> Recorder:
     """Score every batch of ``source`` with ``executor``, recording into ``folder`` (step 5 to 7);
     the session's end is recorded in the manifest (and the folder) whatever happens."""
@@ -288,11 +288,11 @@ async def _score(request: RunRequest, plan: Plan, options: RunOptions, judge: An
             planned = source.n_cases * sum(request.repeats if spec.judge else 1
                                            for chosen in plan.values() for _, spec in chosen)
             pairs = {(b, m) for b, chosen in plan.items() for m, _ in chosen}
-            kept = sum(1 for (_, m, b, _) in done if (b, m) in pairs)  # an earlier session's: not to do
+            kept = done.count(pairs) if done is not None else 0  # an earlier session's: not to do
             bar = progress_display(request.progress, planned - kept, gateway)
             if bar is not None:
                 closing.callback(bar.stop)
-            recorder = Recorder(manifest, done, folder, gateway, request.on_score, bar, keep=folder is None,
+            recorder = Recorder(manifest, folder, gateway, request.on_score, bar, keep=folder is None,
                                 duplicates=source.duplicate_chunk_ids, target_errors=n_target_errors,
                                 judge_model=judge.model if judge is not None else None, options=options,
                                 reuse=reuse)
@@ -302,8 +302,9 @@ async def _score(request: RunRequest, plan: Plan, options: RunOptions, judge: An
                 gateway.start()
             async with executor.session(plan, ScoringContext(options=options, judge=gateway)) as session:
                 for batch in source.batches():
-                    jobs, immediate = _jobs(plan, batch, done, request.repeats, reuse)
-                    recorder.start_batch(batch)
+                    earlier = done.batch(batch.ids) if done is not None else {}
+                    jobs, immediate = _jobs(plan, batch, earlier, request.repeats, reuse)
+                    recorder.start_batch(batch, earlier)
                     for score in immediate:
                         recorder.record(score)
                     if jobs:
