@@ -260,6 +260,10 @@ def test_diff_flags_only_outputs_changed(tmp_path):
     d = diff_runs(base, new)
     assert d.fingerprint_differs and d.golden_changed == []
     assert any("only the system outputs" in w for w in d.warnings)
+    # the printed diff says so as a note, not a warning: two systems over one golden set is a diff's use
+    printed = ragbridge_cli("diff", base, new).stdout
+    assert "note: the dataset fingerprints differ, but the golden items" in printed
+    assert "warning:" not in printed
 
 
 def test_diff_refuses_incomplete_runs_unless_asked(runs, tmp_path):

@@ -17,7 +17,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..analysis.diff import ITEM_COLUMNS, IncompleteRunError, RegressionError, RunDiff, diff_runs
+from ..analysis.diff import (ITEM_COLUMNS, IncompleteRunError, RegressionError, RunDiff,
+                             dataset_change_message, diff_runs)
 from ..analysis.gate import GateReport, load_gates, run_gates
 from ..analysis.stats import DEFAULT_PERMUTATIONS, DEFAULT_RESAMPLES
 from ..formats.files import atomic_path, write_atomic
@@ -113,7 +114,8 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
         f"new:  {d.new.path}  ({d.new.n_cases} cases, status {d.new.manifest.status})",
     ])
     print_lines(console, _answer(d))
-    notes = [f"warning: {w}" for w in d.warnings]
+    same_golden = dataset_change_message([], 0, 0)  # only the system outputs changed: what a diff is for
+    notes = [f"{'note' if w == same_golden else 'warning'}: {w}" for w in d.warnings]
     for ids, where in ((d.only_in_base, "base"), (d.only_in_new, "new")):
         if ids:
             notes.append(f"{len(ids)} case(s) only in the {where} run (not paired): " + ", ".join(ids))
