@@ -183,7 +183,6 @@ def load_copy(folder: Path, pass_at_least: Optional[int], store: ScoreStore,
     return RunColumns(index, columns, repeats=1, dropped=int(meta["dropped"]))
 
 
-
 class _Cases:
     """The cases of one batch of a run being written, to a `ColumnsBuilder`: how many (every one
     described)."""
@@ -213,7 +212,6 @@ class CopyMaker:
         self.broken = False
         self._scratch = tempfile.TemporaryFile(dir=folder)
         self._parts: dict[str, list[tuple[int, int, int]]] = {}  # member -> (first row, offset, bytes)
-        self._dtypes: dict[str, Any] = {}
         self._written = 0
         self._tags: dict[tuple[str, ...], int] = {}
         self._id_bytes = 0
@@ -225,7 +223,6 @@ class CopyMaker:
 
     def _put(self, name: str, first: int, arr: np.ndarray) -> None:
         data = np.ascontiguousarray(arr)
-        self._dtypes.setdefault(name, data.dtype)
         self._scratch.write(data.data)
         self._parts.setdefault(name, []).append((first, self._written, data.nbytes))
         self._written += data.nbytes
@@ -288,9 +285,9 @@ class CopyMaker:
             return
         self._builder.add_score(score, at, 0, where[0])
 
-    def _rows(self, name: str, n: int, fill: Any, width: int = 1) -> Iterator[np.ndarray]:
-        """Member ``name``'s rows from the scratch file, a part at a time, ``fill`` where it has none."""
-        dtype = self._dtypes.get(name, np.dtype(type(fill)) if not isinstance(fill, np.dtype) else fill)
+    def _rows(self, name: str, n: int, dtype: Any, fill: Any, width: int = 1) -> Iterator[np.ndarray]:
+        """Member ``name``'s rows (of ``dtype``, as written) from the scratch file, a part at a time,
+        ``fill`` where it has none."""
         fd, row = self._scratch.fileno(), 0
         for first, offset, size in [*self._parts.get(name, ()), (n, 0, 0)]:
             while row < first:
@@ -318,12 +315,12 @@ class CopyMaker:
                 return False
             keys = file_keys(self.folder)
             members: dict[str, tuple[Any, tuple, Iterable]] = {
-                "ids": (np.uint8, (self._id_bytes,), self._rows("ids", self._id_bytes, 0)),
-                "id_ends": (np.int64, (n,), self._rows("id_ends", n, 0)),
-                "tags": (np.int32, (n,), self._rows("tags", n, 0)),
-                "answerable": (np.bool_, (n,), self._rows("answerable", n, True)),
+                "ids": (np.uint8, (self._id_bytes,), self._rows("ids", self._id_bytes, np.uint8, 0)),
+                "id_ends": (np.int64, (n,), self._rows("id_ends", n, np.int64, 0)),
+                "tags": (np.int32, (n,), self._rows("tags", n, np.int32, 0)),
+                "answerable": (np.bool_, (n,), self._rows("answerable", n, np.bool_, True)),
                 "places": (np.int64, (n,), _line_starts(self.folder / "cases.jsonl")),
-                "golden": (np.uint8, (n, 16), self._rows("golden", n, 0, 16)),
+                "golden": (np.uint8, (n, 16), self._rows("golden", n, np.uint8, 0, 16)),
                 "has_golden": (np.bool_, (n,), (np.ones(n, bool),)),
             }
             described = []
@@ -334,8 +331,7 @@ class CopyMaker:
                 described.append([key[0], key[1], extras])
                 for name in ("value", "status", "places", *extras):
                     dtype, fill = defaults[name]
-                    self._dtypes.setdefault(f"{key!r}:{name}", np.dtype(dtype))
-                    members[f"c{k}_{name}"] = (dtype, (n,), self._rows(f"{key!r}:{name}", n, fill))
+                    members[f"c{k}_{name}"] = (dtype, (n,), self._rows(f"{key!r}:{name}", n, dtype, fill))
             meta = {"version": VERSION, "files": keys, "pass_at_least": pass_at_least, "cases": n,
                     "described": n, "dropped": 0, "tag_table": [list(t) for t in self._tags],
                     "columns": described}

@@ -515,8 +515,8 @@ class RunFolder:
         self._beat_error: Optional[OSError] = None
         #: the cases differ from the earlier sessions' and only the changed ones are scored (`prepare`)
         self.updating = False
-        self._kept: Optional[Kept] = None  # an update's scores kept, written by `start`
-        self.kept: Optional[Kept] = None  # the earlier sessions' scores kept (`resume`)
+        #: the earlier sessions' scores kept (`resume`); an update's are written anew by `start`
+        self.kept: Optional[Kept] = None
 
     def prepare(self, overwrite: bool, fingerprint: str, target: bool = False,
                 changed_cases: str = "refuse") -> Optional[RunManifest]:
@@ -686,7 +686,6 @@ class RunFolder:
             lambda b, m: f"{b}:{m}" not in redefined and (not self.updating or (b, m) in planned),
             kept_cases if self.updating else None)
         if self.updating:
-            self._kept = done
             old = old.model_copy(update={"metrics": {}, "backends": {}})  # this session's plan is the run's
         manifest.digests = {b: {**old.digests.get(b, {}), **manifest.digests.get(b, {})}
                             for b in {**old.digests, **manifest.digests}}
@@ -721,13 +720,12 @@ class RunFolder:
         (a last line cut short by a kill is cut off first; an update's scores written anew: those it
         keeps)."""
         self.path.mkdir(parents=True, exist_ok=True, mode=0o700)  # its user's only
-        if self._kept is not None:  # the kept lines as they were, in their order, a block at a time
-            places = self._kept.places().tolist()
+        if self.updating and self.kept is not None:  # the kept lines as they were, a block at a time
+            places = self.kept.places().tolist()
             with atomic_path(self.scores_path) as tmp:
                 with open(tmp, "wb") as f:
                     for i in range(0, len(places), 65536):
-                        f.write(b"".join(line + b"\n" for line in self._kept.lines(places[i:i + 65536])))
-            self._kept = None
+                        f.write(b"".join(line + b"\n" for line in self.kept.lines(places[i:i + 65536])))
         source.save(self.cases_path)
         self.write_manifest(manifest)
         truncate_partial_line(self.scores_path)
