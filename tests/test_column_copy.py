@@ -266,3 +266,34 @@ def test_a_run_of_cases_in_memory_writes_the_copy_its_first_reading_would_make(t
     by_run, by_reading = _made_again(tmp_path / "run")
     _assert_same_arrays(by_run, by_reading)
     assert json.loads(bytes(by_run["meta"])) == json.loads(bytes(by_reading["meta"]))
+
+
+def test_a_complete_run_run_again_leaves_its_copy_good(run_folder, tmp_path):
+    """Running the same command again over a complete run (a CI job, a notebook cell run twice) keeps
+    every score and writes nothing new: ``cases.jsonl`` is left as it is, so the copy stays the copy of
+    the files and the next reading reads it, not the files. The same through the Python API."""
+    from ragbridge import evaluate, load_cases
+    from ragbridge.run.column_copy import file_keys, load_copy
+    from ragbridge.run.recorded import read_columns
+
+    command = ("run", tmp_path / "golden.csv", "--out", tmp_path / "cli", "--backend", "native", "--metric",
+               "hit@10", "--metric", "mrr", "--no-progress")
+    _cli(*command)
+    copy = tmp_path / "cli" / "columns.npz"
+    before, made = file_keys(tmp_path / "cli"), copy.stat().st_mtime_ns
+    assert json.loads(bytes(np.load(copy)["meta"]))["files"] == before
+    again = _cli(*command)
+    assert "resumed: 80 score(s) kept" in again.stdout
+    assert file_keys(tmp_path / "cli") == before and copy.stat().st_mtime_ns == made
+
+    cases = load_cases(run_folder / "cases.jsonl")
+    api = tmp_path / "api"
+    evaluate(cases, metrics=["mrr"], out=api, progress=False)
+    keys = file_keys(api)
+    evaluate(cases, metrics=["mrr"], out=api, progress=False)
+    assert file_keys(api) == keys
+    assert load_copy(api, None, None, lambda *index: None) is not None
+    # a run that adds scores changes the files: the copy is not used for them
+    evaluate(cases, metrics=["mrr", "hit@10"], out=api, progress=False)
+    assert file_keys(api) != keys and load_copy(api, None, None, lambda *index: None) is None
+    assert sorted(read_columns(api).columns) == [("native", "hit@10"), ("native", "mrr")]

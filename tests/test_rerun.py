@@ -125,8 +125,20 @@ def test_the_command_line_refuses_changed_cases_saying_what_to_do(tmp_path, exam
     again = ragbridge_cli("run", golden, "--out", tmp_path / "run", "--metric", "mrr", "--no-progress")
     said = " ".join(again.stderr.split())
     assert again.returncode == 2 and "holds a run over different cases" in said
-    assert "choose another --out, or pass --overwrite to replace it" in said and "overwrite=True" not in said
+    assert ("choose another --out, pass --overwrite to replace it, or --update to score only the cases "
+            "that changed") in said and "overwrite=True" not in said
     assert len(load_cases(tmp_path / "run" / "cases.jsonl")) == 5  # nothing written
+    # --update does what the Python API does by default: the changed and new cases scored, the rest kept
+    updated = ragbridge_cli("run", golden, "--out", tmp_path / "run", "--metric", "mrr", "--no-progress",
+                           "--update")
+    assert updated.returncode == 0, updated.stderr
+    assert ("updated: 1 changed and 1 new case(s) scored, 1 removed; the scores of the 3 unchanged kept"
+            in " ".join(updated.stdout.split()))
+    back = load_run(tmp_path / "run")
+    assert back.manifest.counts["cases_changed"] == {"kept": 3, "changed": 1, "added": 1, "removed": 1}
+    fresh = ragbridge_cli("run", golden, "--out", tmp_path / "fresh", "--metric", "mrr", "--no-progress")
+    assert fresh.returncode == 0, fresh.stderr
+    assert back.to_frame(wide=True).equals(load_run(tmp_path / "fresh").to_frame(wide=True))
 
 
 def test_python_errors_name_python_parameters(tmp_path, example_cases):

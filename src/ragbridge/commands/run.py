@@ -111,6 +111,10 @@ def run(
     as_json: bool = typer.Option(
         False, "--json", help="Print the summary as one JSON document (notes on stderr)."
     ),
+    update: bool = typer.Option(
+        False, "--update", help="--out holds a run of an earlier version of the golden set: keep the "
+                                "scores of the cases that did not change, score the changed and new "
+                                "ones, drop the removed ones' (default: refused)."),
     executor: str = typer.Option(
         "local", "--executor", help="Where to score: local (this process) or ray (pip install "
                                     "'ragbridge[ray]')."),
@@ -163,6 +167,7 @@ def run(
     with cases:  # opened here, closed here (its scratch copy with it)
         _score_and_print(cases, out_dir, judge, as_json, dataset_path=str(dataset), options=options,
                          progress=not no_progress, batch_size=batch_size,
+                         changed_cases="rescore" if update else "refuse",
                          executor=_executor(executor, ray_address, gateway_host, ray_cpus), **parameters)
 
 
@@ -332,7 +337,7 @@ def _score_and_print(cases, out_dir, judge_options: JudgeOptions, as_json: bool,
     # the run folder records it. Also when SIGINT is ignored, as for a background job of a script.
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        result = evaluate(cases, out=out_dir, judge=judge, changed_cases="refuse", **parameters)
+        result = evaluate(cases, out=out_dir, judge=judge, **{"changed_cases": "refuse", **parameters})
     except (RunError, TargetError) as exc:
         fail(cli_text(exc))
     except KeyboardInterrupt:
@@ -479,7 +484,11 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
     notes = []
     if judge.get("stub"):
         notes.append("judged by the stub judge: these judged scores test plumbing, not answer quality")
-    if counts.get("resumed_from"):
+    changed = counts.get("cases_changed")
+    if changed:
+        notes.append(f"updated: {changed['changed']} changed and {changed['added']} new case(s) scored, "
+                     f"{changed['removed']} removed; the scores of the {changed['kept']} unchanged kept")
+    elif counts.get("resumed_from"):
         notes.append(f"resumed: {counts['resumed_from']} score(s) kept from the earlier run")
     if counts.get("judge"):
         from ..judge.audit import calls_phrase

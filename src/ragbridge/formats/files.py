@@ -14,6 +14,7 @@ files a killed run may have cut short, the error handed to ``on_bad`` and the li
 
 from __future__ import annotations
 
+import filecmp
 import gc
 import json
 import os
@@ -87,9 +88,10 @@ def optional_module(name: str, extra: str, what: str, path: Optional[str | Path]
 
 
 @contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
+def atomic_path(path: str | Path, keep_same: bool = False) -> Iterator[Path]:
     """A temporary path beside ``path`` to write a file or a folder at; on success it takes ``path``'s
-    place.
+    place (``keep_same``: unless ``path`` is a file of the same bytes, which is then left as it is,
+    its inode and modification time with it).
 
     A writer killed half way leaves only a hidden temporary beside the output (`temporary`), which
     the next write into that folder removes (`sweep_temporaries`). The temporary keeps the name's
@@ -111,6 +113,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
                 os.replace(path, old)
             os.replace(tmp, path)
             _remove(old)
+        elif keep_same and path.is_file() and filecmp.cmp(tmp, path, shallow=False):
+            _remove(tmp)
         else:
             fd = os.open(tmp, os.O_RDONLY)
             try:

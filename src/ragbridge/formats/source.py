@@ -26,6 +26,7 @@ from the first read.
 
 from __future__ import annotations
 
+import filecmp
 import os
 import shutil
 import tempfile
@@ -115,15 +116,23 @@ class CaseSource:
 
     def save(self, dest: Path) -> None:
         """Write the cases to ``dest`` (a run folder's ``cases.jsonl``), whole or not at all; a scratch
-        copy is moved there, and batches are read from there from now on."""
+        copy is moved there, and batches are read from there from now on. A ``dest`` of the same bytes
+        (a run resumed or run again) is left as it is: the run's column copy, made of that file, stays
+        good."""
         from .canonical import write_records
         from .files import atomic_path
 
         if self._copy is not None and self._copy != dest:
-            os.replace(self._copy, dest) if _same_device(self._copy, dest) else shutil.move(self._copy, dest)
+            if dest.is_file() and filecmp.cmp(self._copy, dest, shallow=False):
+                if self._own_copy:
+                    self._copy.unlink(missing_ok=True)
+            elif _same_device(self._copy, dest):
+                os.replace(self._copy, dest)
+            else:
+                shutil.move(self._copy, dest)
             self._copy, self._own_copy = dest, False
         elif self._copy is None:
-            with atomic_path(dest) as tmp:
+            with atomic_path(dest, keep_same=True) as tmp:
                 write_records((b.record(i) for b in self._held for i in range(len(b))), tmp)
 
     def close(self) -> None:

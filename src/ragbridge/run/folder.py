@@ -586,7 +586,8 @@ class RunFolder:
                 + "pass another out, or overwrite=True to replace it"
                 + ("" if target else ", or changed_cases=\"rescore\" to score only the cases that changed"),
                 cli=f"{self.path} holds a run over different cases (dataset fingerprint differs); "
-                "choose another --out, or pass --overwrite to replace it"
+                "choose another --out, pass --overwrite to replace it"
+                + (", or --update to score only the cases that changed" if not target else "")
             )
 
     def _unchanged(self, source: "CaseSource") -> tuple[set[str], dict[str, int]]:

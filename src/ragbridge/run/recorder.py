@@ -78,8 +78,7 @@ class Recorder:
         if self.folder:
             self.folder.start_batch(batch)
         self.tags_of = {cid: tags for i, cid in enumerate(ids) if (tags := batch.tags(i))}
-        for s in kept.values():
-            self.totals.add(s, self.tags_of.get(s.case_id, ()))
+        self.totals.add_kept(kept.values(), self.tags_of)
         if self.judge_model is not None:
             for i in range(len(batch)):
                 model = self.generator_model or batch.metadata(i).get("generator_model")

@@ -102,6 +102,26 @@ class Totals:
                 else:
                     g[_COST] = exact_sum(g[_COST], (score.cost,))
 
+    def add_kept(self, scores: Iterable[Score], tags_of: Mapping[str, Sequence[str]]) -> None:
+        """Scores an earlier session kept, each as `add` adds it (``tags_of``: a case id's tags); those
+        that carry a value alone (or none: undefined), as a native metric's do, summed a (backend,
+        metric, tag) at a time, as a block's are (the sums are exact: the same in any order)."""
+        plain: dict[tuple[str, str, str], list] = {}
+        for s in scores:
+            status = s.status
+            if status not in ("scored", "undefined") or s.judge_calls or ragchecker_figure(s) is not None \
+                    or (status == "scored" and claim_counts(s) is not None):
+                self.add(s, tags_of.get(s.case_id, ()))
+                continue
+            value = s.value if status == "scored" else None
+            for tag in (ALL, *tags_of.get(s.case_id, ())):
+                got = plain.get((s.backend, s.metric, tag))
+                if got is None:
+                    got = plain[(s.backend, s.metric, tag)] = []
+                got.append(value)
+        for (backend, metric, tag), values in plain.items():
+            self._add_values(backend, metric, tag, values)
+
     def add_block(self, block: ScoreBlock, tags_of: Optional[dict[str, Sequence[str]]] = None) -> None:
         """A block's scores; ``tags_of`` maps a case id to its tags (cases without tags left out)."""
         values = block._values()
