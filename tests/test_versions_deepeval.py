@@ -32,7 +32,10 @@ OWN = textwrap.dedent("""
     import asyncio, json, os, sys, warnings
     warnings.filterwarnings("ignore")
     os.environ.update(DEEPEVAL_TELEMETRY_OPT_OUT="1", DEEPEVAL_DISABLE_DOTENV="1",
-                      DEEPEVAL_UPDATE_WARNING_OPT_IN="0")
+                      DEEPEVAL_UPDATE_WARNING_OPT_IN="0",
+                      # a call the stub left unanswered once (on a machine loaded by other jobs) timed
+                      # out both of DeepEval's two default attempts: three, a minute each
+                      DEEPEVAL_RETRY_MAX_ATTEMPTS="3", DEEPEVAL_PER_ATTEMPT_TIMEOUT_SECONDS_OVERRIDE="60")
     from importlib.metadata import version
     import deepeval.metrics as dm
     import deepeval.models as models
