@@ -954,7 +954,7 @@ def test_no_interval_collapses_to_a_point_from_twelve_cases(lenient_run):
     assert pair.kappa_low < 0.0 < pair.kappa_high and pair.kappa_high - pair.kappa_low > 0.2
     # every case labelled: the set's pass rate is the labels' own, said so rather than as [0.75, 0.75]
     text = " ".join(ragbridge_cli("validate", run, "--labels", labels, "--backend", "trulens").stdout.split())
-    assert "trulens: 0.75, exact: every one of the 12 judged cases is labelled" in text, text
+    assert "trulens: 0.75, exact: every one of the 12 scored cases is labelled (trulens alone: " in text, text
     assert "[0.75, 0.75]" not in text and "[0.00, 0.00]" not in text and "[0.50, 0.50]" not in text
 
 

@@ -271,7 +271,10 @@ def test_a_run_of_cases_in_memory_writes_the_copy_its_first_reading_would_make(t
 def test_a_complete_run_run_again_leaves_its_copy_good(run_folder, tmp_path):
     """Running the same command again over a complete run (a CI job, a notebook cell run twice) keeps
     every score and writes nothing new: ``cases.jsonl`` is left as it is, so the copy stays the copy of
-    the files and the next reading reads it, not the files. The same through the Python API."""
+    the files and the next reading reads it, not the files, and ``run.json`` keeps the time the run
+    finished. The same through the Python API."""
+    import time
+
     from ragbridge import evaluate, load_cases
     from ragbridge.run.column_copy import file_keys, load_copy
     from ragbridge.run.recorded import read_columns
@@ -290,10 +293,15 @@ def test_a_complete_run_run_again_leaves_its_copy_good(run_folder, tmp_path):
     api = tmp_path / "api"
     evaluate(cases, metrics=["mrr"], out=api, progress=False)
     keys = file_keys(api)
+    ended = json.loads((api / "run.json").read_text())["finished_at"]
+    time.sleep(1.1)  # (the times are written to the second)
     evaluate(cases, metrics=["mrr"], out=api, progress=False)
     assert file_keys(api) == keys
+    # nothing scored again: the run still ends when it ended (a report's "started -> finished")
+    assert json.loads((api / "run.json").read_text())["finished_at"] == ended
     assert load_copy(api, None, None, lambda *index: None) is not None
     # a run that adds scores changes the files: the copy is not used for them
     evaluate(cases, metrics=["mrr", "hit@10"], out=api, progress=False)
     assert file_keys(api) != keys and load_copy(api, None, None, lambda *index: None) is None
+    assert json.loads((api / "run.json").read_text())["finished_at"] > ended
     assert sorted(read_columns(api).columns) == [("native", "hit@10"), ("native", "mrr")]

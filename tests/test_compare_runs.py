@@ -250,3 +250,25 @@ def test_long_diffs_and_compares_say_how_far_they_are_on_stderr(tmp_path):
                         tmp_path / "r.md", "--resamples", "4000", env={"RAGBRIDGE_PROGRESS_SECONDS": "0"},
                         subprocess=True)
     assert res.returncode == 0 and "report progress: 30 of 30 shifts (100%)" in res.stderr, res.stderr
+
+
+def test_progress_shows_a_long_first_step_and_says_the_end_once(monkeypatch, capsys):
+    """A first step that takes longer than `Steps.after` shows its line while it runs, not when it
+    ends; the line at the end is not printed again when the last one said the same but for the time."""
+    import time
+
+    from ragbridge.run.progress import Lines, Steps
+
+    monkeypatch.setenv("RAGBRIDGE_PROGRESS_SECONDS", "60")
+    with Steps("compare", "metrics", after=0.2).start(3) as steps:
+        time.sleep(0.6)
+        assert capsys.readouterr().err.startswith("compare progress: 0 of 3 metrics (0%), 0m00s")
+        steps.advance(3)
+    assert capsys.readouterr().err.startswith("compare progress: 3 of 3 metrics (100%), ")
+    lines = Lines(2, None, 60, "shifts", "report")
+    lines.advance(2)
+    lines.say()
+    time.sleep(1.05)
+    lines.stop()
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and said[0].startswith("report progress: 2 of 2 shifts (100%), 0m00s"), said

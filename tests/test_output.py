@@ -388,3 +388,16 @@ def test_warnings_and_notes_are_wrapped_at_80_columns_piped_and_an_error_is_one_
     assert bad.stderr.splitlines() == [
         "error: tags.jsonl:1: field 'tags': must be a list of texts, got the text "
         "'billing': write it as a list, [\"billing\"] (in a CSV cell, texts are separated by '|')"]
+
+
+def test_a_long_reason_is_cut_at_the_end_of_a_word():
+    """A case block's reason is cut after a word, never inside one, and a reason only a little over
+    the limit is shown whole."""
+    from ragbridge.commands.analysis import REASON_CHARS, cut_reason
+
+    reason = "0.000: " + "kb/doc-39398.md#s6-3 (not retrieved), " * 4 + "and 1 more"
+    cut = cut_reason(reason)
+    assert len(cut) <= REASON_CHARS + len(" [...]") and cut.endswith("(not retrieved) [...]"), cut
+    assert reason.startswith(cut[:-len(" [...]")])
+    assert cut_reason(reason[:REASON_CHARS + 10]) == reason[:REASON_CHARS + 10]
+    assert cut_reason("x" * 400) == "x" * REASON_CHARS + " [...]"

@@ -49,16 +49,25 @@ REASON_CHARS = 140
 
 def _case_lines(case_id: str, heading: str, question: Any, sides: Sequence[tuple[str, str, Any]]) -> list:
     """A case as a block of plain lines: id, heading, question, then each backend's verdict and reason
-    (cut to `REASON_CHARS`)."""
+    (`cut_reason`)."""
     lines = [f"{case_id} ({heading})" if heading else case_id]
     if one_line(question):
         lines.append(f"  question: {one_line(question)}")
     for name, verdict, reason in sides:
-        reason = one_line(reason)
-        if len(reason) > REASON_CHARS:
-            reason = reason[:REASON_CHARS].rstrip() + " [...]"
+        reason = cut_reason(one_line(reason))
         lines.append(f"  {name} {verdict}" + (f": {reason}" if reason else ""))
     return lines
+
+
+def cut_reason(reason: str) -> str:
+    """``reason`` cut after at most `REASON_CHARS` characters, at the end of a word, and marked
+    `` [...]``; whole when the cut would save less than the mark's length and a word."""
+    if len(reason) <= REASON_CHARS + 12:
+        return reason
+    cut = reason[:REASON_CHARS + 1]
+    space = cut.rfind(" ")
+    cut = cut[:space] if space > REASON_CHARS // 2 else cut[:REASON_CHARS]
+    return cut.rstrip(" ,;:") + " [...]"
 
 
 def _run_or_fail(path: Path, joined: Optional[List[Path]] = None) -> Run:
@@ -413,11 +422,11 @@ def _ppi_line(row) -> str:
     labelled = row["n_paired"]
     if labelled == row["n_judged"]:  # nothing left to estimate: the set's pass rate is the labels'
         return (f"{row['metric']}, {row['backend']}: {num(row['ppi_pass_rate'], 2)}, exact: every one of "
-                f"the {labelled} judged cases is labelled "
-                f"(the judge alone: {num(row['judge_pass_rate'], 2)})")
+                f"the {labelled} scored cases is labelled "
+                f"({row['backend']} alone: {num(row['judge_pass_rate'], 2)})")
     rate = ci_text(row["ppi_pass_rate"], row["ppi_pass_rate_low"], row["ppi_pass_rate_high"])
     line = (f"{row['metric']}, {row['backend']}: {rate} "
-            f"from {labelled} labels and {row['n_judged']} judged cases (the judge alone: "
+            f"from {labelled} labels and {row['n_judged']} scored cases ({row['backend']} alone: "
             f"{num(row['judge_pass_rate'], 2)}; the labels alone: "
             f"[{num(row['human_pass_rate_low'], 2)}, {num(row['human_pass_rate_high'], 2)}])")
     if not math.isnan(row["ppi_mean"]):

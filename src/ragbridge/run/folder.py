@@ -42,7 +42,7 @@ import stat
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
 from ..formats import load_cases
 from ..formats.files import DatasetError, atomic_path, no_follow, write_atomic
@@ -517,6 +517,8 @@ class RunFolder:
         self.updating = False
         #: the earlier sessions' scores kept (`resume`); an update's are written anew by `start`
         self.kept: Optional[Kept] = None
+        #: when the earlier sessions ended (`resume`)
+        self.earlier_finished_at: Optional[str] = None
 
     def prepare(self, overwrite: bool, fingerprint: str, target: bool = False,
                 changed_cases: str = "refuse") -> Optional[RunManifest]:
@@ -590,20 +592,24 @@ class RunFolder:
                 + (", or --update to score only the cases that changed" if not target else "")
             )
 
-    def _unchanged(self, source: "CaseSource") -> tuple[set[str], dict[str, int]]:
+    def _unchanged(self, source: "CaseSource", ids: Sequence[str]) -> tuple[set[str], dict[str, int]]:
         """The ids of ``source``'s cases that the folder's ``cases.jsonl`` holds as they are (same id,
-        same canonical line), and how many cases were kept, changed, added and removed."""
+        same canonical line), and how many cases were kept, changed, added and removed. ``ids``: the
+        folder's case ids, in the order of its lines (its columns')."""
         import hashlib
 
         def digest(line: bytes) -> bytes:
             return hashlib.blake2b(line, digest_size=16).digest()
 
-        before: dict[str, bytes] = {}
-        with open(self.cases_path, "rb") as f:
-            for line in f:
-                line = line.rstrip(b"\n")
-                if line:
-                    before[json.loads(line)["id"]] = digest(line)
+        def lines() -> Iterator[bytes]:
+            with open(self.cases_path, "rb") as f:
+                yield from (line for line in (line.rstrip(b"\n") for line in f) if line)
+
+        read = lines()
+        before = {case_id: digest(line) for case_id, line in zip(ids, read)}  # (ids first: no line lost)
+        if len(before) != len(ids) or next(read, None) is not None:
+            # (not the columns of this file: each line's id read from it)
+            before = {json.loads(line)["id"]: digest(line) for line in lines()}
         kept, counts = set(), {"kept": 0, "changed": 0, "added": 0, "removed": 0}
         for batch in source.batches():
             for i, case_id in enumerate(batch.ids):
@@ -673,17 +679,18 @@ class RunFolder:
         An update (`prepare`: the cases changed) keeps only the scores of the cases of ``source``
         that are unchanged, of the metrics this session plans (``counts.cases_changed``: how many
         cases were kept, changed, added and removed); `start` writes the folder's scores anew."""
-        if self.updating:
-            kept_cases, changed = self._unchanged(source)
-            manifest.counts["cases_changed"] = changed
-        else:
+        if not self.updating:
             self._check_same_cases(old, "fingerprint", manifest.dataset["fingerprint"])
         self._check_same_judge(old, manifest)
+        columns = read_columns(self.path, pass_at_least(old), copy=False)
+        if self.updating:
+            kept_cases, changed = self._unchanged(source, columns.cases.ids[:columns.cases.described])
+            manifest.counts["cases_changed"] = changed
         redefined = sorted(f"{b}:{m}" for b, ds in manifest.digests.items() for m, d in ds.items()
                            if old.digests.get(b, {}).get(m, d) != d)
         planned = {(b, m) for b, ms in manifest.metrics.items() for m in ms}
         done = self.kept = Kept(
-            self.scores_path, read_columns(self.path, pass_at_least(old), copy=False),
+            self.scores_path, columns,
             lambda b, m: f"{b}:{m}" not in redefined and (not self.updating or (b, m) in planned),
             kept_cases if self.updating else None)
         if self.updating:
@@ -695,6 +702,7 @@ class RunFolder:
         if redefined:
             manifest.counts["redefined"] = redefined
         manifest.started_at = old.started_at
+        self.earlier_finished_at = old.finished_at  # (kept by a session that scores nothing)
         merged = dict(old.metrics)
         for b, ms in manifest.metrics.items():
             merged[b] = list(dict.fromkeys(list(merged.get(b, [])) + ms))

@@ -10,6 +10,7 @@ API shows it by default there (``evaluate(progress=None)``) and nowhere else.
 from __future__ import annotations
 
 import html
+import math
 import os
 import sys
 import threading
@@ -139,10 +140,12 @@ class Lines:
                 text += ", no judge call yet"
         return text + f", {elapsed // 60}m{elapsed % 60:02d}s"
 
-    def say(self) -> None:
-        """Print the line, unless it is the one printed last."""
+    def say(self, if_moved: bool = False) -> None:
+        """Print the line, unless it is the one printed last (``if_moved``: or it says the same but for
+        the time: the last line of a log says where the work ended, once)."""
         text = self.line()
-        if text != self._said:
+        if text != self._said and not (if_moved and self._said is not None
+                                        and text.rsplit(", ", 1)[0] == self._said.rsplit(", ", 1)[0]):
             print(text, file=sys.stderr, flush=True)
             self._said = text
 
@@ -153,7 +156,7 @@ class Lines:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
-        self.say()
+        self.say(if_moved=True)
 
 
 def in_notebook() -> bool:
@@ -196,29 +199,49 @@ class Steps:
         self.after = min(2.0, progress_seconds(floor=0.0)) if after is None else after
         self.total, self.done, self._shown = 0, 0, None
         self._started = time.monotonic()
+        self._lock = threading.Lock()
+        self._timer: Optional[threading.Timer] = None
 
     def start(self, total: int) -> "Steps":
+        """Begin ``total`` steps: shown `after` seconds from now if not all done by then (a first step
+        that takes minutes is shown at once, not when it ends)."""
         self.total, self.done, self._started = total, 0, time.monotonic()
+        if total and math.isfinite(self.after):
+            self._timer = threading.Timer(self.after, self._appear)
+            self._timer.daemon = True
+            self._timer.start()
         return self
 
-    def advance(self, n: int = 1) -> None:
-        self.done += n
-        if self._shown is None and self.done < self.total and time.monotonic() - self._started >= self.after:
-            if sys.stderr.isatty():
-                self._shown = Bar(self.total, self.label)
-            else:  # a line at once, then at the interval, its time counted from the start
-                self._shown = Lines(self.total, None, progress_seconds(), self.noun, self.label)
-                self._shown.started, self._shown.done = self._started, self.done
-                self._shown.say()
-                return
+    def _appear(self) -> None:
+        with self._lock:
+            if self._shown is None and self.done < self.total:
+                self._show()
+
+    def _show(self) -> None:
+        if sys.stderr.isatty():
+            self._shown = Bar(self.total, self.label)
             self._shown.advance(self.done)
-        elif self._shown is not None:
-            self._shown.advance(n)
+        else:  # a line at once, then at the interval, its time counted from the start
+            self._shown = Lines(self.total, None, progress_seconds(), self.noun, self.label)
+            self._shown.started, self._shown.done = self._started, self.done
+            self._shown.say()
+
+    def advance(self, n: int = 1) -> None:
+        with self._lock:
+            self.done += n
+            if self._shown is not None:
+                self._shown.advance(n)
+            elif self.done < self.total and time.monotonic() - self._started >= self.after:
+                self._show()
 
     def stop(self) -> None:
-        if self._shown is not None:
-            self._shown.stop()
-            self._shown = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        with self._lock:
+            if self._shown is not None:
+                self._shown.stop()
+                self._shown = None
 
     def __enter__(self) -> "Steps":
         return self

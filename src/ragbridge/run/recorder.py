@@ -225,11 +225,14 @@ class Recorder:
         return sorted(rows, key=lambda r: (-r["scores"], r["backend"], r["cause"]))
 
     def finish(self, status: str) -> RunManifest:
-        """The session's end: the manifest with its status and final counts (``status``:
+        """The session's end: the manifest with its status, end time (kept from the earlier session
+        when this one recorded no score) and final counts (``status``:
         ``complete``, ``interrupted``, ``incomplete`` or ``dry-run``; a run with scores left unrun by
         the budget is ``incomplete``). Called once scoring has stopped; writes nothing."""
         manifest = self.manifest
-        manifest.finished_at = now()
+        earlier = self.folder.earlier_finished_at if self.folder else None
+        # a session that scored nothing (a complete run run again) keeps the end of the one that did
+        manifest.finished_at = now() if self.last_score_at or earlier is None else earlier
         manifest.status = status
         self.update_counts()
         if manifest.counts.get("not_run") and status != "dry-run":
