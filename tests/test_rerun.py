@@ -202,3 +202,38 @@ def test_a_run_again_into_its_folder_warns_of_the_cases_as_they_are_now(tmp_path
     fresh = evaluate(cases, **ranking, out=tmp_path / "fresh2")
     assert again.manifest.warnings == fresh.manifest.warnings
     assert not any(repr(removed) in w for w in again.manifest.warnings)
+
+
+def test_a_resumed_session_stopped_early_still_counts_every_kept_score(tmp_path):
+    """A complete native run, then a session that adds a judged metric, stopped (SIGTERM, as Ctrl-C)
+    after its first batches: run.json counts every score the folder holds, the kept native scores of
+    the cases the session never reached among them."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    rows = [{"id": f"q{i}", "question": f"question {i}", "answer": "an answer", "tags": [f"t{i % 3}"],
+             "contexts": [{"id": f"d{i}", "text": "a passage"}], "relevant": {f"d{i}": 1}}
+            for i in range(100)]
+    (tmp_path / "golden.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "ragbridge.toml").write_text('[judge]\nmodel = "judge-m"\ncache_mode = "off"\n')
+    base = [sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()", "run",
+            tmp_path / "golden.jsonl", "--out", tmp_path / "run", "--no-progress", "--batch-size", "5"]
+    subprocess.run([*base, "--backend", "native", "-m", "mrr"], cwd=tmp_path, check=True, capture_output=True)
+    scores = tmp_path / "run" / "scores.jsonl"
+    with StubJudge(latency=0.3) as stub:
+        proc = subprocess.Popen([*base, "--backend", "native", "--backend", "rubric", "-m", "mrr", "-m",
+                                 "faithfulness", "--judge-base-url", stub.base_url], cwd=tmp_path,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ})
+        deadline = time.monotonic() + 60
+        while len(scores.read_bytes().splitlines()) < 105 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 130
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    lines = scores.read_bytes().splitlines()
+    assert manifest["status"] == "interrupted" and 105 <= len(lines) < 200
+    assert manifest["counts"]["scores"] == len(lines) == manifest["counts"]["scored"]
+    assert manifest["counts"]["resumed_from"] == 100

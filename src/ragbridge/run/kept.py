@@ -36,6 +36,7 @@ class Kept:
                         if wanted(*key)}
         n = len(columns.cases) if columns is not None else 0
         self._case_ok = np.ones(n, bool)
+        self._handed = np.zeros(n, bool)  # the cases `batch` handed out
         if cases is not None and n:
             at = columns.cases.find(list(cases))
             self._case_ok[:] = False
@@ -90,9 +91,24 @@ class Kept:
             return {}
         at = self.columns.cases.find(list(ids))
         at = at[at >= 0]
+        self._handed[at] = True
         places = [self._kept(self.columns.columns[key], at)[1] for key in sorted(self._wanted)]
         wanted = np.sort(np.concatenate(places)) if places else np.zeros(0, np.int64)
         return {s.repeat_key: s for s in scores_from_lines(self.lines(wanted.tolist()))}
+
+    def rest(self, size: int = 2000) -> Iterator[tuple[dict[tuple[str, str, str, int], Score],
+                                                      dict[str, tuple[str, ...]]]]:
+        """The kept scores of the cases no `batch` asked for (a session interrupted before it reached
+        them), ``size`` cases at a time: each block's scores as `batch` gives them, and its cases' tags."""
+        if self._file is None or not self._wanted:
+            return
+        index = self.columns.cases
+        left = np.flatnonzero(~self._handed & self._case_ok)
+        for i in range(0, len(left), size):
+            at = left[i:i + size]
+            ids = index.ids.take(at.tolist())
+            tags = {cid: index.tags[k] for cid, k in zip(ids, at.tolist()) if index.tags[k]}
+            yield self.batch(ids), tags
 
     def close(self) -> None:
         if self._file is not None:

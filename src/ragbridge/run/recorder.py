@@ -226,9 +226,13 @@ class Recorder:
 
     def finish(self, status: str) -> RunManifest:
         """The session's end: the manifest with its status, end time (kept from the earlier session
-        when this one recorded no score) and final counts (``status``:
+        when this one recorded no score) and final counts, the kept scores of the cases it did not
+        reach among them (``status``:
         ``complete``, ``interrupted``, ``incomplete`` or ``dry-run``; a run with scores left unrun by
         the budget is ``incomplete``). Called once scoring has stopped; writes nothing."""
+        kept = self.folder.kept if self.folder else None
+        for scores, tags_of in kept.rest() if kept is not None else ():  # of cases not reached
+            self.totals.add_kept(scores.values(), tags_of)
         manifest = self.manifest
         earlier = self.folder.earlier_finished_at if self.folder else None
         # a session that scored nothing (a complete run run again) keeps the end of the one that did
