@@ -137,7 +137,8 @@ def test_the_ci_workflow_runs_as_ci_runs_it(tmp_path, stub_judge):
 
     # the install is a git URL of the repository at the commit under test: what the workflow says
     assert workflow["env"]["RAGBRIDGE"].startswith("git+")
-    context = {"github.server_url": f"file://{repo.parent}", "github.repository": repo.name,
+    # a host in the URL (localhost): the pip an older venv bundles (23.2) takes no git+file:/// requirement
+    context = {"github.server_url": f"file://localhost{repo.parent}", "github.repository": repo.name,
                "github.sha": head, "github.run_id": "1",
                "env.PYTHON_VERSION": workflow["env"]["PYTHON_VERSION"],
                # a pull request: the base commit is the pull request's base
