@@ -39,11 +39,13 @@ The commands (``--commands``, comma-separated, default all):
 ``report-html``, ``report-md``, ``report-json``: report A --format ... --out FILE
 ``export``    export-scores A --to jsonl --out FILE
 ``report-gates``  report B --baseline A --gates gates.toml --out FILE (HTML: what moved and the gates)
+``convert``   convert new.jsonl FILE.jsonl (a golden set, not a run: read and written a batch at a time)
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -187,6 +189,8 @@ def commands(data: Path, out: Path) -> dict[str, tuple[list[str], Path | None, t
                    out / "evals.jsonl", (0,)),
         "report-gates": (["report", b, "--baseline", a, "--gates", str(data / "gates.toml"), "--out",
                           str(out / "report-gates.html")], out / "report-gates.html", (0,)),
+        "convert": (["convert", str(data / "new.jsonl"), str(out / "converted.jsonl")],
+                    out / "converted.jsonl", (0,)),
     }
 
 
@@ -234,6 +238,12 @@ def _document(path: Path, name: str):
         text = path.read_text(encoding="utf-8")
         # the stamp of the report's making, and the one place a checkout's version may differ
         return re.sub(r"20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", "TIME", text)
+    if name == "convert":  # a golden set's size: its digest
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                digest.update(block)
+        return digest.hexdigest()
     if name == "export":
         return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     return json.loads(path.read_text(encoding="utf-8"))

@@ -904,3 +904,56 @@ def test_a_csv_of_numpy_arrays_as_pandas_prints_them_is_refused_not_read_as_one_
     fixed = load_cases(tmp_path / "fixed.csv")
     assert [c.id for c in fixed[3].contexts][:2] == ["kb/doc3.md#c3", "kb/doc4.md#c4"]
     assert fixed[3].tags == ["billing"]
+
+
+@pytest.mark.parametrize("long_score, long_meta", [(True, True), (False, False)])
+def test_converting_a_large_golden_set_to_jsonl_writes_its_lines_and_says_what_pandas_rounds(
+        tmp_path, long_score, long_meta):
+    """A golden set read a batch at a time (JSONL, or a TREC run and its qrels) converts to JSONL (and
+    the JSONL to CSV and Parquet) as the Python API writes it, byte for byte; a chunk score or a
+    metadata number of more digits than pandas' to_json keeps, in the last batch, is named, and
+    pandas' own re-save does lose it."""
+    import pandas as pd
+
+    from ragbridge.formats.source import BATCH_SIZE
+
+    n = BATCH_SIZE * 2 + 7
+    cases = [Case(id=f"q{i}", question=f"question {i}",
+                  contexts=[Chunk(id=f"d{i}-{j}", text=f"text {j}", score=round(1 - j / 8, 3))
+                            for j in range(4)],
+                  relevant={f"d{i}-1": 2}, metadata={"cost": 0.25}) for i in range(n)]
+    if long_score:
+        cases[-2].contexts[1].score = 0.123456789012345
+    if long_meta:
+        cases[-1].metadata["cost"] = 1 / 3
+    src = tmp_path / "golden.jsonl"
+    write_cases(cases, src)
+    trec = tmp_path / "run.trec"
+    write_cases(cases, trec)
+    for source in (src, trec):
+        out = tmp_path / f"from-{source.suffix[1:]}.jsonl"
+        res = ragbridge_cli("convert", source, out)
+        assert res.returncode == 0, res.stderr
+        expected = tmp_path / f"expected-{source.suffix[1:]}.jsonl"
+        write_cases(load_cases(source), expected)
+        assert out.read_bytes() == expected.read_bytes()
+        assert out.stat().st_mode & 0o777 == expected.stat().st_mode & 0o777  # not a scratch file's 0600
+        said = " ".join(res.stderr.split())
+        if source == src:
+            assert ("contexts.score (pandas' to_json keeps 10 digits)" in said) == long_score, said
+            assert ("metadata (pandas' to_json keeps 10 digits)" in said) == long_meta, said
+            assert ("are lost" in said) == (long_score or long_meta)
+    for suffix in (".csv", ".parquet"):  # written a case at a time too, as the Python API writes them
+        res = ragbridge_cli("convert", src, tmp_path / f"out{suffix}")
+        assert res.returncode == 0, res.stderr
+        write_cases(load_cases(src), tmp_path / f"expected{suffix}")
+        out, expected = tmp_path / f"out{suffix}", tmp_path / f"expected{suffix}"
+        assert out.read_bytes() == expected.read_bytes()
+        assert out.stat().st_mode & 0o777 == expected.stat().st_mode & 0o777
+        assert load_cases(tmp_path / f"out{suffix}") == load_cases(src)
+    # pandas' own load and re-save of the file
+    frame = pd.read_json(tmp_path / "from-jsonl.jsonl", lines=True, dtype=False, precise_float=True)
+    frame.to_json(tmp_path / "resaved.jsonl", orient="records", lines=True)
+    back = load_cases(tmp_path / "resaved.jsonl")
+    assert (back[-2].contexts[1].score != cases[-2].contexts[1].score) == long_score
+    assert (back[-1].metadata["cost"] != cases[-1].metadata["cost"]) == long_meta

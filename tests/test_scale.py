@@ -66,6 +66,8 @@ def test_commands_that_read_a_run_hold_a_few_bytes_a_score(tmp_path):
             "report-html": ["report", a, "--out", folder / "r.html"],
             "export-scores": ["export-scores", a, "--to", "jsonl", "--out", folder / "e.jsonl"],
             "convert": ["convert", folder / "A.jsonl", folder / "c.jsonl"],  # a golden set, a batch at a time
+            "convert-csv": ["convert", folder / "A.jsonl", folder / "c.csv"],
+            "convert-parquet": ["convert", folder / "A.jsonl", folder / "c.parquet"],
             # golden sets as tables, read a batch of rows at a time (whole, they took about 100 KB a
             # case); batches smaller than either size, so that both read several
             "run-csv": ["run", folder / "A.csv", "--out", folder / "rc", "--backend", "native",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -18,6 +19,7 @@ from rich.table import Table
 
 from ..formats import (DatasetError, format_hinted, get_formats, load_cases, reading_format, resave_losses,
                        write_cases, writing_format)
+from ..formats.canonical import records_resave_lost
 from ..formats.source import open_cases
 from ..formats.input_check import input_warnings
 from .output import err, fail, out, print_json, refuse_overwriting, warn
@@ -77,9 +79,10 @@ def formats(
     out.print("Each format's field mapping and losses: docs/formats.md.", highlight=False)
 
 
-#: formats read a batch at a time (`ragbridge.formats.source.open_cases`, not whole) and written so:
-#: a JSONL golden set or a TREC run converted to one of them holds a batch in memory, not every case
-STREAMED = ("jsonl", "trec")
+#: formats read a batch at a time (`ragbridge.formats.source.open_cases`, not whole) and written a
+#: case at a time: a golden set converted from one of them to another holds a batch in memory, not
+#: every case
+STREAMED = ("jsonl", "trec", "csv", "parquet")
 
 
 def _streamed(source: Path, from_format: Optional[str], qrels: Optional[Path], target: Path,
@@ -108,7 +111,8 @@ def convert(
     refuse_overwriting(target, source, qrels)
     with contextlib.ExitStack() as opened:
         try:
-            if _streamed(source, from_format, qrels, target, to_format):
+            streamed = _streamed(source, from_format, qrels, target, to_format)
+            if streamed:
                 cases = opened.enter_context(open_cases(source, from_format, near=target, qrels=qrels))
                 warnings = [w.text for w in cases.warnings if w.data]
             else:
@@ -116,9 +120,19 @@ def convert(
                 warnings = input_warnings(cases)
             for line in warnings:
                 warn(line)
-            lost = write_cases(cases, target, to_format)
             fmt = writing_format(target, to_format)
-            dropped = resave_losses(cases, target, to_format)
+            if streamed and fmt.name == "jsonl":  # the canonical lines its reading wrote, moved there
+                try:
+                    cases.save(target)
+                    mask = os.umask(0)
+                    os.umask(mask)
+                    os.chmod(target, 0o666 & ~mask)  # as a file written there is made, not the scratch's 0600
+                except OSError as exc:
+                    raise DatasetError(f"cannot be written: {exc.strerror or exc}", path=target) from None
+                lost, dropped = [], records_resave_lost(cases.records())
+            else:
+                lost = write_cases(cases, target, to_format)
+                dropped = resave_losses(cases, target, to_format)
         except DatasetError as exc:
             fail(str(format_hinted(exc, from_format)))
     out.print(f"wrote {len(cases)} case(s) to {target}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from itertools import islice
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
@@ -26,7 +27,7 @@ from .files import (DatasetError, jsonl_lines, optional_module, parquet_file, pa
 from .plain_records import case_record, record_line
 from .records import CASE_FIELDS, cases_from_records, cell_value, pandas_index, rows_to_records
 
-__all__ = ["BUILTIN_FORMATS", "read_jsonl", "write_jsonl", "write_records", "blank_text_losses",
+__all__ = ["BUILTIN_FORMATS", "read_jsonl", "write_jsonl", "write_records",
            "csv_records", "parquet_records"]
 
 
@@ -190,48 +191,59 @@ _JSON_COLUMNS = ("contexts", "relevant", "relevant_spans", "reference_contexts",
                  "must_not_contain", "tags", "metadata")
 
 
-def _flat_rows(cases: Sequence[Case]) -> list[dict[str, Any]]:
+def _flat_rows(cases: Iterable[Case]) -> Iterator[dict[str, Any]]:
     """The cases as table rows, list and mapping cells as JSON text; ``contexts`` an empty cell where
-    the case gives none (`Case.contexts_given`), ``[]`` where its retriever returned none."""
-    rows = []
+    the case gives none (`Case.contexts_given`), ``[]`` where its retriever returned none. One at a
+    time: a golden set read a batch at a time (``convert``) is written so."""
     for case in cases:
         d = case.model_dump(mode="json")
         for col in _JSON_COLUMNS:
             d[col] = json.dumps(d[col], ensure_ascii=False)
         if not case.contexts_given:
             d["contexts"] = None
-        rows.append(d)
-    return rows
+        yield d
 
 
-def blank_text_losses(cases: Sequence[Case]) -> list[str]:
-    """``answer (blank)`` / ``reference (blank)`` when some case has that text empty or all spaces:
-    a CSV cell cannot tell such a text from a missing one, so it reads back as missing."""
-    return [f"{name} (blank)" for name in ("answer", "reference")
-            if any(getattr(c, name) is not None and not getattr(c, name).strip() for c in cases)]
+def _blank(row: dict[str, Any]) -> set[str]:
+    """``answer (blank)`` / ``reference (blank)`` where the row has that text empty or all spaces: a
+    CSV cell cannot tell such a text from a missing one, so it reads back as missing."""
+    return {f"{name} (blank)" for name in ("answer", "reference")
+            if row[name] is not None and not row[name].strip()}
 
 
-def write_csv(cases: Sequence[Case], path: Path) -> list[str]:
+def write_csv(cases: Iterable[Case], path: Path) -> list[str]:
+    blank: set[str] = set()
     with open(path, "w", encoding="utf-8", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(CASE_FIELDS))
         writer.writeheader()
         for row in _flat_rows(cases):
+            blank |= _blank(row)
             writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
-    return blank_text_losses(cases)
+    return [name for name in ("answer (blank)", "reference (blank)") if name in blank]
 
 
-def write_parquet(cases: Sequence[Case], path: Path) -> list[str]:
+#: the rows of a Parquet file written a part at a time (`write_parquet`)
+PARQUET_ROWS = 2000
+
+
+def write_parquet(cases: Iterable[Case], path: Path) -> list[str]:
+    """A column of text per field (a list or mapping as JSON text), ``answerable`` true or false;
+    `PARQUET_ROWS` rows at a time."""
     pq = optional_module("pyarrow.parquet", "parquet", "writing Parquet", path)
     import pyarrow as pa
 
-    pq.write_table(pa.Table.from_pylist(_flat_rows(cases)), path)
+    schema = pa.schema([(name, pa.bool_() if name == "answerable" else pa.string()) for name in CASE_FIELDS])
+    rows = _flat_rows(cases)
+    with pq.ParquetWriter(path, schema) as writer:
+        while part := list(islice(rows, PARQUET_ROWS)):
+            writer.write_table(pa.Table.from_pylist(part, schema=schema))
     return []
 
 
 def write_hf(cases: Sequence[Case], path: Path) -> list[str]:
     datasets = optional_module("datasets", "datasets", "writing a datasets folder", path)
 
-    datasets.Dataset.from_list(_flat_rows(cases)).save_to_disk(str(path))
+    datasets.Dataset.from_list(list(_flat_rows(cases))).save_to_disk(str(path))
     return []
 
 
@@ -247,8 +259,16 @@ CSV_RESAVE_DROPS = ("every field (a text with a carriage return: pandas' to_csv 
 
 
 def _long_floats(value: Any) -> bool:
-    """A float that pandas' JSON encoder (``double_precision=10``, its default) does not write exactly."""
+    """A float that pandas' JSON encoder (``double_precision=10``, its default) does not write exactly.
+
+    A float under 1e5 whose shortest text has at most 10 decimals and no exponent (0.3, 12.3456) is
+    written exactly without asking pandas: it is within a tenth of a unit of that text's last place,
+    so rounding it to 10 decimals gives that text back. The others are written by pandas and read."""
     if isinstance(value, float):
+        text = repr(value)
+        point = text.find(".")
+        if -1e5 < value < 1e5 and point >= 0 and len(text) - point <= 11 and "e" not in text:
+            return False
         from pandas.io.json import ujson_dumps
 
         return math.isfinite(value) and json.loads(ujson_dumps(value, double_precision=10)) != value
@@ -260,8 +280,19 @@ def _long_floats(value: Any) -> bool:
 
 
 def jsonl_resave_lost(cases: Sequence[Case], path: Path) -> list[str]:
-    scores = any(_long_floats(c.score) for case in cases for c in case.contexts)
-    meta = any(_long_floats(case.metadata) for case in cases)
+    return records_resave_lost(map(case_record, cases))
+
+
+def records_resave_lost(records: Iterable[dict[str, Any]]) -> list[str]:
+    """What pandas' JSON re-save loses of the cases of canonical ``records`` (`JSONL_RESAVE_DROPS`):
+    a golden set read a batch at a time is checked without a `Case` made of each record."""
+    scores = meta = False
+    for record in records:
+        scores = scores or any(type(c) is dict and _long_floats(c.get("score"))
+                               for c in record.get("contexts") or ())
+        meta = meta or _long_floats(record.get("metadata"))
+        if scores and meta:
+            break
     return [name for name, used in zip(JSONL_RESAVE_DROPS, (scores, meta)) if used]
 
 

@@ -114,6 +114,11 @@ class CaseSource:
             yield CaseBatch.from_bytes(os.pread(fd, size, at + 8))
             at += 8 + size
 
+    def records(self) -> Iterator[dict[str, Any]]:
+        """The cases in order as canonical records (no `Case` made of them)."""
+        for batch in self.batches():
+            yield from map(batch.record, range(len(batch)))
+
     def save(self, dest: Path) -> None:
         """Write the cases to ``dest`` (a run folder's ``cases.jsonl``), whole or not at all; a scratch
         copy is moved there, and batches are read from there from now on. A ``dest`` of the same bytes
@@ -133,7 +138,7 @@ class CaseSource:
             self._copy, self._own_copy = dest, False
         elif self._copy is None:
             with atomic_path(dest, keep_same=True) as tmp:
-                write_records((b.record(i) for b in self._held for i in range(len(b))), tmp)
+                write_records(self.records(), tmp)
 
     def close(self) -> None:
         """Remove the scratch copy, if it was never saved, and the batches' scratch file."""
