@@ -277,9 +277,19 @@ def _uv_version(uv: str) -> Optional[str]:
 
 def _sweep(env: Environment) -> None:
     """Remove what killed builds of ``env`` left (their temporary folders): called with its lock held,
-    so no build of it is running."""
+    so no build of it is running. A uv killed with its build may still be ending (its last writes
+    landing as the folder is removed): a folder not removed whole is removed again, for up to
+    `SWEEP_SECONDS`."""
     for leftover in env.root.glob(f".tmp-{env.path.name}-*"):
+        deadline = time.monotonic() + SWEEP_SECONDS
         shutil.rmtree(leftover, ignore_errors=True)
+        while leftover.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+#: how long `_sweep` tries again to remove a killed build's folder
+SWEEP_SECONDS = 10.0
 
 
 @contextlib.contextmanager
