@@ -577,6 +577,25 @@ def test_the_report_names_a_few_cases_per_layer_and_counts_the_rest(judged, monk
         assert len(rows) == min(n, 2) + (n > 2)
 
 
+def test_a_report_places_every_failing_case_and_describes_the_cases_it_lists(judged):
+    """``listed``: the report's diagnosis keeps the first cases of each layer whole, as the full
+    diagnosis gives them, and places every other failing case in its layer, the counts the same."""
+    _, run, _, _ = judged
+    full = diagnose(run, labels=LABELS)
+    short = diagnose(run, labels=LABELS, listed=2)
+    assert short.by_tag == full.by_tag and short.counts["n_failing"] == 18
+    assert (short.layer_codes == full.layer_codes).all()
+    first = {}
+    for c in full.cases:
+        first.setdefault(c.layer, []).append(c)
+    assert [c.to_dict() for c in short.cases] == [c.to_dict() for c in full.cases
+                                                  if first[c.layer].index(c) < 2]
+    assert sum(min(len(v), 2) for v in first.values()) == len(short.cases) < len(full.cases)
+    for layer in first:
+        assert [c.case_id for c in short.in_layer(layer)] == [c.case_id for c in first[layer][:2]]
+    assert short.to_dict()["counts"] == full.to_dict()["counts"]
+
+
 def test_a_gate_rule_bounds_the_share_of_a_layer(judged, tmp_path):
     _, run, _, _ = judged
     gates = tmp_path / "gates.toml"

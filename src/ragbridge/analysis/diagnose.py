@@ -193,12 +193,14 @@ class Diagnosis:
         return row[layer] / row["n_cases"] if row and row["n_cases"] else None
 
     def of_cases(self, places: Sequence[int]) -> list[CaseDiagnosis]:
-        """The diagnoses of the failing cases at ``places`` in the run (see ``layer_codes``)."""
-        return [self.cases[int(self._at[p])] for p in places]
+        """The diagnoses of the failing cases at ``places`` in the run (see ``layer_codes``); of a
+        diagnosis made with ``listed``, those it kept."""
+        return [self.cases[int(self._at[p])] for p in places if self._at[p] >= 0]
 
     def in_layer(self, layer: str) -> "Rows":
         """The failing cases diagnosed ``layer``, in run order, read as they are listed."""
         at = self._at[np.flatnonzero(self.layer_codes == LAYERS.index(layer))]
+        at = at[at >= 0]  # of a diagnosis made with ``listed``, those it kept
         return Rows(len(at), lambda start, stop: [self.cases[int(k)] for k in at[start:stop]])
 
     def case_texts(self) -> Sequence[Union[str, CaseDiagnosis]]:
@@ -218,7 +220,7 @@ class Diagnosis:
 
 def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None,
              labels: Any = None, label_threshold: float = 0.5, chunk_details: bool = True,
-             as_text: bool = False) -> Diagnosis:
+             as_text: bool = False, listed: Optional[int] = None) -> Diagnosis:
     """Diagnose every failing case of ``run`` (see the module docstring).
 
     ``thresholds``: the pass marks (default: each metric's default pass mark, `default_marks`).
@@ -226,7 +228,9 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
     label passes at ``label_threshold``. ``chunk_details=False`` for cases read without their
     chunks: the details read from them (the top k, the relevant chunks) are left out. ``as_text``:
     keep each case as its JSON text (`Diagnosis.case_texts`: what writes every case as JSON reads;
-    reading the cases back as objects then costs a parse each).
+    reading the cases back as objects then costs a parse each). ``listed``: keep the first ``listed``
+    failing cases of each layer whole (``cases``, what a report lists); every other failing case is
+    placed in its layer (the counts, ``layer_codes``) without the words of its reason.
 
     The failing cases are found over the run's columns at once; each is then read with its scores,
     a batch at a time, and diagnosed: memory holds a batch, whatever the run's size."""
@@ -258,15 +262,23 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
     at = np.full(len(index), -1, np.int64)
     spool = Spool(CaseDiagnosis.to_dict, _from_dict) if as_text else Spool()
     seen: dict[tuple[str, str], float] = {}  # each (backend, metric)'s pass mark, looked up once
+    kept = dict.fromkeys(LAYERS, 0)
+    # the layers that have their ``listed`` cases: their other cases are placed only
+    full: set[str] = set(LAYERS) if listed == 0 else set()
     with no_cycle_collection():  # a batch's cases, scores and diagnoses: many objects, no cycle
         for batch in cols.case_batches(np.flatnonzero(failing), views=True):
             for i, case, scores in batch:
-                d = _diagnose_case(case, scores, th, human.get(case.id, {}), in_run, k, seen, spans)
+                d = _diagnose_case(case, scores, th, human.get(case.id, {}), in_run, k, seen, spans, full)
                 if d is None:  # a human label it fails names no metric in a way that fails (cannot happen)
                     continue
                 codes[i] = LAYERS.index(d.layer)
+                if d.layer in full:
+                    continue
                 at[i] = len(spool)
                 spool.add(d)
+                kept[d.layer] += 1
+                if listed is not None and kept[d.layer] >= listed:
+                    full.add(d.layer)
     by_tag = _counts(index, codes)
     return Diagnosis(run=str(run.path) if run.path else "", n_cases=n, cases=spool.rows(), by_tag=by_tag,
                      _texts=spool.texts() if as_text else None,
@@ -329,8 +341,10 @@ class _SpanRule:
 
 
 def _diagnose_case(case: Case, scores: list[Score], th: Thresholds, human: dict[str, bool], in_run: set[str],
-                   k: Optional[int], marks: dict[tuple[str, str], float], spans: _SpanRule
-                   ) -> Optional[CaseDiagnosis]:
+                   k: Optional[int], marks: dict[tuple[str, str], float], spans: _SpanRule,
+                   placed_only: Union[set[str], tuple] = ()) -> Optional[CaseDiagnosis]:
+    """The case's diagnosis (None when nothing fails); for a layer of ``placed_only``, where the walk
+    stops at a question, the layer alone (no reason, details or missing evidence)."""
     scored = [s for s in scores if s.status == "scored"]
     if not case.answerable:  # nothing relevant exists to retrieve: its retrieval scores fail nothing
         scored = [s for s in scored if half_of(s.metric) != "retrieval"]
@@ -358,6 +372,10 @@ def _diagnose_case(case: Case, scores: list[Score], th: Thresholds, human: dict[
     settled: dict[str, dict[str, Any]] = {}  # question -> the deciding entry (answered yes)
     for q in _walk(case):
         decided, missing = _answer(q, ctx)
+        if (decided is None and "undetermined" in placed_only
+                or decided is not None and not decided["passed"] and q.layer in placed_only):
+            return CaseDiagnosis(layer=q.layer if decided is not None else "undetermined", question=q.name,
+                                 decided_by=decided, reason="", **base)
         if decided is None:
             if q.name == "retrieval" and _nothing_retrieved(ctx):
                 missing = [_NOTHING_RETRIEVED, *missing]
@@ -415,7 +433,7 @@ _NO_RELEVANT_LABEL = ("its relevance labels name no relevant chunk (every grade 
 def _no_relevant_label(case: Any) -> bool:
     """Whether the case has relevance labels (no span labels) and none of grade 1 or more."""
     relevant = case.relevant
-    return bool(relevant) and not case.relevant_spans and all(g < 1 for g in relevant.values())
+    return bool(relevant) and not case.relevant_spans and max(relevant.values()) < 1
 
 
 def _ranked_by_labels(metric: str) -> bool:

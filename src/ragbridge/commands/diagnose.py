@@ -57,13 +57,14 @@ def diagnose_cmd(
 
             config = load_gates(gates)
         th = pass_marks(r, threshold or None, config)
-        d = diagnose(r, th, labels, label_threshold, as_text=as_json)
+        if top < 0:
+            fail(f"--top must be zero or more, got {top}")
+        listed = None if every or as_json else top  # the cases it lists, described; the others counted
+        d = diagnose(r, th, labels, label_threshold, as_text=as_json, listed=listed)
     except AnalysisError as exc:
         fail(str(exc))
     except (OSError, ValueError) as exc:  # a gates file that cannot be read
         fail(str(exc))
-    if top < 0:
-        fail(f"--top must be zero or more, got {top}")
     if d.unknown_labels:
         warn(f"{d.unknown_labels} label(s) name a case that is not in this run")
     if as_json:
@@ -127,13 +128,13 @@ def _print(d: Diagnosis, by_tag: bool, top: Optional[int] = DIAGNOSIS_LISTED) ->
     notes: dict[str, None] = {}
     more = 0
     for layer in LAYERS:
-        group = d.in_layer(layer)
-        if not group:
+        n = d.counts[layer]  # every case of the layer; ``group`` the first ``top`` where they are listed
+        if not n:
             continue
-        shown = len(group) if top is None else min(top, len(group))
-        more += len(group) - shown
-        print_lines(out, [f"{layer} ({len(group)}" + (f", the first {shown}" if shown < len(group) else "")
-                          + ")"])
+        group = d.in_layer(layer)
+        shown = n if top is None else min(top, n)
+        more += n - shown
+        print_lines(out, [f"{layer} ({n}" + (f", the first {shown}" if shown < n else "") + ")"])
         for start in range(0, shown, 1000):  # a block of cases at a time: a large run lists many
             print_lines(out, [f"  {c.case_id}" + (f" [{', '.join(c.tags)}]" if c.tags else "")
                               + f": {_without_run_notes(c, notes)}"

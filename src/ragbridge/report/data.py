@@ -459,7 +459,7 @@ def _diagnosis(run: Run, th: Thresholds, labels: Any, label_threshold: float) ->
     """Each failing case's layer (`ragbridge.analysis.diagnose`), by the report's pass marks."""
     if not run.columns.cases.described:
         return None
-    return diagnose(run, th, labels, label_threshold, chunk_details=False).to_dict()
+    return diagnose(run, th, labels, label_threshold, chunk_details=False, listed=DIAGNOSIS_LISTED).to_dict()
 
 
 def read_cases(run: Run, ids: Optional[set[str]] = None) -> Iterator[Case]:
