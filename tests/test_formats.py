@@ -940,7 +940,7 @@ def test_converting_a_large_golden_set_to_jsonl_writes_its_lines_and_says_what_p
     write_cases(cases, src)
     trec = tmp_path / "run.trec"
     write_cases(cases, trec)
-    for source in (src, trec):
+    for source in (src, trec) if long_score else (src,):  # the other formats once
         out = tmp_path / f"from-{source.suffix[1:]}.jsonl"
         res = ragbridge_cli("convert", source, out)
         assert res.returncode == 0, res.stderr
@@ -953,7 +953,8 @@ def test_converting_a_large_golden_set_to_jsonl_writes_its_lines_and_says_what_p
             assert ("contexts.score (pandas' to_json keeps 10 digits)" in said) == long_score, said
             assert ("metadata (pandas' to_json keeps 10 digits)" in said) == long_meta, said
             assert ("are lost" in said) == (long_score or long_meta)
-    for suffix in (".csv", ".parquet"):  # written a case at a time too, as the Python API writes them
+    for suffix in (".csv", ".parquet") if long_score else ():  # written a case at a time too, as the
+        # Python API writes them
         res = ragbridge_cli("convert", src, tmp_path / f"out{suffix}")
         assert res.returncode == 0, res.stderr
         write_cases(load_cases(src), tmp_path / f"expected{suffix}")
