@@ -250,6 +250,13 @@ def test_long_diffs_and_compares_say_how_far_they_are_on_stderr(tmp_path):
                         tmp_path / "r.md", "--resamples", "4000", env={"RAGBRIDGE_PROGRESS_SECONDS": "0"},
                         subprocess=True)
     assert res.returncode == 0 and "report progress: 30 of 30 shifts (100%)" in res.stderr, res.stderr
+    failing = json.loads(ragbridge_cli("diagnose", tmp_path / "b", "--json").stdout)["n_failing"]
+    assert 0 < failing < 2000
+    assert f"report progress: {failing:,} of {failing:,} failing cases (100%)" in res.stderr, res.stderr
+    res = ragbridge_cli("diagnose", tmp_path / "b", env={"RAGBRIDGE_PROGRESS_SECONDS": "0"}, subprocess=True)
+    assert res.returncode == 0 and f"{failing} of 2000 case(s) fail" in " ".join(res.stdout.split())
+    said = [line for line in res.stderr.splitlines() if "progress:" in line]
+    assert said[-1].startswith(f"diagnose progress: {failing:,} of {failing:,} failing cases (100%), "), said
 
 
 def test_progress_shows_a_long_first_step_and_says_the_end_once(monkeypatch, capsys):

@@ -48,6 +48,7 @@ and what it says can be read together; the findings the claim checks give are in
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
@@ -220,7 +221,7 @@ class Diagnosis:
 
 def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None,
              labels: Any = None, label_threshold: float = 0.5, chunk_details: bool = True,
-             as_text: bool = False, listed: Optional[int] = None) -> Diagnosis:
+             as_text: bool = False, listed: Optional[int] = None, progress: Any = None) -> Diagnosis:
     """Diagnose every failing case of ``run`` (see the module docstring).
 
     ``thresholds``: the pass marks (default: each metric's default pass mark, `default_marks`).
@@ -230,7 +231,8 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
     keep each case as its JSON text (`Diagnosis.case_texts`: what writes every case as JSON reads;
     reading the cases back as objects then costs a parse each). ``listed``: keep the first ``listed``
     failing cases of each layer whole (``cases``, what a report lists); every other failing case is
-    placed in its layer (the counts, ``layer_codes``) without the words of its reason.
+    placed in its layer (the counts, ``layer_codes``) without the words of its reason. ``progress``: a
+    `ragbridge.run.progress.Steps`, a step a failing case.
 
     The failing cases are found over the run's columns at once; each is then read with its scores,
     a batch at a time, and diagnosed: memory holds a batch, whatever the run's size."""
@@ -265,8 +267,12 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
     kept = dict.fromkeys(LAYERS, 0)
     # the layers that have their ``listed`` cases: their other cases are placed only
     full: set[str] = set(LAYERS) if listed == 0 else set()
-    with no_cycle_collection():  # a batch's cases, scores and diagnoses: many objects, no cycle
-        for batch in cols.case_batches(np.flatnonzero(failing), views=True):
+    places = np.flatnonzero(failing)
+    steps = progress.start(len(places)) if progress is not None else contextlib.nullcontext()
+    with steps, no_cycle_collection():  # a batch's cases, scores and diagnoses: many objects, no cycle
+        for batch in cols.case_batches(places, views=True):
+            if progress is not None:
+                progress.advance(len(batch))
             for i, case, scores in batch:
                 d = _diagnose_case(case, scores, th, human.get(case.id, {}), in_run, k, seen, spans, full)
                 if d is None:  # a human label it fails names no metric in a way that fails (cannot happen)

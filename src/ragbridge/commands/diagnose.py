@@ -18,6 +18,7 @@ from ..analysis.table import AnalysisError, open_run
 from ..analysis.thresholds import pass_marks
 from ..report.text import json_chunks, json_escaped, jsonable
 from ..run.summary import ALL
+from ..run.progress import Steps
 from .output import fail, out, print_lines, print_table, warn
 
 __all__ = ["register", "diagnose_cmd"]
@@ -60,7 +61,8 @@ def diagnose_cmd(
         if top < 0:
             fail(f"--top must be zero or more, got {top}")
         listed = None if every or as_json else top  # the cases it lists, described; the others counted
-        d = diagnose(r, th, labels, label_threshold, as_text=as_json, listed=listed)
+        d = diagnose(r, th, labels, label_threshold, as_text=as_json, listed=listed,
+                     progress=Steps("diagnose", "failing cases"))
     except AnalysisError as exc:
         fail(str(exc))
     except (OSError, ValueError) as exc:  # a gates file that cannot be read

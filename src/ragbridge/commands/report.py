@@ -16,7 +16,6 @@ from ..report import FORMATS, format_for, report_data, write
 from ..report.html import FULL_CASES
 from ..report.text import json_escaped, terminal_text
 from ..run.folder import run_files
-from ..run.progress import Steps
 from .output import err, fail, out, refuse_overwriting
 
 __all__ = ["register", "report_cmd"]
@@ -91,7 +90,7 @@ def report_cmd(
         data = report_data(r, thresholds=threshold or None, n_resamples=resamples, seed=seed, top=top,
                            labels=labels, label_threshold=label_threshold, gates=gates,
                            history=history or None, case_texts=False, baseline=baseline,
-                           progress=Steps("report", "shifts"))
+                           progress="report")
         if str(out_file) == "-":  # the document on stdout, nothing in it a terminal acts on (JSON: exactly)
             write(r, data, fmt, _Escaped(sys.stdout, json_escaped if fmt == "json" else terminal_text), full)
             return

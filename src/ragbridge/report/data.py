@@ -55,6 +55,7 @@ from ..metrics import half_of
 from ..metrics import sort_key as metric_key
 from ..run import Run
 from ..run.summary import ALL
+from ..run.progress import Steps
 from ..schema import Case, Score
 from ..verdicts import verdict, why
 from .text import jsonable, records
@@ -85,7 +86,7 @@ def report_data(
     history: Any = None,
     case_texts: bool = True,
     baseline: Any = None,
-    progress: Any = None,
+    progress: Optional[str] = None,
 ) -> dict[str, Any]:
     """Everything the report shows, as plain JSON-ready data.
 
@@ -111,7 +112,10 @@ def report_data(
     the two runs (`ragbridge.analysis.diff_runs`, as ``ragbridge diff --json`` prints it, the ``top``
     cases of each kind) and, with ``gates``, the gate's verdicts on this run against that baseline
     (``gate``, as ``ragbridge gate --json``); with ``gates`` and no baseline, ``gate`` holds the
-    verdicts of the rules that need none. ``progress``: the diff's `ragbridge.run.progress.Steps`."""
+    verdicts of the rules that need none.
+
+    ``progress``: a label (``report``) under which the long parts show their progress on stderr
+    (`ragbridge.run.progress.Steps`: the diff's shifts, the diagnosis of the failing cases)."""
     run = open_run(run)
     m = run.manifest
     cols = run.columns
@@ -125,7 +129,8 @@ def report_data(
     th = pass_marks(run, thresholds, gates, backends)
     # what moved since the baseline, and the gates, first: the diff's paired columns are gone before
     # the report's own rows are made (a million cases: 1.06 GB at the peak the other way round)
-    moved = _moved(run, baseline, n_resamples, seed, top, progress) if baseline is not None else None
+    moved = (_moved(run, baseline, n_resamples, seed, top, _steps(progress, "shifts"))
+             if baseline is not None else None)
     gate = _gate(run, gates, baseline, history, seed, top) if gates is not None else None
     rows = jsonable(run.summary_rows(by_tag=True))
     overall = sorted((r for r in rows if r["tag"] == ALL),
@@ -172,7 +177,7 @@ def report_data(
         "disagreements": dis,
         "coverage": records(coverage(run)),
         "validation": validation,
-        "diagnosis": _diagnosis(run, th, labels, label_threshold),
+        "diagnosis": _diagnosis(run, th, labels, label_threshold, _steps(progress, "failing cases")),
         "judge_usage": usage,
         "judge_usage_by_metric": per_metric,
         "reused_from": _reused_from(m, usage),
@@ -455,11 +460,18 @@ def listed_by_layer(diagnosis: dict[str, Any], n: int = DIAGNOSIS_LISTED) -> dic
     return {x: (first[x], counts[x]) for x in counts if counts[x]}
 
 
-def _diagnosis(run: Run, th: Thresholds, labels: Any, label_threshold: float) -> Optional[dict[str, Any]]:
+def _diagnosis(run: Run, th: Thresholds, labels: Any, label_threshold: float, progress: Any
+               ) -> Optional[dict[str, Any]]:
     """Each failing case's layer (`ragbridge.analysis.diagnose`), by the report's pass marks."""
     if not run.columns.cases.described:
         return None
-    return diagnose(run, th, labels, label_threshold, chunk_details=False, listed=DIAGNOSIS_LISTED).to_dict()
+    return diagnose(run, th, labels, label_threshold, chunk_details=False, listed=DIAGNOSIS_LISTED,
+                    progress=progress).to_dict()
+
+
+def _steps(label: Optional[str], noun: str) -> Any:
+    """The progress of one long part of the report (a `Steps` of ``noun``), None without a label."""
+    return Steps(label, noun) if label is not None else None
 
 
 def read_cases(run: Run, ids: Optional[set[str]] = None) -> Iterator[Case]:
