@@ -1070,6 +1070,10 @@ def test_the_command_lists_as_many_cases_per_layer_as_the_report_and_says_a_miss
     assert "more failing case" not in every
     three = ragbridge_cli("diagnose", tmp_path / "run", "--top", "3").stdout
     assert len([ln for ln in three.splitlines() if re.match(r"  q\d{3}:", ln)]) == 6
+    none = ragbridge_cli("diagnose", tmp_path / "run", "--top", "0").stdout  # the counts alone
+    assert "the first 0" not in none and re.search(r"retrieval\W+60\W", none)  # its row of the table
+    assert not re.search(r"^(retrieval|undetermined) \(", none, re.M)
+    assert "65 more failing case(s) not listed" in " ".join(none.split())
     # the JSON keeps every case and its reasons as they are
     cases = json.loads(ragbridge_cli("diagnose", tmp_path / "run", "--json").stdout)["cases"]
     assert len(cases) == 65 and "context_recall not scored in this run" in cases[-1]["reason"]

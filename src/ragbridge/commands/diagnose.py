@@ -133,9 +133,11 @@ def _print(d: Diagnosis, by_tag: bool, top: Optional[int] = DIAGNOSIS_LISTED) ->
         n = d.counts[layer]  # every case of the layer; ``group`` the first ``top`` where they are listed
         if not n:
             continue
-        group = d.in_layer(layer)
         shown = n if top is None else min(top, n)
         more += n - shown
+        if not shown:  # --top 0: the counts above, no heading of a listing
+            continue
+        group = d.in_layer(layer)
         print_lines(out, [f"{layer} ({n}" + (f", the first {shown}" if shown < n else "") + ")"])
         for start in range(0, shown, 1000):  # a block of cases at a time: a large run lists many
             print_lines(out, [f"  {c.case_id}" + (f" [{', '.join(c.tags)}]" if c.tags else "")
