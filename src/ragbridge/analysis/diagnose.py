@@ -271,8 +271,6 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
     steps = progress.start(len(places)) if progress is not None else contextlib.nullcontext()
     with steps, no_cycle_collection():  # a batch's cases, scores and diagnoses: many objects, no cycle
         for batch in cols.case_batches(places, views=True):
-            if progress is not None:
-                progress.advance(len(batch))
             for i, case, scores in batch:
                 d = _diagnose_case(case, scores, th, human.get(case.id, {}), in_run, k, seen, spans, full)
                 if d is None:  # a human label it fails names no metric in a way that fails (cannot happen)
@@ -285,6 +283,8 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
                 kept[d.layer] += 1
                 if listed is not None and kept[d.layer] >= listed:
                     full.add(d.layer)
+            if progress is not None:  # the batch diagnosed
+                progress.advance(len(batch))
     by_tag = _counts(index, codes)
     return Diagnosis(run=str(run.path) if run.path else "", n_cases=n, cases=spool.rows(), by_tag=by_tag,
                      _texts=spool.texts() if as_text else None,
