@@ -254,14 +254,15 @@ def test_long_diffs_and_compares_say_how_far_they_are_on_stderr(tmp_path):
     assert 0 < failing < 2000
     assert f"report progress: {failing:,} of {failing:,} failing cases (100%)" in res.stderr, res.stderr
     res = ragbridge_cli("diagnose", tmp_path / "b", env={"RAGBRIDGE_PROGRESS_SECONDS": "0"}, subprocess=True)
-    assert res.returncode == 0 and f"{failing} of 2000 case(s) fail" in " ".join(res.stdout.split())
+    assert res.returncode == 0 and f"{failing:,} of 2,000 case(s) fail" in " ".join(res.stdout.split())
     said = [line for line in res.stderr.splitlines() if "progress:" in line]
     assert said[-1].startswith(f"diagnose progress: {failing:,} of {failing:,} failing cases (100%), "), said
 
 
 def test_progress_shows_a_long_first_step_and_says_the_end_once(monkeypatch, capsys):
     """A first step that takes longer than `Steps.after` shows its line while it runs, not when it
-    ends; the line at the end is not printed again when the last one said the same but for the time."""
+    ends; the line at the end is not printed again when the last one said the same but for the time; a
+    part of a longer command counts from the command's start."""
     import time
 
     from ragbridge.run.progress import Lines, Steps
@@ -279,3 +280,8 @@ def test_progress_shows_a_long_first_step_and_says_the_end_once(monkeypatch, cap
     lines.stop()
     said = capsys.readouterr().err.splitlines()
     assert len(said) == 1 and said[0].startswith("report progress: 2 of 2 shifts (100%), 0m00s"), said
+    # a report's second part (its diagnosis) counts its time from the report's start, not its own
+    with Steps("report", "failing cases", after=0.0, since=time.monotonic() - 125).start(4) as steps:
+        steps.advance(1)
+    said = capsys.readouterr().err.splitlines()
+    assert said[-1] == "report progress: 1 of 4 failing cases (25%), 2m05s", said

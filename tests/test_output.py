@@ -401,3 +401,27 @@ def test_a_long_reason_is_cut_at_the_end_of_a_word():
     assert reason.startswith(cut[:-len(" [...]")])
     assert cut_reason(reason[:REASON_CHARS + 10]) == reason[:REASON_CHARS + 10]
     assert cut_reason("x" * 400) == "x" * REASON_CHARS + " [...]"
+
+
+def test_a_wrapped_reason_keeps_a_figure_with_its_pass_mark_and_the_lines_come_out_whole():
+    """A diagnosis reason wrapped at any width keeps ``0.00 < 0.5`` on one line (a reader of a CI log
+    must not find ``< 0.5`` at the start of the next), and a listing of many lines prints each whole,
+    in order, nothing lost."""
+    import io
+
+    from rich.console import Console
+
+    from ragbridge.commands.output import print_lines
+
+    reason = ("no relevant chunk in the top 10: recall@10 (native) 0.00 < 0.5; ndcg@10 (native) 0.4996 < 0.5; "
+              "hit@10 (native) 1.00 >= 0.5")
+    for width in range(24, 120):
+        con = Console(width=width, file=io.StringIO(), color_system=None, force_terminal=False)
+        print_lines(con, [f"  case-1: {reason}"])
+        text = con.file.getvalue()
+        for figure in ("0.00 < 0.5", "0.4996 < 0.5", "1.00 >= 0.5"):
+            assert figure in text, (width, text)
+        assert " ".join(text.split()) == " ".join(f"case-1: {reason}".split())
+    con = Console(width=80, file=io.StringIO(), color_system=None, force_terminal=False)
+    print_lines(con, [f"line {i}" for i in range(5000)])
+    assert con.file.getvalue().splitlines() == [f"line {i}" for i in range(5000)]

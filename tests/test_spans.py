@@ -855,10 +855,10 @@ def test_a_case_missing_part_of_its_labelled_text_names_the_span_and_what_the_to
     assert first in quote and values["recall@1"].value == 1.0
     assert values["span_recall@1"].value == pytest.approx(held / (end - start))
     span = (f'rentals.md[{start}:{end}] "Every rental takes a deposit on ..." ({held} of {end - start} '
-            "characters in the top 1, a top-k chunk matches it)")
+            "characters in the top 1, a top-1 chunk matches it)")
     assert values["span_recall@1"].reason == f"not wholly in the top 1: {span}"
     (d,) = diagnose(run).cases
     assert d.layer == "retrieval" and d.decided_by["metric"] == "span_recall@1"
-    assert d.reason == ("a relevant chunk is in the top k, but span_recall@1 (native) "
-                        f"{values['span_recall@1'].value:.2f} < 0.5 fails: the top k misses part of what is "
+    assert d.reason == ("a relevant chunk is in the top 1 (recall@1), but span_recall@1 (native) "
+                        f"{values['span_recall@1'].value:.2f} < 0.5 fails: the top 1 misses part of what is "
                         f"relevant (not wholly in the top 1: {span})")

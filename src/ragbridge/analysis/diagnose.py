@@ -528,8 +528,11 @@ def _all_yes(ctx: _Context, failing: list[dict], settled: dict[str, dict], base:
         f = min(retrieval, key=lambda f: (not _source_of(_BY_NAME["retrieval"], f["metric"]),
                                           _ORDER.get(f["metric"].partition("@")[0], len(_ORDER))))
         why = _retrieval_shortfall(ctx, f, settled)
+        found = settled.get("retrieval")  # the evidence that a relevant chunk is retrieved: its cut
+        where = f"the top {_cut(found['metric'])} ({found['metric']})" if found and "@" in found["metric"] \
+            else "the top k"
         return CaseDiagnosis(layer="retrieval", question=None, decided_by=f, reason=(
-            f"a relevant chunk is in the top k, but {_named(f)} fails{why}"), **base)
+            f"a relevant chunk is in {where}, but {_named(f)} fails{why}"), **base)
     by_human = [f for f in rest if f["source"] == "label"]
     checks = [f for f in rest if f["source"] == "score" and (m := find(f["metric"])) is not None
               and m.kind != JUDGED]
@@ -584,7 +587,7 @@ def _retrieval_shortfall(ctx: _Context, f: dict, settled: dict[str, dict]) -> st
     ``precision``), as each score's reason says it."""
     own = _shortfall(ctx, f)
     if _source_of(_BY_NAME["retrieval"], f["metric"]):
-        return ": the top k misses part of what is relevant" + (f" ({own})" if own else "")
+        return f": the top {_cut(f['metric'])} misses part of what is relevant" + (f" ({own})" if own else "")
     evidence = settled.get("retrieval")
     missed = None
     if evidence is not None and \
@@ -664,6 +667,13 @@ def _source_of(q: Question, metric: str) -> bool:
 def _question_of(entry: dict, settled: dict[str, dict]) -> str:
     name = next(n for n, e in settled.items() if e is entry)
     return _BY_NAME[name].whether
+
+
+def _cut(metric: str) -> str:
+    """The k of a metric's top k, as a reason says it: ``10`` for ``recall@10``, ``k`` for a metric
+    of no cut (``context_recall``)."""
+    cut = metric.partition("@")[2]
+    return cut if cut.isdigit() else "k"
 
 
 def _named(e: dict[str, Any]) -> str:
@@ -753,12 +763,13 @@ def _score_of(scores: list[Score], e: dict) -> Optional[Score]:
 def _reason(q: Question, ctx: _Context, decided: dict, details: dict) -> str:
     value = decided["value"]
     if q.name == "retrieval":
+        k = _cut(decided["metric"])
         if details.get("span_labels"):
-            head = ("no top-k chunk matches a labelled span" if not value and decided["metric"].startswith(
-                ("recall@", "hit@")) else "the top k misses labelled text")
+            head = (f"no top-{k} chunk matches a labelled span" if not value and decided["metric"].startswith(
+                ("recall@", "hit@")) else f"the top {k} misses labelled text")
         else:
-            head = ("no relevant chunk in the top k" if not value or decided["source"] == "label"
-                    else "the top k misses relevant chunks")
+            head = (f"no relevant chunk in the top {k}" if not value or decided["source"] == "label"
+                    else f"the top {k} misses relevant chunks")
         extra = _shortfall(ctx, decided)
         return f"{head}: {_named(decided)}" + (f"; {extra}" if extra else "")
     if q.name == "declined":

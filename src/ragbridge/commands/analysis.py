@@ -222,7 +222,7 @@ def _print_agreement(console, r: Run, frame, flips: dict[str, int],
                      one_sided: Optional[dict[str, int]] = None) -> None:
     print_lines(console, _answer_lines(frame, flips, one_sided))
     where = str(r.path) if r.path is not None else " + ".join(r.manifest.joined["runs"])
-    t = Table(title=f"Agreement between backends ({escape(where)})", title_justify="left",
+    t = Table(title=f"Agreement between backends ({escape(where)})", title_justify="default",
               show_lines=True)
     for col in ("metric", "pair", "paired", *FIGURE_NAMES.values(), "PP PF FP FF", "not scored"):
         t.add_column(col, justify="left" if col in ("metric", "pair", "not scored") else "right",
@@ -283,7 +283,7 @@ def _compare_two_runs(path_a: Path, path_b: Path, metric, backend, threshold, to
              + (f"; {a['only_in_a']} only in A, {a['only_in_b']} only in B (not compared)"
                 if a["only_in_a"] or a["only_in_b"] else "")]
     print_lines(out, lines)
-    t = Table(title="Each backend in run B against itself in run A", title_justify="left", show_lines=True)
+    t = Table(title="Each backend in run B against itself in run A", title_justify="default", show_lines=True)
     for col in ("metric", "backend", "paired", "A", "B", "shift B-A", "p", *FIGURE_NAMES.values(),
                 "PP PF FP FF"):
         t.add_column(col, justify="left" if col in ("metric", "backend") else "right", no_wrap=True)
@@ -435,7 +435,8 @@ def _ppi_line(row) -> str:
 
 
 def _print_validation(console, frame) -> None:
-    t = Table(title="Backends against human labels (positive = pass)", title_justify="left", show_lines=True)
+    t = Table(title="Backends against human labels (positive = pass)", title_justify="default",
+              show_lines=True)
     show_sp = bool(frame["spearman"].notna().any())
     show_claims = bool((frame["claims_answers"] > 0).any())
     cols = ["metric", "backend", "thr", "labels", "scored", "unscored", "human P/F",
@@ -552,7 +553,7 @@ def calibrate_cmd(
         if miss:
             lines.append(f"{name} did not score: " + ", ".join(f"{v} {k}" for k, v in miss.items()))
     print_lines(out, lines)
-    t = Table(title="Kappa by target threshold", title_justify="left")
+    t = Table(title="Kappa by target threshold", title_justify="default")
     for col in ("threshold", "kappa", "agreement", "flips", "target pass rate", "best"):
         t.add_column(col, justify="right", no_wrap=True)
     rows = []

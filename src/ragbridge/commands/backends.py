@@ -109,7 +109,7 @@ def backends(
     if name is not None:
         _one(name, registry[name])
         return
-    table = Table(title="Backends", title_justify="left", show_lines=True)
+    table = Table(title="Backends", title_justify="default", show_lines=True)
     for col in ("backend", "available", "version", "metrics", "options"):
         table.add_column(col)
     lines = []
@@ -142,7 +142,7 @@ def _one(name: str, b) -> None:
     version = (b.version() or MISSING) if ok else MISSING
     print_lines(out, [f"{name} {version}: " + ("available" if ok else f"not installed: {b.install_hint}")])
     _one_versions(name, b, version if ok else None)
-    metrics = Table(title="Metrics", title_justify="left")
+    metrics = Table(title="Metrics", title_justify="default")
     for col in ("metric", "native name", "judge", "requires"):
         metrics.add_column(col)
     lines = []
@@ -158,7 +158,7 @@ def _one(name: str, b) -> None:
         out.print(f"the {escape(name)} backend takes no options", highlight=False)
         return
     options = Table(title=escape(f"Options (--option {name}.KEY=VALUE, [backends.{name}] in ragbridge.toml)"),
-                    title_justify="left", show_lines=True)
+                    title_justify="default", show_lines=True)
     for col in ("option", "type", "default", "help"):
         options.add_column(col)
     lines = []
@@ -185,7 +185,7 @@ def _one_versions(name: str, b, installed: Optional[str]) -> None:
                           + (f"{installed} ({said})" if installed else "none")])
     listed = [s.name for s in b.metrics()]
     differ = {version: _metrics_differ(listed, names) for version, names in _metrics_at(b).items()}
-    table = Table(title="Versions", title_justify="left", show_lines=True)
+    table = Table(title="Versions", title_justify="default", show_lines=True)
     cols = ("version", "runs", "what changes at this version")
     cols += ("metrics",) if any(differ.values()) else ()
     for col in cols:

@@ -53,7 +53,7 @@ def formats(
     if as_json:
         typer.echo(json.dumps({"formats": rows}, indent=2, ensure_ascii=False))
         return
-    table = Table(title="Formats (name one with --format, --from, --to)", title_justify="left",
+    table = Table(title="Formats (name one with --format, --from, --to)", title_justify="default",
                   box=box.SIMPLE_HEAD, show_lines=False, pad_edge=False)
     table.add_column("format", no_wrap=True)
     table.add_column("files", overflow="fold")

@@ -111,10 +111,11 @@ def _without_run_notes(c: CaseDiagnosis, notes: dict[str, None]) -> str:
 def _print(d: Diagnosis, by_tag: bool, top: Optional[int] = DIAGNOSIS_LISTED) -> None:
     """The counts, then per layer its first ``top`` failing cases (every one when None)."""
     n_failing = d.counts["n_failing"]
-    print_lines(out, [f"Diagnosis of {d.run}: {n_failing} of {d.n_cases} case(s) fail a metric"], indent="")
+    print_lines(out, [f"Diagnosis of {d.run}: {n_failing:,} of {d.n_cases:,} case(s) fail a metric"],
+                indent="")
     if not n_failing:
         return
-    t = Table(title="Layers", title_justify="left")
+    t = Table(title="Layers", title_justify="default")
     t.add_column("layer")
     t.add_column("cases", justify="right")
     t.add_column("of failing", justify="right")
@@ -122,8 +123,8 @@ def _print(d: Diagnosis, by_tag: bool, top: Optional[int] = DIAGNOSIS_LISTED) ->
     lines = []
     for layer in LAYERS:
         n = d.counts[layer]
-        t.add_row(layer, str(n), f"{n / n_failing:.0%}", f"{n / d.n_cases:.0%}")
-        lines.append(f"{layer}: {n} ({n / n_failing:.0%} of failing, {n / d.n_cases:.0%} of all)")
+        t.add_row(layer, f"{n:,}", f"{n / n_failing:.0%}", f"{n / d.n_cases:.0%}")
+        lines.append(f"{layer}: {n:,} ({n / n_failing:.0%} of failing, {n / d.n_cases:.0%} of all)")
     print_table(out, t, lines)
     if by_tag:
         _print_by_tag(d)
@@ -138,7 +139,7 @@ def _print(d: Diagnosis, by_tag: bool, top: Optional[int] = DIAGNOSIS_LISTED) ->
         if not shown:  # --top 0: the counts above, no heading of a listing
             continue
         group = d.in_layer(layer)
-        print_lines(out, [f"{layer} ({n}" + (f", the first {shown}" if shown < n else "") + ")"])
+        print_lines(out, [f"{layer} ({n:,}" + (f", the first {shown:,}" if shown < n else "") + ")"])
         for start in range(0, shown, 1000):  # a block of cases at a time: a large run lists many
             print_lines(out, [f"  {c.case_id}" + (f" [{', '.join(c.tags)}]" if c.tags else "")
                               + f": {_without_run_notes(c, notes)}"
@@ -147,12 +148,12 @@ def _print(d: Diagnosis, by_tag: bool, top: Optional[int] = DIAGNOSIS_LISTED) ->
         print_lines(out, ["Not scored in this run, so no case above could use it: "
                           + "; ".join(n.replace(NOT_IN_RUN, "") for n in notes)], indent="")
     if more:
-        print_lines(out, [f"{more} more failing case(s) not listed: --all lists every one, "
+        print_lines(out, [f"{more:,} more failing case(s) not listed: --all lists every one, "
                           "--json gives them all as data"], indent="")
 
 
 def _print_by_tag(d: Diagnosis) -> None:
-    t = Table(title="Layers per tag", title_justify="left")
+    t = Table(title="Layers per tag", title_justify="default")
     t.add_column("tag")
     for col in ("cases", "failing", *(_SHORT[x] for x in LAYERS)):
         t.add_column(col, justify="right", no_wrap=True)

@@ -50,7 +50,7 @@ def environments_list(
         print_json({"versions": {name: v for name, v in versions}, "folder": str(envs_root()),
                     "environments": made})
         return
-    table = Table(title="Versions", title_justify="left")
+    table = Table(title="Versions", title_justify="default")
     table.add_column("backend")
     table.add_column("versions")
     for name, v in versions:
@@ -60,7 +60,7 @@ def environments_list(
     if not made:
         out.print(f"no environment made yet (they go to {escape(str(envs_root()))})", highlight=False)
         return
-    table = Table(title=f"Environments in {envs_root()}", title_justify="left")
+    table = Table(title=f"Environments in {envs_root()}", title_justify="default")
     for col in ("backend", "version", "lock", "files", "built"):
         table.add_column(col, justify="right" if col == "files" else "left")
     lines = []

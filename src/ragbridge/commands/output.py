@@ -75,10 +75,11 @@ out = TerminalConsole()
 err = TerminalConsole(stderr=True)
 
 _WIDE = 100_000
-# wrapping never separates a name from its number or a figure from its interval
-# ("agreement 0.85", "kappa 0.91 [0.78, 0.97]"); a group starts a word, so groups one after another
-# ("a [judge], b [judge], ...") stay apart
-_TOGETHER = re.compile(r"(?<!\S)(?:(?:\S+ )?\S+ \[[^\[\]\s]*(?: [^\[\]\s]+){0,3}\]|\S+ [-+]?\d\S*)")
+# wrapping never separates a name from its number, a figure from its interval or a comparison
+# ("agreement 0.85", "kappa 0.91 [0.78, 0.97]", "(native) 0.00 < 0.5"); a group starts a word, so groups
+# one after another ("a [judge], b [judge], ...") stay apart
+_TOGETHER = re.compile(
+    r"(?<!\S)(?:(?:\S+ )?\S+ \[[^\[\]\s]*(?: [^\[\]\s]+){0,3}\]|\S+ [-+]?\d\S*(?: [<>]=? [-+]?\d\S*)?)")
 _GLUE = "\x00"
 
 
@@ -219,9 +220,9 @@ def print_lines(console: Console, lines: Iterable[str], indent: str = "    ") ->
     Words are never broken, so only a single word wider than the console can exceed it.
     """
     width = max(console.width, 20)
-    for line in map(terminal_text, lines):  # wrapped as it is shown
-        for part in _wrapped(line, width, indent):
-            console.print(part, markup=False, highlight=False, soft_wrap=True)
+    parts = [part for line in map(terminal_text, lines) for part in _wrapped(line, width, indent)]
+    if parts:  # one print: a listing of thousands of lines is written at once, not a line at a time
+        console.print("\n".join(parts), markup=False, highlight=False, soft_wrap=True)
 
 
 def _wrapped(line: str, width: int, indent: str) -> list[str]:

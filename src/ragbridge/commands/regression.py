@@ -138,7 +138,7 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
                                    ("Per tag", tagged, True)):
         if frame.empty:
             continue
-        t = Table(title=f"{title}: paired bootstrap {conf} CI, permutation p", title_justify="left")
+        t = Table(title=f"{title}: paired bootstrap {conf} CI, permutation p", title_justify="default")
         cols = (["tag"] if with_tag else []) + ["backend", "metric", "n", "base", "new", "change",
                                                 f"{conf} CI", "p", "worse", "better", "status changed"]
         for c in cols:
@@ -167,7 +167,7 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
             continue
         shown = pd.DataFrame(rows[:top], columns=ITEM_COLUMNS)
         more = f"; the {len(shown)} largest" if len(shown) < len(rows) else ""
-        t = Table(title=f"Cases that {label} ({len(rows)}{more})", title_justify="left")
+        t = Table(title=f"Cases that {label} ({len(rows)}{more})", title_justify="default")
         for c in (["backend"] if multi else []) + ["metric", "case", "base", "new", "change"]:
             t.add_column(c, justify="right" if c in ("base", "new", "change") else "left", no_wrap=True)
         lines = []
@@ -181,7 +181,7 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
     if changes:
         shown = pd.DataFrame(list(changes) if show_all else changes[:max(top, 20)], columns=ITEM_COLUMNS)
         more = f"; the first {len(shown)}" if len(shown) < len(changes) else ""
-        t = Table(title=f"Cases whose score changed status ({len(changes)}{more})", title_justify="left")
+        t = Table(title=f"Cases whose score changed status ({len(changes)}{more})", title_justify="default")
         for c in (["backend"] if multi else []) + ["metric", "case", "base", "new", "error"]:
             t.add_column(c, no_wrap=c != "error", min_width=30 if c == "error" else None)
         lines = []
@@ -208,7 +208,7 @@ def print_gate(report: GateReport, console=None, top: int = ci.TOP_CASES) -> Non
     baseline = f"  baseline: {report.baseline.path}" if report.baseline else ""
     print_lines(console, [f"run: {report.run.path}{baseline}"])
     print_lines(console, [f"warning: {w}" for w in report.warnings])
-    t = Table(title="Gate", title_justify="left")
+    t = Table(title="Gate", title_justify="default")
     for c in ("#", "backend", "rule", "figure [CI]", "n", "verdict", "detail"):
         t.add_column(c, justify="right" if c in ("#", "n") else "left", no_wrap=c != "detail",
                      min_width=30 if c == "detail" else None)

@@ -449,7 +449,7 @@ def _print_dry_run(result, out_dir, as_json: bool) -> None:
     if as_json:
         print_json(doc)
         return
-    table = Table(title="Dry run: the judge calls this run would make", title_justify="left")
+    table = Table(title="Dry run: the judge calls this run would make", title_justify="default")
     for col in ("backend", "metric", "calls", "cached", "cost"):
         table.add_column(col, justify="left" if col in ("backend", "metric") else "right", no_wrap=True)
     lines = []

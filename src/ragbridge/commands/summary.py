@@ -34,7 +34,7 @@ def print_summary(summary, console: Console = out) -> None:
     rows = summary if isinstance(summary, list) else summary.to_dict("records")
     overall = [r for r in rows if r["tag"] == ALL]
     claims = any(r["n_claims"] > 0 for r in rows)  # a backend exposes claims: show their shares
-    table = Table(title="Summary", title_justify="left")
+    table = Table(title="Summary", title_justify="default")
     columns = ("backend", "metric", "mean", "scored", "undefined", "errored", "unsup.")
     for col in columns[:7 if claims else 6]:
         table.add_column(col, justify="left" if col in ("backend", "metric") else "right", no_wrap=True)
@@ -78,7 +78,7 @@ def _cell(means: dict, shares: dict, metric: str) -> str:
 
 def _tag_table(title: Optional[str], rows, metrics: list[str], tags: bool = True) -> Table:
     """The per-tag table of ``metrics`` (``tags=False``: without its tag column, to measure)."""
-    t = Table(title=title, title_justify="left")
+    t = Table(title=title, title_justify="default")
     if tags:
         t.add_column("tag", no_wrap=True)
     t.add_column("n", justify="right", no_wrap=True)

@@ -81,7 +81,7 @@ def print_trend(console, t: Trend) -> None:
                                     if (r.manifest.judge or {}).get("model") else "")
               for i, r in enumerate(t.runs)]
     print_lines(console, lines)
-    tab = Table(title="Trend: least-squares slope per run, t 95% interval", title_justify="left",
+    tab = Table(title="Trend: least-squares slope per run, t 95% interval", title_justify="default",
                 show_lines=True)
     for c in ("series", "runs", "first", "last", "slope/run", "changes"):
         tab.add_column(c, justify="left" if c == "series" else "right", no_wrap=True)

@@ -385,7 +385,7 @@ def describe_missed(missed: Sequence[dict[str, Any]], k: int, limit: int = 3) ->
     for m in missed[:limit]:
         words = f' "{m["words"]}"' if m["words"] else ""
         n = m["end"] - m["start"]
-        where = (", a top-k chunk matches it" if m["matched"] else
+        where = (f", a top-{k} chunk matches it" if m["matched"] else
                  f", first matched at rank {m['rank']}" if m["rank"] else ", no retrieved chunk matches it")
         parts.append(f"{m['doc']}[{m['start']}:{m['end']}]{words} ({m['covered']} of {n} characters in "
                      f"the top {k}{where})")

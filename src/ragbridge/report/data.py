@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence, Union
@@ -116,6 +117,7 @@ def report_data(
 
     ``progress``: a label (``report``) under which the long parts show their progress on stderr
     (`ragbridge.run.progress.Steps`: the diff's shifts, the diagnosis of the failing cases)."""
+    since = time.monotonic()  # the progress of every part counts the time from here
     run = open_run(run)
     m = run.manifest
     cols = run.columns
@@ -129,7 +131,7 @@ def report_data(
     th = pass_marks(run, thresholds, gates, backends)
     # what moved since the baseline, and the gates, first: the diff's paired columns are gone before
     # the report's own rows are made (a million cases: 1.06 GB at the peak the other way round)
-    moved = (_moved(run, baseline, n_resamples, seed, top, _steps(progress, "shifts"))
+    moved = (_moved(run, baseline, n_resamples, seed, top, _steps(progress, "shifts", since))
              if baseline is not None else None)
     gate = _gate(run, gates, baseline, history, seed, top) if gates is not None else None
     rows = jsonable(run.summary_rows(by_tag=True))
@@ -177,7 +179,7 @@ def report_data(
         "disagreements": dis,
         "coverage": records(coverage(run)),
         "validation": validation,
-        "diagnosis": _diagnosis(run, th, labels, label_threshold, _steps(progress, "failing cases")),
+        "diagnosis": _diagnosis(run, th, labels, label_threshold, _steps(progress, "failing cases", since)),
         "judge_usage": usage,
         "judge_usage_by_metric": per_metric,
         "reused_from": _reused_from(m, usage),
@@ -469,9 +471,10 @@ def _diagnosis(run: Run, th: Thresholds, labels: Any, label_threshold: float, pr
                     progress=progress).to_dict()
 
 
-def _steps(label: Optional[str], noun: str) -> Any:
-    """The progress of one long part of the report (a `Steps` of ``noun``), None without a label."""
-    return Steps(label, noun) if label is not None else None
+def _steps(label: Optional[str], noun: str, since: float) -> Any:
+    """The progress of one long part of the report (a `Steps` of ``noun``, its time counted from the
+    report's start, ``since``), None without a label."""
+    return Steps(label, noun, since=since) if label is not None else None
 
 
 def read_cases(run: Run, ids: Optional[set[str]] = None) -> Iterator[Case]:

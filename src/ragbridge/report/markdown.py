@@ -302,7 +302,7 @@ def _diagnosis(d: dict, out: list[str]) -> None:
     for x, (group, count) in listed_by_layer(g, n).items():
         out += [f"| {md_text(c['case_id'])} | {x} | {md_text(c['reason'])} |" for c in group]
         if count > n:
-            out.append(f"| … | {x} | and {count - n} more: `ragbridge diagnose` on the run "
+            out.append(f"| … | {x} | and {count - n:,} more: `ragbridge diagnose` on the run "
                        "lists every case |")
     out.append("")
 

@@ -192,10 +192,11 @@ class Steps:
     """The progress of a long analysis (``diff``, ``compare``): `start` with its number of steps (in a
     ``with`` block), one `advance` a step, `stop` at the end; shown (a bar on a terminal, a line every
     `progress_seconds` in a log) only once it has taken `after` seconds (default 2 s, or the progress
-    interval when shorter): a quick one prints nothing."""
+    interval when shorter): a quick one prints nothing. A log's lines count the time from `start`, or
+    from ``since`` (a `time.monotonic` reading: the command's start, for a command of several parts)."""
 
-    def __init__(self, label: str, noun: str, after: Optional[float] = None):
-        self.label, self.noun = label, noun
+    def __init__(self, label: str, noun: str, after: Optional[float] = None, since: Optional[float] = None):
+        self.label, self.noun, self.since = label, noun, since  # since: the clock of a log's lines
         self.after = min(2.0, progress_seconds(floor=0.0)) if after is None else after
         self.total, self.done, self._shown = 0, 0, None
         self._started = time.monotonic()
@@ -221,9 +222,10 @@ class Steps:
         if sys.stderr.isatty():
             self._shown = Bar(self.total, self.label)
             self._shown.advance(self.done)
-        else:  # a line at once, then at the interval, its time counted from the start
+        else:  # a line at once, then at the interval, its time counted from the start (or ``since``)
             self._shown = Lines(self.total, None, progress_seconds(), self.noun, self.label)
-            self._shown.started, self._shown.done = self._started, self.done
+            self._shown.started = self._started if self.since is None else self.since
+            self._shown.done = self.done
             self._shown.say()
 
     def advance(self, n: int = 1) -> None:

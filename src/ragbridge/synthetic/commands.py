@@ -231,7 +231,7 @@ def _print(result, out_path: Path, compare_to: Optional[Path]) -> None:
     real = result.weaknesses.get("real")
     title = ("The three weaknesses of generated questions" + (f", beside the real set {compare_to}"
                                                                if real is not None else ""))
-    table = Table(title=escape(title), title_justify="left")
+    table = Table(title=escape(title), title_justify="default")
     for col in ["measure", "synthetic", *(["real", "difference"] if real is not None else [])]:
         table.add_column(col, justify="left" if col == "measure" else "right", no_wrap=True)
     lines = []
