@@ -64,7 +64,8 @@ def ragbridge_cli(*args, cwd=None, env=None, subprocess=False, timeout=300):
     if subprocess or _starts_with_site_code(env):
         import subprocess as sp
 
-        return sp.run([sys.executable, "-c", "from ragbridge.commands import run_cli; run_cli()",
+        # -P: the current folder is not put first on the path, as for the console script
+        return sp.run([sys.executable, "-P", "-c", "from ragbridge.commands import run_cli; run_cli()",
                        *map(str, args)], capture_output=True, text=True, cwd=cwd,
                       env={**os.environ, **env}, timeout=timeout)
     from ragbridge.commands import run_cli

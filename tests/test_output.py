@@ -413,8 +413,8 @@ def test_a_wrapped_reason_keeps_a_figure_with_its_pass_mark_and_the_lines_come_o
 
     from ragbridge.commands.output import print_lines
 
-    reason = ("no relevant chunk in the top 10: recall@10 (native) 0.00 < 0.5; ndcg@10 (native) 0.4996 < 0.5; "
-              "hit@10 (native) 1.00 >= 0.5")
+    reason = ("no relevant chunk in the top 10: recall@10 (native) 0.00 < 0.5; "
+              "ndcg@10 (native) 0.4996 < 0.5; hit@10 (native) 1.00 >= 0.5")
     for width in range(24, 120):
         con = Console(width=width, file=io.StringIO(), color_system=None, force_terminal=False)
         print_lines(con, [f"  case-1: {reason}"])

@@ -392,10 +392,16 @@ def test_killed_driver_resumes_to_every_score_once(tmp_path, example_path, ray_l
 
 
 def test_cli_executor_ray_writes_the_local_run_folder(tmp_path, example_path):
+    """``--executor ray`` from the command line writes the folder a local run writes, also when run
+    from a folder that holds a clone of ragbridge."""
     from conftest import ragbridge_cli
 
     golden = tmp_path / "golden.jsonl"
     golden.write_text("".join(example_path.read_text().splitlines(keepends=True)[:6]))
+    # run from the folder above a clone of the repository (a folder named ragbridge, no __init__.py,
+    # with its folders src and plugins): Ray puts the current folder first on its workers' path
+    for folder in ("src", "plugins"):
+        (tmp_path / "ragbridge" / folder).mkdir(parents=True)
     with StubJudge() as stub:
         common = ["run", golden, "--backend", "native", "--backend", "rubric", "--no-progress", "--json",
                   "--judge-model", "gpt-4o-mini", "--judge-base-url", stub.base_url,

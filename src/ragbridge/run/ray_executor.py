@@ -161,7 +161,7 @@ def ray_session(address: Optional[str] = None, *, num_cpus: Optional[int] = None
             # the private folder, where no other user can enter
             ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
                      object_store_memory=object_store_memory, _temp_dir=os.path.join(tmp, "r"),
-                     log_to_driver=False, configure_logging=False)
+                     log_to_driver=False, configure_logging=False, job_config=_job_config(ray))
         else:
             _join(ray, address)
         _put_back_sigterm(terminate)
@@ -177,6 +177,20 @@ def ray_session(address: Optional[str] = None, *, num_cpus: Optional[int] = None
             _reload_auth()  # the token of this cluster is forgotten before its file is removed
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _job_config(ray: Any) -> Any:
+    """The run's Ray job: where this process imports ragbridge from a folder that is not on its path
+    (an editable install's finder), that folder goes on the workers' path. Ray puts the driver's
+    current folder first on every worker's path, and a folder in it named ``ragbridge`` (a clone of
+    the repository, run from the folder above) is otherwise imported there as an empty namespace
+    package: every task fails with ``cannot import name ... from 'ragbridge...' (unknown location)``.
+    A folder of the path (site-packages) is left as it is: it holds the libraries too."""
+    import ragbridge
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(ragbridge.__file__)))
+    on_path = {os.path.abspath(p) for p in sys.path if p}
+    return ray.job_config.JobConfig(_py_driver_sys_path=[] if root in on_path else [root])
 
 
 def _sigterm_handler() -> Any:
@@ -235,7 +249,7 @@ def _join(ray: Any, address: str) -> None:
     os.environ["RAY_AUTH_MODE"] = "token"
     _reload_auth()
     try:
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        ray.init(address=address, log_to_driver=False, configure_logging=False, job_config=_job_config(ray))
     except AuthenticationError as exc:
         raise RunError(f"the Ray cluster at {address} refused the connection: {_first_line(exc)}; "
                        f"{howto}") from None
