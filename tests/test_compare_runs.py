@@ -222,10 +222,10 @@ def test_ctrl_c_stops_diff_and_compare_with_one_line_and_exit_130(tmp_path):
 
 
 def test_long_diffs_and_compares_say_how_far_they_are_on_stderr(tmp_path):
-    """In a log (stderr not a terminal), diff, compare and the report beside a baseline print a
-    progress line once they have taken a progress interval (``RAGBRIDGE_PROGRESS_SECONDS``, here 0),
-    then one at the end with every step done; their JSON on stdout is whole and the same as without
-    the lines."""
+    """In a log (stderr not a terminal), diff, compare, the report beside a baseline, diagnose and a
+    gate's diagnosis print a progress line once they have taken a progress interval
+    (``RAGBRIDGE_PROGRESS_SECONDS``, here 0), then one at the end with every step done; their JSON on
+    stdout is whole and the same as without the lines."""
     rng = np.random.default_rng(5)
     for name in ("a", "b"):
         rows = [{"id": f"q{q}", "question": f"question {q}", "tags": [f"t{q % 9}"],
@@ -253,6 +253,18 @@ def test_long_diffs_and_compares_say_how_far_they_are_on_stderr(tmp_path):
     failing = json.loads(ragbridge_cli("diagnose", tmp_path / "b", "--json").stdout)["n_failing"]
     assert 0 < failing < 2000
     assert f"report progress: {failing:,} of {failing:,} failing cases (100%)" in res.stderr, res.stderr
+    # the gate's diagnosis (a diagnosed rule) says its progress too; every case behind the rule is
+    # described as diagnose describes it, though the gate's diagnosis first placed them alone
+    gates = tmp_path / "gates.toml"
+    gates.write_text('[[gate]]\ncheck = "diagnosed(retrieval) <= 0.05"\n', encoding="utf-8")
+    res = ragbridge_cli("gate", tmp_path / "b", "--config", gates, "--json",
+                        env={"RAGBRIDGE_PROGRESS_SECONDS": "0"}, subprocess=True)
+    said = f"gate progress: {failing:,} of {failing:,} failing cases (100%)"
+    assert res.returncode == 1 and said in res.stderr, res.stderr
+    diagnosed = json.loads(ragbridge_cli("diagnose", tmp_path / "b", "--json").stdout)["cases"]
+    [rule] = json.loads(res.stdout)["results"]
+    assert rule["cases_behind"] == [{k: c[k] for k in ("case_id", "layer", "reason")} for c in diagnosed
+                                    if c["layer"] == "retrieval"] and len(rule["cases_behind"]) > 100
     res = ragbridge_cli("diagnose", tmp_path / "b", env={"RAGBRIDGE_PROGRESS_SECONDS": "0"}, subprocess=True)
     assert res.returncode == 0 and f"{failing:,} of 2,000 case(s) fail" in " ".join(res.stdout.split())
     said = [line for line in res.stderr.splitlines() if "progress:" in line]

@@ -579,7 +579,8 @@ def test_the_report_names_a_few_cases_per_layer_and_counts_the_rest(judged, monk
 
 def test_a_report_places_every_failing_case_and_describes_the_cases_it_lists(judged):
     """``listed``: the report's diagnosis keeps the first cases of each layer whole, as the full
-    diagnosis gives them, and places every other failing case in its layer, the counts the same."""
+    diagnosis gives them, and places every other failing case in its layer, the counts the same; a
+    case placed only is described as the full diagnosis describes it when it is asked for."""
     _, run, _, _ = judged
     full = diagnose(run, labels=LABELS)
     short = diagnose(run, labels=LABELS, listed=2)
@@ -594,6 +595,10 @@ def test_a_report_places_every_failing_case_and_describes_the_cases_it_lists(jud
     for layer in first:
         assert [c.case_id for c in short.in_layer(layer)] == [c.case_id for c in first[layer][:2]]
     assert short.to_dict()["counts"] == full.to_dict()["counts"]
+    # a case placed only is described when asked for (a gate's cases behind a rule): as in full
+    places = np.flatnonzero(full.layer_codes >= 0)
+    for made in (short, diagnose(run, labels=LABELS, listed=0)):
+        assert [c.to_dict() for c in made.of_cases(places[::-1])] == [c.to_dict() for c in full.cases][::-1]
 
 
 def test_a_gate_rule_bounds_the_share_of_a_layer(judged, tmp_path):

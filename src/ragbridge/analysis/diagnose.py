@@ -183,6 +183,7 @@ class Diagnosis:
     layer_codes: Any = None
     _at: Any = None  # each failing case's place among ``cases``, by its place in the run
     _texts: Any = None  # each failing case's JSON text where the cases are kept on disk (`case_texts`)
+    _describe: Any = None  # places in the run -> the diagnoses of those cases, described (``listed``)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -195,8 +196,12 @@ class Diagnosis:
 
     def of_cases(self, places: Sequence[int]) -> list[CaseDiagnosis]:
         """The diagnoses of the failing cases at ``places`` in the run (see ``layer_codes``); of a
-        diagnosis made with ``listed``, those it kept."""
-        return [self.cases[int(self._at[p])] for p in places if self._at[p] >= 0]
+        diagnosis made with ``listed``, a case it placed only is read and described now."""
+        failing = [int(p) for p in places if self.layer_codes[p] >= 0]
+        later = [p for p in failing if self._at[p] < 0]
+        described = dict(zip(later, self._describe(later))) if later and self._describe else {}
+        return [self.cases[int(self._at[p])] if self._at[p] >= 0 else described[p] for p in failing
+                if self._at[p] >= 0 or p in described]
 
     def in_layer(self, layer: str) -> "Rows":
         """The failing cases diagnosed ``layer``, in run order, read as they are listed."""
@@ -231,7 +236,8 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
     keep each case as its JSON text (`Diagnosis.case_texts`: what writes every case as JSON reads;
     reading the cases back as objects then costs a parse each). ``listed``: keep the first ``listed``
     failing cases of each layer whole (``cases``, what a report lists); every other failing case is
-    placed in its layer (the counts, ``layer_codes``) without the words of its reason. ``progress``: a
+    placed in its layer (the counts, ``layer_codes``) without the words of its reason, and described
+    when `Diagnosis.of_cases` asks for it (read again from the run). ``progress``: a
     `ragbridge.run.progress.Steps`, a step a failing case.
 
     The failing cases are found over the run's columns at once; each is then read with its scores,
@@ -286,8 +292,17 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
             if progress is not None:  # the batch diagnosed
                 progress.advance(len(batch))
     by_tag = _counts(index, codes)
+
+    def describe(places: list[int]) -> list[CaseDiagnosis]:  # cases placed only, described on request
+        out = {}
+        for batch in cols.case_batches(np.unique(np.asarray(places, np.int64)), views=True):
+            for i, case, scores in batch:
+                out[i] = _diagnose_case(case, scores, th, human.get(case.id, {}), in_run, k, seen, spans)
+        return [out[p] for p in places]
+
     return Diagnosis(run=str(run.path) if run.path else "", n_cases=n, cases=spool.rows(), by_tag=by_tag,
                      _texts=spool.texts() if as_text else None,
+                     _describe=describe if listed is not None else None,
                      thresholds=dict(sorted(marks.items())),
                      unknown_labels=sum(len(v) for (cid, v), i in zip(human.items(), index.find(list(human)))
                                         if not 0 <= i < n),

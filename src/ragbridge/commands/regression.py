@@ -326,7 +326,7 @@ def gate_command(
     try:
         cfg = load_gates(config)
         report = run_gates(run, cfg, baseline=baseline, seed=seed, resamples=resamples,
-                           permutations=permutations, history=history or None)
+                           permutations=permutations, history=history or None, progress="gate")
     except IncompleteRunError as exc:
         if junit is not None:
             write_atomic(junit, ci.incomplete_junit_xml(str(exc)))

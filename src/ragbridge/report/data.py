@@ -133,7 +133,7 @@ def report_data(
     # the report's own rows are made (a million cases: 1.06 GB at the peak the other way round)
     moved = (_moved(run, baseline, n_resamples, seed, top, _steps(progress, "shifts", since))
              if baseline is not None else None)
-    gate = _gate(run, gates, baseline, history, seed, top) if gates is not None else None
+    gate = _gate(run, gates, baseline, history, seed, top, progress) if gates is not None else None
     rows = jsonable(run.summary_rows(by_tag=True))
     overall = sorted((r for r in rows if r["tag"] == ALL),
                      key=lambda r: (metric_key(r["metric"]), backend_key(r["backend"])))
@@ -275,7 +275,8 @@ def _moved(run: Run, baseline: Any, n_resamples: int, seed: int, top: int, progr
     return diff_json(d, top=top)
 
 
-def _gate(run: Run, gates: Any, baseline: Any, history: Any, seed: int, top: int) -> dict[str, Any]:
+def _gate(run: Run, gates: Any, baseline: Any, history: Any, seed: int, top: int,
+          progress: Optional[str] = None) -> dict[str, Any]:
     """The gate's verdicts on this run (against ``baseline``, over ``history``, when given), as
     ``ragbridge gate --json``; the rules that need what was not given are left out (and named)."""
     from ..analysis.diff import RegressionError
@@ -290,7 +291,8 @@ def _gate(run: Run, gates: Any, baseline: Any, history: Any, seed: int, top: int
     if not config.rules:
         return {"passed": None, "results": [], "left_out": left_out}
     try:
-        report = gate_json(run_gates(run, config, baseline=baseline, seed=seed, history=history or None))
+        report = gate_json(run_gates(run, config, baseline=baseline, seed=seed, history=history or None,
+                                     progress=progress))
     except RegressionError as exc:  # the file still sets the thresholds; the page says why it is not checked
         return {"passed": None, "results": [], "left_out": left_out, "error": str(exc)}
     for r in report["results"]:

@@ -295,11 +295,14 @@ def run_gates(
     resamples: Optional[int] = None,
     permutations: Optional[int] = None,
     history: Optional[Sequence[Run | str | Path]] = None,
+    progress: Optional[str] = None,
 ) -> GateReport:
     """Evaluate every rule of ``config`` on ``run``.
 
     ``history``: earlier runs (run folders, or folders of them) for ``slope`` rules; those that
-    started after ``run`` are left out, and so is ``run`` itself if a folder holds it.
+    started after ``run`` are left out, and so is ``run`` itself if a folder holds it. ``progress``: a
+    label (``gate``) under which the diagnosis a ``diagnosed`` rule reads shows its progress on stderr
+    (`ragbridge.run.progress.Steps`).
 
     Raises `IncompleteRunError` when the run (or the baseline) did not finish, and `GateConfigError`
     when the rules name a metric, backend or tag the run does not have, or need a baseline or a
@@ -402,7 +405,7 @@ def run_gates(
         for backend in backends:
             ctx = GateContext(run, cols, base_cols, base_at, ids, series, noise,
                               group_seed(seed, str(rule.index), backend), resamples, permutations, config,
-                              diagnosis)
+                              diagnosis, progress)
             kind = KINDS[rule.kind]
             m = kind.measure(rule, backend, ctx)
             diagnosis = ctx._diagnosis if diagnosis is None else diagnosis

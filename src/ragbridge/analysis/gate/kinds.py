@@ -65,15 +65,21 @@ class GateContext:
     permutations: int
     config: Any = None
     _diagnosis: Any = None
+    progress: Optional[str] = None  # the label of the diagnosis's progress (`run_gates`)
 
     def diagnosis(self) -> Any:
         """The run's diagnosis (`ragbridge.analysis.diagnose`), made once, by the run's pass marks with
-        the gates file's (`ragbridge.analysis.thresholds.pass_marks`), as the report with it makes it."""
+        the gates file's (`ragbridge.analysis.thresholds.pass_marks`), as the report with it makes it:
+        every failing case placed in its layer, and described only when a rule lists it."""
         if self._diagnosis is None:
             from ..diagnose import diagnose
             from ..thresholds import pass_marks
 
-            self._diagnosis = diagnose(self.run, pass_marks(self.run, gates=self.config))
+            from ...run.progress import Steps
+
+            steps = Steps(self.progress, "failing cases") if self.progress is not None else None
+            self._diagnosis = diagnose(self.run, pass_marks(self.run, gates=self.config), listed=0,
+                                       progress=steps)
         return self._diagnosis
 
     def case_id(self, i: int) -> str:
