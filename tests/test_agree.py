@@ -173,7 +173,7 @@ def test_calibrate_writes_each_row_by_the_thresholds_it_stands_for(tmp_path):
 
     cases = tiny_cases(6)
     src = [0.9, 0.8, 0.75, 0.6, 0.3, 0.95]
-    tgt = [1.0, 0.667, 0.5, 0.667, 0.1, 1.0]
+    tgt = [1.0, 0.667, 0.5, 0.6671, 0.1, 1.0]  # two values alike to 3 digits: a row between them
     scores = [sc(f"c{i + 1}", "faithfulness", "a", v) for i, v in enumerate(src)]
     scores += [sc(f"c{i + 1}", "faithfulness", "b", v) for i, v in enumerate(tgt)]
     run = write_run(tmp_path / "p", cases, scores)
@@ -186,6 +186,8 @@ def test_calibrate_writes_each_row_by_the_thresholds_it_stands_for(tmp_path):
     rows = {m.group(1): m.group(2) for m in row_re.finditer(res.stdout)}
     assert claim in rows, res.stdout
     assert "> 1" in rows and rows["> 1"] != rows[claim]  # the row above every value: none passes
+    ends = [re.match(r"\((\S+), (\S+)\]", r) for r in rows]
+    assert all(m.group(1) != m.group(2) for m in ends if m) and "(0.667, 0.6671]" in rows, rows
 
 
 @pytest.mark.slow

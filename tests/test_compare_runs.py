@@ -265,6 +265,18 @@ def test_long_diffs_and_compares_say_how_far_they_are_on_stderr(tmp_path):
     [rule] = json.loads(res.stdout)["results"]
     assert rule["cases_behind"] == [{k: c[k] for k in ("case_id", "layer", "reason")} for c in diagnosed
                                     if c["layer"] == "retrieval"] and len(rule["cases_behind"]) > 100
+    # the report with the gates walks the failing cases once, for its diagnosis and its gate alike
+    res = ragbridge_cli("report", tmp_path / "b", "--gates", gates, "--format", "json", "--out",
+                        tmp_path / "r.json", env={"RAGBRIDGE_PROGRESS_SECONDS": "0"}, subprocess=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("failing cases (100%)") == 1, res.stderr
+    page = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    [in_page] = page["gate"]["results"]
+    top = len(in_page["cases_behind"])
+    assert 0 < top < len(rule["cases_behind"]) and in_page["cases_behind"] == rule["cases_behind"][:top]
+    assert in_page["n_cases_behind"] == rule["n_cases_behind"] and in_page["figure"] == rule["figure"]
+    assert page["diagnosis"]["counts"] == json.loads(ragbridge_cli("diagnose", tmp_path / "b", "--json")
+                                                     .stdout)["counts"]
     res = ragbridge_cli("diagnose", tmp_path / "b", env={"RAGBRIDGE_PROGRESS_SECONDS": "0"}, subprocess=True)
     assert res.returncode == 0 and f"{failing:,} of 2,000 case(s) fail" in " ".join(res.stdout.split())
     said = [line for line in res.stderr.splitlines() if "progress:" in line]

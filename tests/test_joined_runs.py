@@ -166,6 +166,17 @@ def test_compare_of_two_runs_keeps_its_meaning_and_the_two_forms_do_not_mix(apar
     assert all(s.case_id != first for s in joined.scores)
     text = ragbridge_cli("compare", root / "ragas-run", "--with", other, "--resamples", "0").stdout
     assert f"1 case(s) differ between the runs and are left out (first: {first})" in " ".join(text.split())
+    # so does calibrate, whose figures stand on the cases left
+    res = ragbridge_cli("calibrate", root / "ragas-run", "--with", other, "--from", "ragas", "--to",
+                        "rubric@other", "--metric", "faithfulness", "--resamples", "0")
+    assert res.returncode == 0, res.stderr
+    text = " ".join(res.stdout.split())
+    assert f"1 case(s) differ between the runs and are left out (first: {first})" in text
+    assert f"on {N_CASES - 1} case(s) both scored" in text, text
+    # the other run named by its path, as the command line names it, means the same column
+    by_path = ragbridge_cli("calibrate", root / "ragas-run", "--with", other, "--from", "ragas", "--to",
+                            f"rubric@{other}", "--metric", "faithfulness", "--resamples", "0")
+    assert by_path.returncode == 0 and by_path.stdout == res.stdout, by_path.stderr
 
 
 def test_with_on_two_systems_runs_of_the_same_cases_says_to_compare_them(tmp_path):

@@ -462,7 +462,7 @@ def test_large_run_shows_the_cases_that_matter_in_full_and_the_rest_one_line_eac
         line = next(ln for ln in lines if f" {cid} · " in ln)
         assert line.split()[:3] == [num(scores[(cid, m)]) for m in columns], line
         assert "✗" not in line
-    assert "3 of the" not in h and f"{len(full)} of the {N_LARGE} cases are shown in full" in h
+    assert "3 of the" not in h and f"{len(full):,} of the {N_LARGE:,} cases are shown in full" in h
 
 
 @pytest.mark.slow
@@ -569,10 +569,10 @@ def test_past_the_line_budget_the_page_holds_a_uniform_sample_of_lines_and_says_
     lines = [ln for text in re.findall(r'<pre class="crows"[^>]*>(.*?)</pre>', h, re.S)
              for ln in text.split("\n")[2:]]
     assert [re.search(r" (case-\d+) · ", ln).group(1) for ln in lines] == rest[::step]
-    assert f"A uniform sample of the other {len(rest)} follows" in h
+    assert f"A uniform sample of the other {len(rest):,} follows" in h
     assert f"{len(lines)} cases, one in {step} in run order" in h
     # the figures above the lines are still over every case
-    assert f"{len(badged)} of the {N_LARGE} cases are shown in full" in h
+    assert f"{len(badged):,} of the {N_LARGE:,} cases are shown in full" in h
 
 
 def test_a_case_of_ten_thousand_chunks_shows_its_first_and_its_relevant_ones(tmp_path):
@@ -617,12 +617,12 @@ def test_the_page_keeps_to_its_size_budget_and_chromium_opens_it(large_run, tmp_
     assert len(h.encode("utf-8")) <= budget
     pages = re.findall(r'<pre class="crows"[^>]*>(.*?)</pre>', h, re.S)
     n_lines = sum(text.count("\n") - 1 for text in pages)
-    shown = re.search(r"(\d+) of the (\d+) cases are shown in full", h)
-    rest = N_LARGE - int(shown.group(1))
-    assert 0 < n_lines < rest and f"A uniform sample of the other {rest} follows" in h
-    assert f"{n_lines} cases, one in " in h
+    shown = re.search(r"([\d,]+) of the ([\d,]+) cases are shown in full", h)  # counts as 2,950
+    rest = N_LARGE - int(shown.group(1).replace(",", ""))
+    assert 0 < n_lines < rest and f"A uniform sample of the other {rest:,} follows" in h
+    assert f"{n_lines:,} cases, one in " in h
     # the figures above the lines are still over every case
-    assert f"over all {N_LARGE} cases" in h
+    assert f"over all {N_LARGE:,} cases" in h
     page = tmp_path / "budget.html"
     page.write_text(h, encoding="utf-8")
     b = _browse(tmp_path, page.as_uri(), "--dump-dom")

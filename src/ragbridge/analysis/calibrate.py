@@ -64,12 +64,15 @@ def _representative(lo: float, hi: float) -> float:
 
 
 def interval_text(low: float, high: float) -> str:
-    """A calibration row's thresholds in words: ``(0.667, 1]``, ``<= 0.2``, ``> 1``."""
+    """A calibration row's thresholds in words: ``(0.667, 1]``, ``<= 0.2``, ``> 1``; two ends that
+    read the same at 3 significant digits get as many more as tell them apart (``(0.63096, 0.63104]``,
+    not ``(0.631, 0.631]``)."""
     if math.isinf(low):
         return f"<= {high:.3g}"
     if math.isinf(high):
         return f"> {low:.3g}"
-    return f"({low:.3g}, {high:.3g}]"
+    digits = next((d for d in (3, 4, 5, 6, 8, 12) if f"{low:.{d}g}" != f"{high:.{d}g}"), 17)
+    return f"({low:.{digits}g}, {high:.{digits}g}]"
 
 
 def calibrate(

@@ -250,14 +250,7 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
     n = index.described
     if not n:
         raise AnalysisError(f"{run.path}: the run folder holds no cases.jsonl: diagnosis needs the cases")
-    failing = np.zeros(n, bool)
-    marks: dict[str, float] = {}
-    answerable = index.answerable[:n]
-    for (b, m), col in cols.columns.items():
-        counted = col.scored[:n] & (answerable if half_of(m) == "retrieval" else True)
-        if counted.any():
-            mark = marks[f"{b}:{m}"] = th.get(b, m)
-            failing |= counted & ~col.verdicts(mark)[:n]
+    failing, marks = _failing(run, th)
     for cid, verdicts in human.items():
         i = index.place(cid)
         if i is not None and i < n and not all(verdicts.values()):
@@ -307,6 +300,29 @@ def diagnose(run: Union[Run, str, Path], thresholds: Optional[Thresholds] = None
                      unknown_labels=sum(len(v) for (cid, v), i in zip(human.items(), index.find(list(human)))
                                         if not 0 <= i < n),
                      layer_codes=codes, _at=at)
+
+
+def _failing(run: Run, th: Thresholds) -> tuple[np.ndarray, dict[str, float]]:
+    """Which described cases of ``run`` fail a metric at ``th``'s pass marks, and the pass mark of
+    each ``backend:metric`` that counted (`Diagnosis.thresholds`)."""
+    cols = run.columns
+    n = cols.cases.described
+    failing = np.zeros(n, bool)
+    marks: dict[str, float] = {}
+    answerable = cols.cases.answerable[:n]
+    for (b, m), col in cols.columns.items():
+        counted = col.scored[:n] & (answerable if half_of(m) == "retrieval" else True)
+        if counted.any():
+            mark = marks[f"{b}:{m}"] = th.get(b, m)
+            failing |= counted & ~col.verdicts(mark)[:n]
+    return failing, marks
+
+
+def made_by(d: Diagnosis, run: Run, th: Thresholds) -> bool:
+    """Whether ``d``, a diagnosis of ``run`` made without human labels, is what ``diagnose(run, th)``
+    makes: the same pass mark for every metric that counts (so the same cases fail, in the same
+    layers). A report hands its diagnosis to its gate this way."""
+    return d.thresholds == dict(sorted(_failing(run, th)[1].items()))
 
 
 def _from_dict(row: dict[str, Any]) -> CaseDiagnosis:

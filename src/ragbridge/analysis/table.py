@@ -20,7 +20,7 @@ from ..run import Run, RunError, load_run
 from ..run.case_ids import CaseIds
 from ..run.columns import ERROR, CaseIndex, Column, RunColumns
 
-__all__ = ["AnalysisError", "ScoreTable", "open_run", "join_runs", "judge_of"]
+__all__ = ["AnalysisError", "ScoreTable", "open_run", "join_runs", "judge_of", "column_named"]
 
 
 class AnalysisError(UserError, ValueError):
@@ -279,6 +279,20 @@ def _nothing_shared(runs: list[Run], labels: list[str], differing: list[str]) ->
             "runs of the same questions, give both runs: ragbridge compare "
             + " ".join(str(r.path or label) for r, label in zip(runs[:2], labels))
             + " (or ragbridge diff BASE NEW)")
+
+
+def column_named(run: Run, name: str) -> str:
+    """The column of runs read side by side that ``name`` means: the name itself, or for
+    ``BACKEND@PATH`` (a run folder given by its path, as on the command line: ``native@runs/before``)
+    that backend's column of that run (``native@before``)."""
+    columns = getattr(run.manifest, "columns", None) or {}
+    backend, at, where = name.rpartition("@")
+    if name in columns or not at:
+        return name
+    for col, c in columns.items():
+        if c["backend"] == backend and Path(c["run"]).resolve() == Path(where).resolve():
+            return col
+    return name
 
 
 def _run_labels(runs: list[Run]) -> list[str]:

@@ -21,7 +21,7 @@ from ..analysis.calibrate import calibrate, flip_rows, interval_text
 from ..analysis.compare import (FIGURE_NAMES, FIGURES, compare, compare_runs, disagreements, flip_counts,
                                 run_shifts, scored_by_one)
 from ..analysis.stats import DEFAULT_PERMUTATIONS, DEFAULT_RESAMPLES
-from ..analysis.table import AnalysisError, ScoreTable, open_run
+from ..analysis.table import AnalysisError, ScoreTable, column_named, open_run
 from ..analysis.validate import validate
 from ..report.text import (MISSING, ci_text, column_lines, jsonable, missed_lines, num, one_line, p_text,
                            records, version_change_lines)
@@ -525,6 +525,7 @@ def calibrate_cmd(
     """The threshold in one backend that best reproduces another's pass/fail (maximum kappa); with
     --with, a backend of another run of the same cases (BACKEND@FOLDER where both runs scored it)."""
     r = _run_or_fail(run, with_runs)
+    source, target = column_named(r, source), column_named(r, target)  # native@runs/a: native@a
     try:
         curve = calibrate(r, source, target, metric, threshold, resamples, seed)
     except AnalysisError as exc:
@@ -538,6 +539,7 @@ def calibrate_cmd(
         print_json({"run": str(r.path) if not with_runs else None, **_joined_json(r), **a,
                     "best": best.to_dict(), "curve": records(curve), "flips": flips.mapped(jsonable)})
         return
+    _print_columns(out, r)  # runs read side by side: where each column comes from, the cases left out
     lines = [
         f"{a['metric']}: {source} at {a['source_threshold']:g} ≈ {target} at {_cut(best)} "
         f"(any threshold {interval_text(best['threshold_low'], best['threshold_high'])} gives the same "

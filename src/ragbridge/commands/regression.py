@@ -89,8 +89,8 @@ def _answer(d: RunDiff) -> list[str]:
     """What moved, first: the paired scores that got worse, better or changed status, and the metrics
     (and tags) whose mean changed significantly."""
     t = d.totals()
-    lines = [f"what moved: of {t['paired_scores']} paired scores, {t['worse']} got worse, "
-             f"{t['better']} better, {t['status_changed']} changed status"]
+    lines = [f"what moved: of {t['paired_scores']:,} paired scores, {t['worse']:,} got worse, "
+             f"{t['better']:,} better, {t['status_changed']:,} changed status"]
     sig = _significant(d.summary)
     if sig.empty:
         lines.append("  no metric's mean changed significantly (paired permutation p < 0.05), overall or "
@@ -215,15 +215,16 @@ def print_gate(report: GateReport, console=None, top: int = ci.TOP_CASES) -> Non
     style = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "skip": "[yellow]skip[/]"}
     lines = []
     for r in report.results:
-        t.add_row(str(r.rule.index), escape(r.backend), escape(r.rule.label), ci.figure_text(r), str(r.n),
+        t.add_row(str(r.rule.index), escape(r.backend), escape(r.rule.label), ci.figure_text(r), f"{r.n:,}",
                   style[r.verdict], escape(r.detail))
         verdict = "FAIL" if r.verdict == "fail" else r.verdict
-        lines.append(f"{verdict} #{r.rule.index} {r.backend}: {r.rule.label}: {ci.figure_text(r)}, n {r.n}; "
-                     f"{r.detail}")
+        lines.append(f"{verdict} #{r.rule.index} {r.backend}: {r.rule.label}: {ci.figure_text(r)}, "
+                     f"n {r.n:,}; {r.detail}")
     print_table(console, t, lines)
     for r in report.failed:
         if r.items:
-            lines = [f"{r.label}: the {ci.behind(r)} behind it ({min(top, len(r.items))} of {len(r.items)}):"]
+            shown = min(top, len(r.items))
+            lines = [f"{r.label}: the {ci.behind(r)} behind it ({shown:,} of {len(r.items):,}):"]
             lines += [f"  {ci.item_line(item)}" for item in r.items[:top]]
             print_lines(console, lines)
     colour = "bold green" if report.passed else "bold red"

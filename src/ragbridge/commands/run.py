@@ -554,7 +554,7 @@ def _print_run(result, out_dir, as_json: bool, with_latency: bool = True) -> Non
             style = "yellow" if i == 0 and judge.get("stub") else "dim"
             out.print(f"[{style}]{escape(note)}[/]", highlight=False)
         not_run = counts.get("not_run", 0)
-        made = f"{counts.get('scores', 0) - not_run} scores" + (f", {not_run} not run" if not_run else "")
+        made = f"{counts.get('scores', 0) - not_run:,} scores" + (f", {not_run:,} not run" if not_run else "")
         out.print(f"run written to [bold]{escape(str(out_dir))}[/] ({made})", highlight=False)
     same = judge.get("self_judging")
     if same:

@@ -261,7 +261,7 @@ class InputCheck:
         if n:
             labelled = n + self.labelled + self.retrieved_none
             out.insert(0, InputWarning(
-                f"{n} of {labelled} case(s) with relevance labels give no retrieved chunks (no "
+                f"{n:,} of {labelled:,} case(s) with relevance labels give no retrieved chunks (no "
                 f"'contexts' field: {_shown(first, n)}), so there is no ranking to measure: their "
                 "ranking metrics are undefined, not 0; give each case the chunks its retriever returned, "
                 "best first ('contexts': [] for a retriever that returned none)", concerns=RETRIEVAL,
@@ -275,20 +275,20 @@ class InputCheck:
         n, first = self.repeated_cases
         if n:
             out.append(InputWarning(
-                f"{self.repeated_ids} repeated chunk id(s) in {n} case(s) ({_shown(first, n)}) are dropped "
-                "before ranking: a chunk counts at its first rank", data=False))
+                f"{self.repeated_ids:,} repeated chunk id(s) in {n:,} case(s) ({_shown(first, n)}) are "
+                "dropped before ranking: a chunk counts at its first rank", data=False))
         n, first = self.comma_tags
         if n:
             parts = [p.strip() for p in self.comma_tag.split(",") if p.strip()]
             out.append(InputWarning(
-                f"{n} case(s) have a tag holding a comma ({self.comma_tag!r} in {_shown(first, n)}): a tag "
+                f"{n:,} case(s) have a tag holding a comma ({self.comma_tag!r} in {_shown(first, n)}): a tag "
                 f"is one name, so such a case is in no slice of {' or '.join(map(repr, parts[:3]))}; give "
                 f"tags as a list ({json.dumps(parts[:3], ensure_ascii=False)}), or in a table cell "
                 f"separated by '|' ({'|'.join(parts[:3])})", concerns=EVERY))
         n, first = self.blank_questions
         if n:
             out.append(InputWarning(
-                f"{n} case(s) have an empty question ({_shown(first, n)}): the judged metrics skip them "
+                f"{n:,} case(s) have an empty question ({_shown(first, n)}): the judged metrics skip them "
                 "(undefined), the ranking metrics and answer checks do not read it; give each case its "
                 "question", concerns=EVERY))
         return out
@@ -297,7 +297,7 @@ class InputCheck:
         if cause not in self.missed:
             return None
         n, first, pair = self.missed[cause]
-        head = (f"{n} of {self.labelled} case(s) with relevance labels have no retrieved chunk that "
+        head = (f"{n:,} of {self.labelled:,} case(s) with relevance labels have no retrieved chunk that "
                 f"matches a label, so their ranking metrics are 0 ({_shown(first, n)})")
         if cause == _TEXTUAL:
             why = ("their chunks are given as plain text (no id, no source), so no chunk can match a "

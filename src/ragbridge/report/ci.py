@@ -97,7 +97,7 @@ def junit_xml(report: GateReport, top: int = TOP_CASES) -> str:
         )
         text = f"{r.label}\nfigure: {figure_text(r)} (n={r.n})\n{r.detail}"
         if r.items and r.verdict != "pass":
-            text += f"\nthe {behind(r)} behind it ({min(top, len(r.items))} of {len(r.items)}):\n"
+            text += f"\nthe {behind(r)} behind it ({min(top, len(r.items)):,} of {len(r.items):,}):\n"
             text += "\n".join(item_line(i) for i in r.items[:top])
         if r.verdict == "fail":
             failure = ET.SubElement(case, "failure", message=r.detail, type="GateFailure")
@@ -145,7 +145,7 @@ def markdown(report: GateReport, top: int = TOP_CASES) -> str:
             continue
         shown = r.items[:top]
         lines += ["", f"### ❌ {md_text(r.label)}", "",
-                  f"The {behind(r)} behind it ({len(shown)} of {len(r.items)}):", ""]
+                  f"The {behind(r)} behind it ({len(shown):,} of {len(r.items):,}):", ""]
         if "delta" in r.items[0]:
             lines += ["| case | baseline | run | change |", "|---|---|---|---|"]
             lines += [f"| {md_text(i['case_id'])} | {num(i['base'])} | {num(i['new'])} | "

@@ -133,7 +133,11 @@ def report_data(
     # the report's own rows are made (a million cases: 1.06 GB at the peak the other way round)
     moved = (_moved(run, baseline, n_resamples, seed, top, _steps(progress, "shifts", since))
              if baseline is not None else None)
-    gate = _gate(run, gates, baseline, history, seed, top, progress) if gates is not None else None
+    # the diagnosis before the gate, which reads it (a ``diagnosed`` rule) where its pass marks are the
+    # gates file's: one walk over the failing cases, not two
+    diagnosis = _diagnosis(run, th, labels, label_threshold, _steps(progress, "failing cases", since))
+    gate = (_gate(run, gates, baseline, history, seed, top, progress,
+                  diagnosis if labels is None else None) if gates is not None else None)
     rows = jsonable(run.summary_rows(by_tag=True))
     overall = sorted((r for r in rows if r["tag"] == ALL),
                      key=lambda r: (metric_key(r["metric"]), backend_key(r["backend"])))
@@ -179,7 +183,7 @@ def report_data(
         "disagreements": dis,
         "coverage": records(coverage(run)),
         "validation": validation,
-        "diagnosis": _diagnosis(run, th, labels, label_threshold, _steps(progress, "failing cases", since)),
+        "diagnosis": diagnosis.to_dict() if diagnosis is not None else None,
         "judge_usage": usage,
         "judge_usage_by_metric": per_metric,
         "reused_from": _reused_from(m, usage),
@@ -276,7 +280,7 @@ def _moved(run: Run, baseline: Any, n_resamples: int, seed: int, top: int, progr
 
 
 def _gate(run: Run, gates: Any, baseline: Any, history: Any, seed: int, top: int,
-          progress: Optional[str] = None) -> dict[str, Any]:
+          progress: Optional[str] = None, diagnosis: Any = None) -> dict[str, Any]:
     """The gate's verdicts on this run (against ``baseline``, over ``history``, when given), as
     ``ragbridge gate --json``; the rules that need what was not given are left out (and named)."""
     from ..analysis.diff import RegressionError
@@ -292,7 +296,7 @@ def _gate(run: Run, gates: Any, baseline: Any, history: Any, seed: int, top: int
         return {"passed": None, "results": [], "left_out": left_out}
     try:
         report = gate_json(run_gates(run, config, baseline=baseline, seed=seed, history=history or None,
-                                     progress=progress))
+                                     progress=progress, diagnosis=diagnosis))
     except RegressionError as exc:  # the file still sets the thresholds; the page says why it is not checked
         return {"passed": None, "results": [], "left_out": left_out, "error": str(exc)}
     for r in report["results"]:
@@ -464,13 +468,12 @@ def listed_by_layer(diagnosis: dict[str, Any], n: int = DIAGNOSIS_LISTED) -> dic
     return {x: (first[x], counts[x]) for x in counts if counts[x]}
 
 
-def _diagnosis(run: Run, th: Thresholds, labels: Any, label_threshold: float, progress: Any
-               ) -> Optional[dict[str, Any]]:
-    """Each failing case's layer (`ragbridge.analysis.diagnose`), by the report's pass marks."""
+def _diagnosis(run: Run, th: Thresholds, labels: Any, label_threshold: float, progress: Any) -> Any:
+    """Each failing case's layer (`ragbridge.analysis.diagnose`), by the report's pass marks: the
+    cases it lists described as ``ragbridge diagnose`` describes them."""
     if not run.columns.cases.described:
         return None
-    return diagnose(run, th, labels, label_threshold, chunk_details=False, listed=DIAGNOSIS_LISTED,
-                    progress=progress).to_dict()
+    return diagnose(run, th, labels, label_threshold, listed=DIAGNOSIS_LISTED, progress=progress)
 
 
 def _steps(label: Optional[str], noun: str, since: float) -> Any:

@@ -588,6 +588,7 @@ def write_html(run: Union[Run, str, Path], out: TextIO, data: Optional[dict] = N
         lstrip_blocks=True,
     )
     env.filters["num"] = num
+    env.filters["count"] = "{:,}".format  # 199,428: a count as the terminal writes it
     env.filters["p"] = p_text
     env.filters["tone"] = _tone
     env.filters["ragchecker"] = ragchecker_text

@@ -101,8 +101,8 @@ def _moved(d: dict, out: list[str]) -> None:
         return
     t = mv["totals"]
     out += [f"## What moved since {md_text(mv['base']['path'])}", "",
-            f"{t['paired_scores']} paired scores: **{t['worse']} worse**, **{t['better']} better**, "
-            f"{t['status_changed']} changed status.", ""]
+            f"{t['paired_scores']:,} paired scores: **{t['worse']:,} worse**, **{t['better']:,} better**, "
+            f"{t['status_changed']:,} changed status.", ""]
     out += [f"- ⚠️ {md_text(w)}" for w in mv["warnings"]] + ([""] if mv["warnings"] else [])
     rows = [r for r in mv["summary"] if r["moved"]]
     if rows:
@@ -289,7 +289,7 @@ def _diagnosis(d: dict, out: list[str]) -> None:
         return
     layers = list(g["counts"])
     out += ["## Diagnosis: which layer failed", "",
-            f"{g['n_failing']} of {g['n_cases']} cases fail a metric; each gets the layer of the first "
+            f"{g['n_failing']:,} of {g['n_cases']:,} cases fail a metric; each gets the layer of the first "
             "question it fails (docs/diagnose.md).", "",
             "| slice | cases | failing | " + " | ".join(layers) + " |",
             "|---|---|---|" + "---|" * len(layers),

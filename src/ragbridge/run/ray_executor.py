@@ -180,16 +180,13 @@ def ray_session(address: Optional[str] = None, *, num_cpus: Optional[int] = None
 
 
 def _job_config(ray: Any) -> Any:
-    """The run's Ray job: where this process imports ragbridge from a folder that is not on its path
-    (an editable install's finder), that folder goes on the workers' path. Ray puts the driver's
-    current folder first on every worker's path, and a folder in it named ``ragbridge`` (a clone of
-    the repository, run from the folder above) is otherwise imported there as an empty namespace
-    package: every task fails with ``cannot import name ... from 'ragbridge...' (unknown location)``.
-    A folder of the path (site-packages) is left as it is: it holds the libraries too."""
+    """The run's Ray job: ragbridge's folder on the workers' path where this process found it off its
+    path (an editable install's finder). Ray puts the driver's current folder first there, and a
+    folder in it named ``ragbridge`` (a clone, run from above) would be imported as an empty package."""
     import ragbridge
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(ragbridge.__file__)))
-    on_path = {os.path.abspath(p) for p in sys.path if p}
+    on_path = {os.path.abspath(p) for p in sys.path if p}  # site-packages: it holds the libraries too
     return ray.job_config.JobConfig(_py_driver_sys_path=[] if root in on_path else [root])
 
 

@@ -296,13 +296,15 @@ def run_gates(
     permutations: Optional[int] = None,
     history: Optional[Sequence[Run | str | Path]] = None,
     progress: Optional[str] = None,
+    diagnosis: Any = None,
 ) -> GateReport:
     """Evaluate every rule of ``config`` on ``run``.
 
     ``history``: earlier runs (run folders, or folders of them) for ``slope`` rules; those that
     started after ``run`` are left out, and so is ``run`` itself if a folder holds it. ``progress``: a
     label (``gate``) under which the diagnosis a ``diagnosed`` rule reads shows its progress on stderr
-    (`ragbridge.run.progress.Steps`).
+    (`ragbridge.run.progress.Steps`). ``diagnosis``: one made already of ``run`` without human labels
+    (a report's), which such a rule reads where it was made by the gates file's pass marks.
 
     Raises `IncompleteRunError` when the run (or the baseline) did not finish, and `GateConfigError`
     when the rules name a metric, backend or tag the run does not have, or need a baseline or a
@@ -398,14 +400,14 @@ def run_gates(
         bound.append((rule, backends))
 
     results = []
-    diagnosis = None  # made once, by the first rule that reads it
+    given, diagnosis = diagnosis, None  # made once, by the first rule that reads it (or given)
     noise = noise_of(base, run) if base is not None else {}
     for rule, backends in bound:
         ids = _slice(run, rule.tags)
         for backend in backends:
             ctx = GateContext(run, cols, base_cols, base_at, ids, series, noise,
                               group_seed(seed, str(rule.index), backend), resamples, permutations, config,
-                              diagnosis, progress)
+                              diagnosis, progress, given)
             kind = KINDS[rule.kind]
             m = kind.measure(rule, backend, ctx)
             diagnosis = ctx._diagnosis if diagnosis is None else diagnosis

@@ -66,20 +66,24 @@ class GateContext:
     config: Any = None
     _diagnosis: Any = None
     progress: Optional[str] = None  # the label of the diagnosis's progress (`run_gates`)
+    given: Any = None  # a diagnosis made already (a report's), used where it is the one a rule needs
 
     def diagnosis(self) -> Any:
         """The run's diagnosis (`ragbridge.analysis.diagnose`), made once, by the run's pass marks with
         the gates file's (`ragbridge.analysis.thresholds.pass_marks`), as the report with it makes it:
-        every failing case placed in its layer, and described only when a rule lists it."""
+        every failing case placed in its layer, and described only when a rule lists it; or the one
+        ``given`` (a report's), where it was made by the same pass marks."""
         if self._diagnosis is None:
-            from ..diagnose import diagnose
+            from ..diagnose import diagnose, made_by
             from ..thresholds import pass_marks
-
             from ...run.progress import Steps
 
-            steps = Steps(self.progress, "failing cases") if self.progress is not None else None
-            self._diagnosis = diagnose(self.run, pass_marks(self.run, gates=self.config), listed=0,
-                                       progress=steps)
+            marks = pass_marks(self.run, gates=self.config)
+            if self.given is not None and made_by(self.given, self.run, marks):
+                self._diagnosis = self.given
+            else:
+                steps = Steps(self.progress, "failing cases") if self.progress is not None else None
+                self._diagnosis = diagnose(self.run, marks, listed=0, progress=steps)
         return self._diagnosis
 
     def case_id(self, i: int) -> str:
