@@ -177,6 +177,12 @@ def test_compare_of_two_runs_keeps_its_meaning_and_the_two_forms_do_not_mix(apar
     by_path = ragbridge_cli("calibrate", root / "ragas-run", "--with", other, "--from", "ragas", "--to",
                             f"rubric@{other}", "--metric", "faithfulness", "--resamples", "0")
     assert by_path.returncode == 0 and by_path.stdout == res.stdout, by_path.stderr
+    # a backend each run scored apart is named by its column, and the refusal says which
+    bare = ragbridge_cli("calibrate", root / "ragas-run", "--with", other, "--from", "ragas", "--to",
+                         "rubric", "--metric", "faithfulness", "--resamples", "0")
+    said = " ".join(bare.stderr.split())
+    assert bare.returncode == 2 and "'rubric' scored 'faithfulness' in each run apart" in said, said
+    assert "rubric@ragas-run" in said and "rubric@other" in said
 
 
 def test_with_on_two_systems_runs_of_the_same_cases_says_to_compare_them(tmp_path):

@@ -425,3 +425,14 @@ def test_a_wrapped_reason_keeps_a_figure_with_its_pass_mark_and_the_lines_come_o
     con = Console(width=80, file=io.StringIO(), color_system=None, force_terminal=False)
     print_lines(con, [f"line {i}" for i in range(5000)])
     assert con.file.getvalue().splitlines() == [f"line {i}" for i in range(5000)]
+
+
+def test_a_p_value_of_one_and_a_value_rounded_to_zero_print_as_numbers():
+    """A p-value of 1 prints as ``1.00`` (three significant digits, as every other), and a negative
+    value that rounds to zero prints without its sign (``0.000``, not ``-0.000``)."""
+    from ragbridge.report.text import num
+    from ragbridge.verdicts import p_text
+
+    assert [p_text(p) for p in (1.0, 0.5, 0.0312, 0.0004)] == ["1.00", "0.5", "0.0312", "<0.001"]
+    assert [num(-0.0001), num(-0.0, signed=True), num(-0.5), num(-0.006, 2), num(-0.004, 2, True)] == [
+        "0.000", "+0.000", "-0.500", "-0.01", "+0.00"]

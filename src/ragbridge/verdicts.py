@@ -63,10 +63,11 @@ def against(value: float, threshold: float, op: str = ">=", spec: str = ".3f") -
 
 def p_text(p: Any) -> str:
     """A p-value to three significant digits, ``<0.001`` below that, ``—`` when missing: the one way
-    every output (the commands, the reports, gate's figures and details) prints one."""
+    every output (the commands, the reports, gate's figures and details) prints one (``1.00``, not
+    ``1``)."""
     if p is None or (isinstance(p, float) and math.isnan(p)):
         return "—"
-    return f"{p:.3g}" if p >= 0.001 else "<0.001"
+    return ("1.00" if p >= 1 else f"{p:.3g}") if p >= 0.001 else "<0.001"
 
 
 def pass_mark(manifest: Any, backend: str, metric: str) -> tuple[float, str]:

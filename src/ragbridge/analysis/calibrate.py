@@ -35,6 +35,10 @@ def _paired(table: ScoreTable, metric: str, source: str, target: str) -> np.ndar
     for name in (source, target):
         if not table.has(metric, name):
             have = table.backends_of(metric)
+            apart = [b for b in have if b.startswith(f"{name}@")]
+            if apart:  # runs read side by side, each scoring the backend: a column per run
+                raise AnalysisError(f"{name!r} scored {metric!r} in each run apart, a column per run: name "
+                                    f"one of {', '.join(apart)}")
             raise AnalysisError(
                 f"backend {name!r} did not score {metric!r} in this run; "
                 f"backends that did: {', '.join(have) or 'none'}"

@@ -110,8 +110,8 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
     """
     console = console or TerminalConsole()
     print_lines(console, [
-        f"base: {d.base.path}  ({d.base.n_cases} cases, status {d.base.manifest.status})",
-        f"new:  {d.new.path}  ({d.new.n_cases} cases, status {d.new.manifest.status})",
+        f"base: {d.base.path}  ({d.base.n_cases:,} cases, status {d.base.manifest.status})",
+        f"new:  {d.new.path}  ({d.new.n_cases:,} cases, status {d.new.manifest.status})",
     ])
     print_lines(console, _answer(d))
     same_golden = dataset_change_message([], 0, 0)  # only the system outputs changed: what a diff is for

@@ -104,7 +104,7 @@ def report_cmd(
             fail(f"cannot write {target}: {exc.strerror or exc}")
     except AnalysisError as exc:  # a gates file's errors are analysis errors too
         fail(str(exc))
-    out.print(f"report written to [bold]{target}[/] ({size // 1024 + 1} KiB, "
-              f"{len(data['cases'])} cases, {len(data['backends'])} backend(s))", highlight=False)
+    out.print(f"report written to [bold]{target}[/] ({size // 1024 + 1:,} KiB, "
+              f"{len(data['cases']):,} cases, {len(data['backends'])} backend(s))", highlight=False)
     if r.manifest.status != "complete":
         err.print(f"[yellow]the run is {r.manifest.status}: the report shows what was scored[/]")

@@ -62,7 +62,10 @@ def num(value: Any, digits: int = 3, signed: bool = False) -> str:
         return str(value)
     if math.isnan(f):
         return MISSING
-    return f"{f:+.{digits}f}" if signed else f"{f:.{digits}f}"
+    text = f"{f:+.{digits}f}" if signed else f"{f:.{digits}f}"
+    if text.startswith("-") and not text.strip("-0."):  # -0.000: a value that rounds to zero has no sign
+        text = ("+" if signed else "") + text[1:]
+    return text
 
 
 def interval(low: Any, high: Any, digits: int = 2, signed: bool = False) -> str:
@@ -101,7 +104,7 @@ def column_lines(columns: dict, joined: dict) -> list[str]:
                                                  + (" (stub)" if judge.get("stub") else "")
                                                  if judge else "no judge"))
     if joined.get("differing"):
-        lines.append(f"  {joined['differing']} case(s) differ between the runs and are left out (first: "
+        lines.append(f"  {joined['differing']:,} case(s) differ between the runs and are left out (first: "
                      + ", ".join(joined["differing_ids"]) + ")")
     if joined.get("only_in_some"):
         lines.append(f"  {joined['only_in_some']} case(s) are in only some of the runs: missing in the "
