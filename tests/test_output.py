@@ -103,10 +103,15 @@ def readable(text: str, width: int) -> None:
 
 
 def ci(row: dict, f: str, digits: int = 2) -> list[str]:
-    """A figure and its interval as printed (a table may put the interval on the cell's second line)."""
+    """A figure and its interval as printed (a table may put the interval on the cell's second line;
+    a value that rounds to zero has no sign: 0.00, not -0.00)."""
+    def shown(v: float) -> str:
+        text = f"{v:.{digits}f}"
+        return text[1:] if text.startswith("-") and not text.strip("-0.") else text
+
     lo, hi = row.get(f"{f}_low"), row.get(f"{f}_high")
-    interval = [] if lo is None or hi is None else [f"[{lo:.{digits}f}, {hi:.{digits}f}]"]
-    return [f"{row[f]:.{digits}f}"] + interval
+    interval = [] if lo is None or hi is None else [f"[{shown(lo)}, {shown(hi)}]"]
+    return [shown(row[f])] + interval
 
 
 def whole(text: str, name: str, doc: dict) -> list[str]:
