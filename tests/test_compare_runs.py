@@ -261,6 +261,7 @@ def test_long_diffs_and_compares_say_how_far_they_are_on_stderr(tmp_path):
                         env={"RAGBRIDGE_PROGRESS_SECONDS": "0"}, subprocess=True)
     said = f"gate progress: {failing:,} of {failing:,} failing cases (100%)"
     assert res.returncode == 1 and said in res.stderr, res.stderr
+    assert "gate progress: 1 of 1 rules (100%)" in res.stderr, res.stderr  # and the rules checked
     diagnosed = json.loads(ragbridge_cli("diagnose", tmp_path / "b", "--json").stdout)["cases"]
     [rule] = json.loads(res.stdout)["results"]
     assert rule["cases_behind"] == [{k: c[k] for k in ("case_id", "layer", "reason")} for c in diagnosed
@@ -270,6 +271,7 @@ def test_long_diffs_and_compares_say_how_far_they_are_on_stderr(tmp_path):
                         tmp_path / "r.json", env={"RAGBRIDGE_PROGRESS_SECONDS": "0"}, subprocess=True)
     assert res.returncode == 0, res.stderr
     assert res.stderr.count("failing cases (100%)") == 1, res.stderr
+    assert "report progress: 1 of 1 rules (100%)" in res.stderr, res.stderr
     page = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
     [in_page] = page["gate"]["results"]
     top = len(in_page["cases_behind"])
@@ -309,3 +311,11 @@ def test_progress_shows_a_long_first_step_and_says_the_end_once(monkeypatch, cap
         steps.advance(1)
     said = capsys.readouterr().err.splitlines()
     assert said[-1] == "report progress: 1 of 4 failing cases (25%), 2m05s", said
+    # on the command line, every part counts from the command's start (reading the runs included)
+    from ragbridge.run import progress
+
+    monkeypatch.setattr(progress, "command_started", time.monotonic() - 65)
+    with Steps("gate", "rules", after=0.0).start(2) as steps:
+        steps.advance(1)
+    said = capsys.readouterr().err.splitlines()
+    assert said[-1] == "gate progress: 1 of 2 rules (50%), 1m05s", said

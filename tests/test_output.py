@@ -340,7 +340,8 @@ def test_the_per_tag_tables_split_as_measuring_each_whole_table_does(runs, monke
                 con.print(t)
         else:
             print_lines(con, [title] + [
-                f"{tag} ({n} cases): " + ", ".join(f"{m} {summary._cell(means, shares, m)}" for m in metrics)
+                f"{tag} ({n:,} cases): "
+                + ", ".join(f"{m} {summary._cell(means, shares, m)}" for m in metrics)
                 for tag, n, means, shares in by_tag])
         return parts
 
@@ -441,3 +442,28 @@ def test_a_p_value_of_one_and_a_value_rounded_to_zero_print_as_numbers():
     assert [p_text(p) for p in (1.0, 0.5, 0.0312, 0.0004)] == ["1.00", "0.5", "0.0312", "<0.001"]
     assert [num(-0.0001), num(-0.0, signed=True), num(-0.5), num(-0.006, 2), num(-0.004, 2, True)] == [
         "0.000", "+0.000", "-0.500", "-0.01", "+0.00"]
+
+
+def test_a_runs_counts_print_with_thousands_separators(runs):
+    """The run's one-line repr, its notebook view and the summary tables (the overall one, its lines
+    at a narrow width, the per-tag one) write a count of a large run as the other commands do."""
+    import io
+
+    from rich.console import Console
+
+    from ragbridge.commands import summary
+
+    run = load_run(runs["native"])
+    run.manifest.dataset["n_cases"] = 1_234_567
+    run.manifest.counts["scores"] = 7_654_321
+    assert "1,234,567 cases, 7,654,321 scores" in repr(run)
+    assert "1,234,567 cases, 7,654,321 scores" in run._repr_html_()
+    rows = run.summary_rows()
+    for r in rows:
+        r.update(n_scored=1_234_567, n_undefined=12_345, n=1_246_912)
+    for width in (200, 30):
+        con = Console(width=width, file=io.StringIO(), color_system=None, force_terminal=False)
+        summary.print_summary(rows, con)
+        printed = con.file.getvalue()
+        assert "1,234,567" in printed and "12,345" in printed and "1,246,912" in printed, printed
+        assert "1234567" not in printed and "12345" not in printed

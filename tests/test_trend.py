@@ -134,6 +134,16 @@ def test_trend_cli_finds_the_step(native_run, tmp_path):
     assert "Change points" in text.stdout and f"from run #6 ({paths[6].name})" in text.stdout
     assert all(len(line) <= 80 for line in text.stdout.splitlines() if " " in line.strip())
     assert "billing" in text.stdout
+    assert "t 95% interval" in text.stdout and "no interval" not in text.stdout
+
+
+def test_two_runs_have_a_slope_and_say_they_have_no_interval(native_run, tmp_path):
+    paths = dated_runs(native_run, tmp_path / "runs", [0.8, 0.6])
+    text = ragbridge_cli("trend", *paths, "--metric", "mrr", "--permutations", "99", env={"COLUMNS": "200"})
+    assert text.returncode == 0, text.stderr
+    said = " ".join(text.stdout.split())
+    assert "least-squares slope per run, no interval under 3 runs" in said, text.stdout
+    assert "t 95% interval" not in text.stdout and "CI" not in text.stdout
 
 
 @pytest.mark.slow

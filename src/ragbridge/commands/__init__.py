@@ -26,6 +26,7 @@ import inspect
 import logging
 import os
 import sys
+import time
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -394,6 +395,9 @@ def run_cli() -> None:
     collector is off until the command is resolved and imported (`_started`), then on for the
     command's work, as always."""
     global _gc_paused
+    from ..run import progress
+
+    progress.command_started = time.monotonic()  # the clock of the commands' progress lines
     if gc.isenabled():
         gc.disable()
         _gc_paused = True
@@ -416,6 +420,7 @@ def run_cli() -> None:
         _exit_with(f"cannot write (or read) a file: {text}")
     finally:
         _started()
+        progress.command_started = None
 
 
 def _say_interrupted() -> None:

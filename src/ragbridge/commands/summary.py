@@ -41,12 +41,14 @@ def print_summary(summary, console: Console = out) -> None:
     lines = []
     for row in overall:
         table.add_row(
-            row["backend"], row["metric"], num(row["mean"]), str(row["n_scored"]), str(row["n_undefined"]),
-            f"[red]{row['n_errored']}[/]" if row["n_errored"] else "0",
+            row["backend"], row["metric"], num(row["mean"]), f"{row['n_scored']:,}",
+            f"{row['n_undefined']:,}",
+            f"[red]{row['n_errored']:,}[/]" if row["n_errored"] else "0",
             *((_share(row),) if claims else ()),
         )
-        lines.append(f"{row['backend']} {row['metric']}: mean {num(row['mean'])}, {row['n_scored']} scored, "
-                     f"{row['n_undefined']} undefined, {row['n_errored']} errored"
+        lines.append(f"{row['backend']} {row['metric']}: mean {num(row['mean'])}, "
+                     f"{row['n_scored']:,} scored, {row['n_undefined']:,} undefined, "
+                     f"{row['n_errored']:,} errored"
                      + (f", {_share(row)} with an unsupported claim" if row["n_claims"] else ""))
     print_table(console, table, lines)
     if claims:
@@ -85,7 +87,7 @@ def _tag_table(title: Optional[str], rows, metrics: list[str], tags: bool = True
     for m in metrics:
         t.add_column(escape(m), justify="right", no_wrap=True)
     for tag, n, means, shares in rows:
-        t.add_row(*((escape(tag),) if tags else ()), str(n), *(_cell(means, shares, m) for m in metrics))
+        t.add_row(*((escape(tag),) if tags else ()), f"{n:,}", *(_cell(means, shares, m) for m in metrics))
     return t
 
 
@@ -123,6 +125,6 @@ def _print_by_tag(console: Console, title: str, rows, metrics: list[str]) -> Non
             console.print(_tag_table(numbered, rows, part))
         return
     print_lines(console, [title] + [
-        f"{tag} ({n} cases): " + ", ".join(f"{m} {_cell(means, shares, m)}" for m in metrics)
+        f"{tag} ({n:,} cases): " + ", ".join(f"{m} {_cell(means, shares, m)}" for m in metrics)
         for tag, n, means, shares in rows
     ])

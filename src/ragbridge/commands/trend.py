@@ -81,12 +81,15 @@ def print_trend(console, t: Trend) -> None:
                                     if (r.manifest.judge or {}).get("model") else "")
               for i, r in enumerate(t.runs)]
     print_lines(console, lines)
-    tab = Table(title="Trend: least-squares slope per run, t 95% interval", title_justify="default",
-                show_lines=True)
+    summary_rows = t.summary.to_dict("records")
+    with_ci = any(not math.isnan(r["slope_low"]) for r in summary_rows)
+    tab = Table(title="Trend: least-squares slope per run, " + (
+                    "t 95% interval" if with_ci else "no interval under 3 runs"),
+                title_justify="default", show_lines=True)
     for c in ("series", "runs", "first", "last", "slope/run", "changes"):
         tab.add_column(c, justify="left" if c == "series" else "right", no_wrap=True)
     rows = []
-    for r in t.summary.to_dict("records"):
+    for r in summary_rows:
         slope = num(r["slope"], 4, signed=True)
         ci = interval(r["slope_low"], r["slope_high"], 4, signed=True)
         sig = not math.isnan(r["slope_low"]) and (r["slope_low"] > 0 or r["slope_high"] < 0)

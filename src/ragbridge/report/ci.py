@@ -201,10 +201,11 @@ def diff_json(d: RunDiff, top: Optional[int] = None) -> dict:
         "metrics_only_in_new": [list(k) for k in d.metrics_only_in_new],
         "confidence": d.confidence,
         "summary": records(summary),
-        # (the item rows are JSON-ready as made, `Rows.plain`: millions of them at a million cases)
-        "worse": d.rows("worse", top=top),
-        "better": d.rows("better", top=top),
-        "status_changes": d.rows("status", top=top),
+        # (every item row: JSON-ready as made, `Rows.plain`, millions of them at a million cases; ``top``
+        # of them: made now, so that the document does not hold the diff's paired columns and both runs)
+        **{key: (rows if top is None else list(rows)) for key, rows in (
+            ("worse", d.rows("worse", top=top)), ("better", d.rows("better", top=top)),
+            ("status_changes", d.rows("status", top=top)))},
         "totals": totals,
     }
 

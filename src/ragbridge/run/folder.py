@@ -84,6 +84,11 @@ JUDGE_COUNTS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "re
 _FLOAT_COUNTS = ("cost",)
 
 
+def _count(n: Any) -> str:
+    """A count as the terminal writes it (1,000,000); anything else as it is ("?")."""
+    return f"{n:,}" if isinstance(n, int) else str(n)
+
+
 def now() -> str:
     """The time now (UTC, seconds), as the manifest records it."""
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
@@ -260,7 +265,7 @@ class Run:
         where = repr(str(self.path)) if self.path is not None else "in memory"
         n_cases = self.manifest.dataset.get("n_cases", len(self.cases) if self._cases is not None else "?")
         n_scores = self.counts.get("scores", len(self._scores) if self._scores is not None else "?")
-        return f"Run({where}, {n_cases} cases, {n_scores} scores, {self.manifest.status})"
+        return f"Run({where}, {_count(n_cases)} cases, {_count(n_scores)} scores, {self.manifest.status})"
 
     @property
     def counts(self) -> dict[str, Any]:

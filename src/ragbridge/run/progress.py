@@ -23,6 +23,11 @@ __all__ = ["PROGRESS_SECONDS", "Bar", "NotebookBar", "Lines", "Steps", "in_noteb
 #: how often a run whose stderr is not a terminal prints a progress line (`progress_seconds`)
 PROGRESS_SECONDS = 30.0
 
+#: when the command line's command started (a `time.monotonic` reading, set by ``run_cli`` while it
+#: runs, else None): the clock of a `Steps`' log lines, so that every part of a command counts from
+#: its start, reading the run included
+command_started: Optional[float] = None
+
 
 class Bar:
     """The progress bar on stderr, redrawn at most every 0.1 s."""
@@ -192,8 +197,9 @@ class Steps:
     """The progress of a long analysis (``diff``, ``compare``): `start` with its number of steps (in a
     ``with`` block), one `advance` a step, `stop` at the end; shown (a bar on a terminal, a line every
     `progress_seconds` in a log) only once it has taken `after` seconds (default 2 s, or the progress
-    interval when shorter): a quick one prints nothing. A log's lines count the time from `start`, or
-    from ``since`` (a `time.monotonic` reading: the command's start, for a command of several parts)."""
+    interval when shorter): a quick one prints nothing. A log's lines count the time from ``since`` (a
+    `time.monotonic` reading: the start of a report's several parts), else from the command line's
+    command's start (`command_started`), else from `start`."""
 
     def __init__(self, label: str, noun: str, after: Optional[float] = None, since: Optional[float] = None):
         self.label, self.noun, self.since = label, noun, since  # since: the clock of a log's lines
@@ -224,7 +230,8 @@ class Steps:
             self._shown.advance(self.done)
         else:  # a line at once, then at the interval, its time counted from the start (or ``since``)
             self._shown = Lines(self.total, None, progress_seconds(), self.noun, self.label)
-            self._shown.started = self._started if self.since is None else self.since
+            since = self.since if self.since is not None else command_started
+            self._shown.started = self._started if since is None else since
             self._shown.done = self.done
             self._shown.say()
 

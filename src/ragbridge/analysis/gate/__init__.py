@@ -104,6 +104,7 @@ from ..stats import group_seed
 from ..table import open_run
 from ..trend import expand_runs, order_runs, started_at
 from ..versions import version_change_warnings, version_steps
+from ...run.progress import Steps
 from .config import GateConfig, GateConfigError, Rule, load_gates, parse_gates, where
 from .kinds import KINDS, GateContext, Measurement, RuleKind, register
 from .verdict import decide
@@ -302,9 +303,10 @@ def run_gates(
 
     ``history``: earlier runs (run folders, or folders of them) for ``slope`` rules; those that
     started after ``run`` are left out, and so is ``run`` itself if a folder holds it. ``progress``: a
-    label (``gate``) under which the diagnosis a ``diagnosed`` rule reads shows its progress on stderr
-    (`ragbridge.run.progress.Steps`). ``diagnosis``: one made already of ``run`` without human labels
-    (a report's), which such a rule reads where it was made by the gates file's pass marks.
+    label (``gate``) under which the rules checked, and the diagnosis a ``diagnosed`` rule reads, show
+    their progress on stderr (`ragbridge.run.progress.Steps`). ``diagnosis``: one made already of
+    ``run`` without human labels (a report's), which such a rule reads where it was made by the gates
+    file's pass marks.
 
     Raises `IncompleteRunError` when the run (or the baseline) did not finish, and `GateConfigError`
     when the rules name a metric, backend or tag the run does not have, or need a baseline or a
@@ -402,19 +404,22 @@ def run_gates(
     results = []
     given, diagnosis = diagnosis, None  # made once, by the first rule that reads it (or given)
     noise = noise_of(base, run) if base is not None else {}
-    for rule, backends in bound:
-        ids = _slice(run, rule.tags)
-        for backend in backends:
-            ctx = GateContext(run, cols, base_cols, base_at, ids, series, noise,
-                              group_seed(seed, str(rule.index), backend), resamples, permutations, config,
-                              diagnosis, progress, given)
-            kind = KINDS[rule.kind]
-            m = kind.measure(rule, backend, ctx)
-            diagnosis = ctx._diagnosis if diagnosis is None else diagnosis
-            verdict, detail = decide(rule, m, _unmet(rule, run, cols.column(backend, rule.metric)))
-            items = m.items if verdict != "pass" or kind.items_on_pass else []
-            results.append(GateResult(rule, backend, verdict, m.figure, m.n, detail, m.ci[0], m.ci[1], m.p,
-                                      items))
+    steps = Steps(progress, "rules") if progress is not None else Steps.quiet()
+    with steps.start(sum(len(backends) for _, backends in bound)):
+        for rule, backends in bound:
+            ids = _slice(run, rule.tags)
+            for backend in backends:
+                ctx = GateContext(run, cols, base_cols, base_at, ids, series, noise,
+                                  group_seed(seed, str(rule.index), backend), resamples, permutations, config,
+                                  diagnosis, progress, given)
+                kind = KINDS[rule.kind]
+                m = kind.measure(rule, backend, ctx)
+                diagnosis = ctx._diagnosis if diagnosis is None else diagnosis
+                verdict, detail = decide(rule, m, _unmet(rule, run, cols.column(backend, rule.metric)))
+                items = m.items if verdict != "pass" or kind.items_on_pass else []
+                results.append(GateResult(rule, backend, verdict, m.figure, m.n, detail, m.ci[0], m.ci[1],
+                                          m.p, items))
+                steps.advance()
     return GateReport(run=run, results=results, baseline=base, warnings=warnings, config=config)
 
 
