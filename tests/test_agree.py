@@ -328,15 +328,15 @@ def test_reading_a_large_golden_set_in_a_log_prints_a_line_at_the_progress_inter
     (the first line alone read as if 2,000 of 300,000 cases were loaded)."""
     import time
 
-    from ragbridge.commands import run as run_command
+    from ragbridge.commands.output import counting_progress
 
     monkeypatch.setenv("RAGBRIDGE_PROGRESS_SECONDS", "30")
-    show = run_command._reading_bar()
+    show = counting_progress()
     for n in (2000, 4000, 6000):
         show(n)
         time.sleep(0.6)  # longer than a terminal's half second
     monkeypatch.setenv("RAGBRIDGE_PROGRESS_SECONDS", "0.1")
-    again = run_command._reading_bar()
+    again = counting_progress()
     for n in (2000, 4000):
         again(n)
         time.sleep(0.2)
@@ -360,3 +360,18 @@ def test_the_gate_states_the_mean_the_summary_states(tmp_path):
     gates.write_text("".join(f'[[gate]]\ncheck = "{m} >= 0"\nbackend = "native"\n' for m in means))
     results = json.loads(ragbridge_cli("gate", out, "--config", gates, "--json").stdout)["results"]
     assert {r["check"].split(" >=")[0]: r["figure"] for r in results} == means
+
+
+def test_convert_says_how_far_its_writing_is_once_it_takes_a_while(monkeypatch, capsys):
+    """A format written case by case (TREC, Parquet: 3 minutes for a million cases) says how many
+    cases it has written, a line at the progress interval, and the whole count at the end; a short
+    conversion (under the ``after`` seconds) says nothing."""
+    from ragbridge.commands.data import _Counted
+    from ragbridge.commands.output import counting_progress
+
+    monkeypatch.setenv("RAGBRIDGE_PROGRESS_SECONDS", "0")
+    shown = _Counted(list(range(2500)), counting_progress("writing", "written"))
+    assert len(shown) == 2500 and list(shown) == list(range(2500)) and shown[3] == 3
+    assert capsys.readouterr().err.splitlines() == ["writing: 1,000 cases", "written: 2,500 cases"]
+    quiet = _Counted(list(range(2500)), counting_progress("writing", "written", after=60.0))
+    assert list(quiet) == list(range(2500)) and capsys.readouterr().err == ""

@@ -424,6 +424,25 @@ def test_a_case_that_retrieved_nothing_says_so(tmp_path):
         cid: c["reason"] for cid, c in got.items()}
 
 
+def test_a_hit_of_zero_says_the_top_k_holds_nothing_relevant(tmp_path):
+    """A relevant chunk at rank 7: recall@10 passes and hit@5 is 0. The top 5 holds no relevant chunk at
+    all (not "part of what is relevant", as a span recall below its mark says)."""
+    cases = [{"id": "late", "question": "Where is the refund policy?",
+              "contexts": [{"id": f"kb/{i}"} for i in range(10)], "relevant": {"kb/6": 1}}]
+    (tmp_path / "golden.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
+    res = ragbridge_cli("run", tmp_path / "golden.jsonl", "--out", tmp_path / "run", "--backend", "native",
+                        "-m", "recall@10", "-m", "hit@5", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    [case] = json.loads(ragbridge_cli("diagnose", tmp_path / "run", "--json").stdout)["cases"]
+    assert case["layer"] == "retrieval"
+    assert case["reason"].startswith("a relevant chunk is in the top 10 (recall@10), but hit@5 (native) 0.00 "
+                                     "< 0.5 fails: the top 5 holds nothing relevant ("), case["reason"]
+    assert "kb/6 (rank 7)" in case["reason"] and "part of" not in case["reason"]
+    # its details, as a case decided at a question gives them: the label the top 5 misses, and the top 5
+    assert case["details"] == {"relevant_not_in_top_k": [{"label": "kb/6", "rank": 7}],
+                               "top_k": [f"kb/{i}" for i in range(5)]}
+
+
 def test_a_case_whose_labels_are_all_grade_0_is_not_sent_to_the_retriever(tmp_path):
     """Labels that name no relevant chunk (every grade 0): hit@k and precision@k are 0 (trec's
     convention) but say nothing of the retriever, so the case is undetermined, saying to label it,

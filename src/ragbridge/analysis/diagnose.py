@@ -563,7 +563,8 @@ def _all_yes(ctx: _Context, failing: list[dict], settled: dict[str, dict], base:
         where = f"the top {_cut(found['metric'])} ({found['metric']})" if found and "@" in found["metric"] \
             else "the top k"
         return CaseDiagnosis(layer="retrieval", question=None, decided_by=f, reason=(
-            f"a relevant chunk is in {where}, but {_named(f)} fails{why}"), **base)
+            f"a relevant chunk is in {where}, but {_named(f)} fails{why}"),
+            details=_details(_BY_NAME["retrieval"], ctx, f), **base)  # (the top k of the failing metric)
     by_human = [f for f in rest if f["source"] == "label"]
     checks = [f for f in rest if f["source"] == "score" and (m := find(f["metric"])) is not None
               and m.kind != JUDGED]
@@ -618,7 +619,9 @@ def _retrieval_shortfall(ctx: _Context, f: dict, settled: dict[str, dict]) -> st
     ``precision``), as each score's reason says it."""
     own = _shortfall(ctx, f)
     if _source_of(_BY_NAME["retrieval"], f["metric"]):
-        return f": the top {_cut(f['metric'])} misses part of what is relevant" + (f" ({own})" if own else "")
+        # (a hit@k of 0: no relevant chunk at all in the top k)
+        what = "holds nothing relevant" if f["value"] == 0 else "misses part of what is relevant"
+        return f": the top {_cut(f['metric'])} {what}" + (f" ({own})" if own else "")
     evidence = settled.get("retrieval")
     missed = None
     if evidence is not None and \

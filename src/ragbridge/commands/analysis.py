@@ -199,20 +199,20 @@ def _answer_lines(frame, flips: dict[str, int], one_sided: Optional[dict[str, in
                 for name in names for row, side in [sides[name]] if not row[f"{side}_scored"]
                 for note in [_unscored_note(row, side, name)]]
         compared = max(r["n_paired"] for r in rows)
-        head = f"{metric}: {len(names)} backends, {compared} of {rows[0]['n_cases']} cases compared"
-        one = (f"; {one_sided[metric]} scored by one, errored at another (listed below)"
+        head = f"{metric}: {len(names)} backends, {compared:,} of {rows[0]['n_cases']:,} cases compared"
+        one = (f"; {one_sided[metric]:,} scored by one, errored at another (listed below)"
                if one_sided.get(metric) else "")
         if not compared:
             lines.append(f"{head}{one}: " + "; ".join(none or ["no case was scored by two of them"]))
             continue
-        lines.append(f"{head}; their verdicts differ on {flips.get(metric, 0)}{one}")
+        lines.append(f"{head}; their verdicts differ on {flips.get(metric, 0):,}{one}")
         lines += [f"  {text}" for text in none]
         ranked = sorted(rows, key=lambda r: (math.inf if math.isnan(r["kappa"]) else r["kappa"]))
         for label, row in (("least agreement", ranked[0]), ("most agreement", ranked[-1]))[:len(ranked)]:
             differ = row["a_pass_b_fail"] + row["a_fail_b_pass"]
             lines.append(f"  {label}: {row['backend_a']} vs {row['backend_b']}, kappa "
                          f"{ci_text(row['kappa'], row['kappa_low'], row['kappa_high'])}, verdicts differ on "
-                         f"{differ} of {row['n_paired']}")
+                         f"{differ:,} of {row['n_paired']:,}")
             if len(ranked) == 1:
                 break
     return lines
@@ -279,8 +279,8 @@ def _compare_two_runs(path_a: Path, path_b: Path, metric, backend, threshold, to
                     "only_in_b": a["only_in_b"], "agreement": records(frame), "moved": records(moved)})
         return
     lines = [f"A: {ra.path}" + _judge_note(frame, "a"), f"B: {rb.path}" + _judge_note(frame, "b"),
-             f"{a['n_shared']} case(s) in both runs"
-             + (f"; {a['only_in_a']} only in A, {a['only_in_b']} only in B (not compared)"
+             f"{a['n_shared']:,} case(s) in both runs"
+             + (f"; {a['only_in_a']:,} only in A, {a['only_in_b']:,} only in B (not compared)"
                 if a["only_in_a"] or a["only_in_b"] else "")]
     print_lines(out, lines)
     t = Table(title="Each backend in run B against itself in run A", title_justify="default", show_lines=True)
@@ -448,17 +448,17 @@ def _print_validation(console, frame) -> None:
                      no_wrap=True)
     lines = []
     for row in frame.to_dict("records"):
-        unscored = [f"{row[k]} {k}" for k in ("undefined", "errored", "missing") if row[k]]
+        unscored = [f"{row[k]:,} {k}" for k in ("undefined", "errored", "missing") if row[k]]
         ci = {f: ci_text(row[f], row[f"{f}_low"], row[f"{f}_high"])
               for f in ("tpr", "tnr", "kappa", "balanced_accuracy", "agreement", "spearman",
                         "unsupported_share")}
         cells = [
             escape(row["metric"]), escape(row["backend"]), f"{row['threshold']:g}",
-            str(row["n_labels"]), str(row["n_paired"]),
+            f"{row['n_labels']:,}", f"{row['n_paired']:,}",
             "[yellow]" + escape("\n".join(unscored)) + "[/]" if unscored else "0",
-            f"{row['human_pass']}/{row['human_fail']}",
+            f"{row['human_pass']:,}/{row['human_fail']:,}",
             *(ci[f].replace(" [", "\n[") for f in ("tpr", "tnr")),
-            f"{row['fp']}/{row['human_fail']}",
+            f"{row['fp']:,}/{row['human_fail']:,}",
             *(ci[f].replace(" [", "\n[") for f in ("kappa", "balanced_accuracy", "agreement")),
         ]
         claims = f"{ci['unsupported_share']} of {row['claims_answers']}" if row["claims_answers"] else MISSING
@@ -468,10 +468,10 @@ def _print_validation(console, frame) -> None:
             cells.append(claims.replace(" [", "\n[").replace(" of ", "\nof "))
         t.add_row(*cells)
         lines += [
-            f"{row['metric']}, {row['backend']} at {row['threshold']:g}: {row['n_labels']} labels, "
-            f"{row['n_paired']} scored" + (f" ({', '.join(unscored)})" if unscored else "")
-            + f"; humans pass {row['human_pass']}, fail {row['human_fail']}",
-            f"  TPR {ci['tpr']}, TNR {ci['tnr']}, missed {row['fp']}/{row['human_fail']}, "
+            f"{row['metric']}, {row['backend']} at {row['threshold']:g}: {row['n_labels']:,} labels, "
+            f"{row['n_paired']:,} scored" + (f" ({', '.join(unscored)})" if unscored else "")
+            + f"; humans pass {row['human_pass']:,}, fail {row['human_fail']:,}",
+            f"  TPR {ci['tpr']}, TNR {ci['tnr']}, missed {row['fp']:,}/{row['human_fail']:,}, "
             f"kappa {ci['kappa']}, "
             f"balanced accuracy {ci['balanced_accuracy']}, agreement {ci['agreement']}"
             + (f", Spearman {ci['spearman']}" if show_sp else "")
@@ -501,7 +501,7 @@ def _print_validation(console, frame) -> None:
     ppi = [row for row in frame.to_dict("records")
            if row["n_judged"] and not math.isnan(row["ppi_pass_rate"])]
     if ppi:
-        print_lines(console, ["The whole golden set's pass rate, from the judge's verdict on every case "
+        print_lines(console, ["The whole golden set's pass rate, from the backend's verdict on every case "
                               "corrected by its errors on the labelled ones (prediction-powered inference, "
                               "95% interval):"], indent="")
         print_lines(console, [_ppi_line(row) for row in ppi])
@@ -546,14 +546,14 @@ def calibrate_cmd(
         "verdicts)",
         f"kappa {ci_text(best['kappa'], best['kappa_low'], best['kappa_high'])}, agreement "
         f"{ci_text(best['agreement'], best['agreement_low'], best['agreement_high'])} on "
-        f"{a['n_paired']} case(s) both scored; {int(best['flips'])} still flip "
-        f"({int(best['source_pass_target_fail'])} pass→fail, "
-        f"{int(best['source_fail_target_pass'])} fail→pass)",
+        f"{a['n_paired']:,} case(s) both scored; {int(best['flips']):,} still flip "
+        f"({int(best['source_pass_target_fail']):,} pass→fail, "
+        f"{int(best['source_fail_target_pass']):,} fail→pass)",
     ]
     for side, name in (("source_unscored", source), ("target_unscored", target)):
         miss = {k: v for k, v in a[side].items() if v}
         if miss:
-            lines.append(f"{name} did not score: " + ", ".join(f"{v} {k}" for k, v in miss.items()))
+            lines.append(f"{name} did not score: " + ", ".join(f"{v:,} {k}" for k, v in miss.items()))
     print_lines(out, lines)
     t = Table(title="Kappa by target threshold", title_justify="default")
     for col in ("threshold", "kappa", "agreement", "flips", "target pass rate", "best"):
@@ -562,13 +562,13 @@ def calibrate_cmd(
     for row in curve.to_dict("records"):
         where = interval_text(row["threshold_low"], row["threshold_high"])
         t.add_row(where, num(row["kappa"]), num(row["agreement"]),
-                  str(row["flips"]), num(row["target_pass_rate"], 2), "◀" if row["best"] else "")
+                  f"{row['flips']:,}", num(row["target_pass_rate"], 2), "◀" if row["best"] else "")
         rows.append(f"{where}: kappa {num(row['kappa'])}, agreement "
-                    f"{num(row['agreement'])}, {row['flips']} flips, target pass rate "
+                    f"{num(row['agreement'])}, {row['flips']:,} flips, target pass rate "
                     f"{num(row['target_pass_rate'], 2)}" + (" (best)" if row["best"] else ""))
     print_table(out, t, rows)
     if flips:
-        lines = [f"Cases that still flip ({len(flips)}"
+        lines = [f"Cases that still flip ({len(flips):,}"
                  + (f"; the first {top})" if len(flips) > top else ")")]
         for row in flips[:top]:
             lines += _case_lines(row["case_id"], "", row["question"], [

@@ -22,7 +22,7 @@ from ..formats import (DatasetError, format_hinted, get_formats, load_cases, rea
 from ..formats.canonical import records_resave_lost
 from ..formats.source import open_cases
 from ..formats.input_check import input_warnings
-from .output import err, fail, out, print_json, refuse_overwriting, warn
+from .output import counting_progress, err, fail, out, print_json, refuse_overwriting, warn
 
 __all__ = ["register", "formats", "convert", "sample", "export_scores", "anchor"]
 
@@ -113,7 +113,10 @@ def convert(
         try:
             streamed = _streamed(source, from_format, qrels, target, to_format)
             if streamed:
-                cases = opened.enter_context(open_cases(source, from_format, near=target, qrels=qrels))
+                reading = counting_progress(after=2.0)
+                cases = opened.enter_context(open_cases(source, from_format, near=target, qrels=qrels,
+                                                        progress=reading))
+                reading(len(cases), done=True)
                 warnings = [w.text for w in cases.warnings if w.data]
             else:
                 cases = load_cases(source, from_format, qrels=qrels)
@@ -131,17 +134,44 @@ def convert(
                     raise DatasetError(f"cannot be written: {exc.strerror or exc}", path=target) from None
                 lost, dropped = [], records_resave_lost(cases.records())
             else:
-                lost = write_cases(cases, target, to_format)
+                writing = _Counted(cases, counting_progress("writing", "written", after=2.0))
+                lost = write_cases(writing, target, to_format)
                 dropped = resave_losses(cases, target, to_format)
         except DatasetError as exc:
             fail(str(format_hinted(exc, from_format)))
-    out.print(f"wrote {len(cases)} case(s) to {target}")
+    out.print(f"wrote {len(cases):,} case(s) to {target}")
     if lost:
         warn(f"the target format cannot hold {', '.join(lost)}; those values were not kept "
              "(see ragbridge formats)")
     if dropped:
         warn(f"the file holds them, but after {fmt.resaved_by} these are lost: {', '.join(dropped)} "
              "(see ragbridge formats)")
+
+
+class _Counted:
+    """``cases`` (a sequence, or a golden set read in batches), their count shown by ``progress(n)`` as a
+    writer iterates them (a thousand at a time) and whole at the end; anything else asked of them is
+    theirs."""
+
+    def __init__(self, cases: Any, progress: Any):
+        self._cases, self._progress = cases, progress
+
+    def __len__(self) -> int:
+        return len(self._cases)
+
+    def __iter__(self):
+        n = 0
+        for n, case in enumerate(self._cases, 1):
+            if n % 1000 == 0:
+                self._progress(n)
+            yield case
+        self._progress(n, done=True)
+
+    def __getitem__(self, i):
+        return self._cases[i]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cases, name)
 
 
 def _stores(able: str) -> str:
@@ -283,7 +313,7 @@ def export_scores(
         fail(str(exc))
     if first is None:
         fail(f"{run}: no score of a case read from a trace" + (
-            f" ({export.homeless} score(s) of cases with no trace id: sample traces with ragbridge sample)"
+            f" ({export.homeless:,} score(s) of cases with no trace id: sample traces with ragbridge sample)"
             if export.homeless else "")
             + f"; export-scores writes span evaluations for traced runs; every score of any run as data: "
               f"its scores.jsonl, or ragbridge report {run} --format json --out FILE")

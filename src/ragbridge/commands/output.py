@@ -213,6 +213,33 @@ def _no_column_squeezed(table: Table, width: int) -> bool:
     return all(got >= need for got, need in zip(widths, needed)) and sum(widths) + table._extra_width <= width
 
 
+def counting_progress(doing: str = "reading", done_: str = "read", after: float = 0.0):
+    """A ``progress(n)`` callback (`open_cases`' while it reads, convert's while it writes): the cases so
+    far on stderr, ``reading: 2,000 cases``; on a terminal twice a second at most, in a log (a CI
+    job's) as often as the scoring's progress lines (`ragbridge.run.progress.progress_seconds`), the
+    first at once, or once ``after`` seconds have passed (a short reading says nothing); called with
+    ``done=True`` and the whole count, ``read: N cases`` where the last line gave less."""
+    import time
+
+    from ..run.progress import progress_seconds
+
+    every = 0.5 if err.is_terminal else progress_seconds()
+    state = {"last": None, "n": 0, "from": time.monotonic()}
+
+    def show(n: int, done: bool = False) -> None:
+        at = time.monotonic()
+        if not done and at - state["from"] < after:
+            return
+        if done:  # the count in the end, where the last line said fewer
+            if state["last"] is not None and state["n"] != n:
+                err.print(f"{done_}: {n:,} cases", highlight=False)
+        elif state["last"] is None or at - state["last"] >= every:
+            err.print(f"{doing}: {n:,} cases", highlight=False)
+            state["last"], state["n"] = at, n
+
+    return show
+
+
 def print_lines(console: Console, lines: Iterable[str], indent: str = "    ") -> None:
     """Plain text lines, each wrapped at spaces to the console's width.
 

@@ -51,7 +51,8 @@ def _diff_line(r, conf: str) -> str:
     return (
         f"{where}: {num(r.base_mean)} -> {num(r.new_mean)}, "
         f"change {num(r.delta, signed=True)} ({within}p {p_text(r.p_value)}); "
-        f"{r.n_paired} paired: {r.n_worse} worse, {r.n_better} better, {r.n_status_changed} changed status"
+        f"{r.n_paired:,} paired: {r.n_worse:,} worse, {r.n_better:,} better, {r.n_status_changed:,} changed "
+        "status"
     )
 
 
@@ -65,8 +66,8 @@ def _tag_lines(frame, conf: str) -> list[str]:
             brackets = interval(r.ci_low, r.ci_high, 3, signed=True)
             star = "*" if not math.isnan(r.p_value) and r.p_value < 0.05 and r.delta != 0 else ""
             parts.append(f"{r.tag} {num(r.delta, signed=True)}{star}" + (f" {brackets}" if brackets else "")
-                         + f" p {p_text(r.p_value)} ({r.n_worse}-/{r.n_better}+"
-                         + (f"/{r.n_status_changed} status" if r.n_status_changed else "") + ")")
+                         + f" p {p_text(r.p_value)} ({r.n_worse:,}-/{r.n_better:,}+"
+                         + (f"/{r.n_status_changed:,} status" if r.n_status_changed else "") + ")")
         lines.append(f"{b} {m}: " + "; ".join(parts))
     return lines + [f"per tag: change in mean ({conf} CI) p (cases worse-/better+); *: p < 0.05"]
 
@@ -167,7 +168,7 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
             continue
         shown = pd.DataFrame(rows[:top], columns=ITEM_COLUMNS)
         more = f"; the {len(shown)} largest" if len(shown) < len(rows) else ""
-        t = Table(title=f"Cases that {label} ({len(rows)}{more})", title_justify="default")
+        t = Table(title=f"Cases that {label} ({len(rows):,}{more})", title_justify="default")
         for c in (["backend"] if multi else []) + ["metric", "case", "base", "new", "change"]:
             t.add_column(c, justify="right" if c in ("base", "new", "change") else "left", no_wrap=True)
         lines = []

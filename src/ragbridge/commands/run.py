@@ -46,6 +46,7 @@ from .output import (
     EXIT_INTERRUPTED,
     EXIT_NOTHING_COMPUTED,
     EXIT_SCORE_ERRORS,
+    counting_progress,
     err,
     fail,
     say,
@@ -152,7 +153,7 @@ def run(
     options = options.model_copy(update={"chunking": chunking})
     _offered(parameters.get("backends"), parameters.get("metrics"), options)
     batch_size = parameters.pop("batch_size")
-    reading = None if no_progress else _reading_bar()
+    reading = None if no_progress else counting_progress()
     try:
         cases = open_cases(dataset, fmt, near=out_dir, progress=reading, batch_size=batch_size,
                            corpus=documents, qrels=qrels)
@@ -403,30 +404,6 @@ def _terminate(signum, frame) -> None:
         handler(signal.SIGINT, frame)
     else:
         raise KeyboardInterrupt
-
-
-def _reading_bar():
-    """A ``progress`` callback for `open_cases`: the cases read so far, on stderr: on a terminal twice
-    a second at most, in a log (a CI job's) as often as the scoring's progress lines
-    (`ragbridge.run.progress.progress_seconds`), the first at once; called with ``done=True`` and
-    the count read, the whole count where the last line gave less."""
-    import time
-
-    from ..run.progress import progress_seconds
-
-    every = 0.5 if err.is_terminal else progress_seconds()
-    state = {"last": None, "n": 0}
-
-    def show(n: int, done: bool = False) -> None:
-        at = time.monotonic()
-        if done:  # the count read in the end, where the last line said fewer
-            if state["last"] is not None and state["n"] != n:
-                err.print(f"read: {n:,} cases", highlight=False)
-        elif state["last"] is None or at - state["last"] >= every:
-            err.print(f"reading: {n:,} cases", highlight=False)
-            state["last"], state["n"] = at, n
-
-    return show
 
 
 def _money(value, currency: str) -> str:

@@ -18,7 +18,7 @@ from ..analysis.diff import RunDiff
 from ..analysis.gate import GateReport, GateResult
 from ..run import Run
 from ..verdicts import against, p_text
-from .text import escape_char, interval, md_text, num, plain_text, records
+from .text import count, escape_char, interval, md_text, num, plain_text, records
 
 __all__ = ["junit_xml", "markdown", "incomplete_junit_xml", "incomplete_markdown", "figure_text",
            "item_line", "TOP_CASES", "diff_json", "gate_json", "moved"]
@@ -95,7 +95,7 @@ def junit_xml(report: GateReport, top: int = TOP_CASES) -> str:
         case = ET.SubElement(
             suite, "testcase", classname=f"ragbridge.gate.{r.backend}", name=r.rule.label, time="0"
         )
-        text = f"{r.label}\nfigure: {figure_text(r)} (n={r.n})\n{r.detail}"
+        text = f"{r.label}\nfigure: {figure_text(r)} (n={count(r.n)})\n{r.detail}"
         if r.items and r.verdict != "pass":
             text += f"\nthe {behind(r)} behind it ({min(top, len(r.items)):,} of {len(r.items):,}):\n"
             text += "\n".join(item_line(i) for i in r.items[:top])
@@ -138,7 +138,7 @@ def markdown(report: GateReport, top: int = TOP_CASES) -> str:
     for r in report.results:
         lines.append(
             f"| {r.rule.index} | {md_text(r.backend)} | {md_text(r.rule.label)} | "
-            f"{md_text(figure_text(r))} | {r.n} | {icon[r.verdict]} | {md_text(r.detail)} |"
+            f"{md_text(figure_text(r))} | {count(r.n)} | {icon[r.verdict]} | {md_text(r.detail)} |"
         )
     for r in report.results:
         if r.verdict != "fail" or not r.items:

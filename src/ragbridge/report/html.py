@@ -39,7 +39,7 @@ from ..run import Run
 from ..run.columns import ERROR, MISSING, SCORED, STATUS_NAMES, UNDEFINED
 from ..run.summary import ALL
 from .data import DIAGNOSIS_LISTED, case_rows, listed_by_layer, report_data, reused_lines
-from .text import MISSED, num, one_line, p_text, ragchecker_text
+from .text import MISSED, count, num, one_line, p_text, ragchecker_text
 
 __all__ = ["render_html", "write_html", "plots", "grid", "svg_distribution", "svg_scatter", "svg_series",
            "backend_colors", "cases_in_full", "compact_pages", "PALETTE", "ASSETS", "FULL_CASES", "PAGE_ROWS",
@@ -588,7 +588,7 @@ def write_html(run: Union[Run, str, Path], out: TextIO, data: Optional[dict] = N
         lstrip_blocks=True,
     )
     env.filters["num"] = num
-    env.filters["count"] = "{:,}".format  # 199,428: a count as the terminal writes it
+    env.filters["count"] = count  # 199,428: a count as the terminal writes it
     env.filters["p"] = p_text
     env.filters["tone"] = _tone
     env.filters["ragchecker"] = ragchecker_text

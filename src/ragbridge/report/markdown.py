@@ -13,7 +13,7 @@ from ..run import Run
 from ..run.summary import ALL
 from .html import CHUNKS_SHOWN, FULL_BUDGET, FULL_CASES, cases_in_full, shown_cases
 from .data import DIAGNOSIS_LISTED, listed_by_layer, report_data, reused_lines
-from .text import (ci_text, column_lines, md_text, missed_lines, num, p_text, ragchecker_text,
+from .text import (ci_text, column_lines, count, md_text, missed_lines, num, p_text, ragchecker_text,
                    version_change_lines)
 
 __all__ = ["render_markdown", "write_markdown"]
@@ -140,7 +140,7 @@ def _gate(d: dict, out: list[str]) -> None:
     if g["results"]:
         out += ["| # | backend | rule | figure | n | verdict | detail |", "|---|---|---|---|---|---|---|"]
         out += [f"| {r['rule']} | {md_text(r['backend'])} | {md_text(r['label'])} | {num(r['figure'])} | "
-                f"{r['n']} | {r['verdict']} | {md_text(r['detail'])} |" for r in g["results"]]
+                f"{count(r['n'])} | {r['verdict']} | {md_text(r['detail'])} |" for r in g["results"]]
         out.append("")
 
 
@@ -167,7 +167,7 @@ def _sides(d: dict, out: list[str]) -> None:
         return
     q = sides["questions"]
     out += ["## Real and synthetic questions", "",
-            f"{q['real']['n']} cases are tagged `real` and {q['synthetic']['n']} `synthetic`. Generated "
+            f"{q['real']['n']:,} cases are tagged `real` and {q['synthetic']['n']:,} `synthetic`. Generated "
             "questions copy their passage's wording, have one answer passage and seldom ask what the "
             "documents do not answer, so retrieval tends to score higher on them: read the real column "
             "for the system, the synthetic one for what it adds.", "",
@@ -205,8 +205,8 @@ def _halves(d: dict, out: list[str]) -> None:
                          f"{x['unsupported_share']:.0%} with an unsupported claim" if x["n_claims"] else "",
                          ragchecker_text(x)]
                 more = "".join(", " + e for e in extra if e)
-                cells.append(f"{num(x['mean'])}: {x['n_pass']} of {x['n_pass'] + x['n_fail']} pass "
-                             f"≥ {x['threshold']:.3g} (n {x['n_scored']}{more})")
+                cells.append(f"{num(x['mean'])}: {x['n_pass']:,} of {x['n_pass'] + x['n_fail']:,} pass "
+                             f"≥ {x['threshold']:.3g} (n {x['n_scored']:,}{more})")
             out.append(f"| {md_text(m)} | " + " | ".join(cells) + " |")
         out.append("")
 
@@ -299,10 +299,10 @@ def _diagnosis(d: dict, out: list[str]) -> None:
             + " | ".join(str(r[x]) for x in layers) + " |" for r in g["by_tag"]]
     out += ["", "| case | layer | why |", "|---|---|---|"]
     n = DIAGNOSIS_LISTED
-    for x, (group, count) in listed_by_layer(g, n).items():
+    for x, (group, in_layer) in listed_by_layer(g, n).items():
         out += [f"| {md_text(c['case_id'])} | {x} | {md_text(c['reason'])} |" for c in group]
-        if count > n:
-            out.append(f"| … | {x} | and {count - n:,} more: `ragbridge diagnose` on the run "
+        if in_layer > n:
+            out.append(f"| … | {x} | and {in_layer - n:,} more: `ragbridge diagnose` on the run "
                        "lists every case |")
     out.append("")
 
