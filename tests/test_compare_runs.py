@@ -221,21 +221,63 @@ def test_ctrl_c_stops_diff_and_compare_with_one_line_and_exit_130(tmp_path):
         assert out == "", (command, out)
 
 
-def test_long_diffs_and_compares_say_how_far_they_are_on_stderr(tmp_path):
-    """In a log (stderr not a terminal), diff, compare, the report beside a baseline, diagnose and a
-    gate's diagnosis print a progress line once they have taken a progress interval
-    (``RAGBRIDGE_PROGRESS_SECONDS``, here 0), then one at the end with every step done; their JSON on
-    stdout is whole and the same as without the lines."""
+@pytest.fixture(scope="module")
+def runs_of_2000(tmp_path_factory):
+    """Two runs (``a``, ``b``) of 2,000 cases of 6 chunk ids each in another order, by ``ragbridge run``
+    (mrr, ndcg@3, hit@1; a tag of 9), in a folder of their own: (the folder, each run's stdout)."""
+    tmp = tmp_path_factory.mktemp("runs2000")
     rng = np.random.default_rng(5)
+    said = {}
     for name in ("a", "b"):
         rows = [{"id": f"q{q}", "question": f"question {q}", "tags": [f"t{q % 9}"],
                  "contexts": [{"id": f"d{q}-{i}"} for i in rng.permutation(6)], "relevant": {f"d{q}-0": 1}}
                 for q in range(2000)]
-        path = tmp_path / f"{name}.jsonl"
+        path = tmp / f"{name}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-        res = ragbridge_cli("run", path, "--out", tmp_path / name, "-m", "mrr", "-m", "ndcg@3", "-m", "hit@1",
+        res = ragbridge_cli("run", path, "--out", tmp / name, "-m", "mrr", "-m", "ndcg@3", "-m", "hit@1",
                             "--no-progress")
         assert res.returncode == 0, res.stderr
+        said[name] = res.stdout
+    return tmp, said
+
+
+def test_every_output_writes_a_count_of_thousands_with_its_separator(runs_of_2000):
+    """2,000 cases, stated by the run's summary, diff, compare, the Markdown and HTML reports, the gate's
+    Markdown and JUnit and the run's repr: written 2,000 in each, never 2000."""
+    import re
+
+    from ragbridge import load_run
+
+    tmp, said = runs_of_2000
+    bare = re.compile(r"(?<![\w,./])2000(?![\d,])")  # (not an SVG's namespace, w3.org/2000/svg)
+    gates = tmp / "count-gates.toml"
+    gates.write_text('[[gate]]\ncheck = "mrr >= 0.1"\n', encoding="utf-8")
+    md, html, junit, gate_md = (tmp / n for n in ("count.md", "count.html", "count.xml", "count-gate.md"))
+    texts = {"run": said["b"]}
+    for name, args in (("diff", ("diff", tmp / "a", tmp / "b", "--resamples", "200")),
+                       ("compare", ("compare", tmp / "a", tmp / "b", "--resamples", "200")),
+                       ("gate", ("gate", tmp / "b", "--config", gates, "--junit", junit,
+                                 "--markdown", gate_md)),
+                       ("md", ("report", tmp / "b", "--format", "md", "--out", md, "--resamples", "0")),
+                       ("html", ("report", tmp / "b", "--out", html, "--resamples", "0"))):
+        res = ragbridge_cli(*args, env={"COLUMNS": "200"})
+        assert res.returncode in (0, 1), (name, res.stderr)
+        texts[name] = res.stdout + res.stderr
+    for path in (md, html, junit, gate_md):
+        texts[path.name] = path.read_text(encoding="utf-8")
+    texts["repr"] = repr(load_run(tmp / "b"))
+    for name, text in texts.items():
+        assert "2,000" in text and not bare.search(text), (name, bare.search(text), text[:3000])
+
+
+def test_long_diffs_and_compares_say_how_far_they_are_on_stderr(runs_of_2000, tmp_path):
+    """In a log (stderr not a terminal), diff, compare, the report beside a baseline, diagnose and a
+    gate's diagnosis print a progress line once they have taken a progress interval
+    (``RAGBRIDGE_PROGRESS_SECONDS``, here 0), then one at the end with every step done; their JSON on
+    stdout is whole and the same as without the lines."""
+    runs, _ = runs_of_2000
+    for name in ("a", "b"):
+        shutil.copytree(runs / name, tmp_path / name)
     for command, noun, steps in (("diff", "shifts", 30), ("compare", "metrics", 3)):
         res = ragbridge_cli(command, tmp_path / "a", tmp_path / "b", "--json", "--resamples", "4000",
                             env={"RAGBRIDGE_PROGRESS_SECONDS": "0", "COLUMNS": "80"}, subprocess=True)

@@ -507,7 +507,7 @@ def test_binned_scatter_stays_small_and_counts_every_case():
     pts = [(f"<b>c{i}</b>", float(x), float(y)) for i, (x, y) in enumerate(zip(xs, ys))]
     svg = svg_scatter("faithfulness", "ragas", "deepeval", pts, 0.5, 0.5, {})
     assert len(svg) < 120_000 and f"{n:,} cases in 20 × 20 cells" in svg and "<b>" not in svg
-    counts = [int(c) for c in re.findall(r"<title>(\d+) case\(s\)", svg)]
+    counts = [int(c.replace(",", "")) for c in re.findall(r"<title>([\d,]+) case\(s\)", svg)]
     assert sum(counts) == n and len(counts) <= 2 * 20 * 20
     # a cell on the threshold holds agreeing and differing cases apart
     assert "verdicts differ" in svg and svg.count("pt-differ") < len(counts)
@@ -522,7 +522,7 @@ def test_chromium_opens_a_large_report_and_a_link_finds_a_case_on_its_line(large
     plots = int(re.search(r'data-plots-drawn="(\d+)"', root).group(1))
     assert plots == large_run["html"].count('class="plot ') > 0
     # the link filtered the lines to that case, and opened its page
-    assert re.search(r'id="case-count"[^>]*>1 of 3000 cases<', r.stdout)
+    assert re.search(r'id="case-count"[^>]*>1 of 3,000 cases<', r.stdout)
     opened = re.findall(r'<details class="page" open=""><summary>[^<]*</summary><pre[^>]*>(.*?)</pre>',
                         r.stdout, re.S)
     assert len(opened) == 1 and [ln for ln in opened[0].split("\n")[2:]] == [

@@ -20,6 +20,7 @@ Which threshold applies to a (backend, metric) is decided in one place too: wher
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 import re
 from typing import Any, Callable, Optional, Sequence
@@ -68,6 +69,11 @@ def p_text(p: Any) -> str:
     if p is None or (isinstance(p, float) and math.isnan(p)):
         return "—"
     return ("1.00" if p >= 1 else f"{p:.3g}") if p >= 0.001 else "<0.001"
+
+
+def count(n: Any) -> str:
+    """A count as every output prints one (1,000,000); anything that is no whole number as its text."""
+    return f"{n:,}" if isinstance(n, numbers.Integral) and not isinstance(n, bool) else str(n)
 
 
 def pass_mark(manifest: Any, backend: str, metric: str) -> tuple[float, str]:

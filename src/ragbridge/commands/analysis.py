@@ -236,18 +236,18 @@ def _print_agreement(console, r: Run, frame, flips: dict[str, int],
         if not same_thresholds:
             pair += f"\nat {row['threshold_a']:g} / {row['threshold_b']:g}"
         t.add_row(
-            escape(row["metric"]), escape(pair), f"{row['n_paired']}/{row['n_cases']}",
+            escape(row["metric"]), escape(pair), f"{row['n_paired']:,}/{row['n_cases']:,}",
             *(ci_text(row[f], row[f"{f}_low"], row[f"{f}_high"]).replace(" [", "\n[") for f in FIGURES),
-            f"{row['both_pass']} {row['a_pass_b_fail']} {row['a_fail_b_pass']} {row['both_fail']}",
+            f"{row['both_pass']:,} {row['a_pass_b_fail']:,} {row['a_fail_b_pass']:,} {row['both_fail']:,}",
             escape("\n".join(notes)) or MISSING,
         )
         at = f"{row['threshold_a']:g}" + ("" if row["threshold_a"] == row["threshold_b"]
                                          else f" / {row['threshold_b']:g}")
         lines += [
-            f"{row['metric']}, {a} vs {b} ({row['n_paired']} of {row['n_cases']} cases): kappa "
+            f"{row['metric']}, {a} vs {b} ({row['n_paired']:,} of {row['n_cases']:,} cases): kappa "
             f"{ci_text(row['kappa'], row['kappa_low'], row['kappa_high'])} at {at}; both pass "
-            f"{row['both_pass']}, only {a} {row['a_pass_b_fail']}, only {b} {row['a_fail_b_pass']}, "
-            f"both fail {row['both_fail']}",
+            f"{row['both_pass']:,}, only {a} {row['a_pass_b_fail']:,}, only {b} {row['a_fail_b_pass']:,}, "
+            f"both fail {row['both_fail']:,}",
             "  " + ", ".join(f"{name} {ci_text(row[f], row[f'{f}_low'], row[f'{f}_high'])}"
                              for f, name in FIGURE_NAMES.items() if f != "kappa"),
         ]
@@ -290,19 +290,21 @@ def _compare_two_runs(path_a: Path, path_b: Path, metric, backend, threshold, to
     rows = []
     for row in frame.to_dict("records"):
         shift = ci_text(row["shift"], row["shift_low"], row["shift_high"], 3, signed=True)
-        t.add_row(escape(row["metric"]), escape(row["backend"]), f"{row['n_paired']}/{row['n_cases']}",
+        t.add_row(escape(row["metric"]), escape(row["backend"]), f"{row['n_paired']:,}/{row['n_cases']:,}",
                   num(row["mean_a"]), num(row["mean_b"]), shift.replace(" [", "\n["), p_text(row["shift_p"]),
                   *(ci_text(row[f], row[f"{f}_low"], row[f"{f}_high"]).replace(" [", "\n[") for f in FIGURES),
-                  f"{row['both_pass']} {row['a_pass_b_fail']} {row['a_fail_b_pass']} {row['both_fail']}")
+                  f"{row['both_pass']:,} {row['a_pass_b_fail']:,} {row['a_fail_b_pass']:,} "
+                  f"{row['both_fail']:,}")
         notes = [n for n in (_unscored_note(row, "a", "A"), _unscored_note(row, "b", "B")) if n]
         rows += [
             f"{row['metric']}, {row['backend']}: A {num(row['mean_a'])} -> B {num(row['mean_b'])}, "
-            f"shift {shift}, p {p_text(row['shift_p'])}; {row['n_paired']} of {row['n_cases']} cases "
+            f"shift {shift}, p {p_text(row['shift_p'])}; {row['n_paired']:,} of {row['n_cases']:,} cases "
             "scored in both",
             "  " + ", ".join(f"{name} {ci_text(row[f], row[f'{f}_low'], row[f'{f}_high'])}"
                              for f, name in FIGURE_NAMES.items()),
-            f"  verdicts at {row['threshold_a']:g}: both pass {row['both_pass']}, only A passes "
-            f"{row['a_pass_b_fail']}, only B passes {row['a_fail_b_pass']}, both fail {row['both_fail']}",
+            f"  verdicts at {row['threshold_a']:g}: both pass {row['both_pass']:,}, only A passes "
+            f"{row['a_pass_b_fail']:,}, only B passes {row['a_fail_b_pass']:,}, both fail "
+            f"{row['both_fail']:,}",
         ]
         rows += [f"  not scored: {'; '.join(notes)}"] if notes else []
     table = print_table(out, t, rows)

@@ -161,9 +161,10 @@ def _print_by_tag(d: Diagnosis) -> None:
     for tag, row in d.by_tag.items():
         if tag == ALL:
             continue
-        t.add_row(escape(tag), str(row["n_cases"]), str(row["n_failing"]), *(str(row[x]) for x in LAYERS))
-        lines.append(f"{tag}: {row['n_failing']} of {row['n_cases']} failing; "
-                     + ", ".join(f"{x} {row[x]}" for x in LAYERS))
+        t.add_row(escape(tag), f"{row['n_cases']:,}", f"{row['n_failing']:,}",
+                  *(f"{row[x]:,}" for x in LAYERS))
+        lines.append(f"{tag}: {row['n_failing']:,} of {row['n_cases']:,} failing; "
+                     + ", ".join(f"{x} {row[x]:,}" for x in LAYERS))
     print_table(out, t, lines)
     print_lines(out, ["retr: retrieval, gen: generation, kb: knowledge_base, ref: reference_or_judge, "
                       "undet: undetermined"], indent="")

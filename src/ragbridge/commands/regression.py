@@ -149,11 +149,12 @@ def print_diff(d: RunDiff, console=None, top: int = 10, by_tag: bool = True, sho
             colour = ("red" if r.delta < 0 else "green") if sig else None
             delta = num(r.delta, signed=True)
             t.add_row(*([escape(r.tag)] if with_tag else []),
-                      escape(r.backend), escape(r.metric), str(r.n_paired), num(r.base_mean), num(r.new_mean),
+                      escape(r.backend), escape(r.metric), f"{r.n_paired:,}", num(r.base_mean),
+                      num(r.new_mean),
                       f"[{colour}]{delta}[/]" if colour else delta,
                       interval(r.ci_low, r.ci_high, 3, signed=True) or MISSING,
-                      p_text(r.p_value), str(r.n_worse), str(r.n_better),
-                      f"[yellow]{r.n_status_changed}[/]" if r.n_status_changed else "0")
+                      p_text(r.p_value), f"{r.n_worse:,}", f"{r.n_better:,}",
+                      f"[yellow]{r.n_status_changed:,}[/]" if r.n_status_changed else "0")
         print_table(console, t, _tag_lines(frame, conf) if with_tag else
                     [_diff_line(r, conf) for r in frame.itertuples()])
     if hidden:

@@ -49,7 +49,6 @@ once per chunk rather than once per label (recall and nDCG can then differ: repo
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from pathlib import Path
 from typing import BinaryIO, Iterator, Optional, Sequence
@@ -66,8 +65,6 @@ from .files import DatasetError, atomic_path, output_name
 logger = logging.getLogger("ragbridge")
 
 SUFFIXES = (".trec", ".run")
-#: white space, as ``str.isspace`` has it: what an id in a TREC file cannot hold
-_SPACE = re.compile(r"\s")
 
 
 def _decode(path: Path, n: int, raw: bytes) -> list[str]:
@@ -242,14 +239,12 @@ def write(cases: Sequence[Case], path: Path) -> list[str]:
     qrels_lines: list[str] = []
     with open(path, "w", encoding="utf-8") as fh:  # the caller writes ``path`` whole (atomic_path)
         for case in cases:
-            names = (case.id, *(c.id for c in case.contexts), *case.relevant)
-            if not all(names) or _SPACE.search("\0".join(names)):  # (one search a case: the ids, joined)
-                for what, name in (("case id", case.id), *(("chunk id", c.id) for c in case.contexts),
-                                   *(("label", label) for label in case.relevant)):
-                    if not name or _SPACE.search(name):
-                        raise DatasetError(f"{what} {name!r} of case {case.id!r} is empty or has white "
-                                           "space, which a TREC file cannot hold", field="id",
-                                           hint="use ids without spaces")
+            for what, name in (("case id", case.id), *(("chunk id", c.id) for c in case.contexts),
+                               *(("label", label) for label in case.relevant)):
+                if not name or any(ch.isspace() for ch in name):
+                    raise DatasetError(f"{what} {name!r} of case {case.id!r} is empty or has white space, "
+                                       "which a TREC file cannot hold", field="id",
+                                       hint="use ids without spaces")
             if not case.contexts:
                 lost.add("cases without contexts")  # a run names a query only through its documents
             chunks, seen = [], set()
@@ -262,8 +257,8 @@ def write(cases: Sequence[Case], path: Path) -> list[str]:
             scores, kept = _scores(chunks)
             if not kept:
                 lost.add("contexts.score")
-            fh.write("".join(f"{case.id} Q0 {chunk.id} {i} {score!r} ragbridge\n"
-                             for i, (chunk, score) in enumerate(zip(chunks, scores), start=1)))
+            for i, (chunk, score) in enumerate(zip(chunks, scores), start=1):
+                fh.write(f"{case.id} Q0 {chunk.id} {i} {score!r} ragbridge\n")
             # a label matched by source (a section): a judgement of each chunk matching it, in its place
             by_source: dict[str, list[str]] = {}
             for chunk, label in zip(case.contexts, case.chunk_labels()):

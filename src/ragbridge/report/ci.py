@@ -65,7 +65,7 @@ def _run_line(run: Run) -> str:
     m = run.manifest
     return (
         f"{run.path or '(in memory)'}: "
-        f"{m.dataset['n_cases'] if 'n_cases' in m.dataset else run.n_cases} cases, "
+        f"{count(m.dataset['n_cases'] if 'n_cases' in m.dataset else run.n_cases)} cases, "
         f"backends {', '.join((b + ' ' + (v or '')).strip() for b, v in m.backends.items())}, "
         f"status {m.status}, dataset {str(m.dataset.get('fingerprint') or '')[:19]}"
     )

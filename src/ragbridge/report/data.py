@@ -56,7 +56,6 @@ from ..metrics import half_of
 from ..metrics import sort_key as metric_key
 from ..run import Run
 from ..run.summary import ALL
-from ..run import progress as progress_clock
 from ..run.progress import Steps
 from ..schema import Case, Score
 from ..verdicts import verdict, why
@@ -118,8 +117,7 @@ def report_data(
 
     ``progress``: a label (``report``) under which the long parts show their progress on stderr
     (`ragbridge.run.progress.Steps`: the diff's shifts, the diagnosis of the failing cases)."""
-    # the progress of every part counts the time from here (on the command line, from the command's start)
-    since = time.monotonic() if progress_clock.command_started is None else progress_clock.command_started
+    since = time.monotonic()  # the progress of every part counts the time from here
     run = open_run(run)
     m = run.manifest
     cols = run.columns

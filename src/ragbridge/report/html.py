@@ -105,7 +105,7 @@ def svg_distribution(metric: str, values: dict[str, list[float]], colors: dict[s
             h = (row_h - 8) * n / peak
             lo, hi = j / 10, (j + 1) / 10
             close = "]" if j == 9 else ")"
-            tip = f"{b}: {n} case(s) with {metric} in [{lo:.1f}, {hi:.1f}{close}"
+            tip = f"{b}: {n:,} case(s) with {metric} in [{lo:.1f}, {hi:.1f}{close}"
             color = colors.get(b, "#888")
             parts.append(
                 f'<rect x="{left + j * bw + 1:.1f}" y="{y0 + row_h - 4 - h:.1f}" width="{bw - 2:.1f}" '
@@ -116,8 +116,8 @@ def svg_distribution(metric: str, values: dict[str, list[float]], colors: dict[s
             parts.append(f'<path d="M{x:.1f},{y0 + row_h - 2} l-4,6 h8 z" class="mean-mark">'
                          f'<title>{_e(f"{b} mean {mean:.3f}")}</title></path>')
         c = counts.get(b, {})
-        note = f"n {len(values[b])}"
-        extra = [f"{c[k]} {k[:5]}." for k in ("undefined", "errored") if c.get(k)]
+        note = f"n {len(values[b]):,}"
+        extra = [f"{c[k]:,} {k[:5]}." for k in ("undefined", "errored") if c.get(k)]
         if extra:
             note += " · " + ", ".join(extra)
         if len(values[b]):
@@ -172,7 +172,7 @@ def svg_scatter(metric: str, a: str, b: str, points: Any, ta: float, tb: float,
         if binned:
             r = 1.4 + 5.6 * math.sqrt(n / most[0])
             lo_a, lo_b = gx / SCATTER_BINS, gy / SCATTER_BINS
-            tip = (f"{n} case(s) with {a} in [{lo_a:.2f}, {lo_a + 1 / SCATTER_BINS:.2f}] and {b} in "
+            tip = (f"{n:,} case(s) with {a} in [{lo_a:.2f}, {lo_a + 1 / SCATTER_BINS:.2f}] and {b} in "
                    f"[{lo_b:.2f}, {lo_b + 1 / SCATTER_BINS:.2f}]: {shown}")
         else:
             r = 3.6 + 1.4 * math.sqrt(n - 1)

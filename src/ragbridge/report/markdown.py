@@ -68,7 +68,7 @@ def _head(d: dict, out: list[str]) -> None:
                 "judge, not a language model: the scores test the evaluation plumbing, not the answers.", ""]
     counts = r.get("counts") or {}
     ds = r["dataset"]
-    out.append(f"- dataset: {md_text(ds.get('path'))} ({ds.get('n_cases')} cases, "
+    out.append(f"- dataset: {md_text(ds.get('path'))} ({count(ds.get('n_cases'))} cases, "
                f"{md_text(ds.get('fingerprint'))})")
     out.append("- backends: " + ", ".join(f"{md_text(b)} {md_text(v or '')}".strip()
                                           for b, v in (r["backends"] or {}).items()))
@@ -250,16 +250,17 @@ def _agreement(d: dict, out: list[str]) -> None:
             "| agreement | PP/PF/FP/FF | not scored |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for a in d["agreement"]:
         ns = "; ".join(
-            f"{md_text(a['backend_' + s])}: " + ", ".join(f"{a[s + '_' + k]} {k}" for k in _UNSCORED
+            f"{md_text(a['backend_' + s])}: " + ", ".join(f"{a[s + '_' + k]:,} {k}" for k in _UNSCORED
                                                          if a[s + "_" + k])
             for s in ("a", "b") if any(a[s + "_" + k] for k in _UNSCORED))
         out.append(
             f"| {md_text(a['metric'])} | {md_text(a['backend_a'])} vs {md_text(a['backend_b'])} | "
-            f"{a['n_paired']}/{a['n_cases']} | "
+            f"{a['n_paired']:,}/{a['n_cases']:,} | "
             + " | ".join(_figure(a, f) for f in ("spearman", "kendall", "pearson", "mae"))
             + f" | {a['threshold_a']:g} / {a['threshold_b']:g} | {_figure(a, 'kappa')} | "
             f"{_figure(a, 'agreement')} | "
-            f"{a['both_pass']}/{a['a_pass_b_fail']}/{a['a_fail_b_pass']}/{a['both_fail']} | {ns or '—'} |")
+            f"{a['both_pass']:,}/{a['a_pass_b_fail']:,}/{a['a_fail_b_pass']:,}/{a['both_fail']:,} | "
+            f"{ns or '—'} |")
     out.append("")
     if not d["disagreements"]:
         return
@@ -293,10 +294,10 @@ def _diagnosis(d: dict, out: list[str]) -> None:
             "question it fails (docs/diagnose.md).", "",
             "| slice | cases | failing | " + " | ".join(layers) + " |",
             "|---|---|---|" + "---|" * len(layers),
-            f"| all | {g['n_cases']} | {g['n_failing']} | "
-            + " | ".join(str(g["counts"][x]) for x in layers) + " |"]
-    out += [f"| {md_text(r['tag'])} | {r['n_cases']} | {r['n_failing']} | "
-            + " | ".join(str(r[x]) for x in layers) + " |" for r in g["by_tag"]]
+            f"| all | {g['n_cases']:,} | {g['n_failing']:,} | "
+            + " | ".join(f"{g['counts'][x]:,}" for x in layers) + " |"]
+    out += [f"| {md_text(r['tag'])} | {r['n_cases']:,} | {r['n_failing']:,} | "
+            + " | ".join(f"{r[x]:,}" for x in layers) + " |" for r in g["by_tag"]]
     out += ["", "| case | layer | why |", "|---|---|---|"]
     n = DIAGNOSIS_LISTED
     for x, (group, in_layer) in listed_by_layer(g, n).items():
@@ -320,9 +321,9 @@ def _validation(d: dict, out: list[str]) -> None:
     for v in d["validation"]:
         claims = f"{_figure(v, 'unsupported_share')} of {v['claims_answers']}" if v["claims_answers"] else "—"
         out.append(
-            f"| {md_text(v['metric'])} | {md_text(v['backend'])} | {v['threshold']:g} | {v['n_labels']} | "
-            f"{v['n_paired']} | {v['unscored']} | {v['human_pass']}/{v['human_fail']} | "
-            f"{_figure(v, 'tpr')} | {_figure(v, 'tnr')} | {v['fp']}/{v['human_fail']} | "
+            f"| {md_text(v['metric'])} | {md_text(v['backend'])} | {v['threshold']:g} | {v['n_labels']:,} | "
+            f"{v['n_paired']:,} | {v['unscored']} | {v['human_pass']:,}/{v['human_fail']:,} | "
+            f"{_figure(v, 'tpr')} | {_figure(v, 'tnr')} | {v['fp']:,}/{v['human_fail']:,} | "
             f"{_figure(v, 'kappa')} | {_figure(v, 'balanced_accuracy')} | {_figure(v, 'agreement')} | "
             f"{claims} |")
     out.append("")
@@ -381,7 +382,7 @@ def _noise(d: dict, out: list[str]) -> None:
             "| backend | metric | cases | within-case SD | flips | alpha | MDE |",
             "|---|---|---|---|---|---|---|"]
     for f in n["figures"]:
-        out.append(f"| {md_text(f['backend'])} | {md_text(f['metric'])} | {f['n_cases']} | "
+        out.append(f"| {md_text(f['backend'])} | {md_text(f['metric'])} | {f['n_cases']:,} | "
                    f"{num(f['within_sd'])} | {num(f['flip_share'], 2)} | {num(f['alpha'], 2)} | "
                    f"{num(f['mde'])} |")
     for key, rows in (n.get("top") or {}).items():
@@ -429,7 +430,7 @@ def _thresholds(d: dict, out: list[str]) -> None:
             "| metric | backend | threshold | from | cases that fail |", "|---|---|---|---|---|"]
     for t in d["thresholds"]:
         out.append(f"| {md_text(t['metric'])} | {md_text(t['backend'])} | {t['threshold']:.3g} | "
-                   f"{md_text(t['source'])} | {t['n_below']} of {t['n_scored']} |")
+                   f"{md_text(t['source'])} | {t['n_below']:,} of {t['n_scored']:,} |")
     out.append("")
 
 
@@ -438,11 +439,11 @@ def _cases(run: Run, d: dict, out: list[str], full: int = FULL_CASES) -> None:
     n = len(run.columns.cases)
     shown, _ = shown_cases(run, d, cases_in_full(d, run.columns, full), FULL_BUDGET)
     if len(shown) < n:
-        out += [f"{len(shown)} of {n} cases in full: the ones that matter first (errored, most disagreeing, "
-                f"verdicts differing between backends, below a threshold), as the HTML report shows them "
-                f"(`--full N` sets how many, within {FULL_BUDGET >> 20} MB of text). Every case's scores: "
-                "`ragbridge report RUN --format json`; its chunks, answer and reasons: the run folder's "
-                "`cases.jsonl` and `scores.jsonl`.", ""]
+        out += [f"{len(shown):,} of {n:,} cases in full: the ones that matter first (errored, most "
+                f"disagreeing, verdicts differing between backends, below a threshold), as the HTML report "
+                f"shows them (`--full N` sets how many, within {FULL_BUDGET >> 20} MB of text). Every case's "
+                "scores: `ragbridge report RUN --format json`; its chunks, answer and reasons: the run "
+                "folder's `cases.jsonl` and `scores.jsonl`.", ""]
     for c in shown:
         out += [f"### {md_text(c['id'])}", ""]
         if c["tags"]:

@@ -19,7 +19,6 @@ types), `records` a DataFrame's rows.
 from __future__ import annotations
 
 import math
-import numbers
 import re
 from json.encoder import encode_basestring
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any, Iterator
 
 from ..json_text import is_row, rows_text
 from ..metrics import RAGCHECKER
-from ..verdicts import p_text
+from ..verdicts import count, p_text  # noqa: F401 (count: the reports' from here)
 
 __all__ = ["MISSING", "num", "interval", "ci_text", "p_text", "md_text", "plain_text", "terminal_text",
            "json_escaped", "one_line", "escape_char", "jsonable", "records", "ragchecker_text", "MISSED",
@@ -67,11 +66,6 @@ def num(value: Any, digits: int = 3, signed: bool = False) -> str:
     if text.startswith("-") and not text.strip("-0."):  # -0.000: a value that rounds to zero has no sign
         text = ("+" if signed else "") + text[1:]
     return text
-
-
-def count(n: Any) -> str:
-    """A count as the terminal writes it (1,000,000); anything that is no whole number as its text."""
-    return f"{n:,}" if isinstance(n, numbers.Integral) and not isinstance(n, bool) else str(n)
 
 
 def interval(low: Any, high: Any, digits: int = 2, signed: bool = False) -> str:

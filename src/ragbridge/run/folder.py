@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 from ..formats import load_cases
 from ..formats.files import DatasetError, atomic_path, no_follow, write_atomic
 from ..schema import Case, RunManifest, Score, ScoreBlock, json_of
+from ..verdicts import count
 from .column_copy import CopyMaker
 from .kept import Kept
 from .plan import RunError
@@ -82,11 +83,6 @@ JUDGE_COUNTS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "re
                 "unpriced", "refused")
 #: of `JUDGE_COUNTS`, the ones that are money (floats)
 _FLOAT_COUNTS = ("cost",)
-
-
-def _count(n: Any) -> str:
-    """A count as the terminal writes it (1,000,000); anything else as it is ("?")."""
-    return f"{n:,}" if isinstance(n, int) else str(n)
 
 
 def now() -> str:
@@ -265,7 +261,7 @@ class Run:
         where = repr(str(self.path)) if self.path is not None else "in memory"
         n_cases = self.manifest.dataset.get("n_cases", len(self.cases) if self._cases is not None else "?")
         n_scores = self.counts.get("scores", len(self._scores) if self._scores is not None else "?")
-        return f"Run({where}, {_count(n_cases)} cases, {_count(n_scores)} scores, {self.manifest.status})"
+        return f"Run({where}, {count(n_cases)} cases, {count(n_scores)} scores, {self.manifest.status})"
 
     @property
     def counts(self) -> dict[str, Any]:

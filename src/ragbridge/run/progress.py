@@ -197,9 +197,9 @@ class Steps:
     """The progress of a long analysis (``diff``, ``compare``): `start` with its number of steps (in a
     ``with`` block), one `advance` a step, `stop` at the end; shown (a bar on a terminal, a line every
     `progress_seconds` in a log) only once it has taken `after` seconds (default 2 s, or the progress
-    interval when shorter): a quick one prints nothing. A log's lines count the time from ``since`` (a
-    `time.monotonic` reading: the start of a report's several parts), else from the command line's
-    command's start (`command_started`), else from `start`."""
+    interval when shorter): a quick one prints nothing. A log's lines count the time from the command
+    line's command's start (`command_started`); outside a command, from ``since`` (a `time.monotonic`
+    reading: the start of a report's several parts), else from `start`."""
 
     def __init__(self, label: str, noun: str, after: Optional[float] = None, since: Optional[float] = None):
         self.label, self.noun, self.since = label, noun, since  # since: the clock of a log's lines
@@ -230,7 +230,7 @@ class Steps:
             self._shown.advance(self.done)
         else:  # a line at once, then at the interval, its time counted from the start (or ``since``)
             self._shown = Lines(self.total, None, progress_seconds(), self.noun, self.label)
-            since = self.since if self.since is not None else command_started
+            since = command_started if command_started is not None else self.since
             self._shown.started = self._started if since is None else since
             self._shown.done = self.done
             self._shown.say()

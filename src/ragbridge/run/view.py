@@ -15,6 +15,8 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
+from ..verdicts import count
+
 if TYPE_CHECKING:  # pragma: no cover
     from .folder import Run
 
@@ -33,14 +35,11 @@ def run_html(run: "Run") -> str:
     def num(v: Any) -> str:
         return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
 
-    def _count(v: Any) -> str:  # 1,000,000, as the terminal writes a count
-        return f"{v:,}" if isinstance(v, int) else str(v)
-
     m = run.manifest
     where = html.escape(str(run.path)) if run.path is not None else "in memory"
     counts = run.counts
-    head = (f"<b>Run</b> {where}: {_count(m.dataset.get('n_cases', '?'))} cases, "
-            f"{_count(counts.get('scores', 0))} scores, {html.escape(m.status)}")
+    head = (f"<b>Run</b> {where}: {count(m.dataset.get('n_cases', '?'))} cases, "
+            f"{count(counts.get('scores', 0))} scores, {html.escape(m.status)}")
     if (m.judge or {}).get("stub"):
         head += " (judged by the stub judge: the judged scores test plumbing, not answer quality)"
     notes = []
@@ -51,7 +50,7 @@ def run_html(run: "Run") -> str:
                      f"of the {changed['kept']} unchanged kept")
     columns = ("backend", "metric", "mean", "n_scored", "n_undefined", "n_errored", "n")
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(num(r[c]) if c == 'mean' else _count(r[c]))}</td>"
+        "<tr>" + "".join(f"<td>{html.escape(num(r[c]) if c == 'mean' else count(r[c]))}</td>"
                          for c in columns) + "</tr>" for r in run.summary_rows(by_tag=False))
     header = "".join(f"<th>{c}</th>" for c in columns)
     unscored = nothing_computed(run)

@@ -1,6 +1,8 @@
 (function () {
   "use strict";
   var root = document.documentElement;
+  // a count as the rest of the page writes it (1,000,000), whatever the browser's language
+  function many(n) { return String(n).replace(/\B(?=(\d{3})+(?!\d))/g, ","); }
   var filter = document.getElementById("case-filter");
   var boxes = Array.prototype.slice.call(document.querySelectorAll("input[data-flag]"));
   var cases = Array.prototype.slice.call(document.querySelectorAll("details.case"));
@@ -48,7 +50,7 @@
       if (active && kept.length) { p.el.open = true; }
       shown += kept.length;
     });
-    if (count) { count.textContent = shown + " of " + (cases.length + nLines) + " cases"; }
+    if (count) { count.textContent = many(shown) + " of " + many(cases.length + nLines) + " cases"; }
   }
   if (filter) { filter.addEventListener("input", apply); }
   if (below) { below.addEventListener("change", apply); }
@@ -102,7 +104,7 @@
       th.className = b && b.getAttribute("data-sort") === sort ? "sorted" : "";
     });
     var c = document.getElementById("grid-count");
-    if (c) { c.textContent = shown + " of " + gridRows.length + " cases"; }
+    if (c) { c.textContent = many(shown) + " of " + many(gridRows.length) + " cases"; }
     root.setAttribute("data-grid-shown", String(shown));
     root.setAttribute("data-grid-first", first);
     root.setAttribute("data-grid-sort", sort);
